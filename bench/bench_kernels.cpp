@@ -1,0 +1,1085 @@
+// bench_kernels: throughput of the CPU backend at GPT-2-small sizes.
+//
+//   1. OpenBLAS's peak: one large square sgemm timed straight through cblas_sgemm. It is the
+//      ceiling every GEMM below is compared with.
+//   2. Every GEMM of one GPT-2-small transformer layer (h=768, s=1024, b=2, a=12 heads, dh=64,
+//      ffn=3072), forward and backward, through Backend::gemm: GFLOP/s and % of (1). The
+//      warm-up call of each GEMM is also checked against a double-precision dot product at a
+//      few sampled elements, so a wrong layout shows up as CHECK FAILED instead of a number.
+//   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
+//      must read and write (formula next to each op).
+//
+// Timing: one warm-up call, then `runs` runs. The first run repeats the op until min_time has
+// passed and fixes the iteration count of the others; each run yields a time per call. The
+// tables show the median and the best run; rates (GFLOP/s, GB/s, % of peak) use the median.
+// GFLOP and GB are 1e9. Run with --help for the flags.
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <initializer_list>
+#include <new>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/dtype.h"
+#include "kernels/half.h"
+
+namespace {
+
+using ptdp::Backend;
+using ptdp::GemmDesc;
+
+// ---- options ---------------------------------------------------------------------------------
+
+struct Options {
+  bool quick = false;
+  bool list = false;
+  std::string filter;
+  std::string json_path;
+  int runs = 0;            // 0: default for the mode
+  double min_time = -1.0;  // seconds; < 0: default for the mode
+  double budget = 0.0;     // seconds one benchmark may take before its runs are cut
+  int threads = 0;         // 0: leave OpenMP's default
+};
+
+void print_help(const char* argv0) {
+  std::printf(
+      "Usage: %s [options]\n"
+      "\n"
+      "Benchmarks the CPU backend's kernels at GPT-2-small sizes: OpenBLAS's square sgemm peak,\n"
+      "every GEMM of one transformer layer (forward and backward) through Backend::gemm, and\n"
+      "the memory-bound ops in GB/s.\n"
+      "\n"
+      "Options:\n"
+      "  --quick          small sizes and short timing (whole run in ~20 s on 2 cores)\n"
+      "  --filter SUBSTR  run only benchmarks whose name contains SUBSTR (names look like\n"
+      "                   blas/sgemm_peak, gemm/fc1.wgrad, mem/layernorm_fwd; see --list).\n"
+      "                   The sgemm peak also runs whenever a gemm/ benchmark does.\n"
+      "  --list           print the benchmark names (after --filter) and exit\n"
+      "  --json PATH      also write the results as JSON to PATH\n"
+      "  --runs N         timed runs per benchmark (default 5, --quick 3)\n"
+      "  --min-time SEC   minimum duration of one run (default 0.2, --quick 0.05)\n"
+      "  --threads N      omp_set_num_threads(N) and openblas_set_num_threads(N) first\n"
+      "  --help           this text\n",
+      argv0);
+}
+
+bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
+  exit_code = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto need_value = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s needs a value\n", argv[0], arg.c_str());
+        exit_code = 2;
+        return false;
+      }
+      value = argv[++i];
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      print_help(argv[0]);
+      return false;
+    } else if (arg == "--quick") {
+      o.quick = true;
+    } else if (arg == "--list") {
+      o.list = true;
+    } else if (arg == "--filter") {
+      if (!need_value()) return false;
+      o.filter = value;
+    } else if (arg == "--json") {
+      if (!need_value()) return false;
+      o.json_path = value;
+    } else if (arg == "--runs") {
+      if (!need_value()) return false;
+      o.runs = std::atoi(value.c_str());
+      if (o.runs < 1) {
+        std::fprintf(stderr, "%s: --runs must be >= 1\n", argv[0]);
+        exit_code = 2;
+        return false;
+      }
+    } else if (arg == "--min-time") {
+      if (!need_value()) return false;
+      o.min_time = std::atof(value.c_str());
+      if (!(o.min_time >= 0.0)) {
+        std::fprintf(stderr, "%s: --min-time must be >= 0\n", argv[0]);
+        exit_code = 2;
+        return false;
+      }
+    } else if (arg == "--threads") {
+      if (!need_value()) return false;
+      o.threads = std::atoi(value.c_str());
+      if (o.threads < 1) {
+        std::fprintf(stderr, "%s: --threads must be >= 1\n", argv[0]);
+        exit_code = 2;
+        return false;
+      }
+    } else {
+      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
+      exit_code = 2;
+      return false;
+    }
+  }
+  if (o.runs == 0) o.runs = o.quick ? 3 : 5;
+  if (o.min_time < 0.0) o.min_time = o.quick ? 0.05 : 0.2;
+  o.budget = o.quick ? 0.6 : 4.0;
+  return true;
+}
+
+// ---- buffers and random data -----------------------------------------------------------------
+
+/// A 64-byte aligned host array, allocated once per benchmark group and never inside timing.
+template <class T>
+class Buffer {
+ public:
+  explicit Buffer(int64_t n) : n_(n) {
+    std::size_t bytes = static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
+    bytes = (bytes + 63) / 64 * 64;
+    p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+    if (p_ == nullptr) throw std::bad_alloc();
+  }
+  ~Buffer() { std::free(p_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  T* get() const { return p_; }
+  int64_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  int64_t n_ = 0;
+};
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+constexpr int64_t kFillChunk = int64_t{1} << 16;
+
+/// Uniform [lo, hi) in parallel (which also spreads first touch over the threads).
+void fill_uniform(float* x, int64_t n, float lo, float hi, uint64_t seed) {
+  const int64_t chunks = (n + kFillChunk - 1) / kFillChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    uint64_t state = seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(c);
+    const int64_t end = std::min(n, (c + 1) * kFillChunk);
+    for (int64_t i = c * kFillChunk; i < end; ++i) {
+      const float u = static_cast<float>(splitmix64(state) >> 40) * (1.0f / 16777216.0f);
+      x[i] = lo + (hi - lo) * u;
+    }
+  }
+}
+
+void fill_uniform(const Buffer<float>& b, float lo, float hi, uint64_t seed) {
+  fill_uniform(b.get(), b.size(), lo, hi, seed);
+}
+
+/// Integers uniform in [0, bound).
+void fill_ids(const Buffer<int32_t>& b, int64_t bound, uint64_t seed) {
+  uint64_t state = seed;
+  for (int64_t i = 0; i < b.size(); ++i)
+    b.get()[i] = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(bound));
+}
+
+// ---- timing ----------------------------------------------------------------------------------
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+struct Stats {
+  double median_s = 0.0;
+  double best_s = 0.0;
+  int64_t iters = 0;  // calls per run
+  int runs = 0;
+};
+
+// ---- results ---------------------------------------------------------------------------------
+
+struct Result {
+  std::string section;  // "blas", "gemm" or "mem"
+  std::string name;
+  std::string shape;
+  int64_t m = 0, n = 0, k = 0, batch = 0;
+  std::string ops;  // "NT": op(A) plain, op(B) transposed
+  double flops = 0.0;
+  double bytes = 0.0;
+  Stats st;
+  bool ok = false;
+  std::string error;
+};
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
+  std::size_t i = 0;
+  while (i < s.size() && s[i] == ' ') ++i;
+  return s.substr(i);
+}
+
+// ---- the benchmark ---------------------------------------------------------------------------
+
+// GPT-2 small, one layer, one microbatch.
+constexpr int64_t kSeq = 1024;     // s
+constexpr int64_t kBatch = 2;      // b
+constexpr int64_t kHeads = 12;     // a
+constexpr int64_t kHeadDim = 64;   // dh
+constexpr int64_t kHidden = 768;   // h = a * dh
+constexpr int64_t kFfn = 3072;     // 4h
+constexpr int64_t kRows = kSeq * kBatch;  // s*b tokens
+constexpr int64_t kVocab = 50304;  // 50257 padded to a multiple of 128
+constexpr int64_t kGpt2Params = 124439808;
+
+class Bench {
+ public:
+  explicit Bench(Options o) : o_(std::move(o)), be_(ptdp::cpu_backend()) {}
+
+  int run() {
+    print_machine();
+    bench_peak();
+    bench_gemms();
+    begin_mem_table();
+    bench_bias();
+    bench_gelu();
+    bench_layernorm();
+    bench_softmax();
+    bench_dropout();
+    bench_elementwise();
+    bench_cast();
+    bench_embedding();
+    bench_cross_entropy();
+    bench_optimizer();
+    if (o_.list) {
+      for (const auto& n : listed_) std::printf("%s\n", n.c_str());
+      return 0;
+    }
+    if (mem_header_printed_) std::printf("\n");
+    if (results_.empty()) std::printf("No benchmark matches --filter '%s'.\n", o_.filter.c_str());
+    std::printf("Total time: %.1f s\n", seconds_since(start_));
+    if (!o_.json_path.empty() && !write_json()) return 1;
+    return any_error_ ? 1 : 0;
+  }
+
+ private:
+  Options o_;
+  Backend& be_;
+  std::vector<Result> results_;
+  std::vector<std::string> listed_;
+  double peak_gflops_ = 0.0;
+  bool any_error_ = false;
+  bool mem_header_printed_ = false;
+  Clock::time_point start_ = Clock::now();
+  std::string blas_config_, blas_core_;
+  int blas_threads_ = 0;
+
+  // -- selection -------------------------------------------------------------------------------
+
+  bool selected(const std::string& name) {
+    if (!o_.filter.empty() && name.find(o_.filter) == std::string::npos) return false;
+    if (o_.list) {
+      if (std::find(listed_.begin(), listed_.end(), name) == listed_.end())
+        listed_.push_back(name);
+      return false;
+    }
+    return true;
+  }
+
+  /// Evaluates every name (so --list sees them all); true when any is selected.
+  bool any_selected(std::initializer_list<std::string> names) {
+    bool any = false;
+    for (const auto& n : names) any = selected(n) || any;
+    return any;
+  }
+
+  // -- timing ----------------------------------------------------------------------------------
+
+  Stats measure(const std::function<void()>& op, bool warm_up) {
+    if (warm_up) {
+      op();
+      be_.synchronize();
+    }
+    std::vector<double> per_call;
+    // First run: repeat until min_time has passed; it fixes the calls per run.
+    int64_t iters = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0.0;
+    do {
+      op();
+      ++iters;
+      be_.synchronize();
+      elapsed = seconds_since(t0);
+    } while (elapsed < o_.min_time);
+    per_call.push_back(elapsed / static_cast<double>(iters));
+    // Ops slower than the per-benchmark budget get fewer runs.
+    int runs = o_.runs;
+    if (elapsed * runs > o_.budget) runs = std::max(1, static_cast<int>(o_.budget / elapsed));
+    for (int r = 1; r < runs; ++r) {
+      const auto t = Clock::now();
+      for (int64_t i = 0; i < iters; ++i) op();
+      be_.synchronize();
+      per_call.push_back(seconds_since(t) / static_cast<double>(iters));
+    }
+    std::sort(per_call.begin(), per_call.end());
+    Stats st;
+    const std::size_t n = per_call.size();
+    st.median_s = n % 2 ? per_call[n / 2] : 0.5 * (per_call[n / 2 - 1] + per_call[n / 2]);
+    st.best_s = per_call.front();
+    st.iters = iters;
+    st.runs = static_cast<int>(n);
+    return st;
+  }
+
+  // -- header ----------------------------------------------------------------------------------
+
+  void print_machine() {
+    if (o_.threads > 0) {
+      omp_set_num_threads(o_.threads);
+#ifdef OPENBLAS_VERSION
+      openblas_set_num_threads(o_.threads);
+#endif
+    }
+#ifdef OPENBLAS_VERSION
+    blas_config_ = trim(openblas_get_config());
+    blas_core_ = trim(openblas_get_corename());
+    blas_threads_ = openblas_get_num_threads();
+#endif
+    if (o_.list) return;
+    std::printf("ptdp kernel benchmark (%s mode, backend '%s')\n", o_.quick ? "quick" : "full",
+                be_.name());
+    std::printf("  OpenMP threads  : %d (hardware threads: %u)\n", omp_get_max_threads(),
+                std::thread::hardware_concurrency());
+#ifdef OPENBLAS_VERSION
+    const int par = openblas_get_parallel();
+    std::printf("  OpenBLAS        : %s\n", blas_config_.c_str());
+    std::printf("  OpenBLAS core   : %s, %d threads, %s\n", blas_core_.c_str(), blas_threads_,
+                par == 0 ? "sequential" : par == 1 ? "pthreads" : "OpenMP");
+#else
+    std::printf("  BLAS            : not OpenBLAS (no config available)\n");
+#endif
+    std::printf("  timing          : warm-up + %d runs of >= %.2f s each; median (best) per call\n",
+                o_.runs, o_.min_time);
+    if (!o_.filter.empty()) std::printf("  filter          : '%s'\n", o_.filter.c_str());
+    std::printf("\n");
+  }
+
+  // -- 1. OpenBLAS peak ------------------------------------------------------------------------
+
+  bool any_gemm_selected() {
+    bool any = false;
+    for (const auto& n : gemm_names()) any = selected(n) || any;
+    return any;
+  }
+
+  void bench_peak() {
+    const int64_t n = o_.quick ? 2048 : 4096;
+    const std::string name = "blas/sgemm_peak";
+    const bool want = selected(name);
+    const bool gemms = any_gemm_selected();
+    if (!want && !gemms) return;
+
+    Result r;
+    r.section = "blas";
+    r.name = name;
+    r.m = r.n = r.k = n;
+    r.batch = 1;
+    r.ops = "NN";
+    r.shape = std::to_string(n) + "^3";
+    r.flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    std::printf("1. OpenBLAS peak: cblas_sgemm, row-major C = A*B, square n = %" PRId64 "\n",
+                n);
+    try {
+      Buffer<float> a(n * n), b(n * n), c(n * n);
+      fill_uniform(a, -1.0f, 1.0f, 1);
+      fill_uniform(b, -1.0f, 1.0f, 2);
+      fill_uniform(c, -1.0f, 1.0f, 3);
+      const int ni = static_cast<int>(n);
+      r.st = measure(
+          [&] {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, ni, ni, ni, 1.0f, a.get(), ni,
+                        b.get(), ni, 0.0f, c.get(), ni);
+          },
+          true);
+      r.ok = true;
+      peak_gflops_ = r.flops / r.st.median_s * 1e-9;
+      const int threads = omp_get_max_threads();
+      std::printf("   %.3f ms per call (best %.3f ms), %.1f GFLOP/s = %.1f GFLOP/s per thread "
+                  "(%d threads)\n\n",
+                  r.st.median_s * 1e3, r.st.best_s * 1e3, peak_gflops_, peak_gflops_ / threads,
+                  threads);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+      any_error_ = true;
+      std::printf("   ERROR: %s\n\n", e.what());
+    }
+    results_.push_back(std::move(r));
+  }
+
+  // -- 2. GEMMs of one GPT-2-small layer -------------------------------------------------------
+
+  struct Linear {
+    const char* name;
+    int64_t in, out;
+  };
+  static constexpr Linear kLinears[] = {
+      {"qkv", kHidden, 3 * kHidden},
+      {"proj", kHidden, kHidden},
+      {"fc1", kHidden, kFfn},
+      {"fc2", kFfn, kHidden},
+  };
+  static constexpr const char* kAttnGemms[] = {
+      "attn_score.fwd", "attn_score.dq", "attn_score.dk",
+      "attn_ctx.fwd",   "attn_ctx.dprob", "attn_ctx.dv",
+  };
+
+  static std::vector<std::string> gemm_names() {
+    std::vector<std::string> names;
+    for (const auto& l : kLinears)
+      for (const char* pass : {".fwd", ".dgrad", ".wgrad"})
+        names.push_back(std::string("gemm/") + l.name + pass);
+    for (const char* a : kAttnGemms) names.push_back(std::string("gemm/") + a);
+    return names;
+  }
+
+  /// Runs d once and compares a few sampled elements of C with a double-precision dot product
+  /// over the same strides. A, B and C must not overlap. Returns an empty string when all match.
+  std::string check_gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
+    struct Sample {
+      int64_t z, i, j;
+      double c_old;
+    };
+    std::vector<Sample> samples;
+    uint64_t state = 12345;
+    samples.push_back({0, 0, 0, 0.0});
+    samples.push_back({d.batch - 1, d.m - 1, d.n - 1, 0.0});
+    for (int s = 0; s < 14; ++s) {
+      const int64_t z = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(d.batch));
+      const int64_t i = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(d.m));
+      const int64_t j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(d.n));
+      samples.push_back({z, i, j, 0.0});
+    }
+    auto c_at = [&](const Sample& s) -> float& { return c[s.z * d.stride_c + s.i * d.ldc + s.j]; };
+    for (auto& s : samples) s.c_old = c_at(s);
+    be_.gemm(d, a, b, c);
+    be_.synchronize();
+    for (const auto& s : samples) {
+      const float* az = a + s.z * d.stride_a;
+      const float* bz = b + s.z * d.stride_b;
+      double dot = 0.0, mag = 0.0;
+      for (int64_t p = 0; p < d.k; ++p) {
+        const double av = d.trans_a ? az[p * d.lda + s.i] : az[s.i * d.lda + p];
+        const double bv = d.trans_b ? bz[s.j * d.ldb + p] : bz[p * d.ldb + s.j];
+        dot += av * bv;
+        mag += std::fabs(av * bv);
+      }
+      const double want = d.alpha * dot + d.beta * s.c_old;
+      const double got = c_at(s);
+      const double tol =
+          1e-4 * (std::fabs(d.alpha) * mag + std::fabs(d.beta * s.c_old)) + 1e-5;
+      if (!(std::fabs(got - want) <= tol)) {
+        char buf[200];
+        std::snprintf(buf, sizeof buf,
+                      "CHECK FAILED at batch %" PRId64 ", C[%" PRId64 ", %" PRId64
+                      "]: got %.6g, want %.6g",
+                      s.z, s.i, s.j, got, want);
+        return buf;
+      }
+    }
+    return "";
+  }
+
+  void print_gemm_header() {
+    std::printf("2. GEMMs of one GPT-2-small layer through Backend::gemm (h=%" PRId64
+                ", s=%" PRId64 ", b=%" PRId64 ", a=%" PRId64 ", dh=%" PRId64 ", ffn=%" PRId64
+                ")\n",
+                kHidden, kSeq, kBatch, kHeads, kHeadDim, kFfn);
+    std::printf("   Linear weights are [out, in]: fwd Y = X*W^T, dgrad dX = dY*W, wgrad dW += "
+                "dY^T*X (beta = 1).\n");
+    std::printf("   Attention reads Q, K, V from the [s, b, a, 3, dh] QKV buffer (ld %" PRId64
+                ", batch stride %" PRId64 ").\n",
+                kBatch * kHeads * 3 * kHeadDim, 3 * kHeadDim);
+    std::printf("   %-20s %3s %6s %6s %6s %5s %10s %10s %9s %7s\n", "name", "op", "m", "n", "k",
+                "batch", "ms", "best ms", "GFLOP/s", "% peak");
+    std::printf("   %s\n", std::string(90, '-').c_str());
+  }
+
+  void gemm_case(const std::string& short_name, const GemmDesc& d, const float* a, const float* b,
+                 float* c, const std::vector<const Buffer<float>*>& refill) {
+    const std::string name = "gemm/" + short_name;
+    if (!selected(name)) return;
+    Result r;
+    r.section = "gemm";
+    r.name = name;
+    r.m = d.m;
+    r.n = d.n;
+    r.k = d.k;
+    r.batch = d.batch;
+    r.ops = std::string(d.trans_a ? "T" : "N") + (d.trans_b ? "T" : "N");
+    r.flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) *
+              static_cast<double>(d.k) * static_cast<double>(d.batch);
+    std::printf("   %-20s %3s %6" PRId64 " %6" PRId64 " %6" PRId64 " %5" PRId64, short_name.c_str(),
+                r.ops.c_str(), d.m, d.n, d.k, d.batch);
+    std::fflush(stdout);
+    try {
+      // Fresh random operands for every case keep magnitudes sane (outputs of one case are
+      // inputs of the next) and give the check nonzero data.
+      uint64_t seed = 100;
+      for (const auto* buf : refill) fill_uniform(*buf, -1.0f, 1.0f, ++seed);
+      // The warm-up call is the checked call.
+      r.error = check_gemm(d, a, b, c);
+      if (r.error.empty()) {
+        r.st = measure([&] { be_.gemm(d, a, b, c); }, false);
+        r.ok = true;
+      }
+    } catch (const std::exception& e) {
+      r.error = std::string("ERROR: ") + e.what();
+    }
+    if (r.ok) {
+      const double gflops = r.flops / r.st.median_s * 1e-9;
+      std::printf(" %10.3f %10.3f %9.1f", r.st.median_s * 1e3, r.st.best_s * 1e3, gflops);
+      if (peak_gflops_ > 0.0)
+        std::printf(" %6.1f%%\n", 100.0 * gflops / peak_gflops_);
+      else
+        std::printf(" %7s\n", "-");
+    } else {
+      any_error_ = true;
+      std::printf("  %s\n", r.error.c_str());
+    }
+    results_.push_back(std::move(r));
+  }
+
+  void bench_gemms() {
+    if (!any_gemm_selected()) return;
+    print_gemm_header();
+
+    // Linear layers: X [T, in], W [out, in], Y [T, out] and their gradients.
+    Buffer<float> x(kRows * kFfn), y(kRows * kFfn), w(kFfn * kHidden), dw(kFfn * kHidden);
+    for (const auto& l : kLinears) {
+      const std::string base = l.name;
+      {  // forward: Y[T, out] = X[T, in] * W[out, in]^T
+        GemmDesc d;
+        d.trans_b = true;
+        d.m = kRows, d.n = l.out, d.k = l.in;
+        d.lda = l.in, d.ldb = l.in, d.ldc = l.out;
+        gemm_case(base + ".fwd", d, x.get(), w.get(), y.get(), {&x, &w, &y});
+      }
+      {  // dgrad: dX[T, in] = dY[T, out] * W[out, in]
+        GemmDesc d;
+        d.m = kRows, d.n = l.in, d.k = l.out;
+        d.lda = l.out, d.ldb = l.in, d.ldc = l.in;
+        gemm_case(base + ".dgrad", d, y.get(), w.get(), x.get(), {&x, &w, &y});
+      }
+      {  // wgrad: dW[out, in] += dY[T, out]^T * X[T, in]
+        GemmDesc d;
+        d.trans_a = true;
+        d.m = l.out, d.n = l.in, d.k = kRows;
+        d.beta = 1.0f;
+        d.lda = l.out, d.ldb = l.in, d.ldc = l.in;
+        gemm_case(base + ".wgrad", d, y.get(), x.get(), dw.get(), {&x, &y, &dw});
+      }
+    }
+
+    // Attention over b*a batches. QKV is [s, b, a, 3, dh]: batch z = (bi, ai) starts at
+    // z * 3dh, row si of Q/K/V is ld = b*a*3*dh further, and K, V sit dh, 2dh after Q.
+    // Context (and its gradient) is [s, b, a, dh] = [s, b, h]; scores/probs are packed
+    // [b*a, s, s].
+    const int64_t nb = kBatch * kHeads;
+    const int64_t ld_qkv = nb * 3 * kHeadDim;
+    const int64_t st_qkv = 3 * kHeadDim;
+    const int64_t ld_ctx = nb * kHeadDim;
+    const int64_t st_ctx = kHeadDim;
+    const int64_t st_prob = kSeq * kSeq;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    Buffer<float> qkv(kRows * 3 * kHidden), dqkv(kRows * 3 * kHidden);
+    Buffer<float> ctx(kRows * kHidden), dctx(kRows * kHidden);
+    Buffer<float> prob(nb * kSeq * kSeq), dprob(nb * kSeq * kSeq);
+    const float* q = qkv.get();
+    const float* k = qkv.get() + kHeadDim;
+    const float* v = qkv.get() + 2 * kHeadDim;
+    float* dq = dqkv.get();
+    float* dk = dqkv.get() + kHeadDim;
+    float* dv = dqkv.get() + 2 * kHeadDim;
+    auto attn = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t kk, float alpha, int64_t lda,
+                    int64_t sa, int64_t ldb, int64_t sb, int64_t ldc, int64_t sc) {
+      GemmDesc d;
+      d.trans_a = ta, d.trans_b = tb;
+      d.m = m, d.n = n, d.k = kk;
+      d.alpha = alpha;
+      d.lda = lda, d.ldb = ldb, d.ldc = ldc;
+      d.batch = nb;
+      d.stride_a = sa, d.stride_b = sb, d.stride_c = sc;
+      return d;
+    };
+    // scores[z] = scale * Q[z] * K[z]^T: [s, dh] x [dh, s]
+    gemm_case("attn_score.fwd",
+              attn(false, true, kSeq, kSeq, kHeadDim, scale, ld_qkv, st_qkv, ld_qkv, st_qkv, kSeq,
+                   st_prob),
+              q, k, prob.get(), {&qkv, &prob});
+    // dQ[z] = scale * dS[z] * K[z]: [s, s] x [s, dh], written into the dQKV buffer
+    gemm_case("attn_score.dq",
+              attn(false, false, kSeq, kHeadDim, kSeq, scale, kSeq, st_prob, ld_qkv, st_qkv,
+                   ld_qkv, st_qkv),
+              dprob.get(), k, dq, {&dprob, &qkv, &dqkv});
+    // dK[z] = scale * dS[z]^T * Q[z]
+    gemm_case("attn_score.dk",
+              attn(true, false, kSeq, kHeadDim, kSeq, scale, kSeq, st_prob, ld_qkv, st_qkv,
+                   ld_qkv, st_qkv),
+              dprob.get(), q, dk, {&dprob, &qkv, &dqkv});
+    // ctx[z] = P[z] * V[z]: [s, s] x [s, dh]
+    gemm_case("attn_ctx.fwd",
+              attn(false, false, kSeq, kHeadDim, kSeq, 1.0f, kSeq, st_prob, ld_qkv, st_qkv,
+                   ld_ctx, st_ctx),
+              prob.get(), v, ctx.get(), {&prob, &qkv, &ctx});
+    // dP[z] = dctx[z] * V[z]^T: [s, dh] x [dh, s]
+    gemm_case("attn_ctx.dprob",
+              attn(false, true, kSeq, kSeq, kHeadDim, 1.0f, ld_ctx, st_ctx, ld_qkv, st_qkv, kSeq,
+                   st_prob),
+              dctx.get(), v, dprob.get(), {&dctx, &qkv, &dprob});
+    // dV[z] = P[z]^T * dctx[z]
+    gemm_case("attn_ctx.dv",
+              attn(true, false, kSeq, kHeadDim, kSeq, 1.0f, kSeq, st_prob, ld_ctx, st_ctx, ld_qkv,
+                   st_qkv),
+              prob.get(), dctx.get(), dv, {&prob, &dctx, &dqkv});
+
+    // Layer total over the GEMMs that ran.
+    double total_s = 0.0, total_flops = 0.0;
+    int count = 0;
+    for (const auto& r : results_) {
+      if (r.section != "gemm" || !r.ok) continue;
+      total_s += r.st.median_s;
+      total_flops += r.flops;
+      ++count;
+    }
+    std::printf("   %s\n", std::string(90, '-').c_str());
+    if (count > 0) {
+      const double gflops = total_flops / total_s * 1e-9;
+      std::printf("   %-20s %3s %6s %6s %6s %5d %10.3f %10s %9.1f", "total (sum)", "", "", "",
+                  "", count, total_s * 1e3, "", gflops);
+      if (peak_gflops_ > 0.0)
+        std::printf(" %6.1f%%\n", 100.0 * gflops / peak_gflops_);
+      else
+        std::printf(" %7s\n", "-");
+    }
+    std::printf("\n");
+  }
+
+  // -- 3. memory-bound ops ---------------------------------------------------------------------
+
+  void begin_mem_table() {
+    if (o_.list) return;
+    pending_mem_header_ = true;
+  }
+  bool pending_mem_header_ = false;
+
+  void print_mem_header() {
+    if (!pending_mem_header_ || mem_header_printed_) return;
+    mem_header_printed_ = true;
+    std::printf("3. Memory-bound ops (GB/s over the minimum bytes each op must read and write)\n");
+    std::printf("   %-20s %-30s %10s %10s %10s %9s\n", "name", "shape", "MB moved", "ms",
+                "best ms", "GB/s");
+    std::printf("   %s\n", std::string(94, '-').c_str());
+  }
+
+  std::string shape2(int64_t r, int64_t c) {
+    return "[" + std::to_string(r) + " x " + std::to_string(c) + "]";
+  }
+  std::string shape3(int64_t a, int64_t b, int64_t c) {
+    return "[" + std::to_string(a) + " x " + std::to_string(b) + " x " + std::to_string(c) + "]";
+  }
+
+  /// Times one memory-bound op. `setup` runs once, untimed, before the warm-up (it produces
+  /// the saved statistics a backward op reads).
+  void mem_case(const std::string& short_name, const std::string& shape, double bytes,
+                const std::function<void()>& op, const std::function<void()>& setup = {}) {
+    const std::string name = "mem/" + short_name;
+    if (!selected(name)) return;
+    print_mem_header();
+    Result r;
+    r.section = "mem";
+    r.name = name;
+    r.shape = shape;
+    r.bytes = bytes;
+    std::printf("   %-20s %-30s %10.1f", short_name.c_str(), shape.c_str(), bytes * 1e-6);
+    std::fflush(stdout);
+    try {
+      if (setup) {
+        setup();
+        be_.synchronize();
+      }
+      r.st = measure(op, true);
+      r.ok = true;
+    } catch (const std::exception& e) {
+      r.error = std::string("ERROR: ") + e.what();
+    }
+    if (r.ok) {
+      std::printf(" %10.3f %10.3f %9.1f\n", r.st.median_s * 1e3, r.st.best_s * 1e3,
+                  bytes / r.st.median_s * 1e-9);
+    } else {
+      any_error_ = true;
+      std::printf("  %s\n", r.error.c_str());
+    }
+    results_.push_back(std::move(r));
+  }
+
+  static double f32_bytes(double elements) { return 4.0 * elements; }
+
+  void bench_bias() {
+    if (!any_selected({"mem/bias_add", "mem/bias_grad"})) return;
+    const int64_t rows = kRows, cols = kFfn;  // fc1's output
+    const double rc = static_cast<double>(rows * cols);
+    Buffer<float> y(rows * cols), bias(cols), dbias(cols);
+    fill_uniform(y, -1.0f, 1.0f, 11);
+    fill_uniform(bias, -1.0f, 1.0f, 12);
+    // bias_add: read y, write y, read bias = 4 (2 R C + C)
+    mem_case("bias_add", shape2(rows, cols), f32_bytes(2 * rc + cols),
+             [&] { be_.bias_add(y.get(), bias.get(), rows, cols); });
+    // bias_grad (overwrite): read dy, write dbias = 4 (R C + C)
+    mem_case("bias_grad", shape2(rows, cols), f32_bytes(rc + cols),
+             [&] { be_.bias_grad(y.get(), dbias.get(), rows, cols, false); });
+  }
+
+  void bench_gelu() {
+    if (!any_selected({"mem/gelu_fwd", "mem/gelu_bwd"})) return;
+    const int64_t rows = kRows, cols = kFfn;
+    const int64_t n = rows * cols;
+    Buffer<float> x(n), y(n), dy(n), dx(n);
+    fill_uniform(x, -3.0f, 3.0f, 21);
+    fill_uniform(dy, -1.0f, 1.0f, 22);
+    // gelu_forward: read x, write y = 4 (2 n)
+    mem_case("gelu_fwd", shape2(rows, cols), f32_bytes(2.0 * n),
+             [&] { be_.gelu_forward(x.get(), y.get(), n); });
+    // gelu_backward (dx separate from dy): read x, dy, write dx = 4 (3 n)
+    mem_case("gelu_bwd", shape2(rows, cols), f32_bytes(3.0 * n),
+             [&] { be_.gelu_backward(x.get(), dy.get(), dx.get(), n); });
+  }
+
+  void bench_layernorm() {
+    if (!any_selected({"mem/layernorm_fwd", "mem/layernorm_bwd"})) return;
+    const int64_t rows = kRows, cols = kHidden;
+    const double rc = static_cast<double>(rows * cols);
+    Buffer<float> x(rows * cols), y(rows * cols), dy(rows * cols), dx(rows * cols);
+    Buffer<float> gamma(cols), beta(cols), dgamma(cols), dbeta(cols), mean(rows), rstd(rows);
+    fill_uniform(x, -2.0f, 2.0f, 31);
+    fill_uniform(dy, -1.0f, 1.0f, 32);
+    fill_uniform(gamma, 0.5f, 1.5f, 33);
+    fill_uniform(beta, -0.5f, 0.5f, 34);
+    auto fwd = [&] {
+      be_.layernorm_forward(x.get(), gamma.get(), beta.get(), y.get(), mean.get(), rstd.get(),
+                            rows, cols, 1e-5f);
+    };
+    // layernorm_forward: read x, gamma, beta; write y, mean, rstd = 4 (2 R C + 2 C + 2 R)
+    mem_case("layernorm_fwd", shape2(rows, cols), f32_bytes(2 * rc + 2.0 * cols + 2.0 * rows),
+             fwd);
+    // layernorm_backward (overwrite): read x, dy, gamma, mean, rstd; write dx, dgamma, dbeta
+    //   = 4 (3 R C + 3 C + 2 R)
+    mem_case(
+        "layernorm_bwd", shape2(rows, cols), f32_bytes(3 * rc + 3.0 * cols + 2.0 * rows),
+        [&] {
+          be_.layernorm_backward(x.get(), gamma.get(), mean.get(), rstd.get(), dy.get(), dx.get(),
+                                 dgamma.get(), dbeta.get(), rows, cols, false);
+        },
+        fwd);
+  }
+
+  void bench_softmax() {
+    if (!any_selected({"mem/softmax_fwd", "mem/softmax_bwd"})) return;
+    const int64_t nb = kBatch * kHeads;
+    const int64_t s = o_.quick ? 512 : kSeq;
+    const double total = static_cast<double>(nb * s * s);
+    const double visible = static_cast<double>(nb) * static_cast<double>(s * (s + 1) / 2);
+    Buffer<float> x(nb * s * s), y(nb * s * s), dy(nb * s * s), dx(nb * s * s);
+    fill_uniform(x, -4.0f, 4.0f, 41);
+    fill_uniform(dy, -1.0f, 1.0f, 42);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    auto fwd = [&] { be_.softmax_forward(x.get(), y.get(), nb, s, s, scale, true); };
+    // softmax_forward, causal, sq = sk = s: read the visible s(s+1)/2 scores per batch, write
+    // all of y (masked entries are stored as 0) = 4 (B s (s+1)/2 + B s s)
+    mem_case("softmax_fwd", shape3(nb, s, s) + " causal", f32_bytes(visible + total), fwd);
+    // softmax_backward (dx separate from dy): read y, dy, write dx = 4 (3 B s s)
+    mem_case(
+        "softmax_bwd", shape3(nb, s, s), f32_bytes(3.0 * total),
+        [&] { be_.softmax_backward(y.get(), dy.get(), dx.get(), nb, s, s, scale); }, fwd);
+  }
+
+  void bench_dropout() {
+    if (!any_selected({"mem/dropout_fwd", "mem/dropout_bwd"})) return;
+    const int64_t rows = kRows, cols = kHidden;  // hidden dropout after proj and fc2
+    const int64_t n = rows * cols;
+    Buffer<float> x(n), y(n);
+    fill_uniform(x, -1.0f, 1.0f, 51);
+    ptdp::DropoutDesc d;
+    d.p = 0.1f;
+    d.rng.seed = 1234;
+    d.rng.stream = ptdp::philox_name_hash("bench.dropout");
+    d.block = ptdp::GlobalBlock::flat(n);
+    // dropout_forward: read x, write y = 4 (2 n) (the mask is regenerated, never stored)
+    mem_case("dropout_fwd", shape2(rows, cols) + " p=0.1", f32_bytes(2.0 * n),
+             [&] { be_.dropout_forward(x.get(), y.get(), d); });
+    // dropout_backward: read dy, write dx = 4 (2 n)
+    mem_case("dropout_bwd", shape2(rows, cols) + " p=0.1", f32_bytes(2.0 * n),
+             [&] { be_.dropout_backward(y.get(), x.get(), d); });
+  }
+
+  void bench_elementwise() {
+    if (!any_selected({"mem/add", "mem/axpy", "mem/scale", "mem/fill", "mem/sum_squares"}))
+      return;
+    const int64_t rows = kRows, cols = kFfn;
+    const int64_t n = rows * cols;
+    Buffer<float> a(n), b(n), y(n);
+    fill_uniform(a, -1.0f, 1.0f, 61);
+    fill_uniform(b, -1.0f, 1.0f, 62);
+    fill_uniform(y, -1.0f, 1.0f, 63);
+    // add (out of place): read a, b, write y = 4 (3 n)
+    mem_case("add", shape2(rows, cols), f32_bytes(3.0 * n),
+             [&] { be_.add(a.get(), b.get(), y.get(), n); });
+    // axpy: read x, read y, write y = 4 (3 n)
+    mem_case("axpy", shape2(rows, cols), f32_bytes(3.0 * n),
+             [&] { be_.axpy(1e-3f, a.get(), y.get(), n); });
+    // scale (in place): read x, write x = 4 (2 n). The factor alternates so values stay put.
+    bool up = false;
+    mem_case("scale", shape2(rows, cols), f32_bytes(2.0 * n), [&] {
+      up = !up;
+      be_.scale(b.get(), up ? 2.0f : 0.5f, n);
+    });
+    // fill (f32): write x = 4 n
+    mem_case("fill", shape2(rows, cols) + " f32", f32_bytes(1.0 * n),
+             [&] { be_.fill(y.get(), ptdp::DType::F32, 0.5, n); });
+    // sum_squares: read x = 4 n
+    volatile double sink = 0.0;
+    mem_case("sum_squares", shape2(rows, cols), f32_bytes(1.0 * n),
+             [&] { sink = sink + be_.sum_squares(a.get(), n); });
+  }
+
+  void bench_cast() {
+    if (!any_selected({"mem/cast_f32_bf16", "mem/cast_bf16_f32", "mem/cast_f32_f16"})) return;
+    const int64_t rows = kRows, cols = kFfn;
+    const int64_t n = rows * cols;
+    Buffer<float> f(n), f_out(n);
+    Buffer<uint16_t> h(n), h_out(n);
+    fill_uniform(f, -4.0f, 4.0f, 71);
+    for (int64_t i = 0; i < n; ++i) h.get()[i] = ptdp::f32_to_bf16(f.get()[i]);
+    using ptdp::DType;
+    // every cast: read n source elements, write n destination elements = n (4 + 2)
+    mem_case("cast_f32_bf16", shape2(rows, cols), 6.0 * n,
+             [&] { be_.cast(f.get(), DType::F32, h_out.get(), DType::BF16, n); });
+    mem_case("cast_bf16_f32", shape2(rows, cols), 6.0 * n,
+             [&] { be_.cast(h.get(), DType::BF16, f_out.get(), DType::F32, n); });
+    mem_case("cast_f32_f16", shape2(rows, cols), 6.0 * n,
+             [&] { be_.cast(f.get(), DType::F32, h_out.get(), DType::F16, n); });
+  }
+
+  void bench_embedding() {
+    if (!any_selected({"mem/embedding_fwd", "mem/embedding_bwd"})) return;
+    const int64_t n = kRows, h = kHidden, vocab = kVocab;
+    Buffer<float> table(vocab * h), dtable(vocab * h), out(n * h), dout(n * h);
+    Buffer<int32_t> ids(n);
+    fill_uniform(table, -1.0f, 1.0f, 81);
+    fill_uniform(dtable, -1.0f, 1.0f, 82);
+    fill_uniform(dout, -1e-3f, 1e-3f, 83);
+    fill_ids(ids, vocab, 84);
+    std::vector<int32_t> sorted(ids.get(), ids.get() + n);
+    std::sort(sorted.begin(), sorted.end());
+    const double unique =
+        static_cast<double>(std::unique(sorted.begin(), sorted.end()) - sorted.begin());
+    const std::string shape = std::to_string(n) + " ids, " + shape2(vocab, h);
+    // embedding_forward: read ids, read n table rows, write out = 4 n + 4 (2 n h)
+    mem_case("embedding_fwd", shape, 4.0 * n + f32_bytes(2.0 * n * h), [&] {
+      be_.embedding_forward(ids.get(), n, table.get(), 0, vocab, h, out.get());
+    });
+    // embedding_backward: read ids, read dout, read + write the U distinct rows of dtable the
+    // ids touch = 4 n + 4 (n h + 2 U h)
+    mem_case("embedding_bwd", shape, 4.0 * n + f32_bytes(n * h + 2.0 * unique * h), [&] {
+      be_.embedding_backward(ids.get(), n, dout.get(), 0, vocab, h, dtable.get());
+    });
+  }
+
+  void bench_cross_entropy() {
+    if (!any_selected({"mem/ce_row_max", "mem/ce_sum_exp", "mem/ce_backward"})) return;
+    const int64_t rows = o_.quick ? 256 : kRows, v = kVocab;
+    const double rv = static_cast<double>(rows) * static_cast<double>(v);
+    Buffer<float> logits(rows * v), dlogits(rows * v);
+    Buffer<float> row_max(rows), sum_exp(rows), dloss(rows);
+    Buffer<int32_t> targets(rows);
+    fill_uniform(logits, -4.0f, 4.0f, 91);
+    fill_uniform(dloss, 0.5f / static_cast<float>(rows), 1.5f / static_cast<float>(rows), 92);
+    fill_ids(targets, v, 93);
+    auto row_max_op = [&] { be_.ce_row_max(logits.get(), rows, v, row_max.get()); };
+    auto sum_exp_op = [&] {
+      be_.ce_sum_exp(logits.get(), row_max.get(), rows, v, sum_exp.get());
+    };
+    // ce_row_max: read logits, write row_max = 4 (R V + R)
+    mem_case("ce_row_max", shape2(rows, v), f32_bytes(rv + rows), row_max_op);
+    // ce_sum_exp: read logits, row_max, write sum_exp = 4 (R V + 2 R)
+    mem_case("ce_sum_exp", shape2(rows, v), f32_bytes(rv + 2.0 * rows), sum_exp_op, row_max_op);
+    // ce_backward (dlogits separate): read logits, row_max, sum_exp, targets, dloss; write
+    // dlogits = 4 (2 R V + 4 R)
+    mem_case(
+        "ce_backward", shape2(rows, v), f32_bytes(2.0 * rv + 4.0 * rows),
+        [&] {
+          be_.ce_backward(logits.get(), row_max.get(), sum_exp.get(), targets.get(), dloss.get(),
+                          rows, v, 0, dlogits.get());
+        },
+        [&] {
+          row_max_op();
+          sum_exp_op();
+        });
+  }
+
+  void bench_optimizer() {
+    if (!any_selected({"mem/adamw_step", "mem/sgd_step"})) return;
+    const int64_t n = o_.quick ? int64_t{16} << 20 : kGpt2Params;
+    const std::string shape = std::to_string(n) + " params";
+    Buffer<float> param(n), grad(n), m(n), v(n);
+    fill_uniform(param, -0.1f, 0.1f, 101);
+    fill_uniform(grad, -1e-2f, 1e-2f, 102);
+    fill_uniform(m, -1e-3f, 1e-3f, 103);
+    fill_uniform(v, 0.0f, 1e-4f, 104);
+    ptdp::AdamWParams ap;
+    ap.lr = 1e-4f;
+    ap.weight_decay = 0.1f;
+    ap.step = 10;
+    // adamw_step: read param, grad, m, v; write param, m, v = 4 (7 n)
+    mem_case("adamw_step", shape, f32_bytes(7.0 * n), [&] {
+      be_.adamw_step(param.get(), grad.get(), m.get(), v.get(), n, ap);
+    });
+    ptdp::SgdParams sp;
+    sp.lr = 1e-3f;
+    sp.momentum = 0.9f;
+    sp.weight_decay = 1e-4f;
+    // sgd_step with momentum: read param, grad, buf; write param, buf = 4 (5 n)
+    mem_case("sgd_step", shape + ", momentum", f32_bytes(5.0 * n),
+             [&] { be_.sgd_step(param.get(), grad.get(), m.get(), n, sp); });
+  }
+
+  // -- JSON ------------------------------------------------------------------------------------
+
+  bool write_json() {
+    std::FILE* f = std::fopen(o_.json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot open %s for writing: %s\n", o_.json_path.c_str(),
+                   std::strerror(errno));
+      return false;
+    }
+    std::string s = "{\n";
+    s += "  \"mode\": \"" + std::string(o_.quick ? "quick" : "full") + "\",\n";
+    s += "  \"backend\": \"" + json_escape(be_.name()) + "\",\n";
+    s += "  \"omp_threads\": " + std::to_string(omp_get_max_threads()) + ",\n";
+    s += "  \"openblas_threads\": " + std::to_string(blas_threads_) + ",\n";
+    s += "  \"openblas_config\": \"" + json_escape(blas_config_) + "\",\n";
+    s += "  \"openblas_core\": \"" + json_escape(blas_core_) + "\",\n";
+    s += "  \"runs\": " + std::to_string(o_.runs) + ",\n";
+    s += "  \"min_time_s\": " + json_number(o_.min_time) + ",\n";
+    s += "  \"filter\": \"" + json_escape(o_.filter) + "\",\n";
+    s += "  \"peak_gflops\": " + (peak_gflops_ > 0.0 ? json_number(peak_gflops_) : "null") +
+         ",\n";
+    s += "  \"results\": [";
+    bool first = true;
+    for (const auto& r : results_) {
+      s += first ? "\n" : ",\n";
+      first = false;
+      s += "    {\"section\": \"" + r.section + "\", \"name\": \"" + json_escape(r.name) + "\"";
+      if (r.section != "mem") {
+        s += ", \"m\": " + std::to_string(r.m) + ", \"n\": " + std::to_string(r.n) +
+             ", \"k\": " + std::to_string(r.k) + ", \"batch\": " + std::to_string(r.batch) +
+             ", \"op\": \"" + r.ops + "\", \"flops\": " + json_number(r.flops);
+      } else {
+        s += ", \"shape\": \"" + json_escape(r.shape) + "\", \"bytes\": " + json_number(r.bytes);
+      }
+      s += ", \"ok\": " + std::string(r.ok ? "true" : "false");
+      if (r.ok) {
+        s += ", \"ms_median\": " + json_number(r.st.median_s * 1e3) +
+             ", \"ms_best\": " + json_number(r.st.best_s * 1e3) +
+             ", \"iters_per_run\": " + std::to_string(r.st.iters) +
+             ", \"runs\": " + std::to_string(r.st.runs);
+        if (r.section != "mem") {
+          const double gflops = r.flops / r.st.median_s * 1e-9;
+          s += ", \"gflops\": " + json_number(gflops);
+          if (peak_gflops_ > 0.0) s += ", \"pct_peak\": " + json_number(100.0 * gflops / peak_gflops_);
+        } else {
+          s += ", \"gbps\": " + json_number(r.bytes / r.st.median_s * 1e-9);
+        }
+      } else {
+        s += ", \"error\": \"" + json_escape(r.error) + "\"";
+      }
+      s += "}";
+    }
+    s += "\n  ]\n}\n";
+    const bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
+    if (std::fclose(f) != 0 || !ok) {
+      std::fprintf(stderr, "error writing %s\n", o_.json_path.c_str());
+      return false;
+    }
+    std::printf("Wrote %s\n", o_.json_path.c_str());
+    return true;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  int exit_code = 0;
+  if (!parse_args(argc, argv, o, exit_code)) return exit_code;
+  try {
+    Bench bench(std::move(o));
+    return bench.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
+    return 1;
+  }
+}

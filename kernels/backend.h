@@ -1,0 +1,190 @@
+// The Backend interface: every compute primitive the engine needs, implemented once per device
+// (kernels/cpu today, kernels/cuda next). core/ calls only this interface and never includes a
+// device header. Kernels see raw pointers and sizes, never ranks or tensors: the core checks
+// shapes, the backend computes.
+//
+// Conventions for every op:
+//   - Matrices are row-major. "rows x cols" means cols is the contiguous dimension.
+//   - Pointers refer to memory of this backend's device; compute is fp32 unless a dtype is named.
+//   - Ops never allocate; buffers for saved statistics are passed in by the caller.
+//   - Sizes are validated; a bad size throws ptdp::Error(InvalidArgument) before any write.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/dtype.h"
+#include "kernels/philox.h"
+
+namespace ptdp {
+
+/// C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), row-major.
+/// op(A) is [m, k], op(B) is [k, n], C is [m, n]. Leading dimensions default (0) to packed
+/// storage; batch strides are in elements and may be 0 to broadcast an operand. Strides and
+/// leading dimensions let attention read Q, K and V straight out of the [s, b, a, 3, dh] QKV
+/// activation without transposes (Megatron's layout).
+struct GemmDesc {
+  bool trans_a = false;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
+/// Where a local block of a tensor sits inside the global (unpartitioned) tensor, viewed as
+/// three dimensions. Element (i0, i1, i2) of the local block [shape] is global element
+/// ((i0 + offset0) * global1 + (i1 + offset1)) * global2 + (i2 + offset2). One descriptor covers
+/// splits along the sequence (dim 0), heads (dim 1) and hidden features (dim 2), so random
+/// masks drawn from the global index are the same for every parallel layout.
+struct GlobalBlock {
+  int64_t shape[3] = {0, 1, 1};
+  int64_t global_shape[3] = {0, 1, 1};
+  int64_t offset[3] = {0, 0, 0};
+
+  /// A block that is the whole flat tensor of n elements.
+  static GlobalBlock flat(int64_t n) {
+    GlobalBlock b;
+    b.shape[0] = b.global_shape[0] = n;
+    return b;
+  }
+  int64_t numel() const { return shape[0] * shape[1] * shape[2]; }
+};
+
+/// Dropout: y = x * keep / (1 - p), keep = (uniform(global index) >= p).
+struct DropoutDesc {
+  float p = 0.0f;
+  PhiloxStream rng;
+  GlobalBlock block;
+};
+
+/// AdamW (decoupled weight decay, bias-corrected moments; step counts from 1).
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  int64_t step = 1;
+};
+
+/// SGD with momentum (PyTorch's formulation: buf = momentum * buf + (g + wd * p), dampening 0).
+struct SgdParams {
+  float lr = 1e-2f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = false;  ///< the momentum buffer is initialised to the gradient
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceType device_type() const = 0;
+  virtual const char* name() const = 0;
+
+  // ---- memory movement -------------------------------------------------------------------
+  virtual void copy_from_host(void* dst, const void* host_src, std::size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, std::size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  /// Waits until all work issued on this backend has finished.
+  virtual void synchronize() = 0;
+
+  // ---- GEMM ------------------------------------------------------------------------------
+  virtual void gemm(const GemmDesc& d, const float* a, const float* b, float* c) = 0;
+
+  // ---- bias ------------------------------------------------------------------------------
+  /// y[r, c] += bias[c] for a [rows, cols] matrix.
+  virtual void bias_add(float* y, const float* bias, int64_t rows, int64_t cols) = 0;
+  /// dbias[c] = (accumulate ? dbias[c] : 0) + sum_r dy[r, c].
+  virtual void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
+                         bool accumulate) = 0;
+
+  // ---- GeLU, tanh approximation ------------------------------------------------------------
+  /// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). In place (y == x) is allowed.
+  virtual void gelu_forward(const float* x, float* y, int64_t n) = 0;
+  /// dx = dy * gelu'(x). dx may alias dy.
+  virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) = 0;
+
+  // ---- LayerNorm over the last dimension ---------------------------------------------------
+  /// y = (x - mean) * rstd * gamma + beta per row; saves mean[rows] and rstd[rows].
+  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                 float* mean, float* rstd, int64_t rows, int64_t cols,
+                                 float eps) = 0;
+  /// dx = d/dx; dgamma and dbeta are summed over rows, added to their contents when
+  /// accumulate is set (several microbatches), overwritten otherwise.
+  virtual void layernorm_backward(const float* x, const float* gamma, const float* mean,
+                                  const float* rstd, const float* dy, float* dx, float* dgamma,
+                                  float* dbeta, int64_t rows, int64_t cols, bool accumulate) = 0;
+
+  // ---- scale + causal mask + softmax over the last dimension --------------------------------
+  /// x and y are [batch, sq, sk]; y = softmax(scale * x) per row; with causal set, query row i
+  /// sees keys j <= i + (sk - sq) and the rest are exactly 0. y may alias x.
+  virtual void softmax_forward(const float* x, float* y, int64_t batch, int64_t sq, int64_t sk,
+                               float scale, bool causal) = 0;
+  /// dx = scale * y * (dy - sum_j dy_j y_j). dx may alias dy.
+  virtual void softmax_backward(const float* y, const float* dy, float* dx, int64_t batch,
+                                int64_t sq, int64_t sk, float scale) = 0;
+
+  // ---- dropout (mask regenerated from Philox, never stored) --------------------------------
+  virtual void dropout_forward(const float* x, float* y, const DropoutDesc& d) = 0;
+  virtual void dropout_backward(const float* dy, float* dx, const DropoutDesc& d) = 0;
+
+  // ---- elementwise ---------------------------------------------------------------------------
+  /// y = a + b (residual add). y may alias a or b.
+  virtual void add(const float* a, const float* b, float* y, int64_t n) = 0;
+  /// y += alpha * x (gradient accumulation).
+  virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;
+  /// x *= alpha.
+  virtual void scale(float* x, float alpha, int64_t n) = 0;
+  /// Sets n elements of type t to value (converted to t).
+  virtual void fill(void* x, DType t, double value, int64_t n) = 0;
+  /// Converts n elements; src and dst may be any floating dtype (f32, bf16, f16).
+  virtual void cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) = 0;
+  /// Sum of squares of n elements, accumulated in double (grad-norm building block).
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+
+  // ---- vocabulary-parallel embedding ----------------------------------------------------------
+  /// out[i, :] = table[ids[i] - vocab_start, :] when vocab_start <= ids[i] < vocab_start +
+  /// vocab_rows, else 0 (another tensor rank owns that row). out is [n, h], table [vocab_rows, h].
+  virtual void embedding_forward(const int32_t* ids, int64_t n, const float* table,
+                                 int64_t vocab_start, int64_t vocab_rows, int64_t h,
+                                 float* out) = 0;
+  /// dtable[ids[i] - vocab_start, :] += dout[i, :] for the ids this rank owns (deterministic).
+  virtual void embedding_backward(const int32_t* ids, int64_t n, const float* dout,
+                                  int64_t vocab_start, int64_t vocab_rows, int64_t h,
+                                  float* dtable) = 0;
+
+  // ---- cross-entropy over (possibly vocabulary-parallel) logits [rows, v] ---------------------
+  /// row_max[r] = max_j logits[r, j].
+  virtual void ce_row_max(const float* logits, int64_t rows, int64_t v, float* row_max) = 0;
+  /// sum_exp[r] = sum_j exp(logits[r, j] - row_max[r]) (row_max is the global max).
+  virtual void ce_sum_exp(const float* logits, const float* row_max, int64_t rows, int64_t v,
+                          float* sum_exp) = 0;
+  /// target_logit[r] = logits[r, targets[r] - vocab_start] when this slice holds the target,
+  /// else 0 (so a sum over the tensor group gives the target logit).
+  virtual void ce_target_logit(const float* logits, const int32_t* targets, int64_t rows,
+                               int64_t v, int64_t vocab_start, float* target_logit) = 0;
+  /// loss[r] = log(sum_exp[r]) + row_max[r] - target_logit[r] (all already reduced).
+  virtual void ce_loss(const float* row_max, const float* sum_exp, const float* target_logit,
+                       int64_t rows, float* loss) = 0;
+  /// dlogits[r, j] = dloss[r] * (exp(logits[r, j] - row_max[r]) / sum_exp[r] - [j is target]).
+  /// dlogits may alias logits.
+  virtual void ce_backward(const float* logits, const float* row_max, const float* sum_exp,
+                           const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
+                           int64_t vocab_start, float* dlogits) = 0;
+
+  // ---- optimizer steps over flat buffers ----------------------------------------------------
+  virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
+                          const AdamWParams& p) = 0;
+  virtual void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
+                        const SgdParams& p) = 0;
+};
+
+/// The process-wide CPU backend (OpenBLAS + OpenMP).
+Backend& cpu_backend();
+
+}  // namespace ptdp

@@ -1,0 +1,24 @@
+// Host-callable entry points of the CUDA kernels library that need no CUDA header to use.
+// The full CUDA Backend arrives with the CUDA engine; until then this is what the build
+// compiles for sm_90 and what the `gpu` tests exercise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/philox.h"
+
+namespace ptdp::cuda {
+
+/// Number of usable CUDA devices; 0 when there is no driver or no GPU (never throws).
+int device_count() noexcept;
+
+/// "NVIDIA H200 (sm_90, 139 GiB)"; throws Error(Device) for a bad ordinal.
+std::string device_description(int device);
+
+/// Fills host_out[i] with philox_uniform(s, offset + i) computed by a kernel on `device`,
+/// so tests can compare the device's generator with the host's bit for bit.
+void philox_uniform_on_device(int device, PhiloxStream s, uint64_t offset, int64_t n,
+                              float* host_out);
+
+}  // namespace ptdp::cuda

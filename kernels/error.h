@@ -1,0 +1,43 @@
+// ptdp::Error: the one exception type inside the library. The C API turns it into a
+// ptdp_status and a message; nothing below capi/ ever lets another exception type escape
+// on purpose.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ptdp {
+
+/// Error categories; the numbers match ptdp_status in capi/include/ptdp/ptdp.h.
+enum class ErrorCode : int {
+  InvalidArgument = 1,
+  OutOfMemory = 2,
+  Unsupported = 3,
+  Internal = 4,
+  Timeout = 5,
+  Communication = 6,
+  Device = 7,
+  Io = 8,
+  InvalidState = 9,
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+[[noreturn]] inline void throw_error(ErrorCode code, const std::string& message) {
+  throw Error(code, message);
+}
+
+}  // namespace ptdp
+
+// Argument checks that name what is wrong. `what` is a std::string expression.
+#define PTDP_CHECK_ARG(cond, what)                                              \
+  do {                                                                          \
+    if (!(cond)) ::ptdp::throw_error(::ptdp::ErrorCode::InvalidArgument, (what)); \
+  } while (0)

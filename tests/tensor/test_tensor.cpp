@@ -1,0 +1,109 @@
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "core/tensor/tensor.h"
+#include "kernels/error.h"
+
+using ptdp::DType;
+using ptdp::Shape;
+using ptdp::Tensor;
+
+TEST_CASE("tensors are 64-byte aligned and counted by the allocator", "[tensor]") {
+  auto& alloc = ptdp::cpu_allocator();
+  const std::size_t before = alloc.bytes_in_use();
+  {
+    Tensor a = Tensor::empty({3, 5}, DType::F32);
+    Tensor b = Tensor::empty({7}, DType::BF16);
+    CHECK(reinterpret_cast<std::uintptr_t>(a.raw()) % 64 == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(b.raw()) % 64 == 0);
+    CHECK(alloc.bytes_in_use() == before + 60 + 14);
+    CHECK(alloc.peak_bytes() >= before + 74);
+    CHECK(a.owns_storage());
+  }
+  CHECK(alloc.bytes_in_use() == before);
+}
+
+TEST_CASE("zeros, fill, host round trip", "[tensor]") {
+  Tensor z = Tensor::zeros({2, 3}, DType::F32);
+  std::vector<float> out(6, -1.0f);
+  z.copy_to_host(out.data(), out.size() * sizeof(float));
+  CHECK(out == std::vector<float>(6, 0.0f));
+
+  std::vector<float> in(6);
+  std::iota(in.begin(), in.end(), 1.0f);
+  Tensor t = Tensor::from_host(in.data(), {2, 3}, DType::F32);
+  t.copy_to_host(out.data(), out.size() * sizeof(float));
+  CHECK(out == in);
+  t.fill(2.5);
+  t.copy_to_host(out.data(), out.size() * sizeof(float));
+  CHECK(out == std::vector<float>(6, 2.5f));
+
+  Tensor i64 = Tensor::empty({4}, DType::I64);
+  i64.fill(-3);
+  CHECK(i64.data<int64_t>()[3] == -3);
+  CHECK_THROWS_AS(i64.data<float>(), ptdp::Error);
+}
+
+TEST_CASE("views share storage; narrow selects rows", "[tensor]") {
+  std::vector<float> in(12);
+  std::iota(in.begin(), in.end(), 0.0f);
+  Tensor t = Tensor::from_host(in.data(), {4, 3}, DType::F32);
+  Tensor rows = t.narrow(1, 2);
+  CHECK(rows.shape() == Shape{2, 3});
+  CHECK(rows.data<float>()[0] == 3.0f);
+  rows.fill(-1.0);
+  CHECK(t.data<float>()[3] == -1.0f);
+  CHECK(t.data<float>()[8] == -1.0f);
+  CHECK(t.data<float>()[9] == 9.0f);
+  Tensor flat = t.reshape({12});
+  CHECK(flat.data<float>() == t.data<float>());
+  CHECK_THROWS_AS(t.reshape({5}), ptdp::Error);
+  CHECK_THROWS_AS(t.narrow(3, 2), ptdp::Error);
+  CHECK_THROWS_AS(t.view(10, {3}), ptdp::Error);
+  // A view keeps its storage alive after the parent is gone.
+  Tensor v = t.view(6, {6});
+  t = Tensor();
+  CHECK(v.data<float>()[3] == 9.0f);
+}
+
+TEST_CASE("borrowed storage is never freed by the tensor", "[tensor]") {
+  std::vector<float> mine = {1, 2, 3};
+  const std::size_t before = ptdp::cpu_allocator().bytes_in_use();
+  {
+    Tensor b = Tensor::borrow(mine.data(), {3}, DType::F32);
+    CHECK_FALSE(b.owns_storage());
+    b.fill(7.0);
+  }
+  CHECK(ptdp::cpu_allocator().bytes_in_use() == before);
+  CHECK(mine == std::vector<float>{7, 7, 7});
+}
+
+TEST_CASE("to() converts between floating dtypes", "[tensor]") {
+  const std::vector<float> in = {1.0f, 1.0f / 3.0f, -2.0f, 65504.0f};
+  Tensor t = Tensor::from_host(in.data(), {4}, DType::F32);
+  Tensor h = t.to(DType::F16);
+  CHECK(h.dtype() == DType::F16);
+  CHECK(h.data<uint16_t>()[0] == 0x3c00);
+  CHECK(h.data<uint16_t>()[1] == 0x3555);
+  CHECK(h.data<uint16_t>()[3] == 0x7bff);
+  Tensor b = t.to(DType::BF16);
+  CHECK(b.data<uint16_t>()[0] == 0x3f80);
+  CHECK(b.data<uint16_t>()[2] == 0xc000);
+  Tensor back = b.to(DType::F32);
+  CHECK(back.data<float>()[1] == Approx(1.0f / 3.0f).epsilon(1.0 / 128));
+  CHECK_THROWS_AS(t.to(DType::I32), ptdp::Error);
+}
+
+TEST_CASE("devices this build cannot drive are reported as unsupported", "[tensor]") {
+  try {
+    Tensor::empty({2}, DType::F32, ptdp::Device{ptdp::DeviceType::CUDA, 0});
+    FAIL("no error");
+  } catch (const ptdp::Error& e) {
+    CHECK(e.code() == ptdp::ErrorCode::Unsupported);
+    CHECK(std::string(e.what()).find("cuda:0") != std::string::npos);
+  }
+  CHECK_THROWS_AS(Tensor::empty({2}, DType::F32, ptdp::Device{ptdp::DeviceType::CPU, 1}), ptdp::Error);
+}
