@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every system package ptdp's build, tests, benchmarks and samples need, from Debian's
+# archive only. Idempotent: packages already present are left alone and apt is not touched.
+# Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git binutils  # toolchain; readelf/nm for the ABI test
+  gfortran                                        # Fortran module and samples
+  openmpi-bin libopenmpi-dev                      # MPI between ranks
+  libopenblas-openmp-dev                          # BLAS for the CPU engine (OpenMP build)
+  catch2                                          # unit tests (v2)
+  nlohmann-json3-dev libcli11-dev                 # config files, command lines
+  swig python3 python3-dev python3-numpy          # Python bindings
+  doxygen                                         # API reference; its run is a test
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "install-deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
