@@ -102,6 +102,24 @@ TEST_CASE("dropout_forward: mask from philox_uniform(global index) >= p, kept va
   }
 }
 
+TEST_CASE("dropout_forward: an element whose uniform equals p exactly is kept", "[dropout]") {
+  // keep = (uniform >= p): choosing p as the uniform value an element draws puts that element
+  // exactly on the boundary.
+  const int64_t n = 64;
+  Rand r(31);
+  const fvec x = r.uniform(n, 0.5f, 1.0f);
+  const ptdp::PhiloxStream rng{11, 12};
+  for (uint64_t i : {0u, 5u, 17u, 42u, 63u}) {
+    const float p = ptdp::philox_uniform(rng, i);
+    const DropoutDesc d = desc(p, GlobalBlock::flat(n), 11, 12);
+    fvec y(x.size(), 5.0f);
+    be().dropout_forward(x.data(), y.data(), d);
+    INFO("index " << i << " p " << p);
+    CHECK(y[i] != 0.0f);
+    check_dropout_output(y, x, d);
+  }
+}
+
 TEST_CASE("dropout_forward: kept fraction is close to 1 - p", "[dropout]") {
   const int64_t n = 200000;
   const fvec x(static_cast<std::size_t>(n), 1.0f);
@@ -179,7 +197,7 @@ TEST_CASE("dropout: a sub-block draws the same mask as the full tensor", "[dropo
   }
 }
 
-TEST_CASE("dropout: columns 4..7 of a [rows, 12] matrix", "[dropout]") {
+TEST_CASE("dropout: columns 4..7 of a rows x 12 matrix", "[dropout]") {
   const int64_t rows = 6, cols = 12;
   Rand r(901);
   const fvec x = r.uniform(rows * cols);

@@ -10,8 +10,33 @@ const int64_t kSizes[] = {1, 3, 7, 33, 100};
 struct RC {
   int64_t rows, cols;
 };
-const RC kMats[] = {{1, 1}, {1, 7}, {3, 1}, {3, 5}, {7, 33}, {33, 3}};
+const RC kMats[] = {{1, 1}, {1, 7}, {3, 1}, {3, 5}, {7, 33}, {33, 3}, {3, 70}, {2, 129}};
 }  // namespace
+
+// ---- memory movement -----------------------------------------------------------------------
+
+TEST_CASE("cpu backend identity and memory movement", "[memory]") {
+  CHECK(be().device_type() == ptdp::DeviceType::CPU);
+  CHECK(std::string(be().name()) == "cpu");
+  Rand r(3);
+  const fvec src = r.uniform(33);
+  fvec dev(33, 0.0f), host(33, 0.0f);
+  be().copy_from_host(dev.data(), src.data(), 33 * sizeof(float));
+  be().synchronize();
+  CHECK_BITEQUAL(dev, src);
+  be().copy_to_host(host.data(), dev.data(), 33 * sizeof(float));
+  be().synchronize();
+  CHECK_BITEQUAL(host, src);
+  // Device-to-device copy of a sub-range.
+  fvec dst(33, 7.0f);
+  be().copy(dst.data() + 3, src.data() + 5, 10 * sizeof(float));
+  be().synchronize();
+  for (int i = 0; i < 33; ++i) {
+    const float want = (i >= 3 && i < 13) ? src[static_cast<std::size_t>(i + 2)] : 7.0f;
+    CHECK(dst[static_cast<std::size_t>(i)] == want);
+  }
+  CHECK_NOTHROW(be().copy(dst.data(), src.data(), 0));
+}
 
 // ---- bias ------------------------------------------------------------------------------------
 

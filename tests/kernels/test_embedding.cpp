@@ -1,6 +1,8 @@
 // Vocabulary-parallel embedding lookup and its backward.
 #include <catch2/catch.hpp>
 
+#include <omp.h>
+
 #include "reference.h"
 
 using namespace ptdp_test;
@@ -23,7 +25,8 @@ struct Case {
   int64_t n, vocab_start, vocab_rows, h, vocab_total;
 };
 const Case kCases[] = {{1, 0, 1, 1, 1},   {3, 0, 7, 3, 7},   {7, 4, 3, 5, 12},
-                       {33, 5, 5, 2, 15}, {9, 10, 5, 7, 15}, {20, 0, 4, 1, 8}};
+                       {33, 5, 5, 2, 15}, {9, 10, 5, 7, 15}, {20, 0, 4, 1, 8},
+                       {5, 2, 3, 260, 6}};
 }  // namespace
 
 TEST_CASE("embedding_forward: owned ids copy table rows, others give zero rows", "[embedding]") {
@@ -75,7 +78,7 @@ TEST_CASE("embedding: vocab-parallel slices sum to the full lookup", "[embedding
   }
 }
 
-TEST_CASE("embedding_backward matches finite differences; duplicates accumulate",
+TEST_CASE("embedding_backward matches finite differences, duplicates accumulate",
           "[embedding][backward]") {
   uint32_t seed = 100;
   for (const Case& c : kCases) {
@@ -126,4 +129,30 @@ TEST_CASE("embedding_backward: many duplicates, out-of-range ids ignored, determ
   be().embedding_backward(ids.data(), n, dout.data(), start, rows, h, b.data());
   CHECK_ALLCLOSE(a, want, 1e-5, 1e-5);
   CHECK_BITEQUAL(a, b);
+}
+
+TEST_CASE("embedding_backward is deterministic whatever the thread count",
+          "[embedding][backward]") {
+  // Many tokens hitting few rows: a thread-order-dependent float summation would show up in
+  // the low bits.
+  const int64_t h = 300, start = 0, rows = 3, n = 500;
+  Rand r(8);
+  const std::vector<int32_t> ids = r.ids(n, 0, static_cast<int32_t>(rows - 1));
+  const fvec dout = r.uniform(n * h, -1.0f, 1.0f);
+  const int saved = omp_get_max_threads();
+  std::vector<fvec> results;
+  for (int threads : {1, 2, 3, 4}) {
+    omp_set_num_threads(threads);
+    fvec d(static_cast<std::size_t>(rows * h), 0.0f);
+    be().embedding_backward(ids.data(), n, dout.data(), start, rows, h, d.data());
+    results.push_back(d);
+  }
+  omp_set_num_threads(saved);
+  for (std::size_t i = 1; i < results.size(); ++i) CHECK_BITEQUAL(results[i], results[0]);
+  dvec want(static_cast<std::size_t>(rows * h), 0.0);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < h; ++c)
+      want[static_cast<std::size_t>(ids[static_cast<std::size_t>(i)] * h + c)] +=
+          dout[static_cast<std::size_t>(i * h + c)];
+  CHECK_ALLCLOSE(results[0], want, 1e-4, 1e-5);
 }

@@ -9,7 +9,7 @@ namespace {
 struct RC {
   int64_t rows, cols;
 };
-const RC kMats[] = {{1, 1}, {1, 7}, {3, 2}, {3, 5}, {4, 33}, {7, 3}};
+const RC kMats[] = {{1, 1}, {1, 7}, {3, 2}, {3, 5}, {4, 33}, {7, 3}, {2, 70}};
 
 struct LnData {
   fvec x, gamma, beta;

@@ -49,7 +49,7 @@ TEST_CASE("philox_bits maps an element index to a counter block and an output wo
   CHECK(ptdp::philox_bits({0, 0}, 3) == 0x9b00dbd8u);
 }
 
-TEST_CASE("philox_uniform lies in [0, 1) with mean 1/2; philox_normal is standard normal",
+TEST_CASE("philox_uniform is uniform on 0 <= u < 1, philox_normal is standard normal",
           "[philox]") {
   const PhiloxStream s{42, 7};
   const int n = 100000;
