@@ -4,8 +4,7 @@
 #include <new>
 #include <string>
 
-#include "capi/src/api_guard.h"
-#include "core/tensor/tensor.h"
+#include "capi/src/handles.h"
 
 static_assert(PTDP_DTYPE_F32 == static_cast<int>(ptdp::DType::F32));
 static_assert(PTDP_DTYPE_BF16 == static_cast<int>(ptdp::DType::BF16));
@@ -15,15 +14,6 @@ static_assert(PTDP_DTYPE_I64 == static_cast<int>(ptdp::DType::I64));
 static_assert(PTDP_DEVICE_CPU == static_cast<int>(ptdp::DeviceType::CPU));
 static_assert(PTDP_DEVICE_CUDA == static_cast<int>(ptdp::DeviceType::CUDA));
 static_assert(PTDP_MAX_DIMS == ptdp::kMaxDims);
-
-// The object behind a ptdp_tensor handle. The magic number lets calls reject handles that were
-// destroyed or never were tensors (best effort: freed memory may be reused).
-struct ptdp_tensor_impl {
-  static constexpr uint64_t kLive = 0x7074647074656e31ull;  // "ptdpten1"
-  static constexpr uint64_t kDead = 0x6465616474656e31ull;  // "deadten1"
-  uint64_t magic = kLive;
-  ptdp::Tensor tensor;
-};
 
 namespace {
 
@@ -35,10 +25,7 @@ using ptdp::capi::require_non_null;
 constexpr std::size_t kTensorOptionsV1Size = sizeof(ptdp_tensor_options);
 
 ptdp::Tensor& unwrap(ptdp_tensor handle, const char* name) {
-  require_non_null(handle, name);
-  PTDP_CHECK_ARG(handle->magic == ptdp_tensor_impl::kLive,
-                 std::string(name) + " is not a live ptdp_tensor (already destroyed?)");
-  return handle->tensor;
+  return ptdp::capi::live(handle, name).tensor;
 }
 
 ptdp::DType checked_dtype(ptdp_dtype dtype, const std::string& name) {
@@ -115,9 +102,7 @@ PTDP_API ptdp_status ptdp_tensor_destroy(ptdp_tensor tensor) {
   return guard(__func__, [&] {
     if (tensor == nullptr) return;
     unwrap(tensor, "tensor");
-    tensor->magic = ptdp_tensor_impl::kDead;
-    tensor->tensor = ptdp::Tensor();
-    delete tensor;
+    ptdp::capi::release(tensor);
   });
 }
 

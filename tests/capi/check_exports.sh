@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Usage: check_exports.sh LIB HEADER MAJOR
+# Usage: check_exports.sh LIB MAJOR HEADER...
 # Fails unless LIB's SONAME is libptdp.so.MAJOR and its exported functions are exactly the
-# PTDP_API functions HEADER declares.
+# PTDP_API functions the HEADERs declare.
 set -euo pipefail
-lib=$1 header=$2 major=$3
+lib=$1 major=$2
+shift 2
+headers=("$@")
 
 soname=$(readelf -d "$lib" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
 if [[ "$soname" != "libptdp.so.$major" ]]; then
@@ -12,7 +14,7 @@ if [[ "$soname" != "libptdp.so.$major" ]]; then
 fi
 
 exported=$(nm -D --defined-only "$lib" | awk '$2 ~ /^[TtWiDdBbRrVv]$/ {print $3}' | sed 's/@.*//' | sort -u)
-declared=$(grep -E '^PTDP_API ' "$header" | grep -oE '[a-z_0-9]+\(' | sed 's/($//' | grep '^ptdp_' | sort -u)
+declared=$(cat "${headers[@]}" | grep -E '^PTDP_API '  | grep -oE '[a-z_0-9]+\(' | sed 's/($//' | grep '^ptdp_' | sort -u)
 
 stray=$(comm -23 <(echo "$exported") <(echo "$declared"))
 missing=$(comm -13 <(echo "$exported") <(echo "$declared"))

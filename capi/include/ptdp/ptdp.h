@@ -307,6 +307,434 @@ PTDP_API ptdp_status ptdp_tensor_fill(ptdp_tensor tensor, double value);
 
 /** @} */
 
+/* ---------------------------------------------------------------------------------------- */
+/** @name Runtime
+ *  This process's place in the job: created from a communicator the caller has, or from
+ *  MPI_COMM_WORLD. The runtime duplicates the communicator (ptdp's traffic never mixes with
+ *  the caller's), sets MPI_ERRORS_RETURN on its duplicate, finds the ranks sharing the node and
+ *  picks GPU = local rank where GPUs exist. To hand over an `MPI_Comm`, include
+ *  `ptdp/ptdp_mpi.h` and call ptdp_runtime_create_from_mpi().
+ *  @{ */
+
+/** Opaque handle to a runtime. */
+typedef struct ptdp_runtime_impl* ptdp_runtime;
+
+/** Options for the runtime constructors. Initialise with ptdp_runtime_options_init(). */
+typedef struct ptdp_runtime_options {
+  size_t struct_size;          /**< sizeof(ptdp_runtime_options), set by ptdp_runtime_options_init(). */
+  double comm_timeout_s;       /**< Deadline of every blocking wait in seconds; <= 0 (default) means
+                                    the environment variable PTDP_COMM_TIMEOUT_S, else 300. */
+  int32_t verify_collectives;  /**< 1 (default): before each collective, check with one small extra
+                                    all-reduce that every rank of the group calls the same
+                                    operation with the same size, dtype and root, so a mismatch
+                                    is reported on every rank instead of being undefined. 0: skip. */
+  int32_t use_mpi;             /**< 1 (default): use MPI when the library has it. 0: a world of
+                                    one process without MPI. */
+} ptdp_runtime_options;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_runtime_options_init(ptdp_runtime_options* options);
+
+/**
+ * @brief Creates a runtime over MPI_COMM_WORLD.
+ *
+ * Initialises MPI when nobody has (ptdp then finalises it at process exit, and never
+ * finalises an MPI it did not initialise). Works as a single process without mpirun. Without
+ * MPI in the build, or with `use_mpi = 0`, the runtime is a world of one.
+ * @param options NULL for the defaults.
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p out or bad options (struct_size, timeout).
+ * @retval PTDP_ERR_COMMUNICATION MPI failed to initialise or to duplicate the communicator.
+ * @retval PTDP_ERR_INVALID_STATE MPI was already finalised in this process.
+ * @par Thread safety
+ * Collective over the world: every rank calls it. Not thread-safe with other runtime calls.
+ */
+PTDP_API ptdp_status ptdp_runtime_create(const ptdp_runtime_options* options, ptdp_runtime* out);
+
+/**
+ * @brief Creates a runtime from a Fortran MPI communicator handle (`MPI_Fint`, the integer
+ *        a Fortran program holds); MPI must be initialised.
+ * @param options NULL for the defaults.
+ * @param fortran_comm The communicator, e.g. the value of `MPI_COMM_WORLD` in Fortran.
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p out, bad options, or a null communicator.
+ * @retval PTDP_ERR_INVALID_STATE MPI is not initialised.
+ * @retval PTDP_ERR_UNSUPPORTED the library was built without MPI.
+ * @par Thread safety
+ * Collective over the communicator.
+ */
+PTDP_API ptdp_status ptdp_runtime_create_from_fortran(const ptdp_runtime_options* options,
+                                                      int32_t fortran_comm, ptdp_runtime* out);
+
+/**
+ * @brief Releases a runtime. NULL is accepted and ignored.
+ * @param runtime A runtime handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live runtime handle.
+ * @retval PTDP_ERR_INVALID_STATE process groups created on it still exist (destroy them
+ *         first); the runtime is left intact.
+ */
+PTDP_API ptdp_status ptdp_runtime_destroy(ptdp_runtime runtime);
+
+/**
+ * @brief This process's rank and the number of ranks in the runtime's world.
+ * @param runtime A live runtime handle.
+ * @param[out] rank Receives the rank; may be NULL.
+ * @param[out] size Receives the size; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live runtime handle.
+ */
+PTDP_API ptdp_status ptdp_runtime_world(ptdp_runtime runtime, int32_t* rank, int32_t* size);
+
+/**
+ * @brief This process's rank among the ranks sharing its node, and their number.
+ * @param runtime A live runtime handle.
+ * @param[out] local_rank Receives the local rank; may be NULL.
+ * @param[out] local_size Receives the local size; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live runtime handle.
+ */
+PTDP_API ptdp_status ptdp_runtime_local(ptdp_runtime runtime, int32_t* local_rank,
+                                        int32_t* local_size);
+
+/**
+ * @brief The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.
+ * @param runtime A live runtime handle.
+ * @param[out] gpu Receives the device ordinal or -1; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live runtime handle, or NULL @p gpu.
+ */
+PTDP_API ptdp_status ptdp_runtime_gpu(ptdp_runtime runtime, int32_t* gpu);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Process groups
+ *  The PTD-P layout: W = t * p * d ranks, tensor rank fastest, then data, then pipeline
+ *  (Megatron's order): `rank = pp_rank * (d * t) + dp_rank * t + tp_rank`.
+ *  @{ */
+
+/** Kinds of process group. */
+typedef enum ptdp_group_kind {
+  PTDP_GROUP_WORLD = 0,     /**< Every rank of the runtime. */
+  PTDP_GROUP_TENSOR = 1,    /**< t consecutive ranks sharing the layers' tensor shards. */
+  PTDP_GROUP_PIPELINE = 2,  /**< p ranks, stride t*d: the stages of one pipeline. */
+  PTDP_GROUP_DATA = 3,      /**< d ranks, stride t: the replicas of one model shard. */
+  PTDP_GROUP_MODEL = 4,     /**< t*p ranks sharing a data-parallel index: one model replica. */
+  PTDP_GROUP_EMBEDDING = 5  /**< The first and last stage of a pipeline (tied word embedding);
+                                 ranks of middle stages belong to none. */
+} ptdp_group_kind;
+
+/** Parallel sizes, with Megatron-LM's names. Initialise with ptdp_parallel_options_init(). */
+typedef struct ptdp_parallel_options {
+  size_t struct_size;                           /**< Set by ptdp_parallel_options_init(). */
+  int32_t tensor_model_parallel_size;           /**< t; default 1. */
+  int32_t pipeline_model_parallel_size;         /**< p; default 1. */
+  int32_t virtual_pipeline_model_parallel_size; /**< v, model chunks per pipeline rank; default 1;
+                                                     v > 1 needs p > 1. */
+} ptdp_parallel_options;
+
+/** Opaque handle to the process groups of one layout. */
+typedef struct ptdp_groups_impl* ptdp_groups;
+
+/**
+ * @brief Fills @p options with the defaults (t = p = v = 1) and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_parallel_options_init(ptdp_parallel_options* options);
+
+/**
+ * @brief The world ranks of @p world_rank's group of @p kind in a layout of @p world_size
+ *        ranks, computed without any communication (any size, no processes needed).
+ * @param options Parallel sizes; NULL means t = p = v = 1.
+ * @param world_size W, the number of ranks; must be divisible by t * p.
+ * @param world_rank A rank in [0, W).
+ * @param kind Which group.
+ * @param[out] world_ranks Receives the members in group-rank order; may be NULL when
+ *             @p capacity is 0.
+ * @param capacity Number of elements @p world_ranks can hold.
+ * @param[out] count Receives the number of members (0 for an embedding group of a middle stage);
+ *             must not be NULL. Set even when @p capacity is too small.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT an invalid layout (message names the numbers), rank out
+ *         of range, unknown kind, NULL @p count, or @p capacity smaller than the group.
+ */
+PTDP_API ptdp_status ptdp_layout_members(const ptdp_parallel_options* options, int32_t world_size,
+                                         int32_t world_rank, ptdp_group_kind kind,
+                                         int32_t* world_ranks, int32_t capacity, int32_t* count);
+
+/**
+ * @brief Creates the tensor, pipeline, data, model and embedding groups of a layout.
+ * @param runtime A live runtime; it must outlive the groups.
+ * @param options Parallel sizes; NULL means t = p = v = 1 (pure data parallelism).
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT invalid layout (W not divisible by t*p, non-positive sizes,
+ *         v > 1 with p == 1) or ranks passing different sizes; the message names the numbers.
+ * @retval PTDP_ERR_TIMEOUT a rank did not join within the runtime's timeout.
+ * @par Thread safety
+ * Collective over the runtime's world.
+ */
+PTDP_API ptdp_status ptdp_groups_create(ptdp_runtime runtime, const ptdp_parallel_options* options,
+                                        ptdp_groups* out);
+
+/**
+ * @brief Releases the groups. NULL is accepted and ignored.
+ * @param groups A groups handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live groups handle.
+ * @retval PTDP_ERR_INVALID_STATE non-blocking operations on them are still alive (destroy their
+ *         ptdp_work first); the groups are left intact.
+ * @par Thread safety
+ * Collective over the runtime's world.
+ */
+PTDP_API ptdp_status ptdp_groups_destroy(ptdp_groups groups);
+
+/**
+ * @brief This rank's rank in its group of @p kind, or -1 when it belongs to none.
+ * @param groups A live groups handle.
+ * @param kind Which group.
+ * @param[out] rank Receives the rank; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, unknown kind or NULL output.
+ */
+PTDP_API ptdp_status ptdp_groups_rank(ptdp_groups groups, ptdp_group_kind kind, int32_t* rank);
+
+/**
+ * @brief The size of this rank's group of @p kind, or 0 when it belongs to none.
+ * @param groups A live groups handle.
+ * @param kind Which group.
+ * @param[out] size Receives the size; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, unknown kind or NULL output.
+ */
+PTDP_API ptdp_status ptdp_groups_size(ptdp_groups groups, ptdp_group_kind kind, int32_t* size);
+
+/**
+ * @brief The world ranks of this rank's group of @p kind, in group-rank order.
+ * @param groups A live groups handle.
+ * @param kind Which group.
+ * @param[out] world_ranks Receives the members; may be NULL when @p capacity is 0.
+ * @param capacity Number of elements @p world_ranks can hold.
+ * @param[out] count Receives the number of members; must not be NULL. Set even when
+ *             @p capacity is too small.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, unknown kind, NULL @p count, or @p capacity
+ *         smaller than the group.
+ */
+PTDP_API ptdp_status ptdp_groups_members(ptdp_groups groups, ptdp_group_kind kind,
+                                         int32_t* world_ranks, int32_t capacity, int32_t* count);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Collectives and point-to-point transfers
+ *  On tensors, over this rank's group of a kind. Each call takes a `ptdp_work* work`: pass NULL
+ *  to block until the operation completes, or a pointer to receive a handle to wait on later
+ *  (the operation then overlaps with the caller's computation; the tensors must not be touched
+ *  until it completes). Every wait has the runtime's deadline: a rank that never arrives makes
+ *  the others return ::PTDP_ERR_TIMEOUT naming the operation, the group, its size, the sequence
+ *  number and the rank; the group's communicator is unusable afterwards.
+ *  @{ */
+
+/** Reductions. */
+typedef enum ptdp_reduce_op {
+  PTDP_REDUCE_SUM = 0, /**< Sum. */
+  PTDP_REDUCE_AVG = 1, /**< Sum divided by the group size (floating dtypes). */
+  PTDP_REDUCE_MAX = 2, /**< Maximum. */
+  PTDP_REDUCE_MIN = 3  /**< Minimum. */
+} ptdp_reduce_op;
+
+/** Direction of one transfer in ptdp_batch_send_recv(). */
+typedef enum ptdp_p2p_kind {
+  PTDP_P2P_SEND = 0, /**< Send the tensor to the peer. */
+  PTDP_P2P_RECV = 1  /**< Receive into the tensor from the peer. */
+} ptdp_p2p_kind;
+
+/** One transfer of a batch. */
+typedef struct ptdp_p2p_op {
+  ptdp_p2p_kind kind; /**< Send or receive. */
+  ptdp_tensor tensor; /**< Data to send, or buffer to receive into (same size as the sender's). */
+  int32_t peer;       /**< The other side's rank in the group. */
+  int32_t tag;        /**< 0 to 32767; transfers with the same peer and tag arrive in order. */
+} ptdp_p2p_op;
+
+/** Opaque handle to a non-blocking operation. */
+typedef struct ptdp_work_impl* ptdp_work;
+
+/**
+ * @brief All-reduce in place.
+ * @param groups A live groups handle.
+ * @param kind The group to reduce over; this rank must belong to it.
+ * @param tensor Reduced in place; the same element count and dtype on every rank.
+ * @param op The reduction.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad handle, kind or op; AVG on an integer tensor; ranks
+ *         disagreeing on size, dtype or operation (with verification on, reported on all ranks).
+ * @retval PTDP_ERR_INVALID_STATE this rank is not in such a group, or the group's communicator
+ *         failed earlier.
+ * @retval PTDP_ERR_TIMEOUT the other ranks did not arrive in time.
+ * @retval PTDP_ERR_COMMUNICATION MPI or NCCL reported an error.
+ */
+PTDP_API ptdp_status ptdp_all_reduce(ptdp_groups groups, ptdp_group_kind kind, ptdp_tensor tensor,
+                                     ptdp_reduce_op op, ptdp_work* work);
+
+/**
+ * @brief Reduce-scatter: @p in holds one chunk per group rank; @p out receives this rank's
+ *        chunk of the reduction.
+ * @param groups A live groups handle.
+ * @param kind The group.
+ * @param in Group size times the elements of @p out, same dtype.
+ * @param out This rank's reduced chunk.
+ * @param op The reduction.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_all_reduce(), or sizes that do not divide.
+ * @retval PTDP_ERR_INVALID_STATE as ptdp_all_reduce().
+ * @retval PTDP_ERR_TIMEOUT as ptdp_all_reduce().
+ * @retval PTDP_ERR_COMMUNICATION as ptdp_all_reduce().
+ */
+PTDP_API ptdp_status ptdp_reduce_scatter(ptdp_groups groups, ptdp_group_kind kind, ptdp_tensor in,
+                                         ptdp_tensor out, ptdp_reduce_op op, ptdp_work* work);
+
+/**
+ * @brief All-gather: @p out receives every rank's @p in, in group-rank order.
+ * @param groups A live groups handle.
+ * @param kind The group.
+ * @param in This rank's chunk.
+ * @param out Group size times the elements of @p in, same dtype.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad handles or kind, sizes that do not match.
+ * @retval PTDP_ERR_INVALID_STATE as ptdp_all_reduce().
+ * @retval PTDP_ERR_TIMEOUT as ptdp_all_reduce().
+ * @retval PTDP_ERR_COMMUNICATION as ptdp_all_reduce().
+ */
+PTDP_API ptdp_status ptdp_all_gather(ptdp_groups groups, ptdp_group_kind kind, ptdp_tensor in,
+                                     ptdp_tensor out, ptdp_work* work);
+
+/**
+ * @brief Broadcast from the group rank @p root.
+ * @param groups A live groups handle.
+ * @param kind The group.
+ * @param tensor Sent by the root, overwritten on the others.
+ * @param root A rank of the group.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad handles, kind or root.
+ * @retval PTDP_ERR_INVALID_STATE as ptdp_all_reduce().
+ * @retval PTDP_ERR_TIMEOUT as ptdp_all_reduce().
+ * @retval PTDP_ERR_COMMUNICATION as ptdp_all_reduce().
+ */
+PTDP_API ptdp_status ptdp_broadcast(ptdp_groups groups, ptdp_group_kind kind, ptdp_tensor tensor,
+                                    int32_t root, ptdp_work* work);
+
+/**
+ * @brief Sends @p tensor to the group rank @p peer.
+ * @param groups A live groups handle.
+ * @param kind The group.
+ * @param tensor The data; the receiver's buffer must have the same size.
+ * @param peer A rank of the group.
+ * @param tag 0 to 32767.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad handles, kind, peer or tag.
+ * @retval PTDP_ERR_INVALID_STATE as ptdp_all_reduce().
+ * @retval PTDP_ERR_TIMEOUT the peer did not receive in time.
+ * @retval PTDP_ERR_COMMUNICATION as ptdp_all_reduce().
+ */
+PTDP_API ptdp_status ptdp_send(ptdp_groups groups, ptdp_group_kind kind, ptdp_tensor tensor,
+                               int32_t peer, int32_t tag, ptdp_work* work);
+
+/**
+ * @brief Receives into @p tensor from the group rank @p peer.
+ * @param groups A live groups handle.
+ * @param kind The group.
+ * @param tensor The buffer; a message of another size is reported as
+ *        ::PTDP_ERR_INVALID_ARGUMENT (shorter) or ::PTDP_ERR_COMMUNICATION (longer).
+ * @param peer A rank of the group.
+ * @param tag 0 to 32767.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad handles, kind, peer or tag, or a short message.
+ * @retval PTDP_ERR_INVALID_STATE as ptdp_all_reduce().
+ * @retval PTDP_ERR_TIMEOUT nothing arrived in time.
+ * @retval PTDP_ERR_COMMUNICATION a longer message, or an MPI/NCCL error.
+ */
+PTDP_API ptdp_status ptdp_recv(ptdp_groups groups, ptdp_group_kind kind, ptdp_tensor tensor,
+                               int32_t peer, int32_t tag, ptdp_work* work);
+
+/**
+ * @brief Issues several sends and receives together, so that neighbours exchanging in both
+ *        directions at once never deadlock, whatever order each lists its transfers in.
+ * @param groups A live groups handle.
+ * @param kind The group the peers are ranks of.
+ * @param ops @p count transfers.
+ * @param count Number of transfers, >= 0.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_send() and ptdp_recv(), naming the bad entry.
+ * @retval PTDP_ERR_INVALID_STATE as ptdp_all_reduce().
+ * @retval PTDP_ERR_TIMEOUT a peer did not take part in time.
+ * @retval PTDP_ERR_COMMUNICATION as ptdp_recv().
+ */
+PTDP_API ptdp_status ptdp_batch_send_recv(ptdp_groups groups, ptdp_group_kind kind,
+                                          const ptdp_p2p_op* ops, int32_t count, ptdp_work* work);
+
+/**
+ * @brief Returns once every rank of the group has entered the barrier.
+ * @param groups A live groups handle.
+ * @param kind The group.
+ * @param[out] work NULL to block, or receives a handle to wait on.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad handle or kind.
+ * @retval PTDP_ERR_INVALID_STATE as ptdp_all_reduce().
+ * @retval PTDP_ERR_TIMEOUT a rank did not arrive in time.
+ */
+PTDP_API ptdp_status ptdp_barrier(ptdp_groups groups, ptdp_group_kind kind, ptdp_work* work);
+
+/**
+ * @brief Blocks until a non-blocking operation completes or the runtime's deadline passes.
+ *        Waiting again on a completed operation returns its result again.
+ * @param work A live work handle.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live work handle; a received message of the wrong size.
+ * @retval PTDP_ERR_TIMEOUT the other ranks did not take part in time.
+ * @retval PTDP_ERR_COMMUNICATION MPI or NCCL reported an error.
+ */
+PTDP_API ptdp_status ptdp_work_wait(ptdp_work work);
+
+/**
+ * @brief Checks without blocking whether a non-blocking operation has completed.
+ * @param work A live work handle.
+ * @param[out] done Receives 1 when complete, else 0; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p done.
+ * @retval PTDP_ERR_COMMUNICATION the operation failed.
+ */
+PTDP_API ptdp_status ptdp_work_test(ptdp_work work, int32_t* done);
+
+/**
+ * @brief Releases a work handle. An operation still in flight keeps running and its tensors
+ *        stay alive until it completes. NULL is accepted and ignored.
+ * @param work A work handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live work handle.
+ */
+PTDP_API ptdp_status ptdp_work_destroy(ptdp_work work);
+
+/** @} */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,68 @@
+// The objects behind the C API's opaque handles. Each carries a magic number so calls can
+// reject handles that were destroyed or never were of that type (best effort: freed memory
+// may be reused), and counts what still depends on it so destroying it early is refused.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "capi/src/api_guard.h"
+#include "core/comm/runtime.h"
+#include "core/parallel/groups.h"
+#include "core/tensor/tensor.h"
+
+struct ptdp_tensor_impl {
+  static constexpr uint64_t kLive = 0x7074647074656e31ull;  // "ptdpten1"
+  static constexpr const char* kType = "ptdp_tensor";
+  uint64_t magic = kLive;
+  ptdp::Tensor tensor;
+};
+
+struct ptdp_runtime_impl {
+  static constexpr uint64_t kLive = 0x7074647072756e31ull;  // "ptdprun1"
+  static constexpr const char* kType = "ptdp_runtime";
+  uint64_t magic = kLive;
+  std::shared_ptr<ptdp::Runtime> runtime;
+  std::atomic<int> dependents{0};  // live ptdp_groups
+};
+
+struct ptdp_groups_impl {
+  static constexpr uint64_t kLive = 0x7074647067727031ull;  // "ptdpgrp1"
+  static constexpr const char* kType = "ptdp_groups";
+  uint64_t magic = kLive;
+  ptdp_runtime_impl* owner = nullptr;
+  std::unique_ptr<ptdp::ProcessGroups> groups;
+  std::atomic<int> dependents{0};  // live ptdp_work
+};
+
+struct ptdp_work_impl {
+  static constexpr uint64_t kLive = 0x7074647077726b31ull;  // "ptdpwrk1"
+  static constexpr const char* kType = "ptdp_work";
+  uint64_t magic = kLive;
+  ptdp_groups_impl* owner = nullptr;
+  ptdp::WorkPtr work;
+};
+
+namespace ptdp::capi {
+
+constexpr uint64_t kDeadMagic = 0x6465616468646c31ull;  // "deadhdl1"
+
+/// The object behind a handle; throws InvalidArgument naming `name` for NULL or a dead handle.
+template <typename Impl>
+Impl& live(Impl* handle, const char* name) {
+  require_non_null(handle, name);
+  PTDP_CHECK_ARG(handle->magic == Impl::kLive,
+                 std::string(name) + " is not a live " + Impl::kType + " (already destroyed?)");
+  return *handle;
+}
+
+/// Marks a handle dead and frees it.
+template <typename Impl>
+void release(Impl* handle) {
+  handle->magic = kDeadMagic;
+  delete handle;
+}
+
+}  // namespace ptdp::capi

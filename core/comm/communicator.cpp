@@ -1,0 +1,190 @@
+#include "core/comm/communicator.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/error.h"
+
+namespace ptdp {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Min: return "min";
+  }
+  return "?";
+}
+
+double comm_timeout_from_env() {
+  const char* v = std::getenv("PTDP_COMM_TIMEOUT_S");
+  if (v == nullptr || *v == '\0') return kDefaultCommTimeoutS;
+  char* end = nullptr;
+  errno = 0;
+  const double s = std::strtod(v, &end);
+  PTDP_CHECK_ARG(errno == 0 && end != v && *end == '\0' && std::isfinite(s) && s > 0,
+                 std::string("PTDP_COMM_TIMEOUT_S = '") + v + "' is not a positive number of seconds");
+  return s;
+}
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+Communicator::Communicator(std::string name, int rank, int size, std::vector<int> world_ranks,
+                           CommSettings settings)
+    : name_(std::move(name)),
+      rank_(rank),
+      size_(size),
+      world_ranks_(std::move(world_ranks)),
+      settings_(settings) {
+  set_timeout(settings.timeout_s);
+}
+
+void Communicator::set_timeout(double seconds) {
+  PTDP_CHECK_ARG(std::isfinite(seconds) && seconds > 0,
+                 "timeout must be a positive number of seconds, got " + std::to_string(seconds));
+  settings_.timeout_s = seconds;
+}
+
+uint64_t Communicator::begin(const char* op) {
+  if (failed()) {
+    throw_error(ErrorCode::InvalidState, std::string(op) + " on " + name_ +
+                                             ": the communicator failed earlier and cannot be "
+                                             "used again (" + failure_ + ")");
+  }
+  return ++seq_;
+}
+
+std::string Communicator::describe(const std::string& op, uint64_t seq) const {
+  return op + " #" + std::to_string(seq) + " on " + name_ + " (size " + std::to_string(size_) +
+         ") at world rank " + std::to_string(settings_.world_rank);
+}
+
+std::chrono::steady_clock::time_point Communicator::deadline() const {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(settings_.timeout_s));
+}
+
+void Communicator::check_tensor(const Tensor& t, const char* what) const {
+  PTDP_CHECK_ARG(t.defined(), std::string(what) + " is an undefined tensor");
+}
+
+void Communicator::check_peer(int peer, const char* what) const {
+  PTDP_CHECK_ARG(peer >= 0 && peer < size_, std::string(what) + " = " + std::to_string(peer) +
+                                                " is not a rank of " + name_ + " (size " +
+                                                std::to_string(size_) + ")");
+}
+
+void Communicator::check_reduce(const Tensor& t, ReduceOp op) const {
+  PTDP_CHECK_ARG(static_cast<int>(op) >= 0 && static_cast<int>(op) <= 3,
+                 "op = " + std::to_string(static_cast<int>(op)) + " is not a reduction");
+  PTDP_CHECK_ARG(op != ReduceOp::Avg || dtype_is_float(t.dtype()),
+                 std::string("avg needs a floating tensor, got ") + dtype_name(t.dtype()));
+}
+
+void Communicator::check_chunks(const Tensor& big, const Tensor& chunk, const char* op) const {
+  PTDP_CHECK_ARG(big.dtype() == chunk.dtype(),
+                 std::string(op) + ": dtypes differ (" + dtype_name(big.dtype()) + " and " +
+                     dtype_name(chunk.dtype()) + ")");
+  PTDP_CHECK_ARG(big.numel() == chunk.numel() * size_,
+                 std::string(op) + ": the gathered tensor has " + std::to_string(big.numel()) +
+                     " elements, want group size " + std::to_string(size_) + " x " +
+                     std::to_string(chunk.numel()));
+  PTDP_CHECK_ARG(big.device() == chunk.device(), std::string(op) + ": tensors on different devices");
+}
+
+WorkPtr Communicator::send(const Tensor& t, int peer, int tag) {
+  return batch_p2p({P2POp{P2POp::Kind::Send, t, peer, tag}});
+}
+
+WorkPtr Communicator::recv(const Tensor& t, int peer, int tag) {
+  return batch_p2p({P2POp{P2POp::Kind::Recv, t, peer, tag}});
+}
+
+// ---- self --------------------------------------------------------------------------------
+
+SelfCommunicator::SelfCommunicator(CommSettings settings, std::string name)
+    : Communicator(std::move(name), 0, 1, {settings.world_rank}, settings) {}
+
+WorkPtr SelfCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor(t, "tensor");
+  check_reduce(t, op);
+  begin("all_reduce");
+  return std::make_unique<DoneWork>();  // one rank: sum, avg, max and min are the identity
+}
+
+WorkPtr SelfCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  check_tensor(in, "in");
+  check_tensor(out, "out");
+  check_reduce(in, op);
+  check_chunks(in, out, "reduce_scatter");
+  begin("reduce_scatter");
+  out.backend().copy(out.raw(), in.raw(), out.nbytes());
+  return std::make_unique<DoneWork>();
+}
+
+WorkPtr SelfCommunicator::all_gather(const Tensor& in, const Tensor& out) {
+  check_tensor(in, "in");
+  check_tensor(out, "out");
+  check_chunks(out, in, "all_gather");
+  begin("all_gather");
+  out.backend().copy(out.raw(), in.raw(), in.nbytes());
+  return std::make_unique<DoneWork>();
+}
+
+WorkPtr SelfCommunicator::broadcast(const Tensor& t, int root) {
+  check_tensor(t, "tensor");
+  check_peer(root, "root");
+  begin("broadcast");
+  return std::make_unique<DoneWork>();
+}
+
+WorkPtr SelfCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
+  // A send to oneself must meet a receive with the same tag in the same batch, in order.
+  std::vector<const P2POp*> sends, recvs;
+  for (const P2POp& op : ops) {
+    check_tensor(op.tensor, "p2p tensor");
+    check_peer(op.peer, "peer");
+    PTDP_CHECK_ARG(op.tag >= 0, "tag = " + std::to_string(op.tag) + " is negative");
+    (op.kind == P2POp::Kind::Send ? sends : recvs).push_back(&op);
+  }
+  // Pair every send with the first unused receive of the same tag; copy only once all match.
+  std::vector<bool> used(recvs.size(), false);
+  std::vector<std::pair<const P2POp*, const P2POp*>> pairs;
+  for (const P2POp* s : sends) {
+    const P2POp* match = nullptr;
+    for (std::size_t i = 0; i < recvs.size() && !match; ++i) {
+      if (used[i] || recvs[i]->tag != s->tag) continue;
+      PTDP_CHECK_ARG(recvs[i]->tensor.nbytes() == s->tensor.nbytes(),
+                     "send of " + s->tensor.str() + " to self meets a receive of " +
+                         recvs[i]->tensor.str() + " (sizes differ)");
+      used[i] = true;
+      match = recvs[i];
+    }
+    PTDP_CHECK_ARG(match != nullptr, "send to self (tag " + std::to_string(s->tag) +
+                                         ") has no matching receive in the same batch; it would "
+                                         "never complete");
+    pairs.emplace_back(s, match);
+  }
+  for (std::size_t i = 0; i < recvs.size(); ++i) {
+    PTDP_CHECK_ARG(used[i], "receive from self (tag " + std::to_string(recvs[i]->tag) +
+                                ") has no matching send in the same batch; it would never complete");
+  }
+  for (auto [s, r] : pairs) r->tensor.backend().copy(r->tensor.raw(), s->tensor.raw(), s->tensor.nbytes());
+  begin("batch_p2p");
+  return std::make_unique<DoneWork>();
+}
+
+WorkPtr SelfCommunicator::barrier() {
+  begin("barrier");
+  return std::make_unique<DoneWork>();
+}
+
+}  // namespace ptdp

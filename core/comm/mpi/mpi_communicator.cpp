@@ -1,0 +1,381 @@
+#include "core/comm/mpi/mpi_communicator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <thread>
+
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+std::atomic<int> g_leaked{0};
+
+MPI_Datatype mpi_type(DType t) {
+  switch (t) {
+    case DType::F32: return MPI_FLOAT;
+    case DType::I32: return MPI_INT32_T;
+    case DType::I64: return MPI_INT64_T;
+    case DType::BF16:
+    case DType::F16: return MPI_UINT16_T;  // moved as bits; reductions are staged through f32
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg: return MPI_SUM;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Min: return MPI_MIN;
+  }
+  return MPI_SUM;
+}
+
+bool is_half(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+// Waits between polls: spin briefly, then back off to at most 1 ms so that oversubscribed
+// ranks leave the cores to the peers they are waiting for.
+class Backoff {
+ public:
+  void pause() {
+    if (++n_ < 32) {
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+    sleep_us_ = std::min(sleep_us_ * 2, 1000);
+  }
+
+ private:
+  int n_ = 0;
+  int sleep_us_ = 20;
+};
+
+enum Opcode { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast };
+
+const char* opcode_name(int64_t code) {
+  switch (code) {
+    case kAllReduce: return "all_reduce";
+    case kReduceScatter: return "reduce_scatter";
+    case kAllGather: return "all_gather";
+    case kBroadcast: return "broadcast";
+  }
+  return "?";
+}
+
+// One posted operation: its requests, the tensors that must outlive them, and what to do once
+// they complete (finish staging, divide for avg, check received sizes).
+class MpiWork final : public Work {
+ public:
+  MpiWork(MpiCommunicator& owner, std::string what, MpiCommunicator::Pending pending,
+          std::function<void(const std::vector<MPI_Status>&)> finish)
+      : owner_(owner), what_(std::move(what)), pending_(std::move(pending)), finish_(std::move(finish)) {}
+
+  ~MpiWork() override {
+    if (!done_ && !pending_.requests.empty()) owner_.adopt(std::move(pending_));
+  }
+
+  bool test() override {
+    if (done_) return true;
+    if (abandoned_) throw_error(ErrorCode::InvalidState, what_ + ": already timed out");
+    int flag = 0;
+    std::vector<MPI_Status> statuses(pending_.requests.size());
+    const int rc = MPI_Testall(static_cast<int>(pending_.requests.size()), pending_.requests.data(),
+                               &flag, statuses.data());
+    if (rc != MPI_SUCCESS) {
+      done_ = true;  // MPI completed (with errors) or freed the requests
+      std::string detail;
+      for (const MPI_Status& s : statuses) {
+        if (s.MPI_ERROR == MPI_ERR_TRUNCATE) detail = ": a message was longer than the receive buffer";
+      }
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      throw_error(ErrorCode::Communication, what_ + " failed: " + std::string(msg, len) + detail);
+    }
+    if (!flag) return false;
+    done_ = true;
+    if (finish_) finish_(statuses);
+    return true;
+  }
+
+  void wait() override {
+    const auto deadline = owner_.work_deadline();
+    Backoff backoff;
+    while (!test()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        abandoned_ = true;
+        const std::string why = what_ + ": timed out after " +
+                                std::to_string(owner_.settings().timeout_s) +
+                                " s waiting for the other ranks of the group";
+        owner_.fail(why);
+        owner_.adopt(std::move(pending_));
+        pending_.requests.clear();
+        throw_error(ErrorCode::Timeout, why);
+      }
+      backoff.pause();
+    }
+  }
+
+ private:
+  MpiCommunicator& owner_;
+  std::string what_;
+  MpiCommunicator::Pending pending_;
+  std::function<void(const std::vector<MPI_Status>&)> finish_;
+  bool done_ = false;
+  bool abandoned_ = false;
+};
+
+}  // namespace
+
+void mpi_check(int rc, const std::string& what) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  throw_error(ErrorCode::Communication, what + ": " + std::string(msg, len));
+}
+
+int mpi_leaked_operations() { return g_leaked.load(); }
+
+namespace {
+int comm_rank(MPI_Comm c) {
+  int r = 0;
+  mpi_check(MPI_Comm_rank(c, &r), "MPI_Comm_rank");
+  return r;
+}
+int comm_size(MPI_Comm c) {
+  int n = 0;
+  mpi_check(MPI_Comm_size(c, &n), "MPI_Comm_size");
+  return n;
+}
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::vector<int> world_ranks,
+                                 CommSettings settings)
+    : Communicator(std::move(name), comm_rank(comm), comm_size(comm), std::move(world_ranks), settings),
+      comm_(comm) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  const int left = pending_orphans();
+  if (left > 0) g_leaked.fetch_add(left);
+  MPI_Comm_free(&comm_);  // deferred by MPI until pending operations complete
+}
+
+void MpiCommunicator::adopt(Pending&& p) {
+  if (!p.requests.empty()) orphans_.push_back(std::move(p));
+}
+
+int MpiCommunicator::pending_orphans() {
+  int left = 0;
+  for (auto it = orphans_.begin(); it != orphans_.end();) {
+    int flag = 0;
+    const int rc = MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &flag,
+                               MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS || flag) {
+      it = orphans_.erase(it);
+    } else {
+      ++left;
+      ++it;
+    }
+  }
+  return left;
+}
+
+int MpiCommunicator::checked_count(int64_t n, const char* what) const {
+  PTDP_CHECK_ARG(n <= INT_MAX, std::string(what) + " has " + std::to_string(n) +
+                                   " elements, more than one MPI message can carry (" +
+                                   std::to_string(INT_MAX) + "); split it");
+  return static_cast<int>(n);
+}
+
+void MpiCommunicator::verify(const std::string& what, uint64_t seq, int opcode, DType dtype,
+                             int64_t count, int64_t extra) {
+  if (!settings().verify || size() == 1) return;
+  // max over ranks of (v, -v) gives max and -min of each field in one all-reduce.
+  const int64_t fields[4] = {opcode, static_cast<int64_t>(dtype), count, extra};
+  int64_t buf[8];
+  for (int i = 0; i < 4; ++i) {
+    buf[2 * i] = fields[i];
+    buf[2 * i + 1] = -fields[i];
+  }
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, 8, MPI_INT64_T, MPI_MAX, comm_, &req),
+            describe(what, seq));
+  Pending p;
+  p.requests.push_back(req);
+  MpiWork(*this, describe(what, seq) + " (consistency check)", std::move(p), nullptr).wait();
+  static const char* names[4] = {"operation", "dtype", "element count", "root"};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t hi = buf[2 * i], lo = -buf[2 * i + 1];
+    if (hi == lo) continue;
+    std::string range = i == 0 ? std::string(opcode_name(lo)) + " and " + opcode_name(hi)
+                        : i == 1 ? std::string(dtype_name(static_cast<DType>(lo))) + " and " +
+                                       dtype_name(static_cast<DType>(hi))
+                                 : std::to_string(lo) + " to " + std::to_string(hi);
+    throw_error(ErrorCode::InvalidArgument,
+                describe(what, seq) + ": ranks disagree on the " + names[i] + " (from " + range +
+                    "; this rank: " +
+                    (i == 0 ? opcode_name(fields[0])
+                            : i == 1 ? dtype_name(dtype) : std::to_string(fields[i]).c_str()) +
+                    ")");
+  }
+}
+
+WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
+  check_tensor(t, "tensor");
+  check_reduce(t, op);
+  const int count = checked_count(t.numel(), "tensor");
+  const uint64_t seq = begin("all_reduce");
+  const std::string what = describe(std::string("all_reduce(") + reduce_op_name(op) + ", " + t.str() + ")", seq);
+  verify("all_reduce", seq, kAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op));
+  Pending p;
+  Tensor buf = is_half(t.dtype()) ? t.to(DType::F32) : t;
+  p.keep_alive = {t, buf};
+  MPI_Request req;
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf.raw(), count, mpi_type(buf.dtype()), mpi_op(op), comm_, &req), what);
+  p.requests.push_back(req);
+  const int n = size();
+  return std::make_unique<MpiWork>(*this, what, std::move(p), [t, buf, op, n](const std::vector<MPI_Status>&) {
+    if (op == ReduceOp::Avg) buf.backend().scale(buf.data<float>(), 1.0f / static_cast<float>(n), buf.numel());
+    if (buf.raw() != t.raw()) buf.backend().cast(buf.raw(), DType::F32, t.raw(), t.dtype(), t.numel());
+  });
+}
+
+WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
+  check_tensor(in, "in");
+  check_tensor(out, "out");
+  check_reduce(in, op);
+  check_chunks(in, out, "reduce_scatter");
+  checked_count(in.numel(), "in");
+  const int count = checked_count(out.numel(), "out");
+  const uint64_t seq = begin("reduce_scatter");
+  const std::string what = describe(std::string("reduce_scatter(") + reduce_op_name(op) + ", " + in.str() + ")", seq);
+  verify("reduce_scatter", seq, kReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op));
+  const bool stage = is_half(in.dtype());
+  Tensor src = stage ? in.to(DType::F32) : in;
+  Tensor dst = stage ? Tensor::empty(out.shape(), DType::F32, out.device()) : out;
+  Pending p;
+  p.keep_alive = {in, out, src, dst};
+  MPI_Request req;
+  mpi_check(MPI_Ireduce_scatter_block(src.raw(), dst.raw(), count, mpi_type(src.dtype()), mpi_op(op), comm_, &req), what);
+  p.requests.push_back(req);
+  const int n = size();
+  return std::make_unique<MpiWork>(*this, what, std::move(p), [out, dst, op, n](const std::vector<MPI_Status>&) {
+    if (op == ReduceOp::Avg) dst.backend().scale(dst.data<float>(), 1.0f / static_cast<float>(n), dst.numel());
+    if (dst.raw() != out.raw()) dst.backend().cast(dst.raw(), DType::F32, out.raw(), out.dtype(), out.numel());
+  });
+}
+
+WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
+  check_tensor(in, "in");
+  check_tensor(out, "out");
+  check_chunks(out, in, "all_gather");
+  checked_count(out.numel(), "out");
+  const int count = checked_count(in.numel(), "in");
+  const uint64_t seq = begin("all_gather");
+  const std::string what = describe("all_gather(" + in.str() + ")", seq);
+  verify("all_gather", seq, kAllGather, in.dtype(), in.numel(), 0);
+  Pending p;
+  p.keep_alive = {in, out};
+  MPI_Request req;
+  const MPI_Datatype type = mpi_type(in.dtype());
+  mpi_check(MPI_Iallgather(in.raw(), count, type, out.raw(), count, type, comm_, &req), what);
+  p.requests.push_back(req);
+  return std::make_unique<MpiWork>(*this, what, std::move(p), nullptr);
+}
+
+WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
+  check_tensor(t, "tensor");
+  check_peer(root, "root");
+  const int count = checked_count(t.numel(), "tensor");
+  const uint64_t seq = begin("broadcast");
+  const std::string what = describe("broadcast(" + t.str() + ", root " + std::to_string(root) + ")", seq);
+  verify("broadcast", seq, kBroadcast, t.dtype(), t.numel(), root);
+  Pending p;
+  p.keep_alive = {t};
+  MPI_Request req;
+  mpi_check(MPI_Ibcast(t.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
+  p.requests.push_back(req);
+  return std::make_unique<MpiWork>(*this, what, std::move(p), nullptr);
+}
+
+WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
+  for (const P2POp& op : ops) {
+    check_tensor(op.tensor, "p2p tensor");
+    check_peer(op.peer, "peer");
+    PTDP_CHECK_ARG(op.tag >= 0 && op.tag <= 32767,
+                   "tag = " + std::to_string(op.tag) + " is outside [0, 32767]");
+    checked_count(op.tensor.numel(), "p2p tensor");
+  }
+  const uint64_t seq = begin("batch_p2p");
+  std::string summary;
+  for (const P2POp& op : ops) {
+    summary += (summary.empty() ? "" : ", ") + std::string(op.kind == P2POp::Kind::Send ? "send " : "recv ") +
+               op.tensor.str() + (op.kind == P2POp::Kind::Send ? " to " : " from ") +
+               std::to_string(op.peer);
+  }
+  const std::string what = describe("batch_p2p(" + summary + ")", seq);
+  Pending p;
+  // Receives first, then sends: all are non-blocking, so the order only helps MPI match early.
+  std::vector<const P2POp*> recvs;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const P2POp& op : ops) {
+      const bool is_recv = op.kind == P2POp::Kind::Recv;
+      if (is_recv != (pass == 0)) continue;
+      MPI_Request req;
+      const int count = static_cast<int>(op.tensor.numel());
+      const MPI_Datatype type = mpi_type(op.tensor.dtype());
+      if (is_recv) {
+        mpi_check(MPI_Irecv(op.tensor.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+        recvs.push_back(&op);
+      } else {
+        mpi_check(MPI_Isend(op.tensor.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+      }
+      p.requests.push_back(req);
+      p.keep_alive.push_back(op.tensor);
+    }
+  }
+  // Receives were posted first, so statuses[i] belongs to recvs[i]. A message shorter than
+  // its buffer is reported, not silently accepted.
+  struct Expect {
+    MPI_Datatype type;
+    int64_t count;
+    std::string desc;
+  };
+  std::vector<Expect> expect;
+  for (const P2POp* r : recvs) {
+    expect.push_back({mpi_type(r->tensor.dtype()), r->tensor.numel(),
+                      r->tensor.str() + " from peer " + std::to_string(r->peer)});
+  }
+  return std::make_unique<MpiWork>(*this, what, std::move(p),
+                                   [expect, what](const std::vector<MPI_Status>& statuses) {
+    for (std::size_t i = 0; i < expect.size(); ++i) {
+      MPI_Status st = statuses[i];
+      int got = 0;
+      MPI_Get_count(&st, expect[i].type, &got);
+      if (got != expect[i].count) {
+        throw_error(ErrorCode::InvalidArgument,
+                    what + ": received " + std::to_string(got) + " elements for " + expect[i].desc +
+                        " (sender and receiver disagree on the size)");
+      }
+    }
+  });
+}
+
+WorkPtr MpiCommunicator::barrier() {
+  const uint64_t seq = begin("barrier");
+  const std::string what = describe("barrier", seq);
+  Pending p;
+  MPI_Request req;
+  mpi_check(MPI_Ibarrier(comm_, &req), what);
+  p.requests.push_back(req);
+  return std::make_unique<MpiWork>(*this, what, std::move(p), nullptr);
+}
+
+}  // namespace ptdp

@@ -1,0 +1,63 @@
+// Communicator over an MPI communicator, for CPU tensors (and host-staged device tensors).
+// Operations are MPI's non-blocking ones; waits poll MPI_Testall against the deadline, so a
+// rank that never arrives produces Error(Timeout), not a hang.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/comm/communicator.h"
+
+namespace ptdp {
+
+/// Throws Error(Communication) describing a failed MPI call.
+void mpi_check(int rc, const std::string& what);
+
+class MpiCommunicator final : public Communicator {
+ public:
+  /// Takes ownership of `comm` (freed by the destructor) and sets MPI_ERRORS_RETURN on it.
+  MpiCommunicator(MPI_Comm comm, std::string name, std::vector<int> world_ranks,
+                  CommSettings settings);
+  ~MpiCommunicator() override;
+
+  MPI_Comm comm() const { return comm_; }
+
+  WorkPtr all_reduce(const Tensor& t, ReduceOp op) override;
+  WorkPtr reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) override;
+  WorkPtr all_gather(const Tensor& in, const Tensor& out) override;
+  WorkPtr broadcast(const Tensor& t, int root) override;
+  WorkPtr batch_p2p(const std::vector<P2POp>& ops) override;
+  WorkPtr barrier() override;
+
+  /// Operations abandoned by a timeout (or by dropping their Work) stay here, with the buffers
+  /// MPI may still write, until they complete. Returns how many are still pending.
+  int pending_orphans();
+
+  // Used by MpiWork.
+  struct Pending {
+    std::vector<MPI_Request> requests;
+    std::vector<Tensor> keep_alive;
+  };
+  void adopt(Pending&& p);
+  void fail(const std::string& why) { mark_failed(why); }
+  std::chrono::steady_clock::time_point work_deadline() const { return deadline(); }
+
+ private:
+  /// The collective-consistency check (CommSettings::verify): every rank contributes its
+  /// operation's signature; a disagreement throws InvalidArgument on every rank alike.
+  void verify(const std::string& what, uint64_t seq, int opcode, DType dtype, int64_t count,
+              int64_t extra);
+  int checked_count(int64_t n, const char* what) const;
+
+  MPI_Comm comm_;
+  std::vector<Pending> orphans_;
+};
+
+/// Number of operations abandoned on communicators that no longer exist and still pending
+/// (MPI_Finalize would wait for them forever, so the runtime skips it while this is > 0).
+int mpi_leaked_operations();
+
+}  // namespace ptdp

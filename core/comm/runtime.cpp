@@ -1,0 +1,162 @@
+#include "core/comm/runtime.h"
+
+#include <cstdlib>
+
+#include "kernels/error.h"
+
+#ifdef PTDP_HAVE_MPI
+#include <mpi.h>
+
+#include "core/comm/mpi/mpi_communicator.h"
+#endif
+#ifdef PTDP_HAVE_CUDA
+#include "kernels/cuda/cuda_probe.h"
+#endif
+
+namespace ptdp {
+
+#ifdef PTDP_HAVE_MPI
+struct Runtime::MpiState {
+  MPI_Comm world = MPI_COMM_NULL;  // our duplicate, owned by world_comm_
+};
+
+namespace {
+
+// MPI initialised by ptdp is finalised at exit, after every runtime is gone, unless operations
+// abandoned by a timeout are still pending: MPI_Finalize would then wait for them forever.
+void finalize_mpi_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && mpi_leaked_operations() == 0) MPI_Finalize();
+}
+
+void ensure_mpi_initialized() {
+  int initialized = 0;
+  mpi_check(MPI_Initialized(&initialized), "MPI_Initialized");
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) throw_error(ErrorCode::InvalidState, "MPI has already been finalised in this process");
+  if (initialized) return;
+  int provided = 0;
+  mpi_check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+  std::atexit(finalize_mpi_at_exit);
+}
+
+void require_mpi_initialized(const char* who) {
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized) {
+    throw_error(ErrorCode::InvalidState,
+                std::string(who) + ": MPI is not initialised (call MPI_Init first, or create the "
+                                   "runtime without a communicator to let ptdp initialise MPI)");
+  }
+}
+
+}  // namespace
+#else
+struct Runtime::MpiState {};
+#endif
+
+void Runtime::init_common(const RuntimeOptions& options) {
+  settings_.timeout_s = options.timeout_s > 0 ? options.timeout_s : comm_timeout_from_env();
+  settings_.verify = options.verify_collectives;
+}
+
+std::shared_ptr<Runtime> Runtime::create_self(const RuntimeOptions& options) {
+  std::shared_ptr<Runtime> rt(new Runtime());
+  rt->init_common(options);
+  rt->settings_.world_rank = 0;
+  rt->world_comm_ = std::make_unique<SelfCommunicator>(rt->settings_);
+#ifdef PTDP_HAVE_CUDA
+  rt->gpu_ = cuda::device_count() > 0 ? 0 : -1;
+#endif
+  return rt;
+}
+
+std::shared_ptr<Runtime> Runtime::create(const RuntimeOptions& options) {
+#ifdef PTDP_HAVE_MPI
+  ensure_mpi_initialized();
+  MPI_Comm world = MPI_COMM_WORLD;
+  return create_from_mpi(options, &world);
+#else
+  return create_self(options);
+#endif
+}
+
+std::shared_ptr<Runtime> Runtime::create_from_fortran(const RuntimeOptions& options, int fortran_comm) {
+#ifdef PTDP_HAVE_MPI
+  require_mpi_initialized("create_from_fortran");
+  MPI_Comm c = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm));
+  PTDP_CHECK_ARG(c != MPI_COMM_NULL, "fortran_comm = " + std::to_string(fortran_comm) +
+                                         " is MPI_COMM_NULL or not a communicator handle");
+  return create_from_mpi(options, &c);
+#else
+  (void)options;
+  (void)fortran_comm;
+  throw_error(ErrorCode::Unsupported, "this build of ptdp has no MPI support");
+#endif
+}
+
+std::shared_ptr<Runtime> Runtime::create_from_mpi(const RuntimeOptions& options, const void* mpi_comm) {
+#ifdef PTDP_HAVE_MPI
+  PTDP_CHECK_ARG(mpi_comm != nullptr, "comm is NULL");
+  require_mpi_initialized("create_from_mpi");
+  const MPI_Comm user = *static_cast<const MPI_Comm*>(mpi_comm);
+  PTDP_CHECK_ARG(user != MPI_COMM_NULL, "comm is MPI_COMM_NULL");
+  std::shared_ptr<Runtime> rt(new Runtime());
+  rt->init_common(options);
+  rt->mpi_ = std::make_unique<MpiState>();
+  MPI_Comm dup = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_dup(user, &dup), "MPI_Comm_dup of the caller's communicator");
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  rt->mpi_->world = dup;
+  mpi_check(MPI_Comm_rank(dup, &rt->world_rank_), "MPI_Comm_rank");
+  mpi_check(MPI_Comm_size(dup, &rt->world_size_), "MPI_Comm_size");
+  rt->settings_.world_rank = rt->world_rank_;
+  std::vector<int> all(static_cast<std::size_t>(rt->world_size_));
+  for (int r = 0; r < rt->world_size_; ++r) all[static_cast<std::size_t>(r)] = r;
+  rt->world_comm_ = std::make_unique<MpiCommunicator>(dup, "world group " + format_ranks(all), all, rt->settings_);
+
+  MPI_Comm node = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, rt->world_rank_, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  MPI_Comm_rank(node, &rt->local_rank_);
+  MPI_Comm_size(node, &rt->local_size_);
+  MPI_Comm_free(&node);
+#ifdef PTDP_HAVE_CUDA
+  const int gpus = cuda::device_count();
+  rt->gpu_ = gpus > 0 ? rt->local_rank_ % gpus : -1;
+#endif
+  return rt;
+#else
+  (void)options;
+  (void)mpi_comm;
+  throw_error(ErrorCode::Unsupported, "this build of ptdp has no MPI support");
+#endif
+}
+
+Runtime::~Runtime() { world_comm_.reset(); }
+
+std::unique_ptr<Communicator> Runtime::split(int color, int key, const std::string& name,
+                                             const std::vector<int>& world_ranks) {
+  PTDP_CHECK_ARG(color >= -1, "split: color must be >= -1, got " + std::to_string(color));
+  if (!mpi_) {
+    if (color < 0) return nullptr;
+    return std::make_unique<SelfCommunicator>(settings_, name);
+  }
+#ifdef PTDP_HAVE_MPI
+  MPI_Comm out = MPI_COMM_NULL;
+  mpi_check(MPI_Comm_split(mpi_->world, color < 0 ? MPI_UNDEFINED : color, key, &out),
+            "MPI_Comm_split for " + name);
+  if (out == MPI_COMM_NULL) return nullptr;
+  MPI_Comm_set_errhandler(out, MPI_ERRORS_RETURN);
+  return std::make_unique<MpiCommunicator>(out, name, world_ranks, settings_);
+#else
+  (void)key;
+  (void)world_ranks;
+  return nullptr;
+#endif
+}
+
+}  // namespace ptdp

@@ -1,0 +1,66 @@
+// Runtime: this process's place in the job. Created from a communicator the caller already
+// has (or MPI_COMM_WORLD, initialising MPI when nobody has), it duplicates that communicator
+// so ptdp's traffic never mixes with the caller's, sets MPI_ERRORS_RETURN on its duplicate,
+// finds the ranks sharing this node, and picks the GPU = local rank where GPUs exist.
+// Without MPI in the build, or when MPI is not wanted, it is a world of one.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+
+namespace ptdp {
+
+struct RuntimeOptions {
+  /// Deadline of every blocking wait, seconds; <= 0 means PTDP_COMM_TIMEOUT_S or 300.
+  double timeout_s = 0;
+  /// CommSettings::verify for every communicator of the runtime.
+  bool verify_collectives = true;
+};
+
+class Runtime {
+ public:
+  /// Uses MPI_COMM_WORLD (initialising MPI if it is not yet; then ptdp finalises it at exit).
+  static std::shared_ptr<Runtime> create(const RuntimeOptions& options);
+  /// Duplicates `*mpi_comm` (an MPI_Comm*, typed loosely so this header needs no mpi.h).
+  /// MPI must already be initialised by the caller.
+  static std::shared_ptr<Runtime> create_from_mpi(const RuntimeOptions& options, const void* mpi_comm);
+  /// Duplicates the communicator a Fortran caller holds (MPI_Fint handle).
+  static std::shared_ptr<Runtime> create_from_fortran(const RuntimeOptions& options, int fortran_comm);
+  /// A world of one with no MPI at all.
+  static std::shared_ptr<Runtime> create_self(const RuntimeOptions& options);
+
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  /// The GPU this rank uses (local rank modulo the GPUs present), or -1 when there is none.
+  int gpu() const { return gpu_; }
+  bool uses_mpi() const { return mpi_ != nullptr; }
+  const CommSettings& settings() const { return settings_; }
+
+  Communicator& world() { return *world_comm_; }
+
+  /// Collective over the world: every rank calls it with the color of the group it joins (or
+  /// -1 to join none) and its key (position) in that group. Returns nullptr for color -1.
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& name,
+                                      const std::vector<int>& world_ranks);
+
+ private:
+  struct MpiState;
+  Runtime() = default;
+  void init_common(const RuntimeOptions& options);
+
+  std::unique_ptr<MpiState> mpi_;
+  std::unique_ptr<Communicator> world_comm_;
+  CommSettings settings_;
+  int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, gpu_ = -1;
+};
+
+}  // namespace ptdp

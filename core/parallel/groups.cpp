@@ -1,0 +1,100 @@
+#include "core/parallel/groups.h"
+
+#include <algorithm>
+
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+void check_kind(GroupKind kind) {
+  PTDP_CHECK_ARG(static_cast<int>(kind) >= 0 && static_cast<int>(kind) < kNumGroupKinds,
+                 "kind = " + std::to_string(static_cast<int>(kind)) + " is not a group kind");
+}
+
+std::size_t idx(GroupKind kind) { return static_cast<std::size_t>(kind); }
+
+}  // namespace
+
+Layout ProcessGroups::checked_layout(const Runtime& rt, ParallelConfig config) {
+  PTDP_CHECK_ARG(config.world == 0 || config.world == rt.world_size(),
+                 "world size " + std::to_string(config.world) + " differs from the runtime's " +
+                     std::to_string(rt.world_size()) + " ranks");
+  config.world = rt.world_size();
+  return Layout(config);
+}
+
+ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig config)
+    : runtime_(std::move(runtime)), layout_(checked_layout(*runtime_, config)) {
+  Runtime& rt = *runtime_;
+  // Every rank must build the same layout: compare (t, p, v) across the world first, under the
+  // runtime's timeout, so a mismatch or a missing rank is an error rather than a hang in split.
+  {
+    const int64_t mine[3] = {layout_.tensor(), layout_.pipeline(), layout_.virtual_stages()};
+    int64_t buf[6];
+    for (int i = 0; i < 3; ++i) {
+      buf[2 * i] = mine[i];
+      buf[2 * i + 1] = -mine[i];
+    }
+    Tensor t = Tensor::borrow(buf, {6}, DType::I64);
+    rt.world().all_reduce(t, ReduceOp::Max)->wait();
+    static const char* names[3] = {"tensor parallel size", "pipeline parallel size",
+                                   "virtual pipeline size"};
+    for (int i = 0; i < 3; ++i) {
+      PTDP_CHECK_ARG(buf[2 * i] == -buf[2 * i + 1],
+                     std::string("ranks disagree on the ") + names[i] + ": from " +
+                         std::to_string(-buf[2 * i + 1]) + " to " + std::to_string(buf[2 * i]) +
+                         " (this rank: " + std::to_string(mine[i]) + ")");
+    }
+  }
+  const int me = rt.world_rank();
+  for (int k = 0; k < kNumGroupKinds; ++k) {
+    const auto kind = static_cast<GroupKind>(k);
+    members_[idx(kind)] = layout_.members(kind, me);
+    if (kind == GroupKind::World) continue;  // the runtime's own world communicator
+    const auto groups = layout_.all_groups(kind);
+    const auto& mine = members_[idx(kind)];
+    int color = -1, key = 0;
+    if (!mine.empty()) {
+      color = static_cast<int>(std::find(groups.begin(), groups.end(), mine) - groups.begin());
+      key = static_cast<int>(std::find(mine.begin(), mine.end(), me) - mine.begin());
+    }
+    comms_[idx(kind)] = rt.split(color, key, std::string(group_kind_name(kind)) + " group " +
+                                                 format_ranks(mine), mine);
+  }
+}
+
+bool ProcessGroups::is_member(GroupKind kind) const {
+  check_kind(kind);
+  return !members_[idx(kind)].empty();
+}
+
+int ProcessGroups::rank(GroupKind kind) const {
+  if (!is_member(kind)) return -1;
+  const auto& m = members_[idx(kind)];
+  return static_cast<int>(std::find(m.begin(), m.end(), runtime_->world_rank()) - m.begin());
+}
+
+int ProcessGroups::size(GroupKind kind) const {
+  check_kind(kind);
+  return static_cast<int>(members_[idx(kind)].size());
+}
+
+const std::vector<int>& ProcessGroups::members(GroupKind kind) const {
+  check_kind(kind);
+  return members_[idx(kind)];
+}
+
+Communicator& ProcessGroups::comm(GroupKind kind) const {
+  if (!is_member(kind)) {
+    throw_error(ErrorCode::InvalidState,
+                std::string("world rank ") + std::to_string(runtime_->world_rank()) +
+                    " belongs to no " + group_kind_name(kind) +
+                    " group (only the first and last pipeline stages hold the embedding)");
+  }
+  if (kind == GroupKind::World) return runtime_->world();
+  return *comms_[idx(kind)];
+}
+
+}  // namespace ptdp

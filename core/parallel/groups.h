@@ -1,0 +1,42 @@
+// ProcessGroups: the communicators of one PTD-P layout on a runtime. Creating them is
+// collective over the runtime's world; every rank must pass the same layout, which is checked
+// (with the runtime's timeout) before any communicator is split off.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "core/comm/runtime.h"
+#include "core/parallel/layout.h"
+
+namespace ptdp {
+
+class ProcessGroups {
+ public:
+  /// `config.world` may be 0 (take the runtime's world size); otherwise it must match it.
+  ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig config);
+
+  const Layout& layout() const { return layout_; }
+  Runtime& runtime() const { return *runtime_; }
+
+  bool is_member(GroupKind kind) const;
+  /// Rank in the group, or -1 when this rank belongs to no group of that kind (embedding).
+  int rank(GroupKind kind) const;
+  /// Size of this rank's group, or 0 when it belongs to none.
+  int size(GroupKind kind) const;
+  /// World ranks of this rank's group in group-rank order (empty when it belongs to none).
+  const std::vector<int>& members(GroupKind kind) const;
+  /// The group's communicator; throws Error(InvalidState) when this rank is not a member.
+  Communicator& comm(GroupKind kind) const;
+
+ private:
+  static Layout checked_layout(const Runtime& rt, ParallelConfig config);
+
+  std::shared_ptr<Runtime> runtime_;
+  Layout layout_;
+  std::array<std::vector<int>, kNumGroupKinds> members_;
+  std::array<std::unique_ptr<Communicator>, kNumGroupKinds> comms_;
+};
+
+}  // namespace ptdp

@@ -1,0 +1,99 @@
+#include "core/parallel/layout.h"
+
+#include <algorithm>
+
+#include "kernels/error.h"
+
+namespace ptdp {
+
+const char* group_kind_name(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::World: return "world";
+    case GroupKind::Tensor: return "tensor";
+    case GroupKind::Pipeline: return "pipeline";
+    case GroupKind::Data: return "data";
+    case GroupKind::Model: return "model";
+    case GroupKind::Embedding: return "embedding";
+  }
+  return "?";
+}
+
+Layout::Layout(const ParallelConfig& c) : config_(c) {
+  PTDP_CHECK_ARG(c.world > 0, "world size must be > 0, got " + std::to_string(c.world));
+  PTDP_CHECK_ARG(c.tensor > 0, "tensor parallel size must be > 0, got " + std::to_string(c.tensor));
+  PTDP_CHECK_ARG(c.pipeline > 0, "pipeline parallel size must be > 0, got " + std::to_string(c.pipeline));
+  PTDP_CHECK_ARG(c.virtual_stages > 0,
+                 "virtual pipeline size must be > 0, got " + std::to_string(c.virtual_stages));
+  const long long tp = static_cast<long long>(c.tensor) * c.pipeline;
+  PTDP_CHECK_ARG(c.world % tp == 0,
+                 "world size " + std::to_string(c.world) + " is not divisible by tensor size " +
+                     std::to_string(c.tensor) + " x pipeline size " + std::to_string(c.pipeline) +
+                     " = " + std::to_string(tp));
+  PTDP_CHECK_ARG(c.virtual_stages == 1 || c.pipeline > 1,
+                 "virtual pipeline size " + std::to_string(c.virtual_stages) +
+                     " needs pipeline parallel size > 1, got 1");
+  data_ = static_cast<int>(c.world / tp);
+}
+
+void Layout::check_rank(int rank) const {
+  PTDP_CHECK_ARG(rank >= 0 && rank < world(), "rank " + std::to_string(rank) +
+                                                  " is outside the world of " +
+                                                  std::to_string(world()) + " ranks");
+}
+
+RankCoords Layout::coords(int rank) const {
+  check_rank(rank);
+  const int t = tensor(), d = data();
+  return RankCoords{rank / (d * t), (rank / t) % d, rank % t};
+}
+
+int Layout::rank_of(RankCoords c) const { return c.pp * (data() * tensor()) + c.dp * tensor() + c.tp; }
+
+std::vector<int> Layout::members(GroupKind kind, int rank) const {
+  const RankCoords me = coords(rank);
+  std::vector<int> out;
+  switch (kind) {
+    case GroupKind::World:
+      for (int r = 0; r < world(); ++r) out.push_back(r);
+      break;
+    case GroupKind::Tensor:
+      for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({me.pp, me.dp, i}));
+      break;
+    case GroupKind::Data:
+      for (int j = 0; j < data(); ++j) out.push_back(rank_of({me.pp, j, me.tp}));
+      break;
+    case GroupKind::Pipeline:
+      for (int k = 0; k < pipeline(); ++k) out.push_back(rank_of({k, me.dp, me.tp}));
+      break;
+    case GroupKind::Model:
+      for (int k = 0; k < pipeline(); ++k)
+        for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({k, me.dp, i}));
+      break;
+    case GroupKind::Embedding:
+      if (me.pp == 0 || me.pp == pipeline() - 1) {
+        out.push_back(rank_of({0, me.dp, me.tp}));
+        if (pipeline() > 1) out.push_back(rank_of({pipeline() - 1, me.dp, me.tp}));
+      }
+      break;
+    default:
+      PTDP_CHECK_ARG(false, "group kind " + std::to_string(static_cast<int>(kind)) + " is not a group kind");
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> Layout::all_groups(GroupKind kind) const {
+  std::vector<std::vector<int>> groups;
+  for (int r = 0; r < world(); ++r) {
+    std::vector<int> g = members(kind, r);
+    if (!g.empty() && std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
+  }
+  return groups;
+}
+
+std::string Layout::str() const {
+  return "W=" + std::to_string(world()) + " (t=" + std::to_string(tensor()) + ", p=" +
+         std::to_string(pipeline()) + ", d=" + std::to_string(data()) + ", v=" +
+         std::to_string(virtual_stages()) + ")";
+}
+
+}  // namespace ptdp

@@ -1,0 +1,64 @@
+// The PTD-P rank layout: which world ranks form the tensor, pipeline, data, model-parallel and
+// embedding groups. Megatron's default order: the tensor rank varies fastest, then the data
+// rank, then the pipeline rank (DESIGN.md):
+//   rank = pp_rank * (d * t) + dp_rank * t + tp_rank.
+// Pure arithmetic, no communication: it can describe layouts far larger than the job.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ptdp {
+
+/// Group kinds; the numbers match ptdp_group_kind in the C API.
+enum class GroupKind : int { World = 0, Tensor = 1, Pipeline = 2, Data = 3, Model = 4, Embedding = 5 };
+inline constexpr int kNumGroupKinds = 6;
+const char* group_kind_name(GroupKind kind);
+
+struct ParallelConfig {
+  int world = 1;     ///< W, number of ranks
+  int tensor = 1;    ///< t
+  int pipeline = 1;  ///< p
+  int virtual_stages = 1;  ///< v, model chunks per pipeline rank
+};
+
+/// This rank's coordinates in the (pipeline, data, tensor) grid.
+struct RankCoords {
+  int pp = 0, dp = 0, tp = 0;
+};
+
+class Layout {
+ public:
+  /// Throws Error(InvalidArgument) naming the numbers for an impossible layout: non-positive
+  /// sizes, W not divisible by t*p, or v > 1 with p == 1.
+  explicit Layout(const ParallelConfig& config);
+
+  const ParallelConfig& config() const { return config_; }
+  int world() const { return config_.world; }
+  int tensor() const { return config_.tensor; }
+  int pipeline() const { return config_.pipeline; }
+  int data() const { return data_; }
+  int virtual_stages() const { return config_.virtual_stages; }
+
+  RankCoords coords(int rank) const;
+  int rank_of(RankCoords c) const;
+
+  /// World ranks of the group of `kind` that `rank` belongs to, in group-rank order. For the
+  /// embedding group, a rank on a middle pipeline stage belongs to none: the list is empty.
+  std::vector<int> members(GroupKind kind, int rank) const;
+  /// Every group of `kind`, each in group-rank order (the embedding groups: one per pipeline
+  /// group, holding its first and last stage).
+  std::vector<std::vector<int>> all_groups(GroupKind kind) const;
+
+  std::string str() const;  ///< "W=16 (t=2, p=4, d=2, v=1)"
+
+ private:
+  void check_rank(int rank) const;
+
+  ParallelConfig config_;
+  int data_ = 1;
+};
+
+}  // namespace ptdp

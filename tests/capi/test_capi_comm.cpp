@@ -1,0 +1,186 @@
+// Runtime, groups and collectives through the C API in one process: the Megatron layout
+// example, a world of one, and bad inputs (the multi-rank behaviour is tested under mpiexec in
+// tests/comm).
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ptdp/ptdp.h"
+
+namespace {
+
+std::vector<int32_t> layout(int32_t w, int32_t t, int32_t p, int32_t rank, ptdp_group_kind kind) {
+  ptdp_parallel_options o;
+  ptdp_parallel_options_init(&o);
+  o.tensor_model_parallel_size = t;
+  o.pipeline_model_parallel_size = p;
+  std::vector<int32_t> out(64, -7);
+  int32_t n = -1;
+  REQUIRE(ptdp_layout_members(&o, w, rank, kind, out.data(), 64, &n) == PTDP_SUCCESS);
+  out.resize(static_cast<std::size_t>(n));
+  return out;
+}
+
+std::string err() { return ptdp_last_error(); }
+
+}  // namespace
+
+TEST_CASE("ptdp_layout_members reproduces Megatron's 16-rank example", "[capi][layout]") {
+  using V = std::vector<int32_t>;
+  for (int32_t r = 0; r < 16; ++r) {
+    const int32_t tp0 = r / 2 * 2;
+    CHECK(layout(16, 2, 4, r, PTDP_GROUP_TENSOR) == V{tp0, tp0 + 1});
+  }
+  CHECK(layout(16, 2, 4, 0, PTDP_GROUP_PIPELINE) == V{0, 4, 8, 12});
+  CHECK(layout(16, 2, 4, 13, PTDP_GROUP_PIPELINE) == V{1, 5, 9, 13});
+  CHECK(layout(16, 2, 4, 6, PTDP_GROUP_PIPELINE) == V{2, 6, 10, 14});
+  CHECK(layout(16, 2, 4, 15, PTDP_GROUP_PIPELINE) == V{3, 7, 11, 15});
+  const V data[] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}};
+  for (const V& g : data)
+    for (int32_t r : g) CHECK(layout(16, 2, 4, r, PTDP_GROUP_DATA) == g);
+  CHECK(layout(16, 2, 4, 3, PTDP_GROUP_EMBEDDING) == V{3, 15});
+  CHECK(layout(16, 2, 4, 7, PTDP_GROUP_EMBEDDING).empty());
+  CHECK(layout(16, 2, 4, 7, PTDP_GROUP_WORLD).size() == 16);
+  CHECK(layout(16, 2, 4, 7, PTDP_GROUP_MODEL) == V{2, 3, 6, 7, 10, 11, 14, 15});
+}
+
+TEST_CASE("invalid layouts name the numbers", "[capi][layout][errors]") {
+  ptdp_parallel_options o;
+  ptdp_parallel_options_init(&o);
+  int32_t buf[16], n = -1;
+  o.tensor_model_parallel_size = 3;
+  CHECK(ptdp_layout_members(&o, 8, 0, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("world size 8 is not divisible by tensor size 3 x pipeline size 1 = 3") != std::string::npos);
+  o.tensor_model_parallel_size = 1;
+  o.virtual_pipeline_model_parallel_size = 2;
+  CHECK(ptdp_layout_members(&o, 8, 0, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("virtual pipeline size 2 needs pipeline parallel size > 1") != std::string::npos);
+  o.virtual_pipeline_model_parallel_size = 1;
+  o.pipeline_model_parallel_size = 0;
+  CHECK(ptdp_layout_members(&o, 8, 0, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("pipeline parallel size must be > 0, got 0") != std::string::npos);
+  CHECK(ptdp_layout_members(nullptr, 8, 8, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("world_rank = 8") != std::string::npos);
+  CHECK(ptdp_layout_members(nullptr, 8, 0, static_cast<ptdp_group_kind>(9), buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("kind = 9") != std::string::npos);
+  CHECK(ptdp_layout_members(nullptr, 8, 0, PTDP_GROUP_WORLD, buf, 4, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("capacity = 4") != std::string::npos);
+  CHECK(ptdp_layout_members(nullptr, 8, 0, PTDP_GROUP_WORLD, buf, 16, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("count is NULL") != std::string::npos);
+  CHECK(n == -1);  // never written by a failing call
+}
+
+TEST_CASE("a world of one without MPI runs every collective as a local operation", "[capi][comm]") {
+  ptdp_runtime_options ro;
+  ptdp_runtime_options_init(&ro);
+  ro.use_mpi = 0;
+  ptdp_runtime rt = nullptr;
+  REQUIRE(ptdp_runtime_create(&ro, &rt) == PTDP_SUCCESS);
+  int32_t rank = -1, size = -1, gpu = -2;
+  REQUIRE(ptdp_runtime_world(rt, &rank, &size) == PTDP_SUCCESS);
+  CHECK((rank == 0 && size == 1));
+  REQUIRE(ptdp_runtime_gpu(rt, &gpu) == PTDP_SUCCESS);
+  CHECK(gpu >= -1);
+  ptdp_groups g = nullptr;
+  REQUIRE(ptdp_groups_create(rt, nullptr, &g) == PTDP_SUCCESS);
+  for (ptdp_group_kind k : {PTDP_GROUP_WORLD, PTDP_GROUP_TENSOR, PTDP_GROUP_PIPELINE, PTDP_GROUP_DATA,
+                            PTDP_GROUP_MODEL, PTDP_GROUP_EMBEDDING}) {
+    int32_t r = -1, s = -1, n = -1, m[4] = {-1, -1, -1, -1};
+    REQUIRE(ptdp_groups_rank(g, k, &r) == PTDP_SUCCESS);
+    REQUIRE(ptdp_groups_size(g, k, &s) == PTDP_SUCCESS);
+    REQUIRE(ptdp_groups_members(g, k, m, 4, &n) == PTDP_SUCCESS);
+    CHECK((r == 0 && s == 1 && n == 1 && m[0] == 0));
+  }
+  const float in[4] = {1, 2, 3, 4};
+  const int64_t four = 4, two = 2;
+  ptdp_tensor t = nullptr, out = nullptr;
+  REQUIRE(ptdp_tensor_create(nullptr, 1, &four, in, sizeof in, &t) == PTDP_SUCCESS);
+  REQUIRE(ptdp_tensor_create(nullptr, 1, &four, nullptr, 0, &out) == PTDP_SUCCESS);
+  REQUIRE(ptdp_all_reduce(g, PTDP_GROUP_DATA, t, PTDP_REDUCE_AVG, nullptr) == PTDP_SUCCESS);
+  REQUIRE(ptdp_all_gather(g, PTDP_GROUP_TENSOR, t, out, nullptr) == PTDP_SUCCESS);
+  float back[4];
+  REQUIRE(ptdp_tensor_copy_to_host(out, back, sizeof back) == PTDP_SUCCESS);
+  CHECK(std::vector<float>(back, back + 4) == std::vector<float>{1, 2, 3, 4});
+  // A send to oneself meets its receive in the same batch.
+  ptdp_tensor half = nullptr;
+  REQUIRE(ptdp_tensor_create(nullptr, 1, &two, nullptr, 0, &half) == PTDP_SUCCESS);
+  ptdp_tensor recv = nullptr;
+  REQUIRE(ptdp_tensor_create(nullptr, 1, &four, nullptr, 0, &recv) == PTDP_SUCCESS);
+  ptdp_p2p_op ops[2] = {{PTDP_P2P_SEND, t, 0, 3}, {PTDP_P2P_RECV, recv, 0, 3}};
+  ptdp_work w = nullptr;
+  REQUIRE(ptdp_batch_send_recv(g, PTDP_GROUP_PIPELINE, ops, 2, &w) == PTDP_SUCCESS);
+  int32_t done = 0;
+  REQUIRE(ptdp_work_test(w, &done) == PTDP_SUCCESS);
+  CHECK(done == 1);
+  REQUIRE(ptdp_work_wait(w) == PTDP_SUCCESS);
+  // Groups with live work cannot be destroyed; the runtime with live groups neither.
+  CHECK(ptdp_groups_destroy(g) == PTDP_ERR_INVALID_STATE);
+  CHECK(err().find("ptdp_work") != std::string::npos);
+  CHECK(ptdp_runtime_destroy(rt) == PTDP_ERR_INVALID_STATE);
+  CHECK(err().find("ptdp_groups") != std::string::npos);
+  REQUIRE(ptdp_work_destroy(w) == PTDP_SUCCESS);
+  REQUIRE(ptdp_tensor_copy_to_host(recv, back, sizeof back) == PTDP_SUCCESS);
+  CHECK(std::vector<float>(back, back + 4) == std::vector<float>{1, 2, 3, 4});
+  // An unmatched send to oneself would never complete: refused up front.
+  CHECK(ptdp_send(g, PTDP_GROUP_PIPELINE, t, 0, 0, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("no matching receive") != std::string::npos);
+
+  // Bad inputs name the argument.
+  CHECK(ptdp_all_reduce(g, PTDP_GROUP_DATA, t, static_cast<ptdp_reduce_op>(7), nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("op = 7") != std::string::npos);
+  CHECK(ptdp_all_reduce(g, static_cast<ptdp_group_kind>(-1), t, PTDP_REDUCE_SUM, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("kind = -1") != std::string::npos);
+  CHECK(ptdp_all_reduce(nullptr, PTDP_GROUP_DATA, t, PTDP_REDUCE_SUM, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("groups is NULL") != std::string::npos);
+  CHECK(ptdp_all_gather(g, PTDP_GROUP_DATA, t, half, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("group size 1 x 4") != std::string::npos);
+  CHECK(ptdp_broadcast(g, PTDP_GROUP_DATA, t, 1, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("root = 1") != std::string::npos);
+  CHECK(ptdp_send(g, PTDP_GROUP_DATA, t, 0, -1, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("tag = -1") != std::string::npos);
+  ptdp_p2p_op bad[1] = {{static_cast<ptdp_p2p_kind>(5), t, 0, 0}};
+  CHECK(ptdp_batch_send_recv(g, PTDP_GROUP_DATA, bad, 1, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("ops[0].kind = 5") != std::string::npos);
+  CHECK(ptdp_batch_send_recv(g, PTDP_GROUP_DATA, nullptr, 1, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("ops is NULL") != std::string::npos);
+  ptdp_tensor ints = nullptr;
+  ptdp_tensor_options io;
+  ptdp_tensor_options_init(&io);
+  io.dtype = PTDP_DTYPE_I32;
+  REQUIRE(ptdp_tensor_create(&io, 1, &four, nullptr, 0, &ints) == PTDP_SUCCESS);
+  CHECK(ptdp_all_reduce(g, PTDP_GROUP_DATA, ints, PTDP_REDUCE_AVG, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("avg needs a floating tensor") != std::string::npos);
+  ptdp_work never = reinterpret_cast<ptdp_work>(0x1);
+  ptdp_work keep = never;
+  CHECK(ptdp_all_reduce(g, PTDP_GROUP_DATA, nullptr, PTDP_REDUCE_SUM, &keep) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(keep == never);  // outputs untouched on error
+
+  for (ptdp_tensor x : {t, out, half, recv, ints}) REQUIRE(ptdp_tensor_destroy(x) == PTDP_SUCCESS);
+  REQUIRE(ptdp_groups_destroy(g) == PTDP_SUCCESS);
+  REQUIRE(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
+}
+
+TEST_CASE("runtime options are validated", "[capi][comm][errors]") {
+  ptdp_runtime rt = nullptr;
+  ptdp_runtime_options ro;
+  ptdp_runtime_options_init(&ro);
+  ro.use_mpi = 0;
+  ro.verify_collectives = 3;
+  CHECK(ptdp_runtime_create(&ro, &rt) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("options->verify_collectives = 3") != std::string::npos);
+  ro.verify_collectives = 1;
+  ro.use_mpi = 2;
+  CHECK(ptdp_runtime_create(&ro, &rt) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("options->use_mpi = 2") != std::string::npos);
+  std::memset(&ro, 0, sizeof ro);
+  CHECK(ptdp_runtime_create(&ro, &rt) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("ptdp_runtime_options_init") != std::string::npos);
+  CHECK(ptdp_runtime_create(nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("out is NULL") != std::string::npos);
+  CHECK(rt == nullptr);
+  CHECK(ptdp_runtime_world(nullptr, nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_groups_create(nullptr, nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("runtime is NULL") != std::string::npos);
+}

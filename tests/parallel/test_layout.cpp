@@ -1,0 +1,103 @@
+// The rank layout is pure arithmetic: checked against Megatron's documented example and the
+// closed form for every layout of up to 64 ranks, without starting any process.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+#include "core/parallel/layout.h"
+#include "kernels/error.h"
+
+using ptdp::GroupKind;
+using ptdp::Layout;
+using ptdp::ParallelConfig;
+using Groups = std::vector<std::vector<int>>;
+
+TEST_CASE("16 ranks with t=2, p=4 reproduce Megatron's documented groups", "[layout]") {
+  const Layout l(ParallelConfig{16, 2, 4, 1});
+  CHECK(l.data() == 2);
+  CHECK(l.all_groups(GroupKind::Tensor) ==
+        Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}});
+  CHECK(l.all_groups(GroupKind::Pipeline) ==
+        Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}});
+  CHECK(l.all_groups(GroupKind::Data) ==
+        Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}});
+  CHECK(l.all_groups(GroupKind::Model) ==
+        Groups{{0, 1, 4, 5, 8, 9, 12, 13}, {2, 3, 6, 7, 10, 11, 14, 15}});
+  CHECK(l.all_groups(GroupKind::Embedding) == Groups{{0, 12}, {1, 13}, {2, 14}, {3, 15}});
+  CHECK(l.members(GroupKind::Embedding, 5).empty());  // a middle stage
+  CHECK(l.members(GroupKind::Pipeline, 9) == std::vector<int>{1, 5, 9, 13});
+  CHECK(l.str() == "W=16 (t=2, p=4, d=2, v=1)");
+}
+
+TEST_CASE("every layout up to 64 ranks partitions the world consistently", "[layout]") {
+  for (int w = 1; w <= 64; ++w) {
+    for (int t = 1; t <= w; ++t) {
+      for (int p = 1; p <= w; ++p) {
+        if (w % (t * p) != 0) continue;
+        const Layout l(ParallelConfig{w, t, p, 1});
+        const int d = w / (t * p);
+        INFO("W=" << w << " t=" << t << " p=" << p);
+        for (int r = 0; r < w; ++r) {
+          const auto c = l.coords(r);
+          REQUIRE(l.rank_of(c) == r);
+          REQUIRE(r == c.pp * d * t + c.dp * t + c.tp);
+        }
+        // Tensor, pipeline, data and model groups partition the world; sizes are t, p, d, t*p.
+        const std::pair<GroupKind, int> kinds[] = {
+            {GroupKind::Tensor, t}, {GroupKind::Pipeline, p}, {GroupKind::Data, d}, {GroupKind::Model, t * p}};
+        for (auto [kind, size] : kinds) {
+          const auto groups = l.all_groups(kind);
+          REQUIRE(static_cast<int>(groups.size()) == w / size);
+          std::set<int> seen;
+          for (const auto& g : groups) {
+            REQUIRE(static_cast<int>(g.size()) == size);
+            for (int r : g) {
+              REQUIRE(seen.insert(r).second);
+              // Each member sees the same group, and it contains the member.
+              REQUIRE(l.members(kind, r) == g);
+            }
+          }
+          REQUIRE(static_cast<int>(seen.size()) == w);
+        }
+        // Tensor groups are consecutive; data groups stride t; pipeline groups stride t*d.
+        for (const auto& g : l.all_groups(GroupKind::Tensor))
+          for (std::size_t i = 1; i < g.size(); ++i) REQUIRE(g[i] == g[i - 1] + 1);
+        for (const auto& g : l.all_groups(GroupKind::Data))
+          for (std::size_t i = 1; i < g.size(); ++i) REQUIRE(g[i] == g[i - 1] + t);
+        for (const auto& g : l.all_groups(GroupKind::Pipeline))
+          for (std::size_t i = 1; i < g.size(); ++i) REQUIRE(g[i] == g[i - 1] + t * d);
+        // Embedding: first and last stage of each pipeline; one rank when p == 1.
+        for (const auto& g : l.all_groups(GroupKind::Embedding)) {
+          REQUIRE(static_cast<int>(g.size()) == (p > 1 ? 2 : 1));
+          REQUIRE(l.coords(g.front()).pp == 0);
+          REQUIRE(l.coords(g.back()).pp == p - 1);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("invalid layouts are rejected with the numbers in the message", "[layout]") {
+  const auto message = [](ParallelConfig c) -> std::string {
+    try {
+      Layout l(c);
+    } catch (const ptdp::Error& e) {
+      CHECK(e.code() == ptdp::ErrorCode::InvalidArgument);
+      return e.what();
+    }
+    return "no error";
+  };
+  CHECK(message({12, 5, 1, 1}) == "world size 12 is not divisible by tensor size 5 x pipeline size 1 = 5");
+  CHECK(message({8, 2, 3, 1}).find("not divisible by tensor size 2 x pipeline size 3 = 6") != std::string::npos);
+  CHECK(message({8, 0, 1, 1}) == "tensor parallel size must be > 0, got 0");
+  CHECK(message({8, 1, -2, 1}) == "pipeline parallel size must be > 0, got -2");
+  CHECK(message({8, 1, 1, 0}) == "virtual pipeline size must be > 0, got 0");
+  CHECK(message({0, 1, 1, 1}) == "world size must be > 0, got 0");
+  CHECK(message({8, 2, 1, 2}) == "virtual pipeline size 2 needs pipeline parallel size > 1, got 1");
+  CHECK(message({8, 2, 2, 2}) == "no error");
+  const Layout l(ParallelConfig{8, 2, 2, 1});
+  CHECK_THROWS_AS(l.coords(8), ptdp::Error);
+  CHECK_THROWS_AS(l.members(GroupKind::Tensor, -1), ptdp::Error);
+}
