@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build/tests/cuda/test_cuda_philox_tests-b12d07c.cmake")
-  include("/work/main/build/tests/cuda/test_cuda_philox_tests-b12d07c.cmake")
-else()
-  add_test(test_cuda_philox_NOT_BUILT-b12d07c test_cuda_philox_NOT_BUILT-b12d07c)
-endif()

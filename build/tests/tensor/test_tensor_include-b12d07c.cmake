@@ -1,5 +1,0 @@
-if(EXISTS "/work/main/build/tests/tensor/test_tensor_tests-b12d07c.cmake")
-  include("/work/main/build/tests/tensor/test_tensor_tests-b12d07c.cmake")
-else()
-  add_test(test_tensor_NOT_BUILT-b12d07c test_tensor_NOT_BUILT-b12d07c)
-endif()
