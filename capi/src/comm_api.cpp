@@ -39,10 +39,13 @@ ptdp::RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use
                  "options->verify_collectives = " + std::to_string(o.verify_collectives) + " is not 0 or 1");
   PTDP_CHECK_ARG(o.use_mpi == 0 || o.use_mpi == 1,
                  "options->use_mpi = " + std::to_string(o.use_mpi) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.use_nccl == 0 || o.use_nccl == 1,
+                 "options->use_nccl = " + std::to_string(o.use_nccl) + " is not 0 or 1");
   if (use_mpi) *use_mpi = o.use_mpi == 1;
   ptdp::RuntimeOptions out;
   out.timeout_s = o.comm_timeout_s;
   out.verify_collectives = o.verify_collectives == 1;
+  out.use_nccl = o.use_nccl == 1;
   return out;
 }
 
@@ -91,10 +94,11 @@ ptdp_runtime wrap_runtime(std::shared_ptr<ptdp::Runtime> rt) {
 /// Runs one communication call: resolves the group's communicator, starts the operation, then
 /// either waits for it (work == NULL) or hands back a work handle.
 template <typename Start>
-void communicate(ptdp_groups groups, ptdp_group_kind kind, ptdp_work* work, Start&& start) {
+void communicate(ptdp_groups groups, ptdp_group_kind kind, ptdp::Device device, ptdp_work* work,
+                 Start&& start) {
   ptdp_groups_impl& g = live(groups, "groups");
   const ptdp::GroupKind k = checked_kind(kind);
-  ptdp::Communicator& comm = g.groups->comm(k);
+  ptdp::Communicator& comm = g.groups->comm_for(k, device);
   ptdp::WorkPtr w = start(comm);
   if (work == nullptr) {
     w->wait();
@@ -119,6 +123,7 @@ PTDP_API ptdp_status ptdp_runtime_options_init(ptdp_runtime_options* options) {
     options->comm_timeout_s = 0;
     options->verify_collectives = 1;
     options->use_mpi = 1;
+    options->use_nccl = 1;
   });
 }
 
@@ -276,7 +281,7 @@ PTDP_API ptdp_status ptdp_all_reduce(ptdp_groups groups, ptdp_group_kind kind, p
   return guard(__func__, [&] {
     const ptdp::Tensor& t = live(tensor, "tensor").tensor;
     const ptdp::ReduceOp o = checked_op(op);
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.all_reduce(t, o); });
+    communicate(groups, kind, t.device(), work, [&](ptdp::Communicator& c) { return c.all_reduce(t, o); });
   });
 }
 
@@ -286,7 +291,7 @@ PTDP_API ptdp_status ptdp_reduce_scatter(ptdp_groups groups, ptdp_group_kind kin
     const ptdp::Tensor& a = live(in, "in").tensor;
     const ptdp::Tensor& b = live(out, "out").tensor;
     const ptdp::ReduceOp o = checked_op(op);
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.reduce_scatter(a, b, o); });
+    communicate(groups, kind, a.device(), work, [&](ptdp::Communicator& c) { return c.reduce_scatter(a, b, o); });
   });
 }
 
@@ -295,7 +300,7 @@ PTDP_API ptdp_status ptdp_all_gather(ptdp_groups groups, ptdp_group_kind kind, p
   return guard(__func__, [&] {
     const ptdp::Tensor& a = live(in, "in").tensor;
     const ptdp::Tensor& b = live(out, "out").tensor;
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.all_gather(a, b); });
+    communicate(groups, kind, a.device(), work, [&](ptdp::Communicator& c) { return c.all_gather(a, b); });
   });
 }
 
@@ -303,7 +308,7 @@ PTDP_API ptdp_status ptdp_broadcast(ptdp_groups groups, ptdp_group_kind kind, pt
                                     int32_t root, ptdp_work* work) {
   return guard(__func__, [&] {
     const ptdp::Tensor& t = live(tensor, "tensor").tensor;
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.broadcast(t, root); });
+    communicate(groups, kind, t.device(), work, [&](ptdp::Communicator& c) { return c.broadcast(t, root); });
   });
 }
 
@@ -311,7 +316,7 @@ PTDP_API ptdp_status ptdp_send(ptdp_groups groups, ptdp_group_kind kind, ptdp_te
                                int32_t peer, int32_t tag, ptdp_work* work) {
   return guard(__func__, [&] {
     const ptdp::Tensor& t = live(tensor, "tensor").tensor;
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.send(t, peer, tag); });
+    communicate(groups, kind, t.device(), work, [&](ptdp::Communicator& c) { return c.send(t, peer, tag); });
   });
 }
 
@@ -319,7 +324,7 @@ PTDP_API ptdp_status ptdp_recv(ptdp_groups groups, ptdp_group_kind kind, ptdp_te
                                int32_t peer, int32_t tag, ptdp_work* work) {
   return guard(__func__, [&] {
     const ptdp::Tensor& t = live(tensor, "tensor").tensor;
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.recv(t, peer, tag); });
+    communicate(groups, kind, t.device(), work, [&](ptdp::Communicator& c) { return c.recv(t, peer, tag); });
   });
 }
 
@@ -339,13 +344,19 @@ PTDP_API ptdp_status ptdp_batch_send_recv(ptdp_groups groups, ptdp_group_kind ki
       list.push_back(ptdp::P2POp{op.kind == PTDP_P2P_SEND ? ptdp::P2POp::Kind::Send : ptdp::P2POp::Kind::Recv,
                                  t, op.peer, op.tag});
     }
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.batch_p2p(list); });
+    const ptdp::Device device = list.empty() ? ptdp::Device{} : list.front().tensor.device();
+    for (std::size_t i = 1; i < list.size(); ++i) {
+      PTDP_CHECK_ARG(list[i].tensor.device() == device,
+                     "ops[" + std::to_string(i) + "].tensor is on " + list[i].tensor.device().str() +
+                         ", ops[0].tensor on " + device.str() + "; one batch uses one device");
+    }
+    communicate(groups, kind, device, work, [&](ptdp::Communicator& c) { return c.batch_p2p(list); });
   });
 }
 
 PTDP_API ptdp_status ptdp_barrier(ptdp_groups groups, ptdp_group_kind kind, ptdp_work* work) {
   return guard(__func__, [&] {
-    communicate(groups, kind, work, [&](ptdp::Communicator& c) { return c.barrier(); });
+    communicate(groups, kind, ptdp::Device{}, work, [&](ptdp::Communicator& c) { return c.barrier(); });
   });
 }
 

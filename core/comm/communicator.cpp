@@ -72,6 +72,48 @@ std::chrono::steady_clock::time_point Communicator::deadline() const {
              std::chrono::duration<double>(settings_.timeout_s));
 }
 
+namespace {
+
+const char* signature_op_name(int64_t code) {
+  switch (code) {
+    case 1: return "all_reduce";
+    case 2: return "reduce_scatter";
+    case 3: return "all_gather";
+    case 4: return "broadcast";
+  }
+  return "?";
+}
+
+std::string signature_field(int field, int64_t v) {
+  if (field == 0) return signature_op_name(v);
+  if (field == 1) return dtype_valid(static_cast<int>(v)) ? dtype_name(static_cast<DType>(v)) : "?";
+  return std::to_string(v);
+}
+
+}  // namespace
+
+void Communicator::pack_signature(const Signature& mine, int64_t packed[8]) {
+  const int64_t fields[4] = {mine.op, static_cast<int64_t>(mine.dtype), mine.count, mine.extra};
+  for (int i = 0; i < 4; ++i) {
+    packed[2 * i] = fields[i];
+    packed[2 * i + 1] = -fields[i];
+  }
+}
+
+void Communicator::check_signature(const std::string& what, uint64_t seq, const Signature& mine,
+                                   const int64_t reduced[8]) const {
+  static const char* names[4] = {"operation", "dtype", "element count", "root or reduction"};
+  const int64_t fields[4] = {mine.op, static_cast<int64_t>(mine.dtype), mine.count, mine.extra};
+  for (int i = 0; i < 4; ++i) {
+    const int64_t hi = reduced[2 * i], lo = -reduced[2 * i + 1];
+    if (hi == lo) continue;
+    throw_error(ErrorCode::InvalidArgument,
+                describe(what, seq) + ": ranks disagree on the " + names[i] + " (from " +
+                    signature_field(i, lo) + " to " + signature_field(i, hi) + "; this rank: " +
+                    signature_field(i, fields[i]) + ")");
+  }
+}
+
 void Communicator::check_tensor(const Tensor& t, const char* what) const {
   PTDP_CHECK_ARG(t.defined(), std::string(what) + " is an undefined tensor");
 }

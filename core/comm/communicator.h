@@ -103,6 +103,21 @@ class Communicator {
   void mark_failed(const std::string& why) { failure_ = why; }
   std::chrono::steady_clock::time_point deadline() const;
 
+  /// What every rank contributes to the consistency check of a collective (CommSettings::verify).
+  struct Signature {
+    int64_t op;  ///< one of the kSig* codes
+    DType dtype;
+    int64_t count;
+    int64_t extra;  ///< reduction or root
+  };
+  enum : int64_t { kSigAllReduce = 1, kSigReduceScatter, kSigAllGather, kSigBroadcast };
+  /// Packs (v, -v) per field, so one MAX all-reduce over the group yields each field's max and min.
+  static void pack_signature(const Signature& mine, int64_t packed[8]);
+  /// Throws InvalidArgument on every rank alike when the reduced signature shows that the ranks
+  /// disagree on the operation, dtype, element count or root.
+  void check_signature(const std::string& what, uint64_t seq, const Signature& mine,
+                       const int64_t reduced[8]) const;
+
   // Shared argument checks (throw InvalidArgument naming the argument).
   void check_tensor(const Tensor& t, const char* what) const;
   void check_peer(int peer, const char* what) const;

@@ -61,6 +61,7 @@ struct Runtime::MpiState {};
 void Runtime::init_common(const RuntimeOptions& options) {
   settings_.timeout_s = options.timeout_s > 0 ? options.timeout_s : comm_timeout_from_env();
   settings_.verify = options.verify_collectives;
+  want_nccl_ = options.use_nccl;
 }
 
 std::shared_ptr<Runtime> Runtime::create_self(const RuntimeOptions& options) {
@@ -127,6 +128,9 @@ std::shared_ptr<Runtime> Runtime::create_from_mpi(const RuntimeOptions& options,
 #ifdef PTDP_HAVE_CUDA
   const int gpus = cuda::device_count();
   rt->gpu_ = gpus > 0 ? rt->local_rank_ % gpus : -1;
+#ifdef PTDP_HAVE_NCCL
+  rt->nccl_enabled_ = rt->want_nccl_ && gpus > 0 && rt->local_size_ <= gpus;
+#endif
 #endif
   return rt;
 #else

@@ -18,6 +18,9 @@ struct RuntimeOptions {
   double timeout_s = 0;
   /// CommSettings::verify for every communicator of the runtime.
   bool verify_collectives = true;
+  /// Create NCCL communicators for GPU tensors when NCCL is built in and this rank has a GPU
+  /// of its own (ranks sharing a GPU use MPI, since NCCL refuses two ranks on one device).
+  bool use_nccl = true;
 };
 
 class Runtime {
@@ -43,6 +46,8 @@ class Runtime {
   /// The GPU this rank uses (local rank modulo the GPUs present), or -1 when there is none.
   int gpu() const { return gpu_; }
   bool uses_mpi() const { return mpi_ != nullptr; }
+  /// Whether process groups get NCCL communicators for GPU tensors (see RuntimeOptions).
+  bool nccl_enabled() const { return nccl_enabled_; }
   const CommSettings& settings() const { return settings_; }
 
   Communicator& world() { return *world_comm_; }
@@ -61,6 +66,7 @@ class Runtime {
   std::unique_ptr<Communicator> world_comm_;
   CommSettings settings_;
   int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, gpu_ = -1;
+  bool want_nccl_ = true, nccl_enabled_ = false;
 };
 
 }  // namespace ptdp

@@ -4,6 +4,10 @@
 
 #include "kernels/error.h"
 
+#ifdef PTDP_HAVE_NCCL
+#include "core/comm/nccl/nccl_communicator.h"
+#endif
+
 namespace ptdp {
 
 namespace {
@@ -63,6 +67,29 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
     comms_[idx(kind)] = rt.split(color, key, std::string(group_kind_name(kind)) + " group " +
                                                  format_ranks(mine), mine);
   }
+#ifdef PTDP_HAVE_NCCL
+  if (rt.nccl_enabled()) {
+    for (int k = 0; k < kNumGroupKinds; ++k) {
+      const auto kind = static_cast<GroupKind>(k);
+      if (is_member(kind)) device_comms_[idx(kind)] = make_nccl_communicator(comm(kind), rt.gpu(), rt.settings());
+    }
+  }
+#endif
+}
+
+Communicator& ProcessGroups::comm_for(GroupKind kind, Device device) const {
+  Communicator& host = comm(kind);
+  if (device.type == DeviceType::CPU) return host;
+  const auto& dev = device_comms_[idx(kind)];
+  if (!dev) {
+    throw_error(ErrorCode::Unsupported,
+                std::string("no GPU communicator for the ") + group_kind_name(kind) + " group on " +
+                    device.str() + " (NCCL is not built in, this rank has no GPU of its own, or the "
+                    "runtime was created with use_nccl = 0)");
+  }
+  PTDP_CHECK_ARG(device.index == runtime_->gpu(),
+                 "tensor on " + device.str() + ", but this rank's GPU is cuda:" + std::to_string(runtime_->gpu()));
+  return *dev;
 }
 
 bool ProcessGroups::is_member(GroupKind kind) const {

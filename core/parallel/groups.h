@@ -29,6 +29,9 @@ class ProcessGroups {
   const std::vector<int>& members(GroupKind kind) const;
   /// The group's communicator; throws Error(InvalidState) when this rank is not a member.
   Communicator& comm(GroupKind kind) const;
+  /// The communicator for tensors on `device`: the MPI (or self) one for CPU tensors, the
+  /// NCCL one for GPU tensors. Throws Error(Unsupported) when there is none for the device.
+  Communicator& comm_for(GroupKind kind, Device device) const;
 
  private:
   static Layout checked_layout(const Runtime& rt, ParallelConfig config);
@@ -37,6 +40,7 @@ class ProcessGroups {
   Layout layout_;
   std::array<std::vector<int>, kNumGroupKinds> members_;
   std::array<std::unique_ptr<Communicator>, kNumGroupKinds> comms_;
+  std::array<std::unique_ptr<Communicator>, kNumGroupKinds> device_comms_;  // NCCL, when enabled
 };
 
 }  // namespace ptdp

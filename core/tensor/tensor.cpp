@@ -12,15 +12,28 @@ std::string Device::str() const {
 
 namespace {
 
-void check_device(Device device) {
+// A device this build knows how to address (memory can live there).
+void check_device_addressable(Device device) {
   if (device.type == DeviceType::CPU) {
     PTDP_CHECK_ARG(device.index == 0, "device: cpu has index 0 only, got " + std::to_string(device.index));
     return;
   }
   PTDP_CHECK_ARG(device.type == DeviceType::CUDA,
                  "device: unknown device type " + std::to_string(static_cast<int>(device.type)));
-  throw_error(ErrorCode::Unsupported,
-              "device " + device.str() + ": this build of ptdp has no CUDA backend");
+  PTDP_CHECK_ARG(device.index >= 0, "device: negative cuda index " + std::to_string(device.index));
+#ifndef PTDP_HAVE_CUDA
+  throw_error(ErrorCode::Unsupported, "device " + device.str() + ": this build of ptdp has no CUDA support");
+#endif
+}
+
+// A device whose memory ptdp can allocate and compute on.
+void check_device(Device device) {
+  check_device_addressable(device);
+  if (device.type == DeviceType::CUDA) {
+    throw_error(ErrorCode::Unsupported,
+                "device " + device.str() + ": this build of ptdp has no CUDA compute backend yet; "
+                "only borrowed CUDA memory can be wrapped (for communication)");
+  }
 }
 
 std::size_t checked_bytes(const Shape& shape, DType dtype) {
@@ -80,7 +93,7 @@ Tensor Tensor::from_host(const void* src, const Shape& shape, DType dtype, Devic
 Tensor Tensor::borrow(void* data, const Shape& shape, DType dtype, Device device) {
   const std::size_t bytes = checked_bytes(shape, dtype);
   PTDP_CHECK_ARG(data != nullptr || bytes == 0, "borrow: data is NULL");
-  check_device(device);
+  check_device_addressable(device);
   Tensor t;
   t.storage_ = std::make_shared<Storage>(data, bytes);
   t.shape_ = shape;

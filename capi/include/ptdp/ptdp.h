@@ -330,6 +330,9 @@ typedef struct ptdp_runtime_options {
                                     is reported on every rank instead of being undefined. 0: skip. */
   int32_t use_mpi;             /**< 1 (default): use MPI when the library has it. 0: a world of
                                     one process without MPI. */
+  int32_t use_nccl;            /**< 1 (default): GPU tensors communicate through NCCL when the
+                                    library has it and each rank has a GPU of its own. 0: never
+                                    create NCCL communicators. */
 } ptdp_runtime_options;
 
 /**

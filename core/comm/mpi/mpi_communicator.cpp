@@ -54,18 +54,6 @@ class Backoff {
   int sleep_us_ = 20;
 };
 
-enum Opcode { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast };
-
-const char* opcode_name(int64_t code) {
-  switch (code) {
-    case kAllReduce: return "all_reduce";
-    case kReduceScatter: return "reduce_scatter";
-    case kAllGather: return "all_gather";
-    case kBroadcast: return "broadcast";
-  }
-  return "?";
-}
-
 // One posted operation: its requests, the tensors that must outlive them, and what to do once
 // they complete (finish staging, divide for avg, check received sizes).
 class MpiWork final : public Work {
@@ -194,37 +182,16 @@ int MpiCommunicator::checked_count(int64_t n, const char* what) const {
   return static_cast<int>(n);
 }
 
-void MpiCommunicator::verify(const std::string& what, uint64_t seq, int opcode, DType dtype,
-                             int64_t count, int64_t extra) {
+void MpiCommunicator::verify(const std::string& what, uint64_t seq, const Signature& mine) {
   if (!settings().verify || size() == 1) return;
-  // max over ranks of (v, -v) gives max and -min of each field in one all-reduce.
-  const int64_t fields[4] = {opcode, static_cast<int64_t>(dtype), count, extra};
   int64_t buf[8];
-  for (int i = 0; i < 4; ++i) {
-    buf[2 * i] = fields[i];
-    buf[2 * i + 1] = -fields[i];
-  }
+  pack_signature(mine, buf);
   MPI_Request req;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, 8, MPI_INT64_T, MPI_MAX, comm_, &req),
-            describe(what, seq));
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, 8, MPI_INT64_T, MPI_MAX, comm_, &req), describe(what, seq));
   Pending p;
   p.requests.push_back(req);
   MpiWork(*this, describe(what, seq) + " (consistency check)", std::move(p), nullptr).wait();
-  static const char* names[4] = {"operation", "dtype", "element count", "root"};
-  for (int i = 0; i < 4; ++i) {
-    const int64_t hi = buf[2 * i], lo = -buf[2 * i + 1];
-    if (hi == lo) continue;
-    std::string range = i == 0 ? std::string(opcode_name(lo)) + " and " + opcode_name(hi)
-                        : i == 1 ? std::string(dtype_name(static_cast<DType>(lo))) + " and " +
-                                       dtype_name(static_cast<DType>(hi))
-                                 : std::to_string(lo) + " to " + std::to_string(hi);
-    throw_error(ErrorCode::InvalidArgument,
-                describe(what, seq) + ": ranks disagree on the " + names[i] + " (from " + range +
-                    "; this rank: " +
-                    (i == 0 ? opcode_name(fields[0])
-                            : i == 1 ? dtype_name(dtype) : std::to_string(fields[i]).c_str()) +
-                    ")");
-  }
+  check_signature(what, seq, mine, buf);
 }
 
 WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
@@ -233,7 +200,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   const int count = checked_count(t.numel(), "tensor");
   const uint64_t seq = begin("all_reduce");
   const std::string what = describe(std::string("all_reduce(") + reduce_op_name(op) + ", " + t.str() + ")", seq);
-  verify("all_reduce", seq, kAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op));
+  verify("all_reduce", seq, {kSigAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op)});
   Pending p;
   Tensor buf = is_half(t.dtype()) ? t.to(DType::F32) : t;
   p.keep_alive = {t, buf};
@@ -256,7 +223,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   const int count = checked_count(out.numel(), "out");
   const uint64_t seq = begin("reduce_scatter");
   const std::string what = describe(std::string("reduce_scatter(") + reduce_op_name(op) + ", " + in.str() + ")", seq);
-  verify("reduce_scatter", seq, kReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op));
+  verify("reduce_scatter", seq, {kSigReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op)});
   const bool stage = is_half(in.dtype());
   Tensor src = stage ? in.to(DType::F32) : in;
   Tensor dst = stage ? Tensor::empty(out.shape(), DType::F32, out.device()) : out;
@@ -280,7 +247,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   const int count = checked_count(in.numel(), "in");
   const uint64_t seq = begin("all_gather");
   const std::string what = describe("all_gather(" + in.str() + ")", seq);
-  verify("all_gather", seq, kAllGather, in.dtype(), in.numel(), 0);
+  verify("all_gather", seq, {kSigAllGather, in.dtype(), in.numel(), 0});
   Pending p;
   p.keep_alive = {in, out};
   MPI_Request req;
@@ -296,7 +263,7 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   const int count = checked_count(t.numel(), "tensor");
   const uint64_t seq = begin("broadcast");
   const std::string what = describe("broadcast(" + t.str() + ", root " + std::to_string(root) + ")", seq);
-  verify("broadcast", seq, kBroadcast, t.dtype(), t.numel(), root);
+  verify("broadcast", seq, {kSigBroadcast, t.dtype(), t.numel(), root});
   Pending p;
   p.keep_alive = {t};
   MPI_Request req;

@@ -48,8 +48,7 @@ class MpiCommunicator final : public Communicator {
  private:
   /// The collective-consistency check (CommSettings::verify): every rank contributes its
   /// operation's signature; a disagreement throws InvalidArgument on every rank alike.
-  void verify(const std::string& what, uint64_t seq, int opcode, DType dtype, int64_t count,
-              int64_t extra);
+  void verify(const std::string& what, uint64_t seq, const Signature& mine);
   int checked_count(int64_t n, const char* what) const;
 
   MPI_Comm comm_;
