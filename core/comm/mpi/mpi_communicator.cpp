@@ -36,22 +36,24 @@ MPI_Op mpi_op(ReduceOp op) {
 
 bool is_half(DType t) { return t == DType::BF16 || t == DType::F16; }
 
-// Waits between polls: spin briefly, then back off to at most 1 ms so that oversubscribed
-// ranks leave the cores to the peers they are waiting for.
+// Waits between polls, by time since the wait began: yield for the first millisecond (fast
+// completions keep microsecond latency), then sleep 50 us, and 1 ms once the wait is long, so
+// oversubscribed ranks leave the cores to the peers they are waiting for.
 class Backoff {
  public:
   void pause() {
-    if (++n_ < 32) {
+    const auto waited = std::chrono::steady_clock::now() - start_;
+    if (waited < std::chrono::milliseconds(1)) {
       std::this_thread::yield();
-      return;
+    } else if (waited < std::chrono::milliseconds(100)) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-    sleep_us_ = std::min(sleep_us_ * 2, 1000);
   }
 
  private:
-  int n_ = 0;
-  int sleep_us_ = 20;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 // One posted operation: its requests, the tensors that must outlive them, and what to do once
