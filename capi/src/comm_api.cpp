@@ -376,9 +376,16 @@ PTDP_API ptdp_status ptdp_work_destroy(ptdp_work work) {
   return guard(__func__, [&] {
     if (work == nullptr) return;
     ptdp_work_impl& w = live(work, "work");
-    w.work.reset();  // an operation still in flight is adopted by its communicator
-    --w.owner->dependents;
-    ptdp::capi::release(work);
+    // Drain first, so the result is complete (staging and averaging included) once destroy
+    // returns; the handle is released even when the operation failed or timed out.
+    struct Release {
+      ptdp_work h;
+      ~Release() {
+        --h->owner->dependents;
+        ptdp::capi::release(h);
+      }
+    } release{work};
+    w.work->wait();
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -34,6 +35,17 @@ std::string format_ranks(const std::vector<int>& ranks) {
   std::string s = "[";
   for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s + "]";
+}
+
+std::string format_seconds(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g s", seconds);
+  return buf;
+}
+
+void Communicator::check_tag(int tag) {
+  PTDP_CHECK_ARG(tag >= 0 && tag <= kMaxTag,
+                 "tag = " + std::to_string(tag) + " is outside [0, " + std::to_string(kMaxTag) + "]");
 }
 
 Communicator::Communicator(std::string name, int rank, int size, std::vector<int> world_ranks,
@@ -84,9 +96,13 @@ const char* signature_op_name(int64_t code) {
   return "?";
 }
 
-std::string signature_field(int field, int64_t v) {
+// Field 3 is the reduction of all_reduce and reduce_scatter, the root of broadcast.
+bool field3_is_reduction(int64_t op) { return op == 1 || op == 2; }
+
+std::string signature_field(int field, int64_t v, int64_t op) {
   if (field == 0) return signature_op_name(v);
   if (field == 1) return dtype_valid(static_cast<int>(v)) ? dtype_name(static_cast<DType>(v)) : "?";
+  if (field == 3 && field3_is_reduction(op) && v >= 0 && v <= 3) return reduce_op_name(static_cast<ReduceOp>(v));
   return std::to_string(v);
 }
 
@@ -102,15 +118,18 @@ void Communicator::pack_signature(const Signature& mine, int64_t packed[8]) {
 
 void Communicator::check_signature(const std::string& what, uint64_t seq, const Signature& mine,
                                    const int64_t reduced[8]) const {
-  static const char* names[4] = {"operation", "dtype", "element count", "root or reduction"};
   const int64_t fields[4] = {mine.op, static_cast<int64_t>(mine.dtype), mine.count, mine.extra};
   for (int i = 0; i < 4; ++i) {
     const int64_t hi = reduced[2 * i], lo = -reduced[2 * i + 1];
     if (hi == lo) continue;
+    const std::string name = i == 0   ? "operation"
+                             : i == 1 ? "dtype"
+                             : i == 2 ? "element count"
+                                      : (field3_is_reduction(mine.op) ? "reduction" : "root");
     throw_error(ErrorCode::InvalidArgument,
-                describe(what, seq) + ": ranks disagree on the " + names[i] + " (from " +
-                    signature_field(i, lo) + " to " + signature_field(i, hi) + "; this rank: " +
-                    signature_field(i, fields[i]) + ")");
+                describe(what, seq) + ": ranks disagree on the " + name + " (from " +
+                    signature_field(i, lo, mine.op) + " to " + signature_field(i, hi, mine.op) +
+                    "; this rank: " + signature_field(i, fields[i], mine.op) + ")");
   }
 }
 
@@ -194,7 +213,7 @@ WorkPtr SelfCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
   for (const P2POp& op : ops) {
     check_tensor(op.tensor, "p2p tensor");
     check_peer(op.peer, "peer");
-    PTDP_CHECK_ARG(op.tag >= 0, "tag = " + std::to_string(op.tag) + " is negative");
+    check_tag(op.tag);
     (op.kind == P2POp::Kind::Send ? sends : recvs).push_back(&op);
   }
   // Pair every send with the first unused receive of the same tag; copy only once all match.

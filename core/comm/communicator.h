@@ -34,7 +34,10 @@ struct CommSettings {
   double timeout_s = kDefaultCommTimeoutS;
   /// Before each collective, check that every rank of the group calls the same operation
   /// with the same element count, dtype and root (one small extra all-reduce). Mismatches are
-  /// then reported as Error(InvalidArgument) on every rank instead of being undefined.
+  /// then reported as Error(InvalidArgument) on every rank instead of being undefined. The check
+  /// completes before the operation starts, so a non-blocking collective then returns only once
+  /// every rank of the group has started it: ranks must start collectives on different groups
+  /// in the same order (as MPI requires of blocking ones). Turn it off for full overlap.
   bool verify = true;
   int world_rank = 0;  ///< this process's rank in the runtime's world, for messages
 };
@@ -121,6 +124,7 @@ class Communicator {
   // Shared argument checks (throw InvalidArgument naming the argument).
   void check_tensor(const Tensor& t, const char* what) const;
   void check_peer(int peer, const char* what) const;
+  static void check_tag(int tag);
   void check_reduce(const Tensor& t, ReduceOp op) const;
   void check_chunks(const Tensor& big, const Tensor& chunk, const char* op) const;
 
@@ -155,5 +159,10 @@ class SelfCommunicator final : public Communicator {
 
 /// "[0, 1, 2]".
 std::string format_ranks(const std::vector<int>& ranks);
+/// "2 s", "0.5 s".
+std::string format_seconds(double seconds);
+
+/// Largest point-to-point tag (MPI guarantees at least this much).
+inline constexpr int kMaxTag = 32767;
 
 }  // namespace ptdp

@@ -327,7 +327,11 @@ typedef struct ptdp_runtime_options {
   int32_t verify_collectives;  /**< 1 (default): before each collective, check with one small extra
                                     all-reduce that every rank of the group calls the same
                                     operation with the same size, dtype and root, so a mismatch
-                                    is reported on every rank instead of being undefined. 0: skip. */
+                                    is reported on every rank instead of being undefined. The
+                                    check completes before the operation starts: a non-blocking
+                                    collective then returns once every rank of the group has
+                                    started it, so ranks must start collectives on different
+                                    groups in the same order. 0: skip the check (full overlap). */
   int32_t use_mpi;             /**< 1 (default): use MPI when the library has it. 0: a world of
                                     one process without MPI. */
   int32_t use_nccl;            /**< 1 (default): GPU tensors communicate through NCCL when the
@@ -728,11 +732,15 @@ PTDP_API ptdp_status ptdp_work_wait(ptdp_work work);
 PTDP_API ptdp_status ptdp_work_test(ptdp_work work, int32_t* done);
 
 /**
- * @brief Releases a work handle. An operation still in flight keeps running and its tensors
- *        stay alive until it completes. NULL is accepted and ignored.
+ * @brief Releases a work handle, first waiting (under the runtime's deadline) for an operation
+ *        still in flight, so its result is complete when this returns. The handle is released
+ *        whatever the operation's outcome, which is returned. NULL is accepted and ignored.
  * @param work A work handle, or NULL.
  * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT not a live work handle.
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live work handle (nothing released), or the
+ *         operation failed as in ptdp_work_wait().
+ * @retval PTDP_ERR_TIMEOUT the operation did not complete in time.
+ * @retval PTDP_ERR_COMMUNICATION the operation failed.
  */
 PTDP_API ptdp_status ptdp_work_destroy(ptdp_work work);
 

@@ -57,29 +57,60 @@ class Backoff {
 };
 
 // One posted operation: its requests, the tensors that must outlive them, and what to do once
-// they complete (finish staging, divide for avg, check received sizes).
+// they complete. An error is remembered, so waiting again reports it again.
 class MpiWork final : public Work {
  public:
-  MpiWork(MpiCommunicator& owner, std::string what, MpiCommunicator::Pending pending,
-          std::function<void(const std::vector<MPI_Status>&)> finish)
-      : owner_(owner), what_(std::move(what)), pending_(std::move(pending)), finish_(std::move(finish)) {}
+  MpiWork(MpiCommunicator& owner, std::string what, MpiCommunicator::Pending pending)
+      : owner_(owner), what_(std::move(what)), pending_(std::move(pending)) {}
 
   ~MpiWork() override {
     if (!done_ && !pending_.requests.empty()) owner_.adopt(std::move(pending_));
   }
 
   bool test() override {
+    if (failed_) throw_error(error_code_, error_);
     if (done_) return true;
-    if (abandoned_) throw_error(ErrorCode::InvalidState, what_ + ": already timed out");
+    try {
+      if (!test_requests()) return false;
+    } catch (const Error& e) {
+      done_ = failed_ = true;
+      error_code_ = e.code();
+      error_ = e.what();
+      throw;
+    }
+    return true;
+  }
+
+  void wait() override {
+    const auto deadline = owner_.work_deadline();
+    Backoff backoff;
+    while (!test()) {
+      owner_.progress_orphans();
+      if (std::chrono::steady_clock::now() > deadline) {
+        const std::string why = what_ + ": timed out after " + format_seconds(owner_.settings().timeout_s) +
+                                " waiting for the other ranks of the group";
+        owner_.fail(why);
+        owner_.adopt(std::move(pending_));
+        pending_.requests.clear();
+        done_ = failed_ = true;
+        error_code_ = ErrorCode::Timeout;
+        error_ = why;
+        throw_error(ErrorCode::Timeout, why);
+      }
+      backoff.pause();
+    }
+  }
+
+ private:
+  bool test_requests() {
     int flag = 0;
     std::vector<MPI_Status> statuses(pending_.requests.size());
     const int rc = MPI_Testall(static_cast<int>(pending_.requests.size()), pending_.requests.data(),
                                &flag, statuses.data());
     if (rc != MPI_SUCCESS) {
-      done_ = true;  // MPI completed (with errors) or freed the requests
       std::string detail;
-      for (const MPI_Status& s : statuses) {
-        if (s.MPI_ERROR == MPI_ERR_TRUNCATE) detail = ": a message was longer than the receive buffer";
+      for (const MPI_Status& st : statuses) {
+        if (st.MPI_ERROR == MPI_ERR_TRUNCATE) detail = ": a message was longer than the receive buffer";
       }
       char msg[MPI_MAX_ERROR_STRING];
       int len = 0;
@@ -88,35 +119,17 @@ class MpiWork final : public Work {
     }
     if (!flag) return false;
     done_ = true;
-    if (finish_) finish_(statuses);
+    if (pending_.finish) pending_.finish(statuses);
     return true;
   }
 
-  void wait() override {
-    const auto deadline = owner_.work_deadline();
-    Backoff backoff;
-    while (!test()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        abandoned_ = true;
-        const std::string why = what_ + ": timed out after " +
-                                std::to_string(owner_.settings().timeout_s) +
-                                " s waiting for the other ranks of the group";
-        owner_.fail(why);
-        owner_.adopt(std::move(pending_));
-        pending_.requests.clear();
-        throw_error(ErrorCode::Timeout, why);
-      }
-      backoff.pause();
-    }
-  }
-
- private:
   MpiCommunicator& owner_;
   std::string what_;
   MpiCommunicator::Pending pending_;
-  std::function<void(const std::vector<MPI_Status>&)> finish_;
   bool done_ = false;
-  bool abandoned_ = false;
+  bool failed_ = false;
+  ErrorCode error_code_ = ErrorCode::Internal;
+  std::string error_;
 };
 
 }  // namespace
@@ -165,8 +178,16 @@ int MpiCommunicator::pending_orphans() {
   int left = 0;
   for (auto it = orphans_.begin(); it != orphans_.end();) {
     int flag = 0;
+    std::vector<MPI_Status> statuses(it->requests.size());
     const int rc = MPI_Testall(static_cast<int>(it->requests.size()), it->requests.data(), &flag,
-                               MPI_STATUSES_IGNORE);
+                               statuses.data());
+    if (rc == MPI_SUCCESS && flag && it->finish) {
+      // Nobody waits for this operation any more: finish it, and keep errors to ourselves.
+      try {
+        it->finish(statuses);
+      } catch (...) {
+      }
+    }
     if (rc != MPI_SUCCESS || flag) {
       it = orphans_.erase(it);
     } else {
@@ -192,7 +213,7 @@ void MpiCommunicator::verify(const std::string& what, uint64_t seq, const Signat
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, 8, MPI_INT64_T, MPI_MAX, comm_, &req), describe(what, seq));
   Pending p;
   p.requests.push_back(req);
-  MpiWork(*this, describe(what, seq) + " (consistency check)", std::move(p), nullptr).wait();
+  MpiWork(*this, describe(what, seq) + " (consistency check)", std::move(p)).wait();
   check_signature(what, seq, mine, buf);
 }
 
@@ -201,6 +222,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   check_reduce(t, op);
   const int count = checked_count(t.numel(), "tensor");
   const uint64_t seq = begin("all_reduce");
+  progress_orphans();
   const std::string what = describe(std::string("all_reduce(") + reduce_op_name(op) + ", " + t.str() + ")", seq);
   verify("all_reduce", seq, {kSigAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op)});
   Pending p;
@@ -210,10 +232,11 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf.raw(), count, mpi_type(buf.dtype()), mpi_op(op), comm_, &req), what);
   p.requests.push_back(req);
   const int n = size();
-  return std::make_unique<MpiWork>(*this, what, std::move(p), [t, buf, op, n](const std::vector<MPI_Status>&) {
+  p.finish = [t, buf, op, n](const std::vector<MPI_Status>&) {
     if (op == ReduceOp::Avg) buf.backend().scale(buf.data<float>(), 1.0f / static_cast<float>(n), buf.numel());
     if (buf.raw() != t.raw()) buf.backend().cast(buf.raw(), DType::F32, t.raw(), t.dtype(), t.numel());
-  });
+  };
+  return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
 WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
@@ -224,6 +247,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   checked_count(in.numel(), "in");
   const int count = checked_count(out.numel(), "out");
   const uint64_t seq = begin("reduce_scatter");
+  progress_orphans();
   const std::string what = describe(std::string("reduce_scatter(") + reduce_op_name(op) + ", " + in.str() + ")", seq);
   verify("reduce_scatter", seq, {kSigReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op)});
   const bool stage = is_half(in.dtype());
@@ -235,10 +259,11 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   mpi_check(MPI_Ireduce_scatter_block(src.raw(), dst.raw(), count, mpi_type(src.dtype()), mpi_op(op), comm_, &req), what);
   p.requests.push_back(req);
   const int n = size();
-  return std::make_unique<MpiWork>(*this, what, std::move(p), [out, dst, op, n](const std::vector<MPI_Status>&) {
+  p.finish = [out, dst, op, n](const std::vector<MPI_Status>&) {
     if (op == ReduceOp::Avg) dst.backend().scale(dst.data<float>(), 1.0f / static_cast<float>(n), dst.numel());
     if (dst.raw() != out.raw()) dst.backend().cast(dst.raw(), DType::F32, out.raw(), out.dtype(), out.numel());
-  });
+  };
+  return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
 WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
@@ -248,6 +273,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   checked_count(out.numel(), "out");
   const int count = checked_count(in.numel(), "in");
   const uint64_t seq = begin("all_gather");
+  progress_orphans();
   const std::string what = describe("all_gather(" + in.str() + ")", seq);
   verify("all_gather", seq, {kSigAllGather, in.dtype(), in.numel(), 0});
   Pending p;
@@ -256,7 +282,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   const MPI_Datatype type = mpi_type(in.dtype());
   mpi_check(MPI_Iallgather(in.raw(), count, type, out.raw(), count, type, comm_, &req), what);
   p.requests.push_back(req);
-  return std::make_unique<MpiWork>(*this, what, std::move(p), nullptr);
+  return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
 WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
@@ -264,6 +290,7 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   check_peer(root, "root");
   const int count = checked_count(t.numel(), "tensor");
   const uint64_t seq = begin("broadcast");
+  progress_orphans();
   const std::string what = describe("broadcast(" + t.str() + ", root " + std::to_string(root) + ")", seq);
   verify("broadcast", seq, {kSigBroadcast, t.dtype(), t.numel(), root});
   Pending p;
@@ -271,18 +298,18 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   MPI_Request req;
   mpi_check(MPI_Ibcast(t.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
   p.requests.push_back(req);
-  return std::make_unique<MpiWork>(*this, what, std::move(p), nullptr);
+  return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
 WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
   for (const P2POp& op : ops) {
     check_tensor(op.tensor, "p2p tensor");
     check_peer(op.peer, "peer");
-    PTDP_CHECK_ARG(op.tag >= 0 && op.tag <= 32767,
-                   "tag = " + std::to_string(op.tag) + " is outside [0, 32767]");
+    check_tag(op.tag);
     checked_count(op.tensor.numel(), "p2p tensor");
   }
   const uint64_t seq = begin("batch_p2p");
+  progress_orphans();
   std::string summary;
   for (const P2POp& op : ops) {
     summary += (summary.empty() ? "" : ", ") + std::string(op.kind == P2POp::Kind::Send ? "send " : "recv ") +
@@ -322,8 +349,7 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
     expect.push_back({mpi_type(r->tensor.dtype()), r->tensor.numel(),
                       r->tensor.str() + " from peer " + std::to_string(r->peer)});
   }
-  return std::make_unique<MpiWork>(*this, what, std::move(p),
-                                   [expect, what](const std::vector<MPI_Status>& statuses) {
+  p.finish = [expect, what](const std::vector<MPI_Status>& statuses) {
     for (std::size_t i = 0; i < expect.size(); ++i) {
       MPI_Status st = statuses[i];
       int got = 0;
@@ -334,17 +360,19 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
                         " (sender and receiver disagree on the size)");
       }
     }
-  });
+  };
+  return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
 WorkPtr MpiCommunicator::barrier() {
   const uint64_t seq = begin("barrier");
+  progress_orphans();
   const std::string what = describe("barrier", seq);
   Pending p;
   MPI_Request req;
   mpi_check(MPI_Ibarrier(comm_, &req), what);
   p.requests.push_back(req);
-  return std::make_unique<MpiWork>(*this, what, std::move(p), nullptr);
+  return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
 }  // namespace ptdp

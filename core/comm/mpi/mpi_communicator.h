@@ -40,8 +40,13 @@ class MpiCommunicator final : public Communicator {
   struct Pending {
     std::vector<MPI_Request> requests;
     std::vector<Tensor> keep_alive;
+    /// Runs once the requests complete (finish staging, divide for avg, check sizes); also for
+    /// operations whose Work was dropped while in flight.
+    std::function<void(const std::vector<MPI_Status>&)> finish;
   };
   void adopt(Pending&& p);
+  /// Tests abandoned operations and finishes those that completed.
+  void progress_orphans() { pending_orphans(); }
   void fail(const std::string& why) { mark_failed(why); }
   std::chrono::steady_clock::time_point work_deadline() const { return deadline(); }
 

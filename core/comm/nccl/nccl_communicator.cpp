@@ -146,7 +146,7 @@ class NcclCommunicator final : public Communicator {
     for (const P2POp& op : ops) {
       check_device_tensor(op.tensor, "p2p tensor");
       check_peer(op.peer, "peer");
-      PTDP_CHECK_ARG(op.tag >= 0, "tag = " + std::to_string(op.tag) + " is negative");
+      check_tag(op.tag);
       keep.push_back(op.tensor);
     }
     const uint64_t seq = begin("batch_p2p");
@@ -261,8 +261,8 @@ void NcclWork::wait() {
   int sleep_us = 10;
   while (!test()) {
     if (std::chrono::steady_clock::now() > deadline) {
-      const std::string why = what_ + ": timed out after " + std::to_string(owner_.settings().timeout_s) +
-                              " s; the NCCL communicator was aborted";
+      const std::string why = what_ + ": timed out after " + format_seconds(owner_.settings().timeout_s) +
+                              "; the NCCL communicator was aborted";
       owner_.abort_after_timeout(why);
       done_ = true;  // the abort released the kernels; nothing is left to wait for
       throw_error(ErrorCode::Timeout, why);
