@@ -37,6 +37,10 @@ ctest --test-dir "$build" -LE gpu -j"$(nproc)" 2>&1 | tail -n 5 | tee -a "$repor
 
 say "== benchmarks"
 "$build/bench/bench_kernels" --quick --json "$out/bench_kernels.json" 2>&1 | tee -a "$report"
+say "-- bench_comm on the GPU (NCCL, 1 rank per GPU)"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+mpirun --allow-run-as-root --oversubscribe -np "$(( ngpu > 0 ? ngpu : 1 ))" \
+  "$build/bench/bench_comm" --device cuda --json "$out/bench_comm_cuda.json" 2>&1 | tee -a "$report"
 
 say "== done, status $status"
 exit $status
