@@ -149,6 +149,14 @@ bool expect_vec(const std::vector<T>& got, const std::vector<T>& want, const std
   return expect(false, check, str(want), got_s);
 }
 
+/// MPI_Init, then this process's rank and the world size (the rank also labels failures).
+inline void start(int* argc, char*** argv, int* rank, int* size) {
+  MPI_Init(argc, argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  g_rank = *rank;
+}
+
 /// Sums the failures over MPI_COMM_WORLD; rank 0 prints the summary. Returns the exit code.
 inline int finish(const char* program) {
   long local[2] = {g_passed, g_failed};

@@ -269,11 +269,8 @@ void check_layout(ptdp_runtime rt, const ct::Layout& L, int me) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int world_rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  ct::g_rank = world_rank;
+  ct::start(&argc, &argv, &world_rank, &world_size);
 
   bool self = false;
   std::vector<const char*> specs;

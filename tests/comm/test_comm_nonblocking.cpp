@@ -195,11 +195,8 @@ void work_handle_errors(ptdp_groups g) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int world_rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  ct::g_rank = world_rank;
+  ct::start(&argc, &argv, &world_rank, &world_size);
 
   ptdp_runtime_options ro = ct::runtime_options();
   ptdp_runtime rt = nullptr;

@@ -29,11 +29,8 @@ constexpr double kSlack = 5.0;  // the deadline may be overshot by this much on 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
   int me = 0, W = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &me);
-  MPI_Comm_size(MPI_COMM_WORLD, &W);
-  ct::g_rank = me;
+  ct::start(&argc, &argv, &me, &W);
   const std::string mode = argc > 1 ? argv[1] : "";
   const int last = W - 1;
 
