@@ -16,6 +16,8 @@
 
 #include <cblas.h>
 #include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -220,7 +222,36 @@ struct Stats {
   double best_s = 0.0;
   int64_t iters = 0;  // calls per run
   int runs = 0;
+  double other_cores = -1.0;  // cores other processes kept busy while timing; < 0: unknown
 };
+
+/// A row is flagged when other processes kept more than this many cores busy while it ran.
+constexpr double kContendedCores = 0.25;
+
+/// User + system CPU time of this process so far.
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/// CPU seconds all processes on the machine have spent busy so far (Linux /proc/stat; -1
+/// where it cannot be read). Minus this process's own CPU time it shows whether anything else
+/// competed for the cores during the run.
+double machine_busy_seconds() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1.0;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                     steal = 0;
+  const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice,
+                              &system, &idle, &iowait, &irq, &softirq, &steal);
+  std::fclose(f);
+  const long tick = sysconf(_SC_CLK_TCK);
+  if (got < 7 || tick <= 0) return -1.0;
+  return static_cast<double>(user + nice + system + irq + softirq + steal) /
+         static_cast<double>(tick);
+}
 
 // ---- results ---------------------------------------------------------------------------------
 
@@ -294,7 +325,6 @@ class Bench {
     print_machine();
     bench_peak();
     bench_gemms();
-    begin_mem_table();
     bench_bias();
     bench_gelu();
     bench_layernorm();
@@ -310,8 +340,13 @@ class Bench {
       return 0;
     }
     if (mem_header_printed_) std::printf("\n");
-    if (results_.empty()) std::printf("No benchmark matches --filter '%s'.\n", o_.filter.c_str());
-    std::printf("Total time: %.1f s\n", seconds_since(start_));
+    if (results_.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "No benchmark matches --filter '%s' (see --list).\n",
+                   o_.filter.c_str());
+      return 1;
+    }
+    print_cpu_usage();
     if (!o_.json_path.empty() && !write_json()) return 1;
     return any_error_ ? 1 : 0;
   }
@@ -325,6 +360,10 @@ class Bench {
   bool any_error_ = false;
   bool mem_header_printed_ = false;
   Clock::time_point start_ = Clock::now();
+  double start_cpu_ = cpu_seconds();
+  double start_machine_busy_ = machine_busy_seconds();
+  double wall_s_ = 0.0, cores_busy_ = 0.0, other_cores_busy_ = -1.0;
+  bool any_contended_ = false;
   std::string blas_config_, blas_core_;
   int blas_threads_ = 0;
 
@@ -355,6 +394,8 @@ class Bench {
       be_.synchronize();
     }
     std::vector<double> per_call;
+    const double machine0 = machine_busy_seconds();
+    const double cpu0 = cpu_seconds();
     // First run: repeat until min_time has passed; it fixes the calls per run.
     int64_t iters = 0;
     const auto t0 = Clock::now();
@@ -375,8 +416,14 @@ class Bench {
       be_.synchronize();
       per_call.push_back(seconds_since(t) / static_cast<double>(iters));
     }
-    std::sort(per_call.begin(), per_call.end());
     Stats st;
+    const double wall = seconds_since(t0);
+    const double machine1 = machine_busy_seconds();
+    if (machine0 >= 0.0 && machine1 >= 0.0 && wall > 0.0) {
+      st.other_cores = std::max(0.0, (machine1 - machine0) - (cpu_seconds() - cpu0)) / wall;
+      if (st.other_cores > kContendedCores) any_contended_ = true;
+    }
+    std::sort(per_call.begin(), per_call.end());
     const std::size_t n = per_call.size();
     st.median_s = n % 2 ? per_call[n / 2] : 0.5 * (per_call[n / 2 - 1] + per_call[n / 2]);
     st.best_s = per_call.front();
@@ -415,7 +462,41 @@ class Bench {
     std::printf("  timing          : warm-up + %d runs of >= %.2f s each; median (best) per call\n",
                 o_.runs, o_.min_time);
     if (!o_.filter.empty()) std::printf("  filter          : '%s'\n", o_.filter.c_str());
+    // Other processes sharing the cores (a parallel build, say) skew every number below, and
+    // OpenMP's barriers suffer most: the load average before, and the footer's count of
+    // other processes' CPU time during the run, make that visible.
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+      double l1 = 0.0, l5 = 0.0;
+      if (std::fscanf(f, "%lf %lf", &l1, &l5) == 2)
+        std::printf("  load average    : %.2f (1 min), %.2f (5 min)\n", l1, l5);
+      std::fclose(f);
+    }
     std::printf("\n");
+  }
+
+  static const char* contended_mark(const Stats& st) {
+    return st.other_cores > kContendedCores ? "  *" : "";
+  }
+
+  /// Wall time, and how many cores this process kept busy on average: well below the thread
+  /// count means the threads waited for the CPU (or for each other).
+  void print_cpu_usage() {
+    const double wall = seconds_since(start_);
+    const double cpu = cpu_seconds() - start_cpu_;
+    std::printf("Total time: %.1f s wall, %.1f s CPU (%.2f cores busy on average, %d threads)\n",
+                wall, cpu, wall > 0.0 ? cpu / wall : 0.0, omp_get_max_threads());
+    wall_s_ = wall;
+    cores_busy_ = wall > 0.0 ? cpu / wall : 0.0;
+    const double machine = machine_busy_seconds();
+    if (machine >= 0.0 && start_machine_busy_ >= 0.0 && wall > 0.0) {
+      const double others = std::max(0.0, machine - start_machine_busy_ - cpu) / wall;
+      other_cores_busy_ = others;
+      std::printf("Other processes kept %.2f cores busy on average during the run.\n", others);
+    }
+    if (any_contended_)
+      std::printf("* marks rows timed while other processes kept more than %.2f cores busy: "
+                  "their numbers are skewed, rerun on an idle machine.\n",
+                  kContendedCores);
   }
 
   // -- 1. OpenBLAS peak ------------------------------------------------------------------------
@@ -459,9 +540,9 @@ class Bench {
       peak_gflops_ = r.flops / r.st.median_s * 1e-9;
       const int threads = omp_get_max_threads();
       std::printf("   %.3f ms per call (best %.3f ms), %.1f GFLOP/s = %.1f GFLOP/s per thread "
-                  "(%d threads)\n\n",
+                  "(%d threads)%s\n\n",
                   r.st.median_s * 1e3, r.st.best_s * 1e3, peak_gflops_, peak_gflops_ / threads,
-                  threads);
+                  threads, contended_mark(r.st));
     } catch (const std::exception& e) {
       r.error = e.what();
       any_error_ = true;
@@ -593,9 +674,9 @@ class Bench {
       const double gflops = r.flops / r.st.median_s * 1e-9;
       std::printf(" %10.3f %10.3f %9.1f", r.st.median_s * 1e3, r.st.best_s * 1e3, gflops);
       if (peak_gflops_ > 0.0)
-        std::printf(" %6.1f%%\n", 100.0 * gflops / peak_gflops_);
+        std::printf(" %6.1f%%%s\n", 100.0 * gflops / peak_gflops_, contended_mark(r.st));
       else
-        std::printf(" %7s\n", "-");
+        std::printf(" %7s%s\n", "-", contended_mark(r.st));
     } else {
       any_error_ = true;
       std::printf("  %s\n", r.error.c_str());
@@ -720,14 +801,8 @@ class Bench {
 
   // -- 3. memory-bound ops ---------------------------------------------------------------------
 
-  void begin_mem_table() {
-    if (o_.list) return;
-    pending_mem_header_ = true;
-  }
-  bool pending_mem_header_ = false;
-
   void print_mem_header() {
-    if (!pending_mem_header_ || mem_header_printed_) return;
+    if (mem_header_printed_) return;
     mem_header_printed_ = true;
     std::printf("3. Memory-bound ops (GB/s over the minimum bytes each op must read and write)\n");
     std::printf("   %-20s %-30s %10s %10s %10s %9s\n", "name", "shape", "MB moved", "ms",
@@ -767,8 +842,8 @@ class Bench {
       r.error = std::string("ERROR: ") + e.what();
     }
     if (r.ok) {
-      std::printf(" %10.3f %10.3f %9.1f\n", r.st.median_s * 1e3, r.st.best_s * 1e3,
-                  bytes / r.st.median_s * 1e-9);
+      std::printf(" %10.3f %10.3f %9.1f%s\n", r.st.median_s * 1e3, r.st.best_s * 1e3,
+                  bytes / r.st.median_s * 1e-9, contended_mark(r.st));
     } else {
       any_error_ = true;
       std::printf("  %s\n", r.error.c_str());
@@ -1027,6 +1102,10 @@ class Bench {
     s += "  \"filter\": \"" + json_escape(o_.filter) + "\",\n";
     s += "  \"peak_gflops\": " + (peak_gflops_ > 0.0 ? json_number(peak_gflops_) : "null") +
          ",\n";
+    s += "  \"wall_s\": " + json_number(wall_s_) + ",\n";
+    s += "  \"cores_busy\": " + json_number(cores_busy_) + ",\n";
+    s += "  \"other_cores_busy\": " +
+         (other_cores_busy_ >= 0.0 ? json_number(other_cores_busy_) : "null") + ",\n";
     s += "  \"results\": [";
     bool first = true;
     for (const auto& r : results_) {
@@ -1046,6 +1125,8 @@ class Bench {
              ", \"ms_best\": " + json_number(r.st.best_s * 1e3) +
              ", \"iters_per_run\": " + std::to_string(r.st.iters) +
              ", \"runs\": " + std::to_string(r.st.runs);
+        if (r.st.other_cores >= 0.0)
+          s += ", \"other_cores_busy\": " + json_number(r.st.other_cores);
         if (r.section != "mem") {
           const double gflops = r.flops / r.st.median_s * 1e-9;
           s += ", \"gflops\": " + json_number(gflops);
