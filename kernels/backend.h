@@ -40,14 +40,14 @@ struct GemmDesc {
 /// splits along the sequence (dim 0), heads (dim 1) and hidden features (dim 2), so random
 /// masks drawn from the global index are the same for every parallel layout.
 struct GlobalBlock {
-  int64_t shape[3] = {0, 1, 1};
-  int64_t global_shape[3] = {0, 1, 1};
+  int64_t shape[3] = {1, 1, 0};
+  int64_t global_shape[3] = {1, 1, 0};
   int64_t offset[3] = {0, 0, 0};
 
-  /// A block that is the whole flat tensor of n elements.
+  /// A block that is the whole flat tensor of n elements (kept in the contiguous last dim).
   static GlobalBlock flat(int64_t n) {
     GlobalBlock b;
-    b.shape[0] = b.global_shape[0] = n;
+    b.shape[2] = b.global_shape[2] = n;
     return b;
   }
   int64_t numel() const { return shape[0] * shape[1] * shape[2]; }

@@ -45,19 +45,26 @@ struct PhiloxStream {
   uint64_t stream = 0;
 };
 
-/// The 32 random bits that belong to global element `index` of `s`.
-PTDP_HD uint32_t philox_bits(PhiloxStream s, uint64_t index) {
-  const uint64_t block = index >> 2;
+/// The four 32-bit words of block `block` of `s`: those of global elements 4*block .. 4*block+3.
+PTDP_HD Philox4x32 philox_block(PhiloxStream s, uint64_t block) {
   const Philox4x32 ctr{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
                         static_cast<uint32_t>(s.stream), static_cast<uint32_t>(s.stream >> 32)}};
-  const Philox4x32 out = philox4x32_10(ctr, static_cast<uint32_t>(s.seed),
-                                       static_cast<uint32_t>(s.seed >> 32));
-  return out.v[index & 3u];
+  return philox4x32_10(ctr, static_cast<uint32_t>(s.seed), static_cast<uint32_t>(s.seed >> 32));
 }
 
-/// Uniform float in [0, 1) with 24 random bits for global element `index`.
+/// The 32 random bits that belong to global element `index` of `s`.
+PTDP_HD uint32_t philox_bits(PhiloxStream s, uint64_t index) {
+  return philox_block(s, index >> 2).v[index & 3u];
+}
+
+/// 32 random bits to a uniform float in [0, 1) with 24 random bits.
+PTDP_HD float philox_bits_to_uniform(uint32_t bits) {
+  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f);
+}
+
+/// Uniform float in [0, 1) for global element `index`.
 PTDP_HD float philox_uniform(PhiloxStream s, uint64_t index) {
-  return static_cast<float>(philox_bits(s, index) >> 8) * (1.0f / 16777216.0f);
+  return philox_bits_to_uniform(philox_bits(s, index));
 }
 
 /// Standard normal for global element `index` by Box-Muller on two 32-bit words drawn from
