@@ -142,6 +142,13 @@ class Backend {
   virtual void scale(float* x, float alpha, int64_t n) = 0;
   /// Sets n elements of type t to value (converted to t).
   virtual void fill(void* x, DType t, double value, int64_t n) = 0;
+  /// Copies a [rows, cols] f32 sub-matrix between buffers with leading dimensions ld_dst and
+  /// ld_src (>= cols): gathers column shards into one matrix and slices them out again.
+  virtual void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+                       int64_t cols) = 0;
+  /// Sets a [rows, cols] f32 sub-matrix with leading dimension ld to value (e.g. -inf over the
+  /// logits of padded vocabulary rows).
+  virtual void fill_2d(float* x, int64_t ld, int64_t rows, int64_t cols, float value) = 0;
   /// Converts n elements; src and dst may be any floating dtype (f32, bf16, f16).
   virtual void cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) = 0;
   /// Sum of squares of n elements, accumulated in double (grad-norm building block).

@@ -45,6 +45,9 @@ class CpuBackend final : public Backend {
   void axpy(float alpha, const float* x, float* y, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void fill(void* x, DType t, double value, int64_t n) override;
+  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+               int64_t cols) override;
+  void fill_2d(float* x, int64_t ld, int64_t rows, int64_t cols, float value) override;
   void cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
