@@ -10,6 +10,7 @@
 
 #include "capi/src/api_guard.h"
 #include "core/comm/runtime.h"
+#include "core/model/gpt.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
 
@@ -34,8 +35,19 @@ struct ptdp_groups_impl {
   uint64_t magic = kLive;
   ptdp_runtime_impl* owner = nullptr;
   std::unique_ptr<ptdp::ProcessGroups> groups;
-  std::atomic<int> dependents{0};  // live ptdp_work
+  std::atomic<int> dependents{0};  // live ptdp_work, ptdp_model, ptdp_layer
 };
+
+struct ptdp_model_impl {
+  static constexpr uint64_t kLive = 0x707464706d646c31ull;  // "ptdpmdl1"
+  static constexpr const char* kType = "ptdp_model";
+  uint64_t magic = kLive;
+  ptdp_groups_impl* owner = nullptr;
+  ptdp::TensorParallel tp;
+  std::unique_ptr<ptdp::GptModel> model;
+};
+
+struct ptdp_layer_impl;  // capi/src/layer_api.cpp
 
 struct ptdp_work_impl {
   static constexpr uint64_t kLive = 0x7074647077726b31ull;  // "ptdpwrk1"
@@ -56,6 +68,22 @@ Impl& live(Impl* handle, const char* name) {
   PTDP_CHECK_ARG(handle->magic == Impl::kLive,
                  std::string(name) + " is not a live " + Impl::kType + " (already destroyed?)");
   return *handle;
+}
+
+/// The tensor-parallel group of `groups` for CPU tensors.
+inline TensorParallel tensor_parallel(const ptdp_groups_impl& g) {
+  TensorParallel tp;
+  tp.comm = &g.groups->comm(GroupKind::Tensor);
+  tp.rank = g.groups->rank(GroupKind::Tensor);
+  tp.size = g.groups->size(GroupKind::Tensor);
+  return tp;
+}
+
+/// A new tensor handle owning a reference to `t`.
+inline ptdp_tensor wrap_tensor(Tensor t) {
+  auto* h = new ptdp_tensor_impl;
+  h->tensor = std::move(t);
+  return h;
 }
 
 /// Marks a handle dead and frees it.

@@ -42,11 +42,7 @@ ptdp::Device checked_device(ptdp_device device, int32_t index, const std::string
   return ptdp::Device{static_cast<ptdp::DeviceType>(device), index};
 }
 
-ptdp_tensor wrap(ptdp::Tensor&& t) {
-  auto* impl = new ptdp_tensor_impl;
-  impl->tensor = std::move(t);
-  return impl;
-}
+ptdp_tensor wrap(ptdp::Tensor&& t) { return ptdp::capi::wrap_tensor(std::move(t)); }
 
 }  // namespace
 

@@ -746,6 +746,346 @@ PTDP_API ptdp_status ptdp_work_destroy(ptdp_work work);
 
 /** @} */
 
+/* ---------------------------------------------------------------------------------------- */
+/** @name GPT model
+ *  A GPT-2 (pre-LN, learned positions, GeLU, tied LM head) split over the tensor group of a
+ *  ptdp_groups. Parameters are named and shaped as in Megatron-Core's GPT
+ *  (`embedding.word_embeddings.weight` [V_padded, h], `decoder.layers.{i}.self_attention.
+ *  linear_qkv.weight` [3h, h], ...), start from a pure function of (seed, name, element index)
+ *  and draw dropout masks keyed by (seed, iteration, microbatch, layer, element index), so every
+ *  tensor-parallel size computes the serial run's loss and gradients.
+ *  @{ */
+
+/** Activation recomputation (Megatron's `--recompute-granularity`). */
+typedef enum ptdp_recompute {
+  PTDP_RECOMPUTE_NONE = 0,     /**< Keep every activation. */
+  PTDP_RECOMPUTE_FULL = 1,     /**< Keep each layer's input; re-run its forward before its backward. */
+  PTDP_RECOMPUTE_SELECTIVE = 2 /**< Recompute only the attention probabilities. */
+} ptdp_recompute;
+
+/** GPT shape and settings, with Megatron-LM's names. Initialise with ptdp_gpt_options_init(). */
+typedef struct ptdp_gpt_options {
+  size_t struct_size;                   /**< Set by ptdp_gpt_options_init(). */
+  int32_t num_layers;                   /**< Transformer layers; default 2. */
+  int32_t hidden_size;                  /**< h; default 64. */
+  int32_t num_attention_heads;          /**< a; must divide h, and t must divide a; default 4. */
+  int32_t ffn_hidden_size;              /**< MLP width; 0 (default) means 4h. */
+  int32_t vocab_size;                   /**< V, the true vocabulary; default 256. */
+  int32_t make_vocab_size_divisible_by; /**< The vocabulary is padded to a multiple of this times t;
+                                             padded rows never change the loss. Default 128. */
+  int32_t seq_length;                   /**< s, tokens per sample; default 32. */
+  int32_t max_position_embeddings;      /**< Rows of the position table; 0 (default) means s. */
+  float hidden_dropout;                 /**< Default 0.1. */
+  float attention_dropout;              /**< Default 0.1. */
+  float init_method_std;                /**< Normal init std; output projections use
+                                             std / sqrt(2 * num_layers). Default 0.02. */
+  float layernorm_epsilon;              /**< Default 1e-5. */
+  int32_t untie_embeddings_and_output_weights; /**< 1: a separate `output_layer.weight`. Default 0. */
+  ptdp_recompute recompute_granularity; /**< Default ::PTDP_RECOMPUTE_NONE. */
+  uint64_t seed;                        /**< Initialisation and dropout seed; default 1234. */
+} ptdp_gpt_options;
+
+/** Opaque handle to a model. */
+typedef struct ptdp_model_impl* ptdp_model;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options);
+
+/**
+ * @brief Builds a GPT split over the tensor group of @p groups and initialises its parameters.
+ * @param groups Live groups; they must outlive the model. Their pipeline size must be 1 (the
+ *        pipeline scheduler builds pipelined models).
+ * @param options Shape and settings; NULL for the defaults.
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT a config that cannot be built, named with its numbers: a
+ *         non-positive size, heads not divisible by t, hidden not divisible by heads, ffn not
+ *         divisible by t, seq_length above max_position_embeddings, a dropout outside [0, 1).
+ * @retval PTDP_ERR_UNSUPPORTED pipeline size > 1.
+ * @par Thread safety
+ * Collective over the tensor group.
+ */
+PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_options* options, ptdp_model* out);
+
+/**
+ * @brief Releases a model. NULL is accepted and ignored.
+ * @param model A model handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live model handle.
+ */
+PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model);
+
+/**
+ * @brief Forward and backward of one microbatch; adds the gradients of
+ *        mean loss * @p grad_scale to the model's gradients.
+ * @param model A live model.
+ * @param tokens @p micro_batch_size * seq_length token ids, row-major [b, s], in [0, V).
+ * @param labels The same shape: the next token of each position, in [0, V).
+ * @param micro_batch_size b, > 0.
+ * @param iteration Optimizer step; keys the dropout masks.
+ * @param microbatch Index of the microbatch within the iteration; keys the dropout masks.
+ * @param grad_scale Factor on the gradients (e.g. 1 / number of microbatches).
+ * @param[out] loss Receives the mean loss over the b * s tokens; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL tokens or labels, b <= 0, an id outside the
+ *         vocabulary (named with its index).
+ * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
+ * @par Thread safety
+ * Collective over the tensor group; all ranks pass the same tokens and labels.
+ */
+PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                                 int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
+                                                 float grad_scale, float* loss);
+
+/**
+ * @brief Forward only (evaluation): the mean loss, nothing kept, gradients untouched.
+ * @param model A live model.
+ * @param tokens As in ptdp_model_forward_backward().
+ * @param labels As in ptdp_model_forward_backward().
+ * @param micro_batch_size b, > 0.
+ * @param iteration Keys the dropout masks when @p training is 1.
+ * @param microbatch Keys the dropout masks when @p training is 1.
+ * @param training 1: dropout on; 0: off.
+ * @param[out] loss Receives the mean loss; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_forward_backward(), or NULL @p loss.
+ * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
+ * @par Thread safety
+ * Collective over the tensor group.
+ */
+PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                        int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
+                                        int32_t training, float* loss);
+
+/**
+ * @brief Sets every gradient to zero.
+ * @param model A live model.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live model handle.
+ */
+PTDP_API ptdp_status ptdp_model_zero_grad(ptdp_model model);
+
+/**
+ * @brief Number of named parameters.
+ * @param model A live model.
+ * @param[out] count Receives the count; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL output.
+ */
+PTDP_API ptdp_status ptdp_model_num_params(ptdp_model model, int32_t* count);
+
+/**
+ * @brief Name, global shape and partition dimension of parameter @p index.
+ * @param model A live model.
+ * @param index 0 to ptdp_model_num_params() - 1.
+ * @param[out] name Receives the NUL-terminated name; may be NULL when @p name_capacity is 0.
+ * @param name_capacity Bytes @p name can hold, terminator included.
+ * @param[out] ndim Receives 1 or 2; may be NULL.
+ * @param[out] global_shape Receives ndim extents (room for 2); may be NULL.
+ * @param[out] partition_dim Receives -1 (the same on every tensor rank), 0 (rows split) or
+ *             1 (columns split); may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, index out of range, or a name longer than
+ *         @p name_capacity - 1 (nothing written).
+ */
+PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char* name, size_t name_capacity,
+                                           int32_t* ndim, int64_t* global_shape, int32_t* partition_dim);
+
+/**
+ * @brief Copies the full global-shape value of a parameter, gathered from the tensor ranks,
+ *        into host memory.
+ * @param model A live model.
+ * @param name A parameter name.
+ * @param[out] host Room for the global element count.
+ * @param bytes Size of @p host in bytes; must be at least global elements * 4.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, unknown name, NULL @p host, @p bytes too small.
+ * @par Thread safety
+ * Collective over the tensor group.
+ */
+PTDP_API ptdp_status ptdp_model_get_param(ptdp_model model, const char* name, float* host, size_t bytes);
+
+/**
+ * @brief Sets a parameter from its full global-shape value; each rank keeps its slice. Every
+ *        tensor rank must pass the same value. No communication.
+ * @param model A live model.
+ * @param name A parameter name.
+ * @param host The global-shape value.
+ * @param bytes Size of @p host in bytes; must equal global elements * 4.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, unknown name, NULL @p host, @p bytes mismatched.
+ */
+PTDP_API ptdp_status ptdp_model_set_param(ptdp_model model, const char* name, const float* host, size_t bytes);
+
+/**
+ * @brief Copies the full global-shape gradient of a parameter, gathered from the tensor
+ *        ranks, into host memory.
+ * @param model A live model.
+ * @param name A parameter name.
+ * @param[out] host Room for the global element count.
+ * @param bytes Size of @p host in bytes; must be at least global elements * 4.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_get_param().
+ * @par Thread safety
+ * Collective over the tensor group.
+ */
+PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, float* host, size_t bytes);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Parallel layers
+ *  The tensor-parallel building blocks on their own, for users who build their own models.
+ *  Each layer owns its parameters (initialised from @p seed like the model's) and gradients;
+ *  activations are kept per microbatch between forward and backward, so several microbatches
+ *  can be in flight. Tensors are f32 (token ids and labels i32) with the row count N first.
+ *  @{ */
+
+/** Opaque handle to a parallel layer. */
+typedef struct ptdp_layer_impl* ptdp_layer;
+
+/**
+ * @brief A column-parallel linear layer y = x W^T + b, W [out, in] split by output features.
+ * @param groups Live groups; the layer is split over their tensor group, which must outlive it.
+ * @param in_features Input width (the same input on every tensor rank).
+ * @param out_features Global output width; divisible by t.
+ * @param bias 1 for a bias (split like the output), 0 without.
+ * @param gather_output 1: forward returns [N, out] on every rank; 0: this rank's [N, out/t].
+ * @param init_std Weights are normal(0, init_std); the bias starts at zero.
+ * @param seed Initialisation seed (parameter "weight" and "bias" keyed by name).
+ * @param[out] out Receives the handle; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT non-positive sizes, out_features not divisible by t, bad flags.
+ */
+PTDP_API ptdp_status ptdp_column_parallel_linear_create(ptdp_groups groups, int64_t in_features,
+                                                        int64_t out_features, int32_t bias, int32_t gather_output,
+                                                        float init_std, uint64_t seed, ptdp_layer* out);
+
+/**
+ * @brief A row-parallel linear layer y = sum over ranks of x_r W_r^T, + b: W [out, in] split by
+ *        input features; the input arrives split ([N, in/t], e.g. a column-parallel output).
+ * @param groups Live groups (tensor group used).
+ * @param in_features Global input width; divisible by t.
+ * @param out_features Output width.
+ * @param bias 1 for a bias (the same on every rank, added after the sum), 0 without.
+ * @param init_std Weights are normal(0, init_std).
+ * @param seed Initialisation seed.
+ * @param[out] out Receives the handle; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT non-positive sizes, in_features not divisible by t.
+ */
+PTDP_API ptdp_status ptdp_row_parallel_linear_create(ptdp_groups groups, int64_t in_features, int64_t out_features,
+                                                     int32_t bias, float init_std, uint64_t seed, ptdp_layer* out);
+
+/**
+ * @brief A vocabulary-parallel embedding: table [vocab, hidden] split by rows; forward takes
+ *        i32 ids [N] and returns [N, hidden] on every rank.
+ * @param groups Live groups (tensor group used).
+ * @param vocab Rows of the table; divisible by t.
+ * @param hidden Width.
+ * @param init_std Normal init std.
+ * @param seed Initialisation seed.
+ * @param[out] out Receives the handle; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT non-positive sizes, vocab not divisible by t.
+ */
+PTDP_API ptdp_status ptdp_vocab_parallel_embedding_create(ptdp_groups groups, int64_t vocab, int64_t hidden,
+                                                          float init_std, uint64_t seed, ptdp_layer* out);
+
+/**
+ * @brief Cross-entropy over vocabulary-parallel logits [N, padded_vocab / t] that never gathers
+ *        them; columns of ids >= @p vocab are padding and take no part. Forward takes the logits
+ *        and i32 labels [N] and returns per-token losses [N]; backward takes dloss [N] and
+ *        returns dlogits.
+ * @param groups Live groups (tensor group used).
+ * @param vocab The true vocabulary size.
+ * @param padded_vocab Global logit width; >= @p vocab and divisible by t.
+ * @param[out] out Receives the handle; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT non-positive sizes, padded_vocab < vocab or not divisible by t.
+ */
+PTDP_API ptdp_status ptdp_vocab_parallel_cross_entropy_create(ptdp_groups groups, int64_t vocab,
+                                                              int64_t padded_vocab, ptdp_layer* out);
+
+/**
+ * @brief Runs a layer's forward for one microbatch and keeps what its backward needs.
+ * @param layer A live layer.
+ * @param microbatch Key of the activation slot (any integer; one forward per key until its backward).
+ * @param input [N, in] f32 (linear layers), i32 ids [N] (embedding), logits (cross-entropy).
+ * @param labels i32 [N] for the cross-entropy; NULL for the other layers.
+ * @param[out] output Receives a new tensor (the caller destroys it); must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, wrong shapes or dtypes, labels missing or given
+ *         to a layer that takes none.
+ * @retval PTDP_ERR_INVALID_STATE @p microbatch is already in flight.
+ * @par Thread safety
+ * Collective over the tensor group.
+ */
+PTDP_API ptdp_status ptdp_layer_forward(ptdp_layer layer, int64_t microbatch, ptdp_tensor input, ptdp_tensor labels,
+                                        ptdp_tensor* output);
+
+/**
+ * @brief Runs a layer's backward for one microbatch: the input gradient and the parameter
+ *        gradients (added to the layer's gradients), then frees the microbatch's slot.
+ * @param layer A live layer.
+ * @param microbatch The key passed to ptdp_layer_forward().
+ * @param grad_output Gradient of the forward output (dloss [N] for the cross-entropy).
+ * @param[out] grad_input Receives a new tensor with the input gradient; must be NULL for the
+ *             embedding (ids have none) and non-NULL otherwise.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, shapes not matching the forward.
+ * @retval PTDP_ERR_INVALID_STATE no forward ran for @p microbatch.
+ * @par Thread safety
+ * Collective over the tensor group.
+ */
+PTDP_API ptdp_status ptdp_layer_backward(ptdp_layer layer, int64_t microbatch, ptdp_tensor grad_output,
+                                         ptdp_tensor* grad_input);
+
+/**
+ * @brief A tensor viewing this rank's slice of a layer parameter ("weight" or "bias"); writing
+ *        it changes the layer. Destroy the handle when done (the layer keeps the storage).
+ * @param layer A live linear or embedding layer.
+ * @param which "weight" or "bias".
+ * @param[out] out Receives the view; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL arguments, or no such parameter.
+ */
+PTDP_API ptdp_status ptdp_layer_param(ptdp_layer layer, const char* which, ptdp_tensor* out);
+
+/**
+ * @brief A tensor viewing this rank's slice of a parameter's gradient.
+ * @param layer A live linear or embedding layer.
+ * @param which "weight" or "bias".
+ * @param[out] out Receives the view; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL arguments, or no such parameter.
+ */
+PTDP_API ptdp_status ptdp_layer_grad(ptdp_layer layer, const char* which, ptdp_tensor* out);
+
+/**
+ * @brief Sets the layer's gradients to zero.
+ * @param layer A live layer.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live layer handle.
+ */
+PTDP_API ptdp_status ptdp_layer_zero_grad(ptdp_layer layer);
+
+/**
+ * @brief Releases a layer. NULL is accepted and ignored. Tensors viewing its parameters keep
+ *        their storage alive.
+ * @param layer A layer handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live layer handle.
+ */
+PTDP_API ptdp_status ptdp_layer_destroy(ptdp_layer layer);
+
+/** @} */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,0 +1,225 @@
+// The GPT model through the C API.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "capi/src/handles.h"
+#include "core/model/param_io.h"
+
+static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
+static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
+static_assert(PTDP_RECOMPUTE_SELECTIVE == static_cast<int>(ptdp::Recompute::Selective));
+
+namespace {
+
+using ptdp::capi::guard;
+using ptdp::capi::live;
+using ptdp::capi::require_non_null;
+
+constexpr std::size_t kGptOptionsV1Size = sizeof(ptdp_gpt_options);
+
+ptdp::GptConfig gpt_config(const ptdp_gpt_options* user) {
+  ptdp_gpt_options defaults;
+  ptdp_gpt_options_init(&defaults);
+  const ptdp_gpt_options o =
+      ptdp::capi::read_options(user, defaults, kGptOptionsV1Size, "options", "ptdp_gpt_options_init");
+  PTDP_CHECK_ARG(o.untie_embeddings_and_output_weights == 0 || o.untie_embeddings_and_output_weights == 1,
+                 "options->untie_embeddings_and_output_weights = " +
+                     std::to_string(o.untie_embeddings_and_output_weights) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.recompute_granularity >= PTDP_RECOMPUTE_NONE && o.recompute_granularity <= PTDP_RECOMPUTE_SELECTIVE,
+                 "options->recompute_granularity = " + std::to_string(static_cast<int>(o.recompute_granularity)) +
+                     " is not a ptdp_recompute");
+  ptdp::GptConfig c;
+  c.num_layers = o.num_layers;
+  c.hidden_size = o.hidden_size;
+  c.num_attention_heads = o.num_attention_heads;
+  c.ffn_hidden_size = o.ffn_hidden_size;
+  c.vocab_size = o.vocab_size;
+  c.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
+  c.seq_length = o.seq_length;
+  c.max_position_embeddings = o.max_position_embeddings;
+  c.hidden_dropout = o.hidden_dropout;
+  c.attention_dropout = o.attention_dropout;
+  c.init_method_std = o.init_method_std;
+  c.layernorm_epsilon = o.layernorm_epsilon;
+  c.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
+  c.recompute = static_cast<ptdp::Recompute>(o.recompute_granularity);
+  c.seed = o.seed;
+  return c;
+}
+
+ptdp::Step step_of(int64_t iteration, int64_t microbatch, bool training) {
+  ptdp::Step s;
+  s.iteration = iteration;
+  s.microbatch = microbatch;
+  s.training = training;
+  return s;
+}
+
+int param_index(const ptdp_model_impl& m, const char* name) {
+  require_non_null(name, "name");
+  return m.model->params().index(name);
+}
+
+std::size_t global_bytes(const ptdp::ParamInfo& p) {
+  return static_cast<std::size_t>(p.global_shape.numel()) * sizeof(float);
+}
+
+}  // namespace
+
+extern "C" {
+
+PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options) {
+  return guard(__func__, [&] {
+    require_non_null(options, "options");
+    const ptdp::GptConfig d;
+    *options = ptdp_gpt_options{};
+    options->struct_size = sizeof(ptdp_gpt_options);
+    options->num_layers = d.num_layers;
+    options->hidden_size = d.hidden_size;
+    options->num_attention_heads = d.num_attention_heads;
+    options->ffn_hidden_size = d.ffn_hidden_size;
+    options->vocab_size = d.vocab_size;
+    options->make_vocab_size_divisible_by = d.make_vocab_size_divisible_by;
+    options->seq_length = d.seq_length;
+    options->max_position_embeddings = d.max_position_embeddings;
+    options->hidden_dropout = d.hidden_dropout;
+    options->attention_dropout = d.attention_dropout;
+    options->init_method_std = d.init_method_std;
+    options->layernorm_epsilon = d.layernorm_epsilon;
+    options->untie_embeddings_and_output_weights = d.tie_embeddings ? 0 : 1;
+    options->recompute_granularity = PTDP_RECOMPUTE_NONE;
+    options->seed = d.seed;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_options* options, ptdp_model* out) {
+  return guard(__func__, [&] {
+    ptdp_groups_impl& g = live(groups, "groups");
+    require_non_null(out, "out");
+    const ptdp::GptConfig cfg = gpt_config(options);
+    const int p = g.groups->layout().pipeline();
+    if (p != 1) {
+      ptdp::throw_error(ptdp::ErrorCode::Unsupported,
+                        "groups have pipeline size " + std::to_string(p) +
+                            "; a model split into pipeline stages is built by the pipeline scheduler");
+    }
+    auto h = std::make_unique<ptdp_model_impl>();
+    h->owner = &g;
+    h->tp = ptdp::capi::tensor_parallel(g);
+    h->model = std::make_unique<ptdp::GptModel>(cfg, h->tp);
+    ++g.dependents;
+    *out = h.release();
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model) {
+  return guard(__func__, [&] {
+    if (model == nullptr) return;
+    ptdp_model_impl& m = live(model, "model");
+    --m.owner->dependents;
+    ptdp::capi::release(model);
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                                 int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
+                                                 float grad_scale, float* loss) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    require_non_null(tokens, "tokens");
+    require_non_null(labels, "labels");
+    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
+    const float l = m.model->forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
+                                              grad_scale);
+    if (loss) *loss = l;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                        int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
+                                        int32_t training, float* loss) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    require_non_null(tokens, "tokens");
+    require_non_null(labels, "labels");
+    require_non_null(loss, "loss");
+    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
+    PTDP_CHECK_ARG(training == 0 || training == 1, "training = " + std::to_string(training) + " is not 0 or 1");
+    *loss = m.model->forward_loss(tokens, labels, micro_batch_size, step_of(iteration, microbatch, training == 1));
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_zero_grad(ptdp_model model) {
+  return guard(__func__, [&] { live(model, "model").model->params().zero_grads(); });
+}
+
+PTDP_API ptdp_status ptdp_model_num_params(ptdp_model model, int32_t* count) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    require_non_null(count, "count");
+    *count = m.model->params().size();
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char* name, size_t name_capacity,
+                                           int32_t* ndim, int64_t* global_shape, int32_t* partition_dim) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    const ptdp::ParamTable& t = m.model->params();
+    PTDP_CHECK_ARG(index >= 0 && index < t.size(), "index = " + std::to_string(index) + " is outside [0, " +
+                                                       std::to_string(t.size()) + ")");
+    const ptdp::ParamInfo& p = t.info(index);
+    if (name_capacity > 0) {
+      require_non_null(name, "name");
+      PTDP_CHECK_ARG(p.name.size() < name_capacity, "name_capacity = " + std::to_string(name_capacity) +
+                                                        " cannot hold '" + p.name + "' and its terminator");
+      std::memcpy(name, p.name.c_str(), p.name.size() + 1);
+    }
+    if (ndim) *ndim = p.global_shape.ndim();
+    if (global_shape)
+      for (int d = 0; d < p.global_shape.ndim(); ++d) global_shape[d] = p.global_shape[d];
+    if (partition_dim) *partition_dim = p.partition_dim;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_get_param(ptdp_model model, const char* name, float* host, size_t bytes) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    const int i = param_index(m, name);
+    require_non_null(host, "host");
+    const ptdp::ParamInfo& p = m.model->params().info(i);
+    PTDP_CHECK_ARG(bytes >= global_bytes(p), "bytes = " + std::to_string(bytes) + " is smaller than the " +
+                                                 std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
+                                                 p.global_shape.str());
+    ptdp::gather_global(m.model->params(), i, m.model->params().param(i), m.tp, host);
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_set_param(ptdp_model model, const char* name, const float* host, size_t bytes) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    const int i = param_index(m, name);
+    require_non_null(host, "host");
+    const ptdp::ParamInfo& p = m.model->params().info(i);
+    PTDP_CHECK_ARG(bytes == global_bytes(p), "bytes = " + std::to_string(bytes) + " does not match the " +
+                                                 std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
+                                                 p.global_shape.str());
+    ptdp::scatter_global(m.model->params(), i, host, m.model->params().param(i));
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, float* host, size_t bytes) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    const int i = param_index(m, name);
+    require_non_null(host, "host");
+    const ptdp::ParamInfo& p = m.model->params().info(i);
+    PTDP_CHECK_ARG(bytes >= global_bytes(p), "bytes = " + std::to_string(bytes) + " is smaller than the " +
+                                                 std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
+                                                 p.global_shape.str());
+    ptdp::gather_global(m.model->params(), i, m.model->params().grad(i), m.tp, host);
+  });
+}
+
+}  // extern "C"

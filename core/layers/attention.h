@@ -1,0 +1,45 @@
+// Causal self-attention with a/t heads per tensor rank, in the [s, b, h] layout: the QKV
+// projection is column-parallel (rows grouped per head: head 0's q, k, v, then head 1's ...),
+// so each rank owns its heads end to end; scores and context are strided-batched GEMMs that
+// read Q, K and V straight out of the [s, b, a/t, 3, dh] projection (no transposes); the output
+// projection is row-parallel.
+#pragma once
+
+#include <string>
+
+#include "core/layers/linear.h"
+#include "core/model/gpt_config.h"
+
+namespace ptdp {
+
+class SelfAttention {
+ public:
+  SelfAttention(ParamTable& params, const std::string& prefix, const GptConfig& cfg, int layer,
+                TensorParallel tp);
+
+  /// x [s*b, h] (layer-normed) -> [s*b, h] (after the output projection and its bias).
+  Tensor forward(const Tensor& x, const Step& step);
+  Tensor backward_input(const Tensor& dy, const Step& step);
+  void backward_weight(const Step& step);
+  void release(const Step& step);
+
+ private:
+  struct Slot {
+    Tensor qkv;    // [s, b, a/t, 3, dh]
+    Tensor probs;  // [b, a/t, s, s] after softmax; empty under selective recomputation
+    Tensor probs_dropped;  // after attention dropout (the same tensor when dropout is off)
+  };
+  DropoutDesc probs_dropout(int64_t b, const Step& step) const;
+  // Softmax (and dropout) of the scores of qkv.
+  void attention_probs(const Tensor& qkv, int64_t b, const Step& step, Tensor& probs, Tensor& dropped) const;
+
+  const GptConfig& cfg_;
+  int layer_;
+  TensorParallel tp_;
+  int64_t heads_local_, dh_;
+  ColumnParallelLinear qkv_;
+  RowParallelLinear proj_;
+  Slots<Slot> slots_;
+};
+
+}  // namespace ptdp

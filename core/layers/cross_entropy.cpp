@@ -1,0 +1,58 @@
+#include "core/layers/cross_entropy.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace ptdp {
+
+VocabParallelCrossEntropy::VocabParallelCrossEntropy(int64_t vocab, int64_t vocab_start, int64_t local_vocab,
+                                                     TensorParallel tp)
+    : vocab_(vocab), vocab_start_(vocab_start), local_vocab_(local_vocab), tp_(tp),
+      slots_("vocab-parallel cross-entropy") {
+  PTDP_CHECK_ARG(vocab > 0 && local_vocab > 0 && vocab_start >= 0,
+                 "cross-entropy: vocab " + std::to_string(vocab) + ", slice [" + std::to_string(vocab_start) +
+                     ", +" + std::to_string(local_vocab) + ") is invalid");
+}
+
+Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& labels, const Step& step) {
+  PTDP_CHECK_ARG(labels.dtype() == DType::I32, "labels must be i32, got " + labels.str());
+  const int64_t n = rows_of(logits, local_vocab_, "logits");
+  PTDP_CHECK_ARG(labels.numel() == n, "labels " + labels.str() + " do not match the " + std::to_string(n) +
+                                          " rows of the logits");
+  Backend& be = logits.backend();
+  float* x = logits.data<float>();
+  // Padded vocabulary columns of this slice take no part.
+  const int64_t valid = std::clamp<int64_t>(vocab_ - vocab_start_, 0, local_vocab_);
+  if (valid < local_vocab_) {
+    be.fill_2d(x + valid, local_vocab_, n, local_vocab_ - valid, -std::numeric_limits<float>::infinity());
+  }
+  Slot& s = slots_.create(step.microbatch);
+  s.logits = logits;
+  s.labels = labels;
+  s.row_max = Tensor::empty({n}, DType::F32, logits.device());
+  s.sum_exp = Tensor::empty({n}, DType::F32, logits.device());
+  Tensor target = Tensor::empty({n}, DType::F32, logits.device());
+  be.ce_row_max(x, n, local_vocab_, s.row_max.data<float>());
+  tp_.all_reduce(s.row_max, ReduceOp::Max);
+  be.ce_sum_exp(x, s.row_max.data<float>(), n, local_vocab_, s.sum_exp.data<float>());
+  tp_.all_reduce(s.sum_exp);
+  be.ce_target_logit(x, labels.data<int32_t>(), n, local_vocab_, vocab_start_, target.data<float>());
+  tp_.all_reduce(target);
+  Tensor loss = Tensor::empty({n}, DType::F32, logits.device());
+  be.ce_loss(s.row_max.data<float>(), s.sum_exp.data<float>(), target.data<float>(), n, loss.data<float>());
+  return loss;
+}
+
+Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, const Step& step) {
+  Slot& s = slots_.get(step.microbatch);
+  const int64_t n = s.labels.numel();
+  PTDP_CHECK_ARG(dloss.numel() == n, "loss gradient " + dloss.str() + " does not match " + std::to_string(n) + " rows");
+  Tensor dlogits = s.logits;  // computed in place
+  s.logits.backend().ce_backward(s.logits.data<float>(), s.row_max.data<float>(), s.sum_exp.data<float>(),
+                                 s.labels.data<int32_t>(), dloss.data<float>(), n, local_vocab_, vocab_start_,
+                                 dlogits.data<float>());
+  slots_.release(step.microbatch);
+  return dlogits;
+}
+
+}  // namespace ptdp

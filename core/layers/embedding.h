@@ -1,0 +1,61 @@
+// Embeddings. The word embedding is split by vocabulary rows over the tensor group: each rank
+// looks up the tokens in its range, the others contribute zeros, and an all-reduce completes
+// the rows. The position embedding is the same on every rank.
+#pragma once
+
+#include <string>
+
+#include "core/layers/layer_support.h"
+#include "core/model/params.h"
+
+namespace ptdp {
+
+class VocabParallelEmbedding {
+ public:
+  /// Declares "<name>" [padded_vocab, h], split on dim 0.
+  VocabParallelEmbedding(ParamTable& params, const std::string& name, int64_t padded_vocab, int64_t h,
+                         float init_std, TensorParallel tp);
+
+  /// ids [N] (i32) -> [N, h], complete on every tensor rank.
+  Tensor forward(const Tensor& ids, const Step& step);
+  /// Word embeddings have no input gradient; keeps dout for backward_weight.
+  void backward_input(const Tensor& dout, const Step& step);
+  void backward_weight(const Step& step);
+  void release(const Step& step) { slots_.release(step.microbatch); }
+
+  int weight_index() const { return weight_; }
+  int64_t vocab_start() const { return vocab_start_; }
+  int64_t vocab_rows() const { return vocab_rows_; }
+
+ private:
+  struct Slot {
+    Tensor ids, dout;
+  };
+  ParamTable& params_;
+  int weight_;
+  int64_t h_, vocab_start_, vocab_rows_;
+  TensorParallel tp_;
+  Slots<Slot> slots_;
+};
+
+/// A lookup table that is the same on every tensor rank (learned position embeddings).
+class ReplicatedEmbedding {
+ public:
+  ReplicatedEmbedding(ParamTable& params, const std::string& name, int64_t rows, int64_t h, float init_std);
+  Tensor forward(const Tensor& ids, const Step& step);
+  void backward_input(const Tensor& dout, const Step& step);
+  void backward_weight(const Step& step);
+  void release(const Step& step) { slots_.release(step.microbatch); }
+  int weight_index() const { return weight_; }
+
+ private:
+  struct Slot {
+    Tensor ids, dout;
+  };
+  ParamTable& params_;
+  int weight_;
+  int64_t rows_, h_;
+  Slots<Slot> slots_;
+};
+
+}  // namespace ptdp

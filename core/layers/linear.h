@@ -1,0 +1,80 @@
+// Tensor-parallel linear layers (Megatron's ColumnParallelLinear and RowParallelLinear).
+//
+// Column-parallel: W [out, in] is split by output features; the input is the same on every
+// tensor rank (the f operator: identity forward, all-reduce of the input gradient backward)
+// and each rank produces out/t features, optionally gathered.
+// Row-parallel: W [out, in] is split by input features; the input arrives already split (the
+// output of a column-parallel layer) and the partial products are summed (the g operator:
+// all-reduce forward, identity backward) before the bias.
+#pragma once
+
+#include <string>
+
+#include "core/layers/layer_support.h"
+#include "core/model/params.h"
+
+namespace ptdp {
+
+class ColumnParallelLinear {
+ public:
+  /// Declares "<prefix>.weight" [out, in] (split on dim 0) and, with bias, "<prefix>.bias".
+  ColumnParallelLinear(ParamTable& params, const std::string& prefix, int64_t in, int64_t out,
+                       bool bias, bool gather_output, float init_std, TensorParallel tp);
+  /// Uses an existing [out, in] weight split on dim 0 (the LM head tied to the word embedding).
+  ColumnParallelLinear(ParamTable& params, int shared_weight, bool gather_output, TensorParallel tp);
+
+  /// x [N, in] (the same on every tensor rank) -> [N, out/t], or [N, out] when gathering.
+  Tensor forward(const Tensor& x, const Step& step);
+  /// dy (the forward output's shape) -> dx [N, in], summed over the tensor group. Keeps dy for
+  /// backward_weight.
+  Tensor backward_input(const Tensor& dy, const Step& step);
+  /// Adds this microbatch's weight (and bias) gradients, then frees its slot.
+  void backward_weight(const Step& step);
+  void release(const Step& step) { slots_.release(step.microbatch); }
+
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  int weight_index() const { return weight_; }
+  int bias_index() const { return bias_; }
+
+ private:
+  struct Slot {
+    Tensor x, dy;
+  };
+  ParamTable& params_;
+  int weight_ = -1, bias_ = -1;
+  int64_t in_ = 0, out_ = 0;  // global
+  bool gather_ = false;
+  TensorParallel tp_;
+  Slots<Slot> slots_;
+};
+
+class RowParallelLinear {
+ public:
+  /// Declares "<prefix>.weight" [out, in] (split on dim 1) and, with bias, "<prefix>.bias"
+  /// (the same on every tensor rank, added once after the sum).
+  RowParallelLinear(ParamTable& params, const std::string& prefix, int64_t in, int64_t out,
+                    bool bias, float init_std, TensorParallel tp);
+
+  /// x [N, in/t] -> [N, out], summed over the tensor group, plus bias.
+  Tensor forward(const Tensor& x, const Step& step);
+  /// dy [N, out] (the same on every tensor rank) -> dx [N, in/t].
+  Tensor backward_input(const Tensor& dy, const Step& step);
+  void backward_weight(const Step& step);
+  void release(const Step& step) { slots_.release(step.microbatch); }
+
+  int weight_index() const { return weight_; }
+  int bias_index() const { return bias_; }
+
+ private:
+  struct Slot {
+    Tensor x, dy;
+  };
+  ParamTable& params_;
+  int weight_ = -1, bias_ = -1;
+  int64_t in_ = 0, out_ = 0;
+  TensorParallel tp_;
+  Slots<Slot> slots_;
+};
+
+}  // namespace ptdp

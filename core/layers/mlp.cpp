@@ -1,0 +1,40 @@
+#include "core/layers/mlp.h"
+
+#include <cmath>
+
+namespace ptdp {
+
+Mlp::Mlp(ParamTable& params, const std::string& prefix, const GptConfig& cfg, TensorParallel tp)
+    : fc1_(params, prefix + ".linear_fc1", cfg.hidden_size, cfg.ffn(), true, false, cfg.init_method_std, tp),
+      fc2_(params, prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, true,
+           cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers)), tp),
+      slots_(prefix) {}
+
+Tensor Mlp::forward(const Tensor& x, const Step& step) {
+  Tensor pre = fc1_.forward(x, step);
+  Tensor act = Tensor::empty(pre.shape(), DType::F32, pre.device());
+  x.backend().gelu_forward(pre.data<float>(), act.data<float>(), pre.numel());
+  slots_.create(step.microbatch).pre_gelu = pre;
+  return fc2_.forward(act, step);
+}
+
+Tensor Mlp::backward_input(const Tensor& dy, const Step& step) {
+  Slot& s = slots_.get(step.microbatch);
+  Tensor dact = fc2_.backward_input(dy, step);
+  dy.backend().gelu_backward(s.pre_gelu.data<float>(), dact.data<float>(), dact.data<float>(), dact.numel());
+  slots_.release(step.microbatch);
+  return fc1_.backward_input(dact, step);
+}
+
+void Mlp::backward_weight(const Step& step) {
+  fc1_.backward_weight(step);
+  fc2_.backward_weight(step);
+}
+
+void Mlp::release(const Step& step) {
+  fc1_.release(step);
+  fc2_.release(step);
+  slots_.release(step.microbatch);
+}
+
+}  // namespace ptdp

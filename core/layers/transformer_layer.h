@@ -1,0 +1,44 @@
+// The pre-LN GPT-2 transformer layer:
+//   x1 = x + dropout(attention(ln1(x)));  out = x1 + dropout(mlp(ln2(x1))).
+// Recomputation (Megatron's --recompute-granularity): `full` keeps only the layer's input and
+// re-runs its forward before the backward; `selective` keeps everything but the attention
+// probabilities, recomputed from Q and K. Recomputation draws the same dropout masks, so it
+// changes no bit of the result.
+#pragma once
+
+#include <string>
+
+#include "core/layers/attention.h"
+#include "core/layers/layernorm.h"
+#include "core/layers/mlp.h"
+
+namespace ptdp {
+
+class TransformerLayer {
+ public:
+  /// Layer `layer` (global index) of the model: parameters "decoder.layers.<layer>.*".
+  TransformerLayer(ParamTable& params, const GptConfig& cfg, int layer, TensorParallel tp);
+
+  Tensor forward(const Tensor& x, const Step& step);
+  Tensor backward_input(const Tensor& dout, const Step& step);
+  void backward_weight(const Step& step);
+  /// Drops everything kept for the microbatch (after a forward without backward).
+  void release(const Step& step);
+
+ private:
+  Tensor run_forward(const Tensor& x, const Step& step);
+  void release_sublayers(const Step& step);
+
+  struct Slot {
+    Tensor x;  // the layer input, kept under full recomputation
+  };
+  const GptConfig& cfg_;
+  int layer_;
+  LayerNorm ln1_;
+  SelfAttention attn_;
+  LayerNorm ln2_;
+  Mlp mlp_;
+  Slots<Slot> slots_;
+};
+
+}  // namespace ptdp

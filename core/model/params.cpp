@@ -1,0 +1,121 @@
+#include "core/model/params.h"
+
+#include <vector>
+
+#include "kernels/error.h"
+#include "kernels/philox.h"
+
+namespace ptdp {
+
+ParamTable::ParamTable(int tp_rank, int tp_size) : tp_rank_(tp_rank), tp_size_(tp_size) {
+  PTDP_CHECK_ARG(tp_size > 0 && tp_rank >= 0 && tp_rank < tp_size,
+                 "tensor rank " + std::to_string(tp_rank) + " of " + std::to_string(tp_size) + " is invalid");
+}
+
+int ParamTable::add(const std::string& name, const Shape& global_shape, int partition_dim,
+                    ParamInit init, float init_std, bool weight_decay) {
+  PTDP_CHECK_ARG(!params_.defined(), "add(" + name + "): the table is already allocated");
+  PTDP_CHECK_ARG(by_name_.count(name) == 0, "parameter " + name + " is declared twice");
+  PTDP_CHECK_ARG(global_shape.ndim() == 1 || global_shape.ndim() == 2,
+                 "parameter " + name + ": shape " + global_shape.str() + " must have 1 or 2 dims");
+  PTDP_CHECK_ARG(partition_dim >= -1 && partition_dim < global_shape.ndim(),
+                 "parameter " + name + ": partition dim " + std::to_string(partition_dim) + " out of range");
+  ParamInfo p;
+  p.name = name;
+  p.global_shape = global_shape;
+  p.partition_dim = partition_dim;
+  p.init = init;
+  p.init_std = init_std;
+  p.weight_decay = weight_decay;
+  int64_t dims[2] = {global_shape[0], global_shape.ndim() == 2 ? global_shape[1] : 1};
+  if (partition_dim >= 0) {
+    const int64_t extent = dims[partition_dim];
+    PTDP_CHECK_ARG(extent % tp_size_ == 0, "parameter " + name + ": dim " + std::to_string(partition_dim) +
+                                               " of " + global_shape.str() +
+                                               " is not divisible by the tensor parallel size " +
+                                               std::to_string(tp_size_));
+    dims[partition_dim] = extent / tp_size_;
+    p.slice_start = dims[partition_dim] * tp_rank_;
+  }
+  p.local_shape = global_shape.ndim() == 2 ? Shape{dims[0], dims[1]} : Shape{dims[0]};
+  // Keep every view 64-byte aligned inside the flat buffer (16 floats).
+  p.offset = (numel_ + 15) / 16 * 16;
+  numel_ = p.offset + p.local_shape.numel();
+  by_name_[name] = static_cast<int>(entries_.size());
+  entries_.push_back(p);
+  return static_cast<int>(entries_.size()) - 1;
+}
+
+void ParamTable::allocate(Device device) {
+  params_ = Tensor::zeros({numel_}, DType::F32, device);
+  grads_ = Tensor::zeros({numel_}, DType::F32, device);
+}
+
+void ParamTable::check_allocated(const char* what) const {
+  if (!params_.defined()) throw_error(ErrorCode::InvalidState, std::string(what) + ": parameters are not allocated");
+}
+
+void init_param_slice(const ParamInfo& p, uint64_t seed, float* out) {
+  const int64_t rows = p.local_shape[0];
+  const int64_t cols = p.local_shape.ndim() == 2 ? p.local_shape[1] : 1;
+  const int64_t gcols = p.global_shape.ndim() == 2 ? p.global_shape[1] : 1;
+  const int64_t r0 = p.partition_dim == 0 ? p.slice_start : 0;
+  const int64_t c0 = p.partition_dim == 1 ? p.slice_start : 0;
+  const PhiloxStream stream{seed, philox_name_hash(p.name.c_str())};
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      float v = 0.0f;
+      switch (p.init) {
+        case ParamInit::Zeros: v = 0.0f; break;
+        case ParamInit::Ones: v = 1.0f; break;
+        case ParamInit::Normal: {
+          const auto global = static_cast<uint64_t>((r0 + i) * gcols + (c0 + j));
+          v = static_cast<float>(p.init_std * philox_normal(stream, global));
+          break;
+        }
+      }
+      out[i * cols + j] = v;
+    }
+  }
+}
+
+void ParamTable::initialize(uint64_t seed) {
+  check_allocated("initialize");
+  std::vector<float> host;
+  for (int i = 0; i < size(); ++i) {
+    const ParamInfo& p = entries_[static_cast<std::size_t>(i)];
+    host.resize(static_cast<std::size_t>(p.local_shape.numel()));
+    init_param_slice(p, seed, host.data());
+    param(i).copy_from_host(host.data(), host.size() * sizeof(float));
+  }
+}
+
+void ParamTable::zero_grads() {
+  check_allocated("zero_grads");
+  grads_.fill(0.0);
+}
+
+int ParamTable::find(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+int ParamTable::index(const std::string& name) const {
+  const int i = find(name);
+  PTDP_CHECK_ARG(i >= 0, "no parameter named '" + name + "'");
+  return i;
+}
+
+Tensor ParamTable::param(int i) const {
+  check_allocated("param");
+  const ParamInfo& p = info(i);
+  return params_.view(p.offset, p.local_shape);
+}
+
+Tensor ParamTable::grad(int i) const {
+  check_allocated("grad");
+  const ParamInfo& p = info(i);
+  return grads_.view(p.offset, p.local_shape);
+}
+
+}  // namespace ptdp
