@@ -19,6 +19,8 @@ class VocabParallelCrossEntropy {
   /// dloss [N] -> dlogits [N, local_vocab], computed in place of the saved logits.
   Tensor backward(const Tensor& dloss, const Step& step);
   void release(const Step& step) { slots_.release(step.microbatch); }
+  /// Tokens of the microbatch's forward (its loss averages over them).
+  int64_t rows(const Step& step) { return slots_.get(step.microbatch).labels.numel(); }
 
  private:
   struct Slot {

@@ -6,27 +6,64 @@
 
 namespace ptdp {
 
-GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device)
-    : cfg_(cfg), tp_(tp), device_(device), padded_vocab_(0), params_(tp.rank, tp.size) {
+GptStage GptStage::chunk_of(const GptConfig& cfg, int chunk, int chunks, int p, int v) {
+  PTDP_CHECK_ARG(chunks > 0 && chunk >= 0 && chunk < chunks,
+                 "chunk " + std::to_string(chunk) + " of " + std::to_string(chunks) + " is invalid");
+  PTDP_CHECK_ARG(cfg.num_layers % chunks == 0,
+                 "num_layers " + std::to_string(cfg.num_layers) + " cannot be split evenly over p=" +
+                     std::to_string(p) + " x v=" + std::to_string(v) + " = " + std::to_string(chunks) +
+                     " model chunks");
+  GptStage s;
+  s.num_layers = cfg.num_layers / chunks;
+  s.first_layer = chunk * s.num_layers;
+  s.pre_process = chunk == 0;
+  s.post_process = chunk == chunks - 1;
+  return s;
+}
+
+GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptStage stage, bool materialize)
+    : cfg_(cfg), stage_(stage), tp_(tp), device_(device), padded_vocab_(0), params_(tp.rank, tp.size) {
   cfg_.validate(tp.size);
+  if (stage_.num_layers < 0) stage_.num_layers = cfg_.num_layers - stage_.first_layer;
+  PTDP_CHECK_ARG(stage_.first_layer >= 0 && stage_.num_layers >= 0 &&
+                     stage_.first_layer + stage_.num_layers <= cfg_.num_layers,
+                 "layers [" + std::to_string(stage_.first_layer) + ", +" + std::to_string(stage_.num_layers) +
+                     ") are outside the model's " + std::to_string(cfg_.num_layers));
   padded_vocab_ = cfg_.padded_vocab(tp.size);
   const int64_t h = cfg_.hidden_size;
-  word_ = std::make_unique<VocabParallelEmbedding>(params_, "embedding.word_embeddings.weight", padded_vocab_, h,
-                                                   cfg_.init_method_std, tp);
-  position_ = std::make_unique<ReplicatedEmbedding>(params_, "embedding.position_embeddings.weight",
-                                                    cfg_.max_positions(), h, cfg_.init_method_std);
-  for (int i = 0; i < cfg_.num_layers; ++i) layers_.push_back(std::make_unique<TransformerLayer>(params_, cfg_, i, tp));
-  final_ln_ = std::make_unique<LayerNorm>(params_, "decoder.final_layernorm", h, cfg_.layernorm_epsilon);
-  if (cfg_.tie_embeddings) {
-    head_ = std::make_unique<ColumnParallelLinear>(params_, word_->weight_index(), false, tp);
-  } else {
-    head_ = std::make_unique<ColumnParallelLinear>(params_, "output_layer", h, padded_vocab_, false, false,
-                                                   cfg_.init_method_std, tp);
+  if (stage_.pre_process) {
+    word_ = std::make_unique<VocabParallelEmbedding>(params_, "embedding.word_embeddings.weight", padded_vocab_, h,
+                                                     cfg_.init_method_std, tp);
+    position_ = std::make_unique<ReplicatedEmbedding>(params_, "embedding.position_embeddings.weight",
+                                                      cfg_.max_positions(), h, cfg_.init_method_std);
   }
-  loss_ = std::make_unique<VocabParallelCrossEntropy>(cfg_.vocab_size, word_->vocab_start(), word_->vocab_rows(), tp);
-  params_.allocate(device_);
-  params_.initialize(cfg_.seed);
+  for (int i = 0; i < stage_.num_layers; ++i) {
+    layers_.push_back(std::make_unique<TransformerLayer>(params_, cfg_, stage_.first_layer + i, tp));
+  }
+  if (stage_.post_process) {
+    final_ln_ = std::make_unique<LayerNorm>(params_, "decoder.final_layernorm", h, cfg_.layernorm_epsilon);
+    if (cfg_.tie_embeddings && stage_.pre_process) {
+      head_ = std::make_unique<ColumnParallelLinear>(params_, word_->weight_index(), false, tp);
+    } else if (cfg_.tie_embeddings) {
+      // The last pipeline stage keeps its own copy of the word embedding, initialised like the
+      // first stage's (same name, same values); the embedding group sums their gradients.
+      head_ = std::make_unique<ColumnParallelLinear>(params_, "embedding.word_embeddings", h, padded_vocab_, false,
+                                                     false, cfg_.init_method_std, tp);
+      tied_copy_ = head_->weight_index();
+    } else {
+      head_ = std::make_unique<ColumnParallelLinear>(params_, "output_layer", h, padded_vocab_, false, false,
+                                                     cfg_.init_method_std, tp);
+    }
+    const int64_t local = padded_vocab_ / tp.size;
+    loss_ = std::make_unique<VocabParallelCrossEntropy>(cfg_.vocab_size, local * tp.rank, local, tp);
+  }
+  if (materialize) {
+    params_.allocate(device_);
+    params_.initialize(cfg_.seed);
+  }
 }
+
+int GptModel::tied_head_weight() const { return tied_copy_; }
 
 Tensor GptModel::to_sequence_major(const int32_t* ids, int64_t b, const char* what) const {
   PTDP_CHECK_ARG(ids != nullptr, std::string(what) + " is NULL");
@@ -53,45 +90,68 @@ Tensor GptModel::positions(int64_t b) const {
   return Tensor::from_host(pos.data(), {s * b}, DType::I32, device_);
 }
 
-Tensor GptModel::forward(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step) {
-  const Tensor ids = to_sequence_major(tokens, b, "tokens");
-  const Tensor targets = to_sequence_major(labels, b, "labels");
-  Tensor e = word_->forward(ids, step);
-  Tensor p = position_->forward(positions(b), step);
-  Tensor x = Tensor::empty(e.shape(), DType::F32, device_);
-  e.backend().add(e.data<float>(), p.data<float>(), x.data<float>(), x.numel());
-  x = dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
+Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const int32_t* labels, int64_t b,
+                               const Step& step) {
+  const int64_t s = cfg_.seq_length, h = cfg_.hidden_size;
+  // Labels are checked before anything is kept, so a bad label leaves nothing in flight.
+  const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels") : Tensor();
+  Tensor x;
+  if (stage_.pre_process) {
+    const Tensor ids = to_sequence_major(tokens, b, "tokens");
+    Tensor e = word_->forward(ids, step);
+    Tensor p = position_->forward(positions(b), step);
+    x = Tensor::empty(e.shape(), DType::F32, device_);
+    e.backend().add(e.data<float>(), p.data<float>(), x.data<float>(), x.numel());
+    x = dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
+  } else {
+    PTDP_CHECK_ARG(input.defined() && input.numel() == s * b * h,
+                   "chunk input " + input.str() + " is not the [" + std::to_string(s * b) + ", " + std::to_string(h) +
+                       "] activation of " + std::to_string(b) + " samples");
+    x = input.reshape({s * b, h});
+  }
   for (auto& layer : layers_) x = layer->forward(x, step);
+  if (!stage_.post_process) return x;
   x = final_ln_->forward(x, step);
   Tensor logits = head_->forward(x, step);
   return loss_->forward(logits, targets, step);
 }
 
-void GptModel::backward(const Tensor& losses, const Step& step, float grad_scale) {
-  const int64_t n = losses.numel();
-  Tensor dloss = Tensor::empty({n}, DType::F32, device_);
-  dloss.fill(static_cast<double>(grad_scale) / static_cast<double>(n));
-  Tensor dx = head_->backward_input(loss_->backward(dloss, step), step);
-  head_->backward_weight(step);
-  dx = final_ln_->backward_input(dx, step);
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    dx = (*it)->backward_input(dx, step);
-    (*it)->backward_weight(step);
+Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& step, float grad_scale) {
+  Tensor dx;
+  if (stage_.post_process) {
+    const int64_t n = loss_->rows(step);
+    Tensor dloss = Tensor::empty({n}, DType::F32, device_);
+    dloss.fill(static_cast<double>(grad_scale) / static_cast<double>(n));
+    dx = head_->backward_input(loss_->backward(dloss, step), step);
+    dx = final_ln_->backward_input(dx, step);
+  } else {
+    PTDP_CHECK_ARG(grad_output.defined(), "chunk output gradient is missing");
+    dx = grad_output.reshape({grad_output.numel() / cfg_.hidden_size, cfg_.hidden_size});
   }
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) dx = (*it)->backward_input(dx, step);
+  if (!stage_.pre_process) return dx;
   dx = dropout_backward(dx, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
   word_->backward_input(dx, step);
-  word_->backward_weight(step);
   position_->backward_input(dx, step);
-  position_->backward_weight(step);
+  return Tensor();
+}
+
+void GptModel::stage_backward_weight(const Step& step) {
+  if (stage_.post_process) head_->backward_weight(step);
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward_weight(step);
+  if (stage_.pre_process) {
+    word_->backward_weight(step);
+    position_->backward_weight(step);
+  }
 }
 
 void GptModel::release(const Step& step) {
-  word_->release(step);
-  position_->release(step);
+  if (word_) word_->release(step);
+  if (position_) position_->release(step);
   for (auto& layer : layers_) layer->release(step);
-  final_ln_->release(step);
-  head_->release(step);
-  loss_->release(step);
+  if (final_ln_) final_ln_->release(step);
+  if (head_) head_->release(step);
+  if (loss_) loss_->release(step);
 }
 
 float GptModel::mean(const Tensor& losses) {
@@ -104,22 +164,27 @@ float GptModel::mean(const Tensor& losses) {
 
 float GptModel::forward_backward(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step,
                                  float grad_scale) {
+  PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
+                 "forward_backward needs the whole model; this chunk is one pipeline stage");
   Tensor losses;
   try {
-    losses = forward(tokens, labels, b, step);
+    losses = stage_forward(Tensor(), tokens, labels, b, step);
   } catch (...) {
     release(step);  // a failed forward leaves nothing in flight
     throw;
   }
   const float loss = mean(losses);
-  backward(losses, step, grad_scale);
+  stage_backward_input(Tensor(), step, grad_scale);
+  stage_backward_weight(step);
   return loss;
 }
 
 float GptModel::forward_loss(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step) {
+  PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
+                 "forward_loss needs the whole model; this chunk is one pipeline stage");
   Tensor losses;
   try {
-    losses = forward(tokens, labels, b, step);
+    losses = stage_forward(Tensor(), tokens, labels, b, step);
   } catch (...) {
     release(step);
     throw;

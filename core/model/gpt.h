@@ -1,7 +1,8 @@
-// GptModel: the GPT-2 architecture built from the tensor-parallel layers. Parameters are named
-// and laid out as in Megatron-Core's GPT (DESIGN.md), live in one flat buffer with a table of
-// named views, and start from a pure function of (seed, name, element index), so every
-// tensor-parallel size starts from the same full weights and draws the same dropout masks.
+// GptModel: the GPT-2 architecture built from the tensor-parallel layers, or one pipeline
+// chunk of it. Parameters are named and laid out as in Megatron-Core's GPT (DESIGN.md), live
+// in one flat buffer per chunk with a table of named views, and start from a pure function of
+// (seed, name, element index), so every tensor- and pipeline-parallel layout starts from the
+// same full weights and draws the same dropout masks.
 #pragma once
 
 #include <memory>
@@ -15,36 +16,65 @@
 
 namespace ptdp {
 
+/// Which part of the model a chunk holds.
+struct GptStage {
+  int first_layer = 0;
+  int num_layers = -1;       ///< -1: every layer from first_layer on
+  bool pre_process = true;   ///< word and position embeddings (the first chunk)
+  bool post_process = true;  ///< final LayerNorm, LM head and loss (the last chunk)
+
+  /// Chunk `chunk` of `chunks` equal chunks of the model; throws Error(InvalidArgument) naming
+  /// the numbers when the layers do not split evenly.
+  static GptStage chunk_of(const GptConfig& cfg, int chunk, int chunks, int p, int v);
+};
+
 class GptModel {
  public:
-  /// Validates the config for tp.size and initialises the parameters from cfg.seed.
-  GptModel(const GptConfig& cfg, TensorParallel tp, Device device = {});
+  /// Validates the config for tp.size and initialises the parameters from cfg.seed. With
+  /// `materialize` false only the parameter table is built (names, shapes; no memory).
+  GptModel(const GptConfig& cfg, TensorParallel tp, Device device = {}, GptStage stage = {},
+           bool materialize = true);
 
   const GptConfig& config() const { return cfg_; }
+  const GptStage& stage() const { return stage_; }
   ParamTable& params() { return params_; }
   const ParamTable& params() const { return params_; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  /// Index of the word embedding the loss ties to on a post-processing chunk without
+  /// pre-processing (its copy is kept in step through the embedding group), else -1.
+  int tied_head_weight() const;
 
-  /// Forward and backward of one microbatch. tokens and labels are [b, seq_length] i32 in
-  /// host memory, row-major (batch-major, as data sets give them), values in [0, vocab_size).
-  /// Returns the mean loss over the b * seq_length tokens; adds the gradients of
-  /// mean loss * grad_scale to the gradient buffer.
+  /// Forward and backward of one microbatch through the whole model (a chunk holding both
+  /// ends). tokens and labels are [b, seq_length] i32 in host memory, row-major (batch-major,
+  /// as data sets give them), values in [0, vocab_size). Returns the mean loss over the
+  /// b * seq_length tokens; adds the gradients of mean loss * grad_scale.
   float forward_backward(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step,
                          float grad_scale = 1.0f);
   /// The mean loss only; nothing is kept (evaluation). Dropout follows step.training.
   float forward_loss(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step);
 
- private:
-  // [b, s] host ids -> [s * b] i32 device tensor in the [s, b] order, checking the range.
-  Tensor to_sequence_major(const int32_t* ids, int64_t b, const char* what) const;
-  Tensor positions(int64_t b) const;
-  /// Returns the per-token losses [s * b]; keeps activations for backward.
-  Tensor forward(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step);
-  void backward(const Tensor& losses, const Step& step, float grad_scale);
+  // ---- one chunk of a pipeline -------------------------------------------------------------
+  /// Forward of this chunk for one microbatch of b samples. `input` is the previous chunk's
+  /// output [s*b, h] (ignored by a pre-processing chunk, which reads `tokens`); `labels` is
+  /// read by a post-processing chunk. Returns [s*b, h], or the per-token losses [s*b] on a
+  /// post-processing chunk.
+  Tensor stage_forward(const Tensor& input, const int32_t* tokens, const int32_t* labels, int64_t b,
+                       const Step& step);
+  /// Input gradient of this chunk: from `grad_output` [s*b, h], or (post-processing) from the
+  /// mean loss scaled by grad_scale. Returns [s*b, h], undefined for a pre-processing chunk.
+  Tensor stage_backward_input(const Tensor& grad_output, const Step& step, float grad_scale);
+  /// Weight gradients of this chunk for the microbatch.
+  void stage_backward_weight(const Step& step);
+  /// Drops whatever is kept for the microbatch.
   void release(const Step& step);
   static float mean(const Tensor& losses);
 
+ private:
+  Tensor to_sequence_major(const int32_t* ids, int64_t b, const char* what) const;
+  Tensor positions(int64_t b) const;
+
   GptConfig cfg_;
+  GptStage stage_;
   TensorParallel tp_;
   Device device_;
   int64_t padded_vocab_;
@@ -55,6 +85,7 @@ class GptModel {
   std::unique_ptr<LayerNorm> final_ln_;
   std::unique_ptr<ColumnParallelLinear> head_;
   std::unique_ptr<VocabParallelCrossEntropy> loss_;
+  int tied_copy_ = -1;  // the last chunk's copy of the word embedding (pipelines with p > 1)
 };
 
 }  // namespace ptdp

@@ -1,0 +1,72 @@
+// Pipeline schedules as data (DESIGN.md, principle 5): for each pipeline rank, the ordered list
+// of actions it performs in one iteration. A schedule can be generated, checked, simulated,
+// drawn and executed; the executor runs exactly these lists.
+//
+// Model chunks (virtual stages) are numbered 0 .. p*v - 1 in model order and assigned
+// round-robin: chunk c lives on pipeline rank c % p (with p = 4, v = 2, rank 0 holds chunks 0
+// and 4). Chunk 0 holds the embedding, chunk p*v - 1 the final LayerNorm, LM head and loss.
+//
+// Communication semantics (shared by the checker, the simulator and the executor):
+//  - SendActivation (mb, c): the output of chunk c for microbatch mb goes to the rank of chunk
+//    c + 1. RecvActivation (mb, c): the input of chunk c arrives from the rank of chunk c - 1.
+//  - SendGradient (mb, c): the gradient of chunk c's input goes to the rank of chunk c - 1.
+//    RecvGradient (mb, c): the gradient of chunk c's output arrives from the rank of chunk c + 1.
+//  - `peer` is the other pipeline rank. Between two ranks, transfers of one kind (activation or
+//    gradient) are matched in order: the k-th send of a kind from A to B meets the k-th receive
+//    of that kind on B from A, which must name the same (microbatch, chunk edge).
+//  - A maximal run of consecutive communication actions in a rank's list is one batch, issued
+//    together (batched send/recv) and completed together: neighbours exchanging in both
+//    directions at once cannot deadlock. A batch completes once every transfer in it has met
+//    its counterpart on the peer, i.e. the peer has reached (posted) the batch holding it.
+//  - Compute actions run in list order; an action starts when the previous one has finished.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ptdp {
+
+/// Numbers match ptdp_action_kind in the C API.
+enum class ActionKind : int {
+  Forward = 0,         ///< forward of (microbatch, chunk)
+  Backward = 1,        ///< full backward: input and weight gradients together
+  BackwardInput = 2,   ///< B of zero-bubble schedules: the input gradient only
+  BackwardWeight = 3,  ///< W of zero-bubble schedules: the weight gradients, deferred
+  SendActivation = 4,
+  RecvActivation = 5,
+  SendGradient = 6,
+  RecvGradient = 7,
+};
+const char* action_kind_name(ActionKind k);
+inline bool is_communication(ActionKind k) { return static_cast<int>(k) >= 4; }
+
+struct Action {
+  ActionKind kind = ActionKind::Forward;
+  int microbatch = 0;
+  int chunk = 0;  ///< global chunk index in [0, p*v)
+  int peer = -1;  ///< pipeline rank of the other side (communication only)
+  bool operator==(const Action&) const = default;
+  std::string str() const;  ///< "F3c1", "SendAct mb3 c1 -> 2"
+};
+
+/// Numbers match ptdp_schedule_kind in the C API.
+enum class ScheduleKind : int { GPipe = 0, OneFOneB = 1, Interleaved1F1B = 2, ZeroBubbleH1 = 3 };
+const char* schedule_kind_name(ScheduleKind k);
+
+struct Schedule {
+  ScheduleKind kind = ScheduleKind::OneFOneB;
+  int p = 1;  ///< pipeline ranks
+  int m = 1;  ///< microbatches per iteration
+  int v = 1;  ///< chunks per rank
+  std::vector<std::vector<Action>> ranks;  ///< ranks[r] = rank r's actions in order
+
+  int num_chunks() const { return p * v; }
+  int rank_of_chunk(int chunk) const { return chunk % p; }
+};
+
+/// Generates a schedule. Throws Error(InvalidArgument) naming the numbers when the kind cannot
+/// serve (p, m, v): non-positive sizes, v > 1 for a kind without chunks, v == 1 for interleaved,
+/// or m not a multiple of p where the schedule needs it. Never silently changes m.
+Schedule make_schedule(ScheduleKind kind, int p, int m, int v = 1);
+
+}  // namespace ptdp
