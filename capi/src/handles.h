@@ -11,6 +11,8 @@
 #include "capi/src/api_guard.h"
 #include "core/comm/runtime.h"
 #include "core/model/gpt.h"
+#include "core/model/gpt_pipeline.h"
+#include "core/pipeline/schedule.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
 
@@ -43,8 +45,14 @@ struct ptdp_model_impl {
   static constexpr const char* kType = "ptdp_model";
   uint64_t magic = kLive;
   ptdp_groups_impl* owner = nullptr;
-  ptdp::TensorParallel tp;
-  std::unique_ptr<ptdp::GptModel> model;
+  std::unique_ptr<ptdp::GptPipeline> model;  // this rank's chunks (the whole model when p = 1)
+};
+
+struct ptdp_schedule_impl {
+  static constexpr uint64_t kLive = 0x7074647073636831ull;  // "ptdpsch1"
+  static constexpr const char* kType = "ptdp_schedule";
+  uint64_t magic = kLive;
+  ptdp::Schedule schedule;
 };
 
 struct ptdp_layer_impl;  // capi/src/layer_api.cpp

@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "capi/src/handles.h"
-#include "core/model/param_io.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
@@ -56,13 +55,25 @@ ptdp::Step step_of(int64_t iteration, int64_t microbatch, bool training) {
   return s;
 }
 
-int param_index(const ptdp_model_impl& m, const char* name) {
+const ptdp::ParamInfo& param_info(const ptdp_model_impl& m, const char* name) {
   require_non_null(name, "name");
-  return m.model->params().index(name);
+  for (const ptdp::ParamInfo& p : m.model->all_params())
+    if (p.name == name) return p;
+  ptdp::throw_error(ptdp::ErrorCode::InvalidArgument, std::string("no parameter named '") + name + "'");
 }
 
 std::size_t global_bytes(const ptdp::ParamInfo& p) {
   return static_cast<std::size_t>(p.global_shape.numel()) * sizeof(float);
+}
+
+// The whole model on this rank (pipeline size 1), for the single-microbatch calls.
+ptdp::GptModel& whole(const ptdp_model_impl& m, const char* what) {
+  if (m.model->pipeline_size() != 1) {
+    ptdp::throw_error(ptdp::ErrorCode::Unsupported,
+                      std::string(what) + " runs the whole model on one rank; with pipeline size " +
+                          std::to_string(m.model->pipeline_size()) + " use ptdp_model_train_step");
+  }
+  return *m.model->chunks().front();
 }
 
 }  // namespace
@@ -98,16 +109,9 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
     ptdp_groups_impl& g = live(groups, "groups");
     require_non_null(out, "out");
     const ptdp::GptConfig cfg = gpt_config(options);
-    const int p = g.groups->layout().pipeline();
-    if (p != 1) {
-      ptdp::throw_error(ptdp::ErrorCode::Unsupported,
-                        "groups have pipeline size " + std::to_string(p) +
-                            "; a model split into pipeline stages is built by the pipeline scheduler");
-    }
     auto h = std::make_unique<ptdp_model_impl>();
     h->owner = &g;
-    h->tp = ptdp::capi::tensor_parallel(g);
-    h->model = std::make_unique<ptdp::GptModel>(cfg, h->tp);
+    h->model = std::make_unique<ptdp::GptPipeline>(cfg, *g.groups);
     ++g.dependents;
     *out = h.release();
   });
@@ -130,8 +134,9 @@ PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t
     require_non_null(tokens, "tokens");
     require_non_null(labels, "labels");
     PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
-    const float l = m.model->forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
-                                              grad_scale);
+    const float l = whole(m, "ptdp_model_forward_backward")
+                        .forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
+                                          grad_scale);
     if (loss) *loss = l;
   });
 }
@@ -146,19 +151,20 @@ PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens,
     require_non_null(loss, "loss");
     PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
     PTDP_CHECK_ARG(training == 0 || training == 1, "training = " + std::to_string(training) + " is not 0 or 1");
-    *loss = m.model->forward_loss(tokens, labels, micro_batch_size, step_of(iteration, microbatch, training == 1));
+    *loss = whole(m, "ptdp_model_forward")
+                .forward_loss(tokens, labels, micro_batch_size, step_of(iteration, microbatch, training == 1));
   });
 }
 
 PTDP_API ptdp_status ptdp_model_zero_grad(ptdp_model model) {
-  return guard(__func__, [&] { live(model, "model").model->params().zero_grads(); });
+  return guard(__func__, [&] { live(model, "model").model->zero_grads(); });
 }
 
 PTDP_API ptdp_status ptdp_model_num_params(ptdp_model model, int32_t* count) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
     require_non_null(count, "count");
-    *count = m.model->params().size();
+    *count = static_cast<int32_t>(m.model->all_params().size());
   });
 }
 
@@ -166,10 +172,11 @@ PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char
                                            int32_t* ndim, int64_t* global_shape, int32_t* partition_dim) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
-    const ptdp::ParamTable& t = m.model->params();
-    PTDP_CHECK_ARG(index >= 0 && index < t.size(), "index = " + std::to_string(index) + " is outside [0, " +
-                                                       std::to_string(t.size()) + ")");
-    const ptdp::ParamInfo& p = t.info(index);
+    const auto& all = m.model->all_params();
+    const auto n = static_cast<int32_t>(all.size());
+    PTDP_CHECK_ARG(index >= 0 && index < n, "index = " + std::to_string(index) + " is outside [0, " +
+                                                std::to_string(n) + ")");
+    const ptdp::ParamInfo& p = all[static_cast<std::size_t>(index)];
     if (name_capacity > 0) {
       require_non_null(name, "name");
       PTDP_CHECK_ARG(p.name.size() < name_capacity, "name_capacity = " + std::to_string(name_capacity) +
@@ -186,39 +193,74 @@ PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char
 PTDP_API ptdp_status ptdp_model_get_param(ptdp_model model, const char* name, float* host, size_t bytes) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
-    const int i = param_index(m, name);
+    const ptdp::ParamInfo& p = param_info(m, name);
     require_non_null(host, "host");
-    const ptdp::ParamInfo& p = m.model->params().info(i);
     PTDP_CHECK_ARG(bytes >= global_bytes(p), "bytes = " + std::to_string(bytes) + " is smaller than the " +
                                                  std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
                                                  p.global_shape.str());
-    ptdp::gather_global(m.model->params(), i, m.model->params().param(i), m.tp, host);
+    m.model->get_global(p.name, false, host);
   });
 }
 
 PTDP_API ptdp_status ptdp_model_set_param(ptdp_model model, const char* name, const float* host, size_t bytes) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
-    const int i = param_index(m, name);
+    const ptdp::ParamInfo& p = param_info(m, name);
     require_non_null(host, "host");
-    const ptdp::ParamInfo& p = m.model->params().info(i);
     PTDP_CHECK_ARG(bytes == global_bytes(p), "bytes = " + std::to_string(bytes) + " does not match the " +
                                                  std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
                                                  p.global_shape.str());
-    ptdp::scatter_global(m.model->params(), i, host, m.model->params().param(i));
+    m.model->set_global(p.name, host);
   });
 }
 
 PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, float* host, size_t bytes) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
-    const int i = param_index(m, name);
+    const ptdp::ParamInfo& p = param_info(m, name);
     require_non_null(host, "host");
-    const ptdp::ParamInfo& p = m.model->params().info(i);
     PTDP_CHECK_ARG(bytes >= global_bytes(p), "bytes = " + std::to_string(bytes) + " is smaller than the " +
                                                  std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
                                                  p.global_shape.str());
-    ptdp::gather_global(m.model->params(), i, m.model->params().grad(i), m.tp, host);
+    m.model->get_global(p.name, true, host);
+  });
+}
+
+PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options) {
+  return guard(__func__, [&] {
+    require_non_null(options, "options");
+    *options = ptdp_pipeline_options{};
+    options->struct_size = sizeof(ptdp_pipeline_options);
+    options->scatter_gather = 1;
+    options->trace_path = nullptr;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens,
+                                           const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
+                                           const ptdp_pipeline_options* options, float* loss) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    const ptdp::Schedule& s = live(schedule, "schedule").schedule;
+    require_non_null(tokens, "tokens");
+    require_non_null(labels, "labels");
+    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
+    ptdp_pipeline_options defaults;
+    ptdp_pipeline_options_init(&defaults);
+    const ptdp_pipeline_options o = ptdp::capi::read_options(options, defaults, sizeof(ptdp_pipeline_options),
+                                                             "options", "ptdp_pipeline_options_init");
+    PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,
+                   "options->scatter_gather = " + std::to_string(o.scatter_gather) + " is not 0 or 1");
+    ptdp::TraceRecorder trace;
+    ptdp::ExecutorOptions eo;
+    eo.scatter_gather = o.scatter_gather == 1;
+    eo.trace = o.trace_path ? &trace : nullptr;
+    const float l = m.model->train_step(s, tokens, labels, micro_batch_size, iteration, eo);
+    if (o.trace_path) {
+      ptdp::Runtime& rt = m.owner->groups->runtime();
+      trace.write_merged(rt.world(), rt.world_rank(), o.trace_path);
+    }
+    if (loss) *loss = l;
   });
 }
 

@@ -936,6 +936,55 @@ PTDP_API ptdp_status ptdp_model_set_param(ptdp_model model, const char* name, co
  */
 PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, float* host, size_t bytes);
 
+/** Opaque handle to a pipeline schedule (see ptdp_schedule_create()). */
+typedef struct ptdp_schedule_impl* ptdp_schedule;
+
+/** Options for ptdp_model_train_step(). Initialise with ptdp_pipeline_options_init(). */
+typedef struct ptdp_pipeline_options {
+  size_t struct_size;      /**< Set by ptdp_pipeline_options_init(). */
+  int32_t scatter_gather;  /**< 1 (default): with t > 1 each tensor rank sends 1/t of a
+                                stage-boundary tensor and the receiving stage all-gathers it
+                                (the paper's scatter/gather); 0: send whole tensors. */
+  const char* trace_path;  /**< NULL (default): no trace. Otherwise the spans of every rank's
+                                forward, backward and communication are written by world rank 0
+                                to this path as one Chrome/Perfetto trace JSON (collective over
+                                the runtime's world). */
+} ptdp_pipeline_options;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options);
+
+/**
+ * @brief Forward and backward of one global batch through a pipeline schedule: m microbatches
+ *        of @p micro_batch_size samples, each rank running its actions of @p schedule on its
+ *        chunks. Gradients of the mean loss accumulate (call ptdp_model_zero_grad() between
+ *        steps); the tied word embedding's gradients are summed over the embedding group.
+ * @param model A live model; its groups' pipeline and virtual sizes must match the schedule's.
+ * @param schedule A schedule for (p, m, v).
+ * @param tokens m * micro_batch_size * seq_length ids, row-major [m * b, s], the same on every
+ *        rank of a pipeline (each data-parallel replica passes its own batch).
+ * @param labels The same shape; the next token of each position.
+ * @param micro_batch_size b, > 0.
+ * @param iteration Optimizer step; keys the dropout masks (microbatch i of the batch keys its own).
+ * @param options NULL for the defaults.
+ * @param[out] loss Receives the mean loss over the batch on every rank; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, NULL data, b <= 0, ids outside the vocabulary,
+ *         a schedule for another (p, v), bad options.
+ * @retval PTDP_ERR_TIMEOUT a peer stage did not take part in time (the message names it).
+ * @retval PTDP_ERR_IO the trace could not be written.
+ * @par Thread safety
+ * Collective over the model-parallel group (and the world when tracing).
+ */
+PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens,
+                                           const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
+                                           const ptdp_pipeline_options* options, float* loss);
+
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */

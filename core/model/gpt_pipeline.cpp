@@ -1,0 +1,164 @@
+#include "core/model/gpt_pipeline.h"
+
+#include <set>
+
+#include "core/model/param_io.h"
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+TensorParallel tensor_group(ProcessGroups& g) {
+  TensorParallel tp;
+  tp.comm = &g.comm(GroupKind::Tensor);
+  tp.rank = g.rank(GroupKind::Tensor);
+  tp.size = g.size(GroupKind::Tensor);
+  return tp;
+}
+
+// The chunks' PipelineStages for one global batch.
+class GptStages final : public PipelineStages {
+ public:
+  GptStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int64_t iteration, int m)
+      : model_(model), tokens_(tokens), labels_(labels), b_(b), iteration_(iteration), m_(m) {}
+
+  Shape input_shape(int, int) override {
+    const GptConfig& c = model_.config();
+    return Shape{static_cast<int64_t>(c.seq_length) * b_, c.hidden_size};
+  }
+
+  Tensor forward(int chunk, int mb, const Tensor& input) override {
+    GptModel& g = local(chunk);
+    const int64_t offset = static_cast<int64_t>(mb) * b_ * model_.config().seq_length;
+    Tensor out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step(mb));
+    if (g.stage().post_process) loss_sum_ += GptModel::mean(out);
+    return out;
+  }
+
+  Tensor backward_input(int chunk, int mb, const Tensor& grad_output) override {
+    return local(chunk).stage_backward_input(grad_output, step(mb), 1.0f / static_cast<float>(m_));
+  }
+
+  void backward_weight(int chunk, int mb) override { local(chunk).stage_backward_weight(step(mb)); }
+
+  double loss_sum() const { return loss_sum_; }
+
+ private:
+  GptModel& local(int chunk) { return *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())]; }
+  Step step(int mb) const {
+    Step s;
+    s.iteration = iteration_;
+    s.microbatch = mb;
+    return s;
+  }
+
+  GptPipeline& model_;
+  const int32_t* tokens_;
+  const int32_t* labels_;
+  int64_t b_, iteration_;
+  int m_;
+  double loss_sum_ = 0.0;
+};
+
+}  // namespace
+
+GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups)
+    : cfg_(cfg), groups_(groups), tp_(tensor_group(groups)) {
+  p_ = groups.layout().pipeline();
+  v_ = groups.layout().virtual_stages();
+  pp_rank_ = groups.rank(GroupKind::Pipeline);
+  cfg_.validate(tp_.size);
+  const int chunks = p_ * v_;
+  layers_per_chunk_ = GptStage::chunk_of(cfg_, 0, chunks, p_, v_).num_layers;
+  if (layers_per_chunk_ == 0) {
+    throw_error(ErrorCode::InvalidArgument, "num_layers " + std::to_string(cfg_.num_layers) + " is fewer than the p=" +
+                                                std::to_string(p_) + " x v=" + std::to_string(v_) + " = " +
+                                                std::to_string(chunks) + " model chunks");
+  }
+  for (int j = 0; j < v_; ++j) {
+    const int c = chunk_index(j);
+    chunks_.push_back(std::make_unique<GptModel>(cfg_, tp_, Device{}, GptStage::chunk_of(cfg_, c, chunks, p_, v_)));
+  }
+  // The whole model's parameter list, from tables without memory.
+  std::set<std::string> seen;
+  for (int c = 0; c < chunks; ++c) {
+    GptModel meta(cfg_, tp_, Device{}, GptStage::chunk_of(cfg_, c, chunks, p_, v_), false);
+    for (int i = 0; i < meta.params().size(); ++i) {
+      if (seen.insert(meta.params().info(i).name).second) all_params_.push_back(meta.params().info(i));
+    }
+  }
+}
+
+void GptPipeline::zero_grads() {
+  for (auto& c : chunks_) c->params().zero_grads();
+}
+
+float GptPipeline::train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                              int64_t iteration, const ExecutorOptions& options) {
+  PTDP_CHECK_ARG(schedule.p == p_ && schedule.v == v_,
+                 "the schedule is for p=" + std::to_string(schedule.p) + ", v=" + std::to_string(schedule.v) +
+                     "; the model is laid out for p=" + std::to_string(p_) + ", v=" + std::to_string(v_));
+  PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
+  PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
+  PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
+  GptStages stages(*this, tokens, labels, b, iteration, schedule.m);
+  Communicator* pipe = p_ > 1 ? &groups_.comm(GroupKind::Pipeline) : nullptr;
+  run_schedule(schedule, pp_rank_, stages, pipe, tp_, options);
+  // Tied word embedding: the first and last stages sum their gradients.
+  if (p_ > 1 && cfg_.tie_embeddings && groups_.is_member(GroupKind::Embedding)) {
+    for (auto& c : chunks_) {
+      int i = -1;
+      if (c->stage().pre_process) i = c->params().index("embedding.word_embeddings.weight");
+      if (c->stage().post_process) i = c->tied_head_weight();
+      if (i >= 0) groups_.comm(GroupKind::Embedding).all_reduce(c->params().grad(i), ReduceOp::Sum)->wait();
+    }
+  }
+  // The loss lives on the last stage; every rank of the pipeline returns it.
+  float loss = static_cast<float>(stages.loss_sum() / schedule.m);
+  if (p_ > 1) groups_.comm(GroupKind::Pipeline).broadcast(Tensor::borrow(&loss, {1}, DType::F32), p_ - 1)->wait();
+  return loss;
+}
+
+int GptPipeline::owner_chunk(const std::string& name) const {
+  const int chunks = p_ * v_;
+  const std::string layers = "decoder.layers.";
+  if (name.rfind(layers, 0) == 0) {
+    const int layer = std::stoi(name.substr(layers.size()));
+    return layer / layers_per_chunk_;
+  }
+  if (name.rfind("embedding.", 0) == 0) return 0;
+  return chunks - 1;  // final LayerNorm, output layer
+}
+
+void GptPipeline::get_global(const std::string& name, bool gradient, float* host) {
+  int info_index = -1;
+  for (std::size_t i = 0; i < all_params_.size(); ++i)
+    if (all_params_[i].name == name) info_index = static_cast<int>(i);
+  PTDP_CHECK_ARG(info_index >= 0, "no parameter named '" + name + "'");
+  const ParamInfo& info = all_params_[static_cast<std::size_t>(info_index)];
+  const int chunk = owner_chunk(name);
+  const int owner = chunk % p_;
+  if (owner == pp_rank_) {
+    GptModel& g = *chunks_[static_cast<std::size_t>(chunk / p_)];
+    const int i = g.params().index(name);
+    gather_global(g.params(), i, gradient ? g.params().grad(i) : g.params().param(i), tp_, host);
+  }
+  if (p_ > 1) {
+    groups_.comm(GroupKind::Pipeline)
+        .broadcast(Tensor::borrow(host, {info.global_shape.numel()}, DType::F32), owner)
+        ->wait();
+  }
+}
+
+void GptPipeline::set_global(const std::string& name, const float* host) {
+  bool found = false;
+  for (const ParamInfo& p : all_params_) found |= p.name == name;
+  PTDP_CHECK_ARG(found, "no parameter named '" + name + "'");
+  for (auto& c : chunks_) {
+    const int i = c->params().find(name);
+    if (i >= 0) scatter_global(c->params(), i, host, c->params().param(i));
+  }
+}
+
+}  // namespace ptdp

@@ -1,0 +1,61 @@
+// GptPipeline: this rank's share of a GPT laid out over tensor, pipeline and virtual
+// (interleaved) stages, and one training step of a global batch through a pipeline schedule.
+// Chunks are assigned round-robin (chunk c on pipeline rank c % p); with tied embeddings the
+// first and last stages each hold the word embedding and their gradients are summed over the
+// embedding group after the backward passes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/model/gpt.h"
+#include "core/parallel/groups.h"
+#include "core/pipeline/executor.h"
+
+namespace ptdp {
+
+class GptPipeline {
+ public:
+  /// v = groups.layout().virtual_stages() chunks per pipeline rank; the layers must split
+  /// evenly over p * v chunks (else Error(InvalidArgument) naming layers, p and v).
+  GptPipeline(const GptConfig& cfg, ProcessGroups& groups);
+
+  const GptConfig& config() const { return cfg_; }
+  int pipeline_size() const { return p_; }
+  int virtual_stages() const { return v_; }
+  /// This rank's chunks, in order of their global chunk index (chunk j is c = j * p + rank).
+  std::vector<std::unique_ptr<GptModel>>& chunks() { return chunks_; }
+  int chunk_index(int j) const { return j * p_ + pp_rank_; }
+  const TensorParallel& tensor_parallel() const { return tp_; }
+
+  /// One global batch through `schedule` (whose p and v must match): m microbatches of b
+  /// samples, tokens and labels [m * b, seq_length] row-major in host memory, the same on every
+  /// rank of a pipeline. Gradients of the mean loss accumulate; the tied-embedding gradients are
+  /// summed over the embedding group. Returns the mean loss, on every rank.
+  float train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                   int64_t iteration, const ExecutorOptions& options);
+  void zero_grads();
+
+  /// Every parameter of the whole model in model order (names unique; the last stage's copy of
+  /// a tied word embedding is not listed), whichever rank holds it.
+  const std::vector<ParamInfo>& all_params() const { return all_params_; }
+  /// Global-shape value (or gradient) of a parameter; collective over the model-parallel group
+  /// (the holding stage gathers over its tensor group and broadcasts along the pipeline).
+  void get_global(const std::string& name, bool gradient, float* host);
+  /// Sets a parameter from its global-shape value on every stage holding it (both copies of a
+  /// tied embedding). No communication.
+  void set_global(const std::string& name, const float* host);
+
+ private:
+  int owner_chunk(const std::string& name) const;
+
+  GptConfig cfg_;
+  ProcessGroups& groups_;
+  TensorParallel tp_;
+  int p_, v_, pp_rank_, layers_per_chunk_;
+  std::vector<std::unique_ptr<GptModel>> chunks_;
+  std::vector<ParamInfo> all_params_;
+};
+
+}  // namespace ptdp

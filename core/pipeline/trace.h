@@ -1,0 +1,38 @@
+// Per-rank spans of forward, backward and communication, written as one Chrome/Perfetto trace
+// JSON for the whole job (chrome://tracing, ui.perfetto.dev).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace ptdp {
+
+class Communicator;
+
+class TraceRecorder {
+ public:
+  TraceRecorder();
+  /// Records a complete span; `track` 0 is compute, 1 is communication.
+  void add(std::string name, std::string category, std::chrono::steady_clock::time_point start,
+           std::chrono::steady_clock::time_point end, int track);
+  std::size_t size() const { return events_.size(); }
+  void clear() { events_.clear(); }
+
+  /// This rank's events as JSON objects, comma-separated, with pid = `rank`.
+  std::string events_json(int rank) const;
+  /// Gathers every rank's events over `world` and rank 0 writes `path` (one trace, a process per
+  /// rank). Collective over `world`. Throws Error(Io) naming the path when it cannot be written.
+  void write_merged(Communicator& world, int world_rank, const std::string& path) const;
+
+ private:
+  struct Event {
+    std::string name, category;
+    double ts_us, dur_us;
+    int track;
+  };
+  std::chrono::steady_clock::time_point origin_;
+  std::vector<Event> events_;
+};
+
+}  // namespace ptdp
