@@ -985,6 +985,85 @@ PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule sched
                                            const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
                                            const ptdp_pipeline_options* options, float* loss);
 
+/**
+ * @brief Forward of one (chunk, microbatch) for ptdp_pipeline_run().
+ * @param user_data ptdp_stage_callbacks::user_data.
+ * @param chunk Global chunk index (chunk c runs on pipeline rank c % p).
+ * @param microbatch Microbatch index in [0, m).
+ * @param input The previous chunk's output, borrowed for the call; NULL for chunk 0.
+ * @param[out] output Set to a new tensor of the activation shape (the library takes ownership
+ *        and destroys the handle); the last chunk may leave it NULL.
+ * @return ::PTDP_SUCCESS, or a status that stops the run and is returned by ptdp_pipeline_run().
+ */
+typedef ptdp_status (*ptdp_stage_forward_fn)(void* user_data, int32_t chunk, int32_t microbatch, ptdp_tensor input,
+                                             ptdp_tensor* output);
+
+/**
+ * @brief Input gradient of one (chunk, microbatch) for ptdp_pipeline_run().
+ * @param user_data ptdp_stage_callbacks::user_data.
+ * @param chunk Global chunk index.
+ * @param microbatch Microbatch index.
+ * @param grad_output Gradient of the chunk's output, borrowed; NULL for the last chunk (which
+ *        starts from its own loss).
+ * @param[out] grad_input Set to a new tensor of the activation shape (the library takes
+ *        ownership); chunk 0 may leave it NULL.
+ * @return ::PTDP_SUCCESS, or a status that stops the run.
+ */
+typedef ptdp_status (*ptdp_stage_backward_input_fn)(void* user_data, int32_t chunk, int32_t microbatch,
+                                                    ptdp_tensor grad_output, ptdp_tensor* grad_input);
+
+/**
+ * @brief Weight gradients of one (chunk, microbatch), after its input gradient.
+ * @param user_data ptdp_stage_callbacks::user_data.
+ * @param chunk Global chunk index.
+ * @param microbatch Microbatch index.
+ * @return ::PTDP_SUCCESS, or a status that stops the run.
+ */
+typedef ptdp_status (*ptdp_stage_backward_weight_fn)(void* user_data, int32_t chunk, int32_t microbatch);
+
+/** A user's model chunks for ptdp_pipeline_run(). Initialise with ptdp_stage_callbacks_init(). */
+typedef struct ptdp_stage_callbacks {
+  size_t struct_size;                            /**< Set by ptdp_stage_callbacks_init(). */
+  ptdp_stage_forward_fn forward;                 /**< Required. */
+  ptdp_stage_backward_input_fn backward_input;   /**< Required. */
+  ptdp_stage_backward_weight_fn backward_weight; /**< Optional: NULL when weight gradients are
+                                                      computed in backward_input (then schedules
+                                                      with separate W actions are refused). */
+  void* user_data;                               /**< Passed to every callback. */
+  int32_t activation_ndim;                       /**< Dimensions of the f32 tensor passed between
+                                                      chunks (and of its gradient). */
+  int64_t activation_shape[PTDP_MAX_DIMS];       /**< Its extents. */
+} ptdp_stage_callbacks;
+
+/**
+ * @brief Fills @p callbacks with NULL functions and an empty shape, and sets its struct_size.
+ * @param[out] callbacks Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p callbacks is NULL.
+ */
+PTDP_API ptdp_status ptdp_stage_callbacks_init(ptdp_stage_callbacks* callbacks);
+
+/**
+ * @brief Runs this rank's actions of @p schedule on a user's model chunks: the library calls
+ *        the callbacks in schedule order and moves activations and gradients between pipeline
+ *        stages (batched send/recv, scatter/gather over the tensor group when t > 1).
+ * @param groups Live groups whose pipeline size equals the schedule's p.
+ * @param schedule The schedule.
+ * @param callbacks The chunks; see ::ptdp_stage_callbacks.
+ * @param options NULL for the defaults (trace_path as in ptdp_model_train_step()).
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, missing callbacks, a bad activation shape, a
+ *         schedule for another p, a W action without a backward_weight callback, or a callback
+ *         output of the wrong shape.
+ * @retval PTDP_ERR_TIMEOUT a peer stage did not take part in time.
+ * @return Otherwise the first non-success status a callback returned (its message kept).
+ * @par Thread safety
+ * Collective over the pipeline group (and the world when tracing). Callbacks run on the
+ * calling thread.
+ */
+PTDP_API ptdp_status ptdp_pipeline_run(ptdp_groups groups, ptdp_schedule schedule, const ptdp_stage_callbacks* callbacks,
+                                       const ptdp_pipeline_options* options);
+
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */
