@@ -20,6 +20,7 @@ struct ptdp_layer_impl {
   std::unique_ptr<ptdp::RowParallelLinear> row;
   std::unique_ptr<ptdp::VocabParallelEmbedding> embedding;
   std::unique_ptr<ptdp::VocabParallelCrossEntropy> cross_entropy;
+  int64_t vocab = 0;  // ids and labels must lie in [0, vocab) (embedding and cross-entropy)
 };
 
 namespace {
@@ -58,6 +59,17 @@ void create(ptdp_groups groups, ptdp_layer* out, Impl::Kind kind, uint64_t seed,
   h->params.initialize(seed);
   ++g.dependents;
   *out = h.release();
+}
+
+// Every id of an i32 tensor in [0, vocab); the message names the first one outside.
+void check_ids(const ptdp::Tensor& ids, int64_t vocab, const char* what) {
+  PTDP_CHECK_ARG(ids.dtype() == ptdp::DType::I32, std::string(what) + " must be i32, got " + ids.str());
+  const int32_t* v = ids.data<int32_t>();
+  for (int64_t i = 0; i < ids.numel(); ++i) {
+    PTDP_CHECK_ARG(v[i] >= 0 && v[i] < vocab, std::string(what) + "[" + std::to_string(i) + "] = " +
+                                                  std::to_string(v[i]) + " is outside the vocabulary [0, " +
+                                                  std::to_string(vocab) + ")");
+  }
 }
 
 ptdp::Step step_of(int64_t microbatch) {
@@ -123,6 +135,7 @@ PTDP_API ptdp_status ptdp_vocab_parallel_embedding_create(ptdp_groups groups, in
       divisible("vocab", vocab, h.tp.size);
       h.embedding = std::make_unique<ptdp::VocabParallelEmbedding>(h.params, "vocab_parallel_embedding", vocab,
                                                                    hidden, init_std, h.tp);
+      h.vocab = vocab;
     });
   });
 }
@@ -138,6 +151,7 @@ PTDP_API ptdp_status ptdp_vocab_parallel_cross_entropy_create(ptdp_groups groups
       divisible("padded_vocab", padded_vocab, h.tp.size);
       const int64_t local = padded_vocab / h.tp.size;
       h.cross_entropy = std::make_unique<ptdp::VocabParallelCrossEntropy>(vocab, local * h.tp.rank, local, h.tp);
+      h.vocab = vocab;
     });
   });
 }
@@ -159,12 +173,17 @@ PTDP_API ptdp_status ptdp_layer_forward(ptdp_layer layer, int64_t microbatch, pt
     switch (l.kind) {
       case Impl::Kind::Column: y = l.column->forward(x, st); break;
       case Impl::Kind::Row: y = l.row->forward(x, st); break;
-      case Impl::Kind::Embedding: y = l.embedding->forward(x, st); break;
+      case Impl::Kind::Embedding:
+        check_ids(x, l.vocab, "input");
+        y = l.embedding->forward(x, st);
+        break;
       case Impl::Kind::CrossEntropy: {
         // The loss masks and reuses its logits in place: work on a copy of the caller's.
+        const ptdp::Tensor& targets = live(labels, "labels").tensor;
+        check_ids(targets, l.vocab, "labels");
         ptdp::Tensor logits = ptdp::Tensor::empty(x.shape(), ptdp::DType::F32);
         logits.backend().copy(logits.raw(), x.raw(), x.nbytes());
-        y = l.cross_entropy->forward(logits, live(labels, "labels").tensor, st);
+        y = l.cross_entropy->forward(logits, targets, st);
         break;
       }
     }

@@ -49,15 +49,16 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& ste
   Slot& s = slots_.get(step.microbatch);
   const int64_t n = rows_of(s.x, in_, "column-parallel input");
   const int64_t out_local = out_ / tp_.size;
+  const int64_t want = gather_ ? n * out_ : n * out_local;
+  PTDP_CHECK_ARG(dy_in.numel() == want, "column-parallel output gradient " + dy_in.str() +
+                                            " does not match the output [" + std::to_string(n) + ", " +
+                                            std::to_string(gather_ ? out_ : out_local) + "]");
   Tensor dy = dy_in;
   if (gather_ && tp_.size > 1) {  // keep this rank's columns of the gathered gradient
     dy = Tensor::empty({n, out_local}, DType::F32, dy_in.device());
     dy_in.backend().copy_2d(dy.data<float>(), out_local, dy_in.data<float>() + tp_.rank * out_local, out_, n,
                             out_local);
   }
-  PTDP_CHECK_ARG(dy.numel() == n * out_local, "column-parallel output gradient " + dy.str() +
-                                                  " does not match the output [" + std::to_string(n) + ", " +
-                                                  std::to_string(out_local) + "]");
   Tensor dx = Tensor::empty({n, in_}, DType::F32, dy.device());
   linear_dgrad(dy, params_.param(weight_), dx);
   tp_.all_reduce(dx);  // f's backward

@@ -797,18 +797,19 @@ typedef struct ptdp_model_impl* ptdp_model;
 PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options);
 
 /**
- * @brief Builds a GPT split over the tensor group of @p groups and initialises its parameters.
- * @param groups Live groups; they must outlive the model. Their pipeline size must be 1 (the
- *        pipeline scheduler builds pipelined models).
+ * @brief Builds this rank's share of a GPT: split over the tensor group of @p groups, and with
+ *        pipeline size p and virtual size v, the chunks c = j * p + (pipeline rank) of p * v
+ *        equal chunks of layers (round-robin); initialises its parameters.
+ * @param groups Live groups; they must outlive the model.
  * @param options Shape and settings; NULL for the defaults.
  * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT a config that cannot be built, named with its numbers: a
  *         non-positive size, heads not divisible by t, hidden not divisible by heads, ffn not
- *         divisible by t, seq_length above max_position_embeddings, a dropout outside [0, 1).
- * @retval PTDP_ERR_UNSUPPORTED pipeline size > 1.
+ *         divisible by t, seq_length above max_position_embeddings, a dropout outside [0, 1),
+ *         or layers that do not split evenly over p * v chunks (named with layers, p and v).
  * @par Thread safety
- * Collective over the tensor group.
+ * Collective over the model-parallel group.
  */
 PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_options* options, ptdp_model* out);
 
@@ -834,6 +835,8 @@ PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model);
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT NULL tokens or labels, b <= 0, an id outside the
  *         vocabulary (named with its index).
+ * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages (use
+ *         ptdp_model_train_step()).
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
  * @par Thread safety
  * Collective over the tensor group; all ranks pass the same tokens and labels.
@@ -854,6 +857,7 @@ PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t
  * @param[out] loss Receives the mean loss; must not be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_forward_backward(), or NULL @p loss.
+ * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages.
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
  * @par Thread safety
  * Collective over the tensor group.
@@ -897,8 +901,8 @@ PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char
                                            int32_t* ndim, int64_t* global_shape, int32_t* partition_dim);
 
 /**
- * @brief Copies the full global-shape value of a parameter, gathered from the tensor ranks,
- *        into host memory.
+ * @brief Copies the full global-shape value of a parameter, gathered from the tensor ranks
+ *        (and broadcast from the pipeline stage holding it), into host memory.
  * @param model A live model.
  * @param name A parameter name.
  * @param[out] host Room for the global element count.
@@ -906,13 +910,14 @@ PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, unknown name, NULL @p host, @p bytes too small.
  * @par Thread safety
- * Collective over the tensor group.
+ * Collective over the model-parallel group.
  */
 PTDP_API ptdp_status ptdp_model_get_param(ptdp_model model, const char* name, float* host, size_t bytes);
 
 /**
- * @brief Sets a parameter from its full global-shape value; each rank keeps its slice. Every
- *        tensor rank must pass the same value. No communication.
+ * @brief Sets a parameter from its full global-shape value; each rank holding it keeps its
+ *        slice (both copies of a tied word embedding are set). Every rank must pass the same
+ *        value. No communication.
  * @param model A live model.
  * @param name A parameter name.
  * @param host The global-shape value.
@@ -923,8 +928,8 @@ PTDP_API ptdp_status ptdp_model_get_param(ptdp_model model, const char* name, fl
 PTDP_API ptdp_status ptdp_model_set_param(ptdp_model model, const char* name, const float* host, size_t bytes);
 
 /**
- * @brief Copies the full global-shape gradient of a parameter, gathered from the tensor
- *        ranks, into host memory.
+ * @brief Copies the full global-shape gradient of a parameter, gathered from the tensor ranks
+ *        (and broadcast from the pipeline stage holding it), into host memory.
  * @param model A live model.
  * @param name A parameter name.
  * @param[out] host Room for the global element count.
@@ -932,7 +937,7 @@ PTDP_API ptdp_status ptdp_model_set_param(ptdp_model model, const char* name, co
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_get_param().
  * @par Thread safety
- * Collective over the tensor group.
+ * Collective over the model-parallel group.
  */
 PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, float* host, size_t bytes);
 
@@ -1211,6 +1216,266 @@ PTDP_API ptdp_status ptdp_layer_zero_grad(ptdp_layer layer);
  * @retval PTDP_ERR_INVALID_ARGUMENT not a live layer handle.
  */
 PTDP_API ptdp_status ptdp_layer_destroy(ptdp_layer layer);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Pipeline schedules
+ *  A pipeline schedule as data: for each of the p pipeline ranks, the ordered list of actions
+ *  it performs in one training iteration (forward and backward passes of (microbatch, chunk)
+ *  pairs, and the sends and receives between them). Schedules can be generated, inspected,
+ *  checked, simulated with a cost model and drawn; users can also build their own and check
+ *  them. No communication and no device are involved.
+ *
+ *  Model chunks are numbered 0 .. p*v - 1 in model order and assigned round-robin: chunk c
+ *  lives on rank c % p. Communication semantics: a ::PTDP_ACTION_SEND_ACTIVATION of
+ *  (microbatch, c) sends chunk c's output to the rank of chunk c + 1, a
+ *  ::PTDP_ACTION_RECV_ACTIVATION of (microbatch, c) receives chunk c's input from the rank of
+ *  chunk c - 1; ::PTDP_ACTION_SEND_GRADIENT of (microbatch, c) sends the gradient of chunk c's
+ *  input to the rank of chunk c - 1, ::PTDP_ACTION_RECV_GRADIENT of (microbatch, c) receives
+ *  the gradient of chunk c's output from the rank of chunk c + 1. Between two ranks, transfers
+ *  of one kind are matched in order. A maximal run of consecutive communication actions in a
+ *  rank's list is one batch, posted together and completed once every transfer in it has met
+ *  its counterpart (the peer has posted the batch holding it).
+ *
+ *  A schedule handle is immutable: any number of threads may query, check, simulate or draw the
+ *  same schedule at once; only ptdp_schedule_destroy() must not race with other calls on it.
+ *  @{ */
+
+/* The handle type ::ptdp_schedule is declared with the GPT model above, which runs schedules. */
+
+/** Schedules ptdp_schedule_create() can generate. */
+typedef enum ptdp_schedule_kind {
+  PTDP_SCHEDULE_GPIPE = 0,            /**< All forwards, then all backwards; holds m microbatches. */
+  PTDP_SCHEDULE_1F1B = 1,             /**< PipeDream-Flush: warm-up of p - rank - 1 forwards, then
+                                           one forward, one backward; holds at most p. */
+  PTDP_SCHEDULE_INTERLEAVED_1F1B = 2, /**< Megatron-LM's interleaved 1F1B with v > 1 chunks per
+                                           rank; m must be a multiple of p. */
+  PTDP_SCHEDULE_ZB_H1 = 3             /**< Zero bubble ZB-H1 (Qi et al. 2024): backward split into
+                                           input and weight gradients, weight gradients deferred
+                                           into the bubbles; same peak memory as 1F1B. */
+} ptdp_schedule_kind;
+
+/** What an action does. */
+typedef enum ptdp_action_kind {
+  PTDP_ACTION_FORWARD = 0,          /**< Forward of (microbatch, chunk). */
+  PTDP_ACTION_BACKWARD = 1,         /**< Full backward: input and weight gradients together. */
+  PTDP_ACTION_BACKWARD_INPUT = 2,   /**< Input-gradient part of the backward (zero-bubble "B"). */
+  PTDP_ACTION_BACKWARD_WEIGHT = 3,  /**< Weight-gradient part of the backward (zero-bubble "W"). */
+  PTDP_ACTION_SEND_ACTIVATION = 4,  /**< Send chunk's output to the rank of chunk + 1. */
+  PTDP_ACTION_RECV_ACTIVATION = 5,  /**< Receive chunk's input from the rank of chunk - 1. */
+  PTDP_ACTION_SEND_GRADIENT = 6,    /**< Send the gradient of chunk's input to the rank of chunk - 1. */
+  PTDP_ACTION_RECV_GRADIENT = 7     /**< Receive the gradient of chunk's output from the rank of chunk + 1. */
+} ptdp_action_kind;
+
+/** One action of a rank's list. */
+typedef struct ptdp_action {
+  ptdp_action_kind kind; /**< What the action does. */
+  int32_t microbatch;    /**< Microbatch, in [0, m). */
+  int32_t chunk;         /**< Global chunk index, in [0, p*v); chunk c lives on rank c % p. */
+  int32_t peer;          /**< The other pipeline rank of a transfer; -1 for compute actions
+                              (ignored there). */
+} ptdp_action;
+
+/**
+ * @brief Costs for ptdp_schedule_simulate() and ptdp_schedule_write_svg(): the time one
+ *        pipeline rank's whole share of the model takes for one microbatch, in any unit. With
+ *        v chunks per rank an action on one chunk costs 1/v of these. Initialise with
+ *        ptdp_schedule_costs_init().
+ */
+typedef struct ptdp_schedule_costs {
+  size_t struct_size;     /**< sizeof(ptdp_schedule_costs), set by ptdp_schedule_costs_init(). */
+  double forward;         /**< Forward; default 1. */
+  double backward;        /**< Full backward; default 2. */
+  double backward_input;  /**< Input-gradient backward (zero bubble); default 1. */
+  double backward_weight; /**< Weight-gradient backward (zero bubble); default 1. */
+  double p2p_latency;     /**< Time from a transfer's two sides both being posted to its
+                               completion; default 0. */
+} ptdp_schedule_costs;
+
+/**
+ * @brief Fills @p costs with the defaults (forward 1, backward 2, backward_input 1,
+ *        backward_weight 1, p2p_latency 0) and sets its struct_size.
+ * @param[out] costs Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p costs is NULL.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_costs_init(ptdp_schedule_costs* costs);
+
+/**
+ * @brief Generates a schedule.
+ *
+ * Every generated schedule passes ptdp_schedule_check(). Send and receive actions sit where
+ * the rank issues them, paired like Megatron-LM's batched p2p calls (e.g. in the 1F1B steady
+ * state "send activation" and "receive gradient" form one batch). With p = 1 there are no
+ * communication actions.
+ * @param kind Which schedule.
+ * @param p Pipeline ranks, > 0.
+ * @param m Microbatches per iteration, > 0 (a multiple of @p p for interleaved 1F1B).
+ * @param v Chunks per rank: 1 for GPipe, 1F1B and ZB-H1; > 1 for interleaved 1F1B.
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT unknown @p kind, NULL @p out, non-positive sizes, v > 1 for
+ *         a kind without chunks, v = 1 for interleaved 1F1B, m not a multiple of p for
+ *         interleaved 1F1B, or a schedule too large (p*m*v > 2^24); the message names the numbers.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_create(ptdp_schedule_kind kind, int32_t p, int32_t m, int32_t v,
+                                          ptdp_schedule* out);
+
+/**
+ * @brief Builds a schedule from action lists supplied by the caller, e.g. to check or simulate
+ *        a schedule of one's own.
+ *
+ * Only the representation is validated here (sizes, counts, action kinds); whether the lists
+ * form a correct schedule is what ptdp_schedule_check() reports, and ptdp_schedule_simulate()
+ * and ptdp_schedule_write_svg() refuse schedules that fail it.
+ * @param kind_label The kind reported for the schedule (a label only; not enforced).
+ * @param p Pipeline ranks, > 0.
+ * @param m Microbatches, > 0.
+ * @param v Chunks per rank, > 0 (p*m*v at most 2^24).
+ * @param actions The lists of ranks 0 .. p-1 one after another: counts_per_rank[0] actions
+ *        of rank 0, then those of rank 1, and so on. May be NULL when every count is 0.
+ * @param counts_per_rank @p p counts, each >= 0; must not be NULL.
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT unknown @p kind_label, non-positive or too large sizes,
+ *         NULL @p counts_per_rank, @p actions or @p out, a negative count, or an action with
+ *         an unknown kind (the message names its index).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_create_custom(ptdp_schedule_kind kind_label, int32_t p, int32_t m,
+                                                 int32_t v, const ptdp_action* actions,
+                                                 const int32_t* counts_per_rank, ptdp_schedule* out);
+
+/**
+ * @brief Releases a schedule. NULL is accepted and ignored.
+ * @param schedule A schedule handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live schedule handle.
+ * @par Thread safety
+ * Must not race with any other call on the same schedule.
+ */
+PTDP_API ptdp_status ptdp_schedule_destroy(ptdp_schedule schedule);
+
+/**
+ * @brief The schedule's kind and sizes.
+ * @param schedule A live schedule handle.
+ * @param[out] kind Receives the kind (the label for a custom schedule); may be NULL.
+ * @param[out] p Receives the number of pipeline ranks; may be NULL.
+ * @param[out] m Receives the number of microbatches; may be NULL.
+ * @param[out] v Receives the number of chunks per rank; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live schedule handle.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_info(ptdp_schedule schedule, ptdp_schedule_kind* kind, int32_t* p,
+                                        int32_t* m, int32_t* v);
+
+/**
+ * @brief Number of actions in one rank's list.
+ * @param schedule A live schedule handle.
+ * @param rank A pipeline rank in [0, p).
+ * @param[out] count Receives the number; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, @p rank out of range, NULL @p count.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_num_actions(ptdp_schedule schedule, int32_t rank, int32_t* count);
+
+/**
+ * @brief Copies one rank's actions, in the order the rank performs them.
+ * @param schedule A live schedule handle.
+ * @param rank A pipeline rank in [0, p).
+ * @param[out] out Receives the actions; may be NULL when @p capacity is 0.
+ * @param capacity Number of actions @p out can hold; must be >= the rank's count.
+ * @param[out] count Receives the number of actions; must not be NULL. Unchanged on error
+ *             (size the buffer with ptdp_schedule_num_actions()).
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, @p rank out of range, NULL @p count, negative
+ *         or too small @p capacity, NULL @p out with a non-empty list.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_actions(ptdp_schedule schedule, int32_t rank, ptdp_action* out,
+                                           int32_t capacity, int32_t* count);
+
+/**
+ * @brief Checks a schedule: every (microbatch, chunk) has exactly one forward and one backward
+ *        (or one input-gradient and, after it, one weight-gradient backward) in a valid order,
+ *        every forward follows the arrival of its input and every backward that of its output
+ *        gradient, every send has its matching receive (kind, peer, order, microbatch, chunk)
+ *        and vice versa, peers are the right ranks, and running all ranks with the batch
+ *        semantics above finishes (no deadlock).
+ *
+ * A schedule that fails is not an error: the call succeeds with *ok = 0 and the message
+ * describing the first violation, e.g. "rank 1 action 7 (F3c1): forward of microbatch 3 chunk
+ * 1 before its input was received" or "deadlock: rank 0 waits at action 5 (...) for rank 1,
+ * which waits at action 9 (...) for rank 0".
+ * @param schedule A live schedule handle.
+ * @param[out] ok Receives 1 when the schedule is valid, 0 otherwise; must not be NULL.
+ * @param[out] message Receives the message (empty when valid), NUL-terminated and truncated to
+ *             @p capacity - 1 bytes; may be NULL when @p capacity is 0.
+ * @param capacity Size of @p message in bytes.
+ * @retval PTDP_SUCCESS the check ran (whatever its verdict).
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p ok, NULL @p message with a non-zero
+ *         @p capacity.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_check(ptdp_schedule schedule, int32_t* ok, char* message,
+                                         size_t capacity);
+
+/**
+ * @brief Simulates a schedule under a cost model.
+ *
+ * Compute actions run in list order; a batch is posted when its rank reaches it, each of its
+ * transfers completes p2p_latency after both sides are posted, and the batch completes with
+ * its last transfer. The bubble fraction is (makespan - ideal) / ideal, with ideal a rank's
+ * total compute time (the paper's t_bubble / t_ideal). A slot is the activations of one
+ * (microbatch, chunk), held from its forward until its backward (or weight-gradient backward);
+ * with v chunks per rank a slot holds 1/v of a microbatch's activations on that rank.
+ * @param schedule A live schedule handle that passes ptdp_schedule_check().
+ * @param costs NULL for the defaults of ptdp_schedule_costs_init().
+ * @param[out] makespan Receives the time the last rank finishes; may be NULL.
+ * @param[out] bubble_fraction Receives the bubble fraction; may be NULL.
+ * @param[out] peak_slots Receives, for each of the p ranks, the most slots held at once; may
+ *             be NULL.
+ * @param capacity Number of elements @p peak_slots can hold; must be >= p when @p peak_slots
+ *        is not NULL (ignored otherwise).
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, bad @p costs (struct_size, a negative or
+ *         non-finite cost, no compute time at all), @p capacity too small, or a schedule that
+ *         fails ptdp_schedule_check() (the message gives the check's).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_simulate(ptdp_schedule schedule, const ptdp_schedule_costs* costs,
+                                            double* makespan, double* bubble_fraction,
+                                            int32_t* peak_slots, int32_t capacity);
+
+/**
+ * @brief Draws the simulated timeline as a standalone SVG file, like the schedule figures of
+ *        the pipeline papers: one row per rank, one box per compute action labelled with its
+ *        microbatch, forward, backward, input- and weight-gradient backward in different
+ *        colours, higher chunks lighter, with a legend and a time axis.
+ * @param schedule A live schedule handle that passes ptdp_schedule_check().
+ * @param costs NULL for the defaults of ptdp_schedule_costs_init().
+ * @param path The file to write (created or replaced); must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_schedule_simulate(), or NULL @p path.
+ * @retval PTDP_ERR_IO the file could not be written; the message names @p path.
+ * @par Thread safety
+ * Thread-safe (for distinct paths).
+ */
+PTDP_API ptdp_status ptdp_schedule_write_svg(ptdp_schedule schedule, const ptdp_schedule_costs* costs,
+                                             const char* path);
 
 /** @} */
 

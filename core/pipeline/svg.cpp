@@ -1,0 +1,231 @@
+#include "core/pipeline/svg.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "kernels/error.h"
+
+namespace ptdp {
+namespace {
+
+// Layout in pixels.
+constexpr double kLeft = 70;       // room for the rank labels
+constexpr double kTop = 40;        // room for the title
+constexpr double kRow = 30;        // height of a rank's row
+constexpr double kBox = 24;        // height of a box
+constexpr double kPlotWidth = 960; // width of the timeline
+constexpr double kAxis = 40;       // room for the time axis under the rows
+constexpr double kLegend = 30;     // room for the legend under the axis
+
+std::string escape(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+std::string num(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", x);
+  return buf;
+}
+
+std::string fraction(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", x);
+  return buf;
+}
+
+// Hue per compute kind; lightness grows with the local chunk index.
+int hue(ActionKind k) {
+  switch (k) {
+    case ActionKind::Forward: return 212;         // blue
+    case ActionKind::Backward: return 130;        // green
+    case ActionKind::BackwardInput: return 160;   // teal
+    case ActionKind::BackwardWeight: return 32;   // orange
+    default: return 0;
+  }
+}
+
+double lightness(int local_chunk, int v) { return v <= 1 ? 45 : 38 + 32.0 * local_chunk / (v - 1); }
+
+// #rrggbb of an HSL colour (SVG 1.1 viewers need not understand hsl()).
+std::string hsl_hex(double h, double s, double l) {
+  const double c = (1 - std::fabs(2 * l - 1)) * s;
+  const double hp = h / 60;
+  const double x = c * (1 - std::fabs(std::fmod(hp, 2.0) - 1));
+  double r = 0, g = 0, b = 0;
+  if (hp < 1) { r = c; g = x; }
+  else if (hp < 2) { r = x; g = c; }
+  else if (hp < 3) { g = c; b = x; }
+  else if (hp < 4) { g = x; b = c; }
+  else if (hp < 5) { r = x; b = c; }
+  else { r = c; b = x; }
+  const double m = l - c / 2;
+  char buf[8];
+  auto byte = [](double u) { return static_cast<int>(std::lround(std::clamp(u, 0.0, 1.0) * 255)); };
+  std::snprintf(buf, sizeof buf, "#%02x%02x%02x", byte(r + m), byte(g + m), byte(b + m));
+  return buf;
+}
+
+std::string fill(ActionKind k, int local_chunk, int v) {
+  return hsl_hex(hue(k), 0.65, lightness(local_chunk, v) / 100);
+}
+
+// Label colour readable on the box.
+const char* ink(int local_chunk, int v) { return lightness(local_chunk, v) > 55 ? "#222" : "#fff"; }
+
+// A "nice" tick step giving about eight ticks over `span`.
+double tick_step(double span) {
+  const double raw = span / 8;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double f : {1.0, 2.0, 5.0, 10.0}) {
+    if (raw <= f * mag) return f * mag;
+  }
+  return 10 * mag;
+}
+
+// A filled rectangle drawn as a path, so that <rect> stays reserved for action boxes.
+std::string swatch(double x, double y, double w, double h, const std::string& color) {
+  return "<path d=\"M" + num(x) + " " + num(y) + " h" + num(w) + " v" + num(h) + " h-" + num(w) +
+         " z\" fill=\"" + color + "\" stroke=\"#333\" stroke-width=\"0.5\"/>\n";
+}
+
+}  // namespace
+
+std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
+  const double makespan = sim.makespan > 0 ? sim.makespan : 1;
+  const double scale = kPlotWidth / makespan;
+  const double rows_bottom = kTop + kRow * s.p;
+  const double width = kLeft + kPlotWidth + 20;
+  const double height = rows_bottom + kAxis + kLegend + 10;
+  std::ostringstream o;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << num(width)
+    << "\" height=\"" << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height)
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  o << "<title>" << escape(schedule_kind_name(s.kind)) << " schedule, p = " << s.p
+    << ", m = " << s.m << ", v = " << s.v << "</title>\n";
+  o << "<text x=\"" << num(kLeft) << "\" y=\"22\" font-size=\"14\">"
+    << escape(schedule_kind_name(s.kind)) << ": p = " << s.p << ", m = " << s.m << ", v = " << s.v
+    << "; makespan " << num(sim.makespan) << ", bubble fraction " << fraction(sim.bubble_fraction)
+    << "</text>\n";
+
+  // Grid and time axis.
+  const double step = tick_step(makespan);
+  o << "<g stroke=\"#ddd\" stroke-width=\"1\">\n";
+  for (double t = 0; t <= makespan + 1e-9; t += step) {
+    const double x = kLeft + t * scale;
+    o << "<line x1=\"" << num(x) << "\" y1=\"" << num(kTop) << "\" x2=\"" << num(x) << "\" y2=\""
+      << num(rows_bottom) << "\"/>\n";
+  }
+  o << "</g>\n";
+  o << "<g stroke=\"#333\" stroke-width=\"1\">\n";
+  o << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(rows_bottom) << "\" x2=\""
+    << num(kLeft + kPlotWidth) << "\" y2=\"" << num(rows_bottom) << "\"/>\n";
+  for (double t = 0; t <= makespan + 1e-9; t += step) {
+    const double x = kLeft + t * scale;
+    o << "<line x1=\"" << num(x) << "\" y1=\"" << num(rows_bottom) << "\" x2=\"" << num(x)
+      << "\" y2=\"" << num(rows_bottom + 5) << "\"/>\n";
+  }
+  o << "</g>\n";
+  o << "<g text-anchor=\"middle\">\n";
+  for (double t = 0; t <= makespan + 1e-9; t += step) {
+    char label[32];
+    std::snprintf(label, sizeof label, "%g", t);
+    o << "<text x=\"" << num(kLeft + t * scale) << "\" y=\"" << num(rows_bottom + 17) << "\">"
+      << label << "</text>\n";
+  }
+  o << "<text x=\"" << num(kLeft + kPlotWidth / 2) << "\" y=\"" << num(rows_bottom + 32)
+    << "\">time</text>\n";
+  o << "</g>\n";
+
+  // One row per rank, one box per compute action.
+  for (int r = 0; r < s.p; ++r) {
+    const double y = kTop + kRow * r + (kRow - kBox) / 2;
+    o << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(y + kBox / 2 + 4)
+      << "\" text-anchor=\"end\">rank " << r << "</text>\n";
+    o << "<g stroke=\"#333\" stroke-width=\"0.5\">\n";
+    const auto& list = s.ranks[static_cast<std::size_t>(r)];
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      if (is_communication(a.kind)) continue;
+      const TimedAction& t = sim.timeline[static_cast<std::size_t>(r)][i];
+      const double x = kLeft + t.start * scale;
+      const double w = std::max(0.0, (t.end - t.start) * scale);
+      o << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
+        << "\" height=\"" << num(kBox) << "\" fill=\"" << fill(a.kind, a.chunk / s.p, s.v)
+        << "\"><title>" << escape(a.str()) << " [" << num(t.start) << ", " << num(t.end)
+        << "]</title></rect>\n";
+    }
+    o << "</g>\n";
+    o << "<g text-anchor=\"middle\" font-size=\"" << (s.v > 1 || s.m > 20 ? 9 : 11) << "\">\n";
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const Action& a = list[i];
+      if (is_communication(a.kind)) continue;
+      const TimedAction& t = sim.timeline[static_cast<std::size_t>(r)][i];
+      if ((t.end - t.start) * scale < 9) continue;  // no room for a label
+      o << "<text x=\"" << num(kLeft + (t.start + t.end) / 2 * scale) << "\" y=\""
+        << num(y + kBox / 2 + 4) << "\" fill=\"" << ink(a.chunk / s.p, s.v) << "\">" << a.microbatch
+        << "</text>\n";
+    }
+    o << "</g>\n";
+  }
+
+  // Legend: the kinds present, each for the lowest and highest chunk when v > 1.
+  bool present[4] = {false, false, false, false};
+  for (const auto& list : s.ranks) {
+    for (const Action& a : list) {
+      if (!is_communication(a.kind)) present[static_cast<int>(a.kind)] = true;
+    }
+  }
+  static const char* const kNames[4] = {"forward (F)", "backward (B)", "input-gradient backward (B)",
+                                        "weight-gradient backward (W)"};
+  double x = kLeft;
+  const double ly = rows_bottom + kAxis;
+  for (int k = 0; k < 4; ++k) {
+    if (!present[k]) continue;
+    const auto kind = static_cast<ActionKind>(k);
+    o << swatch(x, ly, 14, 14, fill(kind, 0, s.v));
+    x += 16;
+    if (s.v > 1) {
+      o << swatch(x, ly, 14, 14, fill(kind, s.v - 1, s.v));
+      x += 16;
+    }
+    o << "<text x=\"" << num(x + 2) << "\" y=\"" << num(ly + 11) << "\">" << kNames[k] << "</text>\n";
+    x += 8 + 6.5 * static_cast<double>(std::strlen(kNames[k])) + 16;
+  }
+  if (s.v > 1) {
+    o << "<text x=\"" << num(x) << "\" y=\"" << num(ly + 11)
+      << "\">(lighter: higher chunk of the rank)</text>\n";
+  }
+  o << "</svg>\n";
+  return o.str();
+}
+
+void write_schedule_svg(const Schedule& s, const ScheduleCosts& costs, const std::string& path) {
+  const std::string svg = schedule_svg(s, simulate(s, costs));
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) {
+    throw_error(ErrorCode::Io, "cannot open '" + path + "' for writing: " + std::strerror(errno));
+  }
+  f << svg;
+  f.close();
+  if (!f) throw_error(ErrorCode::Io, "writing '" + path + "' failed");
+}
+
+}  // namespace ptdp
