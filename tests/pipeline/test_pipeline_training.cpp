@@ -210,6 +210,36 @@ int main(int argc, char** argv) {
       if (t > 1) run(rt, W, t, p, 1, PTDP_SCHEDULE_1F1B, 0, nullptr);  // scatter/gather off
     }
     if (trace) run(rt, W, 1, W, 2, PTDP_SCHEDULE_INTERLEAVED_1F1B, 1, trace);
+    // Layers that do not split evenly over p * v chunks are refused, naming the numbers; a
+    // schedule for another layout is refused by the step.
+    {
+      ct::context("uneven split");
+      ptdp_parallel_options po;
+      ptdp_parallel_options_init(&po);
+      po.pipeline_model_parallel_size = W;
+      ptdp_groups g = nullptr;
+      if (CT_OK(ptdp_groups_create(rt, &po, &g)).empty()) {
+        const ptdp_gpt_options odd = gpt_options(2 * W + 1);
+        ptdp_model m = nullptr;
+        ct::expect_message(CT_STATUS(ptdp_model_create(g, &odd, &m), PTDP_ERR_INVALID_ARGUMENT),
+                           {"num_layers " + std::to_string(2 * W + 1), "p=" + std::to_string(W), "v=1"},
+                           "layers not divisible by p");
+        expect(m == nullptr, "no model after the refusal");
+        const ptdp_gpt_options even = gpt_options(2 * W);
+        ptdp_schedule other = nullptr;
+        if (CT_OK(ptdp_model_create(g, &even, &m)).empty() &&
+            CT_OK(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 2, 1, &other)).empty()) {
+          const Batch x = make_batch(2, 1, even.seq_length, even.vocab_size, 0);
+          ct::expect_message(CT_STATUS(ptdp_model_train_step(m, other, x.tokens.data(), x.labels.data(), 1, 0, nullptr,
+                                                             nullptr),
+                                       PTDP_ERR_INVALID_ARGUMENT),
+                             {"schedule is for p=1"}, "a schedule for another p");
+        }
+        ptdp_schedule_destroy(other);
+        ptdp_model_destroy(m);
+        CT_OK(ptdp_groups_destroy(g));
+      }
+    }
     CT_OK(ptdp_runtime_destroy(rt));
   }
   const int code = ct::finish("test_pipeline_training");
