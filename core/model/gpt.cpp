@@ -32,15 +32,20 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
   padded_vocab_ = cfg_.padded_vocab(tp.size);
   const int64_t h = cfg_.hidden_size;
   if (stage_.pre_process) {
+    embedding_params_.first = params_.size();
     word_ = std::make_unique<VocabParallelEmbedding>(params_, "embedding.word_embeddings.weight", padded_vocab_, h,
                                                      cfg_.init_method_std, tp);
     position_ = std::make_unique<ReplicatedEmbedding>(params_, "embedding.position_embeddings.weight",
                                                       cfg_.max_positions(), h, cfg_.init_method_std);
+    embedding_params_.second = params_.size();
   }
   for (int i = 0; i < stage_.num_layers; ++i) {
+    const int first = params_.size();
     layers_.push_back(std::make_unique<TransformerLayer>(params_, cfg_, stage_.first_layer + i, tp));
+    layer_params_.emplace_back(first, params_.size());
   }
   if (stage_.post_process) {
+    head_params_.first = params_.size();
     final_ln_ = std::make_unique<LayerNorm>(params_, "decoder.final_layernorm", h, cfg_.layernorm_epsilon);
     if (cfg_.tie_embeddings && stage_.pre_process) {
       head_ = std::make_unique<ColumnParallelLinear>(params_, word_->weight_index(), false, tp);
@@ -56,6 +61,7 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
     }
     const int64_t local = padded_vocab_ / tp.size;
     loss_ = std::make_unique<VocabParallelCrossEntropy>(cfg_.vocab_size, local * tp.rank, local, tp);
+    head_params_.second = params_.size();
   }
   if (materialize) {
     params_.allocate(device_);
@@ -136,12 +142,19 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
   return Tensor();
 }
 
-void GptModel::stage_backward_weight(const Step& step) {
-  if (stage_.post_process) head_->backward_weight(step);
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) (*it)->backward_weight(step);
+void GptModel::stage_backward_weight(const Step& step, const ParamsReady& ready) {
+  if (stage_.post_process) {
+    head_->backward_weight(step);
+    if (ready) ready(head_params_.first, head_params_.second);
+  }
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    layers_[i]->backward_weight(step);
+    if (ready) ready(layer_params_[i].first, layer_params_[i].second);
+  }
   if (stage_.pre_process) {
     word_->backward_weight(step);
     position_->backward_weight(step);
+    if (ready) ready(embedding_params_.first, embedding_params_.second);
   }
 }
 

@@ -5,6 +5,7 @@
 // same full weights and draws the same dropout masks.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -63,8 +64,12 @@ class GptModel {
   /// Input gradient of this chunk: from `grad_output` [s*b, h], or (post-processing) from the
   /// mean loss scaled by grad_scale. Returns [s*b, h], undefined for a pre-processing chunk.
   Tensor stage_backward_input(const Tensor& grad_output, const Step& step, float grad_scale);
-  /// Weight gradients of this chunk for the microbatch.
-  void stage_backward_weight(const Step& step);
+  /// Called with a range [first, end) of parameter indices whose gradients this microbatch's
+  /// backward has just completed (for overlapping the data-parallel reduction).
+  using ParamsReady = std::function<void(int first, int end)>;
+  /// Weight gradients of this chunk for the microbatch; `ready` (if set) hears each finished
+  /// component: the head, each layer from the last, then the embeddings.
+  void stage_backward_weight(const Step& step, const ParamsReady& ready = {});
   /// Drops whatever is kept for the microbatch.
   void release(const Step& step);
   static float mean(const Tensor& losses);
@@ -86,6 +91,9 @@ class GptModel {
   std::unique_ptr<ColumnParallelLinear> head_;
   std::unique_ptr<VocabParallelCrossEntropy> loss_;
   int tied_copy_ = -1;  // the last chunk's copy of the word embedding (pipelines with p > 1)
+  // Parameter index ranges [first, end) of the components, for ParamsReady.
+  std::pair<int, int> embedding_params_{0, 0}, head_params_{0, 0};
+  std::vector<std::pair<int, int>> layer_params_;
 };
 
 }  // namespace ptdp

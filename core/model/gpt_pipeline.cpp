@@ -20,8 +20,10 @@ TensorParallel tensor_group(ProcessGroups& g) {
 // The chunks' PipelineStages for one global batch.
 class GptStages final : public PipelineStages {
  public:
-  GptStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int64_t iteration, int m)
-      : model_(model), tokens_(tokens), labels_(labels), b_(b), iteration_(iteration), m_(m) {}
+  GptStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int64_t iteration, int m,
+            const TrainHooks& hooks)
+      : model_(model), tokens_(tokens), labels_(labels), b_(b), iteration_(iteration), m_(m), hooks_(hooks),
+        weight_passes_(model.chunks().size(), 0) {}
 
   Shape input_shape(int, int) override {
     const GptConfig& c = model_.config();
@@ -37,10 +39,28 @@ class GptStages final : public PipelineStages {
   }
 
   Tensor backward_input(int chunk, int mb, const Tensor& grad_output) override {
-    return local(chunk).stage_backward_input(grad_output, step(mb), 1.0f / static_cast<float>(m_));
+    return local(chunk).stage_backward_input(grad_output, step(mb), hooks_.grad_scale / static_cast<float>(m_));
   }
 
-  void backward_weight(int chunk, int mb) override { local(chunk).stage_backward_weight(step(mb)); }
+  void backward_weight(int chunk, int mb) override {
+    const int j = chunk / model_.pipeline_size();
+    const bool last = ++weight_passes_[static_cast<std::size_t>(j)] == m_;
+    if (!last || !hooks_.params_ready) {
+      local(chunk).stage_backward_weight(step(mb));
+      return;
+    }
+    // The chunk's gradients are final component by component: report them, except the tied
+    // embedding, which the embedding group sums first.
+    const int tied = model_.tied_embedding(j);
+    local(chunk).stage_backward_weight(step(mb), [&](int first, int end) {
+      if (tied >= first && tied < end) {
+        if (first < tied) hooks_.params_ready(j, first, tied);
+        if (tied + 1 < end) hooks_.params_ready(j, tied + 1, end);
+      } else {
+        hooks_.params_ready(j, first, end);
+      }
+    });
+  }
 
   double loss_sum() const { return loss_sum_; }
 
@@ -49,7 +69,7 @@ class GptStages final : public PipelineStages {
   Step step(int mb) const {
     Step s;
     s.iteration = iteration_;
-    s.microbatch = mb;
+    s.microbatch = hooks_.microbatch_offset + mb;
     return s;
   }
 
@@ -58,6 +78,8 @@ class GptStages final : public PipelineStages {
   const int32_t* labels_;
   int64_t b_, iteration_;
   int m_;
+  const TrainHooks& hooks_;
+  std::vector<int> weight_passes_;
   double loss_sum_ = 0.0;
 };
 
@@ -94,25 +116,36 @@ void GptPipeline::zero_grads() {
   for (auto& c : chunks_) c->params().zero_grads();
 }
 
+int GptPipeline::tied_embedding(int j) const {
+  const GptModel& c = *chunks_[static_cast<std::size_t>(j)];
+  if (p_ == 1 || !cfg_.tie_embeddings) return -1;
+  if (c.stage().pre_process) return c.params().index("embedding.word_embeddings.weight");
+  if (c.stage().post_process) return c.tied_head_weight();
+  return -1;
+}
+
 float GptPipeline::train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
                               int64_t iteration, const ExecutorOptions& options) {
+  return train_step(schedule, tokens, labels, b, iteration, options, TrainHooks{});
+}
+
+float GptPipeline::train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                              int64_t iteration, const ExecutorOptions& options, const TrainHooks& hooks) {
   PTDP_CHECK_ARG(schedule.p == p_ && schedule.v == v_,
                  "the schedule is for p=" + std::to_string(schedule.p) + ", v=" + std::to_string(schedule.v) +
                      "; the model is laid out for p=" + std::to_string(p_) + ", v=" + std::to_string(v_));
   PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
   PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
-  GptStages stages(*this, tokens, labels, b, iteration, schedule.m);
+  GptStages stages(*this, tokens, labels, b, iteration, schedule.m, hooks);
   Communicator* pipe = p_ > 1 ? &groups_.comm(GroupKind::Pipeline) : nullptr;
   run_schedule(schedule, pp_rank_, stages, pipe, tp_, options);
   // Tied word embedding: the first and last stages sum their gradients.
-  if (p_ > 1 && cfg_.tie_embeddings && groups_.is_member(GroupKind::Embedding)) {
-    for (auto& c : chunks_) {
-      int i = -1;
-      if (c->stage().pre_process) i = c->params().index("embedding.word_embeddings.weight");
-      if (c->stage().post_process) i = c->tied_head_weight();
-      if (i >= 0) groups_.comm(GroupKind::Embedding).all_reduce(c->params().grad(i), ReduceOp::Sum)->wait();
-    }
+  for (int j = 0; j < v_; ++j) {
+    const int i = tied_embedding(j);
+    if (i < 0) continue;
+    groups_.comm(GroupKind::Embedding).all_reduce(chunks_[static_cast<std::size_t>(j)]->params().grad(i), ReduceOp::Sum)->wait();
+    if (hooks.params_ready) hooks.params_ready(j, i, i + 1);
   }
   // The loss lives on the last stage; every rank of the pipeline returns it.
   float loss = static_cast<float>(stages.loss_sum() / schedule.m);

@@ -15,6 +15,17 @@
 
 namespace ptdp {
 
+/// How a training step reports to the optimizer.
+struct TrainHooks {
+  /// Global index of the replica's first microbatch (keys dropout masks): the data-parallel
+  /// rank times m, so every layout draws the serial run's masks.
+  int64_t microbatch_offset = 0;
+  /// Multiplies every gradient (the loss scale).
+  float grad_scale = 1.0f;
+  /// Parameters [first, end) of local chunk j have their final gradients for the step.
+  std::function<void(int j, int first, int end)> params_ready;
+};
+
 class GptPipeline {
  public:
   /// v = groups.layout().virtual_stages() chunks per pipeline rank; the layers must split
@@ -34,7 +45,12 @@ class GptPipeline {
   /// rank of a pipeline. Gradients of the mean loss accumulate; the tied-embedding gradients are
   /// summed over the embedding group. Returns the mean loss, on every rank.
   float train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                   int64_t iteration, const ExecutorOptions& options, const struct TrainHooks& hooks);
+  float train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
                    int64_t iteration, const ExecutorOptions& options);
+  /// Index of the tied word embedding in local chunk j's table (both stages' copies with
+  /// p > 1), or -1.
+  int tied_embedding(int j) const;
   void zero_grads();
 
   /// Every parameter of the whole model in model order (names unique; the last stage's copy of

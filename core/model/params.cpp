@@ -51,6 +51,16 @@ void ParamTable::allocate(Device device) {
   grads_ = Tensor::zeros({numel_}, DType::F32, device);
 }
 
+void ParamTable::reserve(int64_t numel) {
+  check_allocated("reserve");
+  if (numel <= params_.numel()) return;
+  for (Tensor* t : {&params_, &grads_}) {
+    Tensor bigger = Tensor::zeros({numel}, DType::F32, t->device());
+    bigger.backend().copy(bigger.raw(), t->raw(), t->nbytes());
+    *t = bigger;
+  }
+}
+
 void ParamTable::check_allocated(const char* what) const {
   if (!params_.defined()) throw_error(ErrorCode::InvalidState, std::string(what) + ": parameters are not allocated");
 }

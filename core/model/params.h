@@ -36,6 +36,11 @@ class ParamTable {
           float init_std = 0.0f, bool weight_decay = true);
   /// Allocates the flat parameter and gradient buffers (gradients zeroed).
   void allocate(Device device);
+  /// Grows both flat buffers to at least `numel` elements (values kept, the tail zero), e.g.
+  /// so that data-parallel buckets divide evenly. Views taken before are not moved.
+  void reserve(int64_t numel);
+  /// Elements of the flat buffers (>= numel(), after reserve).
+  int64_t capacity() const { return params_.defined() ? params_.numel() : 0; }
   /// Sets every parameter to its initial value: a pure function of (seed, name, global element
   /// index), so every tensor-parallel size starts from the same full weights.
   void initialize(uint64_t seed);

@@ -1,0 +1,744 @@
+// bench_gpt: training throughput of the whole GPT model on one rank, CPU engine.
+//
+//   1. OpenBLAS's peak: one large square cblas_sgemm, timed in the same run (bench_kernels'
+//      approach). It is the ceiling the model's GFLOP/s is compared with.
+//   2. GptModel::forward_backward of one microbatch per iteration (GPT-2 small by default:
+//      12 layers, h = 768, 12 heads, V = 50257, s = 64, b = 4): ms per iteration (median of the
+//      timed iterations after warm-up), tokens/s = b*s / time, GFLOP/s with the paper's model
+//      FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) (Narayanan et al. 2021), and % of (1).
+//      The paper's count ignores recomputation, so a recomputing run is charged the same FLOPs
+//      (the executed FLOPs are printed beside it). Then forward-only iterations
+//      (GptModel::forward_loss, dropout on as in training) give a forward/backward split.
+//
+// Each iteration starts from zeroed gradients (untimed), as after an optimizer step, uses a
+// new Step::iteration (new dropout masks) and random token ids. GFLOP is 1e9 FLOPs.
+// Run with --help for the flags.
+
+#include <cblas.h>
+#include <omp.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/layers/layer_support.h"
+#include "core/model/gpt.h"
+#include "core/model/gpt_config.h"
+#include "core/tensor/tensor.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- options ---------------------------------------------------------------------------------
+
+struct Options {
+  bool quick = false;
+  std::optional<int> layers, hidden, heads, vocab, seq, micro_batch, iters, warmup;
+  ptdp::Recompute recompute = ptdp::Recompute::None;
+  bool dropout = true;
+  int threads = 0;  // 0: leave OpenMP's default
+  std::string json_path;
+};
+
+void print_help(const char* argv0) {
+  std::printf(
+      "Usage: %s [options]\n"
+      "\n"
+      "Times GptModel::forward_backward of one microbatch per iteration on one rank (CPU\n"
+      "engine) and reports ms/iteration, tokens/s, model GFLOP/s (the paper's\n"
+      "72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), without recomputation) and the ratio to\n"
+      "OpenBLAS's square sgemm peak measured in the same run. Default: GPT-2 small.\n"
+      "\n"
+      "Options (defaults: full run / --quick):\n"
+      "  --layers N        transformer layers (12 / 4)\n"
+      "  --hidden N        hidden size h (768 / 256)\n"
+      "  --heads N         attention heads (12 / 4)\n"
+      "  --vocab N         vocabulary size V, padded to a multiple of 128 (50257 / 8192)\n"
+      "  --seq N           sequence length s (64 / 64)\n"
+      "  --micro-batch N   microbatch size b (4 / 4)\n"
+      "  --iters N         timed iterations (20 / 10); as many forward-only ones follow\n"
+      "  --warmup N        untimed warm-up iterations first (2 / 2; forward-only: 1)\n"
+      "  --recompute MODE  none | full | selective (Megatron's --recompute-granularity; none)\n"
+      "  --no-dropout      hidden and attention dropout 0 (default 0.1, Megatron's)\n"
+      "  --quick           a much smaller model and shorter timing (whole run < 20 s)\n"
+      "  --threads N       omp_set_num_threads(N) and openblas_set_num_threads(N) first\n"
+      "  --json PATH       also write the results as JSON to PATH\n"
+      "  --help            this text\n",
+      argv0);
+}
+
+bool parse_int(const std::string& s, int& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || v < INT_MIN || v > INT_MAX) return false;
+  out = static_cast<int>(v);
+  return true;
+}
+
+bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
+  exit_code = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto need_value = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s: %s needs a value\n", argv[0], arg.c_str());
+        exit_code = 2;
+        return false;
+      }
+      value = argv[++i];
+      return true;
+    };
+    // An integer option: value >= min.
+    auto int_opt = [&](std::optional<int>& dst, int min) -> bool {
+      if (!need_value()) return false;
+      int v = 0;
+      if (!parse_int(value, v) || v < min) {
+        std::fprintf(stderr, "%s: %s needs an integer >= %d, got '%s'\n", argv[0], arg.c_str(), min,
+                     value.c_str());
+        exit_code = 2;
+        return false;
+      }
+      dst = v;
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      print_help(argv[0]);
+      return false;
+    } else if (arg == "--quick") {
+      o.quick = true;
+    } else if (arg == "--no-dropout") {
+      o.dropout = false;
+    } else if (arg == "--layers") {
+      if (!int_opt(o.layers, 1)) return false;
+    } else if (arg == "--hidden") {
+      if (!int_opt(o.hidden, 1)) return false;
+    } else if (arg == "--heads") {
+      if (!int_opt(o.heads, 1)) return false;
+    } else if (arg == "--vocab") {
+      if (!int_opt(o.vocab, 2)) return false;
+    } else if (arg == "--seq") {
+      if (!int_opt(o.seq, 1)) return false;
+    } else if (arg == "--micro-batch") {
+      if (!int_opt(o.micro_batch, 1)) return false;
+    } else if (arg == "--iters") {
+      if (!int_opt(o.iters, 1)) return false;
+    } else if (arg == "--warmup") {
+      if (!int_opt(o.warmup, 0)) return false;
+    } else if (arg == "--threads") {
+      std::optional<int> t;
+      if (!int_opt(t, 1)) return false;
+      o.threads = *t;
+    } else if (arg == "--recompute") {
+      if (!need_value()) return false;
+      if (value == "none") {
+        o.recompute = ptdp::Recompute::None;
+      } else if (value == "full") {
+        o.recompute = ptdp::Recompute::Full;
+      } else if (value == "selective") {
+        o.recompute = ptdp::Recompute::Selective;
+      } else {
+        std::fprintf(stderr, "%s: --recompute must be none, full or selective, got '%s'\n",
+                     argv[0], value.c_str());
+        exit_code = 2;
+        return false;
+      }
+    } else if (arg == "--json") {
+      if (!need_value()) return false;
+      o.json_path = value;
+    } else {
+      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
+      exit_code = 2;
+      return false;
+    }
+  }
+  return true;
+}
+
+// ---- machine ---------------------------------------------------------------------------------
+
+/// User + system CPU time of this process so far.
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/// Peak resident set size of this process so far, in bytes (Linux reports KiB).
+double max_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return 1024.0 * static_cast<double>(ru.ru_maxrss);
+}
+
+/// CPU seconds all processes on the machine have spent busy so far (Linux /proc/stat; -1
+/// where it cannot be read). Minus this process's own CPU time it shows whether anything else
+/// competed for the cores during the run.
+double machine_busy_seconds() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1.0;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                     steal = 0;
+  const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice,
+                              &system, &idle, &iowait, &irq, &softirq, &steal);
+  std::fclose(f);
+  const long tick = sysconf(_SC_CLK_TCK);
+  if (got < 7 || tick <= 0) return -1.0;
+  return static_cast<double>(user + nice + system + irq + softirq + steal) /
+         static_cast<double>(tick);
+}
+
+/// Other processes kept more than this many cores busy: the numbers are flagged as skewed.
+constexpr double kContendedCores = 0.25;
+
+/// Measures how many cores other processes kept busy between construction and stop().
+class ContentionMeter {
+ public:
+  ContentionMeter() : t0_(Clock::now()), cpu0_(cpu_seconds()), machine0_(machine_busy_seconds()) {}
+  /// Average cores other processes kept busy; < 0 where /proc/stat is unreadable.
+  double stop() const {
+    const double wall = seconds_since(t0_);
+    const double machine1 = machine_busy_seconds();
+    if (machine0_ < 0.0 || machine1 < 0.0 || wall <= 0.0) return -1.0;
+    return std::max(0.0, (machine1 - machine0_) - (cpu_seconds() - cpu0_)) / wall;
+  }
+
+ private:
+  Clock::time_point t0_;
+  double cpu0_, machine0_;
+};
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
+  std::size_t i = 0;
+  while (i < s.size() && s[i] == ' ') ++i;
+  return s.substr(i);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+/// 124439808 -> "124,439,808".
+std::string grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// ---- timing ----------------------------------------------------------------------------------
+
+struct Stats {
+  std::vector<double> times_s;  // per timed call, in order
+  double median_s = 0.0, best_s = 0.0, worst_s = 0.0;
+  double other_cores = -1.0;  // cores other processes kept busy while timing; < 0: unknown
+
+  void finish() {
+    std::vector<double> t = times_s;
+    std::sort(t.begin(), t.end());
+    const std::size_t n = t.size();
+    if (n == 0) return;
+    median_s = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    best_s = t.front();
+    worst_s = t.back();
+  }
+};
+
+/// `warmup` untimed calls of op(i), then `iters` timed ones; `before(i)` runs untimed ahead of
+/// every call (i counts all calls, warm-up included).
+Stats time_calls(int warmup, int iters, const std::function<void(int)>& op,
+                 const std::function<void(int)>& before = {}) {
+  Stats st;
+  int i = 0;
+  for (int w = 0; w < warmup; ++w, ++i) {
+    if (before) before(i);
+    op(i);
+  }
+  ContentionMeter meter;
+  for (int t = 0; t < iters; ++t, ++i) {
+    if (before) before(i);
+    const auto t0 = Clock::now();
+    op(i);
+    st.times_s.push_back(seconds_since(t0));
+  }
+  st.other_cores = meter.stop();
+  st.finish();
+  return st;
+}
+
+// ---- the benchmark ---------------------------------------------------------------------------
+
+class Bench {
+ public:
+  explicit Bench(Options o) : o_(std::move(o)) {
+    const bool q = o_.quick;
+    cfg_.num_layers = o_.layers.value_or(q ? 4 : 12);
+    cfg_.hidden_size = o_.hidden.value_or(q ? 256 : 768);
+    cfg_.num_attention_heads = o_.heads.value_or(q ? 4 : 12);
+    cfg_.vocab_size = o_.vocab.value_or(q ? 8192 : 50257);
+    cfg_.seq_length = o_.seq.value_or(64);
+    cfg_.hidden_dropout = o_.dropout ? 0.1f : 0.0f;
+    cfg_.attention_dropout = o_.dropout ? 0.1f : 0.0f;
+    cfg_.recompute = o_.recompute;
+    b_ = o_.micro_batch.value_or(4);
+    iters_ = o_.iters.value_or(q ? 10 : 20);
+    warmup_ = o_.warmup.value_or(2);
+    peak_n_ = q ? 2048 : 4096;
+    peak_runs_ = q ? 3 : 5;
+  }
+
+  int run() {
+    print_machine();
+    cfg_.validate(1);  // before the peak, so a bad shape fails at once
+    bench_peak();
+    bench_model();
+    print_footer();
+    if (!o_.json_path.empty() && !write_json()) return 1;
+    return ok_ ? 0 : 1;
+  }
+
+ private:
+  Options o_;
+  ptdp::GptConfig cfg_;
+  int b_ = 4, iters_ = 20, warmup_ = 2, peak_n_ = 4096, peak_runs_ = 5;
+
+  Clock::time_point start_ = Clock::now();
+  double start_cpu_ = cpu_seconds();
+  double start_machine_busy_ = machine_busy_seconds();
+  std::string blas_config_, blas_core_, blas_parallel_;
+  int blas_threads_ = 0;
+  double load1_ = -1.0;
+
+  Stats peak_;
+  double peak_gflops_ = 0.0;
+  double setup_s_ = 0.0;
+  Stats fb_, fwd_;
+  double loss_first_ = 0.0, loss_last_ = 0.0, fwd_loss_ = 0.0;
+  double wall_s_ = 0.0, cores_busy_ = 0.0, other_cores_busy_ = -1.0, max_rss_ = 0.0;
+  bool any_contended_ = false;
+  bool ok_ = true;
+
+  int64_t tokens() const { return static_cast<int64_t>(b_) * cfg_.seq_length; }
+  double model_flops() const { return cfg_.flops_per_step(tokens()); }
+  /// The logits layer's share of the model FLOPs: 72 B s l h^2 * V/(12 l h) = 6 B s h V.
+  double logit_flops() const {
+    return 6.0 * static_cast<double>(tokens()) * cfg_.hidden_size * cfg_.vocab_size;
+  }
+  /// FLOPs the recomputation adds on top of the model FLOPs: full re-runs every layer's
+  /// forward (24 B s h^2 + 4 B s^2 h per layer, i.e. the paper's 96 instead of 72 for the
+  /// layers); selective re-runs the Q K^T GEMM (2 B s^2 h per layer).
+  double recompute_flops() const {
+    const double t = static_cast<double>(tokens()), h = cfg_.hidden_size, s = cfg_.seq_length,
+                 l = cfg_.num_layers;
+    switch (cfg_.recompute) {
+      case ptdp::Recompute::Full: return l * (24.0 * t * h * h + 4.0 * t * s * h);
+      case ptdp::Recompute::Selective: return l * 2.0 * t * s * h;
+      case ptdp::Recompute::None: break;
+    }
+    return 0.0;
+  }
+
+  const char* contended_mark(const Stats& st) {
+    if (st.other_cores > kContendedCores) {
+      any_contended_ = true;
+      return "  *";
+    }
+    return "";
+  }
+
+  // -- header ----------------------------------------------------------------------------------
+
+  void print_machine() {
+    if (o_.threads > 0) {
+      omp_set_num_threads(o_.threads);
+#ifdef OPENBLAS_VERSION
+      openblas_set_num_threads(o_.threads);
+#endif
+    }
+    std::printf("ptdp GPT benchmark (%s mode, one rank, CPU engine)\n", o_.quick ? "quick" : "full");
+    std::printf("  OpenMP threads  : %d (hardware threads: %u)\n", omp_get_max_threads(),
+                std::thread::hardware_concurrency());
+#ifdef OPENBLAS_VERSION
+    blas_config_ = trim(openblas_get_config());
+    blas_core_ = trim(openblas_get_corename());
+    blas_threads_ = openblas_get_num_threads();
+    const int par = openblas_get_parallel();
+    blas_parallel_ = par == 0 ? "sequential" : par == 1 ? "pthreads" : "OpenMP";
+    std::printf("  OpenBLAS        : %s\n", blas_config_.c_str());
+    std::printf("  OpenBLAS core   : %s, %d threads, %s\n", blas_core_.c_str(), blas_threads_,
+                blas_parallel_.c_str());
+#else
+    std::printf("  BLAS            : not OpenBLAS (no config available)\n");
+#endif
+    if (std::FILE* f = std::fopen("/proc/loadavg", "r")) {
+      double l5 = 0.0;
+      if (std::fscanf(f, "%lf %lf", &load1_, &l5) == 2)
+        std::printf("  load average    : %.2f (1 min), %.2f (5 min)\n", load1_, l5);
+      std::fclose(f);
+    }
+    std::printf("\n");
+  }
+
+  // -- 1. OpenBLAS peak ------------------------------------------------------------------------
+
+  void bench_peak() {
+    const int n = peak_n_;
+    std::printf("1. OpenBLAS peak: cblas_sgemm, row-major C = A*B, square n = %d "
+                "(1 warm-up + %d timed calls)\n",
+                n, peak_runs_);
+    std::fflush(stdout);
+    const std::size_t nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+    std::vector<float> a(nn), b(nn), c(nn);
+    // Random [-1, 1) operands, filled in parallel (which also spreads first touch).
+    auto fill = [](std::vector<float>& v, uint64_t seed) {
+      const int64_t chunk = int64_t{1} << 16;
+      const int64_t size = static_cast<int64_t>(v.size());
+      const int64_t chunks = (size + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static)
+      for (int64_t k = 0; k < chunks; ++k) {
+        uint64_t state = seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(k);
+        const int64_t end = std::min(size, (k + 1) * chunk);
+        for (int64_t i = k * chunk; i < end; ++i)
+          v[static_cast<std::size_t>(i)] =
+              static_cast<float>(splitmix64(state) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+      }
+    };
+    fill(a, 1);
+    fill(b, 2);
+    fill(c, 3);
+    peak_ = time_calls(1, peak_runs_, [&](int) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
+                  n, 0.0f, c.data(), n);
+    });
+    const double flops = 2.0 * static_cast<double>(n) * n * n;
+    peak_gflops_ = flops / peak_.median_s * 1e-9;
+    const int threads = omp_get_max_threads();
+    std::printf("   %.1f ms per call (best %.1f ms), %.1f GFLOP/s = %.1f GFLOP/s per thread "
+                "(%d threads)%s\n\n",
+                peak_.median_s * 1e3, peak_.best_s * 1e3, peak_gflops_, peak_gflops_ / threads,
+                threads, contended_mark(peak_));
+  }
+
+  // -- 2. the model ----------------------------------------------------------------------------
+
+  void print_model() {
+    const int64_t params = cfg_.parameter_count(1);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    std::printf("2. GptModel forward+backward, one microbatch per iteration\n");
+    std::printf("   model      : %d layers, hidden %d, %d heads (head dim %d), ffn %d, vocab %d "
+                "(padded %" PRId64 "), seq %d, tied embeddings\n",
+                cfg_.num_layers, cfg_.hidden_size, cfg_.num_attention_heads, cfg_.head_dim(),
+                cfg_.ffn(), cfg_.vocab_size, cfg_.padded_vocab(1), cfg_.seq_length);
+    std::printf("   parameters : %s (GptConfig::parameter_count: padded vocabulary, %d position "
+                "rows; fp32 params + grads %.2f GiB)\n",
+                grouped(params).c_str(), cfg_.max_positions(),
+                8.0 * static_cast<double>(params) / gib);
+    std::printf("   microbatch : b = %d, %" PRId64 " tokens per iteration\n", b_, tokens());
+    std::printf("   dropout    : hidden %.2g, attention %.2g%s\n", cfg_.hidden_dropout,
+                cfg_.attention_dropout, o_.dropout ? " (Megatron's default)" : " (--no-dropout)");
+    std::printf("   recompute  : %s\n", ptdp::recompute_name(cfg_.recompute));
+    std::printf("   timing     : %d warm-up + %d timed iterations of forward_backward (gradients "
+                "zeroed, untimed,\n"
+                "                before each), then %d + %d of forward_loss; median (best, worst)\n",
+                warmup_, iters_, warmup_ > 0 ? 1 : 0, iters_);
+  }
+
+  void bench_model() {
+    print_model();
+    std::fflush(stdout);
+
+    const auto t_setup = Clock::now();
+    ptdp::GptModel model(cfg_, ptdp::TensorParallel{}, ptdp::Device{});
+    setup_s_ = seconds_since(t_setup);
+    std::printf("   setup      : %.2f s (building the model, initialising the parameters)\n",
+                setup_s_);
+    std::fflush(stdout);
+
+    // One batch of random ids per call (data varies as in training; generated untimed).
+    const int64_t s = cfg_.seq_length;
+    const std::size_t n_ids = static_cast<std::size_t>(b_ * s);
+    std::vector<int32_t> tokens(n_ids), labels(n_ids);
+    auto make_batch = [&](int i) {
+      uint64_t state = 0x5eedull + static_cast<uint64_t>(i);
+      // Next-token labels: the stream shifted by one, as a data loader produces them.
+      std::vector<int32_t> stream(static_cast<std::size_t>(s + 1));
+      for (int bi = 0; bi < b_; ++bi) {
+        for (auto& v : stream)
+          v = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(cfg_.vocab_size));
+        for (int64_t si = 0; si < s; ++si) {
+          tokens[static_cast<std::size_t>(bi * s + si)] = stream[static_cast<std::size_t>(si)];
+          labels[static_cast<std::size_t>(bi * s + si)] = stream[static_cast<std::size_t>(si + 1)];
+        }
+      }
+    };
+    auto step_of = [](int i) {
+      ptdp::Step st;
+      st.iteration = i;
+      st.microbatch = 0;
+      st.training = true;
+      return st;
+    };
+
+    std::vector<float> losses;
+    fb_ = time_calls(
+        warmup_, iters_,
+        [&](int i) {
+          losses.push_back(model.forward_backward(tokens.data(), labels.data(), b_, step_of(i)));
+        },
+        [&](int i) {
+          make_batch(i);
+          model.params().zero_grads();
+        });
+    loss_first_ = losses.front();
+    loss_last_ = losses.back();
+
+    const int offset = warmup_ + iters_;  // new iterations: new masks and batches
+    float fwd_loss = 0.0f;
+    fwd_ = time_calls(
+        warmup_ > 0 ? 1 : 0, iters_,
+        [&](int i) { fwd_loss = model.forward_loss(tokens.data(), labels.data(), b_, step_of(offset + i)); },
+        [&](int i) { make_batch(offset + i); });
+    fwd_loss_ = fwd_loss;
+    max_rss_ = max_rss_bytes();
+
+    for (const float l : losses) {
+      if (!std::isfinite(l)) ok_ = false;
+    }
+    if (!std::isfinite(fwd_loss)) ok_ = false;
+    print_model_results();
+  }
+
+  void print_row(const char* name, double median_s, double best_s, double worst_s, double flops,
+                 const char* mark) {
+    const double gflops = flops / median_s * 1e-9;
+    std::printf("   %-26s %10.1f %10.1f %10.1f %10.0f %9.1f", name, median_s * 1e3, best_s * 1e3,
+                worst_s * 1e3, static_cast<double>(tokens()) / median_s, gflops);
+    if (peak_gflops_ > 0.0)
+      std::printf(" %6.1f%%%s\n", 100.0 * gflops / peak_gflops_, mark);
+    else
+      std::printf(" %7s%s\n", "-", mark);
+  }
+
+  void print_model_results() {
+    const double f = model_flops();
+    std::printf("\n   %-26s %10s %10s %10s %10s %9s %7s\n", "pass", "ms/iter", "best ms",
+                "worst ms", "tokens/s", "GFLOP/s", "% peak");
+    std::printf("   %s\n", std::string(90, '-').c_str());
+    print_row("forward+backward", fb_.median_s, fb_.best_s, fb_.worst_s, f, contended_mark(fb_));
+    // The paper's count splits as forward 1/3, backward 2/3 of the model FLOPs.
+    print_row("forward only (forward_loss)", fwd_.median_s, fwd_.best_s, fwd_.worst_s, f / 3.0,
+              contended_mark(fwd_));
+    const double bwd = fb_.median_s - fwd_.median_s;
+    if (bwd > 0.0) {
+      std::printf("   %-26s %10.1f %10s %10s %10s %9.1f", "backward (difference)", bwd * 1e3, "",
+                  "", "", 2.0 * f / 3.0 / bwd * 1e-9);
+      if (peak_gflops_ > 0.0)
+        std::printf(" %6.1f%%\n", 100.0 * (2.0 * f / 3.0 / bwd * 1e-9) / peak_gflops_);
+      else
+        std::printf(" %7s\n", "-");
+    }
+    std::printf("   %s\n", std::string(90, '-').c_str());
+    const double logits = logit_flops();
+    std::printf("   model FLOPs per iteration: %.2f GFLOP = 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) "
+                "with B*s = %" PRId64 "\n",
+                f * 1e-9, tokens());
+    std::printf("     (the paper's count, the same with or without recomputation; forward = 1/3, "
+                "backward = 2/3 of it)\n");
+    std::printf("     transformer layers %.1f%%, logits layer (6*B*s*h*V) %.1f%%\n",
+                100.0 * (f - logits) / f, 100.0 * logits / f);
+    if (cfg_.recompute != ptdp::Recompute::None) {
+      const double exec = f + recompute_flops();
+      std::printf("   executed FLOPs with %s recomputation: %.2f GFLOP (+%.1f%%), i.e. %.1f GFLOP/s "
+                  "(%.1f%% peak) of hardware FLOPs\n",
+                  ptdp::recompute_name(cfg_.recompute), exec * 1e-9,
+                  100.0 * recompute_flops() / f, exec / fb_.median_s * 1e-9,
+                  peak_gflops_ > 0.0 ? 100.0 * exec / fb_.median_s * 1e-9 / peak_gflops_ : 0.0);
+    }
+    std::printf("   loss: %.4f (first iteration, warm-up included), %.4f (last); forward_loss %.4f; "
+                "ln(V) = %.4f\n",
+                loss_first_, loss_last_, fwd_loss_, std::log(static_cast<double>(cfg_.vocab_size)));
+    if (!ok_) std::printf("   ERROR: a loss is not finite\n");
+    std::printf("   peak resident memory: %.2f GiB (includes the sgemm peak's %.2f GiB)\n\n",
+                max_rss_ / (1024.0 * 1024.0 * 1024.0),
+                3.0 * 4.0 * peak_n_ * static_cast<double>(peak_n_) / (1024.0 * 1024.0 * 1024.0));
+  }
+
+  void print_footer() {
+    const double wall = seconds_since(start_);
+    const double cpu = cpu_seconds() - start_cpu_;
+    wall_s_ = wall;
+    cores_busy_ = wall > 0.0 ? cpu / wall : 0.0;
+    std::printf("Total time: %.1f s wall, %.1f s CPU (%.2f cores busy on average, %d threads)\n",
+                wall, cpu, cores_busy_, omp_get_max_threads());
+    const double machine = machine_busy_seconds();
+    if (machine >= 0.0 && start_machine_busy_ >= 0.0 && wall > 0.0) {
+      other_cores_busy_ = std::max(0.0, machine - start_machine_busy_ - cpu) / wall;
+      std::printf("Other processes kept %.2f cores busy on average during the run.\n",
+                  other_cores_busy_);
+    }
+    if (any_contended_)
+      std::printf("* marks rows timed while other processes kept more than %.2f cores busy: "
+                  "their numbers are skewed, rerun on an idle machine.\n",
+                  kContendedCores);
+  }
+
+  // -- JSON ------------------------------------------------------------------------------------
+
+  static std::string stats_json(const Stats& st) {
+    std::string s = "{\"ms_median\": " + json_number(st.median_s * 1e3) +
+                    ", \"ms_best\": " + json_number(st.best_s * 1e3) +
+                    ", \"ms_worst\": " + json_number(st.worst_s * 1e3) + ", \"ms_all\": [";
+    for (std::size_t i = 0; i < st.times_s.size(); ++i)
+      s += (i ? ", " : "") + json_number(st.times_s[i] * 1e3);
+    s += "], \"other_cores_busy\": " +
+         (st.other_cores >= 0.0 ? json_number(st.other_cores) : std::string("null"));
+    return s;
+  }
+
+  std::string rates_json(const Stats& st, double flops) const {
+    const double gflops = flops / st.median_s * 1e-9;
+    return ", \"tokens_per_s\": " + json_number(static_cast<double>(tokens()) / st.median_s) +
+           ", \"model_gflops\": " + json_number(flops * 1e-9) + ", \"gflop_per_s\": " +
+           json_number(gflops) + ", \"frac_peak\": " +
+           (peak_gflops_ > 0.0 ? json_number(gflops / peak_gflops_) : std::string("null")) + "}";
+  }
+
+  bool write_json() {
+    std::FILE* f = std::fopen(o_.json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot open %s for writing: %s\n", o_.json_path.c_str(),
+                   std::strerror(errno));
+      return false;
+    }
+    const double flops = model_flops();
+    std::string s = "{\n";
+    s += "  \"benchmark\": \"bench_gpt\",\n";
+    s += "  \"mode\": \"" + std::string(o_.quick ? "quick" : "full") + "\",\n";
+    s += "  \"omp_threads\": " + std::to_string(omp_get_max_threads()) + ",\n";
+    s += "  \"hardware_threads\": " + std::to_string(std::thread::hardware_concurrency()) + ",\n";
+    s += "  \"openblas_threads\": " + std::to_string(blas_threads_) + ",\n";
+    s += "  \"openblas_config\": \"" + json_escape(blas_config_) + "\",\n";
+    s += "  \"openblas_core\": \"" + json_escape(blas_core_) + "\",\n";
+    s += "  \"openblas_parallel\": \"" + json_escape(blas_parallel_) + "\",\n";
+    s += "  \"load_average_1min\": " + (load1_ >= 0.0 ? json_number(load1_) : "null") + ",\n";
+    s += "  \"config\": {\"num_layers\": " + std::to_string(cfg_.num_layers) +
+         ", \"hidden_size\": " + std::to_string(cfg_.hidden_size) +
+         ", \"num_attention_heads\": " + std::to_string(cfg_.num_attention_heads) +
+         ", \"ffn_hidden_size\": " + std::to_string(cfg_.ffn()) +
+         ", \"vocab_size\": " + std::to_string(cfg_.vocab_size) +
+         ", \"padded_vocab\": " + std::to_string(cfg_.padded_vocab(1)) +
+         ", \"seq_length\": " + std::to_string(cfg_.seq_length) +
+         ", \"micro_batch\": " + std::to_string(b_) +
+         ", \"hidden_dropout\": " + json_number(cfg_.hidden_dropout) +
+         ", \"attention_dropout\": " + json_number(cfg_.attention_dropout) + ", \"recompute\": \"" +
+         ptdp::recompute_name(cfg_.recompute) + "\"},\n";
+    s += "  \"parameters\": " + std::to_string(cfg_.parameter_count(1)) + ",\n";
+    s += "  \"tokens_per_iteration\": " + std::to_string(tokens()) + ",\n";
+    s += "  \"warmup\": " + std::to_string(warmup_) + ",\n";
+    s += "  \"iters\": " + std::to_string(iters_) + ",\n";
+    s += "  \"flops_formula\": \"72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), without recomputation\",\n";
+    s += "  \"model_flops_per_iteration\": " + json_number(flops) + ",\n";
+    s += "  \"executed_flops_per_iteration\": " + json_number(flops + recompute_flops()) + ",\n";
+    s += "  \"sgemm_peak\": {\"n\": " + std::to_string(peak_n_) + ", " +
+         stats_json(peak_).substr(1) + ", \"gflop_per_s\": " + json_number(peak_gflops_) + "},\n";
+    s += "  \"setup_s\": " + json_number(setup_s_) + ",\n";
+    s += "  \"forward_backward\": " + stats_json(fb_) + rates_json(fb_, flops) + ",\n";
+    s += "  \"forward_only\": " + stats_json(fwd_) + rates_json(fwd_, flops / 3.0) + ",\n";
+    s += "  \"loss_first\": " + json_number(loss_first_) + ",\n";
+    s += "  \"loss_last\": " + json_number(loss_last_) + ",\n";
+    s += "  \"max_rss_bytes\": " + json_number(max_rss_) + ",\n";
+    s += "  \"wall_s\": " + json_number(wall_s_) + ",\n";
+    s += "  \"cores_busy\": " + json_number(cores_busy_) + ",\n";
+    s += "  \"other_cores_busy\": " +
+         (other_cores_busy_ >= 0.0 ? json_number(other_cores_busy_) : "null") + "\n";
+    s += "}\n";
+    const bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
+    if (std::fclose(f) != 0 || !ok) {
+      std::fprintf(stderr, "error writing %s\n", o_.json_path.c_str());
+      return false;
+    }
+    std::printf("Wrote %s\n", o_.json_path.c_str());
+    return true;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  int exit_code = 0;
+  if (!parse_args(argc, argv, o, exit_code)) return exit_code;
+  try {
+    Bench bench(std::move(o));
+    return bench.run();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "bench_gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,93 @@
+// The optimizer of a data-parallel replica set: gradient reduction over the data-parallel
+// group in buckets (started as soon as the backward has produced a bucket, overlapping the rest
+// of the backward), the distributed optimizer (reduce-scatter, update the own shard of fp32
+// weights and moments, all-gather), loss scaling with a found-inf flag agreed by every rank,
+// gradient clipping by the global L2 norm, and AdamW or SGD with Megatron's weight-decay rule.
+//
+// It works on flat parameter/gradient buffers ("spaces"): a GPT chunk's ParamTable, or the
+// tensors a user registers, packed into one.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/model/params.h"
+#include "core/optim/loss_scaler.h"
+#include "core/optim/lr_schedule.h"
+#include "core/parallel/groups.h"
+
+namespace ptdp {
+
+enum class OptimizerKind : int { Adam = 0, Sgd = 1 };
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::Adam;  ///< Adam is AdamW (decoupled weight decay), as Megatron's
+  LrSchedule lr;
+  float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
+  float weight_decay = 0.01f;
+  float momentum = 0.9f;  ///< SGD
+  bool nesterov = false;
+  float clip_grad = 1.0f;  ///< 0: no clipping
+  LossScalerConfig loss_scale;
+  bool distributed = false;     ///< Megatron's --use-distributed-optimizer
+  int64_t bucket_elements = 0;  ///< elements per gradient bucket; 0: one bucket per space
+
+  void validate() const;
+};
+
+/// One flat parameter space: the buffers and which elements decay and count in the norm.
+struct ParamSpace {
+  ParamTable* table = nullptr;
+  struct Segment {
+    int64_t offset, numel;
+    bool weight_decay;
+    bool in_norm;  ///< false for copies counted elsewhere (tensor-replicated on tp rank > 0, tied copies)
+  };
+  std::vector<Segment> segments;  ///< by parameter index
+};
+
+struct StepResult {
+  double grad_norm = 0;  ///< before clipping (after unscaling); inf/nan when skipped
+  double lr = 0;
+  float loss_scale = 1;
+  bool skipped = false;
+};
+
+class Optimizer {
+ public:
+  /// `excluded[s]` lists parameter indices of space s that do not count in the norm (the last
+  /// stage's copy of a tied embedding).
+  Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vector<int>>& excluded, OptimizerConfig config,
+            ProcessGroups& groups);
+  ~Optimizer();
+
+  /// Parameters [first, end) of space s have their final gradients for this iteration; starts
+  /// the reduction of every bucket they complete.
+  void params_ready(int space, int first, int end);
+  /// Reduces whatever was not started, waits for every bucket.
+  void finish_grad_sync();
+  /// Unscales, agrees on found-inf, clips, updates (own shard with the distributed optimizer,
+  /// then all-gathers). Call finish_grad_sync() first (step does it if needed). Returns what a
+  /// log line reports.
+  StepResult step(int64_t iteration);
+  /// Gradient multiplier for the backward: the loss scale.
+  float loss_scale() const { return scaler_.scale(); }
+  int64_t skipped_iterations() const { return skipped_; }
+  /// Bytes of optimizer state on this rank (moments; no master copy of fp32 weights).
+  std::size_t state_bytes() const;
+  const OptimizerConfig& config() const { return config_; }
+
+ private:
+  struct Bucket;
+  struct Space;
+  void launch(Space& s, Bucket& b);
+
+  OptimizerConfig config_;
+  ProcessGroups& groups_;
+  LossScaler scaler_;
+  int64_t steps_ = 0;  ///< successful steps (Adam's bias correction counts these)
+  int64_t skipped_ = 0;
+  std::vector<std::unique_ptr<Space>> spaces_;
+};
+
+}  // namespace ptdp

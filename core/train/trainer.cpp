@@ -1,0 +1,37 @@
+#include "core/train/trainer.h"
+
+namespace ptdp {
+
+std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& groups, const OptimizerConfig& config) {
+  std::vector<ParamTable*> spaces;
+  std::vector<std::vector<int>> excluded;
+  for (std::size_t j = 0; j < model.chunks().size(); ++j) {
+    GptModel& c = *model.chunks()[j];
+    spaces.push_back(&c.params());
+    std::vector<int> skip;
+    if (!c.stage().pre_process && c.stage().post_process && model.tied_embedding(static_cast<int>(j)) >= 0) {
+      skip.push_back(model.tied_embedding(static_cast<int>(j)));
+    }
+    excluded.push_back(skip);
+  }
+  return std::make_unique<Optimizer>(spaces, excluded, config, groups);
+}
+
+IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
+                                const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                                int64_t iteration, const ExecutorOptions& options) {
+  model.zero_grads();
+  TrainHooks hooks;
+  hooks.microbatch_offset = static_cast<int64_t>(groups.rank(GroupKind::Data)) * schedule.m;
+  hooks.grad_scale = optimizer.loss_scale();
+  hooks.params_ready = [&](int j, int first, int end) { optimizer.params_ready(j, first, end); };
+  IterationResult r;
+  r.loss = model.train_step(schedule, tokens, labels, b, iteration, options, hooks);
+  r.step = optimizer.step(iteration);
+  if (groups.size(GroupKind::Data) > 1) {
+    groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&r.loss, {1}, DType::F32), ReduceOp::Avg)->wait();
+  }
+  return r;
+}
+
+}  // namespace ptdp

@@ -1,0 +1,25 @@
+// One training iteration of full PTD-P: every microbatch of the replica's batch through the
+// pipeline schedule, data-parallel gradient reduction overlapped with the backward, the tied
+// embedding's reduction, then the optimizer step; the loss averaged over the replicas.
+#pragma once
+
+#include "core/model/gpt_pipeline.h"
+#include "core/optim/optimizer.h"
+
+namespace ptdp {
+
+struct IterationResult {
+  float loss = 0;  ///< mean over the global batch (every replica's microbatches)
+  StepResult step;
+};
+
+/// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out
+/// of the norm: the first stage counts it).
+std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& groups, const OptimizerConfig& config);
+
+/// tokens and labels are this replica's [m * b, seq_length] (m = schedule.m microbatches).
+IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
+                                const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                                int64_t iteration, const ExecutorOptions& options = {});
+
+}  // namespace ptdp
