@@ -46,6 +46,7 @@ struct ptdp_model_impl {
   uint64_t magic = kLive;
   ptdp_groups_impl* owner = nullptr;
   std::unique_ptr<ptdp::GptPipeline> model;  // this rank's chunks (the whole model when p = 1)
+  std::atomic<int> dependents{0};             // live ptdp_optimizer
 };
 
 struct ptdp_schedule_impl {

@@ -121,6 +121,10 @@ PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model) {
   return guard(__func__, [&] {
     if (model == nullptr) return;
     ptdp_model_impl& m = live(model, "model");
+    if (m.dependents.load() > 0) {
+      ptdp::throw_error(ptdp::ErrorCode::InvalidState,
+                        std::to_string(m.dependents.load()) + " ptdp_optimizer handles use this model; destroy them first");
+    }
     --m.owner->dependents;
     ptdp::capi::release(model);
   });

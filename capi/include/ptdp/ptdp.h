@@ -818,6 +818,7 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
  * @param model A model handle, or NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT not a live model handle.
+ * @retval PTDP_ERR_INVALID_STATE an optimizer still uses the model (destroy it first).
  */
 PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model);
 
@@ -1476,6 +1477,190 @@ PTDP_API ptdp_status ptdp_schedule_simulate(ptdp_schedule schedule, const ptdp_s
  */
 PTDP_API ptdp_status ptdp_schedule_write_svg(ptdp_schedule schedule, const ptdp_schedule_costs* costs,
                                              const char* path);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Optimizer and training
+ *  AdamW or SGD over a model's flat parameter buffers (or a user's registered tensors), with
+ *  Megatron's conventions: weight decay on weights only (not biases or LayerNorm), gradient
+ *  clipping by the global L2 norm over the tensor and pipeline groups (tensor-replicated
+ *  parameters counted once), loss scaling with a found-inf flag agreed by every rank (a skipped
+ *  step is skipped everywhere), data-parallel gradient averaging in buckets started during the
+ *  backward, and the distributed optimizer (each data-parallel rank keeps the optimizer state of
+ *  1/d of the parameters).
+ *  @{ */
+
+/** Optimizer algorithm (Megatron's `--optimizer`). */
+typedef enum ptdp_optimizer_kind {
+  PTDP_OPTIMIZER_ADAM = 0, /**< AdamW: Adam with decoupled weight decay. */
+  PTDP_OPTIMIZER_SGD = 1   /**< SGD with momentum. */
+} ptdp_optimizer_kind;
+
+/** Learning-rate decay (Megatron's `--lr-decay-style`). */
+typedef enum ptdp_lr_decay_style {
+  PTDP_LR_CONSTANT = 0, /**< lr after warm-up. */
+  PTDP_LR_LINEAR = 1,   /**< Linear from lr to min_lr over the decay iterations. */
+  PTDP_LR_COSINE = 2    /**< Half a cosine from lr to min_lr. */
+} ptdp_lr_decay_style;
+
+/** Optimizer settings with Megatron's names. Initialise with ptdp_optimizer_options_init(). */
+typedef struct ptdp_optimizer_options {
+  size_t struct_size;                 /**< Set by ptdp_optimizer_options_init(). */
+  ptdp_optimizer_kind optimizer;      /**< Default ::PTDP_OPTIMIZER_ADAM. */
+  double lr;                          /**< Peak learning rate; default 1e-4. */
+  double min_lr;                      /**< Floor of the decay; default 0. */
+  ptdp_lr_decay_style lr_decay_style; /**< Default ::PTDP_LR_CONSTANT. */
+  int64_t lr_warmup_iters;            /**< Linear warm-up steps; default 0. */
+  int64_t lr_decay_iters;             /**< Step at which min_lr is reached; 0: no decay. */
+  float adam_beta1;                   /**< Default 0.9. */
+  float adam_beta2;                   /**< Default 0.999. */
+  float adam_eps;                     /**< Default 1e-8. */
+  float weight_decay;                 /**< Decoupled weight decay of weights; default 0.01. */
+  float sgd_momentum;                 /**< Default 0.9. */
+  float clip_grad;                    /**< Max global L2 norm; 0 disables clipping. Default 1.0. */
+  int32_t dynamic_loss_scale;         /**< 1: back off on overflow and grow when clean. Default 0. */
+  float initial_loss_scale;           /**< Starting (or constant) loss scale; default 1. */
+  float min_loss_scale;               /**< Default 1. */
+  int32_t loss_scale_window;          /**< Clean steps before the scale doubles; default 1000. */
+  int32_t hysteresis;                 /**< Overflowing steps before the scale halves; default 2. */
+  int32_t use_distributed_optimizer;  /**< 1: shard the optimizer state over the data-parallel group. */
+  int64_t ddp_bucket_size;            /**< Gradient elements per data-parallel bucket; 0 (default):
+                                           one bucket per model chunk. */
+} ptdp_optimizer_options;
+
+/** Opaque handle to an optimizer. */
+typedef struct ptdp_optimizer_impl* ptdp_optimizer;
+
+/** What one training iteration reports (a Megatron log line's numbers). */
+typedef struct ptdp_iteration_result {
+  float loss;                 /**< Mean loss over the global batch (0 from ptdp_optimizer_step()). */
+  double grad_norm;           /**< Global L2 norm of the gradients before clipping; inf when skipped. */
+  double learning_rate;       /**< The learning rate of this step. */
+  float loss_scale;           /**< The loss scale the gradients of this step were computed with. */
+  int32_t skipped;            /**< 1 when a non-finite gradient skipped the step on every rank. */
+  int64_t skipped_iterations; /**< Skipped steps so far. */
+} ptdp_iteration_result;
+
+/** Flags of a registered parameter for ptdp_optimizer_create_for_tensors(). */
+typedef enum ptdp_param_flags {
+  PTDP_PARAM_DEFAULT = 0,          /**< Split over the tensor group (each rank's slice differs); decays. */
+  PTDP_PARAM_REPLICATED = 1,       /**< The same on every tensor rank: counted once in the norm. */
+  PTDP_PARAM_NO_WEIGHT_DECAY = 2   /**< Exempt from weight decay (biases, LayerNorm). */
+} ptdp_param_flags;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_optimizer_options_init(ptdp_optimizer_options* options);
+
+/**
+ * @brief Creates an optimizer over this rank's chunks of @p model.
+ * @param model A live model; it must outlive the optimizer.
+ * @param options NULL for the defaults.
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or bad options, named with their values.
+ * @par Thread safety
+ * Not collective; every rank of the job creates its optimizer with the same options.
+ */
+PTDP_API ptdp_status ptdp_optimizer_create(ptdp_model model, const ptdp_optimizer_options* options,
+                                           ptdp_optimizer* out);
+
+/**
+ * @brief Creates an optimizer for a user's own model: its parameter and gradient tensors (f32,
+ *        CPU) are packed into one flat buffer each, and the handles are re-pointed at their
+ *        place in it (values kept), so the model keeps using the same handles.
+ * @param groups Live groups (the data-parallel group reduces, the others bound the norm).
+ * @param options NULL for the defaults.
+ * @param params @p count parameter tensors.
+ * @param grads @p count gradient tensors, each the shape of its parameter.
+ * @param flags @p count combinations of ::ptdp_param_flags, or NULL for all default.
+ * @param count Number of parameters, > 0.
+ * @param[out] out Receives the handle; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, a dtype or shape mismatch (naming the index),
+ *         a tensor given twice, bad flags or options.
+ */
+PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const ptdp_optimizer_options* options,
+                                                       const ptdp_tensor* params, const ptdp_tensor* grads,
+                                                       const int32_t* flags, int32_t count, ptdp_optimizer* out);
+
+/**
+ * @brief Releases an optimizer. NULL is accepted and ignored.
+ * @param optimizer An optimizer handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live optimizer handle.
+ */
+PTDP_API ptdp_status ptdp_optimizer_destroy(ptdp_optimizer optimizer);
+
+/**
+ * @brief Averages the gradients of a user's registered tensors over the data-parallel group
+ *        (reduce-scatter with the distributed optimizer).
+ * @param optimizer A live optimizer.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle.
+ * @retval PTDP_ERR_TIMEOUT a replica did not take part in time.
+ * @par Thread safety
+ * Collective over the data-parallel group.
+ */
+PTDP_API ptdp_status ptdp_optimizer_reduce_gradients(ptdp_optimizer optimizer);
+
+/**
+ * @brief One optimizer step: unscale, agree on non-finite gradients (skip everywhere), clip by
+ *        the global norm, update (the own shard with the distributed optimizer, then
+ *        all-gather). Reduces the gradients first if that was not done.
+ * @param optimizer A live optimizer.
+ * @param iteration The step number (for the learning-rate schedule), from 0.
+ * @param[out] result Receives the step's numbers; may be NULL.
+ * @retval PTDP_SUCCESS (also when the step was skipped; see ptdp_iteration_result::skipped)
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or negative iteration.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the groups.
+ */
+PTDP_API ptdp_status ptdp_optimizer_step(ptdp_optimizer optimizer, int64_t iteration, ptdp_iteration_result* result);
+
+/**
+ * @brief Bytes of optimizer state on this rank (Adam's two moments, SGD's momentum); about
+ *        1/d of the total with the distributed optimizer.
+ * @param optimizer A live optimizer.
+ * @param[out] bytes Receives the size; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL output.
+ */
+PTDP_API ptdp_status ptdp_optimizer_state_bytes(ptdp_optimizer optimizer, size_t* bytes);
+
+/**
+ * @brief One training iteration: zero the gradients, run the replica's global batch through
+ *        @p schedule (data-parallel buckets reduced while the backward runs, the tied embedding
+ *        summed over the embedding group), then the optimizer step. Dropout masks are keyed by
+ *        (iteration, data-parallel rank * m + microbatch), so every layout reproduces the serial
+ *        run of the same global batch.
+ * @param model A live model.
+ * @param optimizer An optimizer created for @p model.
+ * @param schedule A schedule for the model's (p, v) and m microbatches.
+ * @param tokens This replica's m * b samples, [m * b, seq_length] row-major (replica r of d
+ *        holds samples r*m*b ... of the global batch).
+ * @param labels The same shape.
+ * @param micro_batch_size b, > 0.
+ * @param iteration The step number, from 0.
+ * @param options Executor options; NULL for the defaults.
+ * @param[out] result Receives loss (mean over the global batch), grad norm, lr, loss scale and
+ *             skip; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, an optimizer of another model, bad data.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the groups.
+ */
+PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule,
+                                          const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+                                          int64_t iteration, const ptdp_pipeline_options* options,
+                                          ptdp_iteration_result* result);
 
 /** @} */
 
