@@ -65,8 +65,11 @@ ptdp::OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
   return c;
 }
 
-void fill(const ptdp::StepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out) {
+void fill(const ptdp::StepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out,
+          double seconds = 0, double wait = 0) {
   if (!out) return;
+  out->seconds = seconds;
+  out->comm_wait_seconds = wait;
   out->loss = loss;
   out->grad_norm = s.grad_norm;
   out->learning_rate = s.lr;
@@ -241,7 +244,7 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
       ptdp::Runtime& rt = m.owner->groups->runtime();
       trace.write_merged(rt.world(), rt.world_rank(), po.trace_path);
     }
-    fill(r.step, o.opt->skipped_iterations(), r.loss, result);
+    fill(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
   });
 }
 

@@ -1,5 +1,6 @@
 #include "core/comm/communicator.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -36,6 +37,14 @@ std::string format_ranks(const std::vector<int>& ranks) {
   for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s + "]";
 }
+
+namespace {
+std::atomic<int64_t> g_wait_ns{0};
+}
+
+double comm_wait_seconds() { return static_cast<double>(g_wait_ns.load()) * 1e-9; }
+
+void add_comm_wait_seconds(double seconds) { g_wait_ns.fetch_add(static_cast<int64_t>(seconds * 1e9)); }
 
 std::string format_seconds(double seconds) {
   char buf[32];

@@ -42,6 +42,11 @@ struct CommSettings {
   int world_rank = 0;  ///< this process's rank in the runtime's world, for messages
 };
 
+/// Seconds this process has spent blocked in Work::wait() on any communicator: what a training
+/// iteration reports as time waiting on communication.
+double comm_wait_seconds();
+void add_comm_wait_seconds(double seconds);
+
 /// A pending operation.
 class Work {
  public:

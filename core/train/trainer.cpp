@@ -1,5 +1,7 @@
 #include "core/train/trainer.h"
 
+#include <chrono>
+
 namespace ptdp {
 
 std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& groups, const OptimizerConfig& config) {
@@ -20,6 +22,8 @@ std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& gro
 IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
                                 const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
                                 int64_t iteration, const ExecutorOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const double wait0 = comm_wait_seconds();
   model.zero_grads();
   TrainHooks hooks;
   hooks.microbatch_offset = static_cast<int64_t>(groups.rank(GroupKind::Data)) * schedule.m;
@@ -31,6 +35,8 @@ IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, Proces
   if (groups.size(GroupKind::Data) > 1) {
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&r.loss, {1}, DType::F32), ReduceOp::Avg)->wait();
   }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  r.comm_wait_seconds = comm_wait_seconds() - wait0;
   return r;
 }
 

@@ -11,6 +11,8 @@ namespace ptdp {
 struct IterationResult {
   float loss = 0;  ///< mean over the global batch (every replica's microbatches)
   StepResult step;
+  double seconds = 0;            ///< wall time of the iteration on this rank
+  double comm_wait_seconds = 0;  ///< of which blocked waiting on communication
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out

@@ -1540,6 +1540,8 @@ typedef struct ptdp_iteration_result {
   float loss_scale;           /**< The loss scale the gradients of this step were computed with. */
   int32_t skipped;            /**< 1 when a non-finite gradient skipped the step on every rank. */
   int64_t skipped_iterations; /**< Skipped steps so far. */
+  double seconds;             /**< Wall time of the iteration on this rank (0 from ptdp_optimizer_step()). */
+  double comm_wait_seconds;   /**< Of which this rank was blocked waiting on communication. */
 } ptdp_iteration_result;
 
 /** Flags of a registered parameter for ptdp_optimizer_create_for_tensors(). */

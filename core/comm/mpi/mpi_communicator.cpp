@@ -82,6 +82,11 @@ class MpiWork final : public Work {
   }
 
   void wait() override {
+    const auto start = std::chrono::steady_clock::now();
+    struct Account {  // counts the blocked time however the wait ends
+      std::chrono::steady_clock::time_point t0;
+      ~Account() { add_comm_wait_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
+    } account{start};
     const auto deadline = owner_.work_deadline();
     Backoff backoff;
     while (!test()) {

@@ -257,6 +257,11 @@ bool NcclWork::test() {
 }
 
 void NcclWork::wait() {
+  const auto start = std::chrono::steady_clock::now();
+  struct Account {
+    std::chrono::steady_clock::time_point t0;
+    ~Account() { add_comm_wait_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
+  } account{start};
   const auto deadline = owner_.work_deadline();
   int sleep_us = 10;
   while (!test()) {
