@@ -72,6 +72,8 @@ void init_param_slice(const ParamInfo& p, uint64_t seed, float* out) {
   const int64_t r0 = p.partition_dim == 0 ? p.slice_start : 0;
   const int64_t c0 = p.partition_dim == 1 ? p.slice_start : 0;
   const PhiloxStream stream{seed, philox_name_hash(p.name.c_str())};
+  // Each element is a pure function of its global index: rows can go to any thread.
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
   for (int64_t i = 0; i < rows; ++i) {
     for (int64_t j = 0; j < cols; ++j) {
       float v = 0.0f;
