@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "capi/src/handles.h"
+#include "capi/src/pipeline_run.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
@@ -64,6 +65,14 @@ const ptdp::ParamInfo& param_info(const ptdp_model_impl& m, const char* name) {
 
 std::size_t global_bytes(const ptdp::ParamInfo& p) {
   return static_cast<std::size_t>(p.global_shape.numel()) * sizeof(float);
+}
+
+// A host buffer of `bytes` can take the global value of `p`.
+void require_room(const ptdp::ParamInfo& p, const float* host, std::size_t bytes) {
+  require_non_null(host, "host");
+  PTDP_CHECK_ARG(bytes >= global_bytes(p), "bytes = " + std::to_string(bytes) + " is smaller than the " +
+                                               std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
+                                               p.global_shape.str());
 }
 
 // The whole model on this rank (pipeline size 1), for the single-microbatch calls.
@@ -198,10 +207,7 @@ PTDP_API ptdp_status ptdp_model_get_param(ptdp_model model, const char* name, fl
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
     const ptdp::ParamInfo& p = param_info(m, name);
-    require_non_null(host, "host");
-    PTDP_CHECK_ARG(bytes >= global_bytes(p), "bytes = " + std::to_string(bytes) + " is smaller than the " +
-                                                 std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
-                                                 p.global_shape.str());
+    require_room(p, host, bytes);
     m.model->get_global(p.name, false, host);
   });
 }
@@ -222,10 +228,7 @@ PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, flo
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
     const ptdp::ParamInfo& p = param_info(m, name);
-    require_non_null(host, "host");
-    PTDP_CHECK_ARG(bytes >= global_bytes(p), "bytes = " + std::to_string(bytes) + " is smaller than the " +
-                                                 std::to_string(global_bytes(p)) + " bytes of " + p.name + " " +
-                                                 p.global_shape.str());
+    require_room(p, host, bytes);
     m.model->get_global(p.name, true, host);
   });
 }
@@ -249,21 +252,9 @@ PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule sched
     require_non_null(tokens, "tokens");
     require_non_null(labels, "labels");
     PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
-    ptdp_pipeline_options defaults;
-    ptdp_pipeline_options_init(&defaults);
-    const ptdp_pipeline_options o = ptdp::capi::read_options(options, defaults, sizeof(ptdp_pipeline_options),
-                                                             "options", "ptdp_pipeline_options_init");
-    PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,
-                   "options->scatter_gather = " + std::to_string(o.scatter_gather) + " is not 0 or 1");
-    ptdp::TraceRecorder trace;
-    ptdp::ExecutorOptions eo;
-    eo.scatter_gather = o.scatter_gather == 1;
-    eo.trace = o.trace_path ? &trace : nullptr;
-    const float l = m.model->train_step(s, tokens, labels, micro_batch_size, iteration, eo);
-    if (o.trace_path) {
-      ptdp::Runtime& rt = m.owner->groups->runtime();
-      trace.write_merged(rt.world(), rt.world_rank(), o.trace_path);
-    }
+    const ptdp::capi::PipelineRun run(options);
+    const float l = m.model->train_step(s, tokens, labels, micro_batch_size, iteration, run.executor());
+    run.finish(*m.owner);
     if (loss) *loss = l;
   });
 }

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi/src/handles.h"
+#include "capi/src/pipeline_run.h"
 #include "core/train/trainer.h"
 
 struct ptdp_optimizer_impl {
@@ -228,22 +229,10 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
     require_non_null(labels, "labels");
     PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
     PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
-    ptdp_pipeline_options d;
-    ptdp_pipeline_options_init(&d);
-    const ptdp_pipeline_options po =
-        ptdp::capi::read_options(options, d, sizeof(ptdp_pipeline_options), "options", "ptdp_pipeline_options_init");
-    PTDP_CHECK_ARG(po.scatter_gather == 0 || po.scatter_gather == 1,
-                   "options->scatter_gather = " + std::to_string(po.scatter_gather) + " is not 0 or 1");
-    ptdp::TraceRecorder trace;
-    ptdp::ExecutorOptions eo;
-    eo.scatter_gather = po.scatter_gather == 1;
-    eo.trace = po.trace_path ? &trace : nullptr;
+    const ptdp::capi::PipelineRun run(options);
     const ptdp::IterationResult r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
-                                                          micro_batch_size, iteration, eo);
-    if (po.trace_path) {
-      ptdp::Runtime& rt = m.owner->groups->runtime();
-      trace.write_merged(rt.world(), rt.world_rank(), po.trace_path);
-    }
+                                                          micro_batch_size, iteration, run.executor());
+    run.finish(*m.owner);
     fill(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
   });
 }

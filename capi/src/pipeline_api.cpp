@@ -2,6 +2,7 @@
 #include <string>
 
 #include "capi/src/handles.h"
+#include "capi/src/pipeline_run.h"
 #include "core/pipeline/executor.h"
 
 namespace {
@@ -106,29 +107,18 @@ PTDP_API ptdp_status ptdp_pipeline_run(ptdp_groups groups, ptdp_schedule schedul
           PTDP_CHECK_ARG(a.kind != ptdp::ActionKind::BackwardWeight && a.kind != ptdp::ActionKind::BackwardInput,
                          "the schedule splits backward into input and weight gradients; set callbacks->backward_weight");
     }
-    ptdp_pipeline_options defaults_o;
-    ptdp_pipeline_options_init(&defaults_o);
-    const ptdp_pipeline_options o = ptdp::capi::read_options(options, defaults_o, sizeof(ptdp_pipeline_options),
-                                                             "options", "ptdp_pipeline_options_init");
-    PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,
-                   "options->scatter_gather = " + std::to_string(o.scatter_gather) + " is not 0 or 1");
-    ptdp::TraceRecorder trace;
-    ptdp::ExecutorOptions eo;
-    eo.scatter_gather = o.scatter_gather == 1;
-    eo.trace = o.trace_path ? &trace : nullptr;
+    const ptdp::capi::PipelineRun run(options);
     CallbackStages stages(cb, shape);
     ptdp::Communicator* pipe = s.p > 1 ? &g.groups->comm(ptdp::GroupKind::Pipeline) : nullptr;
     try {
-      ptdp::run_schedule(s, g.groups->rank(ptdp::GroupKind::Pipeline), stages, pipe, ptdp::capi::tensor_parallel(g), eo);
+      ptdp::run_schedule(s, g.groups->rank(ptdp::GroupKind::Pipeline), stages, pipe, ptdp::capi::tensor_parallel(g),
+                         run.executor());
     } catch (const CallbackFailure& f) {
       callback_status = f.status;
       callback_message = f.message;
       return;
     }
-    if (o.trace_path) {
-      ptdp::Runtime& rt = g.groups->runtime();
-      trace.write_merged(rt.world(), rt.world_rank(), o.trace_path);
-    }
+    run.finish(g);
   });
   if (st == PTDP_SUCCESS && callback_status != PTDP_SUCCESS) {
     return ptdp::capi::set_last_error(callback_status, __func__, callback_message.c_str());
