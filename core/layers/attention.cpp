@@ -4,6 +4,35 @@
 
 namespace ptdp {
 
+namespace {
+
+// One strided-batched GEMM over the b * a/t (batch, head) pairs: C_j = op(A_j) op(B_j) with
+// operand j at A + j * sa (leading dimension lda), and so on.
+struct Operand {
+  const float* p;
+  int64_t ld, stride;
+};
+
+void batched(Backend& be, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, Operand a, Operand b,
+             float* c, int64_t ldc, int64_t sc) {
+  GemmDesc g;
+  g.trans_a = ta;
+  g.trans_b = tb;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = a.ld;
+  g.ldb = b.ld;
+  g.ldc = ldc;
+  g.batch = batch;
+  g.stride_a = a.stride;
+  g.stride_b = b.stride;
+  g.stride_c = sc;
+  be.gemm(g, a.p, b.p, c);
+}
+
+}  // namespace
+
 SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, const GptConfig& cfg, int layer,
                              TensorParallel tp)
     : cfg_(cfg),
@@ -37,20 +66,9 @@ void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& st
   const int64_t row = b * al * 3 * dh;  // distance between consecutive sequence positions
   probs = Tensor::empty({b * al, s, s}, DType::F32, qkv.device());
   Backend& be = qkv.backend();
-  GemmDesc g;  // scores[j] = Q_j K_j^T for j = (batch, head)
-  g.trans_b = true;
-  g.m = s;
-  g.n = s;
-  g.k = dh;
-  g.lda = row;
-  g.ldb = row;
-  g.ldc = s;
-  g.batch = b * al;
-  g.stride_a = 3 * dh;
-  g.stride_b = 3 * dh;
-  g.stride_c = s * s;
   const float* q = qkv.data<float>();
-  be.gemm(g, q, q + dh, probs.data<float>());
+  // scores_j = Q_j K_j^T for j = (batch, head)
+  batched(be, false, true, s, s, dh, b * al, {q, row, 3 * dh}, {q + dh, row, 3 * dh}, probs.data<float>(), s, s * s);
   be.softmax_forward(probs.data<float>(), probs.data<float>(), b * al, s, s,
                      1.0f / std::sqrt(static_cast<float>(dh)), true);
   dropped = probs;
@@ -67,18 +85,9 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   Tensor probs, dropped;
   attention_probs(qkv, b, step, probs, dropped);
   Tensor ctx = Tensor::empty({s * b, al * dh}, DType::F32, x.device());
-  GemmDesc g;  // ctx_j = P_j V_j, written into [s, b, a/t, dh]
-  g.m = s;
-  g.n = dh;
-  g.k = s;
-  g.lda = s;
-  g.ldb = b * al * 3 * dh;
-  g.ldc = b * al * dh;
-  g.batch = b * al;
-  g.stride_a = s * s;
-  g.stride_b = 3 * dh;
-  g.stride_c = dh;
-  x.backend().gemm(g, dropped.data<float>(), qkv.data<float>() + 2 * dh, ctx.data<float>());
+  // ctx_j = P_j V_j, written into [s, b, a/t, dh]
+  batched(x.backend(), false, false, s, dh, s, b * al, {dropped.data<float>(), s, s * s},
+          {qkv.data<float>() + 2 * dh, b * al * 3 * dh, 3 * dh}, ctx.data<float>(), b * al * dh, dh);
   Slot& slot = slots_.create(step.microbatch);
   slot.qkv = qkv;
   if (cfg_.recompute != Recompute::Selective) {
@@ -101,71 +110,21 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   Tensor dprobs = Tensor::empty({b * al, s, s}, DType::F32, dy.device());
   const float* q = qkv.data<float>();
   float* dq = dqkv.data<float>();
-  {  // dP_j = dctx_j V_j^T
-    GemmDesc g;
-    g.trans_b = true;
-    g.m = s;
-    g.n = s;
-    g.k = dh;
-    g.lda = row1;
-    g.ldb = row3;
-    g.ldc = s;
-    g.batch = b * al;
-    g.stride_a = dh;
-    g.stride_b = 3 * dh;
-    g.stride_c = s * s;
-    be.gemm(g, dctx.data<float>(), q + 2 * dh, dprobs.data<float>());
-  }
-  {  // dV_j = P_j^T dctx_j
-    GemmDesc g;
-    g.trans_a = true;
-    g.m = s;
-    g.n = dh;
-    g.k = s;
-    g.lda = s;
-    g.ldb = row1;
-    g.ldc = row3;
-    g.batch = b * al;
-    g.stride_a = s * s;
-    g.stride_b = dh;
-    g.stride_c = 3 * dh;
-    be.gemm(g, slot.probs_dropped.data<float>(), dctx.data<float>(), dq + 2 * dh);
-  }
+  const int64_t n = b * al;
+  // dP_j = dctx_j V_j^T;  dV_j = P_j^T dctx_j
+  batched(be, false, true, s, s, dh, n, {dctx.data<float>(), row1, dh}, {q + 2 * dh, row3, 3 * dh},
+          dprobs.data<float>(), s, s * s);
+  batched(be, true, false, s, dh, s, n, {slot.probs_dropped.data<float>(), s, s * s}, {dctx.data<float>(), row1, dh},
+          dq + 2 * dh, row3, 3 * dh);
   if (step.training && cfg_.attention_dropout > 0.0f) {
     be.dropout_backward(dprobs.data<float>(), dprobs.data<float>(), probs_dropout(b, step));
   }
   // dS = softmax backward (the scale is applied inside).
   be.softmax_backward(slot.probs.data<float>(), dprobs.data<float>(), dprobs.data<float>(), b * al, s, s,
                       1.0f / std::sqrt(static_cast<float>(dh)));
-  {  // dQ_j = dS_j K_j
-    GemmDesc g;
-    g.m = s;
-    g.n = dh;
-    g.k = s;
-    g.lda = s;
-    g.ldb = row3;
-    g.ldc = row3;
-    g.batch = b * al;
-    g.stride_a = s * s;
-    g.stride_b = 3 * dh;
-    g.stride_c = 3 * dh;
-    be.gemm(g, dprobs.data<float>(), q + dh, dq);
-  }
-  {  // dK_j = dS_j^T Q_j
-    GemmDesc g;
-    g.trans_a = true;
-    g.m = s;
-    g.n = dh;
-    g.k = s;
-    g.lda = s;
-    g.ldb = row3;
-    g.ldc = row3;
-    g.batch = b * al;
-    g.stride_a = s * s;
-    g.stride_b = 3 * dh;
-    g.stride_c = 3 * dh;
-    be.gemm(g, dprobs.data<float>(), q, dq + dh);
-  }
+  // dQ_j = dS_j K_j;  dK_j = dS_j^T Q_j
+  batched(be, false, false, s, dh, s, n, {dprobs.data<float>(), s, s * s}, {q + dh, row3, 3 * dh}, dq, row3, 3 * dh);
+  batched(be, true, false, s, dh, s, n, {dprobs.data<float>(), s, s * s}, {q, row3, 3 * dh}, dq + dh, row3, 3 * dh);
   slots_.release(step.microbatch);
   return qkv_.backward_input(dqkv, step);
 }
