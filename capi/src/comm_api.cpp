@@ -242,7 +242,7 @@ PTDP_API ptdp_status ptdp_groups_destroy(ptdp_groups groups) {
     const int n = g.dependents.load();
     if (n > 0) {
       ptdp::throw_error(ptdp::ErrorCode::InvalidState,
-                        std::to_string(n) + " ptdp_work, ptdp_model or ptdp_layer handles on these groups "
+                        std::to_string(n) + " ptdp_work, ptdp_model, ptdp_layer or ptdp_optimizer handles on these groups "
                                             "still exist; destroy them first");
     }
     --g.owner->dependents;

@@ -228,14 +228,14 @@ void model_calls(ptdp_groups g) {
 
   // The groups cannot go while the model lives; they and the model keep working.
   expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE),
-                 {"ptdp_groups_destroy", "1 ptdp_work, ptdp_model or ptdp_layer", "destroy them first"},
+                 {"ptdp_groups_destroy", "1 ptdp_work, ptdp_model, ptdp_layer or ptdp_optimizer", "destroy them first"},
                  "groups_destroy with a live model");
   ptdp_layer l = nullptr;
   CT_OK(ptdp_column_parallel_linear_create(g, 4, 8, 1, 0, 0.1f, 1, &l));
-  expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE), {"2 ptdp_work, ptdp_model or ptdp_layer"},
+  expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE), {"2 ptdp_work, ptdp_model, ptdp_layer or ptdp_optimizer"},
                  "groups_destroy with a live model and layer");
   CT_OK(ptdp_model_destroy(m));
-  expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE), {"1 ptdp_work, ptdp_model or ptdp_layer"},
+  expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE), {"1 ptdp_work, ptdp_model, ptdp_layer or ptdp_optimizer"},
                  "groups_destroy with a live layer");
   int32_t size = 0;
   CT_OK(ptdp_groups_size(g, PTDP_GROUP_TENSOR, &size));
@@ -501,7 +501,7 @@ void pipeline_groups(ptdp_runtime rt, int world) {
     expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), 2, 0, 0, 0, &loss), PTDP_ERR_UNSUPPORTED),
                    {"ptdp_model_forward", "pipeline size 2"}, "forward of a stage");
     ct::expect(loss == 123.0f, "the refused calls left the loss output alone");
-    expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE), {"1 ptdp_work, ptdp_model or ptdp_layer"},
+    expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE), {"1 ptdp_work, ptdp_model, ptdp_layer or ptdp_optimizer"},
                    "groups_destroy with a live stage model");
     CT_OK(ptdp_model_destroy(m));
   } else {
