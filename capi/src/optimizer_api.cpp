@@ -14,7 +14,8 @@ struct ptdp_optimizer_impl {
   uint64_t magic = kLive;
   ptdp_groups_impl* groups = nullptr;  // counts this optimizer as a dependent
   ptdp_model_impl* model = nullptr;    // the model it updates, or NULL for registered tensors
-  std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors
+  std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors (fp32: the master weights)
+  ptdp::Tensor model_weights;                 // bf16/f16 model weights the handles view, when the params are 16-bit
   std::unique_ptr<ptdp::Optimizer> opt;
 };
 
@@ -171,10 +172,14 @@ PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const
       const std::string pname = std::string("params") + at, gname = std::string("grads") + at;
       const ptdp::Tensor& p = live(params[i], pname.c_str()).tensor;
       const ptdp::Tensor& gr = live(grads[i], gname.c_str()).tensor;
-      PTDP_CHECK_ARG(p.dtype() == ptdp::DType::F32 && p.device().type == ptdp::DeviceType::CPU,
-                     pname + " is " + p.str() + ", want f32 on the CPU");
+      PTDP_CHECK_ARG(ptdp::dtype_is_float(p.dtype()) && p.device().type == ptdp::DeviceType::CPU,
+                     pname + " is " + p.str() + ", want f32, bf16 or f16 on the CPU");
+      PTDP_CHECK_ARG(i == 0 || p.dtype() == params[0]->tensor.dtype(),
+                     pname + " is " + p.str() + "; every parameter must have the dtype of params[0] (" +
+                         ptdp::dtype_name(params[0]->tensor.dtype()) + ")");
       PTDP_CHECK_ARG(gr.dtype() == ptdp::DType::F32 && gr.shape() == p.shape() && gr.device() == p.device(),
-                     gname + " is " + gr.str() + ", want the shape of " + pname + " " + p.str());
+                     gname + " is " + gr.str() + ", want f32 (gradients accumulate in fp32) of the shape of " + pname +
+                         " " + p.str());
       PTDP_CHECK_ARG(p.numel() > 0, pname + " " + p.str() + " is empty");
       const int32_t f = flags ? flags[i] : 0;
       PTDP_CHECK_ARG(f >= 0 && f <= (PTDP_PARAM_REPLICATED | PTDP_PARAM_NO_WEIGHT_DECAY),
@@ -189,14 +194,25 @@ PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const
     h->groups = &g;
     h->opt = std::make_unique<ptdp::Optimizer>(std::vector<ptdp::ParamTable*>{table.get()},
                                                std::vector<std::vector<int>>{}, c, *g.groups);
-    // Move the values into the flat buffers and re-point the handles there.
+    // Move the values into the flat buffers and re-point the handles there. 16-bit parameters
+    // get fp32 master weights (the table) and a 16-bit model copy that the handles view.
+    const ptdp::DType model_dtype = params[0]->tensor.dtype();
+    if (model_dtype != ptdp::DType::F32) {
+      h->model_weights = ptdp::Tensor::zeros({table->capacity()}, model_dtype);
+    }
     for (int32_t i = 0; i < count; ++i) {
       ptdp::Tensor& p = params[i]->tensor;
       ptdp::Tensor& gr = grads[i]->tensor;
       ptdp::Tensor pv = table->param(i), gv = table->grad(i);
-      pv.backend().copy(pv.raw(), p.raw(), p.nbytes());
+      p.backend().cast(p.raw(), p.dtype(), pv.raw(), ptdp::DType::F32, p.numel());
       gv.backend().copy(gv.raw(), gr.raw(), gr.nbytes());
-      p = pv.reshape(p.shape());
+      if (h->model_weights.defined()) {
+        ptdp::Tensor mv = h->model_weights.view(table->info(i).offset, {p.numel()});
+        mv.backend().copy(mv.raw(), p.raw(), p.nbytes());
+        p = mv.reshape(p.shape());
+      } else {
+        p = pv.reshape(p.shape());
+      }
       gr = gv.reshape(gr.shape());
     }
     h->tensors = std::move(table);
@@ -229,6 +245,11 @@ PTDP_API ptdp_status ptdp_optimizer_step(ptdp_optimizer optimizer, int64_t itera
     PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
     if (o.tensors) o.opt->params_ready(0, 0, o.tensors->size());
     const ptdp::StepResult s = o.opt->step(iteration);
+    if (!s.skipped && o.model_weights.defined()) {  // the model's 16-bit weights follow the fp32 masters
+      const ptdp::Tensor& master = o.tensors->flat_params();
+      master.backend().cast(master.raw(), ptdp::DType::F32, o.model_weights.raw(), o.model_weights.dtype(),
+                            o.model_weights.numel());
+    }
     fill(s, o.opt->skipped_iterations(), 0.0f, result);
   });
 }
@@ -237,7 +258,7 @@ PTDP_API ptdp_status ptdp_optimizer_state_bytes(ptdp_optimizer optimizer, size_t
   return guard(__func__, [&] {
     ptdp_optimizer_impl& o = live(optimizer, "optimizer");
     require_non_null(bytes, "bytes");
-    *bytes = o.opt->state_bytes();
+    *bytes = o.opt->state_bytes() + (o.model_weights.defined() ? o.tensors->flat_params().nbytes() : 0);
   });
 }
 

@@ -1573,13 +1573,16 @@ PTDP_API ptdp_status ptdp_optimizer_create(ptdp_model model, const ptdp_optimize
                                            ptdp_optimizer* out);
 
 /**
- * @brief Creates an optimizer for a user's own model: its parameter and gradient tensors (f32,
- *        CPU) are packed into one flat buffer each, and the handles are re-pointed at their
- *        place in it (values kept), so the model keeps using the same handles.
+ * @brief Creates an optimizer for a user's own model: its parameter and gradient tensors (CPU)
+ *        are packed into one flat buffer each, and the handles are re-pointed at their place in
+ *        it (values kept), so the model keeps using the same handles. Parameters may be f32, or
+ *        bf16/f16 model weights (all of one dtype): the optimizer then keeps fp32 master weights,
+ *        updates them, and writes their rounded values back to the model weights after every
+ *        step that was not skipped. Gradients are f32 (accumulated in fp32).
  * @param groups Live groups (the data-parallel group reduces, the others bound the norm).
  * @param options NULL for the defaults.
- * @param params @p count parameter tensors.
- * @param grads @p count gradient tensors, each the shape of its parameter.
+ * @param params @p count parameter tensors (f32, bf16 or f16, all one dtype).
+ * @param grads @p count f32 gradient tensors, each the shape of its parameter.
  * @param flags @p count combinations of ::ptdp_param_flags, or NULL for all default.
  * @param count Number of parameters, > 0.
  * @param[out] out Receives the handle; must not be NULL.
@@ -1627,8 +1630,9 @@ PTDP_API ptdp_status ptdp_optimizer_reduce_gradients(ptdp_optimizer optimizer);
 PTDP_API ptdp_status ptdp_optimizer_step(ptdp_optimizer optimizer, int64_t iteration, ptdp_iteration_result* result);
 
 /**
- * @brief Bytes of optimizer state on this rank (Adam's two moments, SGD's momentum); about
- *        1/d of the total with the distributed optimizer.
+ * @brief Bytes of optimizer state on this rank (Adam's two moments, SGD's momentum, and the
+ *        fp32 master weights of 16-bit parameters); the moments take about 1/d of the total with
+ *        the distributed optimizer.
  * @param optimizer A live optimizer.
  * @param[out] bytes Receives the size; must not be NULL.
  * @retval PTDP_SUCCESS
