@@ -1,0 +1,807 @@
+// bench_train: end-to-end PTD-P training throughput under mpirun, CPU engine.
+//
+// For each (t, p, d) layout in turn, on one Runtime over MPI_COMM_WORLD: its own
+// ProcessGroups, a GptPipeline of a small GPT (4 layers, h = 256, 8 heads, V = 8192, s = 128 by
+// default), an AdamW optimizer (make_optimizer) and a pipeline schedule (1F1B for p > 1 unless
+// --schedule says otherwise), then --warmup untimed and --iters timed calls of
+// ptdp::train_iteration, each over m microbatches of b samples per data-parallel replica.
+// Every iteration is preceded by a world barrier (untimed), so all ranks start it together.
+//
+// Per layout it prints:
+//   - ms/iter: per iteration the slowest rank's IterationResult::seconds; the median (and the
+//     fastest and slowest) of that over the timed iterations;
+//   - tokens/s: the global batch's tokens (d * m * b * s) / ms/iter;
+//   - comm: IterationResult::comm_wait_seconds / seconds summed over the timed iterations of
+//     each rank (the time it was blocked in communication waits: collectives, pipeline
+//     transfers, including the pipeline bubble spent waiting on a peer); max and mean over ranks;
+//   - GFLOP/s per rank: the paper's model FLOPs (GptConfig::flops_per_step of the global batch's
+//     tokens: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), Narayanan et al. 2021) / W / ms/iter;
+//   - the loss of the last timed iteration (the mean over the global batch).
+// Run with --help for the flags.
+
+#include <mpi.h>
+#include <omp.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cinttypes>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/comm/runtime.h"
+#include "core/model/gpt_config.h"
+#include "core/model/gpt_pipeline.h"
+#include "core/optim/optimizer.h"
+#include "core/parallel/groups.h"
+#include "core/pipeline/schedule.h"
+#include "core/train/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// ---- options ---------------------------------------------------------------------------------
+
+struct LayoutSpec {
+  int t = 1, p = 1, d = 1;
+};
+
+struct Options {
+  bool quick = false;
+  std::optional<int> layers, hidden, heads, vocab, seq, micro_batch, microbatches, iters, warmup;
+  std::optional<int> tp, pp, virtual_stages;
+  std::string layouts;  // "t,p,d;t,p,d"
+  std::string schedule = "1f1b";
+  bool distributed = false;
+  bool verify = false;
+  double lr = 1e-3;
+  std::string json_path;
+};
+
+void print_help(const char* argv0) {
+  std::printf(
+      "Usage: mpirun -np W %s [options]\n"
+      "\n"
+      "Trains a small GPT with ptdp::train_iteration (full PTD-P: tensor, pipeline and data\n"
+      "parallelism, AdamW) for each (t, p, d) layout of the W ranks in turn and reports per\n"
+      "layout: tokens/s of the global batch, ms per iteration (median over the timed\n"
+      "iterations of the slowest rank), the share of the iteration spent blocked in\n"
+      "communication waits (max and mean over ranks), model GFLOP/s per rank with the\n"
+      "paper's 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) and the loss.\n"
+      "\n"
+      "Layouts: by default (W,1,1), (1,W,1), (1,1,W) and, for even W >= 4, (2,W/2,1); with\n"
+      "4 ranks: 4,1,1  1,4,1  1,1,4  2,2,1. Layouts the model cannot be split for are skipped\n"
+      "with the reason.\n"
+      "\n"
+      "Options (defaults: full run / --quick):\n"
+      "  --layers N            transformer layers (4 / 4)\n"
+      "  --hidden N            hidden size h (256 / 128)\n"
+      "  --heads N             attention heads (8 / 4)\n"
+      "  --vocab N             vocabulary size V (8192 / 2048)\n"
+      "  --seq N               sequence length s (128 / 64)\n"
+      "  --micro-batch N       microbatch size b (2 / 2)\n"
+      "  --microbatches N      microbatches m per data-parallel replica (4 / 4)\n"
+      "  --iters N             timed iterations per layout (10 / 5)\n"
+      "  --warmup N            untimed iterations per layout first (2 / 1)\n"
+      "  --layouts LIST        layouts to run, 't,p,d' separated by ';' (t*p*d = W)\n"
+      "  --tp N, --pp N        one layout: t = N, p = N, d = W/(t*p) (instead of --layouts)\n"
+      "  --schedule KIND       gpipe | 1f1b | zb-h1 | interleaved, for p > 1 (1f1b); p = 1\n"
+      "                        layouts run interleaved as 1f1b\n"
+      "  --virtual N           chunks per pipeline rank for interleaved (2)\n"
+      "  --distributed-optimizer  shard the optimizer state over the data-parallel group\n"
+      "  --lr X                AdamW learning rate, constant (1e-3)\n"
+      "  --verify              keep ptdp's per-collective consistency check on (off here)\n"
+      "  --quick               a much smaller model and fewer iterations (< 30 s with 4\n"
+      "                        ranks on 2 cores); explicit flags still win\n"
+      "  --json PATH           also write the results as JSON to PATH (rank 0)\n"
+      "  --help                this text\n"
+      "\n"
+      "Ranks on a machine with fewer cores than ranks x OpenMP threads oversubscribe it: run\n"
+      "with OMP_NUM_THREADS=1 (mpirun -x OMP_NUM_THREADS=1 --oversubscribe ...).\n",
+      argv0);
+}
+
+bool parse_int(const std::string& s, int& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || v < INT_MIN || v > INT_MAX) return false;
+  out = static_cast<int>(v);
+  return true;
+}
+
+/// Returns false when the program should exit (with exit_code: 0 after --help, 2 on a bad flag).
+/// Messages are printed by rank 0 only.
+bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
+  exit_code = 0;
+  auto fail = [&](const std::string& msg) {
+    if (talk) std::fprintf(stderr, "%s: %s\n", argv[0], msg.c_str());
+    exit_code = 2;
+    return false;
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+      has_value = true;
+    }
+    auto need_value = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= argc) return false;
+      value = argv[++i];
+      return true;
+    };
+    auto int_opt = [&](std::optional<int>& dst, int min) -> bool {
+      if (!need_value()) return fail(arg + " needs a value");
+      int v = 0;
+      if (!parse_int(value, v) || v < min)
+        return fail(arg + " needs an integer >= " + std::to_string(min) + ", got '" + value + "'");
+      dst = v;
+      return true;
+    };
+    if (arg == "--help" || arg == "-h") {
+      if (talk) print_help(argv[0]);
+      return false;
+    } else if (arg == "--quick") {
+      o.quick = true;
+    } else if (arg == "--distributed-optimizer") {
+      o.distributed = true;
+    } else if (arg == "--verify") {
+      o.verify = true;
+    } else if (arg == "--layers") {
+      if (!int_opt(o.layers, 1)) return false;
+    } else if (arg == "--hidden") {
+      if (!int_opt(o.hidden, 1)) return false;
+    } else if (arg == "--heads") {
+      if (!int_opt(o.heads, 1)) return false;
+    } else if (arg == "--vocab") {
+      if (!int_opt(o.vocab, 2)) return false;
+    } else if (arg == "--seq") {
+      if (!int_opt(o.seq, 2)) return false;
+    } else if (arg == "--micro-batch") {
+      if (!int_opt(o.micro_batch, 1)) return false;
+    } else if (arg == "--microbatches") {
+      if (!int_opt(o.microbatches, 1)) return false;
+    } else if (arg == "--iters") {
+      if (!int_opt(o.iters, 1)) return false;
+    } else if (arg == "--warmup") {
+      if (!int_opt(o.warmup, 0)) return false;
+    } else if (arg == "--tp") {
+      if (!int_opt(o.tp, 1)) return false;
+    } else if (arg == "--pp") {
+      if (!int_opt(o.pp, 1)) return false;
+    } else if (arg == "--virtual") {
+      if (!int_opt(o.virtual_stages, 1)) return false;
+    } else if (arg == "--layouts") {
+      if (!need_value()) return fail(arg + " needs a value");
+      o.layouts = value;
+    } else if (arg == "--schedule") {
+      if (!need_value()) return fail(arg + " needs a value");
+      if (value != "gpipe" && value != "1f1b" && value != "zb-h1" && value != "interleaved")
+        return fail("--schedule must be gpipe, 1f1b, zb-h1 or interleaved, got '" + value + "'");
+      o.schedule = value;
+    } else if (arg == "--lr") {
+      if (!need_value()) return fail(arg + " needs a value");
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(v >= 0.0) || !std::isfinite(v))
+        return fail("--lr needs a number >= 0, got '" + value + "'");
+      o.lr = v;
+    } else if (arg == "--json") {
+      if (!need_value()) return fail(arg + " needs a value");
+      o.json_path = value;
+    } else {
+      return fail("unknown argument '" + std::string(argv[i]) + "' (try --help)");
+    }
+  }
+  if (!o.layouts.empty() && (o.tp || o.pp)) return fail("give either --layouts or --tp/--pp, not both");
+  if (o.virtual_stages && *o.virtual_stages > 1 && o.schedule != "interleaved")
+    return fail("--virtual > 1 needs --schedule interleaved");
+  if (o.schedule == "interleaved" && o.virtual_stages && *o.virtual_stages < 2)
+    return fail("--schedule interleaved needs --virtual >= 2");
+  return true;
+}
+
+/// The layouts to run for W ranks; false (with a message) when the flags name an impossible one.
+bool layouts_for(const Options& o, int world, std::vector<LayoutSpec>& out, std::string& error) {
+  out.clear();
+  if (o.tp || o.pp) {
+    const int t = o.tp.value_or(1), p = o.pp.value_or(1);
+    if (world % (t * p) != 0) {
+      error = "--tp " + std::to_string(t) + " --pp " + std::to_string(p) + ": t*p does not divide W = " +
+              std::to_string(world);
+      return false;
+    }
+    out.push_back({t, p, world / (t * p)});
+    return true;
+  }
+  if (!o.layouts.empty()) {
+    std::size_t pos = 0;
+    while (pos <= o.layouts.size()) {
+      std::size_t end = o.layouts.find(';', pos);
+      if (end == std::string::npos) end = o.layouts.size();
+      const std::string item = o.layouts.substr(pos, end - pos);
+      pos = end + 1;
+      if (item.empty()) continue;
+      LayoutSpec l;
+      char extra = 0;
+      if (std::sscanf(item.c_str(), "%d,%d,%d%c", &l.t, &l.p, &l.d, &extra) != 3 || l.t < 1 || l.p < 1 ||
+          l.d < 1) {
+        error = "--layouts: '" + item + "' is not 't,p,d' with positive sizes";
+        return false;
+      }
+      if (l.t * l.p * l.d != world) {
+        error = "--layouts: " + item + " has t*p*d = " + std::to_string(l.t * l.p * l.d) + ", not W = " +
+                std::to_string(world);
+        return false;
+      }
+      out.push_back(l);
+    }
+    if (out.empty()) {
+      error = "--layouts names no layout";
+      return false;
+    }
+    return true;
+  }
+  auto add = [&](LayoutSpec l) {
+    for (const auto& x : out)
+      if (x.t == l.t && x.p == l.p && x.d == l.d) return;
+    out.push_back(l);
+  };
+  add({world, 1, 1});
+  add({1, world, 1});
+  add({1, 1, world});
+  if (world >= 4 && world % 2 == 0) add({2, world / 2, 1});
+  return true;
+}
+
+// ---- helpers ---------------------------------------------------------------------------------
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// User + system CPU time of this process so far.
+double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/// CPU seconds all processes on the machine have spent busy so far (Linux /proc/stat; -1 where
+/// it cannot be read). Minus the ranks' own CPU time it shows whether anything else competed
+/// for the cores.
+double machine_busy_seconds() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1.0;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle,
+                              &iowait, &irq, &softirq, &steal);
+  std::fclose(f);
+  const long tick = sysconf(_SC_CLK_TCK);
+  if (got < 7 || tick <= 0) return -1.0;
+  return static_cast<double>(user + nice + system + irq + softirq + steal) / static_cast<double>(tick);
+}
+
+/// Other processes kept more than this many cores busy while a layout was timed: flagged.
+constexpr double kContendedCores = 0.25;
+
+/// Hardware threads this process may run on (its CPU affinity; MPI launchers bind ranks), or 0.
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+double max_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return 1024.0 * static_cast<double>(ru.ru_maxrss);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string json_array(const std::vector<double>& v, double scale = 1.0) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_number(v[i] * scale);
+  return s + "]";
+}
+
+/// 124439808 -> "124,439,808".
+std::string grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+ptdp::ScheduleKind schedule_kind(const std::string& s) {
+  if (s == "gpipe") return ptdp::ScheduleKind::GPipe;
+  if (s == "zb-h1") return ptdp::ScheduleKind::ZeroBubbleH1;
+  if (s == "interleaved") return ptdp::ScheduleKind::Interleaved1F1B;
+  return ptdp::ScheduleKind::OneFOneB;
+}
+
+// ---- the benchmark ---------------------------------------------------------------------------
+
+struct Result {
+  LayoutSpec l;
+  int v = 1;
+  std::string schedule;
+  std::string skipped;  // non-empty: why the layout did not run
+  int64_t tokens = 0;   // global batch tokens per iteration
+  std::vector<double> slowest_s;  // per timed iteration, max over ranks
+  double median_s = 0, min_s = 0, max_s = 0;
+  std::vector<double> comm_share;  // per rank, over the timed iterations
+  double comm_max = 0, comm_mean = 0;
+  double gflops_per_rank = 0;
+  std::vector<double> losses;  // every iteration, warm-up included
+  double grad_norm_last = 0;
+  int64_t skipped_steps = 0;
+  double setup_s = 0;              // slowest rank
+  double opt_state_bytes_max = 0;  // over ranks
+  double ranks_cores = -1;         // CPU time of all ranks / wall while timed (cores kept busy)
+  double other_cores = -1;         // cores other processes kept busy meanwhile; < 0: unknown
+};
+
+class Bench {
+ public:
+  Bench(Options o, std::shared_ptr<ptdp::Runtime> rt) : o_(std::move(o)), rt_(std::move(rt)) {
+    const bool q = o_.quick;
+    cfg_.num_layers = o_.layers.value_or(4);
+    cfg_.hidden_size = o_.hidden.value_or(q ? 128 : 256);
+    cfg_.num_attention_heads = o_.heads.value_or(q ? 4 : 8);
+    cfg_.vocab_size = o_.vocab.value_or(q ? 2048 : 8192);
+    cfg_.seq_length = o_.seq.value_or(q ? 64 : 128);
+    b_ = o_.micro_batch.value_or(2);
+    m_ = o_.microbatches.value_or(4);
+    iters_ = o_.iters.value_or(q ? 5 : 10);
+    warmup_ = o_.warmup.value_or(q ? 1 : 2);
+    kind_ = schedule_kind(o_.schedule);
+    v_ = kind_ == ptdp::ScheduleKind::Interleaved1F1B ? o_.virtual_stages.value_or(2) : 1;
+    world_ = rt_->world_size();
+    rank_ = rt_->world_rank();
+    ocfg_.kind = ptdp::OptimizerKind::Adam;
+    ocfg_.lr.lr = o_.lr;
+    ocfg_.distributed = o_.distributed;
+  }
+
+  /// Returns the exit status (the same on every rank).
+  int run(const std::vector<LayoutSpec>& layouts) {
+    print_header();
+    for (const LayoutSpec& l : layouts) {
+      Result r = run_layout(l);
+      if (rank_ == 0) print_row(r);
+      results_.push_back(std::move(r));
+    }
+    wall_s_ = seconds_since(start_);
+    double rss = max_rss_bytes(), rss_max = 0;
+    MPI_Reduce(&rss, &rss_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    rss_max_ = rss_max;
+    if (rank_ == 0) print_footer();
+    int status = ok_ ? 0 : 1;
+    if (rank_ == 0 && !o_.json_path.empty() && !write_json()) status = 1;
+    MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return status;
+  }
+
+ private:
+  Options o_;
+  std::shared_ptr<ptdp::Runtime> rt_;
+  ptdp::GptConfig cfg_;
+  ptdp::OptimizerConfig ocfg_;
+  ptdp::ScheduleKind kind_ = ptdp::ScheduleKind::OneFOneB;
+  int b_ = 2, m_ = 4, iters_ = 6, warmup_ = 1, v_ = 1, world_ = 1, rank_ = 0;
+  Clock::time_point start_ = Clock::now();
+  double wall_s_ = 0, rss_max_ = 0;
+  bool ok_ = true;
+  bool oversubscribed_ = false;
+  bool any_contended_ = false;
+  static constexpr int kRule = 135;
+  std::vector<Result> results_;
+
+  int64_t replica_tokens() const { return static_cast<int64_t>(m_) * b_ * cfg_.seq_length; }
+
+  void print_header() {
+    const int omp = omp_get_max_threads();
+    const unsigned hw = std::thread::hardware_concurrency();
+    const int local = rt_->local_size();
+    // Ranks sharing cores is expected (their communication waits back off and leave the core
+    // to the peer); several OpenMP threads per rank on top of that make OpenMP barriers stall.
+    oversubscribed_ = hw > 0 && omp > 1 && static_cast<unsigned>(local * omp) > hw;
+    // The fewest hardware threads any rank may use: a launcher binding each rank to one core
+    // (Open MPI does for -np <= 2) leaves its OpenMP threads one core between them.
+    int cpus = affinity_cpus(), cpus_min = 0;
+    MPI_Allreduce(&cpus, &cpus_min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank_ != 0) return;
+    std::printf("ptdp training benchmark (%s mode, CPU engine): %d ranks, %d on this node, %u hardware "
+                "threads, %d OpenMP thread%s per rank\n",
+                o_.quick ? "quick" : "full", world_, local, hw, omp, omp == 1 ? "" : "s");
+    if (hw > 0 && static_cast<unsigned>(local) > hw)
+      std::printf("note    : %d ranks share %u hardware threads: a rank waiting for a peer that waits for a "
+                  "core counts that as\n          communication wait, so the comm shares include the "
+                  "oversubscription\n",
+                  local, hw);
+    if (oversubscribed_)
+      std::printf("WARNING: %d ranks x %d OpenMP threads oversubscribe %u hardware threads; OpenMP barriers "
+                  "then stall.\n         Run with OMP_NUM_THREADS=1 (mpirun -x OMP_NUM_THREADS=1).\n",
+                  local, omp, hw);
+    if (cpus_min > 0 && omp > cpus_min)
+      std::printf("WARNING: a rank may run on only %d hardware thread%s (CPU affinity: the launcher binds ranks) "
+                  "but has %d OpenMP threads;\n         with Open MPI add --bind-to none for multithreaded "
+                  "ranks.\n",
+                  cpus_min, cpus_min == 1 ? "" : "s", omp);
+    std::printf("model   : %d layers, hidden %d, %d heads, ffn %d, vocab %d, seq %d, tied embeddings, "
+                "dropout %.2g; %s parameters (padded vocabulary at t = 1)\n",
+                cfg_.num_layers, cfg_.hidden_size, cfg_.num_attention_heads, cfg_.ffn(), cfg_.vocab_size,
+                cfg_.seq_length, cfg_.hidden_dropout, grouped(cfg_.parameter_count(1)).c_str());
+    std::printf("batch   : micro-batch b = %d, m = %d microbatches per data-parallel replica: %" PRId64
+                " tokens per replica and iteration\n",
+                b_, m_, replica_tokens());
+    std::printf("optim   : AdamW, lr %g constant, weight decay %g, clip %g, fp32, distributed optimizer %s\n",
+                ocfg_.lr.lr, ocfg_.weight_decay, ocfg_.clip_grad, ocfg_.distributed ? "on" : "off");
+    std::string sched = ptdp::schedule_kind_name(kind_);
+    if (v_ > 1) sched += " (v = " + std::to_string(v_) + ")";
+    std::printf("schedule: %s for p > 1; scatter/gather of stage-boundary tensors for t > 1; collective "
+                "consistency check %s\n",
+                sched.c_str(), o_.verify ? "on (--verify)" : "off");
+    std::printf("timing  : %d warm-up + %d timed iterations per layout, a world barrier before each; "
+                "ms/iter = median over the\n"
+                "          timed iterations of the slowest rank; comm = time blocked in communication waits "
+                "/ iteration time\n"
+                "          (per rank over the timed iterations; max and mean over ranks); GFLOP/s per rank = "
+                "72*B*s*l*h^2*\n"
+                "          (1 + s/(6h) + V/(12*l*h)) for the global batch / W / ms/iter\n\n",
+                warmup_, iters_);
+    std::printf("%-7s %-16s %9s %9s %9s %9s %10s %9s %9s %12s %8s %7s %8s %6s\n", "t,p,d", "schedule",
+                "tokens/it", "ms/iter", "min ms", "max ms", "tokens/s", "comm max", "comm avg", "GFLOP/s/rank",
+                "loss", "setup s", "opt MiB", "cores");
+    std::printf("%s\n", std::string(kRule, '-').c_str());
+    std::fflush(stdout);
+  }
+
+  /// This replica's batch of iteration `it`: [m*b, s] ids and next-token labels. Each sequence
+  /// is an arithmetic progression modulo V (a random start and a stride in [1, 16]) so there is
+  /// something to learn; the sequences are keyed by (iteration, global sequence index).
+  void make_batch(int64_t it, int dp_rank, std::vector<int32_t>& tokens, std::vector<int32_t>& labels) const {
+    const int64_t s = cfg_.seq_length, n = static_cast<int64_t>(m_) * b_;
+    const uint64_t vocab = static_cast<uint64_t>(cfg_.vocab_size);
+    for (int64_t j = 0; j < n; ++j) {
+      const uint64_t g = static_cast<uint64_t>(dp_rank) * static_cast<uint64_t>(n) + static_cast<uint64_t>(j);
+      uint64_t state = (static_cast<uint64_t>(it) << 32) ^ (g * 0x2545F4914F6CDD1Dull) ^ 0x5eedull;
+      const uint64_t x0 = splitmix64(state) % vocab, stride = 1 + splitmix64(state) % 16;
+      for (int64_t k = 0; k < s; ++k) {
+        const std::size_t at = static_cast<std::size_t>(j * s + k);
+        tokens[at] = static_cast<int32_t>((x0 + static_cast<uint64_t>(k) * stride) % vocab);
+        labels[at] = static_cast<int32_t>((x0 + static_cast<uint64_t>(k + 1) * stride) % vocab);
+      }
+    }
+  }
+
+  Result run_layout(const LayoutSpec& l) {
+    Result r;
+    r.l = l;
+    r.v = l.p > 1 ? v_ : 1;
+    // p = 1: interleaving needs p > 1; the other kinds run as asked.
+    const ptdp::ScheduleKind kind =
+        l.p == 1 && kind_ == ptdp::ScheduleKind::Interleaved1F1B ? ptdp::ScheduleKind::OneFOneB : kind_;
+    r.schedule = ptdp::schedule_kind_name(kind);
+    if (r.v > 1) r.schedule = "int-1F1B v=" + std::to_string(r.v);
+    r.tokens = replica_tokens() * l.d;
+
+    // Checks that need no communication and give the same answer on every rank.
+    ptdp::Schedule schedule;
+    try {
+      ptdp::Layout check(ptdp::ParallelConfig{world_, l.t, l.p, r.v});
+      cfg_.validate(l.t);
+      if (cfg_.num_layers % (l.p * r.v) != 0)
+        throw std::runtime_error(std::to_string(cfg_.num_layers) + " layers do not split over p*v = " +
+                                 std::to_string(l.p * r.v) + " chunks");
+      schedule = ptdp::make_schedule(kind, l.p, m_, r.v);
+    } catch (const std::exception& e) {
+      r.skipped = e.what();
+      return r;
+    }
+
+    const auto t_setup = Clock::now();
+    ptdp::ProcessGroups groups(rt_, ptdp::ParallelConfig{world_, l.t, l.p, r.v});
+    ptdp::GptPipeline model(cfg_, groups);
+    std::unique_ptr<ptdp::Optimizer> opt = ptdp::make_optimizer(model, groups, ocfg_);
+    double setup = seconds_since(t_setup);
+    const double state_bytes = static_cast<double>(opt->state_bytes());
+
+    const int dp_rank = groups.rank(ptdp::GroupKind::Data);
+    const std::size_t n_ids = static_cast<std::size_t>(replica_tokens());
+    std::vector<int32_t> tokens(n_ids), labels(n_ids);
+    std::vector<double> secs, waits;
+    ptdp::ExecutorOptions eo;
+    Clock::time_point timed0;
+    double cpu0 = 0, machine0 = -1;
+    for (int i = 0; i < warmup_ + iters_; ++i) {
+      make_batch(i, dp_rank, tokens, labels);
+      rt_->world().barrier()->wait();
+      if (i == warmup_) {
+        timed0 = Clock::now();
+        cpu0 = cpu_seconds();
+        machine0 = rank_ == 0 ? machine_busy_seconds() : -1.0;
+      }
+      const ptdp::IterationResult it =
+          ptdp::train_iteration(model, *opt, groups, schedule, tokens.data(), labels.data(), b_, i, eo);
+      r.losses.push_back(it.loss);
+      if (!std::isfinite(it.loss)) ok_ = false;
+      if (i >= warmup_) {
+        secs.push_back(it.seconds);
+        waits.push_back(it.comm_wait_seconds);
+      }
+      r.grad_norm_last = it.step.grad_norm;
+    }
+    r.skipped_steps = opt->skipped_iterations();
+    const double cpu_timed = cpu_seconds() - cpu0;
+    rt_->world().barrier()->wait();
+    const double wall_timed = seconds_since(timed0);
+    const double machine1 = rank_ == 0 ? machine_busy_seconds() : -1.0;
+
+    // Gather every rank's figures on rank 0 (the barrier above backs off while it waits, so
+    // MPI's busy-polling gather finds everybody there).
+    std::vector<double> mine;
+    mine.insert(mine.end(), secs.begin(), secs.end());
+    mine.insert(mine.end(), waits.begin(), waits.end());
+    mine.push_back(setup);
+    mine.push_back(state_bytes);
+    mine.push_back(cpu_timed);
+    const int per = static_cast<int>(mine.size());
+    std::vector<double> all(rank_ == 0 ? static_cast<std::size_t>(per) * static_cast<std::size_t>(world_) : 0);
+    MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank_ != 0) return r;
+
+    const std::size_t n = secs.size();
+    r.slowest_s.assign(n, 0.0);
+    double cpu_all = 0;
+    for (int w = 0; w < world_; ++w) {
+      const double* row = all.data() + static_cast<std::size_t>(w) * static_cast<std::size_t>(per);
+      double sum_s = 0, sum_w = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        r.slowest_s[i] = std::max(r.slowest_s[i], row[i]);
+        sum_s += row[i];
+        sum_w += row[n + i];
+      }
+      r.comm_share.push_back(sum_s > 0 ? sum_w / sum_s : 0.0);
+      r.setup_s = std::max(r.setup_s, row[2 * n]);
+      r.opt_state_bytes_max = std::max(r.opt_state_bytes_max, row[2 * n + 1]);
+      cpu_all += row[2 * n + 2];
+    }
+    if (wall_timed > 0) {
+      r.ranks_cores = cpu_all / wall_timed;
+      // /proc/stat covers this node only: meaningful when every rank runs here.
+      if (machine0 >= 0 && machine1 >= 0 && rt_->local_size() == world_)
+        r.other_cores = std::max(0.0, machine1 - machine0 - cpu_all) / wall_timed;
+    }
+    r.median_s = median(r.slowest_s);
+    r.min_s = *std::min_element(r.slowest_s.begin(), r.slowest_s.end());
+    r.max_s = *std::max_element(r.slowest_s.begin(), r.slowest_s.end());
+    r.comm_max = *std::max_element(r.comm_share.begin(), r.comm_share.end());
+    r.comm_mean = std::accumulate(r.comm_share.begin(), r.comm_share.end(), 0.0) / world_;
+    r.gflops_per_rank = cfg_.flops_per_step(r.tokens) / world_ / r.median_s * 1e-9;
+    return r;
+  }
+
+  void print_row(const Result& r) {
+    char lay[32];
+    std::snprintf(lay, sizeof lay, "%d,%d,%d", r.l.t, r.l.p, r.l.d);
+    if (!r.skipped.empty()) {
+      std::printf("%-7s %-16s skipped: %s\n", lay, r.schedule.c_str(), r.skipped.c_str());
+    } else {
+      const bool contended = r.other_cores > kContendedCores;
+      if (contended) any_contended_ = true;
+      std::printf("%-7s %-16s %9" PRId64 " %9.1f %9.1f %9.1f %10.0f %8.1f%% %8.1f%% %12.2f %8.4f %7.2f %8.2f %6.2f%s\n",
+                  lay, r.schedule.c_str(), r.tokens, r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3,
+                  static_cast<double>(r.tokens) / r.median_s, 100.0 * r.comm_max, 100.0 * r.comm_mean,
+                  r.gflops_per_rank, r.losses.empty() ? 0.0 : r.losses.back(), r.setup_s,
+                  r.opt_state_bytes_max / (1024.0 * 1024.0), r.ranks_cores, contended ? " *" : "");
+    }
+    std::fflush(stdout);
+  }
+
+  void print_footer() {
+    std::printf("%s\n", std::string(kRule, '-').c_str());
+    std::printf("loss: the last timed iteration's mean over the global batch (ln V = %.4f at initialisation); "
+                "per layout first -> last:\n",
+                std::log(static_cast<double>(cfg_.vocab_size)));
+    for (const Result& r : results_) {
+      if (!r.skipped.empty() || r.losses.empty()) continue;
+      std::printf("  %d,%d,%d: %.4f -> %.4f over %zu iterations (last grad norm %.3g%s)\n", r.l.t, r.l.p, r.l.d,
+                  r.losses.front(), r.losses.back(), r.losses.size(), r.grad_norm_last,
+                  r.skipped_steps ? ", some steps skipped" : "");
+    }
+    if (!ok_) std::printf("ERROR: a loss is not finite\n");
+    std::printf("opt MiB: optimizer state (AdamW moments) of the rank holding the most; setup: groups, model "
+                "and optimizer, slowest rank;\n"
+                "cores: CPU time of all ranks / wall time over the timed iterations\n");
+    std::string others;
+    for (const Result& r : results_) {
+      if (!r.skipped.empty() || r.other_cores < 0) continue;
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%s%d,%d,%d %.2f", others.empty() ? "" : ", ", r.l.t, r.l.p, r.l.d,
+                    r.other_cores);
+      others += buf;
+    }
+    if (!others.empty()) std::printf("other processes kept busy (cores, per layout): %s\n", others.c_str());
+    if (any_contended_)
+      std::printf("* marks layouts timed while other processes kept more than %.2f cores busy: their numbers "
+                  "are skewed, rerun on an idle machine.\n",
+                  kContendedCores);
+    std::printf("peak resident memory: %.2f GiB (rank with the most)\n", rss_max_ / (1024.0 * 1024.0 * 1024.0));
+    std::printf("Total time: %.1f s wall\n", wall_s_);
+    if (oversubscribed_) std::printf("WARNING: ranks x OpenMP threads oversubscribed the cores (see the header)\n");
+    std::fflush(stdout);
+  }
+
+  bool write_json() {
+    std::FILE* f = std::fopen(o_.json_path.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot open %s for writing: %s\n", o_.json_path.c_str(), std::strerror(errno));
+      return false;
+    }
+    std::string s = "{\n";
+    s += "  \"benchmark\": \"bench_train\",\n";
+    s += "  \"mode\": \"" + std::string(o_.quick ? "quick" : "full") + "\",\n";
+    s += "  \"ranks\": " + std::to_string(world_) + ",\n";
+    s += "  \"ranks_on_node\": " + std::to_string(rt_->local_size()) + ",\n";
+    s += "  \"omp_threads\": " + std::to_string(omp_get_max_threads()) + ",\n";
+    s += "  \"hardware_threads\": " + std::to_string(std::thread::hardware_concurrency()) + ",\n";
+    s += "  \"config\": {\"num_layers\": " + std::to_string(cfg_.num_layers) +
+         ", \"hidden_size\": " + std::to_string(cfg_.hidden_size) +
+         ", \"num_attention_heads\": " + std::to_string(cfg_.num_attention_heads) +
+         ", \"ffn_hidden_size\": " + std::to_string(cfg_.ffn()) + ", \"vocab_size\": " +
+         std::to_string(cfg_.vocab_size) + ", \"seq_length\": " + std::to_string(cfg_.seq_length) +
+         ", \"micro_batch\": " + std::to_string(b_) + ", \"microbatches_per_replica\": " + std::to_string(m_) +
+         ", \"hidden_dropout\": " + json_number(cfg_.hidden_dropout) +
+         ", \"attention_dropout\": " + json_number(cfg_.attention_dropout) + "},\n";
+    s += "  \"parameters\": " + std::to_string(cfg_.parameter_count(1)) + ",\n";
+    s += "  \"optimizer\": {\"kind\": \"adamw\", \"lr\": " + json_number(ocfg_.lr.lr) +
+         ", \"weight_decay\": " + json_number(ocfg_.weight_decay) + ", \"clip_grad\": " +
+         json_number(ocfg_.clip_grad) + ", \"distributed\": " + (ocfg_.distributed ? "true" : "false") + "},\n";
+    s += "  \"schedule\": \"" + o_.schedule + "\",\n";
+    s += "  \"virtual_stages\": " + std::to_string(v_) + ",\n";
+    s += "  \"verify_collectives\": " + std::string(o_.verify ? "true" : "false") + ",\n";
+    s += "  \"warmup\": " + std::to_string(warmup_) + ",\n";
+    s += "  \"iters\": " + std::to_string(iters_) + ",\n";
+    s += "  \"flops_formula\": \"72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) of the global batch, per rank = / W\",\n";
+    s += "  \"layouts\": [";
+    for (std::size_t i = 0; i < results_.size(); ++i) {
+      const Result& r = results_[i];
+      s += i ? ",\n    {" : "\n    {";
+      s += "\"t\": " + std::to_string(r.l.t) + ", \"p\": " + std::to_string(r.l.p) + ", \"d\": " +
+           std::to_string(r.l.d) + ", \"v\": " + std::to_string(r.v) + ", \"schedule\": \"" +
+           json_escape(r.schedule) + "\"";
+      if (!r.skipped.empty()) {
+        s += ", \"skipped\": \"" + json_escape(r.skipped) + "\"}";
+        continue;
+      }
+      s += ", \"tokens_per_iteration\": " + std::to_string(r.tokens);
+      s += ", \"ms_median\": " + json_number(r.median_s * 1e3) + ", \"ms_min\": " + json_number(r.min_s * 1e3) +
+           ", \"ms_max\": " + json_number(r.max_s * 1e3) + ", \"ms_slowest_rank_all\": " +
+           json_array(r.slowest_s, 1e3);
+      s += ", \"tokens_per_s\": " + json_number(static_cast<double>(r.tokens) / r.median_s);
+      s += ", \"comm_share_max\": " + json_number(r.comm_max) + ", \"comm_share_mean\": " +
+           json_number(r.comm_mean) + ", \"comm_share_per_rank\": " + json_array(r.comm_share);
+      s += ", \"model_gflop_per_iteration\": " + json_number(cfg_.flops_per_step(r.tokens) * 1e-9) +
+           ", \"gflop_per_s_per_rank\": " + json_number(r.gflops_per_rank);
+      std::vector<double> losses(r.losses.begin(), r.losses.end());
+      s += ", \"losses_all\": " + json_array(losses) + ", \"loss_last\": " + json_number(losses.back());
+      s += ", \"grad_norm_last\": " + json_number(r.grad_norm_last) + ", \"skipped_steps\": " +
+           std::to_string(r.skipped_steps);
+      s += ", \"ranks_cores_busy\": " + json_number(r.ranks_cores) + ", \"other_cores_busy\": " +
+           (r.other_cores >= 0 ? json_number(r.other_cores) : std::string("null"));
+      s += ", \"setup_s\": " + json_number(r.setup_s) + ", \"optimizer_state_bytes_max\": " +
+           json_number(r.opt_state_bytes_max) + "}";
+    }
+    s += "\n  ],\n";
+    s += "  \"max_rss_bytes\": " + json_number(rss_max_) + ",\n";
+    s += "  \"wall_s\": " + json_number(wall_s_) + "\n";
+    s += "}\n";
+    const bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
+    if (std::fclose(f) != 0 || !ok) {
+      std::fprintf(stderr, "error writing %s\n", o_.json_path.c_str());
+      return false;
+    }
+    std::printf("Wrote %s\n", o_.json_path.c_str());
+    return true;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Options o;
+  int status = 0;
+  std::vector<LayoutSpec> layouts;
+  std::string error;
+  if (!parse_args(argc, argv, rank == 0, o, status)) {
+    MPI_Finalize();
+    return status;
+  }
+  if (!layouts_for(o, size, layouts, error)) {
+    if (rank == 0) std::fprintf(stderr, "%s: %s\n", argv[0], error.c_str());
+    MPI_Finalize();
+    return 2;
+  }
+  try {
+    ptdp::RuntimeOptions ro;
+    ro.verify_collectives = o.verify;
+    MPI_Comm world = MPI_COMM_WORLD;
+    auto rt = ptdp::Runtime::create_from_mpi(ro, &world);
+    Bench bench(std::move(o), rt);
+    status = bench.run(layouts);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "bench_train (rank %d): %s\n", rank, e.what());
+    // The other ranks may be blocked in a collective this rank will never join.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return status;
+}
