@@ -16,11 +16,8 @@
 
 #include <cblas.h>
 #include <omp.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -37,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "kernels/backend.h"
 #include "kernels/dtype.h"
 #include "kernels/half.h"
@@ -45,6 +43,14 @@ namespace {
 
 using ptdp::Backend;
 using ptdp::GemmDesc;
+using ptdp::bench::Clock;
+using ptdp::bench::cpu_seconds;
+using ptdp::bench::json_escape;
+using ptdp::bench::json_number;
+using ptdp::bench::machine_busy_seconds;
+using ptdp::bench::seconds_since;
+using ptdp::bench::splitmix64;
+using ptdp::bench::trim;
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -175,13 +181,6 @@ class Buffer {
   int64_t n_ = 0;
 };
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 constexpr int64_t kFillChunk = int64_t{1} << 16;
 
 /// Uniform [lo, hi) in parallel (which also spreads first touch over the threads).
@@ -211,12 +210,6 @@ void fill_ids(const Buffer<int32_t>& b, int64_t bound, uint64_t seed) {
 
 // ---- timing ----------------------------------------------------------------------------------
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 struct Stats {
   double median_s = 0.0;
   double best_s = 0.0;
@@ -227,31 +220,6 @@ struct Stats {
 
 /// A row is flagged when other processes kept more than this many cores busy while it ran.
 constexpr double kContendedCores = 0.25;
-
-/// User + system CPU time of this process so far.
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-/// CPU seconds all processes on the machine have spent busy so far (Linux /proc/stat; -1
-/// where it cannot be read). Minus this process's own CPU time it shows whether anything else
-/// competed for the cores during the run.
-double machine_busy_seconds() {
-  std::FILE* f = std::fopen("/proc/stat", "r");
-  if (f == nullptr) return -1.0;
-  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
-                     steal = 0;
-  const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice,
-                              &system, &idle, &iowait, &irq, &softirq, &steal);
-  std::fclose(f);
-  const long tick = sysconf(_SC_CLK_TCK);
-  if (got < 7 || tick <= 0) return -1.0;
-  return static_cast<double>(user + nice + system + irq + softirq + steal) /
-         static_cast<double>(tick);
-}
 
 // ---- results ---------------------------------------------------------------------------------
 
@@ -267,42 +235,6 @@ struct Result {
   bool ok = false;
   std::string error;
 };
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (const char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
-  std::size_t i = 0;
-  while (i < s.size() && s[i] == ' ') ++i;
-  return s.substr(i);
-}
 
 // ---- the benchmark ---------------------------------------------------------------------------
 

@@ -22,14 +22,10 @@
 #include <mpi.h>
 #include <omp.h>
 #include <sched.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cinttypes>
-#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -43,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "core/comm/runtime.h"
 #include "core/model/gpt_config.h"
 #include "core/model/gpt_pipeline.h"
@@ -53,9 +50,16 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using ptdp::bench::Clock;
+using ptdp::bench::cpu_seconds;
+using ptdp::bench::grouped;
+using ptdp::bench::json_escape;
+using ptdp::bench::json_number;
+using ptdp::bench::machine_busy_seconds;
+using ptdp::bench::max_rss_bytes;
+using ptdp::bench::parse_int;
+using ptdp::bench::seconds_since;
+using ptdp::bench::splitmix64;
 
 // ---- options ---------------------------------------------------------------------------------
 
@@ -116,16 +120,6 @@ void print_help(const char* argv0) {
       "Ranks on a machine with fewer cores than ranks x OpenMP threads oversubscribe it: run\n"
       "with OMP_NUM_THREADS=1 (mpirun -x OMP_NUM_THREADS=1 --oversubscribe ...).\n",
       argv0);
-}
-
-bool parse_int(const std::string& s, int& out) {
-  if (s.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(s.c_str(), &end, 10);
-  if (errno != 0 || end == s.c_str() || *end != '\0' || v < INT_MIN || v > INT_MAX) return false;
-  out = static_cast<int>(v);
-  return true;
 }
 
 /// Returns false when the program should exit (with exit_code: 0 after --help, 2 on a bad flag).
@@ -278,36 +272,6 @@ bool layouts_for(const Options& o, int world, std::vector<LayoutSpec>& out, std:
 
 // ---- helpers ---------------------------------------------------------------------------------
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/// User + system CPU time of this process so far.
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-}
-
-/// CPU seconds all processes on the machine have spent busy so far (Linux /proc/stat; -1 where
-/// it cannot be read). Minus the ranks' own CPU time it shows whether anything else competed
-/// for the cores.
-double machine_busy_seconds() {
-  std::FILE* f = std::fopen("/proc/stat", "r");
-  if (f == nullptr) return -1.0;
-  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &system, &idle,
-                              &iowait, &irq, &softirq, &steal);
-  std::fclose(f);
-  const long tick = sysconf(_SC_CLK_TCK);
-  if (got < 7 || tick <= 0) return -1.0;
-  return static_cast<double>(user + nice + system + irq + softirq + steal) / static_cast<double>(tick);
-}
-
 /// Other processes kept more than this many cores busy while a layout was timed: flagged.
 constexpr double kContendedCores = 0.25;
 
@@ -319,12 +283,6 @@ int affinity_cpus() {
   return CPU_COUNT(&set);
 }
 
-double max_rss_bytes() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return 1024.0 * static_cast<double>(ru.ru_maxrss);
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -332,45 +290,10 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (const char ch : s) {
-    const unsigned char c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
-
 std::string json_array(const std::vector<double>& v, double scale = 1.0) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + json_number(v[i] * scale);
   return s + "]";
-}
-
-/// 124439808 -> "124,439,808".
-std::string grouped(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (std::size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return (v < 0 ? "-" : "") + out;
 }
 
 ptdp::ScheduleKind schedule_kind(const std::string& s) {

@@ -1,0 +1,135 @@
+// bench_common.h: small helpers shared by the benchmark programs (bench_kernels, bench_gpt,
+// bench_train). Header-only, all inline; nothing here is part of the ptdp libraries.
+#pragma once
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace ptdp::bench {
+
+/// The clock every benchmark times with: monotonic, so wall-clock adjustments cannot skew a run.
+using Clock = std::chrono::steady_clock;
+
+/// Seconds elapsed since t0, as a double, so timings need no duration casts at each call site.
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// User + system CPU time of this process so far. Divided by wall time it gives the cores this
+/// process kept busy, and it is subtracted from machine_busy_seconds() to see other processes.
+inline double cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+         1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/// CPU seconds all processes on the machine have spent busy so far (Linux /proc/stat; -1
+/// where it cannot be read). Minus this process's own CPU time it shows whether anything else
+/// competed for the cores during the run, which would skew the numbers.
+inline double machine_busy_seconds() {
+  std::FILE* f = std::fopen("/proc/stat", "r");
+  if (f == nullptr) return -1.0;
+  unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                     steal = 0;
+  const int got = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice,
+                              &system, &idle, &iowait, &irq, &softirq, &steal);
+  std::fclose(f);
+  const long tick = sysconf(_SC_CLK_TCK);
+  if (got < 7 || tick <= 0) return -1.0;
+  return static_cast<double>(user + nice + system + irq + softirq + steal) /
+         static_cast<double>(tick);
+}
+
+/// Peak resident set size of this process so far, in bytes (Linux reports KiB), so a benchmark
+/// can report the memory a run needed.
+inline double max_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return 1024.0 * static_cast<double>(ru.ru_maxrss);
+}
+
+/// Strips trailing spaces and newlines and leading spaces from the strings OpenBLAS reports
+/// (openblas_get_config, openblas_get_corename), which may carry them, so the header lines and
+/// the --json fields print cleanly.
+inline std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n')) s.pop_back();
+  std::size_t i = 0;
+  while (i < s.size() && s[i] == ' ') ++i;
+  return s.substr(i);
+}
+
+/// Escapes s for use inside a JSON string literal (quote, backslash, \n, \t, other control
+/// characters as \u00XX), so names, messages and library strings cannot break the --json file.
+inline std::string json_escape(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+/// A number for the --json file: "%.6g", and null for inf/NaN, which JSON cannot represent.
+inline std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+/// 124439808 -> "124,439,808": large counts (parameters) stay readable in the printed tables.
+inline std::string grouped(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+/// SplitMix64 step: a fast, seedable generator, so benchmark inputs (random data, token ids)
+/// are reproducible from run to run without <random>'s per-call overhead.
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Parses a whole decimal int for a command-line flag: false on empty input, trailing
+/// characters or overflow (std::atoi would silently accept "12x" or wrap around).
+inline bool parse_int(const std::string& s, int& out) {
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(s.c_str(), &end, 10);
+  if (errno != 0 || end == s.c_str() || *end != '\0' || v < INT_MIN || v > INT_MAX) return false;
+  out = static_cast<int>(v);
+  return true;
+}
+
+}  // namespace ptdp::bench
