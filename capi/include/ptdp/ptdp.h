@@ -1481,6 +1481,82 @@ PTDP_API ptdp_status ptdp_schedule_write_svg(ptdp_schedule schedule, const ptdp_
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */
+/** @name Indexed data sets
+ *  Read-only access to Megatron-LM's tokenized corpora: the `MMIDIDX` indexed data set (index
+ *  version 1) that Megatron's `tools/preprocess_data.py` writes as PREFIX.idx (the index:
+ *  sequence lengths, byte offsets and document boundaries) and PREFIX.bin (the tokens of every
+ *  sequence back to back). Every integer dtype Megatron writes is read (uint8, int8, int16,
+ *  uint16, int32, int64) and returned as int32 token ids; float data sets are refused. Both
+ *  files are validated when the data set is opened; file problems give ::PTDP_ERR_IO with a
+ *  message that names the file. A ptdp_dataset may be read from several threads at once.
+ *  @{ */
+
+/** Opaque handle to an opened indexed data set. */
+typedef struct ptdp_dataset_impl* ptdp_dataset;
+
+/**
+ * @brief Opens and validates PREFIX.idx and PREFIX.bin.
+ * @param prefix Path without the extension, e.g. `data/my-corpus_text_document`. Must not be NULL.
+ * @param[out] out Receives the handle; release it with ptdp_dataset_destroy(). Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p prefix or @p out.
+ * @retval PTDP_ERR_IO a file is missing or unreadable, or malformed: truncated index, bad magic,
+ *         unsupported version, unknown or float dtype, a sequence past the end of PREFIX.bin,
+ *         document boundaries that decrease or lie out of range. The message names the file.
+ */
+PTDP_API ptdp_status ptdp_dataset_open(const char* prefix, ptdp_dataset* out);
+
+/**
+ * @brief Closes a data set; NULL is accepted.
+ * @param dataset The handle; unusable afterwards.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p dataset is not a live handle (best effort).
+ */
+PTDP_API ptdp_status ptdp_dataset_destroy(ptdp_dataset dataset);
+
+/**
+ * @brief The number of sequences (entries of the index) in the data set.
+ * @param dataset A live handle.
+ * @param[out] count Receives the number. Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead @p dataset, or NULL @p count.
+ */
+PTDP_API ptdp_status ptdp_dataset_num_sequences(ptdp_dataset dataset, int64_t* count);
+
+/**
+ * @brief The number of documents in the data set (one less than the index's document-index count).
+ * @param dataset A live handle.
+ * @param[out] count Receives the number. Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead @p dataset, or NULL @p count.
+ */
+PTDP_API ptdp_status ptdp_dataset_num_documents(ptdp_dataset dataset, int64_t* count);
+
+/**
+ * @brief Copies the tokens of one document (its sequences concatenated) as int32 token ids.
+ *
+ * An exception to "no side effects on error": @p count is always written when it is not NULL,
+ * so a call with @p capacity 0 asks for the length.
+ * @param dataset A live handle.
+ * @param index The document, in [0, number of documents).
+ * @param[out] tokens Receives the tokens; may be NULL when @p capacity is 0. Left unchanged
+ *             on error.
+ * @param capacity Number of tokens @p tokens can hold.
+ * @param[out] count Receives the document's length in tokens (also when @p capacity is too
+ *             small), or 0 when @p dataset or @p index is invalid. Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead @p dataset, @p index out of range, NULL
+ *         @p count, negative @p capacity or @p capacity smaller than the document, NULL
+ *         @p tokens with a positive @p capacity.
+ * @retval PTDP_ERR_IO a stored token is negative or does not fit in int32; the message names
+ *         PREFIX.bin, the sequence and the position.
+ */
+PTDP_API ptdp_status ptdp_dataset_document(ptdp_dataset dataset, int64_t index, int32_t* tokens, int64_t capacity,
+                                           int64_t* count);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
 /** @name Optimizer and training
  *  AdamW or SGD over a model's flat parameter buffers (or a user's registered tensors), with
  *  Megatron's conventions: weight decay on weights only (not biases or LayerNorm), gradient
