@@ -2,6 +2,8 @@
 // bench_train). Header-only, all inline; nothing here is part of the ptdp libraries.
 #pragma once
 
+#include <cstring>
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -129,6 +131,64 @@ inline bool parse_int(const std::string& s, int& out) {
   const long v = std::strtol(s.c_str(), &end, 10);
   if (errno != 0 || end == s.c_str() || *end != '\0' || v < INT_MIN || v > INT_MAX) return false;
   out = static_cast<int>(v);
+  return true;
+}
+
+
+/// Walks a command line in which "--flag value" and "--flag=value" mean the same.
+class Args {
+ public:
+  Args(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  /// Moves to the next argument; false when there is none left.
+  bool next() {
+    if (++i_ >= argc_) return false;
+    flag_ = argv_[i_];
+    value_.clear();
+    has_value_ = false;
+    if (const auto eq = flag_.find('='); flag_.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value_ = flag_.substr(eq + 1);
+      flag_ = flag_.substr(0, eq);
+      has_value_ = true;
+    }
+    return true;
+  }
+  /// The flag, without any "=value".
+  const std::string& flag() const { return flag_; }
+  /// The argument as typed.
+  const char* raw() const { return argv_[i_]; }
+  /// The flag's value: after '=', else the next argument (consumed). False when the command
+  /// line ends first.
+  bool value(std::string& out) {
+    if (!has_value_) {
+      if (i_ + 1 >= argc_) return false;
+      value_ = argv_[++i_];
+      has_value_ = true;
+    }
+    out = value_;
+    return true;
+  }
+
+ private:
+  int argc_;
+  char** argv_;
+  int i_ = 0;
+  std::string flag_, value_;
+  bool has_value_ = false;
+};
+
+/// Writes `text` to `path` and says so; on failure prints why and returns false.
+inline bool write_text_file(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "cannot open %s for writing: %s\n", path.c_str(), std::strerror(errno));
+    return false;
+  }
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) {
+    std::fprintf(stderr, "error writing %s\n", path.c_str());
+    return false;
+  }
+  std::printf("Wrote %s\n", path.c_str());
   return true;
 }
 

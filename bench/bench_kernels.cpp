@@ -89,24 +89,15 @@ void print_help(const char* argv0) {
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
   exit_code = 0;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+  ptdp::bench::Args args(argc, argv);
+  while (args.next()) {
+    const std::string arg = args.flag();
     std::string value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
     auto need_value = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s: %s needs a value\n", argv[0], arg.c_str());
-        exit_code = 2;
-        return false;
-      }
-      value = argv[++i];
-      return true;
+      if (args.value(value)) return true;
+      std::fprintf(stderr, "%s: %s needs a value\n", argv[0], arg.c_str());
+      exit_code = 2;
+      return false;
     };
     if (arg == "--help" || arg == "-h") {
       print_help(argv[0]);
@@ -146,7 +137,7 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
         return false;
       }
     } else {
-      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
+      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], args.raw());
       exit_code = 2;
       return false;
     }
@@ -1016,12 +1007,6 @@ class Bench {
   // -- JSON ------------------------------------------------------------------------------------
 
   bool write_json() {
-    std::FILE* f = std::fopen(o_.json_path.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "cannot open %s for writing: %s\n", o_.json_path.c_str(),
-                   std::strerror(errno));
-      return false;
-    }
     std::string s = "{\n";
     s += "  \"mode\": \"" + std::string(o_.quick ? "quick" : "full") + "\",\n";
     s += "  \"backend\": \"" + json_escape(be_.name()) + "\",\n";
@@ -1072,13 +1057,7 @@ class Bench {
       s += "}";
     }
     s += "\n  ]\n}\n";
-    const bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
-    if (std::fclose(f) != 0 || !ok) {
-      std::fprintf(stderr, "error writing %s\n", o_.json_path.c_str());
-      return false;
-    }
-    std::printf("Wrote %s\n", o_.json_path.c_str());
-    return true;
+    return ptdp::bench::write_text_file(o_.json_path, s);
   }
 };
 

@@ -131,21 +131,11 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
     exit_code = 2;
     return false;
   };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
+  ptdp::bench::Args args(argc, argv);
+  while (args.next()) {
+    const std::string arg = args.flag();
     std::string value;
-    bool has_value = false;
-    if (const auto eq = arg.find('='); arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-      has_value = true;
-    }
-    auto need_value = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= argc) return false;
-      value = argv[++i];
-      return true;
-    };
+    auto need_value = [&]() -> bool { return args.value(value); };
     auto int_opt = [&](std::optional<int>& dst, int min) -> bool {
       if (!need_value()) return fail(arg + " needs a value");
       int v = 0;
@@ -206,7 +196,7 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
       if (!need_value()) return fail(arg + " needs a value");
       o.json_path = value;
     } else {
-      return fail("unknown argument '" + std::string(argv[i]) + "' (try --help)");
+      return fail("unknown argument '" + std::string(args.raw()) + "' (try --help)");
     }
   }
   if (!o.layouts.empty() && (o.tp || o.pp)) return fail("give either --layouts or --tp/--pp, not both");
@@ -618,11 +608,6 @@ class Bench {
   }
 
   bool write_json() {
-    std::FILE* f = std::fopen(o_.json_path.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "cannot open %s for writing: %s\n", o_.json_path.c_str(), std::strerror(errno));
-      return false;
-    }
     std::string s = "{\n";
     s += "  \"benchmark\": \"bench_train\",\n";
     s += "  \"mode\": \"" + std::string(o_.quick ? "quick" : "full") + "\",\n";
@@ -681,13 +666,7 @@ class Bench {
     s += "  \"max_rss_bytes\": " + json_number(rss_max_) + ",\n";
     s += "  \"wall_s\": " + json_number(wall_s_) + "\n";
     s += "}\n";
-    const bool ok = std::fwrite(s.data(), 1, s.size(), f) == s.size();
-    if (std::fclose(f) != 0 || !ok) {
-      std::fprintf(stderr, "error writing %s\n", o_.json_path.c_str());
-      return false;
-    }
-    std::printf("Wrote %s\n", o_.json_path.c_str());
-    return true;
+    return ptdp::bench::write_text_file(o_.json_path, s);
   }
 };
 
