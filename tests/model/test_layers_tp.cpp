@@ -102,6 +102,27 @@ std::vector<T> rows_of(const std::vector<T>& m, int64_t cols, int64_t r0, int64_
 
 std::vector<float> to_f(const Mat& m) { return std::vector<float>(m.begin(), m.end()); }
 
+// Two microbatches through y = x W^T + b (W [o, i]) and back, in double: the serial reference.
+struct SerialLinear {
+  Mat x[2], y[2], dy[2], dx[2], dw, db;
+};
+SerialLinear serial_linear(const Mat& W, const Mat& b, int64_t n, int64_t i, int64_t o, uint64_t seed_x,
+                           uint64_t seed_dy) {
+  SerialLinear r;
+  r.dw.assign(static_cast<std::size_t>(o * i), 0.0);
+  r.db.assign(static_cast<std::size_t>(o), 0.0);
+  for (int k = 0; k < 2; ++k) {
+    r.x[k] = to_mat(mt::floats(n * i, seed_x + static_cast<uint64_t>(k)));
+    r.y[k] = matmul_t(r.x[k], W, n, i, o);
+    add_bias(r.y[k], b, n, o);
+    r.dy[k] = to_mat(mt::floats(n * o, seed_dy + static_cast<uint64_t>(k)));
+    r.dx[k] = matmul(r.dy[k], W, n, o, i);
+    add_wgrad(r.dw, r.dy[k], r.x[k], n, o, i);
+    add_colsum(r.db, r.dy[k], n, o);
+  }
+  return r;
+}
+
 // ---- tensors and layers -------------------------------------------------------------------------
 
 Tensor f32(std::vector<int64_t> shape, const std::vector<float>& v) {
@@ -218,18 +239,8 @@ void column_parallel(ptdp_groups serial, ptdp_groups parallel, int32_t bias, int
   }
 
   // Serial results in double.
-  const Mat W = to_mat(w);
-  Mat x[2], y[2], dy[2], dx[2];
-  Mat dw(static_cast<std::size_t>(kHidden * kIn), 0.0), db(static_cast<std::size_t>(kHidden), 0.0);
-  for (int k = 0; k < 2; ++k) {
-    x[k] = to_mat(mt::floats(kN * kIn, 40 + k));
-    y[k] = matmul_t(x[k], W, kN, kIn, kHidden);
-    add_bias(y[k], b, kN, kHidden);
-    dy[k] = to_mat(mt::floats(kN * kHidden, 50 + k));
-    dx[k] = matmul(dy[k], W, kN, kHidden, kIn);
-    add_wgrad(dw, dy[k], x[k], kN, kHidden, kIn);
-    add_colsum(db, dy[k], kN, kHidden);
-  }
+  const SerialLinear ref_out = serial_linear(to_mat(w), b, kN, kIn, kHidden, 40, 50);
+  const auto& [x, y, dy, dx, dw, db] = ref_out;
 
   for (int which = 0; which < 2; ++which) {
     g_which = which;
@@ -287,18 +298,8 @@ void row_parallel(ptdp_groups serial, ptdp_groups parallel, int32_t bias) {
     b = to_mat(bf);
   }
 
-  const Mat W = to_mat(w);
-  Mat x[2], y[2], dy[2], dx[2];
-  Mat dw(static_cast<std::size_t>(kOut * kHidden), 0.0), db(static_cast<std::size_t>(kOut), 0.0);
-  for (int k = 0; k < 2; ++k) {
-    x[k] = to_mat(mt::floats(kN * kHidden, 60 + k));
-    y[k] = matmul_t(x[k], W, kN, kHidden, kOut);
-    add_bias(y[k], b, kN, kOut);
-    dy[k] = to_mat(mt::floats(kN * kOut, 70 + k));
-    dx[k] = matmul(dy[k], W, kN, kOut, kHidden);
-    add_wgrad(dw, dy[k], x[k], kN, kOut, kHidden);
-    add_colsum(db, dy[k], kN, kOut);
-  }
+  const SerialLinear ref_out = serial_linear(to_mat(w), b, kN, kHidden, kOut, 60, 70);
+  const auto& [x, y, dy, dx, dw, db] = ref_out;
 
   for (int which = 0; which < 2; ++which) {
     g_which = which;
