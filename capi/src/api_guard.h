@@ -41,6 +41,16 @@ inline void require_non_null(const void* p, const char* name) {
   PTDP_CHECK_ARG(p != nullptr, std::string(name) + " is NULL");
 }
 
+/// The start of every *_options_init(): checks `user` (named `name`), zeroes it and sets its
+/// struct_size; returns it for the defaults to be filled in.
+template <typename Options>
+Options& reset_options(Options* user, const char* name) {
+  require_non_null(user, name);
+  *user = Options{};
+  user->struct_size = sizeof(Options);
+  return *user;
+}
+
 /// Copies a caller's options struct over `defaults` (both start with size_t struct_size):
 /// only the bytes the caller's struct_size covers, and only if the rest, beyond what this
 /// library knows, is zero. `min_size` is the size of the struct's first published version.

@@ -117,9 +117,7 @@ extern "C" {
 
 PTDP_API ptdp_status ptdp_runtime_options_init(ptdp_runtime_options* options) {
   return guard(__func__, [&] {
-    require_non_null(options, "options");
-    *options = ptdp_runtime_options{};
-    options->struct_size = sizeof(ptdp_runtime_options);
+    ptdp::capi::reset_options(options, "options");
     options->comm_timeout_s = 0;
     options->verify_collectives = 1;
     options->use_mpi = 1;
@@ -196,9 +194,7 @@ PTDP_API ptdp_status ptdp_runtime_gpu(ptdp_runtime runtime, int32_t* gpu) {
 
 PTDP_API ptdp_status ptdp_parallel_options_init(ptdp_parallel_options* options) {
   return guard(__func__, [&] {
-    require_non_null(options, "options");
-    *options = ptdp_parallel_options{};
-    options->struct_size = sizeof(ptdp_parallel_options);
+    ptdp::capi::reset_options(options, "options");
     options->tensor_model_parallel_size = 1;
     options->pipeline_model_parallel_size = 1;
     options->virtual_pipeline_model_parallel_size = 1;

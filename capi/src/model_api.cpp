@@ -91,10 +91,8 @@ extern "C" {
 
 PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options) {
   return guard(__func__, [&] {
-    require_non_null(options, "options");
+    ptdp::capi::reset_options(options, "options");
     const ptdp::GptConfig d;
-    *options = ptdp_gpt_options{};
-    options->struct_size = sizeof(ptdp_gpt_options);
     options->num_layers = d.num_layers;
     options->hidden_size = d.hidden_size;
     options->num_attention_heads = d.num_attention_heads;
@@ -235,9 +233,7 @@ PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, flo
 
 PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options) {
   return guard(__func__, [&] {
-    require_non_null(options, "options");
-    *options = ptdp_pipeline_options{};
-    options->struct_size = sizeof(ptdp_pipeline_options);
+    ptdp::capi::reset_options(options, "options");
     options->scatter_gather = 1;
     options->trace_path = nullptr;
   });

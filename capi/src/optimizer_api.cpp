@@ -111,10 +111,8 @@ extern "C" {
 
 PTDP_API ptdp_status ptdp_optimizer_options_init(ptdp_optimizer_options* options) {
   return guard(__func__, [&] {
-    require_non_null(options, "options");
+    ptdp::capi::reset_options(options, "options");
     const ptdp::OptimizerConfig c;
-    *options = ptdp_optimizer_options{};
-    options->struct_size = sizeof(ptdp_optimizer_options);
     options->optimizer = PTDP_OPTIMIZER_ADAM;
     options->lr = c.lr.lr;
     options->min_lr = c.lr.min_lr;

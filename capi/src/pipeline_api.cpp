@@ -76,9 +76,7 @@ extern "C" {
 
 PTDP_API ptdp_status ptdp_stage_callbacks_init(ptdp_stage_callbacks* callbacks) {
   return guard(__func__, [&] {
-    require_non_null(callbacks, "callbacks");
-    *callbacks = ptdp_stage_callbacks{};
-    callbacks->struct_size = sizeof(ptdp_stage_callbacks);
+    ptdp::capi::reset_options(callbacks, "callbacks");
   });
 }
 

@@ -99,9 +99,7 @@ extern "C" {
 
 PTDP_API ptdp_status ptdp_schedule_costs_init(ptdp_schedule_costs* costs) {
   return guard(__func__, [&] {
-    require_non_null(costs, "costs");
-    *costs = ptdp_schedule_costs{};
-    costs->struct_size = sizeof(ptdp_schedule_costs);
+    ptdp::capi::reset_options(costs, "costs");
     costs->forward = 1;
     costs->backward = 2;
     costs->backward_input = 1;

@@ -50,9 +50,7 @@ extern "C" {
 
 PTDP_API ptdp_status ptdp_tensor_options_init(ptdp_tensor_options* options) {
   return guard(__func__, [&] {
-    require_non_null(options, "options");
-    *options = ptdp_tensor_options{};
-    options->struct_size = sizeof(ptdp_tensor_options);
+    ptdp::capi::reset_options(options, "options");
     options->dtype = PTDP_DTYPE_F32;
     options->device = PTDP_DEVICE_CPU;
     options->device_index = 0;
