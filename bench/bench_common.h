@@ -156,6 +156,13 @@ class Args {
   const std::string& flag() const { return flag_; }
   /// The argument as typed.
   const char* raw() const { return argv_[i_]; }
+  /// value(), printing "PROG: FLAG needs a value" and setting exit_code to 2 when it is missing.
+  bool require_value(std::string& out, int& exit_code) {
+    if (value(out)) return true;
+    std::fprintf(stderr, "%s: %s needs a value\n", argv_[0], flag_.c_str());
+    exit_code = 2;
+    return false;
+  }
   /// The flag's value: after '=', else the next argument (consumed). False when the command
   /// line ends first.
   bool value(std::string& out) {

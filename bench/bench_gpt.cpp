@@ -98,12 +98,7 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
   while (args.next()) {
     const std::string arg = args.flag();
     std::string value;
-    auto need_value = [&]() -> bool {
-      if (args.value(value)) return true;
-      std::fprintf(stderr, "%s: %s needs a value\n", argv[0], arg.c_str());
-      exit_code = 2;
-      return false;
-    };
+    auto need_value = [&]() { return args.require_value(value, exit_code); };
     // An integer option: value >= min.
     auto int_opt = [&](std::optional<int>& dst, int min) -> bool {
       if (!need_value()) return false;

@@ -93,12 +93,7 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
   while (args.next()) {
     const std::string arg = args.flag();
     std::string value;
-    auto need_value = [&]() -> bool {
-      if (args.value(value)) return true;
-      std::fprintf(stderr, "%s: %s needs a value\n", argv[0], arg.c_str());
-      exit_code = 2;
-      return false;
-    };
+    auto need_value = [&]() { return args.require_value(value, exit_code); };
     if (arg == "--help" || arg == "-h") {
       print_help(argv[0]);
       return false;

@@ -88,6 +88,13 @@ inline TensorParallel tensor_parallel(const ptdp_groups_impl& g) {
   return tp;
 }
 
+/// The token and label arrays of a batch and its micro-batch size, as every model call takes them.
+inline void require_batch(const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size) {
+  require_non_null(tokens, "tokens");
+  require_non_null(labels, "labels");
+  PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
+}
+
 /// A new tensor handle owning a reference to `t`.
 inline ptdp_tensor wrap_tensor(Tensor t) {
   auto* h = new ptdp_tensor_impl;

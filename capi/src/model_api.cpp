@@ -142,9 +142,7 @@ PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t
                                                  float grad_scale, float* loss) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
-    require_non_null(tokens, "tokens");
-    require_non_null(labels, "labels");
-    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
+    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
     const float l = whole(m, "ptdp_model_forward_backward")
                         .forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
                                           grad_scale);
@@ -157,10 +155,8 @@ PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens,
                                         int32_t training, float* loss) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
-    require_non_null(tokens, "tokens");
-    require_non_null(labels, "labels");
+    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
     require_non_null(loss, "loss");
-    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
     PTDP_CHECK_ARG(training == 0 || training == 1, "training = " + std::to_string(training) + " is not 0 or 1");
     *loss = whole(m, "ptdp_model_forward")
                 .forward_loss(tokens, labels, micro_batch_size, step_of(iteration, microbatch, training == 1));
@@ -245,9 +241,7 @@ PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule sched
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
     const ptdp::Schedule& s = live(schedule, "schedule").schedule;
-    require_non_null(tokens, "tokens");
-    require_non_null(labels, "labels");
-    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
+    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
     const ptdp::capi::PipelineRun run(options);
     const float l = m.model->train_step(s, tokens, labels, micro_batch_size, iteration, run.executor());
     run.finish(*m.owner);

@@ -269,9 +269,7 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
     ptdp_optimizer_impl& o = live(optimizer, "optimizer");
     const ptdp::Schedule& s = live(schedule, "schedule").schedule;
     PTDP_CHECK_ARG(o.model == &m, "optimizer was not created for this model");
-    require_non_null(tokens, "tokens");
-    require_non_null(labels, "labels");
-    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size = " + std::to_string(micro_batch_size) + " is not > 0");
+    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
     PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
     const ptdp::capi::PipelineRun run(options);
     const ptdp::IterationResult r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
