@@ -11,6 +11,7 @@ packages=(
   libopenblas-openmp-dev                          # BLAS for the CPU engine (OpenMP build)
   catch2                                          # unit tests (v2)
   nlohmann-json3-dev libcli11-dev                 # config files, command lines
+  libssl-dev                                      # SHA-256 of checkpoint files (libcrypto)
   swig python3 python3-dev python3-numpy          # Python bindings
   doxygen                                         # API reference; its run is a test
 )

@@ -2,6 +2,12 @@
 
 find_package(OpenMP REQUIRED COMPONENTS CXX)
 
+# Header-only: JSON (checkpoint metadata, logs) and command lines (ptdp-train's flags).
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+# OpenSSL's libcrypto: SHA-256 of checkpoint files.
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+
 # OpenBLAS. Prefer Debian's OpenMP build: it runs single-threaded inside our own OpenMP
 # parallel regions (batched GEMMs) instead of fighting them with a second thread pool.
 set(PTDP_BLAS_LIBRARY "" CACHE FILEPATH "OpenBLAS library to link (empty: search)")

@@ -1746,6 +1746,432 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
 
 /** @} */
 
+/* ---------------------------------------------------------------------------------------- */
+/** @name Training configuration (ptdp-train's flags)
+ *  The command line of `ptdp-train`, with Megatron-LM's flag names and meanings plus ptdp's
+ *  own, parsed by the library so that every binding accepts the same flags. A parsed
+ *  configuration hands out the option structs of the other sections (model, optimizer,
+ *  layout, runtime) and the driver's own settings (::ptdp_train_settings).
+ *  @{ */
+
+/** Opaque handle to a parsed training configuration. */
+typedef struct ptdp_train_config_impl* ptdp_train_config;
+
+/**
+ * @brief Parses a command line.
+ * @param argc Number of entries of @p argv, >= 1.
+ * @param argv argv[0] is the program name (ignored); then flags in Megatron's spelling,
+ *        `--flag value` or `--flag=value`; boolean flags take no value.
+ * @param[out] out Receives the configuration (also for `--help`: see
+ *        ptdp_train_settings::help). Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL arguments, an unknown flag, a missing or malformed
+ *         value, a value out of range, or flags that contradict each other; the message names
+ *         the flag and the value.
+ * @par Thread safety
+ * Any thread; no communication.
+ */
+PTDP_API ptdp_status ptdp_train_config_parse(int32_t argc, const char* const* argv, ptdp_train_config* out);
+
+/**
+ * @brief Releases a configuration. NULL is accepted and ignored.
+ * @param config A configuration or NULL. Strings obtained from it become invalid.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live handle.
+ */
+PTDP_API ptdp_status ptdp_train_config_destroy(ptdp_train_config config);
+
+/**
+ * @brief The `--help` text: every flag with its meaning and default.
+ * @param program The program name shown in the usage line; NULL means "ptdp-train".
+ * @param[out] buffer Receives the NUL-terminated text; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives strlen of the full text (also when @p capacity is too small);
+ *             must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p length, or @p capacity too small (nothing written
+ *         to @p buffer; @p length tells the size needed).
+ */
+PTDP_API ptdp_status ptdp_train_config_help(const char* program, char* buffer, size_t capacity, size_t* length);
+
+/**
+ * @brief The configuration as one JSON object, flag names without the dashes as keys (what a
+ *        checkpoint's metadata.json records).
+ * @param config A live configuration.
+ * @param[out] buffer Receives the NUL-terminated JSON; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives strlen of the full text; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p length, @p capacity too small.
+ */
+PTDP_API ptdp_status ptdp_train_config_to_json(ptdp_train_config config, char* buffer, size_t capacity,
+                                               size_t* length);
+
+/**
+ * @brief The model options of the configuration (`--num-layers`, `--hidden-size`, ...).
+ * @param config A live configuration.
+ * @param[out] options Receives them, struct_size set; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p options.
+ */
+PTDP_API ptdp_status ptdp_train_config_gpt_options(ptdp_train_config config, ptdp_gpt_options* options);
+
+/**
+ * @brief The optimizer options (`--optimizer`, `--lr`, `--lr-decay-style`, `--clip-grad`,
+ *        `--fp16` dynamic loss scaling from `--initial-loss-scale`, `--use-distributed-optimizer`, ...).
+ *        `--lr-decay-iters` left unset means `--train-iters`, as in Megatron.
+ * @param config A live configuration.
+ * @param[out] options Receives them, struct_size set; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p options.
+ */
+PTDP_API ptdp_status ptdp_train_config_optimizer_options(ptdp_train_config config,
+                                                         ptdp_optimizer_options* options);
+
+/**
+ * @brief The parallel layout: t and p from their flags, v = layers / (p * layers per virtual
+ *        stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1.
+ * @param config A live configuration.
+ * @param[out] options Receives them, struct_size set; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p options.
+ */
+PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config,
+                                                        ptdp_parallel_options* options);
+
+/**
+ * @brief The runtime options: `--comm-timeout` as the deadline of every blocking wait.
+ * @param config A live configuration.
+ * @param[out] options Receives them, struct_size set; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p options.
+ */
+PTDP_API ptdp_status ptdp_train_config_runtime_options(ptdp_train_config config,
+                                                       ptdp_runtime_options* options);
+
+/** Where the training data comes from. */
+typedef enum ptdp_data_source {
+  PTDP_DATA_MOCK = 0,    /**< `--mock-data`: synthetic tokens, a pure function of the seed. */
+  PTDP_DATA_INDEXED = 1, /**< `--data-path PREFIX`: Megatron's indexed data set. */
+  PTDP_DATA_TEXT = 2     /**< `--text-file PATH`: plain text, one token per byte. */
+} ptdp_data_source;
+
+/** The settings of the training driver itself. Strings point into the configuration and live
+ *  as long as it; NULL when the flag was not given. */
+typedef struct ptdp_train_settings {
+  size_t struct_size;                  /**< Set by ptdp_train_config_settings(). */
+  int32_t help;                        /**< 1: `--help` was given (print ptdp_train_config_help()). */
+  int32_t micro_batch_size;            /**< `--micro-batch-size` b. */
+  int32_t global_batch_size;           /**< `--global-batch-size` B; 0: b * d (one microbatch). */
+  int64_t train_iters;                 /**< `--train-iters`. */
+  int64_t log_interval;                /**< `--log-interval`. */
+  int64_t save_interval;               /**< `--save-interval`; 0: save only at the end (with `--save`). */
+  int64_t eval_interval;               /**< `--eval-interval`; 0: never. */
+  int64_t eval_iters;                  /**< `--eval-iters`: global batches per evaluation. */
+  ptdp_schedule_kind pipeline_schedule;/**< `--pipeline-schedule` (interleaved 1F1B when v > 1). */
+  ptdp_data_source data_source;        /**< Which of the three data flags was given. */
+  const char* data_path;               /**< `--data-path` prefix. */
+  const char* split;                   /**< `--split`, e.g. "969,30,1". */
+  const char* text_file;               /**< `--text-file`. */
+  const char* tokenizer_type;          /**< `--tokenizer-type`: "ByteLevel" or "NullTokenizer". */
+  const char* save;                    /**< `--save` directory. */
+  const char* load;                    /**< `--load` directory. */
+  const char* log_json;                /**< `--log-json` path. */
+  const char* profile_trace;           /**< `--profile-trace` path (a Perfetto trace of one iteration). */
+  const char* device;                  /**< `--device`: "auto", "cpu" or "cuda". */
+  int32_t fp16;                        /**< `--fp16`. */
+  int32_t bf16;                        /**< `--bf16`. */
+  uint64_t seed;                       /**< `--seed`. */
+} ptdp_train_settings;
+
+/**
+ * @brief The driver's settings.
+ * @param config A live configuration.
+ * @param[out] settings Receives them; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p settings.
+ */
+PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_train_settings* settings);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name GPT training samples
+ *  Samples of seq_length + 1 tokens (inputs and their next tokens) from a token stream, built
+ *  as Megatron's GPTDataset builds them: the documents of a split concatenated in an order
+ *  shuffled per epoch from the seed, cut into samples, the samples shuffled from the seed.
+ *  The same (source, seed, split) gives the same samples on every rank and every layout, so
+ *  a global batch is the same set of samples whatever t, p and d are; each data-parallel rank
+ *  asks for its share only.
+ *  @{ */
+
+/** Opaque handle to a sample source. */
+typedef struct ptdp_gpt_data_impl* ptdp_gpt_data;
+
+/** The three parts of a data set. */
+typedef enum ptdp_data_split {
+  PTDP_SPLIT_TRAIN = 0, /**< Training samples. */
+  PTDP_SPLIT_VALID = 1, /**< Validation samples. */
+  PTDP_SPLIT_TEST = 2   /**< Test samples. */
+} ptdp_data_split;
+
+/** Options of ptdp_gpt_data_create(). Initialise with ptdp_gpt_data_options_init(). */
+typedef struct ptdp_gpt_data_options {
+  size_t struct_size;          /**< Set by ptdp_gpt_data_options_init(). */
+  ptdp_data_source source;     /**< Default ::PTDP_DATA_MOCK. */
+  const char* path;            /**< The indexed data set's prefix or the text file; NULL for mock. */
+  const char* split;           /**< Megatron's `--split` weights, "969,30,1" (default) or "98/2/0". */
+  int32_t seq_length;          /**< s; samples hold s + 1 tokens. Default 32. */
+  int32_t vocab_size;          /**< Every token must be below it. Default 256. */
+  uint64_t seed;               /**< Document and sample shuffling (and mock tokens). Default 1234. */
+  int64_t num_samples[3];      /**< Samples wanted per split (train, valid, test); the documents
+                                    are repeated over as many epochs as that takes. 0: one epoch. */
+} ptdp_gpt_data_options;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_gpt_data_options_init(ptdp_gpt_data_options* options);
+
+/**
+ * @brief The data options a training configuration implies: its source, path, split, seed,
+ *        sequence length and vocabulary, and the samples its iterations will read
+ *        (train: train-iters * B; valid: (train-iters / eval-interval + 1) * eval-iters * B;
+ *        test: eval-iters * B).
+ * @param config A live configuration.
+ * @param[out] options Receives them, struct_size set; strings point into @p config.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p options.
+ */
+PTDP_API ptdp_status ptdp_train_config_data_options(ptdp_train_config config, ptdp_gpt_data_options* options);
+
+/**
+ * @brief Opens a sample source and builds its document, sample and shuffle indices.
+ * @param options NULL for the defaults (mock data).
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad options (named), a malformed split string, a token id
+ *         >= vocab_size (naming the file, document and position), or a split with too few
+ *         tokens for one sample (naming the split, its tokens and s + 1).
+ * @retval PTDP_ERR_IO a missing, unreadable or malformed file (named).
+ * @par Thread safety
+ * No communication; every rank builds the same indices.
+ */
+PTDP_API ptdp_status ptdp_gpt_data_create(const ptdp_gpt_data_options* options, ptdp_gpt_data* out);
+
+/**
+ * @brief Releases a sample source. NULL is accepted and ignored.
+ * @param data A handle or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live handle.
+ */
+PTDP_API ptdp_status ptdp_gpt_data_destroy(ptdp_gpt_data data);
+
+/**
+ * @brief Samples available in a split (at least the number asked for, unless the split is empty).
+ * @param data A live handle.
+ * @param split Which split.
+ * @param[out] count Receives the number; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, bad @p split, NULL @p count.
+ */
+PTDP_API ptdp_status ptdp_gpt_data_num_samples(ptdp_gpt_data data, ptdp_data_split split, int64_t* count);
+
+/**
+ * @brief Copies samples [first, first + count) of a split (indices wrap around the split's
+ *        samples): tokens[i] = the sample's first s tokens, labels[i] = its last s, both
+ *        row-major [count, s].
+ * @param data A live handle.
+ * @param split Which split; it must have samples.
+ * @param first Index of the first sample, >= 0.
+ * @param count Number of samples, > 0.
+ * @param[out] tokens Room for count * s ids.
+ * @param[out] labels Room for count * s ids.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, an empty split, negative @p first,
+ *         non-positive @p count, NULL outputs.
+ * @par Thread safety
+ * Several threads may read one source at once.
+ */
+PTDP_API ptdp_status ptdp_gpt_data_batch(ptdp_gpt_data data, ptdp_data_split split, int64_t first, int32_t count,
+                                         int32_t* tokens, int32_t* labels);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Evaluation, logits and generation
+ *  @{ */
+
+/**
+ * @brief Forward-only evaluation of a batch: the mean loss of the replica's m microbatches
+ *        through the pipeline (dropout off, nothing kept, gradients untouched), averaged over
+ *        the data-parallel group.
+ * @param model A live model.
+ * @param tokens This replica's m * b samples, [m * b, seq_length] row-major.
+ * @param labels The same shape.
+ * @param micro_batch_size b, > 0.
+ * @param num_microbatches m, > 0.
+ * @param[out] loss Receives the mean loss over the global batch on every rank; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL data, b or m <= 0, ids outside the vocabulary.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the model's groups.
+ */
+PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                         int32_t micro_batch_size, int32_t num_microbatches, float* loss);
+
+/**
+ * @brief Next-token logits: forward of @p batch sequences of seq_length tokens (dropout off)
+ *        and the logits of the true vocabulary at every position, gathered from the tensor ranks.
+ *        Position i depends on tokens 0..i only (causal), so a shorter context may be padded
+ *        with any token after its end.
+ * @param model A live model that is not split into pipeline stages.
+ * @param tokens [batch, seq_length] row-major.
+ * @param batch > 0.
+ * @param[out] logits Room for batch * seq_length * vocab_size floats, row-major [batch, s, V].
+ * @param bytes Size of @p logits in bytes; at least that.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL pointers, @p batch <= 0, ids outside the
+ *         vocabulary, @p bytes too small.
+ * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages.
+ * @par Thread safety
+ * Collective over the tensor group; all its ranks pass the same tokens.
+ */
+PTDP_API ptdp_status ptdp_model_logits(ptdp_model model, const int32_t* tokens, int32_t batch, float* logits,
+                                       size_t bytes);
+
+/** Options of ptdp_model_generate(). Initialise with ptdp_generate_options_init(). */
+typedef struct ptdp_generate_options {
+  size_t struct_size;  /**< Set by ptdp_generate_options_init(). */
+  int32_t max_new_tokens; /**< Tokens to add; default 64. */
+  int32_t top_k;       /**< Sample among the k most likely tokens; 0: all; 1: greedy. Default 0. */
+  float temperature;   /**< Logits are divided by it; > 0. Default 1. */
+  uint64_t seed;       /**< Sampling seed; default 1234. */
+} ptdp_generate_options;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_generate_options_init(ptdp_generate_options* options);
+
+/**
+ * @brief Continues a prompt: repeatedly takes the logits at the last position of the last
+ *        seq_length tokens and samples the next token (temperature, then top-k; Philox draws from
+ *        the seed).
+ * @param model A live model not split into pipeline stages.
+ * @param prompt @p prompt_length token ids, >= 1 of them.
+ * @param prompt_length > 0.
+ * @param options NULL for the defaults.
+ * @param[out] out Room for @p capacity ids; receives the new tokens.
+ * @param capacity At least max_new_tokens.
+ * @param[out] count Receives the number of new tokens; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_logits(), bad options, @p capacity too small.
+ * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages.
+ * @par Thread safety
+ * Collective over the tensor group; all its ranks pass the same prompt and options.
+ */
+PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt, int32_t prompt_length,
+                                         const ptdp_generate_options* options, int32_t* out, int32_t capacity,
+                                         int32_t* count);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Checkpoints
+ *  A checkpoint is a directory `DIR/iter_NNNNNNN/` (Megatron's naming) holding one safetensors
+ *  file per model-parallel shard, `model_tpTT_ppPP.safetensors` (parameters, and the optimizer
+ *  state when saved with an optimizer: Adam's moments or SGD's momentum, gathered over the
+ *  data-parallel group), `metadata.json` (every tensor's name, global shape, partition
+ *  dimension and the slices each file holds; the parallel layout; the model config; iteration,
+ *  consumed samples, loss-scaler and optimizer counters; the training configuration when
+ *  given) and `manifest.sha256` (the SHA-256 of every other file, `sha256sum -c` format). It is
+ *  written into `DIR/iter_NNNNNNN.tmp`, every file synced, then renamed; then
+ *  `DIR/latest_checkpointed_iteration.txt` is replaced, last, so an interrupted save leaves the
+ *  previous checkpoint the latest. Loading verifies every file it reads against the manifest,
+ *  and re-shards: any t, p, d and v can load a checkpoint saved under any other.
+ *  @{ */
+
+/** What a checkpoint records besides tensors. Initialise with ptdp_checkpoint_state_init(). */
+typedef struct ptdp_checkpoint_state {
+  size_t struct_size;               /**< Set by ptdp_checkpoint_state_init(). */
+  int64_t iteration;                /**< Iterations completed. */
+  int64_t consumed_train_samples;   /**< Training samples read so far (the data position). */
+  int64_t consumed_valid_samples;   /**< Validation samples read so far. */
+} ptdp_checkpoint_state;
+
+/**
+ * @brief Zeroes @p state and sets its struct_size.
+ * @param[out] state Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p state is NULL.
+ */
+PTDP_API ptdp_status ptdp_checkpoint_state_init(ptdp_checkpoint_state* state);
+
+/**
+ * @brief Saves a checkpoint of @p model (and @p optimizer) as `DIR/iter_NNNNNNN` and makes it
+ *        the latest.
+ * @param directory DIR; created if missing.
+ * @param model A live model.
+ * @param optimizer The model's optimizer, or NULL to save the parameters only.
+ * @param config The training configuration to record, or NULL.
+ * @param state Iteration and data position; must not be NULL; iteration >= 0.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, an optimizer of another model, NULL @p state.
+ * @retval PTDP_ERR_IO a file could not be written or synced (named); reported on every rank,
+ *         and the previous latest checkpoint stays the latest.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the model's groups.
+ */
+PTDP_API ptdp_status ptdp_checkpoint_save(const char* directory, ptdp_model model, ptdp_optimizer optimizer,
+                                          ptdp_train_config config, const ptdp_checkpoint_state* state);
+
+/**
+ * @brief Loads the latest checkpoint of DIR (as named by latest_checkpointed_iteration.txt)
+ *        into @p model (and @p optimizer), re-sharding to their layout.
+ * @param directory DIR.
+ * @param model A live model whose config matches the checkpoint's (layers, hidden size, heads,
+ *        ffn, vocabulary, sequence and position lengths).
+ * @param optimizer The model's optimizer, or NULL to load the parameters only. Its state must
+ *        be in the checkpoint (saved with an optimizer of the same kind).
+ * @param[out] state Receives iteration and data position; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles; a model config that differs from the
+ *         checkpoint's (naming the field and both values); an optimizer state that is missing
+ *         or of another kind.
+ * @retval PTDP_ERR_IO no checkpoint in DIR, or a missing, truncated or corrupted file (named,
+ *         with the expected and found SHA-256 or size). Reported on every rank; the model and
+ *         optimizer are unchanged.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the model's groups.
+ */
+PTDP_API ptdp_status ptdp_checkpoint_load(const char* directory, ptdp_model model, ptdp_optimizer optimizer,
+                                          ptdp_checkpoint_state* state);
+
+/**
+ * @brief The model options a checkpoint was saved with (to build a model that loads it, e.g.
+ *        for generation), and its iteration.
+ * @param directory DIR (its latest checkpoint).
+ * @param[out] options Receives the model options, struct_size set; must not be NULL.
+ * @param[out] iteration Receives the checkpoint's iteration; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL arguments.
+ * @retval PTDP_ERR_IO no checkpoint, or its metadata.json missing or malformed (named).
+ */
+PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gpt_options* options,
+                                                  int64_t* iteration);
+
+/** @} */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
