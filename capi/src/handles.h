@@ -12,6 +12,7 @@
 #include "core/comm/runtime.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_pipeline.h"
+#include "core/optim/optimizer.h"
 #include "core/pipeline/schedule.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
@@ -47,6 +48,17 @@ struct ptdp_model_impl {
   ptdp_groups_impl* owner = nullptr;
   std::unique_ptr<ptdp::GptPipeline> model;  // this rank's chunks (the whole model when p = 1)
   std::atomic<int> dependents{0};             // live ptdp_optimizer
+};
+
+struct ptdp_optimizer_impl {
+  static constexpr uint64_t kLive = 0x707464706f707431ull;  // "ptdpopt1"
+  static constexpr const char* kType = "ptdp_optimizer";
+  uint64_t magic = kLive;
+  ptdp_groups_impl* groups = nullptr;  // counts this optimizer as a dependent
+  ptdp_model_impl* model = nullptr;    // the model it updates, or NULL for registered tensors
+  std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors (fp32: the master weights)
+  ptdp::Tensor model_weights;                 // bf16/f16 model weights the handles view, when the params are 16-bit
+  std::unique_ptr<ptdp::Optimizer> opt;
 };
 
 struct ptdp_schedule_impl {
@@ -108,5 +120,10 @@ void release(Impl* handle) {
   handle->magic = kDeadMagic;
   delete handle;
 }
+
+/// A model config from the C options (NULL: the defaults), validating the enum fields.
+ptdp::GptConfig gpt_config(const ptdp_gpt_options* options);
+/// The C options of a model config (struct_size set).
+void gpt_options(const ptdp::GptConfig& config, ptdp_gpt_options* options);
 
 }  // namespace ptdp::capi

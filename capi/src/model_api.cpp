@@ -1,10 +1,13 @@
 // The GPT model through the C API.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "capi/src/handles.h"
 #include "capi/src/pipeline_run.h"
+#include "kernels/philox.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
@@ -18,7 +21,9 @@ using ptdp::capi::require_non_null;
 
 constexpr std::size_t kGptOptionsV1Size = sizeof(ptdp_gpt_options);
 
-ptdp::GptConfig gpt_config(const ptdp_gpt_options* user) {
+}  // namespace
+
+ptdp::GptConfig ptdp::capi::gpt_config(const ptdp_gpt_options* user) {
   ptdp_gpt_options defaults;
   ptdp_gpt_options_init(&defaults);
   const ptdp_gpt_options o =
@@ -47,6 +52,29 @@ ptdp::GptConfig gpt_config(const ptdp_gpt_options* user) {
   c.seed = o.seed;
   return c;
 }
+
+void ptdp::capi::gpt_options(const ptdp::GptConfig& c, ptdp_gpt_options* o) {
+  ptdp_gpt_options_init(o);
+  o->num_layers = c.num_layers;
+  o->hidden_size = c.hidden_size;
+  o->num_attention_heads = c.num_attention_heads;
+  o->ffn_hidden_size = c.ffn_hidden_size;
+  o->vocab_size = c.vocab_size;
+  o->make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
+  o->seq_length = c.seq_length;
+  o->max_position_embeddings = c.max_position_embeddings;
+  o->hidden_dropout = c.hidden_dropout;
+  o->attention_dropout = c.attention_dropout;
+  o->init_method_std = c.init_method_std;
+  o->layernorm_epsilon = c.layernorm_epsilon;
+  o->untie_embeddings_and_output_weights = c.tie_embeddings ? 0 : 1;
+  o->recompute_granularity = static_cast<ptdp_recompute>(c.recompute);
+  o->seed = c.seed;
+}
+
+namespace {
+
+using ptdp::capi::gpt_config;
 
 ptdp::Step step_of(int64_t iteration, int64_t microbatch, bool training) {
   ptdp::Step s;
@@ -246,6 +274,112 @@ PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule sched
     const float l = m.model->train_step(s, tokens, labels, micro_batch_size, iteration, run.executor());
     run.finish(*m.owner);
     if (loss) *loss = l;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                         int32_t micro_batch_size, int32_t num_microbatches, float* loss) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    require_non_null(tokens, "tokens");
+    require_non_null(labels, "labels");
+    require_non_null(loss, "loss");
+    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size must be > 0, got " + std::to_string(micro_batch_size));
+    PTDP_CHECK_ARG(num_microbatches > 0, "num_microbatches must be > 0, got " + std::to_string(num_microbatches));
+    *loss = m.model->evaluate(tokens, labels, micro_batch_size, num_microbatches);
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_logits(ptdp_model model, const int32_t* tokens, int32_t batch, float* logits,
+                                       size_t bytes) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    require_non_null(tokens, "tokens");
+    require_non_null(logits, "logits");
+    PTDP_CHECK_ARG(batch > 0, "batch must be > 0, got " + std::to_string(batch));
+    ptdp::GptModel& g = whole(m, "ptdp_model_logits");
+    const ptdp::GptConfig& c = g.config();
+    const std::size_t need = static_cast<std::size_t>(batch) * static_cast<std::size_t>(c.seq_length) *
+                             static_cast<std::size_t>(c.vocab_size) * sizeof(float);
+    PTDP_CHECK_ARG(bytes >= need, "bytes = " + std::to_string(bytes) + " is less than batch * seq_length * vocab_size * 4 = " +
+                                      std::to_string(need));
+    const std::vector<float> out = g.logits(tokens, batch);
+    std::memcpy(logits, out.data(), need);
+  });
+}
+
+PTDP_API ptdp_status ptdp_generate_options_init(ptdp_generate_options* options) {
+  return guard(__func__, [&] {
+    ptdp::capi::reset_options(options, "options");
+    options->max_new_tokens = 64;
+    options->top_k = 0;
+    options->temperature = 1.0f;
+    options->seed = 1234;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt, int32_t prompt_length,
+                                         const ptdp_generate_options* options, int32_t* out, int32_t capacity,
+                                         int32_t* count) {
+  return guard(__func__, [&] {
+    ptdp_model_impl& m = live(model, "model");
+    require_non_null(prompt, "prompt");
+    require_non_null(out, "out");
+    require_non_null(count, "count");
+    PTDP_CHECK_ARG(prompt_length > 0, "prompt_length must be > 0, got " + std::to_string(prompt_length));
+    ptdp_generate_options defaults;
+    ptdp_generate_options_init(&defaults);
+    const ptdp_generate_options o = ptdp::capi::read_options(options, defaults, sizeof(ptdp_generate_options),
+                                                             "options", "ptdp_generate_options_init");
+    PTDP_CHECK_ARG(o.max_new_tokens >= 0, "options->max_new_tokens must be >= 0, got " + std::to_string(o.max_new_tokens));
+    PTDP_CHECK_ARG(o.top_k >= 0, "options->top_k must be >= 0, got " + std::to_string(o.top_k));
+    PTDP_CHECK_ARG(o.temperature > 0 && std::isfinite(o.temperature),
+                   "options->temperature must be > 0, got " + std::to_string(o.temperature));
+    PTDP_CHECK_ARG(capacity >= o.max_new_tokens, "capacity = " + std::to_string(capacity) +
+                                                     " is less than options->max_new_tokens = " +
+                                                     std::to_string(o.max_new_tokens));
+    ptdp::GptModel& g = whole(m, "ptdp_model_generate");
+    const int s = g.config().seq_length;
+    const int vocab = g.config().vocab_size;
+    for (int32_t i = 0; i < prompt_length; ++i) {
+      PTDP_CHECK_ARG(prompt[i] >= 0 && prompt[i] < vocab, "prompt[" + std::to_string(i) + "] = " +
+                                                              std::to_string(prompt[i]) + " is outside the vocabulary [0, " +
+                                                              std::to_string(vocab) + ")");
+    }
+    std::vector<int32_t> text(prompt, prompt + prompt_length);
+    std::vector<int32_t> window(static_cast<std::size_t>(s));
+    std::vector<std::pair<float, int32_t>> ranked(static_cast<std::size_t>(vocab));
+    const ptdp::PhiloxStream stream{o.seed, ptdp::philox_name_hash("ptdp_model_generate")};
+    for (int32_t n = 0; n < o.max_new_tokens; ++n) {
+      // The last s tokens, padded after the end (positions past the context never reach it).
+      const std::size_t len = std::min(text.size(), static_cast<std::size_t>(s));
+      std::copy(text.end() - static_cast<std::ptrdiff_t>(len), text.end(), window.begin());
+      std::fill(window.begin() + static_cast<std::ptrdiff_t>(len), window.end(), 0);
+      const std::vector<float> logits = g.logits(window.data(), 1);
+      const float* row = logits.data() + (len - 1) * static_cast<std::size_t>(vocab);
+      for (int v = 0; v < vocab; ++v) ranked[static_cast<std::size_t>(v)] = {row[v] / o.temperature, v};
+      // Most likely first; ties by the smaller id, so the order is the same everywhere.
+      std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+      });
+      const std::size_t k = o.top_k > 0 ? std::min<std::size_t>(static_cast<std::size_t>(o.top_k), ranked.size())
+                                         : ranked.size();
+      double total = 0.0;
+      for (std::size_t i = 0; i < k; ++i) total += std::exp(static_cast<double>(ranked[i].first - ranked[0].first));
+      const double u = static_cast<double>(ptdp::philox_uniform(stream, static_cast<uint64_t>(n))) * total;
+      double acc = 0.0;
+      int32_t next = ranked[k - 1].second;
+      for (std::size_t i = 0; i < k; ++i) {
+        acc += std::exp(static_cast<double>(ranked[i].first - ranked[0].first));
+        if (u < acc) {
+          next = ranked[i].second;
+          break;
+        }
+      }
+      text.push_back(next);
+      out[n] = next;
+    }
+    *count = o.max_new_tokens;
   });
 }
 

@@ -8,16 +8,6 @@
 #include "capi/src/pipeline_run.h"
 #include "core/train/trainer.h"
 
-struct ptdp_optimizer_impl {
-  static constexpr uint64_t kLive = 0x707464706f707431ull;  // "ptdpopt1"
-  static constexpr const char* kType = "ptdp_optimizer";
-  uint64_t magic = kLive;
-  ptdp_groups_impl* groups = nullptr;  // counts this optimizer as a dependent
-  ptdp_model_impl* model = nullptr;    // the model it updates, or NULL for registered tensors
-  std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors (fp32: the master weights)
-  ptdp::Tensor model_weights;                 // bf16/f16 model weights the handles view, when the params are 16-bit
-  std::unique_ptr<ptdp::Optimizer> opt;
-};
 
 static_assert(PTDP_OPTIMIZER_ADAM == static_cast<int>(ptdp::OptimizerKind::Adam));
 static_assert(PTDP_OPTIMIZER_SGD == static_cast<int>(ptdp::OptimizerKind::Sgd));

@@ -1,1 +1,241 @@
-// placeholder
+// ptdp-train's flags through the C API: a parsed command line (core/train/train_args.h) and the
+// option structs of the other sections it implies.
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/src/handles.h"
+#include "core/train/train_args.h"
+
+struct ptdp_train_config_impl {
+  static constexpr uint64_t kLive = 0x7074647074636631ull;  // "ptdptcf1"
+  static constexpr const char* kType = "ptdp_train_config";
+  uint64_t magic = kLive;
+  ptdp::TrainArgs args;  // the strings handed out point into it
+};
+
+static_assert(PTDP_DATA_MOCK == static_cast<int>(ptdp::TrainDataSource::Mock));
+static_assert(PTDP_DATA_INDEXED == static_cast<int>(ptdp::TrainDataSource::Indexed));
+static_assert(PTDP_DATA_TEXT == static_cast<int>(ptdp::TrainDataSource::Text));
+static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
+static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));
+static_assert(PTDP_SCHEDULE_INTERLEAVED_1F1B == static_cast<int>(ptdp::ScheduleKind::Interleaved1F1B));
+static_assert(PTDP_SCHEDULE_ZB_H1 == static_cast<int>(ptdp::ScheduleKind::ZeroBubbleH1));
+static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
+static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
+static_assert(PTDP_RECOMPUTE_SELECTIVE == static_cast<int>(ptdp::Recompute::Selective));
+static_assert(PTDP_OPTIMIZER_ADAM == static_cast<int>(ptdp::OptimizerKind::Adam));
+static_assert(PTDP_OPTIMIZER_SGD == static_cast<int>(ptdp::OptimizerKind::Sgd));
+static_assert(PTDP_LR_CONSTANT == static_cast<int>(ptdp::LrDecayStyle::Constant));
+static_assert(PTDP_LR_LINEAR == static_cast<int>(ptdp::LrDecayStyle::Linear));
+static_assert(PTDP_LR_COSINE == static_cast<int>(ptdp::LrDecayStyle::Cosine));
+
+namespace {
+
+using ptdp::capi::guard;
+using ptdp::capi::live;
+using ptdp::capi::require_non_null;
+
+/// NULL for a flag that was not given.
+const char* text_or_null(const std::string& s) { return s.empty() ? nullptr : s.c_str(); }
+
+/// The count/capacity protocol of the text getters: `length` always receives strlen(text);
+/// nothing is written unless the text and its NUL fit.
+void copy_text(const std::string& text, char* buffer, size_t capacity, size_t* length) {
+  *length = text.size();
+  std::string need = std::to_string(text.size() + 1);
+  PTDP_CHECK_ARG(buffer != nullptr || capacity == 0, "buffer is NULL but capacity = " + std::to_string(capacity));
+  PTDP_CHECK_ARG(capacity > text.size(), "capacity = " + std::to_string(capacity) + " is too small: the text needs " +
+                                             need + " bytes with its NUL (*length receives its strlen)");
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+}
+
+/// Another section's *_options_init(), which cannot fail on a non-NULL pointer.
+void init_or_throw(ptdp_status status, const char* what) {
+  if (status != PTDP_SUCCESS) ptdp::throw_error(ptdp::ErrorCode::Internal, std::string(what) + " failed");
+}
+
+}  // namespace
+
+extern "C" {
+
+PTDP_API ptdp_status ptdp_train_config_parse(int32_t argc, const char* const* argv, ptdp_train_config* out) {
+  return guard(__func__, [&] {
+    PTDP_CHECK_ARG(argc >= 1, "argc = " + std::to_string(argc) + " is not >= 1 (argv[0] is the program name)");
+    require_non_null(argv, "argv");
+    require_non_null(out, "out");
+    std::vector<std::string> args;
+    args.reserve(static_cast<std::size_t>(argc));
+    for (int32_t i = 1; i < argc; ++i) {
+      std::string name = "argv[";  // built piecewise: GCC 12 misreports "literal" + string as overlapping
+      name += std::to_string(i);
+      name += ']';
+      require_non_null(argv[i], name.c_str());
+      args.emplace_back(argv[i]);
+    }
+    auto h = std::make_unique<ptdp_train_config_impl>();
+    h->args = ptdp::parse_train_args(args);
+    *out = h.release();
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_destroy(ptdp_train_config config) {
+  return guard(__func__, [&] {
+    if (config == nullptr) return;
+    live(config, "config");
+    ptdp::capi::release(config);
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_help(const char* program, char* buffer, size_t capacity, size_t* length) {
+  return guard(__func__, [&] {
+    require_non_null(length, "length");
+    copy_text(ptdp::train_args_help(program ? program : "ptdp-train"), buffer, capacity, length);
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_to_json(ptdp_train_config config, char* buffer, size_t capacity,
+                                               size_t* length) {
+  return guard(__func__, [&] {
+    const ptdp_train_config_impl& c = live(config, "config");
+    require_non_null(length, "length");
+    copy_text(ptdp::train_args_to_json(c.args).dump(), buffer, capacity, length);
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_gpt_options(ptdp_train_config config, ptdp_gpt_options* options) {
+  return guard(__func__, [&] {
+    const ptdp_train_config_impl& c = live(config, "config");
+    require_non_null(options, "options");
+    const ptdp::GptConfig g = ptdp::to_gpt_config(c.args);
+    ptdp_gpt_options o;
+    init_or_throw(ptdp_gpt_options_init(&o), "ptdp_gpt_options_init");  // fields no flag sets keep their defaults
+    o.num_layers = g.num_layers;
+    o.hidden_size = g.hidden_size;
+    o.num_attention_heads = g.num_attention_heads;
+    o.ffn_hidden_size = g.ffn_hidden_size;
+    o.vocab_size = g.vocab_size;
+    o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
+    o.seq_length = g.seq_length;
+    o.max_position_embeddings = g.max_position_embeddings;
+    o.hidden_dropout = g.hidden_dropout;
+    o.attention_dropout = g.attention_dropout;
+    o.init_method_std = g.init_method_std;
+    o.layernorm_epsilon = g.layernorm_epsilon;
+    o.untie_embeddings_and_output_weights = g.tie_embeddings ? 0 : 1;
+    o.recompute_granularity = static_cast<ptdp_recompute>(g.recompute);
+    o.seed = g.seed;
+    *options = o;
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_optimizer_options(ptdp_train_config config, ptdp_optimizer_options* options) {
+  return guard(__func__, [&] {
+    const ptdp_train_config_impl& c = live(config, "config");
+    require_non_null(options, "options");
+    const ptdp::OptimizerConfig k = ptdp::to_optimizer_config(c.args);
+    ptdp_optimizer_options o;
+    init_or_throw(ptdp_optimizer_options_init(&o), "ptdp_optimizer_options_init");
+    o.optimizer = static_cast<ptdp_optimizer_kind>(k.kind);
+    o.lr = k.lr.lr;
+    o.min_lr = k.lr.min_lr;
+    o.lr_decay_style = static_cast<ptdp_lr_decay_style>(k.lr.style);
+    o.lr_warmup_iters = k.lr.warmup_iters;
+    o.lr_decay_iters = k.lr.decay_iters;
+    o.adam_beta1 = k.beta1;
+    o.adam_beta2 = k.beta2;
+    o.adam_eps = k.eps;
+    o.weight_decay = k.weight_decay;
+    o.sgd_momentum = k.momentum;
+    o.clip_grad = k.clip_grad;
+    o.dynamic_loss_scale = k.loss_scale.dynamic ? 1 : 0;
+    o.initial_loss_scale = k.loss_scale.initial_scale;
+    o.min_loss_scale = k.loss_scale.min_scale;
+    o.loss_scale_window = k.loss_scale.growth_interval;
+    o.hysteresis = k.loss_scale.hysteresis;
+    o.use_distributed_optimizer = k.distributed ? 1 : 0;
+    o.ddp_bucket_size = k.bucket_elements;
+    *options = o;
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config, ptdp_parallel_options* options) {
+  return guard(__func__, [&] {
+    const ptdp_train_config_impl& c = live(config, "config");
+    require_non_null(options, "options");
+    ptdp_parallel_options o;
+    init_or_throw(ptdp_parallel_options_init(&o), "ptdp_parallel_options_init");
+    o.tensor_model_parallel_size = c.args.tensor_model_parallel_size;
+    o.pipeline_model_parallel_size = c.args.pipeline_model_parallel_size;
+    o.virtual_pipeline_model_parallel_size = ptdp::virtual_pipeline_size(c.args);
+    *options = o;
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_runtime_options(ptdp_train_config config, ptdp_runtime_options* options) {
+  return guard(__func__, [&] {
+    const ptdp_train_config_impl& c = live(config, "config");
+    require_non_null(options, "options");
+    ptdp_runtime_options o;
+    init_or_throw(ptdp_runtime_options_init(&o), "ptdp_runtime_options_init");  // MPI, NCCL, checks: defaults
+    o.comm_timeout_s = c.args.comm_timeout;
+    *options = o;
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_train_settings* settings) {
+  return guard(__func__, [&] {
+    const ptdp_train_config_impl& c = live(config, "config");
+    require_non_null(settings, "settings");
+    const ptdp::TrainArgs& a = c.args;
+    ptdp_train_settings s{};
+    s.struct_size = sizeof(ptdp_train_settings);
+    s.help = a.help ? 1 : 0;
+    s.micro_batch_size = a.micro_batch_size;
+    s.global_batch_size = a.global_batch_size;
+    s.train_iters = a.train_iters;
+    s.log_interval = a.log_interval;
+    s.save_interval = a.save_interval;
+    s.eval_interval = a.eval_interval;
+    s.eval_iters = a.eval_iters;
+    s.pipeline_schedule = static_cast<ptdp_schedule_kind>(ptdp::schedule_kind(a));
+    s.data_source = static_cast<ptdp_data_source>(ptdp::data_source(a));
+    s.data_path = text_or_null(a.data_path);
+    s.split = a.split.c_str();
+    s.text_file = text_or_null(a.text_file);
+    s.tokenizer_type = text_or_null(a.tokenizer_type);
+    s.save = text_or_null(a.save);
+    s.load = text_or_null(a.load);
+    s.log_json = text_or_null(a.log_json);
+    s.profile_trace = text_or_null(a.profile_trace);
+    s.device = a.device.c_str();
+    s.fp16 = a.fp16 ? 1 : 0;
+    s.bf16 = a.bf16 ? 1 : 0;
+    s.seed = a.seed;
+    *settings = s;
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_config_data_options(ptdp_train_config config, ptdp_gpt_data_options* options) {
+  return guard(__func__, [&] {
+    const ptdp_train_config_impl& c = live(config, "config");
+    require_non_null(options, "options");
+    const ptdp::TrainArgs& a = c.args;
+    const std::array<int64_t, 3> samples = ptdp::train_num_samples(a);  // may throw: options stay unchanged
+    ptdp_gpt_data_options o{};
+    o.struct_size = sizeof(ptdp_gpt_data_options);
+    o.source = static_cast<ptdp_data_source>(ptdp::data_source(a));
+    o.path = o.source == PTDP_DATA_INDEXED ? a.data_path.c_str()
+             : o.source == PTDP_DATA_TEXT  ? a.text_file.c_str()
+                                           : nullptr;
+    o.split = a.split.c_str();
+    o.seq_length = a.seq_length;
+    o.vocab_size = a.vocab_size;
+    o.seed = a.seed;
+    for (int i = 0; i < 3; ++i) o.num_samples[i] = samples[static_cast<std::size_t>(i)];
+    *options = o;
+  });
+}
+
+}  // extern "C"

@@ -206,4 +206,47 @@ float GptModel::forward_loss(const int32_t* tokens, const int32_t* labels, int64
   return mean(losses);
 }
 
+std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
+  PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
+                 "logits need the whole model; this chunk is one pipeline stage");
+  const int64_t s = cfg_.seq_length, vocab = cfg_.vocab_size;
+  Step step;
+  step.training = false;
+  Tensor local;  // [s * b, padded vocab / t], rows sequence-major
+  try {
+    const Tensor ids = to_sequence_major(tokens, b, "tokens");
+    Tensor e = word_->forward(ids, step);
+    Tensor p = position_->forward(positions(b), step);
+    Tensor x = Tensor::empty(e.shape(), DType::F32, device_);
+    e.backend().add(e.data<float>(), p.data<float>(), x.data<float>(), x.numel());
+    for (auto& layer : layers_) x = layer->forward(x, step);
+    x = final_ln_->forward(x, step);
+    local = head_->forward(x, step);
+  } catch (...) {
+    release(step);
+    throw;
+  }
+  release(step);
+  const int64_t rows = s * b, cols = local.shape()[1];
+  Tensor all = local;
+  if (tp_.size > 1) {
+    all = Tensor::empty({tp_.size * rows, cols}, DType::F32);
+    tp_.comm->all_gather(local, all)->wait();
+  }
+  // Rank r holds vocabulary columns [r * cols, (r + 1) * cols) of every row.
+  std::vector<float> out(static_cast<std::size_t>(b * s * vocab));
+  const float* src = all.data<float>();
+  for (int64_t r = 0; r < tp_.size; ++r) {
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t si = row / b, bi = row % b;
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t v = r * cols + c;
+        if (v >= vocab) break;
+        out[static_cast<std::size_t>((bi * s + si) * vocab + v)] = src[(r * rows + row) * cols + c];
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace ptdp

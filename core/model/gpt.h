@@ -54,6 +54,11 @@ class GptModel {
   /// The mean loss only; nothing is kept (evaluation). Dropout follows step.training.
   float forward_loss(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step);
 
+  /// Logits of the true vocabulary for every position (dropout off, nothing kept), gathered
+  /// from the tensor ranks: host [b, seq_length, vocab_size] row-major. Needs the whole model;
+  /// collective over the tensor group.
+  std::vector<float> logits(const int32_t* tokens, int64_t b);
+
   // ---- one chunk of a pipeline -------------------------------------------------------------
   /// Forward of this chunk for one microbatch of b samples. `input` is the previous chunk's
   /// output [s*b, h] (ignored by a pre-processing chunk, which reads `tokens`); `labels` is

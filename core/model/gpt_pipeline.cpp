@@ -83,6 +83,75 @@ class GptStages final : public PipelineStages {
   double loss_sum_ = 0.0;
 };
 
+// The chunks' PipelineStages for a forward-only pass: each chunk's activations are released
+// as soon as its output has been produced.
+class EvalStages final : public PipelineStages {
+ public:
+  EvalStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b)
+      : model_(model), tokens_(tokens), labels_(labels), b_(b) {}
+
+  Shape input_shape(int, int) override {
+    const GptConfig& c = model_.config();
+    return Shape{static_cast<int64_t>(c.seq_length) * b_, c.hidden_size};
+  }
+
+  Tensor forward(int chunk, int mb, const Tensor& input) override {
+    GptModel& g = *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())];
+    const int64_t offset = static_cast<int64_t>(mb) * b_ * model_.config().seq_length;
+    Step step;
+    step.microbatch = mb;
+    step.training = false;
+    Tensor out;
+    try {
+      out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step);
+    } catch (...) {
+      g.release(step);
+      throw;
+    }
+    g.release(step);
+    if (g.stage().post_process) loss_sum_ += GptModel::mean(out);
+    return out;
+  }
+
+  Tensor backward_input(int, int, const Tensor&) override {
+    throw_error(ErrorCode::Internal, "a forward-only pass has no backward");
+  }
+  void backward_weight(int, int) override { throw_error(ErrorCode::Internal, "a forward-only pass has no backward"); }
+
+  double loss_sum() const { return loss_sum_; }
+
+ private:
+  GptPipeline& model_;
+  const int32_t* tokens_;
+  const int32_t* labels_;
+  int64_t b_;
+  double loss_sum_ = 0.0;
+};
+
+// Forward-only actions: microbatch after microbatch, each rank's chunks in order, receiving
+// each chunk's input from the previous chunk's rank and sending its output on.
+Schedule forward_only_schedule(int p, int m, int v) {
+  Schedule s;
+  s.kind = ScheduleKind::GPipe;
+  s.p = p;
+  s.m = m;
+  s.v = v;
+  s.ranks.resize(static_cast<std::size_t>(p));
+  const int chunks = p * v;
+  for (int r = 0; r < p; ++r) {
+    auto& acts = s.ranks[static_cast<std::size_t>(r)];
+    for (int mb = 0; mb < m; ++mb) {
+      for (int j = 0; j < v; ++j) {
+        const int c = j * p + r;
+        if (c > 0) acts.push_back({ActionKind::RecvActivation, mb, c, (c - 1) % p});
+        acts.push_back({ActionKind::Forward, mb, c, -1});
+        if (c + 1 < chunks) acts.push_back({ActionKind::SendActivation, mb, c, (c + 1) % p});
+      }
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups)
@@ -150,6 +219,23 @@ float GptPipeline::train_step(const Schedule& schedule, const int32_t* tokens, c
   // The loss lives on the last stage; every rank of the pipeline returns it.
   float loss = static_cast<float>(stages.loss_sum() / schedule.m);
   if (p_ > 1) groups_.comm(GroupKind::Pipeline).broadcast(Tensor::borrow(&loss, {1}, DType::F32), p_ - 1)->wait();
+  return loss;
+}
+
+float GptPipeline::evaluate(const int32_t* tokens, const int32_t* labels, int64_t b, int m) {
+  PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
+  PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
+  PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
+  PTDP_CHECK_ARG(m > 0, "number of microbatches must be > 0, got " + std::to_string(m));
+  EvalStages stages(*this, tokens, labels, b);
+  Communicator* pipe = p_ > 1 ? &groups_.comm(GroupKind::Pipeline) : nullptr;
+  ExecutorOptions options;
+  options.scatter_gather = false;
+  run_schedule(forward_only_schedule(p_, m, v_), pp_rank_, stages, pipe, tp_, options);
+  float loss = static_cast<float>(stages.loss_sum() / m);
+  if (p_ > 1) groups_.comm(GroupKind::Pipeline).broadcast(Tensor::borrow(&loss, {1}, DType::F32), p_ - 1)->wait();
+  if (groups_.size(GroupKind::Data) > 1)
+    groups_.comm(GroupKind::Data).all_reduce(Tensor::borrow(&loss, {1}, DType::F32), ReduceOp::Avg)->wait();
   return loss;
 }
 

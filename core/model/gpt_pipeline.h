@@ -48,6 +48,14 @@ class GptPipeline {
                    int64_t iteration, const ExecutorOptions& options, const struct TrainHooks& hooks);
   float train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
                    int64_t iteration, const ExecutorOptions& options);
+  /// Forward-only evaluation of m microbatches of b samples (tokens and labels as for
+  /// train_step): dropout off, nothing kept, gradients untouched. Every rank of the pipeline
+  /// runs microbatch after microbatch through its chunks. Returns the mean loss over the
+  /// replica's batch averaged over the data-parallel group, on every rank (collective over the
+  /// model's world).
+  float evaluate(const int32_t* tokens, const int32_t* labels, int64_t b, int m);
+  ProcessGroups& groups() { return groups_; }
+
   /// Index of the tied word embedding in local chunk j's table (both stages' copies with
   /// p > 1), or -1.
   int tied_embedding(int j) const;

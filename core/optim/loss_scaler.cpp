@@ -35,4 +35,14 @@ void LossScaler::update(bool found_inf) {
   }
 }
 
+void LossScaler::restore(float scale, int growth_tracker, int hysteresis_left) {
+  PTDP_CHECK_ARG(std::isfinite(scale) && scale > 0, "loss scale must be finite and > 0, got " + std::to_string(scale));
+  PTDP_CHECK_ARG(growth_tracker >= 0 && hysteresis_left >= 0,
+                 "loss scaler counters must be >= 0, got growth tracker " + std::to_string(growth_tracker) +
+                     " and hysteresis " + std::to_string(hysteresis_left));
+  scale_ = scale;
+  growth_tracker_ = growth_tracker;
+  hysteresis_left_ = hysteresis_left;
+}
+
 }  // namespace ptdp

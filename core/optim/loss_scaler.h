@@ -27,6 +27,8 @@ class LossScaler {
   // State, for checkpoints.
   int growth_tracker() const { return growth_tracker_; }
   int hysteresis_left() const { return hysteresis_left_; }
+  /// Restores the state a checkpoint recorded (scale > 0, counters >= 0, else InvalidArgument).
+  void restore(float scale, int growth_tracker, int hysteresis_left);
 
  private:
   LossScalerConfig config_;

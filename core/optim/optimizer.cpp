@@ -242,6 +242,72 @@ StepResult Optimizer::step(int64_t iteration) {
   return res;
 }
 
+std::vector<std::string> Optimizer::state_names() const {
+  if (config_.kind == OptimizerKind::Adam) return {"exp_avg", "exp_avg_sq"};
+  if (config_.momentum > 0) return {"momentum_buffer"};
+  return {};
+}
+
+namespace {
+
+void check_state_index(int s, int k, int spaces, std::size_t states) {
+  PTDP_CHECK_ARG(s >= 0 && s < spaces, "state space " + std::to_string(s) + " out of range [0, " +
+                                           std::to_string(spaces) + ")");
+  PTDP_CHECK_ARG(k >= 0 && static_cast<std::size_t>(k) < states,
+                 "state buffer " + std::to_string(k) + " out of range [0, " + std::to_string(states) + ")");
+}
+
+}  // namespace
+
+std::vector<float> Optimizer::get_state(int s, int k) {
+  check_state_index(s, k, num_spaces(), state_names().size());
+  Space& sp = *spaces_[static_cast<std::size_t>(s)];
+  const Tensor& state = k == 0 ? sp.m : sp.v;
+  std::vector<float> out(static_cast<std::size_t>(sp.table->capacity()), 0.0f);
+  const bool sharded = config_.distributed && groups_.size(GroupKind::Data) > 1;
+  for (Bucket& b : sp.buckets) {
+    const float* mine = state.data<float>() + b.state_offset;
+    if (!sharded) {
+      std::copy(mine, mine + (b.hi - b.lo), out.data() + b.lo);
+      continue;
+    }
+    Tensor shard = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32);
+    std::copy(mine, mine + shard.numel(), shard.data<float>());
+    groups_.comm(GroupKind::Data)
+        .all_gather(shard, Tensor::borrow(out.data() + b.lo, {b.hi - b.lo}, DType::F32))
+        ->wait();
+  }
+  return out;
+}
+
+void Optimizer::set_state(int s, int k, const float* values) {
+  check_state_index(s, k, num_spaces(), state_names().size());
+  PTDP_CHECK_ARG(values != nullptr, "state values are NULL");
+  Space& sp = *spaces_[static_cast<std::size_t>(s)];
+  Tensor& state = k == 0 ? sp.m : sp.v;
+  for (const Bucket& b : sp.buckets)
+    std::copy(values + b.shard_lo, values + b.shard_hi, state.data<float>() + b.state_offset);
+}
+
+Optimizer::Counters Optimizer::counters() const {
+  Counters c;
+  c.steps = steps_;
+  c.skipped = skipped_;
+  c.loss_scale = scaler_.scale();
+  c.growth_tracker = scaler_.growth_tracker();
+  c.hysteresis_left = scaler_.hysteresis_left();
+  return c;
+}
+
+void Optimizer::restore(const Counters& c) {
+  PTDP_CHECK_ARG(c.steps >= 0 && c.skipped >= 0, "optimizer counters must be >= 0, got steps " +
+                                                      std::to_string(c.steps) + " and skipped " +
+                                                      std::to_string(c.skipped));
+  scaler_.restore(c.loss_scale, c.growth_tracker, c.hysteresis_left);
+  steps_ = c.steps;
+  skipped_ = c.skipped;
+}
+
 std::size_t Optimizer::state_bytes() const {
   std::size_t bytes = 0;
   for (const auto& s : spaces_) bytes += s->m.nbytes() + (s->v.defined() ? s->v.nbytes() : 0);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/model/params.h"
@@ -76,6 +77,28 @@ class Optimizer {
   /// Bytes of optimizer state on this rank (moments; no master copy of fp32 weights).
   std::size_t state_bytes() const;
   const OptimizerConfig& config() const { return config_; }
+
+  // ---- state, for checkpoints --------------------------------------------------------------
+  /// Names of the per-element state buffers: Adam {"exp_avg", "exp_avg_sq"} (PyTorch's names),
+  /// SGD with momentum {"momentum_buffer"}, SGD without none.
+  std::vector<std::string> state_names() const;
+  int num_spaces() const { return static_cast<int>(spaces_.size()); }
+  /// State buffer `k` of space `s` laid out like the space's flat parameter buffer
+  /// (capacity() elements). With the distributed optimizer each rank holds 1/d of it and the
+  /// rest is all-gathered: collective over the data-parallel group then.
+  std::vector<float> get_state(int s, int k);
+  /// Sets this rank's part of state buffer `k` of space `s` from the whole flat-layout values
+  /// (capacity() elements). No communication.
+  void set_state(int s, int k, const float* values);
+  /// Counters that are not per element: successful steps (Adam's bias correction), skipped
+  /// steps and the loss scaler.
+  struct Counters {
+    int64_t steps = 0, skipped = 0;
+    float loss_scale = 1.0f;
+    int growth_tracker = 0, hysteresis_left = 0;
+  };
+  Counters counters() const;
+  void restore(const Counters& c);
 
  private:
   struct Bucket;

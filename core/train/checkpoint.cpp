@@ -1,1 +1,394 @@
-// placeholder
+#include "core/train/checkpoint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "core/train/checkpoint_files.h"
+#include "core/train/safetensors.h"
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+constexpr const char* kFormat = "ptdp-checkpoint";
+constexpr int kFormatVersion = 1;
+constexpr const char* kMetadataFile = "metadata.json";
+
+nlohmann::json config_to_json(const GptConfig& c) {
+  return {{"num_layers", c.num_layers},
+          {"hidden_size", c.hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"ffn_hidden_size", c.ffn()},
+          {"vocab_size", c.vocab_size},
+          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
+          {"seq_length", c.seq_length},
+          {"max_position_embeddings", c.max_positions()},
+          {"hidden_dropout", c.hidden_dropout},
+          {"attention_dropout", c.attention_dropout},
+          {"init_method_std", c.init_method_std},
+          {"layernorm_epsilon", c.layernorm_epsilon},
+          {"untie_embeddings_and_output_weights", !c.tie_embeddings},
+          {"recompute_granularity", recompute_name(c.recompute)},
+          {"seed", c.seed}};
+}
+
+GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
+  try {
+    GptConfig c;
+    c.num_layers = j.at("num_layers").get<int>();
+    c.hidden_size = j.at("hidden_size").get<int>();
+    c.num_attention_heads = j.at("num_attention_heads").get<int>();
+    c.ffn_hidden_size = j.at("ffn_hidden_size").get<int>();
+    c.vocab_size = j.at("vocab_size").get<int>();
+    c.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int>();
+    c.seq_length = j.at("seq_length").get<int>();
+    c.max_position_embeddings = j.at("max_position_embeddings").get<int>();
+    c.hidden_dropout = j.at("hidden_dropout").get<float>();
+    c.attention_dropout = j.at("attention_dropout").get<float>();
+    c.init_method_std = j.at("init_method_std").get<float>();
+    c.layernorm_epsilon = j.at("layernorm_epsilon").get<float>();
+    c.tie_embeddings = !j.at("untie_embeddings_and_output_weights").get<bool>();
+    const std::string r = j.at("recompute_granularity").get<std::string>();
+    c.recompute = r == "full" ? Recompute::Full : r == "selective" ? Recompute::Selective : Recompute::None;
+    c.seed = j.at("seed").get<uint64_t>();
+    return c;
+  } catch (const nlohmann::json::exception& e) {
+    std::string msg = source;
+    msg += ": bad \"model\" entry: ";
+    msg += e.what();
+    throw_error(ErrorCode::Io, msg);
+  }
+}
+
+// The fields a checkpoint's tensors depend on; the others (dropout, seed, recomputation,
+// vocabulary padding) may change between runs.
+void check_config(const GptConfig& saved, const GptConfig& model, const std::string& source) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> fields[] = {
+      {"num_layers", {saved.num_layers, model.num_layers}},
+      {"hidden_size", {saved.hidden_size, model.hidden_size}},
+      {"num_attention_heads", {saved.num_attention_heads, model.num_attention_heads}},
+      {"ffn_hidden_size", {saved.ffn(), model.ffn()}},
+      {"vocab_size", {saved.vocab_size, model.vocab_size}},
+      {"seq_length", {saved.seq_length, model.seq_length}},
+      {"max_position_embeddings", {saved.max_positions(), model.max_positions()}},
+      {"untie_embeddings_and_output_weights", {saved.tie_embeddings ? 0 : 1, model.tie_embeddings ? 0 : 1}},
+  };
+  for (const auto& [name, values] : fields) {
+    if (values.first == values.second) continue;
+    std::string msg = "the checkpoint ";
+    msg += source;
+    msg += " was saved with ";
+    msg += name;
+    msg += " = " + std::to_string(values.first);
+    msg += "; the model has ";
+    msg += std::to_string(values.second);
+    throw_error(ErrorCode::InvalidArgument, msg);
+  }
+}
+
+std::vector<int64_t> dims(const Shape& s) {
+  std::vector<int64_t> d;
+  for (int i = 0; i < s.ndim(); ++i) d.push_back(s[i]);
+  return d;
+}
+
+// The block of the global tensor a slice covers: rows [r0, r1) x cols [c0, c1).
+struct Block {
+  int64_t r0, r1, c0, c1;
+};
+
+Block block_of(const ParamInfo& p) {
+  const int64_t rows = p.global_shape[0], cols = p.global_shape.ndim() > 1 ? p.global_shape[1] : 1;
+  if (p.partition_dim == 0) return {p.slice_start, p.slice_start + p.local_shape[0], 0, cols};
+  if (p.partition_dim == 1) return {0, rows, p.slice_start, p.slice_start + p.local_shape[1]};
+  return {0, rows, 0, cols};
+}
+
+std::string state_tensor(const std::string& state, const std::string& name) { return "optimizer." + state + "." + name; }
+
+// Whether this tensor rank stores parameter `p` of a chunk (replicated ones: tensor rank 0).
+bool stores(const ParamInfo& p, int tp_rank) { return p.partition_dim >= 0 || tp_rank == 0; }
+
+// The tensor map of a whole layout, computed from parameter tables without memory, the same
+// on every rank: which file holds which slice.
+TensorMap layout_map(const GptPipeline& model, const std::vector<std::string>& states) {
+  TensorMap map;
+  const GptConfig& cfg = model.config();
+  const int p = model.pipeline_size(), v = model.virtual_stages(), t = model.tensor_parallel().size;
+  for (int c = 0; c < p * v; ++c) {
+    for (int r = 0; r < t; ++r) {
+      TensorParallel tp = model.tensor_parallel();
+      tp.rank = r;
+      const GptModel meta(cfg, tp, Device{}, GptStage::chunk_of(cfg, c, p * v, p, v), false);
+      const std::string file = checkpoint_shard_name(r, c % p);
+      for (int i = 0; i < meta.params().size(); ++i) {
+        const ParamInfo& info = meta.params().info(i);
+        if (i == meta.tied_head_weight() || !stores(info, r)) continue;
+        const Block b = block_of(info);
+        std::vector<std::string> names{info.name};
+        for (const std::string& s : states) names.push_back(state_tensor(s, info.name));
+        for (const std::string& n : names) {
+          map.add_tensor(n, dims(info.global_shape), StDType::F32);
+          map.add_piece(n, TensorPiece{file, n, b.r0, b.r1, b.c0, b.c1});
+        }
+      }
+    }
+  }
+  return map;
+}
+
+// Reads the block of `name` a local slice covers into `out` (local-shape row-major). Rows
+// beyond the stored tensor (a larger vocabulary padding than the saving layout's) read as zero.
+void read_slice(CheckpointReader& reader, const std::string& name, const ParamInfo& info, float* out) {
+  const Block b = block_of(info);
+  const std::vector<int64_t> saved = reader.global_shape(name);
+  const int64_t saved_rows = saved.empty() ? 1 : saved[0];
+  const int64_t saved_cols = saved.size() > 1 ? saved[1] : 1;
+  const int64_t cols = b.c1 - b.c0;
+  if (saved_cols != (info.global_shape.ndim() > 1 ? info.global_shape[1] : 1) || saved.size() != dims(info.global_shape).size()) {
+    std::string msg = "checkpoint tensor '" + name;
+    msg += "' has global shape " + nlohmann::json(saved).dump();
+    msg += "; the model's is " + info.global_shape.str();
+    throw_error(ErrorCode::InvalidArgument, msg);
+  }
+  const int64_t r1 = std::min(b.r1, saved_rows);
+  if (r1 > b.r0) reader.read_block(name, b.r0, r1, b.c0, b.c1, out);
+  std::fill(out + std::max<int64_t>(0, r1 - b.r0) * cols, out + (b.r1 - b.r0) * cols, 0.0f);
+}
+
+}  // namespace
+
+std::string checkpoint_shard_name(int tp_rank, int pp_rank) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model_tp%02d_pp%02d.safetensors", tp_rank, pp_rank);
+  return name;
+}
+
+void agree_on_failure(ProcessGroups& groups, const std::function<void()>& body) {
+  std::exception_ptr error;
+  try {
+    body();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  const int rank = groups.rank(GroupKind::World), size = groups.size(GroupKind::World);
+  if (size == 1) {
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  Communicator& world = groups.comm(GroupKind::World);
+  float first = static_cast<float>(error ? rank : size);
+  world.all_reduce(Tensor::borrow(&first, {1}, DType::F32), ReduceOp::Min)->wait();
+  if (static_cast<int>(first) == size) return;
+  const int from = static_cast<int>(first);
+  // [code, length, message bytes...] from the lowest failing rank.
+  constexpr int kMax = 4096;
+  std::vector<int32_t> buf(2 + kMax, 0);
+  if (rank == from) {
+    ErrorCode code = ErrorCode::Internal;
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& e) {
+      code = e.code();
+      what = e.what();
+    } catch (const std::bad_alloc&) {
+      code = ErrorCode::OutOfMemory;
+      what = "out of host memory";
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    const int n = std::min<int>(kMax, static_cast<int>(what.size()));
+    buf[0] = static_cast<int32_t>(code);
+    buf[1] = n;
+    for (int i = 0; i < n; ++i) buf[static_cast<std::size_t>(2 + i)] = static_cast<unsigned char>(what[static_cast<std::size_t>(i)]);
+  }
+  world.broadcast(Tensor::borrow(buf.data(), {static_cast<int64_t>(buf.size())}, DType::I32), from)->wait();
+  if (rank == from) std::rethrow_exception(error);
+  std::string what;
+  for (int i = 0; i < buf[1]; ++i) what += static_cast<char>(buf[static_cast<std::size_t>(2 + i)]);
+  std::string msg = "rank " + std::to_string(from);
+  msg += " reported: ";
+  msg += what;
+  throw Error(static_cast<ErrorCode>(buf[0]), msg);
+}
+
+void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer, const nlohmann::json* train_config,
+                     const CheckpointState& state) {
+  PTDP_CHECK_ARG(!dir.empty(), "checkpoint directory is empty");
+  PTDP_CHECK_ARG(state.iteration >= 0, "checkpoint iteration must be >= 0, got " + std::to_string(state.iteration));
+  ProcessGroups& g = model.groups();
+  const int world_rank = g.rank(GroupKind::World);
+  const int tp = g.rank(GroupKind::Tensor), pp = g.rank(GroupKind::Pipeline), dp = g.rank(GroupKind::Data);
+  const std::vector<std::string> states = optimizer ? optimizer->state_names() : std::vector<std::string>{};
+
+  agree_on_failure(g, [&] {
+    if (world_rank == 0) prepare_tmp_dir(dir, state.iteration);
+  });
+
+  // Every data-parallel rank takes part in gathering the optimizer state; the first writes.
+  agree_on_failure(g, [&] {
+    std::vector<std::vector<std::vector<float>>> values(model.chunks().size());
+    for (std::size_t j = 0; j < values.size(); ++j)
+      for (std::size_t k = 0; k < states.size(); ++k)
+        values[j].push_back(optimizer->get_state(static_cast<int>(j), static_cast<int>(k)));
+    if (dp != 0) return;
+    SafetensorsWriter writer;
+    for (std::size_t j = 0; j < model.chunks().size(); ++j) {
+      const GptModel& chunk = *model.chunks()[j];
+      const ParamTable& table = chunk.params();
+      for (int i = 0; i < table.size(); ++i) {
+        const ParamInfo& info = table.info(i);
+        if (i == chunk.tied_head_weight() || !stores(info, tp)) continue;
+        writer.add(info.name, StDType::F32, dims(info.local_shape), table.flat_params().data<float>() + info.offset);
+        for (std::size_t k = 0; k < states.size(); ++k)
+          writer.add(state_tensor(states[k], info.name), StDType::F32, dims(info.local_shape),
+                     values[j][k].data() + info.offset);
+      }
+    }
+    writer.set_metadata("format", kFormat);
+    writer.write(checkpoint_tmp_dir(dir, state.iteration) + "/" + checkpoint_shard_name(tp, pp));
+  });
+
+  agree_on_failure(g, [&] {
+    if (world_rank != 0) return;
+    const int p = model.pipeline_size(), t = model.tensor_parallel().size;
+    nlohmann::json md;
+    md["format"] = kFormat;
+    md["version"] = kFormatVersion;
+    md["iteration"] = state.iteration;
+    md["consumed_train_samples"] = state.consumed_train_samples;
+    md["consumed_valid_samples"] = state.consumed_valid_samples;
+    md["layout"] = {{"tensor_model_parallel_size", t},
+                    {"pipeline_model_parallel_size", p},
+                    {"data_parallel_size", g.size(GroupKind::Data)},
+                    {"virtual_pipeline_model_parallel_size", model.virtual_stages()},
+                    {"world_size", g.size(GroupKind::World)}};
+    md["model"] = config_to_json(model.config());
+    md["rng"] = {{"generator", "philox4x32-10"},
+                 {"seed", model.config().seed},
+                 {"keys", "dropout masks are pure functions of (seed, iteration, microbatch, layer, site); "
+                          "resuming at the saved iteration redraws the uninterrupted run's masks"}};
+    if (optimizer) {
+      const Optimizer::Counters c = optimizer->counters();
+      md["optimizer"] = {{"kind", optimizer->config().kind == OptimizerKind::Adam ? "adam" : "sgd"},
+                         {"state", states},
+                         {"steps", c.steps},
+                         {"skipped_iterations", c.skipped},
+                         {"loss_scale", c.loss_scale},
+                         {"growth_tracker", c.growth_tracker},
+                         {"hysteresis_left", c.hysteresis_left}};
+    } else {
+      md["optimizer"] = nullptr;
+    }
+    if (train_config) md["train_config"] = *train_config;
+    std::vector<std::string> files;
+    for (int pr = 0; pr < p; ++pr)
+      for (int tr = 0; tr < t; ++tr) files.push_back(checkpoint_shard_name(tr, pr));
+    md["files"] = files;
+    md["tensors"] = layout_map(model, states).to_json();
+    write_file_synced(checkpoint_tmp_dir(dir, state.iteration) + "/" + kMetadataFile, md.dump(1) + "\n");
+    files.push_back(kMetadataFile);
+    finalize_checkpoint(dir, state.iteration, files);
+  });
+}
+
+CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer) {
+  PTDP_CHECK_ARG(!dir.empty(), "checkpoint directory is empty");
+  ProcessGroups& g = model.groups();
+  CheckpointState state;
+  Optimizer::Counters counters;
+  const std::vector<std::string> states = optimizer ? optimizer->state_names() : std::vector<std::string>{};
+  // Everything is read into staging buffers first; the model changes only once every rank has
+  // read its part without error.
+  std::vector<std::vector<float>> params(model.chunks().size());
+  std::vector<std::vector<std::vector<float>>> moments(model.chunks().size());
+
+  agree_on_failure(g, [&] {
+    CheckpointReader reader(dir);
+    const std::string source = reader.path_for(kMetadataFile);
+    const nlohmann::json md = reader.read_metadata();
+    try {
+      if (md.at("format").get<std::string>() != kFormat || md.at("version").get<int>() != kFormatVersion) {
+        std::string msg = source;
+        msg += ": not a version 1 ptdp checkpoint";
+        throw_error(ErrorCode::Io, msg);
+      }
+      check_config(config_from_json(md.at("model"), source), model.config(), source);
+      if (optimizer) {
+        const nlohmann::json& o = md.at("optimizer");
+        if (o.is_null()) {
+          std::string msg = "the checkpoint " + source;
+          msg += " holds no optimizer state (saved without an optimizer)";
+          throw_error(ErrorCode::InvalidArgument, msg);
+        }
+        if (o.at("state").get<std::vector<std::string>>() != states) {
+          std::string msg = "the checkpoint " + source;
+          msg += " holds optimizer state " + o.at("state").dump();
+          msg += " (" + o.at("kind").get<std::string>();
+          msg += "); this optimizer keeps " + nlohmann::json(states).dump();
+          throw_error(ErrorCode::InvalidArgument, msg);
+        }
+        counters.steps = o.at("steps").get<int64_t>();
+        counters.skipped = o.at("skipped_iterations").get<int64_t>();
+        counters.loss_scale = o.at("loss_scale").get<float>();
+        counters.growth_tracker = o.at("growth_tracker").get<int>();
+        counters.hysteresis_left = o.at("hysteresis_left").get<int>();
+      }
+      state.iteration = md.at("iteration").get<int64_t>();
+      state.consumed_train_samples = md.at("consumed_train_samples").get<int64_t>();
+      state.consumed_valid_samples = md.at("consumed_valid_samples").get<int64_t>();
+      reader.set_tensor_map(TensorMap::from_json(md.at("tensors"), source));
+      // Every file the manifest lists must be sound, whether or not this layout reads it.
+      if (g.rank(GroupKind::World) == 0) {
+        for (const auto& f : md.at("files")) reader.verify(f.get<std::string>());
+      }
+    } catch (const nlohmann::json::exception& e) {
+      std::string msg = source;
+      msg += ": malformed metadata: ";
+      msg += e.what();
+      throw_error(ErrorCode::Io, msg);
+    }
+    for (std::size_t j = 0; j < model.chunks().size(); ++j) {
+      const ParamTable& table = model.chunks()[j]->params();
+      params[j].assign(static_cast<std::size_t>(table.capacity()), 0.0f);
+      for (std::size_t k = 0; k < states.size(); ++k) moments[j].emplace_back(static_cast<std::size_t>(table.capacity()), 0.0f);
+      for (int i = 0; i < table.size(); ++i) {
+        const ParamInfo& info = table.info(i);
+        read_slice(reader, info.name, info, params[j].data() + info.offset);
+        for (std::size_t k = 0; k < states.size(); ++k)
+          read_slice(reader, state_tensor(states[k], info.name), info, moments[j][k].data() + info.offset);
+      }
+    }
+  });
+
+  for (std::size_t j = 0; j < model.chunks().size(); ++j) {
+    const ParamTable& table = model.chunks()[j]->params();
+    std::copy(params[j].begin(), params[j].end(), table.flat_params().data<float>());
+    for (std::size_t k = 0; k < states.size(); ++k)
+      optimizer->set_state(static_cast<int>(j), static_cast<int>(k), moments[j][k].data());
+  }
+  if (optimizer) optimizer->restore(counters);
+  return state;
+}
+
+GptConfig read_checkpoint_config(const std::string& dir, int64_t* iteration) {
+  CheckpointReader reader(dir);
+  const nlohmann::json md = reader.read_metadata();
+  const std::string source = reader.path_for(kMetadataFile);
+  if (!md.contains("model")) {
+    std::string msg = source;
+    msg += ": no \"model\" entry";
+    throw_error(ErrorCode::Io, msg);
+  }
+  if (iteration) *iteration = reader.iteration();
+  return config_from_json(md.at("model"), source);
+}
+
+}  // namespace ptdp

@@ -1,1 +1,543 @@
-// placeholder
+#include "core/train/checkpoint_files.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <tuple>
+#include <sstream>
+#include <utility>
+
+#include "kernels/error.h"
+
+namespace ptdp {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Concatenates anything streamable (GCC 12's -Wrestrict misfires on long string + chains).
+template <typename... Parts>
+std::string cat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+[[noreturn]] void io_error(const std::string& path, const std::string& what) {
+  throw_error(ErrorCode::Io, cat(path, ": ", what));
+}
+
+std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
+
+std::string block_string(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+  return cat("rows [", r0, ", ", r1, ") x cols [", c0, ", ", c1, ")");
+}
+
+std::string to_hex(const unsigned char* digest, unsigned n) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s(2 * n, '0');
+  for (unsigned i = 0; i < n; ++i) {
+    s[2 * i] = kHex[digest[i] >> 4];
+    s[2 * i + 1] = kHex[digest[i] & 15];
+  }
+  return s;
+}
+
+// Owns an EVP_MD_CTX for one SHA-256 computation.
+class Sha256 {
+ public:
+  Sha256() : ctx_(EVP_MD_CTX_new()) {
+    if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1)
+      throw_error(ErrorCode::Internal, "OpenSSL could not start a SHA-256 digest");
+  }
+  ~Sha256() { EVP_MD_CTX_free(ctx_); }
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  void update(const void* data, std::size_t n) {
+    if (n > 0 && EVP_DigestUpdate(ctx_, data, n) != 1) throw_error(ErrorCode::Internal, "OpenSSL SHA-256 update failed");
+  }
+  std::string hex() {
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned n = 0;
+    if (EVP_DigestFinal_ex(ctx_, digest, &n) != 1) throw_error(ErrorCode::Internal, "OpenSSL SHA-256 final failed");
+    return to_hex(digest, n);
+  }
+
+ private:
+  EVP_MD_CTX* ctx_;
+};
+
+void check_file_name(const std::string& name) {
+  PTDP_CHECK_ARG(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+                     name.find('\n') == std::string::npos && name.find('\r') == std::string::npos,
+                 cat("bad checkpoint file name '", name, "': it must be a plain file name"));
+}
+
+bool is_lower_hex64(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+// Parses "<64 hex>  <name>" (or "<64 hex> *<name>", sha256sum's binary mode) lines.
+std::map<std::string, std::string> parse_manifest(const std::string& path, const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(text);
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    if (line.size() < 67 || line[64] != ' ' || (line[65] != ' ' && line[65] != '*'))
+      io_error(path, cat("bad manifest line ", line_no, ": '", line, "' is not '<sha256>  <file name>'"));
+    std::string hash = line.substr(0, 64);
+    std::transform(hash.begin(), hash.end(), hash.begin(), [](char c) { return static_cast<char>(std::tolower(c)); });
+    if (!is_lower_hex64(hash)) io_error(path, cat("bad manifest line ", line_no, ": '", line.substr(0, 64), "' is not a SHA-256"));
+    const std::string name = line.substr(66);
+    if (!out.emplace(name, hash).second) io_error(path, cat("manifest lists '", name, "' twice"));
+  }
+  return out;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) io_error(path, "missing");
+    io_error(path, cat("cannot open: ", std::strerror(errno)));
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  if (in.bad()) io_error(path, "read failed");
+  return s.str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// SHA-256
+
+std::string sha256_bytes(const void* data, std::size_t n) {
+  PTDP_CHECK_ARG(data != nullptr || n == 0, std::string("sha256_bytes: data is NULL"));
+  Sha256 h;
+  h.update(data, n);
+  return h.hex();
+}
+
+std::string sha256_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) io_error(path, "missing");
+    io_error(path, cat("cannot open: ", std::strerror(errno)));
+  }
+  std::vector<unsigned char> buf(std::size_t{1} << 20);
+  Sha256 h;
+  for (;;) {
+    const ssize_t r = ::read(fd, buf.data(), buf.size());
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      io_error(path, cat("read failed: ", std::strerror(err)));
+    }
+    if (r == 0) break;
+    h.update(buf.data(), static_cast<std::size_t>(r));
+  }
+  ::close(fd);
+  return h.hex();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names and the directory protocol
+
+std::string checkpoint_iter_name(int64_t iteration) {
+  PTDP_CHECK_ARG(iteration >= 0, cat("checkpoint iteration must be >= 0, got ", iteration));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "iter_%07lld", static_cast<long long>(iteration));
+  return buf;
+}
+
+std::string checkpoint_iter_dir(const std::string& dir, int64_t iteration) {
+  return join(dir, checkpoint_iter_name(iteration));
+}
+
+std::string checkpoint_tmp_dir(const std::string& dir, int64_t iteration) {
+  return checkpoint_iter_dir(dir, iteration) + ".tmp";
+}
+
+std::string checkpoint_tracker_path(const std::string& dir) { return join(dir, kTrackerFile); }
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) io_error(path, "missing");
+    io_error(path, cat("cannot open to sync: ", std::strerror(errno)));
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    io_error(path, cat("fsync failed: ", std::strerror(err)));
+  }
+  ::close(fd);
+}
+
+void write_file_synced(const std::string& path, const std::string& content) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) io_error(path, cat("cannot create: ", std::strerror(errno)));
+  const char* p = content.data();
+  std::size_t left = content.size();
+  while (left > 0) {
+    const ssize_t w = ::write(fd, p, left);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      io_error(path, cat("write failed: ", std::strerror(err)));
+    }
+    p += w;
+    left -= static_cast<std::size_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    const int err = errno;
+    ::close(fd);
+    io_error(path, cat("fsync failed: ", std::strerror(err)));
+  }
+  if (::close(fd) != 0) io_error(path, cat("close failed: ", std::strerror(errno)));
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = path + ".tmp";
+  write_file_synced(tmp, content);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    io_error(path, cat("cannot rename ", tmp, " over it: ", std::strerror(err)));
+  }
+  std::string parent = fs::path(path).parent_path().string();
+  fsync_path(parent.empty() ? "." : parent);
+}
+
+void prepare_tmp_dir(const std::string& dir, int64_t iteration) {
+  const std::string tmp = checkpoint_tmp_dir(dir, iteration);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) io_error(dir, cat("cannot create the checkpoint directory: ", ec.message()));
+  fs::remove_all(tmp, ec);
+  if (ec) io_error(tmp, cat("cannot remove the stale directory of an interrupted save: ", ec.message()));
+  if (!fs::create_directory(tmp, ec) || ec)
+    io_error(tmp, cat("cannot create: ", ec ? ec.message() : std::string("it already exists")));
+}
+
+void finalize_checkpoint(const std::string& dir, int64_t iteration, const std::vector<std::string>& files) {
+  const std::string tmp = checkpoint_tmp_dir(dir, iteration);
+  const std::string final_dir = checkpoint_iter_dir(dir, iteration);
+  std::vector<std::string> sorted = files;
+  std::sort(sorted.begin(), sorted.end());
+  for (std::size_t i = 0; i < sorted.size(); ++i) {
+    check_file_name(sorted[i]);
+    PTDP_CHECK_ARG(sorted[i] != kManifestFile, cat("'", kManifestFile, "' is written by finalize_checkpoint itself"));
+    PTDP_CHECK_ARG(i == 0 || sorted[i] != sorted[i - 1], cat("checkpoint file '", sorted[i], "' listed twice"));
+  }
+  std::error_code ec;
+  if (!fs::is_directory(tmp, ec)) io_error(tmp, "missing (prepare_tmp_dir was not called, or the directory was removed)");
+
+  std::string manifest;
+  for (const std::string& name : sorted) {
+    const std::string path = join(tmp, name);
+    if (!fs::is_regular_file(path, ec)) io_error(path, "missing");
+    fsync_path(path);
+    manifest += sha256_file(path);
+    manifest += "  ";
+    manifest += name;
+    manifest += '\n';
+  }
+  write_file_synced(join(tmp, kManifestFile), manifest);
+  fsync_path(tmp);
+
+  if (fs::exists(final_dir, ec)) {
+    fs::remove_all(final_dir, ec);
+    if (ec) io_error(final_dir, cat("cannot remove the older checkpoint of the same iteration: ", ec.message()));
+  }
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
+    io_error(final_dir, cat("cannot rename ", tmp, " to it: ", std::strerror(errno)));
+  fsync_path(dir);
+  write_file_atomic(checkpoint_tracker_path(dir), std::to_string(iteration));
+}
+
+int64_t read_latest_iteration(const std::string& dir) {
+  const std::string tracker = checkpoint_tracker_path(dir);
+  std::error_code ec;
+  if (!fs::exists(tracker, ec)) io_error(cat("no checkpoint in ", dir), cat(tracker, " is missing"));
+  const std::string text = read_text(tracker);
+  const auto first = text.find_first_not_of(" \t\r\n");
+  const auto last = text.find_last_not_of(" \t\r\n");
+  const std::string trimmed = first == std::string::npos ? std::string() : text.substr(first, last - first + 1);
+  int64_t it = -1;
+  const auto [end, err] = std::from_chars(trimmed.data(), trimmed.data() + trimmed.size(), it);
+  if (trimmed.empty() || err != std::errc() || end != trimmed.data() + trimmed.size() || it < 0)
+    io_error(tracker, cat("cannot parse an iteration number from '", trimmed, "'"));
+  return it;
+}
+
+void CheckpointDirWriter::begin(const std::string& dir, int64_t iteration) {
+  (void)checkpoint_iter_name(iteration);  // rejects a negative iteration before touching disk
+  prepare_tmp_dir(dir, iteration);
+  dir_ = dir;
+  iteration_ = iteration;
+  finalized_ = false;
+}
+
+void CheckpointDirWriter::check_begun(const char* what) const {
+  if (iteration_ < 0) throw_error(ErrorCode::InvalidState, cat("CheckpointDirWriter::", what, " before begin()"));
+  if (finalized_) throw_error(ErrorCode::InvalidState, cat("CheckpointDirWriter::", what, " after finalize()"));
+}
+
+std::string CheckpointDirWriter::path_for(const std::string& filename) const {
+  check_begun("path_for");
+  check_file_name(filename);
+  return join(checkpoint_tmp_dir(dir_, iteration_), filename);
+}
+
+void CheckpointDirWriter::finalize(const std::vector<std::string>& files) {
+  check_begun("finalize");
+  finalize_checkpoint(dir_, iteration_, files);
+  finalized_ = true;
+}
+
+std::string CheckpointDirWriter::iter_dir() const {
+  if (iteration_ < 0) throw_error(ErrorCode::InvalidState, "CheckpointDirWriter::iter_dir before begin()");
+  return checkpoint_iter_dir(dir_, iteration_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor map
+
+void TensorMap::add_tensor(const std::string& name, const std::vector<int64_t>& shape, StDType dtype) {
+  PTDP_CHECK_ARG(!name.empty(), std::string("tensor map: empty tensor name"));
+  PTDP_CHECK_ARG(shape.size() <= 2, cat("tensor map: '", name, "' has ", shape.size(), " dims; at most 2 are supported"));
+  (void)st_numel(shape);
+  (void)st_dtype_size(dtype);
+  const auto it = entries_.find(name);
+  if (it != entries_.end()) {
+    PTDP_CHECK_ARG(it->second.shape == shape && it->second.dtype == dtype,
+                   cat("tensor map: '", name, "' declared again with another shape or dtype"));
+    return;
+  }
+  TensorEntry e;
+  e.shape = shape;
+  e.dtype = dtype;
+  entries_.emplace(name, std::move(e));
+}
+
+void TensorMap::add_piece(const std::string& global_name, const TensorPiece& piece) {
+  const auto it = entries_.find(global_name);
+  PTDP_CHECK_ARG(it != entries_.end(), cat("tensor map: piece of undeclared tensor '", global_name, "'"));
+  TensorEntry& e = it->second;
+  PTDP_CHECK_ARG(!piece.file.empty() && !piece.name.empty(),
+                 cat("tensor map: piece of '", global_name, "' without a file or tensor name"));
+  PTDP_CHECK_ARG(0 <= piece.r0 && piece.r0 <= piece.r1 && piece.r1 <= e.rows() && 0 <= piece.c0 &&
+                     piece.c0 <= piece.c1 && piece.c1 <= e.cols(),
+                 cat("tensor map: piece ", block_string(piece.r0, piece.r1, piece.c0, piece.c1), " of '", global_name,
+                     "' lies outside its ", e.rows(), " x ", e.cols()));
+  e.pieces.push_back(piece);
+}
+
+const TensorEntry& TensorMap::at(const std::string& name) const {
+  const auto it = entries_.find(name);
+  PTDP_CHECK_ARG(it != entries_.end(), cat("tensor '", name, "' is not in the checkpoint"));
+  return it->second;
+}
+
+nlohmann::json TensorMap::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, e] : entries_) {
+    nlohmann::json pieces = nlohmann::json::array();
+    for (const TensorPiece& p : e.pieces)
+      pieces.push_back({{"file", p.file}, {"name", p.name}, {"rows", {p.r0, p.r1}}, {"cols", {p.c0, p.c1}}});
+    j[name] = {{"shape", e.shape}, {"dtype", st_dtype_name(e.dtype)}, {"pieces", std::move(pieces)}};
+  }
+  return j;
+}
+
+TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& source) {
+  TensorMap map;
+  if (!j.is_object()) io_error(source, "the tensor map is not a JSON object");
+  for (const auto& [name, e] : j.items()) {
+    const std::string where = cat("tensor map entry '", name, "'");
+    try {
+      const auto range = [&](const nlohmann::json& r, const char* what) {
+        if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
+          io_error(source, cat(where, ": ", what, " is not a pair of integers"));
+        return std::pair<int64_t, int64_t>(r[0].get<int64_t>(), r[1].get<int64_t>());
+      };
+      if (!e.is_object() || !e.contains("shape") || !e.contains("dtype") || !e.contains("pieces"))
+        io_error(source, cat(where, " needs shape, dtype and pieces"));
+      if (!e["shape"].is_array() || !e["dtype"].is_string() || !e["pieces"].is_array())
+        io_error(source, cat(where, ": shape must be an array, dtype a string, pieces an array"));
+      std::vector<int64_t> shape;
+      for (const nlohmann::json& d : e["shape"]) {
+        if (!d.is_number_integer()) io_error(source, cat(where, ": shape ", e["shape"].dump(), " is not integers"));
+        shape.push_back(d.get<int64_t>());
+      }
+      const auto dtype = st_dtype_parse(e["dtype"].get<std::string>());
+      if (!dtype) io_error(source, cat(where, ": unknown dtype '", e["dtype"].get<std::string>(), "'"));
+      map.add_tensor(name, shape, *dtype);
+      for (const nlohmann::json& p : e["pieces"]) {
+        if (!p.is_object() || !p.contains("file") || !p.contains("name") || !p.contains("rows") || !p.contains("cols") ||
+            !p["file"].is_string() || !p["name"].is_string())
+          io_error(source, cat(where, ": a piece needs file and name strings, rows and cols"));
+        TensorPiece piece;
+        piece.file = p["file"].get<std::string>();
+        piece.name = p["name"].get<std::string>();
+        std::tie(piece.r0, piece.r1) = range(p["rows"], "rows");
+        std::tie(piece.c0, piece.c1) = range(p["cols"], "cols");
+        map.add_piece(name, piece);
+      }
+    } catch (const Error& err) {
+      if (err.code() != ErrorCode::InvalidArgument) throw;
+      io_error(source, err.what());
+    } catch (const nlohmann::json::exception& err) {
+      io_error(source, cat(where, ": ", err.what()));
+    }
+  }
+  return map;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+CheckpointReader::CheckpointReader(const std::string& dir) {
+  open(dir, read_latest_iteration(dir), cat("named by ", checkpoint_tracker_path(dir)));
+}
+
+CheckpointReader::CheckpointReader(const std::string& dir, int64_t iteration) { open(dir, iteration, "requested"); }
+
+void CheckpointReader::open(const std::string& dir, int64_t iteration, const std::string& named_by) {
+  dir_ = dir;
+  iteration_ = iteration;
+  iter_dir_ = checkpoint_iter_dir(dir, iteration);
+  std::error_code ec;
+  if (!fs::is_directory(iter_dir_, ec)) io_error(iter_dir_, cat("missing: no checkpoint of iteration ", iteration, " (", named_by, ")"));
+  const std::string manifest_path = join(iter_dir_, kManifestFile);
+  if (!fs::exists(manifest_path, ec)) io_error(manifest_path, "missing; the checkpoint cannot be verified");
+  manifest_ = parse_manifest(manifest_path, read_text(manifest_path));
+}
+
+std::string CheckpointReader::path_for(const std::string& filename) const {
+  check_file_name(filename);
+  return join(iter_dir_, filename);
+}
+
+void CheckpointReader::verify_locked(const std::string& filename) {
+  if (verified_.count(filename)) return;
+  const std::string path = path_for(filename);
+  const auto it = manifest_.find(filename);
+  if (it == manifest_.end()) io_error(path, cat("not listed in ", join(iter_dir_, kManifestFile)));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) io_error(path, cat("missing (listed in ", join(iter_dir_, kManifestFile), ")"));
+    io_error(path, cat("cannot stat: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) io_error(path, "not a regular file");
+  if (st.st_size == 0) io_error(path, "empty (0 bytes)");
+  const std::string found = sha256_file(path);
+  if (found != it->second)
+    io_error(path, cat("SHA-256 mismatch: expected ", it->second, ", found ", found, " (", st.st_size, " bytes)"));
+  verified_[filename] = true;
+}
+
+void CheckpointReader::verify(const std::string& filename) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  verify_locked(filename);
+}
+
+void CheckpointReader::verify_all() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& entry : manifest_) verify_locked(entry.first);
+}
+
+nlohmann::json CheckpointReader::read_metadata() {
+  verify("metadata.json");
+  const std::string path = path_for("metadata.json");
+  nlohmann::json j = nlohmann::json::parse(read_text(path), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) io_error(path, "invalid JSON");
+  return j;
+}
+
+const SafetensorsFile& CheckpointReader::file(const std::string& filename) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = files_.find(filename);
+  if (it != files_.end()) return *it->second;
+  verify_locked(filename);
+  auto f = std::make_unique<SafetensorsFile>(path_for(filename));
+  return *files_.emplace(filename, std::move(f)).first->second;
+}
+
+void CheckpointReader::set_tensor_map(TensorMap map) { map_ = std::move(map); }
+
+void CheckpointReader::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* out) {
+  const TensorEntry& e = map_.at(name);
+  PTDP_CHECK_ARG(0 <= r0 && r0 <= r1 && r1 <= e.rows() && 0 <= c0 && c0 <= c1 && c1 <= e.cols(),
+                 cat("tensor '", name, "': block ", block_string(r0, r1, c0, c1), " lies outside its ", e.rows(), " x ",
+                     e.cols()));
+  if (r0 == r1 || c0 == c1) return;
+  PTDP_CHECK_ARG(out != nullptr, cat("tensor '", name, "': output is NULL"));
+  const int64_t h = r1 - r0, w = c1 - c0;
+
+  // Choose pieces by geometry alone first, so an uncovered block fails before any I/O.
+  std::vector<char> covered(static_cast<std::size_t>(h * w), 0);
+  std::vector<const TensorPiece*> chosen;
+  for (const TensorPiece& p : e.pieces) {
+    const int64_t ir0 = std::max(r0, p.r0), ir1 = std::min(r1, p.r1);
+    const int64_t ic0 = std::max(c0, p.c0), ic1 = std::min(c1, p.c1);
+    if (ir0 >= ir1 || ic0 >= ic1) continue;
+    bool useful = false;
+    for (int64_t r = ir0; r < ir1; ++r)
+      for (int64_t c = ic0; c < ic1; ++c) {
+        char& cell = covered[static_cast<std::size_t>((r - r0) * w + (c - c0))];
+        useful = useful || cell == 0;
+        cell = 1;
+      }
+    if (useful) chosen.push_back(&p);
+  }
+  const auto hole = std::find(covered.begin(), covered.end(), 0);
+  if (hole != covered.end()) {
+    const int64_t at = hole - covered.begin();
+    throw_error(ErrorCode::InvalidArgument,
+                cat("tensor '", name, "': block ", block_string(r0, r1, c0, c1), " is not covered by the checkpoint (",
+                    "element [", r0 + at / w, ", ", c0 + at % w, "] is in no stored piece)"));
+  }
+
+  std::vector<float> staging;
+  for (const TensorPiece* p : chosen) {
+    const SafetensorsFile& f = file(p->file);
+    const std::string piece_desc = cat("piece ", block_string(p->r0, p->r1, p->c0, p->c1), " of '", name, "'");
+    if (!f.has(p->name)) io_error(f.path(), cat("no tensor '", p->name, "' (", piece_desc, ")"));
+    const SafetensorsTensorInfo& t = f.info(p->name);
+    if (t.rows() != p->r1 - p->r0 || t.cols() != p->c1 - p->c0)
+      io_error(f.path(), cat("tensor '", p->name, "' is ", t.rows(), " x ", t.cols(), ", but it should hold ", piece_desc));
+    const int64_t ir0 = std::max(r0, p->r0), ir1 = std::min(r1, p->r1);
+    const int64_t ic0 = std::max(c0, p->c0), ic1 = std::min(c1, p->c1);
+    if (ic0 == c0 && ic1 == c1) {  // full rows of the output block: read in place
+      f.read_block_f32(p->name, ir0 - p->r0, ir1 - p->r0, ic0 - p->c0, ic1 - p->c0, out + (ir0 - r0) * w);
+      continue;
+    }
+    const int64_t iw = ic1 - ic0;
+    staging.resize(static_cast<std::size_t>((ir1 - ir0) * iw));
+    f.read_block_f32(p->name, ir0 - p->r0, ir1 - p->r0, ic0 - p->c0, ic1 - p->c0, staging.data());
+    for (int64_t r = ir0; r < ir1; ++r)
+      std::copy_n(staging.data() + (r - ir0) * iw, iw, out + (r - r0) * w + (ic0 - c0));
+  }
+}
+
+}  // namespace ptdp

@@ -1,1 +1,799 @@
-// placeholder
+// ptdp-train's flags. One table describes every flag (name, group, meaning, how its value is read
+// and checked, how it reads back as JSON); the parser, the help text and the JSON export all walk
+// that table, so they cannot disagree.
+//
+// CLI11 matches the flags and collects their values. It never sees anything ambiguous: a first
+// walk over the tokens turns `--flag value` into `--flag=value` (so values may start with '-'),
+// and reports unknown flags, missing values and values given to boolean flags in our own words,
+// naming the flag. Values are converted and range-checked by the table, then the flags are
+// checked against each other.
+#include "core/train/train_args.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include <CLI/CLI.hpp>
+
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+using nlohmann::json;
+
+// Joins string pieces. Building messages piecewise also sidesteps GCC 12's false -Wrestrict on
+// `"literal" + std::string + ...` chains.
+template <typename... Parts>
+std::string cat(const Parts&... parts) {
+  std::string s;
+  ((s += parts), ...);
+  return s;
+}
+
+[[noreturn]] void fail(const std::string& message) { throw_error(ErrorCode::InvalidArgument, message); }
+
+/// "--flag: 'value' why".
+[[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& why) {
+  fail(cat("--", flag, ": '", value, "' ", why));
+}
+
+template <typename T>
+T to_integer(const std::string& flag, const std::string& value) {
+  T v{};
+  const char* first = value.data();
+  const char* last = first + value.size();
+  const auto [end, ec] = std::from_chars(first, last, v);
+  if (ec == std::errc::result_out_of_range) {
+    bad_value(flag, value, cat("is out of range [", std::to_string(std::numeric_limits<T>::min()), ", ",
+                               std::to_string(std::numeric_limits<T>::max()), "]"));
+  }
+  if (ec != std::errc() || end != last) {
+    bad_value(flag, value, std::is_unsigned_v<T> ? "is not a non-negative integer" : "is not an integer");
+  }
+  return v;
+}
+
+double to_number(const std::string& flag, const std::string& value) {
+  double v = 0;
+  const char* first = value.data();
+  const char* last = first + value.size();
+  const auto [end, ec] = std::from_chars(first, last, v);
+  if (ec == std::errc::result_out_of_range) bad_value(flag, value, "is out of range for a double");
+  if (ec != std::errc() || end != last) bad_value(flag, value, "is not a number");
+  if (!std::isfinite(v)) bad_value(flag, value, "is not a finite number");
+  return v;
+}
+
+enum class Group : int { Model, Parallel, Training, Optimizer, MixedPrecision, Data, Checkpoint, Logging, Ptdp };
+constexpr int kNumGroups = 9;
+constexpr const char* kGroupTitles[kNumGroups] = {
+    "Model", "Parallelism", "Training", "Optimizer and learning rate", "Mixed precision", "Data", "Checkpoints",
+    "Logging and evaluation", "ptdp"};
+
+struct Flag {
+  std::string name;     // without the leading dashes
+  Group group = Group::Model;
+  std::string metavar;  // empty: a boolean flag, which takes no value
+  std::string help;
+  std::string default_note;  // shown after the default in --help
+  std::function<void(TrainArgs&, const std::string&)> set;  // value flags
+  std::function<void(TrainArgs&)> set_on;                   // boolean flags
+  std::function<json(const TrainArgs&)> get;
+
+  bool is_boolean() const { return metavar.empty(); }
+};
+
+struct Check {
+  std::function<bool(double)> ok;
+  const char* want;
+};
+const Check kPositive{[](double v) { return v > 0; }, "must be > 0"};
+const Check kNonNegative{[](double v) { return v >= 0; }, "must be >= 0"};
+const Check kProbability{[](double v) { return v >= 0 && v < 1; }, "must be in [0, 1)"};
+const Check kAny{[](double) { return true; }, ""};
+
+Flag head(std::string name, Group group, std::string metavar, std::string help, std::string note = "") {
+  Flag f;
+  f.name = std::move(name);
+  f.group = group;
+  f.metavar = std::move(metavar);
+  f.help = std::move(help);
+  f.default_note = std::move(note);
+  return f;
+}
+
+template <typename T>
+Flag integer(std::string name, Group group, std::string help, T TrainArgs::*field, Check check,
+             std::string note = "") {
+  Flag f = head(std::move(name), group, "N", std::move(help), std::move(note));
+  f.set = [n = f.name, field, check](TrainArgs& a, const std::string& v) {
+    const T x = to_integer<T>(n, v);
+    if (!check.ok(static_cast<double>(x))) bad_value(n, v, check.want);
+    a.*field = x;
+  };
+  f.get = [field](const TrainArgs& a) { return json(a.*field); };
+  return f;
+}
+
+template <typename T>
+Flag optional_integer(std::string name, Group group, std::string help, std::optional<T> TrainArgs::*field,
+                      Check check, std::string note) {
+  Flag f = head(std::move(name), group, "N", std::move(help), std::move(note));
+  f.set = [n = f.name, field, check](TrainArgs& a, const std::string& v) {
+    const T x = to_integer<T>(n, v);
+    if (!check.ok(static_cast<double>(x))) bad_value(n, v, check.want);
+    a.*field = x;
+  };
+  f.get = [field](const TrainArgs& a) { return (a.*field).has_value() ? json(*(a.*field)) : json(nullptr); };
+  return f;
+}
+
+// `single`: the value ends up in a float (the model and optimizer structs), so the check applies
+// to the float it becomes too (0.99999999999 is 1 as a float).
+double checked_number(const std::string& flag, const std::string& value, const Check& check, bool single) {
+  const double x = to_number(flag, value);
+  if (single) {
+    const float f = static_cast<float>(x);
+    if (!std::isfinite(f)) bad_value(flag, value, "is out of range for a float");
+    if (!check.ok(static_cast<double>(f))) bad_value(flag, value, cat(check.want, " (as a float)"));
+  }
+  if (!check.ok(x)) bad_value(flag, value, check.want);
+  return x;
+}
+
+Flag number(std::string name, Group group, std::string metavar, std::string help, double TrainArgs::*field,
+            Check check, bool single, std::string note = "") {
+  Flag f = head(std::move(name), group, std::move(metavar), std::move(help), std::move(note));
+  f.set = [n = f.name, field, check, single](TrainArgs& a, const std::string& v) {
+    a.*field = checked_number(n, v, check, single);
+  };
+  f.get = [field](const TrainArgs& a) { return json(a.*field); };
+  return f;
+}
+
+Flag optional_number(std::string name, Group group, std::string metavar, std::string help,
+                     std::optional<double> TrainArgs::*field, Check check, bool single, std::string note) {
+  Flag f = head(std::move(name), group, std::move(metavar), std::move(help), std::move(note));
+  f.set = [n = f.name, field, check, single](TrainArgs& a, const std::string& v) {
+    a.*field = checked_number(n, v, check, single);
+  };
+  f.get = [field](const TrainArgs& a) { return (a.*field).has_value() ? json(*(a.*field)) : json(nullptr); };
+  return f;
+}
+
+/// A path or name; empty means "not given" (an empty value never gets this far).
+Flag text(std::string name, Group group, std::string metavar, std::string help, std::string TrainArgs::*field,
+          std::string note = "") {
+  Flag f = head(std::move(name), group, std::move(metavar), std::move(help), std::move(note));
+  f.set = [field](TrainArgs& a, const std::string& v) { a.*field = v; };
+  f.get = [field](const TrainArgs& a) { return (a.*field).empty() ? json(nullptr) : json(a.*field); };
+  return f;
+}
+
+Flag boolean(std::string name, Group group, std::string help, bool TrainArgs::*field, std::string note = "") {
+  Flag f = head(std::move(name), group, "", std::move(help), std::move(note));
+  f.set_on = [field](TrainArgs& a) { a.*field = true; };
+  f.get = [field](const TrainArgs& a) { return json(a.*field); };
+  return f;
+}
+
+template <typename E>
+using Choices = std::vector<std::pair<std::string, E>>;
+
+template <typename E>
+std::string choice_list(const Choices<E>& choices, const char* separator) {
+  std::string s;
+  for (const auto& c : choices) {
+    if (!s.empty()) s += separator;
+    s += c.first;
+  }
+  return s;
+}
+
+template <typename E>
+Flag choice(std::string name, Group group, std::string help, E TrainArgs::*field, Choices<E> choices) {
+  Flag f = head(std::move(name), group, cat("{", choice_list(choices, ","), "}"), std::move(help));
+  f.set = [n = f.name, field, choices](TrainArgs& a, const std::string& v) {
+    for (const auto& c : choices) {
+      if (c.first == v) {
+        a.*field = c.second;
+        return;
+      }
+    }
+    bad_value(n, v, cat("is not one of ", choice_list(choices, ", ")));
+  };
+  f.get = [field, choices](const TrainArgs& a) {
+    for (const auto& c : choices) {
+      if (c.second == a.*field) return json(c.first);
+    }
+    return json(nullptr);
+  };
+  return f;
+}
+
+/// Megatron's --split: up to three non-negative weights separated by ',' or '/', padded with 0
+/// (as Megatron does); returned as "w0,w1,w2" with each weight as written.
+std::string normalise_split(const std::string& value) {
+  const std::string flag = "split";
+  const std::string want = "is not three non-negative weights separated by ',' or '/' (e.g. 969,30,1)";
+  const char separator = value.find(',') != std::string::npos ? ',' : '/';
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = value.find(separator, start);
+    std::string part = value.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::size_t lo = part.find_first_not_of(" \t");
+    const std::size_t hi = part.find_last_not_of(" \t");
+    part = lo == std::string::npos ? std::string() : part.substr(lo, hi - lo + 1);
+    parts.push_back(part);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  if (parts.size() > 3) bad_value(flag, value, cat("has ", std::to_string(parts.size()), " weights; at most 3"));
+  double total = 0;
+  for (const std::string& p : parts) {
+    double w = 0;
+    const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), w);
+    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || !std::isfinite(w) || w < 0) {
+      bad_value(flag, value, want);
+    }
+    total += w;
+  }
+  if (total <= 0) bad_value(flag, value, "has only zero weights; at least one split needs samples");
+  while (parts.size() < 3) parts.push_back("0");
+  return cat(parts[0], ",", parts[1], ",", parts[2]);
+}
+
+std::vector<Flag> make_flags() {
+  using G = Group;
+  std::vector<Flag> v;
+  // Model.
+  v.push_back(integer("num-layers", G::Model, "Transformer layers.", &TrainArgs::num_layers, kPositive));
+  v.push_back(integer("hidden-size", G::Model, "Hidden size h.", &TrainArgs::hidden_size, kPositive));
+  v.push_back(integer("ffn-hidden-size", G::Model, "MLP hidden size; 0 means 4 * hidden-size.",
+                      &TrainArgs::ffn_hidden_size, kNonNegative));
+  v.push_back(integer("num-attention-heads", G::Model, "Attention heads; must divide hidden-size.",
+                      &TrainArgs::num_attention_heads, kPositive));
+  v.push_back(integer("seq-length", G::Model, "Tokens per sample s.", &TrainArgs::seq_length, kPositive));
+  v.push_back(integer("max-position-embeddings", G::Model,
+                      "Rows of the learned position table, >= seq-length; 0 means seq-length.",
+                      &TrainArgs::max_position_embeddings, kNonNegative));
+  v.push_back(integer("vocab-size", G::Model, "True vocabulary size V; every token id must be below it.",
+                      &TrainArgs::vocab_size, kPositive));
+  v.push_back(integer("make-vocab-size-divisible-by", G::Model,
+                      "Pad the vocabulary to a multiple of this times tensor-model-parallel-size.",
+                      &TrainArgs::make_vocab_size_divisible_by, kPositive));
+  v.push_back(number("init-method-std", G::Model, "X",
+                     "Standard deviation of the normal weight init (output projections: X / sqrt(2 * num-layers)).",
+                     &TrainArgs::init_method_std, kPositive, true));
+  v.push_back(number("hidden-dropout", G::Model, "P", "Dropout probability after attention and MLP, in [0, 1).",
+                     &TrainArgs::hidden_dropout, kProbability, true));
+  v.push_back(number("attention-dropout", G::Model, "P", "Dropout probability of the attention weights, in [0, 1).",
+                     &TrainArgs::attention_dropout, kProbability, true));
+  v.push_back(number("layernorm-epsilon", G::Model, "X", "LayerNorm epsilon.", &TrainArgs::layernorm_epsilon,
+                     kPositive, true));
+  v.push_back(boolean("untie-embeddings-and-output-weights", G::Model,
+                      "Give the LM head its own weights instead of reusing the word embedding.",
+                      &TrainArgs::untie_embeddings_and_output_weights));
+  v.push_back(choice("recompute-granularity", G::Model,
+                     "Activation recomputation: full re-runs each layer's forward before its backward, selective "
+                     "only the attention probabilities; none keeps every activation.",
+                     &TrainArgs::recompute_granularity,
+                     Choices<Recompute>{{"none", Recompute::None}, {"full", Recompute::Full},
+                                        {"selective", Recompute::Selective}}));
+  // Parallelism.
+  v.push_back(integer("tensor-model-parallel-size", G::Parallel, "Tensor-parallel size t.",
+                      &TrainArgs::tensor_model_parallel_size, kPositive));
+  v.push_back(integer("pipeline-model-parallel-size", G::Parallel,
+                      "Pipeline-parallel size p; must divide num-layers. The data-parallel size is "
+                      "world / (t * p).",
+                      &TrainArgs::pipeline_model_parallel_size, kPositive));
+  v.push_back(optional_integer("num-layers-per-virtual-pipeline-stage", G::Parallel,
+                               "Layers per model chunk: v = num-layers / (p * N) chunks per pipeline rank, run "
+                               "with the interleaved 1F1B schedule when v > 1.",
+                               &TrainArgs::num_layers_per_virtual_pipeline_stage, kPositive, "v = 1"));
+  v.push_back(choice("pipeline-schedule", G::Parallel,
+                     "[ptdp] Pipeline schedule: 1F1B (PipeDream-Flush), GPipe, or zero-bubble ZB-H1; interleaved "
+                     "1F1B whenever v > 1 (which only 1f1b allows).",
+                     &TrainArgs::pipeline_schedule,
+                     Choices<ScheduleKind>{{"1f1b", ScheduleKind::OneFOneB},
+                                           {"gpipe", ScheduleKind::GPipe},
+                                           {"zb-h1", ScheduleKind::ZeroBubbleH1}}));
+  v.push_back(boolean("use-distributed-optimizer", G::Parallel,
+                      "Shard the optimizer state over the data-parallel group.",
+                      &TrainArgs::use_distributed_optimizer));
+  v.push_back(integer("ddp-bucket-size", G::Parallel,
+                      "[ptdp] Gradient elements per data-parallel reduction bucket; 0 means one bucket per model "
+                      "chunk.",
+                      &TrainArgs::ddp_bucket_size, kNonNegative));
+  // Training.
+  v.push_back(integer("micro-batch-size", G::Training, "Samples per microbatch b.", &TrainArgs::micro_batch_size,
+                      kPositive));
+  v.push_back(integer("global-batch-size", G::Training,
+                      "Samples per iteration B over all data-parallel replicas, a multiple of micro-batch-size; "
+                      "0 means micro-batch-size * data-parallel size.",
+                      &TrainArgs::global_batch_size, kNonNegative));
+  v.push_back(integer("train-iters", G::Training, "Training iterations.", &TrainArgs::train_iters, kNonNegative));
+  v.push_back(integer("seed", G::Training, "Seed of weight init, dropout, mock data and data shuffling.",
+                      &TrainArgs::seed, kAny));
+  // Optimizer.
+  v.push_back(choice("optimizer", G::Optimizer, "adam is AdamW (decoupled weight decay); sgd has momentum.",
+                     &TrainArgs::optimizer,
+                     Choices<OptimizerKind>{{"adam", OptimizerKind::Adam}, {"sgd", OptimizerKind::Sgd}}));
+  v.push_back(number("lr", G::Optimizer, "X", "Peak learning rate.", &TrainArgs::lr, kNonNegative, false));
+  v.push_back(number("min-lr", G::Optimizer, "X", "Learning rate at the end of the decay, <= lr.",
+                     &TrainArgs::min_lr, kNonNegative, false));
+  v.push_back(choice("lr-decay-style", G::Optimizer, "Decay from lr to min-lr after the warm-up.",
+                     &TrainArgs::lr_decay_style,
+                     Choices<LrDecayStyle>{{"constant", LrDecayStyle::Constant},
+                                           {"linear", LrDecayStyle::Linear},
+                                           {"cosine", LrDecayStyle::Cosine}}));
+  v.push_back(integer("lr-warmup-iters", G::Optimizer, "Iterations of linear warm-up to lr.",
+                      &TrainArgs::lr_warmup_iters, kNonNegative));
+  v.push_back(optional_integer("lr-decay-iters", G::Optimizer, "Iteration at which min-lr is reached.",
+                               &TrainArgs::lr_decay_iters, kNonNegative, "= train-iters"));
+  v.push_back(number("weight-decay", G::Optimizer, "X", "Decoupled weight decay of the weights (not biases or norms).",
+                     &TrainArgs::weight_decay, kNonNegative, true));
+  v.push_back(number("clip-grad", G::Optimizer, "X", "Clip the global gradient L2 norm to this; 0 disables clipping.",
+                     &TrainArgs::clip_grad, kNonNegative, true));
+  v.push_back(number("adam-beta1", G::Optimizer, "X", "Adam's first-moment decay, in [0, 1).",
+                     &TrainArgs::adam_beta1, kProbability, true));
+  v.push_back(number("adam-beta2", G::Optimizer, "X", "Adam's second-moment decay, in [0, 1).",
+                     &TrainArgs::adam_beta2, kProbability, true));
+  v.push_back(number("adam-eps", G::Optimizer, "X", "Adam's epsilon, > 0.", &TrainArgs::adam_eps, kPositive, true));
+  v.push_back(number("sgd-momentum", G::Optimizer, "X", "SGD momentum.", &TrainArgs::sgd_momentum, kNonNegative,
+                     true));
+  // Mixed precision.
+  v.push_back(boolean("fp16", G::MixedPrecision, "Train in float16 with fp32 master weights and loss scaling.",
+                      &TrainArgs::fp16));
+  v.push_back(boolean("bf16", G::MixedPrecision, "Train in bfloat16 with fp32 master weights.", &TrainArgs::bf16));
+  v.push_back(optional_number("loss-scale", G::MixedPrecision, "X",
+                              "Constant loss scale (with --fp16 or --bf16) instead of dynamic scaling.",
+                              &TrainArgs::loss_scale, kPositive, true, "dynamic with --fp16"));
+  v.push_back(number("initial-loss-scale", G::MixedPrecision, "X", "Starting scale of dynamic loss scaling.",
+                     &TrainArgs::initial_loss_scale, kPositive, true));
+  v.push_back(number("min-loss-scale", G::MixedPrecision, "X", "Floor of dynamic loss scaling.",
+                     &TrainArgs::min_loss_scale, kPositive, true));
+  v.push_back(integer("loss-scale-window", G::MixedPrecision, "Clean iterations before the loss scale doubles.",
+                      &TrainArgs::loss_scale_window, kPositive));
+  v.push_back(integer("hysteresis", G::MixedPrecision, "Overflowing iterations before the loss scale halves.",
+                      &TrainArgs::hysteresis, kPositive));
+  // Data.
+  v.push_back(boolean("mock-data", G::Data, "Synthetic tokens, a pure function of the seed.", &TrainArgs::mock_data,
+                      "when neither --data-path nor --text-file is given"));
+  v.push_back(text("data-path", G::Data, "PREFIX",
+                   "Megatron indexed data set PREFIX.idx / PREFIX.bin (one prefix; no blending), pre-tokenized.",
+                   &TrainArgs::data_path));
+  v.push_back(text("text-file", G::Data, "PATH", "[ptdp] Plain text, one token per byte (needs vocab-size >= 256).",
+                   &TrainArgs::text_file));
+  Flag split = head("split", G::Data, "WEIGHTS",
+                    "Train, validation and test weights, separated by ',' or '/'; missing ones are 0.");
+  split.set = [](TrainArgs& a, const std::string& v) { a.split = normalise_split(v); };
+  split.get = [](const TrainArgs& a) { return json(a.split); };
+  v.push_back(std::move(split));
+  Flag tokenizer = head("tokenizer-type", G::Data, "NAME",
+                        "ByteLevel (bytes are tokens) or NullTokenizer (ids as stored); ptdp reads no "
+                        "vocabulary files.");
+  tokenizer.set = [](TrainArgs& a, const std::string& v) {
+    if (v != "ByteLevel" && v != "NullTokenizer") {
+      bad_value("tokenizer-type", v,
+                "is not one of ByteLevel, NullTokenizer: GPT2BPETokenizer and the other vocabulary-file "
+                "tokenizers need files ptdp does not read; use a pre-tokenized --data-path with "
+                "NullTokenizer, or --text-file with ByteLevel");
+    }
+    a.tokenizer_type = v;
+  };
+  tokenizer.get = [](const TrainArgs& a) { return a.tokenizer_type.empty() ? json(nullptr) : json(a.tokenizer_type); };
+  v.push_back(std::move(tokenizer));
+  // Checkpoints.
+  v.push_back(text("save", G::Checkpoint, "DIR", "Save checkpoints to DIR/iter_NNNNNNN.", &TrainArgs::save));
+  v.push_back(text("load", G::Checkpoint, "DIR", "Resume from the latest checkpoint in DIR.", &TrainArgs::load));
+  v.push_back(integer("save-interval", G::Checkpoint,
+                      "Save every N iterations (with --save); 0 means only at the end.", &TrainArgs::save_interval,
+                      kNonNegative));
+  // Logging and evaluation.
+  v.push_back(integer("log-interval", G::Logging, "Print a log line every N iterations.", &TrainArgs::log_interval,
+                      kPositive));
+  v.push_back(integer("eval-interval", G::Logging, "Evaluate on the validation split every N iterations; 0 never.",
+                      &TrainArgs::eval_interval, kNonNegative));
+  v.push_back(integer("eval-iters", G::Logging, "Global batches per evaluation.", &TrainArgs::eval_iters,
+                      kNonNegative));
+  v.push_back(text("log-json", G::Logging, "PATH", "[ptdp] Also write each log line as JSON to PATH.",
+                   &TrainArgs::log_json));
+  v.push_back(text("profile-trace", G::Logging, "PATH", "[ptdp] Write a Perfetto trace of one iteration to PATH.",
+                   &TrainArgs::profile_trace));
+  // ptdp.
+  Flag device = head("device", G::Ptdp, "{auto,cpu,cuda}", "[ptdp] Engine: auto uses CUDA where this rank has a GPU.");
+  device.set = [](TrainArgs& a, const std::string& v) {
+    if (v != "auto" && v != "cpu" && v != "cuda") bad_value("device", v, "is not one of auto, cpu, cuda");
+    a.device = v;
+  };
+  device.get = [](const TrainArgs& a) { return json(a.device); };
+  v.push_back(std::move(device));
+  v.push_back(number("comm-timeout", G::Ptdp, "SECONDS",
+                     "[ptdp] Deadline of every blocking communication; a rank that does not take part in time is "
+                     "reported.",
+                     &TrainArgs::comm_timeout, kPositive, false));
+  v.push_back(boolean("help", G::Ptdp, "Show this help (also -h).", &TrainArgs::help));
+  return v;
+}
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> table = make_flags();
+  return table;
+}
+
+const Flag* find_flag(const std::string& name) {
+  for (const Flag& f : flags()) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+[[noreturn]] void unknown_flag(const std::string& name) {
+  std::string message = cat("unknown flag --", name);
+  const Flag* best = nullptr;
+  std::size_t best_distance = 3;  // suggest only near misses
+  for (const Flag& f : flags()) {
+    const std::size_t d = edit_distance(name, f.name);
+    if (d < best_distance) {
+      best_distance = d;
+      best = &f;
+    }
+  }
+  if (best) message += cat(" (did you mean --", best->name, "?)");
+  fail(message);
+}
+
+/// Turns the command line into `--flag=value` and `--switch` tokens, reporting what CLI11 would
+/// word its own way.
+std::vector<std::string> normalise(const std::vector<std::string>& args) {
+  std::vector<std::string> tokens;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+      const std::size_t eq = a.find('=');
+      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      const Flag* f = find_flag(name);
+      if (f == nullptr) unknown_flag(name);
+      if (f->is_boolean()) {
+        if (eq != std::string::npos) fail(cat("--", name, " takes no value, got '", a.substr(eq + 1), "'"));
+        tokens.push_back(a);
+        continue;
+      }
+      std::string value;
+      if (eq != std::string::npos) {
+        value = a.substr(eq + 1);
+      } else {
+        if (i + 1 == args.size()) fail(cat("--", name, ": missing value (", f->metavar, ")"));
+        value = args[++i];
+        if (value.size() > 2 && value.compare(0, 2, "--") == 0) {
+          fail(cat("--", name, ": missing value (", f->metavar, ") before ", value));
+        }
+      }
+      if (value.empty()) fail(cat("--", name, ": empty value; expected ", f->metavar));
+      tokens.push_back(cat("--", name, "=", value));
+    } else if (a.size() > 1 && a[0] == '-' && std::isalpha(static_cast<unsigned char>(a[1]))) {
+      fail(cat("unknown flag ", a, " (ptdp-train's flags start with --)"));
+    } else {
+      fail(cat("unexpected argument '", a, "': flags start with -- and take at most one value"));
+    }
+  }
+  return tokens;
+}
+
+std::string flag_value_text(const TrainArgs& a, const char* name) {
+  const json j = find_flag(name)->get(a);
+  return j.is_string() ? j.get<std::string>() : j.dump();
+}
+
+/// Checks of flags against each other, each naming the flags and their values.
+void check_together(const TrainArgs& a) {
+  const auto value = [&a](const char* name) { return cat("--", name, " ", flag_value_text(a, name)); };
+  if (a.fp16 && a.bf16) fail("--fp16 and --bf16 are exclusive");
+  // Model shape.
+  if (a.hidden_size % a.num_attention_heads != 0) {
+    fail(cat(value("num-attention-heads"), " does not divide ", value("hidden-size")));
+  }
+  if (a.num_attention_heads % a.tensor_model_parallel_size != 0) {
+    fail(cat(value("tensor-model-parallel-size"), " does not divide ", value("num-attention-heads")));
+  }
+  const int64_t ffn = a.ffn_hidden_size > 0 ? a.ffn_hidden_size : 4 * static_cast<int64_t>(a.hidden_size);
+  if (ffn % a.tensor_model_parallel_size != 0) {
+    fail(cat(value("tensor-model-parallel-size"), " does not divide ",
+             a.ffn_hidden_size > 0 ? value("ffn-hidden-size")
+                                   : cat("the MLP width 4 * --hidden-size = ", std::to_string(ffn))));
+  }
+  if (a.max_position_embeddings > 0 && a.seq_length > a.max_position_embeddings) {
+    fail(cat(value("seq-length"), " is longer than ", value("max-position-embeddings")));
+  }
+  // Pipeline split.
+  const int p = a.pipeline_model_parallel_size;
+  if (a.num_layers_per_virtual_pipeline_stage) {
+    const int64_t per_rank = static_cast<int64_t>(p) * *a.num_layers_per_virtual_pipeline_stage;
+    if (a.num_layers % per_rank != 0) {
+      fail(cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size"), " * ",
+               value("num-layers-per-virtual-pipeline-stage"), " = ", std::to_string(per_rank)));
+    }
+    const int64_t v = a.num_layers / per_rank;
+    if (v > 1 && p == 1) {
+      fail(cat(value("num-layers-per-virtual-pipeline-stage"), " gives v = ", std::to_string(v),
+               " model chunks per pipeline rank, which needs --pipeline-model-parallel-size > 1"));
+    }
+    if (v > 1 && a.pipeline_schedule != ScheduleKind::OneFOneB) {
+      fail(cat(value("pipeline-schedule"), " cannot run v = ", std::to_string(v),
+               " model chunks per rank (from --num-layers-per-virtual-pipeline-stage); only 1f1b "
+               "(interleaved) can"));
+    }
+  } else if (a.num_layers % p != 0) {
+    fail(cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size")));
+  }
+  // Batch.
+  if (a.global_batch_size > 0 && a.global_batch_size % a.micro_batch_size != 0) {
+    fail(cat(value("global-batch-size"), " is not a multiple of ", value("micro-batch-size")));
+  }
+  // Learning rate.
+  if (a.min_lr > a.lr) fail(cat(value("min-lr"), " is above ", value("lr")));
+  const int64_t decay = lr_decay_iters(a);
+  if (a.lr_decay_style != LrDecayStyle::Constant && decay > 0 && decay <= a.lr_warmup_iters) {
+    fail(cat(value("lr-warmup-iters"), " must be below ",
+             a.lr_decay_iters ? value("lr-decay-iters")
+                              : cat(value("train-iters"), " (--lr-decay-iters is not given)")));
+  }
+  // Loss scaling.
+  if (a.min_loss_scale > a.initial_loss_scale) {
+    fail(cat(value("min-loss-scale"), " is above ", value("initial-loss-scale")));
+  }
+  // Data.
+  if (!a.text_file.empty()) {
+    if (a.vocab_size < 256) {
+      fail(cat("--text-file reads one token per byte and needs --vocab-size >= 256, got ", value("vocab-size")));
+    }
+    if (a.tokenizer_type == "NullTokenizer") {
+      fail("--tokenizer-type NullTokenizer does not fit --text-file (one token per byte); use ByteLevel or "
+           "leave it out");
+    }
+  }
+  // What the core checks again in its own words (nothing above should let these fail).
+  to_gpt_config(a).validate(a.tensor_model_parallel_size);
+  to_optimizer_config(a).validate();
+}
+
+}  // namespace
+
+TrainArgs parse_train_args(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--help" || a == "-h") {
+      TrainArgs h;
+      h.help = true;
+      return h;
+    }
+  }
+  std::vector<std::string> tokens = normalise(args);
+
+  const std::vector<Flag>& table = flags();
+  CLI::App app{"ptdp-train"};
+  app.set_help_flag();  // --help was handled above; CLI11 must neither print nor throw CallForHelp
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // argparse: last wins
+  std::vector<CLI::Option*> options;
+  options.reserve(table.size());
+  for (const Flag& f : table) {
+    const std::string name = cat("--", f.name);
+    options.push_back(f.is_boolean() ? app.add_flag(name, f.help) : app.add_option(name, f.help));
+  }
+  std::reverse(tokens.begin(), tokens.end());  // CLI11 consumes its vector from the back
+  try {
+    app.parse(tokens);
+  } catch (const CLI::Error& e) {
+    fail(cat("command line: ", e.what()));
+  }
+
+  TrainArgs out;
+  bool mock_given = false;
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const Flag& f = table[i];
+    if (options[i]->count() == 0) continue;
+    if (f.is_boolean()) {
+      f.set_on(out);
+      if (f.name == "mock-data") mock_given = true;
+    } else {
+      f.set(out, options[i]->as<std::string>());
+    }
+  }
+  std::vector<std::string> sources;
+  if (mock_given) sources.push_back("--mock-data");
+  if (!out.data_path.empty()) sources.push_back("--data-path");
+  if (!out.text_file.empty()) sources.push_back("--text-file");
+  if (sources.size() > 1) {
+    std::string given;
+    for (const std::string& s : sources) given += cat(given.empty() ? "" : " and ", s);
+    fail(cat("--mock-data, --data-path and --text-file are exclusive; got ", given));
+  }
+  out.mock_data = sources.empty() || mock_given;
+  check_together(out);
+  return out;
+}
+
+std::string train_args_help(const std::string& program) {
+  const TrainArgs defaults;
+  std::string out = cat("Usage: ", program.empty() ? std::string("ptdp-train") : program, " [flags]\n\n");
+  out +=
+      "Trains a GPT with pipeline, tensor and data parallelism (mpirun -np N for several ranks).\n"
+      "Flags follow Megatron-LM's names and defaults; [ptdp] marks ptdp's own. Values are given as\n"
+      "--flag value or --flag=value; boolean flags take no value.\n";
+  std::size_t column = 0;
+  std::vector<std::string> heads;
+  for (const Flag& f : flags()) {
+    heads.push_back(cat("  --", f.name, f.is_boolean() ? "" : " ", f.metavar));
+    column = std::max(column, heads.back().size());
+  }
+  column += 2;
+  for (int g = 0; g < kNumGroups; ++g) {
+    out += cat("\n", kGroupTitles[g], ":\n");
+    for (std::size_t i = 0; i < flags().size(); ++i) {
+      const Flag& f = flags()[i];
+      if (static_cast<int>(f.group) != g) continue;
+      const json d = f.get(defaults);
+      std::string shown;
+      if (d.is_null()) {
+        shown = "unset";
+      } else if (d.is_boolean()) {
+        shown = d.get<bool>() ? "on" : "off";
+      } else {
+        shown = d.is_string() ? d.get<std::string>() : d.dump();
+      }
+      if (!f.default_note.empty()) shown += cat(" (", f.default_note, ")");
+      out += heads[i];
+      out.append(column - heads[i].size(), ' ');
+      out += cat(f.help, " Default: ", shown, ".\n");
+    }
+  }
+  return out;
+}
+
+nlohmann::json train_args_to_json(const TrainArgs& args) {
+  json j = json::object();
+  for (const Flag& f : flags()) j[f.name] = f.get(args);
+  return j;
+}
+
+std::vector<std::string> train_flag_names() {
+  std::vector<std::string> names;
+  for (const Flag& f : flags()) names.push_back(f.name);
+  return names;
+}
+
+int virtual_pipeline_size(const TrainArgs& args) {
+  if (!args.num_layers_per_virtual_pipeline_stage) return 1;
+  const int per_rank = args.pipeline_model_parallel_size * *args.num_layers_per_virtual_pipeline_stage;
+  return per_rank > 0 ? std::max(1, args.num_layers / per_rank) : 1;
+}
+
+ScheduleKind schedule_kind(const TrainArgs& args) {
+  return virtual_pipeline_size(args) > 1 ? ScheduleKind::Interleaved1F1B : args.pipeline_schedule;
+}
+
+TrainDataSource data_source(const TrainArgs& args) {
+  if (!args.data_path.empty()) return TrainDataSource::Indexed;
+  if (!args.text_file.empty()) return TrainDataSource::Text;
+  return TrainDataSource::Mock;
+}
+
+int64_t lr_decay_iters(const TrainArgs& args) { return args.lr_decay_iters.value_or(args.train_iters); }
+
+int64_t global_batch_or_micro(const TrainArgs& args) {
+  return args.global_batch_size > 0 ? args.global_batch_size : args.micro_batch_size;
+}
+
+std::array<int64_t, 3> train_num_samples(const TrainArgs& args) {
+  const int64_t batch = global_batch_or_micro(args);
+  const auto times = [](int64_t a, int64_t b, const char* what) {
+    int64_t r = 0;
+    PTDP_CHECK_ARG(!__builtin_mul_overflow(a, b, &r),
+                   cat("the number of ", what, " samples overflows int64 (", std::to_string(a), " * ",
+                       std::to_string(b), ")"));
+    return r;
+  };
+  std::array<int64_t, 3> n{};
+  n[0] = times(args.train_iters, batch, "training");
+  n[1] = args.eval_interval > 0
+             ? times(times(args.train_iters / args.eval_interval + 1, args.eval_iters, "validation"), batch,
+                     "validation")
+             : 0;
+  n[2] = times(args.eval_iters, batch, "test");
+  return n;
+}
+
+GptConfig to_gpt_config(const TrainArgs& args) {
+  GptConfig c;
+  c.num_layers = args.num_layers;
+  c.hidden_size = args.hidden_size;
+  c.num_attention_heads = args.num_attention_heads;
+  c.ffn_hidden_size = args.ffn_hidden_size;
+  c.vocab_size = args.vocab_size;
+  c.make_vocab_size_divisible_by = args.make_vocab_size_divisible_by;
+  c.seq_length = args.seq_length;
+  c.max_position_embeddings = args.max_position_embeddings;
+  c.hidden_dropout = static_cast<float>(args.hidden_dropout);
+  c.attention_dropout = static_cast<float>(args.attention_dropout);
+  c.init_method_std = static_cast<float>(args.init_method_std);
+  c.layernorm_epsilon = static_cast<float>(args.layernorm_epsilon);
+  c.tie_embeddings = !args.untie_embeddings_and_output_weights;
+  c.recompute = args.recompute_granularity;
+  c.seed = args.seed;
+  return c;
+}
+
+LossScalerConfig to_loss_scaler_config(const TrainArgs& args) {
+  LossScalerConfig c;
+  c.growth_interval = args.loss_scale_window;
+  c.hysteresis = args.hysteresis;
+  if ((args.fp16 || args.bf16) && args.loss_scale) {
+    c.dynamic = false;
+    c.initial_scale = static_cast<float>(*args.loss_scale);
+    c.min_scale = std::min(static_cast<float>(args.min_loss_scale), c.initial_scale);
+  } else if (args.fp16) {
+    c.dynamic = true;
+    c.initial_scale = static_cast<float>(args.initial_loss_scale);
+    c.min_scale = static_cast<float>(args.min_loss_scale);
+  } else {
+    c.dynamic = false;
+    c.initial_scale = 1.0f;
+    c.min_scale = 1.0f;
+  }
+  return c;
+}
+
+OptimizerConfig to_optimizer_config(const TrainArgs& args) {
+  OptimizerConfig c;
+  c.kind = args.optimizer;
+  c.lr.lr = args.lr;
+  c.lr.min_lr = args.min_lr;
+  c.lr.style = args.lr_decay_style;
+  c.lr.warmup_iters = args.lr_warmup_iters;
+  c.lr.decay_iters = lr_decay_iters(args);
+  c.beta1 = static_cast<float>(args.adam_beta1);
+  c.beta2 = static_cast<float>(args.adam_beta2);
+  c.eps = static_cast<float>(args.adam_eps);
+  c.weight_decay = static_cast<float>(args.weight_decay);
+  c.momentum = static_cast<float>(args.sgd_momentum);
+  c.clip_grad = static_cast<float>(args.clip_grad);
+  c.loss_scale = to_loss_scaler_config(args);
+  c.distributed = args.use_distributed_optimizer;
+  c.bucket_elements = args.ddp_bucket_size;
+  return c;
+}
+
+ParallelConfig to_parallel_config(const TrainArgs& args, int world_size) {
+  ParallelConfig c;
+  c.world = world_size;
+  c.tensor = args.tensor_model_parallel_size;
+  c.pipeline = args.pipeline_model_parallel_size;
+  c.virtual_stages = virtual_pipeline_size(args);
+  return c;
+}
+
+}  // namespace ptdp

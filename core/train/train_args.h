@@ -1,0 +1,149 @@
+// ptdp-train's command line: Megatron-LM's flag names, meanings and defaults, plus ptdp's own
+// flags. Parsed here, in the library, so that every binding and the C driver accept exactly the
+// same flags and report the same errors. Nothing in this file prints or exits.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/model/gpt_config.h"
+#include "core/optim/optimizer.h"
+#include "core/parallel/layout.h"
+#include "core/pipeline/schedule.h"
+
+namespace ptdp {
+
+/// Where the training samples come from; the numbers match ptdp_data_source in the C API.
+enum class TrainDataSource : int { Mock = 0, Indexed = 1, Text = 2 };
+
+/// Every flag of ptdp-train, under Megatron's argparse names (dashes become underscores).
+/// Unset optional flags are std::nullopt; unset paths are empty strings (an empty value on the
+/// command line is refused, so empty always means "not given").
+struct TrainArgs {
+  bool help = false;  ///< --help / -h: the caller prints train_args_help(); nothing else was read
+
+  // Model.
+  int num_layers = 2;
+  int hidden_size = 64;
+  int ffn_hidden_size = 0;  ///< 0: 4 * hidden_size
+  int num_attention_heads = 4;
+  int seq_length = 32;
+  int max_position_embeddings = 0;  ///< 0: seq_length
+  int vocab_size = 256;
+  int make_vocab_size_divisible_by = 128;
+  double init_method_std = 0.02;
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
+  double layernorm_epsilon = 1e-5;
+  bool untie_embeddings_and_output_weights = false;
+  Recompute recompute_granularity = Recompute::None;
+
+  // Parallelism.
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  std::optional<int> num_layers_per_virtual_pipeline_stage;  ///< unset: v = 1
+  bool use_distributed_optimizer = false;
+  ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;  ///< as given; see schedule_kind()
+  int64_t ddp_bucket_size = 0;                              ///< elements; 0: one bucket per chunk
+
+  // Training.
+  int micro_batch_size = 1;
+  int global_batch_size = 0;  ///< 0: micro_batch_size * d (one microbatch per replica)
+  int64_t train_iters = 10;
+  uint64_t seed = 1234;
+
+  // Optimizer and learning rate.
+  OptimizerKind optimizer = OptimizerKind::Adam;
+  double lr = 1e-4;
+  double min_lr = 0.0;
+  LrDecayStyle lr_decay_style = LrDecayStyle::Linear;
+  int64_t lr_warmup_iters = 0;
+  std::optional<int64_t> lr_decay_iters;  ///< unset: train_iters (Megatron)
+  double weight_decay = 0.01;
+  double clip_grad = 1.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.999;
+  double adam_eps = 1e-8;
+  double sgd_momentum = 0.9;
+
+  // Mixed precision.
+  bool fp16 = false;
+  bool bf16 = false;
+  std::optional<double> loss_scale;   ///< constant scale (with --fp16 or --bf16); unset: dynamic with --fp16
+  double initial_loss_scale = 4294967296.0;  ///< 2^32, Megatron's
+  double min_loss_scale = 1.0;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+
+  // Data. Exactly one source; mock_data is true when neither of the others is given.
+  bool mock_data = true;
+  std::string data_path;  ///< Megatron indexed data set prefix
+  std::string text_file;
+  std::string split = "969,30,1";  ///< normalised: three comma-separated weights
+  std::string tokenizer_type;       ///< "", "ByteLevel" or "NullTokenizer"
+
+  // Checkpoints.
+  std::string save;
+  std::string load;
+  int64_t save_interval = 0;  ///< 0: save only at the end (when --save is given)
+
+  // Logging and evaluation.
+  int64_t log_interval = 100;
+  int64_t eval_interval = 1000;  ///< 0: never evaluate
+  int64_t eval_iters = 100;
+  std::string log_json;
+  std::string profile_trace;
+
+  // ptdp.
+  std::string device = "auto";  ///< "auto", "cpu" or "cuda"
+  double comm_timeout = 300.0;   ///< seconds, every blocking wait
+};
+
+/// Parses a command line (without the program name): `--flag value`, `--flag=value`, boolean
+/// flags without a value. `--help` (or `-h`) anywhere returns the defaults with help = true and
+/// checks nothing else. Throws Error(InvalidArgument) whose message names the flag and the value:
+/// unknown flags, missing, malformed or out-of-range values, and flags that contradict each
+/// other. Checks that need the world size (t * p dividing it) are the driver's.
+TrainArgs parse_train_args(const std::vector<std::string>& args);
+
+/// The --help text: a usage line naming `program`, then every flag with its meaning and default,
+/// grouped (model, parallelism, training, optimizer, mixed precision, data, checkpoints, logging,
+/// ptdp).
+std::string train_args_help(const std::string& program);
+
+/// Every flag as one JSON object keyed by the flag's name without dashes ("num-layers"); unset
+/// optional flags are null, choices are their command-line spelling.
+nlohmann::json train_args_to_json(const TrainArgs& args);
+
+/// The names of every flag, without dashes, in help order.
+std::vector<std::string> train_flag_names();
+
+/// v: layers / (p * layers per virtual stage) when that flag is given, else 1.
+int virtual_pipeline_size(const TrainArgs& args);
+/// The schedule to run: interleaved 1F1B when v > 1, else the --pipeline-schedule given.
+ScheduleKind schedule_kind(const TrainArgs& args);
+TrainDataSource data_source(const TrainArgs& args);
+/// --lr-decay-iters, or --train-iters when it is not given.
+int64_t lr_decay_iters(const TrainArgs& args);
+/// Global batch size B, or micro_batch_size when --global-batch-size is 0 (the driver, knowing
+/// d, uses b * d instead).
+int64_t global_batch_or_micro(const TrainArgs& args);
+/// Samples the run reads per split (train, valid, test), with B = global_batch_or_micro():
+/// train-iters * B, (train-iters / eval-interval + 1) * eval-iters * B (0 without evaluation),
+/// eval-iters * B. Throws Error(InvalidArgument) when a count overflows int64.
+std::array<int64_t, 3> train_num_samples(const TrainArgs& args);
+
+GptConfig to_gpt_config(const TrainArgs& args);
+/// Loss scaling as Megatron picks it: constant --loss-scale with --fp16 or --bf16, dynamic from
+/// --initial-loss-scale with --fp16, otherwise none (a constant 1).
+LossScalerConfig to_loss_scaler_config(const TrainArgs& args);
+OptimizerConfig to_optimizer_config(const TrainArgs& args);
+/// t, p and v of the flags over `world_size` ranks (not validated against it here).
+ParallelConfig to_parallel_config(const TrainArgs& args, int world_size);
+
+}  // namespace ptdp

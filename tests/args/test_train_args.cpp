@@ -1,0 +1,200 @@
+// The core's parse_train_args(): values, defaults, both spellings, help, errors naming the flag,
+// and the converters to the model, optimizer, loss-scaler and layout configs.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "core/train/train_args.h"
+#include "kernels/error.h"
+
+namespace {
+
+using ptdp::TrainArgs;
+
+// The message of the InvalidArgument error parsing `args` throws ("" if it does not throw).
+std::string parse_error(const std::vector<std::string>& args) {
+  try {
+    ptdp::parse_train_args(args);
+  } catch (const ptdp::Error& e) {
+    CHECK(e.code() == ptdp::ErrorCode::InvalidArgument);
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("train args: no flags give Megatron's defaults", "[args]") {
+  const TrainArgs a = ptdp::parse_train_args({});
+  CHECK(ptdp::train_args_to_json(a) == ptdp::train_args_to_json(TrainArgs{}));
+  CHECK_FALSE(a.help);
+  CHECK(a.num_layers == 2);
+  CHECK(a.hidden_size == 64);
+  CHECK(a.micro_batch_size == 1);
+  CHECK(a.global_batch_size == 0);
+  CHECK(a.train_iters == 10);
+  CHECK(a.lr == 1e-4);
+  CHECK(a.lr_decay_style == ptdp::LrDecayStyle::Linear);
+  CHECK_FALSE(a.lr_decay_iters.has_value());
+  CHECK(a.initial_loss_scale == 4294967296.0);
+  CHECK(a.min_loss_scale == 1.0);
+  CHECK(a.loss_scale_window == 1000);
+  CHECK(a.hysteresis == 2);
+  CHECK(a.split == "969,30,1");
+  CHECK(a.mock_data);
+  CHECK(ptdp::data_source(a) == ptdp::TrainDataSource::Mock);
+  CHECK(a.tokenizer_type.empty());
+  CHECK(a.log_interval == 100);
+  CHECK(a.eval_interval == 1000);
+  CHECK(a.eval_iters == 100);
+  CHECK(a.comm_timeout == 300.0);
+  CHECK(a.device == "auto");
+  CHECK(a.pipeline_schedule == ptdp::ScheduleKind::OneFOneB);
+  // The model defaults are the GptConfig's.
+  const ptdp::GptConfig g = ptdp::to_gpt_config(a), d;
+  CHECK(g.num_layers == d.num_layers);
+  CHECK(g.hidden_size == d.hidden_size);
+  CHECK(g.num_attention_heads == d.num_attention_heads);
+  CHECK(g.ffn_hidden_size == d.ffn_hidden_size);
+  CHECK(g.vocab_size == d.vocab_size);
+  CHECK(g.make_vocab_size_divisible_by == d.make_vocab_size_divisible_by);
+  CHECK(g.seq_length == d.seq_length);
+  CHECK(g.max_position_embeddings == d.max_position_embeddings);
+  CHECK(g.hidden_dropout == d.hidden_dropout);
+  CHECK(g.attention_dropout == d.attention_dropout);
+  CHECK(g.init_method_std == d.init_method_std);
+  CHECK(g.layernorm_epsilon == d.layernorm_epsilon);
+  CHECK(g.tie_embeddings == d.tie_embeddings);
+  CHECK(g.recompute == d.recompute);
+  CHECK(g.seed == d.seed);
+}
+
+TEST_CASE("train args: values in both spellings reach the fields", "[args]") {
+  const TrainArgs a = ptdp::parse_train_args(
+      {"--num-layers=12", "--hidden-size", "768", "--num-attention-heads=12", "--lr", "-0", "--seed=18446744073709551615",
+       "--lr-decay-iters", "7", "--recompute-granularity=full", "--data-path", "/d/x", "--split=98/2/0", "--fp16",
+       "--loss-scale", "1024", "--optimizer=sgd", "--comm-timeout", "12.5"});
+  CHECK(a.num_layers == 12);
+  CHECK(a.hidden_size == 768);
+  CHECK(a.num_attention_heads == 12);
+  CHECK(a.lr == 0.0);
+  CHECK(a.seed == 18446744073709551615ull);
+  CHECK(a.lr_decay_iters == 7);
+  CHECK(a.recompute_granularity == ptdp::Recompute::Full);
+  CHECK(a.data_path == "/d/x");
+  CHECK_FALSE(a.mock_data);
+  CHECK(ptdp::data_source(a) == ptdp::TrainDataSource::Indexed);
+  CHECK(a.split == "98,2,0");
+  CHECK(a.fp16);
+  CHECK(a.loss_scale == 1024.0);
+  CHECK(a.optimizer == ptdp::OptimizerKind::Sgd);
+  CHECK(a.comm_timeout == 12.5);
+  // lr 0 with the default min-lr 0 is allowed.
+  CHECK(ptdp::train_args_to_json(a)["lr-decay-iters"] == 7);
+}
+
+TEST_CASE("train args: --help anywhere wins and reads nothing else", "[args]") {
+  const TrainArgs a = ptdp::parse_train_args({"--num-layers", "x", "--help"});
+  CHECK(a.help);
+  CHECK(a.num_layers == 2);
+  CHECK(ptdp::parse_train_args({"-h"}).help);
+}
+
+TEST_CASE("train args: errors name the flag and the value", "[args]") {
+  CHECK(parse_error({"--hidden-size", "abc"}) == "--hidden-size: 'abc' is not an integer");
+  CHECK(parse_error({"--lr-decay-style", "foo"}) == "--lr-decay-style: 'foo' is not one of constant, linear, cosine");
+  CHECK(parse_error({"--hiden-size", "1"}) == "unknown flag --hiden-size (did you mean --hidden-size?)");
+  CHECK(parse_error({"--fp16", "--bf16"}) == "--fp16 and --bf16 are exclusive");
+  CHECK(parse_error({"--num-layers", "0"}) == "--num-layers: '0' must be > 0");
+  CHECK(parse_error({"--lr", "0.001", "--min-lr", "0.01"}) == "--min-lr 0.01 is above --lr 0.001");
+  CHECK(parse_error({"--global-batch-size", "6", "--micro-batch-size", "4"}) ==
+        "--global-batch-size 6 is not a multiple of --micro-batch-size 4");
+  CHECK(parse_error({"--num-attention-heads", "3"}) == "--num-attention-heads 3 does not divide --hidden-size 64");
+  CHECK(parse_error({"--split", "1:2:3"}).rfind("--split: '1:2:3' is not three non-negative weights", 0) == 0);
+  CHECK(parse_error({"--tokenizer-type", "GPT2BPETokenizer"})
+            .rfind("--tokenizer-type: 'GPT2BPETokenizer' is not one of ByteLevel, NullTokenizer", 0) == 0);
+  CHECK(parse_error({"--eval-iters"}) == "--eval-iters: missing value (N)");
+  CHECK(parse_error({"--save="}) == "--save: empty value; expected DIR");
+}
+
+TEST_CASE("train args: the layout, schedule and sample counts", "[args]") {
+  TrainArgs a = ptdp::parse_train_args({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                                        "--num-layers-per-virtual-pipeline-stage", "2", "--tensor-model-parallel-size",
+                                        "2", "--global-batch-size", "16", "--micro-batch-size", "2", "--train-iters",
+                                        "100", "--eval-interval", "30", "--eval-iters", "5"});
+  CHECK(ptdp::virtual_pipeline_size(a) == 2);
+  CHECK(ptdp::schedule_kind(a) == ptdp::ScheduleKind::Interleaved1F1B);
+  const ptdp::ParallelConfig p = ptdp::to_parallel_config(a, 8);
+  CHECK(p.world == 8);
+  CHECK(p.tensor == 2);
+  CHECK(p.pipeline == 2);
+  CHECK(p.virtual_stages == 2);
+  CHECK(ptdp::train_num_samples(a) == std::array<int64_t, 3>{1600, (100 / 30 + 1) * 5 * 16, 80});
+
+  a = ptdp::parse_train_args({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                              "--num-layers-per-virtual-pipeline-stage", "4", "--pipeline-schedule", "zb-h1"});
+  CHECK(ptdp::virtual_pipeline_size(a) == 1);  // 8 / (2 * 4): one chunk per rank
+  CHECK(ptdp::schedule_kind(a) == ptdp::ScheduleKind::ZeroBubbleH1);
+
+  a = ptdp::parse_train_args({"--micro-batch-size", "3", "--eval-interval", "0"});
+  CHECK(ptdp::global_batch_or_micro(a) == 3);
+  CHECK(ptdp::train_num_samples(a) == std::array<int64_t, 3>{30, 0, 300});
+}
+
+TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]") {
+  ptdp::OptimizerConfig o = ptdp::to_optimizer_config(ptdp::parse_train_args({"--train-iters", "40"}));
+  CHECK(o.kind == ptdp::OptimizerKind::Adam);
+  CHECK(o.lr.decay_iters == 40);  // unset --lr-decay-iters: --train-iters
+  CHECK(o.lr.style == ptdp::LrDecayStyle::Linear);
+  CHECK_FALSE(o.loss_scale.dynamic);  // fp32: no scaling
+  CHECK(o.loss_scale.initial_scale == 1.0f);
+  CHECK_NOTHROW(o.validate());
+
+  o = ptdp::to_optimizer_config(ptdp::parse_train_args({"--fp16"}));
+  CHECK(o.loss_scale.dynamic);
+  CHECK(o.loss_scale.initial_scale == 4294967296.0f);
+  CHECK(o.loss_scale.min_scale == 1.0f);
+  CHECK(o.loss_scale.growth_interval == 1000);
+  CHECK(o.loss_scale.hysteresis == 2);
+
+  o = ptdp::to_optimizer_config(ptdp::parse_train_args({"--fp16", "--loss-scale", "0.5"}));
+  CHECK_FALSE(o.loss_scale.dynamic);
+  CHECK(o.loss_scale.initial_scale == 0.5f);
+  CHECK(o.loss_scale.min_scale == 0.5f);  // the floor never exceeds a constant scale
+  CHECK_NOTHROW(o.validate());
+
+  o = ptdp::to_optimizer_config(ptdp::parse_train_args({"--bf16"}));
+  CHECK_FALSE(o.loss_scale.dynamic);
+  CHECK(o.loss_scale.initial_scale == 1.0f);
+
+  o = ptdp::to_optimizer_config(ptdp::parse_train_args({"--bf16", "--loss-scale", "64"}));
+  CHECK_FALSE(o.loss_scale.dynamic);
+  CHECK(o.loss_scale.initial_scale == 64.0f);
+
+  o = ptdp::to_optimizer_config(ptdp::parse_train_args(
+      {"--adam-beta1", "0.7", "--adam-beta2", "0.9", "--adam-eps", "1e-5", "--weight-decay", "0", "--clip-grad", "0",
+       "--sgd-momentum", "0.5", "--use-distributed-optimizer", "--ddp-bucket-size", "4096"}));
+  CHECK(o.beta1 == 0.7f);
+  CHECK(o.beta2 == 0.9f);
+  CHECK(o.eps == 1e-5f);
+  CHECK(o.weight_decay == 0.0f);
+  CHECK(o.clip_grad == 0.0f);
+  CHECK(o.momentum == 0.5f);
+  CHECK(o.distributed);
+  CHECK(o.bucket_elements == 4096);
+}
+
+TEST_CASE("train args: help and JSON cover every flag", "[args]") {
+  const std::vector<std::string> names = ptdp::train_flag_names();
+  CHECK(names.size() == 59);
+  const std::string help = ptdp::train_args_help("prog");
+  CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
+  const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});
+  CHECK(j.size() == names.size());
+  for (const std::string& n : names) {
+    INFO(n);
+    CHECK_THAT(help, Catch::Contains("\n  --" + n + " "));
+    CHECK(j.contains(n));
+  }
+}

@@ -1,0 +1,776 @@
+// ptdp-train's flags through the public C API only: every flag reaches the option structs it
+// belongs to, the defaults with no flags, both value spellings, --help, the help text and the
+// JSON, every bad value named in the message, and the argument checks of each call.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ptdp/ptdp.h"
+
+namespace {
+
+// Every flag with the default its --help line must show (kept by hand, so a changed default or
+// a dropped flag fails here).
+const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
+    {"num-layers", "2"},
+    {"hidden-size", "64"},
+    {"ffn-hidden-size", "0"},
+    {"num-attention-heads", "4"},
+    {"seq-length", "32"},
+    {"max-position-embeddings", "0"},
+    {"vocab-size", "256"},
+    {"make-vocab-size-divisible-by", "128"},
+    {"init-method-std", "0.02"},
+    {"hidden-dropout", "0.1"},
+    {"attention-dropout", "0.1"},
+    {"layernorm-epsilon", "1e-05"},
+    {"untie-embeddings-and-output-weights", "off"},
+    {"recompute-granularity", "none"},
+    {"tensor-model-parallel-size", "1"},
+    {"pipeline-model-parallel-size", "1"},
+    {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},
+    {"pipeline-schedule", "1f1b"},
+    {"use-distributed-optimizer", "off"},
+    {"ddp-bucket-size", "0"},
+    {"micro-batch-size", "1"},
+    {"global-batch-size", "0"},
+    {"train-iters", "10"},
+    {"seed", "1234"},
+    {"optimizer", "adam"},
+    {"lr", "0.0001"},
+    {"min-lr", "0.0"},
+    {"lr-decay-style", "linear"},
+    {"lr-warmup-iters", "0"},
+    {"lr-decay-iters", "unset (= train-iters)"},
+    {"weight-decay", "0.01"},
+    {"clip-grad", "1.0"},
+    {"adam-beta1", "0.9"},
+    {"adam-beta2", "0.999"},
+    {"adam-eps", "1e-08"},
+    {"sgd-momentum", "0.9"},
+    {"fp16", "off"},
+    {"bf16", "off"},
+    {"loss-scale", "unset (dynamic with --fp16)"},
+    {"initial-loss-scale", "4294967296.0"},
+    {"min-loss-scale", "1.0"},
+    {"loss-scale-window", "1000"},
+    {"hysteresis", "2"},
+    {"mock-data", "on (when neither --data-path nor --text-file is given)"},
+    {"data-path", "unset"},
+    {"text-file", "unset"},
+    {"split", "969,30,1"},
+    {"tokenizer-type", "unset"},
+    {"save", "unset"},
+    {"load", "unset"},
+    {"save-interval", "0"},
+    {"log-interval", "100"},
+    {"eval-interval", "1000"},
+    {"eval-iters", "100"},
+    {"log-json", "unset"},
+    {"profile-trace", "unset"},
+    {"device", "auto"},
+    {"comm-timeout", "300.0"},
+    {"help", "off"},
+};
+
+// argv with the program name in front.
+struct Argv {
+  std::vector<std::string> strings;
+  std::vector<const char*> pointers;
+  explicit Argv(std::vector<std::string> args) : strings(std::move(args)) {
+    strings.insert(strings.begin(), "ptdp-train");
+    for (const auto& s : strings) pointers.push_back(s.c_str());
+  }
+  int32_t argc() const { return static_cast<int32_t>(pointers.size()); }
+  const char* const* argv() const { return pointers.data(); }
+};
+
+// A parsed configuration that frees itself.
+struct Config {
+  ptdp_train_config handle = nullptr;
+  explicit Config(const std::vector<std::string>& args) {
+    const Argv a(args);
+    const ptdp_status st = ptdp_train_config_parse(a.argc(), a.argv(), &handle);
+    INFO(ptdp_last_error());
+    REQUIRE(st == PTDP_SUCCESS);
+    REQUIRE(handle != nullptr);
+  }
+  ~Config() { ptdp_train_config_destroy(handle); }
+  Config(const Config&) = delete;
+  Config& operator=(const Config&) = delete;
+};
+
+// Everything a configuration hands out.
+struct Snapshot {
+  ptdp_gpt_options gpt;
+  ptdp_optimizer_options opt;
+  ptdp_parallel_options par;
+  ptdp_runtime_options rt;
+  ptdp_train_settings set;
+  ptdp_gpt_data_options data;
+};
+
+Snapshot snapshot(ptdp_train_config c) {
+  Snapshot s;
+  std::memset(static_cast<void*>(&s), 0xab, sizeof s);  // every field must be written
+  REQUIRE(ptdp_train_config_gpt_options(c, &s.gpt) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_optimizer_options(c, &s.opt) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_parallel_options(c, &s.par) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_runtime_options(c, &s.rt) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_settings(c, &s.set) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_data_options(c, &s.data) == PTDP_SUCCESS);
+  CHECK(s.gpt.struct_size == sizeof(ptdp_gpt_options));
+  CHECK(s.opt.struct_size == sizeof(ptdp_optimizer_options));
+  CHECK(s.par.struct_size == sizeof(ptdp_parallel_options));
+  CHECK(s.rt.struct_size == sizeof(ptdp_runtime_options));
+  CHECK(s.set.struct_size == sizeof(ptdp_train_settings));
+  CHECK(s.data.struct_size == sizeof(ptdp_gpt_data_options));
+  return s;
+}
+
+std::string str(const char* s) { return s ? std::string(s) : std::string("(NULL)"); }
+
+// Every field as text, to compare two snapshots whole.
+std::string describe(const Snapshot& s) {
+  std::string d;
+  const auto add = [&d](const char* name, const std::string& v) {
+    d += name;
+    d += '=';
+    d += v;
+    d += '\n';
+  };
+  const auto num = [](double v) { return std::to_string(v); };
+  add("num_layers", num(s.gpt.num_layers));
+  add("hidden_size", num(s.gpt.hidden_size));
+  add("num_attention_heads", num(s.gpt.num_attention_heads));
+  add("ffn_hidden_size", num(s.gpt.ffn_hidden_size));
+  add("vocab_size", num(s.gpt.vocab_size));
+  add("make_vocab_size_divisible_by", num(s.gpt.make_vocab_size_divisible_by));
+  add("seq_length", num(s.gpt.seq_length));
+  add("max_position_embeddings", num(s.gpt.max_position_embeddings));
+  add("hidden_dropout", num(s.gpt.hidden_dropout));
+  add("attention_dropout", num(s.gpt.attention_dropout));
+  add("init_method_std", num(s.gpt.init_method_std));
+  add("layernorm_epsilon", num(s.gpt.layernorm_epsilon));
+  add("untie", num(s.gpt.untie_embeddings_and_output_weights));
+  add("recompute", num(s.gpt.recompute_granularity));
+  add("gpt.seed", num(static_cast<double>(s.gpt.seed)));
+  add("optimizer", num(s.opt.optimizer));
+  add("lr", num(s.opt.lr));
+  add("min_lr", num(s.opt.min_lr));
+  add("lr_decay_style", num(s.opt.lr_decay_style));
+  add("lr_warmup_iters", num(static_cast<double>(s.opt.lr_warmup_iters)));
+  add("lr_decay_iters", num(static_cast<double>(s.opt.lr_decay_iters)));
+  add("adam_beta1", num(s.opt.adam_beta1));
+  add("adam_beta2", num(s.opt.adam_beta2));
+  add("adam_eps", num(s.opt.adam_eps));
+  add("weight_decay", num(s.opt.weight_decay));
+  add("sgd_momentum", num(s.opt.sgd_momentum));
+  add("clip_grad", num(s.opt.clip_grad));
+  add("dynamic_loss_scale", num(s.opt.dynamic_loss_scale));
+  add("initial_loss_scale", num(s.opt.initial_loss_scale));
+  add("min_loss_scale", num(s.opt.min_loss_scale));
+  add("loss_scale_window", num(s.opt.loss_scale_window));
+  add("hysteresis", num(s.opt.hysteresis));
+  add("use_distributed_optimizer", num(s.opt.use_distributed_optimizer));
+  add("ddp_bucket_size", num(static_cast<double>(s.opt.ddp_bucket_size)));
+  add("t", num(s.par.tensor_model_parallel_size));
+  add("p", num(s.par.pipeline_model_parallel_size));
+  add("v", num(s.par.virtual_pipeline_model_parallel_size));
+  add("comm_timeout_s", num(s.rt.comm_timeout_s));
+  add("verify_collectives", num(s.rt.verify_collectives));
+  add("use_mpi", num(s.rt.use_mpi));
+  add("use_nccl", num(s.rt.use_nccl));
+  add("help", num(s.set.help));
+  add("micro_batch_size", num(s.set.micro_batch_size));
+  add("global_batch_size", num(s.set.global_batch_size));
+  add("train_iters", num(static_cast<double>(s.set.train_iters)));
+  add("log_interval", num(static_cast<double>(s.set.log_interval)));
+  add("save_interval", num(static_cast<double>(s.set.save_interval)));
+  add("eval_interval", num(static_cast<double>(s.set.eval_interval)));
+  add("eval_iters", num(static_cast<double>(s.set.eval_iters)));
+  add("pipeline_schedule", num(s.set.pipeline_schedule));
+  add("data_source", num(s.set.data_source));
+  add("data_path", str(s.set.data_path));
+  add("split", str(s.set.split));
+  add("text_file", str(s.set.text_file));
+  add("tokenizer_type", str(s.set.tokenizer_type));
+  add("save", str(s.set.save));
+  add("load", str(s.set.load));
+  add("log_json", str(s.set.log_json));
+  add("profile_trace", str(s.set.profile_trace));
+  add("device", str(s.set.device));
+  add("fp16", num(s.set.fp16));
+  add("bf16", num(s.set.bf16));
+  add("settings.seed", num(static_cast<double>(s.set.seed)));
+  add("data.source", num(s.data.source));
+  add("data.path", str(s.data.path));
+  add("data.split", str(s.data.split));
+  add("data.seq_length", num(s.data.seq_length));
+  add("data.vocab_size", num(s.data.vocab_size));
+  add("data.seed", num(static_cast<double>(s.data.seed)));
+  for (int i = 0; i < 3; ++i) add("data.num_samples", num(static_cast<double>(s.data.num_samples[i])));
+  return d;
+}
+
+std::string to_json(ptdp_train_config c) {
+  size_t length = 0;
+  CHECK(ptdp_train_config_to_json(c, nullptr, 0, &length) == PTDP_ERR_INVALID_ARGUMENT);
+  std::string text(length + 1, '\0');
+  REQUIRE(ptdp_train_config_to_json(c, text.data(), text.size(), &length) == PTDP_SUCCESS);
+  text.resize(length);
+  return text;
+}
+
+std::string help_text(const char* program) {
+  size_t length = 0;
+  CHECK(ptdp_train_config_help(program, nullptr, 0, &length) == PTDP_ERR_INVALID_ARGUMENT);
+  REQUIRE(length > 0);
+  std::string text(length + 1, '\0');
+  REQUIRE(ptdp_train_config_help(program, text.data(), text.size(), &length) == PTDP_SUCCESS);
+  text.resize(length);
+  return text;
+}
+
+// Every flag given a value other than its default (with --data-path, --fp16 and v = 2).
+const std::vector<std::string> kEveryFlag = {
+    "--num-layers", "8", "--hidden-size", "96", "--ffn-hidden-size", "200", "--num-attention-heads", "6",
+    "--seq-length", "48", "--max-position-embeddings", "64", "--vocab-size", "300",
+    "--make-vocab-size-divisible-by", "64", "--micro-batch-size", "3", "--global-batch-size", "12",
+    "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+    "--num-layers-per-virtual-pipeline-stage", "2", "--use-distributed-optimizer", "--train-iters", "500",
+    "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "50",
+    "--lr-decay-iters", "400", "--weight-decay", "0.1", "--clip-grad", "0.5", "--adam-beta1", "0.8",
+    "--adam-beta2", "0.95", "--adam-eps", "1e-6", "--optimizer", "sgd", "--seed", "42", "--init-method-std",
+    "0.01", "--hidden-dropout", "0.2", "--attention-dropout", "0.3", "--fp16", "--initial-loss-scale", "65536",
+    "--min-loss-scale", "4", "--loss-scale-window", "500", "--hysteresis", "3", "--recompute-granularity",
+    "selective", "--data-path", "/data/corpus_text_document", "--split", "98/2/0", "--tokenizer-type",
+    "NullTokenizer", "--save", "/ckpt/out", "--load", "/ckpt/in", "--save-interval", "100", "--log-interval", "5",
+    "--eval-interval", "50", "--eval-iters", "7", "--sgd-momentum", "0.8", "--layernorm-epsilon", "1e-6",
+    "--untie-embeddings-and-output-weights", "--pipeline-schedule", "1f1b", "--log-json", "/tmp/log.jsonl",
+    "--profile-trace", "/tmp/trace.json", "--device", "cuda", "--comm-timeout", "60", "--ddp-bucket-size",
+    "1000000"};
+
+// The same command line with every value attached by '='.
+std::vector<std::string> with_equals(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const bool has_value = i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0;
+    out.push_back(has_value ? args[i] + "=" + args[i + 1] : args[i]);
+    if (has_value) ++i;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("train config: every flag reaches the option structs", "[args][capi]") {
+  const Config c(kEveryFlag);
+  const Snapshot s = snapshot(c.handle);
+
+  CHECK(s.gpt.num_layers == 8);
+  CHECK(s.gpt.hidden_size == 96);
+  CHECK(s.gpt.num_attention_heads == 6);
+  CHECK(s.gpt.ffn_hidden_size == 200);
+  CHECK(s.gpt.vocab_size == 300);
+  CHECK(s.gpt.make_vocab_size_divisible_by == 64);
+  CHECK(s.gpt.seq_length == 48);
+  CHECK(s.gpt.max_position_embeddings == 64);
+  CHECK(s.gpt.hidden_dropout == 0.2f);
+  CHECK(s.gpt.attention_dropout == 0.3f);
+  CHECK(s.gpt.init_method_std == 0.01f);
+  CHECK(s.gpt.layernorm_epsilon == 1e-6f);
+  CHECK(s.gpt.untie_embeddings_and_output_weights == 1);
+  CHECK(s.gpt.recompute_granularity == PTDP_RECOMPUTE_SELECTIVE);
+  CHECK(s.gpt.seed == 42);
+
+  CHECK(s.opt.optimizer == PTDP_OPTIMIZER_SGD);
+  CHECK(s.opt.lr == 3e-4);
+  CHECK(s.opt.min_lr == 3e-5);
+  CHECK(s.opt.lr_decay_style == PTDP_LR_COSINE);
+  CHECK(s.opt.lr_warmup_iters == 50);
+  CHECK(s.opt.lr_decay_iters == 400);
+  CHECK(s.opt.adam_beta1 == 0.8f);
+  CHECK(s.opt.adam_beta2 == 0.95f);
+  CHECK(s.opt.adam_eps == 1e-6f);
+  CHECK(s.opt.weight_decay == 0.1f);
+  CHECK(s.opt.sgd_momentum == 0.8f);
+  CHECK(s.opt.clip_grad == 0.5f);
+  CHECK(s.opt.dynamic_loss_scale == 1);
+  CHECK(s.opt.initial_loss_scale == 65536.0f);
+  CHECK(s.opt.min_loss_scale == 4.0f);
+  CHECK(s.opt.loss_scale_window == 500);
+  CHECK(s.opt.hysteresis == 3);
+  CHECK(s.opt.use_distributed_optimizer == 1);
+  CHECK(s.opt.ddp_bucket_size == 1000000);
+
+  CHECK(s.par.tensor_model_parallel_size == 2);
+  CHECK(s.par.pipeline_model_parallel_size == 2);
+  CHECK(s.par.virtual_pipeline_model_parallel_size == 2);  // 8 layers / (p = 2 * 2 per chunk)
+
+  CHECK(s.rt.comm_timeout_s == 60.0);
+  CHECK(s.rt.verify_collectives == 1);  // no flag: the runtime's defaults
+  CHECK(s.rt.use_mpi == 1);
+  CHECK(s.rt.use_nccl == 1);
+
+  CHECK(s.set.help == 0);
+  CHECK(s.set.micro_batch_size == 3);
+  CHECK(s.set.global_batch_size == 12);
+  CHECK(s.set.train_iters == 500);
+  CHECK(s.set.log_interval == 5);
+  CHECK(s.set.save_interval == 100);
+  CHECK(s.set.eval_interval == 50);
+  CHECK(s.set.eval_iters == 7);
+  CHECK(s.set.pipeline_schedule == PTDP_SCHEDULE_INTERLEAVED_1F1B);  // 1f1b with v = 2
+  CHECK(s.set.data_source == PTDP_DATA_INDEXED);
+  CHECK(str(s.set.data_path) == "/data/corpus_text_document");
+  CHECK(str(s.set.split) == "98,2,0");
+  CHECK(s.set.text_file == nullptr);
+  CHECK(str(s.set.tokenizer_type) == "NullTokenizer");
+  CHECK(str(s.set.save) == "/ckpt/out");
+  CHECK(str(s.set.load) == "/ckpt/in");
+  CHECK(str(s.set.log_json) == "/tmp/log.jsonl");
+  CHECK(str(s.set.profile_trace) == "/tmp/trace.json");
+  CHECK(str(s.set.device) == "cuda");
+  CHECK(s.set.fp16 == 1);
+  CHECK(s.set.bf16 == 0);
+  CHECK(s.set.seed == 42);
+
+  CHECK(s.data.source == PTDP_DATA_INDEXED);
+  CHECK(str(s.data.path) == "/data/corpus_text_document");
+  CHECK(str(s.data.split) == "98,2,0");
+  CHECK(s.data.seq_length == 48);
+  CHECK(s.data.vocab_size == 300);
+  CHECK(s.data.seed == 42);
+  CHECK(s.data.num_samples[0] == 500 * 12);
+  CHECK(s.data.num_samples[1] == (500 / 50 + 1) * 7 * 12);
+  CHECK(s.data.num_samples[2] == 7 * 12);
+
+  SECTION("the remaining values: --text-file, --bf16 with --loss-scale, zb-h1, cpu, full recompute") {
+    const Config b({"--text-file", "corpus.txt", "--tokenizer-type", "ByteLevel", "--bf16", "--loss-scale", "128",
+                    "--pipeline-schedule", "zb-h1", "--device", "cpu", "--recompute-granularity", "full"});
+    const Snapshot t = snapshot(b.handle);
+    CHECK(t.set.data_source == PTDP_DATA_TEXT);
+    CHECK(str(t.set.text_file) == "corpus.txt");
+    CHECK(t.set.data_path == nullptr);
+    CHECK(str(t.set.tokenizer_type) == "ByteLevel");
+    CHECK(t.data.source == PTDP_DATA_TEXT);
+    CHECK(str(t.data.path) == "corpus.txt");
+    CHECK(t.set.bf16 == 1);
+    CHECK(t.set.fp16 == 0);
+    CHECK(t.opt.dynamic_loss_scale == 0);
+    CHECK(t.opt.initial_loss_scale == 128.0f);
+    CHECK(t.opt.min_loss_scale == 1.0f);
+    CHECK(t.set.pipeline_schedule == PTDP_SCHEDULE_ZB_H1);
+    CHECK(str(t.set.device) == "cpu");
+    CHECK(t.gpt.recompute_granularity == PTDP_RECOMPUTE_FULL);
+  }
+  SECTION("--mock-data given explicitly, gpipe, no global batch, no evaluation") {
+    const Config m({"--mock-data", "--pipeline-schedule", "gpipe", "--micro-batch-size", "4", "--eval-interval", "0"});
+    const Snapshot t = snapshot(m.handle);
+    CHECK(t.set.data_source == PTDP_DATA_MOCK);
+    CHECK(t.data.source == PTDP_DATA_MOCK);
+    CHECK(t.data.path == nullptr);
+    CHECK(t.set.pipeline_schedule == PTDP_SCHEDULE_GPIPE);
+    CHECK(t.set.global_batch_size == 0);
+    // B = 0 counts as the micro-batch size: the driver, knowing d, asks for its own numbers.
+    CHECK(t.data.num_samples[0] == 10 * 4);
+    CHECK(t.data.num_samples[1] == 0);
+    CHECK(t.data.num_samples[2] == 100 * 4);
+  }
+}
+
+TEST_CASE("train config: no flags give the documented defaults", "[args][capi]") {
+  const Config c({});
+  const Snapshot s = snapshot(c.handle);
+
+  ptdp_gpt_options gpt_init;
+  REQUIRE(ptdp_gpt_options_init(&gpt_init) == PTDP_SUCCESS);
+  CHECK(s.gpt.num_layers == 2);
+  CHECK(s.gpt.hidden_size == 64);
+  CHECK(s.gpt.num_attention_heads == 4);
+  CHECK(s.gpt.ffn_hidden_size == 0);
+  CHECK(s.gpt.vocab_size == 256);
+  CHECK(s.gpt.make_vocab_size_divisible_by == 128);
+  CHECK(s.gpt.seq_length == 32);
+  CHECK(s.gpt.max_position_embeddings == 0);
+  CHECK(s.gpt.hidden_dropout == 0.1f);
+  CHECK(s.gpt.attention_dropout == 0.1f);
+  CHECK(s.gpt.init_method_std == 0.02f);
+  CHECK(s.gpt.layernorm_epsilon == gpt_init.layernorm_epsilon);
+  CHECK(s.gpt.untie_embeddings_and_output_weights == 0);
+  CHECK(s.gpt.recompute_granularity == PTDP_RECOMPUTE_NONE);
+  CHECK(s.gpt.seed == 1234);
+
+  CHECK(s.opt.optimizer == PTDP_OPTIMIZER_ADAM);
+  CHECK(s.opt.lr == 1e-4);
+  CHECK(s.opt.min_lr == 0.0);
+  CHECK(s.opt.lr_decay_style == PTDP_LR_LINEAR);  // Megatron's default, not the struct's
+  CHECK(s.opt.lr_warmup_iters == 0);
+  CHECK(s.opt.lr_decay_iters == 10);  // unset: --train-iters
+  CHECK(s.opt.adam_beta1 == 0.9f);
+  CHECK(s.opt.adam_beta2 == 0.999f);
+  CHECK(s.opt.adam_eps == 1e-8f);
+  CHECK(s.opt.weight_decay == 0.01f);
+  CHECK(s.opt.sgd_momentum == 0.9f);
+  CHECK(s.opt.clip_grad == 1.0f);
+  CHECK(s.opt.dynamic_loss_scale == 0);  // fp32: no loss scaling
+  CHECK(s.opt.initial_loss_scale == 1.0f);
+  CHECK(s.opt.min_loss_scale == 1.0f);
+  CHECK(s.opt.loss_scale_window == 1000);
+  CHECK(s.opt.hysteresis == 2);
+  CHECK(s.opt.use_distributed_optimizer == 0);
+  CHECK(s.opt.ddp_bucket_size == 0);
+
+  CHECK(s.par.tensor_model_parallel_size == 1);
+  CHECK(s.par.pipeline_model_parallel_size == 1);
+  CHECK(s.par.virtual_pipeline_model_parallel_size == 1);
+  CHECK(s.rt.comm_timeout_s == 300.0);
+
+  CHECK(s.set.help == 0);
+  CHECK(s.set.micro_batch_size == 1);
+  CHECK(s.set.global_batch_size == 0);
+  CHECK(s.set.train_iters == 10);
+  CHECK(s.set.log_interval == 100);
+  CHECK(s.set.save_interval == 0);
+  CHECK(s.set.eval_interval == 1000);
+  CHECK(s.set.eval_iters == 100);
+  CHECK(s.set.pipeline_schedule == PTDP_SCHEDULE_1F1B);
+  CHECK(s.set.data_source == PTDP_DATA_MOCK);
+  CHECK(s.set.data_path == nullptr);
+  CHECK(str(s.set.split) == "969,30,1");
+  CHECK(s.set.text_file == nullptr);
+  CHECK(s.set.tokenizer_type == nullptr);
+  CHECK(s.set.save == nullptr);
+  CHECK(s.set.load == nullptr);
+  CHECK(s.set.log_json == nullptr);
+  CHECK(s.set.profile_trace == nullptr);
+  CHECK(str(s.set.device) == "auto");
+  CHECK(s.set.fp16 == 0);
+  CHECK(s.set.bf16 == 0);
+  CHECK(s.set.seed == 1234);
+
+  CHECK(s.data.source == PTDP_DATA_MOCK);
+  CHECK(s.data.path == nullptr);
+  CHECK(str(s.data.split) == "969,30,1");
+  CHECK(s.data.seq_length == 32);
+  CHECK(s.data.vocab_size == 256);
+  CHECK(s.data.seed == 1234);
+  CHECK(s.data.num_samples[0] == 10);
+  CHECK(s.data.num_samples[1] == (10 / 1000 + 1) * 100);
+  CHECK(s.data.num_samples[2] == 100);
+}
+
+TEST_CASE("train config: --flag=value reads as --flag value", "[args][capi]") {
+  const std::vector<std::string> equals = with_equals(kEveryFlag);
+  REQUIRE(equals.size() < kEveryFlag.size());
+  const Config spaced(kEveryFlag);
+  const Config joined(equals);
+  CHECK(describe(snapshot(joined.handle)) == describe(snapshot(spaced.handle)));
+  CHECK(to_json(joined.handle) == to_json(spaced.handle));
+
+  SECTION("values that start with '-' or hold '=' are values") {
+    const Config c({"--save", "-odd-dir", "--load=a=b", "--seed=7"});
+    const Snapshot s = snapshot(c.handle);
+    CHECK(str(s.set.save) == "-odd-dir");
+    CHECK(str(s.set.load) == "a=b");
+    CHECK(s.set.seed == 7);
+  }
+  SECTION("a repeated flag keeps its last value") {
+    const Config c({"--hidden-size", "32", "--hidden-size=128", "--fp16", "--fp16"});
+    const Snapshot s = snapshot(c.handle);
+    CHECK(s.gpt.hidden_size == 128);
+    CHECK(s.set.fp16 == 1);
+  }
+  SECTION("Megatron's split spellings") {
+    for (const auto& [given, stored] : std::vector<std::pair<std::string, std::string>>{
+             {"969,30,1", "969,30,1"}, {"969, 30, 1", "969,30,1"}, {"98/2/0", "98,2,0"}, {"1", "1,0,0"},
+             {"0.9,0.1", "0.9,0.1,0"}}) {
+      const Config c({"--split", given});
+      INFO(given);
+      CHECK(str(snapshot(c.handle).set.split) == stored);
+    }
+  }
+}
+
+TEST_CASE("train config: --help sets the help setting and checks nothing else", "[args][capi]") {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--help"}, {"-h"}, {"--hidden-size", "abc", "--help"}, {"--hiden-size", "3", "-h"}}) {
+    const Config c(args);
+    const Snapshot s = snapshot(c.handle);
+    CHECK(s.set.help == 1);
+    CHECK(s.gpt.hidden_size == 64);
+  }
+}
+
+TEST_CASE("train config: bad values, unknown flags and contradictions name the flag", "[args][capi]") {
+  struct Bad {
+    std::vector<std::string> args;
+    std::vector<std::string> mentions;
+  };
+  const std::vector<Bad> cases = {
+      {{"--hidden-size", "abc"}, {"--hidden-size", "'abc'", "is not an integer"}},
+      {{"--hidden-size=12.5"}, {"--hidden-size", "'12.5'", "is not an integer"}},
+      {{"--hidden-size", "99999999999"}, {"--hidden-size", "'99999999999'", "out of range"}},
+      {{"--hidden-size", "0"}, {"--hidden-size", "'0'", "must be > 0"}},
+      {{"--num-layers", "-2"}, {"--num-layers", "'-2'", "must be > 0"}},
+      {{"--num-attention-heads", "0"}, {"--num-attention-heads", "'0'"}},
+      {{"--ffn-hidden-size", "-1"}, {"--ffn-hidden-size", "'-1'", ">= 0"}},
+      {{"--seq-length", "0"}, {"--seq-length", "'0'"}},
+      {{"--max-position-embeddings", "-1"}, {"--max-position-embeddings", "'-1'"}},
+      {{"--vocab-size", "0"}, {"--vocab-size", "'0'"}},
+      {{"--make-vocab-size-divisible-by", "0"}, {"--make-vocab-size-divisible-by", "'0'"}},
+      {{"--micro-batch-size", "0"}, {"--micro-batch-size", "'0'"}},
+      {{"--global-batch-size", "-1"}, {"--global-batch-size", "'-1'"}},
+      {{"--tensor-model-parallel-size", "0"}, {"--tensor-model-parallel-size", "'0'"}},
+      {{"--pipeline-model-parallel-size", "-1"}, {"--pipeline-model-parallel-size", "'-1'"}},
+      {{"--num-layers-per-virtual-pipeline-stage", "0"}, {"--num-layers-per-virtual-pipeline-stage", "'0'"}},
+      {{"--train-iters", "-1"}, {"--train-iters", "'-1'"}},
+      {{"--hiden-size", "64"}, {"unknown flag --hiden-size", "did you mean --hidden-size"}},
+      {{"--no-such-thing"}, {"unknown flag --no-such-thing"}},
+      {{"-x"}, {"unknown flag -x"}},
+      {{"stray"}, {"unexpected argument 'stray'"}},
+      {{"--lr-decay-style", "foo"}, {"--lr-decay-style", "'foo'", "is not one of constant, linear, cosine"}},
+      {{"--optimizer", "lamb"}, {"--optimizer", "'lamb'", "adam, sgd"}},
+      {{"--recompute-granularity", "partial"}, {"--recompute-granularity", "'partial'", "none, full, selective"}},
+      {{"--pipeline-schedule", "interleaved"}, {"--pipeline-schedule", "'interleaved'", "1f1b, gpipe, zb-h1"}},
+      {{"--device", "tpu"}, {"--device", "'tpu'", "auto, cpu, cuda"}},
+      {{"--fp16", "--bf16"}, {"--fp16 and --bf16 are exclusive"}},
+      {{"--fp16=1"}, {"--fp16", "takes no value", "'1'"}},
+      {{"--hidden-dropout", "1"}, {"--hidden-dropout", "'1'", "[0, 1)"}},
+      {{"--attention-dropout", "-0.1"}, {"--attention-dropout", "'-0.1'", "[0, 1)"}},
+      {{"--lr", "-1"}, {"--lr", "'-1'", ">= 0"}},
+      {{"--lr", "nan"}, {"--lr", "'nan'", "finite"}},
+      {{"--lr", "fast"}, {"--lr", "'fast'", "is not a number"}},
+      {{"--min-lr", "-0.5"}, {"--min-lr", "'-0.5'"}},
+      {{"--lr", "0.01", "--min-lr", "0.1"}, {"--min-lr 0.1", "--lr 0.01"}},
+      {{"--adam-beta1", "1.0"}, {"--adam-beta1", "'1.0'", "[0, 1)"}},
+      {{"--adam-beta2", "-0.5"}, {"--adam-beta2", "'-0.5'"}},
+      {{"--adam-beta2", "0.99999999999"}, {"--adam-beta2", "'0.99999999999'", "float"}},
+      {{"--adam-eps", "0"}, {"--adam-eps", "'0'", "> 0"}},
+      {{"--clip-grad", "-1"}, {"--clip-grad", "'-1'"}},
+      {{"--weight-decay", "-0.1"}, {"--weight-decay", "'-0.1'"}},
+      {{"--sgd-momentum", "-1"}, {"--sgd-momentum", "'-1'"}},
+      {{"--init-method-std", "0"}, {"--init-method-std", "'0'"}},
+      {{"--layernorm-epsilon", "0"}, {"--layernorm-epsilon", "'0'"}},
+      {{"--seed", "-1"}, {"--seed", "'-1'", "non-negative integer"}},
+      {{"--lr-warmup-iters", "-1"}, {"--lr-warmup-iters", "'-1'"}},
+      {{"--lr-decay-iters", "-3"}, {"--lr-decay-iters", "'-3'"}},
+      {{"--lr-warmup-iters", "20"}, {"--lr-warmup-iters 20", "--train-iters 10"}},
+      {{"--lr-decay-iters", "5", "--lr-warmup-iters", "5"}, {"--lr-warmup-iters 5", "--lr-decay-iters 5"}},
+      {{"--initial-loss-scale", "0"}, {"--initial-loss-scale", "'0'"}},
+      {{"--initial-loss-scale", "1e39"}, {"--initial-loss-scale", "'1e39'", "float"}},
+      {{"--loss-scale", "0"}, {"--loss-scale", "'0'"}},
+      {{"--min-loss-scale", "8", "--initial-loss-scale", "4"}, {"--min-loss-scale 8", "--initial-loss-scale 4"}},
+      {{"--loss-scale-window", "0"}, {"--loss-scale-window", "'0'"}},
+      {{"--hysteresis", "0"}, {"--hysteresis", "'0'"}},
+      {{"--mock-data", "--data-path", "x"}, {"--mock-data", "--data-path", "exclusive"}},
+      {{"--data-path", "x", "--text-file", "y"}, {"--data-path", "--text-file", "exclusive"}},
+      {{"--mock-data", "--text-file", "y"}, {"--mock-data", "--text-file", "exclusive"}},
+      {{"--tokenizer-type", "GPT2BPETokenizer"},
+       {"--tokenizer-type", "'GPT2BPETokenizer'", "NullTokenizer", "ByteLevel", "--data-path", "--text-file"}},
+      {{"--tokenizer-type", "SentencePieceTokenizer"}, {"--tokenizer-type", "'SentencePieceTokenizer'"}},
+      {{"--text-file", "a.txt", "--vocab-size", "100"}, {"--text-file", "--vocab-size 100", "256"}},
+      {{"--text-file", "a.txt", "--tokenizer-type", "NullTokenizer"}, {"--text-file", "NullTokenizer"}},
+      {{"--num-layers", "6", "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "2"},
+       {"--num-layers 6", "--pipeline-model-parallel-size 2", "--num-layers-per-virtual-pipeline-stage 2"}},
+      {{"--num-layers", "3", "--pipeline-model-parallel-size", "2"},
+       {"--num-layers 3", "--pipeline-model-parallel-size 2"}},
+      {{"--num-layers-per-virtual-pipeline-stage", "1"},
+       {"--num-layers-per-virtual-pipeline-stage 1", "--pipeline-model-parallel-size"}},
+      {{"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1",
+        "--pipeline-schedule", "gpipe"},
+       {"--pipeline-schedule gpipe", "--num-layers-per-virtual-pipeline-stage"}},
+      {{"--global-batch-size", "10", "--micro-batch-size", "4"},
+       {"--global-batch-size 10", "--micro-batch-size 4", "multiple"}},
+      {{"--num-attention-heads", "5"}, {"--num-attention-heads 5", "--hidden-size 64"}},
+      {{"--tensor-model-parallel-size", "3"}, {"--tensor-model-parallel-size 3", "--num-attention-heads 4"}},
+      {{"--ffn-hidden-size", "102", "--tensor-model-parallel-size", "4"},
+       {"--tensor-model-parallel-size 4", "--ffn-hidden-size 102"}},
+      {{"--seq-length", "64", "--max-position-embeddings", "32"},
+       {"--seq-length 64", "--max-position-embeddings 32"}},
+      {{"--split", "1,2,3,4"}, {"--split", "'1,2,3,4'"}},
+      {{"--split", "a,b"}, {"--split", "'a,b'"}},
+      {{"--split", "90,,10"}, {"--split", "'90,,10'"}},
+      {{"--split", "-1,2,3"}, {"--split", "'-1,2,3'"}},
+      {{"--split", "0,0,0"}, {"--split", "'0,0,0'", "zero"}},
+      {{"--load="}, {"--load", "empty value"}},
+      {{"--save", ""}, {"--save", "empty value"}},
+      {{"--data-path="}, {"--data-path", "empty value"}},
+      {{"--save", "--load", "x"}, {"--save", "missing value"}},
+      {{"--hidden-size"}, {"--hidden-size", "missing value"}},
+      {{"--save-interval", "-1"}, {"--save-interval", "'-1'"}},
+      {{"--log-interval", "0"}, {"--log-interval", "'0'"}},
+      {{"--eval-interval", "-5"}, {"--eval-interval", "'-5'"}},
+      {{"--eval-iters", "-1"}, {"--eval-iters", "'-1'"}},
+      {{"--comm-timeout", "0"}, {"--comm-timeout", "'0'"}},
+      {{"--comm-timeout", "soon"}, {"--comm-timeout", "'soon'", "is not a number"}},
+      {{"--ddp-bucket-size", "-1"}, {"--ddp-bucket-size", "'-1'"}},
+  };
+  for (const Bad& b : cases) {
+    std::string line;
+    for (const auto& a : b.args) line += a + " ";
+    INFO("ptdp-train " << line);
+    const Argv a(b.args);
+    unsigned char sentinel = 0;
+    const auto untouched = reinterpret_cast<ptdp_train_config>(&sentinel);
+    ptdp_train_config out = untouched;
+    CHECK(ptdp_train_config_parse(a.argc(), a.argv(), &out) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(out == untouched);
+    const std::string message = ptdp_last_error();
+    INFO(message);
+    CHECK_THAT(message, Catch::Contains("ptdp_train_config_parse"));
+    for (const auto& m : b.mentions) CHECK_THAT(message, Catch::Contains(m));
+  }
+}
+
+TEST_CASE("train config: the help text lists every flag with its default", "[args][capi]") {
+  const std::string text = help_text("my-trainer");
+  CHECK(text.rfind("Usage: my-trainer", 0) == 0);
+  CHECK(help_text(nullptr).rfind("Usage: ptdp-train", 0) == 0);
+  for (const char* group : {"\nModel:\n", "\nParallelism:\n", "\nTraining:\n", "\nOptimizer and learning rate:\n",
+                            "\nMixed precision:\n", "\nData:\n", "\nCheckpoints:\n", "\nLogging and evaluation:\n",
+                            "\nptdp:\n"}) {
+    CHECK_THAT(text, Catch::Contains(group));
+  }
+  for (const auto& [flag, default_text] : kFlagDefaults) {
+    INFO("--" << flag);
+    const std::size_t at = text.find("\n  --" + flag + " ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+    INFO(line);
+    CHECK_THAT(line, Catch::Contains("Default: " + default_text + "."));
+  }
+  // Nothing listed that the table above does not know.
+  std::size_t listed = 0;
+  for (std::size_t at = text.find("\n  --"); at != std::string::npos; at = text.find("\n  --", at + 1)) ++listed;
+  CHECK(listed == kFlagDefaults.size());
+}
+
+TEST_CASE("train config: the JSON holds every flag", "[args][capi]") {
+  const Config d({});
+  const nlohmann::json defaults = nlohmann::json::parse(to_json(d.handle));
+  CHECK(defaults.size() == kFlagDefaults.size());
+  for (const auto& [flag, default_text] : kFlagDefaults) {
+    INFO(flag);
+    CHECK(defaults.contains(flag));
+  }
+  CHECK(defaults["num-layers"] == 2);
+  CHECK(defaults["lr-decay-iters"].is_null());
+  CHECK(defaults["mock-data"] == true);
+  CHECK(defaults["save"].is_null());
+  CHECK(defaults["initial-loss-scale"] == 4294967296.0);
+
+  const Config c(kEveryFlag);
+  const nlohmann::json j = nlohmann::json::parse(to_json(c.handle));
+  CHECK(j.size() == kFlagDefaults.size());
+  // Every flag of the command line reads back with its value.
+  for (std::size_t i = 0; i < kEveryFlag.size(); ++i) {
+    const std::string key = kEveryFlag[i].substr(2);
+    INFO(key);
+    REQUIRE(j.contains(key));
+    const bool has_value = i + 1 < kEveryFlag.size() && kEveryFlag[i + 1].rfind("--", 0) != 0;
+    if (!has_value) {
+      CHECK(j[key] == true);
+      continue;
+    }
+    const std::string given = kEveryFlag[++i];
+    if (j[key].is_string()) {
+      CHECK(j[key].get<std::string>() == (key == "split" ? std::string("98,2,0") : given));
+    } else {
+      CHECK(j[key].get<double>() == Approx(std::stod(given)));
+    }
+  }
+  CHECK(j["mock-data"] == false);
+  CHECK(j["text-file"].is_null());
+}
+
+TEST_CASE("train config: argument errors of every call", "[args][capi]") {
+  ptdp_train_config out = nullptr;
+  const char* argv[] = {"ptdp-train", "--num-layers", nullptr};
+  CHECK(ptdp_train_config_parse(1, nullptr, &out) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("argv"));
+  CHECK(ptdp_train_config_parse(0, argv, &out) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("argc"));
+  CHECK(ptdp_train_config_parse(-1, argv, &out) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_train_config_parse(1, argv, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("out"));
+  CHECK(ptdp_train_config_parse(3, argv, &out) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("argv[2]"));
+  CHECK(out == nullptr);
+  CHECK(ptdp_train_config_destroy(nullptr) == PTDP_SUCCESS);
+
+  // Help: NULL length, NULL buffer with room claimed, too small (length still told, buffer untouched).
+  CHECK(ptdp_train_config_help(nullptr, nullptr, 0, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("length"));
+  size_t length = 0;
+  CHECK(ptdp_train_config_help(nullptr, nullptr, 10, &length) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("buffer"));
+  const std::string full = help_text(nullptr);
+  std::string small(full.size(), 'x');  // one byte short of the NUL
+  CHECK(ptdp_train_config_help(nullptr, small.data(), small.size(), &length) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(length == full.size());
+  CHECK(small == std::string(full.size(), 'x'));
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("capacity"));
+
+  const Config c({});
+  const std::string json = to_json(c.handle);
+  CHECK(ptdp_train_config_to_json(c.handle, nullptr, 0, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  std::string short_buffer(json.size(), 'x');
+  length = 0;
+  CHECK(ptdp_train_config_to_json(c.handle, short_buffer.data(), short_buffer.size(), &length) ==
+        PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(length == json.size());
+  CHECK(short_buffer == std::string(json.size(), 'x'));
+
+  // NULL outputs.
+  CHECK(ptdp_train_config_gpt_options(c.handle, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_train_config_optimizer_options(c.handle, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_train_config_parallel_options(c.handle, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_train_config_runtime_options(c.handle, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_train_config_settings(c.handle, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("settings"));
+  CHECK(ptdp_train_config_data_options(c.handle, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+
+  // NULL and dead handles (zeroed memory: the magic number does not match), outputs untouched.
+  alignas(64) static unsigned char not_a_config[512] = {};
+  for (ptdp_train_config bad : {static_cast<ptdp_train_config>(nullptr),
+                                reinterpret_cast<ptdp_train_config>(not_a_config)}) {
+    ptdp_gpt_options gpt;
+    std::memset(static_cast<void*>(&gpt), 0x5a, sizeof gpt);
+    CHECK(ptdp_train_config_gpt_options(bad, &gpt) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(gpt.num_layers == 0x5a5a5a5a);
+    CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("config"));
+    ptdp_optimizer_options opt;
+    CHECK(ptdp_train_config_optimizer_options(bad, &opt) == PTDP_ERR_INVALID_ARGUMENT);
+    ptdp_parallel_options par;
+    CHECK(ptdp_train_config_parallel_options(bad, &par) == PTDP_ERR_INVALID_ARGUMENT);
+    ptdp_runtime_options rt;
+    CHECK(ptdp_train_config_runtime_options(bad, &rt) == PTDP_ERR_INVALID_ARGUMENT);
+    ptdp_train_settings set;
+    CHECK(ptdp_train_config_settings(bad, &set) == PTDP_ERR_INVALID_ARGUMENT);
+    ptdp_gpt_data_options data;
+    CHECK(ptdp_train_config_data_options(bad, &data) == PTDP_ERR_INVALID_ARGUMENT);
+    length = 7;
+    char buffer[16];
+    CHECK(ptdp_train_config_to_json(bad, buffer, sizeof buffer, &length) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(length == 7);
+  }
+  CHECK(ptdp_train_config_destroy(reinterpret_cast<ptdp_train_config>(not_a_config)) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("not a live ptdp_train_config"));
+
+  SECTION("sample counts that overflow are refused") {
+    const Config huge({"--train-iters", "9223372036854775807", "--global-batch-size", "4", "--micro-batch-size", "4",
+                       "--lr-decay-style", "constant"});
+    ptdp_gpt_data_options data;
+    data.seq_length = -7;
+    CHECK(ptdp_train_config_data_options(huge.handle, &data) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(data.seq_length == -7);
+    CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("overflow"));
+  }
+}

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""ptdp-train and ptdp-generate, end to end under mpiexec (ctest labels "tools;mpi").
+
+    test_ptdp_train.py BIN_DIR CASE
+
+CASE is one of:
+  equivalence  the loss (and grad norm, learning rate, validation loss) of every iteration at
+               (t,p,d) = (2,2,2) equals the serial (1,1,1) run of the same seed, to 1e-5
+  resume       a run stopped at a checkpoint and resumed gives the uninterrupted run's loss
+               trajectory bit for bit (distributed optimizer, d = 2, dropout on)
+  reshard      a checkpoint saved at (2,2,1) loads at (1,1,2), (4,1,1) and (1,2,1) with v = 2;
+               the next iteration's loss equals the uninterrupted run's to 1e-5
+  corrupt      a flipped byte, a truncated or missing shard, a missing manifest, a bad
+               metadata.json, a tracker naming a missing iteration, and a model that does not
+               match are each refused on every rank with a message naming the file; a stale
+               temporary directory of an interrupted save leaves the previous checkpoint loadable
+  generate     ptdp-generate loads a (2,2,1) checkpoint on one process; greedy output is
+               deterministic; bad flags give exit status 2
+  errors       bad flags, a missing data file, a too-short text and a bad layout each give a
+               clear message and a non-zero exit status
+
+Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
+enough to round-trip a float).
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BIN = sys.argv[1]
+CASE = sys.argv[2]
+MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
+TRAIN = os.path.join(BIN, "ptdp-train")
+GENERATE = os.path.join(BIN, "ptdp-generate")
+WORK = tempfile.mkdtemp(prefix="ptdp-train-test-")
+failures = []
+
+# A tiny GPT on a small text (bytes), dropout on, 4 layers so that p = 2 with v = 2 works.
+CORPUS = os.path.join(WORK, "corpus.txt")
+with open(CORPUS, "w") as f:
+    for i in range(400):
+        f.write(f"Paragraph {i}: the quick brown fox jumps over the lazy dog {i % 7} times.\n")
+        f.write("Pack my box with five dozen liquor jugs.\n\n")
+
+MODEL = ["--num-layers", "4", "--hidden-size", "32", "--num-attention-heads", "4", "--seq-length", "16",
+         "--vocab-size", "256", "--make-vocab-size-divisible-by", "128", "--micro-batch-size", "2",
+         "--global-batch-size", "8", "--lr", "3e-3", "--lr-warmup-iters", "2", "--lr-decay-style", "cosine",
+         "--seed", "1234", "--text-file", CORPUS, "--tokenizer-type", "ByteLevel", "--log-interval", "1",
+         "--split", "90,10,0", "--eval-interval", "3", "--eval-iters", "2", "--comm-timeout", "60"]
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(np, flags, expect_ok=True, env_extra=None):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if env_extra:
+        env.update(env_extra)
+    cmd = [MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-n", str(np), TRAIN] + flags
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    if expect_ok and p.returncode != 0:
+        print(" ".join(cmd))
+        print(p.stdout)
+        print(p.stderr)
+        raise SystemExit(f"ptdp-train failed with status {p.returncode}")
+    return p
+
+
+def layout(t, p, v=1):
+    flags = ["--tensor-model-parallel-size", str(t), "--pipeline-model-parallel-size", str(p)]
+    if v > 1:
+        flags += ["--num-layers-per-virtual-pipeline-stage", str(4 // (p * v))]
+    return flags
+
+
+def train(name, np, t, p, iters, extra=(), v=1):
+    log = os.path.join(WORK, name + ".jsonl")
+    if os.path.exists(log):
+        os.remove(log)
+    out = run(np, MODEL + layout(t, p, v) + ["--train-iters", str(iters), "--log-json", log] + list(extra))
+    records = [json.loads(line) for line in open(log)]
+    steps = {r["iteration"]: r for r in records if "iteration" in r}
+    valid = {r["validation_iteration"]: r for r in records if "validation_iteration" in r}
+    return steps, valid, out.stdout
+
+
+def close(a, b, tol):
+    return abs(a - b) <= tol * max(1.0, abs(b))
+
+
+def case_equivalence():
+    serial, serial_valid, stdout = train("serial", 1, 1, 1, 6)
+    check(" iteration        6/       6 | consumed samples:           48 |" in stdout,
+          "Megatron log line format:\n" + stdout)
+    check(" validation loss at iteration 3 | lm loss value: " in stdout, "validation line:\n" + stdout)
+    check(len(serial) == 6 and len(serial_valid) == 2, "6 iterations and 2 validations logged")
+    first, last = serial[1]["lm_loss"], serial[6]["lm_loss"]
+    check(last < first - 0.3, f"the loss falls: {first} -> {last}")
+    par, par_valid, _ = train("parallel", 8, 2, 2, 6, ["--use-distributed-optimizer"])
+    worst = 0.0
+    for it in range(1, 7):
+        a, b = par[it], serial[it]
+        for key in ("lm_loss", "grad_norm"):
+            check(close(a[key], b[key], 1e-5), f"iteration {it} {key}: (2,2,2) {a[key]} vs serial {b[key]}")
+            worst = max(worst, abs(a[key] - b[key]) / max(1.0, abs(b[key])))
+        check(a["learning_rate"] == b["learning_rate"], f"iteration {it} learning rate")
+        check(a["consumed_samples"] == b["consumed_samples"] == 8 * it, f"iteration {it} consumed samples")
+    for it in serial_valid:
+        check(close(par_valid[it]["lm_loss"], serial_valid[it]["lm_loss"], 1e-5), f"validation at {it}")
+    print(f"equivalence: 6 iterations, worst relative difference {worst:.2e}; loss {first:.4f} -> {last:.4f}")
+
+
+def case_resume():
+    extra = ["--use-distributed-optimizer"]
+    full, _, _ = train("full", 4, 2, 1, 8, extra)
+    ckpt = os.path.join(WORK, "ckpt-resume")
+    part, _, _ = train("first-half", 4, 2, 1, 4, extra + ["--save", ckpt, "--save-interval", "4"])
+    check(open(os.path.join(ckpt, "latest_checkpointed_iteration.txt")).read().strip() == "4", "tracker says 4")
+    rest, _, stdout = train("second-half", 4, 2, 1, 8, extra + ["--load", ckpt])
+    check("loaded checkpoint" in stdout, "the run says it loaded the checkpoint")
+    check(sorted(rest) == [5, 6, 7, 8], f"the resumed run logs iterations 5..8, got {sorted(rest)}")
+    for it in range(1, 5):
+        check(part[it]["lm_loss"] == full[it]["lm_loss"], f"first half iteration {it}")
+    for it in range(5, 9):
+        for key in ("lm_loss", "grad_norm", "learning_rate", "consumed_samples"):
+            check(rest[it][key] == full[it][key],
+                  f"resumed iteration {it} {key}: {rest[it][key]!r} vs uninterrupted {full[it][key]!r}")
+    print("resume: iterations 5..8 bit-identical to the uninterrupted run")
+
+
+def case_reshard():
+    full, _, _ = train("reshard-full", 4, 2, 2, 5)
+    ckpt = os.path.join(WORK, "ckpt-reshard")
+    train("reshard-save", 4, 2, 2, 4, ["--save", ckpt])
+    for (np, t, p, v, extra) in [(2, 1, 1, 1, ["--use-distributed-optimizer"]), (4, 4, 1, 1, []),
+                                 (2, 1, 2, 2, []), (8, 2, 2, 1, ["--use-distributed-optimizer"])]:
+        d = np // (t * p)
+        steps, _, _ = train(f"reshard-{t}{p}{d}{v}", np, t, p, 5, extra + ["--load", ckpt], v=v)
+        a, b = steps[5]["lm_loss"], full[5]["lm_loss"]
+        check(sorted(steps) == [5], f"({t},{p},{d}) v={v} resumes at iteration 5")
+        check(close(a, b, 1e-5), f"({t},{p},{d}) v={v}: iteration 5 loss {a} vs uninterrupted (2,2,1) {b}")
+        check(close(steps[5]["grad_norm"], full[5]["grad_norm"], 1e-5), f"({t},{p},{d}) v={v}: grad norm")
+        print(f"reshard: (2,2,1) -> ({t},{p},{d}) v={v}: iteration 5 loss {a:.9g} vs {b:.9g}")
+
+
+def refuse(ckpt, flags, needle, what, np=2):
+    p = run(np, MODEL + ["--train-iters", "6", "--load", ckpt] + flags, expect_ok=False)
+    lines = [l for l in p.stderr.splitlines() if "ptdp-train: rank" in l]
+    ok = p.returncode != 0 and len(lines) == np and all(needle in l for l in lines)
+    check(ok, f"{what}: expected every rank to refuse naming {needle!r}; status {p.returncode}, stderr:\n{p.stderr}")
+
+
+def case_corrupt():
+    good = os.path.join(WORK, "ckpt-good")
+    train("corrupt-save", 2, 2, 1, 3, ["--save", good])
+    shard = "model_tp01_pp00.safetensors"
+
+    def fresh(name):
+        path = os.path.join(WORK, name)
+        shutil.rmtree(path, ignore_errors=True)
+        shutil.copytree(good, path)
+        return path, os.path.join(path, "iter_0000003")
+
+    path, d = fresh("ckpt-flip")
+    with open(os.path.join(d, shard), "r+b") as f:
+        f.seek(os.path.getsize(os.path.join(d, shard)) - 5)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x01]))
+    refuse(path, layout(2, 1), shard, "flipped byte")
+    refuse(path, layout(1, 1), shard, "flipped byte, other layout", np=2)
+
+    path, d = fresh("ckpt-trunc")
+    with open(os.path.join(d, shard), "r+b") as f:
+        f.truncate(100)
+    refuse(path, layout(2, 1), shard, "truncated shard")
+
+    path, d = fresh("ckpt-missing")
+    os.remove(os.path.join(d, shard))
+    refuse(path, layout(2, 1), shard, "missing shard")
+
+    path, d = fresh("ckpt-nomanifest")
+    os.remove(os.path.join(d, "manifest.sha256"))
+    refuse(path, layout(2, 1), "manifest.sha256", "missing manifest")
+
+    path, d = fresh("ckpt-metadata")
+    with open(os.path.join(d, "metadata.json"), "a") as f:
+        f.write("garbage")
+    refuse(path, layout(2, 1), "metadata.json", "corrupted metadata")
+
+    path, d = fresh("ckpt-tracker")
+    with open(os.path.join(path, "latest_checkpointed_iteration.txt"), "w") as f:
+        f.write("7\n")
+    refuse(path, layout(2, 1), "iter_0000007", "tracker naming a missing iteration")
+
+    path, d = fresh("ckpt-config")
+    p = run(2, MODEL + layout(2, 1) + ["--train-iters", "6", "--load", path, "--hidden-size", "64"],
+            expect_ok=False)
+    lines = [l for l in p.stderr.splitlines() if "ptdp-train: rank" in l]
+    check(p.returncode != 0 and len(lines) == 2 and all("hidden_size" in l and "metadata.json" in l for l in lines),
+          "config mismatch refused on every rank naming hidden_size and metadata.json:\n" + p.stderr)
+
+    # An interrupted save of iteration 4: a stale temporary directory; iteration 3 stays the latest,
+    # and saving iteration 4 again replaces the stale directory.
+    path, d = fresh("ckpt-interrupted")
+    os.makedirs(os.path.join(path, "iter_0000004.tmp"))
+    with open(os.path.join(path, "iter_0000004.tmp", shard), "wb") as f:
+        f.write(b"partial")
+    steps, _, _ = train("corrupt-resume", 2, 2, 1, 4, ["--load", path, "--save", path])
+    check(sorted(steps) == [4], "after an interrupted save the previous checkpoint loads")
+    check(open(os.path.join(path, "latest_checkpointed_iteration.txt")).read().strip() == "4",
+          "the next save becomes the latest")
+    check(not os.path.exists(os.path.join(path, "iter_0000004.tmp")), "the stale temporary directory is gone")
+    check(os.path.exists(os.path.join(path, "iter_0000004", "manifest.sha256")), "iteration 4 saved")
+    print("corrupt: 8 cases refused on every rank; interrupted save recovered")
+
+
+def case_generate():
+    ckpt = os.path.join(WORK, "ckpt-generate")
+    train("generate-save", 4, 2, 2, 6, ["--save", ckpt])
+    cmd = [GENERATE, "--load", ckpt, "--prompt", "Paragraph 1", "--max-new-tokens", "24", "--top-k", "1"]
+    a = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    b = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(a.returncode == 0, "ptdp-generate runs:\n" + a.stderr)
+    check(a.stdout == b.stdout, "greedy generation is deterministic")
+    check(a.stdout.startswith("Paragraph 1") and len(a.stdout.rstrip("\n")) == len("Paragraph 1") + 24,
+          f"prompt + 24 bytes: {a.stdout!r}")
+    s = subprocess.run(cmd[:-2] + ["--top-k", "5", "--temperature", "0.8", "--seed", "7"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    check(s.returncode == 0, "sampling with top-k and temperature runs:\n" + s.stderr)
+    for bad, needle in [(["--load", ckpt], "--prompt"), (["--prompt", "x"], "--load"),
+                        (["--load", ckpt, "--prompt", "x", "--top-k", "-1"], "--top-k"),
+                        (["--load", ckpt, "--prompt", "x", "--temperature", "0"], "--temperature"),
+                        (["--load", ckpt, "--prompt", "x", "--bogus", "1"], "--bogus")]:
+        p = subprocess.run([GENERATE] + bad, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+        check(p.returncode == 2 and needle in p.stderr, f"bad flags {bad}: status {p.returncode}, {p.stderr!r}")
+    p = subprocess.run([GENERATE, "--load", os.path.join(WORK, "nothing"), "--prompt", "x"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    check(p.returncode == 1 and "latest_checkpointed_iteration.txt" in p.stderr, "missing checkpoint: " + p.stderr)
+    print("generate:", repr(a.stdout.strip()))
+
+
+def case_errors():
+    cases = [
+        (["--hidden-size", "abc"], "--hidden-size", 2),
+        (["--bogus-flag"], "--bogus-flag", 2),
+        (["--data-path", os.path.join(WORK, "missing")], "missing", 1),
+        (["--tensor-model-parallel-size", "3"], "tensor", 1),
+    ]
+    base = [a for a in MODEL if a not in ("--text-file", CORPUS)]
+    for flags, needle, status in cases:
+        p = run(2, base + ["--train-iters", "3"] + flags, expect_ok=False)
+        check(p.returncode != 0 and needle in p.stderr,
+              f"{flags}: expected failure naming {needle!r}; status {p.returncode}, stderr:\n{p.stderr}")
+    short = os.path.join(WORK, "short.txt")
+    with open(short, "w") as f:
+        f.write("tiny\n")
+    p = run(1, base + ["--train-iters", "3", "--text-file", short], expect_ok=False)
+    check(p.returncode != 0 and "tokens" in p.stderr, "too short a text: " + p.stderr)
+    p = subprocess.run([TRAIN, "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(p.returncode == 0 and "--num-layers" in p.stdout and "--pipeline-schedule" in p.stdout, "--help")
+    print("errors: every case refused with a message")
+
+
+try:
+    {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
+     "generate": case_generate, "errors": case_errors}[CASE]()
+finally:
+    if not failures:
+        shutil.rmtree(WORK, ignore_errors=True)
+    else:
+        print("work files kept in", WORK)
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("all checks passed")
