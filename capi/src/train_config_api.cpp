@@ -195,6 +195,7 @@ PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_t
     s.micro_batch_size = a.micro_batch_size;
     s.global_batch_size = a.global_batch_size;
     s.train_iters = a.train_iters;
+    s.exit_interval = a.exit_interval;
     s.log_interval = a.log_interval;
     s.save_interval = a.save_interval;
     s.eval_interval = a.eval_interval;

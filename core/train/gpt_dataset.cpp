@@ -240,7 +240,8 @@ std::array<double, 3> parse_split(std::string_view split) {
     if (p < end && *p == '-') bad("negative weight");
     double v = 0;
     const auto [next, ec] = std::from_chars(p, end, v, std::chars_format::fixed);
-    if (ec != std::errc() || next == p) bad(p < end ? "not a number at " + quoted(std::string_view(p, end - p)) : "missing weight");
+    if (p == end) bad("missing weight");
+    if (ec != std::errc() || next == p) bad("not a number at " + quoted(std::string_view(p, end - p)));
     if (!std::isfinite(v)) bad("weight is not finite");
     w[static_cast<std::size_t>(n++)] = v;
     p = next;

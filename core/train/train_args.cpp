@@ -10,6 +10,7 @@
 #include "core/train/train_args.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -322,6 +323,10 @@ std::vector<Flag> make_flags() {
                       "0 means micro-batch-size * data-parallel size.",
                       &TrainArgs::global_batch_size, kNonNegative));
   v.push_back(integer("train-iters", G::Training, "Training iterations.", &TrainArgs::train_iters, kNonNegative));
+  v.push_back(integer("exit-interval", G::Training,
+                      "Stop after the first iteration divisible by N (saving a checkpoint first with --save); "
+                      "0 means never.",
+                      &TrainArgs::exit_interval, kNonNegative));
   v.push_back(integer("seed", G::Training, "Seed of weight init, dropout, mock data and data shuffling.",
                       &TrainArgs::seed, kAny));
   // Optimizer.
@@ -570,7 +575,7 @@ void check_together(const TrainArgs& a) {
   // Data.
   if (!a.text_file.empty()) {
     if (a.vocab_size < 256) {
-      fail(cat("--text-file reads one token per byte and needs --vocab-size >= 256, got ", value("vocab-size")));
+      fail(cat(value("vocab-size"), " is below 256, which --text-file needs (one token per byte)"));
     }
     if (a.tokenizer_type == "NullTokenizer") {
       fail("--tokenizer-type NullTokenizer does not fit --text-file (one token per byte); use ByteLevel or "
@@ -638,23 +643,18 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
 }
 
 std::string train_args_help(const std::string& program) {
+  // argparse's layout: meanings start at a fixed column, on the next line after a long flag,
+  // and wrap at kWidth; "Default: ..." is never split.
+  constexpr std::size_t kColumn = 30, kWidth = 100;
   const TrainArgs defaults;
   std::string out = cat("Usage: ", program.empty() ? std::string("ptdp-train") : program, " [flags]\n\n");
   out +=
       "Trains a GPT with pipeline, tensor and data parallelism (mpirun -np N for several ranks).\n"
       "Flags follow Megatron-LM's names and defaults; [ptdp] marks ptdp's own. Values are given as\n"
       "--flag value or --flag=value; boolean flags take no value.\n";
-  std::size_t column = 0;
-  std::vector<std::string> heads;
-  for (const Flag& f : flags()) {
-    heads.push_back(cat("  --", f.name, f.is_boolean() ? "" : " ", f.metavar));
-    column = std::max(column, heads.back().size());
-  }
-  column += 2;
   for (int g = 0; g < kNumGroups; ++g) {
     out += cat("\n", kGroupTitles[g], ":\n");
-    for (std::size_t i = 0; i < flags().size(); ++i) {
-      const Flag& f = flags()[i];
+    for (const Flag& f : flags()) {
       if (static_cast<int>(f.group) != g) continue;
       const json d = f.get(defaults);
       std::string shown;
@@ -666,9 +666,30 @@ std::string train_args_help(const std::string& program) {
         shown = d.is_string() ? d.get<std::string>() : d.dump();
       }
       if (!f.default_note.empty()) shown += cat(" (", f.default_note, ")");
-      out += heads[i];
-      out.append(column - heads[i].size(), ' ');
-      out += cat(f.help, " Default: ", shown, ".\n");
+      std::vector<std::string> words;
+      for (std::size_t at = 0; at < f.help.size();) {
+        const std::size_t end = std::min(f.help.find(' ', at), f.help.size());
+        if (end > at) words.push_back(f.help.substr(at, end - at));
+        at = end + 1;
+      }
+      words.push_back(cat("Default: ", shown, "."));
+      std::string line = cat("  --", f.name, f.is_boolean() ? "" : " ", f.metavar);
+      if (line.size() + 2 > kColumn) {
+        out += cat(line, "\n");
+        line.clear();
+      }
+      line.append(kColumn - line.size(), ' ');
+      bool first = true;
+      for (const std::string& w : words) {
+        if (!first && line.size() + 1 + w.size() > kWidth) {
+          out += cat(line, "\n");
+          line.assign(kColumn, ' ');
+          first = true;
+        }
+        line += cat(first ? "" : " ", w);
+        first = false;
+      }
+      out += cat(line, "\n");
     }
   }
   return out;

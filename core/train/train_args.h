@@ -55,6 +55,7 @@ struct TrainArgs {
   int micro_batch_size = 1;
   int global_batch_size = 0;  ///< 0: micro_batch_size * d (one microbatch per replica)
   int64_t train_iters = 10;
+  int64_t exit_interval = 0;  ///< stop after an iteration divisible by it (0: never), saving first with --save
   uint64_t seed = 1234;
 
   // Optimizer and learning rate.

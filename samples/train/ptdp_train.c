@@ -123,6 +123,16 @@ static double iteration_flops(const ptdp_gpt_options* g, int64_t global_batch) {
   return 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
+/* A progress bar when stdout is a terminal. Open MPI and PMI launchers hand every rank a
+ * pseudo-terminal whatever the job's real output is, so under them the bar is off unless
+ * PTDP_PROGRESS=1 asks for it; PTDP_PROGRESS=0 turns it off everywhere. */
+static int show_progress(void) {
+  const char* force = getenv("PTDP_PROGRESS");
+  if (force && *force) return strcmp(force, "0") != 0;
+  if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK")) return 0;
+  return isatty(fileno(stdout));
+}
+
 static void progress_bar(const run* r, int64_t done, int64_t total) {
   if (!r->progress) return;
   const int width = 40;
@@ -242,7 +252,7 @@ int main(int argc, char** argv) {
   CHECK(&r, ptdp_groups_rank(r.groups, PTDP_GROUP_PIPELINE, &pp_rank));
   CHECK(&r, ptdp_groups_rank(r.groups, PTDP_GROUP_DATA, &dp_rank));
   r.logger = pp_rank == p - 1 && tp_rank == 0 && dp_rank == 0;
-  r.progress = r.logger && isatty(fileno(stdout));
+  r.progress = r.logger && show_progress();
 
   CHECK_ALL(&r, ptdp_model_create(r.groups, &gpt, &r.model));
   CHECK_ALL(&r, ptdp_optimizer_create(r.model, &opt, &r.optimizer));
@@ -374,9 +384,15 @@ int main(int argc, char** argv) {
         fflush(stdout);
       }
     }
-    if (set.save && set.save_interval > 0 && iteration % set.save_interval == 0) {
+    const int exiting = set.exit_interval > 0 && iteration % set.exit_interval == 0 && iteration < set.train_iters;
+    if (set.save && ((set.save_interval > 0 && iteration % set.save_interval == 0) || exiting)) {
       save(&r, set.save, iteration, consumed, consumed_valid);
       last_saved = iteration;
+    }
+    if (exiting) {
+      if (r.logger) printf(" exiting at iteration %lld (--exit-interval %lld)\n", (long long)iteration,
+                           (long long)set.exit_interval);
+      break;
     }
   }
   if (set.save && iteration > first_iteration && last_saved != iteration) save(&r, set.save, iteration, consumed, consumed_valid);

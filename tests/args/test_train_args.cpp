@@ -187,14 +187,16 @@ TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]"
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 59);
+  CHECK(names.size() == 60);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});
   CHECK(j.size() == names.size());
   for (const std::string& n : names) {
     INFO(n);
-    CHECK_THAT(help, Catch::Contains("\n  --" + n + " "));
+    const bool listed = help.find("\n  --" + n + " ") != std::string::npos ||
+                        help.find("\n  --" + n + "\n") != std::string::npos;
+    CHECK(listed);
     CHECK(j.contains(n));
   }
 }

@@ -3,6 +3,7 @@
 // JSON, every bad value named in the message, and the argument checks of each call.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -40,6 +41,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"micro-batch-size", "1"},
     {"global-batch-size", "0"},
     {"train-iters", "10"},
+    {"exit-interval", "0"},
     {"seed", "1234"},
     {"optimizer", "adam"},
     {"lr", "0.0001"},
@@ -192,6 +194,7 @@ std::string describe(const Snapshot& s) {
   add("train_iters", num(static_cast<double>(s.set.train_iters)));
   add("log_interval", num(static_cast<double>(s.set.log_interval)));
   add("save_interval", num(static_cast<double>(s.set.save_interval)));
+  add("exit_interval", num(static_cast<double>(s.set.exit_interval)));
   add("eval_interval", num(static_cast<double>(s.set.eval_interval)));
   add("eval_iters", num(static_cast<double>(s.set.eval_iters)));
   add("pipeline_schedule", num(s.set.pipeline_schedule));
@@ -243,7 +246,7 @@ const std::vector<std::string> kEveryFlag = {
     "--seq-length", "48", "--max-position-embeddings", "64", "--vocab-size", "300",
     "--make-vocab-size-divisible-by", "64", "--micro-batch-size", "3", "--global-batch-size", "12",
     "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
-    "--num-layers-per-virtual-pipeline-stage", "2", "--use-distributed-optimizer", "--train-iters", "500",
+    "--num-layers-per-virtual-pipeline-stage", "2", "--use-distributed-optimizer", "--train-iters", "500", "--exit-interval", "250",
     "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "50",
     "--lr-decay-iters", "400", "--weight-decay", "0.1", "--clip-grad", "0.5", "--adam-beta1", "0.8",
     "--adam-beta2", "0.95", "--adam-eps", "1e-6", "--optimizer", "sgd", "--seed", "42", "--init-method-std",
@@ -322,6 +325,7 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.set.micro_batch_size == 3);
   CHECK(s.set.global_batch_size == 12);
   CHECK(s.set.train_iters == 500);
+  CHECK(s.set.exit_interval == 250);
   CHECK(s.set.log_interval == 5);
   CHECK(s.set.save_interval == 100);
   CHECK(s.set.eval_interval == 50);
@@ -436,6 +440,7 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.set.micro_batch_size == 1);
   CHECK(s.set.global_batch_size == 0);
   CHECK(s.set.train_iters == 10);
+  CHECK(s.set.exit_interval == 0);
   CHECK(s.set.log_interval == 100);
   CHECK(s.set.save_interval == 0);
   CHECK(s.set.eval_interval == 1000);
@@ -640,11 +645,21 @@ TEST_CASE("train config: the help text lists every flag with its default", "[arg
   }
   for (const auto& [flag, default_text] : kFlagDefaults) {
     INFO("--" << flag);
-    const std::size_t at = text.find("\n  --" + flag + " ");
+    // The flag's entry: from its line to the next flag or the end of its group.
+    std::size_t at = text.find("\n  --" + flag + " ");
+    if (at == std::string::npos) at = text.find("\n  --" + flag + "\n");
     REQUIRE(at != std::string::npos);
-    const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
-    INFO(line);
-    CHECK_THAT(line, Catch::Contains("Default: " + default_text + "."));
+    const std::size_t end = std::min(text.find("\n  --", at + 1), text.find("\n\n", at + 1));
+    const std::string entry = text.substr(at + 1, end - at - 1);
+    INFO(entry);
+    CHECK_THAT(entry, Catch::Contains("Default: " + default_text + "."));
+    std::size_t longest = 0;  // wrapped at 100 columns
+    for (std::size_t start = 0; start <= entry.size();) {
+      const std::size_t stop = std::min(entry.find('\n', start), entry.size());
+      longest = std::max(longest, stop - start);
+      start = stop + 1;
+    }
+    CHECK(longest <= 100);
   }
   // Nothing listed that the table above does not know.
   std::size_t listed = 0;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "core/train/gpt_dataset.h"
 #include "idx_bytes.h"
@@ -246,7 +247,8 @@ TEST_CASE("gpt dataset: the same inputs give the same samples, another seed anot
   c.get_batch(DataSplit::Train, 0, 40, tb.data(), lb.data());
   CHECK(ta != tb);
   // The three splits shuffle with different streams.
-  CHECK(ptdp::document_shuffle_stream(1, DataSplit::Train).stream != ptdp::document_shuffle_stream(1, DataSplit::Valid).stream);
+  CHECK(ptdp::document_shuffle_stream(1, DataSplit::Train).stream !=
+        ptdp::document_shuffle_stream(1, DataSplit::Valid).stream);
 }
 
 TEST_CASE("gpt dataset: data-parallel shares of a global batch concatenate to the batch", "[data]") {
@@ -463,4 +465,31 @@ TEST_CASE("gpt dataset: the Fisher-Yates draw is an exact high 64-bit product", 
   CHECK(sorted[99] == 99);
   CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
   CHECK(v != sorted);
+}
+
+TEST_CASE("gpt dataset: threads reading one data set at once get the serial batches", "[data]") {
+  idx_bytes::TempDir dir("gpt_threads");
+  const auto src = indexed(dir.prefix("tiny"), tiny_docs());
+  GptDatasetOptions o;
+  o.split = "1";
+  o.seq_length = 3;
+  o.num_samples = {64, 0, 0};
+  const GptDataset ds(src, o);
+  const std::size_t per = 64 * 3;
+  std::vector<int32_t> serial(per), serial_labels(per);
+  ds.get_batch(DataSplit::Train, 0, 64, serial.data(), serial_labels.data());
+  std::vector<std::vector<int32_t>> got(4, std::vector<int32_t>(per)), got_labels(4, std::vector<int32_t>(per));
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      for (int rep = 0; rep < 20; ++rep) {
+        ds.get_batch(DataSplit::Train, 0, 64, got[r].data(), got_labels[r].data());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (std::size_t r = 0; r < 4; ++r) {
+    CHECK(got[r] == serial);
+    CHECK(got_labels[r] == serial_labels);
+  }
 }

@@ -119,7 +119,7 @@ def case_resume():
     extra = ["--use-distributed-optimizer"]
     full, _, _ = train("full", 4, 2, 1, 8, extra)
     ckpt = os.path.join(WORK, "ckpt-resume")
-    part, _, _ = train("first-half", 4, 2, 1, 4, extra + ["--save", ckpt, "--save-interval", "4"])
+    part, _, _ = train("first-half", 4, 2, 1, 8, extra + ["--save", ckpt, "--exit-interval", "4"])
     check(open(os.path.join(ckpt, "latest_checkpointed_iteration.txt")).read().strip() == "4", "tracker says 4")
     rest, _, stdout = train("second-half", 4, 2, 1, 8, extra + ["--load", ckpt])
     check("loaded checkpoint" in stdout, "the run says it loaded the checkpoint")
@@ -136,7 +136,7 @@ def case_resume():
 def case_reshard():
     full, _, _ = train("reshard-full", 4, 2, 2, 5)
     ckpt = os.path.join(WORK, "ckpt-reshard")
-    train("reshard-save", 4, 2, 2, 4, ["--save", ckpt])
+    train("reshard-save", 4, 2, 2, 5, ["--save", ckpt, "--exit-interval", "4"])
     for (np, t, p, v, extra) in [(2, 1, 1, 1, ["--use-distributed-optimizer"]), (4, 4, 1, 1, []),
                                  (2, 1, 2, 2, []), (8, 2, 2, 1, ["--use-distributed-optimizer"])]:
         d = np // (t * p)

@@ -1882,6 +1882,8 @@ typedef struct ptdp_train_settings {
   int32_t fp16;                        /**< `--fp16`. */
   int32_t bf16;                        /**< `--bf16`. */
   uint64_t seed;                       /**< `--seed`. */
+  int64_t exit_interval;               /**< `--exit-interval`: stop after an iteration divisible by
+                                            it (saving first with `--save`); 0: never. */
 } ptdp_train_settings;
 
 /**
