@@ -8,7 +8,7 @@
 #   bash scripts/main-job.sh [BUILD_DIR] [ITERATIONS]
 set -euo pipefail
 build=${1:-build}
-iters=${2:-600}
+iters=${2:-1000}
 corpus=/usr/share/common-licenses/GPL-3
 out="$build/main-job"
 rm -rf "$out"
@@ -27,11 +27,11 @@ mpirun --allow-run-as-root --oversubscribe -np 4 -x OMP_NUM_THREADS=1 "$build/bi
   --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \
   --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 \
   --micro-batch-size 4 --global-batch-size 16 --train-iters "$iters" \
-  --lr 1e-3 --min-lr 1e-4 --lr-warmup-iters 20 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 \
+  --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 50 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 \
   --hidden-dropout 0.1 --attention-dropout 0.1 --seed 1234 \
   --text-file "$corpus" --tokenizer-type ByteLevel --split 95,5,0 \
-  --log-interval 50 --eval-interval 200 --eval-iters 4 \
-  --save "$out/checkpoint" --save-interval 300 --log-json "$out/log.jsonl"
+  --log-interval 50 --eval-interval 250 --eval-iters 4 \
+  --save "$out/checkpoint" --save-interval 500 --log-json "$out/log.jsonl"
 
 python3 - "$out/log.jsonl" "$entropy" <<'PY'
 import json, sys
@@ -44,7 +44,7 @@ last = sum(r["lm_loss"] for r in steps[-10:]) / 10
 val = f"validation loss {valid[-1]['lm_loss']:.3f}; " if valid else ""
 print(f"main job: training loss {first:.3f} (first 10 iterations) -> {last:.3f} (last 10); "
       f"{val}unigram entropy {entropy:.3f} nats per byte")
-if not last < 0.8 * entropy:
+if not last < 0.7 * entropy:
     sys.exit(f"main job: the loss {last:.3f} did not fall well below the unigram entropy {entropy:.3f}")
 print(f"main job: the model predicts bytes with {last / entropy:.0%} of the unigram model's loss")
 PY

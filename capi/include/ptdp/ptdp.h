@@ -1900,8 +1900,13 @@ PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_t
 /* ---------------------------------------------------------------------------------------- */
 /** @name GPT training samples
  *  Samples of seq_length + 1 tokens (inputs and their next tokens) from a token stream, built
- *  as Megatron's GPTDataset builds them: the documents of a split concatenated in an order
- *  shuffled per epoch from the seed, cut into samples, the samples shuffled from the seed.
+ *  as Megatron's GPTDataset builds them: the documents of a split repeated over as many epochs
+ *  as the samples asked for need, shuffled from the seed (Fisher-Yates over Philox draws) and
+ *  concatenated; cut into samples of s + 1 tokens that share their boundary token; the samples
+ *  shuffled by a second permutation from the seed. Splits are document ranges (Megatron's
+ *  `--split` rule). A text file is read as bytes, one document per paragraph (runs of non-blank
+ *  lines, each ending in a blank line); mock data is 1000 documents of s/2 to 4s tokens, drawn
+ *  from the seed.
  *  The same (source, seed, split) gives the same samples on every rank and every layout, so
  *  a global batch is the same set of samples whatever t, p and d are; each data-parallel rank
  *  asks for its share only.
@@ -1994,7 +1999,10 @@ PTDP_API ptdp_status ptdp_gpt_data_num_samples(ptdp_gpt_data data, ptdp_data_spl
  * @param[out] labels Room for count * s ids.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, an empty split, negative @p first,
- *         non-positive @p count, NULL outputs.
+ *         non-positive @p count, NULL outputs; a token >= vocab_size in an indexed data set
+ *         (found when its sample is read; the message names PREFIX.bin, the document and the
+ *         position). The outputs are unchanged on error.
+ * @retval PTDP_ERR_IO reading PREFIX.bin failed (named).
  * @par Thread safety
  * Several threads may read one source at once.
  */
