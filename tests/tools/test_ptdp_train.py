@@ -101,7 +101,11 @@ def case_equivalence():
     check(len(serial) == 6 and len(serial_valid) == 2, "6 iterations and 2 validations logged")
     first, last = serial[1]["lm_loss"], serial[6]["lm_loss"]
     check(last < first - 0.3, f"the loss falls: {first} -> {last}")
-    par, par_valid, _ = train("parallel", 8, 2, 2, 6, ["--use-distributed-optimizer"])
+    trace = os.path.join(WORK, "trace.json")
+    par, par_valid, _ = train("parallel", 8, 2, 2, 6, ["--use-distributed-optimizer", "--profile-trace", trace])
+    events = json.load(open(trace))["traceEvents"]
+    pids = {e.get("pid") for e in events if e.get("ph") == "X"}
+    check(len(pids) == 8, f"--profile-trace: spans of all 8 ranks in one trace, got pids {sorted(pids)}")
     worst = 0.0
     for it in range(1, 7):
         a, b = par[it], serial[it]
