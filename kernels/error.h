@@ -3,6 +3,7 @@
 // on purpose.
 #pragma once
 
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -30,8 +31,22 @@ class Error : public std::runtime_error {
   ErrorCode code_;
 };
 
+/// Joins anything streamable into one string, for messages (building them this way also
+/// sidesteps GCC 12's false -Wrestrict on `"literal" + std::string + ...` chains).
+template <typename... Parts>
+std::string str_cat(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
 [[noreturn]] inline void throw_error(ErrorCode code, const std::string& message) {
   throw Error(code, message);
+}
+
+/// Throws Error(Io) with the message "PATH: what" (file problems always name the file).
+[[noreturn]] inline void throw_io_error(const std::string& path, const std::string& what) {
+  throw Error(ErrorCode::Io, path + ": " + what);
 }
 
 }  // namespace ptdp

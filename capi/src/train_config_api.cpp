@@ -22,14 +22,8 @@ static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe)
 static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));
 static_assert(PTDP_SCHEDULE_INTERLEAVED_1F1B == static_cast<int>(ptdp::ScheduleKind::Interleaved1F1B));
 static_assert(PTDP_SCHEDULE_ZB_H1 == static_cast<int>(ptdp::ScheduleKind::ZeroBubbleH1));
-static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
-static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
-static_assert(PTDP_RECOMPUTE_SELECTIVE == static_cast<int>(ptdp::Recompute::Selective));
-static_assert(PTDP_OPTIMIZER_ADAM == static_cast<int>(ptdp::OptimizerKind::Adam));
-static_assert(PTDP_OPTIMIZER_SGD == static_cast<int>(ptdp::OptimizerKind::Sgd));
-static_assert(PTDP_LR_CONSTANT == static_cast<int>(ptdp::LrDecayStyle::Constant));
-static_assert(PTDP_LR_LINEAR == static_cast<int>(ptdp::LrDecayStyle::Linear));
-static_assert(PTDP_LR_COSINE == static_cast<int>(ptdp::LrDecayStyle::Cosine));
+// The enums' numbers are checked against the core's where they are defined (model_api.cpp,
+// optimizer_api.cpp).
 
 namespace {
 

@@ -25,22 +25,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Concatenates anything streamable (GCC 12's -Wrestrict misfires on long string + chains).
-template <typename... Parts>
-std::string cat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
-}
-
-[[noreturn]] void io_error(const std::string& path, const std::string& what) {
-  throw_error(ErrorCode::Io, cat(path, ": ", what));
-}
-
 std::string join(const std::string& dir, const std::string& name) { return (fs::path(dir) / name).string(); }
 
 std::string block_string(int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  return cat("rows [", r0, ", ", r1, ") x cols [", c0, ", ", c1, ")");
+  return str_cat("rows [", r0, ", ", r1, ") x cols [", c0, ", ", c1, ")");
 }
 
 std::string to_hex(const unsigned char* digest, unsigned n) {
@@ -81,7 +69,7 @@ class Sha256 {
 void check_file_name(const std::string& name) {
   PTDP_CHECK_ARG(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
                      name.find('\n') == std::string::npos && name.find('\r') == std::string::npos,
-                 cat("bad checkpoint file name '", name, "': it must be a plain file name"));
+                 str_cat("bad checkpoint file name '", name, "': it must be a plain file name"));
 }
 
 bool is_lower_hex64(const std::string& s) {
@@ -100,12 +88,12 @@ std::map<std::string, std::string> parse_manifest(const std::string& path, const
     ++line_no;
     if (line.empty()) continue;
     if (line.size() < 67 || line[64] != ' ' || (line[65] != ' ' && line[65] != '*'))
-      io_error(path, cat("bad manifest line ", line_no, ": '", line, "' is not '<sha256>  <file name>'"));
+      throw_io_error(path, str_cat("bad manifest line ", line_no, ": '", line, "' is not '<sha256>  <file name>'"));
     std::string hash = line.substr(0, 64);
     std::transform(hash.begin(), hash.end(), hash.begin(), [](char c) { return static_cast<char>(std::tolower(c)); });
-    if (!is_lower_hex64(hash)) io_error(path, cat("bad manifest line ", line_no, ": '", line.substr(0, 64), "' is not a SHA-256"));
+    if (!is_lower_hex64(hash)) throw_io_error(path, str_cat("bad manifest line ", line_no, ": '", line.substr(0, 64), "' is not a SHA-256"));
     const std::string name = line.substr(66);
-    if (!out.emplace(name, hash).second) io_error(path, cat("manifest lists '", name, "' twice"));
+    if (!out.emplace(name, hash).second) throw_io_error(path, str_cat("manifest lists '", name, "' twice"));
   }
   return out;
 }
@@ -113,12 +101,12 @@ std::map<std::string, std::string> parse_manifest(const std::string& path, const
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    if (errno == ENOENT) io_error(path, "missing");
-    io_error(path, cat("cannot open: ", std::strerror(errno)));
+    if (errno == ENOENT) throw_io_error(path, "missing");
+    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
   }
   std::ostringstream s;
   s << in.rdbuf();
-  if (in.bad()) io_error(path, "read failed");
+  if (in.bad()) throw_io_error(path, "read failed");
   return s.str();
 }
 
@@ -137,8 +125,8 @@ std::string sha256_bytes(const void* data, std::size_t n) {
 std::string sha256_file(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) io_error(path, "missing");
-    io_error(path, cat("cannot open: ", std::strerror(errno)));
+    if (errno == ENOENT) throw_io_error(path, "missing");
+    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
   }
   std::vector<unsigned char> buf(std::size_t{1} << 20);
   Sha256 h;
@@ -148,7 +136,7 @@ std::string sha256_file(const std::string& path) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      io_error(path, cat("read failed: ", std::strerror(err)));
+      throw_io_error(path, str_cat("read failed: ", std::strerror(err)));
     }
     if (r == 0) break;
     h.update(buf.data(), static_cast<std::size_t>(r));
@@ -161,7 +149,7 @@ std::string sha256_file(const std::string& path) {
 // Names and the directory protocol
 
 std::string checkpoint_iter_name(int64_t iteration) {
-  PTDP_CHECK_ARG(iteration >= 0, cat("checkpoint iteration must be >= 0, got ", iteration));
+  PTDP_CHECK_ARG(iteration >= 0, str_cat("checkpoint iteration must be >= 0, got ", iteration));
   char buf[32];
   std::snprintf(buf, sizeof buf, "iter_%07lld", static_cast<long long>(iteration));
   return buf;
@@ -180,20 +168,20 @@ std::string checkpoint_tracker_path(const std::string& dir) { return join(dir, k
 void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    if (errno == ENOENT) io_error(path, "missing");
-    io_error(path, cat("cannot open to sync: ", std::strerror(errno)));
+    if (errno == ENOENT) throw_io_error(path, "missing");
+    throw_io_error(path, str_cat("cannot open to sync: ", std::strerror(errno)));
   }
   if (::fsync(fd) != 0) {
     const int err = errno;
     ::close(fd);
-    io_error(path, cat("fsync failed: ", std::strerror(err)));
+    throw_io_error(path, str_cat("fsync failed: ", std::strerror(err)));
   }
   ::close(fd);
 }
 
 void write_file_synced(const std::string& path, const std::string& content) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error(path, cat("cannot create: ", std::strerror(errno)));
+  if (fd < 0) throw_io_error(path, str_cat("cannot create: ", std::strerror(errno)));
   const char* p = content.data();
   std::size_t left = content.size();
   while (left > 0) {
@@ -202,7 +190,7 @@ void write_file_synced(const std::string& path, const std::string& content) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      io_error(path, cat("write failed: ", std::strerror(err)));
+      throw_io_error(path, str_cat("write failed: ", std::strerror(err)));
     }
     p += w;
     left -= static_cast<std::size_t>(w);
@@ -210,9 +198,9 @@ void write_file_synced(const std::string& path, const std::string& content) {
   if (::fsync(fd) != 0) {
     const int err = errno;
     ::close(fd);
-    io_error(path, cat("fsync failed: ", std::strerror(err)));
+    throw_io_error(path, str_cat("fsync failed: ", std::strerror(err)));
   }
-  if (::close(fd) != 0) io_error(path, cat("close failed: ", std::strerror(errno)));
+  if (::close(fd) != 0) throw_io_error(path, str_cat("close failed: ", std::strerror(errno)));
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
@@ -221,7 +209,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
-    io_error(path, cat("cannot rename ", tmp, " over it: ", std::strerror(err)));
+    throw_io_error(path, str_cat("cannot rename ", tmp, " over it: ", std::strerror(err)));
   }
   std::string parent = fs::path(path).parent_path().string();
   fsync_path(parent.empty() ? "." : parent);
@@ -231,11 +219,11 @@ void prepare_tmp_dir(const std::string& dir, int64_t iteration) {
   const std::string tmp = checkpoint_tmp_dir(dir, iteration);
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) io_error(dir, cat("cannot create the checkpoint directory: ", ec.message()));
+  if (ec) throw_io_error(dir, str_cat("cannot create the checkpoint directory: ", ec.message()));
   fs::remove_all(tmp, ec);
-  if (ec) io_error(tmp, cat("cannot remove the stale directory of an interrupted save: ", ec.message()));
+  if (ec) throw_io_error(tmp, str_cat("cannot remove the stale directory of an interrupted save: ", ec.message()));
   if (!fs::create_directory(tmp, ec) || ec)
-    io_error(tmp, cat("cannot create: ", ec ? ec.message() : std::string("it already exists")));
+    throw_io_error(tmp, str_cat("cannot create: ", ec ? ec.message() : std::string("it already exists")));
 }
 
 void finalize_checkpoint(const std::string& dir, int64_t iteration, const std::vector<std::string>& files) {
@@ -245,16 +233,16 @@ void finalize_checkpoint(const std::string& dir, int64_t iteration, const std::v
   std::sort(sorted.begin(), sorted.end());
   for (std::size_t i = 0; i < sorted.size(); ++i) {
     check_file_name(sorted[i]);
-    PTDP_CHECK_ARG(sorted[i] != kManifestFile, cat("'", kManifestFile, "' is written by finalize_checkpoint itself"));
-    PTDP_CHECK_ARG(i == 0 || sorted[i] != sorted[i - 1], cat("checkpoint file '", sorted[i], "' listed twice"));
+    PTDP_CHECK_ARG(sorted[i] != kManifestFile, str_cat("'", kManifestFile, "' is written by finalize_checkpoint itself"));
+    PTDP_CHECK_ARG(i == 0 || sorted[i] != sorted[i - 1], str_cat("checkpoint file '", sorted[i], "' listed twice"));
   }
   std::error_code ec;
-  if (!fs::is_directory(tmp, ec)) io_error(tmp, "missing (prepare_tmp_dir was not called, or the directory was removed)");
+  if (!fs::is_directory(tmp, ec)) throw_io_error(tmp, "missing (prepare_tmp_dir was not called, or the directory was removed)");
 
   std::string manifest;
   for (const std::string& name : sorted) {
     const std::string path = join(tmp, name);
-    if (!fs::is_regular_file(path, ec)) io_error(path, "missing");
+    if (!fs::is_regular_file(path, ec)) throw_io_error(path, "missing");
     fsync_path(path);
     manifest += sha256_file(path);
     manifest += "  ";
@@ -266,10 +254,10 @@ void finalize_checkpoint(const std::string& dir, int64_t iteration, const std::v
 
   if (fs::exists(final_dir, ec)) {
     fs::remove_all(final_dir, ec);
-    if (ec) io_error(final_dir, cat("cannot remove the older checkpoint of the same iteration: ", ec.message()));
+    if (ec) throw_io_error(final_dir, str_cat("cannot remove the older checkpoint of the same iteration: ", ec.message()));
   }
   if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
-    io_error(final_dir, cat("cannot rename ", tmp, " to it: ", std::strerror(errno)));
+    throw_io_error(final_dir, str_cat("cannot rename ", tmp, " to it: ", std::strerror(errno)));
   fsync_path(dir);
   write_file_atomic(checkpoint_tracker_path(dir), std::to_string(iteration));
 }
@@ -277,7 +265,7 @@ void finalize_checkpoint(const std::string& dir, int64_t iteration, const std::v
 int64_t read_latest_iteration(const std::string& dir) {
   const std::string tracker = checkpoint_tracker_path(dir);
   std::error_code ec;
-  if (!fs::exists(tracker, ec)) io_error(cat("no checkpoint in ", dir), cat(tracker, " is missing"));
+  if (!fs::exists(tracker, ec)) throw_io_error(str_cat("no checkpoint in ", dir), str_cat(tracker, " is missing"));
   const std::string text = read_text(tracker);
   const auto first = text.find_first_not_of(" \t\r\n");
   const auto last = text.find_last_not_of(" \t\r\n");
@@ -285,7 +273,7 @@ int64_t read_latest_iteration(const std::string& dir) {
   int64_t it = -1;
   const auto [end, err] = std::from_chars(trimmed.data(), trimmed.data() + trimmed.size(), it);
   if (trimmed.empty() || err != std::errc() || end != trimmed.data() + trimmed.size() || it < 0)
-    io_error(tracker, cat("cannot parse an iteration number from '", trimmed, "'"));
+    throw_io_error(tracker, str_cat("cannot parse an iteration number from '", trimmed, "'"));
   return it;
 }
 
@@ -298,8 +286,8 @@ void CheckpointDirWriter::begin(const std::string& dir, int64_t iteration) {
 }
 
 void CheckpointDirWriter::check_begun(const char* what) const {
-  if (iteration_ < 0) throw_error(ErrorCode::InvalidState, cat("CheckpointDirWriter::", what, " before begin()"));
-  if (finalized_) throw_error(ErrorCode::InvalidState, cat("CheckpointDirWriter::", what, " after finalize()"));
+  if (iteration_ < 0) throw_error(ErrorCode::InvalidState, str_cat("CheckpointDirWriter::", what, " before begin()"));
+  if (finalized_) throw_error(ErrorCode::InvalidState, str_cat("CheckpointDirWriter::", what, " after finalize()"));
 }
 
 std::string CheckpointDirWriter::path_for(const std::string& filename) const {
@@ -324,13 +312,13 @@ std::string CheckpointDirWriter::iter_dir() const {
 
 void TensorMap::add_tensor(const std::string& name, const std::vector<int64_t>& shape, StDType dtype) {
   PTDP_CHECK_ARG(!name.empty(), std::string("tensor map: empty tensor name"));
-  PTDP_CHECK_ARG(shape.size() <= 2, cat("tensor map: '", name, "' has ", shape.size(), " dims; at most 2 are supported"));
+  PTDP_CHECK_ARG(shape.size() <= 2, str_cat("tensor map: '", name, "' has ", shape.size(), " dims; at most 2 are supported"));
   (void)st_numel(shape);
   (void)st_dtype_size(dtype);
   const auto it = entries_.find(name);
   if (it != entries_.end()) {
     PTDP_CHECK_ARG(it->second.shape == shape && it->second.dtype == dtype,
-                   cat("tensor map: '", name, "' declared again with another shape or dtype"));
+                   str_cat("tensor map: '", name, "' declared again with another shape or dtype"));
     return;
   }
   TensorEntry e;
@@ -341,20 +329,20 @@ void TensorMap::add_tensor(const std::string& name, const std::vector<int64_t>& 
 
 void TensorMap::add_piece(const std::string& global_name, const TensorPiece& piece) {
   const auto it = entries_.find(global_name);
-  PTDP_CHECK_ARG(it != entries_.end(), cat("tensor map: piece of undeclared tensor '", global_name, "'"));
+  PTDP_CHECK_ARG(it != entries_.end(), str_cat("tensor map: piece of undeclared tensor '", global_name, "'"));
   TensorEntry& e = it->second;
   PTDP_CHECK_ARG(!piece.file.empty() && !piece.name.empty(),
-                 cat("tensor map: piece of '", global_name, "' without a file or tensor name"));
+                 str_cat("tensor map: piece of '", global_name, "' without a file or tensor name"));
   PTDP_CHECK_ARG(0 <= piece.r0 && piece.r0 <= piece.r1 && piece.r1 <= e.rows() && 0 <= piece.c0 &&
                      piece.c0 <= piece.c1 && piece.c1 <= e.cols(),
-                 cat("tensor map: piece ", block_string(piece.r0, piece.r1, piece.c0, piece.c1), " of '", global_name,
+                 str_cat("tensor map: piece ", block_string(piece.r0, piece.r1, piece.c0, piece.c1), " of '", global_name,
                      "' lies outside its ", e.rows(), " x ", e.cols()));
   e.pieces.push_back(piece);
 }
 
 const TensorEntry& TensorMap::at(const std::string& name) const {
   const auto it = entries_.find(name);
-  PTDP_CHECK_ARG(it != entries_.end(), cat("tensor '", name, "' is not in the checkpoint"));
+  PTDP_CHECK_ARG(it != entries_.end(), str_cat("tensor '", name, "' is not in the checkpoint"));
   return it->second;
 }
 
@@ -371,31 +359,31 @@ nlohmann::json TensorMap::to_json() const {
 
 TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& source) {
   TensorMap map;
-  if (!j.is_object()) io_error(source, "the tensor map is not a JSON object");
+  if (!j.is_object()) throw_io_error(source, "the tensor map is not a JSON object");
   for (const auto& [name, e] : j.items()) {
-    const std::string where = cat("tensor map entry '", name, "'");
+    const std::string where = str_cat("tensor map entry '", name, "'");
     try {
       const auto range = [&](const nlohmann::json& r, const char* what) {
         if (!r.is_array() || r.size() != 2 || !r[0].is_number_integer() || !r[1].is_number_integer())
-          io_error(source, cat(where, ": ", what, " is not a pair of integers"));
+          throw_io_error(source, str_cat(where, ": ", what, " is not a pair of integers"));
         return std::pair<int64_t, int64_t>(r[0].get<int64_t>(), r[1].get<int64_t>());
       };
       if (!e.is_object() || !e.contains("shape") || !e.contains("dtype") || !e.contains("pieces"))
-        io_error(source, cat(where, " needs shape, dtype and pieces"));
+        throw_io_error(source, str_cat(where, " needs shape, dtype and pieces"));
       if (!e["shape"].is_array() || !e["dtype"].is_string() || !e["pieces"].is_array())
-        io_error(source, cat(where, ": shape must be an array, dtype a string, pieces an array"));
+        throw_io_error(source, str_cat(where, ": shape must be an array, dtype a string, pieces an array"));
       std::vector<int64_t> shape;
       for (const nlohmann::json& d : e["shape"]) {
-        if (!d.is_number_integer()) io_error(source, cat(where, ": shape ", e["shape"].dump(), " is not integers"));
+        if (!d.is_number_integer()) throw_io_error(source, str_cat(where, ": shape ", e["shape"].dump(), " is not integers"));
         shape.push_back(d.get<int64_t>());
       }
       const auto dtype = st_dtype_parse(e["dtype"].get<std::string>());
-      if (!dtype) io_error(source, cat(where, ": unknown dtype '", e["dtype"].get<std::string>(), "'"));
+      if (!dtype) throw_io_error(source, str_cat(where, ": unknown dtype '", e["dtype"].get<std::string>(), "'"));
       map.add_tensor(name, shape, *dtype);
       for (const nlohmann::json& p : e["pieces"]) {
         if (!p.is_object() || !p.contains("file") || !p.contains("name") || !p.contains("rows") || !p.contains("cols") ||
             !p["file"].is_string() || !p["name"].is_string())
-          io_error(source, cat(where, ": a piece needs file and name strings, rows and cols"));
+          throw_io_error(source, str_cat(where, ": a piece needs file and name strings, rows and cols"));
         TensorPiece piece;
         piece.file = p["file"].get<std::string>();
         piece.name = p["name"].get<std::string>();
@@ -405,9 +393,9 @@ TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& sourc
       }
     } catch (const Error& err) {
       if (err.code() != ErrorCode::InvalidArgument) throw;
-      io_error(source, err.what());
+      throw_io_error(source, err.what());
     } catch (const nlohmann::json::exception& err) {
-      io_error(source, cat(where, ": ", err.what()));
+      throw_io_error(source, str_cat(where, ": ", err.what()));
     }
   }
   return map;
@@ -417,7 +405,7 @@ TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& sourc
 // Reader
 
 CheckpointReader::CheckpointReader(const std::string& dir) {
-  open(dir, read_latest_iteration(dir), cat("named by ", checkpoint_tracker_path(dir)));
+  open(dir, read_latest_iteration(dir), str_cat("named by ", checkpoint_tracker_path(dir)));
 }
 
 CheckpointReader::CheckpointReader(const std::string& dir, int64_t iteration) { open(dir, iteration, "requested"); }
@@ -427,9 +415,9 @@ void CheckpointReader::open(const std::string& dir, int64_t iteration, const std
   iteration_ = iteration;
   iter_dir_ = checkpoint_iter_dir(dir, iteration);
   std::error_code ec;
-  if (!fs::is_directory(iter_dir_, ec)) io_error(iter_dir_, cat("missing: no checkpoint of iteration ", iteration, " (", named_by, ")"));
+  if (!fs::is_directory(iter_dir_, ec)) throw_io_error(iter_dir_, str_cat("missing: no checkpoint of iteration ", iteration, " (", named_by, ")"));
   const std::string manifest_path = join(iter_dir_, kManifestFile);
-  if (!fs::exists(manifest_path, ec)) io_error(manifest_path, "missing; the checkpoint cannot be verified");
+  if (!fs::exists(manifest_path, ec)) throw_io_error(manifest_path, "missing; the checkpoint cannot be verified");
   manifest_ = parse_manifest(manifest_path, read_text(manifest_path));
 }
 
@@ -442,17 +430,17 @@ void CheckpointReader::verify_locked(const std::string& filename) {
   if (verified_.count(filename)) return;
   const std::string path = path_for(filename);
   const auto it = manifest_.find(filename);
-  if (it == manifest_.end()) io_error(path, cat("not listed in ", join(iter_dir_, kManifestFile)));
+  if (it == manifest_.end()) throw_io_error(path, str_cat("not listed in ", join(iter_dir_, kManifestFile)));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) io_error(path, cat("missing (listed in ", join(iter_dir_, kManifestFile), ")"));
-    io_error(path, cat("cannot stat: ", std::strerror(errno)));
+    if (errno == ENOENT) throw_io_error(path, str_cat("missing (listed in ", join(iter_dir_, kManifestFile), ")"));
+    throw_io_error(path, str_cat("cannot stat: ", std::strerror(errno)));
   }
-  if (!S_ISREG(st.st_mode)) io_error(path, "not a regular file");
-  if (st.st_size == 0) io_error(path, "empty (0 bytes)");
+  if (!S_ISREG(st.st_mode)) throw_io_error(path, "not a regular file");
+  if (st.st_size == 0) throw_io_error(path, "empty (0 bytes)");
   const std::string found = sha256_file(path);
   if (found != it->second)
-    io_error(path, cat("SHA-256 mismatch: expected ", it->second, ", found ", found, " (", st.st_size, " bytes)"));
+    throw_io_error(path, str_cat("SHA-256 mismatch: expected ", it->second, ", found ", found, " (", st.st_size, " bytes)"));
   verified_[filename] = true;
 }
 
@@ -470,7 +458,7 @@ nlohmann::json CheckpointReader::read_metadata() {
   verify("metadata.json");
   const std::string path = path_for("metadata.json");
   nlohmann::json j = nlohmann::json::parse(read_text(path), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) io_error(path, "invalid JSON");
+  if (j.is_discarded()) throw_io_error(path, "invalid JSON");
   return j;
 }
 
@@ -488,10 +476,10 @@ void CheckpointReader::set_tensor_map(TensorMap map) { map_ = std::move(map); }
 void CheckpointReader::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* out) {
   const TensorEntry& e = map_.at(name);
   PTDP_CHECK_ARG(0 <= r0 && r0 <= r1 && r1 <= e.rows() && 0 <= c0 && c0 <= c1 && c1 <= e.cols(),
-                 cat("tensor '", name, "': block ", block_string(r0, r1, c0, c1), " lies outside its ", e.rows(), " x ",
+                 str_cat("tensor '", name, "': block ", block_string(r0, r1, c0, c1), " lies outside its ", e.rows(), " x ",
                      e.cols()));
   if (r0 == r1 || c0 == c1) return;
-  PTDP_CHECK_ARG(out != nullptr, cat("tensor '", name, "': output is NULL"));
+  PTDP_CHECK_ARG(out != nullptr, str_cat("tensor '", name, "': output is NULL"));
   const int64_t h = r1 - r0, w = c1 - c0;
 
   // Choose pieces by geometry alone first, so an uncovered block fails before any I/O.
@@ -514,18 +502,18 @@ void CheckpointReader::read_block(const std::string& name, int64_t r0, int64_t r
   if (hole != covered.end()) {
     const int64_t at = hole - covered.begin();
     throw_error(ErrorCode::InvalidArgument,
-                cat("tensor '", name, "': block ", block_string(r0, r1, c0, c1), " is not covered by the checkpoint (",
+                str_cat("tensor '", name, "': block ", block_string(r0, r1, c0, c1), " is not covered by the checkpoint (",
                     "element [", r0 + at / w, ", ", c0 + at % w, "] is in no stored piece)"));
   }
 
   std::vector<float> staging;
   for (const TensorPiece* p : chosen) {
     const SafetensorsFile& f = file(p->file);
-    const std::string piece_desc = cat("piece ", block_string(p->r0, p->r1, p->c0, p->c1), " of '", name, "'");
-    if (!f.has(p->name)) io_error(f.path(), cat("no tensor '", p->name, "' (", piece_desc, ")"));
+    const std::string piece_desc = str_cat("piece ", block_string(p->r0, p->r1, p->c0, p->c1), " of '", name, "'");
+    if (!f.has(p->name)) throw_io_error(f.path(), str_cat("no tensor '", p->name, "' (", piece_desc, ")"));
     const SafetensorsTensorInfo& t = f.info(p->name);
     if (t.rows() != p->r1 - p->r0 || t.cols() != p->c1 - p->c0)
-      io_error(f.path(), cat("tensor '", p->name, "' is ", t.rows(), " x ", t.cols(), ", but it should hold ", piece_desc));
+      throw_io_error(f.path(), str_cat("tensor '", p->name, "' is ", t.rows(), " x ", t.cols(), ", but it should hold ", piece_desc));
     const int64_t ir0 = std::max(r0, p->r0), ir1 = std::min(r1, p->r1);
     const int64_t ic0 = std::max(c0, p->c0), ic1 = std::min(c1, p->c1);
     if (ic0 == c0 && ic1 == c1) {  // full rows of the output block: read in place

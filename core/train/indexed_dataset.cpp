@@ -24,10 +24,6 @@ constexpr unsigned char kMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', 0, 0};
 constexpr uint64_t kVersion = 1;
 constexpr std::size_t kHeaderBytes = 9 + 8 + 1 + 8 + 8;
 
-[[noreturn]] void io_error(const std::string& path, const std::string& what) {
-  throw_error(ErrorCode::Io, path + ": " + what);
-}
-
 bool known_dtype(uint8_t code) { return code >= 1 && code <= 8; }
 
 bool float_dtype(IndexedDType d) { return d == IndexedDType::Float32 || d == IndexedDType::Float64; }
@@ -42,12 +38,12 @@ T load(const unsigned char* p) {
 // Reads the whole of `path`; Io naming it when it cannot be opened or read.
 std::vector<unsigned char> read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) io_error(path, std::string("cannot open the index file: ") + std::strerror(errno));
+  if (!in) throw_io_error(path, std::string("cannot open the index file: ") + std::strerror(errno));
   const std::streamoff size = in.tellg();
-  if (size < 0) io_error(path, "cannot determine the size of the index file");
+  if (size < 0) throw_io_error(path, "cannot determine the size of the index file");
   std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
   in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) io_error(path, "read failed");
+  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) throw_io_error(path, "read failed");
   return bytes;
 }
 
@@ -104,21 +100,21 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
   const std::size_t size = idx.size();
 
   if (size < kHeaderBytes) {
-    io_error(idx_path, "truncated: " + std::to_string(size) + " bytes, shorter than the " +
+    throw_io_error(idx_path, "truncated: " + std::to_string(size) + " bytes, shorter than the " +
                            std::to_string(kHeaderBytes) + "-byte header");
   }
   if (std::memcmp(idx.data(), kMagic, sizeof(kMagic)) != 0) {
-    io_error(idx_path, "bad magic: not a Megatron MMIDIDX index file");
+    throw_io_error(idx_path, "bad magic: not a Megatron MMIDIDX index file");
   }
   const uint64_t version = load<uint64_t>(idx.data() + 9);
   if (version != kVersion) {
-    io_error(idx_path, "unsupported index version " + std::to_string(version) + " (only version 1 is supported)");
+    throw_io_error(idx_path, "unsupported index version " + std::to_string(version) + " (only version 1 is supported)");
   }
   const uint8_t code = idx[17];
-  if (!known_dtype(code)) io_error(idx_path, "unknown dtype code " + std::to_string(code) + " (expected 1..8)");
+  if (!known_dtype(code)) throw_io_error(idx_path, "unknown dtype code " + std::to_string(code) + " (expected 1..8)");
   dtype_ = static_cast<IndexedDType>(code);
   if (float_dtype(dtype_)) {
-    io_error(idx_path, std::string("dtype ") + indexed_dtype_name(dtype_) +
+    throw_io_error(idx_path, std::string("dtype ") + indexed_dtype_name(dtype_) +
                            " is a float dtype; a token data set needs an integer dtype");
   }
   const uint64_t seq_count = load<uint64_t>(idx.data() + 18);
@@ -130,12 +126,12 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
   if (!fits) {
     // The counts may be absurd; say so without computing an overflowing size.
     const long double needed = static_cast<long double>(kHeaderBytes) + 12.0L * seq_count + 8.0L * doc_count;
-    io_error(idx_path, "truncated: the header declares " + std::to_string(seq_count) + " sequences and " +
+    throw_io_error(idx_path, "truncated: the header declares " + std::to_string(seq_count) + " sequences and " +
                            std::to_string(doc_count) + " document indices, which need " +
                            std::to_string(static_cast<unsigned long long>(needed)) + " bytes, but the file has " +
                            std::to_string(size) + " bytes");
   }
-  if (doc_count == 0) io_error(idx_path, "the document index is empty (it must start with 0)");
+  if (doc_count == 0) throw_io_error(idx_path, "the document index is empty (it must start with 0)");
 
   const unsigned char* p = idx.data() + kHeaderBytes;
   lengths_.resize(seq_count);
@@ -149,40 +145,40 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
 
   // The document index: 0, non-decreasing, ending at the sequence count.
   if (doc_index_[0] != 0) {
-    io_error(idx_path, "document index [0] = " + std::to_string(doc_index_[0]) + " (must be 0)");
+    throw_io_error(idx_path, "document index [0] = " + std::to_string(doc_index_[0]) + " (must be 0)");
   }
   const int64_t S = static_cast<int64_t>(seq_count);
   for (std::size_t k = 1; k < doc_count; ++k) {
     if (doc_index_[k] < doc_index_[k - 1]) {
-      io_error(idx_path, "document index [" + std::to_string(k) + "] = " + std::to_string(doc_index_[k]) +
+      throw_io_error(idx_path, "document index [" + std::to_string(k) + "] = " + std::to_string(doc_index_[k]) +
                              " is smaller than document index [" + std::to_string(k - 1) + "] = " +
                              std::to_string(doc_index_[k - 1]) + " (must not decrease)");
     }
     if (doc_index_[k] > S) {
-      io_error(idx_path, "document index [" + std::to_string(k) + "] = " + std::to_string(doc_index_[k]) +
+      throw_io_error(idx_path, "document index [" + std::to_string(k) + "] = " + std::to_string(doc_index_[k]) +
                              " is out of range: there are " + std::to_string(S) + " sequences");
     }
   }
   if (doc_index_.back() != S) {
-    io_error(idx_path, "the last document index is " + std::to_string(doc_index_.back()) +
+    throw_io_error(idx_path, "the last document index is " + std::to_string(doc_index_.back()) +
                            " but there are " + std::to_string(S) + " sequences (it must equal the sequence count)");
   }
 
   // Map PREFIX.bin, then check every sequence lies inside it.
   const int fd = ::open(bin_path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) io_error(bin_path_, std::string("cannot open the data file: ") + std::strerror(errno));
+  if (fd < 0) throw_io_error(bin_path_, std::string("cannot open the data file: ") + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    io_error(bin_path_, std::string("cannot stat the data file: ") + std::strerror(err));
+    throw_io_error(bin_path_, std::string("cannot stat the data file: ") + std::strerror(err));
   }
   bin_size_ = static_cast<std::size_t>(st.st_size);
   if (bin_size_ > 0) {
     void* m = ::mmap(nullptr, bin_size_, PROT_READ, MAP_PRIVATE, fd, 0);
     const int err = errno;
     ::close(fd);
-    if (m == MAP_FAILED) io_error(bin_path_, std::string("cannot map the data file: ") + std::strerror(err));
+    if (m == MAP_FAILED) throw_io_error(bin_path_, std::string("cannot map the data file: ") + std::strerror(err));
     bin_ = static_cast<const unsigned char*>(m);
   } else {
     ::close(fd);
@@ -195,14 +191,14 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
       const int32_t len = lengths_[i];
       const int64_t ptr = pointers_[i];
       if (len < 0) {
-        io_error(idx_path, "sequence " + std::to_string(i) + " has negative length " + std::to_string(len));
+        throw_io_error(idx_path, "sequence " + std::to_string(i) + " has negative length " + std::to_string(len));
       }
       if (ptr < 0) {
-        io_error(idx_path, "sequence " + std::to_string(i) + " has negative byte offset " + std::to_string(ptr));
+        throw_io_error(idx_path, "sequence " + std::to_string(i) + " has negative byte offset " + std::to_string(ptr));
       }
       const uint64_t bytes = static_cast<uint64_t>(len) * item;
       if (static_cast<uint64_t>(ptr) > bin_size || bytes > bin_size - static_cast<uint64_t>(ptr)) {
-        io_error(bin_path_, "truncated: sequence " + std::to_string(i) + " (" + std::to_string(len) + " " +
+        throw_io_error(bin_path_, "truncated: sequence " + std::to_string(i) + " (" + std::to_string(len) + " " +
                                 indexed_dtype_name(dtype_) + " tokens at byte " + std::to_string(ptr) +
                                 ") ends at byte " + std::to_string(static_cast<uint64_t>(ptr) + bytes) +
                                 ", past the end of the file (" + std::to_string(bin_size) + " bytes)");
@@ -300,7 +296,7 @@ void IndexedDataset::append_sequence(int64_t i, std::vector<int32_t>& out) const
     }
     if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
       out.resize(base);
-      io_error(bin_path_, "sequence " + std::to_string(i) + " token " + std::to_string(k) + " = " + std::to_string(v) +
+      throw_io_error(bin_path_, "sequence " + std::to_string(i) + " token " + std::to_string(k) + " = " + std::to_string(v) +
                               (v < 0 ? " is negative" : " does not fit in int32") + " (not a token id)");
     }
     out.push_back(static_cast<int32_t>(v));
@@ -359,7 +355,7 @@ void write_indexed_dataset(const std::string& prefix,
   const std::string bin_path = prefix + ".bin";
   {
     std::ofstream bin(bin_path, std::ios::binary | std::ios::trunc);
-    if (!bin) io_error(bin_path, std::string("cannot create the data file: ") + std::strerror(errno));
+    if (!bin) throw_io_error(bin_path, std::string("cannot create the data file: ") + std::strerror(errno));
     std::vector<unsigned char> buf;
     for (const auto& doc : documents) {
       for (const auto& seq : doc) {
@@ -372,12 +368,12 @@ void write_indexed_dataset(const std::string& prefix,
       }
     }
     bin.flush();
-    if (!bin) io_error(bin_path, "write failed");
+    if (!bin) throw_io_error(bin_path, "write failed");
   }
 
   const std::string idx_path = prefix + ".idx";
   std::ofstream idx(idx_path, std::ios::binary | std::ios::trunc);
-  if (!idx) io_error(idx_path, std::string("cannot create the index file: ") + std::strerror(errno));
+  if (!idx) throw_io_error(idx_path, std::string("cannot create the index file: ") + std::strerror(errno));
   auto put = [&](const void* p, std::size_t n) { idx.write(static_cast<const char*>(p), static_cast<std::streamsize>(n)); };
   const uint8_t code = static_cast<uint8_t>(dtype);
   const uint64_t seq_count = lengths.size();
@@ -391,7 +387,7 @@ void write_indexed_dataset(const std::string& prefix,
   put(pointers.data(), pointers.size() * 8);
   put(doc_index.data(), doc_index.size() * 8);
   idx.flush();
-  if (!idx) io_error(idx_path, "write failed");
+  if (!idx) throw_io_error(idx_path, "write failed");
 }
 
 }  // namespace ptdp

@@ -25,20 +25,8 @@ namespace {
 // The reference implementation refuses headers above 100 MB; so do we, before allocating.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-// Concatenates anything streamable (GCC 12's -Wrestrict misfires on long string + chains).
-template <typename... Parts>
-std::string cat(const Parts&... parts) {
-  std::ostringstream out;
-  (out << ... << parts);
-  return out.str();
-}
-
-[[noreturn]] void io_error(const std::string& path, const std::string& what) {
-  throw_error(ErrorCode::Io, cat(path, ": ", what));
-}
-
 [[noreturn]] void bad_header(const std::string& path, const std::string& what) {
-  io_error(path, cat("bad safetensors header: ", what));
+  throw_io_error(path, str_cat("bad safetensors header: ", what));
 }
 
 std::string shape_string(const std::vector<int64_t>& shape) {
@@ -88,7 +76,7 @@ void write_all(int fd, const std::string& path, const void* data, uint64_t n) {
     const ssize_t w = ::write(fd, p, chunk);
     if (w < 0) {
       if (errno == EINTR) continue;
-      io_error(path, cat("write failed: ", std::strerror(errno)));
+      throw_io_error(path, str_cat("write failed: ", std::strerror(errno)));
     }
     p += w;
     n -= static_cast<uint64_t>(w);
@@ -115,14 +103,14 @@ void to_f32(StDType dtype, const unsigned char* src, int64_t n, float* out) {
       return;
     default: break;
   }
-  throw_error(ErrorCode::InvalidArgument, cat("cannot convert dtype ", st_dtype_name(dtype), " to float"));
+  throw_error(ErrorCode::InvalidArgument, str_cat("cannot convert dtype ", st_dtype_name(dtype), " to float"));
 }
 
 void check_block(const std::string& path, const SafetensorsTensorInfo& t, int64_t r0, int64_t r1, int64_t c0,
                  int64_t c1) {
   const int64_t rows = t.rows(), cols = t.cols();
   PTDP_CHECK_ARG(0 <= r0 && r0 <= r1 && r1 <= rows && 0 <= c0 && c0 <= c1 && c1 <= cols,
-                 cat(path, ": block rows [", r0, ", ", r1, ") x cols [", c0, ", ", c1, ") lies outside tensor '",
+                 str_cat(path, ": block rows [", r0, ", ", r1, ") x cols [", c0, ", ", c1, ") lies outside tensor '",
                      t.name, "' of ", rows, " x ", cols));
 }
 
@@ -141,7 +129,7 @@ std::size_t st_dtype_size(StDType dtype) {
     case StDType::U8:
     case StDType::BOOL: return 1;
   }
-  throw_error(ErrorCode::InvalidArgument, cat("unknown safetensors dtype ", static_cast<int>(dtype)));
+  throw_error(ErrorCode::InvalidArgument, str_cat("unknown safetensors dtype ", static_cast<int>(dtype)));
 }
 
 const char* st_dtype_name(StDType dtype) {
@@ -180,15 +168,15 @@ StDType st_dtype_from(DType dtype) {
     case DType::I32: return StDType::I32;
     case DType::I64: return StDType::I64;
   }
-  throw_error(ErrorCode::InvalidArgument, cat("unknown dtype ", static_cast<int>(dtype)));
+  throw_error(ErrorCode::InvalidArgument, str_cat("unknown dtype ", static_cast<int>(dtype)));
 }
 
 int64_t st_numel(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    PTDP_CHECK_ARG(d >= 0, cat("negative extent in shape ", shape_string(shape)));
+    PTDP_CHECK_ARG(d >= 0, str_cat("negative extent in shape ", shape_string(shape)));
     PTDP_CHECK_ARG(d == 0 || n <= std::numeric_limits<int64_t>::max() / d,
-                   cat("shape ", shape_string(shape), " has more elements than int64 holds"));
+                   str_cat("shape ", shape_string(shape), " has more elements than int64 holds"));
     n *= d;
   }
   return n;
@@ -209,10 +197,10 @@ SafetensorsWriter::Pending& SafetensorsWriter::push(const std::string& name, StD
                                                     const std::vector<int64_t>& shape) {
   PTDP_CHECK_ARG(!name.empty(), std::string("safetensors tensor name is empty"));
   PTDP_CHECK_ARG(name != "__metadata__", std::string("'__metadata__' is reserved and cannot name a tensor"));
-  for (const Pending& t : tensors_) PTDP_CHECK_ARG(t.name != name, cat("tensor '", name, "' added twice"));
+  for (const Pending& t : tensors_) PTDP_CHECK_ARG(t.name != name, str_cat("tensor '", name, "' added twice"));
   (void)st_dtype_size(dtype);
   const auto nbytes = byte_size(dtype, shape);
-  PTDP_CHECK_ARG(nbytes.has_value(), cat("tensor '", name, "': bad shape ", shape_string(shape)));
+  PTDP_CHECK_ARG(nbytes.has_value(), str_cat("tensor '", name, "': bad shape ", shape_string(shape)));
   tensors_.push_back(Pending{name, dtype, shape, nullptr, {}, *nbytes});
   return tensors_.back();
 }
@@ -220,7 +208,7 @@ SafetensorsWriter::Pending& SafetensorsWriter::push(const std::string& name, StD
 void SafetensorsWriter::add(const std::string& name, StDType dtype, const std::vector<int64_t>& shape,
                             const void* data) {
   const auto nbytes = byte_size(dtype, shape);
-  PTDP_CHECK_ARG(data != nullptr || (nbytes && *nbytes == 0), cat("tensor '", name, "': data is NULL"));
+  PTDP_CHECK_ARG(data != nullptr || (nbytes && *nbytes == 0), str_cat("tensor '", name, "': data is NULL"));
   push(name, dtype, shape).data = data;
 }
 
@@ -228,7 +216,7 @@ void SafetensorsWriter::add_owned(const std::string& name, StDType dtype, const 
                                   std::vector<unsigned char> bytes) {
   const auto nbytes = byte_size(dtype, shape);
   PTDP_CHECK_ARG(nbytes && *nbytes == bytes.size(),
-                 cat("tensor '", name, "': ", bytes.size(), " bytes given, dtype ", st_dtype_name(dtype),
+                 str_cat("tensor '", name, "': ", bytes.size(), " bytes given, dtype ", st_dtype_name(dtype),
                      " and shape ", shape_string(shape), " need ", nbytes ? *nbytes : 0));
   Pending& t = push(name, dtype, shape);
   t.owned = std::move(bytes);
@@ -238,9 +226,9 @@ void SafetensorsWriter::add_owned(const std::string& name, StDType dtype, const 
 void SafetensorsWriter::add_from_f32(const std::string& name, StDType dtype, const std::vector<int64_t>& shape,
                                      const float* data) {
   PTDP_CHECK_ARG(st_dtype_is_float(dtype),
-                 cat("tensor '", name, "': cannot store floats as ", st_dtype_name(dtype)));
+                 str_cat("tensor '", name, "': cannot store floats as ", st_dtype_name(dtype)));
   const int64_t n = st_numel(shape);
-  PTDP_CHECK_ARG(data != nullptr || n == 0, cat("tensor '", name, "': data is NULL"));
+  PTDP_CHECK_ARG(data != nullptr || n == 0, str_cat("tensor '", name, "': data is NULL"));
   std::vector<unsigned char> bytes(static_cast<std::size_t>(n) * st_dtype_size(dtype));
   for (int64_t i = 0; i < n; ++i) {
     unsigned char* dst = bytes.data() + static_cast<std::size_t>(i) * st_dtype_size(dtype);
@@ -278,7 +266,7 @@ std::string safetensors_header_bytes(const std::vector<SafetensorsTensorInfo>& t
   try {
     json = header.dump();
   } catch (const nlohmann::json::exception& e) {
-    throw_error(ErrorCode::InvalidArgument, cat("safetensors names and metadata must be UTF-8: ", e.what()));
+    throw_error(ErrorCode::InvalidArgument, str_cat("safetensors names and metadata must be UTF-8: ", e.what()));
   }
   json.append((8 - json.size() % 8) % 8, ' ');
   const uint64_t n = json.size();
@@ -303,11 +291,11 @@ uint64_t SafetensorsWriter::write(const std::string& path) const {
   const std::string header = safetensors_header_bytes(infos, metadata_);
 
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error(path, cat("cannot create: ", std::strerror(errno)));
+  if (fd < 0) throw_io_error(path, str_cat("cannot create: ", std::strerror(errno)));
   try {
     write_all(fd, path, header.data(), header.size());
     for (const Pending* t : order) write_all(fd, path, t->data, t->nbytes);
-    if (::fsync(fd) != 0) io_error(path, cat("fsync failed: ", std::strerror(errno)));
+    if (::fsync(fd) != 0) throw_io_error(path, str_cat("fsync failed: ", std::strerror(errno)));
   } catch (...) {
     ::close(fd);
     ::unlink(path.c_str());
@@ -316,7 +304,7 @@ uint64_t SafetensorsWriter::write(const std::string& path) const {
   if (::close(fd) != 0) {
     const int err = errno;
     ::unlink(path.c_str());
-    io_error(path, cat("close failed: ", std::strerror(err)));
+    throw_io_error(path, str_cat("close failed: ", std::strerror(err)));
   }
   return header.size() + offset;
 }
@@ -327,22 +315,22 @@ uint64_t SafetensorsWriter::write(const std::string& path) const {
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) {
-    if (errno == ENOENT) io_error(path, "missing");
-    io_error(path, cat("cannot open: ", std::strerror(errno)));
+    if (errno == ENOENT) throw_io_error(path, "missing");
+    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
   }
   try {
     struct stat st {};
-    if (::fstat(fd_, &st) != 0) io_error(path, cat("cannot stat: ", std::strerror(errno)));
-    if (!S_ISREG(st.st_mode)) io_error(path, "not a regular file");
+    if (::fstat(fd_, &st) != 0) throw_io_error(path, str_cat("cannot stat: ", std::strerror(errno)));
+    if (!S_ISREG(st.st_mode)) throw_io_error(path, "not a regular file");
     file_size_ = static_cast<uint64_t>(st.st_size);
-    if (file_size_ < 8) io_error(path, cat("truncated: ", file_size_, " bytes, expected at least 8"));
+    if (file_size_ < 8) throw_io_error(path, str_cat("truncated: ", file_size_, " bytes, expected at least 8"));
 
     uint64_t header_len = 0;
     pread_exact(0, &header_len, 8);
     if (header_len > kMaxHeaderBytes)
-      bad_header(path, cat("header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes, " bytes"));
+      bad_header(path, str_cat("header length ", header_len, " exceeds the limit of ", kMaxHeaderBytes, " bytes"));
     if (8 + header_len > file_size_)
-      io_error(path, cat("truncated: ", file_size_, " bytes, expected at least ", 8 + header_len,
+      throw_io_error(path, str_cat("truncated: ", file_size_, " bytes, expected at least ", 8 + header_len,
                          " (8 + header length ", header_len, ")"));
     data_start_ = 8 + header_len;
     std::string text(static_cast<std::size_t>(header_len), '\0');
@@ -356,41 +344,41 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (name == "__metadata__") {
         if (!entry.is_object()) bad_header(path, "__metadata__ is not an object");
         for (const auto& [k, v] : entry.items()) {
-          if (!v.is_string()) bad_header(path, cat("__metadata__ value of '", k, "' is not a string"));
+          if (!v.is_string()) bad_header(path, str_cat("__metadata__ value of '", k, "' is not a string"));
           metadata_[k] = v.get<std::string>();
         }
         continue;
       }
-      const std::string where = cat("tensor '", name, "'");
-      if (!entry.is_object()) bad_header(path, cat(where, " is not an object"));
+      const std::string where = str_cat("tensor '", name, "'");
+      if (!entry.is_object()) bad_header(path, str_cat(where, " is not an object"));
       for (const char* field : {"dtype", "shape", "data_offsets"})
-        if (!entry.contains(field)) bad_header(path, cat(where, " has no ", field));
+        if (!entry.contains(field)) bad_header(path, str_cat(where, " has no ", field));
       SafetensorsTensorInfo info;
       info.name = name;
       const nlohmann::json& dtype = entry["dtype"];
-      if (!dtype.is_string()) bad_header(path, cat(where, ": dtype is not a string"));
+      if (!dtype.is_string()) bad_header(path, str_cat(where, ": dtype is not a string"));
       const auto parsed = st_dtype_parse(dtype.get<std::string>());
-      if (!parsed) bad_header(path, cat(where, ": unknown dtype '", dtype.get<std::string>(), "'"));
+      if (!parsed) bad_header(path, str_cat(where, ": unknown dtype '", dtype.get<std::string>(), "'"));
       info.dtype = *parsed;
       const nlohmann::json& shape = entry["shape"];
-      if (!shape.is_array()) bad_header(path, cat(where, ": shape is not an array"));
+      if (!shape.is_array()) bad_header(path, str_cat(where, ": shape is not an array"));
       for (const nlohmann::json& d : shape) {
         if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-          bad_header(path, cat(where, ": shape ", shape.dump(), " is not a list of non-negative integers"));
+          bad_header(path, str_cat(where, ": shape ", shape.dump(), " is not a list of non-negative integers"));
         info.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
       }
       const nlohmann::json& offsets = entry["data_offsets"];
       if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
           !offsets[1].is_number_unsigned())
-        bad_header(path, cat(where, ": data_offsets ", offsets.dump(), " is not a pair of non-negative integers"));
+        bad_header(path, str_cat(where, ": data_offsets ", offsets.dump(), " is not a pair of non-negative integers"));
       info.begin = offsets[0].get<uint64_t>();
       info.end = offsets[1].get<uint64_t>();
       if (info.end < info.begin)
-        bad_header(path, cat(where, ": data_offsets [", info.begin, ", ", info.end, "] end before they begin"));
+        bad_header(path, str_cat(where, ": data_offsets [", info.begin, ", ", info.end, "] end before they begin"));
       const auto need = byte_size(info.dtype, info.shape);
-      if (!need) bad_header(path, cat(where, ": shape ", shape_string(info.shape), " is too large"));
+      if (!need) bad_header(path, str_cat(where, ": shape ", shape_string(info.shape), " is too large"));
       if (*need != info.end - info.begin)
-        bad_header(path, cat(where, ": data_offsets [", info.begin, ", ", info.end, "] hold ", info.end - info.begin,
+        bad_header(path, str_cat(where, ": data_offsets [", info.begin, ", ", info.end, "] hold ", info.end - info.begin,
                              " bytes, but dtype ", st_dtype_name(info.dtype), " and shape ",
                              shape_string(info.shape), " need ", *need));
       tensors_.push_back(std::move(info));
@@ -407,19 +395,19 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const SafetensorsTensorInfo* previous = nullptr;
     for (const SafetensorsTensorInfo* t : by_offset) {
       if (t->end > buffer_size)
-        io_error(path, cat("truncated: ", file_size_, " bytes, expected at least ", data_start_ + t->end, " (tensor '",
+        throw_io_error(path, str_cat("truncated: ", file_size_, " bytes, expected at least ", data_start_ + t->end, " (tensor '",
                            t->name, "' has data_offsets [", t->begin, ", ", t->end, "] in a buffer of ",
                            buffer_size, " bytes)"));
       if (t->begin < cursor)
-        bad_header(path, cat("tensors '", previous->name, "' and '", t->name, "' overlap (data_offsets [",
+        bad_header(path, str_cat("tensors '", previous->name, "' and '", t->name, "' overlap (data_offsets [",
                              previous->begin, ", ", previous->end, "] and [", t->begin, ", ", t->end, "])"));
       if (t->begin > cursor)
-        bad_header(path, cat("buffer bytes [", cursor, ", ", t->begin, ") belong to no tensor"));
+        bad_header(path, str_cat("buffer bytes [", cursor, ", ", t->begin, ") belong to no tensor"));
       cursor = t->end;
       previous = t;
     }
     if (cursor != buffer_size)
-      bad_header(path, cat(buffer_size - cursor, " bytes after the last tensor (the buffer holds ", buffer_size,
+      bad_header(path, str_cat(buffer_size - cursor, " bytes after the last tensor (the buffer holds ", buffer_size,
                            " bytes, the tensors ", cursor, ")"));
 
     std::sort(tensors_.begin(), tensors_.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
@@ -466,9 +454,9 @@ void SafetensorsFile::pread_exact(uint64_t offset, void* out, std::size_t n) con
     const ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(offset));
     if (r < 0) {
       if (errno == EINTR) continue;
-      io_error(path_, cat("read failed at offset ", offset, ": ", std::strerror(errno)));
+      throw_io_error(path_, str_cat("read failed at offset ", offset, ": ", std::strerror(errno)));
     }
-    if (r == 0) io_error(path_, cat("truncated: the file ended at offset ", offset, " while reading"));
+    if (r == 0) throw_io_error(path_, str_cat("truncated: the file ended at offset ", offset, " while reading"));
     p += r;
     n -= static_cast<std::size_t>(r);
     offset += static_cast<uint64_t>(r);
@@ -479,15 +467,15 @@ bool SafetensorsFile::has(const std::string& name) const { return index_.count(n
 
 const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) const {
   const auto it = index_.find(name);
-  PTDP_CHECK_ARG(it != index_.end(), cat(path_, ": no tensor '", name, "'"));
+  PTDP_CHECK_ARG(it != index_.end(), str_cat(path_, ": no tensor '", name, "'"));
   return tensors_[it->second];
 }
 
 void SafetensorsFile::read_raw(const std::string& name, void* out, std::size_t out_bytes) const {
   const SafetensorsTensorInfo& t = info(name);
-  PTDP_CHECK_ARG(out_bytes == t.end - t.begin, cat(path_, ": tensor '", name, "' has ", t.end - t.begin,
+  PTDP_CHECK_ARG(out_bytes == t.end - t.begin, str_cat(path_, ": tensor '", name, "' has ", t.end - t.begin,
                                                    " bytes, the buffer ", out_bytes));
-  PTDP_CHECK_ARG(out != nullptr || out_bytes == 0, cat(path_, ": NULL output for tensor '", name, "'"));
+  PTDP_CHECK_ARG(out != nullptr || out_bytes == 0, str_cat(path_, ": NULL output for tensor '", name, "'"));
   if (out_bytes > 0) pread_exact(data_start_ + t.begin, out, out_bytes);
 }
 
@@ -502,7 +490,7 @@ void SafetensorsFile::read_block_raw(const std::string& name, int64_t r0, int64_
   check_block(path_, t, r0, r1, c0, c1);
   const int64_t cols = t.cols();
   if (r0 == r1 || c0 == c1) return;
-  PTDP_CHECK_ARG(out != nullptr, cat(path_, ": NULL output for tensor '", name, "'"));
+  PTDP_CHECK_ARG(out != nullptr, str_cat(path_, ": NULL output for tensor '", name, "'"));
   const uint64_t elem = st_dtype_size(t.dtype);
   const uint64_t row_bytes = static_cast<uint64_t>(c1 - c0) * elem;
   const uint64_t stride = static_cast<uint64_t>(cols) * elem;
@@ -520,7 +508,7 @@ void SafetensorsFile::read_block_raw(const std::string& name, int64_t r0, int64_
 void SafetensorsFile::read_block_f32(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
                                      float* out) const {
   const SafetensorsTensorInfo& t = info(name);
-  PTDP_CHECK_ARG(st_dtype_is_float(t.dtype), cat(path_, ": tensor '", name, "' has dtype ", st_dtype_name(t.dtype),
+  PTDP_CHECK_ARG(st_dtype_is_float(t.dtype), str_cat(path_, ": tensor '", name, "' has dtype ", st_dtype_name(t.dtype),
                                                  ", which does not convert to float"));
   if (t.dtype == StDType::F32) {
     read_block_raw(name, r0, r1, c0, c1, out);

@@ -30,20 +30,11 @@ namespace {
 
 using nlohmann::json;
 
-// Joins string pieces. Building messages piecewise also sidesteps GCC 12's false -Wrestrict on
-// `"literal" + std::string + ...` chains.
-template <typename... Parts>
-std::string cat(const Parts&... parts) {
-  std::string s;
-  ((s += parts), ...);
-  return s;
-}
-
 [[noreturn]] void fail(const std::string& message) { throw_error(ErrorCode::InvalidArgument, message); }
 
 /// "--flag: 'value' why".
 [[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& why) {
-  fail(cat("--", flag, ": '", value, "' ", why));
+  fail(str_cat("--", flag, ": '", value, "' ", why));
 }
 
 template <typename T>
@@ -53,7 +44,7 @@ T to_integer(const std::string& flag, const std::string& value) {
   const char* last = first + value.size();
   const auto [end, ec] = std::from_chars(first, last, v);
   if (ec == std::errc::result_out_of_range) {
-    bad_value(flag, value, cat("is out of range [", std::to_string(std::numeric_limits<T>::min()), ", ",
+    bad_value(flag, value, str_cat("is out of range [", std::to_string(std::numeric_limits<T>::min()), ", ",
                                std::to_string(std::numeric_limits<T>::max()), "]"));
   }
   if (ec != std::errc() || end != last) {
@@ -144,7 +135,7 @@ double checked_number(const std::string& flag, const std::string& value, const C
   if (single) {
     const float f = static_cast<float>(x);
     if (!std::isfinite(f)) bad_value(flag, value, "is out of range for a float");
-    if (!check.ok(static_cast<double>(f))) bad_value(flag, value, cat(check.want, " (as a float)"));
+    if (!check.ok(static_cast<double>(f))) bad_value(flag, value, str_cat(check.want, " (as a float)"));
   }
   if (!check.ok(x)) bad_value(flag, value, check.want);
   return x;
@@ -201,7 +192,7 @@ std::string choice_list(const Choices<E>& choices, const char* separator) {
 
 template <typename E>
 Flag choice(std::string name, Group group, std::string help, E TrainArgs::*field, Choices<E> choices) {
-  Flag f = head(std::move(name), group, cat("{", choice_list(choices, ","), "}"), std::move(help));
+  Flag f = head(std::move(name), group, str_cat("{", choice_list(choices, ","), "}"), std::move(help));
   f.set = [n = f.name, field, choices](TrainArgs& a, const std::string& v) {
     for (const auto& c : choices) {
       if (c.first == v) {
@@ -209,7 +200,7 @@ Flag choice(std::string name, Group group, std::string help, E TrainArgs::*field
         return;
       }
     }
-    bad_value(n, v, cat("is not one of ", choice_list(choices, ", ")));
+    bad_value(n, v, str_cat("is not one of ", choice_list(choices, ", ")));
   };
   f.get = [field, choices](const TrainArgs& a) {
     for (const auto& c : choices) {
@@ -238,7 +229,7 @@ std::string normalise_split(const std::string& value) {
     if (end == std::string::npos) break;
     start = end + 1;
   }
-  if (parts.size() > 3) bad_value(flag, value, cat("has ", std::to_string(parts.size()), " weights; at most 3"));
+  if (parts.size() > 3) bad_value(flag, value, str_cat("has ", std::to_string(parts.size()), " weights; at most 3"));
   double total = 0;
   for (const std::string& p : parts) {
     double w = 0;
@@ -250,7 +241,7 @@ std::string normalise_split(const std::string& value) {
   }
   if (total <= 0) bad_value(flag, value, "has only zero weights; at least one split needs samples");
   while (parts.size() < 3) parts.push_back("0");
-  return cat(parts[0], ",", parts[1], ",", parts[2]);
+  return str_cat(parts[0], ",", parts[1], ",", parts[2]);
 }
 
 std::vector<Flag> make_flags() {
@@ -459,7 +450,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 [[noreturn]] void unknown_flag(const std::string& name) {
-  std::string message = cat("unknown flag --", name);
+  std::string message = str_cat("unknown flag --", name);
   const Flag* best = nullptr;
   std::size_t best_distance = 3;  // suggest only near misses
   for (const Flag& f : flags()) {
@@ -469,7 +460,7 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
       best = &f;
     }
   }
-  if (best) message += cat(" (did you mean --", best->name, "?)");
+  if (best) message += str_cat(" (did you mean --", best->name, "?)");
   fail(message);
 }
 
@@ -485,7 +476,7 @@ std::vector<std::string> normalise(const std::vector<std::string>& args) {
       const Flag* f = find_flag(name);
       if (f == nullptr) unknown_flag(name);
       if (f->is_boolean()) {
-        if (eq != std::string::npos) fail(cat("--", name, " takes no value, got '", a.substr(eq + 1), "'"));
+        if (eq != std::string::npos) fail(str_cat("--", name, " takes no value, got '", a.substr(eq + 1), "'"));
         tokens.push_back(a);
         continue;
       }
@@ -493,18 +484,18 @@ std::vector<std::string> normalise(const std::vector<std::string>& args) {
       if (eq != std::string::npos) {
         value = a.substr(eq + 1);
       } else {
-        if (i + 1 == args.size()) fail(cat("--", name, ": missing value (", f->metavar, ")"));
+        if (i + 1 == args.size()) fail(str_cat("--", name, ": missing value (", f->metavar, ")"));
         value = args[++i];
         if (value.size() > 2 && value.compare(0, 2, "--") == 0) {
-          fail(cat("--", name, ": missing value (", f->metavar, ") before ", value));
+          fail(str_cat("--", name, ": missing value (", f->metavar, ") before ", value));
         }
       }
-      if (value.empty()) fail(cat("--", name, ": empty value; expected ", f->metavar));
-      tokens.push_back(cat("--", name, "=", value));
+      if (value.empty()) fail(str_cat("--", name, ": empty value; expected ", f->metavar));
+      tokens.push_back(str_cat("--", name, "=", value));
     } else if (a.size() > 1 && a[0] == '-' && std::isalpha(static_cast<unsigned char>(a[1]))) {
-      fail(cat("unknown flag ", a, " (ptdp-train's flags start with --)"));
+      fail(str_cat("unknown flag ", a, " (ptdp-train's flags start with --)"));
     } else {
-      fail(cat("unexpected argument '", a, "': flags start with -- and take at most one value"));
+      fail(str_cat("unexpected argument '", a, "': flags start with -- and take at most one value"));
     }
   }
   return tokens;
@@ -517,65 +508,65 @@ std::string flag_value_text(const TrainArgs& a, const char* name) {
 
 /// Checks of flags against each other, each naming the flags and their values.
 void check_together(const TrainArgs& a) {
-  const auto value = [&a](const char* name) { return cat("--", name, " ", flag_value_text(a, name)); };
+  const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
   if (a.fp16 && a.bf16) fail("--fp16 and --bf16 are exclusive");
   // Model shape.
   if (a.hidden_size % a.num_attention_heads != 0) {
-    fail(cat(value("num-attention-heads"), " does not divide ", value("hidden-size")));
+    fail(str_cat(value("num-attention-heads"), " does not divide ", value("hidden-size")));
   }
   if (a.num_attention_heads % a.tensor_model_parallel_size != 0) {
-    fail(cat(value("tensor-model-parallel-size"), " does not divide ", value("num-attention-heads")));
+    fail(str_cat(value("tensor-model-parallel-size"), " does not divide ", value("num-attention-heads")));
   }
   const int64_t ffn = a.ffn_hidden_size > 0 ? a.ffn_hidden_size : 4 * static_cast<int64_t>(a.hidden_size);
   if (ffn % a.tensor_model_parallel_size != 0) {
-    fail(cat(value("tensor-model-parallel-size"), " does not divide ",
+    fail(str_cat(value("tensor-model-parallel-size"), " does not divide ",
              a.ffn_hidden_size > 0 ? value("ffn-hidden-size")
-                                   : cat("the MLP width 4 * --hidden-size = ", std::to_string(ffn))));
+                                   : str_cat("the MLP width 4 * --hidden-size = ", std::to_string(ffn))));
   }
   if (a.max_position_embeddings > 0 && a.seq_length > a.max_position_embeddings) {
-    fail(cat(value("seq-length"), " is longer than ", value("max-position-embeddings")));
+    fail(str_cat(value("seq-length"), " is longer than ", value("max-position-embeddings")));
   }
   // Pipeline split.
   const int p = a.pipeline_model_parallel_size;
   if (a.num_layers_per_virtual_pipeline_stage) {
     const int64_t per_rank = static_cast<int64_t>(p) * *a.num_layers_per_virtual_pipeline_stage;
     if (a.num_layers % per_rank != 0) {
-      fail(cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size"), " * ",
+      fail(str_cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size"), " * ",
                value("num-layers-per-virtual-pipeline-stage"), " = ", std::to_string(per_rank)));
     }
     const int64_t v = a.num_layers / per_rank;
     if (v > 1 && p == 1) {
-      fail(cat(value("num-layers-per-virtual-pipeline-stage"), " gives v = ", std::to_string(v),
+      fail(str_cat(value("num-layers-per-virtual-pipeline-stage"), " gives v = ", std::to_string(v),
                " model chunks per pipeline rank, which needs --pipeline-model-parallel-size > 1"));
     }
     if (v > 1 && a.pipeline_schedule != ScheduleKind::OneFOneB) {
-      fail(cat(value("pipeline-schedule"), " cannot run v = ", std::to_string(v),
+      fail(str_cat(value("pipeline-schedule"), " cannot run v = ", std::to_string(v),
                " model chunks per rank (from --num-layers-per-virtual-pipeline-stage); only 1f1b "
                "(interleaved) can"));
     }
   } else if (a.num_layers % p != 0) {
-    fail(cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size")));
+    fail(str_cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size")));
   }
   // Batch.
   if (a.global_batch_size > 0 && a.global_batch_size % a.micro_batch_size != 0) {
-    fail(cat(value("global-batch-size"), " is not a multiple of ", value("micro-batch-size")));
+    fail(str_cat(value("global-batch-size"), " is not a multiple of ", value("micro-batch-size")));
   }
   // Learning rate.
-  if (a.min_lr > a.lr) fail(cat(value("min-lr"), " is above ", value("lr")));
+  if (a.min_lr > a.lr) fail(str_cat(value("min-lr"), " is above ", value("lr")));
   const int64_t decay = lr_decay_iters(a);
   if (a.lr_decay_style != LrDecayStyle::Constant && decay > 0 && decay <= a.lr_warmup_iters) {
-    fail(cat(value("lr-warmup-iters"), " must be below ",
+    fail(str_cat(value("lr-warmup-iters"), " must be below ",
              a.lr_decay_iters ? value("lr-decay-iters")
-                              : cat(value("train-iters"), " (--lr-decay-iters is not given)")));
+                              : str_cat(value("train-iters"), " (--lr-decay-iters is not given)")));
   }
   // Loss scaling.
   if (a.min_loss_scale > a.initial_loss_scale) {
-    fail(cat(value("min-loss-scale"), " is above ", value("initial-loss-scale")));
+    fail(str_cat(value("min-loss-scale"), " is above ", value("initial-loss-scale")));
   }
   // Data.
   if (!a.text_file.empty()) {
     if (a.vocab_size < 256) {
-      fail(cat(value("vocab-size"), " is below 256, which --text-file needs (one token per byte)"));
+      fail(str_cat(value("vocab-size"), " is below 256, which --text-file needs (one token per byte)"));
     }
     if (a.tokenizer_type == "NullTokenizer") {
       fail("--tokenizer-type NullTokenizer does not fit --text-file (one token per byte); use ByteLevel or "
@@ -606,14 +597,14 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
   std::vector<CLI::Option*> options;
   options.reserve(table.size());
   for (const Flag& f : table) {
-    const std::string name = cat("--", f.name);
+    const std::string name = str_cat("--", f.name);
     options.push_back(f.is_boolean() ? app.add_flag(name, f.help) : app.add_option(name, f.help));
   }
   std::reverse(tokens.begin(), tokens.end());  // CLI11 consumes its vector from the back
   try {
     app.parse(tokens);
   } catch (const CLI::Error& e) {
-    fail(cat("command line: ", e.what()));
+    fail(str_cat("command line: ", e.what()));
   }
 
   TrainArgs out;
@@ -634,8 +625,8 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
   if (!out.text_file.empty()) sources.push_back("--text-file");
   if (sources.size() > 1) {
     std::string given;
-    for (const std::string& s : sources) given += cat(given.empty() ? "" : " and ", s);
-    fail(cat("--mock-data, --data-path and --text-file are exclusive; got ", given));
+    for (const std::string& s : sources) given += str_cat(given.empty() ? "" : " and ", s);
+    fail(str_cat("--mock-data, --data-path and --text-file are exclusive; got ", given));
   }
   out.mock_data = sources.empty() || mock_given;
   check_together(out);
@@ -647,13 +638,13 @@ std::string train_args_help(const std::string& program) {
   // and wrap at kWidth; "Default: ..." is never split.
   constexpr std::size_t kColumn = 30, kWidth = 100;
   const TrainArgs defaults;
-  std::string out = cat("Usage: ", program.empty() ? std::string("ptdp-train") : program, " [flags]\n\n");
+  std::string out = str_cat("Usage: ", program.empty() ? std::string("ptdp-train") : program, " [flags]\n\n");
   out +=
       "Trains a GPT with pipeline, tensor and data parallelism (mpirun -np N for several ranks).\n"
       "Flags follow Megatron-LM's names and defaults; [ptdp] marks ptdp's own. Values are given as\n"
       "--flag value or --flag=value; boolean flags take no value.\n";
   for (int g = 0; g < kNumGroups; ++g) {
-    out += cat("\n", kGroupTitles[g], ":\n");
+    out += str_cat("\n", kGroupTitles[g], ":\n");
     for (const Flag& f : flags()) {
       if (static_cast<int>(f.group) != g) continue;
       const json d = f.get(defaults);
@@ -665,31 +656,31 @@ std::string train_args_help(const std::string& program) {
       } else {
         shown = d.is_string() ? d.get<std::string>() : d.dump();
       }
-      if (!f.default_note.empty()) shown += cat(" (", f.default_note, ")");
+      if (!f.default_note.empty()) shown += str_cat(" (", f.default_note, ")");
       std::vector<std::string> words;
       for (std::size_t at = 0; at < f.help.size();) {
         const std::size_t end = std::min(f.help.find(' ', at), f.help.size());
         if (end > at) words.push_back(f.help.substr(at, end - at));
         at = end + 1;
       }
-      words.push_back(cat("Default: ", shown, "."));
-      std::string line = cat("  --", f.name, f.is_boolean() ? "" : " ", f.metavar);
+      words.push_back(str_cat("Default: ", shown, "."));
+      std::string line = str_cat("  --", f.name, f.is_boolean() ? "" : " ", f.metavar);
       if (line.size() + 2 > kColumn) {
-        out += cat(line, "\n");
+        out += str_cat(line, "\n");
         line.clear();
       }
       line.append(kColumn - line.size(), ' ');
       bool first = true;
       for (const std::string& w : words) {
         if (!first && line.size() + 1 + w.size() > kWidth) {
-          out += cat(line, "\n");
+          out += str_cat(line, "\n");
           line.assign(kColumn, ' ');
           first = true;
         }
-        line += cat(first ? "" : " ", w);
+        line += str_cat(first ? "" : " ", w);
         first = false;
       }
-      out += cat(line, "\n");
+      out += str_cat(line, "\n");
     }
   }
   return out;
@@ -734,7 +725,7 @@ std::array<int64_t, 3> train_num_samples(const TrainArgs& args) {
   const auto times = [](int64_t a, int64_t b, const char* what) {
     int64_t r = 0;
     PTDP_CHECK_ARG(!__builtin_mul_overflow(a, b, &r),
-                   cat("the number of ", what, " samples overflows int64 (", std::to_string(a), " * ",
+                   str_cat("the number of ", what, " samples overflows int64 (", std::to_string(a), " * ",
                        std::to_string(b), ")"));
     return r;
   };
