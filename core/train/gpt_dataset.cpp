@@ -111,12 +111,10 @@ void IndexedTokenSource::read(int64_t d, int64_t offset, int64_t count, int32_t*
        ++s) {
     const int64_t length = dataset_.sequence_length(s);
     if (position + length > offset) {
-      const std::vector<int32_t> tokens = dataset_.sequence(s);
       const int64_t lo = std::max(offset, position), hi = std::min(end, position + length);
+      dataset_.read_sequence(s, lo - position, hi - lo, out + (lo - offset));
       for (int64_t k = lo; k < hi; ++k) {
-        const int32_t t = tokens[static_cast<std::size_t>(k - position)];
-        if (t >= vocab_size_) token_error(describe(), d, k, t, vocab_size_);
-        out[k - offset] = t;
+        if (out[k - offset] >= vocab_size_) token_error(describe(), d, k, out[k - offset], vocab_size_);
       }
     }
     position += length;

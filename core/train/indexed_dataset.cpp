@@ -277,13 +277,10 @@ int64_t IndexedDataset::document_length(int64_t i) const {
   return n;
 }
 
-void IndexedDataset::append_sequence(int64_t i, std::vector<int32_t>& out) const {
-  const std::size_t len = static_cast<std::size_t>(lengths_[static_cast<std::size_t>(i)]);
-  const unsigned char* p = bin_ + pointers_[static_cast<std::size_t>(i)];
+void IndexedDataset::decode(int64_t i, int64_t first, int64_t count, int32_t* out) const {
   const std::size_t item = indexed_dtype_size(dtype_);
-  const std::size_t base = out.size();
-  out.reserve(base + len);
-  for (std::size_t k = 0; k < len; ++k, p += item) {
+  const unsigned char* p = bin_ + pointers_[static_cast<std::size_t>(i)] + static_cast<std::size_t>(first) * item;
+  for (int64_t k = 0; k < count; ++k, p += item) {
     int64_t v = 0;
     switch (dtype_) {
       case IndexedDType::UInt8: v = load<uint8_t>(p); break;
@@ -295,12 +292,33 @@ void IndexedDataset::append_sequence(int64_t i, std::vector<int32_t>& out) const
       default: throw_error(ErrorCode::Internal, "float dtype in an opened token data set");
     }
     if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-      out.resize(base);
-      throw_io_error(bin_path_, "sequence " + std::to_string(i) + " token " + std::to_string(k) + " = " + std::to_string(v) +
-                              (v < 0 ? " is negative" : " does not fit in int32") + " (not a token id)");
+      throw_io_error(bin_path_, "sequence " + std::to_string(i) + " token " + std::to_string(first + k) + " = " +
+                                    std::to_string(v) + (v < 0 ? " is negative" : " does not fit in int32") +
+                                    " (not a token id)");
     }
-    out.push_back(static_cast<int32_t>(v));
+    out[k] = static_cast<int32_t>(v);
   }
+}
+
+void IndexedDataset::append_sequence(int64_t i, std::vector<int32_t>& out) const {
+  const std::size_t base = out.size();
+  out.resize(base + static_cast<std::size_t>(lengths_[static_cast<std::size_t>(i)]));
+  try {
+    decode(i, 0, lengths_[static_cast<std::size_t>(i)], out.data() + base);
+  } catch (...) {
+    out.resize(base);
+    throw;
+  }
+}
+
+void IndexedDataset::read_sequence(int64_t i, int64_t first, int64_t count, int32_t* out) const {
+  check_sequence(i);
+  const int64_t length = lengths_[static_cast<std::size_t>(i)];
+  PTDP_CHECK_ARG(first >= 0 && count >= 0 && first + count <= length,
+                 "tokens [" + std::to_string(first) + ", " + std::to_string(first + count) + ") of sequence " +
+                     std::to_string(i) + " lie outside its " + std::to_string(length) + " tokens");
+  PTDP_CHECK_ARG(out != nullptr || count == 0, "output buffer is NULL");
+  decode(i, first, count, out);
 }
 
 std::vector<int32_t> IndexedDataset::sequence(int64_t i) const {

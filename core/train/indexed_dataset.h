@@ -69,11 +69,15 @@ class IndexedDataset {
   std::vector<int32_t> sequence(int64_t i) const;
   /// The concatenated tokens of the sequences of document `i`.
   std::vector<int32_t> document(int64_t i) const;
+  /// Tokens [first, first + count) of sequence `i` into `out`, reading only those (the same
+  /// errors as sequence(); InvalidArgument for a range outside the sequence).
+  void read_sequence(int64_t i, int64_t first, int64_t count, int32_t* out) const;
 
  private:
   void check_sequence(int64_t i) const;
   void check_document(int64_t i) const;
   void append_sequence(int64_t i, std::vector<int32_t>& out) const;
+  void decode(int64_t i, int64_t first, int64_t count, int32_t* out) const;
   void unmap() noexcept;
 
   std::string prefix_;
