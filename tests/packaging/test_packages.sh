@@ -46,20 +46,20 @@ flags=$(PKG_CONFIG_PATH="$usr/lib/pkgconfig" PKG_CONFIG_LIBDIR="$usr/lib/pkgconf
         pkg-config --cflags --libs ptdp)
 echo "  $flags"
 cc "$src/samples/c/train_gpt.c" $flags -o "$work/train_gpt_pc"
-"${mpirun[@]}" "$work/train_gpt_pc" | tail -2
+out=$("${mpirun[@]}" "$work/train_gpt_pc"); grep -q "iteration 8: loss" <<< "$out"; echo "  ${out##*$'\n'}"
 
 echo "== find_package(ptdp)"
 cmake -S "$src/tests/packaging/consumer" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$usr" \
       -DSAMPLE="$src/samples/c/train_gpt.c" > "$work/consumer.log" 2>&1 || { cat "$work/consumer.log"; exit 1; }
 cmake --build "$work/consumer" > "$work/consumer-build.log" 2>&1 || { cat "$work/consumer-build.log"; exit 1; }
 grep -q "$usr/lib/cmake/ptdp" "$work/consumer/CMakeCache.txt"
-"${mpirun[@]}" "$work/consumer/consumer" | tail -2
+out=$("${mpirun[@]}" "$work/consumer/consumer"); grep -q "iteration 8: loss" <<< "$out"; echo "  ${out##*$'\n'}"
 
 if compgen -G "$usr/include/ptdp/*.mod" > /dev/null || compgen -G "$usr/lib/*/ptdp*.mod" > /dev/null; then
   echo "== Fortran"
   mod=$(dirname "$(ls "$usr"/include/ptdp/*.mod "$usr"/lib/*/ptdp*.mod 2>/dev/null | head -1)")
   mpif90 -I"$mod" "$src/samples/fortran/"*.f90 -L"$usr/lib" -lptdp_fortran -lptdp -o "$work/fortran_sample"
-  "${mpirun[@]}" "$work/fortran_sample" | tail -2
+  out=$("${mpirun[@]}" "$work/fortran_sample"); echo "$out" | tail -2
 else
   echo "== Fortran: no module packaged (skipped)"
 fi
@@ -73,5 +73,7 @@ else
 fi
 
 echo "== tools"
-"$usr/bin/ptdp-train" --help | head -1
+help=$("$usr/bin/ptdp-train" --help)
+grep -q -- "--tensor-model-parallel-size" <<< "$help"
+echo "  ${help%%$'\n'*}"
 echo "packages: all checks passed"
