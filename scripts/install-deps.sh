@@ -12,9 +12,16 @@ packages=(
   catch2                                          # unit tests (v2)
   nlohmann-json3-dev libcli11-dev                 # config files, command lines
   libssl-dev                                      # SHA-256 of checkpoint files (libcrypto)
-  swig python3 python3-dev python3-numpy          # Python bindings
+  swig python3 python3-dev python3-numpy          # Python bindings (SWIG also parses the header
+  python3-setuptools python3-wheel                #   for the Julia/Rust/Fortran generator)
+  python3-pytest python3-mpi4py                   # Python tests, mpi4py communicators
   doxygen                                         # API reference; its run is a test
 )
+
+# Rust bindings: any cargo >= 1.64 will do (rustup's in ~/.cargo/bin, or Debian's).
+if ! command -v cargo >/dev/null && [[ ! -x "$HOME/.cargo/bin/cargo" ]]; then
+  packages+=(cargo)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

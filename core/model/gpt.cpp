@@ -230,12 +230,14 @@ std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
   const int64_t rows = s * b, cols = local.shape()[1];
   Tensor all = local;
   if (tp_.size > 1) {
-    all = Tensor::empty({tp_.size * rows, cols}, DType::F32);
+    all = Tensor::empty({tp_.size * rows, cols}, DType::F32, device_);
     tp_.comm->all_gather(local, all)->wait();
   }
+  std::vector<float> gathered(static_cast<std::size_t>(all.numel()));
+  all.copy_to_host(gathered.data(), all.nbytes());
   // Rank r holds vocabulary columns [r * cols, (r + 1) * cols) of every row.
   std::vector<float> out(static_cast<std::size_t>(b * s * vocab));
-  const float* src = all.data<float>();
+  const float* src = gathered.data();
   for (int64_t r = 0; r < tp_.size; ++r) {
     for (int64_t row = 0; row < rows; ++row) {
       const int64_t si = row / b, bi = row % b;

@@ -63,6 +63,7 @@ class GptStages final : public PipelineStages {
   }
 
   double loss_sum() const { return loss_sum_; }
+  Device device() override { return model_.device(); }
 
  private:
   GptModel& local(int chunk) { return *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())]; }
@@ -117,6 +118,7 @@ class EvalStages final : public PipelineStages {
     throw_error(ErrorCode::Internal, "a forward-only pass has no backward");
   }
   void backward_weight(int, int) override { throw_error(ErrorCode::Internal, "a forward-only pass has no backward"); }
+  Device device() override { return model_.device(); }
 
   double loss_sum() const { return loss_sum_; }
 
@@ -154,8 +156,8 @@ Schedule forward_only_schedule(int p, int m, int v) {
 
 }  // namespace
 
-GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups)
-    : cfg_(cfg), groups_(groups), tp_(tensor_group(groups)) {
+GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device device)
+    : cfg_(cfg), groups_(groups), device_(device), tp_(tensor_group(groups)) {
   p_ = groups.layout().pipeline();
   v_ = groups.layout().virtual_stages();
   pp_rank_ = groups.rank(GroupKind::Pipeline);
@@ -169,7 +171,7 @@ GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups)
   }
   for (int j = 0; j < v_; ++j) {
     const int c = chunk_index(j);
-    chunks_.push_back(std::make_unique<GptModel>(cfg_, tp_, Device{}, GptStage::chunk_of(cfg_, c, chunks, p_, v_)));
+    chunks_.push_back(std::make_unique<GptModel>(cfg_, tp_, device_, GptStage::chunk_of(cfg_, c, chunks, p_, v_)));
   }
   // The whole model's parameter list, from tables without memory.
   std::set<std::string> seen;

@@ -30,7 +30,8 @@ class GptPipeline {
  public:
   /// v = groups.layout().virtual_stages() chunks per pipeline rank; the layers must split
   /// evenly over p * v chunks (else Error(InvalidArgument) naming layers, p and v).
-  GptPipeline(const GptConfig& cfg, ProcessGroups& groups);
+  /// The chunks' parameters and activations live on `device` (CPU by default).
+  GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device device = {});
 
   const GptConfig& config() const { return cfg_; }
   int pipeline_size() const { return p_; }
@@ -55,6 +56,7 @@ class GptPipeline {
   /// model's world).
   float evaluate(const int32_t* tokens, const int32_t* labels, int64_t b, int m);
   ProcessGroups& groups() { return groups_; }
+  Device device() const { return device_; }
 
   /// Index of the tied word embedding in local chunk j's table (both stages' copies with
   /// p > 1), or -1.
@@ -76,6 +78,7 @@ class GptPipeline {
 
   GptConfig cfg_;
   ProcessGroups& groups_;
+  Device device_;
   TensorParallel tp_;
   int p_, v_, pp_rank_, layers_per_chunk_;
   std::vector<std::unique_ptr<GptModel>> chunks_;

@@ -82,7 +82,7 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
       b.shard_hi = config_.distributed ? b.shard_lo + len / d : b.hi;
       b.state_offset = state;
       state += b.shard_hi - b.shard_lo;
-      if (config_.distributed && d > 1) b.shard_grad = Tensor::zeros({len / d}, DType::F32);
+      if (config_.distributed && d > 1) b.shard_grad = Tensor::zeros({len / d}, DType::F32, t.flat_params().device());
       for (int i = 0; i < t.size(); ++i) {
         const auto& s = sp->segments[static_cast<std::size_t>(i)];
         if (s.offset < b.hi && s.offset + s.numel > b.lo) {
@@ -92,8 +92,9 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
       }
     }
     const int64_t state_elems = config_.kind == OptimizerKind::Adam || config_.momentum > 0 ? state : 0;
-    sp->m = Tensor::zeros({state_elems}, DType::F32);
-    if (config_.kind == OptimizerKind::Adam) sp->v = Tensor::zeros({state_elems}, DType::F32);
+    const Device device = t.flat_params().device();  // the state lives with the parameters
+    sp->m = Tensor::zeros({state_elems}, DType::F32, device);
+    if (config_.kind == OptimizerKind::Adam) sp->v = Tensor::zeros({state_elems}, DType::F32, device);
     sp->ready.assign(static_cast<std::size_t>(t.size()), false);
     spaces_.push_back(std::move(sp));
   }
@@ -149,7 +150,8 @@ StepResult Optimizer::step(int64_t iteration) {
   finish_grad_sync();
   const bool sharded = config_.distributed && groups_.size(GroupKind::Data) > 1;
   const bool count_norm_here = config_.distributed || groups_.rank(GroupKind::Data) == 0;
-  Backend& be = cpu_backend();
+  // Every space lives on one device (the model's); its backend does the arithmetic.
+  Backend& be = spaces_.front()->table->flat_params().backend();
   // The gradient of element e of bucket b (within its shard range) lives here.
   auto grad_ptr = [&](Space& s, Bucket& b, int64_t e) {
     return sharded ? b.shard_grad.data<float>() + (e - b.shard_lo) : s.table->flat_grads().data<float>() + e;
@@ -232,7 +234,7 @@ StepResult Optimizer::step(int64_t iteration) {
     Communicator& dp = groups_.comm(GroupKind::Data);
     for (auto& s : spaces_) {
       for (Bucket& b : s->buckets) {
-        Tensor mine = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32);
+        Tensor mine = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32, s->table->flat_params().device());
         be.copy(mine.raw(), s->table->flat_params().data<float>() + b.shard_lo, mine.nbytes());
         dp.all_gather(mine, s->table->flat_params().view(b.lo, {b.hi - b.lo}))->wait();
       }
@@ -265,14 +267,15 @@ std::vector<float> Optimizer::get_state(int s, int k) {
   const Tensor& state = k == 0 ? sp.m : sp.v;
   std::vector<float> out(static_cast<std::size_t>(sp.table->capacity()), 0.0f);
   const bool sharded = config_.distributed && groups_.size(GroupKind::Data) > 1;
+  Backend& be = state.backend();
   for (Bucket& b : sp.buckets) {
     const float* mine = state.data<float>() + b.state_offset;
     if (!sharded) {
-      std::copy(mine, mine + (b.hi - b.lo), out.data() + b.lo);
+      be.copy_to_host(out.data() + b.lo, mine, static_cast<std::size_t>(b.hi - b.lo) * sizeof(float));
       continue;
     }
     Tensor shard = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32);
-    std::copy(mine, mine + shard.numel(), shard.data<float>());
+    be.copy_to_host(shard.raw(), mine, shard.nbytes());
     groups_.comm(GroupKind::Data)
         .all_gather(shard, Tensor::borrow(out.data() + b.lo, {b.hi - b.lo}, DType::F32))
         ->wait();
@@ -286,7 +289,8 @@ void Optimizer::set_state(int s, int k, const float* values) {
   Space& sp = *spaces_[static_cast<std::size_t>(s)];
   Tensor& state = k == 0 ? sp.m : sp.v;
   for (const Bucket& b : sp.buckets)
-    std::copy(values + b.shard_lo, values + b.shard_hi, state.data<float>() + b.state_offset);
+    state.backend().copy_from_host(state.data<float>() + b.state_offset, values + b.shard_lo,
+                                   static_cast<std::size_t>(b.shard_hi - b.shard_lo) * sizeof(float));
 }
 
 Optimizer::Counters Optimizer::counters() const {

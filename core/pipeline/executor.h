@@ -28,6 +28,8 @@ class PipelineStages {
   virtual Tensor backward_input(int chunk, int microbatch, const Tensor& grad_output) = 0;
   /// Weight gradients of (chunk, microbatch), after its backward_input.
   virtual void backward_weight(int chunk, int microbatch) = 0;
+  /// Where received activations and gradients are placed (the chunks' device).
+  virtual Device device() { return {}; }
 };
 
 struct ExecutorOptions {

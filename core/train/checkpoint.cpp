@@ -239,6 +239,13 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
       for (std::size_t k = 0; k < states.size(); ++k)
         values[j].push_back(optimizer->get_state(static_cast<int>(j), static_cast<int>(k)));
     if (dp != 0) return;
+    // Host copies of the chunks' parameter buffers (the model may live on a GPU).
+    std::vector<std::vector<float>> host(model.chunks().size());
+    for (std::size_t j = 0; j < host.size(); ++j) {
+      const Tensor& flat = model.chunks()[j]->params().flat_params();
+      host[j].resize(static_cast<std::size_t>(flat.numel()));
+      flat.copy_to_host(host[j].data(), flat.nbytes());
+    }
     SafetensorsWriter writer;
     for (std::size_t j = 0; j < model.chunks().size(); ++j) {
       const GptModel& chunk = *model.chunks()[j];
@@ -246,7 +253,7 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
       for (int i = 0; i < table.size(); ++i) {
         const ParamInfo& info = table.info(i);
         if (i == chunk.tied_head_weight() || !stores(info, tp)) continue;
-        writer.add(info.name, StDType::F32, dims(info.local_shape), table.flat_params().data<float>() + info.offset);
+        writer.add(info.name, StDType::F32, dims(info.local_shape), host[j].data() + info.offset);
         for (std::size_t k = 0; k < states.size(); ++k)
           writer.add(state_tensor(states[k], info.name), StDType::F32, dims(info.local_shape),
                      values[j][k].data() + info.offset);
@@ -370,7 +377,8 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
 
   for (std::size_t j = 0; j < model.chunks().size(); ++j) {
     const ParamTable& table = model.chunks()[j]->params();
-    std::copy(params[j].begin(), params[j].end(), table.flat_params().data<float>());
+    Tensor flat = table.flat_params();
+    flat.copy_from_host(params[j].data(), params[j].size() * sizeof(float));
     for (std::size_t k = 0; k < states.size(); ++k)
       optimizer->set_state(static_cast<int>(j), static_cast<int>(k), moments[j][k].data());
   }

@@ -55,21 +55,24 @@ cmake --build "$work/consumer" > "$work/consumer-build.log" 2>&1 || { cat "$work
 grep -q "$usr/lib/cmake/ptdp" "$work/consumer/CMakeCache.txt"
 out=$("${mpirun[@]}" "$work/consumer/consumer"); grep -q "iteration 8: loss" <<< "$out"; echo "  ${out##*$'\n'}"
 
-if compgen -G "$usr/include/ptdp/*.mod" > /dev/null || compgen -G "$usr/lib/*/ptdp*.mod" > /dev/null; then
+# Optional parts: required when this build has them (EXPECT_FORTRAN / EXPECT_PYTHON = 1).
+if [[ "${EXPECT_FORTRAN:-0}" == 1 ]]; then
   echo "== Fortran"
-  mod=$(dirname "$(ls "$usr"/include/ptdp/*.mod "$usr"/lib/*/ptdp*.mod 2>/dev/null | head -1)")
-  mpif90 -I"$mod" "$src/samples/fortran/"*.f90 -L"$usr/lib" -lptdp_fortran -lptdp -o "$work/fortran_sample"
+  test -f "$usr/include/ptdp/fortran/ptdp.mod" && test -f "$usr/lib/libptdp_fortran.a"
+  mpif90 -I"$usr/include/ptdp/fortran" "$src/samples/fortran/train_gpt.f90" -L"$usr/lib" -lptdp_fortran -lptdp \
+         -o "$work/fortran_sample"
   out=$("${mpirun[@]}" "$work/fortran_sample"); echo "$out" | tail -2
 else
-  echo "== Fortran: no module packaged (skipped)"
+  echo "== Fortran: not built here (skipped)"
 fi
 
-pydir=$(ls -d "$usr"/lib/python3*/*-packages 2>/dev/null | head -1 || true)
-if [[ -n "$pydir" && -d "$pydir/ptdp" ]]; then
+if [[ "${EXPECT_PYTHON:-0}" == 1 ]]; then
   echo "== Python"
-  PYTHONPATH="$pydir" python3 -c "import ptdp, sys; print('  import ptdp from', ptdp.__file__)"
+  pydir="$usr/lib/python3/dist-packages"
+  test -d "$pydir/ptdp"
+  PYTHONPATH="$pydir" "${PYTHON:-python3}" -c "import ptdp; print('  import ptdp', ptdp.__version__ if hasattr(ptdp, '__version__') else '', 'from', ptdp.__file__)"
 else
-  echo "== Python: no package installed (skipped)"
+  echo "== Python: not built here (skipped)"
 fi
 
 echo "== tools"

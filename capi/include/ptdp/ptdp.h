@@ -2182,6 +2182,373 @@ PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gp
 
 /** @} */
 
+/* ---------------------------------------------------------------------------------------- */
+/** @name Planner
+ *  The paper's performance model as a tool: given a GPT, a global batch and a cluster, search
+ *  every layout (tensor size t, pipeline size p with v chunks per rank, data-parallel size d,
+ *  microbatch size b, schedule, recomputation, distributed optimizer), estimate for each the
+ *  parameters, the memory per GPU (weights, gradients, optimizer state, activations of the
+ *  schedule's in-flight microbatches) and the time per iteration (compute from FLOPs and the
+ *  achieved GEMM efficiency, tensor all-reduces, pipeline transfers, the bubble from the schedule
+ *  simulator, the data-parallel reduction), and rank the layouts that fit by time. This is what
+ *  `ptdp-plan` prints. No device and no communication are involved.
+ *
+ *  Activation memory follows Korthikanti et al. (2022) for 16-bit training, and for fp32 the
+ *  tensors ptdp's CPU engine really keeps, so an fp32 estimate can be checked against
+ *  ptdp_memory_stats() after training.
+ *
+ *  A plan handle is immutable: any number of threads may query the same plan at once; only
+ *  ptdp_plan_destroy() must not race with other calls on it.
+ *  @{ */
+
+/** A cluster of identical GPU nodes as the planner models it. Fill it with
+ *  ptdp_cluster_init(), ptdp_cluster_preset() or ptdp_cluster_load(), then change what differs.
+ *  Rates and bandwidths are what the hardware achieves, not data-sheet peaks, except
+ *  the peak FLOP/s. */
+typedef struct ptdp_cluster {
+  size_t struct_size;          /**< Set by the functions that fill the struct. */
+  char name[32];               /**< Name shown in reports, NUL-terminated. */
+  int32_t gpus_per_node;       /**< GPUs per node (8 for DGX). */
+  int32_t nodes;               /**< Nodes; default 1. */
+  double memory_bytes;         /**< Memory per GPU in bytes. */
+  double memory_reserve_bytes; /**< Bytes per GPU never planned for (CUDA context, communication
+                                    buffers, allocator fragmentation). */
+  double peak_flops_16bit;     /**< Dense bf16/fp16 FLOP/s per GPU. */
+  double peak_flops_fp32;      /**< FLOP/s per GPU for fp32 training (TF32 on NVIDIA GPUs). */
+  double gemm_efficiency;      /**< Achieved fraction of peak for a transformer layer at large
+                                    sizes, memory-bound kernels included; in (0, 1]. */
+  double memory_bandwidth;     /**< Achieved device-memory bytes/s (the optimizer step). */
+  double intra_node_bandwidth; /**< Collective bus bandwidth per GPU inside a node, bytes/s. */
+  double intra_node_latency;   /**< Seconds per collective or transfer inside a node. */
+  double inter_node_bandwidth; /**< Bandwidth per GPU between nodes, bytes/s. */
+  double inter_node_latency;   /**< Seconds per collective or transfer between nodes. */
+} ptdp_cluster;
+
+/**
+ * @brief Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
+ * @param[out] cluster Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p cluster is NULL.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_cluster_init(ptdp_cluster* cluster);
+
+/**
+ * @brief Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
+ *        HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with
+ *        141 GB HBM3e); see ptdp_cluster_preset_name().
+ * @param name A preset name; must not be NULL.
+ * @param[out] cluster Must not be NULL; unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL argument or an unknown name (the message lists the
+ *         presets).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_cluster_preset(const char* name, ptdp_cluster* cluster);
+
+/**
+ * @brief The name of preset @p index, for listing them.
+ * @param index From 0.
+ * @return A static string, or NULL when @p index is outside the presets. Thread-safe.
+ */
+PTDP_API const char* ptdp_cluster_preset_name(int32_t index);
+
+/**
+ * @brief Reads a cluster from a JSON file: an object with any of the keys "preset" (the
+ *        starting point; default "dgx-a100"), "name", "gpus_per_node", "nodes", "memory_gib",
+ *        "memory_reserve_gib", "peak_tflops_16bit", "peak_tflops_fp32", "gemm_efficiency",
+ *        "memory_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
+ *        "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds).
+ * @param path The file; must not be NULL.
+ * @param[out] cluster Must not be NULL; unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL argument, an unknown key, a value of the wrong type or
+ *         out of range (the message names the file and the key).
+ * @retval PTDP_ERR_IO the file cannot be read or is not JSON (named).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_cluster_load(const char* path, ptdp_cluster* cluster);
+
+/** What to plan. Initialise with ptdp_plan_options_init(). The model fields mean what they mean
+ *  in ::ptdp_gpt_options; a pin of 0 (or -1 where stated) leaves that choice to the search. */
+typedef struct ptdp_plan_options {
+  size_t struct_size;                   /**< Set by ptdp_plan_options_init(). */
+  int32_t num_layers;                   /**< l; default 2. */
+  int32_t hidden_size;                  /**< h; default 64. */
+  int32_t num_attention_heads;          /**< a; default 4. */
+  int32_t ffn_hidden_size;              /**< MLP width; 0 (default): 4h. */
+  int32_t vocab_size;                   /**< V; default 256. */
+  int32_t make_vocab_size_divisible_by; /**< Default 128. */
+  int32_t seq_length;                   /**< s; default 32. */
+  int32_t max_position_embeddings;      /**< 0 (default): s. */
+  int32_t untie_embeddings_and_output_weights; /**< 1: a separate LM head. Default 0. */
+  float attention_dropout;              /**< Default 0.1 (the CPU engine then keeps the dropped
+                                             attention probabilities as well). */
+  int64_t global_batch_size;            /**< B, > 0; no default (0). */
+  ptdp_dtype precision;                 /**< ::PTDP_DTYPE_F32 (default), ::PTDP_DTYPE_BF16 or
+                                             ::PTDP_DTYPE_F16 (16-bit weights and activations,
+                                             fp32 gradients and master weights). */
+  int32_t use_distributed_optimizer;    /**< 1: the distributed optimizer may be used. Default 0. */
+  int32_t recompute_granularity;        /**< -1 (default): search none, selective and full; else
+                                             a ::ptdp_recompute to pin. */
+  int32_t num_gpus;                     /**< World size t * p * d; 0 (default): every GPU of the
+                                             cluster. */
+  int32_t tensor_model_parallel_size;   /**< Pin t; 0: search. */
+  int32_t pipeline_model_parallel_size; /**< Pin p; 0: search. */
+  int32_t num_layers_per_virtual_pipeline_stage; /**< Pin v = l / (p * this); 0: search. */
+  int32_t micro_batch_size;             /**< Pin b; 0: search. */
+  int32_t pipeline_schedule;            /**< -1 (default): search 1F1B, interleaved 1F1B and ZB-H1;
+                                             else a ::ptdp_schedule_kind to pin (1F1B includes
+                                             interleaved when v > 1; GPipe only when pinned). */
+  int32_t scatter_gather;               /**< 1 (default): pipeline transfers split over the tensor
+                                             ranks and re-assembled inside the node. */
+  int32_t overlap_grad_reduce;          /**< 1 (default): the data-parallel reduction overlaps the
+                                             last microbatch's backward. */
+  int32_t top;                          /**< Layouts to keep; default 5. */
+} ptdp_plan_options;
+
+/** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */
+typedef struct ptdp_plan_cli {
+  size_t struct_size;       /**< Set by ptdp_plan_parse_args(). */
+  int32_t help;             /**< 1: `--help` was given (print ptdp_plan_help()). */
+  int32_t list_clusters;    /**< 1: `--list-clusters` was given. */
+  int32_t json;             /**< 1: `--json` was given. */
+  const char* schedule_svg; /**< `--schedule-svg` path (pointing into the argv given), or NULL. */
+} ptdp_plan_cli;
+
+/** Opaque handle to a plan: the ranked layouts and the reasons. */
+typedef struct ptdp_plan_impl* ptdp_plan;
+
+/** One layout of a plan with its estimates; the figures are per GPU of the most loaded
+ *  pipeline rank, and seconds per iteration. */
+typedef struct ptdp_plan_layout {
+  size_t struct_size;             /**< Set by the caller to sizeof(ptdp_plan_layout). */
+  int32_t t;                      /**< Tensor-parallel size. */
+  int32_t p;                      /**< Pipeline-parallel size. */
+  int32_t d;                      /**< Data-parallel size. */
+  int32_t v;                      /**< Model chunks per pipeline rank. */
+  int32_t b;                      /**< Microbatch size. */
+  int32_t m;                      /**< Microbatches per pipeline per iteration. */
+  ptdp_schedule_kind schedule;    /**< The schedule (1F1B when p = 1: no pipeline). */
+  ptdp_recompute recompute;       /**< Activation recomputation. */
+  int32_t distributed_optimizer;  /**< 1 with the distributed optimizer. */
+  int32_t simulated;              /**< 1 when the bubble and in-flight counts come from the
+                                       schedule simulator (else closed forms). */
+  double parameters_formula;      /**< 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)). */
+  int64_t parameters_exact;       /**< Parameters of ptdp's model (padded vocabulary). */
+  int64_t parameters_per_gpu;     /**< The most parameters one GPU holds. */
+  double memory_weights;          /**< Bytes of weights. */
+  double memory_gradients;        /**< Bytes of gradients (fp32). */
+  double memory_optimizer;        /**< Bytes of optimizer state (Adam moments, fp32 master
+                                       weights of 16-bit training; / d when distributed). */
+  double memory_activations;      /**< Bytes of activations of the in-flight microbatches,
+                                       the recomputation working set and the loss. */
+  double memory_total;            /**< The sum. */
+  int32_t memory_slots;           /**< (microbatch, chunk) activation sets held at once. */
+  int32_t memory_pipeline_rank;   /**< The pipeline rank these figures are for. */
+  double seconds_compute;         /**< Forward, backward and recomputation. */
+  double seconds_tensor_comm;     /**< Tensor-parallel all-reduces. */
+  double seconds_pipeline_comm;   /**< What pipeline transfers add to the makespan. */
+  double seconds_bubble;          /**< Pipeline fill and drain. */
+  double seconds_data_parallel;   /**< Exposed data-parallel reduction (and all-gather). */
+  double seconds_embedding_sync;  /**< Tied-embedding gradient all-reduce. */
+  double seconds_optimizer;       /**< Optimizer step. */
+  double seconds_iteration;       /**< Time per iteration. */
+  double bubble_fraction;         /**< Bubble over compute and tensor communication. */
+  double tflops_per_gpu;          /**< Executed FLOPs (recomputation included) per second per
+                                       GPU, / 1e12: the paper's figure. */
+  double mfu;                     /**< Model FLOPs (no recomputation) / (time * GPUs * peak). */
+} ptdp_plan_layout;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_options_init(ptdp_plan_options* options);
+
+/**
+ * @brief Parses `ptdp-plan`'s command line into plan options, a cluster and the tool's settings.
+ *
+ * Flags share ptdp-train's names where they overlap (`--num-layers`, `--hidden-size`,
+ * `--num-attention-heads`, `--seq-length`, `--vocab-size`, `--global-batch-size`,
+ * `--micro-batch-size`, `--tensor-model-parallel-size`, `--pipeline-model-parallel-size`,
+ * `--num-layers-per-virtual-pipeline-stage`, `--pipeline-schedule`, `--recompute-granularity`,
+ * `--use-distributed-optimizer`, `--bf16`, `--fp16`, ...); the cluster comes from `--cluster`
+ * or `--cluster-file` with per-field overrides; see ptdp_plan_help().
+ * @param argc Number of entries of @p argv, >= 1.
+ * @param argv argv[0] is the program name (ignored).
+ * @param[out] options Receives the plan options; must not be NULL.
+ * @param[out] cluster Receives the cluster; must not be NULL.
+ * @param[out] cli Receives the tool's settings; must not be NULL.
+ * @retval PTDP_SUCCESS (also for `--help`: see ptdp_plan_cli::help; the other outputs then hold
+ *         defaults)
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL arguments, an unknown flag, a missing or malformed
+ *         value, a value out of range, flags that contradict each other, or no
+ *         `--global-batch-size`; the message names the flag and the value. Outputs unchanged.
+ * @retval PTDP_ERR_IO the `--cluster-file` cannot be read or is not JSON (named).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_parse_args(int32_t argc, const char* const* argv, ptdp_plan_options* options,
+                                          ptdp_cluster* cluster, ptdp_plan_cli* cli);
+
+/**
+ * @brief The `--help` text of `ptdp-plan`: every flag with its meaning and default.
+ * @param program The program name of the usage line; NULL means "ptdp-plan".
+ * @param[out] buffer Receives the NUL-terminated text; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives strlen of the full text (also when @p capacity is too small);
+ *             must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p length, or @p capacity too small (nothing written).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_help(const char* program, char* buffer, size_t capacity, size_t* length);
+
+/**
+ * @brief Searches every layout, estimates each and ranks those that fit in memory.
+ *
+ * A request that no layout can serve is not an error: the plan then holds no layout and
+ * ptdp_plan_report() says what is missing (for instance "no layout fits in memory: the smallest
+ * need is 92.1 GiB per GPU (...); the GPUs have 77.0 GiB usable (...): short by 15.1 GiB", or
+ * which tensor sizes the number of heads rules out).
+ * @param options What to plan; must not be NULL.
+ * @param cluster The cluster; NULL for ptdp_cluster_init()'s.
+ * @param[out] out Receives the plan; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p options or @p out, a bad struct_size, a model that
+ *         cannot exist (non-positive sizes, heads not dividing h), a non-positive global batch,
+ *         a cluster field out of range, or more GPUs than the cluster has; named with values.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_create(const ptdp_plan_options* options, const ptdp_cluster* cluster, ptdp_plan* out);
+
+/**
+ * @brief Releases a plan. NULL is accepted and ignored.
+ * @param plan A plan handle, or NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live plan handle.
+ * @par Thread safety
+ * Must not race with any other call on the same plan.
+ */
+PTDP_API ptdp_status ptdp_plan_destroy(ptdp_plan plan);
+
+/**
+ * @brief Number of feasible layouts the plan holds, best first; 0 when nothing fits.
+ * @param plan A live plan.
+ * @param[out] count Receives the number; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p count.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_num_layouts(ptdp_plan plan, int32_t* count);
+
+/**
+ * @brief One layout and its estimates.
+ * @param plan A live plan.
+ * @param index In [0, ptdp_plan_num_layouts()); 0 is the best.
+ * @param[in,out] layout Its struct_size must be set by the caller; the library writes the
+ *        fields that size covers. Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, @p index out of range, NULL @p layout or a
+ *         struct_size smaller than the first published version.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_get_layout(ptdp_plan plan, int32_t index, ptdp_plan_layout* layout);
+
+/**
+ * @brief The human-readable answer: model, cluster, the table of layouts, why the first was
+ *        chosen and why each other is worse, the first's memory and time breakdown, what was
+ *        ruled out; or, with no layout, what is missing.
+ * @param plan A live plan.
+ * @param[out] buffer Receives the NUL-terminated text; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives strlen of the full text; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p length, @p capacity too small.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_report(ptdp_plan plan, char* buffer, size_t capacity, size_t* length);
+
+/**
+ * @brief The plan as one JSON object: "model", "cluster", "num_gpus", "feasible", "reason" (when
+ *        not feasible), "layouts" (each with its sizes, "memory_bytes", "seconds", rates and
+ *        "why") and "ruled_out".
+ * @param plan A live plan.
+ * @param[out] buffer Receives the NUL-terminated JSON; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives strlen of the full text; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p length, @p capacity too small.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_to_json(ptdp_plan plan, char* buffer, size_t capacity, size_t* length);
+
+/**
+ * @brief Draws a layout's pipeline schedule, simulated with its estimated per-microbatch costs
+ *        (milliseconds), as an SVG file like ptdp_schedule_write_svg().
+ * @param plan A live plan.
+ * @param index In [0, ptdp_plan_num_layouts()).
+ * @param path The file to write; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, @p index out of range, NULL @p path.
+ * @retval PTDP_ERR_IO the file could not be written (named).
+ * @par Thread safety
+ * Thread-safe (for distinct paths).
+ */
+PTDP_API ptdp_status ptdp_plan_write_schedule_svg(ptdp_plan plan, int32_t index, const char* path);
+
+/**
+ * @brief The parameters of a model: the paper's formula 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h))
+ *        and the exact count of ptdp's model with the vocabulary padded for tensor size @p t.
+ * @param options The model (only its model fields are read); must not be NULL.
+ * @param t Tensor-parallel size, > 0 (it pads the vocabulary).
+ * @param[out] formula Receives the formula's value; may be NULL.
+ * @param[out] exact Receives the exact count; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or bad @p options, or a model that cannot be built with
+ *         @p t (heads not divisible by t, ...).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int32_t t, double* formula,
+                                          int64_t* exact);
+
+/**
+ * @brief Host memory of this process's CPU engine: bytes in use by tensors now and the most in
+ *        use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
+ *        memory estimates are checked against).
+ * @param[out] current Receives the bytes in use; may be NULL.
+ * @param[out] peak Receives the high-water mark; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_memory_stats(size_t* current, size_t* peak);
+
+/**
+ * @brief Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
+ * @retval PTDP_SUCCESS
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_memory_reset_peak(void);
+
+/** @} */
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

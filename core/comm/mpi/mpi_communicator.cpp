@@ -210,6 +210,25 @@ int MpiCommunicator::checked_count(int64_t n, const char* what) const {
   return static_cast<int>(n);
 }
 
+namespace {
+
+// Host memory MPI reads and writes for `t`: the tensor itself on the CPU; for device memory a
+// host copy (filled from the device when `fill`), since ptdp does not assume a CUDA-aware MPI.
+// Several ranks sharing one GPU use this path (NCCL refuses two ranks on one device).
+Tensor host_side(const Tensor& t, bool fill) {
+  if (t.device().type == DeviceType::CPU) return t;
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  if (fill) t.copy_to_host(h.raw(), h.nbytes());
+  return h;
+}
+
+// Copies a staged host buffer back to its device tensor (no-op when they are the same).
+void to_device(const Tensor& host, const Tensor& t) {
+  if (host.raw() != t.raw()) t.backend().copy_from_host(t.raw(), host.raw(), host.nbytes());
+}
+
+}  // namespace
+
 void MpiCommunicator::verify(const std::string& what, uint64_t seq, const Signature& mine) {
   if (!settings().verify || size() == 1) return;
   int64_t buf[8];
@@ -232,13 +251,15 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   verify("all_reduce", seq, {kSigAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op)});
   Pending p;
   Tensor buf = is_half(t.dtype()) ? t.to(DType::F32) : t;
-  p.keep_alive = {t, buf};
+  Tensor host = host_side(buf, true);
+  p.keep_alive = {t, buf, host};
   MPI_Request req;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf.raw(), count, mpi_type(buf.dtype()), mpi_op(op), comm_, &req), what);
+  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host.raw(), count, mpi_type(host.dtype()), mpi_op(op), comm_, &req), what);
   p.requests.push_back(req);
   const int n = size();
-  p.finish = [t, buf, op, n](const std::vector<MPI_Status>&) {
-    if (op == ReduceOp::Avg) buf.backend().scale(buf.data<float>(), 1.0f / static_cast<float>(n), buf.numel());
+  p.finish = [t, buf, host, op, n](const std::vector<MPI_Status>&) {
+    if (op == ReduceOp::Avg) host.backend().scale(host.data<float>(), 1.0f / static_cast<float>(n), host.numel());
+    to_device(host, buf);
     if (buf.raw() != t.raw()) buf.backend().cast(buf.raw(), DType::F32, t.raw(), t.dtype(), t.numel());
   };
   return std::make_unique<MpiWork>(*this, what, std::move(p));
@@ -258,14 +279,17 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   const bool stage = is_half(in.dtype());
   Tensor src = stage ? in.to(DType::F32) : in;
   Tensor dst = stage ? Tensor::empty(out.shape(), DType::F32, out.device()) : out;
+  Tensor hsrc = host_side(src, true), hdst = host_side(dst, false);
   Pending p;
-  p.keep_alive = {in, out, src, dst};
+  p.keep_alive = {in, out, src, dst, hsrc, hdst};
   MPI_Request req;
-  mpi_check(MPI_Ireduce_scatter_block(src.raw(), dst.raw(), count, mpi_type(src.dtype()), mpi_op(op), comm_, &req), what);
+  mpi_check(MPI_Ireduce_scatter_block(hsrc.raw(), hdst.raw(), count, mpi_type(src.dtype()), mpi_op(op), comm_, &req),
+            what);
   p.requests.push_back(req);
   const int n = size();
-  p.finish = [out, dst, op, n](const std::vector<MPI_Status>&) {
-    if (op == ReduceOp::Avg) dst.backend().scale(dst.data<float>(), 1.0f / static_cast<float>(n), dst.numel());
+  p.finish = [out, dst, hdst, op, n](const std::vector<MPI_Status>&) {
+    if (op == ReduceOp::Avg) hdst.backend().scale(hdst.data<float>(), 1.0f / static_cast<float>(n), hdst.numel());
+    to_device(hdst, dst);
     if (dst.raw() != out.raw()) dst.backend().cast(dst.raw(), DType::F32, out.raw(), out.dtype(), out.numel());
   };
   return std::make_unique<MpiWork>(*this, what, std::move(p));
@@ -281,12 +305,14 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   progress_orphans();
   const std::string what = describe("all_gather(" + in.str() + ")", seq);
   verify("all_gather", seq, {kSigAllGather, in.dtype(), in.numel(), 0});
+  Tensor hin = host_side(in, true), hout = host_side(out, false);
   Pending p;
-  p.keep_alive = {in, out};
+  p.keep_alive = {in, out, hin, hout};
   MPI_Request req;
   const MPI_Datatype type = mpi_type(in.dtype());
-  mpi_check(MPI_Iallgather(in.raw(), count, type, out.raw(), count, type, comm_, &req), what);
+  mpi_check(MPI_Iallgather(hin.raw(), count, type, hout.raw(), count, type, comm_, &req), what);
   p.requests.push_back(req);
+  if (hout.raw() != out.raw()) p.finish = [out, hout](const std::vector<MPI_Status>&) { to_device(hout, out); };
   return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
@@ -298,11 +324,13 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   progress_orphans();
   const std::string what = describe("broadcast(" + t.str() + ", root " + std::to_string(root) + ")", seq);
   verify("broadcast", seq, {kSigBroadcast, t.dtype(), t.numel(), root});
+  Tensor host = host_side(t, rank() == root);
   Pending p;
-  p.keep_alive = {t};
+  p.keep_alive = {t, host};
   MPI_Request req;
-  mpi_check(MPI_Ibcast(t.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
+  mpi_check(MPI_Ibcast(host.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
   p.requests.push_back(req);
+  if (host.raw() != t.raw()) p.finish = [t, host](const std::vector<MPI_Status>&) { to_device(host, t); };
   return std::make_unique<MpiWork>(*this, what, std::move(p));
 }
 
@@ -325,6 +353,7 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
   Pending p;
   // Receives first, then sends: all are non-blocking, so the order only helps MPI match early.
   std::vector<const P2POp*> recvs;
+  std::vector<std::pair<Tensor, Tensor>> staged_recvs;  // (host buffer, device tensor)
   for (int pass = 0; pass < 2; ++pass) {
     for (const P2POp& op : ops) {
       const bool is_recv = op.kind == P2POp::Kind::Recv;
@@ -332,14 +361,17 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
       MPI_Request req;
       const int count = static_cast<int>(op.tensor.numel());
       const MPI_Datatype type = mpi_type(op.tensor.dtype());
+      const Tensor host = host_side(op.tensor, !is_recv);
       if (is_recv) {
-        mpi_check(MPI_Irecv(op.tensor.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+        mpi_check(MPI_Irecv(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
         recvs.push_back(&op);
+        staged_recvs.emplace_back(host, op.tensor);
       } else {
-        mpi_check(MPI_Isend(op.tensor.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+        mpi_check(MPI_Isend(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
       }
       p.requests.push_back(req);
       p.keep_alive.push_back(op.tensor);
+      p.keep_alive.push_back(host);
     }
   }
   // Receives were posted first, so statuses[i] belongs to recvs[i]. A message shorter than
@@ -354,7 +386,8 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
     expect.push_back({mpi_type(r->tensor.dtype()), r->tensor.numel(),
                       r->tensor.str() + " from peer " + std::to_string(r->peer)});
   }
-  p.finish = [expect, what](const std::vector<MPI_Status>& statuses) {
+  p.finish = [expect, what, staged_recvs](const std::vector<MPI_Status>& statuses) {
+    for (const auto& [host, device] : staged_recvs) to_device(host, device);
     for (std::size_t i = 0; i < expect.size(); ++i) {
       MPI_Status st = statuses[i];
       int got = 0;

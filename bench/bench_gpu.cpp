@@ -1,0 +1,528 @@
+// bench_gpu: cuBLASLt GEMM throughput at the GEMM shapes of GPT training on one GPU.
+//
+// For GPT 124M (h=768, 12 heads), 350M (h=1024, 16 heads) and 1.3B (h=2048, 32 heads) at
+// s=1024 and micro-batch b=4 and 8 (T = s*b tokens), every GEMM of one transformer layer:
+//   qkv   [T, h] x [3h, h]^T    proj [T, h] x [h, h]^T
+//   fc1   [T, h] x [4h, h]^T    fc2  [T, 4h] x [h, 4h]^T
+// each as forward (fwd), input gradient (dgrad: dY W) and weight gradient (wgrad: dY^T X), plus
+// the attention GEMMs as strided batches over b*a (batch, head) pairs: scores Q K^T
+// ([s, dh] x [s, dh]^T) and context P V ([s, s] x [s, dh]).
+//
+// Each shape runs in three precisions through cuBLASLt, row-major mapped onto cuBLASLt's
+// column-major as the CUDA backend does (C^T = B^T A^T):
+//   fp32  CUBLAS_COMPUTE_32F, fp32 A/B/C        (exact fp32; no tensor cores; the backend's mode)
+//   tf32  CUBLAS_COMPUTE_32F_FAST_TF32, fp32 A/B/C
+//   bf16  CUBLAS_COMPUTE_32F, bf16 A/B/C        (fp32 accumulate)
+// and reports TFLOP/s (2 m n k batch flops per GEMM, 1e12) with the fraction of the H200's
+// dense peaks: 67 TFLOP/s fp32 (non-tensor), 494 tf32, 989 bf16.
+//
+// Timing: CUDA events around a loop of calls on one stream, after one warm-up call; the loop
+// length is calibrated so one run lasts at least min_time; the median of `runs` runs is reported.
+// Without a CUDA device the program says so and exits 0 (benchmarks are not tests).
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "kernels/cuda/cuda_probe.h"
+#include "kernels/half.h"
+
+namespace {
+
+using ptdp::bench::json_escape;
+using ptdp::bench::json_number;
+using ptdp::bench::splitmix64;
+
+constexpr double kPeakFp32 = 67.0, kPeakTf32 = 494.0, kPeakBf16 = 989.0;  // H200 TFLOP/s, dense
+constexpr std::size_t kWorkspaceBytes = 32u << 20;
+
+struct Options {
+  bool quick = false;
+  std::string filter;
+  std::string json_path;
+  int runs = 0;            // 0: default for the mode
+  double min_time = -1.0;  // seconds per run; < 0: default for the mode
+};
+
+void print_help(const char* argv0) {
+  std::printf(
+      "Usage: %s [options]\n"
+      "\n"
+      "cuBLASLt GEMM throughput (TFLOP/s and fraction of the H200's peak) in fp32, tf32 and\n"
+      "bf16 at the GEMM shapes of GPT 124M, 350M and 1.3B (s=1024, b=4 and 8): every GEMM of a\n"
+      "transformer layer forward and backward, and the attention score/context batches.\n"
+      "\n"
+      "Options:\n"
+      "  --quick          GPT 124M at b=4 only, short timing\n"
+      "  --filter SUBSTR  run only cases whose name contains SUBSTR (names look like\n"
+      "                   124M/b4/fc1.wgrad, 1.3B/b8/attn.score)\n"
+      "  --runs N         timed runs per case (default 5, quick 3); the median is reported\n"
+      "  --min-time S     seconds each run lasts at least (default 0.1, quick 0.02)\n"
+      "  --json PATH      also write the results as JSON to PATH\n"
+      "  --help           this text\n",
+      argv0);
+}
+
+bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
+  exit_code = 0;
+  ptdp::bench::Args args(argc, argv);
+  while (args.next()) {
+    const std::string arg = args.flag();
+    std::string value;
+    auto need_value = [&]() { return args.require_value(value, exit_code); };
+    if (arg == "--help" || arg == "-h") {
+      print_help(argv[0]);
+      return false;
+    } else if (arg == "--quick") {
+      o.quick = true;
+    } else if (arg == "--filter") {
+      if (!need_value()) return false;
+      o.filter = value;
+    } else if (arg == "--json") {
+      if (!need_value()) return false;
+      o.json_path = value;
+    } else if (arg == "--runs") {
+      if (!need_value()) return false;
+      if (!ptdp::bench::parse_int(value, o.runs) || o.runs < 1) {
+        std::fprintf(stderr, "%s: --runs must be an integer >= 1\n", argv[0]);
+        exit_code = 2;
+        return false;
+      }
+    } else if (arg == "--min-time") {
+      if (!need_value()) return false;
+      o.min_time = std::atof(value.c_str());
+      if (!(o.min_time >= 0.0)) {
+        std::fprintf(stderr, "%s: --min-time must be >= 0\n", argv[0]);
+        exit_code = 2;
+        return false;
+      }
+    } else {
+      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], args.raw());
+      exit_code = 2;
+      return false;
+    }
+  }
+  if (o.runs == 0) o.runs = o.quick ? 3 : 5;
+  if (o.min_time < 0.0) o.min_time = o.quick ? 0.02 : 0.1;
+  return true;
+}
+
+// ---- cases ------------------------------------------------------------------------------------
+
+/// One row-major GEMM, as GemmDesc states it: C[m, n] = op(A) op(B) per batch entry.
+struct Case {
+  std::string name;  // 124M/b4/qkv.fwd
+  std::string model;
+  int b = 0;
+  std::string gemm;
+  bool trans_a = false, trans_b = false;
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  double flops() const {
+    return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
+           static_cast<double>(batch);
+  }
+  int64_t a_elems() const { return batch * m * k; }
+  int64_t b_elems() const { return batch * k * n; }
+  int64_t c_elems() const { return batch * m * n; }
+};
+
+struct Model {
+  const char* name;
+  int64_t h, heads;
+};
+
+std::vector<Case> make_cases(const Options& o) {
+  const Model models[] = {{"124M", 768, 12}, {"350M", 1024, 16}, {"1.3B", 2048, 32}};
+  const int64_t s = 1024;
+  std::vector<Case> out;
+  for (const Model& md : models) {
+    if (o.quick && std::string(md.name) != "124M") continue;
+    for (const int b : {4, 8}) {
+      if (o.quick && b != 4) continue;
+      const int64_t t = s * b, h = md.h, dh = h / md.heads, ba = b * md.heads;
+      const auto add = [&](const char* gemm, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                           int64_t batch = 1, int64_t sa = 0, int64_t sb = 0, int64_t sc = 0) {
+        Case c;
+        c.model = md.name;
+        c.b = b;
+        c.gemm = gemm;
+        c.name = std::string(md.name) + "/b" + std::to_string(b) + "/" + gemm;
+        c.trans_a = ta;
+        c.trans_b = tb;
+        c.m = m;
+        c.n = n;
+        c.k = k;
+        c.batch = batch;
+        c.stride_a = sa;
+        c.stride_b = sb;
+        c.stride_c = sc;
+        if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
+      };
+      // Linear layer Y[T, out] = X[T, in] W[out, in]^T; dX = dY W; dW = dY^T X.
+      const auto linear = [&](const char* name, int64_t in, int64_t outf) {
+        const std::string n(name);
+        add((n + ".fwd").c_str(), false, true, t, outf, in);
+        add((n + ".dgrad").c_str(), false, false, t, in, outf);
+        add((n + ".wgrad").c_str(), true, false, outf, in, t);
+      };
+      linear("qkv", h, 3 * h);
+      linear("proj", h, h);
+      linear("fc1", h, 4 * h);
+      linear("fc2", 4 * h, h);
+      add("attn.score", false, true, s, s, dh, ba, s * dh, s * dh, s * s);
+      add("attn.context", false, false, s, dh, s, ba, s * s, s * dh, s * dh);
+    }
+  }
+  return out;
+}
+
+// ---- cuBLASLt ---------------------------------------------------------------------------------
+
+enum class Precision { Fp32, Tf32, Bf16 };
+constexpr Precision kPrecisions[] = {Precision::Fp32, Precision::Tf32, Precision::Bf16};
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::Fp32:
+      return "fp32";
+    case Precision::Tf32:
+      return "tf32";
+    case Precision::Bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+double peak_of(Precision p) {
+  return p == Precision::Fp32 ? kPeakFp32 : (p == Precision::Tf32 ? kPeakTf32 : kPeakBf16);
+}
+
+bool cuda_ok(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return true;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  return false;
+}
+
+struct Result {
+  const Case* c = nullptr;
+  Precision p = Precision::Fp32;
+  bool ok = false;
+  std::string why;  // when !ok
+  double ms = 0.0, best_ms = 0.0, tflops = 0.0;
+};
+
+class Bench {
+ public:
+  explicit Bench(const Options& o) : o_(o) {}
+  ~Bench() {
+    for (void* p : {a32_, b32_, c32_, a16_, b16_, c16_, ws_}) {
+      if (p != nullptr) cudaFree(p);
+    }
+    if (lt_ != nullptr) cublasLtDestroy(lt_);
+    if (start_ != nullptr) cudaEventDestroy(start_);
+    if (stop_ != nullptr) cudaEventDestroy(stop_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  bool setup(const std::vector<Case>& cases) {
+    int64_t na = 1, nb = 1, nc = 1;
+    for (const Case& c : cases) {
+      na = std::max(na, c.a_elems());
+      nb = std::max(nb, c.b_elems());
+      nc = std::max(nc, c.c_elems());
+    }
+    if (!cuda_ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate") ||
+        !cuda_ok(cudaEventCreate(&start_), "cudaEventCreate") ||
+        !cuda_ok(cudaEventCreate(&stop_), "cudaEventCreate")) {
+      return false;
+    }
+    if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) {
+      std::fprintf(stderr, "cublasLtCreate failed\n");
+      return false;
+    }
+    const auto bytes = [](int64_t n, std::size_t e) { return static_cast<std::size_t>(n) * e; };
+    if (!cuda_ok(cudaMalloc(&a32_, bytes(na, 4)), "cudaMalloc A") ||
+        !cuda_ok(cudaMalloc(&b32_, bytes(nb, 4)), "cudaMalloc B") ||
+        !cuda_ok(cudaMalloc(&c32_, bytes(nc, 4)), "cudaMalloc C") ||
+        !cuda_ok(cudaMalloc(&a16_, bytes(na, 2)), "cudaMalloc A bf16") ||
+        !cuda_ok(cudaMalloc(&b16_, bytes(nb, 2)), "cudaMalloc B bf16") ||
+        !cuda_ok(cudaMalloc(&c16_, bytes(nc, 2)), "cudaMalloc C bf16") ||
+        !cuda_ok(cudaMalloc(&ws_, kWorkspaceBytes), "cudaMalloc workspace")) {
+      return false;
+    }
+    // Random operands in [-1, 1) (tensor-core power and clocks depend on the data), copied
+    // tile by tile from one host tile; C starts at zero.
+    constexpr std::size_t kTile = 1u << 22;
+    std::vector<float> tile(kTile);
+    std::vector<uint16_t> tile16(kTile);
+    uint64_t state = 0x5eed;
+    for (std::size_t i = 0; i < kTile; ++i) {
+      tile[i] = static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0);
+      tile16[i] = ptdp::f32_to_bf16(tile[i]);
+    }
+    const auto fill = [&](void* dst, int64_t n, const void* src, std::size_t esize) {
+      for (int64_t off = 0; off < n; off += static_cast<int64_t>(kTile)) {
+        const auto cnt =
+            static_cast<std::size_t>(std::min<int64_t>(static_cast<int64_t>(kTile), n - off));
+        if (!cuda_ok(cudaMemcpy(static_cast<char*>(dst) + static_cast<std::size_t>(off) * esize,
+                                src, cnt * esize, cudaMemcpyHostToDevice),
+                     "cudaMemcpy")) {
+          return false;
+        }
+      }
+      return true;
+    };
+    return fill(a32_, na, tile.data(), 4) && fill(b32_, nb, tile.data(), 4) &&
+           fill(a16_, na, tile16.data(), 2) && fill(b16_, nb, tile16.data(), 2) &&
+           cuda_ok(cudaMemset(c32_, 0, bytes(nc, 4)), "cudaMemset") &&
+           cuda_ok(cudaMemset(c16_, 0, bytes(nc, 2)), "cudaMemset");
+  }
+
+  Result run(const Case& c, Precision p) {
+    Result r;
+    r.c = &c;
+    r.p = p;
+    const bool bf16 = p == Precision::Bf16;
+    const cudaDataType_t dt = bf16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cublasComputeType_t ct =
+        p == Precision::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+    cublasLtMatmulPreference_t pref = nullptr;
+    const auto cleanup = [&] {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      if (la) cublasLtMatrixLayoutDestroy(la);
+      if (lb) cublasLtMatrixLayoutDestroy(lb);
+      if (lc) cublasLtMatrixLayoutDestroy(lc);
+      if (op) cublasLtMatmulDescDestroy(op);
+    };
+    const auto fail = [&](const std::string& why) {
+      r.why = why;
+      cleanup();
+      return r;
+    };
+    // Row-major C[m, n] = op(A) op(B) as column-major C^T = op(B)^T op(A)^T: cuBLASLt's first
+    // operand is our B, its second our A (see kernels/cuda/gemm_cublaslt.cu).
+    const cublasOperation_t opa = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t opb = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
+    const int64_t lda = c.trans_a ? c.m : c.k, ldb = c.trans_b ? c.k : c.n, ldc = c.n;
+    if (cublasLtMatmulDescCreate(&op, ct, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&la, dt, u(c.trans_b ? c.k : c.n), u(c.trans_b ? c.n : c.k),
+                                   ldb) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lb, dt, u(c.trans_a ? c.m : c.k), u(c.trans_a ? c.k : c.m),
+                                   lda) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatrixLayoutCreate(&lc, dt, u(c.n), u(c.m), ldc) != CUBLAS_STATUS_SUCCESS) {
+      return fail("descriptor setup failed");
+    }
+    if (c.batch > 1) {
+      const auto count = static_cast<int32_t>(c.batch);
+      const std::pair<cublasLtMatrixLayout_t, int64_t> ls[] = {
+          {la, c.stride_b}, {lb, c.stride_a}, {lc, c.stride_c}};
+      for (const auto& [l, stride] : ls) {
+        if (cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                             sizeof count) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                             &stride, sizeof stride) != CUBLAS_STATUS_SUCCESS) {
+          return fail("batch layout setup failed");
+        }
+      }
+    }
+    const uint64_t ws = kWorkspaceBytes;
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) != CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulAlgoGetHeuristic(lt_, op, la, lb, lc, lc, pref, 1, &heur, &found) !=
+            CUBLAS_STATUS_SUCCESS ||
+        found == 0) {
+      return fail("no cuBLASLt algorithm");
+    }
+    const void* pa = bf16 ? b16_ : b32_;  // cuBLASLt's A is our B
+    const void* pb = bf16 ? a16_ : a32_;
+    void* pc = bf16 ? c16_ : c32_;
+    const float alpha = 1.0f, beta = 0.0f;
+    const auto call = [&] {
+      return cublasLtMatmul(lt_, op, &alpha, pa, la, pb, lb, &beta, pc, lc, pc, lc, &heur.algo, ws_,
+                            kWorkspaceBytes, stream_);
+    };
+    // Times `iters` back-to-back calls; < 0 on failure.
+    const auto time_ms = [&](int iters) -> double {
+      if (cudaEventRecord(start_, stream_) != cudaSuccess) return -1.0;
+      for (int i = 0; i < iters; ++i) {
+        if (call() != CUBLAS_STATUS_SUCCESS) return -1.0;
+      }
+      if (cudaEventRecord(stop_, stream_) != cudaSuccess ||
+          cudaEventSynchronize(stop_) != cudaSuccess)
+        return -1.0;
+      float ms = 0.0f;
+      if (cudaEventElapsedTime(&ms, start_, stop_) != cudaSuccess) return -1.0;
+      return static_cast<double>(ms);
+    };
+    if (time_ms(1) < 0.0) return fail("cublasLtMatmul failed");  // warm-up
+    const double one = time_ms(1);
+    if (one < 0.0) return fail("cublasLtMatmul failed");
+    const int iters =
+        static_cast<int>(std::clamp(o_.min_time * 1e3 / std::max(one, 1e-3), 1.0, 10000.0));
+    std::vector<double> per_call;
+    for (int run = 0; run < o_.runs; ++run) {
+      const double ms = time_ms(iters);
+      if (ms < 0.0) return fail("cublasLtMatmul failed");
+      per_call.push_back(ms / iters);
+    }
+    std::sort(per_call.begin(), per_call.end());
+    r.ms = per_call[per_call.size() / 2];
+    r.best_ms = per_call.front();
+    r.tflops = c.flops() / (r.ms * 1e-3) / 1e12;
+    r.ok = true;
+    cleanup();
+    return r;
+  }
+
+ private:
+  const Options& o_;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  void *a32_ = nullptr, *b32_ = nullptr, *c32_ = nullptr;
+  void *a16_ = nullptr, *b16_ = nullptr, *c16_ = nullptr, *ws_ = nullptr;
+};
+
+std::string cell(const Result& r) {
+  char buf[64];
+  if (!r.ok) {
+    std::snprintf(buf, sizeof buf, "%16s", "n/a");
+  } else {
+    std::snprintf(buf, sizeof buf, "%8.1f (%4.1f%%)", r.tflops, 100.0 * r.tflops / peak_of(r.p));
+  }
+  return buf;
+}
+
+bool write_json(const Options& o, const std::string& device, const std::vector<Result>& results) {
+  std::string s = "{\n";
+  s += "  \"benchmark\": \"bench_gpu\",\n";
+  s += "  \"device\": \"" + json_escape(device) + "\",\n";
+  s += "  \"quick\": " + std::string(o.quick ? "true" : "false") + ",\n";
+  s += "  \"runs\": " + std::to_string(o.runs) + ",\n";
+  s += "  \"min_time_s\": " + json_number(o.min_time) + ",\n";
+  s += "  \"filter\": \"" + json_escape(o.filter) + "\",\n";
+  s += "  \"peak_tflops\": {\"fp32\": " + json_number(kPeakFp32) +
+       ", \"tf32\": " + json_number(kPeakTf32) + ", \"bf16\": " + json_number(kPeakBf16) + "},\n";
+  s += "  \"results\": [\n";
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    const Case& c = *r.c;
+    s += "    {\"name\": \"" + json_escape(c.name) + "\", \"model\": \"" + c.model +
+         "\", \"b\": " + std::to_string(c.b) + ", \"gemm\": \"" + c.gemm + "\", \"precision\": \"" +
+         precision_name(r.p) + "\", \"trans_a\": " + (c.trans_a ? "true" : "false") +
+         ", \"trans_b\": " + (c.trans_b ? "true" : "false") + ", \"m\": " + std::to_string(c.m) +
+         ", \"n\": " + std::to_string(c.n) + ", \"k\": " + std::to_string(c.k) +
+         ", \"batch\": " + std::to_string(c.batch) + ", \"flops\": " + json_number(c.flops());
+    if (r.ok) {
+      s += ", \"ms\": " + json_number(r.ms) + ", \"best_ms\": " + json_number(r.best_ms) +
+           ", \"tflops\": " + json_number(r.tflops) +
+           ", \"fraction_of_peak\": " + json_number(r.tflops / peak_of(r.p));
+    } else {
+      s += ", \"error\": \"" + json_escape(r.why) + "\"";
+    }
+    s += i + 1 < results.size() ? "},\n" : "}\n";
+  }
+  s += "  ]\n}\n";
+  return ptdp::bench::write_text_file(o.json_path, s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  int exit_code = 0;
+  if (!parse_args(argc, argv, o, exit_code)) return exit_code;
+  if (ptdp::cuda::device_count() == 0) {
+    std::printf("bench_gpu: no CUDA device; nothing to measure\n");
+    return 0;
+  }
+  if (!cuda_ok(cudaSetDevice(0), "cudaSetDevice")) return 1;
+  std::string device;
+  try {
+    device = ptdp::cuda::device_description(0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu: %s\n", e.what());
+    return 1;
+  }
+  const std::vector<Case> cases = make_cases(o);
+  if (cases.empty()) {
+    std::fprintf(stderr, "bench_gpu: no case matches --filter '%s'\n", o.filter.c_str());
+    return 2;
+  }
+  std::printf("bench_gpu on %s: cuBLASLt GEMMs, median of %d runs of >= %.3g s\n", device.c_str(),
+              o.runs, o.min_time);
+  std::printf("TFLOP/s (fraction of the H200 dense peak: fp32 %.0f, tf32 %.0f, bf16 %.0f)\n\n",
+              kPeakFp32, kPeakTf32, kPeakBf16);
+  Bench bench(o);
+  if (!bench.setup(cases)) return 1;
+  std::printf("%-24s %6s %6s %6s %5s  %16s %16s %16s\n", "case", "m", "n", "k", "batch", "fp32",
+              "tf32", "bf16");
+  std::vector<Result> results;
+  std::string group;
+  double group_flops = 0.0, group_ms[3] = {0.0, 0.0, 0.0};
+  bool group_ok[3] = {true, true, true};
+  const auto flush_group = [&] {
+    if (group.empty()) return;
+    std::printf("%-24s %27s ", (group + " layer").c_str(), "all GEMMs above:");
+    for (int p = 0; p < 3; ++p) {
+      if (!group_ok[p] || group_ms[p] <= 0.0) {
+        std::printf(" %16s", "n/a");
+      } else {
+        const double tf = group_flops / (group_ms[p] * 1e-3) / 1e12;
+        std::printf(" %8.1f (%4.1f%%)", tf, 100.0 * tf / peak_of(kPrecisions[p]));
+      }
+    }
+    std::printf("\n\n");
+  };
+  for (const Case& c : cases) {
+    const std::string g = c.model + "/b" + std::to_string(c.b);
+    if (g != group) {
+      flush_group();
+      group = g;
+      group_flops = 0.0;
+      for (int p = 0; p < 3; ++p) {
+        group_ms[p] = 0.0;
+        group_ok[p] = true;
+      }
+    }
+    std::string row;
+    group_flops += c.flops();
+    for (int p = 0; p < 3; ++p) {
+      Result r = bench.run(c, kPrecisions[p]);
+      if (!r.ok) {
+        group_ok[p] = false;
+        std::fprintf(stderr, "%s %s: %s\n", c.name.c_str(), precision_name(kPrecisions[p]),
+                     r.why.c_str());
+      }
+      group_ms[p] += r.ms;
+      row += ' ';
+      row += cell(r);
+      results.push_back(r);
+    }
+    std::printf("%-24s %6lld %6lld %6lld %5lld %s\n", c.name.c_str(), static_cast<long long>(c.m),
+                static_cast<long long>(c.n), static_cast<long long>(c.k),
+                static_cast<long long>(c.batch), row.c_str());
+    std::fflush(stdout);
+  }
+  flush_group();
+  if (!o.json_path.empty() && !write_json(o, device, results)) return 1;
+  return 0;
+}

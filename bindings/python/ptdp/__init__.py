@@ -1,0 +1,45 @@
+"""ptdp: pipeline, tensor and data parallel training of GPT models.
+
+A Pythonic layer over the library's C API (``ptdp.raw``, the SWIG extension generated from
+``ptdp/ptdp.h``): failed calls raise :class:`ptdp.Error` subclasses carrying the library's
+message; handles are objects with ``close()`` that work as context managers; arrays travel as
+numpy arrays through the buffer protocol; an mpi4py communicator can be handed to
+:class:`Runtime`; pipeline schedules can drive a model written in Python (:func:`pipeline_run`).
+
+    import ptdp
+    config = ptdp.TrainConfig("--num-layers 2 --hidden-size 64 --num-attention-heads 4 ...")
+    with ptdp.Runtime() as rt, rt.groups() as groups:
+        model = ptdp.Model(groups, config.gpt_options())
+        ...
+"""
+
+from . import _ptdp as raw
+from .data import DataSource, GPTData, IndexedDataset, Split
+from .errors import (CallbackError, CommTimeoutError, CommunicationError, DeviceError, Error, FileError,
+                     InternalError, InvalidArgumentError, InvalidStateError, OutOfMemoryError, UnsupportedError)
+from .layers import (Layer, column_parallel_linear, row_parallel_linear, vocab_parallel_cross_entropy,
+                     vocab_parallel_embedding)
+from .model import Model, ParamInfo, Recompute
+from .pipeline import Stage, pipeline_run
+from .runtime import Feature, GroupKind, Groups, P2PKind, ReduceOp, Runtime, Work, has_feature, layout_members
+from .schedule import ACTION_DTYPE, ActionKind, Schedule, ScheduleKind
+from .tensor import Device, DType, Tensor
+from .train import (CheckpointState, IterationResult, LRDecayStyle, Optimizer, OptimizerKind, ParamFlags,
+                    TrainConfig, load_checkpoint, read_checkpoint_options, save_checkpoint, train_iteration)
+
+__version__ = raw.ptdp_version()
+
+
+def version():
+    """The library's version as (major, minor, patch)."""
+    return tuple(raw.ptdp_get_version())
+
+
+def status_string(status):
+    """The fixed description of a status code."""
+    return raw.ptdp_status_string(int(status))
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in ("data", "errors", "layers", "model",
+                                                                                  "pipeline", "runtime", "schedule",
+                                                                                  "tensor", "train")]

@@ -1,0 +1,129 @@
+"""The GPT model: training steps, evaluation, logits, generation and parameter access.
+
+Token ids and labels are int32 arrays of shape [rows, seq_length] (any array-like; no copy when
+already C-contiguous int32). Parameters and gradients come out in their global shape, written
+straight into a numpy array (``out=`` to reuse one), and go in from float32 arrays.
+"""
+
+from collections import namedtuple
+
+import numpy as np
+
+from ._lib import Handle, _raw, as_float32, as_int32, make_enum, make_struct, out_array, struct_to_dict
+
+Recompute = make_enum("Recompute", "PTDP_RECOMPUTE_", "Activation recomputation (ptdp_recompute).")
+
+ParamInfo = namedtuple("ParamInfo", "name shape partition_dim")
+ParamInfo.__doc__ = "A named parameter: global shape, and the dimension split over tensor ranks (-1: none)."
+
+
+def pipeline_options(trace_path=None, scatter_gather=None):
+    return make_struct("ptdp_pipeline_options", trace_path=None if trace_path is None else str(trace_path),
+                       scatter_gather=scatter_gather)
+
+
+class Model(Handle):
+    """This rank's share of a GPT (``ptdp_model``) over ``groups``.
+
+    ``options`` is a ``ptdp_gpt_options`` struct or a dict of its fields (for example
+    ``TrainConfig.gpt_options()``); keyword arguments set single fields with Megatron's names
+    (num_layers, hidden_size, num_attention_heads, seq_length, vocab_size, hidden_dropout, ...).
+    """
+
+    _destroy = staticmethod(_raw.ptdp_model_destroy)
+
+    def __init__(self, groups, options=None, **fields):
+        opts = make_struct("ptdp_gpt_options", options, **fields)
+        super().__init__(_raw.ptdp_model_create(groups.handle, opts), groups)
+        self.groups = groups
+        self.options = struct_to_dict(opts)
+        self.seq_length = opts.seq_length
+        self.vocab_size = opts.vocab_size
+
+    def _rows(self, tokens, labels, rows=None):
+        t = as_int32(tokens, "tokens")
+        if t.size % self.seq_length:
+            raise ValueError(f"tokens has {t.size} elements, not a multiple of seq_length = {self.seq_length}")
+        n = t.size // self.seq_length if rows is None else rows
+        t = as_int32(t, "tokens", n * self.seq_length)
+        return t, None if labels is None else as_int32(labels, "labels", n * self.seq_length), n
+
+    def forward_backward(self, tokens, labels, micro_batch_size=None, iteration=0, microbatch=0, grad_scale=1.0):
+        """Forward and backward of one microbatch (a model not split into stages); returns the loss."""
+        t, l, b = self._rows(tokens, labels, micro_batch_size)
+        return _raw.ptdp_model_forward_backward(self.handle, t, l, b, int(iteration), int(microbatch),
+                                                float(grad_scale))
+
+    def forward(self, tokens, labels, micro_batch_size=None, iteration=0, microbatch=0, training=False):
+        """Forward only; returns the mean loss."""
+        t, l, b = self._rows(tokens, labels, micro_batch_size)
+        return _raw.ptdp_model_forward(self.handle, t, l, b, int(iteration), int(microbatch), int(bool(training)))
+
+    def train_step(self, schedule, tokens, labels, micro_batch_size, iteration=0, trace_path=None,
+                   scatter_gather=None):
+        """Forward and backward of a global batch through a pipeline schedule; returns the loss.
+        Gradients accumulate: call :meth:`zero_grad` between steps."""
+        t, l, _ = self._rows(tokens, labels, schedule.m * int(micro_batch_size))
+        return _raw.ptdp_model_train_step(self.handle, schedule.handle, t, l, int(micro_batch_size), int(iteration),
+                                          pipeline_options(trace_path, scatter_gather))
+
+    def evaluate(self, tokens, labels, micro_batch_size, num_microbatches):
+        """Forward-only mean loss of m microbatches through the pipeline, averaged over replicas."""
+        t, l, _ = self._rows(tokens, labels, int(micro_batch_size) * int(num_microbatches))
+        return _raw.ptdp_model_evaluate(self.handle, t, l, int(micro_batch_size), int(num_microbatches))
+
+    def logits(self, tokens, out=None):
+        """Logits [batch, seq_length, vocab_size] of ``tokens`` [batch, seq_length]."""
+        t, _, batch = self._rows(tokens, None)
+        shape = (batch, self.seq_length, self.vocab_size)
+        a = out_array(out, shape, np.float32, "Model.logits")
+        _raw.ptdp_model_logits(self.handle, t, batch, a)
+        return a.reshape(shape) if out is None else a
+
+    def generate(self, prompt, max_new_tokens=None, top_k=None, temperature=None, seed=None):
+        """New tokens continuing ``prompt`` (int32 ids), as an int32 array."""
+        opts = make_struct("ptdp_generate_options", max_new_tokens=max_new_tokens, top_k=top_k,
+                           temperature=temperature, seed=seed)
+        p = as_int32(prompt, "prompt").reshape(-1)
+        out = np.zeros(max(opts.max_new_tokens, 1), dtype=np.int32)
+        count = _raw.ptdp_model_generate(self.handle, p, p.size, opts, out)
+        return out[:count]
+
+    def zero_grad(self):
+        _raw.ptdp_model_zero_grad(self.handle)
+
+    def parameters(self):
+        """Every named parameter of this rank's chunks (:class:`ParamInfo`)."""
+        infos = []
+        for i in range(_raw.ptdp_model_num_params(self.handle)):
+            name, ndim, shape, partition_dim = _raw.ptdp_model_param_info(self.handle, i)
+            infos.append(ParamInfo(name, tuple(int(x) for x in shape[:ndim]), partition_dim))
+        return infos
+
+    def _shape(self, name):
+        for info in self.parameters():
+            if info.name == name:
+                return info.shape
+        raise KeyError(f"no parameter named '{name}'")
+
+    def get_param(self, name, out=None):
+        """The full global value of a parameter (collective over the model-parallel group)."""
+        shape = self._shape(name)
+        a = out_array(out, shape, np.float32, "Model.get_param")
+        _raw.ptdp_model_get_param(self.handle, name, a)
+        return a
+
+    def get_grad(self, name, out=None):
+        """The full global gradient of a parameter (collective over the model-parallel group)."""
+        shape = self._shape(name)
+        a = out_array(out, shape, np.float32, "Model.get_grad")
+        _raw.ptdp_model_get_grad(self.handle, name, a)
+        return a
+
+    def set_param(self, name, value):
+        """Sets a parameter from its full global value (every rank passes the same)."""
+        _raw.ptdp_model_set_param(self.handle, name, as_float32(value, name))
+
+    def state_dict(self):
+        """Every parameter as a dict of numpy arrays (collective over the model-parallel group)."""
+        return {info.name: self.get_param(info.name) for info in self.parameters()}

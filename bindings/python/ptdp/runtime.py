@@ -1,0 +1,174 @@
+"""The runtime (this process's place in the job), process groups and collectives."""
+
+import numpy as np
+
+from ._lib import Handle, _raw, handle_of, make_enum, make_struct
+
+GroupKind = make_enum("GroupKind", "PTDP_GROUP_", "Kinds of process group (ptdp_group_kind).")
+ReduceOp = make_enum("ReduceOp", "PTDP_REDUCE_", "Reductions (ptdp_reduce_op).")
+P2PKind = make_enum("P2PKind", "PTDP_P2P_", "Direction of a batched transfer (ptdp_p2p_kind).")
+Feature = make_enum("Feature", "PTDP_FEATURE_", "Optional parts of the library (ptdp_feature).")
+
+
+def has_feature(feature):
+    """Whether an optional part (Feature.CUDA, .NCCL, .MPI) was compiled in."""
+    return bool(_raw.ptdp_has_feature(Feature(feature)))
+
+
+def _fortran_handle(comm):
+    """The Fortran (MPI_Fint) handle of an mpi4py communicator or an integer handle."""
+    if isinstance(comm, (int, np.integer)):
+        return int(comm)
+    if hasattr(comm, "py2f"):
+        return int(comm.py2f())
+    raise TypeError("comm must be an mpi4py communicator or a Fortran communicator handle (int)")
+
+
+class Runtime(Handle):
+    """A runtime (``ptdp_runtime``) over a duplicate of a communicator.
+
+    ``Runtime()`` uses MPI_COMM_WORLD (initialising MPI when nobody has); ``Runtime(comm)``
+    takes an mpi4py communicator (handed over as its Fortran handle, ``comm.py2f()``) or a
+    Fortran handle. Keyword arguments are fields of ``ptdp_runtime_options`` (comm_timeout_s,
+    verify_collectives, use_mpi, use_nccl); ``options`` may be such a struct or a dict (e.g.
+    ``TrainConfig.runtime_options()``). Creation and ``close()`` are collective.
+    """
+
+    _destroy = staticmethod(_raw.ptdp_runtime_destroy)
+    _collective = True
+
+    def __init__(self, comm=None, options=None, **fields):
+        opts = make_struct("ptdp_runtime_options", options, **fields)
+        if comm is None:
+            ptr = _raw.ptdp_runtime_create(opts)
+        else:
+            ptr = _raw.ptdp_runtime_create_from_fortran(opts, _fortran_handle(comm))
+        super().__init__(ptr, comm)
+
+    @property
+    def rank(self):
+        return _raw.ptdp_runtime_world(self.handle)[0]
+
+    @property
+    def size(self):
+        return _raw.ptdp_runtime_world(self.handle)[1]
+
+    @property
+    def local_rank(self):
+        return _raw.ptdp_runtime_local(self.handle)[0]
+
+    @property
+    def local_size(self):
+        return _raw.ptdp_runtime_local(self.handle)[1]
+
+    @property
+    def gpu(self):
+        """The GPU this rank uses, or -1 without GPUs."""
+        return _raw.ptdp_runtime_gpu(self.handle)
+
+    def groups(self, tensor=None, pipeline=None, virtual=None, options=None):
+        """The process groups of a (t, p, v) layout; see :class:`Groups`."""
+        return Groups(self, tensor=tensor, pipeline=pipeline, virtual=virtual, options=options)
+
+
+def parallel_options(tensor=None, pipeline=None, virtual=None, options=None):
+    """A ``ptdp_parallel_options`` from t, p, v (Megatron's names also accepted via ``options``)."""
+    return make_struct("ptdp_parallel_options", options, tensor_model_parallel_size=tensor,
+                       pipeline_model_parallel_size=pipeline, virtual_pipeline_model_parallel_size=virtual)
+
+
+def layout_members(world_size, world_rank, kind, tensor=1, pipeline=1, virtual=1):
+    """World ranks of ``world_rank``'s group of ``kind`` in a layout, without any communication."""
+    opts = parallel_options(tensor, pipeline, virtual)
+    ranks = np.zeros(max(int(world_size), 1), dtype=np.int32)
+    count = _raw.ptdp_layout_members(opts, int(world_size), int(world_rank), GroupKind(kind), ranks)
+    return [int(r) for r in ranks[:count]]
+
+
+class Work(Handle):
+    """A non-blocking operation (``ptdp_work``): ``wait()``, ``test()``; closing waits for it."""
+
+    _destroy = staticmethod(_raw.ptdp_work_destroy)
+
+    def wait(self):
+        _raw.ptdp_work_wait(self.handle)
+
+    def test(self):
+        return bool(_raw.ptdp_work_test(self.handle))
+
+
+def _work(result, *keep):
+    return Work(result, *keep) if result is not None else None
+
+
+class Groups(Handle):
+    """The tensor, pipeline, data, model and embedding groups (``ptdp_groups``) of a layout.
+
+    Collectives take tensors (``ptdp.Tensor``) and a group kind; ``nonblocking=True`` returns a
+    :class:`Work` to wait on (keep the tensors untouched until then), else they block.
+    Creation and ``close()`` are collective over the runtime's world.
+    """
+
+    _destroy = staticmethod(_raw.ptdp_groups_destroy)
+    _collective = True
+
+    def __init__(self, runtime, tensor=None, pipeline=None, virtual=None, options=None):
+        """Sizes t, p, v (1 when not given), or ``options``: a ptdp_parallel_options struct or dict
+        such as ``TrainConfig.parallel_options()``; explicit sizes override it."""
+        opts = parallel_options(tensor, pipeline, virtual, options)
+        super().__init__(_raw.ptdp_groups_create(runtime.handle, opts), runtime)
+        self.runtime = runtime
+        self.tensor_size = opts.tensor_model_parallel_size
+        self.pipeline_size = opts.pipeline_model_parallel_size
+        self.virtual_size = opts.virtual_pipeline_model_parallel_size
+
+    def rank(self, kind):
+        """This rank's rank in its group of ``kind`` (-1 when in none)."""
+        return _raw.ptdp_groups_rank(self.handle, GroupKind(kind))
+
+    def size(self, kind):
+        """The size of this rank's group of ``kind`` (0 when in none)."""
+        return _raw.ptdp_groups_size(self.handle, GroupKind(kind))
+
+    def members(self, kind):
+        """World ranks of this rank's group of ``kind``, in group-rank order."""
+        ranks = np.zeros(max(self.size(kind), 1), dtype=np.int32)
+        count = _raw.ptdp_groups_members(self.handle, GroupKind(kind), ranks)
+        return [int(r) for r in ranks[:count]]
+
+    def all_reduce(self, tensor, kind=GroupKind.WORLD, op=ReduceOp.SUM, nonblocking=False):
+        return _work(_raw.ptdp_all_reduce(self.handle, GroupKind(kind), tensor.handle, ReduceOp(op), nonblocking),
+                     tensor)
+
+    def reduce_scatter(self, input, output, kind=GroupKind.WORLD, op=ReduceOp.SUM, nonblocking=False):
+        return _work(_raw.ptdp_reduce_scatter(self.handle, GroupKind(kind), input.handle, output.handle,
+                                              ReduceOp(op), nonblocking), input, output)
+
+    def all_gather(self, input, output, kind=GroupKind.WORLD, nonblocking=False):
+        return _work(_raw.ptdp_all_gather(self.handle, GroupKind(kind), input.handle, output.handle, nonblocking),
+                     input, output)
+
+    def broadcast(self, tensor, root=0, kind=GroupKind.WORLD, nonblocking=False):
+        return _work(_raw.ptdp_broadcast(self.handle, GroupKind(kind), tensor.handle, int(root), nonblocking),
+                     tensor)
+
+    def send(self, tensor, peer, tag=0, kind=GroupKind.WORLD, nonblocking=False):
+        return _work(_raw.ptdp_send(self.handle, GroupKind(kind), tensor.handle, int(peer), int(tag), nonblocking),
+                     tensor)
+
+    def recv(self, tensor, peer, tag=0, kind=GroupKind.WORLD, nonblocking=False):
+        return _work(_raw.ptdp_recv(self.handle, GroupKind(kind), tensor.handle, int(peer), int(tag), nonblocking),
+                     tensor)
+
+    def batch_send_recv(self, transfers, kind=GroupKind.WORLD, nonblocking=False):
+        """``transfers``: (P2PKind.SEND or RECV, tensor, peer, tag) tuples, issued together."""
+        ops, tensors = [], []
+        for direction, tensor, peer, tag in transfers:
+            op = _raw.ptdp_p2p_op()
+            op.kind, op.tensor, op.peer, op.tag = int(P2PKind(direction)), handle_of(tensor), int(peer), int(tag)
+            ops.append(op)
+            tensors.append(tensor)
+        return _work(_raw.ptdp_batch_send_recv(self.handle, GroupKind(kind), ops, nonblocking), *tensors)
+
+    def barrier(self, kind=GroupKind.WORLD, nonblocking=False):
+        return _work(_raw.ptdp_barrier(self.handle, GroupKind(kind), nonblocking))

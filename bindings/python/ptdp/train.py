@@ -1,0 +1,164 @@
+"""Optimizers, training iterations, ptdp-train's configuration and checkpoints."""
+
+from collections import namedtuple
+
+from ._lib import Handle, _raw, as_int32, handle_of, make_enum, make_struct, struct_to_dict
+from .errors import error_for
+from .model import pipeline_options
+
+OptimizerKind = make_enum("OptimizerKind", "PTDP_OPTIMIZER_", "Optimizer algorithm (ptdp_optimizer_kind).")
+LRDecayStyle = make_enum("LRDecayStyle", "PTDP_LR_", "Learning-rate decay (ptdp_lr_decay_style).")
+ParamFlags = make_enum("ParamFlags", "PTDP_PARAM_", "Flags of a registered parameter (ptdp_param_flags).")
+
+IterationResult = namedtuple("IterationResult", "loss grad_norm learning_rate loss_scale skipped skipped_iterations "
+                             "seconds comm_wait_seconds")
+IterationResult.__doc__ = "What one training iteration reports (ptdp_iteration_result)."
+
+CheckpointState = namedtuple("CheckpointState", "iteration consumed_train_samples consumed_valid_samples")
+
+
+def _result(struct):
+    return IterationResult(**{k: getattr(struct, k) for k in IterationResult._fields})
+
+
+class Optimizer(Handle):
+    """AdamW or SGD (``ptdp_optimizer``) over a model's parameters.
+
+    ``options``: a ``ptdp_optimizer_options`` struct or dict (``TrainConfig.optimizer_options()``);
+    keyword fields with Megatron's names (optimizer, lr, min_lr, lr_decay_style, weight_decay,
+    clip_grad, use_distributed_optimizer, ...).
+    """
+
+    _destroy = staticmethod(_raw.ptdp_optimizer_destroy)
+
+    def __init__(self, model, options=None, **fields):
+        opts = make_struct("ptdp_optimizer_options", options, **fields)
+        super().__init__(_raw.ptdp_optimizer_create(model.handle, opts), model)
+        self.model = model
+
+    @classmethod
+    def for_tensors(cls, groups, params, grads, flags=None, options=None, **fields):
+        """An optimizer over a user's own f32 (or bf16/f16) parameter tensors and f32 gradients.
+        The tensors are re-pointed into the optimizer's flat buffers (values kept)."""
+        opts = make_struct("ptdp_optimizer_options", options, **fields)
+        f = None if flags is None else as_int32([int(x) for x in flags], "flags", len(params))
+        o = cls.__new__(cls)
+        Handle.__init__(o, _raw.ptdp_optimizer_create_for_tensors(
+            groups.handle, opts, [handle_of(p) for p in params], [handle_of(g) for g in grads], f, len(params)),
+            groups, tuple(params), tuple(grads))
+        o.model = None
+        return o
+
+    def reduce_gradients(self):
+        """Averages registered tensors' gradients over the data-parallel group."""
+        _raw.ptdp_optimizer_reduce_gradients(self.handle)
+
+    def step(self, iteration):
+        """One optimizer step; returns an :class:`IterationResult`."""
+        result = _raw.ptdp_iteration_result()
+        _raw.ptdp_optimizer_step(self.handle, int(iteration), result)
+        return _result(result)
+
+    @property
+    def state_bytes(self):
+        return _raw.ptdp_optimizer_state_bytes(self.handle)
+
+
+def train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, trace_path=None,
+                    scatter_gather=None):
+    """One iteration: zero gradients, forward and backward of this replica's m * b samples
+    ([m * b, seq_length] int32) through ``schedule``, optimizer step. Returns an IterationResult."""
+    rows = schedule.m * int(micro_batch_size)
+    t = as_int32(tokens, "tokens", rows * model.seq_length)
+    l = as_int32(labels, "labels", rows * model.seq_length)
+    result = _raw.ptdp_iteration_result()
+    _raw.ptdp_train_iteration(model.handle, optimizer.handle, schedule.handle, t, l, int(micro_batch_size),
+                              int(iteration), pipeline_options(trace_path, scatter_gather), result)
+    return _result(result)
+
+
+def _text(call):
+    """Runs a call that fills a char buffer, growing the buffer until the text fits."""
+    size = 1 << 16
+    while True:
+        buffer = bytearray(size)
+        (status, message), length = call(buffer)
+        if status == 0:
+            return bytes(buffer[:length]).decode("utf-8", "replace")
+        if length + 1 <= size:
+            raise error_for(status, message)
+        size = length + 1
+
+
+class TrainConfig(Handle):
+    """ptdp-train's command line (``ptdp_train_config``), parsed by the library: Megatron-LM's
+    flag names, e.g. ``TrainConfig(["--num-layers", "2", "--hidden-size", "64", ...])`` or one
+    string. The option structs it implies come out as dicts, ready for ``Model(groups,
+    config.gpt_options())``, ``Optimizer(model, config.optimizer_options())`` and so on."""
+
+    _destroy = staticmethod(_raw.ptdp_train_config_destroy)
+
+    def __init__(self, args=(), program="ptdp-train"):
+        argv = [program] + (args.split() if isinstance(args, str) else [str(a) for a in args])
+        super().__init__(_raw.ptdp_train_config_parse(argv))
+
+    @staticmethod
+    def help(program="ptdp-train"):
+        """The --help text: every flag with its meaning and default."""
+        return _text(lambda buffer: _raw.ptdp_train_config_help(program, buffer))
+
+    def to_json(self):
+        """The configuration as JSON text (flag names without dashes as keys)."""
+        return _text(lambda buffer: _raw.ptdp_train_config_to_json(self.handle, buffer))
+
+    def _struct(self, name, getter):
+        s = getattr(_raw, name)()
+        getter(self.handle, s)
+        return struct_to_dict(s)
+
+    def gpt_options(self):
+        return self._struct("ptdp_gpt_options", _raw.ptdp_train_config_gpt_options)
+
+    def optimizer_options(self):
+        return self._struct("ptdp_optimizer_options", _raw.ptdp_train_config_optimizer_options)
+
+    def parallel_options(self):
+        return self._struct("ptdp_parallel_options", _raw.ptdp_train_config_parallel_options)
+
+    def runtime_options(self):
+        return self._struct("ptdp_runtime_options", _raw.ptdp_train_config_runtime_options)
+
+    def data_options(self):
+        return self._struct("ptdp_gpt_data_options", _raw.ptdp_train_config_data_options)
+
+    def settings(self):
+        """The driver's own settings (ptdp_train_settings) as a dict."""
+        return self._struct("ptdp_train_settings", _raw.ptdp_train_config_settings)
+
+
+def save_checkpoint(directory, model, optimizer=None, config=None, iteration=0, consumed_train_samples=0,
+                    consumed_valid_samples=0):
+    """Saves DIR/iter_NNNNNNN and makes it the latest (collective over the model's world)."""
+    state = make_struct("ptdp_checkpoint_state", iteration=int(iteration),
+                        consumed_train_samples=int(consumed_train_samples),
+                        consumed_valid_samples=int(consumed_valid_samples))
+    _raw.ptdp_checkpoint_save(str(directory), model.handle, handle_of(optimizer), handle_of(config), state)
+
+
+def load_checkpoint(directory, model, optimizer=None):
+    """Loads DIR's latest checkpoint into ``model`` (and ``optimizer``), re-sharding as needed;
+    returns its :class:`CheckpointState`."""
+    state = make_struct("ptdp_checkpoint_state")
+    _raw.ptdp_checkpoint_load(str(directory), model.handle, handle_of(optimizer), state)
+    return CheckpointState(state.iteration, state.consumed_train_samples, state.consumed_valid_samples)
+
+
+def read_checkpoint_options(directory):
+    """(gpt options dict, iteration) of DIR's latest checkpoint, to build a model that loads it."""
+    options = _raw.ptdp_gpt_options()
+    iteration = _raw.ptdp_checkpoint_read_options(str(directory), options)
+    return struct_to_dict(options), iteration
+
+
+__all__ = ["OptimizerKind", "LRDecayStyle", "ParamFlags", "IterationResult", "CheckpointState", "Optimizer",
+           "train_iteration", "TrainConfig", "save_checkpoint", "load_checkpoint", "read_checkpoint_options"]

@@ -1,0 +1,54 @@
+//! Safe Rust types over the ptdp C API.
+//!
+//! Each handle of the C API is a type that frees it in `Drop`; objects that must outlive
+//! another borrow it (a [`Model`] borrows its [`Groups`], which borrow the [`Runtime`]), so the
+//! compiler orders the frees. Every call returns [`Result`], whose [`Error`] carries the C
+//! status and the library's message (`ptdp_last_error()`). Option structs are the C structs
+//! themselves, filled with the library's defaults by [`Defaults::defaults`].
+//!
+//! ```no_run
+//! use ptdp::{Defaults, Groups, Model, Runtime, RuntimeOptions};
+//! let mut ro = RuntimeOptions::defaults();
+//! ro.use_mpi = 0; // one process
+//! let runtime = Runtime::new(&ro)?;
+//! let groups = Groups::new(&runtime, &ptdp::ParallelOptions::defaults())?;
+//! let model = Model::new(&groups, &ptdp::GptOptions::defaults())?;
+//! println!("{} parameters", model.num_params()?);
+//! # Ok::<(), ptdp::Error>(())
+//! ```
+mod config;
+mod data;
+mod error;
+mod model;
+mod options;
+mod pipeline;
+mod runtime;
+mod tensor;
+
+pub use ptdp_sys as sys;
+
+pub use config::TrainConfig;
+pub use data::GptData;
+pub use error::{Error, Result};
+pub use model::{checkpoint_load, checkpoint_save, Model, Optimizer, ParamInfo, Schedule};
+pub use options::*;
+pub use pipeline::{pipeline_run, Stages};
+pub use runtime::{Groups, Runtime};
+pub use tensor::{Element, Tensor};
+
+use std::ffi::CStr;
+
+/// The library's version string, e.g. "0.1.0".
+pub fn version() -> String {
+    // SAFETY: ptdp_version() returns a static NUL-terminated string.
+    unsafe { CStr::from_ptr(sys::ptdp_version()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Whether an optional part of the library (`sys::PTDP_FEATURE_*`) was built in.
+pub fn has_feature(feature: sys::ptdp_feature) -> Result<bool> {
+    let mut available = 0;
+    error::check(unsafe { sys::ptdp_has_feature(feature, &mut available) })?;
+    Ok(available != 0)
+}

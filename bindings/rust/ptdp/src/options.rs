@@ -1,0 +1,54 @@
+//! The option structs of the C API, filled with the library's defaults.
+use crate::sys;
+use std::mem::MaybeUninit;
+
+/// Option structs whose defaults come from their `ptdp_*_init` function (which also sets
+/// `struct_size`, so the library knows which version of the struct it was given).
+pub trait Defaults: Sized {
+    /// The library's defaults.
+    fn defaults() -> Self;
+}
+
+macro_rules! defaults {
+    ($($alias:ident = $c:ident by $init:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($c), "`, filled by `", stringify!($init), "()`.")]
+        pub type $alias = sys::$c;
+        impl Defaults for sys::$c {
+            fn defaults() -> Self {
+                let mut value = MaybeUninit::<sys::$c>::zeroed();
+                // SAFETY: all-zero is a valid value of these plain C structs (NULL pointers,
+                // None callbacks), and the init function only fails on a NULL argument.
+                unsafe {
+                    let status = sys::$init(value.as_mut_ptr());
+                    debug_assert_eq!(status, sys::PTDP_SUCCESS);
+                    value.assume_init()
+                }
+            }
+        }
+    )*};
+}
+
+defaults! {
+    TensorOptions = ptdp_tensor_options by ptdp_tensor_options_init;
+    RuntimeOptions = ptdp_runtime_options by ptdp_runtime_options_init;
+    ParallelOptions = ptdp_parallel_options by ptdp_parallel_options_init;
+    GptOptions = ptdp_gpt_options by ptdp_gpt_options_init;
+    PipelineOptions = ptdp_pipeline_options by ptdp_pipeline_options_init;
+    ScheduleCosts = ptdp_schedule_costs by ptdp_schedule_costs_init;
+    OptimizerOptions = ptdp_optimizer_options by ptdp_optimizer_options_init;
+    GptDataOptions = ptdp_gpt_data_options by ptdp_gpt_data_options_init;
+    GenerateOptions = ptdp_generate_options by ptdp_generate_options_init;
+    CheckpointState = ptdp_checkpoint_state by ptdp_checkpoint_state_init;
+}
+
+/// What one training iteration or optimizer step reports (loss, grad norm, lr, ...).
+pub type IterationResult = sys::ptdp_iteration_result;
+/// The driver's settings of a parsed `ptdp-train` command line; its strings belong to the
+/// [`crate::TrainConfig`] it came from.
+pub type TrainSettings = sys::ptdp_train_settings;
+/// One action of a pipeline schedule.
+pub type Action = sys::ptdp_action;
+
+pub(crate) fn opt_ptr<T>(value: Option<&T>) -> *const T {
+    value.map_or(std::ptr::null(), |v| v as *const T)
+}

@@ -1,0 +1,432 @@
+// The planner through the C API: clusters, plan options, ptdp-plan's flags, plans and their
+// layouts, reports and drawings (core/plan/), and the CPU engine's memory high-water mark that
+// memory estimates are checked against.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/src/api_guard.h"
+#include "capi/src/handles.h"
+#include "core/plan/plan_args.h"
+#include "core/plan/planner.h"
+#include "core/tensor/allocator.h"
+
+struct ptdp_plan_impl {
+  static constexpr uint64_t kLive = 0x707464706c616e31ull;  // "ptdplan1"
+  static constexpr const char* kType = "ptdp_plan";
+  uint64_t magic = kLive;
+  ptdp::plan::PlanResult result;
+};
+
+static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
+static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
+static_assert(PTDP_RECOMPUTE_SELECTIVE == static_cast<int>(ptdp::Recompute::Selective));
+static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
+static_assert(PTDP_SCHEDULE_ZB_H1 == static_cast<int>(ptdp::ScheduleKind::ZeroBubbleH1));
+
+namespace {
+
+using ptdp::str_cat;
+using ptdp::capi::guard;
+using ptdp::capi::live;
+using ptdp::capi::require_non_null;
+namespace plan = ptdp::plan;
+
+constexpr std::size_t kClusterV1Size = sizeof(ptdp_cluster);
+constexpr std::size_t kPlanOptionsV1Size = sizeof(ptdp_plan_options);
+constexpr std::size_t kLayoutV1Size = sizeof(ptdp_plan_layout);
+
+void to_c(const plan::Cluster& c, ptdp_cluster* out) {
+  ptdp_cluster o{};
+  o.struct_size = sizeof(ptdp_cluster);
+  std::strncpy(o.name, c.name.c_str(), sizeof(o.name) - 1);
+  o.gpus_per_node = c.gpus_per_node;
+  o.nodes = c.nodes;
+  o.memory_bytes = c.memory_bytes;
+  o.memory_reserve_bytes = c.memory_reserve_bytes;
+  o.peak_flops_16bit = c.peak_flops_16bit;
+  o.peak_flops_fp32 = c.peak_flops_fp32;
+  o.gemm_efficiency = c.gemm_efficiency;
+  o.memory_bandwidth = c.memory_bandwidth;
+  o.intra_node_bandwidth = c.intra_node_bandwidth;
+  o.intra_node_latency = c.intra_node_latency;
+  o.inter_node_bandwidth = c.inter_node_bandwidth;
+  o.inter_node_latency = c.inter_node_latency;
+  *out = o;
+}
+
+plan::Cluster from_c(const ptdp_cluster* user) {
+  ptdp_cluster defaults;
+  to_c(plan::cluster_preset("dgx-a100"), &defaults);
+  const ptdp_cluster c = ptdp::capi::read_options(user, defaults, kClusterV1Size, "cluster", "ptdp_cluster_init");
+  plan::Cluster out;
+  PTDP_CHECK_ARG(std::memchr(c.name, '\0', sizeof(c.name)) != nullptr, "cluster->name is not NUL-terminated");
+  out.name = c.name[0] != '\0' ? std::string(c.name) : std::string("custom");
+  out.gpus_per_node = c.gpus_per_node;
+  out.nodes = c.nodes;
+  out.memory_bytes = c.memory_bytes;
+  out.memory_reserve_bytes = c.memory_reserve_bytes;
+  out.peak_flops_16bit = c.peak_flops_16bit;
+  out.peak_flops_fp32 = c.peak_flops_fp32;
+  out.gemm_efficiency = c.gemm_efficiency;
+  out.memory_bandwidth = c.memory_bandwidth;
+  out.intra_node_bandwidth = c.intra_node_bandwidth;
+  out.intra_node_latency = c.intra_node_latency;
+  out.inter_node_bandwidth = c.inter_node_bandwidth;
+  out.inter_node_latency = c.inter_node_latency;
+  out.validate();
+  return out;
+}
+
+void default_options(ptdp_plan_options* o) {
+  const ptdp::GptConfig g;
+  o->num_layers = g.num_layers;
+  o->hidden_size = g.hidden_size;
+  o->num_attention_heads = g.num_attention_heads;
+  o->ffn_hidden_size = g.ffn_hidden_size;
+  o->vocab_size = g.vocab_size;
+  o->make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
+  o->seq_length = g.seq_length;
+  o->max_position_embeddings = g.max_position_embeddings;
+  o->untie_embeddings_and_output_weights = 0;
+  o->attention_dropout = g.attention_dropout;
+  o->global_batch_size = 0;
+  o->precision = PTDP_DTYPE_F32;
+  o->use_distributed_optimizer = 0;
+  o->recompute_granularity = -1;
+  o->num_gpus = 0;
+  o->tensor_model_parallel_size = 0;
+  o->pipeline_model_parallel_size = 0;
+  o->num_layers_per_virtual_pipeline_stage = 0;
+  o->micro_batch_size = 0;
+  o->pipeline_schedule = -1;
+  o->scatter_gather = 1;
+  o->overlap_grad_reduce = 1;
+  o->top = 5;
+}
+
+void to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
+  ptdp_plan_options o{};
+  o.struct_size = sizeof(ptdp_plan_options);
+  default_options(&o);
+  const ptdp::GptConfig& g = r.model;
+  o.num_layers = g.num_layers;
+  o.hidden_size = g.hidden_size;
+  o.num_attention_heads = g.num_attention_heads;
+  o.ffn_hidden_size = g.ffn_hidden_size;
+  o.vocab_size = g.vocab_size;
+  o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
+  o.seq_length = g.seq_length;
+  o.max_position_embeddings = g.max_position_embeddings;
+  o.untie_embeddings_and_output_weights = g.tie_embeddings ? 0 : 1;
+  o.attention_dropout = g.attention_dropout;
+  o.global_batch_size = r.global_batch_size;
+  o.precision = r.precision == plan::Precision::Bf16   ? PTDP_DTYPE_BF16
+                : r.precision == plan::Precision::Fp16 ? PTDP_DTYPE_F16
+                                                       : PTDP_DTYPE_F32;
+  o.use_distributed_optimizer = r.allow_distributed_optimizer ? 1 : 0;
+  int allowed = 0, which = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (r.allow_recompute[i]) {
+      ++allowed;
+      which = i;
+    }
+  }
+  o.recompute_granularity = allowed == 1 ? which : -1;
+  o.num_gpus = r.num_gpus;
+  o.tensor_model_parallel_size = r.tensor;
+  o.pipeline_model_parallel_size = r.pipeline;
+  o.num_layers_per_virtual_pipeline_stage = r.layers_per_virtual_stage;
+  o.micro_batch_size = r.micro_batch;
+  o.pipeline_schedule = r.schedule;
+  o.scatter_gather = r.scatter_gather ? 1 : 0;
+  o.overlap_grad_reduce = r.overlap_grad_reduce ? 1 : 0;
+  o.top = r.top;
+  *out = o;
+}
+
+plan::PlanRequest from_c(const ptdp_plan_options* user) {
+  require_non_null(user, "options");
+  ptdp_plan_options defaults{};
+  defaults.struct_size = sizeof(defaults);
+  default_options(&defaults);
+  const ptdp_plan_options o =
+      ptdp::capi::read_options(user, defaults, kPlanOptionsV1Size, "options", "ptdp_plan_options_init");
+  plan::PlanRequest r;
+  ptdp::GptConfig& g = r.model;
+  g.num_layers = o.num_layers;
+  g.hidden_size = o.hidden_size;
+  g.num_attention_heads = o.num_attention_heads;
+  g.ffn_hidden_size = o.ffn_hidden_size;
+  g.vocab_size = o.vocab_size;
+  g.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
+  g.seq_length = o.seq_length;
+  g.max_position_embeddings = o.max_position_embeddings;
+  PTDP_CHECK_ARG(o.untie_embeddings_and_output_weights == 0 || o.untie_embeddings_and_output_weights == 1,
+                 str_cat("options->untie_embeddings_and_output_weights = ", o.untie_embeddings_and_output_weights,
+                         " is not 0 or 1"));
+  g.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
+  g.attention_dropout = o.attention_dropout;
+  r.global_batch_size = o.global_batch_size;
+  switch (o.precision) {
+    case PTDP_DTYPE_F32: r.precision = plan::Precision::Fp32; break;
+    case PTDP_DTYPE_BF16: r.precision = plan::Precision::Bf16; break;
+    case PTDP_DTYPE_F16: r.precision = plan::Precision::Fp16; break;
+    default:
+      ptdp::throw_error(ptdp::ErrorCode::InvalidArgument,
+                        str_cat("options->precision = ", static_cast<int>(o.precision), " is not F32, BF16 or F16"));
+  }
+  PTDP_CHECK_ARG(o.use_distributed_optimizer == 0 || o.use_distributed_optimizer == 1,
+                 str_cat("options->use_distributed_optimizer = ", o.use_distributed_optimizer, " is not 0 or 1"));
+  r.allow_distributed_optimizer = o.use_distributed_optimizer == 1;
+  PTDP_CHECK_ARG(o.recompute_granularity >= -1 && o.recompute_granularity <= 2,
+                 str_cat("options->recompute_granularity = ", o.recompute_granularity,
+                         " is not -1 (search) or a ptdp_recompute"));
+  for (int i = 0; i < 3; ++i) r.allow_recompute[i] = o.recompute_granularity < 0 || o.recompute_granularity == i;
+  r.num_gpus = o.num_gpus;
+  r.tensor = o.tensor_model_parallel_size;
+  r.pipeline = o.pipeline_model_parallel_size;
+  r.layers_per_virtual_stage = o.num_layers_per_virtual_pipeline_stage;
+  r.micro_batch = o.micro_batch_size;
+  r.schedule = o.pipeline_schedule;
+  PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,
+                 str_cat("options->scatter_gather = ", o.scatter_gather, " is not 0 or 1"));
+  PTDP_CHECK_ARG(o.overlap_grad_reduce == 0 || o.overlap_grad_reduce == 1,
+                 str_cat("options->overlap_grad_reduce = ", o.overlap_grad_reduce, " is not 0 or 1"));
+  r.scatter_gather = o.scatter_gather == 1;
+  r.overlap_grad_reduce = o.overlap_grad_reduce == 1;
+  r.top = o.top;
+  r.validate();
+  return r;
+}
+
+void copy_text(const std::string& text, char* buffer, size_t capacity, size_t* length) {
+  *length = text.size();
+  PTDP_CHECK_ARG(buffer != nullptr || capacity == 0, str_cat("buffer is NULL but capacity = ", capacity));
+  PTDP_CHECK_ARG(capacity > text.size(), str_cat("capacity = ", capacity, " is too small: the text needs ",
+                                                 text.size() + 1, " bytes with its NUL (*length receives its strlen)"));
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+}
+
+// The argv entry holding the last --schedule-svg value (so the pointer lives as long as argv).
+const char* schedule_svg_in(int32_t argc, const char* const* argv) {
+  const char* found = nullptr;
+  const std::string flag = "--schedule-svg";
+  for (int32_t i = 1; i < argc; ++i) {
+    const char* a = argv[i];
+    if (std::strncmp(a, "--schedule-svg=", flag.size() + 1) == 0) {
+      found = a + flag.size() + 1;
+    } else if (flag == a && i + 1 < argc) {
+      found = argv[++i];
+    }
+  }
+  return found;
+}
+
+}  // namespace
+
+extern "C" {
+
+PTDP_API ptdp_status ptdp_cluster_init(ptdp_cluster* cluster) {
+  return guard(__func__, [&] {
+    require_non_null(cluster, "cluster");
+    to_c(plan::cluster_preset("dgx-a100"), cluster);
+  });
+}
+
+PTDP_API ptdp_status ptdp_cluster_preset(const char* name, ptdp_cluster* cluster) {
+  return guard(__func__, [&] {
+    require_non_null(name, "name");
+    require_non_null(cluster, "cluster");
+    to_c(plan::cluster_preset(name), cluster);
+  });
+}
+
+PTDP_API const char* ptdp_cluster_preset_name(int32_t index) {
+  static const std::vector<std::string> names = plan::cluster_preset_names();
+  if (index < 0 || index >= static_cast<int32_t>(names.size())) return nullptr;
+  return names[static_cast<std::size_t>(index)].c_str();
+}
+
+PTDP_API ptdp_status ptdp_cluster_load(const char* path, ptdp_cluster* cluster) {
+  return guard(__func__, [&] {
+    require_non_null(path, "path");
+    require_non_null(cluster, "cluster");
+    to_c(plan::load_cluster(path), cluster);
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_options_init(ptdp_plan_options* options) {
+  return guard(__func__, [&] { default_options(&ptdp::capi::reset_options(options, "options")); });
+}
+
+PTDP_API ptdp_status ptdp_plan_parse_args(int32_t argc, const char* const* argv, ptdp_plan_options* options,
+                                          ptdp_cluster* cluster, ptdp_plan_cli* cli) {
+  return guard(__func__, [&] {
+    PTDP_CHECK_ARG(argc >= 1, str_cat("argc = ", argc, " is not >= 1 (argv[0] is the program name)"));
+    require_non_null(argv, "argv");
+    require_non_null(options, "options");
+    require_non_null(cluster, "cluster");
+    require_non_null(cli, "cli");
+    std::vector<std::string> args;
+    for (int32_t i = 1; i < argc; ++i) {
+      PTDP_CHECK_ARG(argv[i] != nullptr, str_cat("argv[", i, "] is NULL"));
+      args.emplace_back(argv[i]);
+    }
+    const plan::PlanArgs a = plan::parse_plan_args(args);
+    ptdp_plan_cli c{};
+    c.struct_size = sizeof(ptdp_plan_cli);
+    c.help = a.help ? 1 : 0;
+    c.list_clusters = a.list_clusters ? 1 : 0;
+    c.json = a.json ? 1 : 0;
+    c.schedule_svg = a.schedule_svg.empty() ? nullptr : schedule_svg_in(argc, argv);
+    ptdp_plan_options o;
+    ptdp_cluster k;
+    to_c(a.request, &o);
+    to_c(a.cluster, &k);
+    *options = o;
+    *cluster = k;
+    *cli = c;
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_help(const char* program, char* buffer, size_t capacity, size_t* length) {
+  return guard(__func__, [&] {
+    require_non_null(length, "length");
+    copy_text(plan::plan_args_help(program ? program : "ptdp-plan"), buffer, capacity, length);
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_create(const ptdp_plan_options* options, const ptdp_cluster* cluster, ptdp_plan* out) {
+  return guard(__func__, [&] {
+    require_non_null(out, "out");
+    const plan::PlanRequest request = from_c(options);
+    const plan::Cluster c = from_c(cluster);
+    auto h = std::make_unique<ptdp_plan_impl>();
+    h->result = plan::make_plan(request, c);
+    *out = h.release();
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_destroy(ptdp_plan plan) {
+  return guard(__func__, [&] {
+    if (plan == nullptr) return;
+    live(plan, "plan");
+    ptdp::capi::release(plan);
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_num_layouts(ptdp_plan plan, int32_t* count) {
+  return guard(__func__, [&] {
+    const ptdp_plan_impl& p = live(plan, "plan");
+    require_non_null(count, "count");
+    *count = static_cast<int32_t>(p.result.layouts.size());
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_get_layout(ptdp_plan plan, int32_t index, ptdp_plan_layout* layout) {
+  return guard(__func__, [&] {
+    const ptdp_plan_impl& p = live(plan, "plan");
+    require_non_null(layout, "layout");
+    const auto n = static_cast<int32_t>(p.result.layouts.size());
+    PTDP_CHECK_ARG(index >= 0 && index < n, str_cat("index = ", index, " is outside the plan's ", n, " layouts"));
+    const std::size_t size = layout->struct_size;
+    PTDP_CHECK_ARG(size >= kLayoutV1Size, str_cat("layout->struct_size = ", size,
+                                                  " is smaller than any published ptdp_plan_layout (",
+                                                  kLayoutV1Size, "); set it to sizeof(ptdp_plan_layout)"));
+    const plan::Estimate& e = p.result.layouts[static_cast<std::size_t>(index)];
+    ptdp_plan_layout o{};
+    o.struct_size = sizeof(ptdp_plan_layout);
+    o.t = e.layout.t;
+    o.p = e.layout.p;
+    o.d = e.layout.d;
+    o.v = e.layout.v;
+    o.b = e.layout.b;
+    o.m = e.layout.m;
+    o.schedule = static_cast<ptdp_schedule_kind>(static_cast<int>(e.layout.schedule));
+    o.recompute = static_cast<ptdp_recompute>(static_cast<int>(e.layout.recompute));
+    o.distributed_optimizer = e.layout.distributed_optimizer ? 1 : 0;
+    o.simulated = e.simulated ? 1 : 0;
+    o.parameters_formula = e.params_formula;
+    o.parameters_exact = e.params_exact;
+    o.parameters_per_gpu = e.params_per_gpu;
+    o.memory_weights = e.memory.weights;
+    o.memory_gradients = e.memory.gradients;
+    o.memory_optimizer = e.memory.optimizer;
+    o.memory_activations = e.memory.activations;
+    o.memory_total = e.memory.total();
+    o.memory_slots = e.memory.slots;
+    o.memory_pipeline_rank = e.memory_stage;
+    o.seconds_compute = e.compute;
+    o.seconds_tensor_comm = e.tensor_comm;
+    o.seconds_pipeline_comm = e.pipeline_comm;
+    o.seconds_bubble = e.bubble;
+    o.seconds_data_parallel = e.data_parallel;
+    o.seconds_embedding_sync = e.embedding_sync;
+    o.seconds_optimizer = e.optimizer;
+    o.seconds_iteration = e.iteration;
+    o.bubble_fraction = e.bubble_fraction;
+    o.tflops_per_gpu = e.tflops_per_gpu;
+    o.mfu = e.mfu;
+    std::memcpy(static_cast<void*>(layout), &o, std::min(size, sizeof(o)));
+    layout->struct_size = std::min(size, sizeof(o));
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_report(ptdp_plan plan, char* buffer, size_t capacity, size_t* length) {
+  return guard(__func__, [&] {
+    const ptdp_plan_impl& p = live(plan, "plan");
+    require_non_null(length, "length");
+    copy_text(plan::plan_report(p.result), buffer, capacity, length);
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_to_json(ptdp_plan plan, char* buffer, size_t capacity, size_t* length) {
+  return guard(__func__, [&] {
+    const ptdp_plan_impl& p = live(plan, "plan");
+    require_non_null(length, "length");
+    copy_text(plan::plan_to_json(p.result).dump(2), buffer, capacity, length);
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_write_schedule_svg(ptdp_plan plan, int32_t index, const char* path) {
+  return guard(__func__, [&] {
+    const ptdp_plan_impl& p = live(plan, "plan");
+    require_non_null(path, "path");
+    plan::write_plan_schedule_svg(p.result, index, path);
+  });
+}
+
+PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int32_t t, double* formula,
+                                          int64_t* exact) {
+  return guard(__func__, [&] {
+    PTDP_CHECK_ARG(t > 0, str_cat("t = ", t, " is not > 0"));
+    require_non_null(options, "options");
+    ptdp_plan_options defaults{};
+    defaults.struct_size = sizeof(defaults);
+    default_options(&defaults);
+    ptdp_plan_options o =
+        ptdp::capi::read_options(options, defaults, kPlanOptionsV1Size, "options", "ptdp_plan_options_init");
+    if (o.global_batch_size <= 0) o.global_batch_size = 1;  // only the model is read here
+    const plan::PlanRequest r = from_c(&o);
+    r.model.validate(t);
+    if (formula != nullptr) *formula = plan::paper_parameters(r.model);
+    if (exact != nullptr) *exact = r.model.parameter_count(t);
+  });
+}
+
+PTDP_API ptdp_status ptdp_memory_stats(size_t* current, size_t* peak) {
+  return guard(__func__, [&] {
+    const ptdp::CpuAllocator& a = ptdp::cpu_allocator();
+    if (current != nullptr) *current = a.bytes_in_use();
+    if (peak != nullptr) *peak = a.peak_bytes();
+  });
+}
+
+PTDP_API ptdp_status ptdp_memory_reset_peak(void) {
+  return guard(__func__, [&] { ptdp::cpu_allocator().reset_peak(); });
+}
+
+}  // extern "C"

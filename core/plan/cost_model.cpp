@@ -1,0 +1,404 @@
+#include "core/plan/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/error.h"
+
+namespace ptdp::plan {
+
+namespace {
+
+// A GEMM runs below the large-size rate when its smallest dimension is small (tensor-core tiles
+// of 128-256 and the fixed cost of a launch): rate = large rate * x / (x + kGemmHalfSize), with
+// x the smallest dimension of the layer's GEMMs (tokens b s, or the per-rank width h / t).
+// h / t = 1536 (145.6B at t = 8) keeps 96 % of the rate; h / t = 288 (1.7B at t = 8) 82 %.
+constexpr double kGemmHalfSize = 64;
+// Megatron's default data-parallel bucket: 40M elements; all but the last overlap the backward.
+constexpr double kBucketElements = 40e6;
+
+double bytes_of(Precision p) { return p == Precision::Fp32 ? 4.0 : 2.0; }
+
+// Ring all-reduce over n ranks of `bytes`: 2 (n-1)/n of the data crosses each rank's link.
+double allreduce_seconds(int n, double bytes, double bandwidth, double latency) {
+  if (n <= 1) return 0;
+  return latency + 2.0 * (n - 1) / n * bytes / bandwidth;
+}
+
+// Reduce-scatter or all-gather: (n-1)/n of the data per link.
+double half_ring_seconds(int n, double bytes, double bandwidth, double latency) {
+  if (n <= 1) return 0;
+  return latency + static_cast<double>(n - 1) / n * bytes / bandwidth;
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::Fp32: return "fp32";
+    case Precision::Bf16: return "bf16";
+    case Precision::Fp16: return "fp16";
+  }
+  return "?";
+}
+
+void PlanRequest::validate() const {
+  model.validate(1);
+  PTDP_CHECK_ARG(global_batch_size > 0, str_cat("global batch size = ", global_batch_size, " is not > 0"));
+  PTDP_CHECK_ARG(num_gpus >= 0, str_cat("number of GPUs = ", num_gpus, " is negative"));
+  PTDP_CHECK_ARG(tensor >= 0 && pipeline >= 0 && layers_per_virtual_stage >= 0 && micro_batch >= 0,
+                 str_cat("pinned sizes must be >= 0 (0: search), got t = ", tensor, ", p = ", pipeline,
+                         ", layers per virtual stage = ", layers_per_virtual_stage, ", b = ", micro_batch));
+  PTDP_CHECK_ARG(schedule >= -1 && schedule <= static_cast<int>(ScheduleKind::ZeroBubbleH1),
+                 str_cat("schedule = ", schedule, " is not a schedule kind (or -1: search)"));
+  PTDP_CHECK_ARG(top > 0, str_cat("top = ", top, " is not > 0"));
+  PTDP_CHECK_ARG(allow_recompute[0] || allow_recompute[1] || allow_recompute[2],
+                 "no recomputation granularity is allowed (none, full and selective are all excluded)");
+}
+
+const char* schedule_short_name(ScheduleKind k) {
+  switch (k) {
+    case ScheduleKind::GPipe: return "gpipe";
+    case ScheduleKind::OneFOneB: return "1f1b";
+    case ScheduleKind::Interleaved1F1B: return "interleaved";
+    case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+  }
+  return "?";
+}
+
+std::string Layout::str() const {
+  std::string s = str_cat("t=", t, " p=", p, " d=", d);
+  if (v > 1) s += str_cat(" v=", v);
+  const bool plain = p == 1 && schedule == ScheduleKind::OneFOneB;
+  s += str_cat(" b=", b, " m=", m, " ", plain ? "no-pipeline" : schedule_short_name(schedule), " recompute=",
+               recompute_name(recompute));
+  if (distributed_optimizer) s += " dist-opt";
+  return s;
+}
+
+double paper_parameters(const GptConfig& m) {
+  const double l = m.num_layers, h = m.hidden_size, s = m.seq_length, V = m.vocab_size;
+  return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
+}
+
+int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
+  const int64_t h = m.hidden_size, f = m.ffn(), vp = m.padded_vocab(t);
+  // One layer on one tensor rank: LayerNorms and row-parallel biases are replicated; QKV and fc1
+  // (column-parallel, weight and bias) and proj and fc2 weights (row-parallel) are split.
+  const int64_t layer = 6 * h + (4 * h * h + 3 * h + 2 * f * h + f) / t;
+  const int chunks = p * v;
+  const int64_t layers_per_chunk = m.num_layers / chunks;
+  int64_t n = 0;
+  for (int c = stage; c < chunks; c += p) {
+    n += layers_per_chunk * layer;
+    if (c == 0) n += vp * h / t + static_cast<int64_t>(m.max_positions()) * h;
+    if (c == chunks - 1) {
+      n += 2 * h;                                                   // final LayerNorm
+      if (!m.tie_embeddings || chunks > 1) n += vp * h / t;  // output layer, or the tied copy
+    }
+  }
+  return n;
+}
+
+double paper_flops(const GptConfig& m, int64_t samples, bool full_recompute) {
+  const double B = static_cast<double>(samples), l = m.num_layers, h = m.hidden_size, s = m.seq_length,
+               V = m.vocab_size;
+  return full_recompute ? 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+                        : 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+namespace {
+
+// Forward FLOPs of one layer for `samples` samples: QKV, projection and the two MLP GEMMs
+// (2 FLOPs per multiply-add), and the two attention products Q K^T and P V.
+double layer_forward_flops(const GptConfig& m, double samples) {
+  const double h = m.hidden_size, f = m.ffn(), s = m.seq_length;
+  return samples * (2.0 * s * (4.0 * h * h + 2.0 * h * f) + 4.0 * s * s * h);
+}
+
+double attention_core_flops(const GptConfig& m, double samples) {
+  const double h = m.hidden_size, s = m.seq_length;
+  return samples * 4.0 * s * s * h;
+}
+
+double logit_forward_flops(const GptConfig& m, double samples, double vocab) {
+  return samples * 2.0 * m.seq_length * m.hidden_size * vocab;
+}
+
+// Forward-equivalents of one layer's forward that recomputation adds.
+double recompute_flops(const GptConfig& m, double samples, Recompute r) {
+  switch (r) {
+    case Recompute::Full: return layer_forward_flops(m, samples);
+    case Recompute::Selective: return attention_core_flops(m, samples);
+    case Recompute::None: return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute) {
+  const double n = static_cast<double>(samples);
+  return m.num_layers * (3.0 * layer_forward_flops(m, n) + recompute_flops(m, n, recompute)) +
+         3.0 * logit_forward_flops(m, n, m.vocab_size);
+}
+
+double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r) {
+  const double s = m.seq_length, h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads, sb = s * b;
+  if (prec == Precision::Fp32) {
+    // ptdp's CPU engine keeps fp32 tensors (dropout masks are redrawn from Philox, never
+    // stored). Per layer: its input and the LayerNorm-2 input x1 (each held by its LayerNorm),
+    // the two LayerNorm outputs (held by QKV and fc1), mean and rstd of both LayerNorms; per
+    // tensor rank QKV [sb, 3h/t], the attention context [sb, h/t] (held by the projection),
+    // fc1's output and GeLU's output [sb, f/t] each; and the attention probabilities before and
+    // after dropout [b, a/t, s, s] (one tensor without attention dropout).
+    if (r == Recompute::Full) return 4.0 * sb * h;
+    double elements = sb * (4.0 * h + (4.0 * h + 2.0 * f) / t) + 4.0 * sb;
+    if (r == Recompute::None) elements += (m.attention_dropout > 0 ? 2.0 : 1.0) * (a / t) * b * s * s;
+    return 4.0 * elements;
+  }
+  // Korthikanti et al. 2022, 16-bit activations without sequence parallelism:
+  // s b h (10 + 24/t) + 5 a s^2 b / t bytes (selective drops the 5 a s^2 b / t; full keeps the
+  // 2 s b h input). 16 s b h / t of the 24 are the MLP's 2 x 2 s b (4h) / t, written with f.
+  if (r == Recompute::Full) return 2.0 * sb * h;
+  double bytes = sb * h * (10.0 + 8.0 / t) + 4.0 * sb * f / t;
+  if (r == Recompute::None) bytes += 5.0 * a * s * s * b / t;
+  return bytes;
+}
+
+int schedule_peak_slots(ScheduleKind kind, int p, int m, int v, int rank) {
+  switch (kind) {
+    case ScheduleKind::GPipe: return m * v;
+    case ScheduleKind::OneFOneB: return std::min(m, p - rank);
+    // The deferred weight gradients keep every rank's slots until the cool-down.
+    case ScheduleKind::ZeroBubbleH1: return std::min(m, p);
+    case ScheduleKind::Interleaved1F1B: {
+      // Megatron's warm-up: 2 (p - rank - 1) + (v - 1) p forwards, then one more before the
+      // first backward; with m = p every forward comes first.
+      if (m == p) return m * v;
+      const int warmup = 2 * (p - rank - 1) + (v - 1) * p;
+      return std::min(m * v, warmup + 1);
+    }
+  }
+  return m * v;
+}
+
+Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bool simulate_pipeline) {
+  const GptConfig& g = req.model;
+  const int t = L.t, p = L.p, d = L.d, v = L.v, b = L.b, m = L.m;
+  PTDP_CHECK_ARG(t > 0 && p > 0 && d > 0 && v > 0 && b > 0 && m > 0, str_cat("layout ", L.str(), " has a size <= 0"));
+  PTDP_CHECK_ARG(g.num_layers % (p * v) == 0,
+                 str_cat("layout ", L.str(), ": ", g.num_layers, " layers do not split over p * v = ", p * v, " chunks"));
+  PTDP_CHECK_ARG(static_cast<int64_t>(m) * b * d == req.global_batch_size,
+                 str_cat("layout ", L.str(), ": m * b * d = ", static_cast<int64_t>(m) * b * d,
+                         " is not the global batch ", req.global_batch_size));
+  g.validate(t);
+
+  Estimate e;
+  e.layout = L;
+  const int gpus = t * p * d;
+  const int gpn = cl.gpus_per_node;
+  const double act = bytes_of(req.precision);
+  const double param_bytes = bytes_of(req.precision);
+  const double grad_bytes = 4.0;  // fp32 gradient buffer (Megatron's main_grad; ptdp's grads)
+  // Adam: fp32 master weights (16-bit training only) and the two fp32 moments.
+  const double optim_bytes = req.precision == Precision::Fp32 ? 8.0 : 12.0;
+  const double h = g.hidden_size, s = g.seq_length;
+  const double vp = static_cast<double>(g.padded_vocab(t));
+  const int layers = g.num_layers / p;  // per pipeline rank
+
+  // ---- parameters ---------------------------------------------------------------------------
+  e.params_formula = paper_parameters(g);
+  e.params_exact = g.parameter_count(t);
+  int64_t stage_params[2] = {stage_parameters(g, t, p, v, 0), stage_parameters(g, t, p, v, p - 1)};
+  e.params_per_gpu = std::max(stage_params[0], stage_params[1]);
+
+  // ---- compute --------------------------------------------------------------------------------
+  const double peak = req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit;
+  const double smallest = std::min(static_cast<double>(b) * s, h / t);
+  const double rate = peak * cl.gemm_efficiency * smallest / (smallest + kGemmHalfSize);
+  const double layer_fwd = layer_forward_flops(g, b) / t / rate;
+  const double logit_fwd = logit_forward_flops(g, b, vp) / t / rate;
+  const double layer_recompute = recompute_flops(g, b, L.recompute) / t / rate;
+
+  // ---- tensor-parallel all-reduces ------------------------------------------------------------
+  e.tensor_crosses_nodes = t > gpn;
+  const double tp_bw = e.tensor_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
+  const double tp_lat = e.tensor_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
+  const double msg = static_cast<double>(b) * s * h * act;  // one activation [s, b, h]
+  e.tensor_allreduce_seconds = allreduce_seconds(t, msg, tp_bw, tp_lat);
+  const double ar = e.tensor_allreduce_seconds;
+  // Per layer: 2 forward (after attention and MLP), 2 backward (their conjugates); full
+  // recomputation repeats the forward's 2. The first stage adds the embedding's, the last the LM
+  // head's input gradient.
+  const double ar_per_layer_bwd = 2.0 + (L.recompute == Recompute::Full ? 2.0 : 0.0);
+
+  // Costs of one microbatch through a whole pipeline rank (all its v chunks), for the first and
+  // the last rank; the pipeline runs at the pace of the slower.
+  struct StageCost {
+    double fwd_compute, bwd_compute, recompute, tp_fwd, tp_bwd;
+  };
+  StageCost stage[2];
+  for (int k = 0; k < 2; ++k) {
+    const bool first = k == 0 || p == 1, last = k == 1 || p == 1;
+    StageCost& c = stage[k];
+    c.fwd_compute = layers * layer_fwd + (last ? logit_fwd : 0.0);
+    c.bwd_compute = 2.0 * c.fwd_compute;
+    c.recompute = layers * layer_recompute;
+    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * ar;
+    c.tp_bwd = (ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * ar;
+  }
+  const StageCost& slow =
+      (stage[1].fwd_compute + stage[1].bwd_compute + stage[1].tp_bwd + stage[1].tp_fwd >=
+       stage[0].fwd_compute + stage[0].bwd_compute + stage[0].tp_bwd + stage[0].tp_fwd)
+          ? stage[1]
+          : stage[0];
+  ScheduleCosts costs;
+  costs.forward = slow.fwd_compute + slow.tp_fwd;
+  costs.backward = slow.bwd_compute + slow.recompute + slow.tp_bwd;
+  // Zero bubble: B carries the recomputation, the input gradients and their all-reduces; W the
+  // weight gradients (half of the backward GEMMs).
+  costs.backward_input = 0.5 * slow.bwd_compute + slow.recompute + slow.tp_bwd;
+  costs.backward_weight = 0.5 * slow.bwd_compute;
+
+  // ---- pipeline transfers ----------------------------------------------------------------------
+  // Pipeline neighbours are t * d ranks apart; once the job spans nodes, some stage boundary
+  // falls between nodes and the schedule waits for the slowest.
+  e.pipeline_crosses_nodes = p > 1 && gpus > gpn;
+  double transfer = 0;
+  if (p > 1) {
+    const double link_bw = e.pipeline_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
+    const double link_lat = e.pipeline_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
+    if (req.scatter_gather && t > 1) {
+      // Each tensor rank sends 1/t; the receivers all-gather the pieces inside their node.
+      transfer = link_lat + msg / t / link_bw + half_ring_seconds(t, msg, tp_bw, tp_lat);
+    } else {
+      transfer = link_lat + msg / link_bw;
+    }
+  }
+  costs.p2p_latency = transfer;
+  e.costs = costs;
+
+  const ScheduleKind kind = L.schedule;
+  const double per_mb_compute = slow.fwd_compute + slow.bwd_compute + slow.recompute;
+  const double per_mb_tensor = slow.tp_fwd + slow.tp_bwd;
+  e.compute = m * per_mb_compute;
+  e.tensor_comm = m * per_mb_tensor;
+  // Two transfer batches per microbatch and chunk on a rank (activation out and gradient in,
+  // then gradient out and activation in).
+  e.pipeline_comm = p > 1 ? 2.0 * m * v * transfer : 0.0;
+  const double ideal = e.compute + e.tensor_comm;
+  int slots_first = schedule_peak_slots(kind, p, m, v, 0);
+  int slots_last = p > 1 ? schedule_peak_slots(kind, p, m, v, p - 1) : slots_first;
+  if (simulate_pipeline && p > 1) {
+    // Twice: without transfer times for the bubble alone, then with them.
+    const Schedule sched = make_schedule(kind, p, m, v);
+    ScheduleCosts free_transfers = costs;
+    free_transfers.p2p_latency = 0;
+    const SimulationResult bare = simulate(sched, free_transfers);
+    const SimulationResult sim = simulate(sched, costs);
+    e.pipeline = sim.makespan;
+    e.bubble = std::max(0.0, bare.makespan - ideal);
+    e.pipeline_comm = std::max(0.0, sim.makespan - bare.makespan);
+    slots_first = sim.peak_slots.front();
+    slots_last = sim.peak_slots.back();
+    e.simulated = true;
+  } else if (p > 1) {
+    // Closed forms: (p - 1) stage steps of fill and drain, shortened by v, and for ZB-H1 filled
+    // by the deferred weight gradients; the transfers of the fill and drain add to the busy time.
+    const double step = costs.forward + costs.backward;
+    e.bubble = (p - 1) * step / v;
+    if (kind == ScheduleKind::ZeroBubbleH1) {
+      e.bubble = (p - 1) * std::max(0.0, costs.forward + costs.backward_input - costs.backward_weight);
+    }
+    e.pipeline_comm += 2.0 * (p - 1) * transfer;
+    e.pipeline = ideal + e.bubble + e.pipeline_comm;
+  } else {
+    e.pipeline = ideal;
+  }
+  e.bubble_fraction = e.bubble / ideal;
+
+  // ---- data parallelism and the optimizer ----------------------------------------------------
+  // The data-parallel group of a stage is d ranks t apart inside a block of t * d ranks.
+  e.data_crosses_nodes = d > 1 && t * d > gpn;
+  const double dp_bw = e.data_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
+  const double dp_lat = e.data_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
+  const double n_local = static_cast<double>(e.params_per_gpu);
+  double reduce = 0, gather = 0;
+  if (L.distributed_optimizer) {
+    reduce = half_ring_seconds(d, n_local * grad_bytes, dp_bw, dp_lat);   // reduce-scatter of the gradients
+    gather = half_ring_seconds(d, n_local * param_bytes, dp_bw, dp_lat);  // all-gather of the updated weights
+  } else {
+    reduce = allreduce_seconds(d, n_local * grad_bytes, dp_bw, dp_lat);
+  }
+  if (req.overlap_grad_reduce && reduce > 0) {
+    // Buckets are reduced while the last microbatch's backward runs; the last one cannot be.
+    const double buckets = std::max(1.0, std::ceil(n_local / kBucketElements));
+    const double window = slow.bwd_compute + slow.recompute + slow.tp_bwd;
+    reduce = std::max(reduce / buckets, reduce - window);
+  }
+  e.data_parallel = reduce + gather;
+  // Tied embeddings: the first and last stage sum their word-embedding gradients.
+  if (p > 1 && g.tie_embeddings) {
+    const double bw = e.pipeline_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
+    const double lat = e.pipeline_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
+    e.embedding_sync = allreduce_seconds(2, vp * h / t * grad_bytes, bw, lat);
+  }
+  // Adam streams the weights, gradients, moments (and fp32 master weights) through memory:
+  // reads and writes of 28 bytes per parameter in fp32, 32 with 16-bit weights.
+  const double touched = req.precision == Precision::Fp32 ? 28.0 : 32.0;
+  e.optimizer = n_local / (L.distributed_optimizer ? d : 1) * touched / cl.memory_bandwidth;
+  e.iteration = e.pipeline + e.data_parallel + e.embedding_sync + e.optimizer;
+
+  // ---- rates -----------------------------------------------------------------------------------
+  const int64_t samples = req.global_batch_size;
+  e.hardware_flops = iteration_flops(g, samples, L.recompute);
+  e.model_flops = iteration_flops(g, samples, Recompute::None);
+  e.tflops_per_gpu = e.hardware_flops / (e.iteration * gpus) / 1e12;
+  e.mfu = e.model_flops / (e.iteration * gpus * peak);
+
+  // ---- memory ----------------------------------------------------------------------------------
+  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute);
+  const double layers_per_chunk = static_cast<double>(g.num_layers) / (p * v);
+  // Working memory of the backward beyond what is kept.
+  const double none_act = layer_activation_bytes(g, req.precision, t, b, Recompute::None);
+  const double sel_act = layer_activation_bytes(g, req.precision, t, b, Recompute::Selective);
+  double working = 0;
+  if (req.precision == Precision::Fp32) {
+    // The CPU engine runs a chunk's input gradients layer by layer, then its weight gradients:
+    // until then every linear layer of the chunk keeps its input and its output gradient
+    // (s b (4h + (4h + 2f)/t) per layer). Under full recomputation that is the recomputed
+    // chunk; the attention probabilities are recomputed for one layer at a time (full and
+    // selective); and one layer's backward allocates the probabilities' gradient and QKV's.
+    const double held_for_weights = 4.0 * b * s * (4.0 * h + (4.0 * h + 2.0 * g.ffn()) / t);
+    if (L.recompute == Recompute::Full) working += layers_per_chunk * held_for_weights;
+    if (L.recompute != Recompute::None) working += none_act - sel_act;
+    working += 4.0 * (static_cast<double>(g.num_attention_heads) / t * b * s * s + 3.0 * b * s * h / t + 2.0 * b * s * h);
+  } else {
+    // Megatron frees each layer's activations as its backward passes: the recomputed layer (full)
+    // or the recomputed attention (selective) is all that is added.
+    if (L.recompute == Recompute::Full) working += none_act;
+    if (L.recompute == Recompute::Selective) working += none_act - sel_act;
+  }
+  // The last stage's loss: the final LayerNorm's and the LM head's inputs, and the fp32 logits
+  // [s b, V/t] (turned into their gradient in place).
+  const double head_act = 2.0 * b * s * h * act + 4.0 * b * s * vp / t;
+  const int last_chunk_slots = kind == ScheduleKind::GPipe ? m : (kind == ScheduleKind::ZeroBubbleH1 ? slots_last : 1);
+  Memory mem[2];
+  for (int k = 0; k < 2; ++k) {
+    Memory& mm = mem[k];
+    const double n = static_cast<double>(stage_params[k]);
+    mm.weights = n * param_bytes;
+    mm.gradients = n * grad_bytes;
+    mm.optimizer = n * optim_bytes / (L.distributed_optimizer ? d : 1);
+    mm.slots = k == 0 ? slots_first : slots_last;
+    const bool last = k == 1 || p == 1;
+    mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);
+  }
+  e.memory_stage = mem[1].total() > mem[0].total() ? p - 1 : 0;
+  e.memory = mem[1].total() > mem[0].total() ? mem[1] : mem[0];
+  e.fits = e.memory.total() <= cl.usable_memory();
+  return e;
+}
+
+}  // namespace ptdp::plan

@@ -1,0 +1,120 @@
+// The paper's performance model for one layout: parameters, FLOPs, memory per GPU and time per
+// iteration of a GPT trained with tensor (t), pipeline (p, v chunks per rank) and data (d)
+// parallelism, m microbatches of b samples per pipeline, on a Cluster.
+//
+// Formulas (PTDP-BRIEF.md): parameters 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)); FLOPs
+// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without recomputation (96 ... V/(16 l h) with full
+// recomputation); tensor-parallel ring all-reduces of b s h elements, 2 forward and 2 backward
+// per layer; pipeline transfers of b s h elements (b s h / t with scatter/gather); the bubble
+// from the schedule simulator; data-parallel ring all-reduce (or reduce-scatter + all-gather)
+// of the gradients; activation memory per layer from Korthikanti et al. 2022 for 16-bit GPU
+// training, and the CPU engine's own saved tensors for fp32 (what it really keeps, so the
+// estimate can be checked against its measured high-water mark).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/model/gpt_config.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/simulator.h"
+#include "core/plan/cluster.h"
+
+namespace ptdp::plan {
+
+enum class Precision : int { Fp32 = 0, Bf16 = 1, Fp16 = 2 };
+const char* precision_name(Precision p);
+/// "gpipe", "1f1b", "interleaved", "zb-h1".
+const char* schedule_short_name(ScheduleKind k);
+
+/// What the user asks for: the model, the batch, what may be used, and optional pins.
+struct PlanRequest {
+  GptConfig model;              ///< shape (layers, hidden, heads, ffn, vocab, seq, tying, dropout)
+  int64_t global_batch_size = 0;  ///< B
+  Precision precision = Precision::Fp32;
+  bool allow_distributed_optimizer = false;
+  bool allow_recompute[3] = {true, true, true};  ///< indexed by Recompute: none, full, selective
+  int num_gpus = 0;  ///< 0: every GPU of the cluster
+  // Pins: 0 (or nullopt-like -1 for the schedule) means "search".
+  int tensor = 0;
+  int pipeline = 0;
+  int layers_per_virtual_stage = 0;  ///< Megatron's: v = layers / (p * this)
+  int micro_batch = 0;
+  int schedule = -1;  ///< a ScheduleKind, or -1 (1F1B, interleaved 1F1B, ZB-H1 are searched)
+  bool scatter_gather = true;       ///< pipeline transfers split over the tensor ranks
+  bool overlap_grad_reduce = true;  ///< data-parallel reduction overlapped with the last backward
+  int top = 5;                      ///< layouts to report
+
+  /// Throws Error(InvalidArgument) naming the field for a request no layout could serve.
+  void validate() const;
+};
+
+/// One way to lay the model out.
+struct Layout {
+  int t = 1, p = 1, d = 1, v = 1, b = 1, m = 1;
+  ScheduleKind schedule = ScheduleKind::OneFOneB;
+  Recompute recompute = Recompute::None;
+  bool distributed_optimizer = false;
+  std::string str() const;  ///< "t=8 p=8 d=24 v=5 b=1 m=96 interleaved-1f1b full dist-opt"
+};
+
+/// Bytes per GPU of one pipeline rank.
+struct Memory {
+  double weights = 0, gradients = 0, optimizer = 0, activations = 0;
+  int slots = 0;  ///< (microbatch, chunk) activation sets held at once
+  double total() const { return weights + gradients + optimizer + activations; }
+};
+
+/// Everything estimated for one layout.
+struct Estimate {
+  Layout layout;
+  // Parameters of the whole model: the paper's formula (true vocabulary) and ptdp's own model
+  // (padded vocabulary, every bias and LayerNorm); and the most any GPU holds.
+  double params_formula = 0;
+  int64_t params_exact = 0;
+  int64_t params_per_gpu = 0;
+  // Memory of the most loaded GPU (the first or the last pipeline stage).
+  Memory memory;
+  int memory_stage = 0;  ///< the pipeline rank that holds the most
+  // Seconds per iteration of the slowest pipeline rank. compute + tensor_comm + bubble +
+  // pipeline_comm = pipeline (the simulated makespan: the bubble is the makespan without
+  // transfer times less the busy time, pipeline_comm what the transfers add on top);
+  // iteration = pipeline + data_parallel + embedding_sync + optimizer.
+  double compute = 0, tensor_comm = 0, pipeline_comm = 0, bubble = 0, pipeline = 0;
+  double data_parallel = 0, embedding_sync = 0, optimizer = 0, iteration = 0;
+  double bubble_fraction = 0;  ///< bubble / (compute + tensor_comm): the paper's t_bubble / t_ideal
+  bool simulated = false;      ///< the bubble and slots come from the simulator (else analytic)
+  // Rates.
+  double hardware_flops = 0;  ///< FLOPs per iteration as executed (recomputation included)
+  double model_flops = 0;     ///< FLOPs per iteration without recomputation
+  double tflops_per_gpu = 0;  ///< hardware_flops / (iteration * GPUs) / 1e12 (the paper's figure)
+  double mfu = 0;             ///< model_flops / (iteration * GPUs * peak)
+  // Where the traffic goes.
+  bool tensor_crosses_nodes = false, pipeline_crosses_nodes = false, data_crosses_nodes = false;
+  double tensor_allreduce_seconds = 0;  ///< one all-reduce of b s h elements
+  ScheduleCosts costs;                  ///< per-microbatch costs fed to the simulator (seconds)
+  bool fits = false;                    ///< memory.total() <= the cluster's usable memory
+};
+
+/// The paper's parameter formula with the true vocabulary.
+double paper_parameters(const GptConfig& m);
+/// Parameters one tensor rank of pipeline rank `stage` holds in ptdp's model (what GptModel
+/// allocates for the chunks c = j p + stage, tied-embedding copies included).
+int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage);
+/// FLOPs of one iteration over `samples` samples: the model's (no recomputation) or as executed.
+double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute);
+/// The paper's closed forms: 72 (recompute false) or 96 (true) B s l h^2 (1 + s/(6h) + V/(c l h)).
+double paper_flops(const GptConfig& m, int64_t samples, bool full_recompute);
+/// Activation bytes one transformer layer keeps per microbatch of b samples with tensor size t.
+double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r);
+
+/// Peak (microbatch, chunk) slots of pipeline rank `rank` under a schedule, in closed form (the
+/// simulator's count, which the tests check).
+int schedule_peak_slots(ScheduleKind kind, int p, int m, int v, int rank);
+
+/// Estimates one layout. With `simulate` the pipeline is simulated (exact bubble and slots);
+/// otherwise the bubble is the closed form (p-1)/(v m) ((p-1)/(3m) for ZB-H1). Throws
+/// Error(InvalidArgument) for a layout that cannot run (naming the numbers).
+Estimate estimate(const PlanRequest& req, const Cluster& cluster, const Layout& layout, bool simulate);
+
+}  // namespace ptdp::plan

@@ -1,0 +1,493 @@
+#include "core/plan/planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "core/pipeline/svg.h"
+#include "kernels/error.h"
+
+namespace ptdp::plan {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string fmt(const char* format, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, format, x);
+  return buf;
+}
+std::string gib(double bytes) { return fmt("%.1f", bytes / kGiB) + " GiB"; }
+std::string pct(double fraction) { return fmt("%.1f", 100.0 * fraction) + "%"; }
+std::string secs(double s) { return s < 1.0 ? fmt("%.1f", s * 1e3) + " ms" : fmt("%.2f", s) + " s"; }
+
+std::vector<int> divisors(int64_t n) {
+  std::vector<int> out;
+  for (int64_t i = 1; i <= n; ++i) {
+    if (n % i == 0) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+int recompute_rank(Recompute r) { return r == Recompute::None ? 0 : (r == Recompute::Selective ? 1 : 2); }
+
+// Best first: shorter iteration; on (near) ties fewer model-parallel GPUs, less recomputation,
+// no distributed optimizer, smaller microbatches.
+bool better(const Estimate& a, const Estimate& b) {
+  const double ta = a.iteration, tb = b.iteration;
+  if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
+  const Layout &x = a.layout, &y = b.layout;
+  return std::make_tuple(x.t * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.b, x.v) <
+         std::make_tuple(y.t * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.b, y.v);
+}
+
+// The schedules a (p, v) may run under the request's pin.
+std::vector<ScheduleKind> schedules_for(const PlanRequest& req, int p, int v) {
+  std::vector<ScheduleKind> out;
+  const auto pinned = [&](ScheduleKind k) {
+    if (req.schedule < 0) return true;
+    const auto want = static_cast<ScheduleKind>(req.schedule);
+    // As in ptdp-train: 1F1B with v > 1 chunks is the interleaved schedule.
+    return want == k || (want == ScheduleKind::OneFOneB && k == ScheduleKind::Interleaved1F1B);
+  };
+  if (p == 1) {
+    if (v != 1) return out;
+    if (req.schedule < 0 || static_cast<ScheduleKind>(req.schedule) == ScheduleKind::OneFOneB) {
+      out.push_back(ScheduleKind::OneFOneB);
+    } else if (static_cast<ScheduleKind>(req.schedule) != ScheduleKind::Interleaved1F1B) {
+      out.push_back(static_cast<ScheduleKind>(req.schedule));
+    }
+    return out;
+  }
+  if (v > 1) {
+    if (pinned(ScheduleKind::Interleaved1F1B)) out.push_back(ScheduleKind::Interleaved1F1B);
+    return out;
+  }
+  if (pinned(ScheduleKind::OneFOneB)) out.push_back(ScheduleKind::OneFOneB);
+  if (pinned(ScheduleKind::ZeroBubbleH1)) out.push_back(ScheduleKind::ZeroBubbleH1);
+  // GPipe is never faster than 1F1B and holds more: only when asked for.
+  if (req.schedule == static_cast<int>(ScheduleKind::GPipe)) out.push_back(ScheduleKind::GPipe);
+  return out;
+}
+
+// Why `e` is worse than `best`: the component that grew the most, in words.
+std::string worse_because(const Estimate& e, const Estimate& best, const Cluster& cl) {
+  const double slower = e.iteration / best.iteration - 1.0;
+  struct Part {
+    double delta;
+    std::string text;
+  };
+  std::vector<Part> parts;
+  const Layout &x = e.layout, &y = best.layout;
+  {
+    std::string why = str_cat("compute ", secs(e.compute), " vs ", secs(best.compute));
+    if (x.recompute != y.recompute) {
+      why += str_cat(" (", recompute_name(x.recompute), " recomputation vs ", recompute_name(y.recompute), ")");
+    } else if (x.t != y.t || x.b != y.b) {
+      why += " (per-GPU GEMMs of another size)";
+    }
+    parts.push_back({e.compute - best.compute, why});
+  }
+  {
+    std::string why = str_cat("tensor all-reduces ", secs(e.tensor_comm), " vs ", secs(best.tensor_comm));
+    if (e.tensor_crosses_nodes && !best.tensor_crosses_nodes && best.tensor_allreduce_seconds > 0) {
+      why = str_cat("t = ", x.t, " crosses nodes (", cl.gpus_per_node, " GPUs each): each tensor all-reduce ",
+                    fmt("%.1f", e.tensor_allreduce_seconds / best.tensor_allreduce_seconds), "x slower, ",
+                    secs(e.tensor_comm), " vs ", secs(best.tensor_comm), " per iteration");
+    } else if (e.tensor_crosses_nodes && !best.tensor_crosses_nodes) {
+      why = str_cat("t = ", x.t, " crosses nodes: tensor all-reduces over the inter-node network take ",
+                    secs(e.tensor_comm), " per iteration");
+    }
+    parts.push_back({e.tensor_comm - best.tensor_comm, why});
+  }
+  parts.push_back({e.bubble - best.bubble, str_cat("pipeline bubble ", pct(e.bubble_fraction), " (", secs(e.bubble),
+                                                   ") vs ", pct(best.bubble_fraction), " (", secs(best.bubble), ")")});
+  parts.push_back({e.pipeline_comm - best.pipeline_comm,
+                   str_cat("pipeline transfers ", secs(e.pipeline_comm), " vs ", secs(best.pipeline_comm))});
+  parts.push_back({e.data_parallel + e.embedding_sync - best.data_parallel - best.embedding_sync,
+                   str_cat("data-parallel reduction ", secs(e.data_parallel), " vs ", secs(best.data_parallel))});
+  parts.push_back({e.optimizer - best.optimizer,
+                   str_cat("optimizer step ", secs(e.optimizer), " vs ", secs(best.optimizer))});
+  std::sort(parts.begin(), parts.end(), [](const Part& a, const Part& b) { return a.delta > b.delta; });
+  if (slower <= 1e-9) return "as fast as #1 (ranked after it by fewer model-parallel GPUs and less recomputation)";
+  std::string out = str_cat(pct(slower), " slower: ", parts[0].text);
+  if (parts.size() > 1 && parts[1].delta > 0.25 * parts[0].delta && parts[1].delta > 0) {
+    out += str_cat("; ", parts[1].text);
+  }
+  return out;
+}
+
+std::string model_line(const PlanRequest& req) {
+  const GptConfig& g = req.model;
+  return str_cat("GPT of ", fmt("%.1f", paper_parameters(g) / 1e9), "B parameters (l = ", g.num_layers,
+                 ", h = ", g.hidden_size, ", a = ", g.num_attention_heads, ", V = ", g.vocab_size,
+                 ", s = ", g.seq_length, "), global batch ", req.global_batch_size, ", ",
+                 precision_name(req.precision));
+}
+
+}  // namespace
+
+PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
+  req.validate();
+  cl.validate();
+  PlanResult r;
+  r.request = req;
+  r.cluster = cl;
+  const int n = req.num_gpus > 0 ? req.num_gpus : cl.num_gpus();
+  PTDP_CHECK_ARG(n <= cl.num_gpus(), str_cat("asked for ", n, " GPUs but the cluster has ", cl.nodes, " x ",
+                                             cl.gpus_per_node, " = ", cl.num_gpus()));
+  r.num_gpus = n;
+  const GptConfig& g = req.model;
+  const int gpn = cl.gpus_per_node;
+  const int64_t B = req.global_batch_size;
+
+  // Tensor sizes: divisors of a node's GPUs, and whole nodes (to show what crossing costs); each
+  // must divide the GPUs, the heads and the MLP width.
+  std::set<int> t_options;
+  for (int t : divisors(gpn)) t_options.insert(t);
+  for (int t = 2 * gpn; t <= 4 * gpn; t *= 2) t_options.insert(t);
+  if (req.tensor > 0) t_options = {req.tensor};
+  std::vector<int> ts, t_by_heads_excluded;
+  for (int t : t_options) {
+    if (n % t != 0) continue;
+    if (g.num_attention_heads % t != 0 || g.ffn() % t != 0) {
+      t_by_heads_excluded.push_back(t);
+      continue;
+    }
+    ts.push_back(t);
+  }
+
+  std::vector<Estimate> fitting;
+  bool any = false;
+  Estimate smallest;  // the least memory needed, when nothing fits
+  std::vector<std::string> no_run;  // why sizes were skipped
+  for (int t : ts) {
+    for (int p : divisors(g.num_layers)) {
+      if (req.pipeline > 0 && p != req.pipeline) continue;
+      if (n % (t * p) != 0) continue;
+      const int d = n / (t * p);
+      if (B % d != 0) {
+        no_run.push_back(str_cat("t = ", t, ", p = ", p, ": d = ", d, " does not divide the global batch ", B));
+        continue;
+      }
+      for (int b : divisors(B / d)) {
+        if (req.micro_batch > 0 && b != req.micro_batch) continue;
+        const int m = static_cast<int>(B / d / b);
+        std::vector<int> vs;
+        if (req.layers_per_virtual_stage > 0) {
+          if (g.num_layers % (p * req.layers_per_virtual_stage) == 0) {
+            vs.push_back(g.num_layers / (p * req.layers_per_virtual_stage));
+          }
+        } else if (p == 1) {
+          vs.push_back(1);
+        } else {
+          vs = divisors(g.num_layers / p);
+        }
+        for (int v : vs) {
+          if (v > 1 && (p == 1 || m % p != 0)) continue;  // interleaving needs m a multiple of p
+          if (static_cast<int64_t>(p) * m * v > (1 << 24)) continue;  // beyond the schedule generator
+          for (ScheduleKind kind : schedules_for(req, p, v)) {
+            for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
+              if (!req.allow_recompute[static_cast<int>(rc)]) continue;
+              for (int dist = 0; dist < 2; ++dist) {
+                if (dist == 1 && (!req.allow_distributed_optimizer || d == 1)) continue;
+                Layout L;
+                L.t = t;
+                L.p = p;
+                L.d = d;
+                L.v = v;
+                L.b = b;
+                L.m = m;
+                L.schedule = kind;
+                L.recompute = rc;
+                L.distributed_optimizer = dist == 1;
+                Estimate e = estimate(req, cl, L, false);
+                ++r.considered;
+                if (!any || e.memory.total() < smallest.memory.total()) smallest = e;
+                any = true;
+                if (e.fits) fitting.push_back(std::move(e));
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  r.fitting = static_cast<int>(fitting.size());
+
+  if (fitting.empty()) {
+    r.feasible = false;
+    std::string heads_note;
+    if (!t_by_heads_excluded.empty()) {
+      std::string allowed, excluded;
+      for (int t : ts) allowed += str_cat(allowed.empty() ? "" : ", ", t);
+      for (int t : t_by_heads_excluded) excluded += str_cat(excluded.empty() ? "" : ", ", t);
+      bool by_ffn = false;
+      for (int t : t_by_heads_excluded) by_ffn = by_ffn || (g.num_attention_heads % t == 0);
+      heads_note = str_cat("num-attention-heads ", g.num_attention_heads,
+                           by_ffn ? str_cat(" and the MLP width ", g.ffn()) : std::string(), " rule out t = ", excluded,
+                           allowed.empty() ? "" : str_cat(", leaving t = ", allowed));
+    }
+    if (!any) {
+      std::string why = str_cat("no layout of ", n, " GPUs can run this model");
+      if (ts.empty()) {
+        why += str_cat(": no tensor-parallel size divides both the GPUs and the heads");
+        if (req.tensor > 0) why += str_cat(" (pinned t = ", req.tensor, ")");
+      }
+      if (!heads_note.empty()) why += str_cat("; ", heads_note);
+      if (!no_run.empty()) why += str_cat("; ", no_run.front(), no_run.size() > 1 ? " (and others like it)" : "");
+      if (req.pipeline > 0 || req.micro_batch > 0 || req.layers_per_virtual_stage > 0 || req.schedule >= 0) {
+        why += "; the pinned sizes or schedule leave no layout (layers must split over p * v, the batch over d * b, "
+               "and interleaving needs m a multiple of p)";
+      }
+      r.reason = why;
+    } else {
+      const double need = smallest.memory.total(), have = cl.usable_memory();
+      std::string why = str_cat("no layout fits in memory: the smallest need is ", gib(need), " per GPU (",
+                                smallest.layout.str(), ": weights ", gib(smallest.memory.weights), ", gradients ",
+                                gib(smallest.memory.gradients), ", optimizer ", gib(smallest.memory.optimizer),
+                                ", activations ", gib(smallest.memory.activations), "); the GPUs have ", gib(have),
+                                " usable (", gib(cl.memory_bytes), " less ", gib(cl.memory_reserve_bytes),
+                                " reserved): short by ", gib(need - have));
+      if (!heads_note.empty()) why += str_cat("; ", heads_note);
+      std::vector<std::string> hints;
+      if (!req.allow_distributed_optimizer) hints.push_back("--use-distributed-optimizer");
+      if (!req.allow_recompute[static_cast<int>(Recompute::Full)]) hints.push_back("full recomputation");
+      if (req.micro_batch > 1) hints.push_back("a smaller --micro-batch-size");
+      hints.push_back("more GPUs or GPUs with more memory");
+      std::string h;
+      for (const std::string& s : hints) h += str_cat(h.empty() ? "" : ", ", s);
+      why += str_cat(" (try ", h, ")");
+      r.reason = why;
+    }
+    return r;
+  }
+
+  // Refine the leaders with the schedule simulator (exact bubble and in-flight activations).
+  std::sort(fitting.begin(), fitting.end(), better);
+  const std::size_t refine =
+      std::min<std::size_t>(fitting.size(), static_cast<std::size_t>(std::max(2 * req.top, 8)));
+  std::vector<Estimate> leaders;
+  for (std::size_t i = 0; i < refine; ++i) {
+    Estimate e = estimate(req, cl, fitting[i].layout, true);
+    if (e.fits) leaders.push_back(std::move(e));
+  }
+  if (leaders.empty()) leaders.push_back(fitting.front());  // every leader grew out of memory: keep the analytic best
+  std::sort(leaders.begin(), leaders.end(), better);
+  const std::size_t shown = std::min<std::size_t>(leaders.size(), static_cast<std::size_t>(req.top));
+  r.layouts.assign(leaders.begin(), leaders.begin() + static_cast<std::ptrdiff_t>(shown));
+  r.feasible = true;
+
+  // ---- why the best ----------------------------------------------------------------------------
+  const Estimate& best = r.layouts.front();
+  const Layout& L = best.layout;
+  std::vector<std::string> reasons;
+  // The best layout of each t (simulated leaders first, then the analytic rest).
+  std::map<int, Estimate> best_of_t;
+  for (const std::vector<Estimate>* list : {&leaders, &fitting}) {
+    for (const Estimate& e : *list) {
+      if (best_of_t.count(e.layout.t) == 0) best_of_t[e.layout.t] = e;
+    }
+  }
+  if (L.t == 1) {
+    reasons.push_back("t = 1: no tensor parallelism needed");
+  } else if (!best.tensor_crosses_nodes) {
+    reasons.push_back(str_cat("t = ", L.t, " keeps the tensor all-reduces inside a node (",
+                              secs(best.tensor_allreduce_seconds), " each, ", secs(best.tensor_comm), " per iteration)"));
+  } else {
+    reasons.push_back(str_cat("t = ", L.t, " spans nodes; nothing smaller is faster"));
+  }
+  // Pipeline: is a smaller p at this t ruled out by memory? Probe the least memory any layout
+  // with (t, p) needs: b = 1, 1F1B (fewest slots), full recomputation and the distributed
+  // optimizer where allowed.
+  std::string pipeline_ruled_out;
+  if (req.pipeline == 0 && req.micro_batch <= 1) {
+    for (int p : divisors(g.num_layers)) {
+      if (p >= L.p || n % (L.t * p) != 0) continue;
+      const int d = n / (L.t * p);
+      if (B % d != 0) continue;
+      Layout probe = L;
+      probe.p = p;
+      probe.d = d;
+      probe.v = 1;
+      probe.b = 1;
+      probe.m = static_cast<int>(B / d);
+      probe.schedule = ScheduleKind::OneFOneB;
+      probe.recompute = req.allow_recompute[static_cast<int>(Recompute::Full)] ? Recompute::Full : L.recompute;
+      probe.distributed_optimizer = req.allow_distributed_optimizer && d > 1;
+      const Estimate pe = estimate(req, cl, probe, false);
+      if (!pe.fits) {
+        pipeline_ruled_out = str_cat("p = ", p, " (t = ", L.t, ") needs at least ", gib(pe.memory.total()), " > ",
+                                     gib(cl.usable_memory()), " usable per GPU");
+      }
+    }
+  }
+  if (L.p == 1) {
+    reasons.push_back("p = 1: the model fits without a pipeline");
+  } else if (!pipeline_ruled_out.empty()) {
+    reasons.push_back(str_cat("p = ", L.p, " is needed for memory: ", pipeline_ruled_out));
+  } else {
+    reasons.push_back(str_cat("p = ", L.p, " (", g.num_layers / L.p, " layers per stage) is the fastest split"));
+  }
+  reasons.push_back(str_cat("d = ", L.d, " replicas: m = ", L.m, " microbatches of b = ", L.b, " per pipeline"));
+  if (L.p > 1) {
+    std::string s = str_cat(schedule_short_name(L.schedule));
+    if (L.v > 1) s += str_cat(" with v = ", L.v, " chunks per rank");
+    s += str_cat(": bubble ", pct(best.bubble_fraction), " (analytic (p-1)/(v m) = ",
+                 pct(static_cast<double>(L.p - 1) / (L.v * L.m)), ")");
+    reasons.push_back(s);
+  }
+  reasons.push_back(str_cat("recomputation ", recompute_name(L.recompute), ", memory ", gib(best.memory.total()), " of ",
+                            gib(cl.usable_memory()), " usable"));
+  if (L.distributed_optimizer) {
+    reasons.push_back(str_cat("the distributed optimizer shards the optimizer state to ", gib(best.memory.optimizer)));
+  }
+  std::string why0;
+  for (const std::string& s : reasons) why0 += str_cat(why0.empty() ? "" : "; ", s);
+  r.why.push_back(why0);
+  for (std::size_t i = 1; i < r.layouts.size(); ++i) r.why.push_back(worse_because(r.layouts[i], best, cl));
+
+  // ---- what rules out the rest -------------------------------------------------------------
+  std::set<int> shown_t;
+  for (const Estimate& e : r.layouts) shown_t.insert(e.layout.t);
+  for (int t : ts) {
+    if (shown_t.count(t) != 0) continue;
+    auto it = best_of_t.find(t);
+    if (it != best_of_t.end()) {
+      r.ruled_out.push_back(str_cat("t = ", t, " at best (", it->second.layout.str(), "): ",
+                                    worse_because(it->second, best, cl)));
+    } else {
+      r.ruled_out.push_back(str_cat("t = ", t, ": no layout fits in memory"));
+    }
+  }
+  for (int t : t_by_heads_excluded) {
+    r.ruled_out.push_back(str_cat("t = ", t, ": does not divide num-attention-heads ", g.num_attention_heads,
+                                  g.ffn() % t != 0 ? str_cat(" or the MLP width ", g.ffn()) : std::string()));
+  }
+  if (!pipeline_ruled_out.empty()) r.ruled_out.push_back(pipeline_ruled_out);
+  return r;
+}
+
+std::string plan_report(const PlanResult& r) {
+  const Cluster& cl = r.cluster;
+  const PlanRequest& req = r.request;
+  std::string out = str_cat(model_line(req), "\n");
+  out += str_cat("ptdp's model: ", req.model.parameter_count(r.layouts.empty() ? 1 : r.layouts.front().layout.t),
+                 " parameters (the paper's formula: ", fmt("%.0f", paper_parameters(req.model)), ")\n");
+  out += str_cat("cluster ", cl.name, ": ", r.num_gpus, " GPUs (", cl.gpus_per_node, " per node), ", gib(cl.memory_bytes),
+                 " each (", gib(cl.memory_reserve_bytes), " reserved), ",
+                 fmt("%.0f", (req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit) / 1e12),
+                 " TFLOP/s peak, GEMM efficiency ", fmt("%.2f", cl.gemm_efficiency), "\n");
+  out += str_cat("searched ", r.considered, " layouts, ", r.fitting, " fit in memory\n");
+  if (!r.feasible) {
+    out += str_cat("\nno feasible layout: ", r.reason, "\n");
+    return out;
+  }
+  out += "\n  #    t    p      d   v    b      m  schedule     recompute  dist-opt  mem GiB   iter s  bubble  TFLOP/s    MFU\n";
+  for (std::size_t i = 0; i < r.layouts.size(); ++i) {
+    const Estimate& e = r.layouts[i];
+    const Layout& L = e.layout;
+    char line[256];
+    std::snprintf(line, sizeof line, "%3zu %4d %4d %6d %3d %4d %6d  %-11s  %-9s  %-8s %8.1f %8.3f %6.1f%% %8.1f %5.1f%%\n",
+                  i + 1, L.t, L.p, L.d, L.v, L.b, L.m, L.p == 1 && L.schedule == ScheduleKind::OneFOneB ? "-" : schedule_short_name(L.schedule),
+                  recompute_name(L.recompute), L.distributed_optimizer ? "yes" : "no", e.memory.total() / kGiB,
+                  e.iteration, 100.0 * e.bubble_fraction, e.tflops_per_gpu, 100.0 * e.mfu);
+    out += line;
+  }
+  out += "\nWhy:\n";
+  for (std::size_t i = 0; i < r.layouts.size(); ++i) out += str_cat("  #", i + 1, ": ", r.why[i], "\n");
+  const Estimate& b = r.layouts.front();
+  out += str_cat("\n#1 per GPU (pipeline rank ", b.memory_stage, "): weights ", gib(b.memory.weights), ", gradients ",
+                 gib(b.memory.gradients), ", optimizer ", gib(b.memory.optimizer), ", activations ",
+                 gib(b.memory.activations), " (", b.memory.slots, " microbatch slots)\n");
+  out += str_cat("#1 per iteration: compute ", secs(b.compute), ", tensor all-reduces ", secs(b.tensor_comm),
+                 ", pipeline transfers ", secs(b.pipeline_comm), ", bubble ", secs(b.bubble), ", data-parallel ",
+                 secs(b.data_parallel), ", embedding sync ", secs(b.embedding_sync), ", optimizer ", secs(b.optimizer),
+                 " = ", secs(b.iteration), b.simulated ? " (pipeline simulated)" : "", "\n");
+  if (!r.ruled_out.empty()) {
+    out += "\nRuled out:\n";
+    for (const std::string& s : r.ruled_out) out += str_cat("  ", s, "\n");
+  }
+  return out;
+}
+
+nlohmann::json plan_to_json(const PlanResult& r) {
+  using nlohmann::json;
+  const GptConfig& g = r.request.model;
+  json j = json::object();
+  j["model"] = {{"num_layers", g.num_layers},
+                {"hidden_size", g.hidden_size},
+                {"num_attention_heads", g.num_attention_heads},
+                {"ffn_hidden_size", g.ffn()},
+                {"vocab_size", g.vocab_size},
+                {"seq_length", g.seq_length},
+                {"global_batch_size", r.request.global_batch_size},
+                {"precision", precision_name(r.request.precision)},
+                {"parameters_formula", paper_parameters(g)}};
+  j["cluster"] = cluster_to_json(r.cluster);
+  j["num_gpus"] = r.num_gpus;
+  j["considered"] = r.considered;
+  j["fitting"] = r.fitting;
+  j["feasible"] = r.feasible;
+  if (!r.feasible) j["reason"] = r.reason;
+  json layouts = json::array();
+  for (std::size_t i = 0; i < r.layouts.size(); ++i) {
+    const Estimate& e = r.layouts[i];
+    const Layout& L = e.layout;
+    layouts.push_back({{"t", L.t},
+                       {"p", L.p},
+                       {"d", L.d},
+                       {"v", L.v},
+                       {"b", L.b},
+                       {"m", L.m},
+                       {"schedule", schedule_short_name(L.schedule)},
+                       {"recompute", recompute_name(L.recompute)},
+                       {"distributed_optimizer", L.distributed_optimizer},
+                       {"parameters_exact", e.params_exact},
+                       {"parameters_per_gpu", e.params_per_gpu},
+                       {"memory_bytes",
+                        {{"weights", e.memory.weights},
+                         {"gradients", e.memory.gradients},
+                         {"optimizer", e.memory.optimizer},
+                         {"activations", e.memory.activations},
+                         {"total", e.memory.total()},
+                         {"slots", e.memory.slots},
+                         {"pipeline_rank", e.memory_stage}}},
+                       {"seconds",
+                        {{"compute", e.compute},
+                         {"tensor_comm", e.tensor_comm},
+                         {"pipeline_comm", e.pipeline_comm},
+                         {"bubble", e.bubble},
+                         {"data_parallel", e.data_parallel},
+                         {"embedding_sync", e.embedding_sync},
+                         {"optimizer", e.optimizer},
+                         {"iteration", e.iteration}}},
+                       {"bubble_fraction", e.bubble_fraction},
+                       {"simulated", e.simulated},
+                       {"tflops_per_gpu", e.tflops_per_gpu},
+                       {"mfu", e.mfu},
+                       {"why", r.why[i]}});
+  }
+  j["layouts"] = layouts;
+  j["ruled_out"] = r.ruled_out;
+  return j;
+}
+
+void write_plan_schedule_svg(const PlanResult& r, int index, const std::string& path) {
+  PTDP_CHECK_ARG(index >= 0 && index < static_cast<int>(r.layouts.size()),
+                 str_cat("layout index ", index, " is outside [0, ", r.layouts.size(), ")"));
+  const Estimate& e = r.layouts[static_cast<std::size_t>(index)];
+  ScheduleCosts ms = e.costs;  // milliseconds read better on the axis
+  ms.forward *= 1e3;
+  ms.backward *= 1e3;
+  ms.backward_input *= 1e3;
+  ms.backward_weight *= 1e3;
+  ms.p2p_latency *= 1e3;
+  write_schedule_svg(make_schedule(e.layout.schedule, e.layout.p, e.layout.m, e.layout.v), ms, path);
+}
+
+}  // namespace ptdp::plan

@@ -1,0 +1,156 @@
+// LayerNorm over the last dimension, saving mean and 1/std for the backward pass. Row sums are
+// in double as on the CPU; each reduction combines its terms in a fixed order (deterministic).
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cuda_backend_impl.cuh"
+
+namespace ptdp::cuda {
+
+namespace {
+
+constexpr int kColTile = 32;
+constexpr int kRowLanes = 32;
+constexpr unsigned kMaxRowBlocks = 65535u * 8u;  // more rows: grid-stride
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks);
+}
+
+// One block per row.
+__global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta,
+                                         float* y, float* mean, float* rstd, int64_t rows,
+                                         int64_t cols, float eps) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * cols;
+    double sum = 0.0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += xr[c];
+    sum = block_reduce(sum, SumOp{}, 0.0);
+    const double mu = sum / static_cast<double>(cols);
+    double sq = 0.0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double d = xr[c] - mu;
+      sq += d * d;
+    }
+    sq = block_reduce(sq, SumOp{}, 0.0);
+    const float m = static_cast<float>(mu);
+    const float rs = static_cast<float>(1.0 / sqrt(sq / static_cast<double>(cols) + eps));
+    if (threadIdx.x == 0) {
+      mean[r] = m;
+      rstd[r] = rs;
+    }
+    float* yr = y + r * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      yr[c] = (xr[c] - m) * rs * gamma[c] + beta[c];
+    }
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma; one block per row.
+__global__ void layernorm_dx_kernel(const float* x, const float* gamma, const float* mean,
+                                    const float* rstd, const float* dy, float* dx, int64_t rows,
+                                    int64_t cols) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * cols;
+    const float* dyr = dy + r * cols;
+    const float m = mean[r], rs = rstd[r];
+    double sum_g = 0.0, sum_gx = 0.0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double g = static_cast<double>(dyr[c]) * gamma[c];
+      sum_g += g;
+      sum_gx += g * ((xr[c] - m) * rs);
+    }
+    sum_g = block_reduce(sum_g, SumOp{}, 0.0);
+    sum_gx = block_reduce(sum_gx, SumOp{}, 0.0);
+    const float mean_g = static_cast<float>(sum_g / static_cast<double>(cols));
+    const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(cols));
+    float* dxr = dx + r * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float xhat = (xr[c] - m) * rs;
+      dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+// dgamma[c], dbeta[c]: sums over rows, 32 row lanes per column combined in lane order.
+__global__ void __launch_bounds__(kColTile* kRowLanes)
+    layernorm_dparams_kernel(const float* x, const float* mean, const float* rstd, const float* dy,
+                             float* dgamma, float* dbeta, int64_t rows, int64_t cols,
+                             bool accumulate) {
+  __shared__ double part_g[kRowLanes][kColTile + 1];
+  __shared__ double part_b[kRowLanes][kColTile + 1];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kColTile + threadIdx.x;
+  double acc_g = 0.0, acc_b = 0.0;
+  if (c < cols) {
+    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) {
+      const float xv = x[r * cols + c], dyv = dy[r * cols + c];
+      acc_g += static_cast<double>(dyv) * ((xv - mean[r]) * rstd[r]);
+      acc_b += dyv;
+    }
+  }
+  part_g[threadIdx.y][threadIdx.x] = acc_g;
+  part_b[threadIdx.y][threadIdx.x] = acc_b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    double tg = 0.0, tb = 0.0;
+    for (int l = 0; l < kRowLanes; ++l) {
+      tg += part_g[l][threadIdx.x];
+      tb += part_b[l][threadIdx.x];
+    }
+    dgamma[c] = static_cast<float>((accumulate ? static_cast<double>(dgamma[c]) : 0.0) + tg);
+    dbeta[c] = static_cast<float>((accumulate ? static_cast<double>(dbeta[c]) : 0.0) + tb);
+  }
+}
+
+}  // namespace
+
+void CudaBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
+                                    float* mean, float* rstd, int64_t rows, int64_t cols,
+                                    float eps) {
+  kcheck::nonneg("layernorm_forward", "rows", rows);
+  kcheck::positive("layernorm_forward", "cols", cols);
+  PTDP_CHECK_ARG(eps >= 0.0f && std::isfinite(eps),
+                 "layernorm_forward: eps must be finite and >= 0, got " + std::to_string(eps));
+  if (rows == 0) return;
+  kcheck::not_null("layernorm_forward", "x", x);
+  kcheck::not_null("layernorm_forward", "gamma", gamma);
+  kcheck::not_null("layernorm_forward", "beta", beta);
+  kcheck::not_null("layernorm_forward", "y", y);
+  kcheck::not_null("layernorm_forward", "mean", mean);
+  kcheck::not_null("layernorm_forward", "rstd", rstd);
+  DeviceGuard guard(dev_);
+  layernorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream_>>>(x, gamma, beta, y, mean,
+                                                                       rstd, rows, cols, eps);
+  PTDP_CU_LAUNCHED("layernorm_forward_kernel");
+}
+
+void CudaBackend::layernorm_backward(const float* x, const float* gamma, const float* mean,
+                                     const float* rstd, const float* dy, float* dx, float* dgamma,
+                                     float* dbeta, int64_t rows, int64_t cols, bool accumulate) {
+  kcheck::nonneg("layernorm_backward", "rows", rows);
+  kcheck::positive("layernorm_backward", "cols", cols);
+  kcheck::not_null("layernorm_backward", "dgamma", dgamma);
+  kcheck::not_null("layernorm_backward", "dbeta", dbeta);
+  if (rows > 0) {
+    kcheck::not_null("layernorm_backward", "x", x);
+    kcheck::not_null("layernorm_backward", "gamma", gamma);
+    kcheck::not_null("layernorm_backward", "mean", mean);
+    kcheck::not_null("layernorm_backward", "rstd", rstd);
+    kcheck::not_null("layernorm_backward", "dy", dy);
+    kcheck::not_null("layernorm_backward", "dx", dx);
+  }
+  DeviceGuard guard(dev_);
+  // Parameter gradients first: they read dy, so a caller that lets dx overwrite dy still gets
+  // the right sums.
+  const auto col_blocks = static_cast<unsigned>((cols + kColTile - 1) / kColTile);
+  layernorm_dparams_kernel<<<col_blocks, dim3(kColTile, kRowLanes), 0, stream_>>>(
+      x, mean, rstd, dy, dgamma, dbeta, rows, cols, accumulate);
+  PTDP_CU_LAUNCHED("layernorm_dparams_kernel");
+  if (rows == 0) return;
+  layernorm_dx_kernel<<<row_blocks(rows), kThreads, 0, stream_>>>(x, gamma, mean, rstd, dy, dx,
+                                                                  rows, cols);
+  PTDP_CU_LAUNCHED("layernorm_dx_kernel");
+}
+
+}  // namespace ptdp::cuda

@@ -1,0 +1,126 @@
+// The planner's memory estimate against the CPU engine's measured high-water mark: a small GPT
+// is trained through the C API on one process (fp32 weights, gradients and Adam moments, the
+// activations of the schedule's in-flight microbatches), and ptdp_plan_create() pinned to the same
+// layout must predict the peak within 20 %.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+#include "ptdp/ptdp.h"
+
+namespace {
+
+#define OK(call) REQUIRE((call) == PTDP_SUCCESS)
+
+struct Case {
+  ptdp_schedule_kind schedule;
+  ptdp_recompute recompute;
+  int32_t m;
+};
+
+ptdp_gpt_options small_gpt(ptdp_recompute recompute) {
+  ptdp_gpt_options o;
+  ptdp_gpt_options_init(&o);
+  o.num_layers = 4;
+  o.hidden_size = 128;
+  o.num_attention_heads = 4;
+  o.seq_length = 128;
+  o.vocab_size = 1000;
+  o.make_vocab_size_divisible_by = 128;
+  o.recompute_granularity = recompute;
+  return o;
+}
+
+// Trains two iterations and returns the high-water mark above what was in use before.
+double measured_peak(const Case& c, int32_t b) {
+  ptdp_runtime_options ro;
+  OK(ptdp_runtime_options_init(&ro));
+  ro.use_mpi = 0;
+  ptdp_runtime rt = nullptr;
+  ptdp_groups groups = nullptr;
+  OK(ptdp_runtime_create(&ro, &rt));
+  OK(ptdp_groups_create(rt, nullptr, &groups));
+  size_t before = 0;
+  OK(ptdp_memory_stats(&before, nullptr));
+  OK(ptdp_memory_reset_peak());
+  const ptdp_gpt_options g = small_gpt(c.recompute);
+  ptdp_model model = nullptr;
+  ptdp_optimizer opt = nullptr;
+  ptdp_schedule sched = nullptr;
+  OK(ptdp_model_create(groups, &g, &model));
+  OK(ptdp_optimizer_create(model, nullptr, &opt));
+  OK(ptdp_schedule_create(c.schedule, 1, c.m, 1, &sched));
+  const std::size_t n = static_cast<std::size_t>(c.m * b * g.seq_length);
+  std::vector<int32_t> tokens(n), labels(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919u + 13u) % static_cast<std::size_t>(g.vocab_size));
+    labels[i] = static_cast<int32_t>((i * 104729u + 7u) % static_cast<std::size_t>(g.vocab_size));
+  }
+  for (int64_t it = 0; it < 2; ++it) {
+    OK(ptdp_train_iteration(model, opt, sched, tokens.data(), labels.data(), b, it, nullptr, nullptr));
+  }
+  size_t peak = 0;
+  OK(ptdp_memory_stats(nullptr, &peak));
+  ptdp_schedule_destroy(sched);
+  ptdp_optimizer_destroy(opt);
+  ptdp_model_destroy(model);
+  ptdp_groups_destroy(groups);
+  ptdp_runtime_destroy(rt);
+  return static_cast<double>(peak - before);
+}
+
+ptdp_plan_layout estimated(const Case& c, int32_t b) {
+  const ptdp_gpt_options g = small_gpt(c.recompute);
+  ptdp_plan_options o;
+  OK(ptdp_plan_options_init(&o));
+  o.num_layers = g.num_layers;
+  o.hidden_size = g.hidden_size;
+  o.num_attention_heads = g.num_attention_heads;
+  o.seq_length = g.seq_length;
+  o.vocab_size = g.vocab_size;
+  o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
+  o.attention_dropout = g.attention_dropout;
+  o.global_batch_size = c.m * b;
+  o.precision = PTDP_DTYPE_F32;
+  o.recompute_granularity = c.recompute;
+  o.num_gpus = 1;
+  o.tensor_model_parallel_size = 1;
+  o.pipeline_model_parallel_size = 1;
+  o.micro_batch_size = b;
+  o.pipeline_schedule = c.schedule;
+  ptdp_cluster cluster;
+  OK(ptdp_cluster_init(&cluster));
+  ptdp_plan plan = nullptr;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  int32_t count = 0;
+  OK(ptdp_plan_num_layouts(plan, &count));
+  REQUIRE(count == 1);
+  ptdp_plan_layout layout;
+  layout.struct_size = sizeof layout;
+  OK(ptdp_plan_get_layout(plan, 0, &layout));
+  ptdp_plan_destroy(plan);
+  return layout;
+}
+
+}  // namespace
+
+TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mark within 20 percent",
+          "[plan][memory]") {
+  const int32_t b = 4;
+  const Case cases[] = {{PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4}};
+  for (const Case& c : cases) {
+    const double measured = measured_peak(c, b);
+    const ptdp_plan_layout e = estimated(c, b);
+    std::printf("schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
+                "activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
+                static_cast<int>(c.schedule), static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
+                e.memory_weights / 1048576.0, e.memory_gradients / 1048576.0, e.memory_optimizer / 1048576.0,
+                e.memory_activations / 1048576.0, e.memory_slots, measured / 1048576.0, e.memory_total / measured);
+    CHECK(e.memory_total == Approx(measured).epsilon(0.20));
+  }
+}

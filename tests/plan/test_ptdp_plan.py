@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""ptdp-plan end to end (ctest label "plan").
+
+    test_ptdp_plan.py BIN_DIR
+
+Checks: the paper's 145.6B row on 192 DGX A100 nodes gives t = 8 with a table, reasons, JSON
+and an SVG of the schedule; a cluster file and the presets are read; impossible requests exit
+with status 1 and say what is missing (memory short by how much, heads that rule out t); bad
+flags exit with status 2 naming the flag and the value.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN = sys.argv[1]
+PLAN = os.path.join(BIN, "ptdp-plan")
+WORK = tempfile.mkdtemp(prefix="ptdp-plan-test-")
+failures = []
+
+MODEL_145B = ["--num-layers", "80", "--hidden-size", "12288", "--num-attention-heads", "96", "--seq-length", "2048",
+              "--vocab-size", "51200", "--global-batch-size", "2304", "--fp16"]
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def run(args):
+    p = subprocess.run([PLAN] + args, capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+# The paper's 145.6B row.
+svg = os.path.join(WORK, "schedule.svg")
+rc, out, err = run(["--cluster", "dgx-a100", "--num-gpus", "1536"] + MODEL_145B + ["--schedule-svg", svg])
+check(rc == 0, f"145.6B: exit status {rc}, stderr {err}")
+check("t = 8 keeps the tensor all-reduces inside a node" in out, "145.6B: the reason for t = 8 is given")
+check("Ruled out:" in out and "crosses nodes" in out, "145.6B: larger t are ruled out as crossing nodes")
+check(os.path.exists(svg) and open(svg).read().count("<rect") > 100, "145.6B: the schedule SVG is drawn")
+rc, out, err = run(["--cluster", "dgx-a100", "--num-gpus", "1536", "--json"] + MODEL_145B)
+check(rc == 0, f"145.6B --json: exit status {rc}")
+try:
+    j = json.loads(out)
+    best = j["layouts"][0]
+    check(j["feasible"] and best["t"] == 8, f"145.6B --json: best t {best['t']}")
+    check(abs(best["tflops_per_gpu"] - 148) / 148 < 0.25, f"145.6B: {best['tflops_per_gpu']} TFLOP/s vs 148")
+    check(best["memory_bytes"]["total"] < 80 * 2**30, "145.6B: fits in 80 GiB")
+    check(abs(j["model"]["parameters_formula"] / 1e9 - 145.6) < 0.05, "145.6B: parameters")
+except (ValueError, KeyError) as e:
+    check(False, f"145.6B --json: not the expected JSON ({e}): {out[:200]}")
+
+# A cluster file, a pinned layout, H100 preset.
+cluster = os.path.join(WORK, "cluster.json")
+with open(cluster, "w") as f:
+    json.dump({"preset": "dgx-h100", "name": "my-h100", "nodes": 2, "memory_gib": 80}, f)
+rc, out, err = run(["--cluster-file", cluster, "--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads",
+                    "16", "--seq-length", "2048", "--vocab-size", "50257", "--global-batch-size", "256", "--bf16",
+                    "--tensor-model-parallel-size", "2", "--top", "3"])
+check(rc == 0 and "cluster my-h100: 16 GPUs" in out, f"cluster file: rc {rc}, {out[:300]} {err}")
+rows = [l for l in out.splitlines() if l.strip()[:1].isdigit() and len(l.split()) > 10]
+check(len(rows) == 3 and all(r.split()[1] == "2" for r in rows), f"pinned t = 2, top 3: {rows}")
+rc, out, err = run(["--list-clusters"])
+check(rc == 0 and all(n in out for n in ("dgx-a100", "dgx-h100", "dgx-h200")), "--list-clusters")
+rc, out, err = run(["--help"])
+check(rc == 0 and "--global-batch-size" in out and "--cluster-file" in out, "--help")
+
+# Impossible requests: status 1 and what is missing.
+rc, out, err = run(["--cluster", "dgx-a100", "--num-layers", "128", "--hidden-size", "25600", "--num-attention-heads",
+                    "160", "--seq-length", "2048", "--vocab-size", "51200", "--global-batch-size", "3072", "--fp16"])
+check(rc == 1 and "no layout fits in memory" in err and "short by" in err, f"1T on one node: rc {rc}, {err}")
+rc, out, err = run(["--cluster", "dgx-a100", "--num-layers", "2", "--hidden-size", str(13 * 4096),
+                    "--num-attention-heads", "13", "--seq-length", "2048", "--vocab-size", "51200",
+                    "--global-batch-size", "8", "--bf16"])
+check(rc == 1 and "num-attention-heads 13" in err and "short by" in err, f"13 heads: rc {rc}, {err}")
+rc, out, err = run(["--cluster", "dgx-a100", "--num-gpus", "3"] + MODEL_145B)
+check(rc == 1 and "no layout" in err, f"3 GPUs for 145.6B: rc {rc}, {err}")
+
+# Bad flags: status 2, naming the flag and the value.
+for args, words in [
+    (["--global-batch-size", "8", "--num-layerz", "4"], ["--num-layerz", "did you mean --num-layers"]),
+    (["--global-batch-size", "8", "--hidden-size", "abc"], ["--hidden-size", "'abc'"]),
+    (["--num-layers", "4"], ["--global-batch-size is required"]),
+    (["--global-batch-size", "8", "--fp16", "--bf16"], ["exclusive"]),
+    (["--global-batch-size", "8", "--cluster", "dgx-z"], ["--cluster", "'dgx-z'", "dgx-a100"]),
+    (["--global-batch-size", "8", "--gemm-efficiency", "-1"], ["--gemm-efficiency", "'-1'"]),
+    (["--global-batch-size", "8", "--pipeline-schedule", "zb-v"], ["--pipeline-schedule", "'zb-v'"]),
+    (["--global-batch-size", "8", "--hidden-size", "100", "--num-attention-heads", "3"], ["--num-attention-heads 3"]),
+    (["--global-batch-size", "8", "--micro-batch-size", "3"], ["--micro-batch-size 3"]),
+]:
+    rc, out, err = run(args)
+    check(rc == 2 and all(w in err for w in words), f"bad flags {args}: rc {rc}, stderr {err}")
+rc, out, err = run(["--global-batch-size", "8", "--cluster-file", os.path.join(WORK, "missing.json")])
+check(rc == 1 and "missing.json" in err, f"missing cluster file: rc {rc}, {err}")
+
+if failures:
+    print(f"{len(failures)} failure(s)")
+    sys.exit(1)
+print("all ptdp-plan checks passed")
