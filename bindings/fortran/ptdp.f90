@@ -164,6 +164,7 @@ module ptdp
     integer(c_int32_t) :: untie_embeddings_and_output_weights
     integer(c_int) :: recompute_granularity
     integer(c_int64_t) :: seed
+    integer(c_int) :: device
   end type ptdp_gpt_options
 
   ! Options for ptdp_model_train_step().

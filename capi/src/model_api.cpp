@@ -1,5 +1,6 @@
 // The GPT model through the C API.
 #include <algorithm>
+#include <cstddef>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -19,7 +20,8 @@ using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 
-constexpr std::size_t kGptOptionsV1Size = sizeof(ptdp_gpt_options);
+// The first published layout ended before `device`; callers built against it still work.
+constexpr std::size_t kGptOptionsV1Size = offsetof(ptdp_gpt_options, device);
 
 }  // namespace
 
@@ -70,6 +72,7 @@ void ptdp::capi::gpt_options(const ptdp::GptConfig& c, ptdp_gpt_options* o) {
   o->untie_embeddings_and_output_weights = c.tie_embeddings ? 0 : 1;
   o->recompute_granularity = static_cast<ptdp_recompute>(c.recompute);
   o->seed = c.seed;
+  o->device = PTDP_DEVICE_CPU;
 }
 
 namespace {
@@ -144,9 +147,27 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
     ptdp_groups_impl& g = live(groups, "groups");
     require_non_null(out, "out");
     const ptdp::GptConfig cfg = gpt_config(options);
+    ptdp_gpt_options defaults;
+    ptdp_gpt_options_init(&defaults);
+    const ptdp_gpt_options o =
+        ptdp::capi::read_options(options, defaults, kGptOptionsV1Size, "options", "ptdp_gpt_options_init");
+    ptdp::Device device;
+    if (o.device != PTDP_DEVICE_CPU) {
+      PTDP_CHECK_ARG(o.device == PTDP_DEVICE_CUDA,
+                     "options->device = " + std::to_string(static_cast<int>(o.device)) + " is not a ptdp_device");
+#ifndef PTDP_HAVE_CUDA
+      ptdp::throw_error(ptdp::ErrorCode::Unsupported,
+                        "options->device is PTDP_DEVICE_CUDA but this build of ptdp has no CUDA support");
+#endif
+      const int gpu = g.owner->runtime->gpu();
+      if (gpu < 0) {
+        ptdp::throw_error(ptdp::ErrorCode::Device, "options->device is PTDP_DEVICE_CUDA but this rank has no GPU");
+      }
+      device = ptdp::Device{ptdp::DeviceType::CUDA, gpu};
+    }
     auto h = std::make_unique<ptdp_model_impl>();
     h->owner = &g;
-    h->model = std::make_unique<ptdp::GptPipeline>(cfg, *g.groups);
+    h->model = std::make_unique<ptdp::GptPipeline>(cfg, *g.groups, device);
     ++g.dependents;
     *out = h.release();
   });

@@ -4,6 +4,13 @@
 #include <string>
 
 #include "kernels/error.h"
+#ifdef PTDP_HAVE_CUDA
+#include <array>
+#include <memory>
+#include <mutex>
+
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace ptdp {
 
@@ -43,5 +50,47 @@ CpuAllocator& cpu_allocator() {
   static CpuAllocator allocator;
   return allocator;
 }
+
+#ifdef PTDP_HAVE_CUDA
+namespace {
+
+// One device's memory through the CUDA backend's caching allocator; the counters here are
+// ptdp's tensors' bytes (the cache may hold more).
+class CudaAllocator final : public Allocator {
+ public:
+  explicit CudaAllocator(int device) : device_(device) {}
+  DeviceType device_type() const override { return DeviceType::CUDA; }
+  void* allocate(std::size_t bytes) override {
+    void* p = cuda::device_alloc(device_, bytes);
+    note_allocated(bytes);
+    return p;
+  }
+  void deallocate(void* p, std::size_t bytes) noexcept override {
+    if (p == nullptr) return;
+    cuda::device_free(device_, p, bytes);
+    note_freed(bytes);
+  }
+
+ private:
+  int device_;
+};
+
+}  // namespace
+
+Allocator& cuda_allocator(int index) {
+  constexpr int kMaxDevices = 64;
+  PTDP_CHECK_ARG(index >= 0 && index < kMaxDevices, "cuda device index " + std::to_string(index) + " out of range");
+  static std::array<std::unique_ptr<CudaAllocator>, kMaxDevices> allocators;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& a = allocators[static_cast<std::size_t>(index)];
+  if (!a) a = std::make_unique<CudaAllocator>(index);
+  return *a;
+}
+#else
+Allocator& cuda_allocator(int index) {
+  throw_error(ErrorCode::Unsupported, "cuda:" + std::to_string(index) + ": this build of ptdp has no CUDA support");
+}
+#endif
 
 }  // namespace ptdp

@@ -45,4 +45,8 @@ class CpuAllocator final : public Allocator {
 /// The process-wide CPU allocator.
 CpuAllocator& cpu_allocator();
 
+/// Device memory of CUDA device `index` from the CUDA backend's caching allocator (no
+/// cudaMalloc in the steady state). Throws Error(Unsupported) in a build without CUDA.
+Allocator& cuda_allocator(int index);
+
 }  // namespace ptdp

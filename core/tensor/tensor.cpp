@@ -3,6 +3,10 @@
 #include <limits>
 
 #include "kernels/error.h"
+#ifdef PTDP_HAVE_CUDA
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_probe.h"
+#endif
 
 namespace ptdp {
 
@@ -29,11 +33,15 @@ void check_device_addressable(Device device) {
 // A device whose memory ptdp can allocate and compute on.
 void check_device(Device device) {
   check_device_addressable(device);
+#ifdef PTDP_HAVE_CUDA
   if (device.type == DeviceType::CUDA) {
-    throw_error(ErrorCode::Unsupported,
-                "device " + device.str() + ": this build of ptdp has no CUDA compute backend yet; "
-                "only borrowed CUDA memory can be wrapped (for communication)");
+    const int n = cuda::device_count();
+    if (device.index >= n) {
+      throw_error(ErrorCode::Device, "device " + device.str() + ": this process sees " + std::to_string(n) +
+                                         " CUDA device(s)");
+    }
   }
+#endif
 }
 
 std::size_t checked_bytes(const Shape& shape, DType dtype) {
@@ -49,11 +57,15 @@ std::size_t checked_bytes(const Shape& shape, DType dtype) {
 
 Backend& backend_for(Device device) {
   check_device(device);
+#ifdef PTDP_HAVE_CUDA
+  if (device.type == DeviceType::CUDA) return cuda::backend(device.index);
+#endif
   return cpu_backend();
 }
 
 Allocator& allocator_for(Device device) {
   check_device(device);
+  if (device.type == DeviceType::CUDA) return cuda_allocator(device.index);
   return cpu_allocator();
 }
 

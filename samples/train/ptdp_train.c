@@ -230,13 +230,21 @@ int main(int argc, char** argv) {
                  "--pipeline-model-parallel-size %d", (int)r.world, (int)t, (int)p);
   const int32_t d = r.world / (t * p);
 
-  /* The engine: this version trains on the CPU in fp32. */
-  if (strcmp(set.device, "cuda") == 0)
-    fail_msg(&r, "--device cuda: this build's GPT engine runs on the CPU; the CUDA engine is not "
-                 "available yet (use --device cpu or auto)");
+  /* The engine: fp32 on the CPU or on this rank's GPU (--device auto takes the GPU when the
+   * build has CUDA and the rank sees one). */
+  int32_t have_cuda = 0, gpu = -1;
+  CHECK(&r, ptdp_has_feature(PTDP_FEATURE_CUDA, &have_cuda));
+  CHECK(&r, ptdp_runtime_gpu(r.runtime, &gpu));
+  if (strcmp(set.device, "cuda") == 0) {
+    if (!have_cuda) fail_msg(&r, "--device cuda: this build of ptdp has no CUDA support");
+    if (gpu < 0) fail_msg(&r, "--device cuda: rank %d sees no GPU", (int)r.rank);
+    gpt.device = PTDP_DEVICE_CUDA;
+  } else if (strcmp(set.device, "auto") == 0 && have_cuda && gpu >= 0) {
+    gpt.device = PTDP_DEVICE_CUDA;
+  }
   if (set.fp16 || set.bf16)
-    fail_msg(&r, "%s: the CPU engine trains in fp32; 16-bit training needs the CUDA engine",
-             set.fp16 ? "--fp16" : "--bf16");
+    fail_msg(&r, "%s: this version's engine trains in fp32 (CPU and CUDA); 16-bit weights and "
+             "activations are not available yet", set.fp16 ? "--fp16" : "--bf16");
 
   const int32_t b = set.micro_batch_size;
   const int64_t global_batch = set.global_batch_size > 0 ? set.global_batch_size : (int64_t)b * d;
@@ -295,9 +303,10 @@ int main(int argc, char** argv) {
     if (!r.json) fail_msg(&r, "--log-json %s: cannot open for writing", set.log_json);
   }
   if (r.logger) {
-    printf(" ptdp-train %s: world %d = t %d x p %d x d %d, v %d, schedule %d, %d microbatches of %d, "
+    printf(" ptdp-train %s on %s: world %d = t %d x p %d x d %d, v %d, schedule %d, %d microbatches of %d, "
            "global batch %lld, seq %d, %d layers, hidden %d, heads %d\n",
-           ptdp_version(), (int)r.world, (int)t, (int)p, (int)d, (int)v, (int)kind, (int)m, (int)b,
+           ptdp_version(), gpt.device == PTDP_DEVICE_CUDA ? "cuda" : "cpu", (int)r.world, (int)t, (int)p, (int)d,
+           (int)v, (int)kind, (int)m, (int)b,
            (long long)global_batch, (int)gpt.seq_length, (int)gpt.num_layers, (int)gpt.hidden_size,
            (int)gpt.num_attention_heads);
     fflush(stdout);

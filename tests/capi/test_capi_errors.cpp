@@ -188,7 +188,7 @@ TEST_CASE("bad inputs return a status and a message naming the argument, without
   CHECK(ptdp_tensor_destroy(live) == PTDP_SUCCESS);
 }
 
-TEST_CASE("a device this build lacks is unsupported, not invalid", "[capi][errors]") {
+TEST_CASE("a CUDA tensor is created, or refused naming the device when the build or machine lacks one", "[capi][errors]") {
   int32_t have_cuda = -1;
   REQUIRE(ptdp_has_feature(PTDP_FEATURE_CUDA, &have_cuda) == PTDP_SUCCESS);
   ptdp_tensor_options o;
@@ -196,10 +196,26 @@ TEST_CASE("a device this build lacks is unsupported, not invalid", "[capi][error
   o.device = PTDP_DEVICE_CUDA;
   const int64_t n = 4;
   ptdp_tensor out = nullptr;
-  // No CUDA backend yet in any build: creating a CUDA tensor must say so cleanly.
-  CHECK(ptdp_tensor_create(&o, 1, &n, nullptr, 0, &out) == PTDP_ERR_UNSUPPORTED);
-  CHECK(out == nullptr);
-  CHECK(std::string(ptdp_last_error()).find("cuda:0") != std::string::npos);
+  const ptdp_status st = ptdp_tensor_create(&o, 1, &n, nullptr, 0, &out);
+  if (have_cuda == 0) {
+    // A build without CUDA says so cleanly.
+    CHECK(st == PTDP_ERR_UNSUPPORTED);
+    CHECK(out == nullptr);
+    CHECK(std::string(ptdp_last_error()).find("cuda:0") != std::string::npos);
+  } else if (st == PTDP_SUCCESS) {
+    // A CUDA build on a machine with a GPU: the tensor lives there.
+    ptdp_device dev = PTDP_DEVICE_CPU;
+    int32_t index = -1;
+    CHECK(ptdp_tensor_device(out, &dev, &index) == PTDP_SUCCESS);
+    CHECK(dev == PTDP_DEVICE_CUDA);
+    CHECK(index == 0);
+    CHECK(ptdp_tensor_destroy(out) == PTDP_SUCCESS);
+  } else {
+    // A CUDA build on a machine without a GPU: a device error naming the device.
+    CHECK(st == PTDP_ERR_DEVICE);
+    CHECK(out == nullptr);
+    CHECK(std::string(ptdp_last_error()).find("cuda:0") != std::string::npos);
+  }
 }
 
 TEST_CASE("a pointer that is not a tensor handle is rejected", "[capi][errors]") {

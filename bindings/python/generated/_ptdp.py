@@ -806,6 +806,11 @@ class ptdp_gpt_options(object):
     untie_embeddings_and_output_weights = property(_ptdp_ext.ptdp_gpt_options_untie_embeddings_and_output_weights_get, _ptdp_ext.ptdp_gpt_options_untie_embeddings_and_output_weights_set, doc=r""" 1: a separate `output_layer.weight`. Default 0.""")
     recompute_granularity = property(_ptdp_ext.ptdp_gpt_options_recompute_granularity_get, _ptdp_ext.ptdp_gpt_options_recompute_granularity_set, doc=r""" Default ::PTDP_RECOMPUTE_NONE.""")
     seed = property(_ptdp_ext.ptdp_gpt_options_seed_get, _ptdp_ext.ptdp_gpt_options_seed_set, doc=r""" Initialisation and dropout seed; default 1234.""")
+    device = property(_ptdp_ext.ptdp_gpt_options_device_get, _ptdp_ext.ptdp_gpt_options_device_set, doc=r"""
+    Where parameters and activations live:
+                                                ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the
+                                                runtime's GPU (ptdp_runtime_gpu()). fp32 on both.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_gpt_options_swiginit(self, _ptdp_ext.new_ptdp_gpt_options())

@@ -8091,6 +8091,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_device_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_device arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_device_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_device_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_device_set" "', argument " "2"" of type '" "ptdp_device""'");
+  } 
+  arg2 = (ptdp_device)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->device = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_device_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_device result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_device_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_device) ((arg1)->device);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_gpt_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_gpt_options *result = 0 ;
@@ -24189,6 +24249,16 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_gpt_options_recompute_granularity_get", _wrap_ptdp_gpt_options_recompute_granularity_get, METH_O, " Default ::PTDP_RECOMPUTE_NONE."},
 	 { "ptdp_gpt_options_seed_set", _wrap_ptdp_gpt_options_seed_set, METH_VARARGS, " Initialisation and dropout seed; default 1234."},
 	 { "ptdp_gpt_options_seed_get", _wrap_ptdp_gpt_options_seed_get, METH_O, " Initialisation and dropout seed; default 1234."},
+	 { "ptdp_gpt_options_device_set", _wrap_ptdp_gpt_options_device_set, METH_VARARGS, "\n"
+		"Where parameters and activations live:\n"
+		"                                            ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the\n"
+		"                                            runtime's GPU (ptdp_runtime_gpu()). fp32 on both.\n"
+		""},
+	 { "ptdp_gpt_options_device_get", _wrap_ptdp_gpt_options_device_get, METH_O, "\n"
+		"Where parameters and activations live:\n"
+		"                                            ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the\n"
+		"                                            runtime's GPU (ptdp_runtime_gpu()). fp32 on both.\n"
+		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},
 	 { "ptdp_gpt_options_swigregister", ptdp_gpt_options_swigregister, METH_O, NULL},

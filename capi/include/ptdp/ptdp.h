@@ -783,6 +783,9 @@ typedef struct ptdp_gpt_options {
   int32_t untie_embeddings_and_output_weights; /**< 1: a separate `output_layer.weight`. Default 0. */
   ptdp_recompute recompute_granularity; /**< Default ::PTDP_RECOMPUTE_NONE. */
   uint64_t seed;                        /**< Initialisation and dropout seed; default 1234. */
+  ptdp_device device;                   /**< Where parameters and activations live:
+                                             ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the
+                                             runtime's GPU (ptdp_runtime_gpu()). fp32 on both. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */
@@ -808,6 +811,8 @@ PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options);
  *         non-positive size, heads not divisible by t, hidden not divisible by heads, ffn not
  *         divisible by t, seq_length above max_position_embeddings, a dropout outside [0, 1),
  *         or layers that do not split evenly over p * v chunks (named with layers, p and v).
+ * @retval PTDP_ERR_UNSUPPORTED a CUDA model in a build without CUDA.
+ * @retval PTDP_ERR_DEVICE a CUDA model on a rank that has no GPU.
  * @par Thread safety
  * Collective over the model-parallel group.
  */

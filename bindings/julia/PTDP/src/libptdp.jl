@@ -404,6 +404,7 @@ struct ptdp_gpt_options
     untie_embeddings_and_output_weights::Int32
     recompute_granularity::ptdp_recompute
     seed::UInt64
+    device::ptdp_device
 end
 
 mutable struct ptdp_model_impl end

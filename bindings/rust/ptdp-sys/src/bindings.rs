@@ -151,6 +151,7 @@ pub struct ptdp_gpt_options {
     pub untie_embeddings_and_output_weights: i32,
     pub recompute_granularity: ptdp_recompute,
     pub seed: u64,
+    pub device: ptdp_device,
 }
 
 #[repr(C)]
