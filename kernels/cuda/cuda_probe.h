@@ -1,6 +1,6 @@
-// Host-callable entry points of the CUDA kernels library that need no CUDA header to use.
-// The full CUDA Backend arrives with the CUDA engine; until then this is what the build
-// compiles for sm_90 and what the `gpu` tests exercise.
+// Host-callable probes of the CUDA kernels library that need no CUDA header to use: how many
+// devices there are, what they are, and the device Philox generator (for bit-for-bit tests).
+// The CUDA Backend itself is in cuda_backend.h.
 #pragma once
 
 #include <cstdint>
