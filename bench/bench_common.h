@@ -1,5 +1,5 @@
 // bench_common.h: small helpers shared by the benchmark programs (bench_kernels, bench_gpt,
-// bench_train). Header-only, all inline; nothing here is part of the ptdp libraries.
+// bench_gpu, bench_train). Header-only, all inline; nothing here is part of the ptdp libraries.
 #pragma once
 
 #include <cstring>
@@ -7,6 +7,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -15,6 +16,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <initializer_list>
 #include <string>
 
 namespace ptdp::bench {
@@ -134,7 +137,6 @@ inline bool parse_int(const std::string& s, int& out) {
   return true;
 }
 
-
 /// Walks a command line in which "--flag value" and "--flag=value" mean the same.
 class Args {
  public:
@@ -174,6 +176,34 @@ class Args {
     out = value_;
     return true;
   }
+  /// --help or -h.
+  bool is_help() const { return flag_ == "--help" || flag_ == "-h"; }
+  /// Prints "PROG: message", sets exit_code to 2 and returns false.
+  bool fail(int& exit_code, const std::string& message) const {
+    std::fprintf(stderr, "%s: %s\n", argv_[0], message.c_str());
+    exit_code = 2;
+    return false;
+  }
+  /// fail() for an argument no flag of the program matches.
+  bool unknown(int& exit_code) const {
+    return fail(exit_code, "unknown argument '" + std::string(raw()) + "' (try --help)");
+  }
+  /// require_value() read as a whole int >= min; else fail() names the flag and the value.
+  bool int_value(int& out, int min, int& exit_code) {
+    std::string v;
+    if (!require_value(v, exit_code)) return false;
+    if (!parse_int(v, out) || out < min) {
+      return fail(exit_code, flag_ + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
+    }
+    return true;
+  }
+  /// require_value() read by std::atof, which must give a number >= 0 (seconds, say).
+  bool non_negative_value(double& out, int& exit_code) {
+    std::string v;
+    if (!require_value(v, exit_code)) return false;
+    out = std::atof(v.c_str());
+    return out >= 0.0 || fail(exit_code, flag_ + " must be >= 0");
+  }
 
  private:
   int argc_;
@@ -182,6 +212,50 @@ class Args {
   std::string flag_, value_;
   bool has_value_ = false;
 };
+
+/// One line of an options list: the flag as typed ("--runs N") and what it does; a '\n' in `text`
+/// continues it on the next line, in the same column.
+struct OptionHelp {
+  const char* flag;
+  const char* text;
+};
+
+/// Prints "Usage: ARGV0 [options]", a blank line, `intro` (ending with a heading such as
+/// "Options:\n"), then `options` followed by --json PATH and --help, which every benchmark has,
+/// their texts in one column two spaces right of the longest flag.
+inline void print_help(const char* argv0, const char* intro, std::initializer_list<OptionHelp> options) {
+  const OptionHelp common[] = {{"--json PATH", "also write the results as JSON to PATH"}, {"--help", "this text"}};
+  std::size_t width = 0;
+  for (const OptionHelp& o : options) width = std::max(width, std::strlen(o.flag));
+  for (const OptionHelp& o : common) width = std::max(width, std::strlen(o.flag));
+  std::printf("Usage: %s [options]\n\n%s", argv0, intro);
+  const auto print = [width](const OptionHelp& o) {
+    std::string text = o.text;
+    for (std::size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at + 1)) {
+      text.insert(at + 1, width + 4, ' ');
+    }
+    std::printf("  %-*s  %s\n", static_cast<int>(width), o.flag, text.c_str());
+  };
+  for (const OptionHelp& o : options) print(o);
+  for (const OptionHelp& o : common) print(o);
+}
+
+/// A benchmark's main(): `parse(argc, argv, options, exit_code)` (false: exit with exit_code,
+/// 0 after --help), then `run(options)`, whose exception is reported as "PROGRAM: what" with
+/// exit status 1.
+template <class Options, class Parse, class Run>
+int bench_main(int argc, char** argv, const char* program, Parse parse, Run run) {
+  Options o;
+  int exit_code = 0;
+  if (!parse(argc, argv, o, exit_code)) return exit_code;
+  try {
+    return run(o);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
+}
 
 /// Writes `text` to `path` and says so; on failure prints why and returns false.
 inline bool write_text_file(const std::string& path, const std::string& text) {

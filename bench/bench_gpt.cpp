@@ -49,7 +49,6 @@ using ptdp::bench::json_escape;
 using ptdp::bench::json_number;
 using ptdp::bench::machine_busy_seconds;
 using ptdp::bench::max_rss_bytes;
-using ptdp::bench::parse_int;
 using ptdp::bench::seconds_since;
 using ptdp::bench::splitmix64;
 using ptdp::bench::trim;
@@ -66,53 +65,41 @@ struct Options {
 };
 
 void print_help(const char* argv0) {
-  std::printf(
-      "Usage: %s [options]\n"
-      "\n"
+  ptdp::bench::print_help(
+      argv0,
       "Times GptModel::forward_backward of one microbatch per iteration on one rank (CPU\n"
       "engine) and reports ms/iteration, tokens/s, model GFLOP/s (the paper's\n"
       "72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), without recomputation) and the ratio to\n"
       "OpenBLAS's square sgemm peak measured in the same run. Default: GPT-2 small.\n"
       "\n"
-      "Options (defaults: full run / --quick):\n"
-      "  --layers N        transformer layers (12 / 4)\n"
-      "  --hidden N        hidden size h (768 / 256)\n"
-      "  --heads N         attention heads (12 / 4)\n"
-      "  --vocab N         vocabulary size V, padded to a multiple of 128 (50257 / 8192)\n"
-      "  --seq N           sequence length s (64 / 64)\n"
-      "  --micro-batch N   microbatch size b (4 / 4)\n"
-      "  --iters N         timed iterations (20 / 10); as many forward-only ones follow\n"
-      "  --warmup N        untimed warm-up iterations first (2 / 2; forward-only: 1)\n"
-      "  --recompute MODE  none | full | selective (Megatron's --recompute-granularity; none)\n"
-      "  --no-dropout      hidden and attention dropout 0 (default 0.1, Megatron's)\n"
-      "  --quick           a much smaller model and shorter timing (whole run < 20 s)\n"
-      "  --threads N       omp_set_num_threads(N) and openblas_set_num_threads(N) first\n"
-      "  --json PATH       also write the results as JSON to PATH\n"
-      "  --help            this text\n",
-      argv0);
+      "Options (defaults: full run / --quick):\n",
+      {{"--layers N", "transformer layers (12 / 4)"},
+       {"--hidden N", "hidden size h (768 / 256)"},
+       {"--heads N", "attention heads (12 / 4)"},
+       {"--vocab N", "vocabulary size V, padded to a multiple of 128 (50257 / 8192)"},
+       {"--seq N", "sequence length s (64 / 64)"},
+       {"--micro-batch N", "microbatch size b (4 / 4)"},
+       {"--iters N", "timed iterations (20 / 10); as many forward-only ones follow"},
+       {"--warmup N", "untimed warm-up iterations first (2 / 2; forward-only: 1)"},
+       {"--recompute MODE", "none | full | selective (Megatron's --recompute-granularity; none)"},
+       {"--no-dropout", "hidden and attention dropout 0 (default 0.1, Megatron's)"},
+       {"--quick", "a much smaller model and shorter timing (whole run < 20 s)"},
+       {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"}});
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
-  exit_code = 0;
   ptdp::bench::Args args(argc, argv);
   while (args.next()) {
-    const std::string arg = args.flag();
-    std::string value;
-    auto need_value = [&]() { return args.require_value(value, exit_code); };
+    const std::string& arg = args.flag();
     // An integer option: value >= min.
-    auto int_opt = [&](std::optional<int>& dst, int min) -> bool {
-      if (!need_value()) return false;
+    const auto int_opt = [&](std::optional<int>& dst, int min) {
       int v = 0;
-      if (!parse_int(value, v) || v < min) {
-        std::fprintf(stderr, "%s: %s needs an integer >= %d, got '%s'\n", argv[0], arg.c_str(), min,
-                     value.c_str());
-        exit_code = 2;
-        return false;
-      }
+      if (!args.int_value(v, min, exit_code)) return false;
       dst = v;
       return true;
     };
-    if (arg == "--help" || arg == "-h") {
+    bool ok = true;
+    if (args.is_help()) {
       print_help(argv[0]);
       return false;
     } else if (arg == "--quick") {
@@ -120,27 +107,26 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
     } else if (arg == "--no-dropout") {
       o.dropout = false;
     } else if (arg == "--layers") {
-      if (!int_opt(o.layers, 1)) return false;
+      ok = int_opt(o.layers, 1);
     } else if (arg == "--hidden") {
-      if (!int_opt(o.hidden, 1)) return false;
+      ok = int_opt(o.hidden, 1);
     } else if (arg == "--heads") {
-      if (!int_opt(o.heads, 1)) return false;
+      ok = int_opt(o.heads, 1);
     } else if (arg == "--vocab") {
-      if (!int_opt(o.vocab, 2)) return false;
+      ok = int_opt(o.vocab, 2);
     } else if (arg == "--seq") {
-      if (!int_opt(o.seq, 1)) return false;
+      ok = int_opt(o.seq, 1);
     } else if (arg == "--micro-batch") {
-      if (!int_opt(o.micro_batch, 1)) return false;
+      ok = int_opt(o.micro_batch, 1);
     } else if (arg == "--iters") {
-      if (!int_opt(o.iters, 1)) return false;
+      ok = int_opt(o.iters, 1);
     } else if (arg == "--warmup") {
-      if (!int_opt(o.warmup, 0)) return false;
+      ok = int_opt(o.warmup, 0);
     } else if (arg == "--threads") {
-      std::optional<int> t;
-      if (!int_opt(t, 1)) return false;
-      o.threads = *t;
+      ok = args.int_value(o.threads, 1, exit_code);
     } else if (arg == "--recompute") {
-      if (!need_value()) return false;
+      std::string value;
+      if (!args.require_value(value, exit_code)) return false;
       if (value == "none") {
         o.recompute = ptdp::Recompute::None;
       } else if (value == "full") {
@@ -148,19 +134,14 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       } else if (value == "selective") {
         o.recompute = ptdp::Recompute::Selective;
       } else {
-        std::fprintf(stderr, "%s: --recompute must be none, full or selective, got '%s'\n",
-                     argv[0], value.c_str());
-        exit_code = 2;
-        return false;
+        ok = args.fail(exit_code, "--recompute must be none, full or selective, got '" + value + "'");
       }
     } else if (arg == "--json") {
-      if (!need_value()) return false;
-      o.json_path = value;
+      ok = args.require_value(o.json_path, exit_code);
     } else {
-      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], args.raw());
-      exit_code = 2;
-      return false;
+      ok = args.unknown(exit_code);
     }
+    if (!ok) return false;
   }
   return true;
 }
@@ -614,15 +595,6 @@ class Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  int exit_code = 0;
-  if (!parse_args(argc, argv, o, exit_code)) return exit_code;
-  try {
-    Bench bench(std::move(o));
-    return bench.run();
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "bench_gpt: %s\n", e.what());
-    return 1;
-  }
+  return ptdp::bench::bench_main<Options>(argc, argv, "bench_gpt", parse_args,
+                                          [](Options& o) { return Bench(std::move(o)).run(); });
 }

@@ -52,62 +52,42 @@ struct Options {
 };
 
 void print_help(const char* argv0) {
-  std::printf(
-      "Usage: %s [options]\n"
-      "\n"
+  ptdp::bench::print_help(
+      argv0,
       "cuBLASLt GEMM throughput (TFLOP/s and fraction of the H200's peak) in fp32, tf32 and\n"
       "bf16 at the GEMM shapes of GPT 124M, 350M and 1.3B (s=1024, b=4 and 8): every GEMM of a\n"
       "transformer layer forward and backward, and the attention score/context batches.\n"
       "\n"
-      "Options:\n"
-      "  --quick          GPT 124M at b=4 only, short timing\n"
-      "  --filter SUBSTR  run only cases whose name contains SUBSTR (names look like\n"
-      "                   124M/b4/fc1.wgrad, 1.3B/b8/attn.score)\n"
-      "  --runs N         timed runs per case (default 5, quick 3); the median is reported\n"
-      "  --min-time S     seconds each run lasts at least (default 0.1, quick 0.02)\n"
-      "  --json PATH      also write the results as JSON to PATH\n"
-      "  --help           this text\n",
-      argv0);
+      "Options:\n",
+      {{"--quick", "GPT 124M at b=4 only, short timing"},
+       {"--filter SUBSTR", "run only cases whose name contains SUBSTR (names look like\n"
+                           "124M/b4/fc1.wgrad, 1.3B/b8/attn.score)"},
+       {"--runs N", "timed runs per case (default 5, quick 3); the median is reported"},
+       {"--min-time S", "seconds each run lasts at least (default 0.1, quick 0.02)"}});
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
-  exit_code = 0;
   ptdp::bench::Args args(argc, argv);
   while (args.next()) {
-    const std::string arg = args.flag();
-    std::string value;
-    auto need_value = [&]() { return args.require_value(value, exit_code); };
-    if (arg == "--help" || arg == "-h") {
+    const std::string& arg = args.flag();
+    bool ok = true;
+    if (args.is_help()) {
       print_help(argv[0]);
       return false;
     } else if (arg == "--quick") {
       o.quick = true;
     } else if (arg == "--filter") {
-      if (!need_value()) return false;
-      o.filter = value;
+      ok = args.require_value(o.filter, exit_code);
     } else if (arg == "--json") {
-      if (!need_value()) return false;
-      o.json_path = value;
+      ok = args.require_value(o.json_path, exit_code);
     } else if (arg == "--runs") {
-      if (!need_value()) return false;
-      if (!ptdp::bench::parse_int(value, o.runs) || o.runs < 1) {
-        std::fprintf(stderr, "%s: --runs must be an integer >= 1\n", argv[0]);
-        exit_code = 2;
-        return false;
-      }
+      ok = args.int_value(o.runs, 1, exit_code);
     } else if (arg == "--min-time") {
-      if (!need_value()) return false;
-      o.min_time = std::atof(value.c_str());
-      if (!(o.min_time >= 0.0)) {
-        std::fprintf(stderr, "%s: --min-time must be >= 0\n", argv[0]);
-        exit_code = 2;
-        return false;
-      }
+      ok = args.non_negative_value(o.min_time, exit_code);
     } else {
-      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], args.raw());
-      exit_code = 2;
-      return false;
+      ok = args.unknown(exit_code);
     }
+    if (!ok) return false;
   }
   if (o.runs == 0) o.runs = o.quick ? 3 : 5;
   if (o.min_time < 0.0) o.min_time = o.quick ? 0.02 : 0.1;
@@ -444,24 +424,13 @@ bool write_json(const Options& o, const std::string& device, const std::vector<R
   return ptdp::bench::write_text_file(o.json_path, s);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  int exit_code = 0;
-  if (!parse_args(argc, argv, o, exit_code)) return exit_code;
+int run(const Options& o) {
   if (ptdp::cuda::device_count() == 0) {
     std::printf("bench_gpu: no CUDA device; nothing to measure\n");
     return 0;
   }
   if (!cuda_ok(cudaSetDevice(0), "cudaSetDevice")) return 1;
-  std::string device;
-  try {
-    device = ptdp::cuda::device_description(0);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_gpu: %s\n", e.what());
-    return 1;
-  }
+  const std::string device = ptdp::cuda::device_description(0);
   const std::vector<Case> cases = make_cases(o);
   if (cases.empty()) {
     std::fprintf(stderr, "bench_gpu: no case matches --filter '%s'\n", o.filter.c_str());
@@ -525,4 +494,10 @@ int main(int argc, char** argv) {
   flush_group();
   if (!o.json_path.empty() && !write_json(o, device, results)) return 1;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return ptdp::bench::bench_main<Options>(argc, argv, "bench_gpu", parse_args, run);
 }

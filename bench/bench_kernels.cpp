@@ -66,35 +66,29 @@ struct Options {
 };
 
 void print_help(const char* argv0) {
-  std::printf(
-      "Usage: %s [options]\n"
-      "\n"
+  ptdp::bench::print_help(
+      argv0,
       "Benchmarks the CPU backend's kernels at GPT-2-small sizes: OpenBLAS's square sgemm peak,\n"
       "every GEMM of one transformer layer (forward and backward) through Backend::gemm, and\n"
       "the memory-bound ops in GB/s.\n"
       "\n"
-      "Options:\n"
-      "  --quick          small sizes and short timing (whole run in ~20 s on 2 cores)\n"
-      "  --filter SUBSTR  run only benchmarks whose name contains SUBSTR (names look like\n"
-      "                   blas/sgemm_peak, gemm/fc1.wgrad, mem/layernorm_fwd; see --list).\n"
-      "                   The sgemm peak also runs whenever a gemm/ benchmark does.\n"
-      "  --list           print the benchmark names (after --filter) and exit\n"
-      "  --json PATH      also write the results as JSON to PATH\n"
-      "  --runs N         timed runs per benchmark (default 5, --quick 3)\n"
-      "  --min-time SEC   minimum duration of one run (default 0.2, --quick 0.05)\n"
-      "  --threads N      omp_set_num_threads(N) and openblas_set_num_threads(N) first\n"
-      "  --help           this text\n",
-      argv0);
+      "Options:\n",
+      {{"--quick", "small sizes and short timing (whole run in ~20 s on 2 cores)"},
+       {"--filter SUBSTR", "run only benchmarks whose name contains SUBSTR (names look like\n"
+                           "blas/sgemm_peak, gemm/fc1.wgrad, mem/layernorm_fwd; see --list).\n"
+                           "The sgemm peak also runs whenever a gemm/ benchmark does."},
+       {"--list", "print the benchmark names (after --filter) and exit"},
+       {"--runs N", "timed runs per benchmark (default 5, --quick 3)"},
+       {"--min-time SEC", "minimum duration of one run (default 0.2, --quick 0.05)"},
+       {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"}});
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
-  exit_code = 0;
   ptdp::bench::Args args(argc, argv);
   while (args.next()) {
-    const std::string arg = args.flag();
-    std::string value;
-    auto need_value = [&]() { return args.require_value(value, exit_code); };
-    if (arg == "--help" || arg == "-h") {
+    const std::string& arg = args.flag();
+    bool ok = true;
+    if (args.is_help()) {
       print_help(argv[0]);
       return false;
     } else if (arg == "--quick") {
@@ -102,40 +96,19 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
     } else if (arg == "--list") {
       o.list = true;
     } else if (arg == "--filter") {
-      if (!need_value()) return false;
-      o.filter = value;
+      ok = args.require_value(o.filter, exit_code);
     } else if (arg == "--json") {
-      if (!need_value()) return false;
-      o.json_path = value;
+      ok = args.require_value(o.json_path, exit_code);
     } else if (arg == "--runs") {
-      if (!need_value()) return false;
-      o.runs = std::atoi(value.c_str());
-      if (o.runs < 1) {
-        std::fprintf(stderr, "%s: --runs must be >= 1\n", argv[0]);
-        exit_code = 2;
-        return false;
-      }
+      ok = args.int_value(o.runs, 1, exit_code);
     } else if (arg == "--min-time") {
-      if (!need_value()) return false;
-      o.min_time = std::atof(value.c_str());
-      if (!(o.min_time >= 0.0)) {
-        std::fprintf(stderr, "%s: --min-time must be >= 0\n", argv[0]);
-        exit_code = 2;
-        return false;
-      }
+      ok = args.non_negative_value(o.min_time, exit_code);
     } else if (arg == "--threads") {
-      if (!need_value()) return false;
-      o.threads = std::atoi(value.c_str());
-      if (o.threads < 1) {
-        std::fprintf(stderr, "%s: --threads must be >= 1\n", argv[0]);
-        exit_code = 2;
-        return false;
-      }
+      ok = args.int_value(o.threads, 1, exit_code);
     } else {
-      std::fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], args.raw());
-      exit_code = 2;
-      return false;
+      ok = args.unknown(exit_code);
     }
+    if (!ok) return false;
   }
   if (o.runs == 0) o.runs = o.quick ? 3 : 5;
   if (o.min_time < 0.0) o.min_time = o.quick ? 0.05 : 0.2;
@@ -1059,14 +1032,6 @@ class Bench {
 }  // namespace
 
 int main(int argc, char** argv) {
-  Options o;
-  int exit_code = 0;
-  if (!parse_args(argc, argv, o, exit_code)) return exit_code;
-  try {
-    Bench bench(std::move(o));
-    return bench.run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_kernels: %s\n", e.what());
-    return 1;
-  }
+  return ptdp::bench::bench_main<Options>(argc, argv, "bench_kernels", parse_args,
+                                          [](Options& o) { return Bench(std::move(o)).run(); });
 }

@@ -9,9 +9,9 @@ namespace ptdp {
 
 namespace {
 
-TensorParallel tensor_group(ProcessGroups& g) {
+TensorParallel tensor_group(ProcessGroups& g, Device device) {
   TensorParallel tp;
-  tp.comm = &g.comm(GroupKind::Tensor);
+  tp.comm = &g.comm_for_tensors(GroupKind::Tensor, device);
   tp.rank = g.rank(GroupKind::Tensor);
   tp.size = g.size(GroupKind::Tensor);
   return tp;
@@ -157,7 +157,7 @@ Schedule forward_only_schedule(int p, int m, int v) {
 }  // namespace
 
 GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device device)
-    : cfg_(cfg), groups_(groups), device_(device), tp_(tensor_group(groups)) {
+    : cfg_(cfg), groups_(groups), device_(device), tp_(tensor_group(groups, device)) {
   p_ = groups.layout().pipeline();
   v_ = groups.layout().virtual_stages();
   pp_rank_ = groups.rank(GroupKind::Pipeline);
@@ -209,13 +209,15 @@ float GptPipeline::train_step(const Schedule& schedule, const int32_t* tokens, c
   PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
   GptStages stages(*this, tokens, labels, b, iteration, schedule.m, hooks);
-  Communicator* pipe = p_ > 1 ? &groups_.comm(GroupKind::Pipeline) : nullptr;
+  Communicator* pipe = p_ > 1 ? &groups_.comm_for_tensors(GroupKind::Pipeline, device_) : nullptr;
   run_schedule(schedule, pp_rank_, stages, pipe, tp_, options);
   // Tied word embedding: the first and last stages sum their gradients.
   for (int j = 0; j < v_; ++j) {
     const int i = tied_embedding(j);
     if (i < 0) continue;
-    groups_.comm(GroupKind::Embedding).all_reduce(chunks_[static_cast<std::size_t>(j)]->params().grad(i), ReduceOp::Sum)->wait();
+    groups_.comm_for_tensors(GroupKind::Embedding, device_)
+        .all_reduce(chunks_[static_cast<std::size_t>(j)]->params().grad(i), ReduceOp::Sum)
+        ->wait();
     if (hooks.params_ready) hooks.params_ready(j, i, i + 1);
   }
   // The loss lives on the last stage; every rank of the pipeline returns it.
@@ -230,7 +232,7 @@ float GptPipeline::evaluate(const int32_t* tokens, const int32_t* labels, int64_
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
   PTDP_CHECK_ARG(m > 0, "number of microbatches must be > 0, got " + std::to_string(m));
   EvalStages stages(*this, tokens, labels, b);
-  Communicator* pipe = p_ > 1 ? &groups_.comm(GroupKind::Pipeline) : nullptr;
+  Communicator* pipe = p_ > 1 ? &groups_.comm_for_tensors(GroupKind::Pipeline, device_) : nullptr;
   ExecutorOptions options;
   options.scatter_gather = false;
   run_schedule(forward_only_schedule(p_, m, v_), pp_rank_, stages, pipe, tp_, options);

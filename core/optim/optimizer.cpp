@@ -116,7 +116,7 @@ void Optimizer::launch(Space& s, Bucket& b) {
   b.launched = true;
   const int d = groups_.size(GroupKind::Data);
   if (d == 1) return;
-  Communicator& dp = groups_.comm(GroupKind::Data);
+  Communicator& dp = groups_.comm_for_tensors(GroupKind::Data, s.table->flat_grads().device());
   const Tensor grads = s.table->flat_grads().view(b.lo, {b.hi - b.lo});
   b.work = config_.distributed ? dp.reduce_scatter(grads, b.shard_grad, ReduceOp::Avg) : dp.all_reduce(grads, ReduceOp::Avg);
 }
@@ -231,7 +231,7 @@ StepResult Optimizer::step(int64_t iteration) {
     }
   }
   if (sharded) {  // every replica gets every shard's new values
-    Communicator& dp = groups_.comm(GroupKind::Data);
+    Communicator& dp = groups_.comm_for_tensors(GroupKind::Data, spaces_.front()->table->flat_params().device());
     for (auto& s : spaces_) {
       for (Bucket& b : s->buckets) {
         Tensor mine = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32, s->table->flat_params().device());

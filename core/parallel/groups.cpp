@@ -92,6 +92,12 @@ Communicator& ProcessGroups::comm_for(GroupKind kind, Device device) const {
   return *dev;
 }
 
+Communicator& ProcessGroups::comm_for_tensors(GroupKind kind, Device device) const {
+  Communicator& host = comm(kind);
+  if (device.type == DeviceType::CPU || !device_comms_[idx(kind)] || device.index != runtime_->gpu()) return host;
+  return *device_comms_[idx(kind)];
+}
+
 bool ProcessGroups::is_member(GroupKind kind) const {
   check_kind(kind);
   return !members_[idx(kind)].empty();

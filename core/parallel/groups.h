@@ -32,6 +32,10 @@ class ProcessGroups {
   /// The communicator for tensors on `device`: the MPI (or self) one for CPU tensors, the
   /// NCCL one for GPU tensors. Throws Error(Unsupported) when there is none for the device.
   Communicator& comm_for(GroupKind kind, Device device) const;
+  /// The communicator that moves tensors on `device` best: NCCL for GPU tensors where this rank
+  /// has a GPU of its own and NCCL is built in; otherwise the host communicator, which stages
+  /// device tensors through host memory (several ranks sharing one GPU, no NCCL).
+  Communicator& comm_for_tensors(GroupKind kind, Device device) const;
 
  private:
   static Layout checked_layout(const Runtime& rt, ParallelConfig config);

@@ -1,19 +1,17 @@
 // ptdp-plan's flags, one table (name, meaning, how the value is read and checked) that the
-// parser and the help text both walk. As in core/train/train_args.cpp, a first walk turns
-// `--flag value` into `--flag=value` and reports unknown flags and missing values in our own
-// words; CLI11 then collects the values (the last of a repeated flag wins); the table converts
-// and checks them, naming the flag and the value.
+// parser and the help text both walk. Reading the command line against the table (our own words
+// for unknown flags and missing values; CLI11 collecting the values, the last of a repeated flag
+// winning) is core/train/flag_table's, shared with ptdp-train; the table converts and checks the
+// values, naming the flag and the value.
 #include "core/plan/plan_args.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
-#include <system_error>
+#include <optional>
 
-#include <CLI/CLI.hpp>
-
+#include "core/train/flag_table.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {
@@ -22,40 +20,33 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-[[noreturn]] void fail(const std::string& message) { throw_error(ErrorCode::InvalidArgument, message); }
+using cli::bad_value;
+using cli::fail;
 
-[[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& why) {
-  fail(str_cat("--", flag, ": '", value, "' ", why));
-}
-
+// ptdp-plan's wording is coarser than ptdp-train's: any integer that does not read (too large
+// for int64 included) "is not an integer", any number that does not read or is not finite "is
+// not a finite number".
 int64_t to_int(const std::string& flag, const std::string& value, int64_t lo, int64_t hi) {
   int64_t v = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || end != value.data() + value.size()) bad_value(flag, value, "is not an integer");
-  if (v < lo || v > hi) bad_value(flag, value, str_cat("is out of range [", lo, ", ", hi, "]"));
+  if (cli::read_whole(value, v) != std::errc()) bad_value(flag, value, cli::kNotAnInteger);
+  if (v < lo || v > hi) bad_value(flag, value, cli::out_of_range(lo, hi));
   return v;
 }
 
 double to_positive(const std::string& flag, const std::string& value, bool zero_ok) {
   double v = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || end != value.data() + value.size() || !std::isfinite(v)) {
-    bad_value(flag, value, "is not a finite number");
-  }
-  if (zero_ok ? v < 0 : v <= 0) bad_value(flag, value, zero_ok ? "must be >= 0" : "must be > 0");
+  if (cli::read_whole(value, v) != std::errc() || !std::isfinite(v)) bad_value(flag, value, cli::kNotFinite);
+  const cli::Check& check = zero_ok ? cli::kNonNegative : cli::kPositive;
+  if (!check.ok(v)) bad_value(flag, value, check.want);
   return v;
 }
 
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 
-struct Flag {
-  std::string name;
-  std::string metavar;  // empty: boolean
-  std::string help;
+struct Flag : cli::FlagSpec {
   std::string default_text;
   int phase = 1;  // 0: picks the base cluster, applied before every other flag
   std::function<void(PlanArgs&, const std::string&)> set;
-  bool is_boolean() const { return metavar.empty(); }
 };
 
 // Where --nodes and --num-gpus meet after the table is applied.
@@ -124,7 +115,7 @@ std::vector<Flag> make_flags() {
   v.push_back(value_flag("attention-dropout", "P", "Attention dropout (the CPU engine keeps the dropped probabilities too).",
                          "0.1", [](PlanArgs& a, const std::string& s) {
                            const double p = to_positive("attention-dropout", s, true);
-                           if (p >= 1) bad_value("attention-dropout", s, "must be in [0, 1)");
+                           if (!cli::kProbability.ok(p)) bad_value("attention-dropout", s, cli::kProbability.want);
                            a.request.model.attention_dropout = static_cast<float>(p);
                          }));
   // Batch, precision, what may be used.
@@ -143,21 +134,18 @@ std::vector<Flag> make_flags() {
                            a.request.layers_per_virtual_stage =
                                static_cast<int>(to_int("num-layers-per-virtual-pipeline-stage", s, 1, kIntMax));
                          }));
-  v.push_back(value_flag("pipeline-schedule", "{1f1b,gpipe,zb-h1}",
+  const cli::Choices<ScheduleKind> schedules{
+      {"1f1b", ScheduleKind::OneFOneB}, {"gpipe", ScheduleKind::GPipe}, {"zb-h1", ScheduleKind::ZeroBubbleH1}};
+  v.push_back(value_flag("pipeline-schedule", cli::choice_metavar(schedules),
                          "Pin the schedule (1f1b includes interleaved 1F1B when v > 1).", "1f1b, interleaved, zb-h1",
-                         [](PlanArgs& a, const std::string& s) {
-                           if (s == "1f1b") a.request.schedule = static_cast<int>(ScheduleKind::OneFOneB);
-                           else if (s == "gpipe") a.request.schedule = static_cast<int>(ScheduleKind::GPipe);
-                           else if (s == "zb-h1") a.request.schedule = static_cast<int>(ScheduleKind::ZeroBubbleH1);
-                           else bad_value("pipeline-schedule", s, "is not one of 1f1b, gpipe, zb-h1");
+                         [schedules](PlanArgs& a, const std::string& s) {
+                           a.request.schedule = static_cast<int>(cli::to_choice("pipeline-schedule", s, schedules));
                          }));
-  v.push_back(value_flag("recompute-granularity", "{none,full,selective}", "Pin activation recomputation.",
-                         "all three searched", [](PlanArgs& a, const std::string& s) {
-                           Recompute r;
-                           if (s == "none") r = Recompute::None;
-                           else if (s == "full") r = Recompute::Full;
-                           else if (s == "selective") r = Recompute::Selective;
-                           else bad_value("recompute-granularity", s, "is not one of none, full, selective");
+  const cli::Choices<Recompute> recomputes{
+      {"none", Recompute::None}, {"full", Recompute::Full}, {"selective", Recompute::Selective}};
+  v.push_back(value_flag("recompute-granularity", cli::choice_metavar(recomputes), "Pin activation recomputation.",
+                         "all three searched", [recomputes](PlanArgs& a, const std::string& s) {
+                           const Recompute r = cli::to_choice("recompute-granularity", s, recomputes);
                            for (int i = 0; i < 3; ++i) a.request.allow_recompute[i] = i == static_cast<int>(r);
                          }));
   v.push_back(bool_flag("use-distributed-optimizer", "Allow sharding the optimizer state over the data-parallel group.",
@@ -228,103 +216,20 @@ const std::vector<Flag>& flags() {
   return table;
 }
 
-const Flag* find_flag(const std::string& name) {
-  for (const Flag& f : flags()) {
-    if (f.name == name) return &f;
-  }
-  return nullptr;
+const cli::FlagTable& flag_table() {
+  static const cli::FlagTable t(flags(), {"ptdp-plan", "", "flags start with -- (see --help)"});
+  return t;
 }
-
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-[[noreturn]] void unknown_flag(const std::string& name) {
-  std::string message = str_cat("unknown flag --", name);
-  const Flag* best = nullptr;
-  std::size_t best_distance = 3;
-  for (const Flag& f : flags()) {
-    const std::size_t d = edit_distance(name, f.name);
-    if (d < best_distance) {
-      best_distance = d;
-      best = &f;
-    }
-  }
-  if (best) message += str_cat(" (did you mean --", best->name, "?)");
-  fail(message);
-}
-
-std::vector<std::string> normalise(const std::vector<std::string>& args) {
-  std::vector<std::string> tokens;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
-      const std::size_t eq = a.find('=');
-      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      const Flag* f = find_flag(name);
-      if (f == nullptr) unknown_flag(name);
-      if (f->is_boolean()) {
-        if (eq != std::string::npos) fail(str_cat("--", name, " takes no value, got '", a.substr(eq + 1), "'"));
-        tokens.push_back(a);
-        continue;
-      }
-      std::string value;
-      if (eq != std::string::npos) {
-        value = a.substr(eq + 1);
-      } else {
-        if (i + 1 == args.size()) fail(str_cat("--", name, ": missing value (", f->metavar, ")"));
-        value = args[++i];
-        if (value.size() > 2 && value.compare(0, 2, "--") == 0) {
-          fail(str_cat("--", name, ": missing value (", f->metavar, ") before ", value));
-        }
-      }
-      if (value.empty()) fail(str_cat("--", name, ": empty value; expected ", f->metavar));
-      tokens.push_back(str_cat("--", name, "=", value));
-    } else {
-      fail(str_cat("unexpected argument '", a, "': flags start with -- (see --help)"));
-    }
-  }
-  return tokens;
-}
-
 }  // namespace
 
 PlanArgs parse_plan_args(const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      PlanArgs h;
-      h.help = true;
-      return h;
-    }
+  if (cli::asks_for_help(args)) {
+    PlanArgs h;
+    h.help = true;
+    return h;
   }
-  std::vector<std::string> tokens = normalise(args);
+  const std::vector<std::optional<std::string>> values = flag_table().read(args);
   const std::vector<Flag>& table = flags();
-  CLI::App app{"ptdp-plan"};
-  app.set_help_flag();
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  std::vector<CLI::Option*> options;
-  for (const Flag& f : table) {
-    const std::string name = str_cat("--", f.name);
-    options.push_back(f.is_boolean() ? app.add_flag(name, f.help) : app.add_option(name, f.help));
-  }
-  std::reverse(tokens.begin(), tokens.end());
-  try {
-    app.parse(tokens);
-  } catch (const CLI::Error& e) {
-    fail(str_cat("command line: ", e.what()));
-  }
-
   PlanArgs out;
   out.cluster = cluster_preset("dgx-a100");
   Extra extra;
@@ -334,13 +239,14 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   } scope(&extra);
   for (int phase = 0; phase < 2; ++phase) {
     for (std::size_t i = 0; i < table.size(); ++i) {
-      if (table[i].phase != phase || options[i]->count() == 0) continue;
-      table[i].set(out, table[i].is_boolean() ? std::string() : options[i]->as<std::string>());
+      if (table[i].phase == phase && values[i]) table[i].set(out, *values[i]);
     }
   }
   if (out.list_clusters) return out;
   if (extra.cluster_given && extra.cluster_file_given) fail("--cluster and --cluster-file are exclusive");
-  if (app.count("--bf16") > 0 && app.count("--fp16") > 0) fail("--fp16 and --bf16 are exclusive");
+  if (values[*flag_table().index_of("bf16")] && values[*flag_table().index_of("fp16")]) {
+    fail("--fp16 and --bf16 are exclusive");
+  }
   PlanRequest& r = out.request;
   if (r.global_batch_size == 0) {
     fail("--global-batch-size is required: the planner splits it over d replicas and m microbatches of b");
@@ -380,22 +286,14 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
 
 std::string plan_args_help(const std::string& program) {
   constexpr std::size_t kColumn = 36;
-  std::string out = str_cat("Usage: ", program.empty() ? std::string("ptdp-plan") : program, " [flags]\n\n");
+  std::string out = flag_table().usage(program);
   out +=
       "Plans how to lay out a GPT on a GPU cluster: searches tensor (t), pipeline (p, v), data (d)\n"
       "parallelism, the microbatch size, the schedule and recomputation, estimates memory per GPU and\n"
       "time per iteration with the performance model of Narayanan et al. (SC'21), and shows the\n"
       "fastest layouts that fit, with the reasons. Flags share ptdp-train's names where they overlap.\n"
       "Exit status: 0 with a layout, 1 when none fits (the message says what is missing), 2 on bad flags.\n\n";
-  for (const Flag& f : flags()) {
-    std::string line = str_cat("  --", f.name, f.is_boolean() ? "" : " ", f.metavar);
-    if (line.size() + 2 > kColumn) {
-      out += str_cat(line, "\n");
-      line.clear();
-    }
-    line.append(kColumn - line.size(), ' ');
-    out += str_cat(line, f.help, " Default: ", f.default_text, ".\n");
-  }
+  for (const Flag& f : flags()) out += cli::help_entry(f, f.default_text, kColumn);
   return out;
 }
 

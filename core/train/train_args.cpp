@@ -1,27 +1,16 @@
 // ptdp-train's flags. One table describes every flag (name, group, meaning, how its value is read
 // and checked, how it reads back as JSON); the parser, the help text and the JSON export all walk
-// that table, so they cannot disagree.
-//
-// CLI11 matches the flags and collects their values. It never sees anything ambiguous: a first
-// walk over the tokens turns `--flag value` into `--flag=value` (so values may start with '-'),
-// and reports unknown flags, missing values and values given to boolean flags in our own words,
-// naming the flag. Values are converted and range-checked by the table, then the flags are
-// checked against each other.
+// that table, so they cannot disagree. Reading the command line against the table is
+// core/train/flag_table's, shared with ptdp-plan; values are converted and range-checked by the
+// table, then the flags are checked against each other.
 #include "core/train/train_args.h"
 
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <cmath>
-#include <cstring>
 #include <functional>
-#include <limits>
-#include <system_error>
-#include <type_traits>
 #include <utility>
 
-#include <CLI/CLI.hpp>
-
+#include "core/train/flag_table.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -30,39 +19,14 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string& message) { throw_error(ErrorCode::InvalidArgument, message); }
-
-/// "--flag: 'value' why".
-[[noreturn]] void bad_value(const std::string& flag, const std::string& value, const std::string& why) {
-  fail(str_cat("--", flag, ": '", value, "' ", why));
-}
-
-template <typename T>
-T to_integer(const std::string& flag, const std::string& value) {
-  T v{};
-  const char* first = value.data();
-  const char* last = first + value.size();
-  const auto [end, ec] = std::from_chars(first, last, v);
-  if (ec == std::errc::result_out_of_range) {
-    bad_value(flag, value, str_cat("is out of range [", std::to_string(std::numeric_limits<T>::min()), ", ",
-                               std::to_string(std::numeric_limits<T>::max()), "]"));
-  }
-  if (ec != std::errc() || end != last) {
-    bad_value(flag, value, std::is_unsigned_v<T> ? "is not a non-negative integer" : "is not an integer");
-  }
-  return v;
-}
-
-double to_number(const std::string& flag, const std::string& value) {
-  double v = 0;
-  const char* first = value.data();
-  const char* last = first + value.size();
-  const auto [end, ec] = std::from_chars(first, last, v);
-  if (ec == std::errc::result_out_of_range) bad_value(flag, value, "is out of range for a double");
-  if (ec != std::errc() || end != last) bad_value(flag, value, "is not a number");
-  if (!std::isfinite(v)) bad_value(flag, value, "is not a finite number");
-  return v;
-}
+using cli::bad_value;
+using cli::Check;
+using cli::Choices;
+using cli::fail;
+using cli::kAny;
+using cli::kNonNegative;
+using cli::kPositive;
+using cli::kProbability;
 
 enum class Group : int { Model, Parallel, Training, Optimizer, MixedPrecision, Data, Checkpoint, Logging, Ptdp };
 constexpr int kNumGroups = 9;
@@ -70,27 +34,13 @@ constexpr const char* kGroupTitles[kNumGroups] = {
     "Model", "Parallelism", "Training", "Optimizer and learning rate", "Mixed precision", "Data", "Checkpoints",
     "Logging and evaluation", "ptdp"};
 
-struct Flag {
-  std::string name;     // without the leading dashes
+struct Flag : cli::FlagSpec {
   Group group = Group::Model;
-  std::string metavar;  // empty: a boolean flag, which takes no value
-  std::string help;
   std::string default_note;  // shown after the default in --help
   std::function<void(TrainArgs&, const std::string&)> set;  // value flags
   std::function<void(TrainArgs&)> set_on;                   // boolean flags
   std::function<json(const TrainArgs&)> get;
-
-  bool is_boolean() const { return metavar.empty(); }
 };
-
-struct Check {
-  std::function<bool(double)> ok;
-  const char* want;
-};
-const Check kPositive{[](double v) { return v > 0; }, "must be > 0"};
-const Check kNonNegative{[](double v) { return v >= 0; }, "must be >= 0"};
-const Check kProbability{[](double v) { return v >= 0 && v < 1; }, "must be in [0, 1)"};
-const Check kAny{[](double) { return true; }, ""};
 
 Flag head(std::string name, Group group, std::string metavar, std::string help, std::string note = "") {
   Flag f;
@@ -103,14 +53,17 @@ Flag head(std::string name, Group group, std::string metavar, std::string help, 
 }
 
 template <typename T>
+T checked_integer(const std::string& flag, const std::string& value, const Check& check) {
+  const T x = cli::to_integer<T>(flag, value);
+  if (!check.ok(static_cast<double>(x))) bad_value(flag, value, check.want);
+  return x;
+}
+
+template <typename T>
 Flag integer(std::string name, Group group, std::string help, T TrainArgs::*field, Check check,
              std::string note = "") {
   Flag f = head(std::move(name), group, "N", std::move(help), std::move(note));
-  f.set = [n = f.name, field, check](TrainArgs& a, const std::string& v) {
-    const T x = to_integer<T>(n, v);
-    if (!check.ok(static_cast<double>(x))) bad_value(n, v, check.want);
-    a.*field = x;
-  };
+  f.set = [n = f.name, field, check](TrainArgs& a, const std::string& v) { a.*field = checked_integer<T>(n, v, check); };
   f.get = [field](const TrainArgs& a) { return json(a.*field); };
   return f;
 }
@@ -119,11 +72,7 @@ template <typename T>
 Flag optional_integer(std::string name, Group group, std::string help, std::optional<T> TrainArgs::*field,
                       Check check, std::string note) {
   Flag f = head(std::move(name), group, "N", std::move(help), std::move(note));
-  f.set = [n = f.name, field, check](TrainArgs& a, const std::string& v) {
-    const T x = to_integer<T>(n, v);
-    if (!check.ok(static_cast<double>(x))) bad_value(n, v, check.want);
-    a.*field = x;
-  };
+  f.set = [n = f.name, field, check](TrainArgs& a, const std::string& v) { a.*field = checked_integer<T>(n, v, check); };
   f.get = [field](const TrainArgs& a) { return (a.*field).has_value() ? json(*(a.*field)) : json(nullptr); };
   return f;
 }
@@ -131,7 +80,7 @@ Flag optional_integer(std::string name, Group group, std::string help, std::opti
 // `single`: the value ends up in a float (the model and optimizer structs), so the check applies
 // to the float it becomes too (0.99999999999 is 1 as a float).
 double checked_number(const std::string& flag, const std::string& value, const Check& check, bool single) {
-  const double x = to_number(flag, value);
+  const double x = cli::to_number(flag, value);
   if (single) {
     const float f = static_cast<float>(x);
     if (!std::isfinite(f)) bad_value(flag, value, "is out of range for a float");
@@ -178,30 +127,9 @@ Flag boolean(std::string name, Group group, std::string help, bool TrainArgs::*f
 }
 
 template <typename E>
-using Choices = std::vector<std::pair<std::string, E>>;
-
-template <typename E>
-std::string choice_list(const Choices<E>& choices, const char* separator) {
-  std::string s;
-  for (const auto& c : choices) {
-    if (!s.empty()) s += separator;
-    s += c.first;
-  }
-  return s;
-}
-
-template <typename E>
 Flag choice(std::string name, Group group, std::string help, E TrainArgs::*field, Choices<E> choices) {
-  Flag f = head(std::move(name), group, str_cat("{", choice_list(choices, ","), "}"), std::move(help));
-  f.set = [n = f.name, field, choices](TrainArgs& a, const std::string& v) {
-    for (const auto& c : choices) {
-      if (c.first == v) {
-        a.*field = c.second;
-        return;
-      }
-    }
-    bad_value(n, v, str_cat("is not one of ", choice_list(choices, ", ")));
-  };
+  Flag f = head(std::move(name), group, cli::choice_metavar(choices), std::move(help));
+  f.set = [n = f.name, field, choices](TrainArgs& a, const std::string& v) { a.*field = cli::to_choice(n, v, choices); };
   f.get = [field, choices](const TrainArgs& a) {
     for (const auto& c : choices) {
       if (c.second == a.*field) return json(c.first);
@@ -233,8 +161,7 @@ std::string normalise_split(const std::string& value) {
   double total = 0;
   for (const std::string& p : parts) {
     double w = 0;
-    const auto [end, ec] = std::from_chars(p.data(), p.data() + p.size(), w);
-    if (p.empty() || ec != std::errc() || end != p.data() + p.size() || !std::isfinite(w) || w < 0) {
+    if (cli::read_whole(p, w) != std::errc() || !std::isfinite(w) || w < 0) {
       bad_value(flag, value, want);
     }
     total += w;
@@ -427,82 +354,14 @@ const std::vector<Flag>& flags() {
   return table;
 }
 
-const Flag* find_flag(const std::string& name) {
-  for (const Flag& f : flags()) {
-    if (f.name == name) return &f;
-  }
-  return nullptr;
-}
-
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-[[noreturn]] void unknown_flag(const std::string& name) {
-  std::string message = str_cat("unknown flag --", name);
-  const Flag* best = nullptr;
-  std::size_t best_distance = 3;  // suggest only near misses
-  for (const Flag& f : flags()) {
-    const std::size_t d = edit_distance(name, f.name);
-    if (d < best_distance) {
-      best_distance = d;
-      best = &f;
-    }
-  }
-  if (best) message += str_cat(" (did you mean --", best->name, "?)");
-  fail(message);
-}
-
-/// Turns the command line into `--flag=value` and `--switch` tokens, reporting what CLI11 would
-/// word its own way.
-std::vector<std::string> normalise(const std::vector<std::string>& args) {
-  std::vector<std::string> tokens;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
-      const std::size_t eq = a.find('=');
-      const std::string name = a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-      const Flag* f = find_flag(name);
-      if (f == nullptr) unknown_flag(name);
-      if (f->is_boolean()) {
-        if (eq != std::string::npos) fail(str_cat("--", name, " takes no value, got '", a.substr(eq + 1), "'"));
-        tokens.push_back(a);
-        continue;
-      }
-      std::string value;
-      if (eq != std::string::npos) {
-        value = a.substr(eq + 1);
-      } else {
-        if (i + 1 == args.size()) fail(str_cat("--", name, ": missing value (", f->metavar, ")"));
-        value = args[++i];
-        if (value.size() > 2 && value.compare(0, 2, "--") == 0) {
-          fail(str_cat("--", name, ": missing value (", f->metavar, ") before ", value));
-        }
-      }
-      if (value.empty()) fail(str_cat("--", name, ": empty value; expected ", f->metavar));
-      tokens.push_back(str_cat("--", name, "=", value));
-    } else if (a.size() > 1 && a[0] == '-' && std::isalpha(static_cast<unsigned char>(a[1]))) {
-      fail(str_cat("unknown flag ", a, " (ptdp-train's flags start with --)"));
-    } else {
-      fail(str_cat("unexpected argument '", a, "': flags start with -- and take at most one value"));
-    }
-  }
-  return tokens;
+const cli::FlagTable& flag_table() {
+  static const cli::FlagTable t(flags(), {"ptdp-train", "ptdp-train's flags start with --",
+                                          "flags start with -- and take at most one value"});
+  return t;
 }
 
 std::string flag_value_text(const TrainArgs& a, const char* name) {
-  const json j = find_flag(name)->get(a);
+  const json j = flags()[*flag_table().index_of(name)].get(a);
   return j.is_string() ? j.get<std::string>() : j.dump();
 }
 
@@ -581,42 +440,23 @@ void check_together(const TrainArgs& a) {
 }  // namespace
 
 TrainArgs parse_train_args(const std::vector<std::string>& args) {
-  for (const std::string& a : args) {
-    if (a == "--help" || a == "-h") {
-      TrainArgs h;
-      h.help = true;
-      return h;
-    }
+  if (cli::asks_for_help(args)) {
+    TrainArgs h;
+    h.help = true;
+    return h;
   }
-  std::vector<std::string> tokens = normalise(args);
-
+  const std::vector<std::optional<std::string>> values = flag_table().read(args);
   const std::vector<Flag>& table = flags();
-  CLI::App app{"ptdp-train"};
-  app.set_help_flag();  // --help was handled above; CLI11 must neither print nor throw CallForHelp
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // argparse: last wins
-  std::vector<CLI::Option*> options;
-  options.reserve(table.size());
-  for (const Flag& f : table) {
-    const std::string name = str_cat("--", f.name);
-    options.push_back(f.is_boolean() ? app.add_flag(name, f.help) : app.add_option(name, f.help));
-  }
-  std::reverse(tokens.begin(), tokens.end());  // CLI11 consumes its vector from the back
-  try {
-    app.parse(tokens);
-  } catch (const CLI::Error& e) {
-    fail(str_cat("command line: ", e.what()));
-  }
-
   TrainArgs out;
   bool mock_given = false;
   for (std::size_t i = 0; i < table.size(); ++i) {
     const Flag& f = table[i];
-    if (options[i]->count() == 0) continue;
+    if (!values[i]) continue;
     if (f.is_boolean()) {
       f.set_on(out);
       if (f.name == "mock-data") mock_given = true;
     } else {
-      f.set(out, options[i]->as<std::string>());
+      f.set(out, *values[i]);
     }
   }
   std::vector<std::string> sources;
@@ -638,7 +478,7 @@ std::string train_args_help(const std::string& program) {
   // and wrap at kWidth; "Default: ..." is never split.
   constexpr std::size_t kColumn = 30, kWidth = 100;
   const TrainArgs defaults;
-  std::string out = str_cat("Usage: ", program.empty() ? std::string("ptdp-train") : program, " [flags]\n\n");
+  std::string out = flag_table().usage(program);
   out +=
       "Trains a GPT with pipeline, tensor and data parallelism (mpirun -np N for several ranks).\n"
       "Flags follow Megatron-LM's names and defaults; [ptdp] marks ptdp's own. Values are given as\n"
@@ -657,30 +497,7 @@ std::string train_args_help(const std::string& program) {
         shown = d.is_string() ? d.get<std::string>() : d.dump();
       }
       if (!f.default_note.empty()) shown += str_cat(" (", f.default_note, ")");
-      std::vector<std::string> words;
-      for (std::size_t at = 0; at < f.help.size();) {
-        const std::size_t end = std::min(f.help.find(' ', at), f.help.size());
-        if (end > at) words.push_back(f.help.substr(at, end - at));
-        at = end + 1;
-      }
-      words.push_back(str_cat("Default: ", shown, "."));
-      std::string line = str_cat("  --", f.name, f.is_boolean() ? "" : " ", f.metavar);
-      if (line.size() + 2 > kColumn) {
-        out += str_cat(line, "\n");
-        line.clear();
-      }
-      line.append(kColumn - line.size(), ' ');
-      bool first = true;
-      for (const std::string& w : words) {
-        if (!first && line.size() + 1 + w.size() > kWidth) {
-          out += str_cat(line, "\n");
-          line.assign(kColumn, ' ');
-          first = true;
-        }
-        line += str_cat(first ? "" : " ", w);
-        first = false;
-      }
-      out += str_cat(line, "\n");
+      out += cli::help_entry(f, shown, kColumn, kWidth);
     }
   }
   return out;

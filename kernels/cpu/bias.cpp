@@ -1,8 +1,8 @@
 // Bias add and bias gradient over a [rows, cols] matrix.
 #include <algorithm>
 
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
@@ -11,10 +11,7 @@ constexpr int64_t kColBlock = 64;  // columns one thread owns while summing over
 }
 
 void CpuBackend::bias_add(float* y, const float* bias, int64_t rows, int64_t cols) {
-  kcheck::nonneg("bias_add", "rows", rows);
-  kcheck::nonneg("bias_add", "cols", cols);
-  kcheck::not_null("bias_add", "y", y, rows * cols);
-  kcheck::not_null("bias_add", "bias", bias, rows * cols);
+  kcheck::check_bias_add(y, bias, rows, cols);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * cols;
@@ -25,10 +22,7 @@ void CpuBackend::bias_add(float* y, const float* bias, int64_t rows, int64_t col
 
 void CpuBackend::bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
                            bool accumulate) {
-  kcheck::nonneg("bias_grad", "rows", rows);
-  kcheck::nonneg("bias_grad", "cols", cols);
-  kcheck::not_null("bias_grad", "dy", dy, rows * cols);
-  kcheck::not_null("bias_grad", "dbias", dbias, cols);
+  kcheck::check_bias_grad(dy, dbias, rows, cols);
   // Each thread owns a block of columns and sums it over all rows in a fixed order, so the
   // result does not depend on the thread count.
   const int64_t blocks = (cols + kColBlock - 1) / kColBlock;

@@ -1,10 +1,7 @@
 // Conversions between the floating storage types (round to nearest even).
-#include <cstring>
-#include <string>
-
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/half.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
@@ -26,21 +23,10 @@ void store(void* p, DType t, int64_t i, float v) {
   }
 }
 
-void check_float(const char* what, DType t) {
-  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)) && dtype_is_float(t),
-                 std::string("cast: ") + what + " must be f32, bf16 or f16, got " +
-                     (dtype_valid(static_cast<int>(t)) ? dtype_name(t)
-                                                       : std::to_string(static_cast<int>(t))));
-}
-
 }  // namespace
 
 void CpuBackend::cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
-  kcheck::nonneg("cast", "n", n);
-  check_float("src_type", src_type);
-  check_float("dst_type", dst_type);
-  kcheck::not_null("cast", "src", src, n);
-  kcheck::not_null("cast", "dst", dst, n);
+  kcheck::check_cast(src, src_type, dst, dst_type, n);
   if (src_type == dst_type) {
     copy(dst, src, static_cast<std::size_t>(n) * dtype_size(src_type));
     return;

@@ -5,24 +5,13 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
-namespace {
-
-void check_rows(const char* op, int64_t rows, int64_t v) {
-  kcheck::nonneg(op, "rows", rows);
-  kcheck::nonneg(op, "v", v);
-}
-
-}  // namespace
-
 void CpuBackend::ce_row_max(const float* logits, int64_t rows, int64_t v, float* row_max) {
-  check_rows("ce_row_max", rows, v);
-  kcheck::not_null("ce_row_max", "logits", logits, rows * v);
-  kcheck::not_null("ce_row_max", "row_max", row_max, rows);
+  kcheck::check_ce_row_max(logits, rows, v, row_max);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * v;
@@ -34,10 +23,7 @@ void CpuBackend::ce_row_max(const float* logits, int64_t rows, int64_t v, float*
 
 void CpuBackend::ce_sum_exp(const float* logits, const float* row_max, int64_t rows, int64_t v,
                             float* sum_exp) {
-  check_rows("ce_sum_exp", rows, v);
-  kcheck::not_null("ce_sum_exp", "logits", logits, rows * v);
-  kcheck::not_null("ce_sum_exp", "row_max", row_max, rows);
-  kcheck::not_null("ce_sum_exp", "sum_exp", sum_exp, rows);
+  kcheck::check_ce_sum_exp(logits, row_max, rows, v, sum_exp);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * v;
@@ -50,11 +36,7 @@ void CpuBackend::ce_sum_exp(const float* logits, const float* row_max, int64_t r
 
 void CpuBackend::ce_target_logit(const float* logits, const int32_t* targets, int64_t rows,
                                  int64_t v, int64_t vocab_start, float* target_logit) {
-  check_rows("ce_target_logit", rows, v);
-  kcheck::nonneg("ce_target_logit", "vocab_start", vocab_start);
-  kcheck::not_null("ce_target_logit", "logits", logits, rows * v);
-  kcheck::not_null("ce_target_logit", "targets", targets, rows);
-  kcheck::not_null("ce_target_logit", "target_logit", target_logit, rows);
+  kcheck::check_ce_target_logit(logits, targets, rows, v, vocab_start, target_logit);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t j = static_cast<int64_t>(targets[r]) - vocab_start;
@@ -64,11 +46,7 @@ void CpuBackend::ce_target_logit(const float* logits, const int32_t* targets, in
 
 void CpuBackend::ce_loss(const float* row_max, const float* sum_exp, const float* target_logit,
                          int64_t rows, float* loss) {
-  kcheck::nonneg("ce_loss", "rows", rows);
-  kcheck::not_null("ce_loss", "row_max", row_max, rows);
-  kcheck::not_null("ce_loss", "sum_exp", sum_exp, rows);
-  kcheck::not_null("ce_loss", "target_logit", target_logit, rows);
-  kcheck::not_null("ce_loss", "loss", loss, rows);
+  kcheck::check_ce_loss(row_max, sum_exp, target_logit, rows, loss);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) loss[r] = std::log(sum_exp[r]) + row_max[r] - target_logit[r];
 }
@@ -76,14 +54,8 @@ void CpuBackend::ce_loss(const float* row_max, const float* sum_exp, const float
 void CpuBackend::ce_backward(const float* logits, const float* row_max, const float* sum_exp,
                              const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
                              int64_t vocab_start, float* dlogits) {
-  check_rows("ce_backward", rows, v);
-  kcheck::nonneg("ce_backward", "vocab_start", vocab_start);
-  kcheck::not_null("ce_backward", "logits", logits, rows * v);
-  kcheck::not_null("ce_backward", "row_max", row_max, rows);
-  kcheck::not_null("ce_backward", "sum_exp", sum_exp, rows);
-  kcheck::not_null("ce_backward", "targets", targets, rows);
-  kcheck::not_null("ce_backward", "dloss", dloss, rows);
-  kcheck::not_null("ce_backward", "dlogits", dlogits, rows * v);
+  kcheck::check_ce_backward(logits, row_max, sum_exp, targets, dloss, rows, v, vocab_start,
+                            dlogits);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits + r * v;

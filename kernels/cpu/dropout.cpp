@@ -3,28 +3,13 @@
 // serial run's mask for its elements.
 #include <algorithm>
 #include <cmath>
-#include <string>
 
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
 namespace {
-
-void check_desc(const char* op, const DropoutDesc& d) {
-  PTDP_CHECK_ARG(d.p >= 0.0f && d.p <= 1.0f,
-                 std::string(op) + ": p must be in [0, 1], got " + std::to_string(d.p));
-  for (int k = 0; k < 3; ++k) {
-    const std::string dim = "block dim " + std::to_string(k);
-    kcheck::nonneg(op, (dim + " shape").c_str(), d.block.shape[k]);
-    kcheck::nonneg(op, (dim + " offset").c_str(), d.block.offset[k]);
-    PTDP_CHECK_ARG(d.block.offset[k] + d.block.shape[k] <= d.block.global_shape[k],
-                   std::string(op) + ": " + dim + ": offset " + std::to_string(d.block.offset[k]) +
-                       " + shape " + std::to_string(d.block.shape[k]) +
-                       " exceeds the global extent " + std::to_string(d.block.global_shape[k]));
-  }
-}
 
 // Philox blocks first .. first + n - 1 of `s`, four words each, into out[4n]. The same rounds as
 // philox4x32_10, laid out across blocks so the compiler can run several blocks per instruction.
@@ -67,13 +52,9 @@ void philox_words(PhiloxStream s, uint64_t first, int n, uint32_t* out) {
 
 // out[i] = in[i] * keep(i) * scale over the block, in the block's local (row-major) order.
 void apply_mask(const char* op, const float* in, float* out, const DropoutDesc& d) {
-  check_desc(op, d);
-  const int64_t n = d.block.numel();
-  if (n == 0) return;
-  kcheck::not_null(op, "input", in);
-  kcheck::not_null(op, "output", out);
+  if (kcheck::check_dropout(op, in, out, d) == kcheck::Work::none) return;
   const float p = d.p;
-  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  const float keep_scale = kcheck::dropout_keep_scale(p);
   const int64_t s0 = d.block.shape[0], s1 = d.block.shape[1], s2 = d.block.shape[2];
   const int64_t g1 = d.block.global_shape[1], g2 = d.block.global_shape[2];
   const int64_t o0 = d.block.offset[0], o1 = d.block.offset[1], o2 = d.block.offset[2];

@@ -1,34 +1,26 @@
 // Elementwise ops: residual add, axpy, scale, fill, and the sum of squares behind grad norms.
 #include <algorithm>
-#include <cstring>
-#include <string>
 
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/half.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
 void CpuBackend::add(const float* a, const float* b, float* y, int64_t n) {
-  kcheck::nonneg("add", "n", n);
-  kcheck::not_null("add", "a", a, n);
-  kcheck::not_null("add", "b", b, n);
-  kcheck::not_null("add", "y", y, n);
+  kcheck::check_add(a, b, y, n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
 void CpuBackend::axpy(float alpha, const float* x, float* y, int64_t n) {
-  kcheck::nonneg("axpy", "n", n);
-  kcheck::not_null("axpy", "x", x, n);
-  kcheck::not_null("axpy", "y", y, n);
+  kcheck::check_axpy(x, y, n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 void CpuBackend::scale(float* x, float alpha, int64_t n) {
-  kcheck::nonneg("scale", "n", n);
-  kcheck::not_null("scale", "x", x, n);
+  kcheck::check_scale(x, n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) x[i] *= alpha;
 }
@@ -44,10 +36,7 @@ void fill_typed(T* x, T value, int64_t n) {
 }  // namespace
 
 void CpuBackend::fill(void* x, DType t, double value, int64_t n) {
-  kcheck::nonneg("fill", "n", n);
-  kcheck::not_null("fill", "x", x, n);
-  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)),
-                 "fill: dtype " + std::to_string(static_cast<int>(t)) + " is not a valid dtype");
+  kcheck::check_fill(x, t, n);
   switch (t) {
     case DType::F32: fill_typed(static_cast<float*>(x), static_cast<float>(value), n); break;
     case DType::BF16: fill_typed(static_cast<uint16_t*>(x), f32_to_bf16(static_cast<float>(value)), n); break;
@@ -58,8 +47,7 @@ void CpuBackend::fill(void* x, DType t, double value, int64_t n) {
 }
 
 double CpuBackend::sum_squares(const float* x, int64_t n) {
-  kcheck::nonneg("sum_squares", "n", n);
-  kcheck::not_null("sum_squares", "x", x, n);
+  kcheck::check_sum_squares(x, n);
   // A fixed number of chunks, each summed in order and then combined in order: the result is
   // bit-identical whatever the number of threads.
   constexpr int64_t kMaxChunks = 256;

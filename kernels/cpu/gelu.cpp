@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <bit>
 
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
@@ -49,9 +49,7 @@ inline float tanh_simd(float u) {
 }  // namespace
 
 void CpuBackend::gelu_forward(const float* x, float* y, int64_t n) {
-  kcheck::nonneg("gelu_forward", "n", n);
-  kcheck::not_null("gelu_forward", "x", x, n);
-  kcheck::not_null("gelu_forward", "y", y, n);
+  kcheck::check_gelu_forward(x, y, n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];
@@ -60,10 +58,7 @@ void CpuBackend::gelu_forward(const float* x, float* y, int64_t n) {
 }
 
 void CpuBackend::gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  kcheck::nonneg("gelu_backward", "n", n);
-  kcheck::not_null("gelu_backward", "x", x, n);
-  kcheck::not_null("gelu_backward", "dy", dy, n);
-  kcheck::not_null("gelu_backward", "dx", dx, n);
+  kcheck::check_gelu_backward(x, dy, dx, n);
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float v = x[i];

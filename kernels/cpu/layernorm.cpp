@@ -1,10 +1,9 @@
 // LayerNorm over the last dimension, saving mean and 1/std for the backward pass.
 #include <algorithm>
 #include <cmath>
-#include <string>
 
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
@@ -15,17 +14,10 @@ constexpr int64_t kColBlock = 64;
 void CpuBackend::layernorm_forward(const float* x, const float* gamma, const float* beta,
                                    float* y, float* mean, float* rstd, int64_t rows,
                                    int64_t cols, float eps) {
-  kcheck::nonneg("layernorm_forward", "rows", rows);
-  kcheck::positive("layernorm_forward", "cols", cols);
-  PTDP_CHECK_ARG(eps >= 0.0f && std::isfinite(eps),
-                 "layernorm_forward: eps must be finite and >= 0, got " + std::to_string(eps));
-  if (rows == 0) return;
-  kcheck::not_null("layernorm_forward", "x", x);
-  kcheck::not_null("layernorm_forward", "gamma", gamma);
-  kcheck::not_null("layernorm_forward", "beta", beta);
-  kcheck::not_null("layernorm_forward", "y", y);
-  kcheck::not_null("layernorm_forward", "mean", mean);
-  kcheck::not_null("layernorm_forward", "rstd", rstd);
+  if (kcheck::check_layernorm_forward(x, gamma, beta, y, mean, rstd, rows, cols, eps) ==
+      kcheck::Work::none) {
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * cols;
@@ -51,18 +43,7 @@ void CpuBackend::layernorm_backward(const float* x, const float* gamma, const fl
                                     const float* rstd, const float* dy, float* dx,
                                     float* dgamma, float* dbeta, int64_t rows, int64_t cols,
                                     bool accumulate) {
-  kcheck::nonneg("layernorm_backward", "rows", rows);
-  kcheck::positive("layernorm_backward", "cols", cols);
-  kcheck::not_null("layernorm_backward", "dgamma", dgamma);
-  kcheck::not_null("layernorm_backward", "dbeta", dbeta);
-  if (rows > 0) {
-    kcheck::not_null("layernorm_backward", "x", x);
-    kcheck::not_null("layernorm_backward", "gamma", gamma);
-    kcheck::not_null("layernorm_backward", "mean", mean);
-    kcheck::not_null("layernorm_backward", "rstd", rstd);
-    kcheck::not_null("layernorm_backward", "dy", dy);
-    kcheck::not_null("layernorm_backward", "dx", dx);
-  }
+  kcheck::check_layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols);
   // Input gradient, row by row:
   //   g = dy * gamma, xhat = (x - mean) * rstd,
   //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).

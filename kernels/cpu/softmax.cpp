@@ -2,34 +2,18 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <string>
 
-#include "kernels/check.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/validate.h"
 
 namespace ptdp {
 
-namespace {
-
-void check_dims(const char* op, int64_t batch, int64_t sq, int64_t sk) {
-  kcheck::nonneg(op, "batch", batch);
-  kcheck::nonneg(op, "sq", sq);
-  kcheck::nonneg(op, "sk", sk);
-}
-
-}  // namespace
-
 void CpuBackend::softmax_forward(const float* x, float* y, int64_t batch, int64_t sq, int64_t sk,
                                  float scale, bool causal) {
-  check_dims("softmax_forward", batch, sq, sk);
-  PTDP_CHECK_ARG(!causal || sq <= sk,
-                 "softmax_forward: a causal mask needs sq <= sk, got sq = " + std::to_string(sq) +
-                     ", sk = " + std::to_string(sk));
-  PTDP_CHECK_ARG(std::isfinite(scale), "softmax_forward: scale must be finite");
+  if (kcheck::check_softmax_forward(x, y, batch, sq, sk, scale, causal) == kcheck::Work::none) {
+    return;
+  }
   const int64_t rows = batch * sq;
-  if (rows == 0 || sk == 0) return;
-  kcheck::not_null("softmax_forward", "x", x);
-  kcheck::not_null("softmax_forward", "y", y);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = r % sq;
@@ -52,12 +36,8 @@ void CpuBackend::softmax_forward(const float* x, float* y, int64_t batch, int64_
 
 void CpuBackend::softmax_backward(const float* y, const float* dy, float* dx, int64_t batch,
                                   int64_t sq, int64_t sk, float scale) {
-  check_dims("softmax_backward", batch, sq, sk);
+  if (kcheck::check_softmax_backward(y, dy, dx, batch, sq, sk) == kcheck::Work::none) return;
   const int64_t rows = batch * sq;
-  if (rows == 0 || sk == 0) return;
-  kcheck::not_null("softmax_backward", "y", y);
-  kcheck::not_null("softmax_backward", "dy", dy);
-  kcheck::not_null("softmax_backward", "dx", dx);
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
     const float* yr = y + r * sk;

@@ -34,10 +34,7 @@ __global__ void __launch_bounds__(kColTile* kRowLanes)
 }  // namespace
 
 void CudaBackend::bias_add(float* y, const float* bias, int64_t rows, int64_t cols) {
-  kcheck::nonneg("bias_add", "rows", rows);
-  kcheck::nonneg("bias_add", "cols", cols);
-  kcheck::not_null("bias_add", "y", y, rows * cols);
-  kcheck::not_null("bias_add", "bias", bias, rows * cols);
+  kcheck::check_bias_add(y, bias, rows, cols);
   if (rows == 0 || cols == 0) return;
   DeviceGuard guard(dev_);
   bias_add_kernel<<<grid_for(rows * cols), kThreads, 0, stream_>>>(y, bias, rows, cols);
@@ -46,10 +43,7 @@ void CudaBackend::bias_add(float* y, const float* bias, int64_t rows, int64_t co
 
 void CudaBackend::bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
                             bool accumulate) {
-  kcheck::nonneg("bias_grad", "rows", rows);
-  kcheck::nonneg("bias_grad", "cols", cols);
-  kcheck::not_null("bias_grad", "dy", dy, rows * cols);
-  kcheck::not_null("bias_grad", "dbias", dbias, cols);
+  kcheck::check_bias_grad(dy, dbias, rows, cols);
   if (cols == 0) return;
   DeviceGuard guard(dev_);
   const auto blocks = static_cast<unsigned>((cols + kColTile - 1) / kColTile);

@@ -1,8 +1,6 @@
 // Conversions between the floating storage types, round to nearest even. The conversions are
 // kernels/half.h's, the very functions the CPU backend uses, so results (NaN payloads included)
 // are bit-identical to the CPU's; cuda_bf16.h's intrinsics differ from them on NaNs.
-#include <string>
-
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/half.h"
 
@@ -40,13 +38,6 @@ __global__ void cast_kernel(const void* src, void* dst, int64_t n) {
   PTDP_GRID_STRIDE(i, n) store(dst, Dst, i, load(src, Src, i));
 }
 
-void check_float(const char* what, DType t) {
-  PTDP_CHECK_ARG(
-      dtype_valid(static_cast<int>(t)) && dtype_is_float(t),
-      std::string("cast: ") + what + " must be f32, bf16 or f16, got " +
-          (dtype_valid(static_cast<int>(t)) ? dtype_name(t) : std::to_string(static_cast<int>(t))));
-}
-
 template <DType Src>
 void launch_from(const void* src, DType dst_type, void* dst, int64_t n, cudaStream_t stream) {
   const unsigned grid = grid_for(n);
@@ -66,11 +57,7 @@ void launch_from(const void* src, DType dst_type, void* dst, int64_t n, cudaStre
 }  // namespace
 
 void CudaBackend::cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) {
-  kcheck::nonneg("cast", "n", n);
-  check_float("src_type", src_type);
-  check_float("dst_type", dst_type);
-  kcheck::not_null("cast", "src", src, n);
-  kcheck::not_null("cast", "dst", dst, n);
+  kcheck::check_cast(src, src_type, dst, dst_type, n);
   if (n == 0) return;
   if (src_type == dst_type) {
     copy(dst, src, static_cast<std::size_t>(n) * dtype_size(src_type));

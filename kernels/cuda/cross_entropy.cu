@@ -14,11 +14,6 @@ unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks);
 }
 
-void check_rows(const char* op, int64_t rows, int64_t v) {
-  kcheck::nonneg(op, "rows", rows);
-  kcheck::nonneg(op, "v", v);
-}
-
 __global__ void ce_row_max_kernel(const float* logits, int64_t rows, int64_t v, float* row_max) {
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float* x = logits + r * v;
@@ -71,9 +66,7 @@ __global__ void ce_backward_kernel(const float* logits, const float* row_max, co
 }  // namespace
 
 void CudaBackend::ce_row_max(const float* logits, int64_t rows, int64_t v, float* row_max) {
-  check_rows("ce_row_max", rows, v);
-  kcheck::not_null("ce_row_max", "logits", logits, rows * v);
-  kcheck::not_null("ce_row_max", "row_max", row_max, rows);
+  kcheck::check_ce_row_max(logits, rows, v, row_max);
   if (rows == 0) return;
   DeviceGuard guard(dev_);
   ce_row_max_kernel<<<row_blocks(rows), kThreads, 0, stream_>>>(logits, rows, v, row_max);
@@ -82,10 +75,7 @@ void CudaBackend::ce_row_max(const float* logits, int64_t rows, int64_t v, float
 
 void CudaBackend::ce_sum_exp(const float* logits, const float* row_max, int64_t rows, int64_t v,
                              float* sum_exp) {
-  check_rows("ce_sum_exp", rows, v);
-  kcheck::not_null("ce_sum_exp", "logits", logits, rows * v);
-  kcheck::not_null("ce_sum_exp", "row_max", row_max, rows);
-  kcheck::not_null("ce_sum_exp", "sum_exp", sum_exp, rows);
+  kcheck::check_ce_sum_exp(logits, row_max, rows, v, sum_exp);
   if (rows == 0) return;
   DeviceGuard guard(dev_);
   ce_sum_exp_kernel<<<row_blocks(rows), kThreads, 0, stream_>>>(logits, row_max, rows, v, sum_exp);
@@ -94,11 +84,7 @@ void CudaBackend::ce_sum_exp(const float* logits, const float* row_max, int64_t 
 
 void CudaBackend::ce_target_logit(const float* logits, const int32_t* targets, int64_t rows,
                                   int64_t v, int64_t vocab_start, float* target_logit) {
-  check_rows("ce_target_logit", rows, v);
-  kcheck::nonneg("ce_target_logit", "vocab_start", vocab_start);
-  kcheck::not_null("ce_target_logit", "logits", logits, rows * v);
-  kcheck::not_null("ce_target_logit", "targets", targets, rows);
-  kcheck::not_null("ce_target_logit", "target_logit", target_logit, rows);
+  kcheck::check_ce_target_logit(logits, targets, rows, v, vocab_start, target_logit);
   if (rows == 0) return;
   DeviceGuard guard(dev_);
   ce_target_logit_kernel<<<grid_for(rows), kThreads, 0, stream_>>>(logits, targets, rows, v,
@@ -108,11 +94,7 @@ void CudaBackend::ce_target_logit(const float* logits, const int32_t* targets, i
 
 void CudaBackend::ce_loss(const float* row_max, const float* sum_exp, const float* target_logit,
                           int64_t rows, float* loss) {
-  kcheck::nonneg("ce_loss", "rows", rows);
-  kcheck::not_null("ce_loss", "row_max", row_max, rows);
-  kcheck::not_null("ce_loss", "sum_exp", sum_exp, rows);
-  kcheck::not_null("ce_loss", "target_logit", target_logit, rows);
-  kcheck::not_null("ce_loss", "loss", loss, rows);
+  kcheck::check_ce_loss(row_max, sum_exp, target_logit, rows, loss);
   if (rows == 0) return;
   DeviceGuard guard(dev_);
   ce_loss_kernel<<<grid_for(rows), kThreads, 0, stream_>>>(row_max, sum_exp, target_logit, rows,
@@ -123,14 +105,8 @@ void CudaBackend::ce_loss(const float* row_max, const float* sum_exp, const floa
 void CudaBackend::ce_backward(const float* logits, const float* row_max, const float* sum_exp,
                               const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
                               int64_t vocab_start, float* dlogits) {
-  check_rows("ce_backward", rows, v);
-  kcheck::nonneg("ce_backward", "vocab_start", vocab_start);
-  kcheck::not_null("ce_backward", "logits", logits, rows * v);
-  kcheck::not_null("ce_backward", "row_max", row_max, rows);
-  kcheck::not_null("ce_backward", "sum_exp", sum_exp, rows);
-  kcheck::not_null("ce_backward", "targets", targets, rows);
-  kcheck::not_null("ce_backward", "dloss", dloss, rows);
-  kcheck::not_null("ce_backward", "dlogits", dlogits, rows * v);
+  kcheck::check_ce_backward(logits, row_max, sum_exp, targets, dloss, rows, v, vocab_start,
+                            dlogits);
   if (rows == 0 || v == 0) return;
   DeviceGuard guard(dev_);
   ce_backward_kernel<<<grid_for(rows * v), kThreads, 0, stream_>>>(

@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "kernels/backend.h"
-#include "kernels/check.h"
+#include "kernels/validate.h"
 #include "kernels/error.h"
 
 namespace ptdp::cuda {

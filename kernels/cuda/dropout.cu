@@ -10,27 +10,11 @@
 // exactly the CPU's computation, which batches the same Philox blocks for speed. Here one thread
 // computes one Philox block and applies its (up to) four words to the elements of the row that
 // own them.
-#include <string>
-
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace ptdp::cuda {
 
 namespace {
-
-void check_desc(const char* op, const DropoutDesc& d) {
-  PTDP_CHECK_ARG(d.p >= 0.0f && d.p <= 1.0f,
-                 std::string(op) + ": p must be in [0, 1], got " + std::to_string(d.p));
-  for (int k = 0; k < 3; ++k) {
-    const std::string dim = "block dim " + std::to_string(k);
-    kcheck::nonneg(op, (dim + " shape").c_str(), d.block.shape[k]);
-    kcheck::nonneg(op, (dim + " offset").c_str(), d.block.offset[k]);
-    PTDP_CHECK_ARG(d.block.offset[k] + d.block.shape[k] <= d.block.global_shape[k],
-                   std::string(op) + ": " + dim + ": offset " + std::to_string(d.block.offset[k]) +
-                       " + shape " + std::to_string(d.block.shape[k]) +
-                       " exceeds the global extent " + std::to_string(d.block.global_shape[k]));
-  }
-}
 
 struct MaskGeometry {
   int64_t rows;            // s0 * s1 rows of s2 contiguous elements
@@ -71,13 +55,9 @@ namespace {
 
 void apply_mask(const char* op, const float* in, float* out, const DropoutDesc& d, int dev_,
                 cudaStream_t stream) {
-  check_desc(op, d);
-  const int64_t n = d.block.numel();
-  if (n == 0) return;
-  kcheck::not_null(op, "input", in);
-  kcheck::not_null(op, "output", out);
+  if (kcheck::check_dropout(op, in, out, d) == kcheck::Work::none) return;
   const float p = d.p;
-  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  const float keep_scale = kcheck::dropout_keep_scale(p);
   MaskGeometry g{};
   g.rows = d.block.shape[0] * d.block.shape[1];
   g.s1 = d.block.shape[1];

@@ -1,8 +1,6 @@
 // Elementwise ops: residual add, axpy, scale, fill, strided sub-matrix copy and fill, and the
 // sum of squares behind grad norms. Multiplies and adds use the _rn intrinsics so they are never
 // fused into an FMA: results are bit-identical to the CPU backend's.
-#include <string>
-
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/half.h"
@@ -50,20 +48,10 @@ __global__ void sum_squares_final_kernel(double* partials, int count) {
   if (threadIdx.x == 0) partials[count] = total;
 }
 
-void check_2d(const char* op, const char* what, int64_t ld, int64_t rows, int64_t cols) {
-  kcheck::nonneg(op, "rows", rows);
-  kcheck::nonneg(op, "cols", cols);
-  PTDP_CHECK_ARG(ld >= cols, std::string(op) + ": " + what + " = " + std::to_string(ld) +
-                                 " is smaller than cols = " + std::to_string(cols));
-}
-
 }  // namespace
 
 void CudaBackend::add(const float* a, const float* b, float* y, int64_t n) {
-  kcheck::nonneg("add", "n", n);
-  kcheck::not_null("add", "a", a, n);
-  kcheck::not_null("add", "b", b, n);
-  kcheck::not_null("add", "y", y, n);
+  kcheck::check_add(a, b, y, n);
   if (n == 0) return;
   DeviceGuard guard(dev_);
   add_kernel<<<grid_for(n), kThreads, 0, stream_>>>(a, b, y, n);
@@ -71,9 +59,7 @@ void CudaBackend::add(const float* a, const float* b, float* y, int64_t n) {
 }
 
 void CudaBackend::axpy(float alpha, const float* x, float* y, int64_t n) {
-  kcheck::nonneg("axpy", "n", n);
-  kcheck::not_null("axpy", "x", x, n);
-  kcheck::not_null("axpy", "y", y, n);
+  kcheck::check_axpy(x, y, n);
   if (n == 0) return;
   DeviceGuard guard(dev_);
   axpy_kernel<<<grid_for(n), kThreads, 0, stream_>>>(alpha, x, y, n);
@@ -81,8 +67,7 @@ void CudaBackend::axpy(float alpha, const float* x, float* y, int64_t n) {
 }
 
 void CudaBackend::scale(float* x, float alpha, int64_t n) {
-  kcheck::nonneg("scale", "n", n);
-  kcheck::not_null("scale", "x", x, n);
+  kcheck::check_scale(x, n);
   if (n == 0) return;
   DeviceGuard guard(dev_);
   scale_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, alpha, n);
@@ -90,10 +75,7 @@ void CudaBackend::scale(float* x, float alpha, int64_t n) {
 }
 
 void CudaBackend::fill(void* x, DType t, double value, int64_t n) {
-  kcheck::nonneg("fill", "n", n);
-  kcheck::not_null("fill", "x", x, n);
-  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)),
-                 "fill: dtype " + std::to_string(static_cast<int>(t)) + " is not a valid dtype");
+  kcheck::check_fill(x, t, n);
   if (n == 0) return;
   DeviceGuard guard(dev_);
   const unsigned grid = grid_for(n);
@@ -125,11 +107,7 @@ void CudaBackend::fill(void* x, DType t, double value, int64_t n) {
 
 void CudaBackend::copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src,
                           int64_t rows, int64_t cols) {
-  check_2d("copy_2d", "ld_dst", ld_dst, rows, cols);
-  check_2d("copy_2d", "ld_src", ld_src, rows, cols);
-  if (rows == 0 || cols == 0) return;
-  kcheck::not_null("copy_2d", "dst", dst);
-  kcheck::not_null("copy_2d", "src", src);
+  if (kcheck::check_copy_2d(dst, ld_dst, src, ld_src, rows, cols) == kcheck::Work::none) return;
   DeviceGuard guard(dev_);
   constexpr auto f = sizeof(float);
   PTDP_CU(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(ld_dst) * f, src,
@@ -139,17 +117,14 @@ void CudaBackend::copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t 
 }
 
 void CudaBackend::fill_2d(float* x, int64_t ld, int64_t rows, int64_t cols, float value) {
-  check_2d("fill_2d", "ld", ld, rows, cols);
-  if (rows == 0 || cols == 0) return;
-  kcheck::not_null("fill_2d", "x", x);
+  if (kcheck::check_fill_2d(x, ld, rows, cols) == kcheck::Work::none) return;
   DeviceGuard guard(dev_);
   fill_2d_kernel<<<grid_for(rows * cols), kThreads, 0, stream_>>>(x, ld, rows, cols, value);
   PTDP_CU_LAUNCHED("fill_2d_kernel");
 }
 
 double CudaBackend::sum_squares(const float* x, int64_t n) {
-  kcheck::nonneg("sum_squares", "n", n);
-  kcheck::not_null("sum_squares", "x", x, n);
+  kcheck::check_sum_squares(x, n);
   if (n == 0) return 0.0;
   DeviceGuard guard(dev_);
   std::lock_guard<std::mutex> lock(reduce_mutex_);

@@ -19,15 +19,6 @@ namespace {
 
 constexpr unsigned kMaxBlocks = 65535u * 8u;
 
-void check_args(const char* op, const int32_t* ids, int64_t n, int64_t vocab_start,
-                int64_t vocab_rows, int64_t h) {
-  kcheck::nonneg(op, "n", n);
-  kcheck::nonneg(op, "vocab_start", vocab_start);
-  kcheck::nonneg(op, "vocab_rows", vocab_rows);
-  kcheck::nonneg(op, "h", h);
-  kcheck::not_null(op, "ids", ids, n);
-}
-
 __global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const float* table,
                                          int64_t vocab_start, int64_t vocab_rows, int64_t h,
                                          float* out) {
@@ -79,9 +70,7 @@ int bits_for(uint32_t v) {
 void CudaBackend::embedding_forward(const int32_t* ids, int64_t n, const float* table,
                                     int64_t vocab_start, int64_t vocab_rows, int64_t h,
                                     float* out) {
-  check_args("embedding_forward", ids, n, vocab_start, vocab_rows, h);
-  kcheck::not_null("embedding_forward", "out", out, n * h);
-  kcheck::not_null("embedding_forward", "table", table, vocab_rows * h);
+  kcheck::check_embedding_forward(ids, n, table, vocab_start, vocab_rows, h, out);
   if (n == 0 || h == 0) return;
   DeviceGuard guard(dev_);
   embedding_forward_kernel<<<grid_for(n * h), kThreads, 0, stream_>>>(ids, n, table, vocab_start,
@@ -92,9 +81,7 @@ void CudaBackend::embedding_forward(const int32_t* ids, int64_t n, const float* 
 void CudaBackend::embedding_backward(const int32_t* ids, int64_t n, const float* dout,
                                      int64_t vocab_start, int64_t vocab_rows, int64_t h,
                                      float* dtable) {
-  check_args("embedding_backward", ids, n, vocab_start, vocab_rows, h);
-  kcheck::not_null("embedding_backward", "dout", dout, n * h);
-  kcheck::not_null("embedding_backward", "dtable", dtable, vocab_rows * h);
+  kcheck::check_embedding_backward(ids, n, dout, vocab_start, vocab_rows, h, dtable);
   if (n == 0 || h == 0 || vocab_rows == 0) return;
   PTDP_CHECK_ARG(n <= INT_MAX, "embedding_backward: n = " + std::to_string(n) +
                                    " tokens exceeds the CUDA backend's limit of " +

@@ -27,9 +27,7 @@ __global__ void gelu_backward_kernel(const float* x, const float* dy, float* dx,
 }  // namespace
 
 void CudaBackend::gelu_forward(const float* x, float* y, int64_t n) {
-  kcheck::nonneg("gelu_forward", "n", n);
-  kcheck::not_null("gelu_forward", "x", x, n);
-  kcheck::not_null("gelu_forward", "y", y, n);
+  kcheck::check_gelu_forward(x, y, n);
   if (n == 0) return;
   DeviceGuard guard(dev_);
   gelu_forward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, y, n);
@@ -37,10 +35,7 @@ void CudaBackend::gelu_forward(const float* x, float* y, int64_t n) {
 }
 
 void CudaBackend::gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  kcheck::nonneg("gelu_backward", "n", n);
-  kcheck::not_null("gelu_backward", "x", x, n);
-  kcheck::not_null("gelu_backward", "dy", dy, n);
-  kcheck::not_null("gelu_backward", "dx", dx, n);
+  kcheck::check_gelu_backward(x, dy, dx, n);
   if (n == 0) return;
   DeviceGuard guard(dev_);
   gelu_backward_kernel<<<grid_for(n), kThreads, 0, stream_>>>(x, dy, dx, n);

@@ -13,19 +13,12 @@
 // dimensions, batch, strides, pointer alignments).
 #include <algorithm>
 #include <climits>
-#include <string>
 
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace ptdp::cuda {
 
 namespace {
-
-void check_ld(const char* what, int64_t ld, int64_t min_cols) {
-  PTDP_CHECK_ARG(ld >= std::max<int64_t>(1, min_cols),
-                 std::string("gemm: ") + what + " = " + std::to_string(ld) +
-                     " is smaller than the row length " + std::to_string(min_cols));
-}
 
 // Largest power of two (<= 256, cuBLASLt's default assumption) dividing the address.
 int alignment_of(const void* p) {
@@ -131,31 +124,9 @@ GemmPlan& CudaBackend::gemm_plan(const GemmKey& k) {
 }
 
 void CudaBackend::gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
-  kcheck::nonneg("gemm", "m", d.m);
-  kcheck::nonneg("gemm", "n", d.n);
-  kcheck::nonneg("gemm", "k", d.k);
-  kcheck::nonneg("gemm", "batch", d.batch);
-  kcheck::nonneg("gemm", "stride_a", d.stride_a);
-  kcheck::nonneg("gemm", "stride_b", d.stride_b);
-  kcheck::nonneg("gemm", "stride_c", d.stride_c);
-  const int64_t a_cols = d.trans_a ? d.m : d.k;
-  const int64_t b_cols = d.trans_b ? d.k : d.n;
-  const int64_t lda = d.lda ? d.lda : std::max<int64_t>(1, a_cols);
-  const int64_t ldb = d.ldb ? d.ldb : std::max<int64_t>(1, b_cols);
-  const int64_t ldc = d.ldc ? d.ldc : std::max<int64_t>(1, d.n);
-  check_ld("lda", lda, a_cols);
-  check_ld("ldb", ldb, b_cols);
-  check_ld("ldc", ldc, d.n);
-  if (d.m == 0 || d.n == 0 || d.batch == 0) return;
-  kcheck::not_null("gemm", "c", c);
-  if (d.k > 0) {
-    kcheck::not_null("gemm", "a", a);
-    kcheck::not_null("gemm", "b", b);
-  }
-  if (d.batch > 1) {
-    PTDP_CHECK_ARG(d.stride_c > 0,
-                   "gemm: stride_c must be > 0 when batch > 1 (outputs would overlap)");
-  }
+  const kcheck::GemmLayout layout = kcheck::check_gemm(d, a, b, c);
+  if (layout.work == kcheck::Work::none) return;
+  const int64_t lda = layout.lda, ldb = layout.ldb, ldc = layout.ldc;
   DeviceGuard guard(dev_);
   if (d.k == 0) {  // cuBLASLt wants k > 0; the product is empty
     scale_c_kernel<<<grid_for(d.batch * d.m * d.n), kThreads, 0, stream_>>>(

@@ -1,8 +1,5 @@
 // LayerNorm over the last dimension, saving mean and 1/std for the backward pass. Row sums are
 // in double as on the CPU; each reduction combines its terms in a fixed order (deterministic).
-#include <cmath>
-#include <string>
-
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
@@ -108,17 +105,10 @@ __global__ void __launch_bounds__(kColTile* kRowLanes)
 void CudaBackend::layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
                                     float* mean, float* rstd, int64_t rows, int64_t cols,
                                     float eps) {
-  kcheck::nonneg("layernorm_forward", "rows", rows);
-  kcheck::positive("layernorm_forward", "cols", cols);
-  PTDP_CHECK_ARG(eps >= 0.0f && std::isfinite(eps),
-                 "layernorm_forward: eps must be finite and >= 0, got " + std::to_string(eps));
-  if (rows == 0) return;
-  kcheck::not_null("layernorm_forward", "x", x);
-  kcheck::not_null("layernorm_forward", "gamma", gamma);
-  kcheck::not_null("layernorm_forward", "beta", beta);
-  kcheck::not_null("layernorm_forward", "y", y);
-  kcheck::not_null("layernorm_forward", "mean", mean);
-  kcheck::not_null("layernorm_forward", "rstd", rstd);
+  if (kcheck::check_layernorm_forward(x, gamma, beta, y, mean, rstd, rows, cols, eps) ==
+      kcheck::Work::none) {
+    return;
+  }
   DeviceGuard guard(dev_);
   layernorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream_>>>(x, gamma, beta, y, mean,
                                                                        rstd, rows, cols, eps);
@@ -128,18 +118,7 @@ void CudaBackend::layernorm_forward(const float* x, const float* gamma, const fl
 void CudaBackend::layernorm_backward(const float* x, const float* gamma, const float* mean,
                                      const float* rstd, const float* dy, float* dx, float* dgamma,
                                      float* dbeta, int64_t rows, int64_t cols, bool accumulate) {
-  kcheck::nonneg("layernorm_backward", "rows", rows);
-  kcheck::positive("layernorm_backward", "cols", cols);
-  kcheck::not_null("layernorm_backward", "dgamma", dgamma);
-  kcheck::not_null("layernorm_backward", "dbeta", dbeta);
-  if (rows > 0) {
-    kcheck::not_null("layernorm_backward", "x", x);
-    kcheck::not_null("layernorm_backward", "gamma", gamma);
-    kcheck::not_null("layernorm_backward", "mean", mean);
-    kcheck::not_null("layernorm_backward", "rstd", rstd);
-    kcheck::not_null("layernorm_backward", "dy", dy);
-    kcheck::not_null("layernorm_backward", "dx", dx);
-  }
+  kcheck::check_layernorm_backward(x, gamma, mean, rstd, dy, dx, dgamma, dbeta, rows, cols);
   DeviceGuard guard(dev_);
   // Parameter gradients first: they read dy, so a caller that lets dx overwrite dy still gets
   // the right sums.

@@ -1,9 +1,6 @@
 // Optimizer steps over flat parameter buffers. Same formulas, constants and operation order as
 // kernels/cpu/optimizer.cpp, with the _rn intrinsics so no multiply-add is fused into an FMA and
 // IEEE sqrt and division: the updates are bit-identical to the CPU backend's.
-#include <cmath>
-#include <string>
-
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
 namespace ptdp::cuda {
@@ -48,30 +45,19 @@ __global__ void sgd_kernel(float* param, const float* grad, float* momentum_buf,
 
 void CudaBackend::adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
                              const AdamWParams& p) {
-  kcheck::nonneg("adamw_step", "n", n);
-  kcheck::not_null("adamw_step", "param", param, n);
-  kcheck::not_null("adamw_step", "grad", grad, n);
-  kcheck::not_null("adamw_step", "m", m, n);
-  kcheck::not_null("adamw_step", "v", v, n);
-  PTDP_CHECK_ARG(p.step >= 1, "adamw_step: step counts from 1, got " + std::to_string(p.step));
-  PTDP_CHECK_ARG(p.beta1 >= 0.0f && p.beta1 < 1.0f,
-                 "adamw_step: beta1 must be in [0, 1), got " + std::to_string(p.beta1));
-  PTDP_CHECK_ARG(p.beta2 >= 0.0f && p.beta2 < 1.0f,
-                 "adamw_step: beta2 must be in [0, 1), got " + std::to_string(p.beta2));
-  PTDP_CHECK_ARG(p.eps > 0.0f, "adamw_step: eps must be > 0, got " + std::to_string(p.eps));
+  kcheck::check_adamw_step(param, grad, m, v, n, p);
   if (n == 0) return;
-  // Host-side constants computed exactly as the CPU backend computes them.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+  // Host-side scalars from the function the CPU backend uses: the same values to the bit.
+  const kcheck::AdamWScalars s = kcheck::adamw_scalars(p);
   AdamWConsts k{};
   k.b1 = p.beta1;
   k.b2 = p.beta2;
   k.one_minus_b1 = 1.0f - p.beta1;
   k.one_minus_b2 = 1.0f - p.beta2;
   k.eps = p.eps;
-  k.step_size = static_cast<float>(p.lr / bc1);
-  k.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  k.decay = 1.0f - p.lr * p.weight_decay;
+  k.step_size = s.step_size;
+  k.inv_sqrt_bc2 = s.inv_sqrt_bc2;
+  k.decay = s.decay;
   DeviceGuard guard(dev_);
   adamw_kernel<<<grid_for(n), kThreads, 0, stream_>>>(param, grad, m, v, n, k);
   PTDP_CU_LAUNCHED("adamw_kernel");
@@ -79,13 +65,7 @@ void CudaBackend::adamw_step(float* param, const float* grad, float* m, float* v
 
 void CudaBackend::sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
                            const SgdParams& p) {
-  kcheck::nonneg("sgd_step", "n", n);
-  kcheck::not_null("sgd_step", "param", param, n);
-  kcheck::not_null("sgd_step", "grad", grad, n);
-  PTDP_CHECK_ARG(p.momentum >= 0.0f,
-                 "sgd_step: momentum must be >= 0, got " + std::to_string(p.momentum));
-  PTDP_CHECK_ARG(!p.nesterov || p.momentum > 0.0f, "sgd_step: nesterov needs momentum > 0");
-  if (p.momentum > 0.0f) kcheck::not_null("sgd_step", "momentum_buf", momentum_buf, n);
+  kcheck::check_sgd_step(param, grad, momentum_buf, n, p);
   if (n == 0) return;
   DeviceGuard guard(dev_);
   sgd_kernel<<<grid_for(n), kThreads, 0, stream_>>>(param, grad, momentum_buf, n, p.lr, p.momentum,

@@ -1,9 +1,6 @@
 // Scale + optional causal mask + softmax over the last dimension of [batch, sq, sk] scores.
 // One block per row; each thread touches the same columns in every pass, so y may alias x and
 // dx may alias dy.
-#include <cmath>
-#include <string>
-
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 
@@ -15,12 +12,6 @@ constexpr unsigned kMaxRowBlocks = 65535u * 8u;
 
 unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(rows < kMaxRowBlocks ? rows : kMaxRowBlocks);
-}
-
-void check_dims(const char* op, int64_t batch, int64_t sq, int64_t sk) {
-  kcheck::nonneg(op, "batch", batch);
-  kcheck::nonneg(op, "sq", sq);
-  kcheck::nonneg(op, "sk", sk);
 }
 
 __global__ void softmax_forward_kernel(const float* x, float* y, int64_t rows, int64_t sq,
@@ -69,14 +60,10 @@ __global__ void softmax_backward_kernel(const float* y, const float* dy, float* 
 
 void CudaBackend::softmax_forward(const float* x, float* y, int64_t batch, int64_t sq, int64_t sk,
                                   float scale, bool causal) {
-  check_dims("softmax_forward", batch, sq, sk);
-  PTDP_CHECK_ARG(!causal || sq <= sk, "softmax_forward: a causal mask needs sq <= sk, got sq = " +
-                                          std::to_string(sq) + ", sk = " + std::to_string(sk));
-  PTDP_CHECK_ARG(std::isfinite(scale), "softmax_forward: scale must be finite");
+  if (kcheck::check_softmax_forward(x, y, batch, sq, sk, scale, causal) == kcheck::Work::none) {
+    return;
+  }
   const int64_t rows = batch * sq;
-  if (rows == 0 || sk == 0) return;
-  kcheck::not_null("softmax_forward", "x", x);
-  kcheck::not_null("softmax_forward", "y", y);
   DeviceGuard guard(dev_);
   softmax_forward_kernel<<<row_blocks(rows), kThreads, 0, stream_>>>(x, y, rows, sq, sk, scale,
                                                                      causal);
@@ -85,12 +72,8 @@ void CudaBackend::softmax_forward(const float* x, float* y, int64_t batch, int64
 
 void CudaBackend::softmax_backward(const float* y, const float* dy, float* dx, int64_t batch,
                                    int64_t sq, int64_t sk, float scale) {
-  check_dims("softmax_backward", batch, sq, sk);
+  if (kcheck::check_softmax_backward(y, dy, dx, batch, sq, sk) == kcheck::Work::none) return;
   const int64_t rows = batch * sq;
-  if (rows == 0 || sk == 0) return;
-  kcheck::not_null("softmax_backward", "y", y);
-  kcheck::not_null("softmax_backward", "dy", dy);
-  kcheck::not_null("softmax_backward", "dx", dx);
   DeviceGuard guard(dev_);
   softmax_backward_kernel<<<row_blocks(rows), kThreads, 0, stream_>>>(y, dy, dx, rows, sk, scale);
   PTDP_CU_LAUNCHED("softmax_backward_kernel");

@@ -1,0 +1,409 @@
+// The argument checks of every Backend op, written once for all backends: each op's entry point
+// (kernels/cpu/*.cpp, kernels/cuda/*.cu) calls its check_<op> before any work, so the backends
+// reject the same arguments with the same messages. Also the host-side scalars the backends
+// derive from checked arguments (dropout's keep scale, AdamW's bias corrections), so their
+// results agree bit for bit.
+//
+// Plain C++ (no CUDA): the CUDA backend includes it from nvcc host code.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "kernels/backend.h"
+#include "kernels/check.h"
+#include "kernels/dtype.h"
+#include "kernels/error.h"
+
+namespace ptdp::kcheck {
+
+/// Whether an op has anything to compute. With Work::none the sizes make the op empty and its
+/// pointers were not checked (they may be NULL), so the op must return without touching them.
+enum class Work { none, some };
+
+// ---- GEMM ----------------------------------------------------------------------------------
+
+/// The leading dimensions GemmDesc's defaults (0) resolve to, and whether C is empty.
+struct GemmLayout {
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  Work work = Work::none;
+};
+
+namespace detail {
+inline void check_gemm_ld(const char* what, int64_t ld, int64_t min_cols) {
+  PTDP_CHECK_ARG(ld >= std::max<int64_t>(1, min_cols),
+                 std::string("gemm: ") + what + " = " + std::to_string(ld) +
+                     " is smaller than the row length " + std::to_string(min_cols));
+}
+}  // namespace detail
+
+inline GemmLayout check_gemm(const GemmDesc& d, const float* a, const float* b, const float* c) {
+  nonneg("gemm", "m", d.m);
+  nonneg("gemm", "n", d.n);
+  nonneg("gemm", "k", d.k);
+  nonneg("gemm", "batch", d.batch);
+  nonneg("gemm", "stride_a", d.stride_a);
+  nonneg("gemm", "stride_b", d.stride_b);
+  nonneg("gemm", "stride_c", d.stride_c);
+  // Stored shapes (row-major): A is [m, k] or [k, m] when transposed; B is [k, n] or [n, k].
+  const int64_t a_cols = d.trans_a ? d.m : d.k;
+  const int64_t b_cols = d.trans_b ? d.k : d.n;
+  GemmLayout l;
+  l.lda = d.lda ? d.lda : std::max<int64_t>(1, a_cols);
+  l.ldb = d.ldb ? d.ldb : std::max<int64_t>(1, b_cols);
+  l.ldc = d.ldc ? d.ldc : std::max<int64_t>(1, d.n);
+  detail::check_gemm_ld("lda", l.lda, a_cols);
+  detail::check_gemm_ld("ldb", l.ldb, b_cols);
+  detail::check_gemm_ld("ldc", l.ldc, d.n);
+  if (d.m == 0 || d.n == 0 || d.batch == 0) return l;
+  not_null("gemm", "c", c);
+  if (d.k > 0) {
+    not_null("gemm", "a", a);
+    not_null("gemm", "b", b);
+  }
+  if (d.batch > 1) {
+    PTDP_CHECK_ARG(d.stride_c > 0,
+                   "gemm: stride_c must be > 0 when batch > 1 (outputs would overlap)");
+  }
+  l.work = Work::some;
+  return l;
+}
+
+// ---- bias ----------------------------------------------------------------------------------
+
+inline void check_bias_add(const float* y, const float* bias, int64_t rows, int64_t cols) {
+  nonneg("bias_add", "rows", rows);
+  nonneg("bias_add", "cols", cols);
+  not_null("bias_add", "y", y, rows * cols);
+  not_null("bias_add", "bias", bias, rows * cols);
+}
+
+inline void check_bias_grad(const float* dy, const float* dbias, int64_t rows, int64_t cols) {
+  nonneg("bias_grad", "rows", rows);
+  nonneg("bias_grad", "cols", cols);
+  not_null("bias_grad", "dy", dy, rows * cols);
+  not_null("bias_grad", "dbias", dbias, cols);
+}
+
+// ---- GeLU ----------------------------------------------------------------------------------
+
+inline void check_gelu_forward(const float* x, const float* y, int64_t n) {
+  nonneg("gelu_forward", "n", n);
+  not_null("gelu_forward", "x", x, n);
+  not_null("gelu_forward", "y", y, n);
+}
+
+inline void check_gelu_backward(const float* x, const float* dy, const float* dx, int64_t n) {
+  nonneg("gelu_backward", "n", n);
+  not_null("gelu_backward", "x", x, n);
+  not_null("gelu_backward", "dy", dy, n);
+  not_null("gelu_backward", "dx", dx, n);
+}
+
+// ---- LayerNorm -----------------------------------------------------------------------------
+
+inline Work check_layernorm_forward(const float* x, const float* gamma, const float* beta,
+                                    const float* y, const float* mean, const float* rstd,
+                                    int64_t rows, int64_t cols, float eps) {
+  nonneg("layernorm_forward", "rows", rows);
+  positive("layernorm_forward", "cols", cols);
+  PTDP_CHECK_ARG(eps >= 0.0f && std::isfinite(eps),
+                 "layernorm_forward: eps must be finite and >= 0, got " + std::to_string(eps));
+  if (rows == 0) return Work::none;
+  not_null("layernorm_forward", "x", x);
+  not_null("layernorm_forward", "gamma", gamma);
+  not_null("layernorm_forward", "beta", beta);
+  not_null("layernorm_forward", "y", y);
+  not_null("layernorm_forward", "mean", mean);
+  not_null("layernorm_forward", "rstd", rstd);
+  return Work::some;
+}
+
+/// With rows == 0 the op still has work: dgamma and dbeta are cleared (or kept, accumulating).
+inline void check_layernorm_backward(const float* x, const float* gamma, const float* mean,
+                                     const float* rstd, const float* dy, const float* dx,
+                                     const float* dgamma, const float* dbeta, int64_t rows,
+                                     int64_t cols) {
+  nonneg("layernorm_backward", "rows", rows);
+  positive("layernorm_backward", "cols", cols);
+  not_null("layernorm_backward", "dgamma", dgamma);
+  not_null("layernorm_backward", "dbeta", dbeta);
+  if (rows > 0) {
+    not_null("layernorm_backward", "x", x);
+    not_null("layernorm_backward", "gamma", gamma);
+    not_null("layernorm_backward", "mean", mean);
+    not_null("layernorm_backward", "rstd", rstd);
+    not_null("layernorm_backward", "dy", dy);
+    not_null("layernorm_backward", "dx", dx);
+  }
+}
+
+// ---- softmax -------------------------------------------------------------------------------
+
+namespace detail {
+inline void check_softmax_dims(const char* op, int64_t batch, int64_t sq, int64_t sk) {
+  nonneg(op, "batch", batch);
+  nonneg(op, "sq", sq);
+  nonneg(op, "sk", sk);
+}
+}  // namespace detail
+
+inline Work check_softmax_forward(const float* x, const float* y, int64_t batch, int64_t sq,
+                                  int64_t sk, float scale, bool causal) {
+  detail::check_softmax_dims("softmax_forward", batch, sq, sk);
+  PTDP_CHECK_ARG(!causal || sq <= sk,
+                 "softmax_forward: a causal mask needs sq <= sk, got sq = " + std::to_string(sq) +
+                     ", sk = " + std::to_string(sk));
+  PTDP_CHECK_ARG(std::isfinite(scale), "softmax_forward: scale must be finite");
+  if (batch * sq == 0 || sk == 0) return Work::none;
+  not_null("softmax_forward", "x", x);
+  not_null("softmax_forward", "y", y);
+  return Work::some;
+}
+
+inline Work check_softmax_backward(const float* y, const float* dy, const float* dx,
+                                   int64_t batch, int64_t sq, int64_t sk) {
+  detail::check_softmax_dims("softmax_backward", batch, sq, sk);
+  if (batch * sq == 0 || sk == 0) return Work::none;
+  not_null("softmax_backward", "y", y);
+  not_null("softmax_backward", "dy", dy);
+  not_null("softmax_backward", "dx", dx);
+  return Work::some;
+}
+
+// ---- dropout -------------------------------------------------------------------------------
+
+/// `op` names the entry point (dropout_forward or dropout_backward); `in` and `out` are its
+/// input and output.
+inline Work check_dropout(const char* op, const float* in, const float* out,
+                          const DropoutDesc& d) {
+  PTDP_CHECK_ARG(d.p >= 0.0f && d.p <= 1.0f,
+                 std::string(op) + ": p must be in [0, 1], got " + std::to_string(d.p));
+  for (int k = 0; k < 3; ++k) {
+    const std::string dim = "block dim " + std::to_string(k);
+    nonneg(op, (dim + " shape").c_str(), d.block.shape[k]);
+    nonneg(op, (dim + " offset").c_str(), d.block.offset[k]);
+    PTDP_CHECK_ARG(d.block.offset[k] + d.block.shape[k] <= d.block.global_shape[k],
+                   std::string(op) + ": " + dim + ": offset " + std::to_string(d.block.offset[k]) +
+                       " + shape " + std::to_string(d.block.shape[k]) +
+                       " exceeds the global extent " + std::to_string(d.block.global_shape[k]));
+  }
+  if (d.block.numel() == 0) return Work::none;
+  not_null(op, "input", in);
+  not_null(op, "output", out);
+  return Work::some;
+}
+
+/// The factor kept elements are multiplied by: 1 / (1 - p), and 0 when p == 1 (nothing is kept).
+inline float dropout_keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+// ---- elementwise ---------------------------------------------------------------------------
+
+inline void check_add(const float* a, const float* b, const float* y, int64_t n) {
+  nonneg("add", "n", n);
+  not_null("add", "a", a, n);
+  not_null("add", "b", b, n);
+  not_null("add", "y", y, n);
+}
+
+inline void check_axpy(const float* x, const float* y, int64_t n) {
+  nonneg("axpy", "n", n);
+  not_null("axpy", "x", x, n);
+  not_null("axpy", "y", y, n);
+}
+
+inline void check_scale(const float* x, int64_t n) {
+  nonneg("scale", "n", n);
+  not_null("scale", "x", x, n);
+}
+
+inline void check_fill(const void* x, DType t, int64_t n) {
+  nonneg("fill", "n", n);
+  not_null("fill", "x", x, n);
+  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)),
+                 "fill: dtype " + std::to_string(static_cast<int>(t)) + " is not a valid dtype");
+}
+
+inline void check_sum_squares(const float* x, int64_t n) {
+  nonneg("sum_squares", "n", n);
+  not_null("sum_squares", "x", x, n);
+}
+
+namespace detail {
+inline void check_2d(const char* op, const char* what, int64_t ld, int64_t rows, int64_t cols) {
+  nonneg(op, "rows", rows);
+  nonneg(op, "cols", cols);
+  PTDP_CHECK_ARG(ld >= cols, std::string(op) + ": " + what + " = " + std::to_string(ld) +
+                                 " is smaller than cols = " + std::to_string(cols));
+}
+}  // namespace detail
+
+inline Work check_copy_2d(const float* dst, int64_t ld_dst, const float* src, int64_t ld_src,
+                          int64_t rows, int64_t cols) {
+  detail::check_2d("copy_2d", "ld_dst", ld_dst, rows, cols);
+  detail::check_2d("copy_2d", "ld_src", ld_src, rows, cols);
+  if (rows == 0 || cols == 0) return Work::none;
+  not_null("copy_2d", "dst", dst);
+  not_null("copy_2d", "src", src);
+  return Work::some;
+}
+
+inline Work check_fill_2d(const float* x, int64_t ld, int64_t rows, int64_t cols) {
+  detail::check_2d("fill_2d", "ld", ld, rows, cols);
+  if (rows == 0 || cols == 0) return Work::none;
+  not_null("fill_2d", "x", x);
+  return Work::some;
+}
+
+// ---- cast ----------------------------------------------------------------------------------
+
+namespace detail {
+inline void check_cast_type(const char* what, DType t) {
+  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)) && dtype_is_float(t),
+                 std::string("cast: ") + what + " must be f32, bf16 or f16, got " +
+                     (dtype_valid(static_cast<int>(t)) ? dtype_name(t)
+                                                       : std::to_string(static_cast<int>(t))));
+}
+}  // namespace detail
+
+inline void check_cast(const void* src, DType src_type, const void* dst, DType dst_type,
+                       int64_t n) {
+  nonneg("cast", "n", n);
+  detail::check_cast_type("src_type", src_type);
+  detail::check_cast_type("dst_type", dst_type);
+  not_null("cast", "src", src, n);
+  not_null("cast", "dst", dst, n);
+}
+
+// ---- embedding -----------------------------------------------------------------------------
+
+namespace detail {
+inline void check_embedding(const char* op, const int32_t* ids, int64_t n, int64_t vocab_start,
+                            int64_t vocab_rows, int64_t h) {
+  nonneg(op, "n", n);
+  nonneg(op, "vocab_start", vocab_start);
+  nonneg(op, "vocab_rows", vocab_rows);
+  nonneg(op, "h", h);
+  not_null(op, "ids", ids, n);
+}
+}  // namespace detail
+
+inline void check_embedding_forward(const int32_t* ids, int64_t n, const float* table,
+                                    int64_t vocab_start, int64_t vocab_rows, int64_t h,
+                                    const float* out) {
+  detail::check_embedding("embedding_forward", ids, n, vocab_start, vocab_rows, h);
+  not_null("embedding_forward", "out", out, n * h);
+  not_null("embedding_forward", "table", table, vocab_rows * h);
+}
+
+inline void check_embedding_backward(const int32_t* ids, int64_t n, const float* dout,
+                                     int64_t vocab_start, int64_t vocab_rows, int64_t h,
+                                     const float* dtable) {
+  detail::check_embedding("embedding_backward", ids, n, vocab_start, vocab_rows, h);
+  not_null("embedding_backward", "dout", dout, n * h);
+  not_null("embedding_backward", "dtable", dtable, vocab_rows * h);
+}
+
+// ---- cross-entropy -------------------------------------------------------------------------
+
+namespace detail {
+inline void check_ce_rows(const char* op, int64_t rows, int64_t v) {
+  nonneg(op, "rows", rows);
+  nonneg(op, "v", v);
+}
+}  // namespace detail
+
+inline void check_ce_row_max(const float* logits, int64_t rows, int64_t v, const float* row_max) {
+  detail::check_ce_rows("ce_row_max", rows, v);
+  not_null("ce_row_max", "logits", logits, rows * v);
+  not_null("ce_row_max", "row_max", row_max, rows);
+}
+
+inline void check_ce_sum_exp(const float* logits, const float* row_max, int64_t rows, int64_t v,
+                             const float* sum_exp) {
+  detail::check_ce_rows("ce_sum_exp", rows, v);
+  not_null("ce_sum_exp", "logits", logits, rows * v);
+  not_null("ce_sum_exp", "row_max", row_max, rows);
+  not_null("ce_sum_exp", "sum_exp", sum_exp, rows);
+}
+
+inline void check_ce_target_logit(const float* logits, const int32_t* targets, int64_t rows,
+                                  int64_t v, int64_t vocab_start, const float* target_logit) {
+  detail::check_ce_rows("ce_target_logit", rows, v);
+  nonneg("ce_target_logit", "vocab_start", vocab_start);
+  not_null("ce_target_logit", "logits", logits, rows * v);
+  not_null("ce_target_logit", "targets", targets, rows);
+  not_null("ce_target_logit", "target_logit", target_logit, rows);
+}
+
+inline void check_ce_loss(const float* row_max, const float* sum_exp, const float* target_logit,
+                          int64_t rows, const float* loss) {
+  nonneg("ce_loss", "rows", rows);
+  not_null("ce_loss", "row_max", row_max, rows);
+  not_null("ce_loss", "sum_exp", sum_exp, rows);
+  not_null("ce_loss", "target_logit", target_logit, rows);
+  not_null("ce_loss", "loss", loss, rows);
+}
+
+inline void check_ce_backward(const float* logits, const float* row_max, const float* sum_exp,
+                              const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
+                              int64_t vocab_start, const float* dlogits) {
+  detail::check_ce_rows("ce_backward", rows, v);
+  nonneg("ce_backward", "vocab_start", vocab_start);
+  not_null("ce_backward", "logits", logits, rows * v);
+  not_null("ce_backward", "row_max", row_max, rows);
+  not_null("ce_backward", "sum_exp", sum_exp, rows);
+  not_null("ce_backward", "targets", targets, rows);
+  not_null("ce_backward", "dloss", dloss, rows);
+  not_null("ce_backward", "dlogits", dlogits, rows * v);
+}
+
+// ---- optimizer steps -----------------------------------------------------------------------
+
+inline void check_adamw_step(const float* param, const float* grad, const float* m,
+                             const float* v, int64_t n, const AdamWParams& p) {
+  nonneg("adamw_step", "n", n);
+  not_null("adamw_step", "param", param, n);
+  not_null("adamw_step", "grad", grad, n);
+  not_null("adamw_step", "m", m, n);
+  not_null("adamw_step", "v", v, n);
+  PTDP_CHECK_ARG(p.step >= 1, "adamw_step: step counts from 1, got " + std::to_string(p.step));
+  PTDP_CHECK_ARG(p.beta1 >= 0.0f && p.beta1 < 1.0f,
+                 "adamw_step: beta1 must be in [0, 1), got " + std::to_string(p.beta1));
+  PTDP_CHECK_ARG(p.beta2 >= 0.0f && p.beta2 < 1.0f,
+                 "adamw_step: beta2 must be in [0, 1), got " + std::to_string(p.beta2));
+  PTDP_CHECK_ARG(p.eps > 0.0f, "adamw_step: eps must be > 0, got " + std::to_string(p.eps));
+}
+
+/// The per-step scalars of an AdamW update, bias corrections in double:
+///   param = param * decay - step_size * m / (sqrt(v) * inv_sqrt_bc2 + eps).
+struct AdamWScalars {
+  float step_size;     // lr / (1 - beta1^step)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^step)
+  float decay;         // 1 - lr * weight_decay
+};
+
+inline AdamWScalars adamw_scalars(const AdamWParams& p) {
+  const double bc1 = 1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(p.step));
+  const double bc2 = 1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(p.step));
+  AdamWScalars s{};
+  s.step_size = static_cast<float>(p.lr / bc1);
+  s.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+  s.decay = 1.0f - p.lr * p.weight_decay;
+  return s;
+}
+
+inline void check_sgd_step(const float* param, const float* grad, const float* momentum_buf,
+                           int64_t n, const SgdParams& p) {
+  nonneg("sgd_step", "n", n);
+  not_null("sgd_step", "param", param, n);
+  not_null("sgd_step", "grad", grad, n);
+  PTDP_CHECK_ARG(p.momentum >= 0.0f,
+                 "sgd_step: momentum must be >= 0, got " + std::to_string(p.momentum));
+  PTDP_CHECK_ARG(!p.nesterov || p.momentum > 0.0f, "sgd_step: nesterov needs momentum > 0");
+  if (p.momentum > 0.0f) not_null("sgd_step", "momentum_buf", momentum_buf, n);
+}
+
+}  // namespace ptdp::kcheck
