@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <exception>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 namespace ptdp::bench {
@@ -197,6 +198,12 @@ class Args {
     }
     return true;
   }
+  bool int_value(std::optional<int>& out, int min, int& exit_code) {
+    int v = 0;
+    if (!int_value(v, min, exit_code)) return false;
+    out = v;
+    return true;
+  }
   /// require_value() read by std::atof, which must give a number >= 0 (seconds, say).
   bool non_negative_value(double& out, int& exit_code) {
     std::string v;
@@ -212,6 +219,53 @@ class Args {
   std::string flag_, value_;
   bool has_value_ = false;
 };
+
+/// Walks the command line: --help (or -h) prints help(argv[0]) and stops with exit code 0; every
+/// other flag goes to on_flag(args), which returns false once it has reported a bad flag (and
+/// set exit_code). False: stop with exit_code.
+template <class OnFlag>
+bool read_flags(int argc, char** argv, void (*help)(const char*), int& exit_code, OnFlag on_flag) {
+  exit_code = 0;
+  Args args(argc, argv);
+  while (args.next()) {
+    if (args.is_help()) {
+      help(argv[0]);
+      return false;
+    }
+    if (!on_flag(args)) return false;
+  }
+  return true;
+}
+
+/// The flags of the benchmarks that time named cases (bench_gpu, bench_kernels).
+struct CaseOptions {
+  bool quick = false;
+  std::string filter;
+  std::string json_path;
+  int runs = 0;            // 0: default for the mode
+  double min_time = -1.0;  // seconds per run; < 0: default for the mode
+};
+
+/// Reads the current flag into `o` when it is one of CaseOptions' (--quick, --filter, --json,
+/// --runs N >= 1, --min-time S >= 0) and returns true, with `ok` false after reporting a bad
+/// value; returns false for any other flag.
+inline bool read_case_flag(Args& args, CaseOptions& o, bool& ok, int& exit_code) {
+  const std::string& f = args.flag();
+  if (f == "--quick") {
+    o.quick = true;
+  } else if (f == "--filter") {
+    ok = args.require_value(o.filter, exit_code);
+  } else if (f == "--json") {
+    ok = args.require_value(o.json_path, exit_code);
+  } else if (f == "--runs") {
+    ok = args.int_value(o.runs, 1, exit_code);
+  } else if (f == "--min-time") {
+    ok = args.non_negative_value(o.min_time, exit_code);
+  } else {
+    return false;
+  }
+  return true;
+}
 
 /// One line of an options list: the flag as typed ("--runs N") and what it does; a '\n' in `text`
 /// continues it on the next line, in the same column.

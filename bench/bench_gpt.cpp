@@ -88,42 +88,32 @@ void print_help(const char* argv0) {
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
-  ptdp::bench::Args args(argc, argv);
-  while (args.next()) {
+  return ptdp::bench::read_flags(argc, argv, print_help, exit_code, [&](ptdp::bench::Args& args) {
     const std::string& arg = args.flag();
-    // An integer option: value >= min.
-    const auto int_opt = [&](std::optional<int>& dst, int min) {
-      int v = 0;
-      if (!args.int_value(v, min, exit_code)) return false;
-      dst = v;
-      return true;
-    };
-    bool ok = true;
-    if (args.is_help()) {
-      print_help(argv[0]);
-      return false;
-    } else if (arg == "--quick") {
+    if (arg == "--quick") {
       o.quick = true;
     } else if (arg == "--no-dropout") {
       o.dropout = false;
     } else if (arg == "--layers") {
-      ok = int_opt(o.layers, 1);
+      return args.int_value(o.layers, 1, exit_code);
     } else if (arg == "--hidden") {
-      ok = int_opt(o.hidden, 1);
+      return args.int_value(o.hidden, 1, exit_code);
     } else if (arg == "--heads") {
-      ok = int_opt(o.heads, 1);
+      return args.int_value(o.heads, 1, exit_code);
     } else if (arg == "--vocab") {
-      ok = int_opt(o.vocab, 2);
+      return args.int_value(o.vocab, 2, exit_code);
     } else if (arg == "--seq") {
-      ok = int_opt(o.seq, 1);
+      return args.int_value(o.seq, 1, exit_code);
     } else if (arg == "--micro-batch") {
-      ok = int_opt(o.micro_batch, 1);
+      return args.int_value(o.micro_batch, 1, exit_code);
     } else if (arg == "--iters") {
-      ok = int_opt(o.iters, 1);
+      return args.int_value(o.iters, 1, exit_code);
     } else if (arg == "--warmup") {
-      ok = int_opt(o.warmup, 0);
+      return args.int_value(o.warmup, 0, exit_code);
     } else if (arg == "--threads") {
-      ok = args.int_value(o.threads, 1, exit_code);
+      return args.int_value(o.threads, 1, exit_code);
+    } else if (arg == "--json") {
+      return args.require_value(o.json_path, exit_code);
     } else if (arg == "--recompute") {
       std::string value;
       if (!args.require_value(value, exit_code)) return false;
@@ -134,16 +124,13 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       } else if (value == "selective") {
         o.recompute = ptdp::Recompute::Selective;
       } else {
-        ok = args.fail(exit_code, "--recompute must be none, full or selective, got '" + value + "'");
+        return args.fail(exit_code, "--recompute must be none, full or selective, got '" + value + "'");
       }
-    } else if (arg == "--json") {
-      ok = args.require_value(o.json_path, exit_code);
     } else {
-      ok = args.unknown(exit_code);
+      return args.unknown(exit_code);
     }
-    if (!ok) return false;
-  }
-  return true;
+    return true;
+  });
 }
 
 // ---- machine ---------------------------------------------------------------------------------

@@ -43,13 +43,7 @@ using ptdp::bench::splitmix64;
 constexpr double kPeakFp32 = 67.0, kPeakTf32 = 494.0, kPeakBf16 = 989.0;  // H200 TFLOP/s, dense
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
-struct Options {
-  bool quick = false;
-  std::string filter;
-  std::string json_path;
-  int runs = 0;            // 0: default for the mode
-  double min_time = -1.0;  // seconds per run; < 0: default for the mode
-};
+struct Options : ptdp::bench::CaseOptions {};
 
 void print_help(const char* argv0) {
   ptdp::bench::print_help(
@@ -67,27 +61,11 @@ void print_help(const char* argv0) {
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
-  ptdp::bench::Args args(argc, argv);
-  while (args.next()) {
-    const std::string& arg = args.flag();
-    bool ok = true;
-    if (args.is_help()) {
-      print_help(argv[0]);
-      return false;
-    } else if (arg == "--quick") {
-      o.quick = true;
-    } else if (arg == "--filter") {
-      ok = args.require_value(o.filter, exit_code);
-    } else if (arg == "--json") {
-      ok = args.require_value(o.json_path, exit_code);
-    } else if (arg == "--runs") {
-      ok = args.int_value(o.runs, 1, exit_code);
-    } else if (arg == "--min-time") {
-      ok = args.non_negative_value(o.min_time, exit_code);
-    } else {
-      ok = args.unknown(exit_code);
-    }
-    if (!ok) return false;
+  if (!ptdp::bench::read_flags(argc, argv, print_help, exit_code, [&](ptdp::bench::Args& args) {
+        bool ok = true;
+        return ptdp::bench::read_case_flag(args, o, ok, exit_code) ? ok : args.unknown(exit_code);
+      })) {
+    return false;
   }
   if (o.runs == 0) o.runs = o.quick ? 3 : 5;
   if (o.min_time < 0.0) o.min_time = o.quick ? 0.02 : 0.1;

@@ -54,15 +54,10 @@ using ptdp::bench::trim;
 
 // ---- options ---------------------------------------------------------------------------------
 
-struct Options {
-  bool quick = false;
+struct Options : ptdp::bench::CaseOptions {
   bool list = false;
-  std::string filter;
-  std::string json_path;
-  int runs = 0;            // 0: default for the mode
-  double min_time = -1.0;  // seconds; < 0: default for the mode
-  double budget = 0.0;     // seconds one benchmark may take before its runs are cut
-  int threads = 0;         // 0: leave OpenMP's default
+  double budget = 0.0;  // seconds one benchmark may take before its runs are cut
+  int threads = 0;      // 0: leave OpenMP's default
 };
 
 void print_help(const char* argv0) {
@@ -84,31 +79,17 @@ void print_help(const char* argv0) {
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
-  ptdp::bench::Args args(argc, argv);
-  while (args.next()) {
-    const std::string& arg = args.flag();
-    bool ok = true;
-    if (args.is_help()) {
-      print_help(argv[0]);
-      return false;
-    } else if (arg == "--quick") {
-      o.quick = true;
-    } else if (arg == "--list") {
-      o.list = true;
-    } else if (arg == "--filter") {
-      ok = args.require_value(o.filter, exit_code);
-    } else if (arg == "--json") {
-      ok = args.require_value(o.json_path, exit_code);
-    } else if (arg == "--runs") {
-      ok = args.int_value(o.runs, 1, exit_code);
-    } else if (arg == "--min-time") {
-      ok = args.non_negative_value(o.min_time, exit_code);
-    } else if (arg == "--threads") {
-      ok = args.int_value(o.threads, 1, exit_code);
-    } else {
-      ok = args.unknown(exit_code);
-    }
-    if (!ok) return false;
+  if (!ptdp::bench::read_flags(argc, argv, print_help, exit_code, [&](ptdp::bench::Args& args) {
+        bool ok = true;
+        if (ptdp::bench::read_case_flag(args, o, ok, exit_code)) return ok;
+        if (args.flag() == "--list") {
+          o.list = true;
+          return true;
+        }
+        if (args.flag() == "--threads") return args.int_value(o.threads, 1, exit_code);
+        return args.unknown(exit_code);
+      })) {
+    return false;
   }
   if (o.runs == 0) o.runs = o.quick ? 3 : 5;
   if (o.min_time < 0.0) o.min_time = o.quick ? 0.05 : 0.2;

@@ -220,6 +220,7 @@ const cli::FlagTable& flag_table() {
   static const cli::FlagTable t(flags(), {"ptdp-plan", "", "flags start with -- (see --help)"});
   return t;
 }
+
 }  // namespace
 
 PlanArgs parse_plan_args(const std::vector<std::string>& args) {

@@ -145,6 +145,8 @@ Backend& backend(int device) {
   return *b;
 }
 
+void* compute_stream(int device) { return static_cast<CudaBackend&>(backend(device)).stream(); }
+
 void memcpy_to_host(int device, void* host, const void* dev, std::size_t bytes) {
   backend(device).copy_to_host(host, dev, bytes);
 }

@@ -50,6 +50,10 @@ struct AllocatorStats {
 
 /// The allocator's counters for `device`. Thread-safe.
 AllocatorStats allocator_stats(int device);
+/// The compute stream of `device`'s backend, as a cudaStream_t (opaque here: this header has no
+/// CUDA types), for code that orders another stream after the backend's work or the backend
+/// after it (the NCCL communicator's stream).
+void* compute_stream(int device);
 
 /// Returns every cached (free) block of `device` to the driver with cudaFree. Thread-safe.
 void empty_cache(int device);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -212,9 +213,12 @@ class NcclCommunicator final : public Communicator {
   template <typename Enqueue>
   WorkPtr launch(const std::string& what, std::vector<Tensor> keep, Enqueue&& enqueue) {
     cuda_check(cudaSetDevice(device_), what + ": cudaSetDevice");
-    // Order after the work already queued on the compute (default) stream.
+    // Order after the work already queued on the backend's compute stream (which produced the
+    // tensors) and on the legacy default stream (callers' own kernels).
     cudaEvent_t ready = nullptr, done = nullptr;
     cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what + ": cudaEventCreate");
+    cuda_check(cudaEventRecord(ready, compute_stream()), what + ": cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(stream_, ready, 0), what + ": cudaStreamWaitEvent");
     cuda_check(cudaEventRecord(ready, cudaStreamLegacy), what + ": cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(stream_, ready, 0), what + ": cudaStreamWaitEvent");
     cudaEventDestroy(ready);
@@ -224,6 +228,11 @@ class NcclCommunicator final : public Communicator {
     return std::make_unique<NcclWork>(*this, what, done, std::move(keep));
   }
 
+ public:
+  /// The CUDA backend's compute stream on this communicator's device.
+  cudaStream_t compute_stream() const { return static_cast<cudaStream_t>(cuda::compute_stream(device_)); }
+
+ private:
   Communicator& bootstrap_;
   int device_;
   ncclComm_t comm_ = nullptr;
@@ -247,7 +256,9 @@ bool NcclWork::test() {
   const cudaError_t rc = cudaEventQuery(done_event_);
   if (rc == cudaSuccess) {
     done_ = true;
-    // Later compute on the default stream sees the results without a host round trip.
+    // Later compute on the backend's stream and the default stream sees the results without a
+    // host round trip.
+    cudaStreamWaitEvent(owner_.compute_stream(), done_event_, 0);
     cudaStreamWaitEvent(cudaStreamLegacy, done_event_, 0);
     return true;
   }
