@@ -62,6 +62,8 @@ struct Options {
   bool dropout = true;
   int threads = 0;  // 0: leave OpenMP's default
   std::string json_path;
+  bool cuda = false;         // --device cuda: the model on GPU 0
+  double peak_tflops = 0.0;  // --peak-tflops: the ceiling on the GPU (default: H200 fp32, 67)
 };
 
 void print_help(const char* argv0) {
@@ -84,7 +86,9 @@ void print_help(const char* argv0) {
        {"--recompute MODE", "none | full | selective (Megatron's --recompute-granularity; none)"},
        {"--no-dropout", "hidden and attention dropout 0 (default 0.1, Megatron's)"},
        {"--quick", "a much smaller model and shorter timing (whole run < 20 s)"},
-       {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"}});
+       {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"},
+       {"--device cpu|cuda", "where the model runs (cpu); cuda: GPU 0, fp32, no sgemm peak run"},
+       {"--peak-tflops X", "with --device cuda: the ceiling for % peak (67, H200 fp32 dense)"}});
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
@@ -114,6 +118,18 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       return args.int_value(o.threads, 1, exit_code);
     } else if (arg == "--json") {
       return args.require_value(o.json_path, exit_code);
+    } else if (arg == "--device") {
+      std::string value;
+      if (!args.require_value(value, exit_code)) return false;
+      if (value != "cpu" && value != "cuda") return args.fail(exit_code, "--device must be cpu or cuda, got '" + value + "'");
+      o.cuda = value == "cuda";
+    } else if (arg == "--peak-tflops") {
+      std::string value;
+      if (!args.require_value(value, exit_code)) return false;
+      char* end = nullptr;
+      o.peak_tflops = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(o.peak_tflops > 0.0))
+        return args.fail(exit_code, "--peak-tflops needs a number > 0, got '" + value + "'");
     } else if (arg == "--recompute") {
       std::string value;
       if (!args.require_value(value, exit_code)) return false;
@@ -219,7 +235,15 @@ class Bench {
   int run() {
     print_machine();
     cfg_.validate(1);  // before the peak, so a bad shape fails at once
-    bench_peak();
+    if (o_.cuda) {
+      // The GPU's ceiling is not measured here (bench_gpu measures cuBLASLt): the datasheet's.
+      peak_gflops_ = (o_.peak_tflops > 0.0 ? o_.peak_tflops : 67.0) * 1e3;
+      peak_n_ = 0;
+      std::printf("1. peak: %.1f TFLOP/s (%s), not measured; the model runs on cuda:0 in fp32\n\n",
+                  peak_gflops_ * 1e-3, o_.peak_tflops > 0.0 ? "--peak-tflops" : "H200 fp32 dense, datasheet");
+    } else {
+      bench_peak();
+    }
     bench_model();
     print_footer();
     if (!o_.json_path.empty() && !write_json()) return 1;
@@ -377,7 +401,8 @@ class Bench {
     std::fflush(stdout);
 
     const auto t_setup = Clock::now();
-    ptdp::GptModel model(cfg_, ptdp::TensorParallel{}, ptdp::Device{});
+    const ptdp::Device device = o_.cuda ? ptdp::Device{ptdp::DeviceType::CUDA, 0} : ptdp::Device{};
+    ptdp::GptModel model(cfg_, ptdp::TensorParallel{}, device);
     setup_s_ = seconds_since(t_setup);
     std::printf("   setup      : %.2f s (building the model, initialising the parameters)\n",
                 setup_s_);

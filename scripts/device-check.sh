@@ -36,7 +36,7 @@ else
   build=build-device
   if ! { cmake -S . -B "$build" -DPTDP_WITH_CUDA=ON -DPTDP_WITH_MPI=OFF -DCMAKE_BUILD_TYPE=Release \
            -DBUILD_TESTING=ON >"$out/configure.log" 2>&1 &&
-         cmake --build "$build" -j"$(nproc)" --target test_cuda_philox test_cuda_backend test_gpt_cuda bench_gpu \
+         cmake --build "$build" -j"$(nproc)" --target test_cuda_philox test_cuda_backend test_gpt_cuda bench_gpu bench_gpt \
            >"$out/build.log" 2>&1; }; then
     say "BUILD FAILED (see configure.log / build.log; without OpenBLAS here, carry device-bundle.tar.xz)"
     tail -n 30 "$out/configure.log" "$out/build.log" 2>/dev/null | tee -a "$report"
@@ -44,7 +44,7 @@ else
   fi
   bin="$out/bin"
   mkdir -p "$bin"
-  cp "$build"/tests/cuda/test_* "$build"/bench/bench_gpu "$bin/" 2>/dev/null
+  cp "$build"/tests/cuda/test_* "$build"/bench/bench_gpu "$build"/bench/bench_gpt "$bin/" 2>/dev/null
 fi
 
 say "== gpu tests"
@@ -64,7 +64,17 @@ timeout 420 "$bin/bench_gpu" --json "$out/bench_gpu.json" > "$out/bench_gpu.log"
 rc=$?
 tail -n 60 "$out/bench_gpu.log" | tee -a "$report"
 [[ $rc -eq 0 ]] || { say "bench_gpu exited $rc"; status=1; }
-say "GPT training throughput (tokens/s, MFU) needs the bf16 engine, which is not in this version."
+say "== GPT training on the GPU, fp32 (bench_gpt --device cuda; MFU against 67 TFLOP/s fp32 dense)"
+for shape in "124M 12 768 12" "350M 24 1024 16" "1.3B 24 2048 16"; do
+  set -- $shape
+  timeout 240 "$bin/bench_gpt" --device cuda --layers "$2" --hidden "$3" --heads "$4" --vocab 50257 --seq 1024 \
+    --micro-batch 4 --iters 5 --warmup 2 --json "$out/bench_gpt_$1.json" > "$out/bench_gpt_$1.log" 2>&1
+  rc=$?
+  say "-- GPT $1 (l=$2, h=$3, a=$4, s=1024, b=4): exit $rc"
+  grep -E "forward\+backward|tokens/s|GFLOP/s|loss:" "$out/bench_gpt_$1.log" | head -n 6 | tee -a "$report"
+  [[ $rc -eq 0 ]] || status=1
+done
+say "bf16 training (the issue's 45% MFU target on 1.3B) needs the 16-bit engine, not in this version."
 
 say "== done, status $status"
 exit $status
