@@ -51,6 +51,17 @@ Options& reset_options(Options* user, const char* name) {
   return *user;
 }
 
+/// The count/capacity protocol of the C API's text getters: `length` always receives
+/// strlen(text); nothing is written unless the text and its NUL fit in `capacity` bytes.
+inline void copy_text(const std::string& text, char* buffer, std::size_t capacity, std::size_t* length) {
+  *length = text.size();
+  PTDP_CHECK_ARG(buffer != nullptr || capacity == 0, "buffer is NULL but capacity = " + std::to_string(capacity));
+  PTDP_CHECK_ARG(capacity > text.size(), "capacity = " + std::to_string(capacity) + " is too small: the text needs " +
+                                             std::to_string(text.size() + 1) +
+                                             " bytes with its NUL (*length receives its strlen)");
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+}
+
 /// Copies a caller's options struct over `defaults` (both start with size_t struct_size):
 /// only the bytes the caller's struct_size covers, and only if the rest, beyond what this
 /// library knows, is zero. `min_size` is the size of the struct's first published version.

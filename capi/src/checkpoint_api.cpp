@@ -36,16 +36,7 @@ PTDP_API ptdp_status ptdp_checkpoint_save(const char* directory, ptdp_model mode
     require_non_null(state, "state");
     PTDP_CHECK_ARG(state->iteration >= 0, "state->iteration must be >= 0, got " + std::to_string(state->iteration));
     nlohmann::json train;
-    if (config != nullptr) {
-      std::size_t length = 0;
-      if (ptdp_train_config_to_json(config, nullptr, 0, &length) != PTDP_SUCCESS && length == 0)
-        PTDP_CHECK_ARG(false, std::string("config: ") + ptdp_last_error());
-      std::string text(length + 1, '\0');
-      PTDP_CHECK_ARG(ptdp_train_config_to_json(config, text.data(), text.size(), &length) == PTDP_SUCCESS,
-                     std::string("config: ") + ptdp_last_error());
-      text.resize(length);
-      train = nlohmann::json::parse(text);
-    }
+    if (config != nullptr) train = ptdp::train_args_to_json(live(config, "config").args);
     ptdp::CheckpointState s;
     s.iteration = state->iteration;
     s.consumed_train_samples = state->consumed_train_samples;

@@ -14,6 +14,7 @@
 #include "core/model/gpt_pipeline.h"
 #include "core/optim/optimizer.h"
 #include "core/pipeline/schedule.h"
+#include "core/train/train_args.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
 
@@ -59,6 +60,13 @@ struct ptdp_optimizer_impl {
   std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors (fp32: the master weights)
   ptdp::Tensor model_weights;                 // bf16/f16 model weights the handles view, when the params are 16-bit
   std::unique_ptr<ptdp::Optimizer> opt;
+};
+
+struct ptdp_train_config_impl {
+  static constexpr uint64_t kLive = 0x7074647074636631ull;  // "ptdptcf1"
+  static constexpr const char* kType = "ptdp_train_config";
+  uint64_t magic = kLive;
+  ptdp::TrainArgs args;  // the strings handed out point into it
 };
 
 struct ptdp_schedule_impl {

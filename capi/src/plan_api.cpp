@@ -29,6 +29,7 @@ static_assert(PTDP_SCHEDULE_ZB_H1 == static_cast<int>(ptdp::ScheduleKind::ZeroBu
 namespace {
 
 using ptdp::str_cat;
+using ptdp::capi::copy_text;
 using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
@@ -200,14 +201,6 @@ plan::PlanRequest from_c(const ptdp_plan_options* user) {
   r.top = o.top;
   r.validate();
   return r;
-}
-
-void copy_text(const std::string& text, char* buffer, size_t capacity, size_t* length) {
-  *length = text.size();
-  PTDP_CHECK_ARG(buffer != nullptr || capacity == 0, str_cat("buffer is NULL but capacity = ", capacity));
-  PTDP_CHECK_ARG(capacity > text.size(), str_cat("capacity = ", capacity, " is too small: the text needs ",
-                                                 text.size() + 1, " bytes with its NUL (*length receives its strlen)"));
-  std::memcpy(buffer, text.c_str(), text.size() + 1);
 }
 
 // The argv entry holding the last --schedule-svg value (so the pointer lives as long as argv).

@@ -8,13 +8,6 @@
 #include "capi/src/handles.h"
 #include "core/train/train_args.h"
 
-struct ptdp_train_config_impl {
-  static constexpr uint64_t kLive = 0x7074647074636631ull;  // "ptdptcf1"
-  static constexpr const char* kType = "ptdp_train_config";
-  uint64_t magic = kLive;
-  ptdp::TrainArgs args;  // the strings handed out point into it
-};
-
 static_assert(PTDP_DATA_MOCK == static_cast<int>(ptdp::TrainDataSource::Mock));
 static_assert(PTDP_DATA_INDEXED == static_cast<int>(ptdp::TrainDataSource::Indexed));
 static_assert(PTDP_DATA_TEXT == static_cast<int>(ptdp::TrainDataSource::Text));
@@ -27,23 +20,13 @@ static_assert(PTDP_SCHEDULE_ZB_H1 == static_cast<int>(ptdp::ScheduleKind::ZeroBu
 
 namespace {
 
+using ptdp::capi::copy_text;
 using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 
 /// NULL for a flag that was not given.
 const char* text_or_null(const std::string& s) { return s.empty() ? nullptr : s.c_str(); }
-
-/// The count/capacity protocol of the text getters: `length` always receives strlen(text);
-/// nothing is written unless the text and its NUL fit.
-void copy_text(const std::string& text, char* buffer, size_t capacity, size_t* length) {
-  *length = text.size();
-  std::string need = std::to_string(text.size() + 1);
-  PTDP_CHECK_ARG(buffer != nullptr || capacity == 0, "buffer is NULL but capacity = " + std::to_string(capacity));
-  PTDP_CHECK_ARG(capacity > text.size(), "capacity = " + std::to_string(capacity) + " is too small: the text needs " +
-                                             need + " bytes with its NUL (*length receives its strlen)");
-  std::memcpy(buffer, text.c_str(), text.size() + 1);
-}
 
 /// Another section's *_options_init(), which cannot fail on a non-NULL pointer.
 void init_or_throw(ptdp_status status, const char* what) {
@@ -102,25 +85,7 @@ PTDP_API ptdp_status ptdp_train_config_gpt_options(ptdp_train_config config, ptd
   return guard(__func__, [&] {
     const ptdp_train_config_impl& c = live(config, "config");
     require_non_null(options, "options");
-    const ptdp::GptConfig g = ptdp::to_gpt_config(c.args);
-    ptdp_gpt_options o;
-    init_or_throw(ptdp_gpt_options_init(&o), "ptdp_gpt_options_init");  // fields no flag sets keep their defaults
-    o.num_layers = g.num_layers;
-    o.hidden_size = g.hidden_size;
-    o.num_attention_heads = g.num_attention_heads;
-    o.ffn_hidden_size = g.ffn_hidden_size;
-    o.vocab_size = g.vocab_size;
-    o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
-    o.seq_length = g.seq_length;
-    o.max_position_embeddings = g.max_position_embeddings;
-    o.hidden_dropout = g.hidden_dropout;
-    o.attention_dropout = g.attention_dropout;
-    o.init_method_std = g.init_method_std;
-    o.layernorm_epsilon = g.layernorm_epsilon;
-    o.untie_embeddings_and_output_weights = g.tie_embeddings ? 0 : 1;
-    o.recompute_granularity = static_cast<ptdp_recompute>(g.recompute);
-    o.seed = g.seed;
-    *options = o;
+    ptdp::capi::gpt_options(ptdp::to_gpt_config(c.args), options);
   });
 }
 
