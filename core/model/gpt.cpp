@@ -96,11 +96,8 @@ Tensor GptModel::positions(int64_t b) const {
   return Tensor::from_host(pos.data(), {s * b}, DType::I32, device_);
 }
 
-Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const int32_t* labels, int64_t b,
-                               const Step& step) {
+Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step) {
   const int64_t s = cfg_.seq_length, h = cfg_.hidden_size;
-  // Labels are checked before anything is kept, so a bad label leaves nothing in flight.
-  const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels") : Tensor();
   Tensor x;
   if (stage_.pre_process) {
     const Tensor ids = to_sequence_major(tokens, b, "tokens");
@@ -118,8 +115,15 @@ Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const
   for (auto& layer : layers_) x = layer->forward(x, step);
   if (!stage_.post_process) return x;
   x = final_ln_->forward(x, step);
-  Tensor logits = head_->forward(x, step);
-  return loss_->forward(logits, targets, step);
+  return head_->forward(x, step);
+}
+
+Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const int32_t* labels, int64_t b,
+                               const Step& step) {
+  // Labels are checked before anything is kept, so a bad label leaves nothing in flight.
+  const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels") : Tensor();
+  Tensor out = stage_logits(input, tokens, b, step);
+  return stage_.post_process ? loss_->forward(out, targets, step) : out;
 }
 
 Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& step, float grad_scale) {
@@ -214,14 +218,7 @@ std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
   step.training = false;
   Tensor local;  // [s * b, padded vocab / t], rows sequence-major
   try {
-    const Tensor ids = to_sequence_major(tokens, b, "tokens");
-    Tensor e = word_->forward(ids, step);
-    Tensor p = position_->forward(positions(b), step);
-    Tensor x = Tensor::empty(e.shape(), DType::F32, device_);
-    e.backend().add(e.data<float>(), p.data<float>(), x.data<float>(), x.numel());
-    for (auto& layer : layers_) x = layer->forward(x, step);
-    x = final_ln_->forward(x, step);
-    local = head_->forward(x, step);
+    local = stage_logits(Tensor(), tokens, b, step);
   } catch (...) {
     release(step);
     throw;

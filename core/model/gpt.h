@@ -80,6 +80,9 @@ class GptModel {
   static float mean(const Tensor& losses);
 
  private:
+  /// Embeddings (pre-processing chunk) or `input`, the layers, and on a post-processing chunk
+  /// the final LayerNorm and the LM head: [s*b, h], or this rank's logits [s*b, V_padded / t].
+  Tensor stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step);
   Tensor to_sequence_major(const int32_t* ids, int64_t b, const char* what) const;
   Tensor positions(int64_t b) const;
 
