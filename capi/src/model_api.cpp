@@ -1,14 +1,13 @@
 // The GPT model through the C API.
 #include <algorithm>
 #include <cstddef>
-#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "capi/src/handles.h"
 #include "capi/src/pipeline_run.h"
-#include "kernels/philox.h"
+#include "core/model/generate.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
@@ -352,55 +351,23 @@ PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt
     ptdp_generate_options_init(&defaults);
     const ptdp_generate_options o = ptdp::capi::read_options(options, defaults, sizeof(ptdp_generate_options),
                                                              "options", "ptdp_generate_options_init");
-    PTDP_CHECK_ARG(o.max_new_tokens >= 0, "options->max_new_tokens must be >= 0, got " + std::to_string(o.max_new_tokens));
-    PTDP_CHECK_ARG(o.top_k >= 0, "options->top_k must be >= 0, got " + std::to_string(o.top_k));
-    PTDP_CHECK_ARG(o.temperature > 0 && std::isfinite(o.temperature),
-                   "options->temperature must be > 0, got " + std::to_string(o.temperature));
+    ptdp::GenerateConfig c;
+    c.max_new_tokens = o.max_new_tokens;
+    c.top_k = o.top_k;
+    c.temperature = o.temperature;
+    c.seed = o.seed;
+    try {
+      c.validate();
+    } catch (const ptdp::Error& e) {
+      ptdp::throw_error(e.code(), std::string("options->") + e.what());
+    }
     PTDP_CHECK_ARG(capacity >= o.max_new_tokens, "capacity = " + std::to_string(capacity) +
                                                      " is less than options->max_new_tokens = " +
                                                      std::to_string(o.max_new_tokens));
     ptdp::GptModel& g = whole(m, "ptdp_model_generate");
-    const int s = g.config().seq_length;
-    const int vocab = g.config().vocab_size;
-    for (int32_t i = 0; i < prompt_length; ++i) {
-      PTDP_CHECK_ARG(prompt[i] >= 0 && prompt[i] < vocab, "prompt[" + std::to_string(i) + "] = " +
-                                                              std::to_string(prompt[i]) + " is outside the vocabulary [0, " +
-                                                              std::to_string(vocab) + ")");
-    }
-    std::vector<int32_t> text(prompt, prompt + prompt_length);
-    std::vector<int32_t> window(static_cast<std::size_t>(s));
-    std::vector<std::pair<float, int32_t>> ranked(static_cast<std::size_t>(vocab));
-    const ptdp::PhiloxStream stream{o.seed, ptdp::philox_name_hash("ptdp_model_generate")};
-    for (int32_t n = 0; n < o.max_new_tokens; ++n) {
-      // The last s tokens, padded after the end (positions past the context never reach it).
-      const std::size_t len = std::min(text.size(), static_cast<std::size_t>(s));
-      std::copy(text.end() - static_cast<std::ptrdiff_t>(len), text.end(), window.begin());
-      std::fill(window.begin() + static_cast<std::ptrdiff_t>(len), window.end(), 0);
-      const std::vector<float> logits = g.logits(window.data(), 1);
-      const float* row = logits.data() + (len - 1) * static_cast<std::size_t>(vocab);
-      for (int v = 0; v < vocab; ++v) ranked[static_cast<std::size_t>(v)] = {row[v] / o.temperature, v};
-      // Most likely first; ties by the smaller id, so the order is the same everywhere.
-      std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-        return a.first > b.first || (a.first == b.first && a.second < b.second);
-      });
-      const std::size_t k = o.top_k > 0 ? std::min<std::size_t>(static_cast<std::size_t>(o.top_k), ranked.size())
-                                         : ranked.size();
-      double total = 0.0;
-      for (std::size_t i = 0; i < k; ++i) total += std::exp(static_cast<double>(ranked[i].first - ranked[0].first));
-      const double u = static_cast<double>(ptdp::philox_uniform(stream, static_cast<uint64_t>(n))) * total;
-      double acc = 0.0;
-      int32_t next = ranked[k - 1].second;
-      for (std::size_t i = 0; i < k; ++i) {
-        acc += std::exp(static_cast<double>(ranked[i].first - ranked[0].first));
-        if (u < acc) {
-          next = ranked[i].second;
-          break;
-        }
-      }
-      text.push_back(next);
-      out[n] = next;
-    }
-    *count = o.max_new_tokens;
+    const std::vector<int32_t> tokens = ptdp::generate(g, std::vector<int32_t>(prompt, prompt + prompt_length), c);
+    std::copy(tokens.begin(), tokens.end(), out);
+    *count = static_cast<int32_t>(tokens.size());
   });
 }
 

@@ -1,0 +1,29 @@
+// Text generation with a whole GPT on one rank's tensor group: repeatedly the logits at the last
+// position of the last seq_length tokens, divided by the temperature, cut to the top k, and a
+// token drawn from them with Philox (a pure function of the seed), so every tensor rank draws
+// the same token. No KV cache: each new token runs the full window (small models, sampling).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/model/gpt.h"
+
+namespace ptdp {
+
+struct GenerateConfig {
+  int max_new_tokens = 64;
+  int top_k = 0;  ///< 0: every token; 1: greedy
+  float temperature = 1.0f;
+  uint64_t seed = 1234;
+
+  /// Throws Error(InvalidArgument) naming the field for a negative count or top_k, or a
+  /// temperature that is not a finite number > 0.
+  void validate() const;
+};
+
+/// The new tokens after `prompt` (non-empty, ids in the vocabulary; else InvalidArgument naming
+/// the position). Collective over the model's tensor group.
+std::vector<int32_t> generate(GptModel& model, const std::vector<int32_t>& prompt, const GenerateConfig& config);
+
+}  // namespace ptdp
