@@ -52,38 +52,30 @@ static void cleanup(run* r) {
   free(r->labels);
 }
 
-/* Reports a failed call and ends the process. With several ranks the runtime is not finalised
- * (the others may wait in a collective): exiting without MPI_Finalize makes mpirun end the job
- * with this rank named. */
-static void fail(run* r, const char* what, ptdp_status st) {
+/* Reports a failed call and ends the process. `everywhere`: the call fails on every rank alike
+ * (checkpoints agree on their errors; data sets and models are built from the same inputs
+ * everywhere), so every rank reports and shuts down cleanly. Otherwise, with several ranks, the
+ * runtime is not finalised (the others may wait in a collective): exiting without MPI_Finalize
+ * makes mpirun end the job with this rank named. */
+static void fail(run* r, const char* what, ptdp_status st, int everywhere) {
   fprintf(stderr, "ptdp-train: rank %d: %s: %s: %s\n", (int)r->rank, what, ptdp_status_string(st),
           ptdp_last_error());
   fflush(stderr);
-  if (r->world > 1) _exit(1);
+  if (!everywhere && r->world > 1) _exit(1);
   cleanup(r);
   exit(1);
 }
 
-#define CHECK(r, call)                      \
-  do {                                      \
-    ptdp_status st_ = (call);               \
-    if (st_ != PTDP_SUCCESS) fail(r, #call, st_); \
+#define CHECK(r, call)                               \
+  do {                                               \
+    ptdp_status st_ = (call);                        \
+    if (st_ != PTDP_SUCCESS) fail(r, #call, st_, 0); \
   } while (0)
 
-/* A call that fails on every rank alike (checkpoints agree on their errors; data sets and
- * models are built from the same inputs everywhere): every rank reports and shuts down cleanly. */
-static void fail_everywhere(run* r, const char* what, ptdp_status st) {
-  fprintf(stderr, "ptdp-train: rank %d: %s: %s: %s\n", (int)r->rank, what, ptdp_status_string(st),
-          ptdp_last_error());
-  fflush(stderr);
-  cleanup(r);
-  exit(1);
-}
-
-#define CHECK_ALL(r, call)                                \
-  do {                                                    \
-    ptdp_status st_ = (call);                             \
-    if (st_ != PTDP_SUCCESS) fail_everywhere(r, #call, st_); \
+#define CHECK_ALL(r, call)                           \
+  do {                                               \
+    ptdp_status st_ = (call);                        \
+    if (st_ != PTDP_SUCCESS) fail(r, #call, st_, 1); \
   } while (0)
 
 /* A failure of this program's own checks, with a message. */
@@ -148,8 +140,7 @@ static void clear_progress(const run* r) {
   if (r->progress) printf("\r%*s\r", 60, "");
 }
 
-/* Averages over the data-parallel replicas of the global batch: each replica reads its share
- * (samples first + dp_rank * m * b ...). */
+/* This replica's share of a global batch: the caller passes first = batch start + dp_rank * m * b. */
 static void read_share(run* r, ptdp_data_split split, int64_t first, int32_t count) {
   CHECK(r, ptdp_gpt_data_batch(r->data, split, first, count, r->tokens, r->labels));
 }
