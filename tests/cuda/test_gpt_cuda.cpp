@@ -9,28 +9,14 @@
 #include <vector>
 
 #include "ptdp/ptdp.h"
+#include "tests/single_process.h"
 
 namespace {
 
 #define OK(call) REQUIRE((call) == PTDP_SUCCESS)
 
-struct World {
-  ptdp_runtime runtime = nullptr;
-  ptdp_groups groups = nullptr;
-  int32_t gpu = -1;
-  World() {
-    ptdp_runtime_options ro;
-    OK(ptdp_runtime_options_init(&ro));
-    ro.use_mpi = 0;
-    OK(ptdp_runtime_create(&ro, &runtime));
-    OK(ptdp_groups_create(runtime, nullptr, &groups));
-    OK(ptdp_runtime_gpu(runtime, &gpu));
-  }
-  ~World() {
-    ptdp_groups_destroy(groups);
-    ptdp_runtime_destroy(runtime);
-  }
-};
+using sp::World;
+using sp::ids;
 
 void skip_without_gpu(const World& w) {
   int32_t cuda = 0;
@@ -57,15 +43,6 @@ ptdp_gpt_options shape(ptdp_device device) {
   return o;
 }
 
-std::vector<int32_t> ids(std::size_t n, int32_t vocab, uint32_t seed) {
-  std::vector<int32_t> out(n);
-  uint32_t x = seed * 2654435761u + 7u;
-  for (auto& v : out) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab));
-  }
-  return out;
-}
 
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;

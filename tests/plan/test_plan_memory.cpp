@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ptdp/ptdp.h"
+#include "tests/single_process.h"
 
 namespace {
 
@@ -35,13 +36,8 @@ ptdp_gpt_options small_gpt(ptdp_recompute recompute) {
 
 // Trains two iterations and returns the high-water mark above what was in use before.
 double measured_peak(const Case& c, int32_t b) {
-  ptdp_runtime_options ro;
-  OK(ptdp_runtime_options_init(&ro));
-  ro.use_mpi = 0;
-  ptdp_runtime rt = nullptr;
-  ptdp_groups groups = nullptr;
-  OK(ptdp_runtime_create(&ro, &rt));
-  OK(ptdp_groups_create(rt, nullptr, &groups));
+  sp::World world;
+  ptdp_groups groups = world.groups;
   size_t before = 0;
   OK(ptdp_memory_stats(&before, nullptr));
   OK(ptdp_memory_reset_peak());
@@ -66,8 +62,6 @@ double measured_peak(const Case& c, int32_t b) {
   ptdp_schedule_destroy(sched);
   ptdp_optimizer_destroy(opt);
   ptdp_model_destroy(model);
-  ptdp_groups_destroy(groups);
-  ptdp_runtime_destroy(rt);
   return static_cast<double>(peak - before);
 }
 

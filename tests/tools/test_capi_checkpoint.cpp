@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "ptdp/ptdp.h"
+#include "tests/single_process.h"
 
 namespace {
 
@@ -23,21 +24,8 @@ namespace fs = std::filesystem;
 
 std::string last_error() { return ptdp_last_error(); }
 
-struct World {
-  ptdp_runtime runtime = nullptr;
-  ptdp_groups groups = nullptr;
-  World() {
-    ptdp_runtime_options ro;
-    OK(ptdp_runtime_options_init(&ro));
-    ro.use_mpi = 0;
-    OK(ptdp_runtime_create(&ro, &runtime));
-    OK(ptdp_groups_create(runtime, nullptr, &groups));
-  }
-  ~World() {
-    ptdp_groups_destroy(groups);
-    ptdp_runtime_destroy(runtime);
-  }
-};
+using sp::World;
+using sp::ids;
 
 ptdp_gpt_options tiny(uint64_t seed, float dropout = 0.0f) {
   ptdp_gpt_options o;
@@ -54,15 +42,6 @@ ptdp_gpt_options tiny(uint64_t seed, float dropout = 0.0f) {
   return o;
 }
 
-std::vector<int32_t> ids(std::size_t n, int32_t vocab, uint32_t seed) {
-  std::vector<int32_t> out(n);
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (auto& v : out) {
-    x = x * 1664525u + 1013904223u;
-    v = static_cast<int32_t>((x >> 8) % static_cast<uint32_t>(vocab));
-  }
-  return out;
-}
 
 struct TempDir {
   fs::path path;
