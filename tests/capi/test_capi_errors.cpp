@@ -218,6 +218,44 @@ TEST_CASE("a CUDA tensor is created, or refused naming the device when the build
   }
 }
 
+TEST_CASE("a GPT on a device the build or rank lacks is refused, naming the option", "[capi][errors]") {
+  ptdp_runtime_options ro;
+  REQUIRE(ptdp_runtime_options_init(&ro) == PTDP_SUCCESS);
+  ro.use_mpi = 0;
+  ptdp_runtime rt = nullptr;
+  ptdp_groups groups = nullptr;
+  REQUIRE(ptdp_runtime_create(&ro, &rt) == PTDP_SUCCESS);
+  REQUIRE(ptdp_groups_create(rt, nullptr, &groups) == PTDP_SUCCESS);
+  int32_t have_cuda = 0, gpu = -1;
+  REQUIRE(ptdp_has_feature(PTDP_FEATURE_CUDA, &have_cuda) == PTDP_SUCCESS);
+  REQUIRE(ptdp_runtime_gpu(rt, &gpu) == PTDP_SUCCESS);
+  ptdp_gpt_options o;
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  CHECK(o.device == PTDP_DEVICE_CPU);
+  ptdp_model m = nullptr;
+  o.device = static_cast<ptdp_device>(7);
+  CHECK(ptdp_model_create(groups, &o, &m) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("options->device = 7") != std::string::npos);
+  CHECK(m == nullptr);
+  o.device = PTDP_DEVICE_CUDA;
+  const ptdp_status st = ptdp_model_create(groups, &o, &m);
+  if (have_cuda == 0) {
+    CHECK(st == PTDP_ERR_UNSUPPORTED);
+  } else if (gpu < 0) {
+    CHECK(st == PTDP_ERR_DEVICE);
+    CHECK(std::string(ptdp_last_error()).find("no GPU") != std::string::npos);
+  } else {
+    CHECK(st == PTDP_SUCCESS);
+  }
+  if (st != PTDP_SUCCESS) {
+    CHECK(std::string(ptdp_last_error()).find("PTDP_DEVICE_CUDA") != std::string::npos);
+    CHECK(m == nullptr);
+  }
+  CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
+  CHECK(ptdp_groups_destroy(groups) == PTDP_SUCCESS);
+  CHECK(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
+}
+
 TEST_CASE("a pointer that is not a tensor handle is rejected", "[capi][errors]") {
   // Zeroed memory the size of a handle's object: the magic number does not match.
   alignas(64) static unsigned char not_a_tensor[256] = {};
