@@ -1,12 +1,14 @@
 // The Backend interface: every compute primitive the engine needs, implemented once per device
-// (kernels/cpu today, kernels/cuda next). core/ calls only this interface and never includes a
+// (kernels/cpu, kernels/cuda). core/ calls only this interface and never includes a
 // device header. Kernels see raw pointers and sizes, never ranks or tensors: the core checks
 // shapes, the backend computes.
 //
 // Conventions for every op:
 //   - Matrices are row-major. "rows x cols" means cols is the contiguous dimension.
-//   - Pointers refer to memory of this backend's device; compute is fp32 unless a dtype is named.
-//   - Ops never allocate; buffers for saved statistics are passed in by the caller.
+//   - Pointers refer to memory of this backend's device. Storage is f32, bf16 or f16 where a
+//     DType is passed (void pointers), f32 where the pointer is float; compute is always fp32.
+//   - Ops never allocate tensors; buffers for saved statistics are passed in by the caller (a
+//     backend may keep private scratch, e.g. the CPU GEMM's fp32 copies of 16-bit operands).
 //   - Sizes are validated; a bad size throws ptdp::Error(InvalidArgument) before any write.
 #pragma once
 
@@ -18,11 +20,25 @@
 
 namespace ptdp {
 
-/// C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), row-major.
-/// op(A) is [m, k], op(B) is [k, n], C is [m, n]. Leading dimensions default (0) to packed
-/// storage; batch strides are in elements and may be 0 to broadcast an operand. Strides and
-/// leading dimensions let attention read Q, K and V straight out of the [s, b, a, 3, dh] QKV
+/// What a GEMM does to its fp32 result before it is stored (cuBLASLt's epilogues). With
+/// `r` = alpha * op(A) op(B) + beta * C computed in fp32:
+///   None     : C = r
+///   Bias     : C = r + bias[col]
+///   BiasGelu : aux = r + bias[col] (the pre-GeLU input, saved for the backward); C = gelu(aux)
+///   DGelu    : C = r * gelu'(aux) (the backward of a GeLU whose input aux was saved)
+/// Everything happens in fp32 and C (and aux) are rounded to their storage type once.
+enum class Epilogue : int { None = 0, Bias = 1, BiasGelu = 2, DGelu = 3 };
+
+/// C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b] for b in [0, batch), row-major, followed by
+/// the epilogue. op(A) is [m, k], op(B) is [k, n], C is [m, n]. Leading dimensions default (0) to
+/// packed storage; batch strides are in elements and may be 0 to broadcast an operand. Strides
+/// and leading dimensions let attention read Q, K and V straight out of the [s, b, a, 3, dh] QKV
 /// activation without transposes (Megatron's layout).
+///
+/// A, B and C each have a storage type (f32, bf16 or f16); accumulation is always fp32. A and B
+/// must share a type; C may be that type or f32 (wgrad accumulates 16-bit products into fp32
+/// main gradients). Epilogues need batch == 1; bias has C's type and n elements; aux has C's
+/// type and C's layout ([m, n] with leading dimension ldc).
 struct GemmDesc {
   bool trans_a = false;
   bool trans_b = false;
@@ -32,6 +48,10 @@ struct GemmDesc {
   int64_t lda = 0, ldb = 0, ldc = 0;
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  DType a_type = DType::F32, b_type = DType::F32, c_type = DType::F32;
+  Epilogue epilogue = Epilogue::None;
+  const void* bias = nullptr;  ///< Bias, BiasGelu
+  void* aux = nullptr;         ///< BiasGelu: written; DGelu: read
 };
 
 /// Where a local block of a tensor sits inside the global (unpartitioned) tensor, viewed as
@@ -79,6 +99,21 @@ struct SgdParams {
   bool first_step = false;  ///< the momentum buffer is initialised to the gradient
 };
 
+/// Causal self-attention over the fused QKV activation, one (batch, head) pair at a time,
+/// never storing the [s, s] scores (flash-attention style: tiles of keys, online softmax, the
+/// log-sum-exp saved per query row for the backward).
+///   qkv  [s, b, heads, 3, dh]   (Megatron's layout: q, k, v of a head side by side)
+///   ctx  [s, b, heads, dh]      = dropout(softmax(scale * q k^T, causal)) v
+///   lse  [b, heads, s] fp32     = log sum_j exp(scale * q_i k_j) over the keys row i sees
+/// Dropout on the probabilities uses `dropout` with the same global indexing as the unfused
+/// path ([b, global heads, s * s] blocks, see SelfAttention), so both paths drop the same
+/// entries.
+struct AttentionDesc {
+  int64_t s = 0, b = 0, heads = 0, dh = 0;
+  float scale = 1.0f;
+  DropoutDesc dropout;  ///< p == 0: none
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -94,61 +129,87 @@ class Backend {
   virtual void synchronize() = 0;
 
   // ---- GEMM ------------------------------------------------------------------------------
-  virtual void gemm(const GemmDesc& d, const float* a, const float* b, float* c) = 0;
+  /// See GemmDesc. Pointers are of the storage types the descriptor names.
+  virtual void gemm(const GemmDesc& d, const void* a, const void* b, void* c) = 0;
 
   // ---- bias ------------------------------------------------------------------------------
+  // Unless said otherwise, the ops below take activations and weights of one floating storage
+  // type `t` (f32, bf16, f16), compute in fp32 and round each result once. Statistics
+  // (means, reciprocal standard deviations, log-sum-exps) and parameter gradients are fp32.
+
   /// y[r, c] += bias[c] for a [rows, cols] matrix.
-  virtual void bias_add(float* y, const float* bias, int64_t rows, int64_t cols) = 0;
-  /// dbias[c] = (accumulate ? dbias[c] : 0) + sum_r dy[r, c].
-  virtual void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
+  virtual void bias_add(void* y, const void* bias, DType t, int64_t rows, int64_t cols) = 0;
+  /// dbias[c] = (accumulate ? dbias[c] : 0) + sum_r dy[r, c]; dbias is fp32.
+  virtual void bias_grad(const void* dy, DType t, float* dbias, int64_t rows, int64_t cols,
                          bool accumulate) = 0;
 
   // ---- GeLU, tanh approximation ------------------------------------------------------------
   /// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). In place (y == x) is allowed.
-  virtual void gelu_forward(const float* x, float* y, int64_t n) = 0;
+  virtual void gelu_forward(const void* x, void* y, DType t, int64_t n) = 0;
   /// dx = dy * gelu'(x). dx may alias dy.
-  virtual void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) = 0;
+  virtual void gelu_backward(const void* x, const void* dy, void* dx, DType t, int64_t n) = 0;
 
   // ---- LayerNorm over the last dimension ---------------------------------------------------
   /// y = (x - mean) * rstd * gamma + beta per row; saves mean[rows] and rstd[rows].
-  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                                 float* mean, float* rstd, int64_t rows, int64_t cols,
+  virtual void layernorm_forward(const void* x, const void* gamma, const void* beta, void* y,
+                                 DType t, float* mean, float* rstd, int64_t rows, int64_t cols,
                                  float eps) = 0;
   /// dx = d/dx; dgamma and dbeta are summed over rows, added to their contents when
-  /// accumulate is set (several microbatches), overwritten otherwise.
-  virtual void layernorm_backward(const float* x, const float* gamma, const float* mean,
-                                  const float* rstd, const float* dy, float* dx, float* dgamma,
-                                  float* dbeta, int64_t rows, int64_t cols, bool accumulate) = 0;
+  /// accumulate is set (several microbatches), overwritten otherwise; they are fp32.
+  virtual void layernorm_backward(const void* x, const void* gamma, const float* mean,
+                                  const float* rstd, const void* dy, void* dx, DType t,
+                                  float* dgamma, float* dbeta, int64_t rows, int64_t cols,
+                                  bool accumulate) = 0;
 
   // ---- scale + causal mask + softmax over the last dimension --------------------------------
   /// x and y are [batch, sq, sk]; y = softmax(scale * x) per row; with causal set, query row i
   /// sees keys j <= i + (sk - sq) and the rest are exactly 0. y may alias x.
-  virtual void softmax_forward(const float* x, float* y, int64_t batch, int64_t sq, int64_t sk,
-                               float scale, bool causal) = 0;
+  virtual void softmax_forward(const void* x, void* y, DType t, int64_t batch, int64_t sq,
+                               int64_t sk, float scale, bool causal) = 0;
   /// dx = scale * y * (dy - sum_j dy_j y_j). dx may alias dy.
-  virtual void softmax_backward(const float* y, const float* dy, float* dx, int64_t batch,
+  virtual void softmax_backward(const void* y, const void* dy, void* dx, DType t, int64_t batch,
                                 int64_t sq, int64_t sk, float scale) = 0;
 
+  // ---- fused causal attention (see AttentionDesc) ---------------------------------------------
+  /// Whether this backend has a fused attention kernel for storage type t and head dim dh
+  /// (the layers fall back to GEMM + softmax + GEMM where it has not).
+  virtual bool fused_attention_supported(DType t, int64_t dh) const = 0;
+  /// ctx and lse from qkv. Throws Error(Unsupported) where fused_attention_supported is false.
+  virtual void attention_forward(const AttentionDesc& d, const void* qkv, void* ctx, float* lse,
+                                 DType t) = 0;
+  /// dqkv [s, b, heads, 3, dh] from the forward's qkv, ctx, lse and the output gradient dctx.
+  /// delta [b, heads, s] fp32 is scratch (rowsum(dctx * ctx)).
+  virtual void attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
+                                  const float* lse, const void* dctx, void* dqkv, float* delta,
+                                  DType t) = 0;
+
   // ---- dropout (mask regenerated from Philox, never stored) --------------------------------
-  virtual void dropout_forward(const float* x, float* y, const DropoutDesc& d) = 0;
-  virtual void dropout_backward(const float* dy, float* dx, const DropoutDesc& d) = 0;
+  virtual void dropout_forward(const void* x, void* y, DType t, const DropoutDesc& d) = 0;
+  virtual void dropout_backward(const void* dy, void* dx, DType t, const DropoutDesc& d) = 0;
+  /// The end of an attention or MLP block, fused: y = residual + dropout(x + bias) over a
+  /// [rows, cols] matrix (bias [cols] may be NULL: none; d.p == 0: no dropout). The mask is
+  /// dropout_forward's for the same DropoutDesc (block over the rows * cols elements). y may
+  /// alias residual. Its backward is dropout_backward (for x) and bias_grad of that.
+  virtual void bias_dropout_add(const void* x, const void* bias, const void* residual, void* y,
+                                DType t, int64_t rows, int64_t cols, const DropoutDesc& d) = 0;
 
   // ---- elementwise ---------------------------------------------------------------------------
   /// y = a + b (residual add). y may alias a or b.
-  virtual void add(const float* a, const float* b, float* y, int64_t n) = 0;
-  /// y += alpha * x (gradient accumulation).
+  virtual void add(const void* a, const void* b, void* y, DType t, int64_t n) = 0;
+  /// y += alpha * x (gradient accumulation, fp32).
   virtual void axpy(float alpha, const float* x, float* y, int64_t n) = 0;
-  /// x *= alpha.
+  /// x *= alpha (fp32).
   virtual void scale(float* x, float alpha, int64_t n) = 0;
   /// Sets n elements of type t to value (converted to t).
   virtual void fill(void* x, DType t, double value, int64_t n) = 0;
-  /// Copies a [rows, cols] f32 sub-matrix between buffers with leading dimensions ld_dst and
-  /// ld_src (>= cols): gathers column shards into one matrix and slices them out again.
-  virtual void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
-                       int64_t cols) = 0;
-  /// Sets a [rows, cols] f32 sub-matrix with leading dimension ld to value (e.g. -inf over the
-  /// logits of padded vocabulary rows).
-  virtual void fill_2d(float* x, int64_t ld, int64_t rows, int64_t cols, float value) = 0;
+  /// Copies a [rows, cols] sub-matrix of type t (any dtype) between buffers with leading
+  /// dimensions ld_dst and ld_src (>= cols): gathers column shards into one matrix and slices
+  /// them out again.
+  virtual void copy_2d(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, DType t,
+                       int64_t rows, int64_t cols) = 0;
+  /// Sets a [rows, cols] floating sub-matrix with leading dimension ld to value (e.g. -inf over
+  /// the logits of padded vocabulary rows).
+  virtual void fill_2d(void* x, DType t, int64_t ld, int64_t rows, int64_t cols, float value) = 0;
   /// Converts n elements; src and dst may be any floating dtype (f32, bf16, f16).
   virtual void cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) = 0;
   /// Sum of squares of n elements, accumulated in double (grad-norm building block).
@@ -157,32 +218,35 @@ class Backend {
   // ---- vocabulary-parallel embedding ----------------------------------------------------------
   /// out[i, :] = table[ids[i] - vocab_start, :] when vocab_start <= ids[i] < vocab_start +
   /// vocab_rows, else 0 (another tensor rank owns that row). out is [n, h], table [vocab_rows, h].
-  virtual void embedding_forward(const int32_t* ids, int64_t n, const float* table,
+  virtual void embedding_forward(const int32_t* ids, int64_t n, const void* table, DType t,
                                  int64_t vocab_start, int64_t vocab_rows, int64_t h,
-                                 float* out) = 0;
-  /// dtable[ids[i] - vocab_start, :] += dout[i, :] for the ids this rank owns (deterministic).
-  virtual void embedding_backward(const int32_t* ids, int64_t n, const float* dout,
+                                 void* out) = 0;
+  /// dtable[ids[i] - vocab_start, :] += dout[i, :] for the ids this rank owns (deterministic);
+  /// dtable is fp32.
+  virtual void embedding_backward(const int32_t* ids, int64_t n, const void* dout, DType t,
                                   int64_t vocab_start, int64_t vocab_rows, int64_t h,
                                   float* dtable) = 0;
 
-  // ---- cross-entropy over (possibly vocabulary-parallel) logits [rows, v] ---------------------
-  /// row_max[r] = max_j logits[r, j].
-  virtual void ce_row_max(const float* logits, int64_t rows, int64_t v, float* row_max) = 0;
-  /// sum_exp[r] = sum_j exp(logits[r, j] - row_max[r]) (row_max is the global max).
-  virtual void ce_sum_exp(const float* logits, const float* row_max, int64_t rows, int64_t v,
-                          float* sum_exp) = 0;
-  /// target_logit[r] = logits[r, targets[r] - vocab_start] when this slice holds the target,
-  /// else 0 (so a sum over the tensor group gives the target logit).
-  virtual void ce_target_logit(const float* logits, const int32_t* targets, int64_t rows,
-                               int64_t v, int64_t vocab_start, float* target_logit) = 0;
+  // ---- cross-entropy over (possibly vocabulary-parallel) logits [rows, v] of type t ------------
+  /// One pass over this slice's logits: row_max[r] = max_j logits[r, j], sum_exp[r] =
+  /// sum_j exp(logits[r, j] - row_max[r]) (online), and target_logit[r] = logits[r, targets[r] -
+  /// vocab_start] when this slice holds the target, else 0. All outputs fp32.
+  virtual void ce_forward_local(const void* logits, DType t, const int32_t* targets, int64_t rows,
+                                int64_t v, int64_t vocab_start, float* row_max, float* sum_exp,
+                                float* target_logit) = 0;
+  /// Moves per-slice sums to the global max: sum_exp[r] *= exp(row_max[r] - global_max[r]),
+  /// then row_max[r] = global_max[r] (so a sum over the tensor group gives the global sum).
+  /// global_max may alias nothing else; rows of -inf (no valid column) contribute 0.
+  virtual void ce_rescale(float* row_max, float* sum_exp, const float* global_max,
+                          int64_t rows) = 0;
   /// loss[r] = log(sum_exp[r]) + row_max[r] - target_logit[r] (all already reduced).
   virtual void ce_loss(const float* row_max, const float* sum_exp, const float* target_logit,
                        int64_t rows, float* loss) = 0;
   /// dlogits[r, j] = dloss[r] * (exp(logits[r, j] - row_max[r]) / sum_exp[r] - [j is target]).
-  /// dlogits may alias logits.
-  virtual void ce_backward(const float* logits, const float* row_max, const float* sum_exp,
-                           const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
-                           int64_t vocab_start, float* dlogits) = 0;
+  /// dlogits (type t) may alias logits.
+  virtual void ce_backward(const void* logits, DType t, const float* row_max,
+                           const float* sum_exp, const int32_t* targets, const float* dloss,
+                           int64_t rows, int64_t v, int64_t vocab_start, void* dlogits) = 0;
 
   // ---- optimizer steps over flat buffers ----------------------------------------------------
   virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
