@@ -63,6 +63,11 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_RECOMPUTE_FULL = 1
   integer(c_int), parameter :: PTDP_RECOMPUTE_SELECTIVE = 2
 
+  ! How self-attention computes its context (ptdp_gpt_options::attention).
+  integer(c_int), parameter :: PTDP_ATTENTION_AUTO = 0
+  integer(c_int), parameter :: PTDP_ATTENTION_FUSED = 1
+  integer(c_int), parameter :: PTDP_ATTENTION_UNFUSED = 2
+
   ! Schedules ptdp_schedule_create() can generate.
   integer(c_int), parameter :: PTDP_SCHEDULE_GPIPE = 0
   integer(c_int), parameter :: PTDP_SCHEDULE_1F1B = 1
@@ -165,6 +170,8 @@ module ptdp
     integer(c_int) :: recompute_granularity
     integer(c_int64_t) :: seed
     integer(c_int) :: device
+    integer(c_int) :: precision
+    integer(c_int) :: attention
   end type ptdp_gpt_options
 
   ! Options for ptdp_model_train_step().

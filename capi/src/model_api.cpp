@@ -51,6 +51,13 @@ ptdp::GptConfig ptdp::capi::gpt_config(const ptdp_gpt_options* user) {
   c.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
   c.recompute = static_cast<ptdp::Recompute>(o.recompute_granularity);
   c.seed = o.seed;
+  PTDP_CHECK_ARG(o.precision == PTDP_DTYPE_F32 || o.precision == PTDP_DTYPE_BF16 || o.precision == PTDP_DTYPE_F16,
+                 "options->precision = " + std::to_string(static_cast<int>(o.precision)) +
+                     " is not PTDP_DTYPE_F32, PTDP_DTYPE_BF16 or PTDP_DTYPE_F16");
+  c.precision = static_cast<ptdp::DType>(o.precision);
+  PTDP_CHECK_ARG(o.attention >= PTDP_ATTENTION_AUTO && o.attention <= PTDP_ATTENTION_UNFUSED,
+                 "options->attention = " + std::to_string(static_cast<int>(o.attention)) + " is not a ptdp_attention");
+  c.attention = static_cast<ptdp::AttentionImpl>(o.attention);
   return c;
 }
 
@@ -72,6 +79,8 @@ void ptdp::capi::gpt_options(const ptdp::GptConfig& c, ptdp_gpt_options* o) {
   o->recompute_granularity = static_cast<ptdp_recompute>(c.recompute);
   o->seed = c.seed;
   o->device = PTDP_DEVICE_CPU;
+  o->precision = static_cast<ptdp_dtype>(c.precision);
+  o->attention = static_cast<ptdp_attention>(c.attention);
 }
 
 namespace {
@@ -138,6 +147,9 @@ PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options) {
     options->untie_embeddings_and_output_weights = d.tie_embeddings ? 0 : 1;
     options->recompute_granularity = PTDP_RECOMPUTE_NONE;
     options->seed = d.seed;
+    options->device = PTDP_DEVICE_CPU;
+    options->precision = static_cast<ptdp_dtype>(d.precision);
+    options->attention = static_cast<ptdp_attention>(d.attention);
   });
 }
 

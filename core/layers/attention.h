@@ -2,7 +2,12 @@
 // projection is column-parallel (rows grouped per head: head 0's q, k, v, then head 1's ...),
 // so each rank owns its heads end to end; scores and context are strided-batched GEMMs that
 // read Q, K and V straight out of the [s, b, a/t, 3, dh] projection (no transposes); the output
-// projection is row-parallel.
+// projection is row-parallel, its bias left to the caller's fused bias + dropout + residual.
+//
+// Two ways to the context: the unfused path (scores GEMM, scale + causal mask + softmax,
+// dropout, context GEMM; the [s, s] probabilities are kept for the backward unless selective
+// recomputation rebuilds them) and the backend's fused (flash) kernel, which keeps only a
+// log-sum-exp per query row. GptConfig::attention chooses; both draw the same dropout mask.
 #pragma once
 
 #include <string>
@@ -17,9 +22,15 @@ class SelfAttention {
   SelfAttention(ParamTable& params, const std::string& prefix, const GptConfig& cfg, int layer,
                 TensorParallel tp);
 
-  /// x [s*b, h] (layer-normed) -> [s*b, h] (after the output projection and its bias).
+  /// x [s*b, h] (layer-normed) -> [s*b, h] (after the output projection, without its bias:
+  /// see output_bias()).
   Tensor forward(const Tensor& x, const Step& step);
+  /// dy is the gradient of forward's output plus bias.
   Tensor backward_input(const Tensor& dy, const Step& step);
+  Tensor output_bias() const { return proj_.bias(); }
+  /// Whether forward uses the fused kernel on `be` (GptConfig::attention; Error(Unsupported)
+  /// when fused is asked for and `be` has no kernel for the model dtype and head dim).
+  bool fused(const Backend& be) const;
   void backward_weight(const Step& step);
   void release(const Step& step);
 
@@ -28,8 +39,10 @@ class SelfAttention {
     Tensor qkv;    // [s, b, a/t, 3, dh]
     Tensor probs;  // [b, a/t, s, s] after softmax; empty under selective recomputation
     Tensor probs_dropped;  // after attention dropout (the same tensor when dropout is off)
+    Tensor ctx, lse;       // fused path: the context [s, b, a/t, dh] and log-sum-exps [b, a/t, s]
   };
   DropoutDesc probs_dropout(int64_t b, const Step& step) const;
+  AttentionDesc fused_desc(int64_t b, const Step& step) const;
   // Softmax (and dropout) of the scores of qkv.
   void attention_probs(const Tensor& qkv, int64_t b, const Step& step, Tensor& probs, Tensor& dropped) const;
 

@@ -20,11 +20,12 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   PTDP_CHECK_ARG(labels.numel() == n, "labels " + labels.str() + " do not match the " + std::to_string(n) +
                                           " rows of the logits");
   Backend& be = logits.backend();
-  float* x = logits.data<float>();
+  const DType t = logits.dtype();
   // Padded vocabulary columns of this slice take no part.
   const int64_t valid = std::clamp<int64_t>(vocab_ - vocab_start_, 0, local_vocab_);
   if (valid < local_vocab_) {
-    be.fill_2d(x + valid, local_vocab_, n, local_vocab_ - valid, -std::numeric_limits<float>::infinity());
+    be.fill_2d(static_cast<char*>(logits.raw()) + valid * static_cast<int64_t>(dtype_size(t)), t, local_vocab_, n,
+               local_vocab_ - valid, -std::numeric_limits<float>::infinity());
   }
   Slot& s = slots_.create(step.microbatch);
   s.logits = logits;
@@ -32,12 +33,17 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   s.row_max = Tensor::empty({n}, DType::F32, logits.device());
   s.sum_exp = Tensor::empty({n}, DType::F32, logits.device());
   Tensor target = Tensor::empty({n}, DType::F32, logits.device());
-  be.ce_row_max(x, n, local_vocab_, s.row_max.data<float>());
-  tp_.all_reduce(s.row_max, ReduceOp::Max);
-  be.ce_sum_exp(x, s.row_max.data<float>(), n, local_vocab_, s.sum_exp.data<float>());
-  tp_.all_reduce(s.sum_exp);
-  be.ce_target_logit(x, labels.data<int32_t>(), n, local_vocab_, vocab_start_, target.data<float>());
-  tp_.all_reduce(target);
+  // One read of the logits gives this slice's max, sum of exponentials and target logit.
+  be.ce_forward_local(logits.raw(), t, labels.data<int32_t>(), n, local_vocab_, vocab_start_, s.row_max.data<float>(),
+                      s.sum_exp.data<float>(), target.data<float>());
+  if (tp_.size > 1) {
+    Tensor global_max = Tensor::empty({n}, DType::F32, logits.device());
+    be.copy(global_max.raw(), s.row_max.raw(), s.row_max.nbytes());
+    tp_.all_reduce(global_max, ReduceOp::Max);
+    be.ce_rescale(s.row_max.data<float>(), s.sum_exp.data<float>(), global_max.data<float>(), n);
+    tp_.all_reduce(s.sum_exp);
+    tp_.all_reduce(target);
+  }
   Tensor loss = Tensor::empty({n}, DType::F32, logits.device());
   be.ce_loss(s.row_max.data<float>(), s.sum_exp.data<float>(), target.data<float>(), n, loss.data<float>());
   return loss;
@@ -48,9 +54,9 @@ Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, const Step& step
   const int64_t n = s.labels.numel();
   PTDP_CHECK_ARG(dloss.numel() == n, "loss gradient " + dloss.str() + " does not match " + std::to_string(n) + " rows");
   Tensor dlogits = s.logits;  // computed in place
-  s.logits.backend().ce_backward(s.logits.data<float>(), s.row_max.data<float>(), s.sum_exp.data<float>(),
+  s.logits.backend().ce_backward(s.logits.raw(), s.logits.dtype(), s.row_max.data<float>(), s.sum_exp.data<float>(),
                                  s.labels.data<int32_t>(), dloss.data<float>(), n, local_vocab_, vocab_start_,
-                                 dlogits.data<float>());
+                                 dlogits.raw());
   slots_.release(step.microbatch);
   return dlogits;
 }

@@ -14,9 +14,10 @@ VocabParallelEmbedding::VocabParallelEmbedding(ParamTable& params, const std::st
 Tensor VocabParallelEmbedding::forward(const Tensor& ids, const Step& step) {
   PTDP_CHECK_ARG(ids.dtype() == DType::I32, "token ids must be i32, got " + ids.str());
   const int64_t n = ids.numel();
-  Tensor out = Tensor::empty({n, h_}, DType::F32, ids.device());
-  ids.backend().embedding_forward(ids.data<int32_t>(), n, params_.param(weight_).data<float>(), vocab_start_,
-                                  vocab_rows_, h_, out.data<float>());
+  const Tensor table = params_.weight(weight_);
+  Tensor out = empty_like(table, {n, h_});
+  ids.backend().embedding_forward(ids.data<int32_t>(), n, table.raw(), table.dtype(), vocab_start_, vocab_rows_, h_,
+                                  out.raw());
   tp_.all_reduce(out);
   slots_.create(step.microbatch).ids = ids;
   return out;
@@ -32,8 +33,8 @@ void VocabParallelEmbedding::backward_input(const Tensor& dout, const Step& step
 void VocabParallelEmbedding::backward_weight(const Step& step) {
   Slot& s = slots_.get(step.microbatch);
   PTDP_CHECK_ARG(s.dout.defined(), "embedding backward_weight before backward_input");
-  s.dout.backend().embedding_backward(s.ids.data<int32_t>(), s.ids.numel(), s.dout.data<float>(), vocab_start_,
-                                      vocab_rows_, h_, params_.grad(weight_).data<float>());
+  s.dout.backend().embedding_backward(s.ids.data<int32_t>(), s.ids.numel(), s.dout.raw(), s.dout.dtype(),
+                                      vocab_start_, vocab_rows_, h_, params_.grad(weight_).data<float>());
   slots_.release(step.microbatch);
 }
 
@@ -45,9 +46,9 @@ ReplicatedEmbedding::ReplicatedEmbedding(ParamTable& params, const std::string& 
 
 Tensor ReplicatedEmbedding::forward(const Tensor& ids, const Step& step) {
   const int64_t n = ids.numel();
-  Tensor out = Tensor::empty({n, h_}, DType::F32, ids.device());
-  ids.backend().embedding_forward(ids.data<int32_t>(), n, params_.param(weight_).data<float>(), 0, rows_, h_,
-                                  out.data<float>());
+  const Tensor table = params_.weight(weight_);
+  Tensor out = empty_like(table, {n, h_});
+  ids.backend().embedding_forward(ids.data<int32_t>(), n, table.raw(), table.dtype(), 0, rows_, h_, out.raw());
   slots_.create(step.microbatch).ids = ids;
   return out;
 }
@@ -59,8 +60,8 @@ void ReplicatedEmbedding::backward_input(const Tensor& dout, const Step& step) {
 void ReplicatedEmbedding::backward_weight(const Step& step) {
   Slot& s = slots_.get(step.microbatch);
   PTDP_CHECK_ARG(s.dout.defined(), "embedding backward_weight before backward_input");
-  s.dout.backend().embedding_backward(s.ids.data<int32_t>(), s.ids.numel(), s.dout.data<float>(), 0, rows_, h_,
-                                      params_.grad(weight_).data<float>());
+  s.dout.backend().embedding_backward(s.ids.data<int32_t>(), s.ids.numel(), s.dout.raw(), s.dout.dtype(), 0, rows_,
+                                      h_, params_.grad(weight_).data<float>());
   slots_.release(step.microbatch);
 }
 

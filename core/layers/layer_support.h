@@ -69,12 +69,20 @@ class Slots {
   std::map<int64_t, Slot> slots_;
 };
 
-/// y [N, out] = x [N, in] W^T with W [out, in] (torch.nn.Linear's layout), then + b.
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y);
-/// dx [N, in] = dy [N, out] W.
-void linear_dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx);
-/// dW += dy^T x; db += column sums of dy (accumulating over microbatches).
+/// y [N, out] = x [N, in] W^T with W [out, in] (torch.nn.Linear's layout), then + b, in one
+/// GEMM with a bias epilogue. x, W, b and y share the model's storage type. With `pre_gelu`
+/// (which needs b) the epilogue also applies GeLU: pre_gelu = x W^T + b and y = gelu(pre_gelu).
+void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, const Tensor& y,
+                    const Tensor* pre_gelu = nullptr);
+/// dx [N, in] = dy [N, out] W; with `pre_gelu` (the GeLU input that produced this layer's
+/// input) the epilogue also multiplies by gelu'(pre_gelu): the gradient before the GeLU.
+void linear_dgrad(const Tensor& dy, const Tensor& w, const Tensor& dx, const Tensor* pre_gelu = nullptr);
+/// dW += dy^T x; db += column sums of dy (accumulating over microbatches). dW and db are the
+/// fp32 main gradients whatever the storage type of dy and x.
 void linear_wgrad(const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor* db);
+
+/// A new tensor like `like` (its storage type and device) of shape `shape`.
+Tensor empty_like(const Tensor& like, const Shape& shape);
 
 /// Element count of `t` as rows of `cols` columns; throws naming `what` when it does not divide.
 int64_t rows_of(const Tensor& t, int64_t cols, const char* what);

@@ -14,23 +14,32 @@ Tensor LayerNorm::forward(const Tensor& x, const Step& step) {
   s.x = x;
   s.mean = Tensor::empty({n}, DType::F32, x.device());
   s.rstd = Tensor::empty({n}, DType::F32, x.device());
-  Tensor y = Tensor::empty({n, h_}, DType::F32, x.device());
-  x.backend().layernorm_forward(x.data<float>(), params_.param(weight_).data<float>(),
-                                params_.param(bias_).data<float>(), y.data<float>(), s.mean.data<float>(),
-                                s.rstd.data<float>(), n, h_, eps_);
+  Tensor y = empty_like(x, {n, h_});
+  x.backend().layernorm_forward(x.raw(), params_.weight(weight_).raw(), params_.weight(bias_).raw(), y.raw(),
+                                x.dtype(), s.mean.data<float>(), s.rstd.data<float>(), n, h_, eps_);
   return y;
 }
 
 Tensor LayerNorm::backward_input(const Tensor& dy, const Step& step) {
   Slot& s = slots_.get(step.microbatch);
   const int64_t n = rows_of(s.x, h_, "layernorm input");
-  Tensor dx = Tensor::empty({n, h_}, DType::F32, dy.device());
-  dy.backend().layernorm_backward(s.x.data<float>(), params_.param(weight_).data<float>(), s.mean.data<float>(),
-                                  s.rstd.data<float>(), dy.data<float>(), dx.data<float>(),
-                                  params_.grad(weight_).data<float>(), params_.grad(bias_).data<float>(), n, h_,
-                                  true);
+  PTDP_CHECK_ARG(dy.dtype() == s.x.dtype(), "layernorm: gradient " + dy.str() + " and input " + s.x.str() +
+                                                 " must have the same storage type");
+  Tensor dx = empty_like(dy, {n, h_});
+  dy.backend().layernorm_backward(s.x.raw(), params_.weight(weight_).raw(), s.mean.data<float>(), s.rstd.data<float>(),
+                                  dy.raw(), dx.raw(), dy.dtype(), params_.grad(weight_).data<float>(),
+                                  params_.grad(bias_).data<float>(), n, h_, true);
   slots_.release(step.microbatch);
   return dx;
+}
+
+DropoutDesc flat_dropout(int64_t n, float p, const Step& step, int layer, DropoutSite site, uint64_t seed) {
+  DropoutDesc d;
+  if (!step.training) return d;  // p = 0: none
+  d.p = p;
+  d.rng = PhiloxStream{seed, dropout_stream(step, layer, site)};
+  d.block = GlobalBlock::flat(n);
+  return d;
 }
 
 namespace {
@@ -38,13 +47,10 @@ namespace {
 Tensor apply_dropout(const Tensor& in, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
                      bool backward) {
   if (!step.training || p == 0.0f) return in;
-  Tensor out = Tensor::empty(in.shape(), DType::F32, in.device());
-  DropoutDesc d;
-  d.p = p;
-  d.rng = PhiloxStream{seed, dropout_stream(step, layer, site)};
-  d.block = GlobalBlock::flat(in.numel());
-  if (backward) in.backend().dropout_backward(in.data<float>(), out.data<float>(), d);
-  else in.backend().dropout_forward(in.data<float>(), out.data<float>(), d);
+  Tensor out = empty_like(in, in.shape());
+  const DropoutDesc d = flat_dropout(in.numel(), p, step, layer, site, seed);
+  if (backward) in.backend().dropout_backward(in.raw(), out.raw(), in.dtype(), d);
+  else in.backend().dropout_forward(in.raw(), out.raw(), in.dtype(), d);
   return out;
 }
 

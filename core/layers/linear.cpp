@@ -25,22 +25,28 @@ ColumnParallelLinear::ColumnParallelLinear(ParamTable& params, int shared_weight
   in_ = w.global_shape[1];
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x, const Step& step) {
-  const Tensor w = params_.param(weight_);
-  const Tensor b = bias_ >= 0 ? params_.param(bias_) : Tensor();
+Tensor ColumnParallelLinear::forward(const Tensor& x, const Step& step, Tensor* pre_gelu) {
+  const Tensor w = params_.weight(weight_);
+  const Tensor b = bias_ >= 0 ? params_.weight(bias_) : Tensor();
   const int64_t n = rows_of(x, in_, "column-parallel input");
   const int64_t out_local = out_ / tp_.size;
-  Tensor y = Tensor::empty({n, out_local}, DType::F32, x.device());
-  linear_forward(x, w, bias_ >= 0 ? &b : nullptr, y);
+  Tensor y = empty_like(x, {n, out_local});
+  if (pre_gelu) {
+    PTDP_CHECK_ARG(!gather_ && bias_ >= 0, "column-parallel: a fused GeLU needs a bias and no gathered output");
+    *pre_gelu = empty_like(x, {n, out_local});
+  }
+  linear_forward(x, w, bias_ >= 0 ? &b : nullptr, y, pre_gelu);
   slots_.create(step.microbatch).x = x;
   if (!gather_ || tp_.size == 1) return y;
   // The gathered chunks are [t][N][out/t]; interleave them into [N, out].
-  Tensor chunks = Tensor::empty({tp_.size * n * out_local}, DType::F32, x.device());
+  Tensor chunks = empty_like(x, {tp_.size * n * out_local});
   tp_.all_gather(y.reshape({n * out_local}), chunks);
-  Tensor full = Tensor::empty({n, out_}, DType::F32, x.device());
+  Tensor full = empty_like(x, {n, out_});
+  const std::size_t elem = dtype_size(x.dtype());
   for (int r = 0; r < tp_.size; ++r) {
-    x.backend().copy_2d(full.data<float>() + r * out_local, out_, chunks.data<float>() + r * n * out_local,
-                        out_local, n, out_local);
+    x.backend().copy_2d(static_cast<char*>(full.raw()) + r * out_local * elem, out_,
+                        static_cast<const char*>(chunks.raw()) + r * n * out_local * elem, out_local, x.dtype(), n,
+                        out_local);
   }
   return full;
 }
@@ -55,12 +61,13 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& ste
                                             std::to_string(gather_ ? out_ : out_local) + "]");
   Tensor dy = dy_in;
   if (gather_ && tp_.size > 1) {  // keep this rank's columns of the gathered gradient
-    dy = Tensor::empty({n, out_local}, DType::F32, dy_in.device());
-    dy_in.backend().copy_2d(dy.data<float>(), out_local, dy_in.data<float>() + tp_.rank * out_local, out_, n,
-                            out_local);
+    dy = empty_like(dy_in, {n, out_local});
+    dy_in.backend().copy_2d(dy.raw(), out_local,
+                            static_cast<const char*>(dy_in.raw()) + tp_.rank * out_local * dtype_size(dy_in.dtype()),
+                            out_, dy_in.dtype(), n, out_local);
   }
-  Tensor dx = Tensor::empty({n, in_}, DType::F32, dy.device());
-  linear_dgrad(dy, params_.param(weight_), dx);
+  Tensor dx = empty_like(dy, {n, in_});
+  linear_dgrad(dy, params_.weight(weight_), dx);
   tp_.all_reduce(dx);  // f's backward
   s.dy = dy;
   return dx;
@@ -77,8 +84,8 @@ void ColumnParallelLinear::backward_weight(const Step& step) {
 // ---- row-parallel ---------------------------------------------------------------------------
 
 RowParallelLinear::RowParallelLinear(ParamTable& params, const std::string& prefix, int64_t in, int64_t out,
-                                     bool bias, float init_std, TensorParallel tp)
-    : params_(params), in_(in), out_(out), tp_(tp), slots_(prefix) {
+                                     bool bias, float init_std, TensorParallel tp, bool skip_bias_add)
+    : params_(params), in_(in), out_(out), tp_(tp), skip_bias_add_(skip_bias_add), slots_(prefix) {
   weight_ = params.add(prefix + ".weight", {out, in}, 1, ParamInit::Normal, init_std);
   if (bias) bias_ = params.add(prefix + ".bias", {out}, -1, ParamInit::Zeros, 0.0f, false);
 }
@@ -86,22 +93,22 @@ RowParallelLinear::RowParallelLinear(ParamTable& params, const std::string& pref
 Tensor RowParallelLinear::forward(const Tensor& x, const Step& step) {
   const int64_t in_local = in_ / tp_.size;
   const int64_t n = rows_of(x, in_local, "row-parallel input");
-  Tensor y = Tensor::empty({n, out_}, DType::F32, x.device());
-  linear_forward(x, params_.param(weight_), nullptr, y);
+  Tensor y = empty_like(x, {n, out_});
+  linear_forward(x, params_.weight(weight_), nullptr, y);
   tp_.all_reduce(y);  // g's forward
-  if (bias_ >= 0) x.backend().bias_add(y.data<float>(), params_.param(bias_).data<float>(), n, out_);
+  if (bias_ >= 0 && !skip_bias_add_) x.backend().bias_add(y.raw(), params_.weight(bias_).raw(), y.dtype(), n, out_);
   slots_.create(step.microbatch).x = x;
   return y;
 }
 
-Tensor RowParallelLinear::backward_input(const Tensor& dy, const Step& step) {
+Tensor RowParallelLinear::backward_input(const Tensor& dy, const Step& step, const Tensor* pre_gelu) {
   Slot& s = slots_.get(step.microbatch);
   const int64_t in_local = in_ / tp_.size;
   const int64_t n = rows_of(s.x, in_local, "row-parallel input");
   PTDP_CHECK_ARG(dy.numel() == n * out_, "row-parallel output gradient " + dy.str() + " does not match [" +
                                              std::to_string(n) + ", " + std::to_string(out_) + "]");
-  Tensor dx = Tensor::empty({n, in_local}, DType::F32, dy.device());
-  linear_dgrad(dy, params_.param(weight_), dx);
+  Tensor dx = empty_like(dy, {n, in_local});
+  linear_dgrad(dy, params_.weight(weight_), dx, pre_gelu);
   s.dy = dy;
   return dx;
 }

@@ -24,7 +24,9 @@ class ColumnParallelLinear {
   ColumnParallelLinear(ParamTable& params, int shared_weight, bool gather_output, TensorParallel tp);
 
   /// x [N, in] (the same on every tensor rank) -> [N, out/t], or [N, out] when gathering.
-  Tensor forward(const Tensor& x, const Step& step);
+  /// With `pre_gelu` (not gathering, with bias) the result is gelu(x W^T + b), fused into the
+  /// GEMM, and *pre_gelu receives x W^T + b for the backward.
+  Tensor forward(const Tensor& x, const Step& step, Tensor* pre_gelu = nullptr);
   /// dy (the forward output's shape) -> dx [N, in], summed over the tensor group. Keeps dy for
   /// backward_weight.
   Tensor backward_input(const Tensor& dy, const Step& step);
@@ -52,14 +54,18 @@ class ColumnParallelLinear {
 class RowParallelLinear {
  public:
   /// Declares "<prefix>.weight" [out, in] (split on dim 1) and, with bias, "<prefix>.bias"
-  /// (the same on every tensor rank, added once after the sum).
+  /// (the same on every tensor rank, added once after the sum). With skip_bias_add (Megatron's
+  /// name) forward leaves the bias to the caller, who fuses it into bias + dropout + residual.
   RowParallelLinear(ParamTable& params, const std::string& prefix, int64_t in, int64_t out,
-                    bool bias, float init_std, TensorParallel tp);
+                    bool bias, float init_std, TensorParallel tp, bool skip_bias_add = false);
 
-  /// x [N, in/t] -> [N, out], summed over the tensor group, plus bias.
+  /// x [N, in/t] -> [N, out], summed over the tensor group, plus bias (unless skip_bias_add).
   Tensor forward(const Tensor& x, const Step& step);
-  /// dy [N, out] (the same on every tensor rank) -> dx [N, in/t].
-  Tensor backward_input(const Tensor& dy, const Step& step);
+  /// dy [N, out] (the same on every tensor rank) -> dx [N, in/t]. With `pre_gelu` (the input of
+  /// the GeLU that produced this layer's input) the result is the gradient before the GeLU.
+  Tensor backward_input(const Tensor& dy, const Step& step, const Tensor* pre_gelu = nullptr);
+  /// The bias in the model's storage type (undefined without bias), for skip_bias_add callers.
+  Tensor bias() const { return bias_ >= 0 ? params_.weight(bias_) : Tensor(); }
   void backward_weight(const Step& step);
   void release(const Step& step) { slots_.release(step.microbatch); }
 
@@ -74,6 +80,7 @@ class RowParallelLinear {
   int weight_ = -1, bias_ = -1;
   int64_t in_ = 0, out_ = 0;
   TensorParallel tp_;
+  bool skip_bias_add_ = false;
   Slots<Slot> slots_;
 };
 

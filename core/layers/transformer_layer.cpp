@@ -7,8 +7,17 @@ namespace {
 std::string prefix(int layer) { return "decoder.layers." + std::to_string(layer); }
 
 Tensor sum(const Tensor& a, const Tensor& b) {
-  Tensor y = Tensor::empty(a.shape(), DType::F32, a.device());
-  a.backend().add(a.data<float>(), b.data<float>(), y.data<float>(), a.numel());
+  Tensor y = empty_like(a, a.shape());
+  a.backend().add(a.raw(), b.raw(), y.raw(), a.dtype(), a.numel());
+  return y;
+}
+
+// residual + dropout(x + bias), fused.
+Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const DropoutDesc& d) {
+  const int64_t cols = residual.dim(residual.ndim() - 1);
+  Tensor y = empty_like(residual, residual.shape());
+  x.backend().bias_dropout_add(x.raw(), bias.defined() ? bias.raw() : nullptr, residual.raw(), y.raw(), x.dtype(),
+                               residual.numel() / cols, cols, d);
   return y;
 }
 
@@ -25,10 +34,13 @@ TransformerLayer::TransformerLayer(ParamTable& params, const GptConfig& cfg, int
 
 Tensor TransformerLayer::run_forward(const Tensor& x, const Step& step) {
   const uint64_t seed = cfg_.seed;
+  const float p = cfg_.hidden_dropout;
   Tensor a = attn_.forward(ln1_.forward(x, step), step);
-  Tensor x1 = sum(x, dropout_forward(a, cfg_.hidden_dropout, step, layer_, DropoutSite::AttentionOutput, seed));
+  Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x,
+                               flat_dropout(a.numel(), p, step, layer_, DropoutSite::AttentionOutput, seed));
   Tensor m = mlp_.forward(ln2_.forward(x1, step), step);
-  return sum(x1, dropout_forward(m, cfg_.hidden_dropout, step, layer_, DropoutSite::MlpOutput, seed));
+  return bias_dropout_add(m, mlp_.output_bias(), x1,
+                          flat_dropout(m.numel(), p, step, layer_, DropoutSite::MlpOutput, seed));
 }
 
 void TransformerLayer::release_sublayers(const Step& step) {

@@ -64,7 +64,7 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
     head_params_.second = params_.size();
   }
   if (materialize) {
-    params_.allocate(device_);
+    params_.allocate(device_, cfg_.precision);
     params_.initialize(cfg_.seed);
   }
 }
@@ -103,8 +103,8 @@ Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_
     const Tensor ids = to_sequence_major(tokens, b, "tokens");
     Tensor e = word_->forward(ids, step);
     Tensor p = position_->forward(positions(b), step);
-    x = Tensor::empty(e.shape(), DType::F32, device_);
-    e.backend().add(e.data<float>(), p.data<float>(), x.data<float>(), x.numel());
+    x = Tensor::empty(e.shape(), e.dtype(), device_);
+    e.backend().add(e.raw(), p.raw(), x.raw(), x.dtype(), x.numel());
     x = dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
   } else {
     PTDP_CHECK_ARG(input.defined() && input.numel() == s * b * h,
@@ -224,6 +224,7 @@ std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
     throw;
   }
   release(step);
+  if (local.dtype() != DType::F32) local = local.to(DType::F32);
   const int64_t rows = s * b, cols = local.shape()[1];
   Tensor all = local;
   if (tp_.size > 1) {

@@ -57,6 +57,20 @@ void GptConfig::validate(int t) const {
   PTDP_CHECK_ARG(layernorm_epsilon > 0.0f, "layernorm_epsilon must be > 0, got " + std::to_string(layernorm_epsilon));
   PTDP_CHECK_ARG(static_cast<int>(recompute) >= 0 && static_cast<int>(recompute) <= 2,
                  "recompute granularity " + std::to_string(static_cast<int>(recompute)) + " is not none, full or selective");
+  PTDP_CHECK_ARG(precision == DType::F32 || precision == DType::BF16 || precision == DType::F16,
+                 "precision " + std::to_string(static_cast<int>(precision)) + " is not f32, bf16 or f16");
+  PTDP_CHECK_ARG(static_cast<int>(attention) >= 0 && static_cast<int>(attention) <= 2,
+                 "attention implementation " + std::to_string(static_cast<int>(attention)) +
+                     " is not auto, fused or unfused");
+}
+
+const char* attention_impl_name(AttentionImpl a) {
+  switch (a) {
+    case AttentionImpl::Auto: return "auto";
+    case AttentionImpl::Fused: return "fused";
+    case AttentionImpl::Unfused: return "unfused";
+  }
+  return "?";
 }
 
 double GptConfig::flops_per_step(int64_t tokens) const {

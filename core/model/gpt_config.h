@@ -4,10 +4,17 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/dtype.h"
+
 namespace ptdp {
 
 /// Megatron's --recompute-granularity.
 enum class Recompute : int { None = 0, Full = 1, Selective = 2 };
+
+/// How self-attention is computed: Auto takes the backend's fused (flash) kernel where it has
+/// one for the model dtype and head dim, else the unfused GEMM + softmax + GEMM path; Fused
+/// insists on the fused kernel (an error where there is none); Unfused never uses it.
+enum class AttentionImpl : int { Auto = 0, Fused = 1, Unfused = 2 };
 
 struct GptConfig {
   int num_layers = 2;
@@ -25,6 +32,10 @@ struct GptConfig {
   bool tie_embeddings = true;  ///< the LM head reuses the word embedding
   Recompute recompute = Recompute::None;
   uint64_t seed = 1234;
+  /// Storage type of the model weights and activations: f32, or bf16/f16 with fp32 master
+  /// weights and fp32 gradients (Megatron's --bf16 / --fp16).
+  DType precision = DType::F32;
+  AttentionImpl attention = AttentionImpl::Auto;
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
@@ -46,5 +57,6 @@ struct GptConfig {
 };
 
 const char* recompute_name(Recompute r);
+const char* attention_impl_name(AttentionImpl a);
 
 }  // namespace ptdp

@@ -64,6 +64,7 @@ class GptStages final : public PipelineStages {
 
   double loss_sum() const { return loss_sum_; }
   Device device() override { return model_.device(); }
+  DType activation_dtype() override { return model_.config().precision; }
 
  private:
   GptModel& local(int chunk) { return *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())]; }
@@ -119,6 +120,7 @@ class EvalStages final : public PipelineStages {
   }
   void backward_weight(int, int) override { throw_error(ErrorCode::Internal, "a forward-only pass has no backward"); }
   Device device() override { return model_.device(); }
+  DType activation_dtype() override { return model_.config().precision; }
 
   double loss_sum() const { return loss_sum_; }
 
@@ -280,7 +282,9 @@ void GptPipeline::set_global(const std::string& name, const float* host) {
   PTDP_CHECK_ARG(found, "no parameter named '" + name + "'");
   for (auto& c : chunks_) {
     const int i = c->params().find(name);
-    if (i >= 0) scatter_global(c->params(), i, host, c->params().param(i));
+    if (i < 0) continue;
+    scatter_global(c->params(), i, host, c->params().param(i));
+    c->params().sync_weight(i);
   }
 }
 

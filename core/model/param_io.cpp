@@ -19,7 +19,8 @@ void gather_global(const ParamTable& params, int i, const Tensor& local, const T
   const int64_t rows = p.local_shape[0], cols_l = p.local_shape[1], cols = p.global_shape[1];
   Tensor full = Tensor::empty({rows, cols}, DType::F32, local.device());
   for (int r = 0; r < tp.size; ++r) {
-    local.backend().copy_2d(full.data<float>() + r * cols_l, cols, all.data<float>() + r * n, cols_l, rows, cols_l);
+    local.backend().copy_2d(full.data<float>() + r * cols_l, cols, all.data<float>() + r * n, cols_l, DType::F32, rows,
+                            cols_l);
   }
   full.copy_to_host(host, full.nbytes());
 }
@@ -35,7 +36,7 @@ void scatter_global(const ParamTable& params, int i, const float* host, const Te
     const Tensor full = Tensor::borrow(const_cast<float*>(host), p.global_shape, DType::F32);
     const Tensor staged = Tensor::empty(p.local_shape, DType::F32);
     staged.backend().copy_2d(staged.data<float>(), p.local_shape[1], full.data<float>() + p.slice_start, gcols,
-                             p.local_shape[0], p.local_shape[1]);
+                             DType::F32, p.local_shape[0], p.local_shape[1]);
     local.backend().copy_from_host(local.raw(), staged.raw(), local.nbytes());
   }
 }

@@ -46,16 +46,34 @@ int ParamTable::add(const std::string& name, const Shape& global_shape, int part
   return static_cast<int>(entries_.size()) - 1;
 }
 
-void ParamTable::allocate(Device device) {
+void ParamTable::allocate(Device device, DType model_dtype) {
+  PTDP_CHECK_ARG(dtype_is_float(model_dtype), std::string("model dtype ") + dtype_name(model_dtype) +
+                                                  " is not a floating type (f32, bf16, f16)");
+  model_dtype_ = model_dtype;
   params_ = Tensor::zeros({numel_}, DType::F32, device);
   grads_ = Tensor::zeros({numel_}, DType::F32, device);
+  if (model_dtype_ != DType::F32) weights_ = Tensor::zeros({numel_}, model_dtype_, device);
+}
+
+void ParamTable::sync_weights() {
+  check_allocated("sync_weights");
+  if (!weights_.defined()) return;
+  params_.backend().cast(params_.raw(), DType::F32, weights_.raw(), model_dtype_, params_.numel());
+}
+
+void ParamTable::sync_weight(int i) {
+  check_allocated("sync_weight");
+  if (!weights_.defined()) return;
+  const Tensor master = param(i), model = weight(i);
+  master.backend().cast(master.raw(), DType::F32, model.raw(), model_dtype_, master.numel());
 }
 
 void ParamTable::reserve(int64_t numel) {
   check_allocated("reserve");
   if (numel <= params_.numel()) return;
-  for (Tensor* t : {&params_, &grads_}) {
-    Tensor bigger = Tensor::zeros({numel}, DType::F32, t->device());
+  for (Tensor* t : {&params_, &grads_, &weights_}) {
+    if (!t->defined()) continue;
+    Tensor bigger = Tensor::zeros({numel}, t->dtype(), t->device());
     bigger.backend().copy(bigger.raw(), t->raw(), t->nbytes());
     *t = bigger;
   }
@@ -100,6 +118,7 @@ void ParamTable::initialize(uint64_t seed) {
     init_param_slice(p, seed, host.data());
     param(i).copy_from_host(host.data(), host.size() * sizeof(float));
   }
+  sync_weights();
 }
 
 void ParamTable::zero_grads() {
@@ -122,6 +141,12 @@ Tensor ParamTable::param(int i) const {
   check_allocated("param");
   const ParamInfo& p = info(i);
   return params_.view(p.offset, p.local_shape);
+}
+
+Tensor ParamTable::weight(int i) const {
+  check_allocated("weight");
+  const ParamInfo& p = info(i);
+  return (weights_.defined() ? weights_ : params_).view(p.offset, p.local_shape);
 }
 
 Tensor ParamTable::grad(int i) const {

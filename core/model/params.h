@@ -2,6 +2,12 @@
 // layout, and a table of named views: name, global shape, partition dimension, this rank's
 // slice. Data-parallel buckets, optimizer shards, grad norms and checkpoints all work on the
 // two flat buffers and this table (DESIGN.md, principle 3).
+//
+// Mixed precision: the flat parameters are always the fp32 master weights and the gradients
+// are always fp32 (main gradients, accumulated over microbatches). With a 16-bit model dtype a
+// third flat buffer of the same layout holds the bf16/f16 weights the layers compute with;
+// sync_weights() rounds the masters into it (after initialisation, an optimizer step or a
+// checkpoint load).
 #pragma once
 
 #include <cstdint>
@@ -34,8 +40,9 @@ class ParamTable {
   /// Declares a parameter; its slice follows from the partition dimension. Returns its index.
   int add(const std::string& name, const Shape& global_shape, int partition_dim, ParamInit init,
           float init_std = 0.0f, bool weight_decay = true);
-  /// Allocates the flat parameter and gradient buffers (gradients zeroed).
-  void allocate(Device device);
+  /// Allocates the flat parameter and gradient buffers (gradients zeroed) and, for a bf16 or
+  /// f16 `model_dtype`, the 16-bit model weights.
+  void allocate(Device device, DType model_dtype = DType::F32);
   /// Grows both flat buffers to at least `numel` elements (values kept, the tail zero), e.g.
   /// so that data-parallel buckets divide evenly. Views taken before are not moved.
   void reserve(int64_t numel);
@@ -44,6 +51,10 @@ class ParamTable {
   /// Sets every parameter to its initial value: a pure function of (seed, name, global element
   /// index), so every tensor-parallel size starts from the same full weights.
   void initialize(uint64_t seed);
+  /// Rounds the fp32 master weights into the 16-bit model weights (nothing to do for f32).
+  void sync_weights();
+  /// sync_weights() for parameter i only.
+  void sync_weight(int i);
   void zero_grads();
 
   int size() const { return static_cast<int>(entries_.size()); }
@@ -53,8 +64,10 @@ class ParamTable {
   /// Index of `name`; throws Error(InvalidArgument) naming it when there is none.
   int index(const std::string& name) const;
 
-  Tensor param(int i) const;  ///< view with the local shape
-  Tensor grad(int i) const;
+  Tensor param(int i) const;   ///< fp32 master view with the local shape
+  Tensor grad(int i) const;    ///< fp32 gradient view
+  Tensor weight(int i) const;  ///< the view the layers compute with: model dtype (== param(i) for f32)
+  DType model_dtype() const { return model_dtype_; }
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
   int64_t numel() const { return numel_; }
@@ -68,7 +81,9 @@ class ParamTable {
   std::vector<ParamInfo> entries_;
   std::unordered_map<std::string, int> by_name_;
   int64_t numel_ = 0;
+  DType model_dtype_ = DType::F32;
   Tensor params_, grads_;
+  Tensor weights_;  ///< 16-bit model weights; undefined for f32
 };
 
 /// Writes the initial values of `info`'s local slice (host memory, local-shape row-major).

@@ -240,6 +240,7 @@ StepResult Optimizer::step(int64_t iteration) {
       }
     }
   }
+  for (auto& s : spaces_) s->table->sync_weights();  // 16-bit model weights follow the masters
   scaler_.update(false);
   return res;
 }

@@ -148,9 +148,9 @@ class Runner {
           const bool grad = a.kind == ActionKind::RecvGradient;
           // A gradient of chunk c's output has the shape of chunk c + 1's input.
           const Shape shape = stages_.input_shape(grad ? a.chunk + 1 : a.chunk, a.microbatch);
-          Tensor full = Tensor::empty(shape, DType::F32, stages_.device());
-          Tensor buffer =
-              sliced(full.numel()) ? Tensor::empty({full.numel() / tp_.size}, DType::F32, stages_.device()) : full;
+          const DType type = stages_.activation_dtype();
+          Tensor full = Tensor::empty(shape, type, stages_.device());
+          Tensor buffer = sliced(full.numel()) ? Tensor::empty({full.numel() / tp_.size}, type, stages_.device()) : full;
           ops.push_back({P2POp::Kind::Recv, buffer, a.peer, grad ? kGradientTag : kActivationTag});
           arrivals.push_back({k, grad, buffer, full});
           break;

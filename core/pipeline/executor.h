@@ -30,6 +30,8 @@ class PipelineStages {
   virtual void backward_weight(int chunk, int microbatch) = 0;
   /// Where received activations and gradients are placed (the chunks' device).
   virtual Device device() { return {}; }
+  /// Element type of the activations and gradients the stages exchange.
+  virtual DType activation_dtype() { return DType::F32; }
 };
 
 struct ExecutorOptions {

@@ -376,9 +376,10 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
   });
 
   for (std::size_t j = 0; j < model.chunks().size(); ++j) {
-    const ParamTable& table = model.chunks()[j]->params();
+    ParamTable& table = model.chunks()[j]->params();
     Tensor flat = table.flat_params();
     flat.copy_from_host(params[j].data(), params[j].size() * sizeof(float));
+    table.sync_weights();
     for (std::size_t k = 0; k < states.size(); ++k)
       optimizer->set_state(static_cast<int>(j), static_cast<int>(k), moments[j][k].data());
   }

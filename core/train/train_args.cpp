@@ -208,6 +208,13 @@ std::vector<Flag> make_flags() {
                      &TrainArgs::recompute_granularity,
                      Choices<Recompute>{{"none", Recompute::None}, {"full", Recompute::Full},
                                         {"selective", Recompute::Selective}}));
+  v.push_back(choice("attention-backend", G::Model,
+                     "fused: the device's fused (flash) attention kernel, which never stores the s x s scores; "
+                     "unfused: GEMM, scale + causal mask + softmax, dropout, GEMM; auto: fused where the device "
+                     "has a kernel for the precision and head dim (CUDA: bf16/fp16, head dim 64 or 128).",
+                     &TrainArgs::attention_backend,
+                     Choices<AttentionImpl>{{"auto", AttentionImpl::Auto}, {"fused", AttentionImpl::Fused},
+                                            {"unfused", AttentionImpl::Unfused}}));
   // Parallelism.
   v.push_back(integer("tensor-model-parallel-size", G::Parallel, "Tensor-parallel size t.",
                       &TrainArgs::tensor_model_parallel_size, kPositive));
@@ -573,6 +580,8 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   c.tie_embeddings = !args.untie_embeddings_and_output_weights;
   c.recompute = args.recompute_granularity;
   c.seed = args.seed;
+  c.precision = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
+  c.attention = args.attention_backend;
   return c;
 }
 

@@ -42,6 +42,7 @@ struct TrainArgs {
   double layernorm_epsilon = 1e-5;
   bool untie_embeddings_and_output_weights = false;
   Recompute recompute_granularity = Recompute::None;
+  AttentionImpl attention_backend = AttentionImpl::Auto;
 
   // Parallelism.
   int tensor_model_parallel_size = 1;

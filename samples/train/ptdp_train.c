@@ -233,9 +233,6 @@ int main(int argc, char** argv) {
   } else if (strcmp(set.device, "auto") == 0 && have_cuda && gpu >= 0) {
     gpt.device = PTDP_DEVICE_CUDA;
   }
-  if (set.fp16 || set.bf16)
-    fail_msg(&r, "%s: this version's engine trains in fp32 (CPU and CUDA); 16-bit weights and "
-             "activations are not available yet", set.fp16 ? "--fp16" : "--bf16");
 
   const int32_t b = set.micro_batch_size;
   const int64_t global_batch = set.global_batch_size > 0 ? set.global_batch_size : (int64_t)b * d;

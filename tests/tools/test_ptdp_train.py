@@ -18,6 +18,13 @@ CASE is one of:
                deterministic; bad flags give exit status 2
   errors       bad flags, a missing data file, a too-short text and a bad layout each give a
                clear message and a non-zero exit status
+  bf16         --bf16 (bf16 weights and activations, fp32 masters and gradients) tracks the fp32
+               run; (2,2,2) with the distributed optimizer matches the serial bf16 run to bf16
+               round-off; a bf16 checkpoint (fp32 masters) resumes bit for bit
+  fp16         --fp16 with dynamic loss scaling: overflowing iterations are skipped and the scale
+               backs off (hysteresis 2) until steps succeed; a constant --loss-scale trains like fp32
+  attention    --attention-backend fused (the CPU's flash-style kernel) gives the unfused run's
+               loss, serial and at (2,2,2), with attention dropout on
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -271,9 +278,81 @@ def case_errors():
     print("errors: every case refused with a message")
 
 
+def compare(a, b, iters, tol, what, keys=("lm_loss", "grad_norm")):
+    """Worst relative difference of `keys` over iterations 1..iters; a check per value."""
+    worst = 0.0
+    for it in range(1, iters + 1):
+        for key in keys:
+            x, y = a[it][key], b[it][key]
+            check(close(x, y, tol), f"{what}: iteration {it} {key} {x} vs {y} (tolerance {tol})")
+            worst = max(worst, abs(x - y) / max(1.0, abs(y)))
+    return worst
+
+
+def case_bf16():
+    fp32, _, _ = train("fp32", 1, 1, 1, 6)
+    bf16, bf16_valid, _ = train("bf16-serial", 1, 1, 1, 6, ["--bf16"])
+    # bf16 keeps 8 bits of mantissa: the losses agree to about 1%, and both fall.
+    w1 = compare(bf16, fp32, 6, 2e-2, "bf16 vs fp32", keys=("lm_loss",))
+    check(bf16[6]["lm_loss"] < bf16[1]["lm_loss"] - 0.3, f"bf16 loss falls: {bf16[1]['lm_loss']} -> {bf16[6]['lm_loss']}")
+    check(all(not bf16[it]["skipped"] for it in bf16), "bf16 without loss scaling skips nothing")
+    # Tensor-parallel partial sums are rounded to bf16 before the all-reduce, so (2,2,2) differs
+    # from serial by bf16 round-off, not by fp32 round-off.
+    par, par_valid, _ = train("bf16-parallel", 8, 2, 2, 6, ["--bf16", "--use-distributed-optimizer"])
+    w2 = compare(par, bf16, 6, 1e-2, "bf16 (2,2,2) vs bf16 serial")
+    for it in bf16_valid:
+        check(close(par_valid[it]["lm_loss"], bf16_valid[it]["lm_loss"], 1e-2), f"bf16 validation at {it}")
+    # Checkpoints hold the fp32 masters: a resumed bf16 run is the uninterrupted one, bit for bit.
+    ckpt = os.path.join(WORK, "ckpt-bf16")
+    train("bf16-first", 2, 2, 1, 6, ["--bf16", "--save", ckpt, "--exit-interval", "3"])
+    full, _, _ = train("bf16-full", 2, 2, 1, 6, ["--bf16"])
+    rest, _, _ = train("bf16-rest", 2, 2, 1, 6, ["--bf16", "--load", ckpt])
+    for it in range(4, 7):
+        check(rest[it]["lm_loss"] == full[it]["lm_loss"], f"bf16 resume iteration {it}: {rest[it]['lm_loss']!r} vs "
+              f"{full[it]['lm_loss']!r}")
+    print(f"bf16: vs fp32 worst {w1:.2e}; (2,2,2) vs serial worst {w2:.2e}; resume bit-identical; "
+          f"loss {bf16[1]['lm_loss']:.4f} -> {bf16[6]['lm_loss']:.4f} (fp32 {fp32[6]['lm_loss']:.4f})")
+
+
+def case_fp16():
+    iters = 16
+    fp32, _, _ = train("fp16-ref", 1, 1, 1, iters)
+    # 2^24 overflows the f16 logit gradients (2^24 / 32 tokens > 65504): skip, back off.
+    dyn, _, stdout = train("fp16-dynamic", 2, 2, 1, iters, ["--fp16", "--initial-loss-scale", str(2 ** 24)])
+    skipped = [it for it in range(1, iters + 1) if dyn[it]["skipped"]]
+    scales = [dyn[it]["loss_scale"] for it in range(1, iters + 1)]
+    check(dyn[1]["skipped"] and len(skipped) >= 2, f"the first iterations overflow and are skipped: {skipped}")
+    check(scales[-1] < 2 ** 24, f"the loss scale backed off: {scales}")
+    check(all(b <= a for a, b in zip(scales, scales[1:])), f"the scale never grows within the window: {scales}")
+    # hysteresis 2: the scale halves on every second consecutive overflow
+    check(scales[0] == 2 ** 24 and scales[1] == 2 ** 23, f"hysteresis 2: {scales[:3]}")
+    check(not dyn[iters]["skipped"] and not dyn[iters - 1]["skipped"], f"steps succeed at the end: {skipped}")
+    check(dyn[iters]["skipped_iterations"] == len(skipped), "skipped_iterations counts the skipped steps")
+    check("number of skipped iterations:" in stdout, "the log line reports skipped iterations")
+    const, _, _ = train("fp16-constant", 1, 1, 1, 6, ["--fp16", "--loss-scale", "1024"])
+    check(all(not const[it]["skipped"] for it in const), "a constant scale of 1024 skips nothing")
+    w = compare(const, fp32, 6, 2e-2, "fp16 (scale 1024) vs fp32", keys=("lm_loss",))
+    print(f"fp16: dynamic scale {scales[0]:.0f} -> {scales[-1]:.0f}, skipped iterations {skipped}; "
+          f"constant scale vs fp32 worst {w:.2e}")
+
+
+def case_attention():
+    unfused, _, _ = train("attn-unfused", 1, 1, 1, 4, ["--attention-backend", "unfused"])
+    fused, _, _ = train("attn-fused", 1, 1, 1, 4, ["--attention-backend", "fused"])
+    w1 = compare(fused, unfused, 4, 1e-5, "fused vs unfused attention")
+    par, _, _ = train("attn-fused-parallel", 8, 2, 2, 4, ["--attention-backend", "fused", "--use-distributed-optimizer"])
+    w2 = compare(par, unfused, 4, 1e-5, "fused (2,2,2) vs unfused serial")
+    sel, _, _ = train("attn-selective", 2, 2, 1, 4, ["--attention-backend", "unfused", "--recompute-granularity",
+                                                      "selective"])
+    w3 = compare(sel, unfused, 4, 1e-5, "selective recomputation (2,1,1) vs serial")
+    print(f"attention: fused vs unfused worst {w1:.2e}; fused (2,2,2) vs unfused serial {w2:.2e}; "
+          f"selective (2,1,1) {w3:.2e}")
+
+
 try:
     {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
-     "generate": case_generate, "errors": case_errors}[CASE]()
+     "generate": case_generate, "errors": case_errors, "bf16": case_bf16, "fp16": case_fp16,
+     "attention": case_attention}[CASE]()
 finally:
     if not failures:
         shutil.rmtree(WORK, ignore_errors=True)

@@ -779,6 +779,23 @@ PTDP_RECOMPUTE_FULL = _ptdp_ext.PTDP_RECOMPUTE_FULL
 r""" Keep each layer's input; re-run its forward before its backward."""
 PTDP_RECOMPUTE_SELECTIVE = _ptdp_ext.PTDP_RECOMPUTE_SELECTIVE
 r""" Recompute only the attention probabilities."""
+PTDP_ATTENTION_AUTO = _ptdp_ext.PTDP_ATTENTION_AUTO
+r"""
+    The fused (flash) kernel where the device has one for the
+                                      precision and head dim (CUDA: bf16/f16, head dim 64 or 128),
+                                      else the unfused path.
+    """
+PTDP_ATTENTION_FUSED = _ptdp_ext.PTDP_ATTENTION_FUSED
+r"""
+    Always the fused kernel, which never stores the s x s
+                                      scores; an error where the device has none (the CPU has one
+                                      for every precision: the reference the GPU is tested against).
+    """
+PTDP_ATTENTION_UNFUSED = _ptdp_ext.PTDP_ATTENTION_UNFUSED
+r"""
+    Scores GEMM, scale + causal mask + softmax, dropout, context
+                                      GEMM; the probabilities are kept for the backward.
+    """
 class ptdp_gpt_options(object):
     r""" GPT shape and settings, with Megatron-LM's names. Initialise with ptdp_gpt_options_init()."""
 
@@ -809,7 +826,22 @@ class ptdp_gpt_options(object):
     device = property(_ptdp_ext.ptdp_gpt_options_device_get, _ptdp_ext.ptdp_gpt_options_device_set, doc=r"""
     Where parameters and activations live:
                                                 ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the
-                                                runtime's GPU (ptdp_runtime_gpu()). fp32 on both.
+                                                runtime's GPU (ptdp_runtime_gpu()).
+    """)
+    precision = property(_ptdp_ext.ptdp_gpt_options_precision_get, _ptdp_ext.ptdp_gpt_options_precision_set, doc=r"""
+    Storage type of the weights and activations the model
+                                                computes with: ::PTDP_DTYPE_F32 (default),
+                                                ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (Megatron's --bf16 /
+                                                --fp16). Matrix products and reductions accumulate in
+                                                fp32; the optimizer keeps fp32 master weights and the
+                                                gradients are fp32. Parameter getters and setters and
+                                                checkpoints always see the fp32 masters. With f16, use
+                                                a loss scale (ptdp_optimizer_options). On both
+                                                devices.
+    """)
+    attention = property(_ptdp_ext.ptdp_gpt_options_attention_get, _ptdp_ext.ptdp_gpt_options_attention_set, doc=r"""
+    How attention is computed; default
+                                                ::PTDP_ATTENTION_AUTO.
     """)
 
     def __init__(self):

@@ -3001,60 +3001,61 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_p_ptdp_work_impl swig_types[19]
 #define SWIGTYPE_p_ptdp_action swig_types[20]
 #define SWIGTYPE_p_ptdp_action_kind swig_types[21]
-#define SWIGTYPE_p_ptdp_checkpoint_state swig_types[22]
-#define SWIGTYPE_p_ptdp_cluster swig_types[23]
-#define SWIGTYPE_p_ptdp_data_source swig_types[24]
-#define SWIGTYPE_p_ptdp_data_split swig_types[25]
-#define SWIGTYPE_p_ptdp_dataset_impl swig_types[26]
-#define SWIGTYPE_p_ptdp_device swig_types[27]
-#define SWIGTYPE_p_ptdp_dtype swig_types[28]
-#define SWIGTYPE_p_ptdp_feature swig_types[29]
-#define SWIGTYPE_p_ptdp_generate_options swig_types[30]
-#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[31]
-#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[32]
-#define SWIGTYPE_p_ptdp_gpt_options swig_types[33]
-#define SWIGTYPE_p_ptdp_group_kind swig_types[34]
-#define SWIGTYPE_p_ptdp_groups_impl swig_types[35]
-#define SWIGTYPE_p_ptdp_iteration_result swig_types[36]
-#define SWIGTYPE_p_ptdp_layer_impl swig_types[37]
-#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[38]
-#define SWIGTYPE_p_ptdp_model_impl swig_types[39]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[40]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[41]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[42]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[43]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[44]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[45]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[46]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[47]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[48]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[49]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[50]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[51]
-#define SWIGTYPE_p_ptdp_recompute swig_types[52]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[53]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[54]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[55]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[56]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[57]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[58]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[59]
-#define SWIGTYPE_p_ptdp_status swig_types[60]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[61]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[62]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[63]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[64]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[65]
-#define SWIGTYPE_p_short swig_types[66]
-#define SWIGTYPE_p_signed_char swig_types[67]
-#define SWIGTYPE_p_size_t swig_types[68]
-#define SWIGTYPE_p_unsigned_char swig_types[69]
-#define SWIGTYPE_p_unsigned_int swig_types[70]
-#define SWIGTYPE_p_unsigned_long swig_types[71]
-#define SWIGTYPE_p_unsigned_short swig_types[72]
-#define SWIGTYPE_p_void swig_types[73]
-static swig_type_info *swig_types[75];
-static swig_module_info swig_module = {swig_types, 74, 0, 0, 0, 0};
+#define SWIGTYPE_p_ptdp_attention swig_types[22]
+#define SWIGTYPE_p_ptdp_checkpoint_state swig_types[23]
+#define SWIGTYPE_p_ptdp_cluster swig_types[24]
+#define SWIGTYPE_p_ptdp_data_source swig_types[25]
+#define SWIGTYPE_p_ptdp_data_split swig_types[26]
+#define SWIGTYPE_p_ptdp_dataset_impl swig_types[27]
+#define SWIGTYPE_p_ptdp_device swig_types[28]
+#define SWIGTYPE_p_ptdp_dtype swig_types[29]
+#define SWIGTYPE_p_ptdp_feature swig_types[30]
+#define SWIGTYPE_p_ptdp_generate_options swig_types[31]
+#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[32]
+#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[33]
+#define SWIGTYPE_p_ptdp_gpt_options swig_types[34]
+#define SWIGTYPE_p_ptdp_group_kind swig_types[35]
+#define SWIGTYPE_p_ptdp_groups_impl swig_types[36]
+#define SWIGTYPE_p_ptdp_iteration_result swig_types[37]
+#define SWIGTYPE_p_ptdp_layer_impl swig_types[38]
+#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[39]
+#define SWIGTYPE_p_ptdp_model_impl swig_types[40]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[41]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[42]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[43]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[44]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[45]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[46]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[47]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[48]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[49]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[50]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[51]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[52]
+#define SWIGTYPE_p_ptdp_recompute swig_types[53]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[54]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[55]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[56]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[57]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[58]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[59]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[60]
+#define SWIGTYPE_p_ptdp_status swig_types[61]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[62]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[63]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[64]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[65]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[66]
+#define SWIGTYPE_p_short swig_types[67]
+#define SWIGTYPE_p_signed_char swig_types[68]
+#define SWIGTYPE_p_size_t swig_types[69]
+#define SWIGTYPE_p_unsigned_char swig_types[70]
+#define SWIGTYPE_p_unsigned_int swig_types[71]
+#define SWIGTYPE_p_unsigned_long swig_types[72]
+#define SWIGTYPE_p_unsigned_short swig_types[73]
+#define SWIGTYPE_p_void swig_types[74]
+static swig_type_info *swig_types[76];
+static swig_module_info swig_module = {swig_types, 75, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -8142,6 +8143,126 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_device_get(PyObject *self, PyObject 
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_device) ((arg1)->device);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_precision_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_dtype arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_precision_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_precision_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_precision_set" "', argument " "2"" of type '" "ptdp_dtype""'");
+  } 
+  arg2 = (ptdp_dtype)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->precision = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_precision_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_dtype result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_precision_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_dtype) ((arg1)->precision);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_attention_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_attention arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_attention_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_attention_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_attention_set" "', argument " "2"" of type '" "ptdp_attention""'");
+  } 
+  arg2 = (ptdp_attention)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->attention = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_attention_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_attention result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_attention_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_attention) ((arg1)->attention);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
@@ -24252,12 +24373,42 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_gpt_options_device_set", _wrap_ptdp_gpt_options_device_set, METH_VARARGS, "\n"
 		"Where parameters and activations live:\n"
 		"                                            ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the\n"
-		"                                            runtime's GPU (ptdp_runtime_gpu()). fp32 on both.\n"
+		"                                            runtime's GPU (ptdp_runtime_gpu()).\n"
 		""},
 	 { "ptdp_gpt_options_device_get", _wrap_ptdp_gpt_options_device_get, METH_O, "\n"
 		"Where parameters and activations live:\n"
 		"                                            ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the\n"
-		"                                            runtime's GPU (ptdp_runtime_gpu()). fp32 on both.\n"
+		"                                            runtime's GPU (ptdp_runtime_gpu()).\n"
+		""},
+	 { "ptdp_gpt_options_precision_set", _wrap_ptdp_gpt_options_precision_set, METH_VARARGS, "\n"
+		"Storage type of the weights and activations the model\n"
+		"                                            computes with: ::PTDP_DTYPE_F32 (default),\n"
+		"                                            ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (Megatron's --bf16 /\n"
+		"                                            --fp16). Matrix products and reductions accumulate in\n"
+		"                                            fp32; the optimizer keeps fp32 master weights and the\n"
+		"                                            gradients are fp32. Parameter getters and setters and\n"
+		"                                            checkpoints always see the fp32 masters. With f16, use\n"
+		"                                            a loss scale (ptdp_optimizer_options). On both\n"
+		"                                            devices.\n"
+		""},
+	 { "ptdp_gpt_options_precision_get", _wrap_ptdp_gpt_options_precision_get, METH_O, "\n"
+		"Storage type of the weights and activations the model\n"
+		"                                            computes with: ::PTDP_DTYPE_F32 (default),\n"
+		"                                            ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (Megatron's --bf16 /\n"
+		"                                            --fp16). Matrix products and reductions accumulate in\n"
+		"                                            fp32; the optimizer keeps fp32 master weights and the\n"
+		"                                            gradients are fp32. Parameter getters and setters and\n"
+		"                                            checkpoints always see the fp32 masters. With f16, use\n"
+		"                                            a loss scale (ptdp_optimizer_options). On both\n"
+		"                                            devices.\n"
+		""},
+	 { "ptdp_gpt_options_attention_set", _wrap_ptdp_gpt_options_attention_set, METH_VARARGS, "\n"
+		"How attention is computed; default\n"
+		"                                            ::PTDP_ATTENTION_AUTO.\n"
+		""},
+	 { "ptdp_gpt_options_attention_get", _wrap_ptdp_gpt_options_attention_get, METH_O, "\n"
+		"How attention is computed; default\n"
+		"                                            ::PTDP_ATTENTION_AUTO.\n"
 		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},
@@ -25892,6 +26043,7 @@ static swig_type_info _swigt__p_p_ptdp_train_config_impl = {"_p_p_ptdp_train_con
 static swig_type_info _swigt__p_p_ptdp_work_impl = {"_p_p_ptdp_work_impl", "ptdp_work *|struct ptdp_work_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_action = {"_p_ptdp_action", "ptdp_action *|struct ptdp_action *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_action_kind = {"_p_ptdp_action_kind", "ptdp_action_kind *|enum ptdp_action_kind *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_attention = {"_p_ptdp_attention", "ptdp_attention *|enum ptdp_attention *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_checkpoint_state = {"_p_ptdp_checkpoint_state", "ptdp_checkpoint_state *|struct ptdp_checkpoint_state *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_cluster = {"_p_ptdp_cluster", "ptdp_cluster *|struct ptdp_cluster *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_data_source = {"_p_ptdp_data_source", "ptdp_data_source *|enum ptdp_data_source *", 0, 0, (void*)0, 0};
@@ -25968,6 +26120,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_p_ptdp_work_impl,
   &_swigt__p_ptdp_action,
   &_swigt__p_ptdp_action_kind,
+  &_swigt__p_ptdp_attention,
   &_swigt__p_ptdp_checkpoint_state,
   &_swigt__p_ptdp_cluster,
   &_swigt__p_ptdp_data_source,
@@ -26044,6 +26197,7 @@ static swig_cast_info _swigc__p_p_ptdp_train_config_impl[] = {  {&_swigt__p_p_pt
 static swig_cast_info _swigc__p_p_ptdp_work_impl[] = {  {&_swigt__p_p_ptdp_work_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_action[] = {  {&_swigt__p_ptdp_action, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_action_kind[] = {  {&_swigt__p_ptdp_action_kind, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_attention[] = {  {&_swigt__p_ptdp_attention, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_checkpoint_state[] = {  {&_swigt__p_ptdp_checkpoint_state, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_cluster[] = {  {&_swigt__p_ptdp_cluster, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_data_source[] = {  {&_swigt__p_ptdp_data_source, 0, 0, 0},{0, 0, 0, 0}};
@@ -26120,6 +26274,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_p_ptdp_work_impl,
   _swigc__p_ptdp_action,
   _swigc__p_ptdp_action_kind,
+  _swigc__p_ptdp_attention,
   _swigc__p_ptdp_checkpoint_state,
   _swigc__p_ptdp_cluster,
   _swigc__p_ptdp_data_source,
@@ -26678,6 +26833,9 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_RECOMPUTE_NONE",SWIG_From_int((int)(PTDP_RECOMPUTE_NONE)));
   SWIG_Python_SetConstant(d, "PTDP_RECOMPUTE_FULL",SWIG_From_int((int)(PTDP_RECOMPUTE_FULL)));
   SWIG_Python_SetConstant(d, "PTDP_RECOMPUTE_SELECTIVE",SWIG_From_int((int)(PTDP_RECOMPUTE_SELECTIVE)));
+  SWIG_Python_SetConstant(d, "PTDP_ATTENTION_AUTO",SWIG_From_int((int)(PTDP_ATTENTION_AUTO)));
+  SWIG_Python_SetConstant(d, "PTDP_ATTENTION_FUSED",SWIG_From_int((int)(PTDP_ATTENTION_FUSED)));
+  SWIG_Python_SetConstant(d, "PTDP_ATTENTION_UNFUSED",SWIG_From_int((int)(PTDP_ATTENTION_UNFUSED)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_GPIPE",SWIG_From_int((int)(PTDP_SCHEDULE_GPIPE)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_1F1B)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_INTERLEAVED_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_INTERLEAVED_1F1B)));

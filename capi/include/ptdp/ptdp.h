@@ -763,6 +763,18 @@ typedef enum ptdp_recompute {
   PTDP_RECOMPUTE_SELECTIVE = 2 /**< Recompute only the attention probabilities. */
 } ptdp_recompute;
 
+/** How self-attention computes its context (ptdp_gpt_options::attention). */
+typedef enum ptdp_attention {
+  PTDP_ATTENTION_AUTO = 0,    /**< The fused (flash) kernel where the device has one for the
+                                   precision and head dim (CUDA: bf16/f16, head dim 64 or 128),
+                                   else the unfused path. */
+  PTDP_ATTENTION_FUSED = 1,   /**< Always the fused kernel, which never stores the s x s
+                                   scores; an error where the device has none (the CPU has one
+                                   for every precision: the reference the GPU is tested against). */
+  PTDP_ATTENTION_UNFUSED = 2  /**< Scores GEMM, scale + causal mask + softmax, dropout, context
+                                   GEMM; the probabilities are kept for the backward. */
+} ptdp_attention;
+
 /** GPT shape and settings, with Megatron-LM's names. Initialise with ptdp_gpt_options_init(). */
 typedef struct ptdp_gpt_options {
   size_t struct_size;                   /**< Set by ptdp_gpt_options_init(). */
@@ -785,7 +797,18 @@ typedef struct ptdp_gpt_options {
   uint64_t seed;                        /**< Initialisation and dropout seed; default 1234. */
   ptdp_device device;                   /**< Where parameters and activations live:
                                              ::PTDP_DEVICE_CPU (default) or ::PTDP_DEVICE_CUDA, the
-                                             runtime's GPU (ptdp_runtime_gpu()). fp32 on both. */
+                                             runtime's GPU (ptdp_runtime_gpu()). */
+  ptdp_dtype precision;                 /**< Storage type of the weights and activations the model
+                                             computes with: ::PTDP_DTYPE_F32 (default),
+                                             ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (Megatron's --bf16 /
+                                             --fp16). Matrix products and reductions accumulate in
+                                             fp32; the optimizer keeps fp32 master weights and the
+                                             gradients are fp32. Parameter getters and setters and
+                                             checkpoints always see the fp32 masters. With f16, use
+                                             a loss scale (ptdp_optimizer_options). On both
+                                             devices. */
+  ptdp_attention attention;             /**< How attention is computed; default
+                                             ::PTDP_ATTENTION_AUTO. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */

@@ -386,6 +386,12 @@ const PTDP_RECOMPUTE_NONE = ptdp_recompute(0)
 const PTDP_RECOMPUTE_FULL = ptdp_recompute(1)
 const PTDP_RECOMPUTE_SELECTIVE = ptdp_recompute(2)
 
+# How self-attention computes its context (ptdp_gpt_options::attention).
+const ptdp_attention = Cint
+const PTDP_ATTENTION_AUTO = ptdp_attention(0)
+const PTDP_ATTENTION_FUSED = ptdp_attention(1)
+const PTDP_ATTENTION_UNFUSED = ptdp_attention(2)
+
 # GPT shape and settings, with Megatron-LM's names.
 struct ptdp_gpt_options
     struct_size::Csize_t
@@ -405,6 +411,8 @@ struct ptdp_gpt_options
     recompute_granularity::ptdp_recompute
     seed::UInt64
     device::ptdp_device
+    precision::ptdp_dtype
+    attention::ptdp_attention
 end
 
 mutable struct ptdp_model_impl end

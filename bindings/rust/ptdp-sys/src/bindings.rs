@@ -131,6 +131,12 @@ pub const PTDP_RECOMPUTE_NONE: ptdp_recompute = 0;
 pub const PTDP_RECOMPUTE_FULL: ptdp_recompute = 1;
 pub const PTDP_RECOMPUTE_SELECTIVE: ptdp_recompute = 2;
 
+/// How self-attention computes its context (ptdp_gpt_options::attention).
+pub type ptdp_attention = i32;
+pub const PTDP_ATTENTION_AUTO: ptdp_attention = 0;
+pub const PTDP_ATTENTION_FUSED: ptdp_attention = 1;
+pub const PTDP_ATTENTION_UNFUSED: ptdp_attention = 2;
+
 /// GPT shape and settings, with Megatron-LM's names.
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -152,6 +158,8 @@ pub struct ptdp_gpt_options {
     pub recompute_granularity: ptdp_recompute,
     pub seed: u64,
     pub device: ptdp_device,
+    pub precision: ptdp_dtype,
+    pub attention: ptdp_attention,
 }
 
 #[repr(C)]
