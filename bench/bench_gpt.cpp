@@ -63,7 +63,9 @@ struct Options {
   int threads = 0;  // 0: leave OpenMP's default
   std::string json_path;
   bool cuda = false;         // --device cuda: the model on GPU 0
-  double peak_tflops = 0.0;  // --peak-tflops: the ceiling on the GPU (default: H200 fp32, 67)
+  double peak_tflops = 0.0;  // --peak-tflops: the ceiling on the GPU (default: H200 dense, 67 fp32 / 989 16-bit)
+  ptdp::DType precision = ptdp::DType::F32;              // --precision
+  ptdp::AttentionImpl attention = ptdp::AttentionImpl::Auto;  // --attention
 };
 
 void print_help(const char* argv0) {
@@ -87,8 +89,10 @@ void print_help(const char* argv0) {
        {"--no-dropout", "hidden and attention dropout 0 (default 0.1, Megatron's)"},
        {"--quick", "a much smaller model and shorter timing (whole run < 20 s)"},
        {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"},
-       {"--device cpu|cuda", "where the model runs (cpu); cuda: GPU 0, fp32, no sgemm peak run"},
-       {"--peak-tflops X", "with --device cuda: the ceiling for % peak (67, H200 fp32 dense)"}});
+       {"--device cpu|cuda", "where the model runs (cpu); cuda: GPU 0, no sgemm peak run"},
+       {"--precision f32|bf16|f16", "weights and activations (f32); 16-bit keeps fp32 masters and gradients"},
+       {"--attention auto|fused|unfused", "attention implementation (auto: fused where the device has it)"},
+       {"--peak-tflops X", "with --device cuda: the ceiling for MFU (H200 dense: 67 fp32, 989 bf16/f16)"}});
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
@@ -130,6 +134,20 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       o.peak_tflops = std::strtod(value.c_str(), &end);
       if (end == value.c_str() || *end != '\0' || !(o.peak_tflops > 0.0))
         return args.fail(exit_code, "--peak-tflops needs a number > 0, got '" + value + "'");
+    } else if (arg == "--precision") {
+      std::string value;
+      if (!args.require_value(value, exit_code)) return false;
+      if (value == "f32") o.precision = ptdp::DType::F32;
+      else if (value == "bf16") o.precision = ptdp::DType::BF16;
+      else if (value == "f16") o.precision = ptdp::DType::F16;
+      else return args.fail(exit_code, "--precision must be f32, bf16 or f16, got '" + value + "'");
+    } else if (arg == "--attention") {
+      std::string value;
+      if (!args.require_value(value, exit_code)) return false;
+      if (value == "auto") o.attention = ptdp::AttentionImpl::Auto;
+      else if (value == "fused") o.attention = ptdp::AttentionImpl::Fused;
+      else if (value == "unfused") o.attention = ptdp::AttentionImpl::Unfused;
+      else return args.fail(exit_code, "--attention must be auto, fused or unfused, got '" + value + "'");
     } else if (arg == "--recompute") {
       std::string value;
       if (!args.require_value(value, exit_code)) return false;
@@ -225,6 +243,8 @@ class Bench {
     cfg_.hidden_dropout = o_.dropout ? 0.1f : 0.0f;
     cfg_.attention_dropout = o_.dropout ? 0.1f : 0.0f;
     cfg_.recompute = o_.recompute;
+    cfg_.precision = o_.precision;
+    cfg_.attention = o_.attention;
     b_ = o_.micro_batch.value_or(4);
     iters_ = o_.iters.value_or(q ? 10 : 20);
     warmup_ = o_.warmup.value_or(2);
@@ -237,10 +257,15 @@ class Bench {
     cfg_.validate(1);  // before the peak, so a bad shape fails at once
     if (o_.cuda) {
       // The GPU's ceiling is not measured here (bench_gpu measures cuBLASLt): the datasheet's.
-      peak_gflops_ = (o_.peak_tflops > 0.0 ? o_.peak_tflops : 67.0) * 1e3;
+      const bool half = cfg_.precision != ptdp::DType::F32;
+      peak_gflops_ = (o_.peak_tflops > 0.0 ? o_.peak_tflops : half ? 989.0 : 67.0) * 1e3;
       peak_n_ = 0;
-      std::printf("1. peak: %.1f TFLOP/s (%s), not measured; the model runs on cuda:0 in fp32\n\n",
-                  peak_gflops_ * 1e-3, o_.peak_tflops > 0.0 ? "--peak-tflops" : "H200 fp32 dense, datasheet");
+      std::printf("1. peak: %.1f TFLOP/s (%s), not measured; the model runs on cuda:0 in %s\n\n",
+                  peak_gflops_ * 1e-3,
+                  o_.peak_tflops > 0.0 ? "--peak-tflops"
+                  : half               ? "H200 bf16/f16 dense, datasheet"
+                                       : "H200 fp32 dense, datasheet",
+                  ptdp::dtype_name(cfg_.precision));
     } else {
       bench_peak();
     }

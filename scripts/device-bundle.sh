@@ -9,13 +9,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-device}
 cmake -S . -B "$build" -DPTDP_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release > /dev/null
-cmake --build "$build" -j"$(nproc)" --target test_cuda_philox test_cuda_backend test_gpt_cuda bench_gpu bench_gpt \
+cmake --build "$build" -j"$(nproc)" --target test_cuda_philox test_cuda_backend test_flash_attention test_gpt_cuda bench_gpu bench_gpt \
   $(grep -q "test_nccl" "$build/tests/cuda/Makefile" 2>/dev/null && echo test_nccl) > /dev/null
 
 stage=device-bundle
 rm -rf "$stage" device-bundle.tar.xz
 mkdir -p "$stage/bin" "$stage/lib"
-for prog in tests/cuda/test_cuda_philox tests/cuda/test_cuda_backend tests/cuda/test_gpt_cuda tests/cuda/test_nccl \
+for prog in tests/cuda/test_cuda_philox tests/cuda/test_cuda_backend tests/cuda/test_flash_attention \
+            tests/cuda/test_gpt_cuda tests/cuda/test_nccl \
             bench/bench_gpu bench/bench_gpt; do
   [[ -x "$build/$prog" ]] && cp "$build/$prog" "$stage/bin/"
 done
