@@ -1,11 +1,13 @@
-// The CUDA backend's construction, memory movement and per-device instances; each op group
-// lives in its own file, as in kernels/cpu.
+// The CUDA backend's construction, memory movement, fused attention (delegated to the flash
+// kernels of flash_attention.cuh) and per-device instances; each op group lives in its own file,
+// as in kernels/cpu.
 #include <atomic>
 #include <mutex>
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/cuda/cuda_probe.h"
+#include "kernels/cuda/flash_attention.cuh"
 
 namespace ptdp::cuda {
 
@@ -66,6 +68,7 @@ CudaBackend::~CudaBackend() {
   // Instances live until exit (see backend()); this runs only for a backend made elsewhere.
   cudaStreamSynchronize(stream_);
   for (auto& [key, plan] : plans_) destroy_plan(plan);
+  device_free(dev_, scratch_, scratch_bytes_);
   device_free(dev_, partials_, (kReduceBlocks + 1) * sizeof(double));
   device_free(dev_, workspace_, workspace_bytes_);
   cublasLtDestroy(lt_);
@@ -114,6 +117,37 @@ void CudaBackend::copy(void* dst, const void* src, std::size_t bytes) {
 void CudaBackend::synchronize() {
   DeviceGuard guard(dev_);
   PTDP_CU(cudaStreamSynchronize(stream_));
+}
+
+bool CudaBackend::fused_attention_supported(DType t, int64_t dh) const {
+  return flash_attention_supported(t, dh);
+}
+
+void CudaBackend::attention_forward(const AttentionDesc& d, const void* qkv, void* ctx, float* lse,
+                                    DType t) {
+  kcheck::check_attention_forward(d, qkv, ctx, lse, t);
+  if (!fused_attention_supported(t, d.dh)) {
+    throw Error(ErrorCode::Unsupported,
+                str_cat("attention_forward: no fused attention kernel for t = ", dtype_name(t),
+                        ", dh = ", d.dh, " (device ", dev_, ")"));
+  }
+  DeviceGuard guard(dev_);
+  flash_attention_forward(d, qkv, ctx, lse, t, stream_);
+  PTDP_CU_LAUNCHED("flash_attention_forward");
+}
+
+void CudaBackend::attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
+                                     const float* lse, const void* dctx, void* dqkv, float* delta,
+                                     DType t) {
+  kcheck::check_attention_backward(d, qkv, ctx, lse, dctx, dqkv, delta, t);
+  if (!fused_attention_supported(t, d.dh)) {
+    throw Error(ErrorCode::Unsupported,
+                str_cat("attention_backward: no fused attention kernel for t = ", dtype_name(t),
+                        ", dh = ", d.dh, " (device ", dev_, ")"));
+  }
+  DeviceGuard guard(dev_);
+  flash_attention_backward(d, qkv, ctx, lse, dctx, dqkv, delta, t, stream_);
+  PTDP_CU_LAUNCHED("flash_attention_backward");
 }
 
 namespace {

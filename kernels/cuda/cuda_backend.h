@@ -1,4 +1,5 @@
-// The CUDA backend (fp32 compute on device memory) and its caching device allocator.
+// The CUDA backend (f32, bf16 and f16 storage, fp32 compute, on device memory) and its caching
+// device allocator.
 //
 // Host-only header: it includes no CUDA header, so core/ code compiled by the host compiler can
 // use it. Everything here exists only in builds with PTDP_HAVE_CUDA (library ptdp_kernels_cuda).
@@ -25,6 +26,8 @@ namespace ptdp::cuda {
 /// like the CPU backend and throw Error(InvalidArgument); CUDA and cuBLASLt failures throw
 /// Error(Device) naming the call, the runtime's message and the device. Ops are asynchronous
 /// with respect to the host except copy_from_host, copy_to_host, sum_squares and synchronize().
+/// Private scratch (the GEMM's fp32 buffer for epilogues cuBLASLt cannot fuse) comes from the
+/// caching allocator and is kept, so steady-state steps allocate nothing new.
 /// Throws Error(Device) when `device` is not a usable CUDA device.
 Backend& backend(int device);
 

@@ -1,8 +1,11 @@
 // Private to kernels/cuda: the CudaBackend class (each op group is defined in its own .cu file,
-// mirroring kernels/cpu), error checks that name the device, and launch helpers.
+// mirroring kernels/cpu), error checks that name the device, launch helpers, and the storage
+// types every kernel is written over (f32, bf16, f16 in memory; fp32 in registers).
 #pragma once
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -63,6 +66,72 @@ inline unsigned grid_for(int64_t n, int threads = kThreads) {
   return static_cast<unsigned>(want < 1 ? 1 : (want > kMaxBlocks ? kMaxBlocks : want));
 }
 
+/// Blocks for kernels that give each row of a matrix its own block (grid-stride over rows).
+inline unsigned row_blocks(int64_t rows) {
+  constexpr int64_t kMaxRowBlocks = 65535LL * 8;
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows < kMaxRowBlocks ? rows : kMaxRowBlocks));
+}
+
+/// Grid for kernels that stride over rows on y and over columns on x with kThreads threads per
+/// block (the column of an element needs no division).
+inline dim3 rows_cols_grid(int64_t rows, int64_t cols) {
+  const int64_t x = (cols + kThreads - 1) / kThreads;
+  constexpr int64_t kMaxX = 1024, kMaxY = 65535;
+  return dim3(static_cast<unsigned>(x < 1 ? 1 : (x < kMaxX ? x : kMaxX)),
+              static_cast<unsigned>(rows < 1 ? 1 : (rows < kMaxY ? rows : kMaxY)));
+}
+
+// ---- storage types ---------------------------------------------------------------------------
+// Kernels are templates over the storage type T of their activations (float, __nv_bfloat16 or
+// __half): they load with to_f32, compute in fp32 and round each result once with from_f32<T>
+// (round to nearest even, as kernels/half.h; only NaN payloads may differ from the CPU's).
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+/// Names a storage type for dispatch_float's callback: `using T = typename decltype(tag)::type`.
+template <typename T>
+struct StorageTag {
+  using type = T;
+};
+
+/// Calls f(StorageTag<T>{}) with T the storage type of the floating dtype t, once per op. The
+/// ops check t first (kcheck::float_type), so the error below only guards against misuse.
+template <typename F>
+void dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::F32:
+      f(StorageTag<float>{});
+      return;
+    case DType::BF16:
+      f(StorageTag<__nv_bfloat16>{});
+      return;
+    case DType::F16:
+      f(StorageTag<__half>{});
+      return;
+    default:
+      break;
+  }
+  throw Error(ErrorCode::InvalidArgument,
+              str_cat(op, ": dtype ", static_cast<int>(t), " is not f32, bf16 or f16"));
+}
+
 /// Makes `device` current for the scope and restores the caller's device afterwards.
 class DeviceGuard {
  public:
@@ -85,12 +154,16 @@ class DeviceGuard {
 struct GemmKey {
   bool trans_a, trans_b;
   int64_t m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c;
-  int align_a, align_b, align_c;  // pointer alignment in bytes, capped at 256
+  DType ab_type, c_type;
+  Epilogue epilogue;
+  // Pointer alignments in bytes, capped at 256 (bias and aux: 256 when the epilogue has none).
+  int align_a, align_b, align_c, align_bias, align_aux;
   bool operator<(const GemmKey& o) const {
     return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, batch, stride_a, stride_b, stride_c,
-                    align_a, align_b, align_c) <
+                    ab_type, c_type, epilogue, align_a, align_b, align_c, align_bias, align_aux) <
            std::tie(o.trans_a, o.trans_b, o.m, o.n, o.k, o.lda, o.ldb, o.ldc, o.batch, o.stride_a,
-                    o.stride_b, o.stride_c, o.align_a, o.align_b, o.align_c);
+                    o.stride_b, o.stride_c, o.ab_type, o.c_type, o.epilogue, o.align_a, o.align_b,
+                    o.align_c, o.align_bias, o.align_aux);
   }
 };
 
@@ -100,6 +173,13 @@ struct GemmPlan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // cuBLASLt's A, B, C (=D)
   cublasLtMatmulAlgo_t algo{};
   bool supported = false;
+};
+
+/// One matrix of a GEMM after batch offsets are applied (the pointers of gemm()'s arguments).
+struct GemmOperands {
+  const void* a;
+  const void* b;
+  void* c;
 };
 
 class CudaBackend final : public Backend {
@@ -120,54 +200,65 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, std::size_t bytes) override;
   void synchronize() override;
 
-  void gemm(const GemmDesc& d, const float* a, const float* b, float* c) override;
+  void gemm(const GemmDesc& d, const void* a, const void* b, void* c) override;
 
-  void bias_add(float* y, const float* bias, int64_t rows, int64_t cols) override;
-  void bias_grad(const float* dy, float* dbias, int64_t rows, int64_t cols,
+  void bias_add(void* y, const void* bias, DType t, int64_t rows, int64_t cols) override;
+  void bias_grad(const void* dy, DType t, float* dbias, int64_t rows, int64_t cols,
                  bool accumulate) override;
 
-  void gelu_forward(const float* x, float* y, int64_t n) override;
-  void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) override;
+  void gelu_forward(const void* x, void* y, DType t, int64_t n) override;
+  void gelu_backward(const void* x, const void* dy, void* dx, DType t, int64_t n) override;
 
-  void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y,
-                         float* mean, float* rstd, int64_t rows, int64_t cols, float eps) override;
-  void layernorm_backward(const float* x, const float* gamma, const float* mean, const float* rstd,
-                          const float* dy, float* dx, float* dgamma, float* dbeta, int64_t rows,
-                          int64_t cols, bool accumulate) override;
+  void layernorm_forward(const void* x, const void* gamma, const void* beta, void* y, DType t,
+                         float* mean, float* rstd, int64_t rows, int64_t cols,
+                         float eps) override;
+  void layernorm_backward(const void* x, const void* gamma, const float* mean, const float* rstd,
+                          const void* dy, void* dx, DType t, float* dgamma, float* dbeta,
+                          int64_t rows, int64_t cols, bool accumulate) override;
 
-  void softmax_forward(const float* x, float* y, int64_t batch, int64_t sq, int64_t sk, float scale,
-                       bool causal) override;
-  void softmax_backward(const float* y, const float* dy, float* dx, int64_t batch, int64_t sq,
-                        int64_t sk, float scale) override;
+  void softmax_forward(const void* x, void* y, DType t, int64_t batch, int64_t sq, int64_t sk,
+                       float scale, bool causal) override;
+  void softmax_backward(const void* y, const void* dy, void* dx, DType t, int64_t batch,
+                        int64_t sq, int64_t sk, float scale) override;
 
-  void dropout_forward(const float* x, float* y, const DropoutDesc& d) override;
-  void dropout_backward(const float* dy, float* dx, const DropoutDesc& d) override;
+  bool fused_attention_supported(DType t, int64_t dh) const override;
+  void attention_forward(const AttentionDesc& d, const void* qkv, void* ctx, float* lse,
+                         DType t) override;
+  void attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
+                          const float* lse, const void* dctx, void* dqkv, float* delta,
+                          DType t) override;
 
-  void add(const float* a, const float* b, float* y, int64_t n) override;
+  void dropout_forward(const void* x, void* y, DType t, const DropoutDesc& d) override;
+  void dropout_backward(const void* dy, void* dx, DType t, const DropoutDesc& d) override;
+  void bias_dropout_add(const void* x, const void* bias, const void* residual, void* y, DType t,
+                        int64_t rows, int64_t cols, const DropoutDesc& d) override;
+
+  void add(const void* a, const void* b, void* y, DType t, int64_t n) override;
   void axpy(float alpha, const float* x, float* y, int64_t n) override;
   void scale(float* x, float alpha, int64_t n) override;
   void fill(void* x, DType t, double value, int64_t n) override;
-  void copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+  void copy_2d(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, DType t, int64_t rows,
                int64_t cols) override;
-  void fill_2d(float* x, int64_t ld, int64_t rows, int64_t cols, float value) override;
+  void fill_2d(void* x, DType t, int64_t ld, int64_t rows, int64_t cols, float value) override;
   void cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
-  void embedding_forward(const int32_t* ids, int64_t n, const float* table, int64_t vocab_start,
-                         int64_t vocab_rows, int64_t h, float* out) override;
-  void embedding_backward(const int32_t* ids, int64_t n, const float* dout, int64_t vocab_start,
-                          int64_t vocab_rows, int64_t h, float* dtable) override;
+  void embedding_forward(const int32_t* ids, int64_t n, const void* table, DType t,
+                         int64_t vocab_start, int64_t vocab_rows, int64_t h, void* out) override;
+  void embedding_backward(const int32_t* ids, int64_t n, const void* dout, DType t,
+                          int64_t vocab_start, int64_t vocab_rows, int64_t h,
+                          float* dtable) override;
 
-  void ce_row_max(const float* logits, int64_t rows, int64_t v, float* row_max) override;
-  void ce_sum_exp(const float* logits, const float* row_max, int64_t rows, int64_t v,
-                  float* sum_exp) override;
-  void ce_target_logit(const float* logits, const int32_t* targets, int64_t rows, int64_t v,
-                       int64_t vocab_start, float* target_logit) override;
+  void ce_forward_local(const void* logits, DType t, const int32_t* targets, int64_t rows,
+                        int64_t v, int64_t vocab_start, float* row_max, float* sum_exp,
+                        float* target_logit) override;
+  void ce_rescale(float* row_max, float* sum_exp, const float* global_max,
+                  int64_t rows) override;
   void ce_loss(const float* row_max, const float* sum_exp, const float* target_logit, int64_t rows,
                float* loss) override;
-  void ce_backward(const float* logits, const float* row_max, const float* sum_exp,
+  void ce_backward(const void* logits, DType t, const float* row_max, const float* sum_exp,
                    const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
-                   int64_t vocab_start, float* dlogits) override;
+                   int64_t vocab_start, void* dlogits) override;
 
   void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWParams& p) override;
@@ -175,18 +266,33 @@ class CudaBackend final : public Backend {
                 const SgdParams& p) override;
 
  private:
-  /// The cached plan for `key`, created (descriptors + heuristic) on first use. Caller holds
-  /// gemm_mutex_.
-  GemmPlan& gemm_plan(const GemmKey& key);
+  // GEMM internals (gemm_cublaslt.cu); callers hold gemm_mutex_.
+  /// The cached plan for `key`, created (descriptors + heuristic) on first use.
+  GemmPlan& gemm_plan(const GemmKey& key, const void* bias, const void* aux);
   void destroy_plan(GemmPlan& plan) noexcept;
+  /// One cuBLASLt call for `count` matrices of d's batch starting at `ops` (d's epilogue
+  /// included); false when cuBLASLt has no algorithm for it or refuses the call.
+  bool gemm_lt(const GemmDesc& d, int64_t lda, int64_t ldb, int64_t ldc, int64_t count,
+               const GemmOperands& ops);
+  /// One matrix as a plain fp32 GEMM (into an f32 C itself, else into scratch_) followed by
+  /// gemm_epilogue_kernel, which adds what is left of beta * C, applies the epilogue and rounds
+  /// once to C's type. Throws Error(Unsupported) when cuBLASLt cannot compute the product.
+  void gemm_via_scratch(const GemmDesc& d, int64_t lda, int64_t ldb, int64_t ldc,
+                        const GemmOperands& ops);
+  /// scratch_ with at least `bytes` bytes (grown from the caching allocator, never shrunk).
+  float* gemm_scratch(std::size_t bytes);
 
   int dev_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
+  // Plans and the GEMM's fp32 scratch. One lock for a whole gemm() call, so the scratch is never
+  // handed to two calls in flight on the host (on the device the stream orders them).
   std::mutex gemm_mutex_;
   std::map<GemmKey, GemmPlan> plans_;
+  float* scratch_ = nullptr;
+  std::size_t scratch_bytes_ = 0;
   // sum_squares: per-block partial sums and the final value, reused by every call.
   std::mutex reduce_mutex_;
   double* partials_ = nullptr;

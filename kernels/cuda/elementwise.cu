@@ -1,6 +1,7 @@
-// Elementwise ops: residual add, axpy, scale, fill, strided sub-matrix copy and fill, and the
-// sum of squares behind grad norms. Multiplies and adds use the _rn intrinsics so they are never
-// fused into an FMA: results are bit-identical to the CPU backend's.
+// Elementwise ops: residual add (any floating storage type), axpy and scale (fp32), fill,
+// strided sub-matrix copy and fill, and the sum of squares behind grad norms. Multiplies and adds
+// use the _rn intrinsics so they are never fused into an FMA: results are bit-identical to the
+// CPU backend's.
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/half.h"
@@ -9,8 +10,9 @@ namespace ptdp::cuda {
 
 namespace {
 
-__global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
-  PTDP_GRID_STRIDE(i, n) y[i] = __fadd_rn(a[i], b[i]);
+template <typename T>
+__global__ void add_kernel(const T* a, const T* b, T* y, int64_t n) {
+  PTDP_GRID_STRIDE(i, n) y[i] = from_f32<T>(__fadd_rn(to_f32(a[i]), to_f32(b[i])));
 }
 
 __global__ void axpy_kernel(float alpha, const float* x, float* y, int64_t n) {
@@ -26,8 +28,15 @@ __global__ void fill_kernel(T* x, T value, int64_t n) {
   PTDP_GRID_STRIDE(i, n) x[i] = value;
 }
 
-__global__ void fill_2d_kernel(float* x, int64_t ld, int64_t rows, int64_t cols, float value) {
-  PTDP_GRID_STRIDE(t, rows * cols) x[(t / cols) * ld + t % cols] = value;
+// Bits is the storage word (float or uint16_t); the value is converted on the host.
+template <typename Bits>
+__global__ void fill_2d_kernel(Bits* x, int64_t ld, int64_t rows, int64_t cols, Bits value) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < cols;
+         c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      x[r * ld + c] = value;
+    }
+  }
 }
 
 // Pass 1: kReduceBlocks partial sums, each over a fixed grid-stride subset, in double.
@@ -50,11 +59,15 @@ __global__ void sum_squares_final_kernel(double* partials, int count) {
 
 }  // namespace
 
-void CudaBackend::add(const float* a, const float* b, float* y, int64_t n) {
-  kcheck::check_add(a, b, y, n);
+void CudaBackend::add(const void* a, const void* b, void* y, DType t, int64_t n) {
+  kcheck::check_add(a, b, y, t, n);
   if (n == 0) return;
   DeviceGuard guard(dev_);
-  add_kernel<<<grid_for(n), kThreads, 0, stream_>>>(a, b, y, n);
+  dispatch_float(t, "add", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    add_kernel<T><<<grid_for(n), kThreads, 0, stream_>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n);
+  });
   PTDP_CU_LAUNCHED("add_kernel");
 }
 
@@ -105,21 +118,38 @@ void CudaBackend::fill(void* x, DType t, double value, int64_t n) {
   PTDP_CU_LAUNCHED("fill_kernel");
 }
 
-void CudaBackend::copy_2d(float* dst, int64_t ld_dst, const float* src, int64_t ld_src,
+void CudaBackend::copy_2d(void* dst, int64_t ld_dst, const void* src, int64_t ld_src, DType t,
                           int64_t rows, int64_t cols) {
-  if (kcheck::check_copy_2d(dst, ld_dst, src, ld_src, rows, cols) == kcheck::Work::none) return;
+  if (kcheck::check_copy_2d(dst, ld_dst, src, ld_src, t, rows, cols) == kcheck::Work::none) {
+    return;
+  }
   DeviceGuard guard(dev_);
-  constexpr auto f = sizeof(float);
-  PTDP_CU(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(ld_dst) * f, src,
-                            static_cast<std::size_t>(ld_src) * f,
-                            static_cast<std::size_t>(cols) * f, static_cast<std::size_t>(rows),
+  const std::size_t e = dtype_size(t);
+  PTDP_CU(cudaMemcpy2DAsync(dst, static_cast<std::size_t>(ld_dst) * e, src,
+                            static_cast<std::size_t>(ld_src) * e,
+                            static_cast<std::size_t>(cols) * e, static_cast<std::size_t>(rows),
                             cudaMemcpyDeviceToDevice, stream_));
 }
 
-void CudaBackend::fill_2d(float* x, int64_t ld, int64_t rows, int64_t cols, float value) {
-  if (kcheck::check_fill_2d(x, ld, rows, cols) == kcheck::Work::none) return;
+void CudaBackend::fill_2d(void* x, DType t, int64_t ld, int64_t rows, int64_t cols, float value) {
+  if (kcheck::check_fill_2d(x, t, ld, rows, cols) == kcheck::Work::none) return;
   DeviceGuard guard(dev_);
-  fill_2d_kernel<<<grid_for(rows * cols), kThreads, 0, stream_>>>(x, ld, rows, cols, value);
+  const dim3 grid = rows_cols_grid(rows, cols);
+  // The value is converted on the host exactly as the CPU backend converts it.
+  switch (t) {
+    case DType::BF16:
+      fill_2d_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<uint16_t*>(x), ld, rows, cols,
+                                                     f32_to_bf16(value));
+      break;
+    case DType::F16:
+      fill_2d_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<uint16_t*>(x), ld, rows, cols,
+                                                     f32_to_f16(value));
+      break;
+    default:
+      fill_2d_kernel<<<grid, kThreads, 0, stream_>>>(static_cast<float*>(x), ld, rows, cols,
+                                                     value);
+      break;
+  }
   PTDP_CU_LAUNCHED("fill_2d_kernel");
 }
 

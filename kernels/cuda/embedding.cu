@@ -1,4 +1,5 @@
-// Vocabulary-parallel embedding lookup and its deterministic scatter-add backward.
+// Vocabulary-parallel embedding lookup and its deterministic scatter-add backward, for every
+// floating storage type of the table and the activations (the table's gradient is fp32).
 //
 // Backward without float atomics: the tokens' table rows are sorted with a stable radix sort
 // (token indices stay in ascending order within a row), and the first token of each row's
@@ -19,13 +20,15 @@ namespace {
 
 constexpr unsigned kMaxBlocks = 65535u * 8u;
 
-__global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const float* table,
+// A copy: Bits is the storage word (float or uint16_t), and all-zero bits are 0 in every type.
+template <typename Bits>
+__global__ void embedding_forward_kernel(const int32_t* ids, int64_t n, const Bits* table,
                                          int64_t vocab_start, int64_t vocab_rows, int64_t h,
-                                         float* out) {
+                                         Bits* out) {
   PTDP_GRID_STRIDE(t, n * h) {
     const int64_t i = t / h, c = t % h;
     const int64_t row = static_cast<int64_t>(ids[i]) - vocab_start;
-    out[t] = (row >= 0 && row < vocab_rows) ? table[row * h + c] : 0.0f;
+    out[t] = (row >= 0 && row < vocab_rows) ? table[row * h + c] : Bits(0);
   }
 }
 
@@ -42,8 +45,9 @@ __global__ void embedding_keys_kernel(const int32_t* ids, int64_t n, int64_t voc
 }
 
 // Block p handles sorted position p when it starts a segment of an owned row.
+template <typename T>
 __global__ void embedding_backward_kernel(const uint32_t* keys, const int32_t* tokens, int64_t n,
-                                          const float* dout, int64_t h, uint32_t absent,
+                                          const T* dout, int64_t h, uint32_t absent,
                                           float* dtable) {
   for (int64_t p = blockIdx.x; p < n; p += gridDim.x) {
     const uint32_t key = keys[p];
@@ -52,7 +56,7 @@ __global__ void embedding_backward_kernel(const uint32_t* keys, const int32_t* t
     for (int64_t c = threadIdx.x; c < h; c += blockDim.x) {
       float acc = d[c];
       for (int64_t q = p; q < n && keys[q] == key; ++q) {
-        acc += dout[static_cast<int64_t>(tokens[q]) * h + c];
+        acc += to_f32(dout[static_cast<int64_t>(tokens[q]) * h + c]);
       }
       d[c] = acc;
     }
@@ -67,21 +71,28 @@ int bits_for(uint32_t v) {
 
 }  // namespace
 
-void CudaBackend::embedding_forward(const int32_t* ids, int64_t n, const float* table,
+void CudaBackend::embedding_forward(const int32_t* ids, int64_t n, const void* table, DType t,
                                     int64_t vocab_start, int64_t vocab_rows, int64_t h,
-                                    float* out) {
-  kcheck::check_embedding_forward(ids, n, table, vocab_start, vocab_rows, h, out);
+                                    void* out) {
+  kcheck::check_embedding_forward(ids, n, table, t, vocab_start, vocab_rows, h, out);
   if (n == 0 || h == 0) return;
   DeviceGuard guard(dev_);
-  embedding_forward_kernel<<<grid_for(n * h), kThreads, 0, stream_>>>(ids, n, table, vocab_start,
-                                                                      vocab_rows, h, out);
+  if (t == DType::F32) {
+    embedding_forward_kernel<<<grid_for(n * h), kThreads, 0, stream_>>>(
+        ids, n, static_cast<const float*>(table), vocab_start, vocab_rows, h,
+        static_cast<float*>(out));
+  } else {  // bf16 and f16: 16-bit words
+    embedding_forward_kernel<<<grid_for(n * h), kThreads, 0, stream_>>>(
+        ids, n, static_cast<const uint16_t*>(table), vocab_start, vocab_rows, h,
+        static_cast<uint16_t*>(out));
+  }
   PTDP_CU_LAUNCHED("embedding_forward_kernel");
 }
 
-void CudaBackend::embedding_backward(const int32_t* ids, int64_t n, const float* dout,
+void CudaBackend::embedding_backward(const int32_t* ids, int64_t n, const void* dout, DType t,
                                      int64_t vocab_start, int64_t vocab_rows, int64_t h,
                                      float* dtable) {
-  kcheck::check_embedding_backward(ids, n, dout, vocab_start, vocab_rows, h, dtable);
+  kcheck::check_embedding_backward(ids, n, dout, t, vocab_start, vocab_rows, h, dtable);
   if (n == 0 || h == 0 || vocab_rows == 0) return;
   PTDP_CHECK_ARG(n <= INT_MAX, "embedding_backward: n = " + std::to_string(n) +
                                    " tokens exceeds the CUDA backend's limit of " +
@@ -121,8 +132,11 @@ void CudaBackend::embedding_backward(const int32_t* ids, int64_t n, const float*
     PTDP_CU(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, vals_in, vals_out,
                                             count, 0, end_bit, stream_));
     const auto blocks = static_cast<unsigned>(n < kMaxBlocks ? n : kMaxBlocks);
-    embedding_backward_kernel<<<blocks, kThreads, 0, stream_>>>(keys_out, vals_out, n, dout, h,
-                                                                absent, dtable);
+    dispatch_float(t, "embedding_backward", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      embedding_backward_kernel<T><<<blocks, kThreads, 0, stream_>>>(
+          keys_out, vals_out, n, static_cast<const T*>(dout), h, absent, dtable);
+    });
     PTDP_CU_LAUNCHED("embedding_backward_kernel");
   } catch (...) {
     release();

@@ -1,11 +1,13 @@
 // The GPT on a GPU against the CPU engine (label gpu): the same seed gives the same loss and
 // gradients for one forward+backward, and the same losses over a few AdamW iterations, within
-// fp32 tolerance (the GPU sums in another order). Skipped without a GPU.
+// fp32 tolerance (the GPU sums in another order); in bf16 and f16 (with the flash-attention
+// kernel on the GPU, the unfused path on the CPU) within 16-bit tolerance. Skipped without a GPU.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "ptdp/ptdp.h"
@@ -89,6 +91,59 @@ TEST_CASE("one GPT forward and backward on the GPU equals the CPU engine", "[gpu
   }
   ptdp_model_destroy(gpu);
   ptdp_model_destroy(cpu);
+}
+
+TEST_CASE("a bf16 GPT step on the GPU (flash attention) equals the CPU engine's bf16 step", "[gpu]") {
+  World w;
+  skip_without_gpu(w);
+  // Head dim 64: the GPU takes its fused kernel (auto), the CPU the unfused path.
+  for (const ptdp_dtype precision : {PTDP_DTYPE_BF16, PTDP_DTYPE_F16}) {
+    INFO("precision " << static_cast<int>(precision));
+    ptdp_gpt_options gc = shape(PTDP_DEVICE_CPU), gg = shape(PTDP_DEVICE_CUDA);
+    for (ptdp_gpt_options* o : {&gc, &gg}) {
+      o->hidden_size = 256;
+      o->num_attention_heads = 4;
+      o->seq_length = 80;  // not a multiple of the kernel's tiles
+      o->precision = precision;
+    }
+    ptdp_model cpu = nullptr, gpu = nullptr, gpu_unfused = nullptr;
+    OK(ptdp_model_create(w.groups, &gc, &cpu));
+    OK(ptdp_model_create(w.groups, &gg, &gpu));
+    gg.attention = PTDP_ATTENTION_UNFUSED;
+    OK(ptdp_model_create(w.groups, &gg, &gpu_unfused));
+    const int b = 2;
+    const auto tok = ids(static_cast<std::size_t>(b * gc.seq_length), gc.vocab_size, 3);
+    const auto lab = ids(static_cast<std::size_t>(b * gc.seq_length), gc.vocab_size, 4);
+    float lc = 0, lg = 0, lu = 0;
+    OK(ptdp_model_forward_backward(cpu, tok.data(), lab.data(), b, 1, 0, 1.0f, &lc));
+    OK(ptdp_model_forward_backward(gpu, tok.data(), lab.data(), b, 1, 0, 1.0f, &lg));
+    OK(ptdp_model_forward_backward(gpu_unfused, tok.data(), lab.data(), b, 1, 0, 1.0f, &lu));
+    INFO("cpu loss " << lc << ", gpu (fused) " << lg << ", gpu (unfused) " << lu);
+    CHECK(std::fabs(lc - lg) <= 1e-2 * std::fabs(lc));
+    CHECK(std::fabs(lc - lu) <= 1e-2 * std::fabs(lc));
+    for (const char* name : {"decoder.layers.0.self_attention.linear_qkv.weight", "decoder.layers.1.mlp.linear_fc1.weight",
+                             "embedding.word_embeddings.weight"}) {
+      char n2[256];
+      int32_t ndim = 0, count_params = 0;
+      int64_t gshape[2] = {1, 1};
+      OK(ptdp_model_num_params(cpu, &count_params));
+      for (int32_t i = 0; i < count_params; ++i) {
+        OK(ptdp_model_param_info(cpu, i, n2, sizeof n2, &ndim, gshape, nullptr));
+        if (std::string(n2) == name) break;
+      }
+      const std::size_t count = static_cast<std::size_t>(gshape[0] * (ndim > 1 ? gshape[1] : 1));
+      std::vector<float> dc(count), dg(count), du(count);
+      OK(ptdp_model_get_grad(cpu, name, dc.data(), count * 4));
+      OK(ptdp_model_get_grad(gpu, name, dg.data(), count * 4));
+      OK(ptdp_model_get_grad(gpu_unfused, name, du.data(), count * 4));
+      INFO(name << ": gpu fused vs cpu " << rel_diff(dg, dc) << ", gpu unfused vs cpu " << rel_diff(du, dc));
+      CHECK(rel_diff(dg, dc) < 5e-2);
+      CHECK(rel_diff(du, dc) < 5e-2);
+    }
+    ptdp_model_destroy(gpu_unfused);
+    ptdp_model_destroy(gpu);
+    ptdp_model_destroy(cpu);
+  }
 }
 
 TEST_CASE("AdamW training on the GPU follows the CPU engine's losses", "[gpu]") {
