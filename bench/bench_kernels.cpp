@@ -6,6 +6,9 @@
 //      ffn=3072), forward and backward, through Backend::gemm: GFLOP/s and % of (1). The
 //      warm-up call of each GEMM is also checked against a double-precision dot product at a
 //      few sampled elements, so a wrong layout shows up as CHECK FAILED instead of a number.
+//   2b. fc1's forward (bias + GeLU epilogue) and wgrad with bf16 operands, and the fused causal
+//      attention (fp32 and bf16, forward and backward) in GFLOP/s over the visible half of the
+//      scores.
 //   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
 //      must read and write (formula next to each op).
 //
@@ -42,6 +45,7 @@
 namespace {
 
 using ptdp::Backend;
+using ptdp::DType;
 using ptdp::GemmDesc;
 using ptdp::bench::Clock;
 using ptdp::bench::cpu_seconds;
@@ -64,8 +68,8 @@ void print_help(const char* argv0) {
   ptdp::bench::print_help(
       argv0,
       "Benchmarks the CPU backend's kernels at GPT-2-small sizes: OpenBLAS's square sgemm peak,\n"
-      "every GEMM of one transformer layer (forward and backward) through Backend::gemm, and\n"
-      "the memory-bound ops in GB/s.\n"
+      "every GEMM of one transformer layer (forward and backward) through Backend::gemm, bf16\n"
+      "GEMMs and the fused attention (gemm_bf16/, attn/), and the memory-bound ops in GB/s.\n"
       "\n"
       "Options:\n",
       {{"--quick", "small sizes and short timing (whole run in ~20 s on 2 cores)"},
@@ -120,6 +124,8 @@ class Buffer {
   T* p_ = nullptr;
   int64_t n_ = 0;
 };
+
+constexpr DType kF32 = DType::F32;
 
 constexpr int64_t kFillChunk = int64_t{1} << 16;
 
@@ -197,6 +203,7 @@ class Bench {
     print_machine();
     bench_peak();
     bench_gemms();
+    bench_compute16_and_attention();
     bench_bias();
     bench_gelu();
     bench_layernorm();
@@ -231,6 +238,7 @@ class Bench {
   double peak_gflops_ = 0.0;
   bool any_error_ = false;
   bool mem_header_printed_ = false;
+  bool compute16_header_printed_ = false;
   Clock::time_point start_ = Clock::now();
   double start_cpu_ = cpu_seconds();
   double start_machine_busy_ = machine_busy_seconds();
@@ -671,6 +679,175 @@ class Bench {
     std::printf("\n");
   }
 
+  // -- 2b. 16-bit GEMMs and fused attention ---------------------------------------------------
+
+  static constexpr const char* kComputeNames[] = {
+      "gemm_bf16/fc1.fwd+bias_gelu", "gemm_bf16/fc1.wgrad", "attn/fused_fwd", "attn/fused_bwd",
+      "attn/fused_fwd.bf16",
+  };
+
+  /// Times `op` (flops per call) as one row of section 2b; `check` (may be empty) runs first,
+  /// untimed, and returns an error message or "".
+  void flop_case(const std::string& name, const std::string& ops, int64_t m, int64_t n, int64_t k,
+                 int64_t batch, double flops, const std::function<void()>& op,
+                 const std::function<std::string()>& check = {}) {
+    if (!selected(name)) return;
+    if (!compute16_header_printed_) {
+      compute16_header_printed_ = true;
+      std::printf(
+          "2b. bf16 GEMMs (fp32 accumulation) and fused causal attention "
+          "(flops of the visible half)\n");
+      std::printf("   %-28s %6s %6s %6s %6s %5s %10s %10s %9s %7s\n", "name", "op", "m", "n", "k",
+                  "batch", "ms", "best ms", "GFLOP/s", "% peak");
+      std::printf("   %s\n", std::string(100, '-').c_str());
+    }
+    Result r;
+    r.section = name.substr(0, name.find('/'));
+    r.name = name;
+    r.m = m;
+    r.n = n;
+    r.k = k;
+    r.batch = batch;
+    r.ops = ops;
+    r.flops = flops;
+    const std::string short_name = name.substr(name.find('/') + 1);
+    std::printf("   %-28s %6s %6" PRId64 " %6" PRId64 " %6" PRId64 " %5" PRId64, short_name.c_str(),
+                ops.c_str(), m, n, k, batch);
+    std::fflush(stdout);
+    try {
+      if (check) r.error = check();
+      if (r.error.empty()) {
+        r.st = measure(op, !check);
+        r.ok = true;
+      }
+    } catch (const std::exception& e) {
+      r.error = std::string("ERROR: ") + e.what();
+    }
+    if (r.ok) {
+      const double gflops = r.flops / r.st.median_s * 1e-9;
+      std::printf(" %10.3f %10.3f %9.1f", r.st.median_s * 1e3, r.st.best_s * 1e3, gflops);
+      if (peak_gflops_ > 0.0)
+        std::printf(" %6.1f%%%s\n", 100.0 * gflops / peak_gflops_, contended_mark(r.st));
+      else
+        std::printf(" %7s%s\n", "-", contended_mark(r.st));
+    } else {
+      any_error_ = true;
+      std::printf("  %s\n", r.error.c_str());
+    }
+    results_.push_back(std::move(r));
+  }
+
+  static std::vector<uint16_t> to_bf16(const Buffer<float>& f) {
+    std::vector<uint16_t> h(static_cast<std::size_t>(f.size()));
+    for (int64_t i = 0; i < f.size(); ++i)
+      h[static_cast<std::size_t>(i)] = ptdp::f32_to_bf16(f.get()[i]);
+    return h;
+  }
+
+  void bench_compute16_and_attention() {
+    bool any = false;
+    for (const char* n : kComputeNames) any = selected(n) || any;
+    if (!any) return;
+    using ptdp::bf16_to_f32;
+    const int64_t rows = o_.quick ? 512 : kRows;
+
+    // fc1 forward in bf16 with the fused bias + GeLU epilogue (aux saved), and fc1's wgrad
+    // accumulating bf16 products into the fp32 main gradient.
+    Buffer<float> x(rows * kHidden), w(kFfn * kHidden), bias(kFfn), dy(rows * kFfn);
+    fill_uniform(x, -1.0f, 1.0f, 201);
+    fill_uniform(w, -0.05f, 0.05f, 202);
+    fill_uniform(bias, -0.1f, 0.1f, 203);
+    fill_uniform(dy, -1.0f, 1.0f, 204);
+    const std::vector<uint16_t> x16 = to_bf16(x), w16 = to_bf16(w), b16 = to_bf16(bias),
+                                dy16 = to_bf16(dy);
+    std::vector<uint16_t> y16(static_cast<std::size_t>(rows * kFfn)), aux16(y16.size());
+    Buffer<float> dw(kFfn * kHidden);
+    fill_uniform(dw, -1.0f, 1.0f, 205);
+    {
+      GemmDesc d;
+      d.trans_b = true;
+      d.m = rows, d.n = kFfn, d.k = kHidden;
+      d.a_type = d.b_type = d.c_type = DType::BF16;
+      d.epilogue = ptdp::Epilogue::BiasGelu;
+      d.bias = b16.data();
+      d.aux = aux16.data();
+      auto op = [&] { be_.gemm(d, x16.data(), w16.data(), y16.data()); };
+      // Sampled check: aux = bf16(x.w + b) and y = bf16(gelu(aux)), from the bf16 inputs.
+      auto check = [&]() -> std::string {
+        op();
+        uint64_t state = 7;
+        for (int t = 0; t < 16; ++t) {
+          const int64_t i = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(rows));
+          const int64_t j = static_cast<int64_t>(splitmix64(state) % static_cast<uint64_t>(kFfn));
+          double dot = bf16_to_f32(b16[static_cast<std::size_t>(j)]), mag = std::fabs(dot);
+          for (int64_t p = 0; p < kHidden; ++p) {
+            const double v =
+                static_cast<double>(bf16_to_f32(x16[static_cast<std::size_t>(i * kHidden + p)])) *
+                bf16_to_f32(w16[static_cast<std::size_t>(j * kHidden + p)]);
+            dot += v;
+            mag += std::fabs(v);
+          }
+          const double got = bf16_to_f32(aux16[static_cast<std::size_t>(i * kFfn + j)]);
+          if (!(std::fabs(got - dot) <= 1e-2 * mag + 1e-4)) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf,
+                          "CHECK FAILED at aux[%" PRId64 ", %" PRId64 "]: got %.6g, want %.6g", i,
+                          j, got, dot);
+            return buf;
+          }
+        }
+        return "";
+      };
+      flop_case(
+          "gemm_bf16/fc1.fwd+bias_gelu", "NT", d.m, d.n, d.k, 1,
+          2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k), op,
+          check);
+    }
+    {
+      GemmDesc d;
+      d.trans_a = true;
+      d.m = kFfn, d.n = kHidden, d.k = rows;
+      d.beta = 1.0f;
+      d.a_type = d.b_type = DType::BF16;  // C (the main gradient) stays fp32
+      flop_case(
+          "gemm_bf16/fc1.wgrad", "TN", d.m, d.n, d.k, 1,
+          2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k),
+          [&] { be_.gemm(d, dy16.data(), x16.data(), dw.get()); });
+    }
+
+    // Fused causal attention over the [s, b, a, 3, dh] QKV activation.
+    const int64_t s = o_.quick ? 256 : kSeq;
+    ptdp::AttentionDesc ad;
+    ad.s = s;
+    ad.b = kBatch;
+    ad.heads = kHeads;
+    ad.dh = kHeadDim;
+    ad.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    const int64_t nqkv = s * kBatch * kHeads * 3 * kHeadDim, nctx = s * kBatch * kHidden;
+    const int64_t nlse = kBatch * kHeads * s;
+    Buffer<float> qkv(nqkv), dqkv(nqkv), ctx(nctx), dctx(nctx), lse(nlse), delta(nlse);
+    fill_uniform(qkv, -1.0f, 1.0f, 211);
+    fill_uniform(dctx, -1.0f, 1.0f, 212);
+    const std::vector<uint16_t> qkv16 = to_bf16(qkv);
+    std::vector<uint16_t> ctx16(static_cast<std::size_t>(nctx));
+    // Visible (causal) score entries per (batch, head): s (s + 1) / 2. Forward: Q K^T and P V,
+    // 2 dh flops each per entry; backward: Q K^T again, dP = dO V^T, dV, dQ and dK.
+    const double visible = static_cast<double>(s) * static_cast<double>(s + 1) / 2.0;
+    const double pairs = static_cast<double>(kBatch * kHeads);
+    const double fwd_flops = 4.0 * kHeadDim * visible * pairs;
+    auto fwd = [&] { be_.attention_forward(ad, qkv.get(), ctx.get(), lse.get(), kF32); };
+    flop_case("attn/fused_fwd", "causal", s, s, kHeadDim, kBatch * kHeads, fwd_flops, fwd);
+    if (selected("attn/fused_bwd")) fwd();  // the backward reads the forward's ctx and lse
+    flop_case("attn/fused_bwd", "causal", s, s, kHeadDim, kBatch * kHeads, 2.5 * fwd_flops, [&] {
+      be_.attention_backward(ad, qkv.get(), ctx.get(), lse.get(), dctx.get(), dqkv.get(),
+                             delta.get(), kF32);
+    });
+    flop_case("attn/fused_fwd.bf16", "causal", s, s, kHeadDim, kBatch * kHeads, fwd_flops, [&] {
+      be_.attention_forward(ad, qkv16.data(), ctx16.data(), lse.get(), DType::BF16);
+    });
+    if (compute16_header_printed_) std::printf("\n");
+  }
+
   // -- 3. memory-bound ops ---------------------------------------------------------------------
 
   void print_mem_header() {
@@ -734,10 +911,10 @@ class Bench {
     fill_uniform(bias, -1.0f, 1.0f, 12);
     // bias_add: read y, write y, read bias = 4 (2 R C + C)
     mem_case("bias_add", shape2(rows, cols), f32_bytes(2 * rc + cols),
-             [&] { be_.bias_add(y.get(), bias.get(), rows, cols); });
+             [&] { be_.bias_add(y.get(), bias.get(), kF32, rows, cols); });
     // bias_grad (overwrite): read dy, write dbias = 4 (R C + C)
     mem_case("bias_grad", shape2(rows, cols), f32_bytes(rc + cols),
-             [&] { be_.bias_grad(y.get(), dbias.get(), rows, cols, false); });
+             [&] { be_.bias_grad(y.get(), kF32, dbias.get(), rows, cols, false); });
   }
 
   void bench_gelu() {
@@ -749,10 +926,10 @@ class Bench {
     fill_uniform(dy, -1.0f, 1.0f, 22);
     // gelu_forward: read x, write y = 4 (2 n)
     mem_case("gelu_fwd", shape2(rows, cols), f32_bytes(2.0 * n),
-             [&] { be_.gelu_forward(x.get(), y.get(), n); });
+             [&] { be_.gelu_forward(x.get(), y.get(), kF32, n); });
     // gelu_backward (dx separate from dy): read x, dy, write dx = 4 (3 n)
     mem_case("gelu_bwd", shape2(rows, cols), f32_bytes(3.0 * n),
-             [&] { be_.gelu_backward(x.get(), dy.get(), dx.get(), n); });
+             [&] { be_.gelu_backward(x.get(), dy.get(), dx.get(), kF32, n); });
   }
 
   void bench_layernorm() {
@@ -766,8 +943,8 @@ class Bench {
     fill_uniform(gamma, 0.5f, 1.5f, 33);
     fill_uniform(beta, -0.5f, 0.5f, 34);
     auto fwd = [&] {
-      be_.layernorm_forward(x.get(), gamma.get(), beta.get(), y.get(), mean.get(), rstd.get(),
-                            rows, cols, 1e-5f);
+      be_.layernorm_forward(x.get(), gamma.get(), beta.get(), y.get(), kF32, mean.get(),
+                            rstd.get(), rows, cols, 1e-5f);
     };
     // layernorm_forward: read x, gamma, beta; write y, mean, rstd = 4 (2 R C + 2 C + 2 R)
     mem_case("layernorm_fwd", shape2(rows, cols), f32_bytes(2 * rc + 2.0 * cols + 2.0 * rows),
@@ -778,7 +955,7 @@ class Bench {
         "layernorm_bwd", shape2(rows, cols), f32_bytes(3 * rc + 3.0 * cols + 2.0 * rows),
         [&] {
           be_.layernorm_backward(x.get(), gamma.get(), mean.get(), rstd.get(), dy.get(), dx.get(),
-                                 dgamma.get(), dbeta.get(), rows, cols, false);
+                                 kF32, dgamma.get(), dbeta.get(), rows, cols, false);
         },
         fwd);
   }
@@ -793,18 +970,18 @@ class Bench {
     fill_uniform(x, -4.0f, 4.0f, 41);
     fill_uniform(dy, -1.0f, 1.0f, 42);
     const float scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-    auto fwd = [&] { be_.softmax_forward(x.get(), y.get(), nb, s, s, scale, true); };
+    auto fwd = [&] { be_.softmax_forward(x.get(), y.get(), kF32, nb, s, s, scale, true); };
     // softmax_forward, causal, sq = sk = s: read the visible s(s+1)/2 scores per batch, write
     // all of y (masked entries are stored as 0) = 4 (B s (s+1)/2 + B s s)
     mem_case("softmax_fwd", shape3(nb, s, s) + " causal", f32_bytes(visible + total), fwd);
     // softmax_backward (dx separate from dy): read y, dy, write dx = 4 (3 B s s)
     mem_case(
         "softmax_bwd", shape3(nb, s, s), f32_bytes(3.0 * total),
-        [&] { be_.softmax_backward(y.get(), dy.get(), dx.get(), nb, s, s, scale); }, fwd);
+        [&] { be_.softmax_backward(y.get(), dy.get(), dx.get(), kF32, nb, s, s, scale); }, fwd);
   }
 
   void bench_dropout() {
-    if (!any_selected({"mem/dropout_fwd", "mem/dropout_bwd"})) return;
+    if (!any_selected({"mem/dropout_fwd", "mem/dropout_bwd", "mem/bias_dropout_add"})) return;
     const int64_t rows = kRows, cols = kHidden;  // hidden dropout after proj and fc2
     const int64_t n = rows * cols;
     Buffer<float> x(n), y(n);
@@ -816,10 +993,17 @@ class Bench {
     d.block = ptdp::GlobalBlock::flat(n);
     // dropout_forward: read x, write y = 4 (2 n) (the mask is regenerated, never stored)
     mem_case("dropout_fwd", shape2(rows, cols) + " p=0.1", f32_bytes(2.0 * n),
-             [&] { be_.dropout_forward(x.get(), y.get(), d); });
+             [&] { be_.dropout_forward(x.get(), y.get(), kF32, d); });
     // dropout_backward: read dy, write dx = 4 (2 n)
     mem_case("dropout_bwd", shape2(rows, cols) + " p=0.1", f32_bytes(2.0 * n),
-             [&] { be_.dropout_backward(y.get(), x.get(), d); });
+             [&] { be_.dropout_backward(y.get(), x.get(), kF32, d); });
+    // bias_dropout_add (y in place over the residual): read x, bias, residual, write y
+    //   = 4 (3 n + C)
+    Buffer<float> bias(cols);
+    fill_uniform(bias, -1.0f, 1.0f, 52);
+    mem_case("bias_dropout_add", shape2(rows, cols) + " p=0.1", f32_bytes(3.0 * n + cols), [&] {
+      be_.bias_dropout_add(x.get(), bias.get(), y.get(), y.get(), kF32, rows, cols, d);
+    });
   }
 
   void bench_elementwise() {
@@ -833,7 +1017,7 @@ class Bench {
     fill_uniform(y, -1.0f, 1.0f, 63);
     // add (out of place): read a, b, write y = 4 (3 n)
     mem_case("add", shape2(rows, cols), f32_bytes(3.0 * n),
-             [&] { be_.add(a.get(), b.get(), y.get(), n); });
+             [&] { be_.add(a.get(), b.get(), y.get(), kF32, n); });
     // axpy: read x, read y, write y = 4 (3 n)
     mem_case("axpy", shape2(rows, cols), f32_bytes(3.0 * n),
              [&] { be_.axpy(1e-3f, a.get(), y.get(), n); });
@@ -860,7 +1044,6 @@ class Bench {
     Buffer<uint16_t> h(n), h_out(n);
     fill_uniform(f, -4.0f, 4.0f, 71);
     for (int64_t i = 0; i < n; ++i) h.get()[i] = ptdp::f32_to_bf16(f.get()[i]);
-    using ptdp::DType;
     // every cast: read n source elements, write n destination elements = n (4 + 2)
     mem_case("cast_f32_bf16", shape2(rows, cols), 6.0 * n,
              [&] { be_.cast(f.get(), DType::F32, h_out.get(), DType::BF16, n); });
@@ -886,45 +1069,41 @@ class Bench {
     const std::string shape = std::to_string(n) + " ids, " + shape2(vocab, h);
     // embedding_forward: read ids, read n table rows, write out = 4 n + 4 (2 n h)
     mem_case("embedding_fwd", shape, 4.0 * n + f32_bytes(2.0 * n * h), [&] {
-      be_.embedding_forward(ids.get(), n, table.get(), 0, vocab, h, out.get());
+      be_.embedding_forward(ids.get(), n, table.get(), kF32, 0, vocab, h, out.get());
     });
     // embedding_backward: read ids, read dout, read + write the U distinct rows of dtable the
     // ids touch = 4 n + 4 (n h + 2 U h)
     mem_case("embedding_bwd", shape, 4.0 * n + f32_bytes(n * h + 2.0 * unique * h), [&] {
-      be_.embedding_backward(ids.get(), n, dout.get(), 0, vocab, h, dtable.get());
+      be_.embedding_backward(ids.get(), n, dout.get(), kF32, 0, vocab, h, dtable.get());
     });
   }
 
   void bench_cross_entropy() {
-    if (!any_selected({"mem/ce_row_max", "mem/ce_sum_exp", "mem/ce_backward"})) return;
+    if (!any_selected({"mem/ce_forward_local", "mem/ce_backward"})) return;
     const int64_t rows = o_.quick ? 256 : kRows, v = kVocab;
     const double rv = static_cast<double>(rows) * static_cast<double>(v);
     Buffer<float> logits(rows * v), dlogits(rows * v);
-    Buffer<float> row_max(rows), sum_exp(rows), dloss(rows);
+    Buffer<float> row_max(rows), sum_exp(rows), target_logit(rows), dloss(rows);
     Buffer<int32_t> targets(rows);
     fill_uniform(logits, -4.0f, 4.0f, 91);
     fill_uniform(dloss, 0.5f / static_cast<float>(rows), 1.5f / static_cast<float>(rows), 92);
     fill_ids(targets, v, 93);
-    auto row_max_op = [&] { be_.ce_row_max(logits.get(), rows, v, row_max.get()); };
-    auto sum_exp_op = [&] {
-      be_.ce_sum_exp(logits.get(), row_max.get(), rows, v, sum_exp.get());
+    auto forward_op = [&] {
+      be_.ce_forward_local(logits.get(), kF32, targets.get(), rows, v, 0, row_max.get(),
+                           sum_exp.get(), target_logit.get());
     };
-    // ce_row_max: read logits, write row_max = 4 (R V + R)
-    mem_case("ce_row_max", shape2(rows, v), f32_bytes(rv + rows), row_max_op);
-    // ce_sum_exp: read logits, row_max, write sum_exp = 4 (R V + 2 R)
-    mem_case("ce_sum_exp", shape2(rows, v), f32_bytes(rv + 2.0 * rows), sum_exp_op, row_max_op);
+    // ce_forward_local (one pass): read logits, targets; write row_max, sum_exp, target_logit
+    //   = 4 (R V + 4 R)
+    mem_case("ce_forward_local", shape2(rows, v), f32_bytes(rv + 4.0 * rows), forward_op);
     // ce_backward (dlogits separate): read logits, row_max, sum_exp, targets, dloss; write
     // dlogits = 4 (2 R V + 4 R)
     mem_case(
         "ce_backward", shape2(rows, v), f32_bytes(2.0 * rv + 4.0 * rows),
         [&] {
-          be_.ce_backward(logits.get(), row_max.get(), sum_exp.get(), targets.get(), dloss.get(),
-                          rows, v, 0, dlogits.get());
+          be_.ce_backward(logits.get(), kF32, row_max.get(), sum_exp.get(), targets.get(),
+                          dloss.get(), rows, v, 0, dlogits.get());
         },
-        [&] {
-          row_max_op();
-          sum_exp_op();
-        });
+        forward_op);
   }
 
   void bench_optimizer() {

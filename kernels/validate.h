@@ -31,15 +31,44 @@ struct GemmLayout {
   Work work = Work::none;
 };
 
+constexpr const char* epilogue_name(Epilogue e) {
+  switch (e) {
+    case Epilogue::None: return "none";
+    case Epilogue::Bias: return "bias";
+    case Epilogue::BiasGelu: return "bias_gelu";
+    case Epilogue::DGelu: return "dgelu";
+  }
+  return "?";
+}
+
 namespace detail {
 inline void check_gemm_ld(const char* what, int64_t ld, int64_t min_cols) {
   PTDP_CHECK_ARG(ld >= std::max<int64_t>(1, min_cols),
                  std::string("gemm: ") + what + " = " + std::to_string(ld) +
                      " is smaller than the row length " + std::to_string(min_cols));
 }
+
+inline void check_gemm_types(const GemmDesc& d) {
+  float_type("gemm", "a_type", d.a_type);
+  float_type("gemm", "b_type", d.b_type);
+  float_type("gemm", "c_type", d.c_type);
+  PTDP_CHECK_ARG(d.b_type == d.a_type, std::string("gemm: b_type = ") + dtype_name(d.b_type) +
+                                           " differs from a_type = " + dtype_name(d.a_type));
+  PTDP_CHECK_ARG(d.c_type == d.a_type || d.c_type == DType::F32,
+                 std::string("gemm: c_type = ") + dtype_name(d.c_type) +
+                     " must be a_type = " + dtype_name(d.a_type) + " or f32");
+  const int e = static_cast<int>(d.epilogue);
+  PTDP_CHECK_ARG(e >= 0 && e <= static_cast<int>(Epilogue::DGelu),
+                 "gemm: epilogue = " + std::to_string(e) + " is not a valid epilogue");
+  if (d.epilogue != Epilogue::None) {
+    PTDP_CHECK_ARG(d.batch == 1, std::string("gemm: epilogue ") + epilogue_name(d.epilogue) +
+                                     " needs batch == 1, got batch = " + std::to_string(d.batch));
+  }
+}
 }  // namespace detail
 
-inline GemmLayout check_gemm(const GemmDesc& d, const float* a, const float* b, const float* c) {
+/// Types and epilogue are checked whatever the sizes; bias and aux only when C is not empty.
+inline GemmLayout check_gemm(const GemmDesc& d, const void* a, const void* b, const void* c) {
   nonneg("gemm", "m", d.m);
   nonneg("gemm", "n", d.n);
   nonneg("gemm", "k", d.k);
@@ -47,6 +76,7 @@ inline GemmLayout check_gemm(const GemmDesc& d, const float* a, const float* b, 
   nonneg("gemm", "stride_a", d.stride_a);
   nonneg("gemm", "stride_b", d.stride_b);
   nonneg("gemm", "stride_c", d.stride_c);
+  detail::check_gemm_types(d);
   // Stored shapes (row-major): A is [m, k] or [k, m] when transposed; B is [k, n] or [n, k].
   const int64_t a_cols = d.trans_a ? d.m : d.k;
   const int64_t b_cols = d.trans_b ? d.k : d.n;
@@ -67,20 +97,33 @@ inline GemmLayout check_gemm(const GemmDesc& d, const float* a, const float* b, 
     PTDP_CHECK_ARG(d.stride_c > 0,
                    "gemm: stride_c must be > 0 when batch > 1 (outputs would overlap)");
   }
+  if (d.epilogue == Epilogue::Bias || d.epilogue == Epilogue::BiasGelu) {
+    PTDP_CHECK_ARG(d.bias != nullptr, std::string("gemm: bias is NULL (epilogue ") +
+                                          epilogue_name(d.epilogue) + " reads it)");
+  }
+  if (d.epilogue == Epilogue::BiasGelu || d.epilogue == Epilogue::DGelu) {
+    PTDP_CHECK_ARG(d.aux != nullptr, std::string("gemm: aux is NULL (epilogue ") +
+                                         epilogue_name(d.epilogue) +
+                                         (d.epilogue == Epilogue::DGelu ? " reads it)"
+                                                                        : " writes it)"));
+  }
   l.work = Work::some;
   return l;
 }
 
 // ---- bias ----------------------------------------------------------------------------------
 
-inline void check_bias_add(const float* y, const float* bias, int64_t rows, int64_t cols) {
+inline void check_bias_add(const void* y, const void* bias, DType t, int64_t rows, int64_t cols) {
+  float_type("bias_add", "t", t);
   nonneg("bias_add", "rows", rows);
   nonneg("bias_add", "cols", cols);
   not_null("bias_add", "y", y, rows * cols);
   not_null("bias_add", "bias", bias, rows * cols);
 }
 
-inline void check_bias_grad(const float* dy, const float* dbias, int64_t rows, int64_t cols) {
+inline void check_bias_grad(const void* dy, DType t, const float* dbias, int64_t rows,
+                            int64_t cols) {
+  float_type("bias_grad", "t", t);
   nonneg("bias_grad", "rows", rows);
   nonneg("bias_grad", "cols", cols);
   not_null("bias_grad", "dy", dy, rows * cols);
@@ -89,13 +132,16 @@ inline void check_bias_grad(const float* dy, const float* dbias, int64_t rows, i
 
 // ---- GeLU ----------------------------------------------------------------------------------
 
-inline void check_gelu_forward(const float* x, const float* y, int64_t n) {
+inline void check_gelu_forward(const void* x, const void* y, DType t, int64_t n) {
+  float_type("gelu_forward", "t", t);
   nonneg("gelu_forward", "n", n);
   not_null("gelu_forward", "x", x, n);
   not_null("gelu_forward", "y", y, n);
 }
 
-inline void check_gelu_backward(const float* x, const float* dy, const float* dx, int64_t n) {
+inline void check_gelu_backward(const void* x, const void* dy, const void* dx, DType t,
+                                int64_t n) {
+  float_type("gelu_backward", "t", t);
   nonneg("gelu_backward", "n", n);
   not_null("gelu_backward", "x", x, n);
   not_null("gelu_backward", "dy", dy, n);
@@ -104,9 +150,10 @@ inline void check_gelu_backward(const float* x, const float* dy, const float* dx
 
 // ---- LayerNorm -----------------------------------------------------------------------------
 
-inline Work check_layernorm_forward(const float* x, const float* gamma, const float* beta,
-                                    const float* y, const float* mean, const float* rstd,
+inline Work check_layernorm_forward(const void* x, const void* gamma, const void* beta,
+                                    const void* y, DType t, const float* mean, const float* rstd,
                                     int64_t rows, int64_t cols, float eps) {
+  float_type("layernorm_forward", "t", t);
   nonneg("layernorm_forward", "rows", rows);
   positive("layernorm_forward", "cols", cols);
   PTDP_CHECK_ARG(eps >= 0.0f && std::isfinite(eps),
@@ -122,10 +169,11 @@ inline Work check_layernorm_forward(const float* x, const float* gamma, const fl
 }
 
 /// With rows == 0 the op still has work: dgamma and dbeta are cleared (or kept, accumulating).
-inline void check_layernorm_backward(const float* x, const float* gamma, const float* mean,
-                                     const float* rstd, const float* dy, const float* dx,
+inline void check_layernorm_backward(const void* x, const void* gamma, const float* mean,
+                                     const float* rstd, const void* dy, const void* dx, DType t,
                                      const float* dgamma, const float* dbeta, int64_t rows,
                                      int64_t cols) {
+  float_type("layernorm_backward", "t", t);
   nonneg("layernorm_backward", "rows", rows);
   positive("layernorm_backward", "cols", cols);
   not_null("layernorm_backward", "dgamma", dgamma);
@@ -143,16 +191,17 @@ inline void check_layernorm_backward(const float* x, const float* gamma, const f
 // ---- softmax -------------------------------------------------------------------------------
 
 namespace detail {
-inline void check_softmax_dims(const char* op, int64_t batch, int64_t sq, int64_t sk) {
+inline void check_softmax_dims(const char* op, DType t, int64_t batch, int64_t sq, int64_t sk) {
+  float_type(op, "t", t);
   nonneg(op, "batch", batch);
   nonneg(op, "sq", sq);
   nonneg(op, "sk", sk);
 }
 }  // namespace detail
 
-inline Work check_softmax_forward(const float* x, const float* y, int64_t batch, int64_t sq,
-                                  int64_t sk, float scale, bool causal) {
-  detail::check_softmax_dims("softmax_forward", batch, sq, sk);
+inline Work check_softmax_forward(const void* x, const void* y, DType t, int64_t batch,
+                                  int64_t sq, int64_t sk, float scale, bool causal) {
+  detail::check_softmax_dims("softmax_forward", t, batch, sq, sk);
   PTDP_CHECK_ARG(!causal || sq <= sk,
                  "softmax_forward: a causal mask needs sq <= sk, got sq = " + std::to_string(sq) +
                      ", sk = " + std::to_string(sk));
@@ -163,9 +212,9 @@ inline Work check_softmax_forward(const float* x, const float* y, int64_t batch,
   return Work::some;
 }
 
-inline Work check_softmax_backward(const float* y, const float* dy, const float* dx,
+inline Work check_softmax_backward(const void* y, const void* dy, const void* dx, DType t,
                                    int64_t batch, int64_t sq, int64_t sk) {
-  detail::check_softmax_dims("softmax_backward", batch, sq, sk);
+  detail::check_softmax_dims("softmax_backward", t, batch, sq, sk);
   if (batch * sq == 0 || sk == 0) return Work::none;
   not_null("softmax_backward", "y", y);
   not_null("softmax_backward", "dy", dy);
@@ -175,21 +224,33 @@ inline Work check_softmax_backward(const float* y, const float* dy, const float*
 
 // ---- dropout -------------------------------------------------------------------------------
 
-/// `op` names the entry point (dropout_forward or dropout_backward); `in` and `out` are its
-/// input and output.
-inline Work check_dropout(const char* op, const float* in, const float* out,
-                          const DropoutDesc& d) {
-  PTDP_CHECK_ARG(d.p >= 0.0f && d.p <= 1.0f,
-                 std::string(op) + ": p must be in [0, 1], got " + std::to_string(d.p));
+namespace detail {
+/// A block must lie inside its global tensor (dims named "block dim k").
+inline void check_block(const char* op, const GlobalBlock& b) {
   for (int k = 0; k < 3; ++k) {
     const std::string dim = "block dim " + std::to_string(k);
-    nonneg(op, (dim + " shape").c_str(), d.block.shape[k]);
-    nonneg(op, (dim + " offset").c_str(), d.block.offset[k]);
-    PTDP_CHECK_ARG(d.block.offset[k] + d.block.shape[k] <= d.block.global_shape[k],
-                   std::string(op) + ": " + dim + ": offset " + std::to_string(d.block.offset[k]) +
-                       " + shape " + std::to_string(d.block.shape[k]) +
-                       " exceeds the global extent " + std::to_string(d.block.global_shape[k]));
+    nonneg(op, (dim + " shape").c_str(), b.shape[k]);
+    nonneg(op, (dim + " offset").c_str(), b.offset[k]);
+    PTDP_CHECK_ARG(b.offset[k] + b.shape[k] <= b.global_shape[k],
+                   std::string(op) + ": " + dim + ": offset " + std::to_string(b.offset[k]) +
+                       " + shape " + std::to_string(b.shape[k]) + " exceeds the global extent " +
+                       std::to_string(b.global_shape[k]));
   }
+}
+
+inline void check_dropout_p(const char* op, float p) {
+  PTDP_CHECK_ARG(p >= 0.0f && p <= 1.0f,
+                 std::string(op) + ": p must be in [0, 1], got " + std::to_string(p));
+}
+}  // namespace detail
+
+/// `op` names the entry point (dropout_forward or dropout_backward); `in` and `out` are its
+/// input and output.
+inline Work check_dropout(const char* op, const void* in, const void* out, DType t,
+                          const DropoutDesc& d) {
+  float_type(op, "t", t);
+  detail::check_dropout_p(op, d.p);
+  detail::check_block(op, d.block);
   if (d.block.numel() == 0) return Work::none;
   not_null(op, "input", in);
   not_null(op, "output", out);
@@ -199,9 +260,82 @@ inline Work check_dropout(const char* op, const float* in, const float* out,
 /// The factor kept elements are multiplied by: 1 / (1 - p), and 0 when p == 1 (nothing is kept).
 inline float dropout_keep_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
+/// With dropout (p > 0) the block must cover the rows * cols elements; with p == 0 it is
+/// ignored (a default DropoutDesc means "no dropout"). bias may be NULL.
+inline Work check_bias_dropout_add(const void* x, const void* /*bias: may be NULL*/,
+                                   const void* residual, const void* y, DType t, int64_t rows,
+                                   int64_t cols, const DropoutDesc& d) {
+  const char* op = "bias_dropout_add";
+  float_type(op, "t", t);
+  nonneg(op, "rows", rows);
+  nonneg(op, "cols", cols);
+  detail::check_dropout_p(op, d.p);
+  if (d.p > 0.0f) {
+    detail::check_block(op, d.block);
+    PTDP_CHECK_ARG(d.block.numel() == rows * cols,
+                   std::string(op) + ": the dropout block has " +
+                       std::to_string(d.block.numel()) + " elements, rows * cols = " +
+                       std::to_string(rows * cols));
+  }
+  if (rows == 0 || cols == 0) return Work::none;
+  not_null(op, "x", x);
+  not_null(op, "residual", residual);
+  not_null(op, "y", y);
+  return Work::some;
+}
+
+// ---- fused attention ---------------------------------------------------------------------
+
+namespace detail {
+inline void check_attention_desc(const char* op, const AttentionDesc& d, DType t) {
+  float_type(op, "t", t);
+  positive(op, "s", d.s);
+  positive(op, "b", d.b);
+  positive(op, "heads", d.heads);
+  positive(op, "dh", d.dh);
+  PTDP_CHECK_ARG(std::isfinite(d.scale), std::string(op) + ": scale must be finite");
+  PTDP_CHECK_ARG(d.dropout.p >= 0.0f && d.dropout.p < 1.0f,
+                 std::string(op) + ": dropout p must be in [0, 1), got " +
+                     std::to_string(d.dropout.p));
+  if (d.dropout.p == 0.0f) return;
+  // The probabilities of the unfused path, [b, heads, s * s], indexed into the global tensor.
+  check_block(op, d.dropout.block);
+  const int64_t want[3] = {d.b, d.heads, d.s * d.s};
+  for (int k = 0; k < 3; ++k) {
+    PTDP_CHECK_ARG(d.dropout.block.shape[k] == want[k],
+                   std::string(op) + ": dropout block dim " + std::to_string(k) + " shape " +
+                       std::to_string(d.dropout.block.shape[k]) + " must be " +
+                       std::to_string(want[k]) + " (the probabilities are [b, heads, s * s])");
+  }
+}
+}  // namespace detail
+
+inline void check_attention_forward(const AttentionDesc& d, const void* qkv, const void* ctx,
+                                    const float* lse, DType t) {
+  const char* op = "attention_forward";
+  detail::check_attention_desc(op, d, t);
+  not_null(op, "qkv", qkv);
+  not_null(op, "ctx", ctx);
+  not_null(op, "lse", lse);
+}
+
+inline void check_attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
+                                     const float* lse, const void* dctx, const void* dqkv,
+                                     const float* delta, DType t) {
+  const char* op = "attention_backward";
+  detail::check_attention_desc(op, d, t);
+  not_null(op, "qkv", qkv);
+  not_null(op, "ctx", ctx);
+  not_null(op, "lse", lse);
+  not_null(op, "dctx", dctx);
+  not_null(op, "dqkv", dqkv);
+  not_null(op, "delta", delta);
+}
+
 // ---- elementwise ---------------------------------------------------------------------------
 
-inline void check_add(const float* a, const float* b, const float* y, int64_t n) {
+inline void check_add(const void* a, const void* b, const void* y, DType t, int64_t n) {
+  float_type("add", "t", t);
   nonneg("add", "n", n);
   not_null("add", "a", a, n);
   not_null("add", "b", b, n);
@@ -240,8 +374,11 @@ inline void check_2d(const char* op, const char* what, int64_t ld, int64_t rows,
 }
 }  // namespace detail
 
-inline Work check_copy_2d(const float* dst, int64_t ld_dst, const float* src, int64_t ld_src,
-                          int64_t rows, int64_t cols) {
+/// t may be any dtype (integer ids are gathered too).
+inline Work check_copy_2d(const void* dst, int64_t ld_dst, const void* src, int64_t ld_src,
+                          DType t, int64_t rows, int64_t cols) {
+  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)),
+                 "copy_2d: " + detail::dtype_arg("t", t) + " is not a valid dtype");
   detail::check_2d("copy_2d", "ld_dst", ld_dst, rows, cols);
   detail::check_2d("copy_2d", "ld_src", ld_src, rows, cols);
   if (rows == 0 || cols == 0) return Work::none;
@@ -250,7 +387,8 @@ inline Work check_copy_2d(const float* dst, int64_t ld_dst, const float* src, in
   return Work::some;
 }
 
-inline Work check_fill_2d(const float* x, int64_t ld, int64_t rows, int64_t cols) {
+inline Work check_fill_2d(const void* x, DType t, int64_t ld, int64_t rows, int64_t cols) {
+  float_type("fill_2d", "t", t);
   detail::check_2d("fill_2d", "ld", ld, rows, cols);
   if (rows == 0 || cols == 0) return Work::none;
   not_null("fill_2d", "x", x);
@@ -259,20 +397,11 @@ inline Work check_fill_2d(const float* x, int64_t ld, int64_t rows, int64_t cols
 
 // ---- cast ----------------------------------------------------------------------------------
 
-namespace detail {
-inline void check_cast_type(const char* what, DType t) {
-  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)) && dtype_is_float(t),
-                 std::string("cast: ") + what + " must be f32, bf16 or f16, got " +
-                     (dtype_valid(static_cast<int>(t)) ? dtype_name(t)
-                                                       : std::to_string(static_cast<int>(t))));
-}
-}  // namespace detail
-
 inline void check_cast(const void* src, DType src_type, const void* dst, DType dst_type,
                        int64_t n) {
   nonneg("cast", "n", n);
-  detail::check_cast_type("src_type", src_type);
-  detail::check_cast_type("dst_type", dst_type);
+  float_type("cast", "src_type", src_type);
+  float_type("cast", "dst_type", dst_type);
   not_null("cast", "src", src, n);
   not_null("cast", "dst", dst, n);
 }
@@ -280,8 +409,9 @@ inline void check_cast(const void* src, DType src_type, const void* dst, DType d
 // ---- embedding -----------------------------------------------------------------------------
 
 namespace detail {
-inline void check_embedding(const char* op, const int32_t* ids, int64_t n, int64_t vocab_start,
-                            int64_t vocab_rows, int64_t h) {
+inline void check_embedding(const char* op, const int32_t* ids, int64_t n, DType t,
+                            int64_t vocab_start, int64_t vocab_rows, int64_t h) {
+  float_type(op, "t", t);
   nonneg(op, "n", n);
   nonneg(op, "vocab_start", vocab_start);
   nonneg(op, "vocab_rows", vocab_rows);
@@ -290,18 +420,18 @@ inline void check_embedding(const char* op, const int32_t* ids, int64_t n, int64
 }
 }  // namespace detail
 
-inline void check_embedding_forward(const int32_t* ids, int64_t n, const float* table,
+inline void check_embedding_forward(const int32_t* ids, int64_t n, const void* table, DType t,
                                     int64_t vocab_start, int64_t vocab_rows, int64_t h,
-                                    const float* out) {
-  detail::check_embedding("embedding_forward", ids, n, vocab_start, vocab_rows, h);
+                                    const void* out) {
+  detail::check_embedding("embedding_forward", ids, n, t, vocab_start, vocab_rows, h);
   not_null("embedding_forward", "out", out, n * h);
   not_null("embedding_forward", "table", table, vocab_rows * h);
 }
 
-inline void check_embedding_backward(const int32_t* ids, int64_t n, const float* dout,
+inline void check_embedding_backward(const int32_t* ids, int64_t n, const void* dout, DType t,
                                      int64_t vocab_start, int64_t vocab_rows, int64_t h,
                                      const float* dtable) {
-  detail::check_embedding("embedding_backward", ids, n, vocab_start, vocab_rows, h);
+  detail::check_embedding("embedding_backward", ids, n, t, vocab_start, vocab_rows, h);
   not_null("embedding_backward", "dout", dout, n * h);
   not_null("embedding_backward", "dtable", dtable, vocab_rows * h);
 }
@@ -315,27 +445,27 @@ inline void check_ce_rows(const char* op, int64_t rows, int64_t v) {
 }
 }  // namespace detail
 
-inline void check_ce_row_max(const float* logits, int64_t rows, int64_t v, const float* row_max) {
-  detail::check_ce_rows("ce_row_max", rows, v);
-  not_null("ce_row_max", "logits", logits, rows * v);
-  not_null("ce_row_max", "row_max", row_max, rows);
+inline void check_ce_forward_local(const void* logits, DType t, const int32_t* targets,
+                                   int64_t rows, int64_t v, int64_t vocab_start,
+                                   const float* row_max, const float* sum_exp,
+                                   const float* target_logit) {
+  const char* op = "ce_forward_local";
+  float_type(op, "t", t);
+  detail::check_ce_rows(op, rows, v);
+  nonneg(op, "vocab_start", vocab_start);
+  not_null(op, "logits", logits, rows * v);
+  not_null(op, "targets", targets, rows);
+  not_null(op, "row_max", row_max, rows);
+  not_null(op, "sum_exp", sum_exp, rows);
+  not_null(op, "target_logit", target_logit, rows);
 }
 
-inline void check_ce_sum_exp(const float* logits, const float* row_max, int64_t rows, int64_t v,
-                             const float* sum_exp) {
-  detail::check_ce_rows("ce_sum_exp", rows, v);
-  not_null("ce_sum_exp", "logits", logits, rows * v);
-  not_null("ce_sum_exp", "row_max", row_max, rows);
-  not_null("ce_sum_exp", "sum_exp", sum_exp, rows);
-}
-
-inline void check_ce_target_logit(const float* logits, const int32_t* targets, int64_t rows,
-                                  int64_t v, int64_t vocab_start, const float* target_logit) {
-  detail::check_ce_rows("ce_target_logit", rows, v);
-  nonneg("ce_target_logit", "vocab_start", vocab_start);
-  not_null("ce_target_logit", "logits", logits, rows * v);
-  not_null("ce_target_logit", "targets", targets, rows);
-  not_null("ce_target_logit", "target_logit", target_logit, rows);
+inline void check_ce_rescale(const float* row_max, const float* sum_exp, const float* global_max,
+                             int64_t rows) {
+  nonneg("ce_rescale", "rows", rows);
+  not_null("ce_rescale", "row_max", row_max, rows);
+  not_null("ce_rescale", "sum_exp", sum_exp, rows);
+  not_null("ce_rescale", "global_max", global_max, rows);
 }
 
 inline void check_ce_loss(const float* row_max, const float* sum_exp, const float* target_logit,
@@ -347,9 +477,10 @@ inline void check_ce_loss(const float* row_max, const float* sum_exp, const floa
   not_null("ce_loss", "loss", loss, rows);
 }
 
-inline void check_ce_backward(const float* logits, const float* row_max, const float* sum_exp,
-                              const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
-                              int64_t vocab_start, const float* dlogits) {
+inline void check_ce_backward(const void* logits, DType t, const float* row_max,
+                              const float* sum_exp, const int32_t* targets, const float* dloss,
+                              int64_t rows, int64_t v, int64_t vocab_start, const void* dlogits) {
+  float_type("ce_backward", "t", t);
   detail::check_ce_rows("ce_backward", rows, v);
   nonneg("ce_backward", "vocab_start", vocab_start);
   not_null("ce_backward", "logits", logits, rows * v);

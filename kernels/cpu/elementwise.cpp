@@ -2,15 +2,23 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/storage.h"
 #include "kernels/half.h"
 #include "kernels/validate.h"
 
 namespace ptdp {
 
-void CpuBackend::add(const float* a, const float* b, float* y, int64_t n) {
-  kcheck::check_add(a, b, y, n);
+void CpuBackend::add(const void* a, const void* b, void* y, DType t, int64_t n) {
+  kcheck::check_add(a, b, y, t, n);
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+    const S* as = static_cast<const S*>(a);
+    const S* bs = static_cast<const S*>(b);
+    S* ys = static_cast<S*>(y);
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; ++i) ys[i] = St::store(St::load(as[i]) + St::load(bs[i]));
+  });
 }
 
 void CpuBackend::axpy(float alpha, const float* x, float* y, int64_t n) {

@@ -1,71 +1,37 @@
-// GeLU, tanh approximation (as GPT-2 and Megatron use it). The tanh is computed from an exp
-// written for the vectorizer (range reduction by ln 2, a degree-7 polynomial, the exponent
-// built in the bits), since the C library's scalar tanhf made GeLU the slowest op of a layer.
-// Absolute error of the tanh: below 1e-7 over the whole range.
-#include <cmath>
-#include <cstdint>
-#include <bit>
-
+// GeLU, tanh approximation, for every floating storage type (the math is in gelu_math.h, shared
+// with the GEMM epilogues).
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gelu_math.h"
+#include "kernels/cpu/storage.h"
 #include "kernels/validate.h"
 
 namespace ptdp {
 
-namespace {
-
-constexpr float kSqrt2OverPi = 0.7978845608028654f;
-constexpr float kCoeff = 0.044715f;
-
-inline float exp_simd(float x) {
-  // x in [-87, 87] after clamping; e^x = 2^n e^r with r in [-ln2/2, ln2/2]. Adding and
-  // subtracting 1.5 * 2^23 rounds to the nearest integer without a library call.
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 87.0f ? 87.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;  // Cody-Waite
-  float p = 1.0f / 5040.0f;
-  p = p * r + 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
-}
-
-inline float tanh_simd(float u) {
-  const float a = std::fabs(u);
-  // tanh |u| = 1 - 2 / (e^{2|u|} + 1); near 0 the odd series avoids the cancellation.
-  const float big = 1.0f - 2.0f / (exp_simd(2.0f * a) + 1.0f);
-  const float a2 = a * a;
-  const float small = a * (1.0f + a2 * (-1.0f / 3.0f + a2 * (2.0f / 15.0f + a2 * (-17.0f / 315.0f))));
-  const float w = static_cast<float>(a < 0.0625f);  // a blend, not a branch: the loop vectorizes
-  const float t = big + w * (small - big);
-  return std::copysign(t, u);
-}
-
-}  // namespace
-
-void CpuBackend::gelu_forward(const float* x, float* y, int64_t n) {
-  kcheck::check_gelu_forward(x, y, n);
+void CpuBackend::gelu_forward(const void* x, void* y, DType t, int64_t n) {
+  kcheck::check_gelu_forward(x, y, t, n);
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+    const S* xs = static_cast<const S*>(x);
+    S* ys = static_cast<S*>(y);
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    y[i] = 0.5f * v * (1.0f + tanh_simd(kSqrt2OverPi * (v + kCoeff * v * v * v)));
-  }
+    for (int64_t i = 0; i < n; ++i) ys[i] = St::store(cpu::gelu_f32(St::load(xs[i])));
+  });
 }
 
-void CpuBackend::gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
-  kcheck::check_gelu_backward(x, dy, dx, n);
+void CpuBackend::gelu_backward(const void* x, const void* dy, void* dx, DType t, int64_t n) {
+  kcheck::check_gelu_backward(x, dy, dx, t, n);
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+    const S* xs = static_cast<const S*>(x);
+    const S* dys = static_cast<const S*>(dy);
+    S* dxs = static_cast<S*>(dx);
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    const float t = tanh_simd(kSqrt2OverPi * (v + kCoeff * v * v * v));
-    const float dt = kSqrt2OverPi * (1.0f + 3.0f * kCoeff * v * v) * (1.0f - t * t);
-    dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dt);
-  }
+    for (int64_t i = 0; i < n; ++i) {
+      dxs[i] = St::store(St::load(dys[i]) * cpu::gelu_grad_f32(St::load(xs[i])));
+    }
+  });
 }
 
 }  // namespace ptdp

@@ -1,7 +1,16 @@
-// GEMM through OpenBLAS: single, strided-batched, arbitrary leading dimensions.
+// GEMM through OpenBLAS (single, strided-batched, arbitrary leading dimensions), with 16-bit
+// operands and the epilogues of GemmDesc. OpenBLAS multiplies fp32 only, so 16-bit operands are
+// widened into fp32 scratch (exact), the product is accumulated in fp32, the epilogue applied in
+// fp32 and each output rounded to its storage type once.
 #include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/gelu_math.h"
+#include "kernels/cpu/storage.h"
 #include "kernels/validate.h"
 
 namespace ptdp {
@@ -11,21 +20,131 @@ namespace {
 // single-threaded BLAS call; above it each call already keeps every core busy.
 constexpr double kParallelBatchFlops = 1 << 24;
 
+// Per-thread fp32 copies of 16-bit operands (grown, never shrunk).
+struct Scratch {
+  std::vector<float> a, b, c;
+};
+thread_local Scratch scratch;
+
+// Widens a stored [rows, cols] matrix with leading dimension ld into packed fp32.
+void widen(const void* src, DType t, int64_t rows, int64_t cols, int64_t ld,
+           std::vector<float>& dst) {
+  dst.resize(static_cast<std::size_t>(rows * cols));
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    const auto* s = static_cast<const typename St::type*>(src);
+#pragma omp parallel for schedule(static) if (rows * cols > 65536 && !omp_in_parallel())
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = St::load(s[r * ld + c]);
+    }
+  });
+}
+
+void sgemm(const GemmDesc& d, const float* a, int64_t lda, const float* b, int64_t ldb,
+           float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, d.trans_a ? CblasTrans : CblasNoTrans,
+              d.trans_b ? CblasTrans : CblasNoTrans, static_cast<blasint>(d.m),
+              static_cast<blasint>(d.n), static_cast<blasint>(d.k), d.alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+// Applies d's epilogue to r ([m, n] fp32 with leading dimension ldr) and stores C (and aux)
+// rounded once. r may be C itself when C is f32.
+void epilogue_store(const GemmDesc& d, const float* r, int64_t ldr, void* c, int64_t ldc) {
+  cpu::with_storage(d.c_type, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+    S* cs = static_cast<S*>(c);
+    const S* bias = static_cast<const S*>(d.bias);
+    S* aux = static_cast<S*>(d.aux);
+#pragma omp parallel for schedule(static) if (d.m * d.n > 16384 && !omp_in_parallel())
+    for (int64_t i = 0; i < d.m; ++i) {
+      const float* ri = r + i * ldr;
+      S* ci = cs + i * ldc;
+      switch (d.epilogue) {
+        case Epilogue::None:
+          for (int64_t j = 0; j < d.n; ++j) ci[j] = St::store(ri[j]);
+          break;
+        case Epilogue::Bias:
+          for (int64_t j = 0; j < d.n; ++j) ci[j] = St::store(ri[j] + St::load(bias[j]));
+          break;
+        case Epilogue::BiasGelu: {
+          S* ai = aux + i * ldc;
+          for (int64_t j = 0; j < d.n; ++j) {
+            const float pre = ri[j] + St::load(bias[j]);
+            ai[j] = St::store(pre);
+            ci[j] = St::store(cpu::gelu_f32(pre));
+          }
+          break;
+        }
+        case Epilogue::DGelu: {
+          const S* ai = aux + i * ldc;
+          for (int64_t j = 0; j < d.n; ++j) {
+            ci[j] = St::store(ri[j] * cpu::gelu_grad_f32(St::load(ai[j])));
+          }
+          break;
+        }
+      }
+    }
+  });
+}
+
+// One matrix of the batch when an operand is 16-bit or there is an epilogue.
+void gemm_mixed(const GemmDesc& d, const kcheck::GemmLayout& l, const void* a, const void* b,
+                void* c) {
+  Scratch& s = scratch;
+  const float* af = static_cast<const float*>(a);
+  const float* bf = static_cast<const float*>(b);
+  int64_t lda = l.lda, ldb = l.ldb;
+  if (d.a_type != DType::F32) {
+    const int64_t a_rows = d.trans_a ? d.k : d.m, a_cols = d.trans_a ? d.m : d.k;
+    const int64_t b_rows = d.trans_b ? d.n : d.k, b_cols = d.trans_b ? d.k : d.n;
+    widen(a, d.a_type, a_rows, a_cols, l.lda, s.a);
+    widen(b, d.b_type, b_rows, b_cols, l.ldb, s.b);
+    af = s.a.data();
+    bf = s.b.data();
+    lda = std::max<int64_t>(1, a_cols);
+    ldb = std::max<int64_t>(1, b_cols);
+  }
+  if (d.c_type == DType::F32) {
+    // C holds fp32: the product lands there and the epilogue works in place.
+    float* cf = static_cast<float*>(c);
+    sgemm(d, af, lda, bf, ldb, d.beta, cf, l.ldc);
+    if (d.epilogue != Epilogue::None) epilogue_store(d, cf, l.ldc, c, l.ldc);
+    return;
+  }
+  // 16-bit C: r in fp32 scratch (with C's old values when beta reads them), rounded once.
+  s.c.resize(static_cast<std::size_t>(d.m * d.n));
+  if (d.beta != 0.0f) {
+    widen(c, d.c_type, d.m, d.n, l.ldc, s.c);
+  }
+  sgemm(d, af, lda, bf, ldb, d.beta, s.c.data(), d.n);
+  epilogue_store(d, s.c.data(), d.n, c, l.ldc);
+}
+
 }  // namespace
 
-void CpuBackend::gemm(const GemmDesc& d, const float* a, const float* b, float* c) {
+void CpuBackend::gemm(const GemmDesc& d, const void* a, const void* b, void* c) {
   const kcheck::GemmLayout layout = kcheck::check_gemm(d, a, b, c);
   if (layout.work == kcheck::Work::none) return;
-  const int64_t lda = layout.lda, ldb = layout.ldb, ldc = layout.ldc;
-  const auto ta = d.trans_a ? CblasTrans : CblasNoTrans;
-  const auto tb = d.trans_b ? CblasTrans : CblasNoTrans;
+  const double flops =
+      2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+  const bool plain = d.a_type == DType::F32 && d.c_type == DType::F32 &&
+                     d.epilogue == Epilogue::None;
+  const std::size_t as = dtype_size(d.a_type), bs = dtype_size(d.b_type),
+                    cs = dtype_size(d.c_type);
   const auto one = [&](int64_t i) {
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(d.m), static_cast<blasint>(d.n),
-                static_cast<blasint>(d.k), d.alpha, a + i * d.stride_a, static_cast<blasint>(lda),
-                b + i * d.stride_b, static_cast<blasint>(ldb), d.beta, c + i * d.stride_c,
-                static_cast<blasint>(ldc));
+    const void* ai = static_cast<const char*>(a) + static_cast<std::size_t>(i * d.stride_a) * as;
+    const void* bi = static_cast<const char*>(b) + static_cast<std::size_t>(i * d.stride_b) * bs;
+    void* ci = static_cast<char*>(c) + static_cast<std::size_t>(i * d.stride_c) * cs;
+    if (plain) {
+      sgemm(d, static_cast<const float*>(ai), layout.lda, static_cast<const float*>(bi),
+            layout.ldb, d.beta, static_cast<float*>(ci), layout.ldc);
+    } else {
+      gemm_mixed(d, layout, ai, bi, ci);
+    }
   };
-  const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
   if (d.batch == 1 || flops >= kParallelBatchFlops) {
     for (int64_t i = 0; i < d.batch; ++i) one(i);
   } else {

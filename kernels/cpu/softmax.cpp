@@ -2,53 +2,73 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/storage.h"
 #include "kernels/validate.h"
 
 namespace ptdp {
 
-void CpuBackend::softmax_forward(const float* x, float* y, int64_t batch, int64_t sq, int64_t sk,
-                                 float scale, bool causal) {
-  if (kcheck::check_softmax_forward(x, y, batch, sq, sk, scale, causal) == kcheck::Work::none) {
+void CpuBackend::softmax_forward(const void* x, void* y, DType t, int64_t batch, int64_t sq,
+                                 int64_t sk, float scale, bool causal) {
+  if (kcheck::check_softmax_forward(x, y, t, batch, sq, sk, scale, causal) ==
+      kcheck::Work::none) {
     return;
   }
   const int64_t rows = batch * sq;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t i = r % sq;
-    const int64_t valid = causal ? std::min(sk, i + (sk - sq) + 1) : sk;
-    const float* xr = x + r * sk;
-    float* yr = y + r * sk;
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, scale * xr[j]);
-    double sum = 0.0;
-    for (int64_t j = 0; j < valid; ++j) {
-      const float e = std::exp(scale * xr[j] - mx);
-      yr[j] = e;
-      sum += e;
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+#pragma omp parallel
+    {
+      // The unnormalised exponentials of one row in fp32, so y (which may alias x) is
+      // rounded once.
+      std::vector<float> e(static_cast<std::size_t>(sk));
+#pragma omp for schedule(static)
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t i = r % sq;
+        const int64_t valid = causal ? std::min(sk, i + (sk - sq) + 1) : sk;
+        const S* xr = static_cast<const S*>(x) + r * sk;
+        S* yr = static_cast<S*>(y) + r * sk;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < valid; ++j) mx = std::max(mx, scale * St::load(xr[j]));
+        double sum = 0.0;
+        for (int64_t j = 0; j < valid; ++j) {
+          e[j] = std::exp(scale * St::load(xr[j]) - mx);
+          sum += e[j];
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t j = 0; j < valid; ++j) yr[j] = St::store(e[j] * inv);
+        for (int64_t j = valid; j < sk; ++j) yr[j] = St::store(0.0f);
+      }
     }
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = 0; j < valid; ++j) yr[j] *= inv;
-    for (int64_t j = valid; j < sk; ++j) yr[j] = 0.0f;
-  }
+  });
 }
 
-void CpuBackend::softmax_backward(const float* y, const float* dy, float* dx, int64_t batch,
+void CpuBackend::softmax_backward(const void* y, const void* dy, void* dx, DType t, int64_t batch,
                                   int64_t sq, int64_t sk, float scale) {
-  if (kcheck::check_softmax_backward(y, dy, dx, batch, sq, sk) == kcheck::Work::none) return;
+  if (kcheck::check_softmax_backward(y, dy, dx, t, batch, sq, sk) == kcheck::Work::none) return;
   const int64_t rows = batch * sq;
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* yr = y + r * sk;
-    const float* dyr = dy + r * sk;
-    double dot = 0.0;
-    for (int64_t j = 0; j < sk; ++j) dot += static_cast<double>(dyr[j]) * yr[j];
-    const float d = static_cast<float>(dot);
-    float* dxr = dx + r * sk;
+    for (int64_t r = 0; r < rows; ++r) {
+      const S* yr = static_cast<const S*>(y) + r * sk;
+      const S* dyr = static_cast<const S*>(dy) + r * sk;
+      double dot = 0.0;
+      for (int64_t j = 0; j < sk; ++j) {
+        dot += static_cast<double>(St::load(dyr[j])) * St::load(yr[j]);
+      }
+      const float d = static_cast<float>(dot);
+      S* dxr = static_cast<S*>(dx) + r * sk;
 #pragma omp simd
-    for (int64_t j = 0; j < sk; ++j) dxr[j] = scale * yr[j] * (dyr[j] - d);
-  }
+      for (int64_t j = 0; j < sk; ++j) {
+        dxr[j] = St::store(scale * St::load(yr[j]) * (St::load(dyr[j]) - d));
+      }
+    }
+  });
 }
 
 }  // namespace ptdp

@@ -30,6 +30,10 @@ using fvec = std::vector<float>;
 
 inline ptdp::Backend& be() { return ptdp::cpu_backend(); }
 
+inline constexpr ptdp::DType kF32 = ptdp::DType::F32;
+inline constexpr ptdp::DType kBF16 = ptdp::DType::BF16;
+inline constexpr ptdp::DType kF16 = ptdp::DType::F16;
+
 // ---- random fills --------------------------------------------------------------------------
 
 /// A seeded generator per test, so every test case sees the same data however it is run.
@@ -154,6 +158,25 @@ inline std::string equal_report(const fvec& got, const fvec& want) {
     CHECK(ptdp_threw_);                                                                \
     CHECK(ptdp_code_ == ptdp::ErrorCode::InvalidArgument);                             \
     CHECK_FALSE(ptdp_msg_.empty());                                                    \
+  } while (0)
+
+/// CHECK_INVALID_ARG, and the message contains `text` (the op and the argument it names).
+#define CHECK_INVALID_ARG_MSG(expr, text)                                              \
+  do {                                                                                 \
+    std::string ptdp_msg_;                                                             \
+    bool ptdp_invalid_ = false;                                                        \
+    try {                                                                              \
+      expr;                                                                            \
+    } catch (const ptdp::Error& e) {                                                   \
+      ptdp_invalid_ = e.code() == ptdp::ErrorCode::InvalidArgument;                    \
+      ptdp_msg_ = e.what();                                                            \
+    } catch (...) {                                                                    \
+      ptdp_msg_ = "<exception of another type>";                                       \
+    }                                                                                  \
+    INFO("expression: " #expr);                                                        \
+    INFO("message: " << ptdp_msg_);                                                    \
+    CHECK(ptdp_invalid_);                                                              \
+    CHECK_THAT(ptdp_msg_, Catch::Matchers::Contains(text));                            \
   } while (0)
 
 namespace ptdp_test {

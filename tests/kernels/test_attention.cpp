@@ -1,1 +1,366 @@
-// placeholder
+// Fused causal attention (attention_forward / attention_backward) against the unfused path the
+// layers fall back to, built from the backend's own ops: batched GEMMs reading Q, K and V out of
+// the [s, b, heads, 3, dh] activation, causal softmax, dropout on the [b * heads, s, s]
+// probabilities, and their backwards. With and without dropout (the fused kernel must drop the
+// same probabilities), sequence lengths that are not multiples of a key tile, a head slice of a
+// tensor-parallel layer, and 16-bit storage against fp32.
+#include <catch2/catch.hpp>
+
+#include "kernels/half.h"
+#include "reference.h"
+
+using namespace ptdp_test;
+using ptdp::AttentionDesc;
+using ptdp::DType;
+using ptdp::GemmDesc;
+
+namespace {
+
+struct Shape {
+  int64_t s, b, heads, dh;
+};
+
+/// The attention of one tensor-parallel rank: `heads` local heads starting at `head_offset` of
+/// `heads_global`, dropout p.
+AttentionDesc make_desc(const Shape& sh, float p, int64_t heads_global, int64_t head_offset) {
+  AttentionDesc d;
+  d.s = sh.s;
+  d.b = sh.b;
+  d.heads = sh.heads;
+  d.dh = sh.dh;
+  d.scale = 1.0f / std::sqrt(static_cast<float>(sh.dh));
+  d.dropout.p = p;
+  d.dropout.rng = ptdp::PhiloxStream{2024, 31};
+  // The probabilities [b, heads, s * s] inside [b, heads_global, s * s] (SelfAttention's block).
+  ptdp::GlobalBlock& blk = d.dropout.block;
+  blk.shape[0] = blk.global_shape[0] = sh.b;
+  blk.shape[1] = sh.heads;
+  blk.global_shape[1] = heads_global;
+  blk.offset[1] = head_offset;
+  blk.shape[2] = blk.global_shape[2] = sh.s * sh.s;
+  return d;
+}
+
+int64_t qkv_size(const AttentionDesc& d) { return d.s * d.b * d.heads * 3 * d.dh; }
+int64_t ctx_size(const AttentionDesc& d) { return d.s * d.b * d.heads * d.dh; }
+int64_t lse_size(const AttentionDesc& d) { return d.b * d.heads * d.s; }
+
+/// GemmDesc over the b * heads (batch, head) pairs. Row i of a head's q, k or v is
+/// qkv[i * b * heads * 3 * dh + (bi * heads + h) * 3 * dh + part * dh + e]; of ctx,
+/// ctx[i * b * heads * dh + (bi * heads + h) * dh + e]; so pair bh = bi * heads + h starts at
+/// bh * 3 * dh (qkv) or bh * dh (ctx), and rows are b * heads * 3 * dh (dh) apart.
+GemmDesc pairs_gemm(const AttentionDesc& d) {
+  GemmDesc g;
+  g.batch = d.b * d.heads;
+  return g;
+}
+
+struct Unfused {
+  fvec probs;    // [b * heads, s, s] softmax (before dropout)
+  fvec dropped;  // the same after dropout
+  fvec ctx;      // [s, b, heads, dh]
+  dvec lse;      // [b, heads, s], from the fp32 scores in double
+};
+
+/// The unfused forward from the backend's ops, fp32.
+Unfused unfused_forward(const AttentionDesc& d, const fvec& qkv) {
+  const int64_t s = d.s, dh = d.dh, pairs = d.b * d.heads;
+  const int64_t qkv_row = d.b * d.heads * 3 * dh, ctx_row = d.b * d.heads * dh;
+  Unfused u;
+  fvec scores(static_cast<std::size_t>(pairs * s * s));
+  {
+    GemmDesc g = pairs_gemm(d);  // scores = Q K^T
+    g.trans_b = true;
+    g.m = g.n = s;
+    g.k = dh;
+    g.lda = g.ldb = qkv_row;
+    g.stride_a = g.stride_b = 3 * dh;
+    g.stride_c = s * s;
+    be().gemm(g, qkv.data(), qkv.data() + dh, scores.data());
+  }
+  u.lse.assign(static_cast<std::size_t>(pairs * s), 0.0);
+  for (int64_t bh = 0; bh < pairs; ++bh)
+    for (int64_t i = 0; i < s; ++i) {
+      const float* row = &scores[static_cast<std::size_t>((bh * s + i) * s)];
+      double mx = -1e300, sum = 0.0;
+      for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, static_cast<double>(d.scale) * row[j]);
+      for (int64_t j = 0; j <= i; ++j) sum += std::exp(static_cast<double>(d.scale) * row[j] - mx);
+      u.lse[static_cast<std::size_t>(bh * s + i)] = mx + std::log(sum);
+    }
+  u.probs.resize(scores.size());
+  be().softmax_forward(scores.data(), u.probs.data(), kF32, pairs, s, s, d.scale, true);
+  u.dropped = u.probs;
+  if (d.dropout.p > 0.0f) be().dropout_forward(u.probs.data(), u.dropped.data(), kF32, d.dropout);
+  u.ctx.assign(static_cast<std::size_t>(ctx_size(d)), 0.0f);
+  {
+    GemmDesc g = pairs_gemm(d);  // ctx = P V
+    g.m = s;
+    g.n = dh;
+    g.k = s;
+    g.ldb = qkv_row;
+    g.ldc = ctx_row;
+    g.stride_a = s * s;
+    g.stride_b = 3 * dh;
+    g.stride_c = dh;
+    be().gemm(g, u.dropped.data(), qkv.data() + 2 * dh, u.ctx.data());
+  }
+  return u;
+}
+
+/// The unfused backward: dqkv [s, b, heads, 3, dh] from dctx.
+fvec unfused_backward(const AttentionDesc& d, const fvec& qkv, const Unfused& u, const fvec& dctx) {
+  const int64_t s = d.s, dh = d.dh, pairs = d.b * d.heads;
+  const int64_t qkv_row = d.b * d.heads * 3 * dh, ctx_row = d.b * d.heads * dh;
+  fvec dqkv(static_cast<std::size_t>(qkv_size(d)), 0.0f);
+  fvec ddropped(static_cast<std::size_t>(pairs * s * s));
+  {
+    GemmDesc g = pairs_gemm(d);  // dP~ = dctx V^T
+    g.trans_b = true;
+    g.m = g.n = s;
+    g.k = dh;
+    g.lda = ctx_row;
+    g.ldb = qkv_row;
+    g.stride_a = dh;
+    g.stride_b = 3 * dh;
+    g.stride_c = s * s;
+    be().gemm(g, dctx.data(), qkv.data() + 2 * dh, ddropped.data());
+  }
+  {
+    GemmDesc g = pairs_gemm(d);  // dV = P~^T dctx
+    g.trans_a = true;
+    g.m = s;
+    g.n = dh;
+    g.k = s;
+    g.ldb = ctx_row;
+    g.ldc = qkv_row;
+    g.stride_a = s * s;
+    g.stride_b = dh;
+    g.stride_c = 3 * dh;
+    be().gemm(g, u.dropped.data(), dctx.data(), dqkv.data() + 2 * dh);
+  }
+  fvec dprobs = ddropped;
+  if (d.dropout.p > 0.0f) be().dropout_backward(ddropped.data(), dprobs.data(), kF32, d.dropout);
+  fvec dscores(dprobs.size());  // includes the scale
+  be().softmax_backward(u.probs.data(), dprobs.data(), dscores.data(), kF32, pairs, s, s, d.scale);
+  {
+    GemmDesc g = pairs_gemm(d);  // dQ = dS K
+    g.m = s;
+    g.n = dh;
+    g.k = s;
+    g.ldb = qkv_row;
+    g.ldc = qkv_row;
+    g.stride_a = s * s;
+    g.stride_b = 3 * dh;
+    g.stride_c = 3 * dh;
+    be().gemm(g, dscores.data(), qkv.data() + dh, dqkv.data());
+    g.trans_a = true;  // dK = dS^T Q
+    be().gemm(g, dscores.data(), qkv.data(), dqkv.data() + dh);
+  }
+  return dqkv;
+}
+
+/// |got - want| <= rtol * (|want| + max |want|): relative to each value and to the array's
+/// scale (values that cancel to near zero carry the rounding of their larger terms).
+void check_close(const fvec& got, const fvec& want, double rtol) {
+  double scale = 0.0;
+  for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+  CHECK_ALLCLOSE(got, to_d(want), rtol * scale, rtol);
+}
+
+const Shape kShapes[] = {
+    {1, 1, 1, 1},
+    {5, 2, 3, 4},
+    {33, 3, 2, 7},
+    {67, 1, 2, 16},  // more than one key tile, not a multiple of it
+    {130, 2, 1, 8},  // three tiles, the last one short
+};
+
+std::string describe(const Shape& s, float p) {
+  std::ostringstream os;
+  os << "s " << s.s << " b " << s.b << " heads " << s.heads << " dh " << s.dh << " p " << p;
+  return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("attention_forward equals the unfused GEMM + softmax (+ dropout) + GEMM path",
+          "[attention]") {
+  uint32_t seed = 1;
+  for (const Shape& sh : kShapes) {
+    for (float p : {0.0f, 0.2f}) {
+      const AttentionDesc d = make_desc(sh, p, sh.heads, 0);
+      Rand r(seed++);
+      const fvec qkv = r.uniform(qkv_size(d), -2.0f, 2.0f);
+      const Unfused u = unfused_forward(d, qkv);
+      fvec ctx(static_cast<std::size_t>(ctx_size(d)), 9.0f),
+          lse(static_cast<std::size_t>(lse_size(d)), 9.0f);
+      INFO(describe(sh, p));
+      be().attention_forward(d, qkv.data(), ctx.data(), lse.data(), kF32);
+      check_close(ctx, u.ctx, 1e-5);
+      CHECK_ALLCLOSE(lse, u.lse, 1e-5, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("attention_backward equals the unfused backward, for q, k and v",
+          "[attention][backward]") {
+  uint32_t seed = 100;
+  for (const Shape& sh : kShapes) {
+    for (float p : {0.0f, 0.2f}) {
+      const AttentionDesc d = make_desc(sh, p, sh.heads, 0);
+      Rand r(seed++);
+      const fvec qkv = r.uniform(qkv_size(d), -2.0f, 2.0f);
+      const fvec dctx = r.uniform(ctx_size(d));
+      const Unfused u = unfused_forward(d, qkv);
+      const fvec want = unfused_backward(d, qkv, u, dctx);
+      fvec ctx(static_cast<std::size_t>(ctx_size(d))), lse(static_cast<std::size_t>(lse_size(d)));
+      be().attention_forward(d, qkv.data(), ctx.data(), lse.data(), kF32);
+      fvec dqkv(qkv.size(), 9.0f), delta(lse.size(), 9.0f);
+      INFO(describe(sh, p));
+      be().attention_backward(d, qkv.data(), ctx.data(), lse.data(), dctx.data(), dqkv.data(),
+                              delta.data(), kF32);
+      check_close(dqkv, want, 1e-5);
+      // delta is rowsum(dctx * ctx), [b, heads, s].
+      dvec want_delta(delta.size(), 0.0);
+      for (int64_t i = 0; i < d.s; ++i)
+        for (int64_t bh = 0; bh < d.b * d.heads; ++bh)
+          for (int64_t e = 0; e < d.dh; ++e) {
+            const std::size_t at = static_cast<std::size_t>((i * d.b * d.heads + bh) * d.dh + e);
+            want_delta[static_cast<std::size_t>(bh * d.s + i)] +=
+                static_cast<double>(dctx[at]) * ctx[at];
+          }
+      CHECK_ALLCLOSE(delta, want_delta, 1e-6, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("attention: the heads of a tensor-parallel rank drop what the full layer drops",
+          "[attention][dropout]") {
+  // 4 heads in all; this rank holds heads 1..2. The rank's fused output must equal the unfused
+  // path over the same block (global heads 4, offset 1), and the full layer's heads 1..2.
+  const Shape full{9, 2, 4, 4}, local{9, 2, 2, 4};
+  const float p = 0.3f;
+  const AttentionDesc df = make_desc(full, p, 4, 0);
+  const AttentionDesc dl = make_desc(local, p, 4, 1);
+  Rand r(200);
+  const fvec qkv_full = r.uniform(qkv_size(df), -2.0f, 2.0f);
+  // The local qkv: heads 1..2 of every (position, batch).
+  fvec qkv_local;
+  const int64_t group = 3 * full.dh;
+  for (int64_t i = 0; i < full.s * full.b; ++i)
+    for (int64_t h = 1; h <= 2; ++h)
+      for (int64_t e = 0; e < group; ++e)
+        qkv_local.push_back(qkv_full[static_cast<std::size_t>((i * 4 + h) * group + e)]);
+  fvec ctx_full(static_cast<std::size_t>(ctx_size(df))),
+      lse_full(static_cast<std::size_t>(lse_size(df)));
+  be().attention_forward(df, qkv_full.data(), ctx_full.data(), lse_full.data(), kF32);
+  fvec ctx_local(static_cast<std::size_t>(ctx_size(dl))),
+      lse_local(static_cast<std::size_t>(lse_size(dl)));
+  be().attention_forward(dl, qkv_local.data(), ctx_local.data(), lse_local.data(), kF32);
+  check_close(ctx_local, unfused_forward(dl, qkv_local).ctx, 1e-5);
+  fvec want;
+  for (int64_t i = 0; i < full.s * full.b; ++i)
+    for (int64_t h = 1; h <= 2; ++h)
+      for (int64_t e = 0; e < full.dh; ++e)
+        want.push_back(ctx_full[static_cast<std::size_t>((i * 4 + h) * full.dh + e)]);
+  CHECK_BITEQUAL(ctx_local, want);
+}
+
+TEST_CASE("attention: dropout changes the output, and p = 0 needs no block", "[attention]") {
+  const Shape sh{20, 1, 2, 8};
+  AttentionDesc d = make_desc(sh, 0.0f, sh.heads, 0);
+  d.dropout.block = ptdp::GlobalBlock{};  // ignored without dropout
+  Rand r(300);
+  const fvec qkv = r.uniform(qkv_size(d), -2.0f, 2.0f);
+  fvec ctx0(static_cast<std::size_t>(ctx_size(d))), ctx1(ctx0.size()),
+      lse0(static_cast<std::size_t>(lse_size(d))), lse1(lse0.size());
+  be().attention_forward(d, qkv.data(), ctx0.data(), lse0.data(), kF32);
+  const AttentionDesc dd = make_desc(sh, 0.5f, sh.heads, 0);
+  be().attention_forward(dd, qkv.data(), ctx1.data(), lse1.data(), kF32);
+  CHECK_BITEQUAL(lse1, lse0);  // the log-sum-exp is taken before dropout
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < ctx0.size(); ++i) differ += ctx0[i] != ctx1[i];
+  CHECK(differ > ctx0.size() / 2);
+}
+
+TEST_CASE("attention: position 0 attends to itself only", "[attention]") {
+  const Shape sh{4, 2, 3, 5};
+  const AttentionDesc d = make_desc(sh, 0.0f, sh.heads, 0);
+  Rand r(301);
+  const fvec qkv = r.uniform(qkv_size(d), -2.0f, 2.0f);
+  fvec ctx(static_cast<std::size_t>(ctx_size(d))), lse(static_cast<std::size_t>(lse_size(d)));
+  be().attention_forward(d, qkv.data(), ctx.data(), lse.data(), kF32);
+  for (int64_t bh = 0; bh < d.b * d.heads; ++bh) {
+    for (int64_t e = 0; e < d.dh; ++e)  // ctx_0 = v_0 exactly (probability 1)
+      CHECK(ctx[static_cast<std::size_t>(bh * d.dh + e)] ==
+            qkv[static_cast<std::size_t>(bh * 3 * d.dh + 2 * d.dh + e)]);
+    double qk = 0.0;
+    for (int64_t e = 0; e < d.dh; ++e)
+      qk += static_cast<double>(qkv[static_cast<std::size_t>(bh * 3 * d.dh + e)]) *
+            qkv[static_cast<std::size_t>(bh * 3 * d.dh + d.dh + e)];
+    CHECK(lse[static_cast<std::size_t>(bh * d.s)] ==
+          Approx(d.scale * qk).epsilon(1e-5).margin(1e-6));
+  }
+}
+
+// ---- 16-bit storage ----------------------------------------------------------------------------
+
+namespace {
+
+std::vector<uint16_t> to16(const fvec& x, DType t) {
+  std::vector<uint16_t> h(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    h[i] = t == DType::BF16 ? ptdp::f32_to_bf16(x[i]) : ptdp::f32_to_f16(x[i]);
+  return h;
+}
+
+fvec from16(const std::vector<uint16_t>& h, DType t) {
+  fvec x(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i)
+    x[i] = t == DType::BF16 ? ptdp::bf16_to_f32(h[i]) : ptdp::f16_to_f32(h[i]);
+  return x;
+}
+
+double ulp(DType t) { return t == DType::BF16 ? 1.0 / 128.0 : 1.0 / 1024.0; }
+
+}  // namespace
+
+TEST_CASE("16-bit fused attention is the fp32 computation on the widened inputs, rounded once",
+          "[attention][mixed]") {
+  uint32_t seed = 400;
+  for (DType t : {DType::BF16, DType::F16}) {
+    for (const Shape& sh : {Shape{33, 2, 2, 8}, Shape{70, 1, 1, 16}}) {
+      for (float p : {0.0f, 0.1f}) {
+        const AttentionDesc d = make_desc(sh, p, sh.heads, 0);
+        Rand r(seed++);
+        const auto qkv16 = to16(r.uniform(qkv_size(d), -2.0f, 2.0f), t);
+        const auto dctx16 = to16(r.uniform(ctx_size(d)), t);
+        const fvec qkv = from16(qkv16, t), dctx = from16(dctx16, t);
+        INFO(ptdp::dtype_name(t) << " " << describe(sh, p));
+
+        fvec ctx(static_cast<std::size_t>(ctx_size(d))), lse(static_cast<std::size_t>(lse_size(d)));
+        be().attention_forward(d, qkv.data(), ctx.data(), lse.data(), kF32);
+        std::vector<uint16_t> ctx16(ctx.size());
+        fvec lse16(lse.size());
+        be().attention_forward(d, qkv16.data(), ctx16.data(), lse16.data(), t);
+        const double sub = t == DType::F16 ? std::ldexp(1.0, -24) : 0.0;
+        CHECK_ALLCLOSE(from16(ctx16, t), to_d(ctx), sub, ulp(t));
+        CHECK_BITEQUAL(lse16, lse);  // fp32 statistics from the same fp32 computation
+        // And close to the unfused fp32 path with 16-bit tolerance.
+        check_close(from16(ctx16, t), unfused_forward(d, qkv).ctx, ulp(t));
+
+        // Backward from the 16-bit forward's ctx (as the layer saves it).
+        const fvec ctx_w = from16(ctx16, t);
+        fvec dqkv(qkv.size()), delta(lse.size());
+        be().attention_backward(d, qkv.data(), ctx_w.data(), lse16.data(), dctx.data(), dqkv.data(),
+                                delta.data(), kF32);
+        std::vector<uint16_t> dqkv16(qkv.size());
+        fvec delta16(lse.size());
+        be().attention_backward(d, qkv16.data(), ctx16.data(), lse16.data(), dctx16.data(),
+                                dqkv16.data(), delta16.data(), t);
+        CHECK_ALLCLOSE(from16(dqkv16, t), to_d(dqkv), sub, ulp(t));
+        CHECK_BITEQUAL(delta16, delta);
+      }
+    }
+  }
+}

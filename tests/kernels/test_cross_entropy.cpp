@@ -1,5 +1,6 @@
-// Cross-entropy pieces over (possibly vocabulary-parallel) logits, their combination across
-// vocabulary slices, and ce_backward against finite differences.
+// Cross-entropy over (possibly vocabulary-parallel) logits: ce_forward_local's one-pass
+// statistics, their combination across vocabulary slices with ce_rescale (padded columns
+// included), and ce_backward against finite differences.
 #include <catch2/catch.hpp>
 
 #include "reference.h"
@@ -10,7 +11,8 @@ namespace {
 struct RV {
   int64_t rows, v;
 };
-const RV kShapes[] = {{1, 1}, {1, 7}, {3, 5}, {4, 33}, {7, 3}, {2, 64}};
+// {2, 600}: more than one 256-column step of the online max.
+const RV kShapes[] = {{1, 1}, {1, 7}, {3, 5}, {4, 33}, {7, 3}, {2, 64}, {2, 600}};
 
 /// Splits [0, V) into t contiguous slices of near-equal size (the first V % t one larger).
 std::vector<std::pair<int64_t, int64_t>> slices(int64_t V, int64_t t) {
@@ -25,21 +27,57 @@ std::vector<std::pair<int64_t, int64_t>> slices(int64_t V, int64_t t) {
 }
 
 /// Copies columns [start, start + len) of a [rows, V] matrix.
-fvec columns(const fvec& m, int64_t rows, int64_t V, int64_t start, int64_t len) {
-  fvec out;
+template <typename Vec>
+Vec columns(const Vec& m, int64_t rows, int64_t V, int64_t start, int64_t len) {
+  Vec out;
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = start; j < start + len; ++j) out.push_back(m[static_cast<std::size_t>(r * V + j)]);
+    for (int64_t j = start; j < start + len; ++j)
+      out.push_back(m[static_cast<std::size_t>(r * V + j)]);
   return out;
 }
-dvec columns(const dvec& m, int64_t rows, int64_t V, int64_t start, int64_t len) {
-  dvec out;
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t j = start; j < start + len; ++j) out.push_back(m[static_cast<std::size_t>(r * V + j)]);
-  return out;
+
+/// ce_forward_local's three outputs for one slice.
+struct CeLocal {
+  fvec row_max, sum_exp, target;
+};
+
+CeLocal forward_local(const fvec& logits, const std::vector<int32_t>& targets, int64_t rows,
+                      int64_t v, int64_t vocab_start) {
+  const std::size_t R = static_cast<std::size_t>(rows);
+  CeLocal c{fvec(R, 7.0f), fvec(R, 7.0f), fvec(R, 7.0f)};
+  be().ce_forward_local(logits.data(), kF32, targets.data(), rows, v, vocab_start,
+                        c.row_max.data(), c.sum_exp.data(), c.target.data());
+  return c;
+}
+
+/// The loss as the tensor group computes it: per-slice statistics, all-reduce max, rescale to
+/// the global max, all-reduce of the sums and target logits, ce_loss.
+fvec combined_loss(const std::vector<fvec>& slice_logits,
+                   const std::vector<std::pair<int64_t, int64_t>>& parts,
+                   const std::vector<int32_t>& targets, int64_t rows) {
+  const std::size_t R = static_cast<std::size_t>(rows);
+  std::vector<CeLocal> local;
+  fvec gmax(R, -std::numeric_limits<float>::infinity());
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    local.push_back(
+        forward_local(slice_logits[p], targets, rows, parts[p].second, parts[p].first));
+    for (std::size_t i = 0; i < R; ++i) gmax[i] = std::max(gmax[i], local.back().row_max[i]);
+  }
+  fvec gsum(R, 0.0f), gtarget(R, 0.0f), loss(R);
+  for (CeLocal& c : local) {
+    be().ce_rescale(c.row_max.data(), c.sum_exp.data(), gmax.data(), rows);
+    for (std::size_t i = 0; i < R; ++i) {
+      gsum[i] += c.sum_exp[i];
+      gtarget[i] += c.target[i];
+    }
+  }
+  be().ce_loss(gmax.data(), gsum.data(), gtarget.data(), rows, loss.data());
+  return loss;
 }
 }  // namespace
 
-TEST_CASE("cross-entropy pieces on the full vocabulary", "[cross_entropy]") {
+TEST_CASE("ce_forward_local on the full vocabulary: max, sum of exponentials, target logit",
+          "[cross_entropy]") {
   uint32_t seed = 1;
   for (const RV& s : kShapes) {
     for (float offset : {0.0f, 50.0f}) {  // large logits need the max subtracted
@@ -49,27 +87,25 @@ TEST_CASE("cross-entropy pieces on the full vocabulary", "[cross_entropy]") {
       const std::vector<int32_t> targets = r.ids(s.rows, 0, static_cast<int32_t>(s.v - 1));
       const dvec L = to_d(logits);
       dvec mx(static_cast<std::size_t>(s.rows)), se(mx.size()), tl(mx.size());
-      for (int64_t i = 0; i < s.rows; ++i) {
+      for (std::size_t i = 0; i < mx.size(); ++i) {
+        const double* row = &L[i * static_cast<std::size_t>(s.v)];
         double m = -1e300;
-        for (int64_t j = 0; j < s.v; ++j) m = std::max(m, L[static_cast<std::size_t>(i * s.v + j)]);
+        for (int64_t j = 0; j < s.v; ++j) m = std::max(m, row[j]);
         double e = 0.0;
-        for (int64_t j = 0; j < s.v; ++j) e += std::exp(L[static_cast<std::size_t>(i * s.v + j)] - m);
-        mx[static_cast<std::size_t>(i)] = m;
-        se[static_cast<std::size_t>(i)] = e;
-        tl[static_cast<std::size_t>(i)] = L[static_cast<std::size_t>(i * s.v + targets[static_cast<std::size_t>(i)])];
+        for (int64_t j = 0; j < s.v; ++j) e += std::exp(row[j] - m);
+        mx[i] = m;
+        se[i] = e;
+        tl[i] = row[targets[i]];
       }
       const dvec want_loss = ce_ref(L, targets, s.rows, s.v);
       INFO("rows " << s.rows << " v " << s.v << " offset " << offset);
 
-      fvec row_max(mx.size(), 7.0f), sum_exp(mx.size(), 7.0f), target(mx.size(), 7.0f),
-          loss(mx.size(), 7.0f);
-      be().ce_row_max(logits.data(), s.rows, s.v, row_max.data());
-      CHECK_ALLCLOSE(row_max, mx, 0.0, 0.0);  // the max is one of the inputs
-      be().ce_sum_exp(logits.data(), row_max.data(), s.rows, s.v, sum_exp.data());
-      CHECK_ALLCLOSE(sum_exp, se, 1e-6, 1e-5);
-      be().ce_target_logit(logits.data(), targets.data(), s.rows, s.v, 0, target.data());
-      CHECK_ALLCLOSE(target, tl, 0.0, 0.0);
-      be().ce_loss(row_max.data(), sum_exp.data(), target.data(), s.rows, loss.data());
+      const CeLocal c = forward_local(logits, targets, s.rows, s.v, 0);
+      CHECK_ALLCLOSE(c.row_max, mx, 0.0, 0.0);  // the max is one of the inputs
+      CHECK_ALLCLOSE(c.sum_exp, se, 1e-6, 1e-5);
+      CHECK_ALLCLOSE(c.target, tl, 0.0, 0.0);
+      fvec loss(mx.size(), 7.0f);
+      be().ce_loss(c.row_max.data(), c.sum_exp.data(), c.target.data(), s.rows, loss.data());
       CHECK_ALLCLOSE(loss, want_loss, 1e-5, 1e-5);
     }
   }
@@ -90,72 +126,110 @@ TEST_CASE("ce_loss is log(sum_exp) + row_max - target_logit", "[cross_entropy]")
 TEST_CASE("cross-entropy over t = 1, 2, 3 vocabulary slices equals the unsplit loss",
           "[cross_entropy]") {
   uint32_t seed = 100;
-  for (const RV& s : {RV{3, 7}, RV{5, 33}, RV{1, 3}, RV{4, 10}}) {
+  for (const RV& s : {RV{3, 7}, RV{5, 33}, RV{1, 3}, RV{4, 10}, RV{3, 700}}) {
     Rand r(seed++);
     const fvec logits = r.uniform(s.rows * s.v, -5.0f, 5.0f);
     const std::vector<int32_t> targets = r.ids(s.rows, 0, static_cast<int32_t>(s.v - 1));
     const dvec want = ce_ref(to_d(logits), targets, s.rows, s.v);
-    const std::size_t R = static_cast<std::size_t>(s.rows);
     for (int64_t t : {1, 2, 3}) {
       if (t > s.v) continue;
       INFO("rows " << s.rows << " v " << s.v << " t " << t);
-      const auto parts = slices(s.v, t);
       std::vector<fvec> slice_logits;
-      for (const auto& [start, len] : parts)
+      for (const auto& [start, len] : slices(s.v, t))
         slice_logits.push_back(columns(logits, s.rows, s.v, start, len));
-
-      // All-reduce max, then each slice's sum_exp against the global max, then sum; the target
-      // logit is the sum over slices (zero where a slice does not hold it).
-      fvec gmax(R, -std::numeric_limits<float>::infinity()), gsum(R, 0.0f), gtarget(R, 0.0f);
-      std::vector<fvec> local_max;
-      for (std::size_t p = 0; p < parts.size(); ++p) {
-        fvec m(R);
-        be().ce_row_max(slice_logits[p].data(), s.rows, parts[p].second, m.data());
-        for (std::size_t i = 0; i < R; ++i) gmax[i] = std::max(gmax[i], m[i]);
-        local_max.push_back(m);
-      }
-      for (std::size_t p = 0; p < parts.size(); ++p) {
-        fvec e(R), tl(R, 5.0f);
-        be().ce_sum_exp(slice_logits[p].data(), gmax.data(), s.rows, parts[p].second, e.data());
-        be().ce_target_logit(slice_logits[p].data(), targets.data(), s.rows, parts[p].second,
-                             parts[p].first, tl.data());
-        for (std::size_t i = 0; i < R; ++i) {
-          gsum[i] += e[i];
-          gtarget[i] += tl[i];
-        }
-      }
-      fvec loss(R);
-      be().ce_loss(gmax.data(), gsum.data(), gtarget.data(), s.rows, loss.data());
-      CHECK_ALLCLOSE(loss, want, 1e-5, 1e-5);
-
-      // Alternatively each slice uses its own max and the sums are rescaled to the global max.
-      fvec rsum(R, 0.0f);
-      for (std::size_t p = 0; p < parts.size(); ++p) {
-        fvec e(R);
-        be().ce_sum_exp(slice_logits[p].data(), local_max[p].data(), s.rows, parts[p].second,
-                        e.data());
-        for (std::size_t i = 0; i < R; ++i)
-          rsum[i] += static_cast<float>(e[i] * std::exp(static_cast<double>(local_max[p][i]) - gmax[i]));
-      }
-      fvec loss2(R);
-      be().ce_loss(gmax.data(), rsum.data(), gtarget.data(), s.rows, loss2.data());
-      CHECK_ALLCLOSE(loss2, want, 1e-5, 1e-5);
+      CHECK_ALLCLOSE(combined_loss(slice_logits, slices(s.v, t), targets, s.rows), want, 1e-5,
+                     1e-5);
     }
   }
 }
 
-TEST_CASE("ce_target_logit: slices not holding the target give 0", "[cross_entropy]") {
+TEST_CASE("ce_forward_local + ce_rescale over two slices equal the whole-vocabulary pieces",
+          "[cross_entropy]") {
+  // The statistics themselves, not only the loss: after ce_rescale to the global max and a
+  // sum over the slices, sum_exp is the whole vocabulary's.
+  const int64_t rows = 4, v = 300, split = 129;
+  Rand r(150);
+  fvec logits = r.uniform(rows * v, -6.0f, 6.0f);
+  logits[5] = 40.0f;                                  // row 0: the max in the first slice
+  logits[static_cast<std::size_t>(v + 250)] = 30.0f;  // row 1: the max in the second slice
+  const std::vector<int32_t> targets = {3, 250, 120, 299};
+  const CeLocal whole = forward_local(logits, targets, rows, v, 0);
+  CeLocal a = forward_local(columns(logits, rows, v, 0, split), targets, rows, split, 0);
+  CeLocal b =
+      forward_local(columns(logits, rows, v, split, v - split), targets, rows, v - split, split);
+  const std::size_t R = static_cast<std::size_t>(rows);
+  fvec gmax(R);
+  for (std::size_t i = 0; i < R; ++i) gmax[i] = std::max(a.row_max[i], b.row_max[i]);
+  be().ce_rescale(a.row_max.data(), a.sum_exp.data(), gmax.data(), rows);
+  be().ce_rescale(b.row_max.data(), b.sum_exp.data(), gmax.data(), rows);
+  fvec sum(R), target(R);
+  for (std::size_t i = 0; i < R; ++i) {
+    CHECK(a.row_max[i] == gmax[i]);
+    CHECK(b.row_max[i] == gmax[i]);
+    sum[i] = a.sum_exp[i] + b.sum_exp[i];
+    target[i] = a.target[i] + b.target[i];
+  }
+  CHECK_ALLCLOSE(gmax, to_d(whole.row_max), 0.0, 0.0);
+  CHECK_ALLCLOSE(sum, to_d(whole.sum_exp), 0.0, 1e-5);
+  CHECK_ALLCLOSE(target, to_d(whole.target), 0.0, 0.0);
+}
+
+TEST_CASE("cross-entropy: padded (-inf) columns and all-padding slices add nothing",
+          "[cross_entropy]") {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t rows = 3, valid = 7, padded_v = 12;  // a vocabulary of 7 padded to 12 columns
+  Rand r(170);
+  const fvec valid_logits = r.uniform(rows * valid, -3.0f, 3.0f);
+  const std::vector<int32_t> targets = {0, 6, 4};
+  const dvec want = ce_ref(to_d(valid_logits), targets, rows, valid);
+  fvec padded(static_cast<std::size_t>(rows * padded_v), -inf);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < valid; ++j)
+      padded[static_cast<std::size_t>(i * padded_v + j)] =
+          valid_logits[static_cast<std::size_t>(i * valid + j)];
+
+  // One slice with the padding at its end.
+  CHECK_ALLCLOSE(combined_loss({padded}, {{0, padded_v}}, targets, rows), want, 1e-5, 1e-5);
+
+  // Three slices of 4: the last one is all padding (max -inf, sum 0, and no NaN once moved to
+  // the global max).
+  std::vector<fvec> parts;
+  std::vector<std::pair<int64_t, int64_t>> where;
+  for (int64_t start = 0; start < padded_v; start += 4) {
+    parts.push_back(columns(padded, rows, padded_v, start, 4));
+    where.emplace_back(start, 4);
+  }
+  CeLocal last = forward_local(parts[2], targets, rows, 4, 8);
+  const fvec gmax(static_cast<std::size_t>(rows), 1.5f);
+  for (std::size_t i = 0; i < gmax.size(); ++i) {
+    CHECK(last.row_max[i] == -inf);
+    CHECK(last.sum_exp[i] == 0.0f);
+  }
+  be().ce_rescale(last.row_max.data(), last.sum_exp.data(), gmax.data(), rows);
+  for (std::size_t i = 0; i < gmax.size(); ++i) {
+    CHECK(last.row_max[i] == 1.5f);
+    CHECK(last.sum_exp[i] == 0.0f);
+  }
+  CHECK_ALLCLOSE(combined_loss(parts, where, targets, rows), want, 1e-5, 1e-5);
+
+  // A row whose first 300 columns (more than one step of the online max) are padding.
+  const int64_t wide = 600, pad = 300;
+  fvec row(static_cast<std::size_t>(wide), -inf);
+  for (int64_t j = pad; j < wide; ++j)
+    row[static_cast<std::size_t>(j)] = 0.01f * static_cast<float>(j % 17);
+  const dvec want_wide = ce_ref(to_d(columns(row, 1, wide, pad, wide - pad)), {150}, 1, wide - pad);
+  CHECK_ALLCLOSE(combined_loss({row}, {{0, wide}}, {pad + 150}, 1), want_wide, 1e-5, 1e-5);
+}
+
+TEST_CASE("ce_forward_local: slices not holding the target give 0", "[cross_entropy]") {
   // Slice [4, 7) of a vocabulary of 10.
   const fvec logits = {1, 2, 3, 4, 5, 6};  // [2, 3]
-  const std::vector<int32_t> targets = {5, 9};
-  fvec tl(2, 9.0f);
-  be().ce_target_logit(logits.data(), targets.data(), 2, 3, 4, tl.data());
-  CHECK(tl[0] == 2.0f);
-  CHECK(tl[1] == 0.0f);
-  const std::vector<int32_t> targets2 = {3, 6};  // just below the slice, its last column
-  be().ce_target_logit(logits.data(), targets2.data(), 2, 3, 4, tl.data());
-  CHECK(tl[0] == 0.0f);
-  CHECK(tl[1] == 6.0f);
+  CeLocal c = forward_local(logits, {5, 9}, 2, 3, 4);
+  CHECK(c.target[0] == 2.0f);
+  CHECK(c.target[1] == 0.0f);
+  c = forward_local(logits, {3, 6}, 2, 3, 4);  // just below the slice, its last column
+  CHECK(c.target[0] == 0.0f);
+  CHECK(c.target[1] == 6.0f);
 }
 
 TEST_CASE("ce_backward on the full vocabulary matches finite differences",
@@ -169,17 +243,17 @@ TEST_CASE("ce_backward on the full vocabulary matches finite differences",
     const dvec W = to_d(dloss);
     const dvec want = fd_grad(
         [&](const dvec& l) { return dot(W, ce_ref(l, targets, s.rows, s.v)); }, to_d(logits));
-    fvec row_max(static_cast<std::size_t>(s.rows)), sum_exp(row_max.size());
-    be().ce_row_max(logits.data(), s.rows, s.v, row_max.data());
-    be().ce_sum_exp(logits.data(), row_max.data(), s.rows, s.v, sum_exp.data());
+    const CeLocal c = forward_local(logits, targets, s.rows, s.v, 0);
+    const fvec& row_max = c.row_max;
+    const fvec& sum_exp = c.sum_exp;
     INFO("rows " << s.rows << " v " << s.v);
     fvec dl(logits.size(), 3.0f);
-    be().ce_backward(logits.data(), row_max.data(), sum_exp.data(), targets.data(), dloss.data(),
+    be().ce_backward(logits.data(), kF32, row_max.data(), sum_exp.data(), targets.data(), dloss.data(),
                      s.rows, s.v, 0, dl.data());
     CHECK_ALLCLOSE(dl, want, kFdAtol, kFdRtol);
     // dlogits aliasing logits.
     fvec inplace = logits;
-    be().ce_backward(inplace.data(), row_max.data(), sum_exp.data(), targets.data(),
+    be().ce_backward(inplace.data(), kF32, row_max.data(), sum_exp.data(), targets.data(),
                      dloss.data(), s.rows, s.v, 0, inplace.data());
     CHECK_ALLCLOSE(inplace, want, kFdAtol, kFdRtol);
   }
@@ -214,7 +288,7 @@ TEST_CASE("ce_backward on vocabulary slices matches finite differences of the fu
         fvec dl(sl.size(), 3.0f);
         INFO("rows " << s.rows << " v " << s.v << " t " << t << " slice [" << start << ", "
                      << start + len << ")");
-        be().ce_backward(sl.data(), gmax.data(), gsum.data(), targets.data(), dloss.data(),
+        be().ce_backward(sl.data(), kF32, gmax.data(), gsum.data(), targets.data(), dloss.data(),
                          s.rows, len, start, dl.data());
         CHECK_ALLCLOSE(dl, want_sl, kFdAtol, kFdRtol);
       }

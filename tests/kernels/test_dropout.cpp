@@ -2,6 +2,7 @@
 // same mask for every partition of the tensor (GlobalBlock).
 #include <catch2/catch.hpp>
 
+#include "kernels/cpu/dropout_mask.h"
 #include "reference.h"
 
 using namespace ptdp_test;
@@ -66,7 +67,7 @@ TEST_CASE("dropout_forward: p = 0 is the identity", "[dropout]") {
     Rand r(static_cast<uint32_t>(n));
     const fvec x = r.uniform(n);
     fvec y(x.size(), 5.0f);
-    be().dropout_forward(x.data(), y.data(), desc(0.0f, GlobalBlock::flat(n)));
+    be().dropout_forward(x.data(), y.data(), kF32, desc(0.0f, GlobalBlock::flat(n)));
     CHECK_BITEQUAL(y, x);
   }
 }
@@ -76,10 +77,10 @@ TEST_CASE("dropout_forward: p = 1 gives zeros, never NaN", "[dropout]") {
     Rand r(static_cast<uint32_t>(n) + 10);
     const fvec x = r.uniform(n);
     fvec y(x.size(), 5.0f);
-    be().dropout_forward(x.data(), y.data(), desc(1.0f, GlobalBlock::flat(n)));
+    be().dropout_forward(x.data(), y.data(), kF32, desc(1.0f, GlobalBlock::flat(n)));
     CHECK_BITEQUAL(y, fvec(x.size(), 0.0f));
     fvec dx(x.size(), 5.0f);
-    be().dropout_backward(x.data(), dx.data(), desc(1.0f, GlobalBlock::flat(n)));
+    be().dropout_backward(x.data(), dx.data(), kF32, desc(1.0f, GlobalBlock::flat(n)));
     CHECK_BITEQUAL(dx, fvec(x.size(), 0.0f));
   }
 }
@@ -92,11 +93,11 @@ TEST_CASE("dropout_forward: mask from philox_uniform(global index) >= p, kept va
       const fvec x = r.uniform(n);
       const DropoutDesc d = desc(p, GlobalBlock::flat(n), 77, 1000 + static_cast<uint64_t>(n));
       fvec y(x.size(), 5.0f);
-      be().dropout_forward(x.data(), y.data(), d);
+      be().dropout_forward(x.data(), y.data(), kF32, d);
       check_dropout_output(y, x, d);
       // In place.
       fvec z = x;
-      be().dropout_forward(z.data(), z.data(), d);
+      be().dropout_forward(z.data(), z.data(), kF32, d);
       CHECK_BITEQUAL(z, y);
     }
   }
@@ -113,7 +114,7 @@ TEST_CASE("dropout_forward: an element whose uniform equals p exactly is kept", 
     const float p = ptdp::philox_uniform(rng, i);
     const DropoutDesc d = desc(p, GlobalBlock::flat(n), 11, 12);
     fvec y(x.size(), 5.0f);
-    be().dropout_forward(x.data(), y.data(), d);
+    be().dropout_forward(x.data(), y.data(), kF32, d);
     INFO("index " << i << " p " << p);
     CHECK(y[i] != 0.0f);
     check_dropout_output(y, x, d);
@@ -125,7 +126,7 @@ TEST_CASE("dropout_forward: kept fraction is close to 1 - p", "[dropout]") {
   const fvec x(static_cast<std::size_t>(n), 1.0f);
   for (float p : {0.1f, 0.5f, 0.8f}) {
     fvec y(x.size());
-    be().dropout_forward(x.data(), y.data(), desc(p, GlobalBlock::flat(n), 5, 6));
+    be().dropout_forward(x.data(), y.data(), kF32, desc(p, GlobalBlock::flat(n), 5, 6));
     int64_t kept = 0;
     for (float v : y) kept += v != 0.0f;
     const double frac = static_cast<double>(kept) / static_cast<double>(n);
@@ -138,9 +139,9 @@ TEST_CASE("dropout: different streams and seeds draw different masks", "[dropout
   const int64_t n = 256;
   const fvec x(static_cast<std::size_t>(n), 1.0f);
   fvec a(x.size()), b(x.size()), c(x.size());
-  be().dropout_forward(x.data(), a.data(), desc(0.5f, GlobalBlock::flat(n), 1, 1));
-  be().dropout_forward(x.data(), b.data(), desc(0.5f, GlobalBlock::flat(n), 1, 2));
-  be().dropout_forward(x.data(), c.data(), desc(0.5f, GlobalBlock::flat(n), 2, 1));
+  be().dropout_forward(x.data(), a.data(), kF32, desc(0.5f, GlobalBlock::flat(n), 1, 1));
+  be().dropout_forward(x.data(), b.data(), kF32, desc(0.5f, GlobalBlock::flat(n), 1, 2));
+  be().dropout_forward(x.data(), c.data(), kF32, desc(0.5f, GlobalBlock::flat(n), 2, 1));
   CHECK(a != b);
   CHECK(a != c);
 }
@@ -156,12 +157,12 @@ TEST_CASE("dropout: a sub-block draws the same mask as the full tensor", "[dropo
   };
 
   fvec full(x.size());
-  be().dropout_forward(x.data(), full.data(), desc(p, GlobalBlock::flat(S * H * D)));
+  be().dropout_forward(x.data(), full.data(), kF32, desc(p, GlobalBlock::flat(S * H * D)));
   check_dropout_output(full, x, desc(p, GlobalBlock::flat(S * H * D)));
 
   // The same tensor described as 3-D.
   fvec full3(x.size());
-  be().dropout_forward(x.data(), full3.data(), desc(p, block3(S, H, D, S, H, D, 0, 0, 0)));
+  be().dropout_forward(x.data(), full3.data(), kF32, desc(p, block3(S, H, D, S, H, D, 0, 0, 0)));
   CHECK_BITEQUAL(full3, full);
 
   // Also check that the test itself is not vacuous: some dropped, some kept.
@@ -188,11 +189,11 @@ TEST_CASE("dropout: a sub-block draws the same mask as the full tensor", "[dropo
     fvec ys(xs.size(), 5.0f);
     INFO("block offsets " << b.o0 << "," << b.o1 << "," << b.o2 << " shape " << b.s0 << ","
                           << b.s1 << "," << b.s2);
-    be().dropout_forward(xs.data(), ys.data(), d);
+    be().dropout_forward(xs.data(), ys.data(), kF32, d);
     CHECK_BITEQUAL(ys, want);
     // And the backward of the block uses the same mask.
     fvec dxs(xs.size(), 5.0f);
-    be().dropout_backward(xs.data(), dxs.data(), d);
+    be().dropout_backward(xs.data(), dxs.data(), kF32, d);
     CHECK_BITEQUAL(dxs, want);
   }
 }
@@ -203,10 +204,10 @@ TEST_CASE("dropout: columns 4..7 of a rows x 12 matrix", "[dropout]") {
   const fvec x = r.uniform(rows * cols);
   const float p = 0.5f;
   fvec full(x.size());
-  be().dropout_forward(x.data(), full.data(), desc(p, block3(rows, 1, cols, rows, 1, cols, 0, 0, 0)));
+  be().dropout_forward(x.data(), full.data(), kF32, desc(p, block3(rows, 1, cols, rows, 1, cols, 0, 0, 0)));
   CHECK_BITEQUAL(full, [&] {
     fvec f(x.size());
-    be().dropout_forward(x.data(), f.data(), desc(p, GlobalBlock::flat(rows * cols)));
+    be().dropout_forward(x.data(), f.data(), kF32, desc(p, GlobalBlock::flat(rows * cols)));
     return f;
   }());
   // Three column slices of 4 (a tensor-parallel split over hidden features).
@@ -219,7 +220,7 @@ TEST_CASE("dropout: columns 4..7 of a rows x 12 matrix", "[dropout]") {
       }
     fvec ys(xs.size());
     INFO("columns " << 4 * part << ".." << 4 * part + 3);
-    be().dropout_forward(xs.data(), ys.data(),
+    be().dropout_forward(xs.data(), ys.data(), kF32,
                          desc(p, block3(rows, 1, 4, rows, 1, cols, 0, 0, 4 * part)));
     CHECK_BITEQUAL(ys, want);
   }
@@ -228,7 +229,7 @@ TEST_CASE("dropout: columns 4..7 of a rows x 12 matrix", "[dropout]") {
     const fvec xs(x.begin() + 2 * cols, x.begin() + 5 * cols);
     const fvec want(full.begin() + 2 * cols, full.begin() + 5 * cols);
     fvec ys(xs.size());
-    be().dropout_forward(xs.data(), ys.data(),
+    be().dropout_forward(xs.data(), ys.data(), kF32,
                          desc(p, block3(3, 1, cols, rows, 1, cols, 2, 0, 0)));
     CHECK_BITEQUAL(ys, want);
   }
@@ -245,11 +246,34 @@ TEST_CASE("dropout_backward matches finite differences", "[dropout][backward]") 
                                 to_d(x));
       INFO("p " << p << " n " << n);
       fvec dx(x.size(), 5.0f);
-      be().dropout_backward(dy.data(), dx.data(), d);
+      be().dropout_backward(dy.data(), dx.data(), kF32, d);
       CHECK_ALLCLOSE(dx, want, kFdAtol, kFdRtol);
       fvec inplace = dy;
-      be().dropout_backward(inplace.data(), inplace.data(), d);
+      be().dropout_backward(inplace.data(), inplace.data(), kF32, d);
       CHECK_ALLCLOSE(inplace, want, kFdAtol, kFdRtol);
     }
   }
+}
+
+TEST_CASE("dropout: the CPU's keep helpers answer what dropout_forward applies",
+          "[dropout][attention]") {
+  // cpu::dropout_keep and cpu::dropout_keep_row are what the fused attention and
+  // bias_dropout_add use: one definition of the mask.
+  const DropoutDesc d = desc(0.4f, block3(2, 3, 37, 4, 5, 40, 1, 2, 3), 8, 9);
+  const fvec ones(static_cast<std::size_t>(d.block.numel()), 1.0f);
+  fvec y(ones.size());
+  be().dropout_forward(ones.data(), y.data(), kF32, d);
+  std::size_t wrong = 0, wrong_row = 0;
+  std::vector<uint8_t> row(37);
+  for (int64_t i0 = 0; i0 < 2; ++i0)
+    for (int64_t i1 = 0; i1 < 3; ++i1) {
+      ptdp::cpu::dropout_keep_row(d, i0, i1, 5, 37, row.data());
+      for (int64_t i2 = 0; i2 < 37; ++i2) {
+        const bool kept = y[static_cast<std::size_t>((i0 * 3 + i1) * 37 + i2)] != 0.0f;
+        wrong += ptdp::cpu::dropout_keep(d, i0, i1, i2) != kept;
+        if (i2 >= 5) wrong_row += (row[static_cast<std::size_t>(i2 - 5)] != 0) != kept;
+      }
+    }
+  CHECK(wrong == 0);
+  CHECK(wrong_row == 0);
 }

@@ -53,7 +53,7 @@ TEST_CASE("bias_add adds the bias to every row", "[bias]") {
             static_cast<double>(y[static_cast<std::size_t>(i * s.cols + j)]) +
             bias[static_cast<std::size_t>(j)];
     INFO("rows " << s.rows << " cols " << s.cols);
-    be().bias_add(y.data(), bias.data(), s.rows, s.cols);
+    be().bias_add(y.data(), bias.data(), kF32, s.rows, s.cols);
     CHECK_ALLCLOSE(y, want, 1e-6, 1e-6);
   }
 }
@@ -80,11 +80,11 @@ TEST_CASE("bias_grad sums dy over rows, overwriting or accumulating", "[bias][ba
     INFO("rows " << s.rows << " cols " << s.cols);
 
     fvec db = init;  // overwrite mode ignores the contents
-    be().bias_grad(dy.data(), db.data(), s.rows, s.cols, false);
+    be().bias_grad(dy.data(), kF32, db.data(), s.rows, s.cols, false);
     CHECK_ALLCLOSE(db, want, kFdAtol, kFdRtol);
 
     fvec acc = init;
-    be().bias_grad(dy.data(), acc.data(), s.rows, s.cols, true);
+    be().bias_grad(dy.data(), kF32, acc.data(), s.rows, s.cols, true);
     dvec want_acc(want);
     for (std::size_t j = 0; j < want_acc.size(); ++j) want_acc[j] += init[j];
     CHECK_ALLCLOSE(acc, want_acc, kFdAtol, kFdRtol);
@@ -103,11 +103,11 @@ TEST_CASE("gelu_forward matches the tanh formula", "[gelu]") {
     for (std::size_t i = 0; i < x.size(); ++i) want[i] = gelu_ref(x[i]);
     fvec y(x.size(), 123.0f);
     INFO("n " << n);
-    be().gelu_forward(x.data(), y.data(), n);
+    be().gelu_forward(x.data(), y.data(), kF32, n);
     CHECK_ALLCLOSE(y, want, 1e-6, 1e-5);
     // In place.
     fvec z = x;
-    be().gelu_forward(z.data(), z.data(), n);
+    be().gelu_forward(z.data(), z.data(), kF32, n);
     CHECK_ALLCLOSE(z, want, 1e-6, 1e-5);
   }
   // Large magnitudes: gelu(x) -> x for x >> 0 and -> 0 for x << 0, no NaN from tanh/exp.
@@ -115,7 +115,7 @@ TEST_CASE("gelu_forward matches the tanh formula", "[gelu]") {
   dvec want;
   for (float v : x) want.push_back(gelu_ref(v));
   fvec y(x.size());
-  be().gelu_forward(x.data(), y.data(), static_cast<int64_t>(x.size()));
+  be().gelu_forward(x.data(), y.data(), kF32, static_cast<int64_t>(x.size()));
   CHECK_ALLCLOSE(y, want, 1e-6, 1e-6);
 }
 
@@ -135,11 +135,11 @@ TEST_CASE("gelu_backward matches finite differences", "[gelu][backward]") {
         to_d(x));
     INFO("n " << n);
     fvec dx(x.size(), 55.0f);
-    be().gelu_backward(x.data(), dy.data(), dx.data(), n);
+    be().gelu_backward(x.data(), dy.data(), dx.data(), kF32, n);
     CHECK_ALLCLOSE(dx, want, kFdAtol, kFdRtol);
     // dx aliasing dy.
     fvec inplace = dy;
-    be().gelu_backward(x.data(), inplace.data(), inplace.data(), n);
+    be().gelu_backward(x.data(), inplace.data(), inplace.data(), kF32, n);
     CHECK_ALLCLOSE(inplace, want, kFdAtol, kFdRtol);
   }
 }
@@ -155,13 +155,13 @@ TEST_CASE("add, including aliasing the output with an input", "[elementwise]") {
     for (std::size_t i = 0; i < a.size(); ++i) want[i] = static_cast<double>(a[i]) + b[i];
     INFO("n " << n);
     fvec y(a.size());
-    be().add(a.data(), b.data(), y.data(), n);
+    be().add(a.data(), b.data(), y.data(), kF32, n);
     CHECK_ALLCLOSE(y, want, 1e-6, 1e-6);
     fvec ya = a;
-    be().add(ya.data(), b.data(), ya.data(), n);
+    be().add(ya.data(), b.data(), ya.data(), kF32, n);
     CHECK_ALLCLOSE(ya, want, 1e-6, 1e-6);
     fvec yb = b;
-    be().add(a.data(), yb.data(), yb.data(), n);
+    be().add(a.data(), yb.data(), yb.data(), kF32, n);
     CHECK_ALLCLOSE(yb, want, 1e-6, 1e-6);
   }
 }
@@ -184,7 +184,7 @@ TEST_CASE("residual add backward: the gradient passes through to both inputs",
   // Forward through the kernel, and the backward as the engine does it: each branch's gradient
   // buffer accumulates G with axpy(1).
   fvec y(static_cast<std::size_t>(n));
-  be().add(a.data(), b.data(), y.data(), n);
+  be().add(a.data(), b.data(), y.data(), kF32, n);
   fvec ga(static_cast<std::size_t>(n), 0.0f), gb(static_cast<std::size_t>(n), 0.0f);
   be().axpy(1.0f, g.data(), ga.data(), n);
   be().axpy(1.0f, g.data(), gb.data(), n);

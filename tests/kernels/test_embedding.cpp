@@ -39,7 +39,7 @@ TEST_CASE("embedding_forward: owned ids copy table rows, others give zero rows",
     fvec out(static_cast<std::size_t>(c.n * c.h), 123.0f);
     INFO("n " << c.n << " vocab_start " << c.vocab_start << " vocab_rows " << c.vocab_rows
               << " h " << c.h);
-    be().embedding_forward(ids.data(), c.n, table.data(), c.vocab_start, c.vocab_rows, c.h,
+    be().embedding_forward(ids.data(), c.n, table.data(), kF32, c.vocab_start, c.vocab_rows, c.h,
                            out.data());
     CHECK_ALLCLOSE(out, want, 0.0, 0.0);  // copies are exact
   }
@@ -50,7 +50,7 @@ TEST_CASE("embedding_forward: the range boundaries and negative ids", "[embeddin
   const fvec table = {1, 2, 3, 4};
   const std::vector<int32_t> ids = {2, 3, 4, 5, -1, 0};
   fvec out(ids.size() * h, 9.0f);
-  be().embedding_forward(ids.data(), static_cast<int64_t>(ids.size()), table.data(), start, rows,
+  be().embedding_forward(ids.data(), static_cast<int64_t>(ids.size()), table.data(), kF32, start, rows,
                          h, out.data());
   CHECK_BITEQUAL(out, (fvec{0, 0, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0}));
 }
@@ -61,14 +61,14 @@ TEST_CASE("embedding: vocab-parallel slices sum to the full lookup", "[embedding
   const std::vector<int32_t> ids = r.ids(n, 0, V - 1);
   const fvec table = r.uniform(V * h);
   fvec full(static_cast<std::size_t>(n * h));
-  be().embedding_forward(ids.data(), n, table.data(), 0, V, h, full.data());
+  be().embedding_forward(ids.data(), n, table.data(), kF32, 0, V, h, full.data());
   for (int64_t t : {2, 3}) {
     fvec sum(full.size(), 0.0f);
     int64_t start = 0;
     for (int64_t part = 0; part < t; ++part) {
       const int64_t rows = V / t + (part < V % t ? 1 : 0);
       fvec out(full.size());
-      be().embedding_forward(ids.data(), n, table.data() + start * h, start, rows, h,
+      be().embedding_forward(ids.data(), n, table.data() + start * h, kF32, start, rows, h,
                              out.data());
       for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += out[i];
       start += rows;
@@ -94,14 +94,14 @@ TEST_CASE("embedding_backward matches finite differences, duplicates accumulate"
     INFO("n " << c.n << " vocab_start " << c.vocab_start << " vocab_rows " << c.vocab_rows
               << " h " << c.h);
     fvec dtable(table.size(), 0.0f);
-    be().embedding_backward(ids.data(), c.n, dout.data(), c.vocab_start, c.vocab_rows, c.h,
+    be().embedding_backward(ids.data(), c.n, dout.data(), kF32, c.vocab_start, c.vocab_rows, c.h,
                             dtable.data());
     CHECK_ALLCLOSE(dtable, want, kFdAtol, kFdRtol);
 
     // Existing contents are added to.
     const fvec init = r.uniform(c.vocab_rows * c.h);
     fvec acc = init;
-    be().embedding_backward(ids.data(), c.n, dout.data(), c.vocab_start, c.vocab_rows, c.h,
+    be().embedding_backward(ids.data(), c.n, dout.data(), kF32, c.vocab_start, c.vocab_rows, c.h,
                             acc.data());
     dvec want_acc(want);
     for (std::size_t i = 0; i < want_acc.size(); ++i) want_acc[i] += init[i];
@@ -125,8 +125,8 @@ TEST_CASE("embedding_backward: many duplicates, out-of-range ids ignored, determ
       want[static_cast<std::size_t>(row * h + c)] += dout[static_cast<std::size_t>(i * h + c)];
   }
   fvec a(static_cast<std::size_t>(rows * h), 0.0f), b(a);
-  be().embedding_backward(ids.data(), n, dout.data(), start, rows, h, a.data());
-  be().embedding_backward(ids.data(), n, dout.data(), start, rows, h, b.data());
+  be().embedding_backward(ids.data(), n, dout.data(), kF32, start, rows, h, a.data());
+  be().embedding_backward(ids.data(), n, dout.data(), kF32, start, rows, h, b.data());
   CHECK_ALLCLOSE(a, want, 1e-5, 1e-5);
   CHECK_BITEQUAL(a, b);
 }
@@ -144,7 +144,7 @@ TEST_CASE("embedding_backward is deterministic whatever the thread count",
   for (int threads : {1, 2, 3, 4}) {
     omp_set_num_threads(threads);
     fvec d(static_cast<std::size_t>(rows * h), 0.0f);
-    be().embedding_backward(ids.data(), n, dout.data(), start, rows, h, d.data());
+    be().embedding_backward(ids.data(), n, dout.data(), kF32, start, rows, h, d.data());
     results.push_back(d);
   }
   omp_set_num_threads(saved);

@@ -70,28 +70,28 @@ TEST_CASE("gemm rejects bad sizes, leading dimensions and NULL operands", "[erro
 TEST_CASE("layernorm rejects cols <= 0, negative rows and NULL pointers", "[errors][layernorm]") {
   fvec x(16, 1.0f), g(16, 1.0f), bt(16, 0.0f), y(16, 3.0f), m(4, 3.0f), rs(4, 3.0f);
   auto& k = be();
-  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), m.data(), rs.data(), 2, 0, 1e-5f));
-  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), m.data(), rs.data(), 2, -4, 1e-5f));
-  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), m.data(), rs.data(), -1, 4, 1e-5f));
-  CHECK_INVALID_ARG(k.layernorm_forward(nullptr, g.data(), bt.data(), y.data(), m.data(), rs.data(), 2, 4, 1e-5f));
-  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), nullptr, rs.data(), 2, 4, 1e-5f));
+  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), kF32, m.data(), rs.data(), 2, 0, 1e-5f));
+  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), kF32, m.data(), rs.data(), 2, -4, 1e-5f));
+  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), kF32, m.data(), rs.data(), -1, 4, 1e-5f));
+  CHECK_INVALID_ARG(k.layernorm_forward(nullptr, g.data(), bt.data(), y.data(), kF32, m.data(), rs.data(), 2, 4, 1e-5f));
+  CHECK_INVALID_ARG(k.layernorm_forward(x.data(), g.data(), bt.data(), y.data(), kF32, nullptr, rs.data(), 2, 4, 1e-5f));
   CHECK_BITEQUAL(y, fvec(16, 3.0f));
   fvec dx(16, 3.0f), dg(16), db(16);
-  CHECK_INVALID_ARG(k.layernorm_backward(x.data(), g.data(), m.data(), rs.data(), y.data(), dx.data(), dg.data(), db.data(), 2, 0, false));
-  CHECK_INVALID_ARG(k.layernorm_backward(x.data(), g.data(), m.data(), rs.data(), nullptr, dx.data(), dg.data(), db.data(), 2, 4, false));
+  CHECK_INVALID_ARG(k.layernorm_backward(x.data(), g.data(), m.data(), rs.data(), y.data(), dx.data(), kF32, dg.data(), db.data(), 2, 0, false));
+  CHECK_INVALID_ARG(k.layernorm_backward(x.data(), g.data(), m.data(), rs.data(), nullptr, dx.data(), kF32, dg.data(), db.data(), 2, 4, false));
   CHECK_BITEQUAL(dx, fvec(16, 3.0f));
 }
 
 TEST_CASE("softmax rejects causal sq > sk and negative sizes", "[errors][softmax]") {
   fvec x(64, 1.0f), y(64, 3.0f);
   auto& k = be();
-  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), 1, 4, 3, 1.0f, true));
-  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), -1, 2, 2, 1.0f, false));
-  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), 1, -2, 2, 1.0f, false));
-  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), 1, 2, -2, 1.0f, false));
-  CHECK_INVALID_ARG(k.softmax_forward(nullptr, y.data(), 1, 2, 2, 1.0f, false));
-  CHECK_INVALID_ARG(k.softmax_backward(x.data(), x.data(), y.data(), 1, -2, 2, 1.0f));
-  CHECK_INVALID_ARG(k.softmax_backward(x.data(), nullptr, y.data(), 1, 2, 2, 1.0f));
+  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), kF32, 1, 4, 3, 1.0f, true));
+  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), kF32, -1, 2, 2, 1.0f, false));
+  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), kF32, 1, -2, 2, 1.0f, false));
+  CHECK_INVALID_ARG(k.softmax_forward(x.data(), y.data(), kF32, 1, 2, -2, 1.0f, false));
+  CHECK_INVALID_ARG(k.softmax_forward(nullptr, y.data(), kF32, 1, 2, 2, 1.0f, false));
+  CHECK_INVALID_ARG(k.softmax_backward(x.data(), x.data(), y.data(), kF32, 1, -2, 2, 1.0f));
+  CHECK_INVALID_ARG(k.softmax_backward(x.data(), nullptr, y.data(), kF32, 1, 2, 2, 1.0f));
   CHECK_BITEQUAL(y, fvec(64, 3.0f));
 }
 
@@ -99,14 +99,14 @@ TEST_CASE("embedding rejects negative sizes and NULL pointers", "[errors][embedd
   const std::vector<int32_t> ids = {0, 1};
   fvec table(16, 1.0f), out(16, 3.0f);
   auto& k = be();
-  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), 2, table.data(), 0, 4, -1, out.data()));
-  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), -2, table.data(), 0, 4, 2, out.data()));
-  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), 2, table.data(), 0, -4, 2, out.data()));
-  CHECK_INVALID_ARG(k.embedding_forward(nullptr, 2, table.data(), 0, 4, 2, out.data()));
-  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), 2, table.data(), 0, 4, 2, nullptr));
+  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), 2, table.data(), kF32, 0, 4, -1, out.data()));
+  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), -2, table.data(), kF32, 0, 4, 2, out.data()));
+  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), 2, table.data(), kF32, 0, -4, 2, out.data()));
+  CHECK_INVALID_ARG(k.embedding_forward(nullptr, 2, table.data(), kF32, 0, 4, 2, out.data()));
+  CHECK_INVALID_ARG(k.embedding_forward(ids.data(), 2, table.data(), kF32, 0, 4, 2, nullptr));
   CHECK_BITEQUAL(out, fvec(16, 3.0f));
-  CHECK_INVALID_ARG(k.embedding_backward(ids.data(), 2, out.data(), 0, 4, -1, table.data()));
-  CHECK_INVALID_ARG(k.embedding_backward(ids.data(), 2, nullptr, 0, 4, 2, table.data()));
+  CHECK_INVALID_ARG(k.embedding_backward(ids.data(), 2, out.data(), kF32, 0, 4, -1, table.data()));
+  CHECK_INVALID_ARG(k.embedding_backward(ids.data(), 2, nullptr, kF32, 0, 4, 2, table.data()));
   CHECK_BITEQUAL(table, fvec(16, 1.0f));
 }
 
@@ -131,17 +131,17 @@ TEST_CASE("dropout rejects p outside 0..1 and inconsistent blocks", "[errors][dr
     d.p = p;
     d.block = ptdp::GlobalBlock::flat(16);
     INFO("p " << p);
-    CHECK_INVALID_ARG(k.dropout_forward(x.data(), y.data(), d));
-    CHECK_INVALID_ARG(k.dropout_backward(x.data(), y.data(), d));
+    CHECK_INVALID_ARG(k.dropout_forward(x.data(), y.data(), kF32, d));
+    CHECK_INVALID_ARG(k.dropout_backward(x.data(), y.data(), kF32, d));
   }
   {
     ptdp::DropoutDesc d;
     d.p = 0.5f;
     d.block = ptdp::GlobalBlock::flat(16);
-    CHECK_INVALID_ARG(k.dropout_forward(nullptr, y.data(), d));
+    CHECK_INVALID_ARG(k.dropout_forward(nullptr, y.data(), kF32, d));
     d.block.shape[0] = -16;
     d.block.global_shape[0] = -16;
-    CHECK_INVALID_ARG(k.dropout_forward(x.data(), y.data(), d));
+    CHECK_INVALID_ARG(k.dropout_forward(x.data(), y.data(), kF32, d));
   }
   {
     // Heads 3..4 of a tensor with 4 heads: the block runs past the global shape.
@@ -154,7 +154,7 @@ TEST_CASE("dropout rejects p outside 0..1 and inconsistent blocks", "[errors][dr
     d.block.global_shape[1] = 4;
     d.block.global_shape[2] = 4;
     d.block.offset[1] = 3;
-    CHECK_INVALID_ARG(k.dropout_forward(x.data(), y.data(), d));
+    CHECK_INVALID_ARG(k.dropout_forward(x.data(), y.data(), kF32, d));
   }
   CHECK_BITEQUAL(y, fvec(16, 3.0f));
 }
@@ -162,9 +162,9 @@ TEST_CASE("dropout rejects p outside 0..1 and inconsistent blocks", "[errors][dr
 TEST_CASE("elementwise ops reject negative n and NULL pointers with n > 0", "[errors]") {
   fvec a(8, 1.0f), b(8, 2.0f), y(8, 3.0f);
   auto& k = be();
-  CHECK_INVALID_ARG(k.add(a.data(), b.data(), y.data(), -1));
-  CHECK_INVALID_ARG(k.add(nullptr, b.data(), y.data(), 8));
-  CHECK_INVALID_ARG(k.add(a.data(), b.data(), nullptr, 8));
+  CHECK_INVALID_ARG(k.add(a.data(), b.data(), y.data(), kF32, -1));
+  CHECK_INVALID_ARG(k.add(nullptr, b.data(), y.data(), kF32, 8));
+  CHECK_INVALID_ARG(k.add(a.data(), b.data(), nullptr, kF32, 8));
   CHECK_INVALID_ARG(k.axpy(1.0f, nullptr, y.data(), 8));
   CHECK_INVALID_ARG(k.axpy(1.0f, a.data(), y.data(), -8));
   CHECK_INVALID_ARG(k.scale(nullptr, 2.0f, 8));
@@ -173,13 +173,13 @@ TEST_CASE("elementwise ops reject negative n and NULL pointers with n > 0", "[er
   CHECK_INVALID_ARG(k.fill(y.data(), DType::F32, 1.0, -8));
   CHECK_INVALID_ARG(k.sum_squares(nullptr, 8));
   CHECK_INVALID_ARG(k.sum_squares(a.data(), -8));
-  CHECK_INVALID_ARG(k.gelu_forward(nullptr, y.data(), 8));
-  CHECK_INVALID_ARG(k.gelu_forward(a.data(), y.data(), -8));
-  CHECK_INVALID_ARG(k.gelu_backward(a.data(), nullptr, y.data(), 8));
-  CHECK_INVALID_ARG(k.bias_add(y.data(), b.data(), -1, 4));
-  CHECK_INVALID_ARG(k.bias_add(y.data(), nullptr, 2, 4));
-  CHECK_INVALID_ARG(k.bias_grad(a.data(), y.data(), 2, -4, false));
-  CHECK_INVALID_ARG(k.bias_grad(a.data(), nullptr, 2, 4, true));
+  CHECK_INVALID_ARG(k.gelu_forward(nullptr, y.data(), kF32, 8));
+  CHECK_INVALID_ARG(k.gelu_forward(a.data(), y.data(), kF32, -8));
+  CHECK_INVALID_ARG(k.gelu_backward(a.data(), nullptr, y.data(), kF32, 8));
+  CHECK_INVALID_ARG(k.bias_add(y.data(), b.data(), kF32, -1, 4));
+  CHECK_INVALID_ARG(k.bias_add(y.data(), nullptr, kF32, 2, 4));
+  CHECK_INVALID_ARG(k.bias_grad(a.data(), kF32, y.data(), 2, -4, false));
+  CHECK_INVALID_ARG(k.bias_grad(a.data(), kF32, nullptr, 2, 4, true));
   CHECK_BITEQUAL(y, fvec(8, 3.0f));
 }
 
@@ -188,13 +188,27 @@ TEST_CASE("cross-entropy and optimizer ops reject bad sizes and NULL pointers",
   fvec l(16, 1.0f), m(4, 3.0f), s(4, 3.0f), out(16, 3.0f);
   const std::vector<int32_t> t = {0, 1, 2, 3};
   auto& k = be();
-  CHECK_INVALID_ARG(k.ce_row_max(l.data(), -1, 4, m.data()));
-  CHECK_INVALID_ARG(k.ce_row_max(nullptr, 4, 4, m.data()));
-  CHECK_INVALID_ARG(k.ce_sum_exp(l.data(), m.data(), 4, -4, s.data()));
-  CHECK_INVALID_ARG(k.ce_target_logit(l.data(), nullptr, 4, 4, 0, s.data()));
+  fvec tl(4, 3.0f);
+  CHECK_INVALID_ARG(
+      k.ce_forward_local(l.data(), kF32, t.data(), -1, 4, 0, m.data(), s.data(), tl.data()));
+  CHECK_INVALID_ARG(
+      k.ce_forward_local(nullptr, kF32, t.data(), 4, 4, 0, m.data(), s.data(), tl.data()));
+  CHECK_INVALID_ARG(
+      k.ce_forward_local(l.data(), kF32, t.data(), 4, -4, 0, m.data(), s.data(), tl.data()));
+  CHECK_INVALID_ARG(
+      k.ce_forward_local(l.data(), kF32, nullptr, 4, 4, 0, m.data(), s.data(), tl.data()));
+  CHECK_INVALID_ARG(
+      k.ce_forward_local(l.data(), kF32, t.data(), 4, 4, -1, m.data(), s.data(), tl.data()));
+  CHECK_INVALID_ARG(k.ce_rescale(m.data(), s.data(), nullptr, 4));
+  CHECK_INVALID_ARG(k.ce_rescale(m.data(), s.data(), s.data(), -4));
+  CHECK_BITEQUAL(m, fvec(4, 3.0f));
+  CHECK_BITEQUAL(s, fvec(4, 3.0f));
+  CHECK_BITEQUAL(tl, fvec(4, 3.0f));
   CHECK_INVALID_ARG(k.ce_loss(m.data(), s.data(), nullptr, 4, out.data()));
-  CHECK_INVALID_ARG(k.ce_backward(l.data(), m.data(), s.data(), t.data(), nullptr, 4, 4, 0, out.data()));
-  CHECK_INVALID_ARG(k.ce_backward(l.data(), m.data(), s.data(), t.data(), s.data(), -4, 4, 0, out.data()));
+  CHECK_INVALID_ARG(
+      k.ce_backward(l.data(), kF32, m.data(), s.data(), t.data(), nullptr, 4, 4, 0, out.data()));
+  CHECK_INVALID_ARG(
+      k.ce_backward(l.data(), kF32, m.data(), s.data(), t.data(), s.data(), -4, 4, 0, out.data()));
   CHECK_BITEQUAL(out, fvec(16, 3.0f));
 
   fvec p(4, 1.0f), g(4, 1.0f), mm(4, 0.0f), vv(4, 0.0f);
@@ -212,11 +226,259 @@ TEST_CASE("cross-entropy and optimizer ops reject bad sizes and NULL pointers",
 
 TEST_CASE("size-0 calls accept NULL pointers and do nothing", "[errors]") {
   auto& k = be();
-  CHECK_NOTHROW(k.add(nullptr, nullptr, nullptr, 0));
+  CHECK_NOTHROW(k.add(nullptr, nullptr, nullptr, kF32, 0));
   CHECK_NOTHROW(k.axpy(1.0f, nullptr, nullptr, 0));
   CHECK_NOTHROW(k.scale(nullptr, 1.0f, 0));
   CHECK_NOTHROW(k.fill(nullptr, DType::F16, 1.0, 0));
-  CHECK_NOTHROW(k.gelu_forward(nullptr, nullptr, 0));
+  CHECK_NOTHROW(k.gelu_forward(nullptr, nullptr, kF32, 0));
   CHECK_NOTHROW(k.cast(nullptr, DType::F32, nullptr, DType::BF16, 0));
+  CHECK_NOTHROW(
+      k.bias_dropout_add(nullptr, nullptr, nullptr, nullptr, kBF16, 0, 4, ptdp::DropoutDesc{}));
+  CHECK_NOTHROW(k.ce_forward_local(nullptr, kF16, nullptr, 0, 4, 0, nullptr, nullptr, nullptr));
+  CHECK_NOTHROW(k.ce_rescale(nullptr, nullptr, nullptr, 0));
+  CHECK_NOTHROW(k.copy_2d(nullptr, 4, nullptr, 4, DType::I32, 0, 4));
   CHECK(k.sum_squares(nullptr, 0) == 0.0);
+}
+
+// ---- storage types and the new ops: the message names the op and the argument ---------------
+
+TEST_CASE("ops taking a storage type reject non-floating types, naming the argument",
+          "[errors][dtype]") {
+  fvec a(16, 1.0f), b(16, 2.0f), y(16, 3.0f), st(4, 3.0f), st2(4, 3.0f);
+  const std::vector<int32_t> ids = {0, 1, 2, 3};
+  const auto bad = static_cast<DType>(9);
+  auto& k = be();
+  CHECK_INVALID_ARG_MSG(k.bias_add(y.data(), b.data(), DType::I32, 2, 4),
+                        "bias_add: t = i32 is not a floating storage type (f32, bf16, f16)");
+  CHECK_INVALID_ARG_MSG(k.bias_add(y.data(), b.data(), bad, 2, 4), "bias_add: t = 9 is not");
+  CHECK_INVALID_ARG_MSG(k.bias_grad(a.data(), DType::I64, st.data(), 2, 4, false),
+                        "bias_grad: t = i64");
+  CHECK_INVALID_ARG_MSG(k.gelu_forward(a.data(), y.data(), DType::I32, 8), "gelu_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.gelu_backward(a.data(), b.data(), y.data(), DType::I32, 8),
+                        "gelu_backward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.layernorm_forward(a.data(), b.data(), b.data(), y.data(), DType::I32,
+                                            st.data(), st2.data(), 2, 4, 1e-5f),
+                        "layernorm_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(
+      k.layernorm_backward(a.data(), b.data(), st.data(), st.data(), b.data(), y.data(), DType::I32,
+                           st2.data(), st2.data(), 2, 4, false),
+      "layernorm_backward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.softmax_forward(a.data(), y.data(), DType::I32, 1, 4, 4, 1.0f, true),
+                        "softmax_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.softmax_backward(a.data(), b.data(), y.data(), DType::I32, 1, 4, 4, 1.0f),
+                        "softmax_backward: t = i32");
+  ptdp::DropoutDesc d;
+  d.block = ptdp::GlobalBlock::flat(16);
+  CHECK_INVALID_ARG_MSG(k.dropout_forward(a.data(), y.data(), DType::I32, d),
+                        "dropout_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.dropout_backward(a.data(), y.data(), DType::I64, d),
+                        "dropout_backward: t = i64");
+  CHECK_INVALID_ARG_MSG(k.add(a.data(), b.data(), y.data(), DType::I32, 8), "add: t = i32");
+  CHECK_INVALID_ARG_MSG(k.fill_2d(y.data(), DType::I32, 4, 2, 4, 0.0f), "fill_2d: t = i32");
+  CHECK_INVALID_ARG_MSG(k.copy_2d(y.data(), 4, a.data(), 4, bad, 2, 4),
+                        "copy_2d: t = 9 is not a valid dtype");
+  CHECK_INVALID_ARG_MSG(k.embedding_forward(ids.data(), 2, a.data(), DType::I32, 0, 4, 2, y.data()),
+                        "embedding_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(
+      k.embedding_backward(ids.data(), 2, a.data(), DType::I32, 0, 4, 2, y.data()),
+      "embedding_backward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.ce_forward_local(a.data(), DType::I64, ids.data(), 4, 4, 0, st.data(),
+                                           st.data(), st.data()),
+                        "ce_forward_local: t = i64");
+  CHECK_INVALID_ARG_MSG(k.ce_backward(a.data(), DType::I32, st.data(), st.data(), ids.data(),
+                                      st.data(), 4, 4, 0, y.data()),
+                        "ce_backward: t = i32");
+  CHECK_BITEQUAL(y, fvec(16, 3.0f));
+  CHECK_BITEQUAL(st, fvec(4, 3.0f));
+  CHECK_BITEQUAL(st2, fvec(4, 3.0f));
+}
+
+TEST_CASE("gemm rejects bad storage types and epilogues, naming the field", "[errors][gemm]") {
+  fvec a(64, 1.0f), b(64, 1.0f), c(64, 5.0f), bias(8, 1.0f), aux(64, 2.0f);
+  auto& k = be();
+  auto d0 = gdesc(2, 3, 4);
+  {
+    auto d = d0;
+    d.a_type = DType::I32;
+    d.b_type = DType::I32;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()),
+                          "gemm: a_type = i32 is not a floating storage type");
+  }
+  {
+    auto d = d0;
+    d.c_type = static_cast<DType>(-1);
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()), "gemm: c_type = -1");
+  }
+  {
+    auto d = d0;
+    d.a_type = DType::BF16;
+    d.b_type = DType::F16;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()),
+                          "gemm: b_type = f16 differs from a_type = bf16");
+  }
+  {
+    auto d = d0;
+    d.a_type = DType::F16;
+    d.b_type = DType::F16;
+    d.c_type = DType::BF16;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()),
+                          "gemm: c_type = bf16 must be a_type = f16 or f32");
+  }
+  {
+    auto d = d0;  // 16-bit operands cannot accumulate into another 16-bit type either
+    d.c_type = DType::F16;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()), "gemm: c_type = f16");
+  }
+  {
+    auto d = d0;
+    d.epilogue = static_cast<ptdp::Epilogue>(7);
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()),
+                          "gemm: epilogue = 7 is not a valid epilogue");
+  }
+  {
+    auto d = d0;
+    d.epilogue = ptdp::Epilogue::Bias;
+    d.bias = bias.data();
+    d.batch = 2;
+    d.stride_c = 6;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()),
+                          "gemm: epilogue bias needs batch == 1, got batch = 2");
+  }
+  {
+    auto d = d0;
+    d.epilogue = ptdp::Epilogue::Bias;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()), "gemm: bias is NULL");
+    d.epilogue = ptdp::Epilogue::BiasGelu;
+    d.aux = aux.data();
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()), "gemm: bias is NULL");
+    d.bias = bias.data();
+    d.aux = nullptr;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()), "gemm: aux is NULL");
+    d.epilogue = ptdp::Epilogue::DGelu;
+    CHECK_INVALID_ARG_MSG(k.gemm(d, a.data(), b.data(), c.data()), "gemm: aux is NULL");
+  }
+  CHECK_BITEQUAL(c, fvec(64, 5.0f));
+  CHECK_BITEQUAL(aux, fvec(64, 2.0f));
+}
+
+TEST_CASE("bias_dropout_add rejects bad sizes, blocks, p and NULL pointers",
+          "[errors][bias_dropout_add]") {
+  fvec x(16, 1.0f), bias(4, 1.0f), res(16, 2.0f), y(16, 3.0f);
+  auto& k = be();
+  ptdp::DropoutDesc d;
+  d.p = 0.25f;
+  d.block = ptdp::GlobalBlock::flat(16);
+  CHECK_INVALID_ARG_MSG(
+      k.bias_dropout_add(x.data(), bias.data(), res.data(), y.data(), DType::I32, 4, 4, d),
+      "bias_dropout_add: t = i32");
+  CHECK_INVALID_ARG_MSG(
+      k.bias_dropout_add(x.data(), bias.data(), res.data(), y.data(), kF32, -4, 4, d),
+      "bias_dropout_add: rows must be >= 0");
+  CHECK_INVALID_ARG_MSG(
+      k.bias_dropout_add(x.data(), bias.data(), res.data(), y.data(), kF32, 4, 3, d),
+      "bias_dropout_add: the dropout block has 16 elements, rows * cols = 12");
+  CHECK_INVALID_ARG_MSG(
+      k.bias_dropout_add(nullptr, bias.data(), res.data(), y.data(), kF32, 4, 4, d),
+      "bias_dropout_add: x is NULL");
+  CHECK_INVALID_ARG_MSG(k.bias_dropout_add(x.data(), bias.data(), nullptr, y.data(), kF32, 4, 4, d),
+                        "bias_dropout_add: residual is NULL");
+  CHECK_INVALID_ARG_MSG(
+      k.bias_dropout_add(x.data(), bias.data(), res.data(), nullptr, kF32, 4, 4, d),
+      "bias_dropout_add: y is NULL");
+  d.p = 1.5f;
+  CHECK_INVALID_ARG_MSG(
+      k.bias_dropout_add(x.data(), bias.data(), res.data(), y.data(), kF32, 4, 4, d),
+      "bias_dropout_add: p must be in [0, 1]");
+  CHECK_BITEQUAL(y, fvec(16, 3.0f));
+  // bias may be NULL (no bias).
+  d.p = 0.0f;
+  CHECK_NOTHROW(k.bias_dropout_add(x.data(), nullptr, res.data(), y.data(), kF32, 4, 4, d));
+  CHECK_BITEQUAL(y, fvec(16, 3.0f));
+}
+
+TEST_CASE("attention rejects empty shapes, bad dropout and NULL pointers, naming them",
+          "[errors][attention]") {
+  ptdp::AttentionDesc d;
+  d.s = 3;
+  d.b = 2;
+  d.heads = 2;
+  d.dh = 4;
+  const std::size_t n_qkv = 3 * 2 * 2 * 3 * 4, n_ctx = 3 * 2 * 2 * 4, n_lse = 2 * 2 * 3;
+  fvec qkv(n_qkv, 0.5f), ctx(n_ctx, 3.0f), lse(n_lse, 3.0f), dctx(n_ctx, 1.0f), dqkv(n_qkv, 3.0f),
+      delta(n_lse, 3.0f);
+  auto& k = be();
+  const auto fwd = [&](const ptdp::AttentionDesc& dd) {
+    k.attention_forward(dd, qkv.data(), ctx.data(), lse.data(), kF32);
+  };
+  const auto bwd = [&](const ptdp::AttentionDesc& dd) {
+    k.attention_backward(dd, qkv.data(), ctx.data(), lse.data(), dctx.data(), dqkv.data(),
+                         delta.data(), kF32);
+  };
+  for (const char* field : {"s", "b", "heads", "dh"}) {
+    auto dd = d;
+    int64_t& v = std::string(field) == "s"       ? dd.s
+                 : std::string(field) == "b"     ? dd.b
+                 : std::string(field) == "heads" ? dd.heads
+                                                 : dd.dh;
+    v = 0;
+    CHECK_INVALID_ARG_MSG(fwd(dd), std::string("attention_forward: ") + field + " must be > 0");
+    CHECK_INVALID_ARG_MSG(bwd(dd), std::string("attention_backward: ") + field + " must be > 0");
+  }
+  CHECK_INVALID_ARG_MSG(k.attention_forward(d, qkv.data(), ctx.data(), lse.data(), DType::I32),
+                        "attention_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.attention_forward(d, nullptr, ctx.data(), lse.data(), kF32),
+                        "attention_forward: qkv is NULL");
+  CHECK_INVALID_ARG_MSG(k.attention_forward(d, qkv.data(), nullptr, lse.data(), kF32),
+                        "attention_forward: ctx is NULL");
+  CHECK_INVALID_ARG_MSG(k.attention_forward(d, qkv.data(), ctx.data(), nullptr, kF32),
+                        "attention_forward: lse is NULL");
+  CHECK_INVALID_ARG_MSG(k.attention_backward(d, qkv.data(), ctx.data(), lse.data(), nullptr,
+                                             dqkv.data(), delta.data(), kF32),
+                        "attention_backward: dctx is NULL");
+  CHECK_INVALID_ARG_MSG(k.attention_backward(d, qkv.data(), ctx.data(), lse.data(), dctx.data(),
+                                             nullptr, delta.data(), kF32),
+                        "attention_backward: dqkv is NULL");
+  CHECK_INVALID_ARG_MSG(k.attention_backward(d, qkv.data(), ctx.data(), lse.data(), dctx.data(),
+                                             dqkv.data(), nullptr, kF32),
+                        "attention_backward: delta is NULL");
+  {
+    auto dd = d;
+    dd.scale = std::numeric_limits<float>::infinity();
+    CHECK_INVALID_ARG_MSG(fwd(dd), "attention_forward: scale must be finite");
+  }
+  for (float p : {1.0f, -0.5f, std::numeric_limits<float>::quiet_NaN()}) {
+    auto dd = d;
+    dd.dropout.p = p;
+    INFO("p " << p);
+    CHECK_INVALID_ARG_MSG(fwd(dd), "attention_forward: dropout p must be in [0, 1)");
+    CHECK_INVALID_ARG_MSG(bwd(dd), "attention_backward: dropout p must be in [0, 1)");
+  }
+  {
+    // With dropout the block must be the probabilities' [b, heads, s * s].
+    auto dd = d;
+    dd.dropout.p = 0.1f;
+    dd.dropout.block = ptdp::GlobalBlock::flat(2 * 2 * 9);
+    CHECK_INVALID_ARG_MSG(fwd(dd), "attention_forward: dropout block dim 0 shape 1 must be 2");
+    for (int i = 0; i < 3; ++i) {
+      dd.dropout.block.shape[i] = i == 0 ? 2 : i == 1 ? 2 : 9;
+      dd.dropout.block.global_shape[i] = dd.dropout.block.shape[i];
+    }
+    dd.dropout.block.offset[1] = 1;  // heads 1..2 of 2
+    CHECK_INVALID_ARG_MSG(fwd(dd), "attention_forward: block dim 1: offset 1 + shape 2 exceeds");
+  }
+  CHECK_BITEQUAL(ctx, fvec(n_ctx, 3.0f));
+  CHECK_BITEQUAL(lse, fvec(n_lse, 3.0f));
+  CHECK_BITEQUAL(dqkv, fvec(n_qkv, 3.0f));
+  CHECK_BITEQUAL(delta, fvec(n_lse, 3.0f));
+}
+
+TEST_CASE("fused attention is supported on the CPU for every floating type",
+          "[errors][attention]") {
+  auto& k = be();
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    CHECK(k.fused_attention_supported(t, 64));
+    CHECK(k.fused_attention_supported(t, 3));
+    CHECK_FALSE(k.fused_attention_supported(t, 0));
+  }
+  CHECK_FALSE(k.fused_attention_supported(DType::I32, 64));
 }

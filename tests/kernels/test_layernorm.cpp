@@ -37,7 +37,7 @@ TEST_CASE("layernorm_forward: y, mean and rstd", "[layernorm]") {
       fvec y(d.x.size(), 77.0f), m(static_cast<std::size_t>(s.rows), 77.0f),
           rs(static_cast<std::size_t>(s.rows), 77.0f);
       INFO("rows " << s.rows << " cols " << s.cols << " eps " << eps);
-      be().layernorm_forward(d.x.data(), d.gamma.data(), d.beta.data(), y.data(), m.data(),
+      be().layernorm_forward(d.x.data(), d.gamma.data(), d.beta.data(), y.data(), kF32, m.data(),
                              rs.data(), s.rows, s.cols, eps);
       CHECK_ALLCLOSE(y, want, 1e-5, 1e-4);
       CHECK_ALLCLOSE(m, mean, 1e-6, 1e-6);
@@ -51,7 +51,7 @@ TEST_CASE("layernorm_forward: constant rows and a large offset", "[layernorm]") 
   const int64_t cols = 5;
   fvec x(cols, 3.0f), gamma(cols, 2.0f), beta = {0.1f, -0.2f, 0.3f, -0.4f, 0.5f};
   fvec y(cols), m(1), rs(1);
-  be().layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), m.data(), rs.data(), 1,
+  be().layernorm_forward(x.data(), gamma.data(), beta.data(), y.data(), kF32, m.data(), rs.data(), 1,
                          cols, 1e-5f);
   CHECK_ALLCLOSE(y, to_d(beta), 1e-6, 0.0);
   CHECK(m[0] == Approx(3.0).epsilon(1e-7));
@@ -65,7 +65,7 @@ TEST_CASE("layernorm_forward: constant rows and a large offset", "[layernorm]") 
   dvec mean, rstd;
   const dvec want = layernorm_ref(to_d(xb), to_d(g), to_d(b), 2, 33, 1e-5, &mean, &rstd);
   fvec yb(xb.size()), mb(2), rb(2);
-  be().layernorm_forward(xb.data(), g.data(), b.data(), yb.data(), mb.data(), rb.data(), 2, 33,
+  be().layernorm_forward(xb.data(), g.data(), b.data(), yb.data(), kF32, mb.data(), rb.data(), 2, 33,
                          1e-5f);
   CHECK_ALLCLOSE(yb, want, 1e-3, 1e-3);
   CHECK_ALLCLOSE(rb, rstd, 0.0, 1e-3);
@@ -94,7 +94,7 @@ TEST_CASE("layernorm_backward: dx, dgamma, dbeta match finite differences",
 
     fvec dx(d.x.size(), 9.0f), dg(d.gamma.size(), 9.0f), db(d.beta.size(), 9.0f);
     be().layernorm_backward(d.x.data(), d.gamma.data(), m.data(), rs.data(), dy.data(),
-                            dx.data(), dg.data(), db.data(), s.rows, s.cols, false);
+                            dx.data(), kF32, dg.data(), db.data(), s.rows, s.cols, false);
     CHECK_ALLCLOSE(dx, want_dx, kFdAtol, kFdRtol);
     CHECK_ALLCLOSE(dg, want_dg, kFdAtol, kFdRtol);
     CHECK_ALLCLOSE(db, want_db, kFdAtol, kFdRtol);
@@ -103,7 +103,7 @@ TEST_CASE("layernorm_backward: dx, dgamma, dbeta match finite differences",
     const fvec g0 = r.uniform(s.cols), b0 = r.uniform(s.cols);
     fvec dx2(d.x.size(), -3.0f), dg2 = g0, db2 = b0;
     be().layernorm_backward(d.x.data(), d.gamma.data(), m.data(), rs.data(), dy.data(),
-                            dx2.data(), dg2.data(), db2.data(), s.rows, s.cols, true);
+                            dx2.data(), kF32, dg2.data(), db2.data(), s.rows, s.cols, true);
     dvec want_dg2(want_dg), want_db2(want_db);
     for (std::size_t j = 0; j < want_dg2.size(); ++j) {
       want_dg2[j] += g0[j];
@@ -123,10 +123,10 @@ TEST_CASE("layernorm backward uses the statistics saved by the forward", "[layer
   const fvec dy = r.uniform(s.rows * s.cols);
   const float eps = 1e-5f;
   fvec y(d.x.size()), m(3), rs(3);
-  be().layernorm_forward(d.x.data(), d.gamma.data(), d.beta.data(), y.data(), m.data(),
+  be().layernorm_forward(d.x.data(), d.gamma.data(), d.beta.data(), y.data(), kF32, m.data(),
                          rs.data(), s.rows, s.cols, eps);
   fvec dx(d.x.size()), dg(d.gamma.size()), db(d.beta.size());
-  be().layernorm_backward(d.x.data(), d.gamma.data(), m.data(), rs.data(), dy.data(), dx.data(),
+  be().layernorm_backward(d.x.data(), d.gamma.data(), m.data(), rs.data(), dy.data(), dx.data(), kF32,
                           dg.data(), db.data(), s.rows, s.cols, false);
   const dvec G = to_d(dy), Gam = to_d(d.gamma), Bet = to_d(d.beta);
   const dvec want_dx = fd_grad(

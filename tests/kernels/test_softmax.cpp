@@ -25,7 +25,7 @@ TEST_CASE("softmax_forward: scale, causal mask and the sk > sq offset", "[softma
         INFO("batch " << s.batch << " sq " << s.sq << " sk " << s.sk << " causal " << causal
                       << " scale " << scale);
         fvec y(x.size(), 42.0f);
-        be().softmax_forward(x.data(), y.data(), s.batch, s.sq, s.sk, scale, causal);
+        be().softmax_forward(x.data(), y.data(), kF32, s.batch, s.sq, s.sk, scale, causal);
         CHECK_ALLCLOSE(y, want, 1e-6, 1e-5);
         // Masked entries are exactly zero; visible ones strictly positive here.
         std::size_t bad_mask = 0;
@@ -39,7 +39,7 @@ TEST_CASE("softmax_forward: scale, causal mask and the sk > sq offset", "[softma
         CHECK(bad_mask == 0);
         // In place (y aliases x).
         fvec z = x;
-        be().softmax_forward(z.data(), z.data(), s.batch, s.sq, s.sk, scale, causal);
+        be().softmax_forward(z.data(), z.data(), kF32, s.batch, s.sq, s.sk, scale, causal);
         CHECK_ALLCLOSE(z, want, 1e-6, 1e-5);
       }
     }
@@ -50,7 +50,7 @@ TEST_CASE("softmax_forward: large logits do not overflow", "[softmax]") {
   fvec x = {1000.0f, 999.0f, -1000.0f, 80.0f, 88.0f, 90.0f};
   const dvec want = softmax_ref(to_d(x), 1, 2, 3, 1.0, false);
   fvec y(x.size());
-  be().softmax_forward(x.data(), y.data(), 1, 2, 3, 1.0f, false);
+  be().softmax_forward(x.data(), y.data(), kF32, 1, 2, 3, 1.0f, false);
   CHECK_ALLCLOSE(y, want, 1e-6, 1e-5);
 }
 
@@ -74,11 +74,11 @@ TEST_CASE("softmax_backward: dx = scale * y * (dy - sum dy y) matches finite dif
         INFO("batch " << s.batch << " sq " << s.sq << " sk " << s.sk << " causal " << causal
                       << " scale " << scale);
         fvec dx(x.size(), 31.0f);
-        be().softmax_backward(y.data(), dy.data(), dx.data(), s.batch, s.sq, s.sk, scale);
+        be().softmax_backward(y.data(), dy.data(), dx.data(), kF32, s.batch, s.sq, s.sk, scale);
         CHECK_ALLCLOSE(dx, want, kFdAtol, kFdRtol);
         // dx aliasing dy.
         fvec inplace = dy;
-        be().softmax_backward(y.data(), inplace.data(), inplace.data(), s.batch, s.sq, s.sk,
+        be().softmax_backward(y.data(), inplace.data(), inplace.data(), kF32, s.batch, s.sq, s.sk,
                               scale);
         CHECK_ALLCLOSE(inplace, want, kFdAtol, kFdRtol);
       }
@@ -93,8 +93,8 @@ TEST_CASE("softmax forward then backward through the kernel", "[softmax][backwar
   const fvec x = r.uniform(s.batch * s.sq * s.sk, -2.0f, 2.0f);
   const fvec dy = r.uniform(s.batch * s.sq * s.sk);
   fvec y(x.size()), dx(x.size());
-  be().softmax_forward(x.data(), y.data(), s.batch, s.sq, s.sk, scale, true);
-  be().softmax_backward(y.data(), dy.data(), dx.data(), s.batch, s.sq, s.sk, scale);
+  be().softmax_forward(x.data(), y.data(), kF32, s.batch, s.sq, s.sk, scale, true);
+  be().softmax_backward(y.data(), dy.data(), dx.data(), kF32, s.batch, s.sq, s.sk, scale);
   const dvec G = to_d(dy);
   const dvec want = fd_grad(
       [&](const dvec& xx) { return dot(G, softmax_ref(xx, s.batch, s.sq, s.sk, scale, true)); },
