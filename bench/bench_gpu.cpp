@@ -16,6 +16,11 @@
 // and reports TFLOP/s (2 m n k batch flops per GEMM, 1e12) with the fraction of the H200's
 // dense peaks: 67 TFLOP/s fp32 (non-tensor), 494 tf32, 989 bf16.
 //
+// Then the fused causal attention kernels (kernels/cuda/flash_attention.cuh) in bf16 at s=1024,
+// b=8 for the attention shapes of the same models: 124M (12 heads, dh 64), 350M (16 heads,
+// dh 64) and 1.3B (16 heads, dh 128), forward and backward, in TFLOP/s of the causal work:
+// forward 2 * 2 * b * heads * s^2 * dh / 2 (QK^T and PV below the diagonal), backward 2.5x that.
+//
 // Timing: CUDA events around a loop of calls on one stream, after one warm-up call; the loop
 // length is calibrated so one run lasts at least min_time; the median of `runs` runs is reported.
 // Without a CUDA device the program says so and exits 0 (benchmarks are not tests).
@@ -23,15 +28,19 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <string>
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/half.h"
 
 namespace {
@@ -50,12 +59,13 @@ void print_help(const char* argv0) {
       argv0,
       "cuBLASLt GEMM throughput (TFLOP/s and fraction of the H200's peak) in fp32, tf32 and\n"
       "bf16 at the GEMM shapes of GPT 124M, 350M and 1.3B (s=1024, b=4 and 8): every GEMM of a\n"
-      "transformer layer forward and backward, and the attention score/context batches.\n"
+      "transformer layer forward and backward, and the attention score/context batches; then the\n"
+      "fused causal attention kernels forward and backward in bf16 (s=1024, b=8).\n"
       "\n"
       "Options:\n",
-      {{"--quick", "GPT 124M at b=4 only, short timing"},
+      {{"--quick", "GPT 124M only (GEMMs at b=4), short timing"},
        {"--filter SUBSTR", "run only cases whose name contains SUBSTR (names look like\n"
-                           "124M/b4/fc1.wgrad, 1.3B/b8/attn.score)"},
+                           "124M/b4/fc1.wgrad, 1.3B/b8/attn.score, 350M/b8/attn.flash.bwd)"},
        {"--runs N", "timed runs per case (default 5, quick 3); the median is reported"},
        {"--min-time S", "seconds each run lasts at least (default 0.1, quick 0.02)"}});
 }
@@ -142,6 +152,48 @@ std::vector<Case> make_cases(const Options& o) {
   return out;
 }
 
+// ---- fused attention cases ---------------------------------------------------------------------
+
+/// One pass of the fused causal attention over [s, b, heads, 3, dh] bf16 activations.
+struct AttnCase {
+  std::string name;  // 1.3B/b8/attn.flash.fwd
+  std::string model;
+  int b = 0;
+  int64_t s = 0, heads = 0, dh = 0;
+  bool backward = false;
+  /// The causal work: two [s, s, dh] products per (batch, head) pair, half of them masked;
+  /// the backward's five products (two of them recomputing the forward's) count 2.5x.
+  double flops() const {
+    const double fwd = 2.0 * 2.0 * b * static_cast<double>(heads) * static_cast<double>(s) *
+                       static_cast<double>(s) * static_cast<double>(dh) / 2.0;
+    return backward ? 2.5 * fwd : fwd;
+  }
+};
+
+std::vector<AttnCase> make_attention_cases(const Options& o) {
+  struct Shape {
+    const char* name;
+    int64_t heads, dh;
+  };
+  const Shape shapes[] = {{"124M", 12, 64}, {"350M", 16, 64}, {"1.3B", 16, 128}};
+  std::vector<AttnCase> out;
+  for (const Shape& sh : shapes) {
+    if (o.quick && std::string(sh.name) != "124M") continue;
+    for (const bool backward : {false, true}) {
+      AttnCase c;
+      c.model = sh.name;
+      c.b = 8;
+      c.s = 1024;
+      c.heads = sh.heads;
+      c.dh = sh.dh;
+      c.backward = backward;
+      c.name = std::string(sh.name) + "/b8/attn.flash." + (backward ? "bwd" : "fwd");
+      if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
+    }
+  }
+  return out;
+}
+
 // ---- cuBLASLt ---------------------------------------------------------------------------------
 
 enum class Precision { Fp32, Tf32, Bf16 };
@@ -172,6 +224,13 @@ bool cuda_ok(cudaError_t e, const char* what) {
 struct Result {
   const Case* c = nullptr;
   Precision p = Precision::Fp32;
+  bool ok = false;
+  std::string why;  // when !ok
+  double ms = 0.0, best_ms = 0.0, tflops = 0.0;
+};
+
+struct AttnResult {
+  const AttnCase* c = nullptr;
   bool ok = false;
   std::string why;  // when !ok
   double ms = 0.0, best_ms = 0.0, tflops = 0.0;
@@ -317,11 +376,97 @@ class Bench {
       return cublasLtMatmul(lt_, op, &alpha, pa, la, pb, lb, &beta, pc, lc, pc, lc, &heur.algo, ws_,
                             kWorkspaceBytes, stream_);
     };
+    if (!time_calls([&] { return call() == CUBLAS_STATUS_SUCCESS; }, r.ms, r.best_ms)) {
+      return fail("cublasLtMatmul failed");
+    }
+    r.tflops = c.flops() / (r.ms * 1e-3) / 1e12;
+    r.ok = true;
+    cleanup();
+    return r;
+  }
+
+  /// Times one fused attention pass on freshly allocated random bf16 activations.
+  AttnResult run_attention(const AttnCase& c) {
+    AttnResult r;
+    r.c = &c;
+    ptdp::AttentionDesc d;
+    d.s = c.s;
+    d.b = c.b;
+    d.heads = c.heads;
+    d.dh = c.dh;
+    d.scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
+    const int64_t rows = c.s * c.b * c.heads;
+    const auto n_qkv = static_cast<std::size_t>(rows * 3 * c.dh);
+    const auto n_ctx = static_cast<std::size_t>(rows * c.dh);
+    const auto n_lse = static_cast<std::size_t>(rows);
+    void *qkv = nullptr, *ctx = nullptr, *dctx = nullptr, *dqkv = nullptr;
+    float *lse = nullptr, *delta = nullptr;
+    const auto cleanup = [&] {
+      for (void* p : {qkv, ctx, dctx, dqkv, static_cast<void*>(lse), static_cast<void*>(delta)}) {
+        if (p != nullptr) cudaFree(p);
+      }
+    };
+    const auto fail = [&](const std::string& why) {
+      r.why = why;
+      cleanup();
+      return r;
+    };
+    if (!cuda_ok(cudaMalloc(&qkv, n_qkv * 2), "cudaMalloc qkv") ||
+        !cuda_ok(cudaMalloc(&ctx, n_ctx * 2), "cudaMalloc ctx") ||
+        !cuda_ok(cudaMalloc(&dctx, n_ctx * 2), "cudaMalloc dctx") ||
+        !cuda_ok(cudaMalloc(&dqkv, n_qkv * 2), "cudaMalloc dqkv") ||
+        !cuda_ok(cudaMalloc(&lse, n_lse * 4), "cudaMalloc lse") ||
+        !cuda_ok(cudaMalloc(&delta, n_lse * 4), "cudaMalloc delta")) {
+      return fail("out of device memory");
+    }
+    // Random activations in [-1, 1) (the softmax then is neither one-hot nor uniform).
+    uint64_t state = 0xa77e;
+    std::vector<uint16_t> host(n_qkv);
+    for (auto& x : host) {
+      x = ptdp::f32_to_bf16(
+          static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0));
+    }
+    if (!cuda_ok(cudaMemcpy(qkv, host.data(), n_qkv * 2, cudaMemcpyHostToDevice), "cudaMemcpy") ||
+        !cuda_ok(cudaMemcpy(dctx, host.data(), n_ctx * 2, cudaMemcpyHostToDevice), "cudaMemcpy")) {
+      return fail("upload failed");
+    }
+    const auto call = [&] {
+      try {
+        if (c.backward) {
+          ptdp::cuda::flash_attention_backward(d, qkv, ctx, lse, dctx, dqkv, delta,
+                                               ptdp::DType::BF16, stream_);
+        } else {
+          ptdp::cuda::flash_attention_forward(d, qkv, ctx, lse, ptdp::DType::BF16, stream_);
+        }
+        return true;
+      } catch (const std::exception& e) {
+        r.why = e.what();
+        return false;
+      }
+    };
+    try {
+      // The backward reads the forward's ctx and lse.
+      ptdp::cuda::flash_attention_forward(d, qkv, ctx, lse, ptdp::DType::BF16, stream_);
+    } catch (const std::exception& e) {
+      return fail(e.what());
+    }
+    if (!time_calls(call, r.ms, r.best_ms)) return fail(r.why.empty() ? "timing failed" : r.why);
+    r.tflops = c.flops() / (r.ms * 1e-3) / 1e12;
+    r.ok = true;
+    cleanup();
+    return r;
+  }
+
+ private:
+  /// Median and best milliseconds per call of `call` (true: issued) over o_.runs timed loops,
+  /// each calibrated to last at least o_.min_time, after one warm-up call. False on failure.
+  template <class Call>
+  bool time_calls(const Call& call, double& median_ms, double& best_ms) {
     // Times `iters` back-to-back calls; < 0 on failure.
     const auto time_ms = [&](int iters) -> double {
       if (cudaEventRecord(start_, stream_) != cudaSuccess) return -1.0;
       for (int i = 0; i < iters; ++i) {
-        if (call() != CUBLAS_STATUS_SUCCESS) return -1.0;
+        if (!call()) return -1.0;
       }
       if (cudaEventRecord(stop_, stream_) != cudaSuccess ||
           cudaEventSynchronize(stop_) != cudaSuccess)
@@ -330,27 +475,23 @@ class Bench {
       if (cudaEventElapsedTime(&ms, start_, stop_) != cudaSuccess) return -1.0;
       return static_cast<double>(ms);
     };
-    if (time_ms(1) < 0.0) return fail("cublasLtMatmul failed");  // warm-up
+    if (time_ms(1) < 0.0) return false;  // warm-up
     const double one = time_ms(1);
-    if (one < 0.0) return fail("cublasLtMatmul failed");
+    if (one < 0.0) return false;
     const int iters =
         static_cast<int>(std::clamp(o_.min_time * 1e3 / std::max(one, 1e-3), 1.0, 10000.0));
     std::vector<double> per_call;
     for (int run = 0; run < o_.runs; ++run) {
       const double ms = time_ms(iters);
-      if (ms < 0.0) return fail("cublasLtMatmul failed");
+      if (ms < 0.0) return false;
       per_call.push_back(ms / iters);
     }
     std::sort(per_call.begin(), per_call.end());
-    r.ms = per_call[per_call.size() / 2];
-    r.best_ms = per_call.front();
-    r.tflops = c.flops() / (r.ms * 1e-3) / 1e12;
-    r.ok = true;
-    cleanup();
-    return r;
+    median_ms = per_call[per_call.size() / 2];
+    best_ms = per_call.front();
+    return true;
   }
 
- private:
   const Options& o_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
@@ -369,7 +510,8 @@ std::string cell(const Result& r) {
   return buf;
 }
 
-bool write_json(const Options& o, const std::string& device, const std::vector<Result>& results) {
+bool write_json(const Options& o, const std::string& device, const std::vector<Result>& results,
+                const std::vector<AttnResult>& attention) {
   std::string s = "{\n";
   s += "  \"benchmark\": \"bench_gpu\",\n";
   s += "  \"device\": \"" + json_escape(device) + "\",\n";
@@ -398,6 +540,25 @@ bool write_json(const Options& o, const std::string& device, const std::vector<R
     }
     s += i + 1 < results.size() ? "},\n" : "}\n";
   }
+  s += "  ],\n";
+  s += "  \"attention\": [\n";
+  for (std::size_t i = 0; i < attention.size(); ++i) {
+    const AttnResult& r = attention[i];
+    const AttnCase& c = *r.c;
+    s += "    {\"name\": \"" + json_escape(c.name) + "\", \"model\": \"" + c.model +
+         "\", \"b\": " + std::to_string(c.b) + ", \"s\": " + std::to_string(c.s) +
+         ", \"heads\": " + std::to_string(c.heads) + ", \"dh\": " + std::to_string(c.dh) +
+         ", \"pass\": \"" + (c.backward ? "bwd" : "fwd") +
+         "\", \"precision\": \"bf16\", \"causal\": true, \"flops\": " + json_number(c.flops());
+    if (r.ok) {
+      s += ", \"ms\": " + json_number(r.ms) + ", \"best_ms\": " + json_number(r.best_ms) +
+           ", \"tflops\": " + json_number(r.tflops) +
+           ", \"fraction_of_peak\": " + json_number(r.tflops / kPeakBf16);
+    } else {
+      s += ", \"error\": \"" + json_escape(r.why) + "\"";
+    }
+    s += i + 1 < attention.size() ? "},\n" : "}\n";
+  }
   s += "  ]\n}\n";
   return ptdp::bench::write_text_file(o.json_path, s);
 }
@@ -410,19 +571,23 @@ int run(const Options& o) {
   if (!cuda_ok(cudaSetDevice(0), "cudaSetDevice")) return 1;
   const std::string device = ptdp::cuda::device_description(0);
   const std::vector<Case> cases = make_cases(o);
-  if (cases.empty()) {
+  const std::vector<AttnCase> attn_cases = make_attention_cases(o);
+  if (cases.empty() && attn_cases.empty()) {
     std::fprintf(stderr, "bench_gpu: no case matches --filter '%s'\n", o.filter.c_str());
     return 2;
   }
-  std::printf("bench_gpu on %s: cuBLASLt GEMMs, median of %d runs of >= %.3g s\n", device.c_str(),
-              o.runs, o.min_time);
+  std::printf(
+      "bench_gpu on %s: cuBLASLt GEMMs and fused attention, median of %d runs of >= %.3g s\n",
+      device.c_str(), o.runs, o.min_time);
   std::printf("TFLOP/s (fraction of the H200 dense peak: fp32 %.0f, tf32 %.0f, bf16 %.0f)\n\n",
               kPeakFp32, kPeakTf32, kPeakBf16);
   Bench bench(o);
   if (!bench.setup(cases)) return 1;
-  std::printf("%-24s %6s %6s %6s %5s  %16s %16s %16s\n", "case", "m", "n", "k", "batch", "fp32",
-              "tf32", "bf16");
   std::vector<Result> results;
+  if (!cases.empty()) {
+    std::printf("%-24s %6s %6s %6s %5s  %16s %16s %16s\n", "case", "m", "n", "k", "batch", "fp32",
+                "tf32", "bf16");
+  }
   std::string group;
   double group_flops = 0.0, group_ms[3] = {0.0, 0.0, 0.0};
   bool group_ok[3] = {true, true, true};
@@ -470,7 +635,29 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
   flush_group();
-  if (!o.json_path.empty() && !write_json(o, device, results)) return 1;
+
+  std::vector<AttnResult> attention;
+  if (!attn_cases.empty()) {
+    std::printf(
+        "Fused causal attention, bf16 (TFLOP/s of the causal work; backward = 2.5x forward)\n");
+    std::printf("%-24s %6s %6s %6s %5s %9s  %16s\n", "case", "s", "heads", "dh", "b", "ms", "bf16");
+  }
+  for (const AttnCase& c : attn_cases) {
+    AttnResult r = bench.run_attention(c);
+    if (!r.ok) std::fprintf(stderr, "%s: %s\n", c.name.c_str(), r.why.c_str());
+    char cell_text[64];
+    if (r.ok) {
+      std::snprintf(cell_text, sizeof cell_text, "%9.3f  %8.1f (%4.1f%%)", r.ms, r.tflops,
+                    100.0 * r.tflops / kPeakBf16);
+    } else {
+      std::snprintf(cell_text, sizeof cell_text, "%9s  %16s", "n/a", "n/a");
+    }
+    std::printf("%-24s %6lld %6lld %6lld %5d %s\n", c.name.c_str(), static_cast<long long>(c.s),
+                static_cast<long long>(c.heads), static_cast<long long>(c.dh), c.b, cell_text);
+    std::fflush(stdout);
+    attention.push_back(r);
+  }
+  if (!o.json_path.empty() && !write_json(o, device, results, attention)) return 1;
   return 0;
 }
 

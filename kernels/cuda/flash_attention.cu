@@ -1,1 +1,871 @@
-// placeholder
+// Fused causal attention on tensor cores (flash-attention style); see flash_attention.cuh.
+//
+// Every kernel works on one (batch, head) pair and one tile of 64 rows with 4 warps, each warp
+// owning 16 rows of the tile. Matrix products are mma.sync.m16n8k16 (bf16 or f16 operands, fp32
+// accumulators) whose operands ldmatrix reads from shared memory; the fp32 results stay in
+// registers in the mma's accumulator layout (lane l holds rows l/4 and l/4 + 8, columns
+// 2 (l%4) + {0, 1} of every 8 columns), and probabilities are turned into the next mma's A
+// operand without leaving the registers.
+//   forward  a block per 64 queries; K/V tiles of 64 keys stream through shared memory
+//            (double-buffered cp.async) from key 0 to the diagonal; online softmax in base 2;
+//            the output is normalised once at the end and lse saved per query.
+//   delta    rowsum(dctx * ctx), a warp per row.
+//   dK, dV   a block per 64 keys; Q/dO tiles (64 queries at dh 64, 32 at dh 128, to bound the
+//            registers) stream from the keys' own tile to the end of the sequence; S^T = K Q^T and
+//            dP^T = V dO^T recompute P from lse, then dV += P^T dO and dK += dS^T Q accumulate in
+//            registers.
+//   dQ       a block per 64 queries; K/V tiles stream as in the forward; S and dP are
+//            recomputed and dQ += dS K.
+// No atomics: each output element is written by one thread, so results are deterministic. Tiles
+// wholly above the diagonal are never loaded; the causal mask is applied only on the tiles that
+// cross it. Blocks with the most tiles are launched first.
+//
+// Shared-memory tiles are [rows, dh] of 16-bit elements whose 16-byte chunks are XOR-swizzled by
+// (row mod 8) within each row, so the eight row addresses of every ldmatrix hit distinct banks.
+// Per block (dh 64 / 128): forward Q, K x2, V x2 = 40 / 80 KiB; dQ Q, dO, K x2, V x2 = 48 / 96 KiB;
+// dK/dV K, V, Q x2, dO x2 plus lse and delta = 49 / 64.5 KiB. Outputs leave through shared memory
+// (each warp's own rows of a tile it alone has read) as 16-byte row chunks.
+//
+// Dropout regenerates the unfused path's mask: probability (bi, hi, i, j) is element
+// (bi, hi, i*s + j) of the DropoutDesc's [b, heads, s*s] block. Philox draws four consecutive
+// global indices per block; within a warp's tile each block is drawn by one lane and the keep
+// bits travel to the lanes that hold the elements by shuffles.
+#include "kernels/cuda/flash_attention.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/error.h"
+#include "kernels/philox.h"
+#include "kernels/validate.h"
+
+namespace ptdp::cuda {
+
+namespace {
+
+constexpr int kRows = 64;           // queries (forward, dQ) or keys (dK/dV) per block
+constexpr int kWarps = kRows / 16;  // each warp owns 16 rows
+constexpr int kThreads = 32 * kWarps;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+/// Everything a kernel needs about one call. Row i of a [s, b, heads, ...] tensor for the
+/// pair bh = bi * heads + hi starts at i * ld + bh * (width of the pair's slice).
+struct FlashArgs {
+  const void* qkv;   // [s, b, heads, 3, dh]
+  const void* ctx;   // [s, b, heads, dh] (backward: the forward's output)
+  const void* dctx;  // [s, b, heads, dh] (backward)
+  void* out;         // forward: ctx [s, b, heads, dh]; backward: dqkv [s, b, heads, 3, dh]
+  float* lse_out;    // [b, heads, s] (forward)
+  const float* lse;  // [b, heads, s] (backward)
+  float* delta;      // [b, heads, s] (backward: written by the delta kernel, then read)
+  int s = 0, heads = 0;
+  int64_t ld_qkv = 0;       // b * heads * 3 * dh: elements from sequence position i to i + 1
+  int64_t ld_ctx = 0;       // b * heads * dh
+  float scale = 1.0f;       // softmax scale
+  float scale_log2 = 1.0f;  // scale * log2(e): scores in base-2 units
+  // Dropout on the probabilities (read only by the kernels instantiated with dropout).
+  PhiloxStream rng;
+  float p = 0.0f, keep_scale = 1.0f;
+  int64_t g1 = 1, g2 = 0, o0 = 0, o1 = 0, o2 = 0;  // GlobalBlock: global dims 1, 2 and offsets
+
+  /// Global dropout index of probability (pair bh, query 0, key 0); (i, j) adds i * s + j.
+  __device__ uint64_t dropout_base(int bh) const {
+    const int64_t bi = bh / heads, hi = bh % heads;
+    return static_cast<uint64_t>(((bi + o0) * g1 + (hi + o1)) * g2 + o2);
+  }
+};
+
+// ---- tensor-core and async-copy primitives (PTX) ------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16 bytes global -> shared without passing through registers; zeros when !valid (src is then
+/// not read, but must still be a mapped address).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/// Four 8x8 matrices of 16-bit elements; lanes 8m .. 8m+7 give the row addresses of matrix m,
+/// and lane l receives row l/4, elements 2 (l%4) and 2 (l%4) + 1 of each in r[m].
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+/// As ldsm_x4, transposed: lane l receives column l/4, rows 2 (l%4) and 2 (l%4) + 1.
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+/// 2^x in one MUFU instruction (results below 2^-126 flush to 0; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/// The 16-bit storage types: packing fp32 pairs and the m16n8k16 mma (c += a b).
+template <typename T>
+struct Elem;
+
+template <>
+struct Elem<__nv_bfloat16> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+  }
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <>
+struct Elem<__half> {
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(uint32_t u) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&u));
+  }
+  static __device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// ---- shared-memory tiles and warp-level products ------------------------------------------
+
+/// Element offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows, kD] tile.
+template <int kD>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * kD + ((chunk ^ (row & 7)) << 3);
+}
+
+/// Starts copying rows row0 .. row0 + kTileRows - 1 of a [s, ...] tensor (row i at src + i * ld,
+/// kD elements) into a swizzled tile; rows at or past s become zeros, so padded rows add
+/// nothing and hold no NaN.
+template <typename T, int kD, int kTileRows>
+__device__ __forceinline__ void load_tile(T* tile, const T* src, int64_t ld, int row0, int s) {
+  constexpr int kChunks = kD / 8;
+  static_assert((kTileRows * kChunks) % kThreads == 0, "tile chunks must spread evenly");
+#pragma unroll
+  for (int k = 0; k < kTileRows * kChunks / kThreads; ++k) {
+    const int idx = static_cast<int>(threadIdx.x) + k * kThreads;
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = row0 + r < s;
+    const T* from = src + (valid ? static_cast<int64_t>(row0 + r) * ld : 0) + c * 8;
+    cp_async_16(smem_addr(tile + swz<kD>(r, c)), from, valid);
+  }
+}
+
+/// Copies a warp's 16 rows (tile rows trow0 ..) of a swizzled tile to rows row0 .. of a
+/// [s, ...] tensor (row i at dst + i * ld), skipping rows at or past s.
+template <typename T, int kD>
+__device__ __forceinline__ void store_rows(T* dst, int64_t ld, const T* tile, int trow0, int row0,
+                                           int s, int lane) {
+  constexpr int kChunks = kD / 8;
+#pragma unroll
+  for (int k = 0; k < 16 * kChunks / 32; ++k) {
+    const int idx = lane + 32 * k;
+    const int r = idx / kChunks, c = idx % kChunks;
+    if (row0 + r < s) {
+      *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(row0 + r) * ld + c * 8) =
+          *reinterpret_cast<const uint4*>(tile + swz<kD>(trow0 + r, c));
+    }
+  }
+}
+
+/// Writes a warp's [16, kD] fp32 accumulators, times row_scale[0] (rows l/4) and row_scale[1]
+/// (rows l/4 + 8), into rows trow0 .. trow0 + 15 of a swizzled tile.
+template <typename T, int kD>
+__device__ __forceinline__ void stage_rows(T* tile, int trow0, const float (&acc)[kD / 8][4],
+                                           const float (&row_scale)[2], int lane) {
+#pragma unroll
+  for (int dn = 0; dn < kD / 8; ++dn) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = trow0 + lane / 4 + 8 * r;
+      *reinterpret_cast<uint32_t*>(tile + swz<kD>(row, dn) + 2 * (lane % 4)) =
+          Elem<T>::pack(acc[dn][2 * r] * row_scale[r], acc[dn][2 * r + 1] * row_scale[r]);
+    }
+  }
+}
+
+/// acc[16, kN] += A B^T over kD columns: A is tile rows a_row0 .. a_row0 + 15 of sa, B is rows
+/// 0 .. kN - 1 of sb (both swizzled [*, kD] tiles). acc[n] holds columns 8n .. 8n + 7.
+template <typename T, int kD, int kN>
+__device__ __forceinline__ void mma_abt(float (&acc)[kN / 8][4], const T* sa, int a_row0,
+                                        const T* sb, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    // A fragment: matrices (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), ...
+    uint32_t a[4];
+    ldsm_x4(a, smem_addr(sa + swz<kD>(a_row0 + (lane & 15), 2 * kk + (lane >> 4))));
+#pragma unroll
+    for (int np = 0; np < kN / 16; ++np) {
+      // B fragments of columns 16 np .. +7 and +8 .. +15: matrices (n 0-7, k 0-7),
+      // (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
+      uint32_t b[4];
+      ldsm_x4(b, smem_addr(sb + swz<kD>(16 * np + (lane & 7) + ((lane >> 4) << 3),
+                                        2 * kk + ((lane >> 3) & 1))));
+      Elem<T>::mma(acc[2 * np], a, b[0], b[1]);
+      Elem<T>::mma(acc[2 * np + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+/// acc[16, kD] += P B: P[16, kK] is given as mma A fragments (see to_a_frags), B is rows
+/// 0 .. kK - 1 of the swizzled [*, kD] tile sb (contraction over its rows).
+template <typename T, int kD, int kK>
+__device__ __forceinline__ void mma_pb(float (&acc)[kD / 8][4], const uint32_t (&pa)[kK / 16][4],
+                                       const T* sb, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kK / 16; ++kk) {
+#pragma unroll
+    for (int dp = 0; dp < kD / 16; ++dp) {
+      // Transposed matrices (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15)
+      // of columns 16 dp .. 16 dp + 15.
+      uint32_t b[4];
+      ldsm_x4_trans(b, smem_addr(sb + swz<kD>(16 * kk + (lane & 7) + (((lane >> 3) & 1) << 3),
+                                              2 * dp + (lane >> 4))));
+      Elem<T>::mma(acc[2 * dp], pa[kk], b[0], b[1]);
+      Elem<T>::mma(acc[2 * dp + 1], pa[kk], b[2], b[3]);
+    }
+  }
+}
+
+/// The accumulators of a [16, kN] product as the A fragments of a product over those kN
+/// columns: k-step kk takes column tiles 2 kk (k 0-7) and 2 kk + 1 (k 8-15).
+template <typename T, int kN>
+__device__ __forceinline__ void to_a_frags(const float (&c)[kN / 8][4], uint32_t (&a)[kN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kN / 16; ++kk) {
+    a[kk][0] = Elem<T>::pack(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = Elem<T>::pack(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = Elem<T>::pack(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = Elem<T>::pack(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+}
+
+/// Sets the elements of a warp's [16 queries, kN keys] tile (queries qw + l/4 and + 8, keys
+/// k0 + 8n + 2 (l%4) + {0, 1}) whose key is after the query to `masked`.
+template <int kN>
+__device__ __forceinline__ void causal_mask(float (&sc)[kN / 8][4], int qw, int k0, int lane,
+                                            float masked) {
+#pragma unroll
+  for (int n = 0; n < kN / 8; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int key = k0 + 8 * n + 2 * (lane % 4) + (i & 1);
+      const int query = qw + lane / 4 + 8 * (i >> 1);
+      if (key > query) sc[n][i] = masked;
+    }
+  }
+}
+
+// ---- dropout masks --------------------------------------------------------------------------
+
+/// Keep bits of a warp's [16 queries, 64 keys] tile (queries qw .., keys k0 ..), whose global
+/// indices are base + i * s + j: lanes 2r and 2r + 1 draw the Philox blocks of row r
+/// alternately, then each lane gets the masks of its rows l/4 (mask[0]) and l/4 + 8 (mask[1]);
+/// bit j is key k0 + j.
+__device__ __forceinline__ void keep_rows(PhiloxStream rng, float p, uint64_t base, int s, int qw,
+                                          int k0, int lane, uint64_t (&mask)[2]) {
+  const uint64_t first = base + static_cast<uint64_t>(qw + lane / 2) * static_cast<uint64_t>(s) +
+                         static_cast<uint64_t>(k0);
+  const uint64_t last_block = (first + 63) >> 2;
+  uint64_t bits = 0;
+  for (uint64_t blk = (first >> 2) + (lane & 1); blk <= last_block; blk += 2) {
+    const Philox4x32 w = philox_block(rng, blk);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const auto j = static_cast<int64_t>(blk * 4 + static_cast<uint64_t>(e) - first);
+      if (j >= 0 && j < 64 && philox_bits_to_uniform(w.v[e]) >= p) bits |= 1ull << j;
+    }
+  }
+  bits |= __shfl_xor_sync(kFullMask, bits, 1);
+  mask[0] = __shfl_sync(kFullMask, bits, 2 * (lane / 4));
+  mask[1] = __shfl_sync(kFullMask, bits, 2 * (lane / 4 + 8));
+}
+
+/// Keep bits of a warp's tile in the dK/dV kernel: keys kw .. kw + 15 (rows of S^T) and queries
+/// qa .. qa + kQ - 1 (columns). Lane l draws the 16-key masks of queries l and l + 32; then
+/// word[j][e] holds those of query 8j + 2 (l%4) + e in bits 0-15 and of that query + 32 in bits
+/// 16-31 (bit k: key kw + k).
+template <int kQ>
+__device__ __forceinline__ void keep_cols(PhiloxStream rng, float p, uint64_t base, int s, int qa,
+                                          int kw, int lane, uint32_t (&word)[4][2]) {
+  static_assert(kQ == 32 || kQ == 64, "query tiles of 32 or 64");
+  uint32_t mine = 0;
+#pragma unroll
+  for (int half = 0; half < kQ / 32; ++half) {
+    const uint64_t first = base +
+                           static_cast<uint64_t>(qa + lane + 32 * half) * static_cast<uint64_t>(s) +
+                           static_cast<uint64_t>(kw);
+    const uint64_t last_block = (first + 15) >> 2;
+    uint32_t bits = 0;
+    for (uint64_t blk = first >> 2; blk <= last_block; ++blk) {
+      const Philox4x32 w = philox_block(rng, blk);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const auto k = static_cast<int64_t>(blk * 4 + static_cast<uint64_t>(e) - first);
+        if (k >= 0 && k < 16 && philox_bits_to_uniform(w.v[e]) >= p) bits |= 1u << k;
+      }
+    }
+    mine |= bits << (16 * half);
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      word[j][e] = __shfl_sync(kFullMask, mine, 8 * j + 2 * (lane % 4) + e);
+  }
+}
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+template <typename T, int kD>
+constexpr int forward_smem_bytes() {
+  return 5 * kRows * kD * static_cast<int>(sizeof(T));  // Q, K x2, V x2
+}
+
+/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles (longest first).
+template <typename T, int kD, bool kDropout>
+__global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
+    flash_forward_kernel(const FlashArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sq = reinterpret_cast<T*>(smem);  // [64, kD]; at the end each warp's output rows
+  T* sk = sq + kRows * kD;             // [2][64, kD]
+  T* sv = sk + 2 * kRows * kD;         // [2][64, kD]
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int s = a.s;
+  const int q0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * kRows;
+  const int qw = q0 + 16 * warp;  // this warp's first query
+  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(bh) * 3 * kD;  // row i at + i ld
+  const T* k = q + kD;
+  const T* v = q + 2 * kD;
+  const int n_tiles = ((q0 + kRows < s ? q0 + kRows : s) + kRows - 1) / kRows;
+  const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
+
+  load_tile<T, kD, kRows>(sq, q, a.ld_qkv, q0, s);
+  load_tile<T, kD, kRows>(sk, k, a.ld_qkv, 0, s);
+  load_tile<T, kD, kRows>(sv, v, a.ld_qkv, 0, s);
+  cp_async_commit();
+
+  float o[kD / 8][4] = {};              // [16, kD] unnormalised output
+  float m[2] = {-INFINITY, -INFINITY};  // running max of base-2 scores, rows l/4 and +8
+  float l[2] = {0.0f, 0.0f};            // this lane's part of the running sums
+  for (int kt = 0; kt < n_tiles; ++kt) {
+    cp_async_wait_all();
+    __syncthreads();  // tile kt has landed, and every warp is done with tile kt - 1's buffers
+    if (kt + 1 < n_tiles) {
+      const int nb = (kt + 1) & 1;
+      load_tile<T, kD, kRows>(sk + nb * kRows * kD, k, a.ld_qkv, (kt + 1) * kRows, s);
+      load_tile<T, kD, kRows>(sv + nb * kRows * kD, v, a.ld_qkv, (kt + 1) * kRows, s);
+      cp_async_commit();
+    }
+    const int k0 = kt * kRows;
+    if (k0 > qw + 15) continue;  // every key of the tile is after this warp's queries
+    const T* skt = sk + (kt & 1) * kRows * kD;
+    const T* svt = sv + (kt & 1) * kRows * kD;
+
+    float sc[kRows / 8][4] = {};  // [16, 64] scores
+    mma_abt<T, kD, kRows>(sc, sq, 16 * warp, skt, lane);
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[n][i] *= a.scale_log2;
+    }
+    if (k0 + kRows - 1 > qw) causal_mask<kRows>(sc, qw, k0, lane, -INFINITY);
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mx[i >> 1] = fmaxf(mx[i >> 1], sc[n][i]);
+    }
+    float base[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(kFullMask, mx[r], 2));
+      base[r] = mx[r] == -INFINITY ? 0.0f : mx[r];  // a row with no key yet stays all zero
+      const float corr = fast_exp2(m[r] - base[r]);
+      m[r] = mx[r];
+      l[r] *= corr;
+#pragma unroll
+      for (int dn = 0; dn < kD / 8; ++dn) {
+        o[dn][2 * r] *= corr;
+        o[dn][2 * r + 1] *= corr;
+      }
+    }
+    uint64_t keep[2] = {~0ull, ~0ull};
+    if constexpr (kDropout) keep_rows(a.rng, a.p, drop_base, s, qw, k0, lane, keep);
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float pr = fast_exp2(sc[n][i] - base[i >> 1]);
+        l[i >> 1] += pr;  // the softmax sums every probability, dropped or not
+        const int j = 8 * n + 2 * (lane % 4) + (i & 1);
+        sc[n][i] = (keep[i >> 1] >> j) & 1 ? pr : 0.0f;
+      }
+    }
+    uint32_t pa[kRows / 16][4];
+    to_a_frags<T, kRows>(sc, pa);
+    mma_pb<T, kD, kRows>(o, pa, svt, lane);
+  }
+
+  // Normalise, save lse, and write the output rows through this warp's rows of sq (read only
+  // by this warp, at its first tile).
+  float row_scale[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 1);
+    l[r] += __shfl_xor_sync(kFullMask, l[r], 2);
+    row_scale[r] = (kDropout ? a.keep_scale : 1.0f) / l[r];
+    const int query = qw + lane / 4 + 8 * r;
+    if (lane % 4 == 0 && query < s) {
+      a.lse_out[static_cast<int64_t>(bh) * s + query] = (m[r] + log2f(l[r])) * kLn2;
+    }
+  }
+  stage_rows<T, kD>(sq, 16 * warp, o, row_scale, lane);
+  __syncwarp();
+  store_rows<T, kD>(static_cast<T*>(a.out) + static_cast<int64_t>(bh) * kD, a.ld_ctx, sq, 16 * warp,
+                    qw, s, lane);
+}
+
+/// delta[bh, i] = sum_d dctx[i, bh, d] * ctx[i, bh, d]: a warp per row of ctx ([s * b * heads]
+/// rows of kD), 8 warps per block, grid-stride.
+template <typename T, int kD>
+__global__ void __launch_bounds__(256) flash_delta_kernel(const FlashArgs a, int64_t rows) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t pairs = a.ld_ctx / kD;  // b * heads; row = i * pairs + bh
+  constexpr int kPerLane = kD / 32;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + threadIdx.x / 32; row < rows;
+       row += static_cast<int64_t>(gridDim.x) * 8) {
+    const T* c = static_cast<const T*>(a.ctx) + row * kD + lane * kPerLane;
+    const T* dc = static_cast<const T*>(a.dctx) + row * kD + lane * kPerLane;
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; k += 2) {
+      const float2 x = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(c + k));
+      const float2 y = Elem<T>::unpack(*reinterpret_cast<const uint32_t*>(dc + k));
+      acc += x.x * y.x + x.y * y.y;
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(kFullMask, acc, off);
+    if (lane == 0) a.delta[(row % pairs) * a.s + row / pairs] = acc;
+  }
+}
+
+template <typename T, int kD>
+constexpr int dq_smem_bytes() {
+  return 6 * kRows * kD * static_cast<int>(sizeof(T));  // Q, dO, K x2, V x2
+}
+
+/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles.
+template <typename T, int kD, bool kDropout>
+__global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(const FlashArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sq = reinterpret_cast<T*>(smem);  // [64, kD]; at the end each warp's dQ rows
+  T* sdo = sq + kRows * kD;            // [64, kD]
+  T* sk = sdo + kRows * kD;            // [2][64, kD]
+  T* sv = sk + 2 * kRows * kD;         // [2][64, kD]
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int s = a.s;
+  const int q0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * kRows;
+  const int qw = q0 + 16 * warp;
+  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(bh) * 3 * kD;
+  const T* k = q + kD;
+  const T* v = q + 2 * kD;
+  const T* dout = static_cast<const T*>(a.dctx) + static_cast<int64_t>(bh) * kD;
+  const int n_tiles = ((q0 + kRows < s ? q0 + kRows : s) + kRows - 1) / kRows;
+  const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
+
+  load_tile<T, kD, kRows>(sq, q, a.ld_qkv, q0, s);
+  load_tile<T, kD, kRows>(sdo, dout, a.ld_ctx, q0, s);
+  load_tile<T, kD, kRows>(sk, k, a.ld_qkv, 0, s);
+  load_tile<T, kD, kRows>(sv, v, a.ld_qkv, 0, s);
+  cp_async_commit();
+
+  // Rows l/4 and l/4 + 8: lse in base 2 and delta; padded rows get P = 0.
+  float lse2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int query = qw + lane / 4 + 8 * r;
+    const int64_t at = static_cast<int64_t>(bh) * s + query;
+    lse2[r] = query < s ? a.lse[at] * kLog2e : INFINITY;
+    dl[r] = query < s ? a.delta[at] : 0.0f;
+  }
+
+  float dq[kD / 8][4] = {};  // [16, kD]
+  for (int kt = 0; kt < n_tiles; ++kt) {
+    cp_async_wait_all();
+    __syncthreads();
+    if (kt + 1 < n_tiles) {
+      const int nb = (kt + 1) & 1;
+      load_tile<T, kD, kRows>(sk + nb * kRows * kD, k, a.ld_qkv, (kt + 1) * kRows, s);
+      load_tile<T, kD, kRows>(sv + nb * kRows * kD, v, a.ld_qkv, (kt + 1) * kRows, s);
+      cp_async_commit();
+    }
+    const int k0 = kt * kRows;
+    if (k0 > qw + 15) continue;
+    const T* skt = sk + (kt & 1) * kRows * kD;
+    const T* svt = sv + (kt & 1) * kRows * kD;
+
+    float sc[kRows / 8][4] = {};  // [16, 64] scores, then dS
+    float dp[kRows / 8][4] = {};  // [16, 64] dO V^T
+    mma_abt<T, kD, kRows>(sc, sq, 16 * warp, skt, lane);
+    mma_abt<T, kD, kRows>(dp, sdo, 16 * warp, svt, lane);
+    uint64_t keep[2] = {~0ull, ~0ull};
+    if constexpr (kDropout) keep_rows(a.rng, a.p, drop_base, s, qw, k0, lane, keep);
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sc[n][i] = fast_exp2(sc[n][i] * a.scale_log2 - lse2[i >> 1]);
+    }
+    if (k0 + kRows - 1 > qw) causal_mask<kRows>(sc, qw, k0, lane, 0.0f);
+#pragma unroll
+    for (int n = 0; n < kRows / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i >> 1, j = 8 * n + 2 * (lane % 4) + (i & 1);
+        const float pr = sc[n][i];
+        float dpv = dp[n][i];
+        if constexpr (kDropout) dpv = (keep[r] >> j) & 1 ? dpv * a.keep_scale : 0.0f;
+        sc[n][i] = pr * (dpv - dl[r]);
+      }
+    }
+    uint32_t ds[kRows / 16][4];
+    to_a_frags<T, kRows>(sc, ds);
+    mma_pb<T, kD, kRows>(dq, ds, skt, lane);
+  }
+
+  const float row_scale[2] = {a.scale, a.scale};
+  stage_rows<T, kD>(sq, 16 * warp, dq, row_scale, lane);
+  __syncwarp();
+  store_rows<T, kD>(static_cast<T*>(a.out) + static_cast<int64_t>(bh) * 3 * kD, a.ld_qkv, sq,
+                    16 * warp, qw, s, lane);
+}
+
+template <typename T, int kD, int kQ>
+constexpr int dkdv_smem_bytes() {
+  // K, V, Q x2, dO x2, then lse and delta x2.
+  return (2 * kRows + 4 * kQ) * kD * static_cast<int>(sizeof(T)) + 4 * kQ * 4;
+}
+
+/// Query rows per tile of the dK/dV kernel: 64, or 32 at dh 128 to bound the registers.
+template <int kD>
+constexpr int dkdv_query_rows() {
+  return kD == 64 ? 64 : 32;
+}
+
+/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts up the key tiles (the first ones see the
+/// most queries).
+template <typename T, int kD, int kQ, bool kDropout>
+__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* sk = reinterpret_cast<T*>(smem);  // [64, kD]; at the end each warp's dK rows
+  T* sv = sk + kRows * kD;             // [64, kD]; at the end each warp's dV rows
+  T* sq = sv + kRows * kD;             // [2][kQ, kD]
+  T* sdo = sq + 2 * kQ * kD;           // [2][kQ, kD]
+  float* slse = reinterpret_cast<float*>(sdo + 2 * kQ * kD);  // [2][kQ] base-2 lse
+  float* sdl = slse + 2 * kQ;                                 // [2][kQ] delta
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int bh = static_cast<int>(blockIdx.x);
+  const int s = a.s;
+  const int k0 = static_cast<int>(blockIdx.y) * kRows;
+  const int kw = k0 + 16 * warp;  // this warp's first key
+  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(bh) * 3 * kD;
+  const T* k = q + kD;
+  const T* v = q + 2 * kD;
+  const T* dout = static_cast<const T*>(a.dctx) + static_cast<int64_t>(bh) * kD;
+  const float* lse = a.lse + static_cast<int64_t>(bh) * s;
+  const float* delta = a.delta + static_cast<int64_t>(bh) * s;
+  const int first_tile = k0 / kQ, n_tiles = (s + kQ - 1) / kQ;
+  const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
+
+  // lse (base 2) and delta of query tile qt into buffer b; padded rows get P = 0.
+  const auto load_stats = [&](int qt, int b) {
+    const int t = static_cast<int>(threadIdx.x);
+    if (t < kQ) {
+      const int query = qt * kQ + t;
+      slse[b * kQ + t] = query < s ? lse[query] * kLog2e : INFINITY;
+      sdl[b * kQ + t] = query < s ? delta[query] : 0.0f;
+    }
+  };
+
+  load_tile<T, kD, kRows>(sk, k, a.ld_qkv, k0, s);
+  load_tile<T, kD, kRows>(sv, v, a.ld_qkv, k0, s);
+  load_tile<T, kD, kQ>(sq, q, a.ld_qkv, first_tile * kQ, s);
+  load_tile<T, kD, kQ>(sdo, dout, a.ld_ctx, first_tile * kQ, s);
+  cp_async_commit();
+  load_stats(first_tile, 0);
+
+  float dk[kD / 8][4] = {};  // [16, kD]
+  float dv[kD / 8][4] = {};  // [16, kD]
+  for (int qt = first_tile; qt < n_tiles; ++qt) {
+    const int b = (qt - first_tile) & 1;
+    cp_async_wait_all();
+    __syncthreads();  // tile qt has landed, and every warp is done with the other buffers
+    if (qt + 1 < n_tiles) {
+      load_tile<T, kD, kQ>(sq + (b ^ 1) * kQ * kD, q, a.ld_qkv, (qt + 1) * kQ, s);
+      load_tile<T, kD, kQ>(sdo + (b ^ 1) * kQ * kD, dout, a.ld_ctx, (qt + 1) * kQ, s);
+      cp_async_commit();
+      load_stats(qt + 1, b ^ 1);
+    }
+    const int qa = qt * kQ;
+    if (qa + kQ - 1 < kw) continue;  // every query of the tile is before this warp's keys
+    const T* sqt = sq + b * kQ * kD;
+    const T* sdot = sdo + b * kQ * kD;
+    const float* lse_t = slse + b * kQ;
+    const float* dl_t = sdl + b * kQ;
+
+    float st[kQ / 8][4] = {};   // [16 keys, kQ queries] scores, then P (dropped and scaled)
+    float dpt[kQ / 8][4] = {};  // [16, kQ] V dO^T, then dS^T
+    mma_abt<T, kD, kQ>(st, sk, 16 * warp, sqt, lane);
+    mma_abt<T, kD, kQ>(dpt, sv, 16 * warp, sdot, lane);
+    uint32_t keep[4][2] = {};
+    if constexpr (kDropout) keep_cols<kQ>(a.rng, a.p, drop_base, s, qa, kw, lane, keep);
+#pragma unroll
+    for (int n = 0; n < kQ / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int c = 8 * n + 2 * (lane % 4) + (i & 1);
+        st[n][i] = fast_exp2(st[n][i] * a.scale_log2 - lse_t[c]);
+      }
+    }
+    if (qa < kw + 15) {  // some query of the tile is before some key of this warp
+#pragma unroll
+      for (int n = 0; n < kQ / 8; ++n) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int key = kw + lane / 4 + 8 * (i >> 1);
+          const int query = qa + 8 * n + 2 * (lane % 4) + (i & 1);
+          if (key > query) st[n][i] = 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kQ / 8; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = i >> 1, c = 8 * n + 2 * (lane % 4) + (i & 1);
+        const float pr = st[n][i];
+        float pd = pr, dpv = dpt[n][i];
+        if constexpr (kDropout) {
+          const bool kept = (keep[n % 4][i & 1] >> (16 * (n / 4) + lane / 4 + 8 * r)) & 1;
+          pd = kept ? pr * a.keep_scale : 0.0f;
+          dpv = kept ? dpv * a.keep_scale : 0.0f;
+        }
+        st[n][i] = pd;
+        dpt[n][i] = pr * (dpv - dl_t[c]);
+      }
+    }
+    uint32_t frag[kQ / 16][4];
+    to_a_frags<T, kQ>(st, frag);
+    mma_pb<T, kD, kQ>(dv, frag, sdot, lane);
+    to_a_frags<T, kQ>(dpt, frag);
+    mma_pb<T, kD, kQ>(dk, frag, sqt, lane);
+  }
+
+  // This warp's rows of sk and sv were read only by this warp.
+  const float k_scale[2] = {a.scale, a.scale}, v_scale[2] = {1.0f, 1.0f};
+  stage_rows<T, kD>(sk, 16 * warp, dk, k_scale, lane);
+  stage_rows<T, kD>(sv, 16 * warp, dv, v_scale, lane);
+  __syncwarp();
+  T* dqkv = static_cast<T*>(a.out) + static_cast<int64_t>(bh) * 3 * kD;
+  store_rows<T, kD>(dqkv + kD, a.ld_qkv, sk, 16 * warp, kw, s, lane);
+  store_rows<T, kD>(dqkv + 2 * kD, a.ld_qkv, sv, 16 * warp, kw, s, lane);
+}
+
+// ---- host ---------------------------------------------------------------------------------
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+/// Calls f(TypeTag<T>, integral_constant<kD>, bool_constant<dropout>) for the instantiation
+/// that covers (t, dh, dropout); the caller has checked flash_attention_supported.
+template <class F>
+void dispatch(DType t, int64_t dh, bool dropout, F&& f) {
+  const auto with_dropout = [&](auto type, auto head_dim) {
+    if (dropout) {
+      f(type, head_dim, std::true_type{});
+    } else {
+      f(type, head_dim, std::false_type{});
+    }
+  };
+  const auto with_dh = [&](auto type) {
+    if (dh == 64) {
+      with_dropout(type, std::integral_constant<int, 64>{});
+    } else {
+      with_dropout(type, std::integral_constant<int, 128>{});
+    }
+  };
+  if (t == DType::BF16) {
+    with_dh(TypeTag<__nv_bfloat16>{});
+  } else {
+    with_dh(TypeTag<__half>{});
+  }
+}
+
+void require_supported(const char* op, const AttentionDesc& d, DType t) {
+  if (!flash_attention_supported(t, d.dh)) {
+    throw_error(
+        ErrorCode::Unsupported,
+        str_cat(op, ": no fused attention kernel for dtype ", dtype_name(t), " with head dim ",
+                d.dh, " (the CUDA kernels cover bf16 and f16 with head dim 64 or 128)"));
+  }
+  // Grid y counts tiles of 64 positions; block indices and row numbers are ints.
+  if (d.s > 65535LL * kRows || d.b * d.heads > (1LL << 30)) {
+    throw_error(ErrorCode::Unsupported,
+                str_cat(op, ": s = ", d.s, " with b * heads = ", d.b * d.heads,
+                        " is beyond the fused attention kernels (s <= ", 65535LL * kRows,
+                        ", b * heads <= 2^30)"));
+  }
+}
+
+/// 16-byte copies need every row to start on a 16-byte boundary.
+void require_aligned(const char* op, const char* what, const void* p) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    throw_error(
+        ErrorCode::Unsupported,
+        str_cat(op, ": ", what, " must be 16-byte aligned for the fused attention kernels"));
+  }
+}
+
+FlashArgs make_args(const AttentionDesc& d) {
+  FlashArgs a{};
+  a.s = static_cast<int>(d.s);
+  a.heads = static_cast<int>(d.heads);
+  a.ld_qkv = d.b * d.heads * 3 * d.dh;
+  a.ld_ctx = d.b * d.heads * d.dh;
+  a.scale = d.scale;
+  a.scale_log2 = d.scale * kLog2e;
+  a.rng = d.dropout.rng;
+  a.p = d.dropout.p;
+  a.keep_scale = d.dropout.p > 0.0f ? kcheck::dropout_keep_scale(d.dropout.p) : 1.0f;
+  a.g1 = d.dropout.block.global_shape[1];
+  a.g2 = d.dropout.block.global_shape[2];
+  a.o0 = d.dropout.block.offset[0];
+  a.o1 = d.dropout.block.offset[1];
+  a.o2 = d.dropout.block.offset[2];
+  return a;
+}
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, int threads, int smem_bytes, cudaStream_t stream,
+            const Args&... args) {
+  // Above 48 KiB a kernel must opt in; the attribute is per device, so it is set every time.
+  PTDP_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  kernel<<<grid, threads, smem_bytes, stream>>>(args...);
+  PTDP_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+bool flash_attention_supported(DType t, int64_t dh) {
+  return (t == DType::BF16 || t == DType::F16) && (dh == 64 || dh == 128);
+}
+
+void flash_attention_forward(const AttentionDesc& d, const void* qkv, void* ctx, float* lse,
+                             DType t, cudaStream_t stream) {
+  require_supported("attention_forward", d, t);
+  if (d.s == 0 || d.b == 0 || d.heads == 0) return;
+  require_aligned("attention_forward", "qkv", qkv);
+  require_aligned("attention_forward", "ctx", ctx);
+  FlashArgs a = make_args(d);
+  a.qkv = qkv;
+  a.out = ctx;
+  a.lse_out = lse;
+  const dim3 grid(static_cast<unsigned>(d.b * d.heads),
+                  static_cast<unsigned>((d.s + kRows - 1) / kRows));
+  dispatch(t, d.dh, d.dropout.p > 0.0f, [&](auto type, auto head_dim, auto dropout) {
+    using T = typename decltype(type)::type;
+    constexpr int kD = decltype(head_dim)::value;
+    launch(flash_forward_kernel<T, kD, decltype(dropout)::value>, grid, kThreads,
+           forward_smem_bytes<T, kD>(), stream, a);
+  });
+}
+
+void flash_attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
+                              const float* lse, const void* dctx, void* dqkv, float* delta, DType t,
+                              cudaStream_t stream) {
+  require_supported("attention_backward", d, t);
+  if (d.s == 0 || d.b == 0 || d.heads == 0) return;
+  require_aligned("attention_backward", "qkv", qkv);
+  require_aligned("attention_backward", "ctx", ctx);
+  require_aligned("attention_backward", "dctx", dctx);
+  require_aligned("attention_backward", "dqkv", dqkv);
+  FlashArgs a = make_args(d);
+  a.qkv = qkv;
+  a.ctx = ctx;
+  a.dctx = dctx;
+  a.out = dqkv;
+  a.lse = lse;
+  a.delta = delta;
+  const int64_t rows = d.s * d.b * d.heads;
+  const dim3 tiles(static_cast<unsigned>(d.b * d.heads),
+                   static_cast<unsigned>((d.s + kRows - 1) / kRows));
+  dispatch(t, d.dh, d.dropout.p > 0.0f, [&](auto type, auto head_dim, auto dropout) {
+    using T = typename decltype(type)::type;
+    constexpr int kD = decltype(head_dim)::value;
+    constexpr bool kDropout = decltype(dropout)::value;
+    constexpr int kQ = dkdv_query_rows<kD>();
+    const int64_t delta_blocks = (rows + 7) / 8 < 65535 * 8 ? (rows + 7) / 8 : 65535 * 8;
+    launch(flash_delta_kernel<T, kD>, dim3(static_cast<unsigned>(delta_blocks)), 256, 0, stream, a,
+           rows);
+    launch(flash_dkdv_kernel<T, kD, kQ, kDropout>, tiles, kThreads, dkdv_smem_bytes<T, kD, kQ>(),
+           stream, a);
+    launch(flash_dq_kernel<T, kD, kDropout>, tiles, kThreads, dq_smem_bytes<T, kD>(), stream, a);
+  });
+}
+
+}  // namespace ptdp::cuda

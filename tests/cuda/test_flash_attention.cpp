@@ -1,1 +1,419 @@
-// placeholder
+// The fused (flash) attention kernels against the CPU reference (cpu_backend().attention_*, fp32
+// compute on the same 16-bit inputs): bf16 and f16, head dims 64 and 128, sequence lengths that
+// are and are not multiples of the kernels' 64-row tiles (1, 64, 77, 200), several batch and head
+// counts, with and without dropout. Tolerances: 2e-2 (bf16) and 5e-3 (f16) relative, plus half
+// of that times the tensor's largest magnitude in absolute terms, on ctx and dqkv; 1e-3
+// absolute on lse. The dropout masks must be exactly the unfused path's: inputs built so that
+// every kept or dropped probability shows in ctx, dQ, dK and dV are checked element by element.
+//
+// Every test case that needs a GPU exits with the skip code 77 when there is none.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_probe.h"
+#include "kernels/cuda/flash_attention.cuh"
+#include "kernels/error.h"
+#include "kernels/half.h"
+#include "kernels/philox.h"
+
+namespace {
+
+using ptdp::AttentionDesc;
+using ptdp::Backend;
+using ptdp::DType;
+
+// Exit with ctest's SKIP_RETURN_CODE so a machine without a GPU reports "skipped", not "passed".
+void require_gpu() {
+  if (ptdp::cuda::device_count() == 0) {
+    WARN("no CUDA device: skipping");
+    std::exit(77);
+  }
+}
+
+Backend& gpu() { return ptdp::cuda::backend(0); }
+Backend& cpu() { return ptdp::cpu_backend(); }
+
+/// n T's in device 0's memory, from the caching allocator.
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(std::size_t n) : n_(n), p_(static_cast<T*>(ptdp::cuda::device_alloc(0, bytes()))) {}
+  explicit Dev(const std::vector<T>& host) : Dev(host.size()) {
+    gpu().copy_from_host(p_, host.data(), bytes());
+  }
+  ~Dev() { ptdp::cuda::device_free(0, p_, bytes()); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+
+  T* get() const { return p_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    gpu().copy_to_host(host.data(), p_, bytes());
+    return host;
+  }
+
+ private:
+  std::size_t n_;
+  T* p_;
+};
+
+uint16_t to16(float x, DType t) {
+  return t == DType::BF16 ? ptdp::f32_to_bf16(x) : ptdp::f32_to_f16(x);
+}
+float from16(uint16_t x, DType t) {
+  return t == DType::BF16 ? ptdp::bf16_to_f32(x) : ptdp::f16_to_f32(x);
+}
+
+std::vector<float> widen(const std::vector<uint16_t>& v, DType t) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = from16(v[i], t);
+  return out;
+}
+
+/// The largest magnitude of a tensor (at least 1e-2): errors of 16-bit attention scale with the
+/// largest terms of a tensor, not with each element, so absolute tolerances are fractions of it.
+double peak(const std::vector<float>& v) {
+  double m = 1e-2;
+  for (const float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
+}
+
+/// Every element within atol + rtol * |want| (NaN fails).
+void check_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                 double atol, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  std::size_t bad = 0, worst = 0;
+  double worst_excess = -1.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    const double err = std::fabs(g - w), tol = atol + rtol * std::fabs(w);
+    if (!(err <= tol)) {  // NaN fails
+      ++bad;
+      if (!(err - tol <= worst_excess)) {
+        worst_excess = err - tol;
+        worst = i;
+      }
+    }
+  }
+  INFO(what << ": " << bad << " of " << got.size() << " elements differ (atol " << atol << ", rtol "
+            << rtol << "); worst at " << worst << ": got " << (got.empty() ? 0.0f : got[worst])
+            << ", want " << (want.empty() ? 0.0f : want[worst]));
+  CHECK(bad == 0);
+}
+
+/// The dropout block of the probabilities [b * heads, s, s] as the unfused path draws it: this
+/// rank's `heads` heads at head_offset among global_heads.
+ptdp::DropoutDesc probs_dropout(float p, int64_t s, int64_t b, int64_t heads, int64_t global_heads,
+                                int64_t head_offset, uint64_t stream) {
+  ptdp::DropoutDesc d;
+  d.p = p;
+  d.rng = ptdp::PhiloxStream{0x5eed1234abcdull, stream};
+  d.block.shape[0] = d.block.global_shape[0] = b;
+  d.block.shape[1] = heads;
+  d.block.global_shape[1] = global_heads;
+  d.block.shape[2] = d.block.global_shape[2] = s * s;
+  d.block.offset[1] = head_offset;
+  return d;
+}
+
+/// Whether probability (bi, hi, i, j) survives dropout, from its global index in the block.
+bool kept(const ptdp::DropoutDesc& d, int64_t s, int64_t bi, int64_t hi, int64_t i, int64_t j) {
+  const ptdp::GlobalBlock& g = d.block;
+  const int64_t index =
+      ((bi + g.offset[0]) * g.global_shape[1] + (hi + g.offset[1])) * g.global_shape[2] +
+      (i * s + j + g.offset[2]);
+  return ptdp::philox_uniform(d.rng, static_cast<uint64_t>(index)) >= d.p;
+}
+
+std::string describe(const AttentionDesc& d, DType t) {
+  std::ostringstream o;
+  o << ptdp::dtype_name(t) << " s=" << d.s << " b=" << d.b << " heads=" << d.heads << " dh=" << d.dh
+    << " p=" << d.dropout.p;
+  return o.str();
+}
+
+/// qkv [s, b, heads, 3, dh] and dctx [s, b, heads, dh] of normal random numbers (q and k wider,
+/// so the softmax is far from uniform).
+void random_inputs(const AttentionDesc& d, DType t, uint64_t seed, std::vector<uint16_t>& qkv,
+                   std::vector<uint16_t>& dctx) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> qk(0.0f, 1.5f), unit(0.0f, 1.0f);
+  const int64_t rows = d.s * d.b * d.heads;
+  qkv.resize(static_cast<std::size_t>(rows * 3 * d.dh));
+  dctx.resize(static_cast<std::size_t>(rows * d.dh));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < 3 * d.dh; ++c) {
+      qkv[static_cast<std::size_t>(r * 3 * d.dh + c)] = to16(c < 2 * d.dh ? qk(rng) : unit(rng), t);
+    }
+  }
+  for (auto& x : dctx) x = to16(unit(rng), t);
+}
+
+void compare_with_cpu(const AttentionDesc& d, DType t, uint64_t seed) {
+  INFO(describe(d, t));
+  const double rtol = t == DType::BF16 ? 2e-2 : 5e-3;
+  std::vector<uint16_t> qkv, dctx;
+  random_inputs(d, t, seed, qkv, dctx);
+  const auto n_ctx = dctx.size();
+  const auto n_lse = static_cast<std::size_t>(d.b * d.heads * d.s);
+
+  // Forward.
+  std::vector<uint16_t> ctx_ref(n_ctx);
+  std::vector<float> lse_ref(n_lse);
+  cpu().attention_forward(d, qkv.data(), ctx_ref.data(), lse_ref.data(), t);
+  Dev<uint16_t> qkv_d(qkv), ctx_d(n_ctx);
+  Dev<float> lse_d(n_lse);
+  gpu().attention_forward(d, qkv_d.get(), ctx_d.get(), lse_d.get(), t);
+  const std::vector<float> ctx_want = widen(ctx_ref, t);
+  check_close(widen(ctx_d.download(), t), ctx_want, rtol, 0.5 * rtol * peak(ctx_want), "ctx");
+  check_close(lse_d.download(), lse_ref, 0.0, 1e-3, "lse");
+
+  // Backward from the same inputs on both sides (the CPU's ctx and lse).
+  std::vector<uint16_t> dqkv_ref(qkv.size());
+  std::vector<float> delta_ref(n_lse);
+  cpu().attention_backward(d, qkv.data(), ctx_ref.data(), lse_ref.data(), dctx.data(),
+                           dqkv_ref.data(), delta_ref.data(), t);
+  Dev<uint16_t> ctx_in(ctx_ref), dctx_d(dctx), dqkv_d(qkv.size());
+  Dev<float> lse_in(lse_ref), delta_d(n_lse);
+  // Garbage in dqkv first: the kernels must write every element.
+  gpu().fill(dqkv_d.get(), t, std::nan(""), static_cast<int64_t>(qkv.size()));
+  gpu().attention_backward(d, qkv_d.get(), ctx_in.get(), lse_in.get(), dctx_d.get(), dqkv_d.get(),
+                           delta_d.get(), t);
+  const std::vector<uint16_t> dqkv = dqkv_d.download();
+  // dq, dk and dv separately: their magnitudes differ.
+  const auto part = [&](const std::vector<uint16_t>& v, int which) {
+    std::vector<float> out;
+    for (std::size_t r = 0; r < v.size() / static_cast<std::size_t>(3 * d.dh); ++r) {
+      for (int64_t c = 0; c < d.dh; ++c) {
+        out.push_back(from16(
+            v[r * static_cast<std::size_t>(3 * d.dh) + static_cast<std::size_t>(which * d.dh + c)],
+            t));
+      }
+    }
+    return out;
+  };
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int which = 0; which < 3; ++which) {
+    const std::vector<float> want = part(dqkv_ref, which);
+    check_close(part(dqkv, which), want, rtol, 0.5 * rtol * peak(want), names[which]);
+  }
+  check_close(delta_d.download(), delta_ref, 1e-4, 1e-4 * peak(delta_ref), "delta");
+
+  // Deterministic: a second backward gives the same bits.
+  gpu().attention_backward(d, qkv_d.get(), ctx_in.get(), lse_in.get(), dctx_d.get(), dqkv_d.get(),
+                           delta_d.get(), t);
+  CHECK(dqkv_d.download() == dqkv);
+}
+
+// Structured inputs for the mask checks (s <= dh): row i of a tensor is zero, e_i (the i-th unit
+// vector), or all ones.
+enum class Rows { Zero, Unit, Ones };
+
+float row_value(Rows r, int64_t i, int64_t c) {
+  switch (r) {
+    case Rows::Zero:
+      return 0.0f;
+    case Rows::Unit:
+      return i == c ? 1.0f : 0.0f;
+    case Rows::Ones:
+      return 1.0f;
+  }
+  return 0.0f;
+}
+
+struct MaskRun {
+  std::vector<float> ctx, dq, dk, dv;  // [b * heads][s][dh] each, in (bi, hi) order
+};
+
+/// Forward and backward on the GPU with q, k, v and dctx built from `rows`, outputs regrouped per
+/// (batch, head) pair.
+MaskRun run_structured(const AttentionDesc& d, DType t, Rows q, Rows k, Rows v, Rows dout) {
+  const int64_t pairs = d.b * d.heads, dh = d.dh;
+  std::vector<uint16_t> qkv(static_cast<std::size_t>(d.s * pairs * 3 * dh));
+  std::vector<uint16_t> dctx(static_cast<std::size_t>(d.s * pairs * dh));
+  for (int64_t i = 0; i < d.s; ++i) {
+    for (int64_t bh = 0; bh < pairs; ++bh) {
+      for (int64_t c = 0; c < dh; ++c) {
+        const auto at = static_cast<std::size_t>((i * pairs + bh) * 3 * dh + c);
+        qkv[at] = to16(row_value(q, i, c), t);
+        qkv[at + static_cast<std::size_t>(dh)] = to16(row_value(k, i, c), t);
+        qkv[at + static_cast<std::size_t>(2 * dh)] = to16(row_value(v, i, c), t);
+        dctx[static_cast<std::size_t>((i * pairs + bh) * dh + c)] = to16(row_value(dout, i, c), t);
+      }
+    }
+  }
+  const auto n_lse = static_cast<std::size_t>(pairs * d.s);
+  Dev<uint16_t> qkv_d(qkv), ctx_d(dctx.size()), dctx_d(dctx), dqkv_d(qkv.size());
+  Dev<float> lse_d(n_lse), delta_d(n_lse);
+  gpu().attention_forward(d, qkv_d.get(), ctx_d.get(), lse_d.get(), t);
+  gpu().attention_backward(d, qkv_d.get(), ctx_d.get(), lse_d.get(), dctx_d.get(), dqkv_d.get(),
+                           delta_d.get(), t);
+  const std::vector<uint16_t> ctx = ctx_d.download(), dqkv = dqkv_d.download();
+  MaskRun out;
+  for (int64_t bh = 0; bh < pairs; ++bh) {
+    for (int64_t i = 0; i < d.s; ++i) {
+      for (int64_t c = 0; c < dh; ++c) {
+        const auto row = static_cast<std::size_t>((i * pairs + bh) * 3 * dh + c);
+        out.ctx.push_back(from16(ctx[static_cast<std::size_t>((i * pairs + bh) * dh + c)], t));
+        out.dq.push_back(from16(dqkv[row], t));
+        out.dk.push_back(from16(dqkv[row + static_cast<std::size_t>(dh)], t));
+        out.dv.push_back(from16(dqkv[row + static_cast<std::size_t>(2 * dh)], t));
+      }
+    }
+  }
+  return out;
+}
+
+/// With uniform probabilities 1 / (i + 1) (all scores zero), one-hot values and the right output
+/// gradients, each element below shows one keep decision:
+///   q = 0, k = I, v = I, dctx = 1:  ctx_i[j] = P_ij keep_ij / (1 - p)
+///                                   dq_i[j]  = scale P_ij (keep_ij / (1 - p) - delta_i)
+///   q = I, k = 0, v = I, dctx = 1:  dk_j[i]  = scale P_ij (keep_ij / (1 - p) - delta_i)
+///   q = 0, k = 0, v = I, dctx = I:  dv_j[i]  = P_ij keep_ij / (1 - p)
+/// with delta_i = sum_j P_ij keep_ij / (1 - p). ctx and dv must be zero exactly where dropped;
+/// dq and dk within a quarter of the step a flipped decision would make.
+void check_masks(const AttentionDesc& d, DType t) {
+  INFO(describe(d, t));
+  REQUIRE(d.s <= d.dh);
+  const double ks = 1.0 / (1.0 - static_cast<double>(d.dropout.p));
+  const int64_t s = d.s, dh = d.dh;
+  const MaskRun a = run_structured(d, t, Rows::Zero, Rows::Unit, Rows::Unit, Rows::Ones);
+  const MaskRun b = run_structured(d, t, Rows::Unit, Rows::Zero, Rows::Unit, Rows::Ones);
+  const MaskRun c = run_structured(d, t, Rows::Zero, Rows::Zero, Rows::Unit, Rows::Unit);
+  std::size_t ctx_bad = 0, dq_bad = 0, dk_bad = 0, dv_bad = 0, dropped = 0, total = 0;
+  for (int64_t bi = 0; bi < d.b; ++bi) {
+    for (int64_t hi = 0; hi < d.heads; ++hi) {
+      const auto at = [&](int64_t i, int64_t col) {
+        return static_cast<std::size_t>(((bi * d.heads + hi) * s + i) * dh + col);
+      };
+      for (int64_t i = 0; i < s; ++i) {
+        const double p_ij = 1.0 / static_cast<double>(i + 1);
+        double delta = 0.0;
+        for (int64_t j = 0; j <= i; ++j)
+          delta += kept(d.dropout, s, bi, hi, i, j) ? p_ij * ks : 0.0;
+        for (int64_t j = 0; j < s; ++j) {
+          const bool keep = j <= i && kept(d.dropout, s, bi, hi, i, j);
+          total += j <= i;
+          dropped += j <= i && !keep;
+          if ((a.ctx[at(i, j)] != 0.0f) != keep) ++ctx_bad;
+          if ((c.dv[at(j, i)] != 0.0f) != keep) ++dv_bad;
+          const double want = j <= i ? d.scale * p_ij * ((keep ? ks : 0.0) - delta) : 0.0;
+          const double step = 0.25 * d.scale * p_ij * ks;
+          if (!(std::fabs(a.dq[at(i, j)] - want) <= step)) ++dq_bad;
+          if (!(std::fabs(b.dk[at(j, i)] - want) <= step)) ++dk_bad;
+        }
+      }
+    }
+  }
+  INFO(dropped << " of " << total << " probabilities dropped");
+  CHECK(dropped > total / 4);
+  CHECK(dropped < 3 * total / 4);
+  CHECK(ctx_bad == 0);
+  CHECK(dq_bad == 0);
+  CHECK(dk_bad == 0);
+  CHECK(dv_bad == 0);
+}
+
+}  // namespace
+
+TEST_CASE("flash attention covers bf16 and f16 with head dims 64 and 128 only",
+          "[gpu][flash_attention]") {
+  using ptdp::cuda::flash_attention_supported;
+  CHECK(flash_attention_supported(DType::BF16, 64));
+  CHECK(flash_attention_supported(DType::BF16, 128));
+  CHECK(flash_attention_supported(DType::F16, 64));
+  CHECK(flash_attention_supported(DType::F16, 128));
+  CHECK_FALSE(flash_attention_supported(DType::F32, 64));
+  CHECK_FALSE(flash_attention_supported(DType::BF16, 96));
+  CHECK_FALSE(flash_attention_supported(DType::F16, 32));
+  CHECK_FALSE(flash_attention_supported(DType::BF16, 256));
+
+  // Refused before touching the device: pointers and stream are never used.
+  AttentionDesc d;
+  d.s = 16;
+  d.b = 1;
+  d.heads = 1;
+  d.dh = 96;
+  const auto expect_unsupported = [](auto&& call, const char* dtype, const char* dh) {
+    try {
+      call();
+      FAIL("no error thrown");
+    } catch (const ptdp::Error& e) {
+      CHECK(e.code() == ptdp::ErrorCode::Unsupported);
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find(dtype) != std::string::npos);
+      CHECK(what.find(dh) != std::string::npos);
+    }
+  };
+  expect_unsupported(
+      [&] {
+        ptdp::cuda::flash_attention_forward(d, nullptr, nullptr, nullptr, DType::BF16, nullptr);
+      },
+      "bf16", "96");
+  d.dh = 64;
+  expect_unsupported(
+      [&] {
+        ptdp::cuda::flash_attention_backward(d, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                             nullptr, DType::F32, nullptr);
+      },
+      "f32", "64");
+}
+
+TEST_CASE("flash attention forward and backward match the CPU reference",
+          "[gpu][flash_attention]") {
+  require_gpu();
+  INFO(ptdp::cuda::device_description(0));
+  const int64_t shapes[][3] = {{1, 1, 1}, {64, 2, 2}, {77, 2, 3}, {200, 1, 2}};  // s, b, heads
+  uint64_t seed = 1;
+  for (const DType t : {DType::BF16, DType::F16}) {
+    for (const int64_t dh : {64, 128}) {
+      CHECK(gpu().fused_attention_supported(t, dh));
+      for (const auto& shape : shapes) {
+        for (const float p : {0.0f, 0.1f}) {
+          AttentionDesc d;
+          d.s = shape[0];
+          d.b = shape[1];
+          d.heads = shape[2];
+          d.dh = dh;
+          d.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+          // With dropout: this rank's heads start at head 1 of heads + 2 (a tensor-parallel slice).
+          if (p > 0.0f) d.dropout = probs_dropout(p, d.s, d.b, d.heads, d.heads + 2, 1, seed);
+          compare_with_cpu(d, t, seed++);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("flash attention drops exactly the probabilities the unfused dropout drops",
+          "[gpu][flash_attention]") {
+  require_gpu();
+  AttentionDesc d;
+  d.s = 64;
+  d.b = 2;
+  d.heads = 2;
+  d.dh = 64;
+  d.scale = 0.125f;
+  d.dropout = probs_dropout(0.5f, d.s, d.b, d.heads, 4, 1, 77);
+  check_masks(d, DType::BF16);
+  // Rows that start at unaligned Philox blocks and cross a 64-key tile; f16.
+  d.s = 100;
+  d.b = 1;
+  d.heads = 3;
+  d.dh = 128;
+  d.scale = 0.0883883476f;
+  d.dropout = probs_dropout(0.5f, d.s, d.b, d.heads, 3, 0, 78);
+  check_masks(d, DType::F16);
+}
