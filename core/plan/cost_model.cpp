@@ -201,8 +201,10 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const double act = bytes_of(req.precision);
   const double param_bytes = bytes_of(req.precision);
   const double grad_bytes = 4.0;  // fp32 gradient buffer (Megatron's main_grad; ptdp's grads)
-  // Adam: fp32 master weights (16-bit training only) and the two fp32 moments.
-  const double optim_bytes = req.precision == Precision::Fp32 ? 8.0 : 12.0;
+  // Adam's two fp32 moments (sharded by the distributed optimizer) and, in 16-bit training,
+  // the fp32 master weights, which ptdp keeps whole on every rank with the parameters.
+  const double moment_bytes = 8.0;
+  const double master_bytes = req.precision == Precision::Fp32 ? 0.0 : 4.0;
   const double h = g.hidden_size, s = g.seq_length;
   const double vp = static_cast<double>(g.padded_vocab(t));
   const int layers = g.num_layers / p;  // per pipeline rank
@@ -390,7 +392,7 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
     const double n = static_cast<double>(stage_params[k]);
     mm.weights = n * param_bytes;
     mm.gradients = n * grad_bytes;
-    mm.optimizer = n * optim_bytes / (L.distributed_optimizer ? d : 1);
+    mm.optimizer = n * (moment_bytes / (L.distributed_optimizer ? d : 1) + master_bytes);
     mm.slots = k == 0 ? slots_first : slots_last;
     const bool last = k == 1 || p == 1;
     mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);

@@ -32,6 +32,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"layernorm-epsilon", "1e-05"},
     {"untie-embeddings-and-output-weights", "off"},
     {"recompute-granularity", "none"},
+    {"attention-backend", "auto"},
     {"tensor-model-parallel-size", "1"},
     {"pipeline-model-parallel-size", "1"},
     {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},
@@ -252,7 +253,7 @@ const std::vector<std::string> kEveryFlag = {
     "--adam-beta2", "0.95", "--adam-eps", "1e-6", "--optimizer", "sgd", "--seed", "42", "--init-method-std",
     "0.01", "--hidden-dropout", "0.2", "--attention-dropout", "0.3", "--fp16", "--initial-loss-scale", "65536",
     "--min-loss-scale", "4", "--loss-scale-window", "500", "--hysteresis", "3", "--recompute-granularity",
-    "selective", "--data-path", "/data/corpus_text_document", "--split", "98/2/0", "--tokenizer-type",
+    "selective", "--attention-backend", "unfused", "--data-path", "/data/corpus_text_document", "--split", "98/2/0", "--tokenizer-type",
     "NullTokenizer", "--save", "/ckpt/out", "--load", "/ckpt/in", "--save-interval", "100", "--log-interval", "5",
     "--eval-interval", "50", "--eval-iters", "7", "--sgd-momentum", "0.8", "--layernorm-epsilon", "1e-6",
     "--untie-embeddings-and-output-weights", "--pipeline-schedule", "1f1b", "--log-json", "/tmp/log.jsonl",
@@ -291,6 +292,8 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.gpt.untie_embeddings_and_output_weights == 1);
   CHECK(s.gpt.recompute_granularity == PTDP_RECOMPUTE_SELECTIVE);
   CHECK(s.gpt.seed == 42);
+  CHECK(s.gpt.precision == PTDP_DTYPE_F16);  // --fp16
+  CHECK(s.gpt.attention == PTDP_ATTENTION_UNFUSED);
 
   CHECK(s.opt.optimizer == PTDP_OPTIMIZER_SGD);
   CHECK(s.opt.lr == 3e-4);
@@ -543,6 +546,7 @@ TEST_CASE("train config: bad values, unknown flags and contradictions name the f
       {{"--lr-decay-style", "foo"}, {"--lr-decay-style", "'foo'", "is not one of constant, linear, cosine"}},
       {{"--optimizer", "lamb"}, {"--optimizer", "'lamb'", "adam, sgd"}},
       {{"--recompute-granularity", "partial"}, {"--recompute-granularity", "'partial'", "none, full, selective"}},
+      {{"--attention-backend", "flash"}, {"--attention-backend", "'flash'", "auto, fused, unfused"}},
       {{"--pipeline-schedule", "interleaved"}, {"--pipeline-schedule", "'interleaved'", "1f1b, gpipe, zb-h1"}},
       {{"--device", "tpu"}, {"--device", "'tpu'", "auto, cpu, cuda"}},
       {{"--fp16", "--bf16"}, {"--fp16 and --bf16 are exclusive"}},

@@ -1,7 +1,8 @@
 // The planner's memory estimate against the CPU engine's measured high-water mark: a small GPT
 // is trained through the C API on one process (fp32 weights, gradients and Adam moments, the
-// activations of the schedule's in-flight microbatches), and ptdp_plan_create() pinned to the same
-// layout must predict the peak within 20 %.
+// activations of the schedule's in-flight microbatches; in bf16/f16 the 16-bit weights and
+// activations plus fp32 masters), and ptdp_plan_create() pinned to the same layout must predict
+// the peak within 20 %.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -19,9 +20,10 @@ struct Case {
   ptdp_schedule_kind schedule;
   ptdp_recompute recompute;
   int32_t m;
+  ptdp_dtype precision = PTDP_DTYPE_F32;
 };
 
-ptdp_gpt_options small_gpt(ptdp_recompute recompute) {
+ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision) {
   ptdp_gpt_options o;
   ptdp_gpt_options_init(&o);
   o.num_layers = 4;
@@ -31,6 +33,7 @@ ptdp_gpt_options small_gpt(ptdp_recompute recompute) {
   o.vocab_size = 1000;
   o.make_vocab_size_divisible_by = 128;
   o.recompute_granularity = recompute;
+  o.precision = precision;
   return o;
 }
 
@@ -41,7 +44,7 @@ double measured_peak(const Case& c, int32_t b) {
   size_t before = 0;
   OK(ptdp_memory_stats(&before, nullptr));
   OK(ptdp_memory_reset_peak());
-  const ptdp_gpt_options g = small_gpt(c.recompute);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision);
   ptdp_model model = nullptr;
   ptdp_optimizer opt = nullptr;
   ptdp_schedule sched = nullptr;
@@ -66,7 +69,7 @@ double measured_peak(const Case& c, int32_t b) {
 }
 
 ptdp_plan_layout estimated(const Case& c, int32_t b) {
-  const ptdp_gpt_options g = small_gpt(c.recompute);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision);
   ptdp_plan_options o;
   OK(ptdp_plan_options_init(&o));
   o.num_layers = g.num_layers;
@@ -77,7 +80,7 @@ ptdp_plan_layout estimated(const Case& c, int32_t b) {
   o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
   o.attention_dropout = g.attention_dropout;
   o.global_batch_size = c.m * b;
-  o.precision = PTDP_DTYPE_F32;
+  o.precision = c.precision;
   o.recompute_granularity = c.recompute;
   o.num_gpus = 1;
   o.tensor_model_parallel_size = 1;
@@ -106,13 +109,18 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
   const Case cases[] = {{PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4}};
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4},
+                        {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F16}};
   for (const Case& c : cases) {
     const double measured = measured_peak(c, b);
     const ptdp_plan_layout e = estimated(c, b);
-    std::printf("schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
+    std::printf("%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
                 "activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
-                static_cast<int>(c.schedule), static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
+                c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
+                static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
                 e.memory_weights / 1048576.0, e.memory_gradients / 1048576.0, e.memory_optimizer / 1048576.0,
                 e.memory_activations / 1048576.0, e.memory_slots, measured / 1048576.0, e.memory_total / measured);
     CHECK(e.memory_total == Approx(measured).epsilon(0.20));

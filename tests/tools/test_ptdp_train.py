@@ -292,8 +292,8 @@ def compare(a, b, iters, tol, what, keys=("lm_loss", "grad_norm")):
 def case_bf16():
     fp32, _, _ = train("fp32", 1, 1, 1, 6)
     bf16, bf16_valid, _ = train("bf16-serial", 1, 1, 1, 6, ["--bf16"])
-    # bf16 keeps 8 bits of mantissa: the losses agree to about 1%, and both fall.
-    w1 = compare(bf16, fp32, 6, 2e-2, "bf16 vs fp32", keys=("lm_loss",))
+    # bf16 keeps 8 bits of mantissa; the loss is an fp32 mean over the tokens: within 0.5%.
+    w1 = compare(bf16, fp32, 6, 5e-3, "bf16 vs fp32", keys=("lm_loss",))
     check(bf16[6]["lm_loss"] < bf16[1]["lm_loss"] - 0.3, f"bf16 loss falls: {bf16[1]['lm_loss']} -> {bf16[6]['lm_loss']}")
     check(all(not bf16[it]["skipped"] for it in bf16), "bf16 without loss scaling skips nothing")
     # Tensor-parallel partial sums are rounded to bf16 before the all-reduce, so (2,2,2) differs
@@ -324,14 +324,14 @@ def case_fp16():
     check(dyn[1]["skipped"] and len(skipped) >= 2, f"the first iterations overflow and are skipped: {skipped}")
     check(scales[-1] < 2 ** 24, f"the loss scale backed off: {scales}")
     check(all(b <= a for a, b in zip(scales, scales[1:])), f"the scale never grows within the window: {scales}")
-    # hysteresis 2: the scale halves on every second consecutive overflow
-    check(scales[0] == 2 ** 24 and scales[1] == 2 ** 23, f"hysteresis 2: {scales[:3]}")
+    # hysteresis 2: the first overflow keeps the scale, the second halves it
+    check(scales[:3] == [2 ** 24, 2 ** 24, 2 ** 23], f"hysteresis 2: {scales[:3]}")
     check(not dyn[iters]["skipped"] and not dyn[iters - 1]["skipped"], f"steps succeed at the end: {skipped}")
     check(dyn[iters]["skipped_iterations"] == len(skipped), "skipped_iterations counts the skipped steps")
     check("number of skipped iterations:" in stdout, "the log line reports skipped iterations")
-    const, _, _ = train("fp16-constant", 1, 1, 1, 6, ["--fp16", "--loss-scale", "1024"])
+    const, _, _ = train("fp16-constant", 1, 1, 1, iters, ["--fp16", "--loss-scale", "1024"])
     check(all(not const[it]["skipped"] for it in const), "a constant scale of 1024 skips nothing")
-    w = compare(const, fp32, 6, 2e-2, "fp16 (scale 1024) vs fp32", keys=("lm_loss",))
+    w = compare(const, fp32, iters, 5e-3, "fp16 (scale 1024) vs fp32", keys=("lm_loss",))
     print(f"fp16: dynamic scale {scales[0]:.0f} -> {scales[-1]:.0f}, skipped iterations {skipped}; "
           f"constant scale vs fp32 worst {w:.2e}")
 

@@ -2443,8 +2443,9 @@ class ptdp_plan_layout(object):
     memory_weights = property(_ptdp_ext.ptdp_plan_layout_memory_weights_get, _ptdp_ext.ptdp_plan_layout_memory_weights_set, doc=r""" Bytes of weights.""")
     memory_gradients = property(_ptdp_ext.ptdp_plan_layout_memory_gradients_get, _ptdp_ext.ptdp_plan_layout_memory_gradients_set, doc=r""" Bytes of gradients (fp32).""")
     memory_optimizer = property(_ptdp_ext.ptdp_plan_layout_memory_optimizer_get, _ptdp_ext.ptdp_plan_layout_memory_optimizer_set, doc=r"""
-    Bytes of optimizer state (Adam moments, fp32 master
-                                          weights of 16-bit training; / d when distributed).
+    Bytes of optimizer state: Adam moments (/ d when
+                                          distributed) and the fp32 master weights of 16-bit
+                                          training (whole on every rank).
     """)
     memory_activations = property(_ptdp_ext.ptdp_plan_layout_memory_activations_get, _ptdp_ext.ptdp_plan_layout_memory_activations_set, doc=r"""
     Bytes of activations of the in-flight microbatches,

@@ -25803,12 +25803,14 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_plan_layout_memory_gradients_set", _wrap_ptdp_plan_layout_memory_gradients_set, METH_VARARGS, " Bytes of gradients (fp32)."},
 	 { "ptdp_plan_layout_memory_gradients_get", _wrap_ptdp_plan_layout_memory_gradients_get, METH_O, " Bytes of gradients (fp32)."},
 	 { "ptdp_plan_layout_memory_optimizer_set", _wrap_ptdp_plan_layout_memory_optimizer_set, METH_VARARGS, "\n"
-		"Bytes of optimizer state (Adam moments, fp32 master\n"
-		"                                      weights of 16-bit training; / d when distributed).\n"
+		"Bytes of optimizer state: Adam moments (/ d when\n"
+		"                                      distributed) and the fp32 master weights of 16-bit\n"
+		"                                      training (whole on every rank).\n"
 		""},
 	 { "ptdp_plan_layout_memory_optimizer_get", _wrap_ptdp_plan_layout_memory_optimizer_get, METH_O, "\n"
-		"Bytes of optimizer state (Adam moments, fp32 master\n"
-		"                                      weights of 16-bit training; / d when distributed).\n"
+		"Bytes of optimizer state: Adam moments (/ d when\n"
+		"                                      distributed) and the fp32 master weights of 16-bit\n"
+		"                                      training (whole on every rank).\n"
 		""},
 	 { "ptdp_plan_layout_memory_activations_set", _wrap_ptdp_plan_layout_memory_activations_set, METH_VARARGS, "\n"
 		"Bytes of activations of the in-flight microbatches,\n"

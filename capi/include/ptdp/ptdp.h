@@ -2370,8 +2370,9 @@ typedef struct ptdp_plan_layout {
   int64_t parameters_per_gpu;     /**< The most parameters one GPU holds. */
   double memory_weights;          /**< Bytes of weights. */
   double memory_gradients;        /**< Bytes of gradients (fp32). */
-  double memory_optimizer;        /**< Bytes of optimizer state (Adam moments, fp32 master
-                                       weights of 16-bit training; / d when distributed). */
+  double memory_optimizer;        /**< Bytes of optimizer state: Adam moments (/ d when
+                                       distributed) and the fp32 master weights of 16-bit
+                                       training (whole on every rank). */
   double memory_activations;      /**< Bytes of activations of the in-flight microbatches,
                                        the recomputation working set and the loss. */
   double memory_total;            /**< The sum. */
