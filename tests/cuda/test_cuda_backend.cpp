@@ -28,6 +28,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "tests/cuda/device_buffer.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -42,40 +43,10 @@ using Bytes = std::vector<unsigned char>;
 constexpr DType kFloatTypes[] = {DType::F32, DType::BF16, DType::F16};
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Exit with ctest's SKIP_RETURN_CODE so a machine without a GPU reports "skipped", not "passed".
-void require_gpu() {
-  if (ptdp::cuda::device_count() == 0) {
-    WARN("no CUDA device: skipping");
-    std::exit(77);
-  }
-}
-
-Backend& gpu() { return ptdp::cuda::backend(0); }
-Backend& cpu() { return ptdp::cpu_backend(); }
-
-/// A buffer of n T's in device 0's memory from the caching allocator.
-template <typename T>
-class Dev {
- public:
-  explicit Dev(std::size_t n) : n_(n), p_(static_cast<T*>(ptdp::cuda::device_alloc(0, bytes()))) {}
-  explicit Dev(const std::vector<T>& host) : Dev(host.size()) { upload(host); }
-  ~Dev() { ptdp::cuda::device_free(0, p_, bytes()); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-
-  T* get() const { return p_; }
-  std::size_t bytes() const { return n_ * sizeof(T); }
-  void upload(const std::vector<T>& host) { gpu().copy_from_host(p_, host.data(), bytes()); }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    gpu().copy_to_host(host.data(), p_, bytes());
-    return host;
-  }
-
- private:
-  std::size_t n_;
-  T* p_;
-};
+using cuda_test::cpu;
+using cuda_test::Dev;
+using cuda_test::gpu;
+using cuda_test::require_gpu;
 
 std::vector<float> random_floats(std::size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
   std::mt19937_64 rng(seed);

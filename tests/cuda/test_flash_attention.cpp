@@ -21,6 +21,7 @@
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
+#include "tests/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/error.h"
 #include "kernels/half.h"
@@ -32,41 +33,10 @@ using ptdp::AttentionDesc;
 using ptdp::Backend;
 using ptdp::DType;
 
-// Exit with ctest's SKIP_RETURN_CODE so a machine without a GPU reports "skipped", not "passed".
-void require_gpu() {
-  if (ptdp::cuda::device_count() == 0) {
-    WARN("no CUDA device: skipping");
-    std::exit(77);
-  }
-}
-
-Backend& gpu() { return ptdp::cuda::backend(0); }
-Backend& cpu() { return ptdp::cpu_backend(); }
-
-/// n T's in device 0's memory, from the caching allocator.
-template <typename T>
-class Dev {
- public:
-  explicit Dev(std::size_t n) : n_(n), p_(static_cast<T*>(ptdp::cuda::device_alloc(0, bytes()))) {}
-  explicit Dev(const std::vector<T>& host) : Dev(host.size()) {
-    gpu().copy_from_host(p_, host.data(), bytes());
-  }
-  ~Dev() { ptdp::cuda::device_free(0, p_, bytes()); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-
-  T* get() const { return p_; }
-  std::size_t bytes() const { return n_ * sizeof(T); }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    gpu().copy_to_host(host.data(), p_, bytes());
-    return host;
-  }
-
- private:
-  std::size_t n_;
-  T* p_;
-};
+using cuda_test::cpu;
+using cuda_test::Dev;
+using cuda_test::gpu;
+using cuda_test::require_gpu;
 
 uint16_t to16(float x, DType t) {
   return t == DType::BF16 ? ptdp::f32_to_bf16(x) : ptdp::f32_to_f16(x);

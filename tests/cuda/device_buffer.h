@@ -1,0 +1,52 @@
+// What the CUDA backend tests share: the skip without a GPU, the two backends, and a buffer in
+// device 0's memory from the caching allocator.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cstddef>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_probe.h"
+
+namespace cuda_test {
+
+/// Exits with ctest's SKIP_RETURN_CODE so a machine without a GPU reports "skipped", not "passed".
+inline void require_gpu() {
+  if (ptdp::cuda::device_count() == 0) {
+    WARN("no CUDA device: skipping");
+    std::exit(77);
+  }
+}
+
+inline ptdp::Backend& gpu() { return ptdp::cuda::backend(0); }
+inline ptdp::Backend& cpu() { return ptdp::cpu_backend(); }
+
+/// n T's in device 0's memory, from the caching allocator.
+template <typename T>
+class Dev {
+ public:
+  explicit Dev(std::size_t n) : n_(n), p_(static_cast<T*>(ptdp::cuda::device_alloc(0, bytes()))) {}
+  explicit Dev(const std::vector<T>& host) : Dev(host.size()) { upload(host); }
+  ~Dev() { ptdp::cuda::device_free(0, p_, bytes()); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+
+  T* get() const { return p_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+  void upload(const std::vector<T>& host) { gpu().copy_from_host(p_, host.data(), bytes()); }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    gpu().copy_to_host(host.data(), p_, bytes());
+    return host;
+  }
+
+ private:
+  std::size_t n_;
+  T* p_;
+};
+
+}  // namespace cuda_test
