@@ -1,29 +1,46 @@
-// bench_gpu: cuBLASLt GEMM throughput at the GEMM shapes of GPT training on one GPU.
+// bench_gpu: GPU throughput of GPT training on one GPU, from its GEMMs to whole iterations.
 //
-// For GPT 124M (h=768, 12 heads), 350M (h=1024, 16 heads) and 1.3B (h=2048, 32 heads) at
-// s=1024 and micro-batch b=4 and 8 (T = s*b tokens), every GEMM of one transformer layer:
-//   qkv   [T, h] x [3h, h]^T    proj [T, h] x [h, h]^T
-//   fc1   [T, h] x [4h, h]^T    fc2  [T, 4h] x [h, 4h]^T
-// each as forward (fwd), input gradient (dgrad: dY W) and weight gradient (wgrad: dY^T X), plus
-// the attention GEMMs as strided batches over b*a (batch, head) pairs: scores Q K^T
-// ([s, dh] x [s, dh]^T) and context P V ([s, s] x [s, dh]).
+// 1. cuBLASLt GEMMs. For GPT 124M (h=768, 12 heads), 350M (h=1024, 16 heads) and 1.3B (h=2048,
+//    16 heads) at s=1024 and micro-batch b=4 and 8 (T = s*b tokens), every GEMM of one
+//    transformer layer:
+//      qkv   [T, h] x [3h, h]^T    proj [T, h] x [h, h]^T
+//      fc1   [T, h] x [4h, h]^T    fc2  [T, 4h] x [h, 4h]^T
+//    each as forward (fwd), input gradient (dgrad: dY W) and weight gradient (wgrad: dY^T X),
+//    plus the attention GEMMs as strided batches over b*a (batch, head) pairs: scores Q K^T
+//    ([s, dh] x [s, dh]^T) and context P V ([s, s] x [s, dh]).
+//    Each shape runs in three precisions through cuBLASLt, row-major mapped onto cuBLASLt's
+//    column-major as the CUDA backend does (C^T = B^T A^T):
+//      fp32  CUBLAS_COMPUTE_32F, fp32 A/B/C        (exact fp32; no tensor cores; the backend's mode)
+//      tf32  CUBLAS_COMPUTE_32F_FAST_TF32, fp32 A/B/C
+//      bf16  CUBLAS_COMPUTE_32F, bf16 A/B/C        (fp32 accumulate)
+//    and reports TFLOP/s (2 m n k batch flops per GEMM, 1e12) with the fraction of the H200's
+//    dense peaks: 67 TFLOP/s fp32 (non-tensor), 494 tf32, 989 bf16.
 //
-// Each shape runs in three precisions through cuBLASLt, row-major mapped onto cuBLASLt's
-// column-major as the CUDA backend does (C^T = B^T A^T):
-//   fp32  CUBLAS_COMPUTE_32F, fp32 A/B/C        (exact fp32; no tensor cores; the backend's mode)
-//   tf32  CUBLAS_COMPUTE_32F_FAST_TF32, fp32 A/B/C
-//   bf16  CUBLAS_COMPUTE_32F, bf16 A/B/C        (fp32 accumulate)
-// and reports TFLOP/s (2 m n k batch flops per GEMM, 1e12) with the fraction of the H200's
-// dense peaks: 67 TFLOP/s fp32 (non-tensor), 494 tf32, 989 bf16.
+// 2. The fused causal attention kernels (kernels/cuda/flash_attention.cuh) in bf16 at s=1024,
+//    b=8 for the attention shapes of the same models: 124M (12 heads, dh 64), 350M (16 heads,
+//    dh 64) and 1.3B (16 heads, dh 128), forward and backward, in TFLOP/s of the causal work:
+//    forward 2 * 2 * b * heads * s^2 * dh / 2 (QK^T and PV below the diagonal), backward 2.5x.
 //
-// Then the fused causal attention kernels (kernels/cuda/flash_attention.cuh) in bf16 at s=1024,
-// b=8 for the attention shapes of the same models: 124M (12 heads, dh 64), 350M (16 heads,
-// dh 64) and 1.3B (16 heads, dh 128), forward and backward, in TFLOP/s of the causal work:
-// forward 2 * 2 * b * heads * s^2 * dh / 2 (QK^T and PV below the diagonal), backward 2.5x that.
+// 3. Training: whole iterations of the three models (V=50257, s=1024, b=8 or --train-batch;
+//    bf16 unless --train-precision says f16 or f32) through the public C API (libptdp), as a
+//    user program would run them: a runtime of one process without MPI, default groups, the
+//    GPT on the GPU (attention AUTO: the flash kernel), AdamW (lr 1e-4; f16 with a constant
+//    loss scale of 1024) and a 1F1B schedule with p = m = v = 1, then ptdp_train_iteration on
+//    random token ids with next-token labels, 2 warm-up and --train-iters timed iterations.
+//    ptdp_train_iteration returns the loss on the host, so each call is timed with the wall
+//    clock (the optimizer's last update kernels may still run when it returns; they delay the
+//    next call, so in the steady state every timed call holds one iteration's work). Reports
+//    ms/iteration (median and best), tokens/s, model TFLOP/s with the paper's count
+//    72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per iteration (Narayanan et al. 2021; as
+//    GptConfig::flops_per_step), MFU against 989 TFLOP/s (bf16/f16) or 67 (f32), the first and
+//    last loss, and the device memory the case took (cudaMemGetInfo before and after:
+//    ptdp_memory_stats counts host memory only). Every handle is destroyed before the next
+//    model is built. A failing call or a non-finite loss makes the exit status 1.
 //
-// Timing: CUDA events around a loop of calls on one stream, after one warm-up call; the loop
-// length is calibrated so one run lasts at least min_time; the median of `runs` runs is reported.
-// Without a CUDA device the program says so and exits 0 (benchmarks are not tests).
+// GEMMs and attention are timed with CUDA events around a loop of calls on one stream, after
+// one warm-up call; the loop length is calibrated so one run lasts at least min_time; the
+// median of `runs` runs is reported. Without a CUDA device the program says so and exits 0
+// (benchmarks are not tests).
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -35,6 +52,7 @@
 #include <cstring>
 #include <exception>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/bench_common.h"
@@ -42,17 +60,27 @@
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/half.h"
+#include "ptdp/ptdp.h"
 
 namespace {
 
+using ptdp::bench::Clock;
+using ptdp::bench::grouped;
 using ptdp::bench::json_escape;
 using ptdp::bench::json_number;
+using ptdp::bench::seconds_since;
 using ptdp::bench::splitmix64;
 
 constexpr double kPeakFp32 = 67.0, kPeakTf32 = 494.0, kPeakBf16 = 989.0;  // H200 TFLOP/s, dense
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
-struct Options : ptdp::bench::CaseOptions {};
+struct Options : ptdp::bench::CaseOptions {
+  int train_batch = 0;                           // --train-batch; 0: 8, quick 4
+  int train_iters = 0;                           // --train-iters; 0: 10, quick 3
+  ptdp_dtype train_precision = PTDP_DTYPE_BF16;  // --train-precision
+};
+
+constexpr int kTrainWarmup = 2;  // untimed iterations before the timed ones
 
 void print_help(const char* argv0) {
   ptdp::bench::print_help(
@@ -60,25 +88,73 @@ void print_help(const char* argv0) {
       "cuBLASLt GEMM throughput (TFLOP/s and fraction of the H200's peak) in fp32, tf32 and\n"
       "bf16 at the GEMM shapes of GPT 124M, 350M and 1.3B (s=1024, b=4 and 8): every GEMM of a\n"
       "transformer layer forward and backward, and the attention score/context batches; then the\n"
-      "fused causal attention kernels forward and backward in bf16 (s=1024, b=8).\n"
+      "fused causal attention kernels forward and backward in bf16 (s=1024, b=8); then whole\n"
+      "training iterations of the three models through the C API (ptdp_train_iteration; s=1024,\n"
+      "V=50257): ms/iteration, tokens/s, model TFLOP/s, MFU, losses and device memory.\n"
       "\n"
       "Options:\n",
-      {{"--quick", "GPT 124M only (GEMMs at b=4), short timing"},
-       {"--filter SUBSTR", "run only cases whose name contains SUBSTR (names look like\n"
-                           "124M/b4/fc1.wgrad, 1.3B/b8/attn.score, 350M/b8/attn.flash.bwd)"},
-       {"--runs N", "timed runs per case (default 5, quick 3); the median is reported"},
-       {"--min-time S", "seconds each run lasts at least (default 0.1, quick 0.02)"}});
+      {{"--quick",
+        "GPT 124M only (GEMMs at b=4, training at b=4 for 3 iterations),\n"
+        "short timing"},
+       {"--filter SUBSTR",
+        "run only cases whose name contains SUBSTR (names look like\n"
+        "124M/b4/fc1.wgrad, 1.3B/b8/attn.score, 350M/b8/attn.flash.bwd,\n"
+        "1.3B/b8/train; 'train' selects the training cases only)"},
+       {"--runs N",
+        "timed runs per GEMM/attention case (default 5, quick 3); the median\n"
+        "is reported"},
+       {"--min-time S",
+        "seconds each GEMM/attention run lasts at least (default 0.1,\n"
+        "quick 0.02)"},
+       {"--train-batch N", "micro-batch size b of the training cases (default 8, quick 4)"},
+       {"--train-iters N",
+        "timed training iterations after 2 warm-up ones (default 10,\n"
+        "quick 3)"},
+       {"--train-precision P",
+        "bf16 (default), f16 (constant loss scale 1024) or f32 (MFU\n"
+        "against 67 TFLOP/s fp32 instead of 989)"}});
+}
+
+/// "bf16", "f16", "f32" (also "fp16", "fp32") -> the model precision; false for anything else.
+bool parse_precision(const std::string& v, ptdp_dtype& out) {
+  if (v == "bf16") {
+    out = PTDP_DTYPE_BF16;
+  } else if (v == "f16" || v == "fp16") {
+    out = PTDP_DTYPE_F16;
+  } else if (v == "f32" || v == "fp32") {
+    out = PTDP_DTYPE_F32;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+const char* dtype_name(ptdp_dtype d) {
+  return d == PTDP_DTYPE_BF16 ? "bf16" : (d == PTDP_DTYPE_F16 ? "f16" : "f32");
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
   if (!ptdp::bench::read_flags(argc, argv, print_help, exit_code, [&](ptdp::bench::Args& args) {
         bool ok = true;
-        return ptdp::bench::read_case_flag(args, o, ok, exit_code) ? ok : args.unknown(exit_code);
+        if (ptdp::bench::read_case_flag(args, o, ok, exit_code)) return ok;
+        const std::string& f = args.flag();
+        if (f == "--train-batch") return args.int_value(o.train_batch, 1, exit_code);
+        if (f == "--train-iters") return args.int_value(o.train_iters, 1, exit_code);
+        if (f == "--train-precision") {
+          std::string v;
+          if (!args.require_value(v, exit_code)) return false;
+          return parse_precision(v, o.train_precision) ||
+                 args.fail(exit_code,
+                           "--train-precision must be bf16, f16 or f32, got '" + v + "'");
+        }
+        return args.unknown(exit_code);
       })) {
     return false;
   }
   if (o.runs == 0) o.runs = o.quick ? 3 : 5;
   if (o.min_time < 0.0) o.min_time = o.quick ? 0.02 : 0.1;
+  if (o.train_batch == 0) o.train_batch = o.quick ? 4 : 8;
+  if (o.train_iters == 0) o.train_iters = o.quick ? 3 : 10;
   return true;
 }
 
@@ -108,7 +184,8 @@ struct Model {
 };
 
 std::vector<Case> make_cases(const Options& o) {
-  const Model models[] = {{"124M", 768, 12}, {"350M", 1024, 16}, {"1.3B", 2048, 32}};
+  // 1.3B has 16 heads of dh 128 (GPT-3 1.3B), as in the attention and training cases.
+  const Model models[] = {{"124M", 768, 12}, {"350M", 1024, 16}, {"1.3B", 2048, 16}};
   const int64_t s = 1024;
   std::vector<Case> out;
   for (const Model& md : models) {
@@ -190,6 +267,49 @@ std::vector<AttnCase> make_attention_cases(const Options& o) {
       c.name = std::string(sh.name) + "/b8/attn.flash." + (backward ? "bwd" : "fwd");
       if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
     }
+  }
+  return out;
+}
+
+// ---- training cases ----------------------------------------------------------------------------
+
+/// Whole training iterations of one GPT shape through the C API.
+struct TrainCase {
+  std::string name;  // 1.3B/b8/train
+  std::string model;
+  int32_t layers = 0, hidden = 0, heads = 0, vocab = 50257, seq = 1024, b = 0;
+  ptdp_dtype precision = PTDP_DTYPE_BF16;
+  int64_t tokens() const { return static_cast<int64_t>(b) * seq; }
+  /// The paper's model FLOPs of one iteration (one microbatch of b sequences):
+  /// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), as GptConfig::flops_per_step.
+  double flops() const {
+    const double l = layers, h = hidden, s = seq, v = vocab;
+    return 72.0 * static_cast<double>(tokens()) * l * h * h *
+           (1.0 + s / (6.0 * h) + v / (12.0 * l * h));
+  }
+  /// The dense peak MFU is measured against: 989 TFLOP/s for bf16/f16 tensor cores, 67 for the
+  /// exact fp32 the f32 engine computes in.
+  double peak_tflops() const { return precision == PTDP_DTYPE_F32 ? kPeakFp32 : kPeakBf16; }
+};
+
+std::vector<TrainCase> make_train_cases(const Options& o) {
+  struct Shape {
+    const char* name;
+    int32_t layers, hidden, heads;
+  };
+  const Shape shapes[] = {{"124M", 12, 768, 12}, {"350M", 24, 1024, 16}, {"1.3B", 24, 2048, 16}};
+  std::vector<TrainCase> out;
+  for (const Shape& sh : shapes) {
+    if (o.quick && std::string(sh.name) != "124M") continue;
+    TrainCase c;
+    c.model = sh.name;
+    c.layers = sh.layers;
+    c.hidden = sh.hidden;
+    c.heads = sh.heads;
+    c.b = o.train_batch;
+    c.precision = o.train_precision;
+    c.name = std::string(sh.name) + "/b" + std::to_string(c.b) + "/train";
+    if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
   }
   return out;
 }
@@ -510,8 +630,208 @@ std::string cell(const Result& r) {
   return buf;
 }
 
+// ---- training through the C API -----------------------------------------------------------------
+
+struct TrainResult {
+  const TrainCase* c = nullptr;
+  bool ok = false;
+  std::string why;  // when !ok: the failing call and ptdp_last_error(), or the bad loss
+  int64_t parameters = 0;
+  double setup_s = 0.0;              // runtime, groups, model (initialisation), optimizer
+  std::vector<double> iteration_ms;  // the timed iterations
+  std::vector<float> losses;         // every iteration, warm-up included
+  int64_t skipped = 0;               // optimizer steps skipped for non-finite gradients
+  double ms = 0.0, best_ms = 0.0, tokens_per_s = 0.0, tflops = 0.0;
+  bool mem_ok = false;                // cudaMemGetInfo answered
+  int64_t mem_new = 0, mem_held = 0;  // device bytes in use after the last iteration minus
+                                      // before the case / before the first case
+};
+
+/// Device memory in use on the current device by every process, in bytes; < 0 on failure.
+double device_used_bytes() {
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return -1.0;
+  }
+  return static_cast<double>(total_b - free_b);
+}
+
+/// The C API handles of one training case, destroyed in the order their dependencies need.
+struct TrainHandles {
+  ptdp_runtime runtime = nullptr;
+  ptdp_groups groups = nullptr;
+  ptdp_model model = nullptr;
+  ptdp_optimizer optimizer = nullptr;
+  ptdp_schedule schedule = nullptr;
+  TrainHandles() = default;
+  TrainHandles(const TrainHandles&) = delete;
+  TrainHandles& operator=(const TrainHandles&) = delete;
+  ~TrainHandles() { release(nullptr); }
+
+  /// Destroys every handle (NULL ones are accepted); with `why`, the first failure's message.
+  bool release(std::string* why) {
+    bool ok = true;
+    const auto check = [&](ptdp_status st) {
+      if (st != PTDP_SUCCESS && ok) {
+        ok = false;
+        if (why != nullptr) {
+          *why = std::string(ptdp_last_error()) + " [" + ptdp_status_string(st) + "]";
+        }
+      }
+    };
+    check(ptdp_optimizer_destroy(optimizer));
+    optimizer = nullptr;
+    check(ptdp_model_destroy(model));
+    model = nullptr;
+    check(ptdp_schedule_destroy(schedule));
+    schedule = nullptr;
+    check(ptdp_groups_destroy(groups));
+    groups = nullptr;
+    check(ptdp_runtime_destroy(runtime));
+    runtime = nullptr;
+    return ok;
+  }
+};
+
+/// Trains c.b sequences per iteration on the runtime's GPU; `baseline` is the device memory in
+/// use when the training section started. Every failure is reported in the result.
+TrainResult run_training(const TrainCase& c, int iters, double baseline) {
+  TrainResult r;
+  r.c = &c;
+  // ptdp_last_error() must be read right after the failing call: the next call clears it.
+  const auto api = [&](ptdp_status st) {
+    if (st == PTDP_SUCCESS) return true;
+    r.why = std::string(ptdp_last_error()) + " [" + ptdp_status_string(st) + "]";
+    return false;
+  };
+  const double used_before = device_used_bytes();
+  const auto t_setup = Clock::now();
+  TrainHandles hd;
+  ptdp_runtime_options ro;
+  ptdp_gpt_options go;
+  ptdp_optimizer_options oo;
+  int32_t gpu = -1;
+  if (!api(ptdp_runtime_options_init(&ro))) return r;
+  ro.use_mpi = 0;  // a world of one process
+  if (!api(ptdp_runtime_create(&ro, &hd.runtime)) ||
+      !api(ptdp_groups_create(hd.runtime, nullptr, &hd.groups)) ||
+      !api(ptdp_runtime_gpu(hd.runtime, &gpu))) {
+    return r;
+  }
+  if (gpu < 0) {
+    r.why = "ptdp_runtime_gpu: the runtime sees no GPU";
+    return r;
+  }
+  if (!api(ptdp_gpt_options_init(&go))) return r;
+  go.num_layers = c.layers;
+  go.hidden_size = c.hidden;
+  go.num_attention_heads = c.heads;
+  go.vocab_size = c.vocab;
+  go.seq_length = c.seq;
+  go.device = PTDP_DEVICE_CUDA;
+  go.precision = c.precision;
+  go.attention = PTDP_ATTENTION_AUTO;  // the flash kernel for bf16/f16 at dh 64 and 128
+  if (!api(ptdp_model_create(hd.groups, &go, &hd.model)) ||
+      !api(ptdp_optimizer_options_init(&oo))) {
+    return r;
+  }
+  oo.optimizer = PTDP_OPTIMIZER_ADAM;
+  oo.lr = 1e-4;
+  if (c.precision == PTDP_DTYPE_F16) {
+    // A constant scale: a dynamic one would skip steps while it searches for its level.
+    oo.dynamic_loss_scale = 0;
+    oo.initial_loss_scale = 1024.0f;
+  }
+  if (!api(ptdp_optimizer_create(hd.model, &oo, &hd.optimizer)) ||
+      !api(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &hd.schedule))) {
+    return r;
+  }
+  r.setup_s = seconds_since(t_setup);
+  int32_t nparams = 0;
+  if (!api(ptdp_model_num_params(hd.model, &nparams))) return r;
+  for (int32_t i = 0; i < nparams; ++i) {
+    int32_t ndim = 0;
+    int64_t shape[2] = {1, 1};
+    if (!api(ptdp_model_param_info(hd.model, i, nullptr, 0, &ndim, shape, nullptr))) return r;
+    r.parameters += ndim == 2 ? shape[0] * shape[1] : shape[0];
+  }
+
+  // Random ids, as a data loader hands them out: per sequence s + 1 tokens, the first s the
+  // input and the last s the labels. A pure function of (iteration, position).
+  const int total = kTrainWarmup + iters;
+  const auto n = static_cast<std::size_t>(c.tokens());
+  std::vector<std::vector<int32_t>> tokens(static_cast<std::size_t>(total)), labels(tokens.size());
+  for (int it = 0; it < total; ++it) {
+    uint64_t state = 0x7a1200000000ull + static_cast<uint64_t>(it);
+    std::vector<int32_t> row(static_cast<std::size_t>(c.seq) + 1);
+    auto& tk = tokens[static_cast<std::size_t>(it)];
+    auto& lb = labels[static_cast<std::size_t>(it)];
+    tk.reserve(n);
+    lb.reserve(n);
+    for (int32_t seq = 0; seq < c.b; ++seq) {
+      for (auto& v : row) {
+        v = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(c.vocab));
+      }
+      tk.insert(tk.end(), row.begin(), row.end() - 1);
+      lb.insert(lb.end(), row.begin() + 1, row.end());
+    }
+  }
+
+  for (int it = 0; it < total; ++it) {
+    ptdp_iteration_result res{};
+    const auto t0 = Clock::now();
+    if (!api(ptdp_train_iteration(
+            hd.model, hd.optimizer, hd.schedule, tokens[static_cast<std::size_t>(it)].data(),
+            labels[static_cast<std::size_t>(it)].data(), c.b, it, nullptr, &res))) {
+      r.why = "iteration " + std::to_string(it) + ": " + r.why;
+      return r;
+    }
+    const double ms = seconds_since(t0) * 1e3;
+    r.losses.push_back(res.loss);
+    r.skipped = res.skipped_iterations;
+    if (!std::isfinite(res.loss)) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "iteration %d: non-finite loss %g", it,
+                    static_cast<double>(res.loss));
+      r.why = buf;
+      return r;
+    }
+    if (it >= kTrainWarmup) r.iteration_ms.push_back(ms);
+  }
+  // The caching allocator keeps what the iterations needed, so this is the case's high-water
+  // mark of reserved memory (see the note printed under the table).
+  const double used_after = device_used_bytes();
+  r.mem_ok = used_before >= 0.0 && used_after >= 0.0 && baseline >= 0.0;
+  r.mem_new = static_cast<int64_t>(used_after - used_before);
+  r.mem_held = static_cast<int64_t>(used_after - baseline);
+  if (!hd.release(&r.why)) return r;
+
+  std::vector<double> sorted = r.iteration_ms;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t k = sorted.size();
+  r.ms = k % 2 == 1 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
+  r.best_ms = sorted.front();
+  r.tokens_per_s = static_cast<double>(c.tokens()) / (r.ms * 1e-3);
+  r.tflops = c.flops() / (r.ms * 1e-3) / 1e12;
+  r.ok = true;
+  return r;
+}
+
+/// "124.4M", "1.31B": parameter counts in the table.
+std::string short_count(int64_t n) {
+  char buf[32];
+  if (n >= 1000000000) {
+    std::snprintf(buf, sizeof buf, "%.2fB", static_cast<double>(n) * 1e-9);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(n) * 1e-6);
+  }
+  return buf;
+}
+
 bool write_json(const Options& o, const std::string& device, const std::vector<Result>& results,
-                const std::vector<AttnResult>& attention) {
+                const std::vector<AttnResult>& attention,
+                const std::vector<TrainResult>& training) {
   std::string s = "{\n";
   s += "  \"benchmark\": \"bench_gpu\",\n";
   s += "  \"device\": \"" + json_escape(device) + "\",\n";
@@ -559,31 +879,62 @@ bool write_json(const Options& o, const std::string& device, const std::vector<R
     }
     s += i + 1 < attention.size() ? "},\n" : "}\n";
   }
+  s += "  ],\n";
+  s += "  \"training\": [\n";
+  const auto numbers = [](const auto& v) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      out += (i > 0 ? ", " : "") + json_number(static_cast<double>(v[i]));
+    }
+    return out + "]";
+  };
+  for (std::size_t i = 0; i < training.size(); ++i) {
+    const TrainResult& r = training[i];
+    const TrainCase& c = *r.c;
+    s += "    {\"name\": \"" + json_escape(c.name) + "\", \"model\": \"" + c.model +
+         "\", \"layers\": " + std::to_string(c.layers) +
+         ", \"hidden\": " + std::to_string(c.hidden) + ", \"heads\": " + std::to_string(c.heads) +
+         ", \"vocab\": " + std::to_string(c.vocab) + ", \"seq\": " + std::to_string(c.seq) +
+         ", \"b\": " + std::to_string(c.b) + ", \"precision\": \"" + dtype_name(c.precision) +
+         "\", \"schedule\": \"1f1b\", \"p\": 1, \"m\": 1, \"v\": 1, \"tokens_per_iteration\": " +
+         std::to_string(c.tokens()) + ", \"flops_per_iteration\": " + json_number(c.flops()) +
+         ", \"peak_tflops\": " + json_number(c.peak_tflops()) +
+         ", \"warmup_iterations\": " + std::to_string(kTrainWarmup) +
+         ", \"iterations\": " + std::to_string(o.train_iters) +
+         ", \"losses\": " + numbers(r.losses);
+    if (r.ok) {
+      s += ", \"parameters\": " + std::to_string(r.parameters) +
+           ", \"setup_s\": " + json_number(r.setup_s) +
+           ", \"iteration_ms\": " + numbers(r.iteration_ms) + ", \"ms\": " + json_number(r.ms) +
+           ", \"best_ms\": " + json_number(r.best_ms) +
+           ", \"tokens_per_s\": " + json_number(r.tokens_per_s) +
+           ", \"tflops\": " + json_number(r.tflops) +
+           ", \"mfu\": " + json_number(r.tflops / c.peak_tflops()) +
+           ", \"first_loss\": " + json_number(r.losses.front()) +
+           ", \"last_loss\": " + json_number(r.losses.back()) +
+           ", \"skipped_steps\": " + std::to_string(r.skipped) +
+           ", \"device_memory_new_bytes\": " + (r.mem_ok ? std::to_string(r.mem_new) : "null") +
+           ", \"device_memory_held_bytes\": " + (r.mem_ok ? std::to_string(r.mem_held) : "null");
+    } else {
+      s += ", \"error\": \"" + json_escape(r.why) + "\"";
+    }
+    s += i + 1 < training.size() ? "},\n" : "}\n";
+  }
   s += "  ]\n}\n";
   return ptdp::bench::write_text_file(o.json_path, s);
 }
 
-int run(const Options& o) {
-  if (ptdp::cuda::device_count() == 0) {
-    std::printf("bench_gpu: no CUDA device; nothing to measure\n");
-    return 0;
-  }
-  if (!cuda_ok(cudaSetDevice(0), "cudaSetDevice")) return 1;
-  const std::string device = ptdp::cuda::device_description(0);
-  const std::vector<Case> cases = make_cases(o);
-  const std::vector<AttnCase> attn_cases = make_attention_cases(o);
-  if (cases.empty() && attn_cases.empty()) {
-    std::fprintf(stderr, "bench_gpu: no case matches --filter '%s'\n", o.filter.c_str());
-    return 2;
-  }
+/// Sections 1 and 2: the GEMM table and the fused attention table. False when the buffers
+/// could not be set up. The Bench (its buffers and handles) is gone when this returns.
+bool run_kernels(const Options& o, const std::vector<Case>& cases,
+                 const std::vector<AttnCase>& attn_cases, std::vector<Result>& results,
+                 std::vector<AttnResult>& attention) {
   std::printf(
-      "bench_gpu on %s: cuBLASLt GEMMs and fused attention, median of %d runs of >= %.3g s\n",
-      device.c_str(), o.runs, o.min_time);
-  std::printf("TFLOP/s (fraction of the H200 dense peak: fp32 %.0f, tf32 %.0f, bf16 %.0f)\n\n",
-              kPeakFp32, kPeakTf32, kPeakBf16);
+      "cuBLASLt GEMMs and fused attention: median of %d runs of >= %.3g s; TFLOP/s\n"
+      "(fraction of the H200 dense peak: fp32 %.0f, tf32 %.0f, bf16 %.0f)\n\n",
+      o.runs, o.min_time, kPeakFp32, kPeakTf32, kPeakBf16);
   Bench bench(o);
-  if (!bench.setup(cases)) return 1;
-  std::vector<Result> results;
+  if (!bench.setup(cases)) return false;
   if (!cases.empty()) {
     std::printf("%-24s %6s %6s %6s %5s  %16s %16s %16s\n", "case", "m", "n", "k", "batch", "fp32",
                 "tf32", "bf16");
@@ -636,7 +987,6 @@ int run(const Options& o) {
   }
   flush_group();
 
-  std::vector<AttnResult> attention;
   if (!attn_cases.empty()) {
     std::printf(
         "Fused causal attention, bf16 (TFLOP/s of the causal work; backward = 2.5x forward)\n");
@@ -657,8 +1007,87 @@ int run(const Options& o) {
     std::fflush(stdout);
     attention.push_back(r);
   }
-  if (!o.json_path.empty() && !write_json(o, device, results, attention)) return 1;
-  return 0;
+  return true;
+}
+
+/// Section 3: one row per training case, then the notes. False when a case failed.
+bool run_train(const Options& o, const std::vector<TrainCase>& train_cases,
+               std::vector<TrainResult>& training) {
+  const TrainCase& c0 = train_cases.front();
+  std::printf(
+      "\nGPT training through the C API, %s: ptdp_train_iteration (1F1B, p = m = v = 1; AdamW lr "
+      "1e-4%s),\ns=%d, V=%d, %d warm-up + %d timed iterations; model TFLOP/s = 72 B s l h^2 (1 + "
+      "s/(6h) + V/(12 l h)) / time,\nMFU against %.0f TFLOP/s (%s dense)\n",
+      dtype_name(c0.precision), c0.precision == PTDP_DTYPE_F16 ? ", loss scale 1024" : "", c0.seq,
+      c0.vocab, kTrainWarmup, o.train_iters, c0.peak_tflops(),
+      c0.precision == PTDP_DTYPE_F32 ? "fp32" : "bf16/f16");
+  std::printf("%-16s %8s %7s %9s %9s %10s %8s %6s %19s %13s\n", "case", "params", "setup s",
+              "ms/it", "best ms", "tokens/s", "TFLOP/s", "MFU", "loss first -> last",
+              "GiB new/held");
+  std::fflush(stdout);
+  // Memory in use before any model: the program's own context and whatever else runs.
+  const double baseline = device_used_bytes();
+  bool all_ok = true;
+  for (const TrainCase& c : train_cases) {
+    TrainResult r = run_training(c, o.train_iters, baseline);
+    if (r.ok) {
+      char mem[32] = "n/a";
+      if (r.mem_ok) {
+        std::snprintf(mem, sizeof mem, "%.1f / %.1f", static_cast<double>(r.mem_new) / (1u << 30),
+                      static_cast<double>(r.mem_held) / (1u << 30));
+      }
+      std::printf("%-16s %8s %7.1f %9.2f %9.2f %10s %8.1f %5.1f%% %8.4f -> %7.4f %13s\n",
+                  c.name.c_str(), short_count(r.parameters).c_str(), r.setup_s, r.ms, r.best_ms,
+                  grouped(static_cast<int64_t>(std::llround(r.tokens_per_s))).c_str(), r.tflops,
+                  100.0 * r.tflops / c.peak_tflops(), static_cast<double>(r.losses.front()),
+                  static_cast<double>(r.losses.back()), mem);
+      if (r.skipped > 0) {
+        std::fprintf(stderr, "%s: %lld optimizer steps skipped for non-finite gradients\n",
+                     c.name.c_str(), static_cast<long long>(r.skipped));
+      }
+    } else {
+      all_ok = false;
+      std::printf("%-16s FAILED (the message follows on stderr)\n", c.name.c_str());
+      std::fflush(stdout);
+      std::fprintf(stderr, "%s: %s\n", c.name.c_str(), r.why.c_str());
+    }
+    std::fflush(stdout);
+    training.push_back(std::move(r));
+  }
+  std::printf(
+      "GiB new/held: device memory in use after the last iteration minus before the case (new) "
+      "and before the\nfirst case (held), by cudaMemGetInfo (ptdp_memory_stats counts host memory "
+      "only). ptdp's caching\nallocator keeps freed blocks, so after another case 'new' misses the "
+      "blocks it reused and 'held'\nincludes stale ones; --filter one case for its exact "
+      "footprint.\n");
+  return all_ok;
+}
+
+int run(const Options& o) {
+  if (ptdp::cuda::device_count() == 0) {
+    std::printf("bench_gpu: no CUDA device; nothing to measure\n");
+    return 0;
+  }
+  if (!cuda_ok(cudaSetDevice(0), "cudaSetDevice")) return 1;
+  const std::string device = ptdp::cuda::device_description(0);
+  const std::vector<Case> cases = make_cases(o);
+  const std::vector<AttnCase> attn_cases = make_attention_cases(o);
+  const std::vector<TrainCase> train_cases = make_train_cases(o);
+  if (cases.empty() && attn_cases.empty() && train_cases.empty()) {
+    std::fprintf(stderr, "bench_gpu: no case matches --filter '%s'\n", o.filter.c_str());
+    return 2;
+  }
+  std::printf("bench_gpu on %s\n", device.c_str());
+  std::vector<Result> results;
+  std::vector<AttnResult> attention;
+  if ((!cases.empty() || !attn_cases.empty()) &&
+      !run_kernels(o, cases, attn_cases, results, attention)) {
+    return 1;
+  }
+  std::vector<TrainResult> training;
+  const bool train_ok = train_cases.empty() || run_train(o, train_cases, training);
+  if (!o.json_path.empty() && !write_json(o, device, results, attention, training)) return 1;
+  return train_ok ? 0 : 1;
 }
 
 }  // namespace
