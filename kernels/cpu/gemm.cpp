@@ -64,13 +64,16 @@ void epilogue_store(const GemmDesc& d, const float* r, int64_t ldr, void* c, int
       S* ci = cs + i * ldc;
       switch (d.epilogue) {
         case Epilogue::None:
+#pragma omp simd
           for (int64_t j = 0; j < d.n; ++j) ci[j] = St::store(ri[j]);
           break;
         case Epilogue::Bias:
+#pragma omp simd
           for (int64_t j = 0; j < d.n; ++j) ci[j] = St::store(ri[j] + St::load(bias[j]));
           break;
         case Epilogue::BiasGelu: {
           S* ai = aux + i * ldc;
+#pragma omp simd
           for (int64_t j = 0; j < d.n; ++j) {
             const float pre = ri[j] + St::load(bias[j]);
             ai[j] = St::store(pre);
@@ -80,6 +83,7 @@ void epilogue_store(const GemmDesc& d, const float* r, int64_t ldr, void* c, int
         }
         case Epilogue::DGelu: {
           const S* ai = aux + i * ldc;
+#pragma omp simd
           for (int64_t j = 0; j < d.n; ++j) {
             ci[j] = St::store(ri[j] * cpu::gelu_grad_f32(St::load(ai[j])));
           }
