@@ -63,6 +63,16 @@ def test_training_lowers_the_loss(groups, config):
     assert losses[-1] < 0.8 * losses[0], losses
 
 
+def test_bf16_from_the_flags_trains_like_fp32(groups):
+    """--bf16 reaches ptdp_gpt_options.precision; the loss follows the fp32 run to bf16 round-off."""
+    runs = {}
+    for flag in ("", " --bf16"):
+        with ptdp.TrainConfig(FLAGS + flag) as c:
+            runs[flag] = (c.gpt_options()["precision"], train(groups, c, 6))
+    assert runs[""][0] == 0 and runs[" --bf16"][0] == 1  # PTDP_DTYPE_F32, PTDP_DTYPE_BF16
+    np.testing.assert_allclose(runs[" --bf16"][1], runs[""][1], rtol=1e-2)
+
+
 def test_parameters_in_and_out_as_numpy(groups, config):
     with ptdp.Model(groups, config.gpt_options()) as model:
         infos = {p.name: p for p in model.parameters()}
