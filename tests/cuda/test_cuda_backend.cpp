@@ -31,6 +31,7 @@
 #include "tests/cuda/device_buffer.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
+#include "kernels/validate.h"
 
 namespace {
 
@@ -111,28 +112,10 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-/// Every element within atol + rtol * |want| (equal values, infinities included, always pass).
+/// cuda_test::check_close where a NaN the CPU produced may be matched by a NaN.
 void check_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
                  double atol, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  std::size_t bad = 0, worst = 0;
-  double worst_excess = -1.0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (g == w || (std::isnan(g) && std::isnan(w))) continue;
-    const double err = std::fabs(g - w), tol = atol + rtol * std::fabs(w);
-    if (!(err <= tol)) {
-      ++bad;
-      if (!(err - tol <= worst_excess)) {
-        worst_excess = err - tol;
-        worst = i;
-      }
-    }
-  }
-  INFO(what << ": " << bad << " of " << got.size() << " elements differ; worst at " << worst
-            << ": got " << (got.empty() ? 0.0f : got[worst]) << ", want "
-            << (want.empty() ? 0.0f : want[worst]));
-  CHECK(bad == 0);
+  cuda_test::check_close(got, want, rtol, atol, what, true);
 }
 
 void check_close(const std::vector<float>& got, const std::vector<float>& want, Tol tol,
@@ -177,15 +160,7 @@ std::size_t span(int64_t rows, int64_t ld, int64_t batch, int64_t stride) {
   return static_cast<std::size_t>((batch - 1) * stride + rows * ld);
 }
 
-const char* epilogue_name(Epilogue e) {
-  switch (e) {
-    case Epilogue::None: return "none";
-    case Epilogue::Bias: return "bias";
-    case Epilogue::BiasGelu: return "bias_gelu";
-    case Epilogue::DGelu: return "dgelu";
-  }
-  return "?";
-}
+using ptdp::kcheck::epilogue_name;
 
 std::string describe(const GemmDesc& d) {
   std::ostringstream s;

@@ -59,28 +59,7 @@ double peak(const std::vector<float>& v) {
   return m;
 }
 
-/// Every element within atol + rtol * |want| (NaN fails).
-void check_close(const std::vector<float>& got, const std::vector<float>& want, double rtol,
-                 double atol, const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  std::size_t bad = 0, worst = 0;
-  double worst_excess = -1.0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    const double err = std::fabs(g - w), tol = atol + rtol * std::fabs(w);
-    if (!(err <= tol)) {  // NaN fails
-      ++bad;
-      if (!(err - tol <= worst_excess)) {
-        worst_excess = err - tol;
-        worst = i;
-      }
-    }
-  }
-  INFO(what << ": " << bad << " of " << got.size() << " elements differ (atol " << atol << ", rtol "
-            << rtol << "); worst at " << worst << ": got " << (got.empty() ? 0.0f : got[worst])
-            << ", want " << (want.empty() ? 0.0f : want[worst]));
-  CHECK(bad == 0);
-}
+using cuda_test::check_close;
 
 /// The dropout block of the probabilities [b * heads, s, s] as the unfused path draws it: this
 /// rank's `heads` heads at head_offset among global_heads.
