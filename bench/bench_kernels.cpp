@@ -519,6 +519,23 @@ class Bench {
     std::printf("   %s\n", std::string(90, '-').c_str());
   }
 
+  /// Ends the row of a FLOP-counted case (time, GFLOP/s, % of the sgemm peak, or its error) and
+  /// records it.
+  void report_flops(Result r) {
+    if (r.ok) {
+      const double gflops = r.flops / r.st.median_s * 1e-9;
+      std::printf(" %10.3f %10.3f %9.1f", r.st.median_s * 1e3, r.st.best_s * 1e3, gflops);
+      if (peak_gflops_ > 0.0)
+        std::printf(" %6.1f%%%s\n", 100.0 * gflops / peak_gflops_, contended_mark(r.st));
+      else
+        std::printf(" %7s%s\n", "-", contended_mark(r.st));
+    } else {
+      any_error_ = true;
+      std::printf("  %s\n", r.error.c_str());
+    }
+    results_.push_back(std::move(r));
+  }
+
   void gemm_case(const std::string& short_name, const GemmDesc& d, const float* a, const float* b,
                  float* c, const std::vector<const Buffer<float>*>& refill) {
     const std::string name = "gemm/" + short_name;
@@ -550,18 +567,7 @@ class Bench {
     } catch (const std::exception& e) {
       r.error = std::string("ERROR: ") + e.what();
     }
-    if (r.ok) {
-      const double gflops = r.flops / r.st.median_s * 1e-9;
-      std::printf(" %10.3f %10.3f %9.1f", r.st.median_s * 1e3, r.st.best_s * 1e3, gflops);
-      if (peak_gflops_ > 0.0)
-        std::printf(" %6.1f%%%s\n", 100.0 * gflops / peak_gflops_, contended_mark(r.st));
-      else
-        std::printf(" %7s%s\n", "-", contended_mark(r.st));
-    } else {
-      any_error_ = true;
-      std::printf("  %s\n", r.error.c_str());
-    }
-    results_.push_back(std::move(r));
+    report_flops(std::move(r));
   }
 
   void bench_gemms() {
@@ -723,18 +729,7 @@ class Bench {
     } catch (const std::exception& e) {
       r.error = std::string("ERROR: ") + e.what();
     }
-    if (r.ok) {
-      const double gflops = r.flops / r.st.median_s * 1e-9;
-      std::printf(" %10.3f %10.3f %9.1f", r.st.median_s * 1e3, r.st.best_s * 1e3, gflops);
-      if (peak_gflops_ > 0.0)
-        std::printf(" %6.1f%%%s\n", 100.0 * gflops / peak_gflops_, contended_mark(r.st));
-      else
-        std::printf(" %7s%s\n", "-", contended_mark(r.st));
-    } else {
-      any_error_ = true;
-      std::printf("  %s\n", r.error.c_str());
-    }
-    results_.push_back(std::move(r));
+    report_flops(std::move(r));
   }
 
   static std::vector<uint16_t> to_bf16(const Buffer<float>& f) {
