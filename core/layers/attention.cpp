@@ -15,12 +15,6 @@ struct Operand {
   int64_t ld, stride;
 };
 
-// Operand at element offset `off` of t (of storage type t.dtype()).
-const void* at(const Tensor& t, int64_t off) {
-  return static_cast<const char*>(t.raw()) + off * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-void* at_mut(const Tensor& t, int64_t off) { return static_cast<char*>(t.raw()) + off * static_cast<int64_t>(dtype_size(t.dtype())); }
-
 void batched(Backend& be, DType type, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, Operand a,
              Operand b, void* c, int64_t ldc, int64_t sc) {
   GemmDesc g;
@@ -85,9 +79,9 @@ bool SelfAttention::fused(const Backend& be) const {
     case AttentionImpl::Unfused: return false;
     case AttentionImpl::Fused:
       if (!be.fused_attention_supported(cfg_.precision, dh_)) {
-        throw_error(ErrorCode::Unsupported, str_cat("attention = fused: the ", be.name(), " backend has no fused attention for ",
-                                                    dtype_name(cfg_.precision), " with head dim ", dh_,
-                                                    " (use auto or unfused)"));
+        throw_error(ErrorCode::Unsupported,
+                    str_cat("attention = fused: the ", be.name(), " backend has no fused attention for ",
+                            dtype_name(cfg_.precision), " with head dim ", dh_, " (use auto or unfused)"));
       }
       return true;
     case AttentionImpl::Auto:
@@ -106,8 +100,8 @@ void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& st
   probs = empty_like(qkv, {b * al, s, s});
   Backend& be = qkv.backend();
   // scores_j = Q_j K_j^T for j = (batch, head)
-  batched(be, t, false, true, s, s, dh, b * al, {at(qkv, 0), row, 3 * dh}, {at(qkv, dh), row, 3 * dh}, probs.raw(), s,
-          s * s);
+  batched(be, t, false, true, s, s, dh, b * al, {element_ptr(qkv, 0), row, 3 * dh}, {element_ptr(qkv, dh), row, 3 * dh},
+          probs.raw(), s, s * s);
   be.softmax_forward(probs.raw(), probs.raw(), t, b * al, s, s, 1.0f / std::sqrt(static_cast<float>(dh)), true);
   dropped = probs;
   if (step.training && cfg_.attention_dropout > 0.0f) {
@@ -134,7 +128,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   attention_probs(qkv, b, step, probs, dropped);
   // ctx_j = P_j V_j, written into [s, b, a/t, dh]
   batched(be, qkv.dtype(), false, false, s, dh, s, b * al, {dropped.raw(), s, s * s},
-          {at(qkv, 2 * dh), b * al * 3 * dh, 3 * dh}, ctx.raw(), b * al * dh, dh);
+          {element_ptr(qkv, 2 * dh), b * al * 3 * dh, 3 * dh}, ctx.raw(), b * al * dh, dh);
   if (cfg_.recompute != Recompute::Selective) {
     slot.probs = probs;
     slot.probs_dropped = dropped;
@@ -163,10 +157,10 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   Tensor dprobs = empty_like(qkv, {b * al, s, s});
   const int64_t n = b * al;
   // dP_j = dctx_j V_j^T;  dV_j = P_j^T dctx_j
-  batched(be, t, false, true, s, s, dh, n, {dctx.raw(), row1, dh}, {at(qkv, 2 * dh), row3, 3 * dh}, dprobs.raw(), s,
-          s * s);
+  batched(be, t, false, true, s, s, dh, n, {dctx.raw(), row1, dh}, {element_ptr(qkv, 2 * dh), row3, 3 * dh},
+          dprobs.raw(), s, s * s);
   batched(be, t, true, false, s, dh, s, n, {slot.probs_dropped.raw(), s, s * s}, {dctx.raw(), row1, dh},
-          at_mut(dqkv, 2 * dh), row3, 3 * dh);
+          element_ptr(dqkv, 2 * dh), row3, 3 * dh);
   if (step.training && cfg_.attention_dropout > 0.0f) {
     be.dropout_backward(dprobs.raw(), dprobs.raw(), t, probs_dropout(b, step));
   }
@@ -174,10 +168,10 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   be.softmax_backward(slot.probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, s, s,
                       1.0f / std::sqrt(static_cast<float>(dh)));
   // dQ_j = dS_j K_j;  dK_j = dS_j^T Q_j
-  batched(be, t, false, false, s, dh, s, n, {dprobs.raw(), s, s * s}, {at(qkv, dh), row3, 3 * dh}, dqkv.raw(), row3,
-          3 * dh);
-  batched(be, t, true, false, s, dh, s, n, {dprobs.raw(), s, s * s}, {at(qkv, 0), row3, 3 * dh}, at_mut(dqkv, dh), row3,
-          3 * dh);
+  batched(be, t, false, false, s, dh, s, n, {dprobs.raw(), s, s * s}, {element_ptr(qkv, dh), row3, 3 * dh},
+          dqkv.raw(), row3, 3 * dh);
+  batched(be, t, true, false, s, dh, s, n, {dprobs.raw(), s, s * s}, {element_ptr(qkv, 0), row3, 3 * dh},
+          element_ptr(dqkv, dh), row3, 3 * dh);
   slots_.release(step.microbatch);
   return qkv_.backward_input(dqkv, step);
 }

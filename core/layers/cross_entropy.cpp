@@ -24,8 +24,8 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   // Padded vocabulary columns of this slice take no part.
   const int64_t valid = std::clamp<int64_t>(vocab_ - vocab_start_, 0, local_vocab_);
   if (valid < local_vocab_) {
-    be.fill_2d(static_cast<char*>(logits.raw()) + valid * static_cast<int64_t>(dtype_size(t)), t, local_vocab_, n,
-               local_vocab_ - valid, -std::numeric_limits<float>::infinity());
+    be.fill_2d(element_ptr(logits, valid), t, local_vocab_, n, local_vocab_ - valid,
+               -std::numeric_limits<float>::infinity());
   }
   Slot& s = slots_.create(step.microbatch);
   s.logits = logits;

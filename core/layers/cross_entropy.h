@@ -1,7 +1,8 @@
 // Cross-entropy over vocabulary-parallel logits [N, V_padded / t] that never gathers them: one
 // read of the local logits (online max and sum of exponentials, target logit), then
 // all-reduces of the row maximum, of the sums moved to that maximum and of the target logit
-// over the tensor group. The logits may be 16-bit; the statistics and the loss are fp32. Columns of padded vocabulary rows (global id >= the true vocabulary) are masked
+// over the tensor group. The logits may be 16-bit; the statistics and the loss are fp32.
+// Columns of padded vocabulary rows (global id >= the true vocabulary) are masked
 // to -inf, so the loss and its gradient are the same for every t.
 #pragma once
 

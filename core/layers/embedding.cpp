@@ -16,8 +16,8 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, const Step& step) {
   const int64_t n = ids.numel();
   const Tensor table = params_.weight(weight_);
   Tensor out = empty_like(table, {n, h_});
-  ids.backend().embedding_forward(ids.data<int32_t>(), n, table.raw(), table.dtype(), vocab_start_, vocab_rows_, h_,
-                                  out.raw());
+  ids.backend().embedding_forward(ids.data<int32_t>(), n, table.raw(), table.dtype(), vocab_start_, vocab_rows_,
+                                  h_, out.raw());
   tp_.all_reduce(out);
   slots_.create(step.microbatch).ids = ids;
   return out;

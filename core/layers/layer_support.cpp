@@ -40,6 +40,12 @@ int64_t rows_of(const Tensor& t, int64_t cols, const char* what) {
 
 Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
 
+void* element_ptr(const Tensor& t, int64_t offset) {
+  PTDP_CHECK_ARG(offset >= 0 && offset < t.numel(),
+                 "element " + std::to_string(offset) + " is outside " + t.str());
+  return static_cast<char*>(t.raw()) + offset * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+
 namespace {
 
 GemmDesc typed(GemmDesc g, DType ab, DType c) {

@@ -42,11 +42,9 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, const Step& step, Tensor* 
   Tensor chunks = empty_like(x, {tp_.size * n * out_local});
   tp_.all_gather(y.reshape({n * out_local}), chunks);
   Tensor full = empty_like(x, {n, out_});
-  const std::size_t elem = dtype_size(x.dtype());
   for (int r = 0; r < tp_.size; ++r) {
-    x.backend().copy_2d(static_cast<char*>(full.raw()) + r * out_local * elem, out_,
-                        static_cast<const char*>(chunks.raw()) + r * n * out_local * elem, out_local, x.dtype(), n,
-                        out_local);
+    x.backend().copy_2d(element_ptr(full, r * out_local), out_, element_ptr(chunks, r * n * out_local), out_local,
+                        x.dtype(), n, out_local);
   }
   return full;
 }
@@ -62,9 +60,8 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& ste
   Tensor dy = dy_in;
   if (gather_ && tp_.size > 1) {  // keep this rank's columns of the gathered gradient
     dy = empty_like(dy_in, {n, out_local});
-    dy_in.backend().copy_2d(dy.raw(), out_local,
-                            static_cast<const char*>(dy_in.raw()) + tp_.rank * out_local * dtype_size(dy_in.dtype()),
-                            out_, dy_in.dtype(), n, out_local);
+    dy_in.backend().copy_2d(dy.raw(), out_local, element_ptr(dy_in, tp_.rank * out_local), out_, dy_in.dtype(), n,
+                            out_local);
   }
   Tensor dx = empty_like(dy, {n, in_});
   linear_dgrad(dy, params_.weight(weight_), dx);
