@@ -57,8 +57,8 @@ struct ptdp_optimizer_impl {
   uint64_t magic = kLive;
   ptdp_groups_impl* groups = nullptr;  // counts this optimizer as a dependent
   ptdp_model_impl* model = nullptr;    // the model it updates, or NULL for registered tensors
-  std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors (fp32: the master weights)
-  ptdp::Tensor model_weights;                 // bf16/f16 model weights the handles view, when the params are 16-bit
+  std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors: fp32 masters, and
+                                              // the bf16/f16 model weights the handles view for 16-bit params
   std::unique_ptr<ptdp::Optimizer> opt;
 };
 

@@ -177,30 +177,22 @@ PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const
       table->add("param." + std::to_string(i), {p.numel()}, (f & PTDP_PARAM_REPLICATED) ? -1 : 0, ptdp::ParamInit::Zeros,
                  0.0f, (f & PTDP_PARAM_NO_WEIGHT_DECAY) == 0);
     }
-    table->allocate(ptdp::Device{});
+    // 16-bit parameters get fp32 master weights (the table's flat parameters) and a 16-bit model
+    // copy that the handles view; the optimizer's step refreshes the copy.
+    table->allocate(ptdp::Device{}, params[0]->tensor.dtype());
     auto h = std::make_unique<ptdp_optimizer_impl>();
     h->groups = &g;
     h->opt = std::make_unique<ptdp::Optimizer>(std::vector<ptdp::ParamTable*>{table.get()},
                                                std::vector<std::vector<int>>{}, c, *g.groups);
-    // Move the values into the flat buffers and re-point the handles there. 16-bit parameters
-    // get fp32 master weights (the table) and a 16-bit model copy that the handles view.
-    const ptdp::DType model_dtype = params[0]->tensor.dtype();
-    if (model_dtype != ptdp::DType::F32) {
-      h->model_weights = ptdp::Tensor::zeros({table->capacity()}, model_dtype);
-    }
+    // Move the values into the flat buffers and re-point the handles there.
     for (int32_t i = 0; i < count; ++i) {
       ptdp::Tensor& p = params[i]->tensor;
       ptdp::Tensor& gr = grads[i]->tensor;
-      ptdp::Tensor pv = table->param(i), gv = table->grad(i);
+      ptdp::Tensor pv = table->param(i), gv = table->grad(i), mv = table->weight(i);
       p.backend().cast(p.raw(), p.dtype(), pv.raw(), ptdp::DType::F32, p.numel());
       gv.backend().copy(gv.raw(), gr.raw(), gr.nbytes());
-      if (h->model_weights.defined()) {
-        ptdp::Tensor mv = h->model_weights.view(table->info(i).offset, {p.numel()});
-        mv.backend().copy(mv.raw(), p.raw(), p.nbytes());
-        p = mv.reshape(p.shape());
-      } else {
-        p = pv.reshape(p.shape());
-      }
+      if (mv.raw() != pv.raw()) mv.backend().copy(mv.raw(), p.raw(), p.nbytes());  // 16-bit: exact
+      p = mv.reshape(p.shape());
       gr = gv.reshape(gr.shape());
     }
     h->tensors = std::move(table);
@@ -232,12 +224,7 @@ PTDP_API ptdp_status ptdp_optimizer_step(ptdp_optimizer optimizer, int64_t itera
     ptdp_optimizer_impl& o = live(optimizer, "optimizer");
     PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
     if (o.tensors) o.opt->params_ready(0, 0, o.tensors->size());
-    const ptdp::StepResult s = o.opt->step(iteration);
-    if (!s.skipped && o.model_weights.defined()) {  // the model's 16-bit weights follow the fp32 masters
-      const ptdp::Tensor& master = o.tensors->flat_params();
-      master.backend().cast(master.raw(), ptdp::DType::F32, o.model_weights.raw(), o.model_weights.dtype(),
-                            o.model_weights.numel());
-    }
+    const ptdp::StepResult s = o.opt->step(iteration);  // 16-bit model weights follow the masters
     fill(s, o.opt->skipped_iterations(), 0.0f, result);
   });
 }
@@ -246,7 +233,7 @@ PTDP_API ptdp_status ptdp_optimizer_state_bytes(ptdp_optimizer optimizer, size_t
   return guard(__func__, [&] {
     ptdp_optimizer_impl& o = live(optimizer, "optimizer");
     require_non_null(bytes, "bytes");
-    *bytes = o.opt->state_bytes() + (o.model_weights.defined() ? o.tensors->flat_params().nbytes() : 0);
+    *bytes = o.opt->state_bytes();
   });
 }
 

@@ -315,7 +315,11 @@ void Optimizer::restore(const Counters& c) {
 
 std::size_t Optimizer::state_bytes() const {
   std::size_t bytes = 0;
-  for (const auto& s : spaces_) bytes += s->m.nbytes() + (s->v.defined() ? s->v.nbytes() : 0);
+  for (const auto& s : spaces_) {
+    bytes += s->m.nbytes() + (s->v.defined() ? s->v.nbytes() : 0);
+    // With 16-bit model weights the flat fp32 parameters are the optimizer's master copy.
+    if (s->table->model_dtype() != DType::F32) bytes += s->table->flat_params().nbytes();
+  }
   return bytes;
 }
 

@@ -74,7 +74,8 @@ class Optimizer {
   /// Gradient multiplier for the backward: the loss scale.
   float loss_scale() const { return scaler_.scale(); }
   int64_t skipped_iterations() const { return skipped_; }
-  /// Bytes of optimizer state on this rank (moments; no master copy of fp32 weights).
+  /// Bytes of optimizer state on this rank: the moments and, for spaces with 16-bit model
+  /// weights, the fp32 master weights (none for fp32 weights, which are their own masters).
   std::size_t state_bytes() const;
   const OptimizerConfig& config() const { return config_; }
 

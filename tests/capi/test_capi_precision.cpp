@@ -146,6 +146,25 @@ TEST_CASE("a bf16 model trains like the fp32 model and keeps fp32 masters", "[ca
   CHECK(ptdp_model_destroy(bf) == PTDP_SUCCESS);
 }
 
+TEST_CASE("the optimizer state of a 16-bit model counts its fp32 masters", "[capi][precision]") {
+  sp::World w;
+  std::size_t bytes[2] = {0, 0};
+  const ptdp_dtype precisions[2] = {PTDP_DTYPE_F32, PTDP_DTYPE_BF16};
+  for (int k = 0; k < 2; ++k) {
+    const ptdp_gpt_options o = tiny(precisions[k]);
+    ptdp_model m = nullptr;
+    ptdp_optimizer opt = nullptr;
+    REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+    REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+    REQUIRE(ptdp_optimizer_state_bytes(opt, &bytes[k]) == PTDP_SUCCESS);
+    CHECK(ptdp_optimizer_destroy(opt) == PTDP_SUCCESS);
+    CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
+  }
+  // Adam: 8 bytes of moments per parameter; bf16 adds the 4-byte master.
+  CHECK(bytes[0] > 0);
+  CHECK(2 * bytes[1] == 3 * bytes[0]);
+}
+
 TEST_CASE("an f16 model under a loss scale that overflows skips the step and backs off", "[capi][precision]") {
   sp::World w;
   ptdp_optimizer_options oo;
