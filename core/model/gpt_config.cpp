@@ -64,15 +64,6 @@ void GptConfig::validate(int t) const {
                      " is not auto, fused or unfused");
 }
 
-const char* attention_impl_name(AttentionImpl a) {
-  switch (a) {
-    case AttentionImpl::Auto: return "auto";
-    case AttentionImpl::Fused: return "fused";
-    case AttentionImpl::Unfused: return "unfused";
-  }
-  return "?";
-}
-
 double GptConfig::flops_per_step(int64_t tokens) const {
   const double l = num_layers, h = hidden_size, s = seq_length, v = vocab_size;
   return 72.0 * static_cast<double>(tokens) * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h));

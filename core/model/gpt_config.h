@@ -57,6 +57,5 @@ struct GptConfig {
 };
 
 const char* recompute_name(Recompute r);
-const char* attention_impl_name(AttentionImpl a);
 
 }  // namespace ptdp
