@@ -11,16 +11,17 @@
 
 namespace sp {
 
-/// A runtime of one process (use_mpi = 0), its default (1, 1, 1) groups and this rank's GPU
-/// (-1 without one).
+/// A runtime of one process (use_mpi = 0; NCCL for GPU tensors unless use_nccl is 0), its
+/// default (1, 1, 1) groups and this rank's GPU (-1 without one).
 struct World {
   ptdp_runtime runtime = nullptr;
   ptdp_groups groups = nullptr;
   int32_t gpu = -1;
-  World() {
+  explicit World(int32_t use_nccl = 1) {
     ptdp_runtime_options ro;
     REQUIRE(ptdp_runtime_options_init(&ro) == PTDP_SUCCESS);
     ro.use_mpi = 0;
+    ro.use_nccl = use_nccl;
     REQUIRE(ptdp_runtime_create(&ro, &runtime) == PTDP_SUCCESS);
     REQUIRE(ptdp_groups_create(runtime, nullptr, &groups) == PTDP_SUCCESS);
     REQUIRE(ptdp_runtime_gpu(runtime, &gpu) == PTDP_SUCCESS);

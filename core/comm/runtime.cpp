@@ -71,6 +71,11 @@ std::shared_ptr<Runtime> Runtime::create_self(const RuntimeOptions& options) {
   rt->world_comm_ = std::make_unique<SelfCommunicator>(rt->settings_);
 #ifdef PTDP_HAVE_CUDA
   rt->gpu_ = cuda::device_count() > 0 ? 0 : -1;
+#ifdef PTDP_HAVE_NCCL
+  // A world of one owns its GPU: NCCL serves its GPU tensors as on any rank with a GPU of its
+  // own (the bootstrap is the self communicator, so no MPI is needed).
+  rt->nccl_enabled_ = rt->want_nccl_ && rt->gpu_ >= 0;
+#endif
 #endif
   return rt;
 }

@@ -32,7 +32,8 @@ class Runtime {
   static std::shared_ptr<Runtime> create_from_mpi(const RuntimeOptions& options, const void* mpi_comm);
   /// Duplicates the communicator a Fortran caller holds (MPI_Fint handle).
   static std::shared_ptr<Runtime> create_from_fortran(const RuntimeOptions& options, int fortran_comm);
-  /// A world of one with no MPI at all.
+  /// A world of one with no MPI at all; it uses GPU 0 where one exists, with NCCL for its GPU
+  /// tensors when NCCL is built in and RuntimeOptions::use_nccl is set.
   static std::shared_ptr<Runtime> create_self(const RuntimeOptions& options);
 
   ~Runtime();

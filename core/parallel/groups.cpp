@@ -68,20 +68,33 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
                                                  format_ranks(mine), mine);
   }
 #ifdef PTDP_HAVE_NCCL
+  // Creating an NCCL communicator is collective, so groups of several ranks get theirs now,
+  // while every member is here; a group of one (a world of one, or t = 1, ...) gets its own
+  // when a GPU tensor first goes through it (device_comm), since no peer has to take part.
   if (rt.nccl_enabled()) {
     for (int k = 0; k < kNumGroupKinds; ++k) {
       const auto kind = static_cast<GroupKind>(k);
-      if (is_member(kind)) device_comms_[idx(kind)] = make_nccl_communicator(comm(kind), rt.gpu(), rt.settings());
+      if (size(kind) > 1) device_comms_[idx(kind)] = make_nccl_communicator(comm(kind), rt.gpu(), rt.settings());
     }
   }
 #endif
 }
 
+Communicator* ProcessGroups::device_comm(GroupKind kind) const {
+  auto& dev = device_comms_[idx(kind)];
+#ifdef PTDP_HAVE_NCCL
+  if (!dev && runtime_->nccl_enabled() && size(kind) == 1) {
+    dev = make_nccl_communicator(comm(kind), runtime_->gpu(), runtime_->settings());
+  }
+#endif
+  return dev.get();
+}
+
 Communicator& ProcessGroups::comm_for(GroupKind kind, Device device) const {
   Communicator& host = comm(kind);
   if (device.type == DeviceType::CPU) return host;
-  const auto& dev = device_comms_[idx(kind)];
-  if (!dev) {
+  Communicator* dev = device_comm(kind);
+  if (dev == nullptr) {
     throw_error(ErrorCode::Unsupported,
                 std::string("no GPU communicator for the ") + group_kind_name(kind) + " group on " +
                     device.str() + " (NCCL is not built in, this rank has no GPU of its own, or the "
@@ -94,8 +107,11 @@ Communicator& ProcessGroups::comm_for(GroupKind kind, Device device) const {
 
 Communicator& ProcessGroups::comm_for_tensors(GroupKind kind, Device device) const {
   Communicator& host = comm(kind);
-  if (device.type == DeviceType::CPU || !device_comms_[idx(kind)] || device.index != runtime_->gpu()) return host;
-  return *device_comms_[idx(kind)];
+  // A world of one moves nothing: its self communicator copies device memory where a
+  // collective needs it, with neither NCCL's set-up nor its launches.
+  if (device.type == DeviceType::CPU || device.index != runtime_->gpu() || !runtime_->uses_mpi()) return host;
+  Communicator* dev = device_comm(kind);
+  return dev != nullptr ? *dev : host;
 }
 
 bool ProcessGroups::is_member(GroupKind kind) const {

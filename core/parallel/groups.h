@@ -34,17 +34,22 @@ class ProcessGroups {
   Communicator& comm_for(GroupKind kind, Device device) const;
   /// The communicator that moves tensors on `device` best: NCCL for GPU tensors where this rank
   /// has a GPU of its own and NCCL is built in; otherwise the host communicator, which stages
-  /// device tensors through host memory (several ranks sharing one GPU, no NCCL).
+  /// device tensors through host memory (several ranks sharing one GPU, no NCCL), or, in a
+  /// world of one without MPI, copies them on the device.
   Communicator& comm_for_tensors(GroupKind kind, Device device) const;
 
  private:
   static Layout checked_layout(const Runtime& rt, ParallelConfig config);
+  /// The group's NCCL communicator, created on first use for a group of one; nullptr when
+  /// there is none (NCCL off or not built in, or not a member).
+  Communicator* device_comm(GroupKind kind) const;
 
   std::shared_ptr<Runtime> runtime_;
   Layout layout_;
   std::array<std::vector<int>, kNumGroupKinds> members_;
   std::array<std::unique_ptr<Communicator>, kNumGroupKinds> comms_;
-  std::array<std::unique_ptr<Communicator>, kNumGroupKinds> device_comms_;  // NCCL, when enabled
+  // NCCL, when enabled; mutable for the groups of one that get theirs on first use.
+  mutable std::array<std::unique_ptr<Communicator>, kNumGroupKinds> device_comms_;
 };
 
 }  // namespace ptdp

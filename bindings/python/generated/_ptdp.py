@@ -362,8 +362,11 @@ class ptdp_runtime_options(object):
     """)
     use_nccl = property(_ptdp_ext.ptdp_runtime_options_use_nccl_get, _ptdp_ext.ptdp_runtime_options_use_nccl_set, doc=r"""
     1 (default): GPU tensors communicate through NCCL when the
-                                       library has it and each rank has a GPU of its own. 0: never
-                                       create NCCL communicators.
+                                       library has it and each rank has a GPU of its own (a world
+                                       of one without MPI included). Groups of several ranks create
+                                       theirs with the groups; a group of one on first use. Creation
+                                       has the comm_timeout_s deadline too. 0: never create NCCL
+                                       communicators.
     """)
 
     def __init__(self):

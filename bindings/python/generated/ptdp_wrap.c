@@ -24020,13 +24020,19 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_runtime_options_use_nccl_set", _wrap_ptdp_runtime_options_use_nccl_set, METH_VARARGS, "\n"
 		"1 (default): GPU tensors communicate through NCCL when the\n"
-		"                                   library has it and each rank has a GPU of its own. 0: never\n"
-		"                                   create NCCL communicators.\n"
+		"                                   library has it and each rank has a GPU of its own (a world\n"
+		"                                   of one without MPI included). Groups of several ranks create\n"
+		"                                   theirs with the groups; a group of one on first use. Creation\n"
+		"                                   has the comm_timeout_s deadline too. 0: never create NCCL\n"
+		"                                   communicators.\n"
 		""},
 	 { "ptdp_runtime_options_use_nccl_get", _wrap_ptdp_runtime_options_use_nccl_get, METH_O, "\n"
 		"1 (default): GPU tensors communicate through NCCL when the\n"
-		"                                   library has it and each rank has a GPU of its own. 0: never\n"
-		"                                   create NCCL communicators.\n"
+		"                                   library has it and each rank has a GPU of its own (a world\n"
+		"                                   of one without MPI included). Groups of several ranks create\n"
+		"                                   theirs with the groups; a group of one on first use. Creation\n"
+		"                                   has the comm_timeout_s deadline too. 0: never create NCCL\n"
+		"                                   communicators.\n"
 		""},
 	 { "new_ptdp_runtime_options", _wrap_new_ptdp_runtime_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_runtime_options", _wrap_delete_ptdp_runtime_options, METH_O, NULL},

@@ -335,8 +335,11 @@ typedef struct ptdp_runtime_options {
   int32_t use_mpi;             /**< 1 (default): use MPI when the library has it. 0: a world of
                                     one process without MPI. */
   int32_t use_nccl;            /**< 1 (default): GPU tensors communicate through NCCL when the
-                                    library has it and each rank has a GPU of its own. 0: never
-                                    create NCCL communicators. */
+                                    library has it and each rank has a GPU of its own (a world
+                                    of one without MPI included). Groups of several ranks create
+                                    theirs with the groups; a group of one on first use. Creation
+                                    has the comm_timeout_s deadline too. 0: never create NCCL
+                                    communicators. */
 } ptdp_runtime_options;
 
 /**

@@ -17,10 +17,13 @@ void cuda_check(cudaError_t rc, const std::string& what) {
   if (rc != cudaSuccess) throw_error(ErrorCode::Device, what + ": " + cudaGetErrorString(rc));
 }
 
-void nccl_check(ncclResult_t rc, const std::string& what) {
+/// Returns ncclSuccess or ncclInProgress (a non-blocking communicator still working); throws
+/// on anything else.
+ncclResult_t nccl_check(ncclResult_t rc, const std::string& what) {
   if (rc != ncclSuccess && rc != ncclInProgress) {
     throw_error(ErrorCode::Communication, what + ": " + ncclGetErrorString(rc));
   }
+  return rc;
 }
 
 ncclDataType_t nccl_type(DType t) {
@@ -77,16 +80,39 @@ class NcclCommunicator final : public Communicator {
     static_assert(sizeof(ncclUniqueId) % 4 == 0);
     Tensor words = Tensor::borrow(&id, {static_cast<int64_t>(sizeof id / 4)}, DType::I32);
     bootstrap_.broadcast(words, 0)->wait();
-    nccl_check(ncclCommInitRank(&comm_, size(), id, rank()), "ncclCommInitRank for " + name());
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    cuda_check(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc (barrier scratch)");
+    // Non-blocking, so that a peer which dies after the id broadcast is a timeout here rather
+    // than a ncclCommInitRank that never returns. Every call on the communicator may then
+    // return ncclInProgress; settle() waits for it under the deadline before the next one.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const std::string init = "creating the NCCL communicator of " + name() + " on cuda:" +
+                             std::to_string(device_) + " at world rank " +
+                             std::to_string(settings.world_rank);
+    try {
+      nccl_check(ncclCommInitRankConfig(&comm_, size(), id, rank(), &config), init + ": ncclCommInitRankConfig");
+      settle(init, deadline());
+      cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      cuda_check(cudaMalloc(&scratch_, sizeof(float)), "cudaMalloc (barrier scratch)");
+    } catch (...) {  // no destructor runs for a constructor that throws
+      if (comm_ != nullptr) ncclCommAbort(comm_);
+      if (stream_ != nullptr) cudaStreamDestroy(stream_);
+      throw;
+    }
   }
 
   ~NcclCommunicator() override {
-    if (comm_ != nullptr) {
-      if (failed()) ncclCommAbort(comm_);
-      else ncclCommDestroy(comm_);
+    if (comm_ != nullptr && !failed()) {
+      // Finalize drains the queued work (bounded by the deadline); destroy then frees it.
+      try {
+        if (nccl_check(ncclCommFinalize(comm_), "ncclCommFinalize") == ncclInProgress) {
+          settle("finalising " + name(), deadline());
+        }
+        ncclCommDestroy(comm_);
+        comm_ = nullptr;
+      } catch (...) {  // settle() has aborted the communicator, or finalize failed
+      }
     }
+    if (comm_ != nullptr) ncclCommAbort(comm_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
     if (scratch_ != nullptr) cudaFree(scratch_);
   }
@@ -186,6 +212,33 @@ class NcclCommunicator final : public Communicator {
       throw_error(ErrorCode::Communication, what + ": NCCL reported " + ncclGetErrorString(state));
     }
   }
+  /// Waits until the communicator has finished its last call (state no longer ncclInProgress).
+  /// An error is thrown as Communication; past `until` the communicator is aborted and
+  /// Error(Timeout) names `what`.
+  void settle(const std::string& what, std::chrono::steady_clock::time_point until) {
+    int sleep_us = 10;
+    for (;;) {
+      ncclResult_t state = ncclSuccess;
+      nccl_check(ncclCommGetAsyncError(comm_, &state), what + ": ncclCommGetAsyncError");
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) {
+        const std::string why = what + ": NCCL reported " + ncclGetErrorString(state);
+        mark_failed(why);
+        ncclCommAbort(comm_);
+        comm_ = nullptr;
+        throw_error(ErrorCode::Communication, why);
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        const std::string why = what + ": timed out after " + format_seconds(settings().timeout_s) +
+                                " (a peer never joined or stopped answering); the NCCL communicator was aborted";
+        abort_after_timeout(why);
+        throw_error(ErrorCode::Timeout, why);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(sleep_us));
+      sleep_us = std::min(sleep_us * 2, 1000);
+    }
+  }
+
   void abort_after_timeout(const std::string& why) {
     mark_failed(why);
     ncclCommAbort(comm_);  // makes the stuck kernels return
@@ -222,7 +275,9 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaEventRecord(ready, cudaStreamLegacy), what + ": cudaEventRecord");
     cuda_check(cudaStreamWaitEvent(stream_, ready, 0), what + ": cudaStreamWaitEvent");
     cudaEventDestroy(ready);
-    nccl_check(enqueue(), what);
+    // On a non-blocking communicator the kernels may be enqueued after the call returns
+    // ncclInProgress: the done event is recorded only once they are on the stream.
+    if (nccl_check(enqueue(), what) == ncclInProgress) settle(what, deadline());
     cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what + ": cudaEventCreate");
     cuda_check(cudaEventRecord(done, stream_), what + ": cudaEventRecord");
     return std::make_unique<NcclWork>(*this, what, done, std::move(keep));
