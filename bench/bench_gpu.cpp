@@ -409,9 +409,8 @@ class Bench {
       for (int64_t off = 0; off < n; off += static_cast<int64_t>(kTile)) {
         const auto cnt =
             static_cast<std::size_t>(std::min<int64_t>(static_cast<int64_t>(kTile), n - off));
-        if (!cuda_ok(cudaMemcpy(static_cast<char*>(dst) + static_cast<std::size_t>(off) * esize,
-                                src, cnt * esize, cudaMemcpyHostToDevice),
-                     "cudaMemcpy")) {
+        if (!upload(static_cast<char*>(dst) + static_cast<std::size_t>(off) * esize, src,
+                    cnt * esize)) {
           return false;
         }
       }
@@ -419,8 +418,9 @@ class Bench {
     };
     return fill(a32_, na, tile.data(), 4) && fill(b32_, nb, tile.data(), 4) &&
            fill(a16_, na, tile16.data(), 2) && fill(b16_, nb, tile16.data(), 2) &&
-           cuda_ok(cudaMemset(c32_, 0, bytes(nc, 4)), "cudaMemset") &&
-           cuda_ok(cudaMemset(c16_, 0, bytes(nc, 2)), "cudaMemset");
+           cuda_ok(cudaMemsetAsync(c32_, 0, bytes(nc, 4), stream_), "cudaMemsetAsync") &&
+           cuda_ok(cudaMemsetAsync(c16_, 0, bytes(nc, 2), stream_), "cudaMemsetAsync") &&
+           cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
   }
 
   Result run(const Case& c, Precision p) {
@@ -546,8 +546,7 @@ class Bench {
       x = ptdp::f32_to_bf16(
           static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0));
     }
-    if (!cuda_ok(cudaMemcpy(qkv, host.data(), n_qkv * 2, cudaMemcpyHostToDevice), "cudaMemcpy") ||
-        !cuda_ok(cudaMemcpy(dctx, host.data(), n_ctx * 2, cudaMemcpyHostToDevice), "cudaMemcpy")) {
+    if (!upload(qkv, host.data(), n_qkv * 2) || !upload(dctx, host.data(), n_ctx * 2)) {
       return fail("upload failed");
     }
     const auto call = [&] {
@@ -578,6 +577,14 @@ class Bench {
   }
 
  private:
+  /// Copies host bytes to the device on stream_ and waits for them: the kernels run on stream_,
+  /// a non-blocking stream that a plain cudaMemcpy (legacy stream; for pageable memory it may
+  /// return before the DMA lands) would not be ordered with.
+  bool upload(void* dst, const void* src, std::size_t bytes) {
+    return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync") &&
+           cuda_ok(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  }
+
   /// Median and best milliseconds per call of `call` (true: issued) over o_.runs timed loops,
   /// each calibrated to last at least o_.min_time, after one warm-up call. False on failure.
   template <class Call>
