@@ -6,6 +6,8 @@
 #   bash scripts/device-check.sh [--only STEPS] [OUTDIR] # there (OUTDIR: $OUT, else ./device-report)
 #   bash scripts/device-check.sh --list-programs         # what the bundle must carry
 #   bash scripts/device-check.sh --build-dir build OUTDIR  # the programs of a build tree instead
+# With the device tool: run(command="bash scripts/device-check.sh $OUT",
+# carry=["device-bundle.tar.xz"], timeout_s=540); the bundle is git-ignored, so it must be carried.
 #
 # Steps, in order (tests first, benchmarks after):
 #   test_cuda_philox test_cuda_backend test_flash_attention test_gpt_cuda test_nccl test_capi_nccl
