@@ -809,7 +809,7 @@ TEST_CASE("cuda casts are bit-identical to the CPU's, special values included",
   }
 }
 
-TEST_CASE("cuda embedding matches the CPU for every type; the backward is deterministic and exact",
+TEST_CASE("cuda embedding matches the CPU for every type, and its backward is deterministic and exact",
           "[gpu][cuda_backend][embedding]") {
   require_gpu();
   struct Case {
@@ -905,7 +905,7 @@ TEST_CASE("cuda one-pass cross-entropy matches the CPU, padded columns and forei
   }
 }
 
-TEST_CASE("cuda ce_rescale moves slice sums to the global max; an empty slice contributes 0",
+TEST_CASE("cuda ce_rescale moves slice sums to the global max, and an empty slice contributes 0",
           "[gpu][cuda_backend][cross_entropy]") {
   require_gpu();
   // Two vocabulary slices of one [rows, v0 + v1] logit matrix; the first `empty_rows` rows of

@@ -47,7 +47,7 @@ TEST_CASE("zeros, fill, host round trip", "[tensor]") {
   CHECK_THROWS_AS(i64.data<float>(), ptdp::Error);
 }
 
-TEST_CASE("views share storage; narrow selects rows", "[tensor]") {
+TEST_CASE("views share storage, and narrow selects rows", "[tensor]") {
   std::vector<float> in(12);
   std::iota(in.begin(), in.end(), 0.0f);
   Tensor t = Tensor::from_host(in.data(), {4, 3}, DType::F32);
