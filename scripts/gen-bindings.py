@@ -195,13 +195,18 @@ def param_docs(text):
     return docs
 
 
+def header_text(header):
+    """The header's text with the PTDP_DEPRECATED(...) markers taken out (attributes only)."""
+    return re.sub(r"\bPTDP_DEPRECATED\([^)]*\)\s*", "", open(header).read())
+
+
 def api_functions(text):
     """The PTDP_API functions, read from the header text without SWIG (for --coverage)."""
     return re.findall(r"^PTDP_API\b[^;(]*?\b(\w+)\s*\(", text, re.M)
 
 
 def load_model(header):
-    text = open(header).read()
+    text = header_text(header)
     briefs = doc_briefs(text)
     root = run_swig(header)
     constants, decls = {}, []
@@ -697,7 +702,7 @@ def main():
     header = os.path.join(args.root, HEADER_REL)
 
     if args.coverage:
-        functions = api_functions(open(header).read())
+        functions = api_functions(header_text(header))
         failed = False
         for lang, rel in OUTPUTS.items():
             text = open(os.path.join(args.root, rel)).read()

@@ -7,9 +7,9 @@ module ptdp_enums
   implicit none
   public
   integer(c_int), parameter :: PTDP_VERSION_MAJOR = 0
-  integer(c_int), parameter :: PTDP_VERSION_MINOR = 1
+  integer(c_int), parameter :: PTDP_VERSION_MINOR = 2
   integer(c_int), parameter :: PTDP_VERSION_PATCH = 0
-  integer(c_int), parameter :: PTDP_VERSION_CODE = 100
+  integer(c_int), parameter :: PTDP_VERSION_CODE = 200
 
   ! Result of every fallible call.
   integer(c_int), parameter :: PTDP_SUCCESS = 0
@@ -73,6 +73,7 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_SCHEDULE_1F1B = 1
   integer(c_int), parameter :: PTDP_SCHEDULE_INTERLEAVED_1F1B = 2
   integer(c_int), parameter :: PTDP_SCHEDULE_ZB_H1 = 3
+  integer(c_int), parameter :: PTDP_SCHEDULE_FORWARD_ONLY = 4
 
   ! What an action does.
   integer(c_int), parameter :: PTDP_ACTION_FORWARD = 0
@@ -174,7 +175,7 @@ module ptdp
     integer(c_int) :: attention
   end type ptdp_gpt_options
 
-  ! Options for ptdp_model_train_step().
+  ! Options for ptdp_model_pipeline_forward_backward().
   type, bind(c) :: ptdp_pipeline_options
     integer(c_size_t) :: struct_size
     integer(c_int32_t) :: scatter_gather
@@ -1022,6 +1023,24 @@ module ptdp
 
     ! Forward and backward of one global batch through a pipeline schedule: m microbatches of @p
     ! micro_batch_size samples, each rank running its actions of @p schedule on its chunks.
+    function ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, &
+        micro_batch_size, iteration, options, loss) &
+        bind(c, name="ptdp_model_pipeline_forward_backward")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      type(c_ptr), value :: schedule
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int32_t), intent(in) :: labels(*)
+      integer(c_int32_t), value :: micro_batch_size
+      integer(c_int64_t), value :: iteration
+      type(ptdp_pipeline_options), intent(in) :: options
+      real(c_float), intent(out) :: loss
+      integer(c_int) :: ptdp_model_pipeline_forward_backward
+    end function ptdp_model_pipeline_forward_backward
+
+    ! Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never
+    ! took an optimizer step), kept so that programs built against 0.1 still link and run.
     function ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, iteration, &
         options, loss) bind(c, name="ptdp_model_train_step")
       import

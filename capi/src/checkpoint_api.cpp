@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "capi/src/handles.h"
-#include "core/train/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 
 namespace {
 

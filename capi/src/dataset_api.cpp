@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "capi/src/handles.h"
-#include "core/train/indexed_dataset.h"
+#include "core/data/indexed_dataset.h"
 
 struct ptdp_dataset_impl {
   static constexpr uint64_t kLive = 0x7074647064737431ull;  // "ptdpdst1"

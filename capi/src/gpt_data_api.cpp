@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "capi/src/handles.h"
-#include "core/train/gpt_dataset.h"
+#include "core/data/gpt_dataset.h"
 
 struct ptdp_gpt_data_impl {
   static constexpr uint64_t kLive = 0x7074647067707431ull;  // "ptdpgpt1"

@@ -14,7 +14,7 @@
 #include "core/model/gpt_pipeline.h"
 #include "core/optim/optimizer.h"
 #include "core/pipeline/schedule.h"
-#include "core/train/train_args.h"
+#include "core/args/train_args.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
 

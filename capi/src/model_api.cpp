@@ -8,6 +8,7 @@
 #include "capi/src/handles.h"
 #include "capi/src/pipeline_run.h"
 #include "core/model/generate.h"
+#include "core/pipeline/gpt_schedule.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
@@ -119,7 +120,7 @@ ptdp::GptModel& whole(const ptdp_model_impl& m, const char* what) {
   if (m.model->pipeline_size() != 1) {
     ptdp::throw_error(ptdp::ErrorCode::Unsupported,
                       std::string(what) + " runs the whole model on one rank; with pipeline size " +
-                          std::to_string(m.model->pipeline_size()) + " use ptdp_model_train_step");
+                          std::to_string(m.model->pipeline_size()) + " use ptdp_model_pipeline_forward_backward");
   }
   return *m.model->chunks().front();
 }
@@ -295,18 +296,26 @@ PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options) 
   });
 }
 
-PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens,
-                                           const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
-                                           const ptdp_pipeline_options* options, float* loss) {
+PTDP_API ptdp_status ptdp_model_pipeline_forward_backward(ptdp_model model, ptdp_schedule schedule,
+                                                          const int32_t* tokens, const int32_t* labels,
+                                                          int32_t micro_batch_size, int64_t iteration,
+                                                          const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {
     ptdp_model_impl& m = live(model, "model");
     const ptdp::Schedule& s = live(schedule, "schedule").schedule;
     ptdp::capi::require_batch(tokens, labels, micro_batch_size);
     const ptdp::capi::PipelineRun run(options);
-    const float l = m.model->train_step(s, tokens, labels, micro_batch_size, iteration, run.executor());
+    const float l = ptdp::forward_backward(*m.model, s, tokens, labels, micro_batch_size, iteration, run.executor());
     run.finish(*m.owner);
     if (loss) *loss = l;
   });
+}
+
+PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens,
+                                           const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
+                                           const ptdp_pipeline_options* options, float* loss) {
+  return ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options,
+                                              loss);
 }
 
 PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,
@@ -318,7 +327,7 @@ PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens
     require_non_null(loss, "loss");
     PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size must be > 0, got " + std::to_string(micro_batch_size));
     PTDP_CHECK_ARG(num_microbatches > 0, "num_microbatches must be > 0, got " + std::to_string(num_microbatches));
-    *loss = m.model->evaluate(tokens, labels, micro_batch_size, num_microbatches);
+    *loss = ptdp::evaluate(*m.model, tokens, labels, micro_batch_size, num_microbatches);
   });
 }
 

@@ -18,6 +18,7 @@ static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe)
 static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));
 static_assert(PTDP_SCHEDULE_INTERLEAVED_1F1B == static_cast<int>(ptdp::ScheduleKind::Interleaved1F1B));
 static_assert(PTDP_SCHEDULE_ZB_H1 == static_cast<int>(ptdp::ScheduleKind::ZeroBubbleH1));
+static_assert(PTDP_SCHEDULE_FORWARD_ONLY == static_cast<int>(ptdp::ScheduleKind::ForwardOnly));
 static_assert(PTDP_ACTION_FORWARD == static_cast<int>(ptdp::ActionKind::Forward));
 static_assert(PTDP_ACTION_BACKWARD == static_cast<int>(ptdp::ActionKind::Backward));
 static_assert(PTDP_ACTION_BACKWARD_INPUT == static_cast<int>(ptdp::ActionKind::BackwardInput));
@@ -41,7 +42,7 @@ constexpr std::size_t kCostsV1Size = sizeof(ptdp_schedule_costs);
 
 ptdp::ScheduleKind checked_kind(ptdp_schedule_kind kind, const char* name) {
   const int k = static_cast<int>(kind);
-  PTDP_CHECK_ARG(k >= PTDP_SCHEDULE_GPIPE && k <= PTDP_SCHEDULE_ZB_H1,
+  PTDP_CHECK_ARG(k >= PTDP_SCHEDULE_GPIPE && k <= PTDP_SCHEDULE_FORWARD_ONLY,
                  std::string(name) + " = " + std::to_string(k) + " is not a ptdp_schedule_kind");
   return static_cast<ptdp::ScheduleKind>(k);
 }

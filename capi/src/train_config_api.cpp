@@ -1,4 +1,4 @@
-// ptdp-train's flags through the C API: a parsed command line (core/train/train_args.h) and the
+// ptdp-train's flags through the C API: a parsed command line (core/args/train_args.h) and the
 // option structs of the other sections it implies.
 #include <cstring>
 #include <memory>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "capi/src/handles.h"
-#include "core/train/train_args.h"
+#include "core/args/train_args.h"
 
 static_assert(PTDP_DATA_MOCK == static_cast<int>(ptdp::TrainDataSource::Mock));
 static_assert(PTDP_DATA_INDEXED == static_cast<int>(ptdp::TrainDataSource::Indexed));

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/layers/dropout.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -36,7 +37,7 @@ void batched(Backend& be, DType type, bool ta, bool tb, int64_t m, int64_t n, in
 
 }  // namespace
 
-SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, const GptConfig& cfg, int layer,
+SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, int layer,
                              TensorParallel tp)
     : cfg_(cfg),
       layer_(layer),

@@ -7,19 +7,19 @@
 // Two ways to the context: the unfused path (scores GEMM, scale + causal mask + softmax,
 // dropout, context GEMM; the [s, s] probabilities are kept for the backward unless selective
 // recomputation rebuilds them) and the backend's fused (flash) kernel, which keeps only a
-// log-sum-exp per query row. GptConfig::attention chooses; both draw the same dropout mask.
+// log-sum-exp per query row. LayerConfig::attention chooses; both draw the same dropout mask.
 #pragma once
 
 #include <string>
 
 #include "core/layers/linear.h"
-#include "core/model/gpt_config.h"
+#include "core/layers/layer_config.h"
 
 namespace ptdp {
 
 class SelfAttention {
  public:
-  SelfAttention(ParamTable& params, const std::string& prefix, const GptConfig& cfg, int layer,
+  SelfAttention(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, int layer,
                 TensorParallel tp);
 
   /// x [s*b, h] (layer-normed) -> [s*b, h] (after the output projection, without its bias:
@@ -28,7 +28,7 @@ class SelfAttention {
   /// dy is the gradient of forward's output plus bias.
   Tensor backward_input(const Tensor& dy, const Step& step);
   Tensor output_bias() const { return proj_.bias(); }
-  /// Whether forward uses the fused kernel on `be` (GptConfig::attention; Error(Unsupported)
+  /// Whether forward uses the fused kernel on `be` (LayerConfig::attention; Error(Unsupported)
   /// when fused is asked for and `be` has no kernel for the model dtype and head dim).
   bool fused(const Backend& be) const;
   void backward_weight(const Step& step);
@@ -46,7 +46,7 @@ class SelfAttention {
   // Softmax (and dropout) of the scores of qkv.
   void attention_probs(const Tensor& qkv, int64_t b, const Step& step, Tensor& probs, Tensor& dropped) const;
 
-  const GptConfig& cfg_;
+  const LayerConfig& cfg_;
   int layer_;
   TensorParallel tp_;
   int64_t heads_local_, dh_;

@@ -4,48 +4,6 @@
 
 namespace ptdp {
 
-void TensorParallel::all_reduce(const Tensor& t, ReduceOp op) const {
-  if (size == 1) return;
-  comm->all_reduce(t, op)->wait();
-}
-
-void TensorParallel::all_gather(const Tensor& in, const Tensor& out) const {
-  if (size == 1) {
-    in.backend().copy(out.raw(), in.raw(), in.nbytes());
-    return;
-  }
-  comm->all_gather(in, out)->wait();
-}
-
-uint64_t dropout_stream(const Step& step, int layer, DropoutSite site) {
-  // splitmix64 over the coordinates: distinct (iteration, microbatch, layer, site) give
-  // unrelated streams.
-  auto mix = [](uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  uint64_t h = mix(static_cast<uint64_t>(step.iteration));
-  h = mix(h ^ static_cast<uint64_t>(step.microbatch));
-  h = mix(h ^ static_cast<uint64_t>(static_cast<int64_t>(layer)));
-  return mix(h ^ static_cast<uint64_t>(site));
-}
-
-int64_t rows_of(const Tensor& t, int64_t cols, const char* what) {
-  PTDP_CHECK_ARG(cols > 0 && t.numel() % cols == 0,
-                 std::string(what) + " " + t.str() + " is not a whole number of rows of " + std::to_string(cols));
-  return t.numel() / cols;
-}
-
-Tensor empty_like(const Tensor& like, const Shape& shape) { return Tensor::empty(shape, like.dtype(), like.device()); }
-
-void* element_ptr(const Tensor& t, int64_t offset) {
-  PTDP_CHECK_ARG(offset >= 0 && offset < t.numel(),
-                 "element " + std::to_string(offset) + " is outside " + t.str());
-  return static_cast<char*>(t.raw()) + offset * static_cast<int64_t>(dtype_size(t.dtype()));
-}
-
 namespace {
 
 GemmDesc typed(GemmDesc g, DType ab, DType c) {

@@ -33,35 +33,4 @@ Tensor LayerNorm::backward_input(const Tensor& dy, const Step& step) {
   return dx;
 }
 
-DropoutDesc flat_dropout(int64_t n, float p, const Step& step, int layer, DropoutSite site, uint64_t seed) {
-  DropoutDesc d;
-  if (!step.training) return d;  // p = 0: none
-  d.p = p;
-  d.rng = PhiloxStream{seed, dropout_stream(step, layer, site)};
-  d.block = GlobalBlock::flat(n);
-  return d;
-}
-
-namespace {
-
-Tensor apply_dropout(const Tensor& in, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
-                     bool backward) {
-  if (!step.training || p == 0.0f) return in;
-  Tensor out = empty_like(in, in.shape());
-  const DropoutDesc d = flat_dropout(in.numel(), p, step, layer, site, seed);
-  if (backward) in.backend().dropout_backward(in.raw(), out.raw(), in.dtype(), d);
-  else in.backend().dropout_forward(in.raw(), out.raw(), in.dtype(), d);
-  return out;
-}
-
-}  // namespace
-
-Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed) {
-  return apply_dropout(x, p, step, layer, site, seed, false);
-}
-
-Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed) {
-  return apply_dropout(dy, p, step, layer, site, seed, true);
-}
-
 }  // namespace ptdp

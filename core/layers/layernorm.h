@@ -5,7 +5,7 @@
 #include <string>
 
 #include "core/layers/layer_support.h"
-#include "core/model/params.h"
+#include "core/params/params.h"
 
 namespace ptdp {
 
@@ -29,12 +29,5 @@ class LayerNorm {
   float eps_;
   Slots<Slot> slots_;
 };
-
-/// The dropout of a whole activation of n elements that is the same on every tensor rank, keyed
-/// by dropout_stream(step, layer, site) and each element's index (p = 0 outside training).
-DropoutDesc flat_dropout(int64_t n, float p, const Step& step, int layer, DropoutSite site, uint64_t seed);
-/// Dropout with flat_dropout's mask. Returns x itself when off.
-Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed);
-Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed);
 
 }  // namespace ptdp

@@ -25,7 +25,8 @@ ColumnParallelLinear::ColumnParallelLinear(ParamTable& params, int shared_weight
   in_ = w.global_shape[1];
 }
 
-Tensor ColumnParallelLinear::forward(const Tensor& x, const Step& step, Tensor* pre_gelu) {
+Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tensor* pre_gelu) {
+  const Tensor& x = copy_to_tensor_region(tp_, x_in);
   const Tensor w = params_.weight(weight_);
   const Tensor b = bias_ >= 0 ? params_.weight(bias_) : Tensor();
   const int64_t n = rows_of(x, in_, "column-parallel input");
@@ -37,16 +38,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, const Step& step, Tensor* 
   }
   linear_forward(x, w, bias_ >= 0 ? &b : nullptr, y, pre_gelu);
   slots_.create(step.microbatch).x = x;
-  if (!gather_ || tp_.size == 1) return y;
-  // The gathered chunks are [t][N][out/t]; interleave them into [N, out].
-  Tensor chunks = empty_like(x, {tp_.size * n * out_local});
-  tp_.all_gather(y.reshape({n * out_local}), chunks);
-  Tensor full = empty_like(x, {n, out_});
-  for (int r = 0; r < tp_.size; ++r) {
-    x.backend().copy_2d(element_ptr(full, r * out_local), out_, element_ptr(chunks, r * n * out_local), out_local,
-                        x.dtype(), n, out_local);
-  }
-  return full;
+  return gather_ ? gather_from_tensor_region(tp_, y, out_) : y;
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& step) {
@@ -57,15 +49,11 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& ste
   PTDP_CHECK_ARG(dy_in.numel() == want, "column-parallel output gradient " + dy_in.str() +
                                             " does not match the output [" + std::to_string(n) + ", " +
                                             std::to_string(gather_ ? out_ : out_local) + "]");
-  Tensor dy = dy_in;
-  if (gather_ && tp_.size > 1) {  // keep this rank's columns of the gathered gradient
-    dy = empty_like(dy_in, {n, out_local});
-    dy_in.backend().copy_2d(dy.raw(), out_local, element_ptr(dy_in, tp_.rank * out_local), out_, dy_in.dtype(), n,
-                            out_local);
-  }
+  // The gathered output's backward keeps this rank's columns.
+  const Tensor dy = gather_ ? scatter_to_tensor_region(tp_, dy_in.reshape({n, out_}), out_) : dy_in;
   Tensor dx = empty_like(dy, {n, in_});
   linear_dgrad(dy, params_.weight(weight_), dx);
-  tp_.all_reduce(dx);  // f's backward
+  copy_to_tensor_region_backward(tp_, dx);
   s.dy = dy;
   return dx;
 }
@@ -92,13 +80,14 @@ Tensor RowParallelLinear::forward(const Tensor& x, const Step& step) {
   const int64_t n = rows_of(x, in_local, "row-parallel input");
   Tensor y = empty_like(x, {n, out_});
   linear_forward(x, params_.weight(weight_), nullptr, y);
-  tp_.all_reduce(y);  // g's forward
+  reduce_from_tensor_region(tp_, y);
   if (bias_ >= 0 && !skip_bias_add_) x.backend().bias_add(y.raw(), params_.weight(bias_).raw(), y.dtype(), n, out_);
   slots_.create(step.microbatch).x = x;
   return y;
 }
 
-Tensor RowParallelLinear::backward_input(const Tensor& dy, const Step& step, const Tensor* pre_gelu) {
+Tensor RowParallelLinear::backward_input(const Tensor& dy_out, const Step& step, const Tensor* pre_gelu) {
+  const Tensor& dy = reduce_from_tensor_region_backward(tp_, dy_out);
   Slot& s = slots_.get(step.microbatch);
   const int64_t in_local = in_ / tp_.size;
   const int64_t n = rows_of(s.x, in_local, "row-parallel input");

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "core/layers/layer_support.h"
-#include "core/model/params.h"
+#include "core/params/params.h"
 
 namespace ptdp {
 

@@ -4,7 +4,7 @@
 
 namespace ptdp {
 
-Mlp::Mlp(ParamTable& params, const std::string& prefix, const GptConfig& cfg, TensorParallel tp)
+Mlp::Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp)
     : fc1_(params, prefix + ".linear_fc1", cfg.hidden_size, cfg.ffn(), true, false, cfg.init_method_std, tp),
       fc2_(params, prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, true,
            cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers)), tp, true),

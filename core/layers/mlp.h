@@ -7,13 +7,13 @@
 #include <string>
 
 #include "core/layers/linear.h"
-#include "core/model/gpt_config.h"
+#include "core/layers/layer_config.h"
 
 namespace ptdp {
 
 class Mlp {
  public:
-  Mlp(ParamTable& params, const std::string& prefix, const GptConfig& cfg, TensorParallel tp);
+  Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp);
   /// x [N, h] -> fc2's output [N, h] without fc2's bias (see output_bias()).
   Tensor forward(const Tensor& x, const Step& step);
   /// dy is the gradient of forward's output plus bias.

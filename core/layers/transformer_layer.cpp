@@ -1,5 +1,7 @@
 #include "core/layers/transformer_layer.h"
 
+#include "core/layers/dropout.h"
+
 namespace ptdp {
 
 namespace {
@@ -23,7 +25,7 @@ Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& resid
 
 }  // namespace
 
-TransformerLayer::TransformerLayer(ParamTable& params, const GptConfig& cfg, int layer, TensorParallel tp)
+TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp)
     : cfg_(cfg),
       layer_(layer),
       ln1_(params, prefix(layer) + ".input_layernorm", cfg.hidden_size, cfg.layernorm_epsilon),

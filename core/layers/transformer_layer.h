@@ -17,7 +17,7 @@ namespace ptdp {
 class TransformerLayer {
  public:
   /// Layer `layer` (global index) of the model: parameters "decoder.layers.<layer>.*".
-  TransformerLayer(ParamTable& params, const GptConfig& cfg, int layer, TensorParallel tp);
+  TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp);
 
   Tensor forward(const Tensor& x, const Step& step);
   Tensor backward_input(const Tensor& dout, const Step& step);
@@ -32,7 +32,7 @@ class TransformerLayer {
   struct Slot {
     Tensor x;  // the layer input, kept under full recomputation
   };
-  const GptConfig& cfg_;
+  const LayerConfig& cfg_;
   int layer_;
   LayerNorm ln1_;
   SelfAttention attn_;

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "core/layers/dropout.h"
 #include "kernels/error.h"
 
 namespace ptdp {

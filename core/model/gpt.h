@@ -13,7 +13,7 @@
 #include "core/layers/embedding.h"
 #include "core/layers/transformer_layer.h"
 #include "core/model/gpt_config.h"
-#include "core/model/params.h"
+#include "core/params/params.h"
 
 namespace ptdp {
 

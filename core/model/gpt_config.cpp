@@ -6,15 +6,6 @@
 
 namespace ptdp {
 
-const char* recompute_name(Recompute r) {
-  switch (r) {
-    case Recompute::None: return "none";
-    case Recompute::Full: return "full";
-    case Recompute::Selective: return "selective";
-  }
-  return "?";
-}
-
 int64_t GptConfig::padded_vocab(int t) const {
   const int64_t multiple = static_cast<int64_t>(make_vocab_size_divisible_by) * t;
   return (vocab_size + multiple - 1) / multiple * multiple;

@@ -1,5 +1,5 @@
 // GptPipeline: this rank's share of a GPT laid out over tensor, pipeline and virtual
-// (interleaved) stages, and one training step of a global batch through a pipeline schedule.
+// (interleaved) stages. core/pipeline/gpt_schedule.h runs a global batch through it.
 // Chunks are assigned round-robin (chunk c on pipeline rank c % p); with tied embeddings the
 // first and last stages each hold the word embedding and their gradients are summed over the
 // embedding group after the backward passes.
@@ -11,20 +11,8 @@
 
 #include "core/model/gpt.h"
 #include "core/parallel/groups.h"
-#include "core/pipeline/executor.h"
 
 namespace ptdp {
-
-/// How a training step reports to the optimizer.
-struct TrainHooks {
-  /// Global index of the replica's first microbatch (keys dropout masks): the data-parallel
-  /// rank times m, so every layout draws the serial run's masks.
-  int64_t microbatch_offset = 0;
-  /// Multiplies every gradient (the loss scale).
-  float grad_scale = 1.0f;
-  /// Parameters [first, end) of local chunk j have their final gradients for the step.
-  std::function<void(int j, int first, int end)> params_ready;
-};
 
 class GptPipeline {
  public:
@@ -39,22 +27,9 @@ class GptPipeline {
   /// This rank's chunks, in order of their global chunk index (chunk j is c = j * p + rank).
   std::vector<std::unique_ptr<GptModel>>& chunks() { return chunks_; }
   int chunk_index(int j) const { return j * p_ + pp_rank_; }
+  int pipeline_rank() const { return pp_rank_; }
   const TensorParallel& tensor_parallel() const { return tp_; }
 
-  /// One global batch through `schedule` (whose p and v must match): m microbatches of b
-  /// samples, tokens and labels [m * b, seq_length] row-major in host memory, the same on every
-  /// rank of a pipeline. Gradients of the mean loss accumulate; the tied-embedding gradients are
-  /// summed over the embedding group. Returns the mean loss, on every rank.
-  float train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
-                   int64_t iteration, const ExecutorOptions& options, const struct TrainHooks& hooks);
-  float train_step(const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
-                   int64_t iteration, const ExecutorOptions& options);
-  /// Forward-only evaluation of m microbatches of b samples (tokens and labels as for
-  /// train_step): dropout off, nothing kept, gradients untouched. Every rank of the pipeline
-  /// runs microbatch after microbatch through its chunks. Returns the mean loss over the
-  /// replica's batch averaged over the data-parallel group, on every rank (collective over the
-  /// model's world).
-  float evaluate(const int32_t* tokens, const int32_t* labels, int64_t b, int m);
   ProcessGroups& groups() { return groups_; }
   Device device() const { return device_; }
 

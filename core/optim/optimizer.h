@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/model/params.h"
+#include "core/params/params.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_schedule.h"
 #include "core/parallel/groups.h"

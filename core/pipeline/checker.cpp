@@ -58,6 +58,9 @@ std::string check_action(const Schedule& s, int r, int i, const Action& a) {
     return "rank " + to_string(r) + " action " + to_string(i) + ": unknown action kind " +
            to_string(static_cast<int>(a.kind));
   }
+  if (s.kind == ScheduleKind::ForwardOnly && a.kind != ActionKind::Forward && !is_activation(a.kind)) {
+    return where(r, i, a) + ": a forward-only schedule has no backward and no gradient transfers";
+  }
   if (a.microbatch < 0 || a.microbatch >= s.m) {
     return where(r, i, a) + ": microbatch " + to_string(a.microbatch) + " is out of range [0, " +
            to_string(s.m) + ")";
@@ -195,6 +198,7 @@ std::string check_rank_order(const Schedule& s, int r) {
       const std::string what = "rank " + to_string(r) + ": microbatch " + to_string(mb) +
                                " chunk " + to_string(chunk);
       if (!u.forward) return what + " has no forward";
+      if (s.kind == ScheduleKind::ForwardOnly) continue;
       if (!u.backward && !u.input) return what + " has no backward";
       if (u.input && !u.weight) {
         return what + " has an input-gradient backward (B) but no weight-gradient backward (W)";

@@ -62,6 +62,7 @@ const char* schedule_kind_name(ScheduleKind k) {
     case ScheduleKind::OneFOneB: return "1F1B";
     case ScheduleKind::Interleaved1F1B: return "interleaved 1F1B";
     case ScheduleKind::ZeroBubbleH1: return "ZB-H1";
+    case ScheduleKind::ForwardOnly: return "forward-only";
   }
   return "?";
 }
@@ -392,11 +393,29 @@ void add_weight_passes(Schedule& s) {
   s.ranks = std::move(out);
 }
 
+// Forward only: microbatch after microbatch, each rank's chunks in order, receiving each
+// chunk's input from the previous chunk's rank and sending its output on.
+void forward_only(Schedule& s) {
+  const int p = s.p, chunks = s.num_chunks();
+  for (int r = 0; r < p; ++r) {
+    auto& acts = s.ranks[static_cast<std::size_t>(r)];
+    for (int mb = 0; mb < s.m; ++mb) {
+      for (int j = 0; j < s.v; ++j) {
+        const int c = j * p + r;
+        // With p = 1 every chunk is on this rank: nothing to send.
+        if (c > 0 && p > 1) acts.push_back({ActionKind::RecvActivation, mb, c, (c - 1) % p});
+        acts.push_back({ActionKind::Forward, mb, c, -1});
+        if (c + 1 < chunks && p > 1) acts.push_back({ActionKind::SendActivation, mb, c, (c + 1) % p});
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   const int k = static_cast<int>(kind);
-  PTDP_CHECK_ARG(k >= 0 && k <= static_cast<int>(ScheduleKind::ZeroBubbleH1),
+  PTDP_CHECK_ARG(k >= 0 && k <= static_cast<int>(ScheduleKind::ForwardOnly),
                  "unknown schedule kind " + to_string(k));
   const std::string name = schedule_kind_name(kind);
   PTDP_CHECK_ARG(p > 0, "pipeline size p = " + to_string(p) + " must be > 0");
@@ -412,7 +431,7 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
     PTDP_CHECK_ARG(m % p == 0, "interleaved 1F1B needs the number of microbatches to be a "
                                "multiple of the pipeline size: m = " +
                                    to_string(m) + ", p = " + to_string(p));
-  } else {
+  } else if (kind != ScheduleKind::ForwardOnly) {
     PTDP_CHECK_ARG(v == 1, name + " has one chunk per rank, got v = " + to_string(v) +
                                "; use interleaved 1F1B for v > 1");
   }
@@ -430,6 +449,7 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
       one_f_one_b(s, ActionKind::BackwardInput);
       add_weight_passes(s);
       break;
+    case ScheduleKind::ForwardOnly: forward_only(s); break;
   }
   const CheckResult check = check_schedule(s);
   if (!check.ok) {

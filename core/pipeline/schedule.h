@@ -50,7 +50,9 @@ struct Action {
 };
 
 /// Numbers match ptdp_schedule_kind in the C API.
-enum class ScheduleKind : int { GPipe = 0, OneFOneB = 1, Interleaved1F1B = 2, ZeroBubbleH1 = 3 };
+/// ForwardOnly (evaluation, generation) runs microbatch after microbatch through every chunk,
+/// with no backward; it takes any v.
+enum class ScheduleKind : int { GPipe = 0, OneFOneB = 1, Interleaved1F1B = 2, ZeroBubbleH1 = 3, ForwardOnly = 4 };
 const char* schedule_kind_name(ScheduleKind k);
 
 struct Schedule {

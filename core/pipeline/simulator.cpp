@@ -48,7 +48,11 @@ SimulationResult simulate(const Schedule& s, const ScheduleCosts& costs) {
     for (const Action& a : s.ranks[r]) {
       busy += action_cost(s, costs, a.kind);
       if (a.kind == ActionKind::Forward) res.peak_slots[r] = std::max(res.peak_slots[r], ++held);
-      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight) --held;
+      // A slot is freed by the backward that needs it; a forward-only pass keeps none.
+      if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight ||
+          (a.kind == ActionKind::Forward && s.kind == ScheduleKind::ForwardOnly)) {
+        --held;
+      }
     }
     res.ideal = std::max(res.ideal, busy);
   }

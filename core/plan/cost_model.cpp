@@ -62,6 +62,7 @@ const char* schedule_short_name(ScheduleKind k) {
     case ScheduleKind::OneFOneB: return "1f1b";
     case ScheduleKind::Interleaved1F1B: return "interleaved";
     case ScheduleKind::ZeroBubbleH1: return "zb-h1";
+    case ScheduleKind::ForwardOnly: return "forward-only";
   }
   return "?";
 }
@@ -169,6 +170,7 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
 int schedule_peak_slots(ScheduleKind kind, int p, int m, int v, int rank) {
   switch (kind) {
     case ScheduleKind::GPipe: return m * v;
+    case ScheduleKind::ForwardOnly: return 1;  // each activation is released after its forward
     case ScheduleKind::OneFOneB: return std::min(m, p - rank);
     // The deferred weight gradients keep every rank's slots until the cool-down.
     case ScheduleKind::ZeroBubbleH1: return std::min(m, p);

@@ -1,7 +1,7 @@
 // ptdp-plan's flags, one table (name, meaning, how the value is read and checked) that the
 // parser and the help text both walk. Reading the command line against the table (our own words
 // for unknown flags and missing values; CLI11 collecting the values, the last of a repeated flag
-// winning) is core/train/flag_table's, shared with ptdp-train; the table converts and checks the
+// winning) is core/args/flag_table's, shared with ptdp-train; the table converts and checks the
 // values, naming the flag and the value.
 #include "core/plan/plan_args.h"
 
@@ -11,7 +11,7 @@
 #include <limits>
 #include <optional>
 
-#include "core/train/flag_table.h"
+#include "core/args/flag_table.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {

@@ -30,7 +30,7 @@ IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, Proces
   hooks.grad_scale = optimizer.loss_scale();
   hooks.params_ready = [&](int j, int first, int end) { optimizer.params_ready(j, first, end); };
   IterationResult r;
-  r.loss = model.train_step(schedule, tokens, labels, b, iteration, options, hooks);
+  r.loss = forward_backward(model, schedule, tokens, labels, b, iteration, options, hooks);
   r.step = optimizer.step(iteration);
   if (groups.size(GroupKind::Data) > 1) {
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&r.loss, {1}, DType::F32), ReduceOp::Avg)->wait();

@@ -3,7 +3,7 @@
 // embedding's reduction, then the optimizer step; the loss averaged over the replicas.
 #pragma once
 
-#include "core/model/gpt_pipeline.h"
+#include "core/pipeline/gpt_schedule.h"
 #include "core/optim/optimizer.h"
 
 namespace ptdp {

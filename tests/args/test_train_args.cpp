@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/train/train_args.h"
+#include "core/args/train_args.h"
 #include "kernels/error.h"
 
 namespace {

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/train/checkpoint_files.h"
-#include "core/train/safetensors.h"
+#include "core/checkpoint/checkpoint_files.h"
+#include "core/checkpoint/safetensors.h"
 #include "kernels/error.h"
 
 namespace fs = std::filesystem;

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/train/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 

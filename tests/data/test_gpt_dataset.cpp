@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "core/train/gpt_dataset.h"
+#include "core/data/gpt_dataset.h"
 #include "idx_bytes.h"
 #include "kernels/error.h"
 

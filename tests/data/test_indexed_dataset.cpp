@@ -5,7 +5,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "core/train/indexed_dataset.h"
+#include "core/data/indexed_dataset.h"
 #include "idx_bytes.h"
 #include "kernels/error.h"
 

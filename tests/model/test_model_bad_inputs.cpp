@@ -477,7 +477,7 @@ void gathered_grad_size(ptdp_groups g) {
 // ---- pipelined groups ----------------------------------------------------------------------------
 
 // A model on groups with pipeline size 2 is one stage of a pipeline (built for
-// ptdp_model_train_step): the whole-model calls are refused as unsupported.
+// ptdp_model_pipeline_forward_backward): the whole-model calls are refused as unsupported.
 // (ptdp.h still documents PTDP_ERR_UNSUPPORTED from ptdp_model_create itself for pipeline
 // size > 1; the library builds the stage since the pipeline commits, so that is what is tested.)
 void pipeline_groups(ptdp_runtime rt, int world) {
@@ -497,7 +497,7 @@ void pipeline_groups(ptdp_runtime rt, int world) {
     const std::vector<int32_t> tokens = mt::ids(16, o.vocab_size, 1), labels = mt::ids(16, o.vocab_size, 2);
     float loss = 123.0f;
     expect_message(CT_STATUS(ptdp_model_forward_backward(m, tokens.data(), labels.data(), 2, 0, 0, 1.0f, &loss), PTDP_ERR_UNSUPPORTED),
-                   {"ptdp_model_forward_backward", "pipeline size 2", "ptdp_model_train_step"}, "forward_backward of a stage");
+                   {"ptdp_model_forward_backward", "pipeline size 2", "ptdp_model_pipeline_forward_backward"}, "forward_backward of a stage");
     expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), 2, 0, 0, 0, &loss), PTDP_ERR_UNSUPPORTED),
                    {"ptdp_model_forward", "pipeline size 2"}, "forward of a stage");
     ct::expect(loss == 123.0f, "the refused calls left the loss output alone");

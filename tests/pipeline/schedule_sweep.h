@@ -1,6 +1,6 @@
 // The (kind, p, m, v) combinations the schedule tests sweep: p in 1..8, m in p..4p, v in 1..3,
 // where the kind accepts them (v > 1 only for interleaved 1F1B, which also needs v > 1 and m a
-// multiple of p).
+// multiple of p). The training schedules only: the forward-only one has tests of its own.
 #pragma once
 
 #include <string>

@@ -280,3 +280,27 @@ TEST_CASE("C API schedule: the SVG of interleaved p = 4, m = 8, v = 2 is well-fo
   CHECK(err() == "ptdp_schedule_write_svg: path is NULL");
   ptdp_schedule_destroy(s);
 }
+
+TEST_CASE("C API: the forward-only schedule has one forward per chunk and microbatch, any v", "[pipeline][capi]") {
+  ptdp_schedule s = make(PTDP_SCHEDULE_FORWARD_ONLY, 2, 3, 2);
+  ptdp_schedule_kind kind = PTDP_SCHEDULE_GPIPE;
+  int32_t p = 0, m = 0, v = 0;
+  REQUIRE(ptdp_schedule_info(s, &kind, &p, &m, &v) == PTDP_SUCCESS);
+  CHECK(kind == PTDP_SCHEDULE_FORWARD_ONLY);
+  CHECK((p == 2 && m == 3 && v == 2));
+  int32_t ok = 0;
+  char message[256];
+  REQUIRE(ptdp_schedule_check(s, &ok, message, sizeof message) == PTDP_SUCCESS);
+  CHECK(ok == 1);
+  for (int32_t rank = 0; rank < 2; ++rank) {
+    int forwards = 0;
+    for (const ptdp_action& a : actions_of(s, rank)) {
+      CHECK(a.kind != PTDP_ACTION_BACKWARD);
+      CHECK(a.kind != PTDP_ACTION_SEND_GRADIENT);
+      CHECK(a.kind != PTDP_ACTION_RECV_GRADIENT);
+      forwards += a.kind == PTDP_ACTION_FORWARD;
+    }
+    CHECK(forwards == 3 * 2);
+  }
+  CHECK(ptdp_schedule_destroy(s) == PTDP_SUCCESS);
+}

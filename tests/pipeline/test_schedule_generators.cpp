@@ -7,6 +7,7 @@
 
 #include "core/pipeline/checker.h"
 #include "core/pipeline/schedule.h"
+#include "core/pipeline/simulator.h"
 #include "kernels/error.h"
 #include "schedule_sweep.h"
 
@@ -157,6 +158,38 @@ TEST_CASE("schedule generators: p = 1 works for every kind without communication
     CHECK(ptdp::check_schedule(s).ok);
     for (const Action& a : s.ranks[0]) CHECK(!ptdp::is_communication(a.kind));
   }
+}
+
+TEST_CASE("schedule generators: forward-only runs each microbatch through every chunk, any v", "[pipeline][schedule]") {
+  for (int p = 1; p <= 6; ++p) {
+    for (int m = 1; m <= 2 * p + 1; ++m) {
+      for (int v = 1; v <= 3; ++v) {
+        INFO("p=" << p << " m=" << m << " v=" << v);
+        const ptdp::Schedule s = ptdp::make_schedule(ScheduleKind::ForwardOnly, p, m, v);
+        REQUIRE(ptdp::check_schedule(s).ok);
+        const ptdp::SimulationResult sim = ptdp::simulate(s, ptdp::ScheduleCosts{});
+        for (int r = 0; r < p; ++r) {
+          const auto c = compute_only(s.ranks[static_cast<std::size_t>(r)]);
+          REQUIRE(c.size() == static_cast<std::size_t>(m * v));
+          // Microbatch after microbatch, the rank's chunks in model order.
+          for (int i = 0; i < m * v; ++i) {
+            CHECK(c[static_cast<std::size_t>(i)] == Action{ActionKind::Forward, i / v, (i % v) * p + r, -1});
+          }
+          for (const Action& a : s.ranks[static_cast<std::size_t>(r)]) {
+            CHECK(a.kind != ActionKind::SendGradient);
+            CHECK(a.kind != ActionKind::RecvGradient);
+          }
+          CHECK(sim.peak_slots[static_cast<std::size_t>(r)] == 1);
+        }
+      }
+    }
+  }
+  // A backward has no place in it: the checker names the action.
+  ptdp::Schedule bad = ptdp::make_schedule(ScheduleKind::ForwardOnly, 1, 2, 1);
+  bad.ranks[0].push_back({ActionKind::Backward, 0, 0, -1});
+  const ptdp::CheckResult r = ptdp::check_schedule(bad);
+  CHECK_FALSE(r.ok);
+  CHECK(r.message.find("a forward-only schedule has no backward") != std::string::npos);
 }
 
 TEST_CASE("schedule generators refuse combinations they cannot serve, naming the numbers", "[pipeline][schedule]") {

@@ -82,6 +82,7 @@ TEST_CASE("schedule simulator: peak activation slots per rank", "[pipeline][sche
         case ScheduleKind::GPipe: CHECK(peak == m); break;
         case ScheduleKind::OneFOneB: CHECK(peak == std::min(p - rank, m)); break;
         case ScheduleKind::ZeroBubbleH1: CHECK(peak <= std::min(p, m)); break;
+        case ScheduleKind::ForwardOnly: CHECK(peak == 1); break;
         case ScheduleKind::Interleaved1F1B:
           // A slot is one chunk's activations, 1/v of a microbatch's on the rank. Megatron's
           // warm-up keeps (p - rank - 1) * 2 + (v - 1) * p forwards in flight, one more in the

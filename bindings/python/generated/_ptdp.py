@@ -1024,7 +1024,7 @@ def ptdp_model_get_grad(model, name, host):
     """
     return _ptdp_ext.ptdp_model_get_grad(model, name, host)
 class ptdp_pipeline_options(object):
-    r""" Options for ptdp_model_train_step(). Initialise with ptdp_pipeline_options_init()."""
+    r""" Options for ptdp_model_pipeline_forward_backward(). Initialise with ptdp_pipeline_options_init()."""
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
     __repr__ = _swig_repr
@@ -1056,7 +1056,7 @@ def ptdp_pipeline_options_init(options):
     """
     return _ptdp_ext.ptdp_pipeline_options_init(options)
 
-def ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, iteration, options):
+def ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options):
     r"""
     Forward and backward of one global batch through a pipeline schedule: m microbatches
            of ``micro_batch_size`` samples, each rank running its actions of ``schedule`` on its
@@ -1081,6 +1081,15 @@ def ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, ite
     :param loss: Receives the mean loss over the batch on every rank; may be NULL.
     Title: Thread safety
     Collective over the model-parallel group (and the world when tracing).
+    """
+    return _ptdp_ext.ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options)
+
+def ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, iteration, options):
+    r"""
+    Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never
+           took an optimizer step), kept so that programs built against 0.1 still link and run.
+           Same arguments, statuses and behaviour.
+    Deprecated: Use ptdp_model_pipeline_forward_backward().
     """
     return _ptdp_ext.ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, iteration, options)
 class ptdp_stage_callbacks(object):
@@ -1130,7 +1139,7 @@ def ptdp_pipeline_run(groups, schedule, callbacks, options):
     :type callbacks: :py:class:`ptdp_stage_callbacks`
     :param callbacks: The chunks; see ::ptdp_stage_callbacks.
     :type options: :py:class:`ptdp_pipeline_options`
-    :param options: NULL for the defaults (trace_path as in ptdp_model_train_step()).
+    :param options: NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward()).
     :rtype: int
     :return: Otherwise the first non-success status a callback returned (its message kept).
     Title: Thread safety
@@ -1312,6 +1321,11 @@ r"""
     Zero bubble ZB-H1 (Qi et al. 2024): backward split into
                                               input and weight gradients, weight gradients deferred
                                               into the bubbles; same peak memory as 1F1B.
+    """
+PTDP_SCHEDULE_FORWARD_ONLY = _ptdp_ext.PTDP_SCHEDULE_FORWARD_ONLY
+r"""
+    Forward passes only (evaluation): microbatch after
+                                              microbatch through every chunk; any v. Since 0.2.
     """
 PTDP_ACTION_FORWARD = _ptdp_ext.PTDP_ACTION_FORWARD
 r""" Forward of (microbatch, chunk)."""

@@ -9271,6 +9271,114 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_model_pipeline_forward_backward(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  ptdp_schedule arg2 = (ptdp_schedule) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  int32_t arg5 ;
+  int64_t arg6 ;
+  ptdp_pipeline_options *arg7 = (ptdp_pipeline_options *) 0 ;
+  float *arg8 = (float *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  Py_buffer view4 ;
+  int have_view4 = 0 ;
+  int val5 ;
+  int ecode5 = 0 ;
+  long val6 ;
+  int ecode6 = 0 ;
+  void *argp7 = 0 ;
+  int res7 = 0 ;
+  float temp8 = 0 ;
+  PyObject *swig_obj[7] ;
+  ptdp_status result;
+  
+  {
+    arg8 = &temp8; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_pipeline_forward_backward", 7, 7, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_pipeline_forward_backward" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_model_pipeline_forward_backward" "', argument " "2"" of type '" "ptdp_schedule""'"); 
+  }
+  arg2 = (ptdp_schedule)(argp2);
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_pipeline_forward_backward: tokens");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
+  }
+  {
+    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_model_pipeline_forward_backward: labels");
+    if (have_view4 < 0) {
+      have_view4 = 0;
+      SWIG_fail;
+    }
+    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
+  }
+  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
+  if (!SWIG_IsOK(ecode5)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_pipeline_forward_backward" "', argument " "5"" of type '" "int32_t""'");
+  } 
+  arg5 = (int32_t)(val5);
+  ecode6 = SWIG_AsVal_long(swig_obj[5], &val6);
+  if (!SWIG_IsOK(ecode6)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_pipeline_forward_backward" "', argument " "6"" of type '" "int64_t""'");
+  } 
+  arg6 = (int64_t)(val6);
+  res7 = SWIG_ConvertPtr(swig_obj[6], &argp7,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res7)) {
+    SWIG_exception_fail(SWIG_ArgError(res7), "in method '" "ptdp_model_pipeline_forward_backward" "', argument " "7"" of type '" "ptdp_pipeline_options const *""'"); 
+  }
+  arg7 = (ptdp_pipeline_options *)(argp7);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_pipeline_forward_backward(arg1,arg2,(int const *)arg3,(int const *)arg4,arg5,arg6,(struct ptdp_pipeline_options const *)arg7,arg8);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg8)); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_model_train_step(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_model arg1 = (ptdp_model) 0 ;
@@ -24590,7 +24698,7 @@ static PyMethodDef SwigMethods[] = {
 		":type options: :py:class:`ptdp_pipeline_options`, out\n"
 		":param options: Must not be NULL.\n"
 		""},
-	 { "ptdp_model_train_step", _wrap_ptdp_model_train_step, METH_VARARGS, "\n"
+	 { "ptdp_model_pipeline_forward_backward", _wrap_ptdp_model_pipeline_forward_backward, METH_VARARGS, "\n"
 		"Forward and backward of one global batch through a pipeline schedule: m microbatches\n"
 		"       of ``micro_batch_size`` samples, each rank running its actions of ``schedule`` on its\n"
 		"       chunks. Gradients of the mean loss accumulate (call ptdp_model_zero_grad() between\n"
@@ -24614,6 +24722,12 @@ static PyMethodDef SwigMethods[] = {
 		":param loss: Receives the mean loss over the batch on every rank; may be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over the model-parallel group (and the world when tracing).\n"
+		""},
+	 { "ptdp_model_train_step", _wrap_ptdp_model_train_step, METH_VARARGS, "\n"
+		"Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never\n"
+		"       took an optimizer step), kept so that programs built against 0.1 still link and run.\n"
+		"       Same arguments, statuses and behaviour.\n"
+		"Deprecated: Use ptdp_model_pipeline_forward_backward().\n"
 		""},
 	 { "ptdp_stage_callbacks_struct_size_set", _wrap_ptdp_stage_callbacks_struct_size_set, METH_VARARGS, " Set by ptdp_stage_callbacks_init()."},
 	 { "ptdp_stage_callbacks_struct_size_get", _wrap_ptdp_stage_callbacks_struct_size_get, METH_O, " Set by ptdp_stage_callbacks_init()."},
@@ -24663,7 +24777,7 @@ static PyMethodDef SwigMethods[] = {
 		":type callbacks: :py:class:`ptdp_stage_callbacks`\n"
 		":param callbacks: The chunks; see ::ptdp_stage_callbacks.\n"
 		":type options: :py:class:`ptdp_pipeline_options`\n"
-		":param options: NULL for the defaults (trace_path as in ptdp_model_train_step()).\n"
+		":param options: NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward()).\n"
 		":rtype: int\n"
 		":return: Otherwise the first non-success status a callback returned (its message kept).\n"
 		"Title: Thread safety\n"
@@ -26802,9 +26916,9 @@ SWIG_init(void) {
   SWIG_InstallConstants(d,swig_const_table);
   
   SWIG_Python_SetConstant(d, "PTDP_VERSION_MAJOR",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "PTDP_VERSION_MINOR",SWIG_From_int((int)(1)));
+  SWIG_Python_SetConstant(d, "PTDP_VERSION_MINOR",SWIG_From_int((int)(2)));
   SWIG_Python_SetConstant(d, "PTDP_VERSION_PATCH",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "PTDP_VERSION_CODE",SWIG_From_int((int)(((0) *10000+(1) *100+(0)))));
+  SWIG_Python_SetConstant(d, "PTDP_VERSION_CODE",SWIG_From_int((int)(((0) *10000+(2) *100+(0)))));
   SWIG_Python_SetConstant(d, "PTDP_SUCCESS",SWIG_From_int((int)(PTDP_SUCCESS)));
   SWIG_Python_SetConstant(d, "PTDP_ERR_INVALID_ARGUMENT",SWIG_From_int((int)(PTDP_ERR_INVALID_ARGUMENT)));
   SWIG_Python_SetConstant(d, "PTDP_ERR_OUT_OF_MEMORY",SWIG_From_int((int)(PTDP_ERR_OUT_OF_MEMORY)));
@@ -26848,6 +26962,7 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_1F1B)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_INTERLEAVED_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_INTERLEAVED_1F1B)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_ZB_H1",SWIG_From_int((int)(PTDP_SCHEDULE_ZB_H1)));
+  SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_FORWARD_ONLY",SWIG_From_int((int)(PTDP_SCHEDULE_FORWARD_ONLY)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_FORWARD",SWIG_From_int((int)(PTDP_ACTION_FORWARD)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_BACKWARD",SWIG_From_int((int)(PTDP_ACTION_BACKWARD)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_BACKWARD_INPUT",SWIG_From_int((int)(PTDP_ACTION_BACKWARD_INPUT)));

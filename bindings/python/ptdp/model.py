@@ -6,6 +6,7 @@ straight into a numpy array (``out=`` to reuse one), and go in from float32 arra
 """
 
 from collections import namedtuple
+import warnings
 
 import numpy as np
 
@@ -59,13 +60,19 @@ class Model(Handle):
         t, l, b = self._rows(tokens, labels, micro_batch_size)
         return _raw.ptdp_model_forward(self.handle, t, l, b, int(iteration), int(microbatch), int(bool(training)))
 
-    def train_step(self, schedule, tokens, labels, micro_batch_size, iteration=0, trace_path=None,
-                   scatter_gather=None):
-        """Forward and backward of a global batch through a pipeline schedule; returns the loss.
-        Gradients accumulate: call :meth:`zero_grad` between steps."""
+    def pipeline_forward_backward(self, schedule, tokens, labels, micro_batch_size, iteration=0, trace_path=None,
+                                  scatter_gather=None):
+        """Forward and backward of a global batch through a pipeline schedule (no optimizer step);
+        returns the loss. Gradients accumulate: call :meth:`zero_grad` between steps."""
         t, l, _ = self._rows(tokens, labels, schedule.m * int(micro_batch_size))
-        return _raw.ptdp_model_train_step(self.handle, schedule.handle, t, l, int(micro_batch_size), int(iteration),
-                                          pipeline_options(trace_path, scatter_gather))
+        return _raw.ptdp_model_pipeline_forward_backward(self.handle, schedule.handle, t, l, int(micro_batch_size),
+                                                         int(iteration), pipeline_options(trace_path, scatter_gather))
+
+    def train_step(self, *args, **kwargs):
+        """Deprecated since 0.2: the old name of :meth:`pipeline_forward_backward`."""
+        warnings.warn("Model.train_step is deprecated: use Model.pipeline_forward_backward", DeprecationWarning,
+                      stacklevel=2)
+        return self.pipeline_forward_backward(*args, **kwargs)
 
     def evaluate(self, tokens, labels, micro_batch_size, num_microbatches):
         """Forward-only mean loss of m microbatches through the pipeline, averaged over replicas."""

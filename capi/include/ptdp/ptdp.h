@@ -31,7 +31,7 @@
  *  The version of the header; ptdp_version() gives the library's.
  *  @{ */
 #define PTDP_VERSION_MAJOR 0 /**< Incremented for ABI-incompatible changes (SONAME libptdp.so.MAJOR). */
-#define PTDP_VERSION_MINOR 1 /**< Incremented when functions or enum values are added. */
+#define PTDP_VERSION_MINOR 2 /**< Incremented when functions or enum values are added. */
 #define PTDP_VERSION_PATCH 0 /**< Incremented for fixes. */
 /** Combines a version into one comparable integer. */
 #define PTDP_VERSION_ENCODE(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
@@ -44,6 +44,14 @@
 #define PTDP_API
 #else
 #define PTDP_API __attribute__((visibility("default")))
+#endif
+
+/** Marks a function kept only so that older programs still link; the compiler names the
+ *  replacement. */
+#if defined(SWIG) || defined(_WIN32)
+#define PTDP_DEPRECATED(replacement)
+#else
+#define PTDP_DEPRECATED(replacement) __attribute__((deprecated("use " replacement)))
 #endif
 
 #ifdef __cplusplus
@@ -868,7 +876,7 @@ PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model);
  * @retval PTDP_ERR_INVALID_ARGUMENT NULL tokens or labels, b <= 0, an id outside the
  *         vocabulary (named with its index).
  * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages (use
- *         ptdp_model_train_step()).
+ *         ptdp_model_pipeline_forward_backward()).
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
  * @par Thread safety
  * Collective over the tensor group; all ranks pass the same tokens and labels.
@@ -976,7 +984,7 @@ PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, flo
 /** Opaque handle to a pipeline schedule (see ptdp_schedule_create()). */
 typedef struct ptdp_schedule_impl* ptdp_schedule;
 
-/** Options for ptdp_model_train_step(). Initialise with ptdp_pipeline_options_init(). */
+/** Options for ptdp_model_pipeline_forward_backward(). Initialise with ptdp_pipeline_options_init(). */
 typedef struct ptdp_pipeline_options {
   size_t struct_size;      /**< Set by ptdp_pipeline_options_init(). */
   int32_t scatter_gather;  /**< 1 (default): with t > 1 each tensor rank sends 1/t of a
@@ -1018,9 +1026,21 @@ PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options);
  * @par Thread safety
  * Collective over the model-parallel group (and the world when tracing).
  */
-PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens,
-                                           const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
-                                           const ptdp_pipeline_options* options, float* loss);
+PTDP_API ptdp_status ptdp_model_pipeline_forward_backward(ptdp_model model, ptdp_schedule schedule,
+                                                          const int32_t* tokens, const int32_t* labels,
+                                                          int32_t micro_batch_size, int64_t iteration,
+                                                          const ptdp_pipeline_options* options, float* loss);
+
+/**
+ * @brief Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never
+ *        took an optimizer step), kept so that programs built against 0.1 still link and run.
+ *        Same arguments, statuses and behaviour.
+ * @deprecated Use ptdp_model_pipeline_forward_backward().
+ */
+PTDP_API PTDP_DEPRECATED("ptdp_model_pipeline_forward_backward") ptdp_status
+ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens, const int32_t* labels,
+                      int32_t micro_batch_size, int64_t iteration, const ptdp_pipeline_options* options,
+                      float* loss);
 
 /**
  * @brief Forward of one (chunk, microbatch) for ptdp_pipeline_run().
@@ -1087,7 +1107,7 @@ PTDP_API ptdp_status ptdp_stage_callbacks_init(ptdp_stage_callbacks* callbacks);
  * @param groups Live groups whose pipeline size equals the schedule's p.
  * @param schedule The schedule.
  * @param callbacks The chunks; see ::ptdp_stage_callbacks.
- * @param options NULL for the defaults (trace_path as in ptdp_model_train_step()).
+ * @param options NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward()).
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, missing callbacks, a bad activation shape, a
  *         schedule for another p, a W action without a backward_weight callback, or a callback
@@ -1283,9 +1303,11 @@ typedef enum ptdp_schedule_kind {
                                            one forward, one backward; holds at most p. */
   PTDP_SCHEDULE_INTERLEAVED_1F1B = 2, /**< Megatron-LM's interleaved 1F1B with v > 1 chunks per
                                            rank; m must be a multiple of p. */
-  PTDP_SCHEDULE_ZB_H1 = 3             /**< Zero bubble ZB-H1 (Qi et al. 2024): backward split into
+  PTDP_SCHEDULE_ZB_H1 = 3,            /**< Zero bubble ZB-H1 (Qi et al. 2024): backward split into
                                            input and weight gradients, weight gradients deferred
                                            into the bubbles; same peak memory as 1F1B. */
+  PTDP_SCHEDULE_FORWARD_ONLY = 4      /**< Forward passes only (evaluation): microbatch after
+                                           microbatch through every chunk; any v. Since 0.2. */
 } ptdp_schedule_kind;
 
 /** What an action does. */

@@ -3,9 +3,9 @@
 # Included by PTDP.jl, which defines `libptdp` (the library's name or path).
 
 const PTDP_VERSION_MAJOR = 0
-const PTDP_VERSION_MINOR = 1
+const PTDP_VERSION_MINOR = 2
 const PTDP_VERSION_PATCH = 0
-const PTDP_VERSION_CODE = 100
+const PTDP_VERSION_CODE = 200
 
 # Result of every fallible call.
 const ptdp_status = Cint
@@ -496,7 +496,7 @@ end
 mutable struct ptdp_schedule_impl end
 const ptdp_schedule = Ptr{ptdp_schedule_impl}
 
-# Options for ptdp_model_train_step().
+# Options for ptdp_model_pipeline_forward_backward().
 struct ptdp_pipeline_options
     struct_size::Csize_t
     scatter_gather::Int32
@@ -510,6 +510,14 @@ end
 
 # Forward and backward of one global batch through a pipeline schedule: m microbatches of @p
 # micro_batch_size samples, each rank running its actions of @p schedule on its chunks.
+function ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options, loss)
+    ccall((:ptdp_model_pipeline_forward_backward, libptdp), ptdp_status,
+          (ptdp_model, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{Cfloat}),
+          model, schedule, tokens, labels, micro_batch_size, iteration, options, loss)
+end
+
+# Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never took an
+# optimizer step), kept so that programs built against 0.1 still link and run.
 function ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, iteration, options, loss)
     ccall((:ptdp_model_train_step, libptdp), ptdp_status,
           (ptdp_model, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{Cfloat}),
@@ -633,6 +641,7 @@ const PTDP_SCHEDULE_GPIPE = ptdp_schedule_kind(0)
 const PTDP_SCHEDULE_1F1B = ptdp_schedule_kind(1)
 const PTDP_SCHEDULE_INTERLEAVED_1F1B = ptdp_schedule_kind(2)
 const PTDP_SCHEDULE_ZB_H1 = ptdp_schedule_kind(3)
+const PTDP_SCHEDULE_FORWARD_ONLY = ptdp_schedule_kind(4)
 
 # What an action does.
 const ptdp_action_kind = Cint

@@ -2,9 +2,9 @@
 // Regenerate with `python3 scripts/gen-bindings.py`; ctest checks that it is fresh.
 
 pub const PTDP_VERSION_MAJOR: u32 = 0;
-pub const PTDP_VERSION_MINOR: u32 = 1;
+pub const PTDP_VERSION_MINOR: u32 = 2;
 pub const PTDP_VERSION_PATCH: u32 = 0;
-pub const PTDP_VERSION_CODE: u32 = 100;
+pub const PTDP_VERSION_CODE: u32 = 200;
 
 /// Result of every fallible call.
 pub type ptdp_status = i32;
@@ -174,7 +174,7 @@ pub struct ptdp_schedule_impl {
 }
 pub type ptdp_schedule = *mut ptdp_schedule_impl;
 
-/// Options for ptdp_model_train_step().
+/// Options for ptdp_model_pipeline_forward_backward().
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ptdp_pipeline_options {
@@ -239,6 +239,7 @@ pub const PTDP_SCHEDULE_GPIPE: ptdp_schedule_kind = 0;
 pub const PTDP_SCHEDULE_1F1B: ptdp_schedule_kind = 1;
 pub const PTDP_SCHEDULE_INTERLEAVED_1F1B: ptdp_schedule_kind = 2;
 pub const PTDP_SCHEDULE_ZB_H1: ptdp_schedule_kind = 3;
+pub const PTDP_SCHEDULE_FORWARD_ONLY: ptdp_schedule_kind = 4;
 
 /// What an action does.
 pub type ptdp_action_kind = i32;
@@ -800,6 +801,18 @@ extern "C" {
     pub fn ptdp_pipeline_options_init(options: *mut ptdp_pipeline_options) -> ptdp_status;
     /// Forward and backward of one global batch through a pipeline schedule: m microbatches of
     /// @p micro_batch_size samples, each rank running its actions of @p schedule on its chunks.
+    pub fn ptdp_model_pipeline_forward_backward(
+        model: ptdp_model,
+        schedule: ptdp_schedule,
+        tokens: *const i32,
+        labels: *const i32,
+        micro_batch_size: i32,
+        iteration: i64,
+        options: *const ptdp_pipeline_options,
+        loss: *mut f32,
+    ) -> ptdp_status;
+    /// Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never
+    /// took an optimizer step), kept so that programs built against 0.1 still link and run.
     pub fn ptdp_model_train_step(
         model: ptdp_model,
         schedule: ptdp_schedule,

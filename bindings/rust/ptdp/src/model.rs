@@ -88,8 +88,9 @@ impl<'g> Model<'g> {
         Ok(loss)
     }
 
-    /// Forward and backward of a global batch through a pipeline schedule; returns the mean loss.
-    pub fn train_step(
+    /// Forward and backward of a global batch through a pipeline schedule (no optimizer step);
+    /// returns the mean loss. Gradients accumulate: call `zero_grad` between steps.
+    pub fn pipeline_forward_backward(
         &self,
         schedule: &Schedule,
         tokens: &[i32],
@@ -101,7 +102,7 @@ impl<'g> Model<'g> {
         same_len(tokens, labels)?;
         let mut loss = 0.0;
         check(unsafe {
-            sys::ptdp_model_train_step(
+            sys::ptdp_model_pipeline_forward_backward(
                 self.raw,
                 schedule.raw,
                 tokens.as_ptr(),
@@ -113,6 +114,20 @@ impl<'g> Model<'g> {
             )
         })?;
         Ok(loss)
+    }
+
+    /// The old name of `pipeline_forward_backward`.
+    #[deprecated(since = "0.2.0", note = "use pipeline_forward_backward")]
+    pub fn train_step(
+        &self,
+        schedule: &Schedule,
+        tokens: &[i32],
+        labels: &[i32],
+        micro_batch_size: i32,
+        iteration: i64,
+        options: Option<&PipelineOptions>,
+    ) -> Result<f32> {
+        self.pipeline_forward_backward(schedule, tokens, labels, micro_batch_size, iteration, options)
     }
 
     /// Mean loss of `num_microbatches` microbatches without dropout or gradients.

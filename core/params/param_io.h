@@ -2,8 +2,8 @@
 // gathered from the tensor ranks for reading, sliced out of a full buffer for writing.
 #pragma once
 
-#include "core/layers/layer_support.h"
-#include "core/model/params.h"
+#include "core/parallel/tensor_parallel.h"
+#include "core/params/params.h"
 
 namespace ptdp {
 

@@ -1,4 +1,4 @@
-#include "core/train/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/train/checkpoint_files.h"
-#include "core/train/safetensors.h"
+#include "core/checkpoint/checkpoint_files.h"
+#include "core/checkpoint/safetensors.h"
 #include "kernels/error.h"
 
 namespace ptdp {

@@ -1,4 +1,4 @@
-#include "core/train/indexed_dataset.h"
+#include "core/data/indexed_dataset.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

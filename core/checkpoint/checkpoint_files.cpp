@@ -1,4 +1,4 @@
-#include "core/train/checkpoint_files.h"
+#include "core/checkpoint/checkpoint_files.h"
 
 #include <fcntl.h>
 #include <openssl/evp.h>

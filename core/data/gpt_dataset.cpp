@@ -1,4 +1,4 @@
-#include "core/train/gpt_dataset.h"
+#include "core/data/gpt_dataset.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,4 @@
-#include "core/train/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

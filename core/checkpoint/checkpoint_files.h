@@ -37,7 +37,7 @@
 #include <string>
 #include <vector>
 
-#include "core/train/safetensors.h"
+#include "core/checkpoint/safetensors.h"
 
 namespace ptdp {
 

@@ -1,4 +1,4 @@
-#include "core/model/param_io.h"
+#include "core/params/param_io.h"
 
 namespace ptdp {
 

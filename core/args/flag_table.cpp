@@ -2,7 +2,7 @@
 // walk over the tokens turns `--flag value` into `--flag=value` (so values may start with '-'),
 // and reports unknown flags, missing values and values given to boolean flags in our own words,
 // naming the flag.
-#include "core/train/flag_table.h"
+#include "core/args/flag_table.h"
 
 #include <algorithm>
 #include <cctype>

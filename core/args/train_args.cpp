@@ -1,16 +1,16 @@
 // ptdp-train's flags. One table describes every flag (name, group, meaning, how its value is read
 // and checked, how it reads back as JSON); the parser, the help text and the JSON export all walk
 // that table, so they cannot disagree. Reading the command line against the table is
-// core/train/flag_table's, shared with ptdp-plan; values are converted and range-checked by the
+// core/args/flag_table's, shared with ptdp-plan; values are converted and range-checked by the
 // table, then the flags are checked against each other.
-#include "core/train/train_args.h"
+#include "core/args/train_args.h"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <utility>
 
-#include "core/train/flag_table.h"
+#include "core/args/flag_table.h"
 #include "kernels/error.h"
 
 namespace ptdp {

@@ -1,4 +1,4 @@
-#include "core/model/params.h"
+#include "core/params/params.h"
 
 #include <vector>
 

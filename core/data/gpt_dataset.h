@@ -33,7 +33,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/train/indexed_dataset.h"
+#include "core/data/indexed_dataset.h"
 #include "kernels/philox.h"
 
 namespace ptdp {

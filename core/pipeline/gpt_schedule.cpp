@@ -1,0 +1,174 @@
+#include "core/pipeline/gpt_schedule.h"
+
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+// The chunks' PipelineStages for one global batch.
+class GptStages final : public PipelineStages {
+ public:
+  GptStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int64_t iteration, int m,
+            const TrainHooks& hooks)
+      : model_(model), tokens_(tokens), labels_(labels), b_(b), iteration_(iteration), m_(m), hooks_(hooks),
+        weight_passes_(model.chunks().size(), 0) {}
+
+  Shape input_shape(int, int) override {
+    const GptConfig& c = model_.config();
+    return Shape{static_cast<int64_t>(c.seq_length) * b_, c.hidden_size};
+  }
+
+  Tensor forward(int chunk, int mb, const Tensor& input) override {
+    GptModel& g = local(chunk);
+    const int64_t offset = static_cast<int64_t>(mb) * b_ * model_.config().seq_length;
+    Tensor out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step(mb));
+    if (g.stage().post_process) loss_sum_ += GptModel::mean(out);
+    return out;
+  }
+
+  Tensor backward_input(int chunk, int mb, const Tensor& grad_output) override {
+    return local(chunk).stage_backward_input(grad_output, step(mb), hooks_.grad_scale / static_cast<float>(m_));
+  }
+
+  void backward_weight(int chunk, int mb) override {
+    const int j = chunk / model_.pipeline_size();
+    const bool last = ++weight_passes_[static_cast<std::size_t>(j)] == m_;
+    if (!last || !hooks_.params_ready) {
+      local(chunk).stage_backward_weight(step(mb));
+      return;
+    }
+    // The chunk's gradients are final component by component: report them, except the tied
+    // embedding, which the embedding group sums first.
+    const int tied = model_.tied_embedding(j);
+    local(chunk).stage_backward_weight(step(mb), [&](int first, int end) {
+      if (tied >= first && tied < end) {
+        if (first < tied) hooks_.params_ready(j, first, tied);
+        if (tied + 1 < end) hooks_.params_ready(j, tied + 1, end);
+      } else {
+        hooks_.params_ready(j, first, end);
+      }
+    });
+  }
+
+  double loss_sum() const { return loss_sum_; }
+  Device device() override { return model_.device(); }
+  DType activation_dtype() override { return model_.config().precision; }
+
+ private:
+  GptModel& local(int chunk) { return *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())]; }
+  Step step(int mb) const {
+    Step s;
+    s.iteration = iteration_;
+    s.microbatch = hooks_.microbatch_offset + mb;
+    return s;
+  }
+
+  GptPipeline& model_;
+  const int32_t* tokens_;
+  const int32_t* labels_;
+  int64_t b_, iteration_;
+  int m_;
+  const TrainHooks& hooks_;
+  std::vector<int> weight_passes_;
+  double loss_sum_ = 0.0;
+};
+
+// The chunks' PipelineStages for a forward-only pass: each chunk's activations are released
+// as soon as its output has been produced.
+class EvalStages final : public PipelineStages {
+ public:
+  EvalStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b)
+      : model_(model), tokens_(tokens), labels_(labels), b_(b) {}
+
+  Shape input_shape(int, int) override {
+    const GptConfig& c = model_.config();
+    return Shape{static_cast<int64_t>(c.seq_length) * b_, c.hidden_size};
+  }
+
+  Tensor forward(int chunk, int mb, const Tensor& input) override {
+    GptModel& g = *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())];
+    const int64_t offset = static_cast<int64_t>(mb) * b_ * model_.config().seq_length;
+    Step step;
+    step.microbatch = mb;
+    step.training = false;
+    Tensor out;
+    try {
+      out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step);
+    } catch (...) {
+      g.release(step);
+      throw;
+    }
+    g.release(step);
+    if (g.stage().post_process) loss_sum_ += GptModel::mean(out);
+    return out;
+  }
+
+  Tensor backward_input(int, int, const Tensor&) override {
+    throw_error(ErrorCode::Internal, "a forward-only pass has no backward");
+  }
+  void backward_weight(int, int) override { throw_error(ErrorCode::Internal, "a forward-only pass has no backward"); }
+  Device device() override { return model_.device(); }
+  DType activation_dtype() override { return model_.config().precision; }
+
+  double loss_sum() const { return loss_sum_; }
+
+ private:
+  GptPipeline& model_;
+  const int32_t* tokens_;
+  const int32_t* labels_;
+  int64_t b_;
+  double loss_sum_ = 0.0;
+};
+
+}  // namespace
+
+float forward_backward(GptPipeline& model, const Schedule& schedule, const int32_t* tokens, const int32_t* labels,
+                       int64_t b, int64_t iteration, const ExecutorOptions& options, const TrainHooks& hooks) {
+  const int p = model.pipeline_size(), v = model.virtual_stages();
+  ProcessGroups& groups = model.groups();
+  PTDP_CHECK_ARG(schedule.p == p && schedule.v == v,
+                 "the schedule is for p=" + std::to_string(schedule.p) + ", v=" + std::to_string(schedule.v) +
+                     "; the model is laid out for p=" + std::to_string(p) + ", v=" + std::to_string(v));
+  PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
+  PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
+  PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
+  GptStages stages(model, tokens, labels, b, iteration, schedule.m, hooks);
+  Communicator* pipe = p > 1 ? &groups.comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
+  run_schedule(schedule, model.pipeline_rank(), stages, pipe, model.tensor_parallel(), options);
+  // Tied word embedding: the first and last stages sum their gradients.
+  for (int j = 0; j < v; ++j) {
+    const int i = model.tied_embedding(j);
+    if (i < 0) continue;
+    groups.comm_for_tensors(GroupKind::Embedding, model.device())
+        .all_reduce(model.chunks()[static_cast<std::size_t>(j)]->params().grad(i), ReduceOp::Sum)
+        ->wait();
+    if (hooks.params_ready) hooks.params_ready(j, i, i + 1);
+  }
+  // The loss lives on the last stage; every rank of the pipeline returns it.
+  float loss = static_cast<float>(stages.loss_sum() / schedule.m);
+  if (p > 1) groups.comm(GroupKind::Pipeline).broadcast(Tensor::borrow(&loss, {1}, DType::F32), p - 1)->wait();
+  return loss;
+}
+
+float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int m) {
+  const int p = model.pipeline_size(), v = model.virtual_stages();
+  ProcessGroups& groups = model.groups();
+  PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
+  PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
+  PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
+  PTDP_CHECK_ARG(m > 0, "number of microbatches must be > 0, got " + std::to_string(m));
+  EvalStages stages(model, tokens, labels, b);
+  Communicator* pipe = p > 1 ? &groups.comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
+  ExecutorOptions options;
+  options.scatter_gather = false;
+  run_schedule(make_schedule(ScheduleKind::ForwardOnly, p, m, v), model.pipeline_rank(), stages, pipe,
+               model.tensor_parallel(), options);
+  float loss = static_cast<float>(stages.loss_sum() / m);
+  if (p > 1) groups.comm(GroupKind::Pipeline).broadcast(Tensor::borrow(&loss, {1}, DType::F32), p - 1)->wait();
+  if (groups.size(GroupKind::Data) > 1)
+    groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&loss, {1}, DType::F32), ReduceOp::Avg)->wait();
+  return loss;
+}
+
+}  // namespace ptdp
