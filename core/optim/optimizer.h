@@ -1,8 +1,8 @@
 // The optimizer of a data-parallel replica set: gradient reduction over the data-parallel
-// group in buckets (started as soon as the backward has produced a bucket, overlapping the rest
-// of the backward), the distributed optimizer (reduce-scatter, update the own shard of fp32
-// weights and moments, all-gather), loss scaling with a found-inf flag agreed by every rank,
-// gradient clipping by the global L2 norm, and AdamW or SGD with Megatron's weight-decay rule.
+// group in buckets that overlap the backward (GradBuckets), the distributed optimizer
+// (reduce-scatter, update the own shard of fp32 weights and moments, all-gather), loss scaling
+// with a found-inf flag agreed by every rank, gradient clipping by the global L2 norm, and AdamW
+// or SGD with Megatron's weight-decay rule.
 //
 // It works on flat parameter/gradient buffers ("spaces"): a GPT chunk's ParamTable, or the
 // tensors a user registers, packed into one.
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/params/params.h"
+#include "core/optim/grad_buckets.h"
 #include "core/optim/loss_scaler.h"
 #include "core/optim/lr_schedule.h"
 #include "core/parallel/groups.h"
@@ -102,9 +103,22 @@ class Optimizer {
   void restore(const Counters& c);
 
  private:
-  struct Bucket;
   struct Space;
-  void launch(Space& s, Bucket& b);
+  /// Divides the gradients by the loss scale; returns this rank's part of the squared norm, or
+  /// infinity when any of its gradients is not finite.
+  double unscale_grads(Backend& be);
+  /// Every rank's verdict from its part: whether any gradient overflowed, and the squared norm.
+  struct GradVerdict {
+    bool found_inf = false;
+    double norm_sq = 0;
+  };
+  GradVerdict agree_on_grads(double local_norm_sq);
+  /// The factor that brings the gradient norm down to clip_grad (1 when it is below).
+  float clip_coefficient(double grad_norm) const;
+  /// Clips and updates this rank's shard of every space with the learning rate `lr`.
+  void update_shards(Backend& be, float clip, double lr);
+  /// Gives every data-parallel replica the updated shards of the others.
+  void all_gather_updated_shards(Backend& be);
 
   OptimizerConfig config_;
   ProcessGroups& groups_;

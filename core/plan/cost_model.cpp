@@ -18,6 +18,12 @@ constexpr double kGemmHalfSize = 64;
 constexpr double kBucketElements = 40e6;
 
 double bytes_of(Precision p) { return p == Precision::Fp32 ? 4.0 : 2.0; }
+// The fp32 gradient buffer (Megatron's main_grad; ptdp's grads).
+constexpr double kGradBytes = 4.0;
+// Adam's two fp32 moments (sharded by the distributed optimizer) and, in 16-bit training, the
+// fp32 master weights, which ptdp keeps whole on every rank with the parameters.
+constexpr double kMomentBytes = 8.0;
+double master_bytes(Precision p) { return p == Precision::Fp32 ? 0.0 : 4.0; }
 
 // Ring all-reduce over n ranks of `bytes`: 2 (n-1)/n of the data crosses each rank's link.
 double allreduce_seconds(int n, double bytes, double bandwidth, double latency) {
@@ -185,7 +191,9 @@ int schedule_peak_slots(ScheduleKind kind, int p, int m, int v, int rank) {
   return m * v;
 }
 
-Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bool simulate_pipeline) {
+namespace {
+
+void check_layout_runs(const PlanRequest& req, const Layout& L) {
   const GptConfig& g = req.model;
   const int t = L.t, p = L.p, d = L.d, v = L.v, b = L.b, m = L.m;
   PTDP_CHECK_ARG(t > 0 && p > 0 && d > 0 && v > 0 && b > 0 && m > 0, str_cat("layout ", L.str(), " has a size <= 0"));
@@ -195,53 +203,53 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
                  str_cat("layout ", L.str(), ": m * b * d = ", static_cast<int64_t>(m) * b * d,
                          " is not the global batch ", req.global_batch_size));
   g.validate(t);
+}
 
-  Estimate e;
-  e.layout = L;
-  const int gpus = t * p * d;
-  const int gpn = cl.gpus_per_node;
-  const double act = bytes_of(req.precision);
-  const double param_bytes = bytes_of(req.precision);
-  const double grad_bytes = 4.0;  // fp32 gradient buffer (Megatron's main_grad; ptdp's grads)
-  // Adam's two fp32 moments (sharded by the distributed optimizer) and, in 16-bit training,
-  // the fp32 master weights, which ptdp keeps whole on every rank with the parameters.
-  const double moment_bytes = 8.0;
-  const double master_bytes = req.precision == Precision::Fp32 ? 0.0 : 4.0;
-  const double h = g.hidden_size, s = g.seq_length;
+// The link a group's collectives run over: NVLink inside a node, the network once the group
+// spans nodes.
+struct Link {
+  double bandwidth, latency;
+};
+Link link_for(const Cluster& cl, bool crosses_nodes) {
+  return crosses_nodes ? Link{cl.inter_node_bandwidth, cl.inter_node_latency}
+                       : Link{cl.intra_node_bandwidth, cl.intra_node_latency};
+}
+
+double peak_flops(const PlanRequest& req, const Cluster& cl) {
+  return req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit;
+}
+
+double gemm_rate(const PlanRequest& req, const Cluster& cl, const Layout& L) {
+  const double h = req.model.hidden_size, s = req.model.seq_length;
+  const double smallest = std::min(static_cast<double>(L.b) * s, h / L.t);
+  return peak_flops(req, cl) * cl.gemm_efficiency * smallest / (smallest + kGemmHalfSize);
+}
+
+// One activation [s, b, h]: what a tensor all-reduce or a pipeline transfer carries.
+double activation_message_bytes(const PlanRequest& req, const Layout& L) {
+  return static_cast<double>(L.b) * req.model.seq_length * req.model.hidden_size * bytes_of(req.precision);
+}
+
+// Seconds of one microbatch through a whole pipeline rank (all its v chunks).
+struct StageCost {
+  double fwd_compute, bwd_compute, recompute, tp_fwd, tp_bwd;
+};
+
+// The first and the last pipeline rank differ by the embedding and the LM head; the pipeline
+// runs at the pace of the slower.
+StageCost slower_stage_cost(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
+  const GptConfig& g = req.model;
+  const int t = L.t, p = L.p, b = L.b;
   const double vp = static_cast<double>(g.padded_vocab(t));
   const int layers = g.num_layers / p;  // per pipeline rank
-
-  // ---- parameters ---------------------------------------------------------------------------
-  e.params_formula = paper_parameters(g);
-  e.params_exact = g.parameter_count(t);
-  int64_t stage_params[2] = {stage_parameters(g, t, p, v, 0), stage_parameters(g, t, p, v, p - 1)};
-  e.params_per_gpu = std::max(stage_params[0], stage_params[1]);
-
-  // ---- compute --------------------------------------------------------------------------------
-  const double peak = req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit;
-  const double smallest = std::min(static_cast<double>(b) * s, h / t);
-  const double rate = peak * cl.gemm_efficiency * smallest / (smallest + kGemmHalfSize);
   const double layer_fwd = layer_forward_flops(g, b) / t / rate;
   const double logit_fwd = logit_forward_flops(g, b, vp) / t / rate;
   const double layer_recompute = recompute_flops(g, b, L.recompute) / t / rate;
-
-  // ---- tensor-parallel all-reduces ------------------------------------------------------------
-  e.tensor_crosses_nodes = t > gpn;
-  const double tp_bw = e.tensor_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
-  const double tp_lat = e.tensor_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
-  const double msg = static_cast<double>(b) * s * h * act;  // one activation [s, b, h]
-  e.tensor_allreduce_seconds = allreduce_seconds(t, msg, tp_bw, tp_lat);
-  const double ar = e.tensor_allreduce_seconds;
+  const double ar = tensor_allreduce;
   // Per layer: 2 forward (after attention and MLP), 2 backward (their conjugates); full
   // recomputation repeats the forward's 2. The first stage adds the embedding's, the last the LM
   // head's input gradient.
   const double ar_per_layer_bwd = 2.0 + (L.recompute == Recompute::Full ? 2.0 : 0.0);
-
-  // Costs of one microbatch through a whole pipeline rank (all its v chunks), for the first and
-  // the last rank; the pipeline runs at the pace of the slower.
-  struct StageCost {
-    double fwd_compute, bwd_compute, recompute, tp_fwd, tp_bwd;
-  };
   StageCost stage[2];
   for (int k = 0; k < 2; ++k) {
     const bool first = k == 0 || p == 1, last = k == 1 || p == 1;
@@ -252,11 +260,25 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
     c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * ar;
     c.tp_bwd = (ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * ar;
   }
-  const StageCost& slow =
-      (stage[1].fwd_compute + stage[1].bwd_compute + stage[1].tp_bwd + stage[1].tp_fwd >=
-       stage[0].fwd_compute + stage[0].bwd_compute + stage[0].tp_bwd + stage[0].tp_fwd)
-          ? stage[1]
-          : stage[0];
+  return (stage[1].fwd_compute + stage[1].bwd_compute + stage[1].tp_bwd + stage[1].tp_fwd >=
+          stage[0].fwd_compute + stage[0].bwd_compute + stage[0].tp_bwd + stage[0].tp_fwd)
+             ? stage[1]
+             : stage[0];
+}
+
+// One activation (or its gradient) between pipeline neighbours.
+double pipeline_transfer_seconds(const PlanRequest& req, const Layout& L, double msg, const Link& pipe,
+                                 const Link& tensor) {
+  const int t = L.t;
+  if (L.p == 1) return 0;
+  if (req.scatter_gather && t > 1) {
+    // Each tensor rank sends 1/t; the receivers all-gather the pieces inside their node.
+    return pipe.latency + msg / t / pipe.bandwidth + half_ring_seconds(t, msg, tensor.bandwidth, tensor.latency);
+  }
+  return pipe.latency + msg / pipe.bandwidth;
+}
+
+ScheduleCosts microbatch_costs(const StageCost& slow, double transfer) {
   ScheduleCosts costs;
   costs.forward = slow.fwd_compute + slow.tp_fwd;
   costs.backward = slow.bwd_compute + slow.recompute + slow.tp_bwd;
@@ -264,36 +286,33 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   // weight gradients (half of the backward GEMMs).
   costs.backward_input = 0.5 * slow.bwd_compute + slow.recompute + slow.tp_bwd;
   costs.backward_weight = 0.5 * slow.bwd_compute;
-
-  // ---- pipeline transfers ----------------------------------------------------------------------
-  // Pipeline neighbours are t * d ranks apart; once the job spans nodes, some stage boundary
-  // falls between nodes and the schedule waits for the slowest.
-  e.pipeline_crosses_nodes = p > 1 && gpus > gpn;
-  double transfer = 0;
-  if (p > 1) {
-    const double link_bw = e.pipeline_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
-    const double link_lat = e.pipeline_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
-    if (req.scatter_gather && t > 1) {
-      // Each tensor rank sends 1/t; the receivers all-gather the pieces inside their node.
-      transfer = link_lat + msg / t / link_bw + half_ring_seconds(t, msg, tp_bw, tp_lat);
-    } else {
-      transfer = link_lat + msg / link_bw;
-    }
-  }
   costs.p2p_latency = transfer;
-  e.costs = costs;
+  return costs;
+}
 
+// The slowest pipeline rank's busy time, its idle time and what the transfers add, and the
+// activation slots its schedule holds at once on the first and the last rank.
+struct PipelineTime {
+  double compute = 0, tensor_comm = 0, pipeline_comm = 0, bubble = 0, pipeline = 0;
+  bool simulated = false;
+  int slots_first = 0, slots_last = 0;
+};
+
+PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const ScheduleCosts& costs, bool simulate_pipeline) {
+  const int p = L.p, v = L.v, m = L.m;
+  const double transfer = costs.p2p_latency;
   const ScheduleKind kind = L.schedule;
+  PipelineTime pt;
   const double per_mb_compute = slow.fwd_compute + slow.bwd_compute + slow.recompute;
   const double per_mb_tensor = slow.tp_fwd + slow.tp_bwd;
-  e.compute = m * per_mb_compute;
-  e.tensor_comm = m * per_mb_tensor;
+  pt.compute = m * per_mb_compute;
+  pt.tensor_comm = m * per_mb_tensor;
   // Two transfer batches per microbatch and chunk on a rank (activation out and gradient in,
   // then gradient out and activation in).
-  e.pipeline_comm = p > 1 ? 2.0 * m * v * transfer : 0.0;
-  const double ideal = e.compute + e.tensor_comm;
-  int slots_first = schedule_peak_slots(kind, p, m, v, 0);
-  int slots_last = p > 1 ? schedule_peak_slots(kind, p, m, v, p - 1) : slots_first;
+  pt.pipeline_comm = p > 1 ? 2.0 * m * v * transfer : 0.0;
+  const double ideal = pt.compute + pt.tensor_comm;
+  pt.slots_first = schedule_peak_slots(kind, p, m, v, 0);
+  pt.slots_last = p > 1 ? schedule_peak_slots(kind, p, m, v, p - 1) : pt.slots_first;
   if (simulate_pipeline && p > 1) {
     // Twice: without transfer times for the bubble alone, then with them.
     const Schedule sched = make_schedule(kind, p, m, v);
@@ -301,70 +320,70 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
     free_transfers.p2p_latency = 0;
     const SimulationResult bare = simulate(sched, free_transfers);
     const SimulationResult sim = simulate(sched, costs);
-    e.pipeline = sim.makespan;
-    e.bubble = std::max(0.0, bare.makespan - ideal);
-    e.pipeline_comm = std::max(0.0, sim.makespan - bare.makespan);
-    slots_first = sim.peak_slots.front();
-    slots_last = sim.peak_slots.back();
-    e.simulated = true;
+    pt.pipeline = sim.makespan;
+    pt.bubble = std::max(0.0, bare.makespan - ideal);
+    pt.pipeline_comm = std::max(0.0, sim.makespan - bare.makespan);
+    pt.slots_first = sim.peak_slots.front();
+    pt.slots_last = sim.peak_slots.back();
+    pt.simulated = true;
   } else if (p > 1) {
     // Closed forms: (p - 1) stage steps of fill and drain, shortened by v, and for ZB-H1 filled
     // by the deferred weight gradients; the transfers of the fill and drain add to the busy time.
     const double step = costs.forward + costs.backward;
-    e.bubble = (p - 1) * step / v;
+    pt.bubble = (p - 1) * step / v;
     if (kind == ScheduleKind::ZeroBubbleH1) {
-      e.bubble = (p - 1) * std::max(0.0, costs.forward + costs.backward_input - costs.backward_weight);
+      pt.bubble = (p - 1) * std::max(0.0, costs.forward + costs.backward_input - costs.backward_weight);
     }
-    e.pipeline_comm += 2.0 * (p - 1) * transfer;
-    e.pipeline = ideal + e.bubble + e.pipeline_comm;
+    pt.pipeline_comm += 2.0 * (p - 1) * transfer;
+    pt.pipeline = ideal + pt.bubble + pt.pipeline_comm;
   } else {
-    e.pipeline = ideal;
+    pt.pipeline = ideal;
   }
-  e.bubble_fraction = e.bubble / ideal;
+  return pt;
+}
 
-  // ---- data parallelism and the optimizer ----------------------------------------------------
-  // The data-parallel group of a stage is d ranks t apart inside a block of t * d ranks.
-  e.data_crosses_nodes = d > 1 && t * d > gpn;
-  const double dp_bw = e.data_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
-  const double dp_lat = e.data_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
-  const double n_local = static_cast<double>(e.params_per_gpu);
+// The gradient reduction (and, with the distributed optimizer, the all-gather of the updated
+// weights) of `n_local` parameters over the data-parallel group, less what hides behind the
+// last microbatch's backward (`window` seconds).
+double data_parallel_seconds(const PlanRequest& req, const Layout& L, double n_local, double window, const Link& dp) {
+  const int d = L.d;
+  const double param_bytes = bytes_of(req.precision);
   double reduce = 0, gather = 0;
   if (L.distributed_optimizer) {
-    reduce = half_ring_seconds(d, n_local * grad_bytes, dp_bw, dp_lat);   // reduce-scatter of the gradients
-    gather = half_ring_seconds(d, n_local * param_bytes, dp_bw, dp_lat);  // all-gather of the updated weights
+    reduce = half_ring_seconds(d, n_local * kGradBytes, dp.bandwidth, dp.latency);    // reduce-scatter of the gradients
+    gather = half_ring_seconds(d, n_local * param_bytes, dp.bandwidth, dp.latency);  // all-gather of the updated weights
   } else {
-    reduce = allreduce_seconds(d, n_local * grad_bytes, dp_bw, dp_lat);
+    reduce = allreduce_seconds(d, n_local * kGradBytes, dp.bandwidth, dp.latency);
   }
   if (req.overlap_grad_reduce && reduce > 0) {
     // Buckets are reduced while the last microbatch's backward runs; the last one cannot be.
     const double buckets = std::max(1.0, std::ceil(n_local / kBucketElements));
-    const double window = slow.bwd_compute + slow.recompute + slow.tp_bwd;
     reduce = std::max(reduce / buckets, reduce - window);
   }
-  e.data_parallel = reduce + gather;
-  // Tied embeddings: the first and last stage sum their word-embedding gradients.
-  if (p > 1 && g.tie_embeddings) {
-    const double bw = e.pipeline_crosses_nodes ? cl.inter_node_bandwidth : cl.intra_node_bandwidth;
-    const double lat = e.pipeline_crosses_nodes ? cl.inter_node_latency : cl.intra_node_latency;
-    e.embedding_sync = allreduce_seconds(2, vp * h / t * grad_bytes, bw, lat);
-  }
-  // Adam streams the weights, gradients, moments (and fp32 master weights) through memory:
-  // reads and writes of 28 bytes per parameter in fp32, 32 with 16-bit weights.
+  return reduce + gather;
+}
+
+// Tied embeddings: the first and last stage sum their word-embedding gradients.
+double embedding_sync_seconds(const PlanRequest& req, const Layout& L, const Link& pipe) {
+  const GptConfig& g = req.model;
+  if (L.p == 1 || !g.tie_embeddings) return 0;
+  const double h = g.hidden_size, vp = static_cast<double>(g.padded_vocab(L.t));
+  return allreduce_seconds(2, vp * h / L.t * kGradBytes, pipe.bandwidth, pipe.latency);
+}
+
+// Adam streams the weights, gradients, moments (and fp32 master weights) through memory:
+// reads and writes of 28 bytes per parameter in fp32, 32 with 16-bit weights.
+double optimizer_seconds(const PlanRequest& req, const Cluster& cl, const Layout& L, double n_local) {
   const double touched = req.precision == Precision::Fp32 ? 28.0 : 32.0;
-  e.optimizer = n_local / (L.distributed_optimizer ? d : 1) * touched / cl.memory_bandwidth;
-  e.iteration = e.pipeline + e.data_parallel + e.embedding_sync + e.optimizer;
+  return n_local / (L.distributed_optimizer ? L.d : 1) * touched / cl.memory_bandwidth;
+}
 
-  // ---- rates -----------------------------------------------------------------------------------
-  const int64_t samples = req.global_batch_size;
-  e.hardware_flops = iteration_flops(g, samples, L.recompute);
-  e.model_flops = iteration_flops(g, samples, Recompute::None);
-  e.tflops_per_gpu = e.hardware_flops / (e.iteration * gpus) / 1e12;
-  e.mfu = e.model_flops / (e.iteration * gpus * peak);
-
-  // ---- memory ----------------------------------------------------------------------------------
-  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute);
+// Working memory of the backward beyond what is kept.
+double backward_working_bytes(const PlanRequest& req, const Layout& L) {
+  const GptConfig& g = req.model;
+  const int t = L.t, p = L.p, v = L.v, b = L.b;
+  const double h = g.hidden_size, s = g.seq_length;
   const double layers_per_chunk = static_cast<double>(g.num_layers) / (p * v);
-  // Working memory of the backward beyond what is kept.
   const double none_act = layer_activation_bytes(g, req.precision, t, b, Recompute::None);
   const double sel_act = layer_activation_bytes(g, req.precision, t, b, Recompute::Selective);
   double working = 0;
@@ -384,21 +403,90 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
     if (L.recompute == Recompute::Full) working += none_act;
     if (L.recompute == Recompute::Selective) working += none_act - sel_act;
   }
+  return working;
+}
+
+// Bytes per GPU of the pipeline rank holding `params` parameters and `slots` activation sets;
+// `last` for the rank that computes the loss.
+Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, int slots, int last_rank_slots,
+                    bool last) {
+  const GptConfig& g = req.model;
+  const int t = L.t, p = L.p, v = L.v, b = L.b, m = L.m;
+  const double act = bytes_of(req.precision);
+  const double h = g.hidden_size, s = g.seq_length;
+  const double vp = static_cast<double>(g.padded_vocab(t));
+  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute);
+  const double layers_per_chunk = static_cast<double>(g.num_layers) / (p * v);
+  const double working = backward_working_bytes(req, L);
   // The last stage's loss: the final LayerNorm's and the LM head's inputs, and the fp32 logits
   // [s b, V/t] (turned into their gradient in place).
   const double head_act = 2.0 * b * s * h * act + 4.0 * b * s * vp / t;
-  const int last_chunk_slots = kind == ScheduleKind::GPipe ? m : (kind == ScheduleKind::ZeroBubbleH1 ? slots_last : 1);
-  Memory mem[2];
-  for (int k = 0; k < 2; ++k) {
-    Memory& mm = mem[k];
-    const double n = static_cast<double>(stage_params[k]);
-    mm.weights = n * param_bytes;
-    mm.gradients = n * grad_bytes;
-    mm.optimizer = n * (moment_bytes / (L.distributed_optimizer ? d : 1) + master_bytes);
-    mm.slots = k == 0 ? slots_first : slots_last;
-    const bool last = k == 1 || p == 1;
-    mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);
-  }
+  const ScheduleKind kind = L.schedule;
+  const int last_chunk_slots = kind == ScheduleKind::GPipe ? m : (kind == ScheduleKind::ZeroBubbleH1 ? last_rank_slots : 1);
+  Memory mm;
+  const double n = static_cast<double>(params);
+  mm.weights = n * bytes_of(req.precision);
+  mm.gradients = n * kGradBytes;
+  mm.optimizer = n * (kMomentBytes / (L.distributed_optimizer ? L.d : 1) + master_bytes(req.precision));
+  mm.slots = slots;
+  mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);
+  return mm;
+}
+
+}  // namespace
+
+Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bool simulate_pipeline) {
+  check_layout_runs(req, L);
+  const GptConfig& g = req.model;
+  const int t = L.t, p = L.p, d = L.d, v = L.v;
+  Estimate e;
+  e.layout = L;
+  const int gpus = t * p * d;
+  const int gpn = cl.gpus_per_node;
+
+  e.params_formula = paper_parameters(g);
+  e.params_exact = g.parameter_count(t);
+  const int64_t stage_params[2] = {stage_parameters(g, t, p, v, 0), stage_parameters(g, t, p, v, p - 1)};
+  e.params_per_gpu = std::max(stage_params[0], stage_params[1]);
+
+  e.tensor_crosses_nodes = t > gpn;
+  const Link tensor_link = link_for(cl, e.tensor_crosses_nodes);
+  const double msg = activation_message_bytes(req, L);
+  e.tensor_allreduce_seconds = allreduce_seconds(t, msg, tensor_link.bandwidth, tensor_link.latency);
+  const StageCost slow = slower_stage_cost(req, L, gemm_rate(req, cl, L), e.tensor_allreduce_seconds);
+
+  // Pipeline neighbours are t * d ranks apart; once the job spans nodes, some stage boundary
+  // falls between nodes and the schedule waits for the slowest.
+  e.pipeline_crosses_nodes = p > 1 && gpus > gpn;
+  const Link pipeline_link = link_for(cl, e.pipeline_crosses_nodes);
+  e.costs = microbatch_costs(slow, pipeline_transfer_seconds(req, L, msg, pipeline_link, tensor_link));
+
+  const PipelineTime pt = pipeline_time(L, slow, e.costs, simulate_pipeline);
+  e.compute = pt.compute;
+  e.tensor_comm = pt.tensor_comm;
+  e.pipeline_comm = pt.pipeline_comm;
+  e.bubble = pt.bubble;
+  e.pipeline = pt.pipeline;
+  e.simulated = pt.simulated;
+  e.bubble_fraction = e.bubble / (e.compute + e.tensor_comm);
+
+  // The data-parallel group of a stage is d ranks t apart inside a block of t * d ranks.
+  e.data_crosses_nodes = d > 1 && t * d > gpn;
+  const double n_local = static_cast<double>(e.params_per_gpu);
+  const double backward_window = slow.bwd_compute + slow.recompute + slow.tp_bwd;
+  e.data_parallel = data_parallel_seconds(req, L, n_local, backward_window, link_for(cl, e.data_crosses_nodes));
+  e.embedding_sync = embedding_sync_seconds(req, L, pipeline_link);
+  e.optimizer = optimizer_seconds(req, cl, L, n_local);
+  e.iteration = e.pipeline + e.data_parallel + e.embedding_sync + e.optimizer;
+
+  const int64_t samples = req.global_batch_size;
+  e.hardware_flops = iteration_flops(g, samples, L.recompute);
+  e.model_flops = iteration_flops(g, samples, Recompute::None);
+  e.tflops_per_gpu = e.hardware_flops / (e.iteration * gpus) / 1e12;
+  e.mfu = e.model_flops / (e.iteration * gpus * peak_flops(req, cl));
+
+  const Memory mem[2] = {stage_memory(req, L, stage_params[0], pt.slots_first, pt.slots_last, p == 1),
+                         stage_memory(req, L, stage_params[1], pt.slots_last, pt.slots_last, true)};
   e.memory_stage = mem[1].total() > mem[0].total() ? p - 1 : 0;
   e.memory = mem[1].total() > mem[0].total() ? mem[1] : mem[0];
   e.fits = e.memory.total() <= cl.usable_memory();

@@ -131,63 +131,74 @@ std::string model_line(const PlanRequest& req) {
 
 }  // namespace
 
-PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
-  req.validate();
-  cl.validate();
-  PlanResult r;
-  r.request = req;
-  r.cluster = cl;
-  const int n = req.num_gpus > 0 ? req.num_gpus : cl.num_gpus();
-  PTDP_CHECK_ARG(n <= cl.num_gpus(), str_cat("asked for ", n, " GPUs but the cluster has ", cl.nodes, " x ",
-                                             cl.gpus_per_node, " = ", cl.num_gpus()));
-  r.num_gpus = n;
+namespace {
+
+// Tensor sizes: divisors of a node's GPUs, and whole nodes (to show what crossing costs); each
+// must divide the GPUs, the heads and the MLP width.
+struct TensorSizes {
+  std::vector<int> usable;
+  std::vector<int> excluded_by_heads;  ///< divide the GPUs but not the heads or the MLP width
+};
+
+TensorSizes tensor_sizes(const PlanRequest& req, const Cluster& cl, int n) {
   const GptConfig& g = req.model;
   const int gpn = cl.gpus_per_node;
-  const int64_t B = req.global_batch_size;
-
-  // Tensor sizes: divisors of a node's GPUs, and whole nodes (to show what crossing costs); each
-  // must divide the GPUs, the heads and the MLP width.
   std::set<int> t_options;
   for (int t : divisors(gpn)) t_options.insert(t);
   for (int t = 2 * gpn; t <= 4 * gpn; t *= 2) t_options.insert(t);
   if (req.tensor > 0) t_options = {req.tensor};
-  std::vector<int> ts, t_by_heads_excluded;
+  TensorSizes out;
   for (int t : t_options) {
     if (n % t != 0) continue;
     if (g.num_attention_heads % t != 0 || g.ffn() % t != 0) {
-      t_by_heads_excluded.push_back(t);
+      out.excluded_by_heads.push_back(t);
       continue;
     }
-    ts.push_back(t);
+    out.usable.push_back(t);
   }
+  return out;
+}
 
-  std::vector<Estimate> fitting;
-  bool any = false;
-  Estimate smallest;  // the least memory needed, when nothing fits
-  std::vector<std::string> no_run;  // why sizes were skipped
+// Chunks per pipeline rank the layers allow at pipeline size p, under the request's pin.
+std::vector<int> virtual_stage_options(const PlanRequest& req, int p) {
+  const GptConfig& g = req.model;
+  std::vector<int> vs;
+  if (req.layers_per_virtual_stage > 0) {
+    if (g.num_layers % (p * req.layers_per_virtual_stage) == 0) {
+      vs.push_back(g.num_layers / (p * req.layers_per_virtual_stage));
+    }
+  } else if (p == 1) {
+    vs.push_back(1);
+  } else {
+    vs = divisors(g.num_layers / p);
+  }
+  return vs;
+}
+
+struct Candidates {
+  std::vector<Layout> layouts;      ///< in search order
+  std::vector<std::string> no_run;  ///< why (t, p) pairs were skipped
+};
+
+// Every layout of n GPUs the request allows, in a fixed order (so that ties rank the same way
+// on every run).
+Candidates candidate_layouts(const PlanRequest& req, int n, const std::vector<int>& ts) {
+  const GptConfig& g = req.model;
+  const int64_t B = req.global_batch_size;
+  Candidates c;
   for (int t : ts) {
     for (int p : divisors(g.num_layers)) {
       if (req.pipeline > 0 && p != req.pipeline) continue;
       if (n % (t * p) != 0) continue;
       const int d = n / (t * p);
       if (B % d != 0) {
-        no_run.push_back(str_cat("t = ", t, ", p = ", p, ": d = ", d, " does not divide the global batch ", B));
+        c.no_run.push_back(str_cat("t = ", t, ", p = ", p, ": d = ", d, " does not divide the global batch ", B));
         continue;
       }
       for (int b : divisors(B / d)) {
         if (req.micro_batch > 0 && b != req.micro_batch) continue;
         const int m = static_cast<int>(B / d / b);
-        std::vector<int> vs;
-        if (req.layers_per_virtual_stage > 0) {
-          if (g.num_layers % (p * req.layers_per_virtual_stage) == 0) {
-            vs.push_back(g.num_layers / (p * req.layers_per_virtual_stage));
-          }
-        } else if (p == 1) {
-          vs.push_back(1);
-        } else {
-          vs = divisors(g.num_layers / p);
-        }
-        for (int v : vs) {
+        for (int v : virtual_stage_options(req, p)) {
           if (v > 1 && (p == 1 || m % p != 0)) continue;  // interleaving needs m a multiple of p
           if (static_cast<int64_t>(p) * m * v > (1 << 24)) continue;  // beyond the schedule generator
           for (ScheduleKind kind : schedules_for(req, p, v)) {
@@ -205,11 +216,7 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
                 L.schedule = kind;
                 L.recompute = rc;
                 L.distributed_optimizer = dist == 1;
-                Estimate e = estimate(req, cl, L, false);
-                ++r.considered;
-                if (!any || e.memory.total() < smallest.memory.total()) smallest = e;
-                any = true;
-                if (e.fits) fitting.push_back(std::move(e));
+                c.layouts.push_back(L);
               }
             }
           }
@@ -217,58 +224,33 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
       }
     }
   }
-  r.fitting = static_cast<int>(fitting.size());
+  return c;
+}
 
-  if (fitting.empty()) {
-    r.feasible = false;
-    std::string heads_note;
-    if (!t_by_heads_excluded.empty()) {
-      std::string allowed, excluded;
-      for (int t : ts) allowed += str_cat(allowed.empty() ? "" : ", ", t);
-      for (int t : t_by_heads_excluded) excluded += str_cat(excluded.empty() ? "" : ", ", t);
-      bool by_ffn = false;
-      for (int t : t_by_heads_excluded) by_ffn = by_ffn || (g.num_attention_heads % t == 0);
-      heads_note = str_cat("num-attention-heads ", g.num_attention_heads,
-                           by_ffn ? str_cat(" and the MLP width ", g.ffn()) : std::string(), " rule out t = ", excluded,
-                           allowed.empty() ? "" : str_cat(", leaving t = ", allowed));
-    }
-    if (!any) {
-      std::string why = str_cat("no layout of ", n, " GPUs can run this model");
-      if (ts.empty()) {
-        why += str_cat(": no tensor-parallel size divides both the GPUs and the heads");
-        if (req.tensor > 0) why += str_cat(" (pinned t = ", req.tensor, ")");
-      }
-      if (!heads_note.empty()) why += str_cat("; ", heads_note);
-      if (!no_run.empty()) why += str_cat("; ", no_run.front(), no_run.size() > 1 ? " (and others like it)" : "");
-      if (req.pipeline > 0 || req.micro_batch > 0 || req.layers_per_virtual_stage > 0 || req.schedule >= 0) {
-        why += "; the pinned sizes or schedule leave no layout (layers must split over p * v, the batch over d * b, "
-               "and interleaving needs m a multiple of p)";
-      }
-      r.reason = why;
-    } else {
-      const double need = smallest.memory.total(), have = cl.usable_memory();
-      std::string why = str_cat("no layout fits in memory: the smallest need is ", gib(need), " per GPU (",
-                                smallest.layout.str(), ": weights ", gib(smallest.memory.weights), ", gradients ",
-                                gib(smallest.memory.gradients), ", optimizer ", gib(smallest.memory.optimizer),
-                                ", activations ", gib(smallest.memory.activations), "); the GPUs have ", gib(have),
-                                " usable (", gib(cl.memory_bytes), " less ", gib(cl.memory_reserve_bytes),
-                                " reserved): short by ", gib(need - have));
-      if (!heads_note.empty()) why += str_cat("; ", heads_note);
-      std::vector<std::string> hints;
-      if (!req.allow_distributed_optimizer) hints.push_back("--use-distributed-optimizer");
-      if (!req.allow_recompute[static_cast<int>(Recompute::Full)]) hints.push_back("full recomputation");
-      if (req.micro_batch > 1) hints.push_back("a smaller --micro-batch-size");
-      hints.push_back("more GPUs or GPUs with more memory");
-      std::string h;
-      for (const std::string& s : hints) h += str_cat(h.empty() ? "" : ", ", s);
-      why += str_cat(" (try ", h, ")");
-      r.reason = why;
-    }
-    return r;
+// The analytic estimates of the candidates: those that fit, and the one needing the least
+// memory (which says how far off the rest are when nothing fits).
+struct Scores {
+  std::vector<Estimate> fitting;  ///< best first
+  bool any = false;
+  Estimate smallest;
+};
+
+Scores score_layouts(const PlanRequest& req, const Cluster& cl, const std::vector<Layout>& layouts) {
+  Scores sc;
+  for (const Layout& L : layouts) {
+    Estimate e = estimate(req, cl, L, false);
+    if (!sc.any || e.memory.total() < sc.smallest.memory.total()) sc.smallest = e;
+    sc.any = true;
+    if (e.fits) sc.fitting.push_back(std::move(e));
   }
+  std::sort(sc.fitting.begin(), sc.fitting.end(), better);
+  return sc;
+}
 
-  // Refine the leaders with the schedule simulator (exact bubble and in-flight activations).
-  std::sort(fitting.begin(), fitting.end(), better);
+// The leaders of the analytic ranking re-estimated with the schedule simulator (exact bubble
+// and in-flight activations) and ranked again: simulating every candidate would be too slow,
+// and the analytic ranking already puts the contenders first.
+std::vector<Estimate> rank_leaders(const PlanRequest& req, const Cluster& cl, const std::vector<Estimate>& fitting) {
   const std::size_t refine =
       std::min<std::size_t>(fitting.size(), static_cast<std::size_t>(std::max(2 * req.top, 8)));
   std::vector<Estimate> leaders;
@@ -278,21 +260,100 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
   }
   if (leaders.empty()) leaders.push_back(fitting.front());  // every leader grew out of memory: keep the analytic best
   std::sort(leaders.begin(), leaders.end(), better);
-  const std::size_t shown = std::min<std::size_t>(leaders.size(), static_cast<std::size_t>(req.top));
-  r.layouts.assign(leaders.begin(), leaders.begin() + static_cast<std::ptrdiff_t>(shown));
-  r.feasible = true;
+  return leaders;
+}
 
-  // ---- why the best ----------------------------------------------------------------------------
-  const Estimate& best = r.layouts.front();
-  const Layout& L = best.layout;
-  std::vector<std::string> reasons;
-  // The best layout of each t (simulated leaders first, then the analytic rest).
-  std::map<int, Estimate> best_of_t;
-  for (const std::vector<Estimate>* list : {&leaders, &fitting}) {
-    for (const Estimate& e : *list) {
-      if (best_of_t.count(e.layout.t) == 0) best_of_t[e.layout.t] = e;
+// What the heads and the MLP width rule out, for the reasons (empty when they rule out nothing).
+std::string heads_note(const PlanRequest& req, const TensorSizes& sizes) {
+  const GptConfig& g = req.model;
+  if (sizes.excluded_by_heads.empty()) return {};
+  std::string allowed, excluded;
+  for (int t : sizes.usable) allowed += str_cat(allowed.empty() ? "" : ", ", t);
+  for (int t : sizes.excluded_by_heads) excluded += str_cat(excluded.empty() ? "" : ", ", t);
+  bool by_ffn = false;
+  for (int t : sizes.excluded_by_heads) by_ffn = by_ffn || (g.num_attention_heads % t == 0);
+  return str_cat("num-attention-heads ", g.num_attention_heads,
+                 by_ffn ? str_cat(" and the MLP width ", g.ffn()) : std::string(), " rule out t = ", excluded,
+                 allowed.empty() ? "" : str_cat(", leaving t = ", allowed));
+}
+
+// Why no layout is feasible: none can run at all, or none fits in memory (then by how much,
+// and what might help).
+std::string infeasible_reason(const PlanRequest& req, const Cluster& cl, int n, const TensorSizes& sizes,
+                              const Candidates& candidates, const Scores& scores) {
+  const std::string note = heads_note(req, sizes);
+  if (!scores.any) {
+    std::string why = str_cat("no layout of ", n, " GPUs can run this model");
+    if (sizes.usable.empty()) {
+      why += str_cat(": no tensor-parallel size divides both the GPUs and the heads");
+      if (req.tensor > 0) why += str_cat(" (pinned t = ", req.tensor, ")");
+    }
+    if (!note.empty()) why += str_cat("; ", note);
+    const std::vector<std::string>& no_run = candidates.no_run;
+    if (!no_run.empty()) why += str_cat("; ", no_run.front(), no_run.size() > 1 ? " (and others like it)" : "");
+    if (req.pipeline > 0 || req.micro_batch > 0 || req.layers_per_virtual_stage > 0 || req.schedule >= 0) {
+      why += "; the pinned sizes or schedule leave no layout (layers must split over p * v, the batch over d * b, "
+             "and interleaving needs m a multiple of p)";
+    }
+    return why;
+  }
+  const Estimate& smallest = scores.smallest;
+  const double need = smallest.memory.total(), have = cl.usable_memory();
+  std::string why = str_cat("no layout fits in memory: the smallest need is ", gib(need), " per GPU (",
+                            smallest.layout.str(), ": weights ", gib(smallest.memory.weights), ", gradients ",
+                            gib(smallest.memory.gradients), ", optimizer ", gib(smallest.memory.optimizer),
+                            ", activations ", gib(smallest.memory.activations), "); the GPUs have ", gib(have),
+                            " usable (", gib(cl.memory_bytes), " less ", gib(cl.memory_reserve_bytes),
+                            " reserved): short by ", gib(need - have));
+  if (!note.empty()) why += str_cat("; ", note);
+  std::vector<std::string> hints;
+  if (!req.allow_distributed_optimizer) hints.push_back("--use-distributed-optimizer");
+  if (!req.allow_recompute[static_cast<int>(Recompute::Full)]) hints.push_back("full recomputation");
+  if (req.micro_batch > 1) hints.push_back("a smaller --micro-batch-size");
+  hints.push_back("more GPUs or GPUs with more memory");
+  std::string h;
+  for (const std::string& s : hints) h += str_cat(h.empty() ? "" : ", ", s);
+  why += str_cat(" (try ", h, ")");
+  return why;
+}
+
+// Whether a smaller p at the best layout's t is ruled out by memory: probes the least memory
+// any layout with (t, p) needs (b = 1, 1F1B with the fewest slots, full recomputation and the
+// distributed optimizer where allowed). Returns the largest such p in words, or empty.
+std::string pipeline_ruled_out_by_memory(const PlanRequest& req, const Cluster& cl, int n, const Layout& best) {
+  const GptConfig& g = req.model;
+  const int64_t B = req.global_batch_size;
+  std::string ruled_out;
+  if (req.pipeline != 0 || req.micro_batch > 1) return ruled_out;
+  for (int p : divisors(g.num_layers)) {
+    if (p >= best.p || n % (best.t * p) != 0) continue;
+    const int d = n / (best.t * p);
+    if (B % d != 0) continue;
+    Layout probe = best;
+    probe.p = p;
+    probe.d = d;
+    probe.v = 1;
+    probe.b = 1;
+    probe.m = static_cast<int>(B / d);
+    probe.schedule = ScheduleKind::OneFOneB;
+    probe.recompute = req.allow_recompute[static_cast<int>(Recompute::Full)] ? Recompute::Full : best.recompute;
+    probe.distributed_optimizer = req.allow_distributed_optimizer && d > 1;
+    const Estimate pe = estimate(req, cl, probe, false);
+    if (!pe.fits) {
+      ruled_out = str_cat("p = ", p, " (t = ", best.t, ") needs at least ", gib(pe.memory.total()), " > ",
+                          gib(cl.usable_memory()), " usable per GPU");
     }
   }
+  return ruled_out;
+}
+
+// Why the best layout was chosen, one reason per choice (t, p, d, schedule, recomputation,
+// distributed optimizer), joined.
+std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& best,
+                     const std::string& pipeline_ruled_out) {
+  const GptConfig& g = req.model;
+  const Layout& L = best.layout;
+  std::vector<std::string> reasons;
   if (L.t == 1) {
     reasons.push_back("t = 1: no tensor parallelism needed");
   } else if (!best.tensor_crosses_nodes) {
@@ -300,31 +361,6 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
                               secs(best.tensor_allreduce_seconds), " each, ", secs(best.tensor_comm), " per iteration)"));
   } else {
     reasons.push_back(str_cat("t = ", L.t, " spans nodes; nothing smaller is faster"));
-  }
-  // Pipeline: is a smaller p at this t ruled out by memory? Probe the least memory any layout
-  // with (t, p) needs: b = 1, 1F1B (fewest slots), full recomputation and the distributed
-  // optimizer where allowed.
-  std::string pipeline_ruled_out;
-  if (req.pipeline == 0 && req.micro_batch <= 1) {
-    for (int p : divisors(g.num_layers)) {
-      if (p >= L.p || n % (L.t * p) != 0) continue;
-      const int d = n / (L.t * p);
-      if (B % d != 0) continue;
-      Layout probe = L;
-      probe.p = p;
-      probe.d = d;
-      probe.v = 1;
-      probe.b = 1;
-      probe.m = static_cast<int>(B / d);
-      probe.schedule = ScheduleKind::OneFOneB;
-      probe.recompute = req.allow_recompute[static_cast<int>(Recompute::Full)] ? Recompute::Full : L.recompute;
-      probe.distributed_optimizer = req.allow_distributed_optimizer && d > 1;
-      const Estimate pe = estimate(req, cl, probe, false);
-      if (!pe.fits) {
-        pipeline_ruled_out = str_cat("p = ", p, " (t = ", L.t, ") needs at least ", gib(pe.memory.total()), " > ",
-                                     gib(cl.usable_memory()), " usable per GPU");
-      }
-    }
   }
   if (L.p == 1) {
     reasons.push_back("p = 1: the model fits without a pipeline");
@@ -346,29 +382,81 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
   if (L.distributed_optimizer) {
     reasons.push_back(str_cat("the distributed optimizer shards the optimizer state to ", gib(best.memory.optimizer)));
   }
-  std::string why0;
-  for (const std::string& s : reasons) why0 += str_cat(why0.empty() ? "" : "; ", s);
-  r.why.push_back(why0);
-  for (std::size_t i = 1; i < r.layouts.size(); ++i) r.why.push_back(worse_because(r.layouts[i], best, cl));
+  std::string why;
+  for (const std::string& s : reasons) why += str_cat(why.empty() ? "" : "; ", s);
+  return why;
+}
 
-  // ---- what rules out the rest -------------------------------------------------------------
+// What rules out the tensor sizes outside the table: each one's best layout (simulated leaders
+// first, then the analytic rest) and what makes it slower, or that none fits; the sizes the
+// heads exclude; and the pipeline sizes memory excludes.
+std::vector<std::string> ruled_out_alternatives(const PlanResult& r, const TensorSizes& sizes,
+                                                const std::vector<Estimate>& leaders,
+                                                const std::vector<Estimate>& fitting,
+                                                const std::string& pipeline_ruled_out) {
+  const GptConfig& g = r.request.model;
+  const Estimate& best = r.layouts.front();
+  std::map<int, Estimate> best_of_t;
+  for (const std::vector<Estimate>* list : {&leaders, &fitting}) {
+    for (const Estimate& e : *list) {
+      if (best_of_t.count(e.layout.t) == 0) best_of_t[e.layout.t] = e;
+    }
+  }
+  std::vector<std::string> out;
   std::set<int> shown_t;
   for (const Estimate& e : r.layouts) shown_t.insert(e.layout.t);
-  for (int t : ts) {
+  for (int t : sizes.usable) {
     if (shown_t.count(t) != 0) continue;
     auto it = best_of_t.find(t);
     if (it != best_of_t.end()) {
-      r.ruled_out.push_back(str_cat("t = ", t, " at best (", it->second.layout.str(), "): ",
-                                    worse_because(it->second, best, cl)));
+      out.push_back(str_cat("t = ", t, " at best (", it->second.layout.str(), "): ",
+                            worse_because(it->second, best, r.cluster)));
     } else {
-      r.ruled_out.push_back(str_cat("t = ", t, ": no layout fits in memory"));
+      out.push_back(str_cat("t = ", t, ": no layout fits in memory"));
     }
   }
-  for (int t : t_by_heads_excluded) {
-    r.ruled_out.push_back(str_cat("t = ", t, ": does not divide num-attention-heads ", g.num_attention_heads,
-                                  g.ffn() % t != 0 ? str_cat(" or the MLP width ", g.ffn()) : std::string()));
+  for (int t : sizes.excluded_by_heads) {
+    out.push_back(str_cat("t = ", t, ": does not divide num-attention-heads ", g.num_attention_heads,
+                          g.ffn() % t != 0 ? str_cat(" or the MLP width ", g.ffn()) : std::string()));
   }
-  if (!pipeline_ruled_out.empty()) r.ruled_out.push_back(pipeline_ruled_out);
+  if (!pipeline_ruled_out.empty()) out.push_back(pipeline_ruled_out);
+  return out;
+}
+
+}  // namespace
+
+PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
+  req.validate();
+  cl.validate();
+  PlanResult r;
+  r.request = req;
+  r.cluster = cl;
+  const int n = req.num_gpus > 0 ? req.num_gpus : cl.num_gpus();
+  PTDP_CHECK_ARG(n <= cl.num_gpus(), str_cat("asked for ", n, " GPUs but the cluster has ", cl.nodes, " x ",
+                                             cl.gpus_per_node, " = ", cl.num_gpus()));
+  r.num_gpus = n;
+
+  const TensorSizes sizes = tensor_sizes(req, cl, n);
+  const Candidates candidates = candidate_layouts(req, n, sizes.usable);
+  const Scores scores = score_layouts(req, cl, candidates.layouts);
+  r.considered = static_cast<int>(candidates.layouts.size());
+  r.fitting = static_cast<int>(scores.fitting.size());
+  if (scores.fitting.empty()) {
+    r.feasible = false;
+    r.reason = infeasible_reason(req, cl, n, sizes, candidates, scores);
+    return r;
+  }
+
+  const std::vector<Estimate> leaders = rank_leaders(req, cl, scores.fitting);
+  const std::size_t shown = std::min<std::size_t>(leaders.size(), static_cast<std::size_t>(req.top));
+  r.layouts.assign(leaders.begin(), leaders.begin() + static_cast<std::ptrdiff_t>(shown));
+  r.feasible = true;
+
+  const Estimate& best = r.layouts.front();
+  const std::string pipeline_ruled_out = pipeline_ruled_out_by_memory(req, cl, n, best.layout);
+  r.why.push_back(why_best(req, cl, best, pipeline_ruled_out));
+  for (std::size_t i = 1; i < r.layouts.size(); ++i) r.why.push_back(worse_because(r.layouts[i], best, cl));
+  r.ruled_out = ruled_out_alternatives(r, sizes, leaders, scores.fitting, pipeline_ruled_out);
   return r;
 }
 

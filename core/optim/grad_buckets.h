@@ -1,0 +1,77 @@
+// The data-parallel gradient buckets of one flat parameter space: the flat gradient buffer cut
+// into buckets, each reduced over the data-parallel group by one collective (an all-reduce, or a
+// reduce-scatter into this rank's shard with the distributed optimizer) started as soon as the
+// backward has produced every gradient in it, so the reduction overlaps the rest of the backward.
+//
+// The buckets also fix the distributed optimizer's shards: each bucket is a multiple of the
+// data-parallel size d long and rank r owns its r-th 1/d, so the optimizer keeps its state and
+// updates its weights bucket by bucket over the same ranges.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/params/params.h"
+#include "core/parallel/groups.h"
+#include "core/tensor/tensor.h"
+
+namespace ptdp {
+
+/// One bucket: a range of the flat buffers reduced by one collective.
+struct GradBucket {
+  int64_t lo = 0, hi = 0;              ///< range of the flat buffers
+  int64_t shard_lo = 0, shard_hi = 0;  ///< this rank's part of it (the whole range unless distributed)
+  int64_t state_offset = 0;            ///< where the shard's optimizer state starts
+  Tensor shard_grad;                   ///< [(hi - lo) / d] reduce-scattered gradients (distributed, d > 1)
+};
+
+class GradBuckets {
+ public:
+  /// Pads `table` to a multiple of the data-parallel size and cuts it into buckets of about
+  /// `bucket_elements` (0: one bucket). `distributed`: reduce-scatter into this rank's shard
+  /// instead of all-reducing.
+  GradBuckets(ParamTable& table, int64_t bucket_elements, bool distributed, ProcessGroups& groups);
+  /// Waits for reductions still in flight: they write into buffers that go with this object.
+  ~GradBuckets();
+  GradBuckets(const GradBuckets&) = delete;
+  GradBuckets& operator=(const GradBuckets&) = delete;
+
+  /// Parameters [first, end) have their final gradients for this iteration; starts the
+  /// reduction of every bucket they complete. Parameters already ready are not counted twice.
+  void params_ready(int first, int end);
+  /// Starts the reduction of every bucket not yet started, then waits for all of them.
+  void finish_grad_sync();
+  /// Forgets which parameters were ready, so the next backward fills the buckets again.
+  void start_next_iteration();
+
+  /// Whether the reduced gradients live in per-bucket shards (distributed optimizer, d > 1)
+  /// rather than in the table's flat gradient buffer.
+  bool sharded() const { return sharded_; }
+  /// The reduced gradient of flat element `e` of bucket `b` (inside its shard range).
+  float* reduced_grad(const GradBucket& b, int64_t e) const;
+  /// Elements of optimizer state this rank keeps: the sum of its shards.
+  int64_t shard_elements() const { return shard_elements_; }
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+
+ private:
+  // Where a bucket's reduction stands in this iteration.
+  struct Progress {
+    int pending = 0;  // parameters overlapping the bucket not yet ready
+    bool launched = false;
+    WorkPtr work;     // the reduction in flight
+  };
+  void launch(std::size_t k);
+
+  ParamTable& table_;
+  ProcessGroups& groups_;
+  bool distributed_ = false;
+  bool sharded_ = false;
+  int64_t shard_elements_ = 0;
+  std::vector<GradBucket> buckets_;                 // from the end of the buffer to its start
+  std::vector<Progress> progress_;                  // by bucket
+  std::vector<std::vector<int>> buckets_of_param_;  // by parameter index: the buckets it overlaps
+  std::vector<bool> ready_;                         // by parameter index
+};
+
+}  // namespace ptdp
