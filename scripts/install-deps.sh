@@ -15,6 +15,7 @@ packages=(
   swig python3 python3-dev python3-numpy          # Python bindings (SWIG also parses the header
   python3-setuptools python3-wheel                #   for the Julia/Rust/Fortran generator)
   python3-pytest python3-mpi4py                   # Python tests, mpi4py communicators
+  python3-venv                                    # pip install of the source tree into a fresh venv (test)
   doxygen                                         # API reference; its run is a test
 )
 
