@@ -297,7 +297,7 @@ class Bench {
   bool ok_ = true;
 
   int64_t tokens() const { return static_cast<int64_t>(b_) * cfg_.seq_length; }
-  double model_flops() const { return cfg_.flops_per_step(tokens()); }
+  double model_flops() const { return cfg_.paper_flops(b_); }
   /// The logits layer's share of the model FLOPs: 72 B s l h^2 * V/(12 l h) = 6 B s h V.
   double logit_flops() const {
     return 6.0 * static_cast<double>(tokens()) * cfg_.hidden_size * cfg_.vocab_size;

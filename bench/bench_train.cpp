@@ -14,7 +14,7 @@
 //   - comm: IterationResult::comm_wait_seconds / seconds summed over the timed iterations of
 //     each rank (the time it was blocked in communication waits: collectives, pipeline
 //     transfers, including the pipeline bubble spent waiting on a peer); max and mean over ranks;
-//   - GFLOP/s per rank: the paper's model FLOPs (GptConfig::flops_per_step of the global batch's
+//   - GFLOP/s per rank: the paper's model FLOPs (GptConfig::paper_flops of the global batch's
 //     tokens: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), Narayanan et al. 2021) / W / ms/iter;
 //   - the loss of the last timed iteration (the mean over the global batch).
 // Run with --help for the flags.
@@ -552,7 +552,7 @@ class Bench {
     r.max_s = *std::max_element(r.slowest_s.begin(), r.slowest_s.end());
     r.comm_max = *std::max_element(r.comm_share.begin(), r.comm_share.end());
     r.comm_mean = std::accumulate(r.comm_share.begin(), r.comm_share.end(), 0.0) / world_;
-    r.gflops_per_rank = cfg_.flops_per_step(r.tokens) / world_ / r.median_s * 1e-9;
+    r.gflops_per_rank = cfg_.paper_flops(r.tokens / cfg_.seq_length) / world_ / r.median_s * 1e-9;
     return r;
   }
 
@@ -651,7 +651,7 @@ class Bench {
       s += ", \"tokens_per_s\": " + json_number(static_cast<double>(r.tokens) / r.median_s);
       s += ", \"comm_share_max\": " + json_number(r.comm_max) + ", \"comm_share_mean\": " +
            json_number(r.comm_mean) + ", \"comm_share_per_rank\": " + json_array(r.comm_share);
-      s += ", \"model_gflop_per_iteration\": " + json_number(cfg_.flops_per_step(r.tokens) * 1e-9) +
+      s += ", \"model_gflop_per_iteration\": " + json_number(cfg_.paper_flops(r.tokens / cfg_.seq_length) * 1e-9) +
            ", \"gflop_per_s_per_rank\": " + json_number(r.gflops_per_rank);
       std::vector<double> losses(r.losses.begin(), r.losses.end());
       s += ", \"losses_all\": " + json_array(losses) + ", \"loss_last\": " + json_number(losses.back());

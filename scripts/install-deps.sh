@@ -17,6 +17,7 @@ packages=(
   python3-pytest python3-mpi4py                   # Python tests, mpi4py communicators
   python3-venv                                    # pip install of the source tree into a fresh venv (test)
   doxygen                                         # API reference; its run is a test
+  abi-compliance-checker                          # the ABI against packaging/abi/ (ctest -L abi)
 )
 
 # Rust bindings: any cargo >= 1.64 will do (rustup's in ~/.cargo/bin, or Debian's).

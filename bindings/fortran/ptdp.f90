@@ -276,6 +276,42 @@ module ptdp
     integer(c_int64_t) :: exit_interval
   end type ptdp_train_settings
 
+  ! What one iteration reports, the same on every rank (the loss is the global batch's mean, the
+  ! norm the global norm) except mem_high_water_mib, this rank's.
+  type, bind(c) :: ptdp_iteration_report
+    integer(c_size_t) :: struct_size
+    integer(c_int64_t) :: iteration
+    integer(c_int64_t) :: train_iters
+    integer(c_int64_t) :: consumed_samples
+    integer(c_int64_t) :: global_batch_size
+    real(c_float) :: lm_loss
+    real(c_float) :: loss_scale
+    real(c_double) :: learning_rate
+    real(c_double) :: grad_norm
+    integer(c_int32_t) :: skipped
+    integer(c_int32_t) :: validated
+    integer(c_int64_t) :: skipped_iterations
+    real(c_double) :: elapsed_seconds
+    real(c_double) :: tokens_per_second
+    real(c_double) :: model_flops
+    real(c_double) :: executed_flops
+    real(c_double) :: tflops_per_device
+    real(c_double) :: mfu
+    real(c_double) :: peak_flops
+    real(c_double) :: mem_high_water_mib
+    real(c_float) :: validation_loss
+    integer(c_int32_t) :: saved
+  end type ptdp_iteration_report
+
+  ! Options for ptdp_trainer_create().
+  type, bind(c) :: ptdp_trainer_options
+    integer(c_size_t) :: struct_size
+    type(c_ptr) :: runtime
+    type(c_funptr) :: on_iteration
+    type(c_ptr) :: user_data
+    integer(c_int32_t) :: print_log
+  end type ptdp_trainer_options
+
   ! Options of ptdp_gpt_data_create().
   type, bind(c) :: ptdp_gpt_data_options
     integer(c_size_t) :: struct_size
@@ -433,6 +469,15 @@ module ptdp
       integer(c_int32_t), value :: microbatch
       integer(c_int) :: ptdp_stage_backward_weight_fn
     end function ptdp_stage_backward_weight_fn
+
+    ! Called on every rank after each iteration (after its validation and save).
+    function ptdp_iteration_callback(report, user_data) bind(c)
+      import
+      implicit none
+      type(ptdp_iteration_report), intent(in) :: report
+      type(c_ptr), value :: user_data
+      integer(c_int32_t) :: ptdp_iteration_callback
+    end function ptdp_iteration_callback
   end interface
 
   interface
@@ -1450,23 +1495,6 @@ module ptdp
       integer(c_int) :: ptdp_optimizer_state_bytes
     end function ptdp_optimizer_state_bytes
 
-    ! One training iteration: zero the gradients, run the replica's global batch through
-    function ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, &
-        iteration, options, result) bind(c, name="ptdp_train_iteration")
-      import
-      implicit none
-      type(c_ptr), value :: model
-      type(c_ptr), value :: optimizer
-      type(c_ptr), value :: schedule
-      integer(c_int32_t), intent(in) :: tokens(*)
-      integer(c_int32_t), intent(in) :: labels(*)
-      integer(c_int32_t), value :: micro_batch_size
-      integer(c_int64_t), value :: iteration
-      type(ptdp_pipeline_options), intent(in) :: options
-      type(ptdp_iteration_result), intent(inout) :: result
-      integer(c_int) :: ptdp_train_iteration
-    end function ptdp_train_iteration
-
     ! Parses a command line.
     function ptdp_train_config_parse(argc, argv, out) bind(c, name="ptdp_train_config_parse")
       import
@@ -1561,6 +1589,116 @@ module ptdp
       type(ptdp_train_settings), intent(inout) :: settings
       integer(c_int) :: ptdp_train_config_settings
     end function ptdp_train_config_settings
+
+    ! One training iteration: zero the gradients, run the replica's global batch through
+    function ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, &
+        iteration, options, result) bind(c, name="ptdp_train_iteration")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      type(c_ptr), value :: optimizer
+      type(c_ptr), value :: schedule
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int32_t), intent(in) :: labels(*)
+      integer(c_int32_t), value :: micro_batch_size
+      integer(c_int64_t), value :: iteration
+      type(ptdp_pipeline_options), intent(in) :: options
+      type(ptdp_iteration_result), intent(inout) :: result
+      integer(c_int) :: ptdp_train_iteration
+    end function ptdp_train_iteration
+
+    ! Fills @p options with the defaults and sets its struct_size.
+    function ptdp_trainer_options_init(options) bind(c, name="ptdp_trainer_options_init")
+      import
+      implicit none
+      type(ptdp_trainer_options), intent(inout) :: options
+      integer(c_int) :: ptdp_trainer_options_init
+    end function ptdp_trainer_options_init
+
+    ! Builds a training run from a parsed configuration: groups, model, optimizer, schedule and
+    ! samples, and resumes from the configuration's --load when it holds a checkpoint.
+    function ptdp_trainer_create(config, options, out) bind(c, name="ptdp_trainer_create")
+      import
+      implicit none
+      type(c_ptr), value :: config
+      type(ptdp_trainer_options), intent(in) :: options
+      type(c_ptr), intent(out) :: out
+      integer(c_int) :: ptdp_trainer_create
+    end function ptdp_trainer_create
+
+    ! Trains from the current iteration to --train-iters, or until --exit-interval or a stop
+    ! (ptdp_trainer_request_stop() or the callback's answer).
+    function ptdp_trainer_run(trainer) bind(c, name="ptdp_trainer_run")
+      import
+      implicit none
+      type(c_ptr), value :: trainer
+      integer(c_int) :: ptdp_trainer_run
+    end function ptdp_trainer_run
+
+    ! Asks a run to stop after the iteration in progress (the ranks agree; with --save a
+    ! checkpoint is written first).
+    function ptdp_trainer_request_stop(trainer) bind(c, name="ptdp_trainer_request_stop")
+      import
+      implicit none
+      type(c_ptr), value :: trainer
+      integer(c_int) :: ptdp_trainer_request_stop
+    end function ptdp_trainer_request_stop
+
+    ! The last iteration's report (zeros before the first iteration).
+    function ptdp_trainer_last_report(trainer, report) bind(c, name="ptdp_trainer_last_report")
+      import
+      implicit none
+      type(c_ptr), value :: trainer
+      type(ptdp_iteration_report), intent(inout) :: report
+      integer(c_int) :: ptdp_trainer_last_report
+    end function ptdp_trainer_last_report
+
+    ! Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
+    function ptdp_trainer_destroy(trainer) bind(c, name="ptdp_trainer_destroy")
+      import
+      implicit none
+      type(c_ptr), value :: trainer
+      integer(c_int) :: ptdp_trainer_destroy
+    end function ptdp_trainer_destroy
+
+    ! The whole of `ptdp-train` for any front end: parses @p argv, prints --help, trains on
+    ! MPI_COMM_WORLD (initialising MPI when nobody has), and reports a failure on stderr as
+    ! "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
+    function ptdp_train_main(argc, argv, exit_code) bind(c, name="ptdp_train_main")
+      import
+      implicit none
+      integer(c_int32_t), value :: argc
+      type(c_ptr), intent(in) :: argv(*)
+      integer(c_int32_t), intent(out) :: exit_code
+      integer(c_int) :: ptdp_train_main
+    end function ptdp_train_main
+
+    ! The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et al.
+    function ptdp_gpt_flops(options, global_batch_size, model_flops, executed_flops) &
+        bind(c, name="ptdp_gpt_flops")
+      import
+      implicit none
+      type(ptdp_gpt_options), intent(in) :: options
+      integer(c_int64_t), value :: global_batch_size
+      real(c_double), intent(out) :: model_flops
+      real(c_double), intent(out) :: executed_flops
+      integer(c_int) :: ptdp_gpt_flops
+    end function ptdp_gpt_flops
+
+    ! One device's dense peak FLOP/s for a model stored in @p precision, what the MFU is
+    ! measured against: a GPU's datasheet figure (H100 and H200 SXM: 989e12 for bf16/f16, 67e12
+    ! for f32), or on the CPU the f32 GEMM rate measured now through the CPU engine (512^3 GEMMs
+    ! for about 0.2 s, the best call; ranks sharing a node should measure at the same time).
+    function ptdp_device_peak_flops(device, device_index, precision, flops) &
+        bind(c, name="ptdp_device_peak_flops")
+      import
+      implicit none
+      integer(c_int), value :: device
+      integer(c_int32_t), value :: device_index
+      integer(c_int), value :: precision
+      real(c_double), intent(out) :: flops
+      integer(c_int) :: ptdp_device_peak_flops
+    end function ptdp_device_peak_flops
 
     ! Fills @p options with the defaults and sets its struct_size.
     function ptdp_gpt_data_options_init(options) bind(c, name="ptdp_gpt_data_options_init")
@@ -1903,5 +2041,18 @@ module ptdp
       implicit none
       integer(c_int) :: ptdp_memory_reset_peak
     end function ptdp_memory_reset_peak
+
+    ! Draws one or more training logs, overlaid, as an SVG file.
+    function ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path) &
+        bind(c, name="ptdp_plot_training_logs")
+      import
+      implicit none
+      type(c_ptr), intent(in) :: jsonl_paths(*)
+      type(c_ptr), intent(in) :: labels(*)
+      integer(c_int32_t), value :: count
+      character(kind=c_char), intent(in) :: title(*)
+      character(kind=c_char), intent(in) :: svg_path(*)
+      integer(c_int) :: ptdp_plot_training_logs
+    end function ptdp_plot_training_logs
   end interface
 end module ptdp

@@ -130,6 +130,7 @@ PTDPY_HANDLE(ptdp_dataset)
 PTDPY_HANDLE(ptdp_optimizer)
 PTDPY_HANDLE(ptdp_train_config)
 PTDPY_HANDLE(ptdp_gpt_data)
+PTDPY_HANDLE(ptdp_trainer)
 
 /* True: non-blocking, returns a ptdp_work handle; false or None: blocks, returns None. */
 %typemap(in) ptdp_work* work (ptdp_work temp = NULL) {
@@ -425,6 +426,77 @@ static ptdp_status ptdpy_backward_weight(void* user_data, int32_t chunk, int32_t
     cb.user_data = $input;
     $1 = &cb;
   }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Trainer options: a Python object stands for ptdp_trainer_options. It has `runtime` (a runtime
+ * handle or None), `print_log` (bool) and `has_callback` (bool: its method
+ * _on_iteration(report) is called after every iteration with a ptdp_iteration_report it may
+ * keep, and returns true to stop the run). An exception escaping _on_iteration is stored as the
+ * object's `error` attribute and stops the run, so nothing unwinds through C. */
+
+%{
+static int32_t ptdpy_on_iteration(const ptdp_iteration_report* report, void* user_data) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* owner = (PyObject*)user_data;
+  int32_t stop = 1;
+  ptdp_iteration_report* copy = (ptdp_iteration_report*)malloc(sizeof(ptdp_iteration_report));
+  if (copy) {
+    memcpy(copy, report, sizeof(ptdp_iteration_report));
+    PyObject* arg = SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_OWN);
+    PyObject* result = PyObject_CallMethod(owner, "_on_iteration", "N", arg);
+    if (result) {
+      int truth = PyObject_IsTrue(result);
+      if (truth >= 0) stop = truth ? 1 : 0;
+      Py_DECREF(result);
+    }
+  } else {
+    PyErr_NoMemory();
+  }
+  if (PyErr_Occurred()) (void)ptdpy_stage_failed(owner);
+  PyGILState_Release(gil);
+  return stop;
+}
+%}
+
+%typemap(in) const ptdp_trainer_options* options (ptdp_trainer_options o) {
+  ptdp_trainer_options_init(&o);
+  $1 = NULL;
+  if ($input != Py_None) {
+    PyObject* runtime = PyObject_GetAttrString($input, "runtime");
+    PyObject* print_log = runtime ? PyObject_GetAttrString($input, "print_log") : NULL;
+    PyObject* callback = print_log ? PyObject_GetAttrString($input, "has_callback") : NULL;
+    int print_flag = print_log ? PyObject_IsTrue(print_log) : -1;
+    int call_flag = callback ? PyObject_IsTrue(callback) : -1;
+    void* rt = NULL;
+    int rt_ok = runtime && (runtime == Py_None ||
+                            SWIG_IsOK(SWIG_ConvertPtr(runtime, &rt, SWIGTYPE_p_ptdp_runtime_impl, 0)));
+    Py_XDECREF(runtime);
+    Py_XDECREF(print_log);
+    Py_XDECREF(callback);
+    if (!rt_ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "runtime must be a runtime handle or None");
+    if (!rt_ok || print_flag < 0 || call_flag < 0) SWIG_fail;
+    o.runtime = (ptdp_runtime)rt;
+    o.print_log = print_flag;
+    if (call_flag) {
+      o.on_iteration = ptdpy_on_iteration;
+      o.user_data = $input;
+    }
+    $1 = &o;
+  }
+}
+
+/* ptdp_trainer_last_report: the report is an output, returned as a new struct. */
+%typemap(in, numinputs=0) ptdp_iteration_report* report (ptdp_iteration_report temp) {
+  memset(&temp, 0, sizeof temp);
+  temp.struct_size = sizeof temp;
+  $1 = &temp;
+}
+%typemap(argout) ptdp_iteration_report* report {
+  ptdp_iteration_report* copy = (ptdp_iteration_report*)malloc(sizeof(ptdp_iteration_report));
+  if (!copy) SWIG_fail;
+  memcpy(copy, $1, sizeof(ptdp_iteration_report));
+  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_OWN));
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "capi/src/abi_sizes.h"
 #include "kernels/error.h"
 #include "ptdp/ptdp.h"
 
@@ -63,32 +64,34 @@ inline void copy_text(const std::string& text, char* buffer, std::size_t capacit
 }
 
 /// Copies a caller's options struct over `defaults` (both start with size_t struct_size):
-/// only the bytes the caller's struct_size covers, and only if the rest, beyond what this
-/// library knows, is zero. `min_size` is the size of the struct's first published version.
+/// only the bytes the caller's struct_size covers, so a program built against an older header
+/// gets the defaults for the fields added since. struct_size must be at least the size the
+/// struct was first published with (abi_sizes.h); bytes beyond what this library knows must be
+/// zero (a newer program asking for something this library cannot do is refused, not ignored).
 template <typename Options>
-Options read_options(const Options* user, const Options& defaults, std::size_t min_size,
-                     const char* name, const char* init_function) {
+Options read_options(const Options* user, const Options& defaults, const char* name, const char* init_function) {
   if (user == nullptr) return defaults;
   const std::size_t size = user->struct_size;
+  const std::size_t min_size = first_published_size<Options>;
+  const std::size_t known = sizeof(Options);
+  const char* type = FirstPublished<Options>::name;
   PTDP_CHECK_ARG(size != 0, std::string(name) + "->struct_size is 0; initialise the struct with " +
                                 init_function + "()");
   PTDP_CHECK_ARG(size >= min_size, std::string(name) + "->struct_size = " + std::to_string(size) +
-                                       " is smaller than any published version (" +
-                                       std::to_string(min_size) + ")");
-  Options out = defaults;
-  const std::size_t known = sizeof(Options);
-  std::memcpy(static_cast<void*>(&out), user, size < known ? size : known);
+                                       " is smaller than any published " + type + " (" +
+                                       std::to_string(min_size) + " bytes); initialise the struct with " +
+                                       init_function + "()");
   if (size > known) {
     const auto* extra = reinterpret_cast<const unsigned char*>(user) + known;
     for (std::size_t i = 0; i < size - known; ++i) {
-      if (extra[i] != 0) {
-        throw_error(ErrorCode::Unsupported,
-                    std::string(name) + " sets fields this library version does not know (byte " +
-                        std::to_string(known + i) + " of " + std::to_string(size) +
-                        "); upgrade libptdp");
-      }
+      PTDP_CHECK_ARG(extra[i] == 0, std::string(name) + "->struct_size = " + std::to_string(size) +
+                                        " covers fields this library's " + type + " (" + std::to_string(known) +
+                                        " bytes) does not know, and byte " + std::to_string(known + i) +
+                                        " is not zero; upgrade libptdp or leave them zero");
     }
   }
+  Options out = defaults;
+  std::memcpy(static_cast<void*>(&out), user, size < known ? size : known);
   out.struct_size = known;
   return out;
 }

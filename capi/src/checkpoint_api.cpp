@@ -34,13 +34,16 @@ PTDP_API ptdp_status ptdp_checkpoint_save(const char* directory, ptdp_model mode
     ptdp_model_impl& m = live(model, "model");
     ptdp::Optimizer* opt = optimizer_of(optimizer, m);
     require_non_null(state, "state");
-    PTDP_CHECK_ARG(state->iteration >= 0, "state->iteration must be >= 0, got " + std::to_string(state->iteration));
+    ptdp_checkpoint_state defaults;
+    ptdp_checkpoint_state_init(&defaults);
+    const ptdp_checkpoint_state st = ptdp::capi::read_options(state, defaults, "state", "ptdp_checkpoint_state_init");
+    PTDP_CHECK_ARG(st.iteration >= 0, "state->iteration must be >= 0, got " + std::to_string(st.iteration));
     nlohmann::json train;
     if (config != nullptr) train = ptdp::train_args_to_json(live(config, "config").args);
     ptdp::CheckpointState s;
-    s.iteration = state->iteration;
-    s.consumed_train_samples = state->consumed_train_samples;
-    s.consumed_valid_samples = state->consumed_valid_samples;
+    s.iteration = st.iteration;
+    s.consumed_train_samples = st.consumed_train_samples;
+    s.consumed_valid_samples = st.consumed_valid_samples;
     ptdp::save_checkpoint(directory, *m.model, opt, config ? &train : nullptr, s);
   });
 }

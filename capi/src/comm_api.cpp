@@ -25,14 +25,11 @@ using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 
-constexpr std::size_t kRuntimeOptionsV1Size = sizeof(ptdp_runtime_options);
-constexpr std::size_t kParallelOptionsV1Size = sizeof(ptdp_parallel_options);
-
 ptdp::RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use_mpi) {
   ptdp_runtime_options defaults;
   ptdp_runtime_options_init(&defaults);
-  const ptdp_runtime_options o = ptdp::capi::read_options(user, defaults, kRuntimeOptionsV1Size,
-                                                          "options", "ptdp_runtime_options_init");
+  const ptdp_runtime_options o = ptdp::capi::read_options(user, defaults, "options",
+                                                          "ptdp_runtime_options_init");
   PTDP_CHECK_ARG(o.comm_timeout_s == o.comm_timeout_s,  // NaN
                  "options->comm_timeout_s is NaN");
   PTDP_CHECK_ARG(o.verify_collectives == 0 || o.verify_collectives == 1,
@@ -52,8 +49,8 @@ ptdp::RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use
 ptdp::ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   ptdp_parallel_options defaults;
   ptdp_parallel_options_init(&defaults);
-  const ptdp_parallel_options o = ptdp::capi::read_options(user, defaults, kParallelOptionsV1Size,
-                                                           "options", "ptdp_parallel_options_init");
+  const ptdp_parallel_options o = ptdp::capi::read_options(user, defaults, "options",
+                                                           "ptdp_parallel_options_init");
   ptdp::ParallelConfig c;
   c.world = 0;  // the runtime's world size, or set by the caller
   c.tensor = o.tensor_model_parallel_size;
@@ -161,8 +158,8 @@ PTDP_API ptdp_status ptdp_runtime_destroy(ptdp_runtime runtime) {
     const int n = rt.dependents.load();
     if (n > 0) {
       ptdp::throw_error(ptdp::ErrorCode::InvalidState,
-                        std::to_string(n) + " ptdp_groups created on this runtime still exist; "
-                                            "destroy them first");
+                        std::to_string(n) + " ptdp_groups or ptdp_trainer handles created on this runtime "
+                                            "still exist; destroy them first");
     }
     ptdp::capi::release(runtime);
   });

@@ -21,7 +21,6 @@ using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 
-constexpr std::size_t kGptDataOptionsV1Size = sizeof(ptdp_gpt_data_options);
 constexpr const char* kDefaultSplit = "969,30,1";
 
 ptdp::DataSplit checked_split(ptdp_data_split split) {
@@ -31,18 +30,14 @@ ptdp::DataSplit checked_split(ptdp_data_split split) {
 }
 
 std::shared_ptr<const ptdp::TokenSource> open_source(const ptdp_gpt_data_options& o) {
-  switch (o.source) {
-    case PTDP_DATA_MOCK: return std::make_shared<ptdp::MockTokenSource>(o.seed, o.seq_length, o.vocab_size);
-    case PTDP_DATA_INDEXED:
-      PTDP_CHECK_ARG(o.path != nullptr, "options->path is NULL (the indexed data set's prefix is needed)");
-      return std::make_shared<ptdp::IndexedTokenSource>(o.path, o.vocab_size);
-    case PTDP_DATA_TEXT:
-      PTDP_CHECK_ARG(o.path != nullptr, "options->path is NULL (the text file is needed)");
-      return std::make_shared<ptdp::TextTokenSource>(o.path, o.vocab_size);
-  }
-  PTDP_CHECK_ARG(false, "options->source = " + std::to_string(static_cast<int>(o.source)) +
-                            " is not a ptdp_data_source");
-  return nullptr;
+  const int k = static_cast<int>(o.source);
+  PTDP_CHECK_ARG(k >= PTDP_DATA_MOCK && k <= PTDP_DATA_TEXT,
+                 "options->source = " + std::to_string(k) + " is not a ptdp_data_source");
+  PTDP_CHECK_ARG(o.source == PTDP_DATA_MOCK || o.path != nullptr,
+                 std::string("options->path is NULL (the ") +
+                     (o.source == PTDP_DATA_INDEXED ? "indexed data set's prefix" : "text file") + " is needed)");
+  return ptdp::open_token_source(static_cast<ptdp::DataSource>(k), o.path ? o.path : "", o.seq_length,
+                                 o.vocab_size, o.seed);
 }
 
 }  // namespace
@@ -66,7 +61,7 @@ PTDP_API ptdp_status ptdp_gpt_data_create(const ptdp_gpt_data_options* options, 
     require_non_null(out, "out");
     ptdp_gpt_data_options defaults;
     ptdp_gpt_data_options_init(&defaults);
-    const ptdp_gpt_data_options o = ptdp::capi::read_options(options, defaults, kGptDataOptionsV1Size, "options",
+    const ptdp_gpt_data_options o = ptdp::capi::read_options(options, defaults, "options",
                                                              "ptdp_gpt_data_options_init");
     PTDP_CHECK_ARG(o.seq_length > 0, "options->seq_length = " + std::to_string(o.seq_length) + " is not > 0");
     PTDP_CHECK_ARG(o.vocab_size > 0, "options->vocab_size = " + std::to_string(o.vocab_size) + " is not > 0");

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "capi/src/api_guard.h"
+#include "capi/src/convert.h"
 #include "core/comm/runtime.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_pipeline.h"
@@ -30,7 +31,7 @@ struct ptdp_runtime_impl {
   static constexpr const char* kType = "ptdp_runtime";
   uint64_t magic = kLive;
   std::shared_ptr<ptdp::Runtime> runtime;
-  std::atomic<int> dependents{0};  // live ptdp_groups
+  std::atomic<int> dependents{0};  // live ptdp_groups and ptdp_trainer
 };
 
 struct ptdp_groups_impl {
@@ -128,10 +129,5 @@ void release(Impl* handle) {
   handle->magic = kDeadMagic;
   delete handle;
 }
-
-/// A model config from the C options (NULL: the defaults), validating the enum fields.
-ptdp::GptConfig gpt_config(const ptdp_gpt_options* options);
-/// The C options of a model config (struct_size set).
-void gpt_options(const ptdp::GptConfig& config, ptdp_gpt_options* options);
 
 }  // namespace ptdp::capi

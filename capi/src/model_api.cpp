@@ -20,16 +20,13 @@ using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 
-// The first published layout ended before `device`; callers built against it still work.
-constexpr std::size_t kGptOptionsV1Size = offsetof(ptdp_gpt_options, device);
-
 }  // namespace
 
 ptdp::GptConfig ptdp::capi::gpt_config(const ptdp_gpt_options* user) {
   ptdp_gpt_options defaults;
   ptdp_gpt_options_init(&defaults);
   const ptdp_gpt_options o =
-      ptdp::capi::read_options(user, defaults, kGptOptionsV1Size, "options", "ptdp_gpt_options_init");
+      ptdp::capi::read_options(user, defaults, "options", "ptdp_gpt_options_init");
   PTDP_CHECK_ARG(o.untie_embeddings_and_output_weights == 0 || o.untie_embeddings_and_output_weights == 1,
                  "options->untie_embeddings_and_output_weights = " +
                      std::to_string(o.untie_embeddings_and_output_weights) + " is not 0 or 1");
@@ -162,7 +159,7 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
     ptdp_gpt_options defaults;
     ptdp_gpt_options_init(&defaults);
     const ptdp_gpt_options o =
-        ptdp::capi::read_options(options, defaults, kGptOptionsV1Size, "options", "ptdp_gpt_options_init");
+        ptdp::capi::read_options(options, defaults, "options", "ptdp_gpt_options_init");
     ptdp::Device device;
     if (o.device != PTDP_DEVICE_CPU) {
       PTDP_CHECK_ARG(o.device == PTDP_DEVICE_CUDA,
@@ -370,8 +367,8 @@ PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt
     PTDP_CHECK_ARG(prompt_length > 0, "prompt_length must be > 0, got " + std::to_string(prompt_length));
     ptdp_generate_options defaults;
     ptdp_generate_options_init(&defaults);
-    const ptdp_generate_options o = ptdp::capi::read_options(options, defaults, sizeof(ptdp_generate_options),
-                                                             "options", "ptdp_generate_options_init");
+    const ptdp_generate_options o = ptdp::capi::read_options(options, defaults, "options",
+                                                             "ptdp_generate_options_init");
     ptdp::GenerateConfig c;
     c.max_new_tokens = o.max_new_tokens;
     c.top_k = o.top_k;

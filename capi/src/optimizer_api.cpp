@@ -4,8 +4,8 @@
 #include <set>
 #include <string>
 
+#include "capi/src/convert.h"
 #include "capi/src/handles.h"
-#include "capi/src/pipeline_run.h"
 #include "core/train/trainer.h"
 
 
@@ -25,7 +25,7 @@ ptdp::OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
   ptdp_optimizer_options d;
   ptdp_optimizer_options_init(&d);
   const ptdp_optimizer_options o =
-      ptdp::capi::read_options(user, d, sizeof(ptdp_optimizer_options), "options", "ptdp_optimizer_options_init");
+      ptdp::capi::read_options(user, d, "options", "ptdp_optimizer_options_init");
   PTDP_CHECK_ARG(o.optimizer == PTDP_OPTIMIZER_ADAM || o.optimizer == PTDP_OPTIMIZER_SGD,
                  "options->optimizer = " + std::to_string(static_cast<int>(o.optimizer)) + " is not a ptdp_optimizer_kind");
   PTDP_CHECK_ARG(o.lr_decay_style >= PTDP_LR_CONSTANT && o.lr_decay_style <= PTDP_LR_COSINE,
@@ -80,19 +80,6 @@ ptdp::OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
   c.bucket_elements = o.ddp_bucket_size;
   c.validate();
   return c;
-}
-
-void fill(const ptdp::StepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out,
-          double seconds = 0, double wait = 0) {
-  if (!out) return;
-  out->seconds = seconds;
-  out->comm_wait_seconds = wait;
-  out->loss = loss;
-  out->grad_norm = s.grad_norm;
-  out->learning_rate = s.lr;
-  out->loss_scale = s.loss_scale;
-  out->skipped = s.skipped ? 1 : 0;
-  out->skipped_iterations = skipped_total;
 }
 
 }  // namespace
@@ -225,7 +212,7 @@ PTDP_API ptdp_status ptdp_optimizer_step(ptdp_optimizer optimizer, int64_t itera
     PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
     if (o.tensors) o.opt->params_ready(0, 0, o.tensors->size());
     const ptdp::StepResult s = o.opt->step(iteration);  // 16-bit model weights follow the masters
-    fill(s, o.opt->skipped_iterations(), 0.0f, result);
+    ptdp::capi::iteration_result(s, o.opt->skipped_iterations(), 0.0f, result);
   });
 }
 
@@ -234,25 +221,6 @@ PTDP_API ptdp_status ptdp_optimizer_state_bytes(ptdp_optimizer optimizer, size_t
     ptdp_optimizer_impl& o = live(optimizer, "optimizer");
     require_non_null(bytes, "bytes");
     *bytes = o.opt->state_bytes();
-  });
-}
-
-PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule,
-                                          const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
-                                          int64_t iteration, const ptdp_pipeline_options* options,
-                                          ptdp_iteration_result* result) {
-  return guard(__func__, [&] {
-    ptdp_model_impl& m = live(model, "model");
-    ptdp_optimizer_impl& o = live(optimizer, "optimizer");
-    const ptdp::Schedule& s = live(schedule, "schedule").schedule;
-    PTDP_CHECK_ARG(o.model == &m, "optimizer was not created for this model");
-    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
-    PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
-    const ptdp::capi::PipelineRun run(options);
-    const ptdp::IterationResult r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
-                                                          micro_batch_size, iteration, run.executor());
-    run.finish(*m.owner);
-    fill(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
   });
 }
 

@@ -90,7 +90,7 @@ PTDP_API ptdp_status ptdp_pipeline_run(ptdp_groups groups, ptdp_schedule schedul
     require_non_null(callbacks, "callbacks");
     ptdp_stage_callbacks defaults;
     ptdp_stage_callbacks_init(&defaults);
-    const ptdp_stage_callbacks cb = ptdp::capi::read_options(callbacks, defaults, sizeof(ptdp_stage_callbacks),
+    const ptdp_stage_callbacks cb = ptdp::capi::read_options(callbacks, defaults,
                                                              "callbacks", "ptdp_stage_callbacks_init");
     require_non_null(reinterpret_cast<const void*>(cb.forward), "callbacks->forward");
     require_non_null(reinterpret_cast<const void*>(cb.backward_input), "callbacks->backward_input");

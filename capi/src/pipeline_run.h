@@ -15,7 +15,7 @@ class PipelineRun {
     ptdp_pipeline_options defaults;
     ptdp_pipeline_options_init(&defaults);
     const ptdp_pipeline_options o =
-        read_options(user, defaults, sizeof(ptdp_pipeline_options), "options", "ptdp_pipeline_options_init");
+        read_options(user, defaults, "options", "ptdp_pipeline_options_init");
     PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,
                    "options->scatter_gather = " + std::to_string(o.scatter_gather) + " is not 0 or 1");
     executor_.scatter_gather = o.scatter_gather == 1;

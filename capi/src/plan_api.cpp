@@ -35,9 +35,7 @@ using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 namespace plan = ptdp::plan;
 
-constexpr std::size_t kClusterV1Size = sizeof(ptdp_cluster);
-constexpr std::size_t kPlanOptionsV1Size = sizeof(ptdp_plan_options);
-constexpr std::size_t kLayoutV1Size = sizeof(ptdp_plan_layout);
+constexpr std::size_t kLayoutV1Size = ptdp::capi::first_published_size<ptdp_plan_layout>;
 
 void to_c(const plan::Cluster& c, ptdp_cluster* out) {
   ptdp_cluster o{};
@@ -61,7 +59,7 @@ void to_c(const plan::Cluster& c, ptdp_cluster* out) {
 plan::Cluster from_c(const ptdp_cluster* user) {
   ptdp_cluster defaults;
   to_c(plan::cluster_preset("dgx-a100"), &defaults);
-  const ptdp_cluster c = ptdp::capi::read_options(user, defaults, kClusterV1Size, "cluster", "ptdp_cluster_init");
+  const ptdp_cluster c = ptdp::capi::read_options(user, defaults, "cluster", "ptdp_cluster_init");
   plan::Cluster out;
   PTDP_CHECK_ARG(std::memchr(c.name, '\0', sizeof(c.name)) != nullptr, "cluster->name is not NUL-terminated");
   out.name = c.name[0] != '\0' ? std::string(c.name) : std::string("custom");
@@ -154,7 +152,7 @@ plan::PlanRequest from_c(const ptdp_plan_options* user) {
   defaults.struct_size = sizeof(defaults);
   default_options(&defaults);
   const ptdp_plan_options o =
-      ptdp::capi::read_options(user, defaults, kPlanOptionsV1Size, "options", "ptdp_plan_options_init");
+      ptdp::capi::read_options(user, defaults, "options", "ptdp_plan_options_init");
   plan::PlanRequest r;
   ptdp::GptConfig& g = r.model;
   g.num_layers = o.num_layers;
@@ -401,7 +399,7 @@ PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int3
     defaults.struct_size = sizeof(defaults);
     default_options(&defaults);
     ptdp_plan_options o =
-        ptdp::capi::read_options(options, defaults, kPlanOptionsV1Size, "options", "ptdp_plan_options_init");
+        ptdp::capi::read_options(options, defaults, "options", "ptdp_plan_options_init");
     if (o.global_batch_size <= 0) o.global_batch_size = 1;  // only the model is read here
     const plan::PlanRequest r = from_c(&o);
     r.model.validate(t);

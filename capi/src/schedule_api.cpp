@@ -38,8 +38,6 @@ using ptdp::capi::require_non_null;
 // Largest p * m * v accepted, as make_schedule().
 constexpr long long kMaxUnits = 1LL << 24;
 
-constexpr std::size_t kCostsV1Size = sizeof(ptdp_schedule_costs);
-
 ptdp::ScheduleKind checked_kind(ptdp_schedule_kind kind, const char* name) {
   const int k = static_cast<int>(kind);
   PTDP_CHECK_ARG(k >= PTDP_SCHEDULE_GPIPE && k <= PTDP_SCHEDULE_FORWARD_ONLY,
@@ -62,7 +60,7 @@ ptdp::ScheduleCosts costs_of(const ptdp_schedule_costs* user) {
   ptdp_schedule_costs defaults;
   ptdp_schedule_costs_init(&defaults);
   const ptdp_schedule_costs c =
-      ptdp::capi::read_options(user, defaults, kCostsV1Size, "costs", "ptdp_schedule_costs_init");
+      ptdp::capi::read_options(user, defaults, "costs", "ptdp_schedule_costs_init");
   const std::pair<const char*, double> fields[] = {{"forward", c.forward},
                                                    {"backward", c.backward},
                                                    {"backward_input", c.backward_input},

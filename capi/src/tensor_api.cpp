@@ -21,9 +21,6 @@ using ptdp::ErrorCode;
 using ptdp::capi::guard;
 using ptdp::capi::require_non_null;
 
-// Size of the first published ptdp_tensor_options (version 0.1).
-constexpr std::size_t kTensorOptionsV1Size = sizeof(ptdp_tensor_options);
-
 ptdp::Tensor& unwrap(ptdp_tensor handle, const char* name) {
   return ptdp::capi::live(handle, name).tensor;
 }
@@ -65,7 +62,7 @@ PTDP_API ptdp_status ptdp_tensor_create(const ptdp_tensor_options* options, int3
     ptdp_tensor_options defaults;
     ptdp_tensor_options_init(&defaults);
     const ptdp_tensor_options opts =
-        ptdp::capi::read_options(options, defaults, kTensorOptionsV1Size, "options",
+        ptdp::capi::read_options(options, defaults, "options",
                                  "ptdp_tensor_options_init");
     const ptdp::DType dtype = checked_dtype(opts.dtype, "options->dtype");
     const ptdp::Device device = checked_device(opts.device, opts.device_index, "options");

@@ -8,9 +8,9 @@
 #include "capi/src/handles.h"
 #include "core/args/train_args.h"
 
-static_assert(PTDP_DATA_MOCK == static_cast<int>(ptdp::TrainDataSource::Mock));
-static_assert(PTDP_DATA_INDEXED == static_cast<int>(ptdp::TrainDataSource::Indexed));
-static_assert(PTDP_DATA_TEXT == static_cast<int>(ptdp::TrainDataSource::Text));
+static_assert(PTDP_DATA_MOCK == static_cast<int>(ptdp::DataSource::Mock));
+static_assert(PTDP_DATA_INDEXED == static_cast<int>(ptdp::DataSource::Indexed));
+static_assert(PTDP_DATA_TEXT == static_cast<int>(ptdp::DataSource::Text));
 static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
 static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));
 static_assert(PTDP_SCHEDULE_INTERLEAVED_1F1B == static_cast<int>(ptdp::ScheduleKind::Interleaved1F1B));

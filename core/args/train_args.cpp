@@ -340,6 +340,10 @@ std::vector<Flag> make_flags() {
                    &TrainArgs::log_json));
   v.push_back(text("profile-trace", G::Logging, "PATH", "[ptdp] Write a Perfetto trace of one iteration to PATH.",
                    &TrainArgs::profile_trace));
+  v.push_back(text("plot-file", G::Logging, "PATH",
+                   "[ptdp] Draw the run's curves (loss, validation loss, learning rate, grad norm, loss scale, "
+                   "tokens/s) as an SVG at PATH, refreshed at every log interval.",
+                   &TrainArgs::plot_file));
   // ptdp.
   Flag device = head("device", G::Ptdp, "{auto,cpu,cuda}", "[ptdp] Engine: auto uses CUDA where this rank has a GPU.");
   device.set = [](TrainArgs& a, const std::string& v) {
@@ -352,6 +356,10 @@ std::vector<Flag> make_flags() {
                      "[ptdp] Deadline of every blocking communication; a rank that does not take part in time is "
                      "reported.",
                      &TrainArgs::comm_timeout, kPositive, false));
+  v.push_back(number("peak-tflops", G::Ptdp, "TFLOPS",
+                     "[ptdp] Dense peak TFLOP/s of one device for the MFU; 0 means the CPU's sgemm peak measured at "
+                     "the start, or the GPU's datasheet figure.",
+                     &TrainArgs::peak_tflops, kNonNegative, false));
   v.push_back(boolean("help", G::Ptdp, "Show this help (also -h).", &TrainArgs::help));
   return v;
 }
@@ -532,10 +540,10 @@ ScheduleKind schedule_kind(const TrainArgs& args) {
   return virtual_pipeline_size(args) > 1 ? ScheduleKind::Interleaved1F1B : args.pipeline_schedule;
 }
 
-TrainDataSource data_source(const TrainArgs& args) {
-  if (!args.data_path.empty()) return TrainDataSource::Indexed;
-  if (!args.text_file.empty()) return TrainDataSource::Text;
-  return TrainDataSource::Mock;
+DataSource data_source(const TrainArgs& args) {
+  if (!args.data_path.empty()) return DataSource::Indexed;
+  if (!args.text_file.empty()) return DataSource::Text;
+  return DataSource::Mock;
 }
 
 int64_t lr_decay_iters(const TrainArgs& args) { return args.lr_decay_iters.value_or(args.train_iters); }

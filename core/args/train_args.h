@@ -11,15 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/data/gpt_dataset.h"
 #include "core/model/gpt_config.h"
 #include "core/optim/optimizer.h"
 #include "core/parallel/layout.h"
 #include "core/pipeline/schedule.h"
 
 namespace ptdp {
-
-/// Where the training samples come from; the numbers match ptdp_data_source in the C API.
-enum class TrainDataSource : int { Mock = 0, Indexed = 1, Text = 2 };
 
 /// Every flag of ptdp-train, under Megatron's argparse names (dashes become underscores).
 /// Unset optional flags are std::nullopt; unset paths are empty strings (an empty value on the
@@ -100,10 +98,12 @@ struct TrainArgs {
   int64_t eval_iters = 100;
   std::string log_json;
   std::string profile_trace;
+  std::string plot_file;  ///< SVG of the run's curves, refreshed at every log interval
 
   // ptdp.
   std::string device = "auto";  ///< "auto", "cpu" or "cuda"
   double comm_timeout = 300.0;   ///< seconds, every blocking wait
+  double peak_tflops = 0.0;      ///< one device's dense peak for the MFU; 0: measured (CPU) or datasheet (GPU)
 };
 
 /// Parses a command line (without the program name): `--flag value`, `--flag=value`, boolean
@@ -129,7 +129,7 @@ std::vector<std::string> train_flag_names();
 int virtual_pipeline_size(const TrainArgs& args);
 /// The schedule to run: interleaved 1F1B when v > 1, else the --pipeline-schedule given.
 ScheduleKind schedule_kind(const TrainArgs& args);
-TrainDataSource data_source(const TrainArgs& args);
+DataSource data_source(const TrainArgs& args);
 /// --lr-decay-iters, or --train-iters when it is not given.
 int64_t lr_decay_iters(const TrainArgs& args);
 /// Global batch size B, or micro_batch_size when --global-batch-size is 0 (the driver, knowing

@@ -1,5 +1,6 @@
 #include "core/comm/runtime.h"
 
+#include <atomic>
 #include <cstdlib>
 
 #include "kernels/error.h"
@@ -23,11 +24,14 @@ struct Runtime::MpiState {
 namespace {
 
 // MPI initialised by ptdp is finalised at exit, after every runtime is gone, unless operations
-// abandoned by a timeout are still pending: MPI_Finalize would then wait for them forever.
+// abandoned by a timeout are still pending or this rank failed alone (abandon_mpi_finalize):
+// MPI_Finalize would then wait for them forever.
+std::atomic<bool> g_abandoned{false};
+
 void finalize_mpi_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && mpi_leaked_operations() == 0) MPI_Finalize();
+  if (!finalized && mpi_leaked_operations() == 0 && !g_abandoned.load()) MPI_Finalize();
 }
 
 void ensure_mpi_initialized() {
@@ -54,8 +58,11 @@ void require_mpi_initialized(const char* who) {
 }
 
 }  // namespace
+
+void abandon_mpi_finalize() noexcept { g_abandoned.store(true); }
 #else
 struct Runtime::MpiState {};
+void abandon_mpi_finalize() noexcept {}
 #endif
 
 void Runtime::init_common(const RuntimeOptions& options) {

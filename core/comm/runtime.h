@@ -70,4 +70,9 @@ class Runtime {
   bool want_nccl_ = true, nccl_enabled_ = false;
 };
 
+/// After a failure of this rank alone (its peers may be waiting in a collective that will never
+/// complete), MPI initialised by ptdp is not finalised at exit: MPI_Finalize would wait for the
+/// peers, while an unfinalised exit makes the launcher end the whole job.
+void abandon_mpi_finalize() noexcept;
+
 }  // namespace ptdp

@@ -421,4 +421,19 @@ const GptSplit& GptDataset::split(DataSplit s) const {
   return splits_[static_cast<std::size_t>(k)];
 }
 
+std::shared_ptr<const TokenSource> open_token_source(DataSource source, const std::string& path, int32_t seq_length,
+                                                     int32_t vocab_size, uint64_t seed) {
+  switch (source) {
+    case DataSource::Mock: return std::make_shared<MockTokenSource>(seed, seq_length, vocab_size);
+    case DataSource::Indexed:
+      PTDP_CHECK_ARG(!path.empty(), "the indexed data set's prefix is empty");
+      return std::make_shared<IndexedTokenSource>(path, vocab_size);
+    case DataSource::Text:
+      PTDP_CHECK_ARG(!path.empty(), "the text file's path is empty");
+      return std::make_shared<TextTokenSource>(path, vocab_size);
+  }
+  PTDP_CHECK_ARG(false, "data source " + std::to_string(static_cast<int>(source)) + " is not mock, indexed or text");
+  return nullptr;
+}
+
 }  // namespace ptdp

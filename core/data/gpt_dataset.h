@@ -217,6 +217,15 @@ struct GptDatasetOptions {
   std::array<int64_t, 3> num_samples{};    ///< wanted per split; 0: one epoch
 };
 
+/// Where the training samples come from; the numbers match ptdp_data_source in the C API.
+enum class DataSource : int { Mock = 0, Indexed = 1, Text = 2 };
+
+/// The token source of `source`: Megatron's indexed data set at prefix `path`, the bytes of the
+/// text file `path`, or mock documents (path unused). Throws Error(InvalidArgument) for an
+/// empty path where one is needed, and what the source's constructor throws.
+std::shared_ptr<const TokenSource> open_token_source(DataSource source, const std::string& path, int32_t seq_length,
+                                                     int32_t vocab_size, uint64_t seed);
+
 /// The three splits of one source.
 class GptDataset {
  public:

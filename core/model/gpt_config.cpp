@@ -55,9 +55,10 @@ void GptConfig::validate(int t) const {
                      " is not auto, fused or unfused");
 }
 
-double GptConfig::flops_per_step(int64_t tokens) const {
-  const double l = num_layers, h = hidden_size, s = seq_length, v = vocab_size;
-  return 72.0 * static_cast<double>(tokens) * l * h * h * (1.0 + s / (6.0 * h) + v / (12.0 * l * h));
+double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
+  const double B = static_cast<double>(samples), l = num_layers, h = hidden_size, s = seq_length, V = vocab_size;
+  return full_recompute ? 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
+                        : 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
 int64_t GptConfig::parameter_count(int t) const {

@@ -25,9 +25,12 @@ struct GptConfig : LayerConfig {
   /// by heads, ffn not divisible by t, dropout outside [0, 1), and the like.
   void validate(int tensor_parallel) const;
 
-  /// Model FLOPs of one forward+backward over `tokens` tokens without recomputation
-  /// (the paper's 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) with B s = tokens).
-  double flops_per_step(int64_t tokens) const;
+  /// The paper's FLOPs of one training iteration over `samples` sequences of seq_length tokens
+  /// (Narayanan et al. 2021, the one place ptdp computes it): the model's forward and backward,
+  /// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)); with `full_recompute` what is executed, one more
+  /// forward of the layers: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)). B = samples, V the
+  /// unpadded vocabulary. MFU counts the first; TFLOP/s per device (as the paper) the second.
+  double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t).
   int64_t parameter_count(int tensor_parallel) const;
 };

@@ -43,7 +43,7 @@ TEST_CASE("train args: no flags give Megatron's defaults", "[args]") {
   CHECK(a.hysteresis == 2);
   CHECK(a.split == "969,30,1");
   CHECK(a.mock_data);
-  CHECK(ptdp::data_source(a) == ptdp::TrainDataSource::Mock);
+  CHECK(ptdp::data_source(a) == ptdp::DataSource::Mock);
   CHECK(a.tokenizer_type.empty());
   CHECK(a.log_interval == 100);
   CHECK(a.eval_interval == 1000);
@@ -84,7 +84,7 @@ TEST_CASE("train args: values in both spellings reach the fields", "[args]") {
   CHECK(a.recompute_granularity == ptdp::Recompute::Full);
   CHECK(a.data_path == "/d/x");
   CHECK_FALSE(a.mock_data);
-  CHECK(ptdp::data_source(a) == ptdp::TrainDataSource::Indexed);
+  CHECK(ptdp::data_source(a) == ptdp::DataSource::Indexed);
   CHECK(a.split == "98,2,0");
   CHECK(a.fp16);
   CHECK(a.loss_scale == 1024.0);

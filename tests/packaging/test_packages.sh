@@ -39,6 +39,7 @@ test -L "$usr/lib/libptdp.so.0" && test -f "$(readlink -f "$usr/lib/libptdp.so.0
 test -f "$usr/include/ptdp/ptdp.h" && test -f "$usr/lib/pkgconfig/ptdp.pc"
 test -f "$usr/lib/cmake/ptdp/ptdpConfig.cmake" && test -f "$usr/lib/cmake/ptdp/ptdpConfigVersion.cmake"
 test -x "$usr/bin/ptdp-train"
+test -x "$usr/bin/ptdp-plot"
 export LD_LIBRARY_PATH="$usr/lib"
 
 echo "== pkg-config"

@@ -107,7 +107,8 @@ TEST_CASE("the FLOP counts equal the paper's closed forms", "[plan]") {
   const GptConfig g = paper_model(kRows[6]);
   CHECK(iteration_flops(g, 2304, Recompute::None) == Approx(paper_flops(g, 2304, false)).epsilon(1e-12));
   CHECK(iteration_flops(g, 2304, Recompute::Full) == Approx(paper_flops(g, 2304, true)).epsilon(1e-12));
-  CHECK(g.flops_per_step(2304LL * 2048) == Approx(paper_flops(g, 2304, false)).epsilon(1e-12));
+  CHECK(g.paper_flops(2304) == Approx(paper_flops(g, 2304, false)).epsilon(1e-12));
+  CHECK(g.paper_flops(2304, true) == Approx(paper_flops(g, 2304, true)).epsilon(1e-12));
 }
 
 TEST_CASE("closed-form in-flight microbatches match the schedule simulator", "[plan]") {

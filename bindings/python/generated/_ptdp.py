@@ -1809,38 +1809,6 @@ def ptdp_optimizer_state_bytes(optimizer):
     """
     return _ptdp_ext.ptdp_optimizer_state_bytes(optimizer)
 
-def ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result):
-    r"""
-    One training iteration: zero the gradients, run the replica's global batch through
-           ``schedule`` (data-parallel buckets reduced while the backward runs, the tied embedding
-           summed over the embedding group), then the optimizer step. Dropout masks are keyed by
-           (iteration, data-parallel rank * m + microbatch), so every layout reproduces the serial
-           run of the same global batch.
-    :type model: struct ptdp_model_impl
-    :param model: A live model.
-    :type optimizer: struct ptdp_optimizer_impl
-    :param optimizer: An optimizer created for ``model``.
-    :type schedule: struct ptdp_schedule_impl
-    :param schedule: A schedule for the model's (p, v) and m microbatches.
-    :type tokens: int
-    :param tokens: This replica's m * b samples, [m * b, seq_length] row-major (replica r of d
-               holds samples r*m*b ... of the global batch).
-    :type labels: int
-    :param labels: The same shape.
-    :type micro_batch_size: int
-    :param micro_batch_size: b, > 0.
-    :type iteration: int
-    :param iteration: The step number, from 0.
-    :type options: :py:class:`ptdp_pipeline_options`
-    :param options: Executor options; NULL for the defaults.
-    :type result: :py:class:`ptdp_iteration_result`, out
-    :param result: Receives loss (mean over the global batch), grad norm, lr, loss scale and
-                    skip; may be NULL.
-    Title: Thread safety
-    Collective over the world of the groups.
-    """
-    return _ptdp_ext.ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
-
 def ptdp_train_config_parse(argc):
     r"""
     Parses a command line.
@@ -1995,6 +1963,239 @@ def ptdp_train_config_settings(config, settings):
     :param settings: Receives them; must not be NULL.
     """
     return _ptdp_ext.ptdp_train_config_settings(config, settings)
+
+def ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result):
+    r"""
+    One training iteration: zero the gradients, run the replica's global batch through
+           ``schedule`` (data-parallel buckets reduced while the backward runs, the tied embedding
+           summed over the embedding group), then the optimizer step. Dropout masks are keyed by
+           (iteration, data-parallel rank * m + microbatch), so every layout reproduces the serial
+           run of the same global batch.
+    :type model: struct ptdp_model_impl
+    :param model: A live model.
+    :type optimizer: struct ptdp_optimizer_impl
+    :param optimizer: An optimizer created for ``model``.
+    :type schedule: struct ptdp_schedule_impl
+    :param schedule: A schedule for the model's (p, v) and m microbatches.
+    :type tokens: int
+    :param tokens: This replica's m * b samples, [m * b, seq_length] row-major (replica r of d
+               holds samples r*m*b ... of the global batch).
+    :type labels: int
+    :param labels: The same shape.
+    :type micro_batch_size: int
+    :param micro_batch_size: b, > 0.
+    :type iteration: int
+    :param iteration: The step number, from 0.
+    :type options: :py:class:`ptdp_pipeline_options`
+    :param options: Executor options; NULL for the defaults.
+    :type result: :py:class:`ptdp_iteration_result`, out
+    :param result: Receives loss (mean over the global batch), grad norm, lr, loss scale and
+                    skip; may be NULL.
+    Title: Thread safety
+    Collective over the world of the groups.
+    """
+    return _ptdp_ext.ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
+class ptdp_iteration_report(object):
+    r"""
+    What one iteration reports, the same on every rank (the loss is the global batch's mean, the
+    norm the global norm) except mem_high_water_mib, this rank's. The library fills struct_size
+    with the size it knows: a reader built against an older header reads only the fields its
+    struct has, a newer one checks struct_size before reading a field added later.
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_iteration_report_struct_size_get, _ptdp_ext.ptdp_iteration_report_struct_size_set, doc=r""" Bytes of this struct the library filled in.""")
+    iteration = property(_ptdp_ext.ptdp_iteration_report_iteration_get, _ptdp_ext.ptdp_iteration_report_iteration_set, doc=r""" Iterations done, this one included (the log line's count).""")
+    train_iters = property(_ptdp_ext.ptdp_iteration_report_train_iters_get, _ptdp_ext.ptdp_iteration_report_train_iters_set, doc=r""" --train-iters.""")
+    consumed_samples = property(_ptdp_ext.ptdp_iteration_report_consumed_samples_get, _ptdp_ext.ptdp_iteration_report_consumed_samples_set, doc=r""" Training samples read so far.""")
+    global_batch_size = property(_ptdp_ext.ptdp_iteration_report_global_batch_size_get, _ptdp_ext.ptdp_iteration_report_global_batch_size_set, doc=r""" B.""")
+    lm_loss = property(_ptdp_ext.ptdp_iteration_report_lm_loss_get, _ptdp_ext.ptdp_iteration_report_lm_loss_set, doc=r""" Mean loss of the global batch; NaN when it was not finite.""")
+    loss_scale = property(_ptdp_ext.ptdp_iteration_report_loss_scale_get, _ptdp_ext.ptdp_iteration_report_loss_scale_set, doc=r""" The loss scale of this step.""")
+    learning_rate = property(_ptdp_ext.ptdp_iteration_report_learning_rate_get, _ptdp_ext.ptdp_iteration_report_learning_rate_set, doc=r""" The learning rate of this step.""")
+    grad_norm = property(_ptdp_ext.ptdp_iteration_report_grad_norm_get, _ptdp_ext.ptdp_iteration_report_grad_norm_set, doc=r""" Global L2 norm before clipping; not finite when skipped.""")
+    skipped = property(_ptdp_ext.ptdp_iteration_report_skipped_get, _ptdp_ext.ptdp_iteration_report_skipped_set, doc=r""" 1 when non-finite gradients skipped the step on every rank.""")
+    validated = property(_ptdp_ext.ptdp_iteration_report_validated_get, _ptdp_ext.ptdp_iteration_report_validated_set, doc=r""" 1 when a validation ran after this iteration.""")
+    skipped_iterations = property(_ptdp_ext.ptdp_iteration_report_skipped_iterations_get, _ptdp_ext.ptdp_iteration_report_skipped_iterations_set, doc=r""" Skipped steps so far.""")
+    elapsed_seconds = property(_ptdp_ext.ptdp_iteration_report_elapsed_seconds_get, _ptdp_ext.ptdp_iteration_report_elapsed_seconds_set, doc=r""" Wall time of this iteration on this rank.""")
+    tokens_per_second = property(_ptdp_ext.ptdp_iteration_report_tokens_per_second_get, _ptdp_ext.ptdp_iteration_report_tokens_per_second_set, doc=r""" B * seq_length / elapsed_seconds.""")
+    model_flops = property(_ptdp_ext.ptdp_iteration_report_model_flops_get, _ptdp_ext.ptdp_iteration_report_model_flops_set, doc=r"""
+    The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +
+                                        V/(12 l h)) (ptdp_gpt_flops()).
+    """)
+    executed_flops = property(_ptdp_ext.ptdp_iteration_report_executed_flops_get, _ptdp_ext.ptdp_iteration_report_executed_flops_set, doc=r""" With full recomputation's extra forward: 96 B s l h^2 (...).""")
+    tflops_per_device = property(_ptdp_ext.ptdp_iteration_report_tflops_per_device_get, _ptdp_ext.ptdp_iteration_report_tflops_per_device_set, doc=r"""
+    executed_flops / elapsed_seconds / world size, in 1e12 (the
+                                        paper's "TFLOP/s per GPU").
+    """)
+    mfu = property(_ptdp_ext.ptdp_iteration_report_mfu_get, _ptdp_ext.ptdp_iteration_report_mfu_set, doc=r"""
+    model_flops / elapsed_seconds / world size / peak_flops: the
+                                        model-FLOPs utilisation, 0 when the peak is unknown.
+    """)
+    peak_flops = property(_ptdp_ext.ptdp_iteration_report_peak_flops_get, _ptdp_ext.ptdp_iteration_report_peak_flops_set, doc=r"""
+    One device's dense peak FLOP/s (ptdp_device_peak_flops(), the
+                                        mean over the ranks, or --peak-tflops).
+    """)
+    mem_high_water_mib = property(_ptdp_ext.ptdp_iteration_report_mem_high_water_mib_get, _ptdp_ext.ptdp_iteration_report_mem_high_water_mib_set, doc=r""" This process's resident memory high-water mark, MiB.""")
+    validation_loss = property(_ptdp_ext.ptdp_iteration_report_validation_loss_get, _ptdp_ext.ptdp_iteration_report_validation_loss_set, doc=r""" The validation loss, when validated.""")
+    saved = property(_ptdp_ext.ptdp_iteration_report_saved_get, _ptdp_ext.ptdp_iteration_report_saved_set, doc=r""" 1 when a checkpoint was saved after this iteration.""")
+
+    def __init__(self):
+        _ptdp_ext.ptdp_iteration_report_swiginit(self, _ptdp_ext.new_ptdp_iteration_report())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_iteration_report
+
+# Register ptdp_iteration_report in _ptdp_ext:
+_ptdp_ext.ptdp_iteration_report_swigregister(ptdp_iteration_report)
+class ptdp_trainer_options(object):
+    r""" Options for ptdp_trainer_create(). Initialise with ptdp_trainer_options_init()."""
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_trainer_options_struct_size_get, _ptdp_ext.ptdp_trainer_options_struct_size_set, doc=r""" Set by ptdp_trainer_options_init().""")
+    runtime = property(_ptdp_ext.ptdp_trainer_options_runtime_get, _ptdp_ext.ptdp_trainer_options_runtime_set, doc=r"""
+    NULL (default): the run creates its own runtime over
+                                           MPI_COMM_WORLD (initialising MPI when nobody has) with the
+                                           configuration's --comm-timeout. Otherwise the caller's
+                                           runtime (e.g. over its own communicator); it must outlive
+                                           the trainer.
+    """)
+    on_iteration = property(_ptdp_ext.ptdp_trainer_options_on_iteration_get, _ptdp_ext.ptdp_trainer_options_on_iteration_set, doc=r""" NULL (default) or a callback per iteration.""")
+    user_data = property(_ptdp_ext.ptdp_trainer_options_user_data_get, _ptdp_ext.ptdp_trainer_options_user_data_set, doc=r""" Passed to 'on_iteration'.""")
+    print_log = property(_ptdp_ext.ptdp_trainer_options_print_log_get, _ptdp_ext.ptdp_trainer_options_print_log_set, doc=r"""
+    1 (default): the logging rank (the last pipeline stage's
+                                           first tensor and data-parallel rank) prints the log lines
+                                           on stdout; 0: nothing is printed (JSON lines and the SVG
+                                           are still written when asked for).
+    """)
+
+    def __init__(self):
+        _ptdp_ext.ptdp_trainer_options_swiginit(self, _ptdp_ext.new_ptdp_trainer_options())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_trainer_options
+
+# Register ptdp_trainer_options in _ptdp_ext:
+_ptdp_ext.ptdp_trainer_options_swigregister(ptdp_trainer_options)
+
+def ptdp_trainer_options_init(options):
+    r"""
+    Fills ``options`` with the defaults and sets its struct_size.
+    :type options: :py:class:`ptdp_trainer_options`, out
+    :param options: Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_trainer_options_init(options)
+
+def ptdp_trainer_create(config, options):
+    r"""
+    Builds a training run from a parsed configuration: groups, model, optimizer, schedule
+           and samples, and resumes from the configuration's --load when it holds a checkpoint.
+    :type config: struct ptdp_train_config_impl
+    :param config: A live configuration (its settings are copied: it may be destroyed afterwards).
+    :type options: :py:class:`ptdp_trainer_options`
+    :param options: NULL for the defaults.
+    :type out: struct ptdp_trainer_impl, out
+    :param out: Receives the handle; must not be NULL. Unchanged on error.
+    Title: Thread safety
+    Collective over the runtime's world.
+    """
+    return _ptdp_ext.ptdp_trainer_create(config, options)
+
+def ptdp_trainer_run(trainer):
+    r"""
+    Trains from the current iteration to --train-iters, or until --exit-interval or a
+           stop (ptdp_trainer_request_stop() or the callback's answer). May be called again after
+           a stop to go on.
+    :type trainer: struct ptdp_trainer_impl
+    :param trainer: A live trainer.
+    Title: Thread safety
+    Collective over the runtime's world.
+    """
+    return _ptdp_ext.ptdp_trainer_run(trainer)
+
+def ptdp_trainer_request_stop(trainer):
+    r"""
+    Asks a run to stop after the iteration in progress (the ranks agree; with --save a
+           checkpoint is written first). Returns at once.
+    :type trainer: struct ptdp_trainer_impl
+    :param trainer: A live trainer.
+    Title: Thread safety
+    May be called from any thread while ptdp_trainer_run() runs (it only sets a flag).
+    """
+    return _ptdp_ext.ptdp_trainer_request_stop(trainer)
+
+def ptdp_trainer_last_report(trainer):
+    r"""
+    The last iteration's report (zeros before the first iteration).
+    :type trainer: struct ptdp_trainer_impl
+    :param trainer: A live trainer.
+    :type report: :py:class:`ptdp_iteration_report`, in/out
+    :param report: Its struct_size must be set by the caller (sizeof the caller's struct);
+               the library writes that many bytes at most and sets struct_size to what it wrote.
+    """
+    return _ptdp_ext.ptdp_trainer_last_report(trainer)
+
+def ptdp_trainer_destroy(trainer):
+    r"""
+    Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
+    :type trainer: struct ptdp_trainer_impl
+    :param trainer: A trainer, or NULL (nothing happens).
+    """
+    return _ptdp_ext.ptdp_trainer_destroy(trainer)
+
+def ptdp_train_main(argc):
+    r"""
+    The whole of `ptdp-train` for any front end: parses ``argv``, prints --help, trains on
+           MPI_COMM_WORLD (initialising MPI when nobody has), and reports a failure on stderr as
+           "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
+    :type argc: int
+    :param argc: Number of entries in ``argv``, >= 1.
+    :type argv: string
+    :param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
+    :type exit_code: int, out
+    :param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not
+                    be NULL.
+    Title: Thread safety
+    Collective over MPI_COMM_WORLD.
+    """
+    return _ptdp_ext.ptdp_train_main(argc)
+
+def ptdp_gpt_flops(options, global_batch_size):
+    r"""
+    The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et
+           al. 2021): model_flops = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the forward and
+           backward; executed_flops adds full recomputation's extra forward of the layers,
+           96 B s l h^2 (1 + s/(6h) + V/(16 l h)), when options->recompute_granularity is FULL
+           (else it equals model_flops). V is the vocabulary before padding.
+    :type options: :py:class:`ptdp_gpt_options`
+    :param options: The model; NULL for the defaults.
+    :type global_batch_size: int
+    :param global_batch_size: B, > 0.
+    :type model_flops: float, out
+    :param model_flops: May be NULL.
+    :type executed_flops: float, out
+    :param executed_flops: May be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_gpt_flops(options, global_batch_size)
+
+def ptdp_device_peak_flops(device, device_index, precision):
+    r"""
+    One device's dense peak FLOP/s for a model stored in ``precision``, what the MFU is
+           measured against: a GPU's datasheet figure (H100 and H200 SXM: 989e12 for bf16/f16,
+           67e12 for f32), or on the CPU the f32 GEMM rate measured now through the CPU engine
+           (512^3 GEMMs for about 0.2 s, the best call; ranks sharing a node should measure at the
+           same time).
+    :type device: int
+    :param device: ::PTDP_DEVICE_CPU or ::PTDP_DEVICE_CUDA.
+    :type device_index: int
+    :param device_index: The GPU ordinal (0 for the CPU).
+    :type precision: int
+    :param precision: ::PTDP_DTYPE_F32, ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16.
+    :type flops: float, out
+    :param flops: Receives the peak; 0 for a GPU missing from ptdp's table. Must not be NULL.
+    Title: Thread safety
+    Thread-safe; the CPU measurement uses the engine's threads.
+    """
+    return _ptdp_ext.ptdp_device_peak_flops(device, device_index, precision)
 PTDP_SPLIT_TRAIN = _ptdp_ext.PTDP_SPLIT_TRAIN
 r""" Training samples."""
 PTDP_SPLIT_VALID = _ptdp_ext.PTDP_SPLIT_VALID
@@ -2690,4 +2891,42 @@ def ptdp_memory_reset_peak():
     Thread-safe.
     """
     return _ptdp_ext.ptdp_memory_reset_peak()
+
+def ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path):
+    r"""
+    Draws one or more training logs, overlaid, as an SVG file.
+
+    Each log is read as JSON lines: objects with "iteration" give the training curves
+    ("lm_loss", "learning_rate", "grad_norm", "loss_scale", "tokens_per_second"), objects with
+    "validation_iteration" the validation loss ("lm_loss"); other keys and objects are ignored,
+    so are blank lines. A value that is missing, null or not finite (including the bare `nan`
+    and `inf` that C's printf writes, and the -1 the loop writes for a grad norm that was not
+    finite) leaves a gap. Records that a resumed run repeats (an iteration not beyond the previous
+    one) replace those of the interrupted run from that iteration on; a last line without its
+    newline that is not JSON yet (the writer's line in progress) is left out.
+
+    The picture has a legend naming each run in its own colour with its last losses, then panels
+    for the loss (training solid, validation dashed with markers), learning rate, grad norm, loss
+    scale and tokens per second, all against the iteration, with round ticks enclosing the data;
+    grad norm and loss scale use a logarithmic axis when their values span two decades or more.
+    The file is replaced atomically (written beside it under the name ``svg_path`` + ".tmp", then
+    renamed), so a viewer reloading it never reads half a picture.
+    :type jsonl_paths: string
+    :param jsonl_paths: ``count`` paths of training logs; neither the array nor an entry may be
+               NULL or empty. Only regular files are read: a directory or FIFO is refused.
+    :type labels: string
+    :param labels: NULL, or ``count`` names for the legend; a NULL entry names that run after its
+               log's file name (the path as given where two logs have the same file name).
+    :type count: int
+    :param count: Number of logs, >= 1.
+    :type title: string
+    :param title: The picture's title; NULL or "" means "training".
+    :type svg_path: string
+    :param svg_path: The SVG file to write (replaced if present); must not be NULL, empty or one
+               of the logs.
+    Title: Thread safety
+    Thread-safe for distinct ``svg_path`` values; two calls writing the same path at once race on
+    its temporary file.
+    """
+    return _ptdp_ext.ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path)
 

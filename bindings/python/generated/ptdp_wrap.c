@@ -2981,81 +2981,86 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 
 #define SWIGTYPE_p_char swig_types[0]
 #define SWIGTYPE_p_double swig_types[1]
-#define SWIGTYPE_p_f_p_void_int_int__ptdp_status swig_types[2]
-#define SWIGTYPE_p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status swig_types[3]
-#define SWIGTYPE_p_float swig_types[4]
-#define SWIGTYPE_p_int swig_types[5]
-#define SWIGTYPE_p_long swig_types[6]
-#define SWIGTYPE_p_p_char swig_types[7]
-#define SWIGTYPE_p_p_ptdp_dataset_impl swig_types[8]
-#define SWIGTYPE_p_p_ptdp_gpt_data_impl swig_types[9]
-#define SWIGTYPE_p_p_ptdp_groups_impl swig_types[10]
-#define SWIGTYPE_p_p_ptdp_layer_impl swig_types[11]
-#define SWIGTYPE_p_p_ptdp_model_impl swig_types[12]
-#define SWIGTYPE_p_p_ptdp_optimizer_impl swig_types[13]
-#define SWIGTYPE_p_p_ptdp_plan_impl swig_types[14]
-#define SWIGTYPE_p_p_ptdp_runtime_impl swig_types[15]
-#define SWIGTYPE_p_p_ptdp_schedule_impl swig_types[16]
-#define SWIGTYPE_p_p_ptdp_tensor_impl swig_types[17]
-#define SWIGTYPE_p_p_ptdp_train_config_impl swig_types[18]
-#define SWIGTYPE_p_p_ptdp_work_impl swig_types[19]
-#define SWIGTYPE_p_ptdp_action swig_types[20]
-#define SWIGTYPE_p_ptdp_action_kind swig_types[21]
-#define SWIGTYPE_p_ptdp_attention swig_types[22]
-#define SWIGTYPE_p_ptdp_checkpoint_state swig_types[23]
-#define SWIGTYPE_p_ptdp_cluster swig_types[24]
-#define SWIGTYPE_p_ptdp_data_source swig_types[25]
-#define SWIGTYPE_p_ptdp_data_split swig_types[26]
-#define SWIGTYPE_p_ptdp_dataset_impl swig_types[27]
-#define SWIGTYPE_p_ptdp_device swig_types[28]
-#define SWIGTYPE_p_ptdp_dtype swig_types[29]
-#define SWIGTYPE_p_ptdp_feature swig_types[30]
-#define SWIGTYPE_p_ptdp_generate_options swig_types[31]
-#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[32]
-#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[33]
-#define SWIGTYPE_p_ptdp_gpt_options swig_types[34]
-#define SWIGTYPE_p_ptdp_group_kind swig_types[35]
-#define SWIGTYPE_p_ptdp_groups_impl swig_types[36]
-#define SWIGTYPE_p_ptdp_iteration_result swig_types[37]
-#define SWIGTYPE_p_ptdp_layer_impl swig_types[38]
-#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[39]
-#define SWIGTYPE_p_ptdp_model_impl swig_types[40]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[41]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[42]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[43]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[44]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[45]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[46]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[47]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[48]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[49]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[50]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[51]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[52]
-#define SWIGTYPE_p_ptdp_recompute swig_types[53]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[54]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[55]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[56]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[57]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[58]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[59]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[60]
-#define SWIGTYPE_p_ptdp_status swig_types[61]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[62]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[63]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[64]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[65]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[66]
-#define SWIGTYPE_p_short swig_types[67]
-#define SWIGTYPE_p_signed_char swig_types[68]
-#define SWIGTYPE_p_size_t swig_types[69]
-#define SWIGTYPE_p_unsigned_char swig_types[70]
-#define SWIGTYPE_p_unsigned_int swig_types[71]
-#define SWIGTYPE_p_unsigned_long swig_types[72]
-#define SWIGTYPE_p_unsigned_short swig_types[73]
-#define SWIGTYPE_p_void swig_types[74]
-static swig_type_info *swig_types[76];
-static swig_module_info swig_module = {swig_types, 75, 0, 0, 0, 0};
+#define SWIGTYPE_p_f_p_q_const__struct_ptdp_iteration_report_p_void__int swig_types[2]
+#define SWIGTYPE_p_f_p_void_int_int__ptdp_status swig_types[3]
+#define SWIGTYPE_p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status swig_types[4]
+#define SWIGTYPE_p_float swig_types[5]
+#define SWIGTYPE_p_int swig_types[6]
+#define SWIGTYPE_p_long swig_types[7]
+#define SWIGTYPE_p_p_char swig_types[8]
+#define SWIGTYPE_p_p_ptdp_dataset_impl swig_types[9]
+#define SWIGTYPE_p_p_ptdp_gpt_data_impl swig_types[10]
+#define SWIGTYPE_p_p_ptdp_groups_impl swig_types[11]
+#define SWIGTYPE_p_p_ptdp_layer_impl swig_types[12]
+#define SWIGTYPE_p_p_ptdp_model_impl swig_types[13]
+#define SWIGTYPE_p_p_ptdp_optimizer_impl swig_types[14]
+#define SWIGTYPE_p_p_ptdp_plan_impl swig_types[15]
+#define SWIGTYPE_p_p_ptdp_runtime_impl swig_types[16]
+#define SWIGTYPE_p_p_ptdp_schedule_impl swig_types[17]
+#define SWIGTYPE_p_p_ptdp_tensor_impl swig_types[18]
+#define SWIGTYPE_p_p_ptdp_train_config_impl swig_types[19]
+#define SWIGTYPE_p_p_ptdp_trainer_impl swig_types[20]
+#define SWIGTYPE_p_p_ptdp_work_impl swig_types[21]
+#define SWIGTYPE_p_ptdp_action swig_types[22]
+#define SWIGTYPE_p_ptdp_action_kind swig_types[23]
+#define SWIGTYPE_p_ptdp_attention swig_types[24]
+#define SWIGTYPE_p_ptdp_checkpoint_state swig_types[25]
+#define SWIGTYPE_p_ptdp_cluster swig_types[26]
+#define SWIGTYPE_p_ptdp_data_source swig_types[27]
+#define SWIGTYPE_p_ptdp_data_split swig_types[28]
+#define SWIGTYPE_p_ptdp_dataset_impl swig_types[29]
+#define SWIGTYPE_p_ptdp_device swig_types[30]
+#define SWIGTYPE_p_ptdp_dtype swig_types[31]
+#define SWIGTYPE_p_ptdp_feature swig_types[32]
+#define SWIGTYPE_p_ptdp_generate_options swig_types[33]
+#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[34]
+#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[35]
+#define SWIGTYPE_p_ptdp_gpt_options swig_types[36]
+#define SWIGTYPE_p_ptdp_group_kind swig_types[37]
+#define SWIGTYPE_p_ptdp_groups_impl swig_types[38]
+#define SWIGTYPE_p_ptdp_iteration_report swig_types[39]
+#define SWIGTYPE_p_ptdp_iteration_result swig_types[40]
+#define SWIGTYPE_p_ptdp_layer_impl swig_types[41]
+#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[42]
+#define SWIGTYPE_p_ptdp_model_impl swig_types[43]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[44]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[45]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[46]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[47]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[48]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[49]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[50]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[51]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[52]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[53]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[54]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[55]
+#define SWIGTYPE_p_ptdp_recompute swig_types[56]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[57]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[58]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[59]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[60]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[61]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[62]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[63]
+#define SWIGTYPE_p_ptdp_status swig_types[64]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[65]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[66]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[67]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[68]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[69]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[70]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[71]
+#define SWIGTYPE_p_short swig_types[72]
+#define SWIGTYPE_p_signed_char swig_types[73]
+#define SWIGTYPE_p_size_t swig_types[74]
+#define SWIGTYPE_p_unsigned_char swig_types[75]
+#define SWIGTYPE_p_unsigned_int swig_types[76]
+#define SWIGTYPE_p_unsigned_long swig_types[77]
+#define SWIGTYPE_p_unsigned_short swig_types[78]
+#define SWIGTYPE_p_void swig_types[79]
+static swig_type_info *swig_types[81];
+static swig_module_info swig_module = {swig_types, 80, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -3231,6 +3236,29 @@ static ptdp_status ptdpy_backward_input(void* user_data, int32_t chunk, int32_t 
 
 static ptdp_status ptdpy_backward_weight(void* user_data, int32_t chunk, int32_t microbatch) {
   return ptdpy_stage_call(user_data, "_backward_weight", chunk, microbatch, NULL, NULL);
+}
+
+
+static int32_t ptdpy_on_iteration(const ptdp_iteration_report* report, void* user_data) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* owner = (PyObject*)user_data;
+  int32_t stop = 1;
+  ptdp_iteration_report* copy = (ptdp_iteration_report*)malloc(sizeof(ptdp_iteration_report));
+  if (copy) {
+    memcpy(copy, report, sizeof(ptdp_iteration_report));
+    PyObject* arg = SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_OWN);
+    PyObject* result = PyObject_CallMethod(owner, "_on_iteration", "N", arg);
+    if (result) {
+      int truth = PyObject_IsTrue(result);
+      if (truth >= 0) stop = truth ? 1 : 0;
+      Py_DECREF(result);
+    }
+  } else {
+    PyErr_NoMemory();
+  }
+  if (PyErr_Occurred()) (void)ptdpy_stage_failed(owner);
+  PyGILState_Release(gil);
+  return stop;
 }
 
 
@@ -14326,122 +14354,6 @@ fail:
 }
 
 
-SWIGINTERN PyObject *_wrap_ptdp_train_iteration(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_model arg1 = (ptdp_model) 0 ;
-  ptdp_optimizer arg2 = (ptdp_optimizer) 0 ;
-  ptdp_schedule arg3 = (ptdp_schedule) 0 ;
-  int32_t *arg4 = (int32_t *) 0 ;
-  int32_t *arg5 = (int32_t *) 0 ;
-  int32_t arg6 ;
-  int64_t arg7 ;
-  ptdp_pipeline_options *arg8 = (ptdp_pipeline_options *) 0 ;
-  ptdp_iteration_result *arg9 = (ptdp_iteration_result *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  void *argp3 = 0 ;
-  int res3 = 0 ;
-  Py_buffer view4 ;
-  int have_view4 = 0 ;
-  Py_buffer view5 ;
-  int have_view5 = 0 ;
-  int val6 ;
-  int ecode6 = 0 ;
-  long val7 ;
-  int ecode7 = 0 ;
-  void *argp8 = 0 ;
-  int res8 = 0 ;
-  void *argp9 = 0 ;
-  int res9 = 0 ;
-  PyObject *swig_obj[9] ;
-  ptdp_status result;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_iteration", 9, 9, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_iteration" "', argument " "1"" of type '" "ptdp_model""'"); 
-  }
-  arg1 = (ptdp_model)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_optimizer_impl, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_train_iteration" "', argument " "2"" of type '" "ptdp_optimizer""'"); 
-  }
-  arg2 = (ptdp_optimizer)(argp2);
-  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
-  if (!SWIG_IsOK(res3)) {
-    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_train_iteration" "', argument " "3"" of type '" "ptdp_schedule""'"); 
-  }
-  arg3 = (ptdp_schedule)(argp3);
-  {
-    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_train_iteration: tokens");
-    if (have_view4 < 0) {
-      have_view4 = 0;
-      SWIG_fail;
-    }
-    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
-  }
-  {
-    have_view5 = ptdpy_get_buffer(swig_obj[4], &view5, 0, 4, "iIl", 1, "ptdp_train_iteration: labels");
-    if (have_view5 < 0) {
-      have_view5 = 0;
-      SWIG_fail;
-    }
-    arg5 = (int32_t *)(have_view5 ? view5.buf : NULL);
-  }
-  ecode6 = SWIG_AsVal_int(swig_obj[5], &val6);
-  if (!SWIG_IsOK(ecode6)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_train_iteration" "', argument " "6"" of type '" "int32_t""'");
-  } 
-  arg6 = (int32_t)(val6);
-  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
-  if (!SWIG_IsOK(ecode7)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_train_iteration" "', argument " "7"" of type '" "int64_t""'");
-  } 
-  arg7 = (int64_t)(val7);
-  res8 = SWIG_ConvertPtr(swig_obj[7], &argp8,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res8)) {
-    SWIG_exception_fail(SWIG_ArgError(res8), "in method '" "ptdp_train_iteration" "', argument " "8"" of type '" "ptdp_pipeline_options const *""'"); 
-  }
-  arg8 = (ptdp_pipeline_options *)(argp8);
-  res9 = SWIG_ConvertPtr(swig_obj[8], &argp9,SWIGTYPE_p_ptdp_iteration_result, 0 |  0 );
-  if (!SWIG_IsOK(res9)) {
-    SWIG_exception_fail(SWIG_ArgError(res9), "in method '" "ptdp_train_iteration" "', argument " "9"" of type '" "ptdp_iteration_result *""'"); 
-  }
-  arg9 = (ptdp_iteration_result *)(argp9);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_train_iteration(arg1,arg2,arg3,(int const *)arg4,(int const *)arg5,arg6,arg7,(struct ptdp_pipeline_options const *)arg8,arg9);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  
-  
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  {
-    if (have_view5) PyBuffer_Release(&view5); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  {
-    if (have_view5) PyBuffer_Release(&view5); 
-  }
-  return NULL;
-}
-
-
 SWIGINTERN PyObject *_wrap_ptdp_train_config_parse(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   int32_t arg1 ;
@@ -16412,6 +16324,2262 @@ SWIGINTERN PyObject *_wrap_ptdp_train_config_settings(PyObject *self, PyObject *
       SWIG_fail;
     }
     resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_iteration(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  ptdp_optimizer arg2 = (ptdp_optimizer) 0 ;
+  ptdp_schedule arg3 = (ptdp_schedule) 0 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  int32_t *arg5 = (int32_t *) 0 ;
+  int32_t arg6 ;
+  int64_t arg7 ;
+  ptdp_pipeline_options *arg8 = (ptdp_pipeline_options *) 0 ;
+  ptdp_iteration_result *arg9 = (ptdp_iteration_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  void *argp3 = 0 ;
+  int res3 = 0 ;
+  Py_buffer view4 ;
+  int have_view4 = 0 ;
+  Py_buffer view5 ;
+  int have_view5 = 0 ;
+  int val6 ;
+  int ecode6 = 0 ;
+  long val7 ;
+  int ecode7 = 0 ;
+  void *argp8 = 0 ;
+  int res8 = 0 ;
+  void *argp9 = 0 ;
+  int res9 = 0 ;
+  PyObject *swig_obj[9] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_iteration", 9, 9, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_iteration" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_optimizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_train_iteration" "', argument " "2"" of type '" "ptdp_optimizer""'"); 
+  }
+  arg2 = (ptdp_optimizer)(argp2);
+  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_train_iteration" "', argument " "3"" of type '" "ptdp_schedule""'"); 
+  }
+  arg3 = (ptdp_schedule)(argp3);
+  {
+    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_train_iteration: tokens");
+    if (have_view4 < 0) {
+      have_view4 = 0;
+      SWIG_fail;
+    }
+    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
+  }
+  {
+    have_view5 = ptdpy_get_buffer(swig_obj[4], &view5, 0, 4, "iIl", 1, "ptdp_train_iteration: labels");
+    if (have_view5 < 0) {
+      have_view5 = 0;
+      SWIG_fail;
+    }
+    arg5 = (int32_t *)(have_view5 ? view5.buf : NULL);
+  }
+  ecode6 = SWIG_AsVal_int(swig_obj[5], &val6);
+  if (!SWIG_IsOK(ecode6)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_train_iteration" "', argument " "6"" of type '" "int32_t""'");
+  } 
+  arg6 = (int32_t)(val6);
+  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
+  if (!SWIG_IsOK(ecode7)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_train_iteration" "', argument " "7"" of type '" "int64_t""'");
+  } 
+  arg7 = (int64_t)(val7);
+  res8 = SWIG_ConvertPtr(swig_obj[7], &argp8,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res8)) {
+    SWIG_exception_fail(SWIG_ArgError(res8), "in method '" "ptdp_train_iteration" "', argument " "8"" of type '" "ptdp_pipeline_options const *""'"); 
+  }
+  arg8 = (ptdp_pipeline_options *)(argp8);
+  res9 = SWIG_ConvertPtr(swig_obj[8], &argp9,SWIGTYPE_p_ptdp_iteration_result, 0 |  0 );
+  if (!SWIG_IsOK(res9)) {
+    SWIG_exception_fail(SWIG_ArgError(res9), "in method '" "ptdp_train_iteration" "', argument " "9"" of type '" "ptdp_iteration_result *""'"); 
+  }
+  arg9 = (ptdp_iteration_result *)(argp9);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_train_iteration(arg1,arg2,arg3,(int const *)arg4,(int const *)arg5,arg6,arg7,(struct ptdp_pipeline_options const *)arg8,arg9);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  {
+    if (have_view5) PyBuffer_Release(&view5); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  {
+    if (have_view5) PyBuffer_Release(&view5); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_struct_size_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_struct_size_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_iteration_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_iteration_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_iteration_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_iteration_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->iteration = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_iteration_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_iteration_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->iteration);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_train_iters_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_train_iters_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_train_iters_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_train_iters_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->train_iters = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_train_iters_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_train_iters_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->train_iters);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_consumed_samples_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_consumed_samples_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_consumed_samples_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_consumed_samples_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->consumed_samples = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_consumed_samples_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_consumed_samples_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->consumed_samples);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_global_batch_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_global_batch_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_global_batch_size_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_global_batch_size_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->global_batch_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_global_batch_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_global_batch_size_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->global_batch_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_lm_loss_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_lm_loss_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_lm_loss_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_lm_loss_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->lm_loss = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_lm_loss_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_lm_loss_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->lm_loss);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_loss_scale_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_loss_scale_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_loss_scale_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_loss_scale_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->loss_scale = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_loss_scale_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_loss_scale_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->loss_scale);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_learning_rate_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_learning_rate_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_learning_rate_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_learning_rate_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->learning_rate = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_learning_rate_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_learning_rate_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->learning_rate);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_grad_norm_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_grad_norm_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_grad_norm_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_grad_norm_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->grad_norm = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_grad_norm_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_grad_norm_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->grad_norm);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_skipped_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_skipped_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_skipped_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_skipped_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->skipped = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_skipped_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_skipped_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->skipped);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_validated_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_validated_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_validated_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_validated_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->validated = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_validated_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_validated_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->validated);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_skipped_iterations_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_skipped_iterations_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_skipped_iterations_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_skipped_iterations_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->skipped_iterations = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_skipped_iterations_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_skipped_iterations_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->skipped_iterations);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_elapsed_seconds_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_elapsed_seconds_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_elapsed_seconds_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_elapsed_seconds_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->elapsed_seconds = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_elapsed_seconds_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_elapsed_seconds_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->elapsed_seconds);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_tokens_per_second_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_tokens_per_second_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_tokens_per_second_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_tokens_per_second_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->tokens_per_second = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_tokens_per_second_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_tokens_per_second_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->tokens_per_second);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_model_flops_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_model_flops_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_model_flops_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_model_flops_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->model_flops = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_model_flops_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_model_flops_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->model_flops);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_executed_flops_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_executed_flops_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_executed_flops_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_executed_flops_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->executed_flops = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_executed_flops_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_executed_flops_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->executed_flops);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_tflops_per_device_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_tflops_per_device_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_tflops_per_device_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_tflops_per_device_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->tflops_per_device = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_tflops_per_device_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_tflops_per_device_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->tflops_per_device);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_mfu_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_mfu_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_mfu_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_mfu_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mfu = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_mfu_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_mfu_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->mfu);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_peak_flops_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_peak_flops_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_peak_flops_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_peak_flops_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->peak_flops = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_peak_flops_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_peak_flops_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->peak_flops);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_mem_high_water_mib_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_mem_high_water_mib_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_mem_high_water_mib_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_mem_high_water_mib_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mem_high_water_mib = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_mem_high_water_mib_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_mem_high_water_mib_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->mem_high_water_mib);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_validation_loss_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_validation_loss_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_validation_loss_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_validation_loss_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->validation_loss = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_validation_loss_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_validation_loss_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->validation_loss);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_saved_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_iteration_report_saved_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_saved_set" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_iteration_report_saved_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->saved = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_iteration_report_saved_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_iteration_report_saved_get" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->saved);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_iteration_report(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_iteration_report", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_iteration_report *)calloc(1, sizeof(struct ptdp_iteration_report));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_iteration_report(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_iteration_report" "', argument " "1"" of type '" "struct ptdp_iteration_report *""'"); 
+  }
+  arg1 = (struct ptdp_iteration_report *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_iteration_report_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_iteration_report, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_iteration_report_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_options_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_struct_size_set" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_trainer_options_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_struct_size_get" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_runtime_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  ptdp_runtime arg2 = (ptdp_runtime) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_options_runtime_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_runtime_set" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_runtime_impl, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_trainer_options_runtime_set" "', argument " "2"" of type '" "ptdp_runtime""'"); 
+  }
+  arg2 = (ptdp_runtime)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->runtime = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_runtime_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_runtime result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_runtime_get" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_runtime) ((arg1)->runtime);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_runtime_impl, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_on_iteration_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  ptdp_iteration_callback arg2 = (ptdp_iteration_callback) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_options_on_iteration_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_on_iteration_set" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  {
+    int res = SWIG_ConvertFunctionPtr(swig_obj[1], (void**)(&arg2), SWIGTYPE_p_f_p_q_const__struct_ptdp_iteration_report_p_void__int);
+    if (!SWIG_IsOK(res)) {
+      SWIG_exception_fail(SWIG_ArgError(res), "in method '" "ptdp_trainer_options_on_iteration_set" "', argument " "2"" of type '" "ptdp_iteration_callback""'"); 
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->on_iteration = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_on_iteration_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_iteration_callback result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_on_iteration_get" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_iteration_callback) ((arg1)->on_iteration);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewFunctionPtrObj((void *)(result), SWIGTYPE_p_f_p_q_const__struct_ptdp_iteration_report_p_void__int);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_user_data_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  void *arg2 = (void *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_options_user_data_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_user_data_set" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1],SWIG_as_voidptrptr(&arg2), 0, SWIG_POINTER_DISOWN);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_trainer_options_user_data_set" "', argument " "2"" of type '" "void *""'"); 
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->user_data = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_user_data_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  void *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_user_data_get" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (void *) ((arg1)->user_data);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_void, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_print_log_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_options_print_log_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_print_log_set" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_trainer_options_print_log_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->print_log = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_print_log_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_print_log_get" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->print_log);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_trainer_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_trainer_options", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_trainer_options *)calloc(1, sizeof(struct ptdp_trainer_options));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_trainer_options, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_trainer_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_trainer_options *arg1 = (struct ptdp_trainer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_trainer_options" "', argument " "1"" of type '" "struct ptdp_trainer_options *""'"); 
+  }
+  arg1 = (struct ptdp_trainer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_trainer_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_trainer_options, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_trainer_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_options_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_trainer_options *arg1 = (ptdp_trainer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_options_init" "', argument " "1"" of type '" "ptdp_trainer_options *""'"); 
+  }
+  arg1 = (ptdp_trainer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_create(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_train_config arg1 = (ptdp_train_config) 0 ;
+  ptdp_trainer_options *arg2 = (ptdp_trainer_options *) 0 ;
+  ptdp_trainer *arg3 = (ptdp_trainer *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  ptdp_trainer_options o2 ;
+  ptdp_trainer temp3 = NULL ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_create", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_config_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_create" "', argument " "1"" of type '" "ptdp_train_config""'"); 
+  }
+  arg1 = (ptdp_train_config)(argp1);
+  {
+    ptdp_trainer_options_init(&o2);
+    arg2 = NULL;
+    if (swig_obj[1] != Py_None) {
+      PyObject* runtime = PyObject_GetAttrString(swig_obj[1], "runtime");
+      PyObject* print_log = runtime ? PyObject_GetAttrString(swig_obj[1], "print_log") : NULL;
+      PyObject* callback = print_log ? PyObject_GetAttrString(swig_obj[1], "has_callback") : NULL;
+      int print_flag = print_log ? PyObject_IsTrue(print_log) : -1;
+      int call_flag = callback ? PyObject_IsTrue(callback) : -1;
+      void* rt = NULL;
+      int rt_ok = runtime && (runtime == Py_None ||
+        SWIG_IsOK(SWIG_ConvertPtr(runtime, &rt, SWIGTYPE_p_ptdp_runtime_impl, 0)));
+      Py_XDECREF(runtime);
+      Py_XDECREF(print_log);
+      Py_XDECREF(callback);
+      if (!rt_ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "runtime must be a runtime handle or None");
+      if (!rt_ok || print_flag < 0 || call_flag < 0) SWIG_fail;
+      o2.runtime = (ptdp_runtime)rt;
+      o2.print_log = print_flag;
+      if (call_flag) {
+        o2.on_iteration = ptdpy_on_iteration;
+        o2.user_data = swig_obj[1];
+      }
+      arg2 = &o2;
+    }
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_create(arg1,(struct ptdp_trainer_options const *)arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(*arg3, SWIGTYPE_p_ptdp_trainer_impl, 0)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_run(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_trainer arg1 = (ptdp_trainer) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_run" "', argument " "1"" of type '" "ptdp_trainer""'"); 
+  }
+  arg1 = (ptdp_trainer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_run(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_request_stop(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_trainer arg1 = (ptdp_trainer) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_request_stop" "', argument " "1"" of type '" "ptdp_trainer""'"); 
+  }
+  arg1 = (ptdp_trainer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_request_stop(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_last_report(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_trainer arg1 = (ptdp_trainer) 0 ;
+  ptdp_iteration_report *arg2 = (ptdp_iteration_report *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  ptdp_iteration_report temp2 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    memset(&temp2, 0, sizeof temp2);
+    temp2.struct_size = sizeof temp2;
+    arg2 = &temp2;
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_last_report" "', argument " "1"" of type '" "ptdp_trainer""'"); 
+  }
+  arg1 = (ptdp_trainer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_last_report(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    ptdp_iteration_report* copy = (ptdp_iteration_report*)malloc(sizeof(ptdp_iteration_report));
+    if (!copy) SWIG_fail;
+    memcpy(copy, arg2, sizeof(ptdp_iteration_report));
+    resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_OWN));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_destroy(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_trainer arg1 = (ptdp_trainer) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_destroy" "', argument " "1"" of type '" "ptdp_trainer""'"); 
+  }
+  arg1 = (ptdp_trainer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_destroy(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_main(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t arg1 ;
+  char **arg2 = (char **) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  PyObject *seq1 = NULL ;
+  char const **array1 = NULL ;
+  int32_t temp3 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    seq1 = PySequence_Fast(swig_obj[0], "expected a sequence of str");
+    if (!seq1) SWIG_fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq1);
+    array1 = (const char**)calloc((size_t)n + 1, sizeof(char*));
+    for (Py_ssize_t i = 0; array1 && i < n; ++i) {
+      array1[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq1, i));
+      if (!array1[i]) SWIG_fail;
+    }
+    arg1 = (int32_t)n;
+    arg2 = (char **)array1;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_train_main(arg1,(char const *const *)arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg3)); 
+  }
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  return resultobj;
+fail:
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_flops(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_gpt_options *arg1 = (ptdp_gpt_options *) 0 ;
+  int64_t arg2 ;
+  double *arg3 = (double *) 0 ;
+  double *arg4 = (double *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  double temp3 = 0 ;
+  double temp4 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  {
+    arg4 = &temp4; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_flops", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_flops" "', argument " "1"" of type '" "ptdp_gpt_options const *""'"); 
+  }
+  arg1 = (ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_flops" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_gpt_flops((struct ptdp_gpt_options const *)arg1,arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg3)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg4)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_device_peak_flops(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_device arg1 ;
+  int32_t arg2 ;
+  ptdp_dtype arg3 ;
+  double *arg4 = (double *) 0 ;
+  int val1 ;
+  int ecode1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  double temp4 = 0 ;
+  PyObject *swig_obj[3] ;
+  ptdp_status result;
+  
+  {
+    arg4 = &temp4; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_device_peak_flops", 3, 3, swig_obj)) SWIG_fail;
+  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
+  if (!SWIG_IsOK(ecode1)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_device_peak_flops" "', argument " "1"" of type '" "ptdp_device""'");
+  } 
+  arg1 = (ptdp_device)(val1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_device_peak_flops" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_device_peak_flops" "', argument " "3"" of type '" "ptdp_dtype""'");
+  } 
+  arg3 = (ptdp_dtype)(val3);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_device_peak_flops(arg1,arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg4)); 
   }
   return resultobj;
 fail:
@@ -23920,6 +26088,76 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plot_training_logs(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char **arg1 = (char **) 0 ;
+  char **arg2 = (char **) 0 ;
+  int32_t arg3 ;
+  char *arg4 = (char *) 0 ;
+  char *arg5 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  int res4 ;
+  char *buf4 = 0 ;
+  int alloc4 = 0 ;
+  int res5 ;
+  char *buf5 = 0 ;
+  int alloc5 = 0 ;
+  PyObject *swig_obj[5] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plot_training_logs", 5, 5, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_p_char, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plot_training_logs" "', argument " "1"" of type '" "char const *const *""'"); 
+  }
+  arg1 = (char **)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_p_char, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_plot_training_logs" "', argument " "2"" of type '" "char const *const *""'"); 
+  }
+  arg2 = (char **)(argp2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_plot_training_logs" "', argument " "3"" of type '" "int32_t""'");
+  } 
+  arg3 = (int32_t)(val3);
+  res4 = SWIG_AsCharPtrAndSize(swig_obj[3], &buf4, NULL, &alloc4);
+  if (!SWIG_IsOK(res4)) {
+    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_plot_training_logs" "', argument " "4"" of type '" "char const *""'");
+  }
+  arg4 = (char *)(buf4);
+  res5 = SWIG_AsCharPtrAndSize(swig_obj[4], &buf5, NULL, &alloc5);
+  if (!SWIG_IsOK(res5)) {
+    SWIG_exception_fail(SWIG_ArgError(res5), "in method '" "ptdp_plot_training_logs" "', argument " "5"" of type '" "char const *""'");
+  }
+  arg5 = (char *)(buf5);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_plot_training_logs((char const *const *)arg1,(char const *const *)arg2,arg3,(char const *)arg4,(char const *)arg5);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc4 == SWIG_NEWOBJ) free((char*)buf4);
+  if (alloc5 == SWIG_NEWOBJ) free((char*)buf5);
+  return resultobj;
+fail:
+  if (alloc4 == SWIG_NEWOBJ) free((char*)buf4);
+  if (alloc5 == SWIG_NEWOBJ) free((char*)buf5);
+  return NULL;
+}
+
+
 static PyMethodDef SwigMethods[] = {
 	 { "ptdp_status_string", _wrap_ptdp_status_string, METH_O, "\n"
 		"A fixed description of a status code, e.g. \"invalid argument\".\n"
@@ -25304,35 +27542,6 @@ static PyMethodDef SwigMethods[] = {
 		":type bytes: int, out\n"
 		":param bytes: Receives the size; must not be NULL.\n"
 		""},
-	 { "ptdp_train_iteration", _wrap_ptdp_train_iteration, METH_VARARGS, "\n"
-		"One training iteration: zero the gradients, run the replica's global batch through\n"
-		"       ``schedule`` (data-parallel buckets reduced while the backward runs, the tied embedding\n"
-		"       summed over the embedding group), then the optimizer step. Dropout masks are keyed by\n"
-		"       (iteration, data-parallel rank * m + microbatch), so every layout reproduces the serial\n"
-		"       run of the same global batch.\n"
-		":type model: struct ptdp_model_impl\n"
-		":param model: A live model.\n"
-		":type optimizer: struct ptdp_optimizer_impl\n"
-		":param optimizer: An optimizer created for ``model``.\n"
-		":type schedule: struct ptdp_schedule_impl\n"
-		":param schedule: A schedule for the model's (p, v) and m microbatches.\n"
-		":type tokens: int\n"
-		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major (replica r of d\n"
-		"           holds samples r*m*b ... of the global batch).\n"
-		":type labels: int\n"
-		":param labels: The same shape.\n"
-		":type micro_batch_size: int\n"
-		":param micro_batch_size: b, > 0.\n"
-		":type iteration: int\n"
-		":param iteration: The step number, from 0.\n"
-		":type options: :py:class:`ptdp_pipeline_options`\n"
-		":param options: Executor options; NULL for the defaults.\n"
-		":type result: :py:class:`ptdp_iteration_result`, out\n"
-		":param result: Receives loss (mean over the global batch), grad norm, lr, loss scale and\n"
-		"                skip; may be NULL.\n"
-		"Title: Thread safety\n"
-		"Collective over the world of the groups.\n"
-		""},
 	 { "ptdp_train_config_parse", _wrap_ptdp_train_config_parse, METH_O, "\n"
 		"Parses a command line.\n"
 		":type argc: int\n"
@@ -25470,6 +27679,238 @@ static PyMethodDef SwigMethods[] = {
 		":param config: A live configuration.\n"
 		":type settings: :py:class:`ptdp_train_settings`, out\n"
 		":param settings: Receives them; must not be NULL.\n"
+		""},
+	 { "ptdp_train_iteration", _wrap_ptdp_train_iteration, METH_VARARGS, "\n"
+		"One training iteration: zero the gradients, run the replica's global batch through\n"
+		"       ``schedule`` (data-parallel buckets reduced while the backward runs, the tied embedding\n"
+		"       summed over the embedding group), then the optimizer step. Dropout masks are keyed by\n"
+		"       (iteration, data-parallel rank * m + microbatch), so every layout reproduces the serial\n"
+		"       run of the same global batch.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model.\n"
+		":type optimizer: struct ptdp_optimizer_impl\n"
+		":param optimizer: An optimizer created for ``model``.\n"
+		":type schedule: struct ptdp_schedule_impl\n"
+		":param schedule: A schedule for the model's (p, v) and m microbatches.\n"
+		":type tokens: int\n"
+		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major (replica r of d\n"
+		"           holds samples r*m*b ... of the global batch).\n"
+		":type labels: int\n"
+		":param labels: The same shape.\n"
+		":type micro_batch_size: int\n"
+		":param micro_batch_size: b, > 0.\n"
+		":type iteration: int\n"
+		":param iteration: The step number, from 0.\n"
+		":type options: :py:class:`ptdp_pipeline_options`\n"
+		":param options: Executor options; NULL for the defaults.\n"
+		":type result: :py:class:`ptdp_iteration_result`, out\n"
+		":param result: Receives loss (mean over the global batch), grad norm, lr, loss scale and\n"
+		"                skip; may be NULL.\n"
+		"Title: Thread safety\n"
+		"Collective over the world of the groups.\n"
+		""},
+	 { "ptdp_iteration_report_struct_size_set", _wrap_ptdp_iteration_report_struct_size_set, METH_VARARGS, " Bytes of this struct the library filled in."},
+	 { "ptdp_iteration_report_struct_size_get", _wrap_ptdp_iteration_report_struct_size_get, METH_O, " Bytes of this struct the library filled in."},
+	 { "ptdp_iteration_report_iteration_set", _wrap_ptdp_iteration_report_iteration_set, METH_VARARGS, " Iterations done, this one included (the log line's count)."},
+	 { "ptdp_iteration_report_iteration_get", _wrap_ptdp_iteration_report_iteration_get, METH_O, " Iterations done, this one included (the log line's count)."},
+	 { "ptdp_iteration_report_train_iters_set", _wrap_ptdp_iteration_report_train_iters_set, METH_VARARGS, " --train-iters."},
+	 { "ptdp_iteration_report_train_iters_get", _wrap_ptdp_iteration_report_train_iters_get, METH_O, " --train-iters."},
+	 { "ptdp_iteration_report_consumed_samples_set", _wrap_ptdp_iteration_report_consumed_samples_set, METH_VARARGS, " Training samples read so far."},
+	 { "ptdp_iteration_report_consumed_samples_get", _wrap_ptdp_iteration_report_consumed_samples_get, METH_O, " Training samples read so far."},
+	 { "ptdp_iteration_report_global_batch_size_set", _wrap_ptdp_iteration_report_global_batch_size_set, METH_VARARGS, " B."},
+	 { "ptdp_iteration_report_global_batch_size_get", _wrap_ptdp_iteration_report_global_batch_size_get, METH_O, " B."},
+	 { "ptdp_iteration_report_lm_loss_set", _wrap_ptdp_iteration_report_lm_loss_set, METH_VARARGS, " Mean loss of the global batch; NaN when it was not finite."},
+	 { "ptdp_iteration_report_lm_loss_get", _wrap_ptdp_iteration_report_lm_loss_get, METH_O, " Mean loss of the global batch; NaN when it was not finite."},
+	 { "ptdp_iteration_report_loss_scale_set", _wrap_ptdp_iteration_report_loss_scale_set, METH_VARARGS, " The loss scale of this step."},
+	 { "ptdp_iteration_report_loss_scale_get", _wrap_ptdp_iteration_report_loss_scale_get, METH_O, " The loss scale of this step."},
+	 { "ptdp_iteration_report_learning_rate_set", _wrap_ptdp_iteration_report_learning_rate_set, METH_VARARGS, " The learning rate of this step."},
+	 { "ptdp_iteration_report_learning_rate_get", _wrap_ptdp_iteration_report_learning_rate_get, METH_O, " The learning rate of this step."},
+	 { "ptdp_iteration_report_grad_norm_set", _wrap_ptdp_iteration_report_grad_norm_set, METH_VARARGS, " Global L2 norm before clipping; not finite when skipped."},
+	 { "ptdp_iteration_report_grad_norm_get", _wrap_ptdp_iteration_report_grad_norm_get, METH_O, " Global L2 norm before clipping; not finite when skipped."},
+	 { "ptdp_iteration_report_skipped_set", _wrap_ptdp_iteration_report_skipped_set, METH_VARARGS, " 1 when non-finite gradients skipped the step on every rank."},
+	 { "ptdp_iteration_report_skipped_get", _wrap_ptdp_iteration_report_skipped_get, METH_O, " 1 when non-finite gradients skipped the step on every rank."},
+	 { "ptdp_iteration_report_validated_set", _wrap_ptdp_iteration_report_validated_set, METH_VARARGS, " 1 when a validation ran after this iteration."},
+	 { "ptdp_iteration_report_validated_get", _wrap_ptdp_iteration_report_validated_get, METH_O, " 1 when a validation ran after this iteration."},
+	 { "ptdp_iteration_report_skipped_iterations_set", _wrap_ptdp_iteration_report_skipped_iterations_set, METH_VARARGS, " Skipped steps so far."},
+	 { "ptdp_iteration_report_skipped_iterations_get", _wrap_ptdp_iteration_report_skipped_iterations_get, METH_O, " Skipped steps so far."},
+	 { "ptdp_iteration_report_elapsed_seconds_set", _wrap_ptdp_iteration_report_elapsed_seconds_set, METH_VARARGS, " Wall time of this iteration on this rank."},
+	 { "ptdp_iteration_report_elapsed_seconds_get", _wrap_ptdp_iteration_report_elapsed_seconds_get, METH_O, " Wall time of this iteration on this rank."},
+	 { "ptdp_iteration_report_tokens_per_second_set", _wrap_ptdp_iteration_report_tokens_per_second_set, METH_VARARGS, " B * seq_length / elapsed_seconds."},
+	 { "ptdp_iteration_report_tokens_per_second_get", _wrap_ptdp_iteration_report_tokens_per_second_get, METH_O, " B * seq_length / elapsed_seconds."},
+	 { "ptdp_iteration_report_model_flops_set", _wrap_ptdp_iteration_report_model_flops_set, METH_VARARGS, "\n"
+		"The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +\n"
+		"                                    V/(12 l h)) (ptdp_gpt_flops()).\n"
+		""},
+	 { "ptdp_iteration_report_model_flops_get", _wrap_ptdp_iteration_report_model_flops_get, METH_O, "\n"
+		"The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +\n"
+		"                                    V/(12 l h)) (ptdp_gpt_flops()).\n"
+		""},
+	 { "ptdp_iteration_report_executed_flops_set", _wrap_ptdp_iteration_report_executed_flops_set, METH_VARARGS, " With full recomputation's extra forward: 96 B s l h^2 (...)."},
+	 { "ptdp_iteration_report_executed_flops_get", _wrap_ptdp_iteration_report_executed_flops_get, METH_O, " With full recomputation's extra forward: 96 B s l h^2 (...)."},
+	 { "ptdp_iteration_report_tflops_per_device_set", _wrap_ptdp_iteration_report_tflops_per_device_set, METH_VARARGS, "\n"
+		"executed_flops / elapsed_seconds / world size, in 1e12 (the\n"
+		"                                    paper's \"TFLOP/s per GPU\").\n"
+		""},
+	 { "ptdp_iteration_report_tflops_per_device_get", _wrap_ptdp_iteration_report_tflops_per_device_get, METH_O, "\n"
+		"executed_flops / elapsed_seconds / world size, in 1e12 (the\n"
+		"                                    paper's \"TFLOP/s per GPU\").\n"
+		""},
+	 { "ptdp_iteration_report_mfu_set", _wrap_ptdp_iteration_report_mfu_set, METH_VARARGS, "\n"
+		"model_flops / elapsed_seconds / world size / peak_flops: the\n"
+		"                                    model-FLOPs utilisation, 0 when the peak is unknown.\n"
+		""},
+	 { "ptdp_iteration_report_mfu_get", _wrap_ptdp_iteration_report_mfu_get, METH_O, "\n"
+		"model_flops / elapsed_seconds / world size / peak_flops: the\n"
+		"                                    model-FLOPs utilisation, 0 when the peak is unknown.\n"
+		""},
+	 { "ptdp_iteration_report_peak_flops_set", _wrap_ptdp_iteration_report_peak_flops_set, METH_VARARGS, "\n"
+		"One device's dense peak FLOP/s (ptdp_device_peak_flops(), the\n"
+		"                                    mean over the ranks, or --peak-tflops).\n"
+		""},
+	 { "ptdp_iteration_report_peak_flops_get", _wrap_ptdp_iteration_report_peak_flops_get, METH_O, "\n"
+		"One device's dense peak FLOP/s (ptdp_device_peak_flops(), the\n"
+		"                                    mean over the ranks, or --peak-tflops).\n"
+		""},
+	 { "ptdp_iteration_report_mem_high_water_mib_set", _wrap_ptdp_iteration_report_mem_high_water_mib_set, METH_VARARGS, " This process's resident memory high-water mark, MiB."},
+	 { "ptdp_iteration_report_mem_high_water_mib_get", _wrap_ptdp_iteration_report_mem_high_water_mib_get, METH_O, " This process's resident memory high-water mark, MiB."},
+	 { "ptdp_iteration_report_validation_loss_set", _wrap_ptdp_iteration_report_validation_loss_set, METH_VARARGS, " The validation loss, when validated."},
+	 { "ptdp_iteration_report_validation_loss_get", _wrap_ptdp_iteration_report_validation_loss_get, METH_O, " The validation loss, when validated."},
+	 { "ptdp_iteration_report_saved_set", _wrap_ptdp_iteration_report_saved_set, METH_VARARGS, " 1 when a checkpoint was saved after this iteration."},
+	 { "ptdp_iteration_report_saved_get", _wrap_ptdp_iteration_report_saved_get, METH_O, " 1 when a checkpoint was saved after this iteration."},
+	 { "new_ptdp_iteration_report", _wrap_new_ptdp_iteration_report, METH_NOARGS, NULL},
+	 { "delete_ptdp_iteration_report", _wrap_delete_ptdp_iteration_report, METH_O, NULL},
+	 { "ptdp_iteration_report_swigregister", ptdp_iteration_report_swigregister, METH_O, NULL},
+	 { "ptdp_iteration_report_swiginit", ptdp_iteration_report_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_trainer_options_struct_size_set", _wrap_ptdp_trainer_options_struct_size_set, METH_VARARGS, " Set by ptdp_trainer_options_init()."},
+	 { "ptdp_trainer_options_struct_size_get", _wrap_ptdp_trainer_options_struct_size_get, METH_O, " Set by ptdp_trainer_options_init()."},
+	 { "ptdp_trainer_options_runtime_set", _wrap_ptdp_trainer_options_runtime_set, METH_VARARGS, "\n"
+		"NULL (default): the run creates its own runtime over\n"
+		"                                       MPI_COMM_WORLD (initialising MPI when nobody has) with the\n"
+		"                                       configuration's --comm-timeout. Otherwise the caller's\n"
+		"                                       runtime (e.g. over its own communicator); it must outlive\n"
+		"                                       the trainer.\n"
+		""},
+	 { "ptdp_trainer_options_runtime_get", _wrap_ptdp_trainer_options_runtime_get, METH_O, "\n"
+		"NULL (default): the run creates its own runtime over\n"
+		"                                       MPI_COMM_WORLD (initialising MPI when nobody has) with the\n"
+		"                                       configuration's --comm-timeout. Otherwise the caller's\n"
+		"                                       runtime (e.g. over its own communicator); it must outlive\n"
+		"                                       the trainer.\n"
+		""},
+	 { "ptdp_trainer_options_on_iteration_set", _wrap_ptdp_trainer_options_on_iteration_set, METH_VARARGS, " NULL (default) or a callback per iteration."},
+	 { "ptdp_trainer_options_on_iteration_get", _wrap_ptdp_trainer_options_on_iteration_get, METH_O, " NULL (default) or a callback per iteration."},
+	 { "ptdp_trainer_options_user_data_set", _wrap_ptdp_trainer_options_user_data_set, METH_VARARGS, " Passed to 'on_iteration'."},
+	 { "ptdp_trainer_options_user_data_get", _wrap_ptdp_trainer_options_user_data_get, METH_O, " Passed to 'on_iteration'."},
+	 { "ptdp_trainer_options_print_log_set", _wrap_ptdp_trainer_options_print_log_set, METH_VARARGS, "\n"
+		"1 (default): the logging rank (the last pipeline stage's\n"
+		"                                       first tensor and data-parallel rank) prints the log lines\n"
+		"                                       on stdout; 0: nothing is printed (JSON lines and the SVG\n"
+		"                                       are still written when asked for).\n"
+		""},
+	 { "ptdp_trainer_options_print_log_get", _wrap_ptdp_trainer_options_print_log_get, METH_O, "\n"
+		"1 (default): the logging rank (the last pipeline stage's\n"
+		"                                       first tensor and data-parallel rank) prints the log lines\n"
+		"                                       on stdout; 0: nothing is printed (JSON lines and the SVG\n"
+		"                                       are still written when asked for).\n"
+		""},
+	 { "new_ptdp_trainer_options", _wrap_new_ptdp_trainer_options, METH_NOARGS, NULL},
+	 { "delete_ptdp_trainer_options", _wrap_delete_ptdp_trainer_options, METH_O, NULL},
+	 { "ptdp_trainer_options_swigregister", ptdp_trainer_options_swigregister, METH_O, NULL},
+	 { "ptdp_trainer_options_swiginit", ptdp_trainer_options_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_trainer_options_init", _wrap_ptdp_trainer_options_init, METH_O, "\n"
+		"Fills ``options`` with the defaults and sets its struct_size.\n"
+		":type options: :py:class:`ptdp_trainer_options`, out\n"
+		":param options: Must not be NULL.\n"
+		""},
+	 { "ptdp_trainer_create", _wrap_ptdp_trainer_create, METH_VARARGS, "\n"
+		"Builds a training run from a parsed configuration: groups, model, optimizer, schedule\n"
+		"       and samples, and resumes from the configuration's --load when it holds a checkpoint.\n"
+		":type config: struct ptdp_train_config_impl\n"
+		":param config: A live configuration (its settings are copied: it may be destroyed afterwards).\n"
+		":type options: :py:class:`ptdp_trainer_options`\n"
+		":param options: NULL for the defaults.\n"
+		":type out: struct ptdp_trainer_impl, out\n"
+		":param out: Receives the handle; must not be NULL. Unchanged on error.\n"
+		"Title: Thread safety\n"
+		"Collective over the runtime's world.\n"
+		""},
+	 { "ptdp_trainer_run", _wrap_ptdp_trainer_run, METH_O, "\n"
+		"Trains from the current iteration to --train-iters, or until --exit-interval or a\n"
+		"       stop (ptdp_trainer_request_stop() or the callback's answer). May be called again after\n"
+		"       a stop to go on.\n"
+		":type trainer: struct ptdp_trainer_impl\n"
+		":param trainer: A live trainer.\n"
+		"Title: Thread safety\n"
+		"Collective over the runtime's world.\n"
+		""},
+	 { "ptdp_trainer_request_stop", _wrap_ptdp_trainer_request_stop, METH_O, "\n"
+		"Asks a run to stop after the iteration in progress (the ranks agree; with --save a\n"
+		"       checkpoint is written first). Returns at once.\n"
+		":type trainer: struct ptdp_trainer_impl\n"
+		":param trainer: A live trainer.\n"
+		"Title: Thread safety\n"
+		"May be called from any thread while ptdp_trainer_run() runs (it only sets a flag).\n"
+		""},
+	 { "ptdp_trainer_last_report", _wrap_ptdp_trainer_last_report, METH_O, "\n"
+		"The last iteration's report (zeros before the first iteration).\n"
+		":type trainer: struct ptdp_trainer_impl\n"
+		":param trainer: A live trainer.\n"
+		":type report: :py:class:`ptdp_iteration_report`, in/out\n"
+		":param report: Its struct_size must be set by the caller (sizeof the caller's struct);\n"
+		"           the library writes that many bytes at most and sets struct_size to what it wrote.\n"
+		""},
+	 { "ptdp_trainer_destroy", _wrap_ptdp_trainer_destroy, METH_O, "\n"
+		"Frees a trainer (its model, optimizer, groups, and its runtime when it created one).\n"
+		":type trainer: struct ptdp_trainer_impl\n"
+		":param trainer: A trainer, or NULL (nothing happens).\n"
+		""},
+	 { "ptdp_train_main", _wrap_ptdp_train_main, METH_O, "\n"
+		"The whole of `ptdp-train` for any front end: parses ``argv``, prints --help, trains on\n"
+		"       MPI_COMM_WORLD (initialising MPI when nobody has), and reports a failure on stderr as\n"
+		"       \"PROGRAM: rank R: message\", PROGRAM being argv[0]'s file name.\n"
+		":type argc: int\n"
+		":param argc: Number of entries in ``argv``, >= 1.\n"
+		":type argv: string\n"
+		":param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).\n"
+		":type exit_code: int, out\n"
+		":param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not\n"
+		"                be NULL.\n"
+		"Title: Thread safety\n"
+		"Collective over MPI_COMM_WORLD.\n"
+		""},
+	 { "ptdp_gpt_flops", _wrap_ptdp_gpt_flops, METH_VARARGS, "\n"
+		"The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et\n"
+		"       al. 2021): model_flops = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the forward and\n"
+		"       backward; executed_flops adds full recomputation's extra forward of the layers,\n"
+		"       96 B s l h^2 (1 + s/(6h) + V/(16 l h)), when options->recompute_granularity is FULL\n"
+		"       (else it equals model_flops). V is the vocabulary before padding.\n"
+		":type options: :py:class:`ptdp_gpt_options`\n"
+		":param options: The model; NULL for the defaults.\n"
+		":type global_batch_size: int\n"
+		":param global_batch_size: B, > 0.\n"
+		":type model_flops: float, out\n"
+		":param model_flops: May be NULL.\n"
+		":type executed_flops: float, out\n"
+		":param executed_flops: May be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_device_peak_flops", _wrap_ptdp_device_peak_flops, METH_VARARGS, "\n"
+		"One device's dense peak FLOP/s for a model stored in ``precision``, what the MFU is\n"
+		"       measured against: a GPU's datasheet figure (H100 and H200 SXM: 989e12 for bf16/f16,\n"
+		"       67e12 for f32), or on the CPU the f32 GEMM rate measured now through the CPU engine\n"
+		"       (512^3 GEMMs for about 0.2 s, the best call; ranks sharing a node should measure at the\n"
+		"       same time).\n"
+		":type device: int\n"
+		":param device: ::PTDP_DEVICE_CPU or ::PTDP_DEVICE_CUDA.\n"
+		":type device_index: int\n"
+		":param device_index: The GPU ordinal (0 for the CPU).\n"
+		":type precision: int\n"
+		":param precision: ::PTDP_DTYPE_F32, ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16.\n"
+		":type flops: float, out\n"
+		":param flops: Receives the peak; 0 for a GPU missing from ptdp's table. Must not be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe; the CPU measurement uses the engine's threads.\n"
 		""},
 	 { "ptdp_gpt_data_options_struct_size_set", _wrap_ptdp_gpt_data_options_struct_size_set, METH_VARARGS, " Set by ptdp_gpt_data_options_init()."},
 	 { "ptdp_gpt_data_options_struct_size_get", _wrap_ptdp_gpt_data_options_struct_size_get, METH_O, " Set by ptdp_gpt_data_options_init()."},
@@ -26137,6 +28578,41 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Thread-safe.\n"
 		""},
+	 { "ptdp_plot_training_logs", _wrap_ptdp_plot_training_logs, METH_VARARGS, "\n"
+		"Draws one or more training logs, overlaid, as an SVG file.\n"
+		"\n"
+		"Each log is read as JSON lines: objects with \"iteration\" give the training curves\n"
+		"(\"lm_loss\", \"learning_rate\", \"grad_norm\", \"loss_scale\", \"tokens_per_second\"), objects with\n"
+		"\"validation_iteration\" the validation loss (\"lm_loss\"); other keys and objects are ignored,\n"
+		"so are blank lines. A value that is missing, null or not finite (including the bare `nan`\n"
+		"and `inf` that C's printf writes, and the -1 the loop writes for a grad norm that was not\n"
+		"finite) leaves a gap. Records that a resumed run repeats (an iteration not beyond the previous\n"
+		"one) replace those of the interrupted run from that iteration on; a last line without its\n"
+		"newline that is not JSON yet (the writer's line in progress) is left out.\n"
+		"\n"
+		"The picture has a legend naming each run in its own colour with its last losses, then panels\n"
+		"for the loss (training solid, validation dashed with markers), learning rate, grad norm, loss\n"
+		"scale and tokens per second, all against the iteration, with round ticks enclosing the data;\n"
+		"grad norm and loss scale use a logarithmic axis when their values span two decades or more.\n"
+		"The file is replaced atomically (written beside it under the name ``svg_path`` + \".tmp\", then\n"
+		"renamed), so a viewer reloading it never reads half a picture.\n"
+		":type jsonl_paths: string\n"
+		":param jsonl_paths: ``count`` paths of training logs; neither the array nor an entry may be\n"
+		"           NULL or empty. Only regular files are read: a directory or FIFO is refused.\n"
+		":type labels: string\n"
+		":param labels: NULL, or ``count`` names for the legend; a NULL entry names that run after its\n"
+		"           log's file name (the path as given where two logs have the same file name).\n"
+		":type count: int\n"
+		":param count: Number of logs, >= 1.\n"
+		":type title: string\n"
+		":param title: The picture's title; NULL or \"\" means \"training\".\n"
+		":type svg_path: string\n"
+		":param svg_path: The SVG file to write (replaced if present); must not be NULL, empty or one\n"
+		"           of the logs.\n"
+		"Title: Thread safety\n"
+		"Thread-safe for distinct ``svg_path`` values; two calls writing the same path at once race on\n"
+		"its temporary file.\n"
+		""},
 	 { NULL, NULL, 0, NULL }
 };
 
@@ -26145,6 +28621,7 @@ static PyMethodDef SwigMethods[] = {
 
 static swig_type_info _swigt__p_char = {"_p_char", "char *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_double = {"_p_double", "double *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_f_p_q_const__struct_ptdp_iteration_report_p_void__int = {"_p_f_p_q_const__struct_ptdp_iteration_report_p_void__int", "ptdp_iteration_callback|int (*)(struct ptdp_iteration_report const *,void *)", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_f_p_void_int_int__ptdp_status = {"_p_f_p_void_int_int__ptdp_status", "ptdp_stage_backward_weight_fn|enum ptdp_status (*)(void *,int,int)", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status = {"_p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status", "ptdp_stage_backward_input_fn|ptdp_stage_forward_fn|enum ptdp_status (*)(void *,int,int,struct ptdp_tensor_impl *,struct ptdp_tensor_impl **)", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_float = {"_p_float", "float *", 0, 0, (void*)0, 0};
@@ -26162,6 +28639,7 @@ static swig_type_info _swigt__p_p_ptdp_runtime_impl = {"_p_p_ptdp_runtime_impl",
 static swig_type_info _swigt__p_p_ptdp_schedule_impl = {"_p_p_ptdp_schedule_impl", "ptdp_schedule *|struct ptdp_schedule_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_tensor_impl = {"_p_p_ptdp_tensor_impl", "ptdp_tensor *|struct ptdp_tensor_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_train_config_impl = {"_p_p_ptdp_train_config_impl", "ptdp_train_config *|struct ptdp_train_config_impl **", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_p_ptdp_trainer_impl = {"_p_p_ptdp_trainer_impl", "ptdp_trainer *|struct ptdp_trainer_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_work_impl = {"_p_p_ptdp_work_impl", "ptdp_work *|struct ptdp_work_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_action = {"_p_ptdp_action", "ptdp_action *|struct ptdp_action *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_action_kind = {"_p_ptdp_action_kind", "ptdp_action_kind *|enum ptdp_action_kind *", 0, 0, (void*)0, 0};
@@ -26180,6 +28658,7 @@ static swig_type_info _swigt__p_ptdp_gpt_data_options = {"_p_ptdp_gpt_data_optio
 static swig_type_info _swigt__p_ptdp_gpt_options = {"_p_ptdp_gpt_options", "ptdp_gpt_options *|struct ptdp_gpt_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_group_kind = {"_p_ptdp_group_kind", "ptdp_group_kind *|enum ptdp_group_kind *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_groups_impl = {"_p_ptdp_groups_impl", "ptdp_groups|struct ptdp_groups_impl *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_iteration_report = {"_p_ptdp_iteration_report", "ptdp_iteration_report *|struct ptdp_iteration_report *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_iteration_result = {"_p_ptdp_iteration_result", "ptdp_iteration_result *|struct ptdp_iteration_result *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_layer_impl = {"_p_ptdp_layer_impl", "ptdp_layer|struct ptdp_layer_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_lr_decay_style = {"_p_ptdp_lr_decay_style", "ptdp_lr_decay_style *|enum ptdp_lr_decay_style *", 0, 0, (void*)0, 0};
@@ -26209,6 +28688,8 @@ static swig_type_info _swigt__p_ptdp_tensor_impl = {"_p_ptdp_tensor_impl", "ptdp
 static swig_type_info _swigt__p_ptdp_tensor_options = {"_p_ptdp_tensor_options", "ptdp_tensor_options *|struct ptdp_tensor_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_train_config_impl = {"_p_ptdp_train_config_impl", "ptdp_train_config|struct ptdp_train_config_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_train_settings = {"_p_ptdp_train_settings", "ptdp_train_settings *|struct ptdp_train_settings *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_trainer_impl = {"_p_ptdp_trainer_impl", "ptdp_trainer|struct ptdp_trainer_impl *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_trainer_options = {"_p_ptdp_trainer_options", "ptdp_trainer_options *|struct ptdp_trainer_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_work_impl = {"_p_ptdp_work_impl", "ptdp_work|struct ptdp_work_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_short = {"_p_short", "int16_t *|int_least16_t *|short *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_signed_char = {"_p_signed_char", "int8_t *|int_fast8_t *|int_least8_t *|signed char *", 0, 0, (void*)0, 0};
@@ -26222,6 +28703,7 @@ static swig_type_info _swigt__p_void = {"_p_void", "void *", 0, 0, (void*)0, 0};
 static swig_type_info *swig_type_initial[] = {
   &_swigt__p_char,
   &_swigt__p_double,
+  &_swigt__p_f_p_q_const__struct_ptdp_iteration_report_p_void__int,
   &_swigt__p_f_p_void_int_int__ptdp_status,
   &_swigt__p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status,
   &_swigt__p_float,
@@ -26239,6 +28721,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_p_ptdp_schedule_impl,
   &_swigt__p_p_ptdp_tensor_impl,
   &_swigt__p_p_ptdp_train_config_impl,
+  &_swigt__p_p_ptdp_trainer_impl,
   &_swigt__p_p_ptdp_work_impl,
   &_swigt__p_ptdp_action,
   &_swigt__p_ptdp_action_kind,
@@ -26257,6 +28740,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_gpt_options,
   &_swigt__p_ptdp_group_kind,
   &_swigt__p_ptdp_groups_impl,
+  &_swigt__p_ptdp_iteration_report,
   &_swigt__p_ptdp_iteration_result,
   &_swigt__p_ptdp_layer_impl,
   &_swigt__p_ptdp_lr_decay_style,
@@ -26286,6 +28770,8 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_tensor_options,
   &_swigt__p_ptdp_train_config_impl,
   &_swigt__p_ptdp_train_settings,
+  &_swigt__p_ptdp_trainer_impl,
+  &_swigt__p_ptdp_trainer_options,
   &_swigt__p_ptdp_work_impl,
   &_swigt__p_short,
   &_swigt__p_signed_char,
@@ -26299,6 +28785,7 @@ static swig_type_info *swig_type_initial[] = {
 
 static swig_cast_info _swigc__p_char[] = {  {&_swigt__p_char, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_double[] = {  {&_swigt__p_double, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_f_p_q_const__struct_ptdp_iteration_report_p_void__int[] = {  {&_swigt__p_f_p_q_const__struct_ptdp_iteration_report_p_void__int, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_f_p_void_int_int__ptdp_status[] = {  {&_swigt__p_f_p_void_int_int__ptdp_status, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status[] = {  {&_swigt__p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_float[] = {  {&_swigt__p_float, 0, 0, 0},{0, 0, 0, 0}};
@@ -26316,6 +28803,7 @@ static swig_cast_info _swigc__p_p_ptdp_runtime_impl[] = {  {&_swigt__p_p_ptdp_ru
 static swig_cast_info _swigc__p_p_ptdp_schedule_impl[] = {  {&_swigt__p_p_ptdp_schedule_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_tensor_impl[] = {  {&_swigt__p_p_ptdp_tensor_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_train_config_impl[] = {  {&_swigt__p_p_ptdp_train_config_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_p_ptdp_trainer_impl[] = {  {&_swigt__p_p_ptdp_trainer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_work_impl[] = {  {&_swigt__p_p_ptdp_work_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_action[] = {  {&_swigt__p_ptdp_action, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_action_kind[] = {  {&_swigt__p_ptdp_action_kind, 0, 0, 0},{0, 0, 0, 0}};
@@ -26334,6 +28822,7 @@ static swig_cast_info _swigc__p_ptdp_gpt_data_options[] = {  {&_swigt__p_ptdp_gp
 static swig_cast_info _swigc__p_ptdp_gpt_options[] = {  {&_swigt__p_ptdp_gpt_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_group_kind[] = {  {&_swigt__p_ptdp_group_kind, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_groups_impl[] = {  {&_swigt__p_ptdp_groups_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_iteration_report[] = {  {&_swigt__p_ptdp_iteration_report, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_iteration_result[] = {  {&_swigt__p_ptdp_iteration_result, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_layer_impl[] = {  {&_swigt__p_ptdp_layer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_lr_decay_style[] = {  {&_swigt__p_ptdp_lr_decay_style, 0, 0, 0},{0, 0, 0, 0}};
@@ -26363,6 +28852,8 @@ static swig_cast_info _swigc__p_ptdp_tensor_impl[] = {  {&_swigt__p_ptdp_tensor_
 static swig_cast_info _swigc__p_ptdp_tensor_options[] = {  {&_swigt__p_ptdp_tensor_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_train_config_impl[] = {  {&_swigt__p_ptdp_train_config_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_train_settings[] = {  {&_swigt__p_ptdp_train_settings, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_trainer_impl[] = {  {&_swigt__p_ptdp_trainer_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_trainer_options[] = {  {&_swigt__p_ptdp_trainer_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_work_impl[] = {  {&_swigt__p_ptdp_work_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_short[] = {  {&_swigt__p_short, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_signed_char[] = {  {&_swigt__p_signed_char, 0, 0, 0},{0, 0, 0, 0}};
@@ -26376,6 +28867,7 @@ static swig_cast_info _swigc__p_void[] = {  {&_swigt__p_void, 0, 0, 0},{0, 0, 0,
 static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_char,
   _swigc__p_double,
+  _swigc__p_f_p_q_const__struct_ptdp_iteration_report_p_void__int,
   _swigc__p_f_p_void_int_int__ptdp_status,
   _swigc__p_f_p_void_int_int_p_struct_ptdp_tensor_impl_p_p_struct_ptdp_tensor_impl__ptdp_status,
   _swigc__p_float,
@@ -26393,6 +28885,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_p_ptdp_schedule_impl,
   _swigc__p_p_ptdp_tensor_impl,
   _swigc__p_p_ptdp_train_config_impl,
+  _swigc__p_p_ptdp_trainer_impl,
   _swigc__p_p_ptdp_work_impl,
   _swigc__p_ptdp_action,
   _swigc__p_ptdp_action_kind,
@@ -26411,6 +28904,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_gpt_options,
   _swigc__p_ptdp_group_kind,
   _swigc__p_ptdp_groups_impl,
+  _swigc__p_ptdp_iteration_report,
   _swigc__p_ptdp_iteration_result,
   _swigc__p_ptdp_layer_impl,
   _swigc__p_ptdp_lr_decay_style,
@@ -26440,6 +28934,8 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_tensor_options,
   _swigc__p_ptdp_train_config_impl,
   _swigc__p_ptdp_train_settings,
+  _swigc__p_ptdp_trainer_impl,
+  _swigc__p_ptdp_trainer_options,
   _swigc__p_ptdp_work_impl,
   _swigc__p_short,
   _swigc__p_signed_char,

@@ -7,6 +7,7 @@ numpy arrays through the buffer protocol; an mpi4py communicator can be handed t
 :class:`Runtime`; pipeline schedules can drive a model written in Python (:func:`pipeline_run`).
 
     import ptdp
+    ptdp.train("--num-layers 2 --hidden-size 64 --num-attention-heads 4 ...")   # ptdp-train itself
     config = ptdp.TrainConfig("--num-layers 2 --hidden-size 64 --num-attention-heads 4 ...")
     with ptdp.Runtime() as rt, rt.groups() as groups:
         model = ptdp.Model(groups, config.gpt_options())
@@ -24,8 +25,9 @@ from .pipeline import Stage, pipeline_run
 from .runtime import Feature, GroupKind, Groups, P2PKind, ReduceOp, Runtime, Work, has_feature, layout_members
 from .schedule import ACTION_DTYPE, ActionKind, Schedule, ScheduleKind
 from .tensor import Device, DType, Tensor
-from .train import (CheckpointState, IterationResult, LRDecayStyle, Optimizer, OptimizerKind, ParamFlags,
-                    TrainConfig, load_checkpoint, read_checkpoint_options, save_checkpoint, train_iteration)
+from .training import (CheckpointState, IterationReport, IterationResult, LRDecayStyle, Optimizer, OptimizerKind,
+                       ParamFlags, TrainConfig, Trainer, load_checkpoint, read_checkpoint_options, save_checkpoint,
+                       train, train_iteration)
 
 __version__ = raw.ptdp_version()
 
@@ -42,4 +44,4 @@ def status_string(status):
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in ("data", "errors", "layers", "model",
                                                                                   "pipeline", "runtime", "schedule",
-                                                                                  "tensor", "train")]
+                                                                                  "tensor", "training")]

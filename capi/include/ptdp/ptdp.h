@@ -15,7 +15,9 @@
  * - **Options structs** start with `size_t struct_size`. Fill them with the matching
  *   `*_options_init()` function, then change the fields you need. The library reads only the
  *   bytes the caller's struct_size covers, so programs built against an older header keep
- *   working; bytes beyond the fields this library knows must be zero.
+ *   working: any struct_size from the size the struct was first published with is accepted,
+ *   the fields it does not cover taking their defaults. Bytes beyond the fields this library
+ *   knows must be zero; a smaller size or a non-zero tail is ::PTDP_ERR_INVALID_ARGUMENT.
  * - **Enums** have explicit values and only ever grow at the end.
  * - **Thread safety.** Functions are thread-safe unless a function's documentation says
  *   otherwise; a single handle must not be used from two threads at once. The last-error
@@ -1037,10 +1039,9 @@ PTDP_API ptdp_status ptdp_model_pipeline_forward_backward(ptdp_model model, ptdp
  *        Same arguments, statuses and behaviour.
  * @deprecated Use ptdp_model_pipeline_forward_backward().
  */
-PTDP_API PTDP_DEPRECATED("ptdp_model_pipeline_forward_backward") ptdp_status
-ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens, const int32_t* labels,
-                      int32_t micro_batch_size, int64_t iteration, const ptdp_pipeline_options* options,
-                      float* loss);
+PTDP_API PTDP_DEPRECATED("ptdp_model_pipeline_forward_backward") ptdp_status ptdp_model_train_step(
+    ptdp_model model, ptdp_schedule schedule, const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+    int64_t iteration, const ptdp_pipeline_options* options, float* loss);
 
 /**
  * @brief Forward of one (chunk, microbatch) for ptdp_pipeline_run().
@@ -1610,7 +1611,7 @@ PTDP_API ptdp_status ptdp_dataset_document(ptdp_dataset dataset, int64_t index, 
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */
-/** @name Optimizer and training
+/** @name Optimizer
  *  AdamW or SGD over a model's flat parameter buffers (or a user's registered tensors), with
  *  Megatron's conventions: weight decay on weights only (not biases or LayerNorm), gradient
  *  clipping by the global L2 norm over the tensor and pipeline groups (tensor-replicated
@@ -1769,34 +1770,6 @@ PTDP_API ptdp_status ptdp_optimizer_step(ptdp_optimizer optimizer, int64_t itera
  */
 PTDP_API ptdp_status ptdp_optimizer_state_bytes(ptdp_optimizer optimizer, size_t* bytes);
 
-/**
- * @brief One training iteration: zero the gradients, run the replica's global batch through
- *        @p schedule (data-parallel buckets reduced while the backward runs, the tied embedding
- *        summed over the embedding group), then the optimizer step. Dropout masks are keyed by
- *        (iteration, data-parallel rank * m + microbatch), so every layout reproduces the serial
- *        run of the same global batch.
- * @param model A live model.
- * @param optimizer An optimizer created for @p model.
- * @param schedule A schedule for the model's (p, v) and m microbatches.
- * @param tokens This replica's m * b samples, [m * b, seq_length] row-major (replica r of d
- *        holds samples r*m*b ... of the global batch).
- * @param labels The same shape.
- * @param micro_batch_size b, > 0.
- * @param iteration The step number, from 0.
- * @param options Executor options; NULL for the defaults.
- * @param[out] result Receives loss (mean over the global batch), grad norm, lr, loss scale and
- *             skip; may be NULL.
- * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, an optimizer of another model, bad data.
- * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
- * @par Thread safety
- * Collective over the world of the groups.
- */
-PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule,
-                                          const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
-                                          int64_t iteration, const ptdp_pipeline_options* options,
-                                          ptdp_iteration_result* result);
-
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1947,6 +1920,239 @@ typedef struct ptdp_train_settings {
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle or NULL @p settings.
  */
 PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_train_settings* settings);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Training
+ *  One training iteration of a model (ptdp_train_iteration()), and the training loop every
+ *  front end shares: `ptdp-train`, `ptdp.train()` in Python and the
+ *  Rust, Julia and Fortran equivalents all call it, so the same flags print the same log lines
+ *  and write byte-identical checkpoints in every language. From a parsed configuration it
+ *  builds the groups, the model, the optimizer, the schedule and the samples, resumes from
+ *  `--load`, and runs iterations with Megatron's log line (plus tokens/s, MFU and the memory
+ *  high-water mark), JSON lines (`--log-json`), validation, checkpoints, `--exit-interval`,
+ *  a progress bar on a terminal, a profile trace (`--profile-trace`) and the run's curves as an
+ *  SVG (`--plot-file`). Each iteration reports the paper's model FLOPs, TFLOP/s per device and
+ *  the model-FLOPs utilisation against the device's dense peak (the CPU's f32 GEMM rate
+ *  measured at the start, a GPU's datasheet figure, or `--peak-tflops`).
+ *  @{ */
+
+/**
+ * @brief One training iteration: zero the gradients, run the replica's global batch through
+ *        @p schedule (data-parallel buckets reduced while the backward runs, the tied embedding
+ *        summed over the embedding group), then the optimizer step. Dropout masks are keyed by
+ *        (iteration, data-parallel rank * m + microbatch), so every layout reproduces the serial
+ *        run of the same global batch.
+ * @param model A live model.
+ * @param optimizer An optimizer created for @p model.
+ * @param schedule A schedule for the model's (p, v) and m microbatches.
+ * @param tokens This replica's m * b samples, [m * b, seq_length] row-major (replica r of d
+ *        holds samples r*m*b ... of the global batch).
+ * @param labels The same shape.
+ * @param micro_batch_size b, > 0.
+ * @param iteration The step number, from 0.
+ * @param options Executor options; NULL for the defaults.
+ * @param[out] result Receives loss (mean over the global batch), grad norm, lr, loss scale and
+ *             skip; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, an optimizer of another model, bad data.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the groups.
+ */
+PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule,
+                                          const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+                                          int64_t iteration, const ptdp_pipeline_options* options,
+                                          ptdp_iteration_result* result);
+
+/** Opaque handle to a training run (see ptdp_trainer_create()). */
+typedef struct ptdp_trainer_impl* ptdp_trainer;
+
+/** What one iteration reports, the same on every rank (the loss is the global batch's mean, the
+ *  norm the global norm) except mem_high_water_mib, this rank's. The library fills struct_size
+ *  with the size it knows: a reader built against an older header reads only the fields its
+ *  struct has, a newer one checks struct_size before reading a field added later. */
+typedef struct ptdp_iteration_report {
+  size_t struct_size;           /**< Bytes of this struct the library filled in. */
+  int64_t iteration;            /**< Iterations done, this one included (the log line's count). */
+  int64_t train_iters;          /**< --train-iters. */
+  int64_t consumed_samples;     /**< Training samples read so far. */
+  int64_t global_batch_size;    /**< B. */
+  float lm_loss;                /**< Mean loss of the global batch; NaN when it was not finite. */
+  float loss_scale;             /**< The loss scale of this step. */
+  double learning_rate;         /**< The learning rate of this step. */
+  double grad_norm;             /**< Global L2 norm before clipping; not finite when skipped. */
+  int32_t skipped;              /**< 1 when non-finite gradients skipped the step on every rank. */
+  int32_t validated;            /**< 1 when a validation ran after this iteration. */
+  int64_t skipped_iterations;   /**< Skipped steps so far. */
+  double elapsed_seconds;       /**< Wall time of this iteration on this rank. */
+  double tokens_per_second;     /**< B * seq_length / elapsed_seconds. */
+  double model_flops;           /**< The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +
+                                     V/(12 l h)) (ptdp_gpt_flops()). */
+  double executed_flops;        /**< With full recomputation's extra forward: 96 B s l h^2 (...). */
+  double tflops_per_device;     /**< executed_flops / elapsed_seconds / world size, in 1e12 (the
+                                     paper's "TFLOP/s per GPU"). */
+  double mfu;                   /**< model_flops / elapsed_seconds / world size / peak_flops: the
+                                     model-FLOPs utilisation, 0 when the peak is unknown. */
+  double peak_flops;            /**< One device's dense peak FLOP/s (ptdp_device_peak_flops(), the
+                                     mean over the ranks, or --peak-tflops). */
+  double mem_high_water_mib;    /**< This process's resident memory high-water mark, MiB. */
+  float validation_loss;        /**< The validation loss, when validated. */
+  int32_t saved;                /**< 1 when a checkpoint was saved after this iteration. */
+} ptdp_iteration_report;
+
+/**
+ * @brief Called on every rank after each iteration (after its validation and save).
+ * @param report The iteration's report, valid during the call only.
+ * @param user_data ptdp_trainer_options::user_data.
+ * @return 0 to go on; non-zero to stop: the ranks agree (any rank's request stops all of them
+ *         after the same iteration), save a checkpoint with --save, and ptdp_trainer_run()
+ *         returns PTDP_SUCCESS.
+ */
+typedef int32_t (*ptdp_iteration_callback)(const ptdp_iteration_report* report, void* user_data);
+
+/** Options for ptdp_trainer_create(). Initialise with ptdp_trainer_options_init(). */
+typedef struct ptdp_trainer_options {
+  size_t struct_size;              /**< Set by ptdp_trainer_options_init(). */
+  ptdp_runtime runtime;            /**< NULL (default): the run creates its own runtime over
+                                        MPI_COMM_WORLD (initialising MPI when nobody has) with the
+                                        configuration's --comm-timeout. Otherwise the caller's
+                                        runtime (e.g. over its own communicator); it must outlive
+                                        the trainer. */
+  ptdp_iteration_callback on_iteration; /**< NULL (default) or a callback per iteration. */
+  void* user_data;                 /**< Passed to @ref on_iteration. */
+  int32_t print_log;               /**< 1 (default): the logging rank (the last pipeline stage's
+                                        first tensor and data-parallel rank) prints the log lines
+                                        on stdout; 0: nothing is printed (JSON lines and the SVG
+                                        are still written when asked for). */
+} ptdp_trainer_options;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_trainer_options_init(ptdp_trainer_options* options);
+
+/**
+ * @brief Builds a training run from a parsed configuration: groups, model, optimizer, schedule
+ *        and samples, and resumes from the configuration's --load when it holds a checkpoint.
+ * @param config A live configuration (its settings are copied: it may be destroyed afterwards).
+ * @param options NULL for the defaults.
+ * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad handles or options; a world that is not a multiple of
+ *         t x p; a global batch that does not split into micro-batches; a model, optimizer,
+ *         schedule or data set that cannot be built (the message names the flag); a checkpoint
+ *         saved with another model. Every rank returns the same error.
+ * @retval PTDP_ERR_IO a data file or checkpoint that cannot be read (named).
+ * @retval PTDP_ERR_UNSUPPORTED --device cuda in a build without CUDA.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time (the message names it).
+ * @par Thread safety
+ * Collective over the runtime's world.
+ */
+PTDP_API ptdp_status ptdp_trainer_create(ptdp_train_config config, const ptdp_trainer_options* options,
+                                         ptdp_trainer* out);
+
+/**
+ * @brief Trains from the current iteration to --train-iters, or until --exit-interval or a
+ *        stop (ptdp_trainer_request_stop() or the callback's answer). May be called again after
+ *        a stop to go on.
+ * @param trainer A live trainer.
+ * @retval PTDP_SUCCESS the run ended (done, exited or stopped: ptdp_trainer_last_report()).
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle.
+ * @retval PTDP_ERR_IO a checkpoint, JSON log, trace or SVG that could not be written (named).
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time (named). After a failure of this
+ *         rank alone, MPI initialised by ptdp is not finalised at exit, so the launcher ends the
+ *         job instead of waiting for ranks that will never arrive.
+ * @par Thread safety
+ * Collective over the runtime's world.
+ */
+PTDP_API ptdp_status ptdp_trainer_run(ptdp_trainer trainer);
+
+/**
+ * @brief Asks a run to stop after the iteration in progress (the ranks agree; with --save a
+ *        checkpoint is written first). Returns at once.
+ * @param trainer A live trainer.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle.
+ * @par Thread safety
+ * May be called from any thread while ptdp_trainer_run() runs (it only sets a flag).
+ */
+PTDP_API ptdp_status ptdp_trainer_request_stop(ptdp_trainer trainer);
+
+/**
+ * @brief The last iteration's report (zeros before the first iteration).
+ * @param trainer A live trainer.
+ * @param[in,out] report Its struct_size must be set by the caller (sizeof the caller's struct);
+ *        the library writes that many bytes at most and sets struct_size to what it wrote.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p report, or a struct_size too small for
+ *         the first published fields.
+ */
+PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iteration_report* report);
+
+/**
+ * @brief Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
+ * @param trainer A trainer, or NULL (nothing happens).
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live handle, or a run in progress.
+ */
+PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer);
+
+/**
+ * @brief The whole of `ptdp-train` for any front end: parses @p argv, prints --help, trains on
+ *        MPI_COMM_WORLD (initialising MPI when nobody has), and reports a failure on stderr as
+ *        "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
+ * @param argc Number of entries in @p argv, >= 1.
+ * @param argv argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
+ * @param[out] exit_code Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not
+ *             be NULL.
+ * @retval PTDP_SUCCESS the run happened (even when it failed: see @p exit_code).
+ * @retval PTDP_ERR_INVALID_ARGUMENT argc < 1, NULL argv, an entry or @p exit_code NULL.
+ * @par Thread safety
+ * Collective over MPI_COMM_WORLD.
+ */
+PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int32_t* exit_code);
+
+/**
+ * @brief The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et
+ *        al. 2021): model_flops = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the forward and
+ *        backward; executed_flops adds full recomputation's extra forward of the layers,
+ *        96 B s l h^2 (1 + s/(6h) + V/(16 l h)), when options->recompute_granularity is FULL
+ *        (else it equals model_flops). V is the vocabulary before padding.
+ * @param options The model; NULL for the defaults.
+ * @param global_batch_size B, > 0.
+ * @param[out] model_flops May be NULL.
+ * @param[out] executed_flops May be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad @p options or B <= 0.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_gpt_flops(const ptdp_gpt_options* options, int64_t global_batch_size, double* model_flops,
+                                    double* executed_flops);
+
+/**
+ * @brief One device's dense peak FLOP/s for a model stored in @p precision, what the MFU is
+ *        measured against: a GPU's datasheet figure (H100 and H200 SXM: 989e12 for bf16/f16,
+ *        67e12 for f32), or on the CPU the f32 GEMM rate measured now through the CPU engine
+ *        (512^3 GEMMs for about 0.2 s, the best call; ranks sharing a node should measure at the
+ *        same time).
+ * @param device ::PTDP_DEVICE_CPU or ::PTDP_DEVICE_CUDA.
+ * @param device_index The GPU ordinal (0 for the CPU).
+ * @param precision ::PTDP_DTYPE_F32, ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16.
+ * @param[out] flops Receives the peak; 0 for a GPU missing from ptdp's table. Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT a bad device, ordinal or precision, or NULL @p flops.
+ * @retval PTDP_ERR_UNSUPPORTED ::PTDP_DEVICE_CUDA in a build without CUDA.
+ * @par Thread safety
+ * Thread-safe; the CPU measurement uses the engine's threads.
+ */
+PTDP_API ptdp_status ptdp_device_peak_flops(ptdp_device device, int32_t device_index, ptdp_dtype precision,
+                                            double* flops);
 
 /** @} */
 
@@ -2600,6 +2806,57 @@ PTDP_API ptdp_status ptdp_memory_stats(size_t* current, size_t* peak);
  * Thread-safe.
  */
 PTDP_API ptdp_status ptdp_memory_reset_peak(void);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Training plots
+ *  Pictures of training runs: the JSON lines that `ptdp-train --log-json` writes, drawn as one
+ *  standalone SVG that a browser shows. This is what `ptdp-plot` and `ptdp-train --plot-file`
+ *  draw. No device and no communication are involved.
+ *  @{ */
+
+/**
+ * @brief Draws one or more training logs, overlaid, as an SVG file.
+ *
+ * Each log is read as JSON lines: objects with "iteration" give the training curves
+ * ("lm_loss", "learning_rate", "grad_norm", "loss_scale", "tokens_per_second"), objects with
+ * "validation_iteration" the validation loss ("lm_loss"); other keys and objects are ignored,
+ * so are blank lines. A value that is missing, null or not finite (including the bare `nan`
+ * and `inf` that C's printf writes, and the -1 the loop writes for a grad norm that was not
+ * finite) leaves a gap. Records that a resumed run repeats (an iteration not beyond the previous
+ * one) replace those of the interrupted run from that iteration on; a last line without its
+ * newline that is not JSON yet (the writer's line in progress) is left out.
+ *
+ * The picture has a legend naming each run in its own colour with its last losses, then panels
+ * for the loss (training solid, validation dashed with markers), learning rate, grad norm, loss
+ * scale and tokens per second, all against the iteration, with round ticks enclosing the data;
+ * grad norm and loss scale use a logarithmic axis when their values span two decades or more.
+ * The file is replaced atomically (written beside it under the name @p svg_path + ".tmp", then
+ * renamed), so a viewer reloading it never reads half a picture.
+ * @param jsonl_paths @p count paths of training logs; neither the array nor an entry may be
+ *        NULL or empty. Only regular files are read: a directory or FIFO is refused.
+ * @param labels NULL, or @p count names for the legend; a NULL entry names that run after its
+ *        log's file name (the path as given where two logs have the same file name).
+ * @param count Number of logs, >= 1.
+ * @param title The picture's title; NULL or "" means "training".
+ * @param svg_path The SVG file to write (replaced if present); must not be NULL, empty or one
+ *        of the logs.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p jsonl_paths or @p svg_path, @p count < 1, a NULL or
+ *         empty path (named by its index, as `jsonl_paths[1]`), an empty label (`labels[0]`),
+ *         an empty @p svg_path, or @p svg_path naming one of the logs. Nothing is read or
+ *         written.
+ * @retval PTDP_ERR_IO a log is missing, unreadable or not a regular file, a line of it is not a
+ *         JSON object or its iteration is not a non-negative integer (the message names the
+ *         path and the line number), or the SVG cannot be written (named). The SVG file is then
+ *         left as it was.
+ * @par Thread safety
+ * Thread-safe for distinct @p svg_path values; two calls writing the same path at once race on
+ * its temporary file.
+ */
+PTDP_API ptdp_status ptdp_plot_training_logs(const char* const* jsonl_paths, const char* const* labels, int32_t count,
+                                             const char* title, const char* svg_path);
 
 /** @} */
 

@@ -20,7 +20,7 @@ end
 include("libptdp.jl")
 
 export PTDPError, defaults, with, Runtime, Groups, Model, Optimizer, Schedule, Tensor,
-       world, group_rank, group_size, num_params, train_iteration!, generate, version
+       world, group_rank, group_size, num_params, train_iteration!, train, generate, version
 
 function __init__()
     wanted = get(ENV, "PTDP_LIBRARY", "")
@@ -230,6 +230,24 @@ function train_iteration!(opt::Optimizer, schedule::Schedule, tokens::Array{Int3
     check(ptdp_train_iteration(opt.model, opt, schedule, tokens, labels, micro_batch_size,
                                iteration, C_NULL, result))
     return result[]
+end
+
+"""
+    train(args; program = "ptdp-train") -> Int
+
+Runs ptdp-train with the flags `args` through the library's training loop, the one every front
+end shares: the same log lines, JSON lines and checkpoints as the C tool. Returns the exit
+status: 0 done, 1 failed (the message went to stderr), 2 bad flags. Under mpirun every rank
+calls it.
+"""
+function train(args::AbstractVector{<:AbstractString}; program::AbstractString = "ptdp-train")
+    argv = String[program; args...]
+    code = Ref{Int32}(1)
+    GC.@preserve argv begin
+        ptrs = [Base.unsafe_convert(Cstring, Base.cconvert(Cstring, a)) for a in argv]
+        check(ptdp_train_main(Int32(length(ptrs)), ptrs, code))
+    end
+    return Int(code[])
 end
 
 # ------------------------------------------------------------------------------------------

@@ -882,13 +882,6 @@ function ptdp_optimizer_state_bytes(optimizer, bytes)
           optimizer, bytes)
 end
 
-# One training iteration: zero the gradients, run the replica's global batch through
-function ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
-    ccall((:ptdp_train_iteration, libptdp), ptdp_status,
-          (ptdp_model, ptdp_optimizer, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{ptdp_iteration_result}),
-          model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
-end
-
 mutable struct ptdp_train_config_impl end
 const ptdp_train_config = Ptr{ptdp_train_config_impl}
 
@@ -988,6 +981,119 @@ function ptdp_train_config_settings(config, settings)
     ccall((:ptdp_train_config_settings, libptdp), ptdp_status,
           (ptdp_train_config, Ptr{ptdp_train_settings}),
           config, settings)
+end
+
+# One training iteration: zero the gradients, run the replica's global batch through
+function ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
+    ccall((:ptdp_train_iteration, libptdp), ptdp_status,
+          (ptdp_model, ptdp_optimizer, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{ptdp_iteration_result}),
+          model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
+end
+
+mutable struct ptdp_trainer_impl end
+const ptdp_trainer = Ptr{ptdp_trainer_impl}
+
+# What one iteration reports, the same on every rank (the loss is the global batch's mean, the
+# norm the global norm) except mem_high_water_mib, this rank's.
+struct ptdp_iteration_report
+    struct_size::Csize_t
+    iteration::Int64
+    train_iters::Int64
+    consumed_samples::Int64
+    global_batch_size::Int64
+    lm_loss::Cfloat
+    loss_scale::Cfloat
+    learning_rate::Cdouble
+    grad_norm::Cdouble
+    skipped::Int32
+    validated::Int32
+    skipped_iterations::Int64
+    elapsed_seconds::Cdouble
+    tokens_per_second::Cdouble
+    model_flops::Cdouble
+    executed_flops::Cdouble
+    tflops_per_device::Cdouble
+    mfu::Cdouble
+    peak_flops::Cdouble
+    mem_high_water_mib::Cdouble
+    validation_loss::Cfloat
+    saved::Int32
+end
+
+# Called on every rank after each iteration (after its validation and save).
+# C signature: (Ptr{ptdp_iteration_report}, Ptr{Cvoid}) -> Int32
+const ptdp_iteration_callback = Ptr{Cvoid}
+
+# Options for ptdp_trainer_create().
+struct ptdp_trainer_options
+    struct_size::Csize_t
+    runtime::ptdp_runtime
+    on_iteration::ptdp_iteration_callback
+    user_data::Ptr{Cvoid}
+    print_log::Int32
+end
+
+# Fills @p options with the defaults and sets its struct_size.
+function ptdp_trainer_options_init(options)
+    ccall((:ptdp_trainer_options_init, libptdp), ptdp_status, (Ptr{ptdp_trainer_options},), options)
+end
+
+# Builds a training run from a parsed configuration: groups, model, optimizer, schedule and
+# samples, and resumes from the configuration's --load when it holds a checkpoint.
+function ptdp_trainer_create(config, options, out)
+    ccall((:ptdp_trainer_create, libptdp), ptdp_status,
+          (ptdp_train_config, Ptr{ptdp_trainer_options}, Ptr{ptdp_trainer}),
+          config, options, out)
+end
+
+# Trains from the current iteration to --train-iters, or until --exit-interval or a stop
+# (ptdp_trainer_request_stop() or the callback's answer).
+function ptdp_trainer_run(trainer)
+    ccall((:ptdp_trainer_run, libptdp), ptdp_status, (ptdp_trainer,), trainer)
+end
+
+# Asks a run to stop after the iteration in progress (the ranks agree; with --save a checkpoint
+# is written first).
+function ptdp_trainer_request_stop(trainer)
+    ccall((:ptdp_trainer_request_stop, libptdp), ptdp_status, (ptdp_trainer,), trainer)
+end
+
+# The last iteration's report (zeros before the first iteration).
+function ptdp_trainer_last_report(trainer, report)
+    ccall((:ptdp_trainer_last_report, libptdp), ptdp_status,
+          (ptdp_trainer, Ptr{ptdp_iteration_report}),
+          trainer, report)
+end
+
+# Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
+function ptdp_trainer_destroy(trainer)
+    ccall((:ptdp_trainer_destroy, libptdp), ptdp_status, (ptdp_trainer,), trainer)
+end
+
+# The whole of `ptdp-train` for any front end: parses @p argv, prints --help, trains on
+# MPI_COMM_WORLD (initialising MPI when nobody has), and reports a failure on stderr as
+# "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
+function ptdp_train_main(argc, argv, exit_code)
+    ccall((:ptdp_train_main, libptdp), ptdp_status,
+          (Int32, Ptr{Ptr{Cchar}}, Ptr{Int32}),
+          argc, argv, exit_code)
+end
+
+# The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et al.
+function ptdp_gpt_flops(options, global_batch_size, model_flops, executed_flops)
+    ccall((:ptdp_gpt_flops, libptdp), ptdp_status,
+          (Ptr{ptdp_gpt_options}, Int64, Ptr{Cdouble}, Ptr{Cdouble}),
+          options, global_batch_size, model_flops, executed_flops)
+end
+
+# One device's dense peak FLOP/s for a model stored in @p precision, what the MFU is measured
+# against: a GPU's datasheet figure (H100 and H200 SXM: 989e12 for bf16/f16, 67e12 for f32), or
+# on the CPU the f32 GEMM rate measured now through the CPU engine (512^3 GEMMs for about 0.2 s,
+# the best call; ranks sharing a node should measure at the same time).
+function ptdp_device_peak_flops(device, device_index, precision, flops)
+    ccall((:ptdp_device_peak_flops, libptdp), ptdp_status,
+          (ptdp_device, Int32, ptdp_dtype, Ptr{Cdouble}),
+          device, device_index, precision, flops)
 end
 
 mutable struct ptdp_gpt_data_impl end
@@ -1335,4 +1441,11 @@ end
 # Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
 function ptdp_memory_reset_peak()
     ccall((:ptdp_memory_reset_peak, libptdp), ptdp_status, ())
+end
+
+# Draws one or more training logs, overlaid, as an SVG file.
+function ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path)
+    ccall((:ptdp_plot_training_logs, libptdp), ptdp_status,
+          (Ptr{Ptr{Cchar}}, Ptr{Ptr{Cchar}}, Int32, Cstring, Cstring),
+          jsonl_paths, labels, count, title, svg_path)
 end

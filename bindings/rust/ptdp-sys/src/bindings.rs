@@ -387,6 +387,60 @@ pub struct ptdp_train_settings {
 }
 
 #[repr(C)]
+pub struct ptdp_trainer_impl {
+    _opaque: [u8; 0],
+}
+pub type ptdp_trainer = *mut ptdp_trainer_impl;
+
+/// What one iteration reports, the same on every rank (the loss is the global batch's mean, the
+/// norm the global norm) except mem_high_water_mib, this rank's.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_iteration_report {
+    pub struct_size: usize,
+    pub iteration: i64,
+    pub train_iters: i64,
+    pub consumed_samples: i64,
+    pub global_batch_size: i64,
+    pub lm_loss: f32,
+    pub loss_scale: f32,
+    pub learning_rate: f64,
+    pub grad_norm: f64,
+    pub skipped: i32,
+    pub validated: i32,
+    pub skipped_iterations: i64,
+    pub elapsed_seconds: f64,
+    pub tokens_per_second: f64,
+    pub model_flops: f64,
+    pub executed_flops: f64,
+    pub tflops_per_device: f64,
+    pub mfu: f64,
+    pub peak_flops: f64,
+    pub mem_high_water_mib: f64,
+    pub validation_loss: f32,
+    pub saved: i32,
+}
+
+/// Called on every rank after each iteration (after its validation and save).
+pub type ptdp_iteration_callback = Option<
+    unsafe extern "C" fn(
+        report: *const ptdp_iteration_report,
+        user_data: *mut ::std::os::raw::c_void,
+    ) -> i32,
+>;
+
+/// Options for ptdp_trainer_create().
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_trainer_options {
+    pub struct_size: usize,
+    pub runtime: ptdp_runtime,
+    pub on_iteration: ptdp_iteration_callback,
+    pub user_data: *mut ::std::os::raw::c_void,
+    pub print_log: i32,
+}
+
+#[repr(C)]
 pub struct ptdp_gpt_data_impl {
     _opaque: [u8; 0],
 }
@@ -1031,18 +1085,6 @@ extern "C" {
     /// master weights of 16-bit parameters); the moments take about 1/d of the total with the
     /// distributed optimizer.
     pub fn ptdp_optimizer_state_bytes(optimizer: ptdp_optimizer, bytes: *mut usize) -> ptdp_status;
-    /// One training iteration: zero the gradients, run the replica's global batch through
-    pub fn ptdp_train_iteration(
-        model: ptdp_model,
-        optimizer: ptdp_optimizer,
-        schedule: ptdp_schedule,
-        tokens: *const i32,
-        labels: *const i32,
-        micro_batch_size: i32,
-        iteration: i64,
-        options: *const ptdp_pipeline_options,
-        result: *mut ptdp_iteration_result,
-    ) -> ptdp_status;
     /// Parses a command line.
     pub fn ptdp_train_config_parse(
         argc: i32,
@@ -1093,6 +1135,64 @@ extern "C" {
     pub fn ptdp_train_config_settings(
         config: ptdp_train_config,
         settings: *mut ptdp_train_settings,
+    ) -> ptdp_status;
+    /// One training iteration: zero the gradients, run the replica's global batch through
+    pub fn ptdp_train_iteration(
+        model: ptdp_model,
+        optimizer: ptdp_optimizer,
+        schedule: ptdp_schedule,
+        tokens: *const i32,
+        labels: *const i32,
+        micro_batch_size: i32,
+        iteration: i64,
+        options: *const ptdp_pipeline_options,
+        result: *mut ptdp_iteration_result,
+    ) -> ptdp_status;
+    /// Fills @p options with the defaults and sets its struct_size.
+    pub fn ptdp_trainer_options_init(options: *mut ptdp_trainer_options) -> ptdp_status;
+    /// Builds a training run from a parsed configuration: groups, model, optimizer, schedule
+    /// and samples, and resumes from the configuration's --load when it holds a checkpoint.
+    pub fn ptdp_trainer_create(
+        config: ptdp_train_config,
+        options: *const ptdp_trainer_options,
+        out: *mut ptdp_trainer,
+    ) -> ptdp_status;
+    /// Trains from the current iteration to --train-iters, or until --exit-interval or a stop
+    /// (ptdp_trainer_request_stop() or the callback's answer).
+    pub fn ptdp_trainer_run(trainer: ptdp_trainer) -> ptdp_status;
+    /// Asks a run to stop after the iteration in progress (the ranks agree; with --save a
+    /// checkpoint is written first).
+    pub fn ptdp_trainer_request_stop(trainer: ptdp_trainer) -> ptdp_status;
+    /// The last iteration's report (zeros before the first iteration).
+    pub fn ptdp_trainer_last_report(trainer: ptdp_trainer, report: *mut ptdp_iteration_report) -> ptdp_status;
+    /// Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
+    pub fn ptdp_trainer_destroy(trainer: ptdp_trainer) -> ptdp_status;
+    /// The whole of `ptdp-train` for any front end: parses @p argv, prints --help, trains on
+    /// MPI_COMM_WORLD (initialising MPI when nobody has), and reports a failure on stderr as
+    /// "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
+    pub fn ptdp_train_main(
+        argc: i32,
+        argv: *const *const ::std::os::raw::c_char,
+        exit_code: *mut i32,
+    ) -> ptdp_status;
+    /// The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et
+    /// al.
+    pub fn ptdp_gpt_flops(
+        options: *const ptdp_gpt_options,
+        global_batch_size: i64,
+        model_flops: *mut f64,
+        executed_flops: *mut f64,
+    ) -> ptdp_status;
+    /// One device's dense peak FLOP/s for a model stored in @p precision, what the MFU is
+    /// measured against: a GPU's datasheet figure (H100 and H200 SXM: 989e12 for bf16/f16,
+    /// 67e12 for f32), or on the CPU the f32 GEMM rate measured now through the CPU engine
+    /// (512^3 GEMMs for about 0.2 s, the best call; ranks sharing a node should measure at the
+    /// same time).
+    pub fn ptdp_device_peak_flops(
+        device: ptdp_device,
+        device_index: i32,
+        precision: ptdp_dtype,
+        flops: *mut f64,
     ) -> ptdp_status;
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_gpt_data_options_init(options: *mut ptdp_gpt_data_options) -> ptdp_status;
@@ -1272,4 +1372,12 @@ extern "C" {
     pub fn ptdp_memory_stats(current: *mut usize, peak: *mut usize) -> ptdp_status;
     /// Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
     pub fn ptdp_memory_reset_peak() -> ptdp_status;
+    /// Draws one or more training logs, overlaid, as an SVG file.
+    pub fn ptdp_plot_training_logs(
+        jsonl_paths: *const *const ::std::os::raw::c_char,
+        labels: *const *const ::std::os::raw::c_char,
+        count: i32,
+        title: *const ::std::os::raw::c_char,
+        svg_path: *const ::std::os::raw::c_char,
+    ) -> ptdp_status;
 }

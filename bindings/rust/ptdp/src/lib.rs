@@ -24,6 +24,7 @@ mod options;
 mod pipeline;
 mod runtime;
 mod tensor;
+mod trainer;
 
 pub use ptdp_sys as sys;
 
@@ -35,6 +36,7 @@ pub use options::*;
 pub use pipeline::{pipeline_run, Stages};
 pub use runtime::{Groups, Runtime};
 pub use tensor::{Element, Tensor};
+pub use trainer::{train_main, IterationReport, Trainer, TrainerOptions};
 
 use std::ffi::CStr;
 

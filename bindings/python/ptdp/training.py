@@ -1,4 +1,5 @@
-"""Optimizers, training iterations, ptdp-train's configuration and checkpoints."""
+"""Optimizers, training iterations, ptdp-train's configuration, the shared training loop
+(:func:`train`, :class:`Trainer`) and checkpoints."""
 
 from collections import namedtuple
 
@@ -136,6 +137,89 @@ class TrainConfig(Handle):
         return self._struct("ptdp_train_settings", _raw.ptdp_train_config_settings)
 
 
+IterationReport = namedtuple("IterationReport", "iteration train_iters consumed_samples global_batch_size lm_loss "
+                             "loss_scale learning_rate grad_norm skipped validated skipped_iterations elapsed_seconds "
+                             "tokens_per_second model_flops executed_flops tflops_per_device mfu peak_flops "
+                             "mem_high_water_mib validation_loss saved")
+IterationReport.__doc__ = ("What one iteration of the training loop reports (ptdp_iteration_report): the loss, "
+                           "learning rate, grad norm, loss scale, tokens/s, the paper's FLOPs, TFLOP/s per device and "
+                           "MFU against the device's peak, and whether it validated or saved.")
+
+
+def _report(struct):
+    values = {k: getattr(struct, k) for k in IterationReport._fields}
+    for flag in ("skipped", "validated", "saved"):
+        values[flag] = bool(values[flag])
+    return IterationReport(**values)
+
+
+def train(args=(), program="ptdp-train"):
+    """Runs ptdp-train with ``args`` (its flags, a list or one string) through the library's
+    training loop, the one every front end shares: the same log lines, JSON lines and
+    checkpoints as ``ptdp-train``. Returns the exit status: 0 done, 1 failed (the message went to
+    stderr as "ptdp-train: rank R: ..."), 2 bad flags. Under mpirun every rank calls it."""
+    argv = [program] + (args.split() if isinstance(args, str) else [str(a) for a in args])
+    return _raw.ptdp_train_main(argv)
+
+
+class _TrainerOptions:
+    """What the extension reads for ptdp_trainer_options (see ptdp.i)."""
+
+    def __init__(self, runtime, print_log, callback):
+        self.runtime = None if runtime is None else runtime.handle
+        self.print_log = bool(print_log)
+        self.has_callback = callback is not None
+        self.callback = callback
+        self.error = None
+
+    def _on_iteration(self, report):
+        return bool(self.callback(_report(report)))
+
+
+class Trainer(Handle):
+    """A training run of the shared loop (``ptdp_trainer``): ``Trainer(config)`` with a
+    :class:`TrainConfig` or ptdp-train's flags, then :meth:`run`. ``on_iteration(report)`` is
+    called on every rank after each iteration with an :class:`IterationReport`; returning True
+    stops the run (the ranks agree; with --save a checkpoint is written first), as does
+    :meth:`stop`. ``runtime``: a :class:`Runtime` to train on (default: one over MPI_COMM_WORLD);
+    ``print_log=False`` keeps stdout quiet.
+
+        with ptdp.Trainer("--num-layers 2 ... --train-iters 100",
+                          on_iteration=lambda r: r.lm_loss < 2.0) as t:
+            t.run()
+            print(t.last_report.lm_loss, t.last_report.mfu)
+    """
+
+    _destroy = staticmethod(_raw.ptdp_trainer_destroy)
+    _collective = True  # frees groups and communicators: every rank together
+
+    def __init__(self, config, on_iteration=None, runtime=None, print_log=True):
+        if not isinstance(config, TrainConfig):
+            config = TrainConfig(config)
+        self._options = _TrainerOptions(runtime, print_log, on_iteration)
+        super().__init__(_raw.ptdp_trainer_create(config.handle, self._options), runtime, self._options)
+
+    def run(self):
+        """Trains to --train-iters, or until --exit-interval or a stop; returns the last
+        :class:`IterationReport`. An exception raised by ``on_iteration`` stops the run and is
+        raised here."""
+        self._options.error = None
+        _raw.ptdp_trainer_run(self.handle)
+        if self._options.error is not None:
+            error, self._options.error = self._options.error, None
+            raise error
+        return self.last_report
+
+    def stop(self):
+        """Asks the run to stop after the iteration in progress (from another thread, say)."""
+        _raw.ptdp_trainer_request_stop(self.handle)
+
+    @property
+    def last_report(self):
+        """The last iteration's :class:`IterationReport`."""
+        return _report(_raw.ptdp_trainer_last_report(self.handle))
+
+
 def save_checkpoint(directory, model, optimizer=None, config=None, iteration=0, consumed_train_samples=0,
                     consumed_valid_samples=0):
     """Saves DIR/iter_NNNNNNN and makes it the latest (collective over the model's world)."""
@@ -160,5 +244,6 @@ def read_checkpoint_options(directory):
     return struct_to_dict(options), iteration
 
 
-__all__ = ["OptimizerKind", "LRDecayStyle", "ParamFlags", "IterationResult", "CheckpointState", "Optimizer",
-           "train_iteration", "TrainConfig", "save_checkpoint", "load_checkpoint", "read_checkpoint_options"]
+__all__ = ["OptimizerKind", "LRDecayStyle", "ParamFlags", "IterationResult", "IterationReport", "CheckpointState",
+           "Optimizer", "train_iteration", "train", "Trainer", "TrainConfig", "save_checkpoint", "load_checkpoint",
+           "read_checkpoint_options"]

@@ -1,0 +1,479 @@
+#include "core/train/training_loop.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <filesystem>
+#include <utility>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/data/gpt_dataset.h"
+#include "core/pipeline/trace.h"
+#include "core/train/device_peak.h"
+#include "core/train/plot.h"
+#include "core/train/trainer.h"
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+double mem_high_water_mib() {
+  struct rusage u;
+  if (getrusage(RUSAGE_SELF, &u) != 0) return 0.0;
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+std::string timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char out[32];
+  std::strftime(out, sizeof out, "%Y-%m-%d %H:%M:%S", &tm);
+  return out;
+}
+
+// A progress bar when stdout is a terminal. Open MPI and PMI launchers hand every rank a
+// pseudo-terminal whatever the job's real output is, so under them the bar is off unless
+// PTDP_PROGRESS=1 asks for it; PTDP_PROGRESS=0 turns it off everywhere.
+bool show_progress(std::FILE* out) {
+  const char* force = std::getenv("PTDP_PROGRESS");
+  if (force && *force) return std::strcmp(force, "0") != 0;
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) return false;
+  return out != nullptr && isatty(fileno(out));
+}
+
+// A number for a JSON line: null where printf would write the bare nan or inf JSON has not.
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", v);
+  return text;
+}
+
+Device pick_device(const std::string& flag, const Runtime& rt) {
+  bool have_cuda = false;
+#ifdef PTDP_HAVE_CUDA
+  have_cuda = true;
+#endif
+  if (flag == "cuda") {
+    PTDP_CHECK_ARG(have_cuda, "--device cuda: this build of ptdp has no CUDA support");
+    PTDP_CHECK_ARG(rt.gpu() >= 0, "--device cuda: rank " + std::to_string(rt.world_rank()) + " sees no GPU");
+  }
+  if (flag == "cuda" || (flag == "auto" && have_cuda && rt.gpu() >= 0)) return Device{DeviceType::CUDA, rt.gpu()};
+  return Device{};
+}
+
+}  // namespace
+
+struct TrainingLoop::State {
+  TrainArgs args;
+  std::shared_ptr<Runtime> rt;
+  std::unique_ptr<ProcessGroups> groups;
+  GptConfig gpt;
+  Device device;
+  std::unique_ptr<GptPipeline> model;
+  std::unique_ptr<Optimizer> optimizer;
+  Schedule schedule;
+  std::unique_ptr<GptDataset> data;
+  std::vector<int32_t> tokens, labels;
+  nlohmann::json config_json;  // recorded in every checkpoint
+  int t = 1, p = 1, v = 1, d = 1, b = 1, m = 1;
+  int tp_rank = 0, pp_rank = 0, dp_rank = 0;
+  int64_t global_batch = 0;
+  bool logger = false, progress = false, do_eval = false;
+  int64_t iteration = 0, first_iteration = 0, consumed = 0, consumed_valid = 0, last_saved = -1;
+  double peak_flops = 0;
+  std::string peak_source;
+  std::FILE* json = nullptr;
+  PlotRun plot;  // the logging rank's curves for --plot-file
+  // Set while a collective that agrees on its failures runs (setup, checkpoints): a failure
+  // there is every rank's, and MPI can be finalised as usual.
+  bool agreed = false;
+
+  ~State() {
+    if (json) std::fclose(json);
+  }
+};
+
+TrainingLoop::TrainingLoop(const TrainArgs& args, std::shared_ptr<Runtime> runtime, TrainingLoopHooks hooks)
+    : s_(std::make_unique<State>()), hooks_(std::move(hooks)) {
+  PTDP_CHECK_ARG(runtime != nullptr, "runtime is null");
+  const bool alone = runtime->world_size() == 1;
+  try {
+    build(args, std::move(runtime));
+  } catch (...) {
+    if (!s_->agreed && !alone) abandon_mpi_finalize();
+    throw;
+  }
+}
+
+void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime) {
+  State& s = *s_;
+  s.args = args;
+  s.rt = std::move(runtime);
+  const int world = s.rt->world_size();
+  s.t = args.tensor_model_parallel_size;
+  s.p = args.pipeline_model_parallel_size;
+  s.v = virtual_pipeline_size(args);
+  // The same numbers on every rank: a refusal here, and the groups' own check of the layout,
+  // are every rank's.
+  s.agreed = true;
+  if (world % (s.t * s.p) != 0) {
+    throw_error(ErrorCode::InvalidArgument,
+                "the world of " + std::to_string(world) + " ranks is not a multiple of --tensor-model-parallel-size " +
+                    std::to_string(s.t) + " x --pipeline-model-parallel-size " + std::to_string(s.p));
+  }
+  s.d = world / (s.t * s.p);
+  s.b = args.micro_batch_size;
+  s.global_batch = args.global_batch_size > 0 ? args.global_batch_size : static_cast<int64_t>(s.b) * s.d;
+  if (s.global_batch % (static_cast<int64_t>(s.b) * s.d) != 0) {
+    throw_error(ErrorCode::InvalidArgument, "--global-batch-size " + std::to_string(s.global_batch) +
+                                                " is not a multiple of --micro-batch-size " + std::to_string(s.b) +
+                                                " x data-parallel size " + std::to_string(s.d));
+  }
+  s.m = static_cast<int>(s.global_batch / (static_cast<int64_t>(s.b) * s.d));
+  s.groups = std::make_unique<ProcessGroups>(s.rt, to_parallel_config(args, world));
+  s.tp_rank = s.groups->rank(GroupKind::Tensor);
+  s.pp_rank = s.groups->rank(GroupKind::Pipeline);
+  s.dp_rank = s.groups->rank(GroupKind::Data);
+  s.logger = hooks_.out != nullptr && s.pp_rank == s.p - 1 && s.tp_rank == 0 && s.dp_rank == 0;
+  s.progress = s.logger && show_progress(hooks_.out);
+  s.config_json = train_args_to_json(args);
+
+  s.agreed = true;
+  agree_on_failure(*s.groups, [&] {
+    s.device = pick_device(args.device, *s.rt);
+    s.gpt = to_gpt_config(args);
+    s.model = std::make_unique<GptPipeline>(s.gpt, *s.groups, s.device);
+    s.optimizer = make_optimizer(*s.model, *s.groups, to_optimizer_config(args));
+    s.schedule = make_schedule(schedule_kind(args), s.p, s.m, s.v);
+    // Samples: as many as the run reads, counted with the real global batch.
+    const int64_t evals = args.eval_interval > 0 ? args.train_iters / args.eval_interval + 1 : 0;
+    GptDatasetOptions o;
+    o.split = args.split;
+    o.seq_length = args.seq_length;
+    o.seed = args.seed;
+    o.num_samples = {args.train_iters * s.global_batch, evals * args.eval_iters * s.global_batch, 0};
+    const DataSource source = data_source(args);
+    s.data = std::make_unique<GptDataset>(
+        open_token_source(source, source == DataSource::Indexed ? args.data_path : args.text_file,
+                          args.seq_length, args.vocab_size, args.seed),
+        o);
+    const std::size_t ids = static_cast<std::size_t>(s.m) * static_cast<std::size_t>(s.b) *
+                            static_cast<std::size_t>(args.seq_length);
+    s.tokens.resize(ids);
+    s.labels.resize(ids);
+  });
+  s.do_eval = args.eval_interval > 0 && args.eval_iters > 0 && s.data->num_samples(DataSplit::Valid) > 0;
+
+  // Resume.
+  if (!args.load.empty()) {
+    if (std::filesystem::exists(std::filesystem::path(args.load) / "latest_checkpointed_iteration.txt")) {
+      const CheckpointState st = load_checkpoint(args.load, *s.model, s.optimizer.get());
+      s.iteration = st.iteration;
+      s.consumed = st.consumed_train_samples;
+      s.consumed_valid = st.consumed_valid_samples;
+      if (s.logger) std::fprintf(hooks_.out, " loaded checkpoint from %s at iteration %lld\n", args.load.c_str(),
+                                 static_cast<long long>(s.iteration));
+    } else if (s.logger) {
+      std::fprintf(hooks_.out, " no checkpoint found in %s: training from scratch\n", args.load.c_str());
+    }
+  }
+  s.first_iteration = s.iteration;
+
+  s.agreed = false;
+  // The device's peak for the MFU: every rank measures at once (so each sees its share of a
+  // node) and the mean is everyone's, so that every rank reports the same figures.
+  if (args.peak_tflops > 0) {
+    s.peak_flops = args.peak_tflops * 1e12;
+    s.peak_source = "--peak-tflops";
+  } else {
+    s.rt->world().barrier()->wait();
+    const DevicePeak peak = device_peak(s.device, s.gpt.precision);
+    float gflops = static_cast<float>(peak.flops * 1e-9);
+    s.rt->world().all_reduce(Tensor::borrow(&gflops, {1}, DType::F32), ReduceOp::Avg)->wait();
+    s.peak_flops = static_cast<double>(gflops) * 1e9;
+    s.peak_source = peak.source + (world > 1 ? ", mean of the ranks" : "");
+  }
+  s.agreed = true;
+  agree_on_failure(*s.groups, [&] {
+    if (s.logger && !args.log_json.empty()) {
+      s.json = std::fopen(args.log_json.c_str(), s.iteration > 0 ? "a" : "w");
+      PTDP_CHECK_ARG(s.json != nullptr, "--log-json " + args.log_json + ": cannot open for writing");
+    }
+  });
+  s.agreed = false;
+  if (s.logger && !args.plot_file.empty() && s.iteration > 0 && !args.log_json.empty() &&
+      std::filesystem::is_regular_file(args.log_json)) {
+    // A resumed run's curves start with the iterations its JSON log already holds.
+    try {
+      s.plot = read_training_log(args.log_json);
+    } catch (const Error&) {
+      s.plot = PlotRun{};
+    }
+  }
+  s.plot.label = args.log_json.empty() ? "ptdp-train" : std::filesystem::path(args.log_json).filename().string();
+  if (s.logger) {
+    std::fprintf(hooks_.out,
+                 " ptdp-train %s on %s: world %d = t %d x p %d x d %d, v %d, schedule %d, %d microbatches of %d, "
+                 "global batch %lld, seq %d, %d layers, hidden %d, heads %d\n",
+                 PTDP_VERSION_STRING, s.device.type == DeviceType::CUDA ? "cuda" : "cpu", world, s.t, s.p, s.d, s.v,
+                 static_cast<int>(s.schedule.kind), s.m, s.b, static_cast<long long>(s.global_batch), s.gpt.seq_length,
+                 s.gpt.num_layers, s.gpt.hidden_size, s.gpt.num_attention_heads);
+    std::fflush(hooks_.out);
+  }
+}
+
+TrainingLoop::~TrainingLoop() = default;
+
+int64_t TrainingLoop::iteration() const { return s_->iteration; }
+int TrainingLoop::world_rank() const { return s_->rt->world_rank(); }
+int TrainingLoop::world_size() const { return s_->rt->world_size(); }
+
+void TrainingLoop::run() {
+  State& s = *s_;
+  const TrainArgs& a = s.args;
+  std::FILE* out = hooks_.out;
+  const int world = s.rt->world_size();
+  const double model_flops = s.gpt.paper_flops(s.global_batch);
+  const double executed_flops = s.gpt.paper_flops(s.global_batch, s.gpt.recompute == Recompute::Full);
+  const double tokens_per_batch = static_cast<double>(s.global_batch) * s.gpt.seq_length;
+  const int64_t trace_iteration =
+      a.profile_trace.empty() ? -1 : (a.train_iters - s.iteration > 1 ? s.iteration + 1 : s.iteration);
+  const int64_t rows = static_cast<int64_t>(s.m) * s.b;
+
+  const auto clear_progress = [&] {
+    if (s.progress) std::fprintf(out, "\r%*s\r", 60, "");
+  };
+  const auto read_share = [&](DataSplit split, int64_t batch_start) {
+    s.data->get_batch(split, batch_start + static_cast<int64_t>(s.dp_rank) * rows, rows, s.tokens.data(),
+                      s.labels.data());
+  };
+  const auto save = [&] {
+    CheckpointState st;
+    st.iteration = s.iteration;
+    st.consumed_train_samples = s.consumed;
+    st.consumed_valid_samples = s.consumed_valid;
+    s.agreed = true;  // save_checkpoint agrees on its failures
+    save_checkpoint(a.save, *s.model, s.optimizer.get(), &s.config_json, st);
+    s.agreed = false;
+    s.last_saved = s.iteration;
+    if (s.logger) {
+      clear_progress();
+      std::fprintf(out, " saved checkpoint at iteration %8lld to %s\n", static_cast<long long>(s.iteration),
+                   a.save.c_str());
+      std::fflush(out);
+    }
+  };
+  const auto draw = [&] {
+    if (!s.logger || a.plot_file.empty()) return;
+    write_training_plot({s.plot}, "ptdp-train", a.plot_file);
+  };
+
+  try {
+    double interval_seconds = 0.0, interval_loss = 0.0;
+    int64_t interval_iters = 0, interval_loss_iters = 0, nan_iters = 0;
+    bool stopped = false;
+    while (s.iteration < a.train_iters) {
+      read_share(DataSplit::Train, s.consumed);
+      TraceRecorder trace;
+      ExecutorOptions eo;
+      if (s.iteration == trace_iteration) eo.trace = &trace;
+      const IterationResult res = train_iteration(*s.model, *s.optimizer, *s.groups, s.schedule, s.tokens.data(),
+                                                  s.labels.data(), s.b, s.iteration, eo);
+      if (eo.trace) trace.write_merged(s.rt->world(), s.rt->world_rank(), a.profile_trace);
+      ++s.iteration;
+      s.consumed += s.global_batch;
+
+      IterationReport r;
+      r.iteration = s.iteration;
+      r.train_iters = a.train_iters;
+      r.consumed_samples = s.consumed;
+      r.global_batch_size = s.global_batch;
+      r.lm_loss = res.loss;
+      r.learning_rate = res.step.lr;
+      r.grad_norm = res.step.grad_norm;
+      r.loss_scale = res.step.loss_scale;
+      r.skipped = res.step.skipped;
+      r.skipped_iterations = s.optimizer->skipped_iterations();
+      r.elapsed_s = res.seconds;
+      r.model_flops = model_flops;
+      r.executed_flops = executed_flops;
+      r.peak_flops = s.peak_flops;
+      if (res.seconds > 0) {
+        r.tokens_per_second = tokens_per_batch / res.seconds;
+        r.tflops_per_device = executed_flops / res.seconds / world / 1e12;
+        if (s.peak_flops > 0) r.mfu = model_flops / res.seconds / world / s.peak_flops;
+      }
+      r.mem_high_water_mib = mem_high_water_mib();
+
+      interval_seconds += res.seconds;
+      ++interval_iters;
+      if (std::isnan(res.loss)) {
+        ++nan_iters;
+      } else if (!res.step.skipped) {
+        interval_loss += res.loss;
+        ++interval_loss_iters;
+      }
+      if (s.logger) {
+        s.plot.train.push_back({r.iteration, r.lm_loss, r.learning_rate,
+                                std::isfinite(r.grad_norm) ? r.grad_norm : NAN, r.loss_scale, r.tokens_per_second});
+      }
+      if (s.json) {
+        std::fprintf(s.json,
+                     "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %.9g, "
+                     "\"grad_norm\": %.9g, \"loss_scale\": %.9g, \"skipped\": %d, \"skipped_iterations\": %lld, "
+                     "\"elapsed_ms\": %.3f, \"tokens_per_second\": %.1f, \"tflops_per_device\": %.6f, "
+                     "\"mfu\": %.6f, \"global_batch_size\": %lld, \"mem_high_water_mib\": %.1f}\n",
+                     static_cast<long long>(r.iteration), static_cast<long long>(r.consumed_samples),
+                     json_number(r.lm_loss).c_str(), r.learning_rate, std::isfinite(r.grad_norm) ? r.grad_norm : -1.0,
+                     static_cast<double>(r.loss_scale), r.skipped ? 1 : 0, static_cast<long long>(r.skipped_iterations),
+                     r.elapsed_s * 1e3, r.tokens_per_second, r.tflops_per_device, r.mfu,
+                     static_cast<long long>(s.global_batch), r.mem_high_water_mib);
+        std::fflush(s.json);
+      }
+
+      const bool log_now = s.iteration % a.log_interval == 0 || s.iteration == a.train_iters;
+      if (s.logger && log_now) {
+        const double per_iter = interval_seconds / static_cast<double>(interval_iters);
+        clear_progress();
+        std::fprintf(
+            out,
+            " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
+            "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %E | global batch size: %5lld | "
+            "lm loss: %E | loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
+            "number of nan iterations: %3lld | tokens per second: %.1f | MFU: %.2f%% | mem high-water (MiB): %.1f |\n",
+            timestamp().c_str(), static_cast<long long>(s.iteration), static_cast<long long>(a.train_iters),
+            static_cast<long long>(s.consumed), per_iter * 1e3, executed_flops / per_iter / world / 1e12,
+            r.learning_rate, static_cast<long long>(s.global_batch),
+            interval_loss_iters > 0 ? interval_loss / static_cast<double>(interval_loss_iters) : NAN,
+            static_cast<double>(r.loss_scale), r.grad_norm, static_cast<long long>(r.skipped_iterations),
+            static_cast<long long>(nan_iters), tokens_per_batch / per_iter,
+            s.peak_flops > 0 ? 100.0 * model_flops / per_iter / world / s.peak_flops : 0.0, r.mem_high_water_mib);
+        std::fflush(out);
+        interval_seconds = interval_loss = 0.0;
+        interval_iters = interval_loss_iters = nan_iters = 0;
+      }
+      if (s.progress) {
+        constexpr int kWidth = 40;
+        const int filled = static_cast<int>(kWidth * s.iteration / a.train_iters);
+        std::string bar(kWidth, '.');
+        for (int i = 0; i < filled; ++i) bar[static_cast<std::size_t>(i)] = '#';
+        std::fprintf(out, "\r [%s] %lld/%lld", bar.c_str(), static_cast<long long>(s.iteration),
+                     static_cast<long long>(a.train_iters));
+        std::fflush(out);
+      }
+
+      if (s.do_eval && s.iteration % a.eval_interval == 0) {
+        double sum = 0.0;
+        for (int64_t k = 0; k < a.eval_iters; ++k) {
+          read_share(DataSplit::Valid, s.consumed_valid);
+          sum += evaluate(*s.model, s.tokens.data(), s.labels.data(), s.b, s.m);
+          s.consumed_valid += s.global_batch;
+        }
+        r.validated = true;
+        r.validation_loss = static_cast<float>(sum / static_cast<double>(a.eval_iters));
+        const double loss = r.validation_loss;
+        if (s.logger) {
+          s.plot.valid.push_back({r.iteration, loss});
+          clear_progress();
+          std::fprintf(out,
+                       "-----------------------------------------------------------------------------------------\n"
+                       " validation loss at iteration %lld | lm loss value: %E | lm loss PPL: %E | \n"
+                       "-----------------------------------------------------------------------------------------\n",
+                       static_cast<long long>(s.iteration), loss, std::exp(loss));
+          std::fflush(out);
+        }
+        if (s.json) {
+          std::fprintf(s.json, "{\"validation_iteration\": %lld, \"lm_loss\": %s, \"lm_loss_ppl\": %s}\n",
+                       static_cast<long long>(s.iteration), json_number(loss).c_str(),
+                       json_number(std::exp(loss)).c_str());
+          std::fflush(s.json);
+        }
+      }
+      if (log_now) draw();
+
+      // Stop when the caller asks on any rank: the callback's answer and request_stop() are
+      // agreed over the world, so every rank leaves after the same iteration.
+      bool want_stop = stop_requested_.load();
+      if (hooks_.on_iteration) want_stop = hooks_.on_iteration(r) || want_stop;
+      int32_t flag = want_stop ? 1 : 0;
+      if (world > 1) s.rt->world().all_reduce(Tensor::borrow(&flag, {1}, DType::I32), ReduceOp::Max)->wait();
+      const bool exiting = a.exit_interval > 0 && s.iteration % a.exit_interval == 0 && s.iteration < a.train_iters;
+      stopped = flag != 0 && s.iteration < a.train_iters;
+      if (!a.save.empty() && ((a.save_interval > 0 && s.iteration % a.save_interval == 0) || exiting || stopped)) {
+        save();
+        r.saved = true;
+      }
+      last_ = r;
+      if (exiting || stopped) {
+        if (s.logger) {
+          clear_progress();
+          if (exiting) {
+            std::fprintf(out, " exiting at iteration %lld (--exit-interval %lld)\n",
+                         static_cast<long long>(s.iteration), static_cast<long long>(a.exit_interval));
+          } else {
+            std::fprintf(out, " stopping at iteration %lld: a stop was requested\n",
+                         static_cast<long long>(s.iteration));
+          }
+        }
+        break;
+      }
+    }
+    if (!a.save.empty() && s.iteration > s.first_iteration && s.last_saved != s.iteration) {
+      save();
+      last_.saved = true;
+    }
+    draw();
+    if (s.logger) {
+      clear_progress();
+      std::fprintf(out, " training done: %lld iterations\n", static_cast<long long>(s.iteration));
+      std::fflush(out);
+    }
+  } catch (...) {
+    if (!s.agreed && world > 1) abandon_mpi_finalize();
+    s.agreed = false;
+    throw;
+  }
+}
+
+int train_main(const std::string& program, const std::vector<std::string>& args) {
+  int rank = 0;
+  try {
+    TrainArgs parsed;
+    try {
+      parsed = parse_train_args(args);
+    } catch (const Error& e) {
+      std::fprintf(stderr, "%s: %s\nrun '%s --help' for the flags\n", program.c_str(), e.what(), program.c_str());
+      return 2;
+    }
+    if (parsed.help) {
+      std::fputs(train_args_help(program).c_str(), stdout);
+      std::fflush(stdout);
+      return 0;
+    }
+    RuntimeOptions ro;
+    ro.timeout_s = parsed.comm_timeout;
+    std::shared_ptr<Runtime> rt = Runtime::create(ro);
+    rank = rt->world_rank();
+    TrainingLoop loop(parsed, rt);
+    loop.run();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: rank %d: %s\n", program.c_str(), rank, e.what());
+    std::fflush(stderr);
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "%s: rank %d: unknown failure\n", program.c_str(), rank);
+    return 1;
+  }
+}
+
+}  // namespace ptdp
