@@ -10,8 +10,14 @@
 //      (the executed FLOPs are printed beside it). Then forward-only iterations
 //      (GptModel::forward_loss, dropout on as in training) give a forward/backward split.
 //
-// Each iteration starts from zeroed gradients (untimed), as after an optimizer step, uses a
-// new Step::iteration (new dropout masks) and random token ids. GFLOP is 1e9 FLOPs.
+//   3. The whole training step as ptdp-train runs it (train_iteration on a world of one: read
+//      the batch from mock data, zero the gradients, forward and backward through the 1F1B
+//      schedule with m = 1, gradient norm and clipping, the AdamW step), timed whole and piece
+//      by piece; the rest of the step beside forward and backward is reported as a share of
+//      forward+backward (the loop's own cost, which should stay within 10%).
+//
+// Each iteration of (2) starts from zeroed gradients (untimed), as after an optimizer step,
+// uses a new Step::iteration (new dropout masks) and random token ids. GFLOP is 1e9 FLOPs.
 // Run with --help for the flags.
 
 #include <cblas.h>
@@ -19,6 +25,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cinttypes>
 #include <cmath>
 #include <cstdint>
@@ -35,10 +42,14 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "core/comm/runtime.h"
+#include "core/data/gpt_dataset.h"
 #include "core/layers/layer_support.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_config.h"
+#include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
+#include "core/train/trainer.h"
 
 namespace {
 
@@ -270,6 +281,7 @@ class Bench {
       bench_peak();
     }
     bench_model();
+    if (!o_.cuda) bench_step();
     print_footer();
     if (!o_.json_path.empty() && !write_json()) return 1;
     return ok_ ? 0 : 1;
@@ -291,6 +303,8 @@ class Bench {
   double peak_gflops_ = 0.0;
   double setup_s_ = 0.0;
   Stats fb_, fwd_;
+  // The whole training step and its pieces (bench_step).
+  Stats step_, step_data_, step_zero_, step_fb_, step_opt_;
   double loss_first_ = 0.0, loss_last_ = 0.0, fwd_loss_ = 0.0;
   double wall_s_ = 0.0, cores_busy_ = 0.0, other_cores_busy_ = -1.0, max_rss_ = 0.0;
   bool any_contended_ = false;
@@ -487,6 +501,101 @@ class Bench {
     print_model_results();
   }
 
+  // -- 3. the whole training step -------------------------------------------------------------
+
+  void bench_step() {
+    std::printf("3. The whole training step (train_iteration: data, zero grads, forward+backward through\n"
+                "   1F1B with m = 1, norm and clipping, AdamW), one rank, %d + %d steps\n",
+                warmup_, iters_);
+    std::fflush(stdout);
+    auto rt = ptdp::Runtime::create_self({});
+    ptdp::ProcessGroups groups(rt, ptdp::ParallelConfig{0, 1, 1, 1});
+    ptdp::GptPipeline model(cfg_, groups);
+    ptdp::OptimizerConfig oc;
+    oc.lr.lr = 1e-4;
+    oc.clip_grad = 1.0;
+    auto optimizer = ptdp::make_optimizer(model, groups, oc);
+    const ptdp::Schedule schedule = ptdp::make_schedule(ptdp::ScheduleKind::OneFOneB, 1, 1, 1);
+    ptdp::GptDatasetOptions dopt;
+    dopt.seq_length = cfg_.seq_length;
+    dopt.split = "1,0,0";
+    dopt.num_samples = {static_cast<int64_t>(b_) * (2 * (warmup_ + iters_) + 2), 0, 0};
+    ptdp::GptDataset data(ptdp::open_token_source(ptdp::DataSource::Mock, "", cfg_.seq_length, cfg_.vocab_size, 1),
+                          dopt);
+    const std::size_t n_ids = static_cast<std::size_t>(b_) * static_cast<std::size_t>(cfg_.seq_length);
+    std::vector<int32_t> ids(n_ids), labels(n_ids);
+    int64_t consumed = 0;
+    const auto read = [&] {
+      data.get_batch(ptdp::DataSplit::Train, consumed, b_, ids.data(), labels.data());
+      consumed += b_;
+    };
+    bool finite = true;
+    // The loop's step, as one call.
+    step_ = time_calls(warmup_, iters_, [&](int i) {
+      read();
+      const ptdp::IterationResult r =
+          ptdp::train_iteration(model, *optimizer, groups, schedule, ids.data(), labels.data(), b_, i);
+      finite = finite && std::isfinite(r.loss);
+    });
+    // The same step piece by piece (what train_iteration does, in its order).
+    const int offset = warmup_ + iters_;
+    std::vector<double> t_data, t_zero, t_fb, t_opt;
+    for (int i = 0; i < warmup_ + iters_; ++i) {
+      auto t0 = Clock::now();
+      read();
+      auto t1 = Clock::now();
+      model.zero_grads();
+      auto t2 = Clock::now();
+      ptdp::TrainHooks hooks;
+      hooks.grad_scale = optimizer->loss_scale();
+      hooks.params_ready = [&](int j, int first, int end) { optimizer->params_ready(j, first, end); };
+      const float loss =
+          ptdp::forward_backward(model, schedule, ids.data(), labels.data(), b_, offset + i, {}, hooks);
+      auto t3 = Clock::now();
+      optimizer->step(offset + i);
+      auto t4 = Clock::now();
+      finite = finite && std::isfinite(loss);
+      if (i < warmup_) continue;
+      const auto d = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+      t_data.push_back(d(t0, t1));
+      t_zero.push_back(d(t1, t2));
+      t_fb.push_back(d(t2, t3));
+      t_opt.push_back(d(t3, t4));
+    }
+    const auto stats = [](std::vector<double> v) {
+      Stats st;
+      st.times_s = v;
+      std::sort(v.begin(), v.end());
+      st.median_s = v[v.size() / 2];
+      st.best_s = v.front();
+      st.worst_s = v.back();
+      return st;
+    };
+    step_data_ = stats(t_data);
+    step_zero_ = stats(t_zero);
+    step_fb_ = stats(t_fb);
+    step_opt_ = stats(t_opt);
+    if (!finite) ok_ = false;
+    const double fb = step_fb_.median_s;
+    std::printf("\n   %-34s %10s %12s\n", "piece", "ms (median)", "% of fwd+bwd");
+    std::printf("   %s\n", std::string(60, '-').c_str());
+    const auto row = [&](const char* name, const Stats& st) {
+      std::printf("   %-34s %10.2f %11.1f%%\n", name, st.median_s * 1e3, 100.0 * st.median_s / fb);
+    };
+    row("data (mock GPT samples)", step_data_);
+    row("zero gradients", step_zero_);
+    row("forward+backward (1F1B, m = 1)", step_fb_);
+    row("optimizer (norm, clipping, AdamW)", step_opt_);
+    std::printf("   %s\n", std::string(60, '-').c_str());
+    row("the whole step (train_iteration)", step_);
+    std::printf("   the rest of the step beside forward+backward: %.1f%% (%.2f ms); forward+backward of (2): "
+                "%.1f ms\n\n",
+                100.0 * (step_.median_s - fb) / fb, (step_.median_s - fb) * 1e3, fb_.median_s * 1e3);
+    std::printf("   whole step: %.1f ms, %.0f tokens/s, %.1f GFLOP/s (%.1f%% of the peak)\n\n", step_.median_s * 1e3,
+                static_cast<double>(tokens()) / step_.median_s, model_flops() / step_.median_s * 1e-9,
+                peak_gflops_ > 0.0 ? 100.0 * model_flops() / step_.median_s * 1e-9 / peak_gflops_ : 0.0);
+  }
+
   void print_row(const char* name, double median_s, double best_s, double worst_s, double flops,
                  const char* mark) {
     const double gflops = flops / median_s * 1e-9;
@@ -617,6 +726,13 @@ class Bench {
     s += "  \"setup_s\": " + json_number(setup_s_) + ",\n";
     s += "  \"forward_backward\": " + stats_json(fb_) + rates_json(fb_, flops) + ",\n";
     s += "  \"forward_only\": " + stats_json(fwd_) + rates_json(fwd_, flops / 3.0) + ",\n";
+    if (!step_.times_s.empty()) {
+      s += "  \"train_step\": " + stats_json(step_) + rates_json(step_, flops) + ",\n";
+      s += "  \"train_step_pieces_ms\": {\"data\": " + json_number(step_data_.median_s * 1e3) +
+           ", \"zero_grads\": " + json_number(step_zero_.median_s * 1e3) +
+           ", \"forward_backward\": " + json_number(step_fb_.median_s * 1e3) +
+           ", \"optimizer\": " + json_number(step_opt_.median_s * 1e3) + "},\n";
+    }
     s += "  \"loss_first\": " + json_number(loss_first_) + ",\n";
     s += "  \"loss_last\": " + json_number(loss_last_) + ",\n";
     s += "  \"max_rss_bytes\": " + json_number(max_rss_) + ",\n";

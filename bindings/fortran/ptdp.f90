@@ -470,7 +470,9 @@ module ptdp
       integer(c_int) :: ptdp_stage_backward_weight_fn
     end function ptdp_stage_backward_weight_fn
 
-    ! Called on every rank after each iteration (after its validation and save).
+    ! Called on every rank after each iteration (after its validation and the save of
+    ! --save-interval or --exit-interval; a stop's own save comes after the call and shows in
+    ! ptdp_trainer_last_report()).
     function ptdp_iteration_callback(report, user_data) bind(c)
       import
       implicit none
@@ -1865,6 +1867,24 @@ module ptdp
       integer(c_int) :: ptdp_checkpoint_read_options
     end function ptdp_checkpoint_read_options
 
+    ! Host memory of this process's CPU engine: bytes in use by tensors now and the most in use
+    ! since the start or the last ptdp_memory_reset_peak() (the high-water mark that memory
+    ! estimates are checked against).
+    function ptdp_memory_stats(current, peak) bind(c, name="ptdp_memory_stats")
+      import
+      implicit none
+      integer(c_size_t), intent(out) :: current
+      integer(c_size_t), intent(out) :: peak
+      integer(c_int) :: ptdp_memory_stats
+    end function ptdp_memory_stats
+
+    ! Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
+    function ptdp_memory_reset_peak() bind(c, name="ptdp_memory_reset_peak")
+      import
+      implicit none
+      integer(c_int) :: ptdp_memory_reset_peak
+    end function ptdp_memory_reset_peak
+
     ! Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     function ptdp_cluster_init(cluster) bind(c, name="ptdp_cluster_init")
       import
@@ -2023,24 +2043,6 @@ module ptdp
       integer(c_int64_t), intent(out) :: exact
       integer(c_int) :: ptdp_plan_parameters
     end function ptdp_plan_parameters
-
-    ! Host memory of this process's CPU engine: bytes in use by tensors now and the most in use
-    ! since the start or the last ptdp_memory_reset_peak() (the high-water mark that memory
-    ! estimates are checked against).
-    function ptdp_memory_stats(current, peak) bind(c, name="ptdp_memory_stats")
-      import
-      implicit none
-      integer(c_size_t), intent(out) :: current
-      integer(c_size_t), intent(out) :: peak
-      integer(c_int) :: ptdp_memory_stats
-    end function ptdp_memory_stats
-
-    ! Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
-    function ptdp_memory_reset_peak() bind(c, name="ptdp_memory_reset_peak")
-      import
-      implicit none
-      integer(c_int) :: ptdp_memory_reset_peak
-    end function ptdp_memory_reset_peak
 
     ! Draws one or more training logs, overlaid, as an SVG file.
     function ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path) &

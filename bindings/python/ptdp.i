@@ -503,6 +503,9 @@ static int32_t ptdpy_on_iteration(const ptdp_iteration_report* report, void* use
 /* The header itself. SWIG does not need the export attribute. */
 
 #define __attribute__(x)
+/* The deprecated 0.1 name of ptdp_model_pipeline_forward_backward stays out of Python
+ * (ptdp.Model.train_step is its alias there). */
+%ignore ptdp_model_train_step;
 /* Strings set in option structs are copied and never freed (a few bytes per assignment). */
 #pragma SWIG nowarn=451
 %include "ptdp/ptdp.h"

@@ -11,7 +11,6 @@
 #include "capi/src/handles.h"
 #include "core/plan/plan_args.h"
 #include "core/plan/planner.h"
-#include "core/tensor/allocator.h"
 
 struct ptdp_plan_impl {
   static constexpr uint64_t kLive = 0x707464706c616e31ull;  // "ptdplan1"
@@ -406,18 +405,6 @@ PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int3
     if (formula != nullptr) *formula = plan::paper_parameters(r.model);
     if (exact != nullptr) *exact = r.model.parameter_count(t);
   });
-}
-
-PTDP_API ptdp_status ptdp_memory_stats(size_t* current, size_t* peak) {
-  return guard(__func__, [&] {
-    const ptdp::CpuAllocator& a = ptdp::cpu_allocator();
-    if (current != nullptr) *current = a.bytes_in_use();
-    if (peak != nullptr) *peak = a.peak_bytes();
-  });
-}
-
-PTDP_API ptdp_status ptdp_memory_reset_peak(void) {
-  return guard(__func__, [&] { ptdp::cpu_allocator().reset_peak(); });
 }
 
 }  // extern "C"

@@ -399,15 +399,20 @@ void TrainingLoop::run() {
       }
       if (log_now) draw();
 
+      const bool exiting = a.exit_interval > 0 && s.iteration % a.exit_interval == 0 && s.iteration < a.train_iters;
+      if (!a.save.empty() && ((a.save_interval > 0 && s.iteration % a.save_interval == 0) || exiting)) {
+        save();
+        r.saved = true;
+      }
       // Stop when the caller asks on any rank: the callback's answer and request_stop() are
-      // agreed over the world, so every rank leaves after the same iteration.
+      // agreed over the world, so every rank leaves after the same iteration (saving first).
       bool want_stop = stop_requested_.load();
       if (hooks_.on_iteration) want_stop = hooks_.on_iteration(r) || want_stop;
       int32_t flag = want_stop ? 1 : 0;
       if (world > 1) s.rt->world().all_reduce(Tensor::borrow(&flag, {1}, DType::I32), ReduceOp::Max)->wait();
-      const bool exiting = a.exit_interval > 0 && s.iteration % a.exit_interval == 0 && s.iteration < a.train_iters;
-      stopped = flag != 0 && s.iteration < a.train_iters;
-      if (!a.save.empty() && ((a.save_interval > 0 && s.iteration % a.save_interval == 0) || exiting || stopped)) {
+      stopped = flag != 0 && !exiting && s.iteration < a.train_iters;
+      if (stopped) stop_requested_.store(false);  // honoured: a later run() goes on
+      if (stopped && !a.save.empty() && !r.saved) {
         save();
         r.saved = true;
       }

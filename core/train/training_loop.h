@@ -46,8 +46,9 @@ struct IterationReport {
 };
 
 struct TrainingLoopHooks {
-  /// Called on every rank after each iteration (after its validation and save). Returning true
-  /// asks the run to stop; the ranks agree, save with --save, and return from run().
+  /// Called on every rank after each iteration (after its validation and its interval save).
+  /// Returning true asks the run to stop; the ranks agree, save with --save, and return from
+  /// run() (last_report() then says saved).
   std::function<bool(const IterationReport&)> on_iteration;
   /// Where the logging rank prints its lines (the last pipeline stage's first tensor and data
   /// rank); nullptr prints nothing.

@@ -76,8 +76,10 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"eval-iters", "100"},
     {"log-json", "unset"},
     {"profile-trace", "unset"},
+    {"plot-file", "unset"},
     {"device", "auto"},
     {"comm-timeout", "300.0"},
+    {"peak-tflops", "0.0"},
     {"help", "off"},
 };
 
@@ -258,7 +260,7 @@ const std::vector<std::string> kEveryFlag = {
     "--eval-interval", "50", "--eval-iters", "7", "--sgd-momentum", "0.8", "--layernorm-epsilon", "1e-6",
     "--untie-embeddings-and-output-weights", "--pipeline-schedule", "1f1b", "--log-json", "/tmp/log.jsonl",
     "--profile-trace", "/tmp/trace.json", "--device", "cuda", "--comm-timeout", "60", "--ddp-bucket-size",
-    "1000000"};
+    "1000000", "--plot-file", "/tmp/curves.svg", "--peak-tflops", "989"};
 
 // The same command line with every value attached by '='.
 std::vector<std::string> with_equals(const std::vector<std::string>& args) {

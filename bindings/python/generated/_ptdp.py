@@ -1083,15 +1083,6 @@ def ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_
     Collective over the model-parallel group (and the world when tracing).
     """
     return _ptdp_ext.ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options)
-
-def ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, iteration, options):
-    r"""
-    Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never
-           took an optimizer step), kept so that programs built against 0.1 still link and run.
-           Same arguments, statuses and behaviour.
-    Deprecated: Use ptdp_model_pipeline_forward_backward().
-    """
-    return _ptdp_ext.ptdp_model_train_step(model, schedule, tokens, labels, micro_batch_size, iteration, options)
 class ptdp_stage_callbacks(object):
     r""" A user's model chunks for ptdp_pipeline_run(). Initialise with ptdp_stage_callbacks_init()."""
 
@@ -2467,6 +2458,28 @@ def ptdp_checkpoint_read_options(directory, options):
     :param iteration: Receives the checkpoint's iteration; may be NULL.
     """
     return _ptdp_ext.ptdp_checkpoint_read_options(directory, options)
+
+def ptdp_memory_stats():
+    r"""
+    Host memory of this process's CPU engine: bytes in use by tensors now and the most in
+           use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
+           memory estimates are checked against).
+    :type current: int, out
+    :param current: Receives the bytes in use; may be NULL.
+    :type peak: int, out
+    :param peak: Receives the high-water mark; may be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_memory_stats()
+
+def ptdp_memory_reset_peak():
+    r"""
+    Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_memory_reset_peak()
 class ptdp_cluster(object):
     r"""
     A cluster of identical GPU nodes as the planner models it. Fill it with
@@ -2869,28 +2882,6 @@ def ptdp_plan_parameters(options, t):
     Thread-safe.
     """
     return _ptdp_ext.ptdp_plan_parameters(options, t)
-
-def ptdp_memory_stats():
-    r"""
-    Host memory of this process's CPU engine: bytes in use by tensors now and the most in
-           use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
-           memory estimates are checked against).
-    :type current: int, out
-    :param current: Receives the bytes in use; may be NULL.
-    :type peak: int, out
-    :param peak: Receives the high-water mark; may be NULL.
-    Title: Thread safety
-    Thread-safe.
-    """
-    return _ptdp_ext.ptdp_memory_stats()
-
-def ptdp_memory_reset_peak():
-    r"""
-    Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
-    Title: Thread safety
-    Thread-safe.
-    """
-    return _ptdp_ext.ptdp_memory_reset_peak()
 
 def ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path):
     r"""

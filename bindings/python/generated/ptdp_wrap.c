@@ -9407,114 +9407,6 @@ fail:
 }
 
 
-SWIGINTERN PyObject *_wrap_ptdp_model_train_step(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_model arg1 = (ptdp_model) 0 ;
-  ptdp_schedule arg2 = (ptdp_schedule) 0 ;
-  int32_t *arg3 = (int32_t *) 0 ;
-  int32_t *arg4 = (int32_t *) 0 ;
-  int32_t arg5 ;
-  int64_t arg6 ;
-  ptdp_pipeline_options *arg7 = (ptdp_pipeline_options *) 0 ;
-  float *arg8 = (float *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  Py_buffer view3 ;
-  int have_view3 = 0 ;
-  Py_buffer view4 ;
-  int have_view4 = 0 ;
-  int val5 ;
-  int ecode5 = 0 ;
-  long val6 ;
-  int ecode6 = 0 ;
-  void *argp7 = 0 ;
-  int res7 = 0 ;
-  float temp8 = 0 ;
-  PyObject *swig_obj[7] ;
-  ptdp_status result;
-  
-  {
-    arg8 = &temp8; 
-  }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_train_step", 7, 7, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_train_step" "', argument " "1"" of type '" "ptdp_model""'"); 
-  }
-  arg1 = (ptdp_model)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_model_train_step" "', argument " "2"" of type '" "ptdp_schedule""'"); 
-  }
-  arg2 = (ptdp_schedule)(argp2);
-  {
-    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_train_step: tokens");
-    if (have_view3 < 0) {
-      have_view3 = 0;
-      SWIG_fail;
-    }
-    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
-  }
-  {
-    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_model_train_step: labels");
-    if (have_view4 < 0) {
-      have_view4 = 0;
-      SWIG_fail;
-    }
-    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
-  }
-  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
-  if (!SWIG_IsOK(ecode5)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_train_step" "', argument " "5"" of type '" "int32_t""'");
-  } 
-  arg5 = (int32_t)(val5);
-  ecode6 = SWIG_AsVal_long(swig_obj[5], &val6);
-  if (!SWIG_IsOK(ecode6)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_train_step" "', argument " "6"" of type '" "int64_t""'");
-  } 
-  arg6 = (int64_t)(val6);
-  res7 = SWIG_ConvertPtr(swig_obj[6], &argp7,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res7)) {
-    SWIG_exception_fail(SWIG_ArgError(res7), "in method '" "ptdp_model_train_step" "', argument " "7"" of type '" "ptdp_pipeline_options const *""'"); 
-  }
-  arg7 = (ptdp_pipeline_options *)(argp7);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_train_step(arg1,arg2,(int const *)arg3,(int const *)arg4,arg5,arg6,(struct ptdp_pipeline_options const *)arg7,arg8);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  
-  
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg8)); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  return NULL;
-}
-
-
 SWIGINTERN PyObject *_wrap_ptdp_stage_callbacks_struct_size_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_stage_callbacks *arg1 = (struct ptdp_stage_callbacks *) 0 ;
@@ -20584,6 +20476,68 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_memory_stats(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  size_t *arg1 = (size_t *) 0 ;
+  size_t *arg2 = (size_t *) 0 ;
+  size_t temp1 = 0 ;
+  size_t temp2 = 0 ;
+  ptdp_status result;
+  
+  {
+    arg1 = &temp1; 
+  }
+  {
+    arg2 = &temp2; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_memory_stats", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_memory_stats(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg1)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg2)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_memory_reset_peak(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_memory_reset_peak", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_memory_reset_peak();
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_cluster_struct_size_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
@@ -26026,68 +25980,6 @@ fail:
 }
 
 
-SWIGINTERN PyObject *_wrap_ptdp_memory_stats(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  size_t *arg1 = (size_t *) 0 ;
-  size_t *arg2 = (size_t *) 0 ;
-  size_t temp1 = 0 ;
-  size_t temp2 = 0 ;
-  ptdp_status result;
-  
-  {
-    arg1 = &temp1; 
-  }
-  {
-    arg2 = &temp2; 
-  }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_memory_stats", 0, 0, 0)) SWIG_fail;
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_memory_stats(arg1,arg2);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg1)); 
-  }
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg2)); 
-  }
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_memory_reset_peak(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_status result;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_memory_reset_peak", 0, 0, 0)) SWIG_fail;
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_memory_reset_peak();
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
 SWIGINTERN PyObject *_wrap_ptdp_plot_training_logs(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   char **arg1 = (char **) 0 ;
@@ -26960,12 +26852,6 @@ static PyMethodDef SwigMethods[] = {
 		":param loss: Receives the mean loss over the batch on every rank; may be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over the model-parallel group (and the world when tracing).\n"
-		""},
-	 { "ptdp_model_train_step", _wrap_ptdp_model_train_step, METH_VARARGS, "\n"
-		"Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never\n"
-		"       took an optimizer step), kept so that programs built against 0.1 still link and run.\n"
-		"       Same arguments, statuses and behaviour.\n"
-		"Deprecated: Use ptdp_model_pipeline_forward_backward().\n"
 		""},
 	 { "ptdp_stage_callbacks_struct_size_set", _wrap_ptdp_stage_callbacks_struct_size_set, METH_VARARGS, " Set by ptdp_stage_callbacks_init()."},
 	 { "ptdp_stage_callbacks_struct_size_get", _wrap_ptdp_stage_callbacks_struct_size_get, METH_O, " Set by ptdp_stage_callbacks_init()."},
@@ -28131,6 +28017,22 @@ static PyMethodDef SwigMethods[] = {
 		":type iteration: int, out\n"
 		":param iteration: Receives the checkpoint's iteration; may be NULL.\n"
 		""},
+	 { "ptdp_memory_stats", _wrap_ptdp_memory_stats, METH_NOARGS, "\n"
+		"Host memory of this process's CPU engine: bytes in use by tensors now and the most in\n"
+		"       use since the start or the last ptdp_memory_reset_peak() (the high-water mark that\n"
+		"       memory estimates are checked against).\n"
+		":type current: int, out\n"
+		":param current: Receives the bytes in use; may be NULL.\n"
+		":type peak: int, out\n"
+		":param peak: Receives the high-water mark; may be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_memory_reset_peak", _wrap_ptdp_memory_reset_peak, METH_NOARGS, "\n"
+		"Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
 	 { "ptdp_cluster_struct_size_set", _wrap_ptdp_cluster_struct_size_set, METH_VARARGS, " Set by the functions that fill the struct."},
 	 { "ptdp_cluster_struct_size_get", _wrap_ptdp_cluster_struct_size_get, METH_O, " Set by the functions that fill the struct."},
 	 { "ptdp_cluster_name_set", _wrap_ptdp_cluster_name_set, METH_VARARGS, " Name shown in reports, NUL-terminated."},
@@ -28559,22 +28461,6 @@ static PyMethodDef SwigMethods[] = {
 		":param formula: Receives the formula's value; may be NULL.\n"
 		":type exact: int, out\n"
 		":param exact: Receives the exact count; may be NULL.\n"
-		"Title: Thread safety\n"
-		"Thread-safe.\n"
-		""},
-	 { "ptdp_memory_stats", _wrap_ptdp_memory_stats, METH_NOARGS, "\n"
-		"Host memory of this process's CPU engine: bytes in use by tensors now and the most in\n"
-		"       use since the start or the last ptdp_memory_reset_peak() (the high-water mark that\n"
-		"       memory estimates are checked against).\n"
-		":type current: int, out\n"
-		":param current: Receives the bytes in use; may be NULL.\n"
-		":type peak: int, out\n"
-		":param peak: Receives the high-water mark; may be NULL.\n"
-		"Title: Thread safety\n"
-		"Thread-safe.\n"
-		""},
-	 { "ptdp_memory_reset_peak", _wrap_ptdp_memory_reset_peak, METH_NOARGS, "\n"
-		"Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.\n"
 		"Title: Thread safety\n"
 		"Thread-safe.\n"
 		""},

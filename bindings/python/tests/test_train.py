@@ -1,5 +1,6 @@
 """Training a GPT from ptdp-train's flags, parameters as numpy arrays, checkpoints, data."""
 import json
+import math
 
 import numpy as np
 import pytest
@@ -131,3 +132,42 @@ def test_runtime_and_groups(runtime, groups):
     work.wait()
     work.close()
     assert np.all(t.numpy() == runtime.size)
+
+
+def test_trainer_reports_every_iteration_and_stops_on_request(runtime, tmp_path):
+    seen = []
+
+    def watch(report):
+        seen.append(report)
+        return report.iteration >= 4  # stop after the fourth iteration
+
+    flags = FLAGS + f" --save {tmp_path / 'ckpt'} --log-interval 100"
+    with ptdp.Trainer(flags, on_iteration=watch, runtime=runtime, print_log=False) as trainer:
+        last = trainer.run()
+    assert [r.iteration for r in seen] == [1, 2, 3, 4]
+    assert all(r.global_batch_size == 4 and r.consumed_samples == 4 * r.iteration for r in seen)
+    assert all(math.isfinite(r.lm_loss) for r in seen)
+    assert all(r.mfu > 0 and r.peak_flops > 0 and r.model_flops > 0 for r in seen)
+    assert last.iteration == 4 and last.saved
+    assert (tmp_path / "ckpt" / "iter_0000004" / "metadata.json").exists()
+
+
+def test_trainer_callback_errors_stop_the_run_and_are_raised(runtime):
+    def broken(report):
+        raise ValueError(f"no good at iteration {report.iteration}")
+
+    with ptdp.Trainer(FLAGS, on_iteration=broken, runtime=runtime, print_log=False) as trainer:
+        with pytest.raises(ValueError, match="no good at iteration 1"):
+            trainer.run()
+        assert trainer.last_report.iteration == 1
+
+
+def test_train_runs_ptdp_train_and_returns_its_exit_status(tmp_path, capfd):
+    log = tmp_path / "log.jsonl"
+    assert ptdp.train(FLAGS.split() + ["--log-json", str(log), "--log-interval", "6", "--train-iters", "6"]) == 0
+    out = capfd.readouterr().out
+    assert "iteration        6/       6" in out and "training done: 6 iterations" in out
+    lines = [json.loads(l) for l in log.read_text().splitlines()]
+    assert [l["iteration"] for l in lines] == [1, 2, 3, 4, 5, 6]
+    assert ptdp.train(["--hidden-size", "abc"]) == 2
+    assert "--hidden-size" in capfd.readouterr().err

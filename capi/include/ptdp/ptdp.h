@@ -1037,6 +1037,15 @@ PTDP_API ptdp_status ptdp_model_pipeline_forward_backward(ptdp_model model, ptdp
  * @brief Deprecated since 0.2: the old name of ptdp_model_pipeline_forward_backward() (it never
  *        took an optimizer step), kept so that programs built against 0.1 still link and run.
  *        Same arguments, statuses and behaviour.
+ * @param model As in ptdp_model_pipeline_forward_backward().
+ * @param schedule As there.
+ * @param tokens As there.
+ * @param labels As there.
+ * @param micro_batch_size As there.
+ * @param iteration As there.
+ * @param options As there.
+ * @param[out] loss As there.
+ * @return The status ptdp_model_pipeline_forward_backward() returns.
  * @deprecated Use ptdp_model_pipeline_forward_backward().
  */
 PTDP_API PTDP_DEPRECATED("ptdp_model_pipeline_forward_backward") ptdp_status ptdp_model_train_step(
@@ -2003,7 +2012,9 @@ typedef struct ptdp_iteration_report {
 } ptdp_iteration_report;
 
 /**
- * @brief Called on every rank after each iteration (after its validation and save).
+ * @brief Called on every rank after each iteration (after its validation and the save of
+ *        --save-interval or --exit-interval; a stop's own save comes after the call and shows
+ *        in ptdp_trainer_last_report()).
  * @param report The iteration's report, valid during the call only.
  * @param user_data ptdp_trainer_options::user_data.
  * @return 0 to go on; non-zero to stop: the ranks agree (any rank's request stops all of them
@@ -2442,6 +2453,34 @@ PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gp
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */
+/** @name Memory
+ *  What the CPU engine's tensors hold, for checking memory estimates (the planner's, the
+ *  activation formulas) against a run.
+ *  @{ */
+
+/**
+ * @brief Host memory of this process's CPU engine: bytes in use by tensors now and the most in
+ *        use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
+ *        memory estimates are checked against).
+ * @param[out] current Receives the bytes in use; may be NULL.
+ * @param[out] peak Receives the high-water mark; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_memory_stats(size_t* current, size_t* peak);
+
+/**
+ * @brief Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
+ * @retval PTDP_SUCCESS
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_memory_reset_peak(void);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
 /** @name Planner
  *  The paper's performance model as a tool: given a GPT, a global batch and a cluster, search
  *  every layout (tensor size t, pipeline size p with v chunks per rank, data-parallel size d,
@@ -2786,26 +2825,6 @@ PTDP_API ptdp_status ptdp_plan_write_schedule_svg(ptdp_plan plan, int32_t index,
  */
 PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int32_t t, double* formula,
                                           int64_t* exact);
-
-/**
- * @brief Host memory of this process's CPU engine: bytes in use by tensors now and the most in
- *        use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
- *        memory estimates are checked against).
- * @param[out] current Receives the bytes in use; may be NULL.
- * @param[out] peak Receives the high-water mark; may be NULL.
- * @retval PTDP_SUCCESS
- * @par Thread safety
- * Thread-safe.
- */
-PTDP_API ptdp_status ptdp_memory_stats(size_t* current, size_t* peak);
-
-/**
- * @brief Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
- * @retval PTDP_SUCCESS
- * @par Thread safety
- * Thread-safe.
- */
-PTDP_API ptdp_status ptdp_memory_reset_peak(void);
 
 /** @} */
 

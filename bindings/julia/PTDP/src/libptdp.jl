@@ -1020,7 +1020,9 @@ struct ptdp_iteration_report
     saved::Int32
 end
 
-# Called on every rank after each iteration (after its validation and save).
+# Called on every rank after each iteration (after its validation and the save of
+# --save-interval or --exit-interval; a stop's own save comes after the call and shows in
+# ptdp_trainer_last_report()).
 # C signature: (Ptr{ptdp_iteration_report}, Ptr{Cvoid}) -> Int32
 const ptdp_iteration_callback = Ptr{Cvoid}
 
@@ -1233,6 +1235,18 @@ function ptdp_checkpoint_read_options(directory, options, iteration)
           directory, options, iteration)
 end
 
+# Host memory of this process's CPU engine: bytes in use by tensors now and the most in use
+# since the start or the last ptdp_memory_reset_peak() (the high-water mark that memory
+# estimates are checked against).
+function ptdp_memory_stats(current, peak)
+    ccall((:ptdp_memory_stats, libptdp), ptdp_status, (Ptr{Csize_t}, Ptr{Csize_t}), current, peak)
+end
+
+# Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
+function ptdp_memory_reset_peak()
+    ccall((:ptdp_memory_reset_peak, libptdp), ptdp_status, ())
+end
+
 # A cluster of identical GPU nodes as the planner models it.
 struct ptdp_cluster
     struct_size::Csize_t
@@ -1429,18 +1443,6 @@ function ptdp_plan_parameters(options, t, formula, exact)
     ccall((:ptdp_plan_parameters, libptdp), ptdp_status,
           (Ptr{ptdp_plan_options}, Int32, Ptr{Cdouble}, Ptr{Int64}),
           options, t, formula, exact)
-end
-
-# Host memory of this process's CPU engine: bytes in use by tensors now and the most in use
-# since the start or the last ptdp_memory_reset_peak() (the high-water mark that memory
-# estimates are checked against).
-function ptdp_memory_stats(current, peak)
-    ccall((:ptdp_memory_stats, libptdp), ptdp_status, (Ptr{Csize_t}, Ptr{Csize_t}), current, peak)
-end
-
-# Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
-function ptdp_memory_reset_peak()
-    ccall((:ptdp_memory_reset_peak, libptdp), ptdp_status, ())
 end
 
 # Draws one or more training logs, overlaid, as an SVG file.

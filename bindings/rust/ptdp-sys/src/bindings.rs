@@ -421,7 +421,9 @@ pub struct ptdp_iteration_report {
     pub saved: i32,
 }
 
-/// Called on every rank after each iteration (after its validation and save).
+/// Called on every rank after each iteration (after its validation and the save of
+/// --save-interval or --exit-interval; a stop's own save comes after the call and shows in
+/// ptdp_trainer_last_report()).
 pub type ptdp_iteration_callback = Option<
     unsafe extern "C" fn(
         report: *const ptdp_iteration_report,
@@ -1287,6 +1289,12 @@ extern "C" {
         options: *mut ptdp_gpt_options,
         iteration: *mut i64,
     ) -> ptdp_status;
+    /// Host memory of this process's CPU engine: bytes in use by tensors now and the most in
+    /// use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
+    /// memory estimates are checked against).
+    pub fn ptdp_memory_stats(current: *mut usize, peak: *mut usize) -> ptdp_status;
+    /// Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
+    pub fn ptdp_memory_reset_peak() -> ptdp_status;
     /// Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     pub fn ptdp_cluster_init(cluster: *mut ptdp_cluster) -> ptdp_status;
     /// Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
@@ -1366,12 +1374,6 @@ extern "C" {
         formula: *mut f64,
         exact: *mut i64,
     ) -> ptdp_status;
-    /// Host memory of this process's CPU engine: bytes in use by tensors now and the most in
-    /// use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
-    /// memory estimates are checked against).
-    pub fn ptdp_memory_stats(current: *mut usize, peak: *mut usize) -> ptdp_status;
-    /// Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
-    pub fn ptdp_memory_reset_peak() -> ptdp_status;
     /// Draws one or more training logs, overlaid, as an SVG file.
     pub fn ptdp_plot_training_logs(
         jsonl_paths: *const *const ::std::os::raw::c_char,
