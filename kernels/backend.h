@@ -88,6 +88,9 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
   int64_t step = 1;
+  /// Multiplies every gradient as it is read (the clipping coefficient), so clipping costs no
+  /// pass of its own; the gradient buffer is left as it was.
+  float grad_scale = 1.0f;
 };
 
 /// SGD with momentum (PyTorch's formulation: buf = momentum * buf + (g + wd * p), dampening 0).
@@ -97,6 +100,8 @@ struct SgdParams {
   float weight_decay = 0.0f;
   bool nesterov = false;
   bool first_step = false;  ///< the momentum buffer is initialised to the gradient
+  /// As AdamWParams::grad_scale.
+  float grad_scale = 1.0f;
 };
 
 /// Causal self-attention over the fused QKV activation, one (batch, head) pair at a time,

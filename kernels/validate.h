@@ -506,6 +506,8 @@ inline void check_adamw_step(const float* param, const float* grad, const float*
   PTDP_CHECK_ARG(p.beta2 >= 0.0f && p.beta2 < 1.0f,
                  "adamw_step: beta2 must be in [0, 1), got " + std::to_string(p.beta2));
   PTDP_CHECK_ARG(p.eps > 0.0f, "adamw_step: eps must be > 0, got " + std::to_string(p.eps));
+  PTDP_CHECK_ARG(std::isfinite(p.grad_scale) && p.grad_scale > 0.0f,
+                 "adamw_step: grad_scale must be finite and > 0, got " + std::to_string(p.grad_scale));
 }
 
 /// The per-step scalars of an AdamW update, bias corrections in double:
@@ -534,6 +536,8 @@ inline void check_sgd_step(const float* param, const float* grad, const float* m
   PTDP_CHECK_ARG(p.momentum >= 0.0f,
                  "sgd_step: momentum must be >= 0, got " + std::to_string(p.momentum));
   PTDP_CHECK_ARG(!p.nesterov || p.momentum > 0.0f, "sgd_step: nesterov needs momentum > 0");
+  PTDP_CHECK_ARG(std::isfinite(p.grad_scale) && p.grad_scale > 0.0f,
+                 "sgd_step: grad_scale must be finite and > 0, got " + std::to_string(p.grad_scale));
   if (p.momentum > 0.0f) not_null("sgd_step", "momentum_buf", momentum_buf, n);
 }
 

@@ -122,7 +122,6 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
   for (auto& s : spaces_) {
     const GradBuckets& buckets = *s->buckets;
     for (const GradBucket& b : buckets.buckets()) {
-      if (clip != 1.0f) be.scale(buckets.reduced_grad(b, b.shard_lo), clip, b.shard_hi - b.shard_lo);
       for (const auto& seg : s->segments) {
         const int64_t lo = std::max(seg.offset, b.shard_lo), hi = std::min(seg.offset + seg.numel, b.shard_hi);
         if (lo >= hi) continue;
@@ -138,6 +137,7 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
           a.eps = config_.eps;
           a.weight_decay = wd;
           a.step = steps_;
+          a.grad_scale = clip;  // clipping folded into the update: no pass over the gradients
           be.adamw_step(p, g, s->m.data<float>() + st, s->v.data<float>() + st, hi - lo, a);
         } else {
           SgdParams q;
@@ -146,6 +146,7 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
           q.weight_decay = wd;
           q.nesterov = config_.nesterov;
           q.first_step = steps_ == 1;
+          q.grad_scale = clip;
           be.sgd_step(p, g, config_.momentum > 0 ? s->m.data<float>() + st : nullptr, hi - lo, q);
         }
       }

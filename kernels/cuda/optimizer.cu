@@ -8,13 +8,13 @@ namespace ptdp::cuda {
 namespace {
 
 struct AdamWConsts {
-  float b1, b2, one_minus_b1, one_minus_b2, eps, step_size, inv_sqrt_bc2, decay;
+  float b1, b2, one_minus_b1, one_minus_b2, eps, step_size, inv_sqrt_bc2, decay, grad_scale;
 };
 
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t n,
                              AdamWConsts k) {
   PTDP_GRID_STRIDE(i, n) {
-    const float g = grad[i];
+    const float g = __fmul_rn(grad[i], k.grad_scale);
     // mi = b1 * m + (1 - b1) * g;  vi = b2 * v + (1 - b2) * g * g
     const float mi = __fadd_rn(__fmul_rn(k.b1, m[i]), __fmul_rn(k.one_minus_b1, g));
     const float vi = __fadd_rn(__fmul_rn(k.b2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_b2, g), g));
@@ -28,10 +28,10 @@ __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v
 }
 
 __global__ void sgd_kernel(float* param, const float* grad, float* momentum_buf, int64_t n,
-                           float lr, float mu, float wd, bool first, bool nesterov,
+                           float lr, float mu, float wd, float gs, bool first, bool nesterov,
                            bool use_momentum) {
   PTDP_GRID_STRIDE(i, n) {
-    float d = __fadd_rn(grad[i], __fmul_rn(wd, param[i]));
+    float d = __fadd_rn(__fmul_rn(grad[i], gs), __fmul_rn(wd, param[i]));
     if (use_momentum) {
       const float buf = first ? d : __fadd_rn(__fmul_rn(mu, momentum_buf[i]), d);
       momentum_buf[i] = buf;
@@ -58,6 +58,7 @@ void CudaBackend::adamw_step(float* param, const float* grad, float* m, float* v
   k.step_size = s.step_size;
   k.inv_sqrt_bc2 = s.inv_sqrt_bc2;
   k.decay = s.decay;
+  k.grad_scale = p.grad_scale;
   DeviceGuard guard(dev_);
   adamw_kernel<<<grid_for(n), kThreads, 0, stream_>>>(param, grad, m, v, n, k);
   PTDP_CU_LAUNCHED("adamw_kernel");
@@ -69,7 +70,7 @@ void CudaBackend::sgd_step(float* param, const float* grad, float* momentum_buf,
   if (n == 0) return;
   DeviceGuard guard(dev_);
   sgd_kernel<<<grid_for(n), kThreads, 0, stream_>>>(param, grad, momentum_buf, n, p.lr, p.momentum,
-                                                    p.weight_decay, p.first_step, p.nesterov,
+                                                    p.weight_decay, p.grad_scale, p.first_step, p.nesterov,
                                                     p.momentum > 0.0f);
   PTDP_CU_LAUNCHED("sgd_kernel");
 }

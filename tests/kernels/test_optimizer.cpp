@@ -116,3 +116,49 @@ TEST_CASE("sgd_step over several steps matches the double reference", "[optimize
     }
   }
 }
+
+TEST_CASE("adamw_step and sgd_step with grad_scale equal a step on the scaled gradients, bit for bit",
+          "[optimizer]") {
+  const int64_t n = 1037;
+  const auto sn = static_cast<std::size_t>(n);
+  std::vector<float> g(sn), scaled(sn);
+  for (std::size_t i = 0; i < sn; ++i) {
+    g[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+    scaled[i] = g[i] * 0.3125f;
+  }
+  {
+    std::vector<float> p1(sn, 0.5f), m1(sn, 0.0f), v1(sn, 0.0f), p2 = p1, m2 = m1, v2 = v1;
+    ptdp::AdamWParams h;
+    h.weight_decay = 0.1f;
+    for (int64_t step = 1; step <= 3; ++step) {
+      h.step = step;
+      h.grad_scale = 1.0f;
+      be().adamw_step(p1.data(), scaled.data(), m1.data(), v1.data(), n, h);
+      h.grad_scale = 0.3125f;
+      be().adamw_step(p2.data(), g.data(), m2.data(), v2.data(), n, h);
+    }
+    CHECK(p1 == p2);
+    CHECK(m1 == m2);
+    CHECK(v1 == v2);
+  }
+  {
+    std::vector<float> p1(sn, 0.5f), b1(sn, 0.0f), p2 = p1, b2 = b1;
+    ptdp::SgdParams h;
+    h.momentum = 0.9f;
+    h.weight_decay = 0.01f;
+    for (int step = 0; step < 3; ++step) {
+      h.first_step = step == 0;
+      h.grad_scale = 1.0f;
+      be().sgd_step(p1.data(), scaled.data(), b1.data(), n, h);
+      h.grad_scale = 0.3125f;
+      be().sgd_step(p2.data(), g.data(), b2.data(), n, h);
+    }
+    CHECK(p1 == p2);
+    CHECK(b1 == b2);
+  }
+  // A scale that is not finite and positive is refused, naming it.
+  ptdp::AdamWParams bad;
+  bad.grad_scale = 0.0f;
+  std::vector<float> p(sn), m(sn), v(sn);
+  CHECK_THROWS_WITH(be().adamw_step(p.data(), g.data(), m.data(), v.data(), n, bad), Catch::Contains("grad_scale"));
+}
