@@ -31,8 +31,8 @@
 //    clock (the optimizer's last update kernels may still run when it returns; they delay the
 //    next call, so in the steady state every timed call holds one iteration's work). Reports
 //    ms/iteration (median and best), tokens/s, model TFLOP/s with the paper's count
-//    72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per iteration (Narayanan et al. 2021; as
-//    GptConfig::flops_per_step), MFU against 989 TFLOP/s (bf16/f16) or 67 (f32), the first and
+//    72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per iteration (Narayanan et al. 2021; from
+//    ptdp_gpt_flops), MFU against 989 TFLOP/s (bf16/f16) or 67 (f32), the first and
 //    last loss, and the device memory the case took (cudaMemGetInfo before and after:
 //    ptdp_memory_stats counts host memory only). Every handle is destroyed before the next
 //    model is built. A failing call or a non-finite loss makes the exit status 1.
@@ -280,12 +280,18 @@ struct TrainCase {
   int32_t layers = 0, hidden = 0, heads = 0, vocab = 50257, seq = 1024, b = 0;
   ptdp_dtype precision = PTDP_DTYPE_BF16;
   int64_t tokens() const { return static_cast<int64_t>(b) * seq; }
-  /// The paper's model FLOPs of one iteration (one microbatch of b sequences):
-  /// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), as GptConfig::flops_per_step.
+  /// The paper's model FLOPs of one iteration (one microbatch of b sequences), from the
+  /// library's one copy of the formula: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
   double flops() const {
-    const double l = layers, h = hidden, s = seq, v = vocab;
-    return 72.0 * static_cast<double>(tokens()) * l * h * h *
-           (1.0 + s / (6.0 * h) + v / (12.0 * l * h));
+    ptdp_gpt_options o;
+    ptdp_gpt_options_init(&o);
+    o.num_layers = layers;
+    o.hidden_size = hidden;
+    o.num_attention_heads = heads;
+    o.vocab_size = vocab;
+    o.seq_length = seq;
+    double model = 0.0;
+    return ptdp_gpt_flops(&o, b, &model, nullptr) == PTDP_SUCCESS ? model : 0.0;
   }
   /// The dense peak MFU is measured against: 989 TFLOP/s for bf16/f16 tensor cores, 67 for the
   /// exact fp32 the f32 engine computes in.

@@ -23,41 +23,9 @@ namespace {
 
 using ptdp::capi::guard;
 using ptdp::capi::live;
+using ptdp::capi::parallel_config;
 using ptdp::capi::require_non_null;
-
-ptdp::RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use_mpi) {
-  ptdp_runtime_options defaults;
-  ptdp_runtime_options_init(&defaults);
-  const ptdp_runtime_options o = ptdp::capi::read_options(user, defaults, "options",
-                                                          "ptdp_runtime_options_init");
-  PTDP_CHECK_ARG(o.comm_timeout_s == o.comm_timeout_s,  // NaN
-                 "options->comm_timeout_s is NaN");
-  PTDP_CHECK_ARG(o.verify_collectives == 0 || o.verify_collectives == 1,
-                 "options->verify_collectives = " + std::to_string(o.verify_collectives) + " is not 0 or 1");
-  PTDP_CHECK_ARG(o.use_mpi == 0 || o.use_mpi == 1,
-                 "options->use_mpi = " + std::to_string(o.use_mpi) + " is not 0 or 1");
-  PTDP_CHECK_ARG(o.use_nccl == 0 || o.use_nccl == 1,
-                 "options->use_nccl = " + std::to_string(o.use_nccl) + " is not 0 or 1");
-  if (use_mpi) *use_mpi = o.use_mpi == 1;
-  ptdp::RuntimeOptions out;
-  out.timeout_s = o.comm_timeout_s;
-  out.verify_collectives = o.verify_collectives == 1;
-  out.use_nccl = o.use_nccl == 1;
-  return out;
-}
-
-ptdp::ParallelConfig parallel_config(const ptdp_parallel_options* user) {
-  ptdp_parallel_options defaults;
-  ptdp_parallel_options_init(&defaults);
-  const ptdp_parallel_options o = ptdp::capi::read_options(user, defaults, "options",
-                                                           "ptdp_parallel_options_init");
-  ptdp::ParallelConfig c;
-  c.world = 0;  // the runtime's world size, or set by the caller
-  c.tensor = o.tensor_model_parallel_size;
-  c.pipeline = o.pipeline_model_parallel_size;
-  c.virtual_stages = o.virtual_pipeline_model_parallel_size;
-  return c;
-}
+using ptdp::capi::runtime_options;
 
 ptdp::GroupKind checked_kind(ptdp_group_kind kind) {
   PTDP_CHECK_ARG(static_cast<int>(kind) >= 0 && static_cast<int>(kind) < ptdp::kNumGroupKinds,

@@ -1,6 +1,191 @@
 #include "capi/src/convert.h"
 
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "capi/src/api_guard.h"
+#include "core/plan/cluster.h"
+#include "kernels/error.h"
+
 namespace ptdp::capi {
+
+GptConfig gpt_config(const ptdp_gpt_options* user) {
+  ptdp_gpt_options defaults;
+  ptdp_gpt_options_init(&defaults);
+  const ptdp_gpt_options o =
+      read_options(user, defaults, "options", "ptdp_gpt_options_init");
+  PTDP_CHECK_ARG(o.untie_embeddings_and_output_weights == 0 || o.untie_embeddings_and_output_weights == 1,
+                 "options->untie_embeddings_and_output_weights = " +
+                     std::to_string(o.untie_embeddings_and_output_weights) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.recompute_granularity >= PTDP_RECOMPUTE_NONE && o.recompute_granularity <= PTDP_RECOMPUTE_SELECTIVE,
+                 "options->recompute_granularity = " + std::to_string(static_cast<int>(o.recompute_granularity)) +
+                     " is not a ptdp_recompute");
+  GptConfig c;
+  c.num_layers = o.num_layers;
+  c.hidden_size = o.hidden_size;
+  c.num_attention_heads = o.num_attention_heads;
+  c.ffn_hidden_size = o.ffn_hidden_size;
+  c.vocab_size = o.vocab_size;
+  c.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
+  c.seq_length = o.seq_length;
+  c.max_position_embeddings = o.max_position_embeddings;
+  c.hidden_dropout = o.hidden_dropout;
+  c.attention_dropout = o.attention_dropout;
+  c.init_method_std = o.init_method_std;
+  c.layernorm_epsilon = o.layernorm_epsilon;
+  c.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
+  c.recompute = static_cast<Recompute>(o.recompute_granularity);
+  c.seed = o.seed;
+  PTDP_CHECK_ARG(o.precision == PTDP_DTYPE_F32 || o.precision == PTDP_DTYPE_BF16 || o.precision == PTDP_DTYPE_F16,
+                 "options->precision = " + std::to_string(static_cast<int>(o.precision)) +
+                     " is not PTDP_DTYPE_F32, PTDP_DTYPE_BF16 or PTDP_DTYPE_F16");
+  c.precision = static_cast<DType>(o.precision);
+  PTDP_CHECK_ARG(o.attention >= PTDP_ATTENTION_AUTO && o.attention <= PTDP_ATTENTION_UNFUSED,
+                 "options->attention = " + std::to_string(static_cast<int>(o.attention)) + " is not a ptdp_attention");
+  c.attention = static_cast<AttentionImpl>(o.attention);
+  return c;
+}
+
+void gpt_options(const GptConfig& c, ptdp_gpt_options* o) {
+  ptdp_gpt_options_init(o);
+  o->num_layers = c.num_layers;
+  o->hidden_size = c.hidden_size;
+  o->num_attention_heads = c.num_attention_heads;
+  o->ffn_hidden_size = c.ffn_hidden_size;
+  o->vocab_size = c.vocab_size;
+  o->make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
+  o->seq_length = c.seq_length;
+  o->max_position_embeddings = c.max_position_embeddings;
+  o->hidden_dropout = c.hidden_dropout;
+  o->attention_dropout = c.attention_dropout;
+  o->init_method_std = c.init_method_std;
+  o->layernorm_epsilon = c.layernorm_epsilon;
+  o->untie_embeddings_and_output_weights = c.tie_embeddings ? 0 : 1;
+  o->recompute_granularity = static_cast<ptdp_recompute>(c.recompute);
+  o->seed = c.seed;
+  o->device = PTDP_DEVICE_CPU;
+  o->precision = static_cast<ptdp_dtype>(c.precision);
+  o->attention = static_cast<ptdp_attention>(c.attention);
+}
+
+RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use_mpi) {
+  ptdp_runtime_options defaults;
+  ptdp_runtime_options_init(&defaults);
+  const ptdp_runtime_options o = read_options(user, defaults, "options",
+                                                          "ptdp_runtime_options_init");
+  PTDP_CHECK_ARG(o.comm_timeout_s == o.comm_timeout_s,  // NaN
+                 "options->comm_timeout_s is NaN");
+  PTDP_CHECK_ARG(o.verify_collectives == 0 || o.verify_collectives == 1,
+                 "options->verify_collectives = " + std::to_string(o.verify_collectives) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.use_mpi == 0 || o.use_mpi == 1,
+                 "options->use_mpi = " + std::to_string(o.use_mpi) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.use_nccl == 0 || o.use_nccl == 1,
+                 "options->use_nccl = " + std::to_string(o.use_nccl) + " is not 0 or 1");
+  if (use_mpi) *use_mpi = o.use_mpi == 1;
+  RuntimeOptions out;
+  out.timeout_s = o.comm_timeout_s;
+  out.verify_collectives = o.verify_collectives == 1;
+  out.use_nccl = o.use_nccl == 1;
+  return out;
+}
+
+ParallelConfig parallel_config(const ptdp_parallel_options* user) {
+  ptdp_parallel_options defaults;
+  ptdp_parallel_options_init(&defaults);
+  const ptdp_parallel_options o = read_options(user, defaults, "options",
+                                                           "ptdp_parallel_options_init");
+  ParallelConfig c;
+  c.world = 0;  // the runtime's world size, or set by the caller
+  c.tensor = o.tensor_model_parallel_size;
+  c.pipeline = o.pipeline_model_parallel_size;
+  c.virtual_stages = o.virtual_pipeline_model_parallel_size;
+  return c;
+}
+
+OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
+  ptdp_optimizer_options d;
+  ptdp_optimizer_options_init(&d);
+  const ptdp_optimizer_options o =
+      read_options(user, d, "options", "ptdp_optimizer_options_init");
+  PTDP_CHECK_ARG(o.optimizer == PTDP_OPTIMIZER_ADAM || o.optimizer == PTDP_OPTIMIZER_SGD,
+                 "options->optimizer = " + std::to_string(static_cast<int>(o.optimizer)) + " is not a ptdp_optimizer_kind");
+  PTDP_CHECK_ARG(o.lr_decay_style >= PTDP_LR_CONSTANT && o.lr_decay_style <= PTDP_LR_COSINE,
+                 "options->lr_decay_style = " + std::to_string(static_cast<int>(o.lr_decay_style)) +
+                     " is not a ptdp_lr_decay_style");
+  PTDP_CHECK_ARG(o.dynamic_loss_scale == 0 || o.dynamic_loss_scale == 1,
+                 "options->dynamic_loss_scale = " + std::to_string(o.dynamic_loss_scale) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.use_distributed_optimizer == 0 || o.use_distributed_optimizer == 1,
+                 "options->use_distributed_optimizer = " + std::to_string(o.use_distributed_optimizer) + " is not 0 or 1");
+  // Range checks that name the struct's fields (the core checks again, in its own words).
+  const auto field = [](bool ok, const char* name, double v, const char* want) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    PTDP_CHECK_ARG(ok, std::string("options->") + name + " = " + buf + " " + want);
+  };
+  field(std::isfinite(o.lr) && o.lr >= 0, "lr", o.lr, "must be >= 0");
+  field(std::isfinite(o.min_lr) && o.min_lr >= 0 && o.min_lr <= o.lr, "min_lr", o.min_lr, "must be in [0, lr]");
+  field(o.lr_warmup_iters >= 0, "lr_warmup_iters", static_cast<double>(o.lr_warmup_iters), "must be >= 0");
+  field(o.lr_decay_iters >= 0, "lr_decay_iters", static_cast<double>(o.lr_decay_iters), "must be >= 0");
+  field(o.adam_beta1 >= 0 && o.adam_beta1 < 1, "adam_beta1", o.adam_beta1, "must be in [0, 1)");
+  field(o.adam_beta2 >= 0 && o.adam_beta2 < 1, "adam_beta2", o.adam_beta2, "must be in [0, 1)");
+  field(o.adam_eps > 0, "adam_eps", o.adam_eps, "must be > 0");
+  field(o.weight_decay >= 0, "weight_decay", o.weight_decay, "must be >= 0");
+  field(o.sgd_momentum >= 0, "sgd_momentum", o.sgd_momentum, "must be >= 0");
+  field(o.clip_grad >= 0, "clip_grad", o.clip_grad, "must be >= 0 (0: no clipping)");
+  field(std::isfinite(o.initial_loss_scale) && o.initial_loss_scale > 0, "initial_loss_scale", o.initial_loss_scale,
+        "must be > 0");
+  field(o.min_loss_scale > 0 && o.min_loss_scale <= o.initial_loss_scale, "min_loss_scale", o.min_loss_scale,
+        "must be in (0, initial_loss_scale]");
+  field(o.loss_scale_window > 0, "loss_scale_window", o.loss_scale_window, "must be > 0");
+  field(o.hysteresis > 0, "hysteresis", o.hysteresis, "must be > 0");
+  field(o.ddp_bucket_size >= 0, "ddp_bucket_size", static_cast<double>(o.ddp_bucket_size), "must be >= 0 (0: one bucket)");
+  OptimizerConfig c;
+  c.kind = static_cast<OptimizerKind>(o.optimizer);
+  c.lr.lr = o.lr;
+  c.lr.min_lr = o.min_lr;
+  c.lr.style = static_cast<LrDecayStyle>(o.lr_decay_style);
+  c.lr.warmup_iters = o.lr_warmup_iters;
+  c.lr.decay_iters = o.lr_decay_iters;
+  c.beta1 = o.adam_beta1;
+  c.beta2 = o.adam_beta2;
+  c.eps = o.adam_eps;
+  c.weight_decay = o.weight_decay;
+  c.momentum = o.sgd_momentum;
+  c.clip_grad = o.clip_grad;
+  c.loss_scale.dynamic = o.dynamic_loss_scale == 1;
+  c.loss_scale.initial_scale = o.initial_loss_scale;
+  c.loss_scale.min_scale = o.min_loss_scale;
+  c.loss_scale.growth_interval = o.loss_scale_window;
+  c.loss_scale.hysteresis = o.hysteresis;
+  c.distributed = o.use_distributed_optimizer == 1;
+  c.bucket_elements = o.ddp_bucket_size;
+  c.validate();
+  return c;
+}
+
+void optimizer_options(const OptimizerConfig& k, ptdp_optimizer_options* o) {
+  ptdp_optimizer_options_init(o);
+  o->optimizer = static_cast<ptdp_optimizer_kind>(k.kind);
+  o->lr = k.lr.lr;
+  o->min_lr = k.lr.min_lr;
+  o->lr_decay_style = static_cast<ptdp_lr_decay_style>(k.lr.style);
+  o->lr_warmup_iters = k.lr.warmup_iters;
+  o->lr_decay_iters = k.lr.decay_iters;
+  o->adam_beta1 = k.beta1;
+  o->adam_beta2 = k.beta2;
+  o->adam_eps = k.eps;
+  o->weight_decay = k.weight_decay;
+  o->sgd_momentum = k.momentum;
+  o->clip_grad = k.clip_grad;
+  o->dynamic_loss_scale = k.loss_scale.dynamic ? 1 : 0;
+  o->initial_loss_scale = k.loss_scale.initial_scale;
+  o->min_loss_scale = k.loss_scale.min_scale;
+  o->loss_scale_window = k.loss_scale.growth_interval;
+  o->hysteresis = k.loss_scale.hysteresis;
+  o->use_distributed_optimizer = k.distributed ? 1 : 0;
+  o->ddp_bucket_size = k.bucket_elements;
+}
 
 void iteration_result(const StepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out,
                       double seconds, double comm_wait_seconds) {
@@ -13,6 +198,170 @@ void iteration_result(const StepResult& s, int64_t skipped_total, float loss, pt
   out->loss_scale = s.loss_scale;
   out->skipped = s.skipped ? 1 : 0;
   out->skipped_iterations = skipped_total;
+}
+
+void cluster_to_c(const plan::Cluster& c, ptdp_cluster* out) {
+  ptdp_cluster o{};
+  o.struct_size = sizeof(ptdp_cluster);
+  std::strncpy(o.name, c.name.c_str(), sizeof(o.name) - 1);
+  o.gpus_per_node = c.gpus_per_node;
+  o.nodes = c.nodes;
+  o.memory_bytes = c.memory_bytes;
+  o.memory_reserve_bytes = c.memory_reserve_bytes;
+  o.peak_flops_16bit = c.peak_flops_16bit;
+  o.peak_flops_fp32 = c.peak_flops_fp32;
+  o.gemm_efficiency = c.gemm_efficiency;
+  o.memory_bandwidth = c.memory_bandwidth;
+  o.intra_node_bandwidth = c.intra_node_bandwidth;
+  o.intra_node_latency = c.intra_node_latency;
+  o.inter_node_bandwidth = c.inter_node_bandwidth;
+  o.inter_node_latency = c.inter_node_latency;
+  *out = o;
+}
+
+plan::Cluster cluster_from_c(const ptdp_cluster* user) {
+  ptdp_cluster defaults;
+  cluster_to_c(plan::cluster_preset("dgx-a100"), &defaults);
+  const ptdp_cluster c = read_options(user, defaults, "cluster", "ptdp_cluster_init");
+  plan::Cluster out;
+  PTDP_CHECK_ARG(std::memchr(c.name, '\0', sizeof(c.name)) != nullptr, "cluster->name is not NUL-terminated");
+  out.name = c.name[0] != '\0' ? std::string(c.name) : std::string("custom");
+  out.gpus_per_node = c.gpus_per_node;
+  out.nodes = c.nodes;
+  out.memory_bytes = c.memory_bytes;
+  out.memory_reserve_bytes = c.memory_reserve_bytes;
+  out.peak_flops_16bit = c.peak_flops_16bit;
+  out.peak_flops_fp32 = c.peak_flops_fp32;
+  out.gemm_efficiency = c.gemm_efficiency;
+  out.memory_bandwidth = c.memory_bandwidth;
+  out.intra_node_bandwidth = c.intra_node_bandwidth;
+  out.intra_node_latency = c.intra_node_latency;
+  out.inter_node_bandwidth = c.inter_node_bandwidth;
+  out.inter_node_latency = c.inter_node_latency;
+  out.validate();
+  return out;
+}
+
+void plan_options_defaults(ptdp_plan_options* o) {
+  const ptdp::GptConfig g;
+  o->num_layers = g.num_layers;
+  o->hidden_size = g.hidden_size;
+  o->num_attention_heads = g.num_attention_heads;
+  o->ffn_hidden_size = g.ffn_hidden_size;
+  o->vocab_size = g.vocab_size;
+  o->make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
+  o->seq_length = g.seq_length;
+  o->max_position_embeddings = g.max_position_embeddings;
+  o->untie_embeddings_and_output_weights = 0;
+  o->attention_dropout = g.attention_dropout;
+  o->global_batch_size = 0;
+  o->precision = PTDP_DTYPE_F32;
+  o->use_distributed_optimizer = 0;
+  o->recompute_granularity = -1;
+  o->num_gpus = 0;
+  o->tensor_model_parallel_size = 0;
+  o->pipeline_model_parallel_size = 0;
+  o->num_layers_per_virtual_pipeline_stage = 0;
+  o->micro_batch_size = 0;
+  o->pipeline_schedule = -1;
+  o->scatter_gather = 1;
+  o->overlap_grad_reduce = 1;
+  o->top = 5;
+}
+
+void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
+  ptdp_plan_options o{};
+  o.struct_size = sizeof(ptdp_plan_options);
+  plan_options_defaults(&o);
+  const ptdp::GptConfig& g = r.model;
+  o.num_layers = g.num_layers;
+  o.hidden_size = g.hidden_size;
+  o.num_attention_heads = g.num_attention_heads;
+  o.ffn_hidden_size = g.ffn_hidden_size;
+  o.vocab_size = g.vocab_size;
+  o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
+  o.seq_length = g.seq_length;
+  o.max_position_embeddings = g.max_position_embeddings;
+  o.untie_embeddings_and_output_weights = g.tie_embeddings ? 0 : 1;
+  o.attention_dropout = g.attention_dropout;
+  o.global_batch_size = r.global_batch_size;
+  o.precision = r.precision == plan::Precision::Bf16   ? PTDP_DTYPE_BF16
+                : r.precision == plan::Precision::Fp16 ? PTDP_DTYPE_F16
+                                                       : PTDP_DTYPE_F32;
+  o.use_distributed_optimizer = r.allow_distributed_optimizer ? 1 : 0;
+  int allowed = 0, which = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (r.allow_recompute[i]) {
+      ++allowed;
+      which = i;
+    }
+  }
+  o.recompute_granularity = allowed == 1 ? which : -1;
+  o.num_gpus = r.num_gpus;
+  o.tensor_model_parallel_size = r.tensor;
+  o.pipeline_model_parallel_size = r.pipeline;
+  o.num_layers_per_virtual_pipeline_stage = r.layers_per_virtual_stage;
+  o.micro_batch_size = r.micro_batch;
+  o.pipeline_schedule = r.schedule;
+  o.scatter_gather = r.scatter_gather ? 1 : 0;
+  o.overlap_grad_reduce = r.overlap_grad_reduce ? 1 : 0;
+  o.top = r.top;
+  *out = o;
+}
+
+plan::PlanRequest plan_request(const ptdp_plan_options* user) {
+  require_non_null(user, "options");
+  ptdp_plan_options defaults{};
+  defaults.struct_size = sizeof(defaults);
+  plan_options_defaults(&defaults);
+  const ptdp_plan_options o =
+      read_options(user, defaults, "options", "ptdp_plan_options_init");
+  plan::PlanRequest r;
+  ptdp::GptConfig& g = r.model;
+  g.num_layers = o.num_layers;
+  g.hidden_size = o.hidden_size;
+  g.num_attention_heads = o.num_attention_heads;
+  g.ffn_hidden_size = o.ffn_hidden_size;
+  g.vocab_size = o.vocab_size;
+  g.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
+  g.seq_length = o.seq_length;
+  g.max_position_embeddings = o.max_position_embeddings;
+  PTDP_CHECK_ARG(o.untie_embeddings_and_output_weights == 0 || o.untie_embeddings_and_output_weights == 1,
+                 str_cat("options->untie_embeddings_and_output_weights = ", o.untie_embeddings_and_output_weights,
+                         " is not 0 or 1"));
+  g.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
+  g.attention_dropout = o.attention_dropout;
+  r.global_batch_size = o.global_batch_size;
+  switch (o.precision) {
+    case PTDP_DTYPE_F32: r.precision = plan::Precision::Fp32; break;
+    case PTDP_DTYPE_BF16: r.precision = plan::Precision::Bf16; break;
+    case PTDP_DTYPE_F16: r.precision = plan::Precision::Fp16; break;
+    default:
+      ptdp::throw_error(ptdp::ErrorCode::InvalidArgument,
+                        str_cat("options->precision = ", static_cast<int>(o.precision), " is not F32, BF16 or F16"));
+  }
+  PTDP_CHECK_ARG(o.use_distributed_optimizer == 0 || o.use_distributed_optimizer == 1,
+                 str_cat("options->use_distributed_optimizer = ", o.use_distributed_optimizer, " is not 0 or 1"));
+  r.allow_distributed_optimizer = o.use_distributed_optimizer == 1;
+  PTDP_CHECK_ARG(o.recompute_granularity >= -1 && o.recompute_granularity <= 2,
+                 str_cat("options->recompute_granularity = ", o.recompute_granularity,
+                         " is not -1 (search) or a ptdp_recompute"));
+  for (int i = 0; i < 3; ++i) r.allow_recompute[i] = o.recompute_granularity < 0 || o.recompute_granularity == i;
+  r.num_gpus = o.num_gpus;
+  r.tensor = o.tensor_model_parallel_size;
+  r.pipeline = o.pipeline_model_parallel_size;
+  r.layers_per_virtual_stage = o.num_layers_per_virtual_pipeline_stage;
+  r.micro_batch = o.micro_batch_size;
+  r.schedule = o.pipeline_schedule;
+  PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,
+                 str_cat("options->scatter_gather = ", o.scatter_gather, " is not 0 or 1"));
+  PTDP_CHECK_ARG(o.overlap_grad_reduce == 0 || o.overlap_grad_reduce == 1,
+                 str_cat("options->overlap_grad_reduce = ", o.overlap_grad_reduce, " is not 0 or 1"));
+  r.scatter_gather = o.scatter_gather == 1;
+  r.overlap_grad_reduce = o.overlap_grad_reduce == 1;
+  r.top = o.top;
+  r.validate();
+  return r;
 }
 
 }  // namespace ptdp::capi

@@ -22,65 +22,6 @@ using ptdp::capi::require_non_null;
 
 }  // namespace
 
-ptdp::GptConfig ptdp::capi::gpt_config(const ptdp_gpt_options* user) {
-  ptdp_gpt_options defaults;
-  ptdp_gpt_options_init(&defaults);
-  const ptdp_gpt_options o =
-      ptdp::capi::read_options(user, defaults, "options", "ptdp_gpt_options_init");
-  PTDP_CHECK_ARG(o.untie_embeddings_and_output_weights == 0 || o.untie_embeddings_and_output_weights == 1,
-                 "options->untie_embeddings_and_output_weights = " +
-                     std::to_string(o.untie_embeddings_and_output_weights) + " is not 0 or 1");
-  PTDP_CHECK_ARG(o.recompute_granularity >= PTDP_RECOMPUTE_NONE && o.recompute_granularity <= PTDP_RECOMPUTE_SELECTIVE,
-                 "options->recompute_granularity = " + std::to_string(static_cast<int>(o.recompute_granularity)) +
-                     " is not a ptdp_recompute");
-  ptdp::GptConfig c;
-  c.num_layers = o.num_layers;
-  c.hidden_size = o.hidden_size;
-  c.num_attention_heads = o.num_attention_heads;
-  c.ffn_hidden_size = o.ffn_hidden_size;
-  c.vocab_size = o.vocab_size;
-  c.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
-  c.seq_length = o.seq_length;
-  c.max_position_embeddings = o.max_position_embeddings;
-  c.hidden_dropout = o.hidden_dropout;
-  c.attention_dropout = o.attention_dropout;
-  c.init_method_std = o.init_method_std;
-  c.layernorm_epsilon = o.layernorm_epsilon;
-  c.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
-  c.recompute = static_cast<ptdp::Recompute>(o.recompute_granularity);
-  c.seed = o.seed;
-  PTDP_CHECK_ARG(o.precision == PTDP_DTYPE_F32 || o.precision == PTDP_DTYPE_BF16 || o.precision == PTDP_DTYPE_F16,
-                 "options->precision = " + std::to_string(static_cast<int>(o.precision)) +
-                     " is not PTDP_DTYPE_F32, PTDP_DTYPE_BF16 or PTDP_DTYPE_F16");
-  c.precision = static_cast<ptdp::DType>(o.precision);
-  PTDP_CHECK_ARG(o.attention >= PTDP_ATTENTION_AUTO && o.attention <= PTDP_ATTENTION_UNFUSED,
-                 "options->attention = " + std::to_string(static_cast<int>(o.attention)) + " is not a ptdp_attention");
-  c.attention = static_cast<ptdp::AttentionImpl>(o.attention);
-  return c;
-}
-
-void ptdp::capi::gpt_options(const ptdp::GptConfig& c, ptdp_gpt_options* o) {
-  ptdp_gpt_options_init(o);
-  o->num_layers = c.num_layers;
-  o->hidden_size = c.hidden_size;
-  o->num_attention_heads = c.num_attention_heads;
-  o->ffn_hidden_size = c.ffn_hidden_size;
-  o->vocab_size = c.vocab_size;
-  o->make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
-  o->seq_length = c.seq_length;
-  o->max_position_embeddings = c.max_position_embeddings;
-  o->hidden_dropout = c.hidden_dropout;
-  o->attention_dropout = c.attention_dropout;
-  o->init_method_std = c.init_method_std;
-  o->layernorm_epsilon = c.layernorm_epsilon;
-  o->untie_embeddings_and_output_weights = c.tie_embeddings ? 0 : 1;
-  o->recompute_granularity = static_cast<ptdp_recompute>(c.recompute);
-  o->seed = c.seed;
-  o->device = PTDP_DEVICE_CPU;
-  o->precision = static_cast<ptdp_dtype>(c.precision);
-  o->attention = static_cast<ptdp_attention>(c.attention);
-}
-
 namespace {
 
 using ptdp::capi::gpt_config;

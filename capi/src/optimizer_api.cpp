@@ -19,68 +19,8 @@ namespace {
 
 using ptdp::capi::guard;
 using ptdp::capi::live;
+using ptdp::capi::optimizer_config;
 using ptdp::capi::require_non_null;
-
-ptdp::OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
-  ptdp_optimizer_options d;
-  ptdp_optimizer_options_init(&d);
-  const ptdp_optimizer_options o =
-      ptdp::capi::read_options(user, d, "options", "ptdp_optimizer_options_init");
-  PTDP_CHECK_ARG(o.optimizer == PTDP_OPTIMIZER_ADAM || o.optimizer == PTDP_OPTIMIZER_SGD,
-                 "options->optimizer = " + std::to_string(static_cast<int>(o.optimizer)) + " is not a ptdp_optimizer_kind");
-  PTDP_CHECK_ARG(o.lr_decay_style >= PTDP_LR_CONSTANT && o.lr_decay_style <= PTDP_LR_COSINE,
-                 "options->lr_decay_style = " + std::to_string(static_cast<int>(o.lr_decay_style)) +
-                     " is not a ptdp_lr_decay_style");
-  PTDP_CHECK_ARG(o.dynamic_loss_scale == 0 || o.dynamic_loss_scale == 1,
-                 "options->dynamic_loss_scale = " + std::to_string(o.dynamic_loss_scale) + " is not 0 or 1");
-  PTDP_CHECK_ARG(o.use_distributed_optimizer == 0 || o.use_distributed_optimizer == 1,
-                 "options->use_distributed_optimizer = " + std::to_string(o.use_distributed_optimizer) + " is not 0 or 1");
-  // Range checks that name the struct's fields (the core checks again, in its own words).
-  const auto field = [](bool ok, const char* name, double v, const char* want) {
-    char buf[64];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    PTDP_CHECK_ARG(ok, std::string("options->") + name + " = " + buf + " " + want);
-  };
-  field(std::isfinite(o.lr) && o.lr >= 0, "lr", o.lr, "must be >= 0");
-  field(std::isfinite(o.min_lr) && o.min_lr >= 0 && o.min_lr <= o.lr, "min_lr", o.min_lr, "must be in [0, lr]");
-  field(o.lr_warmup_iters >= 0, "lr_warmup_iters", static_cast<double>(o.lr_warmup_iters), "must be >= 0");
-  field(o.lr_decay_iters >= 0, "lr_decay_iters", static_cast<double>(o.lr_decay_iters), "must be >= 0");
-  field(o.adam_beta1 >= 0 && o.adam_beta1 < 1, "adam_beta1", o.adam_beta1, "must be in [0, 1)");
-  field(o.adam_beta2 >= 0 && o.adam_beta2 < 1, "adam_beta2", o.adam_beta2, "must be in [0, 1)");
-  field(o.adam_eps > 0, "adam_eps", o.adam_eps, "must be > 0");
-  field(o.weight_decay >= 0, "weight_decay", o.weight_decay, "must be >= 0");
-  field(o.sgd_momentum >= 0, "sgd_momentum", o.sgd_momentum, "must be >= 0");
-  field(o.clip_grad >= 0, "clip_grad", o.clip_grad, "must be >= 0 (0: no clipping)");
-  field(std::isfinite(o.initial_loss_scale) && o.initial_loss_scale > 0, "initial_loss_scale", o.initial_loss_scale,
-        "must be > 0");
-  field(o.min_loss_scale > 0 && o.min_loss_scale <= o.initial_loss_scale, "min_loss_scale", o.min_loss_scale,
-        "must be in (0, initial_loss_scale]");
-  field(o.loss_scale_window > 0, "loss_scale_window", o.loss_scale_window, "must be > 0");
-  field(o.hysteresis > 0, "hysteresis", o.hysteresis, "must be > 0");
-  field(o.ddp_bucket_size >= 0, "ddp_bucket_size", static_cast<double>(o.ddp_bucket_size), "must be >= 0 (0: one bucket)");
-  ptdp::OptimizerConfig c;
-  c.kind = static_cast<ptdp::OptimizerKind>(o.optimizer);
-  c.lr.lr = o.lr;
-  c.lr.min_lr = o.min_lr;
-  c.lr.style = static_cast<ptdp::LrDecayStyle>(o.lr_decay_style);
-  c.lr.warmup_iters = o.lr_warmup_iters;
-  c.lr.decay_iters = o.lr_decay_iters;
-  c.beta1 = o.adam_beta1;
-  c.beta2 = o.adam_beta2;
-  c.eps = o.adam_eps;
-  c.weight_decay = o.weight_decay;
-  c.momentum = o.sgd_momentum;
-  c.clip_grad = o.clip_grad;
-  c.loss_scale.dynamic = o.dynamic_loss_scale == 1;
-  c.loss_scale.initial_scale = o.initial_loss_scale;
-  c.loss_scale.min_scale = o.min_loss_scale;
-  c.loss_scale.growth_interval = o.loss_scale_window;
-  c.loss_scale.hysteresis = o.hysteresis;
-  c.distributed = o.use_distributed_optimizer == 1;
-  c.bucket_elements = o.ddp_bucket_size;
-  c.validate();
-  return c;
-}
 
 }  // namespace
 

@@ -1,6 +1,5 @@
 // The planner through the C API: clusters, plan options, ptdp-plan's flags, plans and their
-// layouts, reports and drawings (core/plan/), and the CPU engine's memory high-water mark that
-// memory estimates are checked against.
+// layouts, reports and drawings (core/plan/). The struct conversions are capi/src/convert.cpp's.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -33,172 +32,13 @@ using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 namespace plan = ptdp::plan;
+using ptdp::capi::cluster_from_c;
+using ptdp::capi::cluster_to_c;
+using ptdp::capi::plan_options_defaults;
+using ptdp::capi::plan_options_to_c;
+using ptdp::capi::plan_request;
 
 constexpr std::size_t kLayoutV1Size = ptdp::capi::first_published_size<ptdp_plan_layout>;
-
-void to_c(const plan::Cluster& c, ptdp_cluster* out) {
-  ptdp_cluster o{};
-  o.struct_size = sizeof(ptdp_cluster);
-  std::strncpy(o.name, c.name.c_str(), sizeof(o.name) - 1);
-  o.gpus_per_node = c.gpus_per_node;
-  o.nodes = c.nodes;
-  o.memory_bytes = c.memory_bytes;
-  o.memory_reserve_bytes = c.memory_reserve_bytes;
-  o.peak_flops_16bit = c.peak_flops_16bit;
-  o.peak_flops_fp32 = c.peak_flops_fp32;
-  o.gemm_efficiency = c.gemm_efficiency;
-  o.memory_bandwidth = c.memory_bandwidth;
-  o.intra_node_bandwidth = c.intra_node_bandwidth;
-  o.intra_node_latency = c.intra_node_latency;
-  o.inter_node_bandwidth = c.inter_node_bandwidth;
-  o.inter_node_latency = c.inter_node_latency;
-  *out = o;
-}
-
-plan::Cluster from_c(const ptdp_cluster* user) {
-  ptdp_cluster defaults;
-  to_c(plan::cluster_preset("dgx-a100"), &defaults);
-  const ptdp_cluster c = ptdp::capi::read_options(user, defaults, "cluster", "ptdp_cluster_init");
-  plan::Cluster out;
-  PTDP_CHECK_ARG(std::memchr(c.name, '\0', sizeof(c.name)) != nullptr, "cluster->name is not NUL-terminated");
-  out.name = c.name[0] != '\0' ? std::string(c.name) : std::string("custom");
-  out.gpus_per_node = c.gpus_per_node;
-  out.nodes = c.nodes;
-  out.memory_bytes = c.memory_bytes;
-  out.memory_reserve_bytes = c.memory_reserve_bytes;
-  out.peak_flops_16bit = c.peak_flops_16bit;
-  out.peak_flops_fp32 = c.peak_flops_fp32;
-  out.gemm_efficiency = c.gemm_efficiency;
-  out.memory_bandwidth = c.memory_bandwidth;
-  out.intra_node_bandwidth = c.intra_node_bandwidth;
-  out.intra_node_latency = c.intra_node_latency;
-  out.inter_node_bandwidth = c.inter_node_bandwidth;
-  out.inter_node_latency = c.inter_node_latency;
-  out.validate();
-  return out;
-}
-
-void default_options(ptdp_plan_options* o) {
-  const ptdp::GptConfig g;
-  o->num_layers = g.num_layers;
-  o->hidden_size = g.hidden_size;
-  o->num_attention_heads = g.num_attention_heads;
-  o->ffn_hidden_size = g.ffn_hidden_size;
-  o->vocab_size = g.vocab_size;
-  o->make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
-  o->seq_length = g.seq_length;
-  o->max_position_embeddings = g.max_position_embeddings;
-  o->untie_embeddings_and_output_weights = 0;
-  o->attention_dropout = g.attention_dropout;
-  o->global_batch_size = 0;
-  o->precision = PTDP_DTYPE_F32;
-  o->use_distributed_optimizer = 0;
-  o->recompute_granularity = -1;
-  o->num_gpus = 0;
-  o->tensor_model_parallel_size = 0;
-  o->pipeline_model_parallel_size = 0;
-  o->num_layers_per_virtual_pipeline_stage = 0;
-  o->micro_batch_size = 0;
-  o->pipeline_schedule = -1;
-  o->scatter_gather = 1;
-  o->overlap_grad_reduce = 1;
-  o->top = 5;
-}
-
-void to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
-  ptdp_plan_options o{};
-  o.struct_size = sizeof(ptdp_plan_options);
-  default_options(&o);
-  const ptdp::GptConfig& g = r.model;
-  o.num_layers = g.num_layers;
-  o.hidden_size = g.hidden_size;
-  o.num_attention_heads = g.num_attention_heads;
-  o.ffn_hidden_size = g.ffn_hidden_size;
-  o.vocab_size = g.vocab_size;
-  o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
-  o.seq_length = g.seq_length;
-  o.max_position_embeddings = g.max_position_embeddings;
-  o.untie_embeddings_and_output_weights = g.tie_embeddings ? 0 : 1;
-  o.attention_dropout = g.attention_dropout;
-  o.global_batch_size = r.global_batch_size;
-  o.precision = r.precision == plan::Precision::Bf16   ? PTDP_DTYPE_BF16
-                : r.precision == plan::Precision::Fp16 ? PTDP_DTYPE_F16
-                                                       : PTDP_DTYPE_F32;
-  o.use_distributed_optimizer = r.allow_distributed_optimizer ? 1 : 0;
-  int allowed = 0, which = -1;
-  for (int i = 0; i < 3; ++i) {
-    if (r.allow_recompute[i]) {
-      ++allowed;
-      which = i;
-    }
-  }
-  o.recompute_granularity = allowed == 1 ? which : -1;
-  o.num_gpus = r.num_gpus;
-  o.tensor_model_parallel_size = r.tensor;
-  o.pipeline_model_parallel_size = r.pipeline;
-  o.num_layers_per_virtual_pipeline_stage = r.layers_per_virtual_stage;
-  o.micro_batch_size = r.micro_batch;
-  o.pipeline_schedule = r.schedule;
-  o.scatter_gather = r.scatter_gather ? 1 : 0;
-  o.overlap_grad_reduce = r.overlap_grad_reduce ? 1 : 0;
-  o.top = r.top;
-  *out = o;
-}
-
-plan::PlanRequest from_c(const ptdp_plan_options* user) {
-  require_non_null(user, "options");
-  ptdp_plan_options defaults{};
-  defaults.struct_size = sizeof(defaults);
-  default_options(&defaults);
-  const ptdp_plan_options o =
-      ptdp::capi::read_options(user, defaults, "options", "ptdp_plan_options_init");
-  plan::PlanRequest r;
-  ptdp::GptConfig& g = r.model;
-  g.num_layers = o.num_layers;
-  g.hidden_size = o.hidden_size;
-  g.num_attention_heads = o.num_attention_heads;
-  g.ffn_hidden_size = o.ffn_hidden_size;
-  g.vocab_size = o.vocab_size;
-  g.make_vocab_size_divisible_by = o.make_vocab_size_divisible_by;
-  g.seq_length = o.seq_length;
-  g.max_position_embeddings = o.max_position_embeddings;
-  PTDP_CHECK_ARG(o.untie_embeddings_and_output_weights == 0 || o.untie_embeddings_and_output_weights == 1,
-                 str_cat("options->untie_embeddings_and_output_weights = ", o.untie_embeddings_and_output_weights,
-                         " is not 0 or 1"));
-  g.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
-  g.attention_dropout = o.attention_dropout;
-  r.global_batch_size = o.global_batch_size;
-  switch (o.precision) {
-    case PTDP_DTYPE_F32: r.precision = plan::Precision::Fp32; break;
-    case PTDP_DTYPE_BF16: r.precision = plan::Precision::Bf16; break;
-    case PTDP_DTYPE_F16: r.precision = plan::Precision::Fp16; break;
-    default:
-      ptdp::throw_error(ptdp::ErrorCode::InvalidArgument,
-                        str_cat("options->precision = ", static_cast<int>(o.precision), " is not F32, BF16 or F16"));
-  }
-  PTDP_CHECK_ARG(o.use_distributed_optimizer == 0 || o.use_distributed_optimizer == 1,
-                 str_cat("options->use_distributed_optimizer = ", o.use_distributed_optimizer, " is not 0 or 1"));
-  r.allow_distributed_optimizer = o.use_distributed_optimizer == 1;
-  PTDP_CHECK_ARG(o.recompute_granularity >= -1 && o.recompute_granularity <= 2,
-                 str_cat("options->recompute_granularity = ", o.recompute_granularity,
-                         " is not -1 (search) or a ptdp_recompute"));
-  for (int i = 0; i < 3; ++i) r.allow_recompute[i] = o.recompute_granularity < 0 || o.recompute_granularity == i;
-  r.num_gpus = o.num_gpus;
-  r.tensor = o.tensor_model_parallel_size;
-  r.pipeline = o.pipeline_model_parallel_size;
-  r.layers_per_virtual_stage = o.num_layers_per_virtual_pipeline_stage;
-  r.micro_batch = o.micro_batch_size;
-  r.schedule = o.pipeline_schedule;
-  PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,
-                 str_cat("options->scatter_gather = ", o.scatter_gather, " is not 0 or 1"));
-  PTDP_CHECK_ARG(o.overlap_grad_reduce == 0 || o.overlap_grad_reduce == 1,
-                 str_cat("options->overlap_grad_reduce = ", o.overlap_grad_reduce, " is not 0 or 1"));
-  r.scatter_gather = o.scatter_gather == 1;
-  r.overlap_grad_reduce = o.overlap_grad_reduce == 1;
-  r.top = o.top;
-  r.validate();
-  return r;
-}
 
 // The argv entry holding the last --schedule-svg value (so the pointer lives as long as argv).
 const char* schedule_svg_in(int32_t argc, const char* const* argv) {
@@ -222,7 +62,7 @@ extern "C" {
 PTDP_API ptdp_status ptdp_cluster_init(ptdp_cluster* cluster) {
   return guard(__func__, [&] {
     require_non_null(cluster, "cluster");
-    to_c(plan::cluster_preset("dgx-a100"), cluster);
+    cluster_to_c(plan::cluster_preset("dgx-a100"), cluster);
   });
 }
 
@@ -230,7 +70,7 @@ PTDP_API ptdp_status ptdp_cluster_preset(const char* name, ptdp_cluster* cluster
   return guard(__func__, [&] {
     require_non_null(name, "name");
     require_non_null(cluster, "cluster");
-    to_c(plan::cluster_preset(name), cluster);
+    cluster_to_c(plan::cluster_preset(name), cluster);
   });
 }
 
@@ -244,12 +84,12 @@ PTDP_API ptdp_status ptdp_cluster_load(const char* path, ptdp_cluster* cluster) 
   return guard(__func__, [&] {
     require_non_null(path, "path");
     require_non_null(cluster, "cluster");
-    to_c(plan::load_cluster(path), cluster);
+    cluster_to_c(plan::load_cluster(path), cluster);
   });
 }
 
 PTDP_API ptdp_status ptdp_plan_options_init(ptdp_plan_options* options) {
-  return guard(__func__, [&] { default_options(&ptdp::capi::reset_options(options, "options")); });
+  return guard(__func__, [&] { plan_options_defaults(&ptdp::capi::reset_options(options, "options")); });
 }
 
 PTDP_API ptdp_status ptdp_plan_parse_args(int32_t argc, const char* const* argv, ptdp_plan_options* options,
@@ -274,8 +114,8 @@ PTDP_API ptdp_status ptdp_plan_parse_args(int32_t argc, const char* const* argv,
     c.schedule_svg = a.schedule_svg.empty() ? nullptr : schedule_svg_in(argc, argv);
     ptdp_plan_options o;
     ptdp_cluster k;
-    to_c(a.request, &o);
-    to_c(a.cluster, &k);
+    plan_options_to_c(a.request, &o);
+    cluster_to_c(a.cluster, &k);
     *options = o;
     *cluster = k;
     *cli = c;
@@ -292,8 +132,8 @@ PTDP_API ptdp_status ptdp_plan_help(const char* program, char* buffer, size_t ca
 PTDP_API ptdp_status ptdp_plan_create(const ptdp_plan_options* options, const ptdp_cluster* cluster, ptdp_plan* out) {
   return guard(__func__, [&] {
     require_non_null(out, "out");
-    const plan::PlanRequest request = from_c(options);
-    const plan::Cluster c = from_c(cluster);
+    const plan::PlanRequest request = plan_request(options);
+    const plan::Cluster c = cluster_from_c(cluster);
     auto h = std::make_unique<ptdp_plan_impl>();
     h->result = plan::make_plan(request, c);
     *out = h.release();
@@ -396,11 +236,11 @@ PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int3
     require_non_null(options, "options");
     ptdp_plan_options defaults{};
     defaults.struct_size = sizeof(defaults);
-    default_options(&defaults);
+    plan_options_defaults(&defaults);
     ptdp_plan_options o =
         ptdp::capi::read_options(options, defaults, "options", "ptdp_plan_options_init");
     if (o.global_batch_size <= 0) o.global_batch_size = 1;  // only the model is read here
-    const plan::PlanRequest r = from_c(&o);
+    const plan::PlanRequest r = plan_request(&o);
     r.model.validate(t);
     if (formula != nullptr) *formula = plan::paper_parameters(r.model);
     if (exact != nullptr) *exact = r.model.parameter_count(t);

@@ -93,29 +93,7 @@ PTDP_API ptdp_status ptdp_train_config_optimizer_options(ptdp_train_config confi
   return guard(__func__, [&] {
     const ptdp_train_config_impl& c = live(config, "config");
     require_non_null(options, "options");
-    const ptdp::OptimizerConfig k = ptdp::to_optimizer_config(c.args);
-    ptdp_optimizer_options o;
-    init_or_throw(ptdp_optimizer_options_init(&o), "ptdp_optimizer_options_init");
-    o.optimizer = static_cast<ptdp_optimizer_kind>(k.kind);
-    o.lr = k.lr.lr;
-    o.min_lr = k.lr.min_lr;
-    o.lr_decay_style = static_cast<ptdp_lr_decay_style>(k.lr.style);
-    o.lr_warmup_iters = k.lr.warmup_iters;
-    o.lr_decay_iters = k.lr.decay_iters;
-    o.adam_beta1 = k.beta1;
-    o.adam_beta2 = k.beta2;
-    o.adam_eps = k.eps;
-    o.weight_decay = k.weight_decay;
-    o.sgd_momentum = k.momentum;
-    o.clip_grad = k.clip_grad;
-    o.dynamic_loss_scale = k.loss_scale.dynamic ? 1 : 0;
-    o.initial_loss_scale = k.loss_scale.initial_scale;
-    o.min_loss_scale = k.loss_scale.min_scale;
-    o.loss_scale_window = k.loss_scale.growth_interval;
-    o.hysteresis = k.loss_scale.hysteresis;
-    o.use_distributed_optimizer = k.distributed ? 1 : 0;
-    o.ddp_bucket_size = k.bucket_elements;
-    *options = o;
+    ptdp::capi::optimizer_options(ptdp::to_optimizer_config(c.args), options);
   });
 }
 

@@ -107,13 +107,6 @@ int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
   return n;
 }
 
-double paper_flops(const GptConfig& m, int64_t samples, bool full_recompute) {
-  const double B = static_cast<double>(samples), l = m.num_layers, h = m.hidden_size, s = m.seq_length,
-               V = m.vocab_size;
-  return full_recompute ? 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h))
-                        : 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
-}
-
 namespace {
 
 // Forward FLOPs of one layer for `samples` samples: QKV, projection and the two MLP GEMMs

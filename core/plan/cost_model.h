@@ -101,10 +101,9 @@ double paper_parameters(const GptConfig& m);
 /// Parameters one tensor rank of pipeline rank `stage` holds in ptdp's model (what GptModel
 /// allocates for the chunks c = j p + stage, tied-embedding copies included).
 int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage);
-/// FLOPs of one iteration over `samples` samples: the model's (no recomputation) or as executed.
+/// FLOPs of one iteration over `samples` samples counted GEMM by GEMM: the model's (no
+/// recomputation) or as executed. The paper's closed forms are GptConfig::paper_flops.
 double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute);
-/// The paper's closed forms: 72 (recompute false) or 96 (true) B s l h^2 (1 + s/(6h) + V/(c l h)).
-double paper_flops(const GptConfig& m, int64_t samples, bool full_recompute);
 /// Activation bytes one transformer layer keeps per microbatch of b samples with tensor size t.
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r);
 
