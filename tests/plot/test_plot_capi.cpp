@@ -9,36 +9,17 @@
 #include <string>
 #include <vector>
 
+#include "plot_files.h"
 #include "ptdp/ptdp.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(PTDP_TEST_OUTPUT_DIR) / "plot-capi-scratch" / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using plot_test::count;
+using plot_test::read_text;
+using plot_test::scratch;
+using plot_test::write_text;
 
 std::string log_text(double start_loss) {
   std::string out;

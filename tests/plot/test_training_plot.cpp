@@ -22,6 +22,7 @@
 
 #include "core/train/plot.h"
 #include "kernels/error.h"
+#include "plot_files.h"
 #include "tests/pipeline/xml_check.h"
 
 namespace fs = std::filesystem;
@@ -35,31 +36,10 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 const char* const kSeries[] = {"lm_loss", "validation_lm_loss", "learning_rate", "grad_norm", "loss_scale",
                                "tokens_per_second"};
 
-// A fresh directory for one test case under the build tree.
-fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::path(PTDP_TEST_OUTPUT_DIR) / "plot-scratch" / name;
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-std::size_t count(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
+using plot_test::count;
+using plot_test::read_text;
+using plot_test::scratch;
+using plot_test::write_text;
 
 // 50 iterations: loss 10 -> 2.5 linearly, learning rate warming up to 1e-4 over 10 iterations,
 // grad norm, loss scale halving from 65536 to 1 (17 values), tokens/s; validation every 10.
