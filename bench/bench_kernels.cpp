@@ -7,10 +7,11 @@
 //      warm-up call of each GEMM is also checked against a double-precision dot product at a
 //      few sampled elements, so a wrong layout shows up as CHECK FAILED instead of a number.
 //   2b. fc1's forward (bias + GeLU epilogue) and wgrad with bf16 operands, and the fused causal
-//      attention (fp32 and bf16, forward and backward) in GFLOP/s over the visible half of the
-//      scores.
+//      attention (fp32 and bf16, forward and backward, and grouped-query with 4 key/value heads
+//      for the 12 query heads) in GFLOP/s over the visible half of the scores.
 //   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
-//      must read and write (formula next to each op).
+//      must read and write (formula next to each op), with the Llama family's RMSNorm, SwiGLU
+//      and RoPE at the same sizes.
 //
 // Timing: one warm-up call, then `runs` runs. The first run repeats the op until min_time has
 // passed and fixes the iteration count of the others; each run yields a time per call. The
@@ -194,6 +195,7 @@ constexpr int64_t kFfn = 3072;     // 4h
 constexpr int64_t kRows = kSeq * kBatch;  // s*b tokens
 constexpr int64_t kVocab = 50304;  // 50257 padded to a multiple of 128
 constexpr int64_t kGpt2Params = 124439808;
+constexpr int64_t kGqaGroups = 4;  // key/value heads of the grouped-query rows (12 / 4 = 3 each)
 
 class Bench {
  public:
@@ -207,6 +209,9 @@ class Bench {
     bench_bias();
     bench_gelu();
     bench_layernorm();
+    bench_rmsnorm();
+    bench_swiglu();
+    bench_rope();
     bench_softmax();
     bench_dropout();
     bench_elementwise();
@@ -689,7 +694,7 @@ class Bench {
 
   static constexpr const char* kComputeNames[] = {
       "gemm_bf16/fc1.fwd+bias_gelu", "gemm_bf16/fc1.wgrad", "attn/fused_fwd", "attn/fused_bwd",
-      "attn/fused_fwd.bf16",
+      "attn/fused_fwd.bf16", "attn/fused_fwd.gqa", "attn/fused_bwd.gqa",
   };
 
   /// Times `op` (flops per call) as one row of section 2b; `check` (may be empty) runs first,
@@ -840,6 +845,19 @@ class Bench {
     flop_case("attn/fused_fwd.bf16", "causal", s, s, kHeadDim, kBatch * kHeads, fwd_flops, [&] {
       be_.attention_forward(ad, qkv16.data(), ctx16.data(), lse.get(), DType::BF16);
     });
+    // Grouped-query: the same 12 query heads sharing 4 key/value heads, qkv [s, b, 4, 5, dh]
+    // (a prefix of the buffers above); the same flops per query head.
+    ptdp::AttentionDesc gd = ad;
+    gd.groups = kGqaGroups;
+    auto gqa_fwd = [&] { be_.attention_forward(gd, qkv.get(), ctx.get(), lse.get(), kF32); };
+    flop_case("attn/fused_fwd.gqa", "causal", s, s, kHeadDim, kBatch * kHeads, fwd_flops,
+              gqa_fwd);
+    if (selected("attn/fused_bwd.gqa")) gqa_fwd();
+    flop_case("attn/fused_bwd.gqa", "causal", s, s, kHeadDim, kBatch * kHeads, 2.5 * fwd_flops,
+              [&] {
+                be_.attention_backward(gd, qkv.get(), ctx.get(), lse.get(), dctx.get(),
+                                       dqkv.get(), delta.get(), kF32);
+              });
     if (compute16_header_printed_) std::printf("\n");
   }
 
@@ -953,6 +971,76 @@ class Bench {
                                  kF32, dgamma.get(), dbeta.get(), rows, cols, false);
         },
         fwd);
+  }
+
+  void bench_rmsnorm() {
+    if (!any_selected({"mem/rmsnorm_fwd", "mem/rmsnorm_bwd"})) return;
+    const int64_t rows = kRows, cols = kHidden;
+    const double rc = static_cast<double>(rows * cols);
+    Buffer<float> x(rows * cols), y(rows * cols), dy(rows * cols), dx(rows * cols);
+    Buffer<float> gamma(cols), dgamma(cols), rstd(rows);
+    fill_uniform(x, -2.0f, 2.0f, 41);
+    fill_uniform(dy, -1.0f, 1.0f, 42);
+    fill_uniform(gamma, 0.5f, 1.5f, 43);
+    auto fwd = [&] {
+      be_.rmsnorm_forward(x.get(), gamma.get(), y.get(), kF32, rstd.get(), rows, cols, 1e-5f);
+    };
+    // rmsnorm_forward: read x, gamma; write y, rstd = 4 (2 R C + C + R)
+    mem_case("rmsnorm_fwd", shape2(rows, cols), f32_bytes(2 * rc + cols + rows), fwd);
+    // rmsnorm_backward (overwrite): read x, dy, gamma, rstd; write dx, dgamma
+    //   = 4 (3 R C + 2 C + R)
+    mem_case(
+        "rmsnorm_bwd", shape2(rows, cols), f32_bytes(3 * rc + 2.0 * cols + rows),
+        [&] {
+          be_.rmsnorm_backward(x.get(), gamma.get(), rstd.get(), dy.get(), dx.get(), kF32,
+                               dgamma.get(), rows, cols, false);
+        },
+        fwd);
+  }
+
+  void bench_swiglu() {
+    if (!any_selected({"mem/swiglu_fwd", "mem/swiglu_bwd"})) return;
+    const int64_t rows = kRows, cols = kFfn;  // x [rows, 2 * ffn] = [gate | up], y [rows, ffn]
+    const double rc = static_cast<double>(rows * cols);
+    Buffer<float> x(2 * rows * cols), y(rows * cols), dy(rows * cols), dx(2 * rows * cols);
+    fill_uniform(x, -4.0f, 4.0f, 51);
+    fill_uniform(dy, -1.0f, 1.0f, 52);
+    // swiglu_forward: read x, write y = 4 (2 R C + R C)
+    mem_case("swiglu_fwd", shape2(rows, 2 * cols), f32_bytes(3 * rc),
+             [&] { be_.swiglu_forward(x.get(), y.get(), kF32, rows, cols); });
+    // swiglu_backward: read x, dy, write dx = 4 (2 R C + R C + 2 R C)
+    mem_case("swiglu_bwd", shape2(rows, 2 * cols), f32_bytes(5 * rc),
+             [&] { be_.swiglu_backward(x.get(), dy.get(), dx.get(), kF32, rows, cols); });
+  }
+
+  void bench_rope() {
+    if (!any_selected({"mem/rope_fwd", "mem/rope_bwd"})) return;
+    // Llama-style grouped-query activation: 12 query heads in 4 groups, qkv [s, b, 4, 3 + 2, dh],
+    // every query and key feature rotated.
+    const int64_t groups = kGqaGroups, qpg = kHeads / kGqaGroups;
+    const int64_t tokens = kRows, n = tokens * groups * (qpg + 2) * kHeadDim;
+    Buffer<float> qkv(n), inv_freq(kHeadDim / 2);
+    fill_uniform(qkv, -1.0f, 1.0f, 61);
+    for (int64_t i = 0; i < kHeadDim / 2; ++i)
+      inv_freq.get()[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / kHeadDim));
+    ptdp::RopeDesc d;
+    d.s = kSeq;
+    d.b = kBatch;
+    d.groups = groups;
+    d.q_per_group = qpg;
+    d.dh = kHeadDim;
+    d.rot_dim = kHeadDim;
+    d.inv_freq = inv_freq.get();
+    // In place over the query and key heads: read and write them = 4 (2 tokens groups (qpg + 1)
+    // dh); the value heads are not touched.
+    const double rotated = static_cast<double>(tokens * groups * (qpg + 1) * kHeadDim);
+    const std::string shape = "[" + std::to_string(tokens) + " x " + std::to_string(groups) +
+                              " x " + std::to_string(qpg + 2) + " x " + std::to_string(kHeadDim) +
+                              "]";
+    mem_case("rope_fwd", shape, f32_bytes(2 * rotated),
+             [&] { be_.rope_forward(qkv.get(), kF32, d); });
+    mem_case("rope_bwd", shape, f32_bytes(2 * rotated),
+             [&] { be_.rope_backward(qkv.get(), kF32, d); });
   }
 
   void bench_softmax() {

@@ -113,10 +113,40 @@ struct SgdParams {
 /// Dropout on the probabilities uses `dropout` with the same global indexing as the unfused
 /// path ([b, global heads, s * s] blocks, see SelfAttention), so both paths drop the same
 /// entries.
+///
+/// Grouped-query attention: with `groups` key/value heads (0 means groups == heads, multi-head
+/// attention) the activation is [s, b, groups, heads/groups + 2, dh]: each group's heads/groups
+/// query heads, then its key head, then its value head (Megatron-Core's linear_qkv layout; for
+/// groups == heads it is the [s, b, heads, 3, dh] above). Query head hi = g * (heads/groups) + j
+/// attends with its group g's key and value, which are read in place, never copied per query
+/// head; ctx stays [s, b, heads, dh], lse [b, heads, s], and dqkv has qkv's layout (a group's
+/// key and value gradients summed over its query heads).
 struct AttentionDesc {
   int64_t s = 0, b = 0, heads = 0, dh = 0;
   float scale = 1.0f;
   DropoutDesc dropout;  ///< p == 0: none
+  int64_t groups = 0;   ///< key/value heads; 0: heads (multi-head attention)
+
+  int64_t kv_groups() const { return groups > 0 ? groups : heads; }
+  int64_t q_per_group() const { return heads / kv_groups(); }
+};
+
+/// Rotary position embedding (Su et al.; Megatron's and Hugging Face's rotate-half convention)
+/// applied in place to the query and key heads of the fused QKV activation
+/// [s, b, groups, q_per_group + 2, dh] (AttentionDesc's layout; value heads are left alone).
+/// For a token at position p and each i < rot_dim / 2, with angle = float(p) * inv_freq[i] (one
+/// fp32 multiplication) and
+/// cos, sin of that angle (evaluated in double, rounded to fp32, so both devices agree):
+///   x[i]             <- x[i] cos - x[i + rot_dim/2] sin
+///   x[i + rot_dim/2] <- x[i + rot_dim/2] cos + x[i] sin
+/// Features [rot_dim, dh) pass through. The backward rotates by -angle (the transpose).
+struct RopeDesc {
+  int64_t s = 0, b = 0, groups = 0, q_per_group = 1, dh = 0;
+  int64_t rot_dim = 0;                  ///< even, 0 < rot_dim <= dh
+  const float* inv_freq = nullptr;      ///< [rot_dim / 2] fp32, on the backend's device
+  const int32_t* positions = nullptr;   ///< [s, b] (device) position of each token; NULL: the
+                                        ///< sequence index plus position_offset
+  int64_t position_offset = 0;
 };
 
 class Backend {
@@ -166,6 +196,31 @@ class Backend {
                                   float* dgamma, float* dbeta, int64_t rows, int64_t cols,
                                   bool accumulate) = 0;
 
+  // ---- RMSNorm over the last dimension (Zhang & Sennrich; Llama's norm, no bias) -------------
+  /// y = x * rstd * gamma per row with rstd = 1 / sqrt(mean(x^2) + eps); saves rstd[rows].
+  virtual void rmsnorm_forward(const void* x, const void* gamma, void* y, DType t, float* rstd,
+                               int64_t rows, int64_t cols, float eps) = 0;
+  /// dx = d/dx; dgamma (fp32) is summed over rows, added to its contents when accumulate is set,
+  /// overwritten otherwise. dx may alias dy.
+  virtual void rmsnorm_backward(const void* x, const void* gamma, const float* rstd,
+                                const void* dy, void* dx, DType t, float* dgamma, int64_t rows,
+                                int64_t cols, bool accumulate) = 0;
+
+  // ---- SwiGLU (Shazeer 2020): the gated MLP activation ---------------------------------------
+  /// x is [rows, 2 * cols], each row the gate half then the up half (the column-parallel fc1
+  /// output of one tensor rank); y [rows, cols] = silu(gate) * up, silu(g) = g / (1 + e^-g).
+  virtual void swiglu_forward(const void* x, void* y, DType t, int64_t rows, int64_t cols) = 0;
+  /// dx [rows, 2 * cols] (gate, up halves) from the forward's input x and dy [rows, cols]. dx
+  /// may alias x.
+  virtual void swiglu_backward(const void* x, const void* dy, void* dx, DType t, int64_t rows,
+                               int64_t cols) = 0;
+
+  // ---- rotary position embedding (see RopeDesc) ----------------------------------------------
+  /// Rotates the query and key heads of qkv in place by their positions' angles.
+  virtual void rope_forward(void* qkv, DType t, const RopeDesc& d) = 0;
+  /// The backward: rotates the query and key gradients of dqkv in place by minus the angles.
+  virtual void rope_backward(void* dqkv, DType t, const RopeDesc& d) = 0;
+
   // ---- scale + causal mask + softmax over the last dimension --------------------------------
   /// x and y are [batch, sq, sk]; y = softmax(scale * x) per row; with causal set, query row i
   /// sees keys j <= i + (sk - sq) and the rest are exactly 0. y may alias x.
@@ -179,10 +234,11 @@ class Backend {
   /// Whether this backend has a fused attention kernel for storage type t and head dim dh
   /// (the layers fall back to GEMM + softmax + GEMM where it has not).
   virtual bool fused_attention_supported(DType t, int64_t dh) const = 0;
-  /// ctx and lse from qkv. Throws Error(Unsupported) where fused_attention_supported is false.
+  /// ctx and lse from qkv (any AttentionDesc::groups dividing heads). Throws Error(Unsupported)
+  /// where fused_attention_supported is false.
   virtual void attention_forward(const AttentionDesc& d, const void* qkv, void* ctx, float* lse,
                                  DType t) = 0;
-  /// dqkv [s, b, heads, 3, dh] from the forward's qkv, ctx, lse and the output gradient dctx.
+  /// dqkv (qkv's layout) from the forward's qkv, ctx, lse and the output gradient dctx.
   /// delta [b, heads, s] fp32 is scratch (rowsum(dctx * ctx)).
   virtual void attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
                                   const float* lse, const void* dctx, void* dqkv, float* delta,

@@ -188,6 +188,78 @@ inline void check_layernorm_backward(const void* x, const void* gamma, const flo
   }
 }
 
+// ---- RMSNorm -------------------------------------------------------------------------------
+
+inline Work check_rmsnorm_forward(const void* x, const void* gamma, const void* y, DType t,
+                                  const float* rstd, int64_t rows, int64_t cols, float eps) {
+  const char* op = "rmsnorm_forward";
+  float_type(op, "t", t);
+  nonneg(op, "rows", rows);
+  positive(op, "cols", cols);
+  PTDP_CHECK_ARG(eps >= 0.0f && std::isfinite(eps),
+                 std::string(op) + ": eps must be finite and >= 0, got " + std::to_string(eps));
+  if (rows == 0) return Work::none;
+  not_null(op, "x", x);
+  not_null(op, "gamma", gamma);
+  not_null(op, "y", y);
+  not_null(op, "rstd", rstd);
+  return Work::some;
+}
+
+/// With rows == 0 the op still has work: dgamma is cleared (or kept, accumulating).
+inline void check_rmsnorm_backward(const void* x, const void* gamma, const float* rstd,
+                                   const void* dy, const void* dx, DType t, const float* dgamma,
+                                   int64_t rows, int64_t cols) {
+  const char* op = "rmsnorm_backward";
+  float_type(op, "t", t);
+  nonneg(op, "rows", rows);
+  positive(op, "cols", cols);
+  not_null(op, "dgamma", dgamma);
+  if (rows > 0) {
+    not_null(op, "x", x);
+    not_null(op, "gamma", gamma);
+    not_null(op, "rstd", rstd);
+    not_null(op, "dy", dy);
+    not_null(op, "dx", dx);
+  }
+}
+
+// ---- SwiGLU --------------------------------------------------------------------------------
+
+/// `op` is swiglu_forward or swiglu_backward; `in` is x, `out` is y (forward) or dx (backward),
+/// `dy` the backward's output gradient (NULL and unchecked for the forward).
+inline Work check_swiglu(const char* op, const void* in, const void* dy, const void* out, DType t,
+                         int64_t rows, int64_t cols, bool backward) {
+  float_type(op, "t", t);
+  nonneg(op, "rows", rows);
+  nonneg(op, "cols", cols);
+  if (rows == 0 || cols == 0) return Work::none;
+  not_null(op, "x", in);
+  if (backward) not_null(op, "dy", dy);
+  not_null(op, backward ? "dx" : "y", out);
+  return Work::some;
+}
+
+// ---- rotary position embedding -------------------------------------------------------------
+
+/// `op` is rope_forward or rope_backward; `qkv` the activation (or its gradient) rotated.
+inline Work check_rope(const char* op, const void* qkv, DType t, const RopeDesc& d) {
+  float_type(op, "t", t);
+  nonneg(op, "s", d.s);
+  nonneg(op, "b", d.b);
+  positive(op, "groups", d.groups);
+  positive(op, "q_per_group", d.q_per_group);
+  positive(op, "dh", d.dh);
+  PTDP_CHECK_ARG(d.rot_dim > 0 && d.rot_dim <= d.dh && d.rot_dim % 2 == 0,
+                 std::string(op) + ": rot_dim = " + std::to_string(d.rot_dim) +
+                     " must be even and in (0, dh = " + std::to_string(d.dh) + "]");
+  nonneg(op, "position_offset", d.position_offset);
+  if (d.s == 0 || d.b == 0) return Work::none;
+  not_null(op, "qkv", qkv);
+  not_null(op, "inv_freq", d.inv_freq);
+  return Work::some;
+}
+
 // ---- softmax -------------------------------------------------------------------------------
 
 namespace detail {
@@ -293,6 +365,10 @@ inline void check_attention_desc(const char* op, const AttentionDesc& d, DType t
   positive(op, "b", d.b);
   positive(op, "heads", d.heads);
   positive(op, "dh", d.dh);
+  nonneg(op, "groups", d.groups);
+  PTDP_CHECK_ARG(d.heads % d.kv_groups() == 0,
+                 std::string(op) + ": groups = " + std::to_string(d.groups) +
+                     " does not divide heads = " + std::to_string(d.heads));
   PTDP_CHECK_ARG(std::isfinite(d.scale), std::string(op) + ": scale must be finite");
   PTDP_CHECK_ARG(d.dropout.p >= 0.0f && d.dropout.p < 1.0f,
                  std::string(op) + ": dropout p must be in [0, 1), got " +

@@ -3,12 +3,21 @@
 // as the reference the GPU kernel is tested against. One (batch, head) pair per task; within a
 // task everything is fp32, and ctx and dqkv are rounded to the storage type once.
 //
+// Grouped-query attention (AttentionDesc::groups): all query heads of a group read its key and
+// value in place (f32), or from one fp32 copy widened per group (bf16, f16); never a copy per
+// query head. With several query heads per group the backward keeps each head's share of the
+// group's dK and dV apart and sums them afterwards in head order, so the result does not depend
+// on the thread count. With one query head per group (groups == heads, or 0) every value
+// equals the multi-head kernel's, bit for bit.
+//
 // Dropout on the probabilities draws the unfused path's mask: there the probabilities are
 // [b * heads, s, s] with the DropoutDesc block [b, heads, s * s], so probability (i, j) of
 // (batch bi, head hi) keeps or drops as element (bi, hi, i * s + j) of that block does.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.h"
@@ -35,25 +44,73 @@ inline void axpy(float alpha, const float* x, float* y, int64_t n) {
   for (int64_t d = 0; d < n; ++d) y[d] += alpha * x[d];
 }
 
-// Where the rows of one (batch, head) pair sit in the [s, b, heads, ...] activations.
+// Where one query head and its group's key and value sit in the
+// [s, b, groups, heads/groups + 2, dh] activation (groups == heads: [s, b, heads, 3, dh]).
 struct HeadView {
-  int64_t qkv_row;   // elements between positions i and i + 1 of qkv: b * heads * 3 * dh
-  int64_t qkv_base;  // offset of q at position 0: (bi * heads + hi) * 3 * dh
+  int64_t qkv_row;   // elements between positions i and i + 1 of qkv: b * groups * (qpg + 2) * dh
+  int64_t qkv_base;  // offset of this query head at position 0
   int64_t ctx_row;   // b * heads * dh
   int64_t ctx_base;  // (bi * heads + hi) * dh
+  int64_t unit;      // bi * groups + g: index of the (batch, key/value group) pair
 };
 
 HeadView head_view(const AttentionDesc& d, int64_t bi, int64_t hi) {
-  const int64_t bh = bi * d.heads + hi;
-  return {d.b * d.heads * 3 * d.dh, bh * 3 * d.dh, d.b * d.heads * d.dh, bh * d.dh};
+  const int64_t groups = d.kv_groups(), qpg = d.q_per_group();
+  const int64_t g = hi / qpg, j = hi % qpg;
+  const int64_t unit = bi * groups + g;
+  return {d.b * groups * (qpg + 2) * d.dh, (unit * (qpg + 2) + j) * d.dh, d.b * d.heads * d.dh,
+          (bi * d.heads + hi) * d.dh, unit};
 }
 
-// Widens q, k or v (part 0, 1, 2) of one head into packed fp32 [s, dh].
+// The fp32 keys and values the query heads of group unit = bi * groups + g read: for f32
+// storage the rows of qkv itself (row stride qkv_row), for 16-bit storage a copy widened once per
+// group into [units, 2, s, dh] (row stride dh).
+struct KvSource {
+  const float* key0 = nullptr;  // the key row of position 0 of unit 0
+  int64_t row = 0;              // elements between the rows of positions i and i + 1
+  int64_t unit_stride = 0;      // between the key rows of units u and u + 1
+  int64_t value_offset = 0;     // from a key row to its value row
+  std::unique_ptr<float[]> widened;
+
+  const float* keys(int64_t unit) const { return key0 + unit * unit_stride; }
+  const float* values(int64_t unit) const { return keys(unit) + value_offset; }
+};
+
 template <typename St>
-void gather_qkv(const typename St::type* qkv, const AttentionDesc& d, const HeadView& hv,
-                int part, float* out) {
+KvSource kv_source(const typename St::type* qkv, const AttentionDesc& d) {
+  const int64_t s = d.s, dh = d.dh, groups = d.kv_groups(), qpg = d.q_per_group();
+  const int64_t units = d.b * groups, row = d.b * groups * (qpg + 2) * dh;
+  KvSource kv;
+  if constexpr (std::is_same_v<St, cpu::F32Storage>) {
+    kv.key0 = qkv + qpg * dh;
+    kv.row = row;
+    kv.unit_stride = (qpg + 2) * dh;
+    kv.value_offset = dh;
+  } else {
+    kv.widened.reset(new float[static_cast<std::size_t>(units * 2 * s * dh)]);
+#pragma omp parallel for schedule(static)
+    for (int64_t u = 0; u < units; ++u) {
+      for (int64_t part = 0; part < 2; ++part) {
+        float* out = kv.widened.get() + (u * 2 + part) * s * dh;
+        const auto* src = qkv + (u * (qpg + 2) + qpg + part) * dh;
+        for (int64_t i = 0; i < s; ++i)
+          for (int64_t e = 0; e < dh; ++e) out[i * dh + e] = St::load(src[i * row + e]);
+      }
+    }
+    kv.key0 = kv.widened.get();
+    kv.row = dh;
+    kv.unit_stride = 2 * s * dh;
+    kv.value_offset = s * dh;
+  }
+  return kv;
+}
+
+// Widens one query head into packed fp32 [s, dh].
+template <typename St>
+void gather_q(const typename St::type* qkv, const AttentionDesc& d, const HeadView& hv,
+              float* out) {
   for (int64_t i = 0; i < d.s; ++i) {
-    const auto* src = qkv + i * hv.qkv_row + hv.qkv_base + part * d.dh;
+    const auto* src = qkv + i * hv.qkv_row + hv.qkv_base;
     for (int64_t e = 0; e < d.dh; ++e) out[i * d.dh + e] = St::load(src[e]);
   }
 }
@@ -67,20 +124,23 @@ void gather_ctx(const typename St::type* ctx, const AttentionDesc& d, const Head
   }
 }
 
+// One query head (bi, hi) against its group's key and value.
 template <typename St>
 void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename St::type* qkv,
-                  typename St::type* ctx, float* lse) {
+                  const KvSource& kv, typename St::type* ctx, float* lse) {
   const int64_t s = d.s, dh = d.dh;
   const HeadView hv = head_view(d, bi, hi);
   const bool dropout = d.dropout.p > 0.0f;
   const float keep_scale = kcheck::dropout_keep_scale(d.dropout.p);
-  std::vector<float> q(s * dh), k(s * dh), v(s * dh), acc(dh), score(kKeyTile);
+  const float* k = kv.keys(hv.unit);
+  const float* v = kv.values(hv.unit);
+  const int64_t kv_row = kv.row;
+  std::vector<float> q(s * dh), acc(dh), score(kKeyTile);
   std::vector<uint8_t> keep(dropout ? s : 0);
-  gather_qkv<St>(qkv, d, hv, 0, q.data());
-  gather_qkv<St>(qkv, d, hv, 1, k.data());
-  gather_qkv<St>(qkv, d, hv, 2, v.data());
+  gather_q<St>(qkv, d, hv, q.data());
   for (int64_t i = 0; i < s; ++i) {
     const float* qi = q.data() + i * dh;
+    // The mask is indexed by the query head: [b, heads, s * s], as in the unfused path.
     if (dropout) cpu::dropout_keep_row(d.dropout, bi, hi, i * s, i * s + i + 1, keep.data());
     float m = kNegInf;
     double l = 0.0;  // sum of exp(score - m) over the keys seen, dropped ones included
@@ -90,7 +150,7 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
       const int64_t j1 = std::min(i + 1, j0 + kKeyTile);
       float tile_max = kNegInf;
       for (int64_t j = j0; j < j1; ++j) {
-        score[j - j0] = d.scale * dot(qi, k.data() + j * dh, dh);
+        score[j - j0] = d.scale * dot(qi, k + j * kv_row, dh);
         tile_max = std::max(tile_max, score[j - j0]);
       }
       const float m_new = std::max(m, tile_max);
@@ -101,7 +161,7 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
         const float p = std::exp(score[j - j0] - m_new);
         l += p;
         const float w = dropout ? (keep[j] ? p * keep_scale : 0.0f) : p;
-        if (w != 0.0f) axpy(w, v.data() + j * dh, acc.data(), dh);
+        if (w != 0.0f) axpy(w, v + j * kv_row, acc.data(), dh);
       }
       m = m_new;
     }
@@ -116,22 +176,31 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
 //   P_ij = exp(scale q_i.k_j - lse_i), P~_ij = P_ij keep_ij / (1 - p) (the dropped probability),
 //   dP_ij = keep_ij / (1 - p) dO_i.v_j, dS_ij = P_ij (dP_ij - delta_i),
 //   delta_i = sum_j P_ij dP_ij = dO_i.ctx_i (ctx_i = sum_j P~_ij v_j, with dropout too).
+// dQ is stored. With one query head per group dK and dV are too; otherwise this head's share
+// of its group's dK and dV goes to shares[bi * heads + hi] ([2, s, dh] fp32, uninitialised on
+// entry), which reduce_dkv sums over the group.
 template <typename St>
 void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename St::type* qkv,
-                   const typename St::type* ctx, const float* lse, const typename St::type* dctx,
-                   typename St::type* dqkv, float* delta) {
+                   const KvSource& kv, const typename St::type* ctx, const float* lse,
+                   const typename St::type* dctx, typename St::type* dqkv, float* delta,
+                   float* shares) {
   const int64_t s = d.s, dh = d.dh;
   const HeadView hv = head_view(d, bi, hi);
   const bool dropout = d.dropout.p > 0.0f;
   const float keep_scale = kcheck::dropout_keep_scale(d.dropout.p);
-  std::vector<float> q(s * dh), k(s * dh), v(s * dh), o(s * dh), dout(s * dh);
-  std::vector<float> dq(s * dh, 0.0f), dk(s * dh, 0.0f), dv(s * dh, 0.0f);
+  const float* k = kv.keys(hv.unit);
+  const float* v = kv.values(hv.unit);
+  const int64_t kv_row = kv.row;
+  const bool own_kv = d.q_per_group() == 1;
+  std::vector<float> q(s * dh), o(s * dh), dout(s * dh), dq(s * dh, 0.0f);
+  std::vector<float> own(own_kv ? 2 * s * dh : 0);
+  float* dk = own_kv ? own.data() : shares + (bi * d.heads + hi) * 2 * s * dh;
+  float* dv = dk + s * dh;
   std::vector<uint8_t> keep(dropout ? s : 0);
-  gather_qkv<St>(qkv, d, hv, 0, q.data());
-  gather_qkv<St>(qkv, d, hv, 1, k.data());
-  gather_qkv<St>(qkv, d, hv, 2, v.data());
+  gather_q<St>(qkv, d, hv, q.data());
   gather_ctx<St>(ctx, d, hv, o.data());
   gather_ctx<St>(dctx, d, hv, dout.data());
+  std::fill(dk, dk + 2 * s * dh, 0.0f);
   const float* lse_h = lse + (bi * d.heads + hi) * s;
   float* delta_h = delta + (bi * d.heads + hi) * s;
   for (int64_t i = 0; i < s; ++i) {
@@ -145,23 +214,48 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
     float* dqi = dq.data() + i * dh;
     if (dropout) cpu::dropout_keep_row(d.dropout, bi, hi, i * s, i * s + i + 1, keep.data());
     for (int64_t j = 0; j <= i; ++j) {
-      const float* kj = k.data() + j * dh;
-      const float* vj = v.data() + j * dh;
+      const float* kj = k + j * kv_row;
+      const float* vj = v + j * kv_row;
       const float p = std::exp(d.scale * dot(qi, kj, dh) - lse_h[i]);
       const float kf = dropout ? (keep[j] ? keep_scale : 0.0f) : 1.0f;
       const float dp = kf * dot(doi, vj, dh);
       const float ds = d.scale * (p * (dp - delta_h[i]));
-      if (kf != 0.0f) axpy(p * kf, doi, dv.data() + j * dh, dh);
+      if (kf != 0.0f) axpy(p * kf, doi, dv + j * dh, dh);
       axpy(ds, kj, dqi, dh);
-      axpy(ds, qi, dk.data() + j * dh, dh);
+      axpy(ds, qi, dk + j * dh, dh);
     }
   }
   for (int64_t i = 0; i < s; ++i) {
     auto* out = dqkv + i * hv.qkv_row + hv.qkv_base;
-    for (int64_t e = 0; e < dh; ++e) {
-      out[e] = St::store(dq[i * dh + e]);
-      out[dh + e] = St::store(dk[i * dh + e]);
-      out[2 * dh + e] = St::store(dv[i * dh + e]);
+    for (int64_t e = 0; e < dh; ++e) out[e] = St::store(dq[i * dh + e]);
+    if (own_kv) {  // the key and value slots follow the query: [s, b, heads, 3, dh]
+      for (int64_t e = 0; e < dh; ++e) {
+        out[dh + e] = St::store(dk[i * dh + e]);
+        out[2 * dh + e] = St::store(dv[i * dh + e]);
+      }
+    }
+  }
+}
+
+// A group's dK and dV: its query heads' shares summed in head order (in double, rounded once),
+// so the result depends neither on the thread count nor on which thread ran which head.
+template <typename St>
+void reduce_dkv(const AttentionDesc& d, const float* shares, typename St::type* dqkv) {
+  const int64_t s = d.s, dh = d.dh, groups = d.kv_groups(), qpg = d.q_per_group();
+  const int64_t units = d.b * groups, row = d.b * groups * (qpg + 2) * dh;
+#pragma omp parallel for schedule(static)
+  for (int64_t ui = 0; ui < units * s; ++ui) {
+    const int64_t u = ui / s, i = ui % s;
+    const int64_t bi = u / groups, g = u % groups;
+    // Shares of query heads bi * heads + g * qpg + j, j = 0 .. qpg - 1, are consecutive.
+    const float* share = shares + (bi * d.heads + g * qpg) * 2 * s * dh + i * dh;
+    auto* out = dqkv + i * row + (u * (qpg + 2) + qpg) * dh;
+    for (int64_t part = 0; part < 2; ++part) {
+      for (int64_t e = 0; e < dh; ++e) {
+        double sum = 0.0;
+        for (int64_t j = 0; j < qpg; ++j) sum += share[(j * 2 + part) * s * dh + e];
+        out[part * dh + e] = St::store(static_cast<float>(sum));
+      }
     }
   }
 }
@@ -178,10 +272,11 @@ void CpuBackend::attention_forward(const AttentionDesc& d, const void* qkv, void
   cpu::with_storage(t, [&](auto st) {
     using St = decltype(st);
     using S = typename St::type;
+    const KvSource kv = kv_source<St>(static_cast<const S*>(qkv), d);
     const int64_t pairs = d.b * d.heads;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t bh = 0; bh < pairs; ++bh) {
-      forward_head<St>(d, bh / d.heads, bh % d.heads, static_cast<const S*>(qkv),
+      forward_head<St>(d, bh / d.heads, bh % d.heads, static_cast<const S*>(qkv), kv,
                        static_cast<S*>(ctx), lse);
     }
   });
@@ -194,13 +289,20 @@ void CpuBackend::attention_backward(const AttentionDesc& d, const void* qkv, con
   cpu::with_storage(t, [&](auto st) {
     using St = decltype(st);
     using S = typename St::type;
+    const KvSource kv = kv_source<St>(static_cast<const S*>(qkv), d);
+    // With several query heads per group, each one's share of the group's dK and dV:
+    // [b, heads, 2, s, dh] fp32.
+    const bool grouped = d.q_per_group() > 1;
+    std::unique_ptr<float[]> shares;
+    if (grouped) shares.reset(new float[static_cast<std::size_t>(d.b * d.heads * 2 * d.s * d.dh)]);
     const int64_t pairs = d.b * d.heads;
 #pragma omp parallel for schedule(dynamic)
     for (int64_t bh = 0; bh < pairs; ++bh) {
-      backward_head<St>(d, bh / d.heads, bh % d.heads, static_cast<const S*>(qkv),
+      backward_head<St>(d, bh / d.heads, bh % d.heads, static_cast<const S*>(qkv), kv,
                         static_cast<const S*>(ctx), lse, static_cast<const S*>(dctx),
-                        static_cast<S*>(dqkv), delta);
+                        static_cast<S*>(dqkv), delta, shares.get());
     }
+    if (grouped) reduce_dkv<St>(d, shares.get(), static_cast<S*>(dqkv));
   });
 }
 

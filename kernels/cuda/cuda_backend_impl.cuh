@@ -216,6 +216,19 @@ class CudaBackend final : public Backend {
                           const void* dy, void* dx, DType t, float* dgamma, float* dbeta,
                           int64_t rows, int64_t cols, bool accumulate) override;
 
+  void rmsnorm_forward(const void* x, const void* gamma, void* y, DType t, float* rstd,
+                       int64_t rows, int64_t cols, float eps) override;
+  void rmsnorm_backward(const void* x, const void* gamma, const float* rstd, const void* dy,
+                        void* dx, DType t, float* dgamma, int64_t rows, int64_t cols,
+                        bool accumulate) override;
+
+  void swiglu_forward(const void* x, void* y, DType t, int64_t rows, int64_t cols) override;
+  void swiglu_backward(const void* x, const void* dy, void* dx, DType t, int64_t rows,
+                       int64_t cols) override;
+
+  void rope_forward(void* qkv, DType t, const RopeDesc& d) override;
+  void rope_backward(void* dqkv, DType t, const RopeDesc& d) override;
+
   void softmax_forward(const void* x, void* y, DType t, int64_t batch, int64_t sq, int64_t sk,
                        float scale, bool causal) override;
   void softmax_backward(const void* y, const void* dy, void* dx, DType t, int64_t batch,

@@ -1,24 +1,35 @@
 // Fused causal attention on tensor cores (flash-attention style); see flash_attention.cuh.
 //
-// Every kernel works on one (batch, head) pair and one tile of 64 rows with 4 warps, each warp
-// owning 16 rows of the tile. Matrix products are mma.sync.m16n8k16 (bf16 or f16 operands, fp32
-// accumulators) whose operands ldmatrix reads from shared memory; the fp32 results stay in
-// registers in the mma's accumulator layout (lane l holds rows l/4 and l/4 + 8, columns
-// 2 (l%4) + {0, 1} of every 8 columns), and probabilities are turned into the next mma's A
-// operand without leaving the registers.
+// Every kernel works on one (batch, head) pair (dK/dV: one (batch, key/value head) pair) and one
+// tile of 64 rows with 4 warps, each warp owning 16 rows of the tile. Matrix products are
+// mma.sync.m16n8k16 (bf16 or f16 operands, fp32 accumulators) whose operands ldmatrix reads from
+// shared memory; the fp32 results stay in registers in the mma's accumulator layout (lane l
+// holds rows l/4 and l/4 + 8, columns 2 (l%4) + {0, 1} of every 8 columns), and probabilities
+// are turned into the next mma's A operand without leaving the registers.
 //   forward  a block per 64 queries; K/V tiles of 64 keys stream through shared memory
 //            (double-buffered cp.async) from key 0 to the diagonal; online softmax in base 2;
 //            the output is normalised once at the end and lse saved per query.
 //   delta    rowsum(dctx * ctx), a warp per row.
-//   dK, dV   a block per 64 keys; Q/dO tiles (64 queries at dh 64, 32 at dh 128, to bound the
-//            registers) stream from the keys' own tile to the end of the sequence; S^T = K Q^T and
-//            dP^T = V dO^T recompute P from lse, then dV += P^T dO and dK += dS^T Q accumulate in
-//            registers.
+//   dK, dV   a block per 64 keys of one key/value head; Q/dO tiles (64 queries at dh 64, 32 at
+//            dh 128, to bound the registers) stream from the keys' own tile to the end of the
+//            sequence, for each query head of the group in turn; S^T = K Q^T and dP^T = V dO^T
+//            recompute P from lse, then dV += P^T dO and dK += dS^T Q accumulate in registers.
 //   dQ       a block per 64 queries; K/V tiles stream as in the forward; S and dP are
 //            recomputed and dQ += dS K.
 // No atomics: each output element is written by one thread, so results are deterministic. Tiles
 // wholly above the diagonal are never loaded; the causal mask is applied only on the tiles that
 // cross it. Blocks with the most tiles are launched first.
+//
+// Grouped-query attention: qkv is [s, b, groups, q_per_group + 2, dh] (each group's query heads,
+// then its key and value head). The forward and dQ kernels still take a block per query head and
+// read its group's K and V in place (the heads of a group are neighbouring blocks, so their K/V
+// tiles tend to come from L2). The dK/dV kernel takes a block per key/value head and visits the
+// group's query heads one after the other, in order, summing their dK and dV contributions in its
+// fp32 registers: a fixed order without atomics, so still deterministic. With one query head per
+// group (multi-head attention) every address and every loop is the per-head kernel's: the forward
+// and dQ kernels are instantiated apart for grouped heads (kGrouped), because the run-time
+// division that finds a query head's group cost the multi-head dh-64 kernels register spills
+// (ptxas); their multi-head instantiations compile to the same registers as before.
 //
 // Shared-memory tiles are [rows, dh] of 16-bit elements whose 16-byte chunks are XOR-swizzled by
 // (row mod 8) within each row, so the eight row addresses of every ldmatrix hit distinct banks.
@@ -57,17 +68,20 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 /// Everything a kernel needs about one call. Row i of a [s, b, heads, ...] tensor for the
-/// pair bh = bi * heads + hi starts at i * ld + bh * (width of the pair's slice).
+/// pair bh = bi * heads + hi starts at i * ld + bh * (width of the pair's slice); in qkv, query
+/// head hi = g * qpg + j of batch bi is slice j of group pair bg = bi * groups + g, whose key and
+/// value are its slices qpg and qpg + 1.
 struct FlashArgs {
-  const void* qkv;   // [s, b, heads, 3, dh]
+  const void* qkv;   // [s, b, groups, qpg + 2, dh]
   const void* ctx;   // [s, b, heads, dh] (backward: the forward's output)
   const void* dctx;  // [s, b, heads, dh] (backward)
-  void* out;         // forward: ctx [s, b, heads, dh]; backward: dqkv [s, b, heads, 3, dh]
+  void* out;         // forward: ctx [s, b, heads, dh]; backward: dqkv (qkv's layout)
   float* lse_out;    // [b, heads, s] (forward)
   const float* lse;  // [b, heads, s] (backward)
   float* delta;      // [b, heads, s] (backward: written by the delta kernel, then read)
   int s = 0, heads = 0;
-  int64_t ld_qkv = 0;       // b * heads * 3 * dh: elements from sequence position i to i + 1
+  int groups = 0, qpg = 1;  // key/value heads, query heads per group (heads = groups * qpg)
+  int64_t ld_qkv = 0;       // b * groups * (qpg + 2) * dh: elements from position i to i + 1
   int64_t ld_ctx = 0;       // b * heads * dh
   float scale = 1.0f;       // softmax scale
   float scale_log2 = 1.0f;  // scale * log2(e): scores in base-2 units
@@ -80,6 +94,34 @@ struct FlashArgs {
   __device__ uint64_t dropout_base(int bh) const {
     const int64_t bi = bh / heads, hi = bh % heads;
     return static_cast<uint64_t>(((bi + o0) * g1 + (hi + o1)) * g2 + o2);
+  }
+
+  // Query pair bh = bi * heads + g * qpg + j is bg * qpg + j with bg = bi * groups + g.
+  /// Element offset in a qkv row of query pair bh's query slice. Multi-head attention (not
+  /// kGrouped) keeps the compile-time offsets bh * 3 * kD (the key and value slices follow at
+  /// + kD and + 2 kD), so its kernels are the per-head kernels to the instruction.
+  template <int kD, bool kGrouped>
+  __device__ int64_t q_offset(int bh) const {
+    if constexpr (kGrouped) {
+      const int bg = bh / qpg;
+      return (static_cast<int64_t>(bg) * (qpg + 2) + (bh - bg * qpg)) * kD;
+    } else {
+      return static_cast<int64_t>(bh) * 3 * kD;
+    }
+  }
+  /// Element offset in a qkv row of the key slice that query pair bh reads (value follows).
+  template <int kD, bool kGrouped>
+  __device__ int64_t k_offset_for(int bh) const {
+    if constexpr (kGrouped) {
+      return k_offset<kD>(bh / qpg);
+    } else {
+      return static_cast<int64_t>(bh) * 3 * kD + kD;
+    }
+  }
+  /// Element offset in a qkv row of group pair bg's key slice (its value slice follows).
+  template <int kD>
+  __device__ int64_t k_offset(int bg) const {
+    return (static_cast<int64_t>(bg) * (qpg + 2) + qpg) * kD;
   }
 };
 
@@ -369,7 +411,8 @@ constexpr int forward_smem_bytes() {
 }
 
 /// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles (longest first).
-template <typename T, int kD, bool kDropout>
+/// kGrouped: more than one query head per key/value head.
+template <typename T, int kD, bool kDropout, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
     flash_forward_kernel(const FlashArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -382,9 +425,10 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
   const int s = a.s;
   const int q0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * kRows;
   const int qw = q0 + 16 * warp;  // this warp's first query
-  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(bh) * 3 * kD;  // row i at + i ld
-  const T* k = q + kD;
-  const T* v = q + 2 * kD;
+  const T* qkv = static_cast<const T*>(a.qkv);
+  const T* q = qkv + a.q_offset<kD, kGrouped>(bh);  // row i at + i ld
+  const T* k = qkv + a.k_offset_for<kD, kGrouped>(bh);
+  const T* v = k + kD;
   const int n_tiles = ((q0 + kRows < s ? q0 + kRows : s) + kRows - 1) / kRows;
   const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
 
@@ -504,8 +548,9 @@ constexpr int dq_smem_bytes() {
   return 6 * kRows * kD * static_cast<int>(sizeof(T));  // Q, dO, K x2, V x2
 }
 
-/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles.
-template <typename T, int kD, bool kDropout>
+/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles. kGrouped as in the
+/// forward.
+template <typename T, int kD, bool kDropout, bool kGrouped>
 __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(const FlashArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* sq = reinterpret_cast<T*>(smem);  // [64, kD]; at the end each warp's dQ rows
@@ -518,9 +563,11 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(co
   const int s = a.s;
   const int q0 = static_cast<int>(gridDim.y - 1 - blockIdx.y) * kRows;
   const int qw = q0 + 16 * warp;
-  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(bh) * 3 * kD;
-  const T* k = q + kD;
-  const T* v = q + 2 * kD;
+  const T* qkv = static_cast<const T*>(a.qkv);
+  const int64_t q_off = a.q_offset<kD, kGrouped>(bh);
+  const T* q = qkv + q_off;
+  const T* k = qkv + a.k_offset_for<kD, kGrouped>(bh);
+  const T* v = k + kD;
   const T* dout = static_cast<const T*>(a.dctx) + static_cast<int64_t>(bh) * kD;
   const int n_tiles = ((q0 + kRows < s ? q0 + kRows : s) + kRows - 1) / kRows;
   const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
@@ -587,8 +634,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(co
   const float row_scale[2] = {a.scale, a.scale};
   stage_rows<T, kD>(sq, 16 * warp, dq, row_scale, lane);
   __syncwarp();
-  store_rows<T, kD>(static_cast<T*>(a.out) + static_cast<int64_t>(bh) * 3 * kD, a.ld_qkv, sq,
-                    16 * warp, qw, s, lane);
+  store_rows<T, kD>(static_cast<T*>(a.out) + q_off, a.ld_qkv, sq, 16 * warp, qw, s, lane);
 }
 
 template <typename T, int kD, int kQ>
@@ -603,8 +649,10 @@ constexpr int dkdv_query_rows() {
   return kD == 64 ? 64 : 32;
 }
 
-/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts up the key tiles (the first ones see the
-/// most queries).
+/// Grid (b * groups, ceil(s / 64)): a block per 64 keys of one key/value head; blockIdx.y counts
+/// up the key tiles (the first ones see the most queries). The block visits its group's query
+/// heads j = 0 .. qpg - 1 in order, each over its query tiles, as one stream of (head, tile)
+/// steps, and sums their dK and dV in registers.
 template <typename T, int kD, int kQ, bool kDropout>
 __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -616,47 +664,60 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
   float* sdl = slse + 2 * kQ;                                 // [2][kQ] delta
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int bh = static_cast<int>(blockIdx.x);
+  const int bg = static_cast<int>(blockIdx.x);  // bi * groups + g
+  const int bh0 = bg * a.qpg;  // query head j of the group is pair bh0 + j
   const int s = a.s;
   const int k0 = static_cast<int>(blockIdx.y) * kRows;
   const int kw = k0 + 16 * warp;  // this warp's first key
-  const T* q = static_cast<const T*>(a.qkv) + static_cast<int64_t>(bh) * 3 * kD;
-  const T* k = q + kD;
-  const T* v = q + 2 * kD;
-  const T* dout = static_cast<const T*>(a.dctx) + static_cast<int64_t>(bh) * kD;
-  const float* lse = a.lse + static_cast<int64_t>(bh) * s;
-  const float* delta = a.delta + static_cast<int64_t>(bh) * s;
+  // The group's slices of a qkv row: query heads 0 .. qpg - 1, then the key, then the value.
+  const T* qg = static_cast<const T*>(a.qkv) + static_cast<int64_t>(bg) * (a.qpg + 2) * kD;
+  const T* k = qg + static_cast<int64_t>(a.qpg) * kD;
+  const T* v = k + kD;
+  const T* dout0 = static_cast<const T*>(a.dctx) + static_cast<int64_t>(bh0) * kD;
   const int first_tile = k0 / kQ, n_tiles = (s + kQ - 1) / kQ;
-  const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
+  const int steps = a.qpg * (n_tiles - first_tile);  // (query head, query tile) pairs
 
-  // lse (base 2) and delta of query tile qt into buffer b; padded rows get P = 0.
-  const auto load_stats = [&](int qt, int b) {
+  // Q and dO of query head j's tile qt into buffer b (not committed).
+  const auto load_q_do = [&](int j, int qt, int b) {
+    load_tile<T, kD, kQ>(sq + b * kQ * kD, qg + static_cast<int64_t>(j) * kD, a.ld_qkv, qt * kQ, s);
+    load_tile<T, kD, kQ>(sdo + b * kQ * kD, dout0 + static_cast<int64_t>(j) * kD, a.ld_ctx,
+                         qt * kQ, s);
+  };
+  // lse (base 2) and delta of query head j's tile qt into buffer b; padded rows get P = 0.
+  const auto load_stats = [&](int j, int qt, int b) {
     const int t = static_cast<int>(threadIdx.x);
     if (t < kQ) {
       const int query = qt * kQ + t;
-      slse[b * kQ + t] = query < s ? lse[query] * kLog2e : INFINITY;
-      sdl[b * kQ + t] = query < s ? delta[query] : 0.0f;
+      const int64_t at = static_cast<int64_t>(bh0 + j) * s + query;
+      slse[b * kQ + t] = query < s ? a.lse[at] * kLog2e : INFINITY;
+      sdl[b * kQ + t] = query < s ? a.delta[at] : 0.0f;
     }
   };
 
   load_tile<T, kD, kRows>(sk, k, a.ld_qkv, k0, s);
   load_tile<T, kD, kRows>(sv, v, a.ld_qkv, k0, s);
-  load_tile<T, kD, kQ>(sq, q, a.ld_qkv, first_tile * kQ, s);
-  load_tile<T, kD, kQ>(sdo, dout, a.ld_ctx, first_tile * kQ, s);
+  load_q_do(0, first_tile, 0);
   cp_async_commit();
-  load_stats(first_tile, 0);
+  load_stats(0, first_tile, 0);
 
   float dk[kD / 8][4] = {};  // [16, kD]
   float dv[kD / 8][4] = {};  // [16, kD]
-  for (int qt = first_tile; qt < n_tiles; ++qt) {
-    const int b = (qt - first_tile) & 1;
+  int j = 0, qt = first_tile;    // this step's query head and tile
+  int nj = 0, nqt = first_tile;  // the next step's
+  for (int step = 0; step < steps; ++step, j = nj, qt = nqt) {
+    const int b = step & 1;
     cp_async_wait_all();
-    __syncthreads();  // tile qt has landed, and every warp is done with the other buffers
-    if (qt + 1 < n_tiles) {
-      load_tile<T, kD, kQ>(sq + (b ^ 1) * kQ * kD, q, a.ld_qkv, (qt + 1) * kQ, s);
-      load_tile<T, kD, kQ>(sdo + (b ^ 1) * kQ * kD, dout, a.ld_ctx, (qt + 1) * kQ, s);
+    __syncthreads();  // step's tiles have landed, and every warp is done with the other buffers
+    nj = j;
+    nqt = qt + 1;
+    if (nqt == n_tiles) {
+      ++nj;
+      nqt = first_tile;
+    }
+    if (step + 1 < steps) {
+      load_q_do(nj, nqt, b ^ 1);
       cp_async_commit();
-      load_stats(qt + 1, b ^ 1);
+      load_stats(nj, nqt, b ^ 1);
     }
     const int qa = qt * kQ;
     if (qa + kQ - 1 < kw) continue;  // every query of the tile is before this warp's keys
@@ -670,7 +731,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
     mma_abt<T, kD, kQ>(st, sk, 16 * warp, sqt, lane);
     mma_abt<T, kD, kQ>(dpt, sv, 16 * warp, sdot, lane);
     uint32_t keep[4][2] = {};
-    if constexpr (kDropout) keep_cols<kQ>(a.rng, a.p, drop_base, s, qa, kw, lane, keep);
+    if constexpr (kDropout) {
+      keep_cols<kQ>(a.rng, a.p, a.dropout_base(bh0 + j), s, qa, kw, lane, keep);
+    }
 #pragma unroll
     for (int n = 0; n < kQ / 8; ++n) {
 #pragma unroll
@@ -718,9 +781,9 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
   stage_rows<T, kD>(sk, 16 * warp, dk, k_scale, lane);
   stage_rows<T, kD>(sv, 16 * warp, dv, v_scale, lane);
   __syncwarp();
-  T* dqkv = static_cast<T*>(a.out) + static_cast<int64_t>(bh) * 3 * kD;
-  store_rows<T, kD>(dqkv + kD, a.ld_qkv, sk, 16 * warp, kw, s, lane);
-  store_rows<T, kD>(dqkv + 2 * kD, a.ld_qkv, sv, 16 * warp, kw, s, lane);
+  T* dk_out = static_cast<T*>(a.out) + a.k_offset<kD>(bg);
+  store_rows<T, kD>(dk_out, a.ld_qkv, sk, 16 * warp, kw, s, lane);
+  store_rows<T, kD>(dk_out + kD, a.ld_qkv, sv, 16 * warp, kw, s, lane);
 }
 
 // ---- host ---------------------------------------------------------------------------------
@@ -730,15 +793,23 @@ struct TypeTag {
   using type = T;
 };
 
-/// Calls f(TypeTag<T>, integral_constant<kD>, bool_constant<dropout>) for the instantiation
-/// that covers (t, dh, dropout); the caller has checked flash_attention_supported.
+/// Calls f(TypeTag<T>, integral_constant<kD>, bool_constant<dropout>, bool_constant<grouped>)
+/// for the instantiation that covers (t, dh, dropout, grouped); the caller has checked
+/// flash_attention_supported.
 template <class F>
-void dispatch(DType t, int64_t dh, bool dropout, F&& f) {
+void dispatch(DType t, int64_t dh, bool dropout, bool grouped, F&& f) {
+  const auto with_grouped = [&](auto type, auto head_dim, auto drop) {
+    if (grouped) {
+      f(type, head_dim, drop, std::true_type{});
+    } else {
+      f(type, head_dim, drop, std::false_type{});
+    }
+  };
   const auto with_dropout = [&](auto type, auto head_dim) {
     if (dropout) {
-      f(type, head_dim, std::true_type{});
+      with_grouped(type, head_dim, std::true_type{});
     } else {
-      f(type, head_dim, std::false_type{});
+      with_grouped(type, head_dim, std::false_type{});
     }
   };
   const auto with_dh = [&](auto type) {
@@ -784,7 +855,9 @@ FlashArgs make_args(const AttentionDesc& d) {
   FlashArgs a{};
   a.s = static_cast<int>(d.s);
   a.heads = static_cast<int>(d.heads);
-  a.ld_qkv = d.b * d.heads * 3 * d.dh;
+  a.groups = static_cast<int>(d.kv_groups());
+  a.qpg = static_cast<int>(d.q_per_group());
+  a.ld_qkv = d.b * d.kv_groups() * (d.q_per_group() + 2) * d.dh;
   a.ld_ctx = d.b * d.heads * d.dh;
   a.scale = d.scale;
   a.scale_log2 = d.scale * kLog2e;
@@ -827,12 +900,16 @@ void flash_attention_forward(const AttentionDesc& d, const void* qkv, void* ctx,
   a.lse_out = lse;
   const dim3 grid(static_cast<unsigned>(d.b * d.heads),
                   static_cast<unsigned>((d.s + kRows - 1) / kRows));
-  dispatch(t, d.dh, d.dropout.p > 0.0f, [&](auto type, auto head_dim, auto dropout) {
+  const bool grouped = d.q_per_group() > 1;
+  const auto run = [&](auto type, auto head_dim, auto dropout, auto grouped_heads) {
     using T = typename decltype(type)::type;
     constexpr int kD = decltype(head_dim)::value;
-    launch(flash_forward_kernel<T, kD, decltype(dropout)::value>, grid, kThreads,
+    constexpr bool kDropout = decltype(dropout)::value;
+    constexpr bool kGrouped = decltype(grouped_heads)::value;
+    launch(flash_forward_kernel<T, kD, kDropout, kGrouped>, grid, kThreads,
            forward_smem_bytes<T, kD>(), stream, a);
-  });
+  };
+  dispatch(t, d.dh, d.dropout.p > 0.0f, grouped, run);
 }
 
 void flash_attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
@@ -852,20 +929,25 @@ void flash_attention_backward(const AttentionDesc& d, const void* qkv, const voi
   a.lse = lse;
   a.delta = delta;
   const int64_t rows = d.s * d.b * d.heads;
-  const dim3 tiles(static_cast<unsigned>(d.b * d.heads),
-                   static_cast<unsigned>((d.s + kRows - 1) / kRows));
-  dispatch(t, d.dh, d.dropout.p > 0.0f, [&](auto type, auto head_dim, auto dropout) {
+  const auto row_tiles = static_cast<unsigned>((d.s + kRows - 1) / kRows);
+  const dim3 tiles(static_cast<unsigned>(d.b * d.heads), row_tiles);  // per query head
+  const dim3 kv_tiles(static_cast<unsigned>(d.b * d.kv_groups()), row_tiles);  // per K/V head
+  const bool grouped = d.q_per_group() > 1;
+  const auto run = [&](auto type, auto head_dim, auto dropout, auto grouped_heads) {
     using T = typename decltype(type)::type;
     constexpr int kD = decltype(head_dim)::value;
     constexpr bool kDropout = decltype(dropout)::value;
+    constexpr bool kGrouped = decltype(grouped_heads)::value;
     constexpr int kQ = dkdv_query_rows<kD>();
     const int64_t delta_blocks = (rows + 7) / 8 < 65535 * 8 ? (rows + 7) / 8 : 65535 * 8;
     launch(flash_delta_kernel<T, kD>, dim3(static_cast<unsigned>(delta_blocks)), 256, 0, stream, a,
            rows);
-    launch(flash_dkdv_kernel<T, kD, kQ, kDropout>, tiles, kThreads, dkdv_smem_bytes<T, kD, kQ>(),
+    launch(flash_dkdv_kernel<T, kD, kQ, kDropout>, kv_tiles, kThreads,
+           dkdv_smem_bytes<T, kD, kQ>(), stream, a);
+    launch(flash_dq_kernel<T, kD, kDropout, kGrouped>, tiles, kThreads, dq_smem_bytes<T, kD>(),
            stream, a);
-    launch(flash_dq_kernel<T, kD, kDropout>, tiles, kThreads, dq_smem_bytes<T, kD>(), stream, a);
-  });
+  };
+  dispatch(t, d.dh, d.dropout.p > 0.0f, grouped, run);
 }
 
 }  // namespace ptdp::cuda

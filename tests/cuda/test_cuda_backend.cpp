@@ -3,19 +3,23 @@
 // batch strides, causal softmax with sq != sk, embedding ids and cross-entropy targets outside
 // this rank's vocabulary slice, GEMM type combinations and epilogues (fused by cuBLASLt and
 // through the fallback), the fused bias + dropout + residual, the one-pass cross-entropy and the
-// fused attention. Also the caching allocator and its out-of-memory error.
+// fused attention; Llama's RMSNorm, SwiGLU and rotary embedding (grouped-query layouts, explicit
+// positions, rot_dim < dh). Also the caching allocator and its out-of-memory error.
 //
 // Both backends get the same stored inputs (16-bit values are rounded once, on the host), so
 // they differ only by their fp32 arithmetic and the final rounding. Tolerances: bit-exact where
 // both compute the same fp32 value and round it once (dropout, bias add, add, casts, fills,
 // copies, embeddings); for f32 results ~1e-5 relative for elementwise math with device
-// transcendentals and ~1e-4 for GEMMs and reductions; for 16-bit results about one unit in the
-// last place (bf16 1e-2, f16 2e-3 relative) with an absolute floor scaled to the results.
+// transcendentals and ~1e-4 for GEMMs and reductions (1e-6 for RoPE, whose kernel repeats the
+// CPU's roundings, and 1e-5 for RMSNorm, whose sums are in double on both); for 16-bit results
+// about one unit in the last place (bf16 1e-2, f16 2e-3 relative) with an absolute floor scaled
+// to the results.
 //
 // Every test case exits with the skip code 77 when there is no CUDA device.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -512,6 +516,230 @@ TEST_CASE("cuda layernorm forward and backward match the CPU for every storage t
         check_close(ddg.download(), dg, 1e-4, 1e-5, "layernorm dgamma");
         check_close(ddb.download(), db, 1e-4, 1e-5, "layernorm dbeta");
       }
+    }
+  }
+}
+
+TEST_CASE("cuda rmsnorm forward and backward match the CPU for every storage type",
+          "[gpu][cuda_backend][rmsnorm]") {
+  require_gpu();
+  // {700, 96} and {1025, 33}: several 256-row chunks of the dgamma reduction, the last partial;
+  // {2, 4099}: a column tile cut short.
+  const int64_t shapes[][2] = {{1, 1}, {5, 37}, {65, 768}, {3, 1000}, {2, 4099}, {700, 96},
+                               {1025, 33}};
+  uint64_t seed = 5200;
+  for (const DType t : kFloatTypes) {
+    for (const auto& s : shapes) {
+      const int64_t rows = s[0], cols = s[1];
+      INFO(type_name(t) << " rows=" << rows << " cols=" << cols);
+      const auto n = static_cast<std::size_t>(rows * cols);
+      const auto sr = static_cast<std::size_t>(rows), sc = static_cast<std::size_t>(cols);
+      const Bytes x = random_stored(n, t, seed++, -2.0f, 3.0f);
+      const Bytes gamma = random_stored(sc, t, seed++, 0.5f, 1.5f);
+      const Bytes dy = random_stored(n, t, seed++);
+      Dev<unsigned char> dx_in(x), dgamma_in(gamma), ddy(dy), dyout(x.size()), ddx(x.size());
+      Dev<float> drstd(sr);
+      Bytes y(x.size()), dx(x.size());
+      std::vector<float> rstd(sr);
+      gpu().rmsnorm_forward(dx_in.get(), dgamma_in.get(), dyout.get(), t, drstd.get(), rows, cols,
+                            1e-5f);
+      cpu().rmsnorm_forward(x.data(), gamma.data(), y.data(), t, rstd.data(), rows, cols, 1e-5f);
+      check_close(download_f32(dyout, t), from_storage(y, t), tol_for(t, {1e-5, 1e-5}, 0.1),
+                  "rmsnorm y");
+      check_close(drstd.download(), rstd, 1e-6, 1e-7, "rmsnorm rstd");
+      // The CPU's saved rstd on both sides, so only the backward kernels are compared.
+      drstd.upload(rstd);
+      for (const bool acc : {false, true}) {
+        auto dg = random_floats(sc, seed++);
+        Dev<float> ddg(dg);
+        gpu().rmsnorm_backward(dx_in.get(), dgamma_in.get(), drstd.get(), ddy.get(), ddx.get(), t,
+                               ddg.get(), rows, cols, acc);
+        cpu().rmsnorm_backward(x.data(), gamma.data(), rstd.data(), dy.data(), dx.data(), t,
+                               dg.data(), rows, cols, acc);
+        check_close(download_f32(ddx, t), from_storage(dx, t), tol_for(t, {1e-5, 1e-6}, 0.1),
+                    "rmsnorm dx");
+        // Both sum in double; only the order differs.
+        check_close(ddg.download(), dg, 1e-5, 1e-6, acc ? "rmsnorm dgamma accumulate"
+                                                        : "rmsnorm dgamma");
+      }
+      // dx written over dy (allowed): dgamma is summed before dx is written. Twice, bit-equal
+      // dgamma both times (deterministic).
+      Dev<float> ddg1(sc), ddg2(sc);
+      Dev<unsigned char> ddy_alias(dy);
+      gpu().rmsnorm_backward(dx_in.get(), dgamma_in.get(), drstd.get(), ddy.get(), ddy.get(), t,
+                             ddg1.get(), rows, cols, false);
+      gpu().rmsnorm_backward(dx_in.get(), dgamma_in.get(), drstd.get(), ddy_alias.get(),
+                             ddx.get(), t, ddg2.get(), rows, cols, false);
+      check_close(download_f32(ddy, t), from_storage(dx, t), tol_for(t, {1e-5, 1e-6}, 0.1),
+                  "rmsnorm dx over dy");
+      check_bits(ddg1.download(), ddg2.download(), "rmsnorm dgamma with dx over dy");
+    }
+  }
+  // No rows: dgamma is cleared, or kept when accumulating.
+  const std::vector<float> before = random_floats(40, 5299);
+  for (const bool acc : {false, true}) {
+    Dev<float> ddg(before);
+    gpu().rmsnorm_backward(nullptr, nullptr, nullptr, nullptr, nullptr, DType::BF16, ddg.get(), 0,
+                           40, acc);
+    check_bits(ddg.download(), acc ? before : std::vector<float>(40, 0.0f), "rmsnorm rows = 0");
+  }
+}
+
+TEST_CASE("cuda swiglu forward and backward match the CPU, vectorised or not, every type",
+          "[gpu][cuda_backend][swiglu]") {
+  require_gpu();
+  // cols a multiple of the 16-byte pack (4 f32, 8 bf16/f16) or not; {2, 4100} packs for f32
+  // only.
+  const int64_t shapes[][2] = {{1, 1}, {7, 37}, {65, 256}, {3, 1000}, {2, 4100}};
+  uint64_t seed = 5300;
+  for (const DType t : kFloatTypes) {
+    const std::size_t e = ptdp::dtype_size(t);
+    for (const auto& s : shapes) {
+      const int64_t rows = s[0], cols = s[1];
+      const auto n = static_cast<std::size_t>(rows * cols);
+      // The gate spans where silu bends and saturates; up and dy are smaller.
+      std::vector<float> xf = random_floats(2 * n, seed++, -8.0f, 8.0f);
+      const Bytes x = to_storage(xf, t);
+      const Bytes dy = random_stored(n, t, seed++);
+      Bytes y(n * e), dx(2 * n * e);
+      cpu().swiglu_forward(x.data(), y.data(), t, rows, cols);
+      cpu().swiglu_backward(x.data(), dy.data(), dx.data(), t, rows, cols);
+      const Tol tol = tol_for(t, {1e-5, 1e-6}, 1e-2);
+      // offset 1: every pointer one element past a 256-byte boundary (the scalar kernel).
+      for (const int64_t offset : {0, 1}) {
+        INFO(type_name(t) << " rows=" << rows << " cols=" << cols << " offset=" << offset);
+        const std::size_t off = static_cast<std::size_t>(offset) * e;
+        Bytes xpad(off), dypad(off);
+        xpad.insert(xpad.end(), x.begin(), x.end());
+        dypad.insert(dypad.end(), dy.begin(), dy.end());
+        Dev<unsigned char> dxin(xpad), ddy(dypad), dy_out(off + n * e), ddx(off + 2 * n * e);
+        gpu().swiglu_forward(dxin.get() + off, dy_out.get() + off, t, rows, cols);
+        gpu().swiglu_backward(dxin.get() + off, ddy.get() + off, ddx.get() + off, t, rows, cols);
+        const Bytes got_y = dy_out.download(), got_dx = ddx.download();
+        check_close(from_storage(Bytes(got_y.begin() + static_cast<std::ptrdiff_t>(off),
+                                       got_y.end()), t),
+                    from_storage(y, t), tol, "swiglu_forward");
+        check_close(from_storage(Bytes(got_dx.begin() + static_cast<std::ptrdiff_t>(off),
+                                       got_dx.end()), t),
+                    from_storage(dx, t), tol, "swiglu_backward");
+      }
+      // dx written over x (allowed: each pack is read before it is written).
+      INFO(type_name(t) << " rows=" << rows << " cols=" << cols << " dx over x");
+      Dev<unsigned char> dxin(x), ddy(dy);
+      gpu().swiglu_backward(dxin.get(), ddy.get(), dxin.get(), t, rows, cols);
+      check_close(download_f32(dxin, t), from_storage(dx, t), tol, "swiglu_backward over x");
+    }
+  }
+}
+
+namespace {
+
+struct RopeCase {
+  int64_t s, b, groups, q_per_group, dh, rot_dim, position_offset;
+  bool explicit_positions;
+};
+
+std::string describe(const RopeCase& c, DType t) {
+  std::ostringstream o;
+  o << "rope " << type_name(t) << " s=" << c.s << " b=" << c.b << " groups=" << c.groups
+    << " q_per_group=" << c.q_per_group << " dh=" << c.dh << " rot_dim=" << c.rot_dim
+    << " offset=" << c.position_offset << " positions=" << c.explicit_positions;
+  return o.str();
+}
+
+/// Whether element e of the [s, b, groups, q_per_group + 2, dh] activation is left alone: a
+/// value head, or a feature at or past rot_dim.
+bool rope_untouched(const RopeCase& c, std::size_t e) {
+  const auto dh = static_cast<std::size_t>(c.dh);
+  const auto slots = static_cast<std::size_t>(c.q_per_group + 2);
+  return e % dh >= static_cast<std::size_t>(c.rot_dim) ||
+         (e / dh) % slots == static_cast<std::size_t>(c.q_per_group + 1);
+}
+
+/// Forward and backward on both backends from the same stored activation; the GPU must leave
+/// value heads and features past rot_dim bit-for-bit alone, and (f32) undo its forward with
+/// its backward.
+void compare_rope(const RopeCase& c, DType t, uint64_t seed) {
+  INFO(describe(c, t));
+  const int64_t half = c.rot_dim / 2, tokens = c.s * c.b;
+  std::vector<float> inv_freq(static_cast<std::size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[static_cast<std::size_t>(i)] = static_cast<float>(
+        1.0 / std::pow(10000.0, static_cast<double>(2 * i) / static_cast<double>(c.rot_dim)));
+  }
+  // Explicit positions: arbitrary, repeated and large (angles of thousands of radians).
+  std::vector<int32_t> positions;
+  if (c.explicit_positions) {
+    positions = random_ints(static_cast<std::size_t>(tokens), seed, 0, 70000);
+  }
+  const auto n = static_cast<std::size_t>(tokens * c.groups * (c.q_per_group + 2) * c.dh);
+  const Bytes x = random_stored(n, t, seed + 1, -2.0f, 2.0f);
+  const Bytes dy = random_stored(n, t, seed + 2, -2.0f, 2.0f);
+  Dev<float> dinv(inv_freq);
+  Dev<int32_t> dpos(positions.empty() ? std::vector<int32_t>{0} : positions);
+  ptdp::RopeDesc hd;
+  hd.s = c.s;
+  hd.b = c.b;
+  hd.groups = c.groups;
+  hd.q_per_group = c.q_per_group;
+  hd.dh = c.dh;
+  hd.rot_dim = c.rot_dim;
+  hd.position_offset = c.position_offset;
+  hd.inv_freq = inv_freq.data();
+  hd.positions = c.explicit_positions ? positions.data() : nullptr;
+  ptdp::RopeDesc gd = hd;
+  gd.inv_freq = dinv.get();
+  gd.positions = c.explicit_positions ? dpos.get() : nullptr;
+
+  // Both backends round each output once from the same fp32 arithmetic (cos and sin in double,
+  // rounded to fp32); f32 allows the ulp a differently rounded cos or sin could move.
+  const Tol tol = tol_for(t, {1e-6, 1e-6}, 1.0);
+  Bytes y = x, dx = dy;
+  cpu().rope_forward(y.data(), t, hd);
+  cpu().rope_backward(dx.data(), t, hd);
+  Dev<unsigned char> dq(x), ddq(dy);
+  gpu().rope_forward(dq.get(), t, gd);
+  gpu().rope_backward(ddq.get(), t, gd);
+  const Bytes got_y = dq.download(), got_dx = ddq.download();
+  check_close(from_storage(got_y, t), from_storage(y, t), tol, "rope_forward");
+  check_close(from_storage(got_dx, t), from_storage(dx, t), tol, "rope_backward");
+
+  const std::size_t e = ptdp::dtype_size(t);
+  std::size_t moved = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (rope_untouched(c, i) && (std::memcmp(&got_y[i * e], &x[i * e], e) != 0 ||
+                                 std::memcmp(&got_dx[i * e], &dy[i * e], e) != 0)) {
+      ++moved;
+    }
+  }
+  INFO(moved << " value-head or unrotated elements changed");
+  CHECK(moved == 0);
+
+  if (t == DType::F32) {  // the backward is the forward's inverse, up to fp32 rounding
+    gpu().rope_backward(dq.get(), t, gd);
+    check_close(download_f32(dq, t), from_storage(x, t), 1e-5, 1e-6, "rope round trip");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda rope forward and backward match the CPU: GQA layouts, positions, rot_dim < dh",
+          "[gpu][cuda_backend][rope]") {
+  require_gpu();
+  const RopeCase cases[] = {
+      // s, b, groups, q_per_group, dh, rot_dim, offset, explicit positions
+      {7, 3, 2, 3, 64, 64, 5, false},        // grouped-query layout, offset positions
+      {5, 2, 4, 1, 128, 128, 0, false},      // multi-head layout [s, b, heads, 3, dh]
+      {6, 2, 1, 2, 128, 32, 0, false},       // rot_dim < dh
+      {9, 2, 2, 2, 64, 48, 0, true},         // explicit positions, rot_dim < dh
+      {3, 4, 1, 4, 96, 96, 100000, false},   // far positions (long context), dh not a power of 2
+      {2, 1, 1, 1, 640, 640, 3, true},       // more frequencies than a block's lanes
+  };
+  uint64_t seed = 5400;
+  for (const DType t : kFloatTypes) {
+    for (const RopeCase& c : cases) {
+      compare_rope(c, t, seed);
+      seed += 3;
     }
   }
 }

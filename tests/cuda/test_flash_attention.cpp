@@ -5,6 +5,11 @@
 // of that times the tensor's largest magnitude in absolute terms, on ctx and dqkv; 1e-3
 // absolute on lse. The dropout masks must be exactly the unfused path's: inputs built so that
 // every kept or dropped probability shows in ctx, dQ, dK and dV are checked element by element.
+// Grouped-query attention (AttentionDesc::groups, qkv [s, b, groups, heads/groups + 2, dh]) is
+// checked against the CPU's grouped kernel with the same tolerances, and against the multi-head
+// kernels run on K and V duplicated per query head: ctx, lse and dQ are then bit-identical (the
+// same arithmetic on the same values), and a group's dK and dV equal the sums of its heads' (to
+// the 16-bit rounding of those heads' results).
 //
 // Every test case that needs a GPU exits with the skip code 77 when there is none.
 #include <algorithm>
@@ -87,26 +92,44 @@ bool kept(const ptdp::DropoutDesc& d, int64_t s, int64_t bi, int64_t hi, int64_t
 
 std::string describe(const AttentionDesc& d, DType t) {
   std::ostringstream o;
-  o << ptdp::dtype_name(t) << " s=" << d.s << " b=" << d.b << " heads=" << d.heads << " dh=" << d.dh
-    << " p=" << d.dropout.p;
+  o << ptdp::dtype_name(t) << " s=" << d.s << " b=" << d.b << " heads=" << d.heads
+    << " groups=" << d.groups << " dh=" << d.dh << " p=" << d.dropout.p;
   return o.str();
 }
 
-/// qkv [s, b, heads, 3, dh] and dctx [s, b, heads, dh] of normal random numbers (q and k wider,
-/// so the softmax is far from uniform).
+/// qkv [s, b, groups, heads/groups + 2, dh] and dctx [s, b, heads, dh] of normal random numbers
+/// (q and k wider, so the softmax is far from uniform).
 void random_inputs(const AttentionDesc& d, DType t, uint64_t seed, std::vector<uint16_t>& qkv,
                    std::vector<uint16_t>& dctx) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> qk(0.0f, 1.5f), unit(0.0f, 1.0f);
-  const int64_t rows = d.s * d.b * d.heads;
-  qkv.resize(static_cast<std::size_t>(rows * 3 * d.dh));
-  dctx.resize(static_cast<std::size_t>(rows * d.dh));
+  const int64_t slots = d.q_per_group() + 2;  // per group: query heads, key, value
+  const int64_t rows = d.s * d.b * d.kv_groups();
+  qkv.resize(static_cast<std::size_t>(rows * slots * d.dh));
+  dctx.resize(static_cast<std::size_t>(d.s * d.b * d.heads * d.dh));
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < 3 * d.dh; ++c) {
-      qkv[static_cast<std::size_t>(r * 3 * d.dh + c)] = to16(c < 2 * d.dh ? qk(rng) : unit(rng), t);
+    for (int64_t c = 0; c < slots * d.dh; ++c) {
+      qkv[static_cast<std::size_t>(r * slots * d.dh + c)] =
+          to16(c < (slots - 1) * d.dh ? qk(rng) : unit(rng), t);
     }
   }
   for (auto& x : dctx) x = to16(unit(rng), t);
+}
+
+/// The elements of one kind of slot of a [s, b, groups, heads/groups + 2, dh] tensor, in order:
+/// which 0 for the query heads, 1 for the key, 2 for the value.
+std::vector<float> qkv_part(const AttentionDesc& d, DType t, const std::vector<uint16_t>& v,
+                            int which) {
+  const int64_t qpg = d.q_per_group(), slots = qpg + 2, dh = d.dh;
+  const int64_t first = which == 0 ? 0 : qpg + which - 1, count = which == 0 ? qpg : 1;
+  const auto row = static_cast<std::size_t>(slots * dh);
+  std::vector<float> out;
+  for (std::size_t r = 0; r < v.size() / row; ++r) {
+    for (int64_t c = first * dh; c < (first + count) * dh; ++c) {
+      out.push_back(from16(v[r * row + static_cast<std::size_t>(c)], t));
+    }
+  }
+  return out;
 }
 
 void compare_with_cpu(const AttentionDesc& d, DType t, uint64_t seed) {
@@ -141,21 +164,10 @@ void compare_with_cpu(const AttentionDesc& d, DType t, uint64_t seed) {
                            delta_d.get(), t);
   const std::vector<uint16_t> dqkv = dqkv_d.download();
   // dq, dk and dv separately: their magnitudes differ.
-  const auto part = [&](const std::vector<uint16_t>& v, int which) {
-    std::vector<float> out;
-    for (std::size_t r = 0; r < v.size() / static_cast<std::size_t>(3 * d.dh); ++r) {
-      for (int64_t c = 0; c < d.dh; ++c) {
-        out.push_back(from16(
-            v[r * static_cast<std::size_t>(3 * d.dh) + static_cast<std::size_t>(which * d.dh + c)],
-            t));
-      }
-    }
-    return out;
-  };
   const char* names[] = {"dq", "dk", "dv"};
   for (int which = 0; which < 3; ++which) {
-    const std::vector<float> want = part(dqkv_ref, which);
-    check_close(part(dqkv, which), want, rtol, 0.5 * rtol * peak(want), names[which]);
+    const std::vector<float> want = qkv_part(d, t, dqkv_ref, which);
+    check_close(qkv_part(d, t, dqkv, which), want, rtol, 0.5 * rtol * peak(want), names[which]);
   }
   check_close(delta_d.download(), delta_ref, 1e-4, 1e-4 * peak(delta_ref), "delta");
 
@@ -365,4 +377,156 @@ TEST_CASE("flash attention drops exactly the probabilities the unfused dropout d
   d.scale = 0.0883883476f;
   d.dropout = probs_dropout(0.5f, d.s, d.b, d.heads, 3, 0, 78);
   check_masks(d, DType::F16);
+}
+
+namespace {
+
+/// Counts the elements where two equally long vectors differ (bitwise for floats too: NaN
+/// payloads or signed zeros count as differences).
+template <typename T>
+std::size_t count_differing(const std::vector<T>& a, const std::vector<T>& b) {
+  REQUIRE(a.size() == b.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return bad;
+}
+
+/// Grouped-query attention against the multi-head kernels run on K and V copied to every query
+/// head of their group (GPU only). ctx, lse and dQ must be bit-identical; a group's dK and dV
+/// must equal the fp32 sums of its query heads' multi-head dK and dV.
+void compare_with_duplicated_kv(const AttentionDesc& g, DType t, uint64_t seed) {
+  INFO(describe(g, t));
+  const double rtol = t == DType::BF16 ? 2e-2 : 5e-3;
+  std::vector<uint16_t> qkv, dctx;
+  random_inputs(g, t, seed, qkv, dctx);
+  const int64_t qpg = g.q_per_group(), groups = g.kv_groups(), dh = g.dh;
+  AttentionDesc m = g;
+  m.groups = 0;  // multi-head: [s, b, heads, 3, dh]
+  // Row (in units of dh) of group gi's slot 0 at (i, bi), and of query head hi's q in m's layout.
+  const auto group_row = [&](int64_t i, int64_t bi, int64_t gi) {
+    return static_cast<std::size_t>(((i * g.b + bi) * groups + gi) * (qpg + 2));
+  };
+  const auto head_row = [&](int64_t i, int64_t bi, int64_t hi) {
+    return static_cast<std::size_t>(((i * g.b + bi) * g.heads + hi) * 3);
+  };
+  const auto sdh = static_cast<std::size_t>(dh);
+  std::vector<uint16_t> mqkv(static_cast<std::size_t>(g.s * g.b * g.heads * 3 * dh));
+  for (int64_t i = 0; i < g.s; ++i) {
+    for (int64_t bi = 0; bi < g.b; ++bi) {
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const std::size_t src = group_row(i, bi, gi);
+        for (int64_t j = 0; j < qpg; ++j) {
+          const std::size_t dst = head_row(i, bi, gi * qpg + j);
+          for (std::size_t c = 0; c < sdh; ++c) {
+            mqkv[dst * sdh + c] = qkv[(src + static_cast<std::size_t>(j)) * sdh + c];
+            mqkv[(dst + 1) * sdh + c] = qkv[(src + static_cast<std::size_t>(qpg)) * sdh + c];
+            mqkv[(dst + 2) * sdh + c] = qkv[(src + static_cast<std::size_t>(qpg) + 1) * sdh + c];
+          }
+        }
+      }
+    }
+  }
+  const auto n_lse = static_cast<std::size_t>(g.b * g.heads * g.s);
+  Dev<uint16_t> gqkv_d(qkv), mqkv_d(mqkv), gctx_d(dctx.size()), mctx_d(dctx.size()),
+      dctx_d(dctx), gd_d(qkv.size()), md_d(mqkv.size());
+  Dev<float> glse_d(n_lse), mlse_d(n_lse), gdelta_d(n_lse), mdelta_d(n_lse);
+  gpu().attention_forward(g, gqkv_d.get(), gctx_d.get(), glse_d.get(), t);
+  gpu().attention_forward(m, mqkv_d.get(), mctx_d.get(), mlse_d.get(), t);
+  const std::size_t ctx_bad = count_differing(gctx_d.download(), mctx_d.download());
+  const std::size_t lse_bad = count_differing(glse_d.download(), mlse_d.download());
+  INFO(ctx_bad << " ctx and " << lse_bad << " lse elements differ");
+  CHECK(ctx_bad == 0);
+  CHECK(lse_bad == 0);
+
+  gpu().fill(gd_d.get(), t, std::nan(""), static_cast<int64_t>(qkv.size()));
+  gpu().attention_backward(g, gqkv_d.get(), gctx_d.get(), glse_d.get(), dctx_d.get(), gd_d.get(),
+                           gdelta_d.get(), t);
+  gpu().attention_backward(m, mqkv_d.get(), mctx_d.get(), mlse_d.get(), dctx_d.get(), md_d.get(),
+                           mdelta_d.get(), t);
+  const std::vector<uint16_t> gd = gd_d.download(), md = md_d.download();
+  std::size_t dq_bad = 0;
+  std::vector<float> dk_got, dk_want, dv_got, dv_want;
+  for (int64_t i = 0; i < g.s; ++i) {
+    for (int64_t bi = 0; bi < g.b; ++bi) {
+      for (int64_t gi = 0; gi < groups; ++gi) {
+        const std::size_t src = group_row(i, bi, gi);
+        for (int64_t j = 0; j < qpg; ++j) {
+          const std::size_t dst = head_row(i, bi, gi * qpg + j);
+          for (std::size_t c = 0; c < sdh; ++c) {
+            dq_bad += gd[(src + static_cast<std::size_t>(j)) * sdh + c] != md[dst * sdh + c];
+          }
+        }
+        for (std::size_t c = 0; c < sdh; ++c) {
+          float sk = 0.0f, sv = 0.0f;
+          for (int64_t j = 0; j < qpg; ++j) {
+            const std::size_t dst = head_row(i, bi, gi * qpg + j);
+            sk += from16(md[(dst + 1) * sdh + c], t);
+            sv += from16(md[(dst + 2) * sdh + c], t);
+          }
+          dk_want.push_back(sk);
+          dv_want.push_back(sv);
+          dk_got.push_back(from16(gd[(src + static_cast<std::size_t>(qpg)) * sdh + c], t));
+          dv_got.push_back(from16(gd[(src + static_cast<std::size_t>(qpg) + 1) * sdh + c], t));
+        }
+      }
+    }
+  }
+  INFO(dq_bad << " dq elements differ");
+  CHECK(dq_bad == 0);
+  // Each head's multi-head dK was rounded to 16 bits before the sum; the grouped kernel rounds
+  // the group's fp32 sum once.
+  check_close(dk_got, dk_want, rtol, 0.5 * rtol * peak(dk_want), "dk against summed heads");
+  check_close(dv_got, dv_want, rtol, 0.5 * rtol * peak(dv_want), "dv against summed heads");
+}
+
+}  // namespace
+
+TEST_CASE("flash attention with grouped-query heads matches the CPU's grouped attention",
+          "[gpu][flash_attention][gqa]") {
+  require_gpu();
+  const int64_t shapes[][2] = {{77, 2}, {130, 1}};  // s, b
+  uint64_t seed = 500;
+  for (const DType t : {DType::BF16, DType::F16}) {
+    for (const int64_t dh : {64, 128}) {
+      // 1 and 2 key/value heads for 8 query heads; 8 (= heads) is multi-head attention.
+      for (const int64_t groups : {1, 2, 8}) {
+        for (const auto& shape : shapes) {
+          for (const float p : {0.0f, 0.1f}) {
+            AttentionDesc d;
+            d.s = shape[0];
+            d.b = shape[1];
+            d.heads = 8;
+            d.groups = groups;
+            d.dh = dh;
+            d.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+            if (p > 0.0f) d.dropout = probs_dropout(p, d.s, d.b, d.heads, d.heads + 2, 1, seed);
+            compare_with_cpu(d, t, seed++);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("flash attention with grouped-query heads equals multi-head attention on copied K and V",
+          "[gpu][flash_attention][gqa]") {
+  require_gpu();
+  uint64_t seed = 700;
+  for (const DType t : {DType::BF16, DType::F16}) {
+    for (const int64_t dh : {64, 128}) {
+      for (const int64_t groups : {1, 2, 4}) {
+        for (const float p : {0.0f, 0.1f}) {
+          AttentionDesc d;
+          d.s = 100;
+          d.b = 2;
+          d.heads = 8;
+          d.groups = groups;
+          d.dh = dh;
+          d.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+          if (p > 0.0f) d.dropout = probs_dropout(p, d.s, d.b, d.heads, d.heads, 0, seed);
+          compare_with_duplicated_kv(d, t, seed++);
+        }
+      }
+    }
+  }
 }

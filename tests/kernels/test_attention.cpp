@@ -3,8 +3,11 @@
 // the [s, b, heads, 3, dh] activation, causal softmax, dropout on the [b * heads, s, s]
 // probabilities, and their backwards. With and without dropout (the fused kernel must drop the
 // same probabilities), sequence lengths that are not multiples of a key tile, a head slice of a
-// tensor-parallel layer, and 16-bit storage against fp32.
+// tensor-parallel layer, and 16-bit storage against fp32. Grouped-query attention (at the end)
+// against the multi-head kernel with copied keys and values, and against a double reference.
 #include <catch2/catch.hpp>
+
+#include <omp.h>
 
 #include "kernels/half.h"
 #include "reference.h"
@@ -362,5 +365,328 @@ TEST_CASE("16-bit fused attention is the fp32 computation on the widened inputs,
         CHECK_BITEQUAL(delta16, delta);
       }
     }
+  }
+}
+
+// ---- grouped-query attention -----------------------------------------------------------------
+// qkv [s, b, groups, heads/groups + 2, dh]: query head hi = g * (heads/groups) + j uses group g's
+// key and value. Checked against the multi-head kernel run on the activation in which every
+// query head carries a copy of its group's key and value (forward bit for bit; backward: dQ bit
+// for bit, the group's dK and dV the sum of its query heads' copies), and against a double
+// reference.
+
+namespace {
+
+struct GqaShape {
+  int64_t s, b, heads, groups, dh;
+};
+
+const GqaShape kGqaShapes[] = {
+    {9, 2, 8, 2, 4},    // 4 query heads per group
+    {37, 2, 8, 1, 8},   // multi-query attention
+    {70, 1, 6, 3, 16},  // two key tiles, 2 query heads per group
+    {5, 3, 4, 4, 3},    // groups == heads: multi-head attention in the GQA spelling
+};
+
+AttentionDesc make_gqa_desc(const GqaShape& sh, float p, int64_t groups) {
+  AttentionDesc d = make_desc(Shape{sh.s, sh.b, sh.heads, sh.dh}, p, sh.heads, 0);
+  d.groups = groups;
+  return d;
+}
+
+int64_t gqa_qkv_size(const AttentionDesc& d) {
+  return d.s * d.b * d.kv_groups() * (d.q_per_group() + 2) * d.dh;
+}
+
+/// Offset of query head hi's slot `slot` (0 .. q_per_group - 1: its own query; q_per_group: its
+/// group's key; q_per_group + 1: its group's value) at position i, batch bi.
+int64_t gqa_at(const AttentionDesc& d, int64_t i, int64_t bi, int64_t g, int64_t slot) {
+  return (((i * d.b + bi) * d.kv_groups() + g) * (d.q_per_group() + 2) + slot) * d.dh;
+}
+
+/// The [s, b, heads, 3, dh] activation of the multi-head kernel in which query head hi holds
+/// its own query and a copy of its group's key and value.
+template <typename T>
+std::vector<T> expand_kv(const AttentionDesc& d, const std::vector<T>& qkv) {
+  const int64_t qpg = d.q_per_group();
+  std::vector<T> out(static_cast<std::size_t>(d.s * d.b * d.heads * 3 * d.dh));
+  for (int64_t i = 0; i < d.s; ++i)
+    for (int64_t bi = 0; bi < d.b; ++bi)
+      for (int64_t hi = 0; hi < d.heads; ++hi) {
+        const int64_t g = hi / qpg;
+        const int64_t src[3] = {gqa_at(d, i, bi, g, hi % qpg), gqa_at(d, i, bi, g, qpg),
+                                gqa_at(d, i, bi, g, qpg + 1)};
+        for (int part = 0; part < 3; ++part)
+          for (int64_t e = 0; e < d.dh; ++e)
+            out[static_cast<std::size_t>((((i * d.b + bi) * d.heads + hi) * 3 + part) * d.dh + e)] =
+                qkv[static_cast<std::size_t>(src[part] + e)];
+      }
+  return out;
+}
+
+/// Folds a multi-head dqkv (of expand_kv's activation) back into the GQA layout: dQ copied, a
+/// group's dK and dV summed over its query heads in double.
+dvec fold_dkv(const AttentionDesc& d, const fvec& dqkv_mha) {
+  const int64_t qpg = d.q_per_group();
+  dvec out(static_cast<std::size_t>(gqa_qkv_size(d)), 0.0);
+  for (int64_t i = 0; i < d.s; ++i)
+    for (int64_t bi = 0; bi < d.b; ++bi)
+      for (int64_t hi = 0; hi < d.heads; ++hi) {
+        const int64_t g = hi / qpg;
+        const int64_t dst[3] = {gqa_at(d, i, bi, g, hi % qpg), gqa_at(d, i, bi, g, qpg),
+                                gqa_at(d, i, bi, g, qpg + 1)};
+        for (int part = 0; part < 3; ++part)
+          for (int64_t e = 0; e < d.dh; ++e) {
+            const double v = dqkv_mha[static_cast<std::size_t>(
+                (((i * d.b + bi) * d.heads + hi) * 3 + part) * d.dh + e)];
+            double& o = out[static_cast<std::size_t>(dst[part] + e)];
+            o = part == 0 ? v : o + v;  // a query's gradient is copied (keeping the sign of 0)
+          }
+      }
+  return out;
+}
+
+/// Whether element e of a GQA activation belongs to a query head.
+bool is_query(const AttentionDesc& d, int64_t e) {
+  return (e / d.dh) % (d.q_per_group() + 2) < d.q_per_group();
+}
+
+/// Storage of type t (f32 as is, or the 16-bit roundings) of x, as raw 16-bit words or floats.
+struct Buf {
+  DType t;
+  fvec f;
+  std::vector<uint16_t> h;
+  Buf(const fvec& x, DType type) : t(type) {
+    if (t == DType::F32) f = x;
+    else h = to16(x, t);
+  }
+  void* data() { return t == DType::F32 ? static_cast<void*>(f.data()) : h.data(); }
+  fvec values() const { return t == DType::F32 ? f : from16(h, t); }
+};
+
+std::string describe(const AttentionDesc& d, DType t) {
+  std::ostringstream os;
+  os << ptdp::dtype_name(t) << " s " << d.s << " b " << d.b << " heads " << d.heads
+     << " groups " << d.groups << " dh " << d.dh << " p " << d.dropout.p;
+  return os.str();
+}
+
+struct AttnOut {
+  fvec ctx, lse, dqkv, delta;
+};
+
+/// Forward and backward of the fused kernel on stored buffers of type t; outputs widened.
+AttnOut run_attention(const AttentionDesc& d, const fvec& qkv, const fvec& dctx, DType t) {
+  const int64_t nqkv = d.s * d.b * d.kv_groups() * (d.q_per_group() + 2) * d.dh;
+  Buf q(qkv, t), dc(dctx, t), ctx(fvec(static_cast<std::size_t>(ctx_size(d)), 9.0f), t),
+      dq(fvec(static_cast<std::size_t>(nqkv), 9.0f), t);
+  AttnOut o;
+  o.lse.assign(static_cast<std::size_t>(lse_size(d)), 9.0f);
+  o.delta.assign(o.lse.size(), 9.0f);
+  be().attention_forward(d, q.data(), ctx.data(), o.lse.data(), t);
+  be().attention_backward(d, q.data(), ctx.data(), o.lse.data(), dc.data(), dq.data(),
+                          o.delta.data(), t);
+  o.ctx = ctx.values();
+  o.dqkv = dq.values();
+  return o;
+}
+
+/// Double-precision GQA attention with dropout straight from the definitions: ctx, lse, dqkv.
+struct AttnRef {
+  dvec ctx, lse, dqkv;
+};
+
+AttnRef attention_ref(const AttentionDesc& d, const dvec& qkv, const dvec& dctx) {
+  const int64_t s = d.s, dh = d.dh, qpg = d.q_per_group();
+  const std::vector<bool> keep =
+      d.dropout.p > 0.0f ? dropout_mask_ref(d.dropout) : std::vector<bool>();
+  const double keep_scale = 1.0 / (1.0 - static_cast<double>(d.dropout.p));
+  AttnRef r;
+  r.ctx.assign(static_cast<std::size_t>(ctx_size(d)), 0.0);
+  r.lse.assign(static_cast<std::size_t>(lse_size(d)), 0.0);
+  r.dqkv.assign(qkv.size(), 0.0);
+  auto at = [](const dvec& v, int64_t off, int64_t e) { return v[static_cast<std::size_t>(off + e)]; };
+  for (int64_t bi = 0; bi < d.b; ++bi)
+    for (int64_t hi = 0; hi < d.heads; ++hi) {
+      const int64_t g = hi / qpg, j_q = hi % qpg;
+      std::vector<dvec> P(static_cast<std::size_t>(s), dvec(static_cast<std::size_t>(s), 0.0));
+      std::vector<dvec> K(P);  // keep / (1 - p), or 1
+      for (int64_t i = 0; i < s; ++i) {
+        const int64_t qo = gqa_at(d, i, bi, g, j_q);
+        dvec sc(static_cast<std::size_t>(i + 1));
+        double mx = -1e300;
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t ko = gqa_at(d, j, bi, g, qpg);
+          double dotv = 0.0;
+          for (int64_t e = 0; e < dh; ++e) dotv += at(qkv, qo, e) * at(qkv, ko, e);
+          sc[static_cast<std::size_t>(j)] = d.scale * dotv;
+          mx = std::max(mx, sc[static_cast<std::size_t>(j)]);
+        }
+        double sum = 0.0;
+        for (int64_t j = 0; j <= i; ++j) sum += std::exp(sc[static_cast<std::size_t>(j)] - mx);
+        const double lse = mx + std::log(sum);
+        r.lse[static_cast<std::size_t>((bi * d.heads + hi) * s + i)] = lse;
+        for (int64_t j = 0; j <= i; ++j) {
+          const std::size_t ij = static_cast<std::size_t>(j);
+          P[static_cast<std::size_t>(i)][ij] = std::exp(sc[ij] - lse);
+          K[static_cast<std::size_t>(i)][ij] =
+              keep.empty() ? 1.0
+                           : (keep[static_cast<std::size_t>((bi * d.heads + hi) * s * s + i * s + j)]
+                                  ? keep_scale
+                                  : 0.0);
+        }
+      }
+      for (int64_t i = 0; i < s; ++i) {
+        const std::size_t ii = static_cast<std::size_t>(i);
+        const int64_t co = ((i * d.b + bi) * d.heads + hi) * dh;
+        const int64_t qo = gqa_at(d, i, bi, g, j_q);
+        for (int64_t j = 0; j <= i; ++j) {
+          const std::size_t jj = static_cast<std::size_t>(j);
+          const int64_t vo = gqa_at(d, j, bi, g, qpg + 1);
+          for (int64_t e = 0; e < dh; ++e)
+            r.ctx[static_cast<std::size_t>(co + e)] += P[ii][jj] * K[ii][jj] * at(qkv, vo, e);
+        }
+        // Backward of row i.
+        dvec dP(static_cast<std::size_t>(i + 1));
+        double delta = 0.0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const std::size_t jj = static_cast<std::size_t>(j);
+          const int64_t vo = gqa_at(d, j, bi, g, qpg + 1);
+          double dov = 0.0;
+          for (int64_t e = 0; e < dh; ++e) dov += at(dctx, co, e) * at(qkv, vo, e);
+          dP[jj] = K[ii][jj] * dov;
+          delta += P[ii][jj] * dP[jj];
+          for (int64_t e = 0; e < dh; ++e)  // dV_j += P~_ij dO_i
+            r.dqkv[static_cast<std::size_t>(vo + e)] += P[ii][jj] * K[ii][jj] * at(dctx, co, e);
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const std::size_t jj = static_cast<std::size_t>(j);
+          const double ds = d.scale * P[ii][jj] * (dP[jj] - delta);
+          const int64_t ko = gqa_at(d, j, bi, g, qpg);
+          for (int64_t e = 0; e < dh; ++e) {
+            r.dqkv[static_cast<std::size_t>(qo + e)] += ds * at(qkv, ko, e);
+            r.dqkv[static_cast<std::size_t>(ko + e)] += ds * at(qkv, qo, e);
+          }
+        }
+      }
+    }
+  return r;
+}
+
+/// |got - want| <= rtol * (|want| + max |want|) for a double reference.
+void check_scaled(const fvec& got, const dvec& want, double rtol) {
+  double scale = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  CHECK_ALLCLOSE(got, want, rtol * scale, rtol);
+}
+
+}  // namespace
+
+TEST_CASE("attention: groups == heads is multi-head attention, bit for bit",
+          "[attention][gqa]") {
+  uint32_t seed = 500;
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (const Shape& sh : {Shape{5, 2, 3, 4}, Shape{67, 1, 2, 16}}) {
+      for (float p : {0.0f, 0.2f}) {
+        const AttentionDesc mha = make_desc(sh, p, sh.heads, 0);
+        AttentionDesc same = mha;
+        same.groups = sh.heads;
+        Rand r(seed++);
+        const fvec qkv = r.uniform(qkv_size(mha), -2.0f, 2.0f), dctx = r.uniform(ctx_size(mha));
+        INFO(describe(same, t));
+        const AttnOut a = run_attention(mha, qkv, dctx, t), b = run_attention(same, qkv, dctx, t);
+        CHECK_BITEQUAL(b.ctx, a.ctx);
+        CHECK_BITEQUAL(b.lse, a.lse);
+        CHECK_BITEQUAL(b.dqkv, a.dqkv);
+        CHECK_BITEQUAL(b.delta, a.delta);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: grouped-query equals multi-head attention with the keys and values "
+          "copied per query head",
+          "[attention][gqa]") {
+  uint32_t seed = 600;
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (const GqaShape& sh : kGqaShapes) {
+      for (float p : {0.0f, 0.2f}) {
+        const AttentionDesc d = make_gqa_desc(sh, p, sh.groups);
+        const AttentionDesc mha = make_gqa_desc(sh, p, 0);
+        Rand r(seed++);
+        const fvec qkv = from16(to16(r.uniform(gqa_qkv_size(d), -2.0f, 2.0f), DType::BF16),
+                                DType::BF16);  // exact in every storage type
+        const fvec dctx = from16(to16(r.uniform(ctx_size(d)), DType::BF16), DType::BF16);
+        INFO(describe(d, t));
+        const AttnOut got = run_attention(d, qkv, dctx, t);
+        const AttnOut want = run_attention(mha, expand_kv(d, qkv), dctx, t);
+        // Forward: the same fp32 computation per query head.
+        CHECK_BITEQUAL(got.ctx, want.ctx);
+        CHECK_BITEQUAL(got.lse, want.lse);
+        CHECK_BITEQUAL(got.delta, want.delta);
+        // Backward: dQ bit for bit; dK and dV the per-query-head copies' gradients summed.
+        const dvec folded = fold_dkv(d, want.dqkv);
+        fvec got_q, want_q, got_kv;
+        dvec want_kv;
+        for (int64_t e = 0; e < gqa_qkv_size(d); ++e) {
+          const std::size_t ue = static_cast<std::size_t>(e);
+          if (is_query(d, e)) {
+            got_q.push_back(got.dqkv[ue]);
+            want_q.push_back(static_cast<float>(folded[ue]));
+          } else {
+            got_kv.push_back(got.dqkv[ue]);
+            want_kv.push_back(folded[ue]);
+          }
+        }
+        CHECK_BITEQUAL(got_q, want_q);
+        // fp32: the sum of the same fp32 shares, rounded once; 16-bit: the copies' gradients
+        // were each rounded before the sum.
+        const double rtol = t == DType::F32 ? 1e-6 : d.q_per_group() * ulp(t);
+        check_scaled(got_kv, want_kv, rtol);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: grouped-query forward and backward against a double reference",
+          "[attention][gqa]") {
+  uint32_t seed = 700;
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (const GqaShape& sh : {GqaShape{9, 2, 4, 2, 5}, GqaShape{12, 1, 3, 1, 4}}) {
+      for (float p : {0.0f, 0.3f}) {
+        const AttentionDesc d = make_gqa_desc(sh, p, sh.groups);
+        Rand r(seed++);
+        const fvec qkv = Buf(r.uniform(gqa_qkv_size(d), -2.0f, 2.0f), t).values();
+        const fvec dctx = Buf(r.uniform(ctx_size(d)), t).values();
+        INFO(describe(d, t));
+        const AttnOut got = run_attention(d, qkv, dctx, t);
+        const AttnRef want = attention_ref(d, to_d(qkv), to_d(dctx));
+        // 16-bit: ctx is rounded once; dqkv is computed from the rounded ctx (as the layer
+        // saves it), so allow a few units of the storage type.
+        const double rtol = t == DType::F32 ? 1e-5 : 4.0 * ulp(t);
+        check_scaled(got.ctx, want.ctx, rtol);
+        CHECK_ALLCLOSE(got.lse, want.lse, 1e-5, 1e-5);
+        check_scaled(got.dqkv, want.dqkv, rtol);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: grouped-query backward is the same whatever the thread count",
+          "[attention][gqa]") {
+  // dK and dV of a group collect 4 query heads that different threads compute.
+  const AttentionDesc d = make_gqa_desc(GqaShape{40, 2, 8, 2, 8}, 0.1f, 2);
+  Rand r(800);
+  const fvec qkv = r.uniform(gqa_qkv_size(d), -2.0f, 2.0f), dctx = r.uniform(ctx_size(d));
+  const int saved = omp_get_max_threads();
+  std::vector<AttnOut> runs;
+  for (int threads : {1, 2, 3, 5}) {
+    omp_set_num_threads(threads);
+    runs.push_back(run_attention(d, qkv, dctx, kF32));
+  }
+  omp_set_num_threads(saved);
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    CHECK_BITEQUAL(runs[i].ctx, runs[0].ctx);
+    CHECK_BITEQUAL(runs[i].dqkv, runs[0].dqkv);
   }
 }

@@ -482,3 +482,175 @@ TEST_CASE("fused attention is supported on the CPU for every floating type",
   }
   CHECK_FALSE(k.fused_attention_supported(DType::I32, 64));
 }
+
+// ---- the Llama ops and grouped-query attention ------------------------------------------------
+
+TEST_CASE("rmsnorm rejects bad sizes, eps, storage types and NULL pointers, naming them",
+          "[errors][rmsnorm]") {
+  fvec x(8, 1.0f), g(4, 1.0f), y(8, 3.0f), rs(2, 3.0f), dy(8, 1.0f), dx(8, 3.0f), dg(4, 3.0f);
+  auto& k = be();
+  const auto fwd = [&](const void* xx, const void* gg, void* yy, DType t, float* r, int64_t rows,
+                       int64_t cols, float eps) {
+    k.rmsnorm_forward(xx, gg, yy, t, r, rows, cols, eps);
+  };
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), g.data(), y.data(), kF32, rs.data(), 2, 0, 1e-5f),
+                        "rmsnorm_forward: cols");
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), g.data(), y.data(), kF32, rs.data(), -1, 4, 1e-5f),
+                        "rmsnorm_forward: rows");
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), g.data(), y.data(), kF32, rs.data(), 2, 4, -1e-5f),
+                        "rmsnorm_forward: eps must be finite and >= 0");
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), g.data(), y.data(), kF32, rs.data(), 2, 4,
+                            std::numeric_limits<float>::quiet_NaN()),
+                        "rmsnorm_forward: eps");
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), g.data(), y.data(), DType::I32, rs.data(), 2, 4, 1e-5f),
+                        "rmsnorm_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(fwd(nullptr, g.data(), y.data(), kF32, rs.data(), 2, 4, 1e-5f),
+                        "rmsnorm_forward: x is NULL");
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), nullptr, y.data(), kF32, rs.data(), 2, 4, 1e-5f),
+                        "rmsnorm_forward: gamma is NULL");
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), g.data(), nullptr, kF32, rs.data(), 2, 4, 1e-5f),
+                        "rmsnorm_forward: y is NULL");
+  CHECK_INVALID_ARG_MSG(fwd(x.data(), g.data(), y.data(), kF32, nullptr, 2, 4, 1e-5f),
+                        "rmsnorm_forward: rstd is NULL");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_backward(x.data(), g.data(), rs.data(), dy.data(), dx.data(),
+                                           kF32, dg.data(), 2, 0, false),
+                        "rmsnorm_backward: cols");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_backward(x.data(), g.data(), rs.data(), dy.data(), dx.data(),
+                                           DType::I64, dg.data(), 2, 4, false),
+                        "rmsnorm_backward: t = i64");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_backward(x.data(), g.data(), rs.data(), nullptr, dx.data(),
+                                           kF32, dg.data(), 2, 4, false),
+                        "rmsnorm_backward: dy is NULL");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_backward(x.data(), g.data(), nullptr, dy.data(), dx.data(),
+                                           kF32, dg.data(), 2, 4, false),
+                        "rmsnorm_backward: rstd is NULL");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_backward(x.data(), g.data(), rs.data(), dy.data(), dx.data(),
+                                           kF32, nullptr, 0, 4, false),
+                        "rmsnorm_backward: dgamma is NULL");  // even with rows == 0
+  CHECK_BITEQUAL(y, fvec(8, 3.0f));
+  CHECK_BITEQUAL(rs, fvec(2, 3.0f));
+  CHECK_BITEQUAL(dx, fvec(8, 3.0f));
+  CHECK_BITEQUAL(dg, fvec(4, 3.0f));
+}
+
+TEST_CASE("swiglu rejects negative sizes, storage types and NULL pointers, naming them",
+          "[errors][swiglu]") {
+  fvec x(8, 1.0f), y(4, 3.0f), dy(4, 1.0f), dx(8, 3.0f);
+  auto& k = be();
+  CHECK_INVALID_ARG_MSG(k.swiglu_forward(x.data(), y.data(), kF32, -1, 2), "swiglu_forward: rows");
+  CHECK_INVALID_ARG_MSG(k.swiglu_forward(x.data(), y.data(), kF32, 2, -2), "swiglu_forward: cols");
+  CHECK_INVALID_ARG_MSG(k.swiglu_forward(x.data(), y.data(), DType::I32, 2, 2),
+                        "swiglu_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.swiglu_forward(nullptr, y.data(), kF32, 2, 2),
+                        "swiglu_forward: x is NULL");
+  CHECK_INVALID_ARG_MSG(k.swiglu_forward(x.data(), nullptr, kF32, 2, 2),
+                        "swiglu_forward: y is NULL");
+  CHECK_INVALID_ARG_MSG(k.swiglu_backward(x.data(), dy.data(), dx.data(), kF32, 2, -1),
+                        "swiglu_backward: cols");
+  CHECK_INVALID_ARG_MSG(k.swiglu_backward(x.data(), dy.data(), dx.data(), DType::I64, 2, 2),
+                        "swiglu_backward: t = i64");
+  CHECK_INVALID_ARG_MSG(k.swiglu_backward(nullptr, dy.data(), dx.data(), kF32, 2, 2),
+                        "swiglu_backward: x is NULL");
+  CHECK_INVALID_ARG_MSG(k.swiglu_backward(x.data(), nullptr, dx.data(), kF32, 2, 2),
+                        "swiglu_backward: dy is NULL");
+  CHECK_INVALID_ARG_MSG(k.swiglu_backward(x.data(), dy.data(), nullptr, kF32, 2, 2),
+                        "swiglu_backward: dx is NULL");
+  CHECK_BITEQUAL(y, fvec(4, 3.0f));
+  CHECK_BITEQUAL(dx, fvec(8, 3.0f));
+}
+
+TEST_CASE("rope rejects bad shapes, rot_dim, offsets and NULL pointers, naming them",
+          "[errors][rope]") {
+  ptdp::RopeDesc d;
+  d.s = 2;
+  d.b = 1;
+  d.groups = 2;
+  d.q_per_group = 1;
+  d.dh = 4;
+  d.rot_dim = 4;
+  const fvec inv_freq = {1.0f, 0.1f};
+  d.inv_freq = inv_freq.data();
+  fvec qkv(2 * 1 * 2 * 3 * 4, 3.0f);
+  auto& k = be();
+  for (const char* op : {"rope_forward", "rope_backward"}) {
+    const bool fwd = std::string(op) == "rope_forward";
+    const auto call = [&](const ptdp::RopeDesc& dd, void* p, DType t) {
+      if (fwd) k.rope_forward(p, t, dd);
+      else k.rope_backward(p, t, dd);
+    };
+    const std::string o = std::string(op) + ": ";
+    INFO(op);
+    for (int64_t rd : {3, 0, -2, 6}) {
+      auto dd = d;
+      dd.rot_dim = rd;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32),
+                            o + "rot_dim = " + std::to_string(rd) + " must be even and in (0, dh = 4]");
+    }
+    CHECK_INVALID_ARG_MSG(call(d, qkv.data(), DType::I32), o + "t = i32");
+    {
+      auto dd = d;
+      dd.groups = 0;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "groups must be > 0");
+    }
+    {
+      auto dd = d;
+      dd.q_per_group = 0;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "q_per_group must be > 0");
+    }
+    {
+      auto dd = d;
+      dd.dh = 0;
+      dd.rot_dim = 0;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "dh must be > 0");
+    }
+    {
+      auto dd = d;
+      dd.s = -1;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "s");
+    }
+    {
+      auto dd = d;
+      dd.position_offset = -1;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "position_offset");
+    }
+    {
+      auto dd = d;
+      dd.inv_freq = nullptr;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "inv_freq is NULL");
+    }
+    CHECK_INVALID_ARG_MSG(call(d, nullptr, kF32), o + "qkv is NULL");
+  }
+  CHECK_BITEQUAL(qkv, fvec(qkv.size(), 3.0f));
+}
+
+TEST_CASE("attention rejects groups that do not divide heads, naming them",
+          "[errors][attention][gqa]") {
+  ptdp::AttentionDesc d;
+  d.s = 3;
+  d.b = 1;
+  d.heads = 6;
+  d.dh = 2;
+  fvec qkv(3 * 6 * 3 * 2, 0.5f), ctx(3 * 6 * 2, 3.0f), lse(6 * 3, 3.0f), dctx(ctx.size(), 1.0f),
+      dqkv(qkv.size(), 3.0f), delta(lse.size(), 3.0f);
+  auto& k = be();
+  for (int64_t groups : {4, 12, 5}) {
+    auto dd = d;
+    dd.groups = groups;
+    const std::string msg = "groups = " + std::to_string(groups) + " does not divide heads = 6";
+    CHECK_INVALID_ARG_MSG(k.attention_forward(dd, qkv.data(), ctx.data(), lse.data(), kF32),
+                          "attention_forward: " + msg);
+    CHECK_INVALID_ARG_MSG(k.attention_backward(dd, qkv.data(), ctx.data(), lse.data(),
+                                               dctx.data(), dqkv.data(), delta.data(), kF32),
+                          "attention_backward: " + msg);
+  }
+  {
+    auto dd = d;
+    dd.groups = -2;
+    CHECK_INVALID_ARG_MSG(k.attention_forward(dd, qkv.data(), ctx.data(), lse.data(), kF32),
+                          "attention_forward: groups");
+  }
+  CHECK_BITEQUAL(ctx, fvec(ctx.size(), 3.0f));
+  CHECK_BITEQUAL(lse, fvec(lse.size(), 3.0f));
+  CHECK_BITEQUAL(dqkv, fvec(dqkv.size(), 3.0f));
+  CHECK_BITEQUAL(delta, fvec(delta.size(), 3.0f));
+}

@@ -1,0 +1,108 @@
+// RMSNorm over the last dimension (no mean, no bias), saving 1/rms (fp32) for the backward pass.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/storage.h"
+#include "kernels/validate.h"
+
+namespace ptdp {
+
+namespace {
+
+constexpr int64_t kColBlock = 64;  // columns of dgamma per task of the final sum
+constexpr int64_t kRowChunk = 32;  // rows per partial of dgamma
+
+/// sum_c f(c) over [0, n) in double, in four interleaved partial sums: one dependent chain of
+/// double adds per row made the op compute-bound. The order is fixed, so the result does not
+/// depend on the thread count.
+template <typename F>
+double row_sum(int64_t n, F&& f) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  int64_t c = 0;
+  for (; c + 4 <= n; c += 4) {
+    for (int k = 0; k < 4; ++k) acc[k] += f(c + k);
+  }
+  for (; c < n; ++c) acc[0] += f(c);
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+}  // namespace
+
+void CpuBackend::rmsnorm_forward(const void* x, const void* gamma, void* y, DType t, float* rstd,
+                                 int64_t rows, int64_t cols, float eps) {
+  if (kcheck::check_rmsnorm_forward(x, gamma, y, t, rstd, rows, cols, eps) ==
+      kcheck::Work::none) {
+    return;
+  }
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+    const S* g = static_cast<const S*>(gamma);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const S* xr = static_cast<const S*>(x) + r * cols;
+      const double sq = row_sum(cols, [&](int64_t c) {
+        const double v = St::load(xr[c]);
+        return v * v;
+      });
+      const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
+      rstd[r] = rs;
+      S* yr = static_cast<S*>(y) + r * cols;
+#pragma omp simd
+      for (int64_t c = 0; c < cols; ++c) yr[c] = St::store(St::load(xr[c]) * rs * St::load(g[c]));
+    }
+  });
+}
+
+void CpuBackend::rmsnorm_backward(const void* x, const void* gamma, const float* rstd,
+                                  const void* dy, void* dx, DType t, float* dgamma, int64_t rows,
+                                  int64_t cols, bool accumulate) {
+  kcheck::check_rmsnorm_backward(x, gamma, rstd, dy, dx, t, dgamma, rows, cols);
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+    const S* g = static_cast<const S*>(gamma);
+    // One pass over x and dy: each chunk of kRowChunk rows adds its rows' dy * xhat to its own
+    // double partial of dgamma, and a second, small pass sums the partials in chunk order; the
+    // chunks do not depend on the thread count, so neither does dgamma. In each row dy[c] is
+    // read before dx[c] is written, so dx may alias dy.
+    const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
+    std::unique_ptr<double[]> partial(new double[static_cast<std::size_t>(chunks * cols)]);
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < chunks; ++k) {
+      double* acc = partial.get() + k * cols;
+      std::fill(acc, acc + cols, 0.0);
+      for (int64_t r = k * kRowChunk; r < std::min(rows, (k + 1) * kRowChunk); ++r) {
+        // g = dy * gamma, xhat = x * rstd, dx = rstd * (g - xhat * mean(g * xhat)).
+        const S* xr = static_cast<const S*>(x) + r * cols;
+        const S* dyr = static_cast<const S*>(dy) + r * cols;
+        const float rs = rstd[r];
+        const double sum_gx = row_sum(cols, [&](int64_t c) {
+          return static_cast<double>(St::load(dyr[c])) * St::load(g[c]) * (St::load(xr[c]) * rs);
+        });
+        const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(cols));
+        S* dxr = static_cast<S*>(dx) + r * cols;
+        for (int64_t c = 0; c < cols; ++c) {
+          const float xhat = St::load(xr[c]) * rs;
+          const float d = St::load(dyr[c]);
+          acc[c] += static_cast<double>(d) * xhat;
+          dxr[c] = St::store(rs * (d * St::load(g[c]) - xhat * mean_gx));
+        }
+      }
+    }
+    // rows == 0: no chunks, dgamma cleared (or kept, accumulating).
+#pragma omp parallel for schedule(static)
+    for (int64_t c0 = 0; c0 < cols; c0 += kColBlock) {
+      const int64_t c1 = std::min(cols, c0 + kColBlock);
+      for (int64_t c = c0; c < c1; ++c) {
+        double sum = accumulate ? dgamma[c] : 0.0;
+        for (int64_t k = 0; k < chunks; ++k) sum += partial[static_cast<std::size_t>(k * cols + c)];
+        dgamma[c] = static_cast<float>(sum);
+      }
+    }
+  });
+}
+
+}  // namespace ptdp
