@@ -34,7 +34,37 @@ nlohmann::json config_to_json(const GptConfig& c) {
           {"layernorm_epsilon", c.layernorm_epsilon},
           {"untie_embeddings_and_output_weights", !c.tie_embeddings},
           {"recompute_granularity", recompute_name(c.recompute)},
-          {"seed", c.seed}};
+          {"seed", c.seed},
+          {"normalization", normalization_name(c.normalization)},
+          {"swiglu", c.swiglu},
+          {"position_embedding_type", position_embedding_name(c.position_embedding)},
+          {"rotary_base", c.rotary_base},
+          {"rotary_percent", c.rotary_percent},
+          {"use_rope_scaling", c.rope_scaling.enabled},
+          {"rope_scaling_factor", c.rope_scaling.factor},
+          {"rope_low_freq_factor", c.rope_scaling.low_freq_factor},
+          {"rope_high_freq_factor", c.rope_scaling.high_freq_factor},
+          {"rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
+          {"num_query_groups", c.query_groups()},
+          {"kv_channels", c.head_dim()},
+          {"add_bias_linear", c.add_bias_linear},
+          {"add_qkv_bias", c.add_qkv_bias},
+          {"qk_layernorm", c.qk_layernorm}};
+}
+
+// A named enum value of the "model" entry; `names` in enum order.
+template <typename E, std::size_t N>
+E enum_from_json(const nlohmann::json& j, const char* key, const char* const (&names)[N], E fallback,
+                 const std::string& source) {
+  if (!j.contains(key)) return fallback;  // written before the Llama options existed
+  const std::string v = j.at(key).get<std::string>();
+  for (std::size_t i = 0; i < N; ++i)
+    if (v == names[i]) return static_cast<E>(i);
+  std::string msg = source;
+  msg += ": \"model\" entry: ";
+  msg += key;
+  msg += " \"" + v + "\" is not known";
+  throw_error(ErrorCode::Io, msg);
 }
 
 GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
@@ -56,6 +86,25 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     const std::string r = j.at("recompute_granularity").get<std::string>();
     c.recompute = r == "full" ? Recompute::Full : r == "selective" ? Recompute::Selective : Recompute::None;
     c.seed = j.at("seed").get<uint64_t>();
+    // The Llama-family fields (absent from checkpoints written before them: GPT defaults).
+    static const char* const norms[] = {"LayerNorm", "RMSNorm"};
+    static const char* const positions[] = {"learned_absolute", "rope", "none"};
+    c.normalization = enum_from_json(j, "normalization", norms, Normalization::LayerNorm, source);
+    c.position_embedding = enum_from_json(j, "position_embedding_type", positions, PositionEmbedding::LearnedAbsolute, source);
+    c.swiglu = j.value("swiglu", false);
+    c.rotary_base = j.value("rotary_base", c.rotary_base);
+    c.rotary_percent = j.value("rotary_percent", c.rotary_percent);
+    c.rope_scaling.enabled = j.value("use_rope_scaling", false);
+    c.rope_scaling.factor = j.value("rope_scaling_factor", c.rope_scaling.factor);
+    c.rope_scaling.low_freq_factor = j.value("rope_low_freq_factor", c.rope_scaling.low_freq_factor);
+    c.rope_scaling.high_freq_factor = j.value("rope_high_freq_factor", c.rope_scaling.high_freq_factor);
+    c.rope_scaling.original_max_position_embeddings =
+        j.value("rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings);
+    c.num_query_groups = j.value("num_query_groups", 0);
+    c.kv_channels = j.value("kv_channels", 0);
+    c.add_bias_linear = j.value("add_bias_linear", true);
+    c.add_qkv_bias = j.value("add_qkv_bias", false);
+    c.qk_layernorm = j.value("qk_layernorm", false);
     return c;
   } catch (const nlohmann::json::exception& e) {
     std::string msg = source;
@@ -77,6 +126,15 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
       {"seq_length", {saved.seq_length, model.seq_length}},
       {"max_position_embeddings", {saved.max_positions(), model.max_positions()}},
       {"untie_embeddings_and_output_weights", {saved.tie_embeddings ? 0 : 1, model.tie_embeddings ? 0 : 1}},
+      {"normalization (0 LayerNorm, 1 RMSNorm)", {static_cast<int>(saved.normalization), static_cast<int>(model.normalization)}},
+      {"swiglu", {saved.swiglu, model.swiglu}},
+      {"position_embedding_type (0 learned_absolute, 1 rope, 2 none)",
+       {static_cast<int>(saved.position_embedding), static_cast<int>(model.position_embedding)}},
+      {"num_query_groups", {saved.query_groups(), model.query_groups()}},
+      {"kv_channels", {saved.head_dim(), model.head_dim()}},
+      {"add_bias_linear", {saved.add_bias_linear, model.add_bias_linear}},
+      {"add_qkv_bias", {saved.qkv_bias(), model.qkv_bias()}},
+      {"qk_layernorm", {saved.qk_layernorm, model.qk_layernorm}},
   };
   for (const auto& [name, values] : fields) {
     if (values.first == values.second) continue;
@@ -97,16 +155,20 @@ std::vector<int64_t> dims(const Shape& s) {
   return d;
 }
 
-// The block of the global tensor a slice covers: rows [r0, r1) x cols [c0, c1).
+// A block of the global tensor a slice covers: rows [r0, r1) x cols [c0, c1), starting at row
+// local_row of the slice.
 struct Block {
-  int64_t r0, r1, c0, c1;
+  int64_t r0, r1, c0, c1, local_row;
 };
 
-Block block_of(const ParamInfo& p) {
+// The blocks of a slice: one, or one per partition block (ParamInfo::partition_blocks).
+std::vector<Block> blocks_of(const ParamInfo& p) {
   const int64_t rows = p.global_shape[0], cols = p.global_shape.ndim() > 1 ? p.global_shape[1] : 1;
-  if (p.partition_dim == 0) return {p.slice_start, p.slice_start + p.local_shape[0], 0, cols};
-  if (p.partition_dim == 1) return {0, rows, p.slice_start, p.slice_start + p.local_shape[1]};
-  return {0, rows, 0, cols};
+  if (p.partition_dim == 1) return {{0, rows, p.slice_start, p.slice_start + p.local_shape[1], 0}};
+  if (p.partition_dim < 0) return {{0, rows, 0, cols, 0}};
+  std::vector<Block> blocks;
+  for (const SliceRun& r : slice_runs(p)) blocks.push_back({r.global_start, r.global_start + r.count, 0, cols, r.local_start});
+  return blocks;
 }
 
 std::string state_tensor(const std::string& state, const std::string& name) { return "optimizer." + state + "." + name; }
@@ -129,12 +191,13 @@ TensorMap layout_map(const GptPipeline& model, const std::vector<std::string>& s
       for (int i = 0; i < meta.params().size(); ++i) {
         const ParamInfo& info = meta.params().info(i);
         if (i == meta.tied_head_weight() || !stores(info, r)) continue;
-        const Block b = block_of(info);
+        const std::vector<Block> blocks = blocks_of(info);
         std::vector<std::string> names{info.name};
         for (const std::string& s : states) names.push_back(state_tensor(s, info.name));
         for (const std::string& n : names) {
           map.add_tensor(n, dims(info.global_shape), StDType::F32);
-          map.add_piece(n, TensorPiece{file, n, b.r0, b.r1, b.c0, b.c1});
+          for (const Block& b : blocks)
+            map.add_piece(n, TensorPiece{file, n, b.r0, b.r1, b.c0, b.c1, blocks.size() > 1 ? b.local_row : -1});
         }
       }
     }
@@ -145,20 +208,23 @@ TensorMap layout_map(const GptPipeline& model, const std::vector<std::string>& s
 // Reads the block of `name` a local slice covers into `out` (local-shape row-major). Rows
 // beyond the stored tensor (a larger vocabulary padding than the saving layout's) read as zero.
 void read_slice(CheckpointReader& reader, const std::string& name, const ParamInfo& info, float* out) {
-  const Block b = block_of(info);
   const std::vector<int64_t> saved = reader.global_shape(name);
   const int64_t saved_rows = saved.empty() ? 1 : saved[0];
   const int64_t saved_cols = saved.size() > 1 ? saved[1] : 1;
-  const int64_t cols = b.c1 - b.c0;
-  if (saved_cols != (info.global_shape.ndim() > 1 ? info.global_shape[1] : 1) || saved.size() != dims(info.global_shape).size()) {
+  if (saved_cols != (info.global_shape.ndim() > 1 ? info.global_shape[1] : 1) || saved.size() != dims(info.global_shape).size() ||
+      (info.partition_blocks > 1 && saved_rows != info.global_shape[0])) {
     std::string msg = "checkpoint tensor '" + name;
     msg += "' has global shape " + nlohmann::json(saved).dump();
     msg += "; the model's is " + info.global_shape.str();
     throw_error(ErrorCode::InvalidArgument, msg);
   }
-  const int64_t r1 = std::min(b.r1, saved_rows);
-  if (r1 > b.r0) reader.read_block(name, b.r0, r1, b.c0, b.c1, out);
-  std::fill(out + std::max<int64_t>(0, r1 - b.r0) * cols, out + (b.r1 - b.r0) * cols, 0.0f);
+  for (const Block& b : blocks_of(info)) {
+    const int64_t cols = b.c1 - b.c0;
+    float* dst = out + b.local_row * cols;
+    const int64_t r1 = std::min(b.r1, saved_rows);
+    if (r1 > b.r0) reader.read_block(name, b.r0, r1, b.c0, b.c1, dst);
+    std::fill(dst + std::max<int64_t>(0, r1 - b.r0) * cols, dst + (b.r1 - b.r0) * cols, 0.0f);
+  }
 }
 
 }  // namespace

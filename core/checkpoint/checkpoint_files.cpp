@@ -350,8 +350,11 @@ nlohmann::json TensorMap::to_json() const {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [name, e] : entries_) {
     nlohmann::json pieces = nlohmann::json::array();
-    for (const TensorPiece& p : e.pieces)
-      pieces.push_back({{"file", p.file}, {"name", p.name}, {"rows", {p.r0, p.r1}}, {"cols", {p.c0, p.c1}}});
+    for (const TensorPiece& p : e.pieces) {
+      nlohmann::json piece = {{"file", p.file}, {"name", p.name}, {"rows", {p.r0, p.r1}}, {"cols", {p.c0, p.c1}}};
+      if (p.stored_row0 >= 0) piece["stored_row0"] = p.stored_row0;
+      pieces.push_back(std::move(piece));
+    }
     j[name] = {{"shape", e.shape}, {"dtype", st_dtype_name(e.dtype)}, {"pieces", std::move(pieces)}};
   }
   return j;
@@ -389,6 +392,11 @@ TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& sourc
         piece.name = p["name"].get<std::string>();
         std::tie(piece.r0, piece.r1) = range(p["rows"], "rows");
         std::tie(piece.c0, piece.c1) = range(p["cols"], "cols");
+        if (p.contains("stored_row0")) {
+          if (!p["stored_row0"].is_number_integer() || p["stored_row0"].get<int64_t>() < 0)
+            throw_io_error(source, str_cat(where, ": stored_row0 ", p["stored_row0"].dump(), " is not an integer >= 0"));
+          piece.stored_row0 = p["stored_row0"].get<int64_t>();
+        }
         map.add_piece(name, piece);
       }
     } catch (const Error& err) {
@@ -512,17 +520,21 @@ void CheckpointReader::read_block(const std::string& name, int64_t r0, int64_t r
     const std::string piece_desc = str_cat("piece ", block_string(p->r0, p->r1, p->c0, p->c1), " of '", name, "'");
     if (!f.has(p->name)) throw_io_error(f.path(), str_cat("no tensor '", p->name, "' (", piece_desc, ")"));
     const SafetensorsTensorInfo& t = f.info(p->name);
-    if (t.rows() != p->r1 - p->r0 || t.cols() != p->c1 - p->c0)
-      throw_io_error(f.path(), str_cat("tensor '", p->name, "' is ", t.rows(), " x ", t.cols(), ", but it should hold ", piece_desc));
+    const int64_t row0 = std::max<int64_t>(p->stored_row0, 0);  // first row of the piece in the stored tensor
+    const bool fits = p->stored_row0 < 0 ? t.rows() == p->r1 - p->r0 : t.rows() >= row0 + (p->r1 - p->r0);
+    if (!fits || t.cols() != p->c1 - p->c0)
+      throw_io_error(f.path(), str_cat("tensor '", p->name, "' is ", t.rows(), " x ", t.cols(), ", but it should hold ", piece_desc,
+                                       p->stored_row0 >= 0 ? str_cat(" from its row ", p->stored_row0) : std::string()));
     const int64_t ir0 = std::max(r0, p->r0), ir1 = std::min(r1, p->r1);
     const int64_t ic0 = std::max(c0, p->c0), ic1 = std::min(c1, p->c1);
+    const int64_t sr0 = ir0 - p->r0 + row0, sr1 = ir1 - p->r0 + row0;  // rows of the stored tensor
     if (ic0 == c0 && ic1 == c1) {  // full rows of the output block: read in place
-      f.read_block_f32(p->name, ir0 - p->r0, ir1 - p->r0, ic0 - p->c0, ic1 - p->c0, out + (ir0 - r0) * w);
+      f.read_block_f32(p->name, sr0, sr1, ic0 - p->c0, ic1 - p->c0, out + (ir0 - r0) * w);
       continue;
     }
     const int64_t iw = ic1 - ic0;
     staging.resize(static_cast<std::size_t>((ir1 - ir0) * iw));
-    f.read_block_f32(p->name, ir0 - p->r0, ir1 - p->r0, ic0 - p->c0, ic1 - p->c0, staging.data());
+    f.read_block_f32(p->name, sr0, sr1, ic0 - p->c0, ic1 - p->c0, staging.data());
     for (int64_t r = ir0; r < ir1; ++r)
       std::copy_n(staging.data() + (r - ir0) * iw, iw, out + (r - r0) * w + (ic0 - c0));
   }

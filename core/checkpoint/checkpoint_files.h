@@ -123,10 +123,15 @@ class CheckpointDirWriter {
 /// [c0, c1) of the global tensor (cols are [0, 1) for a 1-D tensor, rows and cols [0, 1) for
 /// a 0-d one). The stored tensor is that block, row-major: shape [r1 - r0, c1 - c0] for a 2-D
 /// global tensor, [r1 - r0] for a 1-D one (any shape with the same rows and elements is read).
+///
+/// With stored_row0 >= 0 the stored tensor may be taller and the piece is its rows
+/// [stored_row0, stored_row0 + r1 - r0): one stored slice holding several blocks of the global
+/// tensor (a tensor rank's share of SwiGLU's gate rows and of its up rows), one piece per block.
 struct TensorPiece {
   std::string file;
   std::string name;
   int64_t r0 = 0, r1 = 0, c0 = 0, c1 = 0;
+  int64_t stored_row0 = -1;  ///< -1: the stored tensor is the block; JSON "stored_row0" otherwise
 };
 
 /// A global tensor and its pieces.

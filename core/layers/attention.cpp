@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/layers/dropout.h"
+#include "core/layers/kv_cache.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -17,8 +18,9 @@ struct Operand {
 };
 
 void batched(Backend& be, DType type, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, Operand a,
-             Operand b, void* c, int64_t ldc, int64_t sc) {
+             Operand b, void* c, int64_t ldc, int64_t sc, float beta = 0.0f) {
   GemmDesc g;
+  g.beta = beta;
   g.a_type = g.b_type = g.c_type = type;
   g.trans_a = ta;
   g.trans_b = tb;
@@ -43,19 +45,27 @@ SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, cons
       layer_(layer),
       tp_(tp),
       heads_local_(cfg.num_attention_heads / tp.size),
+      groups_local_(cfg.query_groups() / tp.size),
+      q_per_group_(cfg.queries_per_group()),
       dh_(cfg.head_dim()),
-      qkv_(params, prefix + ".linear_qkv", cfg.hidden_size, 3 * static_cast<int64_t>(cfg.hidden_size), true, false,
-           cfg.init_method_std, tp),
-      proj_(params, prefix + ".linear_proj", cfg.hidden_size, cfg.hidden_size, true,
+      qkv_(params, prefix + ".linear_qkv", cfg.hidden_size, cfg.qkv_rows(), cfg.qkv_bias(), false, cfg.init_method_std,
+           tp),
+      proj_(params, prefix + ".linear_proj", cfg.attention_width(), cfg.hidden_size, cfg.add_bias_linear,
             cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers)), tp, true),
-      slots_(prefix) {}
+      slots_(prefix) {
+  if (cfg.qk_layernorm) {
+    q_norm_ = std::make_unique<Norm>(params, prefix + ".q_layernorm", cfg.normalization, dh_, cfg.layernorm_epsilon, tp);
+    k_norm_ = std::make_unique<Norm>(params, prefix + ".k_layernorm", cfg.normalization, dh_, cfg.layernorm_epsilon, tp);
+  }
+}
 
 DropoutDesc SelfAttention::probs_dropout(int64_t b, const Step& step) const {
   const int64_t s = cfg_.seq_length;
   DropoutDesc d;
   d.p = cfg_.attention_dropout;
   d.rng = PhiloxStream{cfg_.seed, dropout_stream(step, layer_, DropoutSite::AttentionProbs)};
-  // This rank's heads inside the global [b, a, s*s] probabilities: the serial run's mask.
+  // This rank's query heads inside the global [b, a, s*s] probabilities: the serial run's mask
+  // (the rank's whole groups hold the consecutive query heads [rank * a/t, (rank + 1) * a/t)).
   d.block.shape[0] = d.block.global_shape[0] = b;
   d.block.shape[1] = heads_local_;
   d.block.global_shape[1] = cfg_.num_attention_heads;
@@ -69,10 +79,43 @@ AttentionDesc SelfAttention::fused_desc(int64_t b, const Step& step) const {
   d.s = cfg_.seq_length;
   d.b = b;
   d.heads = heads_local_;
+  d.groups = groups_local_;
   d.dh = dh_;
   d.scale = 1.0f / std::sqrt(static_cast<float>(dh_));
   if (step.training && cfg_.attention_dropout > 0.0f) d.dropout = probs_dropout(b, step);
   return d;
+}
+
+RopeDesc SelfAttention::rope_desc(int64_t b, const Tensor& like) {
+  if (!inv_freq_.defined() || !(inv_freq_.device() == like.device())) {
+    const std::vector<float> inv = cfg_.rotary_inv_freq();
+    inv_freq_ = Tensor::from_host(inv.data(), {static_cast<int64_t>(inv.size())}, DType::F32, like.device());
+  }
+  RopeDesc d;
+  d.s = cfg_.seq_length;
+  d.b = b;
+  d.groups = groups_local_;
+  d.q_per_group = q_per_group_;
+  d.dh = dh_;
+  d.rot_dim = cfg_.rotary_dim();
+  d.inv_freq = inv_freq_.data<float>();
+  return d;
+}
+
+Tensor SelfAttention::heads_of(const Tensor& qkv, int part) const {
+  const int64_t rows = qkv.numel() / ((q_per_group_ + 2) * dh_);  // s * b * g/t
+  const int64_t width = part == 0 ? q_per_group_ * dh_ : dh_;
+  Tensor packed = empty_like(qkv, {rows * width / dh_, dh_});
+  qkv.backend().copy_2d(packed.raw(), width, element_ptr(qkv, part == 0 ? 0 : q_per_group_ * dh_),
+                        (q_per_group_ + 2) * dh_, qkv.dtype(), rows, width);
+  return packed;
+}
+
+void SelfAttention::set_heads(const Tensor& qkv, int part, const Tensor& packed) const {
+  const int64_t rows = qkv.numel() / ((q_per_group_ + 2) * dh_);
+  const int64_t width = part == 0 ? q_per_group_ * dh_ : dh_;
+  qkv.backend().copy_2d(element_ptr(qkv, part == 0 ? 0 : q_per_group_ * dh_), (q_per_group_ + 2) * dh_, packed.raw(),
+                        width, qkv.dtype(), rows, width);
 }
 
 bool SelfAttention::fused(const Backend& be) const {
@@ -93,16 +136,23 @@ bool SelfAttention::fused(const Backend& be) const {
   return false;
 }
 
+// The unfused path's GEMMs run once per query head j of a group, each batched over the b * g/t
+// (sample, group) pairs: in the [s, b, g/t, a/g + 2, dh] projection the pairs are equally
+// spaced, and probabilities [b, a/t, s, s] and context [s, b, a/t, dh] of query head j of every
+// pair are too (query head g * a/g + j). For a/g = 1 these are the multi-head GEMMs.
 void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& step, Tensor& probs,
                                     Tensor& dropped) const {
-  const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_;
-  const int64_t row = b * al * 3 * dh;  // distance between consecutive sequence positions
+  const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_, qg = q_per_group_;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
+  const int64_t row = pairs * group;  // distance between consecutive sequence positions
   const DType t = qkv.dtype();
   probs = empty_like(qkv, {b * al, s, s});
   Backend& be = qkv.backend();
-  // scores_j = Q_j K_j^T for j = (batch, head)
-  batched(be, t, false, true, s, s, dh, b * al, {element_ptr(qkv, 0), row, 3 * dh}, {element_ptr(qkv, dh), row, 3 * dh},
-          probs.raw(), s, s * s);
+  // scores_(pair, j) = Q_(pair, j) K_pair^T
+  for (int64_t j = 0; j < qg; ++j) {
+    batched(be, t, false, true, s, s, dh, pairs, {element_ptr(qkv, j * dh), row, group},
+            {element_ptr(qkv, qg * dh), row, group}, element_ptr(probs, j * s * s), s, qg * s * s);
+  }
   be.softmax_forward(probs.raw(), probs.raw(), t, b * al, s, s, 1.0f / std::sqrt(static_cast<float>(dh)), true);
   dropped = probs;
   if (step.training && cfg_.attention_dropout > 0.0f) {
@@ -112,10 +162,16 @@ void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& st
 }
 
 Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
-  const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_;
-  Tensor qkv = qkv_.forward(x, step);  // [s*b, 3 h/t]
-  const int64_t b = rows_of(qkv, 3 * al * dh, "qkv") / s;
+  const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_, qg = q_per_group_;
+  Tensor qkv = qkv_.forward(x, step);  // [s*b, (a + 2g)/t * dh]
+  const int64_t b = step.kv_cache ? 1 : rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s;
   Backend& be = x.backend();
+  if (q_norm_) {
+    set_heads(qkv, 0, q_norm_->forward(heads_of(qkv, 0), step));
+    set_heads(qkv, 1, k_norm_->forward(heads_of(qkv, 1), step));
+  }
+  if (step.kv_cache) return forward_cached(qkv, step);
+  if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(b, qkv));
   Tensor ctx = empty_like(qkv, {s * b, al * dh});
   Slot& slot = slots_.create(step.microbatch);
   slot.qkv = qkv;
@@ -127,9 +183,12 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   }
   Tensor probs, dropped;
   attention_probs(qkv, b, step, probs, dropped);
-  // ctx_j = P_j V_j, written into [s, b, a/t, dh]
-  batched(be, qkv.dtype(), false, false, s, dh, s, b * al, {dropped.raw(), s, s * s},
-          {element_ptr(qkv, 2 * dh), b * al * 3 * dh, 3 * dh}, ctx.raw(), b * al * dh, dh);
+  // ctx_(pair, j) = P_(pair, j) V_pair, written into [s, b, a/t, dh]
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
+  for (int64_t j = 0; j < qg; ++j) {
+    batched(be, qkv.dtype(), false, false, s, dh, s, pairs, {element_ptr(dropped, j * s * s), s, qg * s * s},
+            {element_ptr(qkv, (qg + 1) * dh), pairs * group, group}, element_ptr(ctx, j * dh), b * al * dh, qg * dh);
+  }
   if (cfg_.recompute != Recompute::Selective) {
     slot.probs = probs;
     slot.probs_dropped = dropped;
@@ -137,12 +196,47 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   return proj_.forward(ctx, step);
 }
 
+Tensor SelfAttention::forward_cached(const Tensor& qkv, const Step& step) {
+  KvCache& cache = *step.kv_cache;
+  const int64_t al = heads_local_, gl = groups_local_, dh = dh_, qg = q_per_group_, group = (qg + 2) * dh;
+  const int64_t n = rows_of(qkv, gl * group, "qkv"), start = cache.length, sk = start + n;
+  PTDP_CHECK_ARG(sk <= cache.capacity, "key/value cache: " + std::to_string(start) + " cached + " + std::to_string(n) +
+                                           " new tokens exceed its capacity " + std::to_string(cache.capacity));
+  Backend& be = qkv.backend();
+  if (cfg_.rope()) {
+    RopeDesc r = rope_desc(1, qkv);
+    r.s = n;
+    r.position_offset = start;
+    be.rope_forward(qkv.raw(), qkv.dtype(), r);
+  }
+  Tensor& kv = cache.layers[layer_];  // [capacity, g/t, 2, dh]
+  if (!kv.defined()) kv = empty_like(qkv, {cache.capacity, gl * 2 * dh});
+  // Each new token's group keys and values (adjacent in qkv) go to its position's row.
+  be.copy_2d(element_ptr(kv, start * gl * 2 * dh), 2 * dh, element_ptr(qkv, qg * dh), group, qkv.dtype(), n * gl, 2 * dh);
+  // Per query head j of the groups, batched over the g/t groups: scores [a/t, n, sk] (query head
+  // g * a/g + j), causal over positions start + i, then the context [n, a/t, dh].
+  const DType t = qkv.dtype();
+  Tensor probs = empty_like(qkv, {al, n, sk});
+  for (int64_t j = 0; j < qg; ++j) {
+    batched(be, t, false, true, n, sk, dh, gl, {element_ptr(qkv, j * dh), gl * group, group}, {kv.raw(), gl * 2 * dh, 2 * dh},
+            element_ptr(probs, j * n * sk), sk, qg * n * sk);
+  }
+  be.softmax_forward(probs.raw(), probs.raw(), t, al, n, sk, 1.0f / std::sqrt(static_cast<float>(dh)), true);
+  Tensor ctx = empty_like(qkv, {n, al * dh});
+  for (int64_t j = 0; j < qg; ++j) {
+    batched(be, t, false, false, n, dh, sk, gl, {element_ptr(probs, j * n * sk), sk, qg * n * sk},
+            {element_ptr(kv, dh), gl * 2 * dh, 2 * dh}, element_ptr(ctx, j * dh), al * dh, qg * dh);
+  }
+  return proj_.forward(ctx, step);
+}
+
 Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   Slot& slot = slots_.get(step.microbatch);
-  const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_;
+  const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_, qg = q_per_group_;
   const Tensor& qkv = slot.qkv;
   const DType t = qkv.dtype();
-  const int64_t b = rows_of(qkv, 3 * al * dh, "qkv") / s;
+  const int64_t pairs = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s * groups_local_;
+  const int64_t b = pairs / groups_local_, group = (qg + 2) * dh;
   Backend& be = dy.backend();
   Tensor dctx = proj_.backward_input(dy, step);  // [s, b, a/t, dh]
   Tensor dqkv = empty_like(qkv, qkv.shape());
@@ -150,30 +244,40 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
     Tensor delta = Tensor::empty({b * al * s}, DType::F32, dy.device());
     be.attention_backward(fused_desc(b, step), qkv.raw(), slot.ctx.raw(), slot.lse.data<float>(), dctx.raw(),
                           dqkv.raw(), delta.data<float>(), t);
-    slots_.release(step.microbatch);
-    return qkv_.backward_input(dqkv, step);
+  } else {
+    if (!slot.probs.defined()) attention_probs(qkv, b, step, slot.probs, slot.probs_dropped);  // selective
+    const int64_t row3 = pairs * group, row1 = b * al * dh;
+    Tensor dprobs = empty_like(qkv, {b * al, s, s});
+    const Operand v{element_ptr(qkv, (qg + 1) * dh), row3, group};
+    for (int64_t j = 0; j < qg; ++j) {
+      const Operand dctx_j{element_ptr(dctx, j * dh), row1, qg * dh};
+      // dP_j = dctx_j V^T;  dV = sum_j P_j^T dctx_j (the group's query heads in order; with
+      // 16-bit storage each partial sum is rounded, where the fused kernels sum in fp32)
+      batched(be, t, false, true, s, s, dh, pairs, dctx_j, v, element_ptr(dprobs, j * s * s), s, qg * s * s);
+      batched(be, t, true, false, s, dh, s, pairs, {element_ptr(slot.probs_dropped, j * s * s), s, qg * s * s}, dctx_j,
+              element_ptr(dqkv, (qg + 1) * dh), row3, group, j == 0 ? 0.0f : 1.0f);
+    }
+    if (step.training && cfg_.attention_dropout > 0.0f) {
+      be.dropout_backward(dprobs.raw(), dprobs.raw(), t, probs_dropout(b, step));
+    }
+    // dS = softmax backward (the scale is applied inside).
+    be.softmax_backward(slot.probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, s, s,
+                        1.0f / std::sqrt(static_cast<float>(dh)));
+    const Operand k{element_ptr(qkv, qg * dh), row3, group};
+    for (int64_t j = 0; j < qg; ++j) {
+      // dQ_j = dS_j K;  dK = sum_j dS_j^T Q_j
+      batched(be, t, false, false, s, dh, s, pairs, {element_ptr(dprobs, j * s * s), s, qg * s * s}, k,
+              element_ptr(dqkv, j * dh), row3, group);
+      batched(be, t, true, false, s, dh, s, pairs, {element_ptr(dprobs, j * s * s), s, qg * s * s},
+              {element_ptr(qkv, j * dh), row3, group}, element_ptr(dqkv, qg * dh), row3, group, j == 0 ? 0.0f : 1.0f);
+    }
   }
-  if (!slot.probs.defined()) attention_probs(qkv, b, step, slot.probs, slot.probs_dropped);  // selective
-  const int64_t row3 = b * al * 3 * dh, row1 = b * al * dh;
-  Tensor dprobs = empty_like(qkv, {b * al, s, s});
-  const int64_t n = b * al;
-  // dP_j = dctx_j V_j^T;  dV_j = P_j^T dctx_j
-  batched(be, t, false, true, s, s, dh, n, {dctx.raw(), row1, dh}, {element_ptr(qkv, 2 * dh), row3, 3 * dh},
-          dprobs.raw(), s, s * s);
-  batched(be, t, true, false, s, dh, s, n, {slot.probs_dropped.raw(), s, s * s}, {dctx.raw(), row1, dh},
-          element_ptr(dqkv, 2 * dh), row3, 3 * dh);
-  if (step.training && cfg_.attention_dropout > 0.0f) {
-    be.dropout_backward(dprobs.raw(), dprobs.raw(), t, probs_dropout(b, step));
-  }
-  // dS = softmax backward (the scale is applied inside).
-  be.softmax_backward(slot.probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, s, s,
-                      1.0f / std::sqrt(static_cast<float>(dh)));
-  // dQ_j = dS_j K_j;  dK_j = dS_j^T Q_j
-  batched(be, t, false, false, s, dh, s, n, {dprobs.raw(), s, s * s}, {element_ptr(qkv, dh), row3, 3 * dh},
-          dqkv.raw(), row3, 3 * dh);
-  batched(be, t, true, false, s, dh, s, n, {dprobs.raw(), s, s * s}, {element_ptr(qkv, 0), row3, 3 * dh},
-          element_ptr(dqkv, dh), row3, 3 * dh);
   slots_.release(step.microbatch);
+  if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(b, dqkv));
+  if (q_norm_) {
+    set_heads(dqkv, 0, q_norm_->backward_input(heads_of(dqkv, 0), step));
+    set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));
+  }
   return qkv_.backward_input(dqkv, step);
 }
 
@@ -185,6 +289,10 @@ void SelfAttention::backward_weight(const Step& step) {
 void SelfAttention::release(const Step& step) {
   qkv_.release(step);
   proj_.release(step);
+  if (q_norm_) {
+    q_norm_->release(step);
+    k_norm_->release(step);
+  }
   slots_.release(step.microbatch);
 }
 

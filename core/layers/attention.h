@@ -1,8 +1,16 @@
-// Causal self-attention with a/t heads per tensor rank, in the [s, b, h] layout: the QKV
-// projection is column-parallel (rows grouped per head: head 0's q, k, v, then head 1's ...),
-// so each rank owns its heads end to end; scores and context are strided-batched GEMMs that
-// read Q, K and V straight out of the [s, b, a/t, 3, dh] projection (no transposes); the output
-// projection is row-parallel, its bias left to the caller's fused bias + dropout + residual.
+// Causal self-attention with a/t query heads per tensor rank, in the [s, b, h] layout: the QKV
+// projection is column-parallel with rows grouped per key/value group (Megatron-Core's
+// linear_qkv: a group's a/g query heads, then its key head, then its value head; for multi-head
+// attention g = a and that is head 0's q, k, v, then head 1's ...), so each rank owns g/t whole
+// groups end to end; scores and context are strided-batched GEMMs that read Q, K and V straight
+// out of the [s, b, g/t, a/g + 2, dh] projection (no transposes; a group's key and value serve
+// its query heads in place, never copied); the output projection is row-parallel, its bias (if
+// any) left to the caller's fused bias + dropout + residual.
+//
+// Llama-family options: --qk-layernorm normalises each query and key head (q_layernorm,
+// k_layernorm, [dh], their gradients summed over the tensor group), then RoPE rotates the query
+// and key heads in place by their positions (one fused kernel before attention; its backward
+// rotates the gradients back).
 //
 // Two ways to the context: the unfused path (scores GEMM, scale + causal mask + softmax,
 // dropout, context GEMM; the [s, s] probabilities are kept for the backward unless selective
@@ -10,10 +18,12 @@
 // log-sum-exp per query row. LayerConfig::attention chooses; both draw the same dropout mask.
 #pragma once
 
+#include <memory>
 #include <string>
 
-#include "core/layers/linear.h"
 #include "core/layers/layer_config.h"
+#include "core/layers/linear.h"
+#include "core/layers/norm.h"
 
 namespace ptdp {
 
@@ -22,8 +32,10 @@ class SelfAttention {
   SelfAttention(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, int layer,
                 TensorParallel tp);
 
-  /// x [s*b, h] (layer-normed) -> [s*b, h] (after the output projection, without its bias:
-  /// see output_bias()).
+  /// x [s*b, h] (normalised) -> [s*b, h]. With step.kv_cache (inference, b = 1), x holds the
+  /// new tokens [n, h], their keys and values are appended to the cache, and they attend to
+  /// every cached position before them. (after the output projection, without its bias:
+  /// see output_bias(), undefined with --disable-bias-linear).
   Tensor forward(const Tensor& x, const Step& step);
   /// dy is the gradient of forward's output plus bias.
   Tensor backward_input(const Tensor& dy, const Step& step);
@@ -36,7 +48,7 @@ class SelfAttention {
 
  private:
   struct Slot {
-    Tensor qkv;    // [s, b, a/t, 3, dh]
+    Tensor qkv;    // [s, b, g/t, a/g + 2, dh], after the q/k norms and RoPE
     Tensor probs;  // [b, a/t, s, s] after softmax; empty under selective recomputation
     Tensor probs_dropped;  // after attention dropout (the same tensor when dropout is off)
     Tensor ctx, lse;       // fused path: the context [s, b, a/t, dh] and log-sum-exps [b, a/t, s]
@@ -46,12 +58,20 @@ class SelfAttention {
   // Softmax (and dropout) of the scores of qkv.
   void attention_probs(const Tensor& qkv, int64_t b, const Step& step, Tensor& probs, Tensor& dropped) const;
 
+  RopeDesc rope_desc(int64_t b, const Tensor& like);
+  Tensor forward_cached(const Tensor& qkv, const Step& step);
+  // The query (part 0) or key (part 1) heads of qkv, copied into / out of packed [rows, dh].
+  Tensor heads_of(const Tensor& qkv, int part) const;
+  void set_heads(const Tensor& qkv, int part, const Tensor& packed) const;
+
   const LayerConfig& cfg_;
   int layer_;
   TensorParallel tp_;
-  int64_t heads_local_, dh_;
+  int64_t heads_local_, groups_local_, q_per_group_, dh_;
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
+  std::unique_ptr<Norm> q_norm_, k_norm_;  // --qk-layernorm
+  Tensor inv_freq_;                        // RoPE's [rotary_dim / 2], on the activations' device
   Slots<Slot> slots_;
 };
 

@@ -1,5 +1,10 @@
 #include "core/layers/layer_config.h"
 
+#include <cmath>
+#include <string>
+
+#include "kernels/error.h"
+
 namespace ptdp {
 
 const char* recompute_name(Recompute r) {
@@ -9,6 +14,136 @@ const char* recompute_name(Recompute r) {
     case Recompute::Selective: return "selective";
   }
   return "?";
+}
+
+const char* normalization_name(Normalization n) {
+  switch (n) {
+    case Normalization::LayerNorm: return "LayerNorm";
+    case Normalization::RMSNorm: return "RMSNorm";
+  }
+  return "?";
+}
+
+const char* position_embedding_name(PositionEmbedding p) {
+  switch (p) {
+    case PositionEmbedding::LearnedAbsolute: return "learned_absolute";
+    case PositionEmbedding::Rope: return "rope";
+    case PositionEmbedding::None: return "none";
+  }
+  return "?";
+}
+
+namespace {
+std::string num(int v) { return std::to_string(v); }
+std::string num(int64_t v) { return std::to_string(v); }
+std::string num(float v) {
+  std::string s = std::to_string(v);
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+}  // namespace
+
+void LayerConfig::validate(int t) const {
+  const auto positive = [](const char* name, int64_t v) {
+    PTDP_CHECK_ARG(v > 0, std::string(name) + " must be > 0, got " + num(v));
+  };
+  positive("num_layers", num_layers);
+  positive("hidden_size", hidden_size);
+  positive("num_attention_heads", num_attention_heads);
+  positive("seq_length", seq_length);
+  positive("tensor parallel size", t);
+  PTDP_CHECK_ARG(ffn_hidden_size >= 0, "ffn_hidden_size must be >= 0 (0: 4 x hidden), got " + num(ffn_hidden_size));
+  PTDP_CHECK_ARG(kv_channels >= 0, "kv_channels (--kv-channels) must be >= 0 (0: hidden_size / num_attention_heads), got " +
+                                       num(kv_channels));
+  PTDP_CHECK_ARG(num_query_groups >= 0, "num_query_groups (--num-query-groups) must be >= 0 (0: num_attention_heads), got " +
+                                            num(num_query_groups));
+  PTDP_CHECK_ARG(kv_channels > 0 || hidden_size % num_attention_heads == 0,
+                 "hidden_size " + num(hidden_size) + " is not divisible by num_attention_heads " +
+                     num(num_attention_heads) + " (or set kv_channels, --kv-channels)");
+  PTDP_CHECK_ARG(num_attention_heads % t == 0, "num_attention_heads " + num(num_attention_heads) +
+                                                   " is not divisible by the tensor parallel size " + num(t));
+  const int g = query_groups();
+  PTDP_CHECK_ARG(g <= num_attention_heads && num_attention_heads % g == 0,
+                 "num_query_groups (--num-query-groups) " + num(g) + " does not divide num_attention_heads " +
+                     num(num_attention_heads));
+  PTDP_CHECK_ARG(g % t == 0, "num_query_groups (--num-query-groups) " + num(g) +
+                                 " is not divisible by the tensor parallel size " + num(t) +
+                                 " (each tensor rank holds whole key/value heads)");
+  PTDP_CHECK_ARG(ffn() > 0, "ffn_hidden_size is " + num(ffn()) + ": with --swiglu and hidden_size " + num(hidden_size) +
+                                " Megatron's default int(8 h / 3 / 64) * 64 is 0; set ffn_hidden_size (--ffn-hidden-size)");
+  PTDP_CHECK_ARG(ffn() % t == 0, "ffn_hidden_size " + num(ffn()) + " is not divisible by the tensor parallel size " + num(t));
+  const auto rate = [](const char* name, float p) {
+    PTDP_CHECK_ARG(p >= 0.0f && p < 1.0f, std::string(name) + " must be in [0, 1), got " + num(p));
+  };
+  rate("hidden_dropout", hidden_dropout);
+  rate("attention_dropout", attention_dropout);
+  PTDP_CHECK_ARG(init_method_std > 0.0f && std::isfinite(init_method_std),
+                 "init_method_std must be > 0, got " + num(init_method_std));
+  PTDP_CHECK_ARG(layernorm_epsilon > 0.0f && std::isfinite(layernorm_epsilon),
+                 "norm_epsilon (--norm-epsilon) must be > 0, got " + num(layernorm_epsilon));
+  PTDP_CHECK_ARG(static_cast<int>(recompute) >= 0 && static_cast<int>(recompute) <= 2,
+                 "recompute granularity " + num(static_cast<int>(recompute)) + " is not none, full or selective");
+  PTDP_CHECK_ARG(precision == DType::F32 || precision == DType::BF16 || precision == DType::F16,
+                 "precision " + num(static_cast<int>(precision)) + " is not f32, bf16 or f16");
+  PTDP_CHECK_ARG(static_cast<int>(attention) >= 0 && static_cast<int>(attention) <= 2,
+                 "attention implementation " + num(static_cast<int>(attention)) + " is not auto, fused or unfused");
+  PTDP_CHECK_ARG(static_cast<int>(normalization) >= 0 && static_cast<int>(normalization) <= 1,
+                 "normalization (--normalization) " + num(static_cast<int>(normalization)) +
+                     " is not LayerNorm (0) or RMSNorm (1)");
+  PTDP_CHECK_ARG(static_cast<int>(position_embedding) >= 0 && static_cast<int>(position_embedding) <= 2,
+                 "position_embedding_type (--position-embedding-type) " + num(static_cast<int>(position_embedding)) +
+                     " is not learned_absolute (0), rope (1) or none (2)");
+  PTDP_CHECK_ARG(!rope_scaling.enabled || rope(),
+                 "use_rope_scaling (--use-rope-scaling) needs position_embedding_type rope, not " +
+                     std::string(position_embedding_name(position_embedding)));
+  if (!rope()) return;
+  PTDP_CHECK_ARG(rotary_percent > 0.0f && rotary_percent <= 1.0f,
+                 "rotary_percent (--rotary-percent) must be in (0, 1], got " + num(rotary_percent));
+  PTDP_CHECK_ARG(rotary_base > 0.0f && std::isfinite(rotary_base),
+                 "rotary_base (--rotary-base) must be > 0, got " + num(rotary_base));
+  const int rot = rotary_dim();
+  PTDP_CHECK_ARG(rot >= 2 && rot % 2 == 0,
+                 "rotary embedding: the head dim " + num(head_dim()) + " times rotary_percent (--rotary-percent) " +
+                     num(rotary_percent) + " gives " + num(rot) + " rotated dims; RoPE rotates pairs, so it must be even and > 0");
+  if (rope_scaling.enabled) {
+    PTDP_CHECK_ARG(rope_scaling.factor >= 1.0f && std::isfinite(rope_scaling.factor),
+                   "rope_scaling_factor (--rope-scaling-factor) must be >= 1, got " + num(rope_scaling.factor));
+    PTDP_CHECK_ARG(rope_scaling.low_freq_factor > 0.0f && rope_scaling.high_freq_factor > rope_scaling.low_freq_factor,
+                   "rope scaling: high_freq_factor " + num(rope_scaling.high_freq_factor) +
+                       " must exceed low_freq_factor " + num(rope_scaling.low_freq_factor) + " > 0");
+    PTDP_CHECK_ARG(rope_scaling.original_max_position_embeddings > 0,
+                   "rope scaling: original_max_position_embeddings must be > 0, got " +
+                       num(rope_scaling.original_max_position_embeddings));
+  }
+}
+
+std::vector<float> LayerConfig::rotary_inv_freq() const {
+  const int dim = rotary_dim();
+  std::vector<float> inv(static_cast<std::size_t>(dim / 2));
+  for (int i = 0; i < dim / 2; ++i) {
+    // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), in fp32.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    inv[static_cast<std::size_t>(i)] = 1.0f / std::pow(rotary_base, exponent);
+  }
+  if (!rope_scaling.enabled) return inv;
+  // Llama 3.1 (Megatron's apply_scaling, Hugging Face's _compute_llama3_parameters).
+  const double pi = 3.14159265358979323846;
+  const double old_len = rope_scaling.original_max_position_embeddings;
+  const double low_wavelen = old_len / rope_scaling.low_freq_factor;
+  const double high_wavelen = old_len / rope_scaling.high_freq_factor;
+  for (float& f : inv) {
+    const double wavelen = 2.0 * pi / f;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      f = static_cast<float>(f / rope_scaling.factor);
+      continue;
+    }
+    const double smooth = (old_len / wavelen - rope_scaling.low_freq_factor) /
+                          (rope_scaling.high_freq_factor - rope_scaling.low_freq_factor);
+    f = static_cast<float>((1.0 - smooth) * f / rope_scaling.factor + smooth * f);
+  }
+  return inv;
 }
 
 }  // namespace ptdp

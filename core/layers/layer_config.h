@@ -1,8 +1,13 @@
 // The settings of a transformer layer, with Megatron-LM's names and defaults. GptConfig
 // (core/model/) adds the model's own: vocabulary, positions, tied embeddings.
+//
+// One decoder covers the GPT family (LayerNorm, GeLU MLP, learned positions, multi-head
+// attention with biases) and the Llama family (RMSNorm, SwiGLU, rotary positions, grouped-query
+// attention, no biases; Qwen2's qkv bias, OLMo 2's and Qwen3's q/k norms) as options.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -16,16 +21,36 @@ enum class Recompute : int { None = 0, Full = 1, Selective = 2 };
 /// insists on the fused kernel (an error where there is none); Unfused never uses it.
 enum class AttentionImpl : int { Auto = 0, Fused = 1, Unfused = 2 };
 
+/// Megatron's --normalization: every norm of the model (input, pre-MLP, final, q/k).
+enum class Normalization : int { LayerNorm = 0, RMSNorm = 1 };
+
+/// Megatron's --position-embedding-type.
+enum class PositionEmbedding : int { LearnedAbsolute = 0, Rope = 1, None = 2 };
+
+/// Llama 3.1's rotary frequency scaling (Megatron's --use-rope-scaling and
+/// --rope-scaling-factor; the thresholds are Llama 3.1's and Hugging Face's rope_scaling
+/// fields): wavelengths above original_max_position_embeddings / low_freq_factor are divided
+/// by factor, those below original_max_position_embeddings / high_freq_factor are kept, and
+/// those between are interpolated.
+struct RopeScaling {
+  bool enabled = false;
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
 struct LayerConfig {
   int num_layers = 2;  ///< depth of the model (the output projections' init is scaled by it)
   int hidden_size = 64;
   int num_attention_heads = 4;
-  int ffn_hidden_size = 0;  ///< 0: 4 * hidden_size
+  /// 0: 4 * hidden_size, or with SwiGLU Megatron's int(8 h / 3 / 64) * 64.
+  int ffn_hidden_size = 0;
   int seq_length = 32;
   float hidden_dropout = 0.1f;
   float attention_dropout = 0.1f;
   float init_method_std = 0.02f;
-  float layernorm_epsilon = 1e-5f;
+  float layernorm_epsilon = 1e-5f;  ///< the epsilon of every norm (Megatron's --norm-epsilon)
   Recompute recompute = Recompute::None;
   uint64_t seed = 1234;
   /// Storage type of the model weights and activations: f32, or bf16/f16 with fp32 master
@@ -33,10 +58,53 @@ struct LayerConfig {
   DType precision = DType::F32;
   AttentionImpl attention = AttentionImpl::Auto;
 
-  int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
-  int head_dim() const { return hidden_size / num_attention_heads; }
+  // ---- Llama-family options (Megatron's flags) ----------------------------------------------
+  Normalization normalization = Normalization::LayerNorm;
+  /// --swiglu: fc1 is [2 ffn, h], the gate rows then the up rows; act = silu(gate) * up.
+  bool swiglu = false;
+  PositionEmbedding position_embedding = PositionEmbedding::LearnedAbsolute;
+  float rotary_base = 10000.0f;   ///< --rotary-base
+  float rotary_percent = 1.0f;    ///< --rotary-percent: share of each head's dims rotated
+  RopeScaling rope_scaling;       ///< --use-rope-scaling
+  /// --num-query-groups with --group-query-attention: key/value heads g; 0: num_attention_heads
+  /// (multi-head attention). g = 1 is multi-query attention.
+  int num_query_groups = 0;
+  /// --kv-channels: the head dim; 0: hidden_size / num_attention_heads.
+  int kv_channels = 0;
+  bool add_bias_linear = true;  ///< false: --disable-bias-linear (no linear layer has a bias)
+  bool add_qkv_bias = false;    ///< --add-qkv-bias: linear_qkv has a bias even without the others
+  bool qk_layernorm = false;    ///< --qk-layernorm: a norm over each query and key head
+
+  int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
+  int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  /// Query heads per key/value head.
+  int queries_per_group() const { return num_attention_heads / query_groups(); }
+  /// Rows of linear_qkv: (a + 2 g) dh (3 h for the GPT).
+  int64_t qkv_rows() const {
+    return static_cast<int64_t>(num_attention_heads + 2 * query_groups()) * head_dim();
+  }
+  /// Width of the attention context, linear_proj's input: a dh (h for the GPT).
+  int64_t attention_width() const { return static_cast<int64_t>(num_attention_heads) * head_dim(); }
+  int ffn() const {
+    if (ffn_hidden_size > 0) return ffn_hidden_size;
+    return swiglu ? static_cast<int>(4.0 * hidden_size * 2.0 / 3.0 / 64.0) * 64 : 4 * hidden_size;
+  }
+  bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
+  bool rope() const { return position_embedding == PositionEmbedding::Rope; }
+  /// Rotated dims of each head: rotary_percent * dh (RoPE only).
+  int rotary_dim() const { return static_cast<int>(static_cast<float>(head_dim()) * rotary_percent); }
+  /// The rotary inverse frequencies [rotary_dim / 2], fp32 as Megatron and Hugging Face compute
+  /// them (1 / base^(2i / rotary_dim)), with Llama 3.1's scaling when enabled.
+  std::vector<float> rotary_inv_freq() const;
+
+  /// Throws Error(InvalidArgument) naming the settings (with Megatron's flag names) for a
+  /// layer that cannot be built with tensor-parallel size t: heads not divisible by t, query
+  /// groups not dividing the heads or not divisible by t, an odd rotary dimension, and the like.
+  void validate(int tensor_parallel) const;
 };
 
 const char* recompute_name(Recompute r);
+const char* normalization_name(Normalization n);
+const char* position_embedding_name(PositionEmbedding p);
 
 }  // namespace ptdp

@@ -14,11 +14,16 @@
 
 namespace ptdp {
 
+struct KvCache;
+
 /// Which forward/backward pass a call belongs to.
 struct Step {
   int64_t iteration = 0;   ///< optimizer step
   int64_t microbatch = 0;  ///< global microbatch index within the iteration (keys slots and masks)
   bool training = true;    ///< dropout on
+  /// Inference with a key/value cache (generation, one sequence): the activations are the new
+  /// tokens at positions kv_cache->length, ..., which attend to the cached ones too.
+  KvCache* kv_cache = nullptr;
 };
 
 /// Per-microbatch saved activations of one layer: several microbatches can be in flight.

@@ -8,10 +8,11 @@ namespace ptdp {
 
 ColumnParallelLinear::ColumnParallelLinear(ParamTable& params, const std::string& prefix, int64_t in,
                                            int64_t out, bool bias, bool gather_output, float init_std,
-                                           TensorParallel tp)
+                                           TensorParallel tp, int blocks)
     : params_(params), in_(in), out_(out), gather_(gather_output), tp_(tp), slots_(prefix) {
-  weight_ = params.add(prefix + ".weight", {out, in}, 0, ParamInit::Normal, init_std);
-  if (bias) bias_ = params.add(prefix + ".bias", {out}, 0, ParamInit::Zeros, 0.0f, false);
+  PTDP_CHECK_ARG(blocks == 1 || !gather_output, prefix + ": a blocked column-parallel output cannot be gathered");
+  weight_ = params.add(prefix + ".weight", {out, in}, 0, ParamInit::Normal, init_std, true, blocks);
+  if (bias) bias_ = params.add(prefix + ".bias", {out}, 0, ParamInit::Zeros, 0.0f, false, blocks);
 }
 
 ColumnParallelLinear::ColumnParallelLinear(ParamTable& params, int shared_weight, bool gather_output,
@@ -33,10 +34,15 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tenso
   const int64_t out_local = out_ / tp_.size;
   Tensor y = empty_like(x, {n, out_local});
   if (pre_gelu) {
-    PTDP_CHECK_ARG(!gather_ && bias_ >= 0, "column-parallel: a fused GeLU needs a bias and no gathered output");
+    PTDP_CHECK_ARG(!gather_, "column-parallel: a fused GeLU needs an output that is not gathered");
     *pre_gelu = empty_like(x, {n, out_local});
   }
-  linear_forward(x, w, bias_ >= 0 ? &b : nullptr, y, pre_gelu);
+  if (pre_gelu && bias_ < 0) {  // no GeLU-only epilogue: the product, then the GeLU
+    linear_forward(x, w, nullptr, *pre_gelu);
+    x.backend().gelu_forward(pre_gelu->raw(), y.raw(), y.dtype(), y.numel());
+  } else {
+    linear_forward(x, w, bias_ >= 0 ? &b : nullptr, y, pre_gelu);
+  }
   slots_.create(step.microbatch).x = x;
   return gather_ ? gather_from_tensor_region(tp_, y, out_) : y;
 }

@@ -18,14 +18,19 @@ namespace ptdp {
 class ColumnParallelLinear {
  public:
   /// Declares "<prefix>.weight" [out, in] (split on dim 0) and, with bias, "<prefix>.bias".
+  /// With `blocks` > 1 the output features are that many equal blocks, each split over the
+  /// tensor ranks (SwiGLU's fc1: gate rows, then up rows), so this rank's [N, out/t] output is
+  /// its share of each block side by side.
   ColumnParallelLinear(ParamTable& params, const std::string& prefix, int64_t in, int64_t out,
-                       bool bias, bool gather_output, float init_std, TensorParallel tp);
+                       bool bias, bool gather_output, float init_std, TensorParallel tp,
+                       int blocks = 1);
   /// Uses an existing [out, in] weight split on dim 0 (the LM head tied to the word embedding).
   ColumnParallelLinear(ParamTable& params, int shared_weight, bool gather_output, TensorParallel tp);
 
   /// x [N, in] (the same on every tensor rank) -> [N, out/t], or [N, out] when gathering.
-  /// With `pre_gelu` (not gathering, with bias) the result is gelu(x W^T + b), fused into the
-  /// GEMM, and *pre_gelu receives x W^T + b for the backward.
+  /// With `pre_gelu` (not gathering) the result is gelu(x W^T + b), fused into the GEMM (with
+  /// a bias; without one, a GeLU pass follows), and *pre_gelu receives x W^T + b for the
+  /// backward.
   Tensor forward(const Tensor& x, const Step& step, Tensor* pre_gelu = nullptr);
   /// dy (the forward output's shape) -> dx [N, in], summed over the tensor group. Keeps dy for
   /// backward_weight.

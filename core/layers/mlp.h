@@ -1,7 +1,14 @@
-// The MLP block: h -> ffn (column-parallel, GeLU, no communication) -> h (row-parallel, one
-// all-reduce). fc1's bias and the GeLU are fused into its GEMM's epilogue (the pre-GeLU values
-// kept for the backward), the GeLU's derivative into fc2's input-gradient GEMM, and fc2's bias
-// is left to the caller's fused bias + dropout + residual add.
+// The MLP block: h -> ffn (column-parallel, the activation, no communication) -> h (row-
+// parallel, one all-reduce).
+//   GeLU (GPT): fc1 is [ffn, h]; its bias and the GeLU are fused into its GEMM's epilogue (the
+//     pre-GeLU values kept for the backward), the GeLU's derivative into fc2's input-gradient
+//     GEMM.
+//   SwiGLU (Llama, --swiglu): fc1 is [2 ffn, h], the gate rows then the up rows, and each
+//     tensor rank holds its share of both (so its fc1 output is [N, gate share | up share] and
+//     the activation silu(gate) * up needs no communication); one fused kernel applies it, its
+//     input kept for the backward.
+// fc2's bias (when the model has linear biases) is left to the caller's fused bias + dropout +
+// residual add.
 #pragma once
 
 #include <string>
@@ -18,14 +25,16 @@ class Mlp {
   Tensor forward(const Tensor& x, const Step& step);
   /// dy is the gradient of forward's output plus bias.
   Tensor backward_input(const Tensor& dy, const Step& step);
+  /// fc2's bias in the model's storage type; undefined with --disable-bias-linear.
   Tensor output_bias() const { return fc2_.bias(); }
   void backward_weight(const Step& step);
   void release(const Step& step);
 
  private:
   struct Slot {
-    Tensor pre_gelu;  // fc1's output plus bias, the GeLU's input
+    Tensor pre;  // fc1's output (plus bias): the GeLU's or the SwiGLU's input
   };
+  bool swiglu_;
   ColumnParallelLinear fc1_;
   RowParallelLinear fc2_;
   Slots<Slot> slots_;

@@ -28,9 +28,9 @@ Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& resid
 TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp)
     : cfg_(cfg),
       layer_(layer),
-      ln1_(params, prefix(layer) + ".input_layernorm", cfg.hidden_size, cfg.layernorm_epsilon),
+      ln1_(params, prefix(layer) + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon),
       attn_(params, prefix(layer) + ".self_attention", cfg, layer, tp),
-      ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.hidden_size, cfg.layernorm_epsilon),
+      ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon),
       mlp_(params, prefix(layer) + ".mlp", cfg, tp),
       slots_(prefix(layer)) {}
 

@@ -1,5 +1,5 @@
-// The pre-LN GPT-2 transformer layer:
-//   x1 = x + dropout(attention(ln1(x)));  out = x1 + dropout(mlp(ln2(x1))).
+// The pre-norm transformer layer (GPT-2's, and Llama's with RMSNorm and SwiGLU):
+//   x1 = x + dropout(attention(norm1(x)));  out = x1 + dropout(mlp(norm2(x1))).
 // Recomputation (Megatron's --recompute-granularity): `full` keeps only the layer's input and
 // re-runs its forward before the backward; `selective` keeps everything but the attention
 // probabilities, recomputed from Q and K. Recomputation draws the same dropout masks, so it
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "core/layers/attention.h"
-#include "core/layers/layernorm.h"
+#include "core/layers/norm.h"
 #include "core/layers/mlp.h"
 
 namespace ptdp {
@@ -34,9 +34,9 @@ class TransformerLayer {
   };
   const LayerConfig& cfg_;
   int layer_;
-  LayerNorm ln1_;
+  Norm ln1_;
   SelfAttention attn_;
-  LayerNorm ln2_;
+  Norm ln2_;
   Mlp mlp_;
   Slots<Slot> slots_;
 };

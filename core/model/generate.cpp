@@ -32,13 +32,28 @@ std::vector<int32_t> generate(GptModel& model, const std::vector<int32_t>& promp
   std::vector<int32_t> window(static_cast<std::size_t>(s));
   std::vector<std::pair<float, int32_t>> ranked(static_cast<std::size_t>(vocab));
   const PhiloxStream stream{config.seed, philox_name_hash("ptdp_model_generate")};
+  KvCache cache;
+  cache.capacity = s;
+  std::vector<float> logits;
   for (int n = 0; n < config.max_new_tokens; ++n) {
-    // The last s tokens, padded after the end (positions past the context never reach it).
+    // The last s tokens (positions 0 .. len - 1).
     const std::size_t len = std::min(text.size(), static_cast<std::size_t>(s));
-    std::copy(text.end() - static_cast<std::ptrdiff_t>(len), text.end(), window.begin());
-    std::fill(window.begin() + static_cast<std::ptrdiff_t>(len), window.end(), 0);
-    const std::vector<float> logits = model.logits(window.data(), 1);
-    const float* row = logits.data() + (len - 1) * static_cast<std::size_t>(vocab);
+    const float* row = nullptr;
+    if (config.use_kv_cache) {
+      if (n > 0 && text.size() <= static_cast<std::size_t>(s)) {
+        logits = model.decode(&text.back(), 1, cache);  // the window grew by the last token
+      } else {  // the first window, or one that slid: encode it whole
+        cache.reset();
+        logits = model.decode(text.data() + (text.size() - len), static_cast<int64_t>(len), cache);
+      }
+      row = logits.data() + (logits.size() - static_cast<std::size_t>(vocab));
+    } else {
+      // Padded after the end (positions past the context never reach it).
+      std::copy(text.end() - static_cast<std::ptrdiff_t>(len), text.end(), window.begin());
+      std::fill(window.begin() + static_cast<std::ptrdiff_t>(len), window.end(), 0);
+      logits = model.logits(window.data(), 1);
+      row = logits.data() + (len - 1) * static_cast<std::size_t>(vocab);
+    }
     for (int v = 0; v < vocab; ++v) ranked[static_cast<std::size_t>(v)] = {row[v] / config.temperature, v};
     // Most likely first; ties by the smaller id, so the order is the same everywhere.
     std::sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {

@@ -36,8 +36,10 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
     embedding_params_.first = params_.size();
     word_ = std::make_unique<VocabParallelEmbedding>(params_, "embedding.word_embeddings.weight", padded_vocab_, h,
                                                      cfg_.init_method_std, tp);
-    position_ = std::make_unique<ReplicatedEmbedding>(params_, "embedding.position_embeddings.weight",
-                                                      cfg_.max_positions(), h, cfg_.init_method_std);
+    if (cfg_.learned_positions()) {
+      position_ = std::make_unique<ReplicatedEmbedding>(params_, "embedding.position_embeddings.weight",
+                                                        cfg_.max_positions(), h, cfg_.init_method_std);
+    }
     embedding_params_.second = params_.size();
   }
   for (int i = 0; i < stage_.num_layers; ++i) {
@@ -47,7 +49,7 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
   }
   if (stage_.post_process) {
     head_params_.first = params_.size();
-    final_ln_ = std::make_unique<LayerNorm>(params_, "decoder.final_layernorm", h, cfg_.layernorm_epsilon);
+    final_ln_ = std::make_unique<Norm>(params_, "decoder.final_layernorm", cfg_.normalization, h, cfg_.layernorm_epsilon);
     if (cfg_.tie_embeddings && stage_.pre_process) {
       head_ = std::make_unique<ColumnParallelLinear>(params_, word_->weight_index(), false, tp);
     } else if (cfg_.tie_embeddings) {
@@ -97,16 +99,22 @@ Tensor GptModel::positions(int64_t b) const {
   return Tensor::from_host(pos.data(), {s * b}, DType::I32, device_);
 }
 
+Tensor GptModel::embed(const Tensor& ids, const Tensor& pos, const Step& step) {
+  Tensor x = word_->forward(ids, step);
+  if (position_) {
+    Tensor p = position_->forward(pos, step);
+    Tensor sum = Tensor::empty(x.shape(), x.dtype(), device_);
+    x.backend().add(x.raw(), p.raw(), sum.raw(), sum.dtype(), sum.numel());
+    x = sum;
+  }
+  return dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
+}
+
 Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step) {
   const int64_t s = cfg_.seq_length, h = cfg_.hidden_size;
   Tensor x;
   if (stage_.pre_process) {
-    const Tensor ids = to_sequence_major(tokens, b, "tokens");
-    Tensor e = word_->forward(ids, step);
-    Tensor p = position_->forward(positions(b), step);
-    x = Tensor::empty(e.shape(), e.dtype(), device_);
-    e.backend().add(e.raw(), p.raw(), x.raw(), x.dtype(), x.numel());
-    x = dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
+    x = embed(to_sequence_major(tokens, b, "tokens"), positions(b), step);
   } else {
     PTDP_CHECK_ARG(input.defined() && input.numel() == s * b * h,
                    "chunk input " + input.str() + " is not the [" + std::to_string(s * b) + ", " + std::to_string(h) +
@@ -143,7 +151,7 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
   if (!stage_.pre_process) return dx;
   dx = dropout_backward(dx, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
   word_->backward_input(dx, step);
-  position_->backward_input(dx, step);
+  if (position_) position_->backward_input(dx, step);
   return Tensor();
 }
 
@@ -158,7 +166,7 @@ void GptModel::stage_backward_weight(const Step& step, const ParamsReady& ready)
   }
   if (stage_.pre_process) {
     word_->backward_weight(step);
-    position_->backward_weight(step);
+    if (position_) position_->backward_weight(step);
     if (ready) ready(embedding_params_.first, embedding_params_.second);
   }
 }
@@ -214,7 +222,7 @@ float GptModel::forward_loss(const int32_t* tokens, const int32_t* labels, int64
 std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
   PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
                  "logits need the whole model; this chunk is one pipeline stage");
-  const int64_t s = cfg_.seq_length, vocab = cfg_.vocab_size;
+  const int64_t s = cfg_.seq_length;
   Step step;
   step.training = false;
   Tensor local;  // [s * b, padded vocab / t], rows sequence-major
@@ -225,6 +233,11 @@ std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
     throw;
   }
   release(step);
+  return gather_logits(local, s, b);
+}
+
+std::vector<float> GptModel::gather_logits(Tensor local, int64_t s, int64_t b) {
+  const int64_t vocab = cfg_.vocab_size;
   if (local.dtype() != DType::F32) local = local.to(DType::F32);
   const int64_t rows = s * b, cols = local.shape()[1];
   Tensor all = local;
@@ -248,6 +261,41 @@ std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
     }
   }
   return out;
+}
+
+std::vector<float> GptModel::decode(const int32_t* tokens, int64_t n, KvCache& cache) {
+  PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
+                 "decode needs the whole model; this chunk is one pipeline stage");
+  PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
+  PTDP_CHECK_ARG(n > 0 && cache.length + n <= cache.capacity,
+                 "decode: " + std::to_string(n) + " new tokens after " + std::to_string(cache.length) +
+                     " cached must be > 0 and fit the cache's capacity " + std::to_string(cache.capacity));
+  PTDP_CHECK_ARG(!position_ || cache.capacity <= cfg_.max_positions(),
+                 "decode: a cache of " + std::to_string(cache.capacity) + " tokens exceeds the position table's " +
+                     std::to_string(cfg_.max_positions()) + " rows");
+  std::vector<int32_t> ids(tokens, tokens + n), pos(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    PTDP_CHECK_ARG(ids[static_cast<std::size_t>(i)] >= 0 && ids[static_cast<std::size_t>(i)] < cfg_.vocab_size,
+                   "tokens[" + std::to_string(i) + "] = " + std::to_string(ids[static_cast<std::size_t>(i)]) +
+                       " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+    pos[static_cast<std::size_t>(i)] = static_cast<int32_t>(cache.length + i);
+  }
+  Step step;
+  step.training = false;
+  step.kv_cache = &cache;
+  Tensor local;  // [n, padded vocab / t]
+  try {
+    Tensor x = embed(Tensor::from_host(ids.data(), {n}, DType::I32, device_),
+                     Tensor::from_host(pos.data(), {n}, DType::I32, device_), step);
+    for (auto& layer : layers_) x = layer->forward(x, step);
+    local = head_->forward(final_ln_->forward(x, step), step);
+  } catch (...) {
+    release(step);
+    throw;
+  }
+  release(step);
+  cache.length += n;
+  return gather_logits(local, n, 1);
 }
 
 }  // namespace ptdp

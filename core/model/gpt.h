@@ -1,5 +1,6 @@
-// GptModel: the GPT-2 architecture built from the tensor-parallel layers, or one pipeline
-// chunk of it. Parameters are named and laid out as in Megatron-Core's GPT (DESIGN.md), live
+// GptModel: the decoder built from the tensor-parallel layers (the GPT-2 architecture, or with
+// GptConfig's options a Llama-family model: RMSNorm, SwiGLU, RoPE instead of a position table,
+// grouped-query attention, no biases, an untied output layer), or one pipeline chunk of it. Parameters are named and laid out as in Megatron-Core's GPT (DESIGN.md), live
 // in one flat buffer per chunk with a table of named views, and start from a pure function of
 // (seed, name, element index), so every tensor- and pipeline-parallel layout starts from the
 // same full weights and draws the same dropout masks.
@@ -11,6 +12,7 @@
 
 #include "core/layers/cross_entropy.h"
 #include "core/layers/embedding.h"
+#include "core/layers/kv_cache.h"
 #include "core/layers/transformer_layer.h"
 #include "core/model/gpt_config.h"
 #include "core/params/params.h"
@@ -22,7 +24,7 @@ struct GptStage {
   int first_layer = 0;
   int num_layers = -1;       ///< -1: every layer from first_layer on
   bool pre_process = true;   ///< word and position embeddings (the first chunk)
-  bool post_process = true;  ///< final LayerNorm, LM head and loss (the last chunk)
+  bool post_process = true;  ///< final norm, LM head and loss (the last chunk)
 
   /// Chunk `chunk` of `chunks` equal chunks of the model; throws Error(InvalidArgument) naming
   /// the numbers when the layers do not split evenly.
@@ -58,6 +60,12 @@ class GptModel {
   /// from the tensor ranks: host [b, seq_length, vocab_size] row-major. Needs the whole model;
   /// collective over the tensor group.
   std::vector<float> logits(const int32_t* tokens, int64_t b);
+  /// Logits of the true vocabulary for `n` new tokens of one sequence that continue the
+  /// `cache->length` tokens already in `cache` (their keys and values are appended; positions
+  /// cache->length, ...): host [n, vocab_size]. Dropout off. Needs the whole model; collective
+  /// over the tensor group. The cache's capacity must not exceed the position table (learned
+  /// positions) and its length grows by n.
+  std::vector<float> decode(const int32_t* tokens, int64_t n, KvCache& cache);
 
   // ---- one chunk of a pipeline -------------------------------------------------------------
   /// Forward of this chunk for one microbatch of b samples. `input` is the previous chunk's
@@ -81,10 +89,15 @@ class GptModel {
 
  private:
   /// Embeddings (pre-processing chunk) or `input`, the layers, and on a post-processing chunk
-  /// the final LayerNorm and the LM head: [s*b, h], or this rank's logits [s*b, V_padded / t].
+  /// the final norm and the LM head: [s*b, h], or this rank's logits [s*b, V_padded / t].
   Tensor stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step);
   Tensor to_sequence_major(const int32_t* ids, int64_t b, const char* what) const;
   Tensor positions(int64_t b) const;
+  /// Embedding (word, plus position table) of ids [s*b] at positions pos [s*b], with dropout.
+  Tensor embed(const Tensor& ids, const Tensor& pos, const Step& step);
+  /// The whole vocabulary's logits [rows, vocab] (row r = sequence position r / b of sample
+  /// r % b, written at [r % b][r / b]) from each tensor rank's [rows, V_padded / t] columns.
+  std::vector<float> gather_logits(Tensor local, int64_t s, int64_t b);
 
   GptConfig cfg_;
   GptStage stage_;
@@ -95,7 +108,7 @@ class GptModel {
   std::unique_ptr<VocabParallelEmbedding> word_;
   std::unique_ptr<ReplicatedEmbedding> position_;
   std::vector<std::unique_ptr<TransformerLayer>> layers_;
-  std::unique_ptr<LayerNorm> final_ln_;
+  std::unique_ptr<Norm> final_ln_;
   std::unique_ptr<ColumnParallelLinear> head_;
   std::unique_ptr<VocabParallelCrossEntropy> loss_;
   int tied_copy_ = -1;  // the last chunk's copy of the word embedding (pipelines with p > 1)

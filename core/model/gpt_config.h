@@ -20,16 +20,23 @@ struct GptConfig : LayerConfig {
   /// the padded rows never take part in the loss.
   int64_t padded_vocab(int tensor_parallel) const;
 
+  /// Whether the model has a learned position table (embedding.position_embeddings.weight).
+  bool learned_positions() const { return position_embedding == PositionEmbedding::LearnedAbsolute; }
+
   /// Throws Error(InvalidArgument) naming the numbers for a config that cannot be built with
-  /// tensor-parallel size t: non-positive sizes, heads not divisible by t, hidden not divisible
-  /// by heads, ffn not divisible by t, dropout outside [0, 1), and the like.
+  /// tensor-parallel size t: LayerConfig::validate's checks, a non-positive vocabulary, a
+  /// sequence longer than max_position_embeddings, and the like.
   void validate(int tensor_parallel) const;
 
-  /// The paper's FLOPs of one training iteration over `samples` sequences of seq_length tokens
-  /// (Narayanan et al. 2021, the one place ptdp computes it): the model's forward and backward,
-  /// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)); with `full_recompute` what is executed, one more
-  /// forward of the layers: 96 B s l h^2 (1 + s/(6h) + V/(16 l h)). B = samples, V the
-  /// unpadded vocabulary. MFU counts the first; TFLOP/s per device (as the paper) the second.
+  /// Model FLOPs of one training iteration over `samples` sequences of seq_length tokens, the
+  /// one place ptdp counts them: Megatron-LM's num_floating_point_operations (the paper's
+  /// formula, Narayanan et al. 2021, with the grouped-query and SwiGLU terms), for forward and
+  /// backward, 12 B s l h^2 ((1 + g/a + s/h) a dh / h + (ffn/h)(3/2 with SwiGLU) + V/(2 l h));
+  /// with `full_recompute`, what is executed: the layers' forward once more (16 instead of 12
+  /// for the layer terms). For the GPT (g = a, a dh = h, ffn = 4h) this is 72 B s l h^2 (1 +
+  /// s/(6h) + V/(12 l h)), and 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) recomputing. B = samples,
+  /// V the unpadded vocabulary (the paper's; Megatron counts the padded one). MFU counts the
+  /// first; TFLOP/s per device (as the paper) the second.
   double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t).
   int64_t parameter_count(int tensor_parallel) const;

@@ -1,6 +1,43 @@
 #include "core/params/param_io.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace ptdp {
+
+namespace {
+
+// Copies, for every run of the slice, rows (partition dim 0) or columns (dim 1) between a
+// local-shape buffer and a global-shape one of the same parameter, on the host.
+void copy_runs(const ParamInfo& p, const std::vector<SliceRun>& runs, const float* from, float* to, bool to_global) {
+  const int64_t rows = p.local_shape[0];
+  const int64_t lcols = p.local_shape.ndim() == 2 ? p.local_shape[1] : 1;
+  const int64_t gcols = p.global_shape.ndim() == 2 ? p.global_shape[1] : 1;
+  for (const SliceRun& r : runs) {
+    if (p.partition_dim == 0) {
+      const float* src = from + (to_global ? r.local_start : r.global_start) * gcols;
+      float* dst = to + (to_global ? r.global_start : r.local_start) * gcols;
+      std::copy_n(src, r.count * gcols, dst);
+    } else {
+      for (int64_t i = 0; i < rows; ++i) {
+        const float* src = to_global ? from + i * lcols + r.local_start : from + i * gcols + r.global_start;
+        float* dst = to_global ? to + i * gcols + r.global_start : to + i * lcols + r.local_start;
+        std::copy_n(src, r.count, dst);
+      }
+    }
+  }
+}
+
+// The runs of tensor rank `rank`'s slice of `p` (p is this rank's entry; every rank's slice has
+// the same shape and the runs move by the rank's share of each block).
+std::vector<SliceRun> runs_of_rank(const ParamInfo& p, int tp_rank, int my_rank) {
+  std::vector<SliceRun> runs = slice_runs(p);
+  const int64_t share = p.local_shape[p.partition_dim] / p.partition_blocks;
+  for (SliceRun& r : runs) r.global_start += (tp_rank - my_rank) * share;
+  return runs;
+}
+
+}  // namespace
 
 void gather_global(const ParamTable& params, int i, const Tensor& local, const TensorParallel& tp, float* host) {
   const ParamInfo& p = params.info(i);
@@ -11,34 +48,20 @@ void gather_global(const ParamTable& params, int i, const Tensor& local, const T
   const int64_t n = local.numel();
   Tensor all = Tensor::empty({n * tp.size}, DType::F32, local.device());
   tp.all_gather(local.reshape({n}), all);
-  if (p.partition_dim == 0) {  // row blocks in rank order are the global rows
-    all.copy_to_host(host, all.nbytes());
-    return;
-  }
-  // Column blocks [rows, cols/t] per rank: interleave into [rows, cols].
-  const int64_t rows = p.local_shape[0], cols_l = p.local_shape[1], cols = p.global_shape[1];
-  Tensor full = Tensor::empty({rows, cols}, DType::F32, local.device());
-  for (int r = 0; r < tp.size; ++r) {
-    local.backend().copy_2d(full.data<float>() + r * cols_l, cols, all.data<float>() + r * n, cols_l, DType::F32, rows,
-                            cols_l);
-  }
-  full.copy_to_host(host, full.nbytes());
+  std::vector<float> slices(static_cast<std::size_t>(all.numel()));
+  all.copy_to_host(slices.data(), all.nbytes());
+  for (int r = 0; r < tp.size; ++r) copy_runs(p, runs_of_rank(p, r, tp.rank), slices.data() + r * n, host, true);
 }
 
 void scatter_global(const ParamTable& params, int i, const float* host, const Tensor& local) {
   const ParamInfo& p = params.info(i);
-  const int64_t gcols = p.global_shape.ndim() == 2 ? p.global_shape[1] : 1;
   if (p.partition_dim < 0) {
     local.backend().copy_from_host(local.raw(), host, local.nbytes());
-  } else if (p.partition_dim == 0) {
-    local.backend().copy_from_host(local.raw(), host + p.slice_start * gcols, local.nbytes());
-  } else {
-    const Tensor full = Tensor::borrow(const_cast<float*>(host), p.global_shape, DType::F32);
-    const Tensor staged = Tensor::empty(p.local_shape, DType::F32);
-    staged.backend().copy_2d(staged.data<float>(), p.local_shape[1], full.data<float>() + p.slice_start, gcols,
-                             DType::F32, p.local_shape[0], p.local_shape[1]);
-    local.backend().copy_from_host(local.raw(), staged.raw(), local.nbytes());
+    return;
   }
+  std::vector<float> staged(static_cast<std::size_t>(local.numel()));
+  copy_runs(p, slice_runs(p), host, staged.data(), false);
+  local.backend().copy_from_host(local.raw(), staged.data(), local.nbytes());
 }
 
 }  // namespace ptdp

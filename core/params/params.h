@@ -25,8 +25,15 @@ struct ParamInfo {
   std::string name;
   Shape global_shape;      ///< [rows] or [rows, cols], as the unpartitioned model has it
   int partition_dim = -1;  ///< -1: the same on every tensor rank; 0: rows split; 1: columns split
+  /// The partition dim holds this many equal blocks, each split over the tensor ranks; a
+  /// rank's slice is its part of every block, in block order (SwiGLU's fc1: the gate rows,
+  /// then the up rows, each rank holding its share of both). 1: one contiguous slice.
+  int partition_blocks = 1;
   Shape local_shape;       ///< this rank's slice
-  int64_t slice_start = 0; ///< first row (dim 0) or column (dim 1) of the slice
+  int64_t slice_start = 0; ///< first row (dim 0) or column (dim 1) of the slice (of its first block)
+  /// True for a tensor-replicated parameter whose gradient differs between tensor ranks (a
+  /// norm over each rank's own heads): the layer sums its gradient over the tensor group.
+  bool tp_reduced_grad = false;
   int64_t offset = 0;      ///< element offset in the flat buffers
   ParamInit init = ParamInit::Normal;
   float init_std = 0.0f;
@@ -39,7 +46,9 @@ class ParamTable {
 
   /// Declares a parameter; its slice follows from the partition dimension. Returns its index.
   int add(const std::string& name, const Shape& global_shape, int partition_dim, ParamInit init,
-          float init_std = 0.0f, bool weight_decay = true);
+          float init_std = 0.0f, bool weight_decay = true, int partition_blocks = 1);
+  /// Marks parameter i as ParamInfo::tp_reduced_grad.
+  void set_tp_reduced_grad(int i);
   /// Allocates the flat parameter and gradient buffers (gradients zeroed) and, for a bf16 or
   /// f16 `model_dtype`, the 16-bit model weights.
   void allocate(Device device, DType model_dtype = DType::F32);
@@ -88,5 +97,15 @@ class ParamTable {
 
 /// Writes the initial values of `info`'s local slice (host memory, local-shape row-major).
 void init_param_slice(const ParamInfo& info, uint64_t seed, float* out);
+
+/// A run of consecutive slice elements along the partition dim that is also consecutive in the
+/// global tensor: slice indices [local_start, local_start + count) are global indices
+/// [global_start, global_start + count) (rows for partition dim 0, columns for 1).
+struct SliceRun {
+  int64_t local_start = 0, global_start = 0, count = 0;
+};
+/// The runs of `info`'s slice along its partition dim: one per block (one for a contiguous
+/// slice); for a replicated parameter the whole first dim.
+std::vector<SliceRun> slice_runs(const ParamInfo& info);
 
 }  // namespace ptdp

@@ -88,19 +88,37 @@ double paper_parameters(const GptConfig& m) {
   return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
 }
 
+int64_t published_parameters(const GptConfig& m) {
+  GptConfig unpadded = m;
+  unpadded.make_vocab_size_divisible_by = 1;
+  return unpadded.parameter_count(1);
+}
+
 int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
-  const int64_t h = m.hidden_size, f = m.ffn(), vp = m.padded_vocab(t);
-  // One layer on one tensor rank: LayerNorms and row-parallel biases are replicated; QKV and fc1
-  // (column-parallel, weight and bias) and proj and fc2 weights (row-parallel) are split.
-  const int64_t layer = 6 * h + (4 * h * h + 3 * h + 2 * f * h + f) / t;
+  // The layout of DESIGN.md ("Parameter names and layouts"), one tensor rank's slice of it.
+  // Column-parallel linear_qkv and linear_fc1 split their weight and bias by rows (whole query
+  // groups; SwiGLU's gate and up halves each), row-parallel linear_proj and linear_fc2 split
+  // their weight by columns and keep their bias whole; norms (input, pre-MLP, q/k, final) are
+  // replicated; the word embedding and the output layer split the padded vocabulary.
+  const int64_t h = m.hidden_size, f = m.ffn(), vp = m.padded_vocab(t), dh = m.head_dim();
+  const int64_t qkv = m.qkv_rows(), ctx = m.attention_width(), fc1 = m.swiglu ? 2 * f : f;
+  const bool rms = m.normalization == Normalization::RMSNorm;
+  const int64_t norm = rms ? h : 2 * h;                                  // one hidden-size norm
+  const int64_t qk_norm = m.qk_layernorm ? 2 * (rms ? dh : 2 * dh) : 0;  // q_layernorm, k_layernorm
+  const int64_t split = qkv * h + (m.qkv_bias() ? qkv : 0) + ctx * h + fc1 * h + (m.add_bias_linear ? fc1 : 0) + f * h;
+  const int64_t replicated = 2 * norm + qk_norm + (m.add_bias_linear ? 2 * h : 0);  // + proj, fc2 biases
+  const int64_t layer = replicated + split / t;
   const int chunks = p * v;
   const int64_t layers_per_chunk = m.num_layers / chunks;
   int64_t n = 0;
   for (int c = stage; c < chunks; c += p) {
     n += layers_per_chunk * layer;
-    if (c == 0) n += vp * h / t + static_cast<int64_t>(m.max_positions()) * h;
+    if (c == 0) {
+      n += vp * h / t;
+      if (m.learned_positions()) n += static_cast<int64_t>(m.max_positions()) * h;
+    }
     if (c == chunks - 1) {
-      n += 2 * h;                                                   // final LayerNorm
+      n += norm;                                             // final norm
       if (!m.tie_embeddings || chunks > 1) n += vp * h / t;  // output layer, or the tied copy
     }
   }
@@ -109,20 +127,27 @@ int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
 
 namespace {
 
-// Forward FLOPs of one layer for `samples` samples: QKV, projection and the two MLP GEMMs
-// (2 FLOPs per multiply-add), and the two attention products Q K^T and P V.
+// FLOPs come from GptConfig::paper_flops (Megatron's num_floating_point_operations), the one
+// place ptdp counts them; the planner only splits them. Its layer term is 12 (16 recomputing)
+// units of the layers' GEMMs and attention products, so the difference of the two is one
+// forward of all layers; the rest, 6 B s h V, is the logit GEMM's forward and backward.
 double layer_forward_flops(const GptConfig& m, double samples) {
-  const double h = m.hidden_size, f = m.ffn(), s = m.seq_length;
-  return samples * (2.0 * s * (4.0 * h * h + 2.0 * h * f) + 4.0 * s * s * h);
+  const auto n = static_cast<int64_t>(samples);
+  return (m.paper_flops(n, true) - m.paper_flops(n, false)) / m.num_layers;
 }
 
-double attention_core_flops(const GptConfig& m, double samples) {
-  const double h = m.hidden_size, s = m.seq_length;
-  return samples * 4.0 * s * s * h;
-}
-
+// The logit GEMM's forward over `vocab` rows (the padded vocabulary is what runs).
 double logit_forward_flops(const GptConfig& m, double samples, double vocab) {
-  return samples * 2.0 * m.seq_length * m.hidden_size * vocab;
+  const auto n = static_cast<int64_t>(samples);
+  const double logits = m.paper_flops(n, false) - 3.0 * m.num_layers * layer_forward_flops(m, samples);
+  return logits / 3.0 * vocab / m.vocab_size;
+}
+
+// What selective recomputation repeats: the forward of the attention products Q K^T and P V of
+// one layer (2 s^2 a dh FLOPs each per sample), the s / h part of paper_flops' attention term.
+double attention_core_flops(const GptConfig& m, double samples) {
+  const double s = m.seq_length;
+  return samples * 4.0 * s * s * static_cast<double>(m.attention_width());
 }
 
 // Forward-equivalents of one layer's forward that recomputation adds.
@@ -138,31 +163,54 @@ double recompute_flops(const GptConfig& m, double samples, Recompute r) {
 }  // namespace
 
 double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute) {
-  const double n = static_cast<double>(samples);
-  return m.num_layers * (3.0 * layer_forward_flops(m, n) + recompute_flops(m, n, recompute)) +
-         3.0 * logit_forward_flops(m, n, m.vocab_size);
+  switch (recompute) {
+    case Recompute::None: return m.paper_flops(samples);
+    case Recompute::Full: return m.paper_flops(samples, true);
+    case Recompute::Selective:
+      return m.paper_flops(samples) + m.num_layers * attention_core_flops(m, static_cast<double>(samples));
+  }
+  return m.paper_flops(samples);
 }
 
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r) {
   const double s = m.seq_length, h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads, sb = s * b;
+  const double g = m.query_groups(), dh = m.head_dim(), ctx = static_cast<double>(m.attention_width());
+  const double qkv = static_cast<double>(m.qkv_rows()), fc1 = m.swiglu ? 2.0 * f : f;
+  // Row statistics a norm keeps for its backward: LayerNorm mean and rstd, RMSNorm rstd (fp32).
+  const double stats = m.normalization == Normalization::RMSNorm ? 1.0 : 2.0;
   if (prec == Precision::Fp32) {
     // ptdp's CPU engine keeps fp32 tensors (dropout masks are redrawn from Philox, never
-    // stored). Per layer: its input and the LayerNorm-2 input x1 (each held by its LayerNorm),
-    // the two LayerNorm outputs (held by QKV and fc1), mean and rstd of both LayerNorms; per
-    // tensor rank QKV [sb, 3h/t], the attention context [sb, h/t] (held by the projection),
-    // fc1's output and GeLU's output [sb, f/t] each; and the attention probabilities before and
-    // after dropout [b, a/t, s, s] (one tensor without attention dropout).
+    // stored; RoPE rotates q and k in place). Per layer: its input and the pre-MLP norm's input
+    // x1 (each held by its norm), the two norm outputs (held by QKV and fc1), the norms' row
+    // statistics; per tensor rank QKV's output [sb, (a + 2g) dh / t], the attention context
+    // [sb, a dh / t] (held by the projection), fc1's output [sb, ffn / t, twice with SwiGLU]
+    // and the activation's [sb, ffn / t]; with --qk-layernorm the q and k heads before their
+    // norm and its statistics; and the attention probabilities before and after dropout
+    // [b, a/t, s, s] (one tensor without attention dropout).
     if (r == Recompute::Full) return 4.0 * sb * h;
-    double elements = sb * (4.0 * h + (4.0 * h + 2.0 * f) / t) + 4.0 * sb;
+    double elements = sb * (4.0 * h + (qkv + ctx + fc1 + f) / t) + 2.0 * stats * sb;
+    if (m.qk_layernorm) elements += sb * (a + g) / t * (dh + stats);
     if (r == Recompute::None) elements += (m.attention_dropout > 0 ? 2.0 : 1.0) * (a / t) * b * s * s;
     return 4.0 * elements;
   }
-  // Korthikanti et al. 2022, 16-bit activations without sequence parallelism:
-  // s b h (10 + 24/t) + 5 a s^2 b / t bytes (selective drops the 5 a s^2 b / t; full keeps the
-  // 2 s b h input). 16 s b h / t of the 24 are the MLP's 2 x 2 s b (4h) / t, written with f.
+  // Korthikanti et al. 2022, 16-bit activations without sequence parallelism, per layer:
+  // s b h (10 + 24/t) + 5 a s^2 b / t bytes for the GPT (selective drops the 5 a s^2 b / t;
+  // full keeps the 2 s b h input). Term by term, with the Llama options:
+  //  - replicated: the inputs of both norms, of QKV and of fc1 (2 s b h each); the dropout
+  //    masks after the projection and fc2 (s b h each, none without hidden dropout); the
+  //    norms' fp32 row statistics (two per row for LayerNorm, one for RMSNorm);
+  //  - per tensor rank: q, k, v (a, g, g heads of dh; RoPE rotates q and k in place, so the
+  //    rotated ones are what QK^T keeps) and the context (a dh), 2 bytes each; fc1's output
+  //    (ffn, or 2 ffn with SwiGLU) and the activation's (ffn), 2 bytes each: 16 s b h / t for
+  //    the GPT's GeLU, 6 s b ffn / t with SwiGLU; with --qk-layernorm the q and k heads before
+  //    their norm and its statistics;
+  //  - per tensor rank, without recomputation: the softmax output (2 a s^2 b), and with
+  //    attention dropout its mask (a s^2 b) and output (2 a s^2 b).
   if (r == Recompute::Full) return 2.0 * sb * h;
-  double bytes = sb * h * (10.0 + 8.0 / t) + 4.0 * sb * f / t;
-  if (r == Recompute::None) bytes += 5.0 * a * s * s * b / t;
+  double bytes = sb * h * (8.0 + (m.hidden_dropout > 0 ? 2.0 : 0.0)) + 2.0 * 4.0 * stats * sb;
+  bytes += (2.0 * (ctx + 2.0 * g * dh + ctx) + 2.0 * (fc1 + f)) * sb / t;
+  if (m.qk_layernorm) bytes += sb * (a + g) / t * (2.0 * dh + 4.0 * stats);
+  if (r == Recompute::None) bytes += (m.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b / t;
   return bytes;
 }
 
@@ -383,13 +431,16 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L) {
   if (req.precision == Precision::Fp32) {
     // The CPU engine runs a chunk's input gradients layer by layer, then its weight gradients:
     // until then every linear layer of the chunk keeps its input and its output gradient
-    // (s b (4h + (4h + 2f)/t) per layer). Under full recomputation that is the recomputed
-    // chunk; the attention probabilities are recomputed for one layer at a time (full and
-    // selective); and one layer's backward allocates the probabilities' gradient and QKV's.
-    const double held_for_weights = 4.0 * b * s * (4.0 * h + (4.0 * h + 2.0 * g.ffn()) / t);
+    // (s b (4h + ((a + 2g) dh + a dh + fc1 + ffn)/t) per layer, s b (4h + (4h + 2f)/t) for the
+    // GPT). Under full recomputation that is the recomputed chunk; the attention probabilities
+    // are recomputed for one layer at a time (full and selective); and one layer's backward
+    // allocates the probabilities' gradient and QKV's.
+    const double qkv = static_cast<double>(g.qkv_rows()), ctx = static_cast<double>(g.attention_width());
+    const double f = g.ffn(), fc1 = g.swiglu ? 2.0 * f : f;
+    const double held_for_weights = 4.0 * b * s * (4.0 * h + (qkv + ctx + fc1 + f) / t);
     if (L.recompute == Recompute::Full) working += layers_per_chunk * held_for_weights;
     if (L.recompute != Recompute::None) working += none_act - sel_act;
-    working += 4.0 * (static_cast<double>(g.num_attention_heads) / t * b * s * s + 3.0 * b * s * h / t + 2.0 * b * s * h);
+    working += 4.0 * (static_cast<double>(g.num_attention_heads) / t * b * s * s + qkv * b * s / t + 2.0 * b * s * h);
   } else {
     // Megatron frees each layer's activations as its backward passes: the recomputed layer (full)
     // or the recomputed attention (selective) is all that is added.
@@ -473,7 +524,7 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   e.iteration = e.pipeline + e.data_parallel + e.embedding_sync + e.optimizer;
 
   const int64_t samples = req.global_batch_size;
-  e.hardware_flops = iteration_flops(g, samples, L.recompute);
+  e.hardware_flops = g.paper_flops(samples, L.recompute == Recompute::Full);  // ptdp-train's count
   e.model_flops = iteration_flops(g, samples, Recompute::None);
   e.tflops_per_gpu = e.hardware_flops / (e.iteration * gpus) / 1e12;
   e.mfu = e.model_flops / (e.iteration * gpus * peak_flops(req, cl));

@@ -1,15 +1,20 @@
 // The paper's performance model for one layout: parameters, FLOPs, memory per GPU and time per
-// iteration of a GPT trained with tensor (t), pipeline (p, v chunks per rank) and data (d)
-// parallelism, m microbatches of b samples per pipeline, on a Cluster.
+// iteration of a GPT or Llama-family decoder trained with tensor (t), pipeline (p, v chunks per
+// rank) and data (d) parallelism, m microbatches of b samples per pipeline, on a Cluster.
 //
-// Formulas (PTDP-BRIEF.md): parameters 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)); FLOPs
-// 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) without recomputation (96 ... V/(16 l h) with full
-// recomputation); tensor-parallel ring all-reduces of b s h elements, 2 forward and 2 backward
-// per layer; pipeline transfers of b s h elements (b s h / t with scatter/gather); the bubble
-// from the schedule simulator; data-parallel ring all-reduce (or reduce-scatter + all-gather)
-// of the gradients; activation memory per layer from Korthikanti et al. 2022 for 16-bit GPU
-// training, and the CPU engine's own saved tensors for fp32 (what it really keeps, so the
-// estimate can be checked against its measured high-water mark).
+// Formulas (PTDP-BRIEF.md): parameters GptConfig::parameter_count (the paper's
+// 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) for its GPTs), per pipeline rank the layout of
+// DESIGN.md (grouped-query QKV, SwiGLU's 2 ffn rows, norms without bias, no position table with
+// RoPE, untied output layers); FLOPs GptConfig::paper_flops (Megatron's
+// num_floating_point_operations with the grouped-query and SwiGLU terms; 72 B s l h^2 (1 +
+// s/(6h) + V/(12 l h)) for the GPT), split here into layers and logits; tensor-parallel ring
+// all-reduces of b s h elements, 2 forward and 2 backward per layer; pipeline transfers of
+// b s h elements (b s h / t with scatter/gather); the bubble from the schedule simulator;
+// data-parallel ring all-reduce (or reduce-scatter + all-gather) of the gradients; activation
+// memory per layer from Korthikanti et al. 2022 for 16-bit GPU training (with q, k, v of a, g, g
+// heads of dh, SwiGLU's fc1 output and activation, the norms' statistics, q/k norms, and the
+// dropout tensors only with dropout), and the CPU engine's own saved tensors for fp32 (what it
+// really keeps, so the estimate can be checked against its measured high-water mark).
 #pragma once
 
 #include <cstdint>
@@ -85,8 +90,12 @@ struct Estimate {
   double bubble_fraction = 0;  ///< bubble / (compute + tensor_comm): the paper's t_bubble / t_ideal
   bool simulated = false;      ///< the bubble and slots come from the simulator (else analytic)
   // Rates.
-  double hardware_flops = 0;  ///< FLOPs per iteration as executed (recomputation included)
-  double model_flops = 0;     ///< FLOPs per iteration without recomputation
+  /// FLOPs per iteration as ptdp-train counts them for its TFLOP/s (and the paper for its
+  /// figures): GptConfig::paper_flops with the recomputed forward under full recomputation.
+  /// Selective recomputation's attention products are not counted (as in ptdp-train's and
+  /// Megatron's logs), though their time is.
+  double hardware_flops = 0;
+  double model_flops = 0;     ///< FLOPs per iteration without recomputation (ptdp-train's MFU)
   double tflops_per_gpu = 0;  ///< hardware_flops / (iteration * GPUs) / 1e12 (the paper's figure)
   double mfu = 0;             ///< model_flops / (iteration * GPUs * peak)
   // Where the traffic goes.
@@ -96,13 +105,17 @@ struct Estimate {
   bool fits = false;                    ///< memory.total() <= the cluster's usable memory
 };
 
-/// The paper's parameter formula with the true vocabulary.
+/// The paper's parameter formula with the true vocabulary (a GPT's; see published_parameters).
 double paper_parameters(const GptConfig& m);
+/// Parameters of the unpartitioned model with the unpadded vocabulary: what Hugging Face and
+/// model cards count (GptConfig::parameter_count with make_vocab_size_divisible_by = 1, t = 1).
+int64_t published_parameters(const GptConfig& m);
 /// Parameters one tensor rank of pipeline rank `stage` holds in ptdp's model (what GptModel
 /// allocates for the chunks c = j p + stage, tied-embedding copies included).
 int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage);
-/// FLOPs of one iteration over `samples` samples counted GEMM by GEMM: the model's (no
-/// recomputation) or as executed. The paper's closed forms are GptConfig::paper_flops.
+/// FLOPs of one iteration over `samples` samples: the model's (Recompute::None:
+/// GptConfig::paper_flops) or as executed (full: paper_flops(samples, true); selective: the
+/// attention products' forward once more, 4 s^2 a dh per sample and layer).
 double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute);
 /// Activation bytes one transformer layer keeps per microbatch of b samples with tensor size t.
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r);

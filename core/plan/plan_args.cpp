@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "core/args/flag_table.h"
+#include "core/model/model_presets.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {
@@ -49,11 +50,14 @@ struct Flag : cli::FlagSpec {
   std::function<void(PlanArgs&, const std::string&)> set;
 };
 
-// Where --nodes and --num-gpus meet after the table is applied.
+// Where --nodes and --num-gpus meet after the table is applied, and where --group-query-attention
+// and --num-query-groups meet.
 struct Extra {
   bool nodes_given = false;
   bool cluster_given = false;
   bool cluster_file_given = false;
+  bool group_query_attention = false;
+  int num_query_groups = 0;  ///< 0: not given
 };
 thread_local Extra* g_extra = nullptr;  // set while one parse runs on this thread
 
@@ -91,6 +95,15 @@ Flag cluster_number(const std::string& name, const std::string& metavar, const s
   });
 }
 
+// A probability flag of the model (dropout).
+Flag model_probability(const std::string& name, const std::string& help, float GptConfig::*field, std::string def) {
+  return value_flag(name, "P", help, std::move(def), [name, field](PlanArgs& a, const std::string& s) {
+    const double p = to_positive(name, s, true);
+    if (!cli::kProbability.ok(p)) bad_value(name, s, cli::kProbability.want);
+    a.request.model.*field = static_cast<float>(p);
+  });
+}
+
 std::string preset_list() {
   std::string s;
   for (const std::string& n : cluster_preset_names()) s += str_cat(s.empty() ? "" : "|", n);
@@ -99,7 +112,15 @@ std::string preset_list() {
 
 std::vector<Flag> make_flags() {
   std::vector<Flag> v;
-  // Model (ptdp-train's names).
+  // Model (ptdp-train's names). A preset is applied first; every model flag given overrides it.
+  v.push_back(value_flag("model-preset", "NAME",
+                         str_cat("Start from a named model (", model_preset_names(), "); the model flags override it."),
+                         "none", [](PlanArgs& a, const std::string& s) {
+                           const std::optional<ModelPreset> preset = find_model_preset(s);
+                           if (!preset) bad_value("model-preset", s, str_cat("is not a preset (", model_preset_names(), ")"));
+                           a.request.model = preset->config;
+                         },
+                         0));
   v.push_back(model_int("num-layers", "Transformer layers l.", &GptConfig::num_layers, 1, "2"));
   v.push_back(model_int("hidden-size", "Hidden size h.", &GptConfig::hidden_size, 1, "64"));
   v.push_back(model_int("ffn-hidden-size", "MLP hidden size; 0 means 4 * hidden-size.", &GptConfig::ffn_hidden_size, 0, "0"));
@@ -112,12 +133,59 @@ std::vector<Flag> make_flags() {
                         &GptConfig::make_vocab_size_divisible_by, 1, "128"));
   v.push_back(bool_flag("untie-embeddings-and-output-weights", "The LM head has its own weights.",
                         [](PlanArgs& a) { a.request.model.tie_embeddings = false; }));
-  v.push_back(value_flag("attention-dropout", "P", "Attention dropout (the CPU engine keeps the dropped probabilities too).",
-                         "0.1", [](PlanArgs& a, const std::string& s) {
-                           const double p = to_positive("attention-dropout", s, true);
-                           if (!cli::kProbability.ok(p)) bad_value("attention-dropout", s, cli::kProbability.want);
-                           a.request.model.attention_dropout = static_cast<float>(p);
+  v.push_back(model_probability("attention-dropout", "Attention dropout (its mask and output are kept for the backward).",
+                                &GptConfig::attention_dropout, "0.1"));
+  v.push_back(model_probability("hidden-dropout", "Dropout after the projection and fc2 (0: no masks kept).",
+                                &GptConfig::hidden_dropout, "0.1"));
+  // Llama-family options (Megatron's names).
+  const cli::Choices<Normalization> norms{{"LayerNorm", Normalization::LayerNorm}, {"RMSNorm", Normalization::RMSNorm}};
+  v.push_back(value_flag("normalization", cli::choice_metavar(norms), "Every norm of the model (RMSNorm has no bias).",
+                         "LayerNorm", [norms](PlanArgs& a, const std::string& s) {
+                           a.request.model.normalization = cli::to_choice("normalization", s, norms);
                          }));
+  v.push_back(value_flag("norm-epsilon", "X", "Epsilon of every norm.", "1e-5", [](PlanArgs& a, const std::string& s) {
+    a.request.model.layernorm_epsilon = static_cast<float>(to_positive("norm-epsilon", s, false));
+  }));
+  v.push_back(bool_flag("swiglu", "SwiGLU MLP: fc1 is [2 ffn, h]; ffn defaults to int(8h/3/64)*64.",
+                        [](PlanArgs& a) { a.request.model.swiglu = true; }));
+  const cli::Choices<PositionEmbedding> positions{{"learned_absolute", PositionEmbedding::LearnedAbsolute},
+                                                  {"rope", PositionEmbedding::Rope},
+                                                  {"none", PositionEmbedding::None}};
+  v.push_back(value_flag("position-embedding-type", cli::choice_metavar(positions),
+                         "Positions: a learned table, rotary (no table), or none.", "learned_absolute",
+                         [positions](PlanArgs& a, const std::string& s) {
+                           a.request.model.position_embedding = cli::to_choice("position-embedding-type", s, positions);
+                         }));
+  v.push_back(value_flag("rotary-base", "X", "RoPE base (theta).", "10000", [](PlanArgs& a, const std::string& s) {
+    a.request.model.rotary_base = static_cast<float>(to_positive("rotary-base", s, false));
+  }));
+  v.push_back(value_flag("rotary-percent", "X", "Share of each head's dims RoPE rotates, in (0, 1].", "1.0",
+                         [](PlanArgs& a, const std::string& s) {
+                           const double p = to_positive("rotary-percent", s, false);
+                           if (p > 1.0) bad_value("rotary-percent", s, "must be in (0, 1]");
+                           a.request.model.rotary_percent = static_cast<float>(p);
+                         }));
+  v.push_back(bool_flag("use-rope-scaling", "Llama 3.1's RoPE frequency scaling.",
+                        [](PlanArgs& a) { a.request.model.rope_scaling.enabled = true; }));
+  v.push_back(value_flag("rope-scaling-factor", "X", "Llama 3.1's RoPE scaling factor (>= 1).", "8.0",
+                         [](PlanArgs& a, const std::string& s) {
+                           const double f = to_positive("rope-scaling-factor", s, false);
+                           if (f < 1.0) bad_value("rope-scaling-factor", s, "must be >= 1");
+                           a.request.model.rope_scaling.factor = static_cast<float>(f);
+                         }));
+  v.push_back(bool_flag("group-query-attention", "Grouped-query attention (--num-query-groups key/value heads).",
+                        [](PlanArgs&) { g_extra->group_query_attention = true; }));
+  v.push_back(value_flag("num-query-groups", "N", "Key/value heads g with --group-query-attention; t must divide them.",
+                         "1 with --group-query-attention", [](PlanArgs&, const std::string& s) {
+                           g_extra->num_query_groups = static_cast<int>(to_int("num-query-groups", s, 1, kIntMax));
+                         }));
+  v.push_back(model_int("kv-channels", "Head dim dh; 0 means hidden-size / num-attention-heads.", &GptConfig::kv_channels, 0, "0"));
+  v.push_back(bool_flag("disable-bias-linear", "No bias in any linear layer.",
+                        [](PlanArgs& a) { a.request.model.add_bias_linear = false; }));
+  v.push_back(bool_flag("add-qkv-bias", "Keep the qkv bias with --disable-bias-linear (Qwen2).",
+                        [](PlanArgs& a) { a.request.model.add_qkv_bias = true; }));
+  v.push_back(bool_flag("qk-layernorm", "A norm over each query and key head.",
+                        [](PlanArgs& a) { a.request.model.qk_layernorm = true; }));
   // Batch, precision, what may be used.
   v.push_back(value_flag("global-batch-size", "N", "Samples per iteration B over all replicas (required).", "none",
                          [](PlanArgs& a, const std::string& s) { a.request.global_batch_size = to_int("global-batch-size", s, 1, kIntMax); }));
@@ -252,9 +320,24 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   if (r.global_batch_size == 0) {
     fail("--global-batch-size is required: the planner splits it over d replicas and m microbatches of b");
   }
-  const GptConfig& g = r.model;
-  if (g.hidden_size % g.num_attention_heads != 0) {
-    fail(str_cat("--num-attention-heads ", g.num_attention_heads, " does not divide --hidden-size ", g.hidden_size));
+  GptConfig& g = r.model;
+  // Megatron reads --num-query-groups only with --group-query-attention (whose groups default
+  // to 1); a preset with grouped-query attention has it on.
+  if (extra.num_query_groups > 0) {
+    if (!extra.group_query_attention && g.num_query_groups == 0) {
+      fail(str_cat("--num-query-groups ", extra.num_query_groups,
+                   " needs --group-query-attention (Megatron ignores it otherwise)"));
+    }
+    g.num_query_groups = extra.num_query_groups;
+  } else if (extra.group_query_attention && g.num_query_groups == 0) {
+    g.num_query_groups = 1;
+  }
+  if (g.kv_channels == 0 && g.hidden_size % g.num_attention_heads != 0) {
+    fail(str_cat("--num-attention-heads ", g.num_attention_heads, " does not divide --hidden-size ", g.hidden_size,
+                 " (or set --kv-channels)"));
+  }
+  if (g.num_attention_heads % g.query_groups() != 0) {
+    fail(str_cat("--num-query-groups ", g.query_groups(), " does not divide --num-attention-heads ", g.num_attention_heads));
   }
   if (g.max_position_embeddings > 0 && g.seq_length > g.max_position_embeddings) {
     fail(str_cat("--seq-length ", g.seq_length, " is longer than --max-position-embeddings ", g.max_position_embeddings));
@@ -267,6 +350,15 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   }
   if (r.tensor > 0 && g.num_attention_heads % r.tensor != 0) {
     fail(str_cat("--tensor-model-parallel-size ", r.tensor, " does not divide --num-attention-heads ", g.num_attention_heads));
+  }
+  if (r.tensor > 0 && g.query_groups() % r.tensor != 0) {
+    fail(str_cat("--tensor-model-parallel-size ", r.tensor, " does not divide --num-query-groups ", g.query_groups(),
+                 " (each tensor rank holds whole key/value heads)"));
+  }
+  try {
+    g.validate(r.tensor > 0 ? r.tensor : 1);
+  } catch (const Error& e) {
+    fail(str_cat("the model flags: ", e.what()));
   }
   if (r.num_gpus > 0) {
     const int needed = (r.num_gpus + out.cluster.gpus_per_node - 1) / out.cluster.gpus_per_node;
@@ -289,10 +381,12 @@ std::string plan_args_help(const std::string& program) {
   constexpr std::size_t kColumn = 36;
   std::string out = flag_table().usage(program);
   out +=
-      "Plans how to lay out a GPT on a GPU cluster: searches tensor (t), pipeline (p, v), data (d)\n"
-      "parallelism, the microbatch size, the schedule and recomputation, estimates memory per GPU and\n"
-      "time per iteration with the performance model of Narayanan et al. (SC'21), and shows the\n"
-      "fastest layouts that fit, with the reasons. Flags share ptdp-train's names where they overlap.\n"
+      "Plans how to lay out a GPT or a Llama-family decoder on a GPU cluster: searches tensor (t),\n"
+      "pipeline (p, v), data (d) parallelism, the microbatch size, the schedule and recomputation,\n"
+      "estimates memory per GPU and time per iteration with the performance model of Narayanan et al.\n"
+      "(SC'21), and shows the fastest layouts that fit, with the reasons. Flags share ptdp-train's\n"
+      "names where they overlap; --model-preset NAME starts from a named model that the other model\n"
+      "flags override, whatever their order.\n"
       "Exit status: 0 with a layout, 1 when none fits (the message says what is missing), 2 on bad flags.\n\n";
   for (const Flag& f : flags()) out += cli::help_entry(f, f.default_text, kColumn);
   return out;

@@ -121,12 +121,44 @@ std::string worse_because(const Estimate& e, const Estimate& best, const Cluster
   return out;
 }
 
+// Whether the model is the paper's GPT (LayerNorm, GeLU, learned positions, multi-head
+// attention with biases), for which the paper's parameter formula holds.
+bool plain_gpt(const GptConfig& g) {
+  return g.normalization == Normalization::LayerNorm && !g.swiglu && g.learned_positions() &&
+         g.query_groups() == g.num_attention_heads && g.attention_width() == g.hidden_size && g.add_bias_linear &&
+         !g.qk_layernorm;
+}
+
+// The architecture in words: the options that differ from the GPT.
+std::string architecture_words(const GptConfig& g) {
+  if (plain_gpt(g)) return "";
+  std::string w;
+  const auto add = [&w](const std::string& s) { w += str_cat(w.empty() ? "" : ", ", s); };
+  add(normalization_name(g.normalization));
+  if (g.swiglu) add("SwiGLU");
+  if (g.rope()) {
+    add(str_cat("RoPE base ", fmt("%.0f", g.rotary_base), g.rope_scaling.enabled ? " scaled" : ""));
+  } else if (!g.learned_positions()) {
+    add("no position embedding");
+  }
+  const int groups = g.query_groups();
+  if (groups != g.num_attention_heads) add(groups == 1 ? "multi-query attention" : str_cat("g = ", groups, " query groups"));
+  if (g.attention_width() != g.hidden_size) add(str_cat("dh = ", g.head_dim()));
+  if (!g.add_bias_linear) add(g.add_qkv_bias ? "bias on qkv only" : "no linear bias");
+  if (g.qk_layernorm) add("q/k norms");
+  return w;
+}
+
 std::string model_line(const PlanRequest& req) {
   const GptConfig& g = req.model;
-  return str_cat("GPT of ", fmt("%.1f", paper_parameters(g) / 1e9), "B parameters (l = ", g.num_layers,
-                 ", h = ", g.hidden_size, ", a = ", g.num_attention_heads, ", V = ", g.vocab_size,
-                 ", s = ", g.seq_length, "), global batch ", req.global_batch_size, ", ",
-                 precision_name(req.precision));
+  const bool gpt = plain_gpt(g);
+  const double billions = (gpt ? paper_parameters(g) : static_cast<double>(published_parameters(g))) / 1e9;
+  std::string shape = str_cat("l = ", g.num_layers, ", h = ", g.hidden_size, ", a = ", g.num_attention_heads);
+  if (!gpt) shape += str_cat(", ffn = ", g.ffn());
+  shape += str_cat(", V = ", g.vocab_size, ", s = ", g.seq_length);
+  if (!gpt) shape += str_cat("; ", architecture_words(g));
+  return str_cat(gpt ? "GPT" : "Decoder", " of ", fmt(gpt ? "%.1f" : "%.2f", billions), "B parameters (", shape,
+                 "), global batch ", req.global_batch_size, ", ", precision_name(req.precision));
 }
 
 }  // namespace
@@ -134,11 +166,29 @@ std::string model_line(const PlanRequest& req) {
 namespace {
 
 // Tensor sizes: divisors of a node's GPUs, and whole nodes (to show what crossing costs); each
-// must divide the GPUs, the heads and the MLP width.
+// must divide the GPUs, the heads, the query groups (each tensor rank holds whole key/value
+// heads) and the MLP width.
 struct TensorSizes {
   std::vector<int> usable;
-  std::vector<int> excluded_by_heads;  ///< divide the GPUs but not the heads or the MLP width
+  std::vector<int> excluded_by_heads;  ///< divide the GPUs but not the heads, groups or MLP width
 };
+
+// Whether t splits the attention heads, the query groups and the MLP width evenly.
+bool splits_layer(const GptConfig& g, int t) {
+  return g.num_attention_heads % t == 0 && g.query_groups() % t == 0 && g.ffn() % t == 0;
+}
+
+// What t does not divide, in Megatron's flag names: "num-attention-heads 14 or num-query-groups 2".
+std::string not_divided(const GptConfig& g, int t) {
+  std::string w;
+  const auto add = [&w](const std::string& s) { w += str_cat(w.empty() ? "" : " or ", s); };
+  if (g.num_attention_heads % t != 0) add(str_cat("num-attention-heads ", g.num_attention_heads));
+  if (g.query_groups() % t != 0 && g.query_groups() != g.num_attention_heads) {
+    add(str_cat("num-query-groups ", g.query_groups()));
+  }
+  if (g.ffn() % t != 0) add(str_cat("the MLP width ", g.ffn()));
+  return w;
+}
 
 TensorSizes tensor_sizes(const PlanRequest& req, const Cluster& cl, int n) {
   const GptConfig& g = req.model;
@@ -150,7 +200,7 @@ TensorSizes tensor_sizes(const PlanRequest& req, const Cluster& cl, int n) {
   TensorSizes out;
   for (int t : t_options) {
     if (n % t != 0) continue;
-    if (g.num_attention_heads % t != 0 || g.ffn() % t != 0) {
+    if (!splits_layer(g, t)) {
       out.excluded_by_heads.push_back(t);
       continue;
     }
@@ -263,18 +313,23 @@ std::vector<Estimate> rank_leaders(const PlanRequest& req, const Cluster& cl, co
   return leaders;
 }
 
-// What the heads and the MLP width rule out, for the reasons (empty when they rule out nothing).
+// What the heads, the query groups and the MLP width rule out, for the reasons (empty when they
+// rule out nothing).
 std::string heads_note(const PlanRequest& req, const TensorSizes& sizes) {
   const GptConfig& g = req.model;
   if (sizes.excluded_by_heads.empty()) return {};
   std::string allowed, excluded;
   for (int t : sizes.usable) allowed += str_cat(allowed.empty() ? "" : ", ", t);
   for (int t : sizes.excluded_by_heads) excluded += str_cat(excluded.empty() ? "" : ", ", t);
-  bool by_ffn = false;
-  for (int t : sizes.excluded_by_heads) by_ffn = by_ffn || (g.num_attention_heads % t == 0);
-  return str_cat("num-attention-heads ", g.num_attention_heads,
-                 by_ffn ? str_cat(" and the MLP width ", g.ffn()) : std::string(), " rule out t = ", excluded,
-                 allowed.empty() ? "" : str_cat(", leaving t = ", allowed));
+  bool by_groups = false, by_ffn = false;
+  for (int t : sizes.excluded_by_heads) {
+    by_groups = by_groups || (g.query_groups() % t != 0 && g.query_groups() != g.num_attention_heads);
+    by_ffn = by_ffn || g.ffn() % t != 0;
+  }
+  std::string what = str_cat("num-attention-heads ", g.num_attention_heads);
+  if (by_groups) what += str_cat(", num-query-groups ", g.query_groups());
+  if (by_ffn) what += str_cat(" and the MLP width ", g.ffn());
+  return str_cat(what, " rule out t = ", excluded, allowed.empty() ? "" : str_cat(", leaving t = ", allowed));
 }
 
 // Why no layout is feasible: none can run at all, or none fits in memory (then by how much,
@@ -285,7 +340,7 @@ std::string infeasible_reason(const PlanRequest& req, const Cluster& cl, int n, 
   if (!scores.any) {
     std::string why = str_cat("no layout of ", n, " GPUs can run this model");
     if (sizes.usable.empty()) {
-      why += str_cat(": no tensor-parallel size divides both the GPUs and the heads");
+      why += str_cat(": no tensor-parallel size divides both the GPUs and the heads (and query groups)");
       if (req.tensor > 0) why += str_cat(" (pinned t = ", req.tensor, ")");
     }
     if (!note.empty()) why += str_cat("; ", note);
@@ -415,10 +470,7 @@ std::vector<std::string> ruled_out_alternatives(const PlanResult& r, const Tenso
       out.push_back(str_cat("t = ", t, ": no layout fits in memory"));
     }
   }
-  for (int t : sizes.excluded_by_heads) {
-    out.push_back(str_cat("t = ", t, ": does not divide num-attention-heads ", g.num_attention_heads,
-                          g.ffn() % t != 0 ? str_cat(" or the MLP width ", g.ffn()) : std::string()));
-  }
+  for (int t : sizes.excluded_by_heads) out.push_back(str_cat("t = ", t, ": does not divide ", not_divided(g, t)));
   if (!pipeline_ruled_out.empty()) out.push_back(pipeline_ruled_out);
   return out;
 }
@@ -464,8 +516,11 @@ std::string plan_report(const PlanResult& r) {
   const Cluster& cl = r.cluster;
   const PlanRequest& req = r.request;
   std::string out = str_cat(model_line(req), "\n");
-  out += str_cat("ptdp's model: ", req.model.parameter_count(r.layouts.empty() ? 1 : r.layouts.front().layout.t),
-                 " parameters (the paper's formula: ", fmt("%.0f", paper_parameters(req.model)), ")\n");
+  const int64_t exact = req.model.parameter_count(r.layouts.empty() ? 1 : r.layouts.front().layout.t);
+  out += str_cat("ptdp's model: ", exact, " parameters with the padded vocabulary (",
+                 plain_gpt(req.model) ? str_cat("the paper's formula: ", fmt("%.0f", paper_parameters(req.model)))
+                                      : str_cat(published_parameters(req.model), " with the vocabulary unpadded"),
+                 ")\n");
   out += str_cat("cluster ", cl.name, ": ", r.num_gpus, " GPUs (", cl.gpus_per_node, " per node), ", gib(cl.memory_bytes),
                  " each (", gib(cl.memory_reserve_bytes), " reserved), ",
                  fmt("%.0f", (req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit) / 1e12),
@@ -510,11 +565,21 @@ nlohmann::json plan_to_json(const PlanResult& r) {
   j["model"] = {{"num_layers", g.num_layers},
                 {"hidden_size", g.hidden_size},
                 {"num_attention_heads", g.num_attention_heads},
+                {"num_query_groups", g.query_groups()},
+                {"kv_channels", g.head_dim()},
                 {"ffn_hidden_size", g.ffn()},
                 {"vocab_size", g.vocab_size},
                 {"seq_length", g.seq_length},
+                {"normalization", normalization_name(g.normalization)},
+                {"swiglu", g.swiglu},
+                {"position_embedding_type", position_embedding_name(g.position_embedding)},
+                {"add_bias_linear", g.add_bias_linear},
+                {"add_qkv_bias", g.qkv_bias()},
+                {"qk_layernorm", g.qk_layernorm},
+                {"untie_embeddings_and_output_weights", !g.tie_embeddings},
                 {"global_batch_size", r.request.global_batch_size},
                 {"precision", precision_name(r.request.precision)},
+                {"parameters", published_parameters(g)},
                 {"parameters_formula", paper_parameters(g)}};
   j["cluster"] = cluster_to_json(r.cluster);
   j["num_gpus"] = r.num_gpus;

@@ -1,5 +1,5 @@
 // The planner: searches every layout (t, p, d, v, b, schedule, recomputation, distributed
-// optimizer) of a GPT on a cluster, ranks those that fit in memory by estimated time per
+// optimizer) of a GPT or a Llama-family decoder on a cluster, ranks those that fit in memory by estimated time per
 // iteration, and says why the best was chosen and what rules out the others (the paper's three
 // takeaways, made quantitative).
 #pragma once

@@ -94,7 +94,61 @@ struct Fixture {
   }
 };
 
-void check_gradient(int32_t untie, float dropout) {
+/// The decoder's options beyond the GPT's (the Llama family), each checked against finite
+/// differences on its own configuration.
+enum class Arch {
+  Gpt,
+  Llama,     // RMSNorm, SwiGLU, RoPE, grouped-query attention (4 heads, 2 groups), head dim 4 != h/a
+             // (kv_channels), no biases, untied output layer
+  Qwen2,     // the same with the qkv bias kept and half of each head rotated (rotary_percent 0.5)
+  QkNorm,    // RMSNorm over each query and key head (OLMo 2), multi-query attention (1 group)
+  GeluNoBias // LayerNorm q/k norms, GeLU without biases (its GeLU outside the GEMM), no positions
+};
+
+const char* arch_name(Arch a) {
+  switch (a) {
+    case Arch::Gpt: return "gpt";
+    case Arch::Llama: return "llama";
+    case Arch::Qwen2: return "qwen2";
+    case Arch::QkNorm: return "qk-norm, multi-query";
+    case Arch::GeluNoBias: return "gelu without biases, no positions";
+  }
+  return "?";
+}
+
+void set_arch(ptdp_gpt_options& o, Arch a) {
+  if (a == Arch::Gpt) return;
+  o.kv_channels = 4;
+  o.num_attention_heads = 4;
+  o.num_query_groups = 2;
+  o.disable_bias_linear = 1;
+  o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+  o.normalization = PTDP_NORMALIZATION_RMSNORM;
+  o.swiglu = 1;
+  o.ffn_hidden_size = 6;
+  switch (a) {
+    case Arch::Llama: o.untie_embeddings_and_output_weights = 1; break;
+    case Arch::Qwen2:
+      o.add_qkv_bias = 1;
+      o.rotary_percent = 0.5f;
+      o.rotary_base = 1000.0;
+      break;
+    case Arch::QkNorm:
+      o.qk_layernorm = 1;
+      o.num_query_groups = 1;
+      break;
+    case Arch::GeluNoBias:
+      o.qk_layernorm = 1;
+      o.normalization = PTDP_NORMALIZATION_LAYERNORM;
+      o.swiglu = 0;
+      o.ffn_hidden_size = 12;
+      o.position_embedding_type = PTDP_POSITION_EMBEDDING_NONE;
+      break;
+    default: break;
+  }
+}
+
+void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt) {
   Fixture f;
   ptdp_runtime_options ro;
   ptdp_runtime_options_init(&ro);
@@ -115,6 +169,7 @@ void check_gradient(int32_t untie, float dropout) {
   o.init_method_std = 0.3f;
   o.untie_embeddings_and_output_weights = untie;
   o.seed = 77;
+  set_arch(o, arch);
   REQUIRE(ptdp_model_create(f.groups, &o, &f.model) == PTDP_SUCCESS);
   ptdp_model m = f.model;
 
@@ -201,9 +256,9 @@ void check_gradient(int32_t untie, float dropout) {
     for (float g : p.grad) gmax = std::fmax(gmax, std::fabs(g));
   }
   const Verdict v = judge(params, grads);
-  std::printf("FD (untie %d, dropout %.1f): loss %.6f, %zu parameters, max |g| %.3g, ||fd - g|| / ||g|| = %.3g, "
+  std::printf("FD (%s, untie %d, dropout %.1f): loss %.6f, %zu parameters, max |g| %.3g, ||fd - g|| / ||g|| = %.3g, "
               "max |fd - g| = %.3g (plain 2-point difference at e: ||fd - g|| / ||g|| = %.3g)\n",
-              untie, static_cast<double>(dropout), static_cast<double>(loss0), params.size(), gmax, v.norm_rel, worst_abs,
+              arch_name(arch), o.untie_embeddings_and_output_weights, static_cast<double>(dropout), static_cast<double>(loss0), params.size(), gmax, v.norm_rel, worst_abs,
               std::sqrt(plain_diff2 / plain_g2));
   INFO("first element off: " << v.first_bad);
   CHECK(v.norm_rel < kTolNorm);
@@ -219,8 +274,18 @@ void check_gradient(int32_t untie, float dropout) {
     CHECK_FALSE(w.pass());
     CHECK(w.norm_rel >= kTolNorm);  // the norm criterion alone catches it
   }
-  // ... or with any one parameter's gradient zeroed.
+  // ... or with any one parameter's gradient zeroed; except k_layernorm.bias without RoPE,
+  // whose true gradient is zero: it adds q . bias to every score of a query row, and softmax is
+  // shift-invariant (its finite differences are round-off, checked as such here).
   for (std::size_t p = 0; p < params.size(); ++p) {
+    if (params[p].name.find("k_layernorm.bias") != std::string::npos &&
+        o.position_embedding_type != PTDP_POSITION_EMBEDDING_ROPE) {
+      for (std::size_t i = 0; i < params[p].fd.size(); ++i) {
+        CHECK(std::fabs(params[p].fd[i]) <= kTolAbs);
+        CHECK(std::fabs(grads[p][i]) <= 1e-6);
+      }
+      continue;
+    }
     std::vector<std::vector<float>> wrong = grads;
     std::fill(wrong[p].begin(), wrong[p].end(), 0.0f);
     const Verdict w = judge(params, wrong);
@@ -244,4 +309,24 @@ TEST_CASE("model FD: gradient of a tiny GPT (untied embeddings) = central finite
 TEST_CASE("model FD: gradient with dropout 0.1 (masks fixed by iteration, microbatch) = finite differences",
           "[model][fd]") {
   check_gradient(0, 0.1f);
+}
+
+TEST_CASE("model FD: Llama-style decoder (RMSNorm, SwiGLU, RoPE, GQA, no biases, untied) = finite differences",
+          "[model][fd][llama]") {
+  check_gradient(0, 0.0f, Arch::Llama);
+}
+
+TEST_CASE("model FD: Qwen2-style decoder (qkv bias, half the head rotated) with dropout = finite differences",
+          "[model][fd][llama]") {
+  check_gradient(0, 0.1f, Arch::Qwen2);
+}
+
+TEST_CASE("model FD: per-head RMSNorm of q and k with multi-query attention = finite differences",
+          "[model][fd][llama]") {
+  check_gradient(0, 0.0f, Arch::QkNorm);
+}
+
+TEST_CASE("model FD: per-head LayerNorm of q and k, GeLU without biases, no positions = finite differences",
+          "[model][fd][llama]") {
+  check_gradient(0, 0.0f, Arch::GeluNoBias);
 }

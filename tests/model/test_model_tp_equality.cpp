@@ -1,4 +1,5 @@
-// The tensor-parallel GPT equals the serial one (under mpiexec; every rank runs every check).
+// The tensor-parallel GPT equals the serial one (under mpiexec; every rank runs every check), for
+// the GPT and for Llama- and Qwen2-style decoders.
 //
 // usage: test_model_tp_equality T [T ...]     (each T divides the world size)
 //
@@ -44,12 +45,15 @@ constexpr double kRel = 1e-5;      // tensor-parallel vs serial, relative
 // the order of the entries themselves.
 constexpr double kFloor = 2e-7;
 
+enum class Arch { Gpt, Llama, Qwen2 };
+
 struct Case {
   std::string name;
   float dropout;       // hidden and attention
   int32_t untie;       // untie_embeddings_and_output_weights
   int32_t vocab;       // vocab_size
   int32_t divisible;   // make_vocab_size_divisible_by
+  Arch arch = Arch::Gpt;
 };
 
 // V = 301 is not divisible by any t > 1. With make_vocab_size_divisible_by = 4 the padded
@@ -60,6 +64,12 @@ const Case kCases[] = {
     {"dropout 0, tied, V 301 / 3", 0.0f, 0, 301, 3},
     {"dropout 0.1, untied, V 301 / 3", 0.1f, 1, 301, 3},
     {"dropout 0, untied, V 301 / 4", 0.0f, 1, 301, 4},
+    // Llama: RMSNorm, SwiGLU (fc1's gate and up rows split alike over t), RoPE, 8 query heads
+    // in 4 key/value groups (t = 4 holds one group each), head dim 8 (kv_channels; 8 x 8 = 64
+    // != h), no biases, untied output layer. Qwen2: the qkv bias kept, a quarter of each head
+    // rotated, q and k normalised per head, tied.
+    {"llama, dropout 0.1, untied, V 301 / 4", 0.1f, 1, 301, 4, Arch::Llama},
+    {"qwen2, dropout 0, tied, V 301 / 3", 0.0f, 0, 301, 3, Arch::Qwen2},
 };
 
 const ptdp_recompute kRecomputes[] = {PTDP_RECOMPUTE_NONE, PTDP_RECOMPUTE_FULL, PTDP_RECOMPUTE_SELECTIVE};
@@ -75,6 +85,22 @@ ptdp_gpt_options options_of(const Case& c, ptdp_recompute r) {
   o.vocab_size = c.vocab;
   o.make_vocab_size_divisible_by = c.divisible;
   o.recompute_granularity = r;
+  if (c.arch != Arch::Gpt) {
+    o.normalization = PTDP_NORMALIZATION_RMSNORM;
+    o.swiglu = 1;
+    o.ffn_hidden_size = 40;
+    o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+    o.rotary_base = 500.0;
+    o.num_attention_heads = 8;
+    o.num_query_groups = 4;
+    o.kv_channels = 8;
+    o.disable_bias_linear = 1;
+  }
+  if (c.arch == Arch::Qwen2) {
+    o.add_qkv_bias = 1;
+    o.rotary_percent = 0.25f;
+    o.qk_layernorm = 1;
+  }
   return o;
 }
 

@@ -2,7 +2,8 @@
 // is trained through the C API on one process (fp32 weights, gradients and Adam moments, the
 // activations of the schedule's in-flight microbatches; in bf16/f16 the 16-bit weights and
 // activations plus fp32 masters), and ptdp_plan_create() pinned to the same layout must predict
-// the peak within 20 %.
+// the peak within 20 %; likewise a small Llama-family decoder (RMSNorm, SwiGLU, RoPE,
+// grouped-query attention, no linear bias, no dropout).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -21,9 +22,10 @@ struct Case {
   ptdp_recompute recompute;
   int32_t m;
   ptdp_dtype precision = PTDP_DTYPE_F32;
+  bool llama = false;
 };
 
-ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision) {
+ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool llama) {
   ptdp_gpt_options o;
   ptdp_gpt_options_init(&o);
   o.num_layers = 4;
@@ -34,6 +36,16 @@ ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision) {
   o.make_vocab_size_divisible_by = 128;
   o.recompute_granularity = recompute;
   o.precision = precision;
+  if (llama) {
+    o.normalization = PTDP_NORMALIZATION_RMSNORM;
+    o.swiglu = 1;
+    o.ffn_hidden_size = 352;
+    o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+    o.num_query_groups = 2;
+    o.disable_bias_linear = 1;
+    o.hidden_dropout = 0.0f;
+    o.attention_dropout = 0.0f;
+  }
   return o;
 }
 
@@ -44,7 +56,7 @@ double measured_peak(const Case& c, int32_t b) {
   size_t before = 0;
   OK(ptdp_memory_stats(&before, nullptr));
   OK(ptdp_memory_reset_peak());
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama);
   ptdp_model model = nullptr;
   ptdp_optimizer opt = nullptr;
   ptdp_schedule sched = nullptr;
@@ -69,7 +81,7 @@ double measured_peak(const Case& c, int32_t b) {
 }
 
 ptdp_plan_layout estimated(const Case& c, int32_t b) {
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama);
   ptdp_plan_options o;
   OK(ptdp_plan_options_init(&o));
   o.num_layers = g.num_layers;
@@ -79,6 +91,12 @@ ptdp_plan_layout estimated(const Case& c, int32_t b) {
   o.vocab_size = g.vocab_size;
   o.make_vocab_size_divisible_by = g.make_vocab_size_divisible_by;
   o.attention_dropout = g.attention_dropout;
+  o.ffn_hidden_size = g.ffn_hidden_size;
+  o.normalization = g.normalization;
+  o.swiglu = g.swiglu;
+  o.position_embedding_type = g.position_embedding_type;
+  o.num_query_groups = g.num_query_groups;
+  o.disable_bias_linear = g.disable_bias_linear;
   o.global_batch_size = c.m * b;
   o.precision = c.precision;
   o.recompute_granularity = c.recompute;
@@ -113,13 +131,18 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
                         {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F16}};
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F16},
+                        {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_F32, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F32, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16, true}};
   for (const Case& c : cases) {
     const double measured = measured_peak(c, b);
     const ptdp_plan_layout e = estimated(c, b);
-    std::printf("%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
+    std::printf("%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
                 "activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
-                c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
+                c.llama ? "llama " : "", c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
                 static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
                 e.memory_weights / 1048576.0, e.memory_gradients / 1048576.0, e.memory_optimizer / 1048576.0,
                 e.memory_activations / 1048576.0, e.memory_slots, measured / 1048576.0, e.memory_total / measured);

@@ -4,9 +4,11 @@
     test_ptdp_plan.py BIN_DIR
 
 Checks: the paper's 145.6B row on 192 DGX A100 nodes gives t = 8 with a table, reasons, JSON
-and an SVG of the schedule; a cluster file and the presets are read; impossible requests exit
-with status 1 and say what is missing (memory short by how much, heads that rule out t); bad
-flags exit with status 2 naming the flag and the value.
+and an SVG of the schedule; a cluster file and the presets are read; model presets (Llama 3 8B
+on a DGX H100 node) with flags that override them in any order; impossible requests exit with
+status 1 and say what is missing (memory short by how much, heads that rule out t); bad flags
+exit with status 2 naming the flag and the value (an unknown preset, a t that splits a query
+group).
 """
 import json
 import os
@@ -68,6 +70,32 @@ check(rc == 0 and all(n in out for n in ("dgx-a100", "dgx-h100", "dgx-h200")), "
 rc, out, err = run(["--help"])
 check(rc == 0 and "--global-batch-size" in out and "--cluster-file" in out, "--help")
 
+# Model presets: Llama 3 8B on one DGX H100 node; flags override the preset whatever their order.
+LLAMA = ["--cluster", "dgx-h100", "--num-gpus", "8", "--global-batch-size", "512", "--bf16",
+         "--use-distributed-optimizer"]
+rc, out, err = run(LLAMA + ["--model-preset", "llama-3-8b"])
+check(rc == 0 and "Decoder of 8.03B parameters" in out and "g = 8 query groups" in out,
+      f"llama-3-8b: rc {rc}, {out[:300]} {err}")
+rc, out, err = run(["--num-layers", "16", "--seq-length", "4096"] + LLAMA + ["--model-preset", "Llama-3-8B", "--json"])
+try:
+    j = json.loads(out)
+    m, best = j["model"], j["layouts"][0]
+    check(rc == 0 and m["num_layers"] == 16 and m["seq_length"] == 4096 and m["hidden_size"] == 4096,
+          f"flags before --model-preset override it: {m}")
+    check(m["num_query_groups"] == 8 and m["swiglu"] and m["normalization"] == "RMSNorm"
+          and m["position_embedding_type"] == "rope" and not m["add_bias_linear"], f"llama-3-8b's options: {m}")
+    check(8 % best["t"] == 0 and 0 < best["mfu"] < 0.6, f"llama-3-8b layout: {best}")
+except (ValueError, KeyError, IndexError) as e:
+    check(False, f"llama-3-8b --json: not the expected JSON ({e}): {out[:200]} {err}")
+rc, out, err = run(LLAMA + ["--model-preset", "llama-3-8b", "--json"])
+try:
+    check(json.loads(out)["model"]["parameters"] == 8030261248, "llama-3-8b: 8,030,261,248 parameters")
+except (ValueError, KeyError) as e:
+    check(False, f"llama-3-8b --json: {e}")
+rc, out, err = run(["--help"])
+check(all(f in out for f in ("--model-preset", "llama-3-8b", "--swiglu", "--num-query-groups", "--normalization")),
+      "--help lists the presets and the Llama flags")
+
 # Impossible requests: status 1 and what is missing.
 rc, out, err = run(["--cluster", "dgx-a100", "--num-layers", "128", "--hidden-size", "25600", "--num-attention-heads",
                     "160", "--seq-length", "2048", "--vocab-size", "51200", "--global-batch-size", "3072", "--fp16"])
@@ -90,6 +118,11 @@ for args, words in [
     (["--global-batch-size", "8", "--pipeline-schedule", "zb-v"], ["--pipeline-schedule", "'zb-v'"]),
     (["--global-batch-size", "8", "--hidden-size", "100", "--num-attention-heads", "3"], ["--num-attention-heads 3"]),
     (["--global-batch-size", "8", "--micro-batch-size", "3"], ["--micro-batch-size 3"]),
+    (["--global-batch-size", "8", "--model-preset", "llama-9"], ["--model-preset", "'llama-9'", "qwen2.5-7b"]),
+    (["--global-batch-size", "8", "--model-preset", "qwen2.5-1.5b", "--tensor-model-parallel-size", "4"],
+     ["--tensor-model-parallel-size 4", "--num-query-groups 2"]),
+    (["--global-batch-size", "8", "--num-query-groups", "2"], ["--group-query-attention"]),
+    (["--global-batch-size", "8", "--normalization", "rms"], ["--normalization", "'rms'", "RMSNorm"]),
 ]:
     rc, out, err = run(args)
     check(rc == 2 and all(w in err for w in words), f"bad flags {args}: rc {rc}, stderr {err}")

@@ -25,6 +25,13 @@ CASE is one of:
                backs off (hysteresis 2) until steps succeed; a constant --loss-scale trains like fp32
   attention    --attention-backend fused (the CPU's flash-style kernel) gives the unfused run's
                loss, serial and at (2,2,2), with attention dropout on
+  llama        a Llama-style model (RMSNorm, SwiGLU, RoPE, grouped-query attention, no biases,
+               untied): (2,2,2) with the distributed optimizer equals serial; a (2,2,1)
+               checkpoint continues the trajectory at four other layouts; models that differ are
+               refused; bf16 tracks fp32; selective recomputation changes nothing; generation
+               with the key/value cache draws the tokens of recomputing the window
+  qwen2        a Qwen2-style model (qkv bias, q/k norms, tied): (2,2,2) equals serial, plain and
+               interleaved with full recomputation
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -349,10 +356,81 @@ def case_attention():
           f"selective (2,1,1) {w3:.2e}")
 
 
+# Llama-style flags (Megatron's names): RMSNorm, SwiGLU, RoPE, grouped-query attention (4 query
+# heads in 2 groups, so t = 2 holds one group each), no biases, an untied output layer. Qwen2
+# keeps the qkv bias and the tied head, and normalises each query and key head.
+LLAMA = ["--normalization", "RMSNorm", "--swiglu", "--ffn-hidden-size", "64", "--position-embedding-type", "rope",
+         "--rotary-base", "10000", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
+         "--untie-embeddings-and-output-weights"]
+QWEN2 = ["--normalization", "RMSNorm", "--swiglu", "--ffn-hidden-size", "64", "--position-embedding-type", "rope",
+         "--rotary-base", "1000000", "--group-query-attention", "--num-query-groups", "2", "--disable-bias-linear",
+         "--add-qkv-bias", "--qk-layernorm", "--norm-epsilon", "1e-6"]
+
+
+def case_llama():
+    serial, serial_valid, _ = train("llama-serial", 1, 1, 1, 6, LLAMA)
+    check(serial[6]["lm_loss"] < serial[1]["lm_loss"] - 0.3,
+          f"the Llama loss falls: {serial[1]['lm_loss']} -> {serial[6]['lm_loss']}")
+    par, par_valid, _ = train("llama-parallel", 8, 2, 2, 6, LLAMA + ["--use-distributed-optimizer"])
+    w1 = compare(par, serial, 6, 1e-5, "llama (2,2,2) distributed optimizer vs serial")
+    for it in serial_valid:
+        check(close(par_valid[it]["lm_loss"], serial_valid[it]["lm_loss"], 1e-5), f"llama validation at {it}")
+    # A checkpoint saved at (2,2,1) continues the same trajectory at other layouts.
+    full, _, _ = train("llama-full", 4, 2, 2, 5, LLAMA)
+    ckpt = os.path.join(WORK, "ckpt-llama")
+    train("llama-save", 4, 2, 2, 5, LLAMA + ["--save", ckpt, "--exit-interval", "4"])
+    worst = 0.0
+    for (np, t, p, v, extra) in [(2, 1, 1, 1, ["--use-distributed-optimizer"]), (2, 2, 1, 1, []),
+                                 (2, 1, 2, 2, []), (8, 2, 2, 1, ["--use-distributed-optimizer"])]:
+        d = np // (t * p)
+        steps, _, _ = train(f"llama-reshard-{t}{p}{d}{v}", np, t, p, 5, LLAMA + extra + ["--load", ckpt], v=v)
+        check(sorted(steps) == [5], f"llama ({t},{p},{d}) v={v} resumes at iteration 5")
+        a, b = steps[5]["lm_loss"], full[5]["lm_loss"]
+        check(close(a, b, 1e-5), f"llama ({t},{p},{d}) v={v}: iteration 5 loss {a} vs uninterrupted (2,2,1) {b}")
+        check(close(steps[5]["grad_norm"], full[5]["grad_norm"], 1e-5), f"llama ({t},{p},{d}) v={v}: grad norm")
+        worst = max(worst, abs(a - b) / abs(b))
+    # A model that differs in an architecture flag is refused, naming it.
+    p = run(2, MODEL + layout(1, 1) + LLAMA[:-1] + ["--train-iters", "5", "--load", ckpt], expect_ok=False)
+    check(p.returncode != 0 and "untie_embeddings_and_output_weights" in p.stdout + p.stderr,
+          "a tied model refuses the untied Llama checkpoint: " + (p.stdout + p.stderr)[-400:])
+    p = run(2, MODEL + layout(1, 1) + [f for f in LLAMA if f != "--swiglu"] + ["--train-iters", "5", "--load", ckpt],
+            expect_ok=False)
+    check(p.returncode != 0 and "swiglu" in p.stdout + p.stderr, "a GeLU model refuses the SwiGLU checkpoint")
+    # bf16 tracks fp32 and trains.
+    bf16, _, _ = train("llama-bf16", 1, 1, 1, 6, LLAMA + ["--bf16"])
+    w2 = compare(bf16, serial, 6, 5e-3, "llama bf16 vs fp32", keys=("lm_loss",))
+    bpar, _, _ = train("llama-bf16-parallel", 8, 2, 2, 6, LLAMA + ["--bf16", "--use-distributed-optimizer"])
+    w3 = compare(bpar, bf16, 6, 1e-2, "llama bf16 (2,2,2) vs bf16 serial")
+    # Selective and full recomputation change nothing.
+    sel, _, _ = train("llama-selective", 2, 2, 1, 4, LLAMA + ["--recompute-granularity", "selective"])
+    w4 = compare(sel, serial, 4, 1e-5, "llama selective recomputation (2,1,1) vs serial")
+    # Generation with the key/value cache draws the tokens of recomputing the window.
+    cmd = [GENERATE, "--load", ckpt, "--prompt", "Paragraph 1", "--max-new-tokens", "24", "--top-k", "3", "--seed", "5"]
+    a = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    b = subprocess.run(cmd + ["--no-kv-cache"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    check(a.returncode == 0 and b.returncode == 0, "ptdp-generate runs on the Llama checkpoint:\n" + a.stderr + b.stderr)
+    check(a.stdout == b.stdout and len(a.stdout.rstrip("\n")) == len("Paragraph 1") + 24,
+          f"the same tokens with and without the cache: {a.stdout!r} vs {b.stdout!r}")
+    print(f"llama: (2,2,2) vs serial worst {w1:.2e}; reshard worst {worst:.2e}; bf16 vs fp32 {w2:.2e}; "
+          f"bf16 (2,2,2) vs serial {w3:.2e}; selective {w4:.2e}; loss {serial[1]['lm_loss']:.4f} -> "
+          f"{serial[6]['lm_loss']:.4f}; generated {a.stdout.strip()!r}")
+
+
+def case_qwen2():
+    serial, _, _ = train("qwen2-serial", 1, 1, 1, 6, QWEN2)
+    check(serial[6]["lm_loss"] < serial[1]["lm_loss"] - 0.3,
+          f"the Qwen2 loss falls: {serial[1]['lm_loss']} -> {serial[6]['lm_loss']}")
+    par, _, _ = train("qwen2-parallel", 8, 2, 2, 6, QWEN2 + ["--use-distributed-optimizer"])
+    w1 = compare(par, serial, 6, 1e-5, "qwen2 (2,2,2) distributed optimizer vs serial")
+    inter, _, _ = train("qwen2-interleaved", 8, 2, 2, 6, QWEN2 + ["--recompute-granularity", "full"], v=2)
+    w2 = compare(inter, serial, 6, 1e-5, "qwen2 (2,2,2) v=2 full recomputation vs serial")
+    print(f"qwen2: (2,2,2) vs serial worst {w1:.2e}; interleaved + recompute {w2:.2e}")
+
+
 try:
     {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
      "generate": case_generate, "errors": case_errors, "bf16": case_bf16, "fp16": case_fp16,
-     "attention": case_attention}[CASE]()
+     "attention": case_attention, "llama": case_llama, "qwen2": case_qwen2}[CASE]()
 finally:
     if not failures:
         shutil.rmtree(WORK, ignore_errors=True)

@@ -8,7 +8,8 @@
 // schedule one of gpipe, 1f1b, zbh1, interleaved; optimizer adam or sgd; bucket the
 // ddp_bucket_size (0: one bucket per model chunk); extras '+'-joined words: untied (separate
 // output_layer.weight, also in the serial run), nosg (pipeline scatter/gather off), recompute
-// (full activation recomputation). d = world / (t * p). Hidden size 12: a chunk's flat buffer
+// (full activation recomputation), llama (RMSNorm, SwiGLU, RoPE, grouped-query attention, no
+// biases, untied output layer), qwen2 (the same with the qkv bias, tied). d = world / (t * p). Hidden size 12: a chunk's flat buffer
 // (every parameter 16-float aligned) holds 16k + 12 floats, so the distributed optimizer pads for
 // d = 8, and odd bucket sizes put bucket and shard boundaries inside tensors.
 //
@@ -72,6 +73,7 @@ struct Spec {
   ptdp_optimizer_kind opt = PTDP_OPTIMIZER_ADAM;
   int64_t bucket = 0;
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
+  bool llama = false, qwen2 = false;
   std::string text;
 };
 
@@ -88,6 +90,8 @@ bool parse(const char* s, Spec* out) {
     if (word == "untied") x.untied = true;
     else if (word == "nosg") x.no_scatter_gather = true;
     else if (word == "recompute") x.recompute = true;
+    else if (word == "llama") x.llama = x.untied = true;
+    else if (word == "qwen2") x.qwen2 = true;
     else return false;
     at = end + 1;
   }
@@ -120,6 +124,23 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
   o.seed = 2024;
   o.untie_embeddings_and_output_weights = sp.untied ? 1 : 0;
   o.recompute_granularity = sp.recompute ? PTDP_RECOMPUTE_FULL : PTDP_RECOMPUTE_NONE;
+  if (sp.llama || sp.qwen2) {
+    // 8 query heads in 4 key/value groups of head dim 4 (t = 4 holds one group each), RMSNorm,
+    // SwiGLU, RoPE, no biases; Qwen2 keeps the qkv bias and rotates half of each head.
+    o.num_attention_heads = 8;
+    o.num_query_groups = 4;
+    o.kv_channels = 4;
+    o.normalization = PTDP_NORMALIZATION_RMSNORM;
+    o.swiglu = 1;
+    o.ffn_hidden_size = 16;
+    o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+    o.disable_bias_linear = 1;
+    if (sp.qwen2) {
+      o.add_qkv_bias = 1;
+      o.rotary_percent = 0.5f;
+      o.rotary_base = 1000000.0;
+    }
+  }
   return o;
 }
 
@@ -205,12 +226,15 @@ Params read_params(ptdp_model m) {
   return out;
 }
 
-// Element k of a linear_qkv.bias ([a, 3, dh] per head: q, k, v) belongs to a key.
-bool is_key_bias(const std::string& name, std::size_t k) {
+// Element k of a linear_qkv.bias belongs to a key: [a, 3, dh] per head (q, k, v) for the GPT,
+// [g, a/g + 2, dh] per group (its query heads, k, v) for the Llama configurations (see
+// gpt_options; with Qwen2 the unrotated half of the key bias is shift-invariant too).
+bool is_key_bias(const std::string& name, std::size_t k, const Spec& sp) {
   const std::string suffix = "linear_qkv.bias";
   if (name.size() < suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) return false;
-  const std::size_t dh = kHidden / kHeads;
-  return (k / dh) % 3 == 1;
+  const bool grouped = sp.llama || sp.qwen2;
+  const std::size_t dh = grouped ? 4 : kHidden / kHeads, per_group = grouped ? 4 : 3;  // 8 heads / 4 groups + k + v
+  return (k / dh) % per_group == per_group - 2;
 }
 
 struct Trajectory {
@@ -219,10 +243,12 @@ struct Trajectory {
 };
 
 // The serial run: a world of one, t = p = d = 1, 1F1B over all d * m microbatches.
-Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optimizer_options& oo, bool untied) {
+Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optimizer_options& oo, const Spec& sp) {
   Trajectory r;
   Spec plain;  // recomputation and scatter/gather do not change the numbers
-  plain.untied = untied;
+  plain.untied = sp.untied;
+  plain.llama = sp.llama;
+  plain.qwen2 = sp.qwen2;
   const ptdp_gpt_options o = gpt_options(layers, plain);
   ptdp_model m = nullptr;
   ptdp_optimizer opt = nullptr;
@@ -260,12 +286,12 @@ struct Worst {
   std::string tensor_at;
 };
 
-std::map<std::tuple<int, int, int, bool>, std::shared_ptr<Trajectory>> g_serial;  // (layers, G, optimizer, untied)
+std::map<std::tuple<int, int, int, bool, bool, bool>, std::shared_ptr<Trajectory>> g_serial;  // (layers, G, optimizer, untied, llama, qwen2)
 int g_clipped = 0, g_unclipped = 0;  // iterations with grad_norm above / below clip_grad, all runs
 
 // Compares the final parameters of the serial run (x) and the parallel run (y); see the header
 // comment for the tolerances. `S` is the AdamW movement bound sum_k lr_k C_k.
-void compare_params(const Trajectory& want, const Params& got, bool adam, double S, Worst& w) {
+void compare_params(const Trajectory& want, const Params& got, bool adam, double S, Worst& w, const Spec& sp) {
   w.atol = adam ? 2 * S : 1e-7;
   double num = 0, den = 0, moved = 0, den0 = 0;
   for (std::size_t i = 0; i < got.names.size(); ++i) {
@@ -283,7 +309,7 @@ void compare_params(const Trajectory& want, const Params& got, bool adam, double
       moved += (a - x0[k]) * (a - x0[k]);
       den0 += static_cast<double>(x0[k]) * x0[k];
       if (!(excess <= w.atol) && bad++ == 0) first_bad = k;
-      if (is_key_bias(name, k)) {
+      if (is_key_bias(name, k, sp)) {
         w.key_excess = std::max(w.key_excess, excess);
         continue;
       }
@@ -322,8 +348,8 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   ct::context(what);
   const ptdp_optimizer_options oo = optimizer_options(sp.opt, sp.dist, sp.bucket);
 
-  auto key = std::make_tuple(layers, d * m, static_cast<int>(sp.opt), sp.untied);
-  if (!g_serial.count(key)) g_serial[key] = std::make_shared<Trajectory>(serial(g1, layers, d * m, oo, sp.untied));
+  auto key = std::make_tuple(layers, d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2);
+  if (!g_serial.count(key)) g_serial[key] = std::make_shared<Trajectory>(serial(g1, layers, d * m, oo, sp));
   const Trajectory& want = *g_serial[key];
   if (!expect(static_cast<int>(want.results.size()) == kIters, "serial reference ran")) return;
 
@@ -386,7 +412,7 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
     const bool has_output = std::find(got.names.begin(), got.names.end(), "output_layer.weight") != got.names.end();
     expect(has_output == sp.untied, "output_layer.weight exists exactly when the embeddings are untied");
     if (expect(got.names == want.final_params.names, "parameter names and order")) {
-      compare_params(want, got, sp.opt == PTDP_OPTIMIZER_ADAM, S, w);
+      compare_params(want, got, sp.opt == PTDP_OPTIMIZER_ADAM, S, w, sp);
       if (ct::g_rank == 0) {
         std::printf("%-28s d=%d: worst rel loss %.1e, grad_norm %.1e, lr %.1e | params: rel L2 %.1e (training moved "
                     "them %.3f), worst |x-y|-1e-4|x| %.1e at %s, on key-bias elements %.1e (atol %.1e); worst tensor "

@@ -1,0 +1,44 @@
+// The normalisation layers over the last dimension: LayerNorm (weight and bias) and RMSNorm
+// (weight only), Megatron's --normalization. A norm over the hidden size has the same
+// parameters on every tensor rank, and so are their gradients (its input and output gradient
+// are), so they need no reduction. A norm over each attention head (--qk-layernorm) sees only
+// this rank's heads: its weight gradients differ between tensor ranks and are summed over the
+// tensor group in the backward (Megatron's qk-layernorm all-reduce).
+#pragma once
+
+#include <string>
+
+#include "core/layers/layer_config.h"
+#include "core/layers/layer_support.h"
+#include "core/params/params.h"
+
+namespace ptdp {
+
+class Norm {
+ public:
+  /// Declares "<prefix>.weight" (ones) and, for LayerNorm, "<prefix>.bias" (zeros), [width].
+  /// With `tp` (size > 1) the parameters' gradients are summed over its ranks.
+  Norm(ParamTable& params, const std::string& prefix, Normalization kind, int64_t width, float eps,
+       TensorParallel tp = {});
+  /// x [N, width] (any row count that is a multiple of width elements) -> y of x's shape.
+  Tensor forward(const Tensor& x, const Step& step);
+  /// Returns dx and adds the parameter gradients (cheap enough not to defer).
+  Tensor backward_input(const Tensor& dy, const Step& step);
+  void backward_weight(const Step&) {}
+  void release(const Step& step) { slots_.release(step.microbatch); }
+  Normalization kind() const { return kind_; }
+
+ private:
+  struct Slot {
+    Tensor x, mean, rstd;  // mean: LayerNorm only
+  };
+  ParamTable& params_;
+  Normalization kind_;
+  int weight_ = -1, bias_ = -1;
+  int64_t width_;
+  float eps_;
+  TensorParallel tp_;
+  Slots<Slot> slots_;
+};
+
+}  // namespace ptdp

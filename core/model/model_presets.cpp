@@ -1,0 +1,174 @@
+// The named model shapes. Where each number comes from:
+//  - GPT-2 (Radford et al. 2019; Hugging Face openai-community/gpt2, gpt2-medium, gpt2-large,
+//    gpt2-xl config.json): n_layer / n_embd / n_head 12/768/12, 24/1024/16, 36/1280/20,
+//    48/1600/25; vocab_size 50257, n_positions 1024, layer_norm_epsilon 1e-5, n_inner null
+//    (4 h), tied LM head, GeLU MLP, learned positions, every bias, dropout 0.1 (resid_pdrop,
+//    attn_pdrop). The sequence is n_positions.
+//  - The paper's GPTs (Narayanan et al. 2021, Table 1; PTDP-BRIEF.md's weak-scaling rows):
+//    heads, h, l as printed, V = 51200, s = 2048, Megatron's GPT otherwise (4h MLP, learned
+//    positions, biases, tied, dropout 0.1).
+//  - Llama 3 / 3.2 (Hugging Face meta-llama/Meta-Llama-3-8B, Meta-Llama-3-70B, Llama-3.2-1B,
+//    Llama-3.2-3B config.json): RMSNorm (rms_norm_eps 1e-5), SwiGLU (intermediate_size),
+//    RoPE (rope_theta 500000; Llama 3.2's rope_scaling "llama3": factor 32, low_freq_factor 1,
+//    high_freq_factor 4, original_max_position_embeddings 8192), grouped-query attention
+//    (num_key_value_heads 8), no bias anywhere (attention_bias, mlp_bias false), vocabulary
+//    128256; Llama 3.2 ties the LM head, Llama 3 does not. The training sequence is 8192, the
+//    length Llama 3 was pretrained at (and Llama 3.2's original_max_position_embeddings);
+//    max_position_embeddings is the config's (8192, or 131072 for 3.2).
+//  - Qwen2.5 (Hugging Face Qwen/Qwen2.5-0.5B, -1.5B, -7B config.json): RMSNorm (1e-6),
+//    SwiGLU, RoPE (rope_theta 1e6, no scaling), grouped-query attention, a bias on q/k/v only
+//    (Qwen2's attention has bias=True on q_proj, k_proj, v_proj and none on o_proj or the MLP),
+//    vocabulary 151936 (0.5B, 1.5B, tied) and 152064 (7B, untied). The training sequence is
+//    4096, the length of Qwen2.5's main pretraining stage (the technical report; 32768 in the
+//    long-context stage); max_position_embeddings is the config's (32768 or 131072).
+//  Llama and Qwen2.5 train without dropout. Every preset pads the vocabulary to a multiple of
+//  128 (Megatron's default): 128256, 151936 and 152064 are multiples of 128 already, so at
+//  t = 1 ptdp's vocabulary is the published one; GPT-2's 50257 pads to 50304. The training
+//  settings (precision, recomputation, seed) stay at ptdp's defaults; flags override anything.
+#include "core/model/model_presets.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace ptdp {
+
+namespace {
+
+GptConfig gpt2(int layers, int hidden, int heads) {
+  GptConfig g;
+  g.num_layers = layers;
+  g.hidden_size = hidden;
+  g.num_attention_heads = heads;
+  g.vocab_size = 50257;
+  g.seq_length = 1024;
+  g.max_position_embeddings = 1024;
+  g.layernorm_epsilon = 1e-5f;
+  g.hidden_dropout = 0.1f;
+  g.attention_dropout = 0.1f;
+  g.tie_embeddings = true;
+  return g;
+}
+
+GptConfig paper_gpt(int heads, int hidden, int layers) {
+  GptConfig g;
+  g.num_layers = layers;
+  g.hidden_size = hidden;
+  g.num_attention_heads = heads;
+  g.vocab_size = 51200;
+  g.seq_length = 2048;
+  g.max_position_embeddings = 2048;
+  g.hidden_dropout = 0.1f;
+  g.attention_dropout = 0.1f;
+  g.tie_embeddings = true;
+  return g;
+}
+
+// The Llama-family settings both Llama and Qwen2.5 share.
+GptConfig llama_family(int layers, int hidden, int heads, int groups, int ffn, int vocab) {
+  GptConfig g;
+  g.num_layers = layers;
+  g.hidden_size = hidden;
+  g.num_attention_heads = heads;
+  g.num_query_groups = groups;
+  g.ffn_hidden_size = ffn;
+  g.vocab_size = vocab;
+  g.normalization = Normalization::RMSNorm;
+  g.swiglu = true;
+  g.position_embedding = PositionEmbedding::Rope;
+  g.add_bias_linear = false;
+  g.hidden_dropout = 0.0f;
+  g.attention_dropout = 0.0f;
+  return g;
+}
+
+GptConfig llama3(int layers, int hidden, int heads, int ffn, bool tied, bool llama32) {
+  GptConfig g = llama_family(layers, hidden, heads, 8, ffn, 128256);
+  g.layernorm_epsilon = 1e-5f;
+  g.rotary_base = 500000.0f;
+  g.seq_length = 8192;
+  g.max_position_embeddings = llama32 ? 131072 : 8192;
+  g.tie_embeddings = tied;
+  if (llama32) {
+    g.rope_scaling.enabled = true;
+    g.rope_scaling.factor = 32.0f;
+    g.rope_scaling.low_freq_factor = 1.0f;
+    g.rope_scaling.high_freq_factor = 4.0f;
+    g.rope_scaling.original_max_position_embeddings = 8192;
+  }
+  return g;
+}
+
+GptConfig qwen25(int layers, int hidden, int heads, int groups, int ffn, int vocab, bool tied, int max_positions) {
+  GptConfig g = llama_family(layers, hidden, heads, groups, ffn, vocab);
+  g.add_qkv_bias = true;
+  g.layernorm_epsilon = 1e-6f;
+  g.rotary_base = 1000000.0f;
+  g.seq_length = 4096;
+  g.max_position_embeddings = max_positions;
+  g.tie_embeddings = tied;
+  return g;
+}
+
+std::vector<ModelPreset> make_presets() {
+  std::vector<ModelPreset> v;
+  const auto add = [&v](const char* name, const char* description, const GptConfig& g) {
+    v.push_back(ModelPreset{name, description, g});
+  };
+  add("gpt2-124m", "GPT-2 small, 124M (l 12, h 768, a 12; Hugging Face gpt2)", gpt2(12, 768, 12));
+  add("gpt2-355m", "GPT-2 medium, 355M (l 24, h 1024, a 16; Hugging Face gpt2-medium)", gpt2(24, 1024, 16));
+  add("gpt2-774m", "GPT-2 large, 774M (l 36, h 1280, a 20; Hugging Face gpt2-large)", gpt2(36, 1280, 20));
+  add("gpt2-1.5b", "GPT-2 XL, 1.5B (l 48, h 1600, a 25; Hugging Face gpt2-xl)", gpt2(48, 1600, 25));
+  add("gpt-1.7b", "the paper's 1.7B GPT (Narayanan et al. 2021, Table 1: a 24, h 2304, l 24)", paper_gpt(24, 2304, 24));
+  add("gpt-3.6b", "the paper's 3.6B GPT (Table 1: a 32, h 3072, l 30)", paper_gpt(32, 3072, 30));
+  add("gpt-7.5b", "the paper's 7.5B GPT (Table 1: a 32, h 4096, l 36)", paper_gpt(32, 4096, 36));
+  add("gpt-18.4b", "the paper's 18.4B GPT (Table 1: a 48, h 6144, l 40)", paper_gpt(48, 6144, 40));
+  add("gpt-39.1b", "the paper's 39.1B GPT (Table 1: a 64, h 8192, l 48)", paper_gpt(64, 8192, 48));
+  add("gpt-76.1b", "the paper's 76.1B GPT (Table 1: a 80, h 10240, l 60)", paper_gpt(80, 10240, 60));
+  add("gpt-145.6b", "the paper's 145.6B GPT (Table 1: a 96, h 12288, l 80)", paper_gpt(96, 12288, 80));
+  add("gpt-310.1b", "the paper's 310.1B GPT (Table 1: a 128, h 16384, l 96)", paper_gpt(128, 16384, 96));
+  add("gpt-529.6b", "the paper's 529.6B GPT (Table 1: a 128, h 20480, l 105)", paper_gpt(128, 20480, 105));
+  add("gpt-1008b", "the paper's 1008B GPT (Table 1: a 160, h 25600, l 128)", paper_gpt(160, 25600, 128));
+  add("llama-3.2-1b", "Llama 3.2 1B, 1.24B (l 16, h 2048, a 32, g 8, ffn 8192, tied; meta-llama/Llama-3.2-1B)",
+      llama3(16, 2048, 32, 8192, true, true));
+  add("llama-3.2-3b", "Llama 3.2 3B, 3.21B (l 28, h 3072, a 24, g 8, ffn 8192, tied; meta-llama/Llama-3.2-3B)",
+      llama3(28, 3072, 24, 8192, true, true));
+  add("llama-3-8b", "Llama 3 8B, 8.03B (l 32, h 4096, a 32, g 8, ffn 14336; meta-llama/Meta-Llama-3-8B)",
+      llama3(32, 4096, 32, 14336, false, false));
+  add("llama-3-70b", "Llama 3 70B, 70.6B (l 80, h 8192, a 64, g 8, ffn 28672; meta-llama/Meta-Llama-3-70B)",
+      llama3(80, 8192, 64, 28672, false, false));
+  add("qwen2.5-0.5b", "Qwen2.5 0.5B, 0.49B (l 24, h 896, a 14, g 2, ffn 4864, qkv bias, tied; Qwen/Qwen2.5-0.5B)",
+      qwen25(24, 896, 14, 2, 4864, 151936, true, 32768));
+  add("qwen2.5-1.5b", "Qwen2.5 1.5B, 1.54B (l 28, h 1536, a 12, g 2, ffn 8960, qkv bias, tied; Qwen/Qwen2.5-1.5B)",
+      qwen25(28, 1536, 12, 2, 8960, 151936, true, 131072));
+  add("qwen2.5-7b", "Qwen2.5 7B, 7.62B (l 28, h 3584, a 28, g 4, ffn 18944, qkv bias; Qwen/Qwen2.5-7B)",
+      qwen25(28, 3584, 28, 4, 18944, 152064, false, 131072));
+  return v;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+const std::vector<ModelPreset>& model_presets() {
+  static const std::vector<ModelPreset> presets = make_presets();
+  return presets;
+}
+
+std::optional<ModelPreset> find_model_preset(const std::string& name) {
+  const std::string want = lower(name);
+  for (const ModelPreset& p : model_presets()) {
+    if (p.name == want) return p;
+  }
+  return std::nullopt;
+}
+
+std::string model_preset_names() {
+  std::string s;
+  for (const ModelPreset& p : model_presets()) s += (s.empty() ? "" : ", ") + p.name;
+  return s;
+}
+
+}  // namespace ptdp
