@@ -68,6 +68,17 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_ATTENTION_FUSED = 1
   integer(c_int), parameter :: PTDP_ATTENTION_UNFUSED = 2
 
+  ! The norm of every norm layer of the model (Megatron's `--normalization`;
+  ! ptdp_gpt_options::normalization).
+  integer(c_int), parameter :: PTDP_NORMALIZATION_LAYERNORM = 0
+  integer(c_int), parameter :: PTDP_NORMALIZATION_RMSNORM = 1
+
+  ! How positions enter the model (Megatron's `--position-embedding-type`;
+  ! ptdp_gpt_options::position_embedding_type).
+  integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = 0
+  integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_ROPE = 1
+  integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_NONE = 2
+
   ! Schedules ptdp_schedule_create() can generate.
   integer(c_int), parameter :: PTDP_SCHEDULE_GPIPE = 0
   integer(c_int), parameter :: PTDP_SCHEDULE_1F1B = 1
@@ -173,6 +184,21 @@ module ptdp
     integer(c_int) :: device
     integer(c_int) :: precision
     integer(c_int) :: attention
+    real(c_double) :: rotary_base
+    integer(c_int) :: normalization
+    integer(c_int32_t) :: swiglu
+    integer(c_int) :: position_embedding_type
+    real(c_float) :: rotary_percent
+    integer(c_int32_t) :: use_rope_scaling
+    real(c_float) :: rope_scaling_factor
+    real(c_float) :: rope_low_freq_factor
+    real(c_float) :: rope_high_freq_factor
+    integer(c_int32_t) :: rope_original_max_position_embeddings
+    integer(c_int32_t) :: num_query_groups
+    integer(c_int32_t) :: kv_channels
+    integer(c_int32_t) :: disable_bias_linear
+    integer(c_int32_t) :: add_qkv_bias
+    integer(c_int32_t) :: qk_layernorm
   end type ptdp_gpt_options
 
   ! Options for ptdp_model_pipeline_forward_backward().
@@ -385,6 +411,21 @@ module ptdp
     integer(c_int32_t) :: scatter_gather
     integer(c_int32_t) :: overlap_grad_reduce
     integer(c_int32_t) :: top
+    real(c_double) :: rotary_base
+    integer(c_int) :: normalization
+    integer(c_int32_t) :: swiglu
+    integer(c_int) :: position_embedding_type
+    real(c_float) :: rotary_percent
+    integer(c_int32_t) :: use_rope_scaling
+    real(c_float) :: rope_scaling_factor
+    real(c_float) :: rope_low_freq_factor
+    real(c_float) :: rope_high_freq_factor
+    integer(c_int32_t) :: rope_original_max_position_embeddings
+    integer(c_int32_t) :: num_query_groups
+    integer(c_int32_t) :: kv_channels
+    integer(c_int32_t) :: disable_bias_linear
+    integer(c_int32_t) :: add_qkv_bias
+    integer(c_int32_t) :: qk_layernorm
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -939,6 +980,39 @@ module ptdp
       integer(c_int) :: ptdp_gpt_options_init
     end function ptdp_gpt_options_init
 
+    ! Number of named model presets (`--model-preset` of ptdp-train and ptdp-plan): the GPT-2
+    ! sizes, the GPTs of the paper's Table 1, Llama 3 / 3.2 and Qwen2.5 shapes.
+    function ptdp_model_preset_count(count) bind(c, name="ptdp_model_preset_count")
+      import
+      implicit none
+      integer(c_int32_t), intent(out) :: count
+      integer(c_int) :: ptdp_model_preset_count
+    end function ptdp_model_preset_count
+
+    ! The name of preset @p index (lower case, e.g.
+    function ptdp_model_preset_name(index, buffer, capacity, length) &
+        bind(c, name="ptdp_model_preset_name")
+      import
+      implicit none
+      integer(c_int32_t), value :: index
+      character(kind=c_char), intent(out) :: buffer(*)
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: length
+      integer(c_int) :: ptdp_model_preset_name
+    end function ptdp_model_preset_name
+
+    ! Fills @p options with a preset's shape and architecture (vocabulary, layers, heads, query
+    ! groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
+    ! (dropout, seed, device, precision, ...) take their defaults.
+    function ptdp_gpt_options_from_preset(name, options) &
+        bind(c, name="ptdp_gpt_options_from_preset")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: name(*)
+      type(ptdp_gpt_options), intent(inout) :: options
+      integer(c_int) :: ptdp_gpt_options_from_preset
+    end function ptdp_gpt_options_from_preset
+
     ! Builds this rank's share of a GPT: split over the tensor group of @p groups, and with
     ! pipeline size p and virtual size v, the chunks c = j * p + (pipeline rank) of p * v equal
     ! chunks of layers (round-robin); initialises its parameters.
@@ -958,6 +1032,16 @@ module ptdp
       type(c_ptr), value :: model
       integer(c_int) :: ptdp_model_destroy
     end function ptdp_model_destroy
+
+    ! The options a model was built with, every default resolved (rotary_base 10000 rather than
+    ! 0, and so on; ffn_hidden_size and max_position_embeddings as given).
+    function ptdp_model_get_options(model, options) bind(c, name="ptdp_model_get_options")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      type(ptdp_gpt_options), intent(inout) :: options
+      integer(c_int) :: ptdp_model_get_options
+    end function ptdp_model_get_options
 
     ! Forward and backward of one microbatch; adds the gradients of mean loss * @p grad_scale to
     ! the model's gradients.
@@ -1540,7 +1624,9 @@ module ptdp
       integer(c_int) :: ptdp_train_config_to_json
     end function ptdp_train_config_to_json
 
-    ! The model options of the configuration (`--num-layers`, `--hidden-size`, ...).
+    ! The model options of the configuration (`--model-preset`, `--num-layers`, `--hidden-size`,
+    ! ..., `--normalization`, `--swiglu`, `--position-embedding-type`,
+    ! `--group-query-attention`, ...).
     function ptdp_train_config_gpt_options(config, options) &
         bind(c, name="ptdp_train_config_gpt_options")
       import

@@ -105,7 +105,7 @@ static int ptdpy_int64_sequence(PyObject* obj, int64_t* out, Py_ssize_t capacity
 /* Calls that report a size in an output also on failure (a capacity too small) return
  * (status, message) and their outputs instead of raising, so the caller can size its buffer. */
 %typemap(out) ptdp_status ptdp_dataset_document, ptdp_status ptdp_train_config_help,
-              ptdp_status ptdp_train_config_to_json {
+              ptdp_status ptdp_train_config_to_json, ptdp_status ptdp_model_preset_name {
   {
     const char* message = ptdp_last_error();
     $result = Py_BuildValue("(iN)", (int)$1, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));

@@ -83,6 +83,15 @@ PTDP_UNRELEASED(ptdp_trainer_options);
 static_assert(FirstPublished<ptdp_runtime_options>::size == offsetof(ptdp_runtime_options, use_nccl));  // 1629582
 static_assert(FirstPublished<ptdp_gpt_options>::size == offsetof(ptdp_gpt_options, device));  // ff06fad
 static_assert(FirstPublished<ptdp_train_settings>::size == offsetof(ptdp_train_settings, exit_interval));  // 6e066a8
+static_assert(FirstPublished<ptdp_plan_options>::size == offsetof(ptdp_plan_options, rotary_base));  // Llama options
+
+// A struct that grows again starts its new fields at or after the size of every version
+// published before, tail padding included: a caller built against that version passes its
+// padding uninitialised, and read_options() copies struct_size bytes. ptdp_gpt_options was 88
+// bytes at 0.2.0, its last field (attention) ending at 84; the Llama options start at 88.
+static_assert(offsetof(ptdp_gpt_options, attention) + sizeof(ptdp_attention) == 84 &&
+                  offsetof(ptdp_gpt_options, rotary_base) == 88,
+              "ptdp_gpt_options: the fields added after 0.2.0 must start at its 88 bytes, past its padding");
 
 /// The smallest struct_size a caller may pass for `Struct`.
 template <typename Struct>

@@ -1,7 +1,10 @@
 #include "capi/src/convert.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "capi/src/api_guard.h"
@@ -9,6 +12,152 @@
 #include "kernels/error.h"
 
 namespace ptdp::capi {
+
+namespace {
+
+/// Throws InvalidArgument "options->NAME = V WANT" unless `ok` (the range checks that name the
+/// struct's fields; the core checks again, in its own words).
+void require_field(bool ok, const char* name, double v, const char* want) {
+  if (ok) return;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  throw_error(ErrorCode::InvalidArgument, std::string("options->") + name + " = " + buf + " " + want);
+}
+
+void require_flag(int32_t v, const char* name) {
+  PTDP_CHECK_ARG(v == 0 || v == 1, std::string("options->") + name + " = " + std::to_string(v) + " is not 0 or 1");
+}
+
+/// `v`, or `fallback` for the 0 that means "the default".
+float or_default(double v, float fallback) { return v != 0 ? static_cast<float>(v) : fallback; }
+
+// The Llama family's fields, spelled the same in ptdp_gpt_options and ptdp_plan_options. Each
+// one's 0 means the GPT's behaviour (a zero tail from an older program is the old model).
+template <typename Options>
+void llama_fields_to_core(const Options& o, LayerConfig& c) {
+  PTDP_CHECK_ARG(o.normalization == PTDP_NORMALIZATION_LAYERNORM || o.normalization == PTDP_NORMALIZATION_RMSNORM,
+                 "options->normalization = " + std::to_string(static_cast<int>(o.normalization)) +
+                     " is not a ptdp_normalization (PTDP_NORMALIZATION_LAYERNORM or PTDP_NORMALIZATION_RMSNORM)");
+  PTDP_CHECK_ARG(o.position_embedding_type >= PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE &&
+                     o.position_embedding_type <= PTDP_POSITION_EMBEDDING_NONE,
+                 "options->position_embedding_type = " + std::to_string(static_cast<int>(o.position_embedding_type)) +
+                     " is not a ptdp_position_embedding (LEARNED_ABSOLUTE, ROPE or NONE)");
+  require_flag(o.swiglu, "swiglu");
+  require_flag(o.use_rope_scaling, "use_rope_scaling");
+  require_flag(o.disable_bias_linear, "disable_bias_linear");
+  require_flag(o.add_qkv_bias, "add_qkv_bias");
+  require_flag(o.qk_layernorm, "qk_layernorm");
+  const auto non_negative_float = [](double v, const char* name, const char* want) {
+    require_field(std::isfinite(v) && v >= 0 && std::isfinite(static_cast<float>(v)), name, v, want);
+  };
+  non_negative_float(o.rotary_base, "rotary_base", "must be >= 0 (0: 10000)");
+  require_field(std::isfinite(o.rotary_percent) && o.rotary_percent >= 0 && o.rotary_percent <= 1, "rotary_percent",
+                o.rotary_percent, "must be in (0, 1] (0: 1)");
+  non_negative_float(o.rope_scaling_factor, "rope_scaling_factor", "must be >= 1 (0: 8)");
+  require_field(o.rope_scaling_factor == 0 || o.rope_scaling_factor >= 1, "rope_scaling_factor", o.rope_scaling_factor,
+                "must be >= 1 (0: 8)");
+  non_negative_float(o.rope_low_freq_factor, "rope_low_freq_factor", "must be >= 0 (0: 1)");
+  non_negative_float(o.rope_high_freq_factor, "rope_high_freq_factor", "must be >= 0 (0: 4)");
+  require_field(o.rope_original_max_position_embeddings >= 0, "rope_original_max_position_embeddings",
+                o.rope_original_max_position_embeddings, "must be >= 0 (0: 8192)");
+  require_field(o.num_query_groups >= 0, "num_query_groups", o.num_query_groups,
+                "must be >= 0 (0: num_attention_heads)");
+  require_field(o.kv_channels >= 0, "kv_channels", o.kv_channels, "must be >= 0 (0: hidden_size / num_attention_heads)");
+  const LayerConfig d;
+  c.normalization = static_cast<Normalization>(o.normalization);
+  c.swiglu = o.swiglu == 1;
+  c.position_embedding = static_cast<PositionEmbedding>(o.position_embedding_type);
+  c.rotary_base = or_default(o.rotary_base, d.rotary_base);
+  c.rotary_percent = or_default(o.rotary_percent, d.rotary_percent);
+  c.rope_scaling.enabled = o.use_rope_scaling == 1;
+  c.rope_scaling.factor = or_default(o.rope_scaling_factor, d.rope_scaling.factor);
+  c.rope_scaling.low_freq_factor = or_default(o.rope_low_freq_factor, d.rope_scaling.low_freq_factor);
+  c.rope_scaling.high_freq_factor = or_default(o.rope_high_freq_factor, d.rope_scaling.high_freq_factor);
+  c.rope_scaling.original_max_position_embeddings = o.rope_original_max_position_embeddings != 0
+                                                        ? o.rope_original_max_position_embeddings
+                                                        : d.rope_scaling.original_max_position_embeddings;
+  c.num_query_groups = o.num_query_groups;
+  c.kv_channels = o.kv_channels;
+  c.add_bias_linear = o.disable_bias_linear == 0;
+  c.add_qkv_bias = o.add_qkv_bias == 1;
+  c.qk_layernorm = o.qk_layernorm == 1;
+}
+
+/// The C fields of `c`, the rotary numbers resolved (10000 rather than 0).
+template <typename Options>
+void llama_fields_to_c(const LayerConfig& c, Options& o) {
+  o.normalization = static_cast<ptdp_normalization>(c.normalization);
+  o.swiglu = c.swiglu ? 1 : 0;
+  o.position_embedding_type = static_cast<ptdp_position_embedding>(c.position_embedding);
+  o.rotary_base = c.rotary_base;
+  o.rotary_percent = c.rotary_percent;
+  o.use_rope_scaling = c.rope_scaling.enabled ? 1 : 0;
+  o.rope_scaling_factor = c.rope_scaling.factor;
+  o.rope_low_freq_factor = c.rope_scaling.low_freq_factor;
+  o.rope_high_freq_factor = c.rope_scaling.high_freq_factor;
+  o.rope_original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
+  o.num_query_groups = c.num_query_groups;
+  o.kv_channels = c.kv_channels;
+  o.disable_bias_linear = c.add_bias_linear ? 0 : 1;
+  o.add_qkv_bias = c.add_qkv_bias ? 1 : 0;
+  o.qk_layernorm = c.qk_layernorm ? 1 : 0;
+}
+
+/// The C options of `c` with every byte defined (padding zero), so that two can be compared.
+ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP_DEVICE_CPU) {
+  ptdp_gpt_options o;
+  std::memset(static_cast<void*>(&o), 0, sizeof o);
+  o.struct_size = sizeof o;
+  o.num_layers = c.num_layers;
+  o.hidden_size = c.hidden_size;
+  o.num_attention_heads = c.num_attention_heads;
+  o.ffn_hidden_size = c.ffn_hidden_size;
+  o.vocab_size = c.vocab_size;
+  o.make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
+  o.seq_length = c.seq_length;
+  o.max_position_embeddings = c.max_position_embeddings;
+  o.hidden_dropout = c.hidden_dropout;
+  o.attention_dropout = c.attention_dropout;
+  o.init_method_std = c.init_method_std;
+  o.layernorm_epsilon = c.layernorm_epsilon;
+  o.untie_embeddings_and_output_weights = c.tie_embeddings ? 0 : 1;
+  o.recompute_granularity = static_cast<ptdp_recompute>(c.recompute);
+  o.seed = c.seed;
+  o.device = device;
+  o.precision = static_cast<ptdp_dtype>(c.precision);
+  o.attention = static_cast<ptdp_attention>(c.attention);
+  llama_fields_to_c(c, o);
+  return o;
+}
+
+/// The fields of ptdp_gpt_options added since its first version, by offset (for naming the
+/// one a caller's struct cannot hold).
+struct FieldName {
+  std::size_t offset;
+  const char* name;
+};
+#define PTDP_FIELD(f) FieldName{offsetof(ptdp_gpt_options, f), #f}
+constexpr FieldName kLaterGptFields[] = {
+    PTDP_FIELD(device),           PTDP_FIELD(precision),
+    PTDP_FIELD(attention),        PTDP_FIELD(rotary_base),
+    PTDP_FIELD(normalization),    PTDP_FIELD(swiglu),
+    PTDP_FIELD(position_embedding_type), PTDP_FIELD(rotary_percent),
+    PTDP_FIELD(use_rope_scaling), PTDP_FIELD(rope_scaling_factor),
+    PTDP_FIELD(rope_low_freq_factor), PTDP_FIELD(rope_high_freq_factor),
+    PTDP_FIELD(rope_original_max_position_embeddings), PTDP_FIELD(num_query_groups),
+    PTDP_FIELD(kv_channels),      PTDP_FIELD(disable_bias_linear),
+    PTDP_FIELD(add_qkv_bias),     PTDP_FIELD(qk_layernorm)};
+#undef PTDP_FIELD
+
+const char* field_at(std::size_t offset) {
+  const char* name = "?";
+  for (const FieldName& f : kLaterGptFields) {
+    if (f.offset <= offset) name = f.name;
+  }
+  return name;
+}
+
+}  // namespace
 
 GptConfig gpt_config(const ptdp_gpt_options* user) {
   ptdp_gpt_options defaults;
@@ -44,29 +193,43 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
   PTDP_CHECK_ARG(o.attention >= PTDP_ATTENTION_AUTO && o.attention <= PTDP_ATTENTION_UNFUSED,
                  "options->attention = " + std::to_string(static_cast<int>(o.attention)) + " is not a ptdp_attention");
   c.attention = static_cast<AttentionImpl>(o.attention);
+  llama_fields_to_core(o, c);
   return c;
 }
 
 void gpt_options(const GptConfig& c, ptdp_gpt_options* o) {
-  ptdp_gpt_options_init(o);
-  o->num_layers = c.num_layers;
-  o->hidden_size = c.hidden_size;
-  o->num_attention_heads = c.num_attention_heads;
-  o->ffn_hidden_size = c.ffn_hidden_size;
-  o->vocab_size = c.vocab_size;
-  o->make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
-  o->seq_length = c.seq_length;
-  o->max_position_embeddings = c.max_position_embeddings;
-  o->hidden_dropout = c.hidden_dropout;
-  o->attention_dropout = c.attention_dropout;
-  o->init_method_std = c.init_method_std;
-  o->layernorm_epsilon = c.layernorm_epsilon;
-  o->untie_embeddings_and_output_weights = c.tie_embeddings ? 0 : 1;
-  o->recompute_granularity = static_cast<ptdp_recompute>(c.recompute);
-  o->seed = c.seed;
-  o->device = PTDP_DEVICE_CPU;
-  o->precision = static_cast<ptdp_dtype>(c.precision);
-  o->attention = static_cast<ptdp_attention>(c.attention);
+  require_non_null(o, "options");
+  const ptdp_gpt_options full = gpt_options_bytes(c);
+  std::memcpy(static_cast<void*>(o), &full, sizeof full);
+}
+
+void gpt_options_sized(const GptConfig& c, ptdp_gpt_options* o, ptdp_device device) {
+  require_non_null(o, "options");
+  const std::size_t size = o->struct_size;
+  const std::size_t min_size = first_published_size<ptdp_gpt_options>;
+  PTDP_CHECK_ARG(size >= min_size, "options->struct_size = " + std::to_string(size) +
+                                       " is smaller than any published ptdp_gpt_options (" +
+                                       std::to_string(min_size) + " bytes); initialise it with ptdp_gpt_options_init()");
+  const ptdp_gpt_options full = gpt_options_bytes(c, device);
+  const std::size_t n = std::min(size, sizeof full);
+  if (n < sizeof full) {
+    // What the caller's shorter struct would describe, read back as ptdp_model_create reads it:
+    // the fields it lacks must not matter for this model.
+    ptdp_gpt_options cut = full;
+    cut.struct_size = n;
+    const bool has_device = n >= offsetof(ptdp_gpt_options, device) + sizeof(ptdp_device);
+    const ptdp_gpt_options back = gpt_options_bytes(gpt_config(&cut), has_device ? device : PTDP_DEVICE_CPU);
+    const auto* a = reinterpret_cast<const unsigned char*>(&full);
+    const auto* b = reinterpret_cast<const unsigned char*>(&back);
+    for (std::size_t i = n; i < sizeof full; ++i) {
+      PTDP_CHECK_ARG(a[i] == b[i], "options->struct_size = " + std::to_string(size) +
+                                       " cannot hold these options: they set ptdp_gpt_options::" + field_at(i) +
+                                       " (at byte " + std::to_string(i) +
+                                       "), which a struct of that size lacks; build against a newer ptdp.h");
+    }
+  }
+  std::memcpy(static_cast<void*>(o), &full, n);
+  o->struct_size = n;
 }
 
 RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use_mpi) {
@@ -267,6 +430,7 @@ void plan_options_defaults(ptdp_plan_options* o) {
   o->scatter_gather = 1;
   o->overlap_grad_reduce = 1;
   o->top = 5;
+  // The Llama fields stay zero: the GPT (reset_options zeroed them).
 }
 
 void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
@@ -306,6 +470,7 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.scatter_gather = r.scatter_gather ? 1 : 0;
   o.overlap_grad_reduce = r.overlap_grad_reduce ? 1 : 0;
   o.top = r.top;
+  llama_fields_to_c(g, o);
   *out = o;
 }
 
@@ -331,6 +496,7 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
                          " is not 0 or 1"));
   g.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
   g.attention_dropout = o.attention_dropout;
+  llama_fields_to_core(o, g);
   r.global_batch_size = o.global_batch_size;
   switch (o.precision) {
     case PTDP_DTYPE_F32: r.precision = plan::Precision::Fp32; break;

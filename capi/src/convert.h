@@ -16,8 +16,14 @@ namespace ptdp::capi {
 
 /// A model config from the C options (NULL: the defaults), validating the enum fields.
 GptConfig gpt_config(const ptdp_gpt_options* options);
-/// The C options of a model config (struct_size set).
+/// The C options of a model config, the whole struct written (struct_size set): the getters
+/// whose callers need not set struct_size.
 void gpt_options(const GptConfig& config, ptdp_gpt_options* options);
+/// The C options of a model config into a caller's struct of options->struct_size bytes: at
+/// most that many written, struct_size set to what was; refuses a size below the first
+/// published one, and a config that needs fields beyond it (named). `device` fills the device
+/// field (a GptConfig does not know it).
+void gpt_options_sized(const GptConfig& config, ptdp_gpt_options* options, ptdp_device device = PTDP_DEVICE_CPU);
 
 /// The runtime options of the C struct (NULL: the defaults), checking its flags; *use_mpi (may
 /// be NULL) receives its use_mpi.

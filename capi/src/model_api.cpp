@@ -2,17 +2,24 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "capi/src/handles.h"
 #include "capi/src/pipeline_run.h"
 #include "core/model/generate.h"
+#include "core/model/model_presets.h"
 #include "core/pipeline/gpt_schedule.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
 static_assert(PTDP_RECOMPUTE_SELECTIVE == static_cast<int>(ptdp::Recompute::Selective));
+static_assert(PTDP_NORMALIZATION_LAYERNORM == static_cast<int>(ptdp::Normalization::LayerNorm));
+static_assert(PTDP_NORMALIZATION_RMSNORM == static_cast<int>(ptdp::Normalization::RMSNorm));
+static_assert(PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE == static_cast<int>(ptdp::PositionEmbedding::LearnedAbsolute));
+static_assert(PTDP_POSITION_EMBEDDING_ROPE == static_cast<int>(ptdp::PositionEmbedding::Rope));
+static_assert(PTDP_POSITION_EMBEDDING_NONE == static_cast<int>(ptdp::PositionEmbedding::None));
 
 namespace {
 
@@ -89,6 +96,37 @@ PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options) {
     options->device = PTDP_DEVICE_CPU;
     options->precision = static_cast<ptdp_dtype>(d.precision);
     options->attention = static_cast<ptdp_attention>(d.attention);
+    // The fields added after 0.2.0 stay zero, which means the GPT's behaviour: a program that
+    // leaves them so passes a zero tail, which a library that predates them accepts.
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_preset_count(int32_t* count) {
+  return guard(__func__, [&] {
+    require_non_null(count, "count");
+    *count = static_cast<int32_t>(ptdp::model_presets().size());
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_preset_name(int32_t index, char* buffer, size_t capacity, size_t* length) {
+  return guard(__func__, [&] {
+    require_non_null(length, "length");
+    const auto& presets = ptdp::model_presets();
+    const auto n = static_cast<int32_t>(presets.size());
+    PTDP_CHECK_ARG(index >= 0 && index < n,
+                   "index = " + std::to_string(index) + " is outside [0, " + std::to_string(n) + ")");
+    ptdp::capi::copy_text(presets[static_cast<std::size_t>(index)].name, buffer, capacity, length);
+  });
+}
+
+PTDP_API ptdp_status ptdp_gpt_options_from_preset(const char* name, ptdp_gpt_options* options) {
+  return guard(__func__, [&] {
+    require_non_null(name, "name");
+    require_non_null(options, "options");
+    const std::optional<ptdp::ModelPreset> preset = ptdp::find_model_preset(name);
+    PTDP_CHECK_ARG(preset.has_value(),
+                   std::string("no model preset named '") + name + "'; the presets are " + ptdp::model_preset_names());
+    ptdp::capi::gpt_options_sized(preset->config, options);
   });
 }
 
@@ -133,6 +171,15 @@ PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model) {
     }
     --m.owner->dependents;
     ptdp::capi::release(model);
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_get_options(ptdp_model model, ptdp_gpt_options* options) {
+  return guard(__func__, [&] {
+    const ptdp_model_impl& m = live(model, "model");
+    const ptdp_device device =
+        m.model->device().type == ptdp::DeviceType::CUDA ? PTDP_DEVICE_CUDA : PTDP_DEVICE_CPU;
+    ptdp::capi::gpt_options_sized(m.model->config(), options, device);
   });
 }
 

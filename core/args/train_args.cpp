@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/args/flag_table.h"
+#include "core/model/model_presets.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -27,6 +28,9 @@ using cli::kAny;
 using cli::kNonNegative;
 using cli::kPositive;
 using cli::kProbability;
+
+const Check kUnitInterval{[](double v) { return v > 0 && v <= 1; }, "must be in (0, 1]"};
+const Check kAtLeastOne{[](double v) { return v >= 1; }, "must be >= 1"};
 
 enum class Group : int { Model, Parallel, Training, Optimizer, MixedPrecision, Data, Checkpoint, Logging, Ptdp };
 constexpr int kNumGroups = 9;
@@ -175,11 +179,25 @@ std::vector<Flag> make_flags() {
   using G = Group;
   std::vector<Flag> v;
   // Model.
+  Flag preset = head("model-preset", G::Model, "NAME",
+                     str_cat("[ptdp] Start from a named model: its shape and architecture fill the model flags, and "
+                             "the model flags given on the command line override them, wherever they stand. "
+                             "Presets: ",
+                             model_preset_names(), "."));
+  preset.set = [](TrainArgs& a, const std::string& v) {
+    if (!find_model_preset(v)) bad_value("model-preset", v, str_cat("is not a preset; the presets are ", model_preset_names()));
+    a.model_preset = v;
+  };
+  preset.get = [](const TrainArgs& a) { return a.model_preset.empty() ? json(nullptr) : json(a.model_preset); };
+  v.push_back(std::move(preset));
   v.push_back(integer("num-layers", G::Model, "Transformer layers.", &TrainArgs::num_layers, kPositive));
   v.push_back(integer("hidden-size", G::Model, "Hidden size h.", &TrainArgs::hidden_size, kPositive));
-  v.push_back(integer("ffn-hidden-size", G::Model, "MLP hidden size; 0 means 4 * hidden-size.",
+  v.push_back(integer("ffn-hidden-size", G::Model,
+                      "MLP hidden size; 0 means 4 * hidden-size, or with --swiglu Megatron's "
+                      "int(8 * hidden-size / 3 / 64) * 64.",
                       &TrainArgs::ffn_hidden_size, kNonNegative));
-  v.push_back(integer("num-attention-heads", G::Model, "Attention heads; must divide hidden-size.",
+  v.push_back(integer("num-attention-heads", G::Model,
+                      "Attention heads a; must divide hidden-size unless --kv-channels is given.",
                       &TrainArgs::num_attention_heads, kPositive));
   v.push_back(integer("seq-length", G::Model, "Tokens per sample s.", &TrainArgs::seq_length, kPositive));
   v.push_back(integer("max-position-embeddings", G::Model,
@@ -197,8 +215,10 @@ std::vector<Flag> make_flags() {
                      &TrainArgs::hidden_dropout, kProbability, true));
   v.push_back(number("attention-dropout", G::Model, "P", "Dropout probability of the attention weights, in [0, 1).",
                      &TrainArgs::attention_dropout, kProbability, true));
-  v.push_back(number("layernorm-epsilon", G::Model, "X", "LayerNorm epsilon.", &TrainArgs::layernorm_epsilon,
-                     kPositive, true));
+  v.push_back(number("norm-epsilon", G::Model, "X", "Epsilon of every LayerNorm or RMSNorm.",
+                     &TrainArgs::layernorm_epsilon, kPositive, true));
+  v.push_back(number("layernorm-epsilon", G::Model, "X", "Megatron's older name of --norm-epsilon.",
+                     &TrainArgs::layernorm_epsilon, kPositive, true));
   v.push_back(boolean("untie-embeddings-and-output-weights", G::Model,
                       "Give the LM head its own weights instead of reusing the word embedding.",
                       &TrainArgs::untie_embeddings_and_output_weights));
@@ -215,6 +235,63 @@ std::vector<Flag> make_flags() {
                      &TrainArgs::attention_backend,
                      Choices<AttentionImpl>{{"auto", AttentionImpl::Auto}, {"fused", AttentionImpl::Fused},
                                             {"unfused", AttentionImpl::Unfused}}));
+  // The Llama family's options.
+  v.push_back(choice("normalization", G::Model,
+                     "The norm of every norm layer (input, pre-MLP, final, q/k): LayerNorm, or RMSNorm (no bias).",
+                     &TrainArgs::normalization,
+                     Choices<Normalization>{{"LayerNorm", Normalization::LayerNorm},
+                                            {"RMSNorm", Normalization::RMSNorm}}));
+  v.push_back(boolean("swiglu", G::Model,
+                      "SwiGLU MLP: linear_fc1 is [2 * ffn-hidden-size, hidden-size], the gate rows then the up "
+                      "rows, and the activation silu(gate) * up instead of GeLU.",
+                      &TrainArgs::swiglu));
+  v.push_back(choice("position-embedding-type", G::Model,
+                     "learned_absolute: a learned position table (GPT-2); rope: rotary embeddings of each query and "
+                     "key head (Llama); none: no position information.",
+                     &TrainArgs::position_embedding_type,
+                     Choices<PositionEmbedding>{{"learned_absolute", PositionEmbedding::LearnedAbsolute},
+                                                {"rope", PositionEmbedding::Rope},
+                                                {"none", PositionEmbedding::None}}));
+  v.push_back(number("rotary-base", G::Model, "X", "RoPE's base theta (Llama 3: 500000).", &TrainArgs::rotary_base,
+                     kPositive, true));
+  v.push_back(number("rotary-percent", G::Model, "P",
+                     "Share of each head's dims that RoPE rotates, in (0, 1]; the rotated dims must be even.",
+                     &TrainArgs::rotary_percent, kUnitInterval, true));
+  v.push_back(boolean("use-rope-scaling", G::Model,
+                      "Llama 3.1's scaling of the rotary frequencies (needs --position-embedding-type rope).",
+                      &TrainArgs::use_rope_scaling));
+  v.push_back(number("rope-scaling-factor", G::Model, "X", "The factor of --use-rope-scaling, >= 1.",
+                     &TrainArgs::rope_scaling_factor, kAtLeastOne, true));
+  v.push_back(number("rope-scaling-low-freq-factor", G::Model, "X",
+                     "[ptdp] Llama 3.1's low_freq_factor of --use-rope-scaling: wavelengths above "
+                     "original-max-position-embeddings / X are divided by the factor.",
+                     &TrainArgs::rope_scaling_low_freq_factor, kPositive, true));
+  v.push_back(number("rope-scaling-high-freq-factor", G::Model, "X",
+                     "[ptdp] Llama 3.1's high_freq_factor of --use-rope-scaling, above the low one: wavelengths "
+                     "below original-max-position-embeddings / X are kept, those between interpolated.",
+                     &TrainArgs::rope_scaling_high_freq_factor, kPositive, true));
+  v.push_back(integer("rope-scaling-original-max-position-embeddings", G::Model,
+                      "[ptdp] The context length the rotary frequencies were trained for (Llama 3.1's "
+                      "original_max_position_embeddings), for --use-rope-scaling.",
+                      &TrainArgs::rope_scaling_original_max_position_embeddings, kPositive));
+  v.push_back(boolean("group-query-attention", G::Model,
+                      "Grouped-query attention: --num-query-groups key/value heads, each shared by "
+                      "num-attention-heads / num-query-groups query heads.",
+                      &TrainArgs::group_query_attention));
+  v.push_back(optional_integer("num-query-groups", G::Model,
+                               "Key/value heads g with --group-query-attention (only with it): g must divide "
+                               "num-attention-heads and tensor-model-parallel-size must divide g; 1 is multi-query "
+                               "attention.",
+                               &TrainArgs::num_query_groups, kPositive, "1 with --group-query-attention"));
+  v.push_back(optional_integer("kv-channels", G::Model, "Head dim of attention.", &TrainArgs::kv_channels, kPositive,
+                               "hidden-size / num-attention-heads"));
+  v.push_back(boolean("disable-bias-linear", G::Model, "No linear layer has a bias.",
+                      &TrainArgs::disable_bias_linear));
+  v.push_back(boolean("add-qkv-bias", G::Model,
+                      "Keep the bias of linear_qkv even with --disable-bias-linear (Qwen2).", &TrainArgs::add_qkv_bias));
+  v.push_back(boolean("qk-layernorm", G::Model,
+                      "A norm (of --normalization's kind) over each query and key head before attention.",
+                      &TrainArgs::qk_layernorm));
   // Parallelism.
   v.push_back(integer("tensor-model-parallel-size", G::Parallel, "Tensor-parallel size t.",
                       &TrainArgs::tensor_model_parallel_size, kPositive));
@@ -380,25 +457,101 @@ std::string flag_value_text(const TrainArgs& a, const char* name) {
   return j.is_string() ? j.get<std::string>() : j.dump();
 }
 
+/// The model flags of a preset (its shape and architecture; training settings stay as they are).
+void apply_model_preset(TrainArgs& a) {
+  const std::optional<ModelPreset> preset = find_model_preset(a.model_preset);
+  if (!preset) bad_value("model-preset", a.model_preset, str_cat("is not a preset; the presets are ", model_preset_names()));
+  const GptConfig& c = preset->config;
+  a.num_layers = c.num_layers;
+  a.hidden_size = c.hidden_size;
+  a.ffn_hidden_size = c.ffn_hidden_size;
+  a.num_attention_heads = c.num_attention_heads;
+  a.seq_length = c.seq_length;
+  a.max_position_embeddings = c.max_position_embeddings;
+  a.vocab_size = c.vocab_size;
+  a.make_vocab_size_divisible_by = c.make_vocab_size_divisible_by;
+  a.init_method_std = c.init_method_std;
+  a.hidden_dropout = c.hidden_dropout;
+  a.attention_dropout = c.attention_dropout;
+  a.layernorm_epsilon = c.layernorm_epsilon;
+  a.untie_embeddings_and_output_weights = !c.tie_embeddings;
+  a.normalization = c.normalization;
+  a.swiglu = c.swiglu;
+  a.position_embedding_type = c.position_embedding;
+  a.rotary_base = c.rotary_base;
+  a.rotary_percent = c.rotary_percent;
+  a.use_rope_scaling = c.rope_scaling.enabled;
+  a.rope_scaling_factor = c.rope_scaling.factor;
+  a.rope_scaling_low_freq_factor = c.rope_scaling.low_freq_factor;
+  a.rope_scaling_high_freq_factor = c.rope_scaling.high_freq_factor;
+  a.rope_scaling_original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
+  a.group_query_attention = c.num_query_groups > 0;
+  a.num_query_groups = c.num_query_groups > 0 ? std::optional<int>(c.num_query_groups) : std::nullopt;
+  a.kv_channels = c.kv_channels > 0 ? std::optional<int>(c.kv_channels) : std::nullopt;
+  a.disable_bias_linear = !c.add_bias_linear;
+  a.add_qkv_bias = c.add_qkv_bias;
+  a.qk_layernorm = c.qk_layernorm;
+}
+
 /// Checks of flags against each other, each naming the flags and their values.
 void check_together(const TrainArgs& a) {
   const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
   if (a.fp16 && a.bf16) fail("--fp16 and --bf16 are exclusive");
   // Model shape.
-  if (a.hidden_size % a.num_attention_heads != 0) {
-    fail(str_cat(value("num-attention-heads"), " does not divide ", value("hidden-size")));
+  if (a.num_query_groups && !a.group_query_attention) {
+    fail(str_cat(value("num-query-groups"),
+                 " is only used with --group-query-attention (as in Megatron); add --group-query-attention, or "
+                 "leave --num-query-groups out for multi-head attention"));
   }
-  if (a.num_attention_heads % a.tensor_model_parallel_size != 0) {
+  if (!a.kv_channels && a.hidden_size % a.num_attention_heads != 0) {
+    fail(str_cat(value("num-attention-heads"), " does not divide ", value("hidden-size"),
+                 " (or give the head dim with --kv-channels)"));
+  }
+  const int t = a.tensor_model_parallel_size;
+  if (a.num_attention_heads % t != 0) {
     fail(str_cat(value("tensor-model-parallel-size"), " does not divide ", value("num-attention-heads")));
   }
-  const int64_t ffn = a.ffn_hidden_size > 0 ? a.ffn_hidden_size : 4 * static_cast<int64_t>(a.hidden_size);
-  if (ffn % a.tensor_model_parallel_size != 0) {
-    fail(str_cat(value("tensor-model-parallel-size"), " does not divide ",
-             a.ffn_hidden_size > 0 ? value("ffn-hidden-size")
-                                   : str_cat("the MLP width 4 * --hidden-size = ", std::to_string(ffn))));
+  if (a.group_query_attention) {
+    const int g = a.num_query_groups.value_or(1);
+    const std::string groups =
+        a.num_query_groups ? value("num-query-groups") : "--group-query-attention's default of 1 query group";
+    if (a.num_attention_heads % g != 0) fail(str_cat(groups, " does not divide ", value("num-attention-heads")));
+    if (g % t != 0) {
+      fail(str_cat(value("tensor-model-parallel-size"), " does not divide ", groups,
+                   " (each tensor rank holds whole key/value heads)"));
+    }
   }
+  const GptConfig model = to_gpt_config(a);
+  const int64_t ffn = model.ffn();
+  const std::string ffn_text =
+      a.ffn_hidden_size > 0 ? value("ffn-hidden-size")
+      : a.swiglu ? str_cat("the SwiGLU MLP width int(8 * --hidden-size / 3 / 64) * 64 = ", std::to_string(ffn),
+                           " (--hidden-size ", std::to_string(a.hidden_size), " with --swiglu)")
+                 : str_cat("the MLP width 4 * --hidden-size = ", std::to_string(ffn));
+  if (ffn <= 0) fail(str_cat(ffn_text, " is not > 0; give --ffn-hidden-size"));
+  if (ffn % t != 0) fail(str_cat(value("tensor-model-parallel-size"), " does not divide ", ffn_text));
   if (a.max_position_embeddings > 0 && a.seq_length > a.max_position_embeddings) {
     fail(str_cat(value("seq-length"), " is longer than ", value("max-position-embeddings")));
+  }
+  // Positions.
+  if (a.use_rope_scaling && a.position_embedding_type != PositionEmbedding::Rope) {
+    fail(str_cat("--use-rope-scaling needs --position-embedding-type rope; got ", value("position-embedding-type")));
+  }
+  if (a.position_embedding_type == PositionEmbedding::Rope) {
+    const int rotated = model.rotary_dim();
+    if (rotated < 2 || rotated % 2 != 0) {
+      const std::string head_dim =
+          a.kv_channels ? value("kv-channels")
+                        : str_cat("head dim ", std::to_string(model.head_dim()), " (--hidden-size ",
+                                  std::to_string(a.hidden_size), " / --num-attention-heads ",
+                                  std::to_string(a.num_attention_heads), ")");
+      fail(str_cat("--position-embedding-type rope rotates pairs of dims, but the ", head_dim, " times ",
+                   value("rotary-percent"), " gives ", std::to_string(rotated),
+                   " rotated dims; it must be even and > 0"));
+    }
+  }
+  if (a.use_rope_scaling && a.rope_scaling_high_freq_factor <= a.rope_scaling_low_freq_factor) {
+    fail(str_cat(value("rope-scaling-high-freq-factor"), " must be above ", value("rope-scaling-low-freq-factor")));
   }
   // Pipeline split.
   const int p = a.pipeline_model_parallel_size;
@@ -463,10 +616,22 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
   const std::vector<std::optional<std::string>> values = flag_table().read(args);
   const std::vector<Flag>& table = flags();
   TrainArgs out;
+  // The preset first: every model flag given overrides it, wherever it stands.
+  const std::size_t preset = *flag_table().index_of("model-preset");
+  if (values[preset]) {
+    table[preset].set(out, *values[preset]);
+    apply_model_preset(out);
+  }
+  const std::optional<std::string>& norm_epsilon = values[*flag_table().index_of("norm-epsilon")];
+  const std::optional<std::string>& layernorm_epsilon = values[*flag_table().index_of("layernorm-epsilon")];
+  if (norm_epsilon && layernorm_epsilon) {
+    fail(str_cat("--norm-epsilon ", *norm_epsilon, " and --layernorm-epsilon ", *layernorm_epsilon,
+                 " set the same epsilon (--layernorm-epsilon is Megatron's older name); give one"));
+  }
   bool mock_given = false;
   for (std::size_t i = 0; i < table.size(); ++i) {
     const Flag& f = table[i];
-    if (!values[i]) continue;
+    if (!values[i] || i == preset) continue;
     if (f.is_boolean()) {
       f.set_on(out);
       if (f.name == "mock-data") mock_given = true;
@@ -590,6 +755,21 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   c.seed = args.seed;
   c.precision = args.bf16 ? DType::BF16 : args.fp16 ? DType::F16 : DType::F32;
   c.attention = args.attention_backend;
+  c.normalization = args.normalization;
+  c.swiglu = args.swiglu;
+  c.position_embedding = args.position_embedding_type;
+  c.rotary_base = static_cast<float>(args.rotary_base);
+  c.rotary_percent = static_cast<float>(args.rotary_percent);
+  c.rope_scaling.enabled = args.use_rope_scaling;
+  c.rope_scaling.factor = static_cast<float>(args.rope_scaling_factor);
+  c.rope_scaling.low_freq_factor = static_cast<float>(args.rope_scaling_low_freq_factor);
+  c.rope_scaling.high_freq_factor = static_cast<float>(args.rope_scaling_high_freq_factor);
+  c.rope_scaling.original_max_position_embeddings = args.rope_scaling_original_max_position_embeddings;
+  c.num_query_groups = args.group_query_attention ? args.num_query_groups.value_or(1) : 0;
+  c.kv_channels = args.kv_channels.value_or(0);
+  c.add_bias_linear = !args.disable_bias_linear;
+  c.add_qkv_bias = args.add_qkv_bias;
+  c.qk_layernorm = args.qk_layernorm;
   return c;
 }
 

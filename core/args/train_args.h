@@ -25,10 +25,12 @@ namespace ptdp {
 struct TrainArgs {
   bool help = false;  ///< --help / -h: the caller prints train_args_help(); nothing else was read
 
-  // Model.
+  // Model. --model-preset fills these from a named preset first; flags given on the command
+  // line then override it, wherever they stand.
+  std::string model_preset;  ///< as given (any case); empty: none
   int num_layers = 2;
   int hidden_size = 64;
-  int ffn_hidden_size = 0;  ///< 0: 4 * hidden_size
+  int ffn_hidden_size = 0;  ///< 0: 4 * hidden_size, or with --swiglu int(8 h / 3 / 64) * 64
   int num_attention_heads = 4;
   int seq_length = 32;
   int max_position_embeddings = 0;  ///< 0: seq_length
@@ -37,10 +39,27 @@ struct TrainArgs {
   double init_method_std = 0.02;
   double hidden_dropout = 0.1;
   double attention_dropout = 0.1;
-  double layernorm_epsilon = 1e-5;
+  double layernorm_epsilon = 1e-5;  ///< --norm-epsilon, or its older name --layernorm-epsilon
   bool untie_embeddings_and_output_weights = false;
   Recompute recompute_granularity = Recompute::None;
   AttentionImpl attention_backend = AttentionImpl::Auto;
+  // The Llama family's options (Megatron's names and defaults).
+  Normalization normalization = Normalization::LayerNorm;
+  bool swiglu = false;
+  PositionEmbedding position_embedding_type = PositionEmbedding::LearnedAbsolute;
+  double rotary_base = 10000.0;
+  double rotary_percent = 1.0;
+  bool use_rope_scaling = false;
+  double rope_scaling_factor = 8.0;
+  double rope_scaling_low_freq_factor = 1.0;                ///< [ptdp] Llama 3.1's low_freq_factor
+  double rope_scaling_high_freq_factor = 4.0;               ///< [ptdp] Llama 3.1's high_freq_factor
+  int rope_scaling_original_max_position_embeddings = 8192;  ///< [ptdp] Llama 3.1's
+  bool group_query_attention = false;
+  std::optional<int> num_query_groups;  ///< only with --group-query-attention; unset: 1 (Megatron's)
+  std::optional<int> kv_channels;       ///< unset: hidden_size / num_attention_heads
+  bool disable_bias_linear = false;
+  bool add_qkv_bias = false;
+  bool qk_layernorm = false;
 
   // Parallelism.
   int tensor_model_parallel_size = 1;
@@ -107,8 +126,9 @@ struct TrainArgs {
 };
 
 /// Parses a command line (without the program name): `--flag value`, `--flag=value`, boolean
-/// flags without a value. `--help` (or `-h`) anywhere returns the defaults with help = true and
-/// checks nothing else. Throws Error(InvalidArgument) whose message names the flag and the value:
+/// flags without a value; `--model-preset NAME` first fills the model flags from the preset
+/// (core/model/model_presets.h), then every other flag given overrides it, whatever the order.
+/// `--help` (or `-h`) anywhere returns the defaults with help = true and checks nothing else. Throws Error(InvalidArgument) whose message names the flag and the value:
 /// unknown flags, missing, malformed or out-of-range values, and flags that contradict each
 /// other. Checks that need the world size (t * p dividing it) are the driver's.
 TrainArgs parse_train_args(const std::vector<std::string>& args);
@@ -140,6 +160,8 @@ int64_t global_batch_or_micro(const TrainArgs& args);
 /// eval-iters * B. Throws Error(InvalidArgument) when a count overflows int64.
 std::array<int64_t, 3> train_num_samples(const TrainArgs& args);
 
+/// The model of the flags: --num-query-groups g with --group-query-attention (g = 1 when only
+/// that flag is given), multi-head attention without it.
 GptConfig to_gpt_config(const TrainArgs& args);
 /// Loss scaling as Megatron picks it: constant --loss-scale with --fp16 or --bf16, dynamic from
 /// --initial-loss-scale with --fp16, otherwise none (a constant 1).

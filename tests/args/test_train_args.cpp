@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/args/train_args.h"
+#include "core/model/model_presets.h"
 #include "kernels/error.h"
 
 namespace {
@@ -68,6 +69,129 @@ TEST_CASE("train args: no flags give Megatron's defaults", "[args]") {
   CHECK(g.tie_embeddings == d.tie_embeddings);
   CHECK(g.recompute == d.recompute);
   CHECK(g.seed == d.seed);
+  // The Llama family's options are off: the GPT.
+  CHECK(a.model_preset.empty());
+  CHECK(g.normalization == d.normalization);
+  CHECK(g.swiglu == d.swiglu);
+  CHECK(g.position_embedding == d.position_embedding);
+  CHECK(g.rotary_base == d.rotary_base);
+  CHECK(g.rotary_percent == d.rotary_percent);
+  CHECK(g.rope_scaling.enabled == d.rope_scaling.enabled);
+  CHECK(g.rope_scaling.factor == d.rope_scaling.factor);
+  CHECK(g.rope_scaling.low_freq_factor == d.rope_scaling.low_freq_factor);
+  CHECK(g.rope_scaling.high_freq_factor == d.rope_scaling.high_freq_factor);
+  CHECK(g.rope_scaling.original_max_position_embeddings == d.rope_scaling.original_max_position_embeddings);
+  CHECK(g.num_query_groups == d.num_query_groups);
+  CHECK(g.kv_channels == d.kv_channels);
+  CHECK(g.add_bias_linear == d.add_bias_linear);
+  CHECK(g.add_qkv_bias == d.add_qkv_bias);
+  CHECK(g.qk_layernorm == d.qk_layernorm);
+}
+
+TEST_CASE("train args: the Llama family's flags reach the model", "[args]") {
+  const TrainArgs a = ptdp::parse_train_args(
+      {"--normalization", "RMSNorm", "--norm-epsilon", "1e-6", "--swiglu", "--ffn-hidden-size", "96",
+       "--position-embedding-type=rope", "--rotary-base", "500000", "--rotary-percent", "0.5", "--use-rope-scaling",
+       "--rope-scaling-factor", "32", "--rope-scaling-low-freq-factor", "2", "--rope-scaling-high-freq-factor", "8",
+       "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
+       "--kv-channels", "12", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
+       "--untie-embeddings-and-output-weights", "--tensor-model-parallel-size", "2"});
+  const ptdp::GptConfig g = ptdp::to_gpt_config(a);
+  CHECK(g.normalization == ptdp::Normalization::RMSNorm);
+  CHECK(g.layernorm_epsilon == 1e-6f);
+  CHECK(g.swiglu);
+  CHECK(g.ffn() == 96);
+  CHECK(g.position_embedding == ptdp::PositionEmbedding::Rope);
+  CHECK(g.rotary_base == 500000.0f);
+  CHECK(g.rotary_percent == 0.5f);
+  CHECK(g.rope_scaling.enabled);
+  CHECK(g.rope_scaling.factor == 32.0f);
+  CHECK(g.rope_scaling.low_freq_factor == 2.0f);
+  CHECK(g.rope_scaling.high_freq_factor == 8.0f);
+  CHECK(g.rope_scaling.original_max_position_embeddings == 4096);
+  CHECK(g.num_query_groups == 2);
+  CHECK(g.kv_channels == 12);
+  CHECK(g.head_dim() == 12);
+  CHECK(g.rotary_dim() == 6);
+  CHECK_FALSE(g.add_bias_linear);
+  CHECK(g.add_qkv_bias);
+  CHECK(g.qk_layernorm);
+  CHECK_FALSE(g.tie_embeddings);
+  CHECK_NOTHROW(g.validate(2));
+  const nlohmann::json j = ptdp::train_args_to_json(a);
+  CHECK(j["normalization"] == "RMSNorm");
+  CHECK(j["position-embedding-type"] == "rope");
+  CHECK(j["num-query-groups"] == 2);
+  CHECK(j["norm-epsilon"].get<double>() == Approx(1e-6));
+  CHECK(j["layernorm-epsilon"].get<double>() == Approx(1e-6));  // the same setting
+
+  SECTION("--group-query-attention alone is multi-query attention (Megatron's default of 1 group)") {
+    const ptdp::GptConfig m = ptdp::to_gpt_config(ptdp::parse_train_args({"--group-query-attention"}));
+    CHECK(m.num_query_groups == 1);
+    CHECK(m.query_groups() == 1);
+  }
+  SECTION("--layernorm-epsilon is --norm-epsilon's older name") {
+    CHECK(ptdp::to_gpt_config(ptdp::parse_train_args({"--layernorm-epsilon", "1e-3"})).layernorm_epsilon == 1e-3f);
+  }
+  SECTION("--swiglu without --ffn-hidden-size takes Megatron's int(8 h / 3 / 64) * 64") {
+    const ptdp::GptConfig m = ptdp::to_gpt_config(ptdp::parse_train_args({"--swiglu", "--hidden-size", "192",
+                                                                           "--num-attention-heads", "4"}));
+    CHECK(m.ffn() == 512);
+  }
+  SECTION("--kv-channels lets the heads not divide the hidden size") {
+    const ptdp::GptConfig m = ptdp::to_gpt_config(
+        ptdp::parse_train_args({"--hidden-size", "64", "--num-attention-heads", "6", "--kv-channels", "16"}));
+    CHECK(m.attention_width() == 96);
+  }
+  SECTION("position embeddings none") {
+    CHECK_FALSE(ptdp::to_gpt_config(ptdp::parse_train_args({"--position-embedding-type", "none"})).learned_positions());
+  }
+}
+
+TEST_CASE("train args: --model-preset fills the model flags, which override it wherever they stand", "[args]") {
+  const std::optional<ptdp::ModelPreset> llama = ptdp::find_model_preset("llama-3.2-1b");
+  REQUIRE(llama.has_value());
+  const ptdp::GptConfig& p = llama->config;
+  const TrainArgs a = ptdp::parse_train_args({"--model-preset", "llama-3.2-1b"});
+  CHECK(a.model_preset == "llama-3.2-1b");
+  const ptdp::GptConfig g = ptdp::to_gpt_config(a);
+  CHECK(g.num_layers == p.num_layers);
+  CHECK(g.hidden_size == p.hidden_size);
+  CHECK(g.num_attention_heads == p.num_attention_heads);
+  CHECK(g.num_query_groups == p.num_query_groups);
+  CHECK(g.ffn_hidden_size == p.ffn_hidden_size);
+  CHECK(g.vocab_size == p.vocab_size);
+  CHECK(g.seq_length == p.seq_length);
+  CHECK(g.max_position_embeddings == p.max_position_embeddings);
+  CHECK(g.normalization == p.normalization);
+  CHECK(g.swiglu == p.swiglu);
+  CHECK(g.position_embedding == p.position_embedding);
+  CHECK(g.rotary_base == p.rotary_base);
+  CHECK(g.rope_scaling.enabled == p.rope_scaling.enabled);
+  CHECK(g.rope_scaling.factor == p.rope_scaling.factor);
+  CHECK(g.add_bias_linear == p.add_bias_linear);
+  CHECK(g.tie_embeddings == p.tie_embeddings);
+  CHECK(g.hidden_dropout == p.hidden_dropout);
+  CHECK(ptdp::train_args_to_json(a)["model-preset"] == "llama-3.2-1b");
+
+  // The flags given override the preset, before or after it; the rest stays the preset's.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--num-layers", "2", "--hidden-size", "64", "--model-preset", "LLAMA-3.2-1B", "--seq-length", "16"},
+           {"--model-preset", "llama-3.2-1b", "--num-layers", "2", "--hidden-size", "64", "--seq-length", "16"}}) {
+    const ptdp::GptConfig o = ptdp::to_gpt_config(ptdp::parse_train_args(args));
+    CHECK(o.num_layers == 2);
+    CHECK(o.hidden_size == 64);
+    CHECK(o.seq_length == 16);
+    CHECK(o.num_attention_heads == p.num_attention_heads);
+    CHECK(o.swiglu);
+    CHECK(o.rope());
+  }
+  // A GPT preset leaves the Llama options off.
+  const ptdp::GptConfig gpt2 = ptdp::to_gpt_config(ptdp::parse_train_args({"--model-preset", "gpt2-124m"}));
+  CHECK(gpt2.hidden_size == 768);
+  CHECK(gpt2.learned_positions());
+  CHECK(gpt2.add_bias_linear);
+  CHECK(gpt2.num_query_groups == 0);
 }
 
 TEST_CASE("train args: values in both spellings reach the fields", "[args]") {
@@ -110,12 +234,64 @@ TEST_CASE("train args: errors name the flag and the value", "[args]") {
   CHECK(parse_error({"--lr", "0.001", "--min-lr", "0.01"}) == "--min-lr 0.01 is above --lr 0.001");
   CHECK(parse_error({"--global-batch-size", "6", "--micro-batch-size", "4"}) ==
         "--global-batch-size 6 is not a multiple of --micro-batch-size 4");
-  CHECK(parse_error({"--num-attention-heads", "3"}) == "--num-attention-heads 3 does not divide --hidden-size 64");
+  CHECK(parse_error({"--num-attention-heads", "3"}) ==
+        "--num-attention-heads 3 does not divide --hidden-size 64 (or give the head dim with --kv-channels)");
   CHECK(parse_error({"--split", "1:2:3"}).rfind("--split: '1:2:3' is not three non-negative weights", 0) == 0);
   CHECK(parse_error({"--tokenizer-type", "GPT2BPETokenizer"})
             .rfind("--tokenizer-type: 'GPT2BPETokenizer' is not one of ByteLevel, NullTokenizer", 0) == 0);
   CHECK(parse_error({"--eval-iters"}) == "--eval-iters: missing value (N)");
   CHECK(parse_error({"--save="}) == "--save: empty value; expected DIR");
+}
+
+TEST_CASE("train args: the Llama family's refusals name the flags", "[args]") {
+  CHECK(parse_error({"--normalization", "rmsnorm"}) ==
+        "--normalization: 'rmsnorm' is not one of LayerNorm, RMSNorm");
+  CHECK(parse_error({"--position-embedding-type", "alibi"}) ==
+        "--position-embedding-type: 'alibi' is not one of learned_absolute, rope, none");
+  CHECK(parse_error({"--num-query-groups", "2"}).rfind("--num-query-groups 2 is only used with --group-query-attention",
+                                                       0) == 0);
+  CHECK(parse_error({"--group-query-attention", "--num-query-groups", "3", "--num-attention-heads", "8"}) ==
+        "--num-query-groups 3 does not divide --num-attention-heads 8");
+  CHECK(parse_error({"--group-query-attention", "--num-query-groups", "2", "--num-attention-heads", "8",
+                     "--tensor-model-parallel-size", "4"}) ==
+        "--tensor-model-parallel-size 4 does not divide --num-query-groups 2 (each tensor rank holds whole key/value "
+        "heads)");
+  CHECK(parse_error({"--group-query-attention", "--tensor-model-parallel-size", "2"})
+            .rfind("--tensor-model-parallel-size 2 does not divide --group-query-attention's default of 1", 0) == 0);
+  CHECK(parse_error({"--group-query-attention", "--num-query-groups", "0"}) == "--num-query-groups: '0' must be > 0");
+  CHECK(parse_error({"--kv-channels", "0"}) == "--kv-channels: '0' must be > 0");
+  // An odd number of rotated dims: head dim 64 / 4 = 16 times 0.0625 is 1; --kv-channels 9 is odd.
+  const std::string odd = parse_error({"--position-embedding-type", "rope", "--rotary-percent", "0.0625"});
+  CHECK(odd.rfind("--position-embedding-type rope rotates pairs of dims", 0) == 0);
+  CHECK_THAT(odd, Catch::Contains("--rotary-percent 0.0625 gives 1 rotated dims"));
+  CHECK_THAT(parse_error({"--position-embedding-type", "rope", "--kv-channels", "9"}),
+             Catch::Contains("--kv-channels 9 times --rotary-percent 1.0 gives 9 rotated dims"));
+  CHECK(parse_error({"--rotary-percent", "1.5"}) == "--rotary-percent: '1.5' must be in (0, 1] (as a float)");
+  CHECK(parse_error({"--rotary-percent", "0"}) == "--rotary-percent: '0' must be in (0, 1] (as a float)");
+  CHECK(parse_error({"--rotary-base", "0"}) == "--rotary-base: '0' must be > 0 (as a float)");
+  CHECK(parse_error({"--use-rope-scaling"}) ==
+        "--use-rope-scaling needs --position-embedding-type rope; got --position-embedding-type learned_absolute");
+  CHECK(parse_error({"--rope-scaling-factor", "0.5"}) == "--rope-scaling-factor: '0.5' must be >= 1 (as a float)");
+  CHECK(parse_error({"--position-embedding-type", "rope", "--use-rope-scaling", "--rope-scaling-low-freq-factor", "4",
+                     "--rope-scaling-high-freq-factor", "4"}) ==
+        "--rope-scaling-high-freq-factor 4.0 must be above --rope-scaling-low-freq-factor 4.0");
+  CHECK(parse_error({"--rope-scaling-original-max-position-embeddings", "0"}) ==
+        "--rope-scaling-original-max-position-embeddings: '0' must be > 0");
+  CHECK_THAT(parse_error({"--swiglu", "--hidden-size", "16", "--num-attention-heads", "4"}),
+             Catch::Contains("the SwiGLU MLP width int(8 * --hidden-size / 3 / 64) * 64 = 0"));
+  CHECK_THAT(parse_error({"--swiglu", "--hidden-size", "128", "--tensor-model-parallel-size", "4",
+                          "--num-attention-heads", "4", "--ffn-hidden-size", "66"}),
+             Catch::Contains("--tensor-model-parallel-size 4 does not divide --ffn-hidden-size 66"));
+  CHECK(parse_error({"--num-attention-heads", "6"}) ==
+        "--num-attention-heads 6 does not divide --hidden-size 64 (or give the head dim with --kv-channels)");
+  CHECK(parse_error({"--norm-epsilon", "1e-6", "--layernorm-epsilon", "1e-5"}) ==
+        "--norm-epsilon 1e-6 and --layernorm-epsilon 1e-5 set the same epsilon (--layernorm-epsilon is Megatron's "
+        "older name); give one");
+  CHECK(parse_error({"--norm-epsilon", "0"}) == "--norm-epsilon: '0' must be > 0 (as a float)");
+  const std::string unknown = parse_error({"--model-preset", "llama-9"});
+  CHECK(unknown.rfind("--model-preset: 'llama-9' is not a preset; the presets are ", 0) == 0);
+  CHECK_THAT(unknown, Catch::Contains(ptdp::model_preset_names()));
+  CHECK(parse_error({"--model-preset="}) == "--model-preset: empty value; expected NAME");
 }
 
 TEST_CASE("train args: the layout, schedule and sample counts", "[args]") {
@@ -187,7 +363,7 @@ TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]"
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 63);
+  CHECK(names.size() == 81);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

@@ -18,6 +18,7 @@ namespace {
 // Every flag with the default its --help line must show (kept by hand, so a changed default or
 // a dropped flag fails here).
 const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
+    {"model-preset", "unset"},
     {"num-layers", "2"},
     {"hidden-size", "64"},
     {"ffn-hidden-size", "0"},
@@ -29,10 +30,27 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"init-method-std", "0.02"},
     {"hidden-dropout", "0.1"},
     {"attention-dropout", "0.1"},
+    {"norm-epsilon", "1e-05"},
     {"layernorm-epsilon", "1e-05"},
     {"untie-embeddings-and-output-weights", "off"},
     {"recompute-granularity", "none"},
     {"attention-backend", "auto"},
+    {"normalization", "LayerNorm"},
+    {"swiglu", "off"},
+    {"position-embedding-type", "learned_absolute"},
+    {"rotary-base", "10000.0"},
+    {"rotary-percent", "1.0"},
+    {"use-rope-scaling", "off"},
+    {"rope-scaling-factor", "8.0"},
+    {"rope-scaling-low-freq-factor", "1.0"},
+    {"rope-scaling-high-freq-factor", "4.0"},
+    {"rope-scaling-original-max-position-embeddings", "8192"},
+    {"group-query-attention", "off"},
+    {"num-query-groups", "unset (1 with --group-query-attention)"},
+    {"kv-channels", "unset (hidden-size / num-attention-heads)"},
+    {"disable-bias-linear", "off"},
+    {"add-qkv-bias", "off"},
+    {"qk-layernorm", "off"},
     {"tensor-model-parallel-size", "1"},
     {"pipeline-model-parallel-size", "1"},
     {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},
@@ -165,6 +183,21 @@ std::string describe(const Snapshot& s) {
   add("untie", num(s.gpt.untie_embeddings_and_output_weights));
   add("recompute", num(s.gpt.recompute_granularity));
   add("gpt.seed", num(static_cast<double>(s.gpt.seed)));
+  add("normalization", num(s.gpt.normalization));
+  add("swiglu", num(s.gpt.swiglu));
+  add("position_embedding_type", num(s.gpt.position_embedding_type));
+  add("rotary_base", num(s.gpt.rotary_base));
+  add("rotary_percent", num(s.gpt.rotary_percent));
+  add("use_rope_scaling", num(s.gpt.use_rope_scaling));
+  add("rope_scaling_factor", num(s.gpt.rope_scaling_factor));
+  add("rope_low_freq_factor", num(s.gpt.rope_low_freq_factor));
+  add("rope_high_freq_factor", num(s.gpt.rope_high_freq_factor));
+  add("rope_original_max_position_embeddings", num(s.gpt.rope_original_max_position_embeddings));
+  add("num_query_groups", num(s.gpt.num_query_groups));
+  add("kv_channels", num(s.gpt.kv_channels));
+  add("disable_bias_linear", num(s.gpt.disable_bias_linear));
+  add("add_qkv_bias", num(s.gpt.add_qkv_bias));
+  add("qk_layernorm", num(s.gpt.qk_layernorm));
   add("optimizer", num(s.opt.optimizer));
   add("lr", num(s.opt.lr));
   add("min_lr", num(s.opt.min_lr));
@@ -260,7 +293,11 @@ const std::vector<std::string> kEveryFlag = {
     "--eval-interval", "50", "--eval-iters", "7", "--sgd-momentum", "0.8", "--layernorm-epsilon", "1e-6",
     "--untie-embeddings-and-output-weights", "--pipeline-schedule", "1f1b", "--log-json", "/tmp/log.jsonl",
     "--profile-trace", "/tmp/trace.json", "--device", "cuda", "--comm-timeout", "60", "--ddp-bucket-size",
-    "1000000", "--plot-file", "/tmp/curves.svg", "--peak-tflops", "989"};
+    "1000000", "--plot-file", "/tmp/curves.svg", "--peak-tflops", "989", "--normalization", "RMSNorm", "--swiglu",
+    "--position-embedding-type", "rope", "--rotary-base", "500000", "--rotary-percent", "0.5", "--use-rope-scaling",
+    "--rope-scaling-factor", "32", "--rope-scaling-low-freq-factor", "2", "--rope-scaling-high-freq-factor", "8",
+    "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
+    "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm"};
 
 // The same command line with every value attached by '='.
 std::vector<std::string> with_equals(const std::vector<std::string>& args) {
@@ -296,6 +333,21 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.gpt.seed == 42);
   CHECK(s.gpt.precision == PTDP_DTYPE_F16);  // --fp16
   CHECK(s.gpt.attention == PTDP_ATTENTION_UNFUSED);
+  CHECK(s.gpt.normalization == PTDP_NORMALIZATION_RMSNORM);
+  CHECK(s.gpt.swiglu == 1);
+  CHECK(s.gpt.position_embedding_type == PTDP_POSITION_EMBEDDING_ROPE);
+  CHECK(s.gpt.rotary_base == 500000.0);
+  CHECK(s.gpt.rotary_percent == 0.5f);
+  CHECK(s.gpt.use_rope_scaling == 1);
+  CHECK(s.gpt.rope_scaling_factor == 32.0f);
+  CHECK(s.gpt.rope_low_freq_factor == 2.0f);
+  CHECK(s.gpt.rope_high_freq_factor == 8.0f);
+  CHECK(s.gpt.rope_original_max_position_embeddings == 4096);
+  CHECK(s.gpt.num_query_groups == 2);
+  CHECK(s.gpt.kv_channels == 24);
+  CHECK(s.gpt.disable_bias_linear == 1);
+  CHECK(s.gpt.add_qkv_bias == 1);
+  CHECK(s.gpt.qk_layernorm == 1);
 
   CHECK(s.opt.optimizer == PTDP_OPTIMIZER_SGD);
   CHECK(s.opt.lr == 3e-4);
@@ -415,6 +467,22 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.gpt.untie_embeddings_and_output_weights == 0);
   CHECK(s.gpt.recompute_granularity == PTDP_RECOMPUTE_NONE);
   CHECK(s.gpt.seed == 1234);
+  // The GPT: the Llama family's options off, their numbers resolved (not the init's zeros).
+  CHECK(s.gpt.normalization == PTDP_NORMALIZATION_LAYERNORM);
+  CHECK(s.gpt.swiglu == 0);
+  CHECK(s.gpt.position_embedding_type == PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE);
+  CHECK(s.gpt.rotary_base == 10000.0);
+  CHECK(s.gpt.rotary_percent == 1.0f);
+  CHECK(s.gpt.use_rope_scaling == 0);
+  CHECK(s.gpt.rope_scaling_factor == 8.0f);
+  CHECK(s.gpt.rope_low_freq_factor == 1.0f);
+  CHECK(s.gpt.rope_high_freq_factor == 4.0f);
+  CHECK(s.gpt.rope_original_max_position_embeddings == 8192);
+  CHECK(s.gpt.num_query_groups == 0);
+  CHECK(s.gpt.kv_channels == 0);
+  CHECK(s.gpt.disable_bias_linear == 0);
+  CHECK(s.gpt.add_qkv_bias == 0);
+  CHECK(s.gpt.qk_layernorm == 0);
 
   CHECK(s.opt.optimizer == PTDP_OPTIMIZER_ADAM);
   CHECK(s.opt.lr == 1e-4);
@@ -474,6 +542,37 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.data.num_samples[0] == 10);
   CHECK(s.data.num_samples[1] == (10 / 1000 + 1) * 100);
   CHECK(s.data.num_samples[2] == 100);
+}
+
+TEST_CASE("train config: --model-preset gives the preset's model, the flags given override it", "[args][capi]") {
+  for (const char* name : {"qwen2.5-0.5b", "llama-3.2-1b", "gpt2-124m"}) {
+    INFO(name);
+    const Config c({"--model-preset", name});
+    const Snapshot s = snapshot(c.handle);
+    ptdp_gpt_options preset;
+    REQUIRE(ptdp_gpt_options_init(&preset) == PTDP_SUCCESS);
+    REQUIRE(ptdp_gpt_options_from_preset(name, &preset) == PTDP_SUCCESS);
+    Snapshot want = s;
+    want.gpt = preset;
+    CHECK(describe(s) == describe(want));
+    CHECK(nlohmann::json::parse(to_json(c.handle))["model-preset"] == name);
+  }
+  // Before or after the preset, the flags given win; the preset's architecture stays.
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--num-layers", "2", "--model-preset", "qwen2.5-0.5b", "--seq-length", "16", "--hidden-size", "112"},
+           {"--model-preset", "qwen2.5-0.5b", "--num-layers", "2", "--seq-length", "16", "--hidden-size", "112"}}) {
+    const Config c(args);
+    const Snapshot s = snapshot(c.handle);
+    CHECK(s.gpt.num_layers == 2);
+    CHECK(s.gpt.seq_length == 16);
+    CHECK(s.gpt.hidden_size == 112);
+    CHECK(s.gpt.num_attention_heads == 14);  // Qwen2.5 0.5B's
+    CHECK(s.gpt.num_query_groups == 2);
+    CHECK(s.gpt.add_qkv_bias == 1);
+    CHECK(s.gpt.disable_bias_linear == 1);
+    CHECK(s.gpt.normalization == PTDP_NORMALIZATION_RMSNORM);
+    CHECK(s.gpt.kv_channels == 0);
+  }
 }
 
 TEST_CASE("train config: --flag=value reads as --flag value", "[args][capi]") {
@@ -622,6 +721,34 @@ TEST_CASE("train config: bad values, unknown flags and contradictions name the f
       {{"--comm-timeout", "0"}, {"--comm-timeout", "'0'"}},
       {{"--comm-timeout", "soon"}, {"--comm-timeout", "'soon'", "is not a number"}},
       {{"--ddp-bucket-size", "-1"}, {"--ddp-bucket-size", "'-1'"}},
+      {{"--model-preset", "gpt-5"}, {"--model-preset", "'gpt-5'", "is not a preset", "llama-3.2-1b", "gpt2-124m"}},
+      {{"--normalization", "RMS"}, {"--normalization", "'RMS'", "LayerNorm, RMSNorm"}},
+      {{"--position-embedding-type", "rotary"}, {"--position-embedding-type", "'rotary'", "learned_absolute, rope, none"}},
+      {{"--swiglu=1"}, {"--swiglu", "takes no value"}},
+      {{"--rotary-base", "-1"}, {"--rotary-base", "'-1'", "> 0"}},
+      {{"--rotary-percent", "2"}, {"--rotary-percent", "'2'", "(0, 1]"}},
+      {{"--rope-scaling-factor", "0"}, {"--rope-scaling-factor", "'0'", ">= 1"}},
+      {{"--rope-scaling-low-freq-factor", "0"}, {"--rope-scaling-low-freq-factor", "'0'", "> 0"}},
+      {{"--rope-scaling-high-freq-factor", "-4"}, {"--rope-scaling-high-freq-factor", "'-4'", "> 0"}},
+      {{"--rope-scaling-original-max-position-embeddings", "-1"},
+       {"--rope-scaling-original-max-position-embeddings", "'-1'"}},
+      {{"--num-query-groups", "0"}, {"--num-query-groups", "'0'", "> 0"}},
+      {{"--kv-channels", "-8"}, {"--kv-channels", "'-8'", "> 0"}},
+      {{"--norm-epsilon", "0"}, {"--norm-epsilon", "'0'"}},
+      {{"--norm-epsilon", "1e-6", "--layernorm-epsilon", "1e-6"}, {"--norm-epsilon", "--layernorm-epsilon", "give one"}},
+      {{"--num-query-groups", "2"}, {"--num-query-groups 2", "--group-query-attention"}},
+      {{"--group-query-attention", "--num-query-groups", "3"}, {"--num-query-groups 3", "--num-attention-heads 4"}},
+      {{"--group-query-attention", "--num-query-groups", "2", "--tensor-model-parallel-size", "4"},
+       {"--tensor-model-parallel-size 4", "--num-query-groups 2"}},
+      {{"--position-embedding-type", "rope", "--kv-channels", "7"},
+       {"--position-embedding-type rope", "--kv-channels 7", "--rotary-percent", "even"}},
+      {{"--position-embedding-type", "rope", "--rotary-percent", "0.1"},
+       {"--position-embedding-type rope", "--hidden-size 64", "--num-attention-heads 4", "--rotary-percent 0.1"}},
+      {{"--use-rope-scaling"}, {"--use-rope-scaling", "--position-embedding-type learned_absolute"}},
+      {{"--position-embedding-type", "rope", "--use-rope-scaling", "--rope-scaling-high-freq-factor", "0.5"},
+       {"--rope-scaling-high-freq-factor 0.5", "--rope-scaling-low-freq-factor 1.0"}},
+      {{"--swiglu", "--hidden-size", "16", "--num-attention-heads", "4"}, {"--swiglu", "--hidden-size", "--ffn-hidden-size"}},
+      {{"--num-attention-heads", "6"}, {"--num-attention-heads 6", "--hidden-size 64", "--kv-channels"}},
   };
   for (const Bad& b : cases) {
     std::string line;

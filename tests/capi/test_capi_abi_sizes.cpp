@@ -42,6 +42,7 @@ constexpr std::size_t kTensorOptionsV1 = 24;
 constexpr std::size_t kRuntimeOptionsV1 = 24;  // before use_nccl
 constexpr std::size_t kParallelOptionsV1 = 24;
 constexpr std::size_t kGptOptionsV1 = 72;  // before device, precision, attention
+constexpr std::size_t kGptOptions_0_2 = 88;  // at 0.2.0: through attention (84), 4 bytes of padding
 constexpr std::size_t kPipelineOptionsV1 = 24;
 constexpr std::size_t kStageCallbacksV1 = 112;
 constexpr std::size_t kScheduleCostsV1 = 48;
@@ -54,6 +55,8 @@ constexpr std::size_t kPlanOptionsV1 = 104;
 constexpr std::size_t kPlanLayoutV1 = 208;
 static_assert(kRuntimeOptionsV1 == offsetof(ptdp_runtime_options, use_nccl));
 static_assert(kGptOptionsV1 == offsetof(ptdp_gpt_options, device));
+static_assert(kGptOptions_0_2 == offsetof(ptdp_gpt_options, rotary_base));
+static_assert(kPlanOptionsV1 == offsetof(ptdp_plan_options, rotary_base));
 
 // Bytes a newer header's struct has beyond this library's in the (b) and (c) cases.
 constexpr std::size_t kNewerTail = 24;
@@ -405,6 +408,32 @@ TEST_CASE("ABI sizes: ptdp_gpt_options", "[capi][abi]") {
   {
     Model old(w.groups, a2.get());
     CHECK(state_bytes(old.m, PTDP_OPTIMIZER_ADAM) == f32_adam);
+  }
+
+  // A program built against 0.2.0: 88 bytes, whose last 4 (padding) and everything after hold
+  // anything; here bytes that read as RMSNorm, RoPE, no biases, ... if they were read. The model
+  // is the GPT it described.
+  ptdp_gpt_options llama = o;
+  llama.normalization = PTDP_NORMALIZATION_RMSNORM;
+  llama.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+  llama.disable_bias_linear = 1;
+  llama.num_query_groups = 1;
+  std::memset(reinterpret_cast<unsigned char*>(&llama) + offsetof(ptdp_gpt_options, attention) + sizeof(ptdp_attention),
+              0xA5, kGptOptions_0_2 - offsetof(ptdp_gpt_options, attention) - sizeof(ptdp_attention));
+  {
+    Model m(w.groups, &llama);  // what reading the new fields builds: another parameter set
+    int32_t n = 0;
+    REQUIRE(ptdp_model_num_params(m.m, &n) == PTDP_SUCCESS);
+    CHECK(n != n_params);
+  }
+  auto v02 = first_published(llama, kGptOptions_0_2);
+  {
+    Model old(w.groups, v02.get());
+    int32_t n = 0;
+    REQUIRE(ptdp_model_num_params(old.m, &n) == PTDP_SUCCESS);
+    CHECK(n == n_params);
+    CHECK(state_bytes(old.m, PTDP_OPTIMIZER_ADAM) == f32_adam);
+    CHECK(param(old.m, "embedding.position_embeddings.weight", 8 * 16) == wpe);
   }
 
   auto b = newer_zero_tail(o);

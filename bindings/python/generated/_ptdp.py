@@ -799,6 +799,24 @@ r"""
     Scores GEMM, scale + causal mask + softmax, dropout, context
                                       GEMM; the probabilities are kept for the backward.
     """
+PTDP_NORMALIZATION_LAYERNORM = _ptdp_ext.PTDP_NORMALIZATION_LAYERNORM
+r""" LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias."""
+PTDP_NORMALIZATION_RMSNORM = _ptdp_ext.PTDP_NORMALIZATION_RMSNORM
+r""" RMSNorm: x / sqrt(mean(x^2) + eps) * weight; no bias."""
+PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = _ptdp_ext.PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE
+r"""
+    A learned table
+                                                        `embedding.position_embeddings.weight`
+                                                        [max_position_embeddings, h] added to the
+                                                        word embeddings (GPT-2).
+    """
+PTDP_POSITION_EMBEDDING_ROPE = _ptdp_ext.PTDP_POSITION_EMBEDDING_ROPE
+r"""
+    Rotary embeddings applied to each query and
+                                                        key head (Llama); no position table.
+    """
+PTDP_POSITION_EMBEDDING_NONE = _ptdp_ext.PTDP_POSITION_EMBEDDING_NONE
+r""" No position information at all."""
 class ptdp_gpt_options(object):
     r""" GPT shape and settings, with Megatron-LM's names. Initialise with ptdp_gpt_options_init()."""
 
@@ -807,22 +825,34 @@ class ptdp_gpt_options(object):
     struct_size = property(_ptdp_ext.ptdp_gpt_options_struct_size_get, _ptdp_ext.ptdp_gpt_options_struct_size_set, doc=r""" Set by ptdp_gpt_options_init().""")
     num_layers = property(_ptdp_ext.ptdp_gpt_options_num_layers_get, _ptdp_ext.ptdp_gpt_options_num_layers_set, doc=r""" Transformer layers; default 2.""")
     hidden_size = property(_ptdp_ext.ptdp_gpt_options_hidden_size_get, _ptdp_ext.ptdp_gpt_options_hidden_size_set, doc=r""" h; default 64.""")
-    num_attention_heads = property(_ptdp_ext.ptdp_gpt_options_num_attention_heads_get, _ptdp_ext.ptdp_gpt_options_num_attention_heads_set, doc=r""" a; must divide h, and t must divide a; default 4.""")
-    ffn_hidden_size = property(_ptdp_ext.ptdp_gpt_options_ffn_hidden_size_get, _ptdp_ext.ptdp_gpt_options_ffn_hidden_size_set, doc=r""" MLP width; 0 (default) means 4h.""")
+    num_attention_heads = property(_ptdp_ext.ptdp_gpt_options_num_attention_heads_get, _ptdp_ext.ptdp_gpt_options_num_attention_heads_set, doc=r"""
+    a; must divide h (unless kv_channels is set), and t
+                                                must divide a; default 4.
+    """)
+    ffn_hidden_size = property(_ptdp_ext.ptdp_gpt_options_ffn_hidden_size_get, _ptdp_ext.ptdp_gpt_options_ffn_hidden_size_set, doc=r"""
+    MLP width; 0 (default) means 4h, or with swiglu
+                                                Megatron's int(8h / 3 / 64) * 64.
+    """)
     vocab_size = property(_ptdp_ext.ptdp_gpt_options_vocab_size_get, _ptdp_ext.ptdp_gpt_options_vocab_size_set, doc=r""" V, the true vocabulary; default 256.""")
     make_vocab_size_divisible_by = property(_ptdp_ext.ptdp_gpt_options_make_vocab_size_divisible_by_get, _ptdp_ext.ptdp_gpt_options_make_vocab_size_divisible_by_set, doc=r"""
     The vocabulary is padded to a multiple of this times t;
                                                 padded rows never change the loss. Default 128.
     """)
     seq_length = property(_ptdp_ext.ptdp_gpt_options_seq_length_get, _ptdp_ext.ptdp_gpt_options_seq_length_set, doc=r""" s, tokens per sample; default 32.""")
-    max_position_embeddings = property(_ptdp_ext.ptdp_gpt_options_max_position_embeddings_get, _ptdp_ext.ptdp_gpt_options_max_position_embeddings_set, doc=r""" Rows of the position table; 0 (default) means s.""")
+    max_position_embeddings = property(_ptdp_ext.ptdp_gpt_options_max_position_embeddings_get, _ptdp_ext.ptdp_gpt_options_max_position_embeddings_set, doc=r"""
+    Rows of the position table (learned positions),
+                                                at least s; 0 (default) means s.
+    """)
     hidden_dropout = property(_ptdp_ext.ptdp_gpt_options_hidden_dropout_get, _ptdp_ext.ptdp_gpt_options_hidden_dropout_set, doc=r""" Default 0.1.""")
     attention_dropout = property(_ptdp_ext.ptdp_gpt_options_attention_dropout_get, _ptdp_ext.ptdp_gpt_options_attention_dropout_set, doc=r""" Default 0.1.""")
     init_method_std = property(_ptdp_ext.ptdp_gpt_options_init_method_std_get, _ptdp_ext.ptdp_gpt_options_init_method_std_set, doc=r"""
     Normal init std; output projections use
                                                 std / sqrt(2 * num_layers). Default 0.02.
     """)
-    layernorm_epsilon = property(_ptdp_ext.ptdp_gpt_options_layernorm_epsilon_get, _ptdp_ext.ptdp_gpt_options_layernorm_epsilon_set, doc=r""" Default 1e-5.""")
+    layernorm_epsilon = property(_ptdp_ext.ptdp_gpt_options_layernorm_epsilon_get, _ptdp_ext.ptdp_gpt_options_layernorm_epsilon_set, doc=r"""
+    Epsilon of every norm, LayerNorm or RMSNorm
+                                                (`--norm-epsilon`). Default 1e-5.
+    """)
     untie_embeddings_and_output_weights = property(_ptdp_ext.ptdp_gpt_options_untie_embeddings_and_output_weights_get, _ptdp_ext.ptdp_gpt_options_untie_embeddings_and_output_weights_set, doc=r""" 1: a separate `output_layer.weight`. Default 0.""")
     recompute_granularity = property(_ptdp_ext.ptdp_gpt_options_recompute_granularity_get, _ptdp_ext.ptdp_gpt_options_recompute_granularity_set, doc=r""" Default ::PTDP_RECOMPUTE_NONE.""")
     seed = property(_ptdp_ext.ptdp_gpt_options_seed_get, _ptdp_ext.ptdp_gpt_options_seed_set, doc=r""" Initialisation and dropout seed; default 1234.""")
@@ -846,6 +876,77 @@ class ptdp_gpt_options(object):
     How attention is computed; default
                                                 ::PTDP_ATTENTION_AUTO.
     """)
+    rotary_base = property(_ptdp_ext.ptdp_gpt_options_rotary_base_get, _ptdp_ext.ptdp_gpt_options_rotary_base_set, doc=r"""
+    RoPE's base theta (`--rotary-base`); 0 (default)
+                                                means 10000. Llama 3: 500000.
+    """)
+    normalization = property(_ptdp_ext.ptdp_gpt_options_normalization_get, _ptdp_ext.ptdp_gpt_options_normalization_set, doc=r"""
+    Every norm of the model (`--normalization`); default
+                                                ::PTDP_NORMALIZATION_LAYERNORM.
+    """)
+    swiglu = property(_ptdp_ext.ptdp_gpt_options_swiglu_get, _ptdp_ext.ptdp_gpt_options_swiglu_set, doc=r"""
+    1: a SwiGLU MLP (`--swiglu`): linear_fc1 is
+                                                [2 ffn, h], the gate rows then the up rows, and
+                                                ffn_hidden_size 0 means Megatron's
+                                                int(8h / 3 / 64) * 64. Default 0 (GeLU).
+    """)
+    position_embedding_type = property(_ptdp_ext.ptdp_gpt_options_position_embedding_type_get, _ptdp_ext.ptdp_gpt_options_position_embedding_type_set, doc=r"""
+    `--position-embedding-type`; default
+                                                ::PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE.
+    """)
+    rotary_percent = property(_ptdp_ext.ptdp_gpt_options_rotary_percent_get, _ptdp_ext.ptdp_gpt_options_rotary_percent_set, doc=r"""
+    Share of each head's dims that RoPE rotates
+                                                (`--rotary-percent`), in (0, 1]; 0 (default)
+                                                means 1. The rotated dims must be even.
+    """)
+    use_rope_scaling = property(_ptdp_ext.ptdp_gpt_options_use_rope_scaling_get, _ptdp_ext.ptdp_gpt_options_use_rope_scaling_set, doc=r"""
+    1: Llama 3.1's frequency scaling of RoPE
+                                                (`--use-rope-scaling`; needs
+                                                ::PTDP_POSITION_EMBEDDING_ROPE). Default 0.
+    """)
+    rope_scaling_factor = property(_ptdp_ext.ptdp_gpt_options_rope_scaling_factor_get, _ptdp_ext.ptdp_gpt_options_rope_scaling_factor_set, doc=r"""
+    Its factor (`--rope-scaling-factor`), >= 1; 0
+                                                (default) means 8.
+    """)
+    rope_low_freq_factor = property(_ptdp_ext.ptdp_gpt_options_rope_low_freq_factor_get, _ptdp_ext.ptdp_gpt_options_rope_low_freq_factor_set, doc=r"""
+    Its low-frequency factor
+                                                (`--rope-scaling-low-freq-factor`); 0 (default)
+                                                means 1.
+    """)
+    rope_high_freq_factor = property(_ptdp_ext.ptdp_gpt_options_rope_high_freq_factor_get, _ptdp_ext.ptdp_gpt_options_rope_high_freq_factor_set, doc=r"""
+    Its high-frequency factor, above the low one
+                                                (`--rope-scaling-high-freq-factor`); 0 (default)
+                                                means 4.
+    """)
+    rope_original_max_position_embeddings = property(_ptdp_ext.ptdp_gpt_options_rope_original_max_position_embeddings_get, _ptdp_ext.ptdp_gpt_options_rope_original_max_position_embeddings_set, doc=r"""
+    The context length the frequencies were
+                                                trained for
+                                                (`--rope-scaling-original-max-position-embeddings`);
+                                                0 (default) means 8192.
+    """)
+    num_query_groups = property(_ptdp_ext.ptdp_gpt_options_num_query_groups_get, _ptdp_ext.ptdp_gpt_options_num_query_groups_set, doc=r"""
+    Key/value heads g of grouped-query attention
+                                                (`--group-query-attention --num-query-groups g`):
+                                                g divides a and t divides g; 1 is multi-query
+                                                attention. 0 (default) means a (multi-head).
+    """)
+    kv_channels = property(_ptdp_ext.ptdp_gpt_options_kv_channels_get, _ptdp_ext.ptdp_gpt_options_kv_channels_set, doc=r"""
+    Head dim (`--kv-channels`); 0 (default) means
+                                                h / a.
+    """)
+    disable_bias_linear = property(_ptdp_ext.ptdp_gpt_options_disable_bias_linear_get, _ptdp_ext.ptdp_gpt_options_disable_bias_linear_set, doc=r"""
+    1: no linear layer has a bias
+                                                (`--disable-bias-linear`). Default 0 (biases).
+    """)
+    add_qkv_bias = property(_ptdp_ext.ptdp_gpt_options_add_qkv_bias_get, _ptdp_ext.ptdp_gpt_options_add_qkv_bias_set, doc=r"""
+    1: linear_qkv keeps its bias even with
+                                                disable_bias_linear (`--add-qkv-bias`, Qwen2).
+                                                Default 0.
+    """)
+    qk_layernorm = property(_ptdp_ext.ptdp_gpt_options_qk_layernorm_get, _ptdp_ext.ptdp_gpt_options_qk_layernorm_set, doc=r"""
+    1: a norm (of the normalization's kind) over each
+                                                query and key head (`--qk-layernorm`). Default 0.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_gpt_options_swiginit(self, _ptdp_ext.new_ptdp_gpt_options())
@@ -861,6 +962,52 @@ def ptdp_gpt_options_init(options):
     :param options: Must not be NULL.
     """
     return _ptdp_ext.ptdp_gpt_options_init(options)
+
+def ptdp_model_preset_count():
+    r"""
+    Number of named model presets (`--model-preset` of ptdp-train and ptdp-plan): the
+           GPT-2 sizes, the GPTs of the paper's Table 1, Llama 3 / 3.2 and Qwen2.5 shapes.
+    :type count: int, out
+    :param count: Receives the count; must not be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_model_preset_count()
+
+def ptdp_model_preset_name(index, buffer):
+    r"""
+    The name of preset ``index`` (lower case, e.g. "gpt2-124m", "llama-3.2-1b"), in a fixed
+           order.
+    :type index: int
+    :param index: 0 to ptdp_model_preset_count() - 1.
+    :type buffer: string, out
+    :param buffer: Receives the NUL-terminated name; may be NULL when ``capacity`` is 0.
+    :type capacity: int
+    :param capacity: Bytes ``buffer`` can hold.
+    :type length: int, out
+    :param length: Receives strlen of the name (also when ``capacity`` is too small); must not
+                    be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_model_preset_name(index, buffer)
+
+def ptdp_gpt_options_from_preset(name, options):
+    r"""
+    Fills ``options`` with a preset's shape and architecture (vocabulary, layers, heads,
+           query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
+           (dropout, seed, device, precision, ...) take their defaults. Change fields afterwards
+           as needed.
+    :type name: string
+    :param name: A preset's name, case-insensitive.
+    :type options: :py:class:`ptdp_gpt_options`, in/out
+    :param options: Its struct_size must be set by the caller (ptdp_gpt_options_init()
+               does); the library writes that many bytes at most and sets struct_size to what it
+               wrote. Unchanged on error.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_gpt_options_from_preset(name, options)
 
 def ptdp_model_create(groups, options):
     r"""
@@ -885,6 +1032,21 @@ def ptdp_model_destroy(model):
     :param model: A model handle, or NULL.
     """
     return _ptdp_ext.ptdp_model_destroy(model)
+
+def ptdp_model_get_options(model, options):
+    r"""
+    The options a model was built with, every default resolved (rotary_base 10000 rather
+           than 0, and so on; ffn_hidden_size and max_position_embeddings as given).
+    :type model: struct ptdp_model_impl
+    :param model: A live model.
+    :type options: :py:class:`ptdp_gpt_options`, in/out
+    :param options: Its struct_size must be set by the caller (ptdp_gpt_options_init()
+               does); the library writes that many bytes at most and sets struct_size to what it
+               wrote. Unchanged on error.
+    Title: Thread safety
+    No communication.
+    """
+    return _ptdp_ext.ptdp_model_get_options(model, options)
 
 def ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale):
     r"""
@@ -1856,7 +2018,9 @@ def ptdp_train_config_to_json(config, buffer):
 
 def ptdp_train_config_gpt_options(config, options):
     r"""
-    The model options of the configuration (`--num-layers`, `--hidden-size`, ...).
+    The model options of the configuration (`--model-preset`, `--num-layers`,
+           `--hidden-size`, ..., `--normalization`, `--swiglu`, `--position-embedding-type`,
+           `--group-query-attention`, ...).
     :type config: struct ptdp_train_config_impl
     :param config: A live configuration.
     :type options: :py:class:`ptdp_gpt_options`, out
@@ -2622,6 +2786,28 @@ class ptdp_plan_options(object):
                                                 last microbatch's backward.
     """)
     top = property(_ptdp_ext.ptdp_plan_options_top_get, _ptdp_ext.ptdp_plan_options_top_set, doc=r""" Layouts to keep; default 5.""")
+    rotary_base = property(_ptdp_ext.ptdp_plan_options_rotary_base_get, _ptdp_ext.ptdp_plan_options_rotary_base_set, doc=r""" As ptdp_gpt_options::rotary_base (0: 10000).""")
+    normalization = property(_ptdp_ext.ptdp_plan_options_normalization_get, _ptdp_ext.ptdp_plan_options_normalization_set, doc=r""" As ptdp_gpt_options::normalization.""")
+    swiglu = property(_ptdp_ext.ptdp_plan_options_swiglu_get, _ptdp_ext.ptdp_plan_options_swiglu_set, doc=r""" As ptdp_gpt_options::swiglu.""")
+    position_embedding_type = property(_ptdp_ext.ptdp_plan_options_position_embedding_type_get, _ptdp_ext.ptdp_plan_options_position_embedding_type_set, doc=r"""
+    As
+                                                ptdp_gpt_options::position_embedding_type.
+    """)
+    rotary_percent = property(_ptdp_ext.ptdp_plan_options_rotary_percent_get, _ptdp_ext.ptdp_plan_options_rotary_percent_set, doc=r""" As ptdp_gpt_options::rotary_percent (0: 1).""")
+    use_rope_scaling = property(_ptdp_ext.ptdp_plan_options_use_rope_scaling_get, _ptdp_ext.ptdp_plan_options_use_rope_scaling_set, doc=r""" As ptdp_gpt_options::use_rope_scaling.""")
+    rope_scaling_factor = property(_ptdp_ext.ptdp_plan_options_rope_scaling_factor_get, _ptdp_ext.ptdp_plan_options_rope_scaling_factor_set, doc=r""" As ptdp_gpt_options::rope_scaling_factor (0: 8).""")
+    rope_low_freq_factor = property(_ptdp_ext.ptdp_plan_options_rope_low_freq_factor_get, _ptdp_ext.ptdp_plan_options_rope_low_freq_factor_set, doc=r""" As ptdp_gpt_options::rope_low_freq_factor (0: 1).""")
+    rope_high_freq_factor = property(_ptdp_ext.ptdp_plan_options_rope_high_freq_factor_get, _ptdp_ext.ptdp_plan_options_rope_high_freq_factor_set, doc=r""" As ptdp_gpt_options::rope_high_freq_factor (0: 4).""")
+    rope_original_max_position_embeddings = property(_ptdp_ext.ptdp_plan_options_rope_original_max_position_embeddings_get, _ptdp_ext.ptdp_plan_options_rope_original_max_position_embeddings_set, doc=r"""
+    As
+                                                ptdp_gpt_options::rope_original_max_position_embeddings
+                                                (0: 8192).
+    """)
+    num_query_groups = property(_ptdp_ext.ptdp_plan_options_num_query_groups_get, _ptdp_ext.ptdp_plan_options_num_query_groups_set, doc=r""" As ptdp_gpt_options::num_query_groups (0: a).""")
+    kv_channels = property(_ptdp_ext.ptdp_plan_options_kv_channels_get, _ptdp_ext.ptdp_plan_options_kv_channels_set, doc=r""" As ptdp_gpt_options::kv_channels (0: h / a).""")
+    disable_bias_linear = property(_ptdp_ext.ptdp_plan_options_disable_bias_linear_get, _ptdp_ext.ptdp_plan_options_disable_bias_linear_set, doc=r""" As ptdp_gpt_options::disable_bias_linear.""")
+    add_qkv_bias = property(_ptdp_ext.ptdp_plan_options_add_qkv_bias_get, _ptdp_ext.ptdp_plan_options_add_qkv_bias_set, doc=r""" As ptdp_gpt_options::add_qkv_bias.""")
+    qk_layernorm = property(_ptdp_ext.ptdp_plan_options_qk_layernorm_get, _ptdp_ext.ptdp_plan_options_qk_layernorm_set, doc=r""" As ptdp_gpt_options::qk_layernorm.""")
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())

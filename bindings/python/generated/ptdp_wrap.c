@@ -3023,44 +3023,46 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_ptdp_layer_impl swig_types[41]
 #define SWIGTYPE_p_ptdp_lr_decay_style swig_types[42]
 #define SWIGTYPE_p_ptdp_model_impl swig_types[43]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[44]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[45]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[46]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[47]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[48]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[49]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[50]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[51]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[52]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[53]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[54]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[55]
-#define SWIGTYPE_p_ptdp_recompute swig_types[56]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[57]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[58]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[59]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[60]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[61]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[62]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[63]
-#define SWIGTYPE_p_ptdp_status swig_types[64]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[65]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[66]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[67]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[68]
-#define SWIGTYPE_p_ptdp_trainer_impl swig_types[69]
-#define SWIGTYPE_p_ptdp_trainer_options swig_types[70]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[71]
-#define SWIGTYPE_p_short swig_types[72]
-#define SWIGTYPE_p_signed_char swig_types[73]
-#define SWIGTYPE_p_size_t swig_types[74]
-#define SWIGTYPE_p_unsigned_char swig_types[75]
-#define SWIGTYPE_p_unsigned_int swig_types[76]
-#define SWIGTYPE_p_unsigned_long swig_types[77]
-#define SWIGTYPE_p_unsigned_short swig_types[78]
-#define SWIGTYPE_p_void swig_types[79]
-static swig_type_info *swig_types[81];
-static swig_module_info swig_module = {swig_types, 80, 0, 0, 0, 0};
+#define SWIGTYPE_p_ptdp_normalization swig_types[44]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[45]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[46]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[47]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[48]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[49]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[50]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[51]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[52]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[53]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[54]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[55]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[56]
+#define SWIGTYPE_p_ptdp_position_embedding swig_types[57]
+#define SWIGTYPE_p_ptdp_recompute swig_types[58]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[59]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[60]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[61]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[62]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[63]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[64]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[65]
+#define SWIGTYPE_p_ptdp_status swig_types[66]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[67]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[68]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[69]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[70]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[71]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[72]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[73]
+#define SWIGTYPE_p_short swig_types[74]
+#define SWIGTYPE_p_signed_char swig_types[75]
+#define SWIGTYPE_p_size_t swig_types[76]
+#define SWIGTYPE_p_unsigned_char swig_types[77]
+#define SWIGTYPE_p_unsigned_int swig_types[78]
+#define SWIGTYPE_p_unsigned_long swig_types[79]
+#define SWIGTYPE_p_unsigned_short swig_types[80]
+#define SWIGTYPE_p_void swig_types[81]
+static swig_type_info *swig_types[83];
+static swig_module_info swig_module = {swig_types, 82, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -8300,6 +8302,906 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rotary_base_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rotary_base_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rotary_base_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_rotary_base_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rotary_base = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rotary_base_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rotary_base_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->rotary_base);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_normalization_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_normalization arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_normalization_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_normalization_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_normalization_set" "', argument " "2"" of type '" "ptdp_normalization""'");
+  } 
+  arg2 = (ptdp_normalization)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->normalization = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_normalization_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_normalization result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_normalization_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_normalization) ((arg1)->normalization);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_swiglu_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_swiglu_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_swiglu_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_swiglu_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->swiglu = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_swiglu_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_swiglu_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->swiglu);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_position_embedding_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_position_embedding arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_position_embedding_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_position_embedding_type_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_position_embedding_type_set" "', argument " "2"" of type '" "ptdp_position_embedding""'");
+  } 
+  arg2 = (ptdp_position_embedding)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->position_embedding_type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_position_embedding_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_position_embedding result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_position_embedding_type_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_position_embedding) ((arg1)->position_embedding_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rotary_percent_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rotary_percent_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rotary_percent_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_rotary_percent_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rotary_percent = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rotary_percent_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rotary_percent_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rotary_percent);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_use_rope_scaling_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_use_rope_scaling_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_use_rope_scaling_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_use_rope_scaling_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->use_rope_scaling = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_use_rope_scaling_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_use_rope_scaling_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->use_rope_scaling);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_scaling_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rope_scaling_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_scaling_factor_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_rope_scaling_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_scaling_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_scaling_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_scaling_factor_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rope_scaling_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_low_freq_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rope_low_freq_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_low_freq_factor_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_rope_low_freq_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_low_freq_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_low_freq_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_low_freq_factor_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rope_low_freq_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_high_freq_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rope_high_freq_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_high_freq_factor_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_rope_high_freq_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_high_freq_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_high_freq_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_high_freq_factor_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rope_high_freq_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_original_max_position_embeddings_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rope_original_max_position_embeddings_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_original_max_position_embeddings_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_rope_original_max_position_embeddings_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_original_max_position_embeddings = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_original_max_position_embeddings_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_original_max_position_embeddings_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->rope_original_max_position_embeddings);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_num_query_groups_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_num_query_groups_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_num_query_groups_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_num_query_groups_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->num_query_groups = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_num_query_groups_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_num_query_groups_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->num_query_groups);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_kv_channels_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_kv_channels_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_kv_channels_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_kv_channels_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->kv_channels = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_kv_channels_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_kv_channels_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->kv_channels);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_disable_bias_linear_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_disable_bias_linear_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_disable_bias_linear_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_disable_bias_linear_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->disable_bias_linear = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_disable_bias_linear_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_disable_bias_linear_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->disable_bias_linear);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_add_qkv_bias_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_add_qkv_bias_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_add_qkv_bias_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_add_qkv_bias_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->add_qkv_bias = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_add_qkv_bias_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_add_qkv_bias_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->add_qkv_bias);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_layernorm_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_qk_layernorm_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_layernorm_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_qk_layernorm_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_layernorm = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_layernorm_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_layernorm_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_layernorm);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_gpt_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_gpt_options *result = 0 ;
@@ -8387,6 +9289,139 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_model_preset_count(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t *arg1 = (int32_t *) 0 ;
+  int32_t temp1 = 0 ;
+  ptdp_status result;
+  
+  {
+    arg1 = &temp1; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_preset_count", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_preset_count(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg1)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_model_preset_name(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t arg1 ;
+  char *arg2 = (char *) 0 ;
+  size_t arg3 ;
+  size_t *arg4 = (size_t *) 0 ;
+  int val1 ;
+  int ecode1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  size_t temp4 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg4 = &temp4; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_preset_name", 2, 2, swig_obj)) SWIG_fail;
+  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
+  if (!SWIG_IsOK(ecode1)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_model_preset_name" "', argument " "1"" of type '" "int32_t""'");
+  } 
+  arg1 = (int32_t)(val1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 1, 1, NULL, 1, "ptdp_model_preset_name: buffer");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (char *)(have_view2 ? view2.buf : NULL);
+    arg3 = (size_t)(have_view2 ? (1 ? view2.len : view2.len / 1) : 0);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_preset_name(arg1,arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    {
+      const char* message = ptdp_last_error();
+      resultobj = Py_BuildValue("(iN)", (int)result, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));
+    }
+  }
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg4)); 
+  }
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_from_preset(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  ptdp_gpt_options *arg2 = (ptdp_gpt_options *) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_from_preset", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_from_preset" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_gpt_options_from_preset" "', argument " "2"" of type '" "ptdp_gpt_options *""'"); 
+  }
+  arg2 = (ptdp_gpt_options *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_gpt_options_from_preset((char const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_model_create(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_groups arg1 = (ptdp_groups) 0 ;
@@ -8453,6 +9488,46 @@ SWIGINTERN PyObject *_wrap_ptdp_model_destroy(PyObject *self, PyObject *args) {
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_model_destroy(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_model_get_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  ptdp_gpt_options *arg2 = (ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_get_options", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_get_options" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_model_get_options" "', argument " "2"" of type '" "ptdp_gpt_options *""'"); 
+  }
+  arg2 = (ptdp_gpt_options *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_get_options(arg1,arg2);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
@@ -23025,6 +24100,906 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rotary_base_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rotary_base_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rotary_base_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_rotary_base_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rotary_base = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rotary_base_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rotary_base_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->rotary_base);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_normalization_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  ptdp_normalization arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_normalization_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_normalization_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_normalization_set" "', argument " "2"" of type '" "ptdp_normalization""'");
+  } 
+  arg2 = (ptdp_normalization)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->normalization = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_normalization_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_normalization result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_normalization_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_normalization) ((arg1)->normalization);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_swiglu_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_swiglu_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_swiglu_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_swiglu_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->swiglu = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_swiglu_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_swiglu_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->swiglu);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_position_embedding_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  ptdp_position_embedding arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_position_embedding_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_position_embedding_type_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_position_embedding_type_set" "', argument " "2"" of type '" "ptdp_position_embedding""'");
+  } 
+  arg2 = (ptdp_position_embedding)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->position_embedding_type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_position_embedding_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_position_embedding result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_position_embedding_type_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_position_embedding) ((arg1)->position_embedding_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rotary_percent_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rotary_percent_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rotary_percent_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_rotary_percent_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rotary_percent = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rotary_percent_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rotary_percent_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rotary_percent);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_use_rope_scaling_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_use_rope_scaling_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_use_rope_scaling_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_use_rope_scaling_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->use_rope_scaling = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_use_rope_scaling_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_use_rope_scaling_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->use_rope_scaling);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_scaling_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rope_scaling_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_scaling_factor_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_rope_scaling_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_scaling_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_scaling_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_scaling_factor_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rope_scaling_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_low_freq_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rope_low_freq_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_low_freq_factor_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_rope_low_freq_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_low_freq_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_low_freq_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_low_freq_factor_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rope_low_freq_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_high_freq_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rope_high_freq_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_high_freq_factor_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_rope_high_freq_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_high_freq_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_high_freq_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_high_freq_factor_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rope_high_freq_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_original_max_position_embeddings_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rope_original_max_position_embeddings_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_original_max_position_embeddings_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_rope_original_max_position_embeddings_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_original_max_position_embeddings = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_original_max_position_embeddings_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_original_max_position_embeddings_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->rope_original_max_position_embeddings);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_num_query_groups_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_num_query_groups_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_num_query_groups_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_num_query_groups_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->num_query_groups = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_num_query_groups_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_num_query_groups_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->num_query_groups);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_kv_channels_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_kv_channels_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_kv_channels_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_kv_channels_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->kv_channels = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_kv_channels_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_kv_channels_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->kv_channels);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_disable_bias_linear_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_disable_bias_linear_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_disable_bias_linear_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_disable_bias_linear_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->disable_bias_linear = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_disable_bias_linear_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_disable_bias_linear_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->disable_bias_linear);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_add_qkv_bias_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_add_qkv_bias_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_add_qkv_bias_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_add_qkv_bias_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->add_qkv_bias = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_add_qkv_bias_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_add_qkv_bias_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->add_qkv_bias);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_layernorm_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_qk_layernorm_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_layernorm_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_qk_layernorm_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_layernorm = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_layernorm_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_layernorm_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_layernorm);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -26576,10 +28551,22 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_gpt_options_num_layers_get", _wrap_ptdp_gpt_options_num_layers_get, METH_O, " Transformer layers; default 2."},
 	 { "ptdp_gpt_options_hidden_size_set", _wrap_ptdp_gpt_options_hidden_size_set, METH_VARARGS, " h; default 64."},
 	 { "ptdp_gpt_options_hidden_size_get", _wrap_ptdp_gpt_options_hidden_size_get, METH_O, " h; default 64."},
-	 { "ptdp_gpt_options_num_attention_heads_set", _wrap_ptdp_gpt_options_num_attention_heads_set, METH_VARARGS, " a; must divide h, and t must divide a; default 4."},
-	 { "ptdp_gpt_options_num_attention_heads_get", _wrap_ptdp_gpt_options_num_attention_heads_get, METH_O, " a; must divide h, and t must divide a; default 4."},
-	 { "ptdp_gpt_options_ffn_hidden_size_set", _wrap_ptdp_gpt_options_ffn_hidden_size_set, METH_VARARGS, " MLP width; 0 (default) means 4h."},
-	 { "ptdp_gpt_options_ffn_hidden_size_get", _wrap_ptdp_gpt_options_ffn_hidden_size_get, METH_O, " MLP width; 0 (default) means 4h."},
+	 { "ptdp_gpt_options_num_attention_heads_set", _wrap_ptdp_gpt_options_num_attention_heads_set, METH_VARARGS, "\n"
+		"a; must divide h (unless kv_channels is set), and t\n"
+		"                                            must divide a; default 4.\n"
+		""},
+	 { "ptdp_gpt_options_num_attention_heads_get", _wrap_ptdp_gpt_options_num_attention_heads_get, METH_O, "\n"
+		"a; must divide h (unless kv_channels is set), and t\n"
+		"                                            must divide a; default 4.\n"
+		""},
+	 { "ptdp_gpt_options_ffn_hidden_size_set", _wrap_ptdp_gpt_options_ffn_hidden_size_set, METH_VARARGS, "\n"
+		"MLP width; 0 (default) means 4h, or with swiglu\n"
+		"                                            Megatron's int(8h / 3 / 64) * 64.\n"
+		""},
+	 { "ptdp_gpt_options_ffn_hidden_size_get", _wrap_ptdp_gpt_options_ffn_hidden_size_get, METH_O, "\n"
+		"MLP width; 0 (default) means 4h, or with swiglu\n"
+		"                                            Megatron's int(8h / 3 / 64) * 64.\n"
+		""},
 	 { "ptdp_gpt_options_vocab_size_set", _wrap_ptdp_gpt_options_vocab_size_set, METH_VARARGS, " V, the true vocabulary; default 256."},
 	 { "ptdp_gpt_options_vocab_size_get", _wrap_ptdp_gpt_options_vocab_size_get, METH_O, " V, the true vocabulary; default 256."},
 	 { "ptdp_gpt_options_make_vocab_size_divisible_by_set", _wrap_ptdp_gpt_options_make_vocab_size_divisible_by_set, METH_VARARGS, "\n"
@@ -26592,8 +28579,14 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_gpt_options_seq_length_set", _wrap_ptdp_gpt_options_seq_length_set, METH_VARARGS, " s, tokens per sample; default 32."},
 	 { "ptdp_gpt_options_seq_length_get", _wrap_ptdp_gpt_options_seq_length_get, METH_O, " s, tokens per sample; default 32."},
-	 { "ptdp_gpt_options_max_position_embeddings_set", _wrap_ptdp_gpt_options_max_position_embeddings_set, METH_VARARGS, " Rows of the position table; 0 (default) means s."},
-	 { "ptdp_gpt_options_max_position_embeddings_get", _wrap_ptdp_gpt_options_max_position_embeddings_get, METH_O, " Rows of the position table; 0 (default) means s."},
+	 { "ptdp_gpt_options_max_position_embeddings_set", _wrap_ptdp_gpt_options_max_position_embeddings_set, METH_VARARGS, "\n"
+		"Rows of the position table (learned positions),\n"
+		"                                            at least s; 0 (default) means s.\n"
+		""},
+	 { "ptdp_gpt_options_max_position_embeddings_get", _wrap_ptdp_gpt_options_max_position_embeddings_get, METH_O, "\n"
+		"Rows of the position table (learned positions),\n"
+		"                                            at least s; 0 (default) means s.\n"
+		""},
 	 { "ptdp_gpt_options_hidden_dropout_set", _wrap_ptdp_gpt_options_hidden_dropout_set, METH_VARARGS, " Default 0.1."},
 	 { "ptdp_gpt_options_hidden_dropout_get", _wrap_ptdp_gpt_options_hidden_dropout_get, METH_O, " Default 0.1."},
 	 { "ptdp_gpt_options_attention_dropout_set", _wrap_ptdp_gpt_options_attention_dropout_set, METH_VARARGS, " Default 0.1."},
@@ -26606,8 +28599,14 @@ static PyMethodDef SwigMethods[] = {
 		"Normal init std; output projections use\n"
 		"                                            std / sqrt(2 * num_layers). Default 0.02.\n"
 		""},
-	 { "ptdp_gpt_options_layernorm_epsilon_set", _wrap_ptdp_gpt_options_layernorm_epsilon_set, METH_VARARGS, " Default 1e-5."},
-	 { "ptdp_gpt_options_layernorm_epsilon_get", _wrap_ptdp_gpt_options_layernorm_epsilon_get, METH_O, " Default 1e-5."},
+	 { "ptdp_gpt_options_layernorm_epsilon_set", _wrap_ptdp_gpt_options_layernorm_epsilon_set, METH_VARARGS, "\n"
+		"Epsilon of every norm, LayerNorm or RMSNorm\n"
+		"                                            (`--norm-epsilon`). Default 1e-5.\n"
+		""},
+	 { "ptdp_gpt_options_layernorm_epsilon_get", _wrap_ptdp_gpt_options_layernorm_epsilon_get, METH_O, "\n"
+		"Epsilon of every norm, LayerNorm or RMSNorm\n"
+		"                                            (`--norm-epsilon`). Default 1e-5.\n"
+		""},
 	 { "ptdp_gpt_options_untie_embeddings_and_output_weights_set", _wrap_ptdp_gpt_options_untie_embeddings_and_output_weights_set, METH_VARARGS, " 1: a separate `output_layer.weight`. Default 0."},
 	 { "ptdp_gpt_options_untie_embeddings_and_output_weights_get", _wrap_ptdp_gpt_options_untie_embeddings_and_output_weights_get, METH_O, " 1: a separate `output_layer.weight`. Default 0."},
 	 { "ptdp_gpt_options_recompute_granularity_set", _wrap_ptdp_gpt_options_recompute_granularity_set, METH_VARARGS, " Default ::PTDP_RECOMPUTE_NONE."},
@@ -26654,6 +28653,148 @@ static PyMethodDef SwigMethods[] = {
 		"How attention is computed; default\n"
 		"                                            ::PTDP_ATTENTION_AUTO.\n"
 		""},
+	 { "ptdp_gpt_options_rotary_base_set", _wrap_ptdp_gpt_options_rotary_base_set, METH_VARARGS, "\n"
+		"RoPE's base theta (`--rotary-base`); 0 (default)\n"
+		"                                            means 10000. Llama 3: 500000.\n"
+		""},
+	 { "ptdp_gpt_options_rotary_base_get", _wrap_ptdp_gpt_options_rotary_base_get, METH_O, "\n"
+		"RoPE's base theta (`--rotary-base`); 0 (default)\n"
+		"                                            means 10000. Llama 3: 500000.\n"
+		""},
+	 { "ptdp_gpt_options_normalization_set", _wrap_ptdp_gpt_options_normalization_set, METH_VARARGS, "\n"
+		"Every norm of the model (`--normalization`); default\n"
+		"                                            ::PTDP_NORMALIZATION_LAYERNORM.\n"
+		""},
+	 { "ptdp_gpt_options_normalization_get", _wrap_ptdp_gpt_options_normalization_get, METH_O, "\n"
+		"Every norm of the model (`--normalization`); default\n"
+		"                                            ::PTDP_NORMALIZATION_LAYERNORM.\n"
+		""},
+	 { "ptdp_gpt_options_swiglu_set", _wrap_ptdp_gpt_options_swiglu_set, METH_VARARGS, "\n"
+		"1: a SwiGLU MLP (`--swiglu`): linear_fc1 is\n"
+		"                                            [2 ffn, h], the gate rows then the up rows, and\n"
+		"                                            ffn_hidden_size 0 means Megatron's\n"
+		"                                            int(8h / 3 / 64) * 64. Default 0 (GeLU).\n"
+		""},
+	 { "ptdp_gpt_options_swiglu_get", _wrap_ptdp_gpt_options_swiglu_get, METH_O, "\n"
+		"1: a SwiGLU MLP (`--swiglu`): linear_fc1 is\n"
+		"                                            [2 ffn, h], the gate rows then the up rows, and\n"
+		"                                            ffn_hidden_size 0 means Megatron's\n"
+		"                                            int(8h / 3 / 64) * 64. Default 0 (GeLU).\n"
+		""},
+	 { "ptdp_gpt_options_position_embedding_type_set", _wrap_ptdp_gpt_options_position_embedding_type_set, METH_VARARGS, "\n"
+		"`--position-embedding-type`; default\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE.\n"
+		""},
+	 { "ptdp_gpt_options_position_embedding_type_get", _wrap_ptdp_gpt_options_position_embedding_type_get, METH_O, "\n"
+		"`--position-embedding-type`; default\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE.\n"
+		""},
+	 { "ptdp_gpt_options_rotary_percent_set", _wrap_ptdp_gpt_options_rotary_percent_set, METH_VARARGS, "\n"
+		"Share of each head's dims that RoPE rotates\n"
+		"                                            (`--rotary-percent`), in (0, 1]; 0 (default)\n"
+		"                                            means 1. The rotated dims must be even.\n"
+		""},
+	 { "ptdp_gpt_options_rotary_percent_get", _wrap_ptdp_gpt_options_rotary_percent_get, METH_O, "\n"
+		"Share of each head's dims that RoPE rotates\n"
+		"                                            (`--rotary-percent`), in (0, 1]; 0 (default)\n"
+		"                                            means 1. The rotated dims must be even.\n"
+		""},
+	 { "ptdp_gpt_options_use_rope_scaling_set", _wrap_ptdp_gpt_options_use_rope_scaling_set, METH_VARARGS, "\n"
+		"1: Llama 3.1's frequency scaling of RoPE\n"
+		"                                            (`--use-rope-scaling`; needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_use_rope_scaling_get", _wrap_ptdp_gpt_options_use_rope_scaling_get, METH_O, "\n"
+		"1: Llama 3.1's frequency scaling of RoPE\n"
+		"                                            (`--use-rope-scaling`; needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_rope_scaling_factor_set", _wrap_ptdp_gpt_options_rope_scaling_factor_set, METH_VARARGS, "\n"
+		"Its factor (`--rope-scaling-factor`), >= 1; 0\n"
+		"                                            (default) means 8.\n"
+		""},
+	 { "ptdp_gpt_options_rope_scaling_factor_get", _wrap_ptdp_gpt_options_rope_scaling_factor_get, METH_O, "\n"
+		"Its factor (`--rope-scaling-factor`), >= 1; 0\n"
+		"                                            (default) means 8.\n"
+		""},
+	 { "ptdp_gpt_options_rope_low_freq_factor_set", _wrap_ptdp_gpt_options_rope_low_freq_factor_set, METH_VARARGS, "\n"
+		"Its low-frequency factor\n"
+		"                                            (`--rope-scaling-low-freq-factor`); 0 (default)\n"
+		"                                            means 1.\n"
+		""},
+	 { "ptdp_gpt_options_rope_low_freq_factor_get", _wrap_ptdp_gpt_options_rope_low_freq_factor_get, METH_O, "\n"
+		"Its low-frequency factor\n"
+		"                                            (`--rope-scaling-low-freq-factor`); 0 (default)\n"
+		"                                            means 1.\n"
+		""},
+	 { "ptdp_gpt_options_rope_high_freq_factor_set", _wrap_ptdp_gpt_options_rope_high_freq_factor_set, METH_VARARGS, "\n"
+		"Its high-frequency factor, above the low one\n"
+		"                                            (`--rope-scaling-high-freq-factor`); 0 (default)\n"
+		"                                            means 4.\n"
+		""},
+	 { "ptdp_gpt_options_rope_high_freq_factor_get", _wrap_ptdp_gpt_options_rope_high_freq_factor_get, METH_O, "\n"
+		"Its high-frequency factor, above the low one\n"
+		"                                            (`--rope-scaling-high-freq-factor`); 0 (default)\n"
+		"                                            means 4.\n"
+		""},
+	 { "ptdp_gpt_options_rope_original_max_position_embeddings_set", _wrap_ptdp_gpt_options_rope_original_max_position_embeddings_set, METH_VARARGS, "\n"
+		"The context length the frequencies were\n"
+		"                                            trained for\n"
+		"                                            (`--rope-scaling-original-max-position-embeddings`);\n"
+		"                                            0 (default) means 8192.\n"
+		""},
+	 { "ptdp_gpt_options_rope_original_max_position_embeddings_get", _wrap_ptdp_gpt_options_rope_original_max_position_embeddings_get, METH_O, "\n"
+		"The context length the frequencies were\n"
+		"                                            trained for\n"
+		"                                            (`--rope-scaling-original-max-position-embeddings`);\n"
+		"                                            0 (default) means 8192.\n"
+		""},
+	 { "ptdp_gpt_options_num_query_groups_set", _wrap_ptdp_gpt_options_num_query_groups_set, METH_VARARGS, "\n"
+		"Key/value heads g of grouped-query attention\n"
+		"                                            (`--group-query-attention --num-query-groups g`):\n"
+		"                                            g divides a and t divides g; 1 is multi-query\n"
+		"                                            attention. 0 (default) means a (multi-head).\n"
+		""},
+	 { "ptdp_gpt_options_num_query_groups_get", _wrap_ptdp_gpt_options_num_query_groups_get, METH_O, "\n"
+		"Key/value heads g of grouped-query attention\n"
+		"                                            (`--group-query-attention --num-query-groups g`):\n"
+		"                                            g divides a and t divides g; 1 is multi-query\n"
+		"                                            attention. 0 (default) means a (multi-head).\n"
+		""},
+	 { "ptdp_gpt_options_kv_channels_set", _wrap_ptdp_gpt_options_kv_channels_set, METH_VARARGS, "\n"
+		"Head dim (`--kv-channels`); 0 (default) means\n"
+		"                                            h / a.\n"
+		""},
+	 { "ptdp_gpt_options_kv_channels_get", _wrap_ptdp_gpt_options_kv_channels_get, METH_O, "\n"
+		"Head dim (`--kv-channels`); 0 (default) means\n"
+		"                                            h / a.\n"
+		""},
+	 { "ptdp_gpt_options_disable_bias_linear_set", _wrap_ptdp_gpt_options_disable_bias_linear_set, METH_VARARGS, "\n"
+		"1: no linear layer has a bias\n"
+		"                                            (`--disable-bias-linear`). Default 0 (biases).\n"
+		""},
+	 { "ptdp_gpt_options_disable_bias_linear_get", _wrap_ptdp_gpt_options_disable_bias_linear_get, METH_O, "\n"
+		"1: no linear layer has a bias\n"
+		"                                            (`--disable-bias-linear`). Default 0 (biases).\n"
+		""},
+	 { "ptdp_gpt_options_add_qkv_bias_set", _wrap_ptdp_gpt_options_add_qkv_bias_set, METH_VARARGS, "\n"
+		"1: linear_qkv keeps its bias even with\n"
+		"                                            disable_bias_linear (`--add-qkv-bias`, Qwen2).\n"
+		"                                            Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_add_qkv_bias_get", _wrap_ptdp_gpt_options_add_qkv_bias_get, METH_O, "\n"
+		"1: linear_qkv keeps its bias even with\n"
+		"                                            disable_bias_linear (`--add-qkv-bias`, Qwen2).\n"
+		"                                            Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_qk_layernorm_set", _wrap_ptdp_gpt_options_qk_layernorm_set, METH_VARARGS, "\n"
+		"1: a norm (of the normalization's kind) over each\n"
+		"                                            query and key head (`--qk-layernorm`). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_qk_layernorm_get", _wrap_ptdp_gpt_options_qk_layernorm_get, METH_O, "\n"
+		"1: a norm (of the normalization's kind) over each\n"
+		"                                            query and key head (`--qk-layernorm`). Default 0.\n"
+		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},
 	 { "ptdp_gpt_options_swigregister", ptdp_gpt_options_swigregister, METH_O, NULL},
@@ -26662,6 +28803,43 @@ static PyMethodDef SwigMethods[] = {
 		"Fills ``options`` with the defaults and sets its struct_size.\n"
 		":type options: :py:class:`ptdp_gpt_options`, out\n"
 		":param options: Must not be NULL.\n"
+		""},
+	 { "ptdp_model_preset_count", _wrap_ptdp_model_preset_count, METH_NOARGS, "\n"
+		"Number of named model presets (`--model-preset` of ptdp-train and ptdp-plan): the\n"
+		"       GPT-2 sizes, the GPTs of the paper's Table 1, Llama 3 / 3.2 and Qwen2.5 shapes.\n"
+		":type count: int, out\n"
+		":param count: Receives the count; must not be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_model_preset_name", _wrap_ptdp_model_preset_name, METH_VARARGS, "\n"
+		"The name of preset ``index`` (lower case, e.g. \"gpt2-124m\", \"llama-3.2-1b\"), in a fixed\n"
+		"       order.\n"
+		":type index: int\n"
+		":param index: 0 to ptdp_model_preset_count() - 1.\n"
+		":type buffer: string, out\n"
+		":param buffer: Receives the NUL-terminated name; may be NULL when ``capacity`` is 0.\n"
+		":type capacity: int\n"
+		":param capacity: Bytes ``buffer`` can hold.\n"
+		":type length: int, out\n"
+		":param length: Receives strlen of the name (also when ``capacity`` is too small); must not\n"
+		"                be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_gpt_options_from_preset", _wrap_ptdp_gpt_options_from_preset, METH_VARARGS, "\n"
+		"Fills ``options`` with a preset's shape and architecture (vocabulary, layers, heads,\n"
+		"       query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields\n"
+		"       (dropout, seed, device, precision, ...) take their defaults. Change fields afterwards\n"
+		"       as needed.\n"
+		":type name: string\n"
+		":param name: A preset's name, case-insensitive.\n"
+		":type options: :py:class:`ptdp_gpt_options`, in/out\n"
+		":param options: Its struct_size must be set by the caller (ptdp_gpt_options_init()\n"
+		"           does); the library writes that many bytes at most and sets struct_size to what it\n"
+		"           wrote. Unchanged on error.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
 		""},
 	 { "ptdp_model_create", _wrap_ptdp_model_create, METH_VARARGS, "\n"
 		"Builds this rank's share of a GPT: split over the tensor group of ``groups``, and with\n"
@@ -26680,6 +28858,18 @@ static PyMethodDef SwigMethods[] = {
 		"Releases a model. NULL is accepted and ignored.\n"
 		":type model: struct ptdp_model_impl\n"
 		":param model: A model handle, or NULL.\n"
+		""},
+	 { "ptdp_model_get_options", _wrap_ptdp_model_get_options, METH_VARARGS, "\n"
+		"The options a model was built with, every default resolved (rotary_base 10000 rather\n"
+		"       than 0, and so on; ffn_hidden_size and max_position_embeddings as given).\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model.\n"
+		":type options: :py:class:`ptdp_gpt_options`, in/out\n"
+		":param options: Its struct_size must be set by the caller (ptdp_gpt_options_init()\n"
+		"           does); the library writes that many bytes at most and sets struct_size to what it\n"
+		"           wrote. Unchanged on error.\n"
+		"Title: Thread safety\n"
+		"No communication.\n"
 		""},
 	 { "ptdp_model_forward_backward", _wrap_ptdp_model_forward_backward, METH_VARARGS, "\n"
 		"Forward and backward of one microbatch; adds the gradients of\n"
@@ -27471,7 +29661,9 @@ static PyMethodDef SwigMethods[] = {
 		":param length: Receives strlen of the full text; must not be NULL.\n"
 		""},
 	 { "ptdp_train_config_gpt_options", _wrap_ptdp_train_config_gpt_options, METH_VARARGS, "\n"
-		"The model options of the configuration (`--num-layers`, `--hidden-size`, ...).\n"
+		"The model options of the configuration (`--model-preset`, `--num-layers`,\n"
+		"       `--hidden-size`, ..., `--normalization`, `--swiglu`, `--position-embedding-type`,\n"
+		"       `--group-query-attention`, ...).\n"
 		":type config: struct ptdp_train_config_impl\n"
 		":param config: A live configuration.\n"
 		":type options: :py:class:`ptdp_gpt_options`, out\n"
@@ -28209,6 +30401,50 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_plan_options_top_set", _wrap_ptdp_plan_options_top_set, METH_VARARGS, " Layouts to keep; default 5."},
 	 { "ptdp_plan_options_top_get", _wrap_ptdp_plan_options_top_get, METH_O, " Layouts to keep; default 5."},
+	 { "ptdp_plan_options_rotary_base_set", _wrap_ptdp_plan_options_rotary_base_set, METH_VARARGS, " As ptdp_gpt_options::rotary_base (0: 10000)."},
+	 { "ptdp_plan_options_rotary_base_get", _wrap_ptdp_plan_options_rotary_base_get, METH_O, " As ptdp_gpt_options::rotary_base (0: 10000)."},
+	 { "ptdp_plan_options_normalization_set", _wrap_ptdp_plan_options_normalization_set, METH_VARARGS, " As ptdp_gpt_options::normalization."},
+	 { "ptdp_plan_options_normalization_get", _wrap_ptdp_plan_options_normalization_get, METH_O, " As ptdp_gpt_options::normalization."},
+	 { "ptdp_plan_options_swiglu_set", _wrap_ptdp_plan_options_swiglu_set, METH_VARARGS, " As ptdp_gpt_options::swiglu."},
+	 { "ptdp_plan_options_swiglu_get", _wrap_ptdp_plan_options_swiglu_get, METH_O, " As ptdp_gpt_options::swiglu."},
+	 { "ptdp_plan_options_position_embedding_type_set", _wrap_ptdp_plan_options_position_embedding_type_set, METH_VARARGS, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::position_embedding_type.\n"
+		""},
+	 { "ptdp_plan_options_position_embedding_type_get", _wrap_ptdp_plan_options_position_embedding_type_get, METH_O, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::position_embedding_type.\n"
+		""},
+	 { "ptdp_plan_options_rotary_percent_set", _wrap_ptdp_plan_options_rotary_percent_set, METH_VARARGS, " As ptdp_gpt_options::rotary_percent (0: 1)."},
+	 { "ptdp_plan_options_rotary_percent_get", _wrap_ptdp_plan_options_rotary_percent_get, METH_O, " As ptdp_gpt_options::rotary_percent (0: 1)."},
+	 { "ptdp_plan_options_use_rope_scaling_set", _wrap_ptdp_plan_options_use_rope_scaling_set, METH_VARARGS, " As ptdp_gpt_options::use_rope_scaling."},
+	 { "ptdp_plan_options_use_rope_scaling_get", _wrap_ptdp_plan_options_use_rope_scaling_get, METH_O, " As ptdp_gpt_options::use_rope_scaling."},
+	 { "ptdp_plan_options_rope_scaling_factor_set", _wrap_ptdp_plan_options_rope_scaling_factor_set, METH_VARARGS, " As ptdp_gpt_options::rope_scaling_factor (0: 8)."},
+	 { "ptdp_plan_options_rope_scaling_factor_get", _wrap_ptdp_plan_options_rope_scaling_factor_get, METH_O, " As ptdp_gpt_options::rope_scaling_factor (0: 8)."},
+	 { "ptdp_plan_options_rope_low_freq_factor_set", _wrap_ptdp_plan_options_rope_low_freq_factor_set, METH_VARARGS, " As ptdp_gpt_options::rope_low_freq_factor (0: 1)."},
+	 { "ptdp_plan_options_rope_low_freq_factor_get", _wrap_ptdp_plan_options_rope_low_freq_factor_get, METH_O, " As ptdp_gpt_options::rope_low_freq_factor (0: 1)."},
+	 { "ptdp_plan_options_rope_high_freq_factor_set", _wrap_ptdp_plan_options_rope_high_freq_factor_set, METH_VARARGS, " As ptdp_gpt_options::rope_high_freq_factor (0: 4)."},
+	 { "ptdp_plan_options_rope_high_freq_factor_get", _wrap_ptdp_plan_options_rope_high_freq_factor_get, METH_O, " As ptdp_gpt_options::rope_high_freq_factor (0: 4)."},
+	 { "ptdp_plan_options_rope_original_max_position_embeddings_set", _wrap_ptdp_plan_options_rope_original_max_position_embeddings_set, METH_VARARGS, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::rope_original_max_position_embeddings\n"
+		"                                            (0: 8192).\n"
+		""},
+	 { "ptdp_plan_options_rope_original_max_position_embeddings_get", _wrap_ptdp_plan_options_rope_original_max_position_embeddings_get, METH_O, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::rope_original_max_position_embeddings\n"
+		"                                            (0: 8192).\n"
+		""},
+	 { "ptdp_plan_options_num_query_groups_set", _wrap_ptdp_plan_options_num_query_groups_set, METH_VARARGS, " As ptdp_gpt_options::num_query_groups (0: a)."},
+	 { "ptdp_plan_options_num_query_groups_get", _wrap_ptdp_plan_options_num_query_groups_get, METH_O, " As ptdp_gpt_options::num_query_groups (0: a)."},
+	 { "ptdp_plan_options_kv_channels_set", _wrap_ptdp_plan_options_kv_channels_set, METH_VARARGS, " As ptdp_gpt_options::kv_channels (0: h / a)."},
+	 { "ptdp_plan_options_kv_channels_get", _wrap_ptdp_plan_options_kv_channels_get, METH_O, " As ptdp_gpt_options::kv_channels (0: h / a)."},
+	 { "ptdp_plan_options_disable_bias_linear_set", _wrap_ptdp_plan_options_disable_bias_linear_set, METH_VARARGS, " As ptdp_gpt_options::disable_bias_linear."},
+	 { "ptdp_plan_options_disable_bias_linear_get", _wrap_ptdp_plan_options_disable_bias_linear_get, METH_O, " As ptdp_gpt_options::disable_bias_linear."},
+	 { "ptdp_plan_options_add_qkv_bias_set", _wrap_ptdp_plan_options_add_qkv_bias_set, METH_VARARGS, " As ptdp_gpt_options::add_qkv_bias."},
+	 { "ptdp_plan_options_add_qkv_bias_get", _wrap_ptdp_plan_options_add_qkv_bias_get, METH_O, " As ptdp_gpt_options::add_qkv_bias."},
+	 { "ptdp_plan_options_qk_layernorm_set", _wrap_ptdp_plan_options_qk_layernorm_set, METH_VARARGS, " As ptdp_gpt_options::qk_layernorm."},
+	 { "ptdp_plan_options_qk_layernorm_get", _wrap_ptdp_plan_options_qk_layernorm_get, METH_O, " As ptdp_gpt_options::qk_layernorm."},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},
@@ -28549,6 +30785,7 @@ static swig_type_info _swigt__p_ptdp_iteration_result = {"_p_ptdp_iteration_resu
 static swig_type_info _swigt__p_ptdp_layer_impl = {"_p_ptdp_layer_impl", "ptdp_layer|struct ptdp_layer_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_lr_decay_style = {"_p_ptdp_lr_decay_style", "ptdp_lr_decay_style *|enum ptdp_lr_decay_style *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_model_impl = {"_p_ptdp_model_impl", "ptdp_model|struct ptdp_model_impl *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_normalization = {"_p_ptdp_normalization", "ptdp_normalization *|enum ptdp_normalization *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_impl = {"_p_ptdp_optimizer_impl", "ptdp_optimizer|struct ptdp_optimizer_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_kind = {"_p_ptdp_optimizer_kind", "ptdp_optimizer_kind *|enum ptdp_optimizer_kind *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_options = {"_p_ptdp_optimizer_options", "ptdp_optimizer_options *|struct ptdp_optimizer_options *", 0, 0, (void*)0, 0};
@@ -28561,6 +30798,7 @@ static swig_type_info _swigt__p_ptdp_plan_cli = {"_p_ptdp_plan_cli", "ptdp_plan_
 static swig_type_info _swigt__p_ptdp_plan_impl = {"_p_ptdp_plan_impl", "ptdp_plan|struct ptdp_plan_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_plan_layout = {"_p_ptdp_plan_layout", "ptdp_plan_layout *|struct ptdp_plan_layout *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_plan_options = {"_p_ptdp_plan_options", "ptdp_plan_options *|struct ptdp_plan_options *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_position_embedding = {"_p_ptdp_position_embedding", "ptdp_position_embedding *|enum ptdp_position_embedding *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_recompute = {"_p_ptdp_recompute", "ptdp_recompute *|enum ptdp_recompute *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_reduce_op = {"_p_ptdp_reduce_op", "ptdp_reduce_op *|enum ptdp_reduce_op *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_runtime_impl = {"_p_ptdp_runtime_impl", "ptdp_runtime|struct ptdp_runtime_impl *", 0, 0, (void*)0, 0};
@@ -28631,6 +30869,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_layer_impl,
   &_swigt__p_ptdp_lr_decay_style,
   &_swigt__p_ptdp_model_impl,
+  &_swigt__p_ptdp_normalization,
   &_swigt__p_ptdp_optimizer_impl,
   &_swigt__p_ptdp_optimizer_kind,
   &_swigt__p_ptdp_optimizer_options,
@@ -28643,6 +30882,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_plan_impl,
   &_swigt__p_ptdp_plan_layout,
   &_swigt__p_ptdp_plan_options,
+  &_swigt__p_ptdp_position_embedding,
   &_swigt__p_ptdp_recompute,
   &_swigt__p_ptdp_reduce_op,
   &_swigt__p_ptdp_runtime_impl,
@@ -28713,6 +30953,7 @@ static swig_cast_info _swigc__p_ptdp_iteration_result[] = {  {&_swigt__p_ptdp_it
 static swig_cast_info _swigc__p_ptdp_layer_impl[] = {  {&_swigt__p_ptdp_layer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_lr_decay_style[] = {  {&_swigt__p_ptdp_lr_decay_style, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_model_impl[] = {  {&_swigt__p_ptdp_model_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_normalization[] = {  {&_swigt__p_ptdp_normalization, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_impl[] = {  {&_swigt__p_ptdp_optimizer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_kind[] = {  {&_swigt__p_ptdp_optimizer_kind, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_options[] = {  {&_swigt__p_ptdp_optimizer_options, 0, 0, 0},{0, 0, 0, 0}};
@@ -28725,6 +30966,7 @@ static swig_cast_info _swigc__p_ptdp_plan_cli[] = {  {&_swigt__p_ptdp_plan_cli, 
 static swig_cast_info _swigc__p_ptdp_plan_impl[] = {  {&_swigt__p_ptdp_plan_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_plan_layout[] = {  {&_swigt__p_ptdp_plan_layout, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_plan_options[] = {  {&_swigt__p_ptdp_plan_options, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_position_embedding[] = {  {&_swigt__p_ptdp_position_embedding, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_recompute[] = {  {&_swigt__p_ptdp_recompute, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_reduce_op[] = {  {&_swigt__p_ptdp_reduce_op, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_runtime_impl[] = {  {&_swigt__p_ptdp_runtime_impl, 0, 0, 0},{0, 0, 0, 0}};
@@ -28795,6 +31037,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_layer_impl,
   _swigc__p_ptdp_lr_decay_style,
   _swigc__p_ptdp_model_impl,
+  _swigc__p_ptdp_normalization,
   _swigc__p_ptdp_optimizer_impl,
   _swigc__p_ptdp_optimizer_kind,
   _swigc__p_ptdp_optimizer_options,
@@ -28807,6 +31050,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_plan_impl,
   _swigc__p_ptdp_plan_layout,
   _swigc__p_ptdp_plan_options,
+  _swigc__p_ptdp_position_embedding,
   _swigc__p_ptdp_recompute,
   _swigc__p_ptdp_reduce_op,
   _swigc__p_ptdp_runtime_impl,
@@ -29340,6 +31584,11 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_ATTENTION_AUTO",SWIG_From_int((int)(PTDP_ATTENTION_AUTO)));
   SWIG_Python_SetConstant(d, "PTDP_ATTENTION_FUSED",SWIG_From_int((int)(PTDP_ATTENTION_FUSED)));
   SWIG_Python_SetConstant(d, "PTDP_ATTENTION_UNFUSED",SWIG_From_int((int)(PTDP_ATTENTION_UNFUSED)));
+  SWIG_Python_SetConstant(d, "PTDP_NORMALIZATION_LAYERNORM",SWIG_From_int((int)(PTDP_NORMALIZATION_LAYERNORM)));
+  SWIG_Python_SetConstant(d, "PTDP_NORMALIZATION_RMSNORM",SWIG_From_int((int)(PTDP_NORMALIZATION_RMSNORM)));
+  SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE)));
+  SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_ROPE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_ROPE)));
+  SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_NONE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_NONE)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_GPIPE",SWIG_From_int((int)(PTDP_SCHEDULE_GPIPE)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_1F1B)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_INTERLEAVED_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_INTERLEAVED_1F1B)));

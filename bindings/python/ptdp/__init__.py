@@ -20,7 +20,7 @@ from .errors import (CallbackError, CommTimeoutError, CommunicationError, Device
                      InternalError, InvalidArgumentError, InvalidStateError, OutOfMemoryError, UnsupportedError)
 from .layers import (Layer, column_parallel_linear, row_parallel_linear, vocab_parallel_cross_entropy,
                      vocab_parallel_embedding)
-from .model import Model, ParamInfo, Recompute
+from .model import Model, Normalization, ParamInfo, PositionEmbedding, Recompute, model_presets, preset_options
 from .pipeline import Stage, pipeline_run
 from .runtime import Feature, GroupKind, Groups, P2PKind, ReduceOp, Runtime, Work, has_feature, layout_members
 from .schedule import ACTION_DTYPE, ActionKind, Schedule, ScheduleKind

@@ -13,9 +13,29 @@ import numpy as np
 from ._lib import Handle, _raw, as_float32, as_int32, make_enum, make_struct, out_array, struct_to_dict
 
 Recompute = make_enum("Recompute", "PTDP_RECOMPUTE_", "Activation recomputation (ptdp_recompute).")
+Normalization = make_enum("Normalization", "PTDP_NORMALIZATION_",
+                          "The norm of every norm layer (ptdp_normalization): LAYERNORM or RMSNORM.")
+PositionEmbedding = make_enum("PositionEmbedding", "PTDP_POSITION_EMBEDDING_",
+                              "How positions enter the model (ptdp_position_embedding): LEARNED_ABSOLUTE, ROPE "
+                              "or NONE.")
 
 ParamInfo = namedtuple("ParamInfo", "name shape partition_dim")
 ParamInfo.__doc__ = "A named parameter: global shape, and the dimension split over tensor ranks (-1: none)."
+
+
+def model_presets():
+    """The names of the model presets (``--model-preset`` of ptdp-train and ptdp-plan), in order."""
+    from .training import _text  # imported here: training imports this module
+    return [_text(lambda buffer, i=i: _raw.ptdp_model_preset_name(i, buffer))
+            for i in range(_raw.ptdp_model_preset_count())]
+
+
+def preset_options(name, **fields):
+    """The ``ptdp_gpt_options`` of a named preset (any case) as a dict, with ``fields`` replaced.
+    An unknown name raises :class:`ptdp.InvalidArgumentError` listing the presets."""
+    opts = make_struct("ptdp_gpt_options")
+    _raw.ptdp_gpt_options_from_preset(str(name), opts)
+    return struct_to_dict(make_struct("ptdp_gpt_options", opts, **fields))
 
 
 def pipeline_options(trace_path=None, scatter_gather=None):
@@ -27,19 +47,35 @@ class Model(Handle):
     """This rank's share of a GPT (``ptdp_model``) over ``groups``.
 
     ``options`` is a ``ptdp_gpt_options`` struct or a dict of its fields (for example
-    ``TrainConfig.gpt_options()``); keyword arguments set single fields with Megatron's names
-    (num_layers, hidden_size, num_attention_heads, seq_length, vocab_size, hidden_dropout, ...).
+    ``TrainConfig.gpt_options()``); ``preset`` starts from a named model instead (see
+    :func:`model_presets`); keyword arguments set single fields with Megatron's names
+    (num_layers, hidden_size, num_attention_heads, seq_length, vocab_size, hidden_dropout, ...),
+    the Llama family's included: ``normalization=Normalization.RMSNORM``, ``swiglu=1``,
+    ``position_embedding_type=PositionEmbedding.ROPE``, ``rotary_base``, ``num_query_groups``,
+    ``kv_channels``, ``disable_bias_linear=1``, ``add_qkv_bias``, ``qk_layernorm``,
+    ``use_rope_scaling`` and the rope factors.
     """
 
     _destroy = staticmethod(_raw.ptdp_model_destroy)
 
-    def __init__(self, groups, options=None, **fields):
+    def __init__(self, groups, options=None, preset=None, **fields):
+        if preset is not None:
+            if options is not None:
+                raise TypeError("Model: give options or preset, not both")
+            options = preset_options(preset)
         opts = make_struct("ptdp_gpt_options", options, **fields)
         super().__init__(_raw.ptdp_model_create(groups.handle, opts), groups)
         self.groups = groups
         self.options = struct_to_dict(opts)
         self.seq_length = opts.seq_length
         self.vocab_size = opts.vocab_size
+
+    def get_options(self):
+        """The options the model was built with, its defaults resolved (ptdp_model_get_options),
+        as a dict."""
+        opts = make_struct("ptdp_gpt_options")
+        _raw.ptdp_model_get_options(self.handle, opts)
+        return struct_to_dict(opts)
 
     def _rows(self, tokens, labels, rows=None):
         t = as_int32(tokens, "tokens")

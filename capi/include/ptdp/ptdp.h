@@ -762,7 +762,10 @@ PTDP_API ptdp_status ptdp_work_destroy(ptdp_work work);
 /* ---------------------------------------------------------------------------------------- */
 /** @name GPT model
  *  A GPT-2 (pre-LN, learned positions, GeLU, tied LM head) split over the tensor group of a
- *  ptdp_groups. Parameters are named and shaped as in Megatron-Core's GPT
+ *  ptdp_groups, or with the Llama family's options (RMSNorm, SwiGLU, rotary positions,
+ *  grouped-query attention, no biases, an untied head; ::ptdp_gpt_options), and named presets
+ *  of both families (ptdp_gpt_options_from_preset()). Parameters are named and shaped as in
+ *  Megatron-Core's GPT
  *  (`embedding.word_embeddings.weight` [V_padded, h], `decoder.layers.{i}.self_attention.
  *  linear_qkv.weight` [3h, h], ...), start from a pure function of (seed, name, element index)
  *  and draw dropout masks keyed by (seed, iteration, microbatch, layer, element index), so every
@@ -788,23 +791,46 @@ typedef enum ptdp_attention {
                                    GEMM; the probabilities are kept for the backward. */
 } ptdp_attention;
 
+/** The norm of every norm layer of the model (Megatron's `--normalization`;
+ *  ptdp_gpt_options::normalization). */
+typedef enum ptdp_normalization {
+  PTDP_NORMALIZATION_LAYERNORM = 0, /**< LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias. */
+  PTDP_NORMALIZATION_RMSNORM = 1    /**< RMSNorm: x / sqrt(mean(x^2) + eps) * weight; no bias. */
+} ptdp_normalization;
+
+/** How positions enter the model (Megatron's `--position-embedding-type`;
+ *  ptdp_gpt_options::position_embedding_type). */
+typedef enum ptdp_position_embedding {
+  PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = 0, /**< A learned table
+                                                     `embedding.position_embeddings.weight`
+                                                     [max_position_embeddings, h] added to the
+                                                     word embeddings (GPT-2). */
+  PTDP_POSITION_EMBEDDING_ROPE = 1,             /**< Rotary embeddings applied to each query and
+                                                     key head (Llama); no position table. */
+  PTDP_POSITION_EMBEDDING_NONE = 2              /**< No position information at all. */
+} ptdp_position_embedding;
+
 /** GPT shape and settings, with Megatron-LM's names. Initialise with ptdp_gpt_options_init(). */
 typedef struct ptdp_gpt_options {
   size_t struct_size;                   /**< Set by ptdp_gpt_options_init(). */
   int32_t num_layers;                   /**< Transformer layers; default 2. */
   int32_t hidden_size;                  /**< h; default 64. */
-  int32_t num_attention_heads;          /**< a; must divide h, and t must divide a; default 4. */
-  int32_t ffn_hidden_size;              /**< MLP width; 0 (default) means 4h. */
+  int32_t num_attention_heads;          /**< a; must divide h (unless kv_channels is set), and t
+                                             must divide a; default 4. */
+  int32_t ffn_hidden_size;              /**< MLP width; 0 (default) means 4h, or with swiglu
+                                             Megatron's int(8h / 3 / 64) * 64. */
   int32_t vocab_size;                   /**< V, the true vocabulary; default 256. */
   int32_t make_vocab_size_divisible_by; /**< The vocabulary is padded to a multiple of this times t;
                                              padded rows never change the loss. Default 128. */
   int32_t seq_length;                   /**< s, tokens per sample; default 32. */
-  int32_t max_position_embeddings;      /**< Rows of the position table; 0 (default) means s. */
+  int32_t max_position_embeddings;      /**< Rows of the position table (learned positions),
+                                             at least s; 0 (default) means s. */
   float hidden_dropout;                 /**< Default 0.1. */
   float attention_dropout;              /**< Default 0.1. */
   float init_method_std;                /**< Normal init std; output projections use
                                              std / sqrt(2 * num_layers). Default 0.02. */
-  float layernorm_epsilon;              /**< Default 1e-5. */
+  float layernorm_epsilon;              /**< Epsilon of every norm, LayerNorm or RMSNorm
+                                             (`--norm-epsilon`). Default 1e-5. */
   int32_t untie_embeddings_and_output_weights; /**< 1: a separate `output_layer.weight`. Default 0. */
   ptdp_recompute recompute_granularity; /**< Default ::PTDP_RECOMPUTE_NONE. */
   uint64_t seed;                        /**< Initialisation and dropout seed; default 1234. */
@@ -822,6 +848,53 @@ typedef struct ptdp_gpt_options {
                                              devices. */
   ptdp_attention attention;             /**< How attention is computed; default
                                              ::PTDP_ATTENTION_AUTO. */
+  /* Added after 0.2.0: the Llama family's options, with Megatron-LM's names. Each one's zero means
+   * the GPT's behaviour, so a struct whose bytes from here on are zero (a program built against
+   * an older header, or one that leaves them as ptdp_gpt_options_init() set them) describes
+   * the model it always did. rotary_base comes first because it is 8-byte aligned: it starts
+   * after the 4 bytes of padding that ended 0.2's 88-byte struct, so the uninitialised padding
+   * of a program built against 0.2 is never read as a field. */
+  double rotary_base;                   /**< RoPE's base theta (`--rotary-base`); 0 (default)
+                                             means 10000. Llama 3: 500000. */
+  ptdp_normalization normalization;     /**< Every norm of the model (`--normalization`); default
+                                             ::PTDP_NORMALIZATION_LAYERNORM. */
+  int32_t swiglu;                       /**< 1: a SwiGLU MLP (`--swiglu`): linear_fc1 is
+                                             [2 ffn, h], the gate rows then the up rows, and
+                                             ffn_hidden_size 0 means Megatron's
+                                             int(8h / 3 / 64) * 64. Default 0 (GeLU). */
+  ptdp_position_embedding position_embedding_type; /**< `--position-embedding-type`; default
+                                             ::PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE. */
+  float rotary_percent;                 /**< Share of each head's dims that RoPE rotates
+                                             (`--rotary-percent`), in (0, 1]; 0 (default)
+                                             means 1. The rotated dims must be even. */
+  int32_t use_rope_scaling;             /**< 1: Llama 3.1's frequency scaling of RoPE
+                                             (`--use-rope-scaling`; needs
+                                             ::PTDP_POSITION_EMBEDDING_ROPE). Default 0. */
+  float rope_scaling_factor;            /**< Its factor (`--rope-scaling-factor`), >= 1; 0
+                                             (default) means 8. */
+  float rope_low_freq_factor;           /**< Its low-frequency factor
+                                             (`--rope-scaling-low-freq-factor`); 0 (default)
+                                             means 1. */
+  float rope_high_freq_factor;          /**< Its high-frequency factor, above the low one
+                                             (`--rope-scaling-high-freq-factor`); 0 (default)
+                                             means 4. */
+  int32_t rope_original_max_position_embeddings; /**< The context length the frequencies were
+                                             trained for
+                                             (`--rope-scaling-original-max-position-embeddings`);
+                                             0 (default) means 8192. */
+  int32_t num_query_groups;             /**< Key/value heads g of grouped-query attention
+                                             (`--group-query-attention --num-query-groups g`):
+                                             g divides a and t divides g; 1 is multi-query
+                                             attention. 0 (default) means a (multi-head). */
+  int32_t kv_channels;                  /**< Head dim (`--kv-channels`); 0 (default) means
+                                             h / a. */
+  int32_t disable_bias_linear;          /**< 1: no linear layer has a bias
+                                             (`--disable-bias-linear`). Default 0 (biases). */
+  int32_t add_qkv_bias;                 /**< 1: linear_qkv keeps its bias even with
+                                             disable_bias_linear (`--add-qkv-bias`, Qwen2).
+                                             Default 0. */
+  int32_t qk_layernorm;                 /**< 1: a norm (of the normalization's kind) over each
+                                             query and key head (`--qk-layernorm`). Default 0. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */
@@ -836,6 +909,51 @@ typedef struct ptdp_model_impl* ptdp_model;
 PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options);
 
 /**
+ * @brief Number of named model presets (`--model-preset` of ptdp-train and ptdp-plan): the
+ *        GPT-2 sizes, the GPTs of the paper's Table 1, Llama 3 / 3.2 and Qwen2.5 shapes.
+ * @param[out] count Receives the count; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p count is NULL.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_model_preset_count(int32_t* count);
+
+/**
+ * @brief The name of preset @p index (lower case, e.g. "gpt2-124m", "llama-3.2-1b"), in a fixed
+ *        order.
+ * @param index 0 to ptdp_model_preset_count() - 1.
+ * @param[out] buffer Receives the NUL-terminated name; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives strlen of the name (also when @p capacity is too small); must not
+ *             be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p index out of range, NULL @p length, or @p capacity too
+ *         small (nothing written to @p buffer; @p length tells the size needed).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_model_preset_name(int32_t index, char* buffer, size_t capacity, size_t* length);
+
+/**
+ * @brief Fills @p options with a preset's shape and architecture (vocabulary, layers, heads,
+ *        query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
+ *        (dropout, seed, device, precision, ...) take their defaults. Change fields afterwards
+ *        as needed.
+ * @param name A preset's name, case-insensitive.
+ * @param[in,out] options Its struct_size must be set by the caller (ptdp_gpt_options_init()
+ *        does); the library writes that many bytes at most and sets struct_size to what it
+ *        wrote. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL arguments, an unknown name (the message lists the
+ *         known ones), a struct_size below the first published size, or a preset that needs
+ *         fields beyond the caller's struct_size (named).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_gpt_options_from_preset(const char* name, ptdp_gpt_options* options);
+
+/**
  * @brief Builds this rank's share of a GPT: split over the tensor group of @p groups, and with
  *        pipeline size p and virtual size v, the chunks c = j * p + (pipeline rank) of p * v
  *        equal chunks of layers (round-robin); initialises its parameters.
@@ -846,7 +964,10 @@ PTDP_API ptdp_status ptdp_gpt_options_init(ptdp_gpt_options* options);
  * @retval PTDP_ERR_INVALID_ARGUMENT a config that cannot be built, named with its numbers: a
  *         non-positive size, heads not divisible by t, hidden not divisible by heads, ffn not
  *         divisible by t, seq_length above max_position_embeddings, a dropout outside [0, 1),
- *         or layers that do not split evenly over p * v chunks (named with layers, p and v).
+ *         query groups that do not divide the heads or are not divisible by t, an odd number of
+ *         rotated dims with RoPE, rope scaling without RoPE, an enum value out of range or a
+ *         flag that is not 0 or 1 (named with its field), or layers that do not split evenly
+ *         over p * v chunks (named with layers, p and v).
  * @retval PTDP_ERR_UNSUPPORTED a CUDA model in a build without CUDA.
  * @retval PTDP_ERR_DEVICE a CUDA model on a rank that has no GPU.
  * @par Thread safety
@@ -862,6 +983,22 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
  * @retval PTDP_ERR_INVALID_STATE an optimizer still uses the model (destroy it first).
  */
 PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model);
+
+/**
+ * @brief The options a model was built with, every default resolved (rotary_base 10000 rather
+ *        than 0, and so on; ffn_hidden_size and max_position_embeddings as given).
+ * @param model A live model.
+ * @param[in,out] options Its struct_size must be set by the caller (ptdp_gpt_options_init()
+ *        does); the library writes that many bytes at most and sets struct_size to what it
+ *        wrote. Unchanged on error.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p options, a struct_size below the first
+ *         published size, or a model whose options need fields beyond the caller's
+ *         struct_size (named).
+ * @par Thread safety
+ * No communication.
+ */
+PTDP_API ptdp_status ptdp_model_get_options(ptdp_model model, ptdp_gpt_options* options);
 
 /**
  * @brief Forward and backward of one microbatch; adds the gradients of
@@ -1843,7 +1980,9 @@ PTDP_API ptdp_status ptdp_train_config_to_json(ptdp_train_config config, char* b
                                                size_t* length);
 
 /**
- * @brief The model options of the configuration (`--num-layers`, `--hidden-size`, ...).
+ * @brief The model options of the configuration (`--model-preset`, `--num-layers`,
+ *        `--hidden-size`, ..., `--normalization`, `--swiglu`, `--position-embedding-type`,
+ *        `--group-query-attention`, ...).
  * @param config A live configuration.
  * @param[out] options Receives them, struct_size set; must not be NULL.
  * @retval PTDP_SUCCESS
@@ -2606,6 +2745,26 @@ typedef struct ptdp_plan_options {
   int32_t overlap_grad_reduce;          /**< 1 (default): the data-parallel reduction overlaps the
                                              last microbatch's backward. */
   int32_t top;                          /**< Layouts to keep; default 5. */
+  /* Added after 0.2.0: the model's Llama-family options, meaning what they mean in
+   * ::ptdp_gpt_options (zero: the GPT's behaviour, so a zero tail describes the old model). */
+  double rotary_base;                   /**< As ptdp_gpt_options::rotary_base (0: 10000). */
+  ptdp_normalization normalization;     /**< As ptdp_gpt_options::normalization. */
+  int32_t swiglu;                       /**< As ptdp_gpt_options::swiglu. */
+  ptdp_position_embedding position_embedding_type; /**< As
+                                             ptdp_gpt_options::position_embedding_type. */
+  float rotary_percent;                 /**< As ptdp_gpt_options::rotary_percent (0: 1). */
+  int32_t use_rope_scaling;             /**< As ptdp_gpt_options::use_rope_scaling. */
+  float rope_scaling_factor;            /**< As ptdp_gpt_options::rope_scaling_factor (0: 8). */
+  float rope_low_freq_factor;           /**< As ptdp_gpt_options::rope_low_freq_factor (0: 1). */
+  float rope_high_freq_factor;          /**< As ptdp_gpt_options::rope_high_freq_factor (0: 4). */
+  int32_t rope_original_max_position_embeddings; /**< As
+                                             ptdp_gpt_options::rope_original_max_position_embeddings
+                                             (0: 8192). */
+  int32_t num_query_groups;             /**< As ptdp_gpt_options::num_query_groups (0: a). */
+  int32_t kv_channels;                  /**< As ptdp_gpt_options::kv_channels (0: h / a). */
+  int32_t disable_bias_linear;          /**< As ptdp_gpt_options::disable_bias_linear. */
+  int32_t add_qkv_bias;                 /**< As ptdp_gpt_options::add_qkv_bias. */
+  int32_t qk_layernorm;                 /**< As ptdp_gpt_options::qk_layernorm. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */

@@ -20,7 +20,8 @@ end
 include("libptdp.jl")
 
 export PTDPError, defaults, with, Runtime, Groups, Model, Optimizer, Schedule, Tensor,
-       world, group_rank, group_size, num_params, train_iteration!, train, generate, version
+       world, group_rank, group_size, num_params, train_iteration!, train, generate, version,
+       model_options, model_presets, preset_options
 
 function __init__()
     wanted = get(ENV, "PTDP_LIBRARY", "")
@@ -173,6 +174,49 @@ end
 Model(g::Groups, options::ptdp_gpt_options = defaults(ptdp_gpt_options)) =
     owned(Model(create(ptdp_model_create, ptdp_model, g, Ref(options)), g))
 destroy(::Model, h) = ptdp_model_destroy(h)
+
+"""
+    model_options(model)
+
+The `ptdp_gpt_options` the model was built with, its defaults resolved (`rotary_base` 10000
+rather than 0, and so on).
+"""
+function model_options(m::Model)
+    ref = Ref(defaults(ptdp_gpt_options))  # struct_size set: the library fills that many bytes
+    check(ptdp_model_get_options(m, ref))
+    return ref[]
+end
+
+"""
+    model_presets()
+
+The names of the model presets (`--model-preset` of ptdp-train and ptdp-plan), in order.
+"""
+function model_presets()
+    n = Ref{Int32}(0)
+    check(ptdp_model_preset_count(n))
+    return [preset_name(i) for i in 0:(n[] - 1)]
+end
+
+function preset_name(i::Integer)
+    len = Ref{Csize_t}(0)
+    ptdp_model_preset_name(i, C_NULL, 0, len)  # no room on purpose: it tells the length
+    buffer = Vector{Cchar}(undef, len[] + 1)
+    check(ptdp_model_preset_name(i, buffer, length(buffer), len))
+    return GC.@preserve buffer unsafe_string(pointer(buffer))
+end
+
+"""
+    preset_options(name; fields...)
+
+The `ptdp_gpt_options` of a named preset (any case), with the given fields replaced:
+`Model(groups, preset_options("llama-3.2-1b"; num_layers = 2))`.
+"""
+function preset_options(name::AbstractString; fields...)
+    ref = Ref(defaults(ptdp_gpt_options))
+    check(ptdp_gpt_options_from_preset(name, ref))
+    return with(ref[]; fields...)
+end
 
 function num_params(m::Model)
     n = Ref{Int32}(0)

@@ -392,6 +392,19 @@ const PTDP_ATTENTION_AUTO = ptdp_attention(0)
 const PTDP_ATTENTION_FUSED = ptdp_attention(1)
 const PTDP_ATTENTION_UNFUSED = ptdp_attention(2)
 
+# The norm of every norm layer of the model (Megatron's `--normalization`;
+# ptdp_gpt_options::normalization).
+const ptdp_normalization = Cint
+const PTDP_NORMALIZATION_LAYERNORM = ptdp_normalization(0)
+const PTDP_NORMALIZATION_RMSNORM = ptdp_normalization(1)
+
+# How positions enter the model (Megatron's `--position-embedding-type`;
+# ptdp_gpt_options::position_embedding_type).
+const ptdp_position_embedding = Cint
+const PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = ptdp_position_embedding(0)
+const PTDP_POSITION_EMBEDDING_ROPE = ptdp_position_embedding(1)
+const PTDP_POSITION_EMBEDDING_NONE = ptdp_position_embedding(2)
+
 # GPT shape and settings, with Megatron-LM's names.
 struct ptdp_gpt_options
     struct_size::Csize_t
@@ -413,6 +426,21 @@ struct ptdp_gpt_options
     device::ptdp_device
     precision::ptdp_dtype
     attention::ptdp_attention
+    rotary_base::Cdouble
+    normalization::ptdp_normalization
+    swiglu::Int32
+    position_embedding_type::ptdp_position_embedding
+    rotary_percent::Cfloat
+    use_rope_scaling::Int32
+    rope_scaling_factor::Cfloat
+    rope_low_freq_factor::Cfloat
+    rope_high_freq_factor::Cfloat
+    rope_original_max_position_embeddings::Int32
+    num_query_groups::Int32
+    kv_channels::Int32
+    disable_bias_linear::Int32
+    add_qkv_bias::Int32
+    qk_layernorm::Int32
 end
 
 mutable struct ptdp_model_impl end
@@ -421,6 +449,28 @@ const ptdp_model = Ptr{ptdp_model_impl}
 # Fills @p options with the defaults and sets its struct_size.
 function ptdp_gpt_options_init(options)
     ccall((:ptdp_gpt_options_init, libptdp), ptdp_status, (Ptr{ptdp_gpt_options},), options)
+end
+
+# Number of named model presets (`--model-preset` of ptdp-train and ptdp-plan): the GPT-2 sizes,
+# the GPTs of the paper's Table 1, Llama 3 / 3.2 and Qwen2.5 shapes.
+function ptdp_model_preset_count(count)
+    ccall((:ptdp_model_preset_count, libptdp), ptdp_status, (Ptr{Int32},), count)
+end
+
+# The name of preset @p index (lower case, e.g.
+function ptdp_model_preset_name(index, buffer, capacity, length)
+    ccall((:ptdp_model_preset_name, libptdp), ptdp_status,
+          (Int32, Ptr{Cchar}, Csize_t, Ptr{Csize_t}),
+          index, buffer, capacity, length)
+end
+
+# Fills @p options with a preset's shape and architecture (vocabulary, layers, heads, query
+# groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields (dropout,
+# seed, device, precision, ...) take their defaults.
+function ptdp_gpt_options_from_preset(name, options)
+    ccall((:ptdp_gpt_options_from_preset, libptdp), ptdp_status,
+          (Cstring, Ptr{ptdp_gpt_options}),
+          name, options)
 end
 
 # Builds this rank's share of a GPT: split over the tensor group of @p groups, and with pipeline
@@ -435,6 +485,14 @@ end
 # Releases a model.
 function ptdp_model_destroy(model)
     ccall((:ptdp_model_destroy, libptdp), ptdp_status, (ptdp_model,), model)
+end
+
+# The options a model was built with, every default resolved (rotary_base 10000 rather than 0,
+# and so on; ffn_hidden_size and max_position_embeddings as given).
+function ptdp_model_get_options(model, options)
+    ccall((:ptdp_model_get_options, libptdp), ptdp_status,
+          (ptdp_model, Ptr{ptdp_gpt_options}),
+          model, options)
 end
 
 # Forward and backward of one microbatch; adds the gradients of mean loss * @p grad_scale to the
@@ -912,7 +970,9 @@ function ptdp_train_config_to_json(config, buffer, capacity, length)
           config, buffer, capacity, length)
 end
 
-# The model options of the configuration (`--num-layers`, `--hidden-size`, ...).
+# The model options of the configuration (`--model-preset`, `--num-layers`, `--hidden-size`,
+# ..., `--normalization`, `--swiglu`, `--position-embedding-type`, `--group-query-attention`,
+# ...).
 function ptdp_train_config_gpt_options(config, options)
     ccall((:ptdp_train_config_gpt_options, libptdp), ptdp_status,
           (ptdp_train_config, Ptr{ptdp_gpt_options}),
@@ -1317,6 +1377,21 @@ struct ptdp_plan_options
     scatter_gather::Int32
     overlap_grad_reduce::Int32
     top::Int32
+    rotary_base::Cdouble
+    normalization::ptdp_normalization
+    swiglu::Int32
+    position_embedding_type::ptdp_position_embedding
+    rotary_percent::Cfloat
+    use_rope_scaling::Int32
+    rope_scaling_factor::Cfloat
+    rope_low_freq_factor::Cfloat
+    rope_high_freq_factor::Cfloat
+    rope_original_max_position_embeddings::Int32
+    num_query_groups::Int32
+    kv_channels::Int32
+    disable_bias_linear::Int32
+    add_qkv_bias::Int32
+    qk_layernorm::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().

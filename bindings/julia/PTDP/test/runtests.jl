@@ -62,4 +62,25 @@ using Test
         @test generate(model, Int32[3, 4, 5, 6]; max_new_tokens = 4) == Int32[7, 8, 9, 10]
         foreach(close, (schedule, opt, model, groups, rt))
     end
+
+    @testset "a tiny Llama gives its options back; presets" begin
+        rt = Runtime(defaults(PTDP.ptdp_runtime_options; use_mpi = 0))
+        groups = Groups(rt)
+        llama = defaults(PTDP.ptdp_gpt_options; hidden_size = 32, num_attention_heads = 4, ffn_hidden_size = 48,
+                         vocab_size = 64, seq_length = 16, normalization = PTDP.PTDP_NORMALIZATION_RMSNORM,
+                         swiglu = 1, position_embedding_type = PTDP.PTDP_POSITION_EMBEDDING_ROPE,
+                         rotary_base = 500000, num_query_groups = 2, disable_bias_linear = 1,
+                         untie_embeddings_and_output_weights = 1)
+        model = Model(groups, llama)
+        back = model_options(model)
+        @test back.normalization == PTDP.PTDP_NORMALIZATION_RMSNORM
+        @test back.num_query_groups == 2
+        @test back.rotary_base == 500000
+        @test back.rotary_percent == 1  # 0 given: the default, resolved
+        @test "llama-3.2-1b" in model_presets()
+        @test preset_options("llama-3.2-1b"; num_layers = 2).num_layers == 2
+        @test preset_options("llama-3.2-1b").num_query_groups == 8
+        @test_throws PTDPError preset_options("llama-9")
+        foreach(close, (model, groups, rt))
+    end
 end

@@ -137,6 +137,19 @@ pub const PTDP_ATTENTION_AUTO: ptdp_attention = 0;
 pub const PTDP_ATTENTION_FUSED: ptdp_attention = 1;
 pub const PTDP_ATTENTION_UNFUSED: ptdp_attention = 2;
 
+/// The norm of every norm layer of the model (Megatron's `--normalization`;
+/// ptdp_gpt_options::normalization).
+pub type ptdp_normalization = i32;
+pub const PTDP_NORMALIZATION_LAYERNORM: ptdp_normalization = 0;
+pub const PTDP_NORMALIZATION_RMSNORM: ptdp_normalization = 1;
+
+/// How positions enter the model (Megatron's `--position-embedding-type`;
+/// ptdp_gpt_options::position_embedding_type).
+pub type ptdp_position_embedding = i32;
+pub const PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE: ptdp_position_embedding = 0;
+pub const PTDP_POSITION_EMBEDDING_ROPE: ptdp_position_embedding = 1;
+pub const PTDP_POSITION_EMBEDDING_NONE: ptdp_position_embedding = 2;
+
 /// GPT shape and settings, with Megatron-LM's names.
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -160,6 +173,21 @@ pub struct ptdp_gpt_options {
     pub device: ptdp_device,
     pub precision: ptdp_dtype,
     pub attention: ptdp_attention,
+    pub rotary_base: f64,
+    pub normalization: ptdp_normalization,
+    pub swiglu: i32,
+    pub position_embedding_type: ptdp_position_embedding,
+    pub rotary_percent: f32,
+    pub use_rope_scaling: i32,
+    pub rope_scaling_factor: f32,
+    pub rope_low_freq_factor: f32,
+    pub rope_high_freq_factor: f32,
+    pub rope_original_max_position_embeddings: i32,
+    pub num_query_groups: i32,
+    pub kv_channels: i32,
+    pub disable_bias_linear: i32,
+    pub add_qkv_bias: i32,
+    pub qk_layernorm: i32,
 }
 
 #[repr(C)]
@@ -537,6 +565,21 @@ pub struct ptdp_plan_options {
     pub scatter_gather: i32,
     pub overlap_grad_reduce: i32,
     pub top: i32,
+    pub rotary_base: f64,
+    pub normalization: ptdp_normalization,
+    pub swiglu: i32,
+    pub position_embedding_type: ptdp_position_embedding,
+    pub rotary_percent: f32,
+    pub use_rope_scaling: i32,
+    pub rope_scaling_factor: f32,
+    pub rope_low_freq_factor: f32,
+    pub rope_high_freq_factor: f32,
+    pub rope_original_max_position_embeddings: i32,
+    pub num_query_groups: i32,
+    pub kv_channels: i32,
+    pub disable_bias_linear: i32,
+    pub add_qkv_bias: i32,
+    pub qk_layernorm: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -782,6 +825,23 @@ extern "C" {
     pub fn ptdp_work_destroy(work: ptdp_work) -> ptdp_status;
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_gpt_options_init(options: *mut ptdp_gpt_options) -> ptdp_status;
+    /// Number of named model presets (`--model-preset` of ptdp-train and ptdp-plan): the GPT-2
+    /// sizes, the GPTs of the paper's Table 1, Llama 3 / 3.2 and Qwen2.5 shapes.
+    pub fn ptdp_model_preset_count(count: *mut i32) -> ptdp_status;
+    /// The name of preset @p index (lower case, e.g.
+    pub fn ptdp_model_preset_name(
+        index: i32,
+        buffer: *mut ::std::os::raw::c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> ptdp_status;
+    /// Fills @p options with a preset's shape and architecture (vocabulary, layers, heads,
+    /// query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
+    /// (dropout, seed, device, precision, ...) take their defaults.
+    pub fn ptdp_gpt_options_from_preset(
+        name: *const ::std::os::raw::c_char,
+        options: *mut ptdp_gpt_options,
+    ) -> ptdp_status;
     /// Builds this rank's share of a GPT: split over the tensor group of @p groups, and with
     /// pipeline size p and virtual size v, the chunks c = j * p + (pipeline rank) of p * v
     /// equal chunks of layers (round-robin); initialises its parameters.
@@ -792,6 +852,9 @@ extern "C" {
     ) -> ptdp_status;
     /// Releases a model.
     pub fn ptdp_model_destroy(model: ptdp_model) -> ptdp_status;
+    /// The options a model was built with, every default resolved (rotary_base 10000 rather
+    /// than 0, and so on; ffn_hidden_size and max_position_embeddings as given).
+    pub fn ptdp_model_get_options(model: ptdp_model, options: *mut ptdp_gpt_options) -> ptdp_status;
     /// Forward and backward of one microbatch; adds the gradients of mean loss * @p grad_scale
     /// to the model's gradients.
     pub fn ptdp_model_forward_backward(
@@ -1110,7 +1173,9 @@ extern "C" {
         capacity: usize,
         length: *mut usize,
     ) -> ptdp_status;
-    /// The model options of the configuration (`--num-layers`, `--hidden-size`, ...).
+    /// The model options of the configuration (`--model-preset`, `--num-layers`,
+    /// `--hidden-size`, ..., `--normalization`, `--swiglu`, `--position-embedding-type`,
+    /// `--group-query-attention`, ...).
     pub fn ptdp_train_config_gpt_options(
         config: ptdp_train_config,
         options: *mut ptdp_gpt_options,

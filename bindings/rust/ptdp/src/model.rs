@@ -1,7 +1,7 @@
 //! The GPT model, its optimizer, pipeline schedules and checkpoints.
 use crate::config::TrainConfig;
 use crate::error::{c_string, check, from_buffer, Error, Result};
-use crate::options::{opt_ptr, Action, CheckpointState, GenerateOptions, GptOptions, IterationResult};
+use crate::options::{opt_ptr, Action, CheckpointState, Defaults, GenerateOptions, GptOptions, IterationResult};
 use crate::options::{OptimizerOptions, PipelineOptions, ScheduleCosts};
 use crate::runtime::Groups;
 use crate::sys;
@@ -32,6 +32,14 @@ impl<'g> Model<'g> {
             raw,
             _groups: PhantomData,
         })
+    }
+
+    /// The options the model was built with, its defaults resolved (`rotary_base` 10000 rather
+    /// than 0, and so on).
+    pub fn options(&self) -> Result<GptOptions> {
+        let mut options = GptOptions::defaults();
+        check(unsafe { sys::ptdp_model_get_options(self.raw, &mut options) })?;
+        Ok(options)
     }
 
     /// Forward and backward of one microbatch (no pipeline split); returns its mean loss.
@@ -405,7 +413,6 @@ pub fn checkpoint_save(
 
 /// Loads a checkpoint written by [`checkpoint_save`]; returns its state.
 pub fn checkpoint_load(directory: &str, model: &Model, optimizer: Option<&Optimizer>) -> Result<CheckpointState> {
-    use crate::options::Defaults;
     let dir = c_string("directory", directory)?;
     let mut state = CheckpointState::defaults();
     let optimizer = optimizer.map_or(ptr::null_mut(), |o| o.raw);

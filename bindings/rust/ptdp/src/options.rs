@@ -41,6 +41,33 @@ defaults! {
     CheckpointState = ptdp_checkpoint_state by ptdp_checkpoint_state_init;
 }
 
+/// The names of the model presets (`--model-preset` of ptdp-train and ptdp-plan), in order.
+pub fn model_presets() -> crate::Result<Vec<String>> {
+    let mut count = 0;
+    crate::error::check(unsafe { sys::ptdp_model_preset_count(&mut count) })?;
+    (0..count)
+        .map(|i| {
+            let mut length = 0;
+            // Asks for the length first (a capacity of 0 is too small by design).
+            crate::error::check(unsafe { sys::ptdp_model_preset_name(i, std::ptr::null_mut(), 0, &mut length) }).ok();
+            let mut buffer = vec![0u8; length + 1];
+            crate::error::check(unsafe {
+                sys::ptdp_model_preset_name(i, buffer.as_mut_ptr().cast(), buffer.len(), &mut length)
+            })?;
+            Ok(crate::error::from_buffer(&buffer))
+        })
+        .collect()
+}
+
+/// The options of a named preset (any case): its shape and architecture, the other fields at
+/// their defaults. An unknown name is an error listing the presets.
+pub fn preset_options(name: &str) -> crate::Result<GptOptions> {
+    let name = crate::error::c_string("preset name", name)?;
+    let mut options = GptOptions::defaults();
+    crate::error::check(unsafe { sys::ptdp_gpt_options_from_preset(name.as_ptr(), &mut options) })?;
+    Ok(options)
+}
+
 /// What one training iteration or optimizer step reports (loss, grad norm, lr, ...).
 pub type IterationResult = sys::ptdp_iteration_result;
 /// The driver's settings of a parsed `ptdp-train` command line; its strings belong to the
