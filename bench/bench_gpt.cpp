@@ -3,11 +3,17 @@
 //   1. OpenBLAS's peak: one large square cblas_sgemm, timed in the same run (bench_kernels'
 //      approach). It is the ceiling the model's GFLOP/s is compared with.
 //   2. GptModel::forward_backward of one microbatch per iteration (GPT-2 small by default:
-//      12 layers, h = 768, 12 heads, V = 50257, s = 64, b = 4): ms per iteration (median of the
-//      timed iterations after warm-up), tokens/s = b*s / time, GFLOP/s with the paper's model
-//      FLOPs 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) (Narayanan et al. 2021), and % of (1).
-//      The paper's count ignores recomputation, so a recomputing run is charged the same FLOPs
-//      (the executed FLOPs are printed beside it). Then forward-only iterations
+//      12 layers, h = 768, 12 heads, V = 50257, s = 64, b = 4; or a named model's shape and
+//      architecture with --model-preset, e.g. llama-3.2-1b: RMSNorm, SwiGLU, RoPE, 32 heads in
+//      8 query groups, V = 128256): ms per iteration (median of the timed iterations after
+//      warm-up), tokens/s = b*s / time, GFLOP/s with the model FLOPs of GptConfig::paper_flops,
+//      and % of (1). paper_flops is Megatron-LM's num_floating_point_operations: the paper's
+//      count (Narayanan et al. 2021) with the grouped-query and SwiGLU terms,
+//        12 B s l h^2 ((1 + g/a + s/h) a dh/h + (ffn/h) (3/2 with SwiGLU)) + 6 B s h V,
+//      which for the GPT (g = a, a dh = h, a 4h GeLU MLP) is the paper's
+//        72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+//      The count ignores recomputation, so a recomputing run is charged the same FLOPs (the
+//      executed FLOPs are printed beside it). Then forward-only iterations
 //      (GptModel::forward_loss, dropout on as in training) give a forward/backward split.
 //
 //   3. The whole training step as ptdp-train runs it (train_iteration on a world of one: read
@@ -47,9 +53,11 @@
 #include "core/layers/layer_support.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_config.h"
+#include "core/model/model_presets.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
 #include "core/train/trainer.h"
+#include "kernels/error.h"
 
 namespace {
 
@@ -69,6 +77,9 @@ using ptdp::bench::trim;
 struct Options {
   bool quick = false;
   std::optional<int> layers, hidden, heads, vocab, seq, micro_batch, iters, warmup;
+  std::string preset;                // --model-preset: a named model's shape and architecture
+  std::optional<int> ffn, groups;    // --ffn-hidden-size, --num-query-groups
+  bool swiglu = false, rmsnorm = false, rope = false, no_bias = false, untie = false;
   ptdp::Recompute recompute = ptdp::Recompute::None;
   bool dropout = true;
   int threads = 0;  // 0: leave OpenMP's default
@@ -79,25 +90,61 @@ struct Options {
   ptdp::AttentionImpl attention = ptdp::AttentionImpl::Auto;  // --attention
 };
 
+/// The preset names, comma-separated, broken into lines of at most `width` characters.
+std::string wrapped_preset_names(std::size_t width) {
+  const std::string names = ptdp::model_preset_names();
+  std::string out, line;
+  std::size_t at = 0;
+  while (at < names.size()) {
+    std::size_t end = names.find(", ", at);
+    end = end == std::string::npos ? names.size() : end + 2;
+    const std::string word = names.substr(at, end - at);
+    if (!line.empty() && line.size() + word.size() > width) {
+      out += trim(line) + "\n";
+      line.clear();
+    }
+    line += word;
+    at = end;
+  }
+  return out + line;
+}
+
 void print_help(const char* argv0) {
+  const std::string preset_text =
+      "a named model's shape, architecture, vocabulary and dropout, then\n"
+      "overridden by the flags below; its sequence length is not used\n"
+      "(s is --seq). NAME is one of:\n" + wrapped_preset_names(66);
   ptdp::bench::print_help(
       argv0,
       "Times GptModel::forward_backward of one microbatch per iteration on one rank (CPU\n"
-      "engine) and reports ms/iteration, tokens/s, model GFLOP/s (the paper's\n"
-      "72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), without recomputation) and the ratio to\n"
-      "OpenBLAS's square sgemm peak measured in the same run. Default: GPT-2 small.\n"
+      "engine) and reports ms/iteration, tokens/s, model GFLOP/s and the ratio to OpenBLAS's\n"
+      "square sgemm peak measured in the same run; then the whole training step. Default:\n"
+      "GPT-2 small; --model-preset NAME for a named model (Llama, Qwen2.5, ...), which the\n"
+      "shape and architecture flags then override. Model FLOPs are GptConfig::paper_flops,\n"
+      "Megatron's count 12*B*s*l*h^2*((1 + g/a + s/h)*a*dh/h + (ffn/h)*(3/2 with SwiGLU))\n"
+      "+ 6*B*s*h*V, for the GPT the paper's 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)); without\n"
+      "recomputation.\n"
       "\n"
-      "Options (defaults: full run / --quick):\n",
-      {{"--layers N", "transformer layers (12 / 4)"},
+      "Options (defaults: full run / --quick; with --model-preset the preset's shape, and\n"
+      "--quick only shortens the timing):\n",
+      {{"--model-preset NAME", preset_text.c_str()},
+       {"--layers N", "transformer layers (12 / 4)"},
        {"--hidden N", "hidden size h (768 / 256)"},
-       {"--heads N", "attention heads (12 / 4)"},
+       {"--heads N", "attention heads a (12 / 4)"},
+       {"--num-query-groups N", "key/value heads g of grouped-query attention (a: multi-head)"},
+       {"--ffn-hidden-size N", "MLP width (4h; with --swiglu int(8h/3/64)*64)"},
+       {"--swiglu", "SwiGLU MLP instead of GeLU (Megatron's --swiglu)"},
+       {"--rmsnorm", "RMSNorm instead of LayerNorm (Megatron's --normalization RMSNorm)"},
+       {"--rope", "rotary positions instead of a learned table (--position-embedding-type rope)"},
+       {"--no-bias", "no linear layer has a bias (Megatron's --disable-bias-linear)"},
+       {"--untie-embeddings", "a separate LM head (--untie-embeddings-and-output-weights)"},
        {"--vocab N", "vocabulary size V, padded to a multiple of 128 (50257 / 8192)"},
        {"--seq N", "sequence length s (64 / 64)"},
        {"--micro-batch N", "microbatch size b (4 / 4)"},
        {"--iters N", "timed iterations (20 / 10); as many forward-only ones follow"},
        {"--warmup N", "untimed warm-up iterations first (2 / 2; forward-only: 1)"},
        {"--recompute MODE", "none | full | selective (Megatron's --recompute-granularity; none)"},
-       {"--no-dropout", "hidden and attention dropout 0 (default 0.1, Megatron's)"},
+       {"--no-dropout", "hidden and attention dropout 0 (default 0.1, Megatron's; a preset's own)"},
        {"--quick", "a much smaller model and shorter timing (whole run < 20 s)"},
        {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"},
        {"--device cpu|cuda", "where the model runs (cpu); cuda: GPU 0, no sgemm peak run"},
@@ -113,6 +160,25 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       o.quick = true;
     } else if (arg == "--no-dropout") {
       o.dropout = false;
+    } else if (arg == "--model-preset") {
+      if (!args.require_value(o.preset, exit_code)) return false;
+      if (!ptdp::find_model_preset(o.preset))
+        return args.fail(exit_code, "--model-preset '" + o.preset + "' is not a preset; the presets are " +
+                                        ptdp::model_preset_names());
+    } else if (arg == "--swiglu") {
+      o.swiglu = true;
+    } else if (arg == "--rmsnorm") {
+      o.rmsnorm = true;
+    } else if (arg == "--rope") {
+      o.rope = true;
+    } else if (arg == "--no-bias") {
+      o.no_bias = true;
+    } else if (arg == "--untie-embeddings") {
+      o.untie = true;
+    } else if (arg == "--num-query-groups") {
+      return args.int_value(o.groups, 1, exit_code);
+    } else if (arg == "--ffn-hidden-size") {
+      return args.int_value(o.ffn, 1, exit_code);
     } else if (arg == "--layers") {
       return args.int_value(o.layers, 1, exit_code);
     } else if (arg == "--hidden") {
@@ -246,13 +312,37 @@ class Bench {
  public:
   explicit Bench(Options o) : o_(std::move(o)) {
     const bool q = o_.quick;
-    cfg_.num_layers = o_.layers.value_or(q ? 4 : 12);
-    cfg_.hidden_size = o_.hidden.value_or(q ? 256 : 768);
-    cfg_.num_attention_heads = o_.heads.value_or(q ? 4 : 12);
-    cfg_.vocab_size = o_.vocab.value_or(q ? 8192 : 50257);
+    if (!o_.preset.empty()) {
+      // The preset's shape, architecture, vocabulary and dropout; the flags override them. Its
+      // training length (8192 for Llama 3) is not used: s is --seq, as for the default model.
+      const std::optional<ptdp::ModelPreset> preset = ptdp::find_model_preset(o_.preset);
+      if (!preset) ptdp::throw_error(ptdp::ErrorCode::InvalidArgument, "no model preset named '" + o_.preset + "'");
+      preset_ = *preset;
+      cfg_ = preset->config;
+      cfg_.num_layers = o_.layers.value_or(cfg_.num_layers);
+      cfg_.hidden_size = o_.hidden.value_or(cfg_.hidden_size);
+      cfg_.num_attention_heads = o_.heads.value_or(cfg_.num_attention_heads);
+      cfg_.vocab_size = o_.vocab.value_or(cfg_.vocab_size);
+    } else {
+      cfg_.num_layers = o_.layers.value_or(q ? 4 : 12);
+      cfg_.hidden_size = o_.hidden.value_or(q ? 256 : 768);
+      cfg_.num_attention_heads = o_.heads.value_or(q ? 4 : 12);
+      cfg_.vocab_size = o_.vocab.value_or(q ? 8192 : 50257);
+      cfg_.hidden_dropout = 0.1f;
+      cfg_.attention_dropout = 0.1f;
+    }
     cfg_.seq_length = o_.seq.value_or(64);
-    cfg_.hidden_dropout = o_.dropout ? 0.1f : 0.0f;
-    cfg_.attention_dropout = o_.dropout ? 0.1f : 0.0f;
+    if (!o_.dropout) {
+      cfg_.hidden_dropout = 0.0f;
+      cfg_.attention_dropout = 0.0f;
+    }
+    if (o_.groups) cfg_.num_query_groups = *o_.groups;
+    if (o_.ffn) cfg_.ffn_hidden_size = *o_.ffn;
+    if (o_.swiglu) cfg_.swiglu = true;
+    if (o_.rmsnorm) cfg_.normalization = ptdp::Normalization::RMSNorm;
+    if (o_.rope) cfg_.position_embedding = ptdp::PositionEmbedding::Rope;
+    if (o_.no_bias) cfg_.add_bias_linear = false;
+    if (o_.untie) cfg_.tie_embeddings = false;
     cfg_.recompute = o_.recompute;
     cfg_.precision = o_.precision;
     cfg_.attention = o_.attention;
@@ -289,6 +379,7 @@ class Bench {
 
  private:
   Options o_;
+  std::optional<ptdp::ModelPreset> preset_;  // --model-preset
   ptdp::GptConfig cfg_;
   int b_ = 4, iters_ = 20, warmup_ = 2, peak_n_ = 4096, peak_runs_ = 5;
 
@@ -311,23 +402,86 @@ class Bench {
   bool ok_ = true;
 
   int64_t tokens() const { return static_cast<int64_t>(b_) * cfg_.seq_length; }
+  /// The model FLOPs of one iteration: GptConfig::paper_flops, the one place ptdp counts them.
   double model_flops() const { return cfg_.paper_flops(b_); }
-  /// The logits layer's share of the model FLOPs: 72 B s l h^2 * V/(12 l h) = 6 B s h V.
+  /// The logits layer's term of the model FLOPs, 6 B s h V (for the GPT the paper's
+  /// 72 B s l h^2 * V/(12 l h)).
   double logit_flops() const {
     return 6.0 * static_cast<double>(tokens()) * cfg_.hidden_size * cfg_.vocab_size;
   }
   /// FLOPs the recomputation adds on top of the model FLOPs: full re-runs every layer's
-  /// forward (24 B s h^2 + 4 B s^2 h per layer, i.e. the paper's 96 instead of 72 for the
-  /// layers); selective re-runs the Q K^T GEMM (2 B s^2 h per layer).
+  /// forward (paper_flops' own executed count, 16 instead of 12 for the layer terms);
+  /// selective re-runs the Q K^T GEMM (2 B s^2 a dh per layer).
   double recompute_flops() const {
-    const double t = static_cast<double>(tokens()), h = cfg_.hidden_size, s = cfg_.seq_length,
-                 l = cfg_.num_layers;
+    const double t = static_cast<double>(tokens()), s = cfg_.seq_length, l = cfg_.num_layers,
+                 width = static_cast<double>(cfg_.attention_width());
     switch (cfg_.recompute) {
-      case ptdp::Recompute::Full: return l * (24.0 * t * h * h + 4.0 * t * s * h);
-      case ptdp::Recompute::Selective: return l * 2.0 * t * s * h;
+      case ptdp::Recompute::Full: return cfg_.paper_flops(b_, true) - cfg_.paper_flops(b_);
+      case ptdp::Recompute::Selective: return l * 2.0 * t * s * width;
       case ptdp::Recompute::None: break;
     }
     return 0.0;
+  }
+  /// Whether the model has the paper's GPT shape (multi-head, a dh = h, a 4h GeLU MLP), for
+  /// which paper_flops is the paper's 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+  bool paper_shape() const {
+    return cfg_.query_groups() == cfg_.num_attention_heads && cfg_.attention_width() == cfg_.hidden_size &&
+           !cfg_.swiglu && cfg_.ffn() == 4 * cfg_.hidden_size;
+  }
+  /// The formula paper_flops evaluates for this model, as printed and written to the JSON.
+  std::string flops_formula() const {
+    if (paper_shape()) return "72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h))";
+    return std::string("12*B*s*l*h^2*((1 + g/a + s/h)*a*dh/h + ") + (cfg_.swiglu ? "(3/2)*ffn/h" : "ffn/h") +
+           ") + 6*B*s*h*V";
+  }
+  /// The model's architecture in words: norm, MLP, positions, attention, biases.
+  std::string architecture() const {
+    std::string s = ptdp::normalization_name(cfg_.normalization);
+    s += cfg_.swiglu ? ", SwiGLU MLP" : ", GeLU MLP";
+    if (cfg_.rope()) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, ", RoPE (base %g", static_cast<double>(cfg_.rotary_base));
+      s += buf;
+      if (cfg_.rotary_percent < 1.0f) s += ", " + std::to_string(cfg_.rotary_dim()) + " of each head's dims";
+      if (cfg_.rope_scaling.enabled) {
+        std::snprintf(buf, sizeof buf, ", Llama 3.1 scaling x%g", static_cast<double>(cfg_.rope_scaling.factor));
+        s += buf;
+      }
+      s += ")";
+    } else {
+      s += cfg_.learned_positions() ? ", learned positions" : ", no positions";
+    }
+    if (cfg_.query_groups() == cfg_.num_attention_heads) {
+      s += ", multi-head attention";
+    } else {
+      s += ", grouped-query attention (" + std::to_string(cfg_.num_attention_heads) + " heads in " +
+           std::to_string(cfg_.query_groups()) + " groups of " + std::to_string(cfg_.queries_per_group()) + ")";
+    }
+    if (cfg_.qk_layernorm) s += ", q/k norms";
+    s += cfg_.add_bias_linear ? ", biases" : cfg_.add_qkv_bias ? ", a qkv bias only" : ", no biases";
+    return s;
+  }
+
+  /// The shape and architecture flags given on top of --model-preset, as typed.
+  std::string overrides() const {
+    std::string s;
+    const auto add = [&s](const std::string& flag) { s += (s.empty() ? "" : " ") + flag; };
+    const auto number = [&](const char* flag, const std::optional<int>& v) {
+      if (v) add(std::string(flag) + " " + std::to_string(*v));
+    };
+    number("--layers", o_.layers);
+    number("--hidden", o_.hidden);
+    number("--heads", o_.heads);
+    number("--num-query-groups", o_.groups);
+    number("--ffn-hidden-size", o_.ffn);
+    number("--vocab", o_.vocab);
+    if (o_.swiglu) add("--swiglu");
+    if (o_.rmsnorm) add("--rmsnorm");
+    if (o_.rope) add("--rope");
+    if (o_.no_bias) add("--no-bias");
+    if (o_.untie) add("--untie-embeddings");
+    if (!o_.dropout) add("--no-dropout");
+    return s;
   }
 
   const char* contended_mark(const Stats& st) {
@@ -417,17 +571,28 @@ class Bench {
     const int64_t params = cfg_.parameter_count(1);
     const double gib = 1024.0 * 1024.0 * 1024.0;
     std::printf("2. GptModel forward+backward, one microbatch per iteration\n");
-    std::printf("   model      : %d layers, hidden %d, %d heads (head dim %d), ffn %d, vocab %d "
-                "(padded %" PRId64 "), seq %d, tied embeddings\n",
-                cfg_.num_layers, cfg_.hidden_size, cfg_.num_attention_heads, cfg_.head_dim(),
-                cfg_.ffn(), cfg_.vocab_size, cfg_.padded_vocab(1), cfg_.seq_length);
-    std::printf("   parameters : %s (GptConfig::parameter_count: padded vocabulary, %d position "
-                "rows; fp32 params + grads %.2f GiB)\n",
-                grouped(params).c_str(), cfg_.max_positions(),
-                8.0 * static_cast<double>(params) / gib);
+    if (preset_) {
+      std::printf("   preset     : %s, %s%s\n", preset_->name.c_str(), preset_->description.c_str(),
+                  overrides().empty() ? "" : ("; overridden: " + overrides()).c_str());
+    }
+    std::string groups;
+    if (cfg_.query_groups() != cfg_.num_attention_heads)
+      groups = " in " + std::to_string(cfg_.query_groups()) + " query groups";
+    std::printf("   model      : %d layers, hidden %d, %d heads (head dim %d)%s, ffn %d, vocab %d "
+                "(padded %" PRId64 "), seq %d, %s embeddings\n",
+                cfg_.num_layers, cfg_.hidden_size, cfg_.num_attention_heads, cfg_.head_dim(), groups.c_str(),
+                cfg_.ffn(), cfg_.vocab_size, cfg_.padded_vocab(1), cfg_.seq_length,
+                cfg_.tie_embeddings ? "tied" : "untied");
+    std::printf("   layer      : %s\n", architecture().c_str());
+    const std::string positions =
+        cfg_.learned_positions() ? std::to_string(cfg_.max_positions()) + " position rows" : "no position table";
+    std::printf("   parameters : %s (GptConfig::parameter_count: padded vocabulary, %s; fp32 params "
+                "+ grads %.2f GiB)\n",
+                grouped(params).c_str(), positions.c_str(), 8.0 * static_cast<double>(params) / gib);
     std::printf("   microbatch : b = %d, %" PRId64 " tokens per iteration\n", b_, tokens());
     std::printf("   dropout    : hidden %.2g, attention %.2g%s\n", cfg_.hidden_dropout,
-                cfg_.attention_dropout, o_.dropout ? " (Megatron's default)" : " (--no-dropout)");
+                cfg_.attention_dropout,
+                !o_.dropout ? " (--no-dropout)" : preset_ ? " (the preset's)" : " (Megatron's default)");
     std::printf("   recompute  : %s\n", ptdp::recompute_name(cfg_.recompute));
     std::printf("   timing     : %d warm-up + %d timed iterations of forward_backward (gradients "
                 "zeroed, untimed,\n"
@@ -627,11 +792,20 @@ class Bench {
     }
     std::printf("   %s\n", std::string(90, '-').c_str());
     const double logits = logit_flops();
-    std::printf("   model FLOPs per iteration: %.2f GFLOP = 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) "
-                "with B*s = %" PRId64 "\n",
-                f * 1e-9, tokens());
-    std::printf("     (the paper's count, the same with or without recomputation; forward = 1/3, "
-                "backward = 2/3 of it)\n");
+    std::printf("   model FLOPs per iteration: %.2f GFLOP = %s with B*s = %" PRId64 "\n", f * 1e-9,
+                flops_formula().c_str(), tokens());
+    if (paper_shape()) {
+      std::printf("     (the paper's count, the same with or without recomputation; forward = 1/3, "
+                  "backward = 2/3 of it)\n");
+    } else {
+      std::printf("     (GptConfig::paper_flops: Megatron's num_floating_point_operations, the paper's count "
+                  "with its\n"
+                  "     grouped-query and SwiGLU terms; here a = %d, g = %d, dh = %d, ffn = %d%s; the same "
+                  "with or\n"
+                  "     without recomputation; forward = 1/3, backward = 2/3 of it)\n",
+                  cfg_.num_attention_heads, cfg_.query_groups(), cfg_.head_dim(), cfg_.ffn(),
+                  cfg_.swiglu ? ", SwiGLU" : ", GeLU");
+    }
     std::printf("     transformer layers %.1f%%, logits layer (6*B*s*h*V) %.1f%%\n",
                 100.0 * (f - logits) / f, 100.0 * logits / f);
     if (cfg_.recompute != ptdp::Recompute::None) {
@@ -703,10 +877,18 @@ class Bench {
     s += "  \"openblas_core\": \"" + json_escape(blas_core_) + "\",\n";
     s += "  \"openblas_parallel\": \"" + json_escape(blas_parallel_) + "\",\n";
     s += "  \"load_average_1min\": " + (load1_ >= 0.0 ? json_number(load1_) : "null") + ",\n";
+    s += "  \"model_preset\": " + (preset_ ? "\"" + json_escape(preset_->name) + "\"" : std::string("null")) + ",\n";
     s += "  \"config\": {\"num_layers\": " + std::to_string(cfg_.num_layers) +
          ", \"hidden_size\": " + std::to_string(cfg_.hidden_size) +
          ", \"num_attention_heads\": " + std::to_string(cfg_.num_attention_heads) +
+         ", \"num_query_groups\": " + std::to_string(cfg_.query_groups()) +
+         ", \"head_dim\": " + std::to_string(cfg_.head_dim()) +
          ", \"ffn_hidden_size\": " + std::to_string(cfg_.ffn()) +
+         ", \"normalization\": \"" + ptdp::normalization_name(cfg_.normalization) +
+         "\", \"swiglu\": " + (cfg_.swiglu ? "true" : "false") +
+         ", \"position_embedding\": \"" + ptdp::position_embedding_name(cfg_.position_embedding) +
+         "\", \"add_bias_linear\": " + (cfg_.add_bias_linear ? "true" : "false") +
+         ", \"tie_embeddings\": " + (cfg_.tie_embeddings ? "true" : "false") +
          ", \"vocab_size\": " + std::to_string(cfg_.vocab_size) +
          ", \"padded_vocab\": " + std::to_string(cfg_.padded_vocab(1)) +
          ", \"seq_length\": " + std::to_string(cfg_.seq_length) +
@@ -718,7 +900,7 @@ class Bench {
     s += "  \"tokens_per_iteration\": " + std::to_string(tokens()) + ",\n";
     s += "  \"warmup\": " + std::to_string(warmup_) + ",\n";
     s += "  \"iters\": " + std::to_string(iters_) + ",\n";
-    s += "  \"flops_formula\": \"72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), without recomputation\",\n";
+    s += "  \"flops_formula\": \"" + flops_formula() + ", without recomputation (GptConfig::paper_flops)\",\n";
     s += "  \"model_flops_per_iteration\": " + json_number(flops) + ",\n";
     s += "  \"executed_flops_per_iteration\": " + json_number(flops + recompute_flops()) + ",\n";
     s += "  \"sgemm_peak\": {\"n\": " + std::to_string(peak_n_) + ", " +

@@ -18,24 +18,32 @@
 //
 // 2. The fused causal attention kernels (kernels/cuda/flash_attention.cuh) in bf16 at s=1024,
 //    b=8 for the attention shapes of the same models: 124M (12 heads, dh 64), 350M (16 heads,
-//    dh 64) and 1.3B (16 heads, dh 128), forward and backward, in TFLOP/s of the causal work:
-//    forward 2 * 2 * b * heads * s^2 * dh / 2 (QK^T and PV below the diagonal), backward 2.5x.
+//    dh 64) and 1.3B (16 heads, dh 128), and at s=2048, b=4 for Llama-3.2-1B's grouped-query
+//    attention (32 query heads sharing 8 key/value heads, dh 64; AttentionDesc::groups),
+//    forward and backward, in TFLOP/s of the causal work: forward 2 * 2 * b * heads * s^2 *
+//    dh / 2 (QK^T and PV below the diagonal, heads = query heads), backward 2.5x.
 //
-// 3. Training: whole iterations of the three models (V=50257, s=1024, b=8 or --train-batch;
-//    bf16 unless --train-precision says f16 or f32) through the public C API (libptdp), as a
-//    user program would run them: a runtime of one process without MPI, default groups, the
-//    GPT on the GPU (attention AUTO: the flash kernel), AdamW (lr 1e-4; f16 with a constant
-//    loss scale of 1024) and a 1F1B schedule with p = m = v = 1, then ptdp_train_iteration on
-//    random token ids with next-token labels, 2 warm-up and --train-iters timed iterations.
-//    ptdp_train_iteration returns the loss on the host, so each call is timed with the wall
-//    clock (the optimizer's last update kernels may still run when it returns; they delay the
-//    next call, so in the steady state every timed call holds one iteration's work). Reports
-//    ms/iteration (median and best), tokens/s, model TFLOP/s with the paper's count
-//    72 B s l h^2 (1 + s/(6h) + V/(12 l h)) per iteration (Narayanan et al. 2021; from
-//    ptdp_gpt_flops), MFU against 989 TFLOP/s (bf16/f16) or 67 (f32), the first and
-//    last loss, and the device memory the case took (cudaMemGetInfo before and after:
-//    ptdp_memory_stats counts host memory only). Every handle is destroyed before the next
-//    model is built. A failing call or a non-finite loss makes the exit status 1.
+// 3. Training: whole iterations of the three GPTs (V=50257, s=1024, b=8 or --train-batch) and
+//    of Llama-3.2-1B (ptdp_gpt_options_from_preset("llama-3.2-1b"): 16 layers, h 2048, 32
+//    heads in 8 query groups, SwiGLU ffn 8192, RMSNorm, RoPE with Llama 3.2's scaling, no
+//    biases, V=128256, tied; at s=2048, b=4 or --train-batch), bf16 unless --train-precision
+//    says f16 or f32, through the public C API (libptdp), as a user program would run them: a
+//    runtime of one process without MPI, default groups, the model on the GPU (attention AUTO:
+//    the flash kernel), AdamW (lr 1e-4; f16 with a constant loss scale of 1024) and a 1F1B
+//    schedule with p = m = v = 1, then ptdp_train_iteration on random token ids with next-token
+//    labels, 2 warm-up and --train-iters timed iterations. ptdp_train_iteration returns the
+//    loss on the host, so each call is timed with the wall clock (the optimizer's last update
+//    kernels may still run when it returns; they delay the next call, so in the steady state
+//    every timed call holds one iteration's work). Reports ms/iteration (median and best),
+//    tokens/s, model TFLOP/s with the library's one count of the model FLOPs per iteration
+//    (ptdp_gpt_flops on the options the model was built from: Megatron-LM's
+//    num_floating_point_operations, i.e. the paper's 72 B s l h^2 (1 + s/(6h) + V/(12 l h))
+//    (Narayanan et al. 2021) for the GPTs, with the grouped-query and SwiGLU terms for Llama:
+//    12 B s l h^2 ((1 + g/a + s/h) a dh/h + (3/2) ffn/h) + 6 B s h V), MFU against 989
+//    TFLOP/s (bf16/f16) or 67 (f32), the first and last loss, and the device memory the case
+//    took (cudaMemGetInfo before and after: ptdp_memory_stats counts host memory only). Every
+//    handle is destroyed before the next model is built. A failing call or a non-finite loss
+//    makes the exit status 1.
 //
 // GEMMs and attention are timed with CUDA events around a loop of calls on one stream, after
 // one warm-up call; the loop length is calibrated so one run lasts at least min_time; the
@@ -75,12 +83,17 @@ constexpr double kPeakFp32 = 67.0, kPeakTf32 = 494.0, kPeakBf16 = 989.0;  // H20
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
 
 struct Options : ptdp::bench::CaseOptions {
-  int train_batch = 0;                           // --train-batch; 0: 8, quick 4
+  int train_batch = 0;                           // --train-batch; 0: 8, quick 4 (Llama: 4)
+  bool train_batch_given = false;                // --train-batch also sets the Llama case's b
   int train_iters = 0;                           // --train-iters; 0: 10, quick 3
   ptdp_dtype train_precision = PTDP_DTYPE_BF16;  // --train-precision
 };
 
 constexpr int kTrainWarmup = 2;  // untimed iterations before the timed ones
+// The Llama case: Llama-3.2-1B's preset at s = 2048, b = 4 (the GPT cases' 8192 tokens per
+// iteration at b = 8), unless --train-batch says otherwise.
+constexpr const char* kLlamaPreset = "llama-3.2-1b";
+constexpr int32_t kLlamaSeq = 2048, kLlamaBatch = 4;
 
 void print_help(const char* argv0) {
   ptdp::bench::print_help(
@@ -88,9 +101,11 @@ void print_help(const char* argv0) {
       "cuBLASLt GEMM throughput (TFLOP/s and fraction of the H200's peak) in fp32, tf32 and\n"
       "bf16 at the GEMM shapes of GPT 124M, 350M and 1.3B (s=1024, b=4 and 8): every GEMM of a\n"
       "transformer layer forward and backward, and the attention score/context batches; then the\n"
-      "fused causal attention kernels forward and backward in bf16 (s=1024, b=8); then whole\n"
-      "training iterations of the three models through the C API (ptdp_train_iteration; s=1024,\n"
-      "V=50257): ms/iteration, tokens/s, model TFLOP/s, MFU, losses and device memory.\n"
+      "fused causal attention kernels forward and backward in bf16 (s=1024, b=8; and Llama-3.2-1B's\n"
+      "grouped-query attention at s=2048, b=4); then whole training iterations of the three GPTs\n"
+      "(s=1024, V=50257) and of Llama-3.2-1B (its preset, s=2048) through the C API\n"
+      "(ptdp_train_iteration): ms/iteration, tokens/s, model TFLOP/s (ptdp_gpt_flops), MFU,\n"
+      "losses and device memory.\n"
       "\n"
       "Options:\n",
       {{"--quick",
@@ -99,14 +114,17 @@ void print_help(const char* argv0) {
        {"--filter SUBSTR",
         "run only cases whose name contains SUBSTR (names look like\n"
         "124M/b4/fc1.wgrad, 1.3B/b8/attn.score, 350M/b8/attn.flash.bwd,\n"
-        "1.3B/b8/train; 'train' selects the training cases only)"},
+        "llama-3.2-1b/b4/attn.flash.fwd, 1.3B/b8/train, llama-3.2-1b/b4/train;\n"
+        "'train' selects the training cases only, 'llama' the Llama ones)"},
        {"--runs N",
         "timed runs per GEMM/attention case (default 5, quick 3); the median\n"
         "is reported"},
        {"--min-time S",
         "seconds each GEMM/attention run lasts at least (default 0.1,\n"
         "quick 0.02)"},
-       {"--train-batch N", "micro-batch size b of the training cases (default 8, quick 4)"},
+       {"--train-batch N",
+        "micro-batch size b of the training cases (default 8, quick 4;\n"
+        "the Llama case at s=2048: 4)"},
        {"--train-iters N",
         "timed training iterations after 2 warm-up ones (default 10,\n"
         "quick 3)"},
@@ -153,6 +171,7 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
   }
   if (o.runs == 0) o.runs = o.quick ? 3 : 5;
   if (o.min_time < 0.0) o.min_time = o.quick ? 0.02 : 0.1;
+  o.train_batch_given = o.train_batch != 0;
   if (o.train_batch == 0) o.train_batch = o.quick ? 4 : 8;
   if (o.train_iters == 0) o.train_iters = o.quick ? 3 : 10;
   return true;
@@ -231,12 +250,13 @@ std::vector<Case> make_cases(const Options& o) {
 
 // ---- fused attention cases ---------------------------------------------------------------------
 
-/// One pass of the fused causal attention over [s, b, heads, 3, dh] bf16 activations.
+/// One pass of the fused causal attention over [s, b, groups, heads/groups + 2, dh] bf16
+/// activations ([s, b, heads, 3, dh] for multi-head attention, groups = heads).
 struct AttnCase {
   std::string name;  // 1.3B/b8/attn.flash.fwd
   std::string model;
   int b = 0;
-  int64_t s = 0, heads = 0, dh = 0;
+  int64_t s = 0, heads = 0, groups = 0, dh = 0;  // heads: query heads; groups: key/value heads
   bool backward = false;
   /// The causal work: two [s, s, dh] products per (batch, head) pair, half of them masked;
   /// the backward's five products (two of them recomputing the forward's) count 2.5x.
@@ -250,21 +270,26 @@ struct AttnCase {
 std::vector<AttnCase> make_attention_cases(const Options& o) {
   struct Shape {
     const char* name;
-    int64_t heads, dh;
+    int64_t heads, groups, dh, s;
+    int b;
   };
-  const Shape shapes[] = {{"124M", 12, 64}, {"350M", 16, 64}, {"1.3B", 16, 128}};
+  const Shape shapes[] = {{"124M", 12, 12, 64, 1024, 8},
+                          {"350M", 16, 16, 64, 1024, 8},
+                          {"1.3B", 16, 16, 128, 1024, 8},
+                          {kLlamaPreset, 32, 8, 64, kLlamaSeq, kLlamaBatch}};
   std::vector<AttnCase> out;
   for (const Shape& sh : shapes) {
     if (o.quick && std::string(sh.name) != "124M") continue;
     for (const bool backward : {false, true}) {
       AttnCase c;
       c.model = sh.name;
-      c.b = 8;
-      c.s = 1024;
+      c.b = sh.b;
+      c.s = sh.s;
       c.heads = sh.heads;
+      c.groups = sh.groups;
       c.dh = sh.dh;
       c.backward = backward;
-      c.name = std::string(sh.name) + "/b8/attn.flash." + (backward ? "bwd" : "fwd");
+      c.name = std::string(sh.name) + "/b" + std::to_string(sh.b) + "/attn.flash." + (backward ? "bwd" : "fwd");
       if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
     }
   }
@@ -273,47 +298,69 @@ std::vector<AttnCase> make_attention_cases(const Options& o) {
 
 // ---- training cases ----------------------------------------------------------------------------
 
-/// Whole training iterations of one GPT shape through the C API.
+/// Whole training iterations of one model through the C API.
 struct TrainCase {
-  std::string name;  // 1.3B/b8/train
-  std::string model;
-  int32_t layers = 0, hidden = 0, heads = 0, vocab = 50257, seq = 1024, b = 0;
-  ptdp_dtype precision = PTDP_DTYPE_BF16;
-  int64_t tokens() const { return static_cast<int64_t>(b) * seq; }
-  /// The paper's model FLOPs of one iteration (one microbatch of b sequences), from the
-  /// library's one copy of the formula: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
+  std::string name;    // 1.3B/b8/train, llama-3.2-1b/b4/train
+  std::string model;   // 1.3B, llama-3.2-1b
+  std::string preset;  // the ptdp_gpt_options_from_preset name; empty for the GPTs
+  /// The model exactly as ptdp_model_create gets it (device and precision included), so the
+  /// FLOPs below are counted for the model that runs.
+  ptdp_gpt_options options{};
+  std::string error;  // set when the options could not be made: the case fails with it
+  int32_t b = 0;
+  int64_t tokens() const { return static_cast<int64_t>(b) * options.seq_length; }
+  /// The model FLOPs of one iteration (one microbatch of b sequences), from the library's one
+  /// count (ptdp_gpt_flops, i.e. GptConfig::paper_flops: the paper's 72 B s l h^2 (1 + s/(6h) +
+  /// V/(12 l h)) for a GPT, with Megatron's grouped-query and SwiGLU terms for Llama); 0 when
+  /// the library refuses the options.
   double flops() const {
-    ptdp_gpt_options o;
-    ptdp_gpt_options_init(&o);
-    o.num_layers = layers;
-    o.hidden_size = hidden;
-    o.num_attention_heads = heads;
-    o.vocab_size = vocab;
-    o.seq_length = seq;
     double model = 0.0;
-    return ptdp_gpt_flops(&o, b, &model, nullptr) == PTDP_SUCCESS ? model : 0.0;
+    return ptdp_gpt_flops(&options, b, &model, nullptr) == PTDP_SUCCESS ? model : 0.0;
   }
+  ptdp_dtype precision() const { return options.precision; }
   /// The dense peak MFU is measured against: 989 TFLOP/s for bf16/f16 tensor cores, 67 for the
   /// exact fp32 the f32 engine computes in.
-  double peak_tflops() const { return precision == PTDP_DTYPE_F32 ? kPeakFp32 : kPeakBf16; }
+  double peak_tflops() const { return precision() == PTDP_DTYPE_F32 ? kPeakFp32 : kPeakBf16; }
 };
 
 std::vector<TrainCase> make_train_cases(const Options& o) {
   struct Shape {
     const char* name;
+    const char* preset;  // nullptr: a GPT of the shape below (V = 50257, s = 1024)
     int32_t layers, hidden, heads;
   };
-  const Shape shapes[] = {{"124M", 12, 768, 12}, {"350M", 24, 1024, 16}, {"1.3B", 24, 2048, 16}};
+  const Shape shapes[] = {{"124M", nullptr, 12, 768, 12},
+                          {"350M", nullptr, 24, 1024, 16},
+                          {"1.3B", nullptr, 24, 2048, 16},
+                          {kLlamaPreset, kLlamaPreset, 0, 0, 0}};
   std::vector<TrainCase> out;
   for (const Shape& sh : shapes) {
     if (o.quick && std::string(sh.name) != "124M") continue;
     TrainCase c;
     c.model = sh.name;
-    c.layers = sh.layers;
-    c.hidden = sh.hidden;
-    c.heads = sh.heads;
-    c.b = o.train_batch;
-    c.precision = o.train_precision;
+    ptdp_gpt_options_init(&c.options);
+    if (sh.preset != nullptr) {
+      // The preset's shape and architecture at s = 2048 (not its 8192), without dropout as
+      // Llama trains.
+      c.preset = sh.preset;
+      if (ptdp_gpt_options_from_preset(sh.preset, &c.options) != PTDP_SUCCESS) {
+        c.error = std::string("ptdp_gpt_options_from_preset: ") + ptdp_last_error();
+      }
+      c.options.seq_length = kLlamaSeq;
+      c.options.hidden_dropout = 0.0f;
+      c.options.attention_dropout = 0.0f;
+      c.b = o.train_batch_given ? o.train_batch : kLlamaBatch;
+    } else {
+      c.options.num_layers = sh.layers;
+      c.options.hidden_size = sh.hidden;
+      c.options.num_attention_heads = sh.heads;
+      c.options.vocab_size = 50257;
+      c.options.seq_length = 1024;
+      c.b = o.train_batch;
+    }
+    c.options.device = PTDP_DEVICE_CUDA;
+    c.options.precision = o.train_precision;
+    c.options.attention = PTDP_ATTENTION_AUTO;  // the flash kernel for bf16/f16 at dh 64 and 128
     c.name = std::string(sh.name) + "/b" + std::to_string(c.b) + "/train";
     if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
   }
@@ -519,10 +566,12 @@ class Bench {
     d.s = c.s;
     d.b = c.b;
     d.heads = c.heads;
+    d.groups = c.groups;
     d.dh = c.dh;
     d.scale = 1.0f / std::sqrt(static_cast<float>(c.dh));
-    const int64_t rows = c.s * c.b * c.heads;
-    const auto n_qkv = static_cast<std::size_t>(rows * 3 * c.dh);
+    const int64_t rows = c.s * c.b * c.heads;  // query rows
+    // qkv [s, b, groups, heads/groups + 2, dh]: every query head, and per group one key and one value.
+    const auto n_qkv = static_cast<std::size_t>(c.s * c.b * (c.heads + 2 * c.groups) * c.dh);
     const auto n_ctx = static_cast<std::size_t>(rows * c.dh);
     const auto n_lse = static_cast<std::size_t>(rows);
     void *qkv = nullptr, *ctx = nullptr, *dctx = nullptr, *dqkv = nullptr;
@@ -718,11 +767,20 @@ TrainResult run_training(const TrainCase& c, int iters, double baseline) {
     r.why = std::string(ptdp_last_error()) + " [" + ptdp_status_string(st) + "]";
     return false;
   };
+  if (!c.error.empty()) {
+    r.why = c.error;
+    return r;
+  }
+  // The model FLOPs of an iteration, counted for the options the model is built from.
+  double flops = 0.0;
+  if (!api(ptdp_gpt_flops(&c.options, c.b, &flops, nullptr))) {
+    r.why = "ptdp_gpt_flops: " + r.why;
+    return r;
+  }
   const double used_before = device_used_bytes();
   const auto t_setup = Clock::now();
   TrainHandles hd;
   ptdp_runtime_options ro;
-  ptdp_gpt_options go;
   ptdp_optimizer_options oo;
   int32_t gpu = -1;
   if (!api(ptdp_runtime_options_init(&ro))) return r;
@@ -736,22 +794,13 @@ TrainResult run_training(const TrainCase& c, int iters, double baseline) {
     r.why = "ptdp_runtime_gpu: the runtime sees no GPU";
     return r;
   }
-  if (!api(ptdp_gpt_options_init(&go))) return r;
-  go.num_layers = c.layers;
-  go.hidden_size = c.hidden;
-  go.num_attention_heads = c.heads;
-  go.vocab_size = c.vocab;
-  go.seq_length = c.seq;
-  go.device = PTDP_DEVICE_CUDA;
-  go.precision = c.precision;
-  go.attention = PTDP_ATTENTION_AUTO;  // the flash kernel for bf16/f16 at dh 64 and 128
-  if (!api(ptdp_model_create(hd.groups, &go, &hd.model)) ||
+  if (!api(ptdp_model_create(hd.groups, &c.options, &hd.model)) ||
       !api(ptdp_optimizer_options_init(&oo))) {
     return r;
   }
   oo.optimizer = PTDP_OPTIMIZER_ADAM;
   oo.lr = 1e-4;
-  if (c.precision == PTDP_DTYPE_F16) {
+  if (c.precision() == PTDP_DTYPE_F16) {
     // A constant scale: a dynamic one would skip steps while it searches for its level.
     oo.dynamic_loss_scale = 0;
     oo.initial_loss_scale = 1024.0f;
@@ -777,14 +826,14 @@ TrainResult run_training(const TrainCase& c, int iters, double baseline) {
   std::vector<std::vector<int32_t>> tokens(static_cast<std::size_t>(total)), labels(tokens.size());
   for (int it = 0; it < total; ++it) {
     uint64_t state = 0x7a1200000000ull + static_cast<uint64_t>(it);
-    std::vector<int32_t> row(static_cast<std::size_t>(c.seq) + 1);
+    std::vector<int32_t> row(static_cast<std::size_t>(c.options.seq_length) + 1);
     auto& tk = tokens[static_cast<std::size_t>(it)];
     auto& lb = labels[static_cast<std::size_t>(it)];
     tk.reserve(n);
     lb.reserve(n);
     for (int32_t seq = 0; seq < c.b; ++seq) {
       for (auto& v : row) {
-        v = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(c.vocab));
+        v = static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(c.options.vocab_size));
       }
       tk.insert(tk.end(), row.begin(), row.end() - 1);
       lb.insert(lb.end(), row.begin() + 1, row.end());
@@ -826,7 +875,7 @@ TrainResult run_training(const TrainCase& c, int iters, double baseline) {
   r.ms = k % 2 == 1 ? sorted[k / 2] : 0.5 * (sorted[k / 2 - 1] + sorted[k / 2]);
   r.best_ms = sorted.front();
   r.tokens_per_s = static_cast<double>(c.tokens()) / (r.ms * 1e-3);
-  r.tflops = c.flops() / (r.ms * 1e-3) / 1e12;
+  r.tflops = flops / (r.ms * 1e-3) / 1e12;
   r.ok = true;
   return r;
 }
@@ -880,8 +929,8 @@ bool write_json(const Options& o, const std::string& device, const std::vector<R
     const AttnCase& c = *r.c;
     s += "    {\"name\": \"" + json_escape(c.name) + "\", \"model\": \"" + c.model +
          "\", \"b\": " + std::to_string(c.b) + ", \"s\": " + std::to_string(c.s) +
-         ", \"heads\": " + std::to_string(c.heads) + ", \"dh\": " + std::to_string(c.dh) +
-         ", \"pass\": \"" + (c.backward ? "bwd" : "fwd") +
+         ", \"heads\": " + std::to_string(c.heads) + ", \"groups\": " + std::to_string(c.groups) +
+         ", \"dh\": " + std::to_string(c.dh) + ", \"pass\": \"" + (c.backward ? "bwd" : "fwd") +
          "\", \"precision\": \"bf16\", \"causal\": true, \"flops\": " + json_number(c.flops());
     if (r.ok) {
       s += ", \"ms\": " + json_number(r.ms) + ", \"best_ms\": " + json_number(r.best_ms) +
@@ -904,11 +953,25 @@ bool write_json(const Options& o, const std::string& device, const std::vector<R
   for (std::size_t i = 0; i < training.size(); ++i) {
     const TrainResult& r = training[i];
     const TrainCase& c = *r.c;
+    const ptdp_gpt_options& g = c.options;
+    // ffn_hidden_size 0 is the GPT's 4h (the SwiGLU default never occurs: the preset gives it).
+    const int64_t ffn = g.ffn_hidden_size > 0 ? g.ffn_hidden_size : 4 * int64_t{g.hidden_size};
+    const char* positions = g.position_embedding_type == PTDP_POSITION_EMBEDDING_ROPE   ? "rope"
+                            : g.position_embedding_type == PTDP_POSITION_EMBEDDING_NONE ? "none"
+                                                                                        : "learned_absolute";
     s += "    {\"name\": \"" + json_escape(c.name) + "\", \"model\": \"" + c.model +
-         "\", \"layers\": " + std::to_string(c.layers) +
-         ", \"hidden\": " + std::to_string(c.hidden) + ", \"heads\": " + std::to_string(c.heads) +
-         ", \"vocab\": " + std::to_string(c.vocab) + ", \"seq\": " + std::to_string(c.seq) +
-         ", \"b\": " + std::to_string(c.b) + ", \"precision\": \"" + dtype_name(c.precision) +
+         "\", \"preset\": " + (c.preset.empty() ? std::string("null") : "\"" + json_escape(c.preset) + "\"") +
+         ", \"layers\": " + std::to_string(g.num_layers) + ", \"hidden\": " + std::to_string(g.hidden_size) +
+         ", \"heads\": " + std::to_string(g.num_attention_heads) + ", \"query_groups\": " +
+         std::to_string(g.num_query_groups > 0 ? g.num_query_groups : g.num_attention_heads) +
+         ", \"ffn_hidden_size\": " + std::to_string(ffn) +
+         ", \"swiglu\": " + (g.swiglu ? "true" : "false") + ", \"normalization\": \"" +
+         (g.normalization == PTDP_NORMALIZATION_RMSNORM ? "RMSNorm" : "LayerNorm") +
+         "\", \"position_embedding\": \"" + positions +
+         "\", \"bias_linear\": " + (g.disable_bias_linear ? "false" : "true") +
+         ", \"tied_embeddings\": " + (g.untie_embeddings_and_output_weights ? "false" : "true") +
+         ", \"vocab\": " + std::to_string(g.vocab_size) + ", \"seq\": " + std::to_string(g.seq_length) +
+         ", \"b\": " + std::to_string(c.b) + ", \"precision\": \"" + dtype_name(c.precision()) +
          "\", \"schedule\": \"1f1b\", \"p\": 1, \"m\": 1, \"v\": 1, \"tokens_per_iteration\": " +
          std::to_string(c.tokens()) + ", \"flops_per_iteration\": " + json_number(c.flops()) +
          ", \"peak_tflops\": " + json_number(c.peak_tflops()) +
@@ -1003,7 +1066,8 @@ bool run_kernels(const Options& o, const std::vector<Case>& cases,
   if (!attn_cases.empty()) {
     std::printf(
         "Fused causal attention, bf16 (TFLOP/s of the causal work; backward = 2.5x forward)\n");
-    std::printf("%-24s %6s %6s %6s %5s %9s  %16s\n", "case", "s", "heads", "dh", "b", "ms", "bf16");
+    std::printf("%-30s %6s %6s %6s %6s %5s %9s  %16s\n", "case", "s", "heads", "groups", "dh", "b", "ms",
+                "bf16");
   }
   for (const AttnCase& c : attn_cases) {
     AttnResult r = bench.run_attention(c);
@@ -1015,8 +1079,9 @@ bool run_kernels(const Options& o, const std::vector<Case>& cases,
     } else {
       std::snprintf(cell_text, sizeof cell_text, "%9s  %16s", "n/a", "n/a");
     }
-    std::printf("%-24s %6lld %6lld %6lld %5d %s\n", c.name.c_str(), static_cast<long long>(c.s),
-                static_cast<long long>(c.heads), static_cast<long long>(c.dh), c.b, cell_text);
+    std::printf("%-30s %6lld %6lld %6lld %6lld %5d %s\n", c.name.c_str(), static_cast<long long>(c.s),
+                static_cast<long long>(c.heads), static_cast<long long>(c.groups),
+                static_cast<long long>(c.dh), c.b, cell_text);
     std::fflush(stdout);
     attention.push_back(r);
   }
@@ -1028,13 +1093,42 @@ bool run_train(const Options& o, const std::vector<TrainCase>& train_cases,
                std::vector<TrainResult>& training) {
   const TrainCase& c0 = train_cases.front();
   std::printf(
-      "\nGPT training through the C API, %s: ptdp_train_iteration (1F1B, p = m = v = 1; AdamW lr "
-      "1e-4%s),\ns=%d, V=%d, %d warm-up + %d timed iterations; model TFLOP/s = 72 B s l h^2 (1 + "
-      "s/(6h) + V/(12 l h)) / time,\nMFU against %.0f TFLOP/s (%s dense)\n",
-      dtype_name(c0.precision), c0.precision == PTDP_DTYPE_F16 ? ", loss scale 1024" : "", c0.seq,
-      c0.vocab, kTrainWarmup, o.train_iters, c0.peak_tflops(),
-      c0.precision == PTDP_DTYPE_F32 ? "fp32" : "bf16/f16");
-  std::printf("%-16s %8s %7s %9s %9s %10s %8s %6s %19s %13s\n", "case", "params", "setup s",
+      "\nTraining through the C API, %s: ptdp_train_iteration (1F1B, p = m = v = 1; AdamW lr "
+      "1e-4%s),\n%d warm-up + %d timed iterations; model TFLOP/s = ptdp_gpt_flops / time, MFU "
+      "against %.0f TFLOP/s (%s dense)\n",
+      dtype_name(c0.precision()), c0.precision() == PTDP_DTYPE_F16 ? ", loss scale 1024" : "",
+      kTrainWarmup, o.train_iters, c0.peak_tflops(),
+      c0.precision() == PTDP_DTYPE_F32 ? "fp32" : "bf16/f16");
+  bool gpt_line = false;
+  std::vector<std::string> presets_described;
+  for (const TrainCase& c : train_cases) {
+    const ptdp_gpt_options& g = c.options;
+    if (c.preset.empty() && !gpt_line) {
+      gpt_line = true;
+      std::printf(
+          "  GPTs: s=%d, V=%d (LayerNorm, GeLU MLP, learned positions, biases, dropout 0.1);\n"
+          "    FLOPs: the paper's 72 B s l h^2 (1 + s/(6h) + V/(12 l h))\n",
+          g.seq_length, g.vocab_size);
+    } else if (!c.preset.empty() &&
+               std::find(presets_described.begin(), presets_described.end(), c.preset) ==
+                   presets_described.end()) {
+      presets_described.push_back(c.preset);
+      const int32_t groups = g.num_query_groups > 0 ? g.num_query_groups : g.num_attention_heads;
+      std::printf(
+          "  %s: the preset at s=%d (l %d, h %d, %d heads in %d groups, %s ffn %d, %s, %s, %s, "
+          "V=%d, %s, dropout %g)\n"
+          "    FLOPs: Megatron's count with its grouped-query and SwiGLU terms, 12 B s l h^2 ((1 + "
+          "g/a + s/h) a dh/h\n"
+          "    + (3/2) ffn/h) + 6 B s h V\n",
+          c.preset.c_str(), g.seq_length, g.num_layers, g.hidden_size, g.num_attention_heads, groups,
+          g.swiglu ? "SwiGLU" : "GeLU", g.ffn_hidden_size,
+          g.normalization == PTDP_NORMALIZATION_RMSNORM ? "RMSNorm" : "LayerNorm",
+          g.position_embedding_type == PTDP_POSITION_EMBEDDING_ROPE ? "RoPE" : "learned positions",
+          g.disable_bias_linear ? "no biases" : "biases", g.vocab_size,
+          g.untie_embeddings_and_output_weights ? "untied" : "tied", static_cast<double>(g.hidden_dropout));
+    }
+  }
+  std::printf("%-22s %8s %7s %9s %9s %10s %8s %6s %19s %13s\n", "case", "params", "setup s",
               "ms/it", "best ms", "tokens/s", "TFLOP/s", "MFU", "loss first -> last",
               "GiB new/held");
   std::fflush(stdout);
@@ -1049,7 +1143,7 @@ bool run_train(const Options& o, const std::vector<TrainCase>& train_cases,
         std::snprintf(mem, sizeof mem, "%.1f / %.1f", static_cast<double>(r.mem_new) / (1u << 30),
                       static_cast<double>(r.mem_held) / (1u << 30));
       }
-      std::printf("%-16s %8s %7.1f %9.2f %9.2f %10s %8.1f %5.1f%% %8.4f -> %7.4f %13s\n",
+      std::printf("%-22s %8s %7.1f %9.2f %9.2f %10s %8.1f %5.1f%% %8.4f -> %7.4f %13s\n",
                   c.name.c_str(), short_count(r.parameters).c_str(), r.setup_s, r.ms, r.best_ms,
                   grouped(static_cast<int64_t>(std::llround(r.tokens_per_s))).c_str(), r.tflops,
                   100.0 * r.tflops / c.peak_tflops(), static_cast<double>(r.losses.front()),
@@ -1060,7 +1154,7 @@ bool run_train(const Options& o, const std::vector<TrainCase>& train_cases,
       }
     } else {
       all_ok = false;
-      std::printf("%-16s FAILED (the message follows on stderr)\n", c.name.c_str());
+      std::printf("%-22s FAILED (the message follows on stderr)\n", c.name.c_str());
       std::fflush(stdout);
       std::fprintf(stderr, "%s: %s\n", c.name.c_str(), r.why.c_str());
     }

@@ -14,15 +14,18 @@
 #       every `gpu` test program: each CUDA op against the CPU reference in f32, bf16 and f16,
 #       the flash-attention kernels, the GPT step and AdamW training on the GPU against the CPU
 #       engine, device Philox, NCCL on a world of one without MPI (core and C API)
-#   bench_gpu          cuBLASLt GEMMs, fused attention, bf16 training of GPT 124M/350M/1.3B
-#                      through the C API (tokens/s, TFLOP/s, MFU against 989 TFLOP/s)
+#   bench_gpu          cuBLASLt GEMMs, fused attention (with Llama-3.2-1B's grouped-query
+#                      shape), bf16 training of GPT 124M/350M/1.3B (s=1024) and Llama-3.2-1B
+#                      (its preset, s=2048) through the C API (tokens/s, TFLOP/s from
+#                      ptdp_gpt_flops, MFU against 989 TFLOP/s)
 #   gpt_1.3B_bf16 gpt_124M_f32   bench_gpt --device cuda (forward and backward apart)
 # --only a,b runs just those steps: the report of a run that failed ends with the command that
 # repeats what failed, so a second run fits in the 15 minutes of device time.
 #
 # Exactly two files are written to OUTDIR (a GPU machine returns at most 8): report.txt, whose
 # first line is the verdict (GPU seen or not, tests passed/failed/skipped, the headline MFU),
-# rewritten after every step, so a run cut off from outside still leaves one; and logs.tar.gz
+# rewritten after every step, so a run cut off from outside still leaves one (the headline MFU is
+# bench_gpu's GPT 1.3B training, then its Llama-3.2-1B training at s=2048); and logs.tar.gz
 # with every program's full output, the JSON figures and the libraries each program resolved.
 # Nothing is hidden: a bundle that fails to unpack, a missing program, a C library older than
 # the bundle needs, a library that resolves nowhere, a program killed by its time limit
@@ -309,14 +312,18 @@ else
     phase=bench_gpu
     flush
     say ""
-    say "== bench_gpu (cuBLASLt GEMMs fp32/tf32/bf16 and causal attention of the 124M, 350M and 1.3B shapes; GPT training through the C API, bf16, b=8)"
+    say "== bench_gpu (cuBLASLt GEMMs fp32/tf32/bf16 and causal attention of the 124M, 350M and 1.3B shapes and Llama-3.2-1B's GQA; training through the C API, bf16: GPTs at s=1024, b=8, Llama-3.2-1B at s=2048, b=4)"
     limit=$(budget "${SHARE[bench_gpu]}" bench_gpu)
     # GEMMs at 3 runs of >= 0.03 s each (the longest section), attention, then training: bf16,
-    # s=1024, b=8, 2 warm-up + 10 timed iterations per model.
+    # 2 warm-up + 10 timed iterations per model; the GPTs at s=1024, b=8, Llama-3.2-1B at
+    # s=2048, b=4 (the same 8192 tokens per iteration as the 1.3B GPT, a few seconds more).
     run_step bench_gpu "$limit" bench_gpu --runs 3 --min-time 0.03 --json "$logs/bench_gpu.json"
     { grep -E "^bench_gpu( on |: )|layer +all GEMMs above" "$logs/bench_gpu.log"; echo
       sed -n '/^Fused causal attention/,$p' "$logs/bench_gpu.log"; } | tee -a "$body"
-    mfu=$(awk '$1 ~ /^1\.3B\/.*train/ { for (i = 2; i <= NF; i++) if ($i ~ /%$/) { print $i " (GPT 1.3B bf16 training, bench_gpu)"; exit } }' "$logs/bench_gpu.log")
+    # The first field ending in % of a training row is its MFU.
+    row_mfu() { awk -v re="$1" '$1 ~ re { for (i = 2; i <= NF; i++) if ($i ~ /%$/) { print $i; exit } }' "$logs/bench_gpu.log"; }
+    row=$(row_mfu '^1[.]3B/.*train') && [[ -n $row ]] && mfu="$row (GPT 1.3B bf16 training, bench_gpu)"
+    row=$(row_mfu '^llama-3[.]2-1b/.*train') && [[ -n $row ]] && mfu+="${mfu:+, }$row (Llama-3.2-1B bf16 training at s=2048, bench_gpu)"
     bench_result bench_gpu "$limit"
   fi
   gpt() {  # STEP layers hidden heads precision micro-batch

@@ -97,6 +97,7 @@ echo "Fused causal attention, bf16"
 echo "1.3B/b8/attn.flash.fwd     1024     16    128     8     1.000     400.0 (40.4%)"
 echo "case                 params setup s     ms/it   best ms   tokens/s  TFLOP/s    MFU"
 echo "1.3B/b8/train          1.3B     2.0    140.00    139.00     58,514    470.1  47.5%   10.9 ->  7.1"
+echo "llama-3.2-1b/b4/train 1.24B     3.0    170.00    168.00     48,188    407.5  41.2%   11.8 -> 11.6"
 EOF
   printf '#!/bin/sh\necho "   loss: 10.9"\necho "cuda: out of memory" >&2\nexit 3\n' > "$b/bin/bench_gpt"
   chmod +x "$b/bin/"*
@@ -117,7 +118,7 @@ r="$out/report.txt"
 cat "$r"
 check "exit status 1, got $rc" test "$rc" -eq 1
 check "verdict counts tests and benchmarks, headline MFU" has \
-  "VERDICT: GPU seen (NVIDIA H200) · tests 3 passed, 3 failed, 0 skipped · benchmarks 1 ran, 2 failed · headline MFU 47.5% (GPT 1.3B bf16 training, bench_gpu)" <(head -n 1 "$r")
+  "VERDICT: GPU seen (NVIDIA H200) · tests 3 passed, 3 failed, 0 skipped · benchmarks 1 ran, 2 failed · headline MFU 47.5% (GPT 1.3B bf16 training, bench_gpu), 41.2% (Llama-3.2-1B bf16 training at s=2048, bench_gpu)" <(head -n 1 "$r")
 check "glibc accepted" has "is new enough for the bundle (needs 2.17)" "$r"
 if [[ -n $cc ]]; then
   check "a library that only a wheel holds is found and reported" grep -qE "libfakenccl\.so\.2 +$wheel/libfakenccl\.so\.2 +\(1 of 7 programs\)" "$r"
@@ -130,6 +131,7 @@ check "hanging test killed by its limit" has "FAIL test_flash_attention: killed 
 check "hanging test's output tail" has "| starting the flash kernels" "$r"
 check "missing program" has "FAIL test_nccl: missing from the bundle" "$r"
 check "bench_gpu's training row in the report" has "1.3B/b8/train" "$r"
+check "bench_gpu's Llama training row in the report" has "llama-3.2-1b/b4/train" "$r"
 check "failing benchmark with the tail of its output" has "FAIL gpt_1.3B_bf16: exit 3; the end of its log:" "$r"
 check "benchmark's stderr tail" has "| cuda: out of memory" "$r"
 check "rerun command names what failed" has \
