@@ -357,6 +357,7 @@ module ptdp
     integer(c_int32_t) :: top_k
     real(c_float) :: temperature
     integer(c_int64_t) :: seed
+    integer(c_int32_t) :: no_kv_cache
   end type ptdp_generate_options
 
   ! What a checkpoint records besides tensors.
@@ -426,6 +427,8 @@ module ptdp
     integer(c_int32_t) :: disable_bias_linear
     integer(c_int32_t) :: add_qkv_bias
     integer(c_int32_t) :: qk_layernorm
+    integer(c_int32_t) :: hidden_dropout_set
+    real(c_float) :: hidden_dropout
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1002,8 +1005,9 @@ module ptdp
     end function ptdp_model_preset_name
 
     ! Fills @p options with a preset's shape and architecture (vocabulary, layers, heads, query
-    ! groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
-    ! (dropout, seed, device, precision, ...) take their defaults.
+    ! groups, MLP width, norms, RoPE base and scaling, biases, tying, and its dropout: 0 for the
+    ! Llama and Qwen2.5 presets); the other fields (seed, device, precision, ...) take their
+    ! defaults.
     function ptdp_gpt_options_from_preset(name, options) &
         bind(c, name="ptdp_gpt_options_from_preset")
       import
@@ -1761,7 +1765,8 @@ module ptdp
       integer(c_int) :: ptdp_train_main
     end function ptdp_train_main
 
-    ! The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et al.
+    ! The model FLOPs of one training iteration over a global batch: Megatron-LM's
+    ! num_floating_point_operations (the paper's formula, Narayanan et al.
     function ptdp_gpt_flops(options, global_batch_size, model_flops, executed_flops) &
         bind(c, name="ptdp_gpt_flops")
       import

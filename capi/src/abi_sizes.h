@@ -93,6 +93,25 @@ static_assert(offsetof(ptdp_gpt_options, attention) + sizeof(ptdp_attention) == 
                   offsetof(ptdp_gpt_options, rotary_base) == 88,
               "ptdp_gpt_options: the fields added after 0.2.0 must start at its 88 bytes, past its padding");
 
+// The sizes at release 0.2.0 of the structs that grew after it (ptdp.h of cef1dbc). A program
+// built against 0.2.0 passes structs of these sizes to the functions that fill them without
+// reading a struct_size first (the *_init functions, and the getters whose struct the caller
+// does not initialise); it is bound to their 0.2.0 versions, which write no more than this
+// (capi/src/compat_0_2.cpp).
+template <typename Struct>
+struct SizeAt0_2;
+#define PTDP_SIZE_AT_0_2(Struct, bytes, first_new_field)                                         \
+  template <>                                                                                    \
+  struct SizeAt0_2<Struct> {                                                                     \
+    static constexpr std::size_t size = bytes;                                                   \
+  };                                                                                             \
+  static_assert(offsetof(Struct, first_new_field) >= (bytes) && (bytes) < sizeof(Struct),       \
+                #Struct ": the fields after 0.2.0 start at or after its 0.2.0 size")
+PTDP_SIZE_AT_0_2(ptdp_gpt_options, 88, rotary_base);
+PTDP_SIZE_AT_0_2(ptdp_plan_options, 104, rotary_base);
+PTDP_SIZE_AT_0_2(ptdp_generate_options, 32, no_kv_cache);
+#undef PTDP_SIZE_AT_0_2
+
 /// The smallest struct_size a caller may pass for `Struct`.
 template <typename Struct>
 inline constexpr std::size_t first_published_size = FirstPublished<Struct>::size;

@@ -430,6 +430,8 @@ void plan_options_defaults(ptdp_plan_options* o) {
   o->scatter_gather = 1;
   o->overlap_grad_reduce = 1;
   o->top = 5;
+  o->hidden_dropout_set = 1;
+  o->hidden_dropout = 0.1f;
   // The Llama fields stay zero: the GPT (reset_options zeroed them).
 }
 
@@ -448,6 +450,7 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.max_position_embeddings = g.max_position_embeddings;
   o.untie_embeddings_and_output_weights = g.tie_embeddings ? 0 : 1;
   o.attention_dropout = g.attention_dropout;
+  o.hidden_dropout = g.hidden_dropout;
   o.global_batch_size = r.global_batch_size;
   o.precision = r.precision == plan::Precision::Bf16   ? PTDP_DTYPE_BF16
                 : r.precision == plan::Precision::Fp16 ? PTDP_DTYPE_F16
@@ -496,6 +499,9 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
                          " is not 0 or 1"));
   g.tie_embeddings = o.untie_embeddings_and_output_weights == 0;
   g.attention_dropout = o.attention_dropout;
+  PTDP_CHECK_ARG(o.hidden_dropout_set == 0 || o.hidden_dropout_set == 1,
+                 str_cat("options->hidden_dropout_set = ", o.hidden_dropout_set, " is not 0 or 1"));
+  g.hidden_dropout = o.hidden_dropout_set == 1 ? o.hidden_dropout : 0.1f;
   llama_fields_to_core(o, g);
   r.global_batch_size = o.global_batch_size;
   switch (o.precision) {

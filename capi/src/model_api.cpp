@@ -362,6 +362,9 @@ PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt
     c.top_k = o.top_k;
     c.temperature = o.temperature;
     c.seed = o.seed;
+    PTDP_CHECK_ARG(o.no_kv_cache == 0 || o.no_kv_cache == 1,
+                   "options->no_kv_cache = " + std::to_string(o.no_kv_cache) + " is not 0 or 1");
+    c.use_kv_cache = o.no_kv_cache == 0;
     try {
       c.validate();
     } catch (const ptdp::Error& e) {

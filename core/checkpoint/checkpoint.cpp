@@ -100,8 +100,13 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.rope_scaling.high_freq_factor = j.value("rope_high_freq_factor", c.rope_scaling.high_freq_factor);
     c.rope_scaling.original_max_position_embeddings =
         j.value("rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings);
+    // Saved as the effective numbers; the defaults (a groups, h / a channels) read back as 0.
     c.num_query_groups = j.value("num_query_groups", 0);
+    if (c.num_query_groups == c.num_attention_heads) c.num_query_groups = 0;
     c.kv_channels = j.value("kv_channels", 0);
+    if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0 &&
+        c.kv_channels == c.hidden_size / c.num_attention_heads)
+      c.kv_channels = 0;
     c.add_bias_linear = j.value("add_bias_linear", true);
     c.add_qkv_bias = j.value("add_qkv_bias", false);
     c.qk_layernorm = j.value("qk_layernorm", false);

@@ -36,12 +36,7 @@ const char* position_embedding_name(PositionEmbedding p) {
 namespace {
 std::string num(int v) { return std::to_string(v); }
 std::string num(int64_t v) { return std::to_string(v); }
-std::string num(float v) {
-  std::string s = std::to_string(v);
-  s.erase(s.find_last_not_of('0') + 1);
-  if (!s.empty() && s.back() == '.') s.pop_back();
-  return s;
-}
+std::string num(float v) { return std::to_string(v); }
 }  // namespace
 
 void LayerConfig::validate(int t) const {
@@ -81,7 +76,7 @@ void LayerConfig::validate(int t) const {
   PTDP_CHECK_ARG(init_method_std > 0.0f && std::isfinite(init_method_std),
                  "init_method_std must be > 0, got " + num(init_method_std));
   PTDP_CHECK_ARG(layernorm_epsilon > 0.0f && std::isfinite(layernorm_epsilon),
-                 "norm_epsilon (--norm-epsilon) must be > 0, got " + num(layernorm_epsilon));
+                 "layernorm_epsilon (--norm-epsilon) must be > 0, got " + num(layernorm_epsilon));
   PTDP_CHECK_ARG(static_cast<int>(recompute) >= 0 && static_cast<int>(recompute) <= 2,
                  "recompute granularity " + num(static_cast<int>(recompute)) + " is not none, full or selective");
   PTDP_CHECK_ARG(precision == DType::F32 || precision == DType::BF16 || precision == DType::F16,

@@ -1,8 +1,9 @@
-/* ptdp-generate: continues a prompt with a GPT loaded from a ptdp-train checkpoint, on one
- * process (the checkpoint is re-sharded to t = p = d = 1 whatever layout saved it).
+/* ptdp-generate: continues a prompt with a model loaded from a ptdp-train checkpoint, on one
+ * process (the checkpoint is re-sharded to t = p = d = 1 whatever layout saved it), with a
+ * key/value cache (--no-kv-cache recomputes the window for every token: the same tokens).
  *
  *   ptdp-generate --load ckpt --prompt "The licenses for most software" --max-new-tokens 200 \
- *       [--top-k 40] [--temperature 0.8] [--seed 1234]
+ *       [--top-k 40] [--temperature 0.8] [--seed 1234] [--no-kv-cache]
  *
  * The prompt is read as bytes (the byte-level tokenizer of --text-file); models trained on
  * pre-tokenized data take --prompt-ids "id id ..." and print token ids.
@@ -23,6 +24,7 @@ static const char* usage =
     "  --top-k K              sample among the K most likely tokens; 0 = all, 1 = greedy (default 0)\n"
     "  --temperature T        divides the logits, > 0 (default 1.0)\n"
     "  --seed S               sampling seed (default 1234)\n"
+    "  --no-kv-cache          recompute the whole window for every token (the same tokens, slower)\n"
     "  --help                 this text\n";
 
 static int bad_flag(const char* flag, const char* value, const char* why) {
@@ -58,6 +60,10 @@ int main(int argc, char** argv) {
     if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
       fputs(usage, stdout);
       return 0;
+    }
+    if (strcmp(flag, "--no-kv-cache") == 0) {
+      gen.no_kv_cache = 1;
+      continue;
     }
     if (i + 1 >= argc) return bad_flag(flag, NULL, "needs a value (or is unknown)");
     const char* value = argv[++i];

@@ -995,8 +995,9 @@ def ptdp_model_preset_name(index, buffer):
 def ptdp_gpt_options_from_preset(name, options):
     r"""
     Fills ``options`` with a preset's shape and architecture (vocabulary, layers, heads,
-           query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
-           (dropout, seed, device, precision, ...) take their defaults. Change fields afterwards
+           query groups, MLP width, norms, RoPE base and scaling, biases, tying, and its dropout:
+           0 for the Llama and Qwen2.5 presets); the other fields (seed, device, precision, ...)
+           take their defaults. Change fields afterwards
            as needed.
     :type name: string
     :param name: A preset's name, case-insensitive.
@@ -2175,10 +2176,10 @@ class ptdp_iteration_report(object):
     elapsed_seconds = property(_ptdp_ext.ptdp_iteration_report_elapsed_seconds_get, _ptdp_ext.ptdp_iteration_report_elapsed_seconds_set, doc=r""" Wall time of this iteration on this rank.""")
     tokens_per_second = property(_ptdp_ext.ptdp_iteration_report_tokens_per_second_get, _ptdp_ext.ptdp_iteration_report_tokens_per_second_set, doc=r""" B * seq_length / elapsed_seconds.""")
     model_flops = property(_ptdp_ext.ptdp_iteration_report_model_flops_get, _ptdp_ext.ptdp_iteration_report_model_flops_set, doc=r"""
-    The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +
-                                        V/(12 l h)) (ptdp_gpt_flops()).
+    The model FLOPs of the iteration (ptdp_gpt_flops()); for the
+                                        GPT 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
     """)
-    executed_flops = property(_ptdp_ext.ptdp_iteration_report_executed_flops_get, _ptdp_ext.ptdp_iteration_report_executed_flops_set, doc=r""" With full recomputation's extra forward: 96 B s l h^2 (...).""")
+    executed_flops = property(_ptdp_ext.ptdp_iteration_report_executed_flops_get, _ptdp_ext.ptdp_iteration_report_executed_flops_set, doc=r""" With full recomputation's extra forward of the layers.""")
     tflops_per_device = property(_ptdp_ext.ptdp_iteration_report_tflops_per_device_get, _ptdp_ext.ptdp_iteration_report_tflops_per_device_set, doc=r"""
     executed_flops / elapsed_seconds / world size, in 1e12 (the
                                         paper's "TFLOP/s per GPU").
@@ -2314,11 +2315,15 @@ def ptdp_train_main(argc):
 
 def ptdp_gpt_flops(options, global_batch_size):
     r"""
-    The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et
-           al. 2021): model_flops = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the forward and
-           backward; executed_flops adds full recomputation's extra forward of the layers,
-           96 B s l h^2 (1 + s/(6h) + V/(16 l h)), when options->recompute_granularity is FULL
-           (else it equals model_flops). V is the vocabulary before padding.
+    The model FLOPs of one training iteration over a global batch: Megatron-LM's
+           num_floating_point_operations (the paper's formula, Narayanan et al. 2021, with the
+           grouped-query and SwiGLU terms) for the forward and backward,
+           model_flops = 12 B s l h^2 ((1 + g/a + s/h) a dh / h + (ffn/h)(3/2 with SwiGLU) +
+           V/(2 l h)), which is 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the GPT;
+           executed_flops adds full recomputation's extra forward of the layers (16 instead of 12
+           for the layer terms; 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) for the GPT) when
+           options->recompute_granularity is FULL (else it equals model_flops). V is the
+           vocabulary before padding (the paper's; Megatron counts the padded one).
     :type options: :py:class:`ptdp_gpt_options`
     :param options: The model; NULL for the defaults.
     :type global_batch_size: int
@@ -2508,6 +2513,12 @@ class ptdp_generate_options(object):
     top_k = property(_ptdp_ext.ptdp_generate_options_top_k_get, _ptdp_ext.ptdp_generate_options_top_k_set, doc=r""" Sample among the k most likely tokens; 0: all; 1: greedy. Default 0.""")
     temperature = property(_ptdp_ext.ptdp_generate_options_temperature_get, _ptdp_ext.ptdp_generate_options_temperature_set, doc=r""" Logits are divided by it; > 0. Default 1.""")
     seed = property(_ptdp_ext.ptdp_generate_options_seed_get, _ptdp_ext.ptdp_generate_options_seed_set, doc=r""" Sampling seed; default 1234.""")
+    no_kv_cache = property(_ptdp_ext.ptdp_generate_options_no_kv_cache_get, _ptdp_ext.ptdp_generate_options_no_kv_cache_set, doc=r"""
+    0 (default): every layer's keys and values are cached, so each new
+                               token costs one token's forward pass (the window is encoded again
+                               only when it must slide); 1: the whole window is recomputed for every
+                               token. Both draw the same tokens.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_generate_options_swiginit(self, _ptdp_ext.new_ptdp_generate_options())
@@ -2808,6 +2819,16 @@ class ptdp_plan_options(object):
     disable_bias_linear = property(_ptdp_ext.ptdp_plan_options_disable_bias_linear_get, _ptdp_ext.ptdp_plan_options_disable_bias_linear_set, doc=r""" As ptdp_gpt_options::disable_bias_linear.""")
     add_qkv_bias = property(_ptdp_ext.ptdp_plan_options_add_qkv_bias_get, _ptdp_ext.ptdp_plan_options_add_qkv_bias_set, doc=r""" As ptdp_gpt_options::add_qkv_bias.""")
     qk_layernorm = property(_ptdp_ext.ptdp_plan_options_qk_layernorm_get, _ptdp_ext.ptdp_plan_options_qk_layernorm_set, doc=r""" As ptdp_gpt_options::qk_layernorm.""")
+    hidden_dropout_set = property(_ptdp_ext.ptdp_plan_options_hidden_dropout_set_get, _ptdp_ext.ptdp_plan_options_hidden_dropout_set_set, doc=r"""
+    1: hidden_dropout holds the model's hidden dropout
+                                                rate; 0 (a struct from before the field): 0.1.
+                                                ptdp_plan_options_init() sets 1.
+    """)
+    hidden_dropout = property(_ptdp_ext.ptdp_plan_options_hidden_dropout_get, _ptdp_ext.ptdp_plan_options_hidden_dropout_set, doc=r"""
+    The hidden dropout rate in [0, 1); default 0.1.
+                                                Without dropout the 16-bit activation memory holds
+                                                no masks (the Llama presets).
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())

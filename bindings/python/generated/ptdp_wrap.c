@@ -20866,6 +20866,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_generate_options_no_kv_cache_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_generate_options *arg1 = (struct ptdp_generate_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_generate_options_no_kv_cache_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_generate_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_generate_options_no_kv_cache_set" "', argument " "1"" of type '" "struct ptdp_generate_options *""'"); 
+  }
+  arg1 = (struct ptdp_generate_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_generate_options_no_kv_cache_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->no_kv_cache = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_generate_options_no_kv_cache_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_generate_options *arg1 = (struct ptdp_generate_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_generate_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_generate_options_no_kv_cache_get" "', argument " "1"" of type '" "struct ptdp_generate_options *""'"); 
+  }
+  arg1 = (struct ptdp_generate_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->no_kv_cache);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_generate_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_generate_options *result = 0 ;
@@ -25000,6 +25060,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_hidden_dropout_set_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_hidden_dropout_set_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_hidden_dropout_set_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_hidden_dropout_set_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->hidden_dropout_set = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_hidden_dropout_set_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_hidden_dropout_set_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->hidden_dropout_set);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_hidden_dropout_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_hidden_dropout_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_hidden_dropout_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_hidden_dropout_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->hidden_dropout = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_hidden_dropout_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_hidden_dropout_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->hidden_dropout);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -28829,8 +29009,9 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_gpt_options_from_preset", _wrap_ptdp_gpt_options_from_preset, METH_VARARGS, "\n"
 		"Fills ``options`` with a preset's shape and architecture (vocabulary, layers, heads,\n"
-		"       query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields\n"
-		"       (dropout, seed, device, precision, ...) take their defaults. Change fields afterwards\n"
+		"       query groups, MLP width, norms, RoPE base and scaling, biases, tying, and its dropout:\n"
+		"       0 for the Llama and Qwen2.5 presets); the other fields (seed, device, precision, ...)\n"
+		"       take their defaults. Change fields afterwards\n"
 		"       as needed.\n"
 		":type name: string\n"
 		":param name: A preset's name, case-insensitive.\n"
@@ -29816,15 +29997,15 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_iteration_report_tokens_per_second_set", _wrap_ptdp_iteration_report_tokens_per_second_set, METH_VARARGS, " B * seq_length / elapsed_seconds."},
 	 { "ptdp_iteration_report_tokens_per_second_get", _wrap_ptdp_iteration_report_tokens_per_second_get, METH_O, " B * seq_length / elapsed_seconds."},
 	 { "ptdp_iteration_report_model_flops_set", _wrap_ptdp_iteration_report_model_flops_set, METH_VARARGS, "\n"
-		"The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +\n"
-		"                                    V/(12 l h)) (ptdp_gpt_flops()).\n"
+		"The model FLOPs of the iteration (ptdp_gpt_flops()); for the\n"
+		"                                    GPT 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).\n"
 		""},
 	 { "ptdp_iteration_report_model_flops_get", _wrap_ptdp_iteration_report_model_flops_get, METH_O, "\n"
-		"The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +\n"
-		"                                    V/(12 l h)) (ptdp_gpt_flops()).\n"
+		"The model FLOPs of the iteration (ptdp_gpt_flops()); for the\n"
+		"                                    GPT 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).\n"
 		""},
-	 { "ptdp_iteration_report_executed_flops_set", _wrap_ptdp_iteration_report_executed_flops_set, METH_VARARGS, " With full recomputation's extra forward: 96 B s l h^2 (...)."},
-	 { "ptdp_iteration_report_executed_flops_get", _wrap_ptdp_iteration_report_executed_flops_get, METH_O, " With full recomputation's extra forward: 96 B s l h^2 (...)."},
+	 { "ptdp_iteration_report_executed_flops_set", _wrap_ptdp_iteration_report_executed_flops_set, METH_VARARGS, " With full recomputation's extra forward of the layers."},
+	 { "ptdp_iteration_report_executed_flops_get", _wrap_ptdp_iteration_report_executed_flops_get, METH_O, " With full recomputation's extra forward of the layers."},
 	 { "ptdp_iteration_report_tflops_per_device_set", _wrap_ptdp_iteration_report_tflops_per_device_set, METH_VARARGS, "\n"
 		"executed_flops / elapsed_seconds / world size, in 1e12 (the\n"
 		"                                    paper's \"TFLOP/s per GPU\").\n"
@@ -29957,11 +30138,15 @@ static PyMethodDef SwigMethods[] = {
 		"Collective over MPI_COMM_WORLD.\n"
 		""},
 	 { "ptdp_gpt_flops", _wrap_ptdp_gpt_flops, METH_VARARGS, "\n"
-		"The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et\n"
-		"       al. 2021): model_flops = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the forward and\n"
-		"       backward; executed_flops adds full recomputation's extra forward of the layers,\n"
-		"       96 B s l h^2 (1 + s/(6h) + V/(16 l h)), when options->recompute_granularity is FULL\n"
-		"       (else it equals model_flops). V is the vocabulary before padding.\n"
+		"The model FLOPs of one training iteration over a global batch: Megatron-LM's\n"
+		"       num_floating_point_operations (the paper's formula, Narayanan et al. 2021, with the\n"
+		"       grouped-query and SwiGLU terms) for the forward and backward,\n"
+		"       model_flops = 12 B s l h^2 ((1 + g/a + s/h) a dh / h + (ffn/h)(3/2 with SwiGLU) +\n"
+		"       V/(2 l h)), which is 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the GPT;\n"
+		"       executed_flops adds full recomputation's extra forward of the layers (16 instead of 12\n"
+		"       for the layer terms; 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) for the GPT) when\n"
+		"       options->recompute_granularity is FULL (else it equals model_flops). V is the\n"
+		"       vocabulary before padding (the paper's; Megatron counts the padded one).\n"
 		":type options: :py:class:`ptdp_gpt_options`\n"
 		":param options: The model; NULL for the defaults.\n"
 		":type global_batch_size: int\n"
@@ -30120,6 +30305,18 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_generate_options_temperature_get", _wrap_ptdp_generate_options_temperature_get, METH_O, " Logits are divided by it; > 0. Default 1."},
 	 { "ptdp_generate_options_seed_set", _wrap_ptdp_generate_options_seed_set, METH_VARARGS, " Sampling seed; default 1234."},
 	 { "ptdp_generate_options_seed_get", _wrap_ptdp_generate_options_seed_get, METH_O, " Sampling seed; default 1234."},
+	 { "ptdp_generate_options_no_kv_cache_set", _wrap_ptdp_generate_options_no_kv_cache_set, METH_VARARGS, "\n"
+		"0 (default): every layer's keys and values are cached, so each new\n"
+		"                           token costs one token's forward pass (the window is encoded again\n"
+		"                           only when it must slide); 1: the whole window is recomputed for every\n"
+		"                           token. Both draw the same tokens.\n"
+		""},
+	 { "ptdp_generate_options_no_kv_cache_get", _wrap_ptdp_generate_options_no_kv_cache_get, METH_O, "\n"
+		"0 (default): every layer's keys and values are cached, so each new\n"
+		"                           token costs one token's forward pass (the window is encoded again\n"
+		"                           only when it must slide); 1: the whole window is recomputed for every\n"
+		"                           token. Both draw the same tokens.\n"
+		""},
 	 { "new_ptdp_generate_options", _wrap_new_ptdp_generate_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_generate_options", _wrap_delete_ptdp_generate_options, METH_O, NULL},
 	 { "ptdp_generate_options_swigregister", ptdp_generate_options_swigregister, METH_O, NULL},
@@ -30445,6 +30642,26 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_plan_options_add_qkv_bias_get", _wrap_ptdp_plan_options_add_qkv_bias_get, METH_O, " As ptdp_gpt_options::add_qkv_bias."},
 	 { "ptdp_plan_options_qk_layernorm_set", _wrap_ptdp_plan_options_qk_layernorm_set, METH_VARARGS, " As ptdp_gpt_options::qk_layernorm."},
 	 { "ptdp_plan_options_qk_layernorm_get", _wrap_ptdp_plan_options_qk_layernorm_get, METH_O, " As ptdp_gpt_options::qk_layernorm."},
+	 { "ptdp_plan_options_hidden_dropout_set_set", _wrap_ptdp_plan_options_hidden_dropout_set_set, METH_VARARGS, "\n"
+		"1: hidden_dropout holds the model's hidden dropout\n"
+		"                                            rate; 0 (a struct from before the field): 0.1.\n"
+		"                                            ptdp_plan_options_init() sets 1.\n"
+		""},
+	 { "ptdp_plan_options_hidden_dropout_set_get", _wrap_ptdp_plan_options_hidden_dropout_set_get, METH_O, "\n"
+		"1: hidden_dropout holds the model's hidden dropout\n"
+		"                                            rate; 0 (a struct from before the field): 0.1.\n"
+		"                                            ptdp_plan_options_init() sets 1.\n"
+		""},
+	 { "ptdp_plan_options_hidden_dropout_set", _wrap_ptdp_plan_options_hidden_dropout_set, METH_VARARGS, "\n"
+		"The hidden dropout rate in [0, 1); default 0.1.\n"
+		"                                            Without dropout the 16-bit activation memory holds\n"
+		"                                            no masks (the Llama presets).\n"
+		""},
+	 { "ptdp_plan_options_hidden_dropout_get", _wrap_ptdp_plan_options_hidden_dropout_get, METH_O, "\n"
+		"The hidden dropout rate in [0, 1); default 0.1.\n"
+		"                                            Without dropout the 16-bit activation memory holds\n"
+		"                                            no masks (the Llama presets).\n"
+		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},

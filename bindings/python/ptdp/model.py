@@ -123,10 +123,12 @@ class Model(Handle):
         _raw.ptdp_model_logits(self.handle, t, batch, a)
         return a.reshape(shape) if out is None else a
 
-    def generate(self, prompt, max_new_tokens=None, top_k=None, temperature=None, seed=None):
-        """New tokens continuing ``prompt`` (int32 ids), as an int32 array."""
+    def generate(self, prompt, max_new_tokens=None, top_k=None, temperature=None, seed=None, kv_cache=True):
+        """New tokens continuing ``prompt`` (int32 ids), as an int32 array. With ``kv_cache``
+        (the default) every layer's keys and values are cached; without, the window is
+        recomputed for every token (the same tokens, slower)."""
         opts = make_struct("ptdp_generate_options", max_new_tokens=max_new_tokens, top_k=top_k,
-                           temperature=temperature, seed=seed)
+                           temperature=temperature, seed=seed, no_kv_cache=0 if kv_cache else 1)
         p = as_int32(prompt, "prompt").reshape(-1)
         out = np.zeros(max(opts.max_new_tokens, 1), dtype=np.int32)
         count = _raw.ptdp_model_generate(self.handle, p, p.size, opts, out)

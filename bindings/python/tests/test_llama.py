@@ -84,3 +84,15 @@ def test_presets_are_listed_and_fill_the_options(groups):
         assert options["use_rope_scaling"] == 1 and options["rotary_base"] == 500000.0
         losses = train_steps(model, 3)
     assert all(np.isfinite(losses))
+
+
+def test_generation_with_and_without_the_kv_cache(groups):
+    """The key/value cache draws the tokens of recomputing the window, also once it slides."""
+    with ptdp.Model(groups, **LLAMA) as model:
+        train_steps(model, 3)
+        prompt = np.arange(5, dtype=np.int32)
+        for top_k, seed in ((1, 1), (5, 7)):
+            cached = model.generate(prompt, max_new_tokens=20, top_k=top_k, seed=seed)  # 25 > seq_length 16
+            plain = model.generate(prompt, max_new_tokens=20, top_k=top_k, seed=seed, kv_cache=False)
+            assert len(cached) == 20
+            np.testing.assert_array_equal(cached, plain)

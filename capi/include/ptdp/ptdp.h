@@ -937,8 +937,9 @@ PTDP_API ptdp_status ptdp_model_preset_name(int32_t index, char* buffer, size_t 
 
 /**
  * @brief Fills @p options with a preset's shape and architecture (vocabulary, layers, heads,
- *        query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
- *        (dropout, seed, device, precision, ...) take their defaults. Change fields afterwards
+ *        query groups, MLP width, norms, RoPE base and scaling, biases, tying, and its dropout:
+ *        0 for the Llama and Qwen2.5 presets); the other fields (seed, device, precision, ...)
+ *        take their defaults. Change fields afterwards
  *        as needed.
  * @param name A preset's name, case-insensitive.
  * @param[in,out] options Its struct_size must be set by the caller (ptdp_gpt_options_init()
@@ -2136,9 +2137,9 @@ typedef struct ptdp_iteration_report {
   int64_t skipped_iterations;   /**< Skipped steps so far. */
   double elapsed_seconds;       /**< Wall time of this iteration on this rank. */
   double tokens_per_second;     /**< B * seq_length / elapsed_seconds. */
-  double model_flops;           /**< The paper's FLOPs of the iteration, 72 B s l h^2 (1 + s/(6h) +
-                                     V/(12 l h)) (ptdp_gpt_flops()). */
-  double executed_flops;        /**< With full recomputation's extra forward: 96 B s l h^2 (...). */
+  double model_flops;           /**< The model FLOPs of the iteration (ptdp_gpt_flops()); for the
+                                     GPT 72 B s l h^2 (1 + s/(6h) + V/(12 l h)). */
+  double executed_flops;        /**< With full recomputation's extra forward of the layers. */
   double tflops_per_device;     /**< executed_flops / elapsed_seconds / world size, in 1e12 (the
                                      paper's "TFLOP/s per GPU"). */
   double mfu;                   /**< model_flops / elapsed_seconds / world size / peak_flops: the
@@ -2268,11 +2269,15 @@ PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer);
 PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int32_t* exit_code);
 
 /**
- * @brief The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et
- *        al. 2021): model_flops = 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the forward and
- *        backward; executed_flops adds full recomputation's extra forward of the layers,
- *        96 B s l h^2 (1 + s/(6h) + V/(16 l h)), when options->recompute_granularity is FULL
- *        (else it equals model_flops). V is the vocabulary before padding.
+ * @brief The model FLOPs of one training iteration over a global batch: Megatron-LM's
+ *        num_floating_point_operations (the paper's formula, Narayanan et al. 2021, with the
+ *        grouped-query and SwiGLU terms) for the forward and backward,
+ *        model_flops = 12 B s l h^2 ((1 + g/a + s/h) a dh / h + (ffn/h)(3/2 with SwiGLU) +
+ *        V/(2 l h)), which is 72 B s l h^2 (1 + s/(6h) + V/(12 l h)) for the GPT;
+ *        executed_flops adds full recomputation's extra forward of the layers (16 instead of 12
+ *        for the layer terms; 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) for the GPT) when
+ *        options->recompute_granularity is FULL (else it equals model_flops). V is the
+ *        vocabulary before padding (the paper's; Megatron counts the padded one).
  * @param options The model; NULL for the defaults.
  * @param global_batch_size B, > 0.
  * @param[out] model_flops May be NULL.
@@ -2470,6 +2475,11 @@ typedef struct ptdp_generate_options {
   int32_t top_k;       /**< Sample among the k most likely tokens; 0: all; 1: greedy. Default 0. */
   float temperature;   /**< Logits are divided by it; > 0. Default 1. */
   uint64_t seed;       /**< Sampling seed; default 1234. */
+  /* Added after 0.2.0 (zero: the behaviour a program built against 0.2 gets). */
+  int32_t no_kv_cache; /**< 0 (default): every layer's keys and values are cached, so each new
+                            token costs one token's forward pass (the window is encoded again
+                            only when it must slide); 1: the whole window is recomputed for every
+                            token. Both draw the same tokens. */
 } ptdp_generate_options;
 
 /**
@@ -2765,6 +2775,12 @@ typedef struct ptdp_plan_options {
   int32_t disable_bias_linear;          /**< As ptdp_gpt_options::disable_bias_linear. */
   int32_t add_qkv_bias;                 /**< As ptdp_gpt_options::add_qkv_bias. */
   int32_t qk_layernorm;                 /**< As ptdp_gpt_options::qk_layernorm. */
+  int32_t hidden_dropout_set;           /**< 1: hidden_dropout holds the model's hidden dropout
+                                             rate; 0 (a struct from before the field): 0.1.
+                                             ptdp_plan_options_init() sets 1. */
+  float hidden_dropout;                 /**< The hidden dropout rate in [0, 1); default 0.1.
+                                             Without dropout the 16-bit activation memory holds
+                                             no masks (the Llama presets). */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */

@@ -465,8 +465,9 @@ function ptdp_model_preset_name(index, buffer, capacity, length)
 end
 
 # Fills @p options with a preset's shape and architecture (vocabulary, layers, heads, query
-# groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields (dropout,
-# seed, device, precision, ...) take their defaults.
+# groups, MLP width, norms, RoPE base and scaling, biases, tying, and its dropout: 0 for the
+# Llama and Qwen2.5 presets); the other fields (seed, device, precision, ...) take their
+# defaults.
 function ptdp_gpt_options_from_preset(name, options)
     ccall((:ptdp_gpt_options_from_preset, libptdp), ptdp_status,
           (Cstring, Ptr{ptdp_gpt_options}),
@@ -1141,7 +1142,8 @@ function ptdp_train_main(argc, argv, exit_code)
           argc, argv, exit_code)
 end
 
-# The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et al.
+# The model FLOPs of one training iteration over a global batch: Megatron-LM's
+# num_floating_point_operations (the paper's formula, Narayanan et al.
 function ptdp_gpt_flops(options, global_batch_size, model_flops, executed_flops)
     ccall((:ptdp_gpt_flops, libptdp), ptdp_status,
           (Ptr{ptdp_gpt_options}, Int64, Ptr{Cdouble}, Ptr{Cdouble}),
@@ -1244,6 +1246,7 @@ struct ptdp_generate_options
     top_k::Int32
     temperature::Cfloat
     seed::UInt64
+    no_kv_cache::Int32
 end
 
 # Fills @p options with the defaults and sets its struct_size.
@@ -1392,6 +1395,8 @@ struct ptdp_plan_options
     disable_bias_linear::Int32
     add_qkv_bias::Int32
     qk_layernorm::Int32
+    hidden_dropout_set::Int32
+    hidden_dropout::Cfloat
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().

@@ -505,6 +505,7 @@ pub struct ptdp_generate_options {
     pub top_k: i32,
     pub temperature: f32,
     pub seed: u64,
+    pub no_kv_cache: i32,
 }
 
 /// What a checkpoint records besides tensors.
@@ -580,6 +581,8 @@ pub struct ptdp_plan_options {
     pub disable_bias_linear: i32,
     pub add_qkv_bias: i32,
     pub qk_layernorm: i32,
+    pub hidden_dropout_set: i32,
+    pub hidden_dropout: f32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -836,8 +839,9 @@ extern "C" {
         length: *mut usize,
     ) -> ptdp_status;
     /// Fills @p options with a preset's shape and architecture (vocabulary, layers, heads,
-    /// query groups, MLP width, norms, RoPE base and scaling, biases, tying); the other fields
-    /// (dropout, seed, device, precision, ...) take their defaults.
+    /// query groups, MLP width, norms, RoPE base and scaling, biases, tying, and its dropout: 0
+    /// for the Llama and Qwen2.5 presets); the other fields (seed, device, precision, ...) take
+    /// their defaults.
     pub fn ptdp_gpt_options_from_preset(
         name: *const ::std::os::raw::c_char,
         options: *mut ptdp_gpt_options,
@@ -1242,8 +1246,8 @@ extern "C" {
         argv: *const *const ::std::os::raw::c_char,
         exit_code: *mut i32,
     ) -> ptdp_status;
-    /// The paper's FLOPs of one training iteration of a GPT over a global batch (Narayanan et
-    /// al.
+    /// The model FLOPs of one training iteration over a global batch: Megatron-LM's
+    /// num_floating_point_operations (the paper's formula, Narayanan et al.
     pub fn ptdp_gpt_flops(
         options: *const ptdp_gpt_options,
         global_batch_size: i64,
