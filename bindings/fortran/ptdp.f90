@@ -7,9 +7,9 @@ module ptdp_enums
   implicit none
   public
   integer(c_int), parameter :: PTDP_VERSION_MAJOR = 0
-  integer(c_int), parameter :: PTDP_VERSION_MINOR = 2
+  integer(c_int), parameter :: PTDP_VERSION_MINOR = 3
   integer(c_int), parameter :: PTDP_VERSION_PATCH = 0
-  integer(c_int), parameter :: PTDP_VERSION_CODE = 200
+  integer(c_int), parameter :: PTDP_VERSION_CODE = 300
 
   ! Result of every fallible call.
   integer(c_int), parameter :: PTDP_SUCCESS = 0

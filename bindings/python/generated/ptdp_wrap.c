@@ -31759,9 +31759,9 @@ SWIG_init(void) {
   SWIG_InstallConstants(d,swig_const_table);
   
   SWIG_Python_SetConstant(d, "PTDP_VERSION_MAJOR",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "PTDP_VERSION_MINOR",SWIG_From_int((int)(2)));
+  SWIG_Python_SetConstant(d, "PTDP_VERSION_MINOR",SWIG_From_int((int)(3)));
   SWIG_Python_SetConstant(d, "PTDP_VERSION_PATCH",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "PTDP_VERSION_CODE",SWIG_From_int((int)(((0) *10000+(2) *100+(0)))));
+  SWIG_Python_SetConstant(d, "PTDP_VERSION_CODE",SWIG_From_int((int)(((0) *10000+(3) *100+(0)))));
   SWIG_Python_SetConstant(d, "PTDP_SUCCESS",SWIG_From_int((int)(PTDP_SUCCESS)));
   SWIG_Python_SetConstant(d, "PTDP_ERR_INVALID_ARGUMENT",SWIG_From_int((int)(PTDP_ERR_INVALID_ARGUMENT)));
   SWIG_Python_SetConstant(d, "PTDP_ERR_OUT_OF_MEMORY",SWIG_From_int((int)(PTDP_ERR_OUT_OF_MEMORY)));

@@ -3,9 +3,9 @@
 # Included by PTDP.jl, which defines `libptdp` (the library's name or path).
 
 const PTDP_VERSION_MAJOR = 0
-const PTDP_VERSION_MINOR = 2
+const PTDP_VERSION_MINOR = 3
 const PTDP_VERSION_PATCH = 0
-const PTDP_VERSION_CODE = 200
+const PTDP_VERSION_CODE = 300
 
 # Result of every fallible call.
 const ptdp_status = Cint

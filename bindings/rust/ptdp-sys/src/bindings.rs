@@ -2,9 +2,9 @@
 // Regenerate with `python3 scripts/gen-bindings.py`; ctest checks that it is fresh.
 
 pub const PTDP_VERSION_MAJOR: u32 = 0;
-pub const PTDP_VERSION_MINOR: u32 = 2;
+pub const PTDP_VERSION_MINOR: u32 = 3;
 pub const PTDP_VERSION_PATCH: u32 = 0;
-pub const PTDP_VERSION_CODE: u32 = 200;
+pub const PTDP_VERSION_CODE: u32 = 300;
 
 /// Result of every fallible call.
 pub type ptdp_status = i32;
