@@ -15,12 +15,23 @@ namespace ptdp::cpu {
 inline constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
 inline constexpr float kGeluCoeff = 0.044715f;
 
+inline constexpr float kExpRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+inline constexpr int32_t kExpBitsLow = std::bit_cast<int32_t>(87.0f);   // e^-87: still a normal float
+inline constexpr int32_t kExpBitsHigh = std::bit_cast<int32_t>(88.5f);  // rounds to 2^128: +inf
+
+/// e^x for the vectorizer (range reduction by ln 2, a degree-7 polynomial, relative error ~1e-7)
+/// for x in [-87, 88.3]; below, e^-87; above, +inf. The clamp and the float-to-int conversion
+/// are done on the bits: under -ftrapping-math (GCC's default) a float compare or conversion
+/// keeps the loop scalar. Shared by GeLU's tanh and SwiGLU's sigmoid.
 inline float exp_simd(float x) {
-  // x in [-87, 87] after clamping; e^x = 2^n e^r with r in [-ln2/2, ln2/2]. Adding and
-  // subtracting 1.5 * 2^23 rounds to the nearest integer without a library call.
-  x = x < -87.0f ? -87.0f : x;
-  x = x > 87.0f ? 87.0f : x;
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const int32_t a = std::bit_cast<int32_t>(std::fabs(x));  // ordered like |x|
+  const int32_t neg = std::bit_cast<int32_t>(x) >> 31;      // all ones where x < 0
+  const int32_t limit = (kExpBitsLow & neg) | (kExpBitsHigh & ~neg);
+  const int32_t over = -static_cast<int32_t>(a > limit);    // all ones where clamped
+  x = std::copysign(std::bit_cast<float>((a & ~over) | (limit & over)), x);
+  // e^x = 2^n e^r with r in [-ln2/2, ln2/2].
+  const float big = x * 1.44269504088896341f + kExpRound;  // n + 1.5 * 2^23, n = round(x / ln 2)
+  const float n = big - kExpRound;
   const float r = (x - n * 0.693145751953125f) - n * 1.42860682030941723212e-6f;  // Cody-Waite
   float p = 1.0f / 5040.0f;
   p = p * r + 1.0f / 720.0f;
@@ -30,8 +41,9 @@ inline float exp_simd(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  return p * std::bit_cast<float>(bits);
+  // n (-126 .. 128) sits in the low mantissa bits of big; n = 128 makes the exponent all ones.
+  const int32_t ni = std::bit_cast<int32_t>(big) - std::bit_cast<int32_t>(kExpRound);
+  return p * std::bit_cast<float>((ni + 127) << 23);
 }
 
 inline float tanh_simd(float u) {

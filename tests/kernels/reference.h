@@ -22,6 +22,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
+#include "kernels/half.h"
 
 namespace ptdp_test {
 
@@ -119,6 +120,47 @@ inline std::string equal_report(const fvec& got, const fvec& want) {
   return std::to_string(bad) + " of " + std::to_string(got.size()) +
          " elements differ bitwise:\n" + os.str();
 }
+
+// ---- storage types ------------------------------------------------------------------------
+
+/// x rounded to bf16 or f16, as 16-bit words.
+inline std::vector<uint16_t> to16(const fvec& x, ptdp::DType t) {
+  std::vector<uint16_t> h(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    h[i] = t == ptdp::DType::BF16 ? ptdp::f32_to_bf16(x[i]) : ptdp::f32_to_f16(x[i]);
+  return h;
+}
+
+/// 16-bit words of type t widened to f32.
+inline fvec from16(const std::vector<uint16_t>& h, ptdp::DType t) {
+  fvec x(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i)
+    x[i] = t == ptdp::DType::BF16 ? ptdp::bf16_to_f32(h[i]) : ptdp::f16_to_f32(h[i]);
+  return x;
+}
+
+/// A buffer of storage type t (f32, bf16, f16) holding x: the f32 values, or their 16-bit
+/// roundings.
+struct Stored {
+  ptdp::DType t;
+  fvec f;
+  std::vector<uint16_t> h;
+
+  Stored(const fvec& x, ptdp::DType type) : t(type) {
+    if (t == ptdp::DType::F32) f = x;
+    else h = to16(x, t);
+  }
+  void* data() { return t == ptdp::DType::F32 ? static_cast<void*>(f.data()) : h.data(); }
+  const void* data() const { return t == ptdp::DType::F32 ? static_cast<const void*>(f.data()) : h.data(); }
+  /// The values the buffer holds, widened to f32.
+  fvec values() const { return t == ptdp::DType::F32 ? f : from16(h, t); }
+};
+
+/// The values a buffer of type t holds after storing x (x itself for f32).
+inline fvec rounded(const fvec& x, ptdp::DType t) { return Stored(x, t).values(); }
+
+/// The floating storage types every op takes.
+inline constexpr ptdp::DType kStorageTypes[] = {ptdp::DType::F32, ptdp::DType::BF16, ptdp::DType::F16};
 
 }  // namespace ptdp_test
 

@@ -310,20 +310,6 @@ TEST_CASE("attention: position 0 attends to itself only", "[attention]") {
 
 namespace {
 
-std::vector<uint16_t> to16(const fvec& x, DType t) {
-  std::vector<uint16_t> h(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i)
-    h[i] = t == DType::BF16 ? ptdp::f32_to_bf16(x[i]) : ptdp::f32_to_f16(x[i]);
-  return h;
-}
-
-fvec from16(const std::vector<uint16_t>& h, DType t) {
-  fvec x(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i)
-    x[i] = t == DType::BF16 ? ptdp::bf16_to_f32(h[i]) : ptdp::f16_to_f32(h[i]);
-  return x;
-}
-
 double ulp(DType t) { return t == DType::BF16 ? 1.0 / 128.0 : 1.0 / 1024.0; }
 
 }  // namespace

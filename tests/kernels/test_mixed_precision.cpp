@@ -18,25 +18,6 @@ namespace {
 
 using hvec = std::vector<uint16_t>;
 
-hvec to16(const fvec& x, DType t) {
-  hvec h(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i)
-    h[i] = t == DType::BF16 ? ptdp::f32_to_bf16(x[i]) : ptdp::f32_to_f16(x[i]);
-  return h;
-}
-
-fvec from16(const hvec& h, DType t) {
-  fvec x(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i)
-    x[i] = t == DType::BF16 ? ptdp::bf16_to_f32(h[i]) : ptdp::f16_to_f32(h[i]);
-  return x;
-}
-
-/// x rounded to t and widened again: the values a 16-bit buffer holds.
-fvec rounded(const fvec& x, DType t) { return from16(to16(x, t), t); }
-
-/// rounded(), or x itself for f32.
-fvec rounded32(const fvec& x, DType t) { return t == DType::F32 ? x : rounded(x, t); }
 
 /// Relative spacing of t at 1 (one unit in the last place, relative).
 double ulp(DType t) { return t == DType::BF16 ? 1.0 / 128.0 : 1.0 / 1024.0; }
@@ -391,10 +372,10 @@ void check_epilogue(Epilogue e, DType t, bool beta) {
   d.alpha = 1.25f;
   d.beta = beta ? 0.5f : 0.0f;
   Rand r(static_cast<uint32_t>(100 + static_cast<int>(e) * 10 + static_cast<int>(t)));
-  const fvec a = rounded32(r.uniform(d.k * d.lda), t), b = rounded32(r.uniform(d.k * d.n), t);
-  const fvec c0 = rounded32(r.uniform(d.m * d.ldc), t);
-  const fvec bias = rounded32(r.uniform(d.n), t);
-  const fvec aux_in = rounded32(r.uniform(d.m * d.ldc, -3.0f, 3.0f), t);
+  const fvec a = rounded(r.uniform(d.k * d.lda), t), b = rounded(r.uniform(d.k * d.n), t);
+  const fvec c0 = rounded(r.uniform(d.m * d.ldc), t);
+  const fvec bias = rounded(r.uniform(d.n), t);
+  const fvec aux_in = rounded(r.uniform(d.m * d.ldc, -3.0f, 3.0f), t);
   INFO("epilogue " << static_cast<int>(e) << " type " << name(t) << " beta " << d.beta);
 
   // Composition in fp32: r = alpha A^T B + beta C (C widened), then the epilogue by plain ops.

@@ -10,34 +10,7 @@ using ptdp::DType;
 
 namespace {
 
-/// A buffer of storage type t: f32 values, or their bf16 / f16 roundings.
-struct Stored {
-  DType t;
-  fvec f;
-  std::vector<uint16_t> h;
-
-  Stored(const fvec& x, DType type) : t(type) {
-    if (t == DType::F32) {
-      f = x;
-      return;
-    }
-    h.resize(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i)
-      h[i] = t == DType::BF16 ? ptdp::f32_to_bf16(x[i]) : ptdp::f32_to_f16(x[i]);
-  }
-  void* data() { return t == DType::F32 ? static_cast<void*>(f.data()) : h.data(); }
-  fvec values() const {
-    if (t == DType::F32) return f;
-    fvec x(h.size());
-    for (std::size_t i = 0; i < h.size(); ++i)
-      x[i] = t == DType::BF16 ? ptdp::bf16_to_f32(h[i]) : ptdp::f16_to_f32(h[i]);
-    return x;
-  }
-};
-
-fvec rounded(const fvec& x, DType t) { return Stored(x, t).values(); }
-
-const DType kTypes[] = {DType::F32, DType::BF16, DType::F16};
+const auto& kTypes = kStorageTypes;
 
 /// Relative tolerance of a result rounded once to t (after fp32 math).
 double tol(DType t) { return t == DType::BF16 ? 1.0 / 128.0 : t == DType::F16 ? 1.0 / 1024.0 : 1e-5; }
