@@ -121,11 +121,24 @@ struct SgdParams {
 /// attends with its group g's key and value, which are read in place, never copied per query
 /// head; ctx stays [s, b, heads, dh], lse [b, heads, s], and dqkv has qkv's layout (a group's
 /// key and value gradients summed over its query heads).
+///
+/// Documents (Megatron's --reset-attention-mask, several documents packed into one sample):
+/// with `document_starts` set, query i of sample bi attends only to keys
+/// document_starts[bi * s + i] .. i, the positions of its own document (the softmax runs over
+/// those keys alone; the others get probability exactly 0). The array is [b, s] int32 in the
+/// backend's memory, one row per sample, and every row must be non-decreasing with
+/// 0 <= start[i] <= i (contiguous documents: start[i] is start[i - 1], or i where a new
+/// document begins); the core checks that on the host. The kernels clamp each start into
+/// [0, i], so no value reads outside the activation, but rows that decrease give undefined
+/// results. Key tiles wholly before a query tile's documents are skipped, so a sample of short
+/// documents costs less than a causal one. The dropout mask keeps its indexing: probability
+/// (i, j) is still element (bi, hi, i * s + j) of the [b, heads, s * s] block.
 struct AttentionDesc {
   int64_t s = 0, b = 0, heads = 0, dh = 0;
   float scale = 1.0f;
   DropoutDesc dropout;  ///< p == 0: none
   int64_t groups = 0;   ///< key/value heads; 0: heads (multi-head attention)
+  const int32_t* document_starts = nullptr;  ///< [b, s] (device); NULL: causal over the sample
 
   int64_t kv_groups() const { return groups > 0 ? groups : heads; }
   int64_t q_per_group() const { return heads / kv_groups(); }
@@ -226,6 +239,16 @@ class Backend {
   /// sees keys j <= i + (sk - sq) and the rest are exactly 0. y may alias x.
   virtual void softmax_forward(const void* x, void* y, DType t, int64_t batch, int64_t sq,
                                int64_t sk, float scale, bool causal) = 0;
+  /// The causal softmax of packed documents (the unfused path's --reset-attention-mask): x and y
+  /// are [batch, s, s] with batch = samples * heads, entry n holding the scores of sample
+  /// n / heads; y = softmax(scale * x) per row, where row i of entry n sees only keys
+  /// document_starts[(n / heads) * s + i] .. i (document_starts as AttentionDesc's: [samples, s]
+  /// int32 in the backend's memory, each start clamped into [0, i]) and every other entry is
+  /// exactly 0. Without documents (every start 0) it is softmax_forward(..., s, s, scale, true).
+  /// y may alias x. Its backward is softmax_backward (the masked probabilities are 0).
+  virtual void softmax_forward_documents(const void* x, void* y, DType t, int64_t batch,
+                                         int64_t heads, int64_t s, float scale,
+                                         const int32_t* document_starts) = 0;
   /// dx = scale * y * (dy - sum_j dy_j y_j). dx may alias dy.
   virtual void softmax_backward(const void* y, const void* dy, void* dx, DType t, int64_t batch,
                                 int64_t sq, int64_t sk, float scale) = 0;

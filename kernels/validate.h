@@ -294,6 +294,23 @@ inline Work check_softmax_backward(const void* y, const void* dy, const void* dx
   return Work::some;
 }
 
+/// softmax_forward_documents: batch is samples * heads; the starts are [samples, s].
+inline Work check_softmax_forward_documents(const void* x, const void* y, DType t, int64_t batch,
+                                            int64_t heads, int64_t s, float scale,
+                                            const int32_t* document_starts) {
+  const char* op = "softmax_forward_documents";
+  detail::check_softmax_dims(op, t, batch, s, s);
+  positive(op, "heads", heads);
+  PTDP_CHECK_ARG(batch % heads == 0, std::string(op) + ": batch = " + std::to_string(batch) +
+                                         " is not a multiple of heads = " + std::to_string(heads));
+  PTDP_CHECK_ARG(std::isfinite(scale), std::string(op) + ": scale must be finite");
+  if (batch == 0 || s == 0) return Work::none;
+  not_null(op, "x", x);
+  not_null(op, "y", y);
+  not_null(op, "document_starts", document_starts);
+  return Work::some;
+}
+
 // ---- dropout -------------------------------------------------------------------------------
 
 namespace detail {

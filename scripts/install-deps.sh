@@ -18,6 +18,10 @@ packages=(
   python3-venv                                    # pip install of the source tree into a fresh venv (test)
   doxygen                                         # API reference; its run is a test
   abi-compliance-checker                          # the ABI against packaging/abi/ (ctest -L abi)
+  zlib1g-dev                                      # gzip JSON-lines input of ptdp-preprocess-data
+  libpcre2-dev libutf8proc-dev                    # tokenizers: split regexes, Unicode normalisation
+  libsentencepiece-dev python3-sentencepiece      # SentencePieceTokenizer, and its reference (tests)
+  python3-torch                                   # reference logits of Hugging Face models (tests/tools/test_hf_*)
 )
 
 # Rust bindings: any cargo >= 1.64 will do (rustup's in ~/.cargo/bin, or Debian's).
@@ -32,16 +36,30 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [[ ${#missing[@]} -eq 0 ]]; then
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
-fi
-
 sudo=""
 if [[ $(id -u) -ne 0 ]]; then
-  command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
   sudo=sudo
 fi
-echo "install-deps: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+else
+  if [[ -n $sudo ]]; then
+    command -v sudo >/dev/null || { echo "install-deps: run as root (missing: ${missing[*]})" >&2; exit 1; }
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The test venv: PyPI packages the tests compare against that Debian does not ship. It sees the
+# system's site packages, so Debian's python3-torch (1.13) serves transformers; transformers is
+# kept below 4.47, the last releases that support torch < 2. Tests run its Python when it exists
+# and skip (exit 77, with the reason) without it.
+venv=/opt/ptdp-test-venv
+if [[ ! -x $venv/bin/python ]]; then
+  $sudo /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+if ! "$venv/bin/python" -c 'import transformers, tokenizers' 2>/dev/null; then
+  echo "install-deps: installing transformers and tokenizers into $venv"
+  $sudo "$venv/bin/pip" install -q "transformers>=4.40,<4.47" tokenizers
+fi

@@ -96,6 +96,13 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_ACTION_SEND_GRADIENT = 6
   integer(c_int), parameter :: PTDP_ACTION_RECV_GRADIENT = 7
 
+  ! Kind of tokenizer (Megatron's `--tokenizer-type`).
+  integer(c_int), parameter :: PTDP_TOKENIZER_BYTE_LEVEL = 0
+  integer(c_int), parameter :: PTDP_TOKENIZER_NULL = 1
+  integer(c_int), parameter :: PTDP_TOKENIZER_GPT2_BPE = 2
+  integer(c_int), parameter :: PTDP_TOKENIZER_HUGGING_FACE = 3
+  integer(c_int), parameter :: PTDP_TOKENIZER_SENTENCE_PIECE = 4
+
   ! Optimizer algorithm (Megatron's `--optimizer`).
   integer(c_int), parameter :: PTDP_OPTIMIZER_ADAM = 0
   integer(c_int), parameter :: PTDP_OPTIMIZER_SGD = 1
@@ -119,6 +126,21 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_SPLIT_TRAIN = 0
   integer(c_int), parameter :: PTDP_SPLIT_VALID = 1
   integer(c_int), parameter :: PTDP_SPLIT_TEST = 2
+
+  ! Label values with a meaning of their own.
+  integer(c_int), parameter :: PTDP_IGNORE_INDEX = -100
+
+  ! Which of Megatron's end-of-document rules ptdp_eod_masks() applies (bits, OR them).
+  integer(c_int), parameter :: PTDP_EOD_MASK_LOSS = 1
+  integer(c_int), parameter :: PTDP_EOD_RESET_POSITION_IDS = 2
+  integer(c_int), parameter :: PTDP_EOD_RESET_ATTENTION_MASK = 4
+
+  ! A Hugging Face model class (config.json's `model_type`).
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_AUTO = 0
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_GPT2 = 1
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_LLAMA = 2
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_MISTRAL = 3
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN2 = 4
 end module ptdp_enums
 
 !> The C API as bind(c) interfaces. Handles are type(c_ptr); option structs are
@@ -238,6 +260,16 @@ module ptdp
     real(c_double) :: p2p_latency
   end type ptdp_schedule_costs
 
+  ! What a tokenizer is made from.
+  type, bind(c) :: ptdp_tokenizer_options
+    integer(c_size_t) :: struct_size
+    integer(c_int) :: type
+    type(c_ptr) :: vocab_file
+    type(c_ptr) :: merge_file
+    type(c_ptr) :: tokenizer_model
+    integer(c_int64_t) :: vocab_size
+  end type ptdp_tokenizer_options
+
   ! Optimizer settings with Megatron's names.
   type, bind(c) :: ptdp_optimizer_options
     integer(c_size_t) :: struct_size
@@ -348,6 +380,9 @@ module ptdp
     integer(c_int32_t) :: vocab_size
     integer(c_int64_t) :: seed
     integer(c_int64_t) :: num_samples(3)
+    type(c_ptr) :: train_data_path
+    type(c_ptr) :: valid_data_path
+    type(c_ptr) :: test_data_path
   end type ptdp_gpt_data_options
 
   ! Options of ptdp_model_generate().
@@ -360,6 +395,14 @@ module ptdp
     integer(c_int32_t) :: no_kv_cache
   end type ptdp_generate_options
 
+  ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
+  ! seq_length] row-major: b rows for one microbatch, m * b for a batch).
+  type, bind(c) :: ptdp_batch_masks
+    integer(c_size_t) :: struct_size
+    type(c_ptr) :: position_ids
+    type(c_ptr) :: document_starts
+  end type ptdp_batch_masks
+
   ! What a checkpoint records besides tensors.
   type, bind(c) :: ptdp_checkpoint_state
     integer(c_size_t) :: struct_size
@@ -367,6 +410,15 @@ module ptdp
     integer(c_int64_t) :: consumed_train_samples
     integer(c_int64_t) :: consumed_valid_samples
   end type ptdp_checkpoint_state
+
+  ! Options of ptdp_hf_save().
+  type, bind(c) :: ptdp_hf_save_options
+    integer(c_size_t) :: struct_size
+    integer(c_int) :: dtype
+    integer(c_int64_t) :: max_shard_size
+    integer(c_int) :: architecture
+    type(c_ptr) :: base_config
+  end type ptdp_hf_save_options
 
   ! A cluster of identical GPU nodes as the planner models it.
   type, bind(c) :: ptdp_cluster
@@ -476,6 +528,36 @@ module ptdp
     real(c_double) :: tflops_per_gpu
     real(c_double) :: mfu
   end type ptdp_plan_layout
+
+  ! Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
+  type, bind(c) :: ptdp_preprocess_options
+    integer(c_size_t) :: struct_size
+    type(c_ptr) :: inputs
+    integer(c_int32_t) :: num_inputs
+    integer(c_int32_t) :: num_json_keys
+    type(c_ptr) :: json_keys
+    type(c_ptr) :: output_prefix
+    type(c_ptr) :: tokenizer_type
+    type(c_ptr) :: vocab_file
+    type(c_ptr) :: merge_file
+    type(c_ptr) :: tokenizer_model
+    integer(c_int64_t) :: vocab_size
+    integer(c_int32_t) :: append_eod
+    integer(c_int32_t) :: workers
+    integer(c_int64_t) :: log_interval
+    integer(c_int32_t) :: skip_bad_lines
+  end type ptdp_preprocess_options
+
+  ! What ptdp_preprocess() did.
+  type, bind(c) :: ptdp_preprocess_result
+    integer(c_size_t) :: struct_size
+    integer(c_int64_t) :: documents
+    integer(c_int64_t) :: bad_lines
+    integer(c_int64_t) :: bytes
+    integer(c_int64_t) :: tokens
+    real(c_double) :: seconds
+    integer(c_int32_t) :: dtype_code
+  end type ptdp_preprocess_result
 
   abstract interface
 
@@ -1509,6 +1591,137 @@ module ptdp
       integer(c_int) :: ptdp_dataset_document
     end function ptdp_dataset_document
 
+    ! Fills @p options with the defaults (a byte-level tokenizer) and sets its struct_size.
+    function ptdp_tokenizer_options_init(options) bind(c, name="ptdp_tokenizer_options_init")
+      import
+      implicit none
+      type(ptdp_tokenizer_options), intent(inout) :: options
+      integer(c_int) :: ptdp_tokenizer_options_init
+    end function ptdp_tokenizer_options_init
+
+    ! Creates a tokenizer from its files.
+    function ptdp_tokenizer_create(options, out) bind(c, name="ptdp_tokenizer_create")
+      import
+      implicit none
+      type(ptdp_tokenizer_options), intent(in) :: options
+      type(c_ptr), intent(out) :: out
+      integer(c_int) :: ptdp_tokenizer_create
+    end function ptdp_tokenizer_create
+
+    ! Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
+    ! `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
+    ! latest iteration's metadata.json (paths as they were given to ptdp-train), or the
+    ! byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+    function ptdp_tokenizer_create_from_checkpoint(directory, out) &
+        bind(c, name="ptdp_tokenizer_create_from_checkpoint")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: directory(*)
+      type(c_ptr), intent(out) :: out
+      integer(c_int) :: ptdp_tokenizer_create_from_checkpoint
+    end function ptdp_tokenizer_create_from_checkpoint
+
+    ! Releases a tokenizer; NULL is accepted.
+    function ptdp_tokenizer_destroy(tokenizer) bind(c, name="ptdp_tokenizer_destroy")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      integer(c_int) :: ptdp_tokenizer_destroy
+    end function ptdp_tokenizer_destroy
+
+    ! The type a tokenizer was created as.
+    function ptdp_tokenizer_get_type(tokenizer, type) bind(c, name="ptdp_tokenizer_get_type")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      integer(c_int), intent(out) :: type
+      integer(c_int) :: ptdp_tokenizer_get_type
+    end function ptdp_tokenizer_get_type
+
+    ! Token ids of @p length bytes of text.
+    function ptdp_tokenizer_encode(tokenizer, text, length, ids, capacity, count) &
+        bind(c, name="ptdp_tokenizer_encode")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      character(kind=c_char), intent(in) :: text(*)
+      integer(c_size_t), value :: length
+      integer(c_int32_t), intent(out) :: ids(*)
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: count
+      integer(c_int) :: ptdp_tokenizer_encode
+    end function ptdp_tokenizer_encode
+
+    ! The text of @p count token ids (special tokens written as their text).
+    function ptdp_tokenizer_decode(tokenizer, ids, count, buffer, capacity, length) &
+        bind(c, name="ptdp_tokenizer_decode")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      integer(c_int32_t), intent(in) :: ids(*)
+      integer(c_size_t), value :: count
+      character(kind=c_char), intent(out) :: buffer(*)
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: length
+      integer(c_int) :: ptdp_tokenizer_decode
+    end function ptdp_tokenizer_decode
+
+    ! The number of ids: every id in [0, size) is valid (added and special tokens included).
+    function ptdp_tokenizer_vocab_size(tokenizer, size) bind(c, name="ptdp_tokenizer_vocab_size")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      integer(c_int64_t), intent(out) :: size
+      integer(c_int) :: ptdp_tokenizer_vocab_size
+    end function ptdp_tokenizer_vocab_size
+
+    ! The end-of-document id (Megatron's `tokenizer.eod`: what `--append-eod` appends), or -1
+    ! when the tokenizer has none (ByteLevel; a GPT-2 vocabulary without "<|endoftext|>"; a
+    ! tokenizer.json without an end-of-sequence token).
+    function ptdp_tokenizer_eod(tokenizer, id) bind(c, name="ptdp_tokenizer_eod")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      integer(c_int32_t), intent(out) :: id
+      integer(c_int) :: ptdp_tokenizer_eod
+    end function ptdp_tokenizer_eod
+
+    ! The beginning-of-sequence id, or -1 when the tokenizer has none.
+    function ptdp_tokenizer_bos(tokenizer, id) bind(c, name="ptdp_tokenizer_bos")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      integer(c_int32_t), intent(out) :: id
+      integer(c_int) :: ptdp_tokenizer_bos
+    end function ptdp_tokenizer_bos
+
+    ! The id of one vocabulary entry, spelled as the model spells it (byte-level BPE's mapped
+    ! characters, e.g.
+    function ptdp_tokenizer_token_to_id(tokenizer, token, length, id) &
+        bind(c, name="ptdp_tokenizer_token_to_id")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      character(kind=c_char), intent(in) :: token(*)
+      integer(c_size_t), value :: length
+      integer(c_int32_t), intent(out) :: id
+      integer(c_int) :: ptdp_tokenizer_token_to_id
+    end function ptdp_tokenizer_token_to_id
+
+    ! The vocabulary entry of an id, as ptdp_tokenizer_token_to_id() spells it; the
+    ! count/capacity protocol of ptdp_tokenizer_decode().
+    function ptdp_tokenizer_id_to_token(tokenizer, id, buffer, capacity, length) &
+        bind(c, name="ptdp_tokenizer_id_to_token")
+      import
+      implicit none
+      type(c_ptr), value :: tokenizer
+      integer(c_int32_t), value :: id
+      character(kind=c_char), intent(out) :: buffer(*)
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: length
+      integer(c_int) :: ptdp_tokenizer_id_to_token
+    end function ptdp_tokenizer_id_to_token
+
     ! Fills @p options with the defaults and sets its struct_size.
     function ptdp_optimizer_options_init(options) bind(c, name="ptdp_optimizer_options_init")
       import
@@ -1912,6 +2125,118 @@ module ptdp
       integer(c_int) :: ptdp_model_generate
     end function ptdp_model_generate
 
+    ! Fills @p masks with the defaults (no position ids, no documents) and sets its struct_size.
+    function ptdp_batch_masks_init(masks) bind(c, name="ptdp_batch_masks_init")
+      import
+      implicit none
+      type(ptdp_batch_masks), intent(inout) :: masks
+      integer(c_int) :: ptdp_batch_masks_init
+    end function ptdp_batch_masks_init
+
+    ! Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts of
+    ! @p count samples from their end-of-document tokens.
+    function ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, &
+        document_starts) bind(c, name="ptdp_eod_masks")
+      import
+      implicit none
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int64_t), value :: count
+      integer(c_int32_t), value :: seq_length
+      integer(c_int32_t), value :: eod_token_id
+      integer(c_int32_t), value :: flags
+      integer(c_int32_t), intent(out) :: labels
+      integer(c_int32_t), intent(out) :: position_ids
+      integer(c_int32_t), intent(out) :: document_starts
+      integer(c_int) :: ptdp_eod_masks
+    end function ptdp_eod_masks
+
+    ! ptdp_model_forward_backward() with position ids and documents.
+    function ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, &
+        iteration, microbatch, grad_scale, loss) &
+        bind(c, name="ptdp_model_forward_backward_masked")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int32_t), intent(in) :: labels(*)
+      type(ptdp_batch_masks), intent(in) :: masks
+      integer(c_int32_t), value :: micro_batch_size
+      integer(c_int64_t), value :: iteration
+      integer(c_int64_t), value :: microbatch
+      real(c_float), value :: grad_scale
+      real(c_float), intent(out) :: loss
+      integer(c_int) :: ptdp_model_forward_backward_masked
+    end function ptdp_model_forward_backward_masked
+
+    ! ptdp_model_forward() with position ids and documents.
+    function ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, &
+        microbatch, training, loss) bind(c, name="ptdp_model_forward_masked")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int32_t), intent(in) :: labels(*)
+      type(ptdp_batch_masks), intent(in) :: masks
+      integer(c_int32_t), value :: micro_batch_size
+      integer(c_int64_t), value :: iteration
+      integer(c_int64_t), value :: microbatch
+      integer(c_int32_t), value :: training
+      real(c_float), intent(out) :: loss
+      integer(c_int) :: ptdp_model_forward_masked
+    end function ptdp_model_forward_masked
+
+    ! ptdp_model_pipeline_forward_backward() with position ids and documents.
+    function ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, &
+        micro_batch_size, iteration, options, loss) &
+        bind(c, name="ptdp_model_pipeline_forward_backward_masked")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      type(c_ptr), value :: schedule
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int32_t), intent(in) :: labels(*)
+      type(ptdp_batch_masks), intent(in) :: masks
+      integer(c_int32_t), value :: micro_batch_size
+      integer(c_int64_t), value :: iteration
+      type(ptdp_pipeline_options), intent(in) :: options
+      real(c_float), intent(out) :: loss
+      integer(c_int) :: ptdp_model_pipeline_forward_backward_masked
+    end function ptdp_model_pipeline_forward_backward_masked
+
+    ! ptdp_train_iteration() with position ids and documents: one training iteration of the
+    ! replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+    function ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, &
+        micro_batch_size, iteration, options, result) bind(c, name="ptdp_train_iteration_masked")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      type(c_ptr), value :: optimizer
+      type(c_ptr), value :: schedule
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int32_t), intent(in) :: labels(*)
+      type(ptdp_batch_masks), intent(in) :: masks
+      integer(c_int32_t), value :: micro_batch_size
+      integer(c_int64_t), value :: iteration
+      type(ptdp_pipeline_options), intent(in) :: options
+      type(ptdp_iteration_result), intent(inout) :: result
+      integer(c_int) :: ptdp_train_iteration_masked
+    end function ptdp_train_iteration_masked
+
+    ! ptdp_model_evaluate() with position ids and documents.
+    function ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, &
+        num_microbatches, loss) bind(c, name="ptdp_model_evaluate_masked")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      integer(c_int32_t), intent(in) :: tokens(*)
+      integer(c_int32_t), intent(in) :: labels(*)
+      type(ptdp_batch_masks), intent(in) :: masks
+      integer(c_int32_t), value :: micro_batch_size
+      integer(c_int32_t), value :: num_microbatches
+      real(c_float), intent(out) :: loss
+      integer(c_int) :: ptdp_model_evaluate_masked
+    end function ptdp_model_evaluate_masked
+
     ! Zeroes @p state and sets its struct_size.
     function ptdp_checkpoint_state_init(state) bind(c, name="ptdp_checkpoint_state_init")
       import
@@ -1957,6 +2282,49 @@ module ptdp
       integer(c_int64_t), intent(out) :: iteration
       integer(c_int) :: ptdp_checkpoint_read_options
     end function ptdp_checkpoint_read_options
+
+    ! Fills @p options with the defaults and sets its struct_size.
+    function ptdp_hf_save_options_init(options) bind(c, name="ptdp_hf_save_options_init")
+      import
+      implicit none
+      type(ptdp_hf_save_options), intent(inout) :: options
+      integer(c_int) :: ptdp_hf_save_options_init
+    end function ptdp_hf_save_options_init
+
+    ! The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
+    ! their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
+    ! dropout, init std.
+    function ptdp_hf_read_options(directory, options, architecture) &
+        bind(c, name="ptdp_hf_read_options")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: directory(*)
+      type(ptdp_gpt_options), intent(inout) :: options
+      integer(c_int), intent(out) :: architecture
+      integer(c_int) :: ptdp_hf_read_options
+    end function ptdp_hf_read_options
+
+    ! Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the
+    ! tensors of the parameters it holds, in any layout.
+    function ptdp_hf_load(directory, model) bind(c, name="ptdp_hf_load")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: directory(*)
+      type(c_ptr), value :: model
+      integer(c_int) :: ptdp_hf_load
+    end function ptdp_hf_load
+
+    ! Writes @p model as a Hugging Face checkpoint: `config.json` and `model.safetensors` (or
+    ! shards and `model.safetensors.index.json`, see ptdp_hf_save_options::max_shard_size), with
+    ! the safetensors metadata `{"format": "pt"}` that transformers expects.
+    function ptdp_hf_save(directory, model, options) bind(c, name="ptdp_hf_save")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: directory(*)
+      type(c_ptr), value :: model
+      type(ptdp_hf_save_options), intent(in) :: options
+      integer(c_int) :: ptdp_hf_save
+    end function ptdp_hf_save
 
     ! Host memory of this process's CPU engine: bytes in use by tensors now and the most in use
     ! since the start or the last ptdp_memory_reset_peak() (the high-water mark that memory
@@ -2147,5 +2515,64 @@ module ptdp
       character(kind=c_char), intent(in) :: svg_path(*)
       integer(c_int) :: ptdp_plot_training_logs
     end function ptdp_plot_training_logs
+
+    ! Fills @p options with the defaults (ByteLevel, key "text", one worker, no progress lines)
+    ! and sets its struct_size.
+    function ptdp_preprocess_options_init(options) bind(c, name="ptdp_preprocess_options_init")
+      import
+      implicit none
+      type(ptdp_preprocess_options), intent(inout) :: options
+      integer(c_int) :: ptdp_preprocess_options_init
+    end function ptdp_preprocess_options_init
+
+    ! Tokenizes JSON lines into one indexed data set per key (Megatron's preprocess_data.py).
+    function ptdp_preprocess(options, result) bind(c, name="ptdp_preprocess")
+      import
+      implicit none
+      type(ptdp_preprocess_options), intent(in) :: options
+      type(ptdp_preprocess_result), intent(inout) :: result
+      integer(c_int) :: ptdp_preprocess
+    end function ptdp_preprocess
+
+    ! The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE [FILE
+    ! ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`, `--vocab-file`,
+    ! `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,
+    ! `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`, preprocesses with
+    ! Megatron's progress line on stderr and a summary on stdout, and reports a failure on
+    ! stderr as "PROGRAM: message".
+    function ptdp_preprocess_main(argc, argv, exit_code) bind(c, name="ptdp_preprocess_main")
+      import
+      implicit none
+      integer(c_int32_t), value :: argc
+      type(c_ptr), intent(in) :: argv(*)
+      integer(c_int32_t), intent(out) :: exit_code
+      integer(c_int) :: ptdp_preprocess_main
+    end function ptdp_preprocess_main
+
+    ! Concatenates indexed data sets into one (Megatron's merge_datasets.py): the documents and
+    ! sequences of @p prefixes in order, their .bin bytes copied, written to OUTPUT_PREFIX.bin
+    ! and .idx.
+    function ptdp_merge_datasets(prefixes, count, output_prefix) &
+        bind(c, name="ptdp_merge_datasets")
+      import
+      implicit none
+      type(c_ptr), intent(in) :: prefixes(*)
+      integer(c_int32_t), value :: count
+      character(kind=c_char), intent(in) :: output_prefix(*)
+      integer(c_int) :: ptdp_merge_datasets
+    end function ptdp_merge_datasets
+
+    ! The whole of `ptdp-merge-datasets`: `--input DIR` (every PREFIX.bin/PREFIX.idx pair in
+    ! DIR, sorted by name, as Megatron's script) or `--datasets PREFIX [PREFIX ...]`, and
+    ! `--output-prefix`; a summary on stdout, a failure on stderr as "PROGRAM: message".
+    function ptdp_merge_datasets_main(argc, argv, exit_code) &
+        bind(c, name="ptdp_merge_datasets_main")
+      import
+      implicit none
+      integer(c_int32_t), value :: argc
+      type(c_ptr), intent(in) :: argv(*)
+      integer(c_int32_t), intent(out) :: exit_code
+      integer(c_int) :: ptdp_merge_datasets_main
+    end function ptdp_merge_datasets_main
   end interface
 end module ptdp

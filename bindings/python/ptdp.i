@@ -275,6 +275,9 @@ PTDPY_BUFFER1(const int32_t*, 0, 4, "iIl", 1)
 /* Token ids and labels the library writes (ptdp_gpt_data_batch). */
 PTDPY_BUFFER1(int32_t* tokens, 1, 4, "iIl", 0)
 PTDPY_BUFFER1(int32_t* labels, 1, 4, "iIl", 0)
+/* Position ids and document starts ptdp_eod_masks writes (None: not asked for). */
+PTDPY_BUFFER1(int32_t* position_ids, 1, 4, "iIl", 1)
+PTDPY_BUFFER1(int32_t* document_starts, 1, 4, "iIl", 1)
 
 %{
 /* ptdp_action is four 32-bit fields; the typemaps above hand out its rows as int32. */

@@ -75,6 +75,12 @@ PTDP_FIRST_PUBLISHED(ptdp_plan_layout, 208, mfu);                               
 
 PTDP_UNRELEASED(ptdp_iteration_report);
 PTDP_UNRELEASED(ptdp_trainer_options);
+PTDP_UNRELEASED(ptdp_batch_masks);
+PTDP_UNRELEASED(ptdp_hf_save_options);
+PTDP_UNRELEASED(ptdp_tokenizer_options);
+
+PTDP_UNRELEASED(ptdp_preprocess_options);
+PTDP_UNRELEASED(ptdp_preprocess_result);
 
 #undef PTDP_UNRELEASED
 #undef PTDP_FIRST_PUBLISHED
@@ -84,6 +90,8 @@ static_assert(FirstPublished<ptdp_runtime_options>::size == offsetof(ptdp_runtim
 static_assert(FirstPublished<ptdp_gpt_options>::size == offsetof(ptdp_gpt_options, device));  // ff06fad
 static_assert(FirstPublished<ptdp_train_settings>::size == offsetof(ptdp_train_settings, exit_interval));  // 6e066a8
 static_assert(FirstPublished<ptdp_plan_options>::size == offsetof(ptdp_plan_options, rotary_base));  // Llama options
+static_assert(FirstPublished<ptdp_gpt_data_options>::size ==
+              offsetof(ptdp_gpt_data_options, train_data_path));  // per-split data paths (blends)
 
 // A struct that grows again starts its new fields at or after the size of every version
 // published before, tail padding included: a caller built against that version passes its

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "capi/src/handles.h"
+#include "core/data/blended_dataset.h"
 #include "core/data/gpt_dataset.h"
 
 struct ptdp_gpt_data_impl {
@@ -29,15 +30,30 @@ ptdp::DataSplit checked_split(ptdp_data_split split) {
   return static_cast<ptdp::DataSplit>(k);
 }
 
-std::shared_ptr<const ptdp::TokenSource> open_source(const ptdp_gpt_data_options& o) {
+// Where the samples come from; checked before anything is read.
+ptdp::GptDataSpec data_spec(const ptdp_gpt_data_options& o) {
   const int k = static_cast<int>(o.source);
   PTDP_CHECK_ARG(k >= PTDP_DATA_MOCK && k <= PTDP_DATA_TEXT,
                  "options->source = " + std::to_string(k) + " is not a ptdp_data_source");
-  PTDP_CHECK_ARG(o.source == PTDP_DATA_MOCK || o.path != nullptr,
-                 std::string("options->path is NULL (the ") +
-                     (o.source == PTDP_DATA_INDEXED ? "indexed data set's prefix" : "text file") + " is needed)");
-  return ptdp::open_token_source(static_cast<ptdp::DataSource>(k), o.path ? o.path : "", o.seq_length,
-                                 o.vocab_size, o.seed);
+  ptdp::GptDataSpec spec;
+  spec.source = static_cast<ptdp::DataSource>(k);
+  const char* const per_split[3] = {o.train_data_path, o.valid_data_path, o.test_data_path};
+  static const char* const kNames[3] = {"train_data_path", "valid_data_path", "test_data_path"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (per_split[i] == nullptr) continue;
+    PTDP_CHECK_ARG(o.source == PTDP_DATA_INDEXED, ptdp::str_cat("options->", kNames[i],
+                                                                " is set but options->source is not "
+                                                                "PTDP_DATA_INDEXED"));
+    PTDP_CHECK_ARG(!ptdp::split_words(per_split[i]).empty(), ptdp::str_cat("options->", kNames[i], " is empty"));
+    spec.split_paths[i] = per_split[i];
+  }
+  if (!spec.per_split()) {
+    PTDP_CHECK_ARG(o.source == PTDP_DATA_MOCK || o.path != nullptr,
+                   std::string("options->path is NULL (the ") +
+                       (o.source == PTDP_DATA_INDEXED ? "indexed data set's prefix" : "text file") + " is needed)");
+    spec.path = o.path ? o.path : "";
+  }
+  return spec;
 }
 
 }  // namespace
@@ -75,8 +91,9 @@ PTDP_API ptdp_status ptdp_gpt_data_create(const ptdp_gpt_data_options* options, 
     d.seed = o.seed;
     std::copy(std::begin(o.num_samples), std::end(o.num_samples), d.num_samples.begin());
     // The source is checked before anything is read: a bad enum or NULL path never opens a file.
+    const ptdp::GptDataSpec spec = data_spec(o);
     auto h = std::make_unique<ptdp_gpt_data_impl>();
-    h->dataset = std::make_unique<ptdp::GptDataset>(open_source(o), d);
+    h->dataset = ptdp::make_gpt_dataset(spec, d, o.vocab_size);
     *out = h.release();
   });
 }
@@ -109,7 +126,7 @@ PTDP_API ptdp_status ptdp_gpt_data_batch(ptdp_gpt_data data, ptdp_data_split spl
     require_non_null(labels, "labels");
     // Read into scratch so a failure (a token outside the vocabulary, a file error) leaves the
     // caller's buffers untouched.
-    const std::size_t n = static_cast<std::size_t>(count) * static_cast<std::size_t>(d.dataset->split(s).seq_length());
+    const std::size_t n = static_cast<std::size_t>(count) * static_cast<std::size_t>(d.dataset->seq_length());
     std::vector<int32_t> t(n), l(n);
     d.dataset->get_batch(s, first, count, t.data(), l.data());
     std::memcpy(tokens, t.data(), n * sizeof(int32_t));

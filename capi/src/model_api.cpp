@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/src/batch_masks.h"
 #include "capi/src/handles.h"
 #include "capi/src/pipeline_run.h"
 #include "core/model/generate.h"
@@ -68,6 +69,55 @@ ptdp::GptModel& whole(const ptdp_model_impl& m, const char* what) {
                           std::to_string(m.model->pipeline_size()) + " use ptdp_model_pipeline_forward_backward");
   }
   return *m.model->chunks().front();
+}
+
+// The bodies of the entry points with and without masks (each keeps its own name in messages).
+float forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
+                       int32_t micro_batch_size, int64_t iteration, int64_t microbatch, float grad_scale,
+                       const char* function) {
+  ptdp_model_impl& m = live(model, "model");
+  ptdp::capi::require_batch(tokens, labels, micro_batch_size);
+  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  return whole(m, function).forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
+                                             grad_scale, layout);
+}
+
+float forward(ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
+              int32_t micro_batch_size, int64_t iteration, int64_t microbatch, int32_t training, const float* loss,
+              const char* function) {
+  ptdp_model_impl& m = live(model, "model");
+  ptdp::capi::require_batch(tokens, labels, micro_batch_size);
+  require_non_null(loss, "loss");
+  PTDP_CHECK_ARG(training == 0 || training == 1, "training = " + std::to_string(training) + " is not 0 or 1");
+  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  return whole(m, function)
+      .forward_loss(tokens, labels, micro_batch_size, step_of(iteration, microbatch, training == 1), layout);
+}
+
+float pipeline_forward_backward(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens, const int32_t* labels,
+                                const ptdp_batch_masks* masks, int32_t micro_batch_size, int64_t iteration,
+                                const ptdp_pipeline_options* options) {
+  ptdp_model_impl& m = live(model, "model");
+  const ptdp::Schedule& s = live(schedule, "schedule").schedule;
+  ptdp::capi::require_batch(tokens, labels, micro_batch_size);
+  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  const ptdp::capi::PipelineRun run(options);
+  const float l =
+      ptdp::forward_backward(*m.model, s, tokens, labels, micro_batch_size, iteration, run.executor(), {}, layout);
+  run.finish(*m.owner);
+  return l;
+}
+
+float evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
+               int32_t micro_batch_size, int32_t num_microbatches, const float* loss) {
+  ptdp_model_impl& m = live(model, "model");
+  require_non_null(tokens, "tokens");
+  require_non_null(labels, "labels");
+  require_non_null(loss, "loss");
+  PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size must be > 0, got " + std::to_string(micro_batch_size));
+  PTDP_CHECK_ARG(num_microbatches > 0, "num_microbatches must be > 0, got " + std::to_string(num_microbatches));
+  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  return ptdp::evaluate(*m.model, tokens, labels, micro_batch_size, num_microbatches, layout);
 }
 
 }  // namespace
@@ -187,11 +237,19 @@ PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t
                                                  int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
                                                  float grad_scale, float* loss) {
   return guard(__func__, [&] {
-    ptdp_model_impl& m = live(model, "model");
-    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
-    const float l = whole(m, "ptdp_model_forward_backward")
-                        .forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
-                                          grad_scale);
+    const float l = forward_backward(model, tokens, labels, nullptr, micro_batch_size, iteration, microbatch,
+                                     grad_scale, __func__);
+    if (loss) *loss = l;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_forward_backward_masked(ptdp_model model, const int32_t* tokens,
+                                                        const int32_t* labels, const ptdp_batch_masks* masks,
+                                                        int32_t micro_batch_size, int64_t iteration,
+                                                        int64_t microbatch, float grad_scale, float* loss) {
+  return guard(__func__, [&] {
+    const float l = forward_backward(model, tokens, labels, masks, micro_batch_size, iteration, microbatch,
+                                     grad_scale, __func__);
     if (loss) *loss = l;
   });
 }
@@ -200,12 +258,16 @@ PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens,
                                         int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
                                         int32_t training, float* loss) {
   return guard(__func__, [&] {
-    ptdp_model_impl& m = live(model, "model");
-    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
-    require_non_null(loss, "loss");
-    PTDP_CHECK_ARG(training == 0 || training == 1, "training = " + std::to_string(training) + " is not 0 or 1");
-    *loss = whole(m, "ptdp_model_forward")
-                .forward_loss(tokens, labels, micro_batch_size, step_of(iteration, microbatch, training == 1));
+    *loss = forward(model, tokens, labels, nullptr, micro_batch_size, iteration, microbatch, training, loss, __func__);
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_forward_masked(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                               const ptdp_batch_masks* masks, int32_t micro_batch_size,
+                                               int64_t iteration, int64_t microbatch, int32_t training,
+                                               float* loss) {
+  return guard(__func__, [&] {
+    *loss = forward(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training, loss, __func__);
   });
 }
 
@@ -286,12 +348,20 @@ PTDP_API ptdp_status ptdp_model_pipeline_forward_backward(ptdp_model model, ptdp
                                                           int32_t micro_batch_size, int64_t iteration,
                                                           const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {
-    ptdp_model_impl& m = live(model, "model");
-    const ptdp::Schedule& s = live(schedule, "schedule").schedule;
-    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
-    const ptdp::capi::PipelineRun run(options);
-    const float l = ptdp::forward_backward(*m.model, s, tokens, labels, micro_batch_size, iteration, run.executor());
-    run.finish(*m.owner);
+    const float l =
+        pipeline_forward_backward(model, schedule, tokens, labels, nullptr, micro_batch_size, iteration, options);
+    if (loss) *loss = l;
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_pipeline_forward_backward_masked(ptdp_model model, ptdp_schedule schedule,
+                                                                 const int32_t* tokens, const int32_t* labels,
+                                                                 const ptdp_batch_masks* masks,
+                                                                 int32_t micro_batch_size, int64_t iteration,
+                                                                 const ptdp_pipeline_options* options, float* loss) {
+  return guard(__func__, [&] {
+    const float l =
+        pipeline_forward_backward(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options);
     if (loss) *loss = l;
   });
 }
@@ -306,13 +376,15 @@ PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule sched
 PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,
                                          int32_t micro_batch_size, int32_t num_microbatches, float* loss) {
   return guard(__func__, [&] {
-    ptdp_model_impl& m = live(model, "model");
-    require_non_null(tokens, "tokens");
-    require_non_null(labels, "labels");
-    require_non_null(loss, "loss");
-    PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size must be > 0, got " + std::to_string(micro_batch_size));
-    PTDP_CHECK_ARG(num_microbatches > 0, "num_microbatches must be > 0, got " + std::to_string(num_microbatches));
-    *loss = ptdp::evaluate(*m.model, tokens, labels, micro_batch_size, num_microbatches);
+    *loss = evaluate(model, tokens, labels, nullptr, micro_batch_size, num_microbatches, loss);
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_evaluate_masked(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                                const ptdp_batch_masks* masks, int32_t micro_batch_size,
+                                                int32_t num_microbatches, float* loss) {
+  return guard(__func__, [&] {
+    *loss = evaluate(model, tokens, labels, masks, micro_batch_size, num_microbatches, loss);
   });
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/src/batch_masks.h"
 #include "capi/src/convert.h"
 #include "capi/src/handles.h"
 #include "capi/src/pipeline_run.h"
@@ -46,6 +47,24 @@ ptdp_iteration_report to_c(const ptdp::IterationReport& r) {
   return c;
 }
 
+// ptdp_train_iteration's body, with masks or without.
+void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule, const int32_t* tokens,
+                     const int32_t* labels, const ptdp_batch_masks* masks, int32_t micro_batch_size,
+                     int64_t iteration, const ptdp_pipeline_options* options, ptdp_iteration_result* result) {
+  ptdp_model_impl& m = live(model, "model");
+  ptdp_optimizer_impl& o = live(optimizer, "optimizer");
+  const ptdp::Schedule& s = live(schedule, "schedule").schedule;
+  PTDP_CHECK_ARG(o.model == &m, "optimizer was not created for this model");
+  ptdp::capi::require_batch(tokens, labels, micro_batch_size);
+  PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
+  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  const ptdp::capi::PipelineRun run(options);
+  const ptdp::IterationResult r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
+                                                        micro_batch_size, iteration, run.executor(), layout);
+  run.finish(*m.owner);
+  ptdp::capi::iteration_result(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
+}
+
 }  // namespace
 
 struct ptdp_trainer_impl {
@@ -64,17 +83,17 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
                                           int64_t iteration, const ptdp_pipeline_options* options,
                                           ptdp_iteration_result* result) {
   return guard(__func__, [&] {
-    ptdp_model_impl& m = live(model, "model");
-    ptdp_optimizer_impl& o = live(optimizer, "optimizer");
-    const ptdp::Schedule& s = live(schedule, "schedule").schedule;
-    PTDP_CHECK_ARG(o.model == &m, "optimizer was not created for this model");
-    ptdp::capi::require_batch(tokens, labels, micro_batch_size);
-    PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
-    const ptdp::capi::PipelineRun run(options);
-    const ptdp::IterationResult r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
-                                                          micro_batch_size, iteration, run.executor());
-    run.finish(*m.owner);
-    ptdp::capi::iteration_result(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
+    train_iteration(model, optimizer, schedule, tokens, labels, nullptr, micro_batch_size, iteration, options, result);
+  });
+}
+
+PTDP_API ptdp_status ptdp_train_iteration_masked(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule,
+                                                 const int32_t* tokens, const int32_t* labels,
+                                                 const ptdp_batch_masks* masks, int32_t micro_batch_size,
+                                                 int64_t iteration, const ptdp_pipeline_options* options,
+                                                 ptdp_iteration_result* result) {
+  return guard(__func__, [&] {
+    train_iteration(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result);
   });
 }
 

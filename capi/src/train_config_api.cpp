@@ -172,6 +172,9 @@ PTDP_API ptdp_status ptdp_train_config_data_options(ptdp_train_config config, pt
     o.vocab_size = a.vocab_size;
     o.seed = a.seed;
     for (int i = 0; i < 3; ++i) o.num_samples[i] = samples[static_cast<std::size_t>(i)];
+    o.train_data_path = text_or_null(a.train_data_path);  // Megatron's per-split lists
+    o.valid_data_path = text_or_null(a.valid_data_path);
+    o.test_data_path = text_or_null(a.test_data_path);
     *options = o;
   });
 }

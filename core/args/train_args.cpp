@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "core/args/flag_table.h"
+#include "core/data/tokenizer.h"
 #include "core/model/model_presets.h"
 #include "kernels/error.h"
 
@@ -376,9 +378,19 @@ std::vector<Flag> make_flags() {
   // Data.
   v.push_back(boolean("mock-data", G::Data, "Synthetic tokens, a pure function of the seed.", &TrainArgs::mock_data,
                       "when neither --data-path nor --text-file is given"));
-  v.push_back(text("data-path", G::Data, "PREFIX",
-                   "Megatron indexed data set PREFIX.idx / PREFIX.bin (one prefix; no blending), pre-tokenized.",
+  v.push_back(text("data-path", G::Data, "PREFIX|W PREFIX ...",
+                   "Megatron indexed data set PREFIX.idx / PREFIX.bin, pre-tokenized; or Megatron's blend: "
+                   "WEIGHT PREFIX [WEIGHT PREFIX ...] (or PREFIX PREFIX ..., weighed by their sizes), each data set "
+                   "split by --split and every split drawn from them by their weights (BlendedDataset).",
                    &TrainArgs::data_path));
+  v.push_back(text("train-data-path", G::Data, "PREFIX|W PREFIX ...",
+                   "The training split's own data sets: a prefix or a blend as --data-path, used whole (not split); "
+                   "exclusive with --data-path.",
+                   &TrainArgs::train_data_path));
+  v.push_back(text("valid-data-path", G::Data, "PREFIX|W PREFIX ...",
+                   "The validation split's own data sets, as --train-data-path.", &TrainArgs::valid_data_path));
+  v.push_back(text("test-data-path", G::Data, "PREFIX|W PREFIX ...",
+                   "The test split's own data sets, as --train-data-path.", &TrainArgs::test_data_path));
   v.push_back(text("text-file", G::Data, "PATH", "[ptdp] Plain text, one token per byte (needs vocab-size >= 256).",
                    &TrainArgs::text_file));
   Flag split = head("split", G::Data, "WEIGHTS",
@@ -387,22 +399,49 @@ std::vector<Flag> make_flags() {
   split.get = [](const TrainArgs& a) { return json(a.split); };
   v.push_back(std::move(split));
   Flag tokenizer = head("tokenizer-type", G::Data, "NAME",
-                        "ByteLevel (bytes are tokens) or NullTokenizer (ids as stored); ptdp reads no "
-                        "vocabulary files.");
+                        "ByteLevel (bytes are tokens), NullTokenizer (ids as stored), GPT2BPETokenizer "
+                        "(--vocab-file, --merge-file), HuggingFaceTokenizer or SentencePieceTokenizer "
+                        "(--tokenizer-model); without --vocab-size the vocabulary is the tokenizer's.");
   tokenizer.set = [](TrainArgs& a, const std::string& v) {
-    if (v != "ByteLevel" && v != "NullTokenizer") {
+    if (!tokenizer_type_from_name(v)) {
       bad_value("tokenizer-type", v,
-                "is not one of ByteLevel, NullTokenizer: GPT2BPETokenizer and the other vocabulary-file "
-                "tokenizers need files ptdp does not read; use a pre-tokenized --data-path with "
-                "NullTokenizer, or --text-file with ByteLevel");
+                "is not one of ByteLevel, NullTokenizer, GPT2BPETokenizer, HuggingFaceTokenizer, "
+                "SentencePieceTokenizer");
     }
     a.tokenizer_type = v;
   };
   tokenizer.get = [](const TrainArgs& a) { return a.tokenizer_type.empty() ? json(nullptr) : json(a.tokenizer_type); };
   v.push_back(std::move(tokenizer));
+  v.push_back(text("vocab-file", G::Data, "PATH", "GPT2BPETokenizer's vocab.json.", &TrainArgs::vocab_file));
+  v.push_back(text("merge-file", G::Data, "PATH", "GPT2BPETokenizer's merges.txt.", &TrainArgs::merge_file));
+  v.push_back(text("tokenizer-model", G::Data, "PATH",
+                   "HuggingFaceTokenizer's tokenizer.json or SentencePieceTokenizer's .model file.",
+                   &TrainArgs::tokenizer_model));
+  v.push_back(boolean("eod-mask-loss", G::Data,
+                      "Leave out of the loss every position whose input is the end-of-document token (its "
+                      "prediction of the next document's first token).",
+                      &TrainArgs::eod_mask_loss));
+  v.push_back(boolean("reset-position-ids", G::Data,
+                      "Restart the position ids after every end-of-document token (learned position embeddings "
+                      "and RoPE).",
+                      &TrainArgs::reset_position_ids));
+  v.push_back(boolean("reset-attention-mask", G::Data,
+                      "Let a token attend only to its own document: no attention across an end-of-document token "
+                      "(which belongs to the document it ends).",
+                      &TrainArgs::reset_attention_mask));
+  v.push_back(optional_integer("eod-token-id", G::Data,
+                               "[ptdp] The end-of-document token id of --eod-mask-loss, --reset-position-ids and "
+                               "--reset-attention-mask (e.g. 10, the newline, with --text-file).",
+                               &TrainArgs::eod_token_id, kNonNegative,
+                               "the eod of a tokenizer read from files"));
   // Checkpoints.
   v.push_back(text("save", G::Checkpoint, "DIR", "Save checkpoints to DIR/iter_NNNNNNN.", &TrainArgs::save));
   v.push_back(text("load", G::Checkpoint, "DIR", "Resume from the latest checkpoint in DIR.", &TrainArgs::load));
+  v.push_back(boolean("finetune", G::Checkpoint,
+                      "Load only the model parameters from --load (a checkpoint with or without optimizer state, "
+                      "such as ptdp-convert --from-hf writes) and start from iteration 0 with a fresh optimizer "
+                      "and data position.",
+                      &TrainArgs::finetune));
   v.push_back(integer("save-interval", G::Checkpoint,
                       "Save every N iterations (with --save); 0 means only at the end.", &TrainArgs::save_interval,
                       kNonNegative));
@@ -600,9 +639,76 @@ void check_together(const TrainArgs& a) {
            "leave it out");
     }
   }
+  if (uses_eod_masks(a)) {
+    const std::string flag = a.eod_mask_loss        ? "--eod-mask-loss"
+                             : a.reset_position_ids ? "--reset-position-ids"
+                                                    : "--reset-attention-mask";
+    if (!a.eod_token_id) {
+      fail(str_cat(flag, " needs the end-of-document token: give --eod-token-id (",
+                   a.tokenizer_type.empty() ? std::string("no --tokenizer-type names one")
+                                            : str_cat("--tokenizer-type ", a.tokenizer_type, " has none"),
+                   ")"));
+    }
+    if (*a.eod_token_id >= a.vocab_size) fail(str_cat(value("eod-token-id"), " is not below ", value("vocab-size")));
+  }
   // What the core checks again in its own words (nothing above should let these fail).
   to_gpt_config(a).validate(a.tensor_model_parallel_size);
   to_optimizer_config(a).validate();
+}
+
+/// Reads the tokenizer files of --tokenizer-type (so a missing or bad file is named before anything
+/// is built) and, unless --vocab-size was given, takes the tokenizer's vocabulary size, as Megatron
+/// does before padding it. NullTokenizer keeps --vocab-size as the ids' bound.
+void apply_tokenizer(TrainArgs& a, bool vocab_size_given) {
+  if (a.tokenizer_type.empty()) {
+    for (const auto& [flag, path] : {std::pair<const char*, const std::string*>{"--vocab-file", &a.vocab_file},
+                                     {"--merge-file", &a.merge_file},
+                                     {"--tokenizer-model", &a.tokenizer_model}}) {
+      if (!path->empty()) fail(str_cat(flag, " ", *path, " needs --tokenizer-type"));
+    }
+    return;
+  }
+  TokenizerConfig c;
+  c.type = *tokenizer_type_from_name(a.tokenizer_type);
+  c.vocab_file = a.vocab_file;
+  c.merge_file = a.merge_file;
+  c.tokenizer_model = a.tokenizer_model;
+  c.vocab_size = a.vocab_size;
+  const bool from_files = c.type != TokenizerType::ByteLevel && c.type != TokenizerType::Null;
+  if (from_files && !a.text_file.empty()) {
+    fail(str_cat("--text-file is read one token per byte, which --tokenizer-type ", a.tokenizer_type,
+                 " does not fit; tokenize the text into a --data-path (ptdp-preprocess-data), or use ByteLevel"));
+  }
+  const std::unique_ptr<Tokenizer> tokenizer = make_tokenizer(c);
+  const int64_t size = tokenizer->vocab_size();
+  if (!from_files) return;
+  if (!vocab_size_given) {
+    if (size > std::numeric_limits<int>::max()) fail(str_cat("the tokenizer's vocabulary of ", size, " is too large"));
+    a.vocab_size = static_cast<int>(size);
+  } else if (a.vocab_size < size) {
+    fail(str_cat("--vocab-size ", a.vocab_size, " is below the ", size, " ids of --tokenizer-type ",
+                 a.tokenizer_type, " (leave --vocab-size out to take the tokenizer's)"));
+  }
+  // The eod masks' token defaults to the tokenizer's end of document (Megatron's tokenizer.eod).
+  if (uses_eod_masks(a) && !a.eod_token_id && tokenizer->eod() >= 0) a.eod_token_id = tokenizer->eod();
+}
+
+/// Megatron's list flags (argparse nargs='*'): `--data-path 0.3 A 0.7 B` becomes one value, the
+/// words up to the next flag joined by spaces (`--data-path=...` stays one word).
+std::vector<std::string> join_data_lists(const std::vector<std::string>& args) {
+  static const char* const kLists[] = {"--data-path", "--train-data-path", "--valid-data-path", "--test-data-path"};
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    out.push_back(args[i]);
+    if (std::find(std::begin(kLists), std::end(kLists), args[i]) == std::end(kLists)) continue;
+    std::string words;
+    while (i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0 && args[i + 1] != "-h") {
+      if (!words.empty()) words += ' ';
+      words += args[++i];
+    }
+    if (!words.empty()) out.push_back(words);
+  }
+  return out;
 }
 
 }  // namespace
@@ -613,7 +719,7 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
     h.help = true;
     return h;
   }
-  const std::vector<std::optional<std::string>> values = flag_table().read(args);
+  const std::vector<std::optional<std::string>> values = flag_table().read(join_data_lists(args));
   const std::vector<Flag>& table = flags();
   TrainArgs out;
   // The preset first: every model flag given overrides it, wherever it stands.
@@ -643,12 +749,22 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
   if (mock_given) sources.push_back("--mock-data");
   if (!out.data_path.empty()) sources.push_back("--data-path");
   if (!out.text_file.empty()) sources.push_back("--text-file");
+  const bool per_split = !out.train_data_path.empty() || !out.valid_data_path.empty() || !out.test_data_path.empty();
+  if (per_split) sources.push_back("--train/valid/test-data-path");
   if (sources.size() > 1) {
     std::string given;
     for (const std::string& s : sources) given += str_cat(given.empty() ? "" : " and ", s);
-    fail(str_cat("--mock-data, --data-path and --text-file are exclusive; got ", given));
+    fail(str_cat("--mock-data, --data-path, --train/valid/test-data-path and --text-file are exclusive; got ", given));
+  }
+  // Megatron's lists, checked here so that a bad one is named before anything is built.
+  for (const auto& [flag, list] : {std::pair<const char*, const std::string*>{"--data-path", &out.data_path},
+                                   {"--train-data-path", &out.train_data_path},
+                                   {"--valid-data-path", &out.valid_data_path},
+                                   {"--test-data-path", &out.test_data_path}}) {
+    if (!list->empty() && (list != &out.data_path || is_data_blend(*list))) parse_data_blend(split_words(*list), flag);
   }
   out.mock_data = sources.empty() || mock_given;
+  apply_tokenizer(out, values[*flag_table().index_of("vocab-size")].has_value());
   check_together(out);
   return out;
 }
@@ -705,10 +821,25 @@ ScheduleKind schedule_kind(const TrainArgs& args) {
   return virtual_pipeline_size(args) > 1 ? ScheduleKind::Interleaved1F1B : args.pipeline_schedule;
 }
 
+bool uses_eod_masks(const TrainArgs& args) {
+  return args.eod_mask_loss || args.reset_position_ids || args.reset_attention_mask;
+}
+
 DataSource data_source(const TrainArgs& args) {
-  if (!args.data_path.empty()) return DataSource::Indexed;
+  if (!args.data_path.empty() || !args.train_data_path.empty() || !args.valid_data_path.empty() ||
+      !args.test_data_path.empty()) {
+    return DataSource::Indexed;
+  }
   if (!args.text_file.empty()) return DataSource::Text;
   return DataSource::Mock;
+}
+
+GptDataSpec gpt_data_spec(const TrainArgs& args) {
+  GptDataSpec spec;
+  spec.source = data_source(args);
+  spec.path = spec.source == DataSource::Text ? args.text_file : args.data_path;
+  spec.split_paths = {args.train_data_path, args.valid_data_path, args.test_data_path};
+  return spec;
 }
 
 int64_t lr_decay_iters(const TrainArgs& args) { return args.lr_decay_iters.value_or(args.train_iters); }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/data/blended_dataset.h"
 #include "core/data/gpt_dataset.h"
 #include "core/model/gpt_config.h"
 #include "core/optim/optimizer.h"
@@ -101,14 +102,31 @@ struct TrainArgs {
 
   // Data. Exactly one source; mock_data is true when neither of the others is given.
   bool mock_data = true;
-  std::string data_path;  ///< Megatron indexed data set prefix
+  std::string data_path;  ///< Megatron indexed data set prefix, or its list "W1 P1 W2 P2 ..." (words joined by spaces)
+  // Megatron's per-split lists (each a prefix or a list, as --data-path; exclusive with it).
+  std::string train_data_path;
+  std::string valid_data_path;
+  std::string test_data_path;
   std::string text_file;
   std::string split = "969,30,1";  ///< normalised: three comma-separated weights
-  std::string tokenizer_type;       ///< "", "ByteLevel" or "NullTokenizer"
+  std::string tokenizer_type;  ///< "" or a Megatron --tokenizer-type name (core/data/tokenizer.h)
+  std::string vocab_file;      ///< --vocab-file: GPT2BPETokenizer's vocab.json
+  std::string merge_file;      ///< --merge-file: GPT2BPETokenizer's merges.txt
+  std::string tokenizer_model; ///< --tokenizer-model: tokenizer.json or a SentencePiece .model
+  // Documents in a sample (Megatron's flags; core/data/gpt_dataset.h eod_masks): each needs the
+  // end-of-document id: --eod-token-id, or else the eod of a tokenizer read from files
+  // (--tokenizer-type HuggingFaceTokenizer, ...; ByteLevel and NullTokenizer have none that fits).
+  bool eod_mask_loss = false;
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  std::optional<int> eod_token_id;  ///< [ptdp] in [0, vocab_size); required by the three flags above
 
   // Checkpoints.
   std::string save;
   std::string load;
+  /// --finetune: --load reads the parameters only (iteration 0, a fresh optimizer and data
+  /// position, as Megatron's), so a checkpoint without optimizer state (ptdp-convert's) loads.
+  bool finetune = false;
   int64_t save_interval = 0;  ///< 0: save only at the end (when --save is given)
 
   // Logging and evaluation.
@@ -150,6 +168,12 @@ int virtual_pipeline_size(const TrainArgs& args);
 /// The schedule to run: interleaved 1F1B when v > 1, else the --pipeline-schedule given.
 ScheduleKind schedule_kind(const TrainArgs& args);
 DataSource data_source(const TrainArgs& args);
+/// Where the samples come from: the source, --data-path (one prefix or a blend) or --text-file,
+/// and the per-split lists (core/data/blended_dataset.h make_gpt_dataset).
+GptDataSpec gpt_data_spec(const TrainArgs& args);
+/// Whether any of --eod-mask-loss, --reset-position-ids, --reset-attention-mask is given (the
+/// batches then get their masks from --eod-token-id).
+bool uses_eod_masks(const TrainArgs& args);
 /// --lr-decay-iters, or --train-iters when it is not given.
 int64_t lr_decay_iters(const TrainArgs& args);
 /// Global batch size B, or micro_batch_size when --global-batch-size is 0 (the driver, knowing

@@ -9,6 +9,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/layers/cross_entropy.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -415,9 +416,61 @@ GptDataset::GptDataset(std::shared_ptr<const TokenSource> source, const GptDatas
   }
 }
 
+namespace {
+
+// The splits of an assembled data set, kept where a single source's token source is kept.
+class AssembledSplits final : public TokenSource {
+ public:
+  explicit AssembledSplits(std::array<std::shared_ptr<const SplitSamples>, kNumDataSplits> splits)
+      : splits_(std::move(splits)) {}
+  const SplitSamples& split(std::size_t k) const { return *splits_[k]; }
+  int64_t num_documents() const override { return 0; }
+  int64_t document_length(int64_t) const override { return 0; }
+  void read(int64_t, int64_t, int64_t, int32_t*) const override {
+    throw_error(ErrorCode::InvalidArgument, "a blended data set has no single token source");
+  }
+  std::string describe() const override { return "blended data sets"; }
+
+ private:
+  std::array<std::shared_ptr<const SplitSamples>, kNumDataSplits> splits_;
+};
+
+}  // namespace
+
+GptDataset::GptDataset(std::array<std::shared_ptr<const SplitSamples>, kNumDataSplits> splits) {
+  for (int k = 0; k < kNumDataSplits; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    PTDP_CHECK_ARG(splits[i] != nullptr,
+                   std::string("the samples of split ") + data_split_name(static_cast<DataSplit>(k)) + " are NULL");
+    PTDP_CHECK_ARG(splits[i]->seq_length() == splits[0]->seq_length(),
+                   std::string("split ") + data_split_name(static_cast<DataSplit>(k)) + " has seq_length " +
+                       num(splits[i]->seq_length()) + ", split train " + num(splits[0]->seq_length()));
+  }
+  source_ = std::make_shared<AssembledSplits>(std::move(splits));
+}
+
+const TokenSource& GptDataset::source() const {
+  PTDP_CHECK_ARG(!splits_.empty(), "a blended data set has no single token source");
+  return *source_;
+}
+
+const std::array<int64_t, 4>& GptDataset::boundaries() const {
+  PTDP_CHECK_ARG(!splits_.empty(), "a blended data set has no single document split");
+  return boundaries_;
+}
+
 const GptSplit& GptDataset::split(DataSplit s) const {
   const int k = static_cast<int>(s);
   PTDP_CHECK_ARG(k >= 0 && k < kNumDataSplits, "split = " + num(k) + " is not a data split (0, 1 or 2)");
+  PTDP_CHECK_ARG(!splits_.empty(), std::string("split ") + data_split_name(s) +
+                                       " of a blended data set is not one GptSplit; use samples()");
+  return splits_[static_cast<std::size_t>(k)];
+}
+
+const SplitSamples& GptDataset::samples(DataSplit s) const {
+  const int k = static_cast<int>(s);
+  PTDP_CHECK_ARG(k >= 0 && k < kNumDataSplits, "split = " + num(k) + " is not a data split (0, 1 or 2)");
+  if (splits_.empty()) return static_cast<const AssembledSplits&>(*source_).split(static_cast<std::size_t>(k));
   return splits_[static_cast<std::size_t>(k)];
 }
 
@@ -434,6 +487,26 @@ std::shared_ptr<const TokenSource> open_token_source(DataSource source, const st
   }
   PTDP_CHECK_ARG(false, "data source " + std::to_string(static_cast<int>(source)) + " is not mock, indexed or text");
   return nullptr;
+}
+
+void eod_masks(const int32_t* tokens, int64_t count, int64_t seq_length, int32_t eod, bool eod_mask_loss,
+               int32_t* labels, int32_t* position_ids, int32_t* document_starts) {
+  PTDP_CHECK_ARG(tokens != nullptr, "eod_masks: tokens is NULL");
+  PTDP_CHECK_ARG(count >= 0, "eod_masks: count = " + std::to_string(count) + " is negative");
+  PTDP_CHECK_ARG(seq_length > 0, "eod_masks: seq_length = " + std::to_string(seq_length) + " is not > 0");
+  PTDP_CHECK_ARG(labels != nullptr || !eod_mask_loss, "eod_masks: labels is NULL but eod_mask_loss is set");
+  for (int64_t r = 0; r < count; ++r) {
+    int64_t start = 0;  // of the current document: one past the last eod seen in this row
+    for (int64_t i = 0; i < seq_length; ++i) {
+      const int64_t at = r * seq_length + i;
+      if (position_ids) position_ids[at] = static_cast<int32_t>(i - start);
+      if (document_starts) document_starts[at] = static_cast<int32_t>(start);
+      if (tokens[at] == eod) {
+        if (eod_mask_loss) labels[at] = kIgnoreIndex;
+        start = i + 1;  // the eod ends its document; the next token begins another
+      }
+    }
+  }
 }
 
 }  // namespace ptdp

@@ -161,10 +161,22 @@ void philox_shuffle(std::vector<T>& v, PhiloxStream stream) {
 PhiloxStream document_shuffle_stream(uint64_t seed, DataSplit split);
 PhiloxStream sample_shuffle_stream(uint64_t seed, DataSplit split);
 
+/// The samples of one split as the training loop reads them: a GptSplit, or a blend of the
+/// splits of several data sets (core/data/blended_dataset.h).
+class SplitSamples {
+ public:
+  virtual ~SplitSamples() = default;
+  virtual int32_t seq_length() const = 0;
+  virtual int64_t num_samples() const = 0;
+  /// Samples [first, first + count), wrapping modulo num_samples(): tokens [count, s] = each
+  /// sample's first s tokens, labels [count, s] = its last s. Thread-safe.
+  virtual void get_batch(int64_t first, int64_t count, int32_t* tokens, int32_t* labels) const = 0;
+};
+
 /// One split's samples (Megatron's GPTDataset). Samples hold s + 1 tokens: sample i (in
 /// sample-index order) is tokens [i*s, i*s + s + 1) of the split's documents concatenated in
 /// document-index order, so consecutive samples share one token.
-class GptSplit {
+class GptSplit final : public SplitSamples {
  public:
   /// Documents [first_document, end_document) of `source`. `num_samples_wanted` > 0: enough
   /// epochs for at least that many samples (throws InvalidArgument naming the split, its tokens
@@ -174,13 +186,13 @@ class GptSplit {
            int64_t end_document, int32_t seq_length, uint64_t seed, int64_t num_samples_wanted);
 
   DataSplit split() const { return split_; }
-  int32_t seq_length() const { return seq_length_; }
+  int32_t seq_length() const override { return seq_length_; }
   int64_t first_document() const { return first_document_; }
   int64_t end_document() const { return end_document_; }
   int64_t tokens_per_epoch() const { return tokens_per_epoch_; }
   int64_t num_epochs() const { return num_epochs_; }
   /// (num_epochs * tokens_per_epoch - 1) / s.
-  int64_t num_samples() const { return static_cast<int64_t>(shuffle_index_.size()); }
+  int64_t num_samples() const override { return static_cast<int64_t>(shuffle_index_.size()); }
 
   /// [num_epochs * split documents]: source document ids, each split document once per epoch,
   /// shuffled as a whole by philox_shuffle with document_shuffle_stream(seed, split).
@@ -193,7 +205,7 @@ class GptSplit {
   /// Samples [first, first + count) in shuffled order, wrapping modulo num_samples():
   /// tokens [count, s] = each sample's first s tokens, labels [count, s] = its last s.
   /// Throws InvalidArgument for an empty split, first < 0 or count <= 0. Thread-safe.
-  void get_batch(int64_t first, int64_t count, int32_t* tokens, int32_t* labels) const;
+  void get_batch(int64_t first, int64_t count, int32_t* tokens, int32_t* labels) const override;
 
  private:
   std::shared_ptr<const TokenSource> source_;
@@ -226,25 +238,59 @@ enum class DataSource : int { Mock = 0, Indexed = 1, Text = 2 };
 std::shared_ptr<const TokenSource> open_token_source(DataSource source, const std::string& path, int32_t seq_length,
                                                      int32_t vocab_size, uint64_t seed);
 
+// ---- end-of-document masks ------------------------------------------------------------------
+
+/// Megatron's _get_ltor_masks_and_position_ids (megatron/core/datasets/gpt_dataset.py) over
+/// `count` samples of `seq_length` tokens (row-major [count, seq_length], each row on its own):
+/// a document ends with its end-of-document token `eod`, which belongs to it, and the token
+/// after it starts the next one.
+///  - eod_mask_loss (--eod-mask-loss): labels[i] = kIgnoreIndex wherever tokens[i] == eod, so
+///    the position whose input is the eod (predicting the next document's first token) takes no
+///    part in the loss.
+///  - position_ids (--reset-position-ids), when not NULL: each token's position within its
+///    document (0 at a sample's start and after every eod).
+///  - document_starts (--reset-attention-mask), when not NULL: the first position of each
+///    token's document (one after the last eod before it, or 0), DocumentLayout's and
+///    AttentionDesc's form.
+/// labels may be NULL when eod_mask_loss is false. Throws InvalidArgument for a NULL tokens,
+/// count < 0 or seq_length <= 0.
+void eod_masks(const int32_t* tokens, int64_t count, int64_t seq_length, int32_t eod, bool eod_mask_loss,
+               int32_t* labels, int32_t* position_ids, int32_t* document_starts);
+
 /// The three splits of one source.
 class GptDataset {
  public:
   /// Throws InvalidArgument for seq_length <= 0, a negative or too large num_samples, a
   /// malformed split string, or a split too small for the samples wanted.
   GptDataset(std::shared_ptr<const TokenSource> source, const GptDatasetOptions& options);
+  /// A data set assembled from the samples of its three splits (a blend:
+  /// core/data/blended_dataset.h make_gpt_dataset). It has no one source: source(), split()
+  /// and boundaries() throw InvalidArgument. Throws InvalidArgument for a NULL split or splits
+  /// of different s.
+  explicit GptDataset(std::array<std::shared_ptr<const SplitSamples>, kNumDataSplits> splits);
+  GptDataset(const GptDataset&) = delete;
+  GptDataset& operator=(const GptDataset&) = delete;
 
-  const TokenSource& source() const { return *source_; }
+  const TokenSource& source() const;
   const GptSplit& split(DataSplit split) const;
+  /// The samples of a split, whichever way the data set was made.
+  const SplitSamples& samples(DataSplit split) const;
+  /// s, the tokens per sample (and per label row).
+  int32_t seq_length() const { return samples(DataSplit::Train).seq_length(); }
+  /// False for a data set assembled from blends.
+  bool single_source() const { return !splits_.empty(); }
   /// Document boundaries of the splits (split_boundaries()).
-  const std::array<int64_t, 4>& boundaries() const { return boundaries_; }
-  int64_t num_samples(DataSplit s) const { return split(s).num_samples(); }
+  const std::array<int64_t, 4>& boundaries() const;
+  int64_t num_samples(DataSplit s) const { return samples(s).num_samples(); }
   void get_batch(DataSplit s, int64_t first, int64_t count, int32_t* tokens, int32_t* labels) const {
-    split(s).get_batch(first, count, tokens, labels);
+    samples(s).get_batch(first, count, tokens, labels);
   }
 
  private:
   std::shared_ptr<const TokenSource> source_;
   std::array<int64_t, 4> boundaries_{};
+  // Empty for an assembled data set, whose splits source_ then holds (gpt_dataset.cpp's
+  // AssembledSplits), so that both kinds share one layout.
   std::vector<GptSplit> splits_;
 };
 

@@ -74,7 +74,7 @@ DropoutDesc SelfAttention::probs_dropout(int64_t b, const Step& step) const {
   return d;
 }
 
-AttentionDesc SelfAttention::fused_desc(int64_t b, const Step& step) const {
+AttentionDesc SelfAttention::fused_desc(int64_t b, const Step& step, const int32_t* document_starts) const {
   AttentionDesc d;
   d.s = cfg_.seq_length;
   d.b = b;
@@ -83,10 +83,11 @@ AttentionDesc SelfAttention::fused_desc(int64_t b, const Step& step) const {
   d.dh = dh_;
   d.scale = 1.0f / std::sqrt(static_cast<float>(dh_));
   if (step.training && cfg_.attention_dropout > 0.0f) d.dropout = probs_dropout(b, step);
+  d.document_starts = document_starts;
   return d;
 }
 
-RopeDesc SelfAttention::rope_desc(int64_t b, const Tensor& like) {
+RopeDesc SelfAttention::rope_desc(int64_t b, const Tensor& like, const int32_t* positions) {
   if (!inv_freq_.defined() || !(inv_freq_.device() == like.device())) {
     const std::vector<float> inv = cfg_.rotary_inv_freq();
     inv_freq_ = Tensor::from_host(inv.data(), {static_cast<int64_t>(inv.size())}, DType::F32, like.device());
@@ -99,6 +100,7 @@ RopeDesc SelfAttention::rope_desc(int64_t b, const Tensor& like) {
   d.dh = dh_;
   d.rot_dim = cfg_.rotary_dim();
   d.inv_freq = inv_freq_.data<float>();
+  d.positions = positions;
   return d;
 }
 
@@ -140,8 +142,8 @@ bool SelfAttention::fused(const Backend& be) const {
 // (sample, group) pairs: in the [s, b, g/t, a/g + 2, dh] projection the pairs are equally
 // spaced, and probabilities [b, a/t, s, s] and context [s, b, a/t, dh] of query head j of every
 // pair are too (query head g * a/g + j). For a/g = 1 these are the multi-head GEMMs.
-void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& step, Tensor& probs,
-                                    Tensor& dropped) const {
+void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& step, const int32_t* document_starts,
+                                    Tensor& probs, Tensor& dropped) const {
   const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_, qg = q_per_group_;
   const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
   const int64_t row = pairs * group;  // distance between consecutive sequence positions
@@ -153,7 +155,13 @@ void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& st
     batched(be, t, false, true, s, s, dh, pairs, {element_ptr(qkv, j * dh), row, group},
             {element_ptr(qkv, qg * dh), row, group}, element_ptr(probs, j * s * s), s, qg * s * s);
   }
-  be.softmax_forward(probs.raw(), probs.raw(), t, b * al, s, s, 1.0f / std::sqrt(static_cast<float>(dh)), true);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  if (document_starts != nullptr) {
+    // Entry bi * a/t + h of the probabilities is sample bi's: a/t entries per sample.
+    be.softmax_forward_documents(probs.raw(), probs.raw(), t, b * al, al, s, scale, document_starts);
+  } else {
+    be.softmax_forward(probs.raw(), probs.raw(), t, b * al, s, s, scale, true);
+  }
   dropped = probs;
   if (step.training && cfg_.attention_dropout > 0.0f) {
     dropped = empty_like(probs, probs.shape());
@@ -171,18 +179,21 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
     set_heads(qkv, 1, k_norm_->forward(heads_of(qkv, 1), step));
   }
   if (step.kv_cache) return forward_cached(qkv, step);
-  if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(b, qkv));
+  const TokenPositions where = step.positions ? *step.positions : TokenPositions{};
+  if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(b, qkv, where.position_data()));
   Tensor ctx = empty_like(qkv, {s * b, al * dh});
   Slot& slot = slots_.create(step.microbatch);
   slot.qkv = qkv;
+  slot.positions = where;
   if (fused(be)) {
     slot.lse = Tensor::empty({b * al * s}, DType::F32, x.device());
-    be.attention_forward(fused_desc(b, step), qkv.raw(), ctx.raw(), slot.lse.data<float>(), qkv.dtype());
+    be.attention_forward(fused_desc(b, step, where.document_data()), qkv.raw(), ctx.raw(), slot.lse.data<float>(),
+                         qkv.dtype());
     slot.ctx = ctx;
     return proj_.forward(ctx, step);
   }
   Tensor probs, dropped;
-  attention_probs(qkv, b, step, probs, dropped);
+  attention_probs(qkv, b, step, where.document_data(), probs, dropped);
   // ctx_(pair, j) = P_(pair, j) V_pair, written into [s, b, a/t, dh]
   const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
   for (int64_t j = 0; j < qg; ++j) {
@@ -204,7 +215,7 @@ Tensor SelfAttention::forward_cached(const Tensor& qkv, const Step& step) {
                                            " new tokens exceed its capacity " + std::to_string(cache.capacity));
   Backend& be = qkv.backend();
   if (cfg_.rope()) {
-    RopeDesc r = rope_desc(1, qkv);
+    RopeDesc r = rope_desc(1, qkv, nullptr);
     r.s = n;
     r.position_offset = start;
     be.rope_forward(qkv.raw(), qkv.dtype(), r);
@@ -234,6 +245,7 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   Slot& slot = slots_.get(step.microbatch);
   const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_, qg = q_per_group_;
   const Tensor& qkv = slot.qkv;
+  const TokenPositions where = slot.positions;  // the forward's, kept past the slot's release
   const DType t = qkv.dtype();
   const int64_t pairs = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s * groups_local_;
   const int64_t b = pairs / groups_local_, group = (qg + 2) * dh;
@@ -242,10 +254,12 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   Tensor dqkv = empty_like(qkv, qkv.shape());
   if (slot.lse.defined()) {  // fused
     Tensor delta = Tensor::empty({b * al * s}, DType::F32, dy.device());
-    be.attention_backward(fused_desc(b, step), qkv.raw(), slot.ctx.raw(), slot.lse.data<float>(), dctx.raw(),
-                          dqkv.raw(), delta.data<float>(), t);
+    be.attention_backward(fused_desc(b, step, where.document_data()), qkv.raw(), slot.ctx.raw(),
+                          slot.lse.data<float>(), dctx.raw(), dqkv.raw(), delta.data<float>(), t);
   } else {
-    if (!slot.probs.defined()) attention_probs(qkv, b, step, slot.probs, slot.probs_dropped);  // selective
+    if (!slot.probs.defined()) {  // selective recomputation
+      attention_probs(qkv, b, step, where.document_data(), slot.probs, slot.probs_dropped);
+    }
     const int64_t row3 = pairs * group, row1 = b * al * dh;
     Tensor dprobs = empty_like(qkv, {b * al, s, s});
     const Operand v{element_ptr(qkv, (qg + 1) * dh), row3, group};
@@ -273,7 +287,7 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
     }
   }
   slots_.release(step.microbatch);
-  if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(b, dqkv));
+  if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(b, dqkv, where.position_data()));
   if (q_norm_) {
     set_heads(dqkv, 0, q_norm_->backward_input(heads_of(dqkv, 0), step));
     set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));

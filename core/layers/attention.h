@@ -16,6 +16,12 @@
 // dropout, context GEMM; the [s, s] probabilities are kept for the backward unless selective
 // recomputation rebuilds them) and the backend's fused (flash) kernel, which keeps only a
 // log-sum-exp per query row. LayerConfig::attention chooses; both draw the same dropout mask.
+//
+// Packed documents (Megatron's --reset-position-ids and --reset-attention-mask): Step::positions
+// gives each token's position (RoPE rotates by it) and the first position of its document; a
+// query then attends only to the keys of its own document, in the fused kernels (which skip the
+// key tiles outside it) and in the unfused path (softmax_forward_documents: the other
+// probabilities are exactly 0). The dropout masks keep their indexing.
 #pragma once
 
 #include <memory>
@@ -26,6 +32,23 @@
 #include "core/layers/norm.h"
 
 namespace ptdp {
+
+/// Where the tokens of a microbatch sit, on the activations' device (Step::positions). The model
+/// builds it from the batch's position ids and document starts (core/model/gpt.h); either part
+/// may be undefined, meaning the default.
+struct TokenPositions {
+  /// [s * b] i32, sequence-major (token si of sample bi at si * b + bi), as RopeDesc::positions
+  /// and the position embedding read them; undefined: si.
+  Tensor position_ids;
+  /// [b, s] i32, the first position of each token's document (AttentionDesc::document_starts:
+  /// rows non-decreasing, 0 <= start <= position); undefined: causal over the whole sample.
+  Tensor document_starts;
+
+  const int32_t* position_data() const { return position_ids.defined() ? position_ids.data<int32_t>() : nullptr; }
+  const int32_t* document_data() const {
+    return document_starts.defined() ? document_starts.data<int32_t>() : nullptr;
+  }
+};
 
 class SelfAttention {
  public:
@@ -52,13 +75,16 @@ class SelfAttention {
     Tensor probs;  // [b, a/t, s, s] after softmax; empty under selective recomputation
     Tensor probs_dropped;  // after attention dropout (the same tensor when dropout is off)
     Tensor ctx, lse;       // fused path: the context [s, b, a/t, dh] and log-sum-exps [b, a/t, s]
+    TokenPositions positions;  // the forward's (Step::positions), for the backward
   };
   DropoutDesc probs_dropout(int64_t b, const Step& step) const;
-  AttentionDesc fused_desc(int64_t b, const Step& step) const;
-  // Softmax (and dropout) of the scores of qkv.
-  void attention_probs(const Tensor& qkv, int64_t b, const Step& step, Tensor& probs, Tensor& dropped) const;
+  AttentionDesc fused_desc(int64_t b, const Step& step, const int32_t* document_starts) const;
+  // Softmax (and dropout) of the scores of qkv; document_starts as AttentionDesc's (NULL: causal).
+  void attention_probs(const Tensor& qkv, int64_t b, const Step& step, const int32_t* document_starts,
+                       Tensor& probs, Tensor& dropped) const;
 
-  RopeDesc rope_desc(int64_t b, const Tensor& like);
+  // RoPE over the s * b tokens of `like` at `positions` ([s, b] on its device; NULL: 0 .. s-1).
+  RopeDesc rope_desc(int64_t b, const Tensor& like, const int32_t* positions);
   Tensor forward_cached(const Tensor& qkv, const Step& step);
   // The query (part 0) or key (part 1) heads of qkv, copied into / out of packed [rows, dh].
   Tensor heads_of(const Tensor& qkv, int part) const;

@@ -46,7 +46,43 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   }
   Tensor loss = Tensor::empty({n}, DType::F32, logits.device());
   be.ce_loss(s.row_max.data<float>(), s.sum_exp.data<float>(), target.data<float>(), n, loss.data<float>());
+  // Ignored labels (negative) have no target column anywhere, so the kernels computed their
+  // row's log-sum-exp; their loss is 0 instead. N labels and losses are a small copy next to
+  // the logits.
+  std::vector<int32_t> host(static_cast<std::size_t>(n));
+  labels.copy_to_host(host.data(), host.size() * sizeof(int32_t));
+  s.counted = 0;
+  for (int32_t label : host) s.counted += label >= 0 ? 1 : 0;
+  if (s.counted < n) {
+    s.ignored.resize(host.size());
+    std::vector<float> values(host.size());
+    loss.copy_to_host(values.data(), values.size() * sizeof(float));
+    for (std::size_t r = 0; r < host.size(); ++r) {
+      s.ignored[r] = host[r] < 0 ? 1 : 0;
+      if (s.ignored[r]) values[r] = 0.0f;
+    }
+    loss.copy_from_host(values.data(), values.size() * sizeof(float));
+  }
   return loss;
+}
+
+Tensor VocabParallelCrossEntropy::mean_gradient(float scale, const Step& step) {
+  Slot& s = slots_.get(step.microbatch);
+  const int64_t n = s.labels.numel();
+  Tensor dloss = Tensor::empty({n}, DType::F32, s.logits.device());
+  if (s.counted == 0) {
+    dloss.fill(0.0);
+    return dloss;
+  }
+  const double g = static_cast<double>(scale) / static_cast<double>(s.counted);
+  if (s.ignored.empty()) {
+    dloss.fill(g);
+    return dloss;
+  }
+  std::vector<float> host(static_cast<std::size_t>(n));
+  for (std::size_t r = 0; r < host.size(); ++r) host[r] = s.ignored[r] ? 0.0f : static_cast<float>(g);
+  dloss.copy_from_host(host.data(), host.size() * sizeof(float));
+  return dloss;
 }
 
 Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, const Step& step) {

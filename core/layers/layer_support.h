@@ -15,6 +15,7 @@
 namespace ptdp {
 
 struct KvCache;
+struct TokenPositions;
 
 /// Which forward/backward pass a call belongs to.
 struct Step {
@@ -24,6 +25,10 @@ struct Step {
   /// Inference with a key/value cache (generation, one sequence): the activations are the new
   /// tokens at positions kv_cache->length, ..., which attend to the cached ones too.
   KvCache* kv_cache = nullptr;
+  /// Packed documents (core/layers/attention.h): the microbatch's per-token positions and
+  /// document starts, set by the model for its forward and backward passes; nullptr: token i of
+  /// a sample is at position i and attends causally to the whole sample.
+  const TokenPositions* positions = nullptr;
 };
 
 /// Per-microbatch saved activations of one layer: several microbatches can be in flight.

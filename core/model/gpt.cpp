@@ -1,5 +1,6 @@
 #include "core/model/gpt.h"
 
+#include <limits>
 #include <vector>
 
 #include "core/layers/dropout.h"
@@ -74,7 +75,7 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
 
 int GptModel::tied_head_weight() const { return tied_copy_; }
 
-Tensor GptModel::to_sequence_major(const int32_t* ids, int64_t b, const char* what) const {
+Tensor GptModel::to_sequence_major(const int32_t* ids, int64_t b, const char* what, bool ignore_ok) const {
   PTDP_CHECK_ARG(ids != nullptr, std::string(what) + " is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
   const int64_t s = cfg_.seq_length;
@@ -82,21 +83,53 @@ Tensor GptModel::to_sequence_major(const int32_t* ids, int64_t b, const char* wh
   for (int64_t bi = 0; bi < b; ++bi) {
     for (int64_t si = 0; si < s; ++si) {
       const int32_t v = ids[bi * s + si];
-      PTDP_CHECK_ARG(v >= 0 && v < cfg_.vocab_size,
+      PTDP_CHECK_ARG((v >= 0 && v < cfg_.vocab_size) || (ignore_ok && v == kIgnoreIndex),
                      std::string(what) + "[" + std::to_string(bi * s + si) + "] = " + std::to_string(v) +
-                         " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
+                         " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")" +
+                         (ignore_ok ? " and is not the ignore index " + std::to_string(kIgnoreIndex) : ""));
       sb[static_cast<std::size_t>(si * b + bi)] = v;
     }
   }
   return Tensor::from_host(sb.data(), {s * b}, DType::I32, device_);
 }
 
-Tensor GptModel::positions(int64_t b) const {
+TokenPositions GptModel::token_positions(int64_t b, const DocumentLayout& layout) const {
   const int64_t s = cfg_.seq_length;
-  std::vector<int32_t> pos(static_cast<std::size_t>(s * b));
-  for (int64_t si = 0; si < s; ++si)
-    for (int64_t bi = 0; bi < b; ++bi) pos[static_cast<std::size_t>(si * b + bi)] = static_cast<int32_t>(si);
-  return Tensor::from_host(pos.data(), {s * b}, DType::I32, device_);
+  TokenPositions out;
+  std::vector<int32_t> pos(static_cast<std::size_t>(s * b));  // [s * b], sequence-major
+  for (int64_t bi = 0; bi < b; ++bi) {
+    for (int64_t si = 0; si < s; ++si) {
+      int32_t p = static_cast<int32_t>(si);
+      if (layout.position_ids) {
+        p = layout.position_ids[bi * s + si];
+        const int64_t limit = position_ ? cfg_.max_positions() : std::numeric_limits<int32_t>::max();
+        PTDP_CHECK_ARG(p >= 0 && p < limit,
+                       "position_ids[" + std::to_string(bi * s + si) + "] = " + std::to_string(p) +
+                           (position_ ? " is outside the position table [0, " + std::to_string(limit) + ")"
+                                      : " is negative"));
+      }
+      pos[static_cast<std::size_t>(si * b + bi)] = p;
+    }
+  }
+  out.position_ids = Tensor::from_host(pos.data(), {s * b}, DType::I32, device_);
+  if (layout.document_starts) {
+    const int32_t* starts = layout.document_starts;
+    for (int64_t bi = 0; bi < b; ++bi) {
+      for (int64_t si = 0; si < s; ++si) {
+        const int64_t at = bi * s + si;
+        const int32_t v = starts[at];
+        const int32_t before = si > 0 ? starts[at - 1] : 0;
+        PTDP_CHECK_ARG(v >= before && v <= si,
+                       "document_starts[" + std::to_string(at) + "] = " + std::to_string(v) + " is not in [" +
+                           std::to_string(before) + ", " + std::to_string(si) +
+                           "]: a position's document starts at or before it, and not before the previous "
+                           "position's (rows of " +
+                           std::to_string(s) + ")");
+      }
+    }
+    out.document_starts = Tensor::from_host(starts, {b, s}, DType::I32, device_);
+  }
+  return out;
 }
 
 Tensor GptModel::embed(const Tensor& ids, const Tensor& pos, const Step& step) {
@@ -114,7 +147,8 @@ Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_
   const int64_t s = cfg_.seq_length, h = cfg_.hidden_size;
   Tensor x;
   if (stage_.pre_process) {
-    x = embed(to_sequence_major(tokens, b, "tokens"), positions(b), step);
+    const Tensor pos = step.positions ? step.positions->position_ids : token_positions(b, {}).position_ids;
+    x = embed(to_sequence_major(tokens, b, "tokens"), pos, step);
   } else {
     PTDP_CHECK_ARG(input.defined() && input.numel() == s * b * h,
                    "chunk input " + input.str() + " is not the [" + std::to_string(s * b) + ", " + std::to_string(h) +
@@ -128,26 +162,48 @@ Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_
 }
 
 Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const int32_t* labels, int64_t b,
-                               const Step& step) {
-  // Labels are checked before anything is kept, so a bad label leaves nothing in flight.
-  const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels") : Tensor();
-  Tensor out = stage_logits(input, tokens, b, step);
-  return stage_.post_process ? loss_->forward(out, targets, step) : out;
+                               const Step& step, const DocumentLayout& layout) {
+  // Labels and the layout are checked before anything is kept, so a bad value leaves nothing in
+  // flight.
+  const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels", true) : Tensor();
+  if (layout.empty()) {
+    Tensor out = stage_logits(input, tokens, b, step);
+    return stage_.post_process ? loss_->forward(out, targets, step) : out;
+  }
+  TokenPositions where = token_positions(b, layout);
+  TokenPositions& kept = positions_.create(step.microbatch);
+  kept = std::move(where);
+  Step at = step;
+  at.positions = &kept;
+  Tensor out = stage_logits(input, tokens, b, at);
+  return stage_.post_process ? loss_->forward(out, targets, at) : out;
 }
 
-Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& step, float grad_scale) {
+float GptModel::microbatch_loss(const Tensor& losses, const Step& step) {
+  PTDP_CHECK_ARG(stage_.post_process, "microbatch_loss needs the chunk that computes the loss");
+  std::vector<float> host(static_cast<std::size_t>(losses.numel()));
+  losses.copy_to_host(host.data(), host.size() * sizeof(float));
+  double sum = 0.0;
+  for (float v : host) sum += v;  // the ignored tokens' losses are 0
+  const int64_t counted = loss_->counted(step);
+  return counted > 0 ? static_cast<float>(sum / static_cast<double>(counted)) : 0.0f;
+}
+
+Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& step_in, float grad_scale) {
+  // The forward's positions and documents, for the layers' backward (and the forward that full
+  // recomputation runs again).
+  Step step = step_in;
+  if (positions_.has(step.microbatch)) step.positions = &positions_.get(step.microbatch);
   Tensor dx;
   if (stage_.post_process) {
-    const int64_t n = loss_->rows(step);
-    Tensor dloss = Tensor::empty({n}, DType::F32, device_);
-    dloss.fill(static_cast<double>(grad_scale) / static_cast<double>(n));
-    dx = head_->backward_input(loss_->backward(dloss, step), step);
+    dx = head_->backward_input(loss_->backward(loss_->mean_gradient(grad_scale, step), step), step);
     dx = final_ln_->backward_input(dx, step);
   } else {
     PTDP_CHECK_ARG(grad_output.defined(), "chunk output gradient is missing");
     dx = grad_output.reshape({grad_output.numel() / cfg_.hidden_size, cfg_.hidden_size});
   }
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) dx = (*it)->backward_input(dx, step);
+  positions_.release(step.microbatch);
   if (!stage_.pre_process) return dx;
   dx = dropout_backward(dx, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
   word_->backward_input(dx, step);
@@ -178,45 +234,38 @@ void GptModel::release(const Step& step) {
   if (final_ln_) final_ln_->release(step);
   if (head_) head_->release(step);
   if (loss_) loss_->release(step);
-}
-
-float GptModel::mean(const Tensor& losses) {
-  std::vector<float> host(static_cast<std::size_t>(losses.numel()));
-  losses.copy_to_host(host.data(), host.size() * sizeof(float));
-  double sum = 0.0;
-  for (float v : host) sum += v;
-  return static_cast<float>(sum / static_cast<double>(host.size()));
+  positions_.release(step.microbatch);
 }
 
 float GptModel::forward_backward(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step,
-                                 float grad_scale) {
+                                 float grad_scale, const DocumentLayout& layout) {
   PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
                  "forward_backward needs the whole model; this chunk is one pipeline stage");
-  Tensor losses;
+  float loss = 0.0f;
   try {
-    losses = stage_forward(Tensor(), tokens, labels, b, step);
+    loss = microbatch_loss(stage_forward(Tensor(), tokens, labels, b, step, layout), step);
   } catch (...) {
     release(step);  // a failed forward leaves nothing in flight
     throw;
   }
-  const float loss = mean(losses);
   stage_backward_input(Tensor(), step, grad_scale);
   stage_backward_weight(step);
   return loss;
 }
 
-float GptModel::forward_loss(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step) {
+float GptModel::forward_loss(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step,
+                             const DocumentLayout& layout) {
   PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
                  "forward_loss needs the whole model; this chunk is one pipeline stage");
-  Tensor losses;
+  float loss = 0.0f;
   try {
-    losses = stage_forward(Tensor(), tokens, labels, b, step);
+    loss = microbatch_loss(stage_forward(Tensor(), tokens, labels, b, step, layout), step);
   } catch (...) {
     release(step);
     throw;
   }
   release(step);
-  return mean(losses);
+  return loss;
 }
 
 std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {

@@ -4,6 +4,18 @@
 // in one flat buffer per chunk with a table of named views, and start from a pure function of
 // (seed, name, element index), so every tensor- and pipeline-parallel layout starts from the
 // same full weights and draws the same dropout masks.
+//
+// Masks and documents (supervised fine-tuning, packed documents; Megatron's --eod-mask-loss,
+// --reset-position-ids, --reset-attention-mask): a label of kIgnoreIndex (-100, PyTorch's and
+// Hugging Face's ignore_index) takes no part in the loss; a DocumentLayout gives each token's
+// position (learned position embeddings and RoPE both read it) and the first position of its
+// document, past which no query attends (core/layers/attention.h). The loss of a microbatch is
+// Megatron's masked mean: sum(loss * mask) / sum(mask) over its tokens, mask = label not
+// ignored, and 0 when every label is ignored (Megatron would divide by zero). A batch of m
+// microbatches, on one rank or spread over data-parallel replicas, averages those m (or d * m)
+// microbatch losses with equal weights, as Megatron does without --calculate-per-token-loss; so
+// the loss and the gradients depend only on how the global batch is cut into microbatches,
+// never on t, p, v or d.
 #pragma once
 
 #include <functional>
@@ -18,6 +30,27 @@
 #include "core/params/params.h"
 
 namespace ptdp {
+
+/// Per-token extras of a batch besides its tokens and labels: host arrays laid out like the
+/// tokens ([b, seq_length] row-major; for the m microbatches of a pipeline batch, [m * b,
+/// seq_length]). A NULL member means the default. GptModel checks the values (naming the first
+/// bad one) before it keeps anything.
+struct DocumentLayout {
+  /// Position of each token: >= 0, and below max_position_embeddings with learned position
+  /// embeddings. NULL: token i of a sample is at position i.
+  const int32_t* position_ids = nullptr;
+  /// The first position of each token's document (AttentionDesc::document_starts): in each
+  /// sample's row, 0 <= start[i] <= i and start[i] >= start[i - 1]. NULL: causal attention over
+  /// the whole sample.
+  const int32_t* document_starts = nullptr;
+
+  bool empty() const { return position_ids == nullptr && document_starts == nullptr; }
+  /// The layout of the samples from `sample` on, for samples of `seq_length` tokens.
+  DocumentLayout from_sample(int64_t sample, int64_t seq_length) const {
+    const int64_t at = sample * seq_length;
+    return {position_ids ? position_ids + at : nullptr, document_starts ? document_starts + at : nullptr};
+  }
+};
 
 /// Which part of the model a chunk holds.
 struct GptStage {
@@ -49,12 +82,15 @@ class GptModel {
 
   /// Forward and backward of one microbatch through the whole model (a chunk holding both
   /// ends). tokens and labels are [b, seq_length] i32 in host memory, row-major (batch-major,
-  /// as data sets give them), values in [0, vocab_size). Returns the mean loss over the
-  /// b * seq_length tokens; adds the gradients of mean loss * grad_scale.
+  /// as data sets give them), values in [0, vocab_size); a label may also be kIgnoreIndex.
+  /// `layout` (same shape) gives positions and documents. Returns the masked mean loss over the
+  /// b * seq_length tokens (see the top of this file); adds the gradients of that loss *
+  /// grad_scale.
   float forward_backward(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step,
-                         float grad_scale = 1.0f);
-  /// The mean loss only; nothing is kept (evaluation). Dropout follows step.training.
-  float forward_loss(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step);
+                         float grad_scale = 1.0f, const DocumentLayout& layout = {});
+  /// The masked mean loss only; nothing is kept (evaluation). Dropout follows step.training.
+  float forward_loss(const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step,
+                     const DocumentLayout& layout = {});
 
   /// Logits of the true vocabulary for every position (dropout off, nothing kept), gathered
   /// from the tensor ranks: host [b, seq_length, vocab_size] row-major. Needs the whole model;
@@ -70,12 +106,17 @@ class GptModel {
   // ---- one chunk of a pipeline -------------------------------------------------------------
   /// Forward of this chunk for one microbatch of b samples. `input` is the previous chunk's
   /// output [s*b, h] (ignored by a pre-processing chunk, which reads `tokens`); `labels` is
-  /// read by a post-processing chunk. Returns [s*b, h], or the per-token losses [s*b] on a
-  /// post-processing chunk.
+  /// read by a post-processing chunk; `layout` by every chunk (the same on each: positions
+  /// reach the embedding and RoPE, documents every attention layer). Returns [s*b, h], or the
+  /// per-token losses [s*b] on a post-processing chunk (0 where the label is ignored).
   Tensor stage_forward(const Tensor& input, const int32_t* tokens, const int32_t* labels, int64_t b,
-                       const Step& step);
+                       const Step& step, const DocumentLayout& layout = {});
+  /// The microbatch's loss from a post-processing chunk's stage_forward output: the masked mean
+  /// (see the top of this file). Call before the microbatch's backward or release.
+  float microbatch_loss(const Tensor& losses, const Step& step);
   /// Input gradient of this chunk: from `grad_output` [s*b, h], or (post-processing) from the
-  /// mean loss scaled by grad_scale. Returns [s*b, h], undefined for a pre-processing chunk.
+  /// masked mean loss scaled by grad_scale. Returns [s*b, h], undefined for a pre-processing
+  /// chunk. The forward's layout is used again (it is kept until here, or release()).
   Tensor stage_backward_input(const Tensor& grad_output, const Step& step, float grad_scale);
   /// Called with a range [first, end) of parameter indices whose gradients this microbatch's
   /// backward has just completed (for overlapping the data-parallel reduction).
@@ -85,14 +126,17 @@ class GptModel {
   void stage_backward_weight(const Step& step, const ParamsReady& ready = {});
   /// Drops whatever is kept for the microbatch.
   void release(const Step& step);
-  static float mean(const Tensor& losses);
 
  private:
   /// Embeddings (pre-processing chunk) or `input`, the layers, and on a post-processing chunk
   /// the final norm and the LM head: [s*b, h], or this rank's logits [s*b, V_padded / t].
   Tensor stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step);
-  Tensor to_sequence_major(const int32_t* ids, int64_t b, const char* what) const;
-  Tensor positions(int64_t b) const;
+  /// ids [b, s] row-major -> [s * b] sequence-major on the device, each in [0, vocab_size) (or
+  /// kIgnoreIndex with `ignore_ok`), the first one outside named.
+  Tensor to_sequence_major(const int32_t* ids, int64_t b, const char* what, bool ignore_ok = false) const;
+  /// Position ids [s * b] (layout's, checked, or 0 .. s-1) and document starts [b, s] (checked;
+  /// undefined without), on the device.
+  TokenPositions token_positions(int64_t b, const DocumentLayout& layout) const;
   /// Embedding (word, plus position table) of ids [s*b] at positions pos [s*b], with dropout.
   Tensor embed(const Tensor& ids, const Tensor& pos, const Step& step);
   /// The whole vocabulary's logits [rows, vocab] (row r = sequence position r / b of sample
@@ -111,6 +155,7 @@ class GptModel {
   std::unique_ptr<Norm> final_ln_;
   std::unique_ptr<ColumnParallelLinear> head_;
   std::unique_ptr<VocabParallelCrossEntropy> loss_;
+  Slots<TokenPositions> positions_{"model positions"};  // per microbatch in flight: Step::positions
   int tied_copy_ = -1;  // the last chunk's copy of the word embedding (pipelines with p > 1)
   // Parameter index ranges [first, end) of the components, for ParamsReady.
   std::pair<int, int> embedding_params_{0, 0}, head_params_{0, 0};

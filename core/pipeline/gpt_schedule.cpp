@@ -9,10 +9,10 @@ namespace {
 // The chunks' PipelineStages for one global batch.
 class GptStages final : public PipelineStages {
  public:
-  GptStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int64_t iteration, int m,
-            const TrainHooks& hooks)
-      : model_(model), tokens_(tokens), labels_(labels), b_(b), iteration_(iteration), m_(m), hooks_(hooks),
-        weight_passes_(model.chunks().size(), 0) {}
+  GptStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, const DocumentLayout& layout,
+            int64_t b, int64_t iteration, int m, const TrainHooks& hooks)
+      : model_(model), tokens_(tokens), labels_(labels), layout_(layout), b_(b), iteration_(iteration), m_(m),
+        hooks_(hooks), weight_passes_(model.chunks().size(), 0) {}
 
   Shape input_shape(int, int) override {
     const GptConfig& c = model_.config();
@@ -21,9 +21,11 @@ class GptStages final : public PipelineStages {
 
   Tensor forward(int chunk, int mb, const Tensor& input) override {
     GptModel& g = local(chunk);
-    const int64_t offset = static_cast<int64_t>(mb) * b_ * model_.config().seq_length;
-    Tensor out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step(mb));
-    if (g.stage().post_process) loss_sum_ += GptModel::mean(out);
+    const int64_t seq = model_.config().seq_length;
+    const int64_t offset = static_cast<int64_t>(mb) * b_ * seq;
+    Tensor out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step(mb),
+                                 layout_.from_sample(static_cast<int64_t>(mb) * b_, seq));
+    if (g.stage().post_process) loss_sum_ += g.microbatch_loss(out, step(mb));
     return out;
   }
 
@@ -67,6 +69,7 @@ class GptStages final : public PipelineStages {
   GptPipeline& model_;
   const int32_t* tokens_;
   const int32_t* labels_;
+  DocumentLayout layout_;
   int64_t b_, iteration_;
   int m_;
   const TrainHooks& hooks_;
@@ -78,8 +81,8 @@ class GptStages final : public PipelineStages {
 // as soon as its output has been produced.
 class EvalStages final : public PipelineStages {
  public:
-  EvalStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b)
-      : model_(model), tokens_(tokens), labels_(labels), b_(b) {}
+  EvalStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, const DocumentLayout& layout, int64_t b)
+      : model_(model), tokens_(tokens), labels_(labels), layout_(layout), b_(b) {}
 
   Shape input_shape(int, int) override {
     const GptConfig& c = model_.config();
@@ -88,19 +91,21 @@ class EvalStages final : public PipelineStages {
 
   Tensor forward(int chunk, int mb, const Tensor& input) override {
     GptModel& g = *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())];
-    const int64_t offset = static_cast<int64_t>(mb) * b_ * model_.config().seq_length;
+    const int64_t seq = model_.config().seq_length;
+    const int64_t offset = static_cast<int64_t>(mb) * b_ * seq;
     Step step;
     step.microbatch = mb;
     step.training = false;
     Tensor out;
     try {
-      out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step);
+      out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step,
+                            layout_.from_sample(static_cast<int64_t>(mb) * b_, seq));
+      if (g.stage().post_process) loss_sum_ += g.microbatch_loss(out, step);
     } catch (...) {
       g.release(step);
       throw;
     }
     g.release(step);
-    if (g.stage().post_process) loss_sum_ += GptModel::mean(out);
     return out;
   }
 
@@ -117,6 +122,7 @@ class EvalStages final : public PipelineStages {
   GptPipeline& model_;
   const int32_t* tokens_;
   const int32_t* labels_;
+  DocumentLayout layout_;
   int64_t b_;
   double loss_sum_ = 0.0;
 };
@@ -124,7 +130,8 @@ class EvalStages final : public PipelineStages {
 }  // namespace
 
 float forward_backward(GptPipeline& model, const Schedule& schedule, const int32_t* tokens, const int32_t* labels,
-                       int64_t b, int64_t iteration, const ExecutorOptions& options, const TrainHooks& hooks) {
+                       int64_t b, int64_t iteration, const ExecutorOptions& options, const TrainHooks& hooks,
+                       const DocumentLayout& layout) {
   const int p = model.pipeline_size(), v = model.virtual_stages();
   ProcessGroups& groups = model.groups();
   PTDP_CHECK_ARG(schedule.p == p && schedule.v == v,
@@ -133,7 +140,7 @@ float forward_backward(GptPipeline& model, const Schedule& schedule, const int32
   PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
   PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
-  GptStages stages(model, tokens, labels, b, iteration, schedule.m, hooks);
+  GptStages stages(model, tokens, labels, layout, b, iteration, schedule.m, hooks);
   Communicator* pipe = p > 1 ? &groups.comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
   run_schedule(schedule, model.pipeline_rank(), stages, pipe, model.tensor_parallel(), options);
   // Tied word embedding: the first and last stages sum their gradients.
@@ -151,14 +158,15 @@ float forward_backward(GptPipeline& model, const Schedule& schedule, const int32
   return loss;
 }
 
-float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int m) {
+float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int m,
+               const DocumentLayout& layout) {
   const int p = model.pipeline_size(), v = model.virtual_stages();
   ProcessGroups& groups = model.groups();
   PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
   PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
   PTDP_CHECK_ARG(m > 0, "number of microbatches must be > 0, got " + std::to_string(m));
-  EvalStages stages(model, tokens, labels, b);
+  EvalStages stages(model, tokens, labels, layout, b);
   Communicator* pipe = p > 1 ? &groups.comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
   ExecutorOptions options;
   options.scatter_gather = false;

@@ -22,17 +22,20 @@ struct TrainHooks {
 
 /// Forward and backward of one global batch through `schedule` (whose p and v must match the
 /// model's): m microbatches of b samples, tokens and labels [m * b, seq_length] row-major in
-/// host memory, the same on every rank of a pipeline. Gradients of the mean loss accumulate
-/// (no optimizer step); the tied-embedding gradients are summed over the embedding group.
-/// Returns the mean loss, on every rank of the pipeline.
+/// host memory, the same on every rank of a pipeline (labels may be kIgnoreIndex); `layout`
+/// (the same shape) gives positions and documents, read by every chunk. Gradients of the loss
+/// accumulate (no optimizer step); the tied-embedding gradients are summed over the embedding
+/// group. The loss is the mean of the m microbatches' masked means (core/model/gpt.h), each
+/// microbatch's gradient scaled by grad_scale / m. Returns it on every rank of the pipeline.
 float forward_backward(GptPipeline& model, const Schedule& schedule, const int32_t* tokens, const int32_t* labels,
                        int64_t b, int64_t iteration, const ExecutorOptions& options = {},
-                       const TrainHooks& hooks = {});
+                       const TrainHooks& hooks = {}, const DocumentLayout& layout = {});
 
-/// Forward-only evaluation of m microbatches of b samples (tokens and labels as for
+/// Forward-only evaluation of m microbatches of b samples (tokens, labels and layout as for
 /// forward_backward) through the forward-only schedule: dropout off, nothing kept, gradients
-/// untouched. Returns the mean loss over the replica's batch averaged over the data-parallel
-/// group, on every rank (collective over the model's world).
-float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int m);
+/// untouched. Returns the mean of the microbatches' masked mean losses over the replica's batch,
+/// averaged over the data-parallel group, on every rank (collective over the model's world).
+float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int m,
+               const DocumentLayout& layout = {});
 
 }  // namespace ptdp

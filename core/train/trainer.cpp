@@ -21,7 +21,7 @@ std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& gro
 
 IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
                                 const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
-                                int64_t iteration, const ExecutorOptions& options) {
+                                int64_t iteration, const ExecutorOptions& options, const DocumentLayout& layout) {
   const auto start = std::chrono::steady_clock::now();
   const double wait0 = comm_wait_seconds();
   model.zero_grads();
@@ -30,7 +30,7 @@ IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, Proces
   hooks.grad_scale = optimizer.loss_scale();
   hooks.params_ready = [&](int j, int first, int end) { optimizer.params_ready(j, first, end); };
   IterationResult r;
-  r.loss = forward_backward(model, schedule, tokens, labels, b, iteration, options, hooks);
+  r.loss = forward_backward(model, schedule, tokens, labels, b, iteration, options, hooks, layout);
   r.step = optimizer.step(iteration);
   if (groups.size(GroupKind::Data) > 1) {
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&r.loss, {1}, DType::F32), ReduceOp::Avg)->wait();

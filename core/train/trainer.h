@@ -19,9 +19,14 @@ struct IterationResult {
 /// of the norm: the first stage counts it).
 std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& groups, const OptimizerConfig& config);
 
-/// tokens and labels are this replica's [m * b, seq_length] (m = schedule.m microbatches).
+/// tokens and labels are this replica's [m * b, seq_length] (m = schedule.m microbatches), and
+/// `layout` its positions and documents (labels of kIgnoreIndex and the layout as in
+/// forward_backward). The loss is the mean of the microbatches' masked means over every
+/// replica (each replica's mean averaged over the data-parallel group, as its gradients are):
+/// the serial run's over the same global batch cut into the same microbatches.
 IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
                                 const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
-                                int64_t iteration, const ExecutorOptions& options = {});
+                                int64_t iteration, const ExecutorOptions& options = {},
+                                const DocumentLayout& layout = {});
 
 }  // namespace ptdp

@@ -82,6 +82,9 @@ struct TrainingLoop::State {
   Schedule schedule;
   std::unique_ptr<GptDataset> data;
   std::vector<int32_t> tokens, labels;
+  // --reset-position-ids / --reset-attention-mask: the batch's positions and documents.
+  std::vector<int32_t> position_ids, document_starts;
+  DocumentLayout layout;
   nlohmann::json config_json;  // recorded in every checkpoint
   int t = 1, p = 1, v = 1, d = 1, b = 1, m = 1;
   int tp_rank = 0, pp_rank = 0, dp_rank = 0;
@@ -160,27 +163,40 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
     o.seq_length = args.seq_length;
     o.seed = args.seed;
     o.num_samples = {args.train_iters * s.global_batch, evals * args.eval_iters * s.global_batch, 0};
-    const DataSource source = data_source(args);
-    s.data = std::make_unique<GptDataset>(
-        open_token_source(source, source == DataSource::Indexed ? args.data_path : args.text_file,
-                          args.seq_length, args.vocab_size, args.seed),
-        o);
+    s.data = make_gpt_dataset(gpt_data_spec(args), o, args.vocab_size);  // one source, or Megatron's blends
     const std::size_t ids = static_cast<std::size_t>(s.m) * static_cast<std::size_t>(s.b) *
                             static_cast<std::size_t>(args.seq_length);
     s.tokens.resize(ids);
     s.labels.resize(ids);
+    if (args.reset_position_ids) {
+      s.position_ids.resize(ids);
+      s.layout.position_ids = s.position_ids.data();
+    }
+    if (args.reset_attention_mask) {
+      s.document_starts.resize(ids);
+      s.layout.document_starts = s.document_starts.data();
+    }
   });
   s.do_eval = args.eval_interval > 0 && args.eval_iters > 0 && s.data->num_samples(DataSplit::Valid) > 0;
 
   // Resume.
   if (!args.load.empty()) {
     if (std::filesystem::exists(std::filesystem::path(args.load) / "latest_checkpointed_iteration.txt")) {
-      const CheckpointState st = load_checkpoint(args.load, *s.model, s.optimizer.get());
-      s.iteration = st.iteration;
-      s.consumed = st.consumed_train_samples;
-      s.consumed_valid = st.consumed_valid_samples;
-      if (s.logger) std::fprintf(hooks_.out, " loaded checkpoint from %s at iteration %lld\n", args.load.c_str(),
-                                 static_cast<long long>(s.iteration));
+      // --finetune (Megatron's): the parameters only; the iteration, the data position and the
+      // optimizer (state and counters) start afresh.
+      const CheckpointState st = load_checkpoint(args.load, *s.model, args.finetune ? nullptr : s.optimizer.get());
+      if (!args.finetune) {
+        s.iteration = st.iteration;
+        s.consumed = st.consumed_train_samples;
+        s.consumed_valid = st.consumed_valid_samples;
+      }
+      if (s.logger && args.finetune) {
+        std::fprintf(hooks_.out, " loaded the parameters of iteration %lld from %s to fine-tune from iteration 0\n",
+                     static_cast<long long>(st.iteration), args.load.c_str());
+      } else if (s.logger) {
+        std::fprintf(hooks_.out, " loaded checkpoint from %s at iteration %lld\n", args.load.c_str(),
+                     static_cast<long long>(s.iteration));
+      }
     } else if (s.logger) {
       std::fprintf(hooks_.out, " no checkpoint found in %s: training from scratch\n", args.load.c_str());
     }
@@ -254,6 +270,11 @@ void TrainingLoop::run() {
   const auto read_share = [&](DataSplit split, int64_t batch_start) {
     s.data->get_batch(split, batch_start + static_cast<int64_t>(s.dp_rank) * rows, rows, s.tokens.data(),
                       s.labels.data());
+    if (uses_eod_masks(a)) {  // Megatron's masks and positions from the end-of-document token
+      eod_masks(s.tokens.data(), rows, a.seq_length, static_cast<int32_t>(*a.eod_token_id), a.eod_mask_loss,
+                s.labels.data(), s.layout.position_ids ? s.position_ids.data() : nullptr,
+                s.layout.document_starts ? s.document_starts.data() : nullptr);
+    }
   };
   const auto save = [&] {
     CheckpointState st;
@@ -286,7 +307,7 @@ void TrainingLoop::run() {
       ExecutorOptions eo;
       if (s.iteration == trace_iteration) eo.trace = &trace;
       const IterationResult res = train_iteration(*s.model, *s.optimizer, *s.groups, s.schedule, s.tokens.data(),
-                                                  s.labels.data(), s.b, s.iteration, eo);
+                                                  s.labels.data(), s.b, s.iteration, eo, s.layout);
       if (eo.trace) trace.write_merged(s.rt->world(), s.rt->world_rank(), a.profile_trace);
       ++s.iteration;
       s.consumed += s.global_batch;
@@ -374,7 +395,7 @@ void TrainingLoop::run() {
         double sum = 0.0;
         for (int64_t k = 0; k < a.eval_iters; ++k) {
           read_share(DataSplit::Valid, s.consumed_valid);
-          sum += evaluate(*s.model, s.tokens.data(), s.labels.data(), s.b, s.m);
+          sum += evaluate(*s.model, s.tokens.data(), s.labels.data(), s.b, s.m, s.layout);
           s.consumed_valid += s.global_batch;
         }
         r.validated = true;

@@ -10,6 +10,10 @@
 // on the thread count. With one query head per group (groups == heads, or 0) every value
 // equals the multi-head kernel's, bit for bit.
 //
+// Documents (AttentionDesc::document_starts): query i reads keys start .. i only, and its key
+// tiles begin at its document's first key, so a document's rows see exactly the tiles, sums and
+// order of that document run alone (the same values, bit for bit, without dropout).
+//
 // Dropout on the probabilities draws the unfused path's mask: there the probabilities are
 // [b * heads, s, s] with the DropoutDesc block [b, heads, s * s], so probability (i, j) of
 // (batch bi, head hi) keeps or drops as element (bi, hi, i * s + j) of that block does.
@@ -105,6 +109,13 @@ KvSource kv_source(const typename St::type* qkv, const AttentionDesc& d) {
   return kv;
 }
 
+// The first key query i of sample bi sees: its document's first position (clamped into
+// [0, i]), or 0 without documents.
+inline int64_t first_key(const AttentionDesc& d, int64_t bi, int64_t i) {
+  if (d.document_starts == nullptr) return 0;
+  return std::clamp<int64_t>(d.document_starts[bi * d.s + i], 0, i);
+}
+
 // Widens one query head into packed fp32 [s, dh].
 template <typename St>
 void gather_q(const typename St::type* qkv, const AttentionDesc& d, const HeadView& hv,
@@ -140,13 +151,17 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
   gather_q<St>(qkv, d, hv, q.data());
   for (int64_t i = 0; i < s; ++i) {
     const float* qi = q.data() + i * dh;
-    // The mask is indexed by the query head: [b, heads, s * s], as in the unfused path.
-    if (dropout) cpu::dropout_keep_row(d.dropout, bi, hi, i * s, i * s + i + 1, keep.data());
+    const int64_t first = first_key(d, bi, i);
+    // The mask is indexed by the query head: [b, heads, s * s], as in the unfused path;
+    // keep[j - first] is key j's.
+    if (dropout) {
+      cpu::dropout_keep_row(d.dropout, bi, hi, i * s + first, i * s + i + 1, keep.data());
+    }
     float m = kNegInf;
     double l = 0.0;  // sum of exp(score - m) over the keys seen, dropped ones included
     std::fill(acc.begin(), acc.end(), 0.0f);
-    // Query i sees keys 0 .. i.
-    for (int64_t j0 = 0; j0 <= i; j0 += kKeyTile) {
+    // Query i sees keys first .. i (first = 0 without documents).
+    for (int64_t j0 = first; j0 <= i; j0 += kKeyTile) {
       const int64_t j1 = std::min(i + 1, j0 + kKeyTile);
       float tile_max = kNegInf;
       for (int64_t j = j0; j < j1; ++j) {
@@ -160,7 +175,7 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
       for (int64_t j = j0; j < j1; ++j) {
         const float p = std::exp(score[j - j0] - m_new);
         l += p;
-        const float w = dropout ? (keep[j] ? p * keep_scale : 0.0f) : p;
+        const float w = dropout ? (keep[j - first] ? p * keep_scale : 0.0f) : p;
         if (w != 0.0f) axpy(w, v + j * kv_row, acc.data(), dh);
       }
       m = m_new;
@@ -212,12 +227,15 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
     const float* qi = q.data() + i * dh;
     const float* doi = dout.data() + i * dh;
     float* dqi = dq.data() + i * dh;
-    if (dropout) cpu::dropout_keep_row(d.dropout, bi, hi, i * s, i * s + i + 1, keep.data());
-    for (int64_t j = 0; j <= i; ++j) {
+    const int64_t first = first_key(d, bi, i);
+    if (dropout) {
+      cpu::dropout_keep_row(d.dropout, bi, hi, i * s + first, i * s + i + 1, keep.data());
+    }
+    for (int64_t j = first; j <= i; ++j) {
       const float* kj = k + j * kv_row;
       const float* vj = v + j * kv_row;
       const float p = std::exp(d.scale * dot(qi, kj, dh) - lse_h[i]);
-      const float kf = dropout ? (keep[j] ? keep_scale : 0.0f) : 1.0f;
+      const float kf = dropout ? (keep[j - first] ? keep_scale : 0.0f) : 1.0f;
       const float dp = kf * dot(doi, vj, dh);
       const float ds = d.scale * (p * (dp - delta_h[i]));
       if (kf != 0.0f) axpy(p * kf, doi, dv + j * dh, dh);

@@ -49,6 +49,8 @@ class CpuBackend final : public Backend {
 
   void softmax_forward(const void* x, void* y, DType t, int64_t batch, int64_t sq, int64_t sk,
                        float scale, bool causal) override;
+  void softmax_forward_documents(const void* x, void* y, DType t, int64_t batch, int64_t heads,
+                                 int64_t s, float scale, const int32_t* document_starts) override;
   void softmax_backward(const void* y, const void* dy, void* dx, DType t, int64_t batch,
                         int64_t sq, int64_t sk, float scale) override;
 

@@ -20,6 +20,16 @@
 // wholly above the diagonal are never loaded; the causal mask is applied only on the tiles that
 // cross it. Blocks with the most tiles are launched first.
 //
+// Documents (AttentionDesc::document_starts, [b, s], non-decreasing per sample): query i sees
+// keys first(i) .. i. The forward and dQ blocks start their key stream at the tile holding the
+// smallest first key of their 64 queries, and a warp skips the tiles before its own rows'
+// documents; the dK/dV block ends its query stream at the first query whose document starts
+// after its last key (found by binary search over the starts), and a warp skips query tiles
+// whose documents all start after its keys. Inside a tile the keys outside a row's document are
+// masked with the causal mask, in the same pass. The forward and dQ blocks keep their rows' first
+// keys in shared memory, not registers (the dh-64 kernels have none to spare), and are
+// instantiated apart with documents (kDocs), so the causal kernels are exactly what they were.
+//
 // Grouped-query attention: qkv is [s, b, groups, q_per_group + 2, dh] (each group's query heads,
 // then its key and value head). The forward and dQ kernels still take a block per query head and
 // read its group's K and V in place (the heads of a group are neighbouring blocks, so their K/V
@@ -34,7 +44,8 @@
 // Shared-memory tiles are [rows, dh] of 16-bit elements whose 16-byte chunks are XOR-swizzled by
 // (row mod 8) within each row, so the eight row addresses of every ldmatrix hit distinct banks.
 // Per block (dh 64 / 128): forward Q, K x2, V x2 = 40 / 80 KiB; dQ Q, dO, K x2, V x2 = 48 / 96 KiB;
-// dK/dV K, V, Q x2, dO x2 plus lse and delta = 49 / 64.5 KiB. Outputs leave through shared memory
+// dK/dV K, V, Q x2, dO x2 plus lse, delta and the queries' first keys = 49.5 / 65 KiB (forward and
+// dQ add 288 static bytes for the documents of their rows). Outputs leave through shared memory
 // (each warp's own rows of a tile it alone has read) as 16-byte row chunks.
 //
 // Dropout regenerates the unfused path's mask: probability (bi, hi, i, j) is element
@@ -85,10 +96,21 @@ struct FlashArgs {
   int64_t ld_ctx = 0;       // b * heads * dh
   float scale = 1.0f;       // softmax scale
   float scale_log2 = 1.0f;  // scale * log2(e): scores in base-2 units
+  const int32_t* starts = nullptr;  // [b, s] first key of each query's document; NULL: causal
   // Dropout on the probabilities (read only by the kernels instantiated with dropout).
   PhiloxStream rng;
   float p = 0.0f, keep_scale = 1.0f;
   int64_t g1 = 1, g2 = 0, o0 = 0, o1 = 0, o2 = 0;  // GlobalBlock: global dims 1, 2 and offsets
+
+  /// The first key query `query` of sample bi sees: its document's start clamped into
+  /// [0, query], or 0 without documents. Padded rows (query >= s) take row s - 1's, so they
+  /// still see a key (their results are never stored).
+  __device__ int first_key(int bi, int query) const {
+    if (starts == nullptr) return 0;
+    const int i = query < s ? query : s - 1;
+    const int v = starts[static_cast<int64_t>(bi) * s + i];
+    return v < 0 ? 0 : (v > i ? i : v);
+  }
 
   /// Global dropout index of probability (pair bh, query 0, key 0); (i, j) adds i * s + j.
   __device__ uint64_t dropout_base(int bh) const {
@@ -329,19 +351,50 @@ __device__ __forceinline__ void to_a_frags(const float (&c)[kN / 8][4], uint32_t
 }
 
 /// Sets the elements of a warp's [16 queries, kN keys] tile (queries qw + l/4 and + 8, keys
-/// k0 + 8n + 2 (l%4) + {0, 1}) whose key is after the query to `masked`.
+/// k0 + 8n + 2 (l%4) + {0, 1}) whose key is after the query, or (documents) before the query's
+/// first key, to `masked`. `first` is NULL (causal only) or the warp's 16 rows' first keys in
+/// shared memory.
 template <int kN>
 __device__ __forceinline__ void causal_mask(float (&sc)[kN / 8][4], int qw, int k0, int lane,
-                                            float masked) {
+                                            const int* first, float masked) {
+  const int f[2] = {first ? first[lane / 4] : 0, first ? first[lane / 4 + 8] : 0};
 #pragma unroll
   for (int n = 0; n < kN / 8; ++n) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int key = k0 + 8 * n + 2 * (lane % 4) + (i & 1);
       const int query = qw + lane / 4 + 8 * (i >> 1);
-      if (key > query) sc[n][i] = masked;
+      if (key > query || key < f[i >> 1]) sc[n][i] = masked;
     }
   }
+}
+
+/// The documents of a query block (forward and dQ), in shared memory so that the dh-64 kernels
+/// keep their registers: the first key of each of the 64 rows, and the smallest and largest
+/// over each warp's 16 rows.
+struct QueryDocs {
+  int first[kRows];
+  int lo[kWarps], hi[kWarps];
+};
+
+/// Fills `qd` for the block of queries q0 .. q0 + 63 of pair bh and returns the first key tile
+/// the block must load: the one holding the smallest first key of its rows. Called by every
+/// thread of the block when a.starts is set (it synchronises the block once).
+__device__ __forceinline__ int query_docs(const FlashArgs& a, int bh, int q0, int warp, int lane,
+                                          QueryDocs& qd) {
+  const int row = 16 * warp + (lane & 15);  // lanes l and l + 16 hold the same row
+  const int f = a.first_key(bh / a.heads, q0 + row);
+  qd.first[row] = f;
+  const int lo = __reduce_min_sync(kFullMask, f), hi = __reduce_max_sync(kFullMask, f);
+  if (lane == 0) {
+    qd.lo[warp] = lo;
+    qd.hi[warp] = hi;
+  }
+  __syncthreads();
+  int block_lo = qd.lo[0];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) block_lo = min(block_lo, qd.lo[w]);
+  return block_lo / kRows;
 }
 
 // ---- dropout masks --------------------------------------------------------------------------
@@ -411,8 +464,9 @@ constexpr int forward_smem_bytes() {
 }
 
 /// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles (longest first).
-/// kGrouped: more than one query head per key/value head.
-template <typename T, int kD, bool kDropout, bool kGrouped>
+/// kGrouped: more than one query head per key/value head. kDocs: a.starts is set (documents);
+/// the causal kernels are compiled without a trace of them.
+template <typename T, int kD, bool kDropout, bool kGrouped, bool kDocs>
 __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
     flash_forward_kernel(const FlashArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -431,16 +485,19 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
   const T* v = k + kD;
   const int n_tiles = ((q0 + kRows < s ? q0 + kRows : s) + kRows - 1) / kRows;
   const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
+  __shared__ QueryDocs docs;  // with documents: where each row's keys start
+  int kt0 = 0;
+  if constexpr (kDocs) kt0 = query_docs(a, bh, q0, warp, lane, docs);
 
   load_tile<T, kD, kRows>(sq, q, a.ld_qkv, q0, s);
-  load_tile<T, kD, kRows>(sk, k, a.ld_qkv, 0, s);
-  load_tile<T, kD, kRows>(sv, v, a.ld_qkv, 0, s);
+  load_tile<T, kD, kRows>(sk + (kt0 & 1) * kRows * kD, k, a.ld_qkv, kt0 * kRows, s);
+  load_tile<T, kD, kRows>(sv + (kt0 & 1) * kRows * kD, v, a.ld_qkv, kt0 * kRows, s);
   cp_async_commit();
 
   float o[kD / 8][4] = {};              // [16, kD] unnormalised output
   float m[2] = {-INFINITY, -INFINITY};  // running max of base-2 scores, rows l/4 and +8
   float l[2] = {0.0f, 0.0f};            // this lane's part of the running sums
-  for (int kt = 0; kt < n_tiles; ++kt) {
+  for (int kt = kt0; kt < n_tiles; ++kt) {
     cp_async_wait_all();
     __syncthreads();  // tile kt has landed, and every warp is done with tile kt - 1's buffers
     if (kt + 1 < n_tiles) {
@@ -451,6 +508,8 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
     }
     const int k0 = kt * kRows;
     if (k0 > qw + 15) continue;  // every key of the tile is after this warp's queries
+    // Every key of the tile is before this warp's documents.
+    if (kDocs && k0 + kRows <= docs.lo[warp]) continue;
     const T* skt = sk + (kt & 1) * kRows * kD;
     const T* svt = sv + (kt & 1) * kRows * kD;
 
@@ -461,7 +520,10 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sc[n][i] *= a.scale_log2;
     }
-    if (k0 + kRows - 1 > qw) causal_mask<kRows>(sc, qw, k0, lane, -INFINITY);
+    const bool in_docs = kDocs && k0 < docs.hi[warp];  // some key before a document
+    if (k0 + kRows - 1 > qw || in_docs) {
+      causal_mask<kRows>(sc, qw, k0, lane, in_docs ? docs.first + 16 * warp : nullptr, -INFINITY);
+    }
     float mx[2] = {m[0], m[1]};
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n) {
@@ -548,9 +610,9 @@ constexpr int dq_smem_bytes() {
   return 6 * kRows * kD * static_cast<int>(sizeof(T));  // Q, dO, K x2, V x2
 }
 
-/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles. kGrouped as in the
-/// forward.
-template <typename T, int kD, bool kDropout, bool kGrouped>
+/// Grid (b * heads, ceil(s / 64)); blockIdx.y counts down the query tiles. kGrouped and kDocs as
+/// in the forward.
+template <typename T, int kD, bool kDropout, bool kGrouped, bool kDocs>
 __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(const FlashArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   T* sq = reinterpret_cast<T*>(smem);  // [64, kD]; at the end each warp's dQ rows
@@ -571,11 +633,14 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(co
   const T* dout = static_cast<const T*>(a.dctx) + static_cast<int64_t>(bh) * kD;
   const int n_tiles = ((q0 + kRows < s ? q0 + kRows : s) + kRows - 1) / kRows;
   const uint64_t drop_base = kDropout ? a.dropout_base(bh) : 0;
+  __shared__ QueryDocs docs;
+  int kt0 = 0;
+  if constexpr (kDocs) kt0 = query_docs(a, bh, q0, warp, lane, docs);
 
   load_tile<T, kD, kRows>(sq, q, a.ld_qkv, q0, s);
   load_tile<T, kD, kRows>(sdo, dout, a.ld_ctx, q0, s);
-  load_tile<T, kD, kRows>(sk, k, a.ld_qkv, 0, s);
-  load_tile<T, kD, kRows>(sv, v, a.ld_qkv, 0, s);
+  load_tile<T, kD, kRows>(sk + (kt0 & 1) * kRows * kD, k, a.ld_qkv, kt0 * kRows, s);
+  load_tile<T, kD, kRows>(sv + (kt0 & 1) * kRows * kD, v, a.ld_qkv, kt0 * kRows, s);
   cp_async_commit();
 
   // Rows l/4 and l/4 + 8: lse in base 2 and delta; padded rows get P = 0.
@@ -589,7 +654,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(co
   }
 
   float dq[kD / 8][4] = {};  // [16, kD]
-  for (int kt = 0; kt < n_tiles; ++kt) {
+  for (int kt = kt0; kt < n_tiles; ++kt) {
     cp_async_wait_all();
     __syncthreads();
     if (kt + 1 < n_tiles) {
@@ -600,6 +665,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(co
     }
     const int k0 = kt * kRows;
     if (k0 > qw + 15) continue;
+    if (kDocs && k0 + kRows <= docs.lo[warp]) continue;
     const T* skt = sk + (kt & 1) * kRows * kD;
     const T* svt = sv + (kt & 1) * kRows * kD;
 
@@ -614,7 +680,10 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(co
 #pragma unroll
       for (int i = 0; i < 4; ++i) sc[n][i] = fast_exp2(sc[n][i] * a.scale_log2 - lse2[i >> 1]);
     }
-    if (k0 + kRows - 1 > qw) causal_mask<kRows>(sc, qw, k0, lane, 0.0f);
+    const bool in_docs = kDocs && k0 < docs.hi[warp];
+    if (k0 + kRows - 1 > qw || in_docs) {
+      causal_mask<kRows>(sc, qw, k0, lane, in_docs ? docs.first + 16 * warp : nullptr, 0.0f);
+    }
 #pragma unroll
     for (int n = 0; n < kRows / 8; ++n) {
 #pragma unroll
@@ -639,8 +708,8 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? 3 : 2) flash_dq_kernel(co
 
 template <typename T, int kD, int kQ>
 constexpr int dkdv_smem_bytes() {
-  // K, V, Q x2, dO x2, then lse and delta x2.
-  return (2 * kRows + 4 * kQ) * kD * static_cast<int>(sizeof(T)) + 4 * kQ * 4;
+  // K, V, Q x2, dO x2, then lse, delta and the queries' first keys x2.
+  return (2 * kRows + 4 * kQ) * kD * static_cast<int>(sizeof(T)) + 6 * kQ * 4;
 }
 
 /// Query rows per tile of the dK/dV kernel: 64, or 32 at dh 128 to bound the registers.
@@ -662,6 +731,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
   T* sdo = sq + 2 * kQ * kD;           // [2][kQ, kD]
   float* slse = reinterpret_cast<float*>(sdo + 2 * kQ * kD);  // [2][kQ] base-2 lse
   float* sdl = slse + 2 * kQ;                                 // [2][kQ] delta
+  int* sfirst = reinterpret_cast<int*>(sdl + 2 * kQ);         // [2][kQ] first keys (documents)
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int bg = static_cast<int>(blockIdx.x);  // bi * groups + g
@@ -674,7 +744,24 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
   const T* k = qg + static_cast<int64_t>(a.qpg) * kD;
   const T* v = k + kD;
   const T* dout0 = static_cast<const T*>(a.dctx) + static_cast<int64_t>(bh0) * kD;
-  const int first_tile = k0 / kQ, n_tiles = (s + kQ - 1) / kQ;
+  const int bi = bg / a.groups;
+  // With documents, the queries that see any of these keys end before the first query after
+  // them whose document starts after the last of them (the starts do not decrease).
+  int q_end = s;
+  if (a.starts != nullptr) {
+    const int last_key = k0 + kRows - 1;
+    int lo = k0 + kRows, hi = s;
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (a.first_key(bi, mid) > last_key) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    q_end = lo < s ? lo : s;
+  }
+  const int first_tile = k0 / kQ, n_tiles = (q_end + kQ - 1) / kQ;
   const int steps = a.qpg * (n_tiles - first_tile);  // (query head, query tile) pairs
 
   // Q and dO of query head j's tile qt into buffer b (not committed).
@@ -683,7 +770,8 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
     load_tile<T, kD, kQ>(sdo + b * kQ * kD, dout0 + static_cast<int64_t>(j) * kD, a.ld_ctx,
                          qt * kQ, s);
   };
-  // lse (base 2) and delta of query head j's tile qt into buffer b; padded rows get P = 0.
+  // lse (base 2), delta and first key of query head j's tile qt into buffer b; padded rows get
+  // P = 0.
   const auto load_stats = [&](int j, int qt, int b) {
     const int t = static_cast<int>(threadIdx.x);
     if (t < kQ) {
@@ -691,6 +779,7 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
       const int64_t at = static_cast<int64_t>(bh0 + j) * s + query;
       slse[b * kQ + t] = query < s ? a.lse[at] * kLog2e : INFINITY;
       sdl[b * kQ + t] = query < s ? a.delta[at] : 0.0f;
+      sfirst[b * kQ + t] = a.first_key(bi, query);
     }
   };
 
@@ -721,6 +810,20 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
     }
     const int qa = qt * kQ;
     if (qa + kQ - 1 < kw) continue;  // every query of the tile is before this warp's keys
+    const int* first_t = sfirst + b * kQ;
+    bool documents = false;  // some query of the tile starts its document after some key here
+    if (a.starts != nullptr) {
+      int lo = first_t[lane], hi = lo;
+#pragma unroll
+      for (int c = lane + 32; c < kQ; c += 32) {
+        lo = min(lo, first_t[c]);
+        hi = max(hi, first_t[c]);
+      }
+      lo = __reduce_min_sync(kFullMask, lo);
+      hi = __reduce_max_sync(kFullMask, hi);
+      if (lo > kw + 15) continue;  // every query's document starts after this warp's keys
+      documents = hi > kw;
+    }
     const T* sqt = sq + b * kQ * kD;
     const T* sdot = sdo + b * kQ * kD;
     const float* lse_t = slse + b * kQ;
@@ -742,14 +845,15 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const FlashArgs a)
         st[n][i] = fast_exp2(st[n][i] * a.scale_log2 - lse_t[c]);
       }
     }
-    if (qa < kw + 15) {  // some query of the tile is before some key of this warp
+    // Some query of the tile is before some key of this warp, or starts its document after it.
+    if (qa < kw + 15 || documents) {
 #pragma unroll
       for (int n = 0; n < kQ / 8; ++n) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           const int key = kw + lane / 4 + 8 * (i >> 1);
-          const int query = qa + 8 * n + 2 * (lane % 4) + (i & 1);
-          if (key > query) st[n][i] = 0.0f;
+          const int c = 8 * n + 2 * (lane % 4) + (i & 1);
+          if (key > qa + c || (documents && key < first_t[c])) st[n][i] = 0.0f;
         }
       }
     }
@@ -793,16 +897,23 @@ struct TypeTag {
   using type = T;
 };
 
-/// Calls f(TypeTag<T>, integral_constant<kD>, bool_constant<dropout>, bool_constant<grouped>)
-/// for the instantiation that covers (t, dh, dropout, grouped); the caller has checked
-/// flash_attention_supported.
+/// Calls f(TypeTag<T>, integral_constant<kD>, bool_constant<dropout>, bool_constant<grouped>,
+/// bool_constant<docs>) for the instantiation that covers (t, dh, dropout, grouped, docs); the
+/// caller has checked flash_attention_supported.
 template <class F>
-void dispatch(DType t, int64_t dh, bool dropout, bool grouped, F&& f) {
+void dispatch(DType t, int64_t dh, bool dropout, bool grouped, bool docs, F&& f) {
+  const auto with_docs = [&](auto type, auto head_dim, auto drop, auto group) {
+    if (docs) {
+      f(type, head_dim, drop, group, std::true_type{});
+    } else {
+      f(type, head_dim, drop, group, std::false_type{});
+    }
+  };
   const auto with_grouped = [&](auto type, auto head_dim, auto drop) {
     if (grouped) {
-      f(type, head_dim, drop, std::true_type{});
+      with_docs(type, head_dim, drop, std::true_type{});
     } else {
-      f(type, head_dim, drop, std::false_type{});
+      with_docs(type, head_dim, drop, std::false_type{});
     }
   };
   const auto with_dropout = [&](auto type, auto head_dim) {
@@ -861,6 +972,7 @@ FlashArgs make_args(const AttentionDesc& d) {
   a.ld_ctx = d.b * d.heads * d.dh;
   a.scale = d.scale;
   a.scale_log2 = d.scale * kLog2e;
+  a.starts = d.document_starts;
   a.rng = d.dropout.rng;
   a.p = d.dropout.p;
   a.keep_scale = d.dropout.p > 0.0f ? kcheck::dropout_keep_scale(d.dropout.p) : 1.0f;
@@ -901,15 +1013,16 @@ void flash_attention_forward(const AttentionDesc& d, const void* qkv, void* ctx,
   const dim3 grid(static_cast<unsigned>(d.b * d.heads),
                   static_cast<unsigned>((d.s + kRows - 1) / kRows));
   const bool grouped = d.q_per_group() > 1;
-  const auto run = [&](auto type, auto head_dim, auto dropout, auto grouped_heads) {
+  const auto run = [&](auto type, auto head_dim, auto dropout, auto grouped_heads, auto docs) {
     using T = typename decltype(type)::type;
     constexpr int kD = decltype(head_dim)::value;
     constexpr bool kDropout = decltype(dropout)::value;
     constexpr bool kGrouped = decltype(grouped_heads)::value;
-    launch(flash_forward_kernel<T, kD, kDropout, kGrouped>, grid, kThreads,
+    constexpr bool kDocs = decltype(docs)::value;
+    launch(flash_forward_kernel<T, kD, kDropout, kGrouped, kDocs>, grid, kThreads,
            forward_smem_bytes<T, kD>(), stream, a);
   };
-  dispatch(t, d.dh, d.dropout.p > 0.0f, grouped, run);
+  dispatch(t, d.dh, d.dropout.p > 0.0f, grouped, d.document_starts != nullptr, run);
 }
 
 void flash_attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
@@ -933,21 +1046,22 @@ void flash_attention_backward(const AttentionDesc& d, const void* qkv, const voi
   const dim3 tiles(static_cast<unsigned>(d.b * d.heads), row_tiles);  // per query head
   const dim3 kv_tiles(static_cast<unsigned>(d.b * d.kv_groups()), row_tiles);  // per K/V head
   const bool grouped = d.q_per_group() > 1;
-  const auto run = [&](auto type, auto head_dim, auto dropout, auto grouped_heads) {
+  const auto run = [&](auto type, auto head_dim, auto dropout, auto grouped_heads, auto docs) {
     using T = typename decltype(type)::type;
     constexpr int kD = decltype(head_dim)::value;
     constexpr bool kDropout = decltype(dropout)::value;
     constexpr bool kGrouped = decltype(grouped_heads)::value;
+    constexpr bool kDocs = decltype(docs)::value;
     constexpr int kQ = dkdv_query_rows<kD>();
     const int64_t delta_blocks = (rows + 7) / 8 < 65535 * 8 ? (rows + 7) / 8 : 65535 * 8;
     launch(flash_delta_kernel<T, kD>, dim3(static_cast<unsigned>(delta_blocks)), 256, 0, stream, a,
            rows);
     launch(flash_dkdv_kernel<T, kD, kQ, kDropout>, kv_tiles, kThreads,
            dkdv_smem_bytes<T, kD, kQ>(), stream, a);
-    launch(flash_dq_kernel<T, kD, kDropout, kGrouped>, tiles, kThreads, dq_smem_bytes<T, kD>(),
-           stream, a);
+    launch(flash_dq_kernel<T, kD, kDropout, kGrouped, kDocs>, tiles, kThreads,
+           dq_smem_bytes<T, kD>(), stream, a);
   };
-  dispatch(t, d.dh, d.dropout.p > 0.0f, grouped, run);
+  dispatch(t, d.dh, d.dropout.p > 0.0f, grouped, d.document_starts != nullptr, run);
 }
 
 }  // namespace ptdp::cuda

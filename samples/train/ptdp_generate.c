@@ -3,10 +3,14 @@
  * key/value cache (--no-kv-cache recomputes the window for every token: the same tokens).
  *
  *   ptdp-generate --load ckpt --prompt "The licenses for most software" --max-new-tokens 200 \
- *       [--top-k 40] [--temperature 0.8] [--seed 1234] [--no-kv-cache]
+ *       [--top-k 40] [--temperature 0.8] [--seed 1234] [--no-kv-cache] \
+ *       [--tokenizer-type NAME --vocab-file F --merge-file F --tokenizer-model F --vocab-size N]
  *
- * The prompt is read as bytes (the byte-level tokenizer of --text-file); models trained on
- * pre-tokenized data take --prompt-ids "id id ..." and print token ids.
+ * --prompt is encoded with the tokenizer the flags name, or else the one the checkpoint was
+ * trained with (its --tokenizer-type and files, or one token per byte for --text-file); the
+ * prompt and its continuation are printed as text, which stops at the end-of-document token.
+ * Ids the tokenizer does not know (the model's padded vocabulary) are printed as <ID>.
+ * --prompt-ids "id id ..." takes and prints token ids.
  * Exit status: 0 on success, 1 on a failure, 2 on bad flags.
  */
 #include <errno.h>
@@ -18,13 +22,20 @@
 static const char* usage =
     "usage: ptdp-generate --load DIR (--prompt TEXT | --prompt-ids \"ID ID ...\") [flags]\n"
     "  --load DIR             checkpoint directory written by ptdp-train --save (required)\n"
-    "  --prompt TEXT          prompt, one token per byte (models trained with --text-file)\n"
-    "  --prompt-ids IDS       prompt as space-separated token ids (pre-tokenized data)\n"
+    "  --prompt TEXT          prompt text, encoded with the tokenizer (the flags below, or the one the\n"
+    "                         checkpoint was trained with); prints text up to the end-of-document token\n"
+    "  --prompt-ids IDS       prompt as space-separated token ids; prints ids\n"
     "  --max-new-tokens N     tokens to generate (default 64)\n"
     "  --top-k K              sample among the K most likely tokens; 0 = all, 1 = greedy (default 0)\n"
     "  --temperature T        divides the logits, > 0 (default 1.0)\n"
     "  --seed S               sampling seed (default 1234)\n"
     "  --no-kv-cache          recompute the whole window for every token (the same tokens, slower)\n"
+    "  --tokenizer-type NAME  ByteLevel, NullTokenizer, GPT2BPETokenizer, HuggingFaceTokenizer or\n"
+    "                         SentencePieceTokenizer (default: the checkpoint's)\n"
+    "  --vocab-file PATH      GPT2BPETokenizer's vocab.json\n"
+    "  --merge-file PATH      GPT2BPETokenizer's merges.txt\n"
+    "  --tokenizer-model PATH tokenizer.json or SentencePiece .model\n"
+    "  --vocab-size N         NullTokenizer's vocabulary size\n"
     "  --help                 this text\n";
 
 static int bad_flag(const char* flag, const char* value, const char* why) {
@@ -51,10 +62,48 @@ static int parse_long(const char* s, long long* out) {
     }                                                                                                  \
   } while (0)
 
+static const char* const tokenizer_names[] = {"ByteLevel", "NullTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer",
+                                              "SentencePieceTokenizer"};
+
+/* Writes the text of ids[0, count) to stdout: the tokenizer's decoding of each run of ids it
+ * knows, "<ID>" for the others (a model's vocabulary is padded past the tokenizer's). The text of
+ * the first `skip` bytes of the decoding is left out (the prompt, printed as given). */
+static ptdp_status print_text(ptdp_tokenizer tok, const int32_t* ids, size_t count, int64_t vocab, size_t skip) {
+  size_t written = 0;
+  size_t start = 0;
+  while (start <= count) {
+    size_t end = start;
+    while (end < count && ids[end] >= 0 && ids[end] < vocab) ++end;
+    if (end > start) {
+      size_t length = 0;
+      ptdp_status st = ptdp_tokenizer_decode(tok, ids + start, end - start, NULL, 0, &length);
+      if (st != PTDP_SUCCESS && length == 0) return st;
+      char* text = malloc(length + 1);
+      if (!text) return PTDP_ERR_OUT_OF_MEMORY;
+      st = ptdp_tokenizer_decode(tok, ids + start, end - start, text, length + 1, &length);
+      if (st != PTDP_SUCCESS) {
+        free(text);
+        return st;
+      }
+      for (size_t i = 0; i < length; ++i, ++written) {
+        if (written >= skip) putchar(text[i]);
+      }
+      free(text);
+    }
+    if (end >= count) break;
+    printf("<%d>", (int)ids[end]);
+    start = end + 1;
+  }
+  return PTDP_SUCCESS;
+}
+
 int main(int argc, char** argv) {
   const char *load = NULL, *prompt = NULL, *prompt_ids = NULL;
   ptdp_generate_options gen;
   ptdp_generate_options_init(&gen);
+  ptdp_tokenizer_options to;
+  ptdp_tokenizer_options_init(&to);
+  int tokenizer_given = 0;
   for (int i = 1; i < argc; ++i) {
     const char* flag = argv[i];
     if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
@@ -88,38 +137,80 @@ int main(int argc, char** argv) {
       const double tv = strtod(value, &end);
       if (end == value || *end != '\0' || !(tv > 0.0) || tv > 1e6) return bad_flag(flag, value, "is not a number > 0");
       gen.temperature = (float)tv;
+    } else if (strcmp(flag, "--tokenizer-type") == 0) {
+      int found = -1;
+      for (int t = 0; t < (int)(sizeof tokenizer_names / sizeof tokenizer_names[0]); ++t) {
+        if (strcmp(value, tokenizer_names[t]) == 0) found = t;
+      }
+      if (found < 0) {
+        return bad_flag(flag, value, "is not one of ByteLevel, NullTokenizer, GPT2BPETokenizer, HuggingFaceTokenizer, "
+                                     "SentencePieceTokenizer");
+      }
+      to.type = (ptdp_tokenizer_type)found;
+      tokenizer_given = 1;
+    } else if (strcmp(flag, "--vocab-file") == 0) {
+      to.vocab_file = value;
+    } else if (strcmp(flag, "--merge-file") == 0) {
+      to.merge_file = value;
+    } else if (strcmp(flag, "--tokenizer-model") == 0) {
+      to.tokenizer_model = value;
+    } else if (strcmp(flag, "--vocab-size") == 0) {
+      if (!parse_long(value, &n) || n < 1 || n > 2147483646LL) return bad_flag(flag, value, "is not an integer > 0");
+      to.vocab_size = n;
     } else {
       return bad_flag(flag, value, "unknown flag");
     }
   }
   if (!load) return bad_flag("--load", "", "is required");
   if ((prompt == NULL) == (prompt_ids == NULL)) return bad_flag("--prompt", "", "give exactly one of --prompt and --prompt-ids");
+  if (!tokenizer_given && (to.vocab_file || to.merge_file || to.tokenizer_model || to.vocab_size)) {
+    return bad_flag("--tokenizer-type", "", "is needed with --vocab-file, --merge-file, --tokenizer-model or --vocab-size");
+  }
+  if (prompt && *prompt == '\0') return bad_flag("--prompt", "", "is empty");
 
   int status = 0;
   ptdp_runtime runtime = NULL;
   ptdp_groups groups = NULL;
   ptdp_model model = NULL;
+  ptdp_tokenizer tok = NULL;
   int32_t *ids = NULL, *out = NULL;
-  int32_t length = 0, count = 0;
+  size_t length = 0;
+  int32_t count = 0;
+  int64_t tokenizer_vocab = 0;
+  int32_t eod = -1;
 
   /* Tokens of the prompt. */
-  const size_t cap = prompt ? strlen(prompt) + 1 : strlen(prompt_ids) / 2 + 2;
-  ids = malloc(cap * sizeof(int32_t));
-  out = malloc(((size_t)gen.max_new_tokens + 1) * sizeof(int32_t));
-  if (!ids || !out) {
-    fprintf(stderr, "ptdp-generate: out of memory\n");
-    status = 1;
-    goto done;
-  }
   if (prompt) {
-    for (const unsigned char* c = (const unsigned char*)prompt; *c; ++c) ids[length++] = *c;
+    if (tokenizer_given) {
+      CHECK(ptdp_tokenizer_create(&to, &tok));
+    } else {
+      CHECK(ptdp_tokenizer_create_from_checkpoint(load, &tok));
+    }
+    CHECK(ptdp_tokenizer_vocab_size(tok, &tokenizer_vocab));
+    CHECK(ptdp_tokenizer_eod(tok, &eod));
+    /* The number of ids first: with no room the call reports it (and fails only if the prompt cannot
+     * be encoded, which the second call reports). */
+    ptdp_tokenizer_encode(tok, prompt, strlen(prompt), NULL, 0, &length);
+    ids = malloc((length + 1) * sizeof(int32_t));
+    if (!ids) {
+      fprintf(stderr, "ptdp-generate: out of memory\n");
+      status = 1;
+      goto done;
+    }
+    CHECK(ptdp_tokenizer_encode(tok, prompt, strlen(prompt), ids, length + 1, &length));
   } else {
+    ids = malloc((strlen(prompt_ids) / 2 + 2) * sizeof(int32_t));
+    if (!ids) {
+      fprintf(stderr, "ptdp-generate: out of memory\n");
+      status = 1;
+      goto done;
+    }
     char* copy = strdup(prompt_ids);
-    for (char* tok = strtok(copy, " ,"); tok; tok = strtok(NULL, " ,")) {
+    for (char* t = strtok(copy, " ,"); t; t = strtok(NULL, " ,")) {
       long long n = 0;
-      if (!parse_long(tok, &n) || n < 0 || n > 2147483647LL) {
+      if (!parse_long(t, &n) || n < 0 || n > 2147483647LL) {
         free(copy);
-        status = bad_flag("--prompt-ids", tok, "is not a token id");
+        status = bad_flag("--prompt-ids", t, "is not a token id");
         goto done;
       }
       ids[length++] = (int32_t)n;
@@ -127,7 +218,17 @@ int main(int argc, char** argv) {
     free(copy);
   }
   if (length == 0) {
-    status = bad_flag("--prompt", "", "is empty");
+    status = bad_flag(prompt ? "--prompt" : "--prompt-ids", prompt ? prompt : prompt_ids, "has no tokens");
+    goto done;
+  }
+  if (length > 2147483647u) {
+    status = bad_flag("--prompt", "", "is too long");
+    goto done;
+  }
+  out = malloc((length + (size_t)gen.max_new_tokens + 1) * sizeof(int32_t));
+  if (!out) {
+    fprintf(stderr, "ptdp-generate: out of memory\n");
+    status = 1;
     goto done;
   }
 
@@ -149,23 +250,29 @@ int main(int argc, char** argv) {
   fprintf(stderr, "ptdp-generate: %d layers, hidden %d, vocabulary %d, context %d, from iteration %lld of %s\n",
           (int)g.num_layers, (int)g.hidden_size, (int)g.vocab_size, (int)g.seq_length, (long long)iteration, load);
 
-  CHECK(ptdp_model_generate(model, ids, length, &gen, out, gen.max_new_tokens, &count));
+  /* The prompt's ids, then the new ones after them. */
+  memcpy(out, ids, length * sizeof(int32_t));
+  CHECK(ptdp_model_generate(model, ids, (int32_t)length, &gen, out + length, gen.max_new_tokens, &count));
   if (prompt) {
+    int32_t kept = 0;
+    while (kept < count && out[length + (size_t)kept] != eod) ++kept;
+    /* The prompt as given, then what the whole sequence decodes to past the prompt's decoding
+     * (a token's text can depend on the one before it, as SentencePiece's leading space does). */
+    size_t prompt_text = 0;
+    ptdp_tokenizer_decode(tok, ids, length, NULL, 0, &prompt_text); /* asks for the size only */
     fputs(prompt, stdout);
-    for (int32_t i = 0; i < count; ++i) {
-      if (out[i] < 256) putchar(out[i]);
-      else printf("<%d>", (int)out[i]);
-    }
+    CHECK(print_text(tok, out, length + (size_t)kept, tokenizer_vocab, prompt_text));
     putchar('\n');
   } else {
-    for (int32_t i = 0; i < length; ++i) printf("%d ", (int)ids[i]);
-    for (int32_t i = 0; i < count; ++i) printf("%d%s", (int)out[i], i + 1 < count ? " " : "\n");
+    for (size_t i = 0; i < length; ++i) printf("%d ", (int)ids[i]);
+    for (int32_t i = 0; i < count; ++i) printf("%d%s", (int)out[length + (size_t)i], i + 1 < count ? " " : "\n");
   }
 
 done:
   ptdp_model_destroy(model);
   ptdp_groups_destroy(groups);
   ptdp_runtime_destroy(runtime);
+  ptdp_tokenizer_destroy(tok);
   free(ids);
   free(out);
   return status;

@@ -237,8 +237,11 @@ TEST_CASE("train args: errors name the flag and the value", "[args]") {
   CHECK(parse_error({"--num-attention-heads", "3"}) ==
         "--num-attention-heads 3 does not divide --hidden-size 64 (or give the head dim with --kv-channels)");
   CHECK(parse_error({"--split", "1:2:3"}).rfind("--split: '1:2:3' is not three non-negative weights", 0) == 0);
-  CHECK(parse_error({"--tokenizer-type", "GPT2BPETokenizer"})
-            .rfind("--tokenizer-type: 'GPT2BPETokenizer' is not one of ByteLevel, NullTokenizer", 0) == 0);
+  CHECK(parse_error({"--tokenizer-type", "WordPieceTokenizer"})
+            .rfind("--tokenizer-type: 'WordPieceTokenizer' is not one of ByteLevel, NullTokenizer, "
+                   "GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer", 0) == 0);
+  CHECK(parse_error({"--tokenizer-type", "GPT2BPETokenizer"}) ==
+        "--tokenizer-type GPT2BPETokenizer needs --vocab-file (vocab.json)");
   CHECK(parse_error({"--eval-iters"}) == "--eval-iters: missing value (N)");
   CHECK(parse_error({"--save="}) == "--save: empty value; expected DIR");
 }
@@ -363,7 +366,7 @@ TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]"
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 81);
+  CHECK(names.size() == 92);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

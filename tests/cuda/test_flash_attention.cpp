@@ -9,7 +9,10 @@
 // checked against the CPU's grouped kernel with the same tolerances, and against the multi-head
 // kernels run on K and V duplicated per query head: ctx, lse and dQ are then bit-identical (the
 // same arithmetic on the same values), and a group's dK and dV equal the sums of its heads' (to
-// the 16-bit rounding of those heads' results).
+// the 16-bit rounding of those heads' results). Packed documents (AttentionDesc::document_starts)
+// against the CPU's kernels with the same tolerances, on layouts whose boundaries fall inside, at
+// and across the 64-row tiles; every start 0 against the causal kernels bit for bit; and the
+// document softmax of the unfused path against the CPU's.
 //
 // Every test case that needs a GPU exits with the skip code 77 when there is none.
 #include <algorithm>
@@ -132,9 +135,18 @@ std::vector<float> qkv_part(const AttentionDesc& d, DType t, const std::vector<u
   return out;
 }
 
-void compare_with_cpu(const AttentionDesc& d, DType t, uint64_t seed) {
-  INFO(describe(d, t));
+/// `starts` (empty: causal) are the [b, s] document starts, given to the CPU in host memory and
+/// to the GPU in device memory.
+void compare_with_cpu(const AttentionDesc& desc, DType t, uint64_t seed,
+                      const std::vector<int32_t>& starts = {}) {
+  INFO(describe(desc, t) << (starts.empty() ? "" : " with documents"));
   const double rtol = t == DType::BF16 ? 2e-2 : 5e-3;
+  AttentionDesc d = desc, dg = desc;  // the CPU's and the GPU's
+  Dev<int32_t> starts_d(starts.empty() ? std::vector<int32_t>{0} : starts);
+  if (!starts.empty()) {
+    d.document_starts = starts.data();
+    dg.document_starts = starts_d.get();
+  }
   std::vector<uint16_t> qkv, dctx;
   random_inputs(d, t, seed, qkv, dctx);
   const auto n_ctx = dctx.size();
@@ -146,7 +158,7 @@ void compare_with_cpu(const AttentionDesc& d, DType t, uint64_t seed) {
   cpu().attention_forward(d, qkv.data(), ctx_ref.data(), lse_ref.data(), t);
   Dev<uint16_t> qkv_d(qkv), ctx_d(n_ctx);
   Dev<float> lse_d(n_lse);
-  gpu().attention_forward(d, qkv_d.get(), ctx_d.get(), lse_d.get(), t);
+  gpu().attention_forward(dg, qkv_d.get(), ctx_d.get(), lse_d.get(), t);
   const std::vector<float> ctx_want = widen(ctx_ref, t);
   check_close(widen(ctx_d.download(), t), ctx_want, rtol, 0.5 * rtol * peak(ctx_want), "ctx");
   check_close(lse_d.download(), lse_ref, 0.0, 1e-3, "lse");
@@ -160,7 +172,7 @@ void compare_with_cpu(const AttentionDesc& d, DType t, uint64_t seed) {
   Dev<float> lse_in(lse_ref), delta_d(n_lse);
   // Garbage in dqkv first: the kernels must write every element.
   gpu().fill(dqkv_d.get(), t, std::nan(""), static_cast<int64_t>(qkv.size()));
-  gpu().attention_backward(d, qkv_d.get(), ctx_in.get(), lse_in.get(), dctx_d.get(), dqkv_d.get(),
+  gpu().attention_backward(dg, qkv_d.get(), ctx_in.get(), lse_in.get(), dctx_d.get(), dqkv_d.get(),
                            delta_d.get(), t);
   const std::vector<uint16_t> dqkv = dqkv_d.download();
   // dq, dk and dv separately: their magnitudes differ.
@@ -172,7 +184,7 @@ void compare_with_cpu(const AttentionDesc& d, DType t, uint64_t seed) {
   check_close(delta_d.download(), delta_ref, 1e-4, 1e-4 * peak(delta_ref), "delta");
 
   // Deterministic: a second backward gives the same bits.
-  gpu().attention_backward(d, qkv_d.get(), ctx_in.get(), lse_in.get(), dctx_d.get(), dqkv_d.get(),
+  gpu().attention_backward(dg, qkv_d.get(), ctx_in.get(), lse_in.get(), dctx_d.get(), dqkv_d.get(),
                            delta_d.get(), t);
   CHECK(dqkv_d.download() == dqkv);
 }
@@ -528,5 +540,132 @@ TEST_CASE("flash attention with grouped-query heads equals multi-head attention 
         }
       }
     }
+  }
+}
+
+// ---- packed documents -----------------------------------------------------------------------
+
+namespace {
+
+/// The [b, s] starts of samples whose documents have the given lengths (summing to s each).
+std::vector<int32_t> starts_of(const std::vector<std::vector<int64_t>>& lengths, int64_t s) {
+  std::vector<int32_t> out;
+  for (const auto& sample : lengths) {
+    int64_t start = 0;
+    for (const int64_t len : sample) {
+      for (int64_t k = 0; k < len; ++k) out.push_back(static_cast<int32_t>(start));
+      start += len;
+    }
+    REQUIRE(start == s);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("flash attention with documents matches the CPU reference",
+          "[gpu][flash_attention][documents]") {
+  require_gpu();
+  // (s, per-sample document lengths): boundaries inside a tile, on a tile edge (64, 128), a
+  // one-token document, documents spanning several tiles, a sample of one document.
+  struct Layout {
+    int64_t s;
+    std::vector<std::vector<int64_t>> lengths;
+  };
+  const Layout layouts[] = {
+      {77, {{5, 59, 1, 12}, {77}}},
+      {200, {{64, 64, 72}, {1, 130, 69}}},
+      {300, {{10, 20, 30, 40, 50, 60, 90}}},
+  };
+  uint64_t seed = 900;
+  for (const DType t : {DType::BF16, DType::F16}) {
+    for (const int64_t dh : {64, 128}) {
+      for (const int64_t groups : {2, 4}) {  // 2 query heads per group, and multi-head
+        for (const Layout& l : layouts) {
+          for (const float p : {0.0f, 0.1f}) {
+            AttentionDesc d;
+            d.s = l.s;
+            d.b = static_cast<int64_t>(l.lengths.size());
+            d.heads = 4;
+            d.groups = groups;
+            d.dh = dh;
+            d.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+            if (p > 0.0f) d.dropout = probs_dropout(p, d.s, d.b, d.heads, d.heads + 2, 1, seed);
+            compare_with_cpu(d, t, seed++, starts_of(l.lengths, l.s));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("flash attention with every document start 0 is the causal kernel, bit for bit",
+          "[gpu][flash_attention][documents]") {
+  require_gpu();
+  uint64_t seed = 950;
+  for (const DType t : {DType::BF16, DType::F16}) {
+    for (const int64_t dh : {64, 128}) {
+      for (const float p : {0.0f, 0.1f}) {
+        AttentionDesc d;
+        d.s = 150;
+        d.b = 2;
+        d.heads = 4;
+        d.groups = 2;
+        d.dh = dh;
+        d.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+        if (p > 0.0f) d.dropout = probs_dropout(p, d.s, d.b, d.heads, d.heads, 0, seed);
+        INFO(describe(d, t));
+        std::vector<uint16_t> qkv, dctx;
+        random_inputs(d, t, seed++, qkv, dctx);
+        const auto n_lse = static_cast<std::size_t>(d.b * d.heads * d.s);
+        Dev<int32_t> zeros(std::vector<int32_t>(static_cast<std::size_t>(d.b * d.s), 0));
+        AttentionDesc docs = d;
+        docs.document_starts = zeros.get();
+        Dev<uint16_t> qkv_d(qkv), dctx_d(dctx), c0(dctx.size()), c1(dctx.size()), g0(qkv.size()),
+            g1(qkv.size());
+        Dev<float> l0(n_lse), l1(n_lse), t0(n_lse), t1(n_lse);
+        gpu().attention_forward(d, qkv_d.get(), c0.get(), l0.get(), t);
+        gpu().attention_forward(docs, qkv_d.get(), c1.get(), l1.get(), t);
+        gpu().attention_backward(d, qkv_d.get(), c0.get(), l0.get(), dctx_d.get(), g0.get(), t0.get(), t);
+        gpu().attention_backward(docs, qkv_d.get(), c0.get(), l0.get(), dctx_d.get(), g1.get(), t1.get(), t);
+        CHECK(count_differing(c0.download(), c1.download()) == 0);
+        CHECK(count_differing(l0.download(), l1.download()) == 0);
+        CHECK(count_differing(g0.download(), g1.download()) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("the document softmax of the unfused path matches the CPU's",
+          "[gpu][flash_attention][documents]") {
+  require_gpu();
+  const int64_t s = 70, heads = 3, samples = 2, batch = samples * heads;
+  const std::vector<int32_t> starts = starts_of({{1, 63, 6}, {70}}, s);
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> x(static_cast<std::size_t>(batch * s * s));
+  for (auto& v : x) v = normal(rng);
+  Dev<int32_t> starts_d(starts);
+  for (const DType t : {DType::F32, DType::BF16, DType::F16}) {
+    INFO(ptdp::dtype_name(t));
+    std::vector<float> want(x.size()), got;
+    if (t == DType::F32) {
+      cpu().softmax_forward_documents(x.data(), want.data(), t, batch, heads, s, 0.3f, starts.data());
+      Dev<float> xd(x), yd(x.size());
+      gpu().softmax_forward_documents(xd.get(), yd.get(), t, batch, heads, s, 0.3f, starts_d.get());
+      got = yd.download();
+    } else {
+      std::vector<uint16_t> x16(x.size()), y16(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) x16[i] = to16(x[i], t);
+      cpu().softmax_forward_documents(x16.data(), y16.data(), t, batch, heads, s, 0.3f, starts.data());
+      want = widen(y16, t);
+      Dev<uint16_t> xd(x16), yd(x.size());
+      gpu().softmax_forward_documents(xd.get(), yd.get(), t, batch, heads, s, 0.3f, starts_d.get());
+      got = widen(yd.download(), t);
+    }
+    std::size_t zeros_moved = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) zeros_moved += (want[i] == 0.0f) != (got[i] == 0.0f);
+    CHECK(zeros_moved == 0);  // the masked probabilities are exactly 0 on both
+    check_close(got, want, t == DType::F32 ? 1e-5 : (t == DType::BF16 ? 1e-2 : 2e-3), 1e-7, "probs");
   }
 }

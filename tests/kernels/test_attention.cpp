@@ -3,8 +3,11 @@
 // the [s, b, heads, 3, dh] activation, causal softmax, dropout on the [b * heads, s, s]
 // probabilities, and their backwards. With and without dropout (the fused kernel must drop the
 // same probabilities), sequence lengths that are not multiples of a key tile, a head slice of a
-// tensor-parallel layer, and 16-bit storage against fp32. Grouped-query attention (at the end)
-// against the multi-head kernel with copied keys and values, and against a double reference.
+// tensor-parallel layer, and 16-bit storage against fp32. Grouped-query attention against the
+// multi-head kernel with copied keys and values, and against a double reference. Packed
+// documents (AttentionDesc::document_starts, at the end): the fused kernels and the unfused path
+// (softmax_forward_documents) against a double reference, each document against that document
+// run alone, and the document softmax itself.
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -65,7 +68,8 @@ struct Unfused {
   dvec lse;      // [b, heads, s], from the fp32 scores in double
 };
 
-/// The unfused forward from the backend's ops, fp32.
+/// The unfused forward from the backend's ops, fp32. With d.document_starts, the softmax is
+/// softmax_forward_documents (and the lse is over each row's document).
 Unfused unfused_forward(const AttentionDesc& d, const fvec& qkv) {
   const int64_t s = d.s, dh = d.dh, pairs = d.b * d.heads;
   const int64_t qkv_row = d.b * d.heads * 3 * dh, ctx_row = d.b * d.heads * dh;
@@ -85,13 +89,19 @@ Unfused unfused_forward(const AttentionDesc& d, const fvec& qkv) {
   for (int64_t bh = 0; bh < pairs; ++bh)
     for (int64_t i = 0; i < s; ++i) {
       const float* row = &scores[static_cast<std::size_t>((bh * s + i) * s)];
+      const int64_t first = d.document_starts ? d.document_starts[(bh / d.heads) * s + i] : 0;
       double mx = -1e300, sum = 0.0;
-      for (int64_t j = 0; j <= i; ++j) mx = std::max(mx, static_cast<double>(d.scale) * row[j]);
-      for (int64_t j = 0; j <= i; ++j) sum += std::exp(static_cast<double>(d.scale) * row[j] - mx);
+      for (int64_t j = first; j <= i; ++j) mx = std::max(mx, static_cast<double>(d.scale) * row[j]);
+      for (int64_t j = first; j <= i; ++j) sum += std::exp(static_cast<double>(d.scale) * row[j] - mx);
       u.lse[static_cast<std::size_t>(bh * s + i)] = mx + std::log(sum);
     }
   u.probs.resize(scores.size());
-  be().softmax_forward(scores.data(), u.probs.data(), kF32, pairs, s, s, d.scale, true);
+  if (d.document_starts) {
+    be().softmax_forward_documents(scores.data(), u.probs.data(), kF32, pairs, d.heads, s, d.scale,
+                                   d.document_starts);
+  } else {
+    be().softmax_forward(scores.data(), u.probs.data(), kF32, pairs, s, s, d.scale, true);
+  }
   u.dropped = u.probs;
   if (d.dropout.p > 0.0f) be().dropout_forward(u.probs.data(), u.dropped.data(), kF32, d.dropout);
   u.ctx.assign(static_cast<std::size_t>(ctx_size(d)), 0.0f);
@@ -478,6 +488,7 @@ AttnOut run_attention(const AttentionDesc& d, const fvec& qkv, const fvec& dctx,
 }
 
 /// Double-precision GQA attention with dropout straight from the definitions: ctx, lse, dqkv.
+/// With d.document_starts, query i of sample bi sees keys starts[bi * s + i] .. i.
 struct AttnRef {
   dvec ctx, lse, dqkv;
 };
@@ -497,11 +508,14 @@ AttnRef attention_ref(const AttentionDesc& d, const dvec& qkv, const dvec& dctx)
       const int64_t g = hi / qpg, j_q = hi % qpg;
       std::vector<dvec> P(static_cast<std::size_t>(s), dvec(static_cast<std::size_t>(s), 0.0));
       std::vector<dvec> K(P);  // keep / (1 - p), or 1
+      const auto first = [&](int64_t i) -> int64_t {
+        return d.document_starts ? d.document_starts[bi * s + i] : 0;
+      };
       for (int64_t i = 0; i < s; ++i) {
         const int64_t qo = gqa_at(d, i, bi, g, j_q);
         dvec sc(static_cast<std::size_t>(i + 1));
         double mx = -1e300;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           const int64_t ko = gqa_at(d, j, bi, g, qpg);
           double dotv = 0.0;
           for (int64_t e = 0; e < dh; ++e) dotv += at(qkv, qo, e) * at(qkv, ko, e);
@@ -509,10 +523,10 @@ AttnRef attention_ref(const AttentionDesc& d, const dvec& qkv, const dvec& dctx)
           mx = std::max(mx, sc[static_cast<std::size_t>(j)]);
         }
         double sum = 0.0;
-        for (int64_t j = 0; j <= i; ++j) sum += std::exp(sc[static_cast<std::size_t>(j)] - mx);
+        for (int64_t j = first(i); j <= i; ++j) sum += std::exp(sc[static_cast<std::size_t>(j)] - mx);
         const double lse = mx + std::log(sum);
         r.lse[static_cast<std::size_t>((bi * d.heads + hi) * s + i)] = lse;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           const std::size_t ij = static_cast<std::size_t>(j);
           P[static_cast<std::size_t>(i)][ij] = std::exp(sc[ij] - lse);
           K[static_cast<std::size_t>(i)][ij] =
@@ -526,7 +540,7 @@ AttnRef attention_ref(const AttentionDesc& d, const dvec& qkv, const dvec& dctx)
         const std::size_t ii = static_cast<std::size_t>(i);
         const int64_t co = ((i * d.b + bi) * d.heads + hi) * dh;
         const int64_t qo = gqa_at(d, i, bi, g, j_q);
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           const std::size_t jj = static_cast<std::size_t>(j);
           const int64_t vo = gqa_at(d, j, bi, g, qpg + 1);
           for (int64_t e = 0; e < dh; ++e)
@@ -535,7 +549,7 @@ AttnRef attention_ref(const AttentionDesc& d, const dvec& qkv, const dvec& dctx)
         // Backward of row i.
         dvec dP(static_cast<std::size_t>(i + 1));
         double delta = 0.0;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           const std::size_t jj = static_cast<std::size_t>(j);
           const int64_t vo = gqa_at(d, j, bi, g, qpg + 1);
           double dov = 0.0;
@@ -545,7 +559,7 @@ AttnRef attention_ref(const AttentionDesc& d, const dvec& qkv, const dvec& dctx)
           for (int64_t e = 0; e < dh; ++e)  // dV_j += P~_ij dO_i
             r.dqkv[static_cast<std::size_t>(vo + e)] += P[ii][jj] * K[ii][jj] * at(dctx, co, e);
         }
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = first(i); j <= i; ++j) {
           const std::size_t jj = static_cast<std::size_t>(j);
           const double ds = d.scale * P[ii][jj] * (dP[jj] - delta);
           const int64_t ko = gqa_at(d, j, bi, g, qpg);
@@ -675,4 +689,245 @@ TEST_CASE("attention: grouped-query backward is the same whatever the thread cou
     CHECK_BITEQUAL(runs[i].ctx, runs[0].ctx);
     CHECK_BITEQUAL(runs[i].dqkv, runs[0].dqkv);
   }
+}
+
+// ---- packed documents --------------------------------------------------------------------------
+// AttentionDesc::document_starts: query i of sample bi attends to keys starts[bi * s + i] .. i.
+// The layouts below put document boundaries inside and at the edges of the 64-key tiles, give
+// the samples of a batch different documents, and include one-token documents.
+
+namespace {
+
+/// The [b, s] document starts of samples whose documents have the given lengths (each sample's
+/// lengths sum to s).
+std::vector<int32_t> starts_of(const std::vector<std::vector<int64_t>>& lengths, int64_t s) {
+  std::vector<int32_t> out;
+  for (const auto& sample : lengths) {
+    int64_t start = 0;
+    for (int64_t len : sample) {
+      for (int64_t k = 0; k < len; ++k) out.push_back(static_cast<int32_t>(start));
+      start += len;
+    }
+    REQUIRE(start == s);
+  }
+  return out;
+}
+
+struct DocCase {
+  GqaShape shape;
+  std::vector<std::vector<int64_t>> lengths;  // per sample
+};
+
+const DocCase kDocCases[] = {
+    {{9, 2, 4, 2, 5}, {{3, 1, 5}, {9}}},                        // GQA, one-token document
+    {{12, 1, 3, 1, 4}, {{4, 4, 4}}},                            // multi-query attention
+    {{70, 2, 2, 2, 8}, {{64, 6}, {10, 50, 10}}},                // a boundary at the tile edge
+    {{150, 1, 4, 2, 16}, {{40, 60, 1, 49}}},                    // documents across three tiles
+    {{130, 2, 2, 1, 8}, {{1, 129}, {65, 65}}},                  // a sample of one long document
+};
+
+std::string describe(const DocCase& c) {
+  std::ostringstream os;
+  os << "documents";
+  for (const auto& sample : c.lengths) {
+    os << " [";
+    for (int64_t len : sample) os << " " << len;
+    os << " ]";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+TEST_CASE("attention: documents, fused forward and backward against a double reference",
+          "[attention][documents]") {
+  uint32_t seed = 900;
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (const DocCase& c : kDocCases) {
+      for (float p : {0.0f, 0.25f}) {
+        AttentionDesc d = make_gqa_desc(c.shape, p, c.shape.groups);
+        const std::vector<int32_t> starts = starts_of(c.lengths, d.s);
+        d.document_starts = starts.data();
+        Rand r(seed++);
+        const fvec qkv = Buf(r.uniform(gqa_qkv_size(d), -2.0f, 2.0f), t).values();
+        const fvec dctx = Buf(r.uniform(ctx_size(d)), t).values();
+        INFO(describe(d, t) << " " << describe(c));
+        const AttnOut got = run_attention(d, qkv, dctx, t);
+        const AttnRef want = attention_ref(d, to_d(qkv), to_d(dctx));
+        const double rtol = t == DType::F32 ? 1e-5 : 4.0 * ulp(t);
+        check_scaled(got.ctx, want.ctx, rtol);
+        CHECK_ALLCLOSE(got.lse, want.lse, 1e-5, 1e-5);
+        check_scaled(got.dqkv, want.dqkv, rtol);
+        // The documents matter: the causal result differs.
+        AttentionDesc causal = d;
+        causal.document_starts = nullptr;
+        const AttnOut plain = run_attention(causal, qkv, dctx, t);
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < plain.lse.size(); ++i) differ += plain.lse[i] != got.lse[i];
+        CHECK(differ > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: one document per sample is causal attention, bit for bit",
+          "[attention][documents]") {
+  uint32_t seed = 950;
+  for (DType t : {DType::F32, DType::BF16}) {
+    for (float p : {0.0f, 0.2f}) {
+      AttentionDesc d = make_gqa_desc(GqaShape{70, 2, 4, 2, 8}, p, 2);
+      const std::vector<int32_t> zeros(static_cast<std::size_t>(d.b * d.s), 0);
+      Rand r(seed++);
+      const fvec qkv = Buf(r.uniform(gqa_qkv_size(d), -2.0f, 2.0f), t).values();
+      const fvec dctx = Buf(r.uniform(ctx_size(d)), t).values();
+      const AttnOut causal = run_attention(d, qkv, dctx, t);
+      d.document_starts = zeros.data();
+      const AttnOut docs = run_attention(d, qkv, dctx, t);
+      INFO(describe(d, t));
+      CHECK_BITEQUAL(docs.ctx, causal.ctx);
+      CHECK_BITEQUAL(docs.lse, causal.lse);
+      CHECK_BITEQUAL(docs.dqkv, causal.dqkv);
+    }
+  }
+}
+
+TEST_CASE("attention: each document of a packed sample is that document run alone, bit for bit",
+          "[attention][documents]") {
+  uint32_t seed = 1000;
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    for (const DocCase& c : kDocCases) {
+      AttentionDesc d = make_gqa_desc(c.shape, 0.0f, c.shape.groups);
+      const std::vector<int32_t> starts = starts_of(c.lengths, d.s);
+      d.document_starts = starts.data();
+      Rand r(seed++);
+      const fvec qkv = Buf(r.uniform(gqa_qkv_size(d), -2.0f, 2.0f), t).values();
+      const fvec dctx = Buf(r.uniform(ctx_size(d)), t).values();
+      const AttnOut packed = run_attention(d, qkv, dctx, t);
+      const int64_t unit = (d.q_per_group() + 2) * d.dh;  // one group's slots at one position
+      const int64_t gw = d.kv_groups() * unit, hw = d.heads * d.dh;
+      for (int64_t bi = 0; bi < d.b; ++bi) {
+        int64_t a = 0;
+        for (int64_t len : c.lengths[static_cast<std::size_t>(bi)]) {
+          INFO(describe(d, t) << " " << describe(c) << ": sample " << bi << ", positions " << a << " .. "
+                              << a + len - 1);
+          // The document alone: b = 1, s = len.
+          AttentionDesc alone = d;
+          alone.s = len;
+          alone.b = 1;
+          alone.document_starts = nullptr;
+          alone.dropout = ptdp::DropoutDesc{};
+          fvec q1, dc1;
+          for (int64_t i = a; i < a + len; ++i) {
+            const std::size_t q0 = static_cast<std::size_t>((i * d.b + bi) * gw);
+            q1.insert(q1.end(), qkv.begin() + q0, qkv.begin() + q0 + gw);
+            const std::size_t c0 = static_cast<std::size_t>((i * d.b + bi) * hw);
+            dc1.insert(dc1.end(), dctx.begin() + c0, dctx.begin() + c0 + hw);
+          }
+          const AttnOut one = run_attention(alone, q1, dc1, t);
+          fvec ctx_p, dqkv_p, lse_p;
+          for (int64_t i = a; i < a + len; ++i) {
+            const std::size_t c0 = static_cast<std::size_t>((i * d.b + bi) * hw);
+            ctx_p.insert(ctx_p.end(), packed.ctx.begin() + c0, packed.ctx.begin() + c0 + hw);
+            const std::size_t q0 = static_cast<std::size_t>((i * d.b + bi) * gw);
+            dqkv_p.insert(dqkv_p.end(), packed.dqkv.begin() + q0, packed.dqkv.begin() + q0 + gw);
+          }
+          for (int64_t h = 0; h < d.heads; ++h)
+            for (int64_t i = a; i < a + len; ++i)
+              lse_p.push_back(packed.lse[static_cast<std::size_t>((bi * d.heads + h) * d.s + i)]);
+          CHECK_BITEQUAL(ctx_p, one.ctx);
+          CHECK_BITEQUAL(lse_p, one.lse);
+          CHECK_BITEQUAL(dqkv_p, one.dqkv);
+          a += len;
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("attention: with documents, the unfused path (softmax_forward_documents) equals the "
+          "fused kernel, dropout included",
+          "[attention][documents]") {
+  uint32_t seed = 1100;
+  for (const Shape& sh : {Shape{9, 2, 3, 4}, Shape{70, 2, 2, 8}}) {
+    for (float p : {0.0f, 0.3f}) {
+      AttentionDesc d = make_desc(sh, p, sh.heads, 0);
+      const std::vector<int32_t> starts =
+          sh.s == 9 ? starts_of({{2, 7}, {4, 4, 1}}, 9) : starts_of({{64, 6}, {1, 33, 36}}, 70);
+      d.document_starts = starts.data();
+      Rand r(seed++);
+      const fvec qkv = r.uniform(qkv_size(d), -2.0f, 2.0f);
+      const fvec dctx = r.uniform(ctx_size(d));
+      const Unfused u = unfused_forward(d, qkv);
+      // The masked probabilities are exactly 0.
+      std::size_t nonzero_outside = 0;
+      for (int64_t bh = 0; bh < d.b * d.heads; ++bh)
+        for (int64_t i = 0; i < d.s; ++i)
+          for (int64_t j = 0; j < d.s; ++j) {
+            const int64_t first = starts[static_cast<std::size_t>((bh / d.heads) * d.s + i)];
+            const float prob = u.probs[static_cast<std::size_t>((bh * d.s + i) * d.s + j)];
+            if (j > i || j < first) nonzero_outside += prob != 0.0f;
+          }
+      CHECK(nonzero_outside == 0);
+      fvec ctx(static_cast<std::size_t>(ctx_size(d))), lse(static_cast<std::size_t>(lse_size(d)));
+      INFO(describe(sh, p));
+      be().attention_forward(d, qkv.data(), ctx.data(), lse.data(), kF32);
+      check_close(ctx, u.ctx, 1e-5);
+      CHECK_ALLCLOSE(lse, u.lse, 1e-5, 1e-5);
+      fvec dqkv(qkv.size()), delta(lse.size());
+      be().attention_backward(d, qkv.data(), ctx.data(), lse.data(), dctx.data(), dqkv.data(), delta.data(), kF32);
+      check_close(dqkv, unfused_backward(d, qkv, u, dctx), 1e-5);
+    }
+  }
+}
+
+TEST_CASE("softmax_forward_documents: each row is the softmax of its document's keys, the rest "
+          "exactly 0",
+          "[attention][documents][softmax]") {
+  // 2 samples x 3 heads of [s, s] scores; sample 0: documents 3, 1, 4; sample 1: one of 8.
+  const int64_t s = 8, heads = 3, batch = 2 * heads;
+  const std::vector<int32_t> starts = starts_of({{3, 1, 4}, {8}}, s);
+  const float scale = 0.7f;
+  Rand r(1200);
+  const fvec x = r.uniform(batch * s * s, -3.0f, 3.0f);
+  for (DType t : {DType::F32, DType::BF16, DType::F16}) {
+    INFO(ptdp::dtype_name(t));
+    const Buf in(x, t);
+    Buf out(fvec(x.size(), 9.0f), t);
+    Buf in_copy = in;
+    be().softmax_forward_documents(in_copy.data(), out.data(), t, batch, heads, s, scale, starts.data());
+    const fvec xv = in.values(), y = out.values();
+    dvec want(x.size(), 0.0);
+    for (int64_t n = 0; n < batch; ++n)
+      for (int64_t i = 0; i < s; ++i) {
+        const int64_t first = starts[static_cast<std::size_t>((n / heads) * s + i)];
+        const auto score = [&](int64_t j) {
+          return scale * static_cast<double>(xv[static_cast<std::size_t>((n * s + i) * s + j)]);
+        };
+        double mx = -1e300, sum = 0.0;
+        for (int64_t j = first; j <= i; ++j) mx = std::max(mx, score(j));
+        for (int64_t j = first; j <= i; ++j) sum += std::exp(score(j) - mx);
+        for (int64_t j = first; j <= i; ++j)
+          want[static_cast<std::size_t>((n * s + i) * s + j)] = std::exp(score(j) - mx) / sum;
+      }
+    const double tol = t == DType::F32 ? 1e-6 : ulp(t);
+    CHECK_ALLCLOSE(y, want, 0.0, tol);  // zeros exactly where want is 0
+    // In place (y aliases x) gives the same.
+    be().softmax_forward_documents(in_copy.data(), in_copy.data(), t, batch, heads, s, scale, starts.data());
+    CHECK_BITEQUAL(in_copy.values(), y);
+    // All starts 0: the causal softmax, bit for bit.
+    const std::vector<int32_t> zeros(starts.size(), 0);
+    Buf a(x, t), b(x, t);
+    be().softmax_forward_documents(a.data(), a.data(), t, batch, heads, s, scale, zeros.data());
+    be().softmax_forward(b.data(), b.data(), t, batch, s, s, scale, true);
+    CHECK_BITEQUAL(a.values(), b.values());
+  }
+  // Arguments are checked.
+  fvec y(x.size());
+  CHECK_INVALID_ARG(be().softmax_forward_documents(x.data(), y.data(), kF32, 5, heads, s, scale, starts.data()));
+  CHECK_THROWS_WITH(be().softmax_forward_documents(x.data(), y.data(), kF32, 5, heads, s, scale, starts.data()),
+                    Catch::Contains("batch = 5 is not a multiple of heads = 3"));
+  CHECK_THROWS_WITH(be().softmax_forward_documents(x.data(), y.data(), kF32, batch, heads, s, scale, nullptr),
+                    Catch::Contains("document_starts"));
+  CHECK_THROWS_WITH(be().softmax_forward_documents(x.data(), y.data(), kF32, batch, 0, s, scale, starts.data()),
+                    Catch::Contains("heads"));
 }

@@ -22,6 +22,12 @@
 // The gradients are O(0.01 .. 0.5) (init std 0.3), so a 1% scaling moves ||fd - g|| / ||g||
 // to 1e-2, twenty times the bound, and zeroing a parameter whose gradient has any entry above
 // 1e-4 fails the element check (the test checks that this holds for every parameter).
+//
+// Masks and documents (the `masked` cases): labels of PTDP_IGNORE_INDEX, position ids that
+// restart inside a sample and document starts (ptdp_model_forward_backward_masked and
+// ptdp_model_forward_masked): the gradient of the masked mean loss, with learned positions and
+// with RoPE and grouped-query attention, fused and unfused attention alike. A microbatch whose
+// every label is ignored has loss 0 and leaves every gradient 0.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -148,7 +154,21 @@ void set_arch(ptdp_gpt_options& o, Arch a) {
   }
 }
 
-void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt) {
+/// The masked cases' batch: two samples of 4 tokens; sample 0 holds documents [0, 1] and
+/// [2, 3], sample 1 documents [0] and [1, 3]; two labels are ignored.
+struct Masks {
+  std::vector<int32_t> positions = {0, 1, 0, 1, 0, 0, 1, 2};
+  std::vector<int32_t> starts = {0, 0, 2, 2, 0, 1, 1, 1};
+  ptdp_batch_masks c{};
+  Masks() {
+    ptdp_batch_masks_init(&c);
+    c.position_ids = positions.data();
+    c.document_starts = starts.data();
+  }
+};
+
+void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt, bool masked = false,
+                    ptdp_attention attention = PTDP_ATTENTION_AUTO) {
   Fixture f;
   ptdp_runtime_options ro;
   ptdp_runtime_options_init(&ro);
@@ -169,6 +189,7 @@ void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt) {
   o.init_method_std = 0.3f;
   o.untie_embeddings_and_output_weights = untie;
   o.seed = 77;
+  o.attention = attention;
   set_arch(o, arch);
   REQUIRE(ptdp_model_create(f.groups, &o, &f.model) == PTDP_SUCCESS);
   ptdp_model m = f.model;
@@ -194,21 +215,34 @@ void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt) {
 
   const int32_t b = 2;
   const std::vector<int32_t> tokens = {3, 10, 0, 7, 5, 5, 9, 1};
-  const std::vector<int32_t> labels = {10, 0, 7, 2, 5, 9, 1, 4};
+  const std::vector<int32_t> labels = masked ? std::vector<int32_t>{10, PTDP_IGNORE_INDEX, 7, 2, PTDP_IGNORE_INDEX, 9, 1, 4}
+                                             : std::vector<int32_t>{10, 0, 7, 2, 5, 9, 1, 4};
   const int64_t iteration = 3, microbatch = 1;
+  const Masks masks;
+  const ptdp_batch_masks* mk = masked ? &masks.c : nullptr;
 
   REQUIRE(ptdp_model_zero_grad(m) == PTDP_SUCCESS);
   float loss0 = 0;
-  REQUIRE(ptdp_model_forward_backward(m, tokens.data(), labels.data(), b, iteration, microbatch, 1.0f, &loss0) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward_backward_masked(m, tokens.data(), labels.data(), mk, b, iteration, microbatch, 1.0f,
+                                             &loss0) == PTDP_SUCCESS);
   for (Param& p : params) {
     p.grad.resize(p.value.size());
     REQUIRE(ptdp_model_get_grad(m, p.name.c_str(), p.grad.data(), p.grad.size() * 4) == PTDP_SUCCESS);
   }
   const auto loss_at = [&]() {
     float l = 0;
-    REQUIRE(ptdp_model_forward(m, tokens.data(), labels.data(), b, iteration, microbatch, 1, &l) == PTDP_SUCCESS);
+    REQUIRE(ptdp_model_forward_masked(m, tokens.data(), labels.data(), mk, b, iteration, microbatch, 1, &l) ==
+            PTDP_SUCCESS);
     return static_cast<double>(l);
   };
+  if (masked) {
+    // The masks matter: without them (the ignored labels replaced) the loss is another.
+    std::vector<int32_t> plain = labels;
+    for (int32_t& x : plain) x = x < 0 ? 0 : x;
+    float other = 0;
+    REQUIRE(ptdp_model_forward(m, tokens.data(), plain.data(), b, iteration, microbatch, 1, &other) == PTDP_SUCCESS);
+    CHECK(other != loss0);
+  }
   // The forward of the same step (same dropout masks) is the function being differentiated.
   REQUIRE(loss_at() == static_cast<double>(loss0));
 
@@ -256,10 +290,11 @@ void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt) {
     for (float g : p.grad) gmax = std::fmax(gmax, std::fabs(g));
   }
   const Verdict v = judge(params, grads);
-  std::printf("FD (%s, untie %d, dropout %.1f): loss %.6f, %zu parameters, max |g| %.3g, ||fd - g|| / ||g|| = %.3g, "
+  std::printf("FD (%s%s, untie %d, dropout %.1f): loss %.6f, %zu parameters, max |g| %.3g, ||fd - g|| / ||g|| = %.3g, "
               "max |fd - g| = %.3g (plain 2-point difference at e: ||fd - g|| / ||g|| = %.3g)\n",
-              arch_name(arch), o.untie_embeddings_and_output_weights, static_cast<double>(dropout), static_cast<double>(loss0), params.size(), gmax, v.norm_rel, worst_abs,
-              std::sqrt(plain_diff2 / plain_g2));
+              arch_name(arch), masked ? (attention == PTDP_ATTENTION_FUSED ? ", masks, fused" : ", masks") : "",
+              o.untie_embeddings_and_output_weights, static_cast<double>(dropout), static_cast<double>(loss0),
+              params.size(), gmax, v.norm_rel, worst_abs, std::sqrt(plain_diff2 / plain_g2));
   INFO("first element off: " << v.first_bad);
   CHECK(v.norm_rel < kTolNorm);
   CHECK(v.bad == 0);
@@ -329,4 +364,65 @@ TEST_CASE("model FD: per-head RMSNorm of q and k with multi-query attention = fi
 TEST_CASE("model FD: per-head LayerNorm of q and k, GeLU without biases, no positions = finite differences",
           "[model][fd][llama]") {
   check_gradient(0, 0.0f, Arch::GeluNoBias);
+}
+
+TEST_CASE("model FD: ignored labels, reset positions and documents (learned positions) = finite differences",
+          "[model][fd][masks]") {
+  check_gradient(0, 0.0f, Arch::Gpt, true);
+}
+
+TEST_CASE("model FD: ignored labels, reset positions and documents, fused attention with dropout = finite differences",
+          "[model][fd][masks]") {
+  check_gradient(1, 0.1f, Arch::Gpt, true, PTDP_ATTENTION_FUSED);
+}
+
+TEST_CASE("model FD: ignored labels and documents with RoPE and grouped-query attention = finite differences",
+          "[model][fd][masks][llama]") {
+  check_gradient(0, 0.0f, Arch::Llama, true);
+}
+
+TEST_CASE("model: a microbatch whose every label is ignored has loss 0 and no gradient", "[model][masks]") {
+  Fixture f;
+  ptdp_runtime_options ro;
+  ptdp_runtime_options_init(&ro);
+  ro.use_mpi = 0;
+  REQUIRE(ptdp_runtime_create(&ro, &f.rt) == PTDP_SUCCESS);
+  REQUIRE(ptdp_groups_create(f.rt, nullptr, &f.groups) == PTDP_SUCCESS);
+  ptdp_gpt_options o;
+  ptdp_gpt_options_init(&o);
+  o.num_layers = 1;
+  o.hidden_size = 8;
+  o.num_attention_heads = 2;
+  o.vocab_size = 11;
+  o.seq_length = 4;
+  REQUIRE(ptdp_model_create(f.groups, &o, &f.model) == PTDP_SUCCESS);
+  const std::vector<int32_t> tokens = {3, 10, 0, 7, 5, 5, 9, 1};
+  const std::vector<int32_t> labels(8, PTDP_IGNORE_INDEX);
+  REQUIRE(ptdp_model_zero_grad(f.model) == PTDP_SUCCESS);
+  float loss = 123.0f;
+  REQUIRE(ptdp_model_forward_backward(f.model, tokens.data(), labels.data(), 2, 0, 0, 1.0f, &loss) == PTDP_SUCCESS);
+  CHECK(loss == 0.0f);
+  REQUIRE(ptdp_model_forward(f.model, tokens.data(), labels.data(), 2, 0, 0, 0, &loss) == PTDP_SUCCESS);
+  CHECK(loss == 0.0f);
+  int32_t count = 0;
+  REQUIRE(ptdp_model_num_params(f.model, &count) == PTDP_SUCCESS);
+  for (int32_t i = 0; i < count; ++i) {
+    char name[128];
+    int32_t ndim = 0;
+    int64_t shape[2] = {0, 1};
+    REQUIRE(ptdp_model_param_info(f.model, i, name, sizeof name, &ndim, shape, nullptr) == PTDP_SUCCESS);
+    std::vector<float> g(static_cast<std::size_t>(shape[0] * (ndim == 2 ? shape[1] : 1)), 1.0f);
+    REQUIRE(ptdp_model_get_grad(f.model, name, g.data(), g.size() * 4) == PTDP_SUCCESS);
+    std::size_t nonzero = 0;
+    for (float x : g) nonzero += x != 0.0f;  // NaN counts too
+    INFO(name);
+    CHECK(nonzero == 0);
+  }
+  // One counted label: the loss is that token's, and every other label is ignored.
+  std::vector<int32_t> one = labels;
+  one[5] = 9;
+  float l1 = 0;
+  REQUIRE(ptdp_model_forward(f.model, tokens.data(), one.data(), 2, 0, 0, 0, &l1) == PTDP_SUCCESS);
+  CHECK(std::isfinite(l1));
+  CHECK(l1 > 0.0f);
 }

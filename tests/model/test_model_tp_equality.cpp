@@ -21,6 +21,10 @@
 // bitwise the losses and gradients of none; forward gives bitwise the loss of forward_backward
 // for the same step and leaves the gradients alone; dropout keys change the loss (dropout on)
 // or do not (off); the accumulated gradient is the 1/m-weighted sum of the microbatches' own.
+// The `masks` cases run every call through the _masked entry points with Megatron's
+// end-of-document masks (ptdp_eod_masks with --eod-mask-loss, --reset-position-ids and
+// --reset-attention-mask: ignored labels, restarted positions, documents) and check the same,
+// with the unfused attention (learned positions) and the fused kernel (Llama: RoPE, GQA).
 #include "model_test.h"
 
 #include <cstdlib>
@@ -54,6 +58,8 @@ struct Case {
   int32_t vocab;       // vocab_size
   int32_t divisible;   // make_vocab_size_divisible_by
   Arch arch = Arch::Gpt;
+  bool masks = false;  // ignored labels, reset positions and documents from an eod token
+  bool fused = false;  // the fused attention kernel (the CPU's default is the unfused path)
 };
 
 // V = 301 is not divisible by any t > 1. With make_vocab_size_divisible_by = 4 the padded
@@ -70,7 +76,11 @@ const Case kCases[] = {
     // rotated, q and k normalised per head, tied.
     {"llama, dropout 0.1, untied, V 301 / 4", 0.1f, 1, 301, 4, Arch::Llama},
     {"qwen2, dropout 0, tied, V 301 / 3", 0.0f, 0, 301, 3, Arch::Qwen2},
+    {"masks, dropout 0.1, tied, V 301 / 4", 0.1f, 0, 301, 4, Arch::Gpt, true},
+    {"llama, masks, fused attention, dropout 0.1, untied, V 301 / 3", 0.1f, 1, 301, 3, Arch::Llama, true, true},
 };
+
+constexpr int32_t kEod = 7;  // the masks cases' end-of-document token
 
 const ptdp_recompute kRecomputes[] = {PTDP_RECOMPUTE_NONE, PTDP_RECOMPUTE_FULL, PTDP_RECOMPUTE_SELECTIVE};
 const char* recompute_name(ptdp_recompute r) {
@@ -85,6 +95,7 @@ ptdp_gpt_options options_of(const Case& c, ptdp_recompute r) {
   o.vocab_size = c.vocab;
   o.make_vocab_size_divisible_by = c.divisible;
   o.recompute_granularity = r;
+  if (c.fused) o.attention = PTDP_ATTENTION_FUSED;
   if (c.arch != Arch::Gpt) {
     o.normalization = PTDP_NORMALIZATION_RMSNORM;
     o.swiglu = 1;
@@ -111,14 +122,38 @@ int64_t padded(const Case& c, int t) {
 
 struct Batch {
   std::vector<int32_t> tokens, labels;
+  std::vector<int32_t> positions, starts;  // masks cases
+  bool masked = false;
+  /// The masks to pass (NULL without), pointing into this batch.
+  const ptdp_batch_masks* masks() {
+    if (!masked) return nullptr;
+    ptdp_batch_masks_init(&c_masks);
+    c_masks.position_ids = positions.data();
+    c_masks.document_starts = starts.data();
+    return &c_masks;
+  }
+  ptdp_batch_masks c_masks{};
 };
 
-Batch batch(int k, int32_t vocab, int32_t s) {
+Batch batch(int k, int32_t vocab, int32_t s, bool masked) {
   const std::size_t n = static_cast<std::size_t>(kB * s);
-  Batch b{mt::ids(n, vocab, 100 + static_cast<uint64_t>(k)), mt::ids(n, vocab, 200 + static_cast<uint64_t>(k))};
+  Batch b;
+  b.tokens = mt::ids(n, vocab, 100 + static_cast<uint64_t>(k));
+  b.labels = mt::ids(n, vocab, 200 + static_cast<uint64_t>(k));
   // The last id of the vocabulary (on the last tensor rank) always appears.
   b.tokens[static_cast<std::size_t>(k)] = vocab - 1;
   b.labels[static_cast<std::size_t>(k) + 1] = vocab - 1;
+  if (masked) {
+    // Three documents in sample 0 (eods at 4 and 6), two in sample 1 (eod at 2 + k).
+    for (std::size_t at : {std::size_t{4}, std::size_t{6}, static_cast<std::size_t>(s + 2 + k)}) b.tokens[at] = kEod;
+    b.positions.resize(n);
+    b.starts.resize(n);
+    CT_OK(ptdp_eod_masks(b.tokens.data(), kB, s, kEod,
+                         PTDP_EOD_MASK_LOSS | PTDP_EOD_RESET_POSITION_IDS | PTDP_EOD_RESET_ATTENTION_MASK,
+                         b.labels.data(), b.positions.data(), b.starts.data()));
+    mt::expect(std::count(b.labels.begin(), b.labels.end(), PTDP_IGNORE_INDEX) >= 3, "the eod labels are ignored");
+    b.masked = true;
+  }
   return b;
 }
 
@@ -177,10 +212,10 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   CT_OK(ptdp_model_zero_grad(m));
   std::vector<Batch> batches;
   for (int k = 0; k < kM; ++k) {
-    batches.push_back(batch(k, c.vocab, o.seq_length));
+    batches.push_back(batch(k, c.vocab, o.seq_length, c.masks));
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward_backward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter, k, scale,
-                                      &loss));
+    CT_OK(ptdp_model_forward_backward_masked(m, batches[k].tokens.data(), batches[k].labels.data(),
+                                             batches[k].masks(), kB, kIter, k, scale, &loss));
     run.fb.push_back(loss);
   }
   run.grads = mt::all_grads(m, run.infos);
@@ -189,13 +224,15 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   for (int k = 0; k < kM; ++k) {
     for (int32_t training : {1, 0}) {
       float loss = std::nanf("");
-      CT_OK(ptdp_model_forward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter, k, training, &loss));
+      CT_OK(ptdp_model_forward_masked(m, batches[k].tokens.data(), batches[k].labels.data(), batches[k].masks(), kB,
+                                      kIter, k, training, &loss));
       (training ? run.fwd_train : run.fwd_eval).push_back(loss);
     }
   }
   for (const auto& key : kKeys) {
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward(m, batches[0].tokens.data(), batches[0].labels.data(), kB, key[0], key[1], 1, &loss));
+    CT_OK(ptdp_model_forward_masked(m, batches[0].tokens.data(), batches[0].labels.data(), batches[0].masks(), kB,
+                                    key[0], key[1], 1, &loss));
     run.keyed.push_back(loss);
   }
   for (const ParamInfo& p : run.infos) {
@@ -214,7 +251,8 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   for (int k = 0; k < kM; ++k) {
     CT_OK(ptdp_model_zero_grad(m));
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward_backward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter, k, 1.0f, &loss));
+    CT_OK(ptdp_model_forward_backward_masked(m, batches[k].tokens.data(), batches[k].labels.data(),
+                                             batches[k].masks(), kB, kIter, k, 1.0f, &loss));
     mt::expect_bitwise(&loss, &run.fb[static_cast<std::size_t>(k)], 1,
                        "microbatch " + std::to_string(k) + " alone has the loss it had in the accumulation");
     for (const ParamInfo& p : run.infos) {
@@ -243,8 +281,8 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   CT_OK(ptdp_model_zero_grad(m));
   for (int k : {1, 2}) {
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward_backward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter + 1,
-                                      k == 1 ? 4 : 9, 0.5f, &loss));
+    CT_OK(ptdp_model_forward_backward_masked(m, batches[k].tokens.data(), batches[k].labels.data(),
+                                             batches[k].masks(), kB, kIter + 1, k == 1 ? 4 : 9, 0.5f, &loss));
     run.fb2.push_back(loss);
   }
   run.grads2 = mt::all_grads(m, run.infos);

@@ -32,6 +32,14 @@ CASE is one of:
                with the key/value cache draws the tokens of recomputing the window
   qwen2        a Qwen2-style model (qkv bias, q/k norms, tied): (2,2,2) equals serial, plain and
                interleaved with full recomputation
+  masks        --eod-mask-loss --reset-position-ids --reset-attention-mask (--eod-token-id 10: every
+               line of the text is a document): (2,2,2) with the distributed optimizer equals
+               serial, validation included; the masks change the loss; the fused attention kernel
+               gives the unfused run's loss; the flags without --eod-token-id are refused
+  blend        ptdp-preprocess-data writes two data sets from JSON lines; --data-path 0.3 A 0.7 B
+               (Megatron's blend) trains at (2,2,2) with the serial run's losses to 1e-5,
+               validation included; per-split paths (--train-data-path W A W B
+               --valid-data-path B) run and validate
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -427,10 +435,87 @@ def case_qwen2():
     print(f"qwen2: (2,2,2) vs serial worst {w1:.2e}; interleaved + recompute {w2:.2e}")
 
 
+def case_masks():
+    masks = ["--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "10"]
+    plain, _, _ = train("masks-off", 1, 1, 1, 6)
+    serial, serial_valid, _ = train("masks-serial", 1, 1, 1, 6, masks)
+    check(serial[6]["lm_loss"] < serial[1]["lm_loss"] - 0.3,
+          f"the masked loss falls: {serial[1]['lm_loss']} -> {serial[6]['lm_loss']}")
+    check(all(serial[it]["lm_loss"] != plain[it]["lm_loss"] for it in range(1, 7)), "the masks change the loss")
+    par, par_valid, _ = train("masks-parallel", 8, 2, 2, 6, masks + ["--use-distributed-optimizer"])
+    w1 = compare(par, serial, 6, 1e-5, "masks (2,2,2) distributed optimizer vs serial")
+    for it in serial_valid:
+        check(close(par_valid[it]["lm_loss"], serial_valid[it]["lm_loss"], 1e-5), f"masks validation at {it}")
+    fused, _, _ = train("masks-fused", 8, 2, 2, 4, masks + ["--attention-backend", "fused"], v=2)
+    w2 = compare(fused, serial, 4, 1e-5, "masks, fused attention (2,2,2) v=2 vs unfused serial")
+    base = MODEL + layout(1, 1) + ["--train-iters", "3"]
+    for flag in ("--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask"):
+        p = run(1, base + [flag], expect_ok=False)
+        check(p.returncode == 2 and flag in p.stderr and "--eod-token-id" in p.stderr,
+              f"{flag} without --eod-token-id: status {p.returncode}, stderr:\n{p.stderr}")
+    p = run(1, base + masks[:-1] + ["300"], expect_ok=False)
+    check(p.returncode == 2 and "--eod-token-id 300" in p.stderr, "--eod-token-id beyond the vocabulary: " + p.stderr)
+    print(f"masks: (2,2,2) vs serial worst {w1:.2e}; fused (2,2,2) v=2 vs unfused serial {w2:.2e}; loss "
+          f"{serial[1]['lm_loss']:.4f} -> {serial[6]['lm_loss']:.4f} (without masks {plain[6]['lm_loss']:.4f})")
+
+
+def case_blend():
+    # Two corpora as JSON lines (the paragraphs of the text, alternately), preprocessed.
+    paragraphs = [p for p in open(CORPUS).read().split("\n\n") if p.strip()]
+    prefixes = []
+    for name, part in (("blend-a", paragraphs[0::2]), ("blend-b", paragraphs[1::2])):
+        path = os.path.join(WORK, name + ".jsonl")
+        with open(path, "w") as f:
+            for text in part:
+                f.write(json.dumps({"text": text + "\n\n"}) + "\n")
+        out = subprocess.run([os.path.join(BIN, "ptdp-preprocess-data"), "--input", path, "--output-prefix",
+                              os.path.join(WORK, name), "--tokenizer-type", "ByteLevel", "--workers", "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        check(out.returncode == 0, f"ptdp-preprocess-data {name}: {out.stderr}")
+        check(f"{len(part)} documents" in out.stdout, f"ptdp-preprocess-data counts {len(part)}: {out.stdout}")
+        prefixes.append(os.path.join(WORK, name + "_text_document"))
+    base = []
+    skip = False
+    for flag in MODEL:  # the model and schedule of the other cases, on the blend instead of the text
+        if skip:
+            skip = False
+            continue
+        if flag == "--text-file":
+            skip = True
+            continue
+        base.append(flag)
+    blend = ["--data-path", "0.3", prefixes[0], "0.7", prefixes[1]]
+
+    def run_blend(name, np, t, p, extra):
+        log = os.path.join(WORK, name + ".jsonl")
+        run(np, base + layout(t, p) + ["--train-iters", "6", "--log-json", log] + extra)
+        records = [json.loads(line) for line in open(log)]
+        return ({r["iteration"]: r for r in records if "iteration" in r},
+                {r["validation_iteration"]: r for r in records if "validation_iteration" in r})
+
+    serial, serial_valid = run_blend("blend-serial", 1, 1, 1, blend)
+    check(serial[6]["lm_loss"] < serial[1]["lm_loss"] - 0.3,
+          f"the loss falls on the blend: {serial[1]['lm_loss']} -> {serial[6]['lm_loss']}")
+    check(len(serial_valid) == 2, "two validations on the blend's validation split")
+    par, par_valid = run_blend("blend-parallel", 8, 2, 2, blend + ["--use-distributed-optimizer"])
+    worst = compare(par, serial, 6, 1e-5, "blend (2,2,2) vs serial")
+    for it in serial_valid:
+        check(close(par_valid[it]["lm_loss"], serial_valid[it]["lm_loss"], 1e-5), f"blend validation at {it}")
+    text, _ = run_blend("blend-text-a", 1, 1, 1, ["--data-path", prefixes[0]])
+    check(text[1]["lm_loss"] != serial[1]["lm_loss"], "the blend's batches differ from data set A's alone")
+    split = ["--train-data-path", "0.3", prefixes[0], "0.7", prefixes[1], "--valid-data-path", prefixes[1]]
+    ps, ps_valid = run_blend("blend-per-split", 4, 2, 1, split)
+    check(len(ps) == 6 and len(ps_valid) == 2, "per-split paths: 6 iterations and 2 validations")
+    bad = run(1, base + ["--train-iters", "1"] + blend + ["--train-data-path", prefixes[0]], expect_ok=False)
+    check(bad.returncode == 2 and "exclusive" in bad.stderr, "--data-path with --train-data-path: " + bad.stderr)
+    print(f"blend: (2,2,2) vs serial worst {worst:.2e}; loss {serial[1]['lm_loss']:.4f} -> {serial[6]['lm_loss']:.4f}")
+
+
 try:
     {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
      "generate": case_generate, "errors": case_errors, "bf16": case_bf16, "fp16": case_fp16,
-     "attention": case_attention, "llama": case_llama, "qwen2": case_qwen2}[CASE]()
+     "attention": case_attention, "llama": case_llama, "qwen2": case_qwen2, "masks": case_masks,
+     "blend": case_blend}[CASE]()
 finally:
     if not failures:
         shutil.rmtree(WORK, ignore_errors=True)

@@ -9,7 +9,11 @@
 // ddp_bucket_size (0: one bucket per model chunk); extras '+'-joined words: untied (separate
 // output_layer.weight, also in the serial run), nosg (pipeline scatter/gather off), recompute
 // (full activation recomputation), llama (RMSNorm, SwiGLU, RoPE, grouped-query attention, no
-// biases, untied output layer), qwen2 (the same with the qkv bias, tied). d = world / (t * p). Hidden size 12: a chunk's flat buffer
+// biases, untied output layer), qwen2 (the same with the qkv bias, tied), masks (packed documents
+// and masked labels: end-of-document tokens in the batch, ptdp_eod_masks with --eod-mask-loss,
+// --reset-position-ids and --reset-attention-mask, the first label of every sample ignored as a
+// prompt would be, and at iteration 3 one microbatch whose every label is ignored; every call
+// through ptdp_train_iteration_masked, the serial run's too). d = world / (t * p). Hidden size 12: a chunk's flat buffer
 // (every parameter 16-float aligned) holds 16k + 12 floats, so the distributed optimizer pads for
 // d = 8, and odd bucket sizes put bucket and shard boundaries inside tensors.
 //
@@ -73,7 +77,7 @@ struct Spec {
   ptdp_optimizer_kind opt = PTDP_OPTIMIZER_ADAM;
   int64_t bucket = 0;
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
-  bool llama = false, qwen2 = false;
+  bool llama = false, qwen2 = false, masks = false;
   std::string text;
 };
 
@@ -92,6 +96,7 @@ bool parse(const char* s, Spec* out) {
     else if (word == "recompute") x.recompute = true;
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
+    else if (word == "masks") x.masks = true;
     else return false;
     at = end + 1;
   }
@@ -190,15 +195,45 @@ double adam_ratio_bound(double b1, double b2, int k) {
   return std::sqrt(s);
 }
 
+constexpr int32_t kEod = 5;  // the masks runs' end-of-document token
+
+/// A global batch's masks (the masks runs): positions and document starts of every token.
+struct Masks {
+  std::vector<int32_t> positions, starts;
+  /// The masks of the samples from `sample` on.
+  ptdp_batch_masks at(int sample) const {
+    ptdp_batch_masks m;
+    ptdp_batch_masks_init(&m);
+    const std::size_t off = static_cast<std::size_t>(sample) * kSeq;
+    m.position_ids = positions.data() + off;
+    m.document_starts = starts.data() + off;
+    return m;
+  }
+};
+
 // The global batch of iteration `it`: `samples` rows of kSeq tokens, different every iteration.
-void global_batch(int it, int samples, std::vector<int32_t>& tokens, std::vector<int32_t>& labels) {
+// With masks: about a quarter of the tokens are end-of-document tokens (the labels after them
+// ignored, positions and documents from them), every sample's first label is ignored, and at
+// iteration 3 the second microbatch (samples kMicro .. 2 kMicro - 1) is all eod: no counted
+// label.
+void global_batch(int it, int samples, std::vector<int32_t>& tokens, std::vector<int32_t>& labels,
+                  Masks* masks = nullptr) {
   tokens.resize(static_cast<std::size_t>(samples * kSeq));
   labels.resize(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const uint32_t h = static_cast<uint32_t>(i) * 2654435761u + static_cast<uint32_t>(it) * 40503u + 12345u;
     tokens[i] = static_cast<int32_t>((h >> 7) % kVocab);
     labels[i] = static_cast<int32_t>((h >> 17) % kVocab);
+    if (masks && (h >> 27) % 4 == 0) tokens[i] = kEod;
   }
+  if (!masks) return;
+  if (it == 3) std::fill(tokens.begin() + kMicro * kSeq, tokens.begin() + 2 * kMicro * kSeq, kEod);
+  for (int r = 0; r < samples; ++r) labels[static_cast<std::size_t>(r * kSeq)] = PTDP_IGNORE_INDEX;
+  masks->positions.resize(tokens.size());
+  masks->starts.resize(tokens.size());
+  CT_OK(ptdp_eod_masks(tokens.data(), samples, kSeq, kEod,
+                       PTDP_EOD_MASK_LOSS | PTDP_EOD_RESET_POSITION_IDS | PTDP_EOD_RESET_ATTENTION_MASK, labels.data(),
+                       masks->positions.data(), masks->starts.data()));
 }
 
 struct Params {
@@ -249,6 +284,7 @@ Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optim
   plain.untied = sp.untied;
   plain.llama = sp.llama;
   plain.qwen2 = sp.qwen2;
+  plain.masks = sp.masks;
   const ptdp_gpt_options o = gpt_options(layers, plain);
   ptdp_model m = nullptr;
   ptdp_optimizer opt = nullptr;
@@ -260,10 +296,13 @@ Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optim
       CT_OK(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, microbatches, 1, &s)).empty()) {
     r.initial = read_params(m);
     std::vector<int32_t> tok, lab;
+    Masks masks;
     for (int it = 0; it < kIters; ++it) {
-      global_batch(it, microbatches * kMicro, tok, lab);
+      global_batch(it, microbatches * kMicro, tok, lab, sp.masks ? &masks : nullptr);
       ptdp_iteration_result res{};
-      CT_OK(ptdp_train_iteration(m, opt, s, tok.data(), lab.data(), kMicro, it, nullptr, &res));
+      const ptdp_batch_masks mk = sp.masks ? masks.at(0) : ptdp_batch_masks{};
+      CT_OK(ptdp_train_iteration_masked(m, opt, s, tok.data(), lab.data(), sp.masks ? &mk : nullptr, kMicro, it,
+                                        nullptr, &res));
       r.results.push_back(res);
     }
     r.final_params = read_params(m);
@@ -286,7 +325,8 @@ struct Worst {
   std::string tensor_at;
 };
 
-std::map<std::tuple<int, int, int, bool, bool, bool>, std::shared_ptr<Trajectory>> g_serial;  // (layers, G, optimizer, untied, llama, qwen2)
+// (layers, G, optimizer, untied, llama, qwen2, masks)
+std::map<std::tuple<int, int, int, bool, bool, bool, bool>, std::shared_ptr<Trajectory>> g_serial;
 int g_clipped = 0, g_unclipped = 0;  // iterations with grad_norm above / below clip_grad, all runs
 
 // Compares the final parameters of the serial run (x) and the parallel run (y); see the header
@@ -348,7 +388,7 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   ct::context(what);
   const ptdp_optimizer_options oo = optimizer_options(sp.opt, sp.dist, sp.bucket);
 
-  auto key = std::make_tuple(layers, d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2);
+  auto key = std::make_tuple(layers, d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2, sp.masks);
   if (!g_serial.count(key)) g_serial[key] = std::make_shared<Trajectory>(serial(g1, layers, d * m, oo, sp));
   const Trajectory& want = *g_serial[key];
   if (!expect(static_cast<int>(want.results.size()) == kIters, "serial reference ran")) return;
@@ -375,14 +415,18 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   if (CT_OK(ptdp_model_create(g, &o, &model)).empty() && CT_OK(ptdp_optimizer_create(model, &oo, &opt)).empty() &&
       CT_OK(ptdp_schedule_create(sp.kind, sp.p, m, sp.v, &s)).empty()) {
     std::vector<int32_t> tok, lab;
+    Masks masks;
     const std::size_t off = static_cast<std::size_t>(dp) * m * kMicro * kSeq;
     int clipped = 0;
     double S = 0;  // the AdamW movement bound
     for (int it = 0; it < kIters; ++it) {
-      global_batch(it, d * m * kMicro, tok, lab);
+      global_batch(it, d * m * kMicro, tok, lab, sp.masks ? &masks : nullptr);
       ptdp_iteration_result got{};
       const std::string at = "iteration " + str(it);
-      if (!CT_OK(ptdp_train_iteration(model, opt, s, tok.data() + off, lab.data() + off, kMicro, it, &popt, &got)).empty())
+      const ptdp_batch_masks mk = sp.masks ? masks.at(dp * m * kMicro) : ptdp_batch_masks{};  // this replica's
+      if (!CT_OK(ptdp_train_iteration_masked(model, opt, s, tok.data() + off, lab.data() + off,
+                                             sp.masks ? &mk : nullptr, kMicro, it, &popt, &got))
+               .empty())
         break;
       const ptdp_iteration_result& ref = want.results[static_cast<std::size_t>(it)];
       w.loss = std::max(w.loss, rel(got.loss, ref.loss));

@@ -1058,7 +1058,8 @@ def ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iterati
     :type tokens: int
     :param tokens: ``micro_batch_size`` * seq_length token ids, row-major [b, s], in [0, V).
     :type labels: int
-    :param labels: The same shape: the next token of each position, in [0, V).
+    :param labels: The same shape: the next token of each position, in [0, V), or
+               ::PTDP_IGNORE_INDEX (no part in the loss; see ptdp_batch_masks).
     :type micro_batch_size: int
     :param micro_batch_size: b, > 0.
     :type iteration: int
@@ -1068,7 +1069,8 @@ def ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iterati
     :type grad_scale: float
     :param grad_scale: Factor on the gradients (e.g. 1 / number of microbatches).
     :type loss: float, out
-    :param loss: Receives the mean loss over the b * s tokens; may be NULL.
+    :param loss: Receives the masked mean loss over the b * s tokens (the mean over the
+               tokens whose label is not ignored; 0 when all are); may be NULL.
     Title: Thread safety
     Collective over the tensor group; all ranks pass the same tokens and labels.
     """
@@ -1233,7 +1235,7 @@ def ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_
     :param tokens: m * micro_batch_size * seq_length ids, row-major [m * b, s], the same on every
                rank of a pipeline (each data-parallel replica passes its own batch).
     :type labels: int
-    :param labels: The same shape; the next token of each position.
+    :param labels: The same shape; the next token of each position, or ::PTDP_IGNORE_INDEX.
     :type micro_batch_size: int
     :param micro_batch_size: b, > 0.
     :type iteration: int
@@ -1797,6 +1799,193 @@ def ptdp_dataset_document(dataset, index, tokens):
                     small), or 0 when ``dataset`` or ``index`` is invalid. Must not be NULL.
     """
     return _ptdp_ext.ptdp_dataset_document(dataset, index, tokens)
+PTDP_TOKENIZER_BYTE_LEVEL = _ptdp_ext.PTDP_TOKENIZER_BYTE_LEVEL
+r""" "ByteLevel": bytes are tokens 0..255."""
+PTDP_TOKENIZER_NULL = _ptdp_ext.PTDP_TOKENIZER_NULL
+r""" "NullTokenizer": the text is the ids."""
+PTDP_TOKENIZER_GPT2_BPE = _ptdp_ext.PTDP_TOKENIZER_GPT2_BPE
+r""" "GPT2BPETokenizer": vocab.json + merges.txt."""
+PTDP_TOKENIZER_HUGGING_FACE = _ptdp_ext.PTDP_TOKENIZER_HUGGING_FACE
+r""" "HuggingFaceTokenizer": tokenizer.json."""
+PTDP_TOKENIZER_SENTENCE_PIECE = _ptdp_ext.PTDP_TOKENIZER_SENTENCE_PIECE
+r""" "SentencePieceTokenizer": a SentencePiece .model."""
+class ptdp_tokenizer_options(object):
+    r""" What a tokenizer is made from. Initialise with ptdp_tokenizer_options_init()."""
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_tokenizer_options_struct_size_get, _ptdp_ext.ptdp_tokenizer_options_struct_size_set, doc=r""" Set by ptdp_tokenizer_options_init().""")
+    type = property(_ptdp_ext.ptdp_tokenizer_options_type_get, _ptdp_ext.ptdp_tokenizer_options_type_set, doc=r""" Default ::PTDP_TOKENIZER_BYTE_LEVEL.""")
+    vocab_file = property(_ptdp_ext.ptdp_tokenizer_options_vocab_file_get, _ptdp_ext.ptdp_tokenizer_options_vocab_file_set, doc=r""" `--vocab-file`: vocab.json (GPT2BPETokenizer); NULL otherwise.""")
+    merge_file = property(_ptdp_ext.ptdp_tokenizer_options_merge_file_get, _ptdp_ext.ptdp_tokenizer_options_merge_file_set, doc=r""" `--merge-file`: merges.txt (GPT2BPETokenizer); NULL otherwise.""")
+    tokenizer_model = property(_ptdp_ext.ptdp_tokenizer_options_tokenizer_model_get, _ptdp_ext.ptdp_tokenizer_options_tokenizer_model_set, doc=r""" `--tokenizer-model`: tokenizer.json or a .model file; NULL otherwise.""")
+    vocab_size = property(_ptdp_ext.ptdp_tokenizer_options_vocab_size_get, _ptdp_ext.ptdp_tokenizer_options_vocab_size_set, doc=r""" `--vocab-size`: NullTokenizer's V (ids below it); 0 otherwise.""")
+
+    def __init__(self):
+        _ptdp_ext.ptdp_tokenizer_options_swiginit(self, _ptdp_ext.new_ptdp_tokenizer_options())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_tokenizer_options
+
+# Register ptdp_tokenizer_options in _ptdp_ext:
+_ptdp_ext.ptdp_tokenizer_options_swigregister(ptdp_tokenizer_options)
+
+def ptdp_tokenizer_options_init(options):
+    r"""
+    Fills ``options`` with the defaults (a byte-level tokenizer) and sets its struct_size.
+    :type options: :py:class:`ptdp_tokenizer_options`, out
+    :param options: Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_options_init(options)
+
+def ptdp_tokenizer_create(options, out):
+    r"""
+    Creates a tokenizer from its files.
+    :type options: :py:class:`ptdp_tokenizer_options`
+    :param options: The type and its files; must not be NULL.
+    :type out: struct ptdp_tokenizer_impl, out
+    :param out: Receives the handle; release it with ptdp_tokenizer_destroy(). Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_create(options, out)
+
+def ptdp_tokenizer_create_from_checkpoint(directory, out):
+    r"""
+    Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
+           `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
+           latest iteration's metadata.json (paths as they were given to ptdp-train), or the
+           byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+    :type directory: string
+    :param directory: The checkpoint directory (`--load DIR`); must not be NULL.
+    :type out: struct ptdp_tokenizer_impl, out
+    :param out: Receives the handle; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_create_from_checkpoint(directory, out)
+
+def ptdp_tokenizer_destroy(tokenizer):
+    r"""
+    Releases a tokenizer; NULL is accepted.
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: The handle; unusable afterwards.
+    """
+    return _ptdp_ext.ptdp_tokenizer_destroy(tokenizer)
+
+def ptdp_tokenizer_get_type(tokenizer, type):
+    r"""
+    The type a tokenizer was created as.
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type type: int, out
+    :param type: Receives the type; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_get_type(tokenizer, type)
+
+def ptdp_tokenizer_encode(tokenizer, text, length, capacity):
+    r"""
+    Token ids of ``length`` bytes of text.
+
+    An exception to "no side effects on error": ``count`` is always written when it is not NULL, so
+    a call with ``capacity`` 0 asks for the number of ids.
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type text: string
+    :param text: The text (any bytes; NUL is a byte like the others); may be NULL when ``length`` is 0.
+    :type length: int
+    :param length: Bytes of ``text``.
+    :type ids: int, out
+    :param ids: Receives the ids; may be NULL when ``capacity`` is 0. Nothing is written unless
+                    all of them fit.
+    :type capacity: int
+    :param capacity: Number of ids ``ids`` can hold.
+    :type count: int, out
+    :param count: Receives the number of ids of the text (also when ``capacity`` is too small),
+                    or 0 when the text cannot be encoded. Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_encode(tokenizer, text, length, capacity)
+
+def ptdp_tokenizer_decode(tokenizer, ids, count, buffer):
+    r"""
+    The text of ``count`` token ids (special tokens written as their text).
+
+    The count/capacity protocol of the text getters: ``length`` always receives the text's size in
+    bytes (the text may hold NUL bytes; a NUL follows it), and nothing is written unless the text
+    and its NUL fit in ``capacity`` bytes.
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type ids: int
+    :param ids: The ids; may be NULL when ``count`` is 0.
+    :type count: int
+    :param count: Number of ids.
+    :type buffer: string, out
+    :param buffer: Receives the text and a NUL; may be NULL when ``capacity`` is 0.
+    :type capacity: int
+    :param capacity: Bytes ``buffer`` can hold.
+    :type length: int, out
+    :param length: Receives the text's size in bytes; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_decode(tokenizer, ids, count, buffer)
+
+def ptdp_tokenizer_vocab_size(tokenizer):
+    r"""
+    The number of ids: every id in [0, size) is valid (added and special tokens included).
+           This is the vocabulary size Megatron pads (`--make-vocab-size-divisible-by`).
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type size: int, out
+    :param size: Receives the number; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_vocab_size(tokenizer)
+
+def ptdp_tokenizer_eod(tokenizer):
+    r"""
+    The end-of-document id (Megatron's `tokenizer.eod`: what `--append-eod` appends), or -1
+           when the tokenizer has none (ByteLevel; a GPT-2 vocabulary without "<|endoftext|>"; a
+           tokenizer.json without an end-of-sequence token).
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type id: int, out
+    :param id: Receives the id; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_eod(tokenizer)
+
+def ptdp_tokenizer_bos(tokenizer):
+    r"""
+    The beginning-of-sequence id, or -1 when the tokenizer has none.
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type id: int, out
+    :param id: Receives the id; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_bos(tokenizer)
+
+def ptdp_tokenizer_token_to_id(tokenizer, token, length):
+    r"""
+    The id of one vocabulary entry, spelled as the model spells it (byte-level BPE's mapped
+           characters, e.g. "Ġthe"; SentencePiece's pieces, e.g. "▁the"; added tokens as written).
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type token: string
+    :param token: The entry's bytes; may be NULL when ``length`` is 0.
+    :type length: int
+    :param length: Bytes of ``token``.
+    :type id: int, out
+    :param id: Receives the id, or -1 when ``token`` is not an entry; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_token_to_id(tokenizer, token, length)
+
+def ptdp_tokenizer_id_to_token(tokenizer, id, buffer):
+    r"""
+    The vocabulary entry of an id, as ptdp_tokenizer_token_to_id() spells it; the
+           count/capacity protocol of ptdp_tokenizer_decode().
+    :type tokenizer: struct ptdp_tokenizer_impl
+    :param tokenizer: A live handle.
+    :type id: int
+    :param id: An id in [0, vocabulary size).
+    :type buffer: string, out
+    :param buffer: Receives the entry and a NUL; may be NULL when ``capacity`` is 0.
+    :type capacity: int
+    :param capacity: Bytes ``buffer`` can hold.
+    :type length: int, out
+    :param length: Receives the entry's size in bytes; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_tokenizer_id_to_token(tokenizer, id, buffer)
 PTDP_OPTIMIZER_ADAM = _ptdp_ext.PTDP_OPTIMIZER_ADAM
 r""" AdamW: Adam with decoupled weight decay."""
 PTDP_OPTIMIZER_SGD = _ptdp_ext.PTDP_OPTIMIZER_SGD
@@ -2137,7 +2326,7 @@ def ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch
     :param tokens: This replica's m * b samples, [m * b, seq_length] row-major (replica r of d
                holds samples r*m*b ... of the global batch).
     :type labels: int
-    :param labels: The same shape.
+    :param labels: The same shape; in [0, V), or ::PTDP_IGNORE_INDEX (see ptdp_batch_masks).
     :type micro_batch_size: int
     :param micro_batch_size: b, > 0.
     :type iteration: int
@@ -2369,15 +2558,32 @@ class ptdp_gpt_data_options(object):
     __repr__ = _swig_repr
     struct_size = property(_ptdp_ext.ptdp_gpt_data_options_struct_size_get, _ptdp_ext.ptdp_gpt_data_options_struct_size_set, doc=r""" Set by ptdp_gpt_data_options_init().""")
     source = property(_ptdp_ext.ptdp_gpt_data_options_source_get, _ptdp_ext.ptdp_gpt_data_options_source_set, doc=r""" Default ::PTDP_DATA_MOCK.""")
-    path = property(_ptdp_ext.ptdp_gpt_data_options_path_get, _ptdp_ext.ptdp_gpt_data_options_path_set, doc=r""" The indexed data set's prefix or the text file; NULL for mock.""")
+    path = property(_ptdp_ext.ptdp_gpt_data_options_path_get, _ptdp_ext.ptdp_gpt_data_options_path_set, doc=r"""
+    The text file; or the indexed data set's prefix, or Megatron's
+                                       `--data-path` list of several: "W1 PREFIX1 W2 PREFIX2 ..."
+                                       (weights) or "PREFIX1 PREFIX2 ..." (weighed by their sizes),
+                                       words separated by spaces, each data set split by `split`
+                                       and each split blended (Megatron's BlendedDataset). NULL for
+                                       mock.
+    """)
     split = property(_ptdp_ext.ptdp_gpt_data_options_split_get, _ptdp_ext.ptdp_gpt_data_options_split_set, doc=r""" Megatron's `--split` weights, "969,30,1" (default) or "98/2/0".""")
     seq_length = property(_ptdp_ext.ptdp_gpt_data_options_seq_length_get, _ptdp_ext.ptdp_gpt_data_options_seq_length_set, doc=r""" s; samples hold s + 1 tokens. Default 32.""")
     vocab_size = property(_ptdp_ext.ptdp_gpt_data_options_vocab_size_get, _ptdp_ext.ptdp_gpt_data_options_vocab_size_set, doc=r""" Every token must be below it. Default 256.""")
     seed = property(_ptdp_ext.ptdp_gpt_data_options_seed_get, _ptdp_ext.ptdp_gpt_data_options_seed_set, doc=r""" Document and sample shuffling (and mock tokens). Default 1234.""")
     num_samples = property(_ptdp_ext.ptdp_gpt_data_options_num_samples_get, _ptdp_ext.ptdp_gpt_data_options_num_samples_set, doc=r"""
     Samples wanted per split (train, valid, test); the documents
-                                       are repeated over as many epochs as that takes. 0: one epoch.
+                                       are repeated over as many epochs as that takes. 0: one epoch
+                                       (of each blended data set, every sample once).
     """)
+    train_data_path = property(_ptdp_ext.ptdp_gpt_data_options_train_data_path_get, _ptdp_ext.ptdp_gpt_data_options_train_data_path_set, doc=r"""
+    `--train-data-path`: a prefix or Megatron's list, as `path`,
+                                       whose data sets make the training split whole. When any of
+                                       the three is set (source ::PTDP_DATA_INDEXED), `path` and
+                                       `split` are not used and a split without one is empty. NULL:
+                                       not set (default).
+    """)
+    valid_data_path = property(_ptdp_ext.ptdp_gpt_data_options_valid_data_path_get, _ptdp_ext.ptdp_gpt_data_options_valid_data_path_set, doc=r""" `--valid-data-path`, as train_data_path.""")
+    test_data_path = property(_ptdp_ext.ptdp_gpt_data_options_test_data_path_get, _ptdp_ext.ptdp_gpt_data_options_test_data_path_set, doc=r""" `--test-data-path`, as train_data_path.""")
 
     def __init__(self):
         _ptdp_ext.ptdp_gpt_data_options_swiginit(self, _ptdp_ext.new_ptdp_gpt_data_options())
@@ -2471,7 +2677,7 @@ def ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatche
     :type tokens: int
     :param tokens: This replica's m * b samples, [m * b, seq_length] row-major.
     :type labels: int
-    :param labels: The same shape.
+    :param labels: The same shape; in [0, V), or ::PTDP_IGNORE_INDEX.
     :type micro_batch_size: int
     :param micro_batch_size: b, > 0.
     :type num_microbatches: int
@@ -2558,6 +2764,223 @@ def ptdp_model_generate(model, prompt, prompt_length, options, out):
     Collective over the tensor group; all its ranks pass the same prompt and options.
     """
     return _ptdp_ext.ptdp_model_generate(model, prompt, prompt_length, options, out)
+PTDP_IGNORE_INDEX = _ptdp_ext.PTDP_IGNORE_INDEX
+r""" Takes no part in the loss (PyTorch's ignore_index)."""
+PTDP_EOD_MASK_LOSS = _ptdp_ext.PTDP_EOD_MASK_LOSS
+r"""
+    --eod-mask-loss: ignore the label of every position
+                                             whose token is the end-of-document token.
+    """
+PTDP_EOD_RESET_POSITION_IDS = _ptdp_ext.PTDP_EOD_RESET_POSITION_IDS
+r""" --reset-position-ids: positions restart after it."""
+PTDP_EOD_RESET_ATTENTION_MASK = _ptdp_ext.PTDP_EOD_RESET_ATTENTION_MASK
+r""" --reset-attention-mask: no attention across it."""
+class ptdp_batch_masks(object):
+    r"""
+    Per-token inputs of a batch besides its tokens and labels, laid out like the tokens
+    ([rows, seq_length] row-major: b rows for one microbatch, m * b for a batch). Initialise with
+    ptdp_batch_masks_init(); a NULL member means its default. The arrays are read during the call
+    only.
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_batch_masks_struct_size_get, _ptdp_ext.ptdp_batch_masks_struct_size_set, doc=r""" Set by ptdp_batch_masks_init().""")
+    position_ids = property(_ptdp_ext.ptdp_batch_masks_position_ids_get, _ptdp_ext.ptdp_batch_masks_position_ids_set, doc=r"""
+    Each token's position: >= 0, and below
+                                          max_position_embeddings with learned position
+                                          embeddings. NULL (default): token i of a sample is at
+                                          position i.
+    """)
+    document_starts = property(_ptdp_ext.ptdp_batch_masks_document_starts_get, _ptdp_ext.ptdp_batch_masks_document_starts_set, doc=r"""
+    The first position of each token's document: in each
+                                          sample, 0 <= start[i] <= i and start[i] >= start[i - 1].
+                                          Token i attends to tokens start[i] .. i. NULL (default):
+                                          causal attention over the whole sample.
+    """)
+
+    def __init__(self):
+        _ptdp_ext.ptdp_batch_masks_swiginit(self, _ptdp_ext.new_ptdp_batch_masks())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_batch_masks
+
+# Register ptdp_batch_masks in _ptdp_ext:
+_ptdp_ext.ptdp_batch_masks_swigregister(ptdp_batch_masks)
+
+def ptdp_batch_masks_init(masks):
+    r"""
+    Fills ``masks`` with the defaults (no position ids, no documents) and sets its
+           struct_size.
+    :type masks: :py:class:`ptdp_batch_masks`, out
+    :param masks: Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_batch_masks_init(masks)
+
+def ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts):
+    r"""
+    Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts
+           of ``count`` samples from their end-of-document tokens. A document ends with its
+           end-of-document token (which belongs to it); the next token starts the next document.
+           Each sample is taken on its own.
+    :type tokens: int
+    :param tokens: [count, seq_length] row-major.
+    :type count: int
+    :param count: Samples, >= 0.
+    :type seq_length: int
+    :param seq_length: Tokens per sample, > 0.
+    :type eod_token_id: int
+    :param eod_token_id: The end-of-document token.
+    :type flags: int
+    :param flags: A combination of ::ptdp_eod_flags naming what to fill.
+    :type labels: int, in/out
+    :param labels: [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose token is
+               ``eod_token_id`` becomes ::PTDP_IGNORE_INDEX, the others are left as they are. May be
+               NULL without that flag.
+    :type position_ids: int, out
+    :param position_ids: [count, seq_length], filled with ::PTDP_EOD_RESET_POSITION_IDS: each
+               token's position within its document. May be NULL without that flag (ignored then).
+    :type document_starts: int, out
+    :param document_starts: [count, seq_length], filled with
+               ::PTDP_EOD_RESET_ATTENTION_MASK: the first position of each token's document (one past
+               the last end-of-document token before it, or 0), ptdp_batch_masks::document_starts's
+               form. May be NULL without that flag (ignored then).
+    Title: Thread safety
+    Thread-safe; no communication.
+    """
+    return _ptdp_ext.ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts)
+
+def ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale):
+    r"""
+    ptdp_model_forward_backward() with position ids and documents.
+    :type model: struct ptdp_model_impl
+    :param model: A live model that is not split into pipeline stages.
+    :type tokens: int
+    :param tokens: [b, seq_length] row-major, in [0, V).
+    :type labels: int
+    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+    :type masks: :py:class:`ptdp_batch_masks`
+    :param masks: Position ids and document starts ([b, seq_length]); NULL for the defaults.
+    :type micro_batch_size: int
+    :param micro_batch_size: b, > 0.
+    :type iteration: int
+    :param iteration: Optimizer step; keys the dropout masks.
+    :type microbatch: int
+    :param microbatch: Index of the microbatch within the iteration; keys the dropout masks.
+    :type grad_scale: float
+    :param grad_scale: Factor on the gradients of the masked mean loss.
+    :type loss: float, out
+    :param loss: Receives the masked mean loss; may be NULL.
+    Title: Thread safety
+    Collective over the tensor group; all ranks pass the same tokens, labels and masks.
+    """
+    return _ptdp_ext.ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale)
+
+def ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training):
+    r"""
+    ptdp_model_forward() with position ids and documents.
+    :type model: struct ptdp_model_impl
+    :param model: A live model that is not split into pipeline stages.
+    :type tokens: int
+    :param tokens: As in ptdp_model_forward_backward_masked().
+    :type labels: int
+    :param labels: As there.
+    :type masks: :py:class:`ptdp_batch_masks`
+    :param masks: As there.
+    :type micro_batch_size: int
+    :param micro_batch_size: b, > 0.
+    :type iteration: int
+    :param iteration: Keys the dropout masks when ``training`` is 1.
+    :type microbatch: int
+    :param microbatch: Keys the dropout masks when ``training`` is 1.
+    :type training: int
+    :param training: 1: dropout on; 0: off.
+    :type loss: float, out
+    :param loss: Receives the masked mean loss; must not be NULL.
+    Title: Thread safety
+    Collective over the tensor group.
+    """
+    return _ptdp_ext.ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training)
+
+def ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options):
+    r"""
+    ptdp_model_pipeline_forward_backward() with position ids and documents.
+    :type model: struct ptdp_model_impl
+    :param model: A live model; its groups' pipeline and virtual sizes must match the schedule's.
+    :type schedule: struct ptdp_schedule_impl
+    :param schedule: A schedule for (p, m, v).
+    :type tokens: int
+    :param tokens: [m * b, seq_length] row-major, the same on every rank of a pipeline.
+    :type labels: int
+    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+    :type masks: :py:class:`ptdp_batch_masks`
+    :param masks: Position ids and document starts ([m * b, seq_length], read by every stage);
+               NULL for the defaults.
+    :type micro_batch_size: int
+    :param micro_batch_size: b, > 0.
+    :type iteration: int
+    :param iteration: Optimizer step; keys the dropout masks.
+    :type options: :py:class:`ptdp_pipeline_options`
+    :param options: NULL for the defaults.
+    :type loss: float, out
+    :param loss: Receives the mean of the m microbatches' masked mean losses on every rank;
+               may be NULL.
+    Title: Thread safety
+    Collective over the model-parallel group (and the world when tracing).
+    """
+    return _ptdp_ext.ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options)
+
+def ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result):
+    r"""
+    ptdp_train_iteration() with position ids and documents: one training iteration of
+           the replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+    :type model: struct ptdp_model_impl
+    :param model: A live model.
+    :type optimizer: struct ptdp_optimizer_impl
+    :param optimizer: An optimizer created for ``model``.
+    :type schedule: struct ptdp_schedule_impl
+    :param schedule: A schedule for the model's (p, v) and m microbatches.
+    :type tokens: int
+    :param tokens: This replica's m * b samples, [m * b, seq_length] row-major.
+    :type labels: int
+    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+    :type masks: :py:class:`ptdp_batch_masks`
+    :param masks: This replica's position ids and document starts ([m * b, seq_length]); NULL for
+               the defaults.
+    :type micro_batch_size: int
+    :param micro_batch_size: b, > 0.
+    :type iteration: int
+    :param iteration: The step number, from 0.
+    :type options: :py:class:`ptdp_pipeline_options`
+    :param options: Executor options; NULL for the defaults.
+    :type result: :py:class:`ptdp_iteration_result`, out
+    :param result: Receives the loss (the mean of every replica's microbatches' masked mean
+                    losses), grad norm, lr, loss scale and skip; may be NULL.
+    Title: Thread safety
+    Collective over the world of the groups.
+    """
+    return _ptdp_ext.ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result)
+
+def ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, num_microbatches):
+    r"""
+    ptdp_model_evaluate() with position ids and documents.
+    :type model: struct ptdp_model_impl
+    :param model: A live model.
+    :type tokens: int
+    :param tokens: This replica's m * b samples, [m * b, seq_length] row-major.
+    :type labels: int
+    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+    :type masks: :py:class:`ptdp_batch_masks`
+    :param masks: Position ids and document starts ([m * b, seq_length]); NULL for the defaults.
+    :type micro_batch_size: int
+    :param micro_batch_size: b, > 0.
+    :type num_microbatches: int
+    :param num_microbatches: m, > 0.
+    :type loss: float, out
+    :param loss: Receives the mean of the microbatches' masked mean losses over the global
+               batch on every rank; must not be NULL.
+    Title: Thread safety
+    Collective over the world of the model's groups.
+    """
+    return _ptdp_ext.ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, num_microbatches)
 class ptdp_checkpoint_state(object):
     r""" What a checkpoint records besides tensors. Initialise with ptdp_checkpoint_state_init()."""
 
@@ -2633,6 +3056,116 @@ def ptdp_checkpoint_read_options(directory, options):
     :param iteration: Receives the checkpoint's iteration; may be NULL.
     """
     return _ptdp_ext.ptdp_checkpoint_read_options(directory, options)
+PTDP_HF_ARCHITECTURE_AUTO = _ptdp_ext.PTDP_HF_ARCHITECTURE_AUTO
+r"""
+    On export: the class the model's settings call for
+                                            (GPT-2 for LayerNorm with learned positions, Qwen2 for a
+                                            qkv bias alone, Llama otherwise), or the base config's
+                                            class when the model fits it.
+    """
+PTDP_HF_ARCHITECTURE_GPT2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_GPT2
+r""" `gpt2`, GPT2LMHeadModel."""
+PTDP_HF_ARCHITECTURE_LLAMA = _ptdp_ext.PTDP_HF_ARCHITECTURE_LLAMA
+r""" `llama`, LlamaForCausalLM."""
+PTDP_HF_ARCHITECTURE_MISTRAL = _ptdp_ext.PTDP_HF_ARCHITECTURE_MISTRAL
+r""" `mistral`, MistralForCausalLM."""
+PTDP_HF_ARCHITECTURE_QWEN2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_QWEN2
+r""" `qwen2`, Qwen2ForCausalLM."""
+class ptdp_hf_save_options(object):
+    r""" Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init()."""
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_hf_save_options_struct_size_get, _ptdp_ext.ptdp_hf_save_options_struct_size_set, doc=r""" Set by ptdp_hf_save_options_init().""")
+    dtype = property(_ptdp_ext.ptdp_hf_save_options_dtype_get, _ptdp_ext.ptdp_hf_save_options_dtype_set, doc=r"""
+    Storage type of the tensors: ::PTDP_DTYPE_F32 (default),
+                                             ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (rounded to
+                                             nearest even).
+    """)
+    max_shard_size = property(_ptdp_ext.ptdp_hf_save_options_max_shard_size_get, _ptdp_ext.ptdp_hf_save_options_max_shard_size_set, doc=r"""
+    Bytes per file (Hugging Face's max_shard_size): above it
+                                             the tensors are split over
+                                             `model-0000k-of-0000n.safetensors` as Hugging Face
+                                             splits them, with `model.safetensors.index.json`.
+                                             0 (default): one `model.safetensors`.
+    """)
+    architecture = property(_ptdp_ext.ptdp_hf_save_options_architecture_get, _ptdp_ext.ptdp_hf_save_options_architecture_set, doc=r""" The class to write; default ::PTDP_HF_ARCHITECTURE_AUTO.""")
+    base_config = property(_ptdp_ext.ptdp_hf_save_options_base_config_get, _ptdp_ext.ptdp_hf_save_options_base_config_set, doc=r"""
+    Path of a config.json (e.g. the imported model's) whose
+                                             fields ptdp does not describe (token ids, ...) are kept;
+                                             NULL (default): none.
+    """)
+
+    def __init__(self):
+        _ptdp_ext.ptdp_hf_save_options_swiginit(self, _ptdp_ext.new_ptdp_hf_save_options())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_hf_save_options
+
+# Register ptdp_hf_save_options in _ptdp_ext:
+_ptdp_ext.ptdp_hf_save_options_swigregister(ptdp_hf_save_options)
+
+def ptdp_hf_save_options_init(options):
+    r"""
+    Fills ``options`` with the defaults and sets its struct_size.
+    :type options: :py:class:`ptdp_hf_save_options`, out
+    :param options: Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_hf_save_options_init(options)
+
+def ptdp_hf_read_options(directory, options, architecture):
+    r"""
+    The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
+           their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
+           dropout, init std. seq_length is the model's context (n_positions or
+           max_position_embeddings), or its sliding window when that is shorter (within the window
+           the result is the same); lower it as needed. The other fields take their defaults.
+    :type directory: string
+    :param directory: The Hugging Face directory.
+    :type options: :py:class:`ptdp_gpt_options`, in/out
+    :param options: Its struct_size must be set by the caller (ptdp_gpt_options_init()
+               does); the library writes that many bytes at most and sets struct_size to what it
+               wrote. Unchanged on error.
+    :type architecture: int, out
+    :param architecture: Receives the model's class; may be NULL.
+    Title: Thread safety
+    No communication.
+    """
+    return _ptdp_ext.ptdp_hf_read_options(directory, options, architecture)
+
+def ptdp_hf_load(directory, model):
+    r"""
+    Sets every parameter of ``model`` from a Hugging Face checkpoint; each rank reads the
+           tensors of the parameters it holds, in any layout.
+    :type directory: string
+    :param directory: The Hugging Face directory.
+    :type model: struct ptdp_model_impl
+    :param model: A live model built from matching options (ptdp_hf_read_options(); the training
+               settings such as dropout, seq_length, precision and the layout may differ).
+    Title: Failures
+    Every failure is reported on every rank and leaves the model unchanged.
+    Title: Thread safety
+    Collective over the world of the model's groups.
+    """
+    return _ptdp_ext.ptdp_hf_load(directory, model)
+
+def ptdp_hf_save(directory, model, options):
+    r"""
+    Writes ``model`` as a Hugging Face checkpoint: `config.json` and `model.safetensors` (or
+           shards and `model.safetensors.index.json`, see ptdp_hf_save_options::max_shard_size),
+           with the safetensors metadata `{"format": "pt"}` that transformers expects. The global
+           tensors are gathered to world rank 0, which writes; files of an earlier save in the
+           directory that this one replaces are removed.
+    :type directory: string
+    :param directory: Created if missing.
+    :type model: struct ptdp_model_impl
+    :param model: A live model, in any layout.
+    :type options: :py:class:`ptdp_hf_save_options`
+    :param options: NULL for the defaults.
+    Title: Failures
+    Every failure is reported on every rank.
+    Title: Thread safety
+    Collective over the world of the model's groups.
+    """
+    return _ptdp_ext.ptdp_hf_save(directory, model, options)
 
 def ptdp_memory_stats():
     r"""
@@ -3127,4 +3660,138 @@ def ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path):
     its temporary file.
     """
     return _ptdp_ext.ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path)
+class ptdp_preprocess_options(object):
+    r"""
+    Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags. Initialise with
+    ptdp_preprocess_options_init().
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_preprocess_options_struct_size_get, _ptdp_ext.ptdp_preprocess_options_struct_size_set, doc=r""" Set by ptdp_preprocess_options_init().""")
+    inputs = property(_ptdp_ext.ptdp_preprocess_options_inputs_get, _ptdp_ext.ptdp_preprocess_options_inputs_set, doc=r""" `--input`: num_inputs JSON-lines files, plain or gzip, read in order.""")
+    num_inputs = property(_ptdp_ext.ptdp_preprocess_options_num_inputs_get, _ptdp_ext.ptdp_preprocess_options_num_inputs_set, doc=r""" Entries of inputs, >= 1.""")
+    num_json_keys = property(_ptdp_ext.ptdp_preprocess_options_num_json_keys_get, _ptdp_ext.ptdp_preprocess_options_num_json_keys_set, doc=r""" Entries of json_keys; 0: the one key "text" (default).""")
+    json_keys = property(_ptdp_ext.ptdp_preprocess_options_json_keys_get, _ptdp_ext.ptdp_preprocess_options_json_keys_set, doc=r""" `--json-keys`; may be NULL when num_json_keys is 0.""")
+    output_prefix = property(_ptdp_ext.ptdp_preprocess_options_output_prefix_get, _ptdp_ext.ptdp_preprocess_options_output_prefix_set, doc=r""" `--output-prefix`; its directory must exist.""")
+    tokenizer_type = property(_ptdp_ext.ptdp_preprocess_options_tokenizer_type_get, _ptdp_ext.ptdp_preprocess_options_tokenizer_type_set, doc=r"""
+    `--tokenizer-type`, Megatron's name: "ByteLevel" (default),
+                                          "NullTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer",
+                                          "SentencePieceTokenizer".
+    """)
+    vocab_file = property(_ptdp_ext.ptdp_preprocess_options_vocab_file_get, _ptdp_ext.ptdp_preprocess_options_vocab_file_set, doc=r""" `--vocab-file` (GPT2BPETokenizer's vocab.json); NULL: unset.""")
+    merge_file = property(_ptdp_ext.ptdp_preprocess_options_merge_file_get, _ptdp_ext.ptdp_preprocess_options_merge_file_set, doc=r""" `--merge-file` (GPT2BPETokenizer's merges.txt); NULL: unset.""")
+    tokenizer_model = property(_ptdp_ext.ptdp_preprocess_options_tokenizer_model_get, _ptdp_ext.ptdp_preprocess_options_tokenizer_model_set, doc=r""" `--tokenizer-model` (tokenizer.json, tokenizer.model); NULL: unset.""")
+    vocab_size = property(_ptdp_ext.ptdp_preprocess_options_vocab_size_get, _ptdp_ext.ptdp_preprocess_options_vocab_size_set, doc=r""" `--vocab-size` (NullTokenizer: ids below it); 0: unset.""")
+    append_eod = property(_ptdp_ext.ptdp_preprocess_options_append_eod_get, _ptdp_ext.ptdp_preprocess_options_append_eod_set, doc=r"""
+    `--append-eod`: 1 ends every document with tokens with the
+                                          end-of-document id. Default 0.
+    """)
+    workers = property(_ptdp_ext.ptdp_preprocess_options_workers_get, _ptdp_ext.ptdp_preprocess_options_workers_set, doc=r""" `--workers`: tokenizing threads, >= 1. Default 1.""")
+    log_interval = property(_ptdp_ext.ptdp_preprocess_options_log_interval_get, _ptdp_ext.ptdp_preprocess_options_log_interval_set, doc=r"""
+    A progress line on stderr every N documents ("Processed N
+                                          documents (D docs/s, M MB/s)."); 0: none (default).
+    """)
+    skip_bad_lines = property(_ptdp_ext.ptdp_preprocess_options_skip_bad_lines_get, _ptdp_ext.ptdp_preprocess_options_skip_bad_lines_set, doc=r""" 1: drop a bad line and count it instead of failing. Default 0.""")
+
+    def __init__(self):
+        _ptdp_ext.ptdp_preprocess_options_swiginit(self, _ptdp_ext.new_ptdp_preprocess_options())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_preprocess_options
+
+# Register ptdp_preprocess_options in _ptdp_ext:
+_ptdp_ext.ptdp_preprocess_options_swigregister(ptdp_preprocess_options)
+class ptdp_preprocess_result(object):
+    r""" What ptdp_preprocess() did."""
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_preprocess_result_struct_size_get, _ptdp_ext.ptdp_preprocess_result_struct_size_set, doc=r"""
+    Set by the caller to sizeof its struct; the library writes that many
+                                bytes at most and sets it to what it wrote.
+    """)
+    documents = property(_ptdp_ext.ptdp_preprocess_result_documents_get, _ptdp_ext.ptdp_preprocess_result_documents_set, doc=r""" Documents written (in each key's data set).""")
+    bad_lines = property(_ptdp_ext.ptdp_preprocess_result_bad_lines_get, _ptdp_ext.ptdp_preprocess_result_bad_lines_set, doc=r""" Lines dropped (skip_bad_lines).""")
+    bytes = property(_ptdp_ext.ptdp_preprocess_result_bytes_get, _ptdp_ext.ptdp_preprocess_result_bytes_set, doc=r""" Input bytes read, after gzip, newlines included.""")
+    tokens = property(_ptdp_ext.ptdp_preprocess_result_tokens_get, _ptdp_ext.ptdp_preprocess_result_tokens_set, doc=r""" Tokens written, over all keys.""")
+    seconds = property(_ptdp_ext.ptdp_preprocess_result_seconds_get, _ptdp_ext.ptdp_preprocess_result_seconds_set, doc=r""" Wall time of reading, tokenizing and writing.""")
+    dtype_code = property(_ptdp_ext.ptdp_preprocess_result_dtype_code_get, _ptdp_ext.ptdp_preprocess_result_dtype_code_set, doc=r""" Megatron's dtype code of the tokens: 8 (uint16) or 4 (int32).""")
+
+    def __init__(self):
+        _ptdp_ext.ptdp_preprocess_result_swiginit(self, _ptdp_ext.new_ptdp_preprocess_result())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_preprocess_result
+
+# Register ptdp_preprocess_result in _ptdp_ext:
+_ptdp_ext.ptdp_preprocess_result_swigregister(ptdp_preprocess_result)
+
+def ptdp_preprocess_options_init(options):
+    r"""
+    Fills ``options`` with the defaults (ByteLevel, key "text", one worker, no progress
+           lines) and sets its struct_size.
+    :type options: :py:class:`ptdp_preprocess_options`, out
+    :param options: Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_preprocess_options_init(options)
+
+def ptdp_preprocess(options, result):
+    r"""
+    Tokenizes JSON lines into one indexed data set per key (Megatron's
+           preprocess_data.py).
+    :type options: :py:class:`ptdp_preprocess_options`
+    :param options: Must not be NULL; see ptdp_preprocess_options.
+    :type result: :py:class:`ptdp_preprocess_result`, in/out
+    :param result: NULL, or receives what was done: its struct_size must be set by the
+               caller (sizeof the caller's struct).
+    Title: Thread safety
+    Thread-safe for distinct output prefixes; uses options->workers threads of its own.
+    """
+    return _ptdp_ext.ptdp_preprocess(options, result)
+
+def ptdp_preprocess_main(argc):
+    r"""
+    The whole of `ptdp-preprocess-data`: parses ``argv`` (Megatron's flags: `--input FILE
+           [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,
+           `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,
+           `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
+           preprocesses with Megatron's progress line on stderr and a summary on stdout, and
+           reports a failure on stderr as "PROGRAM: message".
+    :type argc: int
+    :param argc: Number of entries in ``argv``, >= 1.
+    :type argv: string
+    :param argv: argv[0] is the program name, then the flags.
+    :type exit_code: int, out
+    :param exit_code: Receives the exit status: 0 done, 1 failed, 2 bad flags; must not be NULL.
+    Title: Thread safety
+    As ptdp_preprocess().
+    """
+    return _ptdp_ext.ptdp_preprocess_main(argc)
+
+def ptdp_merge_datasets(prefixes, count, output_prefix):
+    r"""
+    Concatenates indexed data sets into one (Megatron's merge_datasets.py): the
+           documents and sequences of ``prefixes`` in order, their .bin bytes copied, written to
+           OUTPUT_PREFIX.bin and .idx.
+    :type prefixes: string
+    :param prefixes: ``count`` data set prefixes; none NULL or empty.
+    :type count: int
+    :param count: >= 1.
+    :type output_prefix: string
+    :param output_prefix: Where to write; must not be NULL or empty.
+    Title: Thread safety
+    Thread-safe for distinct output prefixes.
+    """
+    return _ptdp_ext.ptdp_merge_datasets(prefixes, count, output_prefix)
+
+def ptdp_merge_datasets_main(argc):
+    r"""
+    The whole of `ptdp-merge-datasets`: `--input DIR` (every PREFIX.bin/PREFIX.idx pair
+           in DIR, sorted by name, as Megatron's script) or `--datasets PREFIX [PREFIX ...]`, and
+           `--output-prefix`; a summary on stdout, a failure on stderr as "PROGRAM: message".
+    :type argc: int
+    :param argc: Number of entries in ``argv``, >= 1.
+    :type argv: string
+    :param argv: argv[0] is the program name, then the flags.
+    :type exit_code: int, out
+    :param exit_code: Receives the exit status: 0 done, 1 failed, 2 bad flags; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_merge_datasets_main(argc)
 

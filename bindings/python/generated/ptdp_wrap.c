@@ -2998,71 +2998,82 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_p_ptdp_runtime_impl swig_types[16]
 #define SWIGTYPE_p_p_ptdp_schedule_impl swig_types[17]
 #define SWIGTYPE_p_p_ptdp_tensor_impl swig_types[18]
-#define SWIGTYPE_p_p_ptdp_train_config_impl swig_types[19]
-#define SWIGTYPE_p_p_ptdp_trainer_impl swig_types[20]
-#define SWIGTYPE_p_p_ptdp_work_impl swig_types[21]
-#define SWIGTYPE_p_ptdp_action swig_types[22]
-#define SWIGTYPE_p_ptdp_action_kind swig_types[23]
-#define SWIGTYPE_p_ptdp_attention swig_types[24]
-#define SWIGTYPE_p_ptdp_checkpoint_state swig_types[25]
-#define SWIGTYPE_p_ptdp_cluster swig_types[26]
-#define SWIGTYPE_p_ptdp_data_source swig_types[27]
-#define SWIGTYPE_p_ptdp_data_split swig_types[28]
-#define SWIGTYPE_p_ptdp_dataset_impl swig_types[29]
-#define SWIGTYPE_p_ptdp_device swig_types[30]
-#define SWIGTYPE_p_ptdp_dtype swig_types[31]
-#define SWIGTYPE_p_ptdp_feature swig_types[32]
-#define SWIGTYPE_p_ptdp_generate_options swig_types[33]
-#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[34]
-#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[35]
-#define SWIGTYPE_p_ptdp_gpt_options swig_types[36]
-#define SWIGTYPE_p_ptdp_group_kind swig_types[37]
-#define SWIGTYPE_p_ptdp_groups_impl swig_types[38]
-#define SWIGTYPE_p_ptdp_iteration_report swig_types[39]
-#define SWIGTYPE_p_ptdp_iteration_result swig_types[40]
-#define SWIGTYPE_p_ptdp_layer_impl swig_types[41]
-#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[42]
-#define SWIGTYPE_p_ptdp_model_impl swig_types[43]
-#define SWIGTYPE_p_ptdp_normalization swig_types[44]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[45]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[46]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[47]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[48]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[49]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[50]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[51]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[52]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[53]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[54]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[55]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[56]
-#define SWIGTYPE_p_ptdp_position_embedding swig_types[57]
-#define SWIGTYPE_p_ptdp_recompute swig_types[58]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[59]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[60]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[61]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[62]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[63]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[64]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[65]
-#define SWIGTYPE_p_ptdp_status swig_types[66]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[67]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[68]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[69]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[70]
-#define SWIGTYPE_p_ptdp_trainer_impl swig_types[71]
-#define SWIGTYPE_p_ptdp_trainer_options swig_types[72]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[73]
-#define SWIGTYPE_p_short swig_types[74]
-#define SWIGTYPE_p_signed_char swig_types[75]
-#define SWIGTYPE_p_size_t swig_types[76]
-#define SWIGTYPE_p_unsigned_char swig_types[77]
-#define SWIGTYPE_p_unsigned_int swig_types[78]
-#define SWIGTYPE_p_unsigned_long swig_types[79]
-#define SWIGTYPE_p_unsigned_short swig_types[80]
-#define SWIGTYPE_p_void swig_types[81]
-static swig_type_info *swig_types[83];
-static swig_module_info swig_module = {swig_types, 82, 0, 0, 0, 0};
+#define SWIGTYPE_p_p_ptdp_tokenizer_impl swig_types[19]
+#define SWIGTYPE_p_p_ptdp_train_config_impl swig_types[20]
+#define SWIGTYPE_p_p_ptdp_trainer_impl swig_types[21]
+#define SWIGTYPE_p_p_ptdp_work_impl swig_types[22]
+#define SWIGTYPE_p_ptdp_action swig_types[23]
+#define SWIGTYPE_p_ptdp_action_kind swig_types[24]
+#define SWIGTYPE_p_ptdp_attention swig_types[25]
+#define SWIGTYPE_p_ptdp_batch_masks swig_types[26]
+#define SWIGTYPE_p_ptdp_checkpoint_state swig_types[27]
+#define SWIGTYPE_p_ptdp_cluster swig_types[28]
+#define SWIGTYPE_p_ptdp_data_source swig_types[29]
+#define SWIGTYPE_p_ptdp_data_split swig_types[30]
+#define SWIGTYPE_p_ptdp_dataset_impl swig_types[31]
+#define SWIGTYPE_p_ptdp_device swig_types[32]
+#define SWIGTYPE_p_ptdp_dtype swig_types[33]
+#define SWIGTYPE_p_ptdp_eod_flags swig_types[34]
+#define SWIGTYPE_p_ptdp_feature swig_types[35]
+#define SWIGTYPE_p_ptdp_generate_options swig_types[36]
+#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[37]
+#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[38]
+#define SWIGTYPE_p_ptdp_gpt_options swig_types[39]
+#define SWIGTYPE_p_ptdp_group_kind swig_types[40]
+#define SWIGTYPE_p_ptdp_groups_impl swig_types[41]
+#define SWIGTYPE_p_ptdp_hf_architecture swig_types[42]
+#define SWIGTYPE_p_ptdp_hf_save_options swig_types[43]
+#define SWIGTYPE_p_ptdp_iteration_report swig_types[44]
+#define SWIGTYPE_p_ptdp_iteration_result swig_types[45]
+#define SWIGTYPE_p_ptdp_label_value swig_types[46]
+#define SWIGTYPE_p_ptdp_layer_impl swig_types[47]
+#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[48]
+#define SWIGTYPE_p_ptdp_model_impl swig_types[49]
+#define SWIGTYPE_p_ptdp_normalization swig_types[50]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[51]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[52]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[53]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[54]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[55]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[56]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[57]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[58]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[59]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[60]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[61]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[62]
+#define SWIGTYPE_p_ptdp_position_embedding swig_types[63]
+#define SWIGTYPE_p_ptdp_preprocess_options swig_types[64]
+#define SWIGTYPE_p_ptdp_preprocess_result swig_types[65]
+#define SWIGTYPE_p_ptdp_recompute swig_types[66]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[67]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[68]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[69]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[70]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[71]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[72]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[73]
+#define SWIGTYPE_p_ptdp_status swig_types[74]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[75]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[76]
+#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[77]
+#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[78]
+#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[79]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[80]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[81]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[82]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[83]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[84]
+#define SWIGTYPE_p_short swig_types[85]
+#define SWIGTYPE_p_signed_char swig_types[86]
+#define SWIGTYPE_p_size_t swig_types[87]
+#define SWIGTYPE_p_unsigned_char swig_types[88]
+#define SWIGTYPE_p_unsigned_int swig_types[89]
+#define SWIGTYPE_p_unsigned_long swig_types[90]
+#define SWIGTYPE_p_unsigned_short swig_types[91]
+#define SWIGTYPE_p_void swig_types[92]
+static swig_type_info *swig_types[94];
+static swig_module_info swig_module = {swig_types, 93, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -13173,6 +13184,1044 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_options_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_struct_size_set" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tokenizer_options_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_struct_size_get" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  ptdp_tokenizer_type arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_options_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_type_set" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tokenizer_options_type_set" "', argument " "2"" of type '" "ptdp_tokenizer_type""'");
+  } 
+  arg2 = (ptdp_tokenizer_type)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_tokenizer_type result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_type_get" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_tokenizer_type) ((arg1)->type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_vocab_file_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_options_vocab_file_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_vocab_file_set" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_options_vocab_file_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->vocab_file = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->vocab_file = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_vocab_file_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_vocab_file_get" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->vocab_file);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_merge_file_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_options_merge_file_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_merge_file_set" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_options_merge_file_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->merge_file = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->merge_file = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_merge_file_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_merge_file_get" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->merge_file);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_tokenizer_model_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_options_tokenizer_model_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_tokenizer_model_set" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_options_tokenizer_model_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->tokenizer_model = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->tokenizer_model = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_tokenizer_model_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_tokenizer_model_get" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->tokenizer_model);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_vocab_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_options_vocab_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_vocab_size_set" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tokenizer_options_vocab_size_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->vocab_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_vocab_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_vocab_size_get" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->vocab_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_tokenizer_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_tokenizer_options", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_tokenizer_options *)calloc(1, sizeof(struct ptdp_tokenizer_options));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_tokenizer_options, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_tokenizer_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_tokenizer_options *arg1 = (struct ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_tokenizer_options" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_tokenizer_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_tokenizer_options, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_tokenizer_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer_options *arg1 = (ptdp_tokenizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_init" "', argument " "1"" of type '" "ptdp_tokenizer_options *""'"); 
+  }
+  arg1 = (ptdp_tokenizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_create(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer_options *arg1 = (ptdp_tokenizer_options *) 0 ;
+  ptdp_tokenizer *arg2 = (ptdp_tokenizer *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_create", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_create" "', argument " "1"" of type '" "ptdp_tokenizer_options const *""'"); 
+  }
+  arg1 = (ptdp_tokenizer_options *)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_create" "', argument " "2"" of type '" "ptdp_tokenizer *""'"); 
+  }
+  arg2 = (ptdp_tokenizer *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_create((struct ptdp_tokenizer_options const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_create_from_checkpoint(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  ptdp_tokenizer *arg2 = (ptdp_tokenizer *) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_create_from_checkpoint", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_create_from_checkpoint" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_create_from_checkpoint" "', argument " "2"" of type '" "ptdp_tokenizer *""'"); 
+  }
+  arg2 = (ptdp_tokenizer *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_create_from_checkpoint((char const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_destroy(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_destroy" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_destroy(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_get_type(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  ptdp_tokenizer_type *arg2 = (ptdp_tokenizer_type *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_get_type", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_get_type" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_tokenizer_type, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_get_type" "', argument " "2"" of type '" "ptdp_tokenizer_type *""'"); 
+  }
+  arg2 = (ptdp_tokenizer_type *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_get_type(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_encode(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  char *arg2 = (char *) 0 ;
+  size_t arg3 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  size_t arg5 ;
+  size_t *arg6 = (size_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  size_t val3 ;
+  int ecode3 = 0 ;
+  int32_t temp4 = 0 ;
+  size_t val5 ;
+  int ecode5 = 0 ;
+  size_t temp6 = 0 ;
+  PyObject *swig_obj[4] ;
+  ptdp_status result;
+  
+  {
+    arg4 = &temp4; 
+  }
+  {
+    arg6 = &temp6; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_encode", 4, 4, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_encode" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_encode" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  ecode3 = SWIG_AsVal_size_t(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_tokenizer_encode" "', argument " "3"" of type '" "size_t""'");
+  } 
+  arg3 = (size_t)(val3);
+  ecode5 = SWIG_AsVal_size_t(swig_obj[3], &val5);
+  if (!SWIG_IsOK(ecode5)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_tokenizer_encode" "', argument " "5"" of type '" "size_t""'");
+  } 
+  arg5 = (size_t)(val5);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_encode(arg1,(char const *)arg2,arg3,arg4,arg5,arg6);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg4)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg6)); 
+  }
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_decode(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  size_t arg3 ;
+  char *arg4 = (char *) 0 ;
+  size_t arg5 ;
+  size_t *arg6 = (size_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  size_t val3 ;
+  int ecode3 = 0 ;
+  Py_buffer view4 ;
+  int have_view4 = 0 ;
+  size_t temp6 = 0 ;
+  PyObject *swig_obj[4] ;
+  ptdp_status result;
+  
+  {
+    arg6 = &temp6; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_decode", 4, 4, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_decode" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_tokenizer_decode: ids");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  ecode3 = SWIG_AsVal_size_t(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_tokenizer_decode" "', argument " "3"" of type '" "size_t""'");
+  } 
+  arg3 = (size_t)(val3);
+  {
+    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 1, 1, NULL, 1, "ptdp_tokenizer_decode: buffer");
+    if (have_view4 < 0) {
+      have_view4 = 0;
+      SWIG_fail;
+    }
+    arg4 = (char *)(have_view4 ? view4.buf : NULL);
+    arg5 = (size_t)(have_view4 ? (1 ? view4.len : view4.len / 1) : 0);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_decode(arg1,(int const *)arg2,arg3,arg4,arg5,arg6);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg6)); 
+  }
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_vocab_size(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  int64_t *arg2 = (int64_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int64_t temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_vocab_size" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_vocab_size(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)*arg2)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_eod(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int32_t temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_eod" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_eod(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg2)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_bos(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int32_t temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_bos" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_bos(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg2)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_token_to_id(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  char *arg2 = (char *) 0 ;
+  size_t arg3 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  size_t val3 ;
+  int ecode3 = 0 ;
+  int32_t temp4 = 0 ;
+  PyObject *swig_obj[3] ;
+  ptdp_status result;
+  
+  {
+    arg4 = &temp4; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_token_to_id", 3, 3, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_token_to_id" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_token_to_id" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  ecode3 = SWIG_AsVal_size_t(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_tokenizer_token_to_id" "', argument " "3"" of type '" "size_t""'");
+  } 
+  arg3 = (size_t)(val3);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_token_to_id(arg1,(char const *)arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg4)); 
+  }
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_tokenizer_id_to_token(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_tokenizer arg1 = (ptdp_tokenizer) 0 ;
+  int32_t arg2 ;
+  char *arg3 = (char *) 0 ;
+  size_t arg4 ;
+  size_t *arg5 = (size_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  size_t temp5 = 0 ;
+  PyObject *swig_obj[3] ;
+  ptdp_status result;
+  
+  {
+    arg5 = &temp5; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_id_to_token", 3, 3, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_id_to_token" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
+  }
+  arg1 = (ptdp_tokenizer)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tokenizer_id_to_token" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 1, 1, NULL, 1, "ptdp_tokenizer_id_to_token: buffer");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (char *)(have_view3 ? view3.buf : NULL);
+    arg4 = (size_t)(have_view3 ? (1 ? view3.len : view3.len / 1) : 0);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_tokenizer_id_to_token(arg1,arg2,arg3,arg4,arg5);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg5)); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_struct_size_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
@@ -20055,6 +21104,210 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_train_data_path_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_data_options *arg1 = (struct ptdp_gpt_data_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_data_options_train_data_path_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_data_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_options_train_data_path_set" "', argument " "1"" of type '" "struct ptdp_gpt_data_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_data_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_gpt_data_options_train_data_path_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->train_data_path = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->train_data_path = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_train_data_path_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_data_options *arg1 = (struct ptdp_gpt_data_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_data_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_options_train_data_path_get" "', argument " "1"" of type '" "struct ptdp_gpt_data_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_data_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->train_data_path);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_valid_data_path_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_data_options *arg1 = (struct ptdp_gpt_data_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_data_options_valid_data_path_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_data_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_options_valid_data_path_set" "', argument " "1"" of type '" "struct ptdp_gpt_data_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_data_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_gpt_data_options_valid_data_path_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->valid_data_path = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->valid_data_path = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_valid_data_path_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_data_options *arg1 = (struct ptdp_gpt_data_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_data_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_options_valid_data_path_get" "', argument " "1"" of type '" "struct ptdp_gpt_data_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_data_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->valid_data_path);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_test_data_path_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_data_options *arg1 = (struct ptdp_gpt_data_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_data_options_test_data_path_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_data_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_options_test_data_path_set" "', argument " "1"" of type '" "struct ptdp_gpt_data_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_data_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_gpt_data_options_test_data_path_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->test_data_path = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->test_data_path = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_test_data_path_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_data_options *arg1 = (struct ptdp_gpt_data_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_data_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_options_test_data_path_get" "', argument " "1"" of type '" "struct ptdp_gpt_data_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_data_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->test_data_path);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_gpt_data_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_gpt_data_options *result = 0 ;
@@ -21107,6 +22360,993 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_struct_size_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_batch_masks_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_struct_size_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_position_ids_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_position_ids_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_position_ids_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_batch_masks_position_ids_set: position_ids");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->position_ids = (int32_t const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_position_ids_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_position_ids_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t *) ((arg1)->position_ids);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_int, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_document_starts_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_document_starts_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_document_starts_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_batch_masks_document_starts_set: document_starts");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->document_starts = (int32_t const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_document_starts_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_document_starts_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t *) ((arg1)->document_starts);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_int, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_batch_masks(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_batch_masks", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_batch_masks *)calloc(1, sizeof(struct ptdp_batch_masks));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_batch_masks, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_batch_masks(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_batch_masks" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_batch_masks_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_batch_masks, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_batch_masks_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_batch_masks *arg1 = (ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_init" "', argument " "1"" of type '" "ptdp_batch_masks *""'"); 
+  }
+  arg1 = (ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_batch_masks_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_eod_masks(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t *arg1 = (int32_t *) 0 ;
+  int64_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int32_t arg5 ;
+  int32_t *arg6 = (int32_t *) 0 ;
+  int32_t *arg7 = (int32_t *) 0 ;
+  int32_t *arg8 = (int32_t *) 0 ;
+  Py_buffer view1 ;
+  int have_view1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  int val4 ;
+  int ecode4 = 0 ;
+  int val5 ;
+  int ecode5 = 0 ;
+  Py_buffer view6 ;
+  int have_view6 = 0 ;
+  Py_buffer view7 ;
+  int have_view7 = 0 ;
+  Py_buffer view8 ;
+  int have_view8 = 0 ;
+  PyObject *swig_obj[8] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_eod_masks", 8, 8, swig_obj)) SWIG_fail;
+  {
+    have_view1 = ptdpy_get_buffer(swig_obj[0], &view1, 0, 4, "iIl", 1, "ptdp_eod_masks: tokens");
+    if (have_view1 < 0) {
+      have_view1 = 0;
+      SWIG_fail;
+    }
+    arg1 = (int32_t *)(have_view1 ? view1.buf : NULL);
+  }
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_eod_masks" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_eod_masks" "', argument " "3"" of type '" "int32_t""'");
+  } 
+  arg3 = (int32_t)(val3);
+  ecode4 = SWIG_AsVal_int(swig_obj[3], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_eod_masks" "', argument " "4"" of type '" "int32_t""'");
+  } 
+  arg4 = (int32_t)(val4);
+  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
+  if (!SWIG_IsOK(ecode5)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_eod_masks" "', argument " "5"" of type '" "int32_t""'");
+  } 
+  arg5 = (int32_t)(val5);
+  {
+    have_view6 = ptdpy_get_buffer(swig_obj[5], &view6, 1, 4, "iIl", 0, "ptdp_eod_masks: labels");
+    if (have_view6 < 0) {
+      have_view6 = 0;
+      SWIG_fail;
+    }
+    arg6 = (int32_t *)(have_view6 ? view6.buf : NULL);
+  }
+  {
+    have_view7 = ptdpy_get_buffer(swig_obj[6], &view7, 1, 4, "iIl", 1, "ptdp_eod_masks: position_ids");
+    if (have_view7 < 0) {
+      have_view7 = 0;
+      SWIG_fail;
+    }
+    arg7 = (int32_t *)(have_view7 ? view7.buf : NULL);
+  }
+  {
+    have_view8 = ptdpy_get_buffer(swig_obj[7], &view8, 1, 4, "iIl", 1, "ptdp_eod_masks: document_starts");
+    if (have_view8 < 0) {
+      have_view8 = 0;
+      SWIG_fail;
+    }
+    arg8 = (int32_t *)(have_view8 ? view8.buf : NULL);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_eod_masks((int const *)arg1,arg2,arg3,arg4,arg5,arg6,arg7,arg8);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  
+  
+  {
+    if (have_view1) PyBuffer_Release(&view1); 
+  }
+  {
+    if (have_view6) PyBuffer_Release(&view6); 
+  }
+  {
+    if (have_view7) PyBuffer_Release(&view7); 
+  }
+  {
+    if (have_view8) PyBuffer_Release(&view8); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view1) PyBuffer_Release(&view1); 
+  }
+  {
+    if (have_view6) PyBuffer_Release(&view6); 
+  }
+  {
+    if (have_view7) PyBuffer_Release(&view7); 
+  }
+  {
+    if (have_view8) PyBuffer_Release(&view8); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_model_forward_backward_masked(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  ptdp_batch_masks *arg4 = (ptdp_batch_masks *) 0 ;
+  int32_t arg5 ;
+  int64_t arg6 ;
+  int64_t arg7 ;
+  float arg8 ;
+  float *arg9 = (float *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  void *argp4 = 0 ;
+  int res4 = 0 ;
+  int val5 ;
+  int ecode5 = 0 ;
+  long val6 ;
+  int ecode6 = 0 ;
+  long val7 ;
+  int ecode7 = 0 ;
+  float val8 ;
+  int ecode8 = 0 ;
+  float temp9 = 0 ;
+  PyObject *swig_obj[8] ;
+  ptdp_status result;
+  
+  {
+    arg9 = &temp9; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward_backward_masked", 8, 8, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_forward_backward_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_model_forward_backward_masked: tokens");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_forward_backward_masked: labels");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
+  }
+  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res4)) {
+    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_model_forward_backward_masked" "', argument " "4"" of type '" "ptdp_batch_masks const *""'"); 
+  }
+  arg4 = (ptdp_batch_masks *)(argp4);
+  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
+  if (!SWIG_IsOK(ecode5)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_forward_backward_masked" "', argument " "5"" of type '" "int32_t""'");
+  } 
+  arg5 = (int32_t)(val5);
+  ecode6 = SWIG_AsVal_long(swig_obj[5], &val6);
+  if (!SWIG_IsOK(ecode6)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_forward_backward_masked" "', argument " "6"" of type '" "int64_t""'");
+  } 
+  arg6 = (int64_t)(val6);
+  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
+  if (!SWIG_IsOK(ecode7)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_forward_backward_masked" "', argument " "7"" of type '" "int64_t""'");
+  } 
+  arg7 = (int64_t)(val7);
+  ecode8 = SWIG_AsVal_float(swig_obj[7], &val8);
+  if (!SWIG_IsOK(ecode8)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode8), "in method '" "ptdp_model_forward_backward_masked" "', argument " "8"" of type '" "float""'");
+  } 
+  arg8 = (float)(val8);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_forward_backward_masked(arg1,(int const *)arg2,(int const *)arg3,(struct ptdp_batch_masks const *)arg4,arg5,arg6,arg7,arg8,arg9);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
+  }
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_model_forward_masked(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  ptdp_batch_masks *arg4 = (ptdp_batch_masks *) 0 ;
+  int32_t arg5 ;
+  int64_t arg6 ;
+  int64_t arg7 ;
+  int32_t arg8 ;
+  float *arg9 = (float *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  void *argp4 = 0 ;
+  int res4 = 0 ;
+  int val5 ;
+  int ecode5 = 0 ;
+  long val6 ;
+  int ecode6 = 0 ;
+  long val7 ;
+  int ecode7 = 0 ;
+  int val8 ;
+  int ecode8 = 0 ;
+  float temp9 = 0 ;
+  PyObject *swig_obj[8] ;
+  ptdp_status result;
+  
+  {
+    arg9 = &temp9; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward_masked", 8, 8, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_forward_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_model_forward_masked: tokens");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_forward_masked: labels");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
+  }
+  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res4)) {
+    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_model_forward_masked" "', argument " "4"" of type '" "ptdp_batch_masks const *""'"); 
+  }
+  arg4 = (ptdp_batch_masks *)(argp4);
+  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
+  if (!SWIG_IsOK(ecode5)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_forward_masked" "', argument " "5"" of type '" "int32_t""'");
+  } 
+  arg5 = (int32_t)(val5);
+  ecode6 = SWIG_AsVal_long(swig_obj[5], &val6);
+  if (!SWIG_IsOK(ecode6)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_forward_masked" "', argument " "6"" of type '" "int64_t""'");
+  } 
+  arg6 = (int64_t)(val6);
+  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
+  if (!SWIG_IsOK(ecode7)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_forward_masked" "', argument " "7"" of type '" "int64_t""'");
+  } 
+  arg7 = (int64_t)(val7);
+  ecode8 = SWIG_AsVal_int(swig_obj[7], &val8);
+  if (!SWIG_IsOK(ecode8)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode8), "in method '" "ptdp_model_forward_masked" "', argument " "8"" of type '" "int32_t""'");
+  } 
+  arg8 = (int32_t)(val8);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_forward_masked(arg1,(int const *)arg2,(int const *)arg3,(struct ptdp_batch_masks const *)arg4,arg5,arg6,arg7,arg8,arg9);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
+  }
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_model_pipeline_forward_backward_masked(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  ptdp_schedule arg2 = (ptdp_schedule) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  ptdp_batch_masks *arg5 = (ptdp_batch_masks *) 0 ;
+  int32_t arg6 ;
+  int64_t arg7 ;
+  ptdp_pipeline_options *arg8 = (ptdp_pipeline_options *) 0 ;
+  float *arg9 = (float *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  Py_buffer view4 ;
+  int have_view4 = 0 ;
+  void *argp5 = 0 ;
+  int res5 = 0 ;
+  int val6 ;
+  int ecode6 = 0 ;
+  long val7 ;
+  int ecode7 = 0 ;
+  void *argp8 = 0 ;
+  int res8 = 0 ;
+  float temp9 = 0 ;
+  PyObject *swig_obj[8] ;
+  ptdp_status result;
+  
+  {
+    arg9 = &temp9; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_pipeline_forward_backward_masked", 8, 8, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "2"" of type '" "ptdp_schedule""'"); 
+  }
+  arg2 = (ptdp_schedule)(argp2);
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_pipeline_forward_backward_masked: tokens");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
+  }
+  {
+    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_model_pipeline_forward_backward_masked: labels");
+    if (have_view4 < 0) {
+      have_view4 = 0;
+      SWIG_fail;
+    }
+    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
+  }
+  res5 = SWIG_ConvertPtr(swig_obj[4], &argp5,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res5)) {
+    SWIG_exception_fail(SWIG_ArgError(res5), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "5"" of type '" "ptdp_batch_masks const *""'"); 
+  }
+  arg5 = (ptdp_batch_masks *)(argp5);
+  ecode6 = SWIG_AsVal_int(swig_obj[5], &val6);
+  if (!SWIG_IsOK(ecode6)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "6"" of type '" "int32_t""'");
+  } 
+  arg6 = (int32_t)(val6);
+  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
+  if (!SWIG_IsOK(ecode7)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "7"" of type '" "int64_t""'");
+  } 
+  arg7 = (int64_t)(val7);
+  res8 = SWIG_ConvertPtr(swig_obj[7], &argp8,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res8)) {
+    SWIG_exception_fail(SWIG_ArgError(res8), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "8"" of type '" "ptdp_pipeline_options const *""'"); 
+  }
+  arg8 = (ptdp_pipeline_options *)(argp8);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_pipeline_forward_backward_masked(arg1,arg2,(int const *)arg3,(int const *)arg4,(struct ptdp_batch_masks const *)arg5,arg6,arg7,(struct ptdp_pipeline_options const *)arg8,arg9);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_iteration_masked(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  ptdp_optimizer arg2 = (ptdp_optimizer) 0 ;
+  ptdp_schedule arg3 = (ptdp_schedule) 0 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  int32_t *arg5 = (int32_t *) 0 ;
+  ptdp_batch_masks *arg6 = (ptdp_batch_masks *) 0 ;
+  int32_t arg7 ;
+  int64_t arg8 ;
+  ptdp_pipeline_options *arg9 = (ptdp_pipeline_options *) 0 ;
+  ptdp_iteration_result *arg10 = (ptdp_iteration_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  void *argp3 = 0 ;
+  int res3 = 0 ;
+  Py_buffer view4 ;
+  int have_view4 = 0 ;
+  Py_buffer view5 ;
+  int have_view5 = 0 ;
+  void *argp6 = 0 ;
+  int res6 = 0 ;
+  int val7 ;
+  int ecode7 = 0 ;
+  long val8 ;
+  int ecode8 = 0 ;
+  void *argp9 = 0 ;
+  int res9 = 0 ;
+  void *argp10 = 0 ;
+  int res10 = 0 ;
+  PyObject *swig_obj[10] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_iteration_masked", 10, 10, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_iteration_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_optimizer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_train_iteration_masked" "', argument " "2"" of type '" "ptdp_optimizer""'"); 
+  }
+  arg2 = (ptdp_optimizer)(argp2);
+  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_train_iteration_masked" "', argument " "3"" of type '" "ptdp_schedule""'"); 
+  }
+  arg3 = (ptdp_schedule)(argp3);
+  {
+    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_train_iteration_masked: tokens");
+    if (have_view4 < 0) {
+      have_view4 = 0;
+      SWIG_fail;
+    }
+    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
+  }
+  {
+    have_view5 = ptdpy_get_buffer(swig_obj[4], &view5, 0, 4, "iIl", 1, "ptdp_train_iteration_masked: labels");
+    if (have_view5 < 0) {
+      have_view5 = 0;
+      SWIG_fail;
+    }
+    arg5 = (int32_t *)(have_view5 ? view5.buf : NULL);
+  }
+  res6 = SWIG_ConvertPtr(swig_obj[5], &argp6,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res6)) {
+    SWIG_exception_fail(SWIG_ArgError(res6), "in method '" "ptdp_train_iteration_masked" "', argument " "6"" of type '" "ptdp_batch_masks const *""'"); 
+  }
+  arg6 = (ptdp_batch_masks *)(argp6);
+  ecode7 = SWIG_AsVal_int(swig_obj[6], &val7);
+  if (!SWIG_IsOK(ecode7)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_train_iteration_masked" "', argument " "7"" of type '" "int32_t""'");
+  } 
+  arg7 = (int32_t)(val7);
+  ecode8 = SWIG_AsVal_long(swig_obj[7], &val8);
+  if (!SWIG_IsOK(ecode8)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode8), "in method '" "ptdp_train_iteration_masked" "', argument " "8"" of type '" "int64_t""'");
+  } 
+  arg8 = (int64_t)(val8);
+  res9 = SWIG_ConvertPtr(swig_obj[8], &argp9,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res9)) {
+    SWIG_exception_fail(SWIG_ArgError(res9), "in method '" "ptdp_train_iteration_masked" "', argument " "9"" of type '" "ptdp_pipeline_options const *""'"); 
+  }
+  arg9 = (ptdp_pipeline_options *)(argp9);
+  res10 = SWIG_ConvertPtr(swig_obj[9], &argp10,SWIGTYPE_p_ptdp_iteration_result, 0 |  0 );
+  if (!SWIG_IsOK(res10)) {
+    SWIG_exception_fail(SWIG_ArgError(res10), "in method '" "ptdp_train_iteration_masked" "', argument " "10"" of type '" "ptdp_iteration_result *""'"); 
+  }
+  arg10 = (ptdp_iteration_result *)(argp10);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_train_iteration_masked(arg1,arg2,arg3,(int const *)arg4,(int const *)arg5,(struct ptdp_batch_masks const *)arg6,arg7,arg8,(struct ptdp_pipeline_options const *)arg9,arg10);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  {
+    if (have_view5) PyBuffer_Release(&view5); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
+  {
+    if (have_view5) PyBuffer_Release(&view5); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_model_evaluate_masked(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  ptdp_batch_masks *arg4 = (ptdp_batch_masks *) 0 ;
+  int32_t arg5 ;
+  int32_t arg6 ;
+  float *arg7 = (float *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  void *argp4 = 0 ;
+  int res4 = 0 ;
+  int val5 ;
+  int ecode5 = 0 ;
+  int val6 ;
+  int ecode6 = 0 ;
+  float temp7 = 0 ;
+  PyObject *swig_obj[6] ;
+  ptdp_status result;
+  
+  {
+    arg7 = &temp7; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_evaluate_masked", 6, 6, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_evaluate_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_model_evaluate_masked: tokens");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_evaluate_masked: labels");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
+  }
+  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res4)) {
+    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_model_evaluate_masked" "', argument " "4"" of type '" "ptdp_batch_masks const *""'"); 
+  }
+  arg4 = (ptdp_batch_masks *)(argp4);
+  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
+  if (!SWIG_IsOK(ecode5)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_evaluate_masked" "', argument " "5"" of type '" "int32_t""'");
+  } 
+  arg5 = (int32_t)(val5);
+  ecode6 = SWIG_AsVal_int(swig_obj[5], &val6);
+  if (!SWIG_IsOK(ecode6)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_evaluate_masked" "', argument " "6"" of type '" "int32_t""'");
+  } 
+  arg6 = (int32_t)(val6);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_evaluate_masked(arg1,(int const *)arg2,(int const *)arg3,(struct ptdp_batch_masks const *)arg4,arg5,arg6,arg7);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg7)); 
+  }
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_checkpoint_state_struct_size_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_checkpoint_state *arg1 = (struct ptdp_checkpoint_state *) 0 ;
@@ -21602,6 +23842,546 @@ SWIGINTERN PyObject *_wrap_ptdp_checkpoint_read_options(PyObject *self, PyObject
   }
   {
     resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)*arg3)); 
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save_options_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_struct_size_set" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_hf_save_options_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_struct_size_get" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_dtype_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  ptdp_dtype arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save_options_dtype_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_dtype_set" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_hf_save_options_dtype_set" "', argument " "2"" of type '" "ptdp_dtype""'");
+  } 
+  arg2 = (ptdp_dtype)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->dtype = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_dtype_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_dtype result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_dtype_get" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_dtype) ((arg1)->dtype);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_max_shard_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save_options_max_shard_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_max_shard_size_set" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_hf_save_options_max_shard_size_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_shard_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_max_shard_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_max_shard_size_get" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->max_shard_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_architecture_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  ptdp_hf_architecture arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save_options_architecture_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_architecture_set" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_hf_save_options_architecture_set" "', argument " "2"" of type '" "ptdp_hf_architecture""'");
+  } 
+  arg2 = (ptdp_hf_architecture)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->architecture = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_architecture_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_hf_architecture result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_architecture_get" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_hf_architecture) ((arg1)->architecture);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_base_config_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save_options_base_config_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_base_config_set" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_hf_save_options_base_config_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->base_config = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->base_config = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_base_config_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_base_config_get" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->base_config);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_hf_save_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_hf_save_options", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_hf_save_options *)calloc(1, sizeof(struct ptdp_hf_save_options));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_hf_save_options, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_hf_save_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_hf_save_options *arg1 = (struct ptdp_hf_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_hf_save_options" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (struct ptdp_hf_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_hf_save_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_hf_save_options, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_hf_save_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_hf_save_options *arg1 = (ptdp_hf_save_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_init" "', argument " "1"" of type '" "ptdp_hf_save_options *""'"); 
+  }
+  arg1 = (ptdp_hf_save_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_hf_save_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_read_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  ptdp_gpt_options *arg2 = (ptdp_gpt_options *) 0 ;
+  ptdp_hf_architecture *arg3 = (ptdp_hf_architecture *) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  void *argp3 = 0 ;
+  int res3 = 0 ;
+  PyObject *swig_obj[3] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_read_options", 3, 3, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_read_options" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_hf_read_options" "', argument " "2"" of type '" "ptdp_gpt_options *""'"); 
+  }
+  arg2 = (ptdp_gpt_options *)(argp2);
+  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_hf_architecture, 0 |  0 );
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_hf_read_options" "', argument " "3"" of type '" "ptdp_hf_architecture *""'"); 
+  }
+  arg3 = (ptdp_hf_architecture *)(argp3);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_hf_read_options((char const *)arg1,arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_load(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  ptdp_model arg2 = (ptdp_model) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_load", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_load" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_hf_load" "', argument " "2"" of type '" "ptdp_model""'"); 
+  }
+  arg2 = (ptdp_model)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_hf_load((char const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_hf_save(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  ptdp_model arg2 = (ptdp_model) 0 ;
+  ptdp_hf_save_options *arg3 = (ptdp_hf_save_options *) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  void *argp3 = 0 ;
+  int res3 = 0 ;
+  PyObject *swig_obj[3] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save", 3, 3, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_hf_save" "', argument " "2"" of type '" "ptdp_model""'"); 
+  }
+  arg2 = (ptdp_model)(argp2);
+  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_hf_save_options, 0 |  0 );
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_hf_save" "', argument " "3"" of type '" "ptdp_hf_save_options const *""'"); 
+  }
+  arg3 = (ptdp_hf_save_options *)(argp3);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_hf_save((char const *)arg1,arg2,(struct ptdp_hf_save_options const *)arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
   }
   if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
   return resultobj;
@@ -28205,6 +30985,1712 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_struct_size_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_struct_size_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_inputs_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  char **arg2 = (char **) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_inputs_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_inputs_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_p_char, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess_options_inputs_set" "', argument " "2"" of type '" "char const *const *""'"); 
+  }
+  arg2 = (char **)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->inputs = (char const *const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_inputs_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char **result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_inputs_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char **) ((arg1)->inputs);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_p_char, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_num_inputs_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_num_inputs_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_num_inputs_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_num_inputs_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->num_inputs = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_num_inputs_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_num_inputs_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->num_inputs);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_num_json_keys_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_num_json_keys_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_num_json_keys_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_num_json_keys_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->num_json_keys = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_num_json_keys_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_num_json_keys_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->num_json_keys);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_json_keys_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  char **arg2 = (char **) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_json_keys_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_json_keys_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_p_char, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess_options_json_keys_set" "', argument " "2"" of type '" "char const *const *""'"); 
+  }
+  arg2 = (char **)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->json_keys = (char const *const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_json_keys_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char **result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_json_keys_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char **) ((arg1)->json_keys);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_p_char, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_output_prefix_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_output_prefix_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_output_prefix_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess_options_output_prefix_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->output_prefix = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->output_prefix = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_output_prefix_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_output_prefix_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->output_prefix);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_tokenizer_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_tokenizer_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_tokenizer_type_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess_options_tokenizer_type_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->tokenizer_type = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->tokenizer_type = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_tokenizer_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_tokenizer_type_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->tokenizer_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_vocab_file_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_vocab_file_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_vocab_file_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess_options_vocab_file_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->vocab_file = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->vocab_file = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_vocab_file_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_vocab_file_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->vocab_file);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_merge_file_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_merge_file_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_merge_file_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess_options_merge_file_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->merge_file = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->merge_file = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_merge_file_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_merge_file_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->merge_file);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_tokenizer_model_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_tokenizer_model_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_tokenizer_model_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess_options_tokenizer_model_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->tokenizer_model = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->tokenizer_model = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_tokenizer_model_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_tokenizer_model_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->tokenizer_model);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_vocab_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_vocab_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_vocab_size_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_vocab_size_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->vocab_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_vocab_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_vocab_size_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->vocab_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_append_eod_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_append_eod_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_append_eod_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_append_eod_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->append_eod = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_append_eod_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_append_eod_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->append_eod);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_workers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_workers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_workers_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_workers_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->workers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_workers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_workers_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->workers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_log_interval_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_log_interval_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_log_interval_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_log_interval_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->log_interval = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_log_interval_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_log_interval_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->log_interval);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_skip_bad_lines_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_options_skip_bad_lines_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_skip_bad_lines_set" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_options_skip_bad_lines_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->skip_bad_lines = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_skip_bad_lines_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_skip_bad_lines_get" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->skip_bad_lines);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_preprocess_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_preprocess_options", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_preprocess_options *)calloc(1, sizeof(struct ptdp_preprocess_options));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_preprocess_options, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_preprocess_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_options *arg1 = (struct ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_preprocess_options" "', argument " "1"" of type '" "struct ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_preprocess_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_preprocess_options, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_preprocess_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_result_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_struct_size_set" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_result_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_struct_size_get" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_documents_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_result_documents_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_documents_set" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_result_documents_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->documents = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_documents_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_documents_get" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->documents);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_bad_lines_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_result_bad_lines_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_bad_lines_set" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_result_bad_lines_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->bad_lines = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_bad_lines_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_bad_lines_get" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->bad_lines);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_bytes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_result_bytes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_bytes_set" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_result_bytes_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->bytes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_bytes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_bytes_get" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->bytes);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_tokens_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_result_tokens_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_tokens_set" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_result_tokens_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->tokens = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_tokens_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_tokens_get" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->tokens);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_seconds_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_result_seconds_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_seconds_set" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_result_seconds_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->seconds = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_seconds_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_seconds_get" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->seconds);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_dtype_code_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess_result_dtype_code_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_dtype_code_set" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_preprocess_result_dtype_code_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->dtype_code = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_result_dtype_code_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_result_dtype_code_get" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->dtype_code);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_preprocess_result(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_preprocess_result", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_preprocess_result *)calloc(1, sizeof(struct ptdp_preprocess_result));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_preprocess_result, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_preprocess_result(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_preprocess_result *arg1 = (struct ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_result, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_preprocess_result" "', argument " "1"" of type '" "struct ptdp_preprocess_result *""'"); 
+  }
+  arg1 = (struct ptdp_preprocess_result *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_preprocess_result_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_preprocess_result, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_preprocess_result_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_options_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_preprocess_options *arg1 = (ptdp_preprocess_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess_options_init" "', argument " "1"" of type '" "ptdp_preprocess_options *""'"); 
+  }
+  arg1 = (ptdp_preprocess_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_preprocess_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_preprocess_options *arg1 = (ptdp_preprocess_options *) 0 ;
+  ptdp_preprocess_result *arg2 = (ptdp_preprocess_result *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess" "', argument " "1"" of type '" "ptdp_preprocess_options const *""'"); 
+  }
+  arg1 = (ptdp_preprocess_options *)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess" "', argument " "2"" of type '" "ptdp_preprocess_result *""'"); 
+  }
+  arg2 = (ptdp_preprocess_result *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_preprocess((struct ptdp_preprocess_options const *)arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_preprocess_main(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t arg1 ;
+  char **arg2 = (char **) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  PyObject *seq1 = NULL ;
+  char const **array1 = NULL ;
+  int32_t temp3 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    seq1 = PySequence_Fast(swig_obj[0], "expected a sequence of str");
+    if (!seq1) SWIG_fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq1);
+    array1 = (const char**)calloc((size_t)n + 1, sizeof(char*));
+    for (Py_ssize_t i = 0; array1 && i < n; ++i) {
+      array1[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq1, i));
+      if (!array1[i]) SWIG_fail;
+    }
+    arg1 = (int32_t)n;
+    arg2 = (char **)array1;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_preprocess_main(arg1,(char const *const *)arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg3)); 
+  }
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  return resultobj;
+fail:
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_merge_datasets(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char **arg1 = (char **) 0 ;
+  int32_t arg2 ;
+  char *arg3 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  int res3 ;
+  char *buf3 = 0 ;
+  int alloc3 = 0 ;
+  PyObject *swig_obj[3] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_merge_datasets", 3, 3, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_p_char, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_merge_datasets" "', argument " "1"" of type '" "char const *const *""'"); 
+  }
+  arg1 = (char **)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_merge_datasets" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  res3 = SWIG_AsCharPtrAndSize(swig_obj[2], &buf3, NULL, &alloc3);
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_merge_datasets" "', argument " "3"" of type '" "char const *""'");
+  }
+  arg3 = (char *)(buf3);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_merge_datasets((char const *const *)arg1,arg2,(char const *)arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc3 == SWIG_NEWOBJ) free((char*)buf3);
+  return resultobj;
+fail:
+  if (alloc3 == SWIG_NEWOBJ) free((char*)buf3);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_merge_datasets_main(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t arg1 ;
+  char **arg2 = (char **) 0 ;
+  int32_t *arg3 = (int32_t *) 0 ;
+  PyObject *seq1 = NULL ;
+  char const **array1 = NULL ;
+  int32_t temp3 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    seq1 = PySequence_Fast(swig_obj[0], "expected a sequence of str");
+    if (!seq1) SWIG_fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq1);
+    array1 = (const char**)calloc((size_t)n + 1, sizeof(char*));
+    for (Py_ssize_t i = 0; array1 && i < n; ++i) {
+      array1[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq1, i));
+      if (!array1[i]) SWIG_fail;
+    }
+    arg1 = (int32_t)n;
+    arg2 = (char **)array1;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_merge_datasets_main(arg1,(char const *const *)arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg3)); 
+  }
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  return resultobj;
+fail:
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  return NULL;
+}
+
+
 static PyMethodDef SwigMethods[] = {
 	 { "ptdp_status_string", _wrap_ptdp_status_string, METH_O, "\n"
 		"A fixed description of a status code, e.g. \"invalid argument\".\n"
@@ -29060,7 +33546,8 @@ static PyMethodDef SwigMethods[] = {
 		":type tokens: int\n"
 		":param tokens: ``micro_batch_size`` * seq_length token ids, row-major [b, s], in [0, V).\n"
 		":type labels: int\n"
-		":param labels: The same shape: the next token of each position, in [0, V).\n"
+		":param labels: The same shape: the next token of each position, in [0, V), or\n"
+		"           ::PTDP_IGNORE_INDEX (no part in the loss; see ptdp_batch_masks).\n"
 		":type micro_batch_size: int\n"
 		":param micro_batch_size: b, > 0.\n"
 		":type iteration: int\n"
@@ -29070,7 +33557,8 @@ static PyMethodDef SwigMethods[] = {
 		":type grad_scale: float\n"
 		":param grad_scale: Factor on the gradients (e.g. 1 / number of microbatches).\n"
 		":type loss: float, out\n"
-		":param loss: Receives the mean loss over the b * s tokens; may be NULL.\n"
+		":param loss: Receives the masked mean loss over the b * s tokens (the mean over the\n"
+		"           tokens whose label is not ignored; 0 when all are); may be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over the tensor group; all ranks pass the same tokens and labels.\n"
 		""},
@@ -29212,7 +33700,7 @@ static PyMethodDef SwigMethods[] = {
 		":param tokens: m * micro_batch_size * seq_length ids, row-major [m * b, s], the same on every\n"
 		"           rank of a pipeline (each data-parallel replica passes its own batch).\n"
 		":type labels: int\n"
-		":param labels: The same shape; the next token of each position.\n"
+		":param labels: The same shape; the next token of each position, or ::PTDP_IGNORE_INDEX.\n"
 		":type micro_batch_size: int\n"
 		":param micro_batch_size: b, > 0.\n"
 		":type iteration: int\n"
@@ -29656,6 +34144,145 @@ static PyMethodDef SwigMethods[] = {
 		":param count: Receives the document's length in tokens (also when ``capacity`` is too\n"
 		"                small), or 0 when ``dataset`` or ``index`` is invalid. Must not be NULL.\n"
 		""},
+	 { "ptdp_tokenizer_options_struct_size_set", _wrap_ptdp_tokenizer_options_struct_size_set, METH_VARARGS, " Set by ptdp_tokenizer_options_init()."},
+	 { "ptdp_tokenizer_options_struct_size_get", _wrap_ptdp_tokenizer_options_struct_size_get, METH_O, " Set by ptdp_tokenizer_options_init()."},
+	 { "ptdp_tokenizer_options_type_set", _wrap_ptdp_tokenizer_options_type_set, METH_VARARGS, " Default ::PTDP_TOKENIZER_BYTE_LEVEL."},
+	 { "ptdp_tokenizer_options_type_get", _wrap_ptdp_tokenizer_options_type_get, METH_O, " Default ::PTDP_TOKENIZER_BYTE_LEVEL."},
+	 { "ptdp_tokenizer_options_vocab_file_set", _wrap_ptdp_tokenizer_options_vocab_file_set, METH_VARARGS, " `--vocab-file`: vocab.json (GPT2BPETokenizer); NULL otherwise."},
+	 { "ptdp_tokenizer_options_vocab_file_get", _wrap_ptdp_tokenizer_options_vocab_file_get, METH_O, " `--vocab-file`: vocab.json (GPT2BPETokenizer); NULL otherwise."},
+	 { "ptdp_tokenizer_options_merge_file_set", _wrap_ptdp_tokenizer_options_merge_file_set, METH_VARARGS, " `--merge-file`: merges.txt (GPT2BPETokenizer); NULL otherwise."},
+	 { "ptdp_tokenizer_options_merge_file_get", _wrap_ptdp_tokenizer_options_merge_file_get, METH_O, " `--merge-file`: merges.txt (GPT2BPETokenizer); NULL otherwise."},
+	 { "ptdp_tokenizer_options_tokenizer_model_set", _wrap_ptdp_tokenizer_options_tokenizer_model_set, METH_VARARGS, " `--tokenizer-model`: tokenizer.json or a .model file; NULL otherwise."},
+	 { "ptdp_tokenizer_options_tokenizer_model_get", _wrap_ptdp_tokenizer_options_tokenizer_model_get, METH_O, " `--tokenizer-model`: tokenizer.json or a .model file; NULL otherwise."},
+	 { "ptdp_tokenizer_options_vocab_size_set", _wrap_ptdp_tokenizer_options_vocab_size_set, METH_VARARGS, " `--vocab-size`: NullTokenizer's V (ids below it); 0 otherwise."},
+	 { "ptdp_tokenizer_options_vocab_size_get", _wrap_ptdp_tokenizer_options_vocab_size_get, METH_O, " `--vocab-size`: NullTokenizer's V (ids below it); 0 otherwise."},
+	 { "new_ptdp_tokenizer_options", _wrap_new_ptdp_tokenizer_options, METH_NOARGS, NULL},
+	 { "delete_ptdp_tokenizer_options", _wrap_delete_ptdp_tokenizer_options, METH_O, NULL},
+	 { "ptdp_tokenizer_options_swigregister", ptdp_tokenizer_options_swigregister, METH_O, NULL},
+	 { "ptdp_tokenizer_options_swiginit", ptdp_tokenizer_options_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_tokenizer_options_init", _wrap_ptdp_tokenizer_options_init, METH_O, "\n"
+		"Fills ``options`` with the defaults (a byte-level tokenizer) and sets its struct_size.\n"
+		":type options: :py:class:`ptdp_tokenizer_options`, out\n"
+		":param options: Must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_create", _wrap_ptdp_tokenizer_create, METH_VARARGS, "\n"
+		"Creates a tokenizer from its files.\n"
+		":type options: :py:class:`ptdp_tokenizer_options`\n"
+		":param options: The type and its files; must not be NULL.\n"
+		":type out: struct ptdp_tokenizer_impl, out\n"
+		":param out: Receives the handle; release it with ptdp_tokenizer_destroy(). Must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_create_from_checkpoint", _wrap_ptdp_tokenizer_create_from_checkpoint, METH_VARARGS, "\n"
+		"Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,\n"
+		"       `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its\n"
+		"       latest iteration's metadata.json (paths as they were given to ptdp-train), or the\n"
+		"       byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.\n"
+		":type directory: string\n"
+		":param directory: The checkpoint directory (`--load DIR`); must not be NULL.\n"
+		":type out: struct ptdp_tokenizer_impl, out\n"
+		":param out: Receives the handle; must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_destroy", _wrap_ptdp_tokenizer_destroy, METH_O, "\n"
+		"Releases a tokenizer; NULL is accepted.\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: The handle; unusable afterwards.\n"
+		""},
+	 { "ptdp_tokenizer_get_type", _wrap_ptdp_tokenizer_get_type, METH_VARARGS, "\n"
+		"The type a tokenizer was created as.\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type type: int, out\n"
+		":param type: Receives the type; must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_encode", _wrap_ptdp_tokenizer_encode, METH_VARARGS, "\n"
+		"Token ids of ``length`` bytes of text.\n"
+		"\n"
+		"An exception to \"no side effects on error\": ``count`` is always written when it is not NULL, so\n"
+		"a call with ``capacity`` 0 asks for the number of ids.\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type text: string\n"
+		":param text: The text (any bytes; NUL is a byte like the others); may be NULL when ``length`` is 0.\n"
+		":type length: int\n"
+		":param length: Bytes of ``text``.\n"
+		":type ids: int, out\n"
+		":param ids: Receives the ids; may be NULL when ``capacity`` is 0. Nothing is written unless\n"
+		"                all of them fit.\n"
+		":type capacity: int\n"
+		":param capacity: Number of ids ``ids`` can hold.\n"
+		":type count: int, out\n"
+		":param count: Receives the number of ids of the text (also when ``capacity`` is too small),\n"
+		"                or 0 when the text cannot be encoded. Must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_decode", _wrap_ptdp_tokenizer_decode, METH_VARARGS, "\n"
+		"The text of ``count`` token ids (special tokens written as their text).\n"
+		"\n"
+		"The count/capacity protocol of the text getters: ``length`` always receives the text's size in\n"
+		"bytes (the text may hold NUL bytes; a NUL follows it), and nothing is written unless the text\n"
+		"and its NUL fit in ``capacity`` bytes.\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type ids: int\n"
+		":param ids: The ids; may be NULL when ``count`` is 0.\n"
+		":type count: int\n"
+		":param count: Number of ids.\n"
+		":type buffer: string, out\n"
+		":param buffer: Receives the text and a NUL; may be NULL when ``capacity`` is 0.\n"
+		":type capacity: int\n"
+		":param capacity: Bytes ``buffer`` can hold.\n"
+		":type length: int, out\n"
+		":param length: Receives the text's size in bytes; must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_vocab_size", _wrap_ptdp_tokenizer_vocab_size, METH_O, "\n"
+		"The number of ids: every id in [0, size) is valid (added and special tokens included).\n"
+		"       This is the vocabulary size Megatron pads (`--make-vocab-size-divisible-by`).\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type size: int, out\n"
+		":param size: Receives the number; must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_eod", _wrap_ptdp_tokenizer_eod, METH_O, "\n"
+		"The end-of-document id (Megatron's `tokenizer.eod`: what `--append-eod` appends), or -1\n"
+		"       when the tokenizer has none (ByteLevel; a GPT-2 vocabulary without \"<|endoftext|>\"; a\n"
+		"       tokenizer.json without an end-of-sequence token).\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type id: int, out\n"
+		":param id: Receives the id; must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_bos", _wrap_ptdp_tokenizer_bos, METH_O, "\n"
+		"The beginning-of-sequence id, or -1 when the tokenizer has none.\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type id: int, out\n"
+		":param id: Receives the id; must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_token_to_id", _wrap_ptdp_tokenizer_token_to_id, METH_VARARGS, "\n"
+		"The id of one vocabulary entry, spelled as the model spells it (byte-level BPE's mapped\n"
+		"       characters, e.g. \"Ġthe\"; SentencePiece's pieces, e.g. \"▁the\"; added tokens as written).\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type token: string\n"
+		":param token: The entry's bytes; may be NULL when ``length`` is 0.\n"
+		":type length: int\n"
+		":param length: Bytes of ``token``.\n"
+		":type id: int, out\n"
+		":param id: Receives the id, or -1 when ``token`` is not an entry; must not be NULL.\n"
+		""},
+	 { "ptdp_tokenizer_id_to_token", _wrap_ptdp_tokenizer_id_to_token, METH_VARARGS, "\n"
+		"The vocabulary entry of an id, as ptdp_tokenizer_token_to_id() spells it; the\n"
+		"       count/capacity protocol of ptdp_tokenizer_decode().\n"
+		":type tokenizer: struct ptdp_tokenizer_impl\n"
+		":param tokenizer: A live handle.\n"
+		":type id: int\n"
+		":param id: An id in [0, vocabulary size).\n"
+		":type buffer: string, out\n"
+		":param buffer: Receives the entry and a NUL; may be NULL when ``capacity`` is 0.\n"
+		":type capacity: int\n"
+		":param capacity: Bytes ``buffer`` can hold.\n"
+		":type length: int, out\n"
+		":param length: Receives the entry's size in bytes; must not be NULL.\n"
+		""},
 	 { "ptdp_optimizer_options_struct_size_set", _wrap_ptdp_optimizer_options_struct_size_set, METH_VARARGS, " Set by ptdp_optimizer_options_init()."},
 	 { "ptdp_optimizer_options_struct_size_get", _wrap_ptdp_optimizer_options_struct_size_get, METH_O, " Set by ptdp_optimizer_options_init()."},
 	 { "ptdp_optimizer_options_optimizer_set", _wrap_ptdp_optimizer_options_optimizer_set, METH_VARARGS, " Default ::PTDP_OPTIMIZER_ADAM."},
@@ -29955,7 +34582,7 @@ static PyMethodDef SwigMethods[] = {
 		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major (replica r of d\n"
 		"           holds samples r*m*b ... of the global batch).\n"
 		":type labels: int\n"
-		":param labels: The same shape.\n"
+		":param labels: The same shape; in [0, V), or ::PTDP_IGNORE_INDEX (see ptdp_batch_masks).\n"
 		":type micro_batch_size: int\n"
 		":param micro_batch_size: b, > 0.\n"
 		":type iteration: int\n"
@@ -30179,8 +34806,22 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_gpt_data_options_struct_size_get", _wrap_ptdp_gpt_data_options_struct_size_get, METH_O, " Set by ptdp_gpt_data_options_init()."},
 	 { "ptdp_gpt_data_options_source_set", _wrap_ptdp_gpt_data_options_source_set, METH_VARARGS, " Default ::PTDP_DATA_MOCK."},
 	 { "ptdp_gpt_data_options_source_get", _wrap_ptdp_gpt_data_options_source_get, METH_O, " Default ::PTDP_DATA_MOCK."},
-	 { "ptdp_gpt_data_options_path_set", _wrap_ptdp_gpt_data_options_path_set, METH_VARARGS, " The indexed data set's prefix or the text file; NULL for mock."},
-	 { "ptdp_gpt_data_options_path_get", _wrap_ptdp_gpt_data_options_path_get, METH_O, " The indexed data set's prefix or the text file; NULL for mock."},
+	 { "ptdp_gpt_data_options_path_set", _wrap_ptdp_gpt_data_options_path_set, METH_VARARGS, "\n"
+		"The text file; or the indexed data set's prefix, or Megatron's\n"
+		"                                   `--data-path` list of several: \"W1 PREFIX1 W2 PREFIX2 ...\"\n"
+		"                                   (weights) or \"PREFIX1 PREFIX2 ...\" (weighed by their sizes),\n"
+		"                                   words separated by spaces, each data set split by `split`\n"
+		"                                   and each split blended (Megatron's BlendedDataset). NULL for\n"
+		"                                   mock.\n"
+		""},
+	 { "ptdp_gpt_data_options_path_get", _wrap_ptdp_gpt_data_options_path_get, METH_O, "\n"
+		"The text file; or the indexed data set's prefix, or Megatron's\n"
+		"                                   `--data-path` list of several: \"W1 PREFIX1 W2 PREFIX2 ...\"\n"
+		"                                   (weights) or \"PREFIX1 PREFIX2 ...\" (weighed by their sizes),\n"
+		"                                   words separated by spaces, each data set split by `split`\n"
+		"                                   and each split blended (Megatron's BlendedDataset). NULL for\n"
+		"                                   mock.\n"
+		""},
 	 { "ptdp_gpt_data_options_split_set", _wrap_ptdp_gpt_data_options_split_set, METH_VARARGS, " Megatron's `--split` weights, \"969,30,1\" (default) or \"98/2/0\"."},
 	 { "ptdp_gpt_data_options_split_get", _wrap_ptdp_gpt_data_options_split_get, METH_O, " Megatron's `--split` weights, \"969,30,1\" (default) or \"98/2/0\"."},
 	 { "ptdp_gpt_data_options_seq_length_set", _wrap_ptdp_gpt_data_options_seq_length_set, METH_VARARGS, " s; samples hold s + 1 tokens. Default 32."},
@@ -30191,12 +34832,32 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_gpt_data_options_seed_get", _wrap_ptdp_gpt_data_options_seed_get, METH_O, " Document and sample shuffling (and mock tokens). Default 1234."},
 	 { "ptdp_gpt_data_options_num_samples_set", _wrap_ptdp_gpt_data_options_num_samples_set, METH_VARARGS, "\n"
 		"Samples wanted per split (train, valid, test); the documents\n"
-		"                                   are repeated over as many epochs as that takes. 0: one epoch.\n"
+		"                                   are repeated over as many epochs as that takes. 0: one epoch\n"
+		"                                   (of each blended data set, every sample once).\n"
 		""},
 	 { "ptdp_gpt_data_options_num_samples_get", _wrap_ptdp_gpt_data_options_num_samples_get, METH_O, "\n"
 		"Samples wanted per split (train, valid, test); the documents\n"
-		"                                   are repeated over as many epochs as that takes. 0: one epoch.\n"
+		"                                   are repeated over as many epochs as that takes. 0: one epoch\n"
+		"                                   (of each blended data set, every sample once).\n"
 		""},
+	 { "ptdp_gpt_data_options_train_data_path_set", _wrap_ptdp_gpt_data_options_train_data_path_set, METH_VARARGS, "\n"
+		"`--train-data-path`: a prefix or Megatron's list, as `path`,\n"
+		"                                   whose data sets make the training split whole. When any of\n"
+		"                                   the three is set (source ::PTDP_DATA_INDEXED), `path` and\n"
+		"                                   `split` are not used and a split without one is empty. NULL:\n"
+		"                                   not set (default).\n"
+		""},
+	 { "ptdp_gpt_data_options_train_data_path_get", _wrap_ptdp_gpt_data_options_train_data_path_get, METH_O, "\n"
+		"`--train-data-path`: a prefix or Megatron's list, as `path`,\n"
+		"                                   whose data sets make the training split whole. When any of\n"
+		"                                   the three is set (source ::PTDP_DATA_INDEXED), `path` and\n"
+		"                                   `split` are not used and a split without one is empty. NULL:\n"
+		"                                   not set (default).\n"
+		""},
+	 { "ptdp_gpt_data_options_valid_data_path_set", _wrap_ptdp_gpt_data_options_valid_data_path_set, METH_VARARGS, " `--valid-data-path`, as train_data_path."},
+	 { "ptdp_gpt_data_options_valid_data_path_get", _wrap_ptdp_gpt_data_options_valid_data_path_get, METH_O, " `--valid-data-path`, as train_data_path."},
+	 { "ptdp_gpt_data_options_test_data_path_set", _wrap_ptdp_gpt_data_options_test_data_path_set, METH_VARARGS, " `--test-data-path`, as train_data_path."},
+	 { "ptdp_gpt_data_options_test_data_path_get", _wrap_ptdp_gpt_data_options_test_data_path_get, METH_O, " `--test-data-path`, as train_data_path."},
 	 { "new_ptdp_gpt_data_options", _wrap_new_ptdp_gpt_data_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_data_options", _wrap_delete_ptdp_gpt_data_options, METH_O, NULL},
 	 { "ptdp_gpt_data_options_swigregister", ptdp_gpt_data_options_swigregister, METH_O, NULL},
@@ -30267,7 +34928,7 @@ static PyMethodDef SwigMethods[] = {
 		":type tokens: int\n"
 		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major.\n"
 		":type labels: int\n"
-		":param labels: The same shape.\n"
+		":param labels: The same shape; in [0, V), or ::PTDP_IGNORE_INDEX.\n"
 		":type micro_batch_size: int\n"
 		":param micro_batch_size: b, > 0.\n"
 		":type num_microbatches: int\n"
@@ -30347,6 +35008,191 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Collective over the tensor group; all its ranks pass the same prompt and options.\n"
 		""},
+	 { "ptdp_batch_masks_struct_size_set", _wrap_ptdp_batch_masks_struct_size_set, METH_VARARGS, " Set by ptdp_batch_masks_init()."},
+	 { "ptdp_batch_masks_struct_size_get", _wrap_ptdp_batch_masks_struct_size_get, METH_O, " Set by ptdp_batch_masks_init()."},
+	 { "ptdp_batch_masks_position_ids_set", _wrap_ptdp_batch_masks_position_ids_set, METH_VARARGS, "\n"
+		"Each token's position: >= 0, and below\n"
+		"                                      max_position_embeddings with learned position\n"
+		"                                      embeddings. NULL (default): token i of a sample is at\n"
+		"                                      position i.\n"
+		""},
+	 { "ptdp_batch_masks_position_ids_get", _wrap_ptdp_batch_masks_position_ids_get, METH_O, "\n"
+		"Each token's position: >= 0, and below\n"
+		"                                      max_position_embeddings with learned position\n"
+		"                                      embeddings. NULL (default): token i of a sample is at\n"
+		"                                      position i.\n"
+		""},
+	 { "ptdp_batch_masks_document_starts_set", _wrap_ptdp_batch_masks_document_starts_set, METH_VARARGS, "\n"
+		"The first position of each token's document: in each\n"
+		"                                      sample, 0 <= start[i] <= i and start[i] >= start[i - 1].\n"
+		"                                      Token i attends to tokens start[i] .. i. NULL (default):\n"
+		"                                      causal attention over the whole sample.\n"
+		""},
+	 { "ptdp_batch_masks_document_starts_get", _wrap_ptdp_batch_masks_document_starts_get, METH_O, "\n"
+		"The first position of each token's document: in each\n"
+		"                                      sample, 0 <= start[i] <= i and start[i] >= start[i - 1].\n"
+		"                                      Token i attends to tokens start[i] .. i. NULL (default):\n"
+		"                                      causal attention over the whole sample.\n"
+		""},
+	 { "new_ptdp_batch_masks", _wrap_new_ptdp_batch_masks, METH_NOARGS, NULL},
+	 { "delete_ptdp_batch_masks", _wrap_delete_ptdp_batch_masks, METH_O, NULL},
+	 { "ptdp_batch_masks_swigregister", ptdp_batch_masks_swigregister, METH_O, NULL},
+	 { "ptdp_batch_masks_swiginit", ptdp_batch_masks_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_batch_masks_init", _wrap_ptdp_batch_masks_init, METH_O, "\n"
+		"Fills ``masks`` with the defaults (no position ids, no documents) and sets its\n"
+		"       struct_size.\n"
+		":type masks: :py:class:`ptdp_batch_masks`, out\n"
+		":param masks: Must not be NULL.\n"
+		""},
+	 { "ptdp_eod_masks", _wrap_ptdp_eod_masks, METH_VARARGS, "\n"
+		"Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts\n"
+		"       of ``count`` samples from their end-of-document tokens. A document ends with its\n"
+		"       end-of-document token (which belongs to it); the next token starts the next document.\n"
+		"       Each sample is taken on its own.\n"
+		":type tokens: int\n"
+		":param tokens: [count, seq_length] row-major.\n"
+		":type count: int\n"
+		":param count: Samples, >= 0.\n"
+		":type seq_length: int\n"
+		":param seq_length: Tokens per sample, > 0.\n"
+		":type eod_token_id: int\n"
+		":param eod_token_id: The end-of-document token.\n"
+		":type flags: int\n"
+		":param flags: A combination of ::ptdp_eod_flags naming what to fill.\n"
+		":type labels: int, in/out\n"
+		":param labels: [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose token is\n"
+		"           ``eod_token_id`` becomes ::PTDP_IGNORE_INDEX, the others are left as they are. May be\n"
+		"           NULL without that flag.\n"
+		":type position_ids: int, out\n"
+		":param position_ids: [count, seq_length], filled with ::PTDP_EOD_RESET_POSITION_IDS: each\n"
+		"           token's position within its document. May be NULL without that flag (ignored then).\n"
+		":type document_starts: int, out\n"
+		":param document_starts: [count, seq_length], filled with\n"
+		"           ::PTDP_EOD_RESET_ATTENTION_MASK: the first position of each token's document (one past\n"
+		"           the last end-of-document token before it, or 0), ptdp_batch_masks::document_starts's\n"
+		"           form. May be NULL without that flag (ignored then).\n"
+		"Title: Thread safety\n"
+		"Thread-safe; no communication.\n"
+		""},
+	 { "ptdp_model_forward_backward_masked", _wrap_ptdp_model_forward_backward_masked, METH_VARARGS, "\n"
+		"ptdp_model_forward_backward() with position ids and documents.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model that is not split into pipeline stages.\n"
+		":type tokens: int\n"
+		":param tokens: [b, seq_length] row-major, in [0, V).\n"
+		":type labels: int\n"
+		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
+		":type masks: :py:class:`ptdp_batch_masks`\n"
+		":param masks: Position ids and document starts ([b, seq_length]); NULL for the defaults.\n"
+		":type micro_batch_size: int\n"
+		":param micro_batch_size: b, > 0.\n"
+		":type iteration: int\n"
+		":param iteration: Optimizer step; keys the dropout masks.\n"
+		":type microbatch: int\n"
+		":param microbatch: Index of the microbatch within the iteration; keys the dropout masks.\n"
+		":type grad_scale: float\n"
+		":param grad_scale: Factor on the gradients of the masked mean loss.\n"
+		":type loss: float, out\n"
+		":param loss: Receives the masked mean loss; may be NULL.\n"
+		"Title: Thread safety\n"
+		"Collective over the tensor group; all ranks pass the same tokens, labels and masks.\n"
+		""},
+	 { "ptdp_model_forward_masked", _wrap_ptdp_model_forward_masked, METH_VARARGS, "\n"
+		"ptdp_model_forward() with position ids and documents.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model that is not split into pipeline stages.\n"
+		":type tokens: int\n"
+		":param tokens: As in ptdp_model_forward_backward_masked().\n"
+		":type labels: int\n"
+		":param labels: As there.\n"
+		":type masks: :py:class:`ptdp_batch_masks`\n"
+		":param masks: As there.\n"
+		":type micro_batch_size: int\n"
+		":param micro_batch_size: b, > 0.\n"
+		":type iteration: int\n"
+		":param iteration: Keys the dropout masks when ``training`` is 1.\n"
+		":type microbatch: int\n"
+		":param microbatch: Keys the dropout masks when ``training`` is 1.\n"
+		":type training: int\n"
+		":param training: 1: dropout on; 0: off.\n"
+		":type loss: float, out\n"
+		":param loss: Receives the masked mean loss; must not be NULL.\n"
+		"Title: Thread safety\n"
+		"Collective over the tensor group.\n"
+		""},
+	 { "ptdp_model_pipeline_forward_backward_masked", _wrap_ptdp_model_pipeline_forward_backward_masked, METH_VARARGS, "\n"
+		"ptdp_model_pipeline_forward_backward() with position ids and documents.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model; its groups' pipeline and virtual sizes must match the schedule's.\n"
+		":type schedule: struct ptdp_schedule_impl\n"
+		":param schedule: A schedule for (p, m, v).\n"
+		":type tokens: int\n"
+		":param tokens: [m * b, seq_length] row-major, the same on every rank of a pipeline.\n"
+		":type labels: int\n"
+		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
+		":type masks: :py:class:`ptdp_batch_masks`\n"
+		":param masks: Position ids and document starts ([m * b, seq_length], read by every stage);\n"
+		"           NULL for the defaults.\n"
+		":type micro_batch_size: int\n"
+		":param micro_batch_size: b, > 0.\n"
+		":type iteration: int\n"
+		":param iteration: Optimizer step; keys the dropout masks.\n"
+		":type options: :py:class:`ptdp_pipeline_options`\n"
+		":param options: NULL for the defaults.\n"
+		":type loss: float, out\n"
+		":param loss: Receives the mean of the m microbatches' masked mean losses on every rank;\n"
+		"           may be NULL.\n"
+		"Title: Thread safety\n"
+		"Collective over the model-parallel group (and the world when tracing).\n"
+		""},
+	 { "ptdp_train_iteration_masked", _wrap_ptdp_train_iteration_masked, METH_VARARGS, "\n"
+		"ptdp_train_iteration() with position ids and documents: one training iteration of\n"
+		"       the replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model.\n"
+		":type optimizer: struct ptdp_optimizer_impl\n"
+		":param optimizer: An optimizer created for ``model``.\n"
+		":type schedule: struct ptdp_schedule_impl\n"
+		":param schedule: A schedule for the model's (p, v) and m microbatches.\n"
+		":type tokens: int\n"
+		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major.\n"
+		":type labels: int\n"
+		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
+		":type masks: :py:class:`ptdp_batch_masks`\n"
+		":param masks: This replica's position ids and document starts ([m * b, seq_length]); NULL for\n"
+		"           the defaults.\n"
+		":type micro_batch_size: int\n"
+		":param micro_batch_size: b, > 0.\n"
+		":type iteration: int\n"
+		":param iteration: The step number, from 0.\n"
+		":type options: :py:class:`ptdp_pipeline_options`\n"
+		":param options: Executor options; NULL for the defaults.\n"
+		":type result: :py:class:`ptdp_iteration_result`, out\n"
+		":param result: Receives the loss (the mean of every replica's microbatches' masked mean\n"
+		"                losses), grad norm, lr, loss scale and skip; may be NULL.\n"
+		"Title: Thread safety\n"
+		"Collective over the world of the groups.\n"
+		""},
+	 { "ptdp_model_evaluate_masked", _wrap_ptdp_model_evaluate_masked, METH_VARARGS, "\n"
+		"ptdp_model_evaluate() with position ids and documents.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model.\n"
+		":type tokens: int\n"
+		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major.\n"
+		":type labels: int\n"
+		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
+		":type masks: :py:class:`ptdp_batch_masks`\n"
+		":param masks: Position ids and document starts ([m * b, seq_length]); NULL for the defaults.\n"
+		":type micro_batch_size: int\n"
+		":param micro_batch_size: b, > 0.\n"
+		":type num_microbatches: int\n"
+		":param num_microbatches: m, > 0.\n"
+		":type loss: float, out\n"
+		":param loss: Receives the mean of the microbatches' masked mean losses over the global\n"
+		"           batch on every rank; must not be NULL.\n"
+		"Title: Thread safety\n"
+		"Collective over the world of the model's groups.\n"
+		""},
 	 { "ptdp_checkpoint_state_struct_size_set", _wrap_ptdp_checkpoint_state_struct_size_set, METH_VARARGS, " Set by ptdp_checkpoint_state_init()."},
 	 { "ptdp_checkpoint_state_struct_size_get", _wrap_ptdp_checkpoint_state_struct_size_get, METH_O, " Set by ptdp_checkpoint_state_init()."},
 	 { "ptdp_checkpoint_state_iteration_set", _wrap_ptdp_checkpoint_state_iteration_set, METH_VARARGS, " Iterations completed."},
@@ -30405,6 +35251,100 @@ static PyMethodDef SwigMethods[] = {
 		":param options: Receives the model options, struct_size set; must not be NULL.\n"
 		":type iteration: int, out\n"
 		":param iteration: Receives the checkpoint's iteration; may be NULL.\n"
+		""},
+	 { "ptdp_hf_save_options_struct_size_set", _wrap_ptdp_hf_save_options_struct_size_set, METH_VARARGS, " Set by ptdp_hf_save_options_init()."},
+	 { "ptdp_hf_save_options_struct_size_get", _wrap_ptdp_hf_save_options_struct_size_get, METH_O, " Set by ptdp_hf_save_options_init()."},
+	 { "ptdp_hf_save_options_dtype_set", _wrap_ptdp_hf_save_options_dtype_set, METH_VARARGS, "\n"
+		"Storage type of the tensors: ::PTDP_DTYPE_F32 (default),\n"
+		"                                         ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (rounded to\n"
+		"                                         nearest even).\n"
+		""},
+	 { "ptdp_hf_save_options_dtype_get", _wrap_ptdp_hf_save_options_dtype_get, METH_O, "\n"
+		"Storage type of the tensors: ::PTDP_DTYPE_F32 (default),\n"
+		"                                         ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (rounded to\n"
+		"                                         nearest even).\n"
+		""},
+	 { "ptdp_hf_save_options_max_shard_size_set", _wrap_ptdp_hf_save_options_max_shard_size_set, METH_VARARGS, "\n"
+		"Bytes per file (Hugging Face's max_shard_size): above it\n"
+		"                                         the tensors are split over\n"
+		"                                         `model-0000k-of-0000n.safetensors` as Hugging Face\n"
+		"                                         splits them, with `model.safetensors.index.json`.\n"
+		"                                         0 (default): one `model.safetensors`.\n"
+		""},
+	 { "ptdp_hf_save_options_max_shard_size_get", _wrap_ptdp_hf_save_options_max_shard_size_get, METH_O, "\n"
+		"Bytes per file (Hugging Face's max_shard_size): above it\n"
+		"                                         the tensors are split over\n"
+		"                                         `model-0000k-of-0000n.safetensors` as Hugging Face\n"
+		"                                         splits them, with `model.safetensors.index.json`.\n"
+		"                                         0 (default): one `model.safetensors`.\n"
+		""},
+	 { "ptdp_hf_save_options_architecture_set", _wrap_ptdp_hf_save_options_architecture_set, METH_VARARGS, " The class to write; default ::PTDP_HF_ARCHITECTURE_AUTO."},
+	 { "ptdp_hf_save_options_architecture_get", _wrap_ptdp_hf_save_options_architecture_get, METH_O, " The class to write; default ::PTDP_HF_ARCHITECTURE_AUTO."},
+	 { "ptdp_hf_save_options_base_config_set", _wrap_ptdp_hf_save_options_base_config_set, METH_VARARGS, "\n"
+		"Path of a config.json (e.g. the imported model's) whose\n"
+		"                                         fields ptdp does not describe (token ids, ...) are kept;\n"
+		"                                         NULL (default): none.\n"
+		""},
+	 { "ptdp_hf_save_options_base_config_get", _wrap_ptdp_hf_save_options_base_config_get, METH_O, "\n"
+		"Path of a config.json (e.g. the imported model's) whose\n"
+		"                                         fields ptdp does not describe (token ids, ...) are kept;\n"
+		"                                         NULL (default): none.\n"
+		""},
+	 { "new_ptdp_hf_save_options", _wrap_new_ptdp_hf_save_options, METH_NOARGS, NULL},
+	 { "delete_ptdp_hf_save_options", _wrap_delete_ptdp_hf_save_options, METH_O, NULL},
+	 { "ptdp_hf_save_options_swigregister", ptdp_hf_save_options_swigregister, METH_O, NULL},
+	 { "ptdp_hf_save_options_swiginit", ptdp_hf_save_options_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_hf_save_options_init", _wrap_ptdp_hf_save_options_init, METH_O, "\n"
+		"Fills ``options`` with the defaults and sets its struct_size.\n"
+		":type options: :py:class:`ptdp_hf_save_options`, out\n"
+		":param options: Must not be NULL.\n"
+		""},
+	 { "ptdp_hf_read_options", _wrap_ptdp_hf_read_options, METH_VARARGS, "\n"
+		"The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and\n"
+		"       their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,\n"
+		"       dropout, init std. seq_length is the model's context (n_positions or\n"
+		"       max_position_embeddings), or its sliding window when that is shorter (within the window\n"
+		"       the result is the same); lower it as needed. The other fields take their defaults.\n"
+		":type directory: string\n"
+		":param directory: The Hugging Face directory.\n"
+		":type options: :py:class:`ptdp_gpt_options`, in/out\n"
+		":param options: Its struct_size must be set by the caller (ptdp_gpt_options_init()\n"
+		"           does); the library writes that many bytes at most and sets struct_size to what it\n"
+		"           wrote. Unchanged on error.\n"
+		":type architecture: int, out\n"
+		":param architecture: Receives the model's class; may be NULL.\n"
+		"Title: Thread safety\n"
+		"No communication.\n"
+		""},
+	 { "ptdp_hf_load", _wrap_ptdp_hf_load, METH_VARARGS, "\n"
+		"Sets every parameter of ``model`` from a Hugging Face checkpoint; each rank reads the\n"
+		"       tensors of the parameters it holds, in any layout.\n"
+		":type directory: string\n"
+		":param directory: The Hugging Face directory.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model built from matching options (ptdp_hf_read_options(); the training\n"
+		"           settings such as dropout, seq_length, precision and the layout may differ).\n"
+		"Title: Failures\n"
+		"Every failure is reported on every rank and leaves the model unchanged.\n"
+		"Title: Thread safety\n"
+		"Collective over the world of the model's groups.\n"
+		""},
+	 { "ptdp_hf_save", _wrap_ptdp_hf_save, METH_VARARGS, "\n"
+		"Writes ``model`` as a Hugging Face checkpoint: `config.json` and `model.safetensors` (or\n"
+		"       shards and `model.safetensors.index.json`, see ptdp_hf_save_options::max_shard_size),\n"
+		"       with the safetensors metadata `{\"format\": \"pt\"}` that transformers expects. The global\n"
+		"       tensors are gathered to world rank 0, which writes; files of an earlier save in the\n"
+		"       directory that this one replaces are removed.\n"
+		":type directory: string\n"
+		":param directory: Created if missing.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model, in any layout.\n"
+		":type options: :py:class:`ptdp_hf_save_options`\n"
+		":param options: NULL for the defaults.\n"
+		"Title: Failures\n"
+		"Every failure is reported on every rank.\n"
+		"Title: Thread safety\n"
+		"Collective over the world of the model's groups.\n"
 		""},
 	 { "ptdp_memory_stats", _wrap_ptdp_memory_stats, METH_NOARGS, "\n"
 		"Host memory of this process's CPU engine: bytes in use by tensors now and the most in\n"
@@ -30952,6 +35892,141 @@ static PyMethodDef SwigMethods[] = {
 		"Thread-safe for distinct ``svg_path`` values; two calls writing the same path at once race on\n"
 		"its temporary file.\n"
 		""},
+	 { "ptdp_preprocess_options_struct_size_set", _wrap_ptdp_preprocess_options_struct_size_set, METH_VARARGS, " Set by ptdp_preprocess_options_init()."},
+	 { "ptdp_preprocess_options_struct_size_get", _wrap_ptdp_preprocess_options_struct_size_get, METH_O, " Set by ptdp_preprocess_options_init()."},
+	 { "ptdp_preprocess_options_inputs_set", _wrap_ptdp_preprocess_options_inputs_set, METH_VARARGS, " `--input`: num_inputs JSON-lines files, plain or gzip, read in order."},
+	 { "ptdp_preprocess_options_inputs_get", _wrap_ptdp_preprocess_options_inputs_get, METH_O, " `--input`: num_inputs JSON-lines files, plain or gzip, read in order."},
+	 { "ptdp_preprocess_options_num_inputs_set", _wrap_ptdp_preprocess_options_num_inputs_set, METH_VARARGS, " Entries of inputs, >= 1."},
+	 { "ptdp_preprocess_options_num_inputs_get", _wrap_ptdp_preprocess_options_num_inputs_get, METH_O, " Entries of inputs, >= 1."},
+	 { "ptdp_preprocess_options_num_json_keys_set", _wrap_ptdp_preprocess_options_num_json_keys_set, METH_VARARGS, " Entries of json_keys; 0: the one key \"text\" (default)."},
+	 { "ptdp_preprocess_options_num_json_keys_get", _wrap_ptdp_preprocess_options_num_json_keys_get, METH_O, " Entries of json_keys; 0: the one key \"text\" (default)."},
+	 { "ptdp_preprocess_options_json_keys_set", _wrap_ptdp_preprocess_options_json_keys_set, METH_VARARGS, " `--json-keys`; may be NULL when num_json_keys is 0."},
+	 { "ptdp_preprocess_options_json_keys_get", _wrap_ptdp_preprocess_options_json_keys_get, METH_O, " `--json-keys`; may be NULL when num_json_keys is 0."},
+	 { "ptdp_preprocess_options_output_prefix_set", _wrap_ptdp_preprocess_options_output_prefix_set, METH_VARARGS, " `--output-prefix`; its directory must exist."},
+	 { "ptdp_preprocess_options_output_prefix_get", _wrap_ptdp_preprocess_options_output_prefix_get, METH_O, " `--output-prefix`; its directory must exist."},
+	 { "ptdp_preprocess_options_tokenizer_type_set", _wrap_ptdp_preprocess_options_tokenizer_type_set, METH_VARARGS, "\n"
+		"`--tokenizer-type`, Megatron's name: \"ByteLevel\" (default),\n"
+		"                                      \"NullTokenizer\", \"GPT2BPETokenizer\", \"HuggingFaceTokenizer\",\n"
+		"                                      \"SentencePieceTokenizer\".\n"
+		""},
+	 { "ptdp_preprocess_options_tokenizer_type_get", _wrap_ptdp_preprocess_options_tokenizer_type_get, METH_O, "\n"
+		"`--tokenizer-type`, Megatron's name: \"ByteLevel\" (default),\n"
+		"                                      \"NullTokenizer\", \"GPT2BPETokenizer\", \"HuggingFaceTokenizer\",\n"
+		"                                      \"SentencePieceTokenizer\".\n"
+		""},
+	 { "ptdp_preprocess_options_vocab_file_set", _wrap_ptdp_preprocess_options_vocab_file_set, METH_VARARGS, " `--vocab-file` (GPT2BPETokenizer's vocab.json); NULL: unset."},
+	 { "ptdp_preprocess_options_vocab_file_get", _wrap_ptdp_preprocess_options_vocab_file_get, METH_O, " `--vocab-file` (GPT2BPETokenizer's vocab.json); NULL: unset."},
+	 { "ptdp_preprocess_options_merge_file_set", _wrap_ptdp_preprocess_options_merge_file_set, METH_VARARGS, " `--merge-file` (GPT2BPETokenizer's merges.txt); NULL: unset."},
+	 { "ptdp_preprocess_options_merge_file_get", _wrap_ptdp_preprocess_options_merge_file_get, METH_O, " `--merge-file` (GPT2BPETokenizer's merges.txt); NULL: unset."},
+	 { "ptdp_preprocess_options_tokenizer_model_set", _wrap_ptdp_preprocess_options_tokenizer_model_set, METH_VARARGS, " `--tokenizer-model` (tokenizer.json, tokenizer.model); NULL: unset."},
+	 { "ptdp_preprocess_options_tokenizer_model_get", _wrap_ptdp_preprocess_options_tokenizer_model_get, METH_O, " `--tokenizer-model` (tokenizer.json, tokenizer.model); NULL: unset."},
+	 { "ptdp_preprocess_options_vocab_size_set", _wrap_ptdp_preprocess_options_vocab_size_set, METH_VARARGS, " `--vocab-size` (NullTokenizer: ids below it); 0: unset."},
+	 { "ptdp_preprocess_options_vocab_size_get", _wrap_ptdp_preprocess_options_vocab_size_get, METH_O, " `--vocab-size` (NullTokenizer: ids below it); 0: unset."},
+	 { "ptdp_preprocess_options_append_eod_set", _wrap_ptdp_preprocess_options_append_eod_set, METH_VARARGS, "\n"
+		"`--append-eod`: 1 ends every document with tokens with the\n"
+		"                                      end-of-document id. Default 0.\n"
+		""},
+	 { "ptdp_preprocess_options_append_eod_get", _wrap_ptdp_preprocess_options_append_eod_get, METH_O, "\n"
+		"`--append-eod`: 1 ends every document with tokens with the\n"
+		"                                      end-of-document id. Default 0.\n"
+		""},
+	 { "ptdp_preprocess_options_workers_set", _wrap_ptdp_preprocess_options_workers_set, METH_VARARGS, " `--workers`: tokenizing threads, >= 1. Default 1."},
+	 { "ptdp_preprocess_options_workers_get", _wrap_ptdp_preprocess_options_workers_get, METH_O, " `--workers`: tokenizing threads, >= 1. Default 1."},
+	 { "ptdp_preprocess_options_log_interval_set", _wrap_ptdp_preprocess_options_log_interval_set, METH_VARARGS, "\n"
+		"A progress line on stderr every N documents (\"Processed N\n"
+		"                                      documents (D docs/s, M MB/s).\"); 0: none (default).\n"
+		""},
+	 { "ptdp_preprocess_options_log_interval_get", _wrap_ptdp_preprocess_options_log_interval_get, METH_O, "\n"
+		"A progress line on stderr every N documents (\"Processed N\n"
+		"                                      documents (D docs/s, M MB/s).\"); 0: none (default).\n"
+		""},
+	 { "ptdp_preprocess_options_skip_bad_lines_set", _wrap_ptdp_preprocess_options_skip_bad_lines_set, METH_VARARGS, " 1: drop a bad line and count it instead of failing. Default 0."},
+	 { "ptdp_preprocess_options_skip_bad_lines_get", _wrap_ptdp_preprocess_options_skip_bad_lines_get, METH_O, " 1: drop a bad line and count it instead of failing. Default 0."},
+	 { "new_ptdp_preprocess_options", _wrap_new_ptdp_preprocess_options, METH_NOARGS, NULL},
+	 { "delete_ptdp_preprocess_options", _wrap_delete_ptdp_preprocess_options, METH_O, NULL},
+	 { "ptdp_preprocess_options_swigregister", ptdp_preprocess_options_swigregister, METH_O, NULL},
+	 { "ptdp_preprocess_options_swiginit", ptdp_preprocess_options_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_preprocess_result_struct_size_set", _wrap_ptdp_preprocess_result_struct_size_set, METH_VARARGS, "\n"
+		"Set by the caller to sizeof its struct; the library writes that many\n"
+		"                            bytes at most and sets it to what it wrote.\n"
+		""},
+	 { "ptdp_preprocess_result_struct_size_get", _wrap_ptdp_preprocess_result_struct_size_get, METH_O, "\n"
+		"Set by the caller to sizeof its struct; the library writes that many\n"
+		"                            bytes at most and sets it to what it wrote.\n"
+		""},
+	 { "ptdp_preprocess_result_documents_set", _wrap_ptdp_preprocess_result_documents_set, METH_VARARGS, " Documents written (in each key's data set)."},
+	 { "ptdp_preprocess_result_documents_get", _wrap_ptdp_preprocess_result_documents_get, METH_O, " Documents written (in each key's data set)."},
+	 { "ptdp_preprocess_result_bad_lines_set", _wrap_ptdp_preprocess_result_bad_lines_set, METH_VARARGS, " Lines dropped (skip_bad_lines)."},
+	 { "ptdp_preprocess_result_bad_lines_get", _wrap_ptdp_preprocess_result_bad_lines_get, METH_O, " Lines dropped (skip_bad_lines)."},
+	 { "ptdp_preprocess_result_bytes_set", _wrap_ptdp_preprocess_result_bytes_set, METH_VARARGS, " Input bytes read, after gzip, newlines included."},
+	 { "ptdp_preprocess_result_bytes_get", _wrap_ptdp_preprocess_result_bytes_get, METH_O, " Input bytes read, after gzip, newlines included."},
+	 { "ptdp_preprocess_result_tokens_set", _wrap_ptdp_preprocess_result_tokens_set, METH_VARARGS, " Tokens written, over all keys."},
+	 { "ptdp_preprocess_result_tokens_get", _wrap_ptdp_preprocess_result_tokens_get, METH_O, " Tokens written, over all keys."},
+	 { "ptdp_preprocess_result_seconds_set", _wrap_ptdp_preprocess_result_seconds_set, METH_VARARGS, " Wall time of reading, tokenizing and writing."},
+	 { "ptdp_preprocess_result_seconds_get", _wrap_ptdp_preprocess_result_seconds_get, METH_O, " Wall time of reading, tokenizing and writing."},
+	 { "ptdp_preprocess_result_dtype_code_set", _wrap_ptdp_preprocess_result_dtype_code_set, METH_VARARGS, " Megatron's dtype code of the tokens: 8 (uint16) or 4 (int32)."},
+	 { "ptdp_preprocess_result_dtype_code_get", _wrap_ptdp_preprocess_result_dtype_code_get, METH_O, " Megatron's dtype code of the tokens: 8 (uint16) or 4 (int32)."},
+	 { "new_ptdp_preprocess_result", _wrap_new_ptdp_preprocess_result, METH_NOARGS, NULL},
+	 { "delete_ptdp_preprocess_result", _wrap_delete_ptdp_preprocess_result, METH_O, NULL},
+	 { "ptdp_preprocess_result_swigregister", ptdp_preprocess_result_swigregister, METH_O, NULL},
+	 { "ptdp_preprocess_result_swiginit", ptdp_preprocess_result_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_preprocess_options_init", _wrap_ptdp_preprocess_options_init, METH_O, "\n"
+		"Fills ``options`` with the defaults (ByteLevel, key \"text\", one worker, no progress\n"
+		"       lines) and sets its struct_size.\n"
+		":type options: :py:class:`ptdp_preprocess_options`, out\n"
+		":param options: Must not be NULL.\n"
+		""},
+	 { "ptdp_preprocess", _wrap_ptdp_preprocess, METH_VARARGS, "\n"
+		"Tokenizes JSON lines into one indexed data set per key (Megatron's\n"
+		"       preprocess_data.py).\n"
+		":type options: :py:class:`ptdp_preprocess_options`\n"
+		":param options: Must not be NULL; see ptdp_preprocess_options.\n"
+		":type result: :py:class:`ptdp_preprocess_result`, in/out\n"
+		":param result: NULL, or receives what was done: its struct_size must be set by the\n"
+		"           caller (sizeof the caller's struct).\n"
+		"Title: Thread safety\n"
+		"Thread-safe for distinct output prefixes; uses options->workers threads of its own.\n"
+		""},
+	 { "ptdp_preprocess_main", _wrap_ptdp_preprocess_main, METH_O, "\n"
+		"The whole of `ptdp-preprocess-data`: parses ``argv`` (Megatron's flags: `--input FILE\n"
+		"       [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,\n"
+		"       `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,\n"
+		"       `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,\n"
+		"       preprocesses with Megatron's progress line on stderr and a summary on stdout, and\n"
+		"       reports a failure on stderr as \"PROGRAM: message\".\n"
+		":type argc: int\n"
+		":param argc: Number of entries in ``argv``, >= 1.\n"
+		":type argv: string\n"
+		":param argv: argv[0] is the program name, then the flags.\n"
+		":type exit_code: int, out\n"
+		":param exit_code: Receives the exit status: 0 done, 1 failed, 2 bad flags; must not be NULL.\n"
+		"Title: Thread safety\n"
+		"As ptdp_preprocess().\n"
+		""},
+	 { "ptdp_merge_datasets", _wrap_ptdp_merge_datasets, METH_VARARGS, "\n"
+		"Concatenates indexed data sets into one (Megatron's merge_datasets.py): the\n"
+		"       documents and sequences of ``prefixes`` in order, their .bin bytes copied, written to\n"
+		"       OUTPUT_PREFIX.bin and .idx.\n"
+		":type prefixes: string\n"
+		":param prefixes: ``count`` data set prefixes; none NULL or empty.\n"
+		":type count: int\n"
+		":param count: >= 1.\n"
+		":type output_prefix: string\n"
+		":param output_prefix: Where to write; must not be NULL or empty.\n"
+		"Title: Thread safety\n"
+		"Thread-safe for distinct output prefixes.\n"
+		""},
+	 { "ptdp_merge_datasets_main", _wrap_ptdp_merge_datasets_main, METH_O, "\n"
+		"The whole of `ptdp-merge-datasets`: `--input DIR` (every PREFIX.bin/PREFIX.idx pair\n"
+		"       in DIR, sorted by name, as Megatron's script) or `--datasets PREFIX [PREFIX ...]`, and\n"
+		"       `--output-prefix`; a summary on stdout, a failure on stderr as \"PROGRAM: message\".\n"
+		":type argc: int\n"
+		":param argc: Number of entries in ``argv``, >= 1.\n"
+		":type argv: string\n"
+		":param argv: argv[0] is the program name, then the flags.\n"
+		":type exit_code: int, out\n"
+		":param exit_code: Receives the exit status: 0 done, 1 failed, 2 bad flags; must not be NULL.\n"
+		""},
 	 { NULL, NULL, 0, NULL }
 };
 
@@ -30977,12 +36052,14 @@ static swig_type_info _swigt__p_p_ptdp_plan_impl = {"_p_p_ptdp_plan_impl", "ptdp
 static swig_type_info _swigt__p_p_ptdp_runtime_impl = {"_p_p_ptdp_runtime_impl", "ptdp_runtime *|struct ptdp_runtime_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_schedule_impl = {"_p_p_ptdp_schedule_impl", "ptdp_schedule *|struct ptdp_schedule_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_tensor_impl = {"_p_p_ptdp_tensor_impl", "ptdp_tensor *|struct ptdp_tensor_impl **", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_p_ptdp_tokenizer_impl = {"_p_p_ptdp_tokenizer_impl", "ptdp_tokenizer *|struct ptdp_tokenizer_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_train_config_impl = {"_p_p_ptdp_train_config_impl", "ptdp_train_config *|struct ptdp_train_config_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_trainer_impl = {"_p_p_ptdp_trainer_impl", "ptdp_trainer *|struct ptdp_trainer_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_p_ptdp_work_impl = {"_p_p_ptdp_work_impl", "ptdp_work *|struct ptdp_work_impl **", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_action = {"_p_ptdp_action", "ptdp_action *|struct ptdp_action *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_action_kind = {"_p_ptdp_action_kind", "ptdp_action_kind *|enum ptdp_action_kind *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_attention = {"_p_ptdp_attention", "ptdp_attention *|enum ptdp_attention *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_batch_masks = {"_p_ptdp_batch_masks", "ptdp_batch_masks *|struct ptdp_batch_masks *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_checkpoint_state = {"_p_ptdp_checkpoint_state", "ptdp_checkpoint_state *|struct ptdp_checkpoint_state *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_cluster = {"_p_ptdp_cluster", "ptdp_cluster *|struct ptdp_cluster *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_data_source = {"_p_ptdp_data_source", "ptdp_data_source *|enum ptdp_data_source *", 0, 0, (void*)0, 0};
@@ -30990,6 +36067,7 @@ static swig_type_info _swigt__p_ptdp_data_split = {"_p_ptdp_data_split", "ptdp_d
 static swig_type_info _swigt__p_ptdp_dataset_impl = {"_p_ptdp_dataset_impl", "ptdp_dataset|struct ptdp_dataset_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_device = {"_p_ptdp_device", "ptdp_device *|enum ptdp_device *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_dtype = {"_p_ptdp_dtype", "ptdp_dtype *|enum ptdp_dtype *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_eod_flags = {"_p_ptdp_eod_flags", "ptdp_eod_flags *|enum ptdp_eod_flags *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_feature = {"_p_ptdp_feature", "ptdp_feature *|enum ptdp_feature *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_generate_options = {"_p_ptdp_generate_options", "ptdp_generate_options *|struct ptdp_generate_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_gpt_data_impl = {"_p_ptdp_gpt_data_impl", "ptdp_gpt_data|struct ptdp_gpt_data_impl *", 0, 0, (void*)0, 0};
@@ -30997,8 +36075,11 @@ static swig_type_info _swigt__p_ptdp_gpt_data_options = {"_p_ptdp_gpt_data_optio
 static swig_type_info _swigt__p_ptdp_gpt_options = {"_p_ptdp_gpt_options", "ptdp_gpt_options *|struct ptdp_gpt_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_group_kind = {"_p_ptdp_group_kind", "ptdp_group_kind *|enum ptdp_group_kind *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_groups_impl = {"_p_ptdp_groups_impl", "ptdp_groups|struct ptdp_groups_impl *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_hf_architecture = {"_p_ptdp_hf_architecture", "ptdp_hf_architecture *|enum ptdp_hf_architecture *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_hf_save_options = {"_p_ptdp_hf_save_options", "ptdp_hf_save_options *|struct ptdp_hf_save_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_iteration_report = {"_p_ptdp_iteration_report", "ptdp_iteration_report *|struct ptdp_iteration_report *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_iteration_result = {"_p_ptdp_iteration_result", "ptdp_iteration_result *|struct ptdp_iteration_result *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_label_value = {"_p_ptdp_label_value", "ptdp_label_value *|enum ptdp_label_value *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_layer_impl = {"_p_ptdp_layer_impl", "ptdp_layer|struct ptdp_layer_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_lr_decay_style = {"_p_ptdp_lr_decay_style", "ptdp_lr_decay_style *|enum ptdp_lr_decay_style *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_model_impl = {"_p_ptdp_model_impl", "ptdp_model|struct ptdp_model_impl *", 0, 0, (void*)0, 0};
@@ -31016,6 +36097,8 @@ static swig_type_info _swigt__p_ptdp_plan_impl = {"_p_ptdp_plan_impl", "ptdp_pla
 static swig_type_info _swigt__p_ptdp_plan_layout = {"_p_ptdp_plan_layout", "ptdp_plan_layout *|struct ptdp_plan_layout *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_plan_options = {"_p_ptdp_plan_options", "ptdp_plan_options *|struct ptdp_plan_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_position_embedding = {"_p_ptdp_position_embedding", "ptdp_position_embedding *|enum ptdp_position_embedding *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_preprocess_options = {"_p_ptdp_preprocess_options", "ptdp_preprocess_options *|struct ptdp_preprocess_options *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_preprocess_result = {"_p_ptdp_preprocess_result", "ptdp_preprocess_result *|struct ptdp_preprocess_result *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_recompute = {"_p_ptdp_recompute", "ptdp_recompute *|enum ptdp_recompute *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_reduce_op = {"_p_ptdp_reduce_op", "ptdp_reduce_op *|enum ptdp_reduce_op *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_runtime_impl = {"_p_ptdp_runtime_impl", "ptdp_runtime|struct ptdp_runtime_impl *", 0, 0, (void*)0, 0};
@@ -31027,6 +36110,9 @@ static swig_type_info _swigt__p_ptdp_stage_callbacks = {"_p_ptdp_stage_callbacks
 static swig_type_info _swigt__p_ptdp_status = {"_p_ptdp_status", "ptdp_status *|enum ptdp_status *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_tensor_impl = {"_p_ptdp_tensor_impl", "ptdp_tensor|struct ptdp_tensor_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_tensor_options = {"_p_ptdp_tensor_options", "ptdp_tensor_options *|struct ptdp_tensor_options *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_tokenizer_impl = {"_p_ptdp_tokenizer_impl", "ptdp_tokenizer|struct ptdp_tokenizer_impl *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_tokenizer_options = {"_p_ptdp_tokenizer_options", "ptdp_tokenizer_options *|struct ptdp_tokenizer_options *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_tokenizer_type = {"_p_ptdp_tokenizer_type", "ptdp_tokenizer_type *|enum ptdp_tokenizer_type *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_train_config_impl = {"_p_ptdp_train_config_impl", "ptdp_train_config|struct ptdp_train_config_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_train_settings = {"_p_ptdp_train_settings", "ptdp_train_settings *|struct ptdp_train_settings *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_trainer_impl = {"_p_ptdp_trainer_impl", "ptdp_trainer|struct ptdp_trainer_impl *", 0, 0, (void*)0, 0};
@@ -31061,12 +36147,14 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_p_ptdp_runtime_impl,
   &_swigt__p_p_ptdp_schedule_impl,
   &_swigt__p_p_ptdp_tensor_impl,
+  &_swigt__p_p_ptdp_tokenizer_impl,
   &_swigt__p_p_ptdp_train_config_impl,
   &_swigt__p_p_ptdp_trainer_impl,
   &_swigt__p_p_ptdp_work_impl,
   &_swigt__p_ptdp_action,
   &_swigt__p_ptdp_action_kind,
   &_swigt__p_ptdp_attention,
+  &_swigt__p_ptdp_batch_masks,
   &_swigt__p_ptdp_checkpoint_state,
   &_swigt__p_ptdp_cluster,
   &_swigt__p_ptdp_data_source,
@@ -31074,6 +36162,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_dataset_impl,
   &_swigt__p_ptdp_device,
   &_swigt__p_ptdp_dtype,
+  &_swigt__p_ptdp_eod_flags,
   &_swigt__p_ptdp_feature,
   &_swigt__p_ptdp_generate_options,
   &_swigt__p_ptdp_gpt_data_impl,
@@ -31081,8 +36170,11 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_gpt_options,
   &_swigt__p_ptdp_group_kind,
   &_swigt__p_ptdp_groups_impl,
+  &_swigt__p_ptdp_hf_architecture,
+  &_swigt__p_ptdp_hf_save_options,
   &_swigt__p_ptdp_iteration_report,
   &_swigt__p_ptdp_iteration_result,
+  &_swigt__p_ptdp_label_value,
   &_swigt__p_ptdp_layer_impl,
   &_swigt__p_ptdp_lr_decay_style,
   &_swigt__p_ptdp_model_impl,
@@ -31100,6 +36192,8 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_plan_layout,
   &_swigt__p_ptdp_plan_options,
   &_swigt__p_ptdp_position_embedding,
+  &_swigt__p_ptdp_preprocess_options,
+  &_swigt__p_ptdp_preprocess_result,
   &_swigt__p_ptdp_recompute,
   &_swigt__p_ptdp_reduce_op,
   &_swigt__p_ptdp_runtime_impl,
@@ -31111,6 +36205,9 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_status,
   &_swigt__p_ptdp_tensor_impl,
   &_swigt__p_ptdp_tensor_options,
+  &_swigt__p_ptdp_tokenizer_impl,
+  &_swigt__p_ptdp_tokenizer_options,
+  &_swigt__p_ptdp_tokenizer_type,
   &_swigt__p_ptdp_train_config_impl,
   &_swigt__p_ptdp_train_settings,
   &_swigt__p_ptdp_trainer_impl,
@@ -31145,12 +36242,14 @@ static swig_cast_info _swigc__p_p_ptdp_plan_impl[] = {  {&_swigt__p_p_ptdp_plan_
 static swig_cast_info _swigc__p_p_ptdp_runtime_impl[] = {  {&_swigt__p_p_ptdp_runtime_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_schedule_impl[] = {  {&_swigt__p_p_ptdp_schedule_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_tensor_impl[] = {  {&_swigt__p_p_ptdp_tensor_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_p_ptdp_tokenizer_impl[] = {  {&_swigt__p_p_ptdp_tokenizer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_train_config_impl[] = {  {&_swigt__p_p_ptdp_train_config_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_trainer_impl[] = {  {&_swigt__p_p_ptdp_trainer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_p_ptdp_work_impl[] = {  {&_swigt__p_p_ptdp_work_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_action[] = {  {&_swigt__p_ptdp_action, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_action_kind[] = {  {&_swigt__p_ptdp_action_kind, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_attention[] = {  {&_swigt__p_ptdp_attention, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_batch_masks[] = {  {&_swigt__p_ptdp_batch_masks, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_checkpoint_state[] = {  {&_swigt__p_ptdp_checkpoint_state, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_cluster[] = {  {&_swigt__p_ptdp_cluster, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_data_source[] = {  {&_swigt__p_ptdp_data_source, 0, 0, 0},{0, 0, 0, 0}};
@@ -31158,6 +36257,7 @@ static swig_cast_info _swigc__p_ptdp_data_split[] = {  {&_swigt__p_ptdp_data_spl
 static swig_cast_info _swigc__p_ptdp_dataset_impl[] = {  {&_swigt__p_ptdp_dataset_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_device[] = {  {&_swigt__p_ptdp_device, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_dtype[] = {  {&_swigt__p_ptdp_dtype, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_eod_flags[] = {  {&_swigt__p_ptdp_eod_flags, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_feature[] = {  {&_swigt__p_ptdp_feature, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_generate_options[] = {  {&_swigt__p_ptdp_generate_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_gpt_data_impl[] = {  {&_swigt__p_ptdp_gpt_data_impl, 0, 0, 0},{0, 0, 0, 0}};
@@ -31165,8 +36265,11 @@ static swig_cast_info _swigc__p_ptdp_gpt_data_options[] = {  {&_swigt__p_ptdp_gp
 static swig_cast_info _swigc__p_ptdp_gpt_options[] = {  {&_swigt__p_ptdp_gpt_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_group_kind[] = {  {&_swigt__p_ptdp_group_kind, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_groups_impl[] = {  {&_swigt__p_ptdp_groups_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_hf_architecture[] = {  {&_swigt__p_ptdp_hf_architecture, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_hf_save_options[] = {  {&_swigt__p_ptdp_hf_save_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_iteration_report[] = {  {&_swigt__p_ptdp_iteration_report, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_iteration_result[] = {  {&_swigt__p_ptdp_iteration_result, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_label_value[] = {  {&_swigt__p_ptdp_label_value, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_layer_impl[] = {  {&_swigt__p_ptdp_layer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_lr_decay_style[] = {  {&_swigt__p_ptdp_lr_decay_style, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_model_impl[] = {  {&_swigt__p_ptdp_model_impl, 0, 0, 0},{0, 0, 0, 0}};
@@ -31184,6 +36287,8 @@ static swig_cast_info _swigc__p_ptdp_plan_impl[] = {  {&_swigt__p_ptdp_plan_impl
 static swig_cast_info _swigc__p_ptdp_plan_layout[] = {  {&_swigt__p_ptdp_plan_layout, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_plan_options[] = {  {&_swigt__p_ptdp_plan_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_position_embedding[] = {  {&_swigt__p_ptdp_position_embedding, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_preprocess_options[] = {  {&_swigt__p_ptdp_preprocess_options, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_preprocess_result[] = {  {&_swigt__p_ptdp_preprocess_result, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_recompute[] = {  {&_swigt__p_ptdp_recompute, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_reduce_op[] = {  {&_swigt__p_ptdp_reduce_op, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_runtime_impl[] = {  {&_swigt__p_ptdp_runtime_impl, 0, 0, 0},{0, 0, 0, 0}};
@@ -31195,6 +36300,9 @@ static swig_cast_info _swigc__p_ptdp_stage_callbacks[] = {  {&_swigt__p_ptdp_sta
 static swig_cast_info _swigc__p_ptdp_status[] = {  {&_swigt__p_ptdp_status, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_tensor_impl[] = {  {&_swigt__p_ptdp_tensor_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_tensor_options[] = {  {&_swigt__p_ptdp_tensor_options, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_tokenizer_impl[] = {  {&_swigt__p_ptdp_tokenizer_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_tokenizer_options[] = {  {&_swigt__p_ptdp_tokenizer_options, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_tokenizer_type[] = {  {&_swigt__p_ptdp_tokenizer_type, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_train_config_impl[] = {  {&_swigt__p_ptdp_train_config_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_train_settings[] = {  {&_swigt__p_ptdp_train_settings, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_trainer_impl[] = {  {&_swigt__p_ptdp_trainer_impl, 0, 0, 0},{0, 0, 0, 0}};
@@ -31229,12 +36337,14 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_p_ptdp_runtime_impl,
   _swigc__p_p_ptdp_schedule_impl,
   _swigc__p_p_ptdp_tensor_impl,
+  _swigc__p_p_ptdp_tokenizer_impl,
   _swigc__p_p_ptdp_train_config_impl,
   _swigc__p_p_ptdp_trainer_impl,
   _swigc__p_p_ptdp_work_impl,
   _swigc__p_ptdp_action,
   _swigc__p_ptdp_action_kind,
   _swigc__p_ptdp_attention,
+  _swigc__p_ptdp_batch_masks,
   _swigc__p_ptdp_checkpoint_state,
   _swigc__p_ptdp_cluster,
   _swigc__p_ptdp_data_source,
@@ -31242,6 +36352,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_dataset_impl,
   _swigc__p_ptdp_device,
   _swigc__p_ptdp_dtype,
+  _swigc__p_ptdp_eod_flags,
   _swigc__p_ptdp_feature,
   _swigc__p_ptdp_generate_options,
   _swigc__p_ptdp_gpt_data_impl,
@@ -31249,8 +36360,11 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_gpt_options,
   _swigc__p_ptdp_group_kind,
   _swigc__p_ptdp_groups_impl,
+  _swigc__p_ptdp_hf_architecture,
+  _swigc__p_ptdp_hf_save_options,
   _swigc__p_ptdp_iteration_report,
   _swigc__p_ptdp_iteration_result,
+  _swigc__p_ptdp_label_value,
   _swigc__p_ptdp_layer_impl,
   _swigc__p_ptdp_lr_decay_style,
   _swigc__p_ptdp_model_impl,
@@ -31268,6 +36382,8 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_plan_layout,
   _swigc__p_ptdp_plan_options,
   _swigc__p_ptdp_position_embedding,
+  _swigc__p_ptdp_preprocess_options,
+  _swigc__p_ptdp_preprocess_result,
   _swigc__p_ptdp_recompute,
   _swigc__p_ptdp_reduce_op,
   _swigc__p_ptdp_runtime_impl,
@@ -31279,6 +36395,9 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_status,
   _swigc__p_ptdp_tensor_impl,
   _swigc__p_ptdp_tensor_options,
+  _swigc__p_ptdp_tokenizer_impl,
+  _swigc__p_ptdp_tokenizer_options,
+  _swigc__p_ptdp_tokenizer_type,
   _swigc__p_ptdp_train_config_impl,
   _swigc__p_ptdp_train_settings,
   _swigc__p_ptdp_trainer_impl,
@@ -31819,6 +36938,11 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_ACTION_RECV_ACTIVATION",SWIG_From_int((int)(PTDP_ACTION_RECV_ACTIVATION)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_SEND_GRADIENT",SWIG_From_int((int)(PTDP_ACTION_SEND_GRADIENT)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_RECV_GRADIENT",SWIG_From_int((int)(PTDP_ACTION_RECV_GRADIENT)));
+  SWIG_Python_SetConstant(d, "PTDP_TOKENIZER_BYTE_LEVEL",SWIG_From_int((int)(PTDP_TOKENIZER_BYTE_LEVEL)));
+  SWIG_Python_SetConstant(d, "PTDP_TOKENIZER_NULL",SWIG_From_int((int)(PTDP_TOKENIZER_NULL)));
+  SWIG_Python_SetConstant(d, "PTDP_TOKENIZER_GPT2_BPE",SWIG_From_int((int)(PTDP_TOKENIZER_GPT2_BPE)));
+  SWIG_Python_SetConstant(d, "PTDP_TOKENIZER_HUGGING_FACE",SWIG_From_int((int)(PTDP_TOKENIZER_HUGGING_FACE)));
+  SWIG_Python_SetConstant(d, "PTDP_TOKENIZER_SENTENCE_PIECE",SWIG_From_int((int)(PTDP_TOKENIZER_SENTENCE_PIECE)));
   SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_ADAM",SWIG_From_int((int)(PTDP_OPTIMIZER_ADAM)));
   SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_SGD",SWIG_From_int((int)(PTDP_OPTIMIZER_SGD)));
   SWIG_Python_SetConstant(d, "PTDP_LR_CONSTANT",SWIG_From_int((int)(PTDP_LR_CONSTANT)));
@@ -31833,6 +36957,15 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_SPLIT_TRAIN",SWIG_From_int((int)(PTDP_SPLIT_TRAIN)));
   SWIG_Python_SetConstant(d, "PTDP_SPLIT_VALID",SWIG_From_int((int)(PTDP_SPLIT_VALID)));
   SWIG_Python_SetConstant(d, "PTDP_SPLIT_TEST",SWIG_From_int((int)(PTDP_SPLIT_TEST)));
+  SWIG_Python_SetConstant(d, "PTDP_IGNORE_INDEX",SWIG_From_int((int)(PTDP_IGNORE_INDEX)));
+  SWIG_Python_SetConstant(d, "PTDP_EOD_MASK_LOSS",SWIG_From_int((int)(PTDP_EOD_MASK_LOSS)));
+  SWIG_Python_SetConstant(d, "PTDP_EOD_RESET_POSITION_IDS",SWIG_From_int((int)(PTDP_EOD_RESET_POSITION_IDS)));
+  SWIG_Python_SetConstant(d, "PTDP_EOD_RESET_ATTENTION_MASK",SWIG_From_int((int)(PTDP_EOD_RESET_ATTENTION_MASK)));
+  SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_AUTO",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_AUTO)));
+  SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_GPT2",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_GPT2)));
+  SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_LLAMA",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_LLAMA)));
+  SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_MISTRAL",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_MISTRAL)));
+  SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_QWEN2",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_QWEN2)));
   
   /* Initialize threading */
   SWIG_PYTHON_INITIALIZE_THREADS;

@@ -3,6 +3,13 @@
 Token ids and labels are int32 arrays of shape [rows, seq_length] (any array-like; no copy when
 already C-contiguous int32). Parameters and gradients come out in their global shape, written
 straight into a numpy array (``out=`` to reuse one), and go in from float32 arrays.
+
+Supervised fine-tuning and packed documents: a label of :data:`IGNORE_INDEX` (-100, PyTorch's and
+Hugging Face's ignore_index) takes no part in the loss, which is Megatron's masked mean (the mean
+over the counted tokens of a microbatch; 0 when none is); ``position_ids`` and
+``document_starts`` (int32, the tokens' shape) restart positions and keep attention inside each
+document. :func:`eod_masks` builds all three from an end-of-document token, as Megatron's
+--eod-mask-loss, --reset-position-ids and --reset-attention-mask do.
 """
 
 from collections import namedtuple
@@ -19,8 +26,71 @@ PositionEmbedding = make_enum("PositionEmbedding", "PTDP_POSITION_EMBEDDING_",
                               "How positions enter the model (ptdp_position_embedding): LEARNED_ABSOLUTE, ROPE "
                               "or NONE.")
 
+EodFlags = make_enum("EodFlags", "PTDP_EOD_",
+                     "Megatron's end-of-document rules (ptdp_eod_flags): MASK_LOSS, RESET_POSITION_IDS, "
+                     "RESET_ATTENTION_MASK.")
+
+#: The label that takes no part in the loss (PyTorch's and Hugging Face's ignore_index).
+IGNORE_INDEX = -100
+
 ParamInfo = namedtuple("ParamInfo", "name shape partition_dim")
 ParamInfo.__doc__ = "A named parameter: global shape, and the dimension split over tensor ranks (-1: none)."
+
+
+def eod_masks(tokens, seq_length, eod_token_id, labels=None, eod_mask_loss=True, reset_position_ids=True,
+              reset_attention_mask=True):
+    """Megatron's masks of samples ``tokens`` [rows, seq_length] from their end-of-document token
+    (ptdp_eod_masks): a document ends with its eod token, the next token starts another.
+
+    Returns ``(labels, position_ids, document_starts)``: ``labels`` a copy of the given ones with
+    :data:`IGNORE_INDEX` wherever the token is the eod (with ``eod_mask_loss``; required then),
+    ``position_ids`` each token's position within its document (with ``reset_position_ids``, else
+    None) and ``document_starts`` the first position of its document (with
+    ``reset_attention_mask``, else None), ready for :meth:`Model.forward_backward` and the other
+    calls that take them."""
+    t = as_int32(tokens, "tokens")
+    seq_length = int(seq_length)
+    if seq_length <= 0 or t.size % seq_length:
+        raise ValueError(f"tokens has {t.size} elements, not a multiple of seq_length = {seq_length}")
+    rows = t.size // seq_length
+    flags = 0
+    out_labels = positions = starts = None
+    if eod_mask_loss:
+        if labels is None:
+            raise ValueError("eod_masks: eod_mask_loss needs the labels")
+        out_labels = as_int32(labels, "labels", t.size).copy()
+        flags |= _raw.PTDP_EOD_MASK_LOSS
+    elif labels is not None:
+        out_labels = as_int32(labels, "labels", t.size).copy()
+    if reset_position_ids:
+        positions = np.zeros(t.shape if t.ndim == 2 else (rows, seq_length), dtype=np.int32)
+        flags |= _raw.PTDP_EOD_RESET_POSITION_IDS
+    if reset_attention_mask:
+        starts = np.zeros(t.shape if t.ndim == 2 else (rows, seq_length), dtype=np.int32)
+        flags |= _raw.PTDP_EOD_RESET_ATTENTION_MASK
+    scratch = np.zeros(1, dtype=np.int32)  # stands for an output the flags do not ask for
+    _raw.ptdp_eod_masks(t, rows, seq_length, int(eod_token_id), flags,
+                        out_labels if out_labels is not None else scratch,
+                        positions if positions is not None else None,
+                        starts if starts is not None else None)
+    return out_labels, positions, starts
+
+
+class _Masks:
+    """A ``ptdp_batch_masks`` over ``count`` int32 elements of position ids and document starts
+    (either None), holding the arrays while a call reads them; ``struct`` is None when both
+    are."""
+
+    def __init__(self, position_ids, document_starts, count):
+        self.arrays = (None if position_ids is None else as_int32(position_ids, "position_ids", count),
+                       None if document_starts is None else as_int32(document_starts, "document_starts", count))
+        self.struct = None
+        if self.arrays != (None, None):
+            self.struct = make_struct("ptdp_batch_masks")
+            if self.arrays[0] is not None:
+                self.struct.position_ids = self.arrays[0]
+            if self.arrays[1] is not None:
+                self.struct.document_starts = self.arrays[1]
 
 
 def model_presets():
@@ -85,24 +155,44 @@ class Model(Handle):
         t = as_int32(t, "tokens", n * self.seq_length)
         return t, None if labels is None else as_int32(labels, "labels", n * self.seq_length), n
 
-    def forward_backward(self, tokens, labels, micro_batch_size=None, iteration=0, microbatch=0, grad_scale=1.0):
-        """Forward and backward of one microbatch (a model not split into stages); returns the loss."""
+    def forward_backward(self, tokens, labels, micro_batch_size=None, iteration=0, microbatch=0, grad_scale=1.0,
+                         position_ids=None, document_starts=None):
+        """Forward and backward of one microbatch (a model not split into stages); returns the
+        masked mean loss. Labels may be :data:`IGNORE_INDEX`; ``position_ids`` and
+        ``document_starts`` (the tokens' shape, None: the defaults) restart positions and keep
+        attention inside documents."""
         t, l, b = self._rows(tokens, labels, micro_batch_size)
-        return _raw.ptdp_model_forward_backward(self.handle, t, l, b, int(iteration), int(microbatch),
-                                                float(grad_scale))
+        m = _Masks(position_ids, document_starts, t.size)
+        if m.struct is None:
+            return _raw.ptdp_model_forward_backward(self.handle, t, l, b, int(iteration), int(microbatch),
+                                                    float(grad_scale))
+        return _raw.ptdp_model_forward_backward_masked(self.handle, t, l, m.struct, b, int(iteration),
+                                                       int(microbatch), float(grad_scale))
 
-    def forward(self, tokens, labels, micro_batch_size=None, iteration=0, microbatch=0, training=False):
-        """Forward only; returns the mean loss."""
+    def forward(self, tokens, labels, micro_batch_size=None, iteration=0, microbatch=0, training=False,
+                position_ids=None, document_starts=None):
+        """Forward only; returns the masked mean loss (masks as in :meth:`forward_backward`)."""
         t, l, b = self._rows(tokens, labels, micro_batch_size)
-        return _raw.ptdp_model_forward(self.handle, t, l, b, int(iteration), int(microbatch), int(bool(training)))
+        m = _Masks(position_ids, document_starts, t.size)
+        if m.struct is None:
+            return _raw.ptdp_model_forward(self.handle, t, l, b, int(iteration), int(microbatch),
+                                           int(bool(training)))
+        return _raw.ptdp_model_forward_masked(self.handle, t, l, m.struct, b, int(iteration), int(microbatch),
+                                              int(bool(training)))
 
     def pipeline_forward_backward(self, schedule, tokens, labels, micro_batch_size, iteration=0, trace_path=None,
-                                  scatter_gather=None):
+                                  scatter_gather=None, position_ids=None, document_starts=None):
         """Forward and backward of a global batch through a pipeline schedule (no optimizer step);
-        returns the loss. Gradients accumulate: call :meth:`zero_grad` between steps."""
+        returns the loss (the mean of the microbatches' masked means). Gradients accumulate: call
+        :meth:`zero_grad` between steps. Masks as in :meth:`forward_backward`, for the whole batch."""
         t, l, _ = self._rows(tokens, labels, schedule.m * int(micro_batch_size))
-        return _raw.ptdp_model_pipeline_forward_backward(self.handle, schedule.handle, t, l, int(micro_batch_size),
-                                                         int(iteration), pipeline_options(trace_path, scatter_gather))
+        m = _Masks(position_ids, document_starts, t.size)
+        options = pipeline_options(trace_path, scatter_gather)
+        if m.struct is None:
+            return _raw.ptdp_model_pipeline_forward_backward(self.handle, schedule.handle, t, l,
+                                                             int(micro_batch_size), int(iteration), options)
+        return _raw.ptdp_model_pipeline_forward_backward_masked(self.handle, schedule.handle, t, l, m.struct,
+                                                                int(micro_batch_size), int(iteration), options)
 
     def train_step(self, *args, **kwargs):
         """Deprecated since 0.2: the old name of :meth:`pipeline_forward_backward`."""
@@ -110,10 +200,15 @@ class Model(Handle):
                       stacklevel=2)
         return self.pipeline_forward_backward(*args, **kwargs)
 
-    def evaluate(self, tokens, labels, micro_batch_size, num_microbatches):
-        """Forward-only mean loss of m microbatches through the pipeline, averaged over replicas."""
+    def evaluate(self, tokens, labels, micro_batch_size, num_microbatches, position_ids=None, document_starts=None):
+        """Forward-only mean loss of m microbatches through the pipeline, averaged over replicas
+        (masks as in :meth:`forward_backward`)."""
         t, l, _ = self._rows(tokens, labels, int(micro_batch_size) * int(num_microbatches))
-        return _raw.ptdp_model_evaluate(self.handle, t, l, int(micro_batch_size), int(num_microbatches))
+        m = _Masks(position_ids, document_starts, t.size)
+        if m.struct is None:
+            return _raw.ptdp_model_evaluate(self.handle, t, l, int(micro_batch_size), int(num_microbatches))
+        return _raw.ptdp_model_evaluate_masked(self.handle, t, l, m.struct, int(micro_batch_size),
+                                               int(num_microbatches))
 
     def logits(self, tokens, out=None):
         """Logits [batch, seq_length, vocab_size] of ``tokens`` [batch, seq_length]."""

@@ -5,7 +5,7 @@ from collections import namedtuple
 
 from ._lib import Handle, _raw, as_int32, handle_of, make_enum, make_struct, struct_to_dict
 from .errors import error_for
-from .model import pipeline_options
+from .model import _Masks, pipeline_options
 
 OptimizerKind = make_enum("OptimizerKind", "PTDP_OPTIMIZER_", "Optimizer algorithm (ptdp_optimizer_kind).")
 LRDecayStyle = make_enum("LRDecayStyle", "PTDP_LR_", "Learning-rate decay (ptdp_lr_decay_style).")
@@ -66,15 +66,26 @@ class Optimizer(Handle):
 
 
 def train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, trace_path=None,
-                    scatter_gather=None):
+                    scatter_gather=None, position_ids=None, document_starts=None):
     """One iteration: zero gradients, forward and backward of this replica's m * b samples
-    ([m * b, seq_length] int32) through ``schedule``, optimizer step. Returns an IterationResult."""
+    ([m * b, seq_length] int32) through ``schedule``, optimizer step. Returns an IterationResult.
+
+    Labels may be ``ptdp.model.IGNORE_INDEX`` (no part in the loss); ``position_ids`` and
+    ``document_starts`` (the tokens' shape; see ``ptdp.model.eod_masks``) restart positions and
+    keep attention inside documents. The loss is the mean of the microbatches' masked means over
+    every replica, the serial run's for the same global batch."""
     rows = schedule.m * int(micro_batch_size)
     t = as_int32(tokens, "tokens", rows * model.seq_length)
     l = as_int32(labels, "labels", rows * model.seq_length)
+    m = _Masks(position_ids, document_starts, t.size)
     result = _raw.ptdp_iteration_result()
-    _raw.ptdp_train_iteration(model.handle, optimizer.handle, schedule.handle, t, l, int(micro_batch_size),
-                              int(iteration), pipeline_options(trace_path, scatter_gather), result)
+    options = pipeline_options(trace_path, scatter_gather)
+    if m.struct is None:
+        _raw.ptdp_train_iteration(model.handle, optimizer.handle, schedule.handle, t, l, int(micro_batch_size),
+                                  int(iteration), options, result)
+    else:
+        _raw.ptdp_train_iteration_masked(model.handle, optimizer.handle, schedule.handle, t, l, m.struct,
+                                         int(micro_batch_size), int(iteration), options, result)
     return _result(result)
 
 

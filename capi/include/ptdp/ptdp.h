@@ -1006,15 +1006,17 @@ PTDP_API ptdp_status ptdp_model_get_options(ptdp_model model, ptdp_gpt_options* 
  *        mean loss * @p grad_scale to the model's gradients.
  * @param model A live model.
  * @param tokens @p micro_batch_size * seq_length token ids, row-major [b, s], in [0, V).
- * @param labels The same shape: the next token of each position, in [0, V).
+ * @param labels The same shape: the next token of each position, in [0, V), or
+ *        ::PTDP_IGNORE_INDEX (no part in the loss; see ptdp_batch_masks).
  * @param micro_batch_size b, > 0.
  * @param iteration Optimizer step; keys the dropout masks.
  * @param microbatch Index of the microbatch within the iteration; keys the dropout masks.
  * @param grad_scale Factor on the gradients (e.g. 1 / number of microbatches).
- * @param[out] loss Receives the mean loss over the b * s tokens; may be NULL.
+ * @param[out] loss Receives the masked mean loss over the b * s tokens (the mean over the
+ *        tokens whose label is not ignored; 0 when all are); may be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT NULL tokens or labels, b <= 0, an id outside the
- *         vocabulary (named with its index).
+ *         vocabulary (named with its index; a negative label other than ::PTDP_IGNORE_INDEX).
  * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages (use
  *         ptdp_model_pipeline_forward_backward()).
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
@@ -1153,7 +1155,7 @@ PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options);
  * @param schedule A schedule for (p, m, v).
  * @param tokens m * micro_batch_size * seq_length ids, row-major [m * b, s], the same on every
  *        rank of a pipeline (each data-parallel replica passes its own batch).
- * @param labels The same shape; the next token of each position.
+ * @param labels The same shape; the next token of each position, or ::PTDP_IGNORE_INDEX.
  * @param micro_batch_size b, > 0.
  * @param iteration Optimizer step; keys the dropout masks (microbatch i of the batch keys its own).
  * @param options NULL for the defaults.
@@ -1758,6 +1760,211 @@ PTDP_API ptdp_status ptdp_dataset_document(ptdp_dataset dataset, int64_t index, 
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */
+/** @name Tokenizers
+ *  Text to token ids and back, with Megatron-LM's `--tokenizer-type` names and flags, giving the
+ *  ids the reference implementations give for the same files and text:
+ *
+ *  - ::PTDP_TOKENIZER_BYTE_LEVEL: one token per byte (ptdp's `--text-file`); 256 ids.
+ *  - ::PTDP_TOKENIZER_NULL: Megatron's NullTokenizer; the text is space-separated ids below
+ *    `vocab_size`, and `vocab_size` itself is the end-of-document id (vocab_size + 1 ids).
+ *  - ::PTDP_TOKENIZER_GPT2_BPE: `vocab_file` (vocab.json) and `merge_file` (merges.txt): GPT-2's
+ *    byte-level BPE and pre-tokenisation regex; "<|endoftext|>" is end of document and, as in
+ *    Megatron, ordinary text inside the text.
+ *  - ::PTDP_TOKENIZER_HUGGING_FACE: `tokenizer_model` names a tokenizer.json with a BPE model
+ *    (GPT-2, GPT-NeoX, Llama 2, Llama 3, Qwen2 files): the ids of Hugging Face tokenizers'
+ *    `Tokenizer.from_file(path).encode(text, add_special_tokens=False)`, added and special tokens
+ *    included. End of document and beginning of sequence come from `tokenizer_config.json` beside
+ *    the file when it exists (eos_token, bos_token).
+ *  - ::PTDP_TOKENIZER_SENTENCE_PIECE: `tokenizer_model` names a SentencePiece .model (Llama 2,
+ *    Mistral), read with libsentencepiece; Megatron's special tokens "<CLS>", "<SEP>", "<EOD>",
+ *    "<MASK>" follow the model's pieces, and "<EOD>" is end of document.
+ *
+ *  No special token is added around the text (no BOS, no EOS). Byte-level tokenizers accept any
+ *  bytes, UTF-8 or not, and decode gives them back: decode(encode(x)) == x. A tokenizer is
+ *  immutable once created: encode and decode may be called on one handle from several threads at
+ *  once.
+ *  @{ */
+
+/** Opaque handle to a tokenizer. */
+typedef struct ptdp_tokenizer_impl* ptdp_tokenizer;
+
+/** Kind of tokenizer (Megatron's `--tokenizer-type`). */
+typedef enum ptdp_tokenizer_type {
+  PTDP_TOKENIZER_BYTE_LEVEL = 0,    /**< "ByteLevel": bytes are tokens 0..255. */
+  PTDP_TOKENIZER_NULL = 1,          /**< "NullTokenizer": the text is the ids. */
+  PTDP_TOKENIZER_GPT2_BPE = 2,      /**< "GPT2BPETokenizer": vocab.json + merges.txt. */
+  PTDP_TOKENIZER_HUGGING_FACE = 3,  /**< "HuggingFaceTokenizer": tokenizer.json. */
+  PTDP_TOKENIZER_SENTENCE_PIECE = 4 /**< "SentencePieceTokenizer": a SentencePiece .model. */
+} ptdp_tokenizer_type;
+
+/** What a tokenizer is made from. Initialise with ptdp_tokenizer_options_init(). */
+typedef struct ptdp_tokenizer_options {
+  size_t struct_size;          /**< Set by ptdp_tokenizer_options_init(). */
+  ptdp_tokenizer_type type;    /**< Default ::PTDP_TOKENIZER_BYTE_LEVEL. */
+  const char* vocab_file;      /**< `--vocab-file`: vocab.json (GPT2BPETokenizer); NULL otherwise. */
+  const char* merge_file;      /**< `--merge-file`: merges.txt (GPT2BPETokenizer); NULL otherwise. */
+  const char* tokenizer_model; /**< `--tokenizer-model`: tokenizer.json or a .model file; NULL otherwise. */
+  int64_t vocab_size;          /**< `--vocab-size`: NullTokenizer's V (ids below it); 0 otherwise. */
+} ptdp_tokenizer_options;
+
+/**
+ * @brief Fills @p options with the defaults (a byte-level tokenizer) and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_options_init(ptdp_tokenizer_options* options);
+
+/**
+ * @brief Creates a tokenizer from its files.
+ * @param options The type and its files; must not be NULL.
+ * @param[out] out Receives the handle; release it with ptdp_tokenizer_destroy(). Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL arguments, an unknown type, a file the type needs that is
+ *         not given or one it does not use that is (named by its flag, e.g. `--merge-file`),
+ *         NullTokenizer without a vocab_size in [1, 2^31 - 1), or a tokenizer.json that uses a part
+ *         ptdp does not support (the message names the part, e.g. `model: the model type
+ *         'WordPiece' is not supported`).
+ * @retval PTDP_ERR_IO a file is missing, unreadable or malformed (named).
+ */
+PTDP_API ptdp_status ptdp_tokenizer_create(const ptdp_tokenizer_options* options, ptdp_tokenizer* out);
+
+/**
+ * @brief Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
+ *        `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
+ *        latest iteration's metadata.json (paths as they were given to ptdp-train), or the
+ *        byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+ * @param directory The checkpoint directory (`--load DIR`); must not be NULL.
+ * @param[out] out Receives the handle; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL arguments; the checkpoint records no tokenizer (trained on
+ *         mock or pre-tokenized data without `--tokenizer-type`, or saved without its flags).
+ * @retval PTDP_ERR_IO no checkpoint in @p directory, its metadata.json or a tokenizer file missing
+ *         or malformed (named).
+ */
+PTDP_API ptdp_status ptdp_tokenizer_create_from_checkpoint(const char* directory, ptdp_tokenizer* out);
+
+/**
+ * @brief Releases a tokenizer; NULL is accepted.
+ * @param tokenizer The handle; unusable afterwards.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p tokenizer is not a live handle (best effort).
+ */
+PTDP_API ptdp_status ptdp_tokenizer_destroy(ptdp_tokenizer tokenizer);
+
+/**
+ * @brief The type a tokenizer was created as.
+ * @param tokenizer A live handle.
+ * @param[out] type Receives the type; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p type.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_get_type(ptdp_tokenizer tokenizer, ptdp_tokenizer_type* type);
+
+/**
+ * @brief Token ids of @p length bytes of text.
+ *
+ * An exception to "no side effects on error": @p count is always written when it is not NULL, so
+ * a call with @p capacity 0 asks for the number of ids.
+ * @param tokenizer A live handle.
+ * @param text The text (any bytes; NUL is a byte like the others); may be NULL when @p length is 0.
+ * @param length Bytes of @p text.
+ * @param[out] ids Receives the ids; may be NULL when @p capacity is 0. Nothing is written unless
+ *             all of them fit.
+ * @param capacity Number of ids @p ids can hold.
+ * @param[out] count Receives the number of ids of the text (also when @p capacity is too small),
+ *             or 0 when the text cannot be encoded. Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p count, NULL @p text with a
+ *         positive @p length, NULL @p ids with a positive @p capacity, @p capacity smaller than the
+ *         number of ids, or text the tokenizer cannot encode (NullTokenizer: a word that is not an
+ *         id, named with its byte offset).
+ */
+PTDP_API ptdp_status ptdp_tokenizer_encode(ptdp_tokenizer tokenizer, const char* text, size_t length, int32_t* ids,
+                                           size_t capacity, size_t* count);
+
+/**
+ * @brief The text of @p count token ids (special tokens written as their text).
+ *
+ * The count/capacity protocol of the text getters: @p length always receives the text's size in
+ * bytes (the text may hold NUL bytes; a NUL follows it), and nothing is written unless the text
+ * and its NUL fit in @p capacity bytes.
+ * @param tokenizer A live handle.
+ * @param ids The ids; may be NULL when @p count is 0.
+ * @param count Number of ids.
+ * @param[out] buffer Receives the text and a NUL; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives the text's size in bytes; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p length, NULL @p ids with a
+ *         positive @p count, an id outside the vocabulary (named with its position), @p capacity
+ *         too small.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_decode(ptdp_tokenizer tokenizer, const int32_t* ids, size_t count, char* buffer,
+                                           size_t capacity, size_t* length);
+
+/**
+ * @brief The number of ids: every id in [0, size) is valid (added and special tokens included).
+ *        This is the vocabulary size Megatron pads (`--make-vocab-size-divisible-by`).
+ * @param tokenizer A live handle.
+ * @param[out] size Receives the number; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p size.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_vocab_size(ptdp_tokenizer tokenizer, int64_t* size);
+
+/**
+ * @brief The end-of-document id (Megatron's `tokenizer.eod`: what `--append-eod` appends), or -1
+ *        when the tokenizer has none (ByteLevel; a GPT-2 vocabulary without "<|endoftext|>"; a
+ *        tokenizer.json without an end-of-sequence token).
+ * @param tokenizer A live handle.
+ * @param[out] id Receives the id; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p id.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_eod(ptdp_tokenizer tokenizer, int32_t* id);
+
+/**
+ * @brief The beginning-of-sequence id, or -1 when the tokenizer has none.
+ * @param tokenizer A live handle.
+ * @param[out] id Receives the id; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p id.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_bos(ptdp_tokenizer tokenizer, int32_t* id);
+
+/**
+ * @brief The id of one vocabulary entry, spelled as the model spells it (byte-level BPE's mapped
+ *        characters, e.g. "Ġthe"; SentencePiece's pieces, e.g. "▁the"; added tokens as written).
+ * @param tokenizer A live handle.
+ * @param token The entry's bytes; may be NULL when @p length is 0.
+ * @param length Bytes of @p token.
+ * @param[out] id Receives the id, or -1 when @p token is not an entry; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p id, NULL @p token with a positive
+ *         @p length.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_token_to_id(ptdp_tokenizer tokenizer, const char* token, size_t length,
+                                                int32_t* id);
+
+/**
+ * @brief The vocabulary entry of an id, as ptdp_tokenizer_token_to_id() spells it; the
+ *        count/capacity protocol of ptdp_tokenizer_decode().
+ * @param tokenizer A live handle.
+ * @param id An id in [0, vocabulary size).
+ * @param[out] buffer Receives the entry and a NUL; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives the entry's size in bytes; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or dead handle, NULL @p length, @p id outside the
+ *         vocabulary, @p capacity too small.
+ */
+PTDP_API ptdp_status ptdp_tokenizer_id_to_token(ptdp_tokenizer tokenizer, int32_t id, char* buffer, size_t capacity,
+                                                size_t* length);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
 /** @name Optimizer
  *  AdamW or SGD over a model's flat parameter buffers (or a user's registered tensors), with
  *  Megatron's conventions: weight decay on weights only (not biases or LayerNorm), gradient
@@ -2098,7 +2305,7 @@ PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_t
  * @param schedule A schedule for the model's (p, v) and m microbatches.
  * @param tokens This replica's m * b samples, [m * b, seq_length] row-major (replica r of d
  *        holds samples r*m*b ... of the global batch).
- * @param labels The same shape.
+ * @param labels The same shape; in [0, V), or ::PTDP_IGNORE_INDEX (see ptdp_batch_masks).
  * @param micro_batch_size b, > 0.
  * @param iteration The step number, from 0.
  * @param options Executor options; NULL for the defaults.
@@ -2340,13 +2547,26 @@ typedef enum ptdp_data_split {
 typedef struct ptdp_gpt_data_options {
   size_t struct_size;          /**< Set by ptdp_gpt_data_options_init(). */
   ptdp_data_source source;     /**< Default ::PTDP_DATA_MOCK. */
-  const char* path;            /**< The indexed data set's prefix or the text file; NULL for mock. */
+  const char* path;            /**< The text file; or the indexed data set's prefix, or Megatron's
+                                    `--data-path` list of several: "W1 PREFIX1 W2 PREFIX2 ..."
+                                    (weights) or "PREFIX1 PREFIX2 ..." (weighed by their sizes),
+                                    words separated by spaces, each data set split by `split`
+                                    and each split blended (Megatron's BlendedDataset). NULL for
+                                    mock. */
   const char* split;           /**< Megatron's `--split` weights, "969,30,1" (default) or "98/2/0". */
   int32_t seq_length;          /**< s; samples hold s + 1 tokens. Default 32. */
   int32_t vocab_size;          /**< Every token must be below it. Default 256. */
   uint64_t seed;               /**< Document and sample shuffling (and mock tokens). Default 1234. */
   int64_t num_samples[3];      /**< Samples wanted per split (train, valid, test); the documents
-                                    are repeated over as many epochs as that takes. 0: one epoch. */
+                                    are repeated over as many epochs as that takes. 0: one epoch
+                                    (of each blended data set, every sample once). */
+  const char* train_data_path; /**< `--train-data-path`: a prefix or Megatron's list, as `path`,
+                                    whose data sets make the training split whole. When any of
+                                    the three is set (source ::PTDP_DATA_INDEXED), `path` and
+                                    `split` are not used and a split without one is empty. NULL:
+                                    not set (default). */
+  const char* valid_data_path; /**< `--valid-data-path`, as train_data_path. */
+  const char* test_data_path;  /**< `--test-data-path`, as train_data_path. */
 } ptdp_gpt_data_options;
 
 /**
@@ -2435,7 +2655,7 @@ PTDP_API ptdp_status ptdp_gpt_data_batch(ptdp_gpt_data data, ptdp_data_split spl
  *        the data-parallel group.
  * @param model A live model.
  * @param tokens This replica's m * b samples, [m * b, seq_length] row-major.
- * @param labels The same shape.
+ * @param labels The same shape; in [0, V), or ::PTDP_IGNORE_INDEX.
  * @param micro_batch_size b, > 0.
  * @param num_microbatches m, > 0.
  * @param[out] loss Receives the mean loss over the global batch on every rank; must not be NULL.
@@ -2510,6 +2730,227 @@ PTDP_API ptdp_status ptdp_generate_options_init(ptdp_generate_options* options);
 PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt, int32_t prompt_length,
                                          const ptdp_generate_options* options, int32_t* out, int32_t capacity,
                                          int32_t* count);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Loss masks and documents
+ *  Supervised fine-tuning and packed documents, with the semantics of PyTorch, Hugging Face and
+ *  Megatron-LM:
+ *  - A label of ::PTDP_IGNORE_INDEX (-100, PyTorch's and Hugging Face's ignore_index) takes no
+ *    part in the loss, so prompt tokens can be masked. Every function that takes labels accepts
+ *    it (ptdp_model_forward_backward(), ptdp_model_forward(),
+ *    ptdp_model_pipeline_forward_backward(), ptdp_train_iteration(), ptdp_model_evaluate() and
+ *    their `_masked` forms); any other label outside [0, vocab_size) is still refused.
+ *  - The loss of a microbatch is Megatron's masked mean: sum(loss * mask) / sum(mask) over its
+ *    b * seq_length tokens, mask 0 where the label is ignored; a microbatch with no counted
+ *    token has loss 0 and adds no gradient (never NaN). A batch of m microbatches averages
+ *    their losses with equal weights (gradient scale 1 / m each), and data-parallel replicas
+ *    average theirs (as Megatron does without --calculate-per-token-loss): the loss and the
+ *    gradients of a global batch depend on how it is cut into microbatches, never on the
+ *    layout (t, p, v, d), so every layout equals the serial run of the same microbatches.
+ *  - ptdp_batch_masks gives each token's position id (read by learned position embeddings and
+ *    by RoPE) and the first position of its document: a token attends only to the tokens of
+ *    its own document (in the fused attention kernels, which skip what lies outside, and in the
+ *    unfused path, where those probabilities are exactly 0). Dropout masks are unchanged.
+ *  - ptdp_eod_masks() derives the ignored labels, positions and document starts from an
+ *    end-of-document token, as Megatron's --eod-mask-loss, --reset-position-ids and
+ *    --reset-attention-mask do (ptdp-train's flags of those names, with --eod-token-id).
+ *  @{ */
+
+/** Label values with a meaning of their own. */
+typedef enum ptdp_label_value {
+  PTDP_IGNORE_INDEX = -100 /**< Takes no part in the loss (PyTorch's ignore_index). */
+} ptdp_label_value;
+
+/** Which of Megatron's end-of-document rules ptdp_eod_masks() applies (bits, OR them). */
+typedef enum ptdp_eod_flags {
+  PTDP_EOD_MASK_LOSS = 1,            /**< --eod-mask-loss: ignore the label of every position
+                                          whose token is the end-of-document token. */
+  PTDP_EOD_RESET_POSITION_IDS = 2,   /**< --reset-position-ids: positions restart after it. */
+  PTDP_EOD_RESET_ATTENTION_MASK = 4  /**< --reset-attention-mask: no attention across it. */
+} ptdp_eod_flags;
+
+/**
+ * Per-token inputs of a batch besides its tokens and labels, laid out like the tokens
+ * ([rows, seq_length] row-major: b rows for one microbatch, m * b for a batch). Initialise with
+ * ptdp_batch_masks_init(); a NULL member means its default. The arrays are read during the call
+ * only.
+ */
+typedef struct ptdp_batch_masks {
+  size_t struct_size;             /**< Set by ptdp_batch_masks_init(). */
+  const int32_t* position_ids;    /**< Each token's position: >= 0, and below
+                                       max_position_embeddings with learned position
+                                       embeddings. NULL (default): token i of a sample is at
+                                       position i. */
+  const int32_t* document_starts; /**< The first position of each token's document: in each
+                                       sample, 0 <= start[i] <= i and start[i] >= start[i - 1].
+                                       Token i attends to tokens start[i] .. i. NULL (default):
+                                       causal attention over the whole sample. */
+} ptdp_batch_masks;
+
+/**
+ * @brief Fills @p masks with the defaults (no position ids, no documents) and sets its
+ *        struct_size.
+ * @param[out] masks Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p masks is NULL.
+ */
+PTDP_API ptdp_status ptdp_batch_masks_init(ptdp_batch_masks* masks);
+
+/**
+ * @brief Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts
+ *        of @p count samples from their end-of-document tokens. A document ends with its
+ *        end-of-document token (which belongs to it); the next token starts the next document.
+ *        Each sample is taken on its own.
+ * @param tokens [count, seq_length] row-major.
+ * @param count Samples, >= 0.
+ * @param seq_length Tokens per sample, > 0.
+ * @param eod_token_id The end-of-document token.
+ * @param flags A combination of ::ptdp_eod_flags naming what to fill.
+ * @param[in,out] labels [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose token is
+ *        @p eod_token_id becomes ::PTDP_IGNORE_INDEX, the others are left as they are. May be
+ *        NULL without that flag.
+ * @param[out] position_ids [count, seq_length], filled with ::PTDP_EOD_RESET_POSITION_IDS: each
+ *        token's position within its document. May be NULL without that flag (ignored then).
+ * @param[out] document_starts [count, seq_length], filled with
+ *        ::PTDP_EOD_RESET_ATTENTION_MASK: the first position of each token's document (one past
+ *        the last end-of-document token before it, or 0), ptdp_batch_masks::document_starts's
+ *        form. May be NULL without that flag (ignored then).
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p tokens, negative @p count, @p seq_length <= 0,
+ *         unknown bits in @p flags, or a NULL output that a flag asks for (each named). Nothing
+ *         is written.
+ * @par Thread safety
+ * Thread-safe; no communication.
+ */
+PTDP_API ptdp_status ptdp_eod_masks(const int32_t* tokens, int64_t count, int32_t seq_length, int32_t eod_token_id,
+                                    int32_t flags, int32_t* labels, int32_t* position_ids,
+                                    int32_t* document_starts);
+
+/**
+ * @brief ptdp_model_forward_backward() with position ids and documents.
+ * @param model A live model that is not split into pipeline stages.
+ * @param tokens [b, seq_length] row-major, in [0, V).
+ * @param labels The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+ * @param masks Position ids and document starts ([b, seq_length]); NULL for the defaults.
+ * @param micro_batch_size b, > 0.
+ * @param iteration Optimizer step; keys the dropout masks.
+ * @param microbatch Index of the microbatch within the iteration; keys the dropout masks.
+ * @param grad_scale Factor on the gradients of the masked mean loss.
+ * @param[out] loss Receives the masked mean loss; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_forward_backward(), a bad @p masks
+ *         struct_size, or a position id or document start outside its range (named with its
+ *         index). Nothing is changed.
+ * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages.
+ * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
+ * @par Thread safety
+ * Collective over the tensor group; all ranks pass the same tokens, labels and masks.
+ */
+PTDP_API ptdp_status ptdp_model_forward_backward_masked(ptdp_model model, const int32_t* tokens,
+                                                        const int32_t* labels, const ptdp_batch_masks* masks,
+                                                        int32_t micro_batch_size, int64_t iteration,
+                                                        int64_t microbatch, float grad_scale, float* loss);
+
+/**
+ * @brief ptdp_model_forward() with position ids and documents.
+ * @param model A live model that is not split into pipeline stages.
+ * @param tokens As in ptdp_model_forward_backward_masked().
+ * @param labels As there.
+ * @param masks As there.
+ * @param micro_batch_size b, > 0.
+ * @param iteration Keys the dropout masks when @p training is 1.
+ * @param microbatch Keys the dropout masks when @p training is 1.
+ * @param training 1: dropout on; 0: off.
+ * @param[out] loss Receives the masked mean loss; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_forward_backward_masked(), or NULL @p loss.
+ * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages.
+ * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
+ * @par Thread safety
+ * Collective over the tensor group.
+ */
+PTDP_API ptdp_status ptdp_model_forward_masked(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                               const ptdp_batch_masks* masks, int32_t micro_batch_size,
+                                               int64_t iteration, int64_t microbatch, int32_t training,
+                                               float* loss);
+
+/**
+ * @brief ptdp_model_pipeline_forward_backward() with position ids and documents.
+ * @param model A live model; its groups' pipeline and virtual sizes must match the schedule's.
+ * @param schedule A schedule for (p, m, v).
+ * @param tokens [m * b, seq_length] row-major, the same on every rank of a pipeline.
+ * @param labels The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+ * @param masks Position ids and document starts ([m * b, seq_length], read by every stage);
+ *        NULL for the defaults.
+ * @param micro_batch_size b, > 0.
+ * @param iteration Optimizer step; keys the dropout masks.
+ * @param options NULL for the defaults.
+ * @param[out] loss Receives the mean of the m microbatches' masked mean losses on every rank;
+ *        may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_pipeline_forward_backward(), a bad @p masks
+ *         struct_size, or a position id or document start outside its range.
+ * @retval PTDP_ERR_TIMEOUT a peer stage did not take part in time.
+ * @retval PTDP_ERR_IO the trace could not be written.
+ * @par Thread safety
+ * Collective over the model-parallel group (and the world when tracing).
+ */
+PTDP_API ptdp_status ptdp_model_pipeline_forward_backward_masked(ptdp_model model, ptdp_schedule schedule,
+                                                                 const int32_t* tokens, const int32_t* labels,
+                                                                 const ptdp_batch_masks* masks,
+                                                                 int32_t micro_batch_size, int64_t iteration,
+                                                                 const ptdp_pipeline_options* options, float* loss);
+
+/**
+ * @brief ptdp_train_iteration() with position ids and documents: one training iteration of
+ *        the replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+ * @param model A live model.
+ * @param optimizer An optimizer created for @p model.
+ * @param schedule A schedule for the model's (p, v) and m microbatches.
+ * @param tokens This replica's m * b samples, [m * b, seq_length] row-major.
+ * @param labels The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+ * @param masks This replica's position ids and document starts ([m * b, seq_length]); NULL for
+ *        the defaults.
+ * @param micro_batch_size b, > 0.
+ * @param iteration The step number, from 0.
+ * @param options Executor options; NULL for the defaults.
+ * @param[out] result Receives the loss (the mean of every replica's microbatches' masked mean
+ *             losses), grad norm, lr, loss scale and skip; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_train_iteration(), a bad @p masks struct_size, or a
+ *         position id or document start outside its range.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the groups.
+ */
+PTDP_API ptdp_status ptdp_train_iteration_masked(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule,
+                                                 const int32_t* tokens, const int32_t* labels,
+                                                 const ptdp_batch_masks* masks, int32_t micro_batch_size,
+                                                 int64_t iteration, const ptdp_pipeline_options* options,
+                                                 ptdp_iteration_result* result);
+
+/**
+ * @brief ptdp_model_evaluate() with position ids and documents.
+ * @param model A live model.
+ * @param tokens This replica's m * b samples, [m * b, seq_length] row-major.
+ * @param labels The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
+ * @param masks Position ids and document starts ([m * b, seq_length]); NULL for the defaults.
+ * @param micro_batch_size b, > 0.
+ * @param num_microbatches m, > 0.
+ * @param[out] loss Receives the mean of the microbatches' masked mean losses over the global
+ *        batch on every rank; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_evaluate(), a bad @p masks struct_size, or a
+ *         position id or document start outside its range.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Thread safety
+ * Collective over the world of the model's groups.
+ */
+PTDP_API ptdp_status ptdp_model_evaluate_masked(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                                const ptdp_batch_masks* masks, int32_t micro_batch_size,
+                                                int32_t num_microbatches, float* loss);
 
 /** @} */
 
@@ -2598,6 +3039,134 @@ PTDP_API ptdp_status ptdp_checkpoint_load(const char* directory, ptdp_model mode
  */
 PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gpt_options* options,
                                                   int64_t* iteration);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Hugging Face checkpoints
+ *  Import and export of Hugging Face `GPT2LMHeadModel`, `LlamaForCausalLM`,
+ *  `MistralForCausalLM` and `Qwen2ForCausalLM` checkpoints: a directory with `config.json` and
+ *  `model.safetensors`, or the shards that `model.safetensors.index.json` lists; tensors stored
+ *  as F32, BF16 or F16; tied or untied heads; names with or without the base model's
+ *  `transformer.` / `model.` prefix. Read the options with ptdp_hf_read_options(), build a model
+ *  at any (t, p, d, v) with ptdp_model_create(), set its weights with ptdp_hf_load(); save it as
+ *  a ptdp checkpoint (ptdp_checkpoint_save()) to train from it (`ptdp-train --finetune --load`),
+ *  and write any model back with ptdp_hf_save(). `ptdp-convert` does both on the command line.
+ *
+ *  The layouts are converted, not reinterpreted: GPT-2's Conv1D weights ([in, out]) are
+ *  transposed to ptdp's [out, in]; `c_attn` (q | k | v) and Llama's `q_proj`, `k_proj`,
+ *  `v_proj` become `linear_qkv` with rows grouped per query group; `gate_proj` and `up_proj`
+ *  become `linear_fc1` [gate; up]; the vocabulary is padded with zero rows on import and cut on
+ *  export. RoPE needs no permutation: Hugging Face's Llama rotates halves of each head
+ *  (rotate-half), as ptdp does. A model imported and exported again gives the same tensors,
+ *  bit for bit, in the dtype they were stored in.
+ *  @{ */
+
+/** A Hugging Face model class (config.json's `model_type`). */
+typedef enum ptdp_hf_architecture {
+  PTDP_HF_ARCHITECTURE_AUTO = 0,    /**< On export: the class the model's settings call for
+                                         (GPT-2 for LayerNorm with learned positions, Qwen2 for a
+                                         qkv bias alone, Llama otherwise), or the base config's
+                                         class when the model fits it. */
+  PTDP_HF_ARCHITECTURE_GPT2 = 1,    /**< `gpt2`, GPT2LMHeadModel. */
+  PTDP_HF_ARCHITECTURE_LLAMA = 2,   /**< `llama`, LlamaForCausalLM. */
+  PTDP_HF_ARCHITECTURE_MISTRAL = 3, /**< `mistral`, MistralForCausalLM. */
+  PTDP_HF_ARCHITECTURE_QWEN2 = 4    /**< `qwen2`, Qwen2ForCausalLM. */
+} ptdp_hf_architecture;
+
+/** Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init(). */
+typedef struct ptdp_hf_save_options {
+  size_t struct_size;                /**< Set by ptdp_hf_save_options_init(). */
+  ptdp_dtype dtype;                  /**< Storage type of the tensors: ::PTDP_DTYPE_F32 (default),
+                                          ::PTDP_DTYPE_BF16 or ::PTDP_DTYPE_F16 (rounded to
+                                          nearest even). */
+  int64_t max_shard_size;            /**< Bytes per file (Hugging Face's max_shard_size): above it
+                                          the tensors are split over
+                                          `model-0000k-of-0000n.safetensors` as Hugging Face
+                                          splits them, with `model.safetensors.index.json`.
+                                          0 (default): one `model.safetensors`. */
+  ptdp_hf_architecture architecture; /**< The class to write; default ::PTDP_HF_ARCHITECTURE_AUTO. */
+  const char* base_config;           /**< Path of a config.json (e.g. the imported model's) whose
+                                          fields ptdp does not describe (token ids, ...) are kept;
+                                          NULL (default): none. */
+} ptdp_hf_save_options;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_hf_save_options_init(ptdp_hf_save_options* options);
+
+/**
+ * @brief The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
+ *        their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
+ *        dropout, init std. seq_length is the model's context (n_positions or
+ *        max_position_embeddings), or its sliding window when that is shorter (within the window
+ *        the result is the same); lower it as needed. The other fields take their defaults.
+ * @param directory The Hugging Face directory.
+ * @param[in,out] options Its struct_size must be set by the caller (ptdp_gpt_options_init()
+ *        does); the library writes that many bytes at most and sets struct_size to what it
+ *        wrote. Unchanged on error.
+ * @param[out] architecture Receives the model's class; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p directory or @p options, a struct_size too small for
+ *         the model, or a shape ptdp refuses (named).
+ * @retval PTDP_ERR_IO config.json missing, not JSON, or a field missing or mistyped (named).
+ * @retval PTDP_ERR_UNSUPPORTED a model ptdp does not compute (another model_type, an activation
+ *         other than GPT-2's tanh GeLU or SiLU, rope_scaling other than llama3, Llama's
+ *         attention_bias without mlp_bias, ...), named.
+ * @par Thread safety
+ * No communication.
+ */
+PTDP_API ptdp_status ptdp_hf_read_options(const char* directory, ptdp_gpt_options* options,
+                                          ptdp_hf_architecture* architecture);
+
+/**
+ * @brief Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the
+ *        tensors of the parameters it holds, in any layout.
+ * @param directory The Hugging Face directory.
+ * @param model A live model built from matching options (ptdp_hf_read_options(); the training
+ *        settings such as dropout, seq_length, precision and the layout may differ).
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p directory, dead handle, or a model that differs
+ *         from config.json in a field the tensors or the computation depend on (named with both
+ *         values).
+ * @retval PTDP_ERR_IO a missing, truncated or malformed file; a tensor missing, of another shape
+ *         or of a non-float dtype; tensors the model does not have (named); a tied
+ *         lm_head.weight that differs from the embedding.
+ * @retval PTDP_ERR_UNSUPPORTED a config ptdp does not compute, as ptdp_hf_read_options().
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Failures
+ * Every failure is reported on every rank and leaves the model unchanged.
+ * @par Thread safety
+ * Collective over the world of the model's groups.
+ */
+PTDP_API ptdp_status ptdp_hf_load(const char* directory, ptdp_model model);
+
+/**
+ * @brief Writes @p model as a Hugging Face checkpoint: `config.json` and `model.safetensors` (or
+ *        shards and `model.safetensors.index.json`, see ptdp_hf_save_options::max_shard_size),
+ *        with the safetensors metadata `{"format": "pt"}` that transformers expects. The global
+ *        tensors are gathered to world rank 0, which writes; files of an earlier save in the
+ *        directory that this one replaces are removed.
+ * @param directory Created if missing.
+ * @param model A live model, in any layout.
+ * @param options NULL for the defaults.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p directory, dead handle, bad options (a dtype other
+ *         than F32/BF16/F16, a negative max_shard_size, an architecture out of range).
+ * @retval PTDP_ERR_UNSUPPORTED the model cannot be written as the architecture asked for
+ *         (the setting is named, e.g. q/k norms, or RMSNorm as GPT-2).
+ * @retval PTDP_ERR_IO the directory or a file cannot be written, or base_config cannot be read.
+ * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
+ * @par Failures
+ * Every failure is reported on every rank.
+ * @par Thread safety
+ * Collective over the world of the model's groups.
+ */
+PTDP_API ptdp_status ptdp_hf_save(const char* directory, ptdp_model model, const ptdp_hf_save_options* options);
 
 /** @} */
 
@@ -3051,6 +3620,139 @@ PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int3
  */
 PTDP_API ptdp_status ptdp_plot_training_logs(const char* const* jsonl_paths, const char* const* labels, int32_t count,
                                              const char* title, const char* svg_path);
+
+/** @} */
+
+/* ---------------------------------------------------------------------------------------- */
+/** @name Preprocessing: JSON lines to indexed data sets
+ *  Megatron-LM's `tools/preprocess_data.py` and `tools/merge_datasets.py` in the library: the
+ *  `ptdp-preprocess-data` and `ptdp-merge-datasets` tools and every binding run the same code.
+ *  Each line of the inputs (plain or gzip) is one JSON object and one document. For each key of
+ *  json_keys its text (a string, or a list of strings: one sequence each, sentences without
+ *  tokens dropped) is tokenized and written to OUTPUT_PREFIX_KEY_document.bin and .idx, the
+ *  indexed data set Megatron reads (ptdp_dataset_open(), `ptdp-train --data-path`), as uint16
+ *  when the tokenizer has fewer than 65,500 ids, else int32 (Megatron's DType.optimal_dtype).
+ *  With append_eod a document with tokens ends with the tokenizer's end-of-document id (in its
+ *  last sequence); a document without tokens has no sequences but is still a document. Worker
+ *  threads tokenize while one writer keeps the input order; the index is spilled to temporary
+ *  files, so memory stays bounded whatever the input size. Outputs are written under temporary
+ *  names and renamed when complete: a failed run leaves no partial data set.
+ *
+ *  Blends of several data sets need no call of their own: ptdp_gpt_data_options' `path` takes
+ *  Megatron's weighted list, and its train/valid/test data paths one list per split.
+ *  @{ */
+
+/** Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags. Initialise with
+ *  ptdp_preprocess_options_init(). */
+typedef struct ptdp_preprocess_options {
+  size_t struct_size;             /**< Set by ptdp_preprocess_options_init(). */
+  const char* const* inputs;      /**< `--input`: num_inputs JSON-lines files, plain or gzip, read in order. */
+  int32_t num_inputs;             /**< Entries of inputs, >= 1. */
+  int32_t num_json_keys;          /**< Entries of json_keys; 0: the one key "text" (default). */
+  const char* const* json_keys;   /**< `--json-keys`; may be NULL when num_json_keys is 0. */
+  const char* output_prefix;      /**< `--output-prefix`; its directory must exist. */
+  const char* tokenizer_type;     /**< `--tokenizer-type`, Megatron's name: "ByteLevel" (default),
+                                       "NullTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer",
+                                       "SentencePieceTokenizer". */
+  const char* vocab_file;         /**< `--vocab-file` (GPT2BPETokenizer's vocab.json); NULL: unset. */
+  const char* merge_file;         /**< `--merge-file` (GPT2BPETokenizer's merges.txt); NULL: unset. */
+  const char* tokenizer_model;    /**< `--tokenizer-model` (tokenizer.json, tokenizer.model); NULL: unset. */
+  int64_t vocab_size;             /**< `--vocab-size` (NullTokenizer: ids below it); 0: unset. */
+  int32_t append_eod;             /**< `--append-eod`: 1 ends every document with tokens with the
+                                       end-of-document id. Default 0. */
+  int32_t workers;                /**< `--workers`: tokenizing threads, >= 1. Default 1. */
+  int64_t log_interval;           /**< A progress line on stderr every N documents ("Processed N
+                                       documents (D docs/s, M MB/s)."); 0: none (default). */
+  int32_t skip_bad_lines;         /**< 1: drop a bad line and count it instead of failing. Default 0. */
+} ptdp_preprocess_options;
+
+/** What ptdp_preprocess() did. */
+typedef struct ptdp_preprocess_result {
+  size_t struct_size;   /**< Set by the caller to sizeof its struct; the library writes that many
+                             bytes at most and sets it to what it wrote. */
+  int64_t documents;    /**< Documents written (in each key's data set). */
+  int64_t bad_lines;    /**< Lines dropped (skip_bad_lines). */
+  int64_t bytes;        /**< Input bytes read, after gzip, newlines included. */
+  int64_t tokens;       /**< Tokens written, over all keys. */
+  double seconds;       /**< Wall time of reading, tokenizing and writing. */
+  int32_t dtype_code;   /**< Megatron's dtype code of the tokens: 8 (uint16) or 4 (int32). */
+} ptdp_preprocess_result;
+
+/**
+ * @brief Fills @p options with the defaults (ByteLevel, key "text", one worker, no progress
+ *        lines) and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_preprocess_options_init(ptdp_preprocess_options* options);
+
+/**
+ * @brief Tokenizes JSON lines into one indexed data set per key (Megatron's
+ *        preprocess_data.py).
+ * @param options Must not be NULL; see ptdp_preprocess_options.
+ * @param[in,out] result NULL, or receives what was done: its struct_size must be set by the
+ *        caller (sizeof the caller's struct).
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT bad options (named: NULL or empty inputs, an unknown
+ *         tokenizer type, duplicate keys, workers < 1, append_eod with a tokenizer without an
+ *         end-of-document id), or a bad line without skip_bad_lines: not a JSON object, a
+ *         missing key, a key holding something else than a string or a list of strings, or
+ *         text the tokenizer refuses; the message names FILE:LINE. No output is left behind.
+ * @retval PTDP_ERR_IO an input that cannot be read (a truncated gzip file included), a tokenizer
+ *         file that cannot be read, or an output that cannot be written; the message names the
+ *         file.
+ * @par Thread safety
+ * Thread-safe for distinct output prefixes; uses options->workers threads of its own.
+ */
+PTDP_API ptdp_status ptdp_preprocess(const ptdp_preprocess_options* options, ptdp_preprocess_result* result);
+
+/**
+ * @brief The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE
+ *        [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,
+ *        `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,
+ *        `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
+ *        preprocesses with Megatron's progress line on stderr and a summary on stdout, and
+ *        reports a failure on stderr as "PROGRAM: message".
+ * @param argc Number of entries in @p argv, >= 1.
+ * @param argv argv[0] is the program name, then the flags.
+ * @param[out] exit_code Receives the exit status: 0 done, 1 failed, 2 bad flags; must not be NULL.
+ * @retval PTDP_SUCCESS the run happened (even when it failed: see @p exit_code).
+ * @retval PTDP_ERR_INVALID_ARGUMENT argc < 1, NULL argv, an entry or @p exit_code NULL.
+ * @par Thread safety
+ * As ptdp_preprocess().
+ */
+PTDP_API ptdp_status ptdp_preprocess_main(int32_t argc, const char* const* argv, int32_t* exit_code);
+
+/**
+ * @brief Concatenates indexed data sets into one (Megatron's merge_datasets.py): the
+ *        documents and sequences of @p prefixes in order, their .bin bytes copied, written to
+ *        OUTPUT_PREFIX.bin and .idx.
+ * @param prefixes @p count data set prefixes; none NULL or empty.
+ * @param count >= 1.
+ * @param output_prefix Where to write; must not be NULL or empty.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or empty arguments (named), data sets of different
+ *         dtypes (the message names the file and both dtypes).
+ * @retval PTDP_ERR_IO a missing or malformed input, one whose sequences are not stored back to
+ *         back, or an output that cannot be written; the message names the file. No output is
+ *         left behind.
+ * @par Thread safety
+ * Thread-safe for distinct output prefixes.
+ */
+PTDP_API ptdp_status ptdp_merge_datasets(const char* const* prefixes, int32_t count, const char* output_prefix);
+
+/**
+ * @brief The whole of `ptdp-merge-datasets`: `--input DIR` (every PREFIX.bin/PREFIX.idx pair
+ *        in DIR, sorted by name, as Megatron's script) or `--datasets PREFIX [PREFIX ...]`, and
+ *        `--output-prefix`; a summary on stdout, a failure on stderr as "PROGRAM: message".
+ * @param argc Number of entries in @p argv, >= 1.
+ * @param argv argv[0] is the program name, then the flags.
+ * @param[out] exit_code Receives the exit status: 0 done, 1 failed, 2 bad flags; must not be NULL.
+ * @retval PTDP_SUCCESS the run happened (even when it failed: see @p exit_code).
+ * @retval PTDP_ERR_INVALID_ARGUMENT argc < 1, NULL argv, an entry or @p exit_code NULL.
+ */
+PTDP_API ptdp_status ptdp_merge_datasets_main(int32_t argc, const char* const* argv, int32_t* exit_code);
 
 /** @} */
 

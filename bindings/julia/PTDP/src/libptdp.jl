@@ -836,6 +836,108 @@ function ptdp_dataset_document(dataset, index, tokens, capacity, count)
           dataset, index, tokens, capacity, count)
 end
 
+mutable struct ptdp_tokenizer_impl end
+const ptdp_tokenizer = Ptr{ptdp_tokenizer_impl}
+
+# Kind of tokenizer (Megatron's `--tokenizer-type`).
+const ptdp_tokenizer_type = Cint
+const PTDP_TOKENIZER_BYTE_LEVEL = ptdp_tokenizer_type(0)
+const PTDP_TOKENIZER_NULL = ptdp_tokenizer_type(1)
+const PTDP_TOKENIZER_GPT2_BPE = ptdp_tokenizer_type(2)
+const PTDP_TOKENIZER_HUGGING_FACE = ptdp_tokenizer_type(3)
+const PTDP_TOKENIZER_SENTENCE_PIECE = ptdp_tokenizer_type(4)
+
+# What a tokenizer is made from.
+struct ptdp_tokenizer_options
+    struct_size::Csize_t
+    type_::ptdp_tokenizer_type
+    vocab_file::Ptr{Cchar}
+    merge_file::Ptr{Cchar}
+    tokenizer_model::Ptr{Cchar}
+    vocab_size::Int64
+end
+
+# Fills @p options with the defaults (a byte-level tokenizer) and sets its struct_size.
+function ptdp_tokenizer_options_init(options)
+    ccall((:ptdp_tokenizer_options_init, libptdp), ptdp_status, (Ptr{ptdp_tokenizer_options},), options)
+end
+
+# Creates a tokenizer from its files.
+function ptdp_tokenizer_create(options, out)
+    ccall((:ptdp_tokenizer_create, libptdp), ptdp_status,
+          (Ptr{ptdp_tokenizer_options}, Ptr{ptdp_tokenizer}),
+          options, out)
+end
+
+# Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
+# `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its latest
+# iteration's metadata.json (paths as they were given to ptdp-train), or the byte-level
+# tokenizer when it was trained on `--text-file` without a tokenizer type.
+function ptdp_tokenizer_create_from_checkpoint(directory, out)
+    ccall((:ptdp_tokenizer_create_from_checkpoint, libptdp), ptdp_status,
+          (Cstring, Ptr{ptdp_tokenizer}),
+          directory, out)
+end
+
+# Releases a tokenizer; NULL is accepted.
+function ptdp_tokenizer_destroy(tokenizer)
+    ccall((:ptdp_tokenizer_destroy, libptdp), ptdp_status, (ptdp_tokenizer,), tokenizer)
+end
+
+# The type a tokenizer was created as.
+function ptdp_tokenizer_get_type(tokenizer, type_)
+    ccall((:ptdp_tokenizer_get_type, libptdp), ptdp_status,
+          (ptdp_tokenizer, Ptr{ptdp_tokenizer_type}),
+          tokenizer, type_)
+end
+
+# Token ids of @p length bytes of text.
+function ptdp_tokenizer_encode(tokenizer, text, length, ids, capacity, count)
+    ccall((:ptdp_tokenizer_encode, libptdp), ptdp_status,
+          (ptdp_tokenizer, Cstring, Csize_t, Ptr{Int32}, Csize_t, Ptr{Csize_t}),
+          tokenizer, text, length, ids, capacity, count)
+end
+
+# The text of @p count token ids (special tokens written as their text).
+function ptdp_tokenizer_decode(tokenizer, ids, count, buffer, capacity, length)
+    ccall((:ptdp_tokenizer_decode, libptdp), ptdp_status,
+          (ptdp_tokenizer, Ptr{Int32}, Csize_t, Ptr{Cchar}, Csize_t, Ptr{Csize_t}),
+          tokenizer, ids, count, buffer, capacity, length)
+end
+
+# The number of ids: every id in [0, size) is valid (added and special tokens included).
+function ptdp_tokenizer_vocab_size(tokenizer, size)
+    ccall((:ptdp_tokenizer_vocab_size, libptdp), ptdp_status, (ptdp_tokenizer, Ptr{Int64}), tokenizer, size)
+end
+
+# The end-of-document id (Megatron's `tokenizer.eod`: what `--append-eod` appends), or -1 when
+# the tokenizer has none (ByteLevel; a GPT-2 vocabulary without "<|endoftext|>"; a
+# tokenizer.json without an end-of-sequence token).
+function ptdp_tokenizer_eod(tokenizer, id)
+    ccall((:ptdp_tokenizer_eod, libptdp), ptdp_status, (ptdp_tokenizer, Ptr{Int32}), tokenizer, id)
+end
+
+# The beginning-of-sequence id, or -1 when the tokenizer has none.
+function ptdp_tokenizer_bos(tokenizer, id)
+    ccall((:ptdp_tokenizer_bos, libptdp), ptdp_status, (ptdp_tokenizer, Ptr{Int32}), tokenizer, id)
+end
+
+# The id of one vocabulary entry, spelled as the model spells it (byte-level BPE's mapped
+# characters, e.g.
+function ptdp_tokenizer_token_to_id(tokenizer, token, length, id)
+    ccall((:ptdp_tokenizer_token_to_id, libptdp), ptdp_status,
+          (ptdp_tokenizer, Cstring, Csize_t, Ptr{Int32}),
+          tokenizer, token, length, id)
+end
+
+# The vocabulary entry of an id, as ptdp_tokenizer_token_to_id() spells it; the count/capacity
+# protocol of ptdp_tokenizer_decode().
+function ptdp_tokenizer_id_to_token(tokenizer, id, buffer, capacity, length)
+    ccall((:ptdp_tokenizer_id_to_token, libptdp), ptdp_status,
+          (ptdp_tokenizer, Int32, Ptr{Cchar}, Csize_t, Ptr{Csize_t}),
+          tokenizer, id, buffer, capacity, length)
+end
+
 # Optimizer algorithm (Megatron's `--optimizer`).
 const ptdp_optimizer_kind = Cint
 const PTDP_OPTIMIZER_ADAM = ptdp_optimizer_kind(0)
@@ -1179,6 +1281,9 @@ struct ptdp_gpt_data_options
     vocab_size::Int32
     seed::UInt64
     num_samples::NTuple{3, Int64}
+    train_data_path::Ptr{Cchar}
+    valid_data_path::Ptr{Cchar}
+    test_data_path::Ptr{Cchar}
 end
 
 # Fills @p options with the defaults and sets its struct_size.
@@ -1262,6 +1367,73 @@ function ptdp_model_generate(model, prompt, prompt_length, options, out, capacit
           model, prompt, prompt_length, options, out, capacity, count)
 end
 
+# Label values with a meaning of their own.
+const ptdp_label_value = Cint
+const PTDP_IGNORE_INDEX = ptdp_label_value(-100)
+
+# Which of Megatron's end-of-document rules ptdp_eod_masks() applies (bits, OR them).
+const ptdp_eod_flags = Cint
+const PTDP_EOD_MASK_LOSS = ptdp_eod_flags(1)
+const PTDP_EOD_RESET_POSITION_IDS = ptdp_eod_flags(2)
+const PTDP_EOD_RESET_ATTENTION_MASK = ptdp_eod_flags(4)
+
+# Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
+# seq_length] row-major: b rows for one microbatch, m * b for a batch).
+struct ptdp_batch_masks
+    struct_size::Csize_t
+    position_ids::Ptr{Int32}
+    document_starts::Ptr{Int32}
+end
+
+# Fills @p masks with the defaults (no position ids, no documents) and sets its struct_size.
+function ptdp_batch_masks_init(masks)
+    ccall((:ptdp_batch_masks_init, libptdp), ptdp_status, (Ptr{ptdp_batch_masks},), masks)
+end
+
+# Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts of @p
+# count samples from their end-of-document tokens.
+function ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts)
+    ccall((:ptdp_eod_masks, libptdp), ptdp_status,
+          (Ptr{Int32}, Int64, Int32, Int32, Int32, Ptr{Int32}, Ptr{Int32}, Ptr{Int32}),
+          tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts)
+end
+
+# ptdp_model_forward_backward() with position ids and documents.
+function ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale, loss)
+    ccall((:ptdp_model_forward_backward_masked, libptdp), ptdp_status,
+          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Int64, Cfloat, Ptr{Cfloat}),
+          model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale, loss)
+end
+
+# ptdp_model_forward() with position ids and documents.
+function ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training, loss)
+    ccall((:ptdp_model_forward_masked, libptdp), ptdp_status,
+          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Int64, Int32, Ptr{Cfloat}),
+          model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training, loss)
+end
+
+# ptdp_model_pipeline_forward_backward() with position ids and documents.
+function ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options, loss)
+    ccall((:ptdp_model_pipeline_forward_backward_masked, libptdp), ptdp_status,
+          (ptdp_model, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{Cfloat}),
+          model, schedule, tokens, labels, masks, micro_batch_size, iteration, options, loss)
+end
+
+# ptdp_train_iteration() with position ids and documents: one training iteration of the
+# replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+function ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result)
+    ccall((:ptdp_train_iteration_masked, libptdp), ptdp_status,
+          (ptdp_model, ptdp_optimizer, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{ptdp_iteration_result}),
+          model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result)
+end
+
+# ptdp_model_evaluate() with position ids and documents.
+function ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, num_microbatches, loss)
+    ccall((:ptdp_model_evaluate_masked, libptdp), ptdp_status,
+          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int32, Ptr{Cfloat}),
+          model, tokens, labels, masks, micro_batch_size, num_microbatches, loss)
+end
+
 # What a checkpoint records besides tensors.
 struct ptdp_checkpoint_state
     struct_size::Csize_t
@@ -1296,6 +1468,52 @@ function ptdp_checkpoint_read_options(directory, options, iteration)
     ccall((:ptdp_checkpoint_read_options, libptdp), ptdp_status,
           (Cstring, Ptr{ptdp_gpt_options}, Ptr{Int64}),
           directory, options, iteration)
+end
+
+# A Hugging Face model class (config.json's `model_type`).
+const ptdp_hf_architecture = Cint
+const PTDP_HF_ARCHITECTURE_AUTO = ptdp_hf_architecture(0)
+const PTDP_HF_ARCHITECTURE_GPT2 = ptdp_hf_architecture(1)
+const PTDP_HF_ARCHITECTURE_LLAMA = ptdp_hf_architecture(2)
+const PTDP_HF_ARCHITECTURE_MISTRAL = ptdp_hf_architecture(3)
+const PTDP_HF_ARCHITECTURE_QWEN2 = ptdp_hf_architecture(4)
+
+# Options of ptdp_hf_save().
+struct ptdp_hf_save_options
+    struct_size::Csize_t
+    dtype::ptdp_dtype
+    max_shard_size::Int64
+    architecture::ptdp_hf_architecture
+    base_config::Ptr{Cchar}
+end
+
+# Fills @p options with the defaults and sets its struct_size.
+function ptdp_hf_save_options_init(options)
+    ccall((:ptdp_hf_save_options_init, libptdp), ptdp_status, (Ptr{ptdp_hf_save_options},), options)
+end
+
+# The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and their
+# epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying, dropout,
+# init std.
+function ptdp_hf_read_options(directory, options, architecture)
+    ccall((:ptdp_hf_read_options, libptdp), ptdp_status,
+          (Cstring, Ptr{ptdp_gpt_options}, Ptr{ptdp_hf_architecture}),
+          directory, options, architecture)
+end
+
+# Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the tensors
+# of the parameters it holds, in any layout.
+function ptdp_hf_load(directory, model)
+    ccall((:ptdp_hf_load, libptdp), ptdp_status, (Cstring, ptdp_model), directory, model)
+end
+
+# Writes @p model as a Hugging Face checkpoint: `config.json` and `model.safetensors` (or shards
+# and `model.safetensors.index.json`, see ptdp_hf_save_options::max_shard_size), with the
+# safetensors metadata `{"format": "pt"}` that transformers expects.
+function ptdp_hf_save(directory, model, options)
+    ccall((:ptdp_hf_save, libptdp), ptdp_status,
+          (Cstring, ptdp_model, Ptr{ptdp_hf_save_options}),
+          directory, model, options)
 end
 
 # Host memory of this process's CPU engine: bytes in use by tensors now and the most in use
@@ -1530,4 +1748,77 @@ function ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path)
     ccall((:ptdp_plot_training_logs, libptdp), ptdp_status,
           (Ptr{Ptr{Cchar}}, Ptr{Ptr{Cchar}}, Int32, Cstring, Cstring),
           jsonl_paths, labels, count, title, svg_path)
+end
+
+# Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
+struct ptdp_preprocess_options
+    struct_size::Csize_t
+    inputs::Ptr{Ptr{Cchar}}
+    num_inputs::Int32
+    num_json_keys::Int32
+    json_keys::Ptr{Ptr{Cchar}}
+    output_prefix::Ptr{Cchar}
+    tokenizer_type::Ptr{Cchar}
+    vocab_file::Ptr{Cchar}
+    merge_file::Ptr{Cchar}
+    tokenizer_model::Ptr{Cchar}
+    vocab_size::Int64
+    append_eod::Int32
+    workers::Int32
+    log_interval::Int64
+    skip_bad_lines::Int32
+end
+
+# What ptdp_preprocess() did.
+struct ptdp_preprocess_result
+    struct_size::Csize_t
+    documents::Int64
+    bad_lines::Int64
+    bytes::Int64
+    tokens::Int64
+    seconds::Cdouble
+    dtype_code::Int32
+end
+
+# Fills @p options with the defaults (ByteLevel, key "text", one worker, no progress lines) and
+# sets its struct_size.
+function ptdp_preprocess_options_init(options)
+    ccall((:ptdp_preprocess_options_init, libptdp), ptdp_status, (Ptr{ptdp_preprocess_options},), options)
+end
+
+# Tokenizes JSON lines into one indexed data set per key (Megatron's preprocess_data.py).
+function ptdp_preprocess(options, result)
+    ccall((:ptdp_preprocess, libptdp), ptdp_status,
+          (Ptr{ptdp_preprocess_options}, Ptr{ptdp_preprocess_result}),
+          options, result)
+end
+
+# The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE [FILE
+# ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`, `--vocab-file`,
+# `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,
+# `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`, preprocesses with
+# Megatron's progress line on stderr and a summary on stdout, and reports a failure on stderr as
+# "PROGRAM: message".
+function ptdp_preprocess_main(argc, argv, exit_code)
+    ccall((:ptdp_preprocess_main, libptdp), ptdp_status,
+          (Int32, Ptr{Ptr{Cchar}}, Ptr{Int32}),
+          argc, argv, exit_code)
+end
+
+# Concatenates indexed data sets into one (Megatron's merge_datasets.py): the documents and
+# sequences of @p prefixes in order, their .bin bytes copied, written to OUTPUT_PREFIX.bin and
+# .idx.
+function ptdp_merge_datasets(prefixes, count, output_prefix)
+    ccall((:ptdp_merge_datasets, libptdp), ptdp_status,
+          (Ptr{Ptr{Cchar}}, Int32, Cstring),
+          prefixes, count, output_prefix)
+end
+
+# The whole of `ptdp-merge-datasets`: `--input DIR` (every PREFIX.bin/PREFIX.idx pair in DIR,
+# sorted by name, as Megatron's script) or `--datasets PREFIX [PREFIX ...]`, and
+# `--output-prefix`; a summary on stdout, a failure on stderr as "PROGRAM: message".
+function ptdp_merge_datasets_main(argc, argv, exit_code)
+    ccall((:ptdp_merge_datasets_main, libptdp), ptdp_status,
+          (Int32, Ptr{Ptr{Cchar}}, Ptr{Int32}),
+          argc, argv, exit_code)
 end

@@ -309,6 +309,32 @@ pub struct ptdp_dataset_impl {
 }
 pub type ptdp_dataset = *mut ptdp_dataset_impl;
 
+#[repr(C)]
+pub struct ptdp_tokenizer_impl {
+    _opaque: [u8; 0],
+}
+pub type ptdp_tokenizer = *mut ptdp_tokenizer_impl;
+
+/// Kind of tokenizer (Megatron's `--tokenizer-type`).
+pub type ptdp_tokenizer_type = i32;
+pub const PTDP_TOKENIZER_BYTE_LEVEL: ptdp_tokenizer_type = 0;
+pub const PTDP_TOKENIZER_NULL: ptdp_tokenizer_type = 1;
+pub const PTDP_TOKENIZER_GPT2_BPE: ptdp_tokenizer_type = 2;
+pub const PTDP_TOKENIZER_HUGGING_FACE: ptdp_tokenizer_type = 3;
+pub const PTDP_TOKENIZER_SENTENCE_PIECE: ptdp_tokenizer_type = 4;
+
+/// What a tokenizer is made from.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_tokenizer_options {
+    pub struct_size: usize,
+    pub r#type: ptdp_tokenizer_type,
+    pub vocab_file: *const ::std::os::raw::c_char,
+    pub merge_file: *const ::std::os::raw::c_char,
+    pub tokenizer_model: *const ::std::os::raw::c_char,
+    pub vocab_size: i64,
+}
+
 /// Optimizer algorithm (Megatron's `--optimizer`).
 pub type ptdp_optimizer_kind = i32;
 pub const PTDP_OPTIMIZER_ADAM: ptdp_optimizer_kind = 0;
@@ -494,6 +520,9 @@ pub struct ptdp_gpt_data_options {
     pub vocab_size: i32,
     pub seed: u64,
     pub num_samples: [i64; 3],
+    pub train_data_path: *const ::std::os::raw::c_char,
+    pub valid_data_path: *const ::std::os::raw::c_char,
+    pub test_data_path: *const ::std::os::raw::c_char,
 }
 
 /// Options of ptdp_model_generate().
@@ -508,6 +537,26 @@ pub struct ptdp_generate_options {
     pub no_kv_cache: i32,
 }
 
+/// Label values with a meaning of their own.
+pub type ptdp_label_value = i32;
+pub const PTDP_IGNORE_INDEX: ptdp_label_value = -100;
+
+/// Which of Megatron's end-of-document rules ptdp_eod_masks() applies (bits, OR them).
+pub type ptdp_eod_flags = i32;
+pub const PTDP_EOD_MASK_LOSS: ptdp_eod_flags = 1;
+pub const PTDP_EOD_RESET_POSITION_IDS: ptdp_eod_flags = 2;
+pub const PTDP_EOD_RESET_ATTENTION_MASK: ptdp_eod_flags = 4;
+
+/// Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
+/// seq_length] row-major: b rows for one microbatch, m * b for a batch).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_batch_masks {
+    pub struct_size: usize,
+    pub position_ids: *const i32,
+    pub document_starts: *const i32,
+}
+
 /// What a checkpoint records besides tensors.
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -516,6 +565,25 @@ pub struct ptdp_checkpoint_state {
     pub iteration: i64,
     pub consumed_train_samples: i64,
     pub consumed_valid_samples: i64,
+}
+
+/// A Hugging Face model class (config.json's `model_type`).
+pub type ptdp_hf_architecture = i32;
+pub const PTDP_HF_ARCHITECTURE_AUTO: ptdp_hf_architecture = 0;
+pub const PTDP_HF_ARCHITECTURE_GPT2: ptdp_hf_architecture = 1;
+pub const PTDP_HF_ARCHITECTURE_LLAMA: ptdp_hf_architecture = 2;
+pub const PTDP_HF_ARCHITECTURE_MISTRAL: ptdp_hf_architecture = 3;
+pub const PTDP_HF_ARCHITECTURE_QWEN2: ptdp_hf_architecture = 4;
+
+/// Options of ptdp_hf_save().
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_hf_save_options {
+    pub struct_size: usize,
+    pub dtype: ptdp_dtype,
+    pub max_shard_size: i64,
+    pub architecture: ptdp_hf_architecture,
+    pub base_config: *const ::std::os::raw::c_char,
 }
 
 /// A cluster of identical GPU nodes as the planner models it.
@@ -639,6 +707,40 @@ pub struct ptdp_plan_layout {
     pub bubble_fraction: f64,
     pub tflops_per_gpu: f64,
     pub mfu: f64,
+}
+
+/// Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_preprocess_options {
+    pub struct_size: usize,
+    pub inputs: *const *const ::std::os::raw::c_char,
+    pub num_inputs: i32,
+    pub num_json_keys: i32,
+    pub json_keys: *const *const ::std::os::raw::c_char,
+    pub output_prefix: *const ::std::os::raw::c_char,
+    pub tokenizer_type: *const ::std::os::raw::c_char,
+    pub vocab_file: *const ::std::os::raw::c_char,
+    pub merge_file: *const ::std::os::raw::c_char,
+    pub tokenizer_model: *const ::std::os::raw::c_char,
+    pub vocab_size: i64,
+    pub append_eod: i32,
+    pub workers: i32,
+    pub log_interval: i64,
+    pub skip_bad_lines: i32,
+}
+
+/// What ptdp_preprocess() did.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_preprocess_result {
+    pub struct_size: usize,
+    pub documents: i64,
+    pub bad_lines: i64,
+    pub bytes: i64,
+    pub tokens: i64,
+    pub seconds: f64,
+    pub dtype_code: i32,
 }
 
 extern "C" {
@@ -1118,6 +1220,71 @@ extern "C" {
         capacity: i64,
         count: *mut i64,
     ) -> ptdp_status;
+    /// Fills @p options with the defaults (a byte-level tokenizer) and sets its struct_size.
+    pub fn ptdp_tokenizer_options_init(options: *mut ptdp_tokenizer_options) -> ptdp_status;
+    /// Creates a tokenizer from its files.
+    pub fn ptdp_tokenizer_create(
+        options: *const ptdp_tokenizer_options,
+        out: *mut ptdp_tokenizer,
+    ) -> ptdp_status;
+    /// Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
+    /// `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
+    /// latest iteration's metadata.json (paths as they were given to ptdp-train), or the
+    /// byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+    pub fn ptdp_tokenizer_create_from_checkpoint(
+        directory: *const ::std::os::raw::c_char,
+        out: *mut ptdp_tokenizer,
+    ) -> ptdp_status;
+    /// Releases a tokenizer; NULL is accepted.
+    pub fn ptdp_tokenizer_destroy(tokenizer: ptdp_tokenizer) -> ptdp_status;
+    /// The type a tokenizer was created as.
+    pub fn ptdp_tokenizer_get_type(
+        tokenizer: ptdp_tokenizer,
+        r#type: *mut ptdp_tokenizer_type,
+    ) -> ptdp_status;
+    /// Token ids of @p length bytes of text.
+    pub fn ptdp_tokenizer_encode(
+        tokenizer: ptdp_tokenizer,
+        text: *const ::std::os::raw::c_char,
+        length: usize,
+        ids: *mut i32,
+        capacity: usize,
+        count: *mut usize,
+    ) -> ptdp_status;
+    /// The text of @p count token ids (special tokens written as their text).
+    pub fn ptdp_tokenizer_decode(
+        tokenizer: ptdp_tokenizer,
+        ids: *const i32,
+        count: usize,
+        buffer: *mut ::std::os::raw::c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> ptdp_status;
+    /// The number of ids: every id in [0, size) is valid (added and special tokens included).
+    pub fn ptdp_tokenizer_vocab_size(tokenizer: ptdp_tokenizer, size: *mut i64) -> ptdp_status;
+    /// The end-of-document id (Megatron's `tokenizer.eod`: what `--append-eod` appends), or -1
+    /// when the tokenizer has none (ByteLevel; a GPT-2 vocabulary without "<|endoftext|>"; a
+    /// tokenizer.json without an end-of-sequence token).
+    pub fn ptdp_tokenizer_eod(tokenizer: ptdp_tokenizer, id: *mut i32) -> ptdp_status;
+    /// The beginning-of-sequence id, or -1 when the tokenizer has none.
+    pub fn ptdp_tokenizer_bos(tokenizer: ptdp_tokenizer, id: *mut i32) -> ptdp_status;
+    /// The id of one vocabulary entry, spelled as the model spells it (byte-level BPE's mapped
+    /// characters, e.g.
+    pub fn ptdp_tokenizer_token_to_id(
+        tokenizer: ptdp_tokenizer,
+        token: *const ::std::os::raw::c_char,
+        length: usize,
+        id: *mut i32,
+    ) -> ptdp_status;
+    /// The vocabulary entry of an id, as ptdp_tokenizer_token_to_id() spells it; the
+    /// count/capacity protocol of ptdp_tokenizer_decode().
+    pub fn ptdp_tokenizer_id_to_token(
+        tokenizer: ptdp_tokenizer,
+        id: i32,
+        buffer: *mut ::std::os::raw::c_char,
+        capacity: usize,
+        length: *mut usize,
+    ) -> ptdp_status;
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_optimizer_options_init(options: *mut ptdp_optimizer_options) -> ptdp_status;
     /// Creates an optimizer over this rank's chunks of @p model.
@@ -1333,6 +1500,81 @@ extern "C" {
         capacity: i32,
         count: *mut i32,
     ) -> ptdp_status;
+    /// Fills @p masks with the defaults (no position ids, no documents) and sets its
+    /// struct_size.
+    pub fn ptdp_batch_masks_init(masks: *mut ptdp_batch_masks) -> ptdp_status;
+    /// Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts of
+    /// @p count samples from their end-of-document tokens.
+    pub fn ptdp_eod_masks(
+        tokens: *const i32,
+        count: i64,
+        seq_length: i32,
+        eod_token_id: i32,
+        flags: i32,
+        labels: *mut i32,
+        position_ids: *mut i32,
+        document_starts: *mut i32,
+    ) -> ptdp_status;
+    /// ptdp_model_forward_backward() with position ids and documents.
+    pub fn ptdp_model_forward_backward_masked(
+        model: ptdp_model,
+        tokens: *const i32,
+        labels: *const i32,
+        masks: *const ptdp_batch_masks,
+        micro_batch_size: i32,
+        iteration: i64,
+        microbatch: i64,
+        grad_scale: f32,
+        loss: *mut f32,
+    ) -> ptdp_status;
+    /// ptdp_model_forward() with position ids and documents.
+    pub fn ptdp_model_forward_masked(
+        model: ptdp_model,
+        tokens: *const i32,
+        labels: *const i32,
+        masks: *const ptdp_batch_masks,
+        micro_batch_size: i32,
+        iteration: i64,
+        microbatch: i64,
+        training: i32,
+        loss: *mut f32,
+    ) -> ptdp_status;
+    /// ptdp_model_pipeline_forward_backward() with position ids and documents.
+    pub fn ptdp_model_pipeline_forward_backward_masked(
+        model: ptdp_model,
+        schedule: ptdp_schedule,
+        tokens: *const i32,
+        labels: *const i32,
+        masks: *const ptdp_batch_masks,
+        micro_batch_size: i32,
+        iteration: i64,
+        options: *const ptdp_pipeline_options,
+        loss: *mut f32,
+    ) -> ptdp_status;
+    /// ptdp_train_iteration() with position ids and documents: one training iteration of the
+    /// replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+    pub fn ptdp_train_iteration_masked(
+        model: ptdp_model,
+        optimizer: ptdp_optimizer,
+        schedule: ptdp_schedule,
+        tokens: *const i32,
+        labels: *const i32,
+        masks: *const ptdp_batch_masks,
+        micro_batch_size: i32,
+        iteration: i64,
+        options: *const ptdp_pipeline_options,
+        result: *mut ptdp_iteration_result,
+    ) -> ptdp_status;
+    /// ptdp_model_evaluate() with position ids and documents.
+    pub fn ptdp_model_evaluate_masked(
+        model: ptdp_model,
+        tokens: *const i32,
+        labels: *const i32,
+        masks: *const ptdp_batch_masks,
+        micro_batch_size: i32,
+        num_microbatches: i32,
+        loss: *mut f32,
+    ) -> ptdp_status;
     /// Zeroes @p state and sets its struct_size.
     pub fn ptdp_checkpoint_state_init(state: *mut ptdp_checkpoint_state) -> ptdp_status;
     /// Saves a checkpoint of @p model (and @p optimizer) as `DIR/iter_NNNNNNN` and makes it the
@@ -1357,6 +1599,27 @@ extern "C" {
         directory: *const ::std::os::raw::c_char,
         options: *mut ptdp_gpt_options,
         iteration: *mut i64,
+    ) -> ptdp_status;
+    /// Fills @p options with the defaults and sets its struct_size.
+    pub fn ptdp_hf_save_options_init(options: *mut ptdp_hf_save_options) -> ptdp_status;
+    /// The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
+    /// their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
+    /// dropout, init std.
+    pub fn ptdp_hf_read_options(
+        directory: *const ::std::os::raw::c_char,
+        options: *mut ptdp_gpt_options,
+        architecture: *mut ptdp_hf_architecture,
+    ) -> ptdp_status;
+    /// Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the
+    /// tensors of the parameters it holds, in any layout.
+    pub fn ptdp_hf_load(directory: *const ::std::os::raw::c_char, model: ptdp_model) -> ptdp_status;
+    /// Writes @p model as a Hugging Face checkpoint: `config.json` and `model.safetensors` (or
+    /// shards and `model.safetensors.index.json`, see ptdp_hf_save_options::max_shard_size),
+    /// with the safetensors metadata `{"format": "pt"}` that transformers expects.
+    pub fn ptdp_hf_save(
+        directory: *const ::std::os::raw::c_char,
+        model: ptdp_model,
+        options: *const ptdp_hf_save_options,
     ) -> ptdp_status;
     /// Host memory of this process's CPU engine: bytes in use by tensors now and the most in
     /// use since the start or the last ptdp_memory_reset_peak() (the high-water mark that
@@ -1450,5 +1713,40 @@ extern "C" {
         count: i32,
         title: *const ::std::os::raw::c_char,
         svg_path: *const ::std::os::raw::c_char,
+    ) -> ptdp_status;
+    /// Fills @p options with the defaults (ByteLevel, key "text", one worker, no progress
+    /// lines) and sets its struct_size.
+    pub fn ptdp_preprocess_options_init(options: *mut ptdp_preprocess_options) -> ptdp_status;
+    /// Tokenizes JSON lines into one indexed data set per key (Megatron's preprocess_data.py).
+    pub fn ptdp_preprocess(
+        options: *const ptdp_preprocess_options,
+        result: *mut ptdp_preprocess_result,
+    ) -> ptdp_status;
+    /// The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE
+    /// [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,
+    /// `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,
+    /// `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
+    /// preprocesses with Megatron's progress line on stderr and a summary on stdout, and
+    /// reports a failure on stderr as "PROGRAM: message".
+    pub fn ptdp_preprocess_main(
+        argc: i32,
+        argv: *const *const ::std::os::raw::c_char,
+        exit_code: *mut i32,
+    ) -> ptdp_status;
+    /// Concatenates indexed data sets into one (Megatron's merge_datasets.py): the documents
+    /// and sequences of @p prefixes in order, their .bin bytes copied, written to
+    /// OUTPUT_PREFIX.bin and .idx.
+    pub fn ptdp_merge_datasets(
+        prefixes: *const *const ::std::os::raw::c_char,
+        count: i32,
+        output_prefix: *const ::std::os::raw::c_char,
+    ) -> ptdp_status;
+    /// The whole of `ptdp-merge-datasets`: `--input DIR` (every PREFIX.bin/PREFIX.idx pair in
+    /// DIR, sorted by name, as Megatron's script) or `--datasets PREFIX [PREFIX ...]`, and
+    /// `--output-prefix`; a summary on stdout, a failure on stderr as "PROGRAM: message".
+    pub fn ptdp_merge_datasets_main(
+        argc: i32,
+        argv: *const *const ::std::os::raw::c_char,
+        exit_code: *mut i32,
     ) -> ptdp_status;
 }

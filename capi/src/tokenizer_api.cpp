@@ -1,0 +1,195 @@
+// Tokenizers through the C API: Megatron's tokenizer types (core/data/tokenizer.h).
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capi/src/handles.h"
+#include "core/checkpoint/checkpoint_files.h"
+#include "core/data/tokenizer.h"
+
+struct ptdp_tokenizer_impl {
+  static constexpr uint64_t kLive = 0x70746470746f6b31ull;  // "ptdptok1"
+  static constexpr const char* kType = "ptdp_tokenizer";
+  uint64_t magic = kLive;
+  std::unique_ptr<ptdp::Tokenizer> tokenizer;
+};
+
+namespace {
+
+using ptdp::str_cat;
+using ptdp::capi::guard;
+using ptdp::capi::live;
+using ptdp::capi::require_non_null;
+
+ptdp_tokenizer_options default_options() {
+  ptdp_tokenizer_options o{};
+  o.struct_size = sizeof o;
+  o.type = PTDP_TOKENIZER_BYTE_LEVEL;
+  return o;
+}
+
+std::string text_or_empty(const char* s) { return s ? std::string(s) : std::string(); }
+
+ptdp_tokenizer wrap(std::unique_ptr<ptdp::Tokenizer> t) {
+  auto h = std::make_unique<ptdp_tokenizer_impl>();
+  h->tokenizer = std::move(t);
+  return h.release();
+}
+
+// The tokenizer flags ptdp-train recorded (train_args_to_json: flag names without dashes).
+ptdp::TokenizerConfig config_of_checkpoint(const std::string& directory) {
+  ptdp::CheckpointReader reader(directory);
+  const nlohmann::json md = reader.read_metadata();
+  const std::string source = reader.path_for("metadata.json");
+  PTDP_CHECK_ARG(md.contains("train_config") && md.at("train_config").is_object(),
+                 source + " records no training flags, so no tokenizer; give the tokenizer yourself");
+  const nlohmann::json& flags = md.at("train_config");
+  const auto text = [&](const char* key) {
+    return flags.contains(key) && flags.at(key).is_string() ? flags.at(key).get<std::string>() : std::string();
+  };
+  ptdp::TokenizerConfig c;
+  const std::string type = text("tokenizer-type");
+  if (type.empty()) {
+    PTDP_CHECK_ARG(!text("text-file").empty(),
+                   source + " records no --tokenizer-type and no --text-file (trained on mock or pre-tokenized "
+                            "data): it does not say how text becomes ids");
+    c.type = ptdp::TokenizerType::ByteLevel;
+    return c;
+  }
+  const auto t = ptdp::tokenizer_type_from_name(type);
+  if (!t) ptdp::throw_io_error(source, str_cat("--tokenizer-type '", type, "' is not a tokenizer ptdp knows"));
+  c.type = *t;
+  c.vocab_file = text("vocab-file");
+  c.merge_file = text("merge-file");
+  c.tokenizer_model = text("tokenizer-model");
+  if (c.type == ptdp::TokenizerType::Null && flags.contains("vocab-size") && flags.at("vocab-size").is_number_integer()) {
+    c.vocab_size = flags.at("vocab-size").get<int64_t>();
+  }
+  return c;
+}
+
+}  // namespace
+
+extern "C" {
+
+PTDP_API ptdp_status ptdp_tokenizer_options_init(ptdp_tokenizer_options* options) {
+  return guard(__func__, [&] {
+    ptdp::capi::reset_options(options, "options");
+    *options = default_options();
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_create(const ptdp_tokenizer_options* options, ptdp_tokenizer* out) {
+  return guard(__func__, [&] {
+    require_non_null(options, "options");
+    require_non_null(out, "out");
+    const ptdp_tokenizer_options o =
+        ptdp::capi::read_options(options, default_options(), "options", "ptdp_tokenizer_options_init");
+    const int type = static_cast<int>(o.type);
+    PTDP_CHECK_ARG(type >= PTDP_TOKENIZER_BYTE_LEVEL && type <= PTDP_TOKENIZER_SENTENCE_PIECE,
+                   str_cat("options->type = ", type, " is not a ptdp_tokenizer_type"));
+    ptdp::TokenizerConfig c;
+    c.type = static_cast<ptdp::TokenizerType>(type);
+    c.vocab_file = text_or_empty(o.vocab_file);
+    c.merge_file = text_or_empty(o.merge_file);
+    c.tokenizer_model = text_or_empty(o.tokenizer_model);
+    c.vocab_size = o.vocab_size;
+    *out = wrap(ptdp::make_tokenizer(c));
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_create_from_checkpoint(const char* directory, ptdp_tokenizer* out) {
+  return guard(__func__, [&] {
+    require_non_null(directory, "directory");
+    require_non_null(out, "out");
+    *out = wrap(ptdp::make_tokenizer(config_of_checkpoint(directory)));
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_destroy(ptdp_tokenizer tokenizer) {
+  return guard(__func__, [&] {
+    if (tokenizer == nullptr) return;
+    live(tokenizer, "tokenizer");
+    ptdp::capi::release(tokenizer);
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_get_type(ptdp_tokenizer tokenizer, ptdp_tokenizer_type* type) {
+  return guard(__func__, [&] {
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    require_non_null(type, "type");
+    *type = static_cast<ptdp_tokenizer_type>(t.tokenizer->type());
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_encode(ptdp_tokenizer tokenizer, const char* text, size_t length, int32_t* ids,
+                                           size_t capacity, size_t* count) {
+  return guard(__func__, [&] {
+    require_non_null(count, "count");
+    *count = 0;
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    PTDP_CHECK_ARG(text != nullptr || length == 0, str_cat("text is NULL but length = ", length));
+    PTDP_CHECK_ARG(ids != nullptr || capacity == 0, str_cat("ids is NULL but capacity = ", capacity));
+    const std::vector<int32_t> v = t.tokenizer->encode(length ? std::string_view(text, length) : std::string_view());
+    *count = v.size();
+    PTDP_CHECK_ARG(capacity >= v.size(), str_cat("capacity = ", capacity, " is smaller than the ", v.size(),
+                                                 " ids of the text (*count receives the number)"));
+    if (!v.empty()) std::memcpy(ids, v.data(), v.size() * sizeof(int32_t));
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_decode(ptdp_tokenizer tokenizer, const int32_t* ids, size_t count, char* buffer,
+                                           size_t capacity, size_t* length) {
+  return guard(__func__, [&] {
+    require_non_null(length, "length");
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    PTDP_CHECK_ARG(ids != nullptr || count == 0, str_cat("ids is NULL but count = ", count));
+    ptdp::capi::copy_text(t.tokenizer->decode(ids, count), buffer, capacity, length);
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_vocab_size(ptdp_tokenizer tokenizer, int64_t* size) {
+  return guard(__func__, [&] {
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    require_non_null(size, "size");
+    *size = t.tokenizer->vocab_size();
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_eod(ptdp_tokenizer tokenizer, int32_t* id) {
+  return guard(__func__, [&] {
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    require_non_null(id, "id");
+    *id = t.tokenizer->eod();
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_bos(ptdp_tokenizer tokenizer, int32_t* id) {
+  return guard(__func__, [&] {
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    require_non_null(id, "id");
+    *id = t.tokenizer->bos();
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_token_to_id(ptdp_tokenizer tokenizer, const char* token, size_t length,
+                                                int32_t* id) {
+  return guard(__func__, [&] {
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    require_non_null(id, "id");
+    PTDP_CHECK_ARG(token != nullptr || length == 0, str_cat("token is NULL but length = ", length));
+    *id = t.tokenizer->token_to_id(length ? std::string_view(token, length) : std::string_view());
+  });
+}
+
+PTDP_API ptdp_status ptdp_tokenizer_id_to_token(ptdp_tokenizer tokenizer, int32_t id, char* buffer, size_t capacity,
+                                                size_t* length) {
+  return guard(__func__, [&] {
+    require_non_null(length, "length");
+    const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
+    ptdp::capi::copy_text(t.tokenizer->id_to_token(id), buffer, capacity, length);
+  });
+}
+
+}  // extern "C"

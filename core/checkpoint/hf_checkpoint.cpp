@@ -1,0 +1,1043 @@
+#include "core/checkpoint/hf_checkpoint.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/checkpoint_files.h"
+#include "kernels/error.h"
+
+namespace ptdp {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// ---------------------------------------------------------------------------------------------
+// config.json fields
+
+// A float as the shortest decimal that reads back as the same float, widened: 1e-5f is written
+// as 1e-05 rather than 9.999999747378752e-06.
+double shortest(float f) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
+}
+
+std::string float_text(float f) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, f);
+  return std::string(buf, r.ptr);
+}
+
+[[noreturn]] void bad_field(const std::string& source, const std::string& key, const std::string& why) {
+  throw_io_error(source, str_cat("\"", key, "\" ", why));
+}
+
+[[noreturn]] void unsupported(const std::string& source, const std::string& what) {
+  throw_error(ErrorCode::Unsupported, str_cat(source, ": ", what));
+}
+
+bool present(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
+
+int int_field(const json& j, const char* key, const std::string& source) {
+  if (!present(j, key)) bad_field(source, key, "is missing");
+  const json& v = j.at(key);
+  if (!v.is_number_integer()) bad_field(source, key, str_cat("is not an integer: ", v.dump()));
+  const int64_t n = v.get<int64_t>();
+  if (n < 0 || n > 2147483647) bad_field(source, key, str_cat("= ", n, " is outside [0, 2^31)"));
+  return static_cast<int>(n);
+}
+
+int int_or(const json& j, const char* key, int fallback, const std::string& source) {
+  return present(j, key) ? int_field(j, key, source) : fallback;
+}
+
+float float_or(const json& j, const char* key, float fallback, const std::string& source) {
+  if (!present(j, key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_number()) bad_field(source, key, str_cat("is not a number: ", v.dump()));
+  return v.get<float>();
+}
+
+bool bool_or(const json& j, const char* key, bool fallback, const std::string& source) {
+  if (!present(j, key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_boolean()) bad_field(source, key, str_cat("is not true or false: ", v.dump()));
+  return v.get<bool>();
+}
+
+std::string string_or(const json& j, const char* key, const std::string& fallback, const std::string& source) {
+  if (!present(j, key)) return fallback;
+  const json& v = j.at(key);
+  if (!v.is_string()) bad_field(source, key, str_cat("is not a string: ", v.dump()));
+  return v.get<std::string>();
+}
+
+constexpr HfArchitecture kArchitectures[] = {HfArchitecture::Gpt2, HfArchitecture::Llama, HfArchitecture::Mistral,
+                                             HfArchitecture::Qwen2};
+
+HfArchitecture architecture_of(const json& j, const std::string& source) {
+  std::string type = string_or(j, "model_type", "", source);
+  if (type.empty() && present(j, "architectures") && j.at("architectures").is_array() &&
+      !j.at("architectures").empty() && j.at("architectures")[0].is_string()) {
+    const std::string cls = j.at("architectures")[0].get<std::string>();
+    for (HfArchitecture a : kArchitectures)
+      if (cls == hf_class_name(a)) return a;
+    type = cls;
+  }
+  if (type.empty()) bad_field(source, "model_type", "is missing (and \"architectures\" names no known class)");
+  for (HfArchitecture a : kArchitectures)
+    if (type == hf_model_type(a)) return a;
+  unsupported(source, str_cat("model_type \"", type, "\" is not one ptdp converts (gpt2, llama, mistral, qwen2)"));
+}
+
+GptConfig gpt2_config(const json& j, const std::string& source) {
+  GptConfig c;
+  c.vocab_size = int_field(j, "vocab_size", source);
+  c.hidden_size = int_field(j, "n_embd", source);
+  c.num_layers = int_field(j, "n_layer", source);
+  c.num_attention_heads = int_field(j, "n_head", source);
+  const int positions = present(j, "n_positions") ? int_field(j, "n_positions", source) : int_field(j, "n_ctx", source);
+  c.max_position_embeddings = positions;
+  c.seq_length = positions;
+  c.ffn_hidden_size = int_or(j, "n_inner", 4 * c.hidden_size, source);
+  const std::string act = string_or(j, "activation_function", "gelu_new", source);
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
+    unsupported(source, str_cat("activation_function \"", act,
+                                "\": ptdp's GeLU is the tanh approximation (gelu_new, gelu_pytorch_tanh, gelu_fast)"));
+  if (!bool_or(j, "scale_attn_weights", true, source))
+    unsupported(source, "scale_attn_weights = false: ptdp scales attention scores by 1/sqrt(head dim)");
+  if (bool_or(j, "scale_attn_by_inverse_layer_idx", false, source))
+    unsupported(source, "scale_attn_by_inverse_layer_idx = true is not computed by ptdp");
+  c.layernorm_epsilon = float_or(j, "layer_norm_epsilon", 1e-5f, source);
+  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
+  c.hidden_dropout = float_or(j, "resid_pdrop", 0.1f, source);
+  c.attention_dropout = float_or(j, "attn_pdrop", 0.1f, source);
+  c.tie_embeddings = bool_or(j, "tie_word_embeddings", true, source);
+  c.normalization = Normalization::LayerNorm;
+  c.position_embedding = PositionEmbedding::LearnedAbsolute;
+  c.swiglu = false;
+  c.add_bias_linear = true;
+  return c;
+}
+
+GptConfig llama_config(const json& j, HfArchitecture arch, const std::string& source) {
+  GptConfig c;
+  c.vocab_size = int_field(j, "vocab_size", source);
+  c.hidden_size = int_field(j, "hidden_size", source);
+  c.ffn_hidden_size = int_field(j, "intermediate_size", source);
+  c.num_layers = int_field(j, "num_hidden_layers", source);
+  c.num_attention_heads = int_field(j, "num_attention_heads", source);
+  const int heads = c.num_attention_heads;
+  const int kv = int_or(j, "num_key_value_heads", heads, source);
+  c.num_query_groups = kv == heads ? 0 : kv;
+  PTDP_CHECK_ARG(heads > 0 && (present(j, "head_dim") || c.hidden_size % heads == 0),
+                 str_cat(source, ": hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ", heads,
+                         " and there is no head_dim"));
+  const int head_dim = int_or(j, "head_dim", heads > 0 ? c.hidden_size / heads : 0, source);
+  c.kv_channels = heads > 0 && head_dim * heads == c.hidden_size ? 0 : head_dim;
+  const int positions = int_field(j, "max_position_embeddings", source);
+  c.max_position_embeddings = positions;
+  c.seq_length = positions;
+  const std::string act = string_or(j, "hidden_act", "silu", source);
+  if (act != "silu") unsupported(source, str_cat("hidden_act \"", act, "\": ptdp's SwiGLU uses silu"));
+  c.layernorm_epsilon = float_or(j, "rms_norm_eps", 1e-6f, source);
+  c.rotary_base = float_or(j, "rope_theta", 10000.0f, source);
+  if (float_or(j, "partial_rotary_factor", 1.0f, source) != 1.0f)
+    unsupported(source, "partial_rotary_factor != 1 is not part of this architecture");
+  if (present(j, "rope_scaling")) {
+    const json& s = j.at("rope_scaling");
+    if (!s.is_object()) bad_field(source, "rope_scaling", str_cat("is not an object: ", s.dump()));
+    const std::string where = source + " rope_scaling";
+    std::string type = string_or(s, "rope_type", "", where);
+    if (type.empty()) type = string_or(s, "type", "default", where);
+    if (type == "llama3") {
+      c.rope_scaling.enabled = true;
+      c.rope_scaling.factor = float_or(s, "factor", 8.0f, where);
+      c.rope_scaling.low_freq_factor = float_or(s, "low_freq_factor", 1.0f, where);
+      c.rope_scaling.high_freq_factor = float_or(s, "high_freq_factor", 4.0f, where);
+      c.rope_scaling.original_max_position_embeddings = int_or(s, "original_max_position_embeddings", 8192, where);
+    } else if (type != "default") {
+      unsupported(source, str_cat("rope_scaling type \"", type, "\": ptdp computes Llama 3.1's (\"llama3\") only"));
+    }
+  }
+  c.tie_embeddings = bool_or(j, "tie_word_embeddings", false, source);
+  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
+  c.hidden_dropout = 0.0f;
+  c.attention_dropout = float_or(j, "attention_dropout", 0.0f, source);
+  c.normalization = Normalization::RMSNorm;
+  c.position_embedding = PositionEmbedding::Rope;
+  c.swiglu = true;
+  c.add_bias_linear = false;
+  c.add_qkv_bias = false;
+  int window = 0;
+  if (arch == HfArchitecture::Llama) {
+    const bool attention_bias = bool_or(j, "attention_bias", false, source);
+    const bool mlp_bias = bool_or(j, "mlp_bias", false, source);
+    if (attention_bias != mlp_bias)
+      unsupported(source, str_cat("attention_bias = ", attention_bias, " with mlp_bias = ", mlp_bias,
+                                  ": ptdp's linear biases are all on (add_bias_linear) or all off"));
+    c.add_bias_linear = attention_bias;
+  } else if (arch == HfArchitecture::Mistral) {
+    window = int_or(j, "sliding_window", 0, source);
+  } else {  // Qwen2: q, k and v always have biases, nothing else has.
+    c.add_qkv_bias = true;
+    if (bool_or(j, "use_sliding_window", false, source)) window = int_or(j, "sliding_window", 0, source);
+  }
+  // Within the window, sliding-window attention is full causal attention.
+  if (window > 0 && window < c.seq_length) c.seq_length = window;
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Mappings
+
+std::string layer(int i) { return "decoder.layers." + std::to_string(i) + "."; }
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).dump(); }
+
+// The model fields a Hugging Face checkpoint fixes, compared with a model's.
+void check_model_matches(const GptConfig& hf, const GptConfig& model, const std::string& source) {
+  const auto mismatch = [&](const char* field, const std::string& a, const std::string& b) {
+    throw_error(ErrorCode::InvalidArgument,
+                str_cat("the Hugging Face config ", source, " has ", field, " = ", a, "; the model has ", b));
+  };
+  const std::pair<const char*, std::pair<int64_t, int64_t>> ints[] = {
+      {"num_layers", {hf.num_layers, model.num_layers}},
+      {"hidden_size", {hf.hidden_size, model.hidden_size}},
+      {"num_attention_heads", {hf.num_attention_heads, model.num_attention_heads}},
+      {"num_query_groups", {hf.query_groups(), model.query_groups()}},
+      {"kv_channels", {hf.head_dim(), model.head_dim()}},
+      {"ffn_hidden_size", {hf.ffn(), model.ffn()}},
+      {"vocab_size", {hf.vocab_size, model.vocab_size}},
+      {"untie_embeddings_and_output_weights", {!hf.tie_embeddings, !model.tie_embeddings}},
+      {"normalization (0 LayerNorm, 1 RMSNorm)",
+       {static_cast<int>(hf.normalization), static_cast<int>(model.normalization)}},
+      {"swiglu", {hf.swiglu, model.swiglu}},
+      {"position_embedding_type (0 learned_absolute, 1 rope, 2 none)",
+       {static_cast<int>(hf.position_embedding), static_cast<int>(model.position_embedding)}},
+      {"add_bias_linear", {hf.add_bias_linear, model.add_bias_linear}},
+      {"add_qkv_bias", {hf.qkv_bias(), model.qkv_bias()}},
+      {"qk_layernorm", {hf.qk_layernorm, model.qk_layernorm}},
+  };
+  for (const auto& [field, v] : ints)
+    if (v.first != v.second) mismatch(field, std::to_string(v.first), std::to_string(v.second));
+  if (hf.learned_positions() && hf.max_positions() != model.max_positions())
+    mismatch("max_position_embeddings", std::to_string(hf.max_positions()), std::to_string(model.max_positions()));
+  std::vector<std::pair<const char*, std::pair<float, float>>> floats = {
+      {"layernorm_epsilon", {hf.layernorm_epsilon, model.layernorm_epsilon}}};
+  if (hf.rope()) {
+    floats.push_back({"rotary_base", {hf.rotary_base, model.rotary_base}});
+    floats.push_back({"rotary_percent", {hf.rotary_percent, model.rotary_percent}});
+    if (hf.rope_scaling.enabled != model.rope_scaling.enabled)
+      mismatch("use_rope_scaling", std::to_string(hf.rope_scaling.enabled), std::to_string(model.rope_scaling.enabled));
+    if (hf.rope_scaling.enabled) {
+      floats.push_back({"rope_scaling_factor", {hf.rope_scaling.factor, model.rope_scaling.factor}});
+      floats.push_back({"rope_low_freq_factor", {hf.rope_scaling.low_freq_factor, model.rope_scaling.low_freq_factor}});
+      floats.push_back(
+          {"rope_high_freq_factor", {hf.rope_scaling.high_freq_factor, model.rope_scaling.high_freq_factor}});
+      if (hf.rope_scaling.original_max_position_embeddings != model.rope_scaling.original_max_position_embeddings)
+        mismatch("rope_original_max_position_embeddings",
+                 std::to_string(hf.rope_scaling.original_max_position_embeddings),
+                 std::to_string(model.rope_scaling.original_max_position_embeddings));
+    }
+  }
+  for (const auto& [field, v] : floats)
+    if (v.first != v.second) mismatch(field, float_text(v.first), float_text(v.second));
+}
+
+// Names of buffers that older exports carry beside the weights and that nothing reads.
+bool ignorable_buffer(const std::string& name, HfArchitecture arch) {
+  const auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  if (arch == HfArchitecture::Gpt2) return ends_with(".attn.bias") || ends_with(".attn.masked_bias");
+  return ends_with(".rotary_emb.inv_freq");
+}
+
+std::string json_text(const std::string& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!fs::exists(path)) throw_io_error(path, "missing");
+    throw_io_error(path, str_cat("cannot open ", what));
+  }
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+json parse_json_file(const std::string& path, const char* what) {
+  const json j = json::parse(json_text(path, what), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw_io_error(path, "is not valid JSON");
+  if (!j.is_object()) throw_io_error(path, "is not a JSON object");
+  return j;
+}
+
+// Writes `text` to path through a temporary file renamed over it.
+void write_text(const std::string& path, const std::string& text) { write_file_atomic(path, text); }
+
+bool is_shard_file_name(const std::string& name) {
+  static const std::regex pattern(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  return std::regex_match(name, pattern);
+}
+
+}  // namespace
+
+// -----------------------------------------------------------------------------------------------
+// Names and configs
+
+const char* hf_model_type(HfArchitecture a) {
+  switch (a) {
+    case HfArchitecture::Auto:
+      return "auto";
+    case HfArchitecture::Gpt2:
+      return "gpt2";
+    case HfArchitecture::Llama:
+      return "llama";
+    case HfArchitecture::Mistral:
+      return "mistral";
+    case HfArchitecture::Qwen2:
+      return "qwen2";
+  }
+  return "unknown";
+}
+
+const char* hf_class_name(HfArchitecture a) {
+  switch (a) {
+    case HfArchitecture::Auto:
+      return "auto";
+    case HfArchitecture::Gpt2:
+      return "GPT2LMHeadModel";
+    case HfArchitecture::Llama:
+      return "LlamaForCausalLM";
+    case HfArchitecture::Mistral:
+      return "MistralForCausalLM";
+    case HfArchitecture::Qwen2:
+      return "Qwen2ForCausalLM";
+  }
+  return "unknown";
+}
+
+HfConfig hf_config_from_json(const json& j, const std::string& source) {
+  PTDP_CHECK_ARG(j.is_object(), str_cat(source, ": a config must be a JSON object"));
+  HfConfig out;
+  out.architecture = architecture_of(j, source);
+  out.model =
+      out.architecture == HfArchitecture::Gpt2 ? gpt2_config(j, source) : llama_config(j, out.architecture, source);
+  try {
+    out.model.validate(1);
+  } catch (const Error& e) {
+    throw_error(e.code(), str_cat(source, ": ", e.what()));
+  }
+  return out;
+}
+
+HfConfig read_hf_config(const std::string& dir) {
+  PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
+  const std::string path = (fs::path(dir) / kConfigFile).string();
+  return hf_config_from_json(parse_json_file(path, "the config"), path);
+}
+
+HfArchitecture hf_default_architecture(const GptConfig& c) {
+  if (c.normalization == Normalization::LayerNorm && c.learned_positions()) return HfArchitecture::Gpt2;
+  if (!c.add_bias_linear && c.add_qkv_bias) return HfArchitecture::Qwen2;
+  return c.normalization == Normalization::LayerNorm ? HfArchitecture::Gpt2 : HfArchitecture::Llama;
+}
+
+void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
+  PTDP_CHECK_ARG(a != HfArchitecture::Auto, std::string("check_hf_architecture needs an architecture, not Auto"));
+  const std::string cls = hf_class_name(a);
+  const auto refuse = [&](const std::string& why) {
+    throw_error(ErrorCode::Unsupported, str_cat("the model cannot be written as ", cls, ": ", why));
+  };
+  if (c.qk_layernorm) refuse("it has q/k norms (--qk-layernorm)");
+  if (a == HfArchitecture::Gpt2) {
+    if (c.normalization != Normalization::LayerNorm) refuse("GPT-2 uses LayerNorm, the model RMSNorm");
+    if (!c.learned_positions()) refuse("GPT-2 has learned absolute positions, the model does not");
+    if (c.swiglu) refuse("GPT-2's MLP is GeLU, the model's SwiGLU");
+    if (!c.add_bias_linear) refuse("GPT-2's linear layers have biases, the model's do not");
+    if (c.query_groups() != c.num_attention_heads) refuse("GPT-2 has no grouped-query attention");
+    if (c.attention_width() != c.hidden_size) refuse("GPT-2's head dim is hidden_size / num_attention_heads");
+    return;
+  }
+  if (c.normalization != Normalization::RMSNorm) refuse("it uses RMSNorm, the model LayerNorm");
+  if (!c.rope()) refuse("it uses rotary positions (RoPE), the model does not");
+  if (!c.swiglu) refuse("its MLP is SwiGLU, the model's is not");
+  if (c.rotary_percent != 1.0f)
+    refuse("RoPE rotates whole heads, the model --rotary-percent " + float_text(c.rotary_percent));
+  if (a == HfArchitecture::Llama) {
+    if (!c.add_bias_linear && c.add_qkv_bias) refuse("a qkv bias alone is Qwen2's (write it as qwen2)");
+  } else if (a == HfArchitecture::Mistral) {
+    if (c.qkv_bias() || c.add_bias_linear) refuse("Mistral's linear layers have no biases");
+    if (c.rope_scaling.enabled) refuse("Mistral's config has no rope_scaling");
+  } else {
+    if (c.add_bias_linear || !c.add_qkv_bias) refuse("Qwen2 has a qkv bias (--add-qkv-bias) and no other bias");
+    if (c.attention_width() != c.hidden_size) refuse("Qwen2's head dim is hidden_size / num_attention_heads");
+  }
+}
+
+json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, const json& base) {
+  check_hf_architecture(c, a);
+  PTDP_CHECK_ARG(base.is_object() || base.is_null(), std::string("the base config must be a JSON object"));
+  json j = base.is_object() ? base : json::object();
+  const char* torch_dtype = dtype == StDType::BF16 ? "bfloat16" : dtype == StDType::F16 ? "float16" : "float32";
+  PTDP_CHECK_ARG(dtype == StDType::F32 || dtype == StDType::BF16 || dtype == StDType::F16,
+                 str_cat("a Hugging Face checkpoint is written as F32, BF16 or F16, not ", st_dtype_name(dtype)));
+  j["model_type"] = hf_model_type(a);
+  j["architectures"] = json::array({hf_class_name(a)});
+  j["vocab_size"] = c.vocab_size;
+  j["torch_dtype"] = torch_dtype;
+  j["initializer_range"] = shortest(c.init_method_std);
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  if (a == HfArchitecture::Gpt2) {
+    j["n_embd"] = c.hidden_size;
+    j["n_layer"] = c.num_layers;
+    j["n_head"] = c.num_attention_heads;
+    j["n_positions"] = c.max_positions();
+    if (j.contains("n_ctx")) j["n_ctx"] = c.max_positions();
+    j["n_inner"] = c.ffn() == 4 * c.hidden_size ? json(nullptr) : json(c.ffn());
+    const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
+                                ? j["activation_function"].get<std::string>()
+                                : std::string();
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast") j["activation_function"] = "gelu_new";
+    j["layer_norm_epsilon"] = shortest(c.layernorm_epsilon);
+    j["resid_pdrop"] = shortest(c.hidden_dropout);
+    j["attn_pdrop"] = shortest(c.attention_dropout);
+    if (!j.contains("embd_pdrop")) j["embd_pdrop"] = shortest(c.hidden_dropout);
+    j["scale_attn_weights"] = true;
+    j["scale_attn_by_inverse_layer_idx"] = false;
+    return j;
+  }
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.ffn();
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.query_groups();
+  if (a != HfArchitecture::Qwen2) j["head_dim"] = c.head_dim();
+  j["max_position_embeddings"] = c.max_positions();
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = shortest(c.layernorm_epsilon);
+  j["rope_theta"] = shortest(c.rotary_base);
+  j["attention_dropout"] = shortest(c.attention_dropout);
+  if (a != HfArchitecture::Mistral) {
+    if (c.rope_scaling.enabled) {
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", shortest(c.rope_scaling.factor)},
+                           {"low_freq_factor", shortest(c.rope_scaling.low_freq_factor)},
+                           {"high_freq_factor", shortest(c.rope_scaling.high_freq_factor)},
+                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+    } else {
+      j["rope_scaling"] = nullptr;
+    }
+  }
+  // A window the model's context fits in changes nothing; a narrower one ptdp never computed.
+  const auto window_fits = [&](const char* key) {
+    return j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= c.seq_length;
+  };
+  if (a == HfArchitecture::Llama) {
+    j["attention_bias"] = c.add_bias_linear;
+    j["mlp_bias"] = c.add_bias_linear;
+  } else if (a == HfArchitecture::Mistral) {
+    if (!window_fits("sliding_window")) j["sliding_window"] = nullptr;
+  } else if (!j.contains("use_sliding_window") || !j["use_sliding_window"].is_boolean() ||
+             (j["use_sliding_window"].get<bool>() && !window_fits("sliding_window"))) {
+    j["use_sliding_window"] = false;
+  }
+  return j;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Mappings
+
+std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
+  PTDP_CHECK_ARG(a != HfArchitecture::Auto, std::string("hf_mappings needs an architecture, not Auto"));
+  const int64_t h = c.hidden_size, V = c.vocab_size, f = c.ffn(), P = c.max_positions();
+  const int64_t a_dh = c.attention_width(), g_dh = static_cast<int64_t>(c.query_groups()) * c.head_dim();
+  std::vector<HfMapping> m;
+  const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
+    m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
+  };
+  if (a == HfArchitecture::Gpt2) {
+    const std::string p = "transformer.";
+    add("embedding.word_embeddings.weight", {V, h}, HfLayout::VocabRows, {{p + "wte.weight", {V, h}}});
+    add("embedding.position_embeddings.weight", {P, h}, HfLayout::Copy, {{p + "wpe.weight", {P, h}}});
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string L = layer(i), H = p + "h." + std::to_string(i) + ".";
+      add(L + "input_layernorm.weight", {h}, HfLayout::Copy, {{H + "ln_1.weight", {h}}});
+      add(L + "input_layernorm.bias", {h}, HfLayout::Copy, {{H + "ln_1.bias", {h}}});
+      add(L + "self_attention.linear_qkv.weight", {3 * h, h}, HfLayout::QkvConv1D,
+          {{H + "attn.c_attn.weight", {h, 3 * h}}});
+      add(L + "self_attention.linear_qkv.bias", {3 * h}, HfLayout::QkvFused, {{H + "attn.c_attn.bias", {3 * h}}});
+      add(L + "self_attention.linear_proj.weight", {h, h}, HfLayout::Transpose, {{H + "attn.c_proj.weight", {h, h}}});
+      add(L + "self_attention.linear_proj.bias", {h}, HfLayout::Copy, {{H + "attn.c_proj.bias", {h}}});
+      add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "ln_2.weight", {h}}});
+      add(L + "pre_mlp_layernorm.bias", {h}, HfLayout::Copy, {{H + "ln_2.bias", {h}}});
+      add(L + "mlp.linear_fc1.weight", {f, h}, HfLayout::Transpose, {{H + "mlp.c_fc.weight", {h, f}}});
+      add(L + "mlp.linear_fc1.bias", {f}, HfLayout::Copy, {{H + "mlp.c_fc.bias", {f}}});
+      add(L + "mlp.linear_fc2.weight", {h, f}, HfLayout::Transpose, {{H + "mlp.c_proj.weight", {f, h}}});
+      add(L + "mlp.linear_fc2.bias", {h}, HfLayout::Copy, {{H + "mlp.c_proj.bias", {h}}});
+    }
+    add("decoder.final_layernorm.weight", {h}, HfLayout::Copy, {{p + "ln_f.weight", {h}}});
+    add("decoder.final_layernorm.bias", {h}, HfLayout::Copy, {{p + "ln_f.bias", {h}}});
+  } else {
+    const std::string p = "model.";
+    add("embedding.word_embeddings.weight", {V, h}, HfLayout::VocabRows, {{p + "embed_tokens.weight", {V, h}}});
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string L = layer(i), H = p + "layers." + std::to_string(i) + ".";
+      const std::string A = H + "self_attn.", M = H + "mlp.";
+      add(L + "input_layernorm.weight", {h}, HfLayout::Copy, {{H + "input_layernorm.weight", {h}}});
+      add(L + "self_attention.linear_qkv.weight", {a_dh + 2 * g_dh, h}, HfLayout::Qkv,
+          {{A + "q_proj.weight", {a_dh, h}}, {A + "k_proj.weight", {g_dh, h}}, {A + "v_proj.weight", {g_dh, h}}});
+      if (c.qkv_bias())
+        add(L + "self_attention.linear_qkv.bias", {a_dh + 2 * g_dh}, HfLayout::Qkv,
+            {{A + "q_proj.bias", {a_dh}}, {A + "k_proj.bias", {g_dh}}, {A + "v_proj.bias", {g_dh}}});
+      add(L + "self_attention.linear_proj.weight", {h, a_dh}, HfLayout::Copy, {{A + "o_proj.weight", {h, a_dh}}});
+      if (c.add_bias_linear)
+        add(L + "self_attention.linear_proj.bias", {h}, HfLayout::Copy, {{A + "o_proj.bias", {h}}});
+      add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "post_attention_layernorm.weight", {h}}});
+      add(L + "mlp.linear_fc1.weight", {2 * f, h}, HfLayout::GateUp,
+          {{M + "gate_proj.weight", {f, h}}, {M + "up_proj.weight", {f, h}}});
+      if (c.add_bias_linear)
+        add(L + "mlp.linear_fc1.bias", {2 * f}, HfLayout::GateUp,
+            {{M + "gate_proj.bias", {f}}, {M + "up_proj.bias", {f}}});
+      add(L + "mlp.linear_fc2.weight", {h, f}, HfLayout::Copy, {{M + "down_proj.weight", {h, f}}});
+      if (c.add_bias_linear) add(L + "mlp.linear_fc2.bias", {h}, HfLayout::Copy, {{M + "down_proj.bias", {h}}});
+    }
+    add("decoder.final_layernorm.weight", {h}, HfLayout::Copy, {{p + "norm.weight", {h}}});
+  }
+  if (!c.tie_embeddings) add("output_layer.weight", {V, h}, HfLayout::VocabRows, {{"lm_head.weight", {V, h}}});
+  return m;
+}
+
+std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const HfMapping& m : hf_mappings(c, a))
+    for (const HfTensor& t : m.tensors) shapes[t.name] = t.shape;
+  std::vector<std::string> order;
+  if (a == HfArchitecture::Gpt2) {
+    order = {"transformer.wte.weight", "transformer.wpe.weight"};
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string H = "transformer.h." + std::to_string(i) + ".";
+      for (const char* s : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
+                            "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
+                            "mlp.c_proj.weight", "mlp.c_proj.bias"})
+        order.push_back(H + s);
+    }
+    order.push_back("transformer.ln_f.weight");
+    order.push_back("transformer.ln_f.bias");
+  } else {
+    order = {"model.embed_tokens.weight"};
+    for (int i = 0; i < c.num_layers; ++i) {
+      const std::string H = "model.layers." + std::to_string(i) + ".";
+      for (const char* s : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+        order.push_back(H + s + ".weight");
+        order.push_back(H + s + ".bias");
+      }
+      order.push_back(H + "input_layernorm.weight");
+      order.push_back(H + "post_attention_layernorm.weight");
+    }
+    order.push_back("model.norm.weight");
+  }
+  order.push_back("lm_head.weight");
+  std::vector<HfTensor> out;
+  for (const std::string& n : order) {
+    const auto it = shapes.find(n);
+    if (it != shapes.end()) out.push_back(HfTensor{n, it->second});
+  }
+  if (out.size() != shapes.size())
+    throw_error(ErrorCode::Internal, "hf_state_dict: the state-dict order misses a tensor of the mappings");
+  return out;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Layout conversions
+
+void hf_transpose(const float* in, int64_t rows, int64_t cols, float* out) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) out[k * rows + r] = in[r * cols + k];
+}
+
+void hf_qkv_to_grouped(const float* q, const float* k, const float* v, int heads, int groups, int head_dim,
+                       int64_t cols, float* out) {
+  PTDP_CHECK_ARG(groups > 0 && heads % groups == 0,
+                 str_cat("hf_qkv_to_grouped: ", heads, " heads do not split into ", groups, " groups"));
+  const int per = heads / groups;
+  const int64_t block = static_cast<int64_t>(head_dim) * cols;  // one head's rows
+  for (int g = 0; g < groups; ++g) {
+    float* dst = out + static_cast<int64_t>(g) * (per + 2) * block;
+    std::memcpy(dst, q + static_cast<int64_t>(g) * per * block, static_cast<std::size_t>(per * block) * sizeof(float));
+    std::memcpy(dst + per * block, k + g * block, static_cast<std::size_t>(block) * sizeof(float));
+    std::memcpy(dst + (per + 1) * block, v + g * block, static_cast<std::size_t>(block) * sizeof(float));
+  }
+}
+
+void hf_qkv_from_grouped(const float* qkv, int heads, int groups, int head_dim, int64_t cols, float* q, float* k,
+                         float* v) {
+  PTDP_CHECK_ARG(groups > 0 && heads % groups == 0,
+                 str_cat("hf_qkv_from_grouped: ", heads, " heads do not split into ", groups, " groups"));
+  const int per = heads / groups;
+  const int64_t block = static_cast<int64_t>(head_dim) * cols;
+  for (int g = 0; g < groups; ++g) {
+    const float* src = qkv + static_cast<int64_t>(g) * (per + 2) * block;
+    std::memcpy(q + static_cast<int64_t>(g) * per * block, src, static_cast<std::size_t>(per * block) * sizeof(float));
+    std::memcpy(k + g * block, src + per * block, static_cast<std::size_t>(block) * sizeof(float));
+    std::memcpy(v + g * block, src + (per + 1) * block, static_cast<std::size_t>(block) * sizeof(float));
+  }
+}
+
+void hf_to_param(const HfMapping& m, const GptConfig& c, const std::vector<const float*>& hf, int64_t rows,
+                 float* out) {
+  PTDP_CHECK_ARG(hf.size() == m.tensors.size(),
+                 str_cat(m.param, ": ", hf.size(), " tensors given, the mapping takes ", m.tensors.size()));
+  const int64_t cols = m.shape.size() > 1 ? m.shape[1] : 1;
+  const int heads = c.num_attention_heads, groups = c.query_groups(), dh = c.head_dim();
+  const auto copy = [](const float* src, int64_t n, float* dst) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+  };
+  switch (m.layout) {
+    case HfLayout::Copy:
+      copy(hf[0], numel(m.shape), out);
+      return;
+    case HfLayout::Transpose:
+      hf_transpose(hf[0], m.tensors[0].shape[0], m.tensors[0].shape[1], out);
+      return;
+    case HfLayout::VocabRows:
+      PTDP_CHECK_ARG(rows >= m.shape[0],
+                     str_cat(m.param, ": ", rows, " rows cannot hold the vocabulary of ", m.shape[0]));
+      copy(hf[0], numel(m.shape), out);
+      std::fill(out + numel(m.shape), out + rows * cols, 0.0f);
+      return;
+    case HfLayout::Qkv:
+      hf_qkv_to_grouped(hf[0], hf[1], hf[2], heads, groups, dh, cols, out);
+      return;
+    case HfLayout::QkvConv1D: {
+      const int64_t h = m.tensors[0].shape[0];
+      std::vector<float> t(static_cast<std::size_t>(3 * h * h));
+      hf_transpose(hf[0], h, 3 * h, t.data());  // [3h, h]: the q rows, the k rows, the v rows
+      hf_qkv_to_grouped(t.data(), t.data() + h * h, t.data() + 2 * h * h, heads, heads, dh, h, out);
+      return;
+    }
+    case HfLayout::QkvFused: {
+      const int64_t h = m.shape[0] / 3;
+      hf_qkv_to_grouped(hf[0], hf[0] + h, hf[0] + 2 * h, heads, heads, dh, 1, out);
+      return;
+    }
+    case HfLayout::GateUp: {
+      const int64_t n = numel(m.tensors[0].shape);
+      copy(hf[0], n, out);
+      copy(hf[1], n, out + n);
+      return;
+    }
+  }
+  throw_error(ErrorCode::Internal, str_cat(m.param, ": unknown layout ", static_cast<int>(m.layout)));
+}
+
+void param_to_hf(const HfMapping& m, const GptConfig& c, const float* param, const std::vector<float*>& hf) {
+  PTDP_CHECK_ARG(hf.size() == m.tensors.size(),
+                 str_cat(m.param, ": ", hf.size(), " tensors given, the mapping makes ", m.tensors.size()));
+  const int64_t cols = m.shape.size() > 1 ? m.shape[1] : 1;
+  const int heads = c.num_attention_heads, groups = c.query_groups(), dh = c.head_dim();
+  const auto copy = [](const float* src, int64_t n, float* dst) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * sizeof(float));
+  };
+  switch (m.layout) {
+    case HfLayout::Copy:
+    case HfLayout::VocabRows:
+      copy(param, numel(m.shape), hf[0]);
+      return;
+    case HfLayout::Transpose:
+      hf_transpose(param, m.shape[0], m.shape[1], hf[0]);
+      return;
+    case HfLayout::Qkv:
+      hf_qkv_from_grouped(param, heads, groups, dh, cols, hf[0], hf[1], hf[2]);
+      return;
+    case HfLayout::QkvConv1D: {
+      const int64_t h = m.shape[1];
+      std::vector<float> t(static_cast<std::size_t>(3 * h * h));
+      hf_qkv_from_grouped(param, heads, heads, dh, h, t.data(), t.data() + h * h, t.data() + 2 * h * h);
+      hf_transpose(t.data(), 3 * h, h, hf[0]);
+      return;
+    }
+    case HfLayout::QkvFused: {
+      const int64_t h = m.shape[0] / 3;
+      hf_qkv_from_grouped(param, heads, heads, dh, 1, hf[0], hf[0] + h, hf[0] + 2 * h);
+      return;
+    }
+    case HfLayout::GateUp: {
+      const int64_t n = numel(m.tensors[0].shape);
+      copy(param, n, hf[0]);
+      copy(param + n, n, hf[1]);
+      return;
+    }
+  }
+  throw_error(ErrorCode::Internal, str_cat(m.param, ": unknown layout ", static_cast<int>(m.layout)));
+}
+
+std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size) {
+  std::vector<int> plan(bytes.size(), 0);
+  if (max_shard_size == 0) return plan;
+  // As huggingface_hub: a tensor above the limit is appended as a shard at once; the shard being
+  // filled is appended when the next tensor would tip it over, or at the end.
+  int shards = 0;
+  std::vector<std::size_t> current;
+  uint64_t current_size = 0;
+  const auto close_current = [&] {
+    for (std::size_t i : current) plan[i] = shards;
+    ++shards;
+    current.clear();
+    current_size = 0;
+  };
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] > max_shard_size) {
+      plan[i] = shards++;
+      continue;
+    }
+    if (current_size + bytes[i] > max_shard_size) close_current();
+    current.push_back(i);
+    current_size += bytes[i];
+  }
+  if (!current.empty()) close_current();
+  return plan;
+}
+
+std::string hf_shard_name(int index, int count) {
+  if (count == 1) return kSingleFile;
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", index + 1, count);
+  return name;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Files
+
+HfCheckpointFiles::HfCheckpointFiles(const std::string& dir) {
+  PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
+  if (!fs::is_directory(dir)) throw_io_error(dir, fs::exists(dir) ? "is not a directory" : "missing");
+  const fs::path root(dir);
+  const std::string index_path = (root / kIndexFile).string(), single = (root / kSingleFile).string();
+  std::map<std::string, std::string> weight_map;  // tensor -> file name
+  if (fs::exists(index_path)) {
+    const json index = parse_json_file(index_path, "the index");
+    if (!index.contains("weight_map") || !index.at("weight_map").is_object())
+      throw_io_error(index_path, "has no \"weight_map\" object");
+    for (const auto& [name, file] : index.at("weight_map").items()) {
+      if (!file.is_string()) throw_io_error(index_path, str_cat("weight_map entry \"", name, "\" is not a file name"));
+      const std::string f = file.get<std::string>();
+      if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+        throw_io_error(index_path, str_cat("weight_map entry \"", name, "\" names \"", f, "\", not a file beside it"));
+      weight_map[name] = f;
+    }
+  } else if (fs::exists(single)) {
+    files_.push_back(std::make_unique<SafetensorsFile>(single));
+    for (const SafetensorsTensorInfo& t : files_.back()->tensors()) index_.emplace_back(t.name, 0);
+    return;
+  } else if (fs::exists(root / "pytorch_model.bin") || fs::exists(root / "pytorch_model.bin.index.json")) {
+    throw_io_error(dir,
+                   "holds pytorch_model.bin, which ptdp does not read (pickle); save the model with "
+                   "safe_serialization=True to get model.safetensors");
+  } else {
+    throw_io_error(dir, str_cat("has neither ", kSingleFile, " nor ", kIndexFile));
+  }
+  std::map<std::string, std::size_t> opened;
+  for (const auto& [name, f] : weight_map) {
+    auto it = opened.find(f);
+    if (it == opened.end()) {
+      files_.push_back(std::make_unique<SafetensorsFile>((root / f).string()));
+      it = opened.emplace(f, files_.size() - 1).first;
+    }
+    if (!files_[it->second]->has(name))
+      throw_io_error(files_[it->second]->path(),
+                     str_cat("has no tensor '", name, "', which ", kIndexFile, " places in it"));
+    index_.emplace_back(name, it->second);
+  }
+  std::sort(index_.begin(), index_.end());
+}
+
+std::vector<std::string> HfCheckpointFiles::names() const {
+  std::vector<std::string> out;
+  for (const auto& e : index_) out.push_back(e.first);
+  return out;
+}
+
+bool HfCheckpointFiles::has(const std::string& name) const {
+  const auto it = std::lower_bound(index_.begin(), index_.end(), std::make_pair(name, std::size_t{0}));
+  return it != index_.end() && it->first == name;
+}
+
+const SafetensorsFile& HfCheckpointFiles::file(const std::string& name) const {
+  const auto it = std::lower_bound(index_.begin(), index_.end(), std::make_pair(name, std::size_t{0}));
+  PTDP_CHECK_ARG(it != index_.end() && it->first == name,
+                 str_cat("the Hugging Face checkpoint has no tensor '", name, "'"));
+  return *files_[it->second];
+}
+
+const SafetensorsTensorInfo& HfCheckpointFiles::info(const std::string& name) const { return file(name).info(name); }
+
+const std::string& HfCheckpointFiles::file_of(const std::string& name) const { return file(name).path(); }
+
+std::vector<float> HfCheckpointFiles::read(const std::string& name) const {
+  const SafetensorsFile& f = file(name);
+  std::vector<float> out(static_cast<std::size_t>(f.info(name).numel()));
+  f.read_f32(name, out.data());
+  return out;
+}
+
+// -----------------------------------------------------------------------------------------------
+// Load
+
+void load_hf_checkpoint(const std::string& dir, GptPipeline& model) {
+  PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
+  ProcessGroups& g = model.groups();
+  std::unique_ptr<HfCheckpointFiles> files;
+  std::vector<HfMapping> maps;
+  std::map<std::string, std::string> stored;  // a mapping's tensor name -> its name in the files
+  std::string tied_head;                      // lm_head.weight stored beside a tied embedding
+  HfConfig hf;
+
+  // Everything that can be refused is checked before any parameter changes.
+  agree_on_failure(g, [&] {
+    hf = read_hf_config(dir);
+    const std::string source = (fs::path(dir) / kConfigFile).string();
+    check_model_matches(hf.model, model.config(), source);
+    files = std::make_unique<HfCheckpointFiles>(dir);
+    maps = hf_mappings(hf.model, hf.architecture);
+    // With or without the base model's prefix ("transformer." / "model."): GPT2Model and
+    // LlamaModel save their weights without it.
+    const std::string prefix = hf.architecture == HfArchitecture::Gpt2 ? "transformer." : "model.";
+    const std::string probe = maps.front().tensors.front().name;
+    const bool strip = !files->has(probe) && files->has(probe.substr(prefix.size()));
+    std::set<std::string> used;
+    for (const HfMapping& m : maps) {
+      for (const HfTensor& t : m.tensors) {
+        const bool prefixed = t.name.rfind(prefix, 0) == 0;
+        const std::string name = strip && prefixed ? t.name.substr(prefix.size()) : t.name;
+        if (!files->has(name)) {
+          throw_io_error(dir, str_cat("the Hugging Face checkpoint has no tensor '", name, "' (", m.param, ", ",
+                                      hf_class_name(hf.architecture), ")"));
+        }
+        const SafetensorsTensorInfo& info = files->info(name);
+        if (info.shape != t.shape)
+          throw_io_error(files->file_of(name), str_cat("tensor '", name, "' has shape ", shape_text(info.shape),
+                                                       "; config.json calls for ", shape_text(t.shape)));
+        if (!st_dtype_is_float(info.dtype))
+          throw_io_error(files->file_of(name),
+                         str_cat("tensor '", name, "' has dtype ", st_dtype_name(info.dtype), ", not a float type"));
+        stored[t.name] = name;
+        used.insert(name);
+      }
+    }
+    std::vector<std::string> unknown;
+    for (const std::string& n : files->names()) {
+      if (used.count(n) || ignorable_buffer(n, hf.architecture)) continue;
+      if (n == "lm_head.weight" && hf.model.tie_embeddings) {
+        tied_head = n;
+        continue;
+      }
+      unknown.push_back(n);
+    }
+    if (!unknown.empty()) {
+      std::string list;
+      for (std::size_t i = 0; i < unknown.size() && i < 5; ++i) list += (i ? ", '" : "'") + unknown[i] + "'";
+      if (unknown.size() > 5) list += str_cat(" and ", unknown.size() - 5, " more");
+      throw_io_error(dir, str_cat("the Hugging Face checkpoint holds tensors a ", hf_class_name(hf.architecture),
+                                  " of this config does not have: ", list));
+    }
+    if (!tied_head.empty()) {
+      // A tied head saved anyway must be the embedding itself.
+      const std::vector<float> head = files->read(tied_head);
+      const std::vector<float> embedding = files->read(stored.at(maps.front().tensors.front().name));
+      if (head.size() != embedding.size() ||
+          std::memcmp(head.data(), embedding.data(), head.size() * sizeof(float)) != 0)
+        throw_io_error(files->file_of(tied_head),
+                       "holds an lm_head.weight that differs from the word embedding, but config.json ties them "
+                       "(tie_word_embeddings)");
+    }
+    std::set<std::string> mapped;
+    for (const HfMapping& m : maps) mapped.insert(m.param);
+    for (const ParamInfo& p : model.all_params())
+      if (!mapped.count(p.name))
+        throw_error(ErrorCode::Internal, str_cat("load_hf_checkpoint: no Hugging Face tensor maps to ", p.name));
+  });
+
+  // Read and set; on any rank's failure every rank puts its parameters back.
+  std::vector<std::vector<float>> before(model.chunks().size());
+  for (std::size_t j = 0; j < before.size(); ++j) {
+    const Tensor& flat = model.chunks()[j]->params().flat_params();
+    before[j].resize(static_cast<std::size_t>(flat.numel()));
+    flat.copy_to_host(before[j].data(), flat.nbytes());
+  }
+  std::map<std::string, const ParamInfo*> infos;
+  for (const ParamInfo& p : model.all_params()) infos[p.name] = &p;
+  try {
+    agree_on_failure(g, [&] {
+      for (const HfMapping& m : maps) {
+        bool held = false;
+        for (const auto& c : model.chunks()) held |= c->params().find(m.param) >= 0;
+        if (!held) continue;
+        std::vector<std::vector<float>> values;
+        std::vector<const float*> ptrs;
+        for (const HfTensor& t : m.tensors) values.push_back(files->read(stored.at(t.name)));
+        for (const auto& v : values) ptrs.push_back(v.data());
+        const ParamInfo& info = *infos.at(m.param);
+        std::vector<float> out(static_cast<std::size_t>(info.global_shape.numel()));
+        hf_to_param(m, hf.model, ptrs, info.global_shape[0], out.data());
+        model.set_global(m.param, out.data());
+      }
+    });
+  } catch (...) {
+    for (std::size_t j = 0; j < before.size(); ++j) {
+      ParamTable& table = model.chunks()[j]->params();
+      Tensor flat = table.flat_params();
+      flat.copy_from_host(before[j].data(), before[j].size() * sizeof(float));
+      table.sync_weights();
+    }
+    throw;
+  }
+}
+
+// -----------------------------------------------------------------------------------------------
+// Save
+
+void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSaveOptions& o) {
+  PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
+  PTDP_CHECK_ARG(o.dtype == StDType::F32 || o.dtype == StDType::BF16 || o.dtype == StDType::F16,
+                 str_cat("a Hugging Face checkpoint is written as F32, BF16 or F16, not ", st_dtype_name(o.dtype)));
+  ProcessGroups& g = model.groups();
+  const bool writer = g.rank(GroupKind::World) == 0;
+  const GptConfig& c = model.config();
+  json config;
+  std::map<std::string, HfMapping> by_param;
+  std::vector<HfTensor> order;
+  std::vector<int> plan;
+  int shards = 0;
+
+  agree_on_failure(g, [&] {
+    if (!writer) return;
+    json base = json::object();
+    HfArchitecture arch = o.architecture;
+    if (!o.base_config.empty()) {
+      base = parse_json_file(o.base_config, "the base config");
+      if (arch == HfArchitecture::Auto) {
+        // The base config's class when the model can be written as it (Mistral, say).
+        try {
+          const HfArchitecture from_base = architecture_of(base, o.base_config);
+          check_hf_architecture(c, from_base);
+          arch = from_base;
+        } catch (const Error&) {
+        }
+      }
+    }
+    if (arch == HfArchitecture::Auto) arch = hf_default_architecture(c);
+    config = hf_config_to_json(c, arch, o.dtype, base);
+    for (const HfMapping& m : hf_mappings(c, arch)) by_param.emplace(m.param, m);
+    for (const ParamInfo& p : model.all_params())
+      if (!by_param.count(p.name))
+        throw_error(ErrorCode::Internal, str_cat("save_hf_checkpoint: ", p.name, " maps to no Hugging Face tensor"));
+    order = hf_state_dict(c, arch);
+    std::vector<uint64_t> bytes;
+    for (const HfTensor& t : order) bytes.push_back(static_cast<uint64_t>(numel(t.shape)) * st_dtype_size(o.dtype));
+    plan = hf_shard_plan(bytes, o.max_shard_size);
+    shards = plan.empty() ? 1 : *std::max_element(plan.begin(), plan.end()) + 1;
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || !fs::is_directory(dir)) throw_io_error(dir, str_cat("cannot create the directory: ", ec.message()));
+  });
+
+  // Every rank takes part in every gather; world rank 0 converts and writes each shard as soon as
+  // all its tensors are there. A write failure is kept until the gathers are done.
+  agree_on_failure(g, [&] {
+    std::exception_ptr failure;
+    std::map<std::string, std::vector<float>> pending;
+    std::vector<bool> written(static_cast<std::size_t>(shards), false);
+    std::vector<std::string> files(static_cast<std::size_t>(shards));
+    for (int s = 0; s < shards; ++s) files[static_cast<std::size_t>(s)] = hf_shard_name(s, shards);
+    const auto flush = [&](bool all) {
+      for (int s = 0; s < shards; ++s) {
+        if (written[static_cast<std::size_t>(s)]) continue;
+        bool ready = true;
+        for (std::size_t i = 0; i < order.size(); ++i)
+          if (plan[i] == s && !pending.count(order[i].name)) ready = false;
+        if (!ready) {
+          if (all) throw_error(ErrorCode::Internal, str_cat("save_hf_checkpoint: shard ", s, " is incomplete"));
+          continue;
+        }
+        SafetensorsWriter w;
+        for (std::size_t i = 0; i < order.size(); ++i)
+          if (plan[i] == s) w.add_from_f32(order[i].name, o.dtype, order[i].shape, pending.at(order[i].name).data());
+        w.set_metadata("format", "pt");
+        w.write((fs::path(dir) / files[static_cast<std::size_t>(s)]).string());
+        for (std::size_t i = 0; i < order.size(); ++i)
+          if (plan[i] == s) pending.erase(order[i].name);
+        written[static_cast<std::size_t>(s)] = true;
+      }
+    };
+    for (const ParamInfo& p : model.all_params()) {
+      std::vector<float> value(static_cast<std::size_t>(p.global_shape.numel()));
+      model.get_global(p.name, false, value.data());
+      if (!writer || failure) continue;
+      try {
+        const HfMapping& m = by_param.at(p.name);
+        std::vector<float*> ptrs;
+        for (const HfTensor& t : m.tensors) {
+          std::vector<float>& out = pending[t.name];
+          out.assign(static_cast<std::size_t>(numel(t.shape)), 0.0f);
+          ptrs.push_back(out.data());
+        }
+        param_to_hf(m, c, value.data(), ptrs);
+        flush(false);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    if (!writer) return;
+    if (failure) std::rethrow_exception(failure);
+    flush(true);
+    // Files of an earlier save that this one replaces: the other form (single or sharded) and
+    // shards of another count.
+    const std::set<std::string> kept(files.begin(), files.end());
+    std::vector<fs::path> stale;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (kept.count(n)) continue;
+      if (n == kSingleFile || n == kIndexFile || is_shard_file_name(n)) stale.push_back(e.path());
+    }
+    for (const fs::path& p : stale) fs::remove(p);
+    if (shards > 1) {
+      uint64_t total = 0;
+      json weight_map = json::object();
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        total += static_cast<uint64_t>(numel(order[i].shape)) * st_dtype_size(o.dtype);
+        weight_map[order[i].name] = files[static_cast<std::size_t>(plan[i])];
+      }
+      const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+      write_text((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
+    }
+    write_text((fs::path(dir) / kConfigFile).string(), config.dump(2) + "\n");
+  });
+}
+
+}  // namespace ptdp

@@ -1,0 +1,282 @@
+/* ptdp-convert: Hugging Face checkpoints in and out of ptdp, on the public C API.
+ *
+ *   ptdp-convert --from-hf llama-dir --to-ptdp ckpt [--seq-length 2048]
+ *   mpirun -np 4 ptdp-convert --from-hf llama-dir --to-ptdp ckpt \
+ *       --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+ *   ptdp-convert --from-ptdp ckpt --to-hf out-dir [--dtype bf16] [--max-shard-size 5GB]
+ *
+ * --from-hf builds the model the Hugging Face config.json describes at the layout given (under
+ * mpirun for t * p * d > 1), loads its weights (ptdp_hf_load) and saves a ptdp checkpoint of
+ * iteration 0 without optimizer state, which `ptdp-train --finetune --load CKPT` starts from (any
+ * layout loads it); it copies config.json beside it as CKPT/hf_config.json and prints the
+ * ptdp-train flags of the model. --from-ptdp loads a ptdp checkpoint (saved at any layout) and
+ * writes it as a Hugging Face directory (ptdp_hf_save), keeping the fields of CKPT/hf_config.json
+ * (or --hf-config FILE) that ptdp does not describe.
+ * Exit status: 0 on success, 1 on a failure (the message names what went wrong), 2 on bad flags.
+ */
+#include <errno.h>
+#include <ptdp/ptdp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char* usage =
+    "usage: ptdp-convert --from-hf DIR --to-ptdp CKPT [flags]\n"
+    "       ptdp-convert --from-ptdp CKPT --to-hf DIR [flags]\n"
+    "  --from-hf DIR                       a Hugging Face model directory (config.json, model.safetensors\n"
+    "                                      or model.safetensors.index.json and its shards)\n"
+    "  --to-ptdp CKPT                      the ptdp checkpoint to write (iteration 0, parameters only)\n"
+    "  --from-ptdp CKPT                    a ptdp checkpoint directory (its latest iteration)\n"
+    "  --to-hf DIR                         the Hugging Face directory to write\n"
+    "  --tensor-model-parallel-size T      the layout to convert at (default 1); run T * P * D\n"
+    "  --pipeline-model-parallel-size P      processes under mpirun (default 1)\n"
+    "  --seq-length N                      [--from-hf] the context the ptdp model trains with (default:\n"
+    "                                      the Hugging Face model's, or its sliding window)\n"
+    "  --make-vocab-size-divisible-by N    [--from-hf] vocabulary padding of the ptdp model (default 128)\n"
+    "  --dtype {fp32,bf16,fp16}            [--to-hf] storage type of the tensors (default fp32)\n"
+    "  --max-shard-size SIZE               [--to-hf] split files above SIZE bytes (suffixes KB, MB, GB\n"
+    "                                      as Hugging Face reads them, 1000-based; KiB, MiB, GiB)\n"
+    "  --architecture NAME                 [--to-hf] auto (default), gpt2, llama, mistral or qwen2\n"
+    "  --hf-config FILE                    [--to-hf] config.json whose other fields are kept (default:\n"
+    "                                      CKPT/hf_config.json when it exists)\n"
+    "  --help                              this text\n";
+
+static int bad_flag(const char* flag, const char* value, const char* why) {
+  fprintf(stderr, "ptdp-convert: %s: '%s' %s\n%s", flag, value ? value : "", why, usage);
+  return 2;
+}
+
+static int parse_long(const char* s, long long* out) {
+  char* end = NULL;
+  errno = 0;
+  const long long v = strtoll(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0') return 0;
+  *out = v;
+  return 1;
+}
+
+/* "5GB" -> 5e9, "500MiB" -> 500 * 2^20, "1234" -> 1234 (Hugging Face's convert_file_size_to_int). */
+static int parse_size(const char* s, long long* out) {
+  char* end = NULL;
+  errno = 0;
+  const long long v = strtoll(s, &end, 10);
+  if (errno != 0 || end == s || v < 0) return 0;
+  static const struct {
+    const char* suffix;
+    long long factor;
+  } units[] = {{"", 1},
+               {"B", 1},
+               {"KB", 1000LL},
+               {"MB", 1000000LL},
+               {"GB", 1000000000LL},
+               {"KiB", 1LL << 10},
+               {"MiB", 1LL << 20},
+               {"GiB", 1LL << 30}};
+  for (size_t i = 0; i < sizeof units / sizeof units[0]; ++i) {
+    if (strcmp(end, units[i].suffix) == 0) {
+      if (v > 0 && units[i].factor > (1LL << 62) / v) return 0;
+      *out = v * units[i].factor;
+      return 1;
+    }
+  }
+  return 0;
+}
+
+#define CHECK(call)                                                                                     \
+  do {                                                                                                  \
+    ptdp_status st_ = (call);                                                                           \
+    if (st_ != PTDP_SUCCESS) {                                                                          \
+      fprintf(stderr, "ptdp-convert: %s: %s: %s\n", #call, ptdp_status_string(st_), ptdp_last_error()); \
+      status = 1;                                                                                       \
+      goto done;                                                                                        \
+    }                                                                                                   \
+  } while (0)
+
+static int copy_file(const char* from, const char* to) {
+  FILE* in = fopen(from, "rb");
+  if (!in) return 0;
+  FILE* out = fopen(to, "wb");
+  if (!out) {
+    fclose(in);
+    return 0;
+  }
+  char buf[65536];
+  size_t n = 0;
+  int ok = 1;
+  while ((n = fread(buf, 1, sizeof buf, in)) > 0) ok &= fwrite(buf, 1, n, out) == n;
+  ok &= !ferror(in);
+  fclose(in);
+  ok &= fclose(out) == 0;
+  return ok;
+}
+
+static int file_exists(const char* path) {
+  FILE* f = fopen(path, "rb");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+/* The ptdp-train flags that build this model (those a checkpoint is checked against). */
+static void print_train_flags(const ptdp_gpt_options* g) {
+  printf(
+      "ptdp-train flags for this model: --num-layers %d --hidden-size %d --num-attention-heads %d "
+      "--ffn-hidden-size %d --vocab-size %d --seq-length %d --max-position-embeddings %d --norm-epsilon %g",
+      (int)g->num_layers, (int)g->hidden_size, (int)g->num_attention_heads, (int)g->ffn_hidden_size, (int)g->vocab_size,
+      (int)g->seq_length, (int)g->max_position_embeddings, (double)g->layernorm_epsilon);
+  if (g->normalization == PTDP_NORMALIZATION_RMSNORM) printf(" --normalization RMSNorm");
+  if (g->swiglu) printf(" --swiglu");
+  if (g->position_embedding_type == PTDP_POSITION_EMBEDDING_ROPE)
+    printf(" --position-embedding-type rope --rotary-base %.17g", g->rotary_base);
+  if (g->use_rope_scaling)
+    printf(
+        " --use-rope-scaling --rope-scaling-factor %g --rope-scaling-low-freq-factor %g "
+        "--rope-scaling-high-freq-factor %g --rope-scaling-original-max-position-embeddings %d",
+        (double)g->rope_scaling_factor, (double)g->rope_low_freq_factor, (double)g->rope_high_freq_factor,
+        (int)g->rope_original_max_position_embeddings);
+  if (g->num_query_groups > 0 && g->num_query_groups != g->num_attention_heads)
+    printf(" --group-query-attention --num-query-groups %d", (int)g->num_query_groups);
+  if (g->kv_channels > 0) printf(" --kv-channels %d", (int)g->kv_channels);
+  if (g->disable_bias_linear) printf(" --disable-bias-linear");
+  if (g->add_qkv_bias) printf(" --add-qkv-bias");
+  if (g->untie_embeddings_and_output_weights) printf(" --untie-embeddings-and-output-weights");
+  printf(" --hidden-dropout %g --attention-dropout %g\n", (double)g->hidden_dropout, (double)g->attention_dropout);
+}
+
+int main(int argc, char** argv) {
+  const char *from_hf = NULL, *to_ptdp = NULL, *from_ptdp = NULL, *to_hf = NULL, *hf_config = NULL;
+  long long t = 1, p = 1, seq_length = 0, divisible = 0;
+  ptdp_hf_save_options save;
+  ptdp_hf_save_options_init(&save);
+  for (int i = 1; i < argc; ++i) {
+    const char* flag = argv[i];
+    if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+      fputs(usage, stdout);
+      return 0;
+    }
+    if (i + 1 >= argc) return bad_flag(flag, NULL, "needs a value (or is unknown)");
+    const char* value = argv[++i];
+    long long n = 0;
+    if (strcmp(flag, "--from-hf") == 0) {
+      from_hf = value;
+    } else if (strcmp(flag, "--to-ptdp") == 0) {
+      to_ptdp = value;
+    } else if (strcmp(flag, "--from-ptdp") == 0) {
+      from_ptdp = value;
+    } else if (strcmp(flag, "--to-hf") == 0) {
+      to_hf = value;
+    } else if (strcmp(flag, "--hf-config") == 0) {
+      hf_config = value;
+    } else if (strcmp(flag, "--tensor-model-parallel-size") == 0 ||
+               strcmp(flag, "--pipeline-model-parallel-size") == 0 || strcmp(flag, "--seq-length") == 0 ||
+               strcmp(flag, "--make-vocab-size-divisible-by") == 0) {
+      if (!parse_long(value, &n) || n < 1 || n > 1000000000) return bad_flag(flag, value, "is not an integer >= 1");
+      if (flag[2] == 't')
+        t = n;
+      else if (flag[2] == 'p')
+        p = n;
+      else if (flag[2] == 's')
+        seq_length = n;
+      else
+        divisible = n;
+    } else if (strcmp(flag, "--dtype") == 0) {
+      if (strcmp(value, "fp32") == 0)
+        save.dtype = PTDP_DTYPE_F32;
+      else if (strcmp(value, "bf16") == 0)
+        save.dtype = PTDP_DTYPE_BF16;
+      else if (strcmp(value, "fp16") == 0)
+        save.dtype = PTDP_DTYPE_F16;
+      else
+        return bad_flag(flag, value, "is not one of fp32, bf16, fp16");
+    } else if (strcmp(flag, "--max-shard-size") == 0) {
+      if (!parse_size(value, &n)) return bad_flag(flag, value, "is not a size (e.g. 5GB, 500MB, 1073741824)");
+      save.max_shard_size = n;
+    } else if (strcmp(flag, "--architecture") == 0) {
+      static const char* names[] = {"auto", "gpt2", "llama", "mistral", "qwen2"};
+      int found = -1;
+      for (int k = 0; k < 5; ++k)
+        if (strcmp(value, names[k]) == 0) found = k;
+      if (found < 0) return bad_flag(flag, value, "is not one of auto, gpt2, llama, mistral, qwen2");
+      save.architecture = (ptdp_hf_architecture)found;
+    } else {
+      return bad_flag(flag, value, "unknown flag");
+    }
+  }
+  const int import = from_hf != NULL;
+  if (import == (from_ptdp != NULL)) return bad_flag("--from-hf", "", "give exactly one of --from-hf and --from-ptdp");
+  if (import && !to_ptdp) return bad_flag("--to-ptdp", "", "is required with --from-hf");
+  if (!import && !to_hf) return bad_flag("--to-hf", "", "is required with --from-ptdp");
+  if ((import && to_hf) || (!import && to_ptdp))
+    return bad_flag(import ? "--to-hf" : "--to-ptdp", "", "does not go with this direction");
+
+  int status = 0;
+  ptdp_runtime runtime = NULL;
+  ptdp_groups groups = NULL;
+  ptdp_model model = NULL;
+  int32_t rank = 0, world = 1;
+  char base_path[4096];
+
+  CHECK(ptdp_runtime_create(NULL, &runtime));
+  CHECK(ptdp_runtime_world(runtime, &rank, &world));
+  if (world % (t * p) != 0) {
+    if (rank == 0)
+      fprintf(stderr, "ptdp-convert: the world of %d processes is not a multiple of t %lld x p %lld\n", (int)world, t,
+              p);
+    status = 2;
+    goto done;
+  }
+  ptdp_parallel_options po;
+  CHECK(ptdp_parallel_options_init(&po));
+  po.tensor_model_parallel_size = (int32_t)t;
+  po.pipeline_model_parallel_size = (int32_t)p;
+  CHECK(ptdp_groups_create(runtime, &po, &groups));
+
+  ptdp_gpt_options g;
+  CHECK(ptdp_gpt_options_init(&g));
+  if (import) {
+    ptdp_hf_architecture arch = PTDP_HF_ARCHITECTURE_AUTO;
+    CHECK(ptdp_hf_read_options(from_hf, &g, &arch));
+    if (seq_length > 0) g.seq_length = (int32_t)seq_length;
+    if (divisible > 0) g.make_vocab_size_divisible_by = (int32_t)divisible;
+    CHECK(ptdp_model_create(groups, &g, &model));
+    CHECK(ptdp_hf_load(from_hf, model));
+    ptdp_checkpoint_state state;
+    CHECK(ptdp_checkpoint_state_init(&state));
+    CHECK(ptdp_checkpoint_save(to_ptdp, model, NULL, NULL, &state));
+    if (rank == 0) {
+      char from[4096];
+      snprintf(from, sizeof from, "%s/config.json", from_hf);
+      snprintf(base_path, sizeof base_path, "%s/hf_config.json", to_ptdp);
+      if (!copy_file(from, base_path)) {
+        fprintf(stderr, "ptdp-convert: cannot copy %s to %s\n", from, base_path);
+        status = 1;
+        goto done;
+      }
+      static const char* arch_names[] = {"auto", "gpt2", "llama", "mistral", "qwen2"};
+      printf("ptdp-convert: %s (%s, %d layers, hidden %d, vocabulary %d) -> %s at t %lld, p %lld, d %lld\n", from_hf,
+             arch_names[arch], (int)g.num_layers, (int)g.hidden_size, (int)g.vocab_size, to_ptdp, t, p,
+             world / (t * p));
+      print_train_flags(&g);
+    }
+  } else {
+    int64_t iteration = 0;
+    CHECK(ptdp_checkpoint_read_options(from_ptdp, &g, &iteration));
+    CHECK(ptdp_model_create(groups, &g, &model));
+    CHECK(ptdp_checkpoint_load(from_ptdp, model, NULL, NULL));
+    if (hf_config) {
+      save.base_config = hf_config;
+    } else {
+      snprintf(base_path, sizeof base_path, "%s/hf_config.json", from_ptdp);
+      if (file_exists(base_path)) save.base_config = base_path;
+    }
+    CHECK(ptdp_hf_save(to_hf, model, &save));
+    if (rank == 0)
+      printf("ptdp-convert: %s (iteration %lld) -> %s%s%s\n", from_ptdp, (long long)iteration, to_hf,
+             save.base_config ? ", keeping the other fields of " : "", save.base_config ? save.base_config : "");
+  }
+
+done:
+  ptdp_model_destroy(model);
+  ptdp_groups_destroy(groups);
+  ptdp_runtime_destroy(runtime);
+  return status;
+}

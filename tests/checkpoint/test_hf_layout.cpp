@@ -1,0 +1,389 @@
+// The Hugging Face layout conversions and config mapping of core/checkpoint/hf_checkpoint.h on
+// their own, each with values that make a mix-up visible: rows that encode (part, head, row) in
+// the q|k|v grouping, [in, out] values in the Conv1D transpose, gate and up rows, padded
+// vocabulary rows; config.json <-> GptConfig both ways for every architecture and the
+// refusals; Hugging Face's shard split; the directory reader's refusals.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/checkpoint/hf_checkpoint.h"
+#include "core/checkpoint/safetensors.h"
+#include "kernels/error.h"
+
+namespace {
+
+using namespace ptdp;
+using json = nlohmann::json;
+namespace fs = std::filesystem;
+
+// value = part * 1000 + head * 100 + row * 10 + col: part 1 q, 2 k, 3 v.
+std::vector<float> encoded(int part, int heads, int dh, int cols) {
+  std::vector<float> v;
+  for (int h = 0; h < heads; ++h)
+    for (int r = 0; r < dh; ++r)
+      for (int c = 0; c < cols; ++c) v.push_back(static_cast<float>(part * 1000 + h * 100 + r * 10 + c));
+  return v;
+}
+
+template <typename F>
+ErrorCode code_of(F&& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  return ErrorCode::Internal;
+}
+
+json llama_json() {
+  return {{"model_type", "llama"},
+          {"vocab_size", 100},
+          {"hidden_size", 64},
+          {"intermediate_size", 96},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 8},
+          {"num_key_value_heads", 2},
+          {"max_position_embeddings", 128},
+          {"rms_norm_eps", 1e-5},
+          {"rope_theta", 500000.0},
+          {"hidden_act", "silu"},
+          {"tie_word_embeddings", true},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"head_dim", 8}};
+}
+
+json gpt2_json() {
+  return {{"model_type", "gpt2"},
+          {"vocab_size", 50257},
+          {"n_embd", 768},
+          {"n_layer", 12},
+          {"n_head", 12},
+          {"n_positions", 1024},
+          {"n_inner", nullptr},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"resid_pdrop", 0.1},
+          {"attn_pdrop", 0.1},
+          {"initializer_range", 0.02}};
+}
+
+}  // namespace
+
+TEST_CASE("q, k and v heads go to their query group's rows in the order Megatron-Core keeps", "[hf]") {
+  // a = 4 query heads in g = 2 groups, head dim 3, 2 columns.
+  const std::vector<float> q = encoded(1, 4, 3, 2), k = encoded(2, 2, 3, 2), v = encoded(3, 2, 3, 2);
+  std::vector<float> out(8 * 3 * 2);
+  hf_qkv_to_grouped(q.data(), k.data(), v.data(), 4, 2, 3, 2, out.data());
+  // Written out by hand: group 0 holds q0 q1 k0 v0, group 1 q2 q3 k1 v1.
+  const int part[8] = {1, 1, 2, 3, 1, 1, 2, 3}, head[8] = {0, 1, 0, 0, 2, 3, 1, 1};
+  for (int blk = 0; blk < 8; ++blk)
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 2; ++c)
+        CHECK(out[static_cast<std::size_t>((blk * 3 + r) * 2 + c)] == part[blk] * 1000 + head[blk] * 100 + r * 10 + c);
+  std::vector<float> q2(q.size()), k2(k.size()), v2(v.size());
+  hf_qkv_from_grouped(out.data(), 4, 2, 3, 2, q2.data(), k2.data(), v2.data());
+  CHECK(q2 == q);
+  CHECK(k2 == k);
+  CHECK(v2 == v);
+
+  // Multi-head attention (g = a = 3), as GPT-2's: q0 k0 v0 q1 k1 v1 q2 k2 v2; biases (1 column).
+  const std::vector<float> bq = encoded(1, 3, 2, 1), bk = encoded(2, 3, 2, 1), bv = encoded(3, 3, 2, 1);
+  std::vector<float> b(18);
+  hf_qkv_to_grouped(bq.data(), bk.data(), bv.data(), 3, 3, 2, 1, b.data());
+  const std::vector<float> want = {1000, 1010, 2000, 2010, 3000, 3010, 1100, 1110, 2100,
+                                   2110, 3100, 3110, 1200, 1210, 2200, 2210, 3200, 3210};
+  CHECK(b == want);
+  CHECK_THROWS_AS(hf_qkv_to_grouped(q.data(), k.data(), v.data(), 4, 3, 3, 2, out.data()), Error);
+}
+
+TEST_CASE("GPT-2's Conv1D weights are transposed, c_attn's q | k | v columns regrouped per head", "[hf]") {
+  GptConfig c;
+  c.hidden_size = 4;
+  c.num_attention_heads = 2;
+  c.num_layers = 1;
+  c.vocab_size = 5;
+  c.seq_length = 4;
+  const std::vector<HfMapping> maps = hf_mappings(c, HfArchitecture::Gpt2);
+  const auto find = [&](const std::string& name) -> const HfMapping& {
+    for (const HfMapping& m : maps)
+      if (m.param == name) return m;
+    FAIL("no mapping for " << name);
+    return maps.front();
+  };
+  // c_attn.weight [in 4, out 12], value in * 100 + out.
+  std::vector<float> c_attn;
+  for (int i = 0; i < 4; ++i)
+    for (int o = 0; o < 12; ++o) c_attn.push_back(static_cast<float>(i * 100 + o));
+  const HfMapping& qkv = find("decoder.layers.0.self_attention.linear_qkv.weight");
+  REQUIRE(qkv.layout == HfLayout::QkvConv1D);
+  REQUIRE(qkv.tensors[0].name == "transformer.h.0.attn.c_attn.weight");
+  REQUIRE(qkv.tensors[0].shape == std::vector<int64_t>{4, 12});
+  std::vector<float> param(48);
+  hf_to_param(qkv, c, {c_attn.data()}, 12, param.data());
+  // Row r of linear_qkv is output column col[r]: head 0's q (0, 1), k (4, 5), v (8, 9), then head 1's.
+  const int col[12] = {0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11};
+  for (int r = 0; r < 12; ++r)
+    for (int i = 0; i < 4; ++i) CHECK(param[static_cast<std::size_t>(r * 4 + i)] == i * 100 + col[r]);
+  std::vector<float> back(48);
+  param_to_hf(qkv, c, param.data(), {back.data()});
+  CHECK(back == c_attn);
+
+  const HfMapping& fc1 = find("decoder.layers.0.mlp.linear_fc1.weight");
+  REQUIRE(fc1.layout == HfLayout::Transpose);
+  REQUIRE(fc1.tensors[0].shape == std::vector<int64_t>{4, 16});
+  std::vector<float> c_fc;
+  for (int i = 0; i < 4; ++i)
+    for (int o = 0; o < 16; ++o) c_fc.push_back(static_cast<float>(i * 100 + o));
+  std::vector<float> w(64);
+  hf_to_param(fc1, c, {c_fc.data()}, 16, w.data());
+  for (int o = 0; o < 16; ++o)
+    for (int i = 0; i < 4; ++i) CHECK(w[static_cast<std::size_t>(o * 4 + i)] == i * 100 + o);
+
+  const HfMapping& bias = find("decoder.layers.0.self_attention.linear_qkv.bias");
+  REQUIRE(bias.layout == HfLayout::QkvFused);
+  std::vector<float> b12(12), pb(12);
+  for (int o = 0; o < 12; ++o) b12[static_cast<std::size_t>(o)] = static_cast<float>(o);
+  hf_to_param(bias, c, {b12.data()}, 12, pb.data());
+  for (int r = 0; r < 12; ++r) CHECK(pb[static_cast<std::size_t>(r)] == col[r]);
+}
+
+TEST_CASE("SwiGLU's linear_fc1 is gate_proj's rows then up_proj's, and the vocabulary pads with zeros", "[hf]") {
+  GptConfig c;
+  c.hidden_size = 2;
+  c.num_attention_heads = 1;
+  c.ffn_hidden_size = 3;
+  c.num_layers = 1;
+  c.vocab_size = 3;
+  c.normalization = Normalization::RMSNorm;
+  c.swiglu = true;
+  c.position_embedding = PositionEmbedding::Rope;
+  c.add_bias_linear = false;
+  const std::vector<HfMapping> maps = hf_mappings(c, HfArchitecture::Llama);
+  const HfMapping* fc1 = nullptr;
+  const HfMapping* emb = nullptr;
+  for (const HfMapping& m : maps) {
+    if (m.param == "decoder.layers.0.mlp.linear_fc1.weight") fc1 = &m;
+    if (m.param == "embedding.word_embeddings.weight") emb = &m;
+  }
+  REQUIRE(fc1);
+  REQUIRE(fc1->layout == HfLayout::GateUp);
+  REQUIRE(fc1->tensors[0].name == "model.layers.0.mlp.gate_proj.weight");
+  REQUIRE(fc1->tensors[1].name == "model.layers.0.mlp.up_proj.weight");
+  const std::vector<float> gate = {11, 12, 21, 22, 31, 32}, up = {-11, -12, -21, -22, -31, -32};
+  std::vector<float> out(12);
+  hf_to_param(*fc1, c, {gate.data(), up.data()}, 6, out.data());
+  CHECK(out == std::vector<float>{11, 12, 21, 22, 31, 32, -11, -12, -21, -22, -31, -32});
+  std::vector<float> g2(6), u2(6);
+  param_to_hf(*fc1, c, out.data(), {g2.data(), u2.data()});
+  CHECK(g2 == gate);
+  CHECK(u2 == up);
+
+  REQUIRE(emb);
+  REQUIRE(emb->layout == HfLayout::VocabRows);
+  const std::vector<float> table = {1, 2, 3, 4, 5, 6};
+  std::vector<float> padded(8 * 2, -1.0f);
+  hf_to_param(*emb, c, {table.data()}, 8, padded.data());
+  CHECK(padded == std::vector<float>{1, 2, 3, 4, 5, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  std::vector<float> cut(6);
+  padded[6] = 99;  // a padded row never reaches the export
+  param_to_hf(*emb, c, padded.data(), {cut.data()});
+  CHECK(cut == table);
+}
+
+TEST_CASE("The state dict is listed in the order Hugging Face saves it", "[hf]") {
+  HfConfig q = hf_config_from_json({{"model_type", "qwen2"},
+                                    {"vocab_size", 10},
+                                    {"hidden_size", 8},
+                                    {"intermediate_size", 16},
+                                    {"num_hidden_layers", 1},
+                                    {"num_attention_heads", 2},
+                                    {"num_key_value_heads", 1},
+                                    {"max_position_embeddings", 32}},
+                                   "qwen2.json");
+  std::vector<std::string> names;
+  for (const HfTensor& t : hf_state_dict(q.model, q.architecture)) names.push_back(t.name);
+  const std::vector<std::string> want = {"model.embed_tokens.weight",
+                                         "model.layers.0.self_attn.q_proj.weight",
+                                         "model.layers.0.self_attn.q_proj.bias",
+                                         "model.layers.0.self_attn.k_proj.weight",
+                                         "model.layers.0.self_attn.k_proj.bias",
+                                         "model.layers.0.self_attn.v_proj.weight",
+                                         "model.layers.0.self_attn.v_proj.bias",
+                                         "model.layers.0.self_attn.o_proj.weight",
+                                         "model.layers.0.mlp.gate_proj.weight",
+                                         "model.layers.0.mlp.up_proj.weight",
+                                         "model.layers.0.mlp.down_proj.weight",
+                                         "model.layers.0.input_layernorm.weight",
+                                         "model.layers.0.post_attention_layernorm.weight",
+                                         "model.norm.weight",
+                                         "lm_head.weight"};
+  CHECK(names == want);
+}
+
+TEST_CASE("Hugging Face's shard split: a tensor above the limit is a shard of its own, appended at once", "[hf]") {
+  CHECK(hf_shard_plan({5, 3, 4, 12, 2, 2}, 8) == std::vector<int>{0, 0, 2, 1, 2, 2});
+  CHECK(hf_shard_plan({5, 3, 4}, 0) == std::vector<int>{0, 0, 0});
+  CHECK(hf_shard_plan({8, 8, 1}, 8) == std::vector<int>{0, 1, 2});
+  CHECK(hf_shard_name(0, 1) == "model.safetensors");
+  CHECK(hf_shard_name(1, 3) == "model-00002-of-00003.safetensors");
+}
+
+TEST_CASE("config.json maps onto GptConfig and back for GPT-2, Llama, Mistral and Qwen2", "[hf]") {
+  const HfConfig g = hf_config_from_json(gpt2_json(), "gpt2.json");
+  CHECK(g.architecture == HfArchitecture::Gpt2);
+  CHECK(g.model.hidden_size == 768);
+  CHECK(g.model.ffn() == 3072);
+  CHECK(g.model.max_positions() == 1024);
+  CHECK(g.model.seq_length == 1024);
+  CHECK(g.model.tie_embeddings);
+  CHECK(g.model.padded_vocab(1) == 50304);
+  CHECK(hf_default_architecture(g.model) == HfArchitecture::Gpt2);
+  const json gj = hf_config_to_json(g.model, HfArchitecture::Gpt2, StDType::F32, json::object());
+  const json gpt2_original = gpt2_json();
+  for (const auto& [key, value] : gpt2_original.items()) {
+    INFO(key);
+    CHECK(gj.at(key) == value);
+  }
+  CHECK(gj.dump().find("1e-05") != std::string::npos);  // shortest float text, not 9.99999974737875e-06
+
+  const HfConfig l = hf_config_from_json(llama_json(), "llama.json");
+  CHECK(l.architecture == HfArchitecture::Llama);
+  CHECK(l.model.query_groups() == 2);
+  CHECK(l.model.head_dim() == 8);
+  CHECK(l.model.kv_channels == 0);
+  CHECK(l.model.rotary_base == 500000.0f);
+  CHECK(l.model.ffn() == 96);
+  CHECK(l.model.layernorm_epsilon == 1e-5f);
+  CHECK(l.model.tie_embeddings);
+  CHECK_FALSE(l.model.add_bias_linear);
+  const json lj = hf_config_to_json(l.model, HfArchitecture::Llama, StDType::BF16, json{{"bos_token_id", 128000}});
+  const json llama_original = llama_json();
+  for (const auto& [key, value] : llama_original.items()) {
+    INFO(key);
+    CHECK(lj.at(key) == value);
+  }
+  CHECK(lj.at("bos_token_id") == 128000);
+  CHECK(lj.at("torch_dtype") == "bfloat16");
+  CHECK(lj.at("architectures") == json::array({"LlamaForCausalLM"}));
+
+  // Llama 3.1's rope_scaling, both key spellings.
+  json scaled = llama_json();
+  scaled["rope_scaling"] = {{"type", "llama3"},
+                            {"factor", 8.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 8192}};
+  const HfConfig s = hf_config_from_json(scaled, "s.json");
+  CHECK(s.model.rope_scaling.enabled);
+  CHECK(s.model.rope_scaling.original_max_position_embeddings == 8192);
+  CHECK(hf_config_to_json(s.model, HfArchitecture::Llama, StDType::F32, json::object())
+            .at("rope_scaling")
+            .at("rope_type") == "llama3");
+
+  // Mistral's sliding window: the model's context is the window when it is shorter.
+  json mistral = llama_json();
+  mistral.erase("attention_bias");
+  mistral.erase("mlp_bias");
+  mistral["model_type"] = "mistral";
+  mistral["sliding_window"] = 64;
+  const HfConfig m = hf_config_from_json(mistral, "m.json");
+  CHECK(m.architecture == HfArchitecture::Mistral);
+  CHECK(m.model.seq_length == 64);
+  CHECK(m.model.max_positions() == 128);
+  CHECK(hf_config_to_json(m.model, HfArchitecture::Mistral, StDType::F32, mistral).at("sliding_window") == 64);
+
+  json qwen = llama_json();
+  qwen["model_type"] = "qwen2";
+  qwen.erase("head_dim");
+  qwen["hidden_size"] = 64;
+  const HfConfig q = hf_config_from_json(qwen, "q.json");
+  CHECK(q.architecture == HfArchitecture::Qwen2);
+  CHECK(q.model.add_qkv_bias);
+  CHECK_FALSE(q.model.add_bias_linear);
+  CHECK(hf_default_architecture(q.model) == HfArchitecture::Qwen2);
+  CHECK(code_of([&] { check_hf_architecture(q.model, HfArchitecture::Mistral); }) == ErrorCode::Unsupported);
+  CHECK(code_of([&] { check_hf_architecture(q.model, HfArchitecture::Gpt2); }) == ErrorCode::Unsupported);
+  CHECK(code_of([&] { check_hf_architecture(g.model, HfArchitecture::Llama); }) == ErrorCode::Unsupported);
+}
+
+TEST_CASE("Configs ptdp does not compute are refused with the field named", "[hf]") {
+  const auto refused = [](json j, ErrorCode want, const std::string& words) {
+    std::string message;
+    CHECK(code_of([&] { hf_config_from_json(j, "cfg.json"); }, &message) == want);
+    CHECK_THAT(message, Catch::Contains(words));
+  };
+  json j = llama_json();
+  j["hidden_act"] = "gelu";
+  refused(j, ErrorCode::Unsupported, "hidden_act \"gelu\"");
+  j = llama_json();
+  j["attention_bias"] = true;
+  refused(j, ErrorCode::Unsupported, "attention_bias = 1 with mlp_bias = 0");
+  j = llama_json();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  refused(j, ErrorCode::Unsupported, "rope_scaling type \"yarn\"");
+  j = llama_json();
+  j["model_type"] = "gemma";
+  refused(j, ErrorCode::Unsupported, "model_type \"gemma\"");
+  j = llama_json();
+  j.erase("model_type");
+  refused(j, ErrorCode::Io, "\"model_type\" is missing");
+  j = llama_json();
+  j["num_hidden_layers"] = "two";
+  refused(j, ErrorCode::Io, "\"num_hidden_layers\" is not an integer");
+  j = llama_json();
+  j["num_key_value_heads"] = 3;
+  refused(j, ErrorCode::InvalidArgument, "cfg.json");
+  j = gpt2_json();
+  j["scale_attn_by_inverse_layer_idx"] = true;
+  refused(j, ErrorCode::Unsupported, "scale_attn_by_inverse_layer_idx");
+  j = gpt2_json();
+  j["activation_function"] = "gelu";
+  refused(j, ErrorCode::Unsupported, "tanh approximation");
+}
+
+TEST_CASE("The directory reader follows the index and refuses what it cannot read", "[hf]") {
+  const fs::path dir = fs::temp_directory_path() / ("ptdp-hf-layout-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::vector<float> a = {1, 2, 3, 4}, b = {5, 6};
+  {
+    SafetensorsWriter w;
+    w.add_from_f32("a", StDType::BF16, {2, 2}, a.data());
+    w.write((dir / "model-00001-of-00002.safetensors").string());
+    SafetensorsWriter w2;
+    w2.add_from_f32("b", StDType::F16, {2}, b.data());
+    w2.write((dir / "model-00002-of-00002.safetensors").string());
+  }
+  const auto index = [&](const json& j) { std::ofstream(dir / "model.safetensors.index.json") << j.dump(); };
+  index({{"weight_map", {{"a", "model-00001-of-00002.safetensors"}, {"b", "model-00002-of-00002.safetensors"}}}});
+  HfCheckpointFiles files(dir.string());
+  CHECK(files.names() == std::vector<std::string>{"a", "b"});
+  CHECK(files.read("a") == a);
+  CHECK(files.read("b") == b);
+  CHECK(files.info("b").dtype == StDType::F16);
+
+  std::string message;
+  index({{"weight_map", {{"a", "model-00002-of-00002.safetensors"}}}});
+  CHECK(code_of([&] { HfCheckpointFiles f(dir.string()); }, &message) == ErrorCode::Io);
+  CHECK_THAT(message, Catch::Contains("has no tensor 'a'"));
+  index({{"weight_map", {{"a", "../elsewhere.safetensors"}}}});
+  CHECK(code_of([&] { HfCheckpointFiles f(dir.string()); }, &message) == ErrorCode::Io);
+  CHECK_THAT(message, Catch::Contains("not a file beside it"));
+  index({{"weight_map", {{"a", "model-00003-of-00003.safetensors"}}}});
+  CHECK(code_of([&] { HfCheckpointFiles f(dir.string()); }, &message) == ErrorCode::Io);
+  CHECK_THAT(message, Catch::Contains("missing"));
+  std::ofstream(dir / "model.safetensors.index.json") << "{not json";
+  CHECK(code_of([&] { HfCheckpointFiles f(dir.string()); }, &message) == ErrorCode::Io);
+  CHECK_THAT(message, Catch::Contains("is not valid JSON"));
+  fs::remove(dir / "model.safetensors.index.json");
+  CHECK(code_of([&] { HfCheckpointFiles f(dir.string()); }, &message) == ErrorCode::Io);
+  CHECK_THAT(message, Catch::Contains("has neither model.safetensors nor model.safetensors.index.json"));
+  fs::remove_all(dir);
+}
