@@ -1610,8 +1610,7 @@ module ptdp
 
     ! Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
     ! `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
-    ! latest iteration's metadata.json (paths as they were given to ptdp-train), or the
-    ! byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+    ! latest iteration's metadata.json (paths as they were given to ptdp-train).
     function ptdp_tokenizer_create_from_checkpoint(directory, out) &
         bind(c, name="ptdp_tokenizer_create_from_checkpoint")
       import

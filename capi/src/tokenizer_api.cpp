@@ -1,6 +1,8 @@
 // Tokenizers through the C API: Megatron's tokenizer types (core/data/tokenizer.h).
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,23 +39,53 @@ ptdp_tokenizer wrap(std::unique_ptr<ptdp::Tokenizer> t) {
   return h.release();
 }
 
-// The tokenizer flags ptdp-train recorded (train_args_to_json: flag names without dashes).
+// The Hugging Face tokenizer files ptdp-convert --from-hf copies beside the checkpoint it writes:
+// tokenizer.json, else a SentencePiece tokenizer.model, else GPT-2's vocab.json + merges.txt.
+std::optional<ptdp::TokenizerConfig> tokenizer_files_in(const std::string& directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto file = [&](const char* name) {
+    const fs::path path = fs::path(directory) / name;
+    return fs::is_regular_file(path, ec) ? std::optional<std::string>(path.string()) : std::nullopt;
+  };
+  ptdp::TokenizerConfig c;
+  if (const auto json = file("tokenizer.json")) {
+    c.type = ptdp::TokenizerType::HuggingFace;
+    c.tokenizer_model = *json;
+  } else if (const auto model = file("tokenizer.model")) {
+    c.type = ptdp::TokenizerType::SentencePiece;
+    c.tokenizer_model = *model;
+  } else if (const auto vocab = file("vocab.json"), merges = file("merges.txt"); vocab && merges) {
+    c.type = ptdp::TokenizerType::Gpt2Bpe;
+    c.vocab_file = *vocab;
+    c.merge_file = *merges;
+  } else {
+    return std::nullopt;
+  }
+  return c;
+}
+
+// The tokenizer flags ptdp-train recorded (train_args_to_json: flag names without dashes), else
+// the tokenizer files kept in the checkpoint directory.
 ptdp::TokenizerConfig config_of_checkpoint(const std::string& directory) {
   ptdp::CheckpointReader reader(directory);
   const nlohmann::json md = reader.read_metadata();
   const std::string source = reader.path_for("metadata.json");
-  PTDP_CHECK_ARG(md.contains("train_config") && md.at("train_config").is_object(),
-                 source + " records no training flags, so no tokenizer; give the tokenizer yourself");
-  const nlohmann::json& flags = md.at("train_config");
+  const bool has_flags = md.contains("train_config") && md.at("train_config").is_object();
+  const nlohmann::json flags = has_flags ? md.at("train_config") : nlohmann::json::object();
   const auto text = [&](const char* key) {
     return flags.contains(key) && flags.at(key).is_string() ? flags.at(key).get<std::string>() : std::string();
   };
   ptdp::TokenizerConfig c;
   const std::string type = text("tokenizer-type");
   if (type.empty()) {
+    if (const auto beside = tokenizer_files_in(directory)) return *beside;
     PTDP_CHECK_ARG(!text("text-file").empty(),
-                   source + " records no --tokenizer-type and no --text-file (trained on mock or pre-tokenized "
-                            "data): it does not say how text becomes ids");
+                   str_cat(source, has_flags ? " records no --tokenizer-type and no --text-file (trained on mock or "
+                                               "pre-tokenized data)"
+                                             : " records no training flags",
+                           " and ", directory, " holds no tokenizer.json, tokenizer.model or vocab.json + merges.txt: "
+                           "nothing says how text becomes ids; give the tokenizer yourself"));
     c.type = ptdp::TokenizerType::ByteLevel;
     return c;
   }

@@ -9,9 +9,12 @@
  * mpirun for t * p * d > 1), loads its weights (ptdp_hf_load) and saves a ptdp checkpoint of
  * iteration 0 without optimizer state, which `ptdp-train --finetune --load CKPT` starts from (any
  * layout loads it); it copies config.json beside it as CKPT/hf_config.json and prints the
- * ptdp-train flags of the model. --from-ptdp loads a ptdp checkpoint (saved at any layout) and
- * writes it as a Hugging Face directory (ptdp_hf_save), keeping the fields of CKPT/hf_config.json
- * (or --hf-config FILE) that ptdp does not describe.
+ * ptdp-train flags of the model; the tokenizer files of the directory (tokenizer.json,
+ * tokenizer_config.json, special_tokens_map.json, tokenizer.model, vocab.json, merges.txt) are kept
+ * in CKPT too, where ptdp-generate --prompt finds them. --from-ptdp loads a ptdp checkpoint (saved
+ * at any layout) and writes it as a Hugging Face directory (ptdp_hf_save), keeping the fields of
+ * CKPT/hf_config.json (or --hf-config FILE) that ptdp does not describe, with the tokenizer files
+ * CKPT holds.
  * Exit status: 0 on success, 1 on a failure (the message names what went wrong), 2 on bad flags.
  */
 #include <errno.h>
@@ -114,6 +117,31 @@ static int file_exists(const char* path) {
   FILE* f = fopen(path, "rb");
   if (f) fclose(f);
   return f != NULL;
+}
+
+/* The tokenizer files of a Hugging Face directory: kept beside a converted checkpoint, where
+ * ptdp_tokenizer_create_from_checkpoint (ptdp-generate --prompt) finds them, and written back out
+ * with an export. */
+static const char* const tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                              "tokenizer.model", "vocab.json", "merges.txt"};
+
+/* Copies the tokenizer files present in `from` to `to`; lists their names in `names` (room for
+ * them all). Returns 0, naming the file, when one cannot be copied. */
+static int copy_tokenizer_files(const char* from, const char* to, char* names, size_t room) {
+  names[0] = '\0';
+  for (size_t i = 0; i < sizeof tokenizer_files / sizeof tokenizer_files[0]; ++i) {
+    char src[4096], dst[4096];
+    snprintf(src, sizeof src, "%s/%s", from, tokenizer_files[i]);
+    snprintf(dst, sizeof dst, "%s/%s", to, tokenizer_files[i]);
+    if (!file_exists(src)) continue;
+    if (!copy_file(src, dst)) {
+      fprintf(stderr, "ptdp-convert: cannot copy %s to %s\n", src, dst);
+      return 0;
+    }
+    if (names[0]) strncat(names, ", ", room - strlen(names) - 1);
+    strncat(names, tokenizer_files[i], room - strlen(names) - 1);
+  }
+  return 1;
 }
 
 /* The ptdp-train flags that build this model (those a checkpoint is checked against). */
@@ -251,10 +279,16 @@ int main(int argc, char** argv) {
         status = 1;
         goto done;
       }
+      char kept[256];
+      if (!copy_tokenizer_files(from_hf, to_ptdp, kept, sizeof kept)) {
+        status = 1;
+        goto done;
+      }
       static const char* arch_names[] = {"auto", "gpt2", "llama", "mistral", "qwen2"};
       printf("ptdp-convert: %s (%s, %d layers, hidden %d, vocabulary %d) -> %s at t %lld, p %lld, d %lld\n", from_hf,
              arch_names[arch], (int)g.num_layers, (int)g.hidden_size, (int)g.vocab_size, to_ptdp, t, p,
              world / (t * p));
+      if (kept[0]) printf("ptdp-convert: kept the tokenizer's %s in %s (ptdp-generate --prompt uses it)\n", kept, to_ptdp);
       print_train_flags(&g);
     }
   } else {
@@ -269,6 +303,12 @@ int main(int argc, char** argv) {
       if (file_exists(base_path)) save.base_config = base_path;
     }
     CHECK(ptdp_hf_save(to_hf, model, &save));
+    char kept[256];
+    if (rank == 0 && !copy_tokenizer_files(from_ptdp, to_hf, kept, sizeof kept)) {
+      status = 1;
+      goto done;
+    }
+    if (rank == 0 && kept[0]) printf("ptdp-convert: copied the tokenizer's %s to %s\n", kept, to_hf);
     if (rank == 0)
       printf("ptdp-convert: %s (iteration %lld) -> %s%s%s\n", from_ptdp, (long long)iteration, to_hf,
              save.base_config ? ", keeping the other fields of " : "", save.base_config ? save.base_config : "");

@@ -65,9 +65,52 @@ static int parse_long(const char* s, long long* out) {
 static const char* const tokenizer_names[] = {"ByteLevel", "NullTokenizer", "GPT2BPETokenizer", "HuggingFaceTokenizer",
                                               "SentencePieceTokenizer"};
 
+/* Writes s[0, n) to stdout as valid UTF-8: each ill-formed subsequence (its maximal subpart, where
+ * Python's errors="replace" and Rust's from_utf8_lossy, so Megatron's and Hugging Face's decoders,
+ * cut it) becomes one U+FFFD. A model can end its text inside a character or pick byte tokens that
+ * form none; ptdp_tokenizer_decode returns those bytes, the terminal gets what the references print. */
+static void put_utf8_lossy(const unsigned char* s, size_t n) {
+  static const char replacement[] = "\xEF\xBF\xBD";
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    if (c < 0x80) {
+      putchar(c);
+      ++i;
+      continue;
+    }
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    }
+    size_t k = 1;
+    while (k < len && i + k < n) {
+      const unsigned char d = s[i + k];
+      if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) break;
+      ++k;
+    }
+    if (len > 0 && k == len) {
+      fwrite(s + i, 1, len, stdout);
+    } else {
+      fputs(replacement, stdout);
+    }
+    i += k;
+  }
+}
+
 /* Writes the text of ids[0, count) to stdout: the tokenizer's decoding of each run of ids it
- * knows, "<ID>" for the others (a model's vocabulary is padded past the tokenizer's). The text of
- * the first `skip` bytes of the decoding is left out (the prompt, printed as given). */
+ * knows, "<ID>" for the others (a model's vocabulary is padded past the tokenizer's), as valid
+ * UTF-8 (put_utf8_lossy). The text of the first `skip` bytes of the decoding is left out (the
+ * prompt, printed as given). */
 static ptdp_status print_text(ptdp_tokenizer tok, const int32_t* ids, size_t count, int64_t vocab, size_t skip) {
   size_t written = 0;
   size_t start = 0;
@@ -85,9 +128,9 @@ static ptdp_status print_text(ptdp_tokenizer tok, const int32_t* ids, size_t cou
         free(text);
         return st;
       }
-      for (size_t i = 0; i < length; ++i, ++written) {
-        if (written >= skip) putchar(text[i]);
-      }
+      const size_t from = written >= skip ? 0 : (skip - written < length ? skip - written : length);
+      put_utf8_lossy((const unsigned char*)text + from, length - from);
+      written += length;
       free(text);
     }
     if (end >= count) break;

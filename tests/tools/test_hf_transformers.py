@@ -30,7 +30,10 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
              in transformers too
   generate   ptdp-generate --load on models just imported from Hugging Face (Llama and GPT-2)
              continues a prompt greedily with the tokens transformers' model picks (argmax of
-             its logits, token by token: generate(do_sample=False) without stopping criteria)
+             its logits, token by token: generate(do_sample=False) without stopping criteria);
+             with a tokenizer.json in the Hugging Face directory, ptdp-convert keeps it beside the
+             checkpoint and ptdp-generate --prompt TEXT prints the text tokenizers decodes from
+             that greedy continuation, stopped at the end of document
 
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
@@ -422,6 +425,46 @@ def case_generate():
                 theirs.append(int(model(torch.tensor([theirs])).logits[0, -1].argmax()))
         check(ours == theirs, f"{kind}: ptdp-generate {ours} vs transformers' greedy decoding {theirs}")
         print(f"generate {kind}: {theirs[len(prompt):]} (both)")
+
+    # Text in, text out: a Hugging Face directory with its tokenizer.json (a byte-level BPE trained
+    # here on the GPL) imported by ptdp-convert, which keeps the tokenizer files in the checkpoint,
+    # where ptdp-generate --prompt finds them; the text equals the greedy decoding of transformers
+    # decoded by tokenizers, stopped at the end of document.
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=320, special_tokens=["<|endoftext|>"], show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    with open(GPL, encoding="utf-8") as f:
+        tok.train_from_iterator(f.read().split("\n\n"), trainer)
+    eod = tok.token_to_id("<|endoftext|>")
+    model = make("llama", seed=43, vocab_size=tok.get_vocab_size())
+    hf_dir = save(model, os.path.join(WORK, "text-gen"))
+    tok.save(os.path.join(hf_dir, "tokenizer.json"))
+    with open(os.path.join(hf_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump({"eos_token": "<|endoftext|>", "bos_token": None}, f)
+    ckpt = os.path.join(WORK, "text-gen-ptdp")
+    c = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "64"])
+    check("kept the tokenizer's tokenizer.json, tokenizer_config.json" in c.stdout,
+          f"ptdp-convert names the tokenizer files it keeps: {c.stdout!r}")
+    for prompt in ["The licenses for most software", "Preamble"]:
+        ids = tok.encode(prompt).ids
+        p = run([GENERATE, "--load", ckpt, "--prompt", prompt, "--max-new-tokens", "24", "--top-k", "1"])
+        seq = list(ids)
+        with torch.no_grad():
+            for _ in range(24):
+                nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+                if nxt == eod:
+                    break
+                seq.append(nxt)
+        want = prompt + tok.decode(seq)[len(tok.decode(ids)):] + "\n"
+        check(p.stdout == want, f"ptdp-generate --prompt {prompt!r}: {p.stdout!r} vs transformers + tokenizers {want!r}")
+        print(f"generate text: {p.stdout.strip()!r} ({len(seq) - len(ids)} new tokens, both)")
+    back = os.path.join(WORK, "text-gen-hf")
+    run([CONVERT, "--from-ptdp", ckpt, "--to-hf", back])
+    with open(os.path.join(hf_dir, "tokenizer.json"), "rb") as a, open(os.path.join(back, "tokenizer.json"), "rb") as b:
+        check(a.read() == b.read(), "the export carries the imported tokenizer.json")
 
 
 CASES = {"gpt2": case_gpt2, "llama": case_llama, "roundtrip": case_roundtrip, "layouts": case_layouts,

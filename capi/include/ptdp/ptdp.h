@@ -1832,13 +1832,18 @@ PTDP_API ptdp_status ptdp_tokenizer_create(const ptdp_tokenizer_options* options
 /**
  * @brief Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
  *        `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
- *        latest iteration's metadata.json (paths as they were given to ptdp-train), or the
- *        byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+ *        latest iteration's metadata.json (paths as they were given to ptdp-train). Without a
+ *        recorded `--tokenizer-type`, the Hugging Face tokenizer files in @p directory itself, which
+ *        `ptdp-convert --from-hf` copies there: `tokenizer.json` (HuggingFaceTokenizer, with its
+ *        `tokenizer_config.json`), else `tokenizer.model` (SentencePieceTokenizer), else
+ *        `vocab.json` + `merges.txt` (GPT2BPETokenizer); else the byte-level tokenizer when the
+ *        checkpoint was trained on `--text-file`.
  * @param directory The checkpoint directory (`--load DIR`); must not be NULL.
  * @param[out] out Receives the handle; must not be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT NULL arguments; the checkpoint records no tokenizer (trained on
- *         mock or pre-tokenized data without `--tokenizer-type`, or saved without its flags).
+ *         mock or pre-tokenized data without `--tokenizer-type`, or saved without its flags) and
+ *         its directory holds no tokenizer files.
  * @retval PTDP_ERR_IO no checkpoint in @p directory, its metadata.json or a tokenizer file missing
  *         or malformed (named).
  */

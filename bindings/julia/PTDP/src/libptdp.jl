@@ -871,8 +871,7 @@ end
 
 # Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
 # `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its latest
-# iteration's metadata.json (paths as they were given to ptdp-train), or the byte-level
-# tokenizer when it was trained on `--text-file` without a tokenizer type.
+# iteration's metadata.json (paths as they were given to ptdp-train).
 function ptdp_tokenizer_create_from_checkpoint(directory, out)
     ccall((:ptdp_tokenizer_create_from_checkpoint, libptdp), ptdp_status,
           (Cstring, Ptr{ptdp_tokenizer}),

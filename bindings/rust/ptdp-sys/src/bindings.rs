@@ -1229,8 +1229,7 @@ extern "C" {
     ) -> ptdp_status;
     /// Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
     /// `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
-    /// latest iteration's metadata.json (paths as they were given to ptdp-train), or the
-    /// byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+    /// latest iteration's metadata.json (paths as they were given to ptdp-train).
     pub fn ptdp_tokenizer_create_from_checkpoint(
         directory: *const ::std::os::raw::c_char,
         out: *mut ptdp_tokenizer,
