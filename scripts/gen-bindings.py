@@ -185,13 +185,16 @@ def doc_briefs(text):
 
 
 def param_docs(text):
-    """Maps (function, parameter) to the parameter's @param text."""
+    """Maps (function, parameter) to the parameter's @param text, and (function, parameter,
+    "direction") to its direction when the @param names one ("in", "out" or "in,out")."""
     docs = {}
     pattern = re.compile(r"/\*\*(?P<doc>(?:(?!\*/).)*)\*/\s*PTDP_API[^;]*?(?P<fn>\w+)\s*\(", re.S)
     for m in pattern.finditer(text):
         doc = re.sub(r"^\s*\*\s?", "", m.group("doc"), flags=re.M)
-        for p in re.finditer(r"@param(?:\[\w+\])?\s+(\w+)\s+(.*?)(?=\n\s*@|\Z)", doc, re.S):
-            docs[(m.group("fn"), p.group(1))] = " ".join(p.group(2).split())
+        for p in re.finditer(r"@param(?:\[([\w,]+)\])?\s+(\w+)\s+(.*?)(?=\n\s*@|\Z)", doc, re.S):
+            docs[(m.group("fn"), p.group(2))] = " ".join(p.group(3).split())
+            if p.group(1):
+                docs[(m.group("fn"), p.group(2), "direction")] = p.group(1)
     return docs
 
 
@@ -564,6 +567,8 @@ def fortran_dummy(decls, fn, params, i, docs, callback=False):
         raise ValueError((fn, name, t))
     target = t.to
     intent = "intent(in)" if target.const else "intent(out)"
+    if not target.const and docs.get((fn, name, "direction")) == "in,out":
+        intent = "intent(inout)"  # read and written: an out array's values may not survive the call
     if target.kind == "base" and target.name == "void":
         return "type(c_ptr), value", name
     if target.kind == "base" and target.name == "char":

@@ -2143,9 +2143,9 @@ module ptdp
       integer(c_int32_t), value :: seq_length
       integer(c_int32_t), value :: eod_token_id
       integer(c_int32_t), value :: flags
-      integer(c_int32_t), intent(out) :: labels
-      integer(c_int32_t), intent(out) :: position_ids
-      integer(c_int32_t), intent(out) :: document_starts
+      integer(c_int32_t), intent(inout) :: labels(*)
+      integer(c_int32_t), intent(out) :: position_ids(*)
+      integer(c_int32_t), intent(out) :: document_starts(*)
       integer(c_int) :: ptdp_eod_masks
     end function ptdp_eod_masks
 
@@ -2534,11 +2534,11 @@ module ptdp
     end function ptdp_preprocess
 
     ! The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE [FILE
-    ! ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`, `--vocab-file`,
-    ! `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,
-    ! `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`, preprocesses with
-    ! Megatron's progress line on stderr and a summary on stdout, and reports a failure on
-    ! stderr as "PROGRAM: message".
+    ! ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type` (required, as in
+    ! Megatron; ptdp_preprocess() defaults to ByteLevel), `--vocab-file`, `--merge-file`,
+    ! `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`, `--log-interval`, and
+    ! ptdp's `--skip-bad-lines`), prints `--help`, preprocesses with Megatron's progress line on
+    ! stderr and a summary on stdout, and reports a failure on stderr as "PROGRAM: message".
     function ptdp_preprocess_main(argc, argv, exit_code) bind(c, name="ptdp_preprocess_main")
       import
       implicit none

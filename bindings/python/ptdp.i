@@ -105,7 +105,9 @@ static int ptdpy_int64_sequence(PyObject* obj, int64_t* out, Py_ssize_t capacity
 /* Calls that report a size in an output also on failure (a capacity too small) return
  * (status, message) and their outputs instead of raising, so the caller can size its buffer. */
 %typemap(out) ptdp_status ptdp_dataset_document, ptdp_status ptdp_train_config_help,
-              ptdp_status ptdp_train_config_to_json, ptdp_status ptdp_model_preset_name {
+              ptdp_status ptdp_train_config_to_json, ptdp_status ptdp_model_preset_name,
+              ptdp_status ptdp_tokenizer_encode, ptdp_status ptdp_tokenizer_decode,
+              ptdp_status ptdp_tokenizer_id_to_token {
   {
     const char* message = ptdp_last_error();
     $result = Py_BuildValue("(iN)", (int)$1, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));
@@ -131,6 +133,7 @@ PTDPY_HANDLE(ptdp_optimizer)
 PTDPY_HANDLE(ptdp_train_config)
 PTDPY_HANDLE(ptdp_gpt_data)
 PTDPY_HANDLE(ptdp_trainer)
+PTDPY_HANDLE(ptdp_tokenizer)
 
 /* True: non-blocking, returns a ptdp_work handle; false or None: blocks, returns None. */
 %typemap(in) ptdp_work* work (ptdp_work temp = NULL) {
@@ -188,6 +191,8 @@ PTDPY_OUTPUT(double, PyFloat_FromDouble(*$1))
 PTDPY_OUTPUT(ptdp_dtype, PyLong_FromLong((long)*$1))
 PTDPY_OUTPUT(ptdp_device, PyLong_FromLong((long)*$1))
 PTDPY_OUTPUT(ptdp_schedule_kind, PyLong_FromLong((long)*$1))
+PTDPY_OUTPUT(ptdp_tokenizer_type, PyLong_FromLong((long)*$1))
+PTDPY_OUTPUT(ptdp_hf_architecture, PyLong_FromLong((long)*$1))
 
 /* ptdp_model_param_info's global shape: room for two extents, returned as a pair. */
 %typemap(in, numinputs=0) int64_t* global_shape (int64_t temp[2] = {0, 0}) { $1 = temp; }
@@ -266,6 +271,12 @@ PTDPY_BUFFER2(%arg((int32_t* peak_slots, int32_t capacity)), 1, 4, "iIl", 1, 0)
 PTDPY_BUFFER2(%arg((int32_t* tokens, int64_t capacity)), 1, 4, "iIl", 1, 0)
 PTDPY_BUFFER2(%arg((int64_t* shape, int32_t capacity)), 1, 8, "qQlL", 1, 0)
 PTDPY_BUFFER2(%arg((char* buffer, size_t capacity)), 1, 1, NULL, 1, 1)
+/* Text and vocabulary entries given to a tokenizer: bytes of any value (NUL included). */
+PTDPY_BUFFER2(%arg((const char* text, size_t length)), 0, 1, NULL, 1, 1)
+PTDPY_BUFFER2(%arg((const char* token, size_t length)), 0, 1, NULL, 1, 1)
+/* Token ids a tokenizer writes (None: only the count is asked for) and reads. */
+PTDPY_BUFFER2(%arg((int32_t* ids, size_t capacity)), 1, 4, "iIl", 1, 0)
+PTDPY_BUFFER2(%arg((const int32_t* ids, size_t count)), 0, 4, "iIl", 1, 0)
 /* Schedules' action lists: rows of four int32 (kind, microbatch, chunk, peer). */
 PTDPY_BUFFER2(%arg((ptdp_action* out, int32_t capacity)), 1, 4, "iIl", 1, 0)
 %typemap(check) (ptdp_action* out, int32_t capacity) { $2 = (int32_t)($2 / 4); }
@@ -306,6 +317,43 @@ typedef char ptdpy_action_is_four_int32[sizeof(ptdp_action) == 16 && sizeof(ptdp
   $2 = ($2_ltype)array;
 }
 %typemap(freearg) (int32_t argc, const char* const* argv) {
+  free((void*)array$argnum);
+  Py_XDECREF(seq$argnum);
+}
+
+/* Data set prefixes (ptdp_merge_datasets): a sequence of str. */
+%{
+/* A sequence of str as a NULL-terminated array of UTF-8 pointers into its items; `*seq` holds
+ * them. Returns the count, or -1 with a Python error naming `what`. */
+static Py_ssize_t ptdpy_string_array(PyObject* obj, const char* what, PyObject** seq, const char*** array) {
+  *seq = PySequence_Fast(obj, "expected a sequence of str");
+  if (!*seq) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(*seq);
+  *array = (const char**)calloc((size_t)n + 1, sizeof(char*));
+  if (!*array) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(*seq, i);
+    if (!PyUnicode_Check(item)) {
+      PyErr_Format(PyExc_TypeError, "%s: item %zd is %s, not str", what, i, Py_TYPE(item)->tp_name);
+      return -1;
+    }
+    (*array)[i] = PyUnicode_AsUTF8(item);
+    if (!(*array)[i]) return -1;
+  }
+  return n;
+}
+%}
+
+%typemap(in) (const char* const* prefixes, int32_t count) (PyObject* seq = NULL, const char** array = NULL) {
+  Py_ssize_t n = ptdpy_string_array($input, "prefixes", &seq, &array);
+  if (n < 0) SWIG_fail;
+  $1 = ($1_ltype)array;
+  $2 = (int32_t)n;
+}
+%typemap(freearg) (const char* const* prefixes, int32_t count) {
   free((void*)array$argnum);
   Py_XDECREF(seq$argnum);
 }
@@ -500,6 +548,54 @@ static int32_t ptdpy_on_iteration(const ptdp_iteration_report* report, void* use
   if (!copy) SWIG_fail;
   memcpy(copy, $1, sizeof(ptdp_iteration_report));
   $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_OWN));
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Preprocessing options: a Python object stands for ptdp_preprocess_options. Its `options`
+ * attribute is the struct with every field but the two lists set, and `inputs` and `json_keys`
+ * are sequences of str (the struct's own inputs and json_keys are not read): the arrays of C
+ * strings point into those str objects, held for the call. ptdp_preprocess's result is an
+ * output, returned as a new struct. */
+
+%typemap(in) const ptdp_preprocess_options* options (ptdp_preprocess_options o, PyObject* input_seq = NULL,
+                                                      PyObject* key_seq = NULL, const char** input_array = NULL,
+                                                      const char** key_array = NULL) {
+  PyObject* struct_obj = PyObject_GetAttrString($input, "options");
+  PyObject* input_obj = struct_obj ? PyObject_GetAttrString($input, "inputs") : NULL;
+  PyObject* key_obj = input_obj ? PyObject_GetAttrString($input, "json_keys") : NULL;
+  void* p = NULL;
+  int ok = key_obj && SWIG_IsOK(SWIG_ConvertPtr(struct_obj, &p, $descriptor(ptdp_preprocess_options*), 0)) && p;
+  if (key_obj && !ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "options must be a ptdp_preprocess_options");
+  Py_ssize_t num_inputs = ok ? ptdpy_string_array(input_obj, "inputs", &input_seq, &input_array) : -1;
+  Py_ssize_t num_keys = num_inputs >= 0 ? ptdpy_string_array(key_obj, "json_keys", &key_seq, &key_array) : -1;
+  Py_XDECREF(struct_obj);
+  Py_XDECREF(input_obj);
+  Py_XDECREF(key_obj);
+  if (num_keys < 0) SWIG_fail;
+  memcpy(&o, p, sizeof o);
+  o.inputs = input_array;
+  o.num_inputs = (int32_t)num_inputs;
+  o.json_keys = num_keys > 0 ? key_array : NULL;
+  o.num_json_keys = (int32_t)num_keys;
+  $1 = &o;
+}
+%typemap(freearg) const ptdp_preprocess_options* options {
+  free((void*)input_array$argnum);
+  free((void*)key_array$argnum);
+  Py_XDECREF(input_seq$argnum);
+  Py_XDECREF(key_seq$argnum);
+}
+
+%typemap(in, numinputs=0) ptdp_preprocess_result* result (ptdp_preprocess_result temp) {
+  memset(&temp, 0, sizeof temp);
+  temp.struct_size = sizeof temp;
+  $1 = &temp;
+}
+%typemap(argout) ptdp_preprocess_result* result {
+  ptdp_preprocess_result* copy = (ptdp_preprocess_result*)malloc(sizeof(ptdp_preprocess_result));
+  if (!copy) SWIG_fail;
+  memcpy(copy, $1, sizeof(ptdp_preprocess_result));
+  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(copy, $descriptor(ptdp_preprocess_result*), SWIG_POINTER_OWN));
 }
 
 /* ---------------------------------------------------------------------------------------- */

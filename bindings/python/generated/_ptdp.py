@@ -1836,7 +1836,7 @@ def ptdp_tokenizer_options_init(options):
     """
     return _ptdp_ext.ptdp_tokenizer_options_init(options)
 
-def ptdp_tokenizer_create(options, out):
+def ptdp_tokenizer_create(options):
     r"""
     Creates a tokenizer from its files.
     :type options: :py:class:`ptdp_tokenizer_options`
@@ -1844,20 +1844,24 @@ def ptdp_tokenizer_create(options, out):
     :type out: struct ptdp_tokenizer_impl, out
     :param out: Receives the handle; release it with ptdp_tokenizer_destroy(). Must not be NULL.
     """
-    return _ptdp_ext.ptdp_tokenizer_create(options, out)
+    return _ptdp_ext.ptdp_tokenizer_create(options)
 
-def ptdp_tokenizer_create_from_checkpoint(directory, out):
+def ptdp_tokenizer_create_from_checkpoint(directory):
     r"""
     Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,
            `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its
-           latest iteration's metadata.json (paths as they were given to ptdp-train), or the
-           byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.
+           latest iteration's metadata.json (paths as they were given to ptdp-train). Without a
+           recorded `--tokenizer-type`, the Hugging Face tokenizer files in ``directory`` itself, which
+           `ptdp-convert --from-hf` copies there: `tokenizer.json` (HuggingFaceTokenizer, with its
+           `tokenizer_config.json`), else `tokenizer.model` (SentencePieceTokenizer), else
+           `vocab.json` + `merges.txt` (GPT2BPETokenizer); else the byte-level tokenizer when the
+           checkpoint was trained on `--text-file`.
     :type directory: string
     :param directory: The checkpoint directory (`--load DIR`); must not be NULL.
     :type out: struct ptdp_tokenizer_impl, out
     :param out: Receives the handle; must not be NULL.
     """
-    return _ptdp_ext.ptdp_tokenizer_create_from_checkpoint(directory, out)
+    return _ptdp_ext.ptdp_tokenizer_create_from_checkpoint(directory)
 
 def ptdp_tokenizer_destroy(tokenizer):
     r"""
@@ -1867,7 +1871,7 @@ def ptdp_tokenizer_destroy(tokenizer):
     """
     return _ptdp_ext.ptdp_tokenizer_destroy(tokenizer)
 
-def ptdp_tokenizer_get_type(tokenizer, type):
+def ptdp_tokenizer_get_type(tokenizer):
     r"""
     The type a tokenizer was created as.
     :type tokenizer: struct ptdp_tokenizer_impl
@@ -1875,9 +1879,9 @@ def ptdp_tokenizer_get_type(tokenizer, type):
     :type type: int, out
     :param type: Receives the type; must not be NULL.
     """
-    return _ptdp_ext.ptdp_tokenizer_get_type(tokenizer, type)
+    return _ptdp_ext.ptdp_tokenizer_get_type(tokenizer)
 
-def ptdp_tokenizer_encode(tokenizer, text, length, capacity):
+def ptdp_tokenizer_encode(tokenizer, text, ids):
     r"""
     Token ids of ``length`` bytes of text.
 
@@ -1898,9 +1902,9 @@ def ptdp_tokenizer_encode(tokenizer, text, length, capacity):
     :param count: Receives the number of ids of the text (also when ``capacity`` is too small),
                     or 0 when the text cannot be encoded. Must not be NULL.
     """
-    return _ptdp_ext.ptdp_tokenizer_encode(tokenizer, text, length, capacity)
+    return _ptdp_ext.ptdp_tokenizer_encode(tokenizer, text, ids)
 
-def ptdp_tokenizer_decode(tokenizer, ids, count, buffer):
+def ptdp_tokenizer_decode(tokenizer, ids, buffer):
     r"""
     The text of ``count`` token ids (special tokens written as their text).
 
@@ -1920,7 +1924,7 @@ def ptdp_tokenizer_decode(tokenizer, ids, count, buffer):
     :type length: int, out
     :param length: Receives the text's size in bytes; must not be NULL.
     """
-    return _ptdp_ext.ptdp_tokenizer_decode(tokenizer, ids, count, buffer)
+    return _ptdp_ext.ptdp_tokenizer_decode(tokenizer, ids, buffer)
 
 def ptdp_tokenizer_vocab_size(tokenizer):
     r"""
@@ -1955,7 +1959,7 @@ def ptdp_tokenizer_bos(tokenizer):
     """
     return _ptdp_ext.ptdp_tokenizer_bos(tokenizer)
 
-def ptdp_tokenizer_token_to_id(tokenizer, token, length):
+def ptdp_tokenizer_token_to_id(tokenizer, token):
     r"""
     The id of one vocabulary entry, spelled as the model spells it (byte-level BPE's mapped
            characters, e.g. "Ġthe"; SentencePiece's pieces, e.g. "▁the"; added tokens as written).
@@ -1968,7 +1972,7 @@ def ptdp_tokenizer_token_to_id(tokenizer, token, length):
     :type id: int, out
     :param id: Receives the id, or -1 when ``token`` is not an entry; must not be NULL.
     """
-    return _ptdp_ext.ptdp_tokenizer_token_to_id(tokenizer, token, length)
+    return _ptdp_ext.ptdp_tokenizer_token_to_id(tokenizer, token)
 
 def ptdp_tokenizer_id_to_token(tokenizer, id, buffer):
     r"""
@@ -2832,14 +2836,15 @@ def ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, posit
     :type flags: int
     :param flags: A combination of ::ptdp_eod_flags naming what to fill.
     :type labels: int, in/out
-    :param labels: [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose token is
-               ``eod_token_id`` becomes ::PTDP_IGNORE_INDEX, the others are left as they are. May be
-               NULL without that flag.
+    :param labels: Room for [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose
+               token is ``eod_token_id`` becomes ::PTDP_IGNORE_INDEX, the others are left as they are.
+               May be NULL without that flag.
     :type position_ids: int, out
-    :param position_ids: [count, seq_length], filled with ::PTDP_EOD_RESET_POSITION_IDS: each
-               token's position within its document. May be NULL without that flag (ignored then).
+    :param position_ids: Room for [count, seq_length], filled with
+               ::PTDP_EOD_RESET_POSITION_IDS: each token's position within its document. May be NULL
+               without that flag (ignored then).
     :type document_starts: int, out
-    :param document_starts: [count, seq_length], filled with
+    :param document_starts: Room for [count, seq_length], filled with
                ::PTDP_EOD_RESET_ATTENTION_MASK: the first position of each token's document (one past
                the last end-of-document token before it, or 0), ptdp_batch_masks::document_starts's
                form. May be NULL without that flag (ignored then).
@@ -3111,7 +3116,7 @@ def ptdp_hf_save_options_init(options):
     """
     return _ptdp_ext.ptdp_hf_save_options_init(options)
 
-def ptdp_hf_read_options(directory, options, architecture):
+def ptdp_hf_read_options(directory, options):
     r"""
     The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
            their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
@@ -3129,7 +3134,7 @@ def ptdp_hf_read_options(directory, options, architecture):
     Title: Thread safety
     No communication.
     """
-    return _ptdp_ext.ptdp_hf_read_options(directory, options, architecture)
+    return _ptdp_ext.ptdp_hf_read_options(directory, options)
 
 def ptdp_hf_load(directory, model):
     r"""
@@ -3732,7 +3737,7 @@ def ptdp_preprocess_options_init(options):
     """
     return _ptdp_ext.ptdp_preprocess_options_init(options)
 
-def ptdp_preprocess(options, result):
+def ptdp_preprocess(options):
     r"""
     Tokenizes JSON lines into one indexed data set per key (Megatron's
            preprocess_data.py).
@@ -3744,14 +3749,15 @@ def ptdp_preprocess(options, result):
     Title: Thread safety
     Thread-safe for distinct output prefixes; uses options->workers threads of its own.
     """
-    return _ptdp_ext.ptdp_preprocess(options, result)
+    return _ptdp_ext.ptdp_preprocess(options)
 
 def ptdp_preprocess_main(argc):
     r"""
     The whole of `ptdp-preprocess-data`: parses ``argv`` (Megatron's flags: `--input FILE
-           [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,
-           `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,
-           `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
+           [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`
+           (required, as in Megatron; ptdp_preprocess() defaults to ByteLevel), `--vocab-file`,
+           `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,
+           `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
            preprocesses with Megatron's progress line on stderr and a summary on stdout, and
            reports a failure on stderr as "PROGRAM: message".
     :type argc: int
@@ -3765,7 +3771,7 @@ def ptdp_preprocess_main(argc):
     """
     return _ptdp_ext.ptdp_preprocess_main(argc)
 
-def ptdp_merge_datasets(prefixes, count, output_prefix):
+def ptdp_merge_datasets(prefixes, output_prefix):
     r"""
     Concatenates indexed data sets into one (Megatron's merge_datasets.py): the
            documents and sequences of ``prefixes`` in order, their .bin bytes copied, written to
@@ -3779,7 +3785,7 @@ def ptdp_merge_datasets(prefixes, count, output_prefix):
     Title: Thread safety
     Thread-safe for distinct output prefixes.
     """
-    return _ptdp_ext.ptdp_merge_datasets(prefixes, count, output_prefix)
+    return _ptdp_ext.ptdp_merge_datasets(prefixes, output_prefix)
 
 def ptdp_merge_datasets_main(argc):
     r"""

@@ -3186,6 +3186,30 @@ static int ptdpy_int64_sequence(PyObject* obj, int64_t* out, Py_ssize_t capacity
 typedef char ptdpy_action_is_four_int32[sizeof(ptdp_action) == 16 && sizeof(ptdp_action_kind) == 4 ? 1 : -1];
 
 
+/* A sequence of str as a NULL-terminated array of UTF-8 pointers into its items; `*seq` holds
+ * them. Returns the count, or -1 with a Python error naming `what`. */
+static Py_ssize_t ptdpy_string_array(PyObject* obj, const char* what, PyObject** seq, const char*** array) {
+  *seq = PySequence_Fast(obj, "expected a sequence of str");
+  if (!*seq) return -1;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(*seq);
+  *array = (const char**)calloc((size_t)n + 1, sizeof(char*));
+  if (!*array) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(*seq, i);
+    if (!PyUnicode_Check(item)) {
+      PyErr_Format(PyExc_TypeError, "%s: item %zd is %s, not str", what, i, Py_TYPE(item)->tp_name);
+      return -1;
+    }
+    (*array)[i] = PyUnicode_AsUTF8(item);
+    if (!(*array)[i]) return -1;
+  }
+  return n;
+}
+
+
 static ptdp_status ptdpy_stage_failed(PyObject* stage) {
   PyObject *type = NULL, *value = NULL, *traceback = NULL;
   PyErr_Fetch(&type, &value, &traceback);
@@ -13661,22 +13685,20 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_create(PyObject *self, PyObject *args)
   ptdp_tokenizer *arg2 = (ptdp_tokenizer *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  PyObject *swig_obj[2] ;
+  ptdp_tokenizer temp2 = NULL ;
+  PyObject *swig_obj[1] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_create", 2, 2, swig_obj)) SWIG_fail;
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_options, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_create" "', argument " "1"" of type '" "ptdp_tokenizer_options const *""'"); 
   }
   arg1 = (ptdp_tokenizer_options *)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_p_ptdp_tokenizer_impl, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_create" "', argument " "2"" of type '" "ptdp_tokenizer *""'"); 
-  }
-  arg2 = (ptdp_tokenizer *)(argp2);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_tokenizer_create((struct ptdp_tokenizer_options const *)arg1,arg2);
@@ -13688,6 +13710,9 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_create(PyObject *self, PyObject *args)
       SWIG_fail;
     }
     resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(*arg2, SWIGTYPE_p_ptdp_tokenizer_impl, 0)); 
   }
   return resultobj;
 fail:
@@ -13702,22 +13727,20 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_create_from_checkpoint(PyObject *self,
   int res1 ;
   char *buf1 = 0 ;
   int alloc1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  PyObject *swig_obj[2] ;
+  ptdp_tokenizer temp2 = NULL ;
+  PyObject *swig_obj[1] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_create_from_checkpoint", 2, 2, swig_obj)) SWIG_fail;
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
   res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_create_from_checkpoint" "', argument " "1"" of type '" "char const *""'");
   }
   arg1 = (char *)(buf1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_p_ptdp_tokenizer_impl, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_create_from_checkpoint" "', argument " "2"" of type '" "ptdp_tokenizer *""'"); 
-  }
-  arg2 = (ptdp_tokenizer *)(argp2);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_tokenizer_create_from_checkpoint((char const *)arg1,arg2);
@@ -13729,6 +13752,9 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_create_from_checkpoint(PyObject *self,
       SWIG_fail;
     }
     resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(*arg2, SWIGTYPE_p_ptdp_tokenizer_impl, 0)); 
   }
   if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
   return resultobj;
@@ -13777,22 +13803,20 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_get_type(PyObject *self, PyObject *arg
   ptdp_tokenizer_type *arg2 = (ptdp_tokenizer_type *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  PyObject *swig_obj[2] ;
+  ptdp_tokenizer_type temp2 = 0 ;
+  PyObject *swig_obj[1] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_get_type", 2, 2, swig_obj)) SWIG_fail;
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_get_type" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
   }
   arg1 = (ptdp_tokenizer)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_tokenizer_type, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_get_type" "', argument " "2"" of type '" "ptdp_tokenizer_type *""'"); 
-  }
-  arg2 = (ptdp_tokenizer_type *)(argp2);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_tokenizer_get_type(arg1,arg2);
@@ -13804,6 +13828,9 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_get_type(PyObject *self, PyObject *arg
       SWIG_fail;
     }
     resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg2)); 
   }
   return resultobj;
 fail:
@@ -13821,67 +13848,71 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_encode(PyObject *self, PyObject *args)
   size_t *arg6 = (size_t *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int res2 ;
-  char *buf2 = 0 ;
-  int alloc2 = 0 ;
-  size_t val3 ;
-  int ecode3 = 0 ;
-  int32_t temp4 = 0 ;
-  size_t val5 ;
-  int ecode5 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  Py_buffer view4 ;
+  int have_view4 = 0 ;
   size_t temp6 = 0 ;
-  PyObject *swig_obj[4] ;
+  PyObject *swig_obj[3] ;
   ptdp_status result;
   
   {
-    arg4 = &temp4; 
-  }
-  {
     arg6 = &temp6; 
   }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_encode", 4, 4, swig_obj)) SWIG_fail;
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_encode", 3, 3, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_encode" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
   }
   arg1 = (ptdp_tokenizer)(argp1);
-  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_encode" "', argument " "2"" of type '" "char const *""'");
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 1, NULL, 1, "ptdp_tokenizer_encode: text");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (char *)(have_view2 ? view2.buf : NULL);
+    arg3 = (size_t)(have_view2 ? (1 ? view2.len : view2.len / 1) : 0);
   }
-  arg2 = (char *)(buf2);
-  ecode3 = SWIG_AsVal_size_t(swig_obj[2], &val3);
-  if (!SWIG_IsOK(ecode3)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_tokenizer_encode" "', argument " "3"" of type '" "size_t""'");
-  } 
-  arg3 = (size_t)(val3);
-  ecode5 = SWIG_AsVal_size_t(swig_obj[3], &val5);
-  if (!SWIG_IsOK(ecode5)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_tokenizer_encode" "', argument " "5"" of type '" "size_t""'");
-  } 
-  arg5 = (size_t)(val5);
+  {
+    have_view4 = ptdpy_get_buffer(swig_obj[2], &view4, 1, 4, "iIl", 1, "ptdp_tokenizer_encode: ids");
+    if (have_view4 < 0) {
+      have_view4 = 0;
+      SWIG_fail;
+    }
+    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
+    arg5 = (size_t)(have_view4 ? (0 ? view4.len : view4.len / 4) : 0);
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_tokenizer_encode(arg1,(char const *)arg2,arg3,arg4,arg5,arg6);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
+    {
+      const char* message = ptdp_last_error();
+      resultobj = Py_BuildValue("(iN)", (int)result, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));
     }
-    resultobj = SWIG_Py_Void();
   }
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg4)); 
-  }
+  
+  
   {
     resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg6)); 
   }
-  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
   return resultobj;
 fail:
-  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  {
+    if (have_view4) PyBuffer_Release(&view4); 
+  }
   return NULL;
 }
 
@@ -13898,18 +13929,16 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_decode(PyObject *self, PyObject *args)
   int res1 = 0 ;
   Py_buffer view2 ;
   int have_view2 = 0 ;
-  size_t val3 ;
-  int ecode3 = 0 ;
   Py_buffer view4 ;
   int have_view4 = 0 ;
   size_t temp6 = 0 ;
-  PyObject *swig_obj[4] ;
+  PyObject *swig_obj[3] ;
   ptdp_status result;
   
   {
     arg6 = &temp6; 
   }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_decode", 4, 4, swig_obj)) SWIG_fail;
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_decode", 3, 3, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_decode" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
@@ -13922,14 +13951,10 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_decode(PyObject *self, PyObject *args)
       SWIG_fail;
     }
     arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+    arg3 = (size_t)(have_view2 ? (0 ? view2.len : view2.len / 4) : 0);
   }
-  ecode3 = SWIG_AsVal_size_t(swig_obj[2], &val3);
-  if (!SWIG_IsOK(ecode3)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_tokenizer_decode" "', argument " "3"" of type '" "size_t""'");
-  } 
-  arg3 = (size_t)(val3);
   {
-    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 1, 1, NULL, 1, "ptdp_tokenizer_decode: buffer");
+    have_view4 = ptdpy_get_buffer(swig_obj[2], &view4, 1, 1, NULL, 1, "ptdp_tokenizer_decode: buffer");
     if (have_view4 < 0) {
       have_view4 = 0;
       SWIG_fail;
@@ -13943,11 +13968,10 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_decode(PyObject *self, PyObject *args)
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
+    {
+      const char* message = ptdp_last_error();
+      resultobj = Py_BuildValue("(iN)", (int)result, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));
     }
-    resultobj = SWIG_Py_Void();
   }
   
   
@@ -14103,34 +14127,30 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_token_to_id(PyObject *self, PyObject *
   int32_t *arg4 = (int32_t *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int res2 ;
-  char *buf2 = 0 ;
-  int alloc2 = 0 ;
-  size_t val3 ;
-  int ecode3 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
   int32_t temp4 = 0 ;
-  PyObject *swig_obj[3] ;
+  PyObject *swig_obj[2] ;
   ptdp_status result;
   
   {
     arg4 = &temp4; 
   }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_token_to_id", 3, 3, swig_obj)) SWIG_fail;
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_token_to_id", 2, 2, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_tokenizer_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_token_to_id" "', argument " "1"" of type '" "ptdp_tokenizer""'"); 
   }
   arg1 = (ptdp_tokenizer)(argp1);
-  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_tokenizer_token_to_id" "', argument " "2"" of type '" "char const *""'");
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 1, NULL, 1, "ptdp_tokenizer_token_to_id: token");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (char *)(have_view2 ? view2.buf : NULL);
+    arg3 = (size_t)(have_view2 ? (1 ? view2.len : view2.len / 1) : 0);
   }
-  arg2 = (char *)(buf2);
-  ecode3 = SWIG_AsVal_size_t(swig_obj[2], &val3);
-  if (!SWIG_IsOK(ecode3)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_tokenizer_token_to_id" "', argument " "3"" of type '" "size_t""'");
-  } 
-  arg3 = (size_t)(val3);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_tokenizer_token_to_id(arg1,(char const *)arg2,arg3,arg4);
@@ -14143,13 +14163,18 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_token_to_id(PyObject *self, PyObject *
     }
     resultobj = SWIG_Py_Void();
   }
+  
   {
     resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg4)); 
   }
-  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
   return resultobj;
 fail:
-  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
   return NULL;
 }
 
@@ -14200,11 +14225,10 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_id_to_token(PyObject *self, PyObject *
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
+    {
+      const char* message = ptdp_last_error();
+      resultobj = Py_BuildValue("(iN)", (int)result, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));
     }
-    resultobj = SWIG_Py_Void();
   }
   
   {
@@ -24256,12 +24280,14 @@ SWIGINTERN PyObject *_wrap_ptdp_hf_read_options(PyObject *self, PyObject *args) 
   int alloc1 = 0 ;
   void *argp2 = 0 ;
   int res2 = 0 ;
-  void *argp3 = 0 ;
-  int res3 = 0 ;
-  PyObject *swig_obj[3] ;
+  ptdp_hf_architecture temp3 = 0 ;
+  PyObject *swig_obj[2] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_read_options", 3, 3, swig_obj)) SWIG_fail;
+  {
+    arg3 = &temp3; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_read_options", 2, 2, swig_obj)) SWIG_fail;
   res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_read_options" "', argument " "1"" of type '" "char const *""'");
@@ -24272,11 +24298,6 @@ SWIGINTERN PyObject *_wrap_ptdp_hf_read_options(PyObject *self, PyObject *args) 
     SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_hf_read_options" "', argument " "2"" of type '" "ptdp_gpt_options *""'"); 
   }
   arg2 = (ptdp_gpt_options *)(argp2);
-  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_hf_architecture, 0 |  0 );
-  if (!SWIG_IsOK(res3)) {
-    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_hf_read_options" "', argument " "3"" of type '" "ptdp_hf_architecture *""'"); 
-  }
-  arg3 = (ptdp_hf_architecture *)(argp3);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_hf_read_options((char const *)arg1,arg2,arg3);
@@ -24288,6 +24309,9 @@ SWIGINTERN PyObject *_wrap_ptdp_hf_read_options(PyObject *self, PyObject *args) 
       SWIG_fail;
     }
     resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg3)); 
   }
   if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
   return resultobj;
@@ -32490,24 +32514,42 @@ SWIGINTERN PyObject *_wrap_ptdp_preprocess(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_preprocess_options *arg1 = (ptdp_preprocess_options *) 0 ;
   ptdp_preprocess_result *arg2 = (ptdp_preprocess_result *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  PyObject *swig_obj[2] ;
+  ptdp_preprocess_options o1 ;
+  PyObject *input_seq1 = NULL ;
+  PyObject *key_seq1 = NULL ;
+  char const **input_array1 = NULL ;
+  char const **key_array1 = NULL ;
+  ptdp_preprocess_result temp2 ;
+  PyObject *swig_obj[1] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_preprocess", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_preprocess_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_preprocess" "', argument " "1"" of type '" "ptdp_preprocess_options const *""'"); 
+  {
+    memset(&temp2, 0, sizeof temp2);
+    temp2.struct_size = sizeof temp2;
+    arg2 = &temp2;
   }
-  arg1 = (ptdp_preprocess_options *)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_preprocess_result, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_preprocess" "', argument " "2"" of type '" "ptdp_preprocess_result *""'"); 
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  {
+    PyObject* struct_obj = PyObject_GetAttrString(swig_obj[0], "options");
+    PyObject* input_obj = struct_obj ? PyObject_GetAttrString(swig_obj[0], "inputs") : NULL;
+    PyObject* key_obj = input_obj ? PyObject_GetAttrString(swig_obj[0], "json_keys") : NULL;
+    void* p = NULL;
+    int ok = key_obj && SWIG_IsOK(SWIG_ConvertPtr(struct_obj, &p, SWIGTYPE_p_ptdp_preprocess_options, 0)) && p;
+    if (key_obj && !ok && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "options must be a ptdp_preprocess_options");
+    Py_ssize_t num_inputs = ok ? ptdpy_string_array(input_obj, "inputs", &input_seq1, &input_array1) : -1;
+    Py_ssize_t num_keys = num_inputs >= 0 ? ptdpy_string_array(key_obj, "json_keys", &key_seq1, &key_array1) : -1;
+    Py_XDECREF(struct_obj);
+    Py_XDECREF(input_obj);
+    Py_XDECREF(key_obj);
+    if (num_keys < 0) SWIG_fail;
+    memcpy(&o1, p, sizeof o1);
+    o1.inputs = input_array1;
+    o1.num_inputs = (int32_t)num_inputs;
+    o1.json_keys = num_keys > 0 ? key_array1 : NULL;
+    o1.num_json_keys = (int32_t)num_keys;
+    arg1 = &o1;
   }
-  arg2 = (ptdp_preprocess_result *)(argp2);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_preprocess((struct ptdp_preprocess_options const *)arg1,arg2);
@@ -32520,8 +32562,26 @@ SWIGINTERN PyObject *_wrap_ptdp_preprocess(PyObject *self, PyObject *args) {
     }
     resultobj = SWIG_Py_Void();
   }
+  {
+    ptdp_preprocess_result* copy = (ptdp_preprocess_result*)malloc(sizeof(ptdp_preprocess_result));
+    if (!copy) SWIG_fail;
+    memcpy(copy, arg2, sizeof(ptdp_preprocess_result));
+    resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_preprocess_result, SWIG_POINTER_OWN));
+  }
+  {
+    free((void*)input_array1);
+    free((void*)key_array1);
+    Py_XDECREF(input_seq1);
+    Py_XDECREF(key_seq1);
+  }
   return resultobj;
 fail:
+  {
+    free((void*)input_array1);
+    free((void*)key_array1);
+    Py_XDECREF(input_seq1);
+    Py_XDECREF(key_seq1);
+  }
   return NULL;
 }
 
@@ -32588,28 +32648,22 @@ SWIGINTERN PyObject *_wrap_ptdp_merge_datasets(PyObject *self, PyObject *args) {
   char **arg1 = (char **) 0 ;
   int32_t arg2 ;
   char *arg3 = (char *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  PyObject *seq1 = NULL ;
+  char const **array1 = NULL ;
   int res3 ;
   char *buf3 = 0 ;
   int alloc3 = 0 ;
-  PyObject *swig_obj[3] ;
+  PyObject *swig_obj[2] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_merge_datasets", 3, 3, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_p_char, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_merge_datasets" "', argument " "1"" of type '" "char const *const *""'"); 
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_merge_datasets", 2, 2, swig_obj)) SWIG_fail;
+  {
+    Py_ssize_t n = ptdpy_string_array(swig_obj[0], "prefixes", &seq1, &array1);
+    if (n < 0) SWIG_fail;
+    arg1 = (char **)array1;
+    arg2 = (int32_t)n;
   }
-  arg1 = (char **)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_merge_datasets" "', argument " "2"" of type '" "int32_t""'");
-  } 
-  arg2 = (int32_t)(val2);
-  res3 = SWIG_AsCharPtrAndSize(swig_obj[2], &buf3, NULL, &alloc3);
+  res3 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf3, NULL, &alloc3);
   if (!SWIG_IsOK(res3)) {
     SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_merge_datasets" "', argument " "3"" of type '" "char const *""'");
   }
@@ -32626,9 +32680,17 @@ SWIGINTERN PyObject *_wrap_ptdp_merge_datasets(PyObject *self, PyObject *args) {
     }
     resultobj = SWIG_Py_Void();
   }
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
   if (alloc3 == SWIG_NEWOBJ) free((char*)buf3);
   return resultobj;
 fail:
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
   if (alloc3 == SWIG_NEWOBJ) free((char*)buf3);
   return NULL;
 }
@@ -34165,18 +34227,22 @@ static PyMethodDef SwigMethods[] = {
 		":type options: :py:class:`ptdp_tokenizer_options`, out\n"
 		":param options: Must not be NULL.\n"
 		""},
-	 { "ptdp_tokenizer_create", _wrap_ptdp_tokenizer_create, METH_VARARGS, "\n"
+	 { "ptdp_tokenizer_create", _wrap_ptdp_tokenizer_create, METH_O, "\n"
 		"Creates a tokenizer from its files.\n"
 		":type options: :py:class:`ptdp_tokenizer_options`\n"
 		":param options: The type and its files; must not be NULL.\n"
 		":type out: struct ptdp_tokenizer_impl, out\n"
 		":param out: Receives the handle; release it with ptdp_tokenizer_destroy(). Must not be NULL.\n"
 		""},
-	 { "ptdp_tokenizer_create_from_checkpoint", _wrap_ptdp_tokenizer_create_from_checkpoint, METH_VARARGS, "\n"
+	 { "ptdp_tokenizer_create_from_checkpoint", _wrap_ptdp_tokenizer_create_from_checkpoint, METH_O, "\n"
 		"Creates the tokenizer a ptdp-train checkpoint was trained with: the `--tokenizer-type`,\n"
 		"       `--vocab-file`, `--merge-file`, `--tokenizer-model` and `--vocab-size` recorded in its\n"
-		"       latest iteration's metadata.json (paths as they were given to ptdp-train), or the\n"
-		"       byte-level tokenizer when it was trained on `--text-file` without a tokenizer type.\n"
+		"       latest iteration's metadata.json (paths as they were given to ptdp-train). Without a\n"
+		"       recorded `--tokenizer-type`, the Hugging Face tokenizer files in ``directory`` itself, which\n"
+		"       `ptdp-convert --from-hf` copies there: `tokenizer.json` (HuggingFaceTokenizer, with its\n"
+		"       `tokenizer_config.json`), else `tokenizer.model` (SentencePieceTokenizer), else\n"
+		"       `vocab.json` + `merges.txt` (GPT2BPETokenizer); else the byte-level tokenizer when the\n"
+		"       checkpoint was trained on `--text-file`.\n"
 		":type directory: string\n"
 		":param directory: The checkpoint directory (`--load DIR`); must not be NULL.\n"
 		":type out: struct ptdp_tokenizer_impl, out\n"
@@ -34187,7 +34253,7 @@ static PyMethodDef SwigMethods[] = {
 		":type tokenizer: struct ptdp_tokenizer_impl\n"
 		":param tokenizer: The handle; unusable afterwards.\n"
 		""},
-	 { "ptdp_tokenizer_get_type", _wrap_ptdp_tokenizer_get_type, METH_VARARGS, "\n"
+	 { "ptdp_tokenizer_get_type", _wrap_ptdp_tokenizer_get_type, METH_O, "\n"
 		"The type a tokenizer was created as.\n"
 		":type tokenizer: struct ptdp_tokenizer_impl\n"
 		":param tokenizer: A live handle.\n"
@@ -35060,14 +35126,15 @@ static PyMethodDef SwigMethods[] = {
 		":type flags: int\n"
 		":param flags: A combination of ::ptdp_eod_flags naming what to fill.\n"
 		":type labels: int, in/out\n"
-		":param labels: [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose token is\n"
-		"           ``eod_token_id`` becomes ::PTDP_IGNORE_INDEX, the others are left as they are. May be\n"
-		"           NULL without that flag.\n"
+		":param labels: Room for [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose\n"
+		"           token is ``eod_token_id`` becomes ::PTDP_IGNORE_INDEX, the others are left as they are.\n"
+		"           May be NULL without that flag.\n"
 		":type position_ids: int, out\n"
-		":param position_ids: [count, seq_length], filled with ::PTDP_EOD_RESET_POSITION_IDS: each\n"
-		"           token's position within its document. May be NULL without that flag (ignored then).\n"
+		":param position_ids: Room for [count, seq_length], filled with\n"
+		"           ::PTDP_EOD_RESET_POSITION_IDS: each token's position within its document. May be NULL\n"
+		"           without that flag (ignored then).\n"
 		":type document_starts: int, out\n"
-		":param document_starts: [count, seq_length], filled with\n"
+		":param document_starts: Room for [count, seq_length], filled with\n"
 		"           ::PTDP_EOD_RESET_ATTENTION_MASK: the first position of each token's document (one past\n"
 		"           the last end-of-document token before it, or 0), ptdp_batch_masks::document_starts's\n"
 		"           form. May be NULL without that flag (ignored then).\n"
@@ -35976,7 +36043,7 @@ static PyMethodDef SwigMethods[] = {
 		":type options: :py:class:`ptdp_preprocess_options`, out\n"
 		":param options: Must not be NULL.\n"
 		""},
-	 { "ptdp_preprocess", _wrap_ptdp_preprocess, METH_VARARGS, "\n"
+	 { "ptdp_preprocess", _wrap_ptdp_preprocess, METH_O, "\n"
 		"Tokenizes JSON lines into one indexed data set per key (Megatron's\n"
 		"       preprocess_data.py).\n"
 		":type options: :py:class:`ptdp_preprocess_options`\n"
@@ -35989,9 +36056,10 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_preprocess_main", _wrap_ptdp_preprocess_main, METH_O, "\n"
 		"The whole of `ptdp-preprocess-data`: parses ``argv`` (Megatron's flags: `--input FILE\n"
-		"       [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,\n"
-		"       `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,\n"
-		"       `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,\n"
+		"       [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`\n"
+		"       (required, as in Megatron; ptdp_preprocess() defaults to ByteLevel), `--vocab-file`,\n"
+		"       `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,\n"
+		"       `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,\n"
 		"       preprocesses with Megatron's progress line on stderr and a summary on stdout, and\n"
 		"       reports a failure on stderr as \"PROGRAM: message\".\n"
 		":type argc: int\n"

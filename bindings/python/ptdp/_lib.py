@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 
 from . import _ptdp
+from .errors import error_for
 
 _raw = _ptdp
 
@@ -85,6 +86,21 @@ def out_array(out, shape, dtype, name):
         raise ValueError(f"{name}: out must be a writable C-contiguous {np.dtype(dtype).name} array of "
                          f"{int(np.prod(shape))} elements")
     return out
+
+
+def filled(call, size=1 << 16):
+    """The bytes a call writes into a char buffer under the count/capacity protocol, the buffer
+    grown until they fit: ``call(buffer)`` returns ``((status, message), length)``, the length
+    being reported also when the buffer is too small. A failure that is not about room raises."""
+    size = max(int(size), 1)
+    while True:
+        buffer = bytearray(size)
+        (status, message), length = call(buffer)
+        if status == 0:
+            return bytes(buffer[:length])
+        if length + 1 <= size:
+            raise error_for(status, message)
+        size = length + 1
 
 
 class Handle:

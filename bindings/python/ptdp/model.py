@@ -85,7 +85,7 @@ class _Masks:
         self.arrays = (None if position_ids is None else as_int32(position_ids, "position_ids", count),
                        None if document_starts is None else as_int32(document_starts, "document_starts", count))
         self.struct = None
-        if self.arrays != (None, None):
+        if any(a is not None for a in self.arrays):  # not `!= (None, None)`: numpy compares elementwise
             self.struct = make_struct("ptdp_batch_masks")
             if self.arrays[0] is not None:
                 self.struct.position_ids = self.arrays[0]

@@ -3,8 +3,7 @@
 
 from collections import namedtuple
 
-from ._lib import Handle, _raw, as_int32, handle_of, make_enum, make_struct, struct_to_dict
-from .errors import error_for
+from ._lib import Handle, _raw, as_int32, filled, handle_of, make_enum, make_struct, struct_to_dict
 from .model import _Masks, pipeline_options
 
 OptimizerKind = make_enum("OptimizerKind", "PTDP_OPTIMIZER_", "Optimizer algorithm (ptdp_optimizer_kind).")
@@ -91,15 +90,7 @@ def train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size
 
 def _text(call):
     """Runs a call that fills a char buffer, growing the buffer until the text fits."""
-    size = 1 << 16
-    while True:
-        buffer = bytearray(size)
-        (status, message), length = call(buffer)
-        if status == 0:
-            return bytes(buffer[:length]).decode("utf-8", "replace")
-        if length + 1 <= size:
-            raise error_for(status, message)
-        size = length + 1
+    return filled(call).decode("utf-8", "replace")
 
 
 class TrainConfig(Handle):

@@ -2813,12 +2813,13 @@ PTDP_API ptdp_status ptdp_batch_masks_init(ptdp_batch_masks* masks);
  * @param seq_length Tokens per sample, > 0.
  * @param eod_token_id The end-of-document token.
  * @param flags A combination of ::ptdp_eod_flags naming what to fill.
- * @param[in,out] labels [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose token is
- *        @p eod_token_id becomes ::PTDP_IGNORE_INDEX, the others are left as they are. May be
- *        NULL without that flag.
- * @param[out] position_ids [count, seq_length], filled with ::PTDP_EOD_RESET_POSITION_IDS: each
- *        token's position within its document. May be NULL without that flag (ignored then).
- * @param[out] document_starts [count, seq_length], filled with
+ * @param[in,out] labels Room for [count, seq_length]; with ::PTDP_EOD_MASK_LOSS each label whose
+ *        token is @p eod_token_id becomes ::PTDP_IGNORE_INDEX, the others are left as they are.
+ *        May be NULL without that flag.
+ * @param[out] position_ids Room for [count, seq_length], filled with
+ *        ::PTDP_EOD_RESET_POSITION_IDS: each token's position within its document. May be NULL
+ *        without that flag (ignored then).
+ * @param[out] document_starts Room for [count, seq_length], filled with
  *        ::PTDP_EOD_RESET_ATTENTION_MASK: the first position of each token's document (one past
  *        the last end-of-document token before it, or 0), ptdp_batch_masks::document_starts's
  *        form. May be NULL without that flag (ignored then).
@@ -3714,9 +3715,10 @@ PTDP_API ptdp_status ptdp_preprocess(const ptdp_preprocess_options* options, ptd
 
 /**
  * @brief The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE
- *        [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,
- *        `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,
- *        `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
+ *        [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`
+ *        (required, as in Megatron; ptdp_preprocess() defaults to ByteLevel), `--vocab-file`,
+ *        `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,
+ *        `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
  *        preprocesses with Megatron's progress line on stderr and a summary on stdout, and
  *        reports a failure on stderr as "PROGRAM: message".
  * @param argc Number of entries in @p argv, >= 1.

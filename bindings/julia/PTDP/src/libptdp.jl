@@ -1793,11 +1793,11 @@ function ptdp_preprocess(options, result)
 end
 
 # The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE [FILE
-# ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`, `--vocab-file`,
-# `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,
-# `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`, preprocesses with
-# Megatron's progress line on stderr and a summary on stdout, and reports a failure on stderr as
-# "PROGRAM: message".
+# ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type` (required, as in
+# Megatron; ptdp_preprocess() defaults to ByteLevel), `--vocab-file`, `--merge-file`,
+# `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`, `--log-interval`, and ptdp's
+# `--skip-bad-lines`), prints `--help`, preprocesses with Megatron's progress line on stderr and
+# a summary on stdout, and reports a failure on stderr as "PROGRAM: message".
 function ptdp_preprocess_main(argc, argv, exit_code)
     ccall((:ptdp_preprocess_main, libptdp), ptdp_status,
           (Int32, Ptr{Ptr{Cchar}}, Ptr{Int32}),

@@ -1722,11 +1722,12 @@ extern "C" {
         result: *mut ptdp_preprocess_result,
     ) -> ptdp_status;
     /// The whole of `ptdp-preprocess-data`: parses @p argv (Megatron's flags: `--input FILE
-    /// [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`,
-    /// `--vocab-file`, `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`,
-    /// `--workers`, `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`,
-    /// preprocesses with Megatron's progress line on stderr and a summary on stdout, and
-    /// reports a failure on stderr as "PROGRAM: message".
+    /// [FILE ...]`, `--json-keys KEY [KEY ...]`, `--output-prefix`, `--tokenizer-type`
+    /// (required, as in Megatron; ptdp_preprocess() defaults to ByteLevel), `--vocab-file`,
+    /// `--merge-file`, `--tokenizer-model`, `--vocab-size`, `--append-eod`, `--workers`,
+    /// `--log-interval`, and ptdp's `--skip-bad-lines`), prints `--help`, preprocesses with
+    /// Megatron's progress line on stderr and a summary on stdout, and reports a failure on
+    /// stderr as "PROGRAM: message".
     pub fn ptdp_preprocess_main(
         argc: i32,
         argv: *const *const ::std::os::raw::c_char,

@@ -1,4 +1,5 @@
-//! GPT training samples: mock tokens, Megatron's indexed data sets, or plain text.
+//! GPT training samples (mock tokens, Megatron's indexed data sets, or plain text), and
+//! Megatron's indexed data sets themselves.
 use crate::error::{c_string, check, Result};
 use crate::options::GptDataOptions;
 use crate::sys;
@@ -56,5 +57,56 @@ impl GptData {
 impl Drop for GptData {
     fn drop(&mut self) {
         unsafe { sys::ptdp_gpt_data_destroy(self.raw) };
+    }
+}
+
+/// A Megatron indexed data set PREFIX.idx + PREFIX.bin, read-only: documents of token ids.
+pub struct IndexedDataset {
+    raw: sys::ptdp_dataset,
+}
+
+impl IndexedDataset {
+    /// Opens PREFIX.idx and PREFIX.bin.
+    pub fn open(prefix: &str) -> Result<IndexedDataset> {
+        let prefix = c_string("prefix", prefix)?;
+        let mut raw = ptr::null_mut();
+        check(unsafe { sys::ptdp_dataset_open(prefix.as_ptr(), &mut raw) })?;
+        Ok(IndexedDataset { raw })
+    }
+
+    pub fn num_documents(&self) -> Result<i64> {
+        let mut count = 0;
+        check(unsafe { sys::ptdp_dataset_num_documents(self.raw, &mut count) })?;
+        Ok(count)
+    }
+
+    pub fn num_sequences(&self) -> Result<i64> {
+        let mut count = 0;
+        check(unsafe { sys::ptdp_dataset_num_sequences(self.raw, &mut count) })?;
+        Ok(count)
+    }
+
+    /// Document `index`'s tokens (all its sequences).
+    pub fn document(&self, index: i64) -> Result<Vec<i32>> {
+        // The first call asks for the length, reported also when there is no room.
+        let mut count = 0;
+        let first = check(unsafe { sys::ptdp_dataset_document(self.raw, index, ptr::null_mut(), 0, &mut count) });
+        if count == 0 {
+            return first.map(|()| Vec::new());
+        }
+        let mut tokens = vec![0; count as usize];
+        check(unsafe { sys::ptdp_dataset_document(self.raw, index, tokens.as_mut_ptr(), count, &mut count) })?;
+        tokens.truncate(count as usize);
+        Ok(tokens)
+    }
+
+    pub fn as_raw(&self) -> sys::ptdp_dataset {
+        self.raw
+    }
+}
+
+impl Drop for IndexedDataset {
+    fn drop(&mut self) {
+        unsafe { sys::ptdp_dataset_destroy(self.raw) };
     }
 }

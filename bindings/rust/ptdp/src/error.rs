@@ -75,3 +75,26 @@ pub(crate) fn from_buffer(buffer: &[u8]) -> String {
     let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
     String::from_utf8_lossy(&buffer[..end]).into_owned()
 }
+
+/// The bytes a call writes into a char buffer under the count/capacity protocol (the length is
+/// reported also when the buffer is too small), the buffer grown until they fit. `call(buffer,
+/// capacity, length)` returns the status; a failure that is not about room is an error.
+pub(crate) fn filled(
+    initial: usize,
+    mut call: impl FnMut(*mut std::os::raw::c_char, usize, &mut usize) -> sys::ptdp_status,
+) -> Result<Vec<u8>> {
+    let mut size = initial.max(1);
+    loop {
+        let mut buffer = vec![0u8; size];
+        let mut length = 0;
+        let status = call(buffer.as_mut_ptr().cast(), buffer.len(), &mut length);
+        if status == sys::PTDP_SUCCESS {
+            buffer.truncate(length);
+            return Ok(buffer);
+        }
+        if length < size {
+            check(status)?; // not a matter of room
+        }
+        size = length + 1;
+    }
+}

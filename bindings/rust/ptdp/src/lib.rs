@@ -6,6 +6,11 @@
 //! status and the library's message (`ptdp_last_error()`). Option structs are the C structs
 //! themselves, filled with the library's defaults by [`Defaults::defaults`].
 //!
+//! Text comes in through [`Tokenizer`] (Megatron's tokenizer types) and [`preprocess`] (JSON
+//! lines to indexed data sets, read back with [`IndexedDataset`]); Hugging Face checkpoints
+//! through [`hf_read_options`], [`hf_load`] and [`hf_save`]; [`eod_masks`] and [`IGNORE_INDEX`]
+//! mask losses and documents for the `_masked` calls.
+//!
 //! ```no_run
 //! use ptdp::{Defaults, Groups, Model, Runtime, RuntimeOptions};
 //! let mut ro = RuntimeOptions::defaults();
@@ -19,23 +24,31 @@
 mod config;
 mod data;
 mod error;
+mod hf;
+mod masks;
 mod model;
 mod options;
 mod pipeline;
+mod preprocessing;
 mod runtime;
 mod tensor;
+mod tokenizer;
 mod trainer;
 
 pub use ptdp_sys as sys;
 
 pub use config::TrainConfig;
-pub use data::GptData;
+pub use data::{GptData, IndexedDataset};
 pub use error::{Error, Result};
+pub use hf::{hf_load, hf_read_options, hf_save};
+pub use masks::{eod_masks, BatchMasks, EodMasks, IGNORE_INDEX};
 pub use model::{checkpoint_load, checkpoint_save, Model, Optimizer, ParamInfo, Schedule};
 pub use options::*;
 pub use pipeline::{pipeline_run, Stages};
+pub use preprocessing::{merge_datasets, merge_datasets_main, preprocess, preprocess_main, PreprocessArgs};
 pub use runtime::{Groups, Runtime};
 pub use tensor::{Element, Tensor};
+pub use tokenizer::{tokenizer_type, tokenizer_type_name, Tokenizer, TokenizerFiles};
 pub use trainer::{train_main, IterationReport, Trainer, TrainerOptions};
 
 use std::ffi::CStr;

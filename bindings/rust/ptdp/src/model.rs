@@ -1,6 +1,7 @@
 //! The GPT model, its optimizer, pipeline schedules and checkpoints.
 use crate::config::TrainConfig;
 use crate::error::{c_string, check, from_buffer, Error, Result};
+use crate::masks::BatchMasks;
 use crate::options::{opt_ptr, Action, CheckpointState, Defaults, GenerateOptions, GptOptions, IterationResult};
 use crate::options::{OptimizerOptions, PipelineOptions, ScheduleCosts};
 use crate::runtime::Groups;
@@ -69,6 +70,38 @@ impl<'g> Model<'g> {
         Ok(loss)
     }
 
+    /// [`Model::forward_backward`] with position ids and documents; labels may be
+    /// [`crate::IGNORE_INDEX`]. Returns the masked mean loss.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_backward_masked(
+        &self,
+        tokens: &[i32],
+        labels: &[i32],
+        masks: &BatchMasks,
+        micro_batch_size: i32,
+        iteration: i64,
+        microbatch: i64,
+        grad_scale: f32,
+    ) -> Result<f32> {
+        same_len(tokens, labels)?;
+        let masks = masks.to_raw(tokens.len())?;
+        let mut loss = 0.0;
+        check(unsafe {
+            sys::ptdp_model_forward_backward_masked(
+                self.raw,
+                tokens.as_ptr(),
+                labels.as_ptr(),
+                &masks,
+                micro_batch_size,
+                iteration,
+                microbatch,
+                grad_scale,
+                &mut loss,
+            )
+        })?;
+        Ok(loss)
+    }
+
     /// Forward of one microbatch; `training` turns dropout on.
     pub fn forward(
         &self,
@@ -86,6 +119,37 @@ impl<'g> Model<'g> {
                 self.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
+                micro_batch_size,
+                iteration,
+                microbatch,
+                training as i32,
+                &mut loss,
+            )
+        })?;
+        Ok(loss)
+    }
+
+    /// [`Model::forward`] with position ids and documents; returns the masked mean loss.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_masked(
+        &self,
+        tokens: &[i32],
+        labels: &[i32],
+        masks: &BatchMasks,
+        micro_batch_size: i32,
+        iteration: i64,
+        microbatch: i64,
+        training: bool,
+    ) -> Result<f32> {
+        same_len(tokens, labels)?;
+        let masks = masks.to_raw(tokens.len())?;
+        let mut loss = 0.0;
+        check(unsafe {
+            sys::ptdp_model_forward_masked(
+                self.raw,
+                tokens.as_ptr(),
+                labels.as_ptr(),
+                &masks,
                 micro_batch_size,
                 iteration,
                 microbatch,
@@ -124,6 +188,37 @@ impl<'g> Model<'g> {
         Ok(loss)
     }
 
+    /// [`Model::pipeline_forward_backward`] with position ids and documents for the whole batch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pipeline_forward_backward_masked(
+        &self,
+        schedule: &Schedule,
+        tokens: &[i32],
+        labels: &[i32],
+        masks: &BatchMasks,
+        micro_batch_size: i32,
+        iteration: i64,
+        options: Option<&PipelineOptions>,
+    ) -> Result<f32> {
+        same_len(tokens, labels)?;
+        let masks = masks.to_raw(tokens.len())?;
+        let mut loss = 0.0;
+        check(unsafe {
+            sys::ptdp_model_pipeline_forward_backward_masked(
+                self.raw,
+                schedule.raw,
+                tokens.as_ptr(),
+                labels.as_ptr(),
+                &masks,
+                micro_batch_size,
+                iteration,
+                opt_ptr(options),
+                &mut loss,
+            )
+        })?;
+        Ok(loss)
+    }
+
     /// The old name of `pipeline_forward_backward`.
     #[deprecated(since = "0.2.0", note = "use pipeline_forward_backward")]
     pub fn train_step(
@@ -153,6 +248,32 @@ impl<'g> Model<'g> {
                 self.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
+                micro_batch_size,
+                num_microbatches,
+                &mut loss,
+            )
+        })?;
+        Ok(loss)
+    }
+
+    /// [`Model::evaluate`] with position ids and documents.
+    pub fn evaluate_masked(
+        &self,
+        tokens: &[i32],
+        labels: &[i32],
+        masks: &BatchMasks,
+        micro_batch_size: i32,
+        num_microbatches: i32,
+    ) -> Result<f32> {
+        same_len(tokens, labels)?;
+        let masks = masks.to_raw(tokens.len())?;
+        let mut loss = 0.0;
+        check(unsafe {
+            sys::ptdp_model_evaluate_masked(
+                self.raw,
+                tokens.as_ptr(),
+                labels.as_ptr(),
+                &masks,
                 micro_batch_size,
                 num_microbatches,
                 &mut loss,
@@ -290,6 +411,39 @@ impl<'m> Optimizer<'m> {
                 schedule.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
+                micro_batch_size,
+                iteration,
+                opt_ptr(options),
+                &mut result,
+            )
+        })?;
+        Ok(result)
+    }
+
+    /// [`Optimizer::train_iteration`] with position ids and documents; labels may be
+    /// [`crate::IGNORE_INDEX`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn train_iteration_masked(
+        &self,
+        schedule: &Schedule,
+        tokens: &[i32],
+        labels: &[i32],
+        masks: &BatchMasks,
+        micro_batch_size: i32,
+        iteration: i64,
+        options: Option<&PipelineOptions>,
+    ) -> Result<IterationResult> {
+        same_len(tokens, labels)?;
+        let masks = masks.to_raw(tokens.len())?;
+        let mut result = zeroed_result();
+        check(unsafe {
+            sys::ptdp_train_iteration_masked(
+                self.model.raw,
+                self.raw,
+                schedule.raw,
+                tokens.as_ptr(),
+                labels.as_ptr(),
+                &masks,
                 micro_batch_size,
                 iteration,
                 opt_ptr(options),

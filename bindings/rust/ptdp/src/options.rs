@@ -39,6 +39,9 @@ defaults! {
     GptDataOptions = ptdp_gpt_data_options by ptdp_gpt_data_options_init;
     GenerateOptions = ptdp_generate_options by ptdp_generate_options_init;
     CheckpointState = ptdp_checkpoint_state by ptdp_checkpoint_state_init;
+    TokenizerOptions = ptdp_tokenizer_options by ptdp_tokenizer_options_init;
+    HfSaveOptions = ptdp_hf_save_options by ptdp_hf_save_options_init;
+    PreprocessOptions = ptdp_preprocess_options by ptdp_preprocess_options_init;
 }
 
 /// The names of the model presets (`--model-preset` of ptdp-train and ptdp-plan), in order.
@@ -75,6 +78,8 @@ pub type IterationResult = sys::ptdp_iteration_result;
 pub type TrainSettings = sys::ptdp_train_settings;
 /// One action of a pipeline schedule.
 pub type Action = sys::ptdp_action;
+/// What a preprocessing run did: documents, bad lines, bytes, tokens, seconds, dtype code.
+pub type PreprocessResult = sys::ptdp_preprocess_result;
 
 pub(crate) fn opt_ptr<T>(value: Option<&T>) -> *const T {
     value.map_or(std::ptr::null(), |v| v as *const T)

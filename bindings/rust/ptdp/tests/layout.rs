@@ -24,7 +24,10 @@ fn option_structs_match_the_library() {
         sys::ptdp_optimizer_options,
         sys::ptdp_gpt_data_options,
         sys::ptdp_generate_options,
-        sys::ptdp_checkpoint_state
+        sys::ptdp_checkpoint_state,
+        sys::ptdp_tokenizer_options,
+        sys::ptdp_hf_save_options,
+        sys::ptdp_preprocess_options
     );
 }
 
@@ -38,4 +41,13 @@ fn defaults_are_the_documented_ones() {
     let data = sys::ptdp_gpt_data_options::defaults();
     assert_eq!(data.num_samples, [0, 0, 0]);
     assert_eq!(data.seed, 1234);
+    let tokenizer = sys::ptdp_tokenizer_options::defaults();
+    assert_eq!(tokenizer.r#type, sys::PTDP_TOKENIZER_BYTE_LEVEL);
+    let hf = sys::ptdp_hf_save_options::defaults();
+    assert_eq!(
+        (hf.dtype, hf.max_shard_size, hf.architecture),
+        (sys::PTDP_DTYPE_F32, 0, sys::PTDP_HF_ARCHITECTURE_AUTO)
+    );
+    let pre = sys::ptdp_preprocess_options::defaults();
+    assert_eq!((pre.workers, pre.num_json_keys, pre.append_eod), (1, 0, 0));
 }
