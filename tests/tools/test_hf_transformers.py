@@ -258,6 +258,7 @@ def case_roundtrip():
         ("llama tied bf16", make("llama", seed=6, tie_word_embeddings=True), torch.bfloat16, None, "bf16"),
         ("qwen2 fp32", make("qwen2", seed=7), None, None, "fp32"),
         ("mistral bf16 sharded", make("mistral", seed=8), torch.bfloat16, "25KB", "bf16"),
+        ("qwen2 fp16", make("qwen2", seed=9), torch.float16, None, "fp16"),
     ]
     for name, model, dtype, shard, flag in variants:
         tag = name.replace(" ", "-")
