@@ -53,21 +53,15 @@ impl<'g> Model<'g> {
         microbatch: i64,
         grad_scale: f32,
     ) -> Result<f32> {
-        same_len(tokens, labels)?;
-        let mut loss = 0.0;
-        check(unsafe {
-            sys::ptdp_model_forward_backward(
-                self.raw,
-                tokens.as_ptr(),
-                labels.as_ptr(),
-                micro_batch_size,
-                iteration,
-                microbatch,
-                grad_scale,
-                &mut loss,
-            )
-        })?;
-        Ok(loss)
+        self.forward_backward_masked(
+            tokens,
+            labels,
+            &BatchMasks::default(),
+            micro_batch_size,
+            iteration,
+            microbatch,
+            grad_scale,
+        )
     }
 
     /// [`Model::forward_backward`] with position ids and documents; labels may be
@@ -112,21 +106,15 @@ impl<'g> Model<'g> {
         microbatch: i64,
         training: bool,
     ) -> Result<f32> {
-        same_len(tokens, labels)?;
-        let mut loss = 0.0;
-        check(unsafe {
-            sys::ptdp_model_forward(
-                self.raw,
-                tokens.as_ptr(),
-                labels.as_ptr(),
-                micro_batch_size,
-                iteration,
-                microbatch,
-                training as i32,
-                &mut loss,
-            )
-        })?;
-        Ok(loss)
+        self.forward_masked(
+            tokens,
+            labels,
+            &BatchMasks::default(),
+            micro_batch_size,
+            iteration,
+            microbatch,
+            training,
+        )
     }
 
     /// [`Model::forward`] with position ids and documents; returns the masked mean loss.
@@ -171,21 +159,15 @@ impl<'g> Model<'g> {
         iteration: i64,
         options: Option<&PipelineOptions>,
     ) -> Result<f32> {
-        same_len(tokens, labels)?;
-        let mut loss = 0.0;
-        check(unsafe {
-            sys::ptdp_model_pipeline_forward_backward(
-                self.raw,
-                schedule.raw,
-                tokens.as_ptr(),
-                labels.as_ptr(),
-                micro_batch_size,
-                iteration,
-                opt_ptr(options),
-                &mut loss,
-            )
-        })?;
-        Ok(loss)
+        self.pipeline_forward_backward_masked(
+            schedule,
+            tokens,
+            labels,
+            &BatchMasks::default(),
+            micro_batch_size,
+            iteration,
+            options,
+        )
     }
 
     /// [`Model::pipeline_forward_backward`] with position ids and documents for the whole batch.
@@ -241,19 +223,13 @@ impl<'g> Model<'g> {
         micro_batch_size: i32,
         num_microbatches: i32,
     ) -> Result<f32> {
-        same_len(tokens, labels)?;
-        let mut loss = 0.0;
-        check(unsafe {
-            sys::ptdp_model_evaluate(
-                self.raw,
-                tokens.as_ptr(),
-                labels.as_ptr(),
-                micro_batch_size,
-                num_microbatches,
-                &mut loss,
-            )
-        })?;
-        Ok(loss)
+        self.evaluate_masked(
+            tokens,
+            labels,
+            &BatchMasks::default(),
+            micro_batch_size,
+            num_microbatches,
+        )
     }
 
     /// [`Model::evaluate`] with position ids and documents.
@@ -402,22 +378,15 @@ impl<'m> Optimizer<'m> {
         iteration: i64,
         options: Option<&PipelineOptions>,
     ) -> Result<IterationResult> {
-        same_len(tokens, labels)?;
-        let mut result = zeroed_result();
-        check(unsafe {
-            sys::ptdp_train_iteration(
-                self.model.raw,
-                self.raw,
-                schedule.raw,
-                tokens.as_ptr(),
-                labels.as_ptr(),
-                micro_batch_size,
-                iteration,
-                opt_ptr(options),
-                &mut result,
-            )
-        })?;
-        Ok(result)
+        self.train_iteration_masked(
+            schedule,
+            tokens,
+            labels,
+            &BatchMasks::default(),
+            micro_batch_size,
+            iteration,
+            options,
+        )
     }
 
     /// [`Optimizer::train_iteration`] with position ids and documents; labels may be
