@@ -175,6 +175,8 @@ module ptdp
     integer(c_int32_t) :: tensor_model_parallel_size
     integer(c_int32_t) :: pipeline_model_parallel_size
     integer(c_int32_t) :: virtual_pipeline_model_parallel_size
+    integer(c_int64_t) :: decoder_first_pipeline_num_layers
+    integer(c_int64_t) :: decoder_last_pipeline_num_layers
   end type ptdp_parallel_options
 
   ! One transfer of a batch.
@@ -481,6 +483,8 @@ module ptdp
     integer(c_int32_t) :: qk_layernorm
     integer(c_int32_t) :: hidden_dropout_set
     real(c_float) :: hidden_dropout
+    integer(c_int32_t) :: decoder_first_pipeline_num_layers
+    integer(c_int32_t) :: decoder_last_pipeline_num_layers
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -527,6 +531,8 @@ module ptdp
     real(c_double) :: bubble_fraction
     real(c_double) :: tflops_per_gpu
     real(c_double) :: mfu
+    integer(c_int32_t) :: decoder_first_pipeline_num_layers
+    integer(c_int32_t) :: decoder_last_pipeline_num_layers
   end type ptdp_plan_layout
 
   ! Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
@@ -855,7 +861,8 @@ module ptdp
       integer(c_int) :: ptdp_runtime_gpu
     end function ptdp_runtime_gpu
 
-    ! Fills @p options with the defaults (t = p = v = 1) and sets its struct_size.
+    ! Fills @p options with the defaults (t = p = v = 1, an even split) and sets its
+    ! struct_size.
     function ptdp_parallel_options_init(options) bind(c, name="ptdp_parallel_options_init")
       import
       implicit none
@@ -878,6 +885,23 @@ module ptdp
       integer(c_int32_t), intent(out) :: count
       integer(c_int) :: ptdp_layout_members
     end function ptdp_layout_members
+
+    ! Which decoder layers a model chunk holds in a layout: chunk @p virtual_stage of pipeline
+    ! rank @p pipeline_rank (global chunk c = virtual_stage * p + pipeline_rank) of a model of
+    ! @p num_layers layers, as ptdp_model_create() lays the model out; computed without any
+    ! communication.
+    function ptdp_layout_chunk_layers(options, num_layers, pipeline_rank, virtual_stage, &
+        first_layer, layer_count) bind(c, name="ptdp_layout_chunk_layers")
+      import
+      implicit none
+      type(ptdp_parallel_options), intent(in) :: options
+      integer(c_int32_t), value :: num_layers
+      integer(c_int32_t), value :: pipeline_rank
+      integer(c_int32_t), value :: virtual_stage
+      integer(c_int32_t), intent(out) :: first_layer
+      integer(c_int32_t), intent(out) :: layer_count
+      integer(c_int) :: ptdp_layout_chunk_layers
+    end function ptdp_layout_chunk_layers
 
     ! Creates the tensor, pipeline, data, model and embedding groups of a layout.
     function ptdp_groups_create(runtime, options, out) bind(c, name="ptdp_groups_create")
@@ -1863,8 +1887,11 @@ module ptdp
       integer(c_int) :: ptdp_train_config_optimizer_options
     end function ptdp_train_config_optimizer_options
 
-    ! The parallel layout: t and p from their flags, v = layers / (p * layers per virtual stage)
-    ! when `--num-layers-per-virtual-pipeline-stage` is given, else 1.
+    ! The parallel layout: t and p from their flags, v from
+    ! `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual stage)
+    ! when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and last stage
+    ! layers from `--decoder-first-pipeline-num-layers` and `--decoder-last-pipeline-num-layers`
+    ! (0 when not given).
     function ptdp_train_config_parallel_options(config, options) &
         bind(c, name="ptdp_train_config_parallel_options")
       import

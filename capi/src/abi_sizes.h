@@ -92,6 +92,10 @@ static_assert(FirstPublished<ptdp_train_settings>::size == offsetof(ptdp_train_s
 static_assert(FirstPublished<ptdp_plan_options>::size == offsetof(ptdp_plan_options, rotary_base));  // Llama options
 static_assert(FirstPublished<ptdp_gpt_data_options>::size ==
               offsetof(ptdp_gpt_data_options, train_data_path));  // per-split data paths (blends)
+static_assert(FirstPublished<ptdp_parallel_options>::size ==
+              offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers));  // uneven pipeline stages
+static_assert(FirstPublished<ptdp_plan_layout>::size ==
+              offsetof(ptdp_plan_layout, decoder_first_pipeline_num_layers));  // uneven pipeline stages
 
 // A struct that grows again starts its new fields at or after the size of every version
 // published before, tail padding included: a caller built against that version passes its
@@ -118,6 +122,7 @@ struct SizeAt0_2;
 PTDP_SIZE_AT_0_2(ptdp_gpt_options, 88, rotary_base);
 PTDP_SIZE_AT_0_2(ptdp_plan_options, 104, rotary_base);
 PTDP_SIZE_AT_0_2(ptdp_generate_options, 32, no_kv_cache);
+PTDP_SIZE_AT_0_2(ptdp_parallel_options, 24, decoder_first_pipeline_num_layers);
 #undef PTDP_SIZE_AT_0_2
 
 /// The smallest struct_size a caller may pass for `Struct`.

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "capi/src/handles.h"
+#include "core/model/pipeline_split.h"
 
 #ifdef PTDP_HAVE_MPI
 #include "ptdp/ptdp_mpi.h"
@@ -178,6 +179,31 @@ PTDP_API ptdp_status ptdp_layout_members(const ptdp_parallel_options* options, i
                        std::to_string(world_size) + ")");
     const auto members = layout.members(checked_kind(kind), world_rank);
     copy_members(members, world_ranks, capacity, count);
+  });
+}
+
+PTDP_API ptdp_status ptdp_layout_chunk_layers(const ptdp_parallel_options* options, int32_t num_layers,
+                                              int32_t pipeline_rank, int32_t virtual_stage, int32_t* first_layer,
+                                              int32_t* layer_count) {
+  return guard(__func__, [&] {
+    const ptdp::ParallelConfig c = parallel_config(options);
+    PTDP_CHECK_ARG(c.pipeline > 0 && c.virtual_stages > 0 && (c.virtual_stages == 1 || c.pipeline > 1),
+                   "options: pipeline size " + std::to_string(c.pipeline) + " and virtual pipeline size " +
+                       std::to_string(c.virtual_stages) + " are not a layout (both > 0, v > 1 only with p > 1)");
+    PTDP_CHECK_ARG(num_layers > 0, "num_layers = " + std::to_string(num_layers) + " is not > 0");
+    PTDP_CHECK_ARG(pipeline_rank >= 0 && pipeline_rank < c.pipeline,
+                   "pipeline_rank = " + std::to_string(pipeline_rank) + " is outside [0, " +
+                       std::to_string(c.pipeline) + ")");
+    PTDP_CHECK_ARG(virtual_stage >= 0 && virtual_stage < c.virtual_stages,
+                   "virtual_stage = " + std::to_string(virtual_stage) + " is outside [0, " +
+                       std::to_string(c.virtual_stages) + ")");
+    const std::vector<int> counts = ptdp::chunk_layer_counts(num_layers, ptdp::pipeline_split(c));
+    const std::size_t chunk = static_cast<std::size_t>(virtual_stage) * static_cast<std::size_t>(c.pipeline) +
+                              static_cast<std::size_t>(pipeline_rank);
+    int32_t first = 0;
+    for (std::size_t k = 0; k < chunk; ++k) first += counts[k];
+    if (first_layer) *first_layer = first;
+    if (layer_count) *layer_count = counts[chunk];
   });
 }
 

@@ -1,6 +1,7 @@
 // The 0.2.0 versions of the entry points that fill a struct which has grown since: a program
-// built against 0.2.0 passes a ptdp_gpt_options of 88 bytes, a ptdp_plan_options of 104 and a
-// ptdp_generate_options of 32 to functions that do not read a struct_size first, so the current
+// built against 0.2.0 passes a ptdp_gpt_options of 88 bytes, a ptdp_plan_options of 104, a
+// ptdp_generate_options of 32 and a ptdp_parallel_options of 24 to functions that do not read a
+// struct_size first, so the current
 // versions would write past its end. Its references are bound to version PTDP_0 (the version
 // node of every 0.2.0 symbol, capi/ptdp.map); these definitions are that version
 // (`.symver NAME@PTDP_0`; their own names do not start with ptdp_, so the version script keeps
@@ -8,8 +9,8 @@
 // programs, and dlsym() from the bindings, get. Each runs the current function into a struct of
 // today's size, then hands the caller its 0.2.0 prefix with struct_size set to it, and refuses
 // (InvalidArgument, nothing written) a value that the prefix cannot carry: a model with
-// options added after 0.2.0 (a Llama-family checkpoint, a --model-preset), which such a
-// program cannot describe.
+// options added after 0.2.0 (a Llama-family checkpoint, a --model-preset, uneven pipeline
+// stages), which such a program cannot describe.
 //
 // Programs built against 0.1 (before device, precision and attention were added to
 // ptdp_gpt_options) also bind to PTDP_0 and get 0.2.0's 88 bytes: that release wrote them too.
@@ -32,6 +33,17 @@ ptdp_gpt_options normalized(const ptdp_gpt_options& o) {
 ptdp_plan_options normalized(const ptdp_plan_options& o) {
   ptdp_plan_options out{};
   ptdp::capi::plan_options_to_c(ptdp::capi::plan_request(&o), &out);
+  return out;
+}
+ptdp_parallel_options normalized(const ptdp_parallel_options& o) {
+  const ptdp::ParallelConfig c = ptdp::capi::parallel_config(&o);
+  ptdp_parallel_options out{};
+  out.struct_size = sizeof out;
+  out.tensor_model_parallel_size = c.tensor;
+  out.pipeline_model_parallel_size = c.pipeline;
+  out.virtual_pipeline_model_parallel_size = c.virtual_stages;
+  out.decoder_first_pipeline_num_layers = c.first_stage_layers;
+  out.decoder_last_pipeline_num_layers = c.last_stage_layers;
   return out;
 }
 
@@ -96,6 +108,25 @@ PTDP_API ptdp_status compat_ptdp_0_2_plan_options_init(ptdp_plan_options* option
   });
 }
 
+PTDP_API ptdp_status compat_ptdp_0_2_parallel_options_init(ptdp_parallel_options* options) {
+  return ptdp::capi::guard("ptdp_parallel_options_init", [&] {
+    ptdp::capi::require_non_null(options, "options");
+    const ptdp_parallel_options full = fresh(ptdp_parallel_options_init);
+    hand_out_defaults(full, options);
+  });
+}
+
+PTDP_API ptdp_status compat_ptdp_0_2_train_config_parallel_options(ptdp_train_config config,
+                                                                   ptdp_parallel_options* options) {
+  ptdp_parallel_options full{};
+  const ptdp_status st = ptdp_train_config_parallel_options(config, &full);
+  if (st != PTDP_SUCCESS) return st;
+  return ptdp::capi::guard("ptdp_train_config_parallel_options", [&] {
+    ptdp::capi::require_non_null(options, "options");
+    hand_out_prefix(full, options, "the configuration's pipeline layout");
+  });
+}
+
 PTDP_API ptdp_status compat_ptdp_0_2_train_config_gpt_options(ptdp_train_config config, ptdp_gpt_options* options) {
   ptdp_gpt_options full{};
   const ptdp_status st = ptdp_train_config_gpt_options(config, &full);
@@ -138,3 +169,5 @@ __asm__(".symver compat_ptdp_0_2_plan_options_init,ptdp_plan_options_init@PTDP_0
 __asm__(".symver compat_ptdp_0_2_train_config_gpt_options,ptdp_train_config_gpt_options@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_checkpoint_read_options,ptdp_checkpoint_read_options@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_plan_parse_args,ptdp_plan_parse_args@PTDP_0");
+__asm__(".symver compat_ptdp_0_2_parallel_options_init,ptdp_parallel_options_init@PTDP_0");
+__asm__(".symver compat_ptdp_0_2_train_config_parallel_options,ptdp_train_config_parallel_options@PTDP_0");

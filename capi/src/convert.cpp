@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "capi/src/api_guard.h"
@@ -263,6 +264,13 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   c.tensor = o.tensor_model_parallel_size;
   c.pipeline = o.pipeline_model_parallel_size;
   c.virtual_stages = o.virtual_pipeline_model_parallel_size;
+  const auto stage_layers = [](int64_t n, const char* field) {
+    PTDP_CHECK_ARG(n >= 0 && n <= std::numeric_limits<int32_t>::max(),
+                   str_cat("options->", field, " = ", n, " is not a layer count (>= 0; 0: an even split)"));
+    return static_cast<int>(n);
+  };
+  c.first_stage_layers = stage_layers(o.decoder_first_pipeline_num_layers, "decoder_first_pipeline_num_layers");
+  c.last_stage_layers = stage_layers(o.decoder_last_pipeline_num_layers, "decoder_last_pipeline_num_layers");
   return c;
 }
 
@@ -468,6 +476,8 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.tensor_model_parallel_size = r.tensor;
   o.pipeline_model_parallel_size = r.pipeline;
   o.num_layers_per_virtual_pipeline_stage = r.layers_per_virtual_stage;
+  o.decoder_first_pipeline_num_layers = r.first_stage_layers;
+  o.decoder_last_pipeline_num_layers = r.last_stage_layers;
   o.micro_batch_size = r.micro_batch;
   o.pipeline_schedule = r.schedule;
   o.scatter_gather = r.scatter_gather ? 1 : 0;
@@ -523,6 +533,14 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
   r.tensor = o.tensor_model_parallel_size;
   r.pipeline = o.pipeline_model_parallel_size;
   r.layers_per_virtual_stage = o.num_layers_per_virtual_pipeline_stage;
+  PTDP_CHECK_ARG(o.decoder_first_pipeline_num_layers >= 0,
+                 str_cat("options->decoder_first_pipeline_num_layers = ", o.decoder_first_pipeline_num_layers,
+                         " is not >= 0 (0: search)"));
+  PTDP_CHECK_ARG(o.decoder_last_pipeline_num_layers >= 0,
+                 str_cat("options->decoder_last_pipeline_num_layers = ", o.decoder_last_pipeline_num_layers,
+                         " is not >= 0 (0: search)"));
+  r.first_stage_layers = o.decoder_first_pipeline_num_layers;
+  r.last_stage_layers = o.decoder_last_pipeline_num_layers;
   r.micro_batch = o.micro_batch_size;
   r.schedule = o.pipeline_schedule;
   PTDP_CHECK_ARG(o.scatter_gather == 0 || o.scatter_gather == 1,

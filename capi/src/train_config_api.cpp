@@ -106,6 +106,8 @@ PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config
     o.tensor_model_parallel_size = c.args.tensor_model_parallel_size;
     o.pipeline_model_parallel_size = c.args.pipeline_model_parallel_size;
     o.virtual_pipeline_model_parallel_size = ptdp::virtual_pipeline_size(c.args);
+    o.decoder_first_pipeline_num_layers = c.args.decoder_first_pipeline_num_layers.value_or(0);
+    o.decoder_last_pipeline_num_layers = c.args.decoder_last_pipeline_num_layers.value_or(0);
     *options = o;
   });
 }

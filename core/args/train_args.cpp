@@ -14,6 +14,7 @@
 #include "core/args/flag_table.h"
 #include "core/data/tokenizer.h"
 #include "core/model/model_presets.h"
+#include "core/model/pipeline_split.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -305,6 +306,20 @@ std::vector<Flag> make_flags() {
                                "Layers per model chunk: v = num-layers / (p * N) chunks per pipeline rank, run "
                                "with the interleaved 1F1B schedule when v > 1.",
                                &TrainArgs::num_layers_per_virtual_pipeline_stage, kPositive, "v = 1"));
+  v.push_back(optional_integer("num-virtual-stages-per-pipeline-rank", G::Parallel,
+                               "Model chunks per pipeline rank v, given directly (exclusive with "
+                               "--num-layers-per-virtual-pipeline-stage, and the way to give v with uneven first or "
+                               "last stages); interleaved 1F1B when v > 1.",
+                               &TrainArgs::num_virtual_stages_per_pipeline_rank, kPositive, "v = 1"));
+  v.push_back(optional_integer("decoder-first-pipeline-num-layers", G::Parallel,
+                               "Transformer layers of the first pipeline stage (which also holds the embedding); the "
+                               "stages without a count of their own share the other layers evenly, and each stage "
+                               "splits its layers evenly over its v chunks (Megatron's uneven pipeline).",
+                               &TrainArgs::decoder_first_pipeline_num_layers, kPositive, "an even split"));
+  v.push_back(optional_integer("decoder-last-pipeline-num-layers", G::Parallel,
+                               "Transformer layers of the last pipeline stage (which also holds the output layer and "
+                               "the loss); as --decoder-first-pipeline-num-layers.",
+                               &TrainArgs::decoder_last_pipeline_num_layers, kPositive, "an even split"));
   v.push_back(choice("pipeline-schedule", G::Parallel,
                      "[ptdp] Pipeline schedule: 1F1B (PipeDream-Flush), GPipe, or zero-bubble ZB-H1; interleaved "
                      "1F1B whenever v > 1 (which only 1f1b allows).",
@@ -592,26 +607,51 @@ void check_together(const TrainArgs& a) {
   if (a.use_rope_scaling && a.rope_scaling_high_freq_factor <= a.rope_scaling_low_freq_factor) {
     fail(str_cat(value("rope-scaling-high-freq-factor"), " must be above ", value("rope-scaling-low-freq-factor")));
   }
-  // Pipeline split.
+  // Pipeline split (Megatron's checks: arguments.py, then TransformerConfig's).
   const int p = a.pipeline_model_parallel_size;
+  const bool uneven = a.decoder_first_pipeline_num_layers || a.decoder_last_pipeline_num_layers;
+  if (a.num_layers_per_virtual_pipeline_stage && a.num_virtual_stages_per_pipeline_rank) {
+    fail(str_cat("No more than one of --num-layers-per-virtual-pipeline-stage and "
+                 "--num-virtual-stages-per-pipeline-rank can be set; got ",
+                 value("num-layers-per-virtual-pipeline-stage"), " and ", value("num-virtual-stages-per-pipeline-rank")));
+  }
+  if (a.num_layers_per_virtual_pipeline_stage && uneven) {
+    fail(str_cat("please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when "
+                 "enable uneven pipeline parallelism (",
+                 value(a.decoder_first_pipeline_num_layers ? "decoder-first-pipeline-num-layers"
+                                                           : "decoder-last-pipeline-num-layers"),
+                 " with ", value("num-layers-per-virtual-pipeline-stage"), ")"));
+  }
   if (a.num_layers_per_virtual_pipeline_stage) {
     const int64_t per_rank = static_cast<int64_t>(p) * *a.num_layers_per_virtual_pipeline_stage;
     if (a.num_layers % per_rank != 0) {
       fail(str_cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size"), " * ",
                value("num-layers-per-virtual-pipeline-stage"), " = ", std::to_string(per_rank)));
     }
-    const int64_t v = a.num_layers / per_rank;
-    if (v > 1 && p == 1) {
-      fail(str_cat(value("num-layers-per-virtual-pipeline-stage"), " gives v = ", std::to_string(v),
-               " model chunks per pipeline rank, which needs --pipeline-model-parallel-size > 1"));
-    }
-    if (v > 1 && a.pipeline_schedule != ScheduleKind::OneFOneB) {
-      fail(str_cat(value("pipeline-schedule"), " cannot run v = ", std::to_string(v),
-               " model chunks per rank (from --num-layers-per-virtual-pipeline-stage); only 1f1b "
-               "(interleaved) can"));
-    }
-  } else if (a.num_layers % p != 0) {
+  } else if (!uneven && a.num_layers % p != 0) {
     fail(str_cat(value("num-layers"), " is not divisible by ", value("pipeline-model-parallel-size")));
+  }
+  const int v = virtual_pipeline_size(a);
+  const char* v_flag = a.num_virtual_stages_per_pipeline_rank ? "num-virtual-stages-per-pipeline-rank"
+                                                              : "num-layers-per-virtual-pipeline-stage";
+  if (v > 1 && p == 1) {
+    fail(str_cat(value(v_flag), " gives v = ", std::to_string(v),
+                 " model chunks per pipeline rank, which needs --pipeline-model-parallel-size > 1"));
+  }
+  if (v > 1 && a.pipeline_schedule != ScheduleKind::OneFOneB) {
+    fail(str_cat(value("pipeline-schedule"), " cannot run v = ", std::to_string(v), " model chunks per rank (from --",
+                 v_flag, "); only 1f1b (interleaved) can"));
+  }
+  if (uneven || a.num_virtual_stages_per_pipeline_rank) {
+    try {
+      stage_layer_counts(a.num_layers, pipeline_split(to_parallel_config(a, p)));
+    } catch (const Error& e) {
+      std::string given = str_cat(value("num-layers"), ", ", value("pipeline-model-parallel-size"));
+      if (a.num_virtual_stages_per_pipeline_rank) given += str_cat(", ", value("num-virtual-stages-per-pipeline-rank"));
+      if (a.decoder_first_pipeline_num_layers) given += str_cat(", ", value("decoder-first-pipeline-num-layers"));
+      if (a.decoder_last_pipeline_num_layers) given += str_cat(", ", value("decoder-last-pipeline-num-layers"));
+      fail(str_cat(given, ": ", e.what()));
+    }
   }
   // Batch.
   if (a.global_batch_size > 0 && a.global_batch_size % a.micro_batch_size != 0) {
@@ -812,6 +852,7 @@ std::vector<std::string> train_flag_names() {
 }
 
 int virtual_pipeline_size(const TrainArgs& args) {
+  if (args.num_virtual_stages_per_pipeline_rank) return *args.num_virtual_stages_per_pipeline_rank;
   if (!args.num_layers_per_virtual_pipeline_stage) return 1;
   const int per_rank = args.pipeline_model_parallel_size * *args.num_layers_per_virtual_pipeline_stage;
   return per_rank > 0 ? std::max(1, args.num_layers / per_rank) : 1;
@@ -950,6 +991,8 @@ ParallelConfig to_parallel_config(const TrainArgs& args, int world_size) {
   c.tensor = args.tensor_model_parallel_size;
   c.pipeline = args.pipeline_model_parallel_size;
   c.virtual_stages = virtual_pipeline_size(args);
+  c.first_stage_layers = args.decoder_first_pipeline_num_layers.value_or(0);
+  c.last_stage_layers = args.decoder_last_pipeline_num_layers.value_or(0);
   return c;
 }
 

@@ -66,6 +66,9 @@ struct TrainArgs {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
   std::optional<int> num_layers_per_virtual_pipeline_stage;  ///< unset: v = 1
+  std::optional<int> num_virtual_stages_per_pipeline_rank;   ///< v itself; exclusive with the flag above
+  std::optional<int> decoder_first_pipeline_num_layers;      ///< unset: an even split
+  std::optional<int> decoder_last_pipeline_num_layers;       ///< unset: an even split
   bool use_distributed_optimizer = false;
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;  ///< as given; see schedule_kind()
   int64_t ddp_bucket_size = 0;                              ///< elements; 0: one bucket per chunk
@@ -163,7 +166,8 @@ nlohmann::json train_args_to_json(const TrainArgs& args);
 /// The names of every flag, without dashes, in help order.
 std::vector<std::string> train_flag_names();
 
-/// v: layers / (p * layers per virtual stage) when that flag is given, else 1.
+/// v: --num-virtual-stages-per-pipeline-rank, or layers / (p * layers per virtual stage) when
+/// that flag is given, else 1.
 int virtual_pipeline_size(const TrainArgs& args);
 /// The schedule to run: interleaved 1F1B when v > 1, else the --pipeline-schedule given.
 ScheduleKind schedule_kind(const TrainArgs& args);
@@ -191,7 +195,8 @@ GptConfig to_gpt_config(const TrainArgs& args);
 /// --initial-loss-scale with --fp16, otherwise none (a constant 1).
 LossScalerConfig to_loss_scaler_config(const TrainArgs& args);
 OptimizerConfig to_optimizer_config(const TrainArgs& args);
-/// t, p and v of the flags over `world_size` ranks (not validated against it here).
+/// t, p, v and the first and last stage layers of the flags over `world_size` ranks (not
+/// validated against it here).
 ParallelConfig to_parallel_config(const TrainArgs& args, int world_size);
 
 }  // namespace ptdp

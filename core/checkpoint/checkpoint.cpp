@@ -191,7 +191,7 @@ TensorMap layout_map(const GptPipeline& model, const std::vector<std::string>& s
     for (int r = 0; r < t; ++r) {
       TensorParallel tp = model.tensor_parallel();
       tp.rank = r;
-      const GptModel meta(cfg, tp, Device{}, GptStage::chunk_of(cfg, c, p * v, p, v), false);
+      const GptModel meta(cfg, tp, Device{}, model.chunk_stage(c), false);
       const std::string file = checkpoint_shard_name(r, c % p);
       for (int i = 0; i < meta.params().size(); ++i) {
         const ParamInfo& info = meta.params().info(i);
@@ -348,6 +348,12 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
                     {"data_parallel_size", g.size(GroupKind::Data)},
                     {"virtual_pipeline_model_parallel_size", model.virtual_stages()},
                     {"world_size", g.size(GroupKind::World)}};
+    // Megatron's uneven first and last stages, when set (informative: layers are named by their
+    // global index, so any split loads any other's checkpoint).
+    if (model.split().first_stage_layers > 0)
+      md["layout"]["decoder_first_pipeline_num_layers"] = model.split().first_stage_layers;
+    if (model.split().last_stage_layers > 0)
+      md["layout"]["decoder_last_pipeline_num_layers"] = model.split().last_stage_layers;
     md["model"] = config_to_json(model.config());
     md["rng"] = {{"generator", "philox4x32-10"},
                  {"seed", model.config().seed},

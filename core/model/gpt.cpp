@@ -8,19 +8,27 @@
 
 namespace ptdp {
 
-GptStage GptStage::chunk_of(const GptConfig& cfg, int chunk, int chunks, int p, int v) {
+GptStage GptStage::chunk_of(const GptConfig& cfg, const PipelineSplit& split, int chunk) {
+  const int chunks = split.pipeline * split.virtual_stages;
   PTDP_CHECK_ARG(chunks > 0 && chunk >= 0 && chunk < chunks,
                  "chunk " + std::to_string(chunk) + " of " + std::to_string(chunks) + " is invalid");
-  PTDP_CHECK_ARG(cfg.num_layers % chunks == 0,
-                 "num_layers " + std::to_string(cfg.num_layers) + " cannot be split evenly over p=" +
-                     std::to_string(p) + " x v=" + std::to_string(v) + " = " + std::to_string(chunks) +
-                     " model chunks");
+  const std::vector<int> counts = chunk_layer_counts(cfg.num_layers, split);
   GptStage s;
-  s.num_layers = cfg.num_layers / chunks;
-  s.first_layer = chunk * s.num_layers;
+  s.first_layer = 0;
+  for (int c = 0; c < chunk; ++c) s.first_layer += counts[static_cast<std::size_t>(c)];
+  s.num_layers = counts[static_cast<std::size_t>(chunk)];
   s.pre_process = chunk == 0;
   s.post_process = chunk == chunks - 1;
   return s;
+}
+
+GptStage GptStage::chunk_of(const GptConfig& cfg, int chunk, int chunks, int p, int v) {
+  PTDP_CHECK_ARG(chunks == p * v, "chunks " + std::to_string(chunks) + " are not p=" + std::to_string(p) + " x v=" +
+                                      std::to_string(v));
+  PipelineSplit split;
+  split.pipeline = p;
+  split.virtual_stages = v;
+  return chunk_of(cfg, split, chunk);
 }
 
 GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptStage stage, bool materialize)

@@ -27,6 +27,7 @@
 #include "core/layers/kv_cache.h"
 #include "core/layers/transformer_layer.h"
 #include "core/model/gpt_config.h"
+#include "core/model/pipeline_split.h"
 #include "core/params/params.h"
 
 namespace ptdp {
@@ -59,8 +60,12 @@ struct GptStage {
   bool pre_process = true;   ///< word and position embeddings (the first chunk)
   bool post_process = true;  ///< final norm, LM head and loss (the last chunk)
 
-  /// Chunk `chunk` of `chunks` equal chunks of the model; throws Error(InvalidArgument) naming
-  /// the numbers when the layers do not split evenly.
+  /// Chunk `chunk` (= vp_stage * p + pp_rank) of the split's p * v chunks: its layers as
+  /// core/model/pipeline_split.h assigns them (even, or Megatron's uneven first and last
+  /// stages), the embedding on chunk 0, the head and loss on the last. Throws
+  /// Error(InvalidArgument) naming the numbers for a split the model's layers do not allow.
+  static GptStage chunk_of(const GptConfig& cfg, const PipelineSplit& split, int chunk);
+  /// Chunk `chunk` of `chunks` = p * v equal chunks of the model.
   static GptStage chunk_of(const GptConfig& cfg, int chunk, int chunks, int p, int v);
 };
 

@@ -1,5 +1,6 @@
 #include "core/model/gpt_pipeline.h"
 
+#include <algorithm>
 #include <set>
 
 #include "core/params/param_io.h"
@@ -25,26 +26,28 @@ GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device dev
   v_ = groups.layout().virtual_stages();
   pp_rank_ = groups.rank(GroupKind::Pipeline);
   cfg_.validate(tp_.size);
+  split_ = pipeline_split(groups.layout().config());
   const int chunks = p_ * v_;
-  layers_per_chunk_ = GptStage::chunk_of(cfg_, 0, chunks, p_, v_).num_layers;
-  if (layers_per_chunk_ == 0) {
-    throw_error(ErrorCode::InvalidArgument, "num_layers " + std::to_string(cfg_.num_layers) + " is fewer than the p=" +
-                                                std::to_string(p_) + " x v=" + std::to_string(v_) + " = " +
-                                                std::to_string(chunks) + " model chunks");
+  int first = 0;
+  for (const int n : chunk_layer_counts(cfg_.num_layers, split_)) {  // checks the split
+    chunk_first_layer_.push_back(first);
+    first += n;
   }
   for (int j = 0; j < v_; ++j) {
     const int c = chunk_index(j);
-    chunks_.push_back(std::make_unique<GptModel>(cfg_, tp_, device_, GptStage::chunk_of(cfg_, c, chunks, p_, v_)));
+    chunks_.push_back(std::make_unique<GptModel>(cfg_, tp_, device_, chunk_stage(c)));
   }
   // The whole model's parameter list, from tables without memory.
   std::set<std::string> seen;
   for (int c = 0; c < chunks; ++c) {
-    GptModel meta(cfg_, tp_, Device{}, GptStage::chunk_of(cfg_, c, chunks, p_, v_), false);
+    GptModel meta(cfg_, tp_, Device{}, chunk_stage(c), false);
     for (int i = 0; i < meta.params().size(); ++i) {
       if (seen.insert(meta.params().info(i).name).second) all_params_.push_back(meta.params().info(i));
     }
   }
 }
+
+GptStage GptPipeline::chunk_stage(int c) const { return GptStage::chunk_of(cfg_, split_, c); }
 
 void GptPipeline::zero_grads() {
   for (auto& c : chunks_) c->params().zero_grads();
@@ -63,7 +66,9 @@ int GptPipeline::owner_chunk(const std::string& name) const {
   const std::string layers = "decoder.layers.";
   if (name.rfind(layers, 0) == 0) {
     const int layer = std::stoi(name.substr(layers.size()));
-    return layer / layers_per_chunk_;
+    // The last chunk whose first layer is at or before `layer` (no chunk is empty).
+    const auto after = std::upper_bound(chunk_first_layer_.begin(), chunk_first_layer_.end(), layer);
+    return static_cast<int>(after - chunk_first_layer_.begin()) - 1;
   }
   if (name.rfind("embedding.", 0) == 0) return 0;
   return chunks - 1;  // final LayerNorm, output layer

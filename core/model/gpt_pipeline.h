@@ -16,8 +16,10 @@ namespace ptdp {
 
 class GptPipeline {
  public:
-  /// v = groups.layout().virtual_stages() chunks per pipeline rank; the layers must split
-  /// evenly over p * v chunks (else Error(InvalidArgument) naming layers, p and v).
+  /// v = groups.layout().virtual_stages() chunks per pipeline rank; the layers are split over
+  /// the p * v chunks evenly, or with the layout's first and last stage layers
+  /// (core/model/pipeline_split.h; Error(InvalidArgument) naming the numbers when they do not
+  /// split so).
   /// The chunks' parameters and activations live on `device` (CPU by default).
   GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device device = {});
 
@@ -28,6 +30,10 @@ class GptPipeline {
   std::vector<std::unique_ptr<GptModel>>& chunks() { return chunks_; }
   int chunk_index(int j) const { return j * p_ + pp_rank_; }
   int pipeline_rank() const { return pp_rank_; }
+  /// How the layers are split over the p * v chunks.
+  const PipelineSplit& split() const { return split_; }
+  /// What global chunk c (of p * v; on pipeline rank c % p) holds, whichever rank this is.
+  GptStage chunk_stage(int c) const;
   const TensorParallel& tensor_parallel() const { return tp_; }
 
   ProcessGroups& groups() { return groups_; }
@@ -55,7 +61,9 @@ class GptPipeline {
   ProcessGroups& groups_;
   Device device_;
   TensorParallel tp_;
-  int p_, v_, pp_rank_, layers_per_chunk_;
+  int p_, v_, pp_rank_;
+  PipelineSplit split_;
+  std::vector<int> chunk_first_layer_;  // first decoder layer of each global chunk
   std::vector<std::unique_ptr<GptModel>> chunks_;
   std::vector<ParamInfo> all_params_;
 };

@@ -32,20 +32,23 @@ Layout ProcessGroups::checked_layout(const Runtime& rt, ParallelConfig config) {
 ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig config)
     : runtime_(std::move(runtime)), layout_(checked_layout(*runtime_, config)) {
   Runtime& rt = *runtime_;
-  // Every rank must build the same layout: compare (t, p, v) across the world first, under the
-  // runtime's timeout, so a mismatch or a missing rank is an error rather than a hang in split.
+  // Every rank must build the same layout: compare (t, p, v, first and last stage layers)
+  // across the world first, under the runtime's timeout, so a mismatch or a missing rank is an
+  // error rather than a hang in split.
   {
-    const int64_t mine[3] = {layout_.tensor(), layout_.pipeline(), layout_.virtual_stages()};
-    int64_t buf[6];
-    for (int i = 0; i < 3; ++i) {
+    constexpr int n = 5;
+    const int64_t mine[n] = {layout_.tensor(), layout_.pipeline(), layout_.virtual_stages(),
+                             layout_.first_stage_layers(), layout_.last_stage_layers()};
+    int64_t buf[2 * n];
+    for (int i = 0; i < n; ++i) {
       buf[2 * i] = mine[i];
       buf[2 * i + 1] = -mine[i];
     }
-    Tensor t = Tensor::borrow(buf, {6}, DType::I64);
+    Tensor t = Tensor::borrow(buf, {2 * n}, DType::I64);
     rt.world().all_reduce(t, ReduceOp::Max)->wait();
-    static const char* names[3] = {"tensor parallel size", "pipeline parallel size",
-                                   "virtual pipeline size"};
-    for (int i = 0; i < 3; ++i) {
+    static const char* names[n] = {"tensor parallel size", "pipeline parallel size", "virtual pipeline size",
+                                   "first pipeline stage layers", "last pipeline stage layers"};
+    for (int i = 0; i < n; ++i) {
       PTDP_CHECK_ARG(buf[2 * i] == -buf[2 * i + 1],
                      std::string("ranks disagree on the ") + names[i] + ": from " +
                          std::to_string(-buf[2 * i + 1]) + " to " + std::to_string(buf[2 * i]) +

@@ -32,6 +32,10 @@ Layout::Layout(const ParallelConfig& c) : config_(c) {
   PTDP_CHECK_ARG(c.virtual_stages == 1 || c.pipeline > 1,
                  "virtual pipeline size " + std::to_string(c.virtual_stages) +
                      " needs pipeline parallel size > 1, got 1");
+  PTDP_CHECK_ARG(c.first_stage_layers >= 0, "first pipeline stage layers must be >= 0 (0: an even split), got " +
+                                                std::to_string(c.first_stage_layers));
+  PTDP_CHECK_ARG(c.last_stage_layers >= 0, "last pipeline stage layers must be >= 0 (0: an even split), got " +
+                                               std::to_string(c.last_stage_layers));
   data_ = static_cast<int>(c.world / tp);
 }
 
@@ -93,7 +97,9 @@ std::vector<std::vector<int>> Layout::all_groups(GroupKind kind) const {
 std::string Layout::str() const {
   return "W=" + std::to_string(world()) + " (t=" + std::to_string(tensor()) + ", p=" +
          std::to_string(pipeline()) + ", d=" + std::to_string(data()) + ", v=" +
-         std::to_string(virtual_stages()) + ")";
+         std::to_string(virtual_stages()) +
+         (first_stage_layers() ? ", first=" + std::to_string(first_stage_layers()) : std::string()) +
+         (last_stage_layers() ? ", last=" + std::to_string(last_stage_layers()) : std::string()) + ")";
 }
 
 }  // namespace ptdp

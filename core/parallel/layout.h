@@ -22,6 +22,11 @@ struct ParallelConfig {
   int tensor = 1;    ///< t
   int pipeline = 1;  ///< p
   int virtual_stages = 1;  ///< v, model chunks per pipeline rank
+  /// Decoder layers of the first (last) pipeline stage, the other stages sharing the rest
+  /// evenly (Megatron's --decoder-first/last-pipeline-num-layers); 0: an even split. The split
+  /// itself, checked against the model, is core/model/pipeline_split.h's.
+  int first_stage_layers = 0;
+  int last_stage_layers = 0;
 };
 
 /// This rank's coordinates in the (pipeline, data, tensor) grid.
@@ -32,7 +37,7 @@ struct RankCoords {
 class Layout {
  public:
   /// Throws Error(InvalidArgument) naming the numbers for an impossible layout: non-positive
-  /// sizes, W not divisible by t*p, or v > 1 with p == 1.
+  /// sizes, W not divisible by t*p, v > 1 with p == 1, or negative first/last stage layers.
   explicit Layout(const ParallelConfig& config);
 
   const ParallelConfig& config() const { return config_; }
@@ -41,6 +46,8 @@ class Layout {
   int pipeline() const { return config_.pipeline; }
   int data() const { return data_; }
   int virtual_stages() const { return config_.virtual_stages; }
+  int first_stage_layers() const { return config_.first_stage_layers; }
+  int last_stage_layers() const { return config_.last_stage_layers; }
 
   RankCoords coords(int rank) const;
   int rank_of(RankCoords c) const;
@@ -52,7 +59,8 @@ class Layout {
   /// group, holding its first and last stage).
   std::vector<std::vector<int>> all_groups(GroupKind kind) const;
 
-  std::string str() const;  ///< "W=16 (t=2, p=4, d=2, v=1)"
+  /// "W=16 (t=2, p=4, d=2, v=1)", with ", first=N" and ", last=N" before the ')' when set.
+  std::string str() const;
 
  private:
   void check_rank(int rank) const;

@@ -57,6 +57,13 @@ void PlanRequest::validate() const {
                          ", layers per virtual stage = ", layers_per_virtual_stage, ", b = ", micro_batch));
   PTDP_CHECK_ARG(schedule >= -1 && schedule <= static_cast<int>(ScheduleKind::ZeroBubbleH1),
                  str_cat("schedule = ", schedule, " is not a schedule kind (or -1: search)"));
+  PTDP_CHECK_ARG(first_stage_layers >= 0 && last_stage_layers >= 0,
+                 str_cat("pinned first and last stage layers must be >= 0 (0: search), got ", first_stage_layers,
+                         " and ", last_stage_layers));
+  PTDP_CHECK_ARG(layers_per_virtual_stage == 0 || (first_stage_layers == 0 && last_stage_layers == 0),
+                 str_cat("layers per virtual stage = ", layers_per_virtual_stage,
+                         " cannot be pinned with first or last stage layers (as in Megatron, which takes v from "
+                         "--num-virtual-stages-per-pipeline-rank then); leave v to the search"));
   PTDP_CHECK_ARG(top > 0, str_cat("top = ", top, " is not > 0"));
   PTDP_CHECK_ARG(allow_recompute[0] || allow_recompute[1] || allow_recompute[2],
                  "no recomputation granularity is allowed (none, full and selective are all excluded)");
@@ -73,8 +80,20 @@ const char* schedule_short_name(ScheduleKind k) {
   return "?";
 }
 
+PipelineSplit Layout::split() const {
+  PipelineSplit s;
+  s.pipeline = p;
+  s.virtual_stages = v;
+  s.first_stage_layers = first;
+  s.last_stage_layers = last;
+  return s;
+}
+
 std::string Layout::str() const {
-  std::string s = str_cat("t=", t, " p=", p, " d=", d);
+  std::string s = str_cat("t=", t, " p=", p);
+  if (first > 0) s += str_cat(" first=", first);
+  if (last > 0) s += str_cat(" last=", last);
+  s += str_cat(" d=", d);
   if (v > 1) s += str_cat(" v=", v);
   const bool plain = p == 1 && schedule == ScheduleKind::OneFOneB;
   s += str_cat(" b=", b, " m=", m, " ", plain ? "no-pipeline" : schedule_short_name(schedule), " recompute=",
@@ -95,6 +114,13 @@ int64_t published_parameters(const GptConfig& m) {
 }
 
 int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
+  PipelineSplit split;
+  split.pipeline = p;
+  split.virtual_stages = v;
+  return stage_parameters(m, t, split, stage);
+}
+
+int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split_of_layers, int stage) {
   // The layout of DESIGN.md ("Parameter names and layouts"), one tensor rank's slice of it.
   // Column-parallel linear_qkv and linear_fc1 split their weight and bias by rows (whole query
   // groups; SwiGLU's gate and up halves each), row-parallel linear_proj and linear_fc2 split
@@ -108,11 +134,12 @@ int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
   const int64_t split = qkv * h + (m.qkv_bias() ? qkv : 0) + ctx * h + fc1 * h + (m.add_bias_linear ? fc1 : 0) + f * h;
   const int64_t replicated = 2 * norm + qk_norm + (m.add_bias_linear ? 2 * h : 0);  // + proj, fc2 biases
   const int64_t layer = replicated + split / t;
-  const int chunks = p * v;
-  const int64_t layers_per_chunk = m.num_layers / chunks;
+  const int p = split_of_layers.pipeline;
+  const std::vector<int> layers = chunk_layer_counts(m.num_layers, split_of_layers);
+  const int chunks = static_cast<int>(layers.size());
   int64_t n = 0;
   for (int c = stage; c < chunks; c += p) {
-    n += layers_per_chunk * layer;
+    n += layers[static_cast<std::size_t>(c)] * layer;
     if (c == 0) {
       n += vp * h / t;
       if (m.learned_positions()) n += static_cast<int64_t>(m.max_positions()) * h;
@@ -238,8 +265,16 @@ void check_layout_runs(const PlanRequest& req, const Layout& L) {
   const GptConfig& g = req.model;
   const int t = L.t, p = L.p, d = L.d, v = L.v, b = L.b, m = L.m;
   PTDP_CHECK_ARG(t > 0 && p > 0 && d > 0 && v > 0 && b > 0 && m > 0, str_cat("layout ", L.str(), " has a size <= 0"));
-  PTDP_CHECK_ARG(g.num_layers % (p * v) == 0,
-                 str_cat("layout ", L.str(), ": ", g.num_layers, " layers do not split over p * v = ", p * v, " chunks"));
+  if (L.first > 0 || L.last > 0) {
+    try {
+      chunk_layer_counts(g.num_layers, L.split());
+    } catch (const Error& e) {
+      throw_error(ErrorCode::InvalidArgument, str_cat("layout ", L.str(), ": ", e.what()));
+    }
+  } else {
+    PTDP_CHECK_ARG(g.num_layers % (p * v) == 0,
+                   str_cat("layout ", L.str(), ": ", g.num_layers, " layers do not split over p * v = ", p * v, " chunks"));
+  }
   PTDP_CHECK_ARG(static_cast<int64_t>(m) * b * d == req.global_batch_size,
                  str_cat("layout ", L.str(), ": m * b * d = ", static_cast<int64_t>(m) * b * d,
                          " is not the global batch ", req.global_batch_size));
@@ -276,35 +311,58 @@ struct StageCost {
   double fwd_compute, bwd_compute, recompute, tp_fwd, tp_bwd;
 };
 
-// The first and the last pipeline rank differ by the embedding and the LM head; the pipeline
-// runs at the pace of the slower.
-StageCost slower_stage_cost(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
+// What every stage's cost is made of: one layer's forward and recomputation, the logits layer's
+// forward, one tensor all-reduce, and the all-reduces of one layer's backward.
+struct CostParts {
+  double layer_fwd, logit_fwd, layer_recompute, ar, ar_per_layer_bwd;
+};
+
+CostParts cost_parts(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
   const GptConfig& g = req.model;
-  const int t = L.t, p = L.p, b = L.b;
+  const int t = L.t, b = L.b;
   const double vp = static_cast<double>(g.padded_vocab(t));
-  const int layers = g.num_layers / p;  // per pipeline rank
-  const double layer_fwd = layer_forward_flops(g, b) / t / rate;
-  const double logit_fwd = logit_forward_flops(g, b, vp) / t / rate;
-  const double layer_recompute = recompute_flops(g, b, L.recompute) / t / rate;
-  const double ar = tensor_allreduce;
+  CostParts c;
+  c.layer_fwd = layer_forward_flops(g, b) / t / rate;
+  c.logit_fwd = logit_forward_flops(g, b, vp) / t / rate;
+  c.layer_recompute = recompute_flops(g, b, L.recompute) / t / rate;
+  c.ar = tensor_allreduce;
   // Per layer: 2 forward (after attention and MLP), 2 backward (their conjugates); full
-  // recomputation repeats the forward's 2. The first stage adds the embedding's, the last the LM
-  // head's input gradient.
-  const double ar_per_layer_bwd = 2.0 + (L.recompute == Recompute::Full ? 2.0 : 0.0);
-  StageCost stage[2];
-  for (int k = 0; k < 2; ++k) {
-    const bool first = k == 0 || p == 1, last = k == 1 || p == 1;
-    StageCost& c = stage[k];
-    c.fwd_compute = layers * layer_fwd + (last ? logit_fwd : 0.0);
+  // recomputation repeats the forward's 2.
+  c.ar_per_layer_bwd = 2.0 + (L.recompute == Recompute::Full ? 2.0 : 0.0);
+  return c;
+}
+
+// Every pipeline rank's cost: its layers (the split's count, even or not), the first rank's
+// embedding and the last rank's LM head.
+std::vector<StageCost> stage_costs(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
+  const int p = L.p;
+  const std::vector<int> stage_layers = stage_layer_counts(req.model.num_layers, L.split());
+  const CostParts parts = cost_parts(req, L, rate, tensor_allreduce);
+  // The first stage adds the embedding's all-reduce, the last the LM head's input gradient's.
+  std::vector<StageCost> stages(static_cast<std::size_t>(p));
+  for (int k = 0; k < p; ++k) {
+    const bool first = k == 0, last = k == p - 1;
+    const double layers = stage_layers[static_cast<std::size_t>(k)];
+    StageCost& c = stages[static_cast<std::size_t>(k)];
+    c.fwd_compute = layers * parts.layer_fwd + (last ? parts.logit_fwd : 0.0);
     c.bwd_compute = 2.0 * c.fwd_compute;
-    c.recompute = layers * layer_recompute;
-    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * ar;
-    c.tp_bwd = (ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * ar;
+    c.recompute = layers * parts.layer_recompute;
+    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar;
+    c.tp_bwd = (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar;
   }
-  return (stage[1].fwd_compute + stage[1].bwd_compute + stage[1].tp_bwd + stage[1].tp_fwd >=
-          stage[0].fwd_compute + stage[0].bwd_compute + stage[0].tp_bwd + stage[0].tp_fwd)
-             ? stage[1]
-             : stage[0];
+  return stages;
+}
+
+double total(const StageCost& c) { return c.fwd_compute + c.bwd_compute + c.recompute + c.tp_fwd + c.tp_bwd; }
+
+// The pipeline runs at the pace of its slowest rank (the last on ties: it also holds the loss).
+StageCost slowest_stage_cost(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
+  const std::vector<StageCost> stages = stage_costs(req, L, rate, tensor_allreduce);
+  std::size_t slowest = stages.size() - 1;
+  for (std::size_t k = 0; k < stages.size(); ++k) {
+    if (total(stages[k]) > total(stages[slowest])) slowest = k;
+  }
+  return stages[slowest];
 }
 
 // One activation (or its gradient) between pipeline neighbours.
@@ -336,7 +394,7 @@ ScheduleCosts microbatch_costs(const StageCost& slow, double transfer) {
 struct PipelineTime {
   double compute = 0, tensor_comm = 0, pipeline_comm = 0, bubble = 0, pipeline = 0;
   bool simulated = false;
-  int slots_first = 0, slots_last = 0;
+  std::vector<int> slots;  ///< peak activation slots of each pipeline rank
 };
 
 PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const ScheduleCosts& costs, bool simulate_pipeline) {
@@ -352,8 +410,7 @@ PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const Schedul
   // then gradient out and activation in).
   pt.pipeline_comm = p > 1 ? 2.0 * m * v * transfer : 0.0;
   const double ideal = pt.compute + pt.tensor_comm;
-  pt.slots_first = schedule_peak_slots(kind, p, m, v, 0);
-  pt.slots_last = p > 1 ? schedule_peak_slots(kind, p, m, v, p - 1) : pt.slots_first;
+  for (int r = 0; r < p; ++r) pt.slots.push_back(schedule_peak_slots(kind, p, m, v, r));
   if (simulate_pipeline && p > 1) {
     // Twice: without transfer times for the bubble alone, then with them.
     const Schedule sched = make_schedule(kind, p, m, v);
@@ -364,8 +421,7 @@ PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const Schedul
     pt.pipeline = sim.makespan;
     pt.bubble = std::max(0.0, bare.makespan - ideal);
     pt.pipeline_comm = std::max(0.0, sim.makespan - bare.makespan);
-    pt.slots_first = sim.peak_slots.front();
-    pt.slots_last = sim.peak_slots.back();
+    pt.slots.assign(sim.peak_slots.begin(), sim.peak_slots.end());
     pt.simulated = true;
   } else if (p > 1) {
     // Closed forms: (p - 1) stage steps of fill and drain, shortened by v, and for ZB-H1 filled
@@ -420,11 +476,10 @@ double optimizer_seconds(const PlanRequest& req, const Cluster& cl, const Layout
 }
 
 // Working memory of the backward beyond what is kept.
-double backward_working_bytes(const PlanRequest& req, const Layout& L) {
+double backward_working_bytes(const PlanRequest& req, const Layout& L, double layers_per_chunk) {
   const GptConfig& g = req.model;
-  const int t = L.t, p = L.p, v = L.v, b = L.b;
+  const int t = L.t, b = L.b;
   const double h = g.hidden_size, s = g.seq_length;
-  const double layers_per_chunk = static_cast<double>(g.num_layers) / (p * v);
   const double none_act = layer_activation_bytes(g, req.precision, t, b, Recompute::None);
   const double sel_act = layer_activation_bytes(g, req.precision, t, b, Recompute::Selective);
   double working = 0;
@@ -450,18 +505,17 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L) {
   return working;
 }
 
-// Bytes per GPU of the pipeline rank holding `params` parameters and `slots` activation sets;
-// `last` for the rank that computes the loss.
-Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, int slots, int last_rank_slots,
-                    bool last) {
+// Bytes per GPU of the pipeline rank holding `params` parameters, `layers_per_chunk` layers in
+// each of its chunks and `slots` activation sets; `last` for the rank that computes the loss.
+Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, double layers_per_chunk, int slots,
+                    int last_rank_slots, bool last) {
   const GptConfig& g = req.model;
-  const int t = L.t, p = L.p, v = L.v, b = L.b, m = L.m;
+  const int t = L.t, b = L.b, m = L.m;
   const double act = bytes_of(req.precision);
   const double h = g.hidden_size, s = g.seq_length;
   const double vp = static_cast<double>(g.padded_vocab(t));
   const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute);
-  const double layers_per_chunk = static_cast<double>(g.num_layers) / (p * v);
-  const double working = backward_working_bytes(req, L);
+  const double working = backward_working_bytes(req, L, layers_per_chunk);
   // The last stage's loss: the final LayerNorm's and the LM head's inputs, and the fp32 logits
   // [s b, V/t] (turned into their gradient in place).
   const double head_act = 2.0 * b * s * h * act + 4.0 * b * s * vp / t;
@@ -479,6 +533,26 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, int
 
 }  // namespace
 
+StageSeconds stage_seconds(const PlanRequest& req, const Cluster& cl, const Layout& L) {
+  const Link tensor_link = link_for(cl, L.t > cl.gpus_per_node);
+  const double ar = allreduce_seconds(L.t, activation_message_bytes(req, L), tensor_link.bandwidth, tensor_link.latency);
+  const CostParts c = cost_parts(req, L, gemm_rate(req, cl, L), ar);
+  StageSeconds out;
+  out.layer = 3.0 * c.layer_fwd + c.layer_recompute + (2.0 + c.ar_per_layer_bwd) * c.ar;  // as stage_costs
+  out.first = c.ar;
+  out.last = 3.0 * c.logit_fwd + c.ar;
+  return out;
+}
+
+std::vector<double> stage_microbatch_seconds(const PlanRequest& req, const Cluster& cl, const Layout& L) {
+  check_layout_runs(req, L);
+  const Link tensor_link = link_for(cl, L.t > cl.gpus_per_node);
+  const double ar = allreduce_seconds(L.t, activation_message_bytes(req, L), tensor_link.bandwidth, tensor_link.latency);
+  std::vector<double> out;
+  for (const StageCost& c : stage_costs(req, L, gemm_rate(req, cl, L), ar)) out.push_back(total(c));
+  return out;
+}
+
 Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bool simulate_pipeline) {
   check_layout_runs(req, L);
   const GptConfig& g = req.model;
@@ -490,14 +564,15 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
 
   e.params_formula = paper_parameters(g);
   e.params_exact = g.parameter_count(t);
-  const int64_t stage_params[2] = {stage_parameters(g, t, p, v, 0), stage_parameters(g, t, p, v, p - 1)};
-  e.params_per_gpu = std::max(stage_params[0], stage_params[1]);
+  std::vector<int64_t> stage_params;
+  for (int r = 0; r < p; ++r) stage_params.push_back(stage_parameters(g, t, L.split(), r));
+  e.params_per_gpu = *std::max_element(stage_params.begin(), stage_params.end());
 
   e.tensor_crosses_nodes = t > gpn;
   const Link tensor_link = link_for(cl, e.tensor_crosses_nodes);
   const double msg = activation_message_bytes(req, L);
   e.tensor_allreduce_seconds = allreduce_seconds(t, msg, tensor_link.bandwidth, tensor_link.latency);
-  const StageCost slow = slower_stage_cost(req, L, gemm_rate(req, cl, L), e.tensor_allreduce_seconds);
+  const StageCost slow = slowest_stage_cost(req, L, gemm_rate(req, cl, L), e.tensor_allreduce_seconds);
 
   // Pipeline neighbours are t * d ranks apart; once the job spans nodes, some stage boundary
   // falls between nodes and the schedule waits for the slowest.
@@ -529,10 +604,18 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   e.tflops_per_gpu = e.hardware_flops / (e.iteration * gpus) / 1e12;
   e.mfu = e.model_flops / (e.iteration * gpus * peak_flops(req, cl));
 
-  const Memory mem[2] = {stage_memory(req, L, stage_params[0], pt.slots_first, pt.slots_last, p == 1),
-                         stage_memory(req, L, stage_params[1], pt.slots_last, pt.slots_last, true)};
-  e.memory_stage = mem[1].total() > mem[0].total() ? p - 1 : 0;
-  e.memory = mem[1].total() > mem[0].total() ? mem[1] : mem[0];
+  // Every rank: the first holds the most activation slots, the last the loss, and with uneven
+  // stages any of them may hold the most layers.
+  const std::vector<int> stage_layers = stage_layer_counts(g.num_layers, L.split());
+  for (int r = 0; r < p; ++r) {
+    const std::size_t k = static_cast<std::size_t>(r);
+    const Memory mm = stage_memory(req, L, stage_params[k], static_cast<double>(stage_layers[k]) / v, pt.slots[k],
+                                   pt.slots.back(), r == p - 1);
+    if (r == 0 || mm.total() > e.memory.total()) {
+      e.memory = mm;
+      e.memory_stage = r;
+    }
+  }
   e.fits = e.memory.total() <= cl.usable_memory();
   return e;
 }

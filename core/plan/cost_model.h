@@ -19,8 +19,10 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/model/gpt_config.h"
+#include "core/model/pipeline_split.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/plan/cluster.h"
@@ -44,6 +46,10 @@ struct PlanRequest {
   int tensor = 0;
   int pipeline = 0;
   int layers_per_virtual_stage = 0;  ///< Megatron's: v = layers / (p * this)
+  /// Layers of the first / last pipeline stage (Megatron's --decoder-first/last-pipeline-num-
+  /// layers); 0: search (an even split, and uneven ends where they balance the stage times).
+  int first_stage_layers = 0;
+  int last_stage_layers = 0;
   int micro_batch = 0;
   int schedule = -1;  ///< a ScheduleKind, or -1 (1F1B, interleaved 1F1B, ZB-H1 are searched)
   bool scatter_gather = true;       ///< pipeline transfers split over the tensor ranks
@@ -57,10 +63,16 @@ struct PlanRequest {
 /// One way to lay the model out.
 struct Layout {
   int t = 1, p = 1, d = 1, v = 1, b = 1, m = 1;
+  /// Layers of the first / last pipeline stage; 0: no count of its own (core/model/
+  /// pipeline_split.h: the other stages share the rest evenly).
+  int first = 0, last = 0;
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;
-  std::string str() const;  ///< "t=8 p=8 d=24 v=5 b=1 m=96 interleaved-1f1b full dist-opt"
+  /// "t=8 p=8 d=24 v=5 b=1 m=96 interleaved-1f1b full dist-opt", with " first=N" and " last=N"
+  /// after p for uneven stages.
+  std::string str() const;
+  PipelineSplit split() const;
 };
 
 /// Bytes per GPU of one pipeline rank.
@@ -113,6 +125,8 @@ int64_t published_parameters(const GptConfig& m);
 /// Parameters one tensor rank of pipeline rank `stage` holds in ptdp's model (what GptModel
 /// allocates for the chunks c = j p + stage, tied-embedding copies included).
 int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage);
+/// The same for a split with uneven first or last stages.
+int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage);
 /// FLOPs of one iteration over `samples` samples: the model's (Recompute::None:
 /// GptConfig::paper_flops) or as executed (full: paper_flops(samples, true); selective: the
 /// attention products' forward once more, 4 s^2 a dh per sample and layer).
@@ -123,6 +137,19 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
 /// Peak (microbatch, chunk) slots of pipeline rank `rank` under a schedule, in closed form (the
 /// simulator's count, which the tests check).
 int schedule_peak_slots(ScheduleKind kind, int p, int m, int v, int rank);
+
+/// One microbatch's forward and backward seconds on a pipeline stage of layout L, in parts: per
+/// decoder layer, and what the first stage (the embedding) and the last stage (the logits layer
+/// and the loss) add. A stage of n layers takes n * layer (+ first) (+ last).
+struct StageSeconds {
+  double layer = 0, first = 0, last = 0;
+};
+StageSeconds stage_seconds(const PlanRequest& req, const Cluster& cluster, const Layout& layout);
+
+/// Seconds of one microbatch's forward and backward (recomputation and tensor all-reduces
+/// included) on each pipeline stage of a layout: its layers, plus the embedding on the first and
+/// the logits layer and loss on the last. The pipeline runs at the pace of the largest.
+std::vector<double> stage_microbatch_seconds(const PlanRequest& req, const Cluster& cluster, const Layout& layout);
 
 /// Estimates one layout. With `simulate` the pipeline is simulated (exact bubble and slots);
 /// otherwise the bubble is the closed form (p-1)/(v m) ((p-1)/(3m) for ZB-H1). Throws

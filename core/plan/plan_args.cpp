@@ -202,6 +202,21 @@ std::vector<Flag> make_flags() {
                            a.request.layers_per_virtual_stage =
                                static_cast<int>(to_int("num-layers-per-virtual-pipeline-stage", s, 1, kIntMax));
                          }));
+  v.push_back(value_flag("decoder-first-pipeline-num-layers", "N",
+                         "Pin the layers of the first pipeline stage (Megatron's uneven stages; the stages without "
+                         "a count of their own share the rest evenly).",
+                         "searched: an even split, or uneven ends where they balance the stages",
+                         [](PlanArgs& a, const std::string& s) {
+                           a.request.first_stage_layers =
+                               static_cast<int>(to_int("decoder-first-pipeline-num-layers", s, 1, kIntMax));
+                         }));
+  v.push_back(value_flag("decoder-last-pipeline-num-layers", "N",
+                         "Pin the layers of the last pipeline stage (which also runs the logits layer and the loss).",
+                         "searched: an even split, or uneven ends where they balance the stages",
+                         [](PlanArgs& a, const std::string& s) {
+                           a.request.last_stage_layers =
+                               static_cast<int>(to_int("decoder-last-pipeline-num-layers", s, 1, kIntMax));
+                         }));
   const cli::Choices<ScheduleKind> schedules{
       {"1f1b", ScheduleKind::OneFOneB}, {"gpipe", ScheduleKind::GPipe}, {"zb-h1", ScheduleKind::ZeroBubbleH1}};
   v.push_back(value_flag("pipeline-schedule", cli::choice_metavar(schedules),

@@ -36,13 +36,14 @@ std::vector<int> divisors(int64_t n) {
 int recompute_rank(Recompute r) { return r == Recompute::None ? 0 : (r == Recompute::Selective ? 1 : 2); }
 
 // Best first: shorter iteration; on (near) ties fewer model-parallel GPUs, less recomputation,
-// no distributed optimizer, smaller microbatches.
+// no distributed optimizer, smaller microbatches, an even split.
 bool better(const Estimate& a, const Estimate& b) {
   const double ta = a.iteration, tb = b.iteration;
   if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
   const Layout &x = a.layout, &y = b.layout;
-  return std::make_tuple(x.t * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.b, x.v) <
-         std::make_tuple(y.t * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.b, y.v);
+  const bool xu = x.first > 0 || x.last > 0, yu = y.first > 0 || y.last > 0;
+  return std::make_tuple(x.t * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.b, x.v, xu) <
+         std::make_tuple(y.t * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.b, y.v, yu);
 }
 
 // The schedules a (p, v) may run under the request's pin.
@@ -209,11 +210,45 @@ TensorSizes tensor_sizes(const PlanRequest& req, const Cluster& cl, int n) {
   return out;
 }
 
+bool uneven_pinned(const PlanRequest& req) { return req.first_stage_layers > 0 || req.last_stage_layers > 0; }
+
+// Whether the layers split over p stages of v chunks with the request's pinned first and last
+// stage layers.
+bool pinned_split_runs(const PlanRequest& req, int p, int v) {
+  PipelineSplit s;
+  s.pipeline = p;
+  s.virtual_stages = v;
+  s.first_stage_layers = req.first_stage_layers;
+  s.last_stage_layers = req.last_stage_layers;
+  try {
+    chunk_layer_counts(req.model.num_layers, s);
+  } catch (const Error&) {
+    return false;
+  }
+  return true;
+}
+
+// Pipeline sizes to try: those that divide the layers, or with pinned uneven stages those the
+// pinned counts allow.
+std::vector<int> pipeline_options(const PlanRequest& req) {
+  const GptConfig& g = req.model;
+  if (!uneven_pinned(req)) return divisors(g.num_layers);
+  std::vector<int> ps;
+  for (int p = 1; p <= g.num_layers; ++p) {
+    if (pinned_split_runs(req, p, 1)) ps.push_back(p);
+  }
+  return ps;
+}
+
 // Chunks per pipeline rank the layers allow at pipeline size p, under the request's pin.
 std::vector<int> virtual_stage_options(const PlanRequest& req, int p) {
   const GptConfig& g = req.model;
   std::vector<int> vs;
-  if (req.layers_per_virtual_stage > 0) {
+  if (uneven_pinned(req)) {
+    for (int v = 1; v <= g.num_layers; ++v) {
+      if ((v == 1 || p > 1) && pinned_split_runs(req, p, v)) vs.push_back(v);
+    }
+  } else if (req.layers_per_virtual_stage > 0) {
     if (g.num_layers % (p * req.layers_per_virtual_stage) == 0) {
       vs.push_back(g.num_layers / (p * req.layers_per_virtual_stage));
     }
@@ -230,14 +265,61 @@ struct Candidates {
   std::vector<std::string> no_run;  ///< why (t, p) pairs were skipped
 };
 
+// The first and last stage layers (Megatron's uneven stages; 0: no count of its own) that make
+// the slowest stage of layout L fastest: the last stage also runs the logits layer and the loss,
+// the first the embedding, so giving them fewer layers than the others can balance the
+// pipeline. {0, 0} (the even split) unless some uneven split beats it by more than 0.5%.
+// Counts up to twice the even share are tried, in steps of v; the splits allowed are
+// core/model/pipeline_split.h's (checked here in closed form, for speed).
+std::pair<int, int> balanced_split(const PlanRequest& req, const Cluster& cl, const Layout& L) {
+  const int n = req.model.num_layers, p = L.p, v = L.v;
+  const StageSeconds parts = stage_seconds(req, cl, L);
+  // The slowest stage's seconds with `first` and `last` layers on the ends, or -1 when the
+  // layers do not split so.
+  const auto slowest = [&](int first, int last) {
+    const int middle_stages = p - (first > 0 ? 1 : 0) - (last > 0 ? 1 : 0);
+    const int middle_layers = n - first - last;
+    if (first % v != 0 || last % v != 0 || middle_layers < 0 || (middle_layers > 0) != (middle_stages > 0)) return -1.0;
+    int per_middle = 0;
+    if (middle_stages > 0) {
+      if (middle_layers % middle_stages != 0 || (middle_layers / middle_stages) % v != 0) return -1.0;
+      per_middle = middle_layers / middle_stages;
+      if (per_middle == 0) return -1.0;
+    }
+    const int on_first = first > 0 ? first : per_middle, on_last = last > 0 ? last : per_middle;
+    double worst = std::max(on_first * parts.layer + parts.first, on_last * parts.layer + parts.last);
+    if (p > 2) worst = std::max(worst, per_middle * parts.layer);
+    return worst;
+  };
+  const double even = n % (p * v) == 0 ? slowest(0, 0) : -1.0;
+  std::pair<int, int> best{0, 0};
+  double best_time = even;
+  const int limit = std::min(n - 1, 2 * ((n + p - 1) / p));
+  for (int first = 0; first <= limit; first += v) {
+    for (int last = 0; last <= limit; last += v) {
+      if (first == 0 && last == 0) continue;
+      const double time = slowest(first, last);
+      if (time < 0) continue;
+      if (best_time < 0 || time < best_time * (1.0 - 1e-12)) {
+        best = {first, last};
+        best_time = time;
+      }
+    }
+  }
+  if (even >= 0 && best_time > even * (1.0 - 0.005)) return {0, 0};
+  return best;
+}
+
 // Every layout of n GPUs the request allows, in a fixed order (so that ties rank the same way
-// on every run).
-Candidates candidate_layouts(const PlanRequest& req, int n, const std::vector<int>& ts) {
-  const GptConfig& g = req.model;
+// on every run): each (t, p, d, v, b, schedule, recomputation, optimizer) with an even split,
+// and with p > 1 also with the uneven first and last stages that balance its stage times best
+// (or only with the pinned ones).
+Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, const std::vector<int>& ts) {
   const int64_t B = req.global_batch_size;
   Candidates c;
+  std::map<std::tuple<int, int, int, int, int>, std::pair<int, int>> balanced;  // by (t, p, v, b, recompute)
   for (int t : ts) {
-    for (int p : divisors(g.num_layers)) {
+    for (int p : pipeline_options(req)) {
       if (req.pipeline > 0 && p != req.pipeline) continue;
       if (n % (t * p) != 0) continue;
       const int d = n / (t * p);
@@ -266,6 +348,21 @@ Candidates candidate_layouts(const PlanRequest& req, int n, const std::vector<in
                 L.schedule = kind;
                 L.recompute = rc;
                 L.distributed_optimizer = dist == 1;
+                if (uneven_pinned(req)) {
+                  L.first = req.first_stage_layers;
+                  L.last = req.last_stage_layers;
+                  c.layouts.push_back(L);
+                  continue;
+                }
+                c.layouts.push_back(L);
+                // Megatron gives v with uneven stages only by --num-virtual-stages-per-pipeline-rank.
+                if (p == 1 || req.layers_per_virtual_stage > 0) continue;
+                const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc));
+                if (balanced.count(key) == 0) balanced[key] = balanced_split(req, cl, L);
+                const std::pair<int, int> split = balanced[key];
+                if (split.first == 0 && split.second == 0) continue;
+                L.first = split.first;
+                L.last = split.second;
                 c.layouts.push_back(L);
               }
             }
@@ -346,9 +443,10 @@ std::string infeasible_reason(const PlanRequest& req, const Cluster& cl, int n, 
     if (!note.empty()) why += str_cat("; ", note);
     const std::vector<std::string>& no_run = candidates.no_run;
     if (!no_run.empty()) why += str_cat("; ", no_run.front(), no_run.size() > 1 ? " (and others like it)" : "");
-    if (req.pipeline > 0 || req.micro_batch > 0 || req.layers_per_virtual_stage > 0 || req.schedule >= 0) {
-      why += "; the pinned sizes or schedule leave no layout (layers must split over p * v, the batch over d * b, "
-             "and interleaving needs m a multiple of p)";
+    if (req.pipeline > 0 || req.micro_batch > 0 || req.layers_per_virtual_stage > 0 || req.schedule >= 0 ||
+        uneven_pinned(req)) {
+      why += "; the pinned sizes or schedule leave no layout (layers must split over p * v, with the pinned first "
+             "and last stage layers too, the batch over d * b, and interleaving needs m a multiple of p)";
     }
     return why;
   }
@@ -379,7 +477,7 @@ std::string pipeline_ruled_out_by_memory(const PlanRequest& req, const Cluster& 
   const GptConfig& g = req.model;
   const int64_t B = req.global_batch_size;
   std::string ruled_out;
-  if (req.pipeline != 0 || req.micro_batch > 1) return ruled_out;
+  if (req.pipeline != 0 || req.micro_batch > 1 || uneven_pinned(req)) return ruled_out;
   for (int p : divisors(g.num_layers)) {
     if (p >= best.p || n % (best.t * p) != 0) continue;
     const int d = n / (best.t * p);
@@ -388,6 +486,7 @@ std::string pipeline_ruled_out_by_memory(const PlanRequest& req, const Cluster& 
     probe.p = p;
     probe.d = d;
     probe.v = 1;
+    probe.first = probe.last = 0;
     probe.b = 1;
     probe.m = static_cast<int>(B / d);
     probe.schedule = ScheduleKind::OneFOneB;
@@ -400,6 +499,39 @@ std::string pipeline_ruled_out_by_memory(const PlanRequest& req, const Cluster& 
     }
   }
   return ruled_out;
+}
+
+// "first stage 3, last stage 1, the others 2 layers" (or "stages of 3 and 1 layers" at p = 2).
+std::string stage_words(const GptConfig& g, const Layout& L) {
+  const std::vector<int> n = stage_layer_counts(g.num_layers, L.split());
+  if (L.p == 2) return str_cat("stages of ", n.front(), " and ", n.back(), " layers");
+  std::string s;
+  if (L.first > 0) s += str_cat("first stage ", L.first, ", ");
+  if (L.last > 0) s += str_cat("last stage ", L.last, ", ");
+  return s + str_cat("the others ", n[1], " layers");
+}
+
+// Why uneven first and last stages: the last stage's logits layer and loss (and the first's
+// embedding) make an even split's end stages the slowest; what the uneven split does to the
+// slowest stage's time per microbatch.
+std::string uneven_reason(const PlanRequest& req, const Cluster& cl, const Layout& L) {
+  const GptConfig& g = req.model;
+  const std::vector<double> uneven = stage_microbatch_seconds(req, cl, L);
+  std::string why = str_cat("uneven stages (Megatron's --decoder-first-pipeline-num-layers / "
+                            "--decoder-last-pipeline-num-layers: ",
+                            stage_words(g, L), "): the last stage also runs the logits layer and the loss, the first "
+                            "the embedding; slowest stage ",
+                            secs(*std::max_element(uneven.begin(), uneven.end())), " per microbatch");
+  Layout even = L;
+  even.first = even.last = 0;
+  try {
+    const std::vector<double> e = stage_microbatch_seconds(req, cl, even);
+    why += str_cat(" vs ", secs(*std::max_element(e.begin(), e.end())), " with ", g.num_layers / L.p,
+                   " layers on every stage (last stage ", secs(e.back()), ", first ", secs(e.front()), ")");
+  } catch (const Error&) {
+    why += str_cat("; ", g.num_layers, " layers do not split evenly over p = ", L.p, " x v = ", L.v);
+  }
+  return why;
 }
 
 // Why the best layout was chosen, one reason per choice (t, p, d, schedule, recomputation,
@@ -421,9 +553,12 @@ std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& 
     reasons.push_back("p = 1: the model fits without a pipeline");
   } else if (!pipeline_ruled_out.empty()) {
     reasons.push_back(str_cat("p = ", L.p, " is needed for memory: ", pipeline_ruled_out));
-  } else {
+  } else if (L.first == 0 && L.last == 0) {
     reasons.push_back(str_cat("p = ", L.p, " (", g.num_layers / L.p, " layers per stage) is the fastest split"));
+  } else {
+    reasons.push_back(str_cat("p = ", L.p, " is the fastest split"));
   }
+  if (L.p > 1 && (L.first > 0 || L.last > 0)) reasons.push_back(uneven_reason(req, cl, L));
   reasons.push_back(str_cat("d = ", L.d, " replicas: m = ", L.m, " microbatches of b = ", L.b, " per pipeline"));
   if (L.p > 1) {
     std::string s = str_cat(schedule_short_name(L.schedule));
@@ -489,7 +624,7 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
   r.num_gpus = n;
 
   const TensorSizes sizes = tensor_sizes(req, cl, n);
-  const Candidates candidates = candidate_layouts(req, n, sizes.usable);
+  const Candidates candidates = candidate_layouts(req, cl, n, sizes.usable);
   const Scores scores = score_layouts(req, cl, candidates.layouts);
   r.considered = static_cast<int>(candidates.layouts.size());
   r.fitting = static_cast<int>(scores.fitting.size());
@@ -530,15 +665,21 @@ std::string plan_report(const PlanResult& r) {
     out += str_cat("\nno feasible layout: ", r.reason, "\n");
     return out;
   }
-  out += "\n  #    t    p      d   v    b      m  schedule     recompute  dist-opt  mem GiB   iter s  bubble  TFLOP/s    MFU\n";
+  out += "\n  #    t    p      d   v    b      m  schedule     recompute  dist-opt  mem GiB   iter s  bubble  TFLOP/s    MFU  "
+         "first/last\n";
   for (std::size_t i = 0; i < r.layouts.size(); ++i) {
     const Estimate& e = r.layouts[i];
     const Layout& L = e.layout;
     char line[256];
-    std::snprintf(line, sizeof line, "%3zu %4d %4d %6d %3d %4d %6d  %-11s  %-9s  %-8s %8.1f %8.3f %6.1f%% %8.1f %5.1f%%\n",
+    // Uneven stages: the first and last stage's layers ("-": no count of its own); even: "-".
+    const std::string ends = L.first == 0 && L.last == 0
+                                 ? std::string("-")
+                                 : str_cat(L.first > 0 ? std::to_string(L.first) : std::string("-"), "/",
+                                           L.last > 0 ? std::to_string(L.last) : std::string("-"));
+    std::snprintf(line, sizeof line, "%3zu %4d %4d %6d %3d %4d %6d  %-11s  %-9s  %-8s %8.1f %8.3f %6.1f%% %8.1f %5.1f%%  %s\n",
                   i + 1, L.t, L.p, L.d, L.v, L.b, L.m, L.p == 1 && L.schedule == ScheduleKind::OneFOneB ? "-" : schedule_short_name(L.schedule),
                   recompute_name(L.recompute), L.distributed_optimizer ? "yes" : "no", e.memory.total() / kGiB,
-                  e.iteration, 100.0 * e.bubble_fraction, e.tflops_per_gpu, 100.0 * e.mfu);
+                  e.iteration, 100.0 * e.bubble_fraction, e.tflops_per_gpu, 100.0 * e.mfu, ends.c_str());
     out += line;
   }
   out += "\nWhy:\n";
@@ -595,6 +736,9 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                        {"p", L.p},
                        {"d", L.d},
                        {"v", L.v},
+                       {"decoder_first_pipeline_num_layers", L.first},
+                       {"decoder_last_pipeline_num_layers", L.last},
+                       {"stage_layers", stage_layer_counts(g.num_layers, L.split())},
                        {"b", L.b},
                        {"m", L.m},
                        {"schedule", schedule_short_name(L.schedule)},

@@ -321,6 +321,80 @@ TEST_CASE("train args: the layout, schedule and sample counts", "[args]") {
   CHECK(ptdp::train_num_samples(a) == std::array<int64_t, 3>{30, 0, 300});
 }
 
+TEST_CASE("train args: Megatron's uneven first and last pipeline stages", "[args]") {
+  TrainArgs a = ptdp::parse_train_args({"--num-layers", "30", "--pipeline-model-parallel-size", "4",
+                                        "--num-virtual-stages-per-pipeline-rank", "2",
+                                        "--decoder-first-pipeline-num-layers", "8",
+                                        "--decoder-last-pipeline-num-layers", "10"});
+  CHECK(a.decoder_first_pipeline_num_layers == 8);
+  CHECK(a.decoder_last_pipeline_num_layers == 10);
+  CHECK(ptdp::virtual_pipeline_size(a) == 2);
+  CHECK(ptdp::schedule_kind(a) == ptdp::ScheduleKind::Interleaved1F1B);
+  ptdp::ParallelConfig p = ptdp::to_parallel_config(a, 4);
+  CHECK(p.pipeline == 4);
+  CHECK(p.virtual_stages == 2);
+  CHECK(p.first_stage_layers == 8);
+  CHECK(p.last_stage_layers == 10);
+  const nlohmann::json j = ptdp::train_args_to_json(a);
+  CHECK(j["decoder-first-pipeline-num-layers"] == 8);
+  CHECK(j["decoder-last-pipeline-num-layers"] == 10);
+  CHECK(j["num-virtual-stages-per-pipeline-rank"] == 2);
+  // Unset: an even split, null in the JSON.
+  a = ptdp::parse_train_args({"--num-layers", "4", "--pipeline-model-parallel-size", "2"});
+  p = ptdp::to_parallel_config(a, 2);
+  CHECK(p.first_stage_layers == 0);
+  CHECK(p.last_stage_layers == 0);
+  CHECK(ptdp::train_args_to_json(a)["decoder-first-pipeline-num-layers"].is_null());
+  // p need not divide the layers once a stage has its own count.
+  a = ptdp::parse_train_args({"--num-layers", "5", "--pipeline-model-parallel-size", "2",
+                              "--decoder-last-pipeline-num-layers", "1"});
+  CHECK(ptdp::to_parallel_config(a, 2).last_stage_layers == 1);
+  CHECK(ptdp::virtual_pipeline_size(a) == 1);
+  CHECK(ptdp::schedule_kind(a) == ptdp::ScheduleKind::OneFOneB);
+  // --num-virtual-stages-per-pipeline-rank on its own (an even split).
+  a = ptdp::parse_train_args({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                              "--num-virtual-stages-per-pipeline-rank", "4"});
+  CHECK(ptdp::virtual_pipeline_size(a) == 4);
+}
+
+TEST_CASE("train args: uneven stages are refused in Megatron's words, naming the flags", "[args]") {
+  CHECK(parse_error({"--decoder-first-pipeline-num-layers", "0"}) ==
+        "--decoder-first-pipeline-num-layers: '0' must be > 0");
+  CHECK(parse_error({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                     "--num-layers-per-virtual-pipeline-stage", "2", "--decoder-first-pipeline-num-layers", "2"}) ==
+        "please use --num-virtual-stages-per-pipeline-rank to specify virtual pipeline parallel degree when enable "
+        "uneven pipeline parallelism (--decoder-first-pipeline-num-layers 2 with "
+        "--num-layers-per-virtual-pipeline-stage 2)");
+  CHECK(parse_error({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                     "--num-layers-per-virtual-pipeline-stage", "2", "--num-virtual-stages-per-pipeline-rank", "2"}) ==
+        "No more than one of --num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank can "
+        "be set; got --num-layers-per-virtual-pipeline-stage 2 and --num-virtual-stages-per-pipeline-rank 2");
+  CHECK(parse_error({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                     "--num-virtual-stages-per-pipeline-rank", "2", "--decoder-first-pipeline-num-layers", "3"}) ==
+        "--num-layers 8, --pipeline-model-parallel-size 2, --num-virtual-stages-per-pipeline-rank 2, "
+        "--decoder-first-pipeline-num-layers 3: number of layers at first stage: 3 must be divisible by virtual "
+        "pipeline parallel degree 2");
+  CHECK(parse_error({"--num-layers", "6", "--pipeline-model-parallel-size", "2",
+                     "--decoder-first-pipeline-num-layers", "4", "--decoder-last-pipeline-num-layers", "1"}) ==
+        "--num-layers 6, --pipeline-model-parallel-size 2, --decoder-first-pipeline-num-layers 4, "
+        "--decoder-last-pipeline-num-layers 1: Mismatch: 1 middle layers remaining but 0 middle PP stages available "
+        "(num_layers 6, p=2 x v=1, first stage 4, last stage 1 layers)");
+  CHECK(parse_error({"--num-layers", "8", "--pipeline-model-parallel-size", "4",
+                     "--decoder-first-pipeline-num-layers", "1", "--decoder-last-pipeline-num-layers", "2"}) ==
+        "--num-layers 8, --pipeline-model-parallel-size 4, --decoder-first-pipeline-num-layers 1, "
+        "--decoder-last-pipeline-num-layers 2: number of layers at middle stage: 5 must be divisible by the middle "
+        "pipeline model parallel size 2");
+  CHECK(parse_error({"--num-layers", "5", "--pipeline-model-parallel-size", "2"}) ==
+        "--num-layers 5 is not divisible by --pipeline-model-parallel-size 2");
+  CHECK(parse_error({"--num-layers", "8", "--num-virtual-stages-per-pipeline-rank", "2"}) ==
+        "--num-virtual-stages-per-pipeline-rank 2 gives v = 2 model chunks per pipeline rank, which needs "
+        "--pipeline-model-parallel-size > 1");
+  CHECK(parse_error({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                     "2", "--pipeline-schedule", "gpipe"}) ==
+        "--pipeline-schedule gpipe cannot run v = 2 model chunks per rank (from "
+        "--num-virtual-stages-per-pipeline-rank); only 1f1b (interleaved) can");
+}
+
 TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]") {
   ptdp::OptimizerConfig o = ptdp::to_optimizer_config(ptdp::parse_train_args({"--train-iters", "40"}));
   CHECK(o.kind == ptdp::OptimizerKind::Adam);
@@ -366,7 +440,7 @@ TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]"
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 92);
+  CHECK(names.size() == 95);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

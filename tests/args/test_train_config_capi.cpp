@@ -54,6 +54,9 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"tensor-model-parallel-size", "1"},
     {"pipeline-model-parallel-size", "1"},
     {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},
+    {"num-virtual-stages-per-pipeline-rank", "unset (v = 1)"},
+    {"decoder-first-pipeline-num-layers", "unset (an even split)"},
+    {"decoder-last-pipeline-num-layers", "unset (an even split)"},
     {"pipeline-schedule", "1f1b"},
     {"use-distributed-optimizer", "off"},
     {"ddp-bucket-size", "0"},
@@ -231,6 +234,8 @@ std::string describe(const Snapshot& s) {
   add("t", num(s.par.tensor_model_parallel_size));
   add("p", num(s.par.pipeline_model_parallel_size));
   add("v", num(s.par.virtual_pipeline_model_parallel_size));
+  add("first_stage_layers", num(static_cast<double>(s.par.decoder_first_pipeline_num_layers)));
+  add("last_stage_layers", num(static_cast<double>(s.par.decoder_last_pipeline_num_layers)));
   add("comm_timeout_s", num(s.rt.comm_timeout_s));
   add("verify_collectives", num(s.rt.verify_collectives));
   add("use_mpi", num(s.rt.use_mpi));
@@ -384,6 +389,8 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.par.tensor_model_parallel_size == 2);
   CHECK(s.par.pipeline_model_parallel_size == 2);
   CHECK(s.par.virtual_pipeline_model_parallel_size == 2);  // 8 layers / (p = 2 * 2 per chunk)
+  CHECK(s.par.decoder_first_pipeline_num_layers == 0);       // an even split
+  CHECK(s.par.decoder_last_pipeline_num_layers == 0);
 
   CHECK(s.rt.comm_timeout_s == 60.0);
   CHECK(s.rt.verify_collectives == 1);  // no flag: the runtime's defaults
@@ -585,6 +592,39 @@ TEST_CASE("train config: --model-preset gives the preset's model, the flags give
     CHECK(s.gpt.normalization == PTDP_NORMALIZATION_RMSNORM);
     CHECK(s.gpt.kv_channels == 0);
   }
+}
+
+TEST_CASE("train config: uneven pipeline stages reach the parallel options", "[args][capi]") {
+  const Config c({"--num-layers", "30", "--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank",
+                  "2", "--decoder-first-pipeline-num-layers", "8", "--decoder-last-pipeline-num-layers", "10"});
+  const Snapshot s = snapshot(c.handle);
+  CHECK(s.par.pipeline_model_parallel_size == 4);
+  CHECK(s.par.virtual_pipeline_model_parallel_size == 2);
+  CHECK(s.par.decoder_first_pipeline_num_layers == 8);
+  CHECK(s.par.decoder_last_pipeline_num_layers == 10);
+  const nlohmann::json j = nlohmann::json::parse(to_json(c.handle));
+  CHECK(j["decoder-first-pipeline-num-layers"] == 8);
+  CHECK(j["decoder-last-pipeline-num-layers"] == 10);
+  CHECK(j["num-virtual-stages-per-pipeline-rank"] == 2);
+  // The options go on to ptdp_layout_members, which takes them as they are.
+  ptdp_parallel_options o = s.par;
+  int32_t ranks[4] = {0}, count = 0;
+  CHECK(ptdp_layout_members(&o, 4, 0, PTDP_GROUP_PIPELINE, ranks, 4, &count) == PTDP_SUCCESS);
+  CHECK(count == 4);
+  o.decoder_last_pipeline_num_layers = -3;
+  CHECK(ptdp_layout_members(&o, 4, 0, PTDP_GROUP_PIPELINE, ranks, 4, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) ==
+        "ptdp_layout_members: options->decoder_last_pipeline_num_layers = -3 is not a layer count (>= 0; 0: an even "
+        "split)");
+  // A split the layers do not allow is refused by the parser in Megatron's words.
+  const Argv bad({"--num-layers", "30", "--pipeline-model-parallel-size", "4", "--num-virtual-stages-per-pipeline-rank",
+                  "2", "--decoder-first-pipeline-num-layers", "7"});
+  ptdp_train_config out = nullptr;
+  CHECK(ptdp_train_config_parse(bad.argc(), bad.argv(), &out) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(out == nullptr);
+  CHECK_THAT(std::string(ptdp_last_error()),
+             Catch::Contains("--decoder-first-pipeline-num-layers 7: number of layers at first stage: 7 must be "
+                             "divisible by virtual pipeline parallel degree 2"));
 }
 
 TEST_CASE("train config: --flag=value reads as --flag value", "[args][capi]") {

@@ -353,6 +353,22 @@ TEST_CASE("ABI sizes: ptdp_parallel_options", "[capi][abi]") {
     std::vector<int32_t> got;
     return members(p, PTDP_GROUP_TENSOR, &got);
   });
+  // The uneven-stage fields (after 0.2.0) start past the first version's 24 bytes, tail padding
+  // included: a first-version struct never has them read, a full one does.
+  CHECK(offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers) == kParallelOptionsV1);
+  CHECK(o.decoder_first_pipeline_num_layers == 0);
+  CHECK(o.decoder_last_pipeline_num_layers == 0);
+  {
+    ptdp_parallel_options bad = o;
+    bad.decoder_first_pipeline_num_layers = -1;
+    std::vector<int32_t> got;
+    CHECK(members(&bad, PTDP_GROUP_TENSOR, &got) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(ptdp_last_error()) ==
+          "ptdp_layout_members: options->decoder_first_pipeline_num_layers = -1 is not a layer count (>= 0; 0: an "
+          "even split)");
+    auto v1 = first_published(bad, kParallelOptionsV1);
+    CHECK(members(v1.get(), PTDP_GROUP_TENSOR, &got) == PTDP_SUCCESS);
+  }
 
   sp::World w;
   ptdp_parallel_options one;

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ptdp/ptdp.h"
@@ -70,6 +71,73 @@ TEST_CASE("invalid layouts name the numbers", "[capi][layout][errors]") {
   CHECK(ptdp_layout_members(nullptr, 8, 0, PTDP_GROUP_WORLD, buf, 16, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(err().find("count is NULL") != std::string::npos);
   CHECK(n == -1);  // never written by a failing call
+}
+
+TEST_CASE("ptdp_layout_chunk_layers gives Megatron-Core's uneven pipeline offsets", "[capi][layout]") {
+  ptdp_parallel_options o;
+  REQUIRE(ptdp_parallel_options_init(&o) == PTDP_SUCCESS);
+  CHECK(o.decoder_first_pipeline_num_layers == 0);
+  CHECK(o.decoder_last_pipeline_num_layers == 0);
+  o.pipeline_model_parallel_size = 4;
+  o.virtual_pipeline_model_parallel_size = 2;
+  const auto chunks = [&o](int32_t layers) {
+    std::vector<std::pair<int32_t, int32_t>> out;  // (first layer, count) of (rank, stage) in stage-major order
+    for (int32_t j = 0; j < 2; ++j) {
+      for (int32_t r = 0; r < 4; ++r) {
+        int32_t first = -1, count = -1;
+        REQUIRE(ptdp_layout_chunk_layers(&o, layers, r, j, &first, &count) == PTDP_SUCCESS);
+        out.emplace_back(first, count);
+      }
+    }
+    return out;
+  };
+  using Chunks = std::vector<std::pair<int32_t, int32_t>>;
+  // Megatron-Core's test_get_layer_offset_parametrized: 30 layers as 8 + 6 + 6 + 10.
+  o.decoder_first_pipeline_num_layers = 8;
+  o.decoder_last_pipeline_num_layers = 10;
+  CHECK(chunks(30) == Chunks{{0, 4}, {4, 3}, {7, 3}, {10, 5}, {15, 4}, {19, 3}, {22, 3}, {25, 5}});
+  // 26 layers, 8 on the first stage.
+  o.decoder_last_pipeline_num_layers = 0;
+  CHECK(chunks(26) == Chunks{{0, 4}, {4, 3}, {7, 3}, {10, 3}, {13, 4}, {17, 3}, {20, 3}, {23, 3}});
+  // Even: 24 layers.
+  o.decoder_first_pipeline_num_layers = 0;
+  CHECK(chunks(24) == Chunks{{0, 3}, {3, 3}, {6, 3}, {9, 3}, {12, 3}, {15, 3}, {18, 3}, {21, 3}});
+  // Outputs may be NULL.
+  CHECK(ptdp_layout_chunk_layers(&o, 24, 3, 1, nullptr, nullptr) == PTDP_SUCCESS);
+  CHECK(ptdp_layout_chunk_layers(nullptr, 5, 0, 0, nullptr, nullptr) == PTDP_SUCCESS);
+
+  // Refusals name the numbers, Megatron's words for uneven splits; nothing is written.
+  int32_t first = -1, count = -1;
+  o.decoder_first_pipeline_num_layers = 7;
+  CHECK(ptdp_layout_chunk_layers(&o, 30, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: number of layers at first stage: 7 must be divisible by virtual "
+                 "pipeline parallel degree 2");
+  o.decoder_first_pipeline_num_layers = 8;
+  o.decoder_last_pipeline_num_layers = 10;
+  CHECK(ptdp_layout_chunk_layers(&o, 31, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: number of layers at middle stage: 13 must be divisible by the middle "
+                 "pipeline model parallel size 2");
+  o.decoder_last_pipeline_num_layers = 12;
+  CHECK(ptdp_layout_chunk_layers(&o, 30, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: number of layers on each middle pipeline rank: 5 must be divisible by "
+                 "virtual pipeline parallel degree 2");
+  o.decoder_last_pipeline_num_layers = 10;
+  CHECK(ptdp_layout_chunk_layers(&o, 30, 4, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: pipeline_rank = 4 is outside [0, 4)");
+  CHECK(ptdp_layout_chunk_layers(&o, 30, 0, 2, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: virtual_stage = 2 is outside [0, 2)");
+  CHECK(ptdp_layout_chunk_layers(&o, 0, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: num_layers = 0 is not > 0");
+  o.decoder_first_pipeline_num_layers = -8;
+  CHECK(ptdp_layout_chunk_layers(&o, 30, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: options->decoder_first_pipeline_num_layers = -8 is not a layer count "
+                 "(>= 0; 0: an even split)");
+  o.decoder_first_pipeline_num_layers = 0;
+  o.decoder_last_pipeline_num_layers = 0;
+  CHECK(ptdp_layout_chunk_layers(&o, 30, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: num_layers 30 cannot be split evenly over p=4 x v=2 = 8 model chunks");
+  CHECK(first == -1);
+  CHECK(count == -1);
 }
 
 TEST_CASE("a world of one without MPI runs every collective as a local operation", "[capi][comm]") {

@@ -1,7 +1,7 @@
 // Programs built against ptdp 0.2.0 keep working: the functions that fill a struct which grew
 // after 0.2.0 without reading its struct_size (ptdp_gpt_options_init, ptdp_generate_options_init,
 // ptdp_plan_options_init, ptdp_train_config_gpt_options, ptdp_checkpoint_read_options,
-// ptdp_plan_parse_args) have 0.2.0 versions (symbol version PTDP_0, capi/src/compat_0_2.cpp)
+// ptdp_plan_parse_args, ptdp_parallel_options_init, ptdp_train_config_parallel_options) have 0.2.0 versions (symbol version PTDP_0, capi/src/compat_0_2.cpp)
 // that write no more than the struct's 0.2.0 size, while a program built now gets the current
 // versions. This test calls the PTDP_0 versions, as an old program's references are bound,
 // through `.symver` aliases, with a guard pattern after each struct's 0.2.0 size.
@@ -24,6 +24,8 @@ ptdp_status old_train_config_gpt_options(ptdp_train_config config, void* options
 ptdp_status old_checkpoint_read_options(const char* directory, void* options, int64_t* iteration);
 ptdp_status old_plan_parse_args(int32_t argc, const char* const* argv, void* options, ptdp_cluster* cluster,
                                 ptdp_plan_cli* cli);
+ptdp_status old_parallel_options_init(void* options);
+ptdp_status old_train_config_parallel_options(ptdp_train_config config, void* options);
 }
 __asm__(".symver old_gpt_options_init,ptdp_gpt_options_init@PTDP_0");
 __asm__(".symver old_generate_options_init,ptdp_generate_options_init@PTDP_0");
@@ -31,11 +33,13 @@ __asm__(".symver old_plan_options_init,ptdp_plan_options_init@PTDP_0");
 __asm__(".symver old_train_config_gpt_options,ptdp_train_config_gpt_options@PTDP_0");
 __asm__(".symver old_checkpoint_read_options,ptdp_checkpoint_read_options@PTDP_0");
 __asm__(".symver old_plan_parse_args,ptdp_plan_parse_args@PTDP_0");
+__asm__(".symver old_parallel_options_init,ptdp_parallel_options_init@PTDP_0");
+__asm__(".symver old_train_config_parallel_options,ptdp_train_config_parallel_options@PTDP_0");
 
 namespace {
 
 // The sizes at 0.2.0 (ptdp.h of cef1dbc, the ABI baseline of packaging/abi).
-constexpr std::size_t kGptOptions020 = 88, kGenerateOptions020 = 32, kPlanOptions020 = 104;
+constexpr std::size_t kGptOptions020 = 88, kGenerateOptions020 = 32, kPlanOptions020 = 104, kParallelOptions020 = 24;
 constexpr unsigned char kGuard = 0xA5;
 
 /// An old program's struct of `size` bytes followed by guard bytes that must stay untouched.
@@ -153,6 +157,42 @@ TEST_CASE("0.2.0 programs: getters hand out a GPT and refuse what the old struct
     CHECK(old_plan_parse_args(static_cast<int32_t>(llama.size()), llama.data(), l.data(), &cluster, &cli) ==
           PTDP_ERR_INVALID_ARGUMENT);
     CHECK(l.guard_intact());
+  }
+}
+
+TEST_CASE("0.2.0 programs: the parallel options without the uneven pipeline stages", "[capi][abi][compat]") {
+  ptdp_parallel_options full;
+  REQUIRE(ptdp_parallel_options_init(&full) == PTDP_SUCCESS);
+  CHECK(full.struct_size == sizeof full);
+  CHECK(sizeof full > kParallelOptions020);
+  OldStruct init(kParallelOptions020);
+  REQUIRE(old_parallel_options_init(init.data()) == PTDP_SUCCESS);
+  CHECK(init.guard_intact());
+  CHECK(init.struct_size() == kParallelOptions020);
+  CHECK(init.is_prefix_of(full));
+  {
+    Config even({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage",
+                 "1"});
+    OldStruct o(kParallelOptions020);
+    REQUIRE(old_train_config_parallel_options(even.c, o.data()) == PTDP_SUCCESS);
+    CHECK(o.guard_intact());
+    CHECK(o.struct_size() == kParallelOptions020);
+    const auto* p = static_cast<const ptdp_parallel_options*>(o.data());
+    CHECK(p->pipeline_model_parallel_size == 2);
+    CHECK(p->virtual_pipeline_model_parallel_size == 2);
+  }
+  {
+    Config uneven({"--num-layers", "5", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                   "3"});
+    ptdp_parallel_options now;
+    REQUIRE(ptdp_train_config_parallel_options(uneven.c, &now) == PTDP_SUCCESS);
+    CHECK(now.decoder_first_pipeline_num_layers == 3);
+    OldStruct o(kParallelOptions020);
+    CHECK(old_train_config_parallel_options(uneven.c, o.data()) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(ptdp_last_error()).find("ptdp_train_config_parallel_options: the configuration's pipeline "
+                                              "layout uses options added after ptdp 0.2.0") == 0);
+    CHECK(o.guard_intact());
+    CHECK(o.struct_size() == 0xA5A5A5A5A5A5A5A5ull);  // nothing written
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "ptdp/ptdp.h"
@@ -148,4 +149,51 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
                 e.memory_activations / 1048576.0, e.memory_slots, measured / 1048576.0, e.memory_total / measured);
     CHECK(e.memory_total == Approx(measured).epsilon(0.20));
   }
+}
+
+TEST_CASE("uneven first and last pipeline stages through the plan C API", "[plan][capi]") {
+  // ptdp-plan's flags reach the options, and the layouts report the split.
+  const char* argv[] = {"ptdp-plan", "--num-layers", "8", "--hidden-size", "512", "--num-attention-heads", "8",
+                        "--vocab-size", "50257", "--seq-length", "1024", "--global-batch-size", "32",
+                        "--num-gpus", "4", "--pipeline-model-parallel-size", "4", "--tensor-model-parallel-size", "1",
+                        "--decoder-first-pipeline-num-layers", "3", "--decoder-last-pipeline-num-layers", "1"};
+  ptdp_plan_options o;
+  ptdp_cluster cluster;
+  ptdp_plan_cli cli;
+  OK(ptdp_plan_options_init(&o));
+  CHECK(o.decoder_first_pipeline_num_layers == 0);  // search
+  CHECK(o.decoder_last_pipeline_num_layers == 0);
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &o, &cluster, &cli));
+  CHECK(o.decoder_first_pipeline_num_layers == 3);
+  CHECK(o.decoder_last_pipeline_num_layers == 1);
+  ptdp_plan plan = nullptr;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  int32_t count = 0;
+  OK(ptdp_plan_num_layouts(plan, &count));
+  REQUIRE(count > 0);
+  for (int32_t i = 0; i < count; ++i) {
+    ptdp_plan_layout layout;
+    layout.struct_size = sizeof layout;
+    OK(ptdp_plan_get_layout(plan, i, &layout));
+    CHECK(layout.p == 4);
+    CHECK(layout.decoder_first_pipeline_num_layers == 3);
+    CHECK(layout.decoder_last_pipeline_num_layers == 1);
+  }
+  ptdp_plan_destroy(plan);
+  // Searched: the last stage, which also runs the logits layer, gets fewer layers.
+  o.decoder_first_pipeline_num_layers = 0;
+  o.decoder_last_pipeline_num_layers = 0;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  ptdp_plan_layout best;
+  best.struct_size = sizeof best;
+  OK(ptdp_plan_get_layout(plan, 0, &best));
+  CHECK(best.decoder_last_pipeline_num_layers == 1);
+  ptdp_plan_destroy(plan);
+  // A negative pin is refused, naming the field.
+  o.decoder_last_pipeline_num_layers = -2;
+  plan = nullptr;
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(plan == nullptr);
+  CHECK(std::string(ptdp_last_error()) ==
+        "ptdp_plan_create: options->decoder_last_pipeline_num_layers = -2 is not >= 0 (0: search)");
 }

@@ -40,6 +40,13 @@ CASE is one of:
                (Megatron's blend) trains at (2,2,2) with the serial run's losses to 1e-5,
                validation included; per-split paths (--train-data-path W A W B
                --valid-data-path B) run and validate
+  uneven       Megatron's uneven pipeline stages on a 6-layer model: --decoder-first-pipeline-num-layers
+               and --decoder-last-pipeline-num-layers at (1,2,2) 1F1B, (1,2,2) interleaved with
+               --num-virtual-stages-per-pipeline-rank 2, (2,4,1), (1,3,1) and (1,4,1) ZB-H1 (p need
+               not divide the layers) give the serial run's losses to 1e-5; a checkpoint saved with uneven stages
+               loads at even stages and at p = 1, one saved at even stages loads with uneven ones,
+               each continuing the uninterrupted run; a split the layers do not allow exits with
+               status 2 in Megatron's words
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -511,11 +518,68 @@ def case_blend():
     print(f"blend: (2,2,2) vs serial worst {worst:.2e}; loss {serial[1]['lm_loss']:.4f} -> {serial[6]['lm_loss']:.4f}")
 
 
+def case_uneven():
+    model = [f if f != "4" or MODEL[i - 1] != "--num-layers" else "6" for i, f in enumerate(MODEL)]
+
+    def run_uneven(name, np, t, p, extra):
+        log = os.path.join(WORK, name + ".jsonl")
+        if os.path.exists(log):
+            os.remove(log)
+        flags = model + ["--tensor-model-parallel-size", str(t), "--pipeline-model-parallel-size", str(p),
+                         "--train-iters", "6", "--log-json", log] + extra
+        run(np, flags)
+        records = [json.loads(line) for line in open(log)]
+        return ({r["iteration"]: r for r in records if "iteration" in r},
+                {r["validation_iteration"]: r for r in records if "validation_iteration" in r})
+
+    serial, serial_valid = run_uneven("uneven-serial", 1, 1, 1, [])
+    first, last = "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"
+    worst = 0.0
+    for k, (name, np, t, p, extra) in enumerate([
+            ("(1,2,2) 1F1B, stages 4+2", 4, 1, 2, [first, "4", "--use-distributed-optimizer"]),
+            ("(1,2,2) interleaved v=2, stages 2+4 (chunks 1,2,1,2)", 4, 1, 2,
+             ["--num-virtual-stages-per-pipeline-rank", "2", first, "2", last, "4"]),
+            ("(2,4,1) 1F1B, stages 1+2+2+1", 8, 2, 4, [first, "1", last, "1"]),
+            ("(1,3,1) 1F1B, stages 2+2+2 by --decoder-last-pipeline-num-layers 2", 3, 1, 3, [last, "2"]),
+            ("(1,4,1) ZB-H1, stages 1+1+1+3", 4, 1, 4, [last, "3", "--pipeline-schedule", "zb-h1"])]):
+        par, par_valid = run_uneven(f"uneven-{k}", np, t, p, extra)
+        worst = max(worst, compare(par, serial, 6, 1e-5, f"{name} vs serial"))
+        for it in serial_valid:
+            check(close(par_valid[it]["lm_loss"], serial_valid[it]["lm_loss"], 1e-5), f"{name}: validation at {it}")
+    # Checkpoints name layers globally: uneven -> even and p = 1, even -> uneven.
+    ckpt_uneven = os.path.join(WORK, "ckpt-uneven")
+    run_uneven("uneven-save", 4, 1, 2, ["--num-virtual-stages-per-pipeline-rank", "2", first, "2", last, "4",
+                                        "--save", ckpt_uneven, "--exit-interval", "4"])
+    meta = json.load(open(os.path.join(ckpt_uneven, "iter_0000004", "metadata.json")))
+    check(meta["layout"].get("decoder_first_pipeline_num_layers") == 2 and
+          meta["layout"].get("decoder_last_pipeline_num_layers") == 4, f"metadata layout: {meta['layout']}")
+    ckpt_even = os.path.join(WORK, "ckpt-even")
+    run_uneven("even-save", 2, 1, 2, ["--save", ckpt_even, "--exit-interval", "4"])
+    for k, (what, ckpt, np, t, p, extra) in enumerate([
+            ("uneven (1,2,2) v=2 -> even (1,2,1)", ckpt_uneven, 2, 1, 2, []),
+            ("uneven (1,2,2) v=2 -> (2,1,1)", ckpt_uneven, 2, 2, 1, []),
+            ("even (1,2,1) -> uneven (1,2,1) stages 5+1", ckpt_even, 2, 1, 2, [first, "5"]),
+            ("even (1,2,1) -> uneven (1,3,1) stages 1+1+4", ckpt_even, 3, 1, 3, [last, "4"])]):
+        steps, _ = run_uneven(f"uneven-load-{k}", np, t, p, extra + ["--load", ckpt])
+        check(sorted(steps) == [5, 6], f"{what}: resumes at iteration 5, got {sorted(steps)}")
+        for it in (5, 6):
+            for key in ("lm_loss", "grad_norm"):
+                check(close(steps[it][key], serial[it][key], 1e-5),
+                      f"{what}: iteration {it} {key} {steps[it][key]} vs uninterrupted serial {serial[it][key]}")
+                worst = max(worst, abs(steps[it][key] - serial[it][key]) / max(1.0, abs(serial[it][key])))
+        print(f"uneven: {what}: iteration 6 loss {steps[6]['lm_loss']:.9g} vs {serial[6]['lm_loss']:.9g}")
+    bad = run(4, model + ["--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank", "2",
+                          first, "3", "--train-iters", "1"], expect_ok=False)
+    check(bad.returncode == 2 and "number of layers at first stage: 3 must be divisible by virtual pipeline parallel "
+          "degree 2" in bad.stderr, f"a bad split: status {bad.returncode}, stderr {bad.stderr}")
+    print(f"uneven: 5 layouts and 4 checkpoint loads vs serial, worst relative difference {worst:.2e}")
+
+
 try:
     {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
      "generate": case_generate, "errors": case_errors, "bf16": case_bf16, "fp16": case_fp16,
      "attention": case_attention, "llama": case_llama, "qwen2": case_qwen2, "masks": case_masks,
-     "blend": case_blend}[CASE]()
+     "blend": case_blend, "uneven": case_uneven}[CASE]()
 finally:
     if not failures:
         shutil.rmtree(WORK, ignore_errors=True)

@@ -13,7 +13,10 @@
 // and masked labels: end-of-document tokens in the batch, ptdp_eod_masks with --eod-mask-loss,
 // --reset-position-ids and --reset-attention-mask, the first label of every sample ignored as a
 // prompt would be, and at iteration 3 one microbatch whose every label is ignored; every call
-// through ptdp_train_iteration_masked, the serial run's too). d = world / (t * p). Hidden size 12: a chunk's flat buffer
+// through ptdp_train_iteration_masked, the serial run's too), first=N and last=N (Megatron's uneven
+// pipeline: the first / last stage holds N layers, every other stage 2 v as in the even runs, so
+// the model has 2 p v layers with the ends' 2 v replaced by N; ptdp_parallel_options'
+// decoder_first/last_pipeline_num_layers). d = world / (t * p). Hidden size 12: a chunk's flat buffer
 // (every parameter 16-float aligned) holds 16k + 12 floats, so the distributed optimizer pads for
 // d = 8, and odd bucket sizes put bucket and shard boundaries inside tensors.
 //
@@ -50,6 +53,7 @@
 // iteration 8 (the same layout with SGD agrees to 2e-7), a property of the dynamics, not of the
 // parallelism.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <tuple>
@@ -78,8 +82,19 @@ struct Spec {
   int64_t bucket = 0;
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
   bool llama = false, qwen2 = false, masks = false;
+  int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
   std::string text;
+
+  /// 2 v layers per stage, the first and last stage's as given.
+  int layers() const { return 2 * p * v + (first > 0 ? first - 2 * v : 0) + (last > 0 ? last - 2 * v : 0); }
 };
+
+// The N of a word "name=N" (> 0), or 0 when the word is not one.
+int count_of(const std::string& word, const std::string& name) {
+  if (word.rfind(name + "=", 0) != 0) return 0;
+  const std::string n = word.substr(name.size() + 1);
+  return !n.empty() && n.find_first_not_of("0123456789") == std::string::npos ? std::atoi(n.c_str()) : 0;
+}
 
 bool parse(const char* s, Spec* out) {
   Spec x;
@@ -97,6 +112,8 @@ bool parse(const char* s, Spec* out) {
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
     else if (word == "masks") x.masks = true;
+    else if (count_of(word, "first") > 0) x.first = count_of(word, "first");
+    else if (count_of(word, "last") > 0) x.last = count_of(word, "last");
     else return false;
     at = end + 1;
   }
@@ -383,8 +400,9 @@ void compare_params(const Trajectory& want, const Params& got, bool adam, double
 void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   const int d = W / (sp.t * sp.p);
   const int m = 2 * sp.p;
-  const int layers = 2 * sp.p * sp.v;
-  const std::string what = sp.text + " (t=" + str(sp.t) + " p=" + str(sp.p) + " v=" + str(sp.v) + " d=" + str(d) + ")";
+  const int layers = sp.layers();
+  const std::string what = sp.text + " (t=" + str(sp.t) + " p=" + str(sp.p) + " v=" + str(sp.v) + " d=" + str(d) +
+                           ", " + str(layers) + " layers)";
   ct::context(what);
   const ptdp_optimizer_options oo = optimizer_options(sp.opt, sp.dist, sp.bucket);
 
@@ -398,6 +416,8 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   po.tensor_model_parallel_size = sp.t;
   po.pipeline_model_parallel_size = sp.p;
   po.virtual_pipeline_model_parallel_size = sp.v;
+  po.decoder_first_pipeline_num_layers = sp.first;
+  po.decoder_last_pipeline_num_layers = sp.last;
   ptdp_groups g = nullptr;
   if (!CT_OK(ptdp_groups_create(rt, &po, &g)).empty()) return;
   int32_t dp = -1, dsize = 0;

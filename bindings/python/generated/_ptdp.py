@@ -483,6 +483,16 @@ class ptdp_parallel_options(object):
     v, model chunks per pipeline rank; default 1;
                                                         v > 1 needs p > 1.
     """)
+    decoder_first_pipeline_num_layers = property(_ptdp_ext.ptdp_parallel_options_decoder_first_pipeline_num_layers_get, _ptdp_ext.ptdp_parallel_options_decoder_first_pipeline_num_layers_set, doc=r"""
+    Layers of the first pipeline stage
+                                                        (`--decoder-first-pipeline-num-layers`);
+                                                        0 (default): no count of its own; >= 0.
+    """)
+    decoder_last_pipeline_num_layers = property(_ptdp_ext.ptdp_parallel_options_decoder_last_pipeline_num_layers_get, _ptdp_ext.ptdp_parallel_options_decoder_last_pipeline_num_layers_set, doc=r"""
+    Layers of the last pipeline stage
+                                                        (`--decoder-last-pipeline-num-layers`);
+                                                        0 (default): no count of its own; >= 0.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_parallel_options_swiginit(self, _ptdp_ext.new_ptdp_parallel_options())
@@ -493,7 +503,8 @@ _ptdp_ext.ptdp_parallel_options_swigregister(ptdp_parallel_options)
 
 def ptdp_parallel_options_init(options):
     r"""
-    Fills ``options`` with the defaults (t = p = v = 1) and sets its struct_size.
+    Fills ``options`` with the defaults (t = p = v = 1, an even split) and sets its
+           struct_size.
     :type options: :py:class:`ptdp_parallel_options`, out
     :param options: Must not be NULL.
     """
@@ -521,6 +532,33 @@ def ptdp_layout_members(options, world_size, world_rank, kind, world_ranks):
                     must not be NULL. Set even when ``capacity`` is too small.
     """
     return _ptdp_ext.ptdp_layout_members(options, world_size, world_rank, kind, world_ranks)
+
+def ptdp_layout_chunk_layers(options, num_layers, pipeline_rank, virtual_stage):
+    r"""
+    Which decoder layers a model chunk holds in a layout: chunk ``virtual_stage`` of
+           pipeline rank ``pipeline_rank`` (global chunk c = virtual_stage * p + pipeline_rank)
+           of a model of ``num_layers`` layers, as ptdp_model_create() lays the model out; computed
+           without any communication. With an even split every chunk holds l / (p * v) layers;
+           with ptdp_parallel_options' decoder_first_pipeline_num_layers and
+           decoder_last_pipeline_num_layers the counts and offsets are Megatron-Core's (chunk c
+           starts after the layers of chunks 0 .. c-1). The first chunk also holds the
+           embedding, the last the final norm, the output layer and the loss.
+    :type options: :py:class:`ptdp_parallel_options`
+    :param options: Parallel sizes and stage layers; NULL means t = p = v = 1.
+    :type num_layers: int
+    :param num_layers: The model's decoder layers l; > 0.
+    :type pipeline_rank: int
+    :param pipeline_rank: A pipeline rank in [0, p).
+    :type virtual_stage: int
+    :param virtual_stage: A chunk of that rank in [0, v).
+    :type first_layer: int, out
+    :param first_layer: Receives the global index of the chunk's first layer; may be NULL.
+    :type layer_count: int, out
+    :param layer_count: Receives the chunk's number of layers; may be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_layout_chunk_layers(options, num_layers, pipeline_rank, virtual_stage)
 
 def ptdp_groups_create(runtime, options):
     r"""
@@ -2236,8 +2274,11 @@ def ptdp_train_config_optimizer_options(config, options):
 
 def ptdp_train_config_parallel_options(config, options):
     r"""
-    The parallel layout: t and p from their flags, v = layers / (p * layers per virtual
-           stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1.
+    The parallel layout: t and p from their flags, v from
+           `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual
+           stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and
+           last stage layers from `--decoder-first-pipeline-num-layers` and
+           `--decoder-last-pipeline-num-layers` (0 when not given).
     :type config: struct ptdp_train_config_impl
     :param config: A live configuration.
     :type options: :py:class:`ptdp_parallel_options`, out
@@ -3367,6 +3408,20 @@ class ptdp_plan_options(object):
                                                 Without dropout the 16-bit activation memory holds
                                                 no masks (the Llama presets).
     """)
+    decoder_first_pipeline_num_layers = property(_ptdp_ext.ptdp_plan_options_decoder_first_pipeline_num_layers_get, _ptdp_ext.ptdp_plan_options_decoder_first_pipeline_num_layers_set, doc=r"""
+    Pin the first pipeline stage's layers
+                                                (Megatron's uneven stages,
+                                                `--decoder-first-pipeline-num-layers`); 0 (default):
+                                                search, i.e. an even split and, for p > 1, the uneven
+                                                first and last stages that balance the stage times
+                                                best (the last stage also runs the logits layer and
+                                                the loss). Not with
+                                                num_layers_per_virtual_pipeline_stage.
+    """)
+    decoder_last_pipeline_num_layers = property(_ptdp_ext.ptdp_plan_options_decoder_last_pipeline_num_layers_get, _ptdp_ext.ptdp_plan_options_decoder_last_pipeline_num_layers_set, doc=r"""
+    Pin the last pipeline stage's layers; as
+                                                decoder_first_pipeline_num_layers.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())
@@ -3444,6 +3499,15 @@ class ptdp_plan_layout(object):
                                           GPU, / 1e12: the paper's figure.
     """)
     mfu = property(_ptdp_ext.ptdp_plan_layout_mfu_get, _ptdp_ext.ptdp_plan_layout_mfu_set, doc=r""" Model FLOPs (no recomputation) / (time * GPUs * peak).""")
+    decoder_first_pipeline_num_layers = property(_ptdp_ext.ptdp_plan_layout_decoder_first_pipeline_num_layers_get, _ptdp_ext.ptdp_plan_layout_decoder_first_pipeline_num_layers_set, doc=r"""
+    Layers of the first pipeline stage with
+                                          uneven stages (ptdp_parallel_options' field of the same
+                                          name); 0: no count of its own (both 0: an even split).
+    """)
+    decoder_last_pipeline_num_layers = property(_ptdp_ext.ptdp_plan_layout_decoder_last_pipeline_num_layers_get, _ptdp_ext.ptdp_plan_layout_decoder_last_pipeline_num_layers_set, doc=r"""
+    Layers of the last pipeline stage; as
+                                          decoder_first_pipeline_num_layers.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_layout_swiginit(self, _ptdp_ext.new_ptdp_plan_layout())

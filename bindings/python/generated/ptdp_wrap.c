@@ -5834,6 +5834,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_decoder_first_pipeline_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_decoder_first_pipeline_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_decoder_first_pipeline_num_layers_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_decoder_first_pipeline_num_layers_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->decoder_first_pipeline_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_decoder_first_pipeline_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_decoder_first_pipeline_num_layers_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->decoder_first_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_decoder_last_pipeline_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_decoder_last_pipeline_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_decoder_last_pipeline_num_layers_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_decoder_last_pipeline_num_layers_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->decoder_last_pipeline_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_decoder_last_pipeline_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_decoder_last_pipeline_num_layers_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->decoder_last_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_parallel_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_parallel_options *result = 0 ;
@@ -6001,6 +6121,78 @@ fail:
   {
     if (have_view5) PyBuffer_Release(&view5); 
   }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_layout_chunk_layers(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_parallel_options *arg1 = (ptdp_parallel_options *) 0 ;
+  int32_t arg2 ;
+  int32_t arg3 ;
+  int32_t arg4 ;
+  int32_t *arg5 = (int32_t *) 0 ;
+  int32_t *arg6 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  int val3 ;
+  int ecode3 = 0 ;
+  int val4 ;
+  int ecode4 = 0 ;
+  int32_t temp5 = 0 ;
+  int32_t temp6 = 0 ;
+  PyObject *swig_obj[4] ;
+  ptdp_status result;
+  
+  {
+    arg5 = &temp5; 
+  }
+  {
+    arg6 = &temp6; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_layout_chunk_layers", 4, 4, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_layout_chunk_layers" "', argument " "1"" of type '" "ptdp_parallel_options const *""'"); 
+  }
+  arg1 = (ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_layout_chunk_layers" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
+  if (!SWIG_IsOK(ecode3)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_layout_chunk_layers" "', argument " "3"" of type '" "int32_t""'");
+  } 
+  arg3 = (int32_t)(val3);
+  ecode4 = SWIG_AsVal_int(swig_obj[3], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_layout_chunk_layers" "', argument " "4"" of type '" "int32_t""'");
+  } 
+  arg4 = (int32_t)(val4);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_layout_chunk_layers((struct ptdp_parallel_options const *)arg1,arg2,arg3,arg4,arg5,arg6);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg5)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg6)); 
+  }
+  return resultobj;
+fail:
   return NULL;
 }
 
@@ -27984,6 +28176,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_decoder_first_pipeline_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_decoder_first_pipeline_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_decoder_first_pipeline_num_layers_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_decoder_first_pipeline_num_layers_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->decoder_first_pipeline_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_decoder_first_pipeline_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_decoder_first_pipeline_num_layers_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->decoder_first_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_decoder_last_pipeline_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_decoder_last_pipeline_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_decoder_last_pipeline_num_layers_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_decoder_last_pipeline_num_layers_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->decoder_last_pipeline_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_decoder_last_pipeline_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_decoder_last_pipeline_num_layers_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->decoder_last_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -30314,6 +30626,126 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_mfu_get(PyObject *self, PyObject *ar
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_decoder_first_pipeline_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_decoder_first_pipeline_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_decoder_first_pipeline_num_layers_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_decoder_first_pipeline_num_layers_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->decoder_first_pipeline_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_decoder_first_pipeline_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_decoder_first_pipeline_num_layers_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->decoder_first_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_decoder_last_pipeline_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_decoder_last_pipeline_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_decoder_last_pipeline_num_layers_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_decoder_last_pipeline_num_layers_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->decoder_last_pipeline_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_decoder_last_pipeline_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_decoder_last_pipeline_num_layers_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->decoder_last_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
   return resultobj;
 fail:
   return NULL;
@@ -33053,12 +33485,33 @@ static PyMethodDef SwigMethods[] = {
 		"v, model chunks per pipeline rank; default 1;\n"
 		"                                                    v > 1 needs p > 1.\n"
 		""},
+	 { "ptdp_parallel_options_decoder_first_pipeline_num_layers_set", _wrap_ptdp_parallel_options_decoder_first_pipeline_num_layers_set, METH_VARARGS, "\n"
+		"Layers of the first pipeline stage\n"
+		"                                                    (`--decoder-first-pipeline-num-layers`);\n"
+		"                                                    0 (default): no count of its own; >= 0.\n"
+		""},
+	 { "ptdp_parallel_options_decoder_first_pipeline_num_layers_get", _wrap_ptdp_parallel_options_decoder_first_pipeline_num_layers_get, METH_O, "\n"
+		"Layers of the first pipeline stage\n"
+		"                                                    (`--decoder-first-pipeline-num-layers`);\n"
+		"                                                    0 (default): no count of its own; >= 0.\n"
+		""},
+	 { "ptdp_parallel_options_decoder_last_pipeline_num_layers_set", _wrap_ptdp_parallel_options_decoder_last_pipeline_num_layers_set, METH_VARARGS, "\n"
+		"Layers of the last pipeline stage\n"
+		"                                                    (`--decoder-last-pipeline-num-layers`);\n"
+		"                                                    0 (default): no count of its own; >= 0.\n"
+		""},
+	 { "ptdp_parallel_options_decoder_last_pipeline_num_layers_get", _wrap_ptdp_parallel_options_decoder_last_pipeline_num_layers_get, METH_O, "\n"
+		"Layers of the last pipeline stage\n"
+		"                                                    (`--decoder-last-pipeline-num-layers`);\n"
+		"                                                    0 (default): no count of its own; >= 0.\n"
+		""},
 	 { "new_ptdp_parallel_options", _wrap_new_ptdp_parallel_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_parallel_options", _wrap_delete_ptdp_parallel_options, METH_O, NULL},
 	 { "ptdp_parallel_options_swigregister", ptdp_parallel_options_swigregister, METH_O, NULL},
 	 { "ptdp_parallel_options_swiginit", ptdp_parallel_options_swiginit, METH_VARARGS, NULL},
 	 { "ptdp_parallel_options_init", _wrap_ptdp_parallel_options_init, METH_O, "\n"
-		"Fills ``options`` with the defaults (t = p = v = 1) and sets its struct_size.\n"
+		"Fills ``options`` with the defaults (t = p = v = 1, an even split) and sets its\n"
+		"       struct_size.\n"
 		":type options: :py:class:`ptdp_parallel_options`, out\n"
 		":param options: Must not be NULL.\n"
 		""},
@@ -33081,6 +33534,30 @@ static PyMethodDef SwigMethods[] = {
 		":type count: int, out\n"
 		":param count: Receives the number of members (0 for an embedding group of a middle stage);\n"
 		"                must not be NULL. Set even when ``capacity`` is too small.\n"
+		""},
+	 { "ptdp_layout_chunk_layers", _wrap_ptdp_layout_chunk_layers, METH_VARARGS, "\n"
+		"Which decoder layers a model chunk holds in a layout: chunk ``virtual_stage`` of\n"
+		"       pipeline rank ``pipeline_rank`` (global chunk c = virtual_stage * p + pipeline_rank)\n"
+		"       of a model of ``num_layers`` layers, as ptdp_model_create() lays the model out; computed\n"
+		"       without any communication. With an even split every chunk holds l / (p * v) layers;\n"
+		"       with ptdp_parallel_options' decoder_first_pipeline_num_layers and\n"
+		"       decoder_last_pipeline_num_layers the counts and offsets are Megatron-Core's (chunk c\n"
+		"       starts after the layers of chunks 0 .. c-1). The first chunk also holds the\n"
+		"       embedding, the last the final norm, the output layer and the loss.\n"
+		":type options: :py:class:`ptdp_parallel_options`\n"
+		":param options: Parallel sizes and stage layers; NULL means t = p = v = 1.\n"
+		":type num_layers: int\n"
+		":param num_layers: The model's decoder layers l; > 0.\n"
+		":type pipeline_rank: int\n"
+		":param pipeline_rank: A pipeline rank in [0, p).\n"
+		":type virtual_stage: int\n"
+		":param virtual_stage: A chunk of that rank in [0, v).\n"
+		":type first_layer: int, out\n"
+		":param first_layer: Receives the global index of the chunk's first layer; may be NULL.\n"
+		":type layer_count: int, out\n"
+		":param layer_count: Receives the chunk's number of layers; may be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
 		""},
 	 { "ptdp_groups_create", _wrap_ptdp_groups_create, METH_VARARGS, "\n"
 		"Creates the tensor, pipeline, data, model and embedding groups of a layout.\n"
@@ -34553,8 +35030,11 @@ static PyMethodDef SwigMethods[] = {
 		":param options: Receives them, struct_size set; must not be NULL.\n"
 		""},
 	 { "ptdp_train_config_parallel_options", _wrap_ptdp_train_config_parallel_options, METH_VARARGS, "\n"
-		"The parallel layout: t and p from their flags, v = layers / (p * layers per virtual\n"
-		"       stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1.\n"
+		"The parallel layout: t and p from their flags, v from\n"
+		"       `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual\n"
+		"       stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and\n"
+		"       last stage layers from `--decoder-first-pipeline-num-layers` and\n"
+		"       `--decoder-last-pipeline-num-layers` (0 when not given).\n"
 		":type config: struct ptdp_train_config_impl\n"
 		":param config: A live configuration.\n"
 		":type options: :py:class:`ptdp_parallel_options`, out\n"
@@ -35669,6 +36149,34 @@ static PyMethodDef SwigMethods[] = {
 		"                                            Without dropout the 16-bit activation memory holds\n"
 		"                                            no masks (the Llama presets).\n"
 		""},
+	 { "ptdp_plan_options_decoder_first_pipeline_num_layers_set", _wrap_ptdp_plan_options_decoder_first_pipeline_num_layers_set, METH_VARARGS, "\n"
+		"Pin the first pipeline stage's layers\n"
+		"                                            (Megatron's uneven stages,\n"
+		"                                            `--decoder-first-pipeline-num-layers`); 0 (default):\n"
+		"                                            search, i.e. an even split and, for p > 1, the uneven\n"
+		"                                            first and last stages that balance the stage times\n"
+		"                                            best (the last stage also runs the logits layer and\n"
+		"                                            the loss). Not with\n"
+		"                                            num_layers_per_virtual_pipeline_stage.\n"
+		""},
+	 { "ptdp_plan_options_decoder_first_pipeline_num_layers_get", _wrap_ptdp_plan_options_decoder_first_pipeline_num_layers_get, METH_O, "\n"
+		"Pin the first pipeline stage's layers\n"
+		"                                            (Megatron's uneven stages,\n"
+		"                                            `--decoder-first-pipeline-num-layers`); 0 (default):\n"
+		"                                            search, i.e. an even split and, for p > 1, the uneven\n"
+		"                                            first and last stages that balance the stage times\n"
+		"                                            best (the last stage also runs the logits layer and\n"
+		"                                            the loss). Not with\n"
+		"                                            num_layers_per_virtual_pipeline_stage.\n"
+		""},
+	 { "ptdp_plan_options_decoder_last_pipeline_num_layers_set", _wrap_ptdp_plan_options_decoder_last_pipeline_num_layers_set, METH_VARARGS, "\n"
+		"Pin the last pipeline stage's layers; as\n"
+		"                                            decoder_first_pipeline_num_layers.\n"
+		""},
+	 { "ptdp_plan_options_decoder_last_pipeline_num_layers_get", _wrap_ptdp_plan_options_decoder_last_pipeline_num_layers_get, METH_O, "\n"
+		"Pin the last pipeline stage's layers; as\n"
+		"                                            decoder_first_pipeline_num_layers.\n"
+		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},
@@ -35777,6 +36285,24 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_plan_layout_mfu_set", _wrap_ptdp_plan_layout_mfu_set, METH_VARARGS, " Model FLOPs (no recomputation) / (time * GPUs * peak)."},
 	 { "ptdp_plan_layout_mfu_get", _wrap_ptdp_plan_layout_mfu_get, METH_O, " Model FLOPs (no recomputation) / (time * GPUs * peak)."},
+	 { "ptdp_plan_layout_decoder_first_pipeline_num_layers_set", _wrap_ptdp_plan_layout_decoder_first_pipeline_num_layers_set, METH_VARARGS, "\n"
+		"Layers of the first pipeline stage with\n"
+		"                                      uneven stages (ptdp_parallel_options' field of the same\n"
+		"                                      name); 0: no count of its own (both 0: an even split).\n"
+		""},
+	 { "ptdp_plan_layout_decoder_first_pipeline_num_layers_get", _wrap_ptdp_plan_layout_decoder_first_pipeline_num_layers_get, METH_O, "\n"
+		"Layers of the first pipeline stage with\n"
+		"                                      uneven stages (ptdp_parallel_options' field of the same\n"
+		"                                      name); 0: no count of its own (both 0: an even split).\n"
+		""},
+	 { "ptdp_plan_layout_decoder_last_pipeline_num_layers_set", _wrap_ptdp_plan_layout_decoder_last_pipeline_num_layers_set, METH_VARARGS, "\n"
+		"Layers of the last pipeline stage; as\n"
+		"                                      decoder_first_pipeline_num_layers.\n"
+		""},
+	 { "ptdp_plan_layout_decoder_last_pipeline_num_layers_get", _wrap_ptdp_plan_layout_decoder_last_pipeline_num_layers_get, METH_O, "\n"
+		"Layers of the last pipeline stage; as\n"
+		"                                      decoder_first_pipeline_num_layers.\n"
+		""},
 	 { "new_ptdp_plan_layout", _wrap_new_ptdp_plan_layout, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_layout", _wrap_delete_ptdp_plan_layout, METH_O, NULL},
 	 { "ptdp_plan_layout_swigregister", ptdp_plan_layout_swigregister, METH_O, NULL},

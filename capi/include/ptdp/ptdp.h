@@ -459,13 +459,29 @@ typedef struct ptdp_parallel_options {
   int32_t pipeline_model_parallel_size;         /**< p; default 1. */
   int32_t virtual_pipeline_model_parallel_size; /**< v, model chunks per pipeline rank; default 1;
                                                      v > 1 needs p > 1. */
+  /* Added after 0.2.0: Megatron-LM's uneven pipeline stages. Zero (the default, and what a
+   * program built against an older header passes) is the even split of num_layers / (p * v)
+   * layers per model chunk. They are 8-byte integers so that they start at 0.2's 24 bytes,
+   * after its tail padding, which such a program leaves uninitialised. The stages without a
+   * count of their own share the remaining layers evenly; each stage splits its layers evenly
+   * over its v chunks, and chunk c = j * p + rank starts after the layers of chunks 0 .. c-1
+   * (Megatron-Core's order). A model whose layers cannot be split so is refused by
+   * ptdp_model_create() in Megatron's words (the middle stages' layers must divide evenly,
+   * v must divide every stage's layers, ...). */
+  int64_t decoder_first_pipeline_num_layers;    /**< Layers of the first pipeline stage
+                                                     (`--decoder-first-pipeline-num-layers`);
+                                                     0 (default): no count of its own; >= 0. */
+  int64_t decoder_last_pipeline_num_layers;     /**< Layers of the last pipeline stage
+                                                     (`--decoder-last-pipeline-num-layers`);
+                                                     0 (default): no count of its own; >= 0. */
 } ptdp_parallel_options;
 
 /** Opaque handle to the process groups of one layout. */
 typedef struct ptdp_groups_impl* ptdp_groups;
 
 /**
- * @brief Fills @p options with the defaults (t = p = v = 1) and sets its struct_size.
+ * @brief Fills @p options with the defaults (t = p = v = 1, an even split) and sets its
+ *        struct_size.
  * @param[out] options Must not be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
@@ -491,6 +507,32 @@ PTDP_API ptdp_status ptdp_parallel_options_init(ptdp_parallel_options* options);
 PTDP_API ptdp_status ptdp_layout_members(const ptdp_parallel_options* options, int32_t world_size,
                                          int32_t world_rank, ptdp_group_kind kind,
                                          int32_t* world_ranks, int32_t capacity, int32_t* count);
+
+/**
+ * @brief Which decoder layers a model chunk holds in a layout: chunk @p virtual_stage of
+ *        pipeline rank @p pipeline_rank (global chunk c = virtual_stage * p + pipeline_rank)
+ *        of a model of @p num_layers layers, as ptdp_model_create() lays the model out; computed
+ *        without any communication. With an even split every chunk holds l / (p * v) layers;
+ *        with ptdp_parallel_options' decoder_first_pipeline_num_layers and
+ *        decoder_last_pipeline_num_layers the counts and offsets are Megatron-Core's (chunk c
+ *        starts after the layers of chunks 0 .. c-1). The first chunk also holds the
+ *        embedding, the last the final norm, the output layer and the loss.
+ * @param options Parallel sizes and stage layers; NULL means t = p = v = 1.
+ * @param num_layers The model's decoder layers l; > 0.
+ * @param pipeline_rank A pipeline rank in [0, p).
+ * @param virtual_stage A chunk of that rank in [0, v).
+ * @param[out] first_layer Receives the global index of the chunk's first layer; may be NULL.
+ * @param[out] layer_count Receives the chunk's number of layers; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT invalid sizes or stage layers, @p num_layers not > 0, a
+ *         rank or stage out of range, or layers that do not split so (the message names the
+ *         numbers, in Megatron's words for an uneven split). Nothing is written.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_layout_chunk_layers(const ptdp_parallel_options* options, int32_t num_layers,
+                                              int32_t pipeline_rank, int32_t virtual_stage,
+                                              int32_t* first_layer, int32_t* layer_count);
 
 /**
  * @brief Creates the tensor, pipeline, data, model and embedding groups of a layout.
@@ -2216,8 +2258,11 @@ PTDP_API ptdp_status ptdp_train_config_optimizer_options(ptdp_train_config confi
                                                          ptdp_optimizer_options* options);
 
 /**
- * @brief The parallel layout: t and p from their flags, v = layers / (p * layers per virtual
- *        stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1.
+ * @brief The parallel layout: t and p from their flags, v from
+ *        `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual
+ *        stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and
+ *        last stage layers from `--decoder-first-pipeline-num-layers` and
+ *        `--decoder-last-pipeline-num-layers` (0 when not given).
  * @param config A live configuration.
  * @param[out] options Receives them, struct_size set; must not be NULL.
  * @retval PTDP_SUCCESS
@@ -3356,6 +3401,16 @@ typedef struct ptdp_plan_options {
   float hidden_dropout;                 /**< The hidden dropout rate in [0, 1); default 0.1.
                                              Without dropout the 16-bit activation memory holds
                                              no masks (the Llama presets). */
+  int32_t decoder_first_pipeline_num_layers; /**< Pin the first pipeline stage's layers
+                                             (Megatron's uneven stages,
+                                             `--decoder-first-pipeline-num-layers`); 0 (default):
+                                             search, i.e. an even split and, for p > 1, the uneven
+                                             first and last stages that balance the stage times
+                                             best (the last stage also runs the logits layer and
+                                             the loss). Not with
+                                             num_layers_per_virtual_pipeline_stage. */
+  int32_t decoder_last_pipeline_num_layers; /**< Pin the last pipeline stage's layers; as
+                                             decoder_first_pipeline_num_layers. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */
@@ -3410,6 +3465,11 @@ typedef struct ptdp_plan_layout {
   double tflops_per_gpu;          /**< Executed FLOPs (recomputation included) per second per
                                        GPU, / 1e12: the paper's figure. */
   double mfu;                     /**< Model FLOPs (no recomputation) / (time * GPUs * peak). */
+  int32_t decoder_first_pipeline_num_layers; /**< Layers of the first pipeline stage with
+                                       uneven stages (ptdp_parallel_options' field of the same
+                                       name); 0: no count of its own (both 0: an even split). */
+  int32_t decoder_last_pipeline_num_layers; /**< Layers of the last pipeline stage; as
+                                       decoder_first_pipeline_num_layers. */
 } ptdp_plan_layout;
 
 /**

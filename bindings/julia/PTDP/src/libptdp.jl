@@ -232,12 +232,14 @@ struct ptdp_parallel_options
     tensor_model_parallel_size::Int32
     pipeline_model_parallel_size::Int32
     virtual_pipeline_model_parallel_size::Int32
+    decoder_first_pipeline_num_layers::Int64
+    decoder_last_pipeline_num_layers::Int64
 end
 
 mutable struct ptdp_groups_impl end
 const ptdp_groups = Ptr{ptdp_groups_impl}
 
-# Fills @p options with the defaults (t = p = v = 1) and sets its struct_size.
+# Fills @p options with the defaults (t = p = v = 1, an even split) and sets its struct_size.
 function ptdp_parallel_options_init(options)
     ccall((:ptdp_parallel_options_init, libptdp), ptdp_status, (Ptr{ptdp_parallel_options},), options)
 end
@@ -248,6 +250,16 @@ function ptdp_layout_members(options, world_size, world_rank, kind, world_ranks,
     ccall((:ptdp_layout_members, libptdp), ptdp_status,
           (Ptr{ptdp_parallel_options}, Int32, Int32, ptdp_group_kind, Ptr{Int32}, Int32, Ptr{Int32}),
           options, world_size, world_rank, kind, world_ranks, capacity, count)
+end
+
+# Which decoder layers a model chunk holds in a layout: chunk @p virtual_stage of pipeline rank
+# @p pipeline_rank (global chunk c = virtual_stage * p + pipeline_rank) of a model of @p
+# num_layers layers, as ptdp_model_create() lays the model out; computed without any
+# communication.
+function ptdp_layout_chunk_layers(options, num_layers, pipeline_rank, virtual_stage, first_layer, layer_count)
+    ccall((:ptdp_layout_chunk_layers, libptdp), ptdp_status,
+          (Ptr{ptdp_parallel_options}, Int32, Int32, Int32, Ptr{Int32}, Ptr{Int32}),
+          options, num_layers, pipeline_rank, virtual_stage, first_layer, layer_count)
 end
 
 # Creates the tensor, pipeline, data, model and embedding groups of a layout.
@@ -1089,8 +1101,11 @@ function ptdp_train_config_optimizer_options(config, options)
           config, options)
 end
 
-# The parallel layout: t and p from their flags, v = layers / (p * layers per virtual stage)
-# when `--num-layers-per-virtual-pipeline-stage` is given, else 1.
+# The parallel layout: t and p from their flags, v from
+# `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual stage) when
+# `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and last stage layers
+# from `--decoder-first-pipeline-num-layers` and `--decoder-last-pipeline-num-layers` (0 when
+# not given).
 function ptdp_train_config_parallel_options(config, options)
     ccall((:ptdp_train_config_parallel_options, libptdp), ptdp_status,
           (ptdp_train_config, Ptr{ptdp_parallel_options}),
@@ -1614,6 +1629,8 @@ struct ptdp_plan_options
     qk_layernorm::Int32
     hidden_dropout_set::Int32
     hidden_dropout::Cfloat
+    decoder_first_pipeline_num_layers::Int32
+    decoder_last_pipeline_num_layers::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1663,6 +1680,8 @@ struct ptdp_plan_layout
     bubble_fraction::Cdouble
     tflops_per_gpu::Cdouble
     mfu::Cdouble
+    decoder_first_pipeline_num_layers::Int32
+    decoder_last_pipeline_num_layers::Int32
 end
 
 # Fills @p options with the defaults and sets its struct_size.

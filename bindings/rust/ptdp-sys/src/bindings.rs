@@ -89,6 +89,8 @@ pub struct ptdp_parallel_options {
     pub tensor_model_parallel_size: i32,
     pub pipeline_model_parallel_size: i32,
     pub virtual_pipeline_model_parallel_size: i32,
+    pub decoder_first_pipeline_num_layers: i64,
+    pub decoder_last_pipeline_num_layers: i64,
 }
 
 #[repr(C)]
@@ -651,6 +653,8 @@ pub struct ptdp_plan_options {
     pub qk_layernorm: i32,
     pub hidden_dropout_set: i32,
     pub hidden_dropout: f32,
+    pub decoder_first_pipeline_num_layers: i32,
+    pub decoder_last_pipeline_num_layers: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -707,6 +711,8 @@ pub struct ptdp_plan_layout {
     pub bubble_fraction: f64,
     pub tflops_per_gpu: f64,
     pub mfu: f64,
+    pub decoder_first_pipeline_num_layers: i32,
+    pub decoder_last_pipeline_num_layers: i32,
 }
 
 /// Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
@@ -825,7 +831,8 @@ extern "C" {
     ) -> ptdp_status;
     /// The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.
     pub fn ptdp_runtime_gpu(runtime: ptdp_runtime, gpu: *mut i32) -> ptdp_status;
-    /// Fills @p options with the defaults (t = p = v = 1) and sets its struct_size.
+    /// Fills @p options with the defaults (t = p = v = 1, an even split) and sets its
+    /// struct_size.
     pub fn ptdp_parallel_options_init(options: *mut ptdp_parallel_options) -> ptdp_status;
     /// The world ranks of @p world_rank's group of @p kind in a layout of @p world_size ranks,
     /// computed without any communication (any size, no processes needed).
@@ -837,6 +844,18 @@ extern "C" {
         world_ranks: *mut i32,
         capacity: i32,
         count: *mut i32,
+    ) -> ptdp_status;
+    /// Which decoder layers a model chunk holds in a layout: chunk @p virtual_stage of pipeline
+    /// rank @p pipeline_rank (global chunk c = virtual_stage * p + pipeline_rank) of a model of
+    /// @p num_layers layers, as ptdp_model_create() lays the model out; computed without any
+    /// communication.
+    pub fn ptdp_layout_chunk_layers(
+        options: *const ptdp_parallel_options,
+        num_layers: i32,
+        pipeline_rank: i32,
+        virtual_stage: i32,
+        first_layer: *mut i32,
+        layer_count: *mut i32,
     ) -> ptdp_status;
     /// Creates the tensor, pipeline, data, model and embedding groups of a layout.
     pub fn ptdp_groups_create(
@@ -1357,8 +1376,11 @@ extern "C" {
         config: ptdp_train_config,
         options: *mut ptdp_optimizer_options,
     ) -> ptdp_status;
-    /// The parallel layout: t and p from their flags, v = layers / (p * layers per virtual
-    /// stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1.
+    /// The parallel layout: t and p from their flags, v from
+    /// `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual stage)
+    /// when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and last
+    /// stage layers from `--decoder-first-pipeline-num-layers` and
+    /// `--decoder-last-pipeline-num-layers` (0 when not given).
     pub fn ptdp_train_config_parallel_options(
         config: ptdp_train_config,
         options: *mut ptdp_parallel_options,
