@@ -81,12 +81,7 @@ const char* schedule_short_name(ScheduleKind k) {
 }
 
 PipelineSplit Layout::split() const {
-  PipelineSplit s;
-  s.pipeline = p;
-  s.virtual_stages = v;
-  s.first_stage_layers = first;
-  s.last_stage_layers = last;
-  return s;
+  return PipelineSplit{p, v, first, last};
 }
 
 std::string Layout::str() const {

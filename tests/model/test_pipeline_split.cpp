@@ -19,12 +19,7 @@ using ptdp::GptStage;
 using ptdp::PipelineSplit;
 
 PipelineSplit split(int p, int v, int first = 0, int last = 0) {
-  PipelineSplit s;
-  s.pipeline = p;
-  s.virtual_stages = v;
-  s.first_stage_layers = first;
-  s.last_stage_layers = last;
-  return s;
+  return PipelineSplit{p, v, first, last};
 }
 
 GptConfig layers(int n) {

@@ -18,12 +18,7 @@ using namespace ptdp;
 using namespace ptdp::plan;
 
 PipelineSplit split(int p, int v, int first, int last) {
-  PipelineSplit s;
-  s.pipeline = p;
-  s.virtual_stages = v;
-  s.first_stage_layers = first;
-  s.last_stage_layers = last;
-  return s;
+  return PipelineSplit{p, v, first, last};
 }
 
 // A small model with a large vocabulary: its logits layer costs about as much as 6 layers, so an
