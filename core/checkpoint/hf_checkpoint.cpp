@@ -8,6 +8,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <set>
@@ -309,36 +310,34 @@ bool is_shard_file_name(const std::string& name) {
 // -----------------------------------------------------------------------------------------------
 // Names and configs
 
+namespace {
+
+// config.json's model_type and class of each architecture, in HfArchitecture's order.
+struct HfNames {
+  const char* model_type;
+  const char* class_name;
+};
+constexpr HfNames kHfNames[] = {{"auto", "auto"},
+                                {"gpt2", "GPT2LMHeadModel"},
+                                {"llama", "LlamaForCausalLM"},
+                                {"mistral", "MistralForCausalLM"},
+                                {"qwen2", "Qwen2ForCausalLM"}};
+
+const HfNames* hf_names(HfArchitecture a) {
+  const auto i = static_cast<std::size_t>(a);
+  return i < std::size(kHfNames) ? &kHfNames[i] : nullptr;
+}
+
+}  // namespace
+
 const char* hf_model_type(HfArchitecture a) {
-  switch (a) {
-    case HfArchitecture::Auto:
-      return "auto";
-    case HfArchitecture::Gpt2:
-      return "gpt2";
-    case HfArchitecture::Llama:
-      return "llama";
-    case HfArchitecture::Mistral:
-      return "mistral";
-    case HfArchitecture::Qwen2:
-      return "qwen2";
-  }
-  return "unknown";
+  const HfNames* n = hf_names(a);
+  return n ? n->model_type : "unknown";
 }
 
 const char* hf_class_name(HfArchitecture a) {
-  switch (a) {
-    case HfArchitecture::Auto:
-      return "auto";
-    case HfArchitecture::Gpt2:
-      return "GPT2LMHeadModel";
-    case HfArchitecture::Llama:
-      return "LlamaForCausalLM";
-    case HfArchitecture::Mistral:
-      return "MistralForCausalLM";
-    case HfArchitecture::Qwen2:
-      return "Qwen2ForCausalLM";
-  }
-  return "unknown";
+  const HfNames* n = hf_names(a);
+  return n ? n->class_name : "unknown";
 }
 
 HfConfig hf_config_from_json(const json& j, const std::string& source) {
