@@ -177,6 +177,7 @@ module ptdp
     integer(c_int32_t) :: virtual_pipeline_model_parallel_size
     integer(c_int64_t) :: decoder_first_pipeline_num_layers
     integer(c_int64_t) :: decoder_last_pipeline_num_layers
+    integer(c_int32_t) :: sequence_parallel
   end type ptdp_parallel_options
 
   ! One transfer of a batch.

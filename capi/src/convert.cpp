@@ -271,6 +271,9 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   };
   c.first_stage_layers = stage_layers(o.decoder_first_pipeline_num_layers, "decoder_first_pipeline_num_layers");
   c.last_stage_layers = stage_layers(o.decoder_last_pipeline_num_layers, "decoder_last_pipeline_num_layers");
+  PTDP_CHECK_ARG(o.sequence_parallel == 0 || o.sequence_parallel == 1,
+                 str_cat("options->sequence_parallel = ", o.sequence_parallel, " is not 0 or 1"));
+  c.sequence_parallel = o.sequence_parallel == 1;
   return c;
 }
 

@@ -327,6 +327,12 @@ std::vector<Flag> make_flags() {
                      Choices<ScheduleKind>{{"1f1b", ScheduleKind::OneFOneB},
                                            {"gpipe", ScheduleKind::GPipe},
                                            {"zb-h1", ScheduleKind::ZeroBubbleH1}}));
+  v.push_back(boolean("sequence-parallel", G::Parallel,
+                      "Sequence parallelism (Korthikanti et al. 2022): with t > 1 the norms, dropouts and residuals "
+                      "work on s/t of the sequence on each tensor rank, so activation memory shrinks with t; the "
+                      "tensor-parallel blocks all-gather the sequence and reduce-scatter their outputs. The results "
+                      "equal those without it. Needs --seq-length divisible by t.",
+                      &TrainArgs::sequence_parallel));
   v.push_back(boolean("use-distributed-optimizer", G::Parallel,
                       "Shard the optimizer state over the data-parallel group.",
                       &TrainArgs::use_distributed_optimizer));
@@ -606,6 +612,10 @@ void check_together(const TrainArgs& a) {
   }
   if (a.use_rope_scaling && a.rope_scaling_high_freq_factor <= a.rope_scaling_low_freq_factor) {
     fail(str_cat(value("rope-scaling-high-freq-factor"), " must be above ", value("rope-scaling-low-freq-factor")));
+  }
+  if (a.sequence_parallel && a.tensor_model_parallel_size > 1 && a.seq_length % a.tensor_model_parallel_size != 0) {
+    fail(str_cat("--sequence-parallel gives each tensor rank s/t positions, but ", value("seq-length"),
+                 " is not divisible by ", value("tensor-model-parallel-size")));
   }
   // Pipeline split (Megatron's checks: arguments.py, then TransformerConfig's).
   const int p = a.pipeline_model_parallel_size;
@@ -993,6 +1003,7 @@ ParallelConfig to_parallel_config(const TrainArgs& args, int world_size) {
   c.virtual_stages = virtual_pipeline_size(args);
   c.first_stage_layers = args.decoder_first_pipeline_num_layers.value_or(0);
   c.last_stage_layers = args.decoder_last_pipeline_num_layers.value_or(0);
+  c.sequence_parallel = args.sequence_parallel;
   return c;
 }
 

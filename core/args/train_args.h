@@ -70,6 +70,7 @@ struct TrainArgs {
   std::optional<int> decoder_first_pipeline_num_layers;      ///< unset: an even split
   std::optional<int> decoder_last_pipeline_num_layers;       ///< unset: an even split
   bool use_distributed_optimizer = false;
+  bool sequence_parallel = false;  ///< --sequence-parallel
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;  ///< as given; see schedule_kind()
   int64_t ddp_bucket_size = 0;                              ///< elements; 0: one bucket per chunk
 

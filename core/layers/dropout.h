@@ -16,11 +16,25 @@ enum class DropoutSite : uint32_t { Embedding = 0, AttentionProbs = 1, Attention
 /// site), so every parallel layout draws the serial run's masks.
 uint64_t dropout_stream(const Step& step, int layer, DropoutSite site);
 
-/// The dropout of a whole activation of n elements that is the same on every tensor rank, keyed
-/// by dropout_stream(step, layer, site) and each element's index (p = 0 outside training).
-DropoutDesc flat_dropout(int64_t n, float p, const Step& step, int layer, DropoutSite site, uint64_t seed);
+/// Where a flat activation of n elements sits in the whole one: elements [offset, offset + n)
+/// of `total` (0: the whole, n). Sequence parallelism's shards are slices of the rows.
+struct FlatSlice {
+  int64_t offset = 0;
+  int64_t total = 0;
+};
+
+/// The dropout of a flat activation of n elements that is the same on every tensor rank (or,
+/// with `slice`, this rank's part of it), keyed by dropout_stream(step, layer, site) and each
+/// element's index in the whole (p = 0 outside training): every layout drops the same elements.
+DropoutDesc flat_dropout(int64_t n, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                         FlatSlice slice = {});
 /// Dropout with flat_dropout's mask. Returns x itself when off.
-Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed);
-Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed);
+Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                       FlatSlice slice = {});
+Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                        FlatSlice slice = {});
+/// The slice of a sequence-major activation of `n` elements that this rank holds when `tp`
+/// splits the sequence (rank r: elements [r n, (r + 1) n) of t n), else the whole.
+FlatSlice sequence_slice(const TensorParallel& tp, bool sharded, int64_t n);
 
 }  // namespace ptdp

@@ -68,6 +68,9 @@ void LayerConfig::validate(int t) const {
   PTDP_CHECK_ARG(ffn() > 0, "ffn_hidden_size is " + num(ffn()) + ": with --swiglu and hidden_size " + num(hidden_size) +
                                 " Megatron's default int(8 h / 3 / 64) * 64 is 0; set ffn_hidden_size (--ffn-hidden-size)");
   PTDP_CHECK_ARG(ffn() % t == 0, "ffn_hidden_size " + num(ffn()) + " is not divisible by the tensor parallel size " + num(t));
+  PTDP_CHECK_ARG(!sequence_parallel || seq_length % t == 0,
+                 "seq_length " + num(seq_length) + " is not divisible by the tensor parallel size " + num(t) +
+                     ": sequence parallelism (--sequence-parallel) gives each tensor rank s/t positions");
   const auto rate = [](const char* name, float p) {
     PTDP_CHECK_ARG(p >= 0.0f && p < 1.0f, std::string(name) + " must be in [0, 1), got " + num(p));
   };

@@ -74,6 +74,11 @@ struct LayerConfig {
   bool add_bias_linear = true;  ///< false: --disable-bias-linear (no linear layer has a bias)
   bool add_qkv_bias = false;    ///< --add-qkv-bias: linear_qkv has a bias even without the others
   bool qk_layernorm = false;    ///< --qk-layernorm: a norm over each query and key head
+  /// --sequence-parallel (Korthikanti et al. 2022): with tensor-parallel size t > 1 the norms,
+  /// dropouts and residuals work on s/t of the sequence on each tensor rank, the tensor-parallel
+  /// blocks gather it and reduce-scatter their outputs. Needs seq_length divisible by t. The
+  /// results are the same as without it (up to the order of fp32 sums).
+  bool sequence_parallel = false;
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

@@ -27,7 +27,10 @@ ColumnParallelLinear::ColumnParallelLinear(ParamTable& params, int shared_weight
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tensor* pre_gelu) {
-  const Tensor& x = copy_to_tensor_region(tp_, x_in);
+  // Sequence parallelism: the input is this rank's rows; the block needs all of them. Only the
+  // rows are kept: backward_weight gathers them again (Korthikanti et al.'s memory saving).
+  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  const Tensor x = sharded ? gather_sequence(tp_, x_in, in_) : copy_to_tensor_region(tp_, x_in);
   const Tensor w = params_.weight(weight_);
   const Tensor b = bias_ >= 0 ? params_.weight(bias_) : Tensor();
   const int64_t n = rows_of(x, in_, "column-parallel input");
@@ -43,13 +46,15 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tenso
   } else {
     linear_forward(x, w, bias_ >= 0 ? &b : nullptr, y, pre_gelu);
   }
-  slots_.create(step.microbatch).x = x;
+  Slot& slot = slots_.create(step.microbatch);
+  slot.x = sharded ? x_in : x;
+  slot.sharded = sharded;
   return gather_ ? gather_from_tensor_region(tp_, y, out_) : y;
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& step) {
   Slot& s = slots_.get(step.microbatch);
-  const int64_t n = rows_of(s.x, in_, "column-parallel input");
+  const int64_t n = rows_of(s.x, in_, "column-parallel input") * (s.sharded ? tp_.size : 1);
   const int64_t out_local = out_ / tp_.size;
   const int64_t want = gather_ ? n * out_ : n * out_local;
   PTDP_CHECK_ARG(dy_in.numel() == want, "column-parallel output gradient " + dy_in.str() +
@@ -59,8 +64,9 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& ste
   const Tensor dy = gather_ ? scatter_to_tensor_region(tp_, dy_in.reshape({n, out_}), out_) : dy_in;
   Tensor dx = empty_like(dy, {n, in_});
   linear_dgrad(dy, params_.weight(weight_), dx);
-  copy_to_tensor_region_backward(tp_, dx);
   s.dy = dy;
+  if (s.sharded) return reduce_scatter_sequence(tp_, dx, in_);
+  copy_to_tensor_region_backward(tp_, dx);
   return dx;
 }
 
@@ -68,7 +74,8 @@ void ColumnParallelLinear::backward_weight(const Step& step) {
   Slot& s = slots_.get(step.microbatch);
   PTDP_CHECK_ARG(s.dy.defined(), "column-parallel backward_weight before backward_input");
   const Tensor db = bias_ >= 0 ? params_.grad(bias_) : Tensor();
-  linear_wgrad(s.dy, s.x, params_.grad(weight_), bias_ >= 0 ? &db : nullptr);
+  const Tensor x = s.sharded ? gather_sequence(tp_, s.x, in_) : s.x;
+  linear_wgrad(s.dy, x, params_.grad(weight_), bias_ >= 0 ? &db : nullptr);
   slots_.release(step.microbatch);
 }
 
@@ -86,15 +93,27 @@ Tensor RowParallelLinear::forward(const Tensor& x, const Step& step) {
   const int64_t n = rows_of(x, in_local, "row-parallel input");
   Tensor y = empty_like(x, {n, out_});
   linear_forward(x, params_.weight(weight_), nullptr, y);
-  reduce_from_tensor_region(tp_, y);
-  if (bias_ >= 0 && !skip_bias_add_) x.backend().bias_add(y.raw(), params_.weight(bias_).raw(), y.dtype(), n, out_);
-  slots_.create(step.microbatch).x = x;
+  // Sequence parallelism: the partial sums are reduce-scattered, each rank keeping its rows.
+  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  if (sharded) {
+    y = reduce_scatter_sequence(tp_, y, out_);
+  } else {
+    reduce_from_tensor_region(tp_, y);
+  }
+  if (bias_ >= 0 && !skip_bias_add_) {
+    x.backend().bias_add(y.raw(), params_.weight(bias_).raw(), y.dtype(), y.numel() / out_, out_);
+  }
+  Slot& slot = slots_.create(step.microbatch);
+  slot.x = x;
+  slot.sharded = sharded;
   return y;
 }
 
 Tensor RowParallelLinear::backward_input(const Tensor& dy_out, const Step& step, const Tensor* pre_gelu) {
-  const Tensor& dy = reduce_from_tensor_region_backward(tp_, dy_out);
   Slot& s = slots_.get(step.microbatch);
+  // Under sequence parallelism the output gradient arrives as this rank's rows: gathered, it is
+  // the whole gradient, the same on every rank (so is the bias gradient computed from it).
+  const Tensor dy = s.sharded ? gather_sequence(tp_, dy_out, out_) : reduce_from_tensor_region_backward(tp_, dy_out);
   const int64_t in_local = in_ / tp_.size;
   const int64_t n = rows_of(s.x, in_local, "row-parallel input");
   PTDP_CHECK_ARG(dy.numel() == n * out_, "row-parallel output gradient " + dy.str() + " does not match [" +

@@ -6,6 +6,9 @@
 // Row-parallel: W [out, in] is split by input features; the input arrives already split (the
 // output of a column-parallel layer) and the partial products are summed (the g operator:
 // all-reduce forward, identity backward) before the bias.
+// With sequence parallelism (TensorParallel::sequence_parallel) the column-parallel input is
+// this rank's rows of the sequence, gathered along it (its gradient reduce-scattered back), and
+// the row-parallel output is reduce-scattered along the sequence (its gradient gathered).
 #pragma once
 
 #include <string>
@@ -47,6 +50,7 @@ class ColumnParallelLinear {
  private:
   struct Slot {
     Tensor x, dy;
+    bool sharded = false;  // sequence parallelism: x holds this rank's rows only
   };
   ParamTable& params_;
   int weight_ = -1, bias_ = -1;
@@ -80,6 +84,7 @@ class RowParallelLinear {
  private:
   struct Slot {
     Tensor x, dy;
+    bool sharded = false;  // sequence parallelism: x holds this rank's rows only
   };
   ParamTable& params_;
   int weight_ = -1, bias_ = -1;

@@ -3,7 +3,8 @@
 // parameters on every tensor rank, and so are their gradients (its input and output gradient
 // are), so they need no reduction. A norm over each attention head (--qk-layernorm) sees only
 // this rank's heads: its weight gradients differ between tensor ranks and are summed over the
-// tensor group in the backward (Megatron's qk-layernorm all-reduce).
+// tensor group in the backward (Megatron's qk-layernorm all-reduce). So does a norm over the
+// hidden size under sequence parallelism, which sees only this rank's rows.
 #pragma once
 
 #include <string>
@@ -13,6 +14,12 @@
 #include "core/params/params.h"
 
 namespace ptdp {
+
+/// The group a norm over the hidden size sums its weight gradients over: the tensor group under
+/// sequence parallelism, else none (a group of one).
+inline TensorParallel sequence_norm_group(const TensorParallel& tp) {
+  return tp.sequence_parallel && tp.size > 1 ? tp : TensorParallel{};
+}
 
 class Norm {
  public:

@@ -28,21 +28,31 @@ Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& resid
 TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp)
     : cfg_(cfg),
       layer_(layer),
-      ln1_(params, prefix(layer) + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon),
+      tp_(tp),
+      ln1_(params, prefix(layer) + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
+           sequence_norm_group(tp)),
       attn_(params, prefix(layer) + ".self_attention", cfg, layer, tp),
-      ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon),
+      ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
+           sequence_norm_group(tp)),
       mlp_(params, prefix(layer) + ".mlp", cfg, tp),
       slots_(prefix(layer)) {}
+
+FlatSlice TransformerLayer::slice(const Tensor& x, const Step& step) const {
+  return sequence_slice(tp_, tp_.sequence_sharded(step.kv_cache != nullptr), x.numel());
+}
 
 Tensor TransformerLayer::run_forward(const Tensor& x, const Step& step) {
   const uint64_t seed = cfg_.seed;
   const float p = cfg_.hidden_dropout;
+  // Under sequence parallelism x, the norms, dropouts and residuals are this rank's rows; the
+  // dropout masks are indexed in the whole activation, so every layout drops the same elements.
   Tensor a = attn_.forward(ln1_.forward(x, step), step);
   Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x,
-                               flat_dropout(a.numel(), p, step, layer_, DropoutSite::AttentionOutput, seed));
+                               flat_dropout(a.numel(), p, step, layer_, DropoutSite::AttentionOutput, seed,
+                                            slice(a, step)));
   Tensor m = mlp_.forward(ln2_.forward(x1, step), step);
   return bias_dropout_add(m, mlp_.output_bias(), x1,
-                          flat_dropout(m.numel(), p, step, layer_, DropoutSite::MlpOutput, seed));
+                          flat_dropout(m.numel(), p, step, layer_, DropoutSite::MlpOutput, seed, slice(m, step)));
 }
 
 void TransformerLayer::release_sublayers(const Step& step) {
@@ -68,9 +78,11 @@ Tensor TransformerLayer::backward_input(const Tensor& dout, const Step& step) {
     run_forward(x, step);  // the same masks: bit-identical activations
   }
   const uint64_t seed = cfg_.seed;
-  Tensor dm = dropout_backward(dout, cfg_.hidden_dropout, step, layer_, DropoutSite::MlpOutput, seed);
+  Tensor dm = dropout_backward(dout, cfg_.hidden_dropout, step, layer_, DropoutSite::MlpOutput, seed,
+                               slice(dout, step));
   Tensor dx1 = sum(dout, ln2_.backward_input(mlp_.backward_input(dm, step), step));
-  Tensor da = dropout_backward(dx1, cfg_.hidden_dropout, step, layer_, DropoutSite::AttentionOutput, seed);
+  Tensor da = dropout_backward(dx1, cfg_.hidden_dropout, step, layer_, DropoutSite::AttentionOutput, seed,
+                               slice(dx1, step));
   return sum(dx1, ln1_.backward_input(attn_.backward_input(da, step), step));
 }
 

@@ -4,11 +4,16 @@
 // re-runs its forward before the backward; `selective` keeps everything but the attention
 // probabilities, recomputed from Q and K. Recomputation draws the same dropout masks, so it
 // changes no bit of the result.
+// Sequence parallelism (TensorParallel::sequence_parallel): the input and output are this
+// rank's rows of the sequence; the norms, dropouts and residuals work on them (the norms'
+// weight gradients summed over the tensor group), the attention and the MLP gather the rows
+// and reduce-scatter their outputs (core/layers/linear.h).
 #pragma once
 
 #include <string>
 
 #include "core/layers/attention.h"
+#include "core/layers/dropout.h"
 #include "core/layers/norm.h"
 #include "core/layers/mlp.h"
 
@@ -27,6 +32,8 @@ class TransformerLayer {
 
  private:
   Tensor run_forward(const Tensor& x, const Step& step);
+  // Where the activation x of this pass sits in the whole one (sequence parallelism).
+  FlatSlice slice(const Tensor& x, const Step& step) const;
   void release_sublayers(const Step& step);
 
   struct Slot {
@@ -34,6 +41,7 @@ class TransformerLayer {
   };
   const LayerConfig& cfg_;
   int layer_;
+  TensorParallel tp_;
   Norm ln1_;
   SelfAttention attn_;
   Norm ln2_;

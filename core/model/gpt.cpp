@@ -34,6 +34,7 @@ GptStage GptStage::chunk_of(const GptConfig& cfg, int chunk, int chunks, int p, 
 GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptStage stage, bool materialize)
     : cfg_(cfg), stage_(stage), tp_(tp), device_(device), padded_vocab_(0), params_(tp.rank, tp.size) {
   cfg_.validate(tp.size);
+  tp_.sequence_parallel = cfg_.sequence_parallel;
   if (stage_.num_layers < 0) stage_.num_layers = cfg_.num_layers - stage_.first_layer;
   PTDP_CHECK_ARG(stage_.first_layer >= 0 && stage_.num_layers >= 0 &&
                      stage_.first_layer + stage_.num_layers <= cfg_.num_layers,
@@ -53,23 +54,24 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
   }
   for (int i = 0; i < stage_.num_layers; ++i) {
     const int first = params_.size();
-    layers_.push_back(std::make_unique<TransformerLayer>(params_, cfg_, stage_.first_layer + i, tp));
+    layers_.push_back(std::make_unique<TransformerLayer>(params_, cfg_, stage_.first_layer + i, tp_));
     layer_params_.emplace_back(first, params_.size());
   }
   if (stage_.post_process) {
     head_params_.first = params_.size();
-    final_ln_ = std::make_unique<Norm>(params_, "decoder.final_layernorm", cfg_.normalization, h, cfg_.layernorm_epsilon);
+    final_ln_ = std::make_unique<Norm>(params_, "decoder.final_layernorm", cfg_.normalization, h, cfg_.layernorm_epsilon,
+                                       sequence_norm_group(tp_));
     if (cfg_.tie_embeddings && stage_.pre_process) {
-      head_ = std::make_unique<ColumnParallelLinear>(params_, word_->weight_index(), false, tp);
+      head_ = std::make_unique<ColumnParallelLinear>(params_, word_->weight_index(), false, tp_);
     } else if (cfg_.tie_embeddings) {
       // The last pipeline stage keeps its own copy of the word embedding, initialised like the
       // first stage's (same name, same values); the embedding group sums their gradients.
       head_ = std::make_unique<ColumnParallelLinear>(params_, "embedding.word_embeddings", h, padded_vocab_, false,
-                                                     false, cfg_.init_method_std, tp);
+                                                     false, cfg_.init_method_std, tp_);
       tied_copy_ = head_->weight_index();
     } else {
       head_ = std::make_unique<ColumnParallelLinear>(params_, "output_layer", h, padded_vocab_, false, false,
-                                                     cfg_.init_method_std, tp);
+                                                     cfg_.init_method_std, tp_);
     }
     const int64_t local = padded_vocab_ / tp.size;
     loss_ = std::make_unique<VocabParallelCrossEntropy>(cfg_.vocab_size, local * tp.rank, local, tp);
@@ -148,7 +150,17 @@ Tensor GptModel::embed(const Tensor& ids, const Tensor& pos, const Step& step) {
     x.backend().add(x.raw(), p.raw(), sum.raw(), sum.dtype(), sum.numel());
     x = sum;
   }
-  return dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
+  // Sequence parallelism: from here to the LM head each rank holds its rows of the sequence
+  // (Megatron's scatter to the sequence-parallel region; the backward gathers them).
+  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  if (sharded) x = split_sequence(tp_, x, cfg_.hidden_size);
+  return dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed,
+                         sequence_slice(tp_, sharded, x.numel()));
+}
+
+int64_t GptModel::activation_rows(int64_t b) const {
+  const int64_t rows = static_cast<int64_t>(cfg_.seq_length) * b;
+  return tp_.sequence_sharded(false) ? rows / tp_.size : rows;
 }
 
 Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step) {
@@ -158,10 +170,12 @@ Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_
     const Tensor pos = step.positions ? step.positions->position_ids : token_positions(b, {}).position_ids;
     x = embed(to_sequence_major(tokens, b, "tokens"), pos, step);
   } else {
-    PTDP_CHECK_ARG(input.defined() && input.numel() == s * b * h,
-                   "chunk input " + input.str() + " is not the [" + std::to_string(s * b) + ", " + std::to_string(h) +
-                       "] activation of " + std::to_string(b) + " samples");
-    x = input.reshape({s * b, h});
+    const int64_t rows = activation_rows(b);
+    PTDP_CHECK_ARG(input.defined() && input.numel() == rows * h,
+                   "chunk input " + input.str() + " is not the [" + std::to_string(rows) + ", " + std::to_string(h) +
+                       "] activation of " + std::to_string(b) + " samples of " + std::to_string(s) + " tokens" +
+                       (rows != s * b ? " (this rank's rows under sequence parallelism)" : ""));
+    x = input.reshape({rows, h});
   }
   for (auto& layer : layers_) x = layer->forward(x, step);
   if (!stage_.post_process) return x;
@@ -213,7 +227,10 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) dx = (*it)->backward_input(dx, step);
   positions_.release(step.microbatch);
   if (!stage_.pre_process) return dx;
-  dx = dropout_backward(dx, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed);
+  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  dx = dropout_backward(dx, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed,
+                        sequence_slice(tp_, sharded, dx.numel()));
+  if (sharded) dx = gather_sequence(tp_, dx, cfg_.hidden_size);
   word_->backward_input(dx, step);
   if (position_) position_->backward_input(dx, step);
   return Tensor();

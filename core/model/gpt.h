@@ -81,6 +81,9 @@ class GptModel {
   ParamTable& params() { return params_; }
   const ParamTable& params() const { return params_; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  /// Rows of the [rows, h] activation a chunk passes on for b samples: s * b, or this rank's
+  /// s * b / t under sequence parallelism (LayerConfig::sequence_parallel with t > 1).
+  int64_t activation_rows(int64_t b) const;
   /// Index of the word embedding the loss ties to on a post-processing chunk without
   /// pre-processing (its copy is kept in step through the embedding group), else -1.
   int tied_head_weight() const;
@@ -110,7 +113,7 @@ class GptModel {
 
   // ---- one chunk of a pipeline -------------------------------------------------------------
   /// Forward of this chunk for one microbatch of b samples. `input` is the previous chunk's
-  /// output [s*b, h] (ignored by a pre-processing chunk, which reads `tokens`); `labels` is
+  /// output [activation_rows(b), h] (s*b, or this rank's rows under sequence parallelism) (ignored by a pre-processing chunk, which reads `tokens`); `labels` is
   /// read by a post-processing chunk; `layout` by every chunk (the same on each: positions
   /// reach the embedding and RoPE, documents every attention layer). Returns [s*b, h], or the
   /// per-token losses [s*b] on a post-processing chunk (0 where the label is ignored).

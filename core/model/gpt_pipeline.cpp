@@ -25,6 +25,8 @@ GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device dev
   p_ = groups.layout().pipeline();
   v_ = groups.layout().virtual_stages();
   pp_rank_ = groups.rank(GroupKind::Pipeline);
+  cfg_.sequence_parallel = groups.layout().config().sequence_parallel;
+  tp_.sequence_parallel = cfg_.sequence_parallel;
   cfg_.validate(tp_.size);
   split_ = pipeline_split(groups.layout().config());
   const int chunks = p_ * v_;

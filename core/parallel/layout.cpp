@@ -99,7 +99,8 @@ std::string Layout::str() const {
          std::to_string(pipeline()) + ", d=" + std::to_string(data()) + ", v=" +
          std::to_string(virtual_stages()) +
          (first_stage_layers() ? ", first=" + std::to_string(first_stage_layers()) : std::string()) +
-         (last_stage_layers() ? ", last=" + std::to_string(last_stage_layers()) : std::string()) + ")";
+         (last_stage_layers() ? ", last=" + std::to_string(last_stage_layers()) : std::string()) +
+         (config_.sequence_parallel && tensor() > 1 ? ", sequence parallel" : "") + ")";
 }
 
 }  // namespace ptdp

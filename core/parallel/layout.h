@@ -27,6 +27,9 @@ struct ParallelConfig {
   /// itself, checked against the model, is core/model/pipeline_split.h's.
   int first_stage_layers = 0;
   int last_stage_layers = 0;
+  /// Sequence parallelism over the tensor group (Megatron's --sequence-parallel; the model's
+  /// LayerConfig::sequence_parallel follows it).
+  bool sequence_parallel = false;
 };
 
 /// This rank's coordinates in the (pipeline, data, tensor) grid.
@@ -59,7 +62,8 @@ class Layout {
   /// group, holding its first and last stage).
   std::vector<std::vector<int>> all_groups(GroupKind kind) const;
 
-  /// "W=16 (t=2, p=4, d=2, v=1)", with ", first=N" and ", last=N" before the ')' when set.
+  /// "W=16 (t=2, p=4, d=2, v=1)", with ", first=N", ", last=N" and ", sequence parallel" (t > 1)
+  /// before the ')' when set.
   std::string str() const;
 
  private:

@@ -52,4 +52,42 @@ Tensor scatter_to_tensor_region(const TensorParallel& tp, const Tensor& full, in
   return mine;
 }
 
+namespace {
+
+// Rows of a sequence-split [n, cols] tensor: n, checked divisible by the group.
+int64_t split_rows(const TensorParallel& tp, const Tensor& full, int64_t cols, const char* what) {
+  const int64_t n = rows_of(full, cols, what);
+  PTDP_CHECK_ARG(n % tp.size == 0, std::string(what) + ": " + std::to_string(n) +
+                                       " rows (sequence positions x samples) do not split over " +
+                                       std::to_string(tp.size) + " sequence-parallel ranks");
+  return n;
+}
+
+}  // namespace
+
+Tensor gather_sequence(const TensorParallel& tp, const Tensor& shard, int64_t cols) {
+  if (tp.size == 1) return shard;
+  const int64_t rows = rows_of(shard, cols, "gather along the sequence: input");
+  Tensor full = empty_like(shard, {tp.size * rows, cols});
+  tp.all_gather(shard.reshape({rows * cols}), full.reshape({tp.size * rows * cols}));
+  return full;
+}
+
+Tensor reduce_scatter_sequence(const TensorParallel& tp, const Tensor& full, int64_t cols) {
+  if (tp.size == 1) return full;
+  const int64_t n = split_rows(tp, full, cols, "reduce-scatter along the sequence: input");
+  Tensor mine = empty_like(full, {n / tp.size, cols});
+  tp.comm->reduce_scatter(full.reshape({n * cols}), mine.reshape({n / tp.size * cols}), ReduceOp::Sum)->wait();
+  return mine;
+}
+
+Tensor split_sequence(const TensorParallel& tp, const Tensor& full, int64_t cols) {
+  if (tp.size == 1) return full;
+  const int64_t n = split_rows(tp, full, cols, "split along the sequence: input");
+  const int64_t rows = n / tp.size;
+  Tensor mine = empty_like(full, {rows, cols});
+  full.backend().copy(mine.raw(), element_ptr(full, tp.rank * rows * cols), mine.nbytes());
+  return mine;
+}
+
 }  // namespace ptdp

@@ -15,8 +15,7 @@ class GptStages final : public PipelineStages {
         hooks_(hooks), weight_passes_(model.chunks().size(), 0) {}
 
   Shape input_shape(int, int) override {
-    const GptConfig& c = model_.config();
-    return Shape{static_cast<int64_t>(c.seq_length) * b_, c.hidden_size};
+    return Shape{model_.chunks().front()->activation_rows(b_), model_.config().hidden_size};
   }
 
   Tensor forward(int chunk, int mb, const Tensor& input) override {
@@ -85,8 +84,7 @@ class EvalStages final : public PipelineStages {
       : model_(model), tokens_(tokens), labels_(labels), layout_(layout), b_(b) {}
 
   Shape input_shape(int, int) override {
-    const GptConfig& c = model_.config();
-    return Shape{static_cast<int64_t>(c.seq_length) * b_, c.hidden_size};
+    return Shape{model_.chunks().front()->activation_rows(b_), model_.config().hidden_size};
   }
 
   Tensor forward(int chunk, int mb, const Tensor& input) override {
@@ -142,7 +140,11 @@ float forward_backward(GptPipeline& model, const Schedule& schedule, const int32
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
   GptStages stages(model, tokens, labels, layout, b, iteration, schedule.m, hooks);
   Communicator* pipe = p > 1 ? &groups.comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
-  run_schedule(schedule, model.pipeline_rank(), stages, pipe, model.tensor_parallel(), options);
+  // Under sequence parallelism the tensor ranks' activations differ (each holds its rows): the
+  // scatter/gather of identical stage-boundary tensors does not apply, as in Megatron.
+  ExecutorOptions run_options = options;
+  if (model.tensor_parallel().sequence_sharded(false)) run_options.scatter_gather = false;
+  run_schedule(schedule, model.pipeline_rank(), stages, pipe, model.tensor_parallel(), run_options);
   // Tied word embedding: the first and last stages sum their gradients.
   for (int j = 0; j < v; ++j) {
     const int i = model.tied_embedding(j);

@@ -438,9 +438,25 @@ TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]"
   CHECK(o.bucket_elements == 4096);
 }
 
+TEST_CASE("train args: --sequence-parallel reaches the layout and needs s divisible by t", "[args]") {
+  TrainArgs a = ptdp::parse_train_args({"--tensor-model-parallel-size", "4", "--seq-length", "64", "--sequence-parallel"});
+  CHECK(a.sequence_parallel);
+  CHECK(ptdp::to_parallel_config(a, 4).sequence_parallel);
+  CHECK(ptdp::train_args_to_json(a)["sequence-parallel"] == true);
+  CHECK_FALSE(ptdp::to_parallel_config(ptdp::parse_train_args({"--tensor-model-parallel-size", "4"}), 4).sequence_parallel);
+  try {
+    ptdp::parse_train_args({"--tensor-model-parallel-size", "4", "--seq-length", "30", "--sequence-parallel"});
+    FAIL("s = 30 over t = 4 accepted");
+  } catch (const ptdp::Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("--seq-length 30") != std::string::npos);
+    CHECK(what.find("--tensor-model-parallel-size 4") != std::string::npos);
+  }
+}
+
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 95);
+  CHECK(names.size() == 96);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

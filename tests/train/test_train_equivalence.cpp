@@ -16,7 +16,8 @@
 // through ptdp_train_iteration_masked, the serial run's too), first=N and last=N (Megatron's uneven
 // pipeline: the first / last stage holds N layers, every other stage 2 v as in the even runs, so
 // the model has 2 p v layers with the ends' 2 v replaced by N; ptdp_parallel_options'
-// decoder_first/last_pipeline_num_layers). d = world / (t * p). Hidden size 12: a chunk's flat buffer
+// decoder_first/last_pipeline_num_layers), sp (sequence parallelism, ptdp_parallel_options'
+// sequence_parallel), selective (selective recomputation). d = world / (t * p). Hidden size 12: a chunk's flat buffer
 // (every parameter 16-float aligned) holds 16k + 12 floats, so the distributed optimizer pads for
 // d = 8, and odd bucket sizes put bucket and shard boundaries inside tensors.
 //
@@ -82,6 +83,7 @@ struct Spec {
   int64_t bucket = 0;
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
   bool llama = false, qwen2 = false, masks = false;
+  bool sequence_parallel = false, selective = false;
   int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
   std::string text;
 
@@ -109,6 +111,8 @@ bool parse(const char* s, Spec* out) {
     if (word == "untied") x.untied = true;
     else if (word == "nosg") x.no_scatter_gather = true;
     else if (word == "recompute") x.recompute = true;
+    else if (word == "selective") x.selective = true;
+    else if (word == "sp") x.sequence_parallel = true;
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
     else if (word == "masks") x.masks = true;
@@ -145,7 +149,9 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
   o.init_method_std = 0.1f;
   o.seed = 2024;
   o.untie_embeddings_and_output_weights = sp.untied ? 1 : 0;
-  o.recompute_granularity = sp.recompute ? PTDP_RECOMPUTE_FULL : PTDP_RECOMPUTE_NONE;
+  o.recompute_granularity = sp.recompute   ? PTDP_RECOMPUTE_FULL
+                            : sp.selective ? PTDP_RECOMPUTE_SELECTIVE
+                                           : PTDP_RECOMPUTE_NONE;
   if (sp.llama || sp.qwen2) {
     // 8 query heads in 4 key/value groups of head dim 4 (t = 4 holds one group each), RMSNorm,
     // SwiGLU, RoPE, no biases; Qwen2 keeps the qkv bias and rotates half of each head.
@@ -417,6 +423,7 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   po.pipeline_model_parallel_size = sp.p;
   po.virtual_pipeline_model_parallel_size = sp.v;
   po.decoder_first_pipeline_num_layers = sp.first;
+  po.sequence_parallel = sp.sequence_parallel ? 1 : 0;
   po.decoder_last_pipeline_num_layers = sp.last;
   ptdp_groups g = nullptr;
   if (!CT_OK(ptdp_groups_create(rt, &po, &g)).empty()) return;

@@ -493,6 +493,16 @@ class ptdp_parallel_options(object):
                                                         (`--decoder-last-pipeline-num-layers`);
                                                         0 (default): no count of its own; >= 0.
     """)
+    sequence_parallel = property(_ptdp_ext.ptdp_parallel_options_sequence_parallel_get, _ptdp_ext.ptdp_parallel_options_sequence_parallel_set, doc=r"""
+    1: sequence parallelism (`--sequence-parallel`,
+                                                        Korthikanti et al. 2022): with t > 1 the norms,
+                                                        dropouts and residuals of each tensor rank work
+                                                        on s/t of the sequence, the tensor-parallel
+                                                        blocks all-gather it and reduce-scatter their
+                                                        outputs, so activation memory shrinks with t;
+                                                        the results equal those without it. Needs
+                                                        seq_length divisible by t. Default 0; 0 or 1.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_parallel_options_swiginit(self, _ptdp_ext.new_ptdp_parallel_options())

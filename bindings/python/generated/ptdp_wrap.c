@@ -5954,6 +5954,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_sequence_parallel_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_sequence_parallel_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_sequence_parallel_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_sequence_parallel_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->sequence_parallel = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_sequence_parallel_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_sequence_parallel_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->sequence_parallel);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_parallel_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_parallel_options *result = 0 ;
@@ -33504,6 +33564,26 @@ static PyMethodDef SwigMethods[] = {
 		"Layers of the last pipeline stage\n"
 		"                                                    (`--decoder-last-pipeline-num-layers`);\n"
 		"                                                    0 (default): no count of its own; >= 0.\n"
+		""},
+	 { "ptdp_parallel_options_sequence_parallel_set", _wrap_ptdp_parallel_options_sequence_parallel_set, METH_VARARGS, "\n"
+		"1: sequence parallelism (`--sequence-parallel`,\n"
+		"                                                    Korthikanti et al. 2022): with t > 1 the norms,\n"
+		"                                                    dropouts and residuals of each tensor rank work\n"
+		"                                                    on s/t of the sequence, the tensor-parallel\n"
+		"                                                    blocks all-gather it and reduce-scatter their\n"
+		"                                                    outputs, so activation memory shrinks with t;\n"
+		"                                                    the results equal those without it. Needs\n"
+		"                                                    seq_length divisible by t. Default 0; 0 or 1.\n"
+		""},
+	 { "ptdp_parallel_options_sequence_parallel_get", _wrap_ptdp_parallel_options_sequence_parallel_get, METH_O, "\n"
+		"1: sequence parallelism (`--sequence-parallel`,\n"
+		"                                                    Korthikanti et al. 2022): with t > 1 the norms,\n"
+		"                                                    dropouts and residuals of each tensor rank work\n"
+		"                                                    on s/t of the sequence, the tensor-parallel\n"
+		"                                                    blocks all-gather it and reduce-scatter their\n"
+		"                                                    outputs, so activation memory shrinks with t;\n"
+		"                                                    the results equal those without it. Needs\n"
+		"                                                    seq_length divisible by t. Default 0; 0 or 1.\n"
 		""},
 	 { "new_ptdp_parallel_options", _wrap_new_ptdp_parallel_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_parallel_options", _wrap_delete_ptdp_parallel_options, METH_O, NULL},

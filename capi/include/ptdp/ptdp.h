@@ -474,6 +474,14 @@ typedef struct ptdp_parallel_options {
   int64_t decoder_last_pipeline_num_layers;     /**< Layers of the last pipeline stage
                                                      (`--decoder-last-pipeline-num-layers`);
                                                      0 (default): no count of its own; >= 0. */
+  int32_t sequence_parallel;                    /**< 1: sequence parallelism (`--sequence-parallel`,
+                                                     Korthikanti et al. 2022): with t > 1 the norms,
+                                                     dropouts and residuals of each tensor rank work
+                                                     on s/t of the sequence, the tensor-parallel
+                                                     blocks all-gather it and reduce-scatter their
+                                                     outputs, so activation memory shrinks with t;
+                                                     the results equal those without it. Needs
+                                                     seq_length divisible by t. Default 0; 0 or 1. */
 } ptdp_parallel_options;
 
 /** Opaque handle to the process groups of one layout. */

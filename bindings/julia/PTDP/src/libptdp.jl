@@ -234,6 +234,7 @@ struct ptdp_parallel_options
     virtual_pipeline_model_parallel_size::Int32
     decoder_first_pipeline_num_layers::Int64
     decoder_last_pipeline_num_layers::Int64
+    sequence_parallel::Int32
 end
 
 mutable struct ptdp_groups_impl end

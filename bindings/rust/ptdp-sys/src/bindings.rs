@@ -91,6 +91,7 @@ pub struct ptdp_parallel_options {
     pub virtual_pipeline_model_parallel_size: i32,
     pub decoder_first_pipeline_num_layers: i64,
     pub decoder_last_pipeline_num_layers: i64,
+    pub sequence_parallel: i32,
 }
 
 #[repr(C)]
