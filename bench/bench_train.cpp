@@ -74,6 +74,8 @@ struct Options {
   std::string layouts;  // "t,p,d;t,p,d"
   std::string schedule = "1f1b";
   bool distributed = false;
+  bool overlap_grad_reduce = false, overlap_param_gather = false;
+  std::optional<int> bucket_size;
   bool verify = false;
   double lr = 1e-3;
   std::string json_path;
@@ -110,6 +112,10 @@ void print_help(const char* argv0) {
       "                        layouts run interleaved as 1f1b\n"
       "  --virtual N           chunks per pipeline rank for interleaved (2)\n"
       "  --distributed-optimizer  shard the optimizer state over the data-parallel group\n"
+      "  --overlap-grad-reduce    reduce each gradient bucket as the backward completes it\n"
+      "  --overlap-param-gather   (with the two above) all-gather the updated weights bucket\n"
+      "                        by bucket, each waited for at its first use in the next forward\n"
+      "  --ddp-bucket-size N   gradient elements per data-parallel bucket (0: one per chunk)\n"
       "  --lr X                AdamW learning rate, constant (1e-3)\n"
       "  --verify              keep ptdp's per-collective consistency check on (off here)\n"
       "  --quick               a much smaller model and fewer iterations (< 30 s with 4\n"
@@ -151,6 +157,10 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
       o.quick = true;
     } else if (arg == "--distributed-optimizer") {
       o.distributed = true;
+    } else if (arg == "--overlap-grad-reduce") {
+      o.overlap_grad_reduce = true;
+    } else if (arg == "--overlap-param-gather") {
+      o.overlap_param_gather = true;
     } else if (arg == "--verify") {
       o.verify = true;
     } else if (arg == "--layers") {
@@ -177,6 +187,8 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
       if (!int_opt(o.pp, 1)) return false;
     } else if (arg == "--virtual") {
       if (!int_opt(o.virtual_stages, 1)) return false;
+    } else if (arg == "--ddp-bucket-size") {
+      if (!int_opt(o.bucket_size, 0)) return false;
     } else if (arg == "--layouts") {
       if (!need_value()) return fail(arg + " needs a value");
       o.layouts = value;
@@ -335,6 +347,9 @@ class Bench {
     ocfg_.kind = ptdp::OptimizerKind::Adam;
     ocfg_.lr.lr = o_.lr;
     ocfg_.distributed = o_.distributed;
+    ocfg_.overlap_grad_reduce = o_.overlap_grad_reduce;
+    ocfg_.overlap_param_gather = o_.overlap_param_gather;
+    ocfg_.bucket_elements = o_.bucket_size.value_or(0);
   }
 
   /// Returns the exit status (the same on every rank).
@@ -409,8 +424,11 @@ class Bench {
     std::printf("batch   : micro-batch b = %d, m = %d microbatches per data-parallel replica: %" PRId64
                 " tokens per replica and iteration\n",
                 b_, m_, replica_tokens());
-    std::printf("optim   : AdamW, lr %g constant, weight decay %g, clip %g, fp32, distributed optimizer %s\n",
-                ocfg_.lr.lr, ocfg_.weight_decay, ocfg_.clip_grad, ocfg_.distributed ? "on" : "off");
+    std::printf("optim   : AdamW, lr %g constant, weight decay %g, clip %g, fp32, distributed optimizer %s, "
+                "overlap grad reduce %s, overlap param gather %s, bucket %lld elements%s\n",
+                ocfg_.lr.lr, ocfg_.weight_decay, ocfg_.clip_grad, ocfg_.distributed ? "on" : "off",
+                ocfg_.overlap_grad_reduce ? "on" : "off", ocfg_.overlap_param_gather ? "on" : "off",
+                static_cast<long long>(ocfg_.bucket_elements), ocfg_.bucket_elements == 0 ? " (one per chunk)" : "");
     std::string sched = ptdp::schedule_kind_name(kind_);
     if (v_ > 1) sched += " (v = " + std::to_string(v_) + ")";
     std::printf("schedule: %s for p > 1; scatter/gather of stage-boundary tensors for t > 1; collective "
@@ -626,7 +644,10 @@ class Bench {
     s += "  \"parameters\": " + std::to_string(cfg_.parameter_count(1)) + ",\n";
     s += "  \"optimizer\": {\"kind\": \"adamw\", \"lr\": " + json_number(ocfg_.lr.lr) +
          ", \"weight_decay\": " + json_number(ocfg_.weight_decay) + ", \"clip_grad\": " +
-         json_number(ocfg_.clip_grad) + ", \"distributed\": " + (ocfg_.distributed ? "true" : "false") + "},\n";
+         json_number(ocfg_.clip_grad) + ", \"distributed\": " + (ocfg_.distributed ? "true" : "false") +
+         ", \"overlap_grad_reduce\": " + (ocfg_.overlap_grad_reduce ? "true" : "false") +
+         ", \"overlap_param_gather\": " + (ocfg_.overlap_param_gather ? "true" : "false") +
+         ", \"bucket_elements\": " + std::to_string(ocfg_.bucket_elements) + "},\n";
     s += "  \"schedule\": \"" + o_.schedule + "\",\n";
     s += "  \"virtual_stages\": " + std::to_string(v_) + ",\n";
     s += "  \"verify_collectives\": " + std::string(o_.verify ? "true" : "false") + ",\n";
