@@ -109,17 +109,15 @@ PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const
     // 16-bit parameters get fp32 master weights (the table's flat parameters) and a 16-bit model
     // copy that the handles view; the optimizer's step refreshes the copy.
     table->allocate(ptdp::Device{}, params[0]->tensor.dtype());
-    // Move the values into the flat buffers (before the optimizer, which may shard the fp32
-    // masters over the data-parallel group) and re-point the handles there.
+    // Move the values into the flat buffers before the optimizer, which may shard the fp32
+    // masters over the data-parallel group.
     for (int32_t i = 0; i < count; ++i) {
-      ptdp::Tensor& p = params[i]->tensor;
-      ptdp::Tensor& gr = grads[i]->tensor;
+      const ptdp::Tensor& p = params[i]->tensor;
+      const ptdp::Tensor& gr = grads[i]->tensor;
       ptdp::Tensor pv = table->param(i), gv = table->grad(i), mv = table->weight(i);
       p.backend().cast(p.raw(), p.dtype(), pv.raw(), ptdp::DType::F32, p.numel());
       gv.backend().copy(gv.raw(), gr.raw(), gr.nbytes());
       if (mv.raw() != pv.raw()) mv.backend().copy(mv.raw(), p.raw(), p.nbytes());  // 16-bit: exact
-      p = mv.reshape(p.shape());
-      gr = gv.reshape(gr.shape());
     }
     // The caller reads its parameter tensors directly, not through the table: the step waits
     // for the updated weights itself.
@@ -128,6 +126,14 @@ PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const
     h->groups = &g;
     h->opt = std::make_unique<ptdp::Optimizer>(std::vector<ptdp::ParamTable*>{table.get()},
                                                std::vector<std::vector<int>>{}, c, *g.groups);
+    // Re-point the handles at the buffers, as the optimizer left them (it pads them to a
+    // multiple of the data-parallel size, which moves them).
+    for (int32_t i = 0; i < count; ++i) {
+      ptdp::Tensor& p = params[i]->tensor;
+      ptdp::Tensor& gr = grads[i]->tensor;
+      p = table->weight(i).reshape(p.shape());
+      gr = table->grad(i).reshape(gr.shape());
+    }
     h->tensors = std::move(table);
     ++g.dependents;
     *out = h.release();
