@@ -182,9 +182,10 @@ void Optimizer::all_gather_updated_shards(Backend& be) {
     for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
       const GradBucket& b = *it;
       const int64_t n = b.shard_hi - b.shard_lo;
-      Tensor mine = Tensor::empty({n}, weights.dtype(), weights.device());
-      if (weights.dtype() == DType::F32) be.copy(mine.raw(), t.master_data(b.shard_lo), mine.nbytes());
-      else be.cast(t.master_data(b.shard_lo), DType::F32, mine.raw(), weights.dtype(), n);  // rounded here
+      // In place: this rank's part of the bucket is already in the weights (fp32: they are the
+      // masters) or is rounded into them here.
+      Tensor mine = weights.view(b.shard_lo, {n});
+      if (weights.dtype() != DType::F32) be.cast(t.master_data(b.shard_lo), DType::F32, mine.raw(), weights.dtype(), n);
       WorkPtr work = dp.all_gather(mine, weights.view(b.lo, {b.hi - b.lo}));
       if (config_.overlap_param_gather) t.add_pending_gather(b.lo, b.hi, std::move(work));
       else work->wait();

@@ -106,7 +106,7 @@ void ParamTable::sync_weights() {
   for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
     const ShardRange& r = master_ranges_[k];
     const int64_t len = (r.hi - r.lo) / d;
-    Tensor mine = Tensor::empty({len}, model_dtype_, weights_.device());
+    Tensor mine = weights_.view(r.lo + master_comm_->rank() * len, {len});  // in place
     mine.backend().cast(master_shard_.data<float>() + master_offset_[k], DType::F32, mine.raw(), model_dtype_, len);
     master_comm_->all_gather(mine, weights_.view(r.lo, {r.hi - r.lo}))->wait();
   }
