@@ -2076,7 +2076,13 @@ class ptdp_optimizer_options(object):
                                               group as soon as the backward completes it, overlapping
                                               the rest of the backward (`--overlap-grad-reduce`);
                                               0 (default): all buckets after the backward. The results
-                                              are bitwise the same. Since 0.3; older programs get 0.
+                                              are bitwise the same. With MPI, while an optimizer with
+                                              this or overlap_param_gather lives, a thread of ptdp's
+                                              enters MPI every 100 us to advance the collectives (only
+                                              when MPI runs at MPI_THREAD_SERIALIZED or above; ptdp's
+                                              own MPI calls are serialised with it): a program making
+                                              MPI calls of its own meanwhile needs
+                                              MPI_THREAD_MULTIPLE. Since 0.3; older programs get 0.
     """)
     overlap_param_gather = property(_ptdp_ext.ptdp_optimizer_options_overlap_param_gather_get, _ptdp_ext.ptdp_optimizer_options_overlap_param_gather_set, doc=r"""
     1: all-gather the updated weights bucket by bucket after

@@ -2065,7 +2065,13 @@ typedef struct ptdp_optimizer_options {
                                            group as soon as the backward completes it, overlapping
                                            the rest of the backward (`--overlap-grad-reduce`);
                                            0 (default): all buckets after the backward. The results
-                                           are bitwise the same. Since 0.3; older programs get 0. */
+                                           are bitwise the same. With MPI, while an optimizer with
+                                           this or overlap_param_gather lives, a thread of ptdp's
+                                           enters MPI every 100 us to advance the collectives (only
+                                           when MPI runs at MPI_THREAD_SERIALIZED or above; ptdp's
+                                           own MPI calls are serialised with it): a program making
+                                           MPI calls of its own meanwhile needs
+                                           MPI_THREAD_MULTIPLE. Since 0.3; older programs get 0. */
   int32_t overlap_param_gather;       /**< 1: all-gather the updated weights bucket by bucket after
                                            the step and wait for each just before the next forward
                                            first uses it (`--overlap-param-gather`); needs
