@@ -29,9 +29,10 @@
 //      relative, and the parallel run's different summation orders flip some.
 // 3. Checkpoints: the bf16 dist run's checkpoint loads into a (1, 2, 4) model with the
 //    distributed optimizer (other t and d: masters resharded), whose save loads into a plain
-//    (2, 2, 2) optimizer; every parameter read back equals the original bitwise, and one more
-//    iteration from each load gives the loss of one more iteration of the original (bitwise for
-//    the (2, 2, 2) load, whose layout and reductions are the original's).
+//    (2, 2, 2) optimizer, whose save loads into full sharding with both overlap flags at
+//    (2, 2, 2); every parameter read back equals the original bitwise, and one more iteration
+//    from each load gives the loss of one more iteration of the original (bitwise for the
+//    (2, 2, 2) loads, whose layout and reductions are the original's; parameters too for the last).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -391,8 +392,15 @@ int main(int argc, char** argv) {
       ptdp_groups g124 = make_groups(rt, 1, 2);
       const Run at4 = train(g124, 4, 2, 2, precision, 1, 1, kIters, 0, dir + "_a", dir + "_b");
       expect_bitwise(Run{{}, dist.params}, Run{{}, at4.params}, "checkpoint (2,2,2) dist -> (1,2,4) dist");
-      const Run back = train(g222, 2, 2, 4, precision, 0, 0, kIters, 0, dir + "_b");
+      const Run back = train(g222, 2, 2, 4, precision, 0, 0, kIters, 0, dir + "_b", dir + "_c");
       expect_bitwise(Run{{}, dist.params}, Run{{}, back.params}, "checkpoint (1,2,4) dist -> (2,2,2) plain");
+      // And from the plain optimizer's save into full sharding with the overlap flags: the same
+      // continuation as the original run's, bit for bit.
+      const Run again = train(g222, 2, 2, 4, precision, 1, 1, kIters, 1, dir + "_c");
+      expect(!more.results.empty() && !again.results.empty() && same_bits(more.results[0].loss, again.results[0].loss),
+             "checkpoint (2,2,2) plain -> (2,2,2) full sharding + overlap: the next loss bitwise equal",
+             more.results.empty() ? "" : str(more.results[0].loss), again.results.empty() ? "" : str(again.results[0].loss));
+      expect_bitwise(Run{{}, more.params}, Run{{}, again.params}, "checkpoint (2,2,2) plain -> full sharding + overlap, one iteration");
       const Run back_more = train(g222, 2, 2, 4, precision, 0, 0, kIters, 1, dir + "_b");
       const Run at4_more = train(g124, 4, 2, 2, precision, 1, 0, kIters, 1, dir + "_a");
       expect(!more.results.empty() && !back_more.results.empty() &&
@@ -404,13 +412,14 @@ int main(int argc, char** argv) {
              at4_more.results.empty() ? "" : str(at4_more.results[0].loss));
       CT_OK(ptdp_groups_destroy(g124));
       if (ct::g_rank == 0) {
-        std::printf("checkpoint bf16: (2,2,2) full sharding -> (1,2,4) full sharding -> (2,2,2) plain: parameters "
-                    "bitwise equal; next loss %.6f / %.6f / %.6f\n",
+        std::printf("checkpoint bf16: (2,2,2) full sharding -> (1,2,4) full sharding -> (2,2,2) plain -> (2,2,2) full "
+                    "sharding + overlap: parameters compared bitwise; next loss %.6f (original) / %.6f / %.6f / %.6f\n",
                     more.results.empty() ? 0.0 : more.results[0].loss,
                     at4_more.results.empty() ? 0.0 : at4_more.results[0].loss,
-                    back_more.results.empty() ? 0.0 : back_more.results[0].loss);
+                    back_more.results.empty() ? 0.0 : back_more.results[0].loss,
+                    again.results.empty() ? 0.0 : again.results[0].loss);
         std::fflush(stdout);
-        std::system(("rm -rf '" + dir + "_a' '" + dir + "_b'").c_str());
+        std::system(("rm -rf '" + dir + "_a' '" + dir + "_b' '" + dir + "_c'").c_str());
       }
     }
     CT_OK(ptdp_groups_destroy(g222));
