@@ -21,9 +21,8 @@
 // wait for those that cover parameter i, so each bucket is waited for just before its first use.
 #pragma once
 
-#include <memory>
-
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
