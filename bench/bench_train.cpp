@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "core/comm/mpi/mpi_communicator.h"
 #include "core/comm/runtime.h"
 #include "core/model/gpt_config.h"
 #include "core/model/gpt_pipeline.h"
@@ -74,6 +75,9 @@ struct Options {
   std::string layouts;  // "t,p,d;t,p,d"
   std::string schedule = "1f1b";
   bool distributed = false;
+  bool overlap_grad_reduce = false, overlap_param_gather = false;
+  std::optional<int> bucket_size;
+  bool progress_thread = false;
   bool verify = false;
   double lr = 1e-3;
   std::string json_path;
@@ -110,6 +114,12 @@ void print_help(const char* argv0) {
       "                        layouts run interleaved as 1f1b\n"
       "  --virtual N           chunks per pipeline rank for interleaved (2)\n"
       "  --distributed-optimizer  shard the optimizer state over the data-parallel group\n"
+      "  --overlap-grad-reduce    reduce each gradient bucket as the backward completes it\n"
+      "  --overlap-param-gather   (with the two above) all-gather the updated weights bucket\n"
+      "                        by bucket, each waited for at its first use in the next forward\n"
+      "  --ddp-bucket-size N   gradient elements per data-parallel bucket (0: one per chunk)\n"
+      "  --progress-thread     keep the MPI progress thread of the overlap flags running\n"
+      "                        without them too (a like-for-like baseline on busy cores)\n"
       "  --lr X                AdamW learning rate, constant (1e-3)\n"
       "  --verify              keep ptdp's per-collective consistency check on (off here)\n"
       "  --quick               a much smaller model and fewer iterations (< 30 s with 4\n"
@@ -151,6 +161,12 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
       o.quick = true;
     } else if (arg == "--distributed-optimizer") {
       o.distributed = true;
+    } else if (arg == "--overlap-grad-reduce") {
+      o.overlap_grad_reduce = true;
+    } else if (arg == "--overlap-param-gather") {
+      o.overlap_param_gather = true;
+    } else if (arg == "--progress-thread") {
+      o.progress_thread = true;
     } else if (arg == "--verify") {
       o.verify = true;
     } else if (arg == "--layers") {
@@ -177,6 +193,8 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
       if (!int_opt(o.pp, 1)) return false;
     } else if (arg == "--virtual") {
       if (!int_opt(o.virtual_stages, 1)) return false;
+    } else if (arg == "--ddp-bucket-size") {
+      if (!int_opt(o.bucket_size, 0)) return false;
     } else if (arg == "--layouts") {
       if (!need_value()) return fail(arg + " needs a value");
       o.layouts = value;
@@ -335,11 +353,16 @@ class Bench {
     ocfg_.kind = ptdp::OptimizerKind::Adam;
     ocfg_.lr.lr = o_.lr;
     ocfg_.distributed = o_.distributed;
+    ocfg_.overlap_grad_reduce = o_.overlap_grad_reduce;
+    ocfg_.overlap_param_gather = o_.overlap_param_gather;
+    ocfg_.bucket_elements = o_.bucket_size.value_or(0);
   }
 
   /// Returns the exit status (the same on every rank).
   int run(const std::vector<LayoutSpec>& layouts) {
     print_header();
+    // The bench's own MPI calls below hold ptdp's MPI lock, as the progress thread requires.
+    const std::shared_ptr<void> progress = o_.progress_thread ? rt_->world().background_progress() : nullptr;
     for (const LayoutSpec& l : layouts) {
       Result r = run_layout(l);
       if (rank_ == 0) print_row(r);
@@ -347,12 +370,18 @@ class Bench {
     }
     wall_s_ = seconds_since(start_);
     double rss = max_rss_bytes(), rss_max = 0;
-    MPI_Reduce(&rss, &rss_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    {
+      std::lock_guard<std::recursive_mutex> lock(ptdp::mpi_call_mutex());
+      MPI_Reduce(&rss, &rss_max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    }
     rss_max_ = rss_max;
     if (rank_ == 0) print_footer();
     int status = ok_ ? 0 : 1;
     if (rank_ == 0 && !o_.json_path.empty() && !write_json()) status = 1;
-    MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    {
+      std::lock_guard<std::recursive_mutex> lock(ptdp::mpi_call_mutex());
+      MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    }
     return status;
   }
 
@@ -383,7 +412,10 @@ class Bench {
     // The fewest hardware threads any rank may use: a launcher binding each rank to one core
     // (Open MPI does for -np <= 2) leaves its OpenMP threads one core between them.
     int cpus = affinity_cpus(), cpus_min = 0;
-    MPI_Allreduce(&cpus, &cpus_min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    {
+      std::lock_guard<std::recursive_mutex> lock(ptdp::mpi_call_mutex());
+      MPI_Allreduce(&cpus, &cpus_min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    }
     if (rank_ != 0) return;
     std::printf("ptdp training benchmark (%s mode, CPU engine): %d ranks, %d on this node, %u hardware "
                 "threads, %d OpenMP thread%s per rank\n",
@@ -409,8 +441,12 @@ class Bench {
     std::printf("batch   : micro-batch b = %d, m = %d microbatches per data-parallel replica: %" PRId64
                 " tokens per replica and iteration\n",
                 b_, m_, replica_tokens());
-    std::printf("optim   : AdamW, lr %g constant, weight decay %g, clip %g, fp32, distributed optimizer %s\n",
-                ocfg_.lr.lr, ocfg_.weight_decay, ocfg_.clip_grad, ocfg_.distributed ? "on" : "off");
+    std::printf("optim   : AdamW, lr %g constant, weight decay %g, clip %g, fp32, distributed optimizer %s, "
+                "overlap grad reduce %s, overlap param gather %s, bucket %lld elements%s, MPI progress thread %s\n",
+                ocfg_.lr.lr, ocfg_.weight_decay, ocfg_.clip_grad, ocfg_.distributed ? "on" : "off",
+                ocfg_.overlap_grad_reduce ? "on" : "off", ocfg_.overlap_param_gather ? "on" : "off",
+                static_cast<long long>(ocfg_.bucket_elements), ocfg_.bucket_elements == 0 ? " (one per chunk)" : "",
+                o_.progress_thread || ocfg_.overlap_grad_reduce || ocfg_.overlap_param_gather ? "on" : "off");
     std::string sched = ptdp::schedule_kind_name(kind_);
     if (v_ > 1) sched += " (v = " + std::to_string(v_) + ")";
     std::printf("schedule: %s for p > 1; scatter/gather of stage-boundary tensors for t > 1; collective "
@@ -522,7 +558,10 @@ class Bench {
     mine.push_back(cpu_timed);
     const int per = static_cast<int>(mine.size());
     std::vector<double> all(rank_ == 0 ? static_cast<std::size_t>(per) * static_cast<std::size_t>(world_) : 0);
-    MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    {
+      std::lock_guard<std::recursive_mutex> lock(ptdp::mpi_call_mutex());
+      MPI_Gather(mine.data(), per, MPI_DOUBLE, all.data(), per, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    }
     if (rank_ != 0) return r;
 
     const std::size_t n = secs.size();
@@ -626,7 +665,10 @@ class Bench {
     s += "  \"parameters\": " + std::to_string(cfg_.parameter_count(1)) + ",\n";
     s += "  \"optimizer\": {\"kind\": \"adamw\", \"lr\": " + json_number(ocfg_.lr.lr) +
          ", \"weight_decay\": " + json_number(ocfg_.weight_decay) + ", \"clip_grad\": " +
-         json_number(ocfg_.clip_grad) + ", \"distributed\": " + (ocfg_.distributed ? "true" : "false") + "},\n";
+         json_number(ocfg_.clip_grad) + ", \"distributed\": " + (ocfg_.distributed ? "true" : "false") +
+         ", \"overlap_grad_reduce\": " + (ocfg_.overlap_grad_reduce ? "true" : "false") +
+         ", \"overlap_param_gather\": " + (ocfg_.overlap_param_gather ? "true" : "false") +
+         ", \"bucket_elements\": " + std::to_string(ocfg_.bucket_elements) + "},\n";
     s += "  \"schedule\": \"" + o_.schedule + "\",\n";
     s += "  \"virtual_stages\": " + std::to_string(v_) + ",\n";
     s += "  \"verify_collectives\": " + std::string(o_.verify ? "true" : "false") + ",\n";

@@ -295,6 +295,8 @@ module ptdp
     integer(c_int32_t) :: hysteresis
     integer(c_int32_t) :: use_distributed_optimizer
     integer(c_int64_t) :: ddp_bucket_size
+    integer(c_int32_t) :: overlap_grad_reduce
+    integer(c_int32_t) :: overlap_param_gather
   end type ptdp_optimizer_options
 
   ! What one training iteration reports (a Megatron log line's numbers).
@@ -1790,7 +1792,9 @@ module ptdp
     end function ptdp_optimizer_destroy
 
     ! Averages the gradients of a user's registered tensors over the data-parallel group
-    ! (reduce-scatter with the distributed optimizer).
+    ! (reduce-scatter with the distributed optimizer: in place, so that with d > 1 each rank's
+    ! gradient tensors then hold the averages of its shard only, and other elements are
+    ! undefined until the next backward).
     function ptdp_optimizer_reduce_gradients(optimizer) &
         bind(c, name="ptdp_optimizer_reduce_gradients")
       import

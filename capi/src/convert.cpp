@@ -291,6 +291,13 @@ OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
                  "options->dynamic_loss_scale = " + std::to_string(o.dynamic_loss_scale) + " is not 0 or 1");
   PTDP_CHECK_ARG(o.use_distributed_optimizer == 0 || o.use_distributed_optimizer == 1,
                  "options->use_distributed_optimizer = " + std::to_string(o.use_distributed_optimizer) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.overlap_grad_reduce == 0 || o.overlap_grad_reduce == 1,
+                 "options->overlap_grad_reduce = " + std::to_string(o.overlap_grad_reduce) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.overlap_param_gather == 0 || o.overlap_param_gather == 1,
+                 "options->overlap_param_gather = " + std::to_string(o.overlap_param_gather) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.overlap_param_gather == 0 || (o.use_distributed_optimizer == 1 && o.overlap_grad_reduce == 1),
+                 "options->overlap_param_gather = 1 needs options->use_distributed_optimizer = 1 and "
+                 "options->overlap_grad_reduce = 1");
   // Range checks that name the struct's fields (the core checks again, in its own words).
   const auto field = [](bool ok, const char* name, double v, const char* want) {
     char buf[64];
@@ -334,6 +341,8 @@ OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
   c.loss_scale.hysteresis = o.hysteresis;
   c.distributed = o.use_distributed_optimizer == 1;
   c.bucket_elements = o.ddp_bucket_size;
+  c.overlap_grad_reduce = o.overlap_grad_reduce == 1;
+  c.overlap_param_gather = o.overlap_param_gather == 1;
   c.validate();
   return c;
 }
@@ -359,6 +368,8 @@ void optimizer_options(const OptimizerConfig& k, ptdp_optimizer_options* o) {
   o->hysteresis = k.loss_scale.hysteresis;
   o->use_distributed_optimizer = k.distributed ? 1 : 0;
   o->ddp_bucket_size = k.bucket_elements;
+  o->overlap_grad_reduce = k.overlap_grad_reduce ? 1 : 0;
+  o->overlap_param_gather = k.overlap_param_gather ? 1 : 0;
 }
 
 void iteration_result(const StepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out,

@@ -49,6 +49,8 @@ PTDP_API ptdp_status ptdp_optimizer_options_init(ptdp_optimizer_options* options
     options->hysteresis = c.loss_scale.hysteresis;
     options->use_distributed_optimizer = 0;
     options->ddp_bucket_size = 0;
+    options->overlap_grad_reduce = 0;
+    options->overlap_param_gather = 0;
   });
 }
 
@@ -77,7 +79,7 @@ PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const
     PTDP_CHECK_ARG(count > 0, "count = " + std::to_string(count) + " is not > 0");
     require_non_null(params, "params");
     require_non_null(grads, "grads");
-    const ptdp::OptimizerConfig c = optimizer_config(options);
+    ptdp::OptimizerConfig c = optimizer_config(options);
     std::set<const void*> seen;
     auto table = std::make_unique<ptdp::ParamTable>(0, 1);
     for (int32_t i = 0; i < count; ++i) {
@@ -107,20 +109,30 @@ PTDP_API ptdp_status ptdp_optimizer_create_for_tensors(ptdp_groups groups, const
     // 16-bit parameters get fp32 master weights (the table's flat parameters) and a 16-bit model
     // copy that the handles view; the optimizer's step refreshes the copy.
     table->allocate(ptdp::Device{}, params[0]->tensor.dtype());
-    auto h = std::make_unique<ptdp_optimizer_impl>();
-    h->groups = &g;
-    h->opt = std::make_unique<ptdp::Optimizer>(std::vector<ptdp::ParamTable*>{table.get()},
-                                               std::vector<std::vector<int>>{}, c, *g.groups);
-    // Move the values into the flat buffers and re-point the handles there.
+    // Move the values into the flat buffers before the optimizer, which may shard the fp32
+    // masters over the data-parallel group.
     for (int32_t i = 0; i < count; ++i) {
-      ptdp::Tensor& p = params[i]->tensor;
-      ptdp::Tensor& gr = grads[i]->tensor;
+      const ptdp::Tensor& p = params[i]->tensor;
+      const ptdp::Tensor& gr = grads[i]->tensor;
       ptdp::Tensor pv = table->param(i), gv = table->grad(i), mv = table->weight(i);
       p.backend().cast(p.raw(), p.dtype(), pv.raw(), ptdp::DType::F32, p.numel());
       gv.backend().copy(gv.raw(), gr.raw(), gr.nbytes());
       if (mv.raw() != pv.raw()) mv.backend().copy(mv.raw(), p.raw(), p.nbytes());  // 16-bit: exact
-      p = mv.reshape(p.shape());
-      gr = gv.reshape(gr.shape());
+    }
+    // The caller reads its parameter tensors directly, not through the table: the step waits
+    // for the updated weights itself.
+    c.overlap_param_gather = false;
+    auto h = std::make_unique<ptdp_optimizer_impl>();
+    h->groups = &g;
+    h->opt = std::make_unique<ptdp::Optimizer>(std::vector<ptdp::ParamTable*>{table.get()},
+                                               std::vector<std::vector<int>>{}, c, *g.groups);
+    // Re-point the handles at the buffers, as the optimizer left them (it pads them to a
+    // multiple of the data-parallel size, which moves them).
+    for (int32_t i = 0; i < count; ++i) {
+      ptdp::Tensor& p = params[i]->tensor;
+      ptdp::Tensor& gr = grads[i]->tensor;
+      p = table->weight(i).reshape(p.shape());
+      gr = table->grad(i).reshape(gr.shape());
     }
     h->tensors = std::move(table);
     ++g.dependents;

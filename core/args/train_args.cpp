@@ -340,6 +340,15 @@ std::vector<Flag> make_flags() {
                       "[ptdp] Gradient elements per data-parallel reduction bucket; 0 means one bucket per model "
                       "chunk.",
                       &TrainArgs::ddp_bucket_size, kNonNegative));
+  v.push_back(boolean("overlap-grad-reduce", G::Parallel,
+                      "Reduce each data-parallel gradient bucket as soon as the backward completes it, "
+                      "overlapping the rest of the backward (bitwise the same results).",
+                      &TrainArgs::overlap_grad_reduce));
+  v.push_back(boolean("overlap-param-gather", G::Parallel,
+                      "With --use-distributed-optimizer and --overlap-grad-reduce: all-gather the updated "
+                      "weights bucket by bucket after the step, each waited for just before the next forward "
+                      "first uses it (bitwise the same results).",
+                      &TrainArgs::overlap_param_gather));
   // Training.
   v.push_back(integer("micro-batch-size", G::Training, "Samples per microbatch b.", &TrainArgs::micro_batch_size,
                       kPositive));
@@ -592,6 +601,9 @@ void check_together(const TrainArgs& a) {
   if (ffn % t != 0) fail(str_cat(value("tensor-model-parallel-size"), " does not divide ", ffn_text));
   if (a.max_position_embeddings > 0 && a.seq_length > a.max_position_embeddings) {
     fail(str_cat(value("seq-length"), " is longer than ", value("max-position-embeddings")));
+  }
+  if (a.overlap_param_gather && !(a.use_distributed_optimizer && a.overlap_grad_reduce)) {
+    fail("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce");
   }
   // Positions.
   if (a.use_rope_scaling && a.position_embedding_type != PositionEmbedding::Rope) {
@@ -992,6 +1004,8 @@ OptimizerConfig to_optimizer_config(const TrainArgs& args) {
   c.loss_scale = to_loss_scaler_config(args);
   c.distributed = args.use_distributed_optimizer;
   c.bucket_elements = args.ddp_bucket_size;
+  c.overlap_grad_reduce = args.overlap_grad_reduce;
+  c.overlap_param_gather = args.overlap_param_gather;
   return c;
 }
 

@@ -73,6 +73,8 @@ struct TrainArgs {
   bool sequence_parallel = false;  ///< --sequence-parallel
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;  ///< as given; see schedule_kind()
   int64_t ddp_bucket_size = 0;                              ///< elements; 0: one bucket per chunk
+  bool overlap_grad_reduce = false;   ///< reduce each bucket as the backward completes it
+  bool overlap_param_gather = false;  ///< gather updated weights bucket by bucket before their first use
 
   // Training.
   int micro_batch_size = 1;

@@ -309,14 +309,11 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
     for (std::size_t j = 0; j < values.size(); ++j)
       for (std::size_t k = 0; k < states.size(); ++k)
         values[j].push_back(optimizer->get_state(static_cast<int>(j), static_cast<int>(k)));
-    if (dp != 0) return;
-    // Host copies of the chunks' parameter buffers (the model may live on a GPU).
+    // Host copies of the chunks' fp32 masters (the model may live on a GPU; with the
+    // distributed optimizer and 16-bit weights they are gathered from the data-parallel shards).
     std::vector<std::vector<float>> host(model.chunks().size());
-    for (std::size_t j = 0; j < host.size(); ++j) {
-      const Tensor& flat = model.chunks()[j]->params().flat_params();
-      host[j].resize(static_cast<std::size_t>(flat.numel()));
-      flat.copy_to_host(host[j].data(), flat.nbytes());
-    }
+    for (std::size_t j = 0; j < host.size(); ++j) host[j] = model.chunks()[j]->params().masters_to_host();
+    if (dp != 0) return;
     SafetensorsWriter writer;
     for (std::size_t j = 0; j < model.chunks().size(); ++j) {
       const GptModel& chunk = *model.chunks()[j];
@@ -454,9 +451,7 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
 
   for (std::size_t j = 0; j < model.chunks().size(); ++j) {
     ParamTable& table = model.chunks()[j]->params();
-    Tensor flat = table.flat_params();
-    flat.copy_from_host(params[j].data(), params[j].size() * sizeof(float));
-    table.sync_weights();
+    table.masters_from_host(params[j].data());  // this rank's shard of them when sharded
     for (std::size_t k = 0; k < states.size(); ++k)
       optimizer->set_state(static_cast<int>(j), static_cast<int>(k), moments[j][k].data());
   }

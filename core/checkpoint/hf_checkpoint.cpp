@@ -884,11 +884,7 @@ void load_hf_checkpoint(const std::string& dir, GptPipeline& model) {
 
   // Read and set; on any rank's failure every rank puts its parameters back.
   std::vector<std::vector<float>> before(model.chunks().size());
-  for (std::size_t j = 0; j < before.size(); ++j) {
-    const Tensor& flat = model.chunks()[j]->params().flat_params();
-    before[j].resize(static_cast<std::size_t>(flat.numel()));
-    flat.copy_to_host(before[j].data(), flat.nbytes());
-  }
+  for (std::size_t j = 0; j < before.size(); ++j) before[j] = model.chunks()[j]->params().masters_to_host();
   std::map<std::string, const ParamInfo*> infos;
   for (const ParamInfo& p : model.all_params()) infos[p.name] = &p;
   try {
@@ -909,10 +905,7 @@ void load_hf_checkpoint(const std::string& dir, GptPipeline& model) {
     });
   } catch (...) {
     for (std::size_t j = 0; j < before.size(); ++j) {
-      ParamTable& table = model.chunks()[j]->params();
-      Tensor flat = table.flat_params();
-      flat.copy_from_host(before[j].data(), before[j].size() * sizeof(float));
-      table.sync_weights();
+      model.chunks()[j]->params().masters_from_host(before[j].data());
     }
     throw;
   }

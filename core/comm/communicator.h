@@ -85,9 +85,12 @@ class Communicator {
 
   /// In place over `t`. Avg divides by the group size (floating dtypes only).
   virtual WorkPtr all_reduce(const Tensor& t, ReduceOp op) = 0;
-  /// in holds size() equal chunks; out (one chunk) receives this rank's reduced chunk.
+  /// in holds size() equal chunks; out (one chunk) receives this rank's reduced chunk. out may
+  /// be this rank's own chunk of in (in place, as NCCL allows); in's other chunks are then
+  /// clobbered.
   virtual WorkPtr reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) = 0;
-  /// out holds size() chunks the size of in, in group-rank order.
+  /// out holds size() chunks the size of in, in group-rank order. in may be this rank's own
+  /// chunk of out (in place).
   virtual WorkPtr all_gather(const Tensor& in, const Tensor& out) = 0;
   /// `root` is a group rank.
   virtual WorkPtr broadcast(const Tensor& t, int root) = 0;
@@ -98,6 +101,11 @@ class Communicator {
 
   WorkPtr send(const Tensor& t, int peer, int tag = 0);
   WorkPtr recv(const Tensor& t, int peer, int tag = 0);
+
+  /// Keeps non-blocking operations progressing while this process computes, for as long as the
+  /// returned token lives (MPI: a background thread that enters MPI's progress engine; the
+  /// self and NCCL communicators progress on their own and return nullptr).
+  virtual std::shared_ptr<void> background_progress() { return nullptr; }
 
   /// True after an operation timed out or failed; the communicator then refuses new work.
   bool failed() const { return !failure_.empty(); }

@@ -29,6 +29,7 @@ namespace {
 std::atomic<bool> g_abandoned{false};
 
 void finalize_mpi_at_exit() {
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && mpi_leaked_operations() == 0 && !g_abandoned.load()) MPI_Finalize();
@@ -120,6 +121,8 @@ std::shared_ptr<Runtime> Runtime::create_from_mpi(const RuntimeOptions& options,
   std::shared_ptr<Runtime> rt(new Runtime());
   rt->init_common(options);
   rt->mpi_ = std::make_unique<MpiState>();
+  // Serialised with the progress thread of the overlapped collectives (mpi_call_mutex()).
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   MPI_Comm dup = MPI_COMM_NULL;
   mpi_check(MPI_Comm_dup(user, &dup), "MPI_Comm_dup of the caller's communicator");
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
@@ -162,6 +165,7 @@ std::unique_ptr<Communicator> Runtime::split(int color, int key, const std::stri
     return std::make_unique<SelfCommunicator>(settings_, name);
   }
 #ifdef PTDP_HAVE_MPI
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());  // see create_from_mpi
   MPI_Comm out = MPI_COMM_NULL;
   mpi_check(MPI_Comm_split(mpi_->world, color < 0 ? MPI_UNDEFINED : color, key, &out),
             "MPI_Comm_split for " + name);

@@ -87,7 +87,8 @@ void GptPipeline::get_global(const std::string& name, bool gradient, float* host
   if (owner == pp_rank_) {
     GptModel& g = *chunks_[static_cast<std::size_t>(chunk / p_)];
     const int i = g.params().index(name);
-    gather_global(g.params(), i, gradient ? g.params().grad(i) : g.params().param(i), tp_, host);
+    // The fp32 masters: gathered from the data-parallel shards when they are sharded.
+    gather_global(g.params(), i, gradient ? g.params().grad(i) : g.params().gather_param(i), tp_, host);
   }
   if (p_ > 1) {
     groups_.comm(GroupKind::Pipeline)
@@ -103,8 +104,10 @@ void GptPipeline::set_global(const std::string& name, const float* host) {
   for (auto& c : chunks_) {
     const int i = c->params().find(name);
     if (i < 0) continue;
-    scatter_global(c->params(), i, host, c->params().param(i));
-    c->params().sync_weight(i);
+    // This rank's slice, then its masters (its shard of them when sharded) and weights.
+    Tensor slice = Tensor::empty(c->params().info(i).local_shape, DType::F32, c->params().flat_grads().device());
+    scatter_global(c->params(), i, host, slice);
+    c->params().set_param(i, slice);
   }
 }
 

@@ -5,8 +5,9 @@
 
 namespace ptdp {
 
-GradBuckets::GradBuckets(ParamTable& table, int64_t bucket_elements, bool distributed, ProcessGroups& groups)
-    : table_(table), groups_(groups), distributed_(distributed) {
+GradBuckets::GradBuckets(ParamTable& table, int64_t bucket_elements, bool distributed, ProcessGroups& groups,
+                         bool overlap)
+    : table_(table), groups_(groups), distributed_(distributed), overlap_(overlap) {
   const int d = groups.size(GroupKind::Data), r = groups.rank(GroupKind::Data);
   sharded_ = distributed && d > 1;
   // Buckets over the buffer padded to a multiple of d, from the end (the backward produces
@@ -30,7 +31,6 @@ GradBuckets::GradBuckets(ParamTable& table, int64_t bucket_elements, bool distri
     b.shard_hi = distributed ? b.shard_lo + len / d : b.hi;
     b.state_offset = shard_elements_;
     shard_elements_ += b.shard_hi - b.shard_lo;
-    if (sharded_) b.shard_grad = Tensor::zeros({len / d}, DType::F32, table.flat_params().device());
     for (int i = 0; i < table.size(); ++i) {
       const ParamInfo& p = table.info(i);
       if (p.offset < b.hi && p.offset + p.local_shape.numel() > b.lo) {
@@ -58,8 +58,10 @@ void GradBuckets::launch(std::size_t k) {
   const GradBucket& b = buckets_[k];
   Communicator& dp = groups_.comm_for_tensors(GroupKind::Data, table_.flat_grads().device());
   const Tensor grads = table_.flat_grads().view(b.lo, {b.hi - b.lo});
-  progress_[k].work =
-      distributed_ ? dp.reduce_scatter(grads, b.shard_grad, ReduceOp::Avg) : dp.all_reduce(grads, ReduceOp::Avg);
+  // The distributed optimizer reduce-scatters in place: no second gradient buffer.
+  progress_[k].work = distributed_ ? dp.reduce_scatter(grads, table_.flat_grads().view(b.shard_lo, {b.shard_hi - b.shard_lo}),
+                                                       ReduceOp::Avg)
+                                   : dp.all_reduce(grads, ReduceOp::Avg);
 }
 
 void GradBuckets::params_ready(int first, int end) {
@@ -68,14 +70,17 @@ void GradBuckets::params_ready(int first, int end) {
     ready_[static_cast<std::size_t>(i)] = true;
     for (int k : buckets_of_param_[static_cast<std::size_t>(i)]) {
       Progress& pr = progress_[static_cast<std::size_t>(k)];
-      if (--pr.pending == 0 && !pr.launched) launch(static_cast<std::size_t>(k));
+      if (--pr.pending == 0 && !pr.launched && overlap_) launch(static_cast<std::size_t>(k));
     }
   }
 }
 
 void GradBuckets::finish_grad_sync() {
-  for (std::size_t k = 0; k < buckets_.size(); ++k) {
+  // Launch in the order the backward completes buckets (from the end of the buffer), as the
+  // overlapped reduction does, then wait.
+  for (std::size_t k = 0; k < buckets_.size(); ++k)
     if (!progress_[k].launched) launch(k);
+  for (std::size_t k = 0; k < buckets_.size(); ++k) {
     if (progress_[k].work) {
       progress_[k].work->wait();
       progress_[k].work.reset();
@@ -94,7 +99,8 @@ void GradBuckets::start_next_iteration() {
 }
 
 float* GradBuckets::reduced_grad(const GradBucket& b, int64_t e) const {
-  return sharded_ ? b.shard_grad.data<float>() + (e - b.shard_lo) : table_.flat_grads().data<float>() + e;
+  (void)b;
+  return table_.flat_grads().data<float>() + e;
 }
 
 }  // namespace ptdp

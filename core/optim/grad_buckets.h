@@ -23,15 +23,18 @@ struct GradBucket {
   int64_t lo = 0, hi = 0;              ///< range of the flat buffers
   int64_t shard_lo = 0, shard_hi = 0;  ///< this rank's part of it (the whole range unless distributed)
   int64_t state_offset = 0;            ///< where the shard's optimizer state starts
-  Tensor shard_grad;                   ///< [(hi - lo) / d] reduce-scattered gradients (distributed, d > 1)
 };
 
 class GradBuckets {
  public:
   /// Pads `table` to a multiple of the data-parallel size and cuts it into buckets of about
   /// `bucket_elements` (0: one bucket). `distributed`: reduce-scatter into this rank's shard
-  /// instead of all-reducing.
-  GradBuckets(ParamTable& table, int64_t bucket_elements, bool distributed, ProcessGroups& groups);
+  /// instead of all-reducing. `overlap` (Megatron's --overlap-grad-reduce): start each
+  /// bucket's reduction as soon as the backward completes it; otherwise every reduction starts
+  /// in finish_grad_sync(), after the backward. The same collectives run either way, in the same
+  /// order on the same buffers, so the results are bitwise the same.
+  GradBuckets(ParamTable& table, int64_t bucket_elements, bool distributed, ProcessGroups& groups,
+              bool overlap = true);
   /// Waits for reductions still in flight: they write into buffers that go with this object.
   ~GradBuckets();
   GradBuckets(const GradBuckets&) = delete;
@@ -45,8 +48,9 @@ class GradBuckets {
   /// Forgets which parameters were ready, so the next backward fills the buckets again.
   void start_next_iteration();
 
-  /// Whether the reduced gradients live in per-bucket shards (distributed optimizer, d > 1)
-  /// rather than in the table's flat gradient buffer.
+  /// Whether each rank holds only its shard of the reduced gradients (distributed optimizer,
+  /// d > 1): the reduce-scatter runs in place in the flat gradient buffer, so the shard's
+  /// reduced gradients sit at their own offsets and the rest of the bucket is left undefined.
   bool sharded() const { return sharded_; }
   /// The reduced gradient of flat element `e` of bucket `b` (inside its shard range).
   float* reduced_grad(const GradBucket& b, int64_t e) const;
@@ -66,6 +70,7 @@ class GradBuckets {
   ParamTable& table_;
   ProcessGroups& groups_;
   bool distributed_ = false;
+  bool overlap_ = true;
   bool sharded_ = false;
   int64_t shard_elements_ = 0;
   std::vector<GradBucket> buckets_;                 // from the end of the buffer to its start

@@ -21,6 +21,10 @@ void OptimizerConfig::validate() const {
   PTDP_CHECK_ARG(momentum >= 0, "sgd momentum must be >= 0, got " + std::to_string(momentum));
   PTDP_CHECK_ARG(clip_grad >= 0, "clip grad must be >= 0 (0: off), got " + std::to_string(clip_grad));
   PTDP_CHECK_ARG(bucket_elements >= 0, "bucket size must be >= 0, got " + std::to_string(bucket_elements));
+  // Megatron's rule: the overlapped gather of updated weights exists only with the distributed
+  // optimizer, and goes with the overlapped gradient reduction.
+  PTDP_CHECK_ARG(!overlap_param_gather || (distributed && overlap_grad_reduce),
+                 "overlap_param_gather needs use_distributed_optimizer and overlap_grad_reduce");
   LossScaler check(loss_scale);  // validates
   (void)check;
 }
@@ -59,14 +63,28 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
     ParamTable& t = *spaces[si];
     sp->table = &t;
     sp->segments = segments_of(t, si < excluded.size() ? excluded[si] : std::vector<int>{}, tp_rank);
-    sp->buckets = std::make_unique<GradBuckets>(t, config_.bucket_elements, config_.distributed, groups);
+    sp->buckets = std::make_unique<GradBuckets>(t, config_.bucket_elements, config_.distributed, groups,
+                                                config_.overlap_grad_reduce);
     const bool has_state = config_.kind == OptimizerKind::Adam || config_.momentum > 0;
     const int64_t state_elems = has_state ? sp->buckets->shard_elements() : 0;
-    const Device device = t.flat_params().device();  // the state lives with the parameters
+    const Device device = t.flat_grads().device();  // the state lives with the parameters
+    // Full sharding: with 16-bit model weights each rank keeps the fp32 masters of its shards
+    // only. A table another optimizer sharded differently (or that this one does not shard)
+    // gets its masters back whole first.
+    if (sp->buckets->sharded() && t.model_dtype() != DType::F32) {
+      std::vector<ParamTable::ShardRange> ranges;
+      for (const GradBucket& b : sp->buckets->buckets()) ranges.push_back({b.lo, b.hi});
+      t.shard_masters(ranges, groups.comm_for_tensors(GroupKind::Data, device));
+    } else {
+      t.unshard_masters();
+    }
     sp->m = Tensor::zeros({state_elems}, DType::F32, device);
     if (config_.kind == OptimizerKind::Adam) sp->v = Tensor::zeros({state_elems}, DType::F32, device);
     spaces_.push_back(std::move(sp));
   }
+  if ((config_.overlap_grad_reduce || config_.overlap_param_gather) && groups.size(GroupKind::Data) > 1 &&
+      !spaces_.empty())
+    progress_ = groups.comm_for_tensors(GroupKind::Data, spaces_.front()->table->flat_grads().device()).background_progress();
 }
 
 Optimizer::~Optimizer() = default;
@@ -125,7 +143,7 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
       for (const auto& seg : s->segments) {
         const int64_t lo = std::max(seg.offset, b.shard_lo), hi = std::min(seg.offset + seg.numel, b.shard_hi);
         if (lo >= hi) continue;
-        float* p = s->table->flat_params().data<float>() + lo;
+        float* p = s->table->master_data(lo);  // the fp32 masters (of this rank's shard)
         const float* g = buckets.reduced_grad(b, lo);
         const int64_t st = b.state_offset + (lo - b.shard_lo);
         const float wd = seg.weight_decay ? config_.weight_decay : 0.0f;
@@ -155,20 +173,32 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
 }
 
 void Optimizer::all_gather_updated_shards(Backend& be) {
-  Communicator& dp = groups_.comm_for_tensors(GroupKind::Data, spaces_.front()->table->flat_params().device());
+  Communicator& dp = groups_.comm_for_tensors(GroupKind::Data, spaces_.front()->table->flat_grads().device());
   for (auto& s : spaces_) {
-    for (const GradBucket& b : s->buckets->buckets()) {
-      Tensor mine = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32, s->table->flat_params().device());
-      be.copy(mine.raw(), s->table->flat_params().data<float>() + b.shard_lo, mine.nbytes());
-      dp.all_gather(mine, s->table->flat_params().view(b.lo, {b.hi - b.lo}))->wait();
+    ParamTable& t = *s->table;
+    const Tensor& weights = t.flat_weights();
+    const std::vector<GradBucket>& buckets = s->buckets->buckets();
+    // From the start of the buffer: the order in which the next forward uses the buckets.
+    for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
+      const GradBucket& b = *it;
+      const int64_t n = b.shard_hi - b.shard_lo;
+      // In place: this rank's part of the bucket is already in the weights (fp32: they are the
+      // masters) or is rounded into them here.
+      Tensor mine = weights.view(b.shard_lo, {n});
+      if (weights.dtype() != DType::F32) be.cast(t.master_data(b.shard_lo), DType::F32, mine.raw(), weights.dtype(), n);
+      WorkPtr work = dp.all_gather(mine, weights.view(b.lo, {b.hi - b.lo}));
+      if (config_.overlap_param_gather) t.add_pending_gather(b.lo, b.hi, std::move(work));
+      else work->wait();
     }
   }
 }
 
 StepResult Optimizer::step(int64_t iteration) {
+  // Weight gathers of the last step that no forward waited for (parameters it did not use).
+  for (auto& s : spaces_) s->table->wait_all_gathers();
   finish_grad_sync();
   // Every space lives on one device (the model's); its backend does the arithmetic.
-  Backend& be = spaces_.front()->table->flat_params().backend();
+  Backend& be = spaces_.front()->table->flat_grads().backend();
   const GradVerdict verdict = agree_on_grads(unscale_grads(be));
   StepResult res;
   res.lr = config_.lr.at(iteration);
@@ -185,7 +215,8 @@ StepResult Optimizer::step(int64_t iteration) {
   ++steps_;
   update_shards(be, clip_coefficient(res.grad_norm), res.lr);
   if (config_.distributed && groups_.size(GroupKind::Data) > 1) all_gather_updated_shards(be);
-  for (auto& s : spaces_) s->table->sync_weights();  // 16-bit model weights follow the masters
+  else
+    for (auto& s : spaces_) s->table->sync_weights();  // 16-bit model weights follow the masters
   scaler_.update(false);
   return res;
 }
@@ -262,8 +293,10 @@ std::size_t Optimizer::state_bytes() const {
   std::size_t bytes = 0;
   for (const auto& s : spaces_) {
     bytes += s->m.nbytes() + (s->v.defined() ? s->v.nbytes() : 0);
-    // With 16-bit model weights the flat fp32 parameters are the optimizer's master copy.
-    if (s->table->model_dtype() != DType::F32) bytes += s->table->flat_params().nbytes();
+    // With 16-bit model weights the fp32 parameters (this rank's shards of them, with the
+    // distributed optimizer) are the optimizer's master copy.
+    if (s->table->model_dtype() != DType::F32)
+      bytes += static_cast<std::size_t>(s->table->master_elements()) * sizeof(float);
   }
   return bytes;
 }

@@ -31,8 +31,19 @@ struct OptimizerConfig {
   bool nesterov = false;
   float clip_grad = 1.0f;  ///< 0: no clipping
   LossScalerConfig loss_scale;
-  bool distributed = false;     ///< Megatron's --use-distributed-optimizer
+  /// Megatron's --use-distributed-optimizer: the Adam moments and, for 16-bit model weights, the
+  /// fp32 master weights are sharded over the data-parallel group (full sharding: 6 + 12/d
+  /// bytes per parameter with bf16 weights, 8 + 8/d with fp32).
+  bool distributed = false;
   int64_t bucket_elements = 0;  ///< elements per gradient bucket; 0: one bucket per space
+  /// Megatron's --overlap-grad-reduce: each bucket's reduction starts as soon as the backward
+  /// completes it (otherwise all start after the backward). Bitwise the same results.
+  bool overlap_grad_reduce = false;
+  /// Megatron's --overlap-param-gather (distributed optimizer): the all-gathers of the updated
+  /// weights are started bucket by bucket after the step and each is waited for just before
+  /// the next forward first uses a parameter of its bucket (otherwise the step waits for them).
+  /// Bitwise the same results.
+  bool overlap_param_gather = false;
 
   void validate() const;
 };
@@ -76,7 +87,8 @@ class Optimizer {
   float loss_scale() const { return scaler_.scale(); }
   int64_t skipped_iterations() const { return skipped_; }
   /// Bytes of optimizer state on this rank: the moments and, for spaces with 16-bit model
-  /// weights, the fp32 master weights (none for fp32 weights, which are their own masters).
+  /// weights, the fp32 master weights (none for fp32 weights, which are their own masters);
+  /// with the distributed optimizer both are this rank's 1/d shard.
   std::size_t state_bytes() const;
   const OptimizerConfig& config() const { return config_; }
 
@@ -117,7 +129,9 @@ class Optimizer {
   float clip_coefficient(double grad_norm) const;
   /// Clips and updates this rank's shard of every space with the learning rate `lr`.
   void update_shards(Backend& be, float clip, double lr);
-  /// Gives every data-parallel replica the updated shards of the others.
+  /// Gives every data-parallel replica the updated shards of the others: the 16-bit weights
+  /// rounded from the sharded masters, or the fp32 weights. Each bucket's gather is waited for
+  /// here, or (overlap_param_gather) handed to its table to be waited for at first use.
   void all_gather_updated_shards(Backend& be);
 
   OptimizerConfig config_;
@@ -126,6 +140,7 @@ class Optimizer {
   int64_t steps_ = 0;  ///< successful steps (Adam's bias correction counts these)
   int64_t skipped_ = 0;
   std::vector<std::unique_ptr<Space>> spaces_;
+  std::shared_ptr<void> progress_;  ///< keeps MPI progressing while overlap is on
 };
 
 }  // namespace ptdp

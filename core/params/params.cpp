@@ -1,7 +1,9 @@
 #include "core/params/params.h"
 
+#include <algorithm>
 #include <vector>
 
+#include "core/comm/communicator.h"
 #include "kernels/error.h"
 #include "kernels/philox.h"
 
@@ -10,6 +12,15 @@ namespace ptdp {
 ParamTable::ParamTable(int tp_rank, int tp_size) : tp_rank_(tp_rank), tp_size_(tp_size) {
   PTDP_CHECK_ARG(tp_size > 0 && tp_rank >= 0 && tp_rank < tp_size,
                  "tensor rank " + std::to_string(tp_rank) + " of " + std::to_string(tp_size) + " is invalid");
+}
+
+ParamTable::~ParamTable() {
+  for (PendingGather& p : pending_) {
+    try {
+      if (p.work) p.work->wait();
+    } catch (...) {
+    }
+  }
 }
 
 int ParamTable::add(const std::string& name, const Shape& global_shape, int partition_dim,
@@ -70,7 +81,12 @@ std::vector<SliceRun> slice_runs(const ParamInfo& p) {
 void ParamTable::allocate(Device device, DType model_dtype) {
   PTDP_CHECK_ARG(dtype_is_float(model_dtype), std::string("model dtype ") + dtype_name(model_dtype) +
                                                   " is not a floating type (f32, bf16, f16)");
+  wait_all_gathers();
   model_dtype_ = model_dtype;
+  master_comm_ = nullptr;
+  master_ranges_.clear();
+  master_offset_.clear();
+  master_shard_ = Tensor();
   params_ = Tensor::zeros({numel_}, DType::F32, device);
   grads_ = Tensor::zeros({numel_}, DType::F32, device);
   if (model_dtype_ != DType::F32) weights_ = Tensor::zeros({numel_}, model_dtype_, device);
@@ -79,11 +95,26 @@ void ParamTable::allocate(Device device, DType model_dtype) {
 void ParamTable::sync_weights() {
   check_allocated("sync_weights");
   if (!weights_.defined()) return;
-  params_.backend().cast(params_.raw(), DType::F32, weights_.raw(), model_dtype_, params_.numel());
+  wait_all_gathers();
+  if (!masters_sharded()) {
+    params_.backend().cast(params_.raw(), DType::F32, weights_.raw(), model_dtype_, params_.numel());
+    return;
+  }
+  // Each rank rounds its shard; the shards are gathered (16-bit rounding is elementwise, so
+  // this equals rounding the whole masters).
+  const int64_t d = master_comm_->size();
+  for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
+    const ShardRange& r = master_ranges_[k];
+    const int64_t len = (r.hi - r.lo) / d;
+    Tensor mine = weights_.view(r.lo + master_comm_->rank() * len, {len});  // in place
+    mine.backend().cast(master_shard_.data<float>() + master_offset_[k], DType::F32, mine.raw(), model_dtype_, len);
+    master_comm_->all_gather(mine, weights_.view(r.lo, {r.hi - r.lo}))->wait();
+  }
 }
 
 void ParamTable::sync_weight(int i) {
   check_allocated("sync_weight");
+  check_not_sharded("sync_weight");
   if (!weights_.defined()) return;
   const Tensor master = param(i), model = weight(i);
   master.backend().cast(master.raw(), DType::F32, model.raw(), model_dtype_, master.numel());
@@ -91,7 +122,9 @@ void ParamTable::sync_weight(int i) {
 
 void ParamTable::reserve(int64_t numel) {
   check_allocated("reserve");
-  if (numel <= params_.numel()) return;
+  if (numel <= capacity()) return;
+  check_not_sharded("reserve");
+  wait_all_gathers();
   for (Tensor* t : {&params_, &grads_, &weights_}) {
     if (!t->defined()) continue;
     Tensor bigger = Tensor::zeros({numel}, t->dtype(), t->device());
@@ -101,7 +134,7 @@ void ParamTable::reserve(int64_t numel) {
 }
 
 void ParamTable::check_allocated(const char* what) const {
-  if (!params_.defined()) throw_error(ErrorCode::InvalidState, std::string(what) + ": parameters are not allocated");
+  if (!grads_.defined()) throw_error(ErrorCode::InvalidState, std::string(what) + ": parameters are not allocated");
 }
 
 void init_param_slice(const ParamInfo& p, uint64_t seed, float* out) {
@@ -144,9 +177,8 @@ void ParamTable::initialize(uint64_t seed) {
     const ParamInfo& p = entries_[static_cast<std::size_t>(i)];
     host.resize(static_cast<std::size_t>(p.local_shape.numel()));
     init_param_slice(p, seed, host.data());
-    param(i).copy_from_host(host.data(), host.size() * sizeof(float));
+    set_param(i, host.data());
   }
-  sync_weights();
 }
 
 void ParamTable::zero_grads() {
@@ -167,13 +199,16 @@ int ParamTable::index(const std::string& name) const {
 
 Tensor ParamTable::param(int i) const {
   check_allocated("param");
+  check_not_sharded("param");
   const ParamInfo& p = info(i);
+  wait_gathers(p.offset, p.offset + p.local_shape.numel());
   return params_.view(p.offset, p.local_shape);
 }
 
 Tensor ParamTable::weight(int i) const {
   check_allocated("weight");
   const ParamInfo& p = info(i);
+  wait_gathers(p.offset, p.offset + p.local_shape.numel());
   return (weights_.defined() ? weights_ : params_).view(p.offset, p.local_shape);
 }
 
@@ -181,6 +216,197 @@ Tensor ParamTable::grad(int i) const {
   check_allocated("grad");
   const ParamInfo& p = info(i);
   return grads_.view(p.offset, p.local_shape);
+}
+
+// ---- sharded masters ------------------------------------------------------------------------
+
+void ParamTable::check_not_sharded(const char* what) const {
+  if (masters_sharded())
+    throw_error(ErrorCode::InvalidState,
+                std::string(what) + ": the fp32 master weights are sharded over the data-parallel group "
+                                    "(distributed optimizer); read them with gather_param or masters_to_host");
+}
+
+int ParamTable::shard_of(int64_t e) const {
+  const int64_t d = master_comm_->size(), r = master_comm_->rank();
+  // The last range starting at or before e.
+  const auto it = std::upper_bound(master_ranges_.begin(), master_ranges_.end(), e,
+                                   [](int64_t x, const ShardRange& range) { return x < range.lo; });
+  if (it == master_ranges_.begin()) return -1;
+  const ShardRange& range = *(it - 1);
+  const int64_t len = (range.hi - range.lo) / d, lo = range.lo + r * len;
+  return e >= lo && e < lo + len ? static_cast<int>(it - 1 - master_ranges_.begin()) : -1;
+}
+
+void ParamTable::shard_masters(const std::vector<ShardRange>& ranges, Communicator& dp) {
+  check_allocated("shard_masters");
+  PTDP_CHECK_ARG(model_dtype_ != DType::F32,
+                 "shard_masters: fp32 model weights are their own masters and stay whole on every rank");
+  unshard_masters();
+  wait_all_gathers();
+  std::vector<ShardRange> sorted = ranges;
+  std::sort(sorted.begin(), sorted.end(), [](const ShardRange& a, const ShardRange& b) { return a.lo < b.lo; });
+  const int64_t d = dp.size(), r = dp.rank();
+  int64_t at = 0, total = 0;
+  for (const ShardRange& x : sorted) {
+    PTDP_CHECK_ARG(x.lo == at && x.hi > x.lo && (x.hi - x.lo) % d == 0,
+                   "shard_masters: range [" + std::to_string(x.lo) + ", " + std::to_string(x.hi) +
+                       ") does not continue at " + std::to_string(at) + " or is not a positive multiple of " +
+                       std::to_string(d) + " long");
+    at = x.hi;
+    total += (x.hi - x.lo) / d;
+  }
+  PTDP_CHECK_ARG(at == capacity(), "shard_masters: the ranges end at " + std::to_string(at) + ", not at capacity " +
+                                       std::to_string(capacity()));
+  Tensor shard = Tensor::empty({total}, DType::F32, params_.device());
+  std::vector<int64_t> offsets;
+  int64_t off = 0;
+  for (const ShardRange& x : sorted) {
+    const int64_t len = (x.hi - x.lo) / d;
+    shard.backend().copy(shard.data<float>() + off, params_.data<float>() + x.lo + r * len,
+                         static_cast<std::size_t>(len) * sizeof(float));
+    offsets.push_back(off);
+    off += len;
+  }
+  master_shard_ = shard;
+  master_ranges_ = std::move(sorted);
+  master_offset_ = std::move(offsets);
+  master_comm_ = &dp;
+  params_ = Tensor();  // the whole fp32 masters go: full sharding
+}
+
+void ParamTable::unshard_masters() {
+  if (!masters_sharded()) return;
+  const int64_t d = master_comm_->size();
+  Tensor full = Tensor::zeros({capacity()}, DType::F32, grads_.device());
+  for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
+    const ShardRange& r = master_ranges_[k];
+    master_comm_->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / d}), full.view(r.lo, {r.hi - r.lo}))
+        ->wait();
+  }
+  params_ = full;
+  master_comm_ = nullptr;
+  master_ranges_.clear();
+  master_offset_.clear();
+  master_shard_ = Tensor();
+}
+
+float* ParamTable::master_data(int64_t e) const {
+  check_allocated("master_data");
+  if (!masters_sharded()) return params_.data<float>() + e;
+  const int k = shard_of(e);
+  PTDP_CHECK_ARG(k >= 0, "master_data: element " + std::to_string(e) + " is not in this rank's shard");
+  const ShardRange& r = master_ranges_[static_cast<std::size_t>(k)];
+  const int64_t lo = r.lo + master_comm_->rank() * ((r.hi - r.lo) / master_comm_->size());
+  return master_shard_.data<float>() + master_offset_[static_cast<std::size_t>(k)] + (e - lo);
+}
+
+Tensor ParamTable::gather_param(int i) const {
+  if (!masters_sharded()) return param(i);
+  const ParamInfo& p = info(i);
+  const int64_t first = p.offset, last = p.offset + p.local_shape.numel(), d = master_comm_->size();
+  Tensor out = Tensor::empty(p.local_shape, DType::F32, grads_.device());
+  Backend& be = out.backend();
+  for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
+    const ShardRange& r = master_ranges_[k];
+    if (r.hi <= first || r.lo >= last) continue;
+    Tensor whole = Tensor::empty({r.hi - r.lo}, DType::F32, grads_.device());
+    master_comm_->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / d}), whole)->wait();
+    const int64_t lo = std::max(first, r.lo), hi = std::min(last, r.hi);
+    be.copy(out.data<float>() + (lo - first), whole.data<float>() + (lo - r.lo), static_cast<std::size_t>(hi - lo) * sizeof(float));
+  }
+  return out;
+}
+
+void ParamTable::set_param(int i, const float* host) {
+  check_allocated("set_param");
+  PTDP_CHECK_ARG(host != nullptr, "set_param: values are NULL");
+  const ParamInfo& p = info(i);
+  const int64_t first = p.offset, n = p.local_shape.numel();
+  if (!masters_sharded()) {
+    param(i).copy_from_host(host, static_cast<std::size_t>(n) * sizeof(float));
+    sync_weight(i);
+    return;
+  }
+  const int64_t d = master_comm_->size(), rank = master_comm_->rank();
+  Backend& be = master_shard_.backend();
+  for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
+    const ShardRange& r = master_ranges_[k];
+    const int64_t len = (r.hi - r.lo) / d, slo = r.lo + rank * len, shi = slo + len;
+    const int64_t lo = std::max(first, slo), hi = std::min(first + n, shi);
+    if (lo >= hi) continue;
+    be.copy_from_host(master_shard_.data<float>() + master_offset_[k] + (lo - slo), host + (lo - first),
+                      static_cast<std::size_t>(hi - lo) * sizeof(float));
+  }
+  const Tensor values = Tensor::from_host(host, p.local_shape, DType::F32, grads_.device());
+  const Tensor model = weight(i);
+  be.cast(values.raw(), DType::F32, model.raw(), model_dtype_, n);
+}
+
+void ParamTable::set_param(int i, const Tensor& values) {
+  PTDP_CHECK_ARG(values.dtype() == DType::F32 && values.numel() == info(i).local_shape.numel(),
+                 "set_param(" + info(i).name + "): values are " + values.str() + ", want " +
+                     std::to_string(info(i).local_shape.numel()) + " x f32");
+  std::vector<float> host(static_cast<std::size_t>(values.numel()));
+  values.copy_to_host(host.data(), host.size() * sizeof(float));
+  set_param(i, host.data());
+}
+
+std::vector<float> ParamTable::masters_to_host() const {
+  check_allocated("masters_to_host");
+  std::vector<float> out(static_cast<std::size_t>(capacity()), 0.0f);
+  if (!masters_sharded()) {
+    wait_all_gathers();
+    params_.copy_to_host(out.data(), out.size() * sizeof(float));
+    return out;
+  }
+  const int64_t d = master_comm_->size();
+  for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
+    const ShardRange& r = master_ranges_[k];
+    Tensor whole = Tensor::empty({r.hi - r.lo}, DType::F32, grads_.device());
+    master_comm_->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / d}), whole)->wait();
+    whole.copy_to_host(out.data() + r.lo, whole.nbytes());
+  }
+  return out;
+}
+
+void ParamTable::masters_from_host(const float* values) {
+  check_allocated("masters_from_host");
+  PTDP_CHECK_ARG(values != nullptr, "masters_from_host: values are NULL");
+  wait_all_gathers();
+  if (!masters_sharded()) {
+    params_.copy_from_host(values, static_cast<std::size_t>(capacity()) * sizeof(float));
+    sync_weights();
+    return;
+  }
+  const int64_t d = master_comm_->size(), rank = master_comm_->rank();
+  Backend& be = master_shard_.backend();
+  for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
+    const ShardRange& r = master_ranges_[k];
+    const int64_t len = (r.hi - r.lo) / d;
+    be.copy_from_host(master_shard_.data<float>() + master_offset_[k], values + r.lo + rank * len,
+                      static_cast<std::size_t>(len) * sizeof(float));
+  }
+  const Tensor whole = Tensor::from_host(values, {capacity()}, DType::F32, grads_.device());
+  be.cast(whole.raw(), DType::F32, weights_.raw(), model_dtype_, capacity());
+}
+
+// ---- weight gathers in flight ----------------------------------------------------------------
+
+void ParamTable::add_pending_gather(int64_t lo, int64_t hi, std::unique_ptr<Work> work) {
+  if (work) pending_.push_back({lo, hi, std::move(work)});
+}
+
+void ParamTable::wait_gathers(int64_t lo, int64_t hi) const {
+  for (std::size_t k = 0; k < pending_.size();) {
+    if (pending_[k].lo < hi && pending_[k].hi > lo) {
+      std::unique_ptr<Work> w = std::move(pending_[k].work);
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(k));
+      w->wait();
+    } else {
+      ++k;
+    }
+  }
 }
 
 }  // namespace ptdp

@@ -8,9 +8,21 @@
 // third flat buffer of the same layout holds the bf16/f16 weights the layers compute with;
 // sync_weights() rounds the masters into it (after initialisation, an optimizer step or a
 // checkpoint load).
+//
+// Full sharding (the distributed optimizer with 16-bit weights, shard_masters()): each
+// data-parallel rank then keeps the fp32 masters of its 1/d of every optimizer bucket only, and
+// the full fp32 buffer is gone; the 16-bit weights and fp32 gradients stay whole. Readers of
+// masters use gather_param() / masters_to_host() (collective over the data-parallel group then),
+// writers set_param() / masters_from_host() (no communication: every rank passes the same
+// values and keeps its part).
+//
+// Pending weight gathers (--overlap-param-gather): the optimizer may hand the table the
+// all-gathers of updated weights still in flight (add_pending_gather()); weight(i) and param(i)
+// wait for those that cover parameter i, so each bucket is waited for just before its first use.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +30,9 @@
 #include "core/tensor/tensor.h"
 
 namespace ptdp {
+
+class Communicator;
+class Work;
 
 enum class ParamInit : int { Normal = 0, Zeros = 1, Ones = 2 };
 
@@ -43,6 +58,10 @@ struct ParamInfo {
 class ParamTable {
  public:
   ParamTable(int tp_rank, int tp_size);
+  /// Waits for weight gathers still in flight: they write into this table's buffers.
+  ~ParamTable();
+  ParamTable(ParamTable&&) = default;
+  ParamTable& operator=(ParamTable&&) = default;
 
   /// Declares a parameter; its slice follows from the partition dimension. Returns its index.
   int add(const std::string& name, const Shape& global_shape, int partition_dim, ParamInit init,
@@ -56,13 +75,15 @@ class ParamTable {
   /// so that data-parallel buckets divide evenly. Views taken before are not moved.
   void reserve(int64_t numel);
   /// Elements of the flat buffers (>= numel(), after reserve).
-  int64_t capacity() const { return params_.defined() ? params_.numel() : 0; }
+  int64_t capacity() const { return grads_.defined() ? grads_.numel() : 0; }
   /// Sets every parameter to its initial value: a pure function of (seed, name, global element
   /// index), so every tensor-parallel size starts from the same full weights.
   void initialize(uint64_t seed);
   /// Rounds the fp32 master weights into the 16-bit model weights (nothing to do for f32).
+  /// With sharded masters each rank rounds its shard and the shards are all-gathered:
+  /// collective over the data-parallel group then.
   void sync_weights();
-  /// sync_weights() for parameter i only.
+  /// sync_weights() for parameter i only (not with sharded masters: use set_param()).
   void sync_weight(int i);
   void zero_grads();
 
@@ -73,18 +94,68 @@ class ParamTable {
   /// Index of `name`; throws Error(InvalidArgument) naming it when there is none.
   int index(const std::string& name) const;
 
-  Tensor param(int i) const;   ///< fp32 master view with the local shape
+  Tensor param(int i) const;   ///< fp32 master view with the local shape (not with sharded masters)
   Tensor grad(int i) const;    ///< fp32 gradient view
   Tensor weight(int i) const;  ///< the view the layers compute with: model dtype (== param(i) for f32)
   DType model_dtype() const { return model_dtype_; }
+  /// The whole flat fp32 masters; undefined while they are sharded (masters_sharded()).
   const Tensor& flat_params() const { return params_; }
   const Tensor& flat_grads() const { return grads_; }
+  /// The flat buffer the layers compute with: the 16-bit weights, or the fp32 parameters.
+  const Tensor& flat_weights() const { return weights_.defined() ? weights_ : params_; }
   int64_t numel() const { return numel_; }
   int tp_rank() const { return tp_rank_; }
   int tp_size() const { return tp_size_; }
 
+  // ---- fp32 masters sharded over the data-parallel group ----------------------------------
+  /// A range of the flat buffers split evenly over the data-parallel ranks: rank r keeps
+  /// [lo + r (hi - lo) / d, lo + (r + 1) (hi - lo) / d).
+  struct ShardRange {
+    int64_t lo = 0, hi = 0;
+  };
+  /// Keeps only this rank's shard of each range of the fp32 masters and frees the full buffer.
+  /// `ranges` cover [0, capacity()) without overlap, each a multiple of dp.size() long. Only
+  /// for 16-bit model weights (fp32 weights are their own masters and stay whole). Masters that
+  /// are already sharded are gathered first: collective over `dp` then. `dp` must outlive the
+  /// sharding.
+  void shard_masters(const std::vector<ShardRange>& ranges, Communicator& dp);
+  /// Gathers the whole fp32 masters back (collective over the data-parallel group); nothing to
+  /// do when they are not sharded.
+  void unshard_masters();
+  bool masters_sharded() const { return master_comm_ != nullptr; }
+  /// Elements of fp32 masters this rank holds: capacity(), or the sum of its shards.
+  int64_t master_elements() const { return masters_sharded() ? master_shard_.numel() : capacity(); }
+  /// The fp32 master of flat element `e`, which must lie in this rank's shard when sharded.
+  float* master_data(int64_t e) const;
+  /// Parameter i's fp32 masters (local shape): a view of the flat buffer, or, when sharded, a
+  /// new tensor all-gathered from the shards (collective over the data-parallel group).
+  Tensor gather_param(int i) const;
+  /// Sets parameter i's fp32 masters (this rank's part when sharded) and its model weights
+  /// from `values` (fp32, its local shape). No communication.
+  void set_param(int i, const Tensor& values);
+  /// set_param() from host memory.
+  void set_param(int i, const float* host);
+  /// The whole flat fp32 masters on the host (capacity() elements); collective over the
+  /// data-parallel group when sharded.
+  std::vector<float> masters_to_host() const;
+  /// Sets the masters (this rank's part when sharded) and the model weights from the whole flat
+  /// values (capacity() elements, host memory). No communication.
+  void masters_from_host(const float* values);
+
+  // ---- weight gathers in flight ------------------------------------------------------------
+  /// `work` writes the model weights of flat range [lo, hi); weight(i) and param(i) wait for it
+  /// when parameter i overlaps the range.
+  void add_pending_gather(int64_t lo, int64_t hi, std::unique_ptr<Work> work);
+  /// Waits for every pending gather that overlaps [lo, hi).
+  void wait_gathers(int64_t lo, int64_t hi) const;
+  /// Waits for all of them.
+  void wait_all_gathers() const { wait_gathers(0, capacity()); }
+
  private:
   void check_allocated(const char* what) const;
+  void check_not_sharded(const char* what) const;
+  /// Index of the shard range holding element e, or -1 when e is outside this rank's shards.
+  int shard_of(int64_t e) const;
 
   int tp_rank_, tp_size_;
   std::vector<ParamInfo> entries_;
@@ -93,6 +164,16 @@ class ParamTable {
   DType model_dtype_ = DType::F32;
   Tensor params_, grads_;
   Tensor weights_;  ///< 16-bit model weights; undefined for f32
+  // Sharded masters: this rank's part of every range, in range order.
+  Communicator* master_comm_ = nullptr;
+  std::vector<ShardRange> master_ranges_;
+  std::vector<int64_t> master_offset_;  // by range: where its shard starts in master_shard_
+  Tensor master_shard_;
+  struct PendingGather {
+    int64_t lo, hi;
+    std::unique_ptr<Work> work;
+  };
+  mutable std::vector<PendingGather> pending_;
 };
 
 /// Writes the initial values of `info`'s local slice (host memory, local-shape row-major).

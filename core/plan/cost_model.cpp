@@ -20,8 +20,8 @@ constexpr double kBucketElements = 40e6;
 double bytes_of(Precision p) { return p == Precision::Fp32 ? 4.0 : 2.0; }
 // The fp32 gradient buffer (Megatron's main_grad; ptdp's grads).
 constexpr double kGradBytes = 4.0;
-// Adam's two fp32 moments (sharded by the distributed optimizer) and, in 16-bit training, the
-// fp32 master weights, which ptdp keeps whole on every rank with the parameters.
+// Adam's two fp32 moments and, in 16-bit training, the fp32 master weights (both sharded by the
+// distributed optimizer).
 constexpr double kMomentBytes = 8.0;
 double master_bytes(Precision p) { return p == Precision::Fp32 ? 0.0 : 4.0; }
 
@@ -520,7 +520,9 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, dou
   const double n = static_cast<double>(params);
   mm.weights = n * bytes_of(req.precision);
   mm.gradients = n * kGradBytes;
-  mm.optimizer = n * (kMomentBytes / (L.distributed_optimizer ? L.d : 1) + master_bytes(req.precision));
+  // The distributed optimizer shards the moments and the fp32 masters over d (full sharding):
+  // 6 + 12/d bytes per parameter with 16-bit weights, 8 + 8/d in fp32.
+  mm.optimizer = n * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.d : 1);
   mm.slots = slots;
   mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);
   return mm;

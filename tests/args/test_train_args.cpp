@@ -427,7 +427,8 @@ TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]"
 
   o = ptdp::to_optimizer_config(ptdp::parse_train_args(
       {"--adam-beta1", "0.7", "--adam-beta2", "0.9", "--adam-eps", "1e-5", "--weight-decay", "0", "--clip-grad", "0",
-       "--sgd-momentum", "0.5", "--use-distributed-optimizer", "--ddp-bucket-size", "4096"}));
+       "--sgd-momentum", "0.5", "--use-distributed-optimizer", "--ddp-bucket-size", "4096", "--overlap-grad-reduce",
+       "--overlap-param-gather"}));
   CHECK(o.beta1 == 0.7f);
   CHECK(o.beta2 == 0.9f);
   CHECK(o.eps == 1e-5f);
@@ -436,6 +437,16 @@ TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]"
   CHECK(o.momentum == 0.5f);
   CHECK(o.distributed);
   CHECK(o.bucket_elements == 4096);
+  CHECK(o.overlap_grad_reduce);
+  CHECK(o.overlap_param_gather);
+  o = ptdp::to_optimizer_config(ptdp::parse_train_args({}));
+  CHECK_FALSE(o.overlap_grad_reduce);  // Megatron's defaults: off
+  CHECK_FALSE(o.overlap_param_gather);
+  // Megatron's rule: the overlapped gather needs the distributed optimizer and the overlapped reduction.
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--overlap-param-gather", "--overlap-grad-reduce"}),
+                    Catch::Contains("--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--overlap-param-gather", "--use-distributed-optimizer"}),
+                    Catch::Contains("--overlap-param-gather needs"));
 }
 
 TEST_CASE("train args: --sequence-parallel reaches the layout and needs s divisible by t", "[args]") {
@@ -456,7 +467,7 @@ TEST_CASE("train args: --sequence-parallel reaches the layout and needs s divisi
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 96);
+  CHECK(names.size() == 98);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

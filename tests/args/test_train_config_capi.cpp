@@ -61,6 +61,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"sequence-parallel", "off"},
     {"use-distributed-optimizer", "off"},
     {"ddp-bucket-size", "0"},
+    {"overlap-grad-reduce", "off"},
+    {"overlap-param-gather", "off"},
     {"micro-batch-size", "1"},
     {"global-batch-size", "0"},
     {"train-iters", "10"},
@@ -232,6 +234,8 @@ std::string describe(const Snapshot& s) {
   add("hysteresis", num(s.opt.hysteresis));
   add("use_distributed_optimizer", num(s.opt.use_distributed_optimizer));
   add("ddp_bucket_size", num(static_cast<double>(s.opt.ddp_bucket_size)));
+  add("overlap_grad_reduce", num(s.opt.overlap_grad_reduce));
+  add("overlap_param_gather", num(s.opt.overlap_param_gather));
   add("t", num(s.par.tensor_model_parallel_size));
   add("p", num(s.par.pipeline_model_parallel_size));
   add("v", num(s.par.virtual_pipeline_model_parallel_size));
@@ -316,7 +320,8 @@ const std::vector<std::string> kEveryFlag = {
     "--rope-scaling-factor", "32", "--rope-scaling-low-freq-factor", "2", "--rope-scaling-high-freq-factor", "8",
     "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
     "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
-    "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune"};
+    "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune",
+    "--overlap-grad-reduce", "--overlap-param-gather"};
 
 // The same command line with every value attached by '='.
 std::vector<std::string> with_equals(const std::vector<std::string>& args) {
@@ -387,6 +392,8 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.opt.hysteresis == 3);
   CHECK(s.opt.use_distributed_optimizer == 1);
   CHECK(s.opt.ddp_bucket_size == 1000000);
+  CHECK(s.opt.overlap_grad_reduce == 1);
+  CHECK(s.opt.overlap_param_gather == 1);
 
   CHECK(s.par.tensor_model_parallel_size == 2);
   CHECK(s.par.pipeline_model_parallel_size == 2);
@@ -525,6 +532,8 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.opt.hysteresis == 2);
   CHECK(s.opt.use_distributed_optimizer == 0);
   CHECK(s.opt.ddp_bucket_size == 0);
+  CHECK(s.opt.overlap_grad_reduce == 0);
+  CHECK(s.opt.overlap_param_gather == 0);
 
   CHECK(s.par.tensor_model_parallel_size == 1);
   CHECK(s.par.pipeline_model_parallel_size == 1);

@@ -428,6 +428,18 @@ void bad_options(ptdp_model m) {
       {"use_distributed_optimizer 2", [](ptdp_optimizer_options& o) { o.use_distributed_optimizer = 2; },
        {"use_distributed_optimizer"}},
       {"ddp_bucket_size < 0", [](ptdp_optimizer_options& o) { o.ddp_bucket_size = -5; }, {"bucket"}},
+      {"overlap_grad_reduce 2", [](ptdp_optimizer_options& o) { o.overlap_grad_reduce = 2; },
+       {"options->overlap_grad_reduce = 2"}},
+      {"overlap_param_gather 3", [](ptdp_optimizer_options& o) { o.overlap_param_gather = 3; },
+       {"options->overlap_param_gather = 3"}},
+      {"overlap_param_gather without the distributed optimizer", [](ptdp_optimizer_options& o) {
+         o.overlap_grad_reduce = 1;
+         o.overlap_param_gather = 1;
+       }, {"options->overlap_param_gather = 1", "use_distributed_optimizer"}},
+      {"overlap_param_gather without overlap_grad_reduce", [](ptdp_optimizer_options& o) {
+         o.use_distributed_optimizer = 1;
+         o.overlap_param_gather = 1;
+       }, {"options->overlap_param_gather = 1", "overlap_grad_reduce"}},
       {"initial_loss_scale 0", [](ptdp_optimizer_options& o) { o.initial_loss_scale = 0.0f; }, {"options->initial_loss_scale = 0"}},
       {"min_loss_scale > initial", [](ptdp_optimizer_options& o) { o.min_loss_scale = 2 * o.initial_loss_scale; },
        {"options->min_loss_scale = 2"}},

@@ -1200,7 +1200,9 @@ def ptdp_model_get_param(model, name, host):
     :type bytes: int
     :param bytes: Size of ``host`` in bytes; must be at least global elements * 4.
     Title: Thread safety
-    Collective over the model-parallel group.
+    Collective over the model-parallel group; also over the data-parallel group while a
+    distributed optimizer shards the model's fp32 master weights (16-bit weights, d > 1), which
+    are then gathered.
     """
     return _ptdp_ext.ptdp_model_get_param(model, name, host)
 
@@ -2071,10 +2073,35 @@ class ptdp_optimizer_options(object):
     min_loss_scale = property(_ptdp_ext.ptdp_optimizer_options_min_loss_scale_get, _ptdp_ext.ptdp_optimizer_options_min_loss_scale_set, doc=r""" Default 1.""")
     loss_scale_window = property(_ptdp_ext.ptdp_optimizer_options_loss_scale_window_get, _ptdp_ext.ptdp_optimizer_options_loss_scale_window_set, doc=r""" Clean steps before the scale doubles; default 1000.""")
     hysteresis = property(_ptdp_ext.ptdp_optimizer_options_hysteresis_get, _ptdp_ext.ptdp_optimizer_options_hysteresis_set, doc=r""" Overflowing steps before the scale halves; default 2.""")
-    use_distributed_optimizer = property(_ptdp_ext.ptdp_optimizer_options_use_distributed_optimizer_get, _ptdp_ext.ptdp_optimizer_options_use_distributed_optimizer_set, doc=r""" 1: shard the optimizer state over the data-parallel group.""")
+    use_distributed_optimizer = property(_ptdp_ext.ptdp_optimizer_options_use_distributed_optimizer_get, _ptdp_ext.ptdp_optimizer_options_use_distributed_optimizer_set, doc=r"""
+    1: shard the optimizer state and, with 16-bit weights,
+                                              the fp32 master weights over the data-parallel group.
+    """)
     ddp_bucket_size = property(_ptdp_ext.ptdp_optimizer_options_ddp_bucket_size_get, _ptdp_ext.ptdp_optimizer_options_ddp_bucket_size_set, doc=r"""
     Gradient elements per data-parallel bucket; 0 (default):
                                               one bucket per model chunk.
+    """)
+    overlap_grad_reduce = property(_ptdp_ext.ptdp_optimizer_options_overlap_grad_reduce_get, _ptdp_ext.ptdp_optimizer_options_overlap_grad_reduce_set, doc=r"""
+    1: reduce each gradient bucket over the data-parallel
+                                              group as soon as the backward completes it, overlapping
+                                              the rest of the backward (`--overlap-grad-reduce`);
+                                              0 (default): all buckets after the backward. The results
+                                              are bitwise the same. With MPI, while an optimizer with
+                                              this or overlap_param_gather lives, a thread of ptdp's
+                                              enters MPI every 100 us to advance the collectives (only
+                                              when MPI runs at MPI_THREAD_SERIALIZED or above; ptdp's
+                                              own MPI calls are serialised with it): a program making
+                                              MPI calls of its own meanwhile needs
+                                              MPI_THREAD_MULTIPLE. Since 0.3; older programs get 0.
+    """)
+    overlap_param_gather = property(_ptdp_ext.ptdp_optimizer_options_overlap_param_gather_get, _ptdp_ext.ptdp_optimizer_options_overlap_param_gather_set, doc=r"""
+    1: all-gather the updated weights bucket by bucket after
+                                              the step and wait for each just before the next forward
+                                              first uses it (`--overlap-param-gather`); needs
+                                              use_distributed_optimizer and overlap_grad_reduce.
+                                              0 (default): the step waits for the gathers. Bitwise the
+                                              same results. Not for ptdp_optimizer_create_for_tensors(),
+                                              whose step always waits. Since 0.3; older programs get 0.
     """)
 
     def __init__(self):
@@ -2168,7 +2195,9 @@ def ptdp_optimizer_destroy(optimizer):
 def ptdp_optimizer_reduce_gradients(optimizer):
     r"""
     Averages the gradients of a user's registered tensors over the data-parallel group
-           (reduce-scatter with the distributed optimizer).
+           (reduce-scatter with the distributed optimizer: in place, so that with d > 1 each
+           rank's gradient tensors then hold the averages of its shard only, and other elements
+           are undefined until the next backward).
     :type optimizer: struct ptdp_optimizer_impl
     :param optimizer: A live optimizer.
     Title: Thread safety
@@ -3484,9 +3513,9 @@ class ptdp_plan_layout(object):
     memory_weights = property(_ptdp_ext.ptdp_plan_layout_memory_weights_get, _ptdp_ext.ptdp_plan_layout_memory_weights_set, doc=r""" Bytes of weights.""")
     memory_gradients = property(_ptdp_ext.ptdp_plan_layout_memory_gradients_get, _ptdp_ext.ptdp_plan_layout_memory_gradients_set, doc=r""" Bytes of gradients (fp32).""")
     memory_optimizer = property(_ptdp_ext.ptdp_plan_layout_memory_optimizer_get, _ptdp_ext.ptdp_plan_layout_memory_optimizer_set, doc=r"""
-    Bytes of optimizer state: Adam moments (/ d when
-                                          distributed) and the fp32 master weights of 16-bit
-                                          training (whole on every rank).
+    Bytes of optimizer state: Adam moments and the fp32
+                                          master weights of 16-bit training, both / d with the
+                                          distributed optimizer.
     """)
     memory_activations = property(_ptdp_ext.ptdp_plan_layout_memory_activations_get, _ptdp_ext.ptdp_plan_layout_memory_activations_set, doc=r"""
     Bytes of activations of the in-flight microbatches,

@@ -15698,6 +15698,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_overlap_grad_reduce_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_overlap_grad_reduce_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_overlap_grad_reduce_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_overlap_grad_reduce_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->overlap_grad_reduce = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_overlap_grad_reduce_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_overlap_grad_reduce_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->overlap_grad_reduce);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_overlap_param_gather_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_overlap_param_gather_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_overlap_param_gather_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_overlap_param_gather_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->overlap_param_gather = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_overlap_param_gather_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_overlap_param_gather_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->overlap_param_gather);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_optimizer_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_optimizer_options *result = 0 ;
@@ -34244,7 +34364,9 @@ static PyMethodDef SwigMethods[] = {
 		":type bytes: int\n"
 		":param bytes: Size of ``host`` in bytes; must be at least global elements * 4.\n"
 		"Title: Thread safety\n"
-		"Collective over the model-parallel group.\n"
+		"Collective over the model-parallel group; also over the data-parallel group while a\n"
+		"distributed optimizer shards the model's fp32 master weights (16-bit weights, d > 1), which\n"
+		"are then gathered.\n"
 		""},
 	 { "ptdp_model_set_param", _wrap_ptdp_model_set_param, METH_VARARGS, "\n"
 		"Sets a parameter from its full global-shape value; each rank holding it keeps its\n"
@@ -34942,8 +35064,14 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_optimizer_options_loss_scale_window_get", _wrap_ptdp_optimizer_options_loss_scale_window_get, METH_O, " Clean steps before the scale doubles; default 1000."},
 	 { "ptdp_optimizer_options_hysteresis_set", _wrap_ptdp_optimizer_options_hysteresis_set, METH_VARARGS, " Overflowing steps before the scale halves; default 2."},
 	 { "ptdp_optimizer_options_hysteresis_get", _wrap_ptdp_optimizer_options_hysteresis_get, METH_O, " Overflowing steps before the scale halves; default 2."},
-	 { "ptdp_optimizer_options_use_distributed_optimizer_set", _wrap_ptdp_optimizer_options_use_distributed_optimizer_set, METH_VARARGS, " 1: shard the optimizer state over the data-parallel group."},
-	 { "ptdp_optimizer_options_use_distributed_optimizer_get", _wrap_ptdp_optimizer_options_use_distributed_optimizer_get, METH_O, " 1: shard the optimizer state over the data-parallel group."},
+	 { "ptdp_optimizer_options_use_distributed_optimizer_set", _wrap_ptdp_optimizer_options_use_distributed_optimizer_set, METH_VARARGS, "\n"
+		"1: shard the optimizer state and, with 16-bit weights,\n"
+		"                                          the fp32 master weights over the data-parallel group.\n"
+		""},
+	 { "ptdp_optimizer_options_use_distributed_optimizer_get", _wrap_ptdp_optimizer_options_use_distributed_optimizer_get, METH_O, "\n"
+		"1: shard the optimizer state and, with 16-bit weights,\n"
+		"                                          the fp32 master weights over the data-parallel group.\n"
+		""},
 	 { "ptdp_optimizer_options_ddp_bucket_size_set", _wrap_ptdp_optimizer_options_ddp_bucket_size_set, METH_VARARGS, "\n"
 		"Gradient elements per data-parallel bucket; 0 (default):\n"
 		"                                          one bucket per model chunk.\n"
@@ -34951,6 +35079,50 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_optimizer_options_ddp_bucket_size_get", _wrap_ptdp_optimizer_options_ddp_bucket_size_get, METH_O, "\n"
 		"Gradient elements per data-parallel bucket; 0 (default):\n"
 		"                                          one bucket per model chunk.\n"
+		""},
+	 { "ptdp_optimizer_options_overlap_grad_reduce_set", _wrap_ptdp_optimizer_options_overlap_grad_reduce_set, METH_VARARGS, "\n"
+		"1: reduce each gradient bucket over the data-parallel\n"
+		"                                          group as soon as the backward completes it, overlapping\n"
+		"                                          the rest of the backward (`--overlap-grad-reduce`);\n"
+		"                                          0 (default): all buckets after the backward. The results\n"
+		"                                          are bitwise the same. With MPI, while an optimizer with\n"
+		"                                          this or overlap_param_gather lives, a thread of ptdp's\n"
+		"                                          enters MPI every 100 us to advance the collectives (only\n"
+		"                                          when MPI runs at MPI_THREAD_SERIALIZED or above; ptdp's\n"
+		"                                          own MPI calls are serialised with it): a program making\n"
+		"                                          MPI calls of its own meanwhile needs\n"
+		"                                          MPI_THREAD_MULTIPLE. Since 0.3; older programs get 0.\n"
+		""},
+	 { "ptdp_optimizer_options_overlap_grad_reduce_get", _wrap_ptdp_optimizer_options_overlap_grad_reduce_get, METH_O, "\n"
+		"1: reduce each gradient bucket over the data-parallel\n"
+		"                                          group as soon as the backward completes it, overlapping\n"
+		"                                          the rest of the backward (`--overlap-grad-reduce`);\n"
+		"                                          0 (default): all buckets after the backward. The results\n"
+		"                                          are bitwise the same. With MPI, while an optimizer with\n"
+		"                                          this or overlap_param_gather lives, a thread of ptdp's\n"
+		"                                          enters MPI every 100 us to advance the collectives (only\n"
+		"                                          when MPI runs at MPI_THREAD_SERIALIZED or above; ptdp's\n"
+		"                                          own MPI calls are serialised with it): a program making\n"
+		"                                          MPI calls of its own meanwhile needs\n"
+		"                                          MPI_THREAD_MULTIPLE. Since 0.3; older programs get 0.\n"
+		""},
+	 { "ptdp_optimizer_options_overlap_param_gather_set", _wrap_ptdp_optimizer_options_overlap_param_gather_set, METH_VARARGS, "\n"
+		"1: all-gather the updated weights bucket by bucket after\n"
+		"                                          the step and wait for each just before the next forward\n"
+		"                                          first uses it (`--overlap-param-gather`); needs\n"
+		"                                          use_distributed_optimizer and overlap_grad_reduce.\n"
+		"                                          0 (default): the step waits for the gathers. Bitwise the\n"
+		"                                          same results. Not for ptdp_optimizer_create_for_tensors(),\n"
+		"                                          whose step always waits. Since 0.3; older programs get 0.\n"
+		""},
+	 { "ptdp_optimizer_options_overlap_param_gather_get", _wrap_ptdp_optimizer_options_overlap_param_gather_get, METH_O, "\n"
+		"1: all-gather the updated weights bucket by bucket after\n"
+		"                                          the step and wait for each just before the next forward\n"
+		"                                          first uses it (`--overlap-param-gather`); needs\n"
+		"                                          use_distributed_optimizer and overlap_grad_reduce.\n"
+		"                                          0 (default): the step waits for the gathers. Bitwise the\n"
+		"                                          same results. Not for ptdp_optimizer_create_for_tensors(),\n"
+		"                                          whose step always waits. Since 0.3; older programs get 0.\n"
 		""},
 	 { "new_ptdp_optimizer_options", _wrap_new_ptdp_optimizer_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_optimizer_options", _wrap_delete_ptdp_optimizer_options, METH_O, NULL},
@@ -35021,7 +35193,9 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_optimizer_reduce_gradients", _wrap_ptdp_optimizer_reduce_gradients, METH_O, "\n"
 		"Averages the gradients of a user's registered tensors over the data-parallel group\n"
-		"       (reduce-scatter with the distributed optimizer).\n"
+		"       (reduce-scatter with the distributed optimizer: in place, so that with d > 1 each\n"
+		"       rank's gradient tensors then hold the averages of its shard only, and other elements\n"
+		"       are undefined until the next backward).\n"
 		":type optimizer: struct ptdp_optimizer_impl\n"
 		":param optimizer: A live optimizer.\n"
 		"Title: Thread safety\n"
@@ -36314,14 +36488,14 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_plan_layout_memory_gradients_set", _wrap_ptdp_plan_layout_memory_gradients_set, METH_VARARGS, " Bytes of gradients (fp32)."},
 	 { "ptdp_plan_layout_memory_gradients_get", _wrap_ptdp_plan_layout_memory_gradients_get, METH_O, " Bytes of gradients (fp32)."},
 	 { "ptdp_plan_layout_memory_optimizer_set", _wrap_ptdp_plan_layout_memory_optimizer_set, METH_VARARGS, "\n"
-		"Bytes of optimizer state: Adam moments (/ d when\n"
-		"                                      distributed) and the fp32 master weights of 16-bit\n"
-		"                                      training (whole on every rank).\n"
+		"Bytes of optimizer state: Adam moments and the fp32\n"
+		"                                      master weights of 16-bit training, both / d with the\n"
+		"                                      distributed optimizer.\n"
 		""},
 	 { "ptdp_plan_layout_memory_optimizer_get", _wrap_ptdp_plan_layout_memory_optimizer_get, METH_O, "\n"
-		"Bytes of optimizer state: Adam moments (/ d when\n"
-		"                                      distributed) and the fp32 master weights of 16-bit\n"
-		"                                      training (whole on every rank).\n"
+		"Bytes of optimizer state: Adam moments and the fp32\n"
+		"                                      master weights of 16-bit training, both / d with the\n"
+		"                                      distributed optimizer.\n"
 		""},
 	 { "ptdp_plan_layout_memory_activations_set", _wrap_ptdp_plan_layout_memory_activations_set, METH_VARARGS, "\n"
 		"Bytes of activations of the in-flight microbatches,\n"

@@ -1142,7 +1142,9 @@ PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, unknown name, NULL @p host, @p bytes too small.
  * @par Thread safety
- * Collective over the model-parallel group.
+ * Collective over the model-parallel group; also over the data-parallel group while a
+ * distributed optimizer shards the model's fp32 master weights (16-bit weights, d > 1), which
+ * are then gathered.
  */
 PTDP_API ptdp_status ptdp_model_get_param(ptdp_model model, const char* name, float* host, size_t bytes);
 
@@ -2063,9 +2065,28 @@ typedef struct ptdp_optimizer_options {
   float min_loss_scale;               /**< Default 1. */
   int32_t loss_scale_window;          /**< Clean steps before the scale doubles; default 1000. */
   int32_t hysteresis;                 /**< Overflowing steps before the scale halves; default 2. */
-  int32_t use_distributed_optimizer;  /**< 1: shard the optimizer state over the data-parallel group. */
+  int32_t use_distributed_optimizer;  /**< 1: shard the optimizer state and, with 16-bit weights,
+                                           the fp32 master weights over the data-parallel group. */
   int64_t ddp_bucket_size;            /**< Gradient elements per data-parallel bucket; 0 (default):
                                            one bucket per model chunk. */
+  int32_t overlap_grad_reduce;        /**< 1: reduce each gradient bucket over the data-parallel
+                                           group as soon as the backward completes it, overlapping
+                                           the rest of the backward (`--overlap-grad-reduce`);
+                                           0 (default): all buckets after the backward. The results
+                                           are bitwise the same. With MPI, while an optimizer with
+                                           this or overlap_param_gather lives, a thread of ptdp's
+                                           enters MPI every 100 us to advance the collectives (only
+                                           when MPI runs at MPI_THREAD_SERIALIZED or above; ptdp's
+                                           own MPI calls are serialised with it): a program making
+                                           MPI calls of its own meanwhile needs
+                                           MPI_THREAD_MULTIPLE. Since 0.3; older programs get 0. */
+  int32_t overlap_param_gather;       /**< 1: all-gather the updated weights bucket by bucket after
+                                           the step and wait for each just before the next forward
+                                           first uses it (`--overlap-param-gather`); needs
+                                           use_distributed_optimizer and overlap_grad_reduce.
+                                           0 (default): the step waits for the gathers. Bitwise the
+                                           same results. Not for ptdp_optimizer_create_for_tensors(),
+                                           whose step always waits. Since 0.3; older programs get 0. */
 } ptdp_optimizer_options;
 
 /** Opaque handle to an optimizer. */
@@ -2143,7 +2164,9 @@ PTDP_API ptdp_status ptdp_optimizer_destroy(ptdp_optimizer optimizer);
 
 /**
  * @brief Averages the gradients of a user's registered tensors over the data-parallel group
- *        (reduce-scatter with the distributed optimizer).
+ *        (reduce-scatter with the distributed optimizer: in place, so that with d > 1 each
+ *        rank's gradient tensors then hold the averages of its shard only, and other elements
+ *        are undefined until the next backward).
  * @param optimizer A live optimizer.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle.
@@ -3453,9 +3476,9 @@ typedef struct ptdp_plan_layout {
   int64_t parameters_per_gpu;     /**< The most parameters one GPU holds. */
   double memory_weights;          /**< Bytes of weights. */
   double memory_gradients;        /**< Bytes of gradients (fp32). */
-  double memory_optimizer;        /**< Bytes of optimizer state: Adam moments (/ d when
-                                       distributed) and the fp32 master weights of 16-bit
-                                       training (whole on every rank). */
+  double memory_optimizer;        /**< Bytes of optimizer state: Adam moments and the fp32
+                                       master weights of 16-bit training, both / d with the
+                                       distributed optimizer. */
   double memory_activations;      /**< Bytes of activations of the in-flight microbatches,
                                        the recomputation working set and the loss. */
   double memory_total;            /**< The sum. */

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "kernels/error.h"
@@ -108,6 +110,7 @@ class MpiWork final : public Work {
 
  private:
   bool test_requests() {
+    std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
     int flag = 0;
     std::vector<MPI_Status> statuses(pending_.requests.size());
     const int rc = MPI_Testall(static_cast<int>(pending_.requests.size()), pending_.requests.data(),
@@ -149,13 +152,74 @@ void mpi_check(int rc, const std::string& what) {
 
 int mpi_leaked_operations() { return g_leaked.load(); }
 
+std::recursive_mutex& mpi_call_mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
+
+namespace {
+
+// The progress thread: enters MPI's progress engine (MPI_Iprobe on MPI_COMM_SELF matches
+// nothing and drives every pending request) until the last token goes.
+class ProgressThread {
+ public:
+  ProgressThread() : thread_([this] { run(); }) {}
+  ~ProgressThread() {
+    stop_.store(true);
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    while (!stop_.load()) {
+      {
+        std::unique_lock<std::recursive_mutex> lock(mpi_call_mutex(), std::try_to_lock);
+        if (lock.owns_lock()) {
+          int finalized = 0;
+          MPI_Finalized(&finalized);
+          if (finalized) return;
+          int flag = 0;
+          MPI_Status status;
+          MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, &status);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace
+
+std::shared_ptr<void> MpiCommunicator::background_progress() {
+  int level = MPI_THREAD_SINGLE;
+  {
+    std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
+    mpi_check(MPI_Query_thread(&level), "MPI_Query_thread");
+  }
+  if (level < MPI_THREAD_SERIALIZED) return nullptr;
+  static std::mutex m;
+  static std::weak_ptr<ProgressThread> current;
+  std::lock_guard<std::mutex> lock(m);
+  std::shared_ptr<ProgressThread> thread = current.lock();
+  if (!thread) {
+    thread = std::make_shared<ProgressThread>();
+    current = thread;
+  }
+  return thread;
+}
+
 namespace {
 int comm_rank(MPI_Comm c) {
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   int r = 0;
   mpi_check(MPI_Comm_rank(c, &r), "MPI_Comm_rank");
   return r;
 }
 int comm_size(MPI_Comm c) {
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   int n = 0;
   mpi_check(MPI_Comm_size(c, &n), "MPI_Comm_size");
   return n;
@@ -166,10 +230,12 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::vector<in
                                  CommSettings settings)
     : Communicator(std::move(name), comm_rank(comm), comm_size(comm), std::move(world_ranks), settings),
       comm_(comm) {
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
 }
 
 MpiCommunicator::~MpiCommunicator() {
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const int left = pending_orphans();
   if (left > 0) g_leaked.fetch_add(left);
   MPI_Comm_free(&comm_);  // deferred by MPI until pending operations complete
@@ -180,6 +246,7 @@ void MpiCommunicator::adopt(Pending&& p) {
 }
 
 int MpiCommunicator::pending_orphans() {
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   int left = 0;
   for (auto it = orphans_.begin(); it != orphans_.end();) {
     int flag = 0;
@@ -245,6 +312,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "tensor");
   check_reduce(t, op);
   const int count = checked_count(t.numel(), "tensor");
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const uint64_t seq = begin("all_reduce");
   progress_orphans();
   const std::string what = describe(std::string("all_reduce(") + reduce_op_name(op) + ", " + t.str() + ")", seq);
@@ -272,6 +340,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   check_chunks(in, out, "reduce_scatter");
   checked_count(in.numel(), "in");
   const int count = checked_count(out.numel(), "out");
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const uint64_t seq = begin("reduce_scatter");
   progress_orphans();
   const std::string what = describe(std::string("reduce_scatter(") + reduce_op_name(op) + ", " + in.str() + ")", seq);
@@ -280,14 +349,20 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   Tensor src = stage ? in.to(DType::F32) : in;
   Tensor dst = stage ? Tensor::empty(out.shape(), DType::F32, out.device()) : out;
   Tensor hsrc = host_side(src, true), hdst = host_side(dst, false);
+  // In place (out is this rank's chunk of in): MPI_IN_PLACE leaves the result at the start of
+  // the buffer; finish moves it to this rank's chunk.
+  const bool in_place =
+      hdst.raw() == static_cast<char*>(hsrc.raw()) + static_cast<std::size_t>(rank()) * hdst.nbytes();
   Pending p;
   p.keep_alive = {in, out, src, dst, hsrc, hdst};
   MPI_Request req;
-  mpi_check(MPI_Ireduce_scatter_block(hsrc.raw(), hdst.raw(), count, mpi_type(src.dtype()), mpi_op(op), comm_, &req),
+  mpi_check(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : hsrc.raw(), in_place ? hsrc.raw() : hdst.raw(), count,
+                                      mpi_type(src.dtype()), mpi_op(op), comm_, &req),
             what);
   p.requests.push_back(req);
   const int n = size();
-  p.finish = [out, dst, hdst, op, n](const std::vector<MPI_Status>&) {
+  p.finish = [out, dst, hsrc, hdst, op, n, in_place](const std::vector<MPI_Status>&) {
+    if (in_place && hdst.raw() != hsrc.raw()) std::memmove(hdst.raw(), hsrc.raw(), hdst.nbytes());
     if (op == ReduceOp::Avg) hdst.backend().scale(hdst.data<float>(), 1.0f / static_cast<float>(n), hdst.numel());
     to_device(hdst, dst);
     if (dst.raw() != out.raw()) dst.backend().cast(dst.raw(), DType::F32, out.raw(), out.dtype(), out.numel());
@@ -301,6 +376,7 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   check_chunks(out, in, "all_gather");
   checked_count(out.numel(), "out");
   const int count = checked_count(in.numel(), "in");
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const uint64_t seq = begin("all_gather");
   progress_orphans();
   const std::string what = describe("all_gather(" + in.str() + ")", seq);
@@ -310,7 +386,11 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   p.keep_alive = {in, out, hin, hout};
   MPI_Request req;
   const MPI_Datatype type = mpi_type(in.dtype());
-  mpi_check(MPI_Iallgather(hin.raw(), count, type, hout.raw(), count, type, comm_, &req), what);
+  // In place (in is this rank's chunk of out): MPI takes this rank's part from out itself.
+  const bool in_place =
+      hin.raw() == static_cast<char*>(hout.raw()) + static_cast<std::size_t>(rank()) * hin.nbytes();
+  if (in_place) mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hout.raw(), count, type, comm_, &req), what);
+  else mpi_check(MPI_Iallgather(hin.raw(), count, type, hout.raw(), count, type, comm_, &req), what);
   p.requests.push_back(req);
   if (hout.raw() != out.raw()) p.finish = [out, hout](const std::vector<MPI_Status>&) { to_device(hout, out); };
   return std::make_unique<MpiWork>(*this, what, std::move(p));
@@ -320,6 +400,7 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   check_tensor(t, "tensor");
   check_peer(root, "root");
   const int count = checked_count(t.numel(), "tensor");
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const uint64_t seq = begin("broadcast");
   progress_orphans();
   const std::string what = describe("broadcast(" + t.str() + ", root " + std::to_string(root) + ")", seq);
@@ -341,6 +422,7 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
     check_tag(op.tag);
     checked_count(op.tensor.numel(), "p2p tensor");
   }
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const uint64_t seq = begin("batch_p2p");
   progress_orphans();
   std::string summary;
@@ -403,6 +485,7 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
 }
 
 WorkPtr MpiCommunicator::barrier() {
+  std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const uint64_t seq = begin("barrier");
   progress_orphans();
   const std::string what = describe("barrier", seq);

@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -15,6 +16,11 @@ namespace ptdp {
 
 /// Throws Error(Communication) describing a failed MPI call.
 void mpi_check(int rc, const std::string& what);
+
+/// Held around every MPI call this file makes, so that the progress thread
+/// (MpiCommunicator::background_progress) and the caller's thread never call into MPI at the
+/// same time: what MPI_THREAD_SERIALIZED, the level ptdp asks for, requires.
+std::recursive_mutex& mpi_call_mutex();
 
 class MpiCommunicator final : public Communicator {
  public:
@@ -31,6 +37,12 @@ class MpiCommunicator final : public Communicator {
   WorkPtr broadcast(const Tensor& t, int root) override;
   WorkPtr batch_p2p(const std::vector<P2POp>& ops) override;
   WorkPtr barrier() override;
+  /// A thread that enters MPI's progress engine every 100 us (MPI_Iprobe, under
+  /// mpi_call_mutex()) while any token lives: Open MPI's non-blocking collectives advance only
+  /// inside MPI calls, so without it a reduction posted during the backward would wait for the
+  /// next wait. One thread per process, shared by every token; nullptr when MPI was initialised
+  /// below MPI_THREAD_SERIALIZED (then operations progress only inside ptdp's MPI calls).
+  std::shared_ptr<void> background_progress() override;
 
   /// Operations abandoned by a timeout (or by dropping their Work) stay here, with the buffers
   /// MPI may still write, until they complete. Returns how many are still pending.

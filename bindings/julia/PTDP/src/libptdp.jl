@@ -983,6 +983,8 @@ struct ptdp_optimizer_options
     hysteresis::Int32
     use_distributed_optimizer::Int32
     ddp_bucket_size::Int64
+    overlap_grad_reduce::Int32
+    overlap_param_gather::Int32
 end
 
 mutable struct ptdp_optimizer_impl end
@@ -1033,7 +1035,9 @@ function ptdp_optimizer_destroy(optimizer)
 end
 
 # Averages the gradients of a user's registered tensors over the data-parallel group
-# (reduce-scatter with the distributed optimizer).
+# (reduce-scatter with the distributed optimizer: in place, so that with d > 1 each rank's
+# gradient tensors then hold the averages of its shard only, and other elements are undefined
+# until the next backward).
 function ptdp_optimizer_reduce_gradients(optimizer)
     ccall((:ptdp_optimizer_reduce_gradients, libptdp), ptdp_status, (ptdp_optimizer,), optimizer)
 end

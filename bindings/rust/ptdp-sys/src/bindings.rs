@@ -373,6 +373,8 @@ pub struct ptdp_optimizer_options {
     pub hysteresis: i32,
     pub use_distributed_optimizer: i32,
     pub ddp_bucket_size: i64,
+    pub overlap_grad_reduce: i32,
+    pub overlap_param_gather: i32,
 }
 
 #[repr(C)]
@@ -1327,7 +1329,9 @@ extern "C" {
     /// Releases an optimizer.
     pub fn ptdp_optimizer_destroy(optimizer: ptdp_optimizer) -> ptdp_status;
     /// Averages the gradients of a user's registered tensors over the data-parallel group
-    /// (reduce-scatter with the distributed optimizer).
+    /// (reduce-scatter with the distributed optimizer: in place, so that with d > 1 each rank's
+    /// gradient tensors then hold the averages of its shard only, and other elements are
+    /// undefined until the next backward).
     pub fn ptdp_optimizer_reduce_gradients(optimizer: ptdp_optimizer) -> ptdp_status;
     /// One optimizer step: unscale, agree on non-finite gradients (skip everywhere), clip by
     /// the global norm, update (the own shard with the distributed optimizer, then all-gather).
