@@ -42,8 +42,10 @@ bool better(const Estimate& a, const Estimate& b) {
   if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
   const Layout &x = a.layout, &y = b.layout;
   const bool xu = x.first > 0 || x.last > 0, yu = y.first > 0 || y.last > 0;
-  return std::make_tuple(x.t * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.b, x.v, xu) <
-         std::make_tuple(y.t * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.b, y.v, yu);
+  return std::make_tuple(x.t * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.sequence_parallel, x.b,
+                         x.v, xu) <
+         std::make_tuple(y.t * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.sequence_parallel, y.b,
+                         y.v, yu);
 }
 
 // The schedules a (p, v) may run under the request's pin.
@@ -336,8 +338,10 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
           for (ScheduleKind kind : schedules_for(req, p, v)) {
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
               if (!req.allow_recompute[static_cast<int>(rc)]) continue;
-              for (int dist = 0; dist < 2; ++dist) {
+              for (int variant = 0; variant < 4; ++variant) {
+                const int dist = variant % 2, sp = variant / 2;
                 if (dist == 1 && (!req.allow_distributed_optimizer || d == 1)) continue;
+                if (sp == 1 && (!req.allow_sequence_parallel || t == 1 || req.model.seq_length % t != 0)) continue;
                 Layout L;
                 L.t = t;
                 L.p = p;
@@ -348,6 +352,7 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 L.schedule = kind;
                 L.recompute = rc;
                 L.distributed_optimizer = dist == 1;
+                L.sequence_parallel = sp == 1;
                 if (uneven_pinned(req)) {
                   L.first = req.first_stage_layers;
                   L.last = req.last_stage_layers;
@@ -357,7 +362,7 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 c.layouts.push_back(L);
                 // Megatron gives v with uneven stages only by --num-virtual-stages-per-pipeline-rank.
                 if (p == 1 || req.layers_per_virtual_stage > 0) continue;
-                const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc));
+                const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc) + 3 * sp);
                 if (balanced.count(key) == 0) balanced[key] = balanced_split(req, cl, L);
                 const std::pair<int, int> split = balanced[key];
                 if (split.first == 0 && split.second == 0) continue;
@@ -534,6 +539,31 @@ std::string uneven_reason(const PlanRequest& req, const Cluster& cl, const Layou
   return why;
 }
 
+// Sequence parallelism's trade, measured on layout `e` against the same layout with the other
+// setting: activation memory per GPU (the norms' and dropouts' activations split over t) and
+// time (the same bytes through a reduce-scatter and an all-gather instead of an all-reduce, the
+// norms and dropouts on s / t tokens).
+std::string sequence_parallel_reason(const PlanRequest& req, const Cluster& cl, const Estimate& e) {
+  Layout other = e.layout;
+  other.sequence_parallel = !other.sequence_parallel;
+  Estimate o;
+  try {
+    o = estimate(req, cl, other, e.simulated);
+  } catch (const Error& err) {
+    return str_cat("no sequence parallelism: ", err.what());
+  }
+  const Estimate& with = e.layout.sequence_parallel ? e : o;
+  const Estimate& without = e.layout.sequence_parallel ? o : e;
+  const std::string trade =
+      str_cat("activations ", gib(with.memory.activations), " with it vs ", gib(without.memory.activations),
+              " without; its reduce-scatter and all-gather move the bytes of the all-reduce they replace, and the "
+              "norms and dropouts run on s / t = ",
+              req.model.seq_length / e.layout.t, " tokens: ", secs(with.iteration), " vs ", secs(without.iteration),
+              " per iteration");
+  if (e.layout.sequence_parallel) return str_cat("sequence parallelism (--sequence-parallel): ", trade);
+  return str_cat("no sequence parallelism (", trade, without.fits && !with.fits ? "; it would not fit" : "", ")");
+}
+
 // Why the best layout was chosen, one reason per choice (t, p, d, schedule, recomputation,
 // distributed optimizer), joined.
 std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& best,
@@ -572,6 +602,7 @@ std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& 
   if (L.distributed_optimizer) {
     reasons.push_back(str_cat("the distributed optimizer shards the optimizer state to ", gib(best.memory.optimizer)));
   }
+  if (L.t > 1 && req.allow_sequence_parallel) reasons.push_back(sequence_parallel_reason(req, cl, best));
   std::string why;
   for (const std::string& s : reasons) why += str_cat(why.empty() ? "" : "; ", s);
   return why;
@@ -647,6 +678,18 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
   return r;
 }
 
+namespace {
+
+// How the GEMMs are priced: the precision's table, or the single efficiency.
+std::string gemm_words(const PlanRequest& req, const Cluster& cl) {
+  const std::string& table = req.precision == Precision::Fp32 ? cl.gemm_table_fp32 : cl.gemm_table_16bit;
+  if (table.empty()) return str_cat("GEMM efficiency ", fmt("%.2f", cl.gemm_efficiency));
+  return str_cat("GEMM efficiency by shape from table ", table, ", memory-bound kernels at ",
+                 fmt("%.0f", cl.memory_bandwidth / 1e9), " GB/s");
+}
+
+}  // namespace
+
 std::string plan_report(const PlanResult& r) {
   const Cluster& cl = r.cluster;
   const PlanRequest& req = r.request;
@@ -659,7 +702,7 @@ std::string plan_report(const PlanResult& r) {
   out += str_cat("cluster ", cl.name, ": ", r.num_gpus, " GPUs (", cl.gpus_per_node, " per node), ", gib(cl.memory_bytes),
                  " each (", gib(cl.memory_reserve_bytes), " reserved), ",
                  fmt("%.0f", (req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit) / 1e12),
-                 " TFLOP/s peak, GEMM efficiency ", fmt("%.2f", cl.gemm_efficiency), "\n");
+                 " TFLOP/s peak, ", gemm_words(req, cl), "\n");
   out += str_cat("searched ", r.considered, " layouts, ", r.fitting, " fit in memory\n");
   if (!r.feasible) {
     out += str_cat("\nno feasible layout: ", r.reason, "\n");
@@ -681,6 +724,15 @@ std::string plan_report(const PlanResult& r) {
                   recompute_name(L.recompute), L.distributed_optimizer ? "yes" : "no", e.memory.total() / kGiB,
                   e.iteration, 100.0 * e.bubble_fraction, e.tflops_per_gpu, 100.0 * e.mfu, ends.c_str());
     out += line;
+  }
+  bool any_sp = false;
+  for (const Estimate& e : r.layouts) any_sp = any_sp || e.layout.sequence_parallel;
+  if (any_sp) {
+    out += "sequence parallelism:";
+    for (std::size_t i = 0; i < r.layouts.size(); ++i) {
+      if (r.layouts[i].layout.sequence_parallel) out += str_cat(" #", i + 1);
+    }
+    out += "\n";
   }
   out += "\nWhy:\n";
   for (std::size_t i = 0; i < r.layouts.size(); ++i) out += str_cat("  #", i + 1, ": ", r.why[i], "\n");
@@ -744,6 +796,7 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                        {"schedule", schedule_short_name(L.schedule)},
                        {"recompute", recompute_name(L.recompute)},
                        {"distributed_optimizer", L.distributed_optimizer},
+                       {"sequence_parallel", L.sequence_parallel},
                        {"parameters_exact", e.params_exact},
                        {"parameters_per_gpu", e.params_per_gpu},
                        {"memory_bytes",

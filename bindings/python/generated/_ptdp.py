@@ -3264,6 +3264,24 @@ class ptdp_cluster(object):
     intra_node_latency = property(_ptdp_ext.ptdp_cluster_intra_node_latency_get, _ptdp_ext.ptdp_cluster_intra_node_latency_set, doc=r""" Seconds per collective or transfer inside a node.""")
     inter_node_bandwidth = property(_ptdp_ext.ptdp_cluster_inter_node_bandwidth_get, _ptdp_ext.ptdp_cluster_inter_node_bandwidth_set, doc=r""" Bandwidth per GPU between nodes, bytes/s.""")
     inter_node_latency = property(_ptdp_ext.ptdp_cluster_inter_node_latency_get, _ptdp_ext.ptdp_cluster_inter_node_latency_set, doc=r""" Seconds per collective or transfer between nodes.""")
+    elementwise_bandwidth = property(_ptdp_ext.ptdp_cluster_elementwise_bandwidth_get, _ptdp_ext.ptdp_cluster_elementwise_bandwidth_set, doc=r"""
+    Bytes/s of a layer's memory-bound kernels (norms, activation,
+                                       softmax, dropout, the loss) with a GEMM table; 0:
+                                       memory_bandwidth (GPUs).
+    """)
+    gemm_table_16bit = property(_ptdp_ext.ptdp_cluster_gemm_table_16bit_get, _ptdp_ext.ptdp_cluster_gemm_table_16bit_set, doc=r"""
+    GEMM efficiency by shape for 16-bit training, NUL-terminated:
+                                       a built-in table ("a100-16bit", "h100-16bit") or the path of a
+                                       JSON file written by `bench_kernels --gemm-table`; every GEMM
+                                       of a layer is then priced at its own shape's efficiency and
+                                       the memory-bound kernels at memory_bandwidth. Empty:
+                                       gemm_efficiency for every GEMM. The presets name their
+                                       device's tables.
+    """)
+    gemm_table_fp32 = property(_ptdp_ext.ptdp_cluster_gemm_table_fp32_get, _ptdp_ext.ptdp_cluster_gemm_table_fp32_set, doc=r"""
+    The same for fp32 training ("a100-tf32", "h100-tf32", or
+                                       "cpu": OpenBLAS sgemm measured on the project's machine).
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_cluster_swiginit(self, _ptdp_ext.new_ptdp_cluster())
@@ -3311,8 +3329,10 @@ def ptdp_cluster_load(path, cluster):
     Reads a cluster from a JSON file: an object with any of the keys "preset" (the
            starting point; default "dgx-a100"), "name", "gpus_per_node", "nodes", "memory_gib",
            "memory_reserve_gib", "peak_tflops_16bit", "peak_tflops_fp32", "gemm_efficiency",
-           "memory_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
-           "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds).
+           "memory_bandwidth_gbs", "elementwise_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
+           "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds),
+           "gemm_table_16bit", "gemm_table_fp32" (a built-in table's name or a file's path; see
+           ptdp_cluster::gemm_table_16bit).
     :type path: string
     :param path: The file; must not be NULL.
     :type cluster: :py:class:`ptdp_cluster`, out
@@ -3422,6 +3442,13 @@ class ptdp_plan_options(object):
     Pin the last pipeline stage's layers; as
                                                 decoder_first_pipeline_num_layers.
     """)
+    sequence_parallel = property(_ptdp_ext.ptdp_plan_options_sequence_parallel_get, _ptdp_ext.ptdp_plan_options_sequence_parallel_set, doc=r"""
+    1: sequence parallelism (Megatron's
+                                                `--sequence-parallel`) may be used where t > 1
+                                                divides the sequence length; the plan's reasons
+                                                say why it is used or not (activation memory
+                                                against time). Default 0.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())
@@ -3507,6 +3534,10 @@ class ptdp_plan_layout(object):
     decoder_last_pipeline_num_layers = property(_ptdp_ext.ptdp_plan_layout_decoder_last_pipeline_num_layers_get, _ptdp_ext.ptdp_plan_layout_decoder_last_pipeline_num_layers_set, doc=r"""
     Layers of the last pipeline stage; as
                                           decoder_first_pipeline_num_layers.
+    """)
+    sequence_parallel = property(_ptdp_ext.ptdp_plan_layout_sequence_parallel_get, _ptdp_ext.ptdp_plan_layout_sequence_parallel_set, doc=r"""
+    1 with sequence parallelism (only when
+                                          ptdp_plan_options::sequence_parallel allows it).
     """)
 
     def __init__(self):
