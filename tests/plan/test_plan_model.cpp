@@ -5,9 +5,11 @@
 // TFLOP/s per GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 #include "core/model/gpt.h"
 #include "core/pipeline/simulator.h"
@@ -396,4 +398,45 @@ TEST_CASE("sequence parallelism: Korthikanti's activation memory, and the planne
   bad.d = best.layout.d * best.layout.t;
   bad.m = static_cast<int>(q.global_batch_size / (bad.d * bad.b));
   CHECK_THROWS_WITH(estimate(q, a100_nodes(kRows[6].gpus), bad, false), Catch::Contains("sequence parallelism"));
+}
+
+TEST_CASE("the CPU engine's prediction: critical path with a core per rank, or all ranks' work over the cores",
+          "[plan][cpu]") {
+  // bench_train's default model and layouts on 4 ranks (its comparison with measurements is a
+  // benchmark: bench_train prints it; here the arithmetic).
+  PlanRequest q;
+  q.model.num_layers = 4;
+  q.model.hidden_size = 256;
+  q.model.num_attention_heads = 8;
+  q.model.vocab_size = 8192;
+  q.model.seq_length = 128;
+  q.precision = Precision::Fp32;
+  const Cluster full = cpu_cluster(4, 4), half = cpu_cluster(4, 2);
+  CHECK(full.gemm_table_fp32 == "cpu");
+  CHECK(full.peak_flops_fp32 == Approx(builtin_gemm_table("cpu").peak_flops));
+  CHECK(half.peak_flops_fp32 == Approx(0.5 * full.peak_flops_fp32));  // 4 ranks share 2 cores
+  CHECK(half.elementwise_bandwidth == Approx(0.5 * full.elementwise_bandwidth));
+  CHECK(half.intra_node_bandwidth == Approx(full.intra_node_bandwidth));  // measured with the ranks sharing
+  for (const auto& [t, p, d] : {std::tuple{4, 1, 1}, std::tuple{1, 4, 1}, std::tuple{1, 1, 4}, std::tuple{2, 2, 1}}) {
+    Layout L;
+    L.t = t;
+    L.p = p;
+    L.d = d;
+    L.b = 2;
+    L.m = 4;
+    q.global_batch_size = 8 * d;
+    const Estimate own = estimate(q, full, L, true);
+    double stages = 0;
+    for (double s : stage_microbatch_seconds(q, full, L)) stages += s;
+    for (double cores : {0.5, 1.0, 2.0, 4.0}) {
+      const double work = t * d * L.m * stages + 4 * own.optimizer;
+      const double expected = std::max(own.iteration, work / cores + own.data_parallel + own.embedding_sync);
+      INFO(t << "," << p << "," << d << " on " << cores << " cores");
+      CHECK(cpu_iteration_seconds(q, L, cores) == Approx(expected).epsilon(1e-12));
+    }
+    // Never faster than the critical path with a core for every rank.
+    CHECK(cpu_iteration_seconds(q, L, 4.0) >= own.iteration);
+    CHECK(cpu_iteration_seconds(q, L, 1.0) > cpu_iteration_seconds(q, L, 2.0));
+  }
+  CHECK_THROWS_WITH(cpu_iteration_seconds(q, Layout{}, 0.0), Catch::Contains("cores = 0"));
 }
