@@ -489,6 +489,7 @@ module ptdp
     integer(c_int32_t) :: decoder_first_pipeline_num_layers
     integer(c_int32_t) :: decoder_last_pipeline_num_layers
     integer(c_int32_t) :: sequence_parallel
+    integer(c_int32_t) :: context_parallel_size
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -538,6 +539,7 @@ module ptdp
     integer(c_int32_t) :: decoder_first_pipeline_num_layers
     integer(c_int32_t) :: decoder_last_pipeline_num_layers
     integer(c_int32_t) :: sequence_parallel
+    integer(c_int32_t) :: context_parallel_size
   end type ptdp_plan_layout
 
   ! Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.

@@ -454,6 +454,7 @@ void plan_options_defaults(ptdp_plan_options* o) {
   o->hidden_dropout_set = 1;
   o->hidden_dropout = 0.1f;
   o->sequence_parallel = 0;
+  o->context_parallel_size = 1;
   // The Llama fields stay zero: the GPT (reset_options zeroed them).
 }
 
@@ -498,6 +499,7 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.overlap_grad_reduce = r.overlap_grad_reduce ? 1 : 0;
   o.top = r.top;
   o.sequence_parallel = r.allow_sequence_parallel ? 1 : 0;
+  o.context_parallel_size = r.context_parallel;
   llama_fields_to_c(g, o);
   *out = o;
 }
@@ -568,6 +570,10 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
   PTDP_CHECK_ARG(o.sequence_parallel == 0 || o.sequence_parallel == 1,
                  str_cat("options->sequence_parallel = ", o.sequence_parallel, " is not 0 or 1"));
   r.allow_sequence_parallel = o.sequence_parallel == 1;
+  PTDP_CHECK_ARG(o.context_parallel_size >= 0,
+                 str_cat("options->context_parallel_size = ", o.context_parallel_size,
+                         " is negative (1: none, N > 1: pin, 0: search)"));
+  r.context_parallel = o.context_parallel_size;
   r.validate();
   return r;
 }

@@ -70,6 +70,8 @@ void PlanRequest::validate() const {
                          " cannot be pinned with first or last stage layers (as in Megatron, which takes v from "
                          "--num-virtual-stages-per-pipeline-rank then); leave v to the search"));
   PTDP_CHECK_ARG(top > 0, str_cat("top = ", top, " is not > 0"));
+  PTDP_CHECK_ARG(context_parallel >= 0,
+                 str_cat("context parallel size = ", context_parallel, " is negative (1: none, 0: search)"));
   PTDP_CHECK_ARG(allow_recompute[0] || allow_recompute[1] || allow_recompute[2],
                  "no recomputation granularity is allowed (none, full and selective are all excluded)");
 }
@@ -90,7 +92,7 @@ PipelineSplit Layout::split() const {
 }
 
 std::string Layout::str() const {
-  std::string s = str_cat("t=", t, " p=", p);
+  std::string s = str_cat("t=", t, c > 1 ? str_cat(" c=", c) : std::string(), " p=", p);
   if (first > 0) s += str_cat(" first=", first);
   if (last > 0) s += str_cat(" last=", last);
   s += str_cat(" d=", d);
@@ -200,7 +202,11 @@ double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute)
   return m.paper_flops(samples);
 }
 
-double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r, bool sequence_parallel) {
+double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r, bool sequence_parallel,
+                              int c) {
+  // Context parallelism keeps each rank's s / c tokens: every term below per token, the scores
+  // s / c x s.
+  if (c > 1) return layer_activation_bytes(m, prec, t, b, r, sequence_parallel, 1) / c;
   // What every tensor rank keeps whole without sequence parallelism is split over t with it.
   const double whole = sequence_parallel ? 1.0 / t : 1.0;
   const double s = m.seq_length, h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads, sb = s * b;
@@ -246,39 +252,39 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   return bytes;
 }
 
-std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b) {
-  const double s = m.seq_length, h = m.hidden_size, tokens = static_cast<double>(b) * s;
+std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c) {
+  const double s = m.seq_length, h = m.hidden_size, tokens = static_cast<double>(b) * s / c, q = s / c;
   const double dh = m.head_dim(), heads = static_cast<double>(m.num_attention_heads) / t;
   const double qkv = static_cast<double>(m.qkv_rows()), ctx = static_cast<double>(m.attention_width());
   const double f = m.ffn(), fc1 = m.swiglu ? 2.0 * f : f;
   return {
       {tokens, qkv / t, h, 1},   // QKV
-      {s, s, dh, b * heads},     // scores Q K^T
-      {s, dh, s, b * heads},     // context P V
+      {q, s, dh, b * heads},     // scores Q K^T (this rank's queries against every key)
+      {q, dh, s, b * heads},     // context P V
       {tokens, h, ctx / t, 1},   // projection
       {tokens, fc1 / t, h, 1},   // fc1
       {tokens, h, f / t, 1},     // fc2
   };
 }
 
-Gemm logit_gemm(const GptConfig& m, int t, int b) {
-  return {static_cast<double>(b) * m.seq_length, static_cast<double>(m.padded_vocab(t)) / t,
+Gemm logit_gemm(const GptConfig& m, int t, int b, int c) {
+  return {static_cast<double>(b) * m.seq_length / c, static_cast<double>(m.padded_vocab(t)) / t,
           static_cast<double>(m.hidden_size), 1};
 }
 
-double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b) {
+double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, int c) {
   const double e = bytes_of(prec), s = m.seq_length;
-  const double scores = static_cast<double>(m.num_attention_heads) / t * b * s * s;
+  const double scores = static_cast<double>(m.num_attention_heads) / t * b * s * s / c;
   return scores * (2.0 * e + (m.attention_dropout > 0 ? 2.0 * e + 1.0 : 0.0));
 }
 
-double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel) {
-  const double e = bytes_of(prec), sb = static_cast<double>(b) * m.seq_length, h = m.hidden_size;
+double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel, int c) {
+  const double e = bytes_of(prec), sb = static_cast<double>(b) * m.seq_length / c, h = m.hidden_size;
   const double f = m.ffn(), whole = sequence_parallel ? 1.0 / t : 1.0;
   const double norms = 2.0 * 2.0 * e * sb * h * whole;
   const double residual_adds = 2.0 * (3.0 * e + (m.hidden_dropout > 0 ? 1.0 : 0.0)) * sb * h * whole;
   const double activation = (m.swiglu ? 3.0 : 2.0) * e * sb * f / t;
-  return norms + residual_adds + activation + attention_elementwise_bytes(m, prec, t, b);
+  return norms + residual_adds + activation + attention_elementwise_bytes(m, prec, t, b, c);
 }
 
 int schedule_peak_slots(ScheduleKind kind, int p, int m, int v, int rank) {
@@ -318,6 +324,9 @@ void check_layout_runs(const PlanRequest& req, const Layout& L) {
   PTDP_CHECK_ARG(static_cast<int64_t>(m) * b * d == req.global_batch_size,
                  str_cat("layout ", L.str(), ": m * b * d = ", static_cast<int64_t>(m) * b * d,
                          " is not the global batch ", req.global_batch_size));
+  PTDP_CHECK_ARG(L.c > 0 && (L.c == 1 || g.seq_length % (2 * L.c) == 0),
+                 str_cat("layout ", L.str(), ": context parallelism c = ", L.c, " needs 2 c to divide the sequence length ",
+                         g.seq_length, " (each rank takes two chunks, balancing the causal mask)"));
   PTDP_CHECK_ARG(!L.sequence_parallel || (t > 1 && g.seq_length % t == 0),
                  str_cat("layout ", L.str(), ": sequence parallelism needs t > 1 dividing the sequence length ",
                          g.seq_length));
@@ -340,7 +349,7 @@ double peak_flops(const PlanRequest& req, const Cluster& cl) {
 
 // One activation [s, b, h]: what a tensor all-reduce or a pipeline transfer carries.
 double activation_message_bytes(const PlanRequest& req, const Layout& L) {
-  return static_cast<double>(L.b) * req.model.seq_length * req.model.hidden_size * bytes_of(req.precision);
+  return static_cast<double>(L.b) * req.model.seq_length / L.c * req.model.hidden_size * bytes_of(req.precision);
 }
 
 // Seconds of one microbatch through a whole pipeline rank (all its v chunks). bwd_compute
@@ -355,6 +364,7 @@ struct StageCost {
 struct CostParts {
   double layer_fwd, layer_bwd_input, layer_bwd_weight, logit_fwd, logit_bwd_input, logit_bwd_weight, layer_recompute;
   double ar, ar_per_layer_bwd;
+  double cp_fwd, cp_bwd;  ///< one layer's exposed context-parallel ring exchanges
 };
 
 // The GEMM tables of the request's precision (empty: the cluster's single gemm_efficiency).
@@ -385,10 +395,11 @@ PassSeconds gemm_seconds(const GemmTable& tab, double peak, const std::vector<Ge
 
 CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L, double tensor_allreduce) {
   const GptConfig& g = req.model;
-  const int t = L.t, b = L.b;
+  const int t = L.t, b = L.b, cp = L.c;
   const double vp = static_cast<double>(g.padded_vocab(t));
   CostParts c;
   const GemmTable* tab = table_for(req, cl);
+  double attention_fwd = 0, attention_bwd = 0;  // the attention products' seconds (context parallelism hides its ring behind them)
   if (tab == nullptr) {
     // One efficiency for every GEMM (the cluster's gemm_efficiency, memory-bound kernels
     // included), lowered when the smallest dimension of the layer's GEMMs (tokens b s, or the
@@ -396,19 +407,26 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
     const double h = g.hidden_size, s = g.seq_length;
     const double smallest = std::min(static_cast<double>(b) * s, h / t);
     const double rate = peak_flops(req, cl) * cl.gemm_efficiency * smallest / (smallest + kGemmHalfSize);
-    c.layer_fwd = layer_forward_flops(g, b) / t / rate;
-    c.logit_fwd = logit_forward_flops(g, b, vp) / t / rate;
-    c.layer_recompute = recompute_flops(g, b, L.recompute) / t / rate;
+    c.layer_fwd = layer_forward_flops(g, b) / t / cp / rate;
+    c.logit_fwd = logit_forward_flops(g, b, vp) / t / cp / rate;
+    c.layer_recompute = recompute_flops(g, b, L.recompute) / t / cp / rate;
     c.layer_bwd_input = c.layer_bwd_weight = c.layer_fwd;
     c.logit_bwd_input = c.logit_bwd_weight = c.logit_fwd;
+    attention_fwd = attention_core_flops(g, b) / t / cp / rate;
+    attention_bwd = 2.0 * attention_fwd;
   } else {
     // Every GEMM at its own shape's efficiency, and the memory-bound kernels (norms,
     // activation, bias-dropout-add, softmax, dropout) at the achieved memory bandwidth.
     const double peak = peak_flops(req, cl);
-    const PassSeconds layer = gemm_seconds(*tab, peak, layer_gemms(g, t, b));
-    const PassSeconds logit = gemm_seconds(*tab, peak, {logit_gemm(g, t, b)});
+    const std::vector<Gemm> all = layer_gemms(g, t, b, cp);
+    const PassSeconds layer = gemm_seconds(*tab, peak, all);
+    const PassSeconds logit = gemm_seconds(*tab, peak, {logit_gemm(g, t, b, cp)});
+    const PassSeconds attention = gemm_seconds(*tab, peak, std::vector<Gemm>(all.begin() + 1, all.begin() + 3));  // Q K^T and P V
     const double bandwidth = cl.elementwise_bandwidth > 0 ? cl.elementwise_bandwidth : cl.memory_bandwidth;
-    const double fwd_bytes = layer_elementwise_bytes(g, req.precision, t, b, L.sequence_parallel);
+    const double fwd_bytes = layer_elementwise_bytes(g, req.precision, t, b, L.sequence_parallel, cp);
+    const double attention_ew = attention_elementwise_bytes(g, req.precision, t, b, cp) / bandwidth;
+    attention_fwd = attention.fwd + attention_ew;
+    attention_bwd = attention.bwd_input + attention.bwd_weight + kElementwiseBackward * attention_ew;
     const double ew_fwd = fwd_bytes / bandwidth;
     c.layer_fwd = layer.fwd + ew_fwd;
     // A memory-bound kernel's backward reads the output gradient and what its forward kept and
@@ -419,19 +437,13 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
     c.layer_bwd_weight = layer.bwd_weight;
     // The loss: a softmax over the fp32 logits [b s, V / t] and its gradient, written in place
     // (read and write each way).
-    const double loss = 2.0 * 4.0 * b * g.seq_length * vp / t / bandwidth;
+    const double loss = 2.0 * 4.0 * b * g.seq_length / cp * vp / t / bandwidth;
     c.logit_fwd = logit.fwd + loss;
     c.logit_bwd_input = logit.bwd_input + loss;
     c.logit_bwd_weight = logit.bwd_weight;
     switch (L.recompute) {
       case Recompute::Full: c.layer_recompute = c.layer_fwd; break;
-      case Recompute::Selective: {
-        const std::vector<Gemm> all = layer_gemms(g, t, b);
-        const std::vector<Gemm> core(all.begin() + 1, all.begin() + 3);  // Q K^T and P V
-        c.layer_recompute =
-            gemm_seconds(*tab, peak, core).fwd + attention_elementwise_bytes(g, req.precision, t, b) / bandwidth;
-        break;
-      }
+      case Recompute::Selective: c.layer_recompute = attention_fwd; break;
       case Recompute::None: c.layer_recompute = 0; break;
     }
   }
@@ -439,6 +451,19 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
   // Per layer: 2 forward (after attention and MLP), 2 backward (their conjugates); full
   // recomputation repeats the forward's 2.
   c.ar_per_layer_bwd = 2.0 + (L.recompute == Recompute::Full ? 2.0 : 0.0);
+  // Context parallelism: each layer's attention passes its keys and values (2 b s/c g dh / t
+  // elements) around the ring of c ranks, c - 1 steps, forward; the backward sends them and
+  // their gradients (twice the bytes). As in Megatron's ring attention each step's transfer
+  // overlaps the attention products of the step before: what exceeds them is exposed.
+  c.cp_fwd = c.cp_bwd = 0;
+  if (cp > 1) {
+    const Link link = link_for(cl, t * cp > cl.gpus_per_node);
+    const double kv = 2.0 * b * g.seq_length / cp * static_cast<double>(g.query_groups()) * g.head_dim() / t *
+                      bytes_of(req.precision);
+    const double ring = (cp - 1) * (link.latency + kv / link.bandwidth);
+    c.cp_fwd = std::max(0.0, ring - attention_fwd);
+    c.cp_bwd = std::max(0.0, 2.0 * ring - attention_bwd) + (L.recompute == Recompute::Full ? c.cp_fwd : 0.0);
+  }
   return c;
 }
 
@@ -458,8 +483,8 @@ std::vector<StageCost> stage_costs(const PlanRequest& req, const Cluster& cl, co
     c.bwd_weight = layers * parts.layer_bwd_weight + (last ? parts.logit_bwd_weight : 0.0);
     c.bwd_compute = layers * parts.layer_bwd_input + (last ? parts.logit_bwd_input : 0.0) + c.bwd_weight;
     c.recompute = layers * parts.layer_recompute;
-    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar;
-    c.tp_bwd = (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar;
+    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar + layers * parts.cp_fwd;
+    c.tp_bwd = (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar + layers * parts.cp_bwd;
   }
   return stages;
 }
@@ -563,7 +588,7 @@ PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const Schedul
 // weights) of `n_local` parameters over the data-parallel group, less what hides behind the
 // last microbatch's backward (`window` seconds).
 double data_parallel_seconds(const PlanRequest& req, const Layout& L, double n_local, double window, const Link& dp) {
-  const int d = L.d;
+  const int d = L.d * L.c;  // the context-parallel ranks hold the same weights: one reduction over d c
   const double param_bytes = bytes_of(req.precision);
   double reduce = 0, gather = 0;
   if (L.distributed_optimizer) {
@@ -634,11 +659,11 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, dou
   const double act = bytes_of(req.precision);
   const double h = g.hidden_size, s = g.seq_length;
   const double vp = static_cast<double>(g.padded_vocab(t));
-  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute, L.sequence_parallel);
-  const double working = backward_working_bytes(req, L, layers_per_chunk);
+  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute, L.sequence_parallel, L.c);
+  const double working = backward_working_bytes(req, L, layers_per_chunk) / L.c;
   // The last stage's loss: the final LayerNorm's and the LM head's inputs, and the fp32 logits
   // [s b, V/t] (turned into their gradient in place).
-  const double head_act = 2.0 * b * s * h * act + 4.0 * b * s * vp / t;
+  const double head_act = (2.0 * b * s * h * act + 4.0 * b * s * vp / t) / L.c;
   const ScheduleKind kind = L.schedule;
   const int last_chunk_slots = kind == ScheduleKind::GPipe ? m : (kind == ScheduleKind::ZeroBubbleH1 ? last_rank_slots : 1);
   Memory mm;
@@ -659,7 +684,7 @@ StageSeconds stage_seconds(const PlanRequest& req, const Cluster& cl, const Layo
   const CostParts c = cost_parts(req, cl, L, ar);
   StageSeconds out;
   out.layer = c.layer_fwd + c.layer_bwd_input + c.layer_bwd_weight + c.layer_recompute +
-              (2.0 + c.ar_per_layer_bwd) * c.ar;  // as stage_costs
+              (2.0 + c.ar_per_layer_bwd) * c.ar + c.cp_fwd + c.cp_bwd;  // as stage_costs
   out.first = c.ar;
   out.last = c.logit_fwd + c.logit_bwd_input + c.logit_bwd_weight + c.ar;
   return out;
@@ -680,7 +705,7 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const int t = L.t, p = L.p, d = L.d, v = L.v;
   Estimate e;
   e.layout = L;
-  const int gpus = t * p * d;
+  const int gpus = t * L.c * p * d;
   const int gpn = cl.gpus_per_node;
 
   e.params_formula = paper_parameters(g);
@@ -717,7 +742,7 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   e.bubble_fraction = e.bubble / (e.compute + e.tensor_comm);
 
   // The data-parallel group of a stage is d ranks t apart inside a block of t * d ranks.
-  e.data_crosses_nodes = d > 1 && t * d > gpn;
+  e.data_crosses_nodes = d * L.c > 1 && t * L.c * d > gpn;
   const double n_local = static_cast<double>(e.params_per_gpu);
   const double backward_window = slow.bwd_compute + slow.recompute + slow.tp_bwd;
   e.data_parallel = data_parallel_seconds(req, L, n_local, backward_window, link_for(cl, e.data_crosses_nodes));
@@ -749,12 +774,12 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
 
 double cpu_iteration_seconds(const PlanRequest& req, const Layout& L, double cores) {
   PTDP_CHECK_ARG(cores > 0 && std::isfinite(cores), str_cat("cores = ", cores, " is not > 0"));
-  const int ranks = L.t * L.p * L.d;
+  const int ranks = L.t * L.c * L.p * L.d;
   const Cluster own_cores = cpu_cluster(ranks, ranks);
   const Estimate e = estimate(req, own_cores, L, true);
   double stages = 0;
   for (double s : stage_microbatch_seconds(req, own_cores, L)) stages += s;
-  const double work = static_cast<double>(L.t) * L.d * L.m * stages + ranks * e.optimizer;
+  const double work = static_cast<double>(L.t) * L.c * L.d * L.m * stages + ranks * e.optimizer;
   return std::max(e.iteration, work / cores + e.data_parallel + e.embedding_sync);
 }
 

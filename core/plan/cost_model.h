@@ -47,6 +47,9 @@ struct PlanRequest {
   /// bytes.
   bool allow_sequence_parallel = false;
   bool allow_recompute[3] = {true, true, true};  ///< indexed by Recompute: none, full, selective
+  /// Context parallelism (Megatron's --context-parallel-size): 1 (default) none; N > 1 pins
+  /// c = N; 0 searches c in 1, 2, 4, ... (ranks ordered t, c, d, p as Megatron's tp-cp-dp-pp).
+  int context_parallel = 1;
   int num_gpus = 0;  ///< 0: every GPU of the cluster
   // Pins: 0 (or nullopt-like -1 for the schedule) means "search".
   int tensor = 0;
@@ -81,8 +84,13 @@ struct Layout {
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;
   bool sequence_parallel = false;  ///< Megatron's --sequence-parallel (only with t > 1)
+  /// Context-parallel size: each of c ranks holds s / c of every sequence's tokens (their
+  /// activations and work) and the attention exchanges keys and values around a ring of c.
+  /// The layout takes t c p d GPUs.
+  int c = 1;
   /// "t=8 p=8 d=24 v=5 b=1 m=96 interleaved-1f1b full dist-opt", with " first=N" and " last=N"
-  /// after p for uneven stages and " sp" with sequence parallelism.
+  /// after p for uneven stages, " c=N" after t with context parallelism and " sp" with sequence
+  /// parallelism.
   std::string str() const;
   PipelineSplit split() const;
 };
@@ -105,7 +113,8 @@ struct Estimate {
   // Memory of the most loaded GPU (the first or the last pipeline stage).
   Memory memory;
   int memory_stage = 0;  ///< the pipeline rank that holds the most
-  // Seconds per iteration of the slowest pipeline rank. compute + tensor_comm + bubble +
+  // Seconds per iteration of the slowest pipeline rank (tensor_comm: the tensor-parallel
+  // all-reduces and the exposed context-parallel key/value exchanges). compute + tensor_comm + bubble +
   // pipeline_comm = pipeline (the simulated makespan: the bubble is the makespan without
   // transfer times less the busy time, pipeline_comm what the transfers add on top);
   // iteration = pipeline + data_parallel + embedding_sync + optimizer.
@@ -148,7 +157,7 @@ double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute)
 /// and the dropouts') are split over the t ranks (Korthikanti et al. 2022, Table 2: s b h (34/t
 /// + 5 a s/(h t)) for the GPT in 16 bits, s b h 34 / t with selective recomputation).
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r,
-                              bool sequence_parallel = false);
+                              bool sequence_parallel = false, int c = 1);
 
 /// One GEMM shape C[m, n] = A[m, k] B[k, n], run `count` times (the batched attention products).
 struct Gemm {
@@ -160,9 +169,11 @@ struct Gemm {
 /// with SwiGLU, h) and fc2 (b s, h, ffn / t). Their FLOPs, 2 m n k count summed, are
 /// GptConfig::paper_flops' forward of one layer on one rank. The backward prices each as its
 /// input gradient (m, k, n) and weight gradient (k, n, m).
-std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b);
-/// The logits layer's forward GEMM on one tensor rank: (b s, padded V / t, h).
-Gemm logit_gemm(const GptConfig& m, int t, int b);
+/// With context parallelism c each rank runs its s / c tokens: M = b s / c, the scores (s / c,
+/// s, dh) and the context (s / c, dh, s).
+std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c = 1);
+/// The logits layer's forward GEMM on one tensor rank: (b s / c, padded V / t, h).
+Gemm logit_gemm(const GptConfig& m, int t, int b, int c = 1);
 /// Bytes one decoder layer's memory-bound forward kernels move on one tensor rank for a
 /// microbatch of b samples (read + written; elements of the training precision, dropout masks of
 /// one byte): the two norms (s b h in and out each), the two bias-dropout-residual adds (two in,
@@ -170,10 +181,12 @@ Gemm logit_gemm(const GptConfig& m, int t, int b);
 /// SwiGLU, and ffn / t output), and attention_elementwise_bytes. Backward kernels move about
 /// twice as much. The time model prices them at the cluster's memory bandwidth.
 /// With `sequence_parallel` the norms and the residual adds run on s / t of the tokens.
-double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel = false);
+/// With context parallelism c each rank's share: 1 / c.
+double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel = false,
+                               int c = 1);
 /// Of layer_elementwise_bytes, the attention's: the scaled, masked softmax over the scores
 /// (a / t heads of s x s per sample, in and out) and, with attention dropout, its dropout.
-double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b);
+double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, int c = 1);
 
 /// Peak (microbatch, chunk) slots of pipeline rank `rank` under a schedule, in closed form (the
 /// simulator's count, which the tests check).

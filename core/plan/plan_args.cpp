@@ -233,6 +233,12 @@ std::vector<Flag> make_flags() {
                          }));
   v.push_back(bool_flag("use-distributed-optimizer", "Allow sharding the optimizer state over the data-parallel group.",
                         [](PlanArgs& a) { a.request.allow_distributed_optimizer = true; }));
+  v.push_back(value_flag("context-parallel-size", "N",
+                         "Context parallelism: 1 none, N > 1 pins c = N, 0 searches 1, 2, 4, ... (ranks ordered t, c, "
+                         "d, p as Megatron's).",
+                         "1", [](PlanArgs& a, const std::string& s) {
+                           a.request.context_parallel = static_cast<int>(to_int("context-parallel-size", s, 0, 1 << 16));
+                         }));
   v.push_back(bool_flag("sequence-parallel",
                         "Allow sequence parallelism where t > 1 (Megatron's --sequence-parallel; the planner says "
                         "why it uses it or not).",

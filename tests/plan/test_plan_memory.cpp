@@ -257,3 +257,30 @@ TEST_CASE("sequence parallelism and GEMM tables through the plan C API", "[plan]
   CHECK(std::string(ptdp_last_error()).find("gemm_table_16bit = 'tpu-v9'") != std::string::npos);
   CHECK(plan == nullptr);
 }
+
+TEST_CASE("context parallelism through the plan C API", "[plan][capi][cp]") {
+  const char* argv[] = {"ptdp-plan", "--model-preset", "llama-3-8b", "--seq-length", "32768",
+                        "--max-position-embeddings", "32768", "--global-batch-size", "16", "--bf16",
+                        "--use-distributed-optimizer", "--cluster", "dgx-h100", "--num-gpus", "16",
+                        "--context-parallel-size", "0"};
+  ptdp_plan_options o;
+  ptdp_cluster cluster;
+  ptdp_plan_cli cli;
+  OK(ptdp_plan_options_init(&o));
+  CHECK(o.context_parallel_size == 1);  // off
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &o, &cluster, &cli));
+  CHECK(o.context_parallel_size == 0);  // searched
+  ptdp_plan plan = nullptr;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  ptdp_plan_layout best;
+  best.struct_size = sizeof best;
+  OK(ptdp_plan_get_layout(plan, 0, &best));
+  CHECK(best.context_parallel_size > 1);
+  CHECK(best.t * best.context_parallel_size * best.p * best.d == 16);
+  ptdp_plan_destroy(plan);
+  o.context_parallel_size = -3;
+  plan = nullptr;
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) ==
+        "ptdp_plan_create: options->context_parallel_size = -3 is negative (1: none, N > 1: pin, 0: search)");
+}

@@ -440,3 +440,67 @@ TEST_CASE("the CPU engine's prediction: critical path with a core per rank, or a
   }
   CHECK_THROWS_WITH(cpu_iteration_seconds(q, Layout{}, 0.0), Catch::Contains("cores = 0"));
 }
+
+TEST_CASE("context parallelism: s / c tokens per rank, keys and values around the ring, off unless allowed",
+          "[plan][cp]") {
+  GptConfig g = paper_model(kRows[2]);  // 7.5B: a = 32, h = 4096, 36 layers
+  g.seq_length = 32768;
+  g.max_position_embeddings = 32768;
+  for (int c : {2, 4}) {
+    INFO("c " << c);
+    double flops1 = 0, flopsc = 0;
+    for (const Gemm& x : layer_gemms(g, 2, 1, 1)) flops1 += 2.0 * x.m * x.n * x.k * x.count;
+    for (const Gemm& x : layer_gemms(g, 2, 1, c)) flopsc += 2.0 * x.m * x.n * x.k * x.count;
+    CHECK(flopsc == Approx(flops1 / c));
+    CHECK(layer_gemms(g, 2, 1, c)[1].m == g.seq_length / c);  // this rank's queries
+    CHECK(layer_gemms(g, 2, 1, c)[1].n == g.seq_length);      // against every key
+    CHECK(layer_activation_bytes(g, Precision::Bf16, 2, 1, Recompute::Selective, true, c) ==
+          Approx(layer_activation_bytes(g, Precision::Bf16, 2, 1, Recompute::Selective, true, 1) / c));
+    CHECK(layer_elementwise_bytes(g, Precision::Bf16, 2, 1, false, c) ==
+          Approx(layer_elementwise_bytes(g, Precision::Bf16, 2, 1, false, 1) / c));
+  }
+  PlanRequest q;
+  q.model = g;
+  q.global_batch_size = 16;
+  q.precision = Precision::Bf16;
+  q.allow_distributed_optimizer = true;
+  q.num_gpus = 16;
+  Cluster cl = cluster_preset("dgx-h100");
+  cl.nodes = 2;
+  // Off by default: no layout uses it.
+  const PlanResult off = make_plan(q, cl);
+  for (const Estimate& e : off.layouts) CHECK(e.layout.c == 1);
+  // Searched: a 32k sequence is split over the ranks, and the reason says how.
+  q.context_parallel = 0;
+  const PlanResult on = make_plan(q, cl);
+  REQUIRE(on.feasible);
+  const Estimate& best = on.layouts.front();
+  INFO(plan_report(on));
+  CHECK(best.layout.c > 1);
+  CHECK(best.layout.t * best.layout.c * best.layout.p * best.layout.d == 16);
+  CHECK(on.why.front().find("context parallelism c = " + std::to_string(best.layout.c)) != std::string::npos);
+  CHECK(plan_to_json(on)["layouts"][0]["context_parallel"] == best.layout.c);
+  if (off.feasible) CHECK(best.iteration <= off.layouts.front().iteration);
+  std::printf("7.5B at s = 32768 on 16 H100s: %s, %.1f TFLOP/s per GPU (without context parallelism: %s)\n",
+              best.layout.str().c_str(), best.tflops_per_gpu,
+              off.feasible ? off.layouts.front().layout.str().c_str() : off.reason.c_str());
+  // The same layout without it keeps c times the activations and reduces over fewer ranks.
+  Layout one = best.layout;
+  one.d *= one.c;
+  one.c = 1;
+  one.m = static_cast<int>(q.global_batch_size / (one.d * one.b));
+  if (one.m > 0 && one.m * one.d * one.b == q.global_batch_size && (one.v == 1 || one.m % one.p == 0)) {
+    const Estimate e1 = estimate(q, cl, one, true);
+    CHECK(e1.memory.activations > best.memory.activations);
+  }
+  // Pinned, and a size the sequence cannot be split into is refused naming it.
+  q.context_parallel = 2;
+  for (const Estimate& e : make_plan(q, cl).layouts) CHECK(e.layout.c == 2);
+  Layout bad = best.layout;
+  q.model.seq_length = 32766;
+  q.model.max_position_embeddings = 32766;
+  bad.c = 4;
+  CHECK_THROWS_WITH(estimate(q, cl, bad, false), Catch::Contains("context parallelism c = 4"));
+  q.context_parallel = -1;
+  CHECK_THROWS_WITH(q.validate(), Catch::Contains("context parallel size = -1"));
+}

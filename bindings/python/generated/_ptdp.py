@@ -3449,6 +3449,15 @@ class ptdp_plan_options(object):
                                                 say why it is used or not (activation memory
                                                 against time). Default 0.
     """)
+    context_parallel_size = property(_ptdp_ext.ptdp_plan_options_context_parallel_size_get, _ptdp_ext.ptdp_plan_options_context_parallel_size_set, doc=r"""
+    Context parallelism (Megatron's
+                                                `--context-parallel-size`): 1 (default) none; N > 1
+                                                pins c = N; 0 searches c = 1, 2, 4, ... The layout
+                                                takes t c p d GPUs (ranks ordered t, c, d, p); each
+                                                rank keeps s / c tokens of every sequence and the
+                                                attention passes keys and values around a ring of
+                                                c.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())
@@ -3539,6 +3548,7 @@ class ptdp_plan_layout(object):
     1 with sequence parallelism (only when
                                           ptdp_plan_options::sequence_parallel allows it).
     """)
+    context_parallel_size = property(_ptdp_ext.ptdp_plan_layout_context_parallel_size_get, _ptdp_ext.ptdp_plan_layout_context_parallel_size_set, doc=r""" Context-parallel size c (1: none).""")
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_layout_swiginit(self, _ptdp_ext.new_ptdp_plan_layout())

@@ -28550,6 +28550,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_context_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_context_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_context_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_context_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->context_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_context_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_context_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->context_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -31057,6 +31117,66 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_sequence_parallel_get(PyObject *self
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (int32_t) ((arg1)->sequence_parallel);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_context_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_context_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_context_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_context_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->context_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_context_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_context_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->context_parallel_size);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
@@ -36543,6 +36663,24 @@ static PyMethodDef SwigMethods[] = {
 		"                                            say why it is used or not (activation memory\n"
 		"                                            against time). Default 0.\n"
 		""},
+	 { "ptdp_plan_options_context_parallel_size_set", _wrap_ptdp_plan_options_context_parallel_size_set, METH_VARARGS, "\n"
+		"Context parallelism (Megatron's\n"
+		"                                            `--context-parallel-size`): 1 (default) none; N > 1\n"
+		"                                            pins c = N; 0 searches c = 1, 2, 4, ... The layout\n"
+		"                                            takes t c p d GPUs (ranks ordered t, c, d, p); each\n"
+		"                                            rank keeps s / c tokens of every sequence and the\n"
+		"                                            attention passes keys and values around a ring of\n"
+		"                                            c.\n"
+		""},
+	 { "ptdp_plan_options_context_parallel_size_get", _wrap_ptdp_plan_options_context_parallel_size_get, METH_O, "\n"
+		"Context parallelism (Megatron's\n"
+		"                                            `--context-parallel-size`): 1 (default) none; N > 1\n"
+		"                                            pins c = N; 0 searches c = 1, 2, 4, ... The layout\n"
+		"                                            takes t c p d GPUs (ranks ordered t, c, d, p); each\n"
+		"                                            rank keeps s / c tokens of every sequence and the\n"
+		"                                            attention passes keys and values around a ring of\n"
+		"                                            c.\n"
+		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},
@@ -36677,6 +36815,8 @@ static PyMethodDef SwigMethods[] = {
 		"1 with sequence parallelism (only when\n"
 		"                                      ptdp_plan_options::sequence_parallel allows it).\n"
 		""},
+	 { "ptdp_plan_layout_context_parallel_size_set", _wrap_ptdp_plan_layout_context_parallel_size_set, METH_VARARGS, " Context-parallel size c (1: none)."},
+	 { "ptdp_plan_layout_context_parallel_size_get", _wrap_ptdp_plan_layout_context_parallel_size_get, METH_O, " Context-parallel size c (1: none)."},
 	 { "new_ptdp_plan_layout", _wrap_new_ptdp_plan_layout, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_layout", _wrap_delete_ptdp_plan_layout, METH_O, NULL},
 	 { "ptdp_plan_layout_swigregister", ptdp_plan_layout_swigregister, METH_O, NULL},

@@ -3431,6 +3431,13 @@ typedef struct ptdp_plan_options {
                                              divides the sequence length; the plan's reasons
                                              say why it is used or not (activation memory
                                              against time). Default 0. */
+  int32_t context_parallel_size;        /**< Context parallelism (Megatron's
+                                             `--context-parallel-size`): 1 (default) none; N > 1
+                                             pins c = N; 0 searches c = 1, 2, 4, ... The layout
+                                             takes t c p d GPUs (ranks ordered t, c, d, p); each
+                                             rank keeps s / c tokens of every sequence and the
+                                             attention passes keys and values around a ring of
+                                             c. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */
@@ -3492,6 +3499,7 @@ typedef struct ptdp_plan_layout {
                                        decoder_first_pipeline_num_layers. */
   int32_t sequence_parallel;      /**< 1 with sequence parallelism (only when
                                        ptdp_plan_options::sequence_parallel allows it). */
+  int32_t context_parallel_size;  /**< Context-parallel size c (1: none). */
 } ptdp_plan_layout;
 
 /**

@@ -1637,6 +1637,7 @@ struct ptdp_plan_options
     decoder_first_pipeline_num_layers::Int32
     decoder_last_pipeline_num_layers::Int32
     sequence_parallel::Int32
+    context_parallel_size::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1689,6 +1690,7 @@ struct ptdp_plan_layout
     decoder_first_pipeline_num_layers::Int32
     decoder_last_pipeline_num_layers::Int32
     sequence_parallel::Int32
+    context_parallel_size::Int32
 end
 
 # Fills @p options with the defaults and sets its struct_size.

@@ -659,6 +659,7 @@ pub struct ptdp_plan_options {
     pub decoder_first_pipeline_num_layers: i32,
     pub decoder_last_pipeline_num_layers: i32,
     pub sequence_parallel: i32,
+    pub context_parallel_size: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -718,6 +719,7 @@ pub struct ptdp_plan_layout {
     pub decoder_first_pipeline_num_layers: i32,
     pub decoder_last_pipeline_num_layers: i32,
     pub sequence_parallel: i32,
+    pub context_parallel_size: i32,
 }
 
 /// Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
