@@ -573,8 +573,9 @@ std::string sequence_parallel_reason(const PlanRequest& req, const Cluster& cl, 
   const std::string trade =
       str_cat("activations ", gib(with.memory.activations), " with it vs ", gib(without.memory.activations),
               " without; its reduce-scatter and all-gather move the bytes of the all-reduce they replace, and the "
-              "norms and dropouts run on s / t = ",
-              req.model.seq_length / e.layout.t, " tokens: ", secs(with.iteration), " vs ", secs(without.iteration),
+              "norms and dropouts run on ",
+              e.layout.c > 1 ? "s / (c t) = " : "s / t = ", req.model.seq_length / (e.layout.t * e.layout.c),
+              " tokens: ", secs(with.iteration), " vs ", secs(without.iteration),
               " per iteration");
   if (e.layout.sequence_parallel) return str_cat("sequence parallelism (--sequence-parallel): ", trade);
   return str_cat("no sequence parallelism (", trade, without.fits && !with.fits ? "; it would not fit" : "", ")");
