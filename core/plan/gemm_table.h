@@ -14,7 +14,8 @@
 //  - "cpu": sgemm through OpenBLAS measured on the project's development machine by
 //    `bench_kernels --gemm-table PATH` (ships as data/gemm_tables/cpu.json and built in);
 //  - any JSON file of the same form (gemm_table_to_json), e.g. another CPU measured with
-//    bench_kernels or a GPU measured with bench_gpu.
+//    bench_kernels, or a GPU's cuBLAS rates written in that form (bench_gpu has no mode that
+//    writes one yet).
 #pragma once
 
 #include <string>
