@@ -26,9 +26,6 @@ constexpr double kGradBytes = 4.0;
 // fp32 master weights, which ptdp keeps whole on every rank with the parameters.
 constexpr double kMomentBytes = 8.0;
 double master_bytes(Precision p) { return p == Precision::Fp32 ? 0.0 : 4.0; }
-// Bytes of one gradient element: fp32, or the 16-bit precision without
-// --accumulate-allreduce-grads-in-fp32 (PlanRequest::grads_in_fp32).
-double grad_bytes(const PlanRequest& req) { return req.grads_in_fp32 ? kGradBytes : bytes_of(req.precision); }
 
 // Ring all-reduce over n ranks of `bytes`: 2 (n-1)/n of the data crosses each rank's link.
 double allreduce_seconds(int n, double bytes, double bandwidth, double latency) {
@@ -41,6 +38,10 @@ double half_ring_seconds(int n, double bytes, double bandwidth, double latency) 
   if (n <= 1) return 0;
   return latency + static_cast<double>(n - 1) / n * bytes / bandwidth;
 }
+
+// Bytes of one gradient element: fp32, or the 16-bit precision without
+// --accumulate-allreduce-grads-in-fp32 (PlanRequest::grads_in_fp32).
+double grad_bytes(const PlanRequest& req) { return req.grads_in_fp32 ? kGradBytes : bytes_of(req.precision); }
 
 }  // namespace
 
