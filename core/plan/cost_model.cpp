@@ -670,7 +670,7 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, dou
   Memory mm;
   const double n = static_cast<double>(params);
   mm.weights = n * bytes_of(req.precision);
-  mm.gradients = n * grad_bytes(req);
+  mm.gradients = n * kGradBytes;
   mm.optimizer = n * (kMomentBytes / (L.distributed_optimizer ? L.d : 1) + master_bytes(req.precision));
   mm.slots = slots;
   mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);
@@ -762,8 +762,9 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const std::vector<int> stage_layers = stage_layer_counts(g.num_layers, L.split());
   for (int r = 0; r < p; ++r) {
     const std::size_t k = static_cast<std::size_t>(r);
-    const Memory mm = stage_memory(req, L, stage_params[k], static_cast<double>(stage_layers[k]) / v, pt.slots[k],
-                                   pt.slots.back(), r == p - 1);
+    Memory mm = stage_memory(req, L, stage_params[k], static_cast<double>(stage_layers[k]) / v, pt.slots[k],
+                             pt.slots.back(), r == p - 1);
+    mm.gradients = static_cast<double>(stage_params[k]) * grad_bytes(req);  // 16-bit without grads_in_fp32
     if (r == 0 || mm.total() > e.memory.total()) {
       e.memory = mm;
       e.memory_stage = r;
