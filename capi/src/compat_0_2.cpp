@@ -159,13 +159,14 @@ PTDP_API ptdp_status compat_ptdp_0_2_plan_parse_args(int32_t argc, const char* c
   if (st != PTDP_SUCCESS) return st;
   return ptdp::capi::guard("ptdp_plan_parse_args", [&] {
     if (options) hand_out_prefix(full, options, "the command line's model");
-    // The 0.2.0 cluster has no GEMM tables: it prices every GEMM with gemm_efficiency.
+    // The 0.2.0 cluster ends before the GEMM tables (read back from the preset it names).
     if (cluster) hand_out_defaults(full_cluster, cluster);
   });
 }
 
 // ptdp_cluster grew the GEMM tables after 0.2.0: its 0.2.0 fillers write the 128-byte prefix
-// (a 0.2.0 program's cluster then prices every GEMM with gemm_efficiency, as 0.2.0 did).
+// (the library reads the rest of a 0.2.0 program's cluster from the preset it names, or
+// ptdp_cluster_init()'s defaults).
 PTDP_API ptdp_status compat_ptdp_0_2_cluster_init(ptdp_cluster* cluster) {
   ptdp_cluster full{};
   const ptdp_status st = ptdp_cluster_init(cluster ? &full : nullptr);

@@ -396,9 +396,14 @@ void cluster_to_c(const plan::Cluster& c, ptdp_cluster* out) {
 plan::Cluster cluster_from_c(const ptdp_cluster* user) {
   ptdp_cluster defaults;
   cluster_to_c(plan::cluster_preset("dgx-a100"), &defaults);
-  // A struct from before the GEMM tables prices every GEMM with gemm_efficiency, as it did.
-  defaults.gemm_table_16bit[0] = '\0';
-  defaults.gemm_table_fp32[0] = '\0';
+  // A struct from before the GEMM tables (0.2.0's 128 bytes) gets the fields added since from
+  // the preset it names (ptdp_cluster_preset() filled it), else ptdp_cluster_init()'s.
+  if (user != nullptr && user->struct_size >= offsetof(ptdp_cluster, name) + sizeof(user->name) &&
+      user->struct_size < sizeof(ptdp_cluster) && std::memchr(user->name, '\0', sizeof(user->name)) != nullptr) {
+    for (const std::string& preset : plan::cluster_preset_names()) {
+      if (preset == user->name) cluster_to_c(plan::cluster_preset(preset), &defaults);
+    }
+  }
   const ptdp_cluster c = read_options(user, defaults, "cluster", "ptdp_cluster_init");
   plan::Cluster out;
   PTDP_CHECK_ARG(std::memchr(c.name, '\0', sizeof(c.name)) != nullptr, "cluster->name is not NUL-terminated");

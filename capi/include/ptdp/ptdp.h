@@ -3289,7 +3289,8 @@ typedef struct ptdp_cluster {
   double intra_node_latency;   /**< Seconds per collective or transfer inside a node. */
   double inter_node_bandwidth; /**< Bandwidth per GPU between nodes, bytes/s. */
   double inter_node_latency;   /**< Seconds per collective or transfer between nodes. */
-  /* Added after 0.2.0 (a struct from before them prices every GEMM with gemm_efficiency). */
+  /* Added after 0.2.0; a struct from before them gets them from the preset its name names, else
+   * ptdp_cluster_init()'s. */
   double elementwise_bandwidth; /**< Bytes/s of a layer's memory-bound kernels (norms, activation,
                                     softmax, dropout, the loss) with a GEMM table; 0:
                                     memory_bandwidth (GPUs). */
@@ -3298,8 +3299,8 @@ typedef struct ptdp_cluster {
                                     JSON file written by `bench_kernels --gemm-table`; every GEMM
                                     of a layer is then priced at its own shape's efficiency and
                                     the memory-bound kernels at memory_bandwidth. Empty:
-                                    gemm_efficiency for every GEMM. The presets name their
-                                    device's tables. */
+                                    gemm_efficiency for every GEMM (the model before the
+                                    tables). The presets name their device's tables. */
   char gemm_table_fp32[256];   /**< The same for fp32 training ("a100-tf32", "h100-tf32", or
                                     "cpu": OpenBLAS sgemm measured on the project's machine). */
 } ptdp_cluster;
