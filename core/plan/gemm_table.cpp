@@ -24,20 +24,24 @@ constexpr double kTera = 1e12;
 // partly idle (tile quantisation), there are too few tiles to fill the 108 (A100) or 132 (H100)
 // SMs (wave quantisation), and a short K leaves too little work per byte loaded. NVIDIA's
 // "Matrix Multiplication Background User's Guide" (docs.nvidia.com/deeplearning/performance)
-// publishes cuBLAS throughput against each dimension on A100 and H100: with the other two at
-// 8192 or more, fp16 throughput is about half the large-size rate at a dimension of 128, about
-// 70 % at 256, 85 % at 512, 92 % at 1024 and 97 % at 2048; large square fp16 GEMMs reach about
-// 270 TFLOP/s of the A100's 312 (86 %) and about 700 of the H100 SXM's 989 (71 %). The factors
-// below are those read-offs per dimension (the same curve for M, N and K), multiplied, and
+// shows cuBLAS throughput against each dimension (figures; the numbers here are approximate
+// read-offs, not a measurement): with the other two large, fp16 throughput is about half the
+// large-size rate at a dimension of 128, about 70 % at 256, 85 % at 512, 92 % at 1024 and 97 %
+// at 2048; large square fp16 GEMMs reach about 270 TFLOP/s of the A100's 312 (86 %) and about
+// 700 of the H100 SXM's 989 (71 %). The factors below are that curve per dimension (the same
+// for M, N and K), multiplied, and
 // capped by the roofline (a GEMM cannot run faster than its bytes can be streamed from HBM:
 // 2 M N K / (e (M K + K N + M N)) FLOPs per byte times the achieved bandwidth), which is what
 // makes the attention products (K or N = the head size, 64-160) run at a fraction of peak.
 //
-// The large-size rates are then set so that the paper's own Table 1 (Narayanan et al. 2021,
-// weak scaling on DGX A100, PTDP-BRIEF.md) is reproduced by the full time model (GEMMs, the
-// memory-bound kernels at the achieved HBM bandwidth, communication and bubble): the A100's 16-bit
-// large-size efficiency of 0.86 is NVIDIA's figure and the paper's rows agree with it within a
-// few percent. TF32 (fp32 training on GPUs) follows the same curve against the TF32 peak.
+// The large-size rates: NVIDIA publishes about 86 % of the A100's peak for large square fp16
+// GEMMs with today's cuBLAS; the paper's own Table 1 (Narayanan et al. 2021, weak scaling on DGX
+// A100, PTDP-BRIEF.md), run through this whole model (GEMMs at these shapes, the memory-bound
+// kernels at the achieved HBM bandwidth, communication, bubble), implies 72 % for the layer
+// GEMMs of the paper's 2021 software, and that is the A100 figure used: every Table 1 row then
+// comes out within 10 % (tests/plan/test_plan_model.cpp), while 86 % over-predicts the large
+// models by 15-20 %. H100 SXM: about 700 of 989 TFLOP/s (71 %) for large fp16 GEMMs. TF32 (fp32
+// training on GPUs) follows the same curve against the TF32 peak.
 struct SizeFactor {
   double size, factor;
 };
