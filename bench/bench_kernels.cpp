@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <functional>
 #include <initializer_list>
@@ -63,6 +64,8 @@ struct Options : ptdp::bench::CaseOptions {
   bool list = false;
   double budget = 0.0;  // seconds one benchmark may take before its runs are cut
   int threads = 0;      // 0: leave OpenMP's default
+  std::string gemm_table_path;  // --gemm-table: measure the planner's sgemm efficiency table
+  std::string gemm_sizes = "32,64,128,256,512,1024,2048";  // --gemm-sizes: its grid
 };
 
 void print_help(const char* argv0) {
@@ -80,7 +83,13 @@ void print_help(const char* argv0) {
        {"--list", "print the benchmark names (after --filter) and exit"},
        {"--runs N", "timed runs per benchmark (default 5, --quick 3)"},
        {"--min-time SEC", "minimum duration of one run (default 0.2, --quick 0.05)"},
-       {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"}});
+       {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"},
+       {"--gemm-table PATH", "instead of the benchmarks: time cblas_sgemm at every (M, N, K) of\n"
+                             "--gemm-sizes and write the planner's GEMM efficiency table (JSON,\n"
+                             "the form of core/plan/gemm_table.h) to PATH; one thread's CPU\n"
+                             "time (needs --threads 1, as each bench_train rank runs)"},
+       {"--gemm-sizes LIST", "comma-separated grid sizes for --gemm-table\n"
+                             "(default 32,64,128,256,512,1024,2048)"}});
 }
 
 bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
@@ -92,6 +101,8 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
           return true;
         }
         if (args.flag() == "--threads") return args.int_value(o.threads, 1, exit_code);
+        if (args.flag() == "--gemm-table") return args.require_value(o.gemm_table_path, exit_code);
+        if (args.flag() == "--gemm-sizes") return args.require_value(o.gemm_sizes, exit_code);
         return args.unknown(exit_code);
       })) {
     return false;
@@ -202,6 +213,7 @@ class Bench {
   explicit Bench(Options o) : o_(std::move(o)), be_(ptdp::cpu_backend()) {}
 
   int run() {
+    if (!o_.gemm_table_path.empty()) return gemm_table();
     print_machine();
     bench_peak();
     bench_gemms();
@@ -382,6 +394,131 @@ class Bench {
       std::printf("* marks rows timed while other processes kept more than %.2f cores busy: "
                   "their numbers are skewed, rerun on an idle machine.\n",
                   kContendedCores);
+  }
+
+  // -- the planner's GEMM efficiency table (--gemm-table) ---------------------------------------
+
+  /// Times cblas_sgemm (row-major, C = A B, as Backend::gemm calls it for fp32; in the thread's
+  /// CPU time, see best_cpu_seconds_per_call) at every (M, N, K) of the grid and writes {name, source, peak_tflops, sizes, efficiency[M][N][K]} with the
+  /// efficiency relative to peak_tflops, the 90th percentile of the rates measured. Each shape:
+  /// one warm-up call, then the best of `runs` runs of at least min_time each (the best, not
+  /// the median: a shared machine's other processes only ever slow a run down).
+  int gemm_table() {
+    std::vector<int64_t> sizes;
+    {
+      std::string rest = o_.gemm_sizes;
+      while (!rest.empty()) {
+        const std::size_t comma = rest.find(',');
+        const std::string item = rest.substr(0, comma);
+        char* end = nullptr;
+        const long long v = std::strtoll(item.c_str(), &end, 10);
+        if (item.empty() || end == nullptr || *end != '\0' || v <= 0 || v > 65536 ||
+            (!sizes.empty() && v <= sizes.back())) {
+          std::fprintf(stderr, "--gemm-sizes: '%s' is not an ascending list of sizes in [1, 65536]\n",
+                       o_.gemm_sizes.c_str());
+          return 2;
+        }
+        sizes.push_back(v);
+        rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      }
+    }
+    if (o_.threads != 1) {
+      std::fprintf(stderr, "--gemm-table times one thread's CPU time: give --threads 1\n");
+      return 2;
+    }
+    omp_set_num_threads(1);
+#ifdef OPENBLAS_VERSION
+    openblas_set_num_threads(1);
+#endif
+    const int64_t top = sizes.back();
+    Buffer<float> a(top * top), b(top * top), c(top * top);
+    fill_uniform(a, -1.0f, 1.0f, 1);
+    fill_uniform(b, -1.0f, 1.0f, 2);
+    fill_uniform(c, -1.0f, 1.0f, 3);
+    const std::size_t n = sizes.size();
+    std::vector<double> rate(n * n * n, 0.0);
+    std::printf("sgemm rates (GFLOP/s) on a %zu^3 grid, %d thread(s)\n", n, omp_get_max_threads());
+    for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t j = 0; j < n; ++j) {
+        for (std::size_t k = 0; k < n; ++k) {
+          const int M = static_cast<int>(sizes[i]), N = static_cast<int>(sizes[j]), K = static_cast<int>(sizes[k]);
+          const auto call = [&] {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a.get(), K, b.get(), N, 0.0f,
+                        c.get(), N);
+          };
+          rate[(i * n + j) * n + k] = 2.0 * M * N * K / best_cpu_seconds_per_call(call);
+        }
+        std::printf("  M %5" PRId64 " N %5" PRId64 ":", sizes[i], sizes[j]);
+        for (std::size_t k = 0; k < n; ++k) std::printf(" %7.1f", rate[(i * n + j) * n + k] * 1e-9);
+        std::printf("\n");
+      }
+    }
+    // The peak: the 90th percentile of the rates (the single best is often one lucky shape on
+    // a shared machine); the few shapes above it get efficiency 1.
+    std::vector<double> sorted = rate;
+    std::sort(sorted.begin(), sorted.end());
+    const double peak = sorted[static_cast<std::size_t>(0.9 * static_cast<double>(sorted.size() - 1))];
+    std::string s = "{\n  \"name\": \"cpu\",\n";
+    s += "  \"source\": \"bench_kernels --gemm-table: cblas_sgemm (" + json_escape(blas_core_name()) + ", " +
+         std::to_string(omp_get_max_threads()) + " thread(s)), thread CPU time, best of " + std::to_string(o_.runs) +
+         " runs per shape; efficiency relative to the 90th percentile of the rates measured\",\n";
+    s += "  \"peak_tflops\": " + json_number(peak * 1e-12) + ",\n  \"sizes\": [";
+    for (std::size_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(sizes[i]);
+    s += "],\n  \"efficiency\": [\n";
+    for (std::size_t i = 0; i < n; ++i) {
+      s += "    [\n";
+      for (std::size_t j = 0; j < n; ++j) {
+        s += "      [";
+        for (std::size_t k = 0; k < n; ++k) {
+          char buf[32];
+          std::snprintf(buf, sizeof buf, "%s%.4f", k ? ", " : "", std::clamp(rate[(i * n + j) * n + k] / peak, 1e-4, 1.0));
+          s += buf;
+        }
+        s += j + 1 < n ? "],\n" : "]\n";
+      }
+      s += i + 1 < n ? "    ],\n" : "    ]\n";
+    }
+    s += "  ]\n}\n";
+    std::printf("peak %.1f GFLOP/s; table written to %s\n", peak * 1e-9, o_.gemm_table_path.c_str());
+    return ptdp::bench::write_text_file(o_.gemm_table_path, s) ? 0 : 1;
+  }
+
+  /// CPU seconds of the calling thread (CLOCK_THREAD_CPUTIME_ID).
+  static double thread_cpu_seconds() {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  }
+
+  /// The best of `runs` runs of the thread's CPU seconds per call, each run repeating the call
+  /// for at least min_time CPU seconds, after one warm-up call. Thread CPU time, not wall time:
+  /// on a shared machine the time another process holds the core is not the GEMM's, so the
+  /// table holds the rate of a rank that has its core (what the time model then shares out).
+  /// One thread only (--threads 1): other threads' CPU time is not counted.
+  double best_cpu_seconds_per_call(const std::function<void()>& op) const {
+    op();
+    double best = 0;
+    for (int r = 0; r < o_.runs; ++r) {
+      const double t0 = thread_cpu_seconds();
+      int64_t calls = 0;
+      double spent = 0;
+      do {
+        op();
+        ++calls;
+        spent = thread_cpu_seconds() - t0;
+      } while (spent < o_.min_time);
+      const double per_call = spent / static_cast<double>(calls);
+      if (r == 0 || per_call < best) best = per_call;
+    }
+    return best;
+  }
+
+  static std::string blas_core_name() {
+#ifdef OPENBLAS_VERSION
+    return trim(openblas_get_corename());
+#else
+    return "BLAS";
+#endif
   }
 
   // -- 1. OpenBLAS peak ------------------------------------------------------------------------

@@ -47,6 +47,7 @@
 #include "core/optim/optimizer.h"
 #include "core/parallel/groups.h"
 #include "core/pipeline/schedule.h"
+#include "core/plan/cost_model.h"
 #include "core/train/trainer.h"
 
 namespace {
@@ -331,6 +332,9 @@ struct Result {
   double opt_state_bytes_max = 0;  // over ranks
   double ranks_cores = -1;         // CPU time of all ranks / wall while timed (cores kept busy)
   double other_cores = -1;         // cores other processes kept busy meanwhile; < 0: unknown
+  double predicted_s = 0;          // the planner's time per iteration (0: not predicted)
+  double predicted_cores = 0;      // the cores it was given
+  std::string predict_error;       // why not
 };
 
 class Bench {
@@ -643,7 +647,62 @@ class Bench {
     std::printf("peak resident memory: %.2f GiB (rank with the most)\n", rss_max_ / (1024.0 * 1024.0 * 1024.0));
     std::printf("Total time: %.1f s wall\n", wall_s_);
     if (oversubscribed_) std::printf("WARNING: ranks x OpenMP threads oversubscribed the cores (see the header)\n");
+    print_predictions();
     std::fflush(stdout);
+  }
+
+  // -- the planner's prediction ------------------------------------------------------------------
+
+  /// The planner's time per iteration for the layout that ran (plan::cpu_iteration_seconds with
+  /// plan::cpu_cluster: the "cpu" GEMM table, the CPU's measured memory-bound and MPI rates),
+  /// given the cores the ranks had: the hardware threads less what other processes kept busy
+  /// while the layout was timed (a shared machine's load is part of what was measured).
+  void predict(Result& r) const {
+    namespace plan = ptdp::plan;
+    const double hw = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
+    r.predicted_cores = std::max(0.25, hw - std::max(0.0, r.other_cores));
+    plan::PlanRequest q;
+    q.model = cfg_;
+    q.global_batch_size = static_cast<int64_t>(m_) * b_ * r.l.d;
+    q.precision = plan::Precision::Fp32;
+    q.allow_distributed_optimizer = o_.distributed;
+    plan::Layout L;
+    L.t = r.l.t;
+    L.p = r.l.p;
+    L.d = r.l.d;
+    L.v = r.v;
+    L.b = b_;
+    L.m = m_;
+    L.schedule = r.l.p == 1 && kind_ == ptdp::ScheduleKind::Interleaved1F1B ? ptdp::ScheduleKind::OneFOneB : kind_;
+    L.distributed_optimizer = o_.distributed && r.l.d > 1;
+    try {
+      r.predicted_s = plan::cpu_iteration_seconds(q, L, r.predicted_cores);
+    } catch (const std::exception& e) {
+      r.predict_error = e.what();
+    }
+  }
+
+  void print_predictions() {
+    std::printf("\nplanner's prediction (plan::cpu_iteration_seconds: GEMM table \"cpu\", given the cores the ranks\n"
+                "had: hardware threads less what other processes kept busy) vs measured ms/iter (median):\n");
+    std::printf("  %-7s %-16s %7s %12s %12s %8s\n", "t,p,d", "schedule", "cores", "predicted ms", "measured ms",
+                "diff");
+    double worst = 0;
+    for (Result& r : results_) {
+      if (!r.skipped.empty()) continue;
+      predict(r);
+      char lay[32];
+      std::snprintf(lay, sizeof lay, "%d,%d,%d", r.l.t, r.l.p, r.l.d);
+      if (r.predicted_s <= 0) {
+        std::printf("  %-7s %-16s not predicted: %s\n", lay, r.schedule.c_str(), r.predict_error.c_str());
+        continue;
+      }
+      const double diff = r.predicted_s / r.median_s - 1.0;
+      worst = std::max(worst, std::abs(diff));
+      std::printf("  %-7s %-16s %7.2f %12.1f %12.1f %+7.1f%%\n", lay, r.schedule.c_str(), r.predicted_cores,
+                  r.predicted_s * 1e3, r.median_s * 1e3, 100.0 * diff);
+    }
+    std::printf("  worst |predicted / measured - 1| = %.1f%%\n", 100.0 * worst);
   }
 
   bool write_json() {
@@ -687,6 +746,10 @@ class Bench {
         continue;
       }
       s += ", \"tokens_per_iteration\": " + std::to_string(r.tokens);
+      if (r.predicted_s > 0) {
+        s += ", \"predicted_ms\": " + json_number(r.predicted_s * 1e3) + ", \"predicted_cores\": " +
+             json_number(r.predicted_cores);
+      }
       s += ", \"ms_median\": " + json_number(r.median_s * 1e3) + ", \"ms_min\": " + json_number(r.min_s * 1e3) +
            ", \"ms_max\": " + json_number(r.max_s * 1e3) + ", \"ms_slowest_rank_all\": " +
            json_array(r.slowest_s, 1e3);

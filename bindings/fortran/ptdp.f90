@@ -441,6 +441,9 @@ module ptdp
     real(c_double) :: intra_node_latency
     real(c_double) :: inter_node_bandwidth
     real(c_double) :: inter_node_latency
+    real(c_double) :: elementwise_bandwidth
+    character(kind=c_char) :: gemm_table_16bit(256)
+    character(kind=c_char) :: gemm_table_fp32(256)
   end type ptdp_cluster
 
   ! What to plan.
@@ -488,6 +491,8 @@ module ptdp
     real(c_float) :: hidden_dropout
     integer(c_int32_t) :: decoder_first_pipeline_num_layers
     integer(c_int32_t) :: decoder_last_pipeline_num_layers
+    integer(c_int32_t) :: sequence_parallel
+    integer(c_int32_t) :: context_parallel_size
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -536,6 +541,8 @@ module ptdp
     real(c_double) :: mfu
     integer(c_int32_t) :: decoder_first_pipeline_num_layers
     integer(c_int32_t) :: decoder_last_pipeline_num_layers
+    integer(c_int32_t) :: sequence_parallel
+    integer(c_int32_t) :: context_parallel_size
   end type ptdp_plan_layout
 
   ! Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
@@ -2405,8 +2412,10 @@ module ptdp
     ! Reads a cluster from a JSON file: an object with any of the keys "preset" (the starting
     ! point; default "dgx-a100"), "name", "gpus_per_node", "nodes", "memory_gib",
     ! "memory_reserve_gib", "peak_tflops_16bit", "peak_tflops_fp32", "gemm_efficiency",
-    ! "memory_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
-    ! "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds).
+    ! "memory_bandwidth_gbs", "elementwise_bandwidth_gbs", "intra_node_bandwidth_gbs",
+    ! "intra_node_latency_us", "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB,
+    ! TFLOP/s, GB/s, microseconds), "gemm_table_16bit", "gemm_table_fp32" (a built-in table's
+    ! name or a file's path; see ptdp_cluster::gemm_table_16bit).
     function ptdp_cluster_load(path, cluster) bind(c, name="ptdp_cluster_load")
       import
       implicit none

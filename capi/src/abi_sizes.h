@@ -96,6 +96,7 @@ static_assert(FirstPublished<ptdp_parallel_options>::size ==
               offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers));  // uneven pipeline stages
 static_assert(FirstPublished<ptdp_plan_layout>::size ==
               offsetof(ptdp_plan_layout, decoder_first_pipeline_num_layers));  // uneven pipeline stages
+static_assert(FirstPublished<ptdp_cluster>::size == offsetof(ptdp_cluster, elementwise_bandwidth));  // GEMM tables
 
 // A struct that grows again starts its new fields at or after the size of every version
 // published before, tail padding included: a caller built against that version passes its
@@ -123,6 +124,7 @@ PTDP_SIZE_AT_0_2(ptdp_gpt_options, 88, rotary_base);
 PTDP_SIZE_AT_0_2(ptdp_plan_options, 104, rotary_base);
 PTDP_SIZE_AT_0_2(ptdp_generate_options, 32, no_kv_cache);
 PTDP_SIZE_AT_0_2(ptdp_parallel_options, 24, decoder_first_pipeline_num_layers);
+PTDP_SIZE_AT_0_2(ptdp_cluster, 128, elementwise_bandwidth);
 #undef PTDP_SIZE_AT_0_2
 
 /// The smallest struct_size a caller may pass for `Struct`.

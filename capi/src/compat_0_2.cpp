@@ -1,6 +1,6 @@
 // The 0.2.0 versions of the entry points that fill a struct which has grown since: a program
 // built against 0.2.0 passes a ptdp_gpt_options of 88 bytes, a ptdp_plan_options of 104, a
-// ptdp_generate_options of 32 and a ptdp_parallel_options of 24 to functions that do not read a
+// ptdp_generate_options of 32, a ptdp_parallel_options of 24 and a ptdp_cluster of 128 to functions that do not read a
 // struct_size first, so the current
 // versions would write past its end. Its references are bound to version PTDP_0 (the version
 // node of every 0.2.0 symbol, capi/ptdp.map); these definitions are that version
@@ -153,11 +153,39 @@ PTDP_API ptdp_status compat_ptdp_0_2_checkpoint_read_options(const char* directo
 PTDP_API ptdp_status compat_ptdp_0_2_plan_parse_args(int32_t argc, const char* const* argv, ptdp_plan_options* options,
                                                      ptdp_cluster* cluster, ptdp_plan_cli* cli) {
   ptdp_plan_options full{};
-  const ptdp_status st = ptdp_plan_parse_args(argc, argv, options ? &full : nullptr, cluster, cli);
+  ptdp_cluster full_cluster{};
+  const ptdp_status st =
+      ptdp_plan_parse_args(argc, argv, options ? &full : nullptr, cluster ? &full_cluster : nullptr, cli);
   if (st != PTDP_SUCCESS) return st;
   return ptdp::capi::guard("ptdp_plan_parse_args", [&] {
     if (options) hand_out_prefix(full, options, "the command line's model");
+    // The 0.2.0 cluster ends before the GEMM tables (read back from the preset it names).
+    if (cluster) hand_out_defaults(full_cluster, cluster);
   });
+}
+
+// ptdp_cluster grew the GEMM tables after 0.2.0: its 0.2.0 fillers write the 128-byte prefix
+// (the library reads the rest of a 0.2.0 program's cluster from the preset it names, or
+// ptdp_cluster_init()'s defaults).
+PTDP_API ptdp_status compat_ptdp_0_2_cluster_init(ptdp_cluster* cluster) {
+  ptdp_cluster full{};
+  const ptdp_status st = ptdp_cluster_init(cluster ? &full : nullptr);
+  if (st != PTDP_SUCCESS) return st;
+  return ptdp::capi::guard("ptdp_cluster_init", [&] { hand_out_defaults(full, cluster); });
+}
+
+PTDP_API ptdp_status compat_ptdp_0_2_cluster_preset(const char* name, ptdp_cluster* cluster) {
+  ptdp_cluster full{};
+  const ptdp_status st = ptdp_cluster_preset(name, cluster ? &full : nullptr);
+  if (st != PTDP_SUCCESS) return st;
+  return ptdp::capi::guard("ptdp_cluster_preset", [&] { hand_out_defaults(full, cluster); });
+}
+
+PTDP_API ptdp_status compat_ptdp_0_2_cluster_load(const char* path, ptdp_cluster* cluster) {
+  ptdp_cluster full{};
+  const ptdp_status st = ptdp_cluster_load(path, cluster ? &full : nullptr);
+  if (st != PTDP_SUCCESS) return st;
+  return ptdp::capi::guard("ptdp_cluster_load", [&] { hand_out_defaults(full, cluster); });
 }
 
 }  // extern "C"
@@ -170,4 +198,7 @@ __asm__(".symver compat_ptdp_0_2_train_config_gpt_options,ptdp_train_config_gpt_
 __asm__(".symver compat_ptdp_0_2_checkpoint_read_options,ptdp_checkpoint_read_options@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_plan_parse_args,ptdp_plan_parse_args@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_parallel_options_init,ptdp_parallel_options_init@PTDP_0");
+__asm__(".symver compat_ptdp_0_2_cluster_init,ptdp_cluster_init@PTDP_0");
+__asm__(".symver compat_ptdp_0_2_cluster_preset,ptdp_cluster_preset@PTDP_0");
+__asm__(".symver compat_ptdp_0_2_cluster_load,ptdp_cluster_load@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_train_config_parallel_options,ptdp_train_config_parallel_options@PTDP_0");

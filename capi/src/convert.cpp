@@ -401,12 +401,23 @@ void cluster_to_c(const plan::Cluster& c, ptdp_cluster* out) {
   o.intra_node_latency = c.intra_node_latency;
   o.inter_node_bandwidth = c.inter_node_bandwidth;
   o.inter_node_latency = c.inter_node_latency;
+  o.elementwise_bandwidth = c.elementwise_bandwidth;
+  std::strncpy(o.gemm_table_16bit, c.gemm_table_16bit.c_str(), sizeof(o.gemm_table_16bit) - 1);
+  std::strncpy(o.gemm_table_fp32, c.gemm_table_fp32.c_str(), sizeof(o.gemm_table_fp32) - 1);
   *out = o;
 }
 
 plan::Cluster cluster_from_c(const ptdp_cluster* user) {
   ptdp_cluster defaults;
   cluster_to_c(plan::cluster_preset("dgx-a100"), &defaults);
+  // A struct from before the GEMM tables (0.2.0's 128 bytes) gets the fields added since from
+  // the preset it names (ptdp_cluster_preset() filled it), else ptdp_cluster_init()'s.
+  if (user != nullptr && user->struct_size >= offsetof(ptdp_cluster, name) + sizeof(user->name) &&
+      user->struct_size < sizeof(ptdp_cluster) && std::memchr(user->name, '\0', sizeof(user->name)) != nullptr) {
+    for (const std::string& preset : plan::cluster_preset_names()) {
+      if (preset == user->name) cluster_to_c(plan::cluster_preset(preset), &defaults);
+    }
+  }
   const ptdp_cluster c = read_options(user, defaults, "cluster", "ptdp_cluster_init");
   plan::Cluster out;
   PTDP_CHECK_ARG(std::memchr(c.name, '\0', sizeof(c.name)) != nullptr, "cluster->name is not NUL-terminated");
@@ -423,6 +434,13 @@ plan::Cluster cluster_from_c(const ptdp_cluster* user) {
   out.intra_node_latency = c.intra_node_latency;
   out.inter_node_bandwidth = c.inter_node_bandwidth;
   out.inter_node_latency = c.inter_node_latency;
+  PTDP_CHECK_ARG(std::memchr(c.gemm_table_16bit, '\0', sizeof(c.gemm_table_16bit)) != nullptr,
+                 "cluster->gemm_table_16bit is not NUL-terminated");
+  PTDP_CHECK_ARG(std::memchr(c.gemm_table_fp32, '\0', sizeof(c.gemm_table_fp32)) != nullptr,
+                 "cluster->gemm_table_fp32 is not NUL-terminated");
+  out.elementwise_bandwidth = c.elementwise_bandwidth;
+  out.gemm_table_16bit = c.gemm_table_16bit;
+  out.gemm_table_fp32 = c.gemm_table_fp32;
   out.validate();
   return out;
 }
@@ -454,6 +472,8 @@ void plan_options_defaults(ptdp_plan_options* o) {
   o->top = 5;
   o->hidden_dropout_set = 1;
   o->hidden_dropout = 0.1f;
+  o->sequence_parallel = 0;
+  o->context_parallel_size = 1;
   // The Llama fields stay zero: the GPT (reset_options zeroed them).
 }
 
@@ -497,6 +517,8 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.scatter_gather = r.scatter_gather ? 1 : 0;
   o.overlap_grad_reduce = r.overlap_grad_reduce ? 1 : 0;
   o.top = r.top;
+  o.sequence_parallel = r.allow_sequence_parallel ? 1 : 0;
+  o.context_parallel_size = r.context_parallel;
   llama_fields_to_c(g, o);
   *out = o;
 }
@@ -564,6 +586,13 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
   r.scatter_gather = o.scatter_gather == 1;
   r.overlap_grad_reduce = o.overlap_grad_reduce == 1;
   r.top = o.top;
+  PTDP_CHECK_ARG(o.sequence_parallel == 0 || o.sequence_parallel == 1,
+                 str_cat("options->sequence_parallel = ", o.sequence_parallel, " is not 0 or 1"));
+  r.allow_sequence_parallel = o.sequence_parallel == 1;
+  PTDP_CHECK_ARG(o.context_parallel_size >= 0,
+                 str_cat("options->context_parallel_size = ", o.context_parallel_size,
+                         " is negative (1: none, N > 1: pin, 0: search)"));
+  r.context_parallel = o.context_parallel_size;
   r.validate();
   return r;
 }

@@ -202,6 +202,8 @@ PTDP_API ptdp_status ptdp_plan_get_layout(ptdp_plan plan, int32_t index, ptdp_pl
     o.mfu = e.mfu;
     o.decoder_first_pipeline_num_layers = e.layout.first;
     o.decoder_last_pipeline_num_layers = e.layout.last;
+    o.sequence_parallel = e.layout.sequence_parallel ? 1 : 0;
+    o.context_parallel_size = e.layout.c;
     std::memcpy(static_cast<void*>(layout), &o, std::min(size, sizeof(o)));
     layout->struct_size = std::min(size, sizeof(o));
   });

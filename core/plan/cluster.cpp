@@ -1,10 +1,12 @@
 #include "core/plan/cluster.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 #include <utility>
 
+#include "core/plan/gemm_table.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {
@@ -52,6 +54,8 @@ Cluster dgx_a100() {
   c.intra_node_latency = 10 * kMicro;
   c.inter_node_bandwidth = 23 * kGB;
   c.inter_node_latency = 20 * kMicro;
+  c.gemm_table_16bit = "a100-16bit";
+  c.gemm_table_fp32 = "a100-tf32";
   return c;
 }
 
@@ -65,6 +69,8 @@ Cluster dgx_h100() {
   c.memory_bandwidth = 2680 * kGB;
   c.intra_node_bandwidth = 360 * kGB;
   c.inter_node_bandwidth = 45 * kGB;
+  c.gemm_table_16bit = "h100-16bit";
+  c.gemm_table_fp32 = "h100-tf32";
   return c;
 }
 
@@ -75,6 +81,26 @@ Cluster dgx_h200() {
   c.memory_bandwidth = 3840 * kGB;
   return c;
 }
+
+// The CPU engine on the project's development machine (2 cores of a Skylake-X server; one
+// thread per rank, as bench_train runs it), measured with bench_kernels --threads 1 while the
+// machine was shared with other work. Rates are per core the rank holds (cpu_cluster shares them
+// out when ranks outnumber cores):
+//  - GEMMs: the built-in "cpu" table (bench_kernels --gemm-table, timed in the thread's CPU time;
+//    its peak, the 90th percentile of the sgemm rates, 188 GFLOP/s, is the peak here);
+//  - memory-bound kernels: about 3 GB/s over the bytes they must move, in CPU time (bench_kernels
+//    mem/, wall-time GB/s forward / backward: LayerNorm 6.6 / 4.0, GeLU 3.6 / 4.6, softmax 1.8 /
+//    11.0, dropout 1.7 / 1.7, bias-dropout-add 2.3, cross-entropy 1.0 / 3.3; 2.3 GB/s over a
+//    bench_train layer's forward bytes, with the thread on its core 79 % of the wall time);
+//  - the optimizer: AdamW streams 28 bytes per parameter at 16.4 GB/s wall, 20 in CPU time
+//    (mem/adamw_step);
+//  - collectives: MPI over shared memory, about 2 GB/s bus bandwidth and 30 us per collective
+//    (bench_comm, 4 one-thread ranks on the 2 cores: all_reduce of 16 KiB 33 us, of 64 KiB - 4
+//    MiB 1.5 - 2.4 GB/s); measured with the ranks sharing the cores, so not shared out again.
+constexpr double kCpuElementwiseGBs = 3.0;
+constexpr double kCpuStreamGBs = 20.0;
+constexpr double kCpuMpiGBs = 2.0;
+constexpr double kCpuMpiLatencyUs = 30.0;
 
 const std::vector<std::pair<std::string, Cluster (*)()>>& presets() {
   static const std::vector<std::pair<std::string, Cluster (*)()>> table = {
@@ -104,6 +130,7 @@ const std::vector<Field>& fields() {
       {"peak_tflops_fp32", &Cluster::peak_flops_fp32, kTera, false},
       {"gemm_efficiency", &Cluster::gemm_efficiency, 1.0, false},
       {"memory_bandwidth_gbs", &Cluster::memory_bandwidth, kGB, false},
+      {"elementwise_bandwidth_gbs", &Cluster::elementwise_bandwidth, kGB, true},
       {"intra_node_bandwidth_gbs", &Cluster::intra_node_bandwidth, kGB, false},
       {"intra_node_latency_us", &Cluster::intra_node_latency, kMicro, true},
       {"inter_node_bandwidth_gbs", &Cluster::inter_node_bandwidth, kGB, false},
@@ -128,9 +155,44 @@ void Cluster::validate() const {
   }
   PTDP_CHECK_ARG(gemm_efficiency <= 1.0,
                  str_cat("cluster ", name, ": gemm_efficiency = ", gemm_efficiency, " is above 1 (a fraction of peak)"));
+  for (const std::string* table : {&gemm_table_16bit, &gemm_table_fp32}) {
+    if (table->empty()) continue;
+    try {
+      cached_gemm_table(*table);
+    } catch (const Error& e) {
+      throw_error(ErrorCode::InvalidArgument,
+                  str_cat("cluster ", name, ": ", table == &gemm_table_16bit ? "gemm_table_16bit" : "gemm_table_fp32",
+                          " = '", *table, "': ", e.what()));
+    }
+  }
   PTDP_CHECK_ARG(memory_reserve_bytes < memory_bytes,
                  str_cat("cluster ", name, ": memory_reserve_gib = ", memory_reserve_bytes / kGiB,
                          " leaves nothing of memory_gib = ", memory_bytes / kGiB));
+}
+
+Cluster cpu_cluster(int ranks, double cores) {
+  PTDP_CHECK_ARG(ranks > 0, str_cat("cpu cluster: ranks = ", ranks, " is not > 0"));
+  PTDP_CHECK_ARG(cores > 0 && std::isfinite(cores), str_cat("cpu cluster: cores = ", cores, " is not > 0"));
+  // More ranks than cores: each rank runs a share cores / ranks of the time.
+  const double share = std::min(1.0, cores / ranks);
+  Cluster c;
+  c.name = "cpu";
+  c.gpus_per_node = ranks;
+  c.nodes = 1;
+  c.memory_bytes = 64 * kGiB;
+  c.memory_reserve_bytes = 1 * kGiB;
+  c.peak_flops_fp32 = builtin_gemm_table("cpu").peak_flops * share;
+  c.peak_flops_16bit = c.peak_flops_fp32;
+  c.gemm_efficiency = 0.5;
+  c.gemm_table_16bit = "cpu";
+  c.gemm_table_fp32 = "cpu";
+  c.memory_bandwidth = kCpuStreamGBs * kGB * share;
+  c.elementwise_bandwidth = kCpuElementwiseGBs * kGB * share;
+  c.intra_node_bandwidth = kCpuMpiGBs * kGB;
+  c.intra_node_latency = kCpuMpiLatencyUs * kMicro;
+  c.inter_node_bandwidth = c.intra_node_bandwidth;
+  c.inter_node_latency = c.intra_node_latency;
+  return c;
 }
 
 std::vector<std::string> cluster_preset_names() {
@@ -160,6 +222,11 @@ Cluster cluster_from_json(const nlohmann::json& j, const std::string& origin) {
       c.name = value.get<std::string>();
       continue;
     }
+    if (key == "gemm_table_16bit" || key == "gemm_table_fp32") {
+      if (!value.is_string()) bad(origin, str_cat("\"", key, "\" must be a string (a table's name or a file's path)"));
+      (key == "gemm_table_16bit" ? c.gemm_table_16bit : c.gemm_table_fp32) = value.get<std::string>();
+      continue;
+    }
     if (key == "gpus_per_node" || key == "nodes") {
       if (!value.is_number_integer() || value.get<int64_t>() <= 0 || value.get<int64_t>() > (1 << 20)) {
         bad(origin, str_cat("\"", key, "\" must be a positive integer, got ", value.dump()));
@@ -172,7 +239,7 @@ Cluster cluster_from_json(const nlohmann::json& j, const std::string& origin) {
       if (key == f.key) field = &f;
     }
     if (field == nullptr) {
-      std::string known = "name, preset, gpus_per_node, nodes";
+      std::string known = "name, preset, gpus_per_node, nodes, gemm_table_16bit, gemm_table_fp32";
       for (const Field& f : fields()) known += str_cat(", ", f.key);
       bad(origin, str_cat("unknown key \"", key, "\" (known: ", known, ")"));
     }
@@ -203,6 +270,8 @@ nlohmann::json cluster_to_json(const Cluster& c) {
   j["gpus_per_node"] = c.gpus_per_node;
   j["nodes"] = c.nodes;
   for (const Field& f : fields()) j[f.key] = c.*f.member / f.unit;
+  j["gemm_table_16bit"] = c.gemm_table_16bit;
+  j["gemm_table_fp32"] = c.gemm_table_fp32;
   return j;
 }
 

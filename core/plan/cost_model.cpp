@@ -14,6 +14,8 @@ namespace {
 // x the smallest dimension of the layer's GEMMs (tokens b s, or the per-rank width h / t).
 // h / t = 1536 (145.6B at t = 8) keeps 96 % of the rate; h / t = 288 (1.7B at t = 8) 82 %.
 constexpr double kGemmHalfSize = 64;
+// Bytes a memory-bound kernel's backward moves per byte of its forward (see cost_parts).
+constexpr double kElementwiseBackward = 1.25;
 // Megatron's default data-parallel bucket: 40M elements; all but the last overlap the backward.
 constexpr double kBucketElements = 40e6;
 
@@ -36,6 +38,10 @@ double half_ring_seconds(int n, double bytes, double bandwidth, double latency) 
   if (n <= 1) return 0;
   return latency + static_cast<double>(n - 1) / n * bytes / bandwidth;
 }
+
+// Bytes of one gradient element: fp32, or the 16-bit precision without
+// --accumulate-allreduce-grads-in-fp32 (PlanRequest::grads_in_fp32).
+double grad_bytes(const PlanRequest& req) { return req.grads_in_fp32 ? kGradBytes : bytes_of(req.precision); }
 
 }  // namespace
 
@@ -65,6 +71,8 @@ void PlanRequest::validate() const {
                          " cannot be pinned with first or last stage layers (as in Megatron, which takes v from "
                          "--num-virtual-stages-per-pipeline-rank then); leave v to the search"));
   PTDP_CHECK_ARG(top > 0, str_cat("top = ", top, " is not > 0"));
+  PTDP_CHECK_ARG(context_parallel >= 0,
+                 str_cat("context parallel size = ", context_parallel, " is negative (1: none, 0: search)"));
   PTDP_CHECK_ARG(allow_recompute[0] || allow_recompute[1] || allow_recompute[2],
                  "no recomputation granularity is allowed (none, full and selective are all excluded)");
 }
@@ -85,7 +93,7 @@ PipelineSplit Layout::split() const {
 }
 
 std::string Layout::str() const {
-  std::string s = str_cat("t=", t, " p=", p);
+  std::string s = str_cat("t=", t, c > 1 ? str_cat(" c=", c) : std::string(), " p=", p);
   if (first > 0) s += str_cat(" first=", first);
   if (last > 0) s += str_cat(" last=", last);
   s += str_cat(" d=", d);
@@ -94,6 +102,7 @@ std::string Layout::str() const {
   s += str_cat(" b=", b, " m=", m, " ", plain ? "no-pipeline" : schedule_short_name(schedule), " recompute=",
                recompute_name(recompute));
   if (distributed_optimizer) s += " dist-opt";
+  if (sequence_parallel) s += " sp";
   return s;
 }
 
@@ -194,7 +203,13 @@ double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute)
   return m.paper_flops(samples);
 }
 
-double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r) {
+double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r, bool sequence_parallel,
+                              int c) {
+  // Context parallelism keeps each rank's s / c tokens: every term below per token, the scores
+  // s / c x s.
+  if (c > 1) return layer_activation_bytes(m, prec, t, b, r, sequence_parallel, 1) / c;
+  // What every tensor rank keeps whole without sequence parallelism is split over t with it.
+  const double whole = sequence_parallel ? 1.0 / t : 1.0;
   const double s = m.seq_length, h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads, sb = s * b;
   const double g = m.query_groups(), dh = m.head_dim(), ctx = static_cast<double>(m.attention_width());
   const double qkv = static_cast<double>(m.qkv_rows()), fc1 = m.swiglu ? 2.0 * f : f;
@@ -209,8 +224,8 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
     // and the activation's [sb, ffn / t]; with --qk-layernorm the q and k heads before their
     // norm and its statistics; and the attention probabilities before and after dropout
     // [b, a/t, s, s] (one tensor without attention dropout).
-    if (r == Recompute::Full) return 4.0 * sb * h;
-    double elements = sb * (4.0 * h + (qkv + ctx + fc1 + f) / t) + 2.0 * stats * sb;
+    if (r == Recompute::Full) return 4.0 * sb * h * whole;
+    double elements = (sb * 4.0 * h + 2.0 * stats * sb) * whole + sb * (qkv + ctx + fc1 + f) / t;
     if (m.qk_layernorm) elements += sb * (a + g) / t * (dh + stats);
     if (r == Recompute::None) elements += (m.attention_dropout > 0 ? 2.0 : 1.0) * (a / t) * b * s * s;
     return 4.0 * elements;
@@ -228,12 +243,49 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   //    their norm and its statistics;
   //  - per tensor rank, without recomputation: the softmax output (2 a s^2 b), and with
   //    attention dropout its mask (a s^2 b) and output (2 a s^2 b).
-  if (r == Recompute::Full) return 2.0 * sb * h;
-  double bytes = sb * h * (8.0 + (m.hidden_dropout > 0 ? 2.0 : 0.0)) + 2.0 * 4.0 * stats * sb;
+  //  With sequence parallelism (Korthikanti et al. 2022, section 4.2.2) the replicated part is
+  //  split over the t ranks: s b h (10 + 24/t) becomes s b h 34 / t.
+  if (r == Recompute::Full) return 2.0 * sb * h * whole;
+  double bytes = (sb * h * (8.0 + (m.hidden_dropout > 0 ? 2.0 : 0.0)) + 2.0 * 4.0 * stats * sb) * whole;
   bytes += (2.0 * (ctx + 2.0 * g * dh + ctx) + 2.0 * (fc1 + f)) * sb / t;
   if (m.qk_layernorm) bytes += sb * (a + g) / t * (2.0 * dh + 4.0 * stats);
   if (r == Recompute::None) bytes += (m.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b / t;
   return bytes;
+}
+
+std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c) {
+  const double s = m.seq_length, h = m.hidden_size, tokens = static_cast<double>(b) * s / c, q = s / c;
+  const double dh = m.head_dim(), heads = static_cast<double>(m.num_attention_heads) / t;
+  const double qkv = static_cast<double>(m.qkv_rows()), ctx = static_cast<double>(m.attention_width());
+  const double f = m.ffn(), fc1 = m.swiglu ? 2.0 * f : f;
+  return {
+      {tokens, qkv / t, h, 1},   // QKV
+      {q, s, dh, b * heads},     // scores Q K^T (this rank's queries against every key)
+      {q, dh, s, b * heads},     // context P V
+      {tokens, h, ctx / t, 1},   // projection
+      {tokens, fc1 / t, h, 1},   // fc1
+      {tokens, h, f / t, 1},     // fc2
+  };
+}
+
+Gemm logit_gemm(const GptConfig& m, int t, int b, int c) {
+  return {static_cast<double>(b) * m.seq_length / c, static_cast<double>(m.padded_vocab(t)) / t,
+          static_cast<double>(m.hidden_size), 1};
+}
+
+double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, int c) {
+  const double e = bytes_of(prec), s = m.seq_length;
+  const double scores = static_cast<double>(m.num_attention_heads) / t * b * s * s / c;
+  return scores * (2.0 * e + (m.attention_dropout > 0 ? 2.0 * e + 1.0 : 0.0));
+}
+
+double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel, int c) {
+  const double e = bytes_of(prec), sb = static_cast<double>(b) * m.seq_length / c, h = m.hidden_size;
+  const double f = m.ffn(), whole = sequence_parallel ? 1.0 / t : 1.0;
+  const double norms = 2.0 * 2.0 * e * sb * h * whole;
+  const double residual_adds = 2.0 * (3.0 * e + (m.hidden_dropout > 0 ? 1.0 : 0.0)) * sb * h * whole;
+  const double activation = (m.swiglu ? 3.0 : 2.0) * e * sb * f / t;
+  return norms + residual_adds + activation + attention_elementwise_bytes(m, prec, t, b, c);
 }
 
 int schedule_peak_slots(ScheduleKind kind, int p, int m, int v, int rank) {
@@ -273,6 +325,12 @@ void check_layout_runs(const PlanRequest& req, const Layout& L) {
   PTDP_CHECK_ARG(static_cast<int64_t>(m) * b * d == req.global_batch_size,
                  str_cat("layout ", L.str(), ": m * b * d = ", static_cast<int64_t>(m) * b * d,
                          " is not the global batch ", req.global_batch_size));
+  PTDP_CHECK_ARG(L.c > 0 && (L.c == 1 || g.seq_length % (2 * L.c) == 0),
+                 str_cat("layout ", L.str(), ": context parallelism c = ", L.c, " needs 2 c to divide the sequence length ",
+                         g.seq_length, " (each rank takes two chunks, balancing the causal mask)"));
+  PTDP_CHECK_ARG(!L.sequence_parallel || (t > 1 && g.seq_length % t == 0),
+                 str_cat("layout ", L.str(), ": sequence parallelism needs t > 1 dividing the sequence length ",
+                         g.seq_length));
   g.validate(t);
 }
 
@@ -290,49 +348,132 @@ double peak_flops(const PlanRequest& req, const Cluster& cl) {
   return req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit;
 }
 
-double gemm_rate(const PlanRequest& req, const Cluster& cl, const Layout& L) {
-  const double h = req.model.hidden_size, s = req.model.seq_length;
-  const double smallest = std::min(static_cast<double>(L.b) * s, h / L.t);
-  return peak_flops(req, cl) * cl.gemm_efficiency * smallest / (smallest + kGemmHalfSize);
-}
-
 // One activation [s, b, h]: what a tensor all-reduce or a pipeline transfer carries.
 double activation_message_bytes(const PlanRequest& req, const Layout& L) {
-  return static_cast<double>(L.b) * req.model.seq_length * req.model.hidden_size * bytes_of(req.precision);
+  return static_cast<double>(L.b) * req.model.seq_length / L.c * req.model.hidden_size * bytes_of(req.precision);
 }
 
-// Seconds of one microbatch through a whole pipeline rank (all its v chunks).
+// Seconds of one microbatch through a whole pipeline rank (all its v chunks). bwd_compute
+// holds the input and the weight gradients; bwd_weight the weight gradients' part of it.
 struct StageCost {
-  double fwd_compute, bwd_compute, recompute, tp_fwd, tp_bwd;
+  double fwd_compute, bwd_compute, bwd_weight, recompute, tp_fwd, tp_bwd;
 };
 
-// What every stage's cost is made of: one layer's forward and recomputation, the logits layer's
-// forward, one tensor all-reduce, and the all-reduces of one layer's backward.
+// What every stage's cost is made of: one layer's forward, input-gradient and weight-gradient
+// seconds and its recomputation, the same for the logits layer, one tensor all-reduce, and the
+// all-reduces of one layer's backward.
 struct CostParts {
-  double layer_fwd, logit_fwd, layer_recompute, ar, ar_per_layer_bwd;
+  double layer_fwd, layer_bwd_input, layer_bwd_weight, logit_fwd, logit_bwd_input, logit_bwd_weight, layer_recompute;
+  double ar, ar_per_layer_bwd;
+  double cp_fwd, cp_bwd;  ///< one layer's exposed context-parallel ring exchanges
 };
 
-CostParts cost_parts(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
+// The GEMM tables of the request's precision (empty: the cluster's single gemm_efficiency).
+const GemmTable* table_for(const PlanRequest& req, const Cluster& cl) {
+  const std::string& name = req.precision == Precision::Fp32 ? cl.gemm_table_fp32 : cl.gemm_table_16bit;
+  if (name.empty()) return nullptr;
+  return &cached_gemm_table(name);
+}
+
+// Seconds of GEMMs priced by shape: forward C = A B as (M, N, K); the input gradient dA = dC B^T
+// as (M, K, N); the weight gradient dB = A^T dC as (K, N, M).
+struct PassSeconds {
+  double fwd = 0, bwd_input = 0, bwd_weight = 0;
+};
+// Each at the cluster's peak times the table's efficiency for its shape.
+PassSeconds gemm_seconds(const GemmTable& tab, double peak, const std::vector<Gemm>& gemms) {
+  PassSeconds out;
+  const auto seconds = [&](double m, double n, double k, double count) {
+    return 2.0 * m * n * k * count / (peak * tab.at(m, n, k));
+  };
+  for (const Gemm& x : gemms) {
+    out.fwd += seconds(x.m, x.n, x.k, x.count);
+    out.bwd_input += seconds(x.m, x.k, x.n, x.count);
+    out.bwd_weight += seconds(x.k, x.n, x.m, x.count);
+  }
+  return out;
+}
+
+CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L, double tensor_allreduce) {
   const GptConfig& g = req.model;
-  const int t = L.t, b = L.b;
+  const int t = L.t, b = L.b, cp = L.c;
   const double vp = static_cast<double>(g.padded_vocab(t));
   CostParts c;
-  c.layer_fwd = layer_forward_flops(g, b) / t / rate;
-  c.logit_fwd = logit_forward_flops(g, b, vp) / t / rate;
-  c.layer_recompute = recompute_flops(g, b, L.recompute) / t / rate;
+  const GemmTable* tab = table_for(req, cl);
+  double attention_fwd = 0, attention_bwd = 0;  // the attention products' seconds (context parallelism hides its ring behind them)
+  if (tab == nullptr) {
+    // One efficiency for every GEMM (the cluster's gemm_efficiency, memory-bound kernels
+    // included), lowered when the smallest dimension of the layer's GEMMs (tokens b s, or the
+    // per-rank width h / t) is small: rate = large rate * x / (x + kGemmHalfSize).
+    const double h = g.hidden_size, s = g.seq_length;
+    const double smallest = std::min(static_cast<double>(b) * s, h / t);
+    const double rate = peak_flops(req, cl) * cl.gemm_efficiency * smallest / (smallest + kGemmHalfSize);
+    c.layer_fwd = layer_forward_flops(g, b) / t / cp / rate;
+    c.logit_fwd = logit_forward_flops(g, b, vp) / t / cp / rate;
+    c.layer_recompute = recompute_flops(g, b, L.recompute) / t / cp / rate;
+    c.layer_bwd_input = c.layer_bwd_weight = c.layer_fwd;
+    c.logit_bwd_input = c.logit_bwd_weight = c.logit_fwd;
+    attention_fwd = attention_core_flops(g, b) / t / cp / rate;
+    attention_bwd = 2.0 * attention_fwd;
+  } else {
+    // Every GEMM at its own shape's efficiency, and the memory-bound kernels (norms,
+    // activation, bias-dropout-add, softmax, dropout) at the achieved memory bandwidth.
+    const double peak = peak_flops(req, cl);
+    const std::vector<Gemm> all = layer_gemms(g, t, b, cp);
+    const PassSeconds layer = gemm_seconds(*tab, peak, all);
+    const PassSeconds logit = gemm_seconds(*tab, peak, {logit_gemm(g, t, b, cp)});
+    const PassSeconds attention = gemm_seconds(*tab, peak, std::vector<Gemm>(all.begin() + 1, all.begin() + 3));  // Q K^T and P V
+    const double bandwidth = cl.elementwise_bandwidth > 0 ? cl.elementwise_bandwidth : cl.memory_bandwidth;
+    const double fwd_bytes = layer_elementwise_bytes(g, req.precision, t, b, L.sequence_parallel, cp);
+    const double attention_ew = attention_elementwise_bytes(g, req.precision, t, b, cp) / bandwidth;
+    attention_fwd = attention.fwd + attention_ew;
+    attention_bwd = attention.bwd_input + attention.bwd_weight + kElementwiseBackward * attention_ew;
+    const double ew_fwd = fwd_bytes / bandwidth;
+    c.layer_fwd = layer.fwd + ew_fwd;
+    // A memory-bound kernel's backward reads the output gradient and what its forward kept and
+    // writes the input gradient: about 1.25 times the forward's bytes over these kernels (the
+    // softmax 6 bytes per score against 4, the attention dropout 5 against 5, the norms and
+    // the activation 1.5 times, the residual adds about once).
+    c.layer_bwd_input = layer.bwd_input + kElementwiseBackward * ew_fwd;
+    c.layer_bwd_weight = layer.bwd_weight;
+    // The loss: a softmax over the fp32 logits [b s, V / t] and its gradient, written in place
+    // (read and write each way).
+    const double loss = 2.0 * 4.0 * b * g.seq_length / cp * vp / t / bandwidth;
+    c.logit_fwd = logit.fwd + loss;
+    c.logit_bwd_input = logit.bwd_input + loss;
+    c.logit_bwd_weight = logit.bwd_weight;
+    switch (L.recompute) {
+      case Recompute::Full: c.layer_recompute = c.layer_fwd; break;
+      case Recompute::Selective: c.layer_recompute = attention_fwd; break;
+      case Recompute::None: c.layer_recompute = 0; break;
+    }
+  }
   c.ar = tensor_allreduce;
   // Per layer: 2 forward (after attention and MLP), 2 backward (their conjugates); full
   // recomputation repeats the forward's 2.
   c.ar_per_layer_bwd = 2.0 + (L.recompute == Recompute::Full ? 2.0 : 0.0);
+  // Context parallelism: each layer's attention passes its keys and values (2 b s/c g dh / t
+  // elements) around the ring of c ranks, c - 1 steps, forward; the backward sends them and
+  // their gradients (twice the bytes). As in Megatron's ring attention each step's transfer
+  // overlaps the attention products of the step before: what exceeds them is exposed.
+  c.cp_fwd = c.cp_bwd = 0;
+  if (cp > 1) {
+    const Link link = link_for(cl, t * cp > cl.gpus_per_node);
+    const double kv = 2.0 * b * g.seq_length / cp * static_cast<double>(g.query_groups()) * g.head_dim() / t *
+                      bytes_of(req.precision);
+    const double ring = (cp - 1) * (link.latency + kv / link.bandwidth);
+    c.cp_fwd = std::max(0.0, ring - attention_fwd);
+    c.cp_bwd = std::max(0.0, 2.0 * ring - attention_bwd) + (L.recompute == Recompute::Full ? c.cp_fwd : 0.0);
+  }
   return c;
 }
 
 // Every pipeline rank's cost: its layers (the split's count, even or not), the first rank's
 // embedding and the last rank's LM head.
-std::vector<StageCost> stage_costs(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
+std::vector<StageCost> stage_costs(const PlanRequest& req, const Cluster& cl, const Layout& L, double tensor_allreduce) {
   const int p = L.p;
   const std::vector<int> stage_layers = stage_layer_counts(req.model.num_layers, L.split());
-  const CostParts parts = cost_parts(req, L, rate, tensor_allreduce);
+  const CostParts parts = cost_parts(req, cl, L, tensor_allreduce);
   // The first stage adds the embedding's all-reduce, the last the LM head's input gradient's.
   std::vector<StageCost> stages(static_cast<std::size_t>(p));
   for (int k = 0; k < p; ++k) {
@@ -340,10 +481,11 @@ std::vector<StageCost> stage_costs(const PlanRequest& req, const Layout& L, doub
     const double layers = stage_layers[static_cast<std::size_t>(k)];
     StageCost& c = stages[static_cast<std::size_t>(k)];
     c.fwd_compute = layers * parts.layer_fwd + (last ? parts.logit_fwd : 0.0);
-    c.bwd_compute = 2.0 * c.fwd_compute;
+    c.bwd_weight = layers * parts.layer_bwd_weight + (last ? parts.logit_bwd_weight : 0.0);
+    c.bwd_compute = layers * parts.layer_bwd_input + (last ? parts.logit_bwd_input : 0.0) + c.bwd_weight;
     c.recompute = layers * parts.layer_recompute;
-    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar;
-    c.tp_bwd = (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar;
+    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar + layers * parts.cp_fwd;
+    c.tp_bwd = (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar + layers * parts.cp_bwd;
   }
   return stages;
 }
@@ -351,8 +493,8 @@ std::vector<StageCost> stage_costs(const PlanRequest& req, const Layout& L, doub
 double total(const StageCost& c) { return c.fwd_compute + c.bwd_compute + c.recompute + c.tp_fwd + c.tp_bwd; }
 
 // The pipeline runs at the pace of its slowest rank (the last on ties: it also holds the loss).
-StageCost slowest_stage_cost(const PlanRequest& req, const Layout& L, double rate, double tensor_allreduce) {
-  const std::vector<StageCost> stages = stage_costs(req, L, rate, tensor_allreduce);
+StageCost slowest_stage_cost(const PlanRequest& req, const Cluster& cl, const Layout& L, double tensor_allreduce) {
+  const std::vector<StageCost> stages = stage_costs(req, cl, L, tensor_allreduce);
   std::size_t slowest = stages.size() - 1;
   for (std::size_t k = 0; k < stages.size(); ++k) {
     if (total(stages[k]) > total(stages[slowest])) slowest = k;
@@ -365,6 +507,8 @@ double pipeline_transfer_seconds(const PlanRequest& req, const Layout& L, double
                                  const Link& tensor) {
   const int t = L.t;
   if (L.p == 1) return 0;
+  // With sequence parallelism the activation between stages is already split: [s / t, b, h].
+  if (L.sequence_parallel) return pipe.latency + msg / t / pipe.bandwidth;
   if (req.scatter_gather && t > 1) {
     // Each tensor rank sends 1/t; the receivers all-gather the pieces inside their node.
     return pipe.latency + msg / t / pipe.bandwidth + half_ring_seconds(t, msg, tensor.bandwidth, tensor.latency);
@@ -377,9 +521,9 @@ ScheduleCosts microbatch_costs(const StageCost& slow, double transfer) {
   costs.forward = slow.fwd_compute + slow.tp_fwd;
   costs.backward = slow.bwd_compute + slow.recompute + slow.tp_bwd;
   // Zero bubble: B carries the recomputation, the input gradients and their all-reduces; W the
-  // weight gradients (half of the backward GEMMs).
-  costs.backward_input = 0.5 * slow.bwd_compute + slow.recompute + slow.tp_bwd;
-  costs.backward_weight = 0.5 * slow.bwd_compute;
+  // weight gradients.
+  costs.backward_input = slow.bwd_compute - slow.bwd_weight + slow.recompute + slow.tp_bwd;
+  costs.backward_weight = slow.bwd_weight;
   costs.p2p_latency = transfer;
   return costs;
 }
@@ -392,7 +536,12 @@ struct PipelineTime {
   std::vector<int> slots;  ///< peak activation slots of each pipeline rank
 };
 
-PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const ScheduleCosts& costs, bool simulate_pipeline) {
+// The schedule runs every stage at the slowest stage's costs, so its fill and drain would pass
+// p - 1 stages as slow as that one; they pass the others. `others` = the other stages' time
+// per microbatch over (p - 1) times the slowest's (1 for balanced stages) scales the bubble: a
+// 1F1B pipeline with one slow stage takes m T_slow + sum of the others' T, not (m + p - 1) T_slow.
+PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const ScheduleCosts& costs, bool simulate_pipeline,
+                           double others) {
   const int p = L.p, v = L.v, m = L.m;
   const double transfer = costs.p2p_latency;
   const ScheduleKind kind = L.schedule;
@@ -413,8 +562,9 @@ PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const Schedul
     free_transfers.p2p_latency = 0;
     const SimulationResult bare = simulate(sched, free_transfers);
     const SimulationResult sim = simulate(sched, costs);
-    pt.pipeline = sim.makespan;
-    pt.bubble = std::max(0.0, bare.makespan - ideal);
+    const double uniform_bubble = std::max(0.0, bare.makespan - ideal);
+    pt.bubble = uniform_bubble * others;
+    pt.pipeline = sim.makespan - uniform_bubble + pt.bubble;
     pt.pipeline_comm = std::max(0.0, sim.makespan - bare.makespan);
     pt.slots.assign(sim.peak_slots.begin(), sim.peak_slots.end());
     pt.simulated = true;
@@ -426,6 +576,7 @@ PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const Schedul
     if (kind == ScheduleKind::ZeroBubbleH1) {
       pt.bubble = (p - 1) * std::max(0.0, costs.forward + costs.backward_input - costs.backward_weight);
     }
+    pt.bubble *= others;
     pt.pipeline_comm += 2.0 * (p - 1) * transfer;
     pt.pipeline = ideal + pt.bubble + pt.pipeline_comm;
   } else {
@@ -438,14 +589,14 @@ PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const Schedul
 // weights) of `n_local` parameters over the data-parallel group, less what hides behind the
 // last microbatch's backward (`window` seconds).
 double data_parallel_seconds(const PlanRequest& req, const Layout& L, double n_local, double window, const Link& dp) {
-  const int d = L.d;
+  const int d = L.d * L.c;  // the context-parallel ranks hold the same weights: one reduction over d c
   const double param_bytes = bytes_of(req.precision);
   double reduce = 0, gather = 0;
   if (L.distributed_optimizer) {
-    reduce = half_ring_seconds(d, n_local * kGradBytes, dp.bandwidth, dp.latency);    // reduce-scatter of the gradients
+    reduce = half_ring_seconds(d, n_local * grad_bytes(req), dp.bandwidth, dp.latency);    // reduce-scatter of the gradients
     gather = half_ring_seconds(d, n_local * param_bytes, dp.bandwidth, dp.latency);  // all-gather of the updated weights
   } else {
-    reduce = allreduce_seconds(d, n_local * kGradBytes, dp.bandwidth, dp.latency);
+    reduce = allreduce_seconds(d, n_local * grad_bytes(req), dp.bandwidth, dp.latency);
   }
   if (req.overlap_grad_reduce && reduce > 0) {
     // Buckets are reduced while the last microbatch's backward runs; the last one cannot be.
@@ -475,8 +626,8 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L, double la
   const GptConfig& g = req.model;
   const int t = L.t, b = L.b;
   const double h = g.hidden_size, s = g.seq_length;
-  const double none_act = layer_activation_bytes(g, req.precision, t, b, Recompute::None);
-  const double sel_act = layer_activation_bytes(g, req.precision, t, b, Recompute::Selective);
+  const double none_act = layer_activation_bytes(g, req.precision, t, b, Recompute::None, L.sequence_parallel);
+  const double sel_act = layer_activation_bytes(g, req.precision, t, b, Recompute::Selective, L.sequence_parallel);
   double working = 0;
   if (req.precision == Precision::Fp32) {
     // The CPU engine runs a chunk's input gradients layer by layer, then its weight gradients:
@@ -509,11 +660,11 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, dou
   const double act = bytes_of(req.precision);
   const double h = g.hidden_size, s = g.seq_length;
   const double vp = static_cast<double>(g.padded_vocab(t));
-  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute);
-  const double working = backward_working_bytes(req, L, layers_per_chunk);
+  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute, L.sequence_parallel, L.c);
+  const double working = backward_working_bytes(req, L, layers_per_chunk) / L.c;
   // The last stage's loss: the final LayerNorm's and the LM head's inputs, and the fp32 logits
   // [s b, V/t] (turned into their gradient in place).
-  const double head_act = 2.0 * b * s * h * act + 4.0 * b * s * vp / t;
+  const double head_act = (2.0 * b * s * h * act + 4.0 * b * s * vp / t) / L.c;
   const ScheduleKind kind = L.schedule;
   const int last_chunk_slots = kind == ScheduleKind::GPipe ? m : (kind == ScheduleKind::ZeroBubbleH1 ? last_rank_slots : 1);
   Memory mm;
@@ -533,11 +684,12 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, dou
 StageSeconds stage_seconds(const PlanRequest& req, const Cluster& cl, const Layout& L) {
   const Link tensor_link = link_for(cl, L.t > cl.gpus_per_node);
   const double ar = allreduce_seconds(L.t, activation_message_bytes(req, L), tensor_link.bandwidth, tensor_link.latency);
-  const CostParts c = cost_parts(req, L, gemm_rate(req, cl, L), ar);
+  const CostParts c = cost_parts(req, cl, L, ar);
   StageSeconds out;
-  out.layer = 3.0 * c.layer_fwd + c.layer_recompute + (2.0 + c.ar_per_layer_bwd) * c.ar;  // as stage_costs
+  out.layer = c.layer_fwd + c.layer_bwd_input + c.layer_bwd_weight + c.layer_recompute +
+              (2.0 + c.ar_per_layer_bwd) * c.ar + c.cp_fwd + c.cp_bwd;  // as stage_costs
   out.first = c.ar;
-  out.last = 3.0 * c.logit_fwd + c.ar;
+  out.last = c.logit_fwd + c.logit_bwd_input + c.logit_bwd_weight + c.ar;
   return out;
 }
 
@@ -546,7 +698,7 @@ std::vector<double> stage_microbatch_seconds(const PlanRequest& req, const Clust
   const Link tensor_link = link_for(cl, L.t > cl.gpus_per_node);
   const double ar = allreduce_seconds(L.t, activation_message_bytes(req, L), tensor_link.bandwidth, tensor_link.latency);
   std::vector<double> out;
-  for (const StageCost& c : stage_costs(req, L, gemm_rate(req, cl, L), ar)) out.push_back(total(c));
+  for (const StageCost& c : stage_costs(req, cl, L, ar)) out.push_back(total(c));
   return out;
 }
 
@@ -556,7 +708,7 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const int t = L.t, p = L.p, d = L.d, v = L.v;
   Estimate e;
   e.layout = L;
-  const int gpus = t * p * d;
+  const int gpus = t * L.c * p * d;
   const int gpn = cl.gpus_per_node;
 
   e.params_formula = paper_parameters(g);
@@ -569,7 +721,13 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const Link tensor_link = link_for(cl, e.tensor_crosses_nodes);
   const double msg = activation_message_bytes(req, L);
   e.tensor_allreduce_seconds = allreduce_seconds(t, msg, tensor_link.bandwidth, tensor_link.latency);
-  const StageCost slow = slowest_stage_cost(req, L, gemm_rate(req, cl, L), e.tensor_allreduce_seconds);
+  const StageCost slow = slowest_stage_cost(req, cl, L, e.tensor_allreduce_seconds);
+  double others = 1.0;
+  if (p > 1) {
+    double sum = 0;
+    for (const StageCost& c : stage_costs(req, cl, L, e.tensor_allreduce_seconds)) sum += total(c);
+    others = std::clamp((sum - total(slow)) / ((p - 1) * total(slow)), 0.0, 1.0);
+  }
 
   // Pipeline neighbours are t * d ranks apart; once the job spans nodes, some stage boundary
   // falls between nodes and the schedule waits for the slowest.
@@ -577,7 +735,7 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const Link pipeline_link = link_for(cl, e.pipeline_crosses_nodes);
   e.costs = microbatch_costs(slow, pipeline_transfer_seconds(req, L, msg, pipeline_link, tensor_link));
 
-  const PipelineTime pt = pipeline_time(L, slow, e.costs, simulate_pipeline);
+  const PipelineTime pt = pipeline_time(L, slow, e.costs, simulate_pipeline, others);
   e.compute = pt.compute;
   e.tensor_comm = pt.tensor_comm;
   e.pipeline_comm = pt.pipeline_comm;
@@ -587,7 +745,7 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   e.bubble_fraction = e.bubble / (e.compute + e.tensor_comm);
 
   // The data-parallel group of a stage is d ranks t apart inside a block of t * d ranks.
-  e.data_crosses_nodes = d > 1 && t * d > gpn;
+  e.data_crosses_nodes = d * L.c > 1 && t * L.c * d > gpn;
   const double n_local = static_cast<double>(e.params_per_gpu);
   const double backward_window = slow.bwd_compute + slow.recompute + slow.tp_bwd;
   e.data_parallel = data_parallel_seconds(req, L, n_local, backward_window, link_for(cl, e.data_crosses_nodes));
@@ -606,8 +764,9 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const std::vector<int> stage_layers = stage_layer_counts(g.num_layers, L.split());
   for (int r = 0; r < p; ++r) {
     const std::size_t k = static_cast<std::size_t>(r);
-    const Memory mm = stage_memory(req, L, stage_params[k], static_cast<double>(stage_layers[k]) / v, pt.slots[k],
-                                   pt.slots.back(), r == p - 1);
+    Memory mm = stage_memory(req, L, stage_params[k], static_cast<double>(stage_layers[k]) / v, pt.slots[k],
+                             pt.slots.back(), r == p - 1);
+    mm.gradients = static_cast<double>(stage_params[k]) * grad_bytes(req);  // 16-bit without grads_in_fp32
     if (r == 0 || mm.total() > e.memory.total()) {
       e.memory = mm;
       e.memory_stage = r;
@@ -615,6 +774,17 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   }
   e.fits = e.memory.total() <= cl.usable_memory();
   return e;
+}
+
+double cpu_iteration_seconds(const PlanRequest& req, const Layout& L, double cores) {
+  PTDP_CHECK_ARG(cores > 0 && std::isfinite(cores), str_cat("cores = ", cores, " is not > 0"));
+  const int ranks = L.t * L.c * L.p * L.d;
+  const Cluster own_cores = cpu_cluster(ranks, ranks);
+  const Estimate e = estimate(req, own_cores, L, true);
+  double stages = 0;
+  for (double s : stage_microbatch_seconds(req, own_cores, L)) stages += s;
+  const double work = static_cast<double>(L.t) * L.c * L.d * L.m * stages + ranks * e.optimizer;
+  return std::max(e.iteration, work / cores + e.data_parallel + e.embedding_sync);
 }
 
 }  // namespace ptdp::plan

@@ -26,6 +26,7 @@
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/plan/cluster.h"
+#include "core/plan/gemm_table.h"
 
 namespace ptdp::plan {
 
@@ -40,7 +41,15 @@ struct PlanRequest {
   int64_t global_batch_size = 0;  ///< B
   Precision precision = Precision::Fp32;
   bool allow_distributed_optimizer = false;
+  /// Sequence parallelism (Megatron's --sequence-parallel, Korthikanti et al. 2022) may be used
+  /// where t > 1: the norms and dropouts run on s / t of the tokens and keep 1 / t of their
+  /// activations; each tensor all-reduce becomes a reduce-scatter and an all-gather of the same
+  /// bytes.
+  bool allow_sequence_parallel = false;
   bool allow_recompute[3] = {true, true, true};  ///< indexed by Recompute: none, full, selective
+  /// Context parallelism (Megatron's --context-parallel-size): 1 (default) none; N > 1 pins
+  /// c = N; 0 searches c in 1, 2, 4, ... (ranks ordered t, c, d, p as Megatron's tp-cp-dp-pp).
+  int context_parallel = 1;
   int num_gpus = 0;  ///< 0: every GPU of the cluster
   // Pins: 0 (or nullopt-like -1 for the schedule) means "search".
   int tensor = 0;
@@ -54,6 +63,11 @@ struct PlanRequest {
   int schedule = -1;  ///< a ScheduleKind, or -1 (1F1B, interleaved 1F1B, ZB-H1 are searched)
   bool scatter_gather = true;       ///< pipeline transfers split over the tensor ranks
   bool overlap_grad_reduce = true;  ///< data-parallel reduction overlapped with the last backward
+  /// Gradients are kept and reduced in fp32 (ptdp's engine; Megatron's
+  /// --accumulate-allreduce-grads-in-fp32, forced with bf16). False: in the 16-bit training
+  /// precision, as Megatron did by default for fp16 when the paper was written (2 bytes per
+  /// parameter in memory and in the data-parallel reduction).
+  bool grads_in_fp32 = true;
   int top = 5;                      ///< layouts to report
 
   /// Throws Error(InvalidArgument) naming the field for a request no layout could serve.
@@ -69,8 +83,14 @@ struct Layout {
   ScheduleKind schedule = ScheduleKind::OneFOneB;
   Recompute recompute = Recompute::None;
   bool distributed_optimizer = false;
+  bool sequence_parallel = false;  ///< Megatron's --sequence-parallel (only with t > 1)
+  /// Context-parallel size: each of c ranks holds s / c of every sequence's tokens (their
+  /// activations and work) and the attention exchanges keys and values around a ring of c.
+  /// The layout takes t c p d GPUs.
+  int c = 1;
   /// "t=8 p=8 d=24 v=5 b=1 m=96 interleaved-1f1b full dist-opt", with " first=N" and " last=N"
-  /// after p for uneven stages.
+  /// after p for uneven stages, " c=N" after t with context parallelism and " sp" with sequence
+  /// parallelism.
   std::string str() const;
   PipelineSplit split() const;
 };
@@ -93,7 +113,8 @@ struct Estimate {
   // Memory of the most loaded GPU (the first or the last pipeline stage).
   Memory memory;
   int memory_stage = 0;  ///< the pipeline rank that holds the most
-  // Seconds per iteration of the slowest pipeline rank. compute + tensor_comm + bubble +
+  // Seconds per iteration of the slowest pipeline rank (tensor_comm: the tensor-parallel
+  // all-reduces and the exposed context-parallel key/value exchanges). compute + tensor_comm + bubble +
   // pipeline_comm = pipeline (the simulated makespan: the bubble is the makespan without
   // transfer times less the busy time, pipeline_comm what the transfers add on top);
   // iteration = pipeline + data_parallel + embedding_sync + optimizer.
@@ -131,8 +152,41 @@ int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, 
 /// GptConfig::paper_flops) or as executed (full: paper_flops(samples, true); selective: the
 /// attention products' forward once more, 4 s^2 a dh per sample and layer).
 double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute);
-/// Activation bytes one transformer layer keeps per microbatch of b samples with tensor size t.
-double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r);
+/// Activation bytes one transformer layer keeps per microbatch of b samples with tensor size t;
+/// with `sequence_parallel` the activations every tensor rank keeps whole without it (the norms'
+/// and the dropouts') are split over the t ranks (Korthikanti et al. 2022, Table 2: s b h (34/t
+/// + 5 a s/(h t)) for the GPT in 16 bits, s b h 34 / t with selective recomputation).
+double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r,
+                              bool sequence_parallel = false, int c = 1);
+
+/// One GEMM shape C[m, n] = A[m, k] B[k, n], run `count` times (the batched attention products).
+struct Gemm {
+  double m = 0, n = 0, k = 0, count = 1;
+};
+/// The forward GEMMs of one decoder layer on one tensor rank for a microbatch of b samples, in
+/// this order: QKV (b s, (a + 2g) dh / t, h), the scores Q K^T (s, s, dh; b a / t of them), the
+/// context P V (s, dh, s; b a / t), the projection (b s, h, a dh / t), fc1 (b s, ffn / t, twice
+/// with SwiGLU, h) and fc2 (b s, h, ffn / t). Their FLOPs, 2 m n k count summed, are
+/// GptConfig::paper_flops' forward of one layer on one rank. The backward prices each as its
+/// input gradient (m, k, n) and weight gradient (k, n, m).
+/// With context parallelism c each rank runs its s / c tokens: M = b s / c, the scores (s / c,
+/// s, dh) and the context (s / c, dh, s).
+std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c = 1);
+/// The logits layer's forward GEMM on one tensor rank: (b s / c, padded V / t, h).
+Gemm logit_gemm(const GptConfig& m, int t, int b, int c = 1);
+/// Bytes one decoder layer's memory-bound forward kernels move on one tensor rank for a
+/// microbatch of b samples (read + written; elements of the training precision, dropout masks of
+/// one byte): the two norms (s b h in and out each), the two bias-dropout-residual adds (two in,
+/// one out, the mask with hidden dropout), the MLP activation (its ffn / t input, twice with
+/// SwiGLU, and ffn / t output), and attention_elementwise_bytes. Backward kernels move about
+/// twice as much. The time model prices them at the cluster's memory bandwidth.
+/// With `sequence_parallel` the norms and the residual adds run on s / t of the tokens.
+/// With context parallelism c each rank's share: 1 / c.
+double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel = false,
+                               int c = 1);
+/// Of layer_elementwise_bytes, the attention's: the scaled, masked softmax over the scores
+/// (a / t heads of s x s per sample, in and out) and, with attention dropout, its dropout.
+double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, int c = 1);
 
 /// Peak (microbatch, chunk) slots of pipeline rank `rank` under a schedule, in closed form (the
 /// simulator's count, which the tests check).
@@ -155,5 +209,14 @@ std::vector<double> stage_microbatch_seconds(const PlanRequest& req, const Clust
 /// otherwise the bubble is the closed form (p-1)/(v m) ((p-1)/(3m) for ZB-H1). Throws
 /// Error(InvalidArgument) for a layout that cannot run (naming the numbers).
 Estimate estimate(const PlanRequest& req, const Cluster& cluster, const Layout& layout, bool simulate);
+
+/// The CPU engine's seconds per iteration for layout L when its t p d ranks (one thread each)
+/// share `cores` cores: a rank that waits for a peer gives its core to the others, so the
+/// iteration takes the longer of (a) the estimate with a core per rank (plan::cpu_cluster(W, W):
+/// the critical path through the pipeline) and (b) every rank's work, its stages' forward and
+/// backward with their tensor collectives (t d m microbatch-stages per stage) and its optimizer
+/// step, spread over the cores, plus the data-parallel reduction and the embedding sync.
+/// What bench_train prints next to its measurements.
+double cpu_iteration_seconds(const PlanRequest& req, const Layout& L, double cores);
 
 }  // namespace ptdp::plan

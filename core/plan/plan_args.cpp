@@ -233,6 +233,16 @@ std::vector<Flag> make_flags() {
                          }));
   v.push_back(bool_flag("use-distributed-optimizer", "Allow sharding the optimizer state over the data-parallel group.",
                         [](PlanArgs& a) { a.request.allow_distributed_optimizer = true; }));
+  v.push_back(value_flag("context-parallel-size", "N",
+                         "Context parallelism: 1 none, N > 1 pins c = N, 0 searches 1, 2, 4, ... (ranks ordered t, c, "
+                         "d, p as Megatron's).",
+                         "1", [](PlanArgs& a, const std::string& s) {
+                           a.request.context_parallel = static_cast<int>(to_int("context-parallel-size", s, 0, 1 << 16));
+                         }));
+  v.push_back(bool_flag("sequence-parallel",
+                        "Allow sequence parallelism where t > 1 (Megatron's --sequence-parallel; the planner says "
+                        "why it uses it or not).",
+                        [](PlanArgs& a) { a.request.allow_sequence_parallel = true; }));
   v.push_back(bool_flag("bf16", "Train in bfloat16 (fp32 master weights); default fp32 as ptdp-train.",
                         [](PlanArgs& a) { a.request.precision = Precision::Bf16; }));
   v.push_back(bool_flag("fp16", "Train in float16 (fp32 master weights).", [](PlanArgs& a) { a.request.precision = Precision::Fp16; }));
@@ -272,9 +282,24 @@ std::vector<Flag> make_flags() {
                              &Cluster::memory_reserve_bytes, kGiB, true));
   v.push_back(cluster_number("peak-tflops-16bit", "X", "Dense bf16/fp16 peak per GPU.", &Cluster::peak_flops_16bit, 1e12, false));
   v.push_back(cluster_number("peak-tflops-fp32", "X", "Peak per GPU for fp32 training.", &Cluster::peak_flops_fp32, 1e12, false));
-  v.push_back(cluster_number("gemm-efficiency", "X", "Achieved fraction of peak for large layers, in (0, 1].",
+  v.push_back(cluster_number("gemm-efficiency", "X", "Without a GEMM table: achieved fraction of peak for large layers, in (0, 1].",
                              &Cluster::gemm_efficiency, 1.0, false));
+  v.push_back(value_flag("gemm-table-16bit", "NAME|PATH",
+                         "GEMM efficiency by shape for 16-bit training: a built-in table (a100-16bit, h100-16bit, ...) "
+                         "or a JSON file from bench_kernels --gemm-table; 'none': --gemm-efficiency for every GEMM.",
+                         "the cluster's", [](PlanArgs& a, const std::string& s) {
+                           a.cluster.gemm_table_16bit = s == "none" ? std::string() : s;
+                         }));
+  v.push_back(value_flag("gemm-table-fp32", "NAME|PATH",
+                         "GEMM efficiency by shape for fp32 training (a100-tf32, h100-tf32, cpu, or a file); 'none' "
+                         "as for --gemm-table-16bit.",
+                         "the cluster's", [](PlanArgs& a, const std::string& s) {
+                           a.cluster.gemm_table_fp32 = s == "none" ? std::string() : s;
+                         }));
   v.push_back(cluster_number("memory-bandwidth-gbs", "X", "Achieved device-memory bandwidth.", &Cluster::memory_bandwidth, 1e9, false));
+  v.push_back(cluster_number("elementwise-bandwidth-gbs", "X",
+                             "With a GEMM table: bandwidth of the memory-bound kernels (0: --memory-bandwidth-gbs).",
+                             &Cluster::elementwise_bandwidth, 1e9, true));
   v.push_back(cluster_number("intra-node-bandwidth-gbs", "X", "Collective bus bandwidth per GPU inside a node.",
                              &Cluster::intra_node_bandwidth, 1e9, false));
   v.push_back(cluster_number("intra-node-latency-us", "X", "Latency of a collective or transfer inside a node.",

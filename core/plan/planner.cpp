@@ -42,8 +42,10 @@ bool better(const Estimate& a, const Estimate& b) {
   if (std::abs(ta - tb) > 1e-9 * std::max(ta, tb)) return ta < tb;
   const Layout &x = a.layout, &y = b.layout;
   const bool xu = x.first > 0 || x.last > 0, yu = y.first > 0 || y.last > 0;
-  return std::make_tuple(x.t * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.b, x.v, xu) <
-         std::make_tuple(y.t * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.b, y.v, yu);
+  return std::make_tuple(x.t * x.c * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.sequence_parallel,
+                         x.b, x.v, xu) <
+         std::make_tuple(y.t * y.c * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.sequence_parallel,
+                         y.b, y.v, yu);
 }
 
 // The schedules a (p, v) may run under the request's pin.
@@ -260,6 +262,18 @@ std::vector<int> virtual_stage_options(const PlanRequest& req, int p) {
   return vs;
 }
 
+// Context-parallel sizes to try: 1 unless the request allows more (0: 1, 2, 4, ... while 2 c
+// divides the sequence and t c the GPUs; N: only N).
+std::vector<int> context_parallel_options(const PlanRequest& req, const Cluster& cl, int n, int t) {
+  if (req.context_parallel == 1) return {1};
+  if (req.context_parallel > 1) return {req.context_parallel};
+  std::vector<int> out;
+  for (int c = 1; t * c <= n && c <= 4 * cl.gpus_per_node; c *= 2) {
+    if (n % (t * c) == 0 && (c == 1 || req.model.seq_length % (2 * c) == 0)) out.push_back(c);
+  }
+  return out;
+}
+
 struct Candidates {
   std::vector<Layout> layouts;      ///< in search order
   std::vector<std::string> no_run;  ///< why (t, p) pairs were skipped
@@ -319,12 +333,14 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
   Candidates c;
   std::map<std::tuple<int, int, int, int, int>, std::pair<int, int>> balanced;  // by (t, p, v, b, recompute)
   for (int t : ts) {
+   for (int cp : context_parallel_options(req, cl, n, t)) {
     for (int p : pipeline_options(req)) {
       if (req.pipeline > 0 && p != req.pipeline) continue;
-      if (n % (t * p) != 0) continue;
-      const int d = n / (t * p);
+      if (n % (t * cp * p) != 0) continue;
+      const int d = n / (t * cp * p);
       if (B % d != 0) {
-        c.no_run.push_back(str_cat("t = ", t, ", p = ", p, ": d = ", d, " does not divide the global batch ", B));
+        c.no_run.push_back(str_cat("t = ", t, cp > 1 ? str_cat(", c = ", cp) : std::string(), ", p = ", p, ": d = ", d,
+                                   " does not divide the global batch ", B));
         continue;
       }
       for (int b : divisors(B / d)) {
@@ -336,8 +352,10 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
           for (ScheduleKind kind : schedules_for(req, p, v)) {
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
               if (!req.allow_recompute[static_cast<int>(rc)]) continue;
-              for (int dist = 0; dist < 2; ++dist) {
+              for (int variant = 0; variant < 4; ++variant) {
+                const int dist = variant % 2, sp = variant / 2;
                 if (dist == 1 && (!req.allow_distributed_optimizer || d == 1)) continue;
+                if (sp == 1 && (!req.allow_sequence_parallel || t == 1 || req.model.seq_length % t != 0)) continue;
                 Layout L;
                 L.t = t;
                 L.p = p;
@@ -348,6 +366,8 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 L.schedule = kind;
                 L.recompute = rc;
                 L.distributed_optimizer = dist == 1;
+                L.sequence_parallel = sp == 1;
+                L.c = cp;
                 if (uneven_pinned(req)) {
                   L.first = req.first_stage_layers;
                   L.last = req.last_stage_layers;
@@ -357,7 +377,7 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 c.layouts.push_back(L);
                 // Megatron gives v with uneven stages only by --num-virtual-stages-per-pipeline-rank.
                 if (p == 1 || req.layers_per_virtual_stage > 0) continue;
-                const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc));
+                const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc) + 3 * sp + 6 * cp);
                 if (balanced.count(key) == 0) balanced[key] = balanced_split(req, cl, L);
                 const std::pair<int, int> split = balanced[key];
                 if (split.first == 0 && split.second == 0) continue;
@@ -371,6 +391,7 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
       }
     }
   }
+   }
   return c;
 }
 
@@ -479,8 +500,8 @@ std::string pipeline_ruled_out_by_memory(const PlanRequest& req, const Cluster& 
   std::string ruled_out;
   if (req.pipeline != 0 || req.micro_batch > 1 || uneven_pinned(req)) return ruled_out;
   for (int p : divisors(g.num_layers)) {
-    if (p >= best.p || n % (best.t * p) != 0) continue;
-    const int d = n / (best.t * p);
+    if (p >= best.p || n % (best.t * best.c * p) != 0) continue;
+    const int d = n / (best.t * best.c * p);
     if (B % d != 0) continue;
     Layout probe = best;
     probe.p = p;
@@ -534,6 +555,44 @@ std::string uneven_reason(const PlanRequest& req, const Cluster& cl, const Layou
   return why;
 }
 
+// Sequence parallelism's trade, measured on layout `e` against the same layout with the other
+// setting: activation memory per GPU (the norms' and dropouts' activations split over t) and
+// time (the same bytes through a reduce-scatter and an all-gather instead of an all-reduce, the
+// norms and dropouts on s / t tokens).
+std::string sequence_parallel_reason(const PlanRequest& req, const Cluster& cl, const Estimate& e) {
+  Layout other = e.layout;
+  other.sequence_parallel = !other.sequence_parallel;
+  Estimate o;
+  try {
+    o = estimate(req, cl, other, e.simulated);
+  } catch (const Error& err) {
+    return str_cat("no sequence parallelism: ", err.what());
+  }
+  const Estimate& with = e.layout.sequence_parallel ? e : o;
+  const Estimate& without = e.layout.sequence_parallel ? o : e;
+  const std::string trade =
+      str_cat("activations ", gib(with.memory.activations), " with it vs ", gib(without.memory.activations),
+              " without; its reduce-scatter and all-gather move the bytes of the all-reduce they replace, and the "
+              "norms and dropouts run on ",
+              e.layout.c > 1 ? "s / (c t) = " : "s / t = ", req.model.seq_length / (e.layout.t * e.layout.c),
+              " tokens: ", secs(with.iteration), " vs ", secs(without.iteration),
+              " per iteration");
+  if (e.layout.sequence_parallel) return str_cat("sequence parallelism (--sequence-parallel): ", trade);
+  return str_cat("no sequence parallelism (", trade, without.fits && !with.fits ? "; it would not fit" : "", ")");
+}
+
+// Context parallelism's trade: each rank keeps and computes s / c tokens, the attention's keys
+// and values travel around the ring.
+std::string context_parallel_reason(const PlanRequest& req, const Cluster& cl, const Estimate& e) {
+  const Layout& L = e.layout;
+  return str_cat("context parallelism c = ", L.c, " (--context-parallel-size): each rank holds s / c = ",
+                 req.model.seq_length / L.c, " tokens of every sequence (activations ", gib(e.memory.activations),
+                 ") and its share of the attention; keys and values go around a ring of ", L.c, " ranks ",
+                 L.t * L.c > cl.gpus_per_node ? "across nodes" : "inside a node",
+                 ", hidden behind the attention products where shorter; the gradients are reduced over d c = ",
+                 L.d * L.c, " ranks");
+}
+
 // Why the best layout was chosen, one reason per choice (t, p, d, schedule, recomputation,
 // distributed optimizer), joined.
 std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& best,
@@ -572,6 +631,8 @@ std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& 
   if (L.distributed_optimizer) {
     reasons.push_back(str_cat("the distributed optimizer shards the optimizer state to ", gib(best.memory.optimizer)));
   }
+  if (L.t > 1 && req.allow_sequence_parallel) reasons.push_back(sequence_parallel_reason(req, cl, best));
+  if (L.c > 1) reasons.push_back(context_parallel_reason(req, cl, best));
   std::string why;
   for (const std::string& s : reasons) why += str_cat(why.empty() ? "" : "; ", s);
   return why;
@@ -647,6 +708,18 @@ PlanResult make_plan(const PlanRequest& req, const Cluster& cl) {
   return r;
 }
 
+namespace {
+
+// How the GEMMs are priced: the precision's table, or the single efficiency.
+std::string gemm_words(const PlanRequest& req, const Cluster& cl) {
+  const std::string& table = req.precision == Precision::Fp32 ? cl.gemm_table_fp32 : cl.gemm_table_16bit;
+  if (table.empty()) return str_cat("GEMM efficiency ", fmt("%.2f", cl.gemm_efficiency));
+  return str_cat("GEMM efficiency by shape from table ", table, ", memory-bound kernels at ",
+                 fmt("%.0f", cl.memory_bandwidth / 1e9), " GB/s");
+}
+
+}  // namespace
+
 std::string plan_report(const PlanResult& r) {
   const Cluster& cl = r.cluster;
   const PlanRequest& req = r.request;
@@ -659,7 +732,7 @@ std::string plan_report(const PlanResult& r) {
   out += str_cat("cluster ", cl.name, ": ", r.num_gpus, " GPUs (", cl.gpus_per_node, " per node), ", gib(cl.memory_bytes),
                  " each (", gib(cl.memory_reserve_bytes), " reserved), ",
                  fmt("%.0f", (req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit) / 1e12),
-                 " TFLOP/s peak, GEMM efficiency ", fmt("%.2f", cl.gemm_efficiency), "\n");
+                 " TFLOP/s peak, ", gemm_words(req, cl), "\n");
   out += str_cat("searched ", r.considered, " layouts, ", r.fitting, " fit in memory\n");
   if (!r.feasible) {
     out += str_cat("\nno feasible layout: ", r.reason, "\n");
@@ -681,6 +754,24 @@ std::string plan_report(const PlanResult& r) {
                   recompute_name(L.recompute), L.distributed_optimizer ? "yes" : "no", e.memory.total() / kGiB,
                   e.iteration, 100.0 * e.bubble_fraction, e.tflops_per_gpu, 100.0 * e.mfu, ends.c_str());
     out += line;
+  }
+  bool any_sp = false;
+  for (const Estimate& e : r.layouts) any_sp = any_sp || e.layout.sequence_parallel;
+  bool any_cp = false;
+  for (const Estimate& e : r.layouts) any_cp = any_cp || e.layout.c > 1;
+  if (any_cp) {
+    out += "context parallelism:";
+    for (std::size_t i = 0; i < r.layouts.size(); ++i) {
+      if (r.layouts[i].layout.c > 1) out += str_cat(" #", i + 1, " c=", r.layouts[i].layout.c);
+    }
+    out += "\n";
+  }
+  if (any_sp) {
+    out += "sequence parallelism:";
+    for (std::size_t i = 0; i < r.layouts.size(); ++i) {
+      if (r.layouts[i].layout.sequence_parallel) out += str_cat(" #", i + 1);
+    }
+    out += "\n";
   }
   out += "\nWhy:\n";
   for (std::size_t i = 0; i < r.layouts.size(); ++i) out += str_cat("  #", i + 1, ": ", r.why[i], "\n");
@@ -744,6 +835,8 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                        {"schedule", schedule_short_name(L.schedule)},
                        {"recompute", recompute_name(L.recompute)},
                        {"distributed_optimizer", L.distributed_optimizer},
+                       {"sequence_parallel", L.sequence_parallel},
+                       {"context_parallel", L.c},
                        {"parameters_exact", e.params_exact},
                        {"parameters_per_gpu", e.params_per_gpu},
                        {"memory_bytes",

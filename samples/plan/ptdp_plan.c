@@ -57,11 +57,13 @@ static int list_clusters(void) {
     printf("  {\"preset\": \"%s\", \"gpus_per_node\": %d, \"memory_gib\": %.2f, \"memory_reserve_gib\": %.2f,\n"
            "   \"peak_tflops_16bit\": %.1f, \"peak_tflops_fp32\": %.1f, \"gemm_efficiency\": %.2f,\n"
            "   \"memory_bandwidth_gbs\": %.0f, \"intra_node_bandwidth_gbs\": %.0f, \"intra_node_latency_us\": %.1f,\n"
-           "   \"inter_node_bandwidth_gbs\": %.0f, \"inter_node_latency_us\": %.1f}%s\n",
+           "   \"inter_node_bandwidth_gbs\": %.0f, \"inter_node_latency_us\": %.1f,\n"
+           "   \"elementwise_bandwidth_gbs\": %.0f, \"gemm_table_16bit\": \"%s\", \"gemm_table_fp32\": \"%s\"}%s\n",
            c.name, (int)c.gpus_per_node, c.memory_bytes / (1024.0 * 1024.0 * 1024.0),
            c.memory_reserve_bytes / (1024.0 * 1024.0 * 1024.0), c.peak_flops_16bit / 1e12, c.peak_flops_fp32 / 1e12,
            c.gemm_efficiency, c.memory_bandwidth / 1e9, c.intra_node_bandwidth / 1e9, c.intra_node_latency * 1e6,
-           c.inter_node_bandwidth / 1e9, c.inter_node_latency * 1e6, ptdp_cluster_preset_name(i + 1) ? "," : "");
+           c.inter_node_bandwidth / 1e9, c.inter_node_latency * 1e6, c.elementwise_bandwidth / 1e9, c.gemm_table_16bit,
+           c.gemm_table_fp32, ptdp_cluster_preset_name(i + 1) ? "," : "");
   }
   printf("]\n");
   return 0;

@@ -26,6 +26,9 @@ ptdp_status old_plan_parse_args(int32_t argc, const char* const* argv, void* opt
                                 ptdp_plan_cli* cli);
 ptdp_status old_parallel_options_init(void* options);
 ptdp_status old_train_config_parallel_options(ptdp_train_config config, void* options);
+ptdp_status old_cluster_init(void* cluster);
+ptdp_status old_cluster_preset(const char* name, void* cluster);
+ptdp_status old_cluster_load(const char* path, void* cluster);
 }
 __asm__(".symver old_gpt_options_init,ptdp_gpt_options_init@PTDP_0");
 __asm__(".symver old_generate_options_init,ptdp_generate_options_init@PTDP_0");
@@ -35,11 +38,15 @@ __asm__(".symver old_checkpoint_read_options,ptdp_checkpoint_read_options@PTDP_0
 __asm__(".symver old_plan_parse_args,ptdp_plan_parse_args@PTDP_0");
 __asm__(".symver old_parallel_options_init,ptdp_parallel_options_init@PTDP_0");
 __asm__(".symver old_train_config_parallel_options,ptdp_train_config_parallel_options@PTDP_0");
+__asm__(".symver old_cluster_init,ptdp_cluster_init@PTDP_0");
+__asm__(".symver old_cluster_preset,ptdp_cluster_preset@PTDP_0");
+__asm__(".symver old_cluster_load,ptdp_cluster_load@PTDP_0");
 
 namespace {
 
 // The sizes at 0.2.0 (ptdp.h of cef1dbc, the ABI baseline of packaging/abi).
 constexpr std::size_t kGptOptions020 = 88, kGenerateOptions020 = 32, kPlanOptions020 = 104, kParallelOptions020 = 24;
+constexpr std::size_t kCluster020 = 128;
 constexpr unsigned char kGuard = 0xA5;
 
 /// An old program's struct of `size` bytes followed by guard bytes that must stay untouched.
@@ -233,4 +240,44 @@ TEST_CASE("0.2.0 programs: ptdp_checkpoint_read_options of a GPT checkpoint, and
       CHECK(static_cast<ptdp_gpt_options*>(old.data())->hidden_size == 16);
     }
   }
+}
+
+TEST_CASE("0.2.0 programs: the cluster fillers write no more than the 0.2.0 cluster, which plans as before",
+          "[capi][abi][compat]") {
+  ptdp_cluster now;
+  REQUIRE(ptdp_cluster_preset("dgx-h100", &now) == PTDP_SUCCESS);
+  CHECK(now.struct_size == sizeof now);
+  CHECK(std::string(now.gemm_table_16bit) == "h100-16bit");
+  OldStruct init(kCluster020), preset(kCluster020);
+  REQUIRE(old_cluster_init(init.data()) == PTDP_SUCCESS);
+  REQUIRE(old_cluster_preset("dgx-h100", preset.data()) == PTDP_SUCCESS);
+  CHECK(init.guard_intact());
+  CHECK(preset.guard_intact());
+  CHECK(preset.struct_size() == kCluster020);
+  CHECK(preset.is_prefix_of(now));
+  CHECK(old_cluster_preset("dgx-z", preset.data()) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(old_cluster_load("/nonexistent/cluster.json", preset.data()) == PTDP_ERR_IO);
+  // The old cluster plans as today's: the fields after its 128 bytes come from the preset it
+  // names (dgx-h100's GEMM tables, not dgx-a100's defaults).
+  ptdp_plan_options o;
+  REQUIRE(ptdp_plan_options_init(&o) == PTDP_SUCCESS);
+  o.num_layers = 4;
+  o.hidden_size = 1024;
+  o.num_attention_heads = 16;
+  o.seq_length = 1024;
+  o.vocab_size = 32000;
+  o.global_batch_size = 64;
+  o.precision = PTDP_DTYPE_BF16;
+  ptdp_plan old_plan = nullptr, new_plan = nullptr;
+  REQUIRE(ptdp_plan_create(&o, static_cast<const ptdp_cluster*>(preset.data()), &old_plan) == PTDP_SUCCESS);
+  REQUIRE(ptdp_plan_create(&o, &now, &new_plan) == PTDP_SUCCESS);
+  std::vector<char> text(1 << 16);
+  std::size_t n = 0;
+  REQUIRE(ptdp_plan_report(old_plan, text.data(), text.size(), &n) == PTDP_SUCCESS);
+  const std::string old_report(text.data());
+  CHECK(old_report.find("from table h100-16bit") != std::string::npos);
+  REQUIRE(ptdp_plan_report(new_plan, text.data(), text.size(), &n) == PTDP_SUCCESS);
+  CHECK(old_report == std::string(text.data()));
+  CHECK(ptdp_plan_destroy(old_plan) == PTDP_SUCCESS);
+  CHECK(ptdp_plan_destroy(new_plan) == PTDP_SUCCESS);
 }

@@ -6,6 +6,7 @@
 // grouped-query attention, no linear bias, no dropout).
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -196,4 +197,90 @@ TEST_CASE("uneven first and last pipeline stages through the plan C API", "[plan
   CHECK(plan == nullptr);
   CHECK(std::string(ptdp_last_error()) ==
         "ptdp_plan_create: options->decoder_last_pipeline_num_layers = -2 is not >= 0 (0: search)");
+}
+
+TEST_CASE("sequence parallelism and GEMM tables through the plan C API", "[plan][capi]") {
+  // ptdp-plan's --sequence-parallel reaches the options; the GEMM table flags the cluster.
+  const char* argv[] = {"ptdp-plan", "--model-preset", "gpt-18.4b", "--global-batch-size", "64", "--fp16",
+                        "--num-gpus", "8", "--tensor-model-parallel-size", "8", "--sequence-parallel",
+                        "--gemm-table-16bit", "h100-16bit", "--elementwise-bandwidth-gbs", "1500"};
+  ptdp_plan_options o;
+  ptdp_cluster cluster;
+  ptdp_plan_cli cli;
+  OK(ptdp_plan_options_init(&o));
+  CHECK(o.sequence_parallel == 0);
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &o, &cluster, &cli));
+  CHECK(o.sequence_parallel == 1);
+  CHECK(std::string(cluster.gemm_table_16bit) == "h100-16bit");
+  CHECK(std::string(cluster.gemm_table_fp32) == "a100-tf32");  // the preset's
+  CHECK(cluster.elementwise_bandwidth == Approx(1500e9));
+  ptdp_plan plan = nullptr;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  ptdp_plan_layout with;
+  with.struct_size = sizeof with;
+  OK(ptdp_plan_get_layout(plan, 0, &with));
+  CHECK(with.t == 8);
+  CHECK(with.sequence_parallel == 1);
+  std::vector<char> text(1 << 16);
+  std::size_t n = 0;
+  OK(ptdp_plan_report(plan, text.data(), text.size(), &n));
+  CHECK(std::string(text.data()).find("sequence parallelism (--sequence-parallel): activations") != std::string::npos);
+  CHECK(std::string(text.data()).find("from table h100-16bit") != std::string::npos);
+  ptdp_plan_destroy(plan);
+  // Not allowed: not used, and the same layout keeps more activations.
+  o.sequence_parallel = 0;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  ptdp_plan_layout without;
+  without.struct_size = sizeof without;
+  OK(ptdp_plan_get_layout(plan, 0, &without));
+  CHECK(without.sequence_parallel == 0);
+  if (without.b == with.b && without.recompute == with.recompute && without.p == with.p) {
+    CHECK(without.memory_activations > with.memory_activations);
+  }
+  ptdp_plan_destroy(plan);
+  // A layout struct from before the field is filled up to its size.
+  ptdp_plan_layout old;
+  old.struct_size = offsetof(ptdp_plan_layout, sequence_parallel);
+  old.sequence_parallel = 7;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  OK(ptdp_plan_get_layout(plan, 0, &old));
+  CHECK(old.sequence_parallel == 7);
+  ptdp_plan_destroy(plan);
+  // Bad values name the argument.
+  o.sequence_parallel = 2;
+  plan = nullptr;
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) == "ptdp_plan_create: options->sequence_parallel = 2 is not 0 or 1");
+  o.sequence_parallel = 1;
+  std::snprintf(cluster.gemm_table_16bit, sizeof cluster.gemm_table_16bit, "%s", "tpu-v9");
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("gemm_table_16bit = 'tpu-v9'") != std::string::npos);
+  CHECK(plan == nullptr);
+}
+
+TEST_CASE("context parallelism through the plan C API", "[plan][capi][cp]") {
+  const char* argv[] = {"ptdp-plan", "--model-preset", "llama-3-8b", "--seq-length", "32768",
+                        "--max-position-embeddings", "32768", "--global-batch-size", "16", "--bf16",
+                        "--use-distributed-optimizer", "--cluster", "dgx-h100", "--num-gpus", "16",
+                        "--context-parallel-size", "0"};
+  ptdp_plan_options o;
+  ptdp_cluster cluster;
+  ptdp_plan_cli cli;
+  OK(ptdp_plan_options_init(&o));
+  CHECK(o.context_parallel_size == 1);  // off
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &o, &cluster, &cli));
+  CHECK(o.context_parallel_size == 0);  // searched
+  ptdp_plan plan = nullptr;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  ptdp_plan_layout best;
+  best.struct_size = sizeof best;
+  OK(ptdp_plan_get_layout(plan, 0, &best));
+  CHECK(best.context_parallel_size > 1);
+  CHECK(best.t * best.context_parallel_size * best.p * best.d == 16);
+  ptdp_plan_destroy(plan);
+  o.context_parallel_size = -3;
+  plan = nullptr;
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) ==
+        "ptdp_plan_create: options->context_parallel_size = -3 is negative (1: none, N > 1: pin, 0: search)");
 }

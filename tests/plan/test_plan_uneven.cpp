@@ -87,7 +87,9 @@ TEST_CASE("stage times follow the real layer counts, the last stage's logits inc
   const double layer = even[1] / 2;  // a middle stage: 2 layers, nothing else
   CHECK(even[2] == Approx(even[1]));
   CHECK(even[0] >= even[1]);                   // + the embedding's all-reduce (none at t = 1)
-  CHECK(even[3] > even[1] + 4 * layer);        // + the logits layer: more than 4 layers' worth
+  // + the logits layer: 6 layers' worth of FLOPs, about 4 layers' worth of time once each layer's
+  // memory-bound kernels (its softmax over s = 1024) and GEMM shapes are priced.
+  CHECK(even[3] > even[1] + 3 * layer);
   CHECK(even[3] < even[1] + 8 * layer);
   L.first = 1;
   L.last = 1;  // stages 1, 3, 3, 1

@@ -3,8 +3,9 @@
 
     test_ptdp_plan.py BIN_DIR
 
-Checks: the paper's 145.6B row on 192 DGX A100 nodes gives t = 8 with a table, reasons, JSON
-and an SVG of the schedule; a cluster file and the presets are read; model presets (Llama 3 8B
+Checks: the paper's 145.6B row on 192 DGX A100 nodes with the paper's schedules (1F1B and
+interleaved 1F1B; with ZB-H1 a t = 4 layout ties with t = 8 within 0.1 %) gives t = 8 with a
+table, reasons, JSON and an SVG of the schedule; a cluster file and the presets are read; model presets (Llama 3 8B
 on a DGX H100 node) with flags that override them in any order; impossible requests exit with
 status 1 and say what is missing (memory short by how much, heads that rule out t); bad flags
 exit with status 2 naming the flag and the value (an unknown preset, a t that splits a query
@@ -23,6 +24,7 @@ failures = []
 
 MODEL_145B = ["--num-layers", "80", "--hidden-size", "12288", "--num-attention-heads", "96", "--seq-length", "2048",
               "--vocab-size", "51200", "--global-batch-size", "2304", "--fp16"]
+PAPER_SCHEDULES = ["--pipeline-schedule", "1f1b"]  # 1F1B and interleaved 1F1B, as in the paper
 
 
 def check(ok, what):
@@ -38,12 +40,13 @@ def run(args):
 
 # The paper's 145.6B row.
 svg = os.path.join(WORK, "schedule.svg")
-rc, out, err = run(["--cluster", "dgx-a100", "--num-gpus", "1536"] + MODEL_145B + ["--schedule-svg", svg])
+rc, out, err = run(["--cluster", "dgx-a100", "--num-gpus", "1536"] + MODEL_145B + PAPER_SCHEDULES +
+                   ["--schedule-svg", svg])
 check(rc == 0, f"145.6B: exit status {rc}, stderr {err}")
 check("t = 8 keeps the tensor all-reduces inside a node" in out, "145.6B: the reason for t = 8 is given")
 check("Ruled out:" in out and "crosses nodes" in out, "145.6B: larger t are ruled out as crossing nodes")
 check(os.path.exists(svg) and open(svg).read().count("<rect") > 100, "145.6B: the schedule SVG is drawn")
-rc, out, err = run(["--cluster", "dgx-a100", "--num-gpus", "1536", "--json"] + MODEL_145B)
+rc, out, err = run(["--cluster", "dgx-a100", "--num-gpus", "1536", "--json"] + MODEL_145B + PAPER_SCHEDULES)
 check(rc == 0, f"145.6B --json: exit status {rc}")
 try:
     j = json.loads(out)

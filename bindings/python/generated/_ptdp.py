@@ -3303,6 +3303,24 @@ class ptdp_cluster(object):
     intra_node_latency = property(_ptdp_ext.ptdp_cluster_intra_node_latency_get, _ptdp_ext.ptdp_cluster_intra_node_latency_set, doc=r""" Seconds per collective or transfer inside a node.""")
     inter_node_bandwidth = property(_ptdp_ext.ptdp_cluster_inter_node_bandwidth_get, _ptdp_ext.ptdp_cluster_inter_node_bandwidth_set, doc=r""" Bandwidth per GPU between nodes, bytes/s.""")
     inter_node_latency = property(_ptdp_ext.ptdp_cluster_inter_node_latency_get, _ptdp_ext.ptdp_cluster_inter_node_latency_set, doc=r""" Seconds per collective or transfer between nodes.""")
+    elementwise_bandwidth = property(_ptdp_ext.ptdp_cluster_elementwise_bandwidth_get, _ptdp_ext.ptdp_cluster_elementwise_bandwidth_set, doc=r"""
+    Bytes/s of a layer's memory-bound kernels (norms, activation,
+                                       softmax, dropout, the loss) with a GEMM table; 0:
+                                       memory_bandwidth (GPUs).
+    """)
+    gemm_table_16bit = property(_ptdp_ext.ptdp_cluster_gemm_table_16bit_get, _ptdp_ext.ptdp_cluster_gemm_table_16bit_set, doc=r"""
+    GEMM efficiency by shape for 16-bit training, NUL-terminated:
+                                       a built-in table ("a100-16bit", "h100-16bit") or the path of a
+                                       JSON file written by `bench_kernels --gemm-table`; every GEMM
+                                       of a layer is then priced at its own shape's efficiency and
+                                       the memory-bound kernels at memory_bandwidth. Empty:
+                                       gemm_efficiency for every GEMM. The presets name their
+                                       device's tables.
+    """)
+    gemm_table_fp32 = property(_ptdp_ext.ptdp_cluster_gemm_table_fp32_get, _ptdp_ext.ptdp_cluster_gemm_table_fp32_set, doc=r"""
+    The same for fp32 training ("a100-tf32", "h100-tf32", or
+                                       "cpu": OpenBLAS sgemm measured on the project's machine).
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_cluster_swiginit(self, _ptdp_ext.new_ptdp_cluster())
@@ -3350,8 +3368,10 @@ def ptdp_cluster_load(path, cluster):
     Reads a cluster from a JSON file: an object with any of the keys "preset" (the
            starting point; default "dgx-a100"), "name", "gpus_per_node", "nodes", "memory_gib",
            "memory_reserve_gib", "peak_tflops_16bit", "peak_tflops_fp32", "gemm_efficiency",
-           "memory_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
-           "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds).
+           "memory_bandwidth_gbs", "elementwise_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
+           "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds),
+           "gemm_table_16bit", "gemm_table_fp32" (a built-in table's name or a file's path; see
+           ptdp_cluster::gemm_table_16bit).
     :type path: string
     :param path: The file; must not be NULL.
     :type cluster: :py:class:`ptdp_cluster`, out
@@ -3461,6 +3481,22 @@ class ptdp_plan_options(object):
     Pin the last pipeline stage's layers; as
                                                 decoder_first_pipeline_num_layers.
     """)
+    sequence_parallel = property(_ptdp_ext.ptdp_plan_options_sequence_parallel_get, _ptdp_ext.ptdp_plan_options_sequence_parallel_set, doc=r"""
+    1: sequence parallelism (Megatron's
+                                                `--sequence-parallel`) may be used where t > 1
+                                                divides the sequence length; the plan's reasons
+                                                say why it is used or not (activation memory
+                                                against time). Default 0.
+    """)
+    context_parallel_size = property(_ptdp_ext.ptdp_plan_options_context_parallel_size_get, _ptdp_ext.ptdp_plan_options_context_parallel_size_set, doc=r"""
+    Context parallelism (Megatron's
+                                                `--context-parallel-size`): 1 (default) none; N > 1
+                                                pins c = N; 0 searches c = 1, 2, 4, ... The layout
+                                                takes t c p d GPUs (ranks ordered t, c, d, p); each
+                                                rank keeps s / c tokens of every sequence and the
+                                                attention passes keys and values around a ring of
+                                                c.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())
@@ -3547,6 +3583,11 @@ class ptdp_plan_layout(object):
     Layers of the last pipeline stage; as
                                           decoder_first_pipeline_num_layers.
     """)
+    sequence_parallel = property(_ptdp_ext.ptdp_plan_layout_sequence_parallel_get, _ptdp_ext.ptdp_plan_layout_sequence_parallel_set, doc=r"""
+    1 with sequence parallelism (only when
+                                          ptdp_plan_options::sequence_parallel allows it).
+    """)
+    context_parallel_size = property(_ptdp_ext.ptdp_plan_layout_context_parallel_size_get, _ptdp_ext.ptdp_plan_layout_context_parallel_size_set, doc=r""" Context-parallel size c (1: none).""")
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_layout_swiginit(self, _ptdp_ext.new_ptdp_plan_layout())

@@ -25696,6 +25696,200 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_cluster_elementwise_bandwidth_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_cluster_elementwise_bandwidth_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_cluster, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_cluster_elementwise_bandwidth_set" "', argument " "1"" of type '" "struct ptdp_cluster *""'"); 
+  }
+  arg1 = (struct ptdp_cluster *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_cluster_elementwise_bandwidth_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->elementwise_bandwidth = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_cluster_elementwise_bandwidth_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_cluster, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_cluster_elementwise_bandwidth_get" "', argument " "1"" of type '" "struct ptdp_cluster *""'"); 
+  }
+  arg1 = (struct ptdp_cluster *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->elementwise_bandwidth);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_cluster_gemm_table_16bit_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
+  char *arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  char temp2[256] ;
+  int res2 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_cluster_gemm_table_16bit_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_cluster, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_cluster_gemm_table_16bit_set" "', argument " "1"" of type '" "struct ptdp_cluster *""'"); 
+  }
+  arg1 = (struct ptdp_cluster *)(argp1);
+  res2 = SWIG_AsCharArray(swig_obj[1], temp2, 256);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_cluster_gemm_table_16bit_set" "', argument " "2"" of type '" "char [256]""'");
+  }
+  arg2 = (char *)(temp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) memcpy(arg1->gemm_table_16bit,arg2,256*sizeof(char));
+    else memset(arg1->gemm_table_16bit,0,256*sizeof(char));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_cluster_gemm_table_16bit_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_cluster, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_cluster_gemm_table_16bit_get" "', argument " "1"" of type '" "struct ptdp_cluster *""'"); 
+  }
+  arg1 = (struct ptdp_cluster *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *)(char *) ((arg1)->gemm_table_16bit);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    size_t size = SWIG_strnlen(result, 256);
+    
+    
+    
+    resultobj = SWIG_FromCharPtrAndSize(result, size);
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_cluster_gemm_table_fp32_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
+  char *arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  char temp2[256] ;
+  int res2 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_cluster_gemm_table_fp32_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_cluster, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_cluster_gemm_table_fp32_set" "', argument " "1"" of type '" "struct ptdp_cluster *""'"); 
+  }
+  arg1 = (struct ptdp_cluster *)(argp1);
+  res2 = SWIG_AsCharArray(swig_obj[1], temp2, 256);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_cluster_gemm_table_fp32_set" "', argument " "2"" of type '" "char [256]""'");
+  }
+  arg2 = (char *)(temp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) memcpy(arg1->gemm_table_fp32,arg2,256*sizeof(char));
+    else memset(arg1->gemm_table_fp32,0,256*sizeof(char));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_cluster_gemm_table_fp32_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_cluster, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_cluster_gemm_table_fp32_get" "', argument " "1"" of type '" "struct ptdp_cluster *""'"); 
+  }
+  arg1 = (struct ptdp_cluster *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *)(char *) ((arg1)->gemm_table_fp32);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    size_t size = SWIG_strnlen(result, 256);
+    
+    
+    
+    resultobj = SWIG_FromCharPtrAndSize(result, size);
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_cluster(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_cluster *result = 0 ;
@@ -28476,6 +28670,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_sequence_parallel_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_sequence_parallel_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_sequence_parallel_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_sequence_parallel_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->sequence_parallel = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_sequence_parallel_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_sequence_parallel_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->sequence_parallel);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_context_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_context_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_context_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_context_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->context_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_context_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_context_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->context_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -30923,6 +31237,126 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_decoder_last_pipeline_num_layers_get
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (int32_t) ((arg1)->decoder_last_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_sequence_parallel_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_sequence_parallel_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_sequence_parallel_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_sequence_parallel_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->sequence_parallel = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_sequence_parallel_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_sequence_parallel_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->sequence_parallel);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_context_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_context_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_context_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_context_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->context_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_context_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_context_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->context_parallel_size);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
@@ -36203,6 +36637,42 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_cluster_inter_node_bandwidth_get", _wrap_ptdp_cluster_inter_node_bandwidth_get, METH_O, " Bandwidth per GPU between nodes, bytes/s."},
 	 { "ptdp_cluster_inter_node_latency_set", _wrap_ptdp_cluster_inter_node_latency_set, METH_VARARGS, " Seconds per collective or transfer between nodes."},
 	 { "ptdp_cluster_inter_node_latency_get", _wrap_ptdp_cluster_inter_node_latency_get, METH_O, " Seconds per collective or transfer between nodes."},
+	 { "ptdp_cluster_elementwise_bandwidth_set", _wrap_ptdp_cluster_elementwise_bandwidth_set, METH_VARARGS, "\n"
+		"Bytes/s of a layer's memory-bound kernels (norms, activation,\n"
+		"                                   softmax, dropout, the loss) with a GEMM table; 0:\n"
+		"                                   memory_bandwidth (GPUs).\n"
+		""},
+	 { "ptdp_cluster_elementwise_bandwidth_get", _wrap_ptdp_cluster_elementwise_bandwidth_get, METH_O, "\n"
+		"Bytes/s of a layer's memory-bound kernels (norms, activation,\n"
+		"                                   softmax, dropout, the loss) with a GEMM table; 0:\n"
+		"                                   memory_bandwidth (GPUs).\n"
+		""},
+	 { "ptdp_cluster_gemm_table_16bit_set", _wrap_ptdp_cluster_gemm_table_16bit_set, METH_VARARGS, "\n"
+		"GEMM efficiency by shape for 16-bit training, NUL-terminated:\n"
+		"                                   a built-in table (\"a100-16bit\", \"h100-16bit\") or the path of a\n"
+		"                                   JSON file written by `bench_kernels --gemm-table`; every GEMM\n"
+		"                                   of a layer is then priced at its own shape's efficiency and\n"
+		"                                   the memory-bound kernels at memory_bandwidth. Empty:\n"
+		"                                   gemm_efficiency for every GEMM. The presets name their\n"
+		"                                   device's tables.\n"
+		""},
+	 { "ptdp_cluster_gemm_table_16bit_get", _wrap_ptdp_cluster_gemm_table_16bit_get, METH_O, "\n"
+		"GEMM efficiency by shape for 16-bit training, NUL-terminated:\n"
+		"                                   a built-in table (\"a100-16bit\", \"h100-16bit\") or the path of a\n"
+		"                                   JSON file written by `bench_kernels --gemm-table`; every GEMM\n"
+		"                                   of a layer is then priced at its own shape's efficiency and\n"
+		"                                   the memory-bound kernels at memory_bandwidth. Empty:\n"
+		"                                   gemm_efficiency for every GEMM. The presets name their\n"
+		"                                   device's tables.\n"
+		""},
+	 { "ptdp_cluster_gemm_table_fp32_set", _wrap_ptdp_cluster_gemm_table_fp32_set, METH_VARARGS, "\n"
+		"The same for fp32 training (\"a100-tf32\", \"h100-tf32\", or\n"
+		"                                   \"cpu\": OpenBLAS sgemm measured on the project's machine).\n"
+		""},
+	 { "ptdp_cluster_gemm_table_fp32_get", _wrap_ptdp_cluster_gemm_table_fp32_get, METH_O, "\n"
+		"The same for fp32 training (\"a100-tf32\", \"h100-tf32\", or\n"
+		"                                   \"cpu\": OpenBLAS sgemm measured on the project's machine).\n"
+		""},
 	 { "new_ptdp_cluster", _wrap_new_ptdp_cluster, METH_NOARGS, NULL},
 	 { "delete_ptdp_cluster", _wrap_delete_ptdp_cluster, METH_O, NULL},
 	 { "ptdp_cluster_swigregister", ptdp_cluster_swigregister, METH_O, NULL},
@@ -36236,8 +36706,10 @@ static PyMethodDef SwigMethods[] = {
 		"Reads a cluster from a JSON file: an object with any of the keys \"preset\" (the\n"
 		"       starting point; default \"dgx-a100\"), \"name\", \"gpus_per_node\", \"nodes\", \"memory_gib\",\n"
 		"       \"memory_reserve_gib\", \"peak_tflops_16bit\", \"peak_tflops_fp32\", \"gemm_efficiency\",\n"
-		"       \"memory_bandwidth_gbs\", \"intra_node_bandwidth_gbs\", \"intra_node_latency_us\",\n"
-		"       \"inter_node_bandwidth_gbs\", \"inter_node_latency_us\" (GiB, TFLOP/s, GB/s, microseconds).\n"
+		"       \"memory_bandwidth_gbs\", \"elementwise_bandwidth_gbs\", \"intra_node_bandwidth_gbs\", \"intra_node_latency_us\",\n"
+		"       \"inter_node_bandwidth_gbs\", \"inter_node_latency_us\" (GiB, TFLOP/s, GB/s, microseconds),\n"
+		"       \"gemm_table_16bit\", \"gemm_table_fp32\" (a built-in table's name or a file's path; see\n"
+		"       ptdp_cluster::gemm_table_16bit).\n"
 		":type path: string\n"
 		":param path: The file; must not be NULL.\n"
 		":type cluster: :py:class:`ptdp_cluster`, out\n"
@@ -36431,6 +36903,38 @@ static PyMethodDef SwigMethods[] = {
 		"Pin the last pipeline stage's layers; as\n"
 		"                                            decoder_first_pipeline_num_layers.\n"
 		""},
+	 { "ptdp_plan_options_sequence_parallel_set", _wrap_ptdp_plan_options_sequence_parallel_set, METH_VARARGS, "\n"
+		"1: sequence parallelism (Megatron's\n"
+		"                                            `--sequence-parallel`) may be used where t > 1\n"
+		"                                            divides the sequence length; the plan's reasons\n"
+		"                                            say why it is used or not (activation memory\n"
+		"                                            against time). Default 0.\n"
+		""},
+	 { "ptdp_plan_options_sequence_parallel_get", _wrap_ptdp_plan_options_sequence_parallel_get, METH_O, "\n"
+		"1: sequence parallelism (Megatron's\n"
+		"                                            `--sequence-parallel`) may be used where t > 1\n"
+		"                                            divides the sequence length; the plan's reasons\n"
+		"                                            say why it is used or not (activation memory\n"
+		"                                            against time). Default 0.\n"
+		""},
+	 { "ptdp_plan_options_context_parallel_size_set", _wrap_ptdp_plan_options_context_parallel_size_set, METH_VARARGS, "\n"
+		"Context parallelism (Megatron's\n"
+		"                                            `--context-parallel-size`): 1 (default) none; N > 1\n"
+		"                                            pins c = N; 0 searches c = 1, 2, 4, ... The layout\n"
+		"                                            takes t c p d GPUs (ranks ordered t, c, d, p); each\n"
+		"                                            rank keeps s / c tokens of every sequence and the\n"
+		"                                            attention passes keys and values around a ring of\n"
+		"                                            c.\n"
+		""},
+	 { "ptdp_plan_options_context_parallel_size_get", _wrap_ptdp_plan_options_context_parallel_size_get, METH_O, "\n"
+		"Context parallelism (Megatron's\n"
+		"                                            `--context-parallel-size`): 1 (default) none; N > 1\n"
+		"                                            pins c = N; 0 searches c = 1, 2, 4, ... The layout\n"
+		"                                            takes t c p d GPUs (ranks ordered t, c, d, p); each\n"
+		"                                            rank keeps s / c tokens of every sequence and the\n"
+		"                                            attention passes keys and values around a ring of\n"
+		"                                            c.\n"
+		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},
@@ -36557,6 +37061,16 @@ static PyMethodDef SwigMethods[] = {
 		"Layers of the last pipeline stage; as\n"
 		"                                      decoder_first_pipeline_num_layers.\n"
 		""},
+	 { "ptdp_plan_layout_sequence_parallel_set", _wrap_ptdp_plan_layout_sequence_parallel_set, METH_VARARGS, "\n"
+		"1 with sequence parallelism (only when\n"
+		"                                      ptdp_plan_options::sequence_parallel allows it).\n"
+		""},
+	 { "ptdp_plan_layout_sequence_parallel_get", _wrap_ptdp_plan_layout_sequence_parallel_get, METH_O, "\n"
+		"1 with sequence parallelism (only when\n"
+		"                                      ptdp_plan_options::sequence_parallel allows it).\n"
+		""},
+	 { "ptdp_plan_layout_context_parallel_size_set", _wrap_ptdp_plan_layout_context_parallel_size_set, METH_VARARGS, " Context-parallel size c (1: none)."},
+	 { "ptdp_plan_layout_context_parallel_size_get", _wrap_ptdp_plan_layout_context_parallel_size_get, METH_O, " Context-parallel size c (1: none)."},
 	 { "new_ptdp_plan_layout", _wrap_new_ptdp_plan_layout, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_layout", _wrap_delete_ptdp_plan_layout, METH_O, NULL},
 	 { "ptdp_plan_layout_swigregister", ptdp_plan_layout_swigregister, METH_O, NULL},

@@ -3320,6 +3320,20 @@ typedef struct ptdp_cluster {
   double intra_node_latency;   /**< Seconds per collective or transfer inside a node. */
   double inter_node_bandwidth; /**< Bandwidth per GPU between nodes, bytes/s. */
   double inter_node_latency;   /**< Seconds per collective or transfer between nodes. */
+  /* Added after 0.2.0; a struct from before them gets them from the preset its name names, else
+   * ptdp_cluster_init()'s. */
+  double elementwise_bandwidth; /**< Bytes/s of a layer's memory-bound kernels (norms, activation,
+                                    softmax, dropout, the loss) with a GEMM table; 0:
+                                    memory_bandwidth (GPUs). */
+  char gemm_table_16bit[256];  /**< GEMM efficiency by shape for 16-bit training, NUL-terminated:
+                                    a built-in table ("a100-16bit", "h100-16bit") or the path of a
+                                    JSON file written by `bench_kernels --gemm-table`; every GEMM
+                                    of a layer is then priced at its own shape's efficiency and
+                                    the memory-bound kernels at memory_bandwidth. Empty:
+                                    gemm_efficiency for every GEMM (the model before the
+                                    tables). The presets name their device's tables. */
+  char gemm_table_fp32[256];   /**< The same for fp32 training ("a100-tf32", "h100-tf32", or
+                                    "cpu": OpenBLAS sgemm measured on the project's machine). */
 } ptdp_cluster;
 
 /**
@@ -3357,8 +3371,10 @@ PTDP_API const char* ptdp_cluster_preset_name(int32_t index);
  * @brief Reads a cluster from a JSON file: an object with any of the keys "preset" (the
  *        starting point; default "dgx-a100"), "name", "gpus_per_node", "nodes", "memory_gib",
  *        "memory_reserve_gib", "peak_tflops_16bit", "peak_tflops_fp32", "gemm_efficiency",
- *        "memory_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
- *        "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds).
+ *        "memory_bandwidth_gbs", "elementwise_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
+ *        "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds),
+ *        "gemm_table_16bit", "gemm_table_fp32" (a built-in table's name or a file's path; see
+ *        ptdp_cluster::gemm_table_16bit).
  * @param path The file; must not be NULL.
  * @param[out] cluster Must not be NULL; unchanged on error.
  * @retval PTDP_SUCCESS
@@ -3442,6 +3458,18 @@ typedef struct ptdp_plan_options {
                                              num_layers_per_virtual_pipeline_stage. */
   int32_t decoder_last_pipeline_num_layers; /**< Pin the last pipeline stage's layers; as
                                              decoder_first_pipeline_num_layers. */
+  int32_t sequence_parallel;            /**< 1: sequence parallelism (Megatron's
+                                             `--sequence-parallel`) may be used where t > 1
+                                             divides the sequence length; the plan's reasons
+                                             say why it is used or not (activation memory
+                                             against time). Default 0. */
+  int32_t context_parallel_size;        /**< Context parallelism (Megatron's
+                                             `--context-parallel-size`): 1 (default) none; N > 1
+                                             pins c = N; 0 searches c = 1, 2, 4, ... The layout
+                                             takes t c p d GPUs (ranks ordered t, c, d, p); each
+                                             rank keeps s / c tokens of every sequence and the
+                                             attention passes keys and values around a ring of
+                                             c. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */
@@ -3501,6 +3529,9 @@ typedef struct ptdp_plan_layout {
                                        name); 0: no count of its own (both 0: an even split). */
   int32_t decoder_last_pipeline_num_layers; /**< Layers of the last pipeline stage; as
                                        decoder_first_pipeline_num_layers. */
+  int32_t sequence_parallel;      /**< 1 with sequence parallelism (only when
+                                       ptdp_plan_options::sequence_parallel allows it). */
+  int32_t context_parallel_size;  /**< Context-parallel size c (1: none). */
 } ptdp_plan_layout;
 
 /**

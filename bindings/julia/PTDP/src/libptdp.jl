@@ -1563,6 +1563,9 @@ struct ptdp_cluster
     intra_node_latency::Cdouble
     inter_node_bandwidth::Cdouble
     inter_node_latency::Cdouble
+    elementwise_bandwidth::Cdouble
+    gemm_table_16bit::NTuple{256, Cchar}
+    gemm_table_fp32::NTuple{256, Cchar}
 end
 
 # Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
@@ -1585,8 +1588,10 @@ end
 # Reads a cluster from a JSON file: an object with any of the keys "preset" (the starting point;
 # default "dgx-a100"), "name", "gpus_per_node", "nodes", "memory_gib", "memory_reserve_gib",
 # "peak_tflops_16bit", "peak_tflops_fp32", "gemm_efficiency", "memory_bandwidth_gbs",
-# "intra_node_bandwidth_gbs", "intra_node_latency_us", "inter_node_bandwidth_gbs",
-# "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds).
+# "elementwise_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
+# "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds),
+# "gemm_table_16bit", "gemm_table_fp32" (a built-in table's name or a file's path; see
+# ptdp_cluster::gemm_table_16bit).
 function ptdp_cluster_load(path, cluster)
     ccall((:ptdp_cluster_load, libptdp), ptdp_status, (Cstring, Ptr{ptdp_cluster}), path, cluster)
 end
@@ -1636,6 +1641,8 @@ struct ptdp_plan_options
     hidden_dropout::Cfloat
     decoder_first_pipeline_num_layers::Int32
     decoder_last_pipeline_num_layers::Int32
+    sequence_parallel::Int32
+    context_parallel_size::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1687,6 +1694,8 @@ struct ptdp_plan_layout
     mfu::Cdouble
     decoder_first_pipeline_num_layers::Int32
     decoder_last_pipeline_num_layers::Int32
+    sequence_parallel::Int32
+    context_parallel_size::Int32
 end
 
 # Fills @p options with the defaults and sets its struct_size.

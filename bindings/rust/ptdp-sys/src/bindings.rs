@@ -609,6 +609,9 @@ pub struct ptdp_cluster {
     pub intra_node_latency: f64,
     pub inter_node_bandwidth: f64,
     pub inter_node_latency: f64,
+    pub elementwise_bandwidth: f64,
+    pub gemm_table_16bit: [::std::os::raw::c_char; 256],
+    pub gemm_table_fp32: [::std::os::raw::c_char; 256],
 }
 
 /// What to plan.
@@ -658,6 +661,8 @@ pub struct ptdp_plan_options {
     pub hidden_dropout: f32,
     pub decoder_first_pipeline_num_layers: i32,
     pub decoder_last_pipeline_num_layers: i32,
+    pub sequence_parallel: i32,
+    pub context_parallel_size: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -716,6 +721,8 @@ pub struct ptdp_plan_layout {
     pub mfu: f64,
     pub decoder_first_pipeline_num_layers: i32,
     pub decoder_last_pipeline_num_layers: i32,
+    pub sequence_parallel: i32,
+    pub context_parallel_size: i32,
 }
 
 /// Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
@@ -1667,8 +1674,10 @@ extern "C" {
     /// Reads a cluster from a JSON file: an object with any of the keys "preset" (the starting
     /// point; default "dgx-a100"), "name", "gpus_per_node", "nodes", "memory_gib",
     /// "memory_reserve_gib", "peak_tflops_16bit", "peak_tflops_fp32", "gemm_efficiency",
-    /// "memory_bandwidth_gbs", "intra_node_bandwidth_gbs", "intra_node_latency_us",
-    /// "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB, TFLOP/s, GB/s, microseconds).
+    /// "memory_bandwidth_gbs", "elementwise_bandwidth_gbs", "intra_node_bandwidth_gbs",
+    /// "intra_node_latency_us", "inter_node_bandwidth_gbs", "inter_node_latency_us" (GiB,
+    /// TFLOP/s, GB/s, microseconds), "gemm_table_16bit", "gemm_table_fp32" (a built-in table's
+    /// name or a file's path; see ptdp_cluster::gemm_table_16bit).
     pub fn ptdp_cluster_load(path: *const ::std::os::raw::c_char, cluster: *mut ptdp_cluster) -> ptdp_status;
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_plan_options_init(options: *mut ptdp_plan_options) -> ptdp_status;
