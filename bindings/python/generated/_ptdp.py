@@ -3314,8 +3314,8 @@ class ptdp_cluster(object):
                                        JSON file written by `bench_kernels --gemm-table`; every GEMM
                                        of a layer is then priced at its own shape's efficiency and
                                        the memory-bound kernels at memory_bandwidth. Empty:
-                                       gemm_efficiency for every GEMM. The presets name their
-                                       device's tables.
+                                       gemm_efficiency for every GEMM (the model before the
+                                       tables). The presets name their device's tables.
     """)
     gemm_table_fp32 = property(_ptdp_ext.ptdp_cluster_gemm_table_fp32_get, _ptdp_ext.ptdp_cluster_gemm_table_fp32_set, doc=r"""
     The same for fp32 training ("a100-tf32", "h100-tf32", or

@@ -36653,8 +36653,8 @@ static PyMethodDef SwigMethods[] = {
 		"                                   JSON file written by `bench_kernels --gemm-table`; every GEMM\n"
 		"                                   of a layer is then priced at its own shape's efficiency and\n"
 		"                                   the memory-bound kernels at memory_bandwidth. Empty:\n"
-		"                                   gemm_efficiency for every GEMM. The presets name their\n"
-		"                                   device's tables.\n"
+		"                                   gemm_efficiency for every GEMM (the model before the\n"
+		"                                   tables). The presets name their device's tables.\n"
 		""},
 	 { "ptdp_cluster_gemm_table_16bit_get", _wrap_ptdp_cluster_gemm_table_16bit_get, METH_O, "\n"
 		"GEMM efficiency by shape for 16-bit training, NUL-terminated:\n"
@@ -36662,8 +36662,8 @@ static PyMethodDef SwigMethods[] = {
 		"                                   JSON file written by `bench_kernels --gemm-table`; every GEMM\n"
 		"                                   of a layer is then priced at its own shape's efficiency and\n"
 		"                                   the memory-bound kernels at memory_bandwidth. Empty:\n"
-		"                                   gemm_efficiency for every GEMM. The presets name their\n"
-		"                                   device's tables.\n"
+		"                                   gemm_efficiency for every GEMM (the model before the\n"
+		"                                   tables). The presets name their device's tables.\n"
 		""},
 	 { "ptdp_cluster_gemm_table_fp32_set", _wrap_ptdp_cluster_gemm_table_fp32_set, METH_VARARGS, "\n"
 		"The same for fp32 training (\"a100-tf32\", \"h100-tf32\", or\n"
