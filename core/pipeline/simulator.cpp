@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/pipeline/checker.h"
 #include "kernels/error.h"
@@ -22,17 +23,10 @@ double action_cost(const Schedule& s, const ScheduleCosts& c, ActionKind kind) {
   }
 }
 
-SimulationResult simulate(const Schedule& s, const ScheduleCosts& costs) {
-  const std::pair<const char*, double> named[] = {{"forward", costs.forward},
-                                                  {"backward", costs.backward},
-                                                  {"backward_input", costs.backward_input},
-                                                  {"backward_weight", costs.backward_weight},
-                                                  {"p2p_latency", costs.p2p_latency}};
-  for (const auto& [name, value] : named) {
-    PTDP_CHECK_ARG(std::isfinite(value) && value >= 0,
-                   std::string("cost ") + name + " = " + std::to_string(value) +
-                       " is not a finite number >= 0");
-  }
+namespace {
+
+template <typename Cost>
+SimulationResult run_simulation(const Schedule& s, Cost cost, double p2p_latency) {
   const CheckResult check = check_schedule(s);
   PTDP_CHECK_ARG(check.ok, "the schedule is not valid: " + check.message);
 
@@ -46,7 +40,7 @@ SimulationResult simulate(const Schedule& s, const ScheduleCosts& costs) {
     double busy = 0;
     int held = 0;
     for (const Action& a : s.ranks[r]) {
-      busy += action_cost(s, costs, a.kind);
+      busy += cost(a);
       if (a.kind == ActionKind::Forward) res.peak_slots[r] = std::max(res.peak_slots[r], ++held);
       // A slot is freed by the backward that needs it; a forward-only pass keeps none.
       if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardWeight ||
@@ -75,7 +69,7 @@ SimulationResult simulate(const Schedule& s, const ScheduleCosts& costs) {
         if (!is_communication(a.kind)) {
           TimedAction& t = res.timeline[r][pos[r]];
           t.start = clock[r];
-          t.end = clock[r] + action_cost(s, costs, a.kind);
+          t.end = clock[r] + cost(a);
           clock[r] = t.end;
           ++pos[r];
           progress = true;
@@ -96,7 +90,7 @@ SimulationResult simulate(const Schedule& s, const ScheduleCosts& costs) {
           if (post[q][qb] < 0) {
             ready = false;
           } else {
-            done = std::max(done, std::max(post[r][b], post[q][qb]) + costs.p2p_latency);
+            done = std::max(done, std::max(post[r][b], post[q][qb]) + p2p_latency);
           }
         }
         if (!ready) break;
@@ -118,6 +112,124 @@ SimulationResult simulate(const Schedule& s, const ScheduleCosts& costs) {
   }
   res.bubble_fraction = (res.makespan - res.ideal) / res.ideal;
   return res;
+}
+
+void check_cost(const std::string& name, double value) {
+  PTDP_CHECK_ARG(std::isfinite(value) && value >= 0,
+                 "cost " + name + " = " + std::to_string(value) + " is not a finite number >= 0");
+}
+
+const char* const kKindNames[4] = {"forward", "backward", "backward_input", "backward_weight"};
+
+const std::vector<double>& kind_vector(const ChunkCosts& c, int k) {
+  switch (k) {
+    case 0: return c.forward;
+    case 1: return c.backward;
+    case 2: return c.backward_input;
+    default: return c.backward_weight;
+  }
+}
+
+std::vector<double>& kind_vector(ChunkCosts& c, int k) {
+  return const_cast<std::vector<double>&>(kind_vector(static_cast<const ChunkCosts&>(c), k));
+}
+
+}  // namespace
+
+SimulationResult simulate(const Schedule& s, const ScheduleCosts& costs) {
+  const std::pair<const char*, double> named[] = {{"forward", costs.forward},
+                                                  {"backward", costs.backward},
+                                                  {"backward_input", costs.backward_input},
+                                                  {"backward_weight", costs.backward_weight},
+                                                  {"p2p_latency", costs.p2p_latency}};
+  for (const auto& [name, value] : named) check_cost(name, value);
+  return run_simulation(s, [&](const Action& a) { return action_cost(s, costs, a.kind); }, costs.p2p_latency);
+}
+
+SimulationResult simulate(const Schedule& s, const ChunkCosts& costs) {
+  const auto n = static_cast<std::size_t>(s.num_chunks());
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<double>& v = kind_vector(costs, k);
+    PTDP_CHECK_ARG(v.size() == n, std::string("costs.") + kKindNames[k] + " has " + std::to_string(v.size()) +
+                                      " entries, the schedule has p * v = " + std::to_string(n) + " chunks");
+    for (std::size_t c = 0; c < n; ++c) {
+      check_cost(std::string(kKindNames[k]) + "[" + std::to_string(c) + "]", v[c]);
+    }
+  }
+  check_cost("p2p_latency", costs.p2p_latency);
+  return run_simulation(
+      s,
+      [&](const Action& a) {
+        const int k = static_cast<int>(a.kind);
+        if (k < 0 || k > 3) return 0.0;
+        return kind_vector(costs, k)[static_cast<std::size_t>(a.chunk)];
+      },
+      costs.p2p_latency);
+}
+
+LayerCosts fit_layer_costs(const ChunkCosts& measured, const std::vector<int>& layers) {
+  const std::size_t n = layers.size();
+  PTDP_CHECK_ARG(n >= 3, "fitting per-layer costs needs a run of at least 3 model chunks (one holding neither "
+                         "the embedding nor the output layer), got " + std::to_string(n));
+  for (int k = 0; k < 4; ++k) {
+    PTDP_CHECK_ARG(kind_vector(measured, k).size() == n,
+                   std::string("measured.") + kKindNames[k] + " has " + std::to_string(kind_vector(measured, k).size()) +
+                       " entries for " + std::to_string(n) + " chunks");
+  }
+  for (std::size_t c = 0; c < n; ++c) {
+    PTDP_CHECK_ARG(layers[c] > 0, "chunk " + std::to_string(c) + " holds " + std::to_string(layers[c]) + " layers");
+  }
+  // Complete each chunk's four kinds from what was measured.
+  ChunkCosts m = measured;
+  auto known = [](double x) { return std::isfinite(x) && x >= 0; };
+  for (std::size_t c = 0; c < n; ++c) {
+    double& f = m.forward[c];
+    double& b = m.backward[c];
+    double& bi = m.backward_input[c];
+    double& w = m.backward_weight[c];
+    PTDP_CHECK_ARG(known(f), "no forward time measured for chunk " + std::to_string(c));
+    if (!known(b)) {
+      PTDP_CHECK_ARG(known(bi) && known(w), "chunk " + std::to_string(c) +
+                                                " has neither a full backward nor both B and W measured");
+      b = bi + w;
+    }
+    if (!known(bi) || !known(w)) {
+      bi = b / 2;
+      w = b / 2;
+    }
+  }
+  LayerCosts fit;
+  fit.p2p_latency = measured.p2p_latency;
+  for (int k = 0; k < 4; ++k) {
+    const std::vector<double>& v = kind_vector(m, k);
+    double sum = 0;
+    int count = 0;
+    for (std::size_t c = 1; c + 1 < n; ++c) {
+      sum += v[c];
+      count += layers[c];
+    }
+    fit.layer[k] = sum / count;
+    fit.first_extra[k] = v.front() - fit.layer[k] * layers.front();
+    fit.last_extra[k] = v.back() - fit.layer[k] * layers.back();
+  }
+  return fit;
+}
+
+ChunkCosts chunk_costs(const LayerCosts& fit, const std::vector<int>& layers) {
+  ChunkCosts out;
+  out.p2p_latency = fit.p2p_latency;
+  const std::size_t n = layers.size();
+  for (int k = 0; k < 4; ++k) {
+    std::vector<double>& v = kind_vector(out, k);
+    v.assign(n, 0);
+    for (std::size_t c = 0; c < n; ++c) {
+      double x = fit.layer[k] * layers[c];
+      if (c == 0) x += fit.first_extra[k];
+      if (c + 1 == n) x += fit.last_extra[k];
+      v[c] = std::max(0.0, x);
+    }
+  }
+  return out;
 }
 
 }  // namespace ptdp
