@@ -271,6 +271,11 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   };
   c.first_stage_layers = stage_layers(o.decoder_first_pipeline_num_layers, "decoder_first_pipeline_num_layers");
   c.last_stage_layers = stage_layers(o.decoder_last_pipeline_num_layers, "decoder_last_pipeline_num_layers");
+  PTDP_CHECK_ARG(o.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_ROUND_ROBIN ||
+                     o.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_V,
+                 str_cat("options->pipeline_chunk_placement = ", o.pipeline_chunk_placement,
+                         " is not a ptdp_chunk_placement (0 round-robin, 1 V)"));
+  c.chunk_placement = static_cast<int>(o.pipeline_chunk_placement);
   return c;
 }
 

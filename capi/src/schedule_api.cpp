@@ -40,7 +40,7 @@ constexpr long long kMaxUnits = 1LL << 24;
 
 ptdp::ScheduleKind checked_kind(ptdp_schedule_kind kind, const char* name) {
   const int k = static_cast<int>(kind);
-  PTDP_CHECK_ARG(k >= PTDP_SCHEDULE_GPIPE && k <= PTDP_SCHEDULE_FORWARD_ONLY,
+  PTDP_CHECK_ARG(k >= PTDP_SCHEDULE_GPIPE && k <= PTDP_SCHEDULE_INTERLEAVED_ZB,
                  std::string(name) + " = " + std::to_string(k) + " is not a ptdp_schedule_kind");
   return static_cast<ptdp::ScheduleKind>(k);
 }
@@ -78,6 +78,35 @@ ptdp::ScheduleCosts costs_of(const ptdp_schedule_costs* user) {
   out.backward_weight = c.backward_weight;
   out.p2p_latency = c.p2p_latency;
   return out;
+}
+
+// The measured per-chunk costs of `user` when it sets them (all four arrays), for `s`.
+bool chunk_costs_of(const ptdp_schedule_costs* user, const ptdp::Schedule& s, ptdp::ChunkCosts& out) {
+  if (user == nullptr) return false;
+  ptdp_schedule_costs defaults;
+  ptdp_schedule_costs_init(&defaults);
+  const ptdp_schedule_costs c = ptdp::capi::read_options(user, defaults, "costs", "ptdp_schedule_costs_init");
+  const double* arrays[4] = {c.chunk_forward, c.chunk_backward, c.chunk_backward_input, c.chunk_backward_weight};
+  const char* names[4] = {"chunk_forward", "chunk_backward", "chunk_backward_input", "chunk_backward_weight"};
+  int set = 0;
+  for (const double* a : arrays) set += a != nullptr ? 1 : 0;
+  if (set == 0) return false;
+  for (int k = 0; k < 4; ++k) {
+    PTDP_CHECK_ARG(arrays[k] != nullptr, std::string("costs->") + names[k] +
+                                             " is NULL while other chunk costs are set: set all four or none");
+  }
+  const auto n = static_cast<std::size_t>(s.num_chunks());
+  std::vector<double>* dst[4] = {&out.forward, &out.backward, &out.backward_input, &out.backward_weight};
+  for (int k = 0; k < 4; ++k) {
+    dst[k]->assign(arrays[k], arrays[k] + n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = (*dst[k])[i];
+      PTDP_CHECK_ARG(std::isfinite(x) && x >= 0, std::string("costs->") + names[k] + "[" + std::to_string(i) +
+                                                     "] = " + std::to_string(x) + " is not a finite number >= 0");
+    }
+  }
+  out.p2p_latency = c.p2p_latency;
+  return true;
 }
 
 // Simulation and drawing need a schedule that passes the check.
@@ -142,6 +171,7 @@ PTDP_API ptdp_status ptdp_schedule_create_custom(ptdp_schedule_kind kind_label, 
     s.p = p;
     s.m = m;
     s.v = v;
+    s.placement = ptdp::placement_of(k);
     s.ranks.resize(static_cast<std::size_t>(p));
     long long at = 0;
     for (int32_t r = 0; r < p; ++r) {
@@ -242,7 +272,8 @@ PTDP_API ptdp_status ptdp_schedule_simulate(ptdp_schedule schedule, const ptdp_s
                                           " pipeline ranks of peak_slots");
     }
     require_valid(s);
-    const ptdp::SimulationResult r = ptdp::simulate(s, c);
+    ptdp::ChunkCosts measured;
+    const ptdp::SimulationResult r = chunk_costs_of(costs, s, measured) ? ptdp::simulate(s, measured) : ptdp::simulate(s, c);
     if (makespan != nullptr) *makespan = r.makespan;
     if (bubble_fraction != nullptr) *bubble_fraction = r.bubble_fraction;
     if (peak_slots != nullptr) {

@@ -108,6 +108,7 @@ PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config
     o.virtual_pipeline_model_parallel_size = ptdp::virtual_pipeline_size(c.args);
     o.decoder_first_pipeline_num_layers = c.args.decoder_first_pipeline_num_layers.value_or(0);
     o.decoder_last_pipeline_num_layers = c.args.decoder_last_pipeline_num_layers.value_or(0);
+    o.pipeline_chunk_placement = static_cast<int>(ptdp::placement_of(ptdp::schedule_kind(c.args)));
     *options = o;
   });
 }

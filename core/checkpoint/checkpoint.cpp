@@ -192,7 +192,7 @@ TensorMap layout_map(const GptPipeline& model, const std::vector<std::string>& s
       TensorParallel tp = model.tensor_parallel();
       tp.rank = r;
       const GptModel meta(cfg, tp, Device{}, model.chunk_stage(c), false);
-      const std::string file = checkpoint_shard_name(r, c % p);
+      const std::string file = checkpoint_shard_name(r, model.rank_of_chunk(c));
       for (int i = 0; i < meta.params().size(); ++i) {
         const ParamInfo& info = meta.params().info(i);
         if (i == meta.tied_head_weight() || !stores(info, r)) continue;

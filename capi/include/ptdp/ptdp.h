@@ -474,7 +474,22 @@ typedef struct ptdp_parallel_options {
   int64_t decoder_last_pipeline_num_layers;     /**< Layers of the last pipeline stage
                                                      (`--decoder-last-pipeline-num-layers`);
                                                      0 (default): no count of its own; >= 0. */
+  /* Added after the uneven stages. */
+  int64_t pipeline_chunk_placement;             /**< Where the p * v model chunks live, a
+                                                     ::ptdp_chunk_placement: 0 (default),
+                                                     round-robin; 1, V (v = 2, an even split),
+                                                     what ::PTDP_SCHEDULE_ZB_V and
+                                                     ::PTDP_SCHEDULE_DUALPIPE_V run. */
 } ptdp_parallel_options;
+
+/** Placements of the model chunks on the pipeline ranks (ptdp_parallel_options). */
+typedef enum ptdp_chunk_placement {
+  PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = 0, /**< Chunk c on pipeline rank c % p (Megatron's interleaving). */
+  PTDP_CHUNK_PLACEMENT_V = 1            /**< v = 2: rank r holds chunks r and 2p - 1 - r; the first and
+                                             last chunk (embedding and loss) share rank 0, and chunk
+                                             p - 1 hands its output to chunk p on rank p - 1 without
+                                             a transfer. */
+} ptdp_chunk_placement;
 
 /** Opaque handle to the process groups of one layout. */
 typedef struct ptdp_groups_impl* ptdp_groups;
@@ -1498,8 +1513,18 @@ typedef enum ptdp_schedule_kind {
   PTDP_SCHEDULE_ZB_H1 = 3,            /**< Zero bubble ZB-H1 (Qi et al. 2024): backward split into
                                            input and weight gradients, weight gradients deferred
                                            into the bubbles; same peak memory as 1F1B. */
-  PTDP_SCHEDULE_FORWARD_ONLY = 4      /**< Forward passes only (evaluation): microbatch after
+  PTDP_SCHEDULE_FORWARD_ONLY = 4,     /**< Forward passes only (evaluation): microbatch after
                                            microbatch through every chunk; any v. Since 0.2. */
+  PTDP_SCHEDULE_ZB_V = 5,            /**< ZB-V (Qi et al., "Pipeline Parallelism with Controllable
+                                           Memory"): v = 2 chunks per rank in the V placement
+                                           (::PTDP_CHUNK_PLACEMENT_V), B and W split, list-scheduled
+                                           with 1F1B's activation memory (p microbatches per rank). */
+  PTDP_SCHEDULE_DUALPIPE_V = 6,      /**< DeepSeek's DualPipeV: v = 2 in the V placement, the order of
+                                           dualpipev.py (overlapped F/B pairs run in sequence); needs
+                                           m >= 2p. */
+  PTDP_SCHEDULE_INTERLEAVED_ZB = 7   /**< Interleaved zero bubble: interleaved 1F1B (v > 1, m a
+                                           multiple of p) with B and W split and the W passes
+                                           filling the waits. */
 } ptdp_schedule_kind;
 
 /** What an action does. */
@@ -1537,6 +1562,13 @@ typedef struct ptdp_schedule_costs {
   double backward_weight; /**< Weight-gradient backward (zero bubble); default 1. */
   double p2p_latency;     /**< Time from a transfer's two sides both being posted to its
                                completion; default 0. */
+  /* Added with the trace-fed predictor: measured costs per global chunk. When set (non-NULL,
+   * each p * v entries of the schedule simulated), an action of a kind on chunk c costs
+   * entry c, instead of the per-rank costs above divided by v; all four or none. */
+  const double* chunk_forward;         /**< Forward of each chunk, or NULL (default). */
+  const double* chunk_backward;        /**< Full backward of each chunk, or NULL. */
+  const double* chunk_backward_input;  /**< Input-gradient backward (B) of each chunk, or NULL. */
+  const double* chunk_backward_weight; /**< Weight-gradient backward (W) of each chunk, or NULL. */
 } ptdp_schedule_costs;
 
 /**
@@ -1687,8 +1719,12 @@ PTDP_API ptdp_status ptdp_schedule_check(ptdp_schedule schedule, int32_t* ok, ch
  * total compute time (the paper's t_bubble / t_ideal). A slot is the activations of one
  * (microbatch, chunk), held from its forward until its backward (or weight-gradient backward);
  * with v chunks per rank a slot holds 1/v of a microbatch's activations on that rank.
+ * With the chunk cost arrays of @p costs set (per-action times measured from a trace of a
+ * run, e.g. ptdp-train --predict-schedules' fit), the makespan is the predicted time of the
+ * schedule's forward and backward passes.
  * @param schedule A live schedule handle that passes ptdp_schedule_check().
- * @param costs NULL for the defaults of ptdp_schedule_costs_init().
+ * @param costs NULL for the defaults of ptdp_schedule_costs_init(); its chunk arrays, when
+ *        set, must hold p * v entries each.
  * @param[out] makespan Receives the time the last rank finishes; may be NULL.
  * @param[out] bubble_fraction Receives the bubble fraction; may be NULL.
  * @param[out] peak_slots Receives, for each of the p ranks, the most slots held at once; may
