@@ -639,6 +639,10 @@ void check_together(const TrainArgs& a) {
   const int v = virtual_pipeline_size(a);
   const char* v_flag = a.num_virtual_stages_per_pipeline_rank ? "num-virtual-stages-per-pipeline-rank"
                                                               : "num-layers-per-virtual-pipeline-stage";
+  const bool v_from_schedule = !a.num_virtual_stages_per_pipeline_rank && !a.num_layers_per_virtual_pipeline_stage;
+  if (v > 1 && p == 1 && v_from_schedule) {
+    fail(str_cat(value("pipeline-schedule"), " needs --pipeline-model-parallel-size > 1"));
+  }
   if (v > 1 && p == 1) {
     fail(str_cat(value(v_flag), " gives v = ", std::to_string(v),
                  " model chunks per pipeline rank, which needs --pipeline-model-parallel-size > 1"));
