@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
+#include <limits>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -229,6 +231,51 @@ ChunkCosts chunk_costs(const LayerCosts& fit, const std::vector<int>& layers) {
       v[c] = std::max(0.0, x);
     }
   }
+  return out;
+}
+
+ChunkCosts measure_chunk_costs(const std::vector<TraceSpan>& spans, int chunks) {
+  PTDP_CHECK_ARG(chunks > 0, "chunks = " + std::to_string(chunks) + " is not > 0");
+  const auto n = static_cast<std::size_t>(chunks);
+  std::vector<std::vector<double>> samples[4];
+  for (auto& v : samples) v.assign(n, {});
+  std::vector<double> comm;
+  for (const TraceSpan& sp : spans) {
+    if (sp.communication) {
+      comm.push_back(sp.seconds);
+      continue;
+    }
+    // "<kind> mb<i> c<chunk>" with kind F, B (full backward), Bi or W.
+    const std::size_t sp1 = sp.name.find(' ');
+    const std::size_t cpos = sp.name.rfind(" c");
+    if (sp1 == std::string::npos || cpos == std::string::npos || cpos + 2 >= sp.name.size()) continue;
+    const std::string kind = sp.name.substr(0, sp1);
+    int k = -1;
+    if (kind == "F") k = 0;
+    if (kind == "B") k = 1;
+    if (kind == "Bi") k = 2;
+    if (kind == "W") k = 3;
+    int c = -1;
+    try {
+      c = std::stoi(sp.name.substr(cpos + 2));
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (k < 0 || c < 0 || c >= chunks) continue;
+    samples[k][static_cast<std::size_t>(c)].push_back(sp.seconds);
+  }
+  auto quantile = [](std::vector<double> v, double q) {
+    if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+    std::sort(v.begin(), v.end());
+    return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+  };
+  ChunkCosts out;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<double>& dst = kind_vector(out, k);
+    dst.assign(n, 0);
+    for (std::size_t c = 0; c < n; ++c) dst[c] = quantile(samples[k][c], 0.5);
+  }
+  out.p2p_latency = comm.empty() ? 0.0 : quantile(comm, 0.25);
   return out;
 }
 

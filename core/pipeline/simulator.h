@@ -2,6 +2,7 @@
 // activation-memory claims are about, computed from the very lists the executor runs.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "core/pipeline/schedule.h"
@@ -76,6 +77,18 @@ struct LayerCosts {
 /// negative entries, e.g. full backwards in a zero-bubble trace) is derived: Backward = B + W,
 /// or B and W as halves of Backward. Throws Error(InvalidArgument) naming what is missing.
 LayerCosts fit_layer_costs(const ChunkCosts& measured, const std::vector<int>& layers);
+
+/// Per-action costs measured from executor trace spans (TraceRecorder::events() of one or more
+/// ranks of a run over `chunks` global chunks): per compute kind and chunk the median span
+/// duration in seconds, NaN where the run had no such action; p2p_latency the lower quartile of
+/// the communication batches' durations (a batch whose peer was already there costs just the
+/// transfer). Names it cannot read are skipped.
+struct TraceSpan {
+  std::string name;
+  bool communication = false;
+  double seconds = 0;
+};
+ChunkCosts measure_chunk_costs(const std::vector<TraceSpan>& spans, int chunks);
 
 /// Per-chunk costs of a layout whose chunk c holds layers[c] decoder layers.
 ChunkCosts chunk_costs(const LayerCosts& fit, const std::vector<int>& layers);

@@ -1720,7 +1720,7 @@ PTDP_API ptdp_status ptdp_schedule_check(ptdp_schedule schedule, int32_t* ok, ch
  * (microbatch, chunk), held from its forward until its backward (or weight-gradient backward);
  * with v chunks per rank a slot holds 1/v of a microbatch's activations on that rank.
  * With the chunk cost arrays of @p costs set (per-action times measured from a trace of a
- * run, e.g. ptdp-train --predict-schedules' fit), the makespan is the predicted time of the
+ * run, as bench_schedule_predict measures them), the makespan is the predicted time of the
  * schedule's forward and backward passes.
  * @param schedule A live schedule handle that passes ptdp_schedule_check().
  * @param costs NULL for the defaults of ptdp_schedule_costs_init(); its chunk arrays, when

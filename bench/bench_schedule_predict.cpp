@@ -1,0 +1,331 @@
+// bench_schedule_predict: the schedule simulator as a predictor, under mpirun with W = p ranks
+// on the CPU engine.
+//
+// 1. Measure: a small GPT in the layout of the trace case (interleaved zero bubble, p = W, v = 2,
+//    m = 2p by default) runs warm-up iterations, then one iteration with the executor's trace
+//    on. Every rank turns its spans into per-(kind, chunk) costs (median span of F, B, Bi, W per
+//    chunk; the lower quartile of its communication batches as the transfer time), rank 0
+//    gathers them (ptdp::measure_chunk_costs) and fits per-layer costs and the extras of the
+//    first (embedding) and last (output layer, loss) chunks (ptdp::fit_layer_costs).
+// 2. Predict and measure: for every case (schedule, p, v, m), the fit gives the costs of the
+//    case's chunks (ptdp::chunk_costs, from the layers each chunk holds), the simulator the
+//    predicted iteration time of its forward and backward passes; the case then runs (its own
+//    groups and model, in its own chunk placement): --warmup untimed iterations, then --iters
+//    timed ones, each after a world barrier, timed as the slowest rank's ptdp::forward_backward.
+//    The table gives predicted and measured (median) milliseconds and the relative error.
+//
+// The prediction assumes that the ranks compute in parallel: run with at most one rank per
+// free core and OMP_NUM_THREADS=1 (mpirun -x OMP_NUM_THREADS=1 -n 2 ...). Run with --help.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/bench_common.h"
+#include "core/comm/runtime.h"
+#include "core/model/gpt_config.h"
+#include "core/model/gpt_pipeline.h"
+#include "core/model/pipeline_split.h"
+#include "core/parallel/groups.h"
+#include "core/pipeline/gpt_schedule.h"
+#include "core/pipeline/schedule.h"
+#include "core/pipeline/simulator.h"
+#include "core/pipeline/trace.h"
+
+namespace {
+
+using ptdp::ScheduleKind;
+using ptdp::bench::Clock;
+using ptdp::bench::parse_int;
+using ptdp::bench::seconds_since;
+
+struct Case {
+  ScheduleKind kind;
+  int v, m;
+};
+
+struct Options {
+  int layers = 8, hidden = 128, heads = 4, vocab = 1024, seq = 64, micro_batch = 2;
+  int iters = 5, warmup = 2;
+};
+
+void print_help(const char* argv0) {
+  std::printf(
+      "Usage: mpirun -x OMP_NUM_THREADS=1 -np P %s [options]\n"
+      "\n"
+      "Fits per-layer forward, backward-input and backward-weight costs and the transfer time to\n"
+      "a trace of one interleaved zero-bubble iteration (p = P, v = 2, m = 2P), then predicts\n"
+      "with the schedule simulator and measures the iteration time (forward and backward of all\n"
+      "microbatches, slowest rank, median of the timed iterations) of 1F1B, GPipe, ZB-H1,\n"
+      "interleaved 1F1B, interleaved zero bubble, ZB-V and DualPipeV at m = 2P and 4P.\n"
+      "\n"
+      "Options (defaults):\n"
+      "  --layers N        transformer layers, a multiple of 2P (8)\n"
+      "  --hidden N        hidden size (128)\n"
+      "  --heads N         attention heads (4)\n"
+      "  --vocab N         vocabulary size (1024)\n"
+      "  --seq N           sequence length (64)\n"
+      "  --micro-batch N   samples per microbatch (2)\n"
+      "  --iters N         timed iterations per case (5)\n"
+      "  --warmup N        untimed iterations per case first (2)\n"
+      "  --help            this text\n",
+      argv0);
+}
+
+bool parse_args(int argc, char** argv, bool talk, Options& o, int& code) {
+  code = 0;
+  ptdp::bench::Args args(argc, argv);
+  while (args.next()) {
+    const std::string arg = args.flag();
+    if (arg == "--help" || arg == "-h") {
+      if (talk) print_help(argv[0]);
+      return false;
+    }
+    int* dst = arg == "--layers"        ? &o.layers
+               : arg == "--hidden"      ? &o.hidden
+               : arg == "--heads"       ? &o.heads
+               : arg == "--vocab"       ? &o.vocab
+               : arg == "--seq"         ? &o.seq
+               : arg == "--micro-batch" ? &o.micro_batch
+               : arg == "--iters"       ? &o.iters
+               : arg == "--warmup"      ? &o.warmup
+                                        : nullptr;
+    std::string value;
+    int x = 0;
+    if (dst == nullptr || !args.value(value) || !parse_int(value, x) || x < (dst == &o.warmup ? 0 : 1)) {
+      if (talk) std::fprintf(stderr, "%s: bad argument '%s' (try --help)\n", argv[0], args.raw());
+      code = 2;
+      return false;
+    }
+    *dst = x;
+  }
+  return true;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+class Bench {
+ public:
+  Bench(const Options& o, std::shared_ptr<ptdp::Runtime> rt, int rank, int world)
+      : o_(o), rt_(std::move(rt)), rank_(rank), p_(world) {
+    cfg_.num_layers = o.layers;
+    cfg_.hidden_size = o.hidden;
+    cfg_.num_attention_heads = o.heads;
+    cfg_.vocab_size = o.vocab;
+    cfg_.seq_length = o.seq;
+  }
+
+  int run() {
+    const Case trace_case{ScheduleKind::InterleavedZeroBubble, 2, 2 * p_};
+    // The trace case's model stays: before every case one more traced iteration of it refreshes
+    // the fit, so that the cross prediction sees the machine as the case does.
+    ptdp::ProcessGroups trace_groups(rt_, layout(trace_case));
+    ptdp::GptPipeline trace_model(cfg_, trace_groups);
+    const ptdp::Schedule trace_schedule = ptdp::make_schedule(trace_case.kind, p_, trace_case.m, trace_case.v);
+    for (int i = 0; i < o_.warmup; ++i) iterate(trace_model, trace_schedule, i, nullptr);
+    const std::vector<int> trace_layers = layers_of(trace_case.v);
+    auto refit = [&](int it) {
+      ptdp::TraceRecorder trace;
+      iterate(trace_model, trace_schedule, it, &trace);
+      const ptdp::ChunkCosts measured = gather_costs(trace, p_ * trace_case.v);
+      return ptdp::fit_layer_costs(measured, trace_layers);
+    };
+    const ptdp::LayerCosts fit0 = refit(o_.warmup);
+    if (rank_ == 0) {
+      std::printf("model: %d layers, hidden %d, %d heads, vocab %d, seq %d, micro-batch %d; p = %d ranks\n",
+                  cfg_.num_layers, cfg_.hidden_size, cfg_.num_attention_heads, cfg_.vocab_size, cfg_.seq_length,
+                  o_.micro_batch, p_);
+      std::printf("trace: one iteration of %s, p = %d, v = %d, m = %d, before each case\n",
+                  ptdp::schedule_kind_name(trace_case.kind), p_, trace_case.v, trace_case.m);
+      std::printf("first fit (ms): per layer F %.3f B %.3f W %.3f; first chunk +F %.3f +B %.3f +W %.3f; last chunk "
+                  "+F %.3f +B %.3f +W %.3f; transfer %.3f\n",
+                  fit0.layer[0] * 1e3, fit0.layer[2] * 1e3, fit0.layer[3] * 1e3, fit0.first_extra[0] * 1e3,
+                  fit0.first_extra[2] * 1e3, fit0.first_extra[3] * 1e3, fit0.last_extra[0] * 1e3,
+                  fit0.last_extra[2] * 1e3, fit0.last_extra[3] * 1e3, fit0.p2p_latency * 1e3);
+      std::printf("cross: predicted from the per-layer fit of the trace case's iteration; self: from the per-chunk\n"
+                  "costs in the trace of the case's own timed iteration; measured: slowest rank's forward_backward.\n"
+                  "Medians over %d timed iterations.\n",
+                  o_.iters);
+      std::printf("\n%-24s %2s %2s %3s %10s %10s %7s %10s %7s\n", "schedule", "p", "v", "m", "measured", "cross",
+                  "error", "self", "error");
+      std::printf("%s\n", std::string(82, '-').c_str());
+      std::fflush(stdout);
+    }
+    const Case cases[] = {
+        {ScheduleKind::OneFOneB, 1, 2 * p_},          {ScheduleKind::OneFOneB, 1, 4 * p_},
+        {ScheduleKind::GPipe, 1, 4 * p_},             {ScheduleKind::ZeroBubbleH1, 1, 4 * p_},
+        {ScheduleKind::Interleaved1F1B, 2, 4 * p_},   {ScheduleKind::InterleavedZeroBubble, 2, 4 * p_},
+        {ScheduleKind::ZeroBubbleV, 2, 2 * p_},       {ScheduleKind::ZeroBubbleV, 2, 4 * p_},
+        {ScheduleKind::DualPipeV, 2, 2 * p_},         {ScheduleKind::DualPipeV, 2, 4 * p_}};
+    double worst[2] = {0, 0}, sum[2] = {0, 0};
+    int n = 0, it = o_.warmup + 1;
+    for (const Case& c : cases) {
+      const ptdp::LayerCosts fit = refit(it++);
+      const ptdp::Schedule s = ptdp::make_schedule(c.kind, p_, c.m, c.v);
+      const double cross = ptdp::simulate(s, ptdp::chunk_costs(fit, layers_of(c.v))).makespan;
+      const auto [measured, self] = time_case(c, s);
+      if (rank_ == 0) {
+        const double err[2] = {(cross - measured) / measured, (self - measured) / measured};
+        for (int k = 0; k < 2; ++k) {
+          worst[k] = std::max(worst[k], std::abs(err[k]));
+          sum[k] += std::abs(err[k]);
+        }
+        ++n;
+        std::printf("%-24s %2d %2d %3d %8.1fms %8.1fms %+6.1f%% %8.1fms %+6.1f%%\n", ptdp::schedule_kind_name(c.kind),
+                    p_, c.v, c.m, measured * 1e3, cross * 1e3, err[0] * 100, self * 1e3, err[1] * 100);
+        std::fflush(stdout);
+      }
+    }
+    if (rank_ == 0) {
+      std::printf("\n%d cases: cross mean |error| %.1f%%, worst %.1f%%; self mean |error| %.1f%%, worst %.1f%%\n", n,
+                  sum[0] / n * 100, worst[0] * 100, sum[1] / n * 100, worst[1] * 100);
+    }
+    return 0;
+  }
+
+ private:
+  std::vector<int> layers_of(int v) const {
+    ptdp::PipelineSplit split;
+    split.pipeline = p_;
+    split.virtual_stages = v;
+    return ptdp::chunk_layer_counts(cfg_.num_layers, split);
+  }
+
+  void batch(int64_t it, int m, std::vector<int32_t>& tokens, std::vector<int32_t>& labels) const {
+    const std::size_t n = static_cast<std::size_t>(m) * static_cast<std::size_t>(o_.micro_batch) *
+                          static_cast<std::size_t>(cfg_.seq_length);
+    tokens.resize(n);
+    labels.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      tokens[i] = static_cast<int32_t>((i * 7 + static_cast<std::size_t>(it) * 13) % static_cast<std::size_t>(cfg_.vocab_size));
+      labels[i] = static_cast<int32_t>((i * 7 + 7 + static_cast<std::size_t>(it) * 13) % static_cast<std::size_t>(cfg_.vocab_size));
+    }
+  }
+
+  ptdp::ParallelConfig layout(const Case& c) const {
+    ptdp::ParallelConfig pc;
+    pc.world = p_;
+    pc.pipeline = p_;
+    pc.virtual_stages = c.v;
+    pc.chunk_placement = static_cast<int>(ptdp::placement_of(c.kind));
+    return pc;
+  }
+
+  // One iteration of `model` through `s` after a world barrier; its wall time on this rank.
+  double iterate(ptdp::GptPipeline& model, const ptdp::Schedule& s, int it, ptdp::TraceRecorder* trace) {
+    std::vector<int32_t> tokens, labels;
+    batch(it, s.m, tokens, labels);
+    model.zero_grads();
+    rt_->world().barrier()->wait();
+    ptdp::ExecutorOptions eo;
+    eo.trace = trace;
+    const auto t0 = Clock::now();
+    ptdp::forward_backward(model, s, tokens.data(), labels.data(), o_.micro_batch, it, eo);
+    return seconds_since(t0);
+  }
+
+  // The per-chunk costs of a traced iteration, on every rank: each rank measures its chunks
+  // (ptdp::measure_chunk_costs), the others have NaN there; MAX over -1 for NaN combines them.
+  ptdp::ChunkCosts gather_costs(const ptdp::TraceRecorder& trace, int chunks) {
+    std::vector<ptdp::TraceSpan> spans;
+    for (const auto& e : trace.events()) spans.push_back({e.name, e.track == 1, e.dur_us * 1e-6});
+    const ptdp::ChunkCosts mine = ptdp::measure_chunk_costs(spans, chunks);
+    std::vector<double> flat;
+    for (const auto* v : {&mine.forward, &mine.backward, &mine.backward_input, &mine.backward_weight}) {
+      for (double x : *v) flat.push_back(std::isfinite(x) ? x : -1.0);
+    }
+    std::vector<double> all(flat.size());
+    MPI_Allreduce(flat.data(), all.data(), static_cast<int>(flat.size()), MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double lat = mine.p2p_latency, lat_sum = 0;
+    MPI_Allreduce(&lat, &lat_sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    ptdp::ChunkCosts out;
+    const auto n = static_cast<std::size_t>(chunks);
+    std::size_t at = 0;
+    for (auto* v : {&out.forward, &out.backward, &out.backward_input, &out.backward_weight}) {
+      v->resize(n);
+      for (std::size_t i = 0; i < n; ++i, ++at) {
+        (*v)[i] = all[at] >= 0 ? all[at] : std::numeric_limits<double>::quiet_NaN();
+      }
+    }
+    out.p2p_latency = lat_sum / p_;
+    return out;
+  }
+
+  // The case's own run: per timed iteration the slowest rank's time and the simulator's
+  // prediction from that iteration's trace; the medians of both.
+  std::pair<double, double> time_case(const Case& c, const ptdp::Schedule& s) {
+    ptdp::ProcessGroups groups(rt_, layout(c));
+    ptdp::GptPipeline model(cfg_, groups);
+    std::vector<double> times, predicted;
+    for (int i = 0; i < o_.warmup + o_.iters; ++i) {
+      ptdp::TraceRecorder trace;
+      const double mine = iterate(model, s, i, &trace);
+      double slowest = 0;
+      MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      ptdp::ChunkCosts costs = gather_costs(trace, p_ * c.v);
+      // A kind the schedule does not run has no measurement; it costs nothing in it either.
+      for (auto* v : {&costs.forward, &costs.backward, &costs.backward_input, &costs.backward_weight}) {
+        for (double& x : *v) x = std::isfinite(x) ? x : 0.0;
+      }
+      if (i >= o_.warmup) {
+        times.push_back(slowest);
+        predicted.push_back(ptdp::simulate(s, costs).makespan);
+      }
+    }
+    return {median(times), median(predicted)};
+  }
+
+  Options o_;
+  std::shared_ptr<ptdp::Runtime> rt_;
+  int rank_, p_;
+  ptdp::GptConfig cfg_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Options o;
+  int status = 0;
+  if (!parse_args(argc, argv, rank == 0, o, status)) {
+    MPI_Finalize();
+    return status;
+  }
+  if (size < 2 || o.layers % (2 * size) != 0) {
+    if (rank == 0) {
+      std::fprintf(stderr, "%s: needs W >= 2 ranks and --layers a multiple of 2W (got W = %d, %d layers)\n", argv[0],
+                   size, o.layers);
+    }
+    MPI_Finalize();
+    return 2;
+  }
+  try {
+    ptdp::RuntimeOptions ro;
+    ro.verify_collectives = false;
+    MPI_Comm world = MPI_COMM_WORLD;
+    auto rt = ptdp::Runtime::create_from_mpi(ro, &world);
+    Bench bench(o, rt, rank, size);
+    status = bench.run();
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "bench_schedule_predict (rank %d): %s\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Finalize();
+  return status;
+}
