@@ -354,6 +354,9 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
       md["layout"]["decoder_first_pipeline_num_layers"] = model.split().first_stage_layers;
     if (model.split().last_stage_layers > 0)
       md["layout"]["decoder_last_pipeline_num_layers"] = model.split().last_stage_layers;
+    // The V placement (ZB-V, DualPipeV), informative as well: shard pp<r> holds chunks r and
+    // 2p - 1 - r then; the loader finds every layer by name.
+    if (model.placement() == ChunkPlacement::V) md["layout"]["pipeline_chunk_placement"] = "V";
     md["model"] = config_to_json(model.config());
     md["rng"] = {{"generator", "philox4x32-10"},
                  {"seed", model.config().seed},

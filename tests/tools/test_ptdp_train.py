@@ -594,6 +594,9 @@ def case_vshape():
             check(close(par_valid[it]["lm_loss"], serial_valid[it]["lm_loss"], 1e-5), f"{name}: validation at {it}")
     ckpt = os.path.join(WORK, "ckpt-zbv")
     train("vshape-save", 2, 1, 2, 6, ["--pipeline-schedule", "zb-v", "--save", ckpt, "--exit-interval", "4"])
+    meta = json.load(open(os.path.join(ckpt, "iter_0000004", "metadata.json")))
+    check(meta["layout"].get("pipeline_chunk_placement") == "V" and
+          meta["layout"]["virtual_pipeline_model_parallel_size"] == 2, f"metadata layout: {meta['layout']}")
     ckpt_1f1b = os.path.join(WORK, "ckpt-vshape-1f1b")
     train("vshape-save-1f1b", 2, 1, 2, 6, ["--save", ckpt_1f1b, "--exit-interval", "4"])
     for k, (what, ck, np, t, p, extra) in enumerate([
