@@ -1565,6 +1565,23 @@ module ptdp
       integer(c_int) :: ptdp_schedule_simulate
     end function ptdp_schedule_simulate
 
+    ! Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+    ! simulator as a predictor): the Chrome trace a run writes with
+    ! ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+    function ptdp_schedule_costs_from_trace(path, chunks, forward, backward, backward_input, &
+        backward_weight, p2p_latency) bind(c, name="ptdp_schedule_costs_from_trace")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int32_t), value :: chunks
+      real(c_double), intent(out) :: forward
+      real(c_double), intent(out) :: backward
+      real(c_double), intent(out) :: backward_input
+      real(c_double), intent(out) :: backward_weight
+      real(c_double), intent(out) :: p2p_latency
+      integer(c_int) :: ptdp_schedule_costs_from_trace
+    end function ptdp_schedule_costs_from_trace
+
     ! Draws the simulated timeline as a standalone SVG file, like the schedule figures of the
     ! pipeline papers: one row per rank, one box per compute action labelled with its
     ! microbatch, forward, backward, input- and weight-gradient backward in different colours,

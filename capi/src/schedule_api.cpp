@@ -3,6 +3,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +15,9 @@
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/svg.h"
+#include "kernels/error.h"
+
+#include <nlohmann/json.hpp>
 
 static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
 static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));
@@ -290,6 +295,55 @@ PTDP_API ptdp_status ptdp_schedule_write_svg(ptdp_schedule schedule, const ptdp_
     require_non_null(path, "path");
     require_valid(s);
     ptdp::write_schedule_svg(s, c, path);
+  });
+}
+
+PTDP_API ptdp_status ptdp_schedule_costs_from_trace(const char* path, int32_t chunks, double* forward, double* backward,
+                                                    double* backward_input, double* backward_weight,
+                                                    double* p2p_latency) {
+  return guard(__func__, [&] {
+    require_non_null(path, "path");
+    positive("chunks", chunks);
+    std::ifstream in(path);
+    if (!in) ptdp::throw_error(ptdp::ErrorCode::Io, std::string("cannot read the trace '") + path + "'");
+    nlohmann::json trace;
+    try {
+      in >> trace;
+    } catch (const std::exception& e) {
+      ptdp::throw_error(ptdp::ErrorCode::Io, std::string("'") + path + "' is not JSON: " + e.what());
+    }
+    if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+      ptdp::throw_error(ptdp::ErrorCode::Io, std::string("'") + path + "' is not a Chrome trace (no traceEvents)");
+    }
+    std::vector<ptdp::TraceSpan> spans;
+    for (const auto& e : trace["traceEvents"]) {
+      if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("dur") || !e["dur"].is_number()) continue;
+      spans.push_back({e.value("name", ""), e.value("cat", "") == "communication", e["dur"].get<double>() * 1e-6});
+    }
+    ptdp::ChunkCosts c = ptdp::measure_chunk_costs(spans, chunks);
+    auto known = [](double x) { return std::isfinite(x); };
+    for (std::size_t i = 0; i < static_cast<std::size_t>(chunks); ++i) {
+      const std::string which = "the trace '" + std::string(path) + "' has no ";
+      PTDP_CHECK_ARG(known(c.forward[i]), which + "forward span of chunk " + std::to_string(i));
+      double& b = c.backward[i];
+      double& bi = c.backward_input[i];
+      double& w = c.backward_weight[i];
+      if (!known(b)) {
+        PTDP_CHECK_ARG(known(bi) && known(w),
+                       which + "full backward nor B and W spans of chunk " + std::to_string(i));
+        b = bi + w;
+      }
+      if (!known(bi) || !known(w)) {
+        bi = b / 2;
+        w = b / 2;
+      }
+    }
+    const std::vector<double>* from[4] = {&c.forward, &c.backward, &c.backward_input, &c.backward_weight};
+    double* to[4] = {forward, backward, backward_input, backward_weight};
+    for (int k = 0; k < 4; ++k) {
+      if (to[k] != nullptr) std::copy(from[k]->begin(), from[k]->end(), to[k]);
+    }
+    if (p2p_latency != nullptr) *p2p_latency = c.p2p_latency;
   });
 }
 

@@ -366,3 +366,51 @@ TEST_CASE("C API schedule: simulation with measured per-chunk costs", "[capi][pi
   CHECK(err() == "ptdp_schedule_simulate: costs->chunk_forward[1] = -2.000000 is not a finite number >= 0");
   ptdp_schedule_destroy(s);
 }
+
+TEST_CASE("C API schedule: per-chunk costs from a trace predict a schedule", "[capi][pipeline][schedule][predict]") {
+  const std::string path = std::string(PTDP_TEST_OUTPUT_DIR) + "/predict_trace.json";
+  {
+    // Two chunks (p = 2, v = 1) of a zero-bubble run: F, B and W spans of both, in microseconds.
+    std::ofstream f(path);
+    f << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
+         "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"rank 0\"}},\n"
+         "{\"name\": \"F mb0 c0\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 1000, \"pid\": 0, \"tid\": 0},\n"
+         "{\"name\": \"F mb1 c0\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 1000, \"pid\": 0, \"tid\": 0},\n"
+         "{\"name\": \"F mb0 c1\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 2000, \"pid\": 1, \"tid\": 0},\n"
+         "{\"name\": \"Bi mb0 c1\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 3000, \"pid\": 1, \"tid\": 0},\n"
+         "{\"name\": \"W mb0 c1\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 1000, \"pid\": 1, \"tid\": 0},\n"
+         "{\"name\": \"B mb0 c0\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 3000, \"pid\": 0, \"tid\": 0},\n"
+         "{\"name\": \"SendAct mb0 c0 peer 1\", \"cat\": \"communication\", \"ph\": \"X\", \"ts\": 0, \"dur\": 500, "
+         "\"pid\": 0, \"tid\": 1}\n"
+         "]}\n";
+  }
+  double f[2], b[2], bi[2], w[2], lat = -1;
+  REQUIRE(ptdp_schedule_costs_from_trace(path.c_str(), 2, f, b, bi, w, &lat) == PTDP_SUCCESS);
+  CHECK(f[0] == Approx(1e-3));
+  CHECK(f[1] == Approx(2e-3));
+  CHECK(b[1] == Approx(4e-3));   // B + W of the zero-bubble spans
+  CHECK(bi[0] == Approx(1.5e-3));  // half of chunk 0's full backward
+  CHECK(w[0] == Approx(1.5e-3));
+  CHECK(lat == Approx(0.5e-3));
+  // Fed to the simulator: 1F1B, one microbatch: F0 + transfer + F1 + B1 + transfer + B0.
+  ptdp_schedule s = make(PTDP_SCHEDULE_1F1B, 2, 1, 1);
+  ptdp_schedule_costs c;
+  ptdp_schedule_costs_init(&c);
+  c.chunk_forward = f;
+  c.chunk_backward = b;
+  c.chunk_backward_input = bi;
+  c.chunk_backward_weight = w;
+  c.p2p_latency = lat;
+  double makespan = 0;
+  REQUIRE(ptdp_schedule_simulate(s, &c, &makespan, nullptr, nullptr, 0) == PTDP_SUCCESS);
+  CHECK(makespan == Approx(1e-3 + 0.5e-3 + 2e-3 + 4e-3 + 0.5e-3 + 3e-3));
+  ptdp_schedule_destroy(s);
+  // Errors name what is wrong.
+  CHECK(ptdp_schedule_costs_from_trace(path.c_str(), 3, f, nullptr, nullptr, nullptr, nullptr) ==
+        PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(has(err(), "has no forward span of chunk 2"));
+  CHECK(ptdp_schedule_costs_from_trace("/nonexistent-ptdp/trace.json", 2, f, b, bi, w, &lat) == PTDP_ERR_IO);
+  CHECK(has(err(), "cannot read the trace '/nonexistent-ptdp/trace.json'"));
+  CHECK(ptdp_schedule_costs_from_trace(path.c_str(), 0, f, b, bi, w, &lat) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_schedule_costs_from_trace: chunks = 0 is not > 0");
+}

@@ -225,7 +225,41 @@ int main(int argc, char** argv) {
       }
     }
     if (trace) run(rt, W, 1, W, 2, PTDP_SCHEDULE_INTERLEAVED_1F1B, 1, trace);
-    if (trace) run(rt, W, 1, W, 2, PTDP_SCHEDULE_ZB_V, 1, (std::string(trace) + ".zbv.json").c_str());
+    if (trace) {
+      // The ZB-V trace feeds the simulator: every chunk's F, B and W were measured, and the
+      // predicted iteration is no shorter than a rank's measured compute.
+      const std::string zbv = std::string(trace) + ".zbv.json";
+      run(rt, W, 1, W, 2, PTDP_SCHEDULE_ZB_V, 1, zbv.c_str());
+      if (ct::g_rank == 0) {
+        ct::context("costs from the ZB-V trace");
+        const int n = 2 * W;
+        std::vector<double> f(static_cast<std::size_t>(n)), b(f), bi(f), w(f);
+        double lat = -1;
+        if (CT_OK(ptdp_schedule_costs_from_trace(zbv.c_str(), n, f.data(), b.data(), bi.data(), w.data(), &lat))
+                .empty()) {
+          bool positive = lat >= 0;
+          for (int c = 0; c < n; ++c) positive = positive && f[c] > 0 && bi[c] > 0 && w[c] > 0;
+          expect(positive, "every chunk's F, B and W measured");
+          ptdp_schedule s = nullptr;
+          ptdp_schedule_costs costs;
+          ptdp_schedule_costs_init(&costs);
+          costs.chunk_forward = f.data();
+          costs.chunk_backward = b.data();
+          costs.chunk_backward_input = bi.data();
+          costs.chunk_backward_weight = w.data();
+          costs.p2p_latency = lat;
+          double makespan = 0;
+          if (CT_OK(ptdp_schedule_create(PTDP_SCHEDULE_ZB_V, W, 2 * W, 2, &s)).empty() &&
+              CT_OK(ptdp_schedule_simulate(s, &costs, &makespan, nullptr, nullptr, 0)).empty()) {
+            // Rank 0 holds chunks 0 and 2W - 1: its compute is a lower bound of the makespan.
+            const double rank0 = 2 * W * (f[0] + bi[0] + w[0] + f[n - 1] + bi[n - 1] + w[n - 1]);
+            expect(makespan >= rank0 * 0.999, "predicted ZB-V iteration >= rank 0's compute",
+                   ">= " + std::to_string(rank0), std::to_string(makespan));
+          }
+          ptdp_schedule_destroy(s);
+        }
+      }
+    }
     // A V-placed schedule on a model built round-robin is refused, naming both placements.
     {
       ct::context("placement mismatch");

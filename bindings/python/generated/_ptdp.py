@@ -1805,6 +1805,32 @@ def ptdp_schedule_simulate(schedule, costs, peak_slots):
     """
     return _ptdp_ext.ptdp_schedule_simulate(schedule, costs, peak_slots)
 
+def ptdp_schedule_costs_from_trace(path, chunks):
+    r"""
+    Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+           simulator as a predictor): the Chrome trace a run writes with
+           ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+
+    For each global chunk c of the traced run: the median duration, in seconds, of its forward,
+    full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every
+    rank and microbatch of the trace; and the lower quartile of the communication batches'
+    durations as the transfer time (a batch whose peer was already there costs just the
+    transfer). A kind the trace lacks is derived: a full backward as B + W, B and W as halves of
+    a full backward. Point ptdp_schedule_costs' chunk arrays at the results to predict the
+    iteration time of any schedule for the same p and v (and chunk placement's layers).
+    :type path: string
+    :param path: The trace file.
+    :type chunks: int
+    :param chunks: p * v of the traced run; > 0.
+    :param forward,backward,backward_input,backward_weight: Arrays of ``chunks`` entries each
+                    (any may be NULL).
+    :type p2p_latency: float, out
+    :param p2p_latency: Receives the transfer time; may be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_schedule_costs_from_trace(path, chunks)
+
 def ptdp_schedule_write_svg(schedule, costs, path):
     r"""
     Draws the simulated timeline as a standalone SVG file, like the schedule figures of

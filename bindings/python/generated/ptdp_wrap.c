@@ -13420,6 +13420,89 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_from_trace(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  int32_t arg2 ;
+  double *arg3 = (double *) 0 ;
+  double *arg4 = (double *) 0 ;
+  double *arg5 = (double *) 0 ;
+  double *arg6 = (double *) 0 ;
+  double *arg7 = (double *) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  double temp3 = 0 ;
+  double temp4 = 0 ;
+  double temp5 = 0 ;
+  double temp6 = 0 ;
+  double temp7 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  {
+    arg4 = &temp4; 
+  }
+  {
+    arg5 = &temp5; 
+  }
+  {
+    arg6 = &temp6; 
+  }
+  {
+    arg7 = &temp7; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_schedule_costs_from_trace", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_from_trace" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_schedule_costs_from_trace" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_schedule_costs_from_trace((char const *)arg1,arg2,arg3,arg4,arg5,arg6,arg7);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg3)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg4)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg5)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg6)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg7)); 
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_schedule_write_svg(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_schedule arg1 = (ptdp_schedule) 0 ;
@@ -34945,6 +35028,29 @@ static PyMethodDef SwigMethods[] = {
 		":type capacity: int\n"
 		":param capacity: Number of elements ``peak_slots`` can hold; must be >= p when ``peak_slots``\n"
 		"           is not NULL (ignored otherwise).\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_schedule_costs_from_trace", _wrap_ptdp_schedule_costs_from_trace, METH_VARARGS, "\n"
+		"Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the\n"
+		"       simulator as a predictor): the Chrome trace a run writes with\n"
+		"       ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.\n"
+		"\n"
+		"For each global chunk c of the traced run: the median duration, in seconds, of its forward,\n"
+		"full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every\n"
+		"rank and microbatch of the trace; and the lower quartile of the communication batches'\n"
+		"durations as the transfer time (a batch whose peer was already there costs just the\n"
+		"transfer). A kind the trace lacks is derived: a full backward as B + W, B and W as halves of\n"
+		"a full backward. Point ptdp_schedule_costs' chunk arrays at the results to predict the\n"
+		"iteration time of any schedule for the same p and v (and chunk placement's layers).\n"
+		":type path: string\n"
+		":param path: The trace file.\n"
+		":type chunks: int\n"
+		":param chunks: p * v of the traced run; > 0.\n"
+		":param forward,backward,backward_input,backward_weight: Arrays of ``chunks`` entries each\n"
+		"                (any may be NULL).\n"
+		":type p2p_latency: float, out\n"
+		":param p2p_latency: Receives the transfer time; may be NULL.\n"
 		"Title: Thread safety\n"
 		"Thread-safe.\n"
 		""},

@@ -1743,6 +1743,34 @@ PTDP_API ptdp_status ptdp_schedule_simulate(ptdp_schedule schedule, const ptdp_s
                                             int32_t* peak_slots, int32_t capacity);
 
 /**
+ * @brief Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+ *        simulator as a predictor): the Chrome trace a run writes with
+ *        ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+ *
+ * For each global chunk c of the traced run: the median duration, in seconds, of its forward,
+ * full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every
+ * rank and microbatch of the trace; and the lower quartile of the communication batches'
+ * durations as the transfer time (a batch whose peer was already there costs just the
+ * transfer). A kind the trace lacks is derived: a full backward as B + W, B and W as halves of
+ * a full backward. Point ptdp_schedule_costs' chunk arrays at the results to predict the
+ * iteration time of any schedule for the same p and v (and chunk placement's layers).
+ * @param path The trace file.
+ * @param chunks p * v of the traced run; > 0.
+ * @param[out] forward,backward,backward_input,backward_weight Arrays of @p chunks entries each
+ *             (any may be NULL).
+ * @param[out] p2p_latency Receives the transfer time; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p path NULL, @p chunks <= 0, or a chunk with no forward or
+ *         no backward span in the trace (the message names it).
+ * @retval PTDP_ERR_IO @p path cannot be read or is not a Chrome trace.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_costs_from_trace(const char* path, int32_t chunks, double* forward, double* backward,
+                                                    double* backward_input, double* backward_weight,
+                                                    double* p2p_latency);
+
+/**
  * @brief Draws the simulated timeline as a standalone SVG file, like the schedule figures of
  *        the pipeline papers: one row per rank, one box per compute action labelled with its
  *        microbatch, forward, backward, input- and weight-gradient backward in different

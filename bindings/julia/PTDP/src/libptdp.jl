@@ -821,6 +821,15 @@ function ptdp_schedule_simulate(schedule, costs, makespan, bubble_fraction, peak
           schedule, costs, makespan, bubble_fraction, peak_slots, capacity)
 end
 
+# Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+# simulator as a predictor): the Chrome trace a run writes with
+# ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+function ptdp_schedule_costs_from_trace(path, chunks, forward, backward, backward_input, backward_weight, p2p_latency)
+    ccall((:ptdp_schedule_costs_from_trace, libptdp), ptdp_status,
+          (Cstring, Int32, Ptr{Cdouble}, Ptr{Cdouble}, Ptr{Cdouble}, Ptr{Cdouble}, Ptr{Cdouble}),
+          path, chunks, forward, backward, backward_input, backward_weight, p2p_latency)
+end
+
 # Draws the simulated timeline as a standalone SVG file, like the schedule figures of the
 # pipeline papers: one row per rank, one box per compute action labelled with its microbatch,
 # forward, backward, input- and weight-gradient backward in different colours, higher chunks

@@ -1226,6 +1226,18 @@ extern "C" {
         peak_slots: *mut i32,
         capacity: i32,
     ) -> ptdp_status;
+    /// Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+    /// simulator as a predictor): the Chrome trace a run writes with
+    /// ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+    pub fn ptdp_schedule_costs_from_trace(
+        path: *const ::std::os::raw::c_char,
+        chunks: i32,
+        forward: *mut f64,
+        backward: *mut f64,
+        backward_input: *mut f64,
+        backward_weight: *mut f64,
+        p2p_latency: *mut f64,
+    ) -> ptdp_status;
     /// Draws the simulated timeline as a standalone SVG file, like the schedule figures of the
     /// pipeline papers: one row per rank, one box per compute action labelled with its
     /// microbatch, forward, backward, input- and weight-gradient backward in different colours,
