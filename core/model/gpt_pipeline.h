@@ -1,8 +1,10 @@
 // GptPipeline: this rank's share of a GPT laid out over tensor, pipeline and virtual
 // (interleaved) stages. core/pipeline/gpt_schedule.h runs a global batch through it.
-// Chunks are assigned round-robin (chunk c on pipeline rank c % p); with tied embeddings the
-// first and last stages each hold the word embedding and their gradients are summed over the
-// embedding group after the backward passes.
+// Chunks are assigned round-robin (chunk c on pipeline rank c % p), or in the V placement of
+// ZB-V and DualPipeV (the layout's chunk_placement; v = 2, rank r holding chunks r and
+// 2p - 1 - r); with tied embeddings the first and last chunks each hold the word embedding and
+// their gradients are summed after the backward passes: over the embedding group, or on the
+// first stage when it holds both (V).
 #pragma once
 
 #include <memory>
@@ -39,7 +41,8 @@ class GptPipeline {
   int pipeline_rank() const { return pp_rank_; }
   /// How the layers are split over the p * v chunks.
   const PipelineSplit& split() const { return split_; }
-  /// What global chunk c (of p * v; on pipeline rank c % p) holds, whichever rank this is.
+  /// What global chunk c (of p * v; on pipeline rank rank_of_chunk(c)) holds, whichever rank
+  /// this is.
   GptStage chunk_stage(int c) const;
   const TensorParallel& tensor_parallel() const { return tp_; }
 

@@ -569,7 +569,6 @@ std::vector<std::vector<Timed>> zero_bubble_v(const Schedule& s) {
   std::vector<std::array<int, 2>> next_f(static_cast<std::size_t>(p), {0, 0});
   std::vector<std::array<int, 2>> next_b(static_cast<std::size_t>(p), {0, 0});
   std::vector<int> inflight(static_cast<std::size_t>(p), 0);
-  std::vector<int> left(static_cast<std::size_t>(p), 6 * m);
   int remaining = 6 * m * p;
   const long long horizon = 64LL * m * p + 64;
   for (long long t = 0; remaining > 0; ++t) {
@@ -630,7 +629,6 @@ std::vector<std::vector<Timed>> zero_bubble_v(const Schedule& s) {
       }
       u.finish(a, now + 1);
       out[R].push_back({a, now, now + 1});
-      --left[R];
       --remaining;
     }
   }

@@ -1487,7 +1487,10 @@ PTDP_API ptdp_status ptdp_layer_destroy(ptdp_layer layer);
  *  them. No communication and no device are involved.
  *
  *  Model chunks are numbered 0 .. p*v - 1 in model order and assigned round-robin: chunk c
- *  lives on rank c % p. Communication semantics: a ::PTDP_ACTION_SEND_ACTIVATION of
+ *  lives on rank c % p, or, for ::PTDP_SCHEDULE_ZB_V and ::PTDP_SCHEDULE_DUALPIPE_V (the V
+ *  placement, v = 2), on rank c for c < p and rank 2p - 1 - c otherwise, chunks p - 1 and p
+ *  sharing rank p - 1 without a transfer; a custom schedule takes the placement of its kind
+ *  label. Communication semantics: a ::PTDP_ACTION_SEND_ACTIVATION of
  *  (microbatch, c) sends chunk c's output to the rank of chunk c + 1, a
  *  ::PTDP_ACTION_RECV_ACTIVATION of (microbatch, c) receives chunk c's input from the rank of
  *  chunk c - 1; ::PTDP_ACTION_SEND_GRADIENT of (microbatch, c) sends the gradient of chunk c's
