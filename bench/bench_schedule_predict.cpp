@@ -12,13 +12,17 @@
 //    predicted iteration time of its forward and backward passes; the case then runs (its own
 //    groups and model, in its own chunk placement): --warmup untimed iterations, then --iters
 //    timed ones, each after a world barrier, timed as the slowest rank's ptdp::forward_backward.
-//    The table gives predicted and measured (median) milliseconds and the relative error.
+//    Before each timed iteration one traced iteration of the trace case refreshes the fit, so
+//    that prediction and measurement see the machine's load of the same moment ("cross"); the
+//    trace of the case's own iteration gives a second prediction from its per-chunk costs
+//    ("self"). The table gives measured and predicted (medians) milliseconds and the errors.
 //
 // The prediction assumes that the ranks compute in parallel: run with at most one rank per
 // free core and OMP_NUM_THREADS=1 (mpirun -x OMP_NUM_THREADS=1 -n 2 ...). Run with --help.
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -128,39 +132,52 @@ class Bench {
   }
 
   int run() {
-    const Case trace_case{ScheduleKind::InterleavedZeroBubble, 2, 2 * p_};
-    // The trace case's model stays: before every case one more traced iteration of it refreshes
-    // the fit, so that the cross prediction sees the machine as the case does.
-    ptdp::ProcessGroups trace_groups(rt_, layout(trace_case));
-    ptdp::GptPipeline trace_model(cfg_, trace_groups);
-    const ptdp::Schedule trace_schedule = ptdp::make_schedule(trace_case.kind, p_, trace_case.m, trace_case.v);
-    for (int i = 0; i < o_.warmup; ++i) iterate(trace_model, trace_schedule, i, nullptr);
-    const std::vector<int> trace_layers = layers_of(trace_case.v);
-    auto refit = [&](int it) {
-      ptdp::TraceRecorder trace;
-      iterate(trace_model, trace_schedule, it, &trace);
-      const ptdp::ChunkCosts measured = gather_costs(trace, p_ * trace_case.v);
-      return ptdp::fit_layer_costs(measured, trace_layers);
+    // One traced iteration of the zero-bubble schedule of each layout measures F, B and W of
+    // every chunk: ZB-H1 for v = 1, interleaved zero bubble for v = 2. The models stay: before
+    // every timed iteration of a case, one more traced iteration refreshes the costs, so that
+    // the prediction sees the machine's load of the same moment.
+    struct Tracer {
+      Case c;
+      std::unique_ptr<ptdp::ProcessGroups> groups;
+      std::unique_ptr<ptdp::GptPipeline> model;
+      ptdp::Schedule schedule;
     };
-    const ptdp::LayerCosts fit0 = refit(o_.warmup);
+    Tracer tracers[2] = {{{ScheduleKind::ZeroBubbleH1, 1, 2 * p_}, nullptr, nullptr, {}},
+                         {{ScheduleKind::InterleavedZeroBubble, 2, 2 * p_}, nullptr, nullptr, {}}};
+    for (Tracer& t : tracers) {
+      t.groups = std::make_unique<ptdp::ProcessGroups>(rt_, layout(t.c));
+      t.model = std::make_unique<ptdp::GptPipeline>(cfg_, *t.groups);
+      t.schedule = ptdp::make_schedule(t.c.kind, p_, t.c.m, t.c.v);
+      for (int i = 0; i < o_.warmup; ++i) iterate(*t.model, t.schedule, i, nullptr);
+    }
+    int it = o_.warmup;
+    auto measure = [&](Tracer& t) {
+      ptdp::TraceRecorder trace;
+      iterate(*t.model, t.schedule, it++, &trace);
+      return ptdp::complete_chunk_costs(gather_costs(trace, p_ * t.c.v));
+    };
+    const ptdp::LayerCosts fit0 = ptdp::fit_layer_costs(measure(tracers[1]), layers_of(2));
     if (rank_ == 0) {
       std::printf("model: %d layers, hidden %d, %d heads, vocab %d, seq %d, micro-batch %d; p = %d ranks\n",
                   cfg_.num_layers, cfg_.hidden_size, cfg_.num_attention_heads, cfg_.vocab_size, cfg_.seq_length,
                   o_.micro_batch, p_);
-      std::printf("trace: one iteration of %s, p = %d, v = %d, m = %d, before each case\n",
-                  ptdp::schedule_kind_name(trace_case.kind), p_, trace_case.v, trace_case.m);
-      std::printf("first fit (ms): per layer F %.3f B %.3f W %.3f; first chunk +F %.3f +B %.3f +W %.3f; last chunk "
-                  "+F %.3f +B %.3f +W %.3f; transfer %.3f\n",
+      std::printf("per-layer fit of an interleaved zero-bubble trace (ms): F %.3f B %.3f W %.3f per layer; first chunk "
+                  "+F %.3f +B %.3f +W %.3f; last chunk +F %.3f +B %.3f +W %.3f; transfer %.3f\n",
                   fit0.layer[0] * 1e3, fit0.layer[2] * 1e3, fit0.layer[3] * 1e3, fit0.first_extra[0] * 1e3,
                   fit0.first_extra[2] * 1e3, fit0.first_extra[3] * 1e3, fit0.last_extra[0] * 1e3,
                   fit0.last_extra[2] * 1e3, fit0.last_extra[3] * 1e3, fit0.p2p_latency * 1e3);
-      std::printf("cross: predicted from the per-layer fit of the trace case's iteration; self: from the per-chunk\n"
-                  "costs in the trace of the case's own timed iteration; measured: slowest rank's forward_backward.\n"
-                  "Medians over %d timed iterations.\n",
-                  o_.iters);
-      std::printf("\n%-24s %2s %2s %3s %10s %10s %7s %10s %7s\n", "schedule", "p", "v", "m", "measured", "cross",
-                  "error", "self", "error");
-      std::printf("%s\n", std::string(82, '-').c_str());
+      std::printf(
+          "measured: the slowest rank's forward_backward of the case. Predicted by the simulator fed with costs\n"
+          "measured from a trace of one iteration, taken just before each timed iteration:\n"
+          "  trace:  per-chunk costs of the zero-bubble schedule of the same layout (ZB-H1 for v = 1, interleaved\n"
+          "          zero bubble for v = 2, m = 2p);\n"
+          "  fit:    the per-layer fit of the interleaved zero-bubble trace (v = 2), applied to the case's chunks;\n"
+          "  own:    per-chunk costs of the case's own timed iteration.\n"
+          "Medians over %d timed iterations.\n",
+          o_.iters);
+      std::printf("\n%-24s %2s %2s %3s %9s %9s %7s %9s %7s %9s %7s\n", "schedule", "p", "v", "m", "measured", "trace",
+                  "error", "fit", "error", "own", "error");
+      std::printf("%s\n", std::string(102, '-').c_str());
       std::fflush(stdout);
     }
     const Case cases[] = {
@@ -169,28 +186,36 @@ class Bench {
         {ScheduleKind::Interleaved1F1B, 2, 4 * p_},   {ScheduleKind::InterleavedZeroBubble, 2, 4 * p_},
         {ScheduleKind::ZeroBubbleV, 2, 2 * p_},       {ScheduleKind::ZeroBubbleV, 2, 4 * p_},
         {ScheduleKind::DualPipeV, 2, 2 * p_},         {ScheduleKind::DualPipeV, 2, 4 * p_}};
-    double worst[2] = {0, 0}, sum[2] = {0, 0};
-    int n = 0, it = o_.warmup + 1;
+    double worst[3] = {0, 0, 0}, sum[3] = {0, 0, 0};
+    int n = 0;
     for (const Case& c : cases) {
-      const ptdp::LayerCosts fit = refit(it++);
       const ptdp::Schedule s = ptdp::make_schedule(c.kind, p_, c.m, c.v);
-      const double cross = ptdp::simulate(s, ptdp::chunk_costs(fit, layers_of(c.v))).makespan;
-      const auto [measured, self] = time_case(c, s);
+      const auto predict = [&] {
+        std::array<double, 2> out{};
+        out[0] = ptdp::simulate(s, measure(tracers[c.v == 1 ? 0 : 1])).makespan;
+        const ptdp::LayerCosts fit = ptdp::fit_layer_costs(measure(tracers[1]), layers_of(2));
+        out[1] = ptdp::simulate(s, ptdp::chunk_costs(fit, layers_of(c.v))).makespan;
+        return out;
+      };
+      const std::array<double, 4> r = time_case(c, s, predict);  // measured, trace, fit, own
       if (rank_ == 0) {
-        const double err[2] = {(cross - measured) / measured, (self - measured) / measured};
-        for (int k = 0; k < 2; ++k) {
+        double err[3];
+        for (int k = 0; k < 3; ++k) {
+          err[k] = (r[static_cast<std::size_t>(k) + 1] - r[0]) / r[0];
           worst[k] = std::max(worst[k], std::abs(err[k]));
           sum[k] += std::abs(err[k]);
         }
         ++n;
-        std::printf("%-24s %2d %2d %3d %8.1fms %8.1fms %+6.1f%% %8.1fms %+6.1f%%\n", ptdp::schedule_kind_name(c.kind),
-                    p_, c.v, c.m, measured * 1e3, cross * 1e3, err[0] * 100, self * 1e3, err[1] * 100);
+        std::printf("%-24s %2d %2d %3d %7.1fms %7.1fms %+6.1f%% %7.1fms %+6.1f%% %7.1fms %+6.1f%%\n",
+                    ptdp::schedule_kind_name(c.kind), p_, c.v, c.m, r[0] * 1e3, r[1] * 1e3, err[0] * 100, r[2] * 1e3,
+                    err[1] * 100, r[3] * 1e3, err[2] * 100);
         std::fflush(stdout);
       }
     }
     if (rank_ == 0) {
-      std::printf("\n%d cases: cross mean |error| %.1f%%, worst %.1f%%; self mean |error| %.1f%%, worst %.1f%%\n", n,
-                  sum[0] / n * 100, worst[0] * 100, sum[1] / n * 100, worst[1] * 100);
+      std::printf("\n%d cases, mean |error| (worst): trace %.1f%% (%.1f%%), fit %.1f%% (%.1f%%), own %.1f%% (%.1f%%)\n",
+                  n, sum[0] / n * 100, worst[0] * 100, sum[1] / n * 100, worst[1] * 100, sum[2] / n * 100,
+                  worst[2] * 100);
     }
     return 0;
   }
@@ -263,28 +288,30 @@ class Bench {
     return out;
   }
 
-  // The case's own run: per timed iteration the slowest rank's time and the simulator's
-  // prediction from that iteration's trace; the medians of both.
-  std::pair<double, double> time_case(const Case& c, const ptdp::Schedule& s) {
+  // The case's own run: per timed iteration the slowest rank's time, predict() (called
+  // before it: two predictions) and the simulator's prediction from the per-chunk costs in
+  // that iteration's own trace; the medians of the four.
+  template <typename Predict>
+  std::array<double, 4> time_case(const Case& c, const ptdp::Schedule& s, Predict predict) {
     ptdp::ProcessGroups groups(rt_, layout(c));
     ptdp::GptPipeline model(cfg_, groups);
-    std::vector<double> times, predicted;
+    std::vector<double> col[4];
     for (int i = 0; i < o_.warmup + o_.iters; ++i) {
+      std::array<double, 2> ahead{};
+      if (i >= o_.warmup) ahead = predict();
       ptdp::TraceRecorder trace;
       const double mine = iterate(model, s, i, &trace);
       double slowest = 0;
       MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      ptdp::ChunkCosts costs = gather_costs(trace, p_ * c.v);
-      // A kind the schedule does not run has no measurement; it costs nothing in it either.
-      for (auto* v : {&costs.forward, &costs.backward, &costs.backward_input, &costs.backward_weight}) {
-        for (double& x : *v) x = std::isfinite(x) ? x : 0.0;
-      }
+      const ptdp::ChunkCosts own = ptdp::complete_chunk_costs(gather_costs(trace, p_ * c.v));
       if (i >= o_.warmup) {
-        times.push_back(slowest);
-        predicted.push_back(ptdp::simulate(s, costs).makespan);
+        col[0].push_back(slowest);
+        col[1].push_back(ahead[0]);
+        col[2].push_back(ahead[1]);
+        col[3].push_back(ptdp::simulate(s, own).makespan);
       }
     }
-    return {median(times), median(predicted)};
+    return {median(col[0]), median(col[1]), median(col[2]), median(col[3])};
   }
 
   Options o_;

@@ -320,23 +320,12 @@ PTDP_API ptdp_status ptdp_schedule_costs_from_trace(const char* path, int32_t ch
       if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("dur") || !e["dur"].is_number()) continue;
       spans.push_back({e.value("name", ""), e.value("cat", "") == "communication", e["dur"].get<double>() * 1e-6});
     }
-    ptdp::ChunkCosts c = ptdp::measure_chunk_costs(spans, chunks);
-    auto known = [](double x) { return std::isfinite(x); };
-    for (std::size_t i = 0; i < static_cast<std::size_t>(chunks); ++i) {
-      const std::string which = "the trace '" + std::string(path) + "' has no ";
-      PTDP_CHECK_ARG(known(c.forward[i]), which + "forward span of chunk " + std::to_string(i));
-      double& b = c.backward[i];
-      double& bi = c.backward_input[i];
-      double& w = c.backward_weight[i];
-      if (!known(b)) {
-        PTDP_CHECK_ARG(known(bi) && known(w),
-                       which + "full backward nor B and W spans of chunk " + std::to_string(i));
-        b = bi + w;
-      }
-      if (!known(bi) || !known(w)) {
-        bi = b / 2;
-        w = b / 2;
-      }
+    const ptdp::ChunkCosts measured = ptdp::measure_chunk_costs(spans, chunks);
+    ptdp::ChunkCosts c;
+    try {
+      c = ptdp::complete_chunk_costs(measured);
+    } catch (const ptdp::Error& e) {
+      PTDP_CHECK_ARG(false, "the trace '" + std::string(path) + "': " + e.what());
     }
     const std::vector<double>* from[4] = {&c.forward, &c.backward, &c.backward_input, &c.backward_weight};
     double* to[4] = {forward, backward, backward_input, backward_weight};

@@ -169,20 +169,14 @@ SimulationResult simulate(const Schedule& s, const ChunkCosts& costs) {
       costs.p2p_latency);
 }
 
-LayerCosts fit_layer_costs(const ChunkCosts& measured, const std::vector<int>& layers) {
-  const std::size_t n = layers.size();
-  PTDP_CHECK_ARG(n >= 3, "fitting per-layer costs needs a run of at least 3 model chunks (one holding neither "
-                         "the embedding nor the output layer), got " + std::to_string(n));
-  for (int k = 0; k < 4; ++k) {
-    PTDP_CHECK_ARG(kind_vector(measured, k).size() == n,
-                   std::string("measured.") + kKindNames[k] + " has " + std::to_string(kind_vector(measured, k).size()) +
-                       " entries for " + std::to_string(n) + " chunks");
-  }
-  for (std::size_t c = 0; c < n; ++c) {
-    PTDP_CHECK_ARG(layers[c] > 0, "chunk " + std::to_string(c) + " holds " + std::to_string(layers[c]) + " layers");
-  }
-  // Complete each chunk's four kinds from what was measured.
+ChunkCosts complete_chunk_costs(const ChunkCosts& measured) {
   ChunkCosts m = measured;
+  const std::size_t n = m.forward.size();
+  for (int k = 1; k < 4; ++k) {
+    PTDP_CHECK_ARG(kind_vector(m, k).size() == n, std::string("measured.") + kKindNames[k] + " has " +
+                                                      std::to_string(kind_vector(m, k).size()) + " entries, forward " +
+                                                      std::to_string(n));
+  }
   auto known = [](double x) { return std::isfinite(x) && x >= 0; };
   for (std::size_t c = 0; c < n; ++c) {
     double& f = m.forward[c];
@@ -200,6 +194,22 @@ LayerCosts fit_layer_costs(const ChunkCosts& measured, const std::vector<int>& l
       w = b / 2;
     }
   }
+  return m;
+}
+
+LayerCosts fit_layer_costs(const ChunkCosts& measured, const std::vector<int>& layers) {
+  const std::size_t n = layers.size();
+  PTDP_CHECK_ARG(n >= 3, "fitting per-layer costs needs a run of at least 3 model chunks (one holding neither "
+                         "the embedding nor the output layer), got " + std::to_string(n));
+  for (int k = 0; k < 4; ++k) {
+    PTDP_CHECK_ARG(kind_vector(measured, k).size() == n,
+                   std::string("measured.") + kKindNames[k] + " has " + std::to_string(kind_vector(measured, k).size()) +
+                       " entries for " + std::to_string(n) + " chunks");
+  }
+  for (std::size_t c = 0; c < n; ++c) {
+    PTDP_CHECK_ARG(layers[c] > 0, "chunk " + std::to_string(c) + " holds " + std::to_string(layers[c]) + " layers");
+  }
+  const ChunkCosts m = complete_chunk_costs(measured);
   LayerCosts fit;
   fit.p2p_latency = measured.p2p_latency;
   for (int k = 0; k < 4; ++k) {
@@ -269,11 +279,17 @@ ChunkCosts measure_chunk_costs(const std::vector<TraceSpan>& spans, int chunks) 
     std::sort(v.begin(), v.end());
     return v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
   };
+  auto mean = [](const std::vector<double>& v) {
+    if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+    double sum = 0;
+    for (double x : v) sum += x;
+    return sum / static_cast<double>(v.size());
+  };
   ChunkCosts out;
   for (int k = 0; k < 4; ++k) {
     std::vector<double>& dst = kind_vector(out, k);
     dst.assign(n, 0);
-    for (std::size_t c = 0; c < n; ++c) dst[c] = quantile(samples[k][c], 0.5);
+    for (std::size_t c = 0; c < n; ++c) dst[c] = mean(samples[k][c]);
   }
   out.p2p_latency = comm.empty() ? 0.0 : quantile(comm, 0.25);
   return out;

@@ -90,6 +90,11 @@ struct TraceSpan {
 };
 ChunkCosts measure_chunk_costs(const std::vector<TraceSpan>& spans, int chunks);
 
+/// `measured` with the kinds a run did not have derived, chunk by chunk: a full backward as
+/// B + W, B and W as halves of a full backward. Throws Error(InvalidArgument) naming the chunk
+/// when its forward, or both its full backward and one of B and W, are missing (NaN).
+ChunkCosts complete_chunk_costs(const ChunkCosts& measured);
+
 /// Per-chunk costs of a layout whose chunk c holds layers[c] decoder layers.
 ChunkCosts chunk_costs(const LayerCosts& fit, const std::vector<int>& layers);
 

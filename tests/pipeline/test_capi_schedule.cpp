@@ -408,7 +408,7 @@ TEST_CASE("C API schedule: per-chunk costs from a trace predict a schedule", "[c
   // Errors name what is wrong.
   CHECK(ptdp_schedule_costs_from_trace(path.c_str(), 3, f, nullptr, nullptr, nullptr, nullptr) ==
         PTDP_ERR_INVALID_ARGUMENT);
-  CHECK(has(err(), "has no forward span of chunk 2"));
+  CHECK(has(err(), "predict_trace.json': no forward time measured for chunk 2"));
   CHECK(ptdp_schedule_costs_from_trace("/nonexistent-ptdp/trace.json", 2, f, b, bi, w, &lat) == PTDP_ERR_IO);
   CHECK(has(err(), "cannot read the trace '/nonexistent-ptdp/trace.json'"));
   CHECK(ptdp_schedule_costs_from_trace(path.c_str(), 0, f, b, bi, w, &lat) == PTDP_ERR_INVALID_ARGUMENT);
