@@ -1,21 +1,20 @@
 // bench_schedule_predict: the schedule simulator as a predictor, under mpirun with W = p ranks
 // on the CPU engine.
 //
-// 1. Measure: a small GPT in the layout of the trace case (interleaved zero bubble, p = W, v = 2,
-//    m = 2p by default) runs warm-up iterations, then one iteration with the executor's trace
-//    on. Every rank turns its spans into per-(kind, chunk) costs (median span of F, B, Bi, W per
-//    chunk; the lower quartile of its communication batches as the transfer time), rank 0
-//    gathers them (ptdp::measure_chunk_costs) and fits per-layer costs and the extras of the
-//    first (embedding) and last (output layer, loss) chunks (ptdp::fit_layer_costs).
-// 2. Predict and measure: for every case (schedule, p, v, m), the fit gives the costs of the
-//    case's chunks (ptdp::chunk_costs, from the layers each chunk holds), the simulator the
-//    predicted iteration time of its forward and backward passes; the case then runs (its own
-//    groups and model, in its own chunk placement): --warmup untimed iterations, then --iters
-//    timed ones, each after a world barrier, timed as the slowest rank's ptdp::forward_backward.
-//    Before each timed iteration one traced iteration of the trace case refreshes the fit, so
-//    that prediction and measurement see the machine's load of the same moment ("cross"); the
-//    trace of the case's own iteration gives a second prediction from its per-chunk costs
-//    ("self"). The table gives measured and predicted (medians) milliseconds and the errors.
+// 1. Trace: the zero-bubble schedule of each layout (ZB-H1 for v = 1, interleaved zero bubble
+//    for v = 2; p = W, m = 2p) runs warm-up iterations; then each traced iteration of it gives,
+//    per rank, per-(kind, chunk) costs (mean span of F, B, W per chunk; the lower quartile of
+//    the communication batches as the transfer time: ptdp::measure_chunk_costs), combined over
+//    the ranks and completed (ptdp::complete_chunk_costs: a full backward is B + W).
+// 2. Predict and measure, for every case (schedule, p, v, m): --warmup untimed iterations, then
+//    --iters timed ones, each after a world barrier, timed as the slowest rank's
+//    ptdp::forward_backward. Before each timed iteration, one traced iteration of each tracer
+//    feeds the simulator, so that prediction and measurement see the machine's load of the same
+//    moment: "trace" from the per-chunk costs of the same layout's tracer; "fit" from the
+//    per-layer fit of the v = 2 tracer (ptdp::fit_layer_costs, ptdp::chunk_costs: costs per
+//    decoder layer plus the extras of the embedding's and the output layer's chunks) applied to
+//    the case's chunks; "own" from the per-chunk costs in the trace of the case's own timed
+//    iteration. The table gives measured and predicted (medians) milliseconds and the errors.
 //
 // The prediction assumes that the ranks compute in parallel: run with at most one rank per
 // free core and OMP_NUM_THREADS=1 (mpirun -x OMP_NUM_THREADS=1 -n 2 ...). Run with --help.
@@ -65,11 +64,12 @@ void print_help(const char* argv0) {
   std::printf(
       "Usage: mpirun -x OMP_NUM_THREADS=1 -np P %s [options]\n"
       "\n"
-      "Fits per-layer forward, backward-input and backward-weight costs and the transfer time to\n"
-      "a trace of one interleaved zero-bubble iteration (p = P, v = 2, m = 2P), then predicts\n"
-      "with the schedule simulator and measures the iteration time (forward and backward of all\n"
-      "microbatches, slowest rank, median of the timed iterations) of 1F1B, GPipe, ZB-H1,\n"
-      "interleaved 1F1B, interleaved zero bubble, ZB-V and DualPipeV at m = 2P and 4P.\n"
+      "Predicts with the schedule simulator, fed with per-chunk forward, backward-input and\n"
+      "backward-weight costs and the transfer time measured from a trace of one zero-bubble\n"
+      "iteration (per chunk of the same layout, or per layer of the v = 2 layout), and measures the\n"
+      "iteration time (forward and backward of all microbatches, slowest rank, median of the\n"
+      "timed iterations) of 1F1B, GPipe, ZB-H1, interleaved 1F1B, interleaved zero bubble, ZB-V\n"
+      "and DualPipeV at m = 2P and 4P.\n"
       "\n"
       "Options (defaults):\n"
       "  --layers N        transformer layers, a multiple of 2P (8)\n"

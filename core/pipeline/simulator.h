@@ -79,7 +79,7 @@ struct LayerCosts {
 LayerCosts fit_layer_costs(const ChunkCosts& measured, const std::vector<int>& layers);
 
 /// Per-action costs measured from executor trace spans (TraceRecorder::events() of one or more
-/// ranks of a run over `chunks` global chunks): per compute kind and chunk the median span
+/// ranks of a run over `chunks` global chunks): per compute kind and chunk the mean span
 /// duration in seconds, NaN where the run had no such action; p2p_latency the lower quartile of
 /// the communication batches' durations (a batch whose peer was already there costs just the
 /// transfer). Names it cannot read are skipped.

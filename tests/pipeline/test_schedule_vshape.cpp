@@ -303,14 +303,14 @@ TEST_CASE("per-layer fit of measured chunk costs predicts other layouts", "[pipe
 
 TEST_CASE("measured chunk costs from executor spans", "[pipeline][schedule][vshape][predict]") {
   const std::vector<ptdp::TraceSpan> spans = {
-      {"F mb0 c1", false, 0.010}, {"F mb1 c1", false, 0.030}, {"F mb2 c1", false, 0.020},
+      {"F mb0 c1", false, 0.010}, {"F mb1 c1", false, 0.035}, {"F mb2 c1", false, 0.015},
       {"Bi mb0 c1", false, 0.040}, {"W mb0 c1", false, 0.005}, {"B mb0 c0", false, 0.070},
       {"SendAct mb0 c1 peer 0 RecvGrad mb0 c1 peer 0", true, 0.004}, {"RecvAct mb1 c0 peer 1", true, 0.001},
       {"RecvAct mb2 c0 peer 1", true, 0.009}, {"RecvAct mb3 c0 peer 1", true, 0.002},
       {"F mb0 c9", false, 1.0},  // no such chunk: skipped
       {"garbage", false, 1.0}};
   const ptdp::ChunkCosts c = ptdp::measure_chunk_costs(spans, 2);
-  CHECK(c.forward[1] == Approx(0.020));  // the median
+  CHECK(c.forward[1] == Approx(0.020));  // the mean
   CHECK(std::isnan(c.forward[0]));
   CHECK(c.backward_input[1] == Approx(0.040));
   CHECK(c.backward_weight[1] == Approx(0.005));

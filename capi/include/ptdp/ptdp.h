@@ -1750,7 +1750,7 @@ PTDP_API ptdp_status ptdp_schedule_simulate(ptdp_schedule schedule, const ptdp_s
  *        simulator as a predictor): the Chrome trace a run writes with
  *        ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
  *
- * For each global chunk c of the traced run: the median duration, in seconds, of its forward,
+ * For each global chunk c of the traced run: the mean duration, in seconds, of its forward,
  * full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every
  * rank and microbatch of the trace; and the lower quartile of the communication batches'
  * durations as the transfer time (a batch whose peer was already there costs just the
