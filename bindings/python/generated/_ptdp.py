@@ -1811,7 +1811,7 @@ def ptdp_schedule_costs_from_trace(path, chunks):
            simulator as a predictor): the Chrome trace a run writes with
            ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
 
-    For each global chunk c of the traced run: the median duration, in seconds, of its forward,
+    For each global chunk c of the traced run: the mean duration, in seconds, of its forward,
     full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every
     rank and microbatch of the trace; and the lower quartile of the communication batches'
     durations as the transfer time (a batch whose peer was already there costs just the

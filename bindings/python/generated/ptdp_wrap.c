@@ -35036,7 +35036,7 @@ static PyMethodDef SwigMethods[] = {
 		"       simulator as a predictor): the Chrome trace a run writes with\n"
 		"       ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.\n"
 		"\n"
-		"For each global chunk c of the traced run: the median duration, in seconds, of its forward,\n"
+		"For each global chunk c of the traced run: the mean duration, in seconds, of its forward,\n"
 		"full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every\n"
 		"rank and microbatch of the trace; and the lower quartile of the communication batches'\n"
 		"durations as the transfer time (a batch whose peer was already there costs just the\n"
