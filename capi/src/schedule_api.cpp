@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,8 +17,6 @@
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/svg.h"
 #include "kernels/error.h"
-
-#include <nlohmann/json.hpp>
 
 static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
 static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));

@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <array>
-#include <tuple>
 #include <cstddef>
 #include <deque>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/pipeline/checker.h"
@@ -415,15 +415,18 @@ void add_weight_passes(Schedule& s) {
 // Schedules given as compute orders. ZB-V, DualPipeV and interleaved zero bubble are written as
 // each rank's order of F, B (full or input-only) and W; their sends and receives are derived
 // from a run of those orders with unit costs (F = B(input) = W = 1, full B = 2, transfers free):
-//  - every transfer gets the time its data is produced (the end of the F or B making it) and a
-//    total order by (time, kind, microbatch, chunk);
-//  - the sender sends right after the producing action; the receiver receives in the gap
-//    before its first compute action starting at or after that time (so before the consumer);
-//  - each rank's transfers then appear in the total order, and every compute action before a
-//    transfer depends only on transfers earlier in that order. Under the batch semantics of
-//    schedule.h this cannot deadlock: a rank blocked at a batch waits for a peer blocked at a
-//    batch whose transfers all come earlier in the order, a chain that cannot close into a
-//    cycle. check_schedule() confirms it for every generated schedule.
+//  - the receiver takes a transfer in the gap before its first compute action starting at or
+//    after the time the data is produced (the end of the F or B making it), so before the
+//    consumer; that action's start is the transfer's key, and (key, kind, microbatch, chunk)
+//    orders all transfers;
+//  - the sender posts it in its last gap reached by the key (at or after the producing
+//    action), so that in the unit-cost run neither side waits past the key;
+//  - both gaps move monotonically with the key, so each rank's transfers appear in the total
+//    order, and every compute action before a transfer depends only on transfers earlier in
+//    it. Under the batch semantics of schedule.h this cannot deadlock: a rank blocked at a
+//    batch waits for a peer blocked at a batch whose transfers all come earlier in the order,
+//    a chain that cannot close into a cycle. check_schedule() confirms it for every generated
+//    schedule.
 
 struct Timed {
   Action a;

@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <exception>
 #include <limits>
-#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
