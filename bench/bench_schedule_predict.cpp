@@ -3,9 +3,10 @@
 //
 // 1. Trace: the zero-bubble schedule of each layout (ZB-H1 for v = 1, interleaved zero bubble
 //    for v = 2; p = W, m = 2p) runs warm-up iterations; then each traced iteration of it gives,
-//    per rank, per-(kind, chunk) costs (mean span of F, B, W per chunk; the lower quartile of
-//    the communication batches as the transfer time: ptdp::measure_chunk_costs), combined over
-//    the ranks and completed (ptdp::complete_chunk_costs: a full backward is B + W).
+//    per rank, per-(kind, chunk) costs (mean span of F, B, W per chunk:
+//    ptdp::measure_chunk_costs), combined over the ranks and completed
+//    (ptdp::complete_chunk_costs: a full backward is B + W), and the transfer time that makes
+//    the traced iteration's simulation last as long as it did (ptdp::fit_p2p_latency).
 // 2. Predict and measure, for every case (schedule, p, v, m): --warmup untimed iterations, then
 //    --iters timed ones, each after a world barrier, timed as the slowest rank's
 //    ptdp::forward_backward. Before each timed iteration, one traced iteration of each tracer
@@ -14,7 +15,7 @@
 //    per-layer fit of the v = 2 tracer (ptdp::fit_layer_costs, ptdp::chunk_costs: costs per
 //    decoder layer plus the extras of the embedding's and the output layer's chunks) applied to
 //    the case's chunks; "own" from the per-chunk costs in the trace of the case's own timed
-//    iteration. The table gives measured and predicted (medians) milliseconds and the errors.
+//    iteration, with the lower quartile of its communication spans as the transfer time. The table gives measured and predicted (medians) milliseconds and the errors.
 //
 // The prediction assumes that the ranks compute in parallel: run with at most one rank per
 // free core and OMP_NUM_THREADS=1 (mpirun -x OMP_NUM_THREADS=1 -n 2 ...). Run with --help.
@@ -151,10 +152,16 @@ class Bench {
       for (int i = 0; i < o_.warmup; ++i) iterate(*t.model, t.schedule, i, nullptr);
     }
     int it = o_.warmup;
+    // Per-chunk compute costs from the traced iteration's spans; the transfer time from its
+    // duration (ptdp::fit_p2p_latency: what the spans do not show, such as a peer's wake-up).
     auto measure = [&](Tracer& t) {
       ptdp::TraceRecorder trace;
-      iterate(*t.model, t.schedule, it++, &trace);
-      return ptdp::complete_chunk_costs(gather_costs(trace, p_ * t.c.v));
+      const double mine = iterate(*t.model, t.schedule, it++, &trace);
+      double wall = 0;
+      MPI_Allreduce(&mine, &wall, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      ptdp::ChunkCosts costs = ptdp::complete_chunk_costs(gather_costs(trace, p_ * t.c.v));
+      costs.p2p_latency = ptdp::fit_p2p_latency(t.schedule, costs, wall);
+      return costs;
     };
     const ptdp::LayerCosts fit0 = ptdp::fit_layer_costs(measure(tracers[1]), layers_of(2));
     if (rank_ == 0) {
@@ -168,11 +175,13 @@ class Bench {
                   fit0.last_extra[2] * 1e3, fit0.last_extra[3] * 1e3, fit0.p2p_latency * 1e3);
       std::printf(
           "measured: the slowest rank's forward_backward of the case. Predicted by the simulator fed with costs\n"
-          "measured from a trace of one iteration, taken just before each timed iteration:\n"
+          "measured from a trace of one iteration, taken just before each timed iteration (compute: mean spans\n"
+          "per chunk; transfer time: what makes the traced iteration's simulation last as long as it did):\n"
           "  trace:  per-chunk costs of the zero-bubble schedule of the same layout (ZB-H1 for v = 1, interleaved\n"
           "          zero bubble for v = 2, m = 2p);\n"
           "  fit:    the per-layer fit of the interleaved zero-bubble trace (v = 2), applied to the case's chunks;\n"
-          "  own:    per-chunk costs of the case's own timed iteration.\n"
+          "  own:    per-chunk costs of the case's own timed iteration, transfer time the lower quartile of its\n"
+          "          communication spans (no fitting to the measured time).\n"
           "Medians over %d timed iterations.\n",
           o_.iters);
       std::printf("\n%-24s %2s %2s %3s %9s %9s %7s %9s %7s %9s %7s\n", "schedule", "p", "v", "m", "measured", "trace",

@@ -227,6 +227,26 @@ LayerCosts fit_layer_costs(const ChunkCosts& measured, const std::vector<int>& l
   return fit;
 }
 
+double fit_p2p_latency(const Schedule& s, ChunkCosts costs, double measured) {
+  PTDP_CHECK_ARG(std::isfinite(measured) && measured > 0,
+                 "measured iteration time " + std::to_string(measured) + " is not a finite number > 0");
+  costs.p2p_latency = 0;
+  if (simulate(s, costs).makespan >= measured) return 0;
+  double lo = 0, hi = measured;
+  costs.p2p_latency = hi;
+  // With one transfer on the critical path the makespan reaches `measured` by hi = measured.
+  while (simulate(s, costs).makespan < measured) {
+    lo = hi;
+    hi *= 2;
+    costs.p2p_latency = hi;
+  }
+  for (int i = 0; i < 50 && hi - lo > 1e-12 * measured; ++i) {
+    costs.p2p_latency = 0.5 * (lo + hi);
+    (simulate(s, costs).makespan < measured ? lo : hi) = costs.p2p_latency;
+  }
+  return 0.5 * (lo + hi);
+}
+
 ChunkCosts chunk_costs(const LayerCosts& fit, const std::vector<int>& layers) {
   ChunkCosts out;
   out.p2p_latency = fit.p2p_latency;

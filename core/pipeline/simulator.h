@@ -95,6 +95,14 @@ ChunkCosts measure_chunk_costs(const std::vector<TraceSpan>& spans, int chunks);
 /// when its forward, or both its full backward and one of B and W, are missing (NaN).
 ChunkCosts complete_chunk_costs(const ChunkCosts& measured);
 
+/// The transfer time that makes the simulated makespan of `s` under `costs` equal `measured`,
+/// the measured duration of the very iteration whose trace gave the compute costs: what the
+/// spans do not show (transfers, waking a waiting peer, the end-of-iteration collectives) lumped
+/// into the one unknown, found by bisection (the makespan grows with it). 0 when the compute
+/// alone already takes `measured`. Throws Error(InvalidArgument) when `measured` is not finite
+/// and > 0, or as simulate().
+double fit_p2p_latency(const Schedule& s, ChunkCosts costs, double measured);
+
 /// Per-chunk costs of a layout whose chunk c holds layers[c] decoder layers.
 ChunkCosts chunk_costs(const LayerCosts& fit, const std::vector<int>& layers);
 

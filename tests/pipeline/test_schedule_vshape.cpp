@@ -318,3 +318,16 @@ TEST_CASE("measured chunk costs from executor spans", "[pipeline][schedule][vsha
   CHECK(std::isnan(c.backward[1]));
   CHECK(c.p2p_latency == Approx(0.002));  // the lower quartile of 1, 2, 4, 9 ms
 }
+
+TEST_CASE("transfer time fitted to a measured iteration", "[pipeline][schedule][vshape][predict]") {
+  // 1F1B, p = 2, one microbatch: F0 1 + L + F1 2 + B1 4 + L + B0 3 = 10 + 2L.
+  const ptdp::Schedule s = ptdp::make_schedule(ScheduleKind::OneFOneB, 2, 1, 1);
+  ptdp::ChunkCosts c;
+  c.forward = {1, 2};
+  c.backward = {3, 4};
+  c.backward_input = {0, 0};
+  c.backward_weight = {0, 0};
+  CHECK(ptdp::fit_p2p_latency(s, c, 11) == Approx(0.5));
+  CHECK(ptdp::fit_p2p_latency(s, c, 9) == 0);  // compute alone takes longer
+  CHECK_THROWS_WITH(ptdp::fit_p2p_latency(s, c, 0), "measured iteration time 0.000000 is not a finite number > 0");
+}
