@@ -35,7 +35,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "drawing the schedules failed (${rc}):\n${out}${err}")
 endif()
 message(STATUS "schedule figures:\n${out}")
-set(figures schedule_gpipe.svg schedule_1f1b.svg schedule_interleaved_1f1b.svg schedule_zb_h1.svg)
+set(figures schedule_gpipe.svg schedule_1f1b.svg schedule_interleaved_1f1b.svg schedule_zb_h1.svg
+            schedule_interleaved_zb.svg schedule_zb_v.svg schedule_dualpipe_v.svg)
 
 # 2. The flags page, from the program itself so it never drifts from the code.
 execute_process(COMMAND "${TRAIN_TOOL}" --help

@@ -48,6 +48,10 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_GROUP_MODEL = 4
   integer(c_int), parameter :: PTDP_GROUP_EMBEDDING = 5
 
+  ! Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
+  integer(c_int), parameter :: PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = 0
+  integer(c_int), parameter :: PTDP_CHUNK_PLACEMENT_V = 1
+
   ! Reductions.
   integer(c_int), parameter :: PTDP_REDUCE_SUM = 0
   integer(c_int), parameter :: PTDP_REDUCE_AVG = 1
@@ -85,6 +89,9 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_SCHEDULE_INTERLEAVED_1F1B = 2
   integer(c_int), parameter :: PTDP_SCHEDULE_ZB_H1 = 3
   integer(c_int), parameter :: PTDP_SCHEDULE_FORWARD_ONLY = 4
+  integer(c_int), parameter :: PTDP_SCHEDULE_ZB_V = 5
+  integer(c_int), parameter :: PTDP_SCHEDULE_DUALPIPE_V = 6
+  integer(c_int), parameter :: PTDP_SCHEDULE_INTERLEAVED_ZB = 7
 
   ! What an action does.
   integer(c_int), parameter :: PTDP_ACTION_FORWARD = 0
@@ -177,6 +184,7 @@ module ptdp
     integer(c_int32_t) :: virtual_pipeline_model_parallel_size
     integer(c_int64_t) :: decoder_first_pipeline_num_layers
     integer(c_int64_t) :: decoder_last_pipeline_num_layers
+    integer(c_int64_t) :: pipeline_chunk_placement
     integer(c_int32_t) :: sequence_parallel
   end type ptdp_parallel_options
 
@@ -261,6 +269,10 @@ module ptdp
     real(c_double) :: backward_input
     real(c_double) :: backward_weight
     real(c_double) :: p2p_latency
+    type(c_ptr) :: chunk_forward
+    type(c_ptr) :: chunk_backward
+    type(c_ptr) :: chunk_backward_input
+    type(c_ptr) :: chunk_backward_weight
   end type ptdp_schedule_costs
 
   ! What a tokenizer is made from.
@@ -1562,6 +1574,23 @@ module ptdp
       integer(c_int32_t), value :: capacity
       integer(c_int) :: ptdp_schedule_simulate
     end function ptdp_schedule_simulate
+
+    ! Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+    ! simulator as a predictor): the Chrome trace a run writes with
+    ! ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+    function ptdp_schedule_costs_from_trace(path, chunks, forward, backward, backward_input, &
+        backward_weight, p2p_latency) bind(c, name="ptdp_schedule_costs_from_trace")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int32_t), value :: chunks
+      real(c_double), intent(out) :: forward
+      real(c_double), intent(out) :: backward
+      real(c_double), intent(out) :: backward_input
+      real(c_double), intent(out) :: backward_weight
+      real(c_double), intent(out) :: p2p_latency
+      integer(c_int) :: ptdp_schedule_costs_from_trace
+    end function ptdp_schedule_costs_from_trace
 
     ! Draws the simulated timeline as a standalone SVG file, like the schedule figures of the
     ! pipeline papers: one row per rank, one box per compute action labelled with its

@@ -94,6 +94,9 @@ static_assert(FirstPublished<ptdp_gpt_data_options>::size ==
               offsetof(ptdp_gpt_data_options, train_data_path));  // per-split data paths (blends)
 static_assert(FirstPublished<ptdp_parallel_options>::size ==
               offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers));  // uneven pipeline stages
+static_assert(offsetof(ptdp_parallel_options, pipeline_chunk_placement) == 40,
+              "ptdp_parallel_options: the chunk placement starts after the uneven stages' 40 bytes");
+static_assert(FirstPublished<ptdp_schedule_costs>::size == offsetof(ptdp_schedule_costs, chunk_forward));  // predictor
 static_assert(FirstPublished<ptdp_plan_layout>::size ==
               offsetof(ptdp_plan_layout, decoder_first_pipeline_num_layers));  // uneven pipeline stages
 static_assert(FirstPublished<ptdp_cluster>::size == offsetof(ptdp_cluster, elementwise_bandwidth));  // GEMM tables

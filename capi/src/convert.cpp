@@ -274,6 +274,11 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   PTDP_CHECK_ARG(o.sequence_parallel == 0 || o.sequence_parallel == 1,
                  str_cat("options->sequence_parallel = ", o.sequence_parallel, " is not 0 or 1"));
   c.sequence_parallel = o.sequence_parallel == 1;
+  PTDP_CHECK_ARG(o.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_ROUND_ROBIN ||
+                     o.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_V,
+                 str_cat("options->pipeline_chunk_placement = ", o.pipeline_chunk_placement,
+                         " is not a ptdp_chunk_placement (0 round-robin, 1 V)"));
+  c.chunk_placement = static_cast<int>(o.pipeline_chunk_placement);
   return c;
 }
 

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,6 +16,7 @@
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/svg.h"
+#include "kernels/error.h"
 
 static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
 static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));
@@ -40,7 +44,7 @@ constexpr long long kMaxUnits = 1LL << 24;
 
 ptdp::ScheduleKind checked_kind(ptdp_schedule_kind kind, const char* name) {
   const int k = static_cast<int>(kind);
-  PTDP_CHECK_ARG(k >= PTDP_SCHEDULE_GPIPE && k <= PTDP_SCHEDULE_FORWARD_ONLY,
+  PTDP_CHECK_ARG(k >= PTDP_SCHEDULE_GPIPE && k <= PTDP_SCHEDULE_INTERLEAVED_ZB,
                  std::string(name) + " = " + std::to_string(k) + " is not a ptdp_schedule_kind");
   return static_cast<ptdp::ScheduleKind>(k);
 }
@@ -78,6 +82,35 @@ ptdp::ScheduleCosts costs_of(const ptdp_schedule_costs* user) {
   out.backward_weight = c.backward_weight;
   out.p2p_latency = c.p2p_latency;
   return out;
+}
+
+// The measured per-chunk costs of `user` when it sets them (all four arrays), for `s`.
+bool chunk_costs_of(const ptdp_schedule_costs* user, const ptdp::Schedule& s, ptdp::ChunkCosts& out) {
+  if (user == nullptr) return false;
+  ptdp_schedule_costs defaults;
+  ptdp_schedule_costs_init(&defaults);
+  const ptdp_schedule_costs c = ptdp::capi::read_options(user, defaults, "costs", "ptdp_schedule_costs_init");
+  const double* arrays[4] = {c.chunk_forward, c.chunk_backward, c.chunk_backward_input, c.chunk_backward_weight};
+  const char* names[4] = {"chunk_forward", "chunk_backward", "chunk_backward_input", "chunk_backward_weight"};
+  int set = 0;
+  for (const double* a : arrays) set += a != nullptr ? 1 : 0;
+  if (set == 0) return false;
+  for (int k = 0; k < 4; ++k) {
+    PTDP_CHECK_ARG(arrays[k] != nullptr, std::string("costs->") + names[k] +
+                                             " is NULL while other chunk costs are set: set all four or none");
+  }
+  const auto n = static_cast<std::size_t>(s.num_chunks());
+  std::vector<double>* dst[4] = {&out.forward, &out.backward, &out.backward_input, &out.backward_weight};
+  for (int k = 0; k < 4; ++k) {
+    dst[k]->assign(arrays[k], arrays[k] + n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = (*dst[k])[i];
+      PTDP_CHECK_ARG(std::isfinite(x) && x >= 0, std::string("costs->") + names[k] + "[" + std::to_string(i) +
+                                                     "] = " + std::to_string(x) + " is not a finite number >= 0");
+    }
+  }
+  out.p2p_latency = c.p2p_latency;
+  return true;
 }
 
 // Simulation and drawing need a schedule that passes the check.
@@ -142,6 +175,7 @@ PTDP_API ptdp_status ptdp_schedule_create_custom(ptdp_schedule_kind kind_label, 
     s.p = p;
     s.m = m;
     s.v = v;
+    s.placement = ptdp::placement_of(k);
     s.ranks.resize(static_cast<std::size_t>(p));
     long long at = 0;
     for (int32_t r = 0; r < p; ++r) {
@@ -242,7 +276,8 @@ PTDP_API ptdp_status ptdp_schedule_simulate(ptdp_schedule schedule, const ptdp_s
                                           " pipeline ranks of peak_slots");
     }
     require_valid(s);
-    const ptdp::SimulationResult r = ptdp::simulate(s, c);
+    ptdp::ChunkCosts measured;
+    const ptdp::SimulationResult r = chunk_costs_of(costs, s, measured) ? ptdp::simulate(s, measured) : ptdp::simulate(s, c);
     if (makespan != nullptr) *makespan = r.makespan;
     if (bubble_fraction != nullptr) *bubble_fraction = r.bubble_fraction;
     if (peak_slots != nullptr) {
@@ -259,6 +294,44 @@ PTDP_API ptdp_status ptdp_schedule_write_svg(ptdp_schedule schedule, const ptdp_
     require_non_null(path, "path");
     require_valid(s);
     ptdp::write_schedule_svg(s, c, path);
+  });
+}
+
+PTDP_API ptdp_status ptdp_schedule_costs_from_trace(const char* path, int32_t chunks, double* forward, double* backward,
+                                                    double* backward_input, double* backward_weight,
+                                                    double* p2p_latency) {
+  return guard(__func__, [&] {
+    require_non_null(path, "path");
+    positive("chunks", chunks);
+    std::ifstream in(path);
+    if (!in) ptdp::throw_error(ptdp::ErrorCode::Io, std::string("cannot read the trace '") + path + "'");
+    nlohmann::json trace;
+    try {
+      in >> trace;
+    } catch (const std::exception& e) {
+      ptdp::throw_error(ptdp::ErrorCode::Io, std::string("'") + path + "' is not JSON: " + e.what());
+    }
+    if (!trace.is_object() || !trace.contains("traceEvents") || !trace["traceEvents"].is_array()) {
+      ptdp::throw_error(ptdp::ErrorCode::Io, std::string("'") + path + "' is not a Chrome trace (no traceEvents)");
+    }
+    std::vector<ptdp::TraceSpan> spans;
+    for (const auto& e : trace["traceEvents"]) {
+      if (!e.is_object() || e.value("ph", "") != "X" || !e.contains("dur") || !e["dur"].is_number()) continue;
+      spans.push_back({e.value("name", ""), e.value("cat", "") == "communication", e["dur"].get<double>() * 1e-6});
+    }
+    const ptdp::ChunkCosts measured = ptdp::measure_chunk_costs(spans, chunks);
+    ptdp::ChunkCosts c;
+    try {
+      c = ptdp::complete_chunk_costs(measured);
+    } catch (const ptdp::Error& e) {
+      PTDP_CHECK_ARG(false, "the trace '" + std::string(path) + "': " + e.what());
+    }
+    const std::vector<double>* from[4] = {&c.forward, &c.backward, &c.backward_input, &c.backward_weight};
+    double* to[4] = {forward, backward, backward_input, backward_weight};
+    for (int k = 0; k < 4; ++k) {
+      if (to[k] != nullptr) std::copy(from[k]->begin(), from[k]->end(), to[k]);
+    }
+    if (p2p_latency != nullptr) *p2p_latency = c.p2p_latency;
   });
 }
 

@@ -322,11 +322,16 @@ std::vector<Flag> make_flags() {
                                &TrainArgs::decoder_last_pipeline_num_layers, kPositive, "an even split"));
   v.push_back(choice("pipeline-schedule", G::Parallel,
                      "[ptdp] Pipeline schedule: 1F1B (PipeDream-Flush), GPipe, or zero-bubble ZB-H1; interleaved "
-                     "1F1B whenever v > 1 (which only 1f1b allows).",
+                     "1F1B whenever v > 1 with 1f1b; interleaved-zb, the interleaved zero-bubble schedule (v > 1); "
+                     "zb-v and dualpipev, ZB-V and DeepSeek's DualPipeV, which place 2 model chunks per rank in a "
+                     "V (rank r holds chunks r and 2p-1-r; v = 2 unless given).",
                      &TrainArgs::pipeline_schedule,
                      Choices<ScheduleKind>{{"1f1b", ScheduleKind::OneFOneB},
                                            {"gpipe", ScheduleKind::GPipe},
-                                           {"zb-h1", ScheduleKind::ZeroBubbleH1}}));
+                                           {"zb-h1", ScheduleKind::ZeroBubbleH1},
+                                           {"zb-v", ScheduleKind::ZeroBubbleV},
+                                           {"dualpipev", ScheduleKind::DualPipeV},
+                                           {"interleaved-zb", ScheduleKind::InterleavedZeroBubble}}));
   v.push_back(boolean("sequence-parallel", G::Parallel,
                       "Sequence parallelism (Korthikanti et al. 2022): with t > 1 the norms, dropouts and residuals "
                       "work on s/t of the sequence on each tensor rank, so activation memory shrinks with t; the "
@@ -656,13 +661,29 @@ void check_together(const TrainArgs& a) {
   const int v = virtual_pipeline_size(a);
   const char* v_flag = a.num_virtual_stages_per_pipeline_rank ? "num-virtual-stages-per-pipeline-rank"
                                                               : "num-layers-per-virtual-pipeline-stage";
+  const bool v_from_schedule = !a.num_virtual_stages_per_pipeline_rank && !a.num_layers_per_virtual_pipeline_stage;
+  if (v > 1 && p == 1 && v_from_schedule) {
+    fail(str_cat(value("pipeline-schedule"), " needs --pipeline-model-parallel-size > 1"));
+  }
   if (v > 1 && p == 1) {
     fail(str_cat(value(v_flag), " gives v = ", std::to_string(v),
                  " model chunks per pipeline rank, which needs --pipeline-model-parallel-size > 1"));
   }
-  if (v > 1 && a.pipeline_schedule != ScheduleKind::OneFOneB) {
+  const ScheduleKind sk = a.pipeline_schedule;
+  const bool v_shaped = sk == ScheduleKind::ZeroBubbleV || sk == ScheduleKind::DualPipeV;
+  if (v_shaped && v != 2) {
+    fail(str_cat(value("pipeline-schedule"), " places 2 model chunks per rank, got v = ", std::to_string(v),
+                 " (from --", v_flag, ")"));
+  } else if (v_shaped && p == 1) {
+    fail(str_cat(value("pipeline-schedule"), " needs --pipeline-model-parallel-size > 1"));
+  } else if (v_shaped && uneven) {
+    fail(str_cat(value("pipeline-schedule"), " takes an even split of the layers: drop "
+                 "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers"));
+  } else if (sk == ScheduleKind::InterleavedZeroBubble && v < 2) {
+    fail(str_cat(value("pipeline-schedule"), " needs v > 1 model chunks per rank (--num-virtual-stages-per-pipeline-rank)"));
+  } else if (v > 1 && !v_shaped && sk != ScheduleKind::OneFOneB && sk != ScheduleKind::InterleavedZeroBubble) {
     fail(str_cat(value("pipeline-schedule"), " cannot run v = ", std::to_string(v), " model chunks per rank (from --",
-                 v_flag, "); only 1f1b (interleaved) can"));
+                 v_flag, "); only 1f1b (interleaved), interleaved-zb, zb-v and dualpipev can"));
   }
   if (uneven || a.num_virtual_stages_per_pipeline_rank) {
     try {
@@ -875,12 +896,20 @@ std::vector<std::string> train_flag_names() {
 
 int virtual_pipeline_size(const TrainArgs& args) {
   if (args.num_virtual_stages_per_pipeline_rank) return *args.num_virtual_stages_per_pipeline_rank;
-  if (!args.num_layers_per_virtual_pipeline_stage) return 1;
+  if (!args.num_layers_per_virtual_pipeline_stage) {
+    const bool v_shaped =
+        args.pipeline_schedule == ScheduleKind::ZeroBubbleV || args.pipeline_schedule == ScheduleKind::DualPipeV;
+    return v_shaped ? 2 : 1;
+  }
   const int per_rank = args.pipeline_model_parallel_size * *args.num_layers_per_virtual_pipeline_stage;
   return per_rank > 0 ? std::max(1, args.num_layers / per_rank) : 1;
 }
 
 ScheduleKind schedule_kind(const TrainArgs& args) {
+  if (args.pipeline_schedule == ScheduleKind::ZeroBubbleV || args.pipeline_schedule == ScheduleKind::DualPipeV ||
+      args.pipeline_schedule == ScheduleKind::InterleavedZeroBubble) {
+    return args.pipeline_schedule;
+  }
   return virtual_pipeline_size(args) > 1 ? ScheduleKind::Interleaved1F1B : args.pipeline_schedule;
 }
 
@@ -1018,6 +1047,7 @@ ParallelConfig to_parallel_config(const TrainArgs& args, int world_size) {
   c.first_stage_layers = args.decoder_first_pipeline_num_layers.value_or(0);
   c.last_stage_layers = args.decoder_last_pipeline_num_layers.value_or(0);
   c.sequence_parallel = args.sequence_parallel;
+  c.chunk_placement = static_cast<int>(placement_of(schedule_kind(args)));
   return c;
 }
 

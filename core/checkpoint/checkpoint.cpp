@@ -192,7 +192,7 @@ TensorMap layout_map(const GptPipeline& model, const std::vector<std::string>& s
       TensorParallel tp = model.tensor_parallel();
       tp.rank = r;
       const GptModel meta(cfg, tp, Device{}, model.chunk_stage(c), false);
-      const std::string file = checkpoint_shard_name(r, c % p);
+      const std::string file = checkpoint_shard_name(r, model.rank_of_chunk(c));
       for (int i = 0; i < meta.params().size(); ++i) {
         const ParamInfo& info = meta.params().info(i);
         if (i == meta.tied_head_weight() || !stores(info, r)) continue;
@@ -351,6 +351,9 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
       md["layout"]["decoder_first_pipeline_num_layers"] = model.split().first_stage_layers;
     if (model.split().last_stage_layers > 0)
       md["layout"]["decoder_last_pipeline_num_layers"] = model.split().last_stage_layers;
+    // The V placement (ZB-V, DualPipeV), informative as well: shard pp<r> holds chunks r and
+    // 2p - 1 - r then; the loader finds every layer by name.
+    if (model.placement() == ChunkPlacement::V) md["layout"]["pipeline_chunk_placement"] = "V";
     md["model"] = config_to_json(model.config());
     md["rng"] = {{"generator", "philox4x32-10"},
                  {"seed", model.config().seed},

@@ -27,6 +27,7 @@ GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device dev
   pp_rank_ = groups.rank(GroupKind::Pipeline);
   cfg_.sequence_parallel = groups.layout().config().sequence_parallel;
   tp_.sequence_parallel = cfg_.sequence_parallel;
+  placement_ = static_cast<ChunkPlacement>(groups.layout().chunk_placement());
   cfg_.validate(tp_.size);
   split_ = pipeline_split(groups.layout().config());
   const int chunks = p_ * v_;
@@ -83,9 +84,9 @@ void GptPipeline::get_global(const std::string& name, bool gradient, float* host
   PTDP_CHECK_ARG(info_index >= 0, "no parameter named '" + name + "'");
   const ParamInfo& info = all_params_[static_cast<std::size_t>(info_index)];
   const int chunk = owner_chunk(name);
-  const int owner = chunk % p_;
+  const int owner = rank_of_chunk(chunk);
   if (owner == pp_rank_) {
-    GptModel& g = *chunks_[static_cast<std::size_t>(chunk / p_)];
+    GptModel& g = *chunks_[static_cast<std::size_t>(local_of_chunk(chunk))];
     const int i = g.params().index(name);
     // The fp32 masters: gathered from the data-parallel shards when they are sharded.
     gather_global(g.params(), i, gradient ? g.params().grad(i) : g.params().gather_param(i), tp_, host);

@@ -1,8 +1,10 @@
 // GptPipeline: this rank's share of a GPT laid out over tensor, pipeline and virtual
 // (interleaved) stages. core/pipeline/gpt_schedule.h runs a global batch through it.
-// Chunks are assigned round-robin (chunk c on pipeline rank c % p); with tied embeddings the
-// first and last stages each hold the word embedding and their gradients are summed over the
-// embedding group after the backward passes.
+// Chunks are assigned round-robin (chunk c on pipeline rank c % p), or in the V placement of
+// ZB-V and DualPipeV (the layout's chunk_placement; v = 2, rank r holding chunks r and
+// 2p - 1 - r); with tied embeddings the first and last chunks each hold the word embedding and
+// their gradients are summed after the backward passes: over the embedding group, or on the
+// first stage when it holds both (V).
 #pragma once
 
 #include <memory>
@@ -11,6 +13,7 @@
 
 #include "core/model/gpt.h"
 #include "core/parallel/groups.h"
+#include "core/pipeline/schedule.h"
 
 namespace ptdp {
 
@@ -26,13 +29,20 @@ class GptPipeline {
   const GptConfig& config() const { return cfg_; }
   int pipeline_size() const { return p_; }
   int virtual_stages() const { return v_; }
-  /// This rank's chunks, in order of their global chunk index (chunk j is c = j * p + rank).
+  /// This rank's chunks, in order of their global chunk index (chunk j is c = j * p + rank
+  /// round-robin; r and 2p - 1 - r under the V placement).
   std::vector<std::unique_ptr<GptModel>>& chunks() { return chunks_; }
-  int chunk_index(int j) const { return j * p_ + pp_rank_; }
+  int chunk_index(int j) const { return placement_chunk(placement_, p_, pp_rank_, j); }
+  /// Where the chunks live (the layout's chunk_placement); a schedule must have the same.
+  ChunkPlacement placement() const { return placement_; }
+  /// Pipeline rank holding global chunk c, and its index among that rank's chunks.
+  int rank_of_chunk(int c) const { return placement_rank(placement_, p_, c); }
+  int local_of_chunk(int c) const { return placement_local(placement_, p_, c); }
   int pipeline_rank() const { return pp_rank_; }
   /// How the layers are split over the p * v chunks.
   const PipelineSplit& split() const { return split_; }
-  /// What global chunk c (of p * v; on pipeline rank c % p) holds, whichever rank this is.
+  /// What global chunk c (of p * v; on pipeline rank rank_of_chunk(c)) holds, whichever rank
+  /// this is.
   GptStage chunk_stage(int c) const;
   const TensorParallel& tensor_parallel() const { return tp_; }
 
@@ -62,6 +72,7 @@ class GptPipeline {
   Device device_;
   TensorParallel tp_;
   int p_, v_, pp_rank_;
+  ChunkPlacement placement_ = ChunkPlacement::RoundRobin;
   PipelineSplit split_;
   std::vector<int> chunk_first_layer_;  // first decoder layer of each global chunk
   std::vector<std::unique_ptr<GptModel>> chunks_;

@@ -36,6 +36,14 @@ Layout::Layout(const ParallelConfig& c) : config_(c) {
                                                 std::to_string(c.first_stage_layers));
   PTDP_CHECK_ARG(c.last_stage_layers >= 0, "last pipeline stage layers must be >= 0 (0: an even split), got " +
                                                std::to_string(c.last_stage_layers));
+  PTDP_CHECK_ARG(c.chunk_placement == 0 || c.chunk_placement == 1,
+                 "chunk placement " + std::to_string(c.chunk_placement) + " is not 0 (round-robin) or 1 (V)");
+  PTDP_CHECK_ARG(c.chunk_placement == 0 || c.virtual_stages == 2,
+                 "the V chunk placement holds 2 model chunks per pipeline rank, got virtual pipeline size " +
+                     std::to_string(c.virtual_stages));
+  PTDP_CHECK_ARG(c.chunk_placement == 0 || (c.first_stage_layers == 0 && c.last_stage_layers == 0),
+                 "the V chunk placement takes an even split of the layers, got first pipeline stage layers " +
+                     std::to_string(c.first_stage_layers) + " and last " + std::to_string(c.last_stage_layers));
   data_ = static_cast<int>(c.world / tp);
 }
 
@@ -74,7 +82,10 @@ std::vector<int> Layout::members(GroupKind kind, int rank) const {
         for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({k, me.dp, i}));
       break;
     case GroupKind::Embedding:
-      if (me.pp == 0 || me.pp == pipeline() - 1) {
+      if (config_.chunk_placement == 1) {
+        // The V placement holds the first and the last chunk on the first stage.
+        if (me.pp == 0) out.push_back(rank_of({0, me.dp, me.tp}));
+      } else if (me.pp == 0 || me.pp == pipeline() - 1) {
         out.push_back(rank_of({0, me.dp, me.tp}));
         if (pipeline() > 1) out.push_back(rank_of({pipeline() - 1, me.dp, me.tp}));
       }

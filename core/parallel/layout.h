@@ -30,6 +30,11 @@ struct ParallelConfig {
   /// Sequence parallelism over the tensor group (Megatron's --sequence-parallel; the model's
   /// LayerConfig::sequence_parallel follows it).
   bool sequence_parallel = false;
+  /// Where the p * v model chunks live (core/pipeline/schedule.h's ChunkPlacement): 0,
+  /// round-robin (chunk c on pipeline rank c % p); 1, V-shaped (v = 2, rank r holding chunks r
+  /// and 2p - 1 - r, so the embedding group is the first stage alone), what the ZB-V and
+  /// DualPipeV schedules run.
+  int chunk_placement = 0;
 };
 
 /// This rank's coordinates in the (pipeline, data, tensor) grid.
@@ -51,6 +56,7 @@ class Layout {
   int virtual_stages() const { return config_.virtual_stages; }
   int first_stage_layers() const { return config_.first_stage_layers; }
   int last_stage_layers() const { return config_.last_stage_layers; }
+  int chunk_placement() const { return config_.chunk_placement; }
 
   RankCoords coords(int rank) const;
   int rank_of(RankCoords c) const;

@@ -111,11 +111,11 @@ struct UnitState {
 std::string check_rank_order(const Schedule& s, int r) {
   const int nc = s.num_chunks();
   const int v = s.v;
-  // Local chunk index j = chunk / p for chunks of this rank.
+  // Local chunk index j = s.local_index(chunk) for chunks of this rank.
   std::vector<UnitState> st(static_cast<std::size_t>(s.m) * static_cast<std::size_t>(v));
   auto at = [&](int mb, int chunk) -> UnitState& {
     return st[static_cast<std::size_t>(mb) * static_cast<std::size_t>(v) +
-              static_cast<std::size_t>(chunk / s.p)];
+              static_cast<std::size_t>(s.local_index(chunk))];
   };
   const auto& list = s.ranks[static_cast<std::size_t>(r)];
   for (int i = 0; i < static_cast<int>(list.size()); ++i) {
@@ -193,7 +193,7 @@ std::string check_rank_order(const Schedule& s, int r) {
   }
   for (int mb = 0; mb < s.m; ++mb) {
     for (int j = 0; j < v; ++j) {
-      const int chunk = j * s.p + r;
+      const int chunk = s.chunk_at(r, j);
       const UnitState& u = at(mb, chunk);
       const std::string what = "rank " + to_string(r) + ": microbatch " + to_string(mb) +
                                " chunk " + to_string(chunk);
@@ -393,6 +393,12 @@ CheckResult check_schedule(const Schedule& s) {
   if (s.p <= 0) return fail("pipeline size p = " + to_string(s.p) + " is not > 0");
   if (s.m <= 0) return fail("number of microbatches m = " + to_string(s.m) + " is not > 0");
   if (s.v <= 0) return fail("chunks per rank v = " + to_string(s.v) + " is not > 0");
+  if (s.placement != ChunkPlacement::RoundRobin && s.placement != ChunkPlacement::V) {
+    return fail("unknown chunk placement " + to_string(static_cast<int>(s.placement)));
+  }
+  if (s.placement == ChunkPlacement::V && s.v != 2) {
+    return fail("the V placement holds v = 2 chunks per rank, the schedule has v = " + to_string(s.v));
+  }
   if (static_cast<long long>(s.p) * s.v > INT_MAX ||
       static_cast<long long>(s.p) * s.m * s.v > kMaxUnits) {
     return fail("schedule too large to check: p * m * v = " + to_string(s.p) + " * " +

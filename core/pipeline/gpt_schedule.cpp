@@ -33,7 +33,7 @@ class GptStages final : public PipelineStages {
   }
 
   void backward_weight(int chunk, int mb) override {
-    const int j = chunk / model_.pipeline_size();
+    const int j = model_.local_of_chunk(chunk);
     const bool last = ++weight_passes_[static_cast<std::size_t>(j)] == m_;
     if (!last || !hooks_.params_ready) {
       local(chunk).stage_backward_weight(step(mb));
@@ -57,7 +57,7 @@ class GptStages final : public PipelineStages {
   DType activation_dtype() override { return model_.config().precision; }
 
  private:
-  GptModel& local(int chunk) { return *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())]; }
+  GptModel& local(int chunk) { return *model_.chunks()[static_cast<std::size_t>(model_.local_of_chunk(chunk))]; }
   Step step(int mb) const {
     Step s;
     s.iteration = iteration_;
@@ -88,7 +88,7 @@ class EvalStages final : public PipelineStages {
   }
 
   Tensor forward(int chunk, int mb, const Tensor& input) override {
-    GptModel& g = *model_.chunks()[static_cast<std::size_t>(chunk / model_.pipeline_size())];
+    GptModel& g = *model_.chunks()[static_cast<std::size_t>(model_.local_of_chunk(chunk))];
     const int64_t seq = model_.config().seq_length;
     const int64_t offset = static_cast<int64_t>(mb) * b_ * seq;
     Step step;
@@ -135,6 +135,10 @@ float forward_backward(GptPipeline& model, const Schedule& schedule, const int32
   PTDP_CHECK_ARG(schedule.p == p && schedule.v == v,
                  "the schedule is for p=" + std::to_string(schedule.p) + ", v=" + std::to_string(schedule.v) +
                      "; the model is laid out for p=" + std::to_string(p) + ", v=" + std::to_string(v));
+  PTDP_CHECK_ARG(schedule.placement == model.placement(),
+                 std::string(schedule_kind_name(schedule.kind)) + " places the model chunks " +
+                     chunk_placement_name(schedule.placement) + "; the model is built with the " +
+                     chunk_placement_name(model.placement()) + " placement (the layout's chunk_placement)");
   PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
   PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
@@ -145,18 +149,39 @@ float forward_backward(GptPipeline& model, const Schedule& schedule, const int32
   ExecutorOptions run_options = options;
   if (model.tensor_parallel().sequence_sharded(false)) run_options.scatter_gather = false;
   run_schedule(schedule, model.pipeline_rank(), stages, pipe, model.tensor_parallel(), run_options);
-  // Tied word embedding: the first and last stages sum their gradients.
-  for (int j = 0; j < v; ++j) {
-    const int i = model.tied_embedding(j);
-    if (i < 0) continue;
-    groups.comm_for_tensors(GroupKind::Embedding, model.device())
-        .all_reduce(model.chunks()[static_cast<std::size_t>(j)]->params().grad(i), ReduceOp::Sum)
-        ->wait();
-    if (hooks.params_ready) hooks.params_ready(j, i, i + 1);
+  // Tied word embedding: the first and last stages sum their gradients; under the V placement
+  // both copies are on the first stage, which sums them locally.
+  const int last = p * v - 1;
+  if (model.rank_of_chunk(0) == model.rank_of_chunk(last)) {
+    if (model.pipeline_rank() == model.rank_of_chunk(0) && model.tied_embedding(0) >= 0) {
+      const int j0 = model.local_of_chunk(0), j1 = model.local_of_chunk(last);
+      const int i0 = model.tied_embedding(j0), i1 = model.tied_embedding(j1);
+      Tensor g0 = model.chunks()[static_cast<std::size_t>(j0)]->params().grad(i0);
+      Tensor g1 = model.chunks()[static_cast<std::size_t>(j1)]->params().grad(i1);
+      g0.backend().add(g0.raw(), g1.raw(), g0.raw(), g0.dtype(), g0.numel());
+      g0.backend().copy(g1.raw(), g0.raw(), g0.nbytes());
+      if (hooks.params_ready) {
+        hooks.params_ready(j0, i0, i0 + 1);
+        hooks.params_ready(j1, i1, i1 + 1);
+      }
+    }
+  } else {
+    for (int j = 0; j < v; ++j) {
+      const int i = model.tied_embedding(j);
+      if (i < 0) continue;
+      groups.comm_for_tensors(GroupKind::Embedding, model.device())
+          .all_reduce(model.chunks()[static_cast<std::size_t>(j)]->params().grad(i), ReduceOp::Sum)
+          ->wait();
+      if (hooks.params_ready) hooks.params_ready(j, i, i + 1);
+    }
   }
-  // The loss lives on the last stage; every rank of the pipeline returns it.
+  // The loss lives on the last chunk's stage; every rank of the pipeline returns it.
   float loss = static_cast<float>(stages.loss_sum() / schedule.m);
-  if (p > 1) groups.comm(GroupKind::Pipeline).broadcast(Tensor::borrow(&loss, {1}, DType::F32), p - 1)->wait();
+  if (p > 1) {
+    groups.comm(GroupKind::Pipeline)
+        .broadcast(Tensor::borrow(&loss, {1}, DType::F32), model.rank_of_chunk(last))
+        ->wait();
+  }
   return loss;
 }
 
@@ -172,10 +197,14 @@ float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels,
   Communicator* pipe = p > 1 ? &groups.comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
   ExecutorOptions options;
   options.scatter_gather = false;
-  run_schedule(make_schedule(ScheduleKind::ForwardOnly, p, m, v), model.pipeline_rank(), stages, pipe,
+  run_schedule(make_forward_only(p, m, v, model.placement()), model.pipeline_rank(), stages, pipe,
                model.tensor_parallel(), options);
   float loss = static_cast<float>(stages.loss_sum() / m);
-  if (p > 1) groups.comm(GroupKind::Pipeline).broadcast(Tensor::borrow(&loss, {1}, DType::F32), p - 1)->wait();
+  if (p > 1) {
+    groups.comm(GroupKind::Pipeline)
+        .broadcast(Tensor::borrow(&loss, {1}, DType::F32), model.rank_of_chunk(p * v - 1))
+        ->wait();
+  }
   if (groups.size(GroupKind::Data) > 1)
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&loss, {1}, DType::F32), ReduceOp::Avg)->wait();
   return loss;

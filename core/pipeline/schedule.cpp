@@ -5,9 +5,11 @@
 #include "core/pipeline/schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <deque>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/pipeline/checker.h"
@@ -63,8 +65,24 @@ const char* schedule_kind_name(ScheduleKind k) {
     case ScheduleKind::Interleaved1F1B: return "interleaved 1F1B";
     case ScheduleKind::ZeroBubbleH1: return "ZB-H1";
     case ScheduleKind::ForwardOnly: return "forward-only";
+    case ScheduleKind::ZeroBubbleV: return "ZB-V";
+    case ScheduleKind::DualPipeV: return "DualPipeV";
+    case ScheduleKind::InterleavedZeroBubble: return "interleaved zero bubble";
   }
   return "?";
+}
+
+const char* chunk_placement_name(ChunkPlacement k) {
+  switch (k) {
+    case ChunkPlacement::RoundRobin: return "round-robin";
+    case ChunkPlacement::V: return "V";
+  }
+  return "?";
+}
+
+ChunkPlacement placement_of(ScheduleKind kind) {
+  return kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV ? ChunkPlacement::V
+                                                                               : ChunkPlacement::RoundRobin;
 }
 
 namespace {
@@ -393,6 +411,355 @@ void add_weight_passes(Schedule& s) {
   s.ranks = std::move(out);
 }
 
+// ---------------------------------------------------------------------------------------------
+// Schedules given as compute orders. ZB-V, DualPipeV and interleaved zero bubble are written as
+// each rank's order of F, B (full or input-only) and W; their sends and receives are derived
+// from a run of those orders with unit costs (F = B(input) = W = 1, full B = 2, transfers free):
+//  - the receiver takes a transfer in the gap before its first compute action starting at or
+//    after the time the data is produced (the end of the F or B making it), so before the
+//    consumer; that action's start is the transfer's key, and (key, kind, microbatch, chunk)
+//    orders all transfers;
+//  - the sender posts it in its last gap reached by the key (at or after the producing
+//    action), so that in the unit-cost run neither side waits past the key;
+//  - both gaps move monotonically with the key, so each rank's transfers appear in the total
+//    order, and every compute action before a transfer depends only on transfers earlier in
+//    it. Under the batch semantics of schedule.h this cannot deadlock: a rank blocked at a
+//    batch waits for a peer blocked at a batch whose transfers all come earlier in the order,
+//    a chain that cannot close into a cycle. check_schedule() confirms it for every generated
+//    schedule.
+
+struct Timed {
+  Action a;
+  double start = 0, end = 0;
+};
+
+double unit_cost(ActionKind k) { return k == ActionKind::Backward ? 2 : 1; }
+
+// Per (microbatch, chunk): when its forward and its input-gradient backward ended (-1: not yet).
+struct UnitTimes {
+  int m = 0, nc = 0;
+  std::vector<double> f, b;
+  UnitTimes(int m_, int nc_)
+      : m(m_), nc(nc_),
+        f(static_cast<std::size_t>(m_) * static_cast<std::size_t>(nc_), -1),
+        b(static_cast<std::size_t>(m_) * static_cast<std::size_t>(nc_), -1) {}
+  double& fwd(int mb, int c) { return f[static_cast<std::size_t>(mb) * static_cast<std::size_t>(nc) + static_cast<std::size_t>(c)]; }
+  double& bwd(int mb, int c) { return b[static_cast<std::size_t>(mb) * static_cast<std::size_t>(nc) + static_cast<std::size_t>(c)]; }
+  // When the input of a compute action is available, or -1 when not yet.
+  double ready(const Action& a) {
+    switch (a.kind) {
+      case ActionKind::Forward: return a.chunk == 0 ? 0 : fwd(a.microbatch, a.chunk - 1);
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput:
+        if (fwd(a.microbatch, a.chunk) < 0) return -1;
+        return a.chunk + 1 == nc ? fwd(a.microbatch, a.chunk) : bwd(a.microbatch, a.chunk + 1);
+      default: return bwd(a.microbatch, a.chunk);
+    }
+  }
+  void finish(const Action& a, double t) {
+    if (a.kind == ActionKind::Forward) fwd(a.microbatch, a.chunk) = t;
+    if (a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput) bwd(a.microbatch, a.chunk) = t;
+  }
+};
+
+// Runs fixed compute orders with unit costs. Throws Internal when the orders wait on each other.
+std::vector<std::vector<Timed>> run_orders(const Schedule& s, const std::vector<std::vector<Action>>& orders) {
+  const auto p = static_cast<std::size_t>(s.p);
+  UnitTimes u(s.m, s.num_chunks());
+  std::vector<std::vector<Timed>> out(p);
+  std::vector<std::size_t> pos(p, 0);
+  std::vector<double> clock(p, 0);
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (std::size_t r = 0; r < p; ++r) {
+      while (pos[r] < orders[r].size()) {
+        const Action& a = orders[r][pos[r]];
+        const double ready = u.ready(a);
+        if (ready < 0) break;
+        const double start = std::max(clock[r], ready);
+        clock[r] = start + unit_cost(a.kind);
+        u.finish(a, clock[r]);
+        out[r].push_back({a, start, clock[r]});
+        ++pos[r];
+        progress = true;
+      }
+    }
+  }
+  for (std::size_t r = 0; r < p; ++r) {
+    if (pos[r] < orders[r].size()) {
+      throw_error(ErrorCode::Internal, std::string(schedule_kind_name(s.kind)) + ": rank " + to_string(r) +
+                                           " waits forever at " + orders[r][pos[r]].str());
+    }
+  }
+  return out;
+}
+
+// Fills s.ranks from timed compute orders, adding the transfers as described above.
+void add_transfers(Schedule& s, const std::vector<std::vector<Timed>>& timed) {
+  const int p = s.p, nc = s.num_chunks();
+  // Gap i of a rank: before its compute action i (i = n: after the last); the rank arrives
+  // there when action i - 1 ends and leaves when action i starts.
+  auto arrive = [&](int r, std::size_t i) { return i == 0 ? 0.0 : timed[static_cast<std::size_t>(r)][i - 1].end; };
+  auto leave = [&](int r, std::size_t i) {
+    const auto& l = timed[static_cast<std::size_t>(r)];
+    return i < l.size() ? l[i].start : 1e300;
+  };
+  struct Transfer {
+    double key;
+    int kind, mb, chunk;  // order after the key
+    Action a;
+    bool operator<(const Transfer& o) const {
+      return std::tie(key, kind, mb, chunk) < std::tie(o.key, o.kind, o.mb, o.chunk);
+    }
+  };
+  // [rank][gap] -> transfers posted there.
+  std::vector<std::vector<std::vector<Transfer>>> at(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) at[static_cast<std::size_t>(r)].resize(timed[static_cast<std::size_t>(r)].size() + 1);
+  auto place = [&](int from, int to, double produced, int kind, const Action& a, const Action& send, const Action& recv) {
+    // The receiver takes it in its first gap left at or after the data exists; the sender
+    // posts it in its last gap reached by then, so that neither side waits past that time.
+    std::size_t g = 0;
+    const std::size_t n_to = timed[static_cast<std::size_t>(to)].size();
+    while (g < n_to && leave(to, g) < produced) ++g;
+    const double key = leave(to, g) < 1e299 ? leave(to, g) : arrive(to, g);
+    std::size_t h = timed[static_cast<std::size_t>(from)].size();
+    while (h > 0 && arrive(from, h) > key) --h;
+    at[static_cast<std::size_t>(to)][g].push_back({key, kind, a.microbatch, a.chunk, recv});
+    at[static_cast<std::size_t>(from)][h].push_back({key, kind, a.microbatch, a.chunk, send});
+  };
+  for (int r = 0; r < p; ++r) {
+    for (const Timed& t : timed[static_cast<std::size_t>(r)]) {
+      const Action& a = t.a;
+      if (a.kind == ActionKind::Forward && a.chunk + 1 < nc && s.rank_of_chunk(a.chunk + 1) != r) {
+        const int q = s.rank_of_chunk(a.chunk + 1);
+        place(r, q, t.end, 0, a, transfer(ActionKind::SendActivation, a.microbatch, a.chunk, q),
+              transfer(ActionKind::RecvActivation, a.microbatch, a.chunk + 1, r));
+      }
+      if ((a.kind == ActionKind::Backward || a.kind == ActionKind::BackwardInput) && a.chunk > 0 &&
+          s.rank_of_chunk(a.chunk - 1) != r) {
+        const int q = s.rank_of_chunk(a.chunk - 1);
+        place(r, q, t.end, 1, a, transfer(ActionKind::SendGradient, a.microbatch, a.chunk, q),
+              transfer(ActionKind::RecvGradient, a.microbatch, a.chunk - 1, r));
+      }
+    }
+  }
+  for (int r = 0; r < p; ++r) {
+    auto& l = s.ranks[static_cast<std::size_t>(r)];
+    l.clear();
+    const auto& list = timed[static_cast<std::size_t>(r)];
+    for (std::size_t g = 0; g <= list.size(); ++g) {
+      auto& here = at[static_cast<std::size_t>(r)][g];
+      std::sort(here.begin(), here.end());
+      for (const Transfer& x : here) l.push_back(x.a);
+      if (g < list.size()) l.push_back(list[g].a);
+    }
+  }
+}
+
+// ZB-V as list scheduling, in the manner of the zero-bubble authors' greedy V-schedule builder:
+// ranks advance in unit time steps (F = B = W = 1 per chunk); a free rank runs, in this order
+// of preference, the input-gradient backward (B) of its oldest microbatch whose output gradient
+// has arrived (the later chunk first); the forward of its second (returning) chunk; the forward
+// of its first chunk, while fewer than p microbatches hold activations on the rank (W of the
+// first chunk not yet run): the activation memory of 1F1B, p microbatches of a whole stage;
+// else the oldest pending W. Idle otherwise.
+std::vector<std::vector<Timed>> zero_bubble_v(const Schedule& s) {
+  const int p = s.p, m = s.m, nc = s.num_chunks();
+  UnitTimes u(m, nc);
+  std::vector<std::vector<Timed>> out(static_cast<std::size_t>(p));
+  std::vector<std::deque<Action>> pending(static_cast<std::size_t>(p));
+  std::vector<std::array<int, 2>> next_f(static_cast<std::size_t>(p), {0, 0});
+  std::vector<std::array<int, 2>> next_b(static_cast<std::size_t>(p), {0, 0});
+  std::vector<int> inflight(static_cast<std::size_t>(p), 0);
+  int remaining = 6 * m * p;
+  const long long horizon = 64LL * m * p + 64;
+  for (long long t = 0; remaining > 0; ++t) {
+    if (t > horizon) throw_error(ErrorCode::Internal, "ZB-V: list scheduling stalled at time " + to_string(t));
+    const double now = static_cast<double>(t);
+    std::vector<Action> chosen(static_cast<std::size_t>(p));
+    std::vector<char> busy(static_cast<std::size_t>(p), 0);
+    for (int r = 0; r < p; ++r) {
+      const auto R = static_cast<std::size_t>(r);
+      if (!out[R].empty() && out[R].back().end > now) continue;
+      const int c0 = s.chunk_at(r, 0), c1 = s.chunk_at(r, 1);
+      auto ready = [&](const Action& a) {
+        const double at = u.ready(a);
+        return at >= 0 && at <= now;
+      };
+      // B of the oldest microbatch: per chunk the backwards go in microbatch order.
+      Action pick{};
+      bool found = false;
+      for (int j : {1, 0}) {
+        const int mb = next_b[R][static_cast<std::size_t>(j)];
+        if (mb >= m) continue;
+        const Action b = compute(ActionKind::BackwardInput, mb, j == 0 ? c0 : c1);
+        if (ready(b) && (!found || mb < pick.microbatch)) {
+          pick = b;
+          found = true;
+        }
+      }
+      if (!found && next_f[R][1] < m) {
+        const Action f = compute(ActionKind::Forward, next_f[R][1], c1);
+        if (ready(f)) pick = f, found = true;
+      }
+      if (!found && next_f[R][0] < m && inflight[R] < p) {
+        const Action f = compute(ActionKind::Forward, next_f[R][0], c0);
+        if (ready(f)) pick = f, found = true;
+      }
+      if (!found && !pending[R].empty()) {
+        pick = pending[R].front();
+        pending[R].pop_front();
+        found = true;
+      }
+      if (!found) continue;
+      chosen[R] = pick;
+      busy[R] = 1;
+    }
+    for (int r = 0; r < p; ++r) {
+      const auto R = static_cast<std::size_t>(r);
+      if (!busy[R]) continue;
+      const Action& a = chosen[R];
+      const int j = s.local_index(a.chunk);
+      if (a.kind == ActionKind::Forward) {
+        ++next_f[R][static_cast<std::size_t>(j)];
+        if (j == 0) ++inflight[R];
+      } else if (a.kind == ActionKind::BackwardInput) {
+        ++next_b[R][static_cast<std::size_t>(j)];
+        pending[R].push_back(compute(ActionKind::BackwardWeight, a.microbatch, a.chunk));
+      } else if (j == 0) {
+        --inflight[R];
+      }
+      u.finish(a, now + 1);
+      out[R].push_back({a, now, now + 1});
+      --remaining;
+    }
+  }
+  return out;
+}
+
+// DualPipeV in the order of DeepSeek's dualpipev.py (DualPipeV.step), single-stream: phase 0 is
+// the rank's first chunk (r), phase 1 its second (2p - 1 - r); each phase runs its microbatches
+// in order; a zero-bubble backward (B) queues its W, which a later W step runs (first in, first
+// out, as its WeightGradStore); the other backwards are full. Steps, for rank r:
+//  1. 2 (p - r - 1) x F0;  2. (r + 1) x (F0 F1);  3. (p - r - 1) x (B1zb W F1);
+//  4. (m - 2p + r + 1) x (F0 B1 F1 B0);  5. (p - r - 1) x (B1 F1 B0);
+//  6. (r + 1) x (B1 B0), zero-bubble from the middle iteration on (odd ranks from its B1, even
+//     ranks from its B0);  7. (p - r - 1) x (W B0zb);  8. (r + 1) x W.
+// The F0 B1 of step 4 are the pair DualPipe overlaps (forward of one microbatch with backward of
+// another); run on one stream here they keep that order.
+std::vector<std::vector<Action>> dual_pipe_v(const Schedule& s) {
+  const int p = s.p, m = s.m;
+  std::vector<std::vector<Action>> orders(static_cast<std::size_t>(p));
+  for (int r = 0; r < p; ++r) {
+    auto& l = orders[static_cast<std::size_t>(r)];
+    const int c[2] = {s.chunk_at(r, 0), s.chunk_at(r, 1)};
+    int nf[2] = {0, 0}, nb[2] = {0, 0};
+    std::deque<Action> store;
+    auto F = [&](int ph) { l.push_back(compute(ActionKind::Forward, nf[ph]++, c[ph])); };
+    auto B = [&](int ph, bool zb) {
+      const int mb = nb[ph]++;
+      if (zb) {
+        l.push_back(compute(ActionKind::BackwardInput, mb, c[ph]));
+        store.push_back(compute(ActionKind::BackwardWeight, mb, c[ph]));
+      } else {
+        l.push_back(compute(ActionKind::Backward, mb, c[ph]));
+      }
+    };
+    auto W = [&] {
+      if (store.empty()) throw_error(ErrorCode::Internal, "DualPipeV: a W step with no queued weight gradient");
+      l.push_back(store.front());
+      store.pop_front();
+    };
+    for (int i = 0; i < 2 * (p - r - 1); ++i) F(0);
+    for (int i = 0; i < r + 1; ++i) F(0), F(1);
+    for (int i = 0; i < p - r - 1; ++i) B(1, true), W(), F(1);
+    for (int i = 0; i < m - 2 * p + r + 1; ++i) F(0), B(1, false), F(1), B(0, false);
+    for (int i = 0; i < p - r - 1; ++i) B(1, false), F(1), B(0, false);
+    const int step6 = r + 1;
+    bool zb = false;
+    for (int i = 0; i < step6; ++i) {
+      if (i == step6 / 2 && r % 2 == 1) zb = true;
+      B(1, zb);
+      if (i == step6 / 2 && r % 2 == 0) zb = true;
+      B(0, zb);
+    }
+    for (int i = 0; i < p - r - 1; ++i) W(), B(0, true);
+    for (int i = 0; i < r + 1; ++i) W();
+    if (!store.empty()) throw_error(ErrorCode::Internal, "DualPipeV: weight gradients left in the queue");
+  }
+  return orders;
+}
+
+// Interleaved zero bubble: interleaved 1F1B's compute order with each backward split into B and
+// a W that runs, with unit costs, where the rank would wait for an input; before a forward that
+// would hold more activations than interleaved 1F1B's peak on that rank; or at the end.
+std::vector<std::vector<Timed>> interleaved_zero_bubble(const Schedule& s) {
+  Schedule base = s;
+  base.kind = ScheduleKind::Interleaved1F1B;
+  base.ranks.assign(static_cast<std::size_t>(s.p), {});
+  interleaved(base);
+  const auto p = static_cast<std::size_t>(s.p);
+  std::vector<std::vector<Action>> orders(p);
+  std::vector<int> limit(p, 0);
+  for (std::size_t r = 0; r < p; ++r) {
+    int held = 0;
+    for (const Action& a : base.ranks[r]) {
+      if (a.kind == ActionKind::Forward) limit[r] = std::max(limit[r], ++held);
+      if (a.kind == ActionKind::Backward) --held;
+      if (is_communication(a.kind)) continue;
+      Action b = a;
+      if (b.kind == ActionKind::Backward) b.kind = ActionKind::BackwardInput;
+      orders[r].push_back(b);
+    }
+  }
+  UnitTimes u(s.m, s.num_chunks());
+  std::vector<std::vector<Timed>> out(p);
+  std::vector<std::size_t> pos(p, 0);
+  std::vector<std::deque<Action>> pending(p);
+  std::vector<int> held(p, 0);
+  std::size_t left = 0;
+  for (std::size_t r = 0; r < p; ++r) left += 2 * orders[r].size() - orders[r].size() / 2;
+  const long long horizon = 16LL * static_cast<long long>(left) + 64;
+  for (long long t = 0; left > 0; ++t) {
+    if (t > horizon) throw_error(ErrorCode::Internal, "interleaved zero bubble: placing W stalled at " + to_string(t));
+    const double now = static_cast<double>(t);
+    std::vector<std::pair<std::size_t, Action>> chosen;
+    for (std::size_t r = 0; r < p; ++r) {
+      if (!out[r].empty() && out[r].back().end > now) continue;
+      bool run_w = false;
+      if (pos[r] < orders[r].size()) {
+        const Action& a = orders[r][pos[r]];
+        const double at = u.ready(a);
+        const bool ready = at >= 0 && at <= now;
+        if (!ready || (a.kind == ActionKind::Forward && held[r] >= limit[r])) {
+          run_w = !pending[r].empty();
+          if (!run_w) continue;
+        } else {
+          chosen.emplace_back(r, a);
+          ++pos[r];
+          if (a.kind == ActionKind::Forward) ++held[r];
+          if (a.kind == ActionKind::BackwardInput) pending[r].push_back(compute(ActionKind::BackwardWeight, a.microbatch, a.chunk));
+          continue;
+        }
+      } else {
+        run_w = !pending[r].empty();
+      }
+      if (run_w) {
+        chosen.emplace_back(r, pending[r].front());
+        pending[r].pop_front();
+        --held[r];
+      }
+    }
+    for (const auto& [r, a] : chosen) {
+      u.finish(a, now + 1);
+      out[r].push_back({a, now, now + 1});
+      --left;
+    }
+  }
+  return out;
+}
+
 // Forward only: microbatch after microbatch, each rank's chunks in order, receiving each
 // chunk's input from the previous chunk's rank and sending its output on.
 void forward_only(Schedule& s) {
@@ -401,11 +768,16 @@ void forward_only(Schedule& s) {
     auto& acts = s.ranks[static_cast<std::size_t>(r)];
     for (int mb = 0; mb < s.m; ++mb) {
       for (int j = 0; j < s.v; ++j) {
-        const int c = j * p + r;
+        const int c = s.chunk_at(r, j);
         // With p = 1 every chunk is on this rank: nothing to send.
-        if (c > 0 && p > 1) acts.push_back({ActionKind::RecvActivation, mb, c, (c - 1) % p});
+        // Under the V placement chunks p - 1 and p share a rank: a local hand-off.
+        if (c > 0 && s.rank_of_chunk(c - 1) != r) {
+          acts.push_back({ActionKind::RecvActivation, mb, c, s.rank_of_chunk(c - 1)});
+        }
         acts.push_back({ActionKind::Forward, mb, c, -1});
-        if (c + 1 < chunks && p > 1) acts.push_back({ActionKind::SendActivation, mb, c, (c + 1) % p});
+        if (c + 1 < chunks && s.rank_of_chunk(c + 1) != r) {
+          acts.push_back({ActionKind::SendActivation, mb, c, s.rank_of_chunk(c + 1)});
+        }
       }
     }
   }
@@ -413,9 +785,25 @@ void forward_only(Schedule& s) {
 
 }  // namespace
 
+Schedule make_forward_only(int p, int m, int v, ChunkPlacement placement) {
+  PTDP_CHECK_ARG(placement == ChunkPlacement::RoundRobin || placement == ChunkPlacement::V,
+                 "unknown chunk placement " + to_string(static_cast<int>(placement)));
+  PTDP_CHECK_ARG(placement != ChunkPlacement::V || v == 2,
+                 "the V placement holds v = 2 chunks per rank, got v = " + to_string(v));
+  if (placement == ChunkPlacement::RoundRobin) return make_schedule(ScheduleKind::ForwardOnly, p, m, v);
+  Schedule s = make_schedule(ScheduleKind::ForwardOnly, p, m, 1);  // checks p and m
+  s.v = v;
+  s.placement = placement;
+  for (auto& l : s.ranks) l.clear();
+  forward_only(s);
+  const CheckResult check = check_schedule(s);
+  if (!check.ok) throw_error(ErrorCode::Internal, "V-placed forward-only schedule fails its check: " + check.message);
+  return s;
+}
+
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   const int k = static_cast<int>(kind);
-  PTDP_CHECK_ARG(k >= 0 && k <= static_cast<int>(ScheduleKind::ForwardOnly),
+  PTDP_CHECK_ARG(k >= 0 && k <= static_cast<int>(ScheduleKind::InterleavedZeroBubble),
                  "unknown schedule kind " + to_string(k));
   const std::string name = schedule_kind_name(kind);
   PTDP_CHECK_ARG(p > 0, "pipeline size p = " + to_string(p) + " must be > 0");
@@ -425,12 +813,18 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
                  "p * m * v = " + to_string(p) + " * " + to_string(m) + " * " + to_string(v) +
                      " exceeds the largest supported schedule (" + to_string(kMaxUnits) +
                      " chunk-microbatches)");
-  if (kind == ScheduleKind::Interleaved1F1B) {
-    PTDP_CHECK_ARG(v > 1, "interleaved 1F1B needs v > 1 chunks per rank, got v = 1; use 1F1B "
-                          "for one chunk per rank");
-    PTDP_CHECK_ARG(m % p == 0, "interleaved 1F1B needs the number of microbatches to be a "
-                               "multiple of the pipeline size: m = " +
+  if (kind == ScheduleKind::Interleaved1F1B || kind == ScheduleKind::InterleavedZeroBubble) {
+    PTDP_CHECK_ARG(v > 1, name + " needs v > 1 chunks per rank, got v = 1; use " +
+                              (kind == ScheduleKind::Interleaved1F1B ? "1F1B" : "ZB-H1") +
+                              " for one chunk per rank");
+    PTDP_CHECK_ARG(m % p == 0, name + " needs the number of microbatches to be a "
+                                      "multiple of the pipeline size: m = " +
                                    to_string(m) + ", p = " + to_string(p));
+  } else if (kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV) {
+    PTDP_CHECK_ARG(v == 2, name + " places v = 2 chunks per rank in a V, got v = " + to_string(v));
+    PTDP_CHECK_ARG(kind != ScheduleKind::DualPipeV || m >= 2 * p,
+                   "DualPipeV needs at least 2p microbatches: m = " + to_string(m) + ", p = " + to_string(p) +
+                       " (2p = " + to_string(2 * p) + ")");
   } else if (kind != ScheduleKind::ForwardOnly) {
     PTDP_CHECK_ARG(v == 1, name + " has one chunk per rank, got v = " + to_string(v) +
                                "; use interleaved 1F1B for v > 1");
@@ -440,6 +834,7 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
   s.p = p;
   s.m = m;
   s.v = v;
+  s.placement = placement_of(kind);
   s.ranks.resize(static_cast<std::size_t>(p));
   switch (kind) {
     case ScheduleKind::GPipe: gpipe(s); break;
@@ -450,6 +845,9 @@ Schedule make_schedule(ScheduleKind kind, int p, int m, int v) {
       add_weight_passes(s);
       break;
     case ScheduleKind::ForwardOnly: forward_only(s); break;
+    case ScheduleKind::ZeroBubbleV: add_transfers(s, zero_bubble_v(s)); break;
+    case ScheduleKind::DualPipeV: add_transfers(s, run_orders(s, dual_pipe_v(s))); break;
+    case ScheduleKind::InterleavedZeroBubble: add_transfers(s, interleaved_zero_bubble(s)); break;
   }
   const CheckResult check = check_schedule(s);
   if (!check.ok) {

@@ -2,9 +2,13 @@
 // of actions it performs in one iteration. A schedule can be generated, checked, simulated,
 // drawn and executed; the executor runs exactly these lists.
 //
-// Model chunks (virtual stages) are numbered 0 .. p*v - 1 in model order and assigned
-// round-robin: chunk c lives on pipeline rank c % p (with p = 4, v = 2, rank 0 holds chunks 0
-// and 4). Chunk 0 holds the embedding, chunk p*v - 1 the final LayerNorm, LM head and loss.
+// Model chunks (virtual stages) are numbered 0 .. p*v - 1 in model order. Where they live is
+// the schedule's placement (ChunkPlacement): round-robin, chunk c on pipeline rank c % p (with
+// p = 4, v = 2, rank 0 holds chunks 0 and 4), or V-shaped (v = 2), rank r holding chunks r and
+// 2p - 1 - r (with p = 4, rank 0 holds chunks 0 and 7, rank 3 chunks 3 and 4: the model goes
+// down the ranks and comes back up, and the output of chunk p - 1 is handed to chunk p on the
+// same rank without a transfer). Chunk 0 holds the embedding, chunk p*v - 1 the final
+// LayerNorm, LM head and loss: under the V placement both live on rank 0.
 //
 // Communication semantics (shared by the checker, the simulator and the executor):
 //  - SendActivation (mb, c): the output of chunk c for microbatch mb goes to the rank of chunk
@@ -52,8 +56,45 @@ struct Action {
 /// Numbers match ptdp_schedule_kind in the C API.
 /// ForwardOnly (evaluation, generation) runs microbatch after microbatch through every chunk,
 /// with no backward; it takes any v.
-enum class ScheduleKind : int { GPipe = 0, OneFOneB = 1, Interleaved1F1B = 2, ZeroBubbleH1 = 3, ForwardOnly = 4 };
+/// ZeroBubbleV (ZB-V, Qi et al., "Pipeline Parallelism with Controllable Memory") and DualPipeV
+/// (DeepSeek's DualPipe, its V variant) run v = 2 chunks per rank in the V placement;
+/// InterleavedZeroBubble is interleaved 1F1B (round-robin placement, v >= 2) with the backward
+/// split into B and W and the W passes filling the waits.
+enum class ScheduleKind : int {
+  GPipe = 0,
+  OneFOneB = 1,
+  Interleaved1F1B = 2,
+  ZeroBubbleH1 = 3,
+  ForwardOnly = 4,
+  ZeroBubbleV = 5,
+  DualPipeV = 6,
+  InterleavedZeroBubble = 7,
+};
 const char* schedule_kind_name(ScheduleKind k);
+
+/// Which pipeline rank holds which model chunk. Numbers match ptdp_chunk_placement in the C API.
+enum class ChunkPlacement : int {
+  RoundRobin = 0,  ///< chunk c on rank c % p, as local chunk c / p (Megatron's interleaving)
+  V = 1,           ///< v = 2: chunk c < p on rank c (local 0), chunk c >= p on rank 2p - 1 - c (local 1)
+};
+const char* chunk_placement_name(ChunkPlacement k);
+/// The placement a schedule kind runs in: V for ZeroBubbleV and DualPipeV, else round-robin.
+ChunkPlacement placement_of(ScheduleKind kind);
+/// Pipeline rank holding global chunk `chunk` of p * v.
+inline int placement_rank(ChunkPlacement pl, int p, int chunk) {
+  if (pl == ChunkPlacement::V) return chunk < p ? chunk : 2 * p - 1 - chunk;
+  return chunk % p;
+}
+/// Index of global chunk `chunk` among its rank's chunks (0 .. v-1, in model order).
+inline int placement_local(ChunkPlacement pl, int p, int chunk) {
+  if (pl == ChunkPlacement::V) return chunk < p ? 0 : 1;
+  return chunk / p;
+}
+/// Global chunk of rank `rank`'s local chunk `j`.
+inline int placement_chunk(ChunkPlacement pl, int p, int rank, int j) {
+  if (pl == ChunkPlacement::V) return j == 0 ? rank : 2 * p - 1 - rank;
+  return j * p + rank;
+}
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::OneFOneB;
@@ -61,14 +102,23 @@ struct Schedule {
   int m = 1;  ///< microbatches per iteration
   int v = 1;  ///< chunks per rank
   std::vector<std::vector<Action>> ranks;  ///< ranks[r] = rank r's actions in order
+  /// Where the chunks live; placement_of(kind) for generated schedules.
+  ChunkPlacement placement = ChunkPlacement::RoundRobin;
 
   int num_chunks() const { return p * v; }
-  int rank_of_chunk(int chunk) const { return chunk % p; }
+  int rank_of_chunk(int chunk) const { return placement_rank(placement, p, chunk); }
+  int local_index(int chunk) const { return placement_local(placement, p, chunk); }
+  int chunk_at(int rank, int j) const { return placement_chunk(placement, p, rank, j); }
 };
 
 /// Generates a schedule. Throws Error(InvalidArgument) naming the numbers when the kind cannot
 /// serve (p, m, v): non-positive sizes, v > 1 for a kind without chunks, v == 1 for interleaved,
-/// or m not a multiple of p where the schedule needs it. Never silently changes m.
+/// or m not a multiple of p where the schedule needs it, v != 2 for ZB-V and DualPipeV, m < 2p
+/// for DualPipeV. Never silently changes m.
 Schedule make_schedule(ScheduleKind kind, int p, int m, int v = 1);
+
+/// The forward-only schedule (evaluation) of a model whose chunks are placed by `placement`
+/// (v = 2 for V). Throws Error(InvalidArgument) as make_schedule().
+Schedule make_forward_only(int p, int m, int v, ChunkPlacement placement);
 
 }  // namespace ptdp

@@ -212,7 +212,7 @@ std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
       const double x = kLeft + t.start * scale;
       const double w = std::max(0.0, (t.end - t.start) * scale);
       o << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
-        << "\" height=\"" << num(kBox) << "\" fill=\"" << fill(a.kind, a.chunk / s.p, s.v)
+        << "\" height=\"" << num(kBox) << "\" fill=\"" << fill(a.kind, s.local_index(a.chunk), s.v)
         << "\"><title>" << escape(a.str()) << " [" << num(t.start) << ", " << num(t.end)
         << "]</title></rect>\n";
     }
@@ -224,7 +224,7 @@ std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
       const TimedAction& t = sim.timeline[static_cast<std::size_t>(r)][i];
       if ((t.end - t.start) * scale < 9) continue;  // no room for a label
       o << "<text x=\"" << num(kLeft + (t.start + t.end) / 2 * scale) << "\" y=\""
-        << num(y + kBox / 2 + 4) << "\" fill=\"" << ink(a.chunk / s.p, s.v) << "\">" << a.microbatch
+        << num(y + kBox / 2 + 4) << "\" fill=\"" << ink(s.local_index(a.chunk), s.v) << "\">" << a.microbatch
         << "</text>\n";
     }
     o << "</g>\n";

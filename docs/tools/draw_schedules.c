@@ -2,8 +2,10 @@
  *
  *   ptdp-draw-schedules OUTDIR [p m]
  *
- * Writes OUTDIR/schedule_gpipe.svg, schedule_1f1b.svg, schedule_interleaved_1f1b.svg (v = 2)
- * and schedule_zb_h1.svg for p pipeline ranks and m microbatches (default p = 4, m = 8) under
+ * Writes OUTDIR/schedule_gpipe.svg, schedule_1f1b.svg, schedule_interleaved_1f1b.svg (v = 2),
+ * schedule_zb_h1.svg, schedule_interleaved_zb.svg (v = 2), schedule_zb_v.svg and
+ * schedule_dualpipe_v.svg (v = 2 in the V placement; DualPipeV needs m >= 2p) for p pipeline
+ * ranks and m microbatches (default p = 4, m = 8) under
  * the default cost model (forward 1, backward 2, zero-bubble B = W = 1), and prints each
  * schedule's simulated bubble fraction and peak activation slots, the numbers the concepts
  * guide quotes. Exit status: 0 on success, 1 when a call fails, 2 on bad arguments. */
@@ -80,6 +82,9 @@ int main(int argc, char** argv) {
       {PTDP_SCHEDULE_1F1B, 1, "schedule_1f1b.svg", "1F1B"},
       {PTDP_SCHEDULE_INTERLEAVED_1F1B, 2, "schedule_interleaved_1f1b.svg", "interleaved 1F1B"},
       {PTDP_SCHEDULE_ZB_H1, 1, "schedule_zb_h1.svg", "ZB-H1"},
+      {PTDP_SCHEDULE_INTERLEAVED_ZB, 2, "schedule_interleaved_zb.svg", "interleaved zero bubble"},
+      {PTDP_SCHEDULE_ZB_V, 2, "schedule_zb_v.svg", "ZB-V"},
+      {PTDP_SCHEDULE_DUALPIPE_V, 2, "schedule_dualpipe_v.svg", "DualPipeV"},
   };
   for (size_t i = 0; i < sizeof figures / sizeof figures[0]; ++i) {
     const int rc = draw(&figures[i], p, m, argv[1]);

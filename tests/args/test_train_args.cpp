@@ -392,7 +392,39 @@ TEST_CASE("train args: uneven stages are refused in Megatron's words, naming the
   CHECK(parse_error({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
                      "2", "--pipeline-schedule", "gpipe"}) ==
         "--pipeline-schedule gpipe cannot run v = 2 model chunks per rank (from "
-        "--num-virtual-stages-per-pipeline-rank); only 1f1b (interleaved) can");
+        "--num-virtual-stages-per-pipeline-rank); only 1f1b (interleaved), interleaved-zb, zb-v and dualpipev can");
+}
+
+TEST_CASE("train args: the V-shaped and interleaved zero-bubble schedules", "[args]") {
+  for (const char* name : {"zb-v", "dualpipev"}) {
+    INFO(name);
+    const TrainArgs a = ptdp::parse_train_args({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                                                "--pipeline-schedule", name});
+    CHECK(ptdp::virtual_pipeline_size(a) == 2);  // the V holds 2 chunks per rank unless given
+    CHECK(ptdp::schedule_kind(a) ==
+          (std::string(name) == "zb-v" ? ptdp::ScheduleKind::ZeroBubbleV : ptdp::ScheduleKind::DualPipeV));
+    const ptdp::ParallelConfig p = ptdp::to_parallel_config(a, 4);
+    CHECK(p.virtual_stages == 2);
+    CHECK(p.chunk_placement == static_cast<int>(ptdp::ChunkPlacement::V));
+  }
+  TrainArgs a = ptdp::parse_train_args({"--num-layers", "8", "--pipeline-model-parallel-size", "2",
+                                        "--num-virtual-stages-per-pipeline-rank", "2", "--pipeline-schedule",
+                                        "interleaved-zb"});
+  CHECK(ptdp::schedule_kind(a) == ptdp::ScheduleKind::InterleavedZeroBubble);
+  CHECK(ptdp::to_parallel_config(a, 2).chunk_placement == static_cast<int>(ptdp::ChunkPlacement::RoundRobin));
+  a = ptdp::parse_train_args({"--num-layers", "8", "--pipeline-model-parallel-size", "2"});
+  CHECK(ptdp::to_parallel_config(a, 2).chunk_placement == static_cast<int>(ptdp::ChunkPlacement::RoundRobin));
+  CHECK(parse_error({"--num-layers", "12", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                     "3", "--pipeline-schedule", "zb-v"}) ==
+        "--pipeline-schedule zb-v places 2 model chunks per rank, got v = 3 (from --num-virtual-stages-per-pipeline-rank)");
+  CHECK(parse_error({"--num-layers", "8", "--pipeline-schedule", "dualpipev"}) ==
+        "--pipeline-schedule dualpipev needs --pipeline-model-parallel-size > 1");
+  CHECK(parse_error({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--pipeline-schedule", "interleaved-zb"}) ==
+        "--pipeline-schedule interleaved-zb needs v > 1 model chunks per rank (--num-virtual-stages-per-pipeline-rank)");
+  CHECK(parse_error({"--num-layers", "10", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
+                     "4", "--pipeline-schedule", "zb-v"}) ==
+        "--pipeline-schedule zb-v takes an even split of the layers: drop --decoder-first-pipeline-num-layers and "
+        "--decoder-last-pipeline-num-layers");
 }
 
 TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]") {

@@ -242,6 +242,7 @@ std::string describe(const Snapshot& s) {
   add("first_stage_layers", num(static_cast<double>(s.par.decoder_first_pipeline_num_layers)));
   add("last_stage_layers", num(static_cast<double>(s.par.decoder_last_pipeline_num_layers)));
   add("sequence_parallel", num(s.par.sequence_parallel));
+  add("chunk_placement", num(static_cast<double>(s.par.pipeline_chunk_placement)));
   add("comm_timeout_s", num(s.rt.comm_timeout_s));
   add("verify_collectives", num(s.rt.verify_collectives));
   add("use_mpi", num(s.rt.use_mpi));
@@ -604,6 +605,22 @@ TEST_CASE("train config: --model-preset gives the preset's model, the flags give
     CHECK(s.gpt.normalization == PTDP_NORMALIZATION_RMSNORM);
     CHECK(s.gpt.kv_channels == 0);
   }
+}
+
+TEST_CASE("train config: the V-shaped schedules reach the parallel options and settings", "[args][capi]") {
+  for (const char* name : {"zb-v", "dualpipev"}) {
+    INFO(name);
+    const Config c({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--pipeline-schedule", name});
+    const Snapshot s = snapshot(c.handle);
+    CHECK(s.par.virtual_pipeline_model_parallel_size == 2);
+    CHECK(s.par.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_V);
+    CHECK(s.set.pipeline_schedule == (std::string(name) == "zb-v" ? PTDP_SCHEDULE_ZB_V : PTDP_SCHEDULE_DUALPIPE_V));
+  }
+  const Config c({"--num-layers", "8", "--pipeline-model-parallel-size", "2", "--num-virtual-stages-per-pipeline-rank",
+                  "2", "--pipeline-schedule", "interleaved-zb"});
+  const Snapshot s = snapshot(c.handle);
+  CHECK(s.par.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_ROUND_ROBIN);
+  CHECK(s.set.pipeline_schedule == PTDP_SCHEDULE_INTERLEAVED_ZB);
 }
 
 TEST_CASE("train config: uneven pipeline stages reach the parallel options", "[args][capi]") {

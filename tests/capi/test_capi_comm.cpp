@@ -47,6 +47,26 @@ TEST_CASE("ptdp_layout_members reproduces Megatron's 16-rank example", "[capi][l
   CHECK(layout(16, 2, 4, 7, PTDP_GROUP_MODEL) == V{2, 3, 6, 7, 10, 11, 14, 15});
 }
 
+TEST_CASE("ptdp_layout_members: the V placement's embedding group is the first stage alone", "[capi][layout]") {
+  ptdp_parallel_options o;
+  ptdp_parallel_options_init(&o);
+  CHECK(o.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_ROUND_ROBIN);
+  o.tensor_model_parallel_size = 2;
+  o.pipeline_model_parallel_size = 4;
+  o.virtual_pipeline_model_parallel_size = 2;
+  o.pipeline_chunk_placement = PTDP_CHUNK_PLACEMENT_V;
+  int32_t buf[16], n = -1;
+  // Rank 3 is on the first stage (pp 0): the first and last chunk both live there.
+  REQUIRE(ptdp_layout_members(&o, 16, 3, PTDP_GROUP_EMBEDDING, buf, 16, &n) == PTDP_SUCCESS);
+  CHECK(std::vector<int32_t>(buf, buf + n) == std::vector<int32_t>{3});
+  REQUIRE(ptdp_layout_members(&o, 16, 15, PTDP_GROUP_EMBEDDING, buf, 16, &n) == PTDP_SUCCESS);
+  CHECK(n == 0);
+  o.virtual_pipeline_model_parallel_size = 3;
+  CHECK(ptdp_layout_members(&o, 16, 3, PTDP_GROUP_EMBEDDING, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("the V chunk placement holds 2 model chunks per pipeline rank, got virtual pipeline size 3") !=
+        std::string::npos);
+}
+
 TEST_CASE("invalid layouts name the numbers", "[capi][layout][errors]") {
   ptdp_parallel_options o;
   ptdp_parallel_options_init(&o);

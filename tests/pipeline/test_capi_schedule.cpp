@@ -304,3 +304,113 @@ TEST_CASE("C API: the forward-only schedule has one forward per chunk and microb
   }
   CHECK(ptdp_schedule_destroy(s) == PTDP_SUCCESS);
 }
+
+TEST_CASE("C API schedule: ZB-V, DualPipeV and interleaved zero bubble", "[capi][pipeline][schedule][vshape]") {
+  const ptdp_schedule_kind kinds[] = {PTDP_SCHEDULE_ZB_V, PTDP_SCHEDULE_DUALPIPE_V, PTDP_SCHEDULE_INTERLEAVED_ZB};
+  for (ptdp_schedule_kind kind : kinds) {
+    INFO("kind " << static_cast<int>(kind));
+    ptdp_schedule s = make(kind, 4, 8, 2);
+    CHECK(check(s).first == 1);
+    ptdp_schedule_kind k{};
+    int32_t p = 0, m = 0, v = 0;
+    REQUIRE(ptdp_schedule_info(s, &k, &p, &m, &v) == PTDP_SUCCESS);
+    CHECK(k == kind);
+    CHECK(v == 2);
+    // The V placement: rank 0 runs chunks 0 and 7, rank 3 chunks 3 and 4.
+    if (kind != PTDP_SCHEDULE_INTERLEAVED_ZB) {
+      bool seven = false, four = false;
+      for (const ptdp_action& a : actions_of(s, 0)) seven = seven || (a.kind == PTDP_ACTION_FORWARD && a.chunk == 7);
+      for (const ptdp_action& a : actions_of(s, 3)) four = four || (a.kind == PTDP_ACTION_FORWARD && a.chunk == 4);
+      CHECK(seven);
+      CHECK(four);
+    }
+    // Rebuilt from its own lists under its kind label, the placement follows the label.
+    std::vector<ptdp_action> all;
+    std::vector<int32_t> counts;
+    flatten(s, 4, &all, &counts);
+    ptdp_schedule t = nullptr;
+    REQUIRE(ptdp_schedule_create_custom(kind, 4, 8, 2, all.data(), counts.data(), &t) == PTDP_SUCCESS);
+    CHECK(check(t).first == 1);
+    ptdp_schedule_destroy(t);
+    ptdp_schedule_destroy(s);
+  }
+  ptdp_schedule s = nullptr;
+  CHECK(ptdp_schedule_create(PTDP_SCHEDULE_DUALPIPE_V, 4, 6, 2, &s) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_schedule_create: DualPipeV needs at least 2p microbatches: m = 6, p = 4 (2p = 8)");
+  CHECK(s == nullptr);
+}
+
+TEST_CASE("C API schedule: simulation with measured per-chunk costs", "[capi][pipeline][schedule][predict]") {
+  ptdp_schedule s = make(PTDP_SCHEDULE_1F1B, 2, 1, 1);
+  ptdp_schedule_costs c;
+  REQUIRE(ptdp_schedule_costs_init(&c) == PTDP_SUCCESS);
+  CHECK(c.chunk_forward == nullptr);
+  const double f[2] = {1, 2}, b[2] = {3, 4}, zero[2] = {0, 0};
+  c.chunk_forward = f;
+  c.chunk_backward = b;
+  c.chunk_backward_input = zero;
+  c.chunk_backward_weight = zero;
+  c.p2p_latency = 0.5;
+  double makespan = 0, bubble = -1;
+  REQUIRE(ptdp_schedule_simulate(s, &c, &makespan, &bubble, nullptr, 0) == PTDP_SUCCESS);
+  CHECK(makespan == Approx(11));  // F0 1, transfer 0.5, F1 2, B1 4, transfer 0.5, B0 3
+  CHECK(bubble == Approx((11.0 - 6.0) / 6.0));
+  c.chunk_backward = nullptr;
+  CHECK(ptdp_schedule_simulate(s, &c, &makespan, nullptr, nullptr, 0) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_schedule_simulate: costs->chunk_backward is NULL while other chunk costs are set: set all "
+                 "four or none");
+  c.chunk_backward = b;
+  const double negative[2] = {1, -2};
+  c.chunk_forward = negative;
+  CHECK(ptdp_schedule_simulate(s, &c, &makespan, nullptr, nullptr, 0) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_schedule_simulate: costs->chunk_forward[1] = -2.000000 is not a finite number >= 0");
+  ptdp_schedule_destroy(s);
+}
+
+TEST_CASE("C API schedule: per-chunk costs from a trace predict a schedule", "[capi][pipeline][schedule][predict]") {
+  const std::string path = std::string(PTDP_TEST_OUTPUT_DIR) + "/predict_trace.json";
+  {
+    // Two chunks (p = 2, v = 1) of a zero-bubble run: F, B and W spans of both, in microseconds.
+    std::ofstream f(path);
+    f << "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n"
+         "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": 0, \"args\": {\"name\": \"rank 0\"}},\n"
+         "{\"name\": \"F mb0 c0\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 1000, \"pid\": 0, \"tid\": 0},\n"
+         "{\"name\": \"F mb1 c0\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 1000, \"pid\": 0, \"tid\": 0},\n"
+         "{\"name\": \"F mb0 c1\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 2000, \"pid\": 1, \"tid\": 0},\n"
+         "{\"name\": \"Bi mb0 c1\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 3000, \"pid\": 1, \"tid\": 0},\n"
+         "{\"name\": \"W mb0 c1\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 1000, \"pid\": 1, \"tid\": 0},\n"
+         "{\"name\": \"B mb0 c0\", \"cat\": \"compute\", \"ph\": \"X\", \"ts\": 0, \"dur\": 3000, \"pid\": 0, \"tid\": 0},\n"
+         "{\"name\": \"SendAct mb0 c0 peer 1\", \"cat\": \"communication\", \"ph\": \"X\", \"ts\": 0, \"dur\": 500, "
+         "\"pid\": 0, \"tid\": 1}\n"
+         "]}\n";
+  }
+  double f[2], b[2], bi[2], w[2], lat = -1;
+  REQUIRE(ptdp_schedule_costs_from_trace(path.c_str(), 2, f, b, bi, w, &lat) == PTDP_SUCCESS);
+  CHECK(f[0] == Approx(1e-3));
+  CHECK(f[1] == Approx(2e-3));
+  CHECK(b[1] == Approx(4e-3));   // B + W of the zero-bubble spans
+  CHECK(bi[0] == Approx(1.5e-3));  // half of chunk 0's full backward
+  CHECK(w[0] == Approx(1.5e-3));
+  CHECK(lat == Approx(0.5e-3));
+  // Fed to the simulator: 1F1B, one microbatch: F0 + transfer + F1 + B1 + transfer + B0.
+  ptdp_schedule s = make(PTDP_SCHEDULE_1F1B, 2, 1, 1);
+  ptdp_schedule_costs c;
+  ptdp_schedule_costs_init(&c);
+  c.chunk_forward = f;
+  c.chunk_backward = b;
+  c.chunk_backward_input = bi;
+  c.chunk_backward_weight = w;
+  c.p2p_latency = lat;
+  double makespan = 0;
+  REQUIRE(ptdp_schedule_simulate(s, &c, &makespan, nullptr, nullptr, 0) == PTDP_SUCCESS);
+  CHECK(makespan == Approx(1e-3 + 0.5e-3 + 2e-3 + 4e-3 + 0.5e-3 + 3e-3));
+  ptdp_schedule_destroy(s);
+  // Errors name what is wrong.
+  CHECK(ptdp_schedule_costs_from_trace(path.c_str(), 3, f, nullptr, nullptr, nullptr, nullptr) ==
+        PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(has(err(), "predict_trace.json': no forward time measured for chunk 2"));
+  CHECK(ptdp_schedule_costs_from_trace("/nonexistent-ptdp/trace.json", 2, f, b, bi, w, &lat) == PTDP_ERR_IO);
+  CHECK(has(err(), "cannot read the trace '/nonexistent-ptdp/trace.json'"));
+  CHECK(ptdp_schedule_costs_from_trace(path.c_str(), 0, f, b, bi, w, &lat) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_schedule_costs_from_trace: chunks = 0 is not > 0");
+}

@@ -4,7 +4,8 @@
 // Usage: test_pipeline_training [trace-path]. The serial reference runs in the same job on
 // groups with t = p = 1 (each rank then holds the whole model). With 2 ranks: p = 2 (v = 1, 2).
 // With 4 ranks: p = 4 (v = 1, 2), p = 2 with t = 2 (v = 1, 2, scatter/gather on and off) and
-// p = 2 with d = 2.
+// p = 2 with d = 2. Each layout also runs ZB-V and DualPipeV (v = 2 in the V placement) and
+// interleaved zero bubble; with a trace path, a ZB-V run writes a second trace beside it.
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -151,6 +152,8 @@ void run(ptdp_runtime rt, int W, int t, int p, int v, ptdp_schedule_kind kind, i
   po.tensor_model_parallel_size = t;
   po.pipeline_model_parallel_size = p;
   po.virtual_pipeline_model_parallel_size = v;
+  const bool v_shaped = kind == PTDP_SCHEDULE_ZB_V || kind == PTDP_SCHEDULE_DUALPIPE_V;
+  po.pipeline_chunk_placement = v_shaped ? PTDP_CHUNK_PLACEMENT_V : PTDP_CHUNK_PLACEMENT_ROUND_ROBIN;
   ptdp_groups g = nullptr;
   const std::string what = "t=" + std::to_string(t) + " p=" + std::to_string(p) + " d=" + std::to_string(d) +
                            " v=" + std::to_string(v) + " schedule " + std::to_string(kind) + " sg=" + std::to_string(sg);
@@ -216,8 +219,84 @@ int main(int argc, char** argv) {
       for (ptdp_schedule_kind k : flat) run(rt, W, t, p, 1, k, 1, nullptr);
       run(rt, W, t, p, 2, PTDP_SCHEDULE_INTERLEAVED_1F1B, 1, nullptr);
       if (t > 1) run(rt, W, t, p, 1, PTDP_SCHEDULE_1F1B, 0, nullptr);  // scatter/gather off
+      // V placement (ZB-V, DualPipeV) and interleaved zero bubble.
+      for (ptdp_schedule_kind k : {PTDP_SCHEDULE_ZB_V, PTDP_SCHEDULE_DUALPIPE_V, PTDP_SCHEDULE_INTERLEAVED_ZB}) {
+        run(rt, W, t, p, 2, k, 1, nullptr);
+      }
     }
     if (trace) run(rt, W, 1, W, 2, PTDP_SCHEDULE_INTERLEAVED_1F1B, 1, trace);
+    if (trace) {
+      // The ZB-V trace feeds the simulator: every chunk's F, B and W were measured, and the
+      // predicted iteration is no shorter than a rank's measured compute.
+      const std::string zbv = std::string(trace) + ".zbv.json";
+      run(rt, W, 1, W, 2, PTDP_SCHEDULE_ZB_V, 1, zbv.c_str());
+      if (ct::g_rank == 0) {
+        ct::context("costs from the ZB-V trace");
+        const int n = 2 * W;
+        std::vector<double> f(static_cast<std::size_t>(n)), b(f), bi(f), w(f);
+        double lat = -1;
+        if (CT_OK(ptdp_schedule_costs_from_trace(zbv.c_str(), n, f.data(), b.data(), bi.data(), w.data(), &lat))
+                .empty()) {
+          bool positive = lat >= 0;
+          for (int c = 0; c < n; ++c) positive = positive && f[c] > 0 && bi[c] > 0 && w[c] > 0;
+          expect(positive, "every chunk's F, B and W measured");
+          ptdp_schedule s = nullptr;
+          ptdp_schedule_costs costs;
+          ptdp_schedule_costs_init(&costs);
+          costs.chunk_forward = f.data();
+          costs.chunk_backward = b.data();
+          costs.chunk_backward_input = bi.data();
+          costs.chunk_backward_weight = w.data();
+          costs.p2p_latency = lat;
+          double makespan = 0;
+          if (CT_OK(ptdp_schedule_create(PTDP_SCHEDULE_ZB_V, W, 2 * W, 2, &s)).empty() &&
+              CT_OK(ptdp_schedule_simulate(s, &costs, &makespan, nullptr, nullptr, 0)).empty()) {
+            // Rank 0 holds chunks 0 and 2W - 1: its compute is a lower bound of the makespan.
+            const double rank0 = 2 * W * (f[0] + bi[0] + w[0] + f[n - 1] + bi[n - 1] + w[n - 1]);
+            expect(makespan >= rank0 * 0.999, "predicted ZB-V iteration >= rank 0's compute",
+                   ">= " + std::to_string(rank0), std::to_string(makespan));
+          }
+          ptdp_schedule_destroy(s);
+        }
+      }
+    }
+    // A V-placed schedule on a model built round-robin is refused, naming both placements.
+    {
+      ct::context("placement mismatch");
+      ptdp_parallel_options po;
+      ptdp_parallel_options_init(&po);
+      po.pipeline_model_parallel_size = W;
+      po.virtual_pipeline_model_parallel_size = 2;
+      ptdp_groups g = nullptr;
+      ptdp_model m = nullptr;
+      ptdp_schedule s = nullptr;
+      const ptdp_gpt_options o = gpt_options(4 * W);
+      if (CT_OK(ptdp_groups_create(rt, &po, &g)).empty() && CT_OK(ptdp_model_create(g, &o, &m)).empty() &&
+          CT_OK(ptdp_schedule_create(PTDP_SCHEDULE_ZB_V, W, 2 * W, 2, &s)).empty()) {
+        const Batch x = make_batch(2 * W, 2, o.seq_length, o.vocab_size, 0);
+        float loss = 0;
+        ct::expect_message(CT_STATUS(ptdp_model_pipeline_forward_backward(m, s, x.tokens.data(), x.labels.data(), 2, 0,
+                                                                          nullptr, &loss),
+                                     PTDP_ERR_INVALID_ARGUMENT),
+                           {"ZB-V places the model chunks V", "built with the round-robin placement"},
+                           "V schedule on a round-robin model");
+      }
+      ptdp_schedule_destroy(s);
+      ptdp_model_destroy(m);
+      if (g) CT_OK(ptdp_groups_destroy(g));
+      // The V placement takes v = 2.
+      po.virtual_pipeline_model_parallel_size = 1;
+      po.pipeline_chunk_placement = PTDP_CHUNK_PLACEMENT_V;
+      g = nullptr;
+      ct::expect_message(CT_STATUS(ptdp_groups_create(rt, &po, &g), PTDP_ERR_INVALID_ARGUMENT),
+                         {"V chunk placement holds 2 model chunks per pipeline rank", "got virtual pipeline size 1"},
+                         "V placement with v = 1");
+      po.virtual_pipeline_model_parallel_size = 2;
+      po.pipeline_chunk_placement = 5;
+      ct::expect_message(CT_STATUS(ptdp_groups_create(rt, &po, &g), PTDP_ERR_INVALID_ARGUMENT),
+                         {"options->pipeline_chunk_placement = 5 is not a ptdp_chunk_placement"},
+                         "unknown placement");
+    }
     // Layers that do not split evenly over p * v chunks are refused, naming the numbers; a
     // schedule for another layout is refused by the step.
     {

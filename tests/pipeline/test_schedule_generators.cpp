@@ -207,7 +207,7 @@ TEST_CASE("schedule generators refuse combinations they cannot serve, naming the
   CHECK(error_of(ScheduleKind::Interleaved1F1B, 4, 6, 2) ==
         "interleaved 1F1B needs the number of microbatches to be a multiple of the pipeline size: "
         "m = 6, p = 4");
-  CHECK(error_of(static_cast<ScheduleKind>(7), 4, 8, 1) == "unknown schedule kind 7");
+  CHECK(error_of(static_cast<ScheduleKind>(8), 4, 8, 1) == "unknown schedule kind 8");
   CHECK(error_of(ScheduleKind::GPipe, 4097, 4096, 1).find("p * m * v = 4097 * 4096 * 1 exceeds") == 0);
 }
 

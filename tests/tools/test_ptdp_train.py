@@ -618,11 +618,55 @@ def case_sp():
     print(f"sp: 3 layouts with --sequence-parallel vs serial, worst relative difference {worst:.2e}")
 
 
+def case_vshape():
+    # ZB-V and DualPipeV (V placement: rank r holds chunks r and 2p-1-r), interleaved zero bubble:
+    # training and validation equal the serial run; a ZB-V checkpoint resumes under 1F1B and
+    # interleaved 1F1B, and a 1F1B one under DualPipeV.
+    serial, serial_valid, _ = train("vshape-serial", 1, 1, 1, 6)
+    worst = 0.0
+    for k, (name, np, t, p, extra) in enumerate([
+            ("(1,2,1) ZB-V", 2, 1, 2, ["--pipeline-schedule", "zb-v"]),
+            ("(2,2,1) DualPipeV, distributed optimizer", 4, 2, 2,
+             ["--pipeline-schedule", "dualpipev", "--use-distributed-optimizer"]),
+            ("(1,2,2) ZB-V, d = 2", 4, 1, 2, ["--pipeline-schedule", "zb-v"]),
+            ("(1,2,1) interleaved zero bubble v=2", 2, 1, 2,
+             ["--pipeline-schedule", "interleaved-zb", "--num-virtual-stages-per-pipeline-rank", "2"])]):
+        par, par_valid, _ = train(f"vshape-{k}", np, t, p, 6, extra)
+        worst = max(worst, compare(par, serial, 6, 1e-5, f"{name} vs serial"))
+        for it in serial_valid:
+            check(close(par_valid[it]["lm_loss"], serial_valid[it]["lm_loss"], 1e-5), f"{name}: validation at {it}")
+    ckpt = os.path.join(WORK, "ckpt-zbv")
+    train("vshape-save", 2, 1, 2, 6, ["--pipeline-schedule", "zb-v", "--save", ckpt, "--exit-interval", "4"])
+    meta = json.load(open(os.path.join(ckpt, "iter_0000004", "metadata.json")))
+    check(meta["layout"].get("pipeline_chunk_placement") == "V" and
+          meta["layout"]["virtual_pipeline_model_parallel_size"] == 2, f"metadata layout: {meta['layout']}")
+    ckpt_1f1b = os.path.join(WORK, "ckpt-vshape-1f1b")
+    train("vshape-save-1f1b", 2, 1, 2, 6, ["--save", ckpt_1f1b, "--exit-interval", "4"])
+    for k, (what, ck, np, t, p, extra) in enumerate([
+            ("ZB-V (1,2,1) -> 1F1B (1,2,1)", ckpt, 2, 1, 2, []),
+            ("ZB-V (1,2,1) -> interleaved (1,2,1) v=2", ckpt, 2, 1, 2,
+             ["--num-virtual-stages-per-pipeline-rank", "2"]),
+            ("ZB-V (1,2,1) -> (1,1,1)", ckpt, 1, 1, 1, []),
+            ("1F1B (1,2,1) -> DualPipeV (1,2,1)", ckpt_1f1b, 2, 1, 2, ["--pipeline-schedule", "dualpipev"])]):
+        steps, _, _ = train(f"vshape-load-{k}", np, t, p, 6, extra + ["--load", ck])
+        check(sorted(steps) == [5, 6], f"{what}: resumes at iteration 5, got {sorted(steps)}")
+        for it in (5, 6):
+            for key in ("lm_loss", "grad_norm"):
+                check(close(steps[it][key], serial[it][key], 1e-5),
+                      f"{what}: iteration {it} {key} {steps[it][key]} vs uninterrupted serial {serial[it][key]}")
+                worst = max(worst, abs(steps[it][key] - serial[it][key]) / max(1.0, abs(serial[it][key])))
+    bad = run(2, MODEL + ["--pipeline-model-parallel-size", "2", "--pipeline-schedule", "zb-v",
+                          "--num-virtual-stages-per-pipeline-rank", "4", "--train-iters", "1"], expect_ok=False)
+    check(bad.returncode == 2 and "--pipeline-schedule zb-v places 2 model chunks per rank, got v = 4" in bad.stderr,
+          f"zb-v with v = 4: status {bad.returncode}, stderr {bad.stderr}")
+    print(f"vshape: 4 layouts and 4 checkpoint loads vs serial, worst relative difference {worst:.2e}")
+
+
 try:
     {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
      "generate": case_generate, "errors": case_errors, "bf16": case_bf16, "fp16": case_fp16,
      "attention": case_attention, "llama": case_llama, "qwen2": case_qwen2, "masks": case_masks,
-     "blend": case_blend, "uneven": case_uneven, "sp": case_sp}[CASE]()
+     "blend": case_blend, "uneven": case_uneven, "sp": case_sp, "vshape": case_vshape}[CASE]()
 finally:
     if not failures:
         shutil.rmtree(WORK, ignore_errors=True)

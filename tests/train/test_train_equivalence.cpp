@@ -5,7 +5,8 @@
 // parameters.
 //
 // Usage: test_train_equivalence SPEC...   with SPEC = "t,p,v,schedule,dist,optimizer,bucket[,extras]",
-// schedule one of gpipe, 1f1b, zbh1, interleaved; optimizer adam or sgd; bucket the
+// schedule one of gpipe, 1f1b, zbh1, interleaved, zbv (ZB-V), dualpipev, izb (interleaved zero
+// bubble), the first two in the V chunk placement; optimizer adam or sgd; bucket the
 // ddp_bucket_size (0: one bucket per model chunk); extras '+'-joined words: untied (separate
 // output_layer.weight, also in the serial run), nosg (pipeline scatter/gather off), recompute
 // (full activation recomputation), llama (RMSNorm, SwiGLU, RoPE, grouped-query attention, no
@@ -125,6 +126,9 @@ bool parse(const char* s, Spec* out) {
   else if (k == "1f1b") x.kind = PTDP_SCHEDULE_1F1B;
   else if (k == "zbh1") x.kind = PTDP_SCHEDULE_ZB_H1;
   else if (k == "interleaved") x.kind = PTDP_SCHEDULE_INTERLEAVED_1F1B;
+  else if (k == "zbv") x.kind = PTDP_SCHEDULE_ZB_V;
+  else if (k == "dualpipev") x.kind = PTDP_SCHEDULE_DUALPIPE_V;
+  else if (k == "izb") x.kind = PTDP_SCHEDULE_INTERLEAVED_ZB;
   else return false;
   if (o == "adam") x.opt = PTDP_OPTIMIZER_ADAM;
   else if (o == "sgd") x.opt = PTDP_OPTIMIZER_SGD;
@@ -425,6 +429,10 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   po.decoder_first_pipeline_num_layers = sp.first;
   po.sequence_parallel = sp.sequence_parallel ? 1 : 0;
   po.decoder_last_pipeline_num_layers = sp.last;
+  // ZB-V and DualPipeV run the model in the V placement (rank r: chunks r and 2p - 1 - r).
+  po.pipeline_chunk_placement = sp.kind == PTDP_SCHEDULE_ZB_V || sp.kind == PTDP_SCHEDULE_DUALPIPE_V
+                                    ? PTDP_CHUNK_PLACEMENT_V
+                                    : PTDP_CHUNK_PLACEMENT_ROUND_ROBIN;
   ptdp_groups g = nullptr;
   if (!CT_OK(ptdp_groups_create(rt, &po, &g)).empty()) return;
   int32_t dp = -1, dsize = 0;

@@ -493,6 +493,13 @@ class ptdp_parallel_options(object):
                                                         (`--decoder-last-pipeline-num-layers`);
                                                         0 (default): no count of its own; >= 0.
     """)
+    pipeline_chunk_placement = property(_ptdp_ext.ptdp_parallel_options_pipeline_chunk_placement_get, _ptdp_ext.ptdp_parallel_options_pipeline_chunk_placement_set, doc=r"""
+    Where the p * v model chunks live, a
+                                                        ::ptdp_chunk_placement: 0 (default),
+                                                        round-robin; 1, V (v = 2, an even split),
+                                                        what ::PTDP_SCHEDULE_ZB_V and
+                                                        ::PTDP_SCHEDULE_DUALPIPE_V run.
+    """)
     sequence_parallel = property(_ptdp_ext.ptdp_parallel_options_sequence_parallel_get, _ptdp_ext.ptdp_parallel_options_sequence_parallel_set, doc=r"""
     1: sequence parallelism (`--sequence-parallel`,
                                                         Korthikanti et al. 2022): with t > 1 the norms,
@@ -510,6 +517,15 @@ class ptdp_parallel_options(object):
 
 # Register ptdp_parallel_options in _ptdp_ext:
 _ptdp_ext.ptdp_parallel_options_swigregister(ptdp_parallel_options)
+PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = _ptdp_ext.PTDP_CHUNK_PLACEMENT_ROUND_ROBIN
+r""" Chunk c on pipeline rank c % p (Megatron's interleaving)."""
+PTDP_CHUNK_PLACEMENT_V = _ptdp_ext.PTDP_CHUNK_PLACEMENT_V
+r"""
+    v = 2: rank r holds chunks r and 2p - 1 - r; the first and
+                                                last chunk (embedding and loss) share rank 0, and chunk
+                                                p - 1 hands its output to chunk p on rank p - 1 without
+                                                a transfer.
+    """
 
 def ptdp_parallel_options_init(options):
     r"""
@@ -1533,6 +1549,25 @@ r"""
     Forward passes only (evaluation): microbatch after
                                               microbatch through every chunk; any v. Since 0.2.
     """
+PTDP_SCHEDULE_ZB_V = _ptdp_ext.PTDP_SCHEDULE_ZB_V
+r"""
+    ZB-V (Qi et al., "Pipeline Parallelism with Controllable
+                                              Memory"): v = 2 chunks per rank in the V placement
+                                              (::PTDP_CHUNK_PLACEMENT_V), B and W split, list-scheduled
+                                              with 1F1B's activation memory (p microbatches per rank).
+    """
+PTDP_SCHEDULE_DUALPIPE_V = _ptdp_ext.PTDP_SCHEDULE_DUALPIPE_V
+r"""
+    DeepSeek's DualPipeV: v = 2 in the V placement, the order of
+                                              dualpipev.py (overlapped F/B pairs run in sequence); needs
+                                              m >= 2p.
+    """
+PTDP_SCHEDULE_INTERLEAVED_ZB = _ptdp_ext.PTDP_SCHEDULE_INTERLEAVED_ZB
+r"""
+    Interleaved zero bubble: interleaved 1F1B (v > 1, m a
+                                              multiple of p) with B and W split and the W passes
+                                              filling the waits.
+    """
 PTDP_ACTION_FORWARD = _ptdp_ext.PTDP_ACTION_FORWARD
 r""" Forward of (microbatch, chunk)."""
 PTDP_ACTION_BACKWARD = _ptdp_ext.PTDP_ACTION_BACKWARD
@@ -1587,6 +1622,10 @@ class ptdp_schedule_costs(object):
     Time from a transfer's two sides both being posted to its
                                   completion; default 0.
     """)
+    chunk_forward = property(_ptdp_ext.ptdp_schedule_costs_chunk_forward_get, _ptdp_ext.ptdp_schedule_costs_chunk_forward_set, doc=r""" Forward of each chunk, or NULL (default).""")
+    chunk_backward = property(_ptdp_ext.ptdp_schedule_costs_chunk_backward_get, _ptdp_ext.ptdp_schedule_costs_chunk_backward_set, doc=r""" Full backward of each chunk, or NULL.""")
+    chunk_backward_input = property(_ptdp_ext.ptdp_schedule_costs_chunk_backward_input_get, _ptdp_ext.ptdp_schedule_costs_chunk_backward_input_set, doc=r""" Input-gradient backward (B) of each chunk, or NULL.""")
+    chunk_backward_weight = property(_ptdp_ext.ptdp_schedule_costs_chunk_backward_weight_get, _ptdp_ext.ptdp_schedule_costs_chunk_backward_weight_set, doc=r""" Weight-gradient backward (W) of each chunk, or NULL.""")
 
     def __init__(self):
         _ptdp_ext.ptdp_schedule_costs_swiginit(self, _ptdp_ext.new_ptdp_schedule_costs())
@@ -1755,10 +1794,14 @@ def ptdp_schedule_simulate(schedule, costs, peak_slots):
     total compute time (the paper's t_bubble / t_ideal). A slot is the activations of one
     (microbatch, chunk), held from its forward until its backward (or weight-gradient backward);
     with v chunks per rank a slot holds 1/v of a microbatch's activations on that rank.
+    With the chunk cost arrays of ``costs`` set (per-action times measured from a trace of a
+    run, as bench_schedule_predict measures them), the makespan is the predicted time of the
+    schedule's forward and backward passes.
     :type schedule: struct ptdp_schedule_impl
     :param schedule: A live schedule handle that passes ptdp_schedule_check().
     :type costs: :py:class:`ptdp_schedule_costs`
-    :param costs: NULL for the defaults of ptdp_schedule_costs_init().
+    :param costs: NULL for the defaults of ptdp_schedule_costs_init(); its chunk arrays, when
+               set, must hold p * v entries each.
     :type makespan: float, out
     :param makespan: Receives the time the last rank finishes; may be NULL.
     :type bubble_fraction: float, out
@@ -1773,6 +1816,32 @@ def ptdp_schedule_simulate(schedule, costs, peak_slots):
     Thread-safe.
     """
     return _ptdp_ext.ptdp_schedule_simulate(schedule, costs, peak_slots)
+
+def ptdp_schedule_costs_from_trace(path, chunks):
+    r"""
+    Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+           simulator as a predictor): the Chrome trace a run writes with
+           ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+
+    For each global chunk c of the traced run: the mean duration, in seconds, of its forward,
+    full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every
+    rank and microbatch of the trace; and the lower quartile of the communication batches'
+    durations as the transfer time (a batch whose peer was already there costs just the
+    transfer). A kind the trace lacks is derived: a full backward as B + W, B and W as halves of
+    a full backward. Point ptdp_schedule_costs' chunk arrays at the results to predict the
+    iteration time of any schedule for the same p and v (and chunk placement's layers).
+    :type path: string
+    :param path: The trace file.
+    :type chunks: int
+    :param chunks: p * v of the traced run; > 0.
+    :param forward,backward,backward_input,backward_weight: Arrays of ``chunks`` entries each
+                    (any may be NULL).
+    :type p2p_latency: float, out
+    :param p2p_latency: Receives the transfer time; may be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_schedule_costs_from_trace(path, chunks)
 
 def ptdp_schedule_write_svg(schedule, costs, path):
     r"""

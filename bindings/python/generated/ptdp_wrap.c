@@ -3007,73 +3007,74 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_ptdp_attention swig_types[25]
 #define SWIGTYPE_p_ptdp_batch_masks swig_types[26]
 #define SWIGTYPE_p_ptdp_checkpoint_state swig_types[27]
-#define SWIGTYPE_p_ptdp_cluster swig_types[28]
-#define SWIGTYPE_p_ptdp_data_source swig_types[29]
-#define SWIGTYPE_p_ptdp_data_split swig_types[30]
-#define SWIGTYPE_p_ptdp_dataset_impl swig_types[31]
-#define SWIGTYPE_p_ptdp_device swig_types[32]
-#define SWIGTYPE_p_ptdp_dtype swig_types[33]
-#define SWIGTYPE_p_ptdp_eod_flags swig_types[34]
-#define SWIGTYPE_p_ptdp_feature swig_types[35]
-#define SWIGTYPE_p_ptdp_generate_options swig_types[36]
-#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[37]
-#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[38]
-#define SWIGTYPE_p_ptdp_gpt_options swig_types[39]
-#define SWIGTYPE_p_ptdp_group_kind swig_types[40]
-#define SWIGTYPE_p_ptdp_groups_impl swig_types[41]
-#define SWIGTYPE_p_ptdp_hf_architecture swig_types[42]
-#define SWIGTYPE_p_ptdp_hf_save_options swig_types[43]
-#define SWIGTYPE_p_ptdp_iteration_report swig_types[44]
-#define SWIGTYPE_p_ptdp_iteration_result swig_types[45]
-#define SWIGTYPE_p_ptdp_label_value swig_types[46]
-#define SWIGTYPE_p_ptdp_layer_impl swig_types[47]
-#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[48]
-#define SWIGTYPE_p_ptdp_model_impl swig_types[49]
-#define SWIGTYPE_p_ptdp_normalization swig_types[50]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[51]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[52]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[53]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[54]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[55]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[56]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[57]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[58]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[59]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[60]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[61]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[62]
-#define SWIGTYPE_p_ptdp_position_embedding swig_types[63]
-#define SWIGTYPE_p_ptdp_preprocess_options swig_types[64]
-#define SWIGTYPE_p_ptdp_preprocess_result swig_types[65]
-#define SWIGTYPE_p_ptdp_recompute swig_types[66]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[67]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[68]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[69]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[70]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[71]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[72]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[73]
-#define SWIGTYPE_p_ptdp_status swig_types[74]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[75]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[76]
-#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[77]
-#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[78]
-#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[79]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[80]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[81]
-#define SWIGTYPE_p_ptdp_trainer_impl swig_types[82]
-#define SWIGTYPE_p_ptdp_trainer_options swig_types[83]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[84]
-#define SWIGTYPE_p_short swig_types[85]
-#define SWIGTYPE_p_signed_char swig_types[86]
-#define SWIGTYPE_p_size_t swig_types[87]
-#define SWIGTYPE_p_unsigned_char swig_types[88]
-#define SWIGTYPE_p_unsigned_int swig_types[89]
-#define SWIGTYPE_p_unsigned_long swig_types[90]
-#define SWIGTYPE_p_unsigned_short swig_types[91]
-#define SWIGTYPE_p_void swig_types[92]
-static swig_type_info *swig_types[94];
-static swig_module_info swig_module = {swig_types, 93, 0, 0, 0, 0};
+#define SWIGTYPE_p_ptdp_chunk_placement swig_types[28]
+#define SWIGTYPE_p_ptdp_cluster swig_types[29]
+#define SWIGTYPE_p_ptdp_data_source swig_types[30]
+#define SWIGTYPE_p_ptdp_data_split swig_types[31]
+#define SWIGTYPE_p_ptdp_dataset_impl swig_types[32]
+#define SWIGTYPE_p_ptdp_device swig_types[33]
+#define SWIGTYPE_p_ptdp_dtype swig_types[34]
+#define SWIGTYPE_p_ptdp_eod_flags swig_types[35]
+#define SWIGTYPE_p_ptdp_feature swig_types[36]
+#define SWIGTYPE_p_ptdp_generate_options swig_types[37]
+#define SWIGTYPE_p_ptdp_gpt_data_impl swig_types[38]
+#define SWIGTYPE_p_ptdp_gpt_data_options swig_types[39]
+#define SWIGTYPE_p_ptdp_gpt_options swig_types[40]
+#define SWIGTYPE_p_ptdp_group_kind swig_types[41]
+#define SWIGTYPE_p_ptdp_groups_impl swig_types[42]
+#define SWIGTYPE_p_ptdp_hf_architecture swig_types[43]
+#define SWIGTYPE_p_ptdp_hf_save_options swig_types[44]
+#define SWIGTYPE_p_ptdp_iteration_report swig_types[45]
+#define SWIGTYPE_p_ptdp_iteration_result swig_types[46]
+#define SWIGTYPE_p_ptdp_label_value swig_types[47]
+#define SWIGTYPE_p_ptdp_layer_impl swig_types[48]
+#define SWIGTYPE_p_ptdp_lr_decay_style swig_types[49]
+#define SWIGTYPE_p_ptdp_model_impl swig_types[50]
+#define SWIGTYPE_p_ptdp_normalization swig_types[51]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[52]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[53]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[54]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[55]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[56]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[57]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[58]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[59]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[60]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[61]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[62]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[63]
+#define SWIGTYPE_p_ptdp_position_embedding swig_types[64]
+#define SWIGTYPE_p_ptdp_preprocess_options swig_types[65]
+#define SWIGTYPE_p_ptdp_preprocess_result swig_types[66]
+#define SWIGTYPE_p_ptdp_recompute swig_types[67]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[68]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[69]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[70]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[71]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[72]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[73]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[74]
+#define SWIGTYPE_p_ptdp_status swig_types[75]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[76]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[77]
+#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[78]
+#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[79]
+#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[80]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[81]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[82]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[83]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[84]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[85]
+#define SWIGTYPE_p_short swig_types[86]
+#define SWIGTYPE_p_signed_char swig_types[87]
+#define SWIGTYPE_p_size_t swig_types[88]
+#define SWIGTYPE_p_unsigned_char swig_types[89]
+#define SWIGTYPE_p_unsigned_int swig_types[90]
+#define SWIGTYPE_p_unsigned_long swig_types[91]
+#define SWIGTYPE_p_unsigned_short swig_types[92]
+#define SWIGTYPE_p_void swig_types[93]
+static swig_type_info *swig_types[95];
+static swig_module_info swig_module = {swig_types, 94, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -5945,6 +5946,66 @@ SWIGINTERN PyObject *_wrap_ptdp_parallel_options_decoder_last_pipeline_num_layer
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (int64_t) ((arg1)->decoder_last_pipeline_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_pipeline_chunk_placement_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_pipeline_chunk_placement_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_pipeline_chunk_placement_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_pipeline_chunk_placement_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->pipeline_chunk_placement = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_pipeline_chunk_placement_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_pipeline_chunk_placement_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->pipeline_chunk_placement);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_long((long)(result));
@@ -12587,6 +12648,242 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_forward_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  double *arg2 = (double *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_forward_set" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->chunk_forward = (double const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_forward_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_forward_get" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double *) ((arg1)->chunk_forward);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_double, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_backward_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  double *arg2 = (double *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_backward_set" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->chunk_backward = (double const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_backward_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_backward_get" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double *) ((arg1)->chunk_backward);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_double, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_backward_input_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  double *arg2 = (double *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_backward_input_set" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->chunk_backward_input = (double const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_backward_input_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_backward_input_get" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double *) ((arg1)->chunk_backward_input);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_double, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_backward_weight_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  double *arg2 = (double *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_backward_weight_set" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->chunk_backward_weight = (double const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_chunk_backward_weight_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_schedule_costs *arg1 = (struct ptdp_schedule_costs *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_schedule_costs, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_chunk_backward_weight_get" "', argument " "1"" of type '" "struct ptdp_schedule_costs *""'"); 
+  }
+  arg1 = (struct ptdp_schedule_costs *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double *) ((arg1)->chunk_backward_weight);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_double, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_schedule_costs(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_schedule_costs *result = 0 ;
@@ -13179,6 +13476,89 @@ fail:
   {
     if (have_view5) PyBuffer_Release(&view5); 
   }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_schedule_costs_from_trace(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  int32_t arg2 ;
+  double *arg3 = (double *) 0 ;
+  double *arg4 = (double *) 0 ;
+  double *arg5 = (double *) 0 ;
+  double *arg6 = (double *) 0 ;
+  double *arg7 = (double *) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  double temp3 = 0 ;
+  double temp4 = 0 ;
+  double temp5 = 0 ;
+  double temp6 = 0 ;
+  double temp7 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  {
+    arg4 = &temp4; 
+  }
+  {
+    arg5 = &temp5; 
+  }
+  {
+    arg6 = &temp6; 
+  }
+  {
+    arg7 = &temp7; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_schedule_costs_from_trace", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_schedule_costs_from_trace" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_schedule_costs_from_trace" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_schedule_costs_from_trace((char const *)arg1,arg2,arg3,arg4,arg5,arg6,arg7);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg3)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg4)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg5)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg6)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg7)); 
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
   return NULL;
 }
 
@@ -34119,6 +34499,20 @@ static PyMethodDef SwigMethods[] = {
 		"                                                    (`--decoder-last-pipeline-num-layers`);\n"
 		"                                                    0 (default): no count of its own; >= 0.\n"
 		""},
+	 { "ptdp_parallel_options_pipeline_chunk_placement_set", _wrap_ptdp_parallel_options_pipeline_chunk_placement_set, METH_VARARGS, "\n"
+		"Where the p * v model chunks live, a\n"
+		"                                                    ::ptdp_chunk_placement: 0 (default),\n"
+		"                                                    round-robin; 1, V (v = 2, an even split),\n"
+		"                                                    what ::PTDP_SCHEDULE_ZB_V and\n"
+		"                                                    ::PTDP_SCHEDULE_DUALPIPE_V run.\n"
+		""},
+	 { "ptdp_parallel_options_pipeline_chunk_placement_get", _wrap_ptdp_parallel_options_pipeline_chunk_placement_get, METH_O, "\n"
+		"Where the p * v model chunks live, a\n"
+		"                                                    ::ptdp_chunk_placement: 0 (default),\n"
+		"                                                    round-robin; 1, V (v = 2, an even split),\n"
+		"                                                    what ::PTDP_SCHEDULE_ZB_V and\n"
+		"                                                    ::PTDP_SCHEDULE_DUALPIPE_V run.\n"
+		""},
 	 { "ptdp_parallel_options_sequence_parallel_set", _wrap_ptdp_parallel_options_sequence_parallel_set, METH_VARARGS, "\n"
 		"1: sequence parallelism (`--sequence-parallel`,\n"
 		"                                                    Korthikanti et al. 2022): with t > 1 the norms,\n"
@@ -35105,6 +35499,14 @@ static PyMethodDef SwigMethods[] = {
 		"Time from a transfer's two sides both being posted to its\n"
 		"                              completion; default 0.\n"
 		""},
+	 { "ptdp_schedule_costs_chunk_forward_set", _wrap_ptdp_schedule_costs_chunk_forward_set, METH_O, " Forward of each chunk, or NULL (default)."},
+	 { "ptdp_schedule_costs_chunk_forward_get", _wrap_ptdp_schedule_costs_chunk_forward_get, METH_O, " Forward of each chunk, or NULL (default)."},
+	 { "ptdp_schedule_costs_chunk_backward_set", _wrap_ptdp_schedule_costs_chunk_backward_set, METH_O, " Full backward of each chunk, or NULL."},
+	 { "ptdp_schedule_costs_chunk_backward_get", _wrap_ptdp_schedule_costs_chunk_backward_get, METH_O, " Full backward of each chunk, or NULL."},
+	 { "ptdp_schedule_costs_chunk_backward_input_set", _wrap_ptdp_schedule_costs_chunk_backward_input_set, METH_O, " Input-gradient backward (B) of each chunk, or NULL."},
+	 { "ptdp_schedule_costs_chunk_backward_input_get", _wrap_ptdp_schedule_costs_chunk_backward_input_get, METH_O, " Input-gradient backward (B) of each chunk, or NULL."},
+	 { "ptdp_schedule_costs_chunk_backward_weight_set", _wrap_ptdp_schedule_costs_chunk_backward_weight_set, METH_O, " Weight-gradient backward (W) of each chunk, or NULL."},
+	 { "ptdp_schedule_costs_chunk_backward_weight_get", _wrap_ptdp_schedule_costs_chunk_backward_weight_get, METH_O, " Weight-gradient backward (W) of each chunk, or NULL."},
 	 { "new_ptdp_schedule_costs", _wrap_new_ptdp_schedule_costs, METH_NOARGS, NULL},
 	 { "delete_ptdp_schedule_costs", _wrap_delete_ptdp_schedule_costs, METH_O, NULL},
 	 { "ptdp_schedule_costs_swigregister", ptdp_schedule_costs_swigregister, METH_O, NULL},
@@ -35244,10 +35646,14 @@ static PyMethodDef SwigMethods[] = {
 		"total compute time (the paper's t_bubble / t_ideal). A slot is the activations of one\n"
 		"(microbatch, chunk), held from its forward until its backward (or weight-gradient backward);\n"
 		"with v chunks per rank a slot holds 1/v of a microbatch's activations on that rank.\n"
+		"With the chunk cost arrays of ``costs`` set (per-action times measured from a trace of a\n"
+		"run, as bench_schedule_predict measures them), the makespan is the predicted time of the\n"
+		"schedule's forward and backward passes.\n"
 		":type schedule: struct ptdp_schedule_impl\n"
 		":param schedule: A live schedule handle that passes ptdp_schedule_check().\n"
 		":type costs: :py:class:`ptdp_schedule_costs`\n"
-		":param costs: NULL for the defaults of ptdp_schedule_costs_init().\n"
+		":param costs: NULL for the defaults of ptdp_schedule_costs_init(); its chunk arrays, when\n"
+		"           set, must hold p * v entries each.\n"
 		":type makespan: float, out\n"
 		":param makespan: Receives the time the last rank finishes; may be NULL.\n"
 		":type bubble_fraction: float, out\n"
@@ -35258,6 +35664,29 @@ static PyMethodDef SwigMethods[] = {
 		":type capacity: int\n"
 		":param capacity: Number of elements ``peak_slots`` can hold; must be >= p when ``peak_slots``\n"
 		"           is not NULL (ignored otherwise).\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_schedule_costs_from_trace", _wrap_ptdp_schedule_costs_from_trace, METH_VARARGS, "\n"
+		"Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the\n"
+		"       simulator as a predictor): the Chrome trace a run writes with\n"
+		"       ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.\n"
+		"\n"
+		"For each global chunk c of the traced run: the mean duration, in seconds, of its forward,\n"
+		"full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every\n"
+		"rank and microbatch of the trace; and the lower quartile of the communication batches'\n"
+		"durations as the transfer time (a batch whose peer was already there costs just the\n"
+		"transfer). A kind the trace lacks is derived: a full backward as B + W, B and W as halves of\n"
+		"a full backward. Point ptdp_schedule_costs' chunk arrays at the results to predict the\n"
+		"iteration time of any schedule for the same p and v (and chunk placement's layers).\n"
+		":type path: string\n"
+		":param path: The trace file.\n"
+		":type chunks: int\n"
+		":param chunks: p * v of the traced run; > 0.\n"
+		":param forward,backward,backward_input,backward_weight: Arrays of ``chunks`` entries each\n"
+		"                (any may be NULL).\n"
+		":type p2p_latency: float, out\n"
+		":param p2p_latency: Receives the transfer time; may be NULL.\n"
 		"Title: Thread safety\n"
 		"Thread-safe.\n"
 		""},
@@ -37423,6 +37852,7 @@ static swig_type_info _swigt__p_ptdp_action_kind = {"_p_ptdp_action_kind", "ptdp
 static swig_type_info _swigt__p_ptdp_attention = {"_p_ptdp_attention", "ptdp_attention *|enum ptdp_attention *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_batch_masks = {"_p_ptdp_batch_masks", "ptdp_batch_masks *|struct ptdp_batch_masks *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_checkpoint_state = {"_p_ptdp_checkpoint_state", "ptdp_checkpoint_state *|struct ptdp_checkpoint_state *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_chunk_placement = {"_p_ptdp_chunk_placement", "ptdp_chunk_placement *|enum ptdp_chunk_placement *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_cluster = {"_p_ptdp_cluster", "ptdp_cluster *|struct ptdp_cluster *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_data_source = {"_p_ptdp_data_source", "ptdp_data_source *|enum ptdp_data_source *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_data_split = {"_p_ptdp_data_split", "ptdp_data_split *|enum ptdp_data_split *", 0, 0, (void*)0, 0};
@@ -37518,6 +37948,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_attention,
   &_swigt__p_ptdp_batch_masks,
   &_swigt__p_ptdp_checkpoint_state,
+  &_swigt__p_ptdp_chunk_placement,
   &_swigt__p_ptdp_cluster,
   &_swigt__p_ptdp_data_source,
   &_swigt__p_ptdp_data_split,
@@ -37613,6 +38044,7 @@ static swig_cast_info _swigc__p_ptdp_action_kind[] = {  {&_swigt__p_ptdp_action_
 static swig_cast_info _swigc__p_ptdp_attention[] = {  {&_swigt__p_ptdp_attention, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_batch_masks[] = {  {&_swigt__p_ptdp_batch_masks, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_checkpoint_state[] = {  {&_swigt__p_ptdp_checkpoint_state, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_chunk_placement[] = {  {&_swigt__p_ptdp_chunk_placement, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_cluster[] = {  {&_swigt__p_ptdp_cluster, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_data_source[] = {  {&_swigt__p_ptdp_data_source, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_data_split[] = {  {&_swigt__p_ptdp_data_split, 0, 0, 0},{0, 0, 0, 0}};
@@ -37708,6 +38140,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_attention,
   _swigc__p_ptdp_batch_masks,
   _swigc__p_ptdp_checkpoint_state,
+  _swigc__p_ptdp_chunk_placement,
   _swigc__p_ptdp_cluster,
   _swigc__p_ptdp_data_source,
   _swigc__p_ptdp_data_split,
@@ -38270,6 +38703,8 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_GROUP_DATA",SWIG_From_int((int)(PTDP_GROUP_DATA)));
   SWIG_Python_SetConstant(d, "PTDP_GROUP_MODEL",SWIG_From_int((int)(PTDP_GROUP_MODEL)));
   SWIG_Python_SetConstant(d, "PTDP_GROUP_EMBEDDING",SWIG_From_int((int)(PTDP_GROUP_EMBEDDING)));
+  SWIG_Python_SetConstant(d, "PTDP_CHUNK_PLACEMENT_ROUND_ROBIN",SWIG_From_int((int)(PTDP_CHUNK_PLACEMENT_ROUND_ROBIN)));
+  SWIG_Python_SetConstant(d, "PTDP_CHUNK_PLACEMENT_V",SWIG_From_int((int)(PTDP_CHUNK_PLACEMENT_V)));
   SWIG_Python_SetConstant(d, "PTDP_REDUCE_SUM",SWIG_From_int((int)(PTDP_REDUCE_SUM)));
   SWIG_Python_SetConstant(d, "PTDP_REDUCE_AVG",SWIG_From_int((int)(PTDP_REDUCE_AVG)));
   SWIG_Python_SetConstant(d, "PTDP_REDUCE_MAX",SWIG_From_int((int)(PTDP_REDUCE_MAX)));
@@ -38292,6 +38727,9 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_INTERLEAVED_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_INTERLEAVED_1F1B)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_ZB_H1",SWIG_From_int((int)(PTDP_SCHEDULE_ZB_H1)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_FORWARD_ONLY",SWIG_From_int((int)(PTDP_SCHEDULE_FORWARD_ONLY)));
+  SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_ZB_V",SWIG_From_int((int)(PTDP_SCHEDULE_ZB_V)));
+  SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_DUALPIPE_V",SWIG_From_int((int)(PTDP_SCHEDULE_DUALPIPE_V)));
+  SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_INTERLEAVED_ZB",SWIG_From_int((int)(PTDP_SCHEDULE_INTERLEAVED_ZB)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_FORWARD",SWIG_From_int((int)(PTDP_ACTION_FORWARD)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_BACKWARD",SWIG_From_int((int)(PTDP_ACTION_BACKWARD)));
   SWIG_Python_SetConstant(d, "PTDP_ACTION_BACKWARD_INPUT",SWIG_From_int((int)(PTDP_ACTION_BACKWARD_INPUT)));

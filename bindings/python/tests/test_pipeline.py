@@ -90,3 +90,16 @@ def test_split_schedule_without_weight_callback_is_refused(groups):
     with ptdp.Schedule("zb_h1", 1, 2) as s:
         with pytest.raises(ptdp.InvalidArgumentError, match="backward_weight"):
             ptdp.pipeline_run(groups, s, Scale(1))
+
+
+def test_v_shaped_and_interleaved_zero_bubble_schedules():
+    with ptdp.Schedule("zb_v", 4, 16, 2) as s:
+        makespan, bubble, peak = s.simulate()
+        assert bubble == pytest.approx(0.03125)
+        assert max(peak) <= 8  # 2p half-stage slots: 1F1B's p microbatches
+        # V placement: rank 0 runs chunks 0 and 7.
+        assert {int(a["chunk"]) for a in s.actions(0)} == {0, 7}
+    with ptdp.Schedule("interleaved_zb", 4, 8, 2) as s:
+        assert s.simulate()[1] < 0.1875  # interleaved 1F1B's bubble at p = 4, m = 8
+    with pytest.raises(ptdp.InvalidArgumentError, match="DualPipeV needs at least 2p microbatches"):
+        ptdp.Schedule("dualpipe_v", 4, 6, 2)

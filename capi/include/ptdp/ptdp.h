@@ -474,6 +474,12 @@ typedef struct ptdp_parallel_options {
   int64_t decoder_last_pipeline_num_layers;     /**< Layers of the last pipeline stage
                                                      (`--decoder-last-pipeline-num-layers`);
                                                      0 (default): no count of its own; >= 0. */
+  /* Added after the uneven stages. */
+  int64_t pipeline_chunk_placement;             /**< Where the p * v model chunks live, a
+                                                     ::ptdp_chunk_placement: 0 (default),
+                                                     round-robin; 1, V (v = 2, an even split),
+                                                     what ::PTDP_SCHEDULE_ZB_V and
+                                                     ::PTDP_SCHEDULE_DUALPIPE_V run. */
   int32_t sequence_parallel;                    /**< 1: sequence parallelism (`--sequence-parallel`,
                                                      Korthikanti et al. 2022): with t > 1 the norms,
                                                      dropouts and residuals of each tensor rank work
@@ -483,6 +489,15 @@ typedef struct ptdp_parallel_options {
                                                      the results equal those without it. Needs
                                                      seq_length divisible by t. Default 0; 0 or 1. */
 } ptdp_parallel_options;
+
+/** Placements of the model chunks on the pipeline ranks (ptdp_parallel_options). */
+typedef enum ptdp_chunk_placement {
+  PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = 0, /**< Chunk c on pipeline rank c % p (Megatron's interleaving). */
+  PTDP_CHUNK_PLACEMENT_V = 1            /**< v = 2: rank r holds chunks r and 2p - 1 - r; the first and
+                                             last chunk (embedding and loss) share rank 0, and chunk
+                                             p - 1 hands its output to chunk p on rank p - 1 without
+                                             a transfer. */
+} ptdp_chunk_placement;
 
 /** Opaque handle to the process groups of one layout. */
 typedef struct ptdp_groups_impl* ptdp_groups;
@@ -1482,7 +1497,10 @@ PTDP_API ptdp_status ptdp_layer_destroy(ptdp_layer layer);
  *  them. No communication and no device are involved.
  *
  *  Model chunks are numbered 0 .. p*v - 1 in model order and assigned round-robin: chunk c
- *  lives on rank c % p. Communication semantics: a ::PTDP_ACTION_SEND_ACTIVATION of
+ *  lives on rank c % p, or, for ::PTDP_SCHEDULE_ZB_V and ::PTDP_SCHEDULE_DUALPIPE_V (the V
+ *  placement, v = 2), on rank c for c < p and rank 2p - 1 - c otherwise, chunks p - 1 and p
+ *  sharing rank p - 1 without a transfer; a custom schedule takes the placement of its kind
+ *  label. Communication semantics: a ::PTDP_ACTION_SEND_ACTIVATION of
  *  (microbatch, c) sends chunk c's output to the rank of chunk c + 1, a
  *  ::PTDP_ACTION_RECV_ACTIVATION of (microbatch, c) receives chunk c's input from the rank of
  *  chunk c - 1; ::PTDP_ACTION_SEND_GRADIENT of (microbatch, c) sends the gradient of chunk c's
@@ -1508,8 +1526,18 @@ typedef enum ptdp_schedule_kind {
   PTDP_SCHEDULE_ZB_H1 = 3,            /**< Zero bubble ZB-H1 (Qi et al. 2024): backward split into
                                            input and weight gradients, weight gradients deferred
                                            into the bubbles; same peak memory as 1F1B. */
-  PTDP_SCHEDULE_FORWARD_ONLY = 4      /**< Forward passes only (evaluation): microbatch after
+  PTDP_SCHEDULE_FORWARD_ONLY = 4,     /**< Forward passes only (evaluation): microbatch after
                                            microbatch through every chunk; any v. Since 0.2. */
+  PTDP_SCHEDULE_ZB_V = 5,            /**< ZB-V (Qi et al., "Pipeline Parallelism with Controllable
+                                           Memory"): v = 2 chunks per rank in the V placement
+                                           (::PTDP_CHUNK_PLACEMENT_V), B and W split, list-scheduled
+                                           with 1F1B's activation memory (p microbatches per rank). */
+  PTDP_SCHEDULE_DUALPIPE_V = 6,      /**< DeepSeek's DualPipeV: v = 2 in the V placement, the order of
+                                           dualpipev.py (overlapped F/B pairs run in sequence); needs
+                                           m >= 2p. */
+  PTDP_SCHEDULE_INTERLEAVED_ZB = 7   /**< Interleaved zero bubble: interleaved 1F1B (v > 1, m a
+                                           multiple of p) with B and W split and the W passes
+                                           filling the waits. */
 } ptdp_schedule_kind;
 
 /** What an action does. */
@@ -1547,6 +1575,13 @@ typedef struct ptdp_schedule_costs {
   double backward_weight; /**< Weight-gradient backward (zero bubble); default 1. */
   double p2p_latency;     /**< Time from a transfer's two sides both being posted to its
                                completion; default 0. */
+  /* Added with the trace-fed predictor: measured costs per global chunk. When set (non-NULL,
+   * each p * v entries of the schedule simulated), an action of a kind on chunk c costs
+   * entry c, instead of the per-rank costs above divided by v; all four or none. */
+  const double* chunk_forward;         /**< Forward of each chunk, or NULL (default). */
+  const double* chunk_backward;        /**< Full backward of each chunk, or NULL. */
+  const double* chunk_backward_input;  /**< Input-gradient backward (B) of each chunk, or NULL. */
+  const double* chunk_backward_weight; /**< Weight-gradient backward (W) of each chunk, or NULL. */
 } ptdp_schedule_costs;
 
 /**
@@ -1697,8 +1732,12 @@ PTDP_API ptdp_status ptdp_schedule_check(ptdp_schedule schedule, int32_t* ok, ch
  * total compute time (the paper's t_bubble / t_ideal). A slot is the activations of one
  * (microbatch, chunk), held from its forward until its backward (or weight-gradient backward);
  * with v chunks per rank a slot holds 1/v of a microbatch's activations on that rank.
+ * With the chunk cost arrays of @p costs set (per-action times measured from a trace of a
+ * run, as bench_schedule_predict measures them), the makespan is the predicted time of the
+ * schedule's forward and backward passes.
  * @param schedule A live schedule handle that passes ptdp_schedule_check().
- * @param costs NULL for the defaults of ptdp_schedule_costs_init().
+ * @param costs NULL for the defaults of ptdp_schedule_costs_init(); its chunk arrays, when
+ *        set, must hold p * v entries each.
  * @param[out] makespan Receives the time the last rank finishes; may be NULL.
  * @param[out] bubble_fraction Receives the bubble fraction; may be NULL.
  * @param[out] peak_slots Receives, for each of the p ranks, the most slots held at once; may
@@ -1715,6 +1754,34 @@ PTDP_API ptdp_status ptdp_schedule_check(ptdp_schedule schedule, int32_t* ok, ch
 PTDP_API ptdp_status ptdp_schedule_simulate(ptdp_schedule schedule, const ptdp_schedule_costs* costs,
                                             double* makespan, double* bubble_fraction,
                                             int32_t* peak_slots, int32_t capacity);
+
+/**
+ * @brief Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+ *        simulator as a predictor): the Chrome trace a run writes with
+ *        ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+ *
+ * For each global chunk c of the traced run: the mean duration, in seconds, of its forward,
+ * full backward, input-gradient backward (B) and weight-gradient backward (W) spans over every
+ * rank and microbatch of the trace; and the lower quartile of the communication batches'
+ * durations as the transfer time (a batch whose peer was already there costs just the
+ * transfer). A kind the trace lacks is derived: a full backward as B + W, B and W as halves of
+ * a full backward. Point ptdp_schedule_costs' chunk arrays at the results to predict the
+ * iteration time of any schedule for the same p and v (and chunk placement's layers).
+ * @param path The trace file.
+ * @param chunks p * v of the traced run; > 0.
+ * @param[out] forward,backward,backward_input,backward_weight Arrays of @p chunks entries each
+ *             (any may be NULL).
+ * @param[out] p2p_latency Receives the transfer time; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p path NULL, @p chunks <= 0, or a chunk with no forward or
+ *         no backward span in the trace (the message names it).
+ * @retval PTDP_ERR_IO @p path cannot be read or is not a Chrome trace.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_schedule_costs_from_trace(const char* path, int32_t chunks, double* forward, double* backward,
+                                                    double* backward_input, double* backward_weight,
+                                                    double* p2p_latency);
 
 /**
  * @brief Draws the simulated timeline as a standalone SVG file, like the schedule figures of

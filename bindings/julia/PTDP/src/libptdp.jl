@@ -234,8 +234,14 @@ struct ptdp_parallel_options
     virtual_pipeline_model_parallel_size::Int32
     decoder_first_pipeline_num_layers::Int64
     decoder_last_pipeline_num_layers::Int64
+    pipeline_chunk_placement::Int64
     sequence_parallel::Int32
 end
+
+# Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
+const ptdp_chunk_placement = Cint
+const PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = ptdp_chunk_placement(0)
+const PTDP_CHUNK_PLACEMENT_V = ptdp_chunk_placement(1)
 
 mutable struct ptdp_groups_impl end
 const ptdp_groups = Ptr{ptdp_groups_impl}
@@ -714,6 +720,9 @@ const PTDP_SCHEDULE_1F1B = ptdp_schedule_kind(1)
 const PTDP_SCHEDULE_INTERLEAVED_1F1B = ptdp_schedule_kind(2)
 const PTDP_SCHEDULE_ZB_H1 = ptdp_schedule_kind(3)
 const PTDP_SCHEDULE_FORWARD_ONLY = ptdp_schedule_kind(4)
+const PTDP_SCHEDULE_ZB_V = ptdp_schedule_kind(5)
+const PTDP_SCHEDULE_DUALPIPE_V = ptdp_schedule_kind(6)
+const PTDP_SCHEDULE_INTERLEAVED_ZB = ptdp_schedule_kind(7)
 
 # What an action does.
 const ptdp_action_kind = Cint
@@ -743,6 +752,10 @@ struct ptdp_schedule_costs
     backward_input::Cdouble
     backward_weight::Cdouble
     p2p_latency::Cdouble
+    chunk_forward::Ptr{Cdouble}
+    chunk_backward::Ptr{Cdouble}
+    chunk_backward_input::Ptr{Cdouble}
+    chunk_backward_weight::Ptr{Cdouble}
 end
 
 # Fills @p costs with the defaults (forward 1, backward 2, backward_input 1, backward_weight 1,
@@ -807,6 +820,15 @@ function ptdp_schedule_simulate(schedule, costs, makespan, bubble_fraction, peak
     ccall((:ptdp_schedule_simulate, libptdp), ptdp_status,
           (ptdp_schedule, Ptr{ptdp_schedule_costs}, Ptr{Cdouble}, Ptr{Cdouble}, Ptr{Int32}, Int32),
           schedule, costs, makespan, bubble_fraction, peak_slots, capacity)
+end
+
+# Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+# simulator as a predictor): the Chrome trace a run writes with
+# ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+function ptdp_schedule_costs_from_trace(path, chunks, forward, backward, backward_input, backward_weight, p2p_latency)
+    ccall((:ptdp_schedule_costs_from_trace, libptdp), ptdp_status,
+          (Cstring, Int32, Ptr{Cdouble}, Ptr{Cdouble}, Ptr{Cdouble}, Ptr{Cdouble}, Ptr{Cdouble}),
+          path, chunks, forward, backward, backward_input, backward_weight, p2p_latency)
 end
 
 # Draws the simulated timeline as a standalone SVG file, like the schedule figures of the

@@ -91,8 +91,14 @@ pub struct ptdp_parallel_options {
     pub virtual_pipeline_model_parallel_size: i32,
     pub decoder_first_pipeline_num_layers: i64,
     pub decoder_last_pipeline_num_layers: i64,
+    pub pipeline_chunk_placement: i64,
     pub sequence_parallel: i32,
 }
+
+/// Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
+pub type ptdp_chunk_placement = i32;
+pub const PTDP_CHUNK_PLACEMENT_ROUND_ROBIN: ptdp_chunk_placement = 0;
+pub const PTDP_CHUNK_PLACEMENT_V: ptdp_chunk_placement = 1;
 
 #[repr(C)]
 pub struct ptdp_groups_impl {
@@ -271,6 +277,9 @@ pub const PTDP_SCHEDULE_1F1B: ptdp_schedule_kind = 1;
 pub const PTDP_SCHEDULE_INTERLEAVED_1F1B: ptdp_schedule_kind = 2;
 pub const PTDP_SCHEDULE_ZB_H1: ptdp_schedule_kind = 3;
 pub const PTDP_SCHEDULE_FORWARD_ONLY: ptdp_schedule_kind = 4;
+pub const PTDP_SCHEDULE_ZB_V: ptdp_schedule_kind = 5;
+pub const PTDP_SCHEDULE_DUALPIPE_V: ptdp_schedule_kind = 6;
+pub const PTDP_SCHEDULE_INTERLEAVED_ZB: ptdp_schedule_kind = 7;
 
 /// What an action does.
 pub type ptdp_action_kind = i32;
@@ -304,6 +313,10 @@ pub struct ptdp_schedule_costs {
     pub backward_input: f64,
     pub backward_weight: f64,
     pub p2p_latency: f64,
+    pub chunk_forward: *const f64,
+    pub chunk_backward: *const f64,
+    pub chunk_backward_input: *const f64,
+    pub chunk_backward_weight: *const f64,
 }
 
 #[repr(C)]
@@ -1222,6 +1235,18 @@ extern "C" {
         bubble_fraction: *mut f64,
         peak_slots: *mut i32,
         capacity: i32,
+    ) -> ptdp_status;
+    /// Per-chunk costs measured from a trace of a run, to feed ptdp_schedule_simulate() (the
+    /// simulator as a predictor): the Chrome trace a run writes with
+    /// ptdp_pipeline_options::trace_path or `ptdp-train --profile-trace`.
+    pub fn ptdp_schedule_costs_from_trace(
+        path: *const ::std::os::raw::c_char,
+        chunks: i32,
+        forward: *mut f64,
+        backward: *mut f64,
+        backward_input: *mut f64,
+        backward_weight: *mut f64,
+        p2p_latency: *mut f64,
     ) -> ptdp_status;
     /// Draws the simulated timeline as a standalone SVG file, like the schedule figures of the
     /// pipeline papers: one row per rank, one box per compute action labelled with its
