@@ -186,6 +186,7 @@ module ptdp
     integer(c_int64_t) :: decoder_last_pipeline_num_layers
     integer(c_int64_t) :: pipeline_chunk_placement
     integer(c_int32_t) :: sequence_parallel
+    type(c_ptr) :: pipeline_model_parallel_layout
   end type ptdp_parallel_options
 
   ! One transfer of a batch.
@@ -1932,7 +1933,9 @@ module ptdp
     ! `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual stage)
     ! when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and last stage
     ! layers from `--decoder-first-pipeline-num-layers` and `--decoder-last-pipeline-num-layers`
-    ! (0 when not given).
+    ! (0 when not given); v from the layout's entries and pipeline_model_parallel_layout
+    ! pointing at the configuration's copy of `--pipeline-model-parallel-layout` (valid while @p
+    ! config lives; NULL when not given); sequence_parallel from `--sequence-parallel`.
     function ptdp_train_config_parallel_options(config, options) &
         bind(c, name="ptdp_train_config_parallel_options")
       import

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "capi/src/api_guard.h"
+#include "core/model/pipeline_split.h"
 #include "core/plan/cluster.h"
 #include "kernels/error.h"
 
@@ -274,6 +275,15 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   PTDP_CHECK_ARG(o.sequence_parallel == 0 || o.sequence_parallel == 1,
                  str_cat("options->sequence_parallel = ", o.sequence_parallel, " is not 0 or 1"));
   c.sequence_parallel = o.sequence_parallel == 1;
+  if (o.pipeline_model_parallel_layout != nullptr && o.pipeline_model_parallel_layout[0] != '\0') {
+    c.pipeline_layout = o.pipeline_model_parallel_layout;
+    try {
+      const PipelineLayout l = parse_pipeline_layout(c.pipeline_layout, c.pipeline);
+      if (c.virtual_stages == 1) c.virtual_stages = l.virtual_stages;
+    } catch (const Error& e) {
+      throw_error(ErrorCode::InvalidArgument, str_cat("options->pipeline_model_parallel_layout: ", e.what()));
+    }
+  }
   PTDP_CHECK_ARG(o.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_ROUND_ROBIN ||
                      o.pipeline_chunk_placement == PTDP_CHUNK_PLACEMENT_V,
                  str_cat("options->pipeline_chunk_placement = ", o.pipeline_chunk_placement,

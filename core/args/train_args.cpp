@@ -311,6 +311,12 @@ std::vector<Flag> make_flags() {
                                "--num-layers-per-virtual-pipeline-stage, and the way to give v with uneven first or "
                                "last stages); interleaved 1F1B when v > 1.",
                                &TrainArgs::num_virtual_stages_per_pipeline_rank, kPositive, "v = 1"));
+  v.push_back(text("pipeline-model-parallel-layout", G::Parallel, "LAYOUT",
+                   "Megatron's custom pipeline layout: one entry per model chunk in chunk order (c = vp_stage * p + "
+                   "pp_rank), separated by '|', of E (embedding), t (decoder layer) and L (loss); x*n repeats a "
+                   "character and (...)*n a group, commas are cosmetic. E must open it and L close it; its entries / "
+                   "p give v. E.g. \"Et*3|(tt|)*2,L\" at p = 2.",
+                   &TrainArgs::pipeline_model_parallel_layout));
   v.push_back(optional_integer("decoder-first-pipeline-num-layers", G::Parallel,
                                "Transformer layers of the first pipeline stage (which also holds the embedding); the "
                                "stages without a count of their own share the other layers evenly, and each stage "
@@ -636,7 +642,27 @@ void check_together(const TrainArgs& a) {
   }
   // Pipeline split (Megatron's checks: arguments.py, then TransformerConfig's).
   const int p = a.pipeline_model_parallel_size;
-  const bool uneven = a.decoder_first_pipeline_num_layers || a.decoder_last_pipeline_num_layers;
+  const bool first_last = a.decoder_first_pipeline_num_layers || a.decoder_last_pipeline_num_layers;
+  const bool layout = !a.pipeline_model_parallel_layout.empty();
+  const bool uneven = first_last || layout;
+  if (layout && first_last) {
+    fail(str_cat(value("pipeline-model-parallel-layout"), " places every layer; drop ",
+                 value(a.decoder_first_pipeline_num_layers ? "decoder-first-pipeline-num-layers"
+                                                           : "decoder-last-pipeline-num-layers")));
+  }
+  if (layout && a.num_layers_per_virtual_pipeline_stage) {
+    fail(str_cat(value("pipeline-model-parallel-layout"), " sets v itself; drop ",
+                 value("num-layers-per-virtual-pipeline-stage")));
+  }
+  if (layout && a.num_virtual_stages_per_pipeline_rank) {
+    int entries = 1;
+    for (char ch : a.pipeline_model_parallel_layout) entries += ch == '|';
+    const bool simple = a.pipeline_model_parallel_layout.find('(') == std::string::npos;
+    if (simple && entries != p * *a.num_virtual_stages_per_pipeline_rank) {
+      fail(str_cat(value("pipeline-model-parallel-layout"), " has ", std::to_string(entries), " entries, not ",
+                   value("pipeline-model-parallel-size"), " x ", value("num-virtual-stages-per-pipeline-rank")));
+    }
+  }
   if (a.num_layers_per_virtual_pipeline_stage && a.num_virtual_stages_per_pipeline_rank) {
     fail(str_cat("No more than one of --num-layers-per-virtual-pipeline-stage and "
                  "--num-virtual-stages-per-pipeline-rank can be set; got ",
@@ -660,8 +686,10 @@ void check_together(const TrainArgs& a) {
   }
   const int v = virtual_pipeline_size(a);
   const char* v_flag = a.num_virtual_stages_per_pipeline_rank ? "num-virtual-stages-per-pipeline-rank"
-                                                              : "num-layers-per-virtual-pipeline-stage";
-  const bool v_from_schedule = !a.num_virtual_stages_per_pipeline_rank && !a.num_layers_per_virtual_pipeline_stage;
+                       : layout                                ? "pipeline-model-parallel-layout"
+                                                               : "num-layers-per-virtual-pipeline-stage";
+  const bool v_from_schedule =
+      !a.num_virtual_stages_per_pipeline_rank && !a.num_layers_per_virtual_pipeline_stage && !layout;
   if (v > 1 && p == 1 && v_from_schedule) {
     fail(str_cat(value("pipeline-schedule"), " needs --pipeline-model-parallel-size > 1"));
   }
@@ -678,7 +706,8 @@ void check_together(const TrainArgs& a) {
     fail(str_cat(value("pipeline-schedule"), " needs --pipeline-model-parallel-size > 1"));
   } else if (v_shaped && uneven) {
     fail(str_cat(value("pipeline-schedule"), " takes an even split of the layers: drop "
-                 "--decoder-first-pipeline-num-layers and --decoder-last-pipeline-num-layers"));
+                 "--decoder-first-pipeline-num-layers, --decoder-last-pipeline-num-layers and "
+                 "--pipeline-model-parallel-layout"));
   } else if (sk == ScheduleKind::InterleavedZeroBubble && v < 2) {
     fail(str_cat(value("pipeline-schedule"), " needs v > 1 model chunks per rank (--num-virtual-stages-per-pipeline-rank)"));
   } else if (v > 1 && !v_shaped && sk != ScheduleKind::OneFOneB && sk != ScheduleKind::InterleavedZeroBubble) {
@@ -687,12 +716,14 @@ void check_together(const TrainArgs& a) {
   }
   if (uneven || a.num_virtual_stages_per_pipeline_rank) {
     try {
+      if (layout) parse_pipeline_layout(a.pipeline_model_parallel_layout, p);
       stage_layer_counts(a.num_layers, pipeline_split(to_parallel_config(a, p)));
     } catch (const Error& e) {
       std::string given = str_cat(value("num-layers"), ", ", value("pipeline-model-parallel-size"));
       if (a.num_virtual_stages_per_pipeline_rank) given += str_cat(", ", value("num-virtual-stages-per-pipeline-rank"));
       if (a.decoder_first_pipeline_num_layers) given += str_cat(", ", value("decoder-first-pipeline-num-layers"));
       if (a.decoder_last_pipeline_num_layers) given += str_cat(", ", value("decoder-last-pipeline-num-layers"));
+      if (layout) given += str_cat(", ", value("pipeline-model-parallel-layout"));
       fail(str_cat(given, ": ", e.what()));
     }
   }
@@ -896,6 +927,13 @@ std::vector<std::string> train_flag_names() {
 
 int virtual_pipeline_size(const TrainArgs& args) {
   if (args.num_virtual_stages_per_pipeline_rank) return *args.num_virtual_stages_per_pipeline_rank;
+  if (!args.pipeline_model_parallel_layout.empty() && !args.num_layers_per_virtual_pipeline_stage) {
+    try {
+      return parse_pipeline_layout(args.pipeline_model_parallel_layout, args.pipeline_model_parallel_size).virtual_stages;
+    } catch (const Error&) {
+      return 1;  // validate_train_args reports the layout
+    }
+  }
   if (!args.num_layers_per_virtual_pipeline_stage) {
     const bool v_shaped =
         args.pipeline_schedule == ScheduleKind::ZeroBubbleV || args.pipeline_schedule == ScheduleKind::DualPipeV;
@@ -1047,6 +1085,7 @@ ParallelConfig to_parallel_config(const TrainArgs& args, int world_size) {
   c.first_stage_layers = args.decoder_first_pipeline_num_layers.value_or(0);
   c.last_stage_layers = args.decoder_last_pipeline_num_layers.value_or(0);
   c.sequence_parallel = args.sequence_parallel;
+  c.pipeline_layout = args.pipeline_model_parallel_layout;
   c.chunk_placement = static_cast<int>(placement_of(schedule_kind(args)));
   return c;
 }

@@ -345,12 +345,13 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
                     {"data_parallel_size", g.size(GroupKind::Data)},
                     {"virtual_pipeline_model_parallel_size", model.virtual_stages()},
                     {"world_size", g.size(GroupKind::World)}};
-    // Megatron's uneven first and last stages, when set (informative: layers are named by their
+    // Megatron's uneven first and last stages or its layout string, when set (informative: layers are named by their
     // global index, so any split loads any other's checkpoint).
     if (model.split().first_stage_layers > 0)
       md["layout"]["decoder_first_pipeline_num_layers"] = model.split().first_stage_layers;
     if (model.split().last_stage_layers > 0)
       md["layout"]["decoder_last_pipeline_num_layers"] = model.split().last_stage_layers;
+    if (!model.split().layout.empty()) md["layout"]["pipeline_model_parallel_layout"] = model.split().layout;
     // The V placement (ZB-V, DualPipeV), informative as well: shard pp<r> holds chunks r and
     // 2p - 1 - r then; the loader finds every layer by name.
     if (model.placement() == ChunkPlacement::V) md["layout"]["pipeline_chunk_placement"] = "V";

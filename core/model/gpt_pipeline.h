@@ -13,7 +13,6 @@
 
 #include "core/model/gpt.h"
 #include "core/parallel/groups.h"
-#include "core/pipeline/schedule.h"
 
 namespace ptdp {
 

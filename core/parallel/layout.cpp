@@ -6,6 +6,14 @@
 
 namespace ptdp {
 
+const char* chunk_placement_name(ChunkPlacement k) {
+  switch (k) {
+    case ChunkPlacement::RoundRobin: return "round-robin";
+    case ChunkPlacement::V: return "V";
+  }
+  return "?";
+}
+
 const char* group_kind_name(GroupKind kind) {
   switch (kind) {
     case GroupKind::World: return "world";
@@ -44,6 +52,15 @@ Layout::Layout(const ParallelConfig& c) : config_(c) {
   PTDP_CHECK_ARG(c.chunk_placement == 0 || (c.first_stage_layers == 0 && c.last_stage_layers == 0),
                  "the V chunk placement takes an even split of the layers, got first pipeline stage layers " +
                      std::to_string(c.first_stage_layers) + " and last " + std::to_string(c.last_stage_layers));
+  // The layout string itself is checked against p and v where the split is built
+  // (core/model/pipeline_split.h); here only what it cannot be combined with.
+  PTDP_CHECK_ARG(c.pipeline_layout.empty() || (c.first_stage_layers == 0 && c.last_stage_layers == 0),
+                 "pipeline_model_parallel_layout places every layer; it cannot be combined with first (" +
+                     std::to_string(c.first_stage_layers) + ") or last (" + std::to_string(c.last_stage_layers) +
+                     ") pipeline stage layers");
+  PTDP_CHECK_ARG(c.pipeline_layout.empty() || c.chunk_placement == 0,
+                 "the V chunk placement takes an even split of the layers, not pipeline_model_parallel_layout \"" +
+                     c.pipeline_layout + "\"");
   data_ = static_cast<int>(c.world / tp);
 }
 
@@ -111,6 +128,7 @@ std::string Layout::str() const {
          std::to_string(virtual_stages()) +
          (first_stage_layers() ? ", first=" + std::to_string(first_stage_layers()) : std::string()) +
          (last_stage_layers() ? ", last=" + std::to_string(last_stage_layers()) : std::string()) +
+         (config_.pipeline_layout.empty() ? std::string() : ", layout " + config_.pipeline_layout) +
          (config_.sequence_parallel && tensor() > 1 ? ", sequence parallel" : "") + ")";
 }
 

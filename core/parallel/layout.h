@@ -17,6 +17,28 @@ enum class GroupKind : int { World = 0, Tensor = 1, Pipeline = 2, Data = 3, Mode
 inline constexpr int kNumGroupKinds = 6;
 const char* group_kind_name(GroupKind kind);
 
+/// Which pipeline rank holds which model chunk. Numbers match ptdp_chunk_placement in the C API.
+enum class ChunkPlacement : int {
+  RoundRobin = 0,  ///< chunk c on rank c % p, as local chunk c / p (Megatron's interleaving)
+  V = 1,           ///< v = 2: chunk c < p on rank c (local 0), chunk c >= p on rank 2p - 1 - c (local 1)
+};
+const char* chunk_placement_name(ChunkPlacement k);
+/// Pipeline rank holding global chunk `chunk` of p * v.
+inline int placement_rank(ChunkPlacement pl, int p, int chunk) {
+  if (pl == ChunkPlacement::V) return chunk < p ? chunk : 2 * p - 1 - chunk;
+  return chunk % p;
+}
+/// Index of global chunk `chunk` among its rank's chunks (0 .. v-1, in model order).
+inline int placement_local(ChunkPlacement pl, int p, int chunk) {
+  if (pl == ChunkPlacement::V) return chunk < p ? 0 : 1;
+  return chunk / p;
+}
+/// Global chunk of rank `rank`'s local chunk `j`.
+inline int placement_chunk(ChunkPlacement pl, int p, int rank, int j) {
+  if (pl == ChunkPlacement::V) return j == 0 ? rank : 2 * p - 1 - rank;
+  return j * p + rank;
+}
+
 struct ParallelConfig {
   int world = 1;     ///< W, number of ranks
   int tensor = 1;    ///< t
@@ -35,6 +57,9 @@ struct ParallelConfig {
   /// and 2p - 1 - r, so the embedding group is the first stage alone), what the ZB-V and
   /// DualPipeV schedules run.
   int chunk_placement = 0;
+  /// Megatron's --pipeline-model-parallel-layout (core/model/pipeline_split.h): the decoder
+  /// layers of every model chunk; empty: none. virtual_stages must be its entries / p.
+  std::string pipeline_layout = {};
 };
 
 /// This rank's coordinates in the (pipeline, data, tensor) grid.

@@ -72,13 +72,6 @@ const char* schedule_kind_name(ScheduleKind k) {
   return "?";
 }
 
-const char* chunk_placement_name(ChunkPlacement k) {
-  switch (k) {
-    case ChunkPlacement::RoundRobin: return "round-robin";
-    case ChunkPlacement::V: return "V";
-  }
-  return "?";
-}
 
 ChunkPlacement placement_of(ScheduleKind kind) {
   return kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV ? ChunkPlacement::V

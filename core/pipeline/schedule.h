@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "core/parallel/layout.h"
+
 namespace ptdp {
 
 /// Numbers match ptdp_action_kind in the C API.
@@ -72,29 +74,8 @@ enum class ScheduleKind : int {
 };
 const char* schedule_kind_name(ScheduleKind k);
 
-/// Which pipeline rank holds which model chunk. Numbers match ptdp_chunk_placement in the C API.
-enum class ChunkPlacement : int {
-  RoundRobin = 0,  ///< chunk c on rank c % p, as local chunk c / p (Megatron's interleaving)
-  V = 1,           ///< v = 2: chunk c < p on rank c (local 0), chunk c >= p on rank 2p - 1 - c (local 1)
-};
-const char* chunk_placement_name(ChunkPlacement k);
 /// The placement a schedule kind runs in: V for ZeroBubbleV and DualPipeV, else round-robin.
 ChunkPlacement placement_of(ScheduleKind kind);
-/// Pipeline rank holding global chunk `chunk` of p * v.
-inline int placement_rank(ChunkPlacement pl, int p, int chunk) {
-  if (pl == ChunkPlacement::V) return chunk < p ? chunk : 2 * p - 1 - chunk;
-  return chunk % p;
-}
-/// Index of global chunk `chunk` among its rank's chunks (0 .. v-1, in model order).
-inline int placement_local(ChunkPlacement pl, int p, int chunk) {
-  if (pl == ChunkPlacement::V) return chunk < p ? 0 : 1;
-  return chunk / p;
-}
-/// Global chunk of rank `rank`'s local chunk `j`.
-inline int placement_chunk(ChunkPlacement pl, int p, int rank, int j) {
-  if (pl == ChunkPlacement::V) return j == 0 ? rank : 2 * p - 1 - rank;
-  return j * p + rank;
-}
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::OneFOneB;

@@ -93,7 +93,7 @@ const char* schedule_short_name(ScheduleKind k) {
 }
 
 PipelineSplit Layout::split() const {
-  return PipelineSplit{p, v, first, last};
+  return PipelineSplit{p, v, first, last, {}};
 }
 
 std::string Layout::str() const {

@@ -7,6 +7,8 @@
 
 #include "core/args/train_args.h"
 #include "core/model/model_presets.h"
+#include "core/model/pipeline_split.h"
+#include "core/parallel/layout.h"
 #include "kernels/error.h"
 
 namespace {
@@ -423,8 +425,8 @@ TEST_CASE("train args: the V-shaped and interleaved zero-bubble schedules", "[ar
         "--pipeline-schedule interleaved-zb needs v > 1 model chunks per rank (--num-virtual-stages-per-pipeline-rank)");
   CHECK(parse_error({"--num-layers", "10", "--pipeline-model-parallel-size", "2", "--decoder-first-pipeline-num-layers",
                      "4", "--pipeline-schedule", "zb-v"}) ==
-        "--pipeline-schedule zb-v takes an even split of the layers: drop --decoder-first-pipeline-num-layers and "
-        "--decoder-last-pipeline-num-layers");
+        "--pipeline-schedule zb-v takes an even split of the layers: drop --decoder-first-pipeline-num-layers, "
+        "--decoder-last-pipeline-num-layers and --pipeline-model-parallel-layout");
 }
 
 TEST_CASE("train args: the optimizer and loss scaling follow Megatron", "[args]") {
@@ -497,9 +499,52 @@ TEST_CASE("train args: --sequence-parallel reaches the layout and needs s divisi
   }
 }
 
+TEST_CASE("train args: --pipeline-model-parallel-layout sets v and the chunks, refused in Megatron's words", "[args]") {
+  TrainArgs a = ptdp::parse_train_args({"--num-layers", "6", "--pipeline-model-parallel-size", "2",
+                                        "--pipeline-model-parallel-layout", "Et|(tt|)*2,tL"});
+  CHECK(ptdp::virtual_pipeline_size(a) == 2);
+  CHECK(ptdp::schedule_kind(a) == ptdp::ScheduleKind::Interleaved1F1B);
+  const ptdp::ParallelConfig c = ptdp::to_parallel_config(a, 2);
+  CHECK(c.virtual_stages == 2);
+  CHECK(c.pipeline_layout == "Et|(tt|)*2,tL");
+  CHECK(ptdp::chunk_layer_counts(6, ptdp::pipeline_split(c)) == std::vector<int>{1, 2, 2, 1});
+  CHECK(ptdp::train_args_to_json(a)["pipeline-model-parallel-layout"] == "Et|(tt|)*2,tL");
+  // Agreeing with --num-virtual-stages-per-pipeline-rank is fine.
+  a = ptdp::parse_train_args({"--num-layers", "4", "--pipeline-model-parallel-size", "2",
+                              "--num-virtual-stages-per-pipeline-rank", "1", "--pipeline-model-parallel-layout", "Ettt|tL"});
+  CHECK(ptdp::virtual_pipeline_size(a) == 1);
+  const auto refused = [](std::vector<std::string> flags, const std::string& words) {
+    INFO(words);
+    try {
+      ptdp::parse_train_args(flags);
+      FAIL("accepted");
+    } catch (const ptdp::Error& e) {
+      CHECK_THAT(e.what(), Catch::Contains(words));
+    }
+  };
+  refused({"--num-layers", "5", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Ett|ttL"},
+          "Number of decoder layers 4 must match num_layers 5");
+  refused({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Ett|tt|L"},
+          "must be divisible by pipeline_model_parallel_size");
+  refused({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "tEt|ttL"},
+          "The first layer must be embedding");
+  refused({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Ett|ttL",
+           "--decoder-first-pipeline-num-layers", "2"},
+          "--pipeline-model-parallel-layout Ett|ttL places every layer; drop --decoder-first-pipeline-num-layers 2");
+  refused({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Ett|ttL",
+           "--num-layers-per-virtual-pipeline-stage", "1"},
+          "sets v itself; drop --num-layers-per-virtual-pipeline-stage 1");
+  refused({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout", "Ett|ttL",
+           "--num-virtual-stages-per-pipeline-rank", "2"},
+          "has 2 entries, not --pipeline-model-parallel-size 2 x --num-virtual-stages-per-pipeline-rank 2");
+  refused({"--num-layers", "4", "--pipeline-model-parallel-size", "2", "--pipeline-model-parallel-layout",
+           "Et|t|t|tL", "--pipeline-schedule", "zb-v"},
+          "takes an even split of the layers");
+}
+
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 98);
+  CHECK(names.size() == 99);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

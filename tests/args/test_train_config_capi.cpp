@@ -55,6 +55,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"pipeline-model-parallel-size", "1"},
     {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},
     {"num-virtual-stages-per-pipeline-rank", "unset (v = 1)"},
+    {"pipeline-model-parallel-layout", "unset"},
     {"decoder-first-pipeline-num-layers", "unset (an even split)"},
     {"decoder-last-pipeline-num-layers", "unset (an even split)"},
     {"pipeline-schedule", "1f1b"},

@@ -19,7 +19,7 @@ using ptdp::GptStage;
 using ptdp::PipelineSplit;
 
 PipelineSplit split(int p, int v, int first = 0, int last = 0) {
-  return PipelineSplit{p, v, first, last};
+  return PipelineSplit{p, v, first, last, {}};
 }
 
 GptConfig layers(int n) {
@@ -125,4 +125,63 @@ TEST_CASE("Megatron's refusals of uneven splits", "[model][pipeline_split]") {
   // The even split keeps its words.
   CHECK(refusal(6, split(4, 1)) == "num_layers 6 cannot be split evenly over p=4 x v=1 = 4 model chunks");
   CHECK_THROWS_AS(GptStage::chunk_of(layers(8), split(4, 1, 1, 3), 4), ptdp::Error);
+}
+
+TEST_CASE("Megatron's --pipeline-model-parallel-layout: repetitions, chunk order and offsets", "[model][pipeline_split]") {
+  // Megatron's documented DeepSeek-V3 layout "Et*3|(tt|)*29,m|L" with a decoder layer for its MTP
+  // layer: 32 = 16 x 2 entries, 3 + 29 * 2 + 1 = 62 decoder layers, the loss chunk empty.
+  const ptdp::PipelineLayout big = ptdp::parse_pipeline_layout("Et*3|(tt|)*29,t|L", 16);
+  CHECK(big.virtual_stages == 2);
+  REQUIRE(big.chunk_layers.size() == 32);
+  CHECK(big.chunk_layers.front() == 3);
+  CHECK(big.chunk_layers[1] == 2);
+  CHECK(big.chunk_layers[29] == 2);
+  CHECK(big.chunk_layers[30] == 1);
+  CHECK(big.chunk_layers.back() == 0);
+  // p = 2, v = 2: chunks (c = vp_stage * 2 + pp_rank) of 3, 2, 2, 1 layers.
+  PipelineSplit s = split(2, 2);
+  s.layout = "Et*3|(tt|)*2,tL";
+  CHECK(ptdp::chunk_layer_counts(8, s) == std::vector<int>{3, 2, 2, 1});
+  CHECK(ptdp::stage_layer_counts(8, s) == std::vector<int>{5, 3});
+  check_offsets(8, s, {{{0, 0}, 0}, {{1, 0}, 3}, {{0, 1}, 5}, {{1, 1}, 7}});
+  const GptStage first = GptStage::chunk_of(layers(8), s, 0), last = GptStage::chunk_of(layers(8), s, 3);
+  CHECK(first.pre_process);
+  CHECK_FALSE(first.post_process);
+  CHECK(last.post_process);
+  CHECK(last.num_layers == 1);
+  // Chunks without decoder layers: the embedding alone and the loss alone.
+  PipelineSplit ends = split(3, 1);
+  ends.layout = "E|t*6|L";
+  CHECK(ptdp::chunk_layer_counts(6, ends) == std::vector<int>{0, 6, 0});
+  CHECK(ptdp::parse_pipeline_layout("E,t,t|t,t,L", 2).chunk_layers == std::vector<int>{2, 2});  // commas cosmetic
+  CHECK(ptdp::parse_pipeline_layout("(Et|)*1tL", 1).chunk_layers == std::vector<int>{1, 1});
+}
+
+TEST_CASE("Megatron's refusals of a pipeline layout, in its words", "[model][pipeline_split]") {
+  const auto refused = [](const std::string& layout, int p, int num_layers, int v, const std::string& words) {
+    INFO(layout << " at p = " << p << ", v = " << v << ", " << num_layers << " layers");
+    PipelineSplit s = split(p, v);
+    s.layout = layout;
+    try {
+      ptdp::chunk_layer_counts(num_layers, s);
+      FAIL("accepted");
+    } catch (const ptdp::Error& e) {
+      CHECK(e.code() == ptdp::ErrorCode::InvalidArgument);
+      CHECK_THAT(e.what(), Catch::Contains(words));
+    }
+  };
+  refused("Ett|ttL", 2, 5, 1, "Number of decoder layers 4 must match num_layers 5");
+  refused("Ett|tt|L", 2, 4, 1, "must be divisible by pipeline_model_parallel_size (3 stages");
+  refused("tEt|ttL", 2, 4, 1, "The first layer must be embedding (E)");
+  refused("Ett|tLt", 2, 4, 1, "The last layer must be loss (L)");
+  refused("Ett|EtL", 2, 4, 1, "Embedding must be specified exactly once");
+  refused("EtLt|tL", 2, 4, 1, "Loss must be specified exactly once");
+  refused("Etx|ttL", 2, 4, 1, "Invalid layer character: x");
+  refused("Ett|tm|L|L", 2, 4, 2, "'m' is Megatron's multi-token prediction layer");
+  refused("Et*|ttL", 2, 3, 1, "'*' must be followed by a repeat count");
+  refused("E(t|t)|tL", 2, 3, 1, "a group must read (...)*n");
+  refused("Ett|ttL", 2, 4, 2, "has 2 stages, 1 per pipeline rank, but the virtual pipeline size is 2");
+  PipelineSplit both = split(2, 1, 2);
+  both.layout = "Ett|ttL";
+  CHECK_THROWS_WITH(ptdp::chunk_layer_counts(4, both), Catch::Contains("cannot be combined with"));
 }

@@ -164,7 +164,7 @@ TEST_CASE("DualPipeV: each rank runs dualpipev.py's steps", "[pipeline][schedule
   }
 }
 
-TEST_CASE("ZB-V: 1F1B's activation memory, a smaller bubble; interleaved zero bubble beats interleaved 1F1B",
+TEST_CASE("ZB-V: 1F1B's activation memory, a smaller bubble, and interleaved zero bubble beats interleaved 1F1B",
           "[pipeline][schedule][vshape]") {
   ptdp::ScheduleCosts c;  // F = 1, B = 2 = 1 + 1 per rank's share of a microbatch
   for (int p : {2, 4, 8}) {

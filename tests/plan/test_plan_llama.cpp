@@ -379,7 +379,7 @@ TEST_CASE("a tensor size that splits a query group is refused", "[plan][refusal]
   q.precision = Precision::Bf16;
   q.tensor = 4;
   Cluster h100 = cluster_preset("dgx-h100");
-  Layout L;
+  plan::Layout L;
   L.t = 4;
   L.d = 2;
   L.m = 32;

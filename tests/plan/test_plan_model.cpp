@@ -327,7 +327,7 @@ TEST_CASE("the time model prices each GEMM at its shape and the memory-bound ker
   q.num_gpus = 1;
   q.global_batch_size = 4;
   Cluster cl = cluster_preset("dgx-a100");
-  Layout L;
+  plan::Layout L;
   L.b = 2;
   L.m = 2;
   L.recompute = Recompute::Full;
@@ -380,7 +380,7 @@ TEST_CASE("sequence parallelism: Korthikanti's activation memory, and the planne
   CHECK(best.layout.sequence_parallel);
   INFO(with.why.front());
   CHECK(with.why.front().find("sequence parallelism (--sequence-parallel): activations") != std::string::npos);
-  Layout off = best.layout;
+  plan::Layout off = best.layout;
   off.sequence_parallel = false;
   const Estimate without = estimate(q, a100_nodes(kRows[6].gpus), off, true);
   CHECK(best.memory.activations < without.memory.activations);
@@ -393,7 +393,7 @@ TEST_CASE("sequence parallelism: Korthikanti's activation memory, and the planne
   // Not allowed: never used; t = 1: never.
   q.allow_sequence_parallel = false;
   for (const Estimate& e : make_plan(q, a100_nodes(kRows[6].gpus)).layouts) CHECK_FALSE(e.layout.sequence_parallel);
-  Layout bad = best.layout;
+  plan::Layout bad = best.layout;
   bad.t = 1;
   bad.d = best.layout.d * best.layout.t;
   bad.m = static_cast<int>(q.global_batch_size / (bad.d * bad.b));
@@ -418,7 +418,7 @@ TEST_CASE("the CPU engine's prediction: critical path with a core per rank, or a
   CHECK(half.elementwise_bandwidth == Approx(0.5 * full.elementwise_bandwidth));
   CHECK(half.intra_node_bandwidth == Approx(full.intra_node_bandwidth));  // measured with the ranks sharing
   for (const auto& [t, p, d] : {std::tuple{4, 1, 1}, std::tuple{1, 4, 1}, std::tuple{1, 1, 4}, std::tuple{2, 2, 1}}) {
-    Layout L;
+    plan::Layout L;
     L.t = t;
     L.p = p;
     L.d = d;
@@ -438,7 +438,7 @@ TEST_CASE("the CPU engine's prediction: critical path with a core per rank, or a
     CHECK(cpu_iteration_seconds(q, L, 4.0) >= own.iteration);
     CHECK(cpu_iteration_seconds(q, L, 1.0) > cpu_iteration_seconds(q, L, 2.0));
   }
-  CHECK_THROWS_WITH(cpu_iteration_seconds(q, Layout{}, 0.0), Catch::Contains("cores = 0"));
+  CHECK_THROWS_WITH(cpu_iteration_seconds(q, plan::Layout{}, 0.0), Catch::Contains("cores = 0"));
 }
 
 TEST_CASE("context parallelism: s / c tokens per rank, keys and values around the ring, off unless allowed",
@@ -485,7 +485,7 @@ TEST_CASE("context parallelism: s / c tokens per rank, keys and values around th
               best.layout.str().c_str(), best.tflops_per_gpu,
               off.feasible ? off.layouts.front().layout.str().c_str() : off.reason.c_str());
   // The same layout without it keeps c times the activations and reduces over fewer ranks.
-  Layout one = best.layout;
+  plan::Layout one = best.layout;
   one.d *= one.c;
   one.c = 1;
   one.m = static_cast<int>(q.global_batch_size / (one.d * one.b));
@@ -496,7 +496,7 @@ TEST_CASE("context parallelism: s / c tokens per rank, keys and values around th
   // Pinned, and a size the sequence cannot be split into is refused naming it.
   q.context_parallel = 2;
   for (const Estimate& e : make_plan(q, cl).layouts) CHECK(e.layout.c == 2);
-  Layout bad = best.layout;
+  plan::Layout bad = best.layout;
   q.model.seq_length = 32766;
   q.model.max_position_embeddings = 32766;
   bad.c = 4;

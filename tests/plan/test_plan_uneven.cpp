@@ -18,7 +18,7 @@ using namespace ptdp;
 using namespace ptdp::plan;
 
 PipelineSplit split(int p, int v, int first, int last) {
-  return PipelineSplit{p, v, first, last};
+  return PipelineSplit{p, v, first, last, {}};
 }
 
 // A small model with a large vocabulary: its logits layer costs about as much as 6 layers, so an
@@ -76,7 +76,7 @@ TEST_CASE("per-stage parameters of uneven splits equal what the model allocates"
 TEST_CASE("stage times follow the real layer counts, the last stage's logits included", "[plan][uneven]") {
   const PlanRequest q = big_vocab_request();
   const Cluster cl = one_node();
-  Layout L;
+  plan::Layout L;
   L.t = 1;
   L.p = 4;
   L.d = 1;
@@ -100,7 +100,7 @@ TEST_CASE("stage times follow the real layer counts, the last stage's logits inc
   CHECK(*std::max_element(uneven.begin(), uneven.end()) < *std::max_element(even.begin(), even.end()));
   // The estimate runs at the slowest stage's pace and holds the most loaded stage's memory.
   const Estimate a = estimate(q, cl, L, true), b = estimate(q, cl, [&] {
-    Layout e = L;
+    plan::Layout e = L;
     e.first = e.last = 0;
     return e;
   }(), true);
@@ -130,7 +130,7 @@ TEST_CASE("the planner keeps uneven stages that balance the pipeline, and says w
   CHECK(j["layouts"][0]["decoder_last_pipeline_num_layers"] == 1);
   CHECK(j["layouts"][0]["stage_layers"].size() == 4);
   // The same layout with an even split is slower.
-  Layout even = best.layout;
+  plan::Layout even = best.layout;
   even.first = even.last = 0;
   CHECK(estimate(q, one_node(), even, true).iteration > best.iteration);
 

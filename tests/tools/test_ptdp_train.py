@@ -554,7 +554,11 @@ def case_uneven():
              ["--num-virtual-stages-per-pipeline-rank", "2", first, "2", last, "4"]),
             ("(2,4,1) 1F1B, stages 1+2+2+1", 8, 2, 4, [first, "1", last, "1"]),
             ("(1,3,1) 1F1B, stages 2+2+2 by --decoder-last-pipeline-num-layers 2", 3, 1, 3, [last, "2"]),
-            ("(1,4,1) ZB-H1, stages 1+1+1+3", 4, 1, 4, [last, "3", "--pipeline-schedule", "zb-h1"])]):
+            ("(1,4,1) ZB-H1, stages 1+1+1+3", 4, 1, 4, [last, "3", "--pipeline-schedule", "zb-h1"]),
+            ("(1,2,2) --pipeline-model-parallel-layout Et|tt|tt|tL (v = 2 from it)", 4, 1, 2,
+             ["--pipeline-model-parallel-layout", "Et|tt|tt|tL"]),
+            ("(1,3,1) --pipeline-model-parallel-layout E|t*6|L (embedding and loss alone)", 3, 1, 3,
+             ["--pipeline-model-parallel-layout", "E|t*6|L"])]):
         par, par_valid = run_uneven(f"uneven-{k}", np, t, p, extra)
         worst = max(worst, compare(par, serial, 6, 1e-5, f"{name} vs serial"))
         for it in serial_valid:
@@ -566,13 +570,20 @@ def case_uneven():
     meta = json.load(open(os.path.join(ckpt_uneven, "iter_0000004", "metadata.json")))
     check(meta["layout"].get("decoder_first_pipeline_num_layers") == 2 and
           meta["layout"].get("decoder_last_pipeline_num_layers") == 4, f"metadata layout: {meta['layout']}")
+    ckpt_layout = os.path.join(WORK, "ckpt-layout")
+    run_uneven("layout-save", 3, 1, 3, ["--pipeline-model-parallel-layout", "E|t*6|L", "--save", ckpt_layout,
+                                        "--exit-interval", "4"])
+    meta = json.load(open(os.path.join(ckpt_layout, "iter_0000004", "metadata.json")))
+    check(meta["layout"].get("pipeline_model_parallel_layout") == "E|t*6|L", f"metadata layout: {meta['layout']}")
     ckpt_even = os.path.join(WORK, "ckpt-even")
     run_uneven("even-save", 2, 1, 2, ["--save", ckpt_even, "--exit-interval", "4"])
     for k, (what, ckpt, np, t, p, extra) in enumerate([
             ("uneven (1,2,2) v=2 -> even (1,2,1)", ckpt_uneven, 2, 1, 2, []),
             ("uneven (1,2,2) v=2 -> (2,1,1)", ckpt_uneven, 2, 2, 1, []),
             ("even (1,2,1) -> uneven (1,2,1) stages 5+1", ckpt_even, 2, 1, 2, [first, "5"]),
-            ("even (1,2,1) -> uneven (1,3,1) stages 1+1+4", ckpt_even, 3, 1, 3, [last, "4"])]):
+            ("even (1,2,1) -> uneven (1,3,1) stages 1+1+4", ckpt_even, 3, 1, 3, [last, "4"]),
+            ("layout E|t*6|L (1,3,1) -> (1,2,1) layout Ettttt|tL", ckpt_layout, 2, 1, 2,
+             ["--pipeline-model-parallel-layout", "Ettttt|tL"])]):
         steps, _ = run_uneven(f"uneven-load-{k}", np, t, p, extra + ["--load", ckpt])
         check(sorted(steps) == [5, 6], f"{what}: resumes at iteration 5, got {sorted(steps)}")
         for it in (5, 6):
@@ -585,7 +596,7 @@ def case_uneven():
                           first, "3", "--train-iters", "1"], expect_ok=False)
     check(bad.returncode == 2 and "number of layers at first stage: 3 must be divisible by virtual pipeline parallel "
           "degree 2" in bad.stderr, f"a bad split: status {bad.returncode}, stderr {bad.stderr}")
-    print(f"uneven: 5 layouts and 4 checkpoint loads vs serial, worst relative difference {worst:.2e}")
+    print(f"uneven: 7 layouts and 5 checkpoint loads vs serial, worst relative difference {worst:.2e}")
 
 
 def case_sp():

@@ -18,7 +18,9 @@
 // pipeline: the first / last stage holds N layers, every other stage 2 v as in the even runs, so
 // the model has 2 p v layers with the ends' 2 v replaced by N; ptdp_parallel_options'
 // decoder_first/last_pipeline_num_layers), sp (sequence parallelism, ptdp_parallel_options'
-// sequence_parallel), selective (selective recomputation). d = world / (t * p). Hidden size 12: a chunk's flat buffer
+// sequence_parallel), selective (selective recomputation), layout=L (Megatron's
+// --pipeline-model-parallel-layout L, ptdp_parallel_options' pipeline_model_parallel_layout; the
+// model has the layout's decoder layers). d = world / (t * p). Hidden size 12: a chunk's flat buffer
 // (every parameter 16-float aligned) holds 16k + 12 floats, so the distributed optimizer pads for
 // d = 8, and odd bucket sizes put bucket and shard boundaries inside tensors.
 //
@@ -89,7 +91,11 @@ struct Spec {
   std::string text;
 
   /// 2 v layers per stage, the first and last stage's as given.
-  int layers() const { return 2 * p * v + (first > 0 ? first - 2 * v : 0) + (last > 0 ? last - 2 * v : 0); }
+  std::string layout;  // Megatron's --pipeline-model-parallel-layout (no repetitions here)
+  int layers() const {
+    if (!layout.empty()) return static_cast<int>(std::count(layout.begin(), layout.end(), 't'));
+    return 2 * p * v + (first > 0 ? first - 2 * v : 0) + (last > 0 ? last - 2 * v : 0);
+  }
 };
 
 // The N of a word "name=N" (> 0), or 0 when the word is not one.
@@ -118,6 +124,7 @@ bool parse(const char* s, Spec* out) {
     else if (word == "qwen2") x.qwen2 = true;
     else if (word == "masks") x.masks = true;
     else if (count_of(word, "first") > 0) x.first = count_of(word, "first");
+    else if (word.rfind("layout=", 0) == 0) x.layout = word.substr(7);
     else if (count_of(word, "last") > 0) x.last = count_of(word, "last");
     else return false;
     at = end + 1;
@@ -425,7 +432,10 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   ptdp_parallel_options_init(&po);
   po.tensor_model_parallel_size = sp.t;
   po.pipeline_model_parallel_size = sp.p;
-  po.virtual_pipeline_model_parallel_size = sp.v;
+  // With a layout string the C API takes v from it (its entries / p); the schedule below uses
+  // the spec's v, so a wrong derivation fails.
+  po.virtual_pipeline_model_parallel_size = sp.layout.empty() ? sp.v : 1;
+  po.pipeline_model_parallel_layout = sp.layout.empty() ? nullptr : sp.layout.c_str();
   po.decoder_first_pipeline_num_layers = sp.first;
   po.sequence_parallel = sp.sequence_parallel ? 1 : 0;
   po.decoder_last_pipeline_num_layers = sp.last;

@@ -510,6 +510,21 @@ class ptdp_parallel_options(object):
                                                         the results equal those without it. Needs
                                                         seq_length divisible by t. Default 0; 0 or 1.
     """)
+    pipeline_model_parallel_layout = property(_ptdp_ext.ptdp_parallel_options_pipeline_model_parallel_layout_get, _ptdp_ext.ptdp_parallel_options_pipeline_model_parallel_layout_set, doc=r"""
+    Megatron's `--pipeline-model-parallel-layout`:
+                                                        the layers of every model chunk, one '|'-separated
+                                                        entry per chunk in chunk order (c = vp_stage * p +
+                                                        pp_rank) of E (embedding), t (decoder layer) and L
+                                                        (loss, with the final norm and output layer);
+                                                        "x*n" repeats a character, "(...)*n" a group,
+                                                        commas are cosmetic. E opens it and L closes it,
+                                                        once each; a chunk may hold no decoder layer. Its
+                                                        entries / p give v (virtual_pipeline_model_parallel_size
+                                                        1 takes it, another value must agree); not with
+                                                        the decoder_first/last counts or the V placement.
+                                                        NULL or "" (default): none. Read when the
+                                                        groups are created; not kept.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_parallel_options_swiginit(self, _ptdp_ext.new_ptdp_parallel_options())
@@ -2386,7 +2401,10 @@ def ptdp_train_config_parallel_options(config, options):
            `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual
            stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and
            last stage layers from `--decoder-first-pipeline-num-layers` and
-           `--decoder-last-pipeline-num-layers` (0 when not given).
+           `--decoder-last-pipeline-num-layers` (0 when not given); v from the layout's entries
+           and pipeline_model_parallel_layout pointing at the configuration's copy of
+           `--pipeline-model-parallel-layout` (valid while ``config`` lives; NULL when not given);
+           sequence_parallel from `--sequence-parallel`.
     :type config: struct ptdp_train_config_impl
     :param config: A live configuration.
     :type options: :py:class:`ptdp_parallel_options`, out

@@ -3658,69 +3658,6 @@ SWIG_From_size_t  (size_t value)
   #define SWIG_From_double   PyFloat_FromDouble 
 
 
-/* Getting isfinite working pre C99 across multiple platforms is non-trivial. Users can provide SWIG_isfinite on older platforms. */
-#ifndef SWIG_isfinite
-/* isfinite() is a macro for C99 */
-# if defined(isfinite)
-#  define SWIG_isfinite(X) (isfinite(X))
-# elif defined(__cplusplus) && __cplusplus >= 201103L
-/* Use a template so that this works whether isfinite() is std::isfinite() or
- * in the global namespace.  The reality seems to vary between compiler
- * versions.
- *
- * Make sure namespace std exists to avoid compiler warnings.
- *
- * extern "C++" is required as this fragment can end up inside an extern "C" { } block
- */
-namespace std { }
-extern "C++" template<typename T>
-inline int SWIG_isfinite_func(T x) {
-  using namespace std;
-  return isfinite(x);
-}
-#  define SWIG_isfinite(X) (SWIG_isfinite_func(X))
-# elif defined(__GNUC__) && (__GNUC__ > 4 || (__GNUC__ == 4 && __GNUC_MINOR__ >= 2))
-#  define SWIG_isfinite(X) (__builtin_isfinite(X))
-# elif defined(_MSC_VER)
-#  define SWIG_isfinite(X) (_finite(X))
-# elif defined(__sun) && defined(__SVR4)
-#  include <ieeefp.h>
-#  define SWIG_isfinite(X) (finite(X))
-# endif
-#endif
-
-
-/* Accept infinite as a valid float value unless we are unable to check if a value is finite */
-#ifdef SWIG_isfinite
-# define SWIG_Float_Overflow_Check(X) ((X < -FLT_MAX || X > FLT_MAX) && SWIG_isfinite(X))
-#else
-# define SWIG_Float_Overflow_Check(X) ((X < -FLT_MAX || X > FLT_MAX))
-#endif
-
-
-SWIGINTERN int
-SWIG_AsVal_float (PyObject * obj, float *val)
-{
-  double v;
-  int res = SWIG_AsVal_double (obj, &v);
-  if (SWIG_IsOK(res)) {
-    if (SWIG_Float_Overflow_Check(v)) {
-      return SWIG_OverflowError;
-    } else {
-      if (val) *val = (float)(v);
-    }
-  }  
-  return res;
-}
-
-
-SWIGINTERNINLINE PyObject *
-SWIG_From_float  (float value)
-{    
-  return SWIG_From_double  (value);
-}
-
-
 SWIGINTERN int
 SWIG_AsCharPtrAndSize(PyObject *obj, char** cptr, size_t* psize, int *alloc)
 {
@@ -3831,6 +3768,69 @@ SWIG_AsCharPtrAndSize(PyObject *obj, char** cptr, size_t* psize, int *alloc)
 
 
 
+
+
+/* Getting isfinite working pre C99 across multiple platforms is non-trivial. Users can provide SWIG_isfinite on older platforms. */
+#ifndef SWIG_isfinite
+/* isfinite() is a macro for C99 */
+# if defined(isfinite)
+#  define SWIG_isfinite(X) (isfinite(X))
+# elif defined(__cplusplus) && __cplusplus >= 201103L
+/* Use a template so that this works whether isfinite() is std::isfinite() or
+ * in the global namespace.  The reality seems to vary between compiler
+ * versions.
+ *
+ * Make sure namespace std exists to avoid compiler warnings.
+ *
+ * extern "C++" is required as this fragment can end up inside an extern "C" { } block
+ */
+namespace std { }
+extern "C++" template<typename T>
+inline int SWIG_isfinite_func(T x) {
+  using namespace std;
+  return isfinite(x);
+}
+#  define SWIG_isfinite(X) (SWIG_isfinite_func(X))
+# elif defined(__GNUC__) && (__GNUC__ > 4 || (__GNUC__ == 4 && __GNUC_MINOR__ >= 2))
+#  define SWIG_isfinite(X) (__builtin_isfinite(X))
+# elif defined(_MSC_VER)
+#  define SWIG_isfinite(X) (_finite(X))
+# elif defined(__sun) && defined(__SVR4)
+#  include <ieeefp.h>
+#  define SWIG_isfinite(X) (finite(X))
+# endif
+#endif
+
+
+/* Accept infinite as a valid float value unless we are unable to check if a value is finite */
+#ifdef SWIG_isfinite
+# define SWIG_Float_Overflow_Check(X) ((X < -FLT_MAX || X > FLT_MAX) && SWIG_isfinite(X))
+#else
+# define SWIG_Float_Overflow_Check(X) ((X < -FLT_MAX || X > FLT_MAX))
+#endif
+
+
+SWIGINTERN int
+SWIG_AsVal_float (PyObject * obj, float *val)
+{
+  double v;
+  int res = SWIG_AsVal_double (obj, &v);
+  if (SWIG_IsOK(res)) {
+    if (SWIG_Float_Overflow_Check(v)) {
+      return SWIG_OverflowError;
+    } else {
+      if (val) *val = (float)(v);
+    }
+  }  
+  return res;
+}
+
+
+SWIGINTERNINLINE PyObject *
+SWIG_From_float  (float value)
+{    
+  return SWIG_From_double  (value);
+}
 
 
 SWIGINTERN int
@@ -6069,6 +6069,74 @@ SWIGINTERN PyObject *_wrap_ptdp_parallel_options_sequence_parallel_get(PyObject 
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_pipeline_model_parallel_layout_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_pipeline_model_parallel_layout_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_pipeline_model_parallel_layout_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_parallel_options_pipeline_model_parallel_layout_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->pipeline_model_parallel_layout = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->pipeline_model_parallel_layout = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_pipeline_model_parallel_layout_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_pipeline_model_parallel_layout_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->pipeline_model_parallel_layout);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
   return resultobj;
 fail:
   return NULL;
@@ -34533,6 +34601,36 @@ static PyMethodDef SwigMethods[] = {
 		"                                                    the results equal those without it. Needs\n"
 		"                                                    seq_length divisible by t. Default 0; 0 or 1.\n"
 		""},
+	 { "ptdp_parallel_options_pipeline_model_parallel_layout_set", _wrap_ptdp_parallel_options_pipeline_model_parallel_layout_set, METH_VARARGS, "\n"
+		"Megatron's `--pipeline-model-parallel-layout`:\n"
+		"                                                    the layers of every model chunk, one '|'-separated\n"
+		"                                                    entry per chunk in chunk order (c = vp_stage * p +\n"
+		"                                                    pp_rank) of E (embedding), t (decoder layer) and L\n"
+		"                                                    (loss, with the final norm and output layer);\n"
+		"                                                    \"x*n\" repeats a character, \"(...)*n\" a group,\n"
+		"                                                    commas are cosmetic. E opens it and L closes it,\n"
+		"                                                    once each; a chunk may hold no decoder layer. Its\n"
+		"                                                    entries / p give v (virtual_pipeline_model_parallel_size\n"
+		"                                                    1 takes it, another value must agree); not with\n"
+		"                                                    the decoder_first/last counts or the V placement.\n"
+		"                                                    NULL or \"\" (default): none. Read when the\n"
+		"                                                    groups are created; not kept.\n"
+		""},
+	 { "ptdp_parallel_options_pipeline_model_parallel_layout_get", _wrap_ptdp_parallel_options_pipeline_model_parallel_layout_get, METH_O, "\n"
+		"Megatron's `--pipeline-model-parallel-layout`:\n"
+		"                                                    the layers of every model chunk, one '|'-separated\n"
+		"                                                    entry per chunk in chunk order (c = vp_stage * p +\n"
+		"                                                    pp_rank) of E (embedding), t (decoder layer) and L\n"
+		"                                                    (loss, with the final norm and output layer);\n"
+		"                                                    \"x*n\" repeats a character, \"(...)*n\" a group,\n"
+		"                                                    commas are cosmetic. E opens it and L closes it,\n"
+		"                                                    once each; a chunk may hold no decoder layer. Its\n"
+		"                                                    entries / p give v (virtual_pipeline_model_parallel_size\n"
+		"                                                    1 takes it, another value must agree); not with\n"
+		"                                                    the decoder_first/last counts or the V placement.\n"
+		"                                                    NULL or \"\" (default): none. Read when the\n"
+		"                                                    groups are created; not kept.\n"
+		""},
 	 { "new_ptdp_parallel_options", _wrap_new_ptdp_parallel_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_parallel_options", _wrap_delete_ptdp_parallel_options, METH_O, NULL},
 	 { "ptdp_parallel_options_swigregister", ptdp_parallel_options_swigregister, METH_O, NULL},
@@ -36151,7 +36249,10 @@ static PyMethodDef SwigMethods[] = {
 		"       `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual\n"
 		"       stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and\n"
 		"       last stage layers from `--decoder-first-pipeline-num-layers` and\n"
-		"       `--decoder-last-pipeline-num-layers` (0 when not given).\n"
+		"       `--decoder-last-pipeline-num-layers` (0 when not given); v from the layout's entries\n"
+		"       and pipeline_model_parallel_layout pointing at the configuration's copy of\n"
+		"       `--pipeline-model-parallel-layout` (valid while ``config`` lives; NULL when not given);\n"
+		"       sequence_parallel from `--sequence-parallel`.\n"
 		":type config: struct ptdp_train_config_impl\n"
 		":param config: A live configuration.\n"
 		":type options: :py:class:`ptdp_parallel_options`, out\n"

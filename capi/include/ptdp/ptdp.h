@@ -488,6 +488,19 @@ typedef struct ptdp_parallel_options {
                                                      outputs, so activation memory shrinks with t;
                                                      the results equal those without it. Needs
                                                      seq_length divisible by t. Default 0; 0 or 1. */
+  const char* pipeline_model_parallel_layout;   /**< Megatron's `--pipeline-model-parallel-layout`:
+                                                     the layers of every model chunk, one '|'-separated
+                                                     entry per chunk in chunk order (c = vp_stage * p +
+                                                     pp_rank) of E (embedding), t (decoder layer) and L
+                                                     (loss, with the final norm and output layer);
+                                                     "x*n" repeats a character, "(...)*n" a group,
+                                                     commas are cosmetic. E opens it and L closes it,
+                                                     once each; a chunk may hold no decoder layer. Its
+                                                     entries / p give v (virtual_pipeline_model_parallel_size
+                                                     1 takes it, another value must agree); not with
+                                                     the decoder_first/last counts or the V placement.
+                                                     NULL or "" (default): none. Read when the
+                                                     groups are created; not kept. */
 } ptdp_parallel_options;
 
 /** Placements of the model chunks on the pipeline ranks (ptdp_parallel_options). */
@@ -2360,7 +2373,10 @@ PTDP_API ptdp_status ptdp_train_config_optimizer_options(ptdp_train_config confi
  *        `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual
  *        stage) when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and
  *        last stage layers from `--decoder-first-pipeline-num-layers` and
- *        `--decoder-last-pipeline-num-layers` (0 when not given).
+ *        `--decoder-last-pipeline-num-layers` (0 when not given); v from the layout's entries
+ *        and pipeline_model_parallel_layout pointing at the configuration's copy of
+ *        `--pipeline-model-parallel-layout` (valid while @p config lives; NULL when not given);
+ *        sequence_parallel from `--sequence-parallel`.
  * @param config A live configuration.
  * @param[out] options Receives them, struct_size set; must not be NULL.
  * @retval PTDP_SUCCESS

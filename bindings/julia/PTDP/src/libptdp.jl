@@ -236,6 +236,7 @@ struct ptdp_parallel_options
     decoder_last_pipeline_num_layers::Int64
     pipeline_chunk_placement::Int64
     sequence_parallel::Int32
+    pipeline_model_parallel_layout::Ptr{Cchar}
 end
 
 # Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
@@ -1132,7 +1133,9 @@ end
 # `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual stage) when
 # `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and last stage layers
 # from `--decoder-first-pipeline-num-layers` and `--decoder-last-pipeline-num-layers` (0 when
-# not given).
+# not given); v from the layout's entries and pipeline_model_parallel_layout pointing at the
+# configuration's copy of `--pipeline-model-parallel-layout` (valid while @p config lives; NULL
+# when not given); sequence_parallel from `--sequence-parallel`.
 function ptdp_train_config_parallel_options(config, options)
     ccall((:ptdp_train_config_parallel_options, libptdp), ptdp_status,
           (ptdp_train_config, Ptr{ptdp_parallel_options}),

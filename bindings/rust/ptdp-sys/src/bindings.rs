@@ -93,6 +93,7 @@ pub struct ptdp_parallel_options {
     pub decoder_last_pipeline_num_layers: i64,
     pub pipeline_chunk_placement: i64,
     pub sequence_parallel: i32,
+    pub pipeline_model_parallel_layout: *const ::std::os::raw::c_char,
 }
 
 /// Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
@@ -1417,7 +1418,10 @@ extern "C" {
     /// `--num-virtual-stages-per-pipeline-rank`, or v = layers / (p * layers per virtual stage)
     /// when `--num-layers-per-virtual-pipeline-stage` is given, else 1; the first and last
     /// stage layers from `--decoder-first-pipeline-num-layers` and
-    /// `--decoder-last-pipeline-num-layers` (0 when not given).
+    /// `--decoder-last-pipeline-num-layers` (0 when not given); v from the layout's entries and
+    /// pipeline_model_parallel_layout pointing at the configuration's copy of
+    /// `--pipeline-model-parallel-layout` (valid while @p config lives; NULL when not given);
+    /// sequence_parallel from `--sequence-parallel`.
     pub fn ptdp_train_config_parallel_options(
         config: ptdp_train_config,
         options: *mut ptdp_parallel_options,
