@@ -218,9 +218,12 @@ std::vector<Flag> make_flags() {
                                static_cast<int>(to_int("decoder-last-pipeline-num-layers", s, 1, kIntMax));
                          }));
   const cli::Choices<ScheduleKind> schedules{
-      {"1f1b", ScheduleKind::OneFOneB}, {"gpipe", ScheduleKind::GPipe}, {"zb-h1", ScheduleKind::ZeroBubbleH1}};
+      {"1f1b", ScheduleKind::OneFOneB},          {"gpipe", ScheduleKind::GPipe},
+      {"zb-h1", ScheduleKind::ZeroBubbleH1},     {"zb-v", ScheduleKind::ZeroBubbleV},
+      {"dualpipev", ScheduleKind::DualPipeV},     {"interleaved-zb", ScheduleKind::InterleavedZeroBubble}};
   v.push_back(value_flag("pipeline-schedule", cli::choice_metavar(schedules),
-                         "Pin the schedule (1f1b includes interleaved 1F1B when v > 1).", "1f1b, interleaved, zb-h1",
+                         "Pin the schedule (1f1b includes interleaved 1F1B when v > 1; zb-v and dualpipev run v = 2 in a V).",
+                         "1f1b, interleaved, zb-h1, interleaved-zb, zb-v, dualpipev",
                          [schedules](PlanArgs& a, const std::string& s) {
                            a.request.schedule = static_cast<int>(cli::to_choice("pipeline-schedule", s, schedules));
                          }));

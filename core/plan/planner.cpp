@@ -48,6 +48,10 @@ bool better(const Estimate& a, const Estimate& b) {
                          y.b, y.v, yu);
 }
 
+// Chunk-microbatch pairs (p m v) up to which the list-scheduled schedules (ZB-V, DualPipeV,
+// interleaved zero bubble) are searched.
+constexpr int64_t kGeneratedScheduleActions = 4096;
+
 // The schedules a (p, v) may run under the request's pin.
 std::vector<ScheduleKind> schedules_for(const PlanRequest& req, int p, int v) {
   std::vector<ScheduleKind> out;
@@ -68,6 +72,17 @@ std::vector<ScheduleKind> schedules_for(const PlanRequest& req, int p, int v) {
   }
   if (v > 1) {
     if (pinned(ScheduleKind::Interleaved1F1B)) out.push_back(ScheduleKind::Interleaved1F1B);
+    // The zero-bubble schedules (after the paper): interleaved zero bubble, and with two chunks
+    // per rank ZB-V and DualPipeV in the V placement. Searched unless another schedule is pinned.
+    if (req.schedule < 0 || req.schedule == static_cast<int>(ScheduleKind::InterleavedZeroBubble)) {
+      out.push_back(ScheduleKind::InterleavedZeroBubble);
+    }
+    if (v == 2 && (req.schedule < 0 || req.schedule == static_cast<int>(ScheduleKind::ZeroBubbleV))) {
+      out.push_back(ScheduleKind::ZeroBubbleV);
+    }
+    if (v == 2 && (req.schedule < 0 || req.schedule == static_cast<int>(ScheduleKind::DualPipeV))) {
+      out.push_back(ScheduleKind::DualPipeV);
+    }
     return out;
   }
   if (pinned(ScheduleKind::OneFOneB)) out.push_back(ScheduleKind::OneFOneB);
@@ -350,6 +365,15 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
           if (v > 1 && (p == 1 || m % p != 0)) continue;  // interleaving needs m a multiple of p
           if (static_cast<int64_t>(p) * m * v > (1 << 24)) continue;  // beyond the schedule generator
           for (ScheduleKind kind : schedules_for(req, p, v)) {
+            // The V placement takes an even split; DualPipeV needs m >= 2p microbatches.
+            const bool v_shaped = kind == ScheduleKind::ZeroBubbleV || kind == ScheduleKind::DualPipeV;
+            if (v_shaped && (uneven_pinned(req) || req.layers_per_virtual_stage > 0 || req.model.num_layers % (2 * p) != 0)) {
+              continue;
+            }
+            if (kind == ScheduleKind::DualPipeV && m < 2 * p) continue;
+            // The generated schedules are searched where generating them stays quick.
+            const bool generated = v_shaped || kind == ScheduleKind::InterleavedZeroBubble;
+            if (generated && static_cast<int64_t>(p) * m * v > kGeneratedScheduleActions) continue;
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
               if (!req.allow_recompute[static_cast<int>(rc)]) continue;
               for (int variant = 0; variant < 4; ++variant) {
@@ -376,7 +400,7 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 }
                 c.layouts.push_back(L);
                 // Megatron gives v with uneven stages only by --num-virtual-stages-per-pipeline-rank.
-                if (p == 1 || req.layers_per_virtual_stage > 0) continue;
+                if (p == 1 || req.layers_per_virtual_stage > 0 || v_shaped) continue;
                 const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc) + 3 * sp + 6 * cp);
                 if (balanced.count(key) == 0) balanced[key] = balanced_split(req, cl, L);
                 const std::pair<int, int> split = balanced[key];

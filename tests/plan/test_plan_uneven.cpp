@@ -176,3 +176,36 @@ TEST_CASE("pinned first and last stage layers are honoured or refused", "[plan][
   q.layers_per_virtual_stage = 1;
   CHECK_THROWS_WITH(make_plan(q, one_node()), Catch::Contains("cannot be pinned with first or last stage layers"));
 }
+
+TEST_CASE("the planner searches ZB-V, DualPipeV and interleaved zero bubble, and pins them", "[plan][schedule]") {
+  PlanRequest q = big_vocab_request();
+  q.pipeline = 2;
+  q.num_gpus = 2;
+  q.global_batch_size = 16;
+  q.top = 50;
+  const PlanResult r = make_plan(q, one_node());
+  REQUIRE(r.feasible);
+  INFO(plan_report(r));
+  bool zbv = false, dualpipev = false, izb = false;
+  for (const Estimate& e : r.layouts) {
+    zbv = zbv || e.layout.schedule == ScheduleKind::ZeroBubbleV;
+    dualpipev = dualpipev || e.layout.schedule == ScheduleKind::DualPipeV;
+    izb = izb || e.layout.schedule == ScheduleKind::InterleavedZeroBubble;
+    if (e.layout.schedule == ScheduleKind::ZeroBubbleV || e.layout.schedule == ScheduleKind::DualPipeV) {
+      CHECK(e.layout.v == 2);  // two chunks per rank in a V
+      CHECK(e.layout.first == 0);  // an even split
+      CHECK(e.layout.last == 0);
+      CHECK(e.simulated);
+    }
+    if (e.layout.schedule == ScheduleKind::DualPipeV) CHECK(e.layout.m >= 2 * e.layout.p);
+  }
+  CHECK(zbv);
+  CHECK(dualpipev);
+  CHECK(izb);
+  // Pinned, only that schedule, and the reasons compare it with the best.
+  q.schedule = static_cast<int>(ScheduleKind::ZeroBubbleV);
+  const PlanResult pinned = make_plan(q, one_node());
+  REQUIRE(pinned.feasible);
+  for (const Estimate& e : pinned.layouts) CHECK(e.layout.schedule == ScheduleKind::ZeroBubbleV);
+  CHECK(plan_report(pinned).find("zb-v") != std::string::npos);
+}
