@@ -109,6 +109,7 @@ PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config
     o.decoder_first_pipeline_num_layers = c.args.decoder_first_pipeline_num_layers.value_or(0);
     o.decoder_last_pipeline_num_layers = c.args.decoder_last_pipeline_num_layers.value_or(0);
     o.sequence_parallel = c.args.sequence_parallel ? 1 : 0;
+    o.context_parallel_size = c.args.context_parallel_size;
     o.pipeline_chunk_placement = static_cast<int>(ptdp::placement_of(ptdp::schedule_kind(c.args)));
     *options = o;
   });

@@ -71,6 +71,7 @@ struct TrainArgs {
   std::optional<int> decoder_last_pipeline_num_layers;       ///< unset: an even split
   bool use_distributed_optimizer = false;
   bool sequence_parallel = false;  ///< --sequence-parallel
+  int context_parallel_size = 1;   ///< --context-parallel-size
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;  ///< as given; see schedule_kind()
   int64_t ddp_bucket_size = 0;                              ///< elements; 0: one bucket per chunk
   bool overlap_grad_reduce = false;   ///< reduce each bucket as the backward completes it

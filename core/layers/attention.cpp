@@ -88,12 +88,16 @@ AttentionDesc SelfAttention::fused_desc(int64_t b, const Step& step, const int32
 }
 
 RopeDesc SelfAttention::rope_desc(int64_t b, const Tensor& like, const int32_t* positions) {
+  return rope_desc(cfg_.seq_length, b, like, positions);
+}
+
+RopeDesc SelfAttention::rope_desc(int64_t s, int64_t b, const Tensor& like, const int32_t* positions) {
   if (!inv_freq_.defined() || !(inv_freq_.device() == like.device())) {
     const std::vector<float> inv = cfg_.rotary_inv_freq();
     inv_freq_ = Tensor::from_host(inv.data(), {static_cast<int64_t>(inv.size())}, DType::F32, like.device());
   }
   RopeDesc d;
-  d.s = cfg_.seq_length;
+  d.s = s;
   d.b = b;
   d.groups = groups_local_;
   d.q_per_group = q_per_group_;
@@ -171,8 +175,10 @@ void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& st
 
 Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_, qg = q_per_group_;
-  Tensor qkv = qkv_.forward(x, step);  // [s*b, (a + 2g)/t * dh]
-  const int64_t b = step.kv_cache ? 1 : rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s;
+  const ContextParallel& cp = tp_.cp;
+  const int64_t sl = s / cp.size, cols = groups_local_ * (qg + 2) * dh;  // this context rank's positions
+  Tensor qkv = qkv_.forward(x, step);  // [sl*b, (a + 2g)/t * dh]
+  const int64_t b = step.kv_cache ? 1 : rows_of(qkv, cols, "qkv") / sl;
   Backend& be = x.backend();
   if (q_norm_) {
     set_heads(qkv, 0, q_norm_->forward(heads_of(qkv, 0), step));
@@ -180,7 +186,12 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   }
   if (step.kv_cache) return forward_cached(qkv, step);
   const TokenPositions where = step.positions ? *step.positions : TokenPositions{};
-  if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(b, qkv, where.position_data()));
+  if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(sl, b, qkv, where.position_data()));
+  // Context parallelism, first version: the queries, keys and values of the whole sequence are
+  // all-gathered over the context group and every context rank computes the whole sequence's
+  // attention (the serial run's, masks and dropout included), keeping its own rows of the
+  // context. The layers around attention work on s/c positions.
+  if (cp.size > 1) qkv = gather_context(cp, qkv, cols);
   Tensor ctx = empty_like(qkv, {s * b, al * dh});
   Slot& slot = slots_.create(step.microbatch);
   slot.qkv = qkv;
@@ -190,7 +201,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
     be.attention_forward(fused_desc(b, step, where.document_data()), qkv.raw(), ctx.raw(), slot.lse.data<float>(),
                          qkv.dtype());
     slot.ctx = ctx;
-    return proj_.forward(ctx, step);
+    return proj_.forward(context_rows(cp, ctx, al * dh), step);
   }
   Tensor probs, dropped;
   attention_probs(qkv, b, step, where.document_data(), probs, dropped);
@@ -204,7 +215,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
     slot.probs = probs;
     slot.probs_dropped = dropped;
   }
-  return proj_.forward(ctx, step);
+  return proj_.forward(context_rows(cp, ctx, al * dh), step);
 }
 
 Tensor SelfAttention::forward_cached(const Tensor& qkv, const Step& step) {
@@ -250,7 +261,9 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   const int64_t pairs = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s * groups_local_;
   const int64_t b = pairs / groups_local_, group = (qg + 2) * dh;
   Backend& be = dy.backend();
-  Tensor dctx = proj_.backward_input(dy, step);  // [s, b, a/t, dh]
+  // [s, b, a/t, dh]; under context parallelism every rank's rows, for the whole sequence's
+  // backward (each context rank computes it whole and keeps its rows of dqkv).
+  Tensor dctx = gather_context(tp_.cp, proj_.backward_input(dy, step), al * dh);
   Tensor dqkv = empty_like(qkv, qkv.shape());
   if (slot.lse.defined()) {  // fused
     Tensor delta = Tensor::empty({b * al * s}, DType::F32, dy.device());
@@ -287,7 +300,8 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
     }
   }
   slots_.release(step.microbatch);
-  if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(b, dqkv, where.position_data()));
+  dqkv = context_rows(tp_.cp, dqkv, group * groups_local_);
+  if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(s / tp_.cp.size, b, dqkv, where.position_data()));
   if (q_norm_) {
     set_heads(dqkv, 0, q_norm_->backward_input(heads_of(dqkv, 0), step));
     set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));

@@ -22,6 +22,15 @@
 // query then attends only to the keys of its own document, in the fused kernels (which skip the
 // key tiles outside it) and in the unfused path (softmax_forward_documents: the other
 // probabilities are exactly 0). The dropout masks keep their indexing.
+//
+// Context parallelism (TensorParallel::cp, c > 1), a first version: the input holds this context
+// rank's s/c positions (its chunks r and 2c - 1 - r); after the QKV projection and RoPE (at the
+// tokens' true positions) the projections of the whole sequence are all-gathered over the
+// context group and each rank runs the whole sequence's attention above (either path, packed
+// documents and dropout exactly as the serial run), keeping its own rows of the context; the
+// backward all-gathers the context gradient likewise and keeps its rows of dqkv. Attention's
+// work is therefore not split (ring attention with per-block log-sum-exp combination would be);
+// everything around it is.
 #pragma once
 
 #include <memory>
@@ -85,6 +94,8 @@ class SelfAttention {
 
   // RoPE over the s * b tokens of `like` at `positions` ([s, b] on its device; NULL: 0 .. s-1).
   RopeDesc rope_desc(int64_t b, const Tensor& like, const int32_t* positions);
+  // The same over s * b tokens (this context rank's s / c positions under context parallelism).
+  RopeDesc rope_desc(int64_t s, int64_t b, const Tensor& like, const int32_t* positions);
   Tensor forward_cached(const Tensor& qkv, const Step& step);
   // The query (part 0) or key (part 1) heads of qkv, copied into / out of packed [rows, dh].
   Tensor heads_of(const Tensor& qkv, int part) const;

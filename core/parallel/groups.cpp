@@ -36,9 +36,9 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
   // across the world first, under the runtime's timeout, so a mismatch or a missing rank is an
   // error rather than a hang in split.
   {
-    constexpr int n = 5;
+    constexpr int n = 6;
     const int64_t mine[n] = {layout_.tensor(), layout_.pipeline(), layout_.virtual_stages(),
-                             layout_.first_stage_layers(), layout_.last_stage_layers()};
+                             layout_.first_stage_layers(), layout_.last_stage_layers(), layout_.context()};
     int64_t buf[2 * n];
     for (int i = 0; i < n; ++i) {
       buf[2 * i] = mine[i];
@@ -47,7 +47,8 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
     Tensor t = Tensor::borrow(buf, {2 * n}, DType::I64);
     rt.world().all_reduce(t, ReduceOp::Max)->wait();
     static const char* names[n] = {"tensor parallel size", "pipeline parallel size", "virtual pipeline size",
-                                   "first pipeline stage layers", "last pipeline stage layers"};
+                                   "first pipeline stage layers", "last pipeline stage layers",
+                                   "context parallel size"};
     for (int i = 0; i < n; ++i) {
       PTDP_CHECK_ARG(buf[2 * i] == -buf[2 * i + 1],
                      std::string("ranks disagree on the ") + names[i] + ": from " +

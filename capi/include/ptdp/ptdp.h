@@ -448,8 +448,15 @@ typedef enum ptdp_group_kind {
   PTDP_GROUP_PIPELINE = 2,  /**< p ranks, stride t*d: the stages of one pipeline. */
   PTDP_GROUP_DATA = 3,      /**< d ranks, stride t: the replicas of one model shard. */
   PTDP_GROUP_MODEL = 4,     /**< t*p ranks sharing a data-parallel index: one model replica. */
-  PTDP_GROUP_EMBEDDING = 5  /**< The first and last stage of a pipeline (tied word embedding);
+  PTDP_GROUP_EMBEDDING = 5, /**< The first and last stage of a pipeline (tied word embedding);
                                  ranks of middle stages belong to none. */
+  PTDP_GROUP_CONTEXT = 6,   /**< c ranks, stride t: the context-parallel ranks that split the
+                                 sequence of the same samples (ptdp_parallel_options'
+                                 context_parallel_size; a group of one when c = 1). */
+  PTDP_GROUP_DATA_CONTEXT = 7 /**< d * c ranks holding the same weights (Megatron's
+                                   data-parallel group with context parallelism): the group
+                                   the optimizer reduces the gradients over (::PTDP_GROUP_DATA
+                                   when c = 1). */
 } ptdp_group_kind;
 
 /** Parallel sizes, with Megatron-LM's names. Initialise with ptdp_parallel_options_init(). */
@@ -488,6 +495,26 @@ typedef struct ptdp_parallel_options {
                                                      outputs, so activation memory shrinks with t;
                                                      the results equal those without it. Needs
                                                      seq_length divisible by t. Default 0; 0 or 1. */
+  /* Added after sequence parallelism: an 8-byte integer at offset 56, after the tail padding of
+   * the 56-byte struct before it, which a program built against that header leaves
+   * uninitialised (its struct_size of 56 reads as the default, 1). */
+  int64_t context_parallel_size;                /**< c, context parallelism
+                                                     (`--context-parallel-size`): each sample's
+                                                     sequence is cut into 2c chunks and context
+                                                     rank r holds chunks r and 2c - 1 - r
+                                                     (Megatron's causal load balance); the world
+                                                     is t * c * d * p ranks in Megatron's order
+                                                     (tensor fastest, then context, data,
+                                                     pipeline). The layers outside attention work
+                                                     on s/c positions; attention all-gathers the
+                                                     queries, keys and values over the context
+                                                     group (see docs/guides/choosing-layout.md).
+                                                     The gradients are reduced over the d * c
+                                                     ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs
+                                                     seq_length divisible by 2c (and by 2c t
+                                                     with sequence parallelism); no key/value
+                                                     cache decoding or logits with c > 1.
+                                                     Default 1; >= 1. */
 } ptdp_parallel_options;
 
 /** Placements of the model chunks on the pipeline ranks (ptdp_parallel_options). */
