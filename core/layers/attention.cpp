@@ -191,6 +191,11 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   // all-gathered over the context group and every context rank computes the whole sequence's
   // attention (the serial run's, masks and dropout included), keeping its own rows of the
   // context. The layers around attention work on s/c positions.
+  if (cp.size > 1 && !fused(be) && where.document_data() == nullptr) {
+    Slot& slot = slots_.create(step.microbatch);
+    slot.positions = where;
+    return proj_.forward(forward_context(qkv, b, step, slot), step);
+  }
   if (cp.size > 1) qkv = gather_context(cp, qkv, cols);
   Tensor ctx = empty_like(qkv, {s * b, al * dh});
   Slot& slot = slots_.create(step.microbatch);
@@ -261,6 +266,17 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   const int64_t pairs = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s * groups_local_;
   const int64_t b = pairs / groups_local_, group = (qg + 2) * dh;
   Backend& be = dy.backend();
+  if (slot.kv_full.defined()) {  // context parallelism, local queries
+    const int64_t bl = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / (s / tp_.cp.size);
+    Tensor dqkv = backward_context(slot, proj_.backward_input(dy, step), bl, step);
+    slots_.release(step.microbatch);
+    if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(s / tp_.cp.size, bl, dqkv, where.position_data()));
+    if (q_norm_) {
+      set_heads(dqkv, 0, q_norm_->backward_input(heads_of(dqkv, 0), step));
+      set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));
+    }
+    return qkv_.backward_input(dqkv, step);
+  }
   // [s, b, a/t, dh]; under context parallelism every rank's rows, for the whole sequence's
   // backward (each context rank computes it whole and keeps its rows of dqkv).
   Tensor dctx = gather_context(tp_.cp, proj_.backward_input(dy, step), al * dh);
@@ -307,6 +323,130 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
     set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));
   }
   return qkv_.backward_input(dqkv, step);
+}
+
+DropoutDesc SelfAttention::piece_dropout(int64_t b, int64_t bi, int64_t q0, int64_t rows, int64_t n,
+                                         const Step& step) const {
+  const int64_t s = cfg_.seq_length;
+  DropoutDesc d;
+  d.p = cfg_.attention_dropout;
+  d.rng = PhiloxStream{cfg_.seed, dropout_stream(step, layer_, DropoutSite::AttentionProbs)};
+  // The serial run's [b, a, s, s] probabilities as [b a, s, s]: this rank's heads of sample bi,
+  // query rows [q0, q0 + rows), keys [0, n).
+  d.block.shape[0] = heads_local_;
+  d.block.shape[1] = rows;
+  d.block.shape[2] = n;
+  d.block.global_shape[0] = b * cfg_.num_attention_heads;
+  d.block.global_shape[1] = s;
+  d.block.global_shape[2] = s;
+  d.block.offset[0] = bi * cfg_.num_attention_heads + tp_.rank * heads_local_;
+  d.block.offset[1] = q0;
+  return d;
+}
+
+void SelfAttention::context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs,
+                                  Tensor& dropped) const {
+  const ContextParallel& cp = tp_.cp;
+  const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group;
+  const int64_t q0 = cp.chunk(piece) * half, n = q0 + half;
+  const Tensor& qkv = slot.qkv;
+  const DType t = qkv.dtype();
+  Backend& be = qkv.backend();
+  probs = empty_like(qkv, {b * al, half, n});
+  // scores_(pair, j) = Q_(pair, j) [this chunk's rows] K_pair[0, n)^T
+  for (int64_t j = 0; j < qg; ++j) {
+    batched(be, t, false, true, half, n, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
+            {element_ptr(slot.kv_full, qg * dh), row, group}, element_ptr(probs, j * half * n), n, qg * half * n);
+  }
+  // Causal by global position: query q0 + i sees keys j <= q0 + i = i + (n - half).
+  be.softmax_forward(probs.raw(), probs.raw(), t, b * al, half, n, 1.0f / std::sqrt(static_cast<float>(dh)), true);
+  dropped = probs;
+  if (step.training && cfg_.attention_dropout > 0.0f) {
+    dropped = empty_like(probs, probs.shape());
+    for (int64_t bi = 0; bi < b; ++bi) {
+      be.dropout_forward(element_ptr(probs, bi * al * half * n), element_ptr(dropped, bi * al * half * n), t,
+                         piece_dropout(b, bi, q0, half, n, step));
+    }
+  }
+}
+
+Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot) {
+  const ContextParallel& cp = tp_.cp;
+  const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group;
+  slot.qkv = qkv;
+  slot.kv_full = gather_context(cp, qkv, row / b);
+  Backend& be = qkv.backend();
+  Tensor ctx = empty_like(qkv, {2 * half * b, al * dh});
+  for (int piece = 0; piece < 2; ++piece) {
+    const int64_t n = cp.chunk(piece) * half + half;
+    Tensor probs, dropped;
+    context_probs(slot, piece, b, step, probs, dropped);
+    // ctx_(pair, j) [this chunk's rows] = P_(pair, j) V_pair[0, n)
+    for (int64_t j = 0; j < qg; ++j) {
+      batched(be, qkv.dtype(), false, false, half, dh, n, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n},
+              {element_ptr(slot.kv_full, (qg + 1) * dh), row, group},
+              element_ptr(ctx, piece * half * b * al * dh + j * dh), b * al * dh, qg * dh);
+    }
+    if (cfg_.recompute != Recompute::Selective) {
+      slot.piece_probs[piece] = probs;
+      slot.piece_dropped[piece] = dropped;
+    }
+  }
+  return ctx;
+}
+
+Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b, const Step& step) {
+  const ContextParallel& cp = tp_.cp;
+  const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group, row1 = b * al * dh;
+  const Tensor& qkv = slot.qkv;
+  const DType t = qkv.dtype();
+  Backend& be = qkv.backend();
+  Tensor dqkv = empty_like(qkv, qkv.shape());
+  // The key and value gradients of the whole sequence from this rank's queries (the query
+  // columns stay 0), summed over the context group below.
+  Tensor dkv_full = Tensor::zeros(slot.kv_full.shape(), t, qkv.device());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  for (int piece = 0; piece < 2; ++piece) {
+    const int64_t q0 = cp.chunk(piece) * half, n = q0 + half;
+    if (!slot.piece_probs[piece].defined()) {  // selective recomputation
+      context_probs(slot, piece, b, step, slot.piece_probs[piece], slot.piece_dropped[piece]);
+    }
+    const Tensor& probs = slot.piece_probs[piece];
+    const Tensor& dropped = slot.piece_dropped[piece];
+    Tensor dprobs = empty_like(qkv, {b * al, half, n});
+    const Operand v{element_ptr(slot.kv_full, (qg + 1) * dh), row, group};
+    for (int64_t j = 0; j < qg; ++j) {
+      const Operand dctx_j{element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh};
+      // dP_j = dctx_j V^T;  dV[0, n) += P_j^T dctx_j
+      batched(be, t, false, true, half, n, dh, pairs, dctx_j, v, element_ptr(dprobs, j * half * n), n, qg * half * n);
+      batched(be, t, true, false, n, dh, half, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n}, dctx_j,
+              element_ptr(dkv_full, (qg + 1) * dh), row, group, 1.0f);
+    }
+    if (step.training && cfg_.attention_dropout > 0.0f) {
+      for (int64_t bi = 0; bi < b; ++bi) {
+        be.dropout_backward(element_ptr(dprobs, bi * al * half * n), element_ptr(dprobs, bi * al * half * n), t,
+                            piece_dropout(b, bi, q0, half, n, step));
+      }
+    }
+    be.softmax_backward(probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, half, n, scale);
+    const Operand k{element_ptr(slot.kv_full, qg * dh), row, group};
+    for (int64_t j = 0; j < qg; ++j) {
+      const Operand ds_j{element_ptr(dprobs, j * half * n), n, qg * half * n};
+      // dQ_j [this chunk's rows] = dS_j K[0, n);  dK[0, n) += dS_j^T Q_j
+      batched(be, t, false, false, half, dh, n, pairs, ds_j, k, element_ptr(dqkv, piece * half * row + j * dh), row,
+              group);
+      batched(be, t, true, false, n, dh, half, pairs, ds_j, {element_ptr(qkv, piece * half * row + j * dh), row, group},
+              element_ptr(dkv_full, qg * dh), row, group, 1.0f);
+    }
+  }
+  // Each position's key and value gradients to the rank that owns it.
+  Tensor dkv = reduce_scatter_context(cp, dkv_full, row / b);
+  be.copy_2d(element_ptr(dqkv, qg * dh), group, element_ptr(dkv, qg * dh), group, t, 2 * half * b * groups_local_,
+             2 * dh);
+  return dqkv;
 }
 
 void SelfAttention::backward_weight(const Step& step) {

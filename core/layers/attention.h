@@ -28,9 +28,15 @@
 // tokens' true positions) the projections of the whole sequence are all-gathered over the
 // context group and each rank runs the whole sequence's attention above (either path, packed
 // documents and dropout exactly as the serial run), keeping its own rows of the context; the
-// backward all-gathers the context gradient likewise and keeps its rows of dqkv. Attention's
-// work is therefore not split (ring attention with per-block log-sum-exp combination would be);
-// everything around it is.
+// backward all-gathers the context gradient likewise and keeps its rows of dqkv. That is the
+// path of the fused kernels and of packed documents. The unfused path without documents splits
+// the work: the keys and values of the whole sequence are all-gathered (with the queries, in the
+// one projection tensor), but each rank computes only its own queries' rows, chunk by chunk
+// (queries at global positions q0 .. q0 + s/(2c) - 1 against keys 0 .. q0 + s/(2c) - 1, causal
+// by global position: the load-balanced chunks give every rank the same work), with the
+// attention dropout drawn at the global (query, key) indices; its backward reduce-scatters the
+// key and value gradients of the whole sequence back to their owners. Passing the keys and
+// values around a ring with overlap (ring attention) is not implemented.
 #pragma once
 
 #include <memory>
@@ -85,7 +91,20 @@ class SelfAttention {
     Tensor probs_dropped;  // after attention dropout (the same tensor when dropout is off)
     Tensor ctx, lse;       // fused path: the context [s, b, a/t, dh] and log-sum-exps [b, a/t, s]
     TokenPositions positions;  // the forward's (Step::positions), for the backward
+    // Context parallelism's local-query path: qkv is this rank's [s/c, b, ...], kv_full the
+    // whole sequence's (all-gathered), and the probabilities are kept per local chunk.
+    Tensor kv_full;
+    Tensor piece_probs[2], piece_dropped[2];
   };
+  // Context parallelism (unfused, without packed documents): this rank's queries (two chunks)
+  // against the all-gathered keys and values, causal by global position.
+  Tensor forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot);
+  Tensor backward_context(Slot& slot, const Tensor& dctx, int64_t b, const Step& step);
+  // Scores, softmax and dropout of local chunk `piece` (queries at global q0 = chunk * s/(2c),
+  // keys 0 .. q0 + s/(2c) - 1).
+  void context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs, Tensor& dropped) const;
+  // The attention-dropout mask of sample bi's rows [q0, q0 + rows) x keys [0, n) of this rank's heads.
+  DropoutDesc piece_dropout(int64_t b, int64_t bi, int64_t q0, int64_t rows, int64_t n, const Step& step) const;
   DropoutDesc probs_dropout(int64_t b, const Step& step) const;
   AttentionDesc fused_desc(int64_t b, const Step& step, const int32_t* document_starts) const;
   // Softmax (and dropout) of the scores of qkv; document_starts as AttentionDesc's (NULL: causal).
