@@ -20,7 +20,8 @@
 // decoder_first/last_pipeline_num_layers), sp (sequence parallelism, ptdp_parallel_options'
 // sequence_parallel), selective (selective recomputation), cp=N (context parallelism over N
 // ranks, ptdp_parallel_options' context_parallel_size; the sequence is 8 tokens, 2N chunks, in
-// that spec and its serial run). d = world / (t * p * N). Hidden size 12: a chunk's flat buffer
+// that spec and its serial run), fused (the parallel run's attention through the fused kernel,
+// the serial run's unfused). d = world / (t * p * N). Hidden size 12: a chunk's flat buffer
 // (every parameter 16-float aligned) holds 16k + 12 floats, so the distributed optimizer pads for
 // d = 8, and odd bucket sizes put bucket and shard boundaries inside tensors.
 //
@@ -89,6 +90,7 @@ struct Spec {
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
   bool llama = false, qwen2 = false, masks = false;
   bool sequence_parallel = false, selective = false;
+  bool fused = false;  // the parallel run's attention: the fused kernel (the serial run's: unfused)
   int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
   int cp = 1;               // context-parallel size
   std::string text;
@@ -119,6 +121,7 @@ bool parse(const char* s, Spec* out) {
     else if (word == "recompute") x.recompute = true;
     else if (word == "selective") x.selective = true;
     else if (word == "sp") x.sequence_parallel = true;
+    else if (word == "fused") x.fused = true;
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
     else if (word == "masks") x.masks = true;
@@ -159,6 +162,7 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
   o.init_method_std = 0.1f;
   o.seed = 2024;
   o.untie_embeddings_and_output_weights = sp.untied ? 1 : 0;
+  if (sp.fused) o.attention = PTDP_ATTENTION_FUSED;
   o.recompute_granularity = sp.recompute   ? PTDP_RECOMPUTE_FULL
                             : sp.selective ? PTDP_RECOMPUTE_SELECTIVE
                                            : PTDP_RECOMPUTE_NONE;
