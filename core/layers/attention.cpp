@@ -357,7 +357,7 @@ void SelfAttention::context_probs(const Slot& slot, int piece, int64_t b, const 
   // scores_(pair, j) = Q_(pair, j) [this chunk's rows] K_pair[0, n)^T
   for (int64_t j = 0; j < qg; ++j) {
     batched(be, t, false, true, half, n, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
-            {element_ptr(slot.kv_full, qg * dh), row, group}, element_ptr(probs, j * half * n), n, qg * half * n);
+            {slot.kv_full.raw(), pairs * 2 * dh, 2 * dh}, element_ptr(probs, j * half * n), n, qg * half * n);
   }
   // Causal by global position: query q0 + i sees keys j <= q0 + i = i + (n - half).
   be.softmax_forward(probs.raw(), probs.raw(), t, b * al, half, n, 1.0f / std::sqrt(static_cast<float>(dh)), true);
@@ -374,10 +374,14 @@ void SelfAttention::context_probs(const Slot& slot, int piece, int64_t b, const 
 Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot) {
   const ContextParallel& cp = tp_.cp;
   const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
-  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
   slot.qkv = qkv;
-  slot.kv_full = gather_context(cp, qkv, row / b);
   Backend& be = qkv.backend();
+  // This rank's keys and values ([s/c * b * g/t, 2 dh]: each group's key head, then its value
+  // head), all-gathered into the whole sequence's [s * b, g/t * 2 dh].
+  Tensor kv = empty_like(qkv, {2 * half * b, groups_local_ * 2 * dh});
+  be.copy_2d(kv.raw(), 2 * dh, element_ptr(qkv, qg * dh), group, qkv.dtype(), 2 * half * pairs, 2 * dh);
+  slot.kv_full = gather_context(cp, kv, groups_local_ * 2 * dh);
   Tensor ctx = empty_like(qkv, {2 * half * b, al * dh});
   for (int piece = 0; piece < 2; ++piece) {
     const int64_t n = cp.chunk(piece) * half + half;
@@ -386,7 +390,7 @@ Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& 
     // ctx_(pair, j) [this chunk's rows] = P_(pair, j) V_pair[0, n)
     for (int64_t j = 0; j < qg; ++j) {
       batched(be, qkv.dtype(), false, false, half, dh, n, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n},
-              {element_ptr(slot.kv_full, (qg + 1) * dh), row, group},
+              {element_ptr(slot.kv_full, dh), pairs * 2 * dh, 2 * dh},
               element_ptr(ctx, piece * half * b * al * dh + j * dh), b * al * dh, qg * dh);
     }
     if (cfg_.recompute != Recompute::Selective) {
@@ -401,12 +405,13 @@ Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b
   const ContextParallel& cp = tp_.cp;
   const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
   const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group, row1 = b * al * dh;
+  const int64_t kv_row = pairs * 2 * dh;  // kv_full: [s, b, g/t, 2, dh]
   const Tensor& qkv = slot.qkv;
   const DType t = qkv.dtype();
   Backend& be = qkv.backend();
   Tensor dqkv = empty_like(qkv, qkv.shape());
-  // The key and value gradients of the whole sequence from this rank's queries (the query
-  // columns stay 0), summed over the context group below.
+  // The key and value gradients of the whole sequence from this rank's queries, summed over the
+  // context group below.
   Tensor dkv_full = Tensor::zeros(slot.kv_full.shape(), t, qkv.device());
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   for (int piece = 0; piece < 2; ++piece) {
@@ -417,13 +422,13 @@ Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b
     const Tensor& probs = slot.piece_probs[piece];
     const Tensor& dropped = slot.piece_dropped[piece];
     Tensor dprobs = empty_like(qkv, {b * al, half, n});
-    const Operand v{element_ptr(slot.kv_full, (qg + 1) * dh), row, group};
+    const Operand v{element_ptr(slot.kv_full, dh), kv_row, 2 * dh};
     for (int64_t j = 0; j < qg; ++j) {
       const Operand dctx_j{element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh};
       // dP_j = dctx_j V^T;  dV[0, n) += P_j^T dctx_j
       batched(be, t, false, true, half, n, dh, pairs, dctx_j, v, element_ptr(dprobs, j * half * n), n, qg * half * n);
       batched(be, t, true, false, n, dh, half, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n}, dctx_j,
-              element_ptr(dkv_full, (qg + 1) * dh), row, group, 1.0f);
+              element_ptr(dkv_full, dh), kv_row, 2 * dh, 1.0f);
     }
     if (step.training && cfg_.attention_dropout > 0.0f) {
       for (int64_t bi = 0; bi < b; ++bi) {
@@ -432,20 +437,19 @@ Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b
       }
     }
     be.softmax_backward(probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, half, n, scale);
-    const Operand k{element_ptr(slot.kv_full, qg * dh), row, group};
+    const Operand k{slot.kv_full.raw(), kv_row, 2 * dh};
     for (int64_t j = 0; j < qg; ++j) {
       const Operand ds_j{element_ptr(dprobs, j * half * n), n, qg * half * n};
       // dQ_j [this chunk's rows] = dS_j K[0, n);  dK[0, n) += dS_j^T Q_j
       batched(be, t, false, false, half, dh, n, pairs, ds_j, k, element_ptr(dqkv, piece * half * row + j * dh), row,
               group);
       batched(be, t, true, false, n, dh, half, pairs, ds_j, {element_ptr(qkv, piece * half * row + j * dh), row, group},
-              element_ptr(dkv_full, qg * dh), row, group, 1.0f);
+              dkv_full.raw(), kv_row, 2 * dh, 1.0f);
     }
   }
   // Each position's key and value gradients to the rank that owns it.
-  Tensor dkv = reduce_scatter_context(cp, dkv_full, row / b);
-  be.copy_2d(element_ptr(dqkv, qg * dh), group, element_ptr(dkv, qg * dh), group, t, 2 * half * b * groups_local_,
-             2 * dh);
+  Tensor dkv = reduce_scatter_context(cp, dkv_full, groups_local_ * 2 * dh);
+  be.copy_2d(element_ptr(dqkv, qg * dh), group, dkv.raw(), 2 * dh, t, 2 * half * pairs, 2 * dh);
   return dqkv;
 }
 

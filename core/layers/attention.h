@@ -30,8 +30,8 @@
 // documents and dropout exactly as the serial run), keeping its own rows of the context; the
 // backward all-gathers the context gradient likewise and keeps its rows of dqkv. That is the
 // path of the fused kernels and of packed documents. The unfused path without documents splits
-// the work: the keys and values of the whole sequence are all-gathered (with the queries, in the
-// one projection tensor), but each rank computes only its own queries' rows, chunk by chunk
+// the work: the keys and values of the whole sequence are all-gathered (not the queries), and
+// each rank computes only its own queries' rows, chunk by chunk
 // (queries at global positions q0 .. q0 + s/(2c) - 1 against keys 0 .. q0 + s/(2c) - 1, causal
 // by global position: the load-balanced chunks give every rank the same work), with the
 // attention dropout drawn at the global (query, key) indices; its backward reduce-scatters the
@@ -92,7 +92,8 @@ class SelfAttention {
     Tensor ctx, lse;       // fused path: the context [s, b, a/t, dh] and log-sum-exps [b, a/t, s]
     TokenPositions positions;  // the forward's (Step::positions), for the backward
     // Context parallelism's local-query path: qkv is this rank's [s/c, b, ...], kv_full the
-    // whole sequence's (all-gathered), and the probabilities are kept per local chunk.
+    // whole sequence's keys and values [s, b, g/t, 2, dh] (all-gathered), and the probabilities
+    // are kept per local chunk.
     Tensor kv_full;
     Tensor piece_probs[2], piece_dropped[2];
   };

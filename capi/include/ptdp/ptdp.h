@@ -507,8 +507,11 @@ typedef struct ptdp_parallel_options {
                                                      (tensor fastest, then context, data,
                                                      pipeline). The layers outside attention work
                                                      on s/c positions; attention all-gathers the
-                                                     queries, keys and values over the context
-                                                     group (see docs/guides/choosing-layout.md).
+                                                     keys and values over the context group and
+                                                     computes the rank's queries (the fused
+                                                     kernel and packed documents: the whole QKV
+                                                     projection and every query; see
+                                                     docs/guides/choosing-layout.md).
                                                      The gradients are reduced over the d * c
                                                      ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs
                                                      seq_length divisible by 2c (and by 2c t
