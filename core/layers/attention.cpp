@@ -345,7 +345,7 @@ DropoutDesc SelfAttention::piece_dropout(int64_t b, int64_t bi, int64_t q0, int6
 }
 
 void SelfAttention::context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs,
-                                  Tensor& dropped) const {
+                                  Tensor& dropped, bool scores_ready) const {
   const ContextParallel& cp = tp_.cp;
   const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
   const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group;
@@ -353,9 +353,9 @@ void SelfAttention::context_probs(const Slot& slot, int piece, int64_t b, const 
   const Tensor& qkv = slot.qkv;
   const DType t = qkv.dtype();
   Backend& be = qkv.backend();
-  probs = empty_like(qkv, {b * al, half, n});
+  if (!scores_ready) probs = empty_like(qkv, {b * al, half, n});
   // scores_(pair, j) = Q_(pair, j) [this chunk's rows] K_pair[0, n)^T
-  for (int64_t j = 0; j < qg; ++j) {
+  for (int64_t j = 0; j < qg && !scores_ready; ++j) {
     batched(be, t, false, true, half, n, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
             {slot.kv_full.raw(), pairs * 2 * dh, 2 * dh}, element_ptr(probs, j * half * n), n, qg * half * n);
   }
@@ -377,16 +377,58 @@ Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& 
   const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
   slot.qkv = qkv;
   Backend& be = qkv.backend();
+  const DType t = qkv.dtype();
+  const int64_t row = pairs * group, kv_cols = groups_local_ * 2 * dh, block = half * b * kv_cols;
   // This rank's keys and values ([s/c * b * g/t, 2 dh]: each group's key head, then its value
-  // head), all-gathered into the whole sequence's [s * b, g/t * 2 dh].
-  Tensor kv = empty_like(qkv, {2 * half * b, groups_local_ * 2 * dh});
-  be.copy_2d(kv.raw(), 2 * dh, element_ptr(qkv, qg * dh), group, qkv.dtype(), 2 * half * pairs, 2 * dh);
-  slot.kv_full = gather_context(cp, kv, groups_local_ * 2 * dh);
+  // head: chunk r's rows, then chunk 2c - 1 - r's).
+  Tensor kv = empty_like(qkv, {2 * half * b, kv_cols});
+  be.copy_2d(kv.raw(), 2 * dh, element_ptr(qkv, qg * dh), group, t, 2 * half * pairs, 2 * dh);
+  // Around the ring: at step i this rank holds the keys and values of context rank r - i and
+  // passes them on to r + 1 while it computes their score blocks (the transfer of the next
+  // block overlaps this one's products); the blocks are kept, in global order, as the whole
+  // sequence's [s * b, g/t * 2 dh] for the products with V and the backward.
+  Tensor probs[2];
+  for (int piece = 0; piece < 2; ++piece) probs[piece] = empty_like(qkv, {b * al, half, cp.chunk(piece) * half + half});
+  slot.kv_full = empty_like(kv, {2 * half * b * cp.size, kv_cols});
+  {
+    const std::shared_ptr<void> progress = cp.comm->background_progress();
+    Tensor current = kv;
+    for (int i = 0; i < cp.size; ++i) {
+      ContextParallel owner = cp;
+      owner.rank = (cp.rank - i + cp.size) % cp.size;
+      Tensor next;
+      WorkPtr work;
+      if (i + 1 < cp.size) {
+        next = empty_like(kv, kv.shape());
+        work = cp.comm->batch_p2p({P2POp{P2POp::Kind::Send, current, (cp.rank + 1) % cp.size, 0},
+                                   P2POp{P2POp::Kind::Recv, next, (cp.rank - 1 + cp.size) % cp.size, 0}});
+      }
+      for (int kp = 0; kp < 2; ++kp) {
+        const int64_t kc = owner.chunk(kp);  // the global chunk of these keys
+        be.copy(element_ptr(slot.kv_full, kc * block), element_ptr(current, kp * block),
+                static_cast<std::size_t>(block) * dtype_size(t));
+        for (int piece = 0; piece < 2; ++piece) {
+          const int64_t n = cp.chunk(piece) * half + half;
+          if (kc * half >= n) continue;  // keys after every query of the chunk
+          // scores_(pair, j) [this chunk's rows, keys of chunk kc] = Q_(pair, j) K_pair^T
+          for (int64_t j = 0; j < qg; ++j) {
+            batched(be, t, false, true, half, half, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
+                    {element_ptr(current, kp * block), pairs * 2 * dh, 2 * dh},
+                    element_ptr(probs[piece], j * half * n + kc * half), n, qg * half * n);
+          }
+        }
+      }
+      if (work) {
+        work->wait();
+        current = next;
+      }
+    }
+  }
   Tensor ctx = empty_like(qkv, {2 * half * b, al * dh});
   for (int piece = 0; piece < 2; ++piece) {
     const int64_t n = cp.chunk(piece) * half + half;
-    Tensor probs, dropped;
-    context_probs(slot, piece, b, step, probs, dropped);
+    Tensor dropped;
+    context_probs(slot, piece, b, step, probs[piece], dropped, true);
     // ctx_(pair, j) [this chunk's rows] = P_(pair, j) V_pair[0, n)
     for (int64_t j = 0; j < qg; ++j) {
       batched(be, qkv.dtype(), false, false, half, dh, n, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n},
@@ -394,7 +436,7 @@ Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& 
               element_ptr(ctx, piece * half * b * al * dh + j * dh), b * al * dh, qg * dh);
     }
     if (cfg_.recompute != Recompute::Selective) {
-      slot.piece_probs[piece] = probs;
+      slot.piece_probs[piece] = probs[piece];
       slot.piece_dropped[piece] = dropped;
     }
   }

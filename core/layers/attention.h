@@ -30,13 +30,15 @@
 // documents and dropout exactly as the serial run), keeping its own rows of the context; the
 // backward all-gathers the context gradient likewise and keeps its rows of dqkv. That is the
 // path of the fused kernels and of packed documents. The unfused path without documents splits
-// the work: the keys and values of the whole sequence are all-gathered (not the queries), and
-// each rank computes only its own queries' rows, chunk by chunk
+// the work: the keys and values travel around the ring of context ranks (each step's transfer
+// overlapping the previous block's score products) and are kept whole, and each rank computes
+// only its own queries' rows, chunk by chunk
 // (queries at global positions q0 .. q0 + s/(2c) - 1 against keys 0 .. q0 + s/(2c) - 1, causal
 // by global position: the load-balanced chunks give every rank the same work), with the
 // attention dropout drawn at the global (query, key) indices; its backward reduce-scatters the
-// key and value gradients of the whole sequence back to their owners. Passing the keys and
-// values around a ring with overlap (ring attention) is not implemented.
+// key and value gradients of the whole sequence back to their owners (not yet around the ring;
+// nor are the blocks combined with per-block log-sum-exps as in ring attention: the softmax
+// runs once over each query row's assembled scores).
 #pragma once
 
 #include <memory>
@@ -101,9 +103,10 @@ class SelfAttention {
   // against the all-gathered keys and values, causal by global position.
   Tensor forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot);
   Tensor backward_context(Slot& slot, const Tensor& dctx, int64_t b, const Step& step);
-  // Scores, softmax and dropout of local chunk `piece` (queries at global q0 = chunk * s/(2c),
-  // keys 0 .. q0 + s/(2c) - 1).
-  void context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs, Tensor& dropped) const;
+  // Scores (unless `scores_ready`: probs holds them), softmax and dropout of local chunk `piece`
+  // (queries at global q0 = chunk * s/(2c), keys 0 .. q0 + s/(2c) - 1, from slot.kv_full).
+  void context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs, Tensor& dropped,
+                     bool scores_ready = false) const;
   // The attention-dropout mask of sample bi's rows [q0, q0 + rows) x keys [0, n) of this rank's heads.
   DropoutDesc piece_dropout(int64_t b, int64_t bi, int64_t q0, int64_t rows, int64_t n, const Step& step) const;
   DropoutDesc probs_dropout(int64_t b, const Step& step) const;
