@@ -341,7 +341,7 @@ std::vector<Flag> make_flags() {
   v.push_back(integer("context-parallel-size", G::Parallel,
                       "Context parallelism c: each sample's sequence is cut into 2c chunks and context rank r "
                       "holds chunks r and 2c-1-r (causal load balance); the layers outside attention work on s/c "
-                      "positions, attention all-gathers the keys and values (and queries) over the c ranks. Megatron's "
+                      "positions, attention passes the keys and values around the ring of c ranks. Megatron's "
                       "rank order (tensor, context, data, pipeline); the data-parallel size is world / (t * c * p) "
                       "and the gradients are reduced over the d * c ranks. Needs --seq-length divisible by 2c.",
                       &TrainArgs::context_parallel_size, kPositive));

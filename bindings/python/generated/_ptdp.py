@@ -532,11 +532,12 @@ class ptdp_parallel_options(object):
                                                         is t * c * d * p ranks in Megatron's order
                                                         (tensor fastest, then context, data,
                                                         pipeline). The layers outside attention work
-                                                        on s/c positions; attention all-gathers the
-                                                        keys and values over the context group and
-                                                        computes the rank's queries (the fused
-                                                        kernel and packed documents: the whole QKV
-                                                        projection and every query; see
+                                                        on s/c positions; attention passes the
+                                                        keys and values around the ring of context
+                                                        ranks and computes the rank's queries (the
+                                                        fused kernel and packed documents:
+                                                        all-gathers the whole QKV projection and
+                                                        computes every query; see
                                                         docs/guides/choosing-layout.md).
                                                         The gradients are reduced over the d * c
                                                         ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs
