@@ -504,6 +504,29 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
     }
     g_clipped += clipped;
     g_unclipped += kIters - clipped;
+    if (sp.cp > 1 && sp.p == 1) {
+      // Context parallelism splits the sequence: the whole-sequence logits are refused, naming it.
+      std::vector<int32_t> tokens(static_cast<std::size_t>(g_seq), 1);
+      std::vector<float> logits(static_cast<std::size_t>(g_seq * kVocab));
+      expect(ptdp_model_logits(model, tokens.data(), 1, logits.data(), logits.size() * sizeof(float)) ==
+                 PTDP_ERR_INVALID_ARGUMENT,
+             "ptdp_model_logits refuses context parallelism");
+      const std::string why = ptdp_last_error();
+      expect(why.find("context parallelism (context_parallel_size " + str(sp.cp) + ")") != std::string::npos,
+             "the refusal names context_parallel_size", "context parallelism (context_parallel_size N)", why);
+    }
+    if (sp.cp > 1) {
+      // A sequence that 2c chunks do not divide is refused at creation, naming the numbers.
+      ptdp_gpt_options bad = o;
+      bad.seq_length = 2 * sp.cp + 2;
+      ptdp_model m2 = nullptr;
+      expect(ptdp_model_create(g, &bad, &m2) == PTDP_ERR_INVALID_ARGUMENT && m2 == nullptr,
+             "a seq_length not divisible by 2c is refused");
+      const std::string why = ptdp_last_error();
+      expect(why.find("seq_length " + str(bad.seq_length) + " is not divisible by 2 x context_parallel_size " +
+                      str(sp.cp)) != std::string::npos,
+             "the refusal names seq_length and context_parallel_size", "seq_length N is not divisible by ...", why);
+    }
     const Params got = read_params(model);
     const bool has_output = std::find(got.names.begin(), got.names.end(), "output_layer.weight") != got.names.end();
     expect(has_output == sp.untied, "output_layer.weight exists exactly when the embeddings are untied");

@@ -2859,7 +2859,8 @@ PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens
  * @param bytes Size of @p logits in bytes; at least that.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL pointers, @p batch <= 0, ids outside the
- *         vocabulary, @p bytes too small.
+ *         vocabulary, @p bytes too small, or a model whose layout has context_parallel_size > 1
+ *         (each rank holds s / c positions).
  * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages.
  * @par Thread safety
  * Collective over the tensor group; all its ranks pass the same tokens.
