@@ -61,6 +61,7 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
     const auto kind = static_cast<GroupKind>(k);
     members_[idx(kind)] = layout_.members(kind, me);
     if (kind == GroupKind::World) continue;  // the runtime's own world communicator
+    if (resolved(kind) != kind) continue;    // c = 1: the data group's communicators serve
     const auto groups = layout_.all_groups(kind);
     const auto& mine = members_[idx(kind)];
     int color = -1, key = 0;
@@ -78,13 +79,19 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
   if (rt.nccl_enabled()) {
     for (int k = 0; k < kNumGroupKinds; ++k) {
       const auto kind = static_cast<GroupKind>(k);
-      if (size(kind) > 1) device_comms_[idx(kind)] = make_nccl_communicator(comm(kind), rt.gpu(), rt.settings());
+      if (size(kind) > 1 && resolved(kind) == kind)
+        device_comms_[idx(kind)] = make_nccl_communicator(comm(kind), rt.gpu(), rt.settings());
     }
   }
 #endif
 }
 
-Communicator* ProcessGroups::device_comm(GroupKind kind) const {
+GroupKind ProcessGroups::resolved(GroupKind kind) const {
+  return kind == GroupKind::DataContext && layout_.context() == 1 ? GroupKind::Data : kind;
+}
+
+Communicator* ProcessGroups::device_comm(GroupKind kind_in) const {
+  const GroupKind kind = resolved(kind_in);
   auto& dev = device_comms_[idx(kind)];
 #ifdef PTDP_HAVE_NCCL
   if (!dev && runtime_->nccl_enabled() && size(kind) == 1) {
@@ -147,7 +154,7 @@ Communicator& ProcessGroups::comm(GroupKind kind) const {
                     " group (only the first and last pipeline stages hold the embedding)");
   }
   if (kind == GroupKind::World) return runtime_->world();
-  return *comms_[idx(kind)];
+  return *comms_[idx(resolved(kind))];
 }
 
 }  // namespace ptdp
