@@ -452,25 +452,21 @@ Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b
   const DType t = qkv.dtype();
   Backend& be = qkv.backend();
   Tensor dqkv = empty_like(qkv, qkv.shape());
-  // The key and value gradients of the whole sequence from this rank's queries, summed over the
-  // context group below.
-  Tensor dkv_full = Tensor::zeros(slot.kv_full.shape(), t, qkv.device());
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  // dS of each local chunk (the probabilities' gradient through dropout and softmax) and dQ.
+  Tensor dscores[2];
   for (int piece = 0; piece < 2; ++piece) {
     const int64_t q0 = cp.chunk(piece) * half, n = q0 + half;
     if (!slot.piece_probs[piece].defined()) {  // selective recomputation
       context_probs(slot, piece, b, step, slot.piece_probs[piece], slot.piece_dropped[piece]);
     }
     const Tensor& probs = slot.piece_probs[piece];
-    const Tensor& dropped = slot.piece_dropped[piece];
     Tensor dprobs = empty_like(qkv, {b * al, half, n});
     const Operand v{element_ptr(slot.kv_full, dh), kv_row, 2 * dh};
     for (int64_t j = 0; j < qg; ++j) {
-      const Operand dctx_j{element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh};
-      // dP_j = dctx_j V^T;  dV[0, n) += P_j^T dctx_j
-      batched(be, t, false, true, half, n, dh, pairs, dctx_j, v, element_ptr(dprobs, j * half * n), n, qg * half * n);
-      batched(be, t, true, false, n, dh, half, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n}, dctx_j,
-              element_ptr(dkv_full, dh), kv_row, 2 * dh, 1.0f);
+      // dP_j = dctx_j V[0, n)^T
+      batched(be, t, false, true, half, n, dh, pairs, {element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh},
+              v, element_ptr(dprobs, j * half * n), n, qg * half * n);
     }
     if (step.training && cfg_.attention_dropout > 0.0f) {
       for (int64_t bi = 0; bi < b; ++bi) {
@@ -481,16 +477,54 @@ Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b
     be.softmax_backward(probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, half, n, scale);
     const Operand k{slot.kv_full.raw(), kv_row, 2 * dh};
     for (int64_t j = 0; j < qg; ++j) {
-      const Operand ds_j{element_ptr(dprobs, j * half * n), n, qg * half * n};
-      // dQ_j [this chunk's rows] = dS_j K[0, n);  dK[0, n) += dS_j^T Q_j
-      batched(be, t, false, false, half, dh, n, pairs, ds_j, k, element_ptr(dqkv, piece * half * row + j * dh), row,
-              group);
-      batched(be, t, true, false, n, dh, half, pairs, ds_j, {element_ptr(qkv, piece * half * row + j * dh), row, group},
-              dkv_full.raw(), kv_row, 2 * dh, 1.0f);
+      // dQ_j [this chunk's rows] = dS_j K[0, n)
+      batched(be, t, false, false, half, dh, n, pairs, {element_ptr(dprobs, j * half * n), n, qg * half * n}, k,
+              element_ptr(dqkv, piece * half * row + j * dh), row, group);
+    }
+    dscores[piece] = dprobs;
+  }
+  // The key and value gradients around the ring (a reduce-scatter): at step i this rank adds its
+  // queries' part of the gradients of context rank o = r - 1 - i's keys and values to the sum
+  // received from r - 1 (which the products of this step overlap) and passes it on to r + 1; at
+  // the last step o = r and the sum, over every rank's queries, is this rank's own.
+  const int64_t kv_cols = groups_local_ * 2 * dh, block = half * b * kv_cols;
+  Tensor dkv, incoming;
+  WorkPtr work;
+  const std::shared_ptr<void> progress = cp.comm->background_progress();
+  for (int i = 0; i < cp.size; ++i) {
+    ContextParallel owner = cp;
+    owner.rank = ((cp.rank - 1 - i) % cp.size + cp.size) % cp.size;
+    Tensor part = Tensor::zeros({2 * half * b, kv_cols}, t, qkv.device());  // owner's two chunks
+    for (int kp = 0; kp < 2; ++kp) {
+      const int64_t kc = owner.chunk(kp);
+      for (int piece = 0; piece < 2; ++piece) {
+        const int64_t n = cp.chunk(piece) * half + half;
+        if (kc * half >= n) continue;  // keys after every query of the chunk
+        const Tensor& dropped = slot.piece_dropped[piece];
+        for (int64_t j = 0; j < qg; ++j) {
+          // dV [chunk kc] += P_j[:, chunk kc]^T dctx_j;  dK [chunk kc] += dS_j[:, chunk kc]^T Q_j
+          batched(be, t, true, false, half, dh, half, pairs,
+                  {element_ptr(dropped, j * half * n + kc * half), n, qg * half * n},
+                  {element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh},
+                  element_ptr(part, kp * block + dh), kv_row, 2 * dh, 1.0f);
+          batched(be, t, true, false, half, dh, half, pairs,
+                  {element_ptr(dscores[piece], j * half * n + kc * half), n, qg * half * n},
+                  {element_ptr(qkv, piece * half * row + j * dh), row, group}, element_ptr(part, kp * block), kv_row,
+                  2 * dh, 1.0f);
+        }
+      }
+    }
+    if (work) {
+      work->wait();
+      be.add(part.raw(), incoming.raw(), part.raw(), t, part.numel());
+    }
+    dkv = part;
+    if (i + 1 < cp.size) {
+      incoming = empty_like(part, part.shape());
+      work = cp.comm->batch_p2p({P2POp{P2POp::Kind::Send, part, (cp.rank + 1) % cp.size, 0},
+                                 P2POp{P2POp::Kind::Recv, incoming, (cp.rank - 1 + cp.size) % cp.size, 0}});
     }
   }
-  // Each position's key and value gradients to the rank that owns it.
-  Tensor dkv = reduce_scatter_context(cp, dkv_full, groups_local_ * 2 * dh);
   be.copy_2d(element_ptr(dqkv, qg * dh), group, dkv.raw(), 2 * dh, t, 2 * half * pairs, 2 * dh);
   return dqkv;
 }

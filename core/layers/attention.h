@@ -35,10 +35,11 @@
 // only its own queries' rows, chunk by chunk
 // (queries at global positions q0 .. q0 + s/(2c) - 1 against keys 0 .. q0 + s/(2c) - 1, causal
 // by global position: the load-balanced chunks give every rank the same work), with the
-// attention dropout drawn at the global (query, key) indices; its backward reduce-scatters the
-// key and value gradients of the whole sequence back to their owners (not yet around the ring;
-// nor are the blocks combined with per-block log-sum-exps as in ring attention: the softmax
-// runs once over each query row's assembled scores).
+// attention dropout drawn at the global (query, key) indices; its backward passes each rank's
+// key and value gradient sums around the ring to their owners (a reduce-scatter, each step's
+// transfer overlapping the next block's products). Unlike ring attention the blocks are not
+// combined by their log-sum-exps: every block is kept and the softmax runs once over each query
+// row's assembled scores.
 #pragma once
 
 #include <memory>

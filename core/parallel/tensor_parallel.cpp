@@ -129,23 +129,4 @@ Tensor context_rows(const ContextParallel& cp, const Tensor& full, int64_t cols)
   return mine;
 }
 
-Tensor reduce_scatter_context(const ContextParallel& cp, const Tensor& full, int64_t cols) {
-  if (cp.size == 1) return full;
-  const int64_t N = rows_of(full, cols, "reduce-scatter over the context group: input");
-  PTDP_CHECK_ARG(N % (2 * cp.size) == 0, "context parallelism: " + std::to_string(N) + " rows are not " +
-                                             std::to_string(2 * cp.size) + " equal chunks");
-  const int64_t half = N / (2 * cp.size), n = 2 * half;
-  // Rank-major: rank j's rows (its two chunks) at j n, as reduce-scatter hands them out.
-  Tensor ranked = empty_like(full, {N, cols});
-  for (int j = 0; j < cp.size; ++j) {
-    ContextParallel other = cp;
-    other.rank = j;
-    copy_rows(ranked, j * n, full, other.chunk(0) * half, half, cols);
-    copy_rows(ranked, j * n + half, full, other.chunk(1) * half, half, cols);
-  }
-  Tensor mine = empty_like(full, {n, cols});
-  cp.comm->reduce_scatter(ranked.reshape({N * cols}), mine.reshape({n * cols}), ReduceOp::Sum)->wait();
-  return mine;
-}
-
 }  // namespace ptdp

@@ -100,9 +100,6 @@ Tensor gather_context(const ContextParallel& cp, const Tensor& local, int64_t co
 /// This rank's rows (its chunks r and 2c - 1 - r) of the whole sequence's [N, cols]
 /// sequence-major tensor (no communication; the input itself for a group of one).
 Tensor context_rows(const ContextParallel& cp, const Tensor& full, int64_t cols);
-/// The adjoint of gather_context: the sum over the context group of the whole sequence's
-/// [N, cols] partial tensors, of which this rank keeps its rows (chunks r and 2c - 1 - r), as
-/// [N / c, cols] (the input itself for a group of one). Collective over the context group.
-Tensor reduce_scatter_context(const ContextParallel& cp, const Tensor& full, int64_t cols);
+
 
 }  // namespace ptdp
