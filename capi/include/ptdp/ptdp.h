@@ -438,7 +438,10 @@ PTDP_API ptdp_status ptdp_runtime_gpu(ptdp_runtime runtime, int32_t* gpu);
 /* ---------------------------------------------------------------------------------------- */
 /** @name Process groups
  *  The PTD-P layout: W = t * p * d ranks, tensor rank fastest, then data, then pipeline
- *  (Megatron's order): `rank = pp_rank * (d * t) + dp_rank * t + tp_rank`.
+ *  (Megatron's order): `rank = pp_rank * (d * t) + dp_rank * t + tp_rank`. With context
+ *  parallelism (c = context_parallel_size > 1) W = t * c * d * p and the context rank comes
+ *  between the tensor and the data rank (Megatron's tp-cp-dp-pp):
+ *  `rank = ((pp_rank * d + dp_rank) * c + cp_rank) * t + tp_rank`.
  *  @{ */
 
 /** Kinds of process group. */
