@@ -47,6 +47,8 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_GROUP_DATA = 3
   integer(c_int), parameter :: PTDP_GROUP_MODEL = 4
   integer(c_int), parameter :: PTDP_GROUP_EMBEDDING = 5
+  integer(c_int), parameter :: PTDP_GROUP_CONTEXT = 6
+  integer(c_int), parameter :: PTDP_GROUP_DATA_CONTEXT = 7
 
   ! Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
   integer(c_int), parameter :: PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = 0
@@ -186,6 +188,7 @@ module ptdp
     integer(c_int64_t) :: decoder_last_pipeline_num_layers
     integer(c_int64_t) :: pipeline_chunk_placement
     integer(c_int32_t) :: sequence_parallel
+    integer(c_int64_t) :: context_parallel_size
     type(c_ptr) :: pipeline_model_parallel_layout
   end type ptdp_parallel_options
 

@@ -96,6 +96,8 @@ static_assert(FirstPublished<ptdp_parallel_options>::size ==
               offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers));  // uneven pipeline stages
 static_assert(offsetof(ptdp_parallel_options, pipeline_chunk_placement) == 40,
               "ptdp_parallel_options: the chunk placement starts after the uneven stages' 40 bytes");
+static_assert(offsetof(ptdp_parallel_options, context_parallel_size) == 56,
+              "ptdp_parallel_options: the context-parallel size starts after the 56 bytes before it");
 static_assert(FirstPublished<ptdp_schedule_costs>::size == offsetof(ptdp_schedule_costs, chunk_forward));  // predictor
 static_assert(FirstPublished<ptdp_plan_layout>::size ==
               offsetof(ptdp_plan_layout, decoder_first_pipeline_num_layers));  // uneven pipeline stages

@@ -15,6 +15,8 @@ static_assert(PTDP_GROUP_PIPELINE == static_cast<int>(ptdp::GroupKind::Pipeline)
 static_assert(PTDP_GROUP_DATA == static_cast<int>(ptdp::GroupKind::Data));
 static_assert(PTDP_GROUP_MODEL == static_cast<int>(ptdp::GroupKind::Model));
 static_assert(PTDP_GROUP_EMBEDDING == static_cast<int>(ptdp::GroupKind::Embedding));
+static_assert(PTDP_GROUP_CONTEXT == static_cast<int>(ptdp::GroupKind::Context));
+static_assert(PTDP_GROUP_DATA_CONTEXT == static_cast<int>(ptdp::GroupKind::DataContext));
 static_assert(PTDP_REDUCE_SUM == static_cast<int>(ptdp::ReduceOp::Sum));
 static_assert(PTDP_REDUCE_AVG == static_cast<int>(ptdp::ReduceOp::Avg));
 static_assert(PTDP_REDUCE_MAX == static_cast<int>(ptdp::ReduceOp::Max));
@@ -164,6 +166,7 @@ PTDP_API ptdp_status ptdp_parallel_options_init(ptdp_parallel_options* options) 
     options->tensor_model_parallel_size = 1;
     options->pipeline_model_parallel_size = 1;
     options->virtual_pipeline_model_parallel_size = 1;
+    options->context_parallel_size = 1;
   });
 }
 

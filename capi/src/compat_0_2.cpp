@@ -44,6 +44,7 @@ ptdp_parallel_options normalized(const ptdp_parallel_options& o) {
   out.virtual_pipeline_model_parallel_size = c.virtual_stages;
   out.decoder_first_pipeline_num_layers = c.first_stage_layers;
   out.decoder_last_pipeline_num_layers = c.last_stage_layers;
+  out.context_parallel_size = c.context;
   return out;
 }
 

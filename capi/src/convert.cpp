@@ -289,6 +289,9 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
                  str_cat("options->pipeline_chunk_placement = ", o.pipeline_chunk_placement,
                          " is not a ptdp_chunk_placement (0 round-robin, 1 V)"));
   c.chunk_placement = static_cast<int>(o.pipeline_chunk_placement);
+  PTDP_CHECK_ARG(o.context_parallel_size >= 1 && o.context_parallel_size <= std::numeric_limits<int32_t>::max(),
+                 str_cat("options->context_parallel_size = ", o.context_parallel_size, " is not >= 1"));
+  c.context = static_cast<int>(o.context_parallel_size);
   return c;
 }
 

@@ -111,6 +111,7 @@ PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config
     o.sequence_parallel = c.args.sequence_parallel ? 1 : 0;
     o.pipeline_model_parallel_layout =
         c.args.pipeline_model_parallel_layout.empty() ? nullptr : c.args.pipeline_model_parallel_layout.c_str();
+    o.context_parallel_size = c.args.context_parallel_size;
     o.pipeline_chunk_placement = static_cast<int>(ptdp::placement_of(ptdp::schedule_kind(c.args)));
     *options = o;
   });

@@ -344,6 +344,13 @@ std::vector<Flag> make_flags() {
                       "tensor-parallel blocks all-gather the sequence and reduce-scatter their outputs. The results "
                       "equal those without it. Needs --seq-length divisible by t.",
                       &TrainArgs::sequence_parallel));
+  v.push_back(integer("context-parallel-size", G::Parallel,
+                      "Context parallelism c: each sample's sequence is cut into 2c chunks and context rank r "
+                      "holds chunks r and 2c-1-r (causal load balance); the layers outside attention work on s/c "
+                      "positions, attention passes the keys and values around the ring of c ranks. Megatron's "
+                      "rank order (tensor, context, data, pipeline); the data-parallel size is world / (t * c * p) "
+                      "and the gradients are reduced over the d * c ranks. Needs --seq-length divisible by 2c.",
+                      &TrainArgs::context_parallel_size, kPositive));
   v.push_back(boolean("use-distributed-optimizer", G::Parallel,
                       "Shard the optimizer state over the data-parallel group.",
                       &TrainArgs::use_distributed_optimizer));
@@ -639,6 +646,13 @@ void check_together(const TrainArgs& a) {
   if (a.sequence_parallel && a.tensor_model_parallel_size > 1 && a.seq_length % a.tensor_model_parallel_size != 0) {
     fail(str_cat("--sequence-parallel gives each tensor rank s/t positions, but ", value("seq-length"),
                  " is not divisible by ", value("tensor-model-parallel-size")));
+  }
+  if (a.context_parallel_size > 1) {
+    const int c2 = 2 * a.context_parallel_size * (a.sequence_parallel ? a.tensor_model_parallel_size : 1);
+    if (a.seq_length % c2 != 0) {
+      fail(str_cat("--context-parallel-size cuts each sample into 2c chunks", a.sequence_parallel ? " (of t sequence-parallel shards each)" : "",
+                   ", but ", value("seq-length"), " is not divisible by ", std::to_string(c2)));
+    }
   }
   // Pipeline split (Megatron's checks: arguments.py, then TransformerConfig's).
   const int p = a.pipeline_model_parallel_size;
@@ -1086,6 +1100,7 @@ ParallelConfig to_parallel_config(const TrainArgs& args, int world_size) {
   c.last_stage_layers = args.decoder_last_pipeline_num_layers.value_or(0);
   c.sequence_parallel = args.sequence_parallel;
   c.pipeline_layout = args.pipeline_model_parallel_layout;
+  c.context = args.context_parallel_size;
   c.chunk_placement = static_cast<int>(placement_of(schedule_kind(args)));
   return c;
 }

@@ -72,6 +72,7 @@ struct TrainArgs {
   bool use_distributed_optimizer = false;
   bool sequence_parallel = false;  ///< --sequence-parallel
   std::string pipeline_model_parallel_layout;  ///< --pipeline-model-parallel-layout; "" none
+  int context_parallel_size = 1;   ///< --context-parallel-size
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;  ///< as given; see schedule_kind()
   int64_t ddp_bucket_size = 0;                              ///< elements; 0: one bucket per chunk
   bool overlap_grad_reduce = false;   ///< reduce each bucket as the backward completes it

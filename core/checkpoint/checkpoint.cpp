@@ -296,7 +296,9 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
   PTDP_CHECK_ARG(state.iteration >= 0, "checkpoint iteration must be >= 0, got " + std::to_string(state.iteration));
   ProcessGroups& g = model.groups();
   const int world_rank = g.rank(GroupKind::World);
-  const int tp = g.rank(GroupKind::Tensor), pp = g.rank(GroupKind::Pipeline), dp = g.rank(GroupKind::Data);
+  // dp: the rank among the d * c ranks holding the same weights (the data and context ranks); the
+  // first writes.
+  const int tp = g.rank(GroupKind::Tensor), pp = g.rank(GroupKind::Pipeline), dp = g.rank(GroupKind::DataContext);
   const std::vector<std::string> states = optimizer ? optimizer->state_names() : std::vector<std::string>{};
 
   agree_on_failure(g, [&] {

@@ -88,12 +88,16 @@ AttentionDesc SelfAttention::fused_desc(int64_t b, const Step& step, const int32
 }
 
 RopeDesc SelfAttention::rope_desc(int64_t b, const Tensor& like, const int32_t* positions) {
+  return rope_desc(cfg_.seq_length, b, like, positions);
+}
+
+RopeDesc SelfAttention::rope_desc(int64_t s, int64_t b, const Tensor& like, const int32_t* positions) {
   if (!inv_freq_.defined() || !(inv_freq_.device() == like.device())) {
     const std::vector<float> inv = cfg_.rotary_inv_freq();
     inv_freq_ = Tensor::from_host(inv.data(), {static_cast<int64_t>(inv.size())}, DType::F32, like.device());
   }
   RopeDesc d;
-  d.s = cfg_.seq_length;
+  d.s = s;
   d.b = b;
   d.groups = groups_local_;
   d.q_per_group = q_per_group_;
@@ -171,8 +175,10 @@ void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& st
 
 Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   const int64_t s = cfg_.seq_length, al = heads_local_, dh = dh_, qg = q_per_group_;
-  Tensor qkv = qkv_.forward(x, step);  // [s*b, (a + 2g)/t * dh]
-  const int64_t b = step.kv_cache ? 1 : rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s;
+  const ContextParallel& cp = tp_.cp;
+  const int64_t sl = s / cp.size, cols = groups_local_ * (qg + 2) * dh;  // this context rank's positions
+  Tensor qkv = qkv_.forward(x, step);  // [sl*b, (a + 2g)/t * dh]
+  const int64_t b = step.kv_cache ? 1 : rows_of(qkv, cols, "qkv") / sl;
   Backend& be = x.backend();
   if (q_norm_) {
     set_heads(qkv, 0, q_norm_->forward(heads_of(qkv, 0), step));
@@ -180,7 +186,17 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   }
   if (step.kv_cache) return forward_cached(qkv, step);
   const TokenPositions where = step.positions ? *step.positions : TokenPositions{};
-  if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(b, qkv, where.position_data()));
+  if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(sl, b, qkv, where.position_data()));
+  // Context parallelism, first version: the queries, keys and values of the whole sequence are
+  // all-gathered over the context group and every context rank computes the whole sequence's
+  // attention (the serial run's, masks and dropout included), keeping its own rows of the
+  // context. The layers around attention work on s/c positions.
+  if (cp.size > 1 && !fused(be) && where.document_data() == nullptr) {
+    Slot& slot = slots_.create(step.microbatch);
+    slot.positions = where;
+    return proj_.forward(forward_context(qkv, b, step, slot), step);
+  }
+  if (cp.size > 1) qkv = gather_context(cp, qkv, cols);
   Tensor ctx = empty_like(qkv, {s * b, al * dh});
   Slot& slot = slots_.create(step.microbatch);
   slot.qkv = qkv;
@@ -190,7 +206,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
     be.attention_forward(fused_desc(b, step, where.document_data()), qkv.raw(), ctx.raw(), slot.lse.data<float>(),
                          qkv.dtype());
     slot.ctx = ctx;
-    return proj_.forward(ctx, step);
+    return proj_.forward(context_rows(cp, ctx, al * dh), step);
   }
   Tensor probs, dropped;
   attention_probs(qkv, b, step, where.document_data(), probs, dropped);
@@ -204,7 +220,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
     slot.probs = probs;
     slot.probs_dropped = dropped;
   }
-  return proj_.forward(ctx, step);
+  return proj_.forward(context_rows(cp, ctx, al * dh), step);
 }
 
 Tensor SelfAttention::forward_cached(const Tensor& qkv, const Step& step) {
@@ -250,7 +266,20 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   const int64_t pairs = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s * groups_local_;
   const int64_t b = pairs / groups_local_, group = (qg + 2) * dh;
   Backend& be = dy.backend();
-  Tensor dctx = proj_.backward_input(dy, step);  // [s, b, a/t, dh]
+  if (slot.kv_full.defined()) {  // context parallelism, local queries
+    const int64_t bl = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / (s / tp_.cp.size);
+    Tensor dqkv = backward_context(slot, proj_.backward_input(dy, step), bl, step);
+    slots_.release(step.microbatch);
+    if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(s / tp_.cp.size, bl, dqkv, where.position_data()));
+    if (q_norm_) {
+      set_heads(dqkv, 0, q_norm_->backward_input(heads_of(dqkv, 0), step));
+      set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));
+    }
+    return qkv_.backward_input(dqkv, step);
+  }
+  // [s, b, a/t, dh]; under context parallelism every rank's rows, for the whole sequence's
+  // backward (each context rank computes it whole and keeps its rows of dqkv).
+  Tensor dctx = gather_context(tp_.cp, proj_.backward_input(dy, step), al * dh);
   Tensor dqkv = empty_like(qkv, qkv.shape());
   if (slot.lse.defined()) {  // fused
     Tensor delta = Tensor::empty({b * al * s}, DType::F32, dy.device());
@@ -287,12 +316,217 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
     }
   }
   slots_.release(step.microbatch);
-  if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(b, dqkv, where.position_data()));
+  dqkv = context_rows(tp_.cp, dqkv, group * groups_local_);
+  if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(s / tp_.cp.size, b, dqkv, where.position_data()));
   if (q_norm_) {
     set_heads(dqkv, 0, q_norm_->backward_input(heads_of(dqkv, 0), step));
     set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));
   }
   return qkv_.backward_input(dqkv, step);
+}
+
+DropoutDesc SelfAttention::piece_dropout(int64_t b, int64_t bi, int64_t q0, int64_t rows, int64_t n,
+                                         const Step& step) const {
+  const int64_t s = cfg_.seq_length;
+  DropoutDesc d;
+  d.p = cfg_.attention_dropout;
+  d.rng = PhiloxStream{cfg_.seed, dropout_stream(step, layer_, DropoutSite::AttentionProbs)};
+  // The serial run's [b, a, s, s] probabilities as [b a, s, s]: this rank's heads of sample bi,
+  // query rows [q0, q0 + rows), keys [0, n).
+  d.block.shape[0] = heads_local_;
+  d.block.shape[1] = rows;
+  d.block.shape[2] = n;
+  d.block.global_shape[0] = b * cfg_.num_attention_heads;
+  d.block.global_shape[1] = s;
+  d.block.global_shape[2] = s;
+  d.block.offset[0] = bi * cfg_.num_attention_heads + tp_.rank * heads_local_;
+  d.block.offset[1] = q0;
+  return d;
+}
+
+void SelfAttention::context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs,
+                                  Tensor& dropped, bool scores_ready) const {
+  const ContextParallel& cp = tp_.cp;
+  const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group;
+  const int64_t q0 = cp.chunk(piece) * half, n = q0 + half;
+  const Tensor& qkv = slot.qkv;
+  const DType t = qkv.dtype();
+  Backend& be = qkv.backend();
+  if (!scores_ready) probs = empty_like(qkv, {b * al, half, n});
+  // scores_(pair, j) = Q_(pair, j) [this chunk's rows] K_pair[0, n)^T
+  for (int64_t j = 0; j < qg && !scores_ready; ++j) {
+    batched(be, t, false, true, half, n, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
+            {slot.kv_full.raw(), pairs * 2 * dh, 2 * dh}, element_ptr(probs, j * half * n), n, qg * half * n);
+  }
+  // Causal by global position: query q0 + i sees keys j <= q0 + i = i + (n - half).
+  be.softmax_forward(probs.raw(), probs.raw(), t, b * al, half, n, 1.0f / std::sqrt(static_cast<float>(dh)), true);
+  dropped = probs;
+  if (step.training && cfg_.attention_dropout > 0.0f) {
+    dropped = empty_like(probs, probs.shape());
+    for (int64_t bi = 0; bi < b; ++bi) {
+      be.dropout_forward(element_ptr(probs, bi * al * half * n), element_ptr(dropped, bi * al * half * n), t,
+                         piece_dropout(b, bi, q0, half, n, step));
+    }
+  }
+}
+
+Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot) {
+  const ContextParallel& cp = tp_.cp;
+  const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
+  slot.qkv = qkv;
+  Backend& be = qkv.backend();
+  const DType t = qkv.dtype();
+  const int64_t row = pairs * group, kv_cols = groups_local_ * 2 * dh, block = half * b * kv_cols;
+  // This rank's keys and values ([s/c * b * g/t, 2 dh]: each group's key head, then its value
+  // head: chunk r's rows, then chunk 2c - 1 - r's).
+  Tensor kv = empty_like(qkv, {2 * half * b, kv_cols});
+  be.copy_2d(kv.raw(), 2 * dh, element_ptr(qkv, qg * dh), group, t, 2 * half * pairs, 2 * dh);
+  // Around the ring: at step i this rank holds the keys and values of context rank r - i and
+  // passes them on to r + 1 while it computes their score blocks (the transfer of the next
+  // block overlaps this one's products); the blocks are kept, in global order, as the whole
+  // sequence's [s * b, g/t * 2 dh] for the products with V and the backward.
+  Tensor probs[2];
+  for (int piece = 0; piece < 2; ++piece) probs[piece] = empty_like(qkv, {b * al, half, cp.chunk(piece) * half + half});
+  slot.kv_full = empty_like(kv, {2 * half * b * cp.size, kv_cols});
+  {
+    const std::shared_ptr<void> progress = cp.comm->background_progress();
+    Tensor current = kv;
+    for (int i = 0; i < cp.size; ++i) {
+      ContextParallel owner = cp;
+      owner.rank = (cp.rank - i + cp.size) % cp.size;
+      Tensor next;
+      WorkPtr work;
+      if (i + 1 < cp.size) {
+        next = empty_like(kv, kv.shape());
+        work = cp.comm->batch_p2p({P2POp{P2POp::Kind::Send, current, (cp.rank + 1) % cp.size, 0},
+                                   P2POp{P2POp::Kind::Recv, next, (cp.rank - 1 + cp.size) % cp.size, 0}});
+      }
+      for (int kp = 0; kp < 2; ++kp) {
+        const int64_t kc = owner.chunk(kp);  // the global chunk of these keys
+        be.copy(element_ptr(slot.kv_full, kc * block), element_ptr(current, kp * block),
+                static_cast<std::size_t>(block) * dtype_size(t));
+        for (int piece = 0; piece < 2; ++piece) {
+          const int64_t n = cp.chunk(piece) * half + half;
+          if (kc * half >= n) continue;  // keys after every query of the chunk
+          // scores_(pair, j) [this chunk's rows, keys of chunk kc] = Q_(pair, j) K_pair^T
+          for (int64_t j = 0; j < qg; ++j) {
+            batched(be, t, false, true, half, half, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
+                    {element_ptr(current, kp * block), pairs * 2 * dh, 2 * dh},
+                    element_ptr(probs[piece], j * half * n + kc * half), n, qg * half * n);
+          }
+        }
+      }
+      if (work) {
+        work->wait();
+        current = next;
+      }
+    }
+  }
+  Tensor ctx = empty_like(qkv, {2 * half * b, al * dh});
+  for (int piece = 0; piece < 2; ++piece) {
+    const int64_t n = cp.chunk(piece) * half + half;
+    Tensor dropped;
+    context_probs(slot, piece, b, step, probs[piece], dropped, true);
+    // ctx_(pair, j) [this chunk's rows] = P_(pair, j) V_pair[0, n)
+    for (int64_t j = 0; j < qg; ++j) {
+      batched(be, qkv.dtype(), false, false, half, dh, n, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n},
+              {element_ptr(slot.kv_full, dh), pairs * 2 * dh, 2 * dh},
+              element_ptr(ctx, piece * half * b * al * dh + j * dh), b * al * dh, qg * dh);
+    }
+    if (cfg_.recompute != Recompute::Selective) {
+      slot.piece_probs[piece] = probs[piece];
+      slot.piece_dropped[piece] = dropped;
+    }
+  }
+  return ctx;
+}
+
+Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b, const Step& step) {
+  const ContextParallel& cp = tp_.cp;
+  const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
+  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group, row1 = b * al * dh;
+  const int64_t kv_row = pairs * 2 * dh;  // kv_full: [s, b, g/t, 2, dh]
+  const Tensor& qkv = slot.qkv;
+  const DType t = qkv.dtype();
+  Backend& be = qkv.backend();
+  Tensor dqkv = empty_like(qkv, qkv.shape());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  // dS of each local chunk (the probabilities' gradient through dropout and softmax) and dQ.
+  Tensor dscores[2];
+  for (int piece = 0; piece < 2; ++piece) {
+    const int64_t q0 = cp.chunk(piece) * half, n = q0 + half;
+    if (!slot.piece_probs[piece].defined()) {  // selective recomputation
+      context_probs(slot, piece, b, step, slot.piece_probs[piece], slot.piece_dropped[piece]);
+    }
+    const Tensor& probs = slot.piece_probs[piece];
+    Tensor dprobs = empty_like(qkv, {b * al, half, n});
+    const Operand v{element_ptr(slot.kv_full, dh), kv_row, 2 * dh};
+    for (int64_t j = 0; j < qg; ++j) {
+      // dP_j = dctx_j V[0, n)^T
+      batched(be, t, false, true, half, n, dh, pairs, {element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh},
+              v, element_ptr(dprobs, j * half * n), n, qg * half * n);
+    }
+    if (step.training && cfg_.attention_dropout > 0.0f) {
+      for (int64_t bi = 0; bi < b; ++bi) {
+        be.dropout_backward(element_ptr(dprobs, bi * al * half * n), element_ptr(dprobs, bi * al * half * n), t,
+                            piece_dropout(b, bi, q0, half, n, step));
+      }
+    }
+    be.softmax_backward(probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, half, n, scale);
+    const Operand k{slot.kv_full.raw(), kv_row, 2 * dh};
+    for (int64_t j = 0; j < qg; ++j) {
+      // dQ_j [this chunk's rows] = dS_j K[0, n)
+      batched(be, t, false, false, half, dh, n, pairs, {element_ptr(dprobs, j * half * n), n, qg * half * n}, k,
+              element_ptr(dqkv, piece * half * row + j * dh), row, group);
+    }
+    dscores[piece] = dprobs;
+  }
+  // The key and value gradients around the ring (a reduce-scatter): at step i this rank adds its
+  // queries' part of the gradients of context rank o = r - 1 - i's keys and values to the sum
+  // received from r - 1 (which the products of this step overlap) and passes it on to r + 1; at
+  // the last step o = r and the sum, over every rank's queries, is this rank's own.
+  const int64_t kv_cols = groups_local_ * 2 * dh, block = half * b * kv_cols;
+  Tensor dkv, incoming;
+  WorkPtr work;
+  const std::shared_ptr<void> progress = cp.comm->background_progress();
+  for (int i = 0; i < cp.size; ++i) {
+    ContextParallel owner = cp;
+    owner.rank = ((cp.rank - 1 - i) % cp.size + cp.size) % cp.size;
+    Tensor part = Tensor::zeros({2 * half * b, kv_cols}, t, qkv.device());  // owner's two chunks
+    for (int kp = 0; kp < 2; ++kp) {
+      const int64_t kc = owner.chunk(kp);
+      for (int piece = 0; piece < 2; ++piece) {
+        const int64_t n = cp.chunk(piece) * half + half;
+        if (kc * half >= n) continue;  // keys after every query of the chunk
+        const Tensor& dropped = slot.piece_dropped[piece];
+        for (int64_t j = 0; j < qg; ++j) {
+          // dV [chunk kc] += P_j[:, chunk kc]^T dctx_j;  dK [chunk kc] += dS_j[:, chunk kc]^T Q_j
+          batched(be, t, true, false, half, dh, half, pairs,
+                  {element_ptr(dropped, j * half * n + kc * half), n, qg * half * n},
+                  {element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh},
+                  element_ptr(part, kp * block + dh), kv_row, 2 * dh, 1.0f);
+          batched(be, t, true, false, half, dh, half, pairs,
+                  {element_ptr(dscores[piece], j * half * n + kc * half), n, qg * half * n},
+                  {element_ptr(qkv, piece * half * row + j * dh), row, group}, element_ptr(part, kp * block), kv_row,
+                  2 * dh, 1.0f);
+        }
+      }
+    }
+    if (work) {
+      work->wait();
+      be.add(part.raw(), incoming.raw(), part.raw(), t, part.numel());
+    }
+    dkv = part;
+    if (i + 1 < cp.size) {
+      incoming = empty_like(part, part.shape());
+      work = cp.comm->batch_p2p({P2POp{P2POp::Kind::Send, part, (cp.rank + 1) % cp.size, 0},
+                                 P2POp{P2POp::Kind::Recv, incoming, (cp.rank - 1 + cp.size) % cp.size, 0}});
+    }
+  }
+  be.copy_2d(element_ptr(dqkv, qg * dh), group, dkv.raw(), 2 * dh, t, 2 * half * pairs, 2 * dh);
+  return dqkv;
 }
 
 void SelfAttention::backward_weight(const Step& step) {

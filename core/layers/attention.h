@@ -22,6 +22,24 @@
 // query then attends only to the keys of its own document, in the fused kernels (which skip the
 // key tiles outside it) and in the unfused path (softmax_forward_documents: the other
 // probabilities are exactly 0). The dropout masks keep their indexing.
+//
+// Context parallelism (TensorParallel::cp, c > 1), a first version: the input holds this context
+// rank's s/c positions (its chunks r and 2c - 1 - r); after the QKV projection and RoPE (at the
+// tokens' true positions) the projections of the whole sequence are all-gathered over the
+// context group and each rank runs the whole sequence's attention above (either path, packed
+// documents and dropout exactly as the serial run), keeping its own rows of the context; the
+// backward all-gathers the context gradient likewise and keeps its rows of dqkv. That is the
+// path of the fused kernels and of packed documents. The unfused path without documents splits
+// the work: the keys and values travel around the ring of context ranks (each step's transfer
+// overlapping the previous block's score products) and are kept whole, and each rank computes
+// only its own queries' rows, chunk by chunk
+// (queries at global positions q0 .. q0 + s/(2c) - 1 against keys 0 .. q0 + s/(2c) - 1, causal
+// by global position: the load-balanced chunks give every rank the same work), with the
+// attention dropout drawn at the global (query, key) indices; its backward passes each rank's
+// key and value gradient sums around the ring to their owners (a reduce-scatter, each step's
+// transfer overlapping the next block's products). Unlike ring attention the blocks are not
+// combined by their log-sum-exps: every block is kept and the softmax runs once over each query
+// row's assembled scores.
 #pragma once
 
 #include <memory>
@@ -76,7 +94,22 @@ class SelfAttention {
     Tensor probs_dropped;  // after attention dropout (the same tensor when dropout is off)
     Tensor ctx, lse;       // fused path: the context [s, b, a/t, dh] and log-sum-exps [b, a/t, s]
     TokenPositions positions;  // the forward's (Step::positions), for the backward
+    // Context parallelism's local-query path: qkv is this rank's [s/c, b, ...], kv_full the
+    // whole sequence's keys and values [s, b, g/t, 2, dh] (all-gathered), and the probabilities
+    // are kept per local chunk.
+    Tensor kv_full;
+    Tensor piece_probs[2], piece_dropped[2];
   };
+  // Context parallelism (unfused, without packed documents): this rank's queries (two chunks)
+  // against the all-gathered keys and values, causal by global position.
+  Tensor forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot);
+  Tensor backward_context(Slot& slot, const Tensor& dctx, int64_t b, const Step& step);
+  // Scores (unless `scores_ready`: probs holds them), softmax and dropout of local chunk `piece`
+  // (queries at global q0 = chunk * s/(2c), keys 0 .. q0 + s/(2c) - 1, from slot.kv_full).
+  void context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs, Tensor& dropped,
+                     bool scores_ready = false) const;
+  // The attention-dropout mask of sample bi's rows [q0, q0 + rows) x keys [0, n) of this rank's heads.
+  DropoutDesc piece_dropout(int64_t b, int64_t bi, int64_t q0, int64_t rows, int64_t n, const Step& step) const;
   DropoutDesc probs_dropout(int64_t b, const Step& step) const;
   AttentionDesc fused_desc(int64_t b, const Step& step, const int32_t* document_starts) const;
   // Softmax (and dropout) of the scores of qkv; document_starts as AttentionDesc's (NULL: causal).
@@ -85,6 +118,8 @@ class SelfAttention {
 
   // RoPE over the s * b tokens of `like` at `positions` ([s, b] on its device; NULL: 0 .. s-1).
   RopeDesc rope_desc(int64_t b, const Tensor& like, const int32_t* positions);
+  // The same over s * b tokens (this context rank's s / c positions under context parallelism).
+  RopeDesc rope_desc(int64_t s, int64_t b, const Tensor& like, const int32_t* positions);
   Tensor forward_cached(const Tensor& qkv, const Step& step);
   // The query (part 0) or key (part 1) heads of qkv, copied into / out of packed [rows, dh].
   Tensor heads_of(const Tensor& qkv, int part) const;

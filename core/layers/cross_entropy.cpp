@@ -53,7 +53,15 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   labels.copy_to_host(host.data(), host.size() * sizeof(int32_t));
   s.counted = 0;
   for (int32_t label : host) s.counted += label >= 0 ? 1 : 0;
-  if (s.counted < n) {
+  int64_t local_counted = s.counted;
+  if (tp_.cp.size > 1) {
+    // Context parallelism: the microbatch's tokens are spread over the context group; the mean
+    // is over all of them (the serial run's denominator).
+    Tensor c = Tensor::from_host(&s.counted, {1}, DType::I64, logits.device());
+    tp_.cp.comm->all_reduce(c, ReduceOp::Sum)->wait();
+    c.copy_to_host(&s.counted, sizeof s.counted);
+  }
+  if (local_counted < n) {
     s.ignored.resize(host.size());
     std::vector<float> values(host.size());
     loss.copy_to_host(values.data(), values.size() * sizeof(float));

@@ -39,7 +39,8 @@ class VocabParallelCrossEntropy {
   /// Tokens of the microbatch's forward.
   int64_t rows(const Step& step) { return slots_.get(step.microbatch).labels.numel(); }
   /// Tokens of the microbatch's forward whose label is not ignored: the masked mean's
-  /// denominator.
+  /// denominator (under context parallelism, TensorParallel::cp, summed over the context group:
+  /// the whole microbatch's).
   int64_t counted(const Step& step) { return slots_.get(step.microbatch).counted; }
   /// The gradient of `scale` times the microbatch's masked mean loss, as backward()'s dloss [N]:
   /// scale / counted on the counted rows, 0 on the ignored ones (and everywhere when nothing is

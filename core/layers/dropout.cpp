@@ -1,5 +1,7 @@
 #include "core/layers/dropout.h"
 
+#include <algorithm>
+
 namespace ptdp {
 
 uint64_t dropout_stream(const Step& step, int layer, DropoutSite site) {
@@ -36,6 +38,21 @@ FlatSlice sequence_slice(const TensorParallel& tp, bool sharded, int64_t n) {
   return {tp.rank * n, tp.size * n};
 }
 
+std::vector<FlatPiece> activation_pieces(const TensorParallel& tp, bool sharded, int64_t n) {
+  if (tp.cp.size == 1) return {FlatPiece{0, n, sequence_slice(tp, sharded, n)}};
+  // This tensor rank's elements [lo, lo + n) of the context rank's local activation, whose
+  // halves are the chunks cp.chunk(0) and cp.chunk(1) of the whole.
+  const int64_t local = sharded ? tp.size * n : n, lo = sharded ? tp.rank * n : 0, half = local / 2;
+  const int64_t total = local * tp.cp.size;
+  std::vector<FlatPiece> out;
+  for (int k = 0; k < 2; ++k) {
+    const int64_t a = std::max(lo, k * half), b = std::min(lo + n, (k + 1) * half);
+    if (a >= b) continue;
+    out.push_back(FlatPiece{a - lo, b - a, FlatSlice{tp.cp.chunk(k) * half + (a - k * half), total}});
+  }
+  return out;
+}
+
 namespace {
 
 Tensor apply_dropout(const Tensor& in, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
@@ -48,7 +65,31 @@ Tensor apply_dropout(const Tensor& in, float p, const Step& step, int layer, Dro
   return out;
 }
 
+Tensor apply_pieces(const Tensor& in, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                    const std::vector<FlatPiece>& pieces, bool backward) {
+  if (!step.training || p == 0.0f) return in;
+  Tensor out = empty_like(in, in.shape());
+  for (const FlatPiece& piece : pieces) {
+    const DropoutDesc d = flat_dropout(piece.n, p, step, layer, site, seed, piece.slice);
+    const void* src = element_ptr(in, piece.local_offset);
+    void* dst = element_ptr(out, piece.local_offset);
+    if (backward) in.backend().dropout_backward(src, dst, in.dtype(), d);
+    else in.backend().dropout_forward(src, dst, in.dtype(), d);
+  }
+  return out;
+}
+
 }  // namespace
+
+Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                       const std::vector<FlatPiece>& pieces) {
+  return apply_pieces(x, p, step, layer, site, seed, pieces, false);
+}
+
+Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                        const std::vector<FlatPiece>& pieces) {
+  return apply_pieces(dy, p, step, layer, site, seed, pieces, true);
+}
 
 Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
                        FlatSlice slice) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/layers/layer_support.h"
 
@@ -36,5 +37,23 @@ Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, 
 /// The slice of a sequence-major activation of `n` elements that this rank holds when `tp`
 /// splits the sequence (rank r: elements [r n, (r + 1) n) of t n), else the whole.
 FlatSlice sequence_slice(const TensorParallel& tp, bool sharded, int64_t n);
+
+/// A part of this rank's flat activation: elements [local_offset, local_offset + n) of it are
+/// `slice` of the whole one.
+struct FlatPiece {
+  int64_t local_offset = 0;
+  int64_t n = 0;
+  FlatSlice slice;
+};
+/// Where this rank's sequence-major activation of `n` elements sits in the whole one: a single
+/// piece (sequence_slice's) without context parallelism; with it (tp.cp), the parts of it in
+/// each of the rank's two chunks of the sequence (sequence parallelism splits the context
+/// rank's s/c positions further, so a tensor rank's rows may fall in one chunk or both).
+std::vector<FlatPiece> activation_pieces(const TensorParallel& tp, bool sharded, int64_t n);
+/// flat_dropout's mask over each piece: every layout drops the serial run's elements.
+Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                       const std::vector<FlatPiece>& pieces);
+Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
+                        const std::vector<FlatPiece>& pieces);
 
 }  // namespace ptdp

@@ -14,12 +14,18 @@ Tensor sum(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-// residual + dropout(x + bias), fused.
-Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const DropoutDesc& d) {
+// residual + dropout(x + bias), fused, piece by piece (one piece but under context
+// parallelism), each with flat_dropout's mask at its place in the whole activation.
+Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& residual, const std::vector<FlatPiece>& pieces,
+                        float p, const Step& step, int layer, DropoutSite site, uint64_t seed) {
   const int64_t cols = residual.dim(residual.ndim() - 1);
   Tensor y = empty_like(residual, residual.shape());
-  x.backend().bias_dropout_add(x.raw(), bias.defined() ? bias.raw() : nullptr, residual.raw(), y.raw(), x.dtype(),
-                               residual.numel() / cols, cols, d);
+  for (const FlatPiece& piece : pieces) {
+    x.backend().bias_dropout_add(element_ptr(x, piece.local_offset), bias.defined() ? bias.raw() : nullptr,
+                                 element_ptr(residual, piece.local_offset), element_ptr(y, piece.local_offset),
+                                 x.dtype(), piece.n / cols, cols,
+                                 flat_dropout(piece.n, p, step, layer, site, seed, piece.slice));
+  }
   return y;
 }
 
@@ -37,8 +43,8 @@ TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, i
       mlp_(params, prefix(layer) + ".mlp", cfg, tp),
       slots_(prefix(layer)) {}
 
-FlatSlice TransformerLayer::slice(const Tensor& x, const Step& step) const {
-  return sequence_slice(tp_, tp_.sequence_sharded(step.kv_cache != nullptr), x.numel());
+std::vector<FlatPiece> TransformerLayer::slice(const Tensor& x, const Step& step) const {
+  return activation_pieces(tp_, tp_.sequence_sharded(step.kv_cache != nullptr), x.numel());
 }
 
 Tensor TransformerLayer::run_forward(const Tensor& x, const Step& step) {
@@ -47,12 +53,10 @@ Tensor TransformerLayer::run_forward(const Tensor& x, const Step& step) {
   // Under sequence parallelism x, the norms, dropouts and residuals are this rank's rows; the
   // dropout masks are indexed in the whole activation, so every layout drops the same elements.
   Tensor a = attn_.forward(ln1_.forward(x, step), step);
-  Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x,
-                               flat_dropout(a.numel(), p, step, layer_, DropoutSite::AttentionOutput, seed,
-                                            slice(a, step)));
+  Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x, slice(a, step), p, step, layer_,
+                               DropoutSite::AttentionOutput, seed);
   Tensor m = mlp_.forward(ln2_.forward(x1, step), step);
-  return bias_dropout_add(m, mlp_.output_bias(), x1,
-                          flat_dropout(m.numel(), p, step, layer_, DropoutSite::MlpOutput, seed, slice(m, step)));
+  return bias_dropout_add(m, mlp_.output_bias(), x1, slice(m, step), p, step, layer_, DropoutSite::MlpOutput, seed);
 }
 
 void TransformerLayer::release_sublayers(const Step& step) {

@@ -33,7 +33,7 @@ class TransformerLayer {
  private:
   Tensor run_forward(const Tensor& x, const Step& step);
   // Where the activation x of this pass sits in the whole one (sequence parallelism).
-  FlatSlice slice(const Tensor& x, const Step& step) const;
+  std::vector<FlatPiece> slice(const Tensor& x, const Step& step) const;
   void release_sublayers(const Step& step);
 
   struct Slot {

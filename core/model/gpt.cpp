@@ -35,6 +35,17 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
     : cfg_(cfg), stage_(stage), tp_(tp), device_(device), padded_vocab_(0), params_(tp.rank, tp.size) {
   cfg_.validate(tp.size);
   tp_.sequence_parallel = cfg_.sequence_parallel;
+  if (tp_.cp.size > 1) {
+    const int c = tp_.cp.size;
+    PTDP_CHECK_ARG(cfg_.seq_length % (2 * c) == 0,
+                   "context parallelism cuts each sample into 2c chunks, but seq_length " +
+                       std::to_string(cfg_.seq_length) + " is not divisible by 2 x context_parallel_size " +
+                       std::to_string(c) + " = " + std::to_string(2 * c));
+    PTDP_CHECK_ARG(!tp_.sequence_sharded(false) || (cfg_.seq_length / c) % tp_.size == 0,
+                   "sequence parallelism splits each context rank's seq_length / context_parallel_size = " +
+                       std::to_string(cfg_.seq_length / c) + " positions over the tensor group, but they are not "
+                       "divisible by t = " + std::to_string(tp_.size));
+  }
   if (stage_.num_layers < 0) stage_.num_layers = cfg_.num_layers - stage_.first_layer;
   PTDP_CHECK_ARG(stage_.first_layer >= 0 && stage_.num_layers >= 0 &&
                      stage_.first_layer + stage_.num_layers <= cfg_.num_layers,
@@ -88,27 +99,29 @@ int GptModel::tied_head_weight() const { return tied_copy_; }
 Tensor GptModel::to_sequence_major(const int32_t* ids, int64_t b, const char* what, bool ignore_ok) const {
   PTDP_CHECK_ARG(ids != nullptr, std::string(what) + " is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
-  const int64_t s = cfg_.seq_length;
-  std::vector<int32_t> sb(static_cast<std::size_t>(s * b));
+  const int64_t s = cfg_.seq_length, sl = s / tp_.cp.size;  // this context rank's positions
+  std::vector<int32_t> sb(static_cast<std::size_t>(sl * b));
   for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t si = 0; si < s; ++si) {
+    for (int64_t li = 0; li < sl; ++li) {
+      const int64_t si = tp_.cp.global_position(li, sl);
       const int32_t v = ids[bi * s + si];
       PTDP_CHECK_ARG((v >= 0 && v < cfg_.vocab_size) || (ignore_ok && v == kIgnoreIndex),
                      std::string(what) + "[" + std::to_string(bi * s + si) + "] = " + std::to_string(v) +
                          " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")" +
                          (ignore_ok ? " and is not the ignore index " + std::to_string(kIgnoreIndex) : ""));
-      sb[static_cast<std::size_t>(si * b + bi)] = v;
+      sb[static_cast<std::size_t>(li * b + bi)] = v;
     }
   }
-  return Tensor::from_host(sb.data(), {s * b}, DType::I32, device_);
+  return Tensor::from_host(sb.data(), {sl * b}, DType::I32, device_);
 }
 
 TokenPositions GptModel::token_positions(int64_t b, const DocumentLayout& layout) const {
-  const int64_t s = cfg_.seq_length;
+  const int64_t s = cfg_.seq_length, sl = s / tp_.cp.size;  // this context rank's positions
   TokenPositions out;
-  std::vector<int32_t> pos(static_cast<std::size_t>(s * b));  // [s * b], sequence-major
+  std::vector<int32_t> pos(static_cast<std::size_t>(sl * b));  // [sl * b], sequence-major
   for (int64_t bi = 0; bi < b; ++bi) {
-    for (int64_t si = 0; si < s; ++si) {
+    for (int64_t li = 0; li < sl; ++li) {
+      const int64_t si = tp_.cp.global_position(li, sl);
       int32_t p = static_cast<int32_t>(si);
       if (layout.position_ids) {
         p = layout.position_ids[bi * s + si];
@@ -118,10 +131,10 @@ TokenPositions GptModel::token_positions(int64_t b, const DocumentLayout& layout
                            (position_ ? " is outside the position table [0, " + std::to_string(limit) + ")"
                                       : " is negative"));
       }
-      pos[static_cast<std::size_t>(si * b + bi)] = p;
+      pos[static_cast<std::size_t>(li * b + bi)] = p;
     }
   }
-  out.position_ids = Tensor::from_host(pos.data(), {s * b}, DType::I32, device_);
+  out.position_ids = Tensor::from_host(pos.data(), {sl * b}, DType::I32, device_);
   if (layout.document_starts) {
     const int32_t* starts = layout.document_starts;
     for (int64_t bi = 0; bi < b; ++bi) {
@@ -155,11 +168,11 @@ Tensor GptModel::embed(const Tensor& ids, const Tensor& pos, const Step& step) {
   const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
   if (sharded) x = split_sequence(tp_, x, cfg_.hidden_size);
   return dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed,
-                         sequence_slice(tp_, sharded, x.numel()));
+                         activation_pieces(tp_, sharded, x.numel()));
 }
 
 int64_t GptModel::activation_rows(int64_t b) const {
-  const int64_t rows = static_cast<int64_t>(cfg_.seq_length) * b;
+  const int64_t rows = static_cast<int64_t>(cfg_.seq_length) / tp_.cp.size * b;
   return tp_.sequence_sharded(false) ? rows / tp_.size : rows;
 }
 
@@ -174,7 +187,7 @@ Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_
     PTDP_CHECK_ARG(input.defined() && input.numel() == rows * h,
                    "chunk input " + input.str() + " is not the [" + std::to_string(rows) + ", " + std::to_string(h) +
                        "] activation of " + std::to_string(b) + " samples of " + std::to_string(s) + " tokens" +
-                       (rows != s * b ? " (this rank's rows under sequence parallelism)" : ""));
+                       (rows != s * b ? " (this rank's rows under sequence or context parallelism)" : ""));
     x = input.reshape({rows, h});
   }
   for (auto& layer : layers_) x = layer->forward(x, step);
@@ -188,7 +201,7 @@ Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const
   // Labels and the layout are checked before anything is kept, so a bad value leaves nothing in
   // flight.
   const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels", true) : Tensor();
-  if (layout.empty()) {
+  if (layout.empty() && tp_.cp.size == 1) {  // context parallelism: the true positions always
     Tensor out = stage_logits(input, tokens, b, step);
     return stage_.post_process ? loss_->forward(out, targets, step) : out;
   }
@@ -206,6 +219,13 @@ float GptModel::microbatch_loss(const Tensor& losses, const Step& step) {
   std::vector<float> host(static_cast<std::size_t>(losses.numel()));
   losses.copy_to_host(host.data(), host.size() * sizeof(float));
   double sum = 0.0;
+  if (tp_.cp.size > 1) {
+    // Context parallelism: every context rank's token losses, summed in one order on each.
+    Tensor all = Tensor::empty({tp_.cp.size * losses.numel()}, DType::F32, losses.device());
+    tp_.cp.comm->all_gather(losses.reshape({losses.numel()}), all)->wait();
+    host.resize(static_cast<std::size_t>(all.numel()));
+    all.copy_to_host(host.data(), host.size() * sizeof(float));
+  }
   for (float v : host) sum += v;  // the ignored tokens' losses are 0
   const int64_t counted = loss_->counted(step);
   return counted > 0 ? static_cast<float>(sum / static_cast<double>(counted)) : 0.0f;
@@ -218,7 +238,11 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
   if (positions_.has(step.microbatch)) step.positions = &positions_.get(step.microbatch);
   Tensor dx;
   if (stage_.post_process) {
-    dx = head_->backward_input(loss_->backward(loss_->mean_gradient(grad_scale, step), step), step);
+    // Context parallelism: each context rank's gradient is its tokens' part of the microbatch's;
+    // times c, so that the optimizer's average over the d * c ranks of the data+context group is
+    // the sum over the context ranks averaged over the d replicas (Megatron scales so too).
+    const float cp_scale = static_cast<float>(tp_.cp.size);
+    dx = head_->backward_input(loss_->backward(loss_->mean_gradient(grad_scale * cp_scale, step), step), step);
     dx = final_ln_->backward_input(dx, step);
   } else {
     PTDP_CHECK_ARG(grad_output.defined(), "chunk output gradient is missing");
@@ -229,7 +253,7 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
   if (!stage_.pre_process) return dx;
   const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
   dx = dropout_backward(dx, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed,
-                        sequence_slice(tp_, sharded, dx.numel()));
+                        activation_pieces(tp_, sharded, dx.numel()));
   if (sharded) dx = gather_sequence(tp_, dx, cfg_.hidden_size);
   word_->backward_input(dx, step);
   if (position_) position_->backward_input(dx, step);
@@ -296,6 +320,8 @@ float GptModel::forward_loss(const int32_t* tokens, const int32_t* labels, int64
 std::vector<float> GptModel::logits(const int32_t* tokens, int64_t b) {
   PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
                  "logits need the whole model; this chunk is one pipeline stage");
+  PTDP_CHECK_ARG(tp_.cp.size == 1, "logits: context parallelism (context_parallel_size " +
+                                       std::to_string(tp_.cp.size) + ") splits the sequence; use 1");
   const int64_t s = cfg_.seq_length;
   Step step;
   step.training = false;
@@ -340,6 +366,8 @@ std::vector<float> GptModel::gather_logits(Tensor local, int64_t s, int64_t b) {
 std::vector<float> GptModel::decode(const int32_t* tokens, int64_t n, KvCache& cache) {
   PTDP_CHECK_ARG(stage_.pre_process && stage_.post_process,
                  "decode needs the whole model; this chunk is one pipeline stage");
+  PTDP_CHECK_ARG(tp_.cp.size == 1, "decode: context parallelism (context_parallel_size " +
+                                       std::to_string(tp_.cp.size) + ") has no key/value cache; use 1");
   PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
   PTDP_CHECK_ARG(n > 0 && cache.length + n <= cache.capacity,
                  "decode: " + std::to_string(n) + " new tokens after " + std::to_string(cache.length) +

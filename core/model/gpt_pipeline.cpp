@@ -15,6 +15,9 @@ TensorParallel tensor_group(ProcessGroups& g, Device device) {
   tp.comm = &g.comm_for_tensors(GroupKind::Tensor, device);
   tp.rank = g.rank(GroupKind::Tensor);
   tp.size = g.size(GroupKind::Tensor);
+  tp.cp.comm = &g.comm_for_tensors(GroupKind::Context, device);
+  tp.cp.rank = g.rank(GroupKind::Context);
+  tp.cp.size = g.size(GroupKind::Context);
   return tp;
 }
 

@@ -8,7 +8,7 @@ namespace ptdp {
 GradBuckets::GradBuckets(ParamTable& table, int64_t bucket_elements, bool distributed, ProcessGroups& groups,
                          bool overlap)
     : table_(table), groups_(groups), distributed_(distributed), overlap_(overlap) {
-  const int d = groups.size(GroupKind::Data), r = groups.rank(GroupKind::Data);
+  const int d = groups.size(GroupKind::DataContext), r = groups.rank(GroupKind::DataContext);
   sharded_ = distributed && d > 1;
   // Buckets over the buffer padded to a multiple of d, from the end (the backward produces
   // the last parameters first), each a multiple of d long so it shards evenly.
@@ -54,9 +54,9 @@ GradBuckets::~GradBuckets() {
 
 void GradBuckets::launch(std::size_t k) {
   progress_[k].launched = true;
-  if (groups_.size(GroupKind::Data) == 1) return;
+  if (groups_.size(GroupKind::DataContext) == 1) return;
   const GradBucket& b = buckets_[k];
-  Communicator& dp = groups_.comm_for_tensors(GroupKind::Data, table_.flat_grads().device());
+  Communicator& dp = groups_.comm_for_tensors(GroupKind::DataContext, table_.flat_grads().device());
   const Tensor grads = table_.flat_grads().view(b.lo, {b.hi - b.lo});
   // The distributed optimizer reduce-scatters in place: no second gradient buffer.
   progress_[k].work = distributed_ ? dp.reduce_scatter(grads, table_.flat_grads().view(b.shard_lo, {b.shard_hi - b.shard_lo}),

@@ -74,7 +74,7 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
     if (sp->buckets->sharded() && t.model_dtype() != DType::F32) {
       std::vector<ParamTable::ShardRange> ranges;
       for (const GradBucket& b : sp->buckets->buckets()) ranges.push_back({b.lo, b.hi});
-      t.shard_masters(ranges, groups.comm_for_tensors(GroupKind::Data, device));
+      t.shard_masters(ranges, groups.comm_for_tensors(GroupKind::DataContext, device));
     } else {
       t.unshard_masters();
     }
@@ -82,9 +82,9 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
     if (config_.kind == OptimizerKind::Adam) sp->v = Tensor::zeros({state_elems}, DType::F32, device);
     spaces_.push_back(std::move(sp));
   }
-  if ((config_.overlap_grad_reduce || config_.overlap_param_gather) && groups.size(GroupKind::Data) > 1 &&
+  if ((config_.overlap_grad_reduce || config_.overlap_param_gather) && groups.size(GroupKind::DataContext) > 1 &&
       !spaces_.empty())
-    progress_ = groups.comm_for_tensors(GroupKind::Data, spaces_.front()->table->flat_grads().device()).background_progress();
+    progress_ = groups.comm_for_tensors(GroupKind::DataContext, spaces_.front()->table->flat_grads().device()).background_progress();
 }
 
 Optimizer::~Optimizer() = default;
@@ -99,7 +99,7 @@ void Optimizer::finish_grad_sync() {
 }
 
 double Optimizer::unscale_grads(Backend& be) {
-  const bool count_norm_here = config_.distributed || groups_.rank(GroupKind::Data) == 0;
+  const bool count_norm_here = config_.distributed || groups_.rank(GroupKind::DataContext) == 0;
   const float inv_scale = 1.0f / scaler_.scale();
   double local = 0.0;
   for (auto& s : spaces_) {
@@ -173,7 +173,7 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
 }
 
 void Optimizer::all_gather_updated_shards(Backend& be) {
-  Communicator& dp = groups_.comm_for_tensors(GroupKind::Data, spaces_.front()->table->flat_grads().device());
+  Communicator& dp = groups_.comm_for_tensors(GroupKind::DataContext, spaces_.front()->table->flat_grads().device());
   for (auto& s : spaces_) {
     ParamTable& t = *s->table;
     const Tensor& weights = t.flat_weights();
@@ -214,7 +214,7 @@ StepResult Optimizer::step(int64_t iteration) {
   res.grad_norm = std::sqrt(verdict.norm_sq);
   ++steps_;
   update_shards(be, clip_coefficient(res.grad_norm), res.lr);
-  if (config_.distributed && groups_.size(GroupKind::Data) > 1) all_gather_updated_shards(be);
+  if (config_.distributed && groups_.size(GroupKind::DataContext) > 1) all_gather_updated_shards(be);
   else
     for (auto& s : spaces_) s->table->sync_weights();  // 16-bit model weights follow the masters
   scaler_.update(false);
@@ -253,7 +253,7 @@ std::vector<float> Optimizer::get_state(int s, int k) {
     }
     Tensor shard = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32);
     be.copy_to_host(shard.raw(), mine, shard.nbytes());
-    groups_.comm(GroupKind::Data)
+    groups_.comm(GroupKind::DataContext)
         .all_gather(shard, Tensor::borrow(out.data() + b.lo, {b.hi - b.lo}, DType::F32))
         ->wait();
   }

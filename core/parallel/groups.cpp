@@ -36,9 +36,9 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
   // across the world first, under the runtime's timeout, so a mismatch or a missing rank is an
   // error rather than a hang in split.
   {
-    constexpr int n = 5;
+    constexpr int n = 6;
     const int64_t mine[n] = {layout_.tensor(), layout_.pipeline(), layout_.virtual_stages(),
-                             layout_.first_stage_layers(), layout_.last_stage_layers()};
+                             layout_.first_stage_layers(), layout_.last_stage_layers(), layout_.context()};
     int64_t buf[2 * n];
     for (int i = 0; i < n; ++i) {
       buf[2 * i] = mine[i];
@@ -47,7 +47,8 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
     Tensor t = Tensor::borrow(buf, {2 * n}, DType::I64);
     rt.world().all_reduce(t, ReduceOp::Max)->wait();
     static const char* names[n] = {"tensor parallel size", "pipeline parallel size", "virtual pipeline size",
-                                   "first pipeline stage layers", "last pipeline stage layers"};
+                                   "first pipeline stage layers", "last pipeline stage layers",
+                                   "context parallel size"};
     for (int i = 0; i < n; ++i) {
       PTDP_CHECK_ARG(buf[2 * i] == -buf[2 * i + 1],
                      std::string("ranks disagree on the ") + names[i] + ": from " +
@@ -60,6 +61,7 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
     const auto kind = static_cast<GroupKind>(k);
     members_[idx(kind)] = layout_.members(kind, me);
     if (kind == GroupKind::World) continue;  // the runtime's own world communicator
+    if (resolved(kind) != kind) continue;    // c = 1: the data group's communicators serve
     const auto groups = layout_.all_groups(kind);
     const auto& mine = members_[idx(kind)];
     int color = -1, key = 0;
@@ -77,13 +79,19 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
   if (rt.nccl_enabled()) {
     for (int k = 0; k < kNumGroupKinds; ++k) {
       const auto kind = static_cast<GroupKind>(k);
-      if (size(kind) > 1) device_comms_[idx(kind)] = make_nccl_communicator(comm(kind), rt.gpu(), rt.settings());
+      if (size(kind) > 1 && resolved(kind) == kind)
+        device_comms_[idx(kind)] = make_nccl_communicator(comm(kind), rt.gpu(), rt.settings());
     }
   }
 #endif
 }
 
-Communicator* ProcessGroups::device_comm(GroupKind kind) const {
+GroupKind ProcessGroups::resolved(GroupKind kind) const {
+  return kind == GroupKind::DataContext && layout_.context() == 1 ? GroupKind::Data : kind;
+}
+
+Communicator* ProcessGroups::device_comm(GroupKind kind_in) const {
+  const GroupKind kind = resolved(kind_in);
   auto& dev = device_comms_[idx(kind)];
 #ifdef PTDP_HAVE_NCCL
   if (!dev && runtime_->nccl_enabled() && size(kind) == 1) {
@@ -146,7 +154,7 @@ Communicator& ProcessGroups::comm(GroupKind kind) const {
                     " group (only the first and last pipeline stages hold the embedding)");
   }
   if (kind == GroupKind::World) return runtime_->world();
-  return *comms_[idx(kind)];
+  return *comms_[idx(resolved(kind))];
 }
 
 }  // namespace ptdp

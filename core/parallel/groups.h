@@ -40,6 +40,9 @@ class ProcessGroups {
 
  private:
   static Layout checked_layout(const Runtime& rt, ParallelConfig config);
+  /// The kind whose communicators serve `kind`: the data group's for the data+context group
+  /// when c = 1 (the same ranks; no second MPI or NCCL communicator), else `kind` itself.
+  GroupKind resolved(GroupKind kind) const;
   /// The group's NCCL communicator, created on first use for a group of one; nullptr when
   /// there is none (NCCL off or not built in, or not a member).
   Communicator* device_comm(GroupKind kind) const;

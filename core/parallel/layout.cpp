@@ -22,6 +22,8 @@ const char* group_kind_name(GroupKind kind) {
     case GroupKind::Data: return "data";
     case GroupKind::Model: return "model";
     case GroupKind::Embedding: return "embedding";
+    case GroupKind::Context: return "context";
+    case GroupKind::DataContext: return "data+context";
   }
   return "?";
 }
@@ -32,10 +34,12 @@ Layout::Layout(const ParallelConfig& c) : config_(c) {
   PTDP_CHECK_ARG(c.pipeline > 0, "pipeline parallel size must be > 0, got " + std::to_string(c.pipeline));
   PTDP_CHECK_ARG(c.virtual_stages > 0,
                  "virtual pipeline size must be > 0, got " + std::to_string(c.virtual_stages));
-  const long long tp = static_cast<long long>(c.tensor) * c.pipeline;
+  PTDP_CHECK_ARG(c.context > 0, "context parallel size must be > 0, got " + std::to_string(c.context));
+  const long long tp = static_cast<long long>(c.tensor) * c.pipeline * c.context;
   PTDP_CHECK_ARG(c.world % tp == 0,
                  "world size " + std::to_string(c.world) + " is not divisible by tensor size " +
                      std::to_string(c.tensor) + " x pipeline size " + std::to_string(c.pipeline) +
+                     (c.context > 1 ? " x context parallel size " + std::to_string(c.context) : std::string()) +
                      " = " + std::to_string(tp));
   PTDP_CHECK_ARG(c.virtual_stages == 1 || c.pipeline > 1,
                  "virtual pipeline size " + std::to_string(c.virtual_stages) +
@@ -72,11 +76,11 @@ void Layout::check_rank(int rank) const {
 
 RankCoords Layout::coords(int rank) const {
   check_rank(rank);
-  const int t = tensor(), d = data();
-  return RankCoords{rank / (d * t), (rank / t) % d, rank % t};
+  const int t = tensor(), d = data(), c = context();
+  return RankCoords{rank / (d * c * t), (rank / (c * t)) % d, rank % t, (rank / t) % c};
 }
 
-int Layout::rank_of(RankCoords c) const { return c.pp * (data() * tensor()) + c.dp * tensor() + c.tp; }
+int Layout::rank_of(RankCoords x) const { return ((x.pp * data() + x.dp) * context() + x.cp) * tensor() + x.tp; }
 
 std::vector<int> Layout::members(GroupKind kind, int rank) const {
   const RankCoords me = coords(rank);
@@ -86,26 +90,33 @@ std::vector<int> Layout::members(GroupKind kind, int rank) const {
       for (int r = 0; r < world(); ++r) out.push_back(r);
       break;
     case GroupKind::Tensor:
-      for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({me.pp, me.dp, i}));
+      for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({me.pp, me.dp, i, me.cp}));
       break;
     case GroupKind::Data:
-      for (int j = 0; j < data(); ++j) out.push_back(rank_of({me.pp, j, me.tp}));
+      for (int j = 0; j < data(); ++j) out.push_back(rank_of({me.pp, j, me.tp, me.cp}));
       break;
     case GroupKind::Pipeline:
-      for (int k = 0; k < pipeline(); ++k) out.push_back(rank_of({k, me.dp, me.tp}));
+      for (int k = 0; k < pipeline(); ++k) out.push_back(rank_of({k, me.dp, me.tp, me.cp}));
       break;
     case GroupKind::Model:
       for (int k = 0; k < pipeline(); ++k)
-        for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({k, me.dp, i}));
+        for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({k, me.dp, i, me.cp}));
       break;
     case GroupKind::Embedding:
       if (config_.chunk_placement == 1) {
         // The V placement holds the first and the last chunk on the first stage.
-        if (me.pp == 0) out.push_back(rank_of({0, me.dp, me.tp}));
+        if (me.pp == 0) out.push_back(rank_of({0, me.dp, me.tp, me.cp}));
       } else if (me.pp == 0 || me.pp == pipeline() - 1) {
-        out.push_back(rank_of({0, me.dp, me.tp}));
-        if (pipeline() > 1) out.push_back(rank_of({pipeline() - 1, me.dp, me.tp}));
+        out.push_back(rank_of({0, me.dp, me.tp, me.cp}));
+        if (pipeline() > 1) out.push_back(rank_of({pipeline() - 1, me.dp, me.tp, me.cp}));
       }
+      break;
+    case GroupKind::Context:
+      for (int j = 0; j < context(); ++j) out.push_back(rank_of({me.pp, me.dp, me.tp, j}));
+      break;
+    case GroupKind::DataContext:
+      for (int j = 0; j < data(); ++j)
+        for (int k = 0; k < context(); ++k) out.push_back(rank_of({me.pp, j, me.tp, k}));
       break;
     default:
       PTDP_CHECK_ARG(false, "group kind " + std::to_string(static_cast<int>(kind)) + " is not a group kind");
@@ -125,7 +136,7 @@ std::vector<std::vector<int>> Layout::all_groups(GroupKind kind) const {
 std::string Layout::str() const {
   return "W=" + std::to_string(world()) + " (t=" + std::to_string(tensor()) + ", p=" +
          std::to_string(pipeline()) + ", d=" + std::to_string(data()) + ", v=" +
-         std::to_string(virtual_stages()) +
+         std::to_string(virtual_stages()) + (context() > 1 ? ", c=" + std::to_string(context()) : std::string()) +
          (first_stage_layers() ? ", first=" + std::to_string(first_stage_layers()) : std::string()) +
          (last_stage_layers() ? ", last=" + std::to_string(last_stage_layers()) : std::string()) +
          (config_.pipeline_layout.empty() ? std::string() : ", layout " + config_.pipeline_layout) +

@@ -1,7 +1,8 @@
 // The PTD-P rank layout: which world ranks form the tensor, pipeline, data, model-parallel and
-// embedding groups. Megatron's default order: the tensor rank varies fastest, then the data
-// rank, then the pipeline rank (DESIGN.md):
-//   rank = pp_rank * (d * t) + dp_rank * t + tp_rank.
+// embedding groups. Megatron's default order: the tensor rank varies fastest, then the context
+// rank, then the data rank, then the pipeline rank (DESIGN.md; Megatron's tp-cp-dp-pp):
+//   rank = ((pp_rank * d + dp_rank) * c + cp_rank) * t + tp_rank
+// (with c = 1, the context-parallel size: pp_rank * (d * t) + dp_rank * t + tp_rank).
 // Pure arithmetic, no communication: it can describe layouts far larger than the job.
 #pragma once
 
@@ -13,8 +14,20 @@
 namespace ptdp {
 
 /// Group kinds; the numbers match ptdp_group_kind in the C API.
-enum class GroupKind : int { World = 0, Tensor = 1, Pipeline = 2, Data = 3, Model = 4, Embedding = 5 };
-inline constexpr int kNumGroupKinds = 6;
+/// Context: the c ranks that split the sequence of the same samples (context parallelism);
+/// DataContext: the d * c ranks holding the same weights (Megatron's data-parallel group with
+/// context parallelism), over which the optimizer reduces the gradients (Data itself when c = 1).
+enum class GroupKind : int {
+  World = 0,
+  Tensor = 1,
+  Pipeline = 2,
+  Data = 3,
+  Model = 4,
+  Embedding = 5,
+  Context = 6,
+  DataContext = 7
+};
+inline constexpr int kNumGroupKinds = 8;
 const char* group_kind_name(GroupKind kind);
 
 /// Which pipeline rank holds which model chunk. Numbers match ptdp_chunk_placement in the C API.
@@ -60,17 +73,20 @@ struct ParallelConfig {
   /// Megatron's --pipeline-model-parallel-layout (core/model/pipeline_split.h): the decoder
   /// layers of every model chunk; empty: none. virtual_stages must be its entries / p.
   std::string pipeline_layout = {};
+  /// c, context parallelism (Megatron's --context-parallel-size): each sample's sequence is cut
+  /// into 2c chunks and context rank r holds chunks r and 2c - 1 - r (causal load balance).
+  int context = 1;
 };
 
 /// This rank's coordinates in the (pipeline, data, tensor) grid.
 struct RankCoords {
-  int pp = 0, dp = 0, tp = 0;
+  int pp = 0, dp = 0, tp = 0, cp = 0;
 };
 
 class Layout {
  public:
   /// Throws Error(InvalidArgument) naming the numbers for an impossible layout: non-positive
-  /// sizes, W not divisible by t*p, v > 1 with p == 1, or negative first/last stage layers.
+  /// sizes, W not divisible by t*p*c, v > 1 with p == 1, or negative first/last stage layers.
   explicit Layout(const ParallelConfig& config);
 
   const ParallelConfig& config() const { return config_; }
@@ -78,6 +94,7 @@ class Layout {
   int tensor() const { return config_.tensor; }
   int pipeline() const { return config_.pipeline; }
   int data() const { return data_; }
+  int context() const { return config_.context; }
   int virtual_stages() const { return config_.virtual_stages; }
   int first_stage_layers() const { return config_.first_stage_layers; }
   int last_stage_layers() const { return config_.last_stage_layers; }
@@ -93,7 +110,7 @@ class Layout {
   /// group, holding its first and last stage).
   std::vector<std::vector<int>> all_groups(GroupKind kind) const;
 
-  /// "W=16 (t=2, p=4, d=2, v=1)", with ", first=N", ", last=N" and ", sequence parallel" (t > 1)
+  /// "W=16 (t=2, p=4, d=2, v=1)", with ", c=N" (c > 1), ", first=N", ", last=N" and ", sequence parallel" (t > 1)
   /// before the ')' when set.
   std::string str() const;
 

@@ -90,4 +90,43 @@ Tensor split_sequence(const TensorParallel& tp, const Tensor& full, int64_t cols
   return mine;
 }
 
+namespace {
+
+// Copies `rows` rows of `cols` elements from row `from` of src to row `to` of dst.
+void copy_rows(const Tensor& dst, int64_t to, const Tensor& src, int64_t from, int64_t rows, int64_t cols) {
+  src.backend().copy(element_ptr(dst, to * cols), element_ptr(src, from * cols),
+                     static_cast<std::size_t>(rows * cols) * dtype_size(src.dtype()));
+}
+
+}  // namespace
+
+Tensor gather_context(const ContextParallel& cp, const Tensor& local, int64_t cols) {
+  if (cp.size == 1) return local;
+  const int64_t n = rows_of(local, cols, "gather over the context group: input");
+  PTDP_CHECK_ARG(n % 2 == 0, "context parallelism: " + std::to_string(n) + " rows are not two equal chunks");
+  Tensor all = empty_like(local, {cp.size * n, cols});
+  cp.comm->all_gather(local.reshape({n * cols}), all.reshape({cp.size * n * cols}))->wait();
+  Tensor full = empty_like(local, {cp.size * n, cols});
+  const int64_t half = n / 2;
+  for (int j = 0; j < cp.size; ++j) {
+    ContextParallel other = cp;
+    other.rank = j;
+    copy_rows(full, other.chunk(0) * half, all, j * n, half, cols);
+    copy_rows(full, other.chunk(1) * half, all, j * n + half, half, cols);
+  }
+  return full;
+}
+
+Tensor context_rows(const ContextParallel& cp, const Tensor& full, int64_t cols) {
+  if (cp.size == 1) return full;
+  const int64_t N = rows_of(full, cols, "this context rank's rows: input");
+  PTDP_CHECK_ARG(N % (2 * cp.size) == 0, "context parallelism: " + std::to_string(N) + " rows are not " +
+                                             std::to_string(2 * cp.size) + " equal chunks");
+  const int64_t half = N / (2 * cp.size);
+  Tensor mine = empty_like(full, {2 * half, cols});
+  copy_rows(mine, 0, full, cp.chunk(0) * half, half, cols);
+  copy_rows(mine, half, full, cp.chunk(1) * half, half, cols);
+  return mine;
+}
+
 }  // namespace ptdp

@@ -21,6 +21,24 @@
 
 namespace ptdp {
 
+/// Context parallelism (Megatron's --context-parallel-size c): each sample's sequence of s
+/// positions is cut into 2c chunks of s/(2c) and context rank r holds chunks r and 2c - 1 - r
+/// (causal load balance), in that order: its sequence-major activation [s/c * b, cols] is chunk r's
+/// rows, then chunk 2c - 1 - r's. A group of one holds the whole sequence.
+struct ContextParallel {
+  Communicator* comm = nullptr;  ///< may be null when size == 1
+  int rank = 0;
+  int size = 1;
+
+  /// The global chunk (of 2 size) of this rank's local piece 0 or 1.
+  int64_t chunk(int piece) const { return piece == 0 ? rank : 2 * size - 1 - rank; }
+  /// The global position of local position li of this rank's sl = s / size positions.
+  int64_t global_position(int64_t li, int64_t sl) const {
+    const int64_t half = sl / 2;
+    return li < half ? chunk(0) * half + li : chunk(1) * half + (li - half);
+  }
+};
+
 /// The tensor-parallel group a layer's shards are spread over.
 struct TensorParallel {
   Communicator* comm = nullptr;  ///< may be null when size == 1
@@ -29,6 +47,10 @@ struct TensorParallel {
   /// Sequence parallelism: the activations outside the tensor-parallel blocks are this rank's
   /// rows only (meaningful with size > 1; see sequence_sharded()).
   bool sequence_parallel = false;
+  /// The context-parallel group the sequence is split over (carried with the tensor group to
+  /// the layers; size 1: none). Under sequence parallelism the tensor ranks split this rank's
+  /// s/c positions further.
+  ContextParallel cp = {};
 
   /// Whether the activations between the blocks are split along the sequence for a pass:
   /// sequence parallelism over more than one rank, and not inference with a key/value cache
@@ -69,5 +91,15 @@ Tensor reduce_scatter_sequence(const TensorParallel& tp, const Tensor& full, int
 /// This rank's rows of a [n, cols] tensor that is the same on every rank (no communication):
 /// the forward of the split after the embedding, whose backward is gather_sequence.
 Tensor split_sequence(const TensorParallel& tp, const Tensor& full, int64_t cols);
+
+// ---- context parallelism -------------------------------------------------------------------
+/// Every context rank's [n, cols] rows (its two chunks of the sequence-major activation), as
+/// the whole sequence's [c n, cols] in global order: chunk k's rows at k n/2 (the input itself
+/// for a group of one). Collective over the context group.
+Tensor gather_context(const ContextParallel& cp, const Tensor& local, int64_t cols);
+/// This rank's rows (its chunks r and 2c - 1 - r) of the whole sequence's [N, cols]
+/// sequence-major tensor (no communication; the input itself for a group of one).
+Tensor context_rows(const ContextParallel& cp, const Tensor& full, int64_t cols);
+
 
 }  // namespace ptdp

@@ -127,12 +127,14 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   // The same numbers on every rank: a refusal here, and the groups' own check of the layout,
   // are every rank's.
   s.agreed = true;
-  if (world % (s.t * s.p) != 0) {
+  const int c = args.context_parallel_size;
+  if (world % (s.t * s.p * c) != 0) {
     throw_error(ErrorCode::InvalidArgument,
                 "the world of " + std::to_string(world) + " ranks is not a multiple of --tensor-model-parallel-size " +
-                    std::to_string(s.t) + " x --pipeline-model-parallel-size " + std::to_string(s.p));
+                    std::to_string(s.t) + " x --pipeline-model-parallel-size " + std::to_string(s.p) +
+                    (c > 1 ? " x --context-parallel-size " + std::to_string(c) : std::string()));
   }
-  s.d = world / (s.t * s.p);
+  s.d = world / (s.t * s.p * c);
   s.b = args.micro_batch_size;
   s.global_batch = args.global_batch_size > 0 ? args.global_batch_size : static_cast<int64_t>(s.b) * s.d;
   if (s.global_batch % (static_cast<int64_t>(s.b) * s.d) != 0) {
@@ -145,7 +147,8 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   s.tp_rank = s.groups->rank(GroupKind::Tensor);
   s.pp_rank = s.groups->rank(GroupKind::Pipeline);
   s.dp_rank = s.groups->rank(GroupKind::Data);
-  s.logger = hooks_.out != nullptr && s.pp_rank == s.p - 1 && s.tp_rank == 0 && s.dp_rank == 0;
+  s.logger = hooks_.out != nullptr && s.pp_rank == s.p - 1 && s.tp_rank == 0 && s.dp_rank == 0 &&
+             s.groups->rank(GroupKind::Context) == 0;
   s.progress = s.logger && show_progress(hooks_.out);
   s.config_json = train_args_to_json(args);
 
@@ -237,9 +240,11 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   s.plot.label = args.log_json.empty() ? "ptdp-train" : std::filesystem::path(args.log_json).filename().string();
   if (s.logger) {
     std::fprintf(hooks_.out,
-                 " ptdp-train %s on %s: world %d = t %d x p %d x d %d, v %d, schedule %d, %d microbatches of %d, "
+                 " ptdp-train %s on %s: world %d = t %d x p %d x d %d%s, v %d, schedule %d, %d microbatches of %d, "
                  "global batch %lld, seq %d, %d layers, hidden %d, heads %d\n",
-                 PTDP_VERSION_STRING, s.device.type == DeviceType::CUDA ? "cuda" : "cpu", world, s.t, s.p, s.d, s.v,
+                 PTDP_VERSION_STRING, s.device.type == DeviceType::CUDA ? "cuda" : "cpu", world, s.t, s.p, s.d,
+                 args.context_parallel_size > 1 ? (" x c " + std::to_string(args.context_parallel_size)).c_str() : "",
+                 s.v,
                  static_cast<int>(s.schedule.kind), s.m, s.b, static_cast<long long>(s.global_batch), s.gpt.seq_length,
                  s.gpt.num_layers, s.gpt.hidden_size, s.gpt.num_attention_heads);
     std::fflush(hooks_.out);

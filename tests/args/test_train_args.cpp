@@ -542,9 +542,30 @@ TEST_CASE("train args: --pipeline-model-parallel-layout sets v and the chunks, r
           "takes an even split of the layers");
 }
 
+TEST_CASE("train args: --context-parallel-size reaches the layout and needs s divisible by 2c", "[args]") {
+  TrainArgs a = ptdp::parse_train_args({"--context-parallel-size", "4", "--seq-length", "64"});
+  CHECK(a.context_parallel_size == 4);
+  CHECK(ptdp::to_parallel_config(a, 8).context == 4);
+  CHECK(ptdp::train_args_to_json(a)["context-parallel-size"] == 4);
+  CHECK(ptdp::to_parallel_config(ptdp::parse_train_args({}), 4).context == 1);
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--context-parallel-size", "0"}), Catch::Contains("--context-parallel-size"));
+  try {
+    ptdp::parse_train_args({"--context-parallel-size", "4", "--seq-length", "60"});
+    FAIL("s = 60 in 2c = 8 chunks accepted");
+  } catch (const ptdp::Error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("--seq-length 60") != std::string::npos);
+    CHECK(what.find("8") != std::string::npos);
+  }
+  // With sequence parallelism each chunk is split over t as well: 2 c t = 16 must divide s.
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--context-parallel-size", "2", "--tensor-model-parallel-size", "4",
+                                            "--sequence-parallel", "--seq-length", "24"}),
+                    Catch::Contains("--seq-length 24"));
+}
+
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 99);
+  CHECK(names.size() == 100);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

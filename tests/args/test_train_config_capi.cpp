@@ -60,6 +60,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"decoder-last-pipeline-num-layers", "unset (an even split)"},
     {"pipeline-schedule", "1f1b"},
     {"sequence-parallel", "off"},
+    {"context-parallel-size", "1"},
     {"use-distributed-optimizer", "off"},
     {"ddp-bucket-size", "0"},
     {"overlap-grad-reduce", "off"},
@@ -306,7 +307,7 @@ const std::vector<std::string> kEveryFlag = {
     "--seq-length", "48", "--max-position-embeddings", "64", "--vocab-size", "300",
     "--make-vocab-size-divisible-by", "64", "--micro-batch-size", "3", "--global-batch-size", "12",
     "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
-    "--num-layers-per-virtual-pipeline-stage", "2", "--sequence-parallel", "--use-distributed-optimizer", "--train-iters", "500", "--exit-interval", "250",
+    "--num-layers-per-virtual-pipeline-stage", "2", "--sequence-parallel", "--context-parallel-size", "2", "--use-distributed-optimizer", "--train-iters", "500", "--exit-interval", "250",
     "--lr", "3e-4", "--min-lr", "3e-5", "--lr-decay-style", "cosine", "--lr-warmup-iters", "50",
     "--lr-decay-iters", "400", "--weight-decay", "0.1", "--clip-grad", "0.5", "--adam-beta1", "0.8",
     "--adam-beta2", "0.95", "--adam-eps", "1e-6", "--optimizer", "sgd", "--seed", "42", "--init-method-std",
@@ -403,6 +404,7 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.par.decoder_first_pipeline_num_layers == 0);       // an even split
   CHECK(s.par.decoder_last_pipeline_num_layers == 0);
   CHECK(s.par.sequence_parallel == 1);
+  CHECK(s.par.context_parallel_size == 2);
 
   CHECK(s.rt.comm_timeout_s == 60.0);
   CHECK(s.rt.verify_collectives == 1);  // no flag: the runtime's defaults

@@ -369,6 +369,19 @@ TEST_CASE("ABI sizes: ptdp_parallel_options", "[capi][abi]") {
     auto v1 = first_published(bad, kParallelOptionsV1);
     CHECK(members(v1.get(), PTDP_GROUP_TENSOR, &got) == PTDP_SUCCESS);
   }
+  {
+    // The struct before context parallelism (56 bytes, its tail padding left uninitialised):
+    // context_parallel_size lies past its end and reads as the default, 1.
+    CHECK(offsetof(ptdp_parallel_options, context_parallel_size) == 56);
+    ptdp_parallel_options before = o;
+    before.struct_size = offsetof(ptdp_parallel_options, context_parallel_size);
+    before.context_parallel_size = 0;  // not read
+    std::vector<int32_t> got;
+    REQUIRE(members(&before, PTDP_GROUP_CONTEXT, &got) == PTDP_SUCCESS);
+    CHECK(got == std::vector<int32_t>{5});
+    REQUIRE(members(&before, PTDP_GROUP_DATA_CONTEXT, &got) == PTDP_SUCCESS);
+    CHECK(got == std::vector<int32_t>{5, 7});
+  }
 
   sp::World w;
   ptdp_parallel_options one;

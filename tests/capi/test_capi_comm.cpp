@@ -272,3 +272,38 @@ TEST_CASE("runtime options are validated", "[capi][comm][errors]") {
   CHECK(ptdp_groups_create(nullptr, nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(err().find("runtime is NULL") != std::string::npos);
 }
+
+TEST_CASE("ptdp_layout_members: context parallelism in Megatron's tp-cp-dp-pp order", "[capi][layout]") {
+  using V = std::vector<int32_t>;
+  ptdp_parallel_options o;
+  ptdp_parallel_options_init(&o);
+  CHECK(o.context_parallel_size == 1);  // the default
+  o.tensor_model_parallel_size = 2;
+  o.pipeline_model_parallel_size = 2;
+  o.context_parallel_size = 2;
+  const auto members = [&o](int32_t rank, ptdp_group_kind kind) {
+    std::vector<int32_t> out(16, -7);
+    int32_t n = -1;
+    REQUIRE(ptdp_layout_members(&o, 16, rank, kind, out.data(), 16, &n) == PTDP_SUCCESS);
+    out.resize(static_cast<std::size_t>(n));
+    return out;
+  };
+  // rank = ((pp * d + dp) * c + cp) * t + tp with t = c = d = p = 2.
+  CHECK(members(5, PTDP_GROUP_TENSOR) == V{4, 5});
+  CHECK(members(5, PTDP_GROUP_CONTEXT) == V{5, 7});
+  CHECK(members(5, PTDP_GROUP_DATA) == V{1, 5});
+  CHECK(members(5, PTDP_GROUP_DATA_CONTEXT) == V{1, 3, 5, 7});
+  CHECK(members(5, PTDP_GROUP_PIPELINE) == V{5, 13});
+  CHECK(members(5, PTDP_GROUP_MODEL) == V{4, 5, 12, 13});
+  o.context_parallel_size = 1;  // the context group is the rank alone, data+context the data group
+  CHECK(members(5, PTDP_GROUP_CONTEXT) == V{5});
+  CHECK(members(5, PTDP_GROUP_DATA_CONTEXT) == members(5, PTDP_GROUP_DATA));
+  int32_t buf[16], n = -1;
+  o.context_parallel_size = 0;
+  CHECK(ptdp_layout_members(&o, 16, 0, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("options->context_parallel_size = 0") != std::string::npos);
+  o.context_parallel_size = 3;
+  CHECK(ptdp_layout_members(&o, 16, 0, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("context parallel size 3") != std::string::npos);
+  CHECK(n == -1);
+}

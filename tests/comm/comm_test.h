@@ -179,6 +179,8 @@ inline const char* kind_name(ptdp_group_kind k) {
     case PTDP_GROUP_DATA: return "data";
     case PTDP_GROUP_MODEL: return "model";
     case PTDP_GROUP_EMBEDDING: return "embedding";
+    case PTDP_GROUP_CONTEXT: return "context";
+    case PTDP_GROUP_DATA_CONTEXT: return "data+context";
   }
   return "?";
 }
@@ -208,7 +210,11 @@ struct Layout {
         for (int k = 0; k < p; ++k) m.push_back(rank_of(k, dp(r), tp(r)));
         break;
       case PTDP_GROUP_DATA:
+      case PTDP_GROUP_DATA_CONTEXT:  // c = 1 here: the data group
         for (int j = 0; j < d(); ++j) m.push_back(rank_of(pp(r), j, tp(r)));
+        break;
+      case PTDP_GROUP_CONTEXT:  // c = 1 here: r alone
+        m.push_back(r);
         break;
       case PTDP_GROUP_MODEL:  // the t*p ranks sharing r's data-parallel index, ascending
         for (int k = 0; k < p; ++k)

@@ -101,3 +101,59 @@ TEST_CASE("invalid layouts are rejected with the numbers in the message", "[layo
   CHECK_THROWS_AS(l.coords(8), ptdp::Error);
   CHECK_THROWS_AS(l.members(GroupKind::Tensor, -1), ptdp::Error);
 }
+
+TEST_CASE("context parallelism: Megatron's tp-cp-dp-pp order with t=2, c=2, d=2, p=2", "[layout]") {
+  ParallelConfig cfg{16, 2, 2, 1};
+  cfg.context = 2;
+  const Layout l(cfg);
+  CHECK(l.data() == 2);
+  CHECK(l.context() == 2);
+  CHECK(l.all_groups(GroupKind::Tensor) ==
+        Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}, {8, 9}, {10, 11}, {12, 13}, {14, 15}});
+  CHECK(l.all_groups(GroupKind::Context) ==
+        Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}, {8, 10}, {9, 11}, {12, 14}, {13, 15}});
+  CHECK(l.all_groups(GroupKind::Data) ==
+        Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
+  CHECK(l.all_groups(GroupKind::DataContext) == Groups{{0, 2, 4, 6}, {1, 3, 5, 7}, {8, 10, 12, 14}, {9, 11, 13, 15}});
+  CHECK(l.all_groups(GroupKind::Pipeline) ==
+        Groups{{0, 8}, {1, 9}, {2, 10}, {3, 11}, {4, 12}, {5, 13}, {6, 14}, {7, 15}});
+  CHECK(l.all_groups(GroupKind::Model) == Groups{{0, 1, 8, 9}, {2, 3, 10, 11}, {4, 5, 12, 13}, {6, 7, 14, 15}});
+  CHECK(l.all_groups(GroupKind::Embedding) == l.all_groups(GroupKind::Pipeline));
+  const auto c = l.coords(11);  // 11 = ((1 * 2 + 0) * 2 + 1) * 2 + 1
+  CHECK((c.pp == 1 && c.dp == 0 && c.cp == 1 && c.tp == 1));
+  CHECK(l.str() == "W=16 (t=2, p=2, d=2, v=1, c=2)");
+  for (int w = 1; w <= 32; ++w) {
+    for (int t = 1; t <= w; ++t) {
+      for (int p = 1; p <= w / t; ++p) {
+        for (int cp = 1; cp <= w / (t * p); ++cp) {
+          if (w % (t * p * cp) != 0) continue;
+          ParallelConfig x{w, t, p, 1};
+          x.context = cp;
+          const Layout m(x);
+          const int d = w / (t * p * cp);
+          INFO("W=" << w << " t=" << t << " p=" << p << " c=" << cp);
+          REQUIRE(m.data() == d);
+          for (int r = 0; r < w; ++r) {
+            const auto k = m.coords(r);
+            REQUIRE(m.rank_of(k) == r);
+            REQUIRE(r == ((k.pp * d + k.dp) * cp + k.cp) * t + k.tp);
+          }
+          const std::pair<GroupKind, int> kinds[] = {{GroupKind::Context, cp}, {GroupKind::DataContext, d * cp}};
+          for (auto [kind, size] : kinds) {
+            std::set<int> seen;
+            for (const auto& g : m.all_groups(kind)) {
+              REQUIRE(static_cast<int>(g.size()) == size);
+              for (int r : g) REQUIRE(seen.insert(r).second);
+            }
+            REQUIRE(static_cast<int>(seen.size()) == w);
+          }
+        }
+      }
+    }
+  }
+  ParallelConfig bad{8, 2, 1, 1};
+  bad.context = 3;
+  CHECK_THROWS_WITH(Layout(bad), Catch::Contains("context parallel size 3"));
+  bad.context = 0;
+  CHECK_THROWS_WITH(Layout(bad), Catch::Contains("context parallel size must be > 0"));
+}

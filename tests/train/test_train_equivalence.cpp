@@ -20,7 +20,10 @@
 // decoder_first/last_pipeline_num_layers), sp (sequence parallelism, ptdp_parallel_options'
 // sequence_parallel), selective (selective recomputation), layout=L (Megatron's
 // --pipeline-model-parallel-layout L, ptdp_parallel_options' pipeline_model_parallel_layout; the
-// model has the layout's decoder layers). d = world / (t * p). Hidden size 12: a chunk's flat buffer
+// model has the layout's decoder layers), cp=N (context parallelism over N
+// ranks, ptdp_parallel_options' context_parallel_size; the sequence is 8 tokens, 2N chunks, in
+// that spec and its serial run), fused (the parallel run's attention through the fused kernel,
+// the serial run's unfused). d = world / (t * p * N). Hidden size 12: a chunk's flat buffer
 // (every parameter 16-float aligned) holds 16k + 12 floats, so the distributed optimizer pads for
 // d = 8, and odd bucket sizes put bucket and shard boundaries inside tensors.
 //
@@ -71,7 +74,9 @@ using ct::str;
 
 constexpr int kIters = 10;
 constexpr int kVocab = 53;  // not a multiple of 4 * t: the padding is real
-constexpr int kSeq = 4;
+constexpr int kSeqPlain = 4;
+constexpr int kSeqCp = 8;  // the cp=N specs: 2N chunks of the sequence for N = 2 and 4
+int g_seq = kSeqPlain;     // the current spec's (and its serial run's) sequence length
 constexpr int kMicro = 2;  // b
 constexpr int kHidden = 12;  // see the usage note: the distributed optimizer pads
 constexpr int kHeads = 4;
@@ -87,7 +92,9 @@ struct Spec {
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
   bool llama = false, qwen2 = false, masks = false;
   bool sequence_parallel = false, selective = false;
+  bool fused = false;  // the parallel run's attention: the fused kernel (the serial run's: unfused)
   int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
+  int cp = 1;               // context-parallel size
   std::string text;
 
   /// 2 v layers per stage, the first and last stage's as given.
@@ -120,12 +127,14 @@ bool parse(const char* s, Spec* out) {
     else if (word == "recompute") x.recompute = true;
     else if (word == "selective") x.selective = true;
     else if (word == "sp") x.sequence_parallel = true;
+    else if (word == "fused") x.fused = true;
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
     else if (word == "masks") x.masks = true;
     else if (count_of(word, "first") > 0) x.first = count_of(word, "first");
     else if (word.rfind("layout=", 0) == 0) x.layout = word.substr(7);
     else if (count_of(word, "last") > 0) x.last = count_of(word, "last");
+    else if (count_of(word, "cp") > 0) x.cp = count_of(word, "cp");
     else return false;
     at = end + 1;
   }
@@ -154,12 +163,13 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
   o.num_attention_heads = kHeads;
   o.vocab_size = kVocab;
   o.make_vocab_size_divisible_by = 4;
-  o.seq_length = kSeq;
+  o.seq_length = g_seq;
   o.hidden_dropout = 0.1f;
   o.attention_dropout = 0.1f;
   o.init_method_std = 0.1f;
   o.seed = 2024;
   o.untie_embeddings_and_output_weights = sp.untied ? 1 : 0;
+  if (sp.fused) o.attention = PTDP_ATTENTION_FUSED;
   o.recompute_granularity = sp.recompute   ? PTDP_RECOMPUTE_FULL
                             : sp.selective ? PTDP_RECOMPUTE_SELECTIVE
                                            : PTDP_RECOMPUTE_NONE;
@@ -238,21 +248,21 @@ struct Masks {
   ptdp_batch_masks at(int sample) const {
     ptdp_batch_masks m;
     ptdp_batch_masks_init(&m);
-    const std::size_t off = static_cast<std::size_t>(sample) * kSeq;
+    const std::size_t off = static_cast<std::size_t>(sample) * g_seq;
     m.position_ids = positions.data() + off;
     m.document_starts = starts.data() + off;
     return m;
   }
 };
 
-// The global batch of iteration `it`: `samples` rows of kSeq tokens, different every iteration.
+// The global batch of iteration `it`: `samples` rows of g_seq tokens, different every iteration.
 // With masks: about a quarter of the tokens are end-of-document tokens (the labels after them
 // ignored, positions and documents from them), every sample's first label is ignored, and at
 // iteration 3 the second microbatch (samples kMicro .. 2 kMicro - 1) is all eod: no counted
 // label.
 void global_batch(int it, int samples, std::vector<int32_t>& tokens, std::vector<int32_t>& labels,
                   Masks* masks = nullptr) {
-  tokens.resize(static_cast<std::size_t>(samples * kSeq));
+  tokens.resize(static_cast<std::size_t>(samples * g_seq));
   labels.resize(tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     const uint32_t h = static_cast<uint32_t>(i) * 2654435761u + static_cast<uint32_t>(it) * 40503u + 12345u;
@@ -261,11 +271,11 @@ void global_batch(int it, int samples, std::vector<int32_t>& tokens, std::vector
     if (masks && (h >> 27) % 4 == 0) tokens[i] = kEod;
   }
   if (!masks) return;
-  if (it == 3) std::fill(tokens.begin() + kMicro * kSeq, tokens.begin() + 2 * kMicro * kSeq, kEod);
-  for (int r = 0; r < samples; ++r) labels[static_cast<std::size_t>(r * kSeq)] = PTDP_IGNORE_INDEX;
+  if (it == 3) std::fill(tokens.begin() + kMicro * g_seq, tokens.begin() + 2 * kMicro * g_seq, kEod);
+  for (int r = 0; r < samples; ++r) labels[static_cast<std::size_t>(r * g_seq)] = PTDP_IGNORE_INDEX;
   masks->positions.resize(tokens.size());
   masks->starts.resize(tokens.size());
-  CT_OK(ptdp_eod_masks(tokens.data(), samples, kSeq, kEod,
+  CT_OK(ptdp_eod_masks(tokens.data(), samples, g_seq, kEod,
                        PTDP_EOD_MASK_LOSS | PTDP_EOD_RESET_POSITION_IDS | PTDP_EOD_RESET_ATTENTION_MASK, labels.data(),
                        masks->positions.data(), masks->starts.data()));
 }
@@ -359,8 +369,8 @@ struct Worst {
   std::string tensor_at;
 };
 
-// (layers, G, optimizer, untied, llama, qwen2, masks)
-std::map<std::tuple<int, int, int, bool, bool, bool, bool>, std::shared_ptr<Trajectory>> g_serial;
+// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length)
+std::map<std::tuple<int, int, int, bool, bool, bool, bool, int>, std::shared_ptr<Trajectory>> g_serial;
 int g_clipped = 0, g_unclipped = 0;  // iterations with grad_norm above / below clip_grad, all runs
 
 // Compares the final parameters of the serial run (x) and the parallel run (y); see the header
@@ -415,15 +425,16 @@ void compare_params(const Trajectory& want, const Params& got, bool adam, double
 }
 
 void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
-  const int d = W / (sp.t * sp.p);
+  g_seq = sp.cp > 1 ? kSeqCp : kSeqPlain;
+  const int d = W / (sp.t * sp.p * sp.cp);
   const int m = 2 * sp.p;
   const int layers = sp.layers();
-  const std::string what = sp.text + " (t=" + str(sp.t) + " p=" + str(sp.p) + " v=" + str(sp.v) + " d=" + str(d) +
+  const std::string what = sp.text + " (t=" + str(sp.t) + " p=" + str(sp.p) + " v=" + str(sp.v) + " c=" + str(sp.cp) + " d=" + str(d) +
                            ", " + str(layers) + " layers)";
   ct::context(what);
   const ptdp_optimizer_options oo = optimizer_options(sp.opt, sp.dist, sp.bucket);
 
-  auto key = std::make_tuple(layers, d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2, sp.masks);
+  auto key = std::make_tuple(layers, d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2, sp.masks, g_seq);
   if (!g_serial.count(key)) g_serial[key] = std::make_shared<Trajectory>(serial(g1, layers, d * m, oo, sp));
   const Trajectory& want = *g_serial[key];
   if (!expect(static_cast<int>(want.results.size()) == kIters, "serial reference ran")) return;
@@ -439,6 +450,7 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   po.decoder_first_pipeline_num_layers = sp.first;
   po.sequence_parallel = sp.sequence_parallel ? 1 : 0;
   po.decoder_last_pipeline_num_layers = sp.last;
+  po.context_parallel_size = sp.cp;
   // ZB-V and DualPipeV run the model in the V placement (rank r: chunks r and 2p - 1 - r).
   po.pipeline_chunk_placement = sp.kind == PTDP_SCHEDULE_ZB_V || sp.kind == PTDP_SCHEDULE_DUALPIPE_V
                                     ? PTDP_CHUNK_PLACEMENT_V
@@ -449,6 +461,11 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
   CT_OK(ptdp_groups_rank(g, PTDP_GROUP_DATA, &dp));
   CT_OK(ptdp_groups_size(g, PTDP_GROUP_DATA, &dsize));
   expect(dsize == d, "data-parallel size", str(d), str(dsize));
+  int32_t csize = 0, dcsize = 0;
+  CT_OK(ptdp_groups_size(g, PTDP_GROUP_CONTEXT, &csize));
+  CT_OK(ptdp_groups_size(g, PTDP_GROUP_DATA_CONTEXT, &dcsize));
+  expect(csize == sp.cp && dcsize == d * sp.cp, "context and data+context sizes", str(sp.cp) + ", " + str(d * sp.cp),
+         str(csize) + ", " + str(dcsize));
   const ptdp_gpt_options o = gpt_options(layers, sp);
   ptdp_pipeline_options popt;
   ptdp_pipeline_options_init(&popt);
@@ -461,7 +478,7 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
       CT_OK(ptdp_schedule_create(sp.kind, sp.p, m, sp.v, &s)).empty()) {
     std::vector<int32_t> tok, lab;
     Masks masks;
-    const std::size_t off = static_cast<std::size_t>(dp) * m * kMicro * kSeq;
+    const std::size_t off = static_cast<std::size_t>(dp) * m * kMicro * g_seq;
     int clipped = 0;
     double S = 0;  // the AdamW movement bound
     for (int it = 0; it < kIters; ++it) {
@@ -497,6 +514,29 @@ void run(ptdp_runtime rt, ptdp_groups g1, int W, const Spec& sp) {
     }
     g_clipped += clipped;
     g_unclipped += kIters - clipped;
+    if (sp.cp > 1 && sp.p == 1) {
+      // Context parallelism splits the sequence: the whole-sequence logits are refused, naming it.
+      std::vector<int32_t> tokens(static_cast<std::size_t>(g_seq), 1);
+      std::vector<float> logits(static_cast<std::size_t>(g_seq * kVocab));
+      expect(ptdp_model_logits(model, tokens.data(), 1, logits.data(), logits.size() * sizeof(float)) ==
+                 PTDP_ERR_INVALID_ARGUMENT,
+             "ptdp_model_logits refuses context parallelism");
+      const std::string why = ptdp_last_error();
+      expect(why.find("context parallelism (context_parallel_size " + str(sp.cp) + ")") != std::string::npos,
+             "the refusal names context_parallel_size", "context parallelism (context_parallel_size N)", why);
+    }
+    if (sp.cp > 1) {
+      // A sequence that 2c chunks do not divide is refused at creation, naming the numbers.
+      ptdp_gpt_options bad = o;
+      bad.seq_length = 2 * sp.cp + 2;
+      ptdp_model m2 = nullptr;
+      expect(ptdp_model_create(g, &bad, &m2) == PTDP_ERR_INVALID_ARGUMENT && m2 == nullptr,
+             "a seq_length not divisible by 2c is refused");
+      const std::string why = ptdp_last_error();
+      expect(why.find("seq_length " + str(bad.seq_length) + " is not divisible by 2 x context_parallel_size " +
+                      str(sp.cp)) != std::string::npos,
+             "the refusal names seq_length and context_parallel_size", "seq_length N is not divisible by ...", why);
+    }
     const Params got = read_params(model);
     const bool has_output = std::find(got.names.begin(), got.names.end(), "output_layer.weight") != got.names.end();
     expect(has_output == sp.untied, "output_layer.weight exists exactly when the embeddings are untied");
@@ -526,7 +566,7 @@ int main(int argc, char** argv) {
   std::vector<Spec> specs;
   for (int i = 1; i < argc; ++i) {
     Spec s;
-    if (!expect(parse(argv[i], &s) && W % (s.t * s.p) == 0, std::string("spec ") + argv[i] + " parses and fits the world"))
+    if (!expect(parse(argv[i], &s) && W % (s.t * s.p * s.cp) == 0, std::string("spec ") + argv[i] + " parses and fits the world"))
       continue;
     specs.push_back(s);
   }

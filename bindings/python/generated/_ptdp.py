@@ -471,6 +471,19 @@ r"""
     The first and last stage of a pipeline (tied word embedding);
                                     ranks of middle stages belong to none.
     """
+PTDP_GROUP_CONTEXT = _ptdp_ext.PTDP_GROUP_CONTEXT
+r"""
+    c ranks, stride t: the context-parallel ranks that split the
+                                    sequence of the same samples (ptdp_parallel_options'
+                                    context_parallel_size; a group of one when c = 1).
+    """
+PTDP_GROUP_DATA_CONTEXT = _ptdp_ext.PTDP_GROUP_DATA_CONTEXT
+r"""
+    d * c ranks holding the same weights (Megatron's
+                                      data-parallel group with context parallelism): the group
+                                      the optimizer reduces the gradients over (::PTDP_GROUP_DATA
+                                      when c = 1).
+    """
 class ptdp_parallel_options(object):
     r""" Parallel sizes, with Megatron-LM's names. Initialise with ptdp_parallel_options_init()."""
 
@@ -509,6 +522,29 @@ class ptdp_parallel_options(object):
                                                         outputs, so activation memory shrinks with t;
                                                         the results equal those without it. Needs
                                                         seq_length divisible by t. Default 0; 0 or 1.
+    """)
+    context_parallel_size = property(_ptdp_ext.ptdp_parallel_options_context_parallel_size_get, _ptdp_ext.ptdp_parallel_options_context_parallel_size_set, doc=r"""
+    c, context parallelism
+                                                        (`--context-parallel-size`): each sample's
+                                                        sequence is cut into 2c chunks and context
+                                                        rank r holds chunks r and 2c - 1 - r
+                                                        (Megatron's causal load balance); the world
+                                                        is t * c * d * p ranks in Megatron's order
+                                                        (tensor fastest, then context, data,
+                                                        pipeline). The layers outside attention work
+                                                        on s/c positions; attention passes the
+                                                        keys and values around the ring of context
+                                                        ranks and computes the rank's queries (the
+                                                        fused kernel and packed documents:
+                                                        all-gathers the whole QKV projection and
+                                                        computes every query; see
+                                                        docs/guides/choosing-layout.md).
+                                                        The gradients are reduced over the d * c
+                                                        ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs
+                                                        seq_length divisible by 2c (and by 2c t
+                                                        with sequence parallelism); no key/value
+                                                        cache decoding or logits with c > 1.
+                                                        Default 1; >= 1.
     """)
     pipeline_model_parallel_layout = property(_ptdp_ext.ptdp_parallel_options_pipeline_model_parallel_layout_get, _ptdp_ext.ptdp_parallel_options_pipeline_model_parallel_layout_set, doc=r"""
     Megatron's `--pipeline-model-parallel-layout`:

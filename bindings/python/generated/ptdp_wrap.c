@@ -6075,6 +6075,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_context_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_context_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_context_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_context_parallel_size_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->context_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_context_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_context_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->context_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_parallel_options_pipeline_model_parallel_layout_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
@@ -34601,6 +34661,52 @@ static PyMethodDef SwigMethods[] = {
 		"                                                    the results equal those without it. Needs\n"
 		"                                                    seq_length divisible by t. Default 0; 0 or 1.\n"
 		""},
+	 { "ptdp_parallel_options_context_parallel_size_set", _wrap_ptdp_parallel_options_context_parallel_size_set, METH_VARARGS, "\n"
+		"c, context parallelism\n"
+		"                                                    (`--context-parallel-size`): each sample's\n"
+		"                                                    sequence is cut into 2c chunks and context\n"
+		"                                                    rank r holds chunks r and 2c - 1 - r\n"
+		"                                                    (Megatron's causal load balance); the world\n"
+		"                                                    is t * c * d * p ranks in Megatron's order\n"
+		"                                                    (tensor fastest, then context, data,\n"
+		"                                                    pipeline). The layers outside attention work\n"
+		"                                                    on s/c positions; attention passes the\n"
+		"                                                    keys and values around the ring of context\n"
+		"                                                    ranks and computes the rank's queries (the\n"
+		"                                                    fused kernel and packed documents:\n"
+		"                                                    all-gathers the whole QKV projection and\n"
+		"                                                    computes every query; see\n"
+		"                                                    docs/guides/choosing-layout.md).\n"
+		"                                                    The gradients are reduced over the d * c\n"
+		"                                                    ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs\n"
+		"                                                    seq_length divisible by 2c (and by 2c t\n"
+		"                                                    with sequence parallelism); no key/value\n"
+		"                                                    cache decoding or logits with c > 1.\n"
+		"                                                    Default 1; >= 1.\n"
+		""},
+	 { "ptdp_parallel_options_context_parallel_size_get", _wrap_ptdp_parallel_options_context_parallel_size_get, METH_O, "\n"
+		"c, context parallelism\n"
+		"                                                    (`--context-parallel-size`): each sample's\n"
+		"                                                    sequence is cut into 2c chunks and context\n"
+		"                                                    rank r holds chunks r and 2c - 1 - r\n"
+		"                                                    (Megatron's causal load balance); the world\n"
+		"                                                    is t * c * d * p ranks in Megatron's order\n"
+		"                                                    (tensor fastest, then context, data,\n"
+		"                                                    pipeline). The layers outside attention work\n"
+		"                                                    on s/c positions; attention passes the\n"
+		"                                                    keys and values around the ring of context\n"
+		"                                                    ranks and computes the rank's queries (the\n"
+		"                                                    fused kernel and packed documents:\n"
+		"                                                    all-gathers the whole QKV projection and\n"
+		"                                                    computes every query; see\n"
+		"                                                    docs/guides/choosing-layout.md).\n"
+		"                                                    The gradients are reduced over the d * c\n"
+		"                                                    ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs\n"
+		"                                                    seq_length divisible by 2c (and by 2c t\n"
+		"                                                    with sequence parallelism); no key/value\n"
+		"                                                    cache decoding or logits with c > 1.\n"
+		"                                                    Default 1; >= 1.\n"
+		""},
 	 { "ptdp_parallel_options_pipeline_model_parallel_layout_set", _wrap_ptdp_parallel_options_pipeline_model_parallel_layout_set, METH_VARARGS, "\n"
 		"Megatron's `--pipeline-model-parallel-layout`:\n"
 		"                                                    the layers of every model chunk, one '|'-separated\n"
@@ -38804,6 +38910,8 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_GROUP_DATA",SWIG_From_int((int)(PTDP_GROUP_DATA)));
   SWIG_Python_SetConstant(d, "PTDP_GROUP_MODEL",SWIG_From_int((int)(PTDP_GROUP_MODEL)));
   SWIG_Python_SetConstant(d, "PTDP_GROUP_EMBEDDING",SWIG_From_int((int)(PTDP_GROUP_EMBEDDING)));
+  SWIG_Python_SetConstant(d, "PTDP_GROUP_CONTEXT",SWIG_From_int((int)(PTDP_GROUP_CONTEXT)));
+  SWIG_Python_SetConstant(d, "PTDP_GROUP_DATA_CONTEXT",SWIG_From_int((int)(PTDP_GROUP_DATA_CONTEXT)));
   SWIG_Python_SetConstant(d, "PTDP_CHUNK_PLACEMENT_ROUND_ROBIN",SWIG_From_int((int)(PTDP_CHUNK_PLACEMENT_ROUND_ROBIN)));
   SWIG_Python_SetConstant(d, "PTDP_CHUNK_PLACEMENT_V",SWIG_From_int((int)(PTDP_CHUNK_PLACEMENT_V)));
   SWIG_Python_SetConstant(d, "PTDP_REDUCE_SUM",SWIG_From_int((int)(PTDP_REDUCE_SUM)));

@@ -438,7 +438,10 @@ PTDP_API ptdp_status ptdp_runtime_gpu(ptdp_runtime runtime, int32_t* gpu);
 /* ---------------------------------------------------------------------------------------- */
 /** @name Process groups
  *  The PTD-P layout: W = t * p * d ranks, tensor rank fastest, then data, then pipeline
- *  (Megatron's order): `rank = pp_rank * (d * t) + dp_rank * t + tp_rank`.
+ *  (Megatron's order): `rank = pp_rank * (d * t) + dp_rank * t + tp_rank`. With context
+ *  parallelism (c = context_parallel_size > 1) W = t * c * d * p and the context rank comes
+ *  between the tensor and the data rank (Megatron's tp-cp-dp-pp):
+ *  `rank = ((pp_rank * d + dp_rank) * c + cp_rank) * t + tp_rank`.
  *  @{ */
 
 /** Kinds of process group. */
@@ -448,8 +451,15 @@ typedef enum ptdp_group_kind {
   PTDP_GROUP_PIPELINE = 2,  /**< p ranks, stride t*d: the stages of one pipeline. */
   PTDP_GROUP_DATA = 3,      /**< d ranks, stride t: the replicas of one model shard. */
   PTDP_GROUP_MODEL = 4,     /**< t*p ranks sharing a data-parallel index: one model replica. */
-  PTDP_GROUP_EMBEDDING = 5  /**< The first and last stage of a pipeline (tied word embedding);
+  PTDP_GROUP_EMBEDDING = 5, /**< The first and last stage of a pipeline (tied word embedding);
                                  ranks of middle stages belong to none. */
+  PTDP_GROUP_CONTEXT = 6,   /**< c ranks, stride t: the context-parallel ranks that split the
+                                 sequence of the same samples (ptdp_parallel_options'
+                                 context_parallel_size; a group of one when c = 1). */
+  PTDP_GROUP_DATA_CONTEXT = 7 /**< d * c ranks holding the same weights (Megatron's
+                                   data-parallel group with context parallelism): the group
+                                   the optimizer reduces the gradients over (::PTDP_GROUP_DATA
+                                   when c = 1). */
 } ptdp_group_kind;
 
 /** Parallel sizes, with Megatron-LM's names. Initialise with ptdp_parallel_options_init(). */
@@ -488,6 +498,30 @@ typedef struct ptdp_parallel_options {
                                                      outputs, so activation memory shrinks with t;
                                                      the results equal those without it. Needs
                                                      seq_length divisible by t. Default 0; 0 or 1. */
+  /* Added after sequence parallelism: an 8-byte integer at offset 56, after the tail padding of
+   * the 56-byte struct before it, which a program built against that header leaves
+   * uninitialised (its struct_size of 56 reads as the default, 1). */
+  int64_t context_parallel_size;                /**< c, context parallelism
+                                                     (`--context-parallel-size`): each sample's
+                                                     sequence is cut into 2c chunks and context
+                                                     rank r holds chunks r and 2c - 1 - r
+                                                     (Megatron's causal load balance); the world
+                                                     is t * c * d * p ranks in Megatron's order
+                                                     (tensor fastest, then context, data,
+                                                     pipeline). The layers outside attention work
+                                                     on s/c positions; attention passes the
+                                                     keys and values around the ring of context
+                                                     ranks and computes the rank's queries (the
+                                                     fused kernel and packed documents:
+                                                     all-gathers the whole QKV projection and
+                                                     computes every query; see
+                                                     docs/guides/choosing-layout.md).
+                                                     The gradients are reduced over the d * c
+                                                     ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs
+                                                     seq_length divisible by 2c (and by 2c t
+                                                     with sequence parallelism); no key/value
+                                                     cache decoding or logits with c > 1.
+                                                     Default 1; >= 1. */
   const char* pipeline_model_parallel_layout;   /**< Megatron's `--pipeline-model-parallel-layout`:
                                                      the layers of every model chunk, one '|'-separated
                                                      entry per chunk in chunk order (c = vp_stage * p +
@@ -2844,7 +2878,8 @@ PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens
  * @param bytes Size of @p logits in bytes; at least that.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL pointers, @p batch <= 0, ids outside the
- *         vocabulary, @p bytes too small.
+ *         vocabulary, @p bytes too small, or a model whose layout has context_parallel_size > 1
+ *         (each rank holds s / c positions).
  * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages.
  * @par Thread safety
  * Collective over the tensor group; all its ranks pass the same tokens.

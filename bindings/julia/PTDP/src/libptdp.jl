@@ -225,6 +225,8 @@ const PTDP_GROUP_PIPELINE = ptdp_group_kind(2)
 const PTDP_GROUP_DATA = ptdp_group_kind(3)
 const PTDP_GROUP_MODEL = ptdp_group_kind(4)
 const PTDP_GROUP_EMBEDDING = ptdp_group_kind(5)
+const PTDP_GROUP_CONTEXT = ptdp_group_kind(6)
+const PTDP_GROUP_DATA_CONTEXT = ptdp_group_kind(7)
 
 # Parallel sizes, with Megatron-LM's names.
 struct ptdp_parallel_options
@@ -236,6 +238,7 @@ struct ptdp_parallel_options
     decoder_last_pipeline_num_layers::Int64
     pipeline_chunk_placement::Int64
     sequence_parallel::Int32
+    context_parallel_size::Int64
     pipeline_model_parallel_layout::Ptr{Cchar}
 end
 

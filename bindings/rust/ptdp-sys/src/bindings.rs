@@ -80,6 +80,8 @@ pub const PTDP_GROUP_PIPELINE: ptdp_group_kind = 2;
 pub const PTDP_GROUP_DATA: ptdp_group_kind = 3;
 pub const PTDP_GROUP_MODEL: ptdp_group_kind = 4;
 pub const PTDP_GROUP_EMBEDDING: ptdp_group_kind = 5;
+pub const PTDP_GROUP_CONTEXT: ptdp_group_kind = 6;
+pub const PTDP_GROUP_DATA_CONTEXT: ptdp_group_kind = 7;
 
 /// Parallel sizes, with Megatron-LM's names.
 #[repr(C)]
@@ -93,6 +95,7 @@ pub struct ptdp_parallel_options {
     pub decoder_last_pipeline_num_layers: i64,
     pub pipeline_chunk_placement: i64,
     pub sequence_parallel: i32,
+    pub context_parallel_size: i64,
     pub pipeline_model_parallel_layout: *const ::std::os::raw::c_char,
 }
 
