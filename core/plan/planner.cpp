@@ -65,8 +65,9 @@ std::vector<ScheduleKind> schedules_for(const PlanRequest& req, int p, int v) {
     if (v != 1) return out;
     if (req.schedule < 0 || static_cast<ScheduleKind>(req.schedule) == ScheduleKind::OneFOneB) {
       out.push_back(ScheduleKind::OneFOneB);
-    } else if (static_cast<ScheduleKind>(req.schedule) != ScheduleKind::Interleaved1F1B) {
-      out.push_back(static_cast<ScheduleKind>(req.schedule));
+    } else if (static_cast<ScheduleKind>(req.schedule) == ScheduleKind::GPipe ||
+               static_cast<ScheduleKind>(req.schedule) == ScheduleKind::ZeroBubbleH1) {
+      out.push_back(static_cast<ScheduleKind>(req.schedule));  // the chunk-per-rank schedules
     }
     return out;
   }

@@ -118,7 +118,7 @@ for args, words in [
     (["--global-batch-size", "8", "--fp16", "--bf16"], ["exclusive"]),
     (["--global-batch-size", "8", "--cluster", "dgx-z"], ["--cluster", "'dgx-z'", "dgx-a100"]),
     (["--global-batch-size", "8", "--gemm-efficiency", "-1"], ["--gemm-efficiency", "'-1'"]),
-    (["--global-batch-size", "8", "--pipeline-schedule", "zb-v"], ["--pipeline-schedule", "'zb-v'"]),
+    (["--global-batch-size", "8", "--pipeline-schedule", "zb-x"], ["--pipeline-schedule", "'zb-x'", "dualpipev"]),
     (["--global-batch-size", "8", "--hidden-size", "100", "--num-attention-heads", "3"], ["--num-attention-heads 3"]),
     (["--global-batch-size", "8", "--micro-batch-size", "3"], ["--micro-batch-size 3"]),
     (["--global-batch-size", "8", "--model-preset", "llama-9"], ["--model-preset", "'llama-9'", "qwen2.5-7b"]),
