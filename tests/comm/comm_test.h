@@ -399,4 +399,34 @@ inline bool poll_until_done(ptdp_work work, const std::string& what, double limi
   }
 }
 
+/// A model's parameters through the C API, in ptdp_model_param_info()'s order: names and
+/// global-shape values, the word embedding and output layer cut to their first `vocab_rows`
+/// rows (the vocabulary without its padding) when vocab_rows > 0.
+struct ModelParams {
+  std::vector<std::string> names;
+  std::vector<std::vector<float>> values;
+};
+
+inline ModelParams read_model_params(ptdp_model m, int64_t vocab_rows = 0) {
+  ModelParams out;
+  int32_t n = 0;
+  CT_OK(ptdp_model_num_params(m, &n));
+  for (int32_t i = 0; i < n; ++i) {
+    char name[160];
+    int32_t nd = 0;
+    int64_t shape[2] = {0, 1};
+    CT_OK(ptdp_model_param_info(m, i, name, sizeof name, &nd, shape, nullptr));
+    const int64_t cols = nd == 2 ? shape[1] : 1;
+    std::vector<float> x(static_cast<std::size_t>(shape[0] * cols));
+    CT_OK(ptdp_model_get_param(m, name, x.data(), x.size() * sizeof(float)));
+    const std::string nm = name;
+    if (vocab_rows > 0 && (nm == "embedding.word_embeddings.weight" || nm == "output_layer.weight")) {
+      x.resize(static_cast<std::size_t>(vocab_rows * cols));
+    }
+    out.names.push_back(nm);
+    out.values.push_back(std::move(x));
+  }
+  return out;
+}
+
 }  // namespace ct

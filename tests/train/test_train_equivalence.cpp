@@ -280,30 +280,9 @@ void global_batch(int it, int samples, std::vector<int32_t>& tokens, std::vector
                        masks->positions.data(), masks->starts.data()));
 }
 
-struct Params {
-  std::vector<std::string> names;
-  std::vector<std::vector<float>> values;  // global shape; embeddings cut to the first kVocab rows
-};
-
-Params read_params(ptdp_model m) {
-  Params out;
-  int32_t n = 0;
-  CT_OK(ptdp_model_num_params(m, &n));
-  for (int32_t i = 0; i < n; ++i) {
-    char name[160];
-    int32_t nd = 0;
-    int64_t shape[2] = {0, 1};
-    CT_OK(ptdp_model_param_info(m, i, name, sizeof name, &nd, shape, nullptr));
-    const int64_t cols = nd == 2 ? shape[1] : 1;
-    std::vector<float> x(static_cast<std::size_t>(shape[0] * cols));
-    CT_OK(ptdp_model_get_param(m, name, x.data(), x.size() * sizeof(float)));
-    const std::string nm = name;
-    if (nm == "embedding.word_embeddings.weight" || nm == "output_layer.weight") x.resize(static_cast<std::size_t>(kVocab * cols));
-    out.names.push_back(nm);
-    out.values.push_back(std::move(x));
-  }
-  return out;
-}
+// Global-shape parameters, embeddings cut to the first kVocab rows.
+using Params = ct::ModelParams;
+Params read_params(ptdp_model m) { return ct::read_model_params(m, kVocab); }
 
 // Element k of a linear_qkv.bias belongs to a key: [a, 3, dh] per head (q, k, v) for the GPT,
 // [g, a/g + 2, dh] per group (its query heads, k, v) for the Llama configurations (see

@@ -383,21 +383,7 @@ void state_size(ptdp_runtime rt, int W, int t, int p, int v, int64_t bucket) {
 
 // ---- 4. bad arguments ------------------------------------------------------------------------
 
-std::vector<std::vector<float>> model_params(ptdp_model m) {
-  std::vector<std::vector<float>> out;
-  int32_t n = 0;
-  CT_OK(ptdp_model_num_params(m, &n));
-  for (int32_t i = 0; i < n; ++i) {
-    char name[160];
-    int32_t nd = 0;
-    int64_t shape[2] = {1, 1};
-    CT_OK(ptdp_model_param_info(m, i, name, sizeof name, &nd, shape, nullptr));
-    std::vector<float> x(static_cast<std::size_t>(shape[0] * (nd == 2 ? shape[1] : 1)));
-    CT_OK(ptdp_model_get_param(m, name, x.data(), x.size() * sizeof(float)));
-    out.push_back(std::move(x));
-  }
-  return out;
-}
+std::vector<std::vector<float>> model_params(ptdp_model m) { return ct::read_model_params(m).values; }
 
 void bad_options(ptdp_model m) {
   ct::context("bad optimizer options");
