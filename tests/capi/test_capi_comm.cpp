@@ -93,6 +93,40 @@ TEST_CASE("invalid layouts name the numbers", "[capi][layout][errors]") {
   CHECK(n == -1);  // never written by a failing call
 }
 
+TEST_CASE("ptdp_layout_chunk_layers follows pipeline_model_parallel_layout, and refuses a bad one by name",
+          "[capi][layout]") {
+  ptdp_parallel_options o;
+  REQUIRE(ptdp_parallel_options_init(&o) == PTDP_SUCCESS);
+  CHECK(o.pipeline_model_parallel_layout == nullptr);
+  o.pipeline_model_parallel_size = 2;
+  o.pipeline_model_parallel_layout = "Et*3|(tt|)*2,tL";  // v = 2 from its 4 entries
+  std::vector<std::pair<int32_t, int32_t>> got;
+  for (int32_t j = 0; j < 2; ++j) {
+    for (int32_t r = 0; r < 2; ++r) {
+      int32_t first = -1, count = -1;
+      REQUIRE(ptdp_layout_chunk_layers(&o, 8, r, j, &first, &count) == PTDP_SUCCESS);
+      got.emplace_back(first, count);
+    }
+  }
+  CHECK(got == std::vector<std::pair<int32_t, int32_t>>{{0, 3}, {3, 2}, {5, 2}, {7, 1}});
+  int32_t first = -1, count = -1;
+  CHECK(ptdp_layout_chunk_layers(&o, 9, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: Number of decoder layers 8 must match num_layers 9 "
+                 "(pipeline_model_parallel_layout \"Et*3|(tt|)*2,tL\")");
+  o.pipeline_model_parallel_layout = "Ett|tt|L";
+  CHECK(ptdp_layout_chunk_layers(&o, 4, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().rfind("ptdp_layout_chunk_layers: options->pipeline_model_parallel_layout: "
+                    "pipeline_model_parallel_layout must be divisible by pipeline_model_parallel_size (3 stages",
+                    0) == 0);
+  o.pipeline_model_parallel_layout = "Ett|ttL";
+  o.virtual_pipeline_model_parallel_size = 2;  // disagrees with the layout's v = 1
+  CHECK(ptdp_layout_chunk_layers(&o, 4, 0, 0, &first, &count) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_layout_chunk_layers: pipeline_model_parallel_layout \"Ett|ttL\" has 2 stages, 1 per pipeline "
+                 "rank, but the virtual pipeline size is 2");
+  CHECK(first == -1);
+  CHECK(count == -1);
+}
+
 TEST_CASE("ptdp_layout_chunk_layers gives Megatron-Core's uneven pipeline offsets", "[capi][layout]") {
   ptdp_parallel_options o;
   REQUIRE(ptdp_parallel_options_init(&o) == PTDP_SUCCESS);
