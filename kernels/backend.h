@@ -144,6 +144,40 @@ struct AttentionDesc {
   int64_t q_per_group() const { return heads / kv_groups(); }
 };
 
+/// One (query block, key block) pair of ring attention (context parallelism): the fused kernel
+/// on a block of sq consecutive query positions against a block of sk consecutive key positions
+/// of the same samples, each block at its global place in a sequence of `seq` positions. Query
+/// q_start + i sees key k_start + j when first <= k_start + j <= q_start + i, where first is the
+/// query's document start (document_starts[bi * seq + q_start + i], clamped into [0, position])
+/// or 0 without documents: a diagonal block is causal, an earlier block full, a later block
+/// empty. The probabilities' dropout mask is AttentionDesc's for the whole sequence: probability
+/// (query q, key k) of (sample bi, head hi) is element (bi, hi, q * seq + k) of `dropout`'s block
+/// [b, heads, seq * seq], so blocks draw exactly the whole-sequence kernel's mask.
+///   q     the block's query rows inside a [*, b, groups, heads/groups + 2, dh] activation
+///         (AttentionDesc's layout; row stride b * groups * (heads/groups + 2) * dh); only the
+///         query heads are read
+///   kv    [sk, b, groups, 2, dh]: each group's key head, then its value head
+///   out   [sq, b, heads, dh] fp32 and lse [b, heads, sq] fp32: the partial result so far (start
+///         from out = 0, lse = -inf), merged in place with this block's by the log-sum-exp rule
+///         (online softmax across blocks); rows that see no key of the block keep theirs
+/// After every key block of a query block has been merged, out is AttentionDesc's ctx (in fp32)
+/// and lse its lse. The backward takes the finished ctx and lse (and the output gradient dctx,
+/// both [sq, b, heads, dh] in the storage type) and adds this block pair's share to dq
+/// [sq, b, heads, dh] fp32 and dkv [sk, b, groups, 2, dh] fp32 (the flash-attention backward:
+/// delta = rowsum(dctx * ctx), P = exp(scale q k^T - lse), ...).
+struct AttentionBlockDesc {
+  int64_t sq = 0, sk = 0, b = 0, heads = 0, dh = 0;
+  int64_t groups = 0;  ///< key/value heads; 0: heads
+  float scale = 1.0f;
+  int64_t q_start = 0, k_start = 0;  ///< global positions of query row 0 and key row 0
+  int64_t seq = 0;                   ///< the whole sequence's length (>= both blocks' ends)
+  const int32_t* document_starts = nullptr;  ///< [b, seq] (device); NULL: causal over the sample
+  DropoutDesc dropout;                       ///< p == 0: none; block [b, heads, seq * seq]
+
+  int64_t kv_groups() const { return groups > 0 ? groups : heads; }
+  int64_t q_per_group() const { return heads / kv_groups(); }
+};
+
 /// Rotary position embedding (Su et al.; Megatron's and Hugging Face's rotate-half convention)
 /// applied in place to the query and key heads of the fused QKV activation
 /// [s, b, groups, q_per_group + 2, dh] (AttentionDesc's layout; value heads are left alone).
@@ -266,6 +300,17 @@ class Backend {
   virtual void attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
                                   const float* lse, const void* dctx, void* dqkv, float* delta,
                                   DType t) = 0;
+
+  /// Ring attention's forward on one block pair (see AttentionBlockDesc): merges the block's
+  /// context and log-sum-exps into out and lse. Throws Error(Unsupported) where
+  /// fused_attention_supported is false.
+  virtual void attention_block_forward(const AttentionBlockDesc& d, const void* q, const void* kv,
+                                       float* out, float* lse, DType t) = 0;
+  /// Ring attention's backward on one block pair: adds its share to dq and dkv (fp32), from the
+  /// finished ctx and lse of the query block and the output gradient dctx.
+  virtual void attention_block_backward(const AttentionBlockDesc& d, const void* q, const void* kv,
+                                        const void* ctx, const float* lse, const void* dctx,
+                                        float* dq, float* dkv, DType t) = 0;
 
   // ---- dropout (mask regenerated from Philox, never stored) --------------------------------
   virtual void dropout_forward(const void* x, void* y, DType t, const DropoutDesc& d) = 0;

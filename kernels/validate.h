@@ -425,6 +425,67 @@ inline void check_attention_backward(const AttentionDesc& d, const void* qkv, co
   not_null(op, "delta", delta);
 }
 
+namespace detail {
+inline void check_attention_block_desc(const char* op, const AttentionBlockDesc& d, DType t) {
+  float_type(op, "t", t);
+  positive(op, "sq", d.sq);
+  positive(op, "sk", d.sk);
+  positive(op, "b", d.b);
+  positive(op, "heads", d.heads);
+  positive(op, "dh", d.dh);
+  nonneg(op, "groups", d.groups);
+  nonneg(op, "q_start", d.q_start);
+  nonneg(op, "k_start", d.k_start);
+  PTDP_CHECK_ARG(d.heads % d.kv_groups() == 0,
+                 std::string(op) + ": groups = " + std::to_string(d.groups) +
+                     " does not divide heads = " + std::to_string(d.heads));
+  PTDP_CHECK_ARG(d.q_start + d.sq <= d.seq && d.k_start + d.sk <= d.seq,
+                 std::string(op) + ": the blocks [" + std::to_string(d.q_start) + ", " +
+                     std::to_string(d.q_start + d.sq) + ") and [" + std::to_string(d.k_start) +
+                     ", " + std::to_string(d.k_start + d.sk) + ") must lie in seq = " +
+                     std::to_string(d.seq));
+  PTDP_CHECK_ARG(std::isfinite(d.scale), std::string(op) + ": scale must be finite");
+  PTDP_CHECK_ARG(d.dropout.p >= 0.0f && d.dropout.p < 1.0f,
+                 std::string(op) + ": dropout p must be in [0, 1), got " +
+                     std::to_string(d.dropout.p));
+  if (d.dropout.p == 0.0f) return;
+  check_block(op, d.dropout.block);
+  const int64_t want[3] = {d.b, d.heads, d.seq * d.seq};
+  for (int k = 0; k < 3; ++k) {
+    PTDP_CHECK_ARG(d.dropout.block.shape[k] == want[k],
+                   std::string(op) + ": dropout block dim " + std::to_string(k) + " shape " +
+                       std::to_string(d.dropout.block.shape[k]) + " must be " +
+                       std::to_string(want[k]) + " (the probabilities are [b, heads, seq * seq])");
+  }
+}
+}  // namespace detail
+
+inline void check_attention_block_forward(const AttentionBlockDesc& d, const void* q,
+                                          const void* kv, const float* out, const float* lse,
+                                          DType t) {
+  const char* op = "attention_block_forward";
+  detail::check_attention_block_desc(op, d, t);
+  not_null(op, "q", q);
+  not_null(op, "kv", kv);
+  not_null(op, "out", out);
+  not_null(op, "lse", lse);
+}
+
+inline void check_attention_block_backward(const AttentionBlockDesc& d, const void* q,
+                                           const void* kv, const void* ctx, const float* lse,
+                                           const void* dctx, const float* dq, const float* dkv,
+                                           DType t) {
+  const char* op = "attention_block_backward";
+  detail::check_attention_block_desc(op, d, t);
+  not_null(op, "q", q);
+  not_null(op, "kv", kv);
+  not_null(op, "ctx", ctx);
+  not_null(op, "lse", lse);
+  not_null(op, "dctx", dctx);
+  not_null(op, "dq", dq);
+  not_null(op, "dkv", dkv);
+}
+
 // ---- elementwise ---------------------------------------------------------------------------
 
 inline void check_add(const void* a, const void* b, const void* y, DType t, int64_t n) {

@@ -1,6 +1,7 @@
 #include "core/layers/attention.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/layers/dropout.h"
 #include "core/layers/kv_cache.h"
@@ -187,14 +188,14 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   if (step.kv_cache) return forward_cached(qkv, step);
   const TokenPositions where = step.positions ? *step.positions : TokenPositions{};
   if (cfg_.rope()) be.rope_forward(qkv.raw(), qkv.dtype(), rope_desc(sl, b, qkv, where.position_data()));
-  // Context parallelism, first version: the queries, keys and values of the whole sequence are
-  // all-gathered over the context group and every context rank computes the whole sequence's
-  // attention (the serial run's, masks and dropout included), keeping its own rows of the
-  // context. The layers around attention work on s/c positions.
-  if (cp.size > 1 && !fused(be) && where.document_data() == nullptr) {
+  // Context parallelism: ring attention over this rank's two query chunks (either path, where
+  // the backend has the block kernels); without them the whole sequence's queries, keys and
+  // values are all-gathered and every context rank computes the whole sequence's attention,
+  // keeping its own rows of the context.
+  if (ring(be)) {
     Slot& slot = slots_.create(step.microbatch);
     slot.positions = where;
-    return proj_.forward(forward_context(qkv, b, step, slot), step);
+    return proj_.forward(ring_forward(qkv, b, step, where.document_data(), slot), step);
   }
   if (cp.size > 1) qkv = gather_context(cp, qkv, cols);
   Tensor ctx = empty_like(qkv, {s * b, al * dh});
@@ -266,9 +267,9 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   const int64_t pairs = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / s * groups_local_;
   const int64_t b = pairs / groups_local_, group = (qg + 2) * dh;
   Backend& be = dy.backend();
-  if (slot.kv_full.defined()) {  // context parallelism, local queries
+  if (slot.ring) {  // context parallelism: ring attention
     const int64_t bl = rows_of(qkv, groups_local_ * (qg + 2) * dh, "qkv") / (s / tp_.cp.size);
-    Tensor dqkv = backward_context(slot, proj_.backward_input(dy, step), bl, step);
+    Tensor dqkv = ring_backward(slot, proj_.backward_input(dy, step), bl, step, where.document_data());
     slots_.release(step.microbatch);
     if (cfg_.rope()) be.rope_backward(dqkv.raw(), t, rope_desc(s / tp_.cp.size, bl, dqkv, where.position_data()));
     if (q_norm_) {
@@ -325,77 +326,77 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   return qkv_.backward_input(dqkv, step);
 }
 
-DropoutDesc SelfAttention::piece_dropout(int64_t b, int64_t bi, int64_t q0, int64_t rows, int64_t n,
-                                         const Step& step) const {
-  const int64_t s = cfg_.seq_length;
-  DropoutDesc d;
-  d.p = cfg_.attention_dropout;
-  d.rng = PhiloxStream{cfg_.seed, dropout_stream(step, layer_, DropoutSite::AttentionProbs)};
-  // The serial run's [b, a, s, s] probabilities as [b a, s, s]: this rank's heads of sample bi,
-  // query rows [q0, q0 + rows), keys [0, n).
-  d.block.shape[0] = heads_local_;
-  d.block.shape[1] = rows;
-  d.block.shape[2] = n;
-  d.block.global_shape[0] = b * cfg_.num_attention_heads;
-  d.block.global_shape[1] = s;
-  d.block.global_shape[2] = s;
-  d.block.offset[0] = bi * cfg_.num_attention_heads + tp_.rank * heads_local_;
-  d.block.offset[1] = q0;
+AttentionBlockDesc SelfAttention::block_desc(int64_t b, const Step& step, const int32_t* document_starts,
+                                             int64_t query_chunk, int64_t key_chunk) const {
+  const int64_t s = cfg_.seq_length, half = s / (2 * tp_.cp.size);
+  AttentionBlockDesc d;
+  d.sq = d.sk = half;
+  d.b = b;
+  d.heads = heads_local_;
+  d.groups = groups_local_;
+  d.dh = dh_;
+  d.scale = 1.0f / std::sqrt(static_cast<float>(dh_));
+  d.q_start = query_chunk * half;
+  d.k_start = key_chunk * half;
+  d.seq = s;
+  d.document_starts = document_starts;
+  // The whole sequence's mask (probs_dropout's [b, a/t, s * s] block): the serial run's.
+  if (step.training && cfg_.attention_dropout > 0.0f) d.dropout = probs_dropout(b, step);
   return d;
 }
 
-void SelfAttention::context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs,
-                                  Tensor& dropped, bool scores_ready) const {
-  const ContextParallel& cp = tp_.cp;
-  const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
-  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group;
-  const int64_t q0 = cp.chunk(piece) * half, n = q0 + half;
-  const Tensor& qkv = slot.qkv;
-  const DType t = qkv.dtype();
-  Backend& be = qkv.backend();
-  if (!scores_ready) probs = empty_like(qkv, {b * al, half, n});
-  // scores_(pair, j) = Q_(pair, j) [this chunk's rows] K_pair[0, n)^T
-  for (int64_t j = 0; j < qg && !scores_ready; ++j) {
-    batched(be, t, false, true, half, n, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
-            {slot.kv_full.raw(), pairs * 2 * dh, 2 * dh}, element_ptr(probs, j * half * n), n, qg * half * n);
-  }
-  // Causal by global position: query q0 + i sees keys j <= q0 + i = i + (n - half).
-  be.softmax_forward(probs.raw(), probs.raw(), t, b * al, half, n, 1.0f / std::sqrt(static_cast<float>(dh)), true);
-  dropped = probs;
-  if (step.training && cfg_.attention_dropout > 0.0f) {
-    dropped = empty_like(probs, probs.shape());
-    for (int64_t bi = 0; bi < b; ++bi) {
-      be.dropout_forward(element_ptr(probs, bi * al * half * n), element_ptr(dropped, bi * al * half * n), t,
-                         piece_dropout(b, bi, q0, half, n, step));
+bool SelfAttention::ring(const Backend& be) const {
+  return tp_.cp.size > 1 && be.fused_attention_supported(cfg_.precision, dh_);
+}
+
+namespace {
+
+// The (local query piece, key piece) pairs of ring step `owner` that causality allows: key chunk
+// kc of the owner's pieces against this rank's query chunk qc when kc <= qc (kc == qc: the
+// diagonal block, causal inside; kc < qc: every key before every query; kc > qc: none).
+template <typename Fn>
+void for_each_block_pair(const ContextParallel& cp, int owner, Fn&& fn) {
+  ContextParallel o = cp;
+  o.rank = owner;
+  for (int kp = 0; kp < 2; ++kp) {
+    for (int piece = 0; piece < 2; ++piece) {
+      if (o.chunk(kp) <= cp.chunk(piece)) fn(piece, kp, cp.chunk(piece), o.chunk(kp));
     }
   }
 }
 
-Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot) {
+}  // namespace
+
+// This rank's keys and values [s/c * b, g/t * 2 dh] (each group's key head, then its value head;
+// chunk r's rows, then chunk 2c - 1 - r's), copied out of qkv.
+Tensor SelfAttention::own_kv(const Tensor& qkv) const {
+  const int64_t dh = dh_, qg = q_per_group_, group = (qg + 2) * dh;
+  const int64_t units = rows_of(qkv, groups_local_ * group, "qkv") * groups_local_;
+  Tensor kv = empty_like(qkv, {units / groups_local_, groups_local_ * 2 * dh});
+  qkv.backend().copy_2d(kv.raw(), 2 * dh, element_ptr(qkv, qg * dh), group, qkv.dtype(), units, 2 * dh);
+  return kv;
+}
+
+Tensor SelfAttention::ring_forward(const Tensor& qkv, int64_t b, const Step& step, const int32_t* document_starts,
+                                   Slot& slot) {
   const ContextParallel& cp = tp_.cp;
   const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
-  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
-  slot.qkv = qkv;
-  Backend& be = qkv.backend();
+  const int64_t row = b * groups_local_ * (qg + 2) * dh;  // qkv's elements per position
+  const int64_t kv_block = half * b * groups_local_ * 2 * dh, out_block = half * b * al * dh, lse_block = b * al * half;
   const DType t = qkv.dtype();
-  const int64_t row = pairs * group, kv_cols = groups_local_ * 2 * dh, block = half * b * kv_cols;
-  // This rank's keys and values ([s/c * b * g/t, 2 dh]: each group's key head, then its value
-  // head: chunk r's rows, then chunk 2c - 1 - r's).
-  Tensor kv = empty_like(qkv, {2 * half * b, kv_cols});
-  be.copy_2d(kv.raw(), 2 * dh, element_ptr(qkv, qg * dh), group, t, 2 * half * pairs, 2 * dh);
-  // Around the ring: at step i this rank holds the keys and values of context rank r - i and
-  // passes them on to r + 1 while it computes their score blocks (the transfer of the next
-  // block overlaps this one's products); the blocks are kept, in global order, as the whole
-  // sequence's [s * b, g/t * 2 dh] for the products with V and the backward.
-  Tensor probs[2];
-  for (int piece = 0; piece < 2; ++piece) probs[piece] = empty_like(qkv, {b * al, half, cp.chunk(piece) * half + half});
-  slot.kv_full = empty_like(kv, {2 * half * b * cp.size, kv_cols});
+  Backend& be = qkv.backend();
+  const Tensor kv = own_kv(qkv);
+  // The running context (fp32) and log-sum-exps of this rank's two query chunks.
+  Tensor out = Tensor::zeros({2 * half * b, al * dh}, DType::F32, qkv.device());
+  Tensor lse = Tensor::empty({2 * lse_block}, DType::F32, qkv.device());
+  be.fill(lse.raw(), DType::F32, -std::numeric_limits<double>::infinity(), lse.numel());
   {
+    // Around the ring: at step i this rank holds the keys and values of context rank r - i and
+    // passes them on to r + 1 while its block pairs run (two blocks alive: this step's and the
+    // one in flight).
     const std::shared_ptr<void> progress = cp.comm->background_progress();
     Tensor current = kv;
     for (int i = 0; i < cp.size; ++i) {
-      ContextParallel owner = cp;
-      owner.rank = (cp.rank - i + cp.size) % cp.size;
       Tensor next;
       WorkPtr work;
       if (i + 1 < cp.size) {
@@ -403,21 +404,11 @@ Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& 
         work = cp.comm->batch_p2p({P2POp{P2POp::Kind::Send, current, (cp.rank + 1) % cp.size, 0},
                                    P2POp{P2POp::Kind::Recv, next, (cp.rank - 1 + cp.size) % cp.size, 0}});
       }
-      for (int kp = 0; kp < 2; ++kp) {
-        const int64_t kc = owner.chunk(kp);  // the global chunk of these keys
-        be.copy(element_ptr(slot.kv_full, kc * block), element_ptr(current, kp * block),
-                static_cast<std::size_t>(block) * dtype_size(t));
-        for (int piece = 0; piece < 2; ++piece) {
-          const int64_t n = cp.chunk(piece) * half + half;
-          if (kc * half >= n) continue;  // keys after every query of the chunk
-          // scores_(pair, j) [this chunk's rows, keys of chunk kc] = Q_(pair, j) K_pair^T
-          for (int64_t j = 0; j < qg; ++j) {
-            batched(be, t, false, true, half, half, dh, pairs, {element_ptr(qkv, piece * half * row + j * dh), row, group},
-                    {element_ptr(current, kp * block), pairs * 2 * dh, 2 * dh},
-                    element_ptr(probs[piece], j * half * n + kc * half), n, qg * half * n);
-          }
-        }
-      }
+      for_each_block_pair(cp, (cp.rank - i + cp.size) % cp.size, [&](int piece, int kp, int64_t qc, int64_t kc) {
+        be.attention_block_forward(block_desc(b, step, document_starts, qc, kc), element_ptr(qkv, piece * half * row),
+                                   element_ptr(current, kp * kv_block), out.data<float>() + piece * out_block,
+                                   lse.data<float>() + piece * lse_block, t);
+      });
       if (work) {
         work->wait();
         current = next;
@@ -425,107 +416,75 @@ Tensor SelfAttention::forward_context(const Tensor& qkv, int64_t b, const Step& 
     }
   }
   Tensor ctx = empty_like(qkv, {2 * half * b, al * dh});
-  for (int piece = 0; piece < 2; ++piece) {
-    const int64_t n = cp.chunk(piece) * half + half;
-    Tensor dropped;
-    context_probs(slot, piece, b, step, probs[piece], dropped, true);
-    // ctx_(pair, j) [this chunk's rows] = P_(pair, j) V_pair[0, n)
-    for (int64_t j = 0; j < qg; ++j) {
-      batched(be, qkv.dtype(), false, false, half, dh, n, pairs, {element_ptr(dropped, j * half * n), n, qg * half * n},
-              {element_ptr(slot.kv_full, dh), pairs * 2 * dh, 2 * dh},
-              element_ptr(ctx, piece * half * b * al * dh + j * dh), b * al * dh, qg * dh);
-    }
-    if (cfg_.recompute != Recompute::Selective) {
-      slot.piece_probs[piece] = probs[piece];
-      slot.piece_dropped[piece] = dropped;
-    }
-  }
+  be.cast(out.raw(), DType::F32, ctx.raw(), t, out.numel());
+  slot.qkv = qkv;
+  slot.ctx = ctx;
+  slot.lse = lse;
+  slot.ring = true;
   return ctx;
 }
 
-Tensor SelfAttention::backward_context(Slot& slot, const Tensor& dctx, int64_t b, const Step& step) {
+Tensor SelfAttention::ring_backward(Slot& slot, const Tensor& dctx, int64_t b, const Step& step,
+                                    const int32_t* document_starts) {
   const ContextParallel& cp = tp_.cp;
   const int64_t s = cfg_.seq_length, half = s / (2 * cp.size), al = heads_local_, dh = dh_, qg = q_per_group_;
-  const int64_t pairs = b * groups_local_, group = (qg + 2) * dh, row = pairs * group, row1 = b * al * dh;
-  const int64_t kv_row = pairs * 2 * dh;  // kv_full: [s, b, g/t, 2, dh]
+  const int64_t group = (qg + 2) * dh, row = b * groups_local_ * group, pairs = b * groups_local_;
+  const int64_t kv_cols = groups_local_ * 2 * dh, kv_block = half * b * kv_cols, out_block = half * b * al * dh;
+  const int64_t lse_block = b * al * half;
   const Tensor& qkv = slot.qkv;
   const DType t = qkv.dtype();
   Backend& be = qkv.backend();
-  Tensor dqkv = empty_like(qkv, qkv.shape());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
-  // dS of each local chunk (the probabilities' gradient through dropout and softmax) and dQ.
-  Tensor dscores[2];
-  for (int piece = 0; piece < 2; ++piece) {
-    const int64_t q0 = cp.chunk(piece) * half, n = q0 + half;
-    if (!slot.piece_probs[piece].defined()) {  // selective recomputation
-      context_probs(slot, piece, b, step, slot.piece_probs[piece], slot.piece_dropped[piece]);
-    }
-    const Tensor& probs = slot.piece_probs[piece];
-    Tensor dprobs = empty_like(qkv, {b * al, half, n});
-    const Operand v{element_ptr(slot.kv_full, dh), kv_row, 2 * dh};
-    for (int64_t j = 0; j < qg; ++j) {
-      // dP_j = dctx_j V[0, n)^T
-      batched(be, t, false, true, half, n, dh, pairs, {element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh},
-              v, element_ptr(dprobs, j * half * n), n, qg * half * n);
-    }
-    if (step.training && cfg_.attention_dropout > 0.0f) {
-      for (int64_t bi = 0; bi < b; ++bi) {
-        be.dropout_backward(element_ptr(dprobs, bi * al * half * n), element_ptr(dprobs, bi * al * half * n), t,
-                            piece_dropout(b, bi, q0, half, n, step));
+  const Tensor kv = own_kv(qkv);
+  Tensor dq = Tensor::zeros({2 * half * b, al * dh}, DType::F32, qkv.device());
+  // The keys and values go around the ring again (tag 0); each step's key and value gradients
+  // of the block's owner (fp32) follow them one step behind (tag 1): at step i this rank adds
+  // its queries' share for owner o = r - i to the sum received from r - 1 (the transfer overlapped
+  // this step's block pairs) and passes it on to r + 1; after the last step the sum of every
+  // rank's share of this rank's keys and values arrives from r - 1.
+  Tensor incoming, sending;
+  WorkPtr dkv_work;
+  {
+    const std::shared_ptr<void> progress = cp.comm->background_progress();
+    Tensor current = kv;
+    const int up = (cp.rank + 1) % cp.size, down = (cp.rank - 1 + cp.size) % cp.size;
+    for (int i = 0; i < cp.size; ++i) {
+      Tensor next;
+      WorkPtr kv_work;
+      if (i + 1 < cp.size) {
+        next = empty_like(kv, kv.shape());
+        kv_work = cp.comm->batch_p2p(
+            {P2POp{P2POp::Kind::Send, current, up, 0}, P2POp{P2POp::Kind::Recv, next, down, 0}});
       }
-    }
-    be.softmax_backward(probs.raw(), dprobs.raw(), dprobs.raw(), t, b * al, half, n, scale);
-    const Operand k{slot.kv_full.raw(), kv_row, 2 * dh};
-    for (int64_t j = 0; j < qg; ++j) {
-      // dQ_j [this chunk's rows] = dS_j K[0, n)
-      batched(be, t, false, false, half, dh, n, pairs, {element_ptr(dprobs, j * half * n), n, qg * half * n}, k,
-              element_ptr(dqkv, piece * half * row + j * dh), row, group);
-    }
-    dscores[piece] = dprobs;
-  }
-  // The key and value gradients around the ring (a reduce-scatter): at step i this rank adds its
-  // queries' part of the gradients of context rank o = r - 1 - i's keys and values to the sum
-  // received from r - 1 (which the products of this step overlap) and passes it on to r + 1; at
-  // the last step o = r and the sum, over every rank's queries, is this rank's own.
-  const int64_t kv_cols = groups_local_ * 2 * dh, block = half * b * kv_cols;
-  Tensor dkv, incoming;
-  WorkPtr work;
-  const std::shared_ptr<void> progress = cp.comm->background_progress();
-  for (int i = 0; i < cp.size; ++i) {
-    ContextParallel owner = cp;
-    owner.rank = ((cp.rank - 1 - i) % cp.size + cp.size) % cp.size;
-    Tensor part = Tensor::zeros({2 * half * b, kv_cols}, t, qkv.device());  // owner's two chunks
-    for (int kp = 0; kp < 2; ++kp) {
-      const int64_t kc = owner.chunk(kp);
-      for (int piece = 0; piece < 2; ++piece) {
-        const int64_t n = cp.chunk(piece) * half + half;
-        if (kc * half >= n) continue;  // keys after every query of the chunk
-        const Tensor& dropped = slot.piece_dropped[piece];
-        for (int64_t j = 0; j < qg; ++j) {
-          // dV [chunk kc] += P_j[:, chunk kc]^T dctx_j;  dK [chunk kc] += dS_j[:, chunk kc]^T Q_j
-          batched(be, t, true, false, half, dh, half, pairs,
-                  {element_ptr(dropped, j * half * n + kc * half), n, qg * half * n},
-                  {element_ptr(dctx, piece * half * row1 + j * dh), row1, qg * dh},
-                  element_ptr(part, kp * block + dh), kv_row, 2 * dh, 1.0f);
-          batched(be, t, true, false, half, dh, half, pairs,
-                  {element_ptr(dscores[piece], j * half * n + kc * half), n, qg * half * n},
-                  {element_ptr(qkv, piece * half * row + j * dh), row, group}, element_ptr(part, kp * block), kv_row,
-                  2 * dh, 1.0f);
-        }
+      Tensor part = Tensor::zeros({2 * half * b, kv_cols}, DType::F32, qkv.device());
+      for_each_block_pair(cp, (cp.rank - i + cp.size) % cp.size, [&](int piece, int kp, int64_t qc, int64_t kc) {
+        be.attention_block_backward(block_desc(b, step, document_starts, qc, kc), element_ptr(qkv, piece * half * row),
+                                    element_ptr(current, kp * kv_block), element_ptr(slot.ctx, piece * out_block),
+                                    slot.lse.data<float>() + piece * lse_block, element_ptr(dctx, piece * out_block),
+                                    dq.data<float>() + piece * out_block, part.data<float>() + kp * kv_block, t);
+      });
+      if (dkv_work) {
+        dkv_work->wait();
+        be.add(part.raw(), incoming.raw(), part.raw(), DType::F32, part.numel());
       }
-    }
-    if (work) {
-      work->wait();
-      be.add(part.raw(), incoming.raw(), part.raw(), t, part.numel());
-    }
-    dkv = part;
-    if (i + 1 < cp.size) {
+      sending = part;
       incoming = empty_like(part, part.shape());
-      work = cp.comm->batch_p2p({P2POp{P2POp::Kind::Send, part, (cp.rank + 1) % cp.size, 0},
-                                 P2POp{P2POp::Kind::Recv, incoming, (cp.rank - 1 + cp.size) % cp.size, 0}});
+      dkv_work = cp.comm->batch_p2p(
+          {P2POp{P2POp::Kind::Send, sending, up, 1}, P2POp{P2POp::Kind::Recv, incoming, down, 1}});
+      if (kv_work) {
+        kv_work->wait();
+        current = next;
+      }
     }
+    dkv_work->wait();
   }
-  be.copy_2d(element_ptr(dqkv, qg * dh), group, dkv.raw(), 2 * dh, t, 2 * half * pairs, 2 * dh);
+  // dqkv: the query gradients, then each group's key and value gradients, in the storage type.
+  Tensor dqkv = empty_like(qkv, qkv.shape());
+  Tensor dq_t = empty_like(qkv, {2 * half * b, al * dh});
+  be.cast(dq.raw(), DType::F32, dq_t.raw(), t, dq.numel());
+  be.copy_2d(dqkv.raw(), group, dq_t.raw(), qg * dh, t, 2 * half * pairs, qg * dh);
+  Tensor dkv_t = empty_like(qkv, {2 * half * b, kv_cols});
+  be.cast(incoming.raw(), DType::F32, dkv_t.raw(), t, incoming.numel());
+  be.copy_2d(element_ptr(dqkv, qg * dh), group, dkv_t.raw(), 2 * dh, t, 2 * half * pairs, 2 * dh);
   return dqkv;
 }
 

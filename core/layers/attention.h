@@ -94,22 +94,17 @@ class SelfAttention {
     Tensor probs_dropped;  // after attention dropout (the same tensor when dropout is off)
     Tensor ctx, lse;       // fused path: the context [s, b, a/t, dh] and log-sum-exps [b, a/t, s]
     TokenPositions positions;  // the forward's (Step::positions), for the backward
-    // Context parallelism's local-query path: qkv is this rank's [s/c, b, ...], kv_full the
-    // whole sequence's keys and values [s, b, g/t, 2, dh] (all-gathered), and the probabilities
-    // are kept per local chunk.
-    Tensor kv_full;
-    Tensor piece_probs[2], piece_dropped[2];
+    bool ring = false;  // context parallelism's ring attention: qkv, ctx, lse are this rank's
   };
-  // Context parallelism (unfused, without packed documents): this rank's queries (two chunks)
-  // against the all-gathered keys and values, causal by global position.
-  Tensor forward_context(const Tensor& qkv, int64_t b, const Step& step, Slot& slot);
-  Tensor backward_context(Slot& slot, const Tensor& dctx, int64_t b, const Step& step);
-  // Scores (unless `scores_ready`: probs holds them), softmax and dropout of local chunk `piece`
-  // (queries at global q0 = chunk * s/(2c), keys 0 .. q0 + s/(2c) - 1, from slot.kv_full).
-  void context_probs(const Slot& slot, int piece, int64_t b, const Step& step, Tensor& probs, Tensor& dropped,
-                     bool scores_ready = false) const;
-  // The attention-dropout mask of sample bi's rows [q0, q0 + rows) x keys [0, n) of this rank's heads.
-  DropoutDesc piece_dropout(int64_t b, int64_t bi, int64_t q0, int64_t rows, int64_t n, const Step& step) const;
+  // Context parallelism's ring attention (see the top of this file): whether it runs on `be`
+  // (c > 1 and the backend has the block kernels), the block pair of query chunk query_chunk and
+  // key chunk key_chunk, this rank's keys and values out of qkv, and the two passes.
+  bool ring(const Backend& be) const;
+  AttentionBlockDesc block_desc(int64_t b, const Step& step, const int32_t* document_starts, int64_t query_chunk,
+                                int64_t key_chunk) const;
+  Tensor own_kv(const Tensor& qkv) const;
+  Tensor ring_forward(const Tensor& qkv, int64_t b, const Step& step, const int32_t* document_starts, Slot& slot);
+  Tensor ring_backward(Slot& slot, const Tensor& dctx, int64_t b, const Step& step, const int32_t* document_starts);
   DropoutDesc probs_dropout(int64_t b, const Step& step) const;
   AttentionDesc fused_desc(int64_t b, const Step& step, const int32_t* document_starts) const;
   // Softmax (and dropout) of the scores of qkv; document_starts as AttentionDesc's (NULL: causal).
