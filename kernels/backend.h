@@ -301,9 +301,12 @@ class Backend {
                                   const float* lse, const void* dctx, void* dqkv, float* delta,
                                   DType t) = 0;
 
+  /// Whether this backend has the block-pair kernels below for storage type t and head dim dh
+  /// (context parallelism falls back to all-gathering the sequence where it has not).
+  virtual bool attention_block_supported(DType t, int64_t dh) const = 0;
   /// Ring attention's forward on one block pair (see AttentionBlockDesc): merges the block's
   /// context and log-sum-exps into out and lse. Throws Error(Unsupported) where
-  /// fused_attention_supported is false.
+  /// attention_block_supported is false.
   virtual void attention_block_forward(const AttentionBlockDesc& d, const void* q, const void* kv,
                                        float* out, float* lse, DType t) = 0;
   /// Ring attention's backward on one block pair: adds its share to dq and dkv (fp32), from the

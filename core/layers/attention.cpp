@@ -346,7 +346,7 @@ AttentionBlockDesc SelfAttention::block_desc(int64_t b, const Step& step, const 
 }
 
 bool SelfAttention::ring(const Backend& be) const {
-  return tp_.cp.size > 1 && be.fused_attention_supported(cfg_.precision, dh_);
+  return tp_.cp.size > 1 && be.attention_block_supported(cfg_.precision, dh_);
 }
 
 namespace {

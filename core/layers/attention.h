@@ -23,23 +23,30 @@
 // key tiles outside it) and in the unfused path (softmax_forward_documents: the other
 // probabilities are exactly 0). The dropout masks keep their indexing.
 //
-// Context parallelism (TensorParallel::cp, c > 1), a first version: the input holds this context
-// rank's s/c positions (its chunks r and 2c - 1 - r); after the QKV projection and RoPE (at the
-// tokens' true positions) the projections of the whole sequence are all-gathered over the
-// context group and each rank runs the whole sequence's attention above (either path, packed
-// documents and dropout exactly as the serial run), keeping its own rows of the context; the
-// backward all-gathers the context gradient likewise and keeps its rows of dqkv. That is the
-// path of the fused kernels and of packed documents. The unfused path without documents splits
-// the work: the keys and values travel around the ring of context ranks (each step's transfer
-// overlapping the previous block's score products) and are kept whole, and each rank computes
-// only its own queries' rows, chunk by chunk
-// (queries at global positions q0 .. q0 + s/(2c) - 1 against keys 0 .. q0 + s/(2c) - 1, causal
-// by global position: the load-balanced chunks give every rank the same work), with the
-// attention dropout drawn at the global (query, key) indices; its backward passes each rank's
-// key and value gradient sums around the ring to their owners (a reduce-scatter, each step's
-// transfer overlapping the next block's products). Unlike ring attention the blocks are not
-// combined by their log-sum-exps: every block is kept and the softmax runs once over each query
-// row's assembled scores.
+// Context parallelism (TensorParallel::cp, c > 1): ring attention, as in Megatron-Core and
+// TransformerEngine. The input holds this context rank's s/c positions (its chunks r and
+// 2c - 1 - r); after the QKV projection and RoPE (at the tokens' true positions) the rank keeps
+// its queries and sends its keys and values ([s/c, b, g/t, 2, dh]) around the ring of context
+// ranks: at step i it holds those of rank r - i, passes them on to r + 1 and receives the next
+// from r - 1 (non-blocking, the transfer overlapping this step's block pairs), so two key/value
+// blocks live at a time. For every (query chunk, key chunk) pair that causality allows (the
+// diagonal pair causal, an earlier key chunk whole, a later one skipped) the backend's block-pair
+// kernel (Backend::attention_block_forward, the fused kernel on a block pair at global positions)
+// merges the pair's context and log-sum-exps into this rank's running fp32 context and lse by the
+// log-sum-exp rule. Both attention paths run this under context parallelism (no [s/c, s] scores
+// are kept). The slot keeps what flash attention keeps: qkv (this rank's), the context and the
+// lse per query row. The backward sends the keys and values around again, each step's fp32 key
+// and value gradient sums following one step behind them (tag 1): rank r adds its queries' share
+// for the block's owner (Backend::attention_block_backward, the flash backward: delta =
+// rowsum(dO O), P = exp(S - lse), dS = P (dP - delta)) to the sum received from r - 1 and passes
+// it on, so after c steps every rank holds the sum for its own keys and values; dQ accumulates
+// locally. Packed documents pass the global document starts ([b, s]) to each pair, and the
+// attention dropout draws the serial run's mask at the global (query, key) indices of the
+// [b, a, s * s] probabilities. A backend without block kernels for the dtype and head dim
+// (Backend::attention_block_supported) falls back to all-gathering the whole sequence's
+// projection over the context group, computing the whole sequence's attention (either path) and
+// keeping this rank's rows of the context (the backward all-gathers the context gradient and
+// keeps its rows of dqkv).
 #pragma once
 
 #include <memory>

@@ -179,6 +179,10 @@ void block_backward_unit(const AttentionBlockDesc& d, int64_t bi, int64_t g, con
 
 }  // namespace
 
+bool CpuBackend::attention_block_supported(DType t, int64_t dh) const {
+  return fused_attention_supported(t, dh);
+}
+
 void CpuBackend::attention_block_forward(const AttentionBlockDesc& d, const void* q, const void* kv, float* out,
                                          float* lse, DType t) {
   kcheck::check_attention_block_forward(d, q, kv, out, lse, t);

@@ -60,6 +60,7 @@ class CpuBackend final : public Backend {
   void attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
                           const float* lse, const void* dctx, void* dqkv, float* delta,
                           DType t) override;
+  bool attention_block_supported(DType t, int64_t dh) const override;
   void attention_block_forward(const AttentionBlockDesc& d, const void* q, const void* kv, float* out,
                                float* lse, DType t) override;
   void attention_block_backward(const AttentionBlockDesc& d, const void* q, const void* kv,

@@ -242,6 +242,12 @@ class CudaBackend final : public Backend {
   void attention_backward(const AttentionDesc& d, const void* qkv, const void* ctx,
                           const float* lse, const void* dctx, void* dqkv, float* delta,
                           DType t) override;
+  bool attention_block_supported(DType t, int64_t dh) const override;
+  void attention_block_forward(const AttentionBlockDesc& d, const void* q, const void* kv, float* out,
+                               float* lse, DType t) override;
+  void attention_block_backward(const AttentionBlockDesc& d, const void* q, const void* kv,
+                                const void* ctx, const float* lse, const void* dctx, float* dq,
+                                float* dkv, DType t) override;
 
   void dropout_forward(const void* x, void* y, DType t, const DropoutDesc& d) override;
   void dropout_backward(const void* dy, void* dx, DType t, const DropoutDesc& d) override;

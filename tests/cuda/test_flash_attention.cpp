@@ -12,7 +12,8 @@
 // the 16-bit rounding of those heads' results). Packed documents (AttentionDesc::document_starts)
 // against the CPU's kernels with the same tolerances, on layouts whose boundaries fall inside, at
 // and across the 64-row tiles; every start 0 against the causal kernels bit for bit; and the
-// document softmax of the unfused path against the CPU's.
+// document softmax of the unfused path against the CPU's. Ring attention's block-pair kernels
+// (attention_block_forward / attention_block_backward) against the CPU's, at the end.
 //
 // Every test case that needs a GPU exits with the skip code 77 when there is none.
 #include <algorithm>
@@ -24,6 +25,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -667,5 +669,102 @@ TEST_CASE("the document softmax of the unfused path matches the CPU's",
     for (std::size_t i = 0; i < want.size(); ++i) zeros_moved += (want[i] == 0.0f) != (got[i] == 0.0f);
     CHECK(zeros_moved == 0);  // the masked probabilities are exactly 0 on both
     check_close(got, want, t == DType::F32 ? 1e-5 : (t == DType::BF16 ? 1e-2 : 2e-3), 1e-7, "probs");
+  }
+}
+
+// ---- ring attention's block-pair kernels (AttentionBlockDesc) ----------------------------------
+// The GPU's attention_block_forward / attention_block_backward against the CPU's (themselves
+// tested against the whole-sequence kernel in tests/kernels/test_attention_block.cpp) on the same
+// inputs: a diagonal pair, an earlier key block, a later one (nothing merged) and a second key
+// block merged into the first one's result; causal and with documents, with and without dropout,
+// grouped-query heads, f32 and bf16 storage.
+
+namespace {
+
+template <typename S>
+S store_as(float x, DType t) {
+  if constexpr (std::is_same_v<S, float>) {
+    (void)t;
+    return x;
+  } else {
+    return to16(x, t);
+  }
+}
+
+template <typename S>
+void compare_blocks_with_cpu(DType t, bool documents, float p, uint64_t seed) {
+  const int64_t s = 96, b = 2, heads = 4, groups = 2, dh = 64, qpg = heads / groups;
+  const int64_t q_row = b * groups * (qpg + 2) * dh, kv_row = b * groups * 2 * dh, o_row = b * heads * dh;
+  std::mt19937 g(static_cast<uint32_t>(seed));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<S> qkv(static_cast<std::size_t>(s * q_row)), ctx(static_cast<std::size_t>(s * o_row)),
+      dctx(ctx.size()), kv(static_cast<std::size_t>(s * kv_row));
+  for (auto& x : qkv) x = store_as<S>(2.0f * u(g), t);
+  for (auto& x : ctx) x = store_as<S>(u(g), t);
+  for (auto& x : dctx) x = store_as<S>(u(g), t);
+  for (int64_t i = 0; i < s * b * groups; ++i)
+    for (int64_t e = 0; e < 2 * dh; ++e) kv[i * 2 * dh + e] = qkv[(i * (qpg + 2) + qpg) * dh + e];
+  std::vector<int32_t> starts;
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t i = 0; i < s; ++i) starts.push_back(static_cast<int32_t>(i < 20 ? 0 : (i < 50 + bi ? 20 : 50 + bi)));
+  Dev<S> qkv_d(qkv), kv_d(kv), ctx_d(ctx), dctx_d(dctx);
+  Dev<int32_t> starts_d(starts);
+  struct Pair {
+    int64_t q0, k0, k1;  // queries [q0, q0 + 32), keys [k0, k1) then (second) [k1, k1 + 16)
+  };
+  for (const Pair& pr : {Pair{32, 32, 48}, Pair{64, 0, 32}, Pair{0, 48, 64}}) {
+    ptdp::AttentionBlockDesc d;
+    d.sq = 32;
+    d.b = b;
+    d.heads = heads;
+    d.groups = groups;
+    d.dh = dh;
+    d.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    d.q_start = pr.q0;
+    d.seq = s;
+    if (p > 0.0f) d.dropout = probs_dropout(p, s, b, heads, heads + 2, 2, seed);
+    std::ostringstream os;
+    os << ptdp::dtype_name(t) << " queries " << pr.q0 << " keys " << pr.k0 << ".." << pr.k1 + 16
+       << (documents ? " documents" : "") << " p " << p;
+    INFO(os.str());
+    const auto n_out = static_cast<std::size_t>(d.sq * o_row), n_lse = static_cast<std::size_t>(b * heads * d.sq);
+    std::vector<float> out(n_out, 0.0f), lse(n_lse, -INFINITY), dq(n_out, 0.0f),
+        dkv(static_cast<std::size_t>(s * kv_row), 0.0f);
+    Dev<float> out_d(out), lse_d(lse), dq_d(dq), dkv_d(dkv);
+    for (int step = 0; step < 2; ++step) {
+      d.k_start = step == 0 ? pr.k0 : pr.k1;
+      d.sk = step == 0 ? pr.k1 - pr.k0 : 16;
+      ptdp::AttentionBlockDesc dc = d, dg = d;
+      dc.document_starts = documents ? starts.data() : nullptr;
+      dg.document_starts = documents ? starts_d.get() : nullptr;
+      cpu().attention_block_forward(dc, qkv.data() + pr.q0 * q_row, kv.data() + d.k_start * kv_row, out.data(),
+                                    lse.data(), t);
+      gpu().attention_block_forward(dg, qkv_d.get() + pr.q0 * q_row, kv_d.get() + d.k_start * kv_row, out_d.get(),
+                                    lse_d.get(), t);
+      cpu().attention_block_backward(dc, qkv.data() + pr.q0 * q_row, kv.data() + d.k_start * kv_row,
+                                     ctx.data() + pr.q0 * o_row, lse.data(), dctx.data() + pr.q0 * o_row, dq.data(),
+                                     dkv.data() + d.k_start * kv_row, t);
+      gpu().attention_block_backward(dg, qkv_d.get() + pr.q0 * q_row, kv_d.get() + d.k_start * kv_row,
+                                     ctx_d.get() + pr.q0 * o_row, lse_d.get(), dctx_d.get() + pr.q0 * o_row,
+                                     dq_d.get(), dkv_d.get() + d.k_start * kv_row, t);
+      // fp32 arithmetic on both sides, in different orders.
+      check_close(out_d.download(), out, 1e-4, 1e-4 * peak(out), "out");
+      check_close(lse_d.download(), lse, 1e-4, 1e-4, "lse");
+      check_close(dq_d.download(), dq, 1e-3, 1e-4 * peak(dq), "dq");
+      check_close(dkv_d.download(), dkv, 1e-3, 1e-4 * peak(dkv), "dkv");
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("ring attention's block-pair kernels match the CPU's", "[gpu][flash_attention][ring]") {
+  require_gpu();
+  uint64_t seed = 1300;
+  for (const bool documents : {false, true}) {
+    for (const float p : {0.0f, 0.1f}) {
+      compare_blocks_with_cpu<float>(DType::F32, documents, p, seed++);
+      compare_blocks_with_cpu<uint16_t>(DType::BF16, documents, p, seed++);
+    }
   }
 }

@@ -84,11 +84,11 @@ std::vector<int64_t> random_cut(int64_t s, std::mt19937& g) {
 }
 
 // Storage round trip: values representable in t, as fp32, and their bytes in t.
-struct Stored {
+struct BlockInput {
   fvec values;
   std::vector<uint16_t> half;
   DType t;
-  Stored(const fvec& v, DType type) : t(type) {
+  BlockInput(const fvec& v, DType type) : t(type) {
     if (t == DType::F32) {
       values = v;
       return;
@@ -96,8 +96,8 @@ struct Stored {
     half.resize(v.size());
     values.resize(v.size());
     for (std::size_t i = 0; i < v.size(); ++i) {
-      half[i] = ptdp::bf16_from_float(v[i]);
-      values[i] = ptdp::bf16_to_float(half[i]);
+      half[i] = ptdp::f32_to_bf16(v[i]);
+      values[i] = ptdp::bf16_to_f32(half[i]);
     }
   }
   const void* data() const { return t == DType::F32 ? static_cast<const void*>(values.data()) : half.data(); }
@@ -134,7 +134,7 @@ TEST_CASE("attention blocks: random block splits merged by log-sum-exp equal the
         const int64_t q_row = c.b * groups * (qpg + 2) * c.dh, o_row = c.b * c.heads * c.dh;
         const int64_t kv_row = c.b * groups * 2 * c.dh;
         Rand r(seed++);
-        const Stored qkv(r.uniform(qkv_n, -2.0f, 2.0f), t), dctx(r.uniform(ctx_n), t);
+        const BlockInput qkv(r.uniform(qkv_n, -2.0f, 2.0f), t), dctx(r.uniform(ctx_n), t);
         // The whole sequence at once.
         Whole whole;
         std::vector<uint16_t> ctx16(static_cast<std::size_t>(ctx_n)), dqkv16(static_cast<std::size_t>(qkv_n));
@@ -147,8 +147,8 @@ TEST_CASE("attention blocks: random block splits merged by log-sum-exp equal the
         be().attention_forward(w, qkv.data(), ctx_out, whole.lse.data(), t);
         be().attention_backward(w, qkv.data(), ctx_out, whole.lse.data(), dctx.data(), dqkv_out, delta.data(), t);
         if (t != DType::F32) {
-          for (int64_t e = 0; e < ctx_n; ++e) whole.ctx[e] = ptdp::bf16_to_float(ctx16[e]);
-          for (int64_t e = 0; e < qkv_n; ++e) whole.dqkv[e] = ptdp::bf16_to_float(dqkv16[e]);
+          for (int64_t e = 0; e < ctx_n; ++e) whole.ctx[e] = ptdp::bf16_to_f32(ctx16[e]);
+          for (int64_t e = 0; e < qkv_n; ++e) whole.dqkv[e] = ptdp::bf16_to_f32(dqkv16[e]);
         }
         // The keys and values as the ring passes them: [s, b, groups, 2, dh].
         std::vector<uint16_t> kv16(static_cast<std::size_t>(c.s * kv_row));
