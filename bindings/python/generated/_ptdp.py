@@ -532,12 +532,14 @@ class ptdp_parallel_options(object):
                                                         is t * c * d * p ranks in Megatron's order
                                                         (tensor fastest, then context, data,
                                                         pipeline). The layers outside attention work
-                                                        on s/c positions; attention passes the
-                                                        keys and values around the ring of context
-                                                        ranks and computes the rank's queries (the
-                                                        fused kernel and packed documents:
-                                                        all-gathers the whole QKV projection and
-                                                        computes every query; see
+                                                        on s/c positions; attention is ring
+                                                        attention: the keys and values pass
+                                                        around the ring of context ranks and the
+                                                        backend's fused kernel runs per (query
+                                                        chunk, key chunk) pair, the partial
+                                                        results merged by their log-sum-exps
+                                                        (either attention setting, packed
+                                                        documents and dropout included; see
                                                         docs/guides/choosing-layout.md).
                                                         The gradients are reduced over the d * c
                                                         ranks of ::PTDP_GROUP_DATA_CONTEXT. Needs
