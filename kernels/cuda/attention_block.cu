@@ -244,7 +244,7 @@ BlockArgs block_args(const AttentionBlockDesc& d) {
   return a;
 }
 
-unsigned grid_for(int64_t items) {
+unsigned warp_grid(int64_t items) {
   const int64_t want = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
   constexpr int64_t kMax = 65535LL * 16;
   return static_cast<unsigned>(want < 1 ? 1 : (want < kMax ? want : kMax));
@@ -271,7 +271,7 @@ void CudaBackend::attention_block_forward(const AttentionBlockDesc& d, const voi
   const BlockArgs a = block_args(d);
   dispatch_float(t, "attention_block_forward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    block_forward_kernel<T><<<grid_for(d.sq * d.b * d.heads), 32 * kWarpsPerBlock, 0, stream_>>>(
+    block_forward_kernel<T><<<warp_grid(d.sq * d.b * d.heads), 32 * kWarpsPerBlock, 0, stream_>>>(
         a, static_cast<const T*>(q), static_cast<const T*>(kv), out, lse);
   });
   PTDP_CU_LAUNCHED("block_forward_kernel");
@@ -286,10 +286,10 @@ void CudaBackend::attention_block_backward(const AttentionBlockDesc& d, const vo
   const BlockArgs a = block_args(d);
   dispatch_float(t, "attention_block_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    block_dq_kernel<T><<<grid_for(d.sq * d.b * d.heads), 32 * kWarpsPerBlock, 0, stream_>>>(
+    block_dq_kernel<T><<<warp_grid(d.sq * d.b * d.heads), 32 * kWarpsPerBlock, 0, stream_>>>(
         a, static_cast<const T*>(q), static_cast<const T*>(kv), static_cast<const T*>(ctx), lse,
         static_cast<const T*>(dctx), dq);
-    block_dkv_kernel<T><<<grid_for(d.sk * d.b * a.groups), 32 * kWarpsPerBlock, 0, stream_>>>(
+    block_dkv_kernel<T><<<warp_grid(d.sk * d.b * a.groups), 32 * kWarpsPerBlock, 0, stream_>>>(
         a, static_cast<const T*>(q), static_cast<const T*>(kv), static_cast<const T*>(ctx), lse,
         static_cast<const T*>(dctx), dkv);
   });
