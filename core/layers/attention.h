@@ -89,7 +89,9 @@ class SelfAttention {
   Tensor backward_input(const Tensor& dy, const Step& step);
   Tensor output_bias() const { return proj_.bias(); }
   /// Whether forward uses the fused kernel on `be` (LayerConfig::attention; Error(Unsupported)
-  /// when fused is asked for and `be` has no kernel for the model dtype and head dim).
+  /// when fused is asked for and `be` has no kernel for the model dtype and head dim). Under
+  /// context parallelism both settings run ring attention on the block-pair kernels where `be`
+  /// has them (Backend::attention_block_supported).
   bool fused(const Backend& be) const;
   void backward_weight(const Step& step);
   void release(const Step& step);
