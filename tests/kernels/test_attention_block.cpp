@@ -5,12 +5,14 @@
 // rule and must give the whole kernel's context and log-sum-exps; the backward, summed over
 // every pair, its dQ, dK and dV. Causal, packed documents (boundaries inside blocks and on their
 // edges), attention dropout at the global (query, key) indices, grouped-query attention, a head
-// slice of a tensor-parallel rank, fp32 and bf16 storage.
+// slice of a tensor-parallel rank, fp32 and bf16 storage; the same bits whatever the thread count.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <limits>
 #include <random>
+
+#include <omp.h>
 
 #include "reference.h"
 
@@ -281,4 +283,43 @@ TEST_CASE("attention blocks: invalid descriptions are refused, naming the field"
   CHECK_THROWS_WITH(be().attention_block_backward(d, q.data(), kv.data(), out.data(), lse.data(), out.data(), nullptr,
                                                   kv.data(), DType::F32),
                     Catch::Contains("attention_block_backward") && Catch::Contains("dq"));
+}
+
+TEST_CASE("attention blocks: forward and backward are the same whatever the thread count", "[attention][ring]") {
+  // A group's dK and dV collect 4 query heads; dQ and dK/dV accumulate over two key blocks.
+  const Case c{40, 2, 8, 2, 8, {{15, 25}, {40}}};
+  AttentionDesc w = whole_desc(c, 0.1f);
+  const std::vector<int32_t> starts = starts_of(c);
+  w.document_starts = starts.data();
+  const int64_t qpg = 4, q_row = c.b * c.groups * (qpg + 2) * c.dh, kv_row = c.b * c.groups * 2 * c.dh;
+  const int64_t o_row = c.b * c.heads * c.dh;
+  Rand r(901);
+  const fvec qkv = r.uniform(c.s * q_row, -2.0f, 2.0f), dctx = r.uniform(20 * o_row), ctx = r.uniform(20 * o_row);
+  fvec kv(static_cast<std::size_t>(c.s * kv_row));
+  for (int64_t i = 0; i < c.s * c.b * c.groups; ++i)
+    for (int64_t e = 0; e < 2 * c.dh; ++e) kv[i * 2 * c.dh + e] = qkv[(i * (qpg + 2) + qpg) * c.dh + e];
+  const int saved = omp_get_max_threads();
+  std::vector<fvec> runs;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    fvec out(static_cast<std::size_t>(20 * o_row), 0.0f), lse(static_cast<std::size_t>(c.b * c.heads * 20),
+                                                               -std::numeric_limits<float>::infinity());
+    fvec dq(out.size(), 0.0f), dkv(static_cast<std::size_t>(40 * kv_row), 0.0f);
+    for (int64_t k0 : {0, 20}) {  // queries 20 .. 39 against keys 0 .. 19, then the diagonal block
+      be().attention_block_forward(block_desc(w, 20, 40, k0, k0 + 20), qkv.data() + 20 * q_row,
+                                   kv.data() + k0 * kv_row, out.data(), lse.data(), DType::F32);
+    }
+    for (int64_t k0 : {0, 20}) {
+      const AttentionBlockDesc d = block_desc(w, 20, 40, k0, k0 + 20);
+      be().attention_block_backward(d, qkv.data() + 20 * q_row, kv.data() + k0 * kv_row, ctx.data(), lse.data(),
+                                    dctx.data(), dq.data(), dkv.data() + k0 * kv_row, DType::F32);
+    }
+    fvec all = out;
+    all.insert(all.end(), lse.begin(), lse.end());
+    all.insert(all.end(), dq.begin(), dq.end());
+    all.insert(all.end(), dkv.begin(), dkv.end());
+    runs.push_back(all);
+  }
+  omp_set_num_threads(saved);
+  for (std::size_t i = 1; i < runs.size(); ++i) CHECK(runs[i] == runs[0]);
 }
