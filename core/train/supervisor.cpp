@@ -130,7 +130,7 @@ void check_supervisor_options(const SupervisorOptions& o) {
   PTDP_CHECK_ARG(std::isfinite(o.backoff_s) && o.backoff_s >= 0,
                  "backoff_seconds = " + std::to_string(o.backoff_s) + " is not a finite number >= 0");
   PTDP_CHECK_ARG(o.max_restarts == 0 || !flag_value(o.command, "--save").empty(),
-                 "the command has no --save DIR: each restart resumes from the latest checkpoint there");
+                 "the command (argv) has no --save DIR: each restart resumes from the latest checkpoint there");
 }
 
 std::vector<std::string> supervised_argv(const SupervisorOptions& o, int attempt) {

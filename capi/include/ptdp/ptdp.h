@@ -2674,6 +2674,47 @@ PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer);
 PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int32_t* exit_code);
 
 /**
+ * @brief Supervises a training job that must survive rank failures (torchrun's --max-restarts,
+ *        for MPI jobs): launches @p argv under @p launcher, waits, and after a failure relaunches
+ *        the whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`),
+ *        after a back-off, at most @p max_restarts times. `ptdp-train --max-restarts N` calls it.
+ *
+ * An MPI job cannot outlive a dead rank, so the supervisor runs outside MPI (call it from a
+ * process that no MPI launcher started, before MPI is initialised) and relaunches every rank.
+ * Each attempt runs in a process group of its own with `PTDP_RESTART_ATTEMPT` (0, 1, ...) in its
+ * environment; every process of a failed attempt is gone before the next starts. Attempts and
+ * failures (exit status or signal) are logged on stderr as "ptdp-train supervisor: ...".
+ * `--max-restarts N` and `--launcher C` in @p argv are left out of what is launched. A failure
+ * that a restart would repeat is not retried: exit status 2 (bad flags), 3 (the
+ * `--max-skipped-iterations` budget), 4 (`--check-for-nan-in-loss-and-grad`). SIGINT and SIGTERM
+ * received meanwhile are passed on to the job, which is then not restarted.
+ *
+ * @param argc Entries of @p argv, >= 1.
+ * @param argv The job's program (a path, or a name looked up in PATH) and its flags, e.g.
+ *        {"ptdp-train", "--save", "ckpt", ...}; no entry NULL. With @p max_restarts > 0 it must
+ *        hold `--save DIR`.
+ * @param launcher The words put before the program, split at blanks (no quoting), e.g.
+ *        "mpiexec -n 8 --oversubscribe"; NULL or "": the environment's PTDP_LAUNCHER, and without
+ *        it the program runs as one process.
+ * @param max_restarts Relaunches allowed after the first attempt, >= 0.
+ * @param backoff_seconds The wait before the first relaunch, finite and >= 0; each further wait
+ *        doubles, at most 60 s.
+ * @param[out] exit_code The job's exit status when it succeeded (0) or failed in a way a restart
+ *        would repeat; 5 when the restarts are spent (the message says so, with the latest
+ *        checkpoint's iteration); 127 when the program cannot be started; 128 + N for a job
+ *        killed by signal N. Must not be NULL.
+ * @retval PTDP_SUCCESS the job ran (see @p exit_code).
+ * @retval PTDP_ERR_INVALID_ARGUMENT argc < 1, NULL argv or an entry of it, an empty program,
+ *         max_restarts < 0, a negative or non-finite back-off, max_restarts > 0 without `--save`
+ *         in @p argv, NULL @p exit_code; nothing is launched.
+ * @par Thread safety
+ * One supervisor per process: it installs SIGINT and SIGTERM handlers while it runs (restored
+ * afterwards) and forks.
+ */
+PTDP_API ptdp_status ptdp_train_supervise(int32_t argc, const char* const* argv, const char* launcher,
+                                          int32_t max_restarts, double backoff_seconds, int32_t* exit_code);
+
+/**
  * @brief The model FLOPs of one training iteration over a global batch: Megatron-LM's
  *        num_floating_point_operations (the paper's formula, Narayanan et al. 2021, with the
  *        grouped-query and SwiGLU terms) for the forward and backward,
