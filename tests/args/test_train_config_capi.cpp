@@ -70,6 +70,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"train-iters", "10"},
     {"exit-interval", "0"},
     {"seed", "1234"},
+    {"check-for-nan-in-loss-and-grad", "off"},
+    {"max-skipped-iterations", "100"},
     {"optimizer", "adam"},
     {"lr", "0.0001"},
     {"min-lr", "0.0"},
@@ -117,6 +119,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"device", "auto"},
     {"comm-timeout", "300.0"},
     {"peak-tflops", "0.0"},
+    {"max-restarts", "0"},
+    {"launcher", "unset"},
     {"help", "off"},
 };
 
@@ -324,7 +328,8 @@ const std::vector<std::string> kEveryFlag = {
     "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
     "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
     "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune",
-    "--overlap-grad-reduce", "--overlap-param-gather"};
+    "--overlap-grad-reduce", "--overlap-param-gather", "--check-for-nan-in-loss-and-grad",
+    "--max-skipped-iterations", "7", "--max-restarts", "2", "--launcher", "mpiexec -n 8"};
 
 // The same command line with every value attached by '='.
 std::vector<std::string> with_equals(const std::vector<std::string>& args) {
