@@ -2709,6 +2709,49 @@ def ptdp_train_main(argc):
     """
     return _ptdp_ext.ptdp_train_main(argc)
 
+def ptdp_train_supervise(argc, launcher, max_restarts, backoff_seconds):
+    r"""
+    Supervises a training job that must survive rank failures (torchrun's --max-restarts,
+           for MPI jobs): launches ``argv`` under ``launcher``, waits, and after a failure relaunches
+           the whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`),
+           after a back-off, at most ``max_restarts`` times. `ptdp-train --max-restarts N` calls it.
+
+    An MPI job cannot outlive a dead rank, so the supervisor runs outside MPI (call it from a
+    process that no MPI launcher started, before MPI is initialised) and relaunches every rank.
+    Each attempt runs in a process group of its own with `PTDP_RESTART_ATTEMPT` (0, 1, ...) in its
+    environment; every process of a failed attempt is gone before the next starts. Attempts and
+    failures (exit status or signal) are logged on stderr as "ptdp-train supervisor: ...".
+    `--max-restarts N` and `--launcher C` in ``argv`` are left out of what is launched. A failure
+    that a restart would repeat is not retried: exit status 2 (bad flags), 3 (the
+    `--max-skipped-iterations` budget), 4 (`--check-for-nan-in-loss-and-grad`). SIGINT and SIGTERM
+    received meanwhile are passed on to the job, which is then not restarted.
+
+    :type argc: int
+    :param argc: Entries of ``argv``, >= 1.
+    :type argv: string
+    :param argv: The job's program (a path, or a name looked up in PATH) and its flags, e.g.
+               {"ptdp-train", "--save", "ckpt", ...}; no entry NULL. With ``max_restarts`` > 0 it must
+               hold `--save DIR`.
+    :type launcher: string
+    :param launcher: The words put before the program, split at blanks (no quoting), e.g.
+               "mpiexec -n 8 --oversubscribe"; NULL or "": the environment's PTDP_LAUNCHER, and without
+               it the program runs as one process.
+    :type max_restarts: int
+    :param max_restarts: Relaunches allowed after the first attempt, >= 0.
+    :type backoff_seconds: float
+    :param backoff_seconds: The wait before the first relaunch, finite and >= 0; each further wait
+               doubles, at most 60 s.
+    :type exit_code: int, out
+    :param exit_code: The job's exit status when it succeeded (0) or failed in a way a restart
+               would repeat; 5 when the restarts are spent (the message says so, with the latest
+               checkpoint's iteration); 127 when the program cannot be started; 128 + N for a job
+               killed by signal N. Must not be NULL.
+    Title: Thread safety
+    One supervisor per process: it installs SIGINT and SIGTERM handlers while it runs (restored
+    afterwards) and forks.
+    """
+    return _ptdp_ext.ptdp_train_supervise(argc, launcher, max_restarts, backoff_seconds)
+
 def ptdp_gpt_flops(options, global_batch_size):
     r"""
     The model FLOPs of one training iteration over a global batch: Megatron-LM's

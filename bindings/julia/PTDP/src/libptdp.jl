@@ -1291,6 +1291,16 @@ function ptdp_train_main(argc, argv, exit_code)
           argc, argv, exit_code)
 end
 
+# Supervises a training job that must survive rank failures (torchrun's --max-restarts, for MPI
+# jobs): launches @p argv under @p launcher, waits, and after a failure relaunches the whole job
+# from the latest complete checkpoint of its `--save DIR` (as `--load DIR`), after a back-off,
+# at most @p max_restarts times.
+function ptdp_train_supervise(argc, argv, launcher, max_restarts, backoff_seconds, exit_code)
+    ccall((:ptdp_train_supervise, libptdp), ptdp_status,
+          (Int32, Ptr{Ptr{Cchar}}, Cstring, Int32, Cdouble, Ptr{Int32}),
+          argc, argv, launcher, max_restarts, backoff_seconds, exit_code)
+end
+
 # The model FLOPs of one training iteration over a global batch: Megatron-LM's
 # num_floating_point_operations (the paper's formula, Narayanan et al.
 function ptdp_gpt_flops(options, global_batch_size, model_flops, executed_flops)

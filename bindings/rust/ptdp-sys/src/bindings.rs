@@ -1478,6 +1478,18 @@ extern "C" {
         argv: *const *const ::std::os::raw::c_char,
         exit_code: *mut i32,
     ) -> ptdp_status;
+    /// Supervises a training job that must survive rank failures (torchrun's --max-restarts,
+    /// for MPI jobs): launches @p argv under @p launcher, waits, and after a failure relaunches
+    /// the whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`),
+    /// after a back-off, at most @p max_restarts times.
+    pub fn ptdp_train_supervise(
+        argc: i32,
+        argv: *const *const ::std::os::raw::c_char,
+        launcher: *const ::std::os::raw::c_char,
+        max_restarts: i32,
+        backoff_seconds: f64,
+        exit_code: *mut i32,
+    ) -> ptdp_status;
     /// The model FLOPs of one training iteration over a global batch: Megatron-LM's
     /// num_floating_point_operations (the paper's formula, Narayanan et al.
     pub fn ptdp_gpt_flops(
