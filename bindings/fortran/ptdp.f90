@@ -353,6 +353,10 @@ module ptdp
     integer(c_int32_t) :: bf16
     integer(c_int64_t) :: seed
     integer(c_int64_t) :: exit_interval
+    integer(c_int32_t) :: check_for_nan_in_loss_and_grad
+    integer(c_int32_t) :: max_restarts
+    integer(c_int64_t) :: max_skipped_iterations
+    type(c_ptr) :: launcher
   end type ptdp_train_settings
 
   ! What one iteration reports, the same on every rank (the loss is the global batch's mean, the

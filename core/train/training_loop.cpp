@@ -469,7 +469,7 @@ void TrainingLoop::run() {
                              std::to_string(s.consecutive_skips) +
                              " consecutive iterations were skipped for non-finite gradients (--max-skipped-iterations " +
                              std::to_string(a.max_skipped_iterations) + "; loss scale " +
-                             std::to_string(r.loss_scale) + "): the run has diverged or its loss scale cannot recover");
+                             json_number(r.loss_scale) + "): the run has diverged or its loss scale cannot recover");
       }
       if (s.progress) {
         constexpr int kWidth = 40;

@@ -276,6 +276,10 @@ std::string describe(const Snapshot& s) {
   add("fp16", num(s.set.fp16));
   add("bf16", num(s.set.bf16));
   add("settings.seed", num(static_cast<double>(s.set.seed)));
+  add("check_for_nan_in_loss_and_grad", num(s.set.check_for_nan_in_loss_and_grad));
+  add("max_restarts", num(s.set.max_restarts));
+  add("max_skipped_iterations", num(static_cast<double>(s.set.max_skipped_iterations)));
+  add("launcher", str(s.set.launcher));
   add("data.source", num(s.data.source));
   add("data.path", str(s.data.path));
   add("data.split", str(s.data.split));
@@ -421,6 +425,10 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.set.global_batch_size == 12);
   CHECK(s.set.train_iters == 500);
   CHECK(s.set.exit_interval == 250);
+  CHECK(s.set.check_for_nan_in_loss_and_grad == 1);
+  CHECK(s.set.max_restarts == 2);
+  CHECK(s.set.max_skipped_iterations == 7);
+  CHECK(std::string(s.set.launcher) == "mpiexec -n 8");
   CHECK(s.set.log_interval == 5);
   CHECK(s.set.save_interval == 100);
   CHECK(s.set.eval_interval == 50);
@@ -554,6 +562,10 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.set.global_batch_size == 0);
   CHECK(s.set.train_iters == 10);
   CHECK(s.set.exit_interval == 0);
+  CHECK(s.set.check_for_nan_in_loss_and_grad == 0);
+  CHECK(s.set.max_restarts == 0);
+  CHECK(s.set.max_skipped_iterations == 100);
+  CHECK(s.set.launcher == nullptr);
   CHECK(s.set.log_interval == 100);
   CHECK(s.set.save_interval == 0);
   CHECK(s.set.eval_interval == 1000);

@@ -2498,6 +2498,19 @@ class ptdp_train_settings(object):
     `--exit-interval`: stop after an iteration divisible by
                                                it (saving first with `--save`); 0: never.
     """)
+    check_for_nan_in_loss_and_grad = property(_ptdp_ext.ptdp_train_settings_check_for_nan_in_loss_and_grad_get, _ptdp_ext.ptdp_train_settings_check_for_nan_in_loss_and_grad_set, doc=r"""
+    `--check-for-nan-in-loss-and-grad`: stop (exit
+                                               status 4) at the first non-finite loss or gradient.
+    """)
+    max_restarts = property(_ptdp_ext.ptdp_train_settings_max_restarts_get, _ptdp_ext.ptdp_train_settings_max_restarts_set, doc=r"""
+    `--max-restarts`: relaunches by the supervisor
+                                               (ptdp_train_supervise()); 0: none.
+    """)
+    max_skipped_iterations = property(_ptdp_ext.ptdp_train_settings_max_skipped_iterations_get, _ptdp_ext.ptdp_train_settings_max_skipped_iterations_set, doc=r"""
+    `--max-skipped-iterations`: consecutive skipped
+                                               iterations that stop the run (exit status 3); 0: never.
+    """)
+    launcher = property(_ptdp_ext.ptdp_train_settings_launcher_get, _ptdp_ext.ptdp_train_settings_launcher_set, doc=r""" `--launcher`: the supervised job's launcher command.""")
 
     def __init__(self):
         _ptdp_ext.ptdp_train_settings_swiginit(self, _ptdp_ext.new_ptdp_train_settings())

@@ -19157,6 +19157,254 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_check_for_nan_in_loss_and_grad_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_check_for_nan_in_loss_and_grad_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_check_for_nan_in_loss_and_grad_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->check_for_nan_in_loss_and_grad = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_check_for_nan_in_loss_and_grad_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->check_for_nan_in_loss_and_grad);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_restarts_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_max_restarts_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_restarts_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_max_restarts_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_restarts = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_restarts_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_restarts_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->max_restarts);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_skipped_iterations_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_max_skipped_iterations_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_skipped_iterations_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_max_skipped_iterations_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_skipped_iterations = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_skipped_iterations_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_skipped_iterations_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->max_skipped_iterations);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_launcher_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_launcher_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_launcher_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_train_settings_launcher_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->launcher = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->launcher = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_launcher_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_launcher_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->launcher);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_train_settings(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_train_settings *result = 0 ;
@@ -36508,6 +36756,32 @@ static PyMethodDef SwigMethods[] = {
 		"`--exit-interval`: stop after an iteration divisible by\n"
 		"                                           it (saving first with `--save`); 0: never.\n"
 		""},
+	 { "ptdp_train_settings_check_for_nan_in_loss_and_grad_set", _wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_set, METH_VARARGS, "\n"
+		"`--check-for-nan-in-loss-and-grad`: stop (exit\n"
+		"                                           status 4) at the first non-finite loss or gradient.\n"
+		""},
+	 { "ptdp_train_settings_check_for_nan_in_loss_and_grad_get", _wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_get, METH_O, "\n"
+		"`--check-for-nan-in-loss-and-grad`: stop (exit\n"
+		"                                           status 4) at the first non-finite loss or gradient.\n"
+		""},
+	 { "ptdp_train_settings_max_restarts_set", _wrap_ptdp_train_settings_max_restarts_set, METH_VARARGS, "\n"
+		"`--max-restarts`: relaunches by the supervisor\n"
+		"                                           (ptdp_train_supervise()); 0: none.\n"
+		""},
+	 { "ptdp_train_settings_max_restarts_get", _wrap_ptdp_train_settings_max_restarts_get, METH_O, "\n"
+		"`--max-restarts`: relaunches by the supervisor\n"
+		"                                           (ptdp_train_supervise()); 0: none.\n"
+		""},
+	 { "ptdp_train_settings_max_skipped_iterations_set", _wrap_ptdp_train_settings_max_skipped_iterations_set, METH_VARARGS, "\n"
+		"`--max-skipped-iterations`: consecutive skipped\n"
+		"                                           iterations that stop the run (exit status 3); 0: never.\n"
+		""},
+	 { "ptdp_train_settings_max_skipped_iterations_get", _wrap_ptdp_train_settings_max_skipped_iterations_get, METH_O, "\n"
+		"`--max-skipped-iterations`: consecutive skipped\n"
+		"                                           iterations that stop the run (exit status 3); 0: never.\n"
+		""},
+	 { "ptdp_train_settings_launcher_set", _wrap_ptdp_train_settings_launcher_set, METH_VARARGS, " `--launcher`: the supervised job's launcher command."},
+	 { "ptdp_train_settings_launcher_get", _wrap_ptdp_train_settings_launcher_get, METH_O, " `--launcher`: the supervised job's launcher command."},
 	 { "new_ptdp_train_settings", _wrap_new_ptdp_train_settings, METH_NOARGS, NULL},
 	 { "delete_ptdp_train_settings", _wrap_delete_ptdp_train_settings, METH_O, NULL},
 	 { "ptdp_train_settings_swigregister", ptdp_train_settings_swigregister, METH_O, NULL},

@@ -2464,6 +2464,13 @@ typedef struct ptdp_train_settings {
   uint64_t seed;                       /**< `--seed`. */
   int64_t exit_interval;               /**< `--exit-interval`: stop after an iteration divisible by
                                             it (saving first with `--save`); 0: never. */
+  int32_t check_for_nan_in_loss_and_grad; /**< `--check-for-nan-in-loss-and-grad`: stop (exit
+                                            status 4) at the first non-finite loss or gradient. */
+  int32_t max_restarts;                /**< `--max-restarts`: relaunches by the supervisor
+                                            (ptdp_train_supervise()); 0: none. */
+  int64_t max_skipped_iterations;      /**< `--max-skipped-iterations`: consecutive skipped
+                                            iterations that stop the run (exit status 3); 0: never. */
+  const char* launcher;                /**< `--launcher`: the supervised job's launcher command. */
 } ptdp_train_settings;
 
 /**

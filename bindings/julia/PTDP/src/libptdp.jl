@@ -1184,6 +1184,10 @@ struct ptdp_train_settings
     bf16::Int32
     seed::UInt64
     exit_interval::Int64
+    check_for_nan_in_loss_and_grad::Int32
+    max_restarts::Int32
+    max_skipped_iterations::Int64
+    launcher::Ptr{Cchar}
 end
 
 # The driver's settings.

@@ -460,6 +460,10 @@ pub struct ptdp_train_settings {
     pub bf16: i32,
     pub seed: u64,
     pub exit_interval: i64,
+    pub check_for_nan_in_loss_and_grad: i32,
+    pub max_restarts: i32,
+    pub max_skipped_iterations: i64,
+    pub launcher: *const ::std::os::raw::c_char,
 }
 
 #[repr(C)]
