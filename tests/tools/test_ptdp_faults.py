@@ -9,7 +9,8 @@ CASE is one of:
               timeout, the launcher names rank 3 and signal 9, the fault line names the rank; the
               last complete checkpoint (iteration 4) loads and verifies
   hang        rank 5 of a (2,2,2) run hangs at iteration 3: with --comm-timeout 5 the job fails
-              within the timeout, the ranks waiting on rank 5 naming a group that holds it
+              within the timeout with the waiting ranks' timeout messages (naming their groups),
+              rank 5 itself silent after its fault line; the checkpoint of iteration 2 stays
   slow        rank 6 of a (2,2,2) run sleeps 150 ms per iteration (and rank 1 at every save): the run
               completes with the unslowed run's losses and checkpoint tensors, bit for bit
   ioerror     rank 0's save at iteration 4 of a (2,2,2) run fails as a full disk would: the run
@@ -165,7 +166,9 @@ def case_hang():
         if m and 5 in [int(x) for x in m.group(1).split(",")]:
             with_5.append(line)
         check("rank 5:" not in line, f"hang: the hung rank reports nothing: {line}")
-    check(len(with_5) >= 1, f"hang: a timeout names a group holding rank 5: {timeouts}")
+    # Which rank reports first is a race (a rank waiting on a rank that waits on rank 5 may time
+    # out first, and the launcher then ends the job), so only the count is printed; naming the
+    # rank that never arrived is the flight recorder's (core/comm).
     check(latest(ck) == 2, f"hang: the latest checkpoint is of iteration 2, got {latest(ck)}")
     print(f"hang: failed in {p.seconds:.1f} s; {len(with_5)} of {len(timeouts)} timeouts named a group of rank 5")
 
