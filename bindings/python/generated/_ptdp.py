@@ -2715,7 +2715,11 @@ def ptdp_train_main(argc):
     :type argv: string
     :param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
     :type exit_code: int, out
-    :param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not
+    :param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags, 3 the
+                    `--max-skipped-iterations` budget spent, 4 a non-finite value found by
+                    `--check-for-nan-in-loss-and-grad`, 5 the `--max-restarts` supervisor gave up
+                    (started outside an MPI launcher with `--max-restarts N`, ptdp_train_main()
+                    supervises the job as ptdp_train_supervise(), relaunching its own executable); must not
                     be NULL.
     Title: Thread safety
     Collective over MPI_COMM_WORLD.

@@ -2630,6 +2630,10 @@ PTDP_API ptdp_status ptdp_trainer_create(ptdp_train_config config, const ptdp_tr
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time (named). After a failure of this
  *         rank alone, MPI initialised by ptdp is not finalised at exit, so the launcher ends the
  *         job instead of waiting for ranks that will never arrive.
+ * @retval PTDP_ERR_INVALID_STATE the run stopped on every rank alike: `--max-skipped-iterations`
+ *         consecutive skipped iterations, or a non-finite loss or gradient found by
+ *         `--check-for-nan-in-loss-and-grad` (the message names the rank, its tensor, data and
+ *         pipeline coordinates, the iteration and the parameter).
  * @par Thread safety
  * Collective over the runtime's world.
  */
@@ -2671,7 +2675,11 @@ PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer);
  *        "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
  * @param argc Number of entries in @p argv, >= 1.
  * @param argv argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
- * @param[out] exit_code Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not
+ * @param[out] exit_code Receives the process exit status: 0 done, 1 failed, 2 bad flags, 3 the
+ *             `--max-skipped-iterations` budget spent, 4 a non-finite value found by
+ *             `--check-for-nan-in-loss-and-grad`, 5 the `--max-restarts` supervisor gave up
+ *             (started outside an MPI launcher with `--max-restarts N`, ptdp_train_main()
+ *             supervises the job as ptdp_train_supervise(), relaunching its own executable); must not
  *             be NULL.
  * @retval PTDP_SUCCESS the run happened (even when it failed: see @p exit_code).
  * @retval PTDP_ERR_INVALID_ARGUMENT argc < 1, NULL argv, an entry or @p exit_code NULL.
