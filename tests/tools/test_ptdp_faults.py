@@ -7,7 +7,8 @@
 CASE is one of:
   kill        rank 3 of a (2,2,2) run kills itself at iteration 5: the job fails within the
               timeout, the launcher names rank 3 and signal 9, the fault line names the rank; the
-              last complete checkpoint (iteration 4) loads and verifies
+              last complete checkpoint (iteration 4) loads and verifies; rank 1 killed as it
+              enters the save of iteration 4 leaves iteration 2 the latest, loading
   hang        rank 5 of a (2,2,2) run hangs at iteration 3: with --comm-timeout 5 the job fails
               within the timeout with the waiting ranks' timeout messages (naming their groups),
               rank 5 itself silent after its fault line; the checkpoint of iteration 2 stays
@@ -146,7 +147,16 @@ def case_kill():
     check(latest(ck) == 4, f"kill: the latest checkpoint is of iteration 4, got {latest(ck)}")
     check(not os.path.exists(os.path.join(ck, "iter_0000006")), "kill: no checkpoint of iteration 6")
     loads(8, P222, ck, 4, "kill")
-    print(f"kill: failed in {p.seconds:.1f} s with status {p.returncode}; checkpoint 4 loads")
+    # Killed as it enters the save of iteration 4 while the others save: iteration 2 stays the latest.
+    ck2 = os.path.join(WORK, "kill-save")
+    q = run(8, MODEL + P222 + ["--train-iters", "8", "--save", ck2, "--save-interval", "2", "--comm-timeout", "20"],
+            fault="kill:rank=1:iter=4:at=save", timeout=90)
+    check(q.returncode != 0 and "rank 1 kills itself at iteration 4 (save)" in q.stderr,
+          f"kill at save: the job fails naming rank 1: {q.returncode} {q.stderr[-1500:]}")
+    check(latest(ck2) == 2, f"kill at save: the latest checkpoint is of iteration 2, got {latest(ck2)}")
+    loads(8, P222, ck2, 2, "kill at save")
+    print(f"kill: failed in {p.seconds:.1f} s with status {p.returncode}; checkpoint 4 loads; "
+          f"killed in a save: checkpoint 2 loads")
 
 
 def case_hang():
