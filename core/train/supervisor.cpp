@@ -118,7 +118,7 @@ int run_job(const std::vector<std::string>& argv, int attempt) {
 }  // namespace
 
 bool started_by_mpi_launcher() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "SLURM_STEP_ID", "MPI_LOCALNRANKS"}) {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"}) {
     if (std::getenv(v) != nullptr) return true;
   }
   return false;
@@ -133,28 +133,28 @@ void check_supervisor_options(const SupervisorOptions& o) {
                  "the command (argv) has no --save DIR: each restart resumes from the latest checkpoint there");
 }
 
-std::vector<std::string> supervised_argv(const SupervisorOptions& o, int attempt) {
+std::vector<std::string> supervised_argv(const SupervisorOptions& o, int attempt, bool resume) {
   std::string launcher = o.launcher;
   if (launcher.empty()) {
     if (const char* env = std::getenv("PTDP_LAUNCHER")) launcher = env;
   }
   std::vector<std::string> out = words(launcher);
   const std::string save = flag_value(o.command, "--save");
+  const bool resuming = attempt > 0 && resume && !save.empty();
   out.push_back(o.command[0]);
   for (std::size_t i = 1; i < o.command.size(); ++i) {
     const std::string& a = o.command[i];
-    const bool drop_load = attempt > 0 && !save.empty();
-    if (a == "--max-restarts" || a == "--launcher" || (drop_load && a == "--load")) {
+    if (a == "--max-restarts" || a == "--launcher" || (resuming && a == "--load")) {
       ++i;  // and its value
       continue;
     }
     if (a.rfind("--max-restarts=", 0) == 0 || a.rfind("--launcher=", 0) == 0 ||
-        (drop_load && a.rfind("--load=", 0) == 0)) {
+        (resuming && (a.rfind("--load=", 0) == 0 || a == "--finetune"))) {
       continue;
     }
     out.push_back(a);
   }
-  if (attempt > 0 && !save.empty()) {
+  if (resuming) {
     out.push_back("--load");
     out.push_back(save);
   }
@@ -178,7 +178,7 @@ int supervise(const SupervisorOptions& o) {
   int last = 1;
   double wait_s = o.backoff_s;
   for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
-    const std::vector<std::string> argv = supervised_argv(o, attempt);
+    const std::vector<std::string> argv = supervised_argv(o, attempt, latest_iteration(save) >= 0);
     if (log) {
       std::string line;
       for (const std::string& w : argv) line += (line.empty() ? "" : " ") + w;

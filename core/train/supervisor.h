@@ -31,9 +31,10 @@ struct SupervisorOptions {
 void check_supervisor_options(const SupervisorOptions& options);
 
 /// The argv of attempt `attempt` (0 first): the launcher's words, then the command without
-/// --max-restarts N and --launcher C; from attempt 1 on, --load DIR with DIR the command's --save
-/// replaces any --load.
-std::vector<std::string> supervised_argv(const SupervisorOptions& options, int attempt);
+/// --max-restarts N and --launcher C; from attempt 1 on, when `resume` (the command's --save DIR
+/// holds a checkpoint), --load DIR replaces any --load, and --finetune is dropped (the run goes
+/// on from its own checkpoint); without a checkpoint yet the command starts over as given.
+std::vector<std::string> supervised_argv(const SupervisorOptions& options, int attempt, bool resume);
 
 /// Runs the job until it succeeds, fails in a way a restart would repeat, or has failed
 /// max_restarts + 1 times. Returns the exit status: the job's (0 on success), or
@@ -42,7 +43,7 @@ std::vector<std::string> supervised_argv(const SupervisorOptions& options, int a
 /// relaunch starts only after every process of the previous attempt is gone.
 int supervise(const SupervisorOptions& options);
 
-/// Whether this process was started by an MPI launcher (Open MPI, PMI, PMIx, Slurm's srun).
+/// Whether this process was started by an MPI launcher (Open MPI, PMI, PMIx, MPICH's Hydra).
 bool started_by_mpi_launcher();
 
 }  // namespace ptdp

@@ -91,9 +91,11 @@ TEST_CASE("ptdp_train_supervise relaunches a failing job from --save until it su
   const std::string log = (d.path / "attempts").string();
   const std::string ck = (d.path / "ck").string();
   // Attempts 0 and 1 fail (one by exit status, one killed by SIGKILL); attempt 2 succeeds.
-  Job job("echo \"$PTDP_RESTART_ATTEMPT $*\" >> " + log +
-              "; case $PTDP_RESTART_ATTEMPT in 0) exit 1;; 1) kill -9 $$;; esac; exit 0",
+  Job job("echo \"$PTDP_RESTART_ATTEMPT $*\" >> " + log + "; echo 2 > " + ck +
+              "/latest_checkpointed_iteration.txt; case $PTDP_RESTART_ATTEMPT in 0) exit 1;; 1) kill -9 $$;; esac; exit 0",
           {"--save", ck, "--max-restarts", "3", "--launcher=mpiexec -n 2", "--train-iters", "4"});
+  // Attempt 0 "saves" a checkpoint (its tracker), so the relaunches resume from it.
+  std::filesystem::create_directories(ck);
   int32_t code = -1;
   REQUIRE(ptdp_train_supervise(job.argc(), job.argv.data(), "", 3, 0.0, &code) == PTDP_SUCCESS);
   CHECK(code == 0);

@@ -91,12 +91,16 @@ TEST_CASE("the supervisor relaunches the command without its flags and resumes f
                "init", "--train-iters", "8"};
   o.launcher = "mpiexec  -n 4 --oversubscribe";
   o.max_restarts = 3;
-  CHECK(ptdp::supervised_argv(o, 0) == std::vector<std::string>{"mpiexec", "-n", "4", "--oversubscribe",
-                                                                "/bin/ptdp-train", "--save", "ck", "--load", "init",
-                                                                "--train-iters", "8"});
-  CHECK(ptdp::supervised_argv(o, 2) == std::vector<std::string>{"mpiexec", "-n", "4", "--oversubscribe",
-                                                                "/bin/ptdp-train", "--save", "ck", "--train-iters",
-                                                                "8", "--load", "ck"});
+  const std::vector<std::string> as_given = {"mpiexec", "-n", "4", "--oversubscribe", "/bin/ptdp-train", "--save",
+                                             "ck", "--load", "init", "--finetune", "--train-iters", "8"};
+  o.command.insert(o.command.begin() + 8, "--finetune");
+  CHECK(ptdp::supervised_argv(o, 0, true) == as_given);
+  // Without a checkpoint in --save yet, a relaunch starts over as given.
+  CHECK(ptdp::supervised_argv(o, 1, false) == as_given);
+  // With one, it goes on from it: --load ck, and no --finetune (that would restart at 0).
+  CHECK(ptdp::supervised_argv(o, 2, true) == std::vector<std::string>{"mpiexec", "-n", "4", "--oversubscribe",
+                                                                      "/bin/ptdp-train", "--save", "ck",
+                                                                      "--train-iters", "8", "--load", "ck"});
   o.command = {"prog", "--train-iters", "8"};
   CHECK_THROWS_WITH(ptdp::check_supervisor_options(o), Catch::Contains("has no --save DIR"));
   o.max_restarts = 0;

@@ -181,6 +181,8 @@ def test_supervise_relaunches_a_failing_job_from_save(tmp_path):
               f"open({str(attempts)!r}, 'a').write(os.environ['PTDP_RESTART_ATTEMPT'] + ' ' + ' '.join(sys.argv[1:]) + '\\n')\n"
               "sys.exit(0 if os.environ['PTDP_RESTART_ATTEMPT'] == '2' else 1)\n")
     ck = str(tmp_path / "ck")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "latest_checkpointed_iteration.txt").write_text("1\n")  # relaunches resume from it
     command = [sys.executable, "-c", script, "--save", ck, "--max-restarts", "3"]
     assert ptdp.supervise(command, max_restarts=3, backoff_seconds=0) == 0
     assert attempts.read_text().splitlines() == [f"0 --save {ck}", f"1 --save {ck} --load {ck}",

@@ -2699,7 +2699,9 @@ PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int3
  * Each attempt runs in a process group of its own with `PTDP_RESTART_ATTEMPT` (0, 1, ...) in its
  * environment; every process of a failed attempt is gone before the next starts. Attempts and
  * failures (exit status or signal) are logged on stderr as "ptdp-train supervisor: ...".
- * `--max-restarts N` and `--launcher C` in @p argv are left out of what is launched. A failure
+ * `--max-restarts N` and `--launcher C` in @p argv are left out of what is launched; a relaunch
+ * while `--save DIR` holds no checkpoint yet runs @p argv as given, otherwise it drops any
+ * `--load` and `--finetune` and adds `--load DIR`. A failure
  * that a restart would repeat is not retried: exit status 2 (bad flags), 3 (the
  * `--max-skipped-iterations` budget), 4 (`--check-for-nan-in-loss-and-grad`). SIGINT and SIGTERM
  * received meanwhile are passed on to the job, which is then not restarted.
