@@ -353,6 +353,10 @@ module ptdp
     integer(c_int32_t) :: bf16
     integer(c_int64_t) :: seed
     integer(c_int64_t) :: exit_interval
+    integer(c_int32_t) :: check_for_nan_in_loss_and_grad
+    integer(c_int32_t) :: max_restarts
+    integer(c_int64_t) :: max_skipped_iterations
+    type(c_ptr) :: launcher
   end type ptdp_train_settings
 
   ! What one iteration reports, the same on every rank (the loss is the global batch's mean, the
@@ -2050,6 +2054,23 @@ module ptdp
       integer(c_int32_t), intent(out) :: exit_code
       integer(c_int) :: ptdp_train_main
     end function ptdp_train_main
+
+    ! Supervises a training job that must survive rank failures (torchrun's --max-restarts, for
+    ! MPI jobs): launches @p argv under @p launcher, waits, and after a failure relaunches the
+    ! whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`), after
+    ! a back-off, at most @p max_restarts times.
+    function ptdp_train_supervise(argc, argv, launcher, max_restarts, backoff_seconds, exit_code) &
+        bind(c, name="ptdp_train_supervise")
+      import
+      implicit none
+      integer(c_int32_t), value :: argc
+      type(c_ptr), intent(in) :: argv(*)
+      character(kind=c_char), intent(in) :: launcher(*)
+      integer(c_int32_t), value :: max_restarts
+      real(c_double), value :: backoff_seconds
+      integer(c_int32_t), intent(out) :: exit_code
+      integer(c_int) :: ptdp_train_supervise
+    end function ptdp_train_supervise
 
     ! The model FLOPs of one training iteration over a global batch: Megatron-LM's
     ! num_floating_point_operations (the paper's formula, Narayanan et al.

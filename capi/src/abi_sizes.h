@@ -89,6 +89,9 @@ PTDP_UNRELEASED(ptdp_preprocess_result);
 static_assert(FirstPublished<ptdp_runtime_options>::size == offsetof(ptdp_runtime_options, use_nccl));  // 1629582
 static_assert(FirstPublished<ptdp_gpt_options>::size == offsetof(ptdp_gpt_options, device));  // ff06fad
 static_assert(FirstPublished<ptdp_train_settings>::size == offsetof(ptdp_train_settings, exit_interval));  // 6e066a8
+static_assert(offsetof(ptdp_train_settings, check_for_nan_in_loss_and_grad) == 168 &&
+                  offsetof(ptdp_train_settings, launcher) == 184 && sizeof(ptdp_train_settings) == 192,
+              "ptdp_train_settings: the fault-tolerance settings follow exit_interval");
 static_assert(FirstPublished<ptdp_plan_options>::size == offsetof(ptdp_plan_options, rotary_base));  // Llama options
 static_assert(FirstPublished<ptdp_gpt_data_options>::size ==
               offsetof(ptdp_gpt_data_options, train_data_path));  // per-split data paths (blends)

@@ -158,6 +158,10 @@ PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_t
     s.fp16 = a.fp16 ? 1 : 0;
     s.bf16 = a.bf16 ? 1 : 0;
     s.seed = a.seed;
+    s.check_for_nan_in_loss_and_grad = a.check_for_nan_in_loss_and_grad ? 1 : 0;
+    s.max_restarts = a.max_restarts;
+    s.max_skipped_iterations = a.max_skipped_iterations;
+    s.launcher = text_or_null(a.launcher);
     *settings = s;
   });
 }

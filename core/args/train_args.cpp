@@ -381,6 +381,16 @@ std::vector<Flag> make_flags() {
                       &TrainArgs::exit_interval, kNonNegative));
   v.push_back(integer("seed", G::Training, "Seed of weight init, dropout, mock data and data shuffling.",
                       &TrainArgs::seed, kAny));
+  v.push_back(boolean("check-for-nan-in-loss-and-grad", G::Training,
+                      "After the backward every rank checks its loss and its parameters' gradients (before and "
+                      "after the data-parallel reduction); the first NaN (or Inf without dynamic loss scaling) "
+                      "stops the run with exit status 4 and a message naming the rank, its tensor, data and "
+                      "pipeline coordinates, the iteration and the parameter. Off by default (Megatron's is on).",
+                      &TrainArgs::check_for_nan_in_loss_and_grad));
+  v.push_back(integer("max-skipped-iterations", G::Training,
+                      "[ptdp] Stop with exit status 3 after N consecutive skipped iterations (non-finite "
+                      "gradients: a diverged run or a loss scale that cannot recover); 0 means never.",
+                      &TrainArgs::max_skipped_iterations, kNonNegative));
   // Optimizer.
   v.push_back(choice("optimizer", G::Optimizer, "adam is AdamW (decoupled weight decay); sgd has momentum.",
                      &TrainArgs::optimizer,
@@ -524,6 +534,16 @@ std::vector<Flag> make_flags() {
                      "[ptdp] Dense peak TFLOP/s of one device for the MFU; 0 means the CPU's sgemm peak measured at "
                      "the start, or the GPU's datasheet figure.",
                      &TrainArgs::peak_tflops, kNonNegative, false));
+  v.push_back(integer("max-restarts", G::Ptdp,
+                      "Supervise the job (torchrun's flag): run outside an MPI launcher, ptdp-train launches "
+                      "itself with --launcher, and relaunches the job after a failure from the latest checkpoint "
+                      "of --save (as --load), at most N times; exit status 5 when they are spent. Needs --save; "
+                      "ignored by the ranks of an MPI job.",
+                      &TrainArgs::max_restarts, kNonNegative));
+  v.push_back(text("launcher", G::Ptdp, "COMMAND",
+                   "[ptdp] With --max-restarts: the command that starts the job, words split at blanks, e.g. "
+                   "'mpiexec -n 8' (else PTDP_LAUNCHER; neither: one process).",
+                   &TrainArgs::launcher));
   v.push_back(boolean("help", G::Ptdp, "Show this help (also -h).", &TrainArgs::help));
   return v;
 }
@@ -894,6 +914,14 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
   out.mock_data = sources.empty() || mock_given;
   apply_tokenizer(out, values[*flag_table().index_of("vocab-size")].has_value());
   check_together(out);
+  // The supervisor's flags (core/train/supervisor.h): restarts resume from --save.
+  if (out.max_restarts > 0 && out.save.empty()) {
+    fail(str_cat("--max-restarts ", std::to_string(out.max_restarts),
+                 " needs --save DIR: each restart resumes from the latest checkpoint there"));
+  }
+  if (!out.launcher.empty() && out.max_restarts == 0) {
+    fail("--launcher is read only with --max-restarts N (N > 0): it starts the supervised job");
+  }
   return out;
 }
 

@@ -84,6 +84,11 @@ struct TrainArgs {
   int64_t train_iters = 10;
   int64_t exit_interval = 0;  ///< stop after an iteration divisible by it (0: never), saving first with --save
   uint64_t seed = 1234;
+  /// --check-for-nan-in-loss-and-grad (Megatron's flag, off here): stop at the first non-finite
+  /// loss or local gradient, naming the rank, stage and parameter (core/train/nan_check.h).
+  bool check_for_nan_in_loss_and_grad = false;
+  /// Stop (exit status 3) after this many consecutive skipped iterations; 0: never.
+  int64_t max_skipped_iterations = 100;
 
   // Optimizer and learning rate.
   OptimizerKind optimizer = OptimizerKind::Adam;
@@ -149,6 +154,10 @@ struct TrainArgs {
   std::string device = "auto";  ///< "auto", "cpu" or "cuda"
   double comm_timeout = 300.0;   ///< seconds, every blocking wait
   double peak_tflops = 0.0;      ///< one device's dense peak for the MFU; 0: measured (CPU) or datasheet (GPU)
+  /// --max-restarts N (torchrun's name): outside an MPI launcher ptdp-train supervises the job,
+  /// relaunching it from the latest checkpoint of --save up to N times (core/train/supervisor.h).
+  int max_restarts = 0;
+  std::string launcher;  ///< --launcher: the supervised job's launcher command ("mpiexec -n 8")
 };
 
 /// Parses a command line (without the program name): `--flag value`, `--flag=value`, boolean

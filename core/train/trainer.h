@@ -6,6 +6,8 @@
 #include "core/pipeline/gpt_schedule.h"
 #include "core/optim/optimizer.h"
 
+#include <functional>
+
 namespace ptdp {
 
 struct IterationResult {
@@ -13,6 +15,20 @@ struct IterationResult {
   StepResult step;
   double seconds = 0;            ///< wall time of the iteration on this rank
   double comm_wait_seconds = 0;  ///< of which blocked waiting on communication
+};
+
+/// What the training loop adds around one iteration (each optional): fault injection and the
+/// non-finite checks of --check-for-nan-in-loss-and-grad.
+struct IterationChecks {
+  /// Parameters [first, end) of local chunk j have their final local gradients, before their
+  /// data-parallel reduction starts (may change them, may throw only on every rank alike).
+  std::function<void(int j, int first, int end)> grads_ready;
+  /// After the backward, with this rank's loss before the replicas' average (may change it).
+  std::function<void(float& loss)> after_backward;
+  /// After the data-parallel reduction, before the optimizer step (collective hooks go here).
+  std::function<void()> before_step;
+  /// After the optimizer step.
+  std::function<void(const StepResult& step)> after_step;
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out
@@ -27,6 +43,6 @@ std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& gro
 IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
                                 const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
                                 int64_t iteration, const ExecutorOptions& options = {},
-                                const DocumentLayout& layout = {});
+                                const DocumentLayout& layout = {}, const IterationChecks* checks = nullptr);
 
 }  // namespace ptdp

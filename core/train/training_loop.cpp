@@ -15,7 +15,11 @@
 #include "core/data/gpt_dataset.h"
 #include "core/pipeline/trace.h"
 #include "core/train/device_peak.h"
+#include "core/train/fault_injection.h"
+#include "core/train/nan_check.h"
 #include "core/train/plot.h"
+#include "core/train/run_stop.h"
+#include "core/train/supervisor.h"
 #include "core/train/trainer.h"
 #include "kernels/error.h"
 
@@ -98,6 +102,9 @@ struct TrainingLoop::State {
   // Set while a collective that agrees on its failures runs (setup, checkpoints): a failure
   // there is every rank's, and MPI can be finalised as usual.
   bool agreed = false;
+  FaultInjector faults;                       // PTDP_FAULT (empty when unset)
+  std::unique_ptr<NonFiniteCheck> nan_check;  // --check-for-nan-in-loss-and-grad
+  int64_t consecutive_skips = 0;              // for --max-skipped-iterations
 
   ~State() {
     if (json) std::fclose(json);
@@ -159,6 +166,27 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
     s.model = std::make_unique<GptPipeline>(s.gpt, *s.groups, s.device);
     s.optimizer = make_optimizer(*s.model, *s.groups, to_optimizer_config(args));
     s.schedule = make_schedule(schedule_kind(args), s.p, s.m, s.v);
+    s.faults = FaultInjector::from_environment(s.rt->world_rank());
+    // PTDP_FAULT's specs against this rank's part of the model: a nan spec's parameter must be
+    // one this rank holds, an io-error spec needs a rank that writes checkpoint files.
+    for (const FaultSpec& f : s.faults.specs()) {
+      const int rank = s.rt->world_rank();
+      if (f.kind == FaultKind::Nan && !f.param.empty()) {
+        bool held = false;
+        for (const auto& c : s.model->chunks()) held = held || c->params().find(f.param) >= 0;
+        PTDP_CHECK_ARG(held, "PTDP_FAULT spec '" + f.text + "': rank " + std::to_string(rank) + " (pipeline stage " +
+                                 std::to_string(s.pp_rank) + ") holds no parameter named " + f.param);
+      }
+      if (f.kind == FaultKind::IoError) {
+        PTDP_CHECK_ARG(rank == 0 || s.groups->rank(GroupKind::DataContext) == 0,
+                       "PTDP_FAULT spec '" + f.text + "': rank " + std::to_string(rank) +
+                           " writes no checkpoint file (only the data-parallel rank 0 of each tensor and pipeline "
+                           "rank does); name one of those");
+      }
+    }
+    if (args.check_for_nan_in_loss_and_grad) {
+      s.nan_check = std::make_unique<NonFiniteCheck>(*s.model, *s.groups, s.optimizer->config().loss_scale.dynamic);
+    }
     // Samples: as many as the run reads, counted with the real global batch.
     const int64_t evals = args.eval_interval > 0 ? args.train_iters / args.eval_interval + 1 : 0;
     GptDatasetOptions o;
@@ -286,8 +314,17 @@ void TrainingLoop::run() {
     st.iteration = s.iteration;
     st.consumed_train_samples = s.consumed;
     st.consumed_valid_samples = s.consumed_valid;
+    if (!s.faults.empty()) s.faults.strike(FaultPoint::Save, s.iteration);
+    const FaultSpec* io_error = s.faults.empty() ? nullptr : s.faults.take_io_error(s.iteration);
     s.agreed = true;  // save_checkpoint agrees on its failures
-    save_checkpoint(a.save, *s.model, s.optimizer.get(), &s.config_json, st);
+    if (io_error) {
+      std::fprintf(stderr, "ptdp: PTDP_FAULT %s: rank %d's file writes fail during the save at iteration %lld\n",
+                   io_error->text.c_str(), s.rt->world_rank(), static_cast<long long>(s.iteration));
+      std::fflush(stderr);
+      with_failing_writes([&] { save_checkpoint(a.save, *s.model, s.optimizer.get(), &s.config_json, st); });
+    } else {
+      save_checkpoint(a.save, *s.model, s.optimizer.get(), &s.config_json, st);
+    }
     s.agreed = false;
     s.last_saved = s.iteration;
     if (s.logger) {
@@ -302,17 +339,53 @@ void TrainingLoop::run() {
     write_training_plot({s.plot}, "ptdp-train", a.plot_file);
   };
 
+  // Fault injection and the non-finite checks; none of it is set up when neither is asked for.
+  int64_t current = 0;  // the 1-based iteration running
+  IterationChecks checks;
+  const bool checking = !s.faults.empty() || s.nan_check != nullptr;
+  if (checking) {
+    checks.grads_ready = [&](int j, int first, int end) {
+      if (!s.faults.empty()) {
+        const ParamTable& table = s.model->chunks()[static_cast<std::size_t>(j)]->params();
+        for (const std::string& name : s.faults.nan_params(current)) {
+          const int i = table.find(name);
+          if (i < first || i >= end) continue;
+          Tensor g = table.grad(i);
+          if (g.numel() == 0) continue;
+          const float nan = NAN;
+          g.backend().copy_from_host(g.raw(), &nan, sizeof nan);
+        }
+      }
+      if (s.nan_check) s.nan_check->check_grads(j, first, end);
+    };
+    checks.after_backward = [&](float& loss) {
+      if (!s.faults.empty()) {
+        s.faults.strike(FaultPoint::AfterBackward, current);
+        if (s.faults.nan_loss(current)) loss = NAN;
+      }
+      if (s.nan_check) s.nan_check->check_loss(loss);
+    };
+    if (s.nan_check) {
+      checks.before_step = [&] { s.nan_check->agree(); };
+      checks.after_step = [&](const StepResult& step) { s.nan_check->check_after_reduction(step); };
+    }
+  }
+
   try {
     double interval_seconds = 0.0, interval_loss = 0.0;
     int64_t interval_iters = 0, interval_loss_iters = 0, nan_iters = 0;
     bool stopped = false;
     while (s.iteration < a.train_iters) {
       read_share(DataSplit::Train, s.consumed);
+      current = s.iteration + 1;
+      if (s.nan_check) s.nan_check->begin(current);
+      if (!s.faults.empty()) s.faults.strike(FaultPoint::BeforeForward, current);
       TraceRecorder trace;
       ExecutorOptions eo;
       if (s.iteration == trace_iteration) eo.trace = &trace;
       const IterationResult res = train_iteration(*s.model, *s.optimizer, *s.groups, s.schedule, s.tokens.data(),
-                                                  s.labels.data(), s.b, s.iteration, eo, s.layout);
+                                                  s.labels.data(), s.b, s.iteration, eo, s.layout,
+                                                  checking ? &checks : nullptr);
       if (eo.trace) trace.write_merged(s.rt->world(), s.rt->world_rank(), a.profile_trace);
       ++s.iteration;
       s.consumed += s.global_batch;
@@ -365,7 +438,9 @@ void TrainingLoop::run() {
         std::fflush(s.json);
       }
 
-      const bool log_now = s.iteration % a.log_interval == 0 || s.iteration == a.train_iters;
+      s.consecutive_skips = res.step.skipped ? s.consecutive_skips + 1 : 0;
+      const bool out_of_skips = a.max_skipped_iterations > 0 && s.consecutive_skips >= a.max_skipped_iterations;
+      const bool log_now = s.iteration % a.log_interval == 0 || s.iteration == a.train_iters || out_of_skips;
       if (s.logger && log_now) {
         const double per_iter = interval_seconds / static_cast<double>(interval_iters);
         clear_progress();
@@ -385,6 +460,16 @@ void TrainingLoop::run() {
         std::fflush(out);
         interval_seconds = interval_loss = 0.0;
         interval_iters = interval_loss_iters = nan_iters = 0;
+      }
+      if (out_of_skips) {
+        // Skips are agreed over the world: every rank stops here alike.
+        draw();
+        throw RunStopped(kExitSkippedIterations,
+                         "stopping at iteration " + std::to_string(s.iteration) + ": " +
+                             std::to_string(s.consecutive_skips) +
+                             " consecutive iterations were skipped for non-finite gradients (--max-skipped-iterations " +
+                             std::to_string(a.max_skipped_iterations) + "; loss scale " +
+                             json_number(r.loss_scale) + "): the run has diverged or its loss scale cannot recover");
       }
       if (s.progress) {
         constexpr int kWidth = 40;
@@ -467,12 +552,44 @@ void TrainingLoop::run() {
       std::fprintf(out, " training done: %lld iterations\n", static_cast<long long>(s.iteration));
       std::fflush(out);
     }
+  } catch (const RunStopped&) {
+    s.agreed = false;  // every rank stops alike: MPI finalises as usual
+    throw;
   } catch (...) {
     if (!s.agreed && world > 1) abandon_mpi_finalize();
     s.agreed = false;
     throw;
   }
 }
+
+namespace {
+
+// --max-restarts outside an MPI launcher: this program becomes the supervisor of the job and
+// relaunches itself (its executable, the same flags) under --launcher.
+int supervise_self(const std::string& program, const std::vector<std::string>& args, const TrainArgs& parsed) {
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.filename().string() != program) {
+    std::fprintf(stderr,
+                 "%s: --max-restarts: this front end runs in %s and cannot relaunch itself; run ptdp-train, or "
+                 "call ptdp_train_supervise() with the job's command\n",
+                 program.c_str(), ec ? "an unknown program" : exe.c_str());
+    return 2;
+  }
+  SupervisorOptions o;
+  o.command.push_back(exe.string());
+  o.command.insert(o.command.end(), args.begin(), args.end());
+  o.launcher = parsed.launcher;
+  o.max_restarts = parsed.max_restarts;
+  if (const char* b = std::getenv("PTDP_RESTART_BACKOFF_S"); b && *b) {
+    char* end = nullptr;
+    const double v = std::strtod(b, &end);
+    if (end != b && *end == '\0' && std::isfinite(v) && v >= 0) o.backoff_s = v;
+  }
+  return supervise(o);
+}
+
+}  // namespace
 
 int train_main(const std::string& program, const std::vector<std::string>& args) {
   int rank = 0;
@@ -489,6 +606,7 @@ int train_main(const std::string& program, const std::vector<std::string>& args)
       std::fflush(stdout);
       return 0;
     }
+    if (parsed.max_restarts > 0 && !started_by_mpi_launcher()) return supervise_self(program, args, parsed);
     RuntimeOptions ro;
     ro.timeout_s = parsed.comm_timeout;
     std::shared_ptr<Runtime> rt = Runtime::create(ro);
@@ -496,6 +614,11 @@ int train_main(const std::string& program, const std::vector<std::string>& args)
     TrainingLoop loop(parsed, rt);
     loop.run();
     return 0;
+  } catch (const RunStopped& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: rank %d: %s\n", program.c_str(), rank, e.what());
+    std::fflush(stderr);
+    return e.exit_status();
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "%s: rank %d: %s\n", program.c_str(), rank, e.what());

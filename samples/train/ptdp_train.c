@@ -8,7 +8,9 @@
  * A thin main over the library's training loop (ptdp_train_main), the same loop that
  * ptdp.train() in Python and the Rust, Julia and Fortran front ends run: the flags, the log
  * lines, the checkpoints and the error messages are the library's.
- * Exit status: 0 on success, 1 on a failure (the message names what went wrong), 2 on bad flags.
+ * Exit status: 0 on success, 1 on a failure (the message names what went wrong), 2 on bad flags,
+ * 3 when --max-skipped-iterations ran out, 4 when --check-for-nan-in-loss-and-grad found a NaN,
+ * 5 when the --max-restarts supervisor gave up (see docs/guides/ptdp-train.md).
  */
 #include <ptdp/ptdp.h>
 #include <stdio.h>

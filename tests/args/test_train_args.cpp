@@ -565,7 +565,7 @@ TEST_CASE("train args: --context-parallel-size reaches the layout and needs s di
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 100);
+  CHECK(names.size() == 104);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});
@@ -577,4 +577,26 @@ TEST_CASE("train args: help and JSON cover every flag", "[args]") {
     CHECK(listed);
     CHECK(j.contains(n));
   }
+}
+
+TEST_CASE("train args: the fault-tolerance flags and their refusals", "[args]") {
+  const TrainArgs d = ptdp::parse_train_args({});
+  CHECK_FALSE(d.check_for_nan_in_loss_and_grad);
+  CHECK(d.max_skipped_iterations == 100);
+  CHECK(d.max_restarts == 0);
+  CHECK(d.launcher.empty());
+  const TrainArgs a = ptdp::parse_train_args({"--check-for-nan-in-loss-and-grad", "--max-skipped-iterations", "0",
+                                              "--max-restarts", "3", "--save", "ck", "--launcher",
+                                              "mpiexec -n 8 --oversubscribe"});
+  CHECK(a.check_for_nan_in_loss_and_grad);
+  CHECK(a.max_skipped_iterations == 0);
+  CHECK(a.max_restarts == 3);
+  CHECK(a.launcher == "mpiexec -n 8 --oversubscribe");
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--max-restarts", "2"}),
+                    Catch::Contains("--max-restarts 2 needs --save DIR"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--launcher", "mpiexec -n 2"}),
+                    Catch::Contains("--launcher is read only with --max-restarts"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--max-restarts", "-1"}), Catch::Contains("--max-restarts"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args({"--max-skipped-iterations", "-2"}),
+                    Catch::Contains("--max-skipped-iterations"));
 }

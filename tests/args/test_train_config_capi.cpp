@@ -70,6 +70,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"train-iters", "10"},
     {"exit-interval", "0"},
     {"seed", "1234"},
+    {"check-for-nan-in-loss-and-grad", "off"},
+    {"max-skipped-iterations", "100"},
     {"optimizer", "adam"},
     {"lr", "0.0001"},
     {"min-lr", "0.0"},
@@ -117,6 +119,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"device", "auto"},
     {"comm-timeout", "300.0"},
     {"peak-tflops", "0.0"},
+    {"max-restarts", "0"},
+    {"launcher", "unset"},
     {"help", "off"},
 };
 
@@ -272,6 +276,10 @@ std::string describe(const Snapshot& s) {
   add("fp16", num(s.set.fp16));
   add("bf16", num(s.set.bf16));
   add("settings.seed", num(static_cast<double>(s.set.seed)));
+  add("check_for_nan_in_loss_and_grad", num(s.set.check_for_nan_in_loss_and_grad));
+  add("max_restarts", num(s.set.max_restarts));
+  add("max_skipped_iterations", num(static_cast<double>(s.set.max_skipped_iterations)));
+  add("launcher", str(s.set.launcher));
   add("data.source", num(s.data.source));
   add("data.path", str(s.data.path));
   add("data.split", str(s.data.split));
@@ -324,7 +332,8 @@ const std::vector<std::string> kEveryFlag = {
     "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
     "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
     "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune",
-    "--overlap-grad-reduce", "--overlap-param-gather"};
+    "--overlap-grad-reduce", "--overlap-param-gather", "--check-for-nan-in-loss-and-grad",
+    "--max-skipped-iterations", "7", "--max-restarts", "2", "--launcher", "mpiexec -n 8"};
 
 // The same command line with every value attached by '='.
 std::vector<std::string> with_equals(const std::vector<std::string>& args) {
@@ -416,6 +425,10 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.set.global_batch_size == 12);
   CHECK(s.set.train_iters == 500);
   CHECK(s.set.exit_interval == 250);
+  CHECK(s.set.check_for_nan_in_loss_and_grad == 1);
+  CHECK(s.set.max_restarts == 2);
+  CHECK(s.set.max_skipped_iterations == 7);
+  CHECK(std::string(s.set.launcher) == "mpiexec -n 8");
   CHECK(s.set.log_interval == 5);
   CHECK(s.set.save_interval == 100);
   CHECK(s.set.eval_interval == 50);
@@ -549,6 +562,10 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.set.global_batch_size == 0);
   CHECK(s.set.train_iters == 10);
   CHECK(s.set.exit_interval == 0);
+  CHECK(s.set.check_for_nan_in_loss_and_grad == 0);
+  CHECK(s.set.max_restarts == 0);
+  CHECK(s.set.max_skipped_iterations == 100);
+  CHECK(s.set.launcher == nullptr);
   CHECK(s.set.log_interval == 100);
   CHECK(s.set.save_interval == 0);
   CHECK(s.set.eval_interval == 1000);

@@ -2500,6 +2500,19 @@ class ptdp_train_settings(object):
     `--exit-interval`: stop after an iteration divisible by
                                                it (saving first with `--save`); 0: never.
     """)
+    check_for_nan_in_loss_and_grad = property(_ptdp_ext.ptdp_train_settings_check_for_nan_in_loss_and_grad_get, _ptdp_ext.ptdp_train_settings_check_for_nan_in_loss_and_grad_set, doc=r"""
+    `--check-for-nan-in-loss-and-grad`: stop (exit
+                                               status 4) at the first non-finite loss or gradient.
+    """)
+    max_restarts = property(_ptdp_ext.ptdp_train_settings_max_restarts_get, _ptdp_ext.ptdp_train_settings_max_restarts_set, doc=r"""
+    `--max-restarts`: relaunches by the supervisor
+                                               (ptdp_train_supervise()); 0: none.
+    """)
+    max_skipped_iterations = property(_ptdp_ext.ptdp_train_settings_max_skipped_iterations_get, _ptdp_ext.ptdp_train_settings_max_skipped_iterations_set, doc=r"""
+    `--max-skipped-iterations`: consecutive skipped
+                                               iterations that stop the run (exit status 3); 0: never.
+    """)
+    launcher = property(_ptdp_ext.ptdp_train_settings_launcher_get, _ptdp_ext.ptdp_train_settings_launcher_set, doc=r""" `--launcher`: the supervised job's launcher command.""")
 
     def __init__(self):
         _ptdp_ext.ptdp_train_settings_swiginit(self, _ptdp_ext.new_ptdp_train_settings())
@@ -2704,12 +2717,61 @@ def ptdp_train_main(argc):
     :type argv: string
     :param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
     :type exit_code: int, out
-    :param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not
+    :param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags, 3 the
+                    `--max-skipped-iterations` budget spent, 4 a non-finite value found by
+                    `--check-for-nan-in-loss-and-grad`, 5 the `--max-restarts` supervisor gave up
+                    (started outside an MPI launcher with `--max-restarts N`, ptdp_train_main()
+                    supervises the job as ptdp_train_supervise(), relaunching its own executable); must not
                     be NULL.
     Title: Thread safety
     Collective over MPI_COMM_WORLD.
     """
     return _ptdp_ext.ptdp_train_main(argc)
+
+def ptdp_train_supervise(argc, launcher, max_restarts, backoff_seconds):
+    r"""
+    Supervises a training job that must survive rank failures (torchrun's --max-restarts,
+           for MPI jobs): launches ``argv`` under ``launcher``, waits, and after a failure relaunches
+           the whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`),
+           after a back-off, at most ``max_restarts`` times. `ptdp-train --max-restarts N` calls it.
+
+    An MPI job cannot outlive a dead rank, so the supervisor runs outside MPI (call it from a
+    process that no MPI launcher started, before MPI is initialised) and relaunches every rank.
+    Each attempt runs in a process group of its own with `PTDP_RESTART_ATTEMPT` (0, 1, ...) in its
+    environment; every process of a failed attempt is gone before the next starts. Attempts and
+    failures (exit status or signal) are logged on stderr as "ptdp-train supervisor: ...".
+    `--max-restarts N` and `--launcher C` in ``argv`` are left out of what is launched; a relaunch
+    while `--save DIR` holds no checkpoint yet runs ``argv`` as given, otherwise it drops any
+    `--load` and `--finetune` and adds `--load DIR`. A failure
+    that a restart would repeat is not retried: exit status 2 (bad flags), 3 (the
+    `--max-skipped-iterations` budget), 4 (`--check-for-nan-in-loss-and-grad`). SIGINT and SIGTERM
+    received meanwhile are passed on to the job, which is then not restarted.
+
+    :type argc: int
+    :param argc: Entries of ``argv``, >= 1.
+    :type argv: string
+    :param argv: The job's program (a path, or a name looked up in PATH) and its flags, e.g.
+               {"ptdp-train", "--save", "ckpt", ...}; no entry NULL. With ``max_restarts`` > 0 it must
+               hold `--save DIR`.
+    :type launcher: string
+    :param launcher: The words put before the program, split at blanks (no quoting), e.g.
+               "mpiexec -n 8 --oversubscribe"; NULL or "": the environment's PTDP_LAUNCHER, and without
+               it the program runs as one process.
+    :type max_restarts: int
+    :param max_restarts: Relaunches allowed after the first attempt, >= 0.
+    :type backoff_seconds: float
+    :param backoff_seconds: The wait before the first relaunch, finite and >= 0; each further wait
+               doubles, at most 60 s.
+    :type exit_code: int, out
+    :param exit_code: The job's exit status when it succeeded (0) or failed in a way a restart
+               would repeat; 5 when the restarts are spent (the message says so, with the latest
+               checkpoint's iteration); 127 when the program cannot be started; 128 + N for a job
+               killed by signal N. Must not be NULL.
+    Title: Thread safety
+    One supervisor per process: it installs SIGINT and SIGTERM handlers while it runs (restored
+    afterwards) and forks.
+    """
+    return _ptdp_ext.ptdp_train_supervise(argc, launcher, max_restarts, backoff_seconds)
 
 def ptdp_gpt_flops(options, global_batch_size):
     r"""

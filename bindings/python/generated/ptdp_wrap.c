@@ -19157,6 +19157,254 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_check_for_nan_in_loss_and_grad_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_check_for_nan_in_loss_and_grad_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_check_for_nan_in_loss_and_grad_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->check_for_nan_in_loss_and_grad = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_check_for_nan_in_loss_and_grad_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->check_for_nan_in_loss_and_grad);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_restarts_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_max_restarts_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_restarts_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_max_restarts_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_restarts = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_restarts_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_restarts_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->max_restarts);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_skipped_iterations_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_max_skipped_iterations_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_skipped_iterations_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_max_skipped_iterations_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_skipped_iterations = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_max_skipped_iterations_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_max_skipped_iterations_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->max_skipped_iterations);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_launcher_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_launcher_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_launcher_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_train_settings_launcher_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->launcher = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->launcher = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_settings_launcher_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_train_settings *arg1 = (struct ptdp_train_settings *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_train_settings, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_launcher_get" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
+  }
+  arg1 = (struct ptdp_train_settings *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->launcher);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_train_settings(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_train_settings *result = 0 ;
@@ -21391,6 +21639,89 @@ fail:
     free((void*)array1);
     Py_XDECREF(seq1);
   }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_train_supervise(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  int32_t arg1 ;
+  char **arg2 = (char **) 0 ;
+  char *arg3 = (char *) 0 ;
+  int32_t arg4 ;
+  double arg5 ;
+  int32_t *arg6 = (int32_t *) 0 ;
+  PyObject *seq1 = NULL ;
+  char const **array1 = NULL ;
+  int res3 ;
+  char *buf3 = 0 ;
+  int alloc3 = 0 ;
+  int val4 ;
+  int ecode4 = 0 ;
+  double val5 ;
+  int ecode5 = 0 ;
+  int32_t temp6 = 0 ;
+  PyObject *swig_obj[4] ;
+  ptdp_status result;
+  
+  {
+    arg6 = &temp6; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_supervise", 4, 4, swig_obj)) SWIG_fail;
+  {
+    seq1 = PySequence_Fast(swig_obj[0], "expected a sequence of str");
+    if (!seq1) SWIG_fail;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq1);
+    array1 = (const char**)calloc((size_t)n + 1, sizeof(char*));
+    for (Py_ssize_t i = 0; array1 && i < n; ++i) {
+      array1[i] = PyUnicode_AsUTF8(PySequence_Fast_GET_ITEM(seq1, i));
+      if (!array1[i]) SWIG_fail;
+    }
+    arg1 = (int32_t)n;
+    arg2 = (char **)array1;
+  }
+  res3 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf3, NULL, &alloc3);
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_train_supervise" "', argument " "3"" of type '" "char const *""'");
+  }
+  arg3 = (char *)(buf3);
+  ecode4 = SWIG_AsVal_int(swig_obj[2], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_train_supervise" "', argument " "4"" of type '" "int32_t""'");
+  } 
+  arg4 = (int32_t)(val4);
+  ecode5 = SWIG_AsVal_double(swig_obj[3], &val5);
+  if (!SWIG_IsOK(ecode5)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_train_supervise" "', argument " "5"" of type '" "double""'");
+  } 
+  arg5 = (double)(val5);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_train_supervise(arg1,(char const *const *)arg2,(char const *)arg3,arg4,arg5,arg6);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg6)); 
+  }
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  if (alloc3 == SWIG_NEWOBJ) free((char*)buf3);
+  return resultobj;
+fail:
+  {
+    free((void*)array1);
+    Py_XDECREF(seq1);
+  }
+  if (alloc3 == SWIG_NEWOBJ) free((char*)buf3);
   return NULL;
 }
 
@@ -36429,6 +36760,32 @@ static PyMethodDef SwigMethods[] = {
 		"`--exit-interval`: stop after an iteration divisible by\n"
 		"                                           it (saving first with `--save`); 0: never.\n"
 		""},
+	 { "ptdp_train_settings_check_for_nan_in_loss_and_grad_set", _wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_set, METH_VARARGS, "\n"
+		"`--check-for-nan-in-loss-and-grad`: stop (exit\n"
+		"                                           status 4) at the first non-finite loss or gradient.\n"
+		""},
+	 { "ptdp_train_settings_check_for_nan_in_loss_and_grad_get", _wrap_ptdp_train_settings_check_for_nan_in_loss_and_grad_get, METH_O, "\n"
+		"`--check-for-nan-in-loss-and-grad`: stop (exit\n"
+		"                                           status 4) at the first non-finite loss or gradient.\n"
+		""},
+	 { "ptdp_train_settings_max_restarts_set", _wrap_ptdp_train_settings_max_restarts_set, METH_VARARGS, "\n"
+		"`--max-restarts`: relaunches by the supervisor\n"
+		"                                           (ptdp_train_supervise()); 0: none.\n"
+		""},
+	 { "ptdp_train_settings_max_restarts_get", _wrap_ptdp_train_settings_max_restarts_get, METH_O, "\n"
+		"`--max-restarts`: relaunches by the supervisor\n"
+		"                                           (ptdp_train_supervise()); 0: none.\n"
+		""},
+	 { "ptdp_train_settings_max_skipped_iterations_set", _wrap_ptdp_train_settings_max_skipped_iterations_set, METH_VARARGS, "\n"
+		"`--max-skipped-iterations`: consecutive skipped\n"
+		"                                           iterations that stop the run (exit status 3); 0: never.\n"
+		""},
+	 { "ptdp_train_settings_max_skipped_iterations_get", _wrap_ptdp_train_settings_max_skipped_iterations_get, METH_O, "\n"
+		"`--max-skipped-iterations`: consecutive skipped\n"
+		"                                           iterations that stop the run (exit status 3); 0: never.\n"
+		""},
+	 { "ptdp_train_settings_launcher_set", _wrap_ptdp_train_settings_launcher_set, METH_VARARGS, " `--launcher`: the supervised job's launcher command."},
+	 { "ptdp_train_settings_launcher_get", _wrap_ptdp_train_settings_launcher_get, METH_O, " `--launcher`: the supervised job's launcher command."},
 	 { "new_ptdp_train_settings", _wrap_new_ptdp_train_settings, METH_NOARGS, NULL},
 	 { "delete_ptdp_train_settings", _wrap_delete_ptdp_train_settings, METH_O, NULL},
 	 { "ptdp_train_settings_swigregister", ptdp_train_settings_swigregister, METH_O, NULL},
@@ -36633,10 +36990,56 @@ static PyMethodDef SwigMethods[] = {
 		":type argv: string\n"
 		":param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).\n"
 		":type exit_code: int, out\n"
-		":param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not\n"
+		":param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags, 3 the\n"
+		"                `--max-skipped-iterations` budget spent, 4 a non-finite value found by\n"
+		"                `--check-for-nan-in-loss-and-grad`, 5 the `--max-restarts` supervisor gave up\n"
+		"                (started outside an MPI launcher with `--max-restarts N`, ptdp_train_main()\n"
+		"                supervises the job as ptdp_train_supervise(), relaunching its own executable); must not\n"
 		"                be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over MPI_COMM_WORLD.\n"
+		""},
+	 { "ptdp_train_supervise", _wrap_ptdp_train_supervise, METH_VARARGS, "\n"
+		"Supervises a training job that must survive rank failures (torchrun's --max-restarts,\n"
+		"       for MPI jobs): launches ``argv`` under ``launcher``, waits, and after a failure relaunches\n"
+		"       the whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`),\n"
+		"       after a back-off, at most ``max_restarts`` times. `ptdp-train --max-restarts N` calls it.\n"
+		"\n"
+		"An MPI job cannot outlive a dead rank, so the supervisor runs outside MPI (call it from a\n"
+		"process that no MPI launcher started, before MPI is initialised) and relaunches every rank.\n"
+		"Each attempt runs in a process group of its own with `PTDP_RESTART_ATTEMPT` (0, 1, ...) in its\n"
+		"environment; every process of a failed attempt is gone before the next starts. Attempts and\n"
+		"failures (exit status or signal) are logged on stderr as \"ptdp-train supervisor: ...\".\n"
+		"`--max-restarts N` and `--launcher C` in ``argv`` are left out of what is launched; a relaunch\n"
+		"while `--save DIR` holds no checkpoint yet runs ``argv`` as given, otherwise it drops any\n"
+		"`--load` and `--finetune` and adds `--load DIR`. A failure\n"
+		"that a restart would repeat is not retried: exit status 2 (bad flags), 3 (the\n"
+		"`--max-skipped-iterations` budget), 4 (`--check-for-nan-in-loss-and-grad`). SIGINT and SIGTERM\n"
+		"received meanwhile are passed on to the job, which is then not restarted.\n"
+		"\n"
+		":type argc: int\n"
+		":param argc: Entries of ``argv``, >= 1.\n"
+		":type argv: string\n"
+		":param argv: The job's program (a path, or a name looked up in PATH) and its flags, e.g.\n"
+		"           {\"ptdp-train\", \"--save\", \"ckpt\", ...}; no entry NULL. With ``max_restarts`` > 0 it must\n"
+		"           hold `--save DIR`.\n"
+		":type launcher: string\n"
+		":param launcher: The words put before the program, split at blanks (no quoting), e.g.\n"
+		"           \"mpiexec -n 8 --oversubscribe\"; NULL or \"\": the environment's PTDP_LAUNCHER, and without\n"
+		"           it the program runs as one process.\n"
+		":type max_restarts: int\n"
+		":param max_restarts: Relaunches allowed after the first attempt, >= 0.\n"
+		":type backoff_seconds: float\n"
+		":param backoff_seconds: The wait before the first relaunch, finite and >= 0; each further wait\n"
+		"           doubles, at most 60 s.\n"
+		":type exit_code: int, out\n"
+		":param exit_code: The job's exit status when it succeeded (0) or failed in a way a restart\n"
+		"           would repeat; 5 when the restarts are spent (the message says so, with the latest\n"
+		"           checkpoint's iteration); 127 when the program cannot be started; 128 + N for a job\n"
+		"           killed by signal N. Must not be NULL.\n"
+		"Title: Thread safety\n"
+		"One supervisor per process: it installs SIGINT and SIGTERM handlers while it runs (restored\n"
+		"afterwards) and forks.\n"
 		""},
 	 { "ptdp_gpt_flops", _wrap_ptdp_gpt_flops, METH_VARARGS, "\n"
 		"The model FLOPs of one training iteration over a global batch: Megatron-LM's\n"

@@ -34,7 +34,7 @@ from .tensor import Device, DType, Tensor
 from .tokenizer import Tokenizer, TokenizerType
 from .training import (CheckpointState, IterationReport, IterationResult, LRDecayStyle, Optimizer, OptimizerKind,
                        ParamFlags, TrainConfig, Trainer, load_checkpoint, read_checkpoint_options, save_checkpoint,
-                       train, train_iteration)
+                       supervise, train, train_iteration)
 
 __version__ = raw.ptdp_version()
 

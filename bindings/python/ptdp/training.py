@@ -164,6 +164,19 @@ def train(args=(), program="ptdp-train"):
     return _raw.ptdp_train_main(argv)
 
 
+def supervise(command, launcher=None, max_restarts=0, backoff_seconds=1.0):
+    """Supervises a training job (``ptdp_train_supervise``, torchrun's --max-restarts for MPI
+    jobs): runs ``command`` (the program and its flags, a list or one string; with restarts it
+    must hold ``--save DIR``) after the ``launcher`` words (e.g. ``"mpiexec -n 8"``; None: the
+    environment's PTDP_LAUNCHER, else one process) and relaunches it after a failure from the
+    latest checkpoint of ``--save`` (as ``--load``), at most ``max_restarts`` times, waiting
+    ``backoff_seconds`` (doubling) between attempts. Call it outside any MPI job. Returns the exit
+    status: the job's (0 done), or 5 when the restarts are spent. Bad arguments raise
+    InvalidArgumentError and launch nothing."""
+    argv = command.split() if isinstance(command, str) else [str(a) for a in command]
+    return _raw.ptdp_train_supervise(argv, launcher, int(max_restarts), float(backoff_seconds))
+
+
 class _TrainerOptions:
     """What the extension reads for ptdp_trainer_options (see ptdp.i)."""
 
@@ -248,4 +261,4 @@ def read_checkpoint_options(directory):
 
 __all__ = ["OptimizerKind", "LRDecayStyle", "ParamFlags", "IterationResult", "IterationReport", "CheckpointState",
            "Optimizer", "train_iteration", "train", "Trainer", "TrainConfig", "save_checkpoint", "load_checkpoint",
-           "read_checkpoint_options"]
+           "read_checkpoint_options", "supervise"]

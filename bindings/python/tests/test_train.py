@@ -1,6 +1,7 @@
 """Training a GPT from ptdp-train's flags, parameters as numpy arrays, checkpoints, data."""
 import json
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -171,3 +172,24 @@ def test_train_runs_ptdp_train_and_returns_its_exit_status(tmp_path, capfd):
     assert [l["iteration"] for l in lines] == [1, 2, 3, 4, 5, 6]
     assert ptdp.train(["--hidden-size", "abc"]) == 2
     assert "--hidden-size" in capfd.readouterr().err
+
+
+def test_supervise_relaunches_a_failing_job_from_save(tmp_path):
+    attempts = tmp_path / "attempts"
+    # Fails on attempts 0 and 1, succeeds on attempt 2; records what each attempt was given.
+    script = ("import os, sys\n"
+              f"open({str(attempts)!r}, 'a').write(os.environ['PTDP_RESTART_ATTEMPT'] + ' ' + ' '.join(sys.argv[1:]) + '\\n')\n"
+              "sys.exit(0 if os.environ['PTDP_RESTART_ATTEMPT'] == '2' else 1)\n")
+    ck = str(tmp_path / "ck")
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "latest_checkpointed_iteration.txt").write_text("1\n")  # relaunches resume from it
+    command = [sys.executable, "-c", script, "--save", ck, "--max-restarts", "3"]
+    assert ptdp.supervise(command, max_restarts=3, backoff_seconds=0) == 0
+    assert attempts.read_text().splitlines() == [f"0 --save {ck}", f"1 --save {ck} --load {ck}",
+                                                 f"2 --save {ck} --load {ck}"]
+    assert ptdp.supervise([sys.executable, "-c", "raise SystemExit(7)", "--save", ck], max_restarts=1,
+                          backoff_seconds=0) == 5
+    with pytest.raises(ptdp.InvalidArgumentError, match="max_restarts = -1"):
+        ptdp.supervise(command, max_restarts=-1)
+    with pytest.raises(ptdp.InvalidArgumentError, match="no --save DIR"):
+        ptdp.supervise([sys.executable, "-c", "pass"], max_restarts=2)

@@ -2466,6 +2466,13 @@ typedef struct ptdp_train_settings {
   uint64_t seed;                       /**< `--seed`. */
   int64_t exit_interval;               /**< `--exit-interval`: stop after an iteration divisible by
                                             it (saving first with `--save`); 0: never. */
+  int32_t check_for_nan_in_loss_and_grad; /**< `--check-for-nan-in-loss-and-grad`: stop (exit
+                                            status 4) at the first non-finite loss or gradient. */
+  int32_t max_restarts;                /**< `--max-restarts`: relaunches by the supervisor
+                                            (ptdp_train_supervise()); 0: none. */
+  int64_t max_skipped_iterations;      /**< `--max-skipped-iterations`: consecutive skipped
+                                            iterations that stop the run (exit status 3); 0: never. */
+  const char* launcher;                /**< `--launcher`: the supervised job's launcher command. */
 } ptdp_train_settings;
 
 /**
@@ -2625,6 +2632,10 @@ PTDP_API ptdp_status ptdp_trainer_create(ptdp_train_config config, const ptdp_tr
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time (named). After a failure of this
  *         rank alone, MPI initialised by ptdp is not finalised at exit, so the launcher ends the
  *         job instead of waiting for ranks that will never arrive.
+ * @retval PTDP_ERR_INVALID_STATE the run stopped on every rank alike: `--max-skipped-iterations`
+ *         consecutive skipped iterations, or a non-finite loss or gradient found by
+ *         `--check-for-nan-in-loss-and-grad` (the message names the rank, its tensor, data and
+ *         pipeline coordinates, the iteration and the parameter).
  * @par Thread safety
  * Collective over the runtime's world.
  */
@@ -2666,7 +2677,11 @@ PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer);
  *        "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
  * @param argc Number of entries in @p argv, >= 1.
  * @param argv argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
- * @param[out] exit_code Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not
+ * @param[out] exit_code Receives the process exit status: 0 done, 1 failed, 2 bad flags, 3 the
+ *             `--max-skipped-iterations` budget spent, 4 a non-finite value found by
+ *             `--check-for-nan-in-loss-and-grad`, 5 the `--max-restarts` supervisor gave up
+ *             (started outside an MPI launcher with `--max-restarts N`, ptdp_train_main()
+ *             supervises the job as ptdp_train_supervise(), relaunching its own executable); must not
  *             be NULL.
  * @retval PTDP_SUCCESS the run happened (even when it failed: see @p exit_code).
  * @retval PTDP_ERR_INVALID_ARGUMENT argc < 1, NULL argv, an entry or @p exit_code NULL.
@@ -2674,6 +2689,49 @@ PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer);
  * Collective over MPI_COMM_WORLD.
  */
 PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int32_t* exit_code);
+
+/**
+ * @brief Supervises a training job that must survive rank failures (torchrun's --max-restarts,
+ *        for MPI jobs): launches @p argv under @p launcher, waits, and after a failure relaunches
+ *        the whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`),
+ *        after a back-off, at most @p max_restarts times. `ptdp-train --max-restarts N` calls it.
+ *
+ * An MPI job cannot outlive a dead rank, so the supervisor runs outside MPI (call it from a
+ * process that no MPI launcher started, before MPI is initialised) and relaunches every rank.
+ * Each attempt runs in a process group of its own with `PTDP_RESTART_ATTEMPT` (0, 1, ...) in its
+ * environment; every process of a failed attempt is gone before the next starts. Attempts and
+ * failures (exit status or signal) are logged on stderr as "ptdp-train supervisor: ...".
+ * `--max-restarts N` and `--launcher C` in @p argv are left out of what is launched; a relaunch
+ * while `--save DIR` holds no checkpoint yet runs @p argv as given, otherwise it drops any
+ * `--load` and `--finetune` and adds `--load DIR`. A failure
+ * that a restart would repeat is not retried: exit status 2 (bad flags), 3 (the
+ * `--max-skipped-iterations` budget), 4 (`--check-for-nan-in-loss-and-grad`). SIGINT and SIGTERM
+ * received meanwhile are passed on to the job, which is then not restarted.
+ *
+ * @param argc Entries of @p argv, >= 1.
+ * @param argv The job's program (a path, or a name looked up in PATH) and its flags, e.g.
+ *        {"ptdp-train", "--save", "ckpt", ...}; no entry NULL. With @p max_restarts > 0 it must
+ *        hold `--save DIR`.
+ * @param launcher The words put before the program, split at blanks (no quoting), e.g.
+ *        "mpiexec -n 8 --oversubscribe"; NULL or "": the environment's PTDP_LAUNCHER, and without
+ *        it the program runs as one process.
+ * @param max_restarts Relaunches allowed after the first attempt, >= 0.
+ * @param backoff_seconds The wait before the first relaunch, finite and >= 0; each further wait
+ *        doubles, at most 60 s.
+ * @param[out] exit_code The job's exit status when it succeeded (0) or failed in a way a restart
+ *        would repeat; 5 when the restarts are spent (the message says so, with the latest
+ *        checkpoint's iteration); 127 when the program cannot be started; 128 + N for a job
+ *        killed by signal N. Must not be NULL.
+ * @retval PTDP_SUCCESS the job ran (see @p exit_code).
+ * @retval PTDP_ERR_INVALID_ARGUMENT argc < 1, NULL argv or an entry of it, an empty program,
+ *         max_restarts < 0, a negative or non-finite back-off, max_restarts > 0 without `--save`
+ *         in @p argv, NULL @p exit_code; nothing is launched.
+ * @par Thread safety
+ * One supervisor per process: it installs SIGINT and SIGTERM handlers while it runs (restored
+ * afterwards) and forks.
+ */
+PTDP_API ptdp_status ptdp_train_supervise(int32_t argc, const char* const* argv, const char* launcher,
+                                          int32_t max_restarts, double backoff_seconds, int32_t* exit_code);
 
 /**
  * @brief The model FLOPs of one training iteration over a global batch: Megatron-LM's

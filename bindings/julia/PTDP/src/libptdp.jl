@@ -1184,6 +1184,10 @@ struct ptdp_train_settings
     bf16::Int32
     seed::UInt64
     exit_interval::Int64
+    check_for_nan_in_loss_and_grad::Int32
+    max_restarts::Int32
+    max_skipped_iterations::Int64
+    launcher::Ptr{Cchar}
 end
 
 # The driver's settings.
@@ -1289,6 +1293,16 @@ function ptdp_train_main(argc, argv, exit_code)
     ccall((:ptdp_train_main, libptdp), ptdp_status,
           (Int32, Ptr{Ptr{Cchar}}, Ptr{Int32}),
           argc, argv, exit_code)
+end
+
+# Supervises a training job that must survive rank failures (torchrun's --max-restarts, for MPI
+# jobs): launches @p argv under @p launcher, waits, and after a failure relaunches the whole job
+# from the latest complete checkpoint of its `--save DIR` (as `--load DIR`), after a back-off,
+# at most @p max_restarts times.
+function ptdp_train_supervise(argc, argv, launcher, max_restarts, backoff_seconds, exit_code)
+    ccall((:ptdp_train_supervise, libptdp), ptdp_status,
+          (Int32, Ptr{Ptr{Cchar}}, Cstring, Int32, Cdouble, Ptr{Int32}),
+          argc, argv, launcher, max_restarts, backoff_seconds, exit_code)
 end
 
 # The model FLOPs of one training iteration over a global batch: Megatron-LM's

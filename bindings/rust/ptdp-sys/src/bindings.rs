@@ -460,6 +460,10 @@ pub struct ptdp_train_settings {
     pub bf16: i32,
     pub seed: u64,
     pub exit_interval: i64,
+    pub check_for_nan_in_loss_and_grad: i32,
+    pub max_restarts: i32,
+    pub max_skipped_iterations: i64,
+    pub launcher: *const ::std::os::raw::c_char,
 }
 
 #[repr(C)]
@@ -1476,6 +1480,18 @@ extern "C" {
     pub fn ptdp_train_main(
         argc: i32,
         argv: *const *const ::std::os::raw::c_char,
+        exit_code: *mut i32,
+    ) -> ptdp_status;
+    /// Supervises a training job that must survive rank failures (torchrun's --max-restarts,
+    /// for MPI jobs): launches @p argv under @p launcher, waits, and after a failure relaunches
+    /// the whole job from the latest complete checkpoint of its `--save DIR` (as `--load DIR`),
+    /// after a back-off, at most @p max_restarts times.
+    pub fn ptdp_train_supervise(
+        argc: i32,
+        argv: *const *const ::std::os::raw::c_char,
+        launcher: *const ::std::os::raw::c_char,
+        max_restarts: i32,
+        backoff_seconds: f64,
         exit_code: *mut i32,
     ) -> ptdp_status;
     /// The model FLOPs of one training iteration over a global batch: Megatron-LM's
