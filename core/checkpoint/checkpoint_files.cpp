@@ -18,6 +18,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -99,15 +100,7 @@ std::map<std::string, std::string> parse_manifest(const std::string& path, const
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) throw_io_error(path, "missing");
-    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw_io_error(path, "read failed");
-  return s.str();
+  return read_regular_file(path, "checkpoint file", kMaxJsonFileBytes);
 }
 
 }  // namespace
@@ -123,25 +116,16 @@ std::string sha256_bytes(const void* data, std::size_t n) {
 }
 
 std::string sha256_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw_io_error(path, "missing");
-    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
-  }
+  // Exactly the bytes the file had when opened: a file that grows is hashed as it was.
+  const RegularFile f(path, "checkpoint file", kNoSizeLimit);
   std::vector<unsigned char> buf(std::size_t{1} << 20);
   Sha256 h;
-  for (;;) {
-    const ssize_t r = ::read(fd, buf.data(), buf.size());
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw_io_error(path, str_cat("read failed: ", std::strerror(err)));
-    }
-    if (r == 0) break;
-    h.update(buf.data(), static_cast<std::size_t>(r));
+  for (uint64_t at = 0; at < f.size();) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), f.size() - at);
+    f.read_at(at, buf.data(), n);
+    h.update(buf.data(), static_cast<std::size_t>(n));
+    at += n;
   }
-  ::close(fd);
   return h.hex();
 }
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data/tokenizer_utf8.h"
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -24,12 +25,7 @@ namespace ptdp {
 // ---- files ----------------------------------------------------------------------------------
 
 std::string read_tokenizer_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_io_error(path, "cannot be opened");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw_io_error(path, "read failed");
-  return std::move(s).str();
+  return read_regular_file(path, "tokenizer file", kMaxTokenizerFileBytes);
 }
 
 // ---- byte-level map -------------------------------------------------------------------------
