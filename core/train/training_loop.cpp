@@ -16,6 +16,7 @@
 #include "core/checkpoint/save_lock.h"
 #include "core/data/gpt_dataset.h"
 #include "core/pipeline/trace.h"
+#include "core/tensor/json_number.h"
 #include "core/train/device_peak.h"
 #include "core/train/plot.h"
 #include "core/train/trainer.h"
@@ -50,13 +51,6 @@ bool show_progress(std::FILE* out) {
   return out != nullptr && isatty(fileno(out));
 }
 
-// A number for a JSON line: null where printf would write the bare nan or inf JSON has not.
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", v);
-  return text;
-}
 
 Device pick_device(const std::string& flag, const Runtime& rt) {
   bool have_cuda = false;
@@ -411,16 +405,20 @@ void TrainingLoop::run() {
                                 std::isfinite(r.grad_norm) ? r.grad_norm : NAN, r.loss_scale, r.tokens_per_second});
       }
       if (s.json) {
+        // Every number through json_number: a value that is not finite is null, so the line
+        // stays JSON whatever the run does.
         std::fprintf(s.json,
-                     "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %.9g, "
-                     "\"grad_norm\": %.9g, \"loss_scale\": %.9g, \"skipped\": %d, \"skipped_iterations\": %lld, "
-                     "\"elapsed_ms\": %.3f, \"tokens_per_second\": %.1f, \"tflops_per_device\": %.6f, "
-                     "\"mfu\": %.6f, \"global_batch_size\": %lld, \"mem_high_water_mib\": %.1f}\n",
+                     "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %s, "
+                     "\"grad_norm\": %s, \"loss_scale\": %s, \"skipped\": %d, \"skipped_iterations\": %lld, "
+                     "\"elapsed_ms\": %s, \"tokens_per_second\": %s, \"tflops_per_device\": %s, "
+                     "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s}\n",
                      static_cast<long long>(r.iteration), static_cast<long long>(r.consumed_samples),
-                     json_number(r.lm_loss).c_str(), r.learning_rate, std::isfinite(r.grad_norm) ? r.grad_norm : -1.0,
-                     static_cast<double>(r.loss_scale), r.skipped ? 1 : 0, static_cast<long long>(r.skipped_iterations),
-                     r.elapsed_s * 1e3, r.tokens_per_second, r.tflops_per_device, r.mfu,
-                     static_cast<long long>(s.global_batch), r.mem_high_water_mib);
+                     json_number(r.lm_loss).c_str(), json_number(r.learning_rate).c_str(),
+                     json_number(r.grad_norm).c_str(), json_number(static_cast<double>(r.loss_scale)).c_str(),
+                     r.skipped ? 1 : 0, static_cast<long long>(r.skipped_iterations),
+                     json_number(r.elapsed_s * 1e3, "%.3f").c_str(), json_number(r.tokens_per_second, "%.1f").c_str(),
+                     json_number(r.tflops_per_device, "%.6f").c_str(), json_number(r.mfu, "%.6f").c_str(),
+                     static_cast<long long>(s.global_batch), json_number(r.mem_high_water_mib, "%.1f").c_str());
         std::fflush(s.json);
       }
 

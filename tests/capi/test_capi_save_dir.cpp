@@ -71,14 +71,14 @@ struct Trainer {
   ptdp_trainer trainer = nullptr;
   ptdp_status rc = PTDP_SUCCESS;
   std::string message;
-  Trainer(const sp::World& w, const std::vector<std::string>& args) {
+  Trainer(const sp::World& w, const std::vector<std::string>& args, int32_t print_log = 0) {
     std::vector<const char*> argv;
     for (const std::string& a : args) argv.push_back(a.c_str());
     REQUIRE(ptdp_train_config_parse(static_cast<int32_t>(argv.size()), argv.data(), &config) == PTDP_SUCCESS);
     ptdp_trainer_options o;
     REQUIRE(ptdp_trainer_options_init(&o) == PTDP_SUCCESS);
     o.runtime = w.runtime;
-    o.print_log = 0;
+    o.print_log = print_log;  // the JSON lines are the logging rank's, which prints
     rc = ptdp_trainer_create(config, &o, &trainer);
     message = err();
   }
@@ -376,4 +376,36 @@ TEST_CASE("save dir: metadata that makes no sense is refused although its hash m
   ptdp_optimizer_destroy(oa);
   ptdp_model_destroy(b);
   ptdp_model_destroy(a);
+}
+
+TEST_CASE("save dir: a run whose loss is not finite writes JSON lines and metadata that parse", "[capi][json]") {
+  sp::World w;
+  TempDir dir;
+  const std::string log = dir.str("log.jsonl"), save = dir.str("ckpt");
+  // A learning rate of 1e30 makes the weights, then the loss and the grad norm, overflow.
+  {
+    Trainer a(w, flags(save, {"--lr", "1e30", "--train-iters", "4", "--log-json", log, "--clip-grad", "0"}), 1);
+    REQUIRE(a.rc == PTDP_SUCCESS);
+    (void)ptdp_trainer_run(a.trainer);
+  }
+  std::istringstream lines(slurp(log));
+  std::string line;
+  int parsed = 0, nulls = 0;
+  while (std::getline(lines, line)) {
+    INFO(line);
+    nlohmann::json j;
+    REQUIRE_NOTHROW(j = nlohmann::json::parse(line));
+    ++parsed;
+    for (const auto& [k, v] : j.items()) {
+      CHECK((v.is_number() || v.is_null()));
+      if (v.is_null()) ++nulls;
+    }
+    CHECK(line.find("nan") == std::string::npos);
+    CHECK(line.find("inf") == std::string::npos);
+  }
+  CHECK(parsed >= 4);
+  CHECK(nulls > 0);  // the run did go non-finite
+  if (fs::exists(save + "/iter_0000004/metadata.json")) {
+    CHECK_NOTHROW(nlohmann::json::parse(slurp(save + "/iter_0000004/metadata.json")));
+  }
 }

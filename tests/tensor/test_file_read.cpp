@@ -4,14 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/tensor/file_read.h"
+#include "core/tensor/json_number.h"
 #include "kernels/error.h"
 
 namespace {
@@ -89,4 +92,21 @@ TEST_CASE("file_read: checked arithmetic names the overflow", "[tensor][files]")
         "f: the end overflows: 18446744073709551615 + 1 does not fit in 64 bits");
   CHECK(ptdp::mul_overflows(uint64_t{1} << 32, uint64_t{1} << 32));
   CHECK_FALSE(ptdp::add_overflows(1, 2));
+}
+
+TEST_CASE("json_number: values that are not finite are null, so the JSON stays valid", "[tensor][json]") {
+  CHECK(ptdp::json_number(1.5) == "1.5");
+  CHECK(ptdp::json_number(2.0 / 3.0, "%.3f") == "0.667");
+  CHECK(ptdp::json_number(std::nan("")) == "null");
+  CHECK(ptdp::json_number(HUGE_VAL) == "null");
+  CHECK(ptdp::json_number(-HUGE_VAL, "%.1f") == "null");
+  const std::string line = "{\"a\": " + ptdp::json_number(std::nan("")) + ", \"b\": " + ptdp::json_number(-HUGE_VAL) +
+                           ", \"c\": " + ptdp::json_number(3) + "}";
+  const nlohmann::json j = nlohmann::json::parse(line);
+  CHECK(j["a"].is_null());
+  CHECK(j["b"].is_null());
+  CHECK(j["c"].get<double>() == 3);
+  // nlohmann's own dump (checkpoint metadata, plans) agrees: null for NaN and infinity.
+  const nlohmann::json k = {{"x", std::nan("")}, {"y", HUGE_VAL}};
+  CHECK(nlohmann::json::parse(k.dump()) == nlohmann::json({{"x", nullptr}, {"y", nullptr}}));
 }
