@@ -54,6 +54,7 @@ CASE is one of:
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
 """
+import hashlib
 import json
 import os
 import shutil
@@ -234,6 +235,41 @@ def case_corrupt():
         f.write("7\n")
     refuse(path, layout(2, 1), "iter_0000007", "tracker naming a missing iteration")
 
+    # Metadata edited and the manifest re-signed: the hash matches, the meaning does not.
+    def resign(d, edit):
+        md_path = os.path.join(d, "metadata.json")
+        md = json.load(open(md_path))
+        edit(md)
+        with open(md_path, "w") as f:
+            json.dump(md, f, indent=1)
+        digest = hashlib.sha256(open(md_path, "rb").read()).hexdigest()
+        lines = open(os.path.join(d, "manifest.sha256")).read().splitlines()
+        with open(os.path.join(d, "manifest.sha256"), "w") as f:
+            for line in lines:
+                f.write((digest + "  metadata.json" if line.endswith("  metadata.json") else line) + "\n")
+
+    path, d = fresh("ckpt-meaning-iteration")
+    resign(d, lambda md: md.update(iteration=2))
+    refuse(path, layout(2, 1), "differs from its directory's iteration 3", "metadata iteration 2 in iter_0000003")
+    path, d = fresh("ckpt-meaning-optimizer")
+    resign(d, lambda md: md["optimizer"].update(kind="lion"))
+    refuse(path, layout(2, 1), 'kind "lion" is not a known optimizer', "unknown optimizer kind")
+    path, d = fresh("ckpt-meaning-samples")
+    resign(d, lambda md: md.update(consumed_train_samples=-1))
+    refuse(path, layout(1, 1), '"consumed_train_samples" = -1 is below 0', "negative consumed samples")
+
+    # Resuming with flags that change the trajectory: refused on every rank naming each flag,
+    # unless --override-resume-check.
+    path, d = fresh("ckpt-trajectory")
+    refuse(path, layout(2, 1) + ["--seed", "7", "--split", "80,20,0"], "--seed was 1234, now 7",
+           "a resume with another seed")
+    refuse(path, layout(2, 1) + ["--seed", "7", "--split", "80,20,0"], '--split was "90,10,0", now "80,20,0"',
+           "a resume with another split")
+    steps, _, stdout = train("trajectory-override", 2, 2, 1, 4, ["--load", path, "--seed", "7",
+                                                                  "--override-resume-check"])
+    check(sorted(steps) == [4] and "--override-resume-check" in stdout,
+          "--override-resume-check resumes with a warning: " + stdout[-400:])
+
     path, d = fresh("ckpt-config")
     p = run(2, MODEL + layout(2, 1) + ["--train-iters", "6", "--load", path, "--hidden-size", "64"],
             expect_ok=False)
@@ -253,7 +289,7 @@ def case_corrupt():
           "the next save becomes the latest")
     check(not os.path.exists(os.path.join(path, "iter_0000004.tmp")), "the stale temporary directory is gone")
     check(os.path.exists(os.path.join(path, "iter_0000004", "manifest.sha256")), "iteration 4 saved")
-    print("corrupt: 8 cases refused on every rank; interrupted save recovered")
+    print("corrupt: 13 cases refused on every rank; interrupted save recovered")
 
 
 def case_generate():
