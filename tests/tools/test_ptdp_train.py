@@ -61,6 +61,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 BIN = sys.argv[1]
 CASE = sys.argv[2]
@@ -289,7 +290,35 @@ def case_corrupt():
           "the next save becomes the latest")
     check(not os.path.exists(os.path.join(path, "iter_0000004.tmp")), "the stale temporary directory is gone")
     check(os.path.exists(os.path.join(path, "iter_0000004", "manifest.sha256")), "iteration 4 saved")
-    print("corrupt: 13 cases refused on every rank; interrupted save recovered")
+
+    # The save directory's lock: while one run saves into a directory, a second run with the same
+    # --save is refused on every rank naming the holder; once the holder is killed its lock is
+    # stale and the next run takes it over with a warning.
+    locked = os.path.join(WORK, "ckpt-locked")
+    shutil.rmtree(locked, ignore_errors=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    holder = subprocess.Popen([MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-n", "1", TRAIN] + MODEL +
+                              ["--train-iters", "1000000", "--save", locked, "--eval-interval", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    lock_file = os.path.join(locked, "ptdp.lock")
+    for _ in range(600):
+        if os.path.exists(lock_file) and open(lock_file).read().strip():
+            break
+        time.sleep(0.1)
+    holder_text = open(lock_file).read().strip() if os.path.exists(lock_file) else ""
+    check(holder_text.startswith("host "), f"the running holder is named in ptdp.lock: {holder_text!r}")
+    p = run(2, MODEL + layout(2, 1) + ["--train-iters", "4", "--save", locked], expect_ok=False)
+    lines = [l for l in p.stderr.splitlines() if "ptdp-train: rank" in l]
+    check(p.returncode != 0 and len(lines) == 2 and all("in use by another run" in l and holder_text in l for l in lines),
+          "a second run on a locked --save is refused on every rank naming the holder:\n" + p.stderr)
+    holder.terminate()  # mpiexec passes SIGTERM on to its ptdp-train
+    holder.wait(timeout=60)
+    time.sleep(1)  # mpiexec's children go with it
+    _, _, stdout = train("lock-takeover", 2, 2, 1, 4, ["--save", locked, "--eval-interval", "0"])
+    check("took over the stale lock" in stdout or open(lock_file).read().strip() == "",
+          "a lock whose holder died is taken over: " + stdout[-400:])
+    check(open(lock_file).read().strip() == "", "a run that ends releases and empties its lock")
+    print("corrupt: 13 cases refused on every rank; interrupted save recovered; the save lock refuses a second run")
 
 
 def case_generate():
