@@ -449,7 +449,14 @@ void CheckpointReader::verify_all() {
 nlohmann::json CheckpointReader::read_metadata() {
   verify("metadata.json");
   const std::string path = path_for("metadata.json");
-  nlohmann::json j = nlohmann::json::parse(read_text(path), nullptr, /*allow_exceptions=*/false);
+  // The bytes parsed are the bytes whose hash matched: a file replaced between the check and
+  // the read is refused, not believed.
+  const std::string text = read_text(path);
+  const std::string found = sha256_bytes(text.data(), text.size());
+  if (found != manifest_.at("metadata.json"))
+    throw_io_error(path, str_cat("SHA-256 mismatch: expected ", manifest_.at("metadata.json"), ", found ", found,
+                                 " (the file changed while it was read)"));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_io_error(path, "invalid JSON");
   return j;
 }
