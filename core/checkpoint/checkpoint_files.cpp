@@ -385,7 +385,7 @@ TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& sourc
       }
     } catch (const Error& err) {
       if (err.code() != ErrorCode::InvalidArgument) throw;
-      throw_io_error(source, err.what());
+      throw_io_error(source, str_cat(where, ": ", err.what()));
     } catch (const nlohmann::json::exception& err) {
       throw_io_error(source, str_cat(where, ": ", err.what()));
     }
