@@ -428,7 +428,9 @@ void CheckpointReader::verify_locked(const std::string& filename) {
     if (errno == ENOENT) throw_io_error(path, str_cat("missing (listed in ", join(iter_dir_, kManifestFile), ")"));
     throw_io_error(path, str_cat("cannot stat: ", std::strerror(errno)));
   }
-  if (!S_ISREG(st.st_mode)) throw_io_error(path, "not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw_io_error(path, str_cat("is ", describe_path_kind(path), ", not a regular file: only regular files are read as "
+                                 "checkpoint file"));
   if (st.st_size == 0) throw_io_error(path, "empty (0 bytes)");
   const std::string found = sha256_file(path);
   if (found != it->second)

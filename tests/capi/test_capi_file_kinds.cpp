@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "ptdp/ptdp.h"
+#include "tests/single_process.h"
 
 namespace {
 
@@ -183,4 +184,32 @@ TEST_CASE("file kinds: cluster files, traces, training logs and preprocess input
     o.output_prefix = out.c_str();
     return ptdp_preprocess(&o, nullptr);
   }, "ptdp_preprocess");
+}
+
+TEST_CASE("file kinds: a checkpoint's manifest, metadata and shard", "[capi][files]") {
+  sp::World w;
+  TempDir dir;
+  ptdp_gpt_options g;
+  ptdp_gpt_options_init(&g);
+  g.num_layers = 1;
+  g.hidden_size = 16;
+  g.num_attention_heads = 2;
+  g.seq_length = 8;
+  g.vocab_size = 32;
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(w.groups, &g, &m) == PTDP_SUCCESS);
+  ptdp_checkpoint_state st;
+  ptdp_checkpoint_state_init(&st);
+  st.iteration = 1;
+  REQUIRE(ptdp_checkpoint_save(dir.path.c_str(), m, nullptr, nullptr, &st) == PTDP_SUCCESS);
+  const std::string iter = dir.str("iter_0000001");
+  for (const char* name : {"manifest.sha256", "metadata.json", "model_tp00_pp00.safetensors"}) {
+    const std::string path = iter + "/" + name;
+    const std::string saved = path + ".saved";
+    fs::rename(path, saved);
+    each_kind(path, [&] { return ptdp_checkpoint_load(dir.path.c_str(), m, nullptr, nullptr); }, name);
+    fs::rename(saved, path);
+  }
+  CHECK(ptdp_checkpoint_load(dir.path.c_str(), m, nullptr, nullptr) == PTDP_SUCCESS);
+  ptdp_model_destroy(m);
 }
