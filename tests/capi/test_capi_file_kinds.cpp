@@ -213,3 +213,21 @@ TEST_CASE("file kinds: a checkpoint's manifest, metadata and shard", "[capi][fil
   CHECK(ptdp_checkpoint_load(dir.path.c_str(), m, nullptr, nullptr) == PTDP_SUCCESS);
   ptdp_model_destroy(m);
 }
+
+TEST_CASE("file sizes: a token id far beyond the vocabulary is refused, not allocated", "[capi][files]") {
+  TempDir dir;
+  const std::string vocab = dir.str("vocab.json"), merges = dir.str("merges.txt");
+  std::ofstream(vocab) << "{\"a\": 0, \"b\": 2147483647}\n";
+  std::ofstream(merges) << "#version: 0.2\n";
+  ptdp_tokenizer_options o;
+  ptdp_tokenizer_options_init(&o);
+  o.type = PTDP_TOKENIZER_GPT2_BPE;
+  o.vocab_file = vocab.c_str();
+  o.merge_file = merges.c_str();
+  ptdp_tokenizer t = nullptr;
+  CHECK(ptdp_tokenizer_create(&o, &t) == PTDP_ERR_IO);
+  const std::string msg = ptdp_last_error();
+  CHECK(msg.find(vocab) != std::string::npos);
+  CHECK(msg.find("the largest token id 2147483647 lies more than 1048576 ids beyond the vocabulary's 2 tokens") !=
+        std::string::npos);
+}
