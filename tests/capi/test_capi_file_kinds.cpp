@@ -211,6 +211,26 @@ TEST_CASE("file kinds: a checkpoint's manifest, metadata and shard", "[capi][fil
     fs::rename(saved, path);
   }
   CHECK(ptdp_checkpoint_load(dir.path.c_str(), m, nullptr, nullptr) == PTDP_SUCCESS);
+  // The tokenizer files beside a checkpoint that recorded no tokenizer: one that is there but
+  // no regular file is refused, not passed over.
+  const std::string tok = dir.str("tokenizer.json");
+  for (const char* kind : {"directory", "fifo", "dev-zero"}) {
+    std::error_code ec;
+    fs::remove_all(tok, ec);
+    const std::string k = kind;
+    if (k == "directory") fs::create_directories(tok);
+    if (k == "fifo") REQUIRE(mkfifo(tok.c_str(), 0600) == 0);
+    if (k == "dev-zero") fs::create_symlink("/dev/zero", tok);
+    alarm(30);
+    ptdp_tokenizer t = nullptr;
+    const ptdp_status rc = ptdp_tokenizer_create_from_checkpoint(dir.path.c_str(), &t);
+    alarm(0);
+    const std::string msg = ptdp_last_error();
+    INFO(kind << ": " << msg);
+    CHECK(rc == PTDP_ERR_IO);
+    CHECK(msg.find(tok + ": is a") != std::string::npos);
+    fs::remove_all(tok, ec);
+  }
   ptdp_model_destroy(m);
 }
 
