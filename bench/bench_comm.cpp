@@ -18,6 +18,7 @@
 
 #include "core/comm/runtime.h"
 #include "core/parallel/groups.h"
+#include "core/tensor/json_number.h"
 #include "kernels/error.h"
 
 #ifdef PTDP_HAVE_NCCL
@@ -209,9 +210,11 @@ int main(int argc, char** argv) {
       if (!f) throw std::runtime_error("cannot write " + o.json);
       std::fprintf(f, "{\"ranks\": %d, \"device\": \"%s\", \"results\": [", n, o.device.c_str());
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        std::fprintf(f, "%s\n {\"op\": \"%s\", \"bytes\": %lld, \"time_us\": %.3f, \"algbw_GBps\": %.6f, \"busbw_GBps\": %.6f}",
-                     i ? "," : "", rows[i].op.c_str(), static_cast<long long>(rows[i].bytes), rows[i].us, rows[i].algbw,
-                     rows[i].busbw);
+        // json_number: a time or bandwidth that is not finite is null, so the file stays JSON.
+        std::fprintf(f, "%s\n {\"op\": \"%s\", \"bytes\": %lld, \"time_us\": %s, \"algbw_GBps\": %s, \"busbw_GBps\": %s}",
+                     i ? "," : "", rows[i].op.c_str(), static_cast<long long>(rows[i].bytes),
+                     ptdp::json_number(rows[i].us, "%.3f").c_str(), ptdp::json_number(rows[i].algbw, "%.6f").c_str(),
+                     ptdp::json_number(rows[i].busbw, "%.6f").c_str());
       }
       std::fprintf(f, "\n]}\n");
       std::fclose(f);

@@ -16,6 +16,7 @@
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/svg.h"
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
@@ -303,11 +304,10 @@ PTDP_API ptdp_status ptdp_schedule_costs_from_trace(const char* path, int32_t ch
   return guard(__func__, [&] {
     require_non_null(path, "path");
     positive("chunks", chunks);
-    std::ifstream in(path);
-    if (!in) ptdp::throw_error(ptdp::ErrorCode::Io, std::string("cannot read the trace '") + path + "'");
+    const std::string text = ptdp::read_regular_file(path, "trace file", ptdp::kMaxJsonFileBytes);
     nlohmann::json trace;
     try {
-      in >> trace;
+      trace = nlohmann::json::parse(text);
     } catch (const std::exception& e) {
       ptdp::throw_error(ptdp::ErrorCode::Io, std::string("'") + path + "' is not JSON: " + e.what());
     }

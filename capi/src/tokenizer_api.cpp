@@ -9,6 +9,7 @@
 #include "capi/src/handles.h"
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/data/tokenizer.h"
+#include "core/tensor/file_read.h"
 
 struct ptdp_tokenizer_impl {
   static constexpr uint64_t kLive = 0x70746470746f6b31ull;  // "ptdptok1"
@@ -44,9 +45,13 @@ ptdp_tokenizer wrap(std::unique_ptr<ptdp::Tokenizer> t) {
 std::optional<ptdp::TokenizerConfig> tokenizer_files_in(const std::string& directory) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  // Absent: the next kind is tried; present but no regular file (a directory, a FIFO): refused,
+  // naming what it is, rather than silently passed over.
   const auto file = [&](const char* name) {
     const fs::path path = fs::path(directory) / name;
-    return fs::is_regular_file(path, ec) ? std::optional<std::string>(path.string()) : std::nullopt;
+    if (!fs::exists(fs::symlink_status(path, ec)) && !fs::exists(path, ec)) return std::optional<std::string>();
+    ptdp::check_regular_file(path.string(), "tokenizer file", ptdp::kMaxTokenizerFileBytes);
+    return std::optional<std::string>(path.string());
   };
   ptdp::TokenizerConfig c;
   if (const auto json = file("tokenizer.json")) {

@@ -500,6 +500,11 @@ std::vector<Flag> make_flags() {
                       "such as ptdp-convert --from-hf writes) and start from iteration 0 with a fresh optimizer "
                       "and data position.",
                       &TrainArgs::finetune));
+  v.push_back(boolean("override-resume-check", G::Checkpoint,
+                      "[ptdp] Resume from --load even when flags that change the training trajectory (seed, "
+                      "data, tokenizer, model shape) differ from the ones the checkpoint recorded; without it "
+                      "such a resume is refused, naming each flag and both values.",
+                      &TrainArgs::override_resume_check));
   v.push_back(integer("save-interval", G::Checkpoint,
                       "Save every N iterations (with --save); 0 means only at the end.", &TrainArgs::save_interval,
                       kNonNegative));

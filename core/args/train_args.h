@@ -140,6 +140,9 @@ struct TrainArgs {
   /// --finetune: --load reads the parameters only (iteration 0, a fresh optimizer and data
   /// position, as Megatron's), so a checkpoint without optimizer state (ptdp-convert's) loads.
   bool finetune = false;
+  /// --override-resume-check [ptdp]: resume although trajectory flags (seed, data, tokenizer,
+  /// model shape) differ from the checkpoint's recorded ones (refused otherwise).
+  bool override_resume_check = false;
   int64_t save_interval = 0;  ///< 0: save only at the end (when --save is given)
 
   // Logging and evaluation.

@@ -1,14 +1,19 @@
 #include "core/checkpoint/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
 
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/checkpoint/safetensors.h"
+#include "core/checkpoint/save_lock.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -232,6 +237,80 @@ void read_slice(CheckpointReader& reader, const std::string& name, const ParamIn
   }
 }
 
+// An integer field of `j` at least `min`, named in the refusal.
+int64_t meaning_int(const nlohmann::json& j, const char* key, int64_t min, const std::string& source, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) throw_io_error(source, str_cat(where, "has no \"", key, "\""));
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer()) throw_io_error(source, str_cat(where, "\"", key, "\" is ", v.dump(), ", not an integer"));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    throw_io_error(source, str_cat(where, "\"", key, "\" = ", v.dump(), " does not fit in 64 bits"));
+  const int64_t x = v.get<int64_t>();
+  if (x < min) throw_io_error(source, str_cat(where, "\"", key, "\" = ", x, " is below ", min));
+  return x;
+}
+
+// The checkpoint's metadata.json makes sense, beyond its hash: the manifest proves the files are
+// what was written, this that what was written is a checkpoint of iteration `dir_iteration` that
+// exists. Io naming metadata.json and the field.
+void check_metadata_meaning(const nlohmann::json& md, const std::string& source, int64_t dir_iteration) {
+  if (!md.is_object()) throw_io_error(source, "the metadata is not a JSON object");
+  const int64_t iteration = meaning_int(md, "iteration", 0, source, "");
+  if (iteration != dir_iteration)
+    throw_io_error(source, str_cat("\"iteration\" = ", iteration, " differs from its directory's iteration ", dir_iteration,
+                                   " (", checkpoint_iter_name(dir_iteration), ")"));
+  meaning_int(md, "consumed_train_samples", 0, source, "");
+  meaning_int(md, "consumed_valid_samples", 0, source, "");
+
+  if (!md.contains("optimizer")) throw_io_error(source, "has no \"optimizer\" entry (null when saved without one)");
+  const nlohmann::json& o = md.at("optimizer");
+  if (!o.is_null()) {
+    const std::string w = "\"optimizer\" entry: ";
+    if (!o.is_object()) throw_io_error(source, w + "not an object");
+    const nlohmann::json kind = o.value("kind", nlohmann::json());
+    if (!kind.is_string() || (kind.get<std::string>() != "adam" && kind.get<std::string>() != "sgd"))
+      throw_io_error(source, str_cat(w, "kind ", kind.dump(), " is not a known optimizer (\"adam\" or \"sgd\")"));
+    const nlohmann::json state = o.value("state", nlohmann::json());
+    const nlohmann::json adam = {"exp_avg", "exp_avg_sq"};
+    const nlohmann::json sgd_momentum = {"momentum_buffer"};
+    const bool state_ok = kind.get<std::string>() == "adam"
+                              ? state == adam
+                              : (state == sgd_momentum || (state.is_array() && state.empty()));
+    if (!state_ok)
+      throw_io_error(source, str_cat(w, "state ", state.dump(), " is not what a ", kind.get<std::string>(),
+                                     " optimizer keeps"));
+    const int64_t steps = meaning_int(o, "steps", 0, source, w);
+    const int64_t skipped = meaning_int(o, "skipped_iterations", 0, source, w);
+    if (skipped > iteration)
+      throw_io_error(source, str_cat(w, "\"skipped_iterations\" = ", skipped, " exceeds the iteration ", iteration));
+    (void)steps;
+    meaning_int(o, "growth_tracker", 0, source, w);
+    meaning_int(o, "hysteresis_left", 0, source, w);
+    const nlohmann::json scale = o.value("loss_scale", nlohmann::json());
+    if (!scale.is_number() || !std::isfinite(scale.get<double>()) || scale.get<double>() <= 0)
+      throw_io_error(source, str_cat(w, "\"loss_scale\" = ", scale.dump(), " is not a finite number > 0"));
+  }
+
+  if (!md.contains("layout") || !md.at("layout").is_object()) throw_io_error(source, "has no \"layout\" object");
+  const nlohmann::json& l = md.at("layout");
+  const std::string lw = "\"layout\": ";
+  const int64_t t = meaning_int(l, "tensor_model_parallel_size", 1, source, lw);
+  const int64_t p = meaning_int(l, "pipeline_model_parallel_size", 1, source, lw);
+  const int64_t d = meaning_int(l, "data_parallel_size", 1, source, lw);
+  meaning_int(l, "virtual_pipeline_model_parallel_size", 1, source, lw);
+  const int64_t world = meaning_int(l, "world_size", 1, source, lw);
+  if (t > 4096 || p > 4096 || d > (int64_t{1} << 24) || world % (t * p * d) != 0)
+    throw_io_error(source, str_cat(lw, "world_size ", world, " is not a multiple of t ", t, " x p ", p, " x d ", d,
+                                   ": no such layout"));
+  // The shards a layout of t x p writes, exactly.
+  std::vector<std::string> expected;
+  for (int64_t pr = 0; pr < p; ++pr)
+    for (int64_t tr = 0; tr < t; ++tr) expected.push_back(checkpoint_shard_name(static_cast<int>(tr), static_cast<int>(pr)));
+  const nlohmann::json files = md.value("files", nlohmann::json());
+  if (files != nlohmann::json(expected))
+    throw_io_error(source, str_cat("\"files\" ", files.dump(), " are not the shards of the layout t ", t, " x p ", p, " (",
+                                   nlohmann::json(expected).dump(), ")"));
+}
+
 }  // namespace
 
 std::string checkpoint_shard_name(int tp_rank, int pp_rank) {
@@ -290,21 +369,50 @@ void agree_on_failure(ProcessGroups& groups, const std::function<void()>& body) 
   throw Error(static_cast<ErrorCode>(buf[0]), msg);
 }
 
+namespace {
+void write_checkpoint_files(const std::string& dir, GptPipeline& model, Optimizer* optimizer,
+                            const nlohmann::json* train_config, const CheckpointState& state);
+}  // namespace
+
 void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer, const nlohmann::json* train_config,
                      const CheckpointState& state) {
   PTDP_CHECK_ARG(!dir.empty(), "checkpoint directory is empty");
   PTDP_CHECK_ARG(state.iteration >= 0, "checkpoint iteration must be >= 0, got " + std::to_string(state.iteration));
   ProcessGroups& g = model.groups();
   const int world_rank = g.rank(GroupKind::World);
+
+  // The writing rank holds DIR's lock for the save (shared with its run's, when a run holds it):
+  // a save into a directory another run uses is refused before anything is written.
+  std::unique_ptr<SaveDirLock> lock;
+  agree_on_failure(g, [&] {
+    if (world_rank != 0) return;
+    lock = std::make_unique<SaveDirLock>(dir, SaveDirLock::Mode::Save);
+    prepare_tmp_dir(dir, state.iteration);
+  });
+
+  // A failed save leaves no partial directory behind: the .tmp directory goes, the previous
+  // checkpoint and the tracker stay as they were.
+  try {
+    write_checkpoint_files(dir, model, optimizer, train_config, state);
+  } catch (...) {
+    if (world_rank == 0) {
+      std::error_code ec;
+      std::filesystem::remove_all(checkpoint_tmp_dir(dir, state.iteration), ec);
+    }
+    throw;
+  }
+}
+
+namespace {
+
+void write_checkpoint_files(const std::string& dir, GptPipeline& model, Optimizer* optimizer,
+                            const nlohmann::json* train_config, const CheckpointState& state) {
+  ProcessGroups& g = model.groups();
+  const int world_rank = g.rank(GroupKind::World);
   // dp: the rank among the d * c ranks holding the same weights (the data and context ranks); the
   // first writes.
   const int tp = g.rank(GroupKind::Tensor), pp = g.rank(GroupKind::Pipeline), dp = g.rank(GroupKind::DataContext);
   const std::vector<std::string> states = optimizer ? optimizer->state_names() : std::vector<std::string>{};
-
-  agree_on_failure(g, [&] {
-    if (world_rank == 0) prepare_tmp_dir(dir, state.iteration);
-  });
-
   // Every data-parallel rank takes part in gathering the optimizer state; the first writes.
   agree_on_failure(g, [&] {
     std::vector<std::vector<std::vector<float>>> values(model.chunks().size());
@@ -386,6 +494,8 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
   });
 }
 
+}  // namespace
+
 CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer) {
   PTDP_CHECK_ARG(!dir.empty(), "checkpoint directory is empty");
   ProcessGroups& g = model.groups();
@@ -407,7 +517,9 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
         msg += ": not a version 1 ptdp checkpoint";
         throw_error(ErrorCode::Io, msg);
       }
+      check_metadata_meaning(md, source, reader.iteration());
       check_config(config_from_json(md.at("model"), source), model.config(), source);
+      if (md.contains("train_config")) state.train_config = md.at("train_config");
       if (optimizer) {
         const nlohmann::json& o = md.at("optimizer");
         if (o.is_null()) {

@@ -27,6 +27,9 @@ struct CheckpointState {
   int64_t iteration = 0;
   int64_t consumed_train_samples = 0;
   int64_t consumed_valid_samples = 0;
+  /// What load_checkpoint read: the "train_config" the checkpoint recorded (ptdp-train's flags,
+  /// train_args_to_json), null when it recorded none. Ignored by save_checkpoint.
+  nlohmann::json train_config = {};
 };
 
 /// Saves DIR/iter_NNNNNNN and makes it the latest. `optimizer` may be null (parameters only);
@@ -37,7 +40,10 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
 
 /// Loads DIR's latest checkpoint into `model` (and `optimizer`, may be null), re-sharding.
 /// Throws (on every rank alike) InvalidArgument for a config that differs or a missing
-/// optimizer state, Io for a missing, truncated or corrupted file. Collective over the world.
+/// optimizer state, Io for a missing, truncated or corrupted file, and Io for metadata that
+/// makes no sense although its hash matches (an iteration other than its directory's, negative
+/// counters, an unknown optimizer kind or state, a loss scale that is not finite and > 0, a
+/// layout that cannot exist or whose shards are not the listed files). Collective over the world.
 CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer);
 
 /// The model config DIR's latest checkpoint was saved with, and its iteration. No communication.

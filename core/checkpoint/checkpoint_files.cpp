@@ -18,6 +18,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -99,15 +100,7 @@ std::map<std::string, std::string> parse_manifest(const std::string& path, const
 }
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno == ENOENT) throw_io_error(path, "missing");
-    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw_io_error(path, "read failed");
-  return s.str();
+  return read_regular_file(path, "checkpoint file", kMaxJsonFileBytes);
 }
 
 }  // namespace
@@ -123,25 +116,16 @@ std::string sha256_bytes(const void* data, std::size_t n) {
 }
 
 std::string sha256_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) throw_io_error(path, "missing");
-    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
-  }
+  // Exactly the bytes the file had when opened: a file that grows is hashed as it was.
+  const RegularFile f(path, "checkpoint file", kNoSizeLimit);
   std::vector<unsigned char> buf(std::size_t{1} << 20);
   Sha256 h;
-  for (;;) {
-    const ssize_t r = ::read(fd, buf.data(), buf.size());
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw_io_error(path, str_cat("read failed: ", std::strerror(err)));
-    }
-    if (r == 0) break;
-    h.update(buf.data(), static_cast<std::size_t>(r));
+  for (uint64_t at = 0; at < f.size();) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), f.size() - at);
+    f.read_at(at, buf.data(), n);
+    h.update(buf.data(), static_cast<std::size_t>(n));
+    at += n;
   }
-  ::close(fd);
   return h.hex();
 }
 
@@ -401,7 +385,7 @@ TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& sourc
       }
     } catch (const Error& err) {
       if (err.code() != ErrorCode::InvalidArgument) throw;
-      throw_io_error(source, err.what());
+      throw_io_error(source, str_cat(where, ": ", err.what()));
     } catch (const nlohmann::json::exception& err) {
       throw_io_error(source, str_cat(where, ": ", err.what()));
     }
@@ -444,7 +428,9 @@ void CheckpointReader::verify_locked(const std::string& filename) {
     if (errno == ENOENT) throw_io_error(path, str_cat("missing (listed in ", join(iter_dir_, kManifestFile), ")"));
     throw_io_error(path, str_cat("cannot stat: ", std::strerror(errno)));
   }
-  if (!S_ISREG(st.st_mode)) throw_io_error(path, "not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw_io_error(path, str_cat("is ", describe_path_kind(path), ", not a regular file: only regular files are read as "
+                                 "checkpoint file"));
   if (st.st_size == 0) throw_io_error(path, "empty (0 bytes)");
   const std::string found = sha256_file(path);
   if (found != it->second)
@@ -465,7 +451,14 @@ void CheckpointReader::verify_all() {
 nlohmann::json CheckpointReader::read_metadata() {
   verify("metadata.json");
   const std::string path = path_for("metadata.json");
-  nlohmann::json j = nlohmann::json::parse(read_text(path), nullptr, /*allow_exceptions=*/false);
+  // The bytes parsed are the bytes whose hash matched: a file replaced between the check and
+  // the read is refused, not believed.
+  const std::string text = read_text(path);
+  const std::string found = sha256_bytes(text.data(), text.size());
+  if (found != manifest_.at("metadata.json"))
+    throw_io_error(path, str_cat("SHA-256 mismatch: expected ", manifest_.at("metadata.json"), ", found ", found,
+                                 " (the file changed while it was read)"));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_io_error(path, "invalid JSON");
   return j;
 }

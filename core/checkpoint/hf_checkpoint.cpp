@@ -17,6 +17,7 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/checkpoint_files.h"
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -280,14 +281,7 @@ bool ignorable_buffer(const std::string& name, HfArchitecture arch) {
 }
 
 std::string json_text(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (!fs::exists(path)) throw_io_error(path, "missing");
-    throw_io_error(path, str_cat("cannot open ", what));
-  }
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_regular_file(path, what, kMaxJsonFileBytes);
 }
 
 json parse_json_file(const std::string& path, const char* what) {

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -313,16 +314,14 @@ uint64_t SafetensorsWriter::write(const std::string& path) const {
 // Reader
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) {
-    if (errno == ENOENT) throw_io_error(path, "missing");
-    throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
+  {
+    // Regular files only (opened non-blocking: a FIFO never hangs us); reads stay within the
+    // size observed here, so a file that grows is read as it was.
+    RegularFile f(path, "safetensors file", kNoSizeLimit);
+    file_size_ = f.size();
+    fd_ = f.release();
   }
   try {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0) throw_io_error(path, str_cat("cannot stat: ", std::strerror(errno)));
-    if (!S_ISREG(st.st_mode)) throw_io_error(path, "not a regular file");
-    file_size_ = static_cast<uint64_t>(st.st_size);
     if (file_size_ < 8) throw_io_error(path, str_cat("truncated: ", file_size_, " bytes, expected at least 8"));
 
     uint64_t header_len = 0;

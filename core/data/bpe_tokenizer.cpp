@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/data/tokenizer_utf8.h"
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -24,12 +25,7 @@ namespace ptdp {
 // ---- files ----------------------------------------------------------------------------------
 
 std::string read_tokenizer_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_io_error(path, "cannot be opened");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw_io_error(path, "read failed");
-  return std::move(s).str();
+  return read_regular_file(path, "tokenizer file", kMaxTokenizerFileBytes);
 }
 
 // ---- byte-level map -------------------------------------------------------------------------
@@ -306,6 +302,12 @@ BpeModel::BpeModel(std::vector<std::pair<std::string, int32_t>> vocab,
     if (id < 0) throw_io_error(source, str_cat("token '", token, "' has the negative id ", id));
     max_id = std::max(max_id, id);
   }
+  // The id table is as long as the largest id: an id far beyond the vocabulary's size (2^31 - 1
+  // in a file of ten tokens) would ask for gigabytes. Gaps up to 2^20 ids are allowed.
+  constexpr int64_t kMaxIdGap = int64_t{1} << 20;
+  if (static_cast<int64_t>(max_id) >= static_cast<int64_t>(vocab.size()) + kMaxIdGap)
+    throw_io_error(source, str_cat("the largest token id ", max_id, " lies more than ", kMaxIdGap,
+                                   " ids beyond the vocabulary's ", vocab.size(), " tokens"));
   tokens_.assign(static_cast<std::size_t>(max_id + 1), std::string());
   present_.assign(tokens_.size(), 0);
   vocab_.reserve(vocab.size());

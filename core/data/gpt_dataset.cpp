@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/layers/cross_entropy.h"
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -147,12 +148,7 @@ std::vector<std::string> text_documents(std::string_view text) {
 
 TextTokenSource::TextTokenSource(const std::string& path, int32_t vocab_size) : path_(path) {
   PTDP_CHECK_ARG(vocab_size > 0, "vocab_size = " + num(vocab_size) + " is not > 0");
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) throw_error(ErrorCode::Io, "text file " + path + " is a directory");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw_error(ErrorCode::Io, "cannot open text file " + path);
-  const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  if (f.bad()) throw_error(ErrorCode::Io, "cannot read text file " + path);
+  const std::string text = read_regular_file(path, "text file", kMaxTokenizerFileBytes);
   const std::vector<std::string> docs = text_documents(text);
   starts_.reserve(docs.size() + 1);
   starts_.push_back(0);

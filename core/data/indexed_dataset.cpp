@@ -12,6 +12,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 static_assert(std::endian::native == std::endian::little,
@@ -33,18 +34,6 @@ T load(const unsigned char* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-
-// Reads the whole of `path`; Io naming it when it cannot be opened or read.
-std::vector<unsigned char> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw_io_error(path, std::string("cannot open the index file: ") + std::strerror(errno));
-  const std::streamoff size = in.tellg();
-  if (size < 0) throw_io_error(path, "cannot determine the size of the index file");
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(size));
-  in.seekg(0);
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), size)) throw_io_error(path, "read failed");
-  return bytes;
 }
 
 // The largest value each integer dtype can hold as a token, and the smallest.
@@ -96,7 +85,7 @@ const char* indexed_dtype_name(IndexedDType dtype) {
 IndexedDataset::IndexedDataset(const std::string& prefix)
     : prefix_(prefix), bin_path_(prefix + ".bin") {
   const std::string idx_path = prefix + ".idx";
-  const std::vector<unsigned char> idx = read_file(idx_path);
+  const std::vector<unsigned char> idx = read_regular_file_bytes(idx_path, "index file", kMaxIndexFileBytes);
   const std::size_t size = idx.size();
 
   if (size < kHeaderBytes) {
@@ -124,12 +113,14 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
   const uint64_t body = size - kHeaderBytes;
   const bool fits = seq_count <= body / 12 && doc_count <= (body - seq_count * 12) / 8;
   if (!fits) {
-    // The counts may be absurd; say so without computing an overflowing size.
-    const long double needed = static_cast<long double>(kHeaderBytes) + 12.0L * seq_count + 8.0L * doc_count;
+    // The counts may be absurd (2^62): say what they need without an overflowing size.
+    const uint64_t seq_bytes = mul_overflows(seq_count, 12) ? UINT64_MAX : seq_count * 12;
+    const uint64_t doc_bytes = mul_overflows(doc_count, 8) ? UINT64_MAX : doc_count * 8;
+    const bool huge = add_overflows(seq_bytes, doc_bytes) || add_overflows(seq_bytes + doc_bytes, kHeaderBytes);
+    const std::string needed = huge ? std::string("more than 2^64") : std::to_string(kHeaderBytes + seq_bytes + doc_bytes);
     throw_io_error(idx_path, "truncated: the header declares " + std::to_string(seq_count) + " sequences and " +
-                           std::to_string(doc_count) + " document indices, which need " +
-                           std::to_string(static_cast<unsigned long long>(needed)) + " bytes, but the file has " +
-                           std::to_string(size) + " bytes");
+                           std::to_string(doc_count) + " document indices, which need " + needed +
+                           " bytes, but the file has " + std::to_string(size) + " bytes");
   }
   if (doc_count == 0) throw_io_error(idx_path, "the document index is empty (it must start with 0)");
 
@@ -164,24 +155,11 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
                            " but there are " + std::to_string(S) + " sequences (it must equal the sequence count)");
   }
 
-  // Map PREFIX.bin, then check every sequence lies inside it.
-  const int fd = ::open(bin_path_.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_io_error(bin_path_, std::string("cannot open the data file: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw_io_error(bin_path_, std::string("cannot stat the data file: ") + std::strerror(err));
-  }
-  bin_size_ = static_cast<std::size_t>(st.st_size);
-  if (bin_size_ > 0) {
-    void* m = ::mmap(nullptr, bin_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    if (m == MAP_FAILED) throw_io_error(bin_path_, std::string("cannot map the data file: ") + std::strerror(err));
-    bin_ = static_cast<const unsigned char*>(m);
-  } else {
-    ::close(fd);
+  // Map PREFIX.bin (its size as observed at open), then check every sequence lies inside it.
+  {
+    RegularFile bin(bin_path_, "data file", kNoSizeLimit);
+    bin_ = bin.map();
+    bin_size_ = static_cast<std::size_t>(bin.size());
   }
 
   try {
@@ -241,7 +219,7 @@ IndexedDataset& IndexedDataset::operator=(IndexedDataset&& other) noexcept {
 }
 
 void IndexedDataset::unmap() noexcept {
-  if (bin_ != nullptr) ::munmap(const_cast<unsigned char*>(bin_), bin_size_);
+  unmap_file(bin_, bin_size_);
   bin_ = nullptr;
   bin_size_ = 0;
 }

@@ -2,6 +2,7 @@
 #include "core/data/preprocess.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 static_assert(std::endian::native == std::endian::little, "indexed data sets are little-endian");
@@ -88,23 +90,28 @@ struct RawIndex {
 RawIndex read_raw_index(const std::string& prefix) {
   { const IndexedDataset check(prefix); }  // every malformation named, as the reader names it
   const std::string path = prefix + ".idx";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw_io_error(path, "cannot open the index file: " + errno_text());
-  unsigned char header[kHeaderBytes];
-  in.read(reinterpret_cast<char*>(header), kHeaderBytes);
-  if (!in) throw_io_error(path, "read failed");
+  // Read again, checked again: the file may have changed since the check.
+  const std::vector<unsigned char> idx = read_regular_file_bytes(path, "index file", kMaxIndexFileBytes);
+  if (idx.size() < kHeaderBytes) throw_io_error(path, "truncated (the file changed while it was merged?)");
   RawIndex r;
-  r.dtype = static_cast<IndexedDType>(header[17]);
+  r.dtype = static_cast<IndexedDType>(idx[17]);
   uint64_t s = 0, d = 0;
-  std::memcpy(&s, header + 18, 8);
-  std::memcpy(&d, header + 26, 8);
+  std::memcpy(&s, idx.data() + 18, 8);
+  std::memcpy(&d, idx.data() + 26, 8);
+  const uint64_t need = checked_add(checked_add(checked_mul(s, 12, path, "the sequence table's size"),
+                                                checked_mul(d, 8, path, "the document index's size"), path,
+                                                "the index's size"),
+                                    kHeaderBytes, path, "the index's size");
+  if (need > idx.size()) throw_io_error(path, "truncated (the file changed while it was merged?)");
   r.lengths.resize(s);
   r.pointers.resize(s);
   r.documents.resize(d);
-  in.read(reinterpret_cast<char*>(r.lengths.data()), static_cast<std::streamsize>(s * 4));
-  in.read(reinterpret_cast<char*>(r.pointers.data()), static_cast<std::streamsize>(s * 8));
-  in.read(reinterpret_cast<char*>(r.documents.data()), static_cast<std::streamsize>(d * 8));
-  if (!in) throw_io_error(path, "read failed");
+  const unsigned char* p = idx.data() + kHeaderBytes;
+  if (s > 0) {
+    std::memcpy(r.lengths.data(), p, s * 4);
+    std::memcpy(r.pointers.data(), p + s * 4, s * 8);
+  }
+  if (d > 0) std::memcpy(r.documents.data(), p + s * 12, d * 8);
   return r;
 }
 
@@ -224,16 +231,18 @@ void IndexedDatasetWriter::add_dataset(const std::string& prefix) {
   }
   // Copy exactly the bytes the sequences cover.
   Files& f = *files_;
-  FilePtr in(std::fopen(bin_path.c_str(), "rb"));
-  if (!in) throw_io_error(bin_path, "cannot open the data file: " + errno_text());
+  const RegularFile in(bin_path, "data file", kNoSizeLimit);
+  if (static_cast<uint64_t>(offset) > in.size())
+    throw_io_error(bin_path, "truncated (the file changed while it was merged?)");
   std::vector<char> buffer(1 << 20);
   int64_t left = offset;
+  uint64_t at = 0;
   while (left > 0) {
     const std::size_t want = static_cast<std::size_t>(std::min<int64_t>(left, static_cast<int64_t>(buffer.size())));
-    const std::size_t got = std::fread(buffer.data(), 1, want, in.get());
-    if (got != want) throw_io_error(bin_path, "read failed (the file changed while it was merged?)");
-    write_or_throw(f.bin.get(), buffer.data(), got, f.bin_tmp);
-    left -= static_cast<int64_t>(got);
+    in.read_at(at, buffer.data(), want);
+    write_or_throw(f.bin.get(), buffer.data(), want, f.bin_tmp);
+    at += want;
+    left -= static_cast<int64_t>(want);
   }
   write_or_throw(f.lengths.get(), r.lengths.data(), r.lengths.size() * 4, "temporary sequence lengths of " + prefix_);
   for (std::size_t d = 1; d < r.documents.size(); ++d) {
@@ -412,8 +421,17 @@ class LineReader {
     if (static_cast<std::size_t>(file_) >= inputs_.size()) return false;
     const std::string& p = inputs_[static_cast<std::size_t>(file_)];
     if (log_) std::fprintf(log_, "Opening %s\n", p.c_str());
-    gz_ = gzopen(p.c_str(), "rb");
-    if (!gz_) throw_io_error(p, "cannot open: " + errno_text());
+    // Only a regular file, read no further than its size when opened (gzoffset counts the raw
+    // bytes consumed), so neither a FIFO nor a file that keeps growing holds the reader.
+    const RegularFile file(p, "JSON-lines input file", kNoSizeLimit);
+    raw_size_ = file.size();
+    const int fd = ::dup(file.fd());
+    if (fd < 0) throw_io_error(p, "cannot open: " + errno_text());
+    gz_ = gzdopen(fd, "rb");
+    if (!gz_) {
+      ::close(fd);
+      throw_io_error(p, "cannot open: " + errno_text());
+    }
     gzbuffer(gz_, 1 << 18);
     buffer_.clear();
     pos_ = 0;
@@ -437,6 +455,10 @@ class LineReader {
       throw_io_error(path(file_), std::string("read failed: ") + (code == Z_ERRNO ? errno_text() : msg));
     }
     buffer_.resize(old + static_cast<std::size_t>(got));
+    if (gzoffset(gz_) > static_cast<z_off_t>(raw_size_)) {
+      throw_io_error(path(file_), "grew while it was read (" + std::to_string(raw_size_) +
+                                      " bytes when opened); a file still being written is not read");
+    }
     if (got == 0) {
       int code = 0;
       const char* msg = gzerror(gz_, &code);
@@ -476,6 +498,7 @@ class LineReader {
   const std::vector<std::string>& inputs_;
   std::FILE* log_;
   gzFile gz_ = nullptr;
+  uint64_t raw_size_ = 0;  // the current file's size when opened
   int32_t file_ = -1;
   std::string buffer_;
   std::size_t pos_ = 0;
@@ -646,8 +669,7 @@ void check_options(const PreprocessOptions& o) {
   std::error_code ec;
   for (const std::string& in : o.inputs) {
     PTDP_CHECK_ARG(!in.empty(), "--input: an empty path");
-    if (!fs::exists(in, ec)) throw_io_error(in, "no such file");
-    if (fs::is_directory(in, ec)) throw_io_error(in, "is a directory, not a JSON-lines file");
+    check_regular_file(in, "JSON-lines input file", kNoSizeLimit);
   }
   PTDP_CHECK_ARG(!o.json_keys.empty(), "--json-keys: no keys");
   const std::set<std::string> unique(o.json_keys.begin(), o.json_keys.end());

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -19,7 +20,10 @@ namespace {
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) {
-    const sentencepiece::util::Status st = sp_.Load(path);
+    // SentencePiece opens the path itself: refuse what is no regular file first, and load
+    // from the bytes read here so the file read is the one checked.
+    const std::string bytes = read_regular_file(path, "SentencePiece model file", kMaxTokenizerFileBytes);
+    const sentencepiece::util::Status st = sp_.LoadFromSerializedProto(bytes);
     if (!st.ok()) throw_io_error(path, str_cat("SentencePiece cannot load it: ", st.ToString()));
     const int n = sp_.GetPieceSize();
     pieces_.reserve(static_cast<std::size_t>(n) + 8);

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/comm/communicator.h"
+#include "core/tensor/json_number.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -46,12 +47,22 @@ std::string TraceRecorder::events_json(int rank) const {
                 "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %d, \"tid\": 1, \"args\": {\"name\": \"communication\"}}",
                 rank, rank, rank, rank);
   out += buf;
+  // Built as a string, not in a fixed buffer: a long name cannot truncate the JSON, and a time
+  // that is not finite is null (json_number).
   for (const Event& e : events_) {
-    std::snprintf(buf, sizeof buf,
-                  ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": %d, "
-                  "\"tid\": %d}",
-                  json_escape(e.name).c_str(), json_escape(e.category).c_str(), e.ts_us, e.dur_us, rank, e.track);
-    out += buf;
+    out += ",\n{\"name\": \"";
+    out += json_escape(e.name);
+    out += "\", \"cat\": \"";
+    out += json_escape(e.category);
+    out += "\", \"ph\": \"X\", \"ts\": ";
+    out += json_number(e.ts_us, "%.3f");
+    out += ", \"dur\": ";
+    out += json_number(e.dur_us, "%.3f");
+    out += ", \"pid\": ";
+    out += std::to_string(rank);
+    out += ", \"tid\": ";
+    out += std::to_string(e.track);
+    out += "}";
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/plan/gemm_table.h"
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {
@@ -255,11 +256,8 @@ Cluster cluster_from_json(const nlohmann::json& j, const std::string& origin) {
 }
 
 Cluster load_cluster(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw_io_error(path, "cannot open the cluster file");
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string text = read_regular_file(path, "cluster file", kMaxSmallTextFileBytes);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_io_error(path, "not valid JSON");
   return cluster_from_json(j, path);
 }

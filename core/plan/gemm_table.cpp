@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {
@@ -253,16 +254,12 @@ GemmTable load_gemm_table(const std::string& name_or_path) {
   for (const auto& [n, make] : makers()) {
     if (n == name_or_path) return make();
   }
-  std::ifstream in(name_or_path);
-  if (!in) {
-    if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
-      builtin_gemm_table(name_or_path);  // throws, listing the built-in names
-    }
-    throw_io_error(name_or_path, "cannot open the GEMM table file");
+  if (describe_path_kind(name_or_path) == "missing" && name_or_path.find('/') == std::string::npos &&
+      name_or_path.find(".json") == std::string::npos) {
+    builtin_gemm_table(name_or_path);  // throws, listing the built-in names
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string text = read_regular_file(name_or_path, "GEMM table file", kMaxJsonFileBytes);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_io_error(name_or_path, "not valid JSON");
   return gemm_table_from_json(j, name_or_path);
 }

@@ -21,6 +21,7 @@
 
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/pipeline/svg.h"
+#include "core/tensor/file_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -34,58 +35,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // ------------------------------------------------------------------------------------------
 // Reading the JSON lines.
-
-// What `st` is, for a refusal ("a directory", "a FIFO", ...).
-const char* file_kind(const struct stat& st) {
-  if (S_ISDIR(st.st_mode)) return "a directory";
-  if (S_ISFIFO(st.st_mode)) return "a FIFO";
-  if (S_ISSOCK(st.st_mode)) return "a socket";
-  if (S_ISCHR(st.st_mode)) return "a character device";
-  if (S_ISBLK(st.st_mode)) return "a block device";
-  return "not a regular file";
-}
-
-[[noreturn]] void refuse_kind(const std::string& path, const struct stat& st) {
-  throw_io_error(path, str_cat("is ", file_kind(st), ", not a training log: only regular files are read"));
-}
-
-// The whole of a regular file. The kind is checked before opening and again on the open
-// descriptor, which is opened non-blocking so that a FIFO put in its place cannot hang us.
-std::string read_regular_file(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT) throw_io_error(path, "no such file");
-    throw_io_error(path, str_cat("cannot read: ", std::strerror(errno)));
-  }
-  if (!S_ISREG(st.st_mode)) refuse_kind(path, st);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-  if (fd < 0) throw_io_error(path, str_cat("cannot open: ", std::strerror(errno)));
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw_io_error(path, str_cat("cannot stat: ", std::strerror(err)));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    refuse_kind(path, st);
-  }
-  std::string text;
-  text.reserve(static_cast<std::size_t>(std::max<off_t>(st.st_size, 0)));
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t got = ::read(fd, buf, sizeof buf);
-    if (got == 0) break;
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      ::close(fd);
-      throw_io_error(path, str_cat("read failed: ", std::strerror(err)));
-    }
-    text.append(buf, static_cast<std::size_t>(got));
-  }
-  ::close(fd);
-  return text;
-}
 
 // `line` with the bare words C's printf writes for non-finite values (nan, -nan, inf,
 // -infinity, any case) replaced by null outside strings, so that a loss that overflowed does
@@ -654,7 +603,7 @@ std::string training_plot_svg(const std::vector<PlotRun>& input, const std::stri
 
 PlotRun read_training_log(const std::string& jsonl_path) {
   PTDP_CHECK_ARG(!jsonl_path.empty(), "the training log's path is empty");
-  const std::string text = read_regular_file(jsonl_path);
+  const std::string text = read_regular_file(jsonl_path, "training log", kMaxIndexFileBytes);
   PlotRun run;
   run.label = fs::path(jsonl_path).filename().string();
   if (run.label.empty()) run.label = jsonl_path;

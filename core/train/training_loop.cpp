@@ -9,11 +9,14 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
+#include <memory>
 #include <utility>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/save_lock.h"
 #include "core/data/gpt_dataset.h"
 #include "core/pipeline/trace.h"
+#include "core/tensor/json_number.h"
 #include "core/train/device_peak.h"
 #include "core/train/fault_injection.h"
 #include "core/train/nan_check.h"
@@ -52,13 +55,6 @@ bool show_progress(std::FILE* out) {
   return out != nullptr && isatty(fileno(out));
 }
 
-// A number for a JSON line: null where printf would write the bare nan or inf JSON has not.
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char text[32];
-  std::snprintf(text, sizeof text, "%.9g", v);
-  return text;
-}
 
 Device pick_device(const std::string& flag, const Runtime& rt) {
   bool have_cuda = false;
@@ -71,6 +67,46 @@ Device pick_device(const std::string& flag, const Runtime& rt) {
   }
   if (flag == "cuda" || (flag == "auto" && have_cuda && rt.gpu() >= 0)) return Device{DeviceType::CUDA, rt.gpu()};
   return Device{};
+}
+
+// The flags whose change alters the training trajectory: the seed, the data and its tokenizer,
+// the model's shape and architecture, the batch. Named as in train_args_to_json.
+const char* const kTrajectoryFlags[] = {
+    "seed", "mock-data", "data-path", "train-data-path", "valid-data-path", "test-data-path", "text-file", "split",
+    "tokenizer-type", "vocab-file", "merge-file", "tokenizer-model", "eod-mask-loss", "reset-position-ids",
+    "reset-attention-mask", "eod-token-id", "global-batch-size", "num-layers", "hidden-size", "ffn-hidden-size",
+    "num-attention-heads", "seq-length", "max-position-embeddings", "vocab-size", "make-vocab-size-divisible-by",
+    "hidden-dropout", "attention-dropout", "norm-epsilon", "layernorm-epsilon", "untie-embeddings-and-output-weights",
+    "normalization", "swiglu", "position-embedding-type", "rotary-base", "rotary-percent", "use-rope-scaling",
+    "rope-scaling-factor", "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor",
+    "rope-scaling-original-max-position-embeddings", "group-query-attention", "num-query-groups", "kv-channels",
+    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "optimizer", "fp16", "bf16"};
+
+// Resuming with --load compares the trajectory flags with the ones the checkpoint recorded:
+// refused (InvalidArgument naming each differing flag and both values) unless
+// --override-resume-check. A checkpoint that recorded no flags (ptdp_checkpoint_save without a
+// run, or older) is accepted with a note.
+void check_resume_flags(const nlohmann::json& saved, const nlohmann::json& now, const TrainArgs& args, std::FILE* out) {
+  if (!saved.is_object()) {
+    if (out) std::fprintf(out, " note: the checkpoint in %s recorded no flags; the resume check is skipped\n", args.load.c_str());
+    return;
+  }
+  std::string diffs;
+  int n = 0;
+  for (const char* key : kTrajectoryFlags) {
+    if (!saved.contains(key) || !now.contains(key)) continue;  // a flag the checkpoint predates
+    if (saved.at(key) == now.at(key)) continue;
+    diffs += str_cat(n++ ? "; " : "", "--", key, " was ", saved.at(key).dump(), ", now ", now.at(key).dump());
+  }
+  if (n == 0) return;
+  if (args.override_resume_check) {
+    if (out) std::fprintf(out, " warning: resuming from %s with changed flags (--override-resume-check): %s\n", args.load.c_str(), diffs.c_str());
+    return;
+  }
+  throw_error(ErrorCode::InvalidArgument,
+              str_cat("--load ", args.load, ": resuming with flags that change the training trajectory: ", diffs,
+                      ". Use the flags the checkpoint was saved with, --finetune to start a new run from its "
+                      "parameters, or --override-resume-check to resume anyway"));
 }
 
 }  // namespace
@@ -99,6 +135,7 @@ struct TrainingLoop::State {
   std::string peak_source;
   std::FILE* json = nullptr;
   PlotRun plot;  // the logging rank's curves for --plot-file
+  std::unique_ptr<SaveDirLock> save_lock;  // world rank 0's lock of --save for the run's life
   // Set while a collective that agrees on its failures runs (setup, checkpoints): a failure
   // there is every rank's, and MPI can be finalised as usual.
   bool agreed = false;
@@ -159,6 +196,19 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   s.progress = s.logger && show_progress(hooks_.out);
   s.config_json = train_args_to_json(args);
 
+  // --save is this run's alone: world rank 0 takes its lock before anything else happens, and
+  // every rank learns whether another run holds it.
+  if (!args.save.empty()) {
+    s.agreed = true;
+    agree_on_failure(*s.groups, [&] {
+      if (s.rt->world_rank() == 0) s.save_lock = std::make_unique<SaveDirLock>(args.save, SaveDirLock::Mode::Run);
+    });
+    if (s.save_lock && !s.save_lock->previous_holder().empty() && hooks_.out) {
+      std::fprintf(hooks_.out, " warning: took over the stale lock %s of a run that ended without releasing it (%s)\n",
+                   s.save_lock->path().c_str(), s.save_lock->previous_holder().c_str());
+    }
+  }
+
   s.agreed = true;
   agree_on_failure(*s.groups, [&] {
     s.device = pick_device(args.device, *s.rt);
@@ -216,6 +266,9 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
       // --finetune (Megatron's): the parameters only; the iteration, the data position and the
       // optimizer (state and counters) start afresh.
       const CheckpointState st = load_checkpoint(args.load, *s.model, args.finetune ? nullptr : s.optimizer.get());
+      // The same check on every rank (every rank read the same metadata): a resume that would
+      // change the trajectory is everyone's refusal.
+      if (!args.finetune) check_resume_flags(st.train_config, s.config_json, args, s.logger ? hooks_.out : nullptr);
       if (!args.finetune) {
         s.iteration = st.iteration;
         s.consumed = st.consumed_train_samples;
@@ -425,16 +478,20 @@ void TrainingLoop::run() {
                                 std::isfinite(r.grad_norm) ? r.grad_norm : NAN, r.loss_scale, r.tokens_per_second});
       }
       if (s.json) {
+        // Every number through json_number: a value that is not finite is null, so the line
+        // stays JSON whatever the run does.
         std::fprintf(s.json,
-                     "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %.9g, "
-                     "\"grad_norm\": %.9g, \"loss_scale\": %.9g, \"skipped\": %d, \"skipped_iterations\": %lld, "
-                     "\"elapsed_ms\": %.3f, \"tokens_per_second\": %.1f, \"tflops_per_device\": %.6f, "
-                     "\"mfu\": %.6f, \"global_batch_size\": %lld, \"mem_high_water_mib\": %.1f}\n",
+                     "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %s, "
+                     "\"grad_norm\": %s, \"loss_scale\": %s, \"skipped\": %d, \"skipped_iterations\": %lld, "
+                     "\"elapsed_ms\": %s, \"tokens_per_second\": %s, \"tflops_per_device\": %s, "
+                     "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s}\n",
                      static_cast<long long>(r.iteration), static_cast<long long>(r.consumed_samples),
-                     json_number(r.lm_loss).c_str(), r.learning_rate, std::isfinite(r.grad_norm) ? r.grad_norm : -1.0,
-                     static_cast<double>(r.loss_scale), r.skipped ? 1 : 0, static_cast<long long>(r.skipped_iterations),
-                     r.elapsed_s * 1e3, r.tokens_per_second, r.tflops_per_device, r.mfu,
-                     static_cast<long long>(s.global_batch), r.mem_high_water_mib);
+                     json_number(r.lm_loss).c_str(), json_number(r.learning_rate).c_str(),
+                     json_number(r.grad_norm).c_str(), json_number(static_cast<double>(r.loss_scale)).c_str(),
+                     r.skipped ? 1 : 0, static_cast<long long>(r.skipped_iterations),
+                     json_number(r.elapsed_s * 1e3, "%.3f").c_str(), json_number(r.tokens_per_second, "%.1f").c_str(),
+                     json_number(r.tflops_per_device, "%.6f").c_str(), json_number(r.mfu, "%.6f").c_str(),
+                     static_cast<long long>(s.global_batch), json_number(r.mem_high_water_mib, "%.1f").c_str());
         std::fflush(s.json);
       }
 

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char* usage =
     "usage: ptdp-convert --from-hf DIR --to-ptdp CKPT [flags]\n"
@@ -113,10 +114,12 @@ static int copy_file(const char* from, const char* to) {
   return ok;
 }
 
+/* 1 for a regular file, 0 for nothing there, -1 for something else (a directory, a FIFO, a
+ * device): never opened, so a FIFO cannot block the copy. */
 static int file_exists(const char* path) {
-  FILE* f = fopen(path, "rb");
-  if (f) fclose(f);
-  return f != NULL;
+  struct stat st;
+  if (stat(path, &st) != 0) return 0;
+  return S_ISREG(st.st_mode) ? 1 : -1;
 }
 
 /* The tokenizer files of a Hugging Face directory: kept beside a converted checkpoint, where
@@ -133,7 +136,12 @@ static int copy_tokenizer_files(const char* from, const char* to, char* names, s
     char src[4096], dst[4096];
     snprintf(src, sizeof src, "%s/%s", from, tokenizer_files[i]);
     snprintf(dst, sizeof dst, "%s/%s", to, tokenizer_files[i]);
-    if (!file_exists(src)) continue;
+    const int kind = file_exists(src);
+    if (kind == 0) continue;
+    if (kind < 0) {
+      fprintf(stderr, "ptdp-convert: %s is not a regular file: only regular files are copied\n", src);
+      return 0;
+    }
     if (!copy_file(src, dst)) {
       fprintf(stderr, "ptdp-convert: cannot copy %s to %s\n", src, dst);
       return 0;
@@ -300,7 +308,7 @@ int main(int argc, char** argv) {
       save.base_config = hf_config;
     } else {
       snprintf(base_path, sizeof base_path, "%s/hf_config.json", from_ptdp);
-      if (file_exists(base_path)) save.base_config = base_path;
+      if (file_exists(base_path) != 0) save.base_config = base_path; /* a non-regular one is refused by ptdp_hf_save */
     }
     CHECK(ptdp_hf_save(to_hf, model, &save));
     char kept[256];

@@ -107,6 +107,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"reset-attention-mask", "off"},
     {"eod-token-id", "unset (the eod of a tokenizer read from files)"},
     {"finetune", "off"},
+    {"override-resume-check", "off"},
     {"save", "unset"},
     {"load", "unset"},
     {"save-interval", "0"},
@@ -331,7 +332,7 @@ const std::vector<std::string> kEveryFlag = {
     "--rope-scaling-factor", "32", "--rope-scaling-low-freq-factor", "2", "--rope-scaling-high-freq-factor", "8",
     "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
     "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
-    "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune",
+    "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune", "--override-resume-check",
     "--overlap-grad-reduce", "--overlap-param-gather", "--check-for-nan-in-loss-and-grad",
     "--max-skipped-iterations", "7", "--max-restarts", "2", "--launcher", "mpiexec -n 8"};
 

@@ -355,6 +355,23 @@ TEST_CASE("safetensors malformed files are refused naming the file", "[checkpoin
     require_bad_file(dir, st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", eight),
                      {"truncated", "data_offsets [8, 16]"});
   }
+  SECTION("offsets and shapes whose sizes overflow 64 bits") {
+    require_bad_file(dir,
+                     st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],"
+                              "\"data_offsets\":[18446744073709551608,18446744073709551615]}}",
+                              eight),
+                     {"data_offsets [18446744073709551608, 18446744073709551615]"});
+    require_bad_file(dir,
+                     st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],"
+                              "\"data_offsets\":[0,8]}}",
+                              eight),
+                     {"tensor 'a'", "too large"});
+    require_bad_file(dir,
+                     st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],"
+                              "\"data_offsets\":[0,0]}}",
+                              eight),
+                     {"tensor 'a'", "too large"});
+  }
   SECTION("size mismatch") {
     require_bad_file(dir, st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", eight),
                      {"hold 8 bytes", "need 12"});

@@ -153,6 +153,21 @@ TEST_CASE("dataset C API: malformed files give PTDP_ERR_IO naming the file", "[d
     ix.sequence_count = ~uint64_t{0} / 2;
     expect_open_error(variant(ix, good.bin), PTDP_ERR_IO, {".idx", "truncated"});
   }
+  SECTION("truncated .idx: counts of 2^62, whose sizes overflow 64 bits") {
+    // 12 * 2^62 does not fit in 64 bits: the message says so instead of computing it.
+    Index ix = good.index;
+    ix.sequence_count = uint64_t{1} << 62;
+    expect_open_error(variant(ix, good.bin), PTDP_ERR_IO,
+                      {".idx", "truncated", "4611686018427387904 sequences", "need more than 2^64 bytes"});
+    Index iy = good.index;
+    iy.document_count = uint64_t{1} << 62;
+    expect_open_error(variant(iy, good.bin), PTDP_ERR_IO,
+                      {".idx", "truncated", "4611686018427387904 document indices", "need more than 2^64 bytes"});
+    Index iz = good.index;
+    iz.sequence_count = ~uint64_t{0};
+    iz.document_count = ~uint64_t{0};
+    expect_open_error(variant(iz, good.bin), PTDP_ERR_IO, {".idx", "truncated", "more than 2^64"});
+  }
   SECTION("bad magic") {
     Index ix = good.index;
     ix.magic[0] = 'X';

@@ -410,7 +410,10 @@ TEST_CASE("C API schedule: per-chunk costs from a trace predict a schedule", "[c
         PTDP_ERR_INVALID_ARGUMENT);
   CHECK(has(err(), "predict_trace.json': no forward time measured for chunk 2"));
   CHECK(ptdp_schedule_costs_from_trace("/nonexistent-ptdp/trace.json", 2, f, b, bi, w, &lat) == PTDP_ERR_IO);
-  CHECK(has(err(), "cannot read the trace '/nonexistent-ptdp/trace.json'"));
+  CHECK(has(err(), "/nonexistent-ptdp/trace.json: cannot open the trace file: missing"));
+  // A directory is no trace: refused naming what it is.
+  CHECK(ptdp_schedule_costs_from_trace("/tmp", 2, f, b, bi, w, &lat) == PTDP_ERR_IO);
+  CHECK(has(err(), "/tmp: is a directory, not a regular file"));
   CHECK(ptdp_schedule_costs_from_trace(path.c_str(), 0, f, b, bi, w, &lat) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(err() == "ptdp_schedule_costs_from_trace: chunks = 0 is not > 0");
 }

@@ -54,12 +54,14 @@ CASE is one of:
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
 """
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 BIN = sys.argv[1]
 CASE = sys.argv[2]
@@ -234,6 +236,41 @@ def case_corrupt():
         f.write("7\n")
     refuse(path, layout(2, 1), "iter_0000007", "tracker naming a missing iteration")
 
+    # Metadata edited and the manifest re-signed: the hash matches, the meaning does not.
+    def resign(d, edit):
+        md_path = os.path.join(d, "metadata.json")
+        md = json.load(open(md_path))
+        edit(md)
+        with open(md_path, "w") as f:
+            json.dump(md, f, indent=1)
+        digest = hashlib.sha256(open(md_path, "rb").read()).hexdigest()
+        lines = open(os.path.join(d, "manifest.sha256")).read().splitlines()
+        with open(os.path.join(d, "manifest.sha256"), "w") as f:
+            for line in lines:
+                f.write((digest + "  metadata.json" if line.endswith("  metadata.json") else line) + "\n")
+
+    path, d = fresh("ckpt-meaning-iteration")
+    resign(d, lambda md: md.update(iteration=2))
+    refuse(path, layout(2, 1), "differs from its directory's iteration 3", "metadata iteration 2 in iter_0000003")
+    path, d = fresh("ckpt-meaning-optimizer")
+    resign(d, lambda md: md["optimizer"].update(kind="lion"))
+    refuse(path, layout(2, 1), 'kind "lion" is not a known optimizer', "unknown optimizer kind")
+    path, d = fresh("ckpt-meaning-samples")
+    resign(d, lambda md: md.update(consumed_train_samples=-1))
+    refuse(path, layout(1, 1), '"consumed_train_samples" = -1 is below 0', "negative consumed samples")
+
+    # Resuming with flags that change the trajectory: refused on every rank naming each flag,
+    # unless --override-resume-check.
+    path, d = fresh("ckpt-trajectory")
+    refuse(path, layout(2, 1) + ["--seed", "7", "--split", "80,20,0"], "--seed was 1234, now 7",
+           "a resume with another seed")
+    refuse(path, layout(2, 1) + ["--seed", "7", "--split", "80,20,0"], '--split was "90,10,0", now "80,20,0"',
+           "a resume with another split")
+    steps, _, stdout = train("trajectory-override", 2, 2, 1, 4, ["--load", path, "--seed", "7",
+                                                                  "--override-resume-check"])
+    check(sorted(steps) == [4] and "--override-resume-check" in stdout,
+          "--override-resume-check resumes with a warning: " + stdout[-400:])
+
     path, d = fresh("ckpt-config")
     p = run(2, MODEL + layout(2, 1) + ["--train-iters", "6", "--load", path, "--hidden-size", "64"],
             expect_ok=False)
@@ -253,7 +290,35 @@ def case_corrupt():
           "the next save becomes the latest")
     check(not os.path.exists(os.path.join(path, "iter_0000004.tmp")), "the stale temporary directory is gone")
     check(os.path.exists(os.path.join(path, "iter_0000004", "manifest.sha256")), "iteration 4 saved")
-    print("corrupt: 8 cases refused on every rank; interrupted save recovered")
+
+    # The save directory's lock: while one run saves into a directory, a second run with the same
+    # --save is refused on every rank naming the holder; once the holder is killed its lock is
+    # stale and the next run takes it over with a warning.
+    locked = os.path.join(WORK, "ckpt-locked")
+    shutil.rmtree(locked, ignore_errors=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    holder = subprocess.Popen([MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-n", "1", TRAIN] + MODEL +
+                              ["--train-iters", "1000000", "--save", locked, "--eval-interval", "0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    lock_file = os.path.join(locked, "ptdp.lock")
+    for _ in range(600):
+        if os.path.exists(lock_file) and open(lock_file).read().strip():
+            break
+        time.sleep(0.1)
+    holder_text = open(lock_file).read().strip() if os.path.exists(lock_file) else ""
+    check(holder_text.startswith("host "), f"the running holder is named in ptdp.lock: {holder_text!r}")
+    p = run(2, MODEL + layout(2, 1) + ["--train-iters", "4", "--save", locked], expect_ok=False)
+    lines = [l for l in p.stderr.splitlines() if "ptdp-train: rank" in l]
+    check(p.returncode != 0 and len(lines) == 2 and all("in use by another run" in l and holder_text in l for l in lines),
+          "a second run on a locked --save is refused on every rank naming the holder:\n" + p.stderr)
+    holder.terminate()  # mpiexec passes SIGTERM on to its ptdp-train
+    holder.wait(timeout=60)
+    time.sleep(1)  # mpiexec's children go with it
+    _, _, stdout = train("lock-takeover", 2, 2, 1, 4, ["--save", locked, "--eval-interval", "0"])
+    check("took over the stale lock" in stdout or open(lock_file).read().strip() == "",
+          "a lock whose holder died is taken over: " + stdout[-400:])
+    check(open(lock_file).read().strip() == "", "a run that ends releases and empties its lock")
+    print("corrupt: 13 cases refused on every rank; interrupted save recovered; the save lock refuses a second run")
 
 
 def case_generate():

@@ -1871,9 +1871,11 @@ typedef struct ptdp_dataset_impl* ptdp_dataset;
  * @param[out] out Receives the handle; release it with ptdp_dataset_destroy(). Must not be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p prefix or @p out.
- * @retval PTDP_ERR_IO a file is missing or unreadable, or malformed: truncated index, bad magic,
- *         unsupported version, unknown or float dtype, a sequence past the end of PREFIX.bin,
- *         document boundaries that decrease or lie out of range. The message names the file.
+ * @retval PTDP_ERR_IO a file is missing or unreadable, not a regular file (a directory, FIFO or
+ *         device: the message says which), or malformed: truncated index (counts whose sizes
+ *         overflow 64 bits included), bad magic, unsupported version, unknown or float dtype, a
+ *         sequence past the end of PREFIX.bin, document boundaries that decrease or lie out of
+ *         range. The message names the file.
  */
 PTDP_API ptdp_status ptdp_dataset_open(const char* prefix, ptdp_dataset* out);
 
@@ -2611,7 +2613,13 @@ PTDP_API ptdp_status ptdp_trainer_options_init(ptdp_trainer_options* options);
  * @retval PTDP_ERR_INVALID_ARGUMENT bad handles or options; a world that is not a multiple of
  *         t x p; a global batch that does not split into micro-batches; a model, optimizer,
  *         schedule or data set that cannot be built (the message names the flag); a checkpoint
- *         saved with another model. Every rank returns the same error.
+ *         saved with another model; a --load whose checkpoint recorded other trajectory flags
+ *         (seed, data, tokenizer, model shape, global batch, optimizer, precision: each named
+ *         with both values) without --override-resume-check. Every rank returns the same error.
+ * @retval PTDP_ERR_INVALID_STATE another run holds the lock of the configuration's --save
+ *         directory (`DIR/ptdp.lock`, named with its host, process id and start time). The
+ *         trainer holds that lock (world rank 0) until ptdp_trainer_destroy(); a lock whose
+ *         holder died is taken over.
  * @retval PTDP_ERR_IO a data file or checkpoint that cannot be read (named).
  * @retval PTDP_ERR_UNSUPPORTED --device cuda in a build without CUDA.
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time (the message names it).
@@ -3256,7 +3264,12 @@ PTDP_API ptdp_status ptdp_checkpoint_state_init(ptdp_checkpoint_state* state);
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, an optimizer of another model, NULL @p state.
  * @retval PTDP_ERR_IO a file could not be written or synced (named); reported on every rank,
- *         and the previous latest checkpoint stays the latest.
+ *         the partial `iter_NNNNNNN.tmp` directory is removed, and the previous latest
+ *         checkpoint stays the latest.
+ * @retval PTDP_ERR_INVALID_STATE another process's run holds DIR's lock `DIR/ptdp.lock`; the
+ *         message names its host, process id and start time. Nothing is written. World rank 0
+ *         takes the lock for the save's duration, or shares it with a trainer of this process
+ *         that holds it.
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
  * @par Thread safety
  * Collective over the world of the model's groups.
@@ -3278,8 +3291,11 @@ PTDP_API ptdp_status ptdp_checkpoint_save(const char* directory, ptdp_model mode
  *         checkpoint's (naming the field and both values); an optimizer state that is missing
  *         or of another kind.
  * @retval PTDP_ERR_IO no checkpoint in DIR, or a missing, truncated or corrupted file (named,
- *         with the expected and found SHA-256 or size). Reported on every rank; the model and
- *         optimizer are unchanged.
+ *         with the expected and found SHA-256 or size), or a file that is no regular file; or
+ *         metadata.json that makes no sense although its hash matches (an iteration other than
+ *         its directory's, negative counters, an unknown optimizer kind or state, a loss scale
+ *         that is not finite and > 0, a layout that cannot exist or whose shards are not the
+ *         listed files; named). Reported on every rank; the model and optimizer are unchanged.
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
  * @par Thread safety
  * Collective over the world of the model's groups.
