@@ -76,6 +76,14 @@ const char* dtype_str(int d) {
 
 std::string signature(const Entry& e) {
   std::string s = e.op;
+  if (!e.peers.empty()) {
+    s += "(";
+    for (std::size_t i = 0; i < e.peers.size(); ++i) {
+      s += (i ? ", " : "") + std::string(e.peers[i].second ? "recv from " : "send to ") +
+           std::to_string(e.peers[i].first);
+    }
+    s += ")";
+  }
   if (!e.reduction.empty()) s += "(" + e.reduction + ")";
   if (e.root >= 0) s += " root " + std::to_string(e.root);
   if (e.dtype >= 0) s += " " + std::to_string(e.count) + " x " + dtype_str(e.dtype);
