@@ -66,7 +66,7 @@ Communicator::Communicator(std::string name, int rank, int size, std::vector<int
       world_ranks_(std::move(world_ranks)),
       settings_(settings) {
   set_timeout(settings.timeout_s);
-  flight_group_ = FlightRecorder::instance().add_group(name_, world_ranks_);
+  flight_group_ = FlightRecorder::instance().add_group(name_, world_ranks_, settings_.timeout_s);
   if (settings_.abort_scope) {
     settings_.abort_scope->add(this);
     if (settings_.abort_scope->aborted()) aborted_.store(true);

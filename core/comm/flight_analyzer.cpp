@@ -34,6 +34,7 @@ struct GroupInfo {
   std::string name;
   std::vector<int> ranks;
   uint64_t last_coll = 0, done_coll = 0;
+  double timeout_s = 0;
 };
 
 struct RankRecord {
@@ -112,6 +113,7 @@ RankRecord parse_record(const std::string& text, const std::string& where) {
       gi.ranks = g.at("ranks").get<std::vector<int>>();
       gi.last_coll = g.value("last_collective", uint64_t{0});
       gi.done_coll = g.value("completed_collective", uint64_t{0});
+      gi.timeout_s = g.value("timeout_s", 0.0);
       const std::string key = group_key(gi.name, g.value("instance", 0));
       keys.push_back(key);
       r.groups[key] = std::move(gi);
@@ -315,6 +317,52 @@ FlightAnalysis analyze(std::vector<RankRecord> recs) {
     a.findings.push_back(std::move(f));
   }
 
+  // Everybody joined, nobody finished: a rank whose deadline fired far too late did not run.
+  if (roots.empty() && waits.empty()) {
+    const Entry* worst = nullptr;
+    int worst_rank = -1;
+    double worst_late = 0;
+    std::string worst_group;
+    for (const RankRecord& r : recs) {
+      for (const Entry& e : r.entries) {
+        if (e.state != "timed_out" || e.end <= 0) continue;
+        const GroupInfo& g = r.groups.at(e.group_key);
+        const double late = (e.end - e.start) - g.timeout_s;
+        if (g.timeout_s > 0 && late > std::max(1.0, 0.5 * g.timeout_s) && late > worst_late) {
+          worst = &e;
+          worst_rank = r.rank;
+          worst_late = late;
+          worst_group = g.name;
+        }
+      }
+    }
+    if (worst != nullptr) {
+      FlightFinding f;
+      f.kind = FlightFinding::Kind::Stalled;
+      f.rank = worst_rank;
+      f.group = worst_group;
+      f.op = worst->op;
+      f.seq = worst->seq;
+      char late[32];
+      std::snprintf(late, sizeof late, "%.1f", worst_late);
+      std::string others;
+      for (const RankRecord& r : recs) {
+        if (r.rank == worst_rank) continue;
+        for (const Entry& e : r.entries) {
+          if (e.in_flight() && e.group_key == worst->group_key) {
+            others += (others.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r.rank) + " waits in " +
+                      signature(e) + " #" + std::to_string(e.seq) + " since " + clock_str(e.start);
+            f.waiting.push_back(r.rank);
+          }
+        }
+      }
+      f.text = "rank " + std::to_string(worst_rank) + " joined " + signature(*worst) + " #" +
+               std::to_string(worst->seq) + " on " + worst_group + " but did not run: its deadline fired " + late +
+               " s late (stopped, swapped out or starved)" + (others.empty() ? "" : "; " + others);
+      a.findings.push_back(std::move(f));
+    }
+  }
+
   // Disagreements: the same collective position on the same group with different signatures.
   std::map<std::pair<std::string, uint64_t>, std::vector<std::pair<int, const Entry*>>> by_position;
   for (const RankRecord& r : recs) {
@@ -361,7 +409,10 @@ FlightAnalysis analyze(std::vector<RankRecord> recs) {
     // The culprit: a root with the most waiting ranks (ties: the lowest rank); else a mismatch.
     const FlightFinding* best = nullptr;
     for (const FlightFinding& f : a.findings) {
-      if (f.kind == FlightFinding::Kind::Cycle || f.kind == FlightFinding::Kind::Mismatch) continue;
+      if (f.kind != FlightFinding::Kind::NeverReached && f.kind != FlightFinding::Kind::NoRecord &&
+          f.kind != FlightFinding::Kind::Stalled) {
+        continue;
+      }
       if (!best || f.waiting.size() > best->waiting.size()) best = &f;
     }
     if (!best) best = &a.findings.front();

@@ -9,7 +9,9 @@
 // (died). So a cascade (rank 3 hangs before a tensor-group all_reduce; rank 2 waits there; rank 0
 // times out first, in a pipeline receive from rank 2) still names rank 3. Ranks that disagree on
 // a collective (operation, dtype, element count, reduction or root at the same position on the
-// same group) are reported too.
+// same group) are reported too. When every rank joined the operation they wait in, a rank whose
+// own deadline fired far later than it should have (it did not run: stopped, swapped out,
+// starved) is named as stalled.
 #pragma once
 
 #include <string>
@@ -18,7 +20,7 @@
 namespace ptdp {
 
 struct FlightFinding {
-  enum class Kind { NeverReached, NoRecord, Mismatch, Cycle };
+  enum class Kind { NeverReached, NoRecord, Mismatch, Cycle, Stalled };
   Kind kind = Kind::NeverReached;
   int rank = -1;           ///< the rank at fault
   std::string group;       ///< "tensor group [2, 3]"

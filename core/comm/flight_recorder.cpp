@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -89,7 +90,7 @@ void FlightRecorder::set_world(int rank, int size) {
   world_size_ = size;
 }
 
-int FlightRecorder::add_group(const std::string& name, const std::vector<int>& world_ranks) {
+int FlightRecorder::add_group(const std::string& name, const std::vector<int>& world_ranks, double timeout_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   FlightGroup g;
   g.name = name;
@@ -97,6 +98,7 @@ int FlightRecorder::add_group(const std::string& name, const std::vector<int>& w
     if (other.name == name) ++g.instance;
   }
   g.ranks = world_ranks;
+  g.timeout_s = timeout_s;
   groups_.push_back(std::move(g));
   return static_cast<int>(groups_.size()) - 1;
 }
@@ -168,6 +170,7 @@ std::string FlightRecorder::to_json() {
                       {"name", g.name},
                       {"instance", g.instance},
                       {"ranks", g.ranks},
+                      {"timeout_s", g.timeout_s},
                       {"last_seq", g.last_seq},
                       {"last_collective", g.last_coll_seq},
                       {"completed_collective", g.completed_coll_seq}});
@@ -220,6 +223,17 @@ void FlightRecorder::dump(const std::string& path) {
     std::remove(tmp.c_str());
     throw_io_error(path, "cannot rename the temporary file into place: " + why);
   }
+}
+
+void flight_linger_after_timeout(int world_rank, double seconds) noexcept {
+  const char* dir = std::getenv("PTDP_FLIGHT_RECORDER_DIR");
+  if (dir == nullptr || *dir == '\0' || !(seconds > 0)) return;
+  std::fprintf(stderr,
+               "ptdp: rank %d: a communication timed out; waiting %g s before leaving so that the other ranks "
+               "write their flight records to %s\n",
+               world_rank, seconds, dir);
+  std::fflush(stderr);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 std::string FlightRecorder::file_name(int rank) {

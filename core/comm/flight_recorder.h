@@ -66,6 +66,7 @@ struct FlightGroup {
   std::string name;          ///< "tensor group [2, 3]"
   int instance = 0;          ///< n-th communicator of that name on this process (0-based)
   std::vector<int> ranks;    ///< world ranks in group-rank order
+  double timeout_s = 0;      ///< the communicator's deadline
   uint64_t last_seq = 0;     ///< sequence number of the last operation started
   uint64_t last_coll_seq = 0;
   uint64_t completed_coll_seq = 0;  ///< highest collective count that completed
@@ -85,7 +86,7 @@ class FlightRecorder {
   void set_world(int rank, int size);
 
   /// Registers a communicator; returns its group index.
-  int add_group(const std::string& name, const std::vector<int>& world_ranks);
+  int add_group(const std::string& name, const std::vector<int>& world_ranks, double timeout_s = 0);
   /// Records the start of an operation; returns its id (0 when recording is off).
   uint64_t start(int group, uint64_t seq, const FlightOp& op);
   /// Ends an operation (no-op when its slot has been reused since).
@@ -113,6 +114,12 @@ class FlightRecorder {
   std::vector<FlightGroup> groups_;
   int world_rank_ = 0, world_size_ = 1;
 };
+
+/// After this rank's wait timed out, when PTDP_FLIGHT_RECORDER_DIR is set: waits `seconds`
+/// (one deadline) before returning, saying so on stderr, so that ranks stuck behind this one
+/// reach their own deadlines and write their records before this rank's exit makes the launcher
+/// end the job. Returns at once when the variable is unset.
+void flight_linger_after_timeout(int world_rank, double seconds) noexcept;
 
 /// The ring size from PTDP_FLIGHT_RECORDER_ENTRIES (a non-negative integer), else the default.
 /// Throws Error(InvalidArgument) when the variable holds something else.

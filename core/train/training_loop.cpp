@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/checkpoint/checkpoint.h"
+#include "core/comm/flight_recorder.h"
 #include "core/data/gpt_dataset.h"
 #include "core/pipeline/trace.h"
 #include "core/train/device_peak.h"
@@ -467,6 +468,11 @@ void TrainingLoop::run() {
       std::fprintf(out, " training done: %lld iterations\n", static_cast<long long>(s.iteration));
       std::fflush(out);
     }
+  } catch (const Error& e) {
+    if (!s.agreed && world > 1) abandon_mpi_finalize();
+    s.agreed = false;
+    if (e.code() == ErrorCode::Timeout && world > 1) flight_linger_after_timeout(s.rt->world_rank(), s.rt->settings().timeout_s);
+    throw;
   } catch (...) {
     if (!s.agreed && world > 1) abandon_mpi_finalize();
     s.agreed = false;
@@ -490,7 +496,7 @@ int train_main(const std::string& program, const std::vector<std::string>& args)
       return 0;
     }
     RuntimeOptions ro;
-    ro.timeout_s = parsed.comm_timeout;
+    ro.timeout_s = parsed.comm_timeout.value_or(0);  // unset: PTDP_COMM_TIMEOUT_S, else 300
     std::shared_ptr<Runtime> rt = Runtime::create(ro);
     rank = rt->world_rank();
     TrainingLoop loop(parsed, rt);

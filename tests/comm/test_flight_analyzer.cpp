@@ -37,7 +37,7 @@ std::string record(int rank, int world, const std::vector<G>& groups, const std:
   json gs = json::array();
   for (std::size_t i = 0; i < groups.size(); ++i) {
     gs.push_back({{"index", i}, {"name", groups[i].name}, {"instance", 0}, {"ranks", groups[i].ranks},
-                  {"last_seq", groups[i].last}, {"last_collective", groups[i].last},
+                  {"timeout_s", 2.0}, {"last_seq", groups[i].last}, {"last_collective", groups[i].last},
                   {"completed_collective", groups[i].done}});
   }
   json j = {{"format", "ptdp-flight-recorder"}, {"version", 1}, {"rank", rank}, {"world_size", world},
@@ -194,6 +194,29 @@ TEST_CASE("flight analyzer: ranks waiting on each other", "[flight]") {
   REQUIRE(find_kind(a, FlightFinding::Kind::Cycle) != nullptr);
   CHECK(a.culprit >= 0);
   CHECK(a.report.find("wait for each other") != std::string::npos);
+}
+
+TEST_CASE("flight analyzer: a rank that joined but did not run", "[flight]") {
+  // Both ranks joined all_reduce #34; rank 1 was stopped inside it: its 2 s deadline fired 28 s late.
+  const G world{"world group [0, 1]", {0, 1}, 34, 33};
+  json late = entry(0, 34, 34, "all_reduce", "timed_out", T + 0.1);
+  late["end"] = T + 30.1;
+  const std::vector<std::string> recs = {
+      record(0, 2, {world}, {entry(0, 34, 34, "all_reduce", "timed_out", T)}),
+      record(1, 2, {world}, {late})};
+  const ptdp::FlightAnalysis a = ptdp::analyze_flight_texts(recs);
+  INFO(a.report);
+  CHECK(a.culprit == 1);
+  const FlightFinding* f = find_kind(a, FlightFinding::Kind::Stalled);
+  REQUIRE(f != nullptr);
+  CHECK(f->seq == 34);
+  CHECK(f->waiting == std::vector<int>{0});
+  CHECK(a.report.find("did not run: its deadline fired 28.0 s late") != std::string::npos);
+  // Deadlines that fired on time name nobody.
+  const std::vector<std::string> on_time = {
+      record(0, 2, {world}, {entry(0, 34, 34, "all_reduce", "timed_out", T)}),
+      record(1, 2, {world}, {entry(0, 34, 34, "all_reduce", "timed_out", T + 0.1)})};
+  CHECK(ptdp::analyze_flight_texts(on_time).culprit == -1);
 }
 
 TEST_CASE("flight analyzer: bad input is an Io error naming it", "[flight]") {

@@ -2496,6 +2496,9 @@ PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config
 
 /**
  * @brief The runtime options: `--comm-timeout` as the deadline of every blocking wait.
+ *
+ * Without `--comm-timeout`, comm_timeout_s is 0, so the runtime takes `PTDP_COMM_TIMEOUT_S`,
+ * else 300 s (the flag wins over the variable, the variable over the default).
  * @param config A live configuration.
  * @param[out] options Receives them, struct_size set; must not be NULL.
  * @retval PTDP_SUCCESS
@@ -2648,7 +2651,8 @@ typedef struct ptdp_trainer_options {
   size_t struct_size;              /**< Set by ptdp_trainer_options_init(). */
   ptdp_runtime runtime;            /**< NULL (default): the run creates its own runtime over
                                         MPI_COMM_WORLD (initialising MPI when nobody has) with the
-                                        configuration's --comm-timeout. Otherwise the caller's
+                                        configuration's --comm-timeout (unset: PTDP_COMM_TIMEOUT_S,
+                                        else 300 s). Otherwise the caller's
                                         runtime (e.g. over its own communicator); it must outlive
                                         the trainer. */
   ptdp_iteration_callback on_iteration; /**< NULL (default) or a callback per iteration. */
