@@ -188,13 +188,13 @@ PTDP_API ptdp_status ptdp_flight_recorder_dump(ptdp_runtime runtime, const char*
   });
 }
 
-PTDP_API ptdp_status ptdp_flight_analyze(const char* dir, char* report, size_t capacity, size_t* length,
+PTDP_API ptdp_status ptdp_flight_analyze(const char* dir, char* buffer, size_t capacity, size_t* length,
                                          int32_t* culprit_rank) {
   return guard(__func__, [&] {
     require_non_null(dir, "dir");
     require_non_null(length, "length");
     const ptdp::FlightAnalysis a = ptdp::analyze_flight_records(dir);
-    copy_text(a.report, report, capacity, length);
+    copy_text(a.report, buffer, capacity, length);
     if (culprit_rank) *culprit_rank = a.culprit;
   });
 }

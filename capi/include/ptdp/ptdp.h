@@ -492,20 +492,20 @@ PTDP_API ptdp_status ptdp_flight_recorder_dump(ptdp_runtime runtime, const char*
  * (collective 3 of that group); ...; rank 2 timed out in all_reduce(sum) 8 x f32 #5 on tensor
  * group [2, 3] since 12:00:01.250 UTC".
  * @param dir A directory holding `flight-rank*.json` files.
- * @param[out] report Receives the NUL-terminated report; may be NULL when @p capacity is 0.
- * @param capacity Bytes @p report can hold.
+ * @param[out] buffer Receives the NUL-terminated report; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
  * @param[out] length Receives strlen of the full report (also when @p capacity is too small);
  *             must not be NULL.
  * @param[out] culprit_rank Receives the rank to look at first, or -1 when the records agree;
  *             may be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p dir or @p length, or @p capacity too small (nothing
- *         written to @p report; @p length tells the size needed).
+ *         written to @p buffer; @p length tells the size needed).
  * @retval PTDP_ERR_IO @p dir is not a directory, holds no record, or a record is not valid.
  * @par Thread safety
  * Reentrant; needs no runtime.
  */
-PTDP_API ptdp_status ptdp_flight_analyze(const char* dir, char* report, size_t capacity, size_t* length,
+PTDP_API ptdp_status ptdp_flight_analyze(const char* dir, char* buffer, size_t capacity, size_t* length,
                                          int32_t* culprit_rank);
 
 /** @} */
