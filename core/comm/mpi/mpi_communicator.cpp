@@ -360,7 +360,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   Tensor host = host_side(buf, true);
   p.keep_alive = {t, buf, host};
   MPI_Request req;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host.raw(), count, mpi_type(host.dtype()), mpi_op(op), comm_, &req), what);
+  posted(flight, MPI_Iallreduce(MPI_IN_PLACE, host.raw(), count, mpi_type(host.dtype()), mpi_op(op), comm_, &req), what);
   p.requests.push_back(req);
   const int n = size();
   p.finish = [t, buf, host, op, n](const std::vector<MPI_Status>&) {
@@ -395,7 +395,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   Pending p;
   p.keep_alive = {in, out, src, dst, hsrc, hdst};
   MPI_Request req;
-  mpi_check(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : hsrc.raw(), in_place ? hsrc.raw() : hdst.raw(), count,
+  posted(flight, MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : hsrc.raw(), in_place ? hsrc.raw() : hdst.raw(), count,
                                       mpi_type(src.dtype()), mpi_op(op), comm_, &req),
             what);
   p.requests.push_back(req);
@@ -429,8 +429,8 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   // In place (in is this rank's chunk of out): MPI takes this rank's part from out itself.
   const bool in_place =
       hin.raw() == static_cast<char*>(hout.raw()) + static_cast<std::size_t>(rank()) * hin.nbytes();
-  if (in_place) mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hout.raw(), count, type, comm_, &req), what);
-  else mpi_check(MPI_Iallgather(hin.raw(), count, type, hout.raw(), count, type, comm_, &req), what);
+  if (in_place) posted(flight, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hout.raw(), count, type, comm_, &req), what);
+  else posted(flight, MPI_Iallgather(hin.raw(), count, type, hout.raw(), count, type, comm_, &req), what);
   p.requests.push_back(req);
   if (hout.raw() != out.raw()) p.finish = [out, hout](const std::vector<MPI_Status>&) { to_device(hout, out); };
   return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
@@ -450,7 +450,7 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   Pending p;
   p.keep_alive = {t, host};
   MPI_Request req;
-  mpi_check(MPI_Ibcast(host.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
+  posted(flight, MPI_Ibcast(host.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
   p.requests.push_back(req);
   if (host.raw() != t.raw()) p.finish = [t, host](const std::vector<MPI_Status>&) { to_device(host, t); };
   return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
@@ -487,11 +487,11 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
       const MPI_Datatype type = mpi_type(op.tensor.dtype());
       const Tensor host = host_side(op.tensor, !is_recv);
       if (is_recv) {
-        mpi_check(MPI_Irecv(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+        posted(flight, MPI_Irecv(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
         recvs.push_back(&op);
         staged_recvs.emplace_back(host, op.tensor);
       } else {
-        mpi_check(MPI_Isend(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+        posted(flight, MPI_Isend(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
       }
       p.requests.push_back(req);
       p.keep_alive.push_back(op.tensor);
@@ -536,7 +536,7 @@ WorkPtr MpiCommunicator::barrier() {
   const uint64_t flight = flight_start(seq, fb);
   Pending p;
   MPI_Request req;
-  mpi_check(MPI_Ibarrier(comm_, &req), what);
+  posted(flight, MPI_Ibarrier(comm_, &req), what);
   p.requests.push_back(req);
   return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
 }

@@ -70,6 +70,11 @@ class MpiCommunicator final : public Communicator {
   /// verify(), ending the operation's flight-recorder entry when the check fails.
   void verify_recorded(const std::string& what, uint64_t seq, const Signature& mine, uint64_t flight);
   int checked_count(int64_t n, const char* what) const;
+  /// mpi_check() of a call that posts an operation, ending its flight-recorder entry on failure.
+  static void posted(uint64_t flight, int rc, const std::string& what) {
+    if (rc != MPI_SUCCESS) flight_end(flight, FlightState::Failed);
+    mpi_check(rc, what);
+  }
 
   MPI_Comm comm_;
   std::vector<Pending> orphans_;
