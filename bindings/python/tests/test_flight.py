@@ -33,3 +33,13 @@ def test_bad_directories(tmp_path):
         ptdp.flight_analyze(tmp_path / "missing")
     with pytest.raises(ptdp.FileError, match="no flight record"):
         ptdp.flight_analyze(tmp_path)
+
+
+def test_comm_timeout_left_to_the_environment():
+    # Without --comm-timeout the runtime options leave the deadline unset (0), so the runtime
+    # takes PTDP_COMM_TIMEOUT_S (else 300 s); the flag, when given, wins.
+    with ptdp.TrainConfig([]) as c:
+        assert c.runtime_options()["comm_timeout_s"] == 0
+        assert json.loads(c.to_json())["comm-timeout"] is None
+    with ptdp.TrainConfig(["--comm-timeout", "7"]) as c:
+        assert c.runtime_options()["comm_timeout_s"] == 7
