@@ -255,7 +255,14 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::vector<in
 MpiCommunicator::~MpiCommunicator() {
   std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const int left = pending_orphans();
-  if (left > 0) g_leaked.fetch_add(left);
+  if (left > 0) {
+    g_leaked.fetch_add(left);
+    // MPI may still write into the buffers of operations that never completed (a late peer can
+    // complete them): they are kept, deliberately leaked, rather than freed under MPI's feet.
+    static auto* graveyard = new std::vector<Pending>();
+    for (Pending& p : orphans_) graveyard->push_back(std::move(p));
+    orphans_.clear();
+  }
   // An aborted communicator is left to MPI (not freed), knowingly: its peers may never complete
   // what is pending on it, and nothing here may wait for them.
   if (aborted()) {
