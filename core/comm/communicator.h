@@ -7,6 +7,8 @@
 // wait() throws Error(Timeout) naming the operation, the group, its size, the operation's
 // sequence number and this rank, and the communicator is marked failed (later calls throw
 // Error(InvalidState)) because a collective that one rank abandoned cannot be resumed.
+// Every operation is recorded in this process's flight recorder (flight_recorder.h), and a
+// runtime's communicators can be aborted together (CommAbortScope, ptdp_runtime_abort).
 #pragma once
 
 #include <atomic>
