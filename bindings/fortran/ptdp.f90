@@ -891,6 +891,37 @@ module ptdp
       integer(c_int) :: ptdp_runtime_gpu
     end function ptdp_runtime_gpu
 
+    ! Stops every communicator of the runtime without the other ranks, as NCCL's ncclCommAbort
+    ! does: after a timeout, or whenever this rank must leave the job.
+    function ptdp_runtime_abort(runtime) bind(c, name="ptdp_runtime_abort")
+      import
+      implicit none
+      type(c_ptr), value :: runtime
+      integer(c_int) :: ptdp_runtime_abort
+    end function ptdp_runtime_abort
+
+    ! Writes this rank's flight record: its last communication operations, as JSON.
+    function ptdp_flight_recorder_dump(runtime, dir) bind(c, name="ptdp_flight_recorder_dump")
+      import
+      implicit none
+      type(c_ptr), value :: runtime
+      character(kind=c_char), intent(in) :: dir(*)
+      integer(c_int) :: ptdp_flight_recorder_dump
+    end function ptdp_flight_recorder_dump
+
+    ! Reads every rank's flight record in a directory and names where the ranks diverge.
+    function ptdp_flight_analyze(dir, buffer, capacity, length, culprit_rank) &
+        bind(c, name="ptdp_flight_analyze")
+      import
+      implicit none
+      character(kind=c_char), intent(in) :: dir(*)
+      character(kind=c_char), intent(out) :: buffer(*)
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: length
+      integer(c_int32_t), intent(out) :: culprit_rank
+      integer(c_int) :: ptdp_flight_analyze
+    end function ptdp_flight_analyze
+
     ! Fills @p options with the defaults (t = p = v = 1, an even split) and sets its
     ! struct_size.
     function ptdp_parallel_options_init(options) bind(c, name="ptdp_parallel_options_init")

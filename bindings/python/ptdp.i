@@ -107,7 +107,7 @@ static int ptdpy_int64_sequence(PyObject* obj, int64_t* out, Py_ssize_t capacity
 %typemap(out) ptdp_status ptdp_dataset_document, ptdp_status ptdp_train_config_help,
               ptdp_status ptdp_train_config_to_json, ptdp_status ptdp_model_preset_name,
               ptdp_status ptdp_tokenizer_encode, ptdp_status ptdp_tokenizer_decode,
-              ptdp_status ptdp_tokenizer_id_to_token {
+              ptdp_status ptdp_tokenizer_id_to_token, ptdp_status ptdp_flight_analyze {
   {
     const char* message = ptdp_last_error();
     $result = Py_BuildValue("(iN)", (int)$1, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));

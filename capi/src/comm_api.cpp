@@ -1,8 +1,11 @@
 // Runtime, process groups, collectives and point-to-point transfers through the C API.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "capi/src/handles.h"
+#include "core/comm/flight_analyzer.h"
+#include "core/comm/flight_recorder.h"
 #include "core/model/pipeline_split.h"
 
 #ifdef PTDP_HAVE_MPI
@@ -24,6 +27,7 @@ static_assert(PTDP_REDUCE_MIN == static_cast<int>(ptdp::ReduceOp::Min));
 
 namespace {
 
+using ptdp::capi::copy_text;
 using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::parallel_config;
@@ -157,6 +161,41 @@ PTDP_API ptdp_status ptdp_runtime_gpu(ptdp_runtime runtime, int32_t* gpu) {
     const ptdp::Runtime& rt = *live(runtime, "runtime").runtime;
     require_non_null(gpu, "gpu");
     *gpu = rt.gpu();
+  });
+}
+
+PTDP_API ptdp_status ptdp_runtime_abort(ptdp_runtime runtime) {
+  return guard(__func__, [&] {
+    PTDP_CHECK_ARG(runtime != nullptr, "runtime is NULL");
+    live(runtime, "runtime").runtime->abort();
+  });
+}
+
+PTDP_API ptdp_status ptdp_flight_recorder_dump(ptdp_runtime runtime, const char* dir) {
+  return guard(__func__, [&] {
+    const ptdp::Runtime& rt = *live(runtime, "runtime").runtime;
+    std::string where;
+    if (dir != nullptr) {
+      where = dir;
+    } else {
+      const char* env = std::getenv("PTDP_FLIGHT_RECORDER_DIR");
+      PTDP_CHECK_ARG(env != nullptr && *env != '\0',
+                     "dir is NULL and PTDP_FLIGHT_RECORDER_DIR is not set (name a directory)");
+      where = env;
+    }
+    PTDP_CHECK_ARG(!where.empty(), "dir is an empty string");
+    ptdp::FlightRecorder::instance().dump(where + "/" + ptdp::FlightRecorder::file_name(rt.world_rank()));
+  });
+}
+
+PTDP_API ptdp_status ptdp_flight_analyze(const char* dir, char* buffer, size_t capacity, size_t* length,
+                                         int32_t* culprit_rank) {
+  return guard(__func__, [&] {
+    require_non_null(dir, "dir");
+    require_non_null(length, "length");
+    const ptdp::FlightAnalysis a = ptdp::analyze_flight_records(dir);
+    copy_text(a.report, buffer, capacity, length);
+    if (culprit_rank) *culprit_rank = a.culprit;
   });
 }
 

@@ -122,7 +122,7 @@ PTDP_API ptdp_status ptdp_trainer_create(ptdp_train_config config, const ptdp_tr
       rt = h->user_runtime->runtime;
     } else {
       ptdp::RuntimeOptions ro;
-      ro.timeout_s = c.args.comm_timeout;
+      ro.timeout_s = c.args.comm_timeout.value_or(0);  // unset: PTDP_COMM_TIMEOUT_S, else 300
       rt = ptdp::Runtime::create(ro);
     }
     ptdp::TrainingLoopHooks hooks;

@@ -123,7 +123,7 @@ PTDP_API ptdp_status ptdp_train_config_runtime_options(ptdp_train_config config,
     require_non_null(options, "options");
     ptdp_runtime_options o;
     init_or_throw(ptdp_runtime_options_init(&o), "ptdp_runtime_options_init");  // MPI, NCCL, checks: defaults
-    o.comm_timeout_s = c.args.comm_timeout;
+    o.comm_timeout_s = c.args.comm_timeout.value_or(0);  // 0: PTDP_COMM_TIMEOUT_S, else 300
     *options = o;
   });
 }

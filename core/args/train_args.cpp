@@ -531,10 +531,10 @@ std::vector<Flag> make_flags() {
   };
   device.get = [](const TrainArgs& a) { return json(a.device); };
   v.push_back(std::move(device));
-  v.push_back(number("comm-timeout", G::Ptdp, "SECONDS",
-                     "[ptdp] Deadline of every blocking communication; a rank that does not take part in time is "
-                     "reported.",
-                     &TrainArgs::comm_timeout, kPositive, false));
+  v.push_back(optional_number("comm-timeout", G::Ptdp, "SECONDS",
+                              "[ptdp] Deadline of every blocking communication; a rank that does not take part in "
+                              "time is reported. Wins over PTDP_COMM_TIMEOUT_S.",
+                              &TrainArgs::comm_timeout, kPositive, false, "PTDP_COMM_TIMEOUT_S, else 300"));
   v.push_back(number("peak-tflops", G::Ptdp, "TFLOPS",
                      "[ptdp] Dense peak TFLOP/s of one device for the MFU; 0 means the CPU's sgemm peak measured at "
                      "the start, or the GPU's datasheet figure.",

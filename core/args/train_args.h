@@ -155,7 +155,9 @@ struct TrainArgs {
 
   // ptdp.
   std::string device = "auto";  ///< "auto", "cpu" or "cuda"
-  double comm_timeout = 300.0;   ///< seconds, every blocking wait
+  /// Seconds, every blocking wait; unset: PTDP_COMM_TIMEOUT_S when set, else 300 (the flag wins
+  /// over the variable, the variable over the default).
+  std::optional<double> comm_timeout;
   double peak_tflops = 0.0;      ///< one device's dense peak for the MFU; 0: measured (CPU) or datasheet (GPU)
   /// --max-restarts N (torchrun's name): outside an MPI launcher ptdp-train supervises the job,
   /// relaunching it from the latest checkpoint of --save up to N times (core/train/supervisor.h).

@@ -1,5 +1,6 @@
 #include "core/comm/communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -65,6 +66,70 @@ Communicator::Communicator(std::string name, int rank, int size, std::vector<int
       world_ranks_(std::move(world_ranks)),
       settings_(settings) {
   set_timeout(settings.timeout_s);
+  flight_group_ = FlightRecorder::instance().add_group(name_, world_ranks_, settings_.timeout_s);
+  if (settings_.abort_scope) {
+    settings_.abort_scope->add(this);
+    if (settings_.abort_scope->aborted()) aborted_.store(true);
+  }
+}
+
+Communicator::~Communicator() {
+  if (settings_.abort_scope) settings_.abort_scope->remove(this);
+}
+
+void CommAbortScope::abort() {
+  aborted_.store(true);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Communicator* c : members_) c->abort();
+}
+
+void CommAbortScope::add(Communicator* c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  members_.push_back(c);
+}
+
+void CommAbortScope::remove(Communicator* c) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  members_.erase(std::remove(members_.begin(), members_.end(), c), members_.end());
+}
+
+uint64_t Communicator::flight_start(uint64_t seq, const FlightOp& op) const {
+  return FlightRecorder::instance().start(flight_group_, seq, op);
+}
+
+FlightOp Communicator::flight_collective(const char* op, const Tensor& t, const char* reduction, int root) {
+  FlightOp f;
+  f.op = op;
+  f.reduction = reduction;
+  f.dtype = static_cast<int>(t.dtype());
+  f.count = t.numel();
+  f.bytes = static_cast<int64_t>(t.nbytes());
+  f.root = root;
+  return f;
+}
+
+FlightOp Communicator::flight_p2p(const std::vector<P2POp>& ops) const {
+  FlightOp f;
+  f.op = "batch_p2p";
+  f.collective = false;
+  f.npeers = static_cast<int>(ops.size());
+  int dtype = ops.empty() ? -1 : static_cast<int>(ops.front().tensor.dtype());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& o = ops[i];
+    f.count += o.tensor.numel();
+    f.bytes += static_cast<int64_t>(o.tensor.nbytes());
+    if (static_cast<int>(o.tensor.dtype()) != dtype) dtype = -1;
+    if (i < static_cast<std::size_t>(kFlightMaxPeers)) {
+      f.peers[i] = o.peer >= 0 && o.peer < size_ ? world_ranks_[static_cast<std::size_t>(o.peer)] : o.peer;
+      f.peer_is_recv[i] = o.kind == P2POp::Kind::Recv;
+    }
+  }
+  f.dtype = dtype;
+  return f;
+}
+
+std::string Communicator::aborted_message(const std::string& what) const {
+  return what + ": the communicator was aborted (ptdp_runtime_abort); the operation was abandoned";
 }
 
 void Communicator::set_timeout(double seconds) {
@@ -74,6 +139,11 @@ void Communicator::set_timeout(double seconds) {
 }
 
 uint64_t Communicator::begin(const char* op) {
+  if (aborted()) {
+    throw_error(ErrorCode::InvalidState, std::string(op) + " on " + name_ +
+                                             ": the communicator was aborted (ptdp_runtime_abort) and "
+                                             "cannot be used again");
+  }
   if (failed()) {
     throw_error(ErrorCode::InvalidState, std::string(op) + " on " + name_ +
                                              ": the communicator failed earlier and cannot be "
@@ -186,7 +256,8 @@ SelfCommunicator::SelfCommunicator(CommSettings settings, std::string name)
 WorkPtr SelfCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   check_tensor(t, "tensor");
   check_reduce(t, op);
-  begin("all_reduce");
+  const uint64_t seq = begin("all_reduce");
+  flight_end(flight_start(seq, flight_collective("all_reduce", t, reduce_op_name(op))), FlightState::Completed);
   return std::make_unique<DoneWork>();  // one rank: sum, avg, max and min are the identity
 }
 
@@ -195,7 +266,8 @@ WorkPtr SelfCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Re
   check_tensor(out, "out");
   check_reduce(in, op);
   check_chunks(in, out, "reduce_scatter");
-  begin("reduce_scatter");
+  const uint64_t seq = begin("reduce_scatter");
+  flight_end(flight_start(seq, flight_collective("reduce_scatter", in, reduce_op_name(op))), FlightState::Completed);
   if (out.raw() != in.raw()) out.backend().copy(out.raw(), in.raw(), out.nbytes());
   return std::make_unique<DoneWork>();
 }
@@ -204,7 +276,8 @@ WorkPtr SelfCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   check_tensor(in, "in");
   check_tensor(out, "out");
   check_chunks(out, in, "all_gather");
-  begin("all_gather");
+  const uint64_t seq = begin("all_gather");
+  flight_end(flight_start(seq, flight_collective("all_gather", in)), FlightState::Completed);
   if (out.raw() != in.raw()) out.backend().copy(out.raw(), in.raw(), in.nbytes());
   return std::make_unique<DoneWork>();
 }
@@ -212,7 +285,8 @@ WorkPtr SelfCommunicator::all_gather(const Tensor& in, const Tensor& out) {
 WorkPtr SelfCommunicator::broadcast(const Tensor& t, int root) {
   check_tensor(t, "tensor");
   check_peer(root, "root");
-  begin("broadcast");
+  const uint64_t seq = begin("broadcast");
+  flight_end(flight_start(seq, flight_collective("broadcast", t, "", root)), FlightState::Completed);
   return std::make_unique<DoneWork>();
 }
 
@@ -247,13 +321,16 @@ WorkPtr SelfCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
     PTDP_CHECK_ARG(used[i], "receive from self (tag " + std::to_string(recvs[i]->tag) +
                                 ") has no matching send in the same batch; it would never complete");
   }
+  const uint64_t seq = begin("batch_p2p");
   for (auto [s, r] : pairs) r->tensor.backend().copy(r->tensor.raw(), s->tensor.raw(), s->tensor.nbytes());
-  begin("batch_p2p");
+  flight_end(flight_start(seq, flight_p2p(ops)), FlightState::Completed);
   return std::make_unique<DoneWork>();
 }
 
 WorkPtr SelfCommunicator::barrier() {
-  begin("barrier");
+  FlightOp f;
+  f.op = "barrier";
+  flight_end(flight_start(begin("barrier"), f), FlightState::Completed);
   return std::make_unique<DoneWork>();
 }
 

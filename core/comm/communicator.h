@@ -7,14 +7,19 @@
 // wait() throws Error(Timeout) naming the operation, the group, its size, the operation's
 // sequence number and this rank, and the communicator is marked failed (later calls throw
 // Error(InvalidState)) because a collective that one rank abandoned cannot be resumed.
+// Every operation is recorded in this process's flight recorder (flight_recorder.h), and a
+// runtime's communicators can be aborted together (CommAbortScope, ptdp_runtime_abort).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "core/comm/flight_recorder.h"
 #include "core/tensor/tensor.h"
 
 namespace ptdp {
@@ -29,6 +34,24 @@ inline constexpr double kDefaultCommTimeoutS = 300.0;
 /// Throws Error(InvalidArgument) when the variable is set to something that is not one.
 double comm_timeout_from_env();
 
+class Communicator;
+
+/// What ptdp_runtime_abort reaches: every communicator created with the same settings (the
+/// runtime's, its groups' and their NCCL communicators) registers here while it lives.
+class CommAbortScope {
+ public:
+  bool aborted() const { return aborted_.load(); }
+  /// Marks the scope aborted and aborts every registered communicator (Communicator::abort).
+  void abort();
+  void add(Communicator* c);
+  void remove(Communicator* c);
+
+ private:
+  std::atomic<bool> aborted_{false};
+  std::mutex mutex_;
+  std::vector<Communicator*> members_;
+};
+
 /// Settings shared by a runtime's communicators.
 struct CommSettings {
   double timeout_s = kDefaultCommTimeoutS;
@@ -40,6 +63,8 @@ struct CommSettings {
   /// in the same order (as MPI requires of blocking ones). Turn it off for full overlap.
   bool verify = true;
   int world_rank = 0;  ///< this process's rank in the runtime's world, for messages
+  /// The runtime's abort scope (none for communicators made outside a runtime).
+  std::shared_ptr<CommAbortScope> abort_scope = {};
 };
 
 /// Seconds this process has spent blocked in Work::wait() on any communicator: what a training
@@ -70,7 +95,7 @@ class Communicator {
  public:
   Communicator(std::string name, int rank, int size, std::vector<int> world_ranks,
                CommSettings settings);
-  virtual ~Communicator() = default;
+  virtual ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -110,10 +135,29 @@ class Communicator {
   /// True after an operation timed out or failed; the communicator then refuses new work.
   bool failed() const { return !failure_.empty(); }
 
+  /// Stops the communicator without the other ranks (ptdp_runtime_abort): later calls and waits
+  /// fail fast with Error(InvalidState), operations in flight are abandoned, and destruction
+  /// frees nothing that would need the peers (MPI: the communicator is not freed; NCCL:
+  /// ncclCommAbort). Safe from another thread while one waits (MPI, self); idempotent.
+  virtual void abort() { aborted_.store(true); }
+  bool aborted() const { return aborted_.load(); }
+
+  /// This communicator's index in the flight recorder's group table.
+  int flight_group() const { return flight_group_; }
+
  protected:
   /// Starts the bookkeeping of one operation: checks the communicator is usable and returns
   /// the operation's sequence number.
   uint64_t begin(const char* op);
+  /// Records an operation in the flight recorder; returns its id for flight_end().
+  uint64_t flight_start(uint64_t seq, const FlightOp& op) const;
+  static void flight_end(uint64_t id, FlightState state) { FlightRecorder::instance().end(id, state); }
+  /// The flight record of a collective on `t`.
+  static FlightOp flight_collective(const char* op, const Tensor& t, const char* reduction = "", int root = -1);
+  /// The flight record of a p2p batch (peers as world ranks).
+  FlightOp flight_p2p(const std::vector<P2POp>& ops) const;
+  /// The message of a wait that ends because the communicator was aborted.
+  std::string aborted_message(const std::string& what) const;
   /// "all_reduce(sum, 1024 x f32) #17 on tensor group [2, 3] (size 2) at world rank 3".
   std::string describe(const std::string& op, uint64_t seq) const;
   void mark_failed(const std::string& why) { failure_ = why; }
@@ -149,6 +193,8 @@ class Communicator {
   CommSettings settings_;
   uint64_t seq_ = 0;
   std::string failure_;
+  std::atomic<bool> aborted_{false};
+  int flight_group_ = -1;
 };
 
 /// A Work that is already complete (self communicator, empty operations).

@@ -69,13 +69,19 @@ void abandon_mpi_finalize() noexcept {}
 void Runtime::init_common(const RuntimeOptions& options) {
   settings_.timeout_s = options.timeout_s > 0 ? options.timeout_s : comm_timeout_from_env();
   settings_.verify = options.verify_collectives;
+  settings_.abort_scope = std::make_shared<CommAbortScope>();
   want_nccl_ = options.use_nccl;
 }
+
+void Runtime::abort() { settings_.abort_scope->abort(); }
+
+bool Runtime::aborted() const { return settings_.abort_scope->aborted(); }
 
 std::shared_ptr<Runtime> Runtime::create_self(const RuntimeOptions& options) {
   std::shared_ptr<Runtime> rt(new Runtime());
   rt->init_common(options);
   rt->settings_.world_rank = 0;
+  FlightRecorder::instance().set_world(0, 1);
   rt->world_comm_ = std::make_unique<SelfCommunicator>(rt->settings_);
 #ifdef PTDP_HAVE_CUDA
   rt->gpu_ = cuda::device_count() > 0 ? 0 : -1;
@@ -130,6 +136,7 @@ std::shared_ptr<Runtime> Runtime::create_from_mpi(const RuntimeOptions& options,
   mpi_check(MPI_Comm_rank(dup, &rt->world_rank_), "MPI_Comm_rank");
   mpi_check(MPI_Comm_size(dup, &rt->world_size_), "MPI_Comm_size");
   rt->settings_.world_rank = rt->world_rank_;
+  FlightRecorder::instance().set_world(rt->world_rank_, rt->world_size_);
   std::vector<int> all(static_cast<std::size_t>(rt->world_size_));
   for (int r = 0; r < rt->world_size_; ++r) all[static_cast<std::size_t>(r)] = r;
   rt->world_comm_ = std::make_unique<MpiCommunicator>(dup, "world group " + format_ranks(all), all, rt->settings_);
@@ -160,6 +167,9 @@ Runtime::~Runtime() { world_comm_.reset(); }
 std::unique_ptr<Communicator> Runtime::split(int color, int key, const std::string& name,
                                              const std::vector<int>& world_ranks) {
   PTDP_CHECK_ARG(color >= -1, "split: color must be >= -1, got " + std::to_string(color));
+  if (aborted()) {
+    throw_error(ErrorCode::InvalidState, "creating " + name + ": the runtime was aborted (ptdp_runtime_abort)");
+  }
   if (!mpi_) {
     if (color < 0) return nullptr;
     return std::make_unique<SelfCommunicator>(settings_, name);

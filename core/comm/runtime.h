@@ -53,6 +53,15 @@ class Runtime {
 
   Communicator& world() { return *world_comm_; }
 
+  /// Aborts every communicator of this runtime (its world and every group and NCCL
+  /// communicator made from its settings) without the other ranks: operations in flight are
+  /// abandoned, waits and later calls fail fast with Error(InvalidState), and destroying the
+  /// groups and the runtime then frees nothing that needs the peers (MPI communicators are left
+  /// unfreed, knowingly; NCCL ones get ncclCommAbort). Idempotent; safe from another thread
+  /// while one waits on an MPI communicator.
+  void abort();
+  bool aborted() const;
+
   /// Collective over the world: every rank calls it with the color of the group it joins (or
   /// -1 to join none) and its key (position) in that group. Returns nullptr for color -1.
   std::unique_ptr<Communicator> split(int color, int key, const std::string& name,

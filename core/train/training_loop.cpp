@@ -14,6 +14,7 @@
 
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/save_lock.h"
+#include "core/comm/flight_recorder.h"
 #include "core/data/gpt_dataset.h"
 #include "core/pipeline/trace.h"
 #include "core/tensor/json_number.h"
@@ -611,6 +612,10 @@ void TrainingLoop::run() {
     }
   } catch (const RunStopped&) {
     s.agreed = false;  // every rank stops alike: MPI finalises as usual
+  } catch (const Error& e) {
+    if (!s.agreed && world > 1) abandon_mpi_finalize();
+    s.agreed = false;
+    if (e.code() == ErrorCode::Timeout && world > 1) flight_linger_after_timeout(s.rt->world_rank(), s.rt->settings().timeout_s);
     throw;
   } catch (...) {
     if (!s.agreed && world > 1) abandon_mpi_finalize();
@@ -665,7 +670,7 @@ int train_main(const std::string& program, const std::vector<std::string>& args)
     }
     if (parsed.max_restarts > 0 && !started_by_mpi_launcher()) return supervise_self(program, args, parsed);
     RuntimeOptions ro;
-    ro.timeout_s = parsed.comm_timeout;
+    ro.timeout_s = parsed.comm_timeout.value_or(0);  // unset: PTDP_COMM_TIMEOUT_S, else 300
     std::shared_ptr<Runtime> rt = Runtime::create(ro);
     rank = rt->world_rank();
     TrainingLoop loop(parsed, rt);

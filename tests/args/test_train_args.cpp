@@ -51,7 +51,7 @@ TEST_CASE("train args: no flags give Megatron's defaults", "[args]") {
   CHECK(a.log_interval == 100);
   CHECK(a.eval_interval == 1000);
   CHECK(a.eval_iters == 100);
-  CHECK(a.comm_timeout == 300.0);
+  CHECK(!a.comm_timeout.has_value());  // unset: PTDP_COMM_TIMEOUT_S, else 300
   CHECK(a.device == "auto");
   CHECK(a.pipeline_schedule == ptdp::ScheduleKind::OneFOneB);
   // The model defaults are the GptConfig's.
@@ -215,7 +215,7 @@ TEST_CASE("train args: values in both spellings reach the fields", "[args]") {
   CHECK(a.fp16);
   CHECK(a.loss_scale == 1024.0);
   CHECK(a.optimizer == ptdp::OptimizerKind::Sgd);
-  CHECK(a.comm_timeout == 12.5);
+  CHECK(a.comm_timeout == std::optional<double>(12.5));
   // lr 0 with the default min-lr 0 is allowed.
   CHECK(ptdp::train_args_to_json(a)["lr-decay-iters"] == 7);
 }

@@ -118,7 +118,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"profile-trace", "unset"},
     {"plot-file", "unset"},
     {"device", "auto"},
-    {"comm-timeout", "300.0"},
+    {"comm-timeout", "unset (PTDP_COMM_TIMEOUT_S, else 300)"},
     {"peak-tflops", "0.0"},
     {"max-restarts", "0"},
     {"launcher", "unset"},
@@ -556,7 +556,7 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.par.tensor_model_parallel_size == 1);
   CHECK(s.par.pipeline_model_parallel_size == 1);
   CHECK(s.par.virtual_pipeline_model_parallel_size == 1);
-  CHECK(s.rt.comm_timeout_s == 300.0);
+  CHECK(s.rt.comm_timeout_s == 0.0);  // unset: the runtime takes PTDP_COMM_TIMEOUT_S, else 300
 
   CHECK(s.set.help == 0);
   CHECK(s.set.micro_batch_size == 1);

@@ -40,6 +40,7 @@ test -f "$usr/include/ptdp/ptdp.h" && test -f "$usr/lib/pkgconfig/ptdp.pc"
 test -f "$usr/lib/cmake/ptdp/ptdpConfig.cmake" && test -f "$usr/lib/cmake/ptdp/ptdpConfigVersion.cmake"
 test -x "$usr/bin/ptdp-train"
 test -x "$usr/bin/ptdp-plot"
+test -x "$usr/bin/ptdp-flight-analyze"
 export LD_LIBRARY_PATH="$usr/lib"
 
 echo "== pkg-config"

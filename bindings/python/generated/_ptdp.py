@@ -456,6 +456,81 @@ def ptdp_runtime_gpu(runtime):
     :param gpu: Receives the device ordinal or -1; must not be NULL.
     """
     return _ptdp_ext.ptdp_runtime_gpu(runtime)
+
+def ptdp_runtime_abort(runtime):
+    r"""
+    Stops every communicator of the runtime without the other ranks, as NCCL's
+           ncclCommAbort does: after a timeout, or whenever this rank must leave the job.
+
+    Operations in flight on the runtime's world, on its process groups and on their NCCL
+    communicators are abandoned; a wait in progress on another thread, and every later
+    communication call on them, returns ::PTDP_ERR_INVALID_STATE naming the operation and saying
+    the runtime was aborted; ptdp_groups_create() on it fails the same way. Destroying the groups
+    (and trainers) and then the runtime afterwards returns promptly, since nothing is freed that
+    needs the peers: an aborted MPI communicator is not freed (MPI_Comm_free is collective; the
+    handle is leaked knowingly, and MPI that ptdp initialised is then not finalised at exit when
+    operations stay pending), an NCCL communicator gets ncclCommAbort instead of a finalize.
+    Queries (ptdp_runtime_world() and the like) keep working. Aborting twice is harmless.
+    :type runtime: struct ptdp_runtime_impl
+    :param runtime: A live runtime handle.
+    Title: Thread safety
+    Local (not collective). May be called from another thread while a thread waits in an MPI
+    communication call of this runtime; with NCCL communicators, call it from the thread that
+    uses the runtime.
+    """
+    return _ptdp_ext.ptdp_runtime_abort(runtime)
+
+def ptdp_flight_recorder_dump(runtime, dir):
+    r"""
+    Writes this rank's flight record: its last communication operations, as JSON.
+
+    Every process keeps a ring of its last operations on every communicator (collectives and
+    point-to-point batches; default 4096 entries, `PTDP_FLIGHT_RECORDER_ENTRIES` sets the number,
+    0 turns recording off): group name and world ranks, operation, reduction, dtype, element
+    count, bytes, peers, the sequence number shown in timeout messages, the group's collective
+    count, start and end wall-clock times, and the state (started, completed, timed_out, failed,
+    aborted). When `PTDP_FLIGHT_RECORDER_DIR` is set, every rank whose wait times out writes it
+    there by itself. Read the files of all ranks with ptdp_flight_analyze() or the
+    `ptdp-flight-analyze` tool.
+    :type runtime: struct ptdp_runtime_impl
+    :param runtime: A live runtime handle (its world rank names the file).
+    :type dir: string
+    :param dir: An existing directory; the file is `dir/flight-rankNNNNN.json` (rank on five
+               digits), replaced atomically. NULL means the directory `PTDP_FLIGHT_RECORDER_DIR` names.
+    Title: Thread safety
+    Local; safe while other threads communicate.
+    """
+    return _ptdp_ext.ptdp_flight_recorder_dump(runtime, dir)
+
+def ptdp_flight_analyze(dir, buffer):
+    r"""
+    Reads every rank's flight record in a directory and names where the ranks diverge.
+
+    Each operation still in flight on a rank waits for the ranks that never started it (for a
+    collective: members of its group whose count of collectives there is lower, or that wrote no
+    record; for a point-to-point batch: its peers). Following these waits from rank to rank ends
+    at the cause, so a cascade (one rank hangs before a tensor-group all-reduce, a pipeline peer
+    times out first) still names the hanging rank. The report also names ranks that wrote no
+    record, ranks that disagree on a collective (operation, dtype, count, reduction or root), and
+    the first timeout. Example line: "rank 3 never reached all_reduce #5 on tensor group [2, 3]
+    (collective 3 of that group); ...; rank 2 timed out in all_reduce(sum) 8 x f32 #5 on tensor
+    group [2, 3] since 12:00:01.250 UTC".
+    :type dir: string
+    :param dir: A directory holding `flight-rank*.json` files.
+    :type buffer: string, out
+    :param buffer: Receives the NUL-terminated report; may be NULL when ``capacity`` is 0.
+    :type capacity: int
+    :param capacity: Bytes ``buffer`` can hold.
+    :type length: int, out
+    :param length: Receives strlen of the full report (also when ``capacity`` is too small);
+                    must not be NULL.
+    :type culprit_rank: int, out
+    :param culprit_rank: Receives the rank to look at first, or -1 when the records agree;
+                    may be NULL.
+    Title: Thread safety
+    Reentrant; needs no runtime.
+    """
+    return _ptdp_ext.ptdp_flight_analyze(dir, buffer)
 PTDP_GROUP_WORLD = _ptdp_ext.PTDP_GROUP_WORLD
 r""" Every rank of the runtime."""
 PTDP_GROUP_TENSOR = _ptdp_ext.PTDP_GROUP_TENSOR
@@ -2453,6 +2528,9 @@ def ptdp_train_config_parallel_options(config, options):
 def ptdp_train_config_runtime_options(config, options):
     r"""
     The runtime options: `--comm-timeout` as the deadline of every blocking wait.
+
+    Without `--comm-timeout`, comm_timeout_s is 0, so the runtime takes `PTDP_COMM_TIMEOUT_S`,
+    else 300 s (the flag wins over the variable, the variable over the default).
     :type config: struct ptdp_train_config_impl
     :param config: A live configuration.
     :type options: :py:class:`ptdp_runtime_options`, out
@@ -2622,7 +2700,8 @@ class ptdp_trainer_options(object):
     runtime = property(_ptdp_ext.ptdp_trainer_options_runtime_get, _ptdp_ext.ptdp_trainer_options_runtime_set, doc=r"""
     NULL (default): the run creates its own runtime over
                                            MPI_COMM_WORLD (initialising MPI when nobody has) with the
-                                           configuration's --comm-timeout. Otherwise the caller's
+                                           configuration's --comm-timeout (unset: PTDP_COMM_TIMEOUT_S,
+                                           else 300 s). Otherwise the caller's
                                            runtime (e.g. over its own communicator); it must outlive
                                            the trainer.
     """)

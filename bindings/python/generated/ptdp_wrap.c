@@ -5595,6 +5595,152 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_runtime_abort(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_runtime arg1 = (ptdp_runtime) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_runtime_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_runtime_abort" "', argument " "1"" of type '" "ptdp_runtime""'"); 
+  }
+  arg1 = (ptdp_runtime)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_runtime_abort(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_flight_recorder_dump(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_runtime arg1 = (ptdp_runtime) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_flight_recorder_dump", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_runtime_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_flight_recorder_dump" "', argument " "1"" of type '" "ptdp_runtime""'"); 
+  }
+  arg1 = (ptdp_runtime)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_flight_recorder_dump" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_flight_recorder_dump(arg1,(char const *)arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_flight_analyze(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  char *arg1 = (char *) 0 ;
+  char *arg2 = (char *) 0 ;
+  size_t arg3 ;
+  size_t *arg4 = (size_t *) 0 ;
+  int32_t *arg5 = (int32_t *) 0 ;
+  int res1 ;
+  char *buf1 = 0 ;
+  int alloc1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  size_t temp4 = 0 ;
+  int32_t temp5 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg4 = &temp4; 
+  }
+  {
+    arg5 = &temp5; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_flight_analyze", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_AsCharPtrAndSize(swig_obj[0], &buf1, NULL, &alloc1);
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_flight_analyze" "', argument " "1"" of type '" "char const *""'");
+  }
+  arg1 = (char *)(buf1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 1, 1, NULL, 1, "ptdp_flight_analyze: buffer");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (char *)(have_view2 ? view2.buf : NULL);
+    arg3 = (size_t)(have_view2 ? (1 ? view2.len : view2.len / 1) : 0);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_flight_analyze((char const *)arg1,arg2,arg3,arg4,arg5);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    {
+      const char* message = ptdp_last_error();
+      resultobj = Py_BuildValue("(iN)", (int)result, PyUnicode_DecodeUTF8(message, (Py_ssize_t)strlen(message), "replace"));
+    }
+  }
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg4)); 
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg5)); 
+  }
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  if (alloc1 == SWIG_NEWOBJ) free((char*)buf1);
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_parallel_options_struct_size_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
@@ -34924,6 +35070,72 @@ static PyMethodDef SwigMethods[] = {
 		":type gpu: int, out\n"
 		":param gpu: Receives the device ordinal or -1; must not be NULL.\n"
 		""},
+	 { "ptdp_runtime_abort", _wrap_ptdp_runtime_abort, METH_O, "\n"
+		"Stops every communicator of the runtime without the other ranks, as NCCL's\n"
+		"       ncclCommAbort does: after a timeout, or whenever this rank must leave the job.\n"
+		"\n"
+		"Operations in flight on the runtime's world, on its process groups and on their NCCL\n"
+		"communicators are abandoned; a wait in progress on another thread, and every later\n"
+		"communication call on them, returns ::PTDP_ERR_INVALID_STATE naming the operation and saying\n"
+		"the runtime was aborted; ptdp_groups_create() on it fails the same way. Destroying the groups\n"
+		"(and trainers) and then the runtime afterwards returns promptly, since nothing is freed that\n"
+		"needs the peers: an aborted MPI communicator is not freed (MPI_Comm_free is collective; the\n"
+		"handle is leaked knowingly, and MPI that ptdp initialised is then not finalised at exit when\n"
+		"operations stay pending), an NCCL communicator gets ncclCommAbort instead of a finalize.\n"
+		"Queries (ptdp_runtime_world() and the like) keep working. Aborting twice is harmless.\n"
+		":type runtime: struct ptdp_runtime_impl\n"
+		":param runtime: A live runtime handle.\n"
+		"Title: Thread safety\n"
+		"Local (not collective). May be called from another thread while a thread waits in an MPI\n"
+		"communication call of this runtime; with NCCL communicators, call it from the thread that\n"
+		"uses the runtime.\n"
+		""},
+	 { "ptdp_flight_recorder_dump", _wrap_ptdp_flight_recorder_dump, METH_VARARGS, "\n"
+		"Writes this rank's flight record: its last communication operations, as JSON.\n"
+		"\n"
+		"Every process keeps a ring of its last operations on every communicator (collectives and\n"
+		"point-to-point batches; default 4096 entries, `PTDP_FLIGHT_RECORDER_ENTRIES` sets the number,\n"
+		"0 turns recording off): group name and world ranks, operation, reduction, dtype, element\n"
+		"count, bytes, peers, the sequence number shown in timeout messages, the group's collective\n"
+		"count, start and end wall-clock times, and the state (started, completed, timed_out, failed,\n"
+		"aborted). When `PTDP_FLIGHT_RECORDER_DIR` is set, every rank whose wait times out writes it\n"
+		"there by itself. Read the files of all ranks with ptdp_flight_analyze() or the\n"
+		"`ptdp-flight-analyze` tool.\n"
+		":type runtime: struct ptdp_runtime_impl\n"
+		":param runtime: A live runtime handle (its world rank names the file).\n"
+		":type dir: string\n"
+		":param dir: An existing directory; the file is `dir/flight-rankNNNNN.json` (rank on five\n"
+		"           digits), replaced atomically. NULL means the directory `PTDP_FLIGHT_RECORDER_DIR` names.\n"
+		"Title: Thread safety\n"
+		"Local; safe while other threads communicate.\n"
+		""},
+	 { "ptdp_flight_analyze", _wrap_ptdp_flight_analyze, METH_VARARGS, "\n"
+		"Reads every rank's flight record in a directory and names where the ranks diverge.\n"
+		"\n"
+		"Each operation still in flight on a rank waits for the ranks that never started it (for a\n"
+		"collective: members of its group whose count of collectives there is lower, or that wrote no\n"
+		"record; for a point-to-point batch: its peers). Following these waits from rank to rank ends\n"
+		"at the cause, so a cascade (one rank hangs before a tensor-group all-reduce, a pipeline peer\n"
+		"times out first) still names the hanging rank. The report also names ranks that wrote no\n"
+		"record, ranks that disagree on a collective (operation, dtype, count, reduction or root), and\n"
+		"the first timeout. Example line: \"rank 3 never reached all_reduce #5 on tensor group [2, 3]\n"
+		"(collective 3 of that group); ...; rank 2 timed out in all_reduce(sum) 8 x f32 #5 on tensor\n"
+		"group [2, 3] since 12:00:01.250 UTC\".\n"
+		":type dir: string\n"
+		":param dir: A directory holding `flight-rank*.json` files.\n"
+		":type buffer: string, out\n"
+		":param buffer: Receives the NUL-terminated report; may be NULL when ``capacity`` is 0.\n"
+		":type capacity: int\n"
+		":param capacity: Bytes ``buffer`` can hold.\n"
+		":type length: int, out\n"
+		":param length: Receives strlen of the full report (also when ``capacity`` is too small);\n"
+		"                must not be NULL.\n"
+		":type culprit_rank: int, out\n"
+		":param culprit_rank: Receives the rank to look at first, or -1 when the records agree;\n"
+		"                may be NULL.\n"
+		"Title: Thread safety\n"
+		"Reentrant; needs no runtime.\n"
+		""},
 	 { "ptdp_parallel_options_struct_size_set", _wrap_ptdp_parallel_options_struct_size_set, METH_VARARGS, " Set by ptdp_parallel_options_init()."},
 	 { "ptdp_parallel_options_struct_size_get", _wrap_ptdp_parallel_options_struct_size_get, METH_O, " Set by ptdp_parallel_options_init()."},
 	 { "ptdp_parallel_options_tensor_model_parallel_size_set", _wrap_ptdp_parallel_options_tensor_model_parallel_size_set, METH_VARARGS, " t; default 1."},
@@ -36701,6 +36913,9 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_train_config_runtime_options", _wrap_ptdp_train_config_runtime_options, METH_VARARGS, "\n"
 		"The runtime options: `--comm-timeout` as the deadline of every blocking wait.\n"
+		"\n"
+		"Without `--comm-timeout`, comm_timeout_s is 0, so the runtime takes `PTDP_COMM_TIMEOUT_S`,\n"
+		"else 300 s (the flag wins over the variable, the variable over the default).\n"
 		":type config: struct ptdp_train_config_impl\n"
 		":param config: A live configuration.\n"
 		":type options: :py:class:`ptdp_runtime_options`, out\n"
@@ -36903,14 +37118,16 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_trainer_options_runtime_set", _wrap_ptdp_trainer_options_runtime_set, METH_VARARGS, "\n"
 		"NULL (default): the run creates its own runtime over\n"
 		"                                       MPI_COMM_WORLD (initialising MPI when nobody has) with the\n"
-		"                                       configuration's --comm-timeout. Otherwise the caller's\n"
+		"                                       configuration's --comm-timeout (unset: PTDP_COMM_TIMEOUT_S,\n"
+		"                                       else 300 s). Otherwise the caller's\n"
 		"                                       runtime (e.g. over its own communicator); it must outlive\n"
 		"                                       the trainer.\n"
 		""},
 	 { "ptdp_trainer_options_runtime_get", _wrap_ptdp_trainer_options_runtime_get, METH_O, "\n"
 		"NULL (default): the run creates its own runtime over\n"
 		"                                       MPI_COMM_WORLD (initialising MPI when nobody has) with the\n"
-		"                                       configuration's --comm-timeout. Otherwise the caller's\n"
+		"                                       configuration's --comm-timeout (unset: PTDP_COMM_TIMEOUT_S,\n"
+		"                                       else 300 s). Otherwise the caller's\n"
 		"                                       runtime (e.g. over its own communicator); it must outlive\n"
 		"                                       the trainer.\n"
 		""},

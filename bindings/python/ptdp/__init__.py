@@ -28,7 +28,8 @@ from .model import (IGNORE_INDEX, EodFlags, Model, Normalization, ParamInfo, Pos
                     model_presets, preset_options)
 from .pipeline import Stage, pipeline_run
 from .preprocessing import PreprocessResult, merge_datasets, merge_datasets_main, preprocess, preprocess_main
-from .runtime import Feature, GroupKind, Groups, P2PKind, ReduceOp, Runtime, Work, has_feature, layout_members
+from .runtime import (Feature, GroupKind, Groups, P2PKind, ReduceOp, Runtime, Work, flight_analyze, has_feature,
+                      layout_members)
 from .schedule import ACTION_DTYPE, ActionKind, Schedule, ScheduleKind
 from .tensor import Device, DType, Tensor
 from .tokenizer import Tokenizer, TokenizerType

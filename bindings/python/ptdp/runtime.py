@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from ._lib import Handle, _raw, handle_of, make_enum, make_struct
+from ._lib import Handle, _raw, filled, handle_of, make_enum, make_struct
 
 GroupKind = make_enum("GroupKind", "PTDP_GROUP_", "Kinds of process group (ptdp_group_kind).")
 ReduceOp = make_enum("ReduceOp", "PTDP_REDUCE_", "Reductions (ptdp_reduce_op).")
@@ -69,6 +69,31 @@ class Runtime(Handle):
     def groups(self, tensor=None, pipeline=None, virtual=None, options=None):
         """The process groups of a (t, p, v) layout; see :class:`Groups`."""
         return Groups(self, tensor=tensor, pipeline=pipeline, virtual=virtual, options=options)
+
+    def abort(self):
+        """Stops every communicator of the runtime without the other ranks (``ptdp_runtime_abort``):
+        waits and later calls fail fast; groups and the runtime then close promptly."""
+        _raw.ptdp_runtime_abort(self.handle)
+
+    def dump_flight_record(self, directory=None):
+        """Writes this rank's flight record to ``directory/flight-rankNNNNN.json`` (None: the
+        directory PTDP_FLIGHT_RECORDER_DIR names); see :func:`flight_analyze`."""
+        _raw.ptdp_flight_recorder_dump(self.handle, None if directory is None else str(directory))
+
+
+def flight_analyze(directory):
+    """Reads every rank's flight record in ``directory`` (``ptdp_flight_analyze``) and returns
+    ``(report, culprit_rank)``: the text ptdp-flight-analyze prints and the rank to look at
+    first, or -1 when the records agree."""
+    culprit = [-1]
+
+    def call(buffer):
+        (status, message), length, rank = _raw.ptdp_flight_analyze(str(directory), buffer)
+        culprit[0] = rank
+        return (status, message), length
+
+    report = filled(call).decode("utf-8", "replace")
+    return report, culprit[0]
 
 
 def parallel_options(tensor=None, pipeline=None, virtual=None, options=None):

@@ -433,6 +433,81 @@ PTDP_API ptdp_status ptdp_runtime_local(ptdp_runtime runtime, int32_t* local_ran
  */
 PTDP_API ptdp_status ptdp_runtime_gpu(ptdp_runtime runtime, int32_t* gpu);
 
+/**
+ * @brief Stops every communicator of the runtime without the other ranks, as NCCL's
+ *        ncclCommAbort does: after a timeout, or whenever this rank must leave the job.
+ *
+ * Operations in flight on the runtime's world, on its process groups and on their NCCL
+ * communicators are abandoned; a wait in progress on another thread, and every later
+ * communication call on them, returns ::PTDP_ERR_INVALID_STATE naming the operation and saying
+ * the runtime was aborted; ptdp_groups_create() on it fails the same way. Destroying the groups
+ * (and trainers) and then the runtime afterwards returns promptly, since nothing is freed that
+ * needs the peers: an aborted MPI communicator is not freed (MPI_Comm_free is collective; the
+ * handle is leaked knowingly, and MPI that ptdp initialised is then not finalised at exit when
+ * operations stay pending), an NCCL communicator gets ncclCommAbort instead of a finalize.
+ * Queries (ptdp_runtime_world() and the like) keep working. Aborting twice is harmless.
+ * @param runtime A live runtime handle.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL or not a live runtime handle.
+ * @par Thread safety
+ * Local (not collective). May be called from another thread while a thread waits in an MPI
+ * communication call of this runtime; with NCCL communicators, call it from the thread that
+ * uses the runtime.
+ */
+PTDP_API ptdp_status ptdp_runtime_abort(ptdp_runtime runtime);
+
+/**
+ * @brief Writes this rank's flight record: its last communication operations, as JSON.
+ *
+ * Every process keeps a ring of its last operations on every communicator (collectives and
+ * point-to-point batches; default 4096 entries, `PTDP_FLIGHT_RECORDER_ENTRIES` sets the number,
+ * 0 turns recording off): group name and world ranks, operation, reduction, dtype, element
+ * count, bytes, peers, the sequence number shown in timeout messages, the group's collective
+ * count, start and end wall-clock times, and the state (started, completed, timed_out, failed,
+ * aborted). When `PTDP_FLIGHT_RECORDER_DIR` is set, every rank whose wait times out writes it
+ * there by itself. Read the files of all ranks with ptdp_flight_analyze() or the
+ * `ptdp-flight-analyze` tool.
+ * @param runtime A live runtime handle (its world rank names the file).
+ * @param dir An existing directory; the file is `dir/flight-rankNNNNN.json` (rank on five
+ *        digits), replaced atomically. NULL means the directory `PTDP_FLIGHT_RECORDER_DIR` names.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live runtime handle, or NULL @p dir while
+ *         `PTDP_FLIGHT_RECORDER_DIR` is unset or empty.
+ * @retval PTDP_ERR_IO the file could not be written (the message names it).
+ * @par Thread safety
+ * Local; safe while other threads communicate.
+ */
+PTDP_API ptdp_status ptdp_flight_recorder_dump(ptdp_runtime runtime, const char* dir);
+
+/**
+ * @brief Reads every rank's flight record in a directory and names where the ranks diverge.
+ *
+ * Each operation still in flight on a rank waits for the ranks that never started it (for a
+ * collective: members of its group whose count of collectives there is lower, or that wrote no
+ * record; for a point-to-point batch: its peers). Following these waits from rank to rank ends
+ * at the cause, so a cascade (one rank hangs before a tensor-group all-reduce, a pipeline peer
+ * times out first) still names the hanging rank. The report also names ranks that wrote no
+ * record, ranks that disagree on a collective (operation, dtype, count, reduction or root), and
+ * the first timeout. Example line: "rank 3 never reached all_reduce #5 on tensor group [2, 3]
+ * (collective 3 of that group); ...; rank 2 timed out in all_reduce(sum) 8 x f32 #5 on tensor
+ * group [2, 3] since 12:00:01.250 UTC".
+ * @param dir A directory holding `flight-rank*.json` files.
+ * @param[out] buffer Receives the NUL-terminated report; may be NULL when @p capacity is 0.
+ * @param capacity Bytes @p buffer can hold.
+ * @param[out] length Receives strlen of the full report (also when @p capacity is too small);
+ *             must not be NULL.
+ * @param[out] culprit_rank Receives the rank to look at first, or -1 when the records agree;
+ *             may be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p dir or @p length, or @p capacity too small (nothing
+ *         written to @p buffer; @p length tells the size needed).
+ * @retval PTDP_ERR_IO @p dir is not a directory, holds no record, or a record is not valid.
+ * @par Thread safety
+ * Reentrant; needs no runtime.
+ */
+PTDP_API ptdp_status ptdp_flight_analyze(const char* dir, char* buffer, size_t capacity, size_t* length,
+                                         int32_t* culprit_rank);
+
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */
@@ -2425,6 +2500,9 @@ PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config
 
 /**
  * @brief The runtime options: `--comm-timeout` as the deadline of every blocking wait.
+ *
+ * Without `--comm-timeout`, comm_timeout_s is 0, so the runtime takes `PTDP_COMM_TIMEOUT_S`,
+ * else 300 s (the flag wins over the variable, the variable over the default).
  * @param config A live configuration.
  * @param[out] options Receives them, struct_size set; must not be NULL.
  * @retval PTDP_SUCCESS
@@ -2584,7 +2662,8 @@ typedef struct ptdp_trainer_options {
   size_t struct_size;              /**< Set by ptdp_trainer_options_init(). */
   ptdp_runtime runtime;            /**< NULL (default): the run creates its own runtime over
                                         MPI_COMM_WORLD (initialising MPI when nobody has) with the
-                                        configuration's --comm-timeout. Otherwise the caller's
+                                        configuration's --comm-timeout (unset: PTDP_COMM_TIMEOUT_S,
+                                        else 300 s). Otherwise the caller's
                                         runtime (e.g. over its own communicator); it must outlive
                                         the trainer. */
   ptdp_iteration_callback on_iteration; /**< NULL (default) or a callback per iteration. */

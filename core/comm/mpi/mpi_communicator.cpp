@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/comm/runtime.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -62,8 +63,11 @@ class Backoff {
 // they complete. An error is remembered, so waiting again reports it again.
 class MpiWork final : public Work {
  public:
-  MpiWork(MpiCommunicator& owner, std::string what, MpiCommunicator::Pending pending)
-      : owner_(owner), what_(std::move(what)), pending_(std::move(pending)) {}
+  // `flight`: the flight-recorder entry this work ends; a consistency check (`check_only`) ends
+  // it only when it times out or is aborted, since the operation itself follows.
+  MpiWork(MpiCommunicator& owner, std::string what, MpiCommunicator::Pending pending, uint64_t flight = 0,
+          bool check_only = false)
+      : owner_(owner), what_(std::move(what)), pending_(std::move(pending)), flight_(flight), check_only_(check_only) {}
 
   ~MpiWork() override {
     if (!done_ && !pending_.requests.empty()) owner_.adopt(std::move(pending_));
@@ -78,8 +82,10 @@ class MpiWork final : public Work {
       done_ = failed_ = true;
       error_code_ = e.code();
       error_ = e.what();
+      if (!check_only_) FlightRecorder::instance().end(flight_, FlightState::Failed);
       throw;
     }
+    if (!check_only_) FlightRecorder::instance().end(flight_, FlightState::Completed);
     return true;
   }
 
@@ -92,23 +98,33 @@ class MpiWork final : public Work {
     const auto deadline = owner_.work_deadline();
     Backoff backoff;
     while (!test()) {
+      if (owner_.aborted()) give_up(ErrorCode::InvalidState, FlightState::Aborted, owner_.abort_text(what_));
       owner_.progress_orphans();
       if (std::chrono::steady_clock::now() > deadline) {
-        const std::string why = what_ + ": timed out after " + format_seconds(owner_.settings().timeout_s) +
-                                " waiting for the other ranks of the group";
+        std::string why = what_ + ": timed out after " + format_seconds(owner_.settings().timeout_s) +
+                          " waiting for the other ranks of the group";
         owner_.fail(why);
-        owner_.adopt(std::move(pending_));
-        pending_.requests.clear();
-        done_ = failed_ = true;
-        error_code_ = ErrorCode::Timeout;
-        error_ = why;
-        throw_error(ErrorCode::Timeout, why);
+        FlightRecorder::instance().end(flight_, FlightState::TimedOut);
+        const std::string dumped = FlightRecorder::instance().dump_if_configured();
+        if (!dumped.empty()) why += "; flight record: " + dumped;
+        give_up(ErrorCode::Timeout, FlightState::TimedOut, why);
       }
       backoff.pause();
     }
   }
 
  private:
+  // Abandons the operation (its requests go to the communicator's orphans) and throws.
+  [[noreturn]] void give_up(ErrorCode code, FlightState state, const std::string& why) {
+    FlightRecorder::instance().end(flight_, state);
+    owner_.adopt(std::move(pending_));
+    pending_.requests.clear();
+    done_ = failed_ = true;
+    error_code_ = code;
+    error_ = why;
+    throw_error(code, why);
+  }
+
   bool test_requests() {
     std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
     int flag = 0;
@@ -134,6 +150,8 @@ class MpiWork final : public Work {
   MpiCommunicator& owner_;
   std::string what_;
   MpiCommunicator::Pending pending_;
+  uint64_t flight_ = 0;
+  bool check_only_ = false;
   bool done_ = false;
   bool failed_ = false;
   ErrorCode error_code_ = ErrorCode::Internal;
@@ -237,7 +255,20 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, std::vector<in
 MpiCommunicator::~MpiCommunicator() {
   std::lock_guard<std::recursive_mutex> lock(mpi_call_mutex());
   const int left = pending_orphans();
-  if (left > 0) g_leaked.fetch_add(left);
+  if (left > 0) {
+    g_leaked.fetch_add(left);
+    // MPI may still write into the buffers of operations that never completed (a late peer can
+    // complete them): they are kept, deliberately leaked, rather than freed under MPI's feet.
+    static auto* graveyard = new std::vector<Pending>();
+    for (Pending& p : orphans_) graveyard->push_back(std::move(p));
+    orphans_.clear();
+  }
+  // An aborted communicator is left to MPI (not freed), knowingly: its peers may never complete
+  // what is pending on it, and nothing here may wait for them.
+  if (aborted()) {
+    if (left > 0) abandon_mpi_finalize();
+    return;
+  }
   MPI_Comm_free(&comm_);  // deferred by MPI until pending operations complete
 }
 
@@ -304,8 +335,21 @@ void MpiCommunicator::verify(const std::string& what, uint64_t seq, const Signat
   mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, 8, MPI_INT64_T, MPI_MAX, comm_, &req), describe(what, seq));
   Pending p;
   p.requests.push_back(req);
-  MpiWork(*this, describe(what, seq) + " (consistency check)", std::move(p)).wait();
+  MpiWork(*this, describe(what, seq) + " (consistency check)", std::move(p), verifying_flight_, true).wait();
   check_signature(what, seq, mine, buf);
+}
+
+void MpiCommunicator::verify_recorded(const std::string& what, uint64_t seq, const Signature& mine, uint64_t flight) {
+  verifying_flight_ = flight;
+  try {
+    verify(what, seq, mine);
+    verifying_flight_ = 0;
+  } catch (const Error& e) {
+    verifying_flight_ = 0;
+    // A timeout has recorded its own state; a disagreement or an MPI error ends the entry here.
+    flight_end(flight, e.code() == ErrorCode::InvalidState ? FlightState::Aborted : FlightState::Failed);
+    throw;
+  }
 }
 
 WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
@@ -316,13 +360,14 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
   const uint64_t seq = begin("all_reduce");
   progress_orphans();
   const std::string what = describe(std::string("all_reduce(") + reduce_op_name(op) + ", " + t.str() + ")", seq);
-  verify("all_reduce", seq, {kSigAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op)});
+  const uint64_t flight = flight_start(seq, flight_collective("all_reduce", t, reduce_op_name(op)));
+  verify_recorded("all_reduce", seq, {kSigAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op)}, flight);
   Pending p;
   Tensor buf = is_half(t.dtype()) ? t.to(DType::F32) : t;
   Tensor host = host_side(buf, true);
   p.keep_alive = {t, buf, host};
   MPI_Request req;
-  mpi_check(MPI_Iallreduce(MPI_IN_PLACE, host.raw(), count, mpi_type(host.dtype()), mpi_op(op), comm_, &req), what);
+  posted(flight, MPI_Iallreduce(MPI_IN_PLACE, host.raw(), count, mpi_type(host.dtype()), mpi_op(op), comm_, &req), what);
   p.requests.push_back(req);
   const int n = size();
   p.finish = [t, buf, host, op, n](const std::vector<MPI_Status>&) {
@@ -330,7 +375,7 @@ WorkPtr MpiCommunicator::all_reduce(const Tensor& t, ReduceOp op) {
     to_device(host, buf);
     if (buf.raw() != t.raw()) buf.backend().cast(buf.raw(), DType::F32, t.raw(), t.dtype(), t.numel());
   };
-  return std::make_unique<MpiWork>(*this, what, std::move(p));
+  return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
 }
 
 WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, ReduceOp op) {
@@ -344,7 +389,8 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   const uint64_t seq = begin("reduce_scatter");
   progress_orphans();
   const std::string what = describe(std::string("reduce_scatter(") + reduce_op_name(op) + ", " + in.str() + ")", seq);
-  verify("reduce_scatter", seq, {kSigReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op)});
+  const uint64_t flight = flight_start(seq, flight_collective("reduce_scatter", in, reduce_op_name(op)));
+  verify_recorded("reduce_scatter", seq, {kSigReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op)}, flight);
   const bool stage = is_half(in.dtype());
   Tensor src = stage ? in.to(DType::F32) : in;
   Tensor dst = stage ? Tensor::empty(out.shape(), DType::F32, out.device()) : out;
@@ -356,7 +402,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
   Pending p;
   p.keep_alive = {in, out, src, dst, hsrc, hdst};
   MPI_Request req;
-  mpi_check(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : hsrc.raw(), in_place ? hsrc.raw() : hdst.raw(), count,
+  posted(flight, MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : hsrc.raw(), in_place ? hsrc.raw() : hdst.raw(), count,
                                       mpi_type(src.dtype()), mpi_op(op), comm_, &req),
             what);
   p.requests.push_back(req);
@@ -367,7 +413,7 @@ WorkPtr MpiCommunicator::reduce_scatter(const Tensor& in, const Tensor& out, Red
     to_device(hdst, dst);
     if (dst.raw() != out.raw()) dst.backend().cast(dst.raw(), DType::F32, out.raw(), out.dtype(), out.numel());
   };
-  return std::make_unique<MpiWork>(*this, what, std::move(p));
+  return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
 }
 
 WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
@@ -380,7 +426,8 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   const uint64_t seq = begin("all_gather");
   progress_orphans();
   const std::string what = describe("all_gather(" + in.str() + ")", seq);
-  verify("all_gather", seq, {kSigAllGather, in.dtype(), in.numel(), 0});
+  const uint64_t flight = flight_start(seq, flight_collective("all_gather", in));
+  verify_recorded("all_gather", seq, {kSigAllGather, in.dtype(), in.numel(), 0}, flight);
   Tensor hin = host_side(in, true), hout = host_side(out, false);
   Pending p;
   p.keep_alive = {in, out, hin, hout};
@@ -389,11 +436,11 @@ WorkPtr MpiCommunicator::all_gather(const Tensor& in, const Tensor& out) {
   // In place (in is this rank's chunk of out): MPI takes this rank's part from out itself.
   const bool in_place =
       hin.raw() == static_cast<char*>(hout.raw()) + static_cast<std::size_t>(rank()) * hin.nbytes();
-  if (in_place) mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hout.raw(), count, type, comm_, &req), what);
-  else mpi_check(MPI_Iallgather(hin.raw(), count, type, hout.raw(), count, type, comm_, &req), what);
+  if (in_place) posted(flight, MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hout.raw(), count, type, comm_, &req), what);
+  else posted(flight, MPI_Iallgather(hin.raw(), count, type, hout.raw(), count, type, comm_, &req), what);
   p.requests.push_back(req);
   if (hout.raw() != out.raw()) p.finish = [out, hout](const std::vector<MPI_Status>&) { to_device(hout, out); };
-  return std::make_unique<MpiWork>(*this, what, std::move(p));
+  return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
 }
 
 WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
@@ -404,15 +451,16 @@ WorkPtr MpiCommunicator::broadcast(const Tensor& t, int root) {
   const uint64_t seq = begin("broadcast");
   progress_orphans();
   const std::string what = describe("broadcast(" + t.str() + ", root " + std::to_string(root) + ")", seq);
-  verify("broadcast", seq, {kSigBroadcast, t.dtype(), t.numel(), root});
+  const uint64_t flight = flight_start(seq, flight_collective("broadcast", t, "", root));
+  verify_recorded("broadcast", seq, {kSigBroadcast, t.dtype(), t.numel(), root}, flight);
   Tensor host = host_side(t, rank() == root);
   Pending p;
   p.keep_alive = {t, host};
   MPI_Request req;
-  mpi_check(MPI_Ibcast(host.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
+  posted(flight, MPI_Ibcast(host.raw(), count, mpi_type(t.dtype()), root, comm_, &req), what);
   p.requests.push_back(req);
   if (host.raw() != t.raw()) p.finish = [t, host](const std::vector<MPI_Status>&) { to_device(host, t); };
-  return std::make_unique<MpiWork>(*this, what, std::move(p));
+  return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
 }
 
 WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
@@ -432,6 +480,7 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
                std::to_string(op.peer);
   }
   const std::string what = describe("batch_p2p(" + summary + ")", seq);
+  const uint64_t flight = flight_start(seq, flight_p2p(ops));
   Pending p;
   // Receives first, then sends: all are non-blocking, so the order only helps MPI match early.
   std::vector<const P2POp*> recvs;
@@ -445,11 +494,11 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
       const MPI_Datatype type = mpi_type(op.tensor.dtype());
       const Tensor host = host_side(op.tensor, !is_recv);
       if (is_recv) {
-        mpi_check(MPI_Irecv(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+        posted(flight, MPI_Irecv(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
         recvs.push_back(&op);
         staged_recvs.emplace_back(host, op.tensor);
       } else {
-        mpi_check(MPI_Isend(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
+        posted(flight, MPI_Isend(host.raw(), count, type, op.peer, op.tag, comm_, &req), what);
       }
       p.requests.push_back(req);
       p.keep_alive.push_back(op.tensor);
@@ -481,7 +530,7 @@ WorkPtr MpiCommunicator::batch_p2p(const std::vector<P2POp>& ops) {
       }
     }
   };
-  return std::make_unique<MpiWork>(*this, what, std::move(p));
+  return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
 }
 
 WorkPtr MpiCommunicator::barrier() {
@@ -489,11 +538,14 @@ WorkPtr MpiCommunicator::barrier() {
   const uint64_t seq = begin("barrier");
   progress_orphans();
   const std::string what = describe("barrier", seq);
+  FlightOp fb;
+  fb.op = "barrier";
+  const uint64_t flight = flight_start(seq, fb);
   Pending p;
   MPI_Request req;
-  mpi_check(MPI_Ibarrier(comm_, &req), what);
+  posted(flight, MPI_Ibarrier(comm_, &req), what);
   p.requests.push_back(req);
-  return std::make_unique<MpiWork>(*this, what, std::move(p));
+  return std::make_unique<MpiWork>(*this, what, std::move(p), flight);
 }
 
 }  // namespace ptdp

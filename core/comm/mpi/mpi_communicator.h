@@ -61,15 +61,24 @@ class MpiCommunicator final : public Communicator {
   void progress_orphans() { pending_orphans(); }
   void fail(const std::string& why) { mark_failed(why); }
   std::chrono::steady_clock::time_point work_deadline() const { return deadline(); }
+  std::string abort_text(const std::string& what) const { return aborted_message(what); }
 
  private:
   /// The collective-consistency check (CommSettings::verify): every rank contributes its
   /// operation's signature; a disagreement throws InvalidArgument on every rank alike.
   void verify(const std::string& what, uint64_t seq, const Signature& mine);
+  /// verify(), ending the operation's flight-recorder entry when the check fails.
+  void verify_recorded(const std::string& what, uint64_t seq, const Signature& mine, uint64_t flight);
   int checked_count(int64_t n, const char* what) const;
+  /// mpi_check() of a call that posts an operation, ending its flight-recorder entry on failure.
+  static void posted(uint64_t flight, int rc, const std::string& what) {
+    if (rc != MPI_SUCCESS) flight_end(flight, FlightState::Failed);
+    mpi_check(rc, what);
+  }
 
   MPI_Comm comm_;
   std::vector<Pending> orphans_;
+  uint64_t verifying_flight_ = 0;  // the entry whose consistency check is in progress
 };
 
 /// Number of operations abandoned on communicators that no longer exist and still pending

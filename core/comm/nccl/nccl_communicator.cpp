@@ -52,8 +52,8 @@ class NcclCommunicator;
 // Completes when its event has fired on the communicator's stream.
 class NcclWork final : public Work {
  public:
-  NcclWork(NcclCommunicator& owner, std::string what, cudaEvent_t done, std::vector<Tensor> keep)
-      : owner_(owner), what_(std::move(what)), done_event_(done), keep_(std::move(keep)) {}
+  NcclWork(NcclCommunicator& owner, std::string what, cudaEvent_t done, std::vector<Tensor> keep, uint64_t flight)
+      : owner_(owner), what_(std::move(what)), done_event_(done), keep_(std::move(keep)), flight_(flight) {}
   ~NcclWork() override;
   bool test() override;
   void wait() override;
@@ -63,6 +63,7 @@ class NcclWork final : public Work {
   std::string what_;
   cudaEvent_t done_event_;
   std::vector<Tensor> keep_;
+  uint64_t flight_ = 0;
   bool done_ = false;
 };
 
@@ -101,7 +102,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   ~NcclCommunicator() override {
-    if (comm_ != nullptr && !failed()) {
+    if (comm_ != nullptr && !failed() && !aborted()) {
       // Finalize drains the queued work (bounded by the deadline); destroy then frees it.
       try {
         if (nccl_check(ncclCommFinalize(comm_), "ncclCommFinalize") == ncclInProgress) {
@@ -122,8 +123,9 @@ class NcclCommunicator final : public Communicator {
     check_reduce(t, op);
     const uint64_t seq = begin("all_reduce");
     const std::string what = describe(std::string("all_reduce(") + reduce_op_name(op) + ", " + t.str() + ")", seq);
-    verify(what, seq, {kSigAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op)});
-    return launch(what, {t}, [&] {
+    const uint64_t flight = flight_start(seq, flight_collective("all_reduce", t, reduce_op_name(op)));
+    verify(what, seq, {kSigAllReduce, t.dtype(), t.numel(), static_cast<int64_t>(op)}, flight);
+    return launch(what, flight, {t}, [&] {
       return ncclAllReduce(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                            nccl_op(op), comm_, stream_);
     });
@@ -136,8 +138,9 @@ class NcclCommunicator final : public Communicator {
     check_chunks(in, out, "reduce_scatter");
     const uint64_t seq = begin("reduce_scatter");
     const std::string what = describe(std::string("reduce_scatter(") + reduce_op_name(op) + ", " + in.str() + ")", seq);
-    verify(what, seq, {kSigReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op)});
-    return launch(what, {in, out}, [&] {
+    const uint64_t flight = flight_start(seq, flight_collective("reduce_scatter", in, reduce_op_name(op)));
+    verify(what, seq, {kSigReduceScatter, in.dtype(), in.numel(), static_cast<int64_t>(op)}, flight);
+    return launch(what, flight, {in, out}, [&] {
       return ncclReduceScatter(in.raw(), out.raw(), static_cast<size_t>(out.numel()),
                                nccl_type(in.dtype()), nccl_op(op), comm_, stream_);
     });
@@ -149,8 +152,9 @@ class NcclCommunicator final : public Communicator {
     check_chunks(out, in, "all_gather");
     const uint64_t seq = begin("all_gather");
     const std::string what = describe("all_gather(" + in.str() + ")", seq);
-    verify(what, seq, {kSigAllGather, in.dtype(), in.numel(), 0});
-    return launch(what, {in, out}, [&] {
+    const uint64_t flight = flight_start(seq, flight_collective("all_gather", in));
+    verify(what, seq, {kSigAllGather, in.dtype(), in.numel(), 0}, flight);
+    return launch(what, flight, {in, out}, [&] {
       return ncclAllGather(in.raw(), out.raw(), static_cast<size_t>(in.numel()), nccl_type(in.dtype()),
                            comm_, stream_);
     });
@@ -161,8 +165,9 @@ class NcclCommunicator final : public Communicator {
     check_peer(root, "root");
     const uint64_t seq = begin("broadcast");
     const std::string what = describe("broadcast(" + t.str() + ", root " + std::to_string(root) + ")", seq);
-    verify(what, seq, {kSigBroadcast, t.dtype(), t.numel(), root});
-    return launch(what, {t}, [&] {
+    const uint64_t flight = flight_start(seq, flight_collective("broadcast", t, "", root));
+    verify(what, seq, {kSigBroadcast, t.dtype(), t.numel(), root}, flight);
+    return launch(what, flight, {t}, [&] {
       return ncclBroadcast(t.raw(), t.raw(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()), root,
                            comm_, stream_);
     });
@@ -178,9 +183,10 @@ class NcclCommunicator final : public Communicator {
     }
     const uint64_t seq = begin("batch_p2p");
     const std::string what = describe("batch_p2p(" + std::to_string(ops.size()) + " transfers)", seq);
+    const uint64_t flight = flight_start(seq, flight_p2p(ops));
     // NCCL has no tags: transfers between two peers complete in the order both issue them,
     // which the pipeline schedules guarantee.
-    return launch(what, std::move(keep), [&] {
+    return launch(what, flight, std::move(keep), [&] {
       ncclResult_t rc = ncclGroupStart();
       for (const P2POp& op : ops) {
         if (rc != ncclSuccess) break;
@@ -197,13 +203,17 @@ class NcclCommunicator final : public Communicator {
   WorkPtr barrier() override {
     const uint64_t seq = begin("barrier");
     const std::string what = describe("barrier", seq);
-    return launch(what, {}, [&] {
+    FlightOp fb;
+    fb.op = "barrier";
+    const uint64_t flight = flight_start(seq, fb);
+    return launch(what, flight, {}, [&] {
       return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
 
   // Used by NcclWork.
   void poll_async_error(const std::string& what) {
+    if (aborted()) throw_error(ErrorCode::InvalidState, aborted_message(what));
     if (comm_ == nullptr) throw_error(ErrorCode::InvalidState, what + ": the NCCL communicator was aborted");
     ncclResult_t state = ncclSuccess;
     nccl_check(ncclCommGetAsyncError(comm_, &state), what + ": ncclCommGetAsyncError");
@@ -239,6 +249,16 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  /// ptdp_runtime_abort: ncclCommAbort releases kernels stuck on peers that will never come.
+  /// Unlike the MPI communicator's, not safe while another thread uses this communicator.
+  void abort() override {
+    Communicator::abort();
+    if (comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+  }
+
   void abort_after_timeout(const std::string& why) {
     mark_failed(why);
     ncclCommAbort(comm_);  // makes the stuck kernels return
@@ -255,16 +275,21 @@ class NcclCommunicator final : public Communicator {
                        std::to_string(device_) + " tensors");
   }
 
-  void verify(const std::string& what, uint64_t seq, const Signature& mine) {
+  void verify(const std::string& what, uint64_t seq, const Signature& mine, uint64_t flight) {
     if (!settings().verify || size() == 1) return;
     int64_t buf[8];
     pack_signature(mine, buf);
-    bootstrap_.all_reduce(Tensor::borrow(buf, {8}, DType::I64), ReduceOp::Max)->wait();
-    check_signature(what, seq, mine, buf);
+    try {
+      bootstrap_.all_reduce(Tensor::borrow(buf, {8}, DType::I64), ReduceOp::Max)->wait();
+      check_signature(what, seq, mine, buf);
+    } catch (const Error& e) {
+      flight_end(flight, e.code() == ErrorCode::Timeout ? FlightState::TimedOut : FlightState::Failed);
+      throw;
+    }
   }
 
   template <typename Enqueue>
-  WorkPtr launch(const std::string& what, std::vector<Tensor> keep, Enqueue&& enqueue) {
+  WorkPtr launch(const std::string& what, uint64_t flight, std::vector<Tensor> keep, Enqueue&& enqueue) {
     cuda_check(cudaSetDevice(device_), what + ": cudaSetDevice");
     // Order after the work already queued on the backend's compute stream (which produced the
     // tensors) and on the legacy default stream (callers' own kernels).
@@ -280,7 +305,7 @@ class NcclCommunicator final : public Communicator {
     if (nccl_check(enqueue(), what) == ncclInProgress) settle(what, deadline());
     cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what + ": cudaEventCreate");
     cuda_check(cudaEventRecord(done, stream_), what + ": cudaEventRecord");
-    return std::make_unique<NcclWork>(*this, what, done, std::move(keep));
+    return std::make_unique<NcclWork>(*this, what, done, std::move(keep), flight);
   }
 
  public:
@@ -311,14 +336,20 @@ bool NcclWork::test() {
   const cudaError_t rc = cudaEventQuery(done_event_);
   if (rc == cudaSuccess) {
     done_ = true;
+    FlightRecorder::instance().end(flight_, FlightState::Completed);
     // Later compute on the backend's stream and the default stream sees the results without a
     // host round trip.
     cudaStreamWaitEvent(owner_.compute_stream(), done_event_, 0);
     cudaStreamWaitEvent(cudaStreamLegacy, done_event_, 0);
     return true;
   }
-  if (rc != cudaErrorNotReady) cuda_check(rc, what_);
-  owner_.poll_async_error(what_);
+  try {
+    if (rc != cudaErrorNotReady) cuda_check(rc, what_);
+    owner_.poll_async_error(what_);
+  } catch (const Error& e) {
+    FlightRecorder::instance().end(flight_, e.code() == ErrorCode::InvalidState ? FlightState::Aborted : FlightState::Failed);
+    throw;
+  }
   return false;
 }
 
@@ -332,8 +363,11 @@ void NcclWork::wait() {
   int sleep_us = 10;
   while (!test()) {
     if (std::chrono::steady_clock::now() > deadline) {
-      const std::string why = what_ + ": timed out after " + format_seconds(owner_.settings().timeout_s) +
-                              "; the NCCL communicator was aborted";
+      std::string why = what_ + ": timed out after " + format_seconds(owner_.settings().timeout_s) +
+                        "; the NCCL communicator was aborted";
+      FlightRecorder::instance().end(flight_, FlightState::TimedOut);
+      const std::string dumped = FlightRecorder::instance().dump_if_configured();
+      if (!dumped.empty()) why += "; flight record: " + dumped;
       owner_.abort_after_timeout(why);
       done_ = true;  // the abort released the kernels; nothing is left to wait for
       throw_error(ErrorCode::Timeout, why);

@@ -217,6 +217,24 @@ function ptdp_runtime_gpu(runtime, gpu)
     ccall((:ptdp_runtime_gpu, libptdp), ptdp_status, (ptdp_runtime, Ptr{Int32}), runtime, gpu)
 end
 
+# Stops every communicator of the runtime without the other ranks, as NCCL's ncclCommAbort does:
+# after a timeout, or whenever this rank must leave the job.
+function ptdp_runtime_abort(runtime)
+    ccall((:ptdp_runtime_abort, libptdp), ptdp_status, (ptdp_runtime,), runtime)
+end
+
+# Writes this rank's flight record: its last communication operations, as JSON.
+function ptdp_flight_recorder_dump(runtime, dir)
+    ccall((:ptdp_flight_recorder_dump, libptdp), ptdp_status, (ptdp_runtime, Cstring), runtime, dir)
+end
+
+# Reads every rank's flight record in a directory and names where the ranks diverge.
+function ptdp_flight_analyze(dir, buffer, capacity, length, culprit_rank)
+    ccall((:ptdp_flight_analyze, libptdp), ptdp_status,
+          (Cstring, Ptr{Cchar}, Csize_t, Ptr{Csize_t}, Ptr{Int32}),
+          dir, buffer, capacity, length, culprit_rank)
+end
+
 # Kinds of process group.
 const ptdp_group_kind = Cint
 const PTDP_GROUP_WORLD = ptdp_group_kind(0)

@@ -862,6 +862,22 @@ extern "C" {
     ) -> ptdp_status;
     /// The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.
     pub fn ptdp_runtime_gpu(runtime: ptdp_runtime, gpu: *mut i32) -> ptdp_status;
+    /// Stops every communicator of the runtime without the other ranks, as NCCL's ncclCommAbort
+    /// does: after a timeout, or whenever this rank must leave the job.
+    pub fn ptdp_runtime_abort(runtime: ptdp_runtime) -> ptdp_status;
+    /// Writes this rank's flight record: its last communication operations, as JSON.
+    pub fn ptdp_flight_recorder_dump(
+        runtime: ptdp_runtime,
+        dir: *const ::std::os::raw::c_char,
+    ) -> ptdp_status;
+    /// Reads every rank's flight record in a directory and names where the ranks diverge.
+    pub fn ptdp_flight_analyze(
+        dir: *const ::std::os::raw::c_char,
+        buffer: *mut ::std::os::raw::c_char,
+        capacity: usize,
+        length: *mut usize,
+        culprit_rank: *mut i32,
+    ) -> ptdp_status;
     /// Fills @p options with the defaults (t = p = v = 1, an even split) and sets its
     /// struct_size.
     pub fn ptdp_parallel_options_init(options: *mut ptdp_parallel_options) -> ptdp_status;
