@@ -239,8 +239,7 @@ RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use_mpi) 
   ptdp_runtime_options_init(&defaults);
   const ptdp_runtime_options o = read_options(user, defaults, "options",
                                                           "ptdp_runtime_options_init");
-  PTDP_CHECK_ARG(o.comm_timeout_s == o.comm_timeout_s,  // NaN
-                 "options->comm_timeout_s is NaN");
+  require_finite(o.comm_timeout_s, "options->comm_timeout_s");  // <= 0: the default
   PTDP_CHECK_ARG(o.verify_collectives == 0 || o.verify_collectives == 1,
                  "options->verify_collectives = " + std::to_string(o.verify_collectives) + " is not 0 or 1");
   PTDP_CHECK_ARG(o.use_mpi == 0 || o.use_mpi == 1,
@@ -265,6 +264,11 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   c.tensor = o.tensor_model_parallel_size;
   c.pipeline = o.pipeline_model_parallel_size;
   c.virtual_stages = o.virtual_pipeline_model_parallel_size;
+  for (const auto& [v, field] : {std::pair{o.tensor_model_parallel_size, "tensor_model_parallel_size"},
+                                 std::pair{o.pipeline_model_parallel_size, "pipeline_model_parallel_size"},
+                                 std::pair{o.virtual_pipeline_model_parallel_size, "virtual_pipeline_model_parallel_size"}}) {
+    PTDP_CHECK_ARG(v > 0, str_cat("options->", field, " = ", v, " is not > 0"));
+  }
   const auto stage_layers = [](int64_t n, const char* field) {
     PTDP_CHECK_ARG(n >= 0 && n <= std::numeric_limits<int32_t>::max(),
                    str_cat("options->", field, " = ", n, " is not a layer count (>= 0; 0: an even split)"));

@@ -12,9 +12,8 @@
 #include "core/plan/planner.h"
 
 struct ptdp_plan_impl {
-  static constexpr uint64_t kLive = 0x707464706c616e31ull;  // "ptdplan1"
   static constexpr const char* kType = "ptdp_plan";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_plan_impl> registration{this};  // live while it exists
   ptdp::plan::PlanResult result;
 };
 
@@ -82,7 +81,7 @@ PTDP_API const char* ptdp_cluster_preset_name(int32_t index) {
 
 PTDP_API ptdp_status ptdp_cluster_load(const char* path, ptdp_cluster* cluster) {
   return guard(__func__, [&] {
-    require_non_null(path, "path");
+    ptdp::capi::require_path(path, "path");
     require_non_null(cluster, "cluster");
     cluster_to_c(plan::load_cluster(path), cluster);
   });
@@ -228,7 +227,7 @@ PTDP_API ptdp_status ptdp_plan_to_json(ptdp_plan plan, char* buffer, size_t capa
 PTDP_API ptdp_status ptdp_plan_write_schedule_svg(ptdp_plan plan, int32_t index, const char* path) {
   return guard(__func__, [&] {
     const ptdp_plan_impl& p = live(plan, "plan");
-    require_non_null(path, "path");
+    ptdp::capi::require_path(path, "path");
     plan::write_plan_schedule_svg(p.result, index, path);
   });
 }

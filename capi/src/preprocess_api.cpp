@@ -127,7 +127,7 @@ PTDP_API ptdp_status ptdp_merge_datasets(const char* const* prefixes, int32_t co
   return guard(__func__, [&] {
     PTDP_CHECK_ARG(count >= 1, "count = " + std::to_string(count) + " is not >= 1");
     const std::vector<std::string> p = read_strings(prefixes, count, "prefixes");
-    require_non_null(output_prefix, "output_prefix");
+    ptdp::capi::require_path(output_prefix, "output_prefix");
     PTDP_CHECK_ARG(output_prefix[0] != '\0', "output_prefix is empty");
     ptdp::merge_datasets(p, output_prefix);
   });

@@ -11,9 +11,8 @@
 #include "core/data/tokenizer.h"
 
 struct ptdp_tokenizer_impl {
-  static constexpr uint64_t kLive = 0x70746470746f6b31ull;  // "ptdptok1"
   static constexpr const char* kType = "ptdp_tokenizer";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_tokenizer_impl> registration{this};  // live while it exists
   std::unique_ptr<ptdp::Tokenizer> tokenizer;
 };
 
@@ -133,7 +132,7 @@ PTDP_API ptdp_status ptdp_tokenizer_create(const ptdp_tokenizer_options* options
 
 PTDP_API ptdp_status ptdp_tokenizer_create_from_checkpoint(const char* directory, ptdp_tokenizer* out) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     require_non_null(out, "out");
     *out = wrap(ptdp::make_tokenizer(config_of_checkpoint(directory)));
   });
@@ -159,10 +158,10 @@ PTDP_API ptdp_status ptdp_tokenizer_encode(ptdp_tokenizer tokenizer, const char*
                                            size_t capacity, size_t* count) {
   return guard(__func__, [&] {
     require_non_null(count, "count");
-    *count = 0;
     const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
     PTDP_CHECK_ARG(text != nullptr || length == 0, str_cat("text is NULL but length = ", length));
     PTDP_CHECK_ARG(ids != nullptr || capacity == 0, str_cat("ids is NULL but capacity = ", capacity));
+    *count = 0;
     const std::vector<int32_t> v = t.tokenizer->encode(length ? std::string_view(text, length) : std::string_view());
     *count = v.size();
     PTDP_CHECK_ARG(capacity >= v.size(), str_cat("capacity = ", capacity, " is smaller than the ", v.size(),

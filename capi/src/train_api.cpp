@@ -68,9 +68,8 @@ void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule s
 }  // namespace
 
 struct ptdp_trainer_impl {
-  static constexpr uint64_t kLive = 0x7074647074726e31ull;  // "ptdptrn1"
   static constexpr const char* kType = "ptdp_trainer";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_trainer_impl> registration{this};  // live while it exists
   ptdp_runtime_impl* user_runtime = nullptr;  // counts this trainer as a dependent
   std::unique_ptr<ptdp::TrainingLoop> loop;
   std::atomic<bool> running{false};
