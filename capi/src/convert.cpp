@@ -572,6 +572,7 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
   g.hidden_dropout = o.hidden_dropout_set == 1 ? o.hidden_dropout : 0.1f;
   llama_fields_to_core(o, g);
   r.global_batch_size = o.global_batch_size;
+  PTDP_CHECK_ARG(o.global_batch_size > 0, str_cat("options->global_batch_size = ", o.global_batch_size, " is not > 0"));
   switch (o.precision) {
     case PTDP_DTYPE_F32: r.precision = plan::Precision::Fp32; break;
     case PTDP_DTYPE_BF16: r.precision = plan::Precision::Bf16; break;

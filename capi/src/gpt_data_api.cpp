@@ -50,6 +50,7 @@ ptdp::GptDataSpec data_spec(const ptdp_gpt_data_options& o) {
     PTDP_CHECK_ARG(o.source == PTDP_DATA_MOCK || o.path != nullptr,
                    std::string("options->path is NULL (the ") +
                        (o.source == PTDP_DATA_INDEXED ? "indexed data set's prefix" : "text file") + " is needed)");
+    PTDP_CHECK_ARG(o.source == PTDP_DATA_MOCK || o.path[0] != '\0', "options->path is empty");
     spec.path = o.path ? o.path : "";
   }
   return spec;

@@ -205,6 +205,7 @@ PTDP_API ptdp_status ptdp_gpt_flops(const ptdp_gpt_options* options, int64_t glo
                                     double* executed_flops) {
   return guard(__func__, [&] {
     const ptdp::GptConfig cfg = ptdp::capi::gpt_config(options);
+    cfg.validate(1);  // the sizes the FLOPs multiply, checked
     PTDP_CHECK_ARG(global_batch_size > 0, "global_batch_size = " + std::to_string(global_batch_size) + " is not > 0");
     if (model_flops) *model_flops = cfg.paper_flops(global_batch_size);
     if (executed_flops) *executed_flops = cfg.paper_flops(global_batch_size, cfg.recompute == ptdp::Recompute::Full);

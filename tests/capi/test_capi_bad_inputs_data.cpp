@@ -42,7 +42,12 @@ PTDP_BAD_INPUTS(tokenizer) {
   std::vector<Row> r;
   r.push_back(null_row("ptdp_tokenizer_options_init", "options", [] { return ptdp_tokenizer_options_init(nullptr); }));
   const char* tc = "ptdp_tokenizer_create";
-  r.push_back(null_row(tc, "out", [] { return ptdp_tokenizer_create(nullptr, nullptr); }));
+  r.push_back(null_row(tc, "options", [&] { return ptdp_tokenizer_create(nullptr, &o.tokenizer); }));
+  r.push_back(null_row(tc, "out", [] {
+    ptdp_tokenizer_options x;
+    ptdp_tokenizer_options_init(&x);
+    return ptdp_tokenizer_create(&x, nullptr);
+  }));
   options_rows(r, tc, "options", ptdp_tokenizer_options_init,
                [&](const ptdp_tokenizer_options* x) { return ptdp_tokenizer_create(x, &o.tokenizer); });
   r.push_back(bad::field_row<ptdp_tokenizer_options>(
@@ -52,14 +57,14 @@ PTDP_BAD_INPUTS(tokenizer) {
   r.push_back(bad::field_row<ptdp_tokenizer_options>(
       tc, "GPT-2 BPE without files", ptdp_tokenizer_options_init,
       [](ptdp_tokenizer_options& x) { x.type = PTDP_TOKENIZER_GPT2_BPE; },
-      [&](const ptdp_tokenizer_options* x) { return ptdp_tokenizer_create(x, &o.tokenizer); }, {"options->vocab_file"}));
+      [&](const ptdp_tokenizer_options* x) { return ptdp_tokenizer_create(x, &o.tokenizer); }, {"options->vocab_file is NULL"}));
   r.push_back(bad::field_row<ptdp_tokenizer_options>(
       tc, "negative vocab_size", ptdp_tokenizer_options_init,
       [](ptdp_tokenizer_options& x) {
         x.type = PTDP_TOKENIZER_NULL;
         x.vocab_size = -5;
       },
-      [&](const ptdp_tokenizer_options* x) { return ptdp_tokenizer_create(x, &o.tokenizer); }, {"vocab_size", "-5"}));
+      [&](const ptdp_tokenizer_options* x) { return ptdp_tokenizer_create(x, &o.tokenizer); }, {"options->vocab_size = -5"}));
   const char* cf = "ptdp_tokenizer_create_from_checkpoint";
   r.push_back(null_row(cf, "directory", [&] { return ptdp_tokenizer_create_from_checkpoint(nullptr, &o.tokenizer); }));
   r.push_back(null_row(cf, "out", [&] { return ptdp_tokenizer_create_from_checkpoint(f.dir.c_str(), nullptr); }));
@@ -111,7 +116,7 @@ PTDP_BAD_INPUTS(tokenizer) {
   handle_rows(r, it, "tokenizer", "ptdp_tokenizer", f.dead_tokenizer,
               [&](ptdp_tokenizer t) { return ptdp_tokenizer_id_to_token(t, 65, o.text, 64, &o.sz[0]); });
   r.push_back({it, "negative id", [&] { return ptdp_tokenizer_id_to_token(f.tokenizer, -1, o.text, 64, &o.sz[0]); },
-               PTDP_ERR_INVALID_ARGUMENT, {"id = -1"}});
+               PTDP_ERR_INVALID_ARGUMENT, {"id -1"}});
   r.push_back(null_row(it, "length", [&] { return ptdp_tokenizer_id_to_token(f.tokenizer, 65, o.text, 64, nullptr); }));
   return r;
 }

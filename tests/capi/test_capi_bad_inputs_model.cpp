@@ -409,7 +409,7 @@ PTDP_BAD_INPUTS(schedule) {
                PTDP_ERR_INVALID_ARGUMENT, {"v = 0"}});
   r.push_back({sc, "p * m * v too large", [&] {
                  return ptdp_schedule_create(PTDP_SCHEDULE_INTERLEAVED_1F1B, 1 << 20, 1 << 20, 1 << 10, &o.schedule);
-               }, PTDP_ERR_INVALID_ARGUMENT, {"p = 1048576"}});
+               }, PTDP_ERR_INVALID_ARGUMENT, {"p * m * v = 1048576 * 1048576 * 1024"}});
   const char* cc = "ptdp_schedule_create_custom";
   static const ptdp_action one[1] = {{PTDP_ACTION_FORWARD, 0, 0, -1}};
   static const int32_t counts[1] = {1};

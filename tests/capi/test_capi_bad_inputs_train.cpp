@@ -63,7 +63,7 @@ PTDP_BAD_INPUTS(optimizer) {
                }, PTDP_ERR_INVALID_ARGUMENT, {"params[0] is not a live ptdp_tensor"}});
   r.push_back({ct, "unknown flags", [&] {
                  static const int32_t flags[1] = {64};
-                 return ptdp_optimizer_create_for_tensors(f.groups, nullptr, &f.tensor, &f.ints, flags, 1, &o.optimizer);
+                 return ptdp_optimizer_create_for_tensors(f.groups, nullptr, &f.tensor, &f.tensor, flags, 1, &o.optimizer);
                }, PTDP_ERR_INVALID_ARGUMENT, {"flags[0] = 64"}});
   options_rows(r, ct, "options", ptdp_optimizer_options_init, [&](const ptdp_optimizer_options* x) {
     return ptdp_optimizer_create_for_tensors(f.groups, x, &f.tensor, &f.tensor, zero_flags, 1, &o.optimizer);
@@ -372,8 +372,9 @@ PTDP_BAD_INPUTS(plan) {
   r.push_back(null_row(pa, "options", [&] { return ptdp_plan_parse_args(1, argv1, nullptr, &o.cluster, &o.cli); }));
   r.push_back(null_row(pa, "cluster", [&] { return ptdp_plan_parse_args(1, argv1, &o.plan_options, nullptr, &o.cli); }));
   r.push_back({pa, "hidden size whose ffn overflows", [&] {
-                 static const char* const a[] = {"ptdp-plan", "--hidden-size", "1000000000", "--num-attention-heads", "1"};
-                 return ptdp_plan_parse_args(5, a, &o.plan_options, &o.cluster, &o.cli);
+                 static const char* const a[] = {"ptdp-plan", "--hidden-size", "1000000000", "--num-attention-heads", "1",
+                                                 "--global-batch-size", "8"};
+                 return ptdp_plan_parse_args(7, a, &o.plan_options, &o.cluster, &o.cli);
                }, PTDP_ERR_INVALID_ARGUMENT, {"--hidden-size", "1000000000"}});
   r.push_back(null_row("ptdp_plan_help", "length", [&] { return ptdp_plan_help("p", o.text, 64, nullptr); }));
   r.push_back({"ptdp_plan_help", "capacity too small", [&] {
@@ -388,18 +389,38 @@ PTDP_BAD_INPUTS(plan) {
   r.push_back(null_row(pc, "out", [cluster] { return ptdp_plan_create(nullptr, &cluster, nullptr); }));
   options_rows(r, pc, "options", ptdp_plan_options_init,
                [&, cluster](const ptdp_plan_options* x) { return ptdp_plan_create(x, &cluster, &o.plan); });
-  options_rows(r, pc, "cluster", ptdp_cluster_init,
-               [&](const ptdp_cluster* c) { return ptdp_plan_create(nullptr, c, &o.plan); });
-  auto plan_field = [&, cluster](const std::string& what, std::function<void(ptdp_plan_options&)> edit, std::vector<std::string> m) {
+  const auto valid_plan = [] {
+    ptdp_plan_options x;
+    ptdp_plan_options_init(&x);
+    x.num_layers = 2;
+    x.hidden_size = 64;
+    x.num_attention_heads = 4;
+    x.seq_length = 32;
+    x.max_position_embeddings = 32;
+    x.vocab_size = 128;
+    x.global_batch_size = 8;
+    x.num_gpus = 1;
+    return x;
+  };
+  options_rows(r, pc, "cluster", ptdp_cluster_init, [&, valid_plan](const ptdp_cluster* c) {
+    const ptdp_plan_options x = valid_plan();
+    return ptdp_plan_create(&x, c, &o.plan);
+  });
+  auto plan_field = [&, cluster, valid_plan](const std::string& what, std::function<void(ptdp_plan_options&)> edit,
+                                             std::vector<std::string> m) {
     r.push_back(bad::field_row<ptdp_plan_options>(
-        pc, what, ptdp_plan_options_init, std::move(edit),
+        pc, what, ptdp_plan_options_init,
+        [valid_plan, edit = std::move(edit)](ptdp_plan_options& x) {
+          x = valid_plan();
+          edit(x);
+        },
         [&, cluster](const ptdp_plan_options* x) { return ptdp_plan_create(x, &cluster, &o.plan); }, std::move(m)));
   };
   plan_field("negative num_layers", [](ptdp_plan_options& x) { x.num_layers = -1; }, {"num_layers", "-1"});
   plan_field("precision out of range", [](ptdp_plan_options& x) { x.precision = static_cast<ptdp_dtype>(99); },
              {"precision = 99"});
   plan_field("negative global_batch_size", [](ptdp_plan_options& x) { x.global_batch_size = -8; },
-             {"global_batch_size", "-8"});
+             {"options->global_batch_size = -8"});
   plan_field("NaN attention_dropout", [](ptdp_plan_options& x) { x.attention_dropout = static_cast<float>(bad::kNaN); },
              {"attention_dropout"});
   plan_field("hidden size whose ffn overflows", [](ptdp_plan_options& x) {
@@ -408,10 +429,18 @@ PTDP_BAD_INPUTS(plan) {
   }, {"hidden_size", "1000000000"});
   r.push_back(bad::field_row<ptdp_cluster>(
       pc, "NaN cluster bandwidth", ptdp_cluster_init, [](ptdp_cluster& c) { c.memory_bandwidth = bad::kNaN; },
-      [&](const ptdp_cluster* c) { return ptdp_plan_create(nullptr, c, &o.plan); }, {"cluster->memory_bandwidth"}));
+      [&, valid_plan](const ptdp_cluster* c) {
+        const ptdp_plan_options x = valid_plan();
+        return ptdp_plan_create(&x, c, &o.plan);
+      },
+      {"cluster", "memory_bandwidth", "nan"}));
   r.push_back(bad::field_row<ptdp_cluster>(
       pc, "negative gpus_per_node", ptdp_cluster_init, [](ptdp_cluster& c) { c.gpus_per_node = -1; },
-      [&](const ptdp_cluster* c) { return ptdp_plan_create(nullptr, c, &o.plan); }, {"cluster->gpus_per_node"}));
+      [&, valid_plan](const ptdp_cluster* c) {
+        const ptdp_plan_options x = valid_plan();
+        return ptdp_plan_create(&x, c, &o.plan);
+      },
+      {"cluster", "gpus per node = -1"}));
   r.push_back({"ptdp_plan_destroy", "destroyed", [&] { return ptdp_plan_destroy(f.dead_plan); }, PTDP_ERR_INVALID_ARGUMENT,
                {"plan is not a live ptdp_plan"}});
   handle_rows(r, "ptdp_plan_num_layouts", "plan", "ptdp_plan", f.dead_plan,
@@ -451,7 +480,7 @@ PTDP_BAD_INPUTS(plan) {
   r.push_back({ws, "negative index", [&] {
                  const std::string path = f.dir + "/p.svg";
                  return ptdp_plan_write_schedule_svg(f.plan, -1, path.c_str());
-               }, PTDP_ERR_INVALID_ARGUMENT, {"index = -1"}});
+               }, PTDP_ERR_INVALID_ARGUMENT, {"index -1"}});
   const char* pp = "ptdp_plan_parameters";
   r.push_back({pp, "t 0", [&] { return ptdp_plan_parameters(nullptr, 0, &o.d[0], &o.i64[0]); }, PTDP_ERR_INVALID_ARGUMENT,
                {"t = 0"}});
