@@ -621,6 +621,10 @@ void check_together(const TrainArgs& a) {
     (void)(b * s * h);  // one microbatch's hidden states
     (void)(b * s * v);  // one microbatch's logits
     (void)(sized("--train-iters", a.train_iters) * sized("the global batch size", global_batch_or_micro(a)) * s);
+    if (!model.parameter_count_fits(t)) {
+      fail(str_cat("the parameter count of ", value("num-layers"), " layers of ", value("hidden-size"),
+                   " (MLP width ", std::to_string(model.ffn()), ") overflows a 64-bit integer"));
+    }
   }
   const int64_t ffn = model.ffn();
   const std::string ffn_text =

@@ -128,7 +128,7 @@ void LayerConfig::check_sizes() const {
                                    : 4 * h;
   fits_int32(ffn, "the MLP width ffn_hidden_size (--ffn-hidden-size)");
   const CheckedSize dh = kv_channels > 0 ? sized("kv_channels (--kv-channels)", kv_channels)
-                                         : CheckedSize{hidden_size / num_attention_heads, "the head dim h / a"};
+                                         : CheckedSize{hidden_size / num_attention_heads, "(" + h.text + " / " + a.text + ")"};
   const CheckedSize g = num_query_groups > 0 ? sized("num_query_groups (--num-query-groups)", num_query_groups) : a;
   fits_int32(a * dh, "the attention width a * dh");
   const CheckedSize qkv = (a + 2 * g) * dh;
