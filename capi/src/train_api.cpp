@@ -9,6 +9,7 @@
 #include "capi/src/batch_masks.h"
 #include "capi/src/convert.h"
 #include "capi/src/handles.h"
+#include "capi/src/memory_check.h"
 #include "capi/src/pipeline_run.h"
 #include "core/train/device_peak.h"
 #include "core/train/trainer.h"
@@ -125,6 +126,7 @@ PTDP_API ptdp_status ptdp_trainer_create(ptdp_train_config config, const ptdp_tr
       rt = ptdp::Runtime::create(ro);
     }
     ptdp::TrainingLoopHooks hooks;
+    hooks.before_allocation = ptdp::capi::refuse_run_that_does_not_fit;  // the planner's memory model
     hooks.out = o.print_log == 1 ? stdout : nullptr;
     if (o.on_iteration != nullptr) {
       hooks.on_iteration = [cb = o.on_iteration, user = o.user_data](const ptdp::IterationReport& r) {
@@ -197,7 +199,8 @@ PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int3
       if (i > 0) args.emplace_back(argv[i]);
     }
     const std::string program = std::filesystem::path(argv[0]).filename().string();
-    *exit_code = ptdp::train_main(program.empty() ? "ptdp-train" : program, args);
+    *exit_code =
+        ptdp::train_main(program.empty() ? "ptdp-train" : program, args, ptdp::capi::refuse_run_that_does_not_fit);
   });
 }
 

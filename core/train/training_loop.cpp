@@ -155,6 +155,22 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   s.agreed = true;
   agree_on_failure(*s.groups, [&] {
     s.device = pick_device(args.device, *s.rt);
+    if (hooks_.before_allocation) {
+      RunShape shape;
+      shape.args = &args;
+      shape.world = world;
+      shape.t = s.t;
+      shape.p = s.p;
+      shape.v = s.v;
+      shape.c = c;
+      shape.d = s.d;
+      shape.b = s.b;
+      shape.m = s.m;
+      shape.global_batch = s.global_batch;
+      shape.local_size = s.rt->local_size();
+      shape.device = s.device;
+      hooks_.before_allocation(shape);
+    }
     s.gpt = to_gpt_config(args);
     s.model = std::make_unique<GptPipeline>(s.gpt, *s.groups, s.device);
     s.optimizer = make_optimizer(*s.model, *s.groups, to_optimizer_config(args));
@@ -474,7 +490,8 @@ void TrainingLoop::run() {
   }
 }
 
-int train_main(const std::string& program, const std::vector<std::string>& args) {
+int train_main(const std::string& program, const std::vector<std::string>& args,
+               std::function<void(const RunShape&)> before_allocation) {
   int rank = 0;
   try {
     TrainArgs parsed;
@@ -493,7 +510,9 @@ int train_main(const std::string& program, const std::vector<std::string>& args)
     ro.timeout_s = parsed.comm_timeout;
     std::shared_ptr<Runtime> rt = Runtime::create(ro);
     rank = rt->world_rank();
-    TrainingLoop loop(parsed, rt);
+    TrainingLoopHooks hooks;
+    hooks.before_allocation = std::move(before_allocation);
+    TrainingLoop loop(parsed, rt, std::move(hooks));
     loop.run();
     return 0;
   } catch (const std::exception& e) {
