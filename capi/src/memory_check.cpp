@@ -155,4 +155,29 @@ void refuse_run_that_does_not_fit(const RunShape& shape) {
                   "PTDP_MEMORY_CHECK=0 runs it anyway");
 }
 
+void refuse_model_that_does_not_fit(const GptConfig& config, const ProcessGroups& groups, const Device& device,
+                                    int local_size) {
+  if (!memory_check_enabled()) return;
+  const int t = groups.size(GroupKind::Tensor), p = groups.size(GroupKind::Pipeline);
+  const int v = groups.layout().virtual_stages();
+  int64_t params = 0;
+  try {
+    params = plan::stage_parameters(config, t, p, v, groups.rank(GroupKind::Pipeline));
+  } catch (const Error&) {
+    return;  // a split the planner does not model
+  }
+  const double n = static_cast<double>(params);
+  const double weight_bytes = config.precision == DType::F32 ? 4.0 : 2.0;
+  const double need = n * (weight_bytes + 4.0 + (config.precision == DType::F32 ? 0.0 : 4.0));
+  std::string source;
+  const double avail = available_memory_bytes(device, local_size, &source);
+  if (avail < 0 || need <= avail) return;
+  throw_error(ErrorCode::OutOfMemory,
+              "the model would not fit: its " + std::to_string(params) + " parameters on this rank (" +
+                  std::to_string(config.num_layers) + " layers of hidden size " + std::to_string(config.hidden_size) +
+                  ", vocabulary " + std::to_string(config.vocab_size) + ") need " + gib(need) +
+                  " GiB with their gradients; " + gib(avail) + " GiB available on " + device.str() + " (" + source +
+                  "). PTDP_MEMORY_CHECK=0 tries anyway");
+}
+
 }  // namespace ptdp::capi

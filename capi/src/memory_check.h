@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "core/model/gpt_config.h"
+#include "core/parallel/groups.h"
 #include "core/train/training_loop.h"
 
 namespace ptdp::capi {
@@ -30,5 +32,11 @@ bool memory_check_enabled();
 /// Throws Error(OutOfMemory) with the estimate, its biggest items and the limit when the run
 /// does not fit (TrainingLoopHooks::before_allocation of ptdp_train_main and ptdp_trainer_create).
 void refuse_run_that_does_not_fit(const RunShape& shape);
+
+/// The same for a model alone (ptdp_model_create): this rank's parameters and gradients
+/// (and fp32 masters for 16-bit weights) of `config` on `groups`, against the memory available
+/// on `device`. Throws Error(OutOfMemory) naming the sizes when they do not fit.
+void refuse_model_that_does_not_fit(const GptConfig& config, const ProcessGroups& groups, const Device& device,
+                                    int local_size);
 
 }  // namespace ptdp::capi

@@ -141,3 +141,24 @@ TEST_CASE("memory check: ptdp-train (ptdp_train_main) refuses a huge --num-layer
   CHECK(seconds < 20.0);
   CHECK(max_rss_kib() - rss0 < 512 * 1024);
 }
+
+TEST_CASE("memory check: ptdp_model_create refuses a model whose parameters do not fit, before allocating",
+          "[capi][model][memory_check]") {
+  sp::World w;
+  ptdp_gpt_options o;
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  o.num_layers = 100000;
+  o.hidden_size = 4096;
+  o.num_attention_heads = 32;
+  o.seq_length = 16;
+  ptdp_model m = reinterpret_cast<ptdp_model>(0x5e47);
+  const long rss0 = max_rss_kib();
+  CHECK(ptdp_model_create(w.groups, &o, &m) == PTDP_ERR_OUT_OF_MEMORY);
+  const std::string msg = ptdp_last_error();
+  INFO(msg);
+  CHECK(m == reinterpret_cast<ptdp_model>(0x5e47));
+  CHECK(msg.find("ptdp_model_create: the model would not fit") == 0);
+  CHECK(msg.find("100000 layers") != std::string::npos);
+  CHECK(msg.find("GiB available") != std::string::npos);
+  CHECK(max_rss_kib() - rss0 < 512 * 1024);
+}
