@@ -76,8 +76,8 @@ Options& reset_options(Options* user, const char* name) {
   return *user;
 }
 
-/// The count/capacity protocol of the C API's text getters: `length` always receives
-/// strlen(text); nothing is written unless the text and its NUL fit in `capacity` bytes.
+/// The count/capacity protocol of the C API's text getters: once `buffer` and `capacity` agree, `length`
+/// receives strlen(text); nothing is written unless the text and its NUL fit in `capacity` bytes.
 inline void copy_text(const std::string& text, char* buffer, std::size_t capacity, std::size_t* length) {
   require_non_null(length, "length");
   PTDP_CHECK_ARG(buffer != nullptr || capacity == 0, "buffer is NULL but capacity = " + std::to_string(capacity));

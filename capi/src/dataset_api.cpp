@@ -61,13 +61,13 @@ PTDP_API ptdp_status ptdp_dataset_document(ptdp_dataset dataset, int64_t index, 
                                            int64_t* count) {
   return guard(__func__, [&] {
     require_non_null(count, "count");
+    *count = 0;  // documented: count is always written (0 on a bad argument)
     const ptdp_dataset_impl& d = live(dataset, "dataset");
     PTDP_CHECK_ARG(index >= 0 && index < d.dataset->num_documents(),
                    "index = " + std::to_string(index) + " is out of range [0, " +
                        std::to_string(d.dataset->num_documents()) + ")");
     PTDP_CHECK_ARG(capacity >= 0, "capacity = " + std::to_string(capacity) + " is negative");
     PTDP_CHECK_ARG(tokens != nullptr || capacity == 0, "tokens is NULL but capacity = " + std::to_string(capacity));
-    *count = 0;
     const int64_t length = d.dataset->document_length(index);
     *count = length;
     PTDP_CHECK_ARG(capacity >= length, "capacity = " + std::to_string(capacity) + " is smaller than document " +

@@ -169,10 +169,10 @@ PTDP_API ptdp_status ptdp_tokenizer_encode(ptdp_tokenizer tokenizer, const char*
                                            size_t capacity, size_t* count) {
   return guard(__func__, [&] {
     require_non_null(count, "count");
+    *count = 0;  // documented: count is always written (0 on a bad argument)
     const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
     PTDP_CHECK_ARG(text != nullptr || length == 0, str_cat("text is NULL but length = ", length));
     PTDP_CHECK_ARG(ids != nullptr || capacity == 0, str_cat("ids is NULL but capacity = ", capacity));
-    *count = 0;
     const std::vector<int32_t> v = t.tokenizer->encode(length ? std::string_view(text, length) : std::string_view());
     *count = v.size();
     PTDP_CHECK_ARG(capacity >= v.size(), str_cat("capacity = ", capacity, " is smaller than the ", v.size(),

@@ -26,13 +26,20 @@ PTDP_BAD_INPUTS(dataset) {
               [&](ptdp_dataset d) { return ptdp_dataset_num_documents(d, &o.i64[0]); });
   r.push_back(null_row("ptdp_dataset_num_documents", "count", [&] { return ptdp_dataset_num_documents(f.dataset, nullptr); }));
   const char* dd = "ptdp_dataset_document";
+  // Documented exception to "no side effects": count is always written, 0 on a bad argument. It
+  // is checked here instead of being a sentinel slot (a count left alone gives PTDP_ERR_INTERNAL).
+  const auto document = [](ptdp_dataset d, int64_t index, int32_t* tokens, int64_t capacity) {
+    int64_t count = -1;
+    const ptdp_status st = ptdp_dataset_document(d, index, tokens, capacity, &count);
+    return count == 0 ? st : PTDP_ERR_INTERNAL;
+  };
   handle_rows(r, dd, "dataset", "ptdp_dataset", f.dead_dataset,
-              [&](ptdp_dataset d) { return ptdp_dataset_document(d, 0, o.ids, 64, &o.i64[0]); });
-  r.push_back({dd, "negative index", [&] { return ptdp_dataset_document(f.dataset, -1, o.ids, 64, &o.i64[0]); },
+              [&, document](ptdp_dataset d) { return document(d, 0, o.ids, 64); });
+  r.push_back({dd, "negative index", [&, document] { return document(f.dataset, -1, o.ids, 64); },
                PTDP_ERR_INVALID_ARGUMENT, {"index = -1"}});
-  r.push_back({dd, "index past the end", [&] { return ptdp_dataset_document(f.dataset, 2, o.ids, 64, &o.i64[0]); },
+  r.push_back({dd, "index past the end", [&, document] { return document(f.dataset, 2, o.ids, 64); },
                PTDP_ERR_INVALID_ARGUMENT, {"index = 2"}});
-  r.push_back({dd, "negative capacity", [&] { return ptdp_dataset_document(f.dataset, 0, o.ids, -1, &o.i64[0]); },
+  r.push_back({dd, "negative capacity", [&, document] { return document(f.dataset, 0, o.ids, -1); },
                PTDP_ERR_INVALID_ARGUMENT, {"capacity = -1"}});
   r.push_back(null_row(dd, "count", [&] { return ptdp_dataset_document(f.dataset, 0, o.ids, 64, nullptr); }));
   return r;
@@ -80,12 +87,18 @@ PTDP_BAD_INPUTS(tokenizer) {
               [&](ptdp_tokenizer t) { return ptdp_tokenizer_get_type(t, &o.tokenizer_type); });
   r.push_back(null_row("ptdp_tokenizer_get_type", "type", [&] { return ptdp_tokenizer_get_type(f.tokenizer, nullptr); }));
   const char* en = "ptdp_tokenizer_encode";
+  // Documented exception: count is always written, 0 on a bad argument (checked, not a sentinel).
+  const auto encode = [](ptdp_tokenizer t, const char* text, size_t length, int32_t* ids, size_t capacity) {
+    size_t count = 99;
+    const ptdp_status st = ptdp_tokenizer_encode(t, text, length, ids, capacity, &count);
+    return count == 0 ? st : PTDP_ERR_INTERNAL;
+  };
   handle_rows(r, en, "tokenizer", "ptdp_tokenizer", f.dead_tokenizer,
-              [&](ptdp_tokenizer t) { return ptdp_tokenizer_encode(t, "ab", 2, o.ids, 64, &o.sz[0]); });
-  r.push_back({en, "text NULL with a length", [&] { return ptdp_tokenizer_encode(f.tokenizer, nullptr, 2, o.ids, 64, &o.sz[0]); },
+              [&, encode](ptdp_tokenizer t) { return encode(t, "ab", 2, o.ids, 64); });
+  r.push_back({en, "text NULL with a length", [&, encode] { return encode(f.tokenizer, nullptr, 2, o.ids, 64); },
                PTDP_ERR_INVALID_ARGUMENT, {"text is NULL"}});
   r.push_back(null_row(en, "count", [&] { return ptdp_tokenizer_encode(f.tokenizer, "ab", 2, o.ids, 64, nullptr); }));
-  r.push_back({en, "ids NULL with a capacity", [&] { return ptdp_tokenizer_encode(f.tokenizer, "ab", 2, nullptr, 64, &o.sz[0]); },
+  r.push_back({en, "ids NULL with a capacity", [&, encode] { return encode(f.tokenizer, "ab", 2, nullptr, 64); },
                PTDP_ERR_INVALID_ARGUMENT, {"ids is NULL"}});
   const char* de = "ptdp_tokenizer_decode";
   handle_rows(r, de, "tokenizer", "ptdp_tokenizer", f.dead_tokenizer,
