@@ -123,13 +123,13 @@ PTDP_API ptdp_status ptdp_tokenizer_create(const ptdp_tokenizer_options* options
     // The fields each type needs, named as the C caller knows them (the core names the flags).
     if (o.type == PTDP_TOKENIZER_GPT2_BPE) {
       PTDP_CHECK_ARG(o.vocab_file != nullptr && o.vocab_file[0] != '\0',
-                     "options->vocab_file is NULL or empty; PTDP_TOKENIZER_GPT2_BPE needs vocab.json");
+                     "options->vocab_file is NULL or empty: PTDP_TOKENIZER_GPT2_BPE needs --vocab-file (vocab.json)");
       PTDP_CHECK_ARG(o.merge_file != nullptr && o.merge_file[0] != '\0',
-                     "options->merge_file is NULL or empty; PTDP_TOKENIZER_GPT2_BPE needs merges.txt");
+                     "options->merge_file is NULL or empty: PTDP_TOKENIZER_GPT2_BPE needs --merge-file (merges.txt)");
     }
     if (o.type == PTDP_TOKENIZER_NULL) {
       PTDP_CHECK_ARG(o.vocab_size > 0 && o.vocab_size < INT32_MAX,
-                     str_cat("options->vocab_size = ", o.vocab_size, " is not in [1, 2^31 - 1) (PTDP_TOKENIZER_NULL needs it)"));
+                     str_cat("options->vocab_size = ", o.vocab_size, " is not in [1, 2^31 - 1) (--vocab-size; PTDP_TOKENIZER_NULL needs it)"));
     }
     ptdp::TokenizerConfig c;
     c.type = static_cast<ptdp::TokenizerType>(type);
