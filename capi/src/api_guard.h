@@ -88,6 +88,21 @@ inline void copy_text(const std::string& text, char* buffer, std::size_t capacit
   std::memcpy(buffer, text.c_str(), text.size() + 1);
 }
 
+/// The one check of a struct the library fills for the caller (a report, a result, a layout):
+/// `user` (named `name`) is not NULL and its struct_size, the room the caller has, is at least
+/// the size the struct was first published with (abi_sizes.h). Returns that size.
+template <typename Out>
+std::size_t require_out_struct(const Out* user, const char* name) {
+  require_non_null(user, name);
+  const std::size_t size = user->struct_size;
+  const std::size_t min_size = first_published_size<Out>;
+  const char* type = FirstPublished<Out>::name;
+  PTDP_CHECK_ARG(size >= min_size, std::string(name) + "->struct_size = " + std::to_string(size) +
+                                       " is smaller than any published " + type + " (" +
+                                       std::to_string(min_size) + " bytes); set it to sizeof(" + type + ")");
+  return size;
+}
+
 /// Copies a caller's options struct over `defaults` (both start with size_t struct_size):
 /// only the bytes the caller's struct_size covers, so a program built against an older header
 /// gets the defaults for the fields added since. struct_size must be at least the size the

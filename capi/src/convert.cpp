@@ -206,12 +206,7 @@ void gpt_options(const GptConfig& c, ptdp_gpt_options* o) {
 }
 
 void gpt_options_sized(const GptConfig& c, ptdp_gpt_options* o, ptdp_device device) {
-  require_non_null(o, "options");
-  const std::size_t size = o->struct_size;
-  const std::size_t min_size = first_published_size<ptdp_gpt_options>;
-  PTDP_CHECK_ARG(size >= min_size, "options->struct_size = " + std::to_string(size) +
-                                       " is smaller than any published ptdp_gpt_options (" +
-                                       std::to_string(min_size) + " bytes); initialise it with ptdp_gpt_options_init()");
+  const std::size_t size = require_out_struct(o, "options");
   const ptdp_gpt_options full = gpt_options_bytes(c, device);
   const std::size_t n = std::min(size, sizeof full);
   if (n < sizeof full) {

@@ -37,8 +37,6 @@ using ptdp::capi::plan_options_defaults;
 using ptdp::capi::plan_options_to_c;
 using ptdp::capi::plan_request;
 
-constexpr std::size_t kLayoutV1Size = ptdp::capi::first_published_size<ptdp_plan_layout>;
-
 // The argv entry holding the last --schedule-svg value (so the pointer lives as long as argv).
 const char* schedule_svg_in(int32_t argc, const char* const* argv) {
   const char* found = nullptr;
@@ -158,13 +156,9 @@ PTDP_API ptdp_status ptdp_plan_num_layouts(ptdp_plan plan, int32_t* count) {
 PTDP_API ptdp_status ptdp_plan_get_layout(ptdp_plan plan, int32_t index, ptdp_plan_layout* layout) {
   return guard(__func__, [&] {
     const ptdp_plan_impl& p = live(plan, "plan");
-    require_non_null(layout, "layout");
+    const std::size_t size = ptdp::capi::require_out_struct(layout, "layout");
     const auto n = static_cast<int32_t>(p.result.layouts.size());
     PTDP_CHECK_ARG(index >= 0 && index < n, str_cat("index = ", index, " is outside the plan's ", n, " layouts"));
-    const std::size_t size = layout->struct_size;
-    PTDP_CHECK_ARG(size >= kLayoutV1Size, str_cat("layout->struct_size = ", size,
-                                                  " is smaller than any published ptdp_plan_layout (",
-                                                  kLayoutV1Size, "); set it to sizeof(ptdp_plan_layout)"));
     const plan::Estimate& e = p.result.layouts[static_cast<std::size_t>(index)];
     ptdp_plan_layout o{};
     o.struct_size = sizeof(ptdp_plan_layout);

@@ -63,13 +63,7 @@ PTDP_API ptdp_status ptdp_preprocess(const ptdp_preprocess_options* options, ptd
     ptdp_preprocess_options_init(&defaults);
     const ptdp_preprocess_options o =
         ptdp::capi::read_options(options, defaults, "options", "ptdp_preprocess_options_init");
-    if (result != nullptr) {
-      const std::size_t min_size = ptdp::capi::first_published_size<ptdp_preprocess_result>;
-      PTDP_CHECK_ARG(result->struct_size >= min_size,
-                     "result->struct_size = " + std::to_string(result->struct_size) +
-                         " is smaller than any published ptdp_preprocess_result (" + std::to_string(min_size) +
-                         " bytes); set it to sizeof(ptdp_preprocess_result)");
-    }
+    if (result != nullptr) ptdp::capi::require_out_struct(result, "result");
     PTDP_CHECK_ARG(o.num_inputs >= 1, "options->num_inputs = " + std::to_string(o.num_inputs) + " is not >= 1");
     PTDP_CHECK_ARG(o.num_json_keys >= 0,
                    "options->num_json_keys = " + std::to_string(o.num_json_keys) + " is negative");

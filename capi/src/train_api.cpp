@@ -159,12 +159,7 @@ PTDP_API ptdp_status ptdp_trainer_request_stop(ptdp_trainer trainer) {
 PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iteration_report* report) {
   return guard(__func__, [&] {
     const ptdp_trainer_impl& t = live(trainer, "trainer");
-    require_non_null(report, "report");
-    const std::size_t min_size = ptdp::capi::first_published_size<ptdp_iteration_report>;
-    PTDP_CHECK_ARG(report->struct_size >= min_size,
-                   "report->struct_size = " + std::to_string(report->struct_size) +
-                       " is smaller than any published ptdp_iteration_report (" + std::to_string(min_size) +
-                       " bytes); set it to sizeof(ptdp_iteration_report)");
+    ptdp::capi::require_out_struct(report, "report");
     const ptdp_iteration_report r = to_c(t.loop->last_report());
     const std::size_t n = std::min(report->struct_size, sizeof r);
     std::memcpy(static_cast<void*>(report), &r, n);
