@@ -2702,8 +2702,10 @@ def ptdp_train_main(argc):
     :type argv: string
     :param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
     :type exit_code: int, out
-    :param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not
-                    be NULL.
+    :param exit_code: Receives the process exit status: 0 done, 1 failed (a run that would not
+                    fit is refused before it allocates, as in ptdp_trainer_create(); PTDP_MEMORY_CHECK=0
+                    skips that check), 2 bad flags (a size whose derived sizes overflow included); must
+                    not be NULL.
     Title: Thread safety
     Collective over MPI_COMM_WORLD.
     """

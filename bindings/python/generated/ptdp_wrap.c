@@ -36629,8 +36629,10 @@ static PyMethodDef SwigMethods[] = {
 		":type argv: string\n"
 		":param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).\n"
 		":type exit_code: int, out\n"
-		":param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags; must not\n"
-		"                be NULL.\n"
+		":param exit_code: Receives the process exit status: 0 done, 1 failed (a run that would not\n"
+		"                fit is refused before it allocates, as in ptdp_trainer_create(); PTDP_MEMORY_CHECK=0\n"
+		"                skips that check), 2 bad flags (a size whose derived sizes overflow included); must\n"
+		"                not be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over MPI_COMM_WORLD.\n"
 		""},
