@@ -618,6 +618,10 @@ void check_together(const TrainArgs& a) {
     const CheckedSize s = sized("--seq-length", a.seq_length);
     const CheckedSize h = sized("--hidden-size", a.hidden_size);
     const CheckedSize v = sized("--vocab-size", a.vocab_size);
+    // The model-parallel ranks t * p * c (each may be large on its own).
+    (void)(sized("--tensor-model-parallel-size", a.tensor_model_parallel_size) *
+           sized("--pipeline-model-parallel-size", a.pipeline_model_parallel_size) *
+           sized("--context-parallel-size", a.context_parallel_size));
     (void)(b * s * h);  // one microbatch's hidden states
     (void)(b * s * v);  // one microbatch's logits
     (void)(sized("--train-iters", a.train_iters) * sized("the global batch size", global_batch_or_micro(a)) * s);

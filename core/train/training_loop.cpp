@@ -128,13 +128,14 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   // are every rank's.
   s.agreed = true;
   const int c = args.context_parallel_size;
-  if (world % (s.t * s.p * c) != 0) {
+  const int64_t model_ranks = static_cast<int64_t>(s.t) * s.p * c;  // int64: the flags are checked, not bounded
+  if (world % model_ranks != 0) {
     throw_error(ErrorCode::InvalidArgument,
                 "the world of " + std::to_string(world) + " ranks is not a multiple of --tensor-model-parallel-size " +
                     std::to_string(s.t) + " x --pipeline-model-parallel-size " + std::to_string(s.p) +
                     (c > 1 ? " x --context-parallel-size " + std::to_string(c) : std::string()));
   }
-  s.d = world / (s.t * s.p * c);
+  s.d = static_cast<int>(world / model_ranks);
   s.b = args.micro_batch_size;
   s.global_batch = args.global_batch_size > 0 ? args.global_batch_size : static_cast<int64_t>(s.b) * s.d;
   if (s.global_batch % (static_cast<int64_t>(s.b) * s.d) != 0) {
