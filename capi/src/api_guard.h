@@ -2,7 +2,9 @@
 // message, and the options-struct copy that lets old callers keep working.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -42,6 +44,28 @@ inline void require_non_null(const void* p, const char* name) {
   PTDP_CHECK_ARG(p != nullptr, std::string(name) + " is NULL");
 }
 
+/// Throws InvalidArgument naming `name` when the path or name `p` is NULL or empty.
+inline void require_path(const char* p, const char* name) {
+  require_non_null(p, name);
+  PTDP_CHECK_ARG(p[0] != '\0', std::string(name) + " is empty");
+}
+
+/// Throws InvalidArgument naming `name` when `v` is NaN or infinite.
+inline void require_finite(double v, const char* name) {
+  PTDP_CHECK_ARG(std::isfinite(v), std::string(name) + " = " + std::to_string(v) + " is not a finite number");
+}
+
+/// Throws InvalidArgument naming `name` unless `v` is finite and > 0.
+inline void require_finite_positive(double v, const char* name) {
+  require_finite(v, name);
+  PTDP_CHECK_ARG(v > 0, std::string(name) + " = " + std::to_string(v) + " is not > 0");
+}
+
+/// Throws InvalidArgument naming `name` when the count, index or iteration `v` is negative.
+inline void require_non_negative(int64_t v, const char* name) {
+  PTDP_CHECK_ARG(v >= 0, std::string(name) + " = " + std::to_string(v) + " is negative");
+}
+
 /// The start of every *_options_init(): checks `user` (named `name`), zeroes it and sets its
 /// struct_size; returns it for the defaults to be filled in.
 template <typename Options>
@@ -52,15 +76,31 @@ Options& reset_options(Options* user, const char* name) {
   return *user;
 }
 
-/// The count/capacity protocol of the C API's text getters: `length` always receives
-/// strlen(text); nothing is written unless the text and its NUL fit in `capacity` bytes.
+/// The count/capacity protocol of the C API's text getters: once `buffer` and `capacity` agree, `length`
+/// receives strlen(text); nothing is written unless the text and its NUL fit in `capacity` bytes.
 inline void copy_text(const std::string& text, char* buffer, std::size_t capacity, std::size_t* length) {
-  *length = text.size();
+  require_non_null(length, "length");
   PTDP_CHECK_ARG(buffer != nullptr || capacity == 0, "buffer is NULL but capacity = " + std::to_string(capacity));
+  *length = text.size();
   PTDP_CHECK_ARG(capacity > text.size(), "capacity = " + std::to_string(capacity) + " is too small: the text needs " +
                                              std::to_string(text.size() + 1) +
                                              " bytes with its NUL (*length receives its strlen)");
   std::memcpy(buffer, text.c_str(), text.size() + 1);
+}
+
+/// The one check of a struct the library fills for the caller (a report, a result, a layout):
+/// `user` (named `name`) is not NULL and its struct_size, the room the caller has, is at least
+/// the size the struct was first published with (abi_sizes.h). Returns that size.
+template <typename Out>
+std::size_t require_out_struct(const Out* user, const char* name) {
+  require_non_null(user, name);
+  const std::size_t size = user->struct_size;
+  const std::size_t min_size = first_published_size<Out>;
+  const char* type = FirstPublished<Out>::name;
+  PTDP_CHECK_ARG(size >= min_size, std::string(name) + "->struct_size = " + std::to_string(size) +
+                                       " is smaller than any published " + type + " (" +
+                                       std::to_string(min_size) + " bytes); set it to sizeof(" + type + ")");
+  return size;
 }
 
 /// Copies a caller's options struct over `defaults` (both start with size_t struct_size):

@@ -30,14 +30,16 @@ PTDP_API ptdp_status ptdp_checkpoint_state_init(ptdp_checkpoint_state* state) {
 PTDP_API ptdp_status ptdp_checkpoint_save(const char* directory, ptdp_model model, ptdp_optimizer optimizer,
                                           ptdp_train_config config, const ptdp_checkpoint_state* state) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     ptdp_model_impl& m = live(model, "model");
     ptdp::Optimizer* opt = optimizer_of(optimizer, m);
     require_non_null(state, "state");
     ptdp_checkpoint_state defaults;
     ptdp_checkpoint_state_init(&defaults);
     const ptdp_checkpoint_state st = ptdp::capi::read_options(state, defaults, "state", "ptdp_checkpoint_state_init");
-    PTDP_CHECK_ARG(st.iteration >= 0, "state->iteration must be >= 0, got " + std::to_string(st.iteration));
+    ptdp::capi::require_non_negative(st.iteration, "state->iteration");
+    ptdp::capi::require_non_negative(st.consumed_train_samples, "state->consumed_train_samples");
+    ptdp::capi::require_non_negative(st.consumed_valid_samples, "state->consumed_valid_samples");
     nlohmann::json train;
     if (config != nullptr) train = ptdp::train_args_to_json(live(config, "config").args);
     ptdp::CheckpointState s;
@@ -51,7 +53,7 @@ PTDP_API ptdp_status ptdp_checkpoint_save(const char* directory, ptdp_model mode
 PTDP_API ptdp_status ptdp_checkpoint_load(const char* directory, ptdp_model model, ptdp_optimizer optimizer,
                                           ptdp_checkpoint_state* state) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     ptdp_model_impl& m = live(model, "model");
     ptdp::Optimizer* opt = optimizer_of(optimizer, m);
     const ptdp::CheckpointState s = ptdp::load_checkpoint(directory, *m.model, opt);
@@ -66,7 +68,7 @@ PTDP_API ptdp_status ptdp_checkpoint_load(const char* directory, ptdp_model mode
 
 PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gpt_options* options, int64_t* iteration) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     require_non_null(options, "options");
     int64_t it = 0;
     const ptdp::GptConfig c = ptdp::read_checkpoint_config(directory, &it);

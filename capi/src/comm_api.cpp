@@ -213,6 +213,7 @@ PTDP_API ptdp_status ptdp_layout_members(const ptdp_parallel_options* options, i
                                          int32_t world_rank, ptdp_group_kind kind,
                                          int32_t* world_ranks, int32_t capacity, int32_t* count) {
   return guard(__func__, [&] {
+    PTDP_CHECK_ARG(world_size > 0, "world_size = " + std::to_string(world_size) + " is not > 0");
     ptdp::ParallelConfig c = parallel_config(options);
     c.world = world_size;
     const ptdp::Layout layout(c);

@@ -206,12 +206,7 @@ void gpt_options(const GptConfig& c, ptdp_gpt_options* o) {
 }
 
 void gpt_options_sized(const GptConfig& c, ptdp_gpt_options* o, ptdp_device device) {
-  require_non_null(o, "options");
-  const std::size_t size = o->struct_size;
-  const std::size_t min_size = first_published_size<ptdp_gpt_options>;
-  PTDP_CHECK_ARG(size >= min_size, "options->struct_size = " + std::to_string(size) +
-                                       " is smaller than any published ptdp_gpt_options (" +
-                                       std::to_string(min_size) + " bytes); initialise it with ptdp_gpt_options_init()");
+  const std::size_t size = require_out_struct(o, "options");
   const ptdp_gpt_options full = gpt_options_bytes(c, device);
   const std::size_t n = std::min(size, sizeof full);
   if (n < sizeof full) {
@@ -239,8 +234,7 @@ RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use_mpi) 
   ptdp_runtime_options_init(&defaults);
   const ptdp_runtime_options o = read_options(user, defaults, "options",
                                                           "ptdp_runtime_options_init");
-  PTDP_CHECK_ARG(o.comm_timeout_s == o.comm_timeout_s,  // NaN
-                 "options->comm_timeout_s is NaN");
+  require_finite(o.comm_timeout_s, "options->comm_timeout_s");  // <= 0: the default
   PTDP_CHECK_ARG(o.verify_collectives == 0 || o.verify_collectives == 1,
                  "options->verify_collectives = " + std::to_string(o.verify_collectives) + " is not 0 or 1");
   PTDP_CHECK_ARG(o.use_mpi == 0 || o.use_mpi == 1,
@@ -265,6 +259,11 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   c.tensor = o.tensor_model_parallel_size;
   c.pipeline = o.pipeline_model_parallel_size;
   c.virtual_stages = o.virtual_pipeline_model_parallel_size;
+  for (const auto& [v, field] : {std::pair{o.tensor_model_parallel_size, "tensor_model_parallel_size"},
+                                 std::pair{o.pipeline_model_parallel_size, "pipeline_model_parallel_size"},
+                                 std::pair{o.virtual_pipeline_model_parallel_size, "virtual_pipeline_model_parallel_size"}}) {
+    PTDP_CHECK_ARG(v > 0, str_cat("options->", field, " = ", v, " is not > 0"));
+  }
   const auto stage_layers = [](int64_t n, const char* field) {
     PTDP_CHECK_ARG(n >= 0 && n <= std::numeric_limits<int32_t>::max(),
                    str_cat("options->", field, " = ", n, " is not a layer count (>= 0; 0: an even split)"));
@@ -568,6 +567,7 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
   g.hidden_dropout = o.hidden_dropout_set == 1 ? o.hidden_dropout : 0.1f;
   llama_fields_to_core(o, g);
   r.global_batch_size = o.global_batch_size;
+  PTDP_CHECK_ARG(o.global_batch_size > 0, str_cat("options->global_batch_size = ", o.global_batch_size, " is not > 0"));
   switch (o.precision) {
     case PTDP_DTYPE_F32: r.precision = plan::Precision::Fp32; break;
     case PTDP_DTYPE_BF16: r.precision = plan::Precision::Bf16; break;

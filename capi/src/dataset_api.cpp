@@ -8,9 +8,8 @@
 #include "core/data/indexed_dataset.h"
 
 struct ptdp_dataset_impl {
-  static constexpr uint64_t kLive = 0x7074647064737431ull;  // "ptdpdst1"
   static constexpr const char* kType = "ptdp_dataset";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_dataset_impl> registration{this};  // live while it exists
   std::unique_ptr<ptdp::IndexedDataset> dataset;
 };
 
@@ -26,7 +25,7 @@ extern "C" {
 
 PTDP_API ptdp_status ptdp_dataset_open(const char* prefix, ptdp_dataset* out) {
   return guard(__func__, [&] {
-    require_non_null(prefix, "prefix");
+    ptdp::capi::require_path(prefix, "prefix");
     require_non_null(out, "out");
     auto h = std::make_unique<ptdp_dataset_impl>();
     h->dataset = std::make_unique<ptdp::IndexedDataset>(prefix);
@@ -62,7 +61,7 @@ PTDP_API ptdp_status ptdp_dataset_document(ptdp_dataset dataset, int64_t index, 
                                            int64_t* count) {
   return guard(__func__, [&] {
     require_non_null(count, "count");
-    *count = 0;
+    *count = 0;  // documented: count is always written (0 on a bad argument)
     const ptdp_dataset_impl& d = live(dataset, "dataset");
     PTDP_CHECK_ARG(index >= 0 && index < d.dataset->num_documents(),
                    "index = " + std::to_string(index) + " is out of range [0, " +

@@ -10,9 +10,8 @@
 #include "core/data/gpt_dataset.h"
 
 struct ptdp_gpt_data_impl {
-  static constexpr uint64_t kLive = 0x7074647067707431ull;  // "ptdpgpt1"
   static constexpr const char* kType = "ptdp_gpt_data";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_gpt_data_impl> registration{this};  // live while it exists
   std::unique_ptr<ptdp::GptDataset> dataset;  // const after creation: readers share it freely
 };
 
@@ -51,6 +50,7 @@ ptdp::GptDataSpec data_spec(const ptdp_gpt_data_options& o) {
     PTDP_CHECK_ARG(o.source == PTDP_DATA_MOCK || o.path != nullptr,
                    std::string("options->path is NULL (the ") +
                        (o.source == PTDP_DATA_INDEXED ? "indexed data set's prefix" : "text file") + " is needed)");
+    PTDP_CHECK_ARG(o.source == PTDP_DATA_MOCK || o.path[0] != '\0', "options->path is empty");
     spec.path = o.path ? o.path : "";
   }
   return spec;
@@ -122,6 +122,8 @@ PTDP_API ptdp_status ptdp_gpt_data_batch(ptdp_gpt_data data, ptdp_data_split spl
     const ptdp::DataSplit s = checked_split(split);
     PTDP_CHECK_ARG(first >= 0, "first = " + std::to_string(first) + " is negative");
     PTDP_CHECK_ARG(count > 0, "count = " + std::to_string(count) + " is not > 0");
+    PTDP_CHECK_ARG(first <= INT64_MAX - count,
+                   "first = " + std::to_string(first) + " plus count = " + std::to_string(count) + " overflows int64");
     require_non_null(tokens, "tokens");
     require_non_null(labels, "labels");
     // Read into scratch so a failure (a token outside the vocabulary, a file error) leaves the

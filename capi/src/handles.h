@@ -1,6 +1,7 @@
-// The objects behind the C API's opaque handles. Each carries a magic number so calls can
-// reject handles that were destroyed or never were of that type (best effort: freed memory
-// may be reused), and counts what still depends on it so destroying it early is refused.
+// The objects behind the C API's opaque handles. Each registers itself in its type's registry
+// of live handles (handle_registry.h) so calls reject handles that were destroyed, never
+// created or are of another type without reading their memory, and counts what still depends
+// on it so destroying it early is refused.
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,7 @@
 
 #include "capi/src/api_guard.h"
 #include "capi/src/convert.h"
+#include "capi/src/handle_registry.h"
 #include "core/comm/runtime.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_pipeline.h"
@@ -20,42 +22,37 @@
 #include "core/tensor/tensor.h"
 
 struct ptdp_tensor_impl {
-  static constexpr uint64_t kLive = 0x7074647074656e31ull;  // "ptdpten1"
   static constexpr const char* kType = "ptdp_tensor";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_tensor_impl> registration{this};  // live while it exists
   ptdp::Tensor tensor;
 };
 
 struct ptdp_runtime_impl {
-  static constexpr uint64_t kLive = 0x7074647072756e31ull;  // "ptdprun1"
   static constexpr const char* kType = "ptdp_runtime";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_runtime_impl> registration{this};  // live while it exists
   std::shared_ptr<ptdp::Runtime> runtime;
   std::atomic<int> dependents{0};  // live ptdp_groups and ptdp_trainer
 };
 
 struct ptdp_groups_impl {
-  static constexpr uint64_t kLive = 0x7074647067727031ull;  // "ptdpgrp1"
   static constexpr const char* kType = "ptdp_groups";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_groups_impl> registration{this};  // live while it exists
   ptdp_runtime_impl* owner = nullptr;
   std::unique_ptr<ptdp::ProcessGroups> groups;
   std::atomic<int> dependents{0};  // live ptdp_work, ptdp_model, ptdp_layer
 };
 
 struct ptdp_model_impl {
-  static constexpr uint64_t kLive = 0x707464706d646c31ull;  // "ptdpmdl1"
   static constexpr const char* kType = "ptdp_model";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_model_impl> registration{this};  // live while it exists
   ptdp_groups_impl* owner = nullptr;
   std::unique_ptr<ptdp::GptPipeline> model;  // this rank's chunks (the whole model when p = 1)
   std::atomic<int> dependents{0};             // live ptdp_optimizer
 };
 
 struct ptdp_optimizer_impl {
-  static constexpr uint64_t kLive = 0x707464706f707431ull;  // "ptdpopt1"
   static constexpr const char* kType = "ptdp_optimizer";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_optimizer_impl> registration{this};  // live while it exists
   ptdp_groups_impl* groups = nullptr;  // counts this optimizer as a dependent
   ptdp_model_impl* model = nullptr;    // the model it updates, or NULL for registered tensors
   std::unique_ptr<ptdp::ParamTable> tensors;  // the flat buffers of registered tensors: fp32 masters, and
@@ -64,39 +61,36 @@ struct ptdp_optimizer_impl {
 };
 
 struct ptdp_train_config_impl {
-  static constexpr uint64_t kLive = 0x7074647074636631ull;  // "ptdptcf1"
   static constexpr const char* kType = "ptdp_train_config";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_train_config_impl> registration{this};  // live while it exists
   ptdp::TrainArgs args;  // the strings handed out point into it
 };
 
 struct ptdp_schedule_impl {
-  static constexpr uint64_t kLive = 0x7074647073636831ull;  // "ptdpsch1"
   static constexpr const char* kType = "ptdp_schedule";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_schedule_impl> registration{this};  // live while it exists
   ptdp::Schedule schedule;
 };
 
 struct ptdp_layer_impl;  // capi/src/layer_api.cpp
 
 struct ptdp_work_impl {
-  static constexpr uint64_t kLive = 0x7074647077726b31ull;  // "ptdpwrk1"
   static constexpr const char* kType = "ptdp_work";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_work_impl> registration{this};  // live while it exists
   ptdp_groups_impl* owner = nullptr;
   ptdp::WorkPtr work;
 };
 
 namespace ptdp::capi {
 
-constexpr uint64_t kDeadMagic = 0x6465616468646c31ull;  // "deadhdl1"
-
-/// The object behind a handle; throws InvalidArgument naming `name` for NULL or a dead handle.
+/// The object behind a handle; throws InvalidArgument naming `name` for NULL or for a handle
+/// that is not registered as a live `Impl` (destroyed, never created, or another type). The
+/// registry is consulted before the handle's memory is touched.
 template <typename Impl>
 Impl& live(Impl* handle, const char* name) {
   require_non_null(handle, name);
-  PTDP_CHECK_ARG(handle->magic == Impl::kLive,
-                 std::string(name) + " is not a live " + Impl::kType + " (already destroyed?)");
+  PTDP_CHECK_ARG(is_live(handle),
+                 std::string(name) + " is not a live " + Impl::kType + " (destroyed, or never created)");
   return *handle;
 }
 
@@ -123,10 +117,10 @@ inline ptdp_tensor wrap_tensor(Tensor t) {
   return h;
 }
 
-/// Marks a handle dead and frees it.
+/// Unregisters a handle (later calls with it are refused) and frees it.
 template <typename Impl>
 void release(Impl* handle) {
-  handle->magic = kDeadMagic;
+  HandleRegistry<Impl>::instance().remove(handle);
   delete handle;
 }
 

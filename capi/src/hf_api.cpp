@@ -68,7 +68,7 @@ PTDP_API ptdp_status ptdp_hf_save_options_init(ptdp_hf_save_options* options) {
 PTDP_API ptdp_status ptdp_hf_read_options(const char* directory, ptdp_gpt_options* options,
                                           ptdp_hf_architecture* architecture) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     require_non_null(options, "options");
     const ptdp::HfConfig hf = ptdp::read_hf_config(directory);
     ptdp::capi::gpt_options_sized(hf.model, options);
@@ -78,7 +78,7 @@ PTDP_API ptdp_status ptdp_hf_read_options(const char* directory, ptdp_gpt_option
 
 PTDP_API ptdp_status ptdp_hf_load(const char* directory, ptdp_model model) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     ptdp_model_impl& m = live(model, "model");
     ptdp::load_hf_checkpoint(directory, *m.model);
   });
@@ -86,7 +86,7 @@ PTDP_API ptdp_status ptdp_hf_load(const char* directory, ptdp_model model) {
 
 PTDP_API ptdp_status ptdp_hf_save(const char* directory, ptdp_model model, const ptdp_hf_save_options* options) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     ptdp_model_impl& m = live(model, "model");
     const ptdp::HfSaveOptions o = save_options(options);
     ptdp::save_hf_checkpoint(directory, *m.model, o);

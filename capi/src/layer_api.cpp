@@ -8,10 +8,9 @@
 #include "core/layers/linear.h"
 
 struct ptdp_layer_impl {
-  static constexpr uint64_t kLive = 0x707464706c797231ull;  // "ptdplyr1"
   static constexpr const char* kType = "ptdp_layer";
   enum class Kind { Column, Row, Embedding, CrossEntropy };
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_layer_impl> registration{this};  // live while it exists
   Kind kind = Kind::Column;
   ptdp_groups_impl* owner = nullptr;
   ptdp::TensorParallel tp;
@@ -73,6 +72,7 @@ void check_ids(const ptdp::Tensor& ids, int64_t vocab, const char* what) {
 }
 
 ptdp::Step step_of(int64_t microbatch) {
+  ptdp::capi::require_non_negative(microbatch, "microbatch");
   ptdp::Step s;
   s.microbatch = microbatch;
   return s;
@@ -101,6 +101,7 @@ PTDP_API ptdp_status ptdp_column_parallel_linear_create(ptdp_groups groups, int6
     positive("out_features", out_features);
     flag("bias", bias);
     flag("gather_output", gather_output);
+    ptdp::capi::require_finite(init_std, "init_std");
     PTDP_CHECK_ARG(init_std >= 0.0f, "init_std = " + std::to_string(init_std) + " is negative");
     create(groups, out, Impl::Kind::Column, seed, [&](Impl& h) {
       divisible("out_features", out_features, h.tp.size);
@@ -116,6 +117,7 @@ PTDP_API ptdp_status ptdp_row_parallel_linear_create(ptdp_groups groups, int64_t
     positive("in_features", in_features);
     positive("out_features", out_features);
     flag("bias", bias);
+    ptdp::capi::require_finite(init_std, "init_std");
     PTDP_CHECK_ARG(init_std >= 0.0f, "init_std = " + std::to_string(init_std) + " is negative");
     create(groups, out, Impl::Kind::Row, seed, [&](Impl& h) {
       divisible("in_features", in_features, h.tp.size);
@@ -130,6 +132,7 @@ PTDP_API ptdp_status ptdp_vocab_parallel_embedding_create(ptdp_groups groups, in
   return guard(__func__, [&] {
     positive("vocab", vocab);
     positive("hidden", hidden);
+    ptdp::capi::require_finite(init_std, "init_std");
     PTDP_CHECK_ARG(init_std >= 0.0f, "init_std = " + std::to_string(init_std) + " is negative");
     create(groups, out, Impl::Kind::Embedding, seed, [&](Impl& h) {
       divisible("vocab", vocab, h.tp.size);

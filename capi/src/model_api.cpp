@@ -8,6 +8,7 @@
 
 #include "capi/src/batch_masks.h"
 #include "capi/src/handles.h"
+#include "capi/src/memory_check.h"
 #include "capi/src/pipeline_run.h"
 #include "core/model/generate.h"
 #include "core/model/model_presets.h"
@@ -77,6 +78,9 @@ float forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* l
                        const char* function) {
   ptdp_model_impl& m = live(model, "model");
   ptdp::capi::require_batch(tokens, labels, micro_batch_size);
+  ptdp::capi::require_non_negative(iteration, "iteration");
+  ptdp::capi::require_non_negative(microbatch, "microbatch");
+  ptdp::capi::require_finite_positive(grad_scale, "grad_scale");
   const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
   return whole(m, function).forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
                                              grad_scale, layout);
@@ -88,6 +92,8 @@ float forward(ptdp_model model, const int32_t* tokens, const int32_t* labels, co
   ptdp_model_impl& m = live(model, "model");
   ptdp::capi::require_batch(tokens, labels, micro_batch_size);
   require_non_null(loss, "loss");
+  ptdp::capi::require_non_negative(iteration, "iteration");
+  ptdp::capi::require_non_negative(microbatch, "microbatch");
   PTDP_CHECK_ARG(training == 0 || training == 1, "training = " + std::to_string(training) + " is not 0 or 1");
   const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
   return whole(m, function)
@@ -100,6 +106,7 @@ float pipeline_forward_backward(ptdp_model model, ptdp_schedule schedule, const 
   ptdp_model_impl& m = live(model, "model");
   const ptdp::Schedule& s = live(schedule, "schedule").schedule;
   ptdp::capi::require_batch(tokens, labels, micro_batch_size);
+  ptdp::capi::require_non_negative(iteration, "iteration");
   const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
   const ptdp::capi::PipelineRun run(options);
   const float l =
@@ -203,6 +210,8 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
       }
       device = ptdp::Device{ptdp::DeviceType::CUDA, gpu};
     }
+    cfg.validate(g.groups->size(ptdp::GroupKind::Tensor));  // the sizes, checked, before any estimate
+    ptdp::capi::refuse_model_that_does_not_fit(cfg, *g.groups, device, g.owner->runtime->local_size());
     auto h = std::make_unique<ptdp_model_impl>();
     h->owner = &g;
     h->model = std::make_unique<ptdp::GptPipeline>(cfg, *g.groups, device);
@@ -369,8 +378,11 @@ PTDP_API ptdp_status ptdp_model_pipeline_forward_backward_masked(ptdp_model mode
 PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens,
                                            const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
                                            const ptdp_pipeline_options* options, float* loss) {
-  return ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options,
-                                              loss);
+  return guard(__func__, [&] {  // its own name in messages
+    const float l =
+        pipeline_forward_backward(model, schedule, tokens, labels, nullptr, micro_batch_size, iteration, options);
+    if (loss) *loss = l;
+  });
 }
 
 PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,

@@ -12,9 +12,8 @@
 #include "core/plan/planner.h"
 
 struct ptdp_plan_impl {
-  static constexpr uint64_t kLive = 0x707464706c616e31ull;  // "ptdplan1"
   static constexpr const char* kType = "ptdp_plan";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_plan_impl> registration{this};  // live while it exists
   ptdp::plan::PlanResult result;
 };
 
@@ -37,8 +36,6 @@ using ptdp::capi::cluster_to_c;
 using ptdp::capi::plan_options_defaults;
 using ptdp::capi::plan_options_to_c;
 using ptdp::capi::plan_request;
-
-constexpr std::size_t kLayoutV1Size = ptdp::capi::first_published_size<ptdp_plan_layout>;
 
 // The argv entry holding the last --schedule-svg value (so the pointer lives as long as argv).
 const char* schedule_svg_in(int32_t argc, const char* const* argv) {
@@ -82,7 +79,7 @@ PTDP_API const char* ptdp_cluster_preset_name(int32_t index) {
 
 PTDP_API ptdp_status ptdp_cluster_load(const char* path, ptdp_cluster* cluster) {
   return guard(__func__, [&] {
-    require_non_null(path, "path");
+    ptdp::capi::require_path(path, "path");
     require_non_null(cluster, "cluster");
     cluster_to_c(plan::load_cluster(path), cluster);
   });
@@ -159,13 +156,9 @@ PTDP_API ptdp_status ptdp_plan_num_layouts(ptdp_plan plan, int32_t* count) {
 PTDP_API ptdp_status ptdp_plan_get_layout(ptdp_plan plan, int32_t index, ptdp_plan_layout* layout) {
   return guard(__func__, [&] {
     const ptdp_plan_impl& p = live(plan, "plan");
-    require_non_null(layout, "layout");
+    const std::size_t size = ptdp::capi::require_out_struct(layout, "layout");
     const auto n = static_cast<int32_t>(p.result.layouts.size());
     PTDP_CHECK_ARG(index >= 0 && index < n, str_cat("index = ", index, " is outside the plan's ", n, " layouts"));
-    const std::size_t size = layout->struct_size;
-    PTDP_CHECK_ARG(size >= kLayoutV1Size, str_cat("layout->struct_size = ", size,
-                                                  " is smaller than any published ptdp_plan_layout (",
-                                                  kLayoutV1Size, "); set it to sizeof(ptdp_plan_layout)"));
     const plan::Estimate& e = p.result.layouts[static_cast<std::size_t>(index)];
     ptdp_plan_layout o{};
     o.struct_size = sizeof(ptdp_plan_layout);
@@ -228,7 +221,7 @@ PTDP_API ptdp_status ptdp_plan_to_json(ptdp_plan plan, char* buffer, size_t capa
 PTDP_API ptdp_status ptdp_plan_write_schedule_svg(ptdp_plan plan, int32_t index, const char* path) {
   return guard(__func__, [&] {
     const ptdp_plan_impl& p = live(plan, "plan");
-    require_non_null(path, "path");
+    ptdp::capi::require_path(path, "path");
     plan::write_plan_schedule_svg(p.result, index, path);
   });
 }

@@ -63,13 +63,7 @@ PTDP_API ptdp_status ptdp_preprocess(const ptdp_preprocess_options* options, ptd
     ptdp_preprocess_options_init(&defaults);
     const ptdp_preprocess_options o =
         ptdp::capi::read_options(options, defaults, "options", "ptdp_preprocess_options_init");
-    if (result != nullptr) {
-      const std::size_t min_size = ptdp::capi::first_published_size<ptdp_preprocess_result>;
-      PTDP_CHECK_ARG(result->struct_size >= min_size,
-                     "result->struct_size = " + std::to_string(result->struct_size) +
-                         " is smaller than any published ptdp_preprocess_result (" + std::to_string(min_size) +
-                         " bytes); set it to sizeof(ptdp_preprocess_result)");
-    }
+    if (result != nullptr) ptdp::capi::require_out_struct(result, "result");
     PTDP_CHECK_ARG(o.num_inputs >= 1, "options->num_inputs = " + std::to_string(o.num_inputs) + " is not >= 1");
     PTDP_CHECK_ARG(o.num_json_keys >= 0,
                    "options->num_json_keys = " + std::to_string(o.num_json_keys) + " is negative");
@@ -127,7 +121,7 @@ PTDP_API ptdp_status ptdp_merge_datasets(const char* const* prefixes, int32_t co
   return guard(__func__, [&] {
     PTDP_CHECK_ARG(count >= 1, "count = " + std::to_string(count) + " is not >= 1");
     const std::vector<std::string> p = read_strings(prefixes, count, "prefixes");
-    require_non_null(output_prefix, "output_prefix");
+    ptdp::capi::require_path(output_prefix, "output_prefix");
     PTDP_CHECK_ARG(output_prefix[0] != '\0', "output_prefix is empty");
     ptdp::merge_datasets(p, output_prefix);
   });

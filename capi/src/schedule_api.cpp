@@ -292,7 +292,7 @@ PTDP_API ptdp_status ptdp_schedule_write_svg(ptdp_schedule schedule, const ptdp_
   return guard(__func__, [&] {
     const ptdp::Schedule& s = live(schedule, "schedule").schedule;
     const ptdp::ScheduleCosts c = costs_of(costs);
-    require_non_null(path, "path");
+    ptdp::capi::require_path(path, "path");
     require_valid(s);
     ptdp::write_schedule_svg(s, c, path);
   });
@@ -302,7 +302,7 @@ PTDP_API ptdp_status ptdp_schedule_costs_from_trace(const char* path, int32_t ch
                                                     double* backward_input, double* backward_weight,
                                                     double* p2p_latency) {
   return guard(__func__, [&] {
-    require_non_null(path, "path");
+    ptdp::capi::require_path(path, "path");
     positive("chunks", chunks);
     const std::string text = ptdp::read_regular_file(path, "trace file", ptdp::kMaxJsonFileBytes);
     nlohmann::json trace;

@@ -12,9 +12,8 @@
 #include "core/tensor/file_read.h"
 
 struct ptdp_tokenizer_impl {
-  static constexpr uint64_t kLive = 0x70746470746f6b31ull;  // "ptdptok1"
   static constexpr const char* kType = "ptdp_tokenizer";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_tokenizer_impl> registration{this};  // live while it exists
   std::unique_ptr<ptdp::Tokenizer> tokenizer;
 };
 
@@ -126,6 +125,17 @@ PTDP_API ptdp_status ptdp_tokenizer_create(const ptdp_tokenizer_options* options
     const int type = static_cast<int>(o.type);
     PTDP_CHECK_ARG(type >= PTDP_TOKENIZER_BYTE_LEVEL && type <= PTDP_TOKENIZER_SENTENCE_PIECE,
                    str_cat("options->type = ", type, " is not a ptdp_tokenizer_type"));
+    // The fields each type needs, named as the C caller knows them (the core names the flags).
+    if (o.type == PTDP_TOKENIZER_GPT2_BPE) {
+      PTDP_CHECK_ARG(o.vocab_file != nullptr && o.vocab_file[0] != '\0',
+                     "options->vocab_file is NULL or empty: PTDP_TOKENIZER_GPT2_BPE needs --vocab-file (vocab.json)");
+      PTDP_CHECK_ARG(o.merge_file != nullptr && o.merge_file[0] != '\0',
+                     "options->merge_file is NULL or empty: PTDP_TOKENIZER_GPT2_BPE needs --merge-file (merges.txt)");
+    }
+    if (o.type == PTDP_TOKENIZER_NULL) {
+      PTDP_CHECK_ARG(o.vocab_size > 0 && o.vocab_size < INT32_MAX,
+                     str_cat("options->vocab_size = ", o.vocab_size, " is not in [1, 2^31 - 1) (--vocab-size; PTDP_TOKENIZER_NULL needs it)"));
+    }
     ptdp::TokenizerConfig c;
     c.type = static_cast<ptdp::TokenizerType>(type);
     c.vocab_file = text_or_empty(o.vocab_file);
@@ -138,7 +148,7 @@ PTDP_API ptdp_status ptdp_tokenizer_create(const ptdp_tokenizer_options* options
 
 PTDP_API ptdp_status ptdp_tokenizer_create_from_checkpoint(const char* directory, ptdp_tokenizer* out) {
   return guard(__func__, [&] {
-    require_non_null(directory, "directory");
+    ptdp::capi::require_path(directory, "directory");
     require_non_null(out, "out");
     *out = wrap(ptdp::make_tokenizer(config_of_checkpoint(directory)));
   });
@@ -164,7 +174,7 @@ PTDP_API ptdp_status ptdp_tokenizer_encode(ptdp_tokenizer tokenizer, const char*
                                            size_t capacity, size_t* count) {
   return guard(__func__, [&] {
     require_non_null(count, "count");
-    *count = 0;
+    *count = 0;  // documented: count is always written (0 on a bad argument)
     const ptdp_tokenizer_impl& t = live(tokenizer, "tokenizer");
     PTDP_CHECK_ARG(text != nullptr || length == 0, str_cat("text is NULL but length = ", length));
     PTDP_CHECK_ARG(ids != nullptr || capacity == 0, str_cat("ids is NULL but capacity = ", capacity));

@@ -9,6 +9,7 @@
 #include "capi/src/batch_masks.h"
 #include "capi/src/convert.h"
 #include "capi/src/handles.h"
+#include "capi/src/memory_check.h"
 #include "capi/src/pipeline_run.h"
 #include "core/train/device_peak.h"
 #include "core/train/trainer.h"
@@ -68,9 +69,8 @@ void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule s
 }  // namespace
 
 struct ptdp_trainer_impl {
-  static constexpr uint64_t kLive = 0x7074647074726e31ull;  // "ptdptrn1"
   static constexpr const char* kType = "ptdp_trainer";
-  uint64_t magic = kLive;
+  ptdp::capi::Registration<ptdp_trainer_impl> registration{this};  // live while it exists
   ptdp_runtime_impl* user_runtime = nullptr;  // counts this trainer as a dependent
   std::unique_ptr<ptdp::TrainingLoop> loop;
   std::atomic<bool> running{false};
@@ -126,6 +126,7 @@ PTDP_API ptdp_status ptdp_trainer_create(ptdp_train_config config, const ptdp_tr
       rt = ptdp::Runtime::create(ro);
     }
     ptdp::TrainingLoopHooks hooks;
+    hooks.before_allocation = ptdp::capi::refuse_run_that_does_not_fit;  // the planner's memory model
     hooks.out = o.print_log == 1 ? stdout : nullptr;
     if (o.on_iteration != nullptr) {
       hooks.on_iteration = [cb = o.on_iteration, user = o.user_data](const ptdp::IterationReport& r) {
@@ -158,12 +159,7 @@ PTDP_API ptdp_status ptdp_trainer_request_stop(ptdp_trainer trainer) {
 PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iteration_report* report) {
   return guard(__func__, [&] {
     const ptdp_trainer_impl& t = live(trainer, "trainer");
-    require_non_null(report, "report");
-    const std::size_t min_size = ptdp::capi::first_published_size<ptdp_iteration_report>;
-    PTDP_CHECK_ARG(report->struct_size >= min_size,
-                   "report->struct_size = " + std::to_string(report->struct_size) +
-                       " is smaller than any published ptdp_iteration_report (" + std::to_string(min_size) +
-                       " bytes); set it to sizeof(ptdp_iteration_report)");
+    ptdp::capi::require_out_struct(report, "report");
     const ptdp_iteration_report r = to_c(t.loop->last_report());
     const std::size_t n = std::min(report->struct_size, sizeof r);
     std::memcpy(static_cast<void*>(report), &r, n);
@@ -198,7 +194,8 @@ PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int3
       if (i > 0) args.emplace_back(argv[i]);
     }
     const std::string program = std::filesystem::path(argv[0]).filename().string();
-    *exit_code = ptdp::train_main(program.empty() ? "ptdp-train" : program, args);
+    *exit_code =
+        ptdp::train_main(program.empty() ? "ptdp-train" : program, args, ptdp::capi::refuse_run_that_does_not_fit);
   });
 }
 
@@ -206,6 +203,7 @@ PTDP_API ptdp_status ptdp_gpt_flops(const ptdp_gpt_options* options, int64_t glo
                                     double* executed_flops) {
   return guard(__func__, [&] {
     const ptdp::GptConfig cfg = ptdp::capi::gpt_config(options);
+    cfg.validate(1);  // the sizes the FLOPs multiply, checked
     PTDP_CHECK_ARG(global_batch_size > 0, "global_batch_size = " + std::to_string(global_batch_size) + " is not > 0");
     if (model_flops) *model_flops = cfg.paper_flops(global_batch_size);
     if (executed_flops) *executed_flops = cfg.paper_flops(global_batch_size, cfg.recompute == ptdp::Recompute::Full);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "core/args/flag_table.h"
+#include "core/tensor/checked_math.h"
 #include "core/data/tokenizer.h"
 #include "core/model/model_presets.h"
 #include "core/model/pipeline_split.h"
@@ -634,6 +635,26 @@ void check_together(const TrainArgs& a) {
     }
   }
   const GptConfig model = to_gpt_config(a);
+  // Every size derived from the flags, with checked arithmetic (a huge --hidden-size would
+  // otherwise wrap 4 h into a negative MLP width).
+  model.check_sizes();
+  {
+    const CheckedSize b = sized("--micro-batch-size", a.micro_batch_size);
+    const CheckedSize s = sized("--seq-length", a.seq_length);
+    const CheckedSize h = sized("--hidden-size", a.hidden_size);
+    const CheckedSize v = sized("--vocab-size", a.vocab_size);
+    // The model-parallel ranks t * p * c (each may be large on its own).
+    (void)(sized("--tensor-model-parallel-size", a.tensor_model_parallel_size) *
+           sized("--pipeline-model-parallel-size", a.pipeline_model_parallel_size) *
+           sized("--context-parallel-size", a.context_parallel_size));
+    (void)(b * s * h);  // one microbatch's hidden states
+    (void)(b * s * v);  // one microbatch's logits
+    (void)(sized("--train-iters", a.train_iters) * sized("the global batch size", global_batch_or_micro(a)) * s);
+    if (!model.parameter_count_fits(t)) {
+      fail(str_cat("the parameter count of ", value("num-layers"), " layers of ", value("hidden-size"),
+                   " (MLP width ", std::to_string(model.ffn()), ") overflows a 64-bit integer"));
+    }
+  }
   const int64_t ffn = model.ffn();
   const std::string ffn_text =
       a.ffn_hidden_size > 0 ? value("ffn-hidden-size")

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/tensor/checked_math.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -48,6 +49,7 @@ void LayerConfig::validate(int t) const {
   positive("num_attention_heads", num_attention_heads);
   positive("seq_length", seq_length);
   positive("tensor parallel size", t);
+  check_sizes();
   PTDP_CHECK_ARG(ffn_hidden_size >= 0, "ffn_hidden_size must be >= 0 (0: 4 x hidden), got " + num(ffn_hidden_size));
   PTDP_CHECK_ARG(kv_channels >= 0, "kv_channels (--kv-channels) must be >= 0 (0: hidden_size / num_attention_heads), got " +
                                        num(kv_channels));
@@ -114,6 +116,27 @@ void LayerConfig::validate(int t) const {
                    "rope scaling: original_max_position_embeddings must be > 0, got " +
                        num(rope_scaling.original_max_position_embeddings));
   }
+}
+
+void LayerConfig::check_sizes() const {
+  // Positive sizes only (validate() checks the signs first).
+  const CheckedSize h = sized("hidden_size (--hidden-size)", hidden_size);
+  const CheckedSize s = sized("seq_length (--seq-length)", seq_length);
+  const CheckedSize a = sized("num_attention_heads (--num-attention-heads)", num_attention_heads);
+  const CheckedSize ffn = ffn_hidden_size > 0 ? sized("ffn_hidden_size (--ffn-hidden-size)", ffn_hidden_size)
+                          : swiglu ? CheckedSize{ffn_wide(), "int(8 * " + h.text + " / 3 / 64) * 64"}
+                                   : 4 * h;
+  fits_int32(ffn, "the MLP width ffn_hidden_size (--ffn-hidden-size)");
+  const CheckedSize dh = kv_channels > 0 ? sized("kv_channels (--kv-channels)", kv_channels)
+                                         : CheckedSize{hidden_size / num_attention_heads, "(" + h.text + " / " + a.text + ")"};
+  const CheckedSize g = num_query_groups > 0 ? sized("num_query_groups (--num-query-groups)", num_query_groups) : a;
+  fits_int32(a * dh, "the attention width a * dh");
+  const CheckedSize qkv = (a + 2 * g) * dh;
+  fits_int32(qkv, "the rows of linear_qkv (a + 2 g) * dh");
+  (void)(qkv * h);                            // linear_qkv's weight
+  (void)((swiglu ? 2 * ffn : ffn) * h);       // linear_fc1's weight
+  (void)(s * h * ffn);                        // one sample's MLP activations
+  (void)(s * s * a);                          // one sample's attention scores
 }
 
 std::vector<float> LayerConfig::rotary_inv_freq() const {

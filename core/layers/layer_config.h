@@ -90,10 +90,17 @@ struct LayerConfig {
   }
   /// Width of the attention context, linear_proj's input: a dh (h for the GPT).
   int64_t attention_width() const { return static_cast<int64_t>(num_attention_heads) * head_dim(); }
-  int ffn() const {
+  int ffn() const { return static_cast<int>(ffn_wide()); }
+  /// ffn() in 64 bits: the default 4 h (or SwiGLU's int(8 h / 3 / 64) * 64) of a large h does not
+  /// fit an int; validate() refuses that before ffn() is used.
+  int64_t ffn_wide() const {
     if (ffn_hidden_size > 0) return ffn_hidden_size;
-    return swiglu ? static_cast<int>(4.0 * hidden_size * 2.0 / 3.0 / 64.0) * 64 : 4 * hidden_size;
+    return swiglu ? static_cast<int64_t>(4.0 * hidden_size * 2.0 / 3.0 / 64.0) * 64 : int64_t{4} * hidden_size;
   }
+  /// The sizes derived from the user's numbers (MLP width, attention width, weight and
+  /// activation element counts), computed with checked int64 arithmetic: throws
+  /// InvalidArgument naming the fields and values when one overflows. Part of validate().
+  void check_sizes() const;
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   bool rope() const { return position_embedding == PositionEmbedding::Rope; }
   /// Rotated dims of each head: rotary_percent * dh (RoPE only).

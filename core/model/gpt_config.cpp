@@ -2,13 +2,15 @@
 
 #include <cmath>
 
+#include "core/tensor/checked_math.h"
 #include "kernels/error.h"
 
 namespace ptdp {
 
 int64_t GptConfig::padded_vocab(int t) const {
   const int64_t multiple = static_cast<int64_t>(make_vocab_size_divisible_by) * t;
-  return (vocab_size + multiple - 1) / multiple * multiple;
+  if (multiple <= 0) return vocab_size;  // validate() refuses it
+  return (static_cast<int64_t>(vocab_size) + multiple - 1) / multiple * multiple;
 }
 
 void GptConfig::validate(int t) const {
@@ -19,6 +21,16 @@ void GptConfig::validate(int t) const {
   PTDP_CHECK_ARG(max_position_embeddings >= 0,
                  "max_position_embeddings must be >= 0 (0: seq_length), got " +
                      std::to_string(max_position_embeddings));
+  // The embedding table, the logits of one sample and the parameter count, checked.
+  const CheckedSize v = CheckedSize{padded_vocab(t), "the padded vocabulary of vocab_size (--vocab-size) " +
+                                                         std::to_string(vocab_size)};
+  const CheckedSize h = sized("hidden_size (--hidden-size)", hidden_size);
+  (void)(v * h);
+  (void)(v * sized("seq_length (--seq-length)", seq_length));
+  (void)(sized("max_position_embeddings (--max-position-embeddings)", max_positions()) * h);
+  PTDP_CHECK_ARG(parameter_count_fits(t), "the parameter count of num_layers (--num-layers) " +
+                                              std::to_string(num_layers) + " layers of hidden_size " +
+                                              std::to_string(hidden_size) + " overflows a 64-bit integer");
   PTDP_CHECK_ARG(seq_length <= max_positions(),
                  "seq_length " + std::to_string(seq_length) + " is longer than max_position_embeddings " +
                      std::to_string(max_positions()));
@@ -32,6 +44,17 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
   const double layers = (full_recompute ? 16.0 : 12.0) * B * s * l * h * h * (attention + mlp);
   const double logits = 6.0 * B * s * h * V;
   return layers + logits;
+}
+
+bool GptConfig::parameter_count_fits(int t) const {
+  // The same sum as parameter_count() in long double: exact enough to tell 2^63 apart.
+  const long double h = hidden_size, f = static_cast<long double>(ffn_wide()), v = static_cast<long double>(padded_vocab(t));
+  const long double qkv = static_cast<long double>(qkv_rows()), aw = static_cast<long double>(attention_width());
+  const long double fc1 = swiglu ? 2 * f : f;
+  const long double per_layer = 4 * h + qkv * (h + 1) + aw * h + h + fc1 * (h + 1) + f * h + h + 8 * h;
+  const long double total = v * h * 2 + static_cast<long double>(num_layers) * per_layer +
+                            static_cast<long double>(max_positions()) * h + 2 * h;
+  return total < 9.0e18L;
 }
 
 int64_t GptConfig::parameter_count(int t) const {

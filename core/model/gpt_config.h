@@ -40,6 +40,8 @@ struct GptConfig : LayerConfig {
   double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t).
   int64_t parameter_count(int tensor_parallel) const;
+  /// Whether parameter_count() fits int64 (validate() refuses a model whose count does not).
+  bool parameter_count_fits(int tensor_parallel) const;
 };
 
 }  // namespace ptdp

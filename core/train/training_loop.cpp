@@ -173,13 +173,14 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   // are every rank's.
   s.agreed = true;
   const int c = args.context_parallel_size;
-  if (world % (s.t * s.p * c) != 0) {
+  const int64_t model_ranks = static_cast<int64_t>(s.t) * s.p * c;  // int64: the flags are checked, not bounded
+  if (world % model_ranks != 0) {
     throw_error(ErrorCode::InvalidArgument,
                 "the world of " + std::to_string(world) + " ranks is not a multiple of --tensor-model-parallel-size " +
                     std::to_string(s.t) + " x --pipeline-model-parallel-size " + std::to_string(s.p) +
                     (c > 1 ? " x --context-parallel-size " + std::to_string(c) : std::string()));
   }
-  s.d = world / (s.t * s.p * c);
+  s.d = static_cast<int>(world / model_ranks);
   s.b = args.micro_batch_size;
   s.global_batch = args.global_batch_size > 0 ? args.global_batch_size : static_cast<int64_t>(s.b) * s.d;
   if (s.global_batch % (static_cast<int64_t>(s.b) * s.d) != 0) {
@@ -213,6 +214,22 @@ void TrainingLoop::build(const TrainArgs& args, std::shared_ptr<Runtime> runtime
   s.agreed = true;
   agree_on_failure(*s.groups, [&] {
     s.device = pick_device(args.device, *s.rt);
+    if (hooks_.before_allocation) {
+      RunShape shape;
+      shape.args = &args;
+      shape.world = world;
+      shape.t = s.t;
+      shape.p = s.p;
+      shape.v = s.v;
+      shape.c = c;
+      shape.d = s.d;
+      shape.b = s.b;
+      shape.m = s.m;
+      shape.global_batch = s.global_batch;
+      shape.local_size = s.rt->local_size();
+      shape.device = s.device;
+      hooks_.before_allocation(shape);
+    }
     s.gpt = to_gpt_config(args);
     s.model = std::make_unique<GptPipeline>(s.gpt, *s.groups, s.device);
     s.optimizer = make_optimizer(*s.model, *s.groups, to_optimizer_config(args));
@@ -653,7 +670,8 @@ int supervise_self(const std::string& program, const std::vector<std::string>& a
 
 }  // namespace
 
-int train_main(const std::string& program, const std::vector<std::string>& args) {
+int train_main(const std::string& program, const std::vector<std::string>& args,
+               std::function<void(const RunShape&)> before_allocation) {
   int rank = 0;
   try {
     TrainArgs parsed;
@@ -673,7 +691,9 @@ int train_main(const std::string& program, const std::vector<std::string>& args)
     ro.timeout_s = parsed.comm_timeout.value_or(0);  // unset: PTDP_COMM_TIMEOUT_S, else 300
     std::shared_ptr<Runtime> rt = Runtime::create(ro);
     rank = rt->world_rank();
-    TrainingLoop loop(parsed, rt);
+    TrainingLoopHooks hooks;
+    hooks.before_allocation = std::move(before_allocation);
+    TrainingLoop loop(parsed, rt, std::move(hooks));
     loop.run();
     return 0;
   } catch (const RunStopped& e) {

@@ -16,6 +16,7 @@
 
 #include "core/args/train_args.h"
 #include "core/comm/runtime.h"
+#include "core/tensor/tensor.h"
 
 namespace ptdp {
 
@@ -45,7 +46,25 @@ struct IterationReport {
   bool saved = false;        ///< a checkpoint was saved after this iteration
 };
 
+/// What a run is about to allocate on this rank: the flags and the layout they give on this
+/// world. TrainingLoopHooks::before_allocation receives it before the model, the optimizer or
+/// the data are built, so a run that cannot fit is refused while nothing big exists (the
+/// planner's memory model lives above train: the C API passes the check in).
+struct RunShape {
+  const TrainArgs* args = nullptr;
+  int world = 1;
+  int t = 1, p = 1, v = 1, c = 1, d = 1;
+  int b = 1;             ///< micro-batch size
+  int m = 1;             ///< microbatches per pipeline and iteration
+  int64_t global_batch = 0;
+  int local_size = 1;    ///< ranks sharing this node (and its memory)
+  Device device;         ///< where the model will live
+};
+
 struct TrainingLoopHooks {
+  /// Called on every rank with the run's shape before anything big is allocated; throwing
+  /// refuses the run (every rank agrees, as for any build failure).
+  std::function<void(const RunShape&)> before_allocation;
   /// Called on every rank after each iteration (after its validation and its interval save).
   /// Returning true asks the run to stop; the ranks agree, save with --save, and return from
   /// run() (last_report() then says saved).
@@ -92,6 +111,8 @@ class TrainingLoop {
 /// --help, trains on MPI_COMM_WORLD (initialising MPI when nobody has), and reports a failure as
 /// "PROGRAM: rank R: message" on stderr. Returns the exit status: 0 done, 1 failed, 2 bad flags.
 /// Never throws.
-int train_main(const std::string& program, const std::vector<std::string>& args);
+/// `before_allocation`, when set, checks the run's shape first (TrainingLoopHooks).
+int train_main(const std::string& program, const std::vector<std::string>& args,
+               std::function<void(const RunShape&)> before_allocation = {});
 
 }  // namespace ptdp

@@ -13,6 +13,21 @@ int device_count() noexcept {
   return n;
 }
 
+std::size_t device_free_bytes(int device) noexcept {
+  int previous = 0;
+  if (cudaGetDevice(&previous) != cudaSuccess || cudaSetDevice(device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    free_b = 0;
+  }
+  cudaSetDevice(previous);
+  return free_b;
+}
+
 std::string device_description(int device) {
   cudaDeviceProp prop{};
   PTDP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));

@@ -3,6 +3,7 @@
 // The CUDA Backend itself is in cuda_backend.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -12,6 +13,9 @@ namespace ptdp::cuda {
 
 /// Number of usable CUDA devices; 0 when there is no driver or no GPU (never throws).
 int device_count() noexcept;
+
+/// Free bytes on `device` (cudaMemGetInfo); 0 when it cannot be asked (never throws).
+std::size_t device_free_bytes(int device) noexcept;
 
 /// "NVIDIA H200 (sm_90, 139 GiB)"; throws Error(Device) for a bad ordinal.
 std::string device_description(int device);

@@ -1022,13 +1022,13 @@ TEST_CASE("train config: argument errors of every call", "[args][capi]") {
   CHECK(ptdp_train_config_destroy(reinterpret_cast<ptdp_train_config>(not_a_config)) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("not a live ptdp_train_config"));
 
-  SECTION("sample counts that overflow are refused") {
-    const Config huge({"--train-iters", "9223372036854775807", "--global-batch-size", "4", "--micro-batch-size", "4",
-                       "--lr-decay-style", "constant"});
-    ptdp_gpt_data_options data;
-    data.seq_length = -7;
-    CHECK(ptdp_train_config_data_options(huge.handle, &data) == PTDP_ERR_INVALID_ARGUMENT);
-    CHECK(data.seq_length == -7);
-    CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("overflow"));
+  SECTION("sample counts that overflow are refused when the flags are parsed") {
+    const char* argv[] = {"ptdp-train", "--train-iters", "9223372036854775807", "--global-batch-size", "4",
+                          "--micro-batch-size", "4", "--lr-decay-style", "constant"};
+    ptdp_train_config huge = reinterpret_cast<ptdp_train_config>(0x5e47);
+    CHECK(ptdp_train_config_parse(9, argv, &huge) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(huge == reinterpret_cast<ptdp_train_config>(0x5e47));
+    CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("--train-iters (9223372036854775807)") &&
+                                                   Catch::Contains("overflows"));
   }
 }

@@ -81,7 +81,7 @@ TEST_CASE("invalid layouts name the numbers", "[capi][layout][errors]") {
   o.virtual_pipeline_model_parallel_size = 1;
   o.pipeline_model_parallel_size = 0;
   CHECK(ptdp_layout_members(&o, 8, 0, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
-  CHECK(err().find("pipeline parallel size must be > 0, got 0") != std::string::npos);
+  CHECK(err().find("options->pipeline_model_parallel_size = 0 is not > 0") != std::string::npos);
   CHECK(ptdp_layout_members(nullptr, 8, 8, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(err().find("world_rank = 8") != std::string::npos);
   CHECK(ptdp_layout_members(nullptr, 8, 0, static_cast<ptdp_group_kind>(9), buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);

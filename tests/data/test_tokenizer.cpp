@@ -314,12 +314,12 @@ TEST_CASE("bad arguments and bad files are refused naming what is wrong", "[toke
   x.type = PTDP_TOKENIZER_GPT2_BPE;
   const std::string vocab = fixture("tokenizer_gpt2_vocab.json");
   x.vocab_file = vocab.c_str();
-  refused(x, PTDP_ERR_INVALID_ARGUMENT, "needs --merge-file");
+  refused(x, PTDP_ERR_INVALID_ARGUMENT, "options->merge_file is NULL or empty");
   x.merge_file = "/nonexistent/merges.txt";
   refused(x, PTDP_ERR_IO, "/nonexistent/merges.txt");
   x = o;
   x.type = PTDP_TOKENIZER_NULL;
-  refused(x, PTDP_ERR_INVALID_ARGUMENT, "--vocab-size");
+  refused(x, PTDP_ERR_INVALID_ARGUMENT, "options->vocab_size = 0");
   x.vocab_size = 10;
   x.tokenizer_model = "t.json";
   refused(x, PTDP_ERR_INVALID_ARGUMENT, "--tokenizer-model t.json means nothing to --tokenizer-type NullTokenizer");

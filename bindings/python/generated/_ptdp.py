@@ -2796,7 +2796,9 @@ def ptdp_train_main(argc):
     :type argv: string
     :param argv: argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
     :type exit_code: int, out
-    :param exit_code: Receives the process exit status: 0 done, 1 failed, 2 bad flags, 3 the
+    :param exit_code: Receives the process exit status: 0 done, 1 failed (a run that would not
+                    fit is refused before it allocates, as in ptdp_trainer_create(); PTDP_MEMORY_CHECK=0
+                    skips that check), 2 bad flags (a size whose derived sizes overflow included), 3 the
                     `--max-skipped-iterations` budget spent, 4 a non-finite value found by
                     `--check-for-nan-in-loss-and-grad`, 5 the `--max-restarts` supervisor gave up
                     (started outside an MPI launcher with `--max-restarts N`, ptdp_train_main()

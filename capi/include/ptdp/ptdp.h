@@ -11,7 +11,15 @@
  *   handle it was given unchanged and usable.
  * - **Nothing escapes.** No C++ exception, `abort()` or `exit()` crosses this interface.
  * - **Handles** are opaque pointers owned by the caller and released by the matching
- *   `*_destroy` function, which accepts NULL.
+ *   `*_destroy` function, which accepts NULL. The library keeps a registry of its live handles
+ *   and checks every handle argument there before touching it: a destroyed (destroying twice
+ *   included), never-created or wrong-typed handle is ::PTDP_ERR_INVALID_ARGUMENT naming the
+ *   argument. (A stale handle whose address was reused by a new handle of the same type names
+ *   that new handle: set copies to NULL after destroying.)
+ * - **Numbers are checked.** Negative counts and iterations, NaN or infinite scales, rates and
+ *   costs, out-of-range enum values and empty paths are ::PTDP_ERR_INVALID_ARGUMENT; sizes
+ *   derived from the sizes given (MLP and attention widths, weight, activation and parameter
+ *   counts) are computed with overflow checks and refused, naming the fields, when they overflow.
  * - **Options structs** start with `size_t struct_size`. Fill them with the matching
  *   `*_options_init()` function, then change the fields you need. The library reads only the
  *   bytes the caller's struct_size covers, so programs built against an older header keep
@@ -1157,7 +1165,12 @@ PTDP_API ptdp_status ptdp_gpt_options_from_preset(const char* name, ptdp_gpt_opt
  *         query groups that do not divide the heads or are not divisible by t, an odd number of
  *         rotated dims with RoPE, rope scaling without RoPE, an enum value out of range or a
  *         flag that is not 0 or 1 (named with its field), or layers that do not split evenly
- *         over p * v chunks (named with layers, p and v).
+ *         over p * v chunks (named with layers, p and v), or sizes whose derived sizes (MLP and
+ *         attention widths, weight and activation element counts, the parameter count)
+ *         overflow (named with the fields and values).
+ * @retval PTDP_ERR_OUT_OF_MEMORY this rank's parameters and gradients would not fit the memory it
+ *         can have (as in ptdp_trainer_create(); PTDP_MEMORY_CHECK=0 skips the check); refused
+ *         before anything is allocated.
  * @retval PTDP_ERR_UNSUPPORTED a CUDA model in a build without CUDA.
  * @retval PTDP_ERR_DEVICE a CUDA model on a rank that has no GPU.
  * @par Thread safety
@@ -2702,6 +2715,12 @@ PTDP_API ptdp_status ptdp_trainer_options_init(ptdp_trainer_options* options);
  * @retval PTDP_ERR_IO a data file or checkpoint that cannot be read (named).
  * @retval PTDP_ERR_UNSUPPORTED --device cuda in a build without CUDA.
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time (the message names it).
+ * @retval PTDP_ERR_OUT_OF_MEMORY the run would not fit, before anything big is allocated: the
+ *         planner's per-rank estimate (parameters, gradients, optimizer state, activations of
+ *         the schedule's in-flight microbatches) exceeds the memory this rank can have (the
+ *         node's available memory or cgroup limit shared by its local ranks, or the GPU's free
+ *         memory); the message gives the estimate, its largest items and the limit. The
+ *         environment variable PTDP_MEMORY_CHECK=0 skips this check.
  * @par Thread safety
  * Collective over the runtime's world.
  */
@@ -2764,7 +2783,9 @@ PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer);
  *        "PROGRAM: rank R: message", PROGRAM being argv[0]'s file name.
  * @param argc Number of entries in @p argv, >= 1.
  * @param argv argv[0] is the program name, then the flags (as ptdp_train_config_parse()).
- * @param[out] exit_code Receives the process exit status: 0 done, 1 failed, 2 bad flags, 3 the
+ * @param[out] exit_code Receives the process exit status: 0 done, 1 failed (a run that would not
+ *             fit is refused before it allocates, as in ptdp_trainer_create(); PTDP_MEMORY_CHECK=0
+ *             skips that check), 2 bad flags (a size whose derived sizes overflow included), 3 the
  *             `--max-skipped-iterations` budget spent, 4 a non-finite value found by
  *             `--check-for-nan-in-loss-and-grad`, 5 the `--max-restarts` supervisor gave up
  *             (started outside an MPI launcher with `--max-restarts N`, ptdp_train_main()
