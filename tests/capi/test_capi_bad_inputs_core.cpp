@@ -1,4 +1,6 @@
 // Bad-input rows: status and version, tensors, runtime, groups and collectives.
+#include <cstdlib>
+
 #include "bad_input_table.h"
 
 using bad::handle_rows;
@@ -146,6 +148,33 @@ PTDP_BAD_INPUTS(runtime) {
   handle_rows(r, "ptdp_runtime_gpu", "runtime", "ptdp_runtime", f.dead_runtime,
               [&](ptdp_runtime h) { return ptdp_runtime_gpu(h, &o.i32[0]); });
   r.push_back(null_row("ptdp_runtime_gpu", "gpu", [&] { return ptdp_runtime_gpu(f.runtime, nullptr); }));
+
+  // The flight recorder and abort (a live runtime is never aborted here: the fixture uses it).
+  handle_rows(r, "ptdp_runtime_abort", "runtime", "ptdp_runtime", f.dead_runtime,
+              [&](ptdp_runtime h) { return ptdp_runtime_abort(h); });
+  const char* dump = "ptdp_flight_recorder_dump";
+  handle_rows(r, dump, "runtime", "ptdp_runtime", f.dead_runtime,
+              [&](ptdp_runtime h) { return ptdp_flight_recorder_dump(h, f.dir.c_str()); });
+  r.push_back({dump, "NULL dir without PTDP_FLIGHT_RECORDER_DIR",
+               [&] {
+                 unsetenv("PTDP_FLIGHT_RECORDER_DIR");
+                 return ptdp_flight_recorder_dump(f.runtime, nullptr);
+               },
+               PTDP_ERR_INVALID_ARGUMENT, {"dir is NULL", "PTDP_FLIGHT_RECORDER_DIR"}});
+  r.push_back({dump, "empty dir", [&] { return ptdp_flight_recorder_dump(f.runtime, ""); },
+               PTDP_ERR_INVALID_ARGUMENT, {"dir is an empty string"}});
+  r.push_back({dump, "missing dir",
+               [&] { return ptdp_flight_recorder_dump(f.runtime, (f.dir + "/no-such-dir").c_str()); }, PTDP_ERR_IO,
+               {"no-such-dir"}});
+  const char* fa = "ptdp_flight_analyze";
+  r.push_back(null_row(fa, "dir", [&] { return ptdp_flight_analyze(nullptr, o.text, sizeof o.text, &o.sz[0], &o.i32[0]); }));
+  r.push_back(null_row(fa, "length", [&] { return ptdp_flight_analyze(f.dir.c_str(), o.text, sizeof o.text, nullptr, &o.i32[0]); }));
+  r.push_back({fa, "missing dir",
+               [&] { return ptdp_flight_analyze((f.dir + "/no-such-dir").c_str(), o.text, sizeof o.text, &o.sz[0], &o.i32[0]); },
+               PTDP_ERR_IO, {"no-such-dir"}});
+  r.push_back({fa, "a directory with no record",
+               [&] { return ptdp_flight_analyze(f.dir.c_str(), o.text, sizeof o.text, &o.sz[0], &o.i32[0]); },
+               PTDP_ERR_IO, {"flight-rank"}});
   return r;
 }
 

@@ -521,3 +521,30 @@ PTDP_BAD_INPUTS(plan) {
                }, PTDP_ERR_IO, {"no-log.jsonl"}});
   return r;
 }
+
+// The --max-restarts supervisor: every refusal comes before anything is launched.
+PTDP_BAD_INPUTS(supervise) {
+  std::vector<Row> r;
+  const char* fn = "ptdp_train_supervise";
+  static const char* const job[] = {"ptdp-train", "--save", "ckpt"};
+  static const char* const holed[] = {"ptdp-train", nullptr};
+  static const char* const unnamed[] = {"", "--save", "ckpt"};
+  static const char* const unsaved[] = {"ptdp-train", "--train-iters", "4"};
+  r.push_back({fn, "argc 0", [&] { return ptdp_train_supervise(0, job, nullptr, 1, 0.0, &o.i32[0]); },
+               PTDP_ERR_INVALID_ARGUMENT, {"argc = 0"}});
+  r.push_back(null_row(fn, "argv", [&] { return ptdp_train_supervise(3, nullptr, nullptr, 1, 0.0, &o.i32[0]); }));
+  r.push_back(null_row(fn, "argv[1]", [&] { return ptdp_train_supervise(2, holed, nullptr, 1, 0.0, &o.i32[0]); }));
+  r.push_back(null_row(fn, "exit_code", [&] { return ptdp_train_supervise(3, job, nullptr, 1, 0.0, nullptr); }));
+  r.push_back({fn, "empty program", [&] { return ptdp_train_supervise(3, unnamed, nullptr, 1, 0.0, &o.i32[0]); },
+               PTDP_ERR_INVALID_ARGUMENT, {"argv[0] is empty"}});
+  r.push_back({fn, "negative max_restarts", [&] { return ptdp_train_supervise(3, job, nullptr, -1, 0.0, &o.i32[0]); },
+               PTDP_ERR_INVALID_ARGUMENT, {"max_restarts = -1"}});
+  for (double b : {-1.0, bad::kNaN, bad::kInf}) {
+    r.push_back({fn, "backoff_seconds " + std::to_string(b),
+                 [&, b] { return ptdp_train_supervise(3, job, nullptr, 1, b, &o.i32[0]); }, PTDP_ERR_INVALID_ARGUMENT,
+                 {"backoff_seconds"}});
+  }
+  r.push_back({fn, "restarts without --save", [&] { return ptdp_train_supervise(3, unsaved, nullptr, 2, 0.0, &o.i32[0]); },
+               PTDP_ERR_INVALID_ARGUMENT, {"--save"}});
+  return r;
+}
