@@ -48,7 +48,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const nlohmann::json j = reader.read_metadata();
     if (!j.is_object() || !j.contains("tensors")) return;
     reader.set_tensor_map(TensorMap::from_json(j["tensors"], reader.path_for("metadata.json")));
-    for (const auto& [name, entry] : reader.tensor_map().entries()) {
+    for (const auto& kv : reader.tensor_map().entries()) {
+      const std::string& name = kv.first;
+      const TensorEntry& entry = kv.second;
       const int64_t rows = entry.rows(), cols = entry.cols();
       if (rows < 0 || cols < 0 || rows > 4096 || cols > 4096 || rows * cols > 65536) continue;
       std::vector<float> out(static_cast<std::size_t>(rows * cols));
