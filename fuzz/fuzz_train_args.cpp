@@ -9,7 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::refused_cleanly_or_ok([&] {
     const TrainArgs args = parse_train_args(argv);
     if (args.help) return;
-    (void)train_args_to_json(args).dump();
+    (void)train_args_to_json(args).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     fuzz::refused_cleanly_or_ok([&] { (void)to_gpt_config(args); });
     fuzz::refused_cleanly_or_ok([&] { (void)to_parallel_config(args, 8); });
     fuzz::refused_cleanly_or_ok([&] { (void)to_optimizer_config(args); });

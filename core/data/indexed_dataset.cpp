@@ -124,12 +124,16 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
   const uint64_t body = size - kHeaderBytes;
   const bool fits = seq_count <= body / 12 && doc_count <= (body - seq_count * 12) / 8;
   if (!fits) {
-    // The counts may be absurd; say so without computing an overflowing size.
-    const long double needed = static_cast<long double>(kHeaderBytes) + 12.0L * seq_count + 8.0L * doc_count;
+    // The counts may be absurd (2^62): say what they need without an overflowing size.
+    uint64_t seq_bytes = 0, doc_bytes = 0, needed = 0;
+    const bool huge = __builtin_mul_overflow(seq_count, uint64_t{12}, &seq_bytes) ||
+                      __builtin_mul_overflow(doc_count, uint64_t{8}, &doc_bytes) ||
+                      __builtin_add_overflow(seq_bytes, doc_bytes, &needed) ||
+                      __builtin_add_overflow(needed, uint64_t{kHeaderBytes}, &needed);
     throw_io_error(idx_path, "truncated: the header declares " + std::to_string(seq_count) + " sequences and " +
                            std::to_string(doc_count) + " document indices, which need " +
-                           std::to_string(static_cast<unsigned long long>(needed)) + " bytes, but the file has " +
-                           std::to_string(size) + " bytes");
+                           (huge ? std::string("more than 2^64") : std::to_string(needed)) +
+                           " bytes, but the file has " + std::to_string(size) + " bytes");
   }
   if (doc_count == 0) throw_io_error(idx_path, "the document index is empty (it must start with 0)");
 
