@@ -60,7 +60,8 @@ if(NOT PTDP_SANITIZE STREQUAL "")
   if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
     # The sanitizers' checks keep clang from vectorising the `omp simd` loops it is asked to.
     add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-Wno-pass-failed>)
-    # C programs load the C++ library: they need UBSan's C++ runtime (vptr checks) too.
-    add_link_options($<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime>)
+    # C programs load the C++ library: they need UBSan's C++ runtime (vptr checks) too, and
+    # the C++ library that runtime uses.
+    add_link_options($<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime> $<$<LINK_LANGUAGE:C>:-lstdc++>)
   endif()
 endif()

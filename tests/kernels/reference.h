@@ -365,13 +365,22 @@ inline float float_of(uint32_t u) {
   return f;
 }
 
-inline uint16_t f16_bits_of(_Float16 h) {
+// The compiler's own IEEE half: _Float16 (GCC; clang from 15 on x86), or clang 14's __fp16,
+// a storage type that converts to and from float the same way (round to nearest even); clang 14
+// builds the sanitizer and fuzz configurations (DEVELOPERS.md).
+#if defined(__clang__) && __clang_major__ < 15
+using RefHalf = __fp16;
+#else
+using RefHalf = _Float16;
+#endif
+
+inline uint16_t f16_bits_of(RefHalf h) {
   uint16_t u;
   std::memcpy(&u, &h, 2);
   return u;
 }
-inline _Float16 f16_of_bits(uint16_t u) {
-  _Float16 h;
+inline RefHalf f16_of_bits(uint16_t u) {
+  RefHalf h;
   std::memcpy(&h, &u, 2);
   return h;
 }
