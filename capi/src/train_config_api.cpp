@@ -77,7 +77,9 @@ PTDP_API ptdp_status ptdp_train_config_to_json(ptdp_train_config config, char* b
   return guard(__func__, [&] {
     const ptdp_train_config_impl& c = live(config, "config");
     require_non_null(length, "length");
-    copy_text(ptdp::train_args_to_json(c.args).dump(), buffer, capacity, length);
+    // Paths need not be UTF-8; JSON text must be: bytes that are not UTF-8 become U+FFFD.
+    copy_text(ptdp::train_args_to_json(c.args).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), buffer,
+              capacity, length);
   });
 }
 

@@ -63,6 +63,9 @@ void FlagTable::unknown_flag(const std::string& name) const {
   const FlagSpec* best = nullptr;
   std::size_t best_distance = 3;  // suggest only near misses
   for (const FlagSpec* f : flags_) {
+    // The distance is at least the difference in length: a long name costs no quadratic work.
+    const std::size_t longer = std::max(name.size(), f->name.size()), shorter = std::min(name.size(), f->name.size());
+    if (longer - shorter >= best_distance) continue;
     const std::size_t d = edit_distance(name, f->name);
     if (d < best_distance) {
       best_distance = d;

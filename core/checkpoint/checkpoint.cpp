@@ -488,7 +488,9 @@ void write_checkpoint_files(const std::string& dir, GptPipeline& model, Optimize
       for (int tr = 0; tr < t; ++tr) files.push_back(checkpoint_shard_name(tr, pr));
     md["files"] = files;
     md["tensors"] = layout_map(model, states).to_json();
-    write_file_synced(checkpoint_tmp_dir(dir, state.iteration) + "/" + kMetadataFile, md.dump(1) + "\n");
+    // The recorded flags may hold paths that are not UTF-8: such bytes are written as U+FFFD.
+    write_file_synced(checkpoint_tmp_dir(dir, state.iteration) + "/" + kMetadataFile,
+                      md.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     files.push_back(kMetadataFile);
     finalize_checkpoint(dir, state.iteration, files);
   });

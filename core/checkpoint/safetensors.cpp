@@ -69,6 +69,18 @@ std::optional<uint64_t> byte_size(StDType dtype, const std::vector<int64_t>& sha
   return n;
 }
 
+// Whether the product of the non-zero extents fits in int64: rows() and cols() multiply them,
+// also when another extent is 0 ([0, 2^62, 4] holds no bytes, but its rows have 2^64 columns).
+bool extents_multiply(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d == 0) continue;
+    if (d < 0 || n > std::numeric_limits<int64_t>::max() / d) return false;
+    n *= d;
+  }
+  return true;
+}
+
 void write_all(int fd, const std::string& path, const void* data, uint64_t n) {
   const auto* p = static_cast<const unsigned char*>(data);
   while (n > 0) {
@@ -375,7 +387,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (info.end < info.begin)
         bad_header(path, str_cat(where, ": data_offsets [", info.begin, ", ", info.end, "] end before they begin"));
       const auto need = byte_size(info.dtype, info.shape);
-      if (!need) bad_header(path, str_cat(where, ": shape ", shape_string(info.shape), " is too large"));
+      if (!need || !extents_multiply(info.shape)) bad_header(path, str_cat(where, ": shape ", shape_string(info.shape), " is too large"));
       if (*need != info.end - info.begin)
         bad_header(path, str_cat(where, ": data_offsets [", info.begin, ", ", info.end, "] hold ", info.end - info.begin,
                              " bytes, but dtype ", st_dtype_name(info.dtype), " and shape ",

@@ -252,14 +252,16 @@ std::string check_matching(const Schedule& s) {
       const auto it = m.find(key);
       return it == m.end() ? 0 : it->second;
     };
+    // Copies of the structured bindings: clang before 16 cannot capture those in a lambda.
+    const int from_rank = from, to_rank = to;
     auto no_receive = [&](int i) {
       const Action& snd = from_list[static_cast<std::size_t>(i)];
-      return "rank " + to_string(from) + ": " + transfer_text(snd) + " (action " + to_string(i) +
+      return "rank " + to_string(from_rank) + ": " + transfer_text(snd) + " (action " + to_string(i) +
              ") has no matching receive";
     };
     auto no_send = [&](int i) {
       const Action& rcv = to_list[static_cast<std::size_t>(i)];
-      return "rank " + to_string(to) + ": " + transfer_text(rcv) + " (action " + to_string(i) +
+      return "rank " + to_string(to_rank) + ": " + transfer_text(rcv) + " (action " + to_string(i) +
              ") has no matching send";
     };
     const std::size_t common = std::min(sv.size(), rv.size());

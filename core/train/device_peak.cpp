@@ -22,7 +22,7 @@ struct Datasheet {
   const char* name;  // matched against the device description
   double bf16, fp32;
 };
-constexpr Datasheet kGpus[] = {
+[[maybe_unused]] constexpr Datasheet kGpus[] = {  // read only with CUDA
     {"H200", 989e12, 67e12},
     {"H100", 989e12, 67e12},
     {"A100", 312e12, 19.5e12},

@@ -28,3 +28,47 @@ function(ptdp_project_warnings target)
     $<$<COMPILE_LANGUAGE:C,CXX>:-Wall -Wextra -Werror>
     $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings>)
 endfunction()
+
+# Sanitizers and fuzzing (DEVELOPERS.md, "Fuzzing and sanitizers").
+#   PTDP_SANITIZE=address,undefined  every C/C++ target compiled and linked with those
+#                                    -fsanitize= checks (clang or GCC); UBSan findings abort
+#                                    (-fno-sanitize-recover), so a test that trips one fails.
+#                                    The bindings, docs and benchmarks are not built: the
+#                                    bindings load libptdp into interpreters that carry no
+#                                    sanitizer runtime.
+#   PTDP_FUZZ=ON                     clang only: the libFuzzer targets of fuzz/ (one per parser
+#                                    of untrusted input); the project is compiled with
+#                                    -fsanitize=fuzzer-no-link for coverage, and PTDP_SANITIZE
+#                                    defaults to address,undefined.
+set(PTDP_SANITIZE "" CACHE STRING "Sanitizers for every C/C++ target, e.g. address,undefined (empty: none)")
+option(PTDP_FUZZ "Build the libFuzzer targets of fuzz/ (needs clang)" OFF)
+if(PTDP_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang" OR NOT CMAKE_C_COMPILER_ID MATCHES "Clang")
+    message(FATAL_ERROR "PTDP_FUZZ=ON needs clang (libFuzzer): configure with "
+                        "-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  if(PTDP_SANITIZE STREQUAL "")
+    set(PTDP_SANITIZE "address,undefined" CACHE STRING "Sanitizers for every C/C++ target" FORCE)
+  endif()
+  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=fuzzer-no-link>)
+endif()
+if(NOT PTDP_SANITIZE STREQUAL "")
+  add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fsanitize=${PTDP_SANITIZE}>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize-recover=all>
+                      $<$<COMPILE_LANGUAGE:C,CXX>:-fno-omit-frame-pointer>)
+  add_link_options(-fsanitize=${PTDP_SANITIZE})
+  if(PTDP_SANITIZE MATCHES "undefined")
+    # Not -fsanitize=enum: the C API reads a C caller's enum (any int in C) as the C++ enum type
+    # and range-checks it right after (the tests pass values outside on purpose); C++ calls a
+    # value outside the enumerators' bit range undefined, which no compiler exploits without
+    # -fstrict-enums. Giving ptdp.h's enums a fixed underlying type would settle it.
+    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-fno-sanitize=enum>)
+  endif()
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    # The sanitizers' checks keep clang from vectorising the `omp simd` loops it is asked to.
+    add_compile_options($<$<COMPILE_LANGUAGE:C,CXX>:-Wno-pass-failed>)
+    # C programs load the C++ library: they need UBSan's C++ runtime (vptr checks) too, and
+    # the C++ library that runtime uses.
+    add_link_options($<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime> $<$<LINK_LANGUAGE:C>:-lstdc++>)
+  endif()
+endif()

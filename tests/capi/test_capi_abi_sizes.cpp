@@ -506,7 +506,10 @@ TEST_CASE("ABI sizes: ptdp_pipeline_options", "[capi][abi]") {
 #pragma GCC diagnostic pop
   const std::pair<const char*, std::function<ptdp_status(const ptdp_pipeline_options*, float*)>> entries[] = {
       {"ptdp_model_pipeline_forward_backward", forward_backward}, {"ptdp_model_train_step", train_step}};
-  for (const auto& [name, call] : entries) {
+  for (const auto& entry : entries) {
+    // Not a structured binding: clang before 16 cannot capture one in a lambda.
+    const char* name = entry.first;
+    const auto& call = entry.second;
     INFO(name);
     for (int way = 0; way < 2; ++way) {
       std::filesystem::remove(trace);

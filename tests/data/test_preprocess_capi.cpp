@@ -244,8 +244,9 @@ TEST_CASE("preprocess C API: ptdp_preprocess_main's flags, statuses and messages
        "unknown flag --worker (did you mean --workers?)"},
       {{"ptdp-preprocess-data", "--input", "--output-prefix", out}, "--input: missing value"},
   };
-  for (const auto& [a, needle] : bad) {
+  for (const auto& [args, needle] : bad) {
     INFO(needle);
+    const auto& a = args;  // clang before 16 cannot capture a structured binding in a lambda
     err = capture_stderr([&] { CHECK(run_main(ptdp_preprocess_main, a) == 2); });
     CHECK_THAT(err, Catch::Contains(needle));
   }

@@ -365,15 +365,27 @@ inline float float_of(uint32_t u) {
   return f;
 }
 
-inline uint16_t f16_bits_of(_Float16 h) {
+// f16 through the compiler's own IEEE half: _Float16 (GCC; clang from 15 on x86), or clang
+// 14's __fp16, a storage type that converts to and from float the same way (round to nearest
+// even); clang 14 builds the sanitizer and fuzz configurations (DEVELOPERS.md).
+#if defined(__clang__) && __clang_major__ < 15
+#define PTDP_REF_HALF __fp16
+#else
+#define PTDP_REF_HALF _Float16
+#endif
+
+/// The f16 bits of `f`, rounded by the compiler.
+inline uint16_t f16_bits_of(float f) {
+  const PTDP_REF_HALF h = static_cast<PTDP_REF_HALF>(f);
   uint16_t u;
   std::memcpy(&u, &h, 2);
   return u;
 }
-inline _Float16 f16_of_bits(uint16_t u) {
-  _Float16 h;
+/// The value of f16 bits `u`, converted by the compiler.
+inline float f16_of_bits(uint16_t u) {
+  PTDP_REF_HALF h;
   std::memcpy(&h, &u, 2);
-  return h;
+  return static_cast<float>(h);
 }
 
 /// f32 -> bf16, round to nearest even, by comparing distances to the two neighbours in double.

@@ -117,7 +117,7 @@ TEST_CASE("cast f32 -> f16 rounds like _Float16 (random, ties, subnormals, overf
   std::size_t bad = 0;
   std::string first;
   for (std::size_t i = 0; i < src.size(); ++i) {
-    const uint16_t want = f16_bits_of(static_cast<_Float16>(src[i]));
+    const uint16_t want = f16_bits_of(src[i]);
     const bool ok = std::isnan(src[i]) ? is_f16_nan(dst[i]) : dst[i] == want;
     if (!ok && bad++ < 5)
       first += "f32 " + hex(bits_of(src[i])) + " (" + std::to_string(src[i]) + ") -> " +
@@ -202,7 +202,7 @@ TEST_CASE("cast between bf16 and f16, and same-type copies", "[cast]") {
     std::size_t bad = 0;
     for (std::size_t i = 0; i < src.size(); ++i) {
       const float f = float_of(static_cast<uint32_t>(src[i]) << 16);
-      const bool ok = std::isnan(f) ? is_f16_nan(dst[i]) : dst[i] == f16_bits_of(static_cast<_Float16>(f));
+      const bool ok = std::isnan(f) ? is_f16_nan(dst[i]) : dst[i] == f16_bits_of(f);
       bad += !ok;
     }
     CHECK(bad == 0);

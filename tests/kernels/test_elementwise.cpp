@@ -241,7 +241,7 @@ TEST_CASE("fill writes n elements of every dtype and nothing more", "[elementwis
     for (double v : {0.0, 1.5, -3.25, 3.14159, -1e-3, 65504.0, 1e6}) {
       std::vector<uint16_t> buf(n + 2, 0xabcd);
       be().fill(buf.data(), ptdp::DType::F16, v, n);
-      const uint16_t want = f16_bits_of(static_cast<_Float16>(static_cast<float>(v)));
+      const uint16_t want = f16_bits_of(static_cast<float>(v));
       INFO("value " << v);
       for (int64_t i = 0; i < n; ++i) CHECK(buf[static_cast<std::size_t>(i)] == want);
       CHECK(buf[n] == 0xabcd);

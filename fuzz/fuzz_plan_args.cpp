@@ -1,0 +1,13 @@
+// ptdp-plan's flag parser (core/plan/plan_args.h). Input: a command line, one argument per line.
+#include "core/plan/plan_args.h"
+#include "fuzz/fuzz_support.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace ptdp;
+  const std::vector<std::string> argv = fuzz::split_lines(data, size);
+  fuzz::refused_cleanly_or_ok([&] {
+    const plan::PlanArgs args = plan::parse_plan_args(argv);
+    if (!args.help) (void)plan::cluster_to_json(args.cluster).dump();
+  });
+  return 0;
+}
