@@ -351,7 +351,7 @@ HfConfig hf_config_from_json(const json& j, const std::string& source) {
 HfConfig read_hf_config(const std::string& dir) {
   PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
   const std::string path = (fs::path(dir) / kConfigFile).string();
-  return hf_config_from_json(parse_json_file(path, "the config"), path);
+  return hf_config_from_json(parse_json_file(path, "config"), path);
 }
 
 HfArchitecture hf_default_architecture(const GptConfig& c) {
@@ -734,7 +734,7 @@ HfCheckpointFiles::HfCheckpointFiles(const std::string& dir) {
   const std::string index_path = (root / kIndexFile).string(), single = (root / kSingleFile).string();
   std::map<std::string, std::string> weight_map;  // tensor -> file name
   if (fs::exists(index_path)) {
-    const json index = parse_json_file(index_path, "the index");
+    const json index = parse_json_file(index_path, "index");
     if (!index.contains("weight_map") || !index.at("weight_map").is_object())
       throw_io_error(index_path, "has no \"weight_map\" object");
     for (const auto& [name, file] : index.at("weight_map").items()) {
@@ -926,7 +926,7 @@ void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSave
     json base = json::object();
     HfArchitecture arch = o.architecture;
     if (!o.base_config.empty()) {
-      base = parse_json_file(o.base_config, "the base config");
+      base = parse_json_file(o.base_config, "base config");
       if (arch == HfArchitecture::Auto) {
         // The base config's class when the model can be written as it (Mistral, say).
         try {

@@ -629,6 +629,7 @@ void TrainingLoop::run() {
     }
   } catch (const RunStopped&) {
     s.agreed = false;  // every rank stops alike: MPI finalises as usual
+    throw;
   } catch (const Error& e) {
     if (!s.agreed && world > 1) abandon_mpi_finalize();
     s.agreed = false;

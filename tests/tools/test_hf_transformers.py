@@ -318,7 +318,7 @@ def case_layouts():
             (["--from-ptdp", ckpt, "--to-hf", one, "--max-shard-size", "5XB"], 2, "is not a size"),
             (["--from-ptdp", ckpt, "--to-ptdp", one], 2, "--to-hf"),
             (["--from-hf", os.path.join(WORK, "nothing"), "--to-ptdp", os.path.join(WORK, "x")], 1,
-             "config.json: missing"),
+             "config.json: cannot open the config: missing"),
             (["--from-ptdp", ckpt, "--to-hf", os.path.join(WORK, "as-gpt2"), "--architecture", "gpt2"], 1,
              "cannot be written as GPT2LMHeadModel"),
             (["--from-hf", one, "--to-ptdp", os.path.join(WORK, "y"), "--tensor-model-parallel-size", "3"], 2,
