@@ -376,9 +376,10 @@ inline Work check_bias_dropout_add(const void* x, const void* /*bias: may be NUL
 // ---- fused attention ---------------------------------------------------------------------
 
 namespace detail {
-inline void check_attention_desc(const char* op, const AttentionDesc& d, DType t) {
-  float_type(op, "t", t);
-  positive(op, "s", d.s);
+// What the whole-sequence and block descriptors share: heads, groups, scale and the dropout
+// mask over the [b, heads, seq * seq] probabilities (`seq` named `seq_name` in messages).
+template <typename Desc>
+inline void check_attention_heads(const char* op, const Desc& d, int64_t seq, const char* seq_name) {
   positive(op, "b", d.b);
   positive(op, "heads", d.heads);
   positive(op, "dh", d.dh);
@@ -391,15 +392,22 @@ inline void check_attention_desc(const char* op, const AttentionDesc& d, DType t
                  std::string(op) + ": dropout p must be in [0, 1), got " +
                      std::to_string(d.dropout.p));
   if (d.dropout.p == 0.0f) return;
-  // The probabilities of the unfused path, [b, heads, s * s], indexed into the global tensor.
+  // The probabilities of the unfused path, [b, heads, seq * seq], indexed into the global tensor.
   check_block(op, d.dropout.block);
-  const int64_t want[3] = {d.b, d.heads, d.s * d.s};
+  const int64_t want[3] = {d.b, d.heads, seq * seq};
   for (int k = 0; k < 3; ++k) {
     PTDP_CHECK_ARG(d.dropout.block.shape[k] == want[k],
                    std::string(op) + ": dropout block dim " + std::to_string(k) + " shape " +
                        std::to_string(d.dropout.block.shape[k]) + " must be " +
-                       std::to_string(want[k]) + " (the probabilities are [b, heads, s * s])");
+                       std::to_string(want[k]) + " (the probabilities are [b, heads, " + seq_name +
+                       " * " + seq_name + "])");
   }
+}
+
+inline void check_attention_desc(const char* op, const AttentionDesc& d, DType t) {
+  float_type(op, "t", t);
+  positive(op, "s", d.s);
+  check_attention_heads(op, d, d.s, "s");
 }
 }  // namespace detail
 
@@ -430,33 +438,14 @@ inline void check_attention_block_desc(const char* op, const AttentionBlockDesc&
   float_type(op, "t", t);
   positive(op, "sq", d.sq);
   positive(op, "sk", d.sk);
-  positive(op, "b", d.b);
-  positive(op, "heads", d.heads);
-  positive(op, "dh", d.dh);
-  nonneg(op, "groups", d.groups);
   nonneg(op, "q_start", d.q_start);
   nonneg(op, "k_start", d.k_start);
-  PTDP_CHECK_ARG(d.heads % d.kv_groups() == 0,
-                 std::string(op) + ": groups = " + std::to_string(d.groups) +
-                     " does not divide heads = " + std::to_string(d.heads));
   PTDP_CHECK_ARG(d.q_start + d.sq <= d.seq && d.k_start + d.sk <= d.seq,
                  std::string(op) + ": the blocks [" + std::to_string(d.q_start) + ", " +
                      std::to_string(d.q_start + d.sq) + ") and [" + std::to_string(d.k_start) +
                      ", " + std::to_string(d.k_start + d.sk) + ") must lie in seq = " +
                      std::to_string(d.seq));
-  PTDP_CHECK_ARG(std::isfinite(d.scale), std::string(op) + ": scale must be finite");
-  PTDP_CHECK_ARG(d.dropout.p >= 0.0f && d.dropout.p < 1.0f,
-                 std::string(op) + ": dropout p must be in [0, 1), got " +
-                     std::to_string(d.dropout.p));
-  if (d.dropout.p == 0.0f) return;
-  check_block(op, d.dropout.block);
-  const int64_t want[3] = {d.b, d.heads, d.seq * d.seq};
-  for (int k = 0; k < 3; ++k) {
-    PTDP_CHECK_ARG(d.dropout.block.shape[k] == want[k],
-                   std::string(op) + ": dropout block dim " + std::to_string(k) + " shape " +
-                       std::to_string(d.dropout.block.shape[k]) + " must be " +
-                       std::to_string(want[k]) + " (the probabilities are [b, heads, seq * seq])");
-  }
+  check_attention_heads(op, d, d.seq, "seq");
 }
 }  // namespace detail
 

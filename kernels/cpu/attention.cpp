@@ -24,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/attention_math.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dropout_mask.h"
 #include "kernels/cpu/storage.h"
@@ -33,20 +34,10 @@ namespace ptdp {
 
 namespace {
 
-constexpr int64_t kKeyTile = 64;  // keys scored per online-softmax step
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-inline float dot(const float* x, const float* y, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t d = 0; d < n; ++d) acc += x[d] * y[d];
-  return acc;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t d = 0; d < n; ++d) y[d] += alpha * x[d];
-}
+using cpu_attention::axpy;
+using cpu_attention::dot;
+using cpu_attention::kKeyTile;
+using cpu_attention::kNegInf;
 
 // Where one query head and its group's key and value sit in the
 // [s, b, groups, heads/groups + 2, dh] activation (groups == heads: [s, b, heads, 3, dh]).

@@ -12,6 +12,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_math.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dropout_mask.h"
 #include "kernels/cpu/storage.h"
@@ -21,20 +22,10 @@ namespace ptdp {
 
 namespace {
 
-constexpr int64_t kKeyTile = 64;  // keys scored per online-softmax step
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-inline float dot(const float* x, const float* y, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t e = 0; e < n; ++e) acc += x[e] * y[e];
-  return acc;
-}
-
-inline void axpy(float alpha, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t e = 0; e < n; ++e) y[e] += alpha * x[e];
-}
+using cpu_attention::axpy;
+using cpu_attention::dot;
+using cpu_attention::kKeyTile;
+using cpu_attention::kNegInf;
 
 // Where a block's operands sit.
 struct BlockView {
