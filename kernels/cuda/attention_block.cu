@@ -72,19 +72,37 @@ __device__ __forceinline__ float row_dot(const float* x, const float* y) {
   return warp_sum(acc);
 }
 
+// One warp's query row of a block pair (item = i * b * heads + bh) and the block's keys it
+// attends to, [lo, hi_key] relative to k_start (empty when lo > hi_key).
+struct QueryRow {
+  int64_t i, bh, bi, hi, jq, unit, gq, lo, hi_key;
+};
+
+__device__ inline QueryRow query_row(const BlockArgs& a, int64_t item) {
+  QueryRow r;
+  r.i = item / (a.b * a.heads);
+  r.bh = item % (a.b * a.heads);
+  r.bi = r.bh / a.heads;
+  r.hi = r.bh % a.heads;
+  r.jq = r.hi % a.qpg;
+  r.unit = r.bi * a.groups + r.hi / a.qpg;
+  r.gq = a.q_start + r.i;
+  const int64_t first = a.first_key(r.bi, r.gq);
+  r.lo = (first > a.k_start ? first : a.k_start) - a.k_start;
+  const int64_t last = r.gq < a.k_start + a.sk - 1 ? r.gq : a.k_start + a.sk - 1;
+  r.hi_key = last - a.k_start;
+  return r;
+}
+
 template <typename T>
 __global__ void block_forward_kernel(BlockArgs a, const T* q, const T* kv, float* out, float* lse) {
   const int lane = threadIdx.x % 32;
   const int64_t items = a.sq * a.b * a.heads;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t item = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32; item < items; item += warps) {
-    const int64_t i = item / (a.b * a.heads), bh = item % (a.b * a.heads);
-    const int64_t bi = bh / a.heads, hi = bh % a.heads, g = hi / a.qpg, jq = hi % a.qpg;
-    const int64_t unit = bi * a.groups + g, gq = a.q_start + i;
-    const int64_t first = a.first_key(bi, gq);
-    const int64_t lo = (first > a.k_start ? first : a.k_start) - a.k_start;
-    const int64_t last = gq < a.k_start + a.sk - 1 ? gq : a.k_start + a.sk - 1;
-    const int64_t hi_key = last - a.k_start;
+    const QueryRow r = query_row(a, item);
+    const int64_t i = r.i, bh = r.bh, bi = r.bi, hi = r.hi, jq = r.jq, unit = r.unit, gq = r.gq;
+    const int64_t lo = r.lo, hi_key = r.hi_key;
     if (lo > hi_key) continue;
     float qv[kMaxPerLane], kr[kMaxPerLane], acc[kMaxPerLane];
     load_row(q + i * a.q_row + (unit * (a.qpg + 2) + jq) * a.dh, a.dh, lane, qv);
@@ -133,13 +151,9 @@ __global__ void block_dq_kernel(BlockArgs a, const T* q, const T* kv, const T* c
   const int64_t items = a.sq * a.b * a.heads;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t item = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32; item < items; item += warps) {
-    const int64_t i = item / (a.b * a.heads), bh = item % (a.b * a.heads);
-    const int64_t bi = bh / a.heads, hi = bh % a.heads, g = hi / a.qpg, jq = hi % a.qpg;
-    const int64_t unit = bi * a.groups + g, gq = a.q_start + i;
-    const int64_t first = a.first_key(bi, gq);
-    const int64_t lo = (first > a.k_start ? first : a.k_start) - a.k_start;
-    const int64_t last = gq < a.k_start + a.sk - 1 ? gq : a.k_start + a.sk - 1;
-    const int64_t hi_key = last - a.k_start;
+    const QueryRow r = query_row(a, item);
+    const int64_t i = r.i, bh = r.bh, bi = r.bi, hi = r.hi, jq = r.jq, unit = r.unit, gq = r.gq;
+    const int64_t lo = r.lo, hi_key = r.hi_key;
     if (lo > hi_key) continue;
     float qv[kMaxPerLane], dov[kMaxPerLane], tmp[kMaxPerLane], acc[kMaxPerLane];
     load_row(q + i * a.q_row + (unit * (a.qpg + 2) + jq) * a.dh, a.dh, lane, qv);
