@@ -64,12 +64,22 @@
 #define PTDP_DEPRECATED(replacement) __attribute__((deprecated("use " replacement)))
 #endif
 
+/** Under C++, every enum of this header has `int` as its fixed underlying type: any `int` a C
+ *  caller passes (C enums hold any `int`) is then a value of the C++ type, which the library
+ *  range-checks and refuses with ::PTDP_ERR_INVALID_ARGUMENT. The size and layout are those of
+ *  C's enums (an `int`) either way. */
+#if defined(__cplusplus) && !defined(SWIG)
+#define PTDP_ENUM_INT : int
+#else
+#define PTDP_ENUM_INT
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /** Result of every fallible call. */
-typedef enum ptdp_status {
+typedef enum ptdp_status PTDP_ENUM_INT {
   PTDP_SUCCESS = 0,               /**< The call succeeded. */
   PTDP_ERR_INVALID_ARGUMENT = 1,  /**< An argument was NULL, out of range or inconsistent; nothing changed. */
   PTDP_ERR_OUT_OF_MEMORY = 2,     /**< Host or device memory ran out; the message gives the size. */
@@ -83,7 +93,7 @@ typedef enum ptdp_status {
 } ptdp_status;
 
 /** Element type of a tensor. */
-typedef enum ptdp_dtype {
+typedef enum ptdp_dtype PTDP_ENUM_INT {
   PTDP_DTYPE_F32 = 0,  /**< IEEE binary32. */
   PTDP_DTYPE_BF16 = 1, /**< bfloat16 (8-bit exponent, 7-bit mantissa). */
   PTDP_DTYPE_F16 = 2,  /**< IEEE binary16. */
@@ -92,13 +102,13 @@ typedef enum ptdp_dtype {
 } ptdp_dtype;
 
 /** Kind of device a tensor lives on. */
-typedef enum ptdp_device {
+typedef enum ptdp_device PTDP_ENUM_INT {
   PTDP_DEVICE_CPU = 0, /**< Host memory, CPU engine (OpenBLAS + OpenMP). */
   PTDP_DEVICE_CUDA = 1 /**< NVIDIA GPU memory, CUDA engine. */
 } ptdp_device;
 
 /** Optional parts of the library, compiled in or not. */
-typedef enum ptdp_feature {
+typedef enum ptdp_feature PTDP_ENUM_INT {
   PTDP_FEATURE_CUDA = 0, /**< The CUDA toolchain was available when ptdp was built. */
   PTDP_FEATURE_NCCL = 1, /**< NCCL communication for GPU tensors. */
   PTDP_FEATURE_MPI = 2   /**< MPI communication between ranks. */
@@ -528,7 +538,7 @@ PTDP_API ptdp_status ptdp_flight_analyze(const char* dir, char* buffer, size_t c
  *  @{ */
 
 /** Kinds of process group. */
-typedef enum ptdp_group_kind {
+typedef enum ptdp_group_kind PTDP_ENUM_INT {
   PTDP_GROUP_WORLD = 0,     /**< Every rank of the runtime. */
   PTDP_GROUP_TENSOR = 1,    /**< t consecutive ranks sharing the layers' tensor shards. */
   PTDP_GROUP_PIPELINE = 2,  /**< p ranks, stride t*d: the stages of one pipeline. */
@@ -623,7 +633,7 @@ typedef struct ptdp_parallel_options {
 } ptdp_parallel_options;
 
 /** Placements of the model chunks on the pipeline ranks (ptdp_parallel_options). */
-typedef enum ptdp_chunk_placement {
+typedef enum ptdp_chunk_placement PTDP_ENUM_INT {
   PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = 0, /**< Chunk c on pipeline rank c % p (Megatron's interleaving). */
   PTDP_CHUNK_PLACEMENT_V = 1            /**< v = 2: rank r holds chunks r and 2p - 1 - r; the first and
                                              last chunk (embedding and loss) share rank 0, and chunk
@@ -764,7 +774,7 @@ PTDP_API ptdp_status ptdp_groups_members(ptdp_groups groups, ptdp_group_kind kin
  *  @{ */
 
 /** Reductions. */
-typedef enum ptdp_reduce_op {
+typedef enum ptdp_reduce_op PTDP_ENUM_INT {
   PTDP_REDUCE_SUM = 0, /**< Sum. */
   PTDP_REDUCE_AVG = 1, /**< Sum divided by the group size (floating dtypes). */
   PTDP_REDUCE_MAX = 2, /**< Maximum. */
@@ -772,7 +782,7 @@ typedef enum ptdp_reduce_op {
 } ptdp_reduce_op;
 
 /** Direction of one transfer in ptdp_batch_send_recv(). */
-typedef enum ptdp_p2p_kind {
+typedef enum ptdp_p2p_kind PTDP_ENUM_INT {
   PTDP_P2P_SEND = 0, /**< Send the tensor to the peer. */
   PTDP_P2P_RECV = 1  /**< Receive into the tensor from the peer. */
 } ptdp_p2p_kind;
@@ -970,14 +980,14 @@ PTDP_API ptdp_status ptdp_work_destroy(ptdp_work work);
  *  @{ */
 
 /** Activation recomputation (Megatron's `--recompute-granularity`). */
-typedef enum ptdp_recompute {
+typedef enum ptdp_recompute PTDP_ENUM_INT {
   PTDP_RECOMPUTE_NONE = 0,     /**< Keep every activation. */
   PTDP_RECOMPUTE_FULL = 1,     /**< Keep each layer's input; re-run its forward before its backward. */
   PTDP_RECOMPUTE_SELECTIVE = 2 /**< Recompute only the attention probabilities. */
 } ptdp_recompute;
 
 /** How self-attention computes its context (ptdp_gpt_options::attention). */
-typedef enum ptdp_attention {
+typedef enum ptdp_attention PTDP_ENUM_INT {
   PTDP_ATTENTION_AUTO = 0,    /**< The fused (flash) kernel where the device has one for the
                                    precision and head dim (CUDA: bf16/f16, head dim 64 or 128),
                                    else the unfused path. */
@@ -990,14 +1000,14 @@ typedef enum ptdp_attention {
 
 /** The norm of every norm layer of the model (Megatron's `--normalization`;
  *  ptdp_gpt_options::normalization). */
-typedef enum ptdp_normalization {
+typedef enum ptdp_normalization PTDP_ENUM_INT {
   PTDP_NORMALIZATION_LAYERNORM = 0, /**< LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias. */
   PTDP_NORMALIZATION_RMSNORM = 1    /**< RMSNorm: x / sqrt(mean(x^2) + eps) * weight; no bias. */
 } ptdp_normalization;
 
 /** How positions enter the model (Megatron's `--position-embedding-type`;
  *  ptdp_gpt_options::position_embedding_type). */
-typedef enum ptdp_position_embedding {
+typedef enum ptdp_position_embedding PTDP_ENUM_INT {
   PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = 0, /**< A learned table
                                                      `embedding.position_embeddings.weight`
                                                      [max_position_embeddings, h] added to the
@@ -1654,7 +1664,7 @@ PTDP_API ptdp_status ptdp_layer_destroy(ptdp_layer layer);
 /* The handle type ::ptdp_schedule is declared with the GPT model above, which runs schedules. */
 
 /** Schedules ptdp_schedule_create() can generate. */
-typedef enum ptdp_schedule_kind {
+typedef enum ptdp_schedule_kind PTDP_ENUM_INT {
   PTDP_SCHEDULE_GPIPE = 0,            /**< All forwards, then all backwards; holds m microbatches. */
   PTDP_SCHEDULE_1F1B = 1,             /**< PipeDream-Flush: warm-up of p - rank - 1 forwards, then
                                            one forward, one backward; holds at most p. */
@@ -1678,7 +1688,7 @@ typedef enum ptdp_schedule_kind {
 } ptdp_schedule_kind;
 
 /** What an action does. */
-typedef enum ptdp_action_kind {
+typedef enum ptdp_action_kind PTDP_ENUM_INT {
   PTDP_ACTION_FORWARD = 0,          /**< Forward of (microbatch, chunk). */
   PTDP_ACTION_BACKWARD = 1,         /**< Full backward: input and weight gradients together. */
   PTDP_ACTION_BACKWARD_INPUT = 2,   /**< Input-gradient part of the backward (zero-bubble "B"). */
@@ -2047,7 +2057,7 @@ PTDP_API ptdp_status ptdp_dataset_document(ptdp_dataset dataset, int64_t index, 
 typedef struct ptdp_tokenizer_impl* ptdp_tokenizer;
 
 /** Kind of tokenizer (Megatron's `--tokenizer-type`). */
-typedef enum ptdp_tokenizer_type {
+typedef enum ptdp_tokenizer_type PTDP_ENUM_INT {
   PTDP_TOKENIZER_BYTE_LEVEL = 0,    /**< "ByteLevel": bytes are tokens 0..255. */
   PTDP_TOKENIZER_NULL = 1,          /**< "NullTokenizer": the text is the ids. */
   PTDP_TOKENIZER_GPT2_BPE = 2,      /**< "GPT2BPETokenizer": vocab.json + merges.txt. */
@@ -2239,13 +2249,13 @@ PTDP_API ptdp_status ptdp_tokenizer_id_to_token(ptdp_tokenizer tokenizer, int32_
  *  @{ */
 
 /** Optimizer algorithm (Megatron's `--optimizer`). */
-typedef enum ptdp_optimizer_kind {
+typedef enum ptdp_optimizer_kind PTDP_ENUM_INT {
   PTDP_OPTIMIZER_ADAM = 0, /**< AdamW: Adam with decoupled weight decay. */
   PTDP_OPTIMIZER_SGD = 1   /**< SGD with momentum. */
 } ptdp_optimizer_kind;
 
 /** Learning-rate decay (Megatron's `--lr-decay-style`). */
-typedef enum ptdp_lr_decay_style {
+typedef enum ptdp_lr_decay_style PTDP_ENUM_INT {
   PTDP_LR_CONSTANT = 0, /**< lr after warm-up. */
   PTDP_LR_LINEAR = 1,   /**< Linear from lr to min_lr over the decay iterations. */
   PTDP_LR_COSINE = 2    /**< Half a cosine from lr to min_lr. */
@@ -2311,7 +2321,7 @@ typedef struct ptdp_iteration_result {
 } ptdp_iteration_result;
 
 /** Flags of a registered parameter for ptdp_optimizer_create_for_tensors(). */
-typedef enum ptdp_param_flags {
+typedef enum ptdp_param_flags PTDP_ENUM_INT {
   PTDP_PARAM_DEFAULT = 0,          /**< Split over the tensor group (each rank's slice differs); decays. */
   PTDP_PARAM_REPLICATED = 1,       /**< The same on every tensor rank: counted once in the norm. */
   PTDP_PARAM_NO_WEIGHT_DECAY = 2   /**< Exempt from weight decay (biases, LayerNorm). */
@@ -2525,7 +2535,7 @@ PTDP_API ptdp_status ptdp_train_config_runtime_options(ptdp_train_config config,
                                                        ptdp_runtime_options* options);
 
 /** Where the training data comes from. */
-typedef enum ptdp_data_source {
+typedef enum ptdp_data_source PTDP_ENUM_INT {
   PTDP_DATA_MOCK = 0,    /**< `--mock-data`: synthetic tokens, a pure function of the seed. */
   PTDP_DATA_INDEXED = 1, /**< `--data-path PREFIX`: Megatron's indexed data set. */
   PTDP_DATA_TEXT = 2     /**< `--text-file PATH`: plain text, one token per byte. */
@@ -2903,7 +2913,7 @@ PTDP_API ptdp_status ptdp_device_peak_flops(ptdp_device device, int32_t device_i
 typedef struct ptdp_gpt_data_impl* ptdp_gpt_data;
 
 /** The three parts of a data set. */
-typedef enum ptdp_data_split {
+typedef enum ptdp_data_split PTDP_ENUM_INT {
   PTDP_SPLIT_TRAIN = 0, /**< Training samples. */
   PTDP_SPLIT_VALID = 1, /**< Validation samples. */
   PTDP_SPLIT_TEST = 2   /**< Test samples. */
@@ -3126,12 +3136,12 @@ PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt
  *  @{ */
 
 /** Label values with a meaning of their own. */
-typedef enum ptdp_label_value {
+typedef enum ptdp_label_value PTDP_ENUM_INT {
   PTDP_IGNORE_INDEX = -100 /**< Takes no part in the loss (PyTorch's ignore_index). */
 } ptdp_label_value;
 
 /** Which of Megatron's end-of-document rules ptdp_eod_masks() applies (bits, OR them). */
-typedef enum ptdp_eod_flags {
+typedef enum ptdp_eod_flags PTDP_ENUM_INT {
   PTDP_EOD_MASK_LOSS = 1,            /**< --eod-mask-loss: ignore the label of every position
                                           whose token is the end-of-document token. */
   PTDP_EOD_RESET_POSITION_IDS = 2,   /**< --reset-position-ids: positions restart after it. */
@@ -3439,7 +3449,7 @@ PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gp
  *  @{ */
 
 /** A Hugging Face model class (config.json's `model_type`). */
-typedef enum ptdp_hf_architecture {
+typedef enum ptdp_hf_architecture PTDP_ENUM_INT {
   PTDP_HF_ARCHITECTURE_AUTO = 0,    /**< On export: the class the model's settings call for
                                          (GPT-2 for LayerNorm with learned positions, Qwen2 for a
                                          qkv bias alone, Llama otherwise), or the base config's
