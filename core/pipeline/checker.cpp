@@ -121,18 +121,19 @@ std::string check_rank_order(const Schedule& s, int r) {
   for (int i = 0; i < static_cast<int>(list.size()); ++i) {
     const Action& a = list[static_cast<std::size_t>(i)];
     UnitState& u = at(a.microbatch, a.chunk);
-    const std::string here = where(r, i, a) + ": ";
+    // The message prefix, built only when a check fails (this loop runs for every action).
+    auto here = [&] { return where(r, i, a) + ": "; };
     switch (a.kind) {
       case ActionKind::Forward: {
-        if (u.forward) return here + "second forward of " + unit(a);
+        if (u.forward) return here() + "second forward of " + unit(a);
         if (a.chunk > 0) {
           if (s.rank_of_chunk(a.chunk - 1) == r) {
             if (!at(a.microbatch, a.chunk - 1).forward) {
-              return here + "forward of " + unit(a) + " before the forward of chunk " +
+              return here() + "forward of " + unit(a) + " before the forward of chunk " +
                      to_string(a.chunk - 1) + " it takes its input from";
             }
           } else if (!u.recv_act) {
-            return here + "forward of " + unit(a) + " before its input was received";
+            return here() + "forward of " + unit(a) + " before its input was received";
           }
         }
         u.forward = true;
@@ -142,51 +143,51 @@ std::string check_rank_order(const Schedule& s, int r) {
       case ActionKind::BackwardInput: {
         const bool full = a.kind == ActionKind::Backward;
         const char* name = full ? "backward" : "input-gradient backward (B)";
-        if (u.backward || u.input) return here + "second backward of " + unit(a);
-        if (!u.forward) return here + name + " of " + unit(a) + " before its forward";
+        if (u.backward || u.input) return here() + "second backward of " + unit(a);
+        if (!u.forward) return here() + name + " of " + unit(a) + " before its forward";
         if (a.chunk + 1 < nc) {
           if (s.rank_of_chunk(a.chunk + 1) == r) {
             const UnitState& next = at(a.microbatch, a.chunk + 1);
             if (!next.backward && !next.input) {
-              return here + name + " of " + unit(a) + " before the backward of chunk " +
+              return here() + name + " of " + unit(a) + " before the backward of chunk " +
                      to_string(a.chunk + 1) + " it takes its output gradient from";
             }
           } else if (!u.recv_grad) {
-            return here + name + " of " + unit(a) + " before its output gradient was received";
+            return here() + name + " of " + unit(a) + " before its output gradient was received";
           }
         }
         (full ? u.backward : u.input) = true;
         break;
       }
       case ActionKind::BackwardWeight: {
-        if (u.weight) return here + "second weight-gradient backward (W) of " + unit(a);
+        if (u.weight) return here() + "second weight-gradient backward (W) of " + unit(a);
         if (u.backward) {
-          return here + "weight-gradient backward (W) of " + unit(a) +
+          return here() + "weight-gradient backward (W) of " + unit(a) +
                  " after a full backward, which already computed the weight gradients";
         }
         if (!u.input) {
-          return here + "weight-gradient backward (W) of " + unit(a) +
+          return here() + "weight-gradient backward (W) of " + unit(a) +
                  " before its input-gradient backward (B)";
         }
         u.weight = true;
         break;
       }
       case ActionKind::SendActivation:
-        if (u.sent_act) return here + "second " + transfer_text(a);
-        if (!u.forward) return here + transfer_text(a) + " before its forward";
+        if (u.sent_act) return here() + "second " + transfer_text(a);
+        if (!u.forward) return here() + transfer_text(a) + " before its forward";
         u.sent_act = true;
         break;
       case ActionKind::RecvActivation:
-        if (u.recv_act) return here + "second " + transfer_text(a);
+        if (u.recv_act) return here() + "second " + transfer_text(a);
         u.recv_act = true;
         break;
       case ActionKind::SendGradient:
-        if (u.sent_grad) return here + "second " + transfer_text(a);
-        if (!u.backward && !u.input) return here + transfer_text(a) + " before its backward";
+        if (u.sent_grad) return here() + "second " + transfer_text(a);
+        if (!u.backward && !u.input) return here() + transfer_text(a) + " before its backward";
         u.sent_grad = true;
         break;
       case ActionKind::RecvGradient:
-        if (u.recv_grad) return here + "second " + transfer_text(a);
+        if (u.recv_grad) return here() + "second " + transfer_text(a);
         u.recv_grad = true;
         break;
     }
@@ -195,13 +196,12 @@ std::string check_rank_order(const Schedule& s, int r) {
     for (int j = 0; j < v; ++j) {
       const int chunk = s.chunk_at(r, j);
       const UnitState& u = at(mb, chunk);
-      const std::string what = "rank " + to_string(r) + ": microbatch " + to_string(mb) +
-                               " chunk " + to_string(chunk);
-      if (!u.forward) return what + " has no forward";
+      auto what = [&] { return "rank " + to_string(r) + ": microbatch " + to_string(mb) + " chunk " + to_string(chunk); };
+      if (!u.forward) return what() + " has no forward";
       if (s.kind == ScheduleKind::ForwardOnly) continue;
-      if (!u.backward && !u.input) return what + " has no backward";
+      if (!u.backward && !u.input) return what() + " has no backward";
       if (u.input && !u.weight) {
-        return what + " has an input-gradient backward (B) but no weight-gradient backward (W)";
+        return what() + " has an input-gradient backward (B) but no weight-gradient backward (W)";
       }
     }
   }
@@ -238,17 +238,23 @@ std::string check_matching(const Schedule& s) {
     const auto& from_list = s.ranks[static_cast<std::size_t>(from)];
     const auto& to_list = s.ranks[static_cast<std::size_t>(to)];
     const char* what = activation ? "activation" : "gradient";
-    // What the receiving side names: (microbatch, receiver's chunk).
+    // What the receiving side names: (microbatch, receiver's chunk), counted only once a pair
+    // of transfers disagrees (to tell a missing transfer from one out of order).
     std::map<std::pair<int, int>, int> sent, received;
-    for (int i : sv) {
-      const Action& a = from_list[static_cast<std::size_t>(i)];
-      ++sent[{a.microbatch, other_chunk(a)}];
-    }
-    for (int i : rv) {
-      const Action& a = to_list[static_cast<std::size_t>(i)];
-      ++received[{a.microbatch, a.chunk}];
-    }
-    auto count = [](const std::map<std::pair<int, int>, int>& m, std::pair<int, int> key) {
+    bool counted = false;
+    auto count = [&](bool of_sends, std::pair<int, int> key) {
+      if (!counted) {
+        for (int i : sv) {
+          const Action& a = from_list[static_cast<std::size_t>(i)];
+          ++sent[{a.microbatch, other_chunk(a)}];
+        }
+        for (int i : rv) {
+          const Action& a = to_list[static_cast<std::size_t>(i)];
+          ++received[{a.microbatch, a.chunk}];
+        }
+        counted = true;
+      }
+      const auto& m = of_sends ? sent : received;
       const auto it = m.find(key);
       return it == m.end() ? 0 : it->second;
     };
@@ -274,8 +280,8 @@ std::string check_matching(const Schedule& s) {
       const Action& rcv = to_list[static_cast<std::size_t>(rv[k])];
       if (snd.microbatch == rcv.microbatch && other_chunk(snd) == rcv.chunk) continue;
       const std::pair<int, int> sk{snd.microbatch, other_chunk(snd)}, rk{rcv.microbatch, rcv.chunk};
-      if (count(received, sk) < count(sent, sk)) return no_receive(sv[k]);
-      if (count(sent, rk) < count(received, rk)) return no_send(rv[k]);
+      if (count(false, sk) < count(true, sk)) return no_receive(sv[k]);
+      if (count(true, rk) < count(false, rk)) return no_send(rv[k]);
       return where(from, sv[k], snd) + " is " + what + " send number " + to_string(k + 1) +
              " from rank " + to_string(from) + " to rank " + to_string(to) + ", but " + what +
              " receive number " + to_string(k + 1) + " on rank " + to_string(to) +

@@ -512,12 +512,17 @@ void add_transfers(Schedule& s, const std::vector<std::vector<Timed>>& timed) {
   auto place = [&](int from, int to, double produced, int kind, const Action& a, const Action& send, const Action& recv) {
     // The receiver takes it in its first gap left at or after the data exists; the sender
     // posts it in its last gap reached by then, so that neither side waits past that time.
-    std::size_t g = 0;
-    const std::size_t n_to = timed[static_cast<std::size_t>(to)].size();
-    while (g < n_to && leave(to, g) < produced) ++g;
+    // A rank's actions run one after another, so its gaps' leave and arrive times rise with the
+    // gap: both searches are binary (the planner places thousands of transfers per schedule).
+    const auto& to_list = timed[static_cast<std::size_t>(to)];
+    const auto& from_list = timed[static_cast<std::size_t>(from)];
+    const std::size_t g = static_cast<std::size_t>(
+        std::partition_point(to_list.begin(), to_list.end(), [&](const Timed& t) { return t.start < produced; }) -
+        to_list.begin());
     const double key = leave(to, g) < 1e299 ? leave(to, g) : arrive(to, g);
-    std::size_t h = timed[static_cast<std::size_t>(from)].size();
-    while (h > 0 && arrive(from, h) > key) --h;
+    const std::size_t h = static_cast<std::size_t>(
+        std::partition_point(from_list.begin(), from_list.end(), [&](const Timed& t) { return t.end <= key; }) -
+        from_list.begin());
     at[static_cast<std::size_t>(to)][g].push_back({key, kind, a.microbatch, a.chunk, recv});
     at[static_cast<std::size_t>(from)][h].push_back({key, kind, a.microbatch, a.chunk, send});
   };
