@@ -9,6 +9,12 @@ and trains a tiny GPT for a few iterations, and the run's numbers and files are 
                                                                            ROOT, then pip install
                                                                            the ptdp-X.Y.Z.tar.gz
 
+With --ccache DIR (and ccache on PATH) the compiles go through ccache with its cache in DIR,
+and the build folder is placed so that the sdist's build sees its sources at the same relative
+paths as the tree's build (--tree-build names the tree's build folder): the sdist check that runs
+after the tree check then finds its objects in the cache when the files are the same, and still
+compiles (and fails) where the sdist lacks or changes a file.
+
 Nothing of a CMake build folder is used: pip's isolated build environment fetches
 scikit-build-core (and cmake or ninja wheels where the system's are missing or too old), the
 environment fetches numpy, both from the package index. Exit 77 (skipped) when python3 -m venv
@@ -34,6 +40,10 @@ parser.add_argument("--python", default=sys.executable, help="the interpreter th
 parser.add_argument("--jobs", type=int, default=2, help="parallel compile jobs (CMAKE_BUILD_PARALLEL_LEVEL)")
 parser.add_argument("--define", action="append", default=None, metavar="NAME=VALUE",
                     help="a CMake define for the build (default: PTDP_WITH_CUDA=OFF)")
+parser.add_argument("--ccache", metavar="DIR",
+                    help="compile through ccache (when on PATH) with its cache in DIR, shared by the tree and sdist checks")
+parser.add_argument("--tree-build", metavar="DIR",
+                    help="with --ccache: the build folder of the tree's install (the sdist's is placed to match)")
 parser.add_argument("--checks-only", action="store_true",
                     help="no venv, no install: check the environment a previous run left in --scratch")
 args = parser.parse_args()
@@ -108,22 +118,66 @@ def build_sdist():
     return sdists[0]
 
 
+def unpack_sdist(sdist):
+    """The sdist unpacked at a depth that lets its build folder mirror the tree's (see ccache_layout)."""
+    rel = os.path.relpath(os.path.abspath(args.tree_build), source)
+    ups = len([p for p in rel.split(os.sep) if p == ".."])
+    root = os.path.join(scratch, "src", *(["d"] * ups))
+    with tarfile.open(sdist) as tar:
+        top = tar.getnames()[0].split("/")[0]
+        tar.extractall(root)
+    return os.path.join(root, top)
+
+
+def ccache_layout(project):
+    """Defines and environment for compiling through ccache: the build folder of `project` sits
+    where the tree's build folder sits relative to the tree, and ccache rewrites the absolute paths
+    below their common folder to relative ones, so both builds hash the same command lines."""
+    tree_build = os.path.abspath(args.tree_build)
+    build = os.path.normpath(os.path.join(project, os.path.relpath(tree_build, source)))
+    if not (build + os.sep).startswith(scratch + os.sep) and build != tree_build:
+        sys.exit(f"FAILED: the mirrored build folder {build} would lie outside {scratch}")
+    env.update(CCACHE_DIR=os.path.abspath(args.ccache), CCACHE_BASEDIR=os.path.commonpath([project, build]),
+               CCACHE_NOHASHDIR="1", CCACHE_MAXSIZE="2G")
+    if os.path.isdir(build):
+        shutil.rmtree(build)
+    return build, ["CMAKE_C_COMPILER_LAUNCHER=ccache", "CMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+
+
 def pip_install(target):
     """3. pip install: a from-scratch build in pip's isolated environment."""
     install = [python, "-m", "pip", "install", "--verbose", target]
-    install += [f"--config-settings=cmake.define.{d}" for d in defines]
-    result = run(install, f"pip install ({args.origin}, CMAKE_BUILD_PARALLEL_LEVEL={args.jobs}, {' '.join(defines)})")
+    build_defines = list(defines)
+    use_ccache = bool(args.ccache and args.tree_build and shutil.which("ccache"))
+    if use_ccache:
+        build_dir, launchers = ccache_layout(target)
+        install.append(f"--config-settings=build-dir={build_dir}")
+        build_defines += launchers
+    install += [f"--config-settings=cmake.define.{d}" for d in build_defines]
+    result = run(install, f"pip install ({args.origin}, CMAKE_BUILD_PARALLEL_LEVEL={args.jobs}, {' '.join(defines)}"
+                          f"{', through ccache' if use_ccache else ''})")
     log = result.stdout + result.stderr
     with open(os.path.join(scratch, "pip-install.log"), "w", encoding="utf-8") as f:
         f.write(log)
     for line in log.splitlines():  # what the build found, for the record
         if ("ptdp " in line and "CUDA=" in line) or "Python bindings:" in line:
             print("  " + line.strip())
+    if use_ccache:
+        stats = subprocess.run(["ccache", "--print-stats"], env=env, capture_output=True, text=True).stdout
+        counts = dict(line.split("\t", 1) for line in stats.splitlines() if "\t" in line)
+        print(f"  ccache {env['CCACHE_DIR']}: {counts.get('direct_cache_hit', '?')} direct and "
+              f"{counts.get('preprocessed_cache_hit', '?')} preprocessed hits, "
+              f"{counts.get('cache_miss', '?')} misses (cumulative)")
 
 
 if not args.checks_only:
     make_venv()
-    pip_install(build_sdist() if args.origin == "sdist" else source)
+    if args.origin == "tree":
+        pip_install(source)
+    elif args.ccache and args.tree_build and shutil.which("ccache"):
+        pip_install(unpack_sdist(build_sdist()))  # what pip does with the .tar.gz, in a known place
+    else:
+        pip_install(build_sdist())
 
 # 4. The wheel's layout in site-packages: the library beside the extension, nothing outside ptdp/.
 site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['platlib'])"],
