@@ -546,6 +546,13 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
       state.consumed_train_samples = md.at("consumed_train_samples").get<int64_t>();
       state.consumed_valid_samples = md.at("consumed_valid_samples").get<int64_t>();
       reader.set_tensor_map(TensorMap::from_json(md.at("tensors"), source));
+      // ptdp writes every tensor as F32, and its pieces are read only as what the map declares.
+      for (const auto& [name, entry] : reader.tensor_map().entries()) {
+        if (entry.dtype != StDType::F32)
+          throw_io_error(source, str_cat("tensor map entry '", name, "' has dtype ", st_dtype_name(entry.dtype),
+                                         "; a ptdp checkpoint holds F32 tensors"));
+      }
+      reader.require_declared_dtypes(true);
       // Every file the manifest lists must be sound, whether or not this layout reads it.
       if (g.rank(GroupKind::World) == 0) {
         for (const auto& f : md.at("files")) reader.verify(f.get<std::string>());

@@ -513,7 +513,7 @@ void CheckpointReader::read_block(const std::string& name, int64_t r0, int64_t r
     const std::string piece_desc = str_cat("piece ", block_string(p->r0, p->r1, p->c0, p->c1), " of '", name, "'");
     if (!f.has(p->name)) throw_io_error(f.path(), str_cat("no tensor '", p->name, "' (", piece_desc, ")"));
     const SafetensorsTensorInfo& t = f.info(p->name);
-    if (t.dtype != e.dtype)
+    if (declared_dtypes_ && t.dtype != e.dtype)
       throw_io_error(f.path(), str_cat("tensor '", p->name, "' is stored as ", st_dtype_name(t.dtype), ", but the tensor map declares '",
                                        name, "' as ", st_dtype_name(e.dtype), " (", piece_desc, ")"));
     const int64_t row0 = std::max<int64_t>(p->stored_row0, 0);  // first row of the piece in the stored tensor

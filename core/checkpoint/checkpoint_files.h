@@ -221,6 +221,11 @@ class CheckpointReader {
   /// then); Io when a piece's file is bad or its stored tensor is missing or has the wrong shape.
   void read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* out);
 
+  /// With `on`, read_block refuses (Io, naming the file and both dtypes) a piece stored with
+  /// another dtype than its tensor's map entry declares; off (the default), any stored float
+  /// dtype is converted. ptdp's own checkpoints, all F32, are read with it on.
+  void require_declared_dtypes(bool on) { declared_dtypes_ = on; }
+
  private:
   void open(const std::string& dir, int64_t iteration, const std::string& named_by);
   void verify_locked(const std::string& filename);
@@ -230,6 +235,7 @@ class CheckpointReader {
   int64_t iteration_ = -1;
   std::map<std::string, std::string> manifest_;
   TensorMap map_;
+  bool declared_dtypes_ = false;
   std::mutex mutex_;  // guards verified_ and files_
   std::map<std::string, bool> verified_;
   std::map<std::string, std::unique_ptr<SafetensorsFile>> files_;

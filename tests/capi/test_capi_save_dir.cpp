@@ -367,9 +367,9 @@ TEST_CASE("save dir: metadata that makes no sense is refused although its hash m
          m["tensors"][pos]["pieces"][0]["rows"] = {0, 9};
        },
        {"model_tp00_pp00.safetensors", "tensor '" + pos + "' is 8 x 16, but it should hold piece rows [0, 9) x cols [0, 16)"}},
-      {"a piece whose dtype the safetensors file does not hold",
+      {"a dtype ptdp does not write (nor the files hold)",
        [&](nlohmann::json& m) { m["tensors"][pos]["dtype"] = "BF16"; },
-       {"model_tp00_pp00.safetensors", "tensor '" + pos + "' is stored as F32, but the tensor map declares '" + pos + "' as BF16"}},
+       {"tensor map entry '" + pos + "' has dtype BF16; a ptdp checkpoint holds F32 tensors"}},
   };
   for (const Case& c : cases) {
     INFO(c.what);

@@ -385,6 +385,15 @@ TEST_CASE("re-sharding reads any block of a tensor split by rows or by columns",
   require_error(ErrorCode::InvalidArgument, [&] { r.read_block("by_rows", 0, 9, 0, 6, out.data()); },
                 {"'by_rows'", "outside"});
   require_error(ErrorCode::InvalidArgument, [&] { r.read_block("nope", 0, 1, 0, 1, out.data()); }, {"'nope'"});
+
+  // Holding readers to the declared dtypes (as ptdp's checkpoint loads do): the BF16 piece of
+  // "by_cols" is refused, F32 ones still read.
+  r.require_declared_dtypes(true);
+  r.read_block("by_cols", 0, 8, 0, 2, out.data());
+  CHECK(std::vector<float>(out.begin(), out.begin() + 16) == slice(0, 8, 0, 2));
+  require_error(ErrorCode::Io, [&] { r.read_block("by_cols", 0, 8, 1, 3, out.data()); },
+                {"cols_1.safetensors", "tensor 'w' is stored as BF16, but the tensor map declares 'by_cols' as F32",
+                 "piece rows [0, 8) x cols [2, 4)"});
 }
 
 TEST_CASE("re-sharding verifies each piece's file and its stored shape", "[checkpoint][reshard]") {
