@@ -29,6 +29,8 @@
 //      and context) and forward or backward (kernels/op_scope.h). Printed as ms and share of
 //      the step, with the optimizer, the gradient zeroing and the rest beside them.
 //
+//   5. The sgemm samples of (1), their spread, and the model's rates against the best of them.
+//
 // Each iteration of (2) starts from zeroed gradients (untimed), as after an optimizer step,
 // uses a new Step::iteration (new dropout masks) and random token ids. GFLOP is 1e9 FLOPs.
 // Run with --help for the flags.
@@ -633,7 +635,7 @@ class Bench {
     peak_.emplace();
     std::printf("1. OpenBLAS peak: cblas_sgemm, row-major C = A*B, square n = %d, sampled before, between "
                 "and\n   after the timed phases (each sample the best of %d calls; the peak is the best "
-                "sample, see 4.)\n",
+                "sample, see 5.)\n",
                 peak_->n(), peak_->calls_per_sample());
     sample_peak("before the model");
     std::printf("\n");
@@ -674,6 +676,7 @@ class Bench {
       const double g = flops / seconds * 1e-9;
       std::printf("   %-34s %9.1f GFLOP/s  %8s of the peak\n", name, g, percent_of_peak(g).c_str());
     };
+    above_peak_ = false;  // from here against the whole run's peak
     line("forward+backward (2)", fb_.median_s, f);
     line("forward only (2)", fwd_.median_s, f / 3.0);
     line("backward (difference, 2)", fb_.median_s - fwd_.median_s, 2.0 * f / 3.0);
@@ -1016,7 +1019,8 @@ class Bench {
     const double f = model_flops();
     std::printf("\n   %-26s %10s %10s %10s %10s %9s %7s\n", "pass", "ms/iter", "best ms",
                 "worst ms", "tokens/s", "GFLOP/s", "% peak");
-    if (peak_) std::printf("   (%% peak: of the best sgemm sample so far; section 5 has the whole run's)\n");
+    if (peak_)
+      std::printf("   (%% peak: of the best sgemm sample so far, ! above it; section 5 has the whole run's)\n");
     std::printf("   %s\n", std::string(90, '-').c_str());
     print_row("forward+backward", fb_.median_s, fb_.best_s, fb_.worst_s, f, contended_mark(fb_));
     // The paper's count splits as forward 1/3, backward 2/3 of the model FLOPs.

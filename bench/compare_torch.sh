@@ -49,6 +49,11 @@ out, rounds = sys.argv[1], int(sys.argv[2])
 p = [json.load(open(f"{out}/ptdp_{r}.json"))["train_step"]["ms_median"] for r in range(1, rounds + 1)]
 t = [json.load(open(f"{out}/torch_{r}.json"))["ms_median"] for r in range(1, rounds + 1)]
 mp, mt = statistics.median(p), statistics.median(t)
-print(f"median over rounds: ptdp {mp:.1f} ms, PyTorch {mt:.1f} ms per step; ptdp/PyTorch = {mp / mt:.2f} "
-      f"({'ptdp faster' if mp < mt else 'PyTorch faster'})")
+ratios = [a / b for a, b in zip(p, t)]
+mr = statistics.median(ratios)
+print(f"median over rounds: ptdp {mp:.1f} ms, PyTorch {mt:.1f} ms per step (ratio of the medians {mp / mt:.2f})")
+print(f"ptdp/PyTorch = {mr:.2f}, the median of the rounds' ratios (each round's pair ran back to back), "
+      f"range {min(ratios):.2f} .. {max(ratios):.2f}: {'ptdp faster' if mr < 1 else 'PyTorch faster'}")
+if max(ratios) > 1.25 * min(ratios):
+    print("WARNING: the rounds' ratios differ by more than 25%: the machine was busy; rerun when idle")
 PY
