@@ -1,7 +1,8 @@
 // bench_gpt: training throughput of the whole GPT model on one rank, CPU engine.
 //
-//   1. OpenBLAS's peak: one large square cblas_sgemm, timed in the same run (bench_kernels'
-//      approach). It is the ceiling the model's GFLOP/s is compared with.
+//   1. OpenBLAS's peak: short square cblas_sgemm calls sampled before, between and after the
+//      timed phases (bench/sgemm_peak.h); the best sample is the ceiling the model's GFLOP/s is
+//      compared with, and a run whose samples differ by more than 10% is flagged.
 //   2. GptModel::forward_backward of one microbatch per iteration (GPT-2 small by default:
 //      12 layers, h = 768, 12 heads, V = 50257, s = 64, b = 4; or a named model's shape and
 //      architecture with --model-preset, e.g. llama-3.2-1b: RMSNorm, SwiGLU, RoPE, 32 heads in
@@ -21,6 +22,14 @@
 //      schedule with m = 1, gradient norm and clipping, the AdamW step), timed whole and piece
 //      by piece; the rest of the step beside forward and backward is reported as a share of
 //      forward+backward (the loop's own cost, which should stay within 10%).
+//
+//   4. A per-op breakdown of that step: a few more steps with a profiling decorator of the CPU
+//      backend installed (kernels/profiling_backend.h), which times every backend call and
+//      files it under its op, the GEMM's label (qkv, proj, fc1, fc2, logits, attention scores
+//      and context) and forward or backward (kernels/op_scope.h). Printed as ms and share of
+//      the step, with the optimizer, the gradient zeroing and the rest beside them.
+//
+//   5. The sgemm samples of (1), their spread, and the model's rates against the best of them.
 //
 // Each iteration of (2) starts from zeroed gradients (untimed), as after an optimizer step,
 // uses a new Step::iteration (new dropout masks) and random token ids. GFLOP is 1e9 FLOPs.
@@ -48,6 +57,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/sgemm_peak.h"
 #include "core/comm/runtime.h"
 #include "core/data/gpt_dataset.h"
 #include "core/layers/layer_support.h"
@@ -58,6 +68,8 @@
 #include "core/tensor/tensor.h"
 #include "core/train/trainer.h"
 #include "kernels/error.h"
+#include "kernels/op_scope.h"
+#include "kernels/profiling_backend.h"
 
 namespace {
 
@@ -83,6 +95,7 @@ struct Options {
   ptdp::Recompute recompute = ptdp::Recompute::None;
   bool dropout = true;
   int threads = 0;  // 0: leave OpenMP's default
+  std::optional<int> profile_steps;  // --profile-steps: steps of the per-op breakdown (0: none)
   std::string json_path;
   bool cuda = false;         // --device cuda: the model on GPU 0
   double peak_tflops = 0.0;  // --peak-tflops: the ceiling on the GPU (default: H200 dense, 67 fp32 / 989 16-bit)
@@ -147,6 +160,7 @@ void print_help(const char* argv0) {
        {"--no-dropout", "hidden and attention dropout 0 (default 0.1, Megatron's; a preset's own)"},
        {"--quick", "a much smaller model and shorter timing (whole run < 20 s)"},
        {"--threads N", "omp_set_num_threads(N) and openblas_set_num_threads(N) first"},
+       {"--profile-steps N", "training steps timed op by op for the breakdown (5 / 3; 0: none)"},
        {"--device cpu|cuda", "where the model runs (cpu); cuda: GPU 0, no sgemm peak run"},
        {"--precision f32|bf16|f16", "weights and activations (f32); 16-bit keeps fp32 masters and gradients"},
        {"--attention auto|fused|unfused", "attention implementation (auto: fused where the device has it)"},
@@ -197,6 +211,8 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       return args.int_value(o.warmup, 0, exit_code);
     } else if (arg == "--threads") {
       return args.int_value(o.threads, 1, exit_code);
+    } else if (arg == "--profile-steps") {
+      return args.int_value(o.profile_steps, 0, exit_code);
     } else if (arg == "--json") {
       return args.require_value(o.json_path, exit_code);
     } else if (arg == "--device") {
@@ -306,6 +322,86 @@ Stats time_calls(int warmup, int iters, const std::function<void(int)>& op,
   return st;
 }
 
+// ---- the per-op breakdown ------------------------------------------------------------------
+
+/// The breakdown's rows, in print order: the GEMMs by their label (kernels/op_scope.h, set by
+/// the layers), the other ops by what they compute.
+const char* const kBreakdownRows[] = {
+    "GEMM qkv", "GEMM proj", "GEMM fc1", "GEMM fc2", "GEMM logits", "GEMM attention scores (QK^T)",
+    "GEMM attention context (PV)", "GEMM (other)", "attention softmax + causal mask", "attention (fused kernel)",
+    "LayerNorm", "RMSNorm", "GeLU (unfused calls)", "SwiGLU", "RoPE", "dropout", "bias-dropout-add (fused)",
+    "bias add, bias grad", "residual add", "cross-entropy", "embedding", "copies, fills, casts",
+    "optimizer update (AdamW / SGD)", "gradient norm (sum of squares)"};
+
+/// The row a backend call belongs to.
+std::string breakdown_row(ptdp::BackendOp op, const std::string& label) {
+  using ptdp::BackendOp;
+  switch (op) {
+    case BackendOp::Gemm:
+      if (label == "qkv" || label == "proj" || label == "fc1" || label == "fc2" || label == "logits")
+        return "GEMM " + label;
+      if (label == "attn_scores") return "GEMM attention scores (QK^T)";
+      if (label == "attn_context") return "GEMM attention context (PV)";
+      return "GEMM (other)";
+    case BackendOp::SoftmaxForward:
+    case BackendOp::SoftmaxForwardDocuments:
+    case BackendOp::SoftmaxBackward: return "attention softmax + causal mask";
+    case BackendOp::AttentionForward:
+    case BackendOp::AttentionBackward:
+    case BackendOp::AttentionBlockForward:
+    case BackendOp::AttentionBlockBackward: return "attention (fused kernel)";
+    case BackendOp::LayernormForward:
+    case BackendOp::LayernormBackward: return "LayerNorm";
+    case BackendOp::RmsnormForward:
+    case BackendOp::RmsnormBackward: return "RMSNorm";
+    case BackendOp::GeluForward:
+    case BackendOp::GeluBackward: return "GeLU (unfused calls)";
+    case BackendOp::SwigluForward:
+    case BackendOp::SwigluBackward: return "SwiGLU";
+    case BackendOp::RopeForward:
+    case BackendOp::RopeBackward: return "RoPE";
+    case BackendOp::DropoutForward:
+    case BackendOp::DropoutBackward: return "dropout";
+    case BackendOp::BiasDropoutAdd: return "bias-dropout-add (fused)";
+    case BackendOp::BiasAdd:
+    case BackendOp::BiasGrad: return "bias add, bias grad";
+    case BackendOp::Add: return "residual add";
+    case BackendOp::CeForwardLocal:
+    case BackendOp::CeRescale:
+    case BackendOp::CeLoss:
+    case BackendOp::CeBackward: return "cross-entropy";
+    case BackendOp::EmbeddingForward:
+    case BackendOp::EmbeddingBackward: return "embedding";
+    case BackendOp::AdamwStep:
+    case BackendOp::SgdStep: return "optimizer update (AdamW / SGD)";
+    case BackendOp::SumSquares: return "gradient norm (sum of squares)";
+    default: return "copies, fills, casts";
+  }
+}
+
+/// One row of the breakdown: mean seconds per step in the forward and in the backward (with any
+/// recomputation), in the optimizer and elsewhere, and the GEMM FLOPs.
+struct BreakdownRow {
+  std::string name;
+  double forward_s = 0.0, backward_s = 0.0, optimizer_s = 0.0, other_s = 0.0, flops = 0.0;
+  int64_t calls = 0;
+  double total_s() const { return forward_s + backward_s + optimizer_s + other_s; }
+};
+
+/// The pieces of one training step, in seconds (bench_step's order).
+struct StepPieces {
+  double data = 0.0, zero = 0.0, fb = 0.0, opt = 0.0, total = 0.0;
+};
+
+/// Installs a backend decorator for its lifetime (removed on every way out).
+class DecoratorGuard {
+ public:
+  explicit DecoratorGuard(ptdp::Backend& decorator) { ptdp::set_cpu_backend_decorator(&decorator); }
+  ~DecoratorGuard() { ptdp::set_cpu_backend_decorator(nullptr); }
+  DecoratorGuard(const DecoratorGuard&) = delete;
+  DecoratorGuard& operator=(const DecoratorGuard&) = delete;
+};
+
 // ---- the benchmark ---------------------------------------------------------------------------
 
 class Bench {
@@ -349,8 +445,7 @@ class Bench {
     b_ = o_.micro_batch.value_or(4);
     iters_ = o_.iters.value_or(q ? 10 : 20);
     warmup_ = o_.warmup.value_or(2);
-    peak_n_ = q ? 2048 : 4096;
-    peak_runs_ = q ? 3 : 5;
+    profile_steps_ = o_.profile_steps.value_or(q ? 3 : 5);
   }
 
   int run() {
@@ -360,7 +455,6 @@ class Bench {
       // The GPU's ceiling is not measured here (bench_gpu measures cuBLASLt): the datasheet's.
       const bool half = cfg_.precision != ptdp::DType::F32;
       peak_gflops_ = (o_.peak_tflops > 0.0 ? o_.peak_tflops : half ? 989.0 : 67.0) * 1e3;
-      peak_n_ = 0;
       std::printf("1. peak: %.1f TFLOP/s (%s), not measured; the model runs on cuda:0 in %s\n\n",
                   peak_gflops_ * 1e-3,
                   o_.peak_tflops > 0.0 ? "--peak-tflops"
@@ -371,7 +465,11 @@ class Bench {
       bench_peak();
     }
     bench_model();
-    if (!o_.cuda) bench_step();
+    if (!o_.cuda) {
+      bench_step();
+      sample_peak("at the end");
+      print_peak_summary();
+    }
     print_footer();
     if (!o_.json_path.empty() && !write_json()) return 1;
     return ok_ ? 0 : 1;
@@ -381,7 +479,7 @@ class Bench {
   Options o_;
   std::optional<ptdp::ModelPreset> preset_;  // --model-preset
   ptdp::GptConfig cfg_;
-  int b_ = 4, iters_ = 20, warmup_ = 2, peak_n_ = 4096, peak_runs_ = 5;
+  int b_ = 4, iters_ = 20, warmup_ = 2, profile_steps_ = 5;
 
   Clock::time_point start_ = Clock::now();
   double start_cpu_ = cpu_seconds();
@@ -390,15 +488,21 @@ class Bench {
   int blas_threads_ = 0;
   double load1_ = -1.0;
 
-  Stats peak_;
-  double peak_gflops_ = 0.0;
+  std::optional<ptdp::bench::SgemmPeak> peak_;  // the CPU's sampled sgemm peak
+  double peak_gflops_ = 0.0;  // the best sample so far (CPU) or the datasheet's (CUDA)
   double setup_s_ = 0.0;
   Stats fb_, fwd_;
   // The whole training step and its pieces (bench_step).
   Stats step_, step_data_, step_zero_, step_fb_, step_opt_;
   double loss_first_ = 0.0, loss_last_ = 0.0, fwd_loss_ = 0.0;
   double wall_s_ = 0.0, cores_busy_ = 0.0, other_cores_busy_ = -1.0, max_rss_ = 0.0;
+  // The per-op breakdown (bench_breakdown): mean seconds per profiled step.
+  StepPieces prof_;
+  std::vector<ptdp::ProfilingBackend::Entry> prof_entries_;
+  std::vector<BreakdownRow> rows_;
+  double prof_kernels_fb_s_ = 0.0, prof_kernels_opt_s_ = 0.0, prof_kernels_other_s_ = 0.0;
   bool any_contended_ = false;
+  bool above_peak_ = false;  // a rate was above the peak: flagged as an anomaly
   bool ok_ = true;
 
   int64_t tokens() const { return static_cast<int64_t>(b_) * cfg_.seq_length; }
@@ -528,41 +632,60 @@ class Bench {
   // -- 1. OpenBLAS peak ------------------------------------------------------------------------
 
   void bench_peak() {
-    const int n = peak_n_;
-    std::printf("1. OpenBLAS peak: cblas_sgemm, row-major C = A*B, square n = %d "
-                "(1 warm-up + %d timed calls)\n",
-                n, peak_runs_);
+    peak_.emplace();
+    std::printf("1. OpenBLAS peak: cblas_sgemm, row-major C = A*B, square n = %d, sampled before, between "
+                "and\n   after the timed phases (each sample the best of %d calls; the peak is the best "
+                "sample, see 5.)\n",
+                peak_->n(), peak_->calls_per_sample());
+    sample_peak("before the model");
+    std::printf("\n");
+  }
+
+  /// Takes a sample of the sgemm peak (CPU runs) and prints it on one line.
+  void sample_peak(const char* where) {
+    if (!peak_) return;
+    const double g = peak_->sample(where);
+    peak_gflops_ = peak_->best();
+    std::printf("   [sgemm peak sample %s: %.1f GFLOP/s]\n", where, g);
     std::fflush(stdout);
-    const std::size_t nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
-    std::vector<float> a(nn), b(nn), c(nn);
-    // Random [-1, 1) operands, filled in parallel (which also spreads first touch).
-    auto fill = [](std::vector<float>& v, uint64_t seed) {
-      const int64_t chunk = int64_t{1} << 16;
-      const int64_t size = static_cast<int64_t>(v.size());
-      const int64_t chunks = (size + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static)
-      for (int64_t k = 0; k < chunks; ++k) {
-        uint64_t state = seed * 0x2545F4914F6CDD1Dull + static_cast<uint64_t>(k);
-        const int64_t end = std::min(size, (k + 1) * chunk);
-        for (int64_t i = k * chunk; i < end; ++i)
-          v[static_cast<std::size_t>(i)] =
-              static_cast<float>(splitmix64(state) >> 40) * (2.0f / 16777216.0f) - 1.0f;
-      }
+  }
+
+  /// "% of the peak" for a rate: against the best sample so far (CPU) or the datasheet (CUDA),
+  /// marked "!" above 100%.
+  std::string percent_of_peak(double gflop_per_s) {
+    if (peak_) {
+      const std::string p = peak_->percent(gflop_per_s);
+      if (p.back() == '!') above_peak_ = true;
+      return p;
+    }
+    if (peak_gflops_ <= 0.0) return "-";
+    char buf[32];
+    const double pct = 100.0 * gflop_per_s / peak_gflops_;
+    if (pct > 100.0) above_peak_ = true;
+    std::snprintf(buf, sizeof buf, "%.1f%%%s", pct, pct > 100.0 ? "!" : "");
+    return buf;
+  }
+
+  /// 5. The sampled peak, its spread and the model's rates against it.
+  void print_peak_summary() {
+    std::printf("5. The model against the sampled sgemm peak\n");
+    peak_->print("   ");
+    const double f = model_flops();
+    const auto line = [&](const char* name, double seconds, double flops) {
+      if (seconds <= 0.0) return;
+      const double g = flops / seconds * 1e-9;
+      std::printf("   %-34s %9.1f GFLOP/s  %8s of the peak\n", name, g, percent_of_peak(g).c_str());
     };
-    fill(a, 1);
-    fill(b, 2);
-    fill(c, 3);
-    peak_ = time_calls(1, peak_runs_, [&](int) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                  n, 0.0f, c.data(), n);
-    });
-    const double flops = 2.0 * static_cast<double>(n) * n * n;
-    peak_gflops_ = flops / peak_.median_s * 1e-9;
-    const int threads = omp_get_max_threads();
-    std::printf("   %.1f ms per call (best %.1f ms), %.1f GFLOP/s = %.1f GFLOP/s per thread "
-                "(%d threads)%s\n\n",
-                peak_.median_s * 1e3, peak_.best_s * 1e3, peak_gflops_, peak_gflops_ / threads,
-                threads, contended_mark(peak_));
+    above_peak_ = false;  // from here against the whole run's peak
+    line("forward+backward (2)", fb_.median_s, f);
+    line("forward only (2)", fwd_.median_s, f / 3.0);
+    line("backward (difference, 2)", fb_.median_s - fwd_.median_s, 2.0 * f / 3.0);
+    line("whole training step (3)", step_.median_s, f);
+    if (above_peak_)
+      std::printf("   ANOMALY: a rate marked ! is above the measured sgemm peak; the peak samples or the "
+                  "timed phases\n   caught an unusual moment of the machine; do not read it as a result, "
+                  "rerun on an idle machine\n");
+    std::printf("\n");
   }
 
   // -- 2. the model ----------------------------------------------------------------------------
@@ -649,6 +772,7 @@ class Bench {
         });
     loss_first_ = losses.front();
     loss_last_ = losses.back();
+    sample_peak("between forward+backward and forward only");
 
     const int offset = warmup_ + iters_;  // new iterations: new masks and batches
     float fwd_loss = 0.0f;
@@ -658,6 +782,7 @@ class Bench {
         [&](int i) { make_batch(offset + i); });
     fwd_loss_ = fwd_loss;
     max_rss_ = max_rss_bytes();
+    sample_peak("after forward only");
 
     for (const float l : losses) {
       if (!std::isfinite(l)) ok_ = false;
@@ -684,7 +809,7 @@ class Bench {
     ptdp::GptDatasetOptions dopt;
     dopt.seq_length = cfg_.seq_length;
     dopt.split = "1,0,0";
-    dopt.num_samples = {static_cast<int64_t>(b_) * (2 * (warmup_ + iters_) + 2), 0, 0};
+    dopt.num_samples = {static_cast<int64_t>(b_) * (2 * (warmup_ + iters_) + profile_steps_ + 3), 0, 0};
     ptdp::GptDataset data(ptdp::open_token_source(ptdp::DataSource::Mock, "", cfg_.seq_length, cfg_.vocab_size, 1),
                           dopt);
     const std::size_t n_ids = static_cast<std::size_t>(b_) * static_cast<std::size_t>(cfg_.seq_length);
@@ -702,30 +827,53 @@ class Bench {
           ptdp::train_iteration(model, *optimizer, groups, schedule, ids.data(), labels.data(), b_, i);
       finite = finite && std::isfinite(r.loss);
     });
-    // The same step piece by piece (what train_iteration does, in its order).
-    const int offset = warmup_ + iters_;
-    std::vector<double> t_data, t_zero, t_fb, t_opt;
-    for (int i = 0; i < warmup_ + iters_; ++i) {
-      auto t0 = Clock::now();
+    sample_peak("between the step and its pieces");
+    // The same step piece by piece (what train_iteration does, in its order). The scopes name
+    // the pieces for the breakdown's profiler (4.); without it they cost a store each. Calls
+    // outside the model's own forward and backward scopes (the loss brought to the host) count
+    // with the forward.
+    const auto piece_step = [&](int iteration) {
+      StepPieces t;
+      const auto t0 = Clock::now();
       read();
-      auto t1 = Clock::now();
-      model.zero_grads();
-      auto t2 = Clock::now();
+      const auto t1 = Clock::now();
+      {
+        const ptdp::OpScope zeroing("zero_grads");
+        model.zero_grads();
+      }
+      const auto t2 = Clock::now();
       ptdp::TrainHooks hooks;
       hooks.grad_scale = optimizer->loss_scale();
       hooks.params_ready = [&](int j, int first, int end) { optimizer->params_ready(j, first, end); };
-      const float loss =
-          ptdp::forward_backward(model, schedule, ids.data(), labels.data(), b_, offset + i, {}, hooks);
-      auto t3 = Clock::now();
-      optimizer->step(offset + i);
-      auto t4 = Clock::now();
+      float loss = 0.0f;
+      {
+        const ptdp::PhaseScope phase(ptdp::Phase::Forward);
+        loss = ptdp::forward_backward(model, schedule, ids.data(), labels.data(), b_, iteration, {}, hooks);
+      }
+      const auto t3 = Clock::now();
+      {
+        const ptdp::PhaseScope phase(ptdp::Phase::Optimizer);
+        optimizer->step(iteration);
+      }
+      const auto t4 = Clock::now();
       finite = finite && std::isfinite(loss);
-      if (i < warmup_) continue;
       const auto d = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-      t_data.push_back(d(t0, t1));
-      t_zero.push_back(d(t1, t2));
-      t_fb.push_back(d(t2, t3));
-      t_opt.push_back(d(t3, t4));
+      t.data = d(t0, t1);
+      t.zero = d(t1, t2);
+      t.fb = d(t2, t3);
+      t.opt = d(t3, t4);
+      t.total = d(t0, t4);
+      return t;
+    };
+    const int offset = warmup_ + iters_;
+    std::vector<double> t_data, t_zero, t_fb, t_opt;
+    for (int i = 0; i < warmup_ + iters_; ++i) {
+      const StepPieces t = piece_step(offset + i);
+      if (i < warmup_) continue;
+      t_data.push_back(t.data);
+      t_zero.push_back(t.zero);
+      t_fb.push_back(t.fb);
+      t_opt.push_back(t.opt);
     }
     const auto stats = [](std::vector<double> v) {
       Stats st;
@@ -756,9 +904,107 @@ class Bench {
     std::printf("   the rest of the step beside forward+backward: %.1f%% (%.2f ms); forward+backward of (2): "
                 "%.1f ms\n\n",
                 100.0 * (step_.median_s - fb) / fb, (step_.median_s - fb) * 1e3, fb_.median_s * 1e3);
-    std::printf("   whole step: %.1f ms, %.0f tokens/s, %.1f GFLOP/s (%.1f%% of the peak)\n\n", step_.median_s * 1e3,
+    std::printf("   whole step: %.1f ms, %.0f tokens/s, %.1f GFLOP/s (%s of the peak so far)\n\n", step_.median_s * 1e3,
                 static_cast<double>(tokens()) / step_.median_s, model_flops() / step_.median_s * 1e-9,
-                peak_gflops_ > 0.0 ? 100.0 * model_flops() / step_.median_s * 1e-9 / peak_gflops_ : 0.0);
+                percent_of_peak(model_flops() / step_.median_s * 1e-9).c_str());
+    if (profile_steps_ > 0) {
+      sample_peak("before the breakdown");
+      bench_breakdown(piece_step, 2 * offset);
+      if (!finite) ok_ = false;
+    }
+  }
+
+  // -- 4. the per-op breakdown of the step ----------------------------------------------------
+
+  /// One profiled warm-up step, then profile_steps_ steps piece by piece with the profiling
+  /// decorator installed; the backend calls' times, per step, by row and phase.
+  template <class PieceStep>
+  void bench_breakdown(const PieceStep& piece_step, int first_iteration) {
+    std::printf("4. Per-op breakdown of the training step (3), CPU backend calls timed by a profiling\n"
+                "   decorator (kernels/profiling_backend.h), 1 + %d steps; ms per step (mean)\n",
+                profile_steps_);
+    std::fflush(stdout);
+    ptdp::ProfilingBackend profiler(ptdp::cpu_backend());
+    StepPieces sum;
+    {
+      const DecoratorGuard installed(profiler);
+      piece_step(first_iteration);  // warm-up: the decorator's first calls, untimed
+      profiler.reset();
+      for (int i = 0; i < profile_steps_; ++i) {
+        const StepPieces t = piece_step(first_iteration + 1 + i);
+        sum.data += t.data;
+        sum.zero += t.zero;
+        sum.fb += t.fb;
+        sum.opt += t.opt;
+        sum.total += t.total;
+      }
+    }
+    const double per = 1.0 / profile_steps_;
+    prof_ = StepPieces{sum.data * per, sum.zero * per, sum.fb * per, sum.opt * per, sum.total * per};
+    prof_entries_ = profiler.entries();
+    rows_.clear();
+    for (const char* name : kBreakdownRows) rows_.push_back(BreakdownRow{name});
+    prof_kernels_fb_s_ = prof_kernels_opt_s_ = prof_kernels_other_s_ = 0.0;
+    for (const auto& e : prof_entries_) {
+      const std::string name = breakdown_row(e.op, e.label);
+      auto row = std::find_if(rows_.begin(), rows_.end(), [&](const BreakdownRow& r) { return r.name == name; });
+      const double t = e.seconds * per;
+      row->calls += e.calls;
+      row->flops += e.flops * per;
+      switch (e.phase) {
+        case ptdp::Phase::Forward: row->forward_s += t; prof_kernels_fb_s_ += t; break;
+        case ptdp::Phase::Backward:
+        case ptdp::Phase::Recompute: row->backward_s += t; prof_kernels_fb_s_ += t; break;
+        case ptdp::Phase::Optimizer: row->optimizer_s += t; prof_kernels_opt_s_ += t; break;
+        case ptdp::Phase::Other: row->other_s += t; prof_kernels_other_s_ += t; break;
+      }
+    }
+    print_breakdown();
+  }
+
+  void print_breakdown() {
+    const double step = prof_.total;
+    const auto pct = [&](double t) { return 100.0 * t / step; };
+    std::printf("\n   %-34s %9s %9s %9s %7s %9s\n", "forward + backward, by op", "fwd ms", "bwd ms", "ms",
+                "% step", "GFLOP/s");
+    std::printf("   %s\n", std::string(84, '-').c_str());
+    double fwd = 0.0, bwd = 0.0;
+    for (const BreakdownRow& r : rows_) {
+      const double t = r.forward_s + r.backward_s;
+      if (r.calls == 0 && r.name == "GeLU (unfused calls)" && !cfg_.swiglu && cfg_.add_bias_linear) {
+        std::printf("   %-34s %29s\n", "GeLU", "in fc1 / fc2 (fused, see below)");
+        continue;
+      }
+      if (r.calls == 0 || t <= 0.0) continue;
+      fwd += r.forward_s;
+      bwd += r.backward_s;
+      std::printf("   %-34s %9.2f %9.2f %9.2f %6.1f%%", r.name.c_str(), r.forward_s * 1e3, r.backward_s * 1e3,
+                  t * 1e3, pct(t));
+      if (r.flops > 0.0) std::printf(" %9.1f", r.flops / t * 1e-9);
+      std::printf("\n");
+    }
+    std::printf("   %s\n", std::string(84, '-').c_str());
+    std::printf("   %-34s %9.2f %9.2f %9.2f %6.1f%%\n", "backend calls in forward+backward", fwd * 1e3, bwd * 1e3,
+                (fwd + bwd) * 1e3, pct(fwd + bwd));
+    const double outside = prof_.fb - prof_kernels_fb_s_;
+    std::printf("   %-34s %29.2f %6.1f%%\n", "optimizer (norm, clipping, AdamW)", prof_.opt * 1e3, pct(prof_.opt));
+    for (const BreakdownRow& r : rows_) {
+      if (r.optimizer_s > 0.0)
+        std::printf("     %-32s %29.2f %6.1f%%\n", r.name.c_str(), r.optimizer_s * 1e3, pct(r.optimizer_s));
+    }
+    std::printf("   %-34s %29.2f %6.1f%%\n", "gradient zeroing", prof_.zero * 1e3, pct(prof_.zero));
+    std::printf("   %-34s %29.2f %6.1f%%\n", "data (mock GPT samples)", prof_.data * 1e3, pct(prof_.data));
+    const double rest = step - (fwd + bwd) - prof_.opt - prof_.zero - prof_.data;
+    std::printf("   %-34s %29.2f %6.1f%%\n", "rest (step - the rows above)", rest * 1e3, pct(rest));
+    std::printf("     %-32s %29.2f %6.1f%%\n", "in forward+backward, outside calls", outside * 1e3, pct(outside));
+    std::printf("   %s\n", std::string(84, '-').c_str());
+    std::printf("   %-34s %29.2f %6.1f%%\n", "the step (profiled, mean)", step * 1e3, 100.0);
+    std::printf("   the unprofiled step of (3): %.2f ms (median); the profiled one is %+.1f%% of it\n",
+                step_.median_s * 1e3, 100.0 * (step - step_.median_s) / step_.median_s);
+    std::printf("   (The rest is the layers' own work between backend calls, above, and the loop between the\n"
+                "   pieces. The CPU engine fuses each linear bias into its GEMM (epilogue), and with biases\n"
+                "   also fc1's GeLU (forward) and its derivative (fc2's dgrad): their time is in those GEMM\n"
+                "   rows; the GeLU row holds only unfused calls. bwd includes any recomputed forward.)\n\n");
   }
 
   void print_row(const char* name, double median_s, double best_s, double worst_s, double flops,
@@ -766,16 +1012,15 @@ class Bench {
     const double gflops = flops / median_s * 1e-9;
     std::printf("   %-26s %10.1f %10.1f %10.1f %10.0f %9.1f", name, median_s * 1e3, best_s * 1e3,
                 worst_s * 1e3, static_cast<double>(tokens()) / median_s, gflops);
-    if (peak_gflops_ > 0.0)
-      std::printf(" %6.1f%%%s\n", 100.0 * gflops / peak_gflops_, mark);
-    else
-      std::printf(" %7s%s\n", "-", mark);
+    std::printf(" %7s%s\n", percent_of_peak(gflops).c_str(), mark);
   }
 
   void print_model_results() {
     const double f = model_flops();
     std::printf("\n   %-26s %10s %10s %10s %10s %9s %7s\n", "pass", "ms/iter", "best ms",
                 "worst ms", "tokens/s", "GFLOP/s", "% peak");
+    if (peak_)
+      std::printf("   (%% peak: of the best sgemm sample so far, ! above it; section 5 has the whole run's)\n");
     std::printf("   %s\n", std::string(90, '-').c_str());
     print_row("forward+backward", fb_.median_s, fb_.best_s, fb_.worst_s, f, contended_mark(fb_));
     // The paper's count splits as forward 1/3, backward 2/3 of the model FLOPs.
@@ -785,10 +1030,7 @@ class Bench {
     if (bwd > 0.0) {
       std::printf("   %-26s %10.1f %10s %10s %10s %9.1f", "backward (difference)", bwd * 1e3, "",
                   "", "", 2.0 * f / 3.0 / bwd * 1e-9);
-      if (peak_gflops_ > 0.0)
-        std::printf(" %6.1f%%\n", 100.0 * (2.0 * f / 3.0 / bwd * 1e-9) / peak_gflops_);
-      else
-        std::printf(" %7s\n", "-");
+      std::printf(" %7s\n", percent_of_peak(2.0 * f / 3.0 / bwd * 1e-9).c_str());
     }
     std::printf("   %s\n", std::string(90, '-').c_str());
     const double logits = logit_flops();
@@ -811,18 +1053,18 @@ class Bench {
     if (cfg_.recompute != ptdp::Recompute::None) {
       const double exec = f + recompute_flops();
       std::printf("   executed FLOPs with %s recomputation: %.2f GFLOP (+%.1f%%), i.e. %.1f GFLOP/s "
-                  "(%.1f%% peak) of hardware FLOPs\n",
+                  "(%s peak) of hardware FLOPs\n",
                   ptdp::recompute_name(cfg_.recompute), exec * 1e-9,
                   100.0 * recompute_flops() / f, exec / fb_.median_s * 1e-9,
-                  peak_gflops_ > 0.0 ? 100.0 * exec / fb_.median_s * 1e-9 / peak_gflops_ : 0.0);
+                  percent_of_peak(exec / fb_.median_s * 1e-9).c_str());
     }
     std::printf("   loss: %.4f (first iteration, warm-up included), %.4f (last); forward_loss %.4f; "
                 "ln(V) = %.4f\n",
                 loss_first_, loss_last_, fwd_loss_, std::log(static_cast<double>(cfg_.vocab_size)));
     if (!ok_) std::printf("   ERROR: a loss is not finite\n");
-    std::printf("   peak resident memory: %.2f GiB (includes the sgemm peak's %.2f GiB)\n\n",
-                max_rss_ / (1024.0 * 1024.0 * 1024.0),
-                3.0 * 4.0 * peak_n_ * static_cast<double>(peak_n_) / (1024.0 * 1024.0 * 1024.0));
+    const double peak_n = peak_ ? peak_->n() : 0.0;
+    std::printf("   peak resident memory: %.2f GiB (includes the sgemm probe's %.2f GiB)\n\n",
+                max_rss_ / (1024.0 * 1024.0 * 1024.0), 3.0 * 4.0 * peak_n * peak_n / (1024.0 * 1024.0 * 1024.0));
   }
 
   void print_footer() {
@@ -865,6 +1107,46 @@ class Bench {
            (peak_gflops_ > 0.0 ? json_number(gflops / peak_gflops_) : std::string("null")) + "}";
   }
 
+  /// The per-op breakdown: the rows (ms per step), the pieces, the rest and every raw
+  /// (phase, op, label) the profiler saw.
+  std::string breakdown_json() const {
+    const double step = prof_.total;
+    std::string s = "{\"profiled_steps\": " + std::to_string(profile_steps_) +
+                    ", \"step_ms\": " + json_number(step * 1e3) +
+                    ", \"unprofiled_step_ms\": " + json_number(step_.median_s * 1e3) + ", \"rows\": [";
+    bool first = true;
+    double kernels = 0.0;
+    for (const BreakdownRow& r : rows_) {
+      if (r.calls == 0) continue;
+      const double t = r.forward_s + r.backward_s;
+      kernels += t;
+      s += std::string(first ? "" : ", ") + "{\"name\": \"" + json_escape(r.name) +
+           "\", \"forward_ms\": " + json_number(r.forward_s * 1e3) + ", \"backward_ms\": " +
+           json_number(r.backward_s * 1e3) + ", \"ms\": " + json_number(t * 1e3) + ", \"share\": " +
+           json_number(t / step) + ", \"optimizer_ms\": " + json_number(r.optimizer_s * 1e3) +
+           ", \"other_ms\": " + json_number(r.other_s * 1e3) + ", \"calls_per_step\": " +
+           json_number(static_cast<double>(r.calls) / profile_steps_) +
+           ", \"gflop_per_s\": " + (r.flops > 0.0 && t > 0.0 ? json_number(r.flops / t * 1e-9) : "null") + "}";
+      first = false;
+    }
+    const double rest = step - kernels - prof_.opt - prof_.zero - prof_.data;
+    s += "], \"forward_backward_ms\": " + json_number(prof_.fb * 1e3) +
+         ", \"outside_backend_calls_ms\": " + json_number((prof_.fb - prof_kernels_fb_s_) * 1e3) +
+         ", \"optimizer_ms\": " + json_number(prof_.opt * 1e3) +
+         ", \"optimizer_backend_calls_ms\": " + json_number(prof_kernels_opt_s_ * 1e3) +
+         ", \"zero_grads_ms\": " + json_number(prof_.zero * 1e3) +
+         ", \"data_ms\": " + json_number(prof_.data * 1e3) + ", \"rest_ms\": " + json_number(rest * 1e3) +
+         ", \"rest_share\": " + json_number(rest / step) + ", \"ops\": [";
+    for (std::size_t i = 0; i < prof_entries_.size(); ++i) {
+      const auto& e = prof_entries_[i];
+      s += std::string(i ? ", " : "") + "{\"phase\": \"" + ptdp::phase_name(e.phase) + "\", \"op\": \"" +
+           ptdp::backend_op_name(e.op) + "\", \"label\": \"" + json_escape(e.label) +
+           "\", \"calls_per_step\": " + json_number(static_cast<double>(e.calls) / profile_steps_) +
+           ", \"ms_per_step\": " + json_number(e.seconds * 1e3 / profile_steps_) + "}";
+    }
+    return s + "]}";
+  }
+
   bool write_json() {
     const double flops = model_flops();
     std::string s = "{\n";
@@ -903,8 +1185,13 @@ class Bench {
     s += "  \"flops_formula\": \"" + flops_formula() + ", without recomputation (GptConfig::paper_flops)\",\n";
     s += "  \"model_flops_per_iteration\": " + json_number(flops) + ",\n";
     s += "  \"executed_flops_per_iteration\": " + json_number(flops + recompute_flops()) + ",\n";
-    s += "  \"sgemm_peak\": {\"n\": " + std::to_string(peak_n_) + ", " +
-         stats_json(peak_).substr(1) + ", \"gflop_per_s\": " + json_number(peak_gflops_) + "},\n";
+    if (peak_) {
+      s += "  \"sgemm_peak\": " + peak_->json() + ",\n";
+      s += "  \"peak_moved\": " + std::string(peak_->moved() ? "true" : "false") + ",\n";
+    } else {
+      s += "  \"sgemm_peak\": {\"gflop_per_s\": " + json_number(peak_gflops_) + ", \"datasheet\": true},\n";
+    }
+    s += "  \"above_peak\": " + std::string(above_peak_ ? "true" : "false") + ",\n";
     s += "  \"setup_s\": " + json_number(setup_s_) + ",\n";
     s += "  \"forward_backward\": " + stats_json(fb_) + rates_json(fb_, flops) + ",\n";
     s += "  \"forward_only\": " + stats_json(fwd_) + rates_json(fwd_, flops / 3.0) + ",\n";
@@ -915,6 +1202,7 @@ class Bench {
            ", \"forward_backward\": " + json_number(step_fb_.median_s * 1e3) +
            ", \"optimizer\": " + json_number(step_opt_.median_s * 1e3) + "},\n";
     }
+    if (!prof_entries_.empty()) s += "  \"breakdown\": " + breakdown_json() + ",\n";
     s += "  \"loss_first\": " + json_number(loss_first_) + ",\n";
     s += "  \"loss_last\": " + json_number(loss_last_) + ",\n";
     s += "  \"max_rss_bytes\": " + json_number(max_rss_) + ",\n";

@@ -6,6 +6,7 @@
 #include "core/layers/dropout.h"
 #include "core/layers/kv_cache.h"
 #include "kernels/error.h"
+#include "kernels/op_scope.h"
 
 namespace ptdp {
 
@@ -54,6 +55,8 @@ SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, cons
       proj_(params, prefix + ".linear_proj", cfg.attention_width(), cfg.hidden_size, cfg.add_bias_linear,
             cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers)), tp, true),
       slots_(prefix) {
+  qkv_.set_profile_label("qkv");
+  proj_.set_profile_label("proj");
   if (cfg.qk_layernorm) {
     q_norm_ = std::make_unique<Norm>(params, prefix + ".q_layernorm", cfg.normalization, dh_, cfg.layernorm_epsilon, tp);
     k_norm_ = std::make_unique<Norm>(params, prefix + ".k_layernorm", cfg.normalization, dh_, cfg.layernorm_epsilon, tp);
@@ -157,6 +160,7 @@ void SelfAttention::attention_probs(const Tensor& qkv, int64_t b, const Step& st
   Backend& be = qkv.backend();
   // scores_(pair, j) = Q_(pair, j) K_pair^T
   for (int64_t j = 0; j < qg; ++j) {
+    const OpScope scores("attn_scores");
     batched(be, t, false, true, s, s, dh, pairs, {element_ptr(qkv, j * dh), row, group},
             {element_ptr(qkv, qg * dh), row, group}, element_ptr(probs, j * s * s), s, qg * s * s);
   }
@@ -214,6 +218,7 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   // ctx_(pair, j) = P_(pair, j) V_pair, written into [s, b, a/t, dh]
   const int64_t pairs = b * groups_local_, group = (qg + 2) * dh;
   for (int64_t j = 0; j < qg; ++j) {
+    const OpScope context("attn_context");
     batched(be, qkv.dtype(), false, false, s, dh, s, pairs, {element_ptr(dropped, j * s * s), s, qg * s * s},
             {element_ptr(qkv, (qg + 1) * dh), pairs * group, group}, element_ptr(ctx, j * dh), b * al * dh, qg * dh);
   }
@@ -288,6 +293,7 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
                           slot.lse.data<float>(), dctx.raw(), dqkv.raw(), delta.data<float>(), t);
   } else {
     if (!slot.probs.defined()) {  // selective recomputation
+      const PhaseScope recompute(Phase::Recompute);
       attention_probs(qkv, b, step, where.document_data(), slot.probs, slot.probs_dropped);
     }
     const int64_t row3 = pairs * group, row1 = b * al * dh;
@@ -297,6 +303,7 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
       const Operand dctx_j{element_ptr(dctx, j * dh), row1, qg * dh};
       // dP_j = dctx_j V^T;  dV = sum_j P_j^T dctx_j (the group's query heads in order; with
       // 16-bit storage each partial sum is rounded, where the fused kernels sum in fp32)
+      const OpScope context("attn_context");
       batched(be, t, false, true, s, s, dh, pairs, dctx_j, v, element_ptr(dprobs, j * s * s), s, qg * s * s);
       batched(be, t, true, false, s, dh, s, pairs, {element_ptr(slot.probs_dropped, j * s * s), s, qg * s * s}, dctx_j,
               element_ptr(dqkv, (qg + 1) * dh), row3, group, j == 0 ? 0.0f : 1.0f);
@@ -310,6 +317,7 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
     const Operand k{element_ptr(qkv, qg * dh), row3, group};
     for (int64_t j = 0; j < qg; ++j) {
       // dQ_j = dS_j K;  dK = sum_j dS_j^T Q_j
+      const OpScope scores("attn_scores");
       batched(be, t, false, false, s, dh, s, pairs, {element_ptr(dprobs, j * s * s), s, qg * s * s}, k,
               element_ptr(dqkv, j * dh), row3, group);
       batched(be, t, true, false, s, dh, s, pairs, {element_ptr(dprobs, j * s * s), s, qg * s * s},

@@ -27,6 +27,7 @@ ColumnParallelLinear::ColumnParallelLinear(ParamTable& params, int shared_weight
 }
 
 Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tensor* pre_gelu) {
+  const OpScope scope(label_);
   // Sequence parallelism: the input is this rank's rows; the block needs all of them. Only the
   // rows are kept: backward_weight gathers them again (Korthikanti et al.'s memory saving).
   const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
@@ -53,6 +54,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tenso
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& step) {
+  const OpScope scope(label_);
   Slot& s = slots_.get(step.microbatch);
   const int64_t n = rows_of(s.x, in_, "column-parallel input") * (s.sharded ? tp_.size : 1);
   const int64_t out_local = out_ / tp_.size;
@@ -71,6 +73,7 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& ste
 }
 
 void ColumnParallelLinear::backward_weight(const Step& step) {
+  const OpScope scope(label_);
   Slot& s = slots_.get(step.microbatch);
   PTDP_CHECK_ARG(s.dy.defined(), "column-parallel backward_weight before backward_input");
   const Tensor db = bias_ >= 0 ? params_.grad(bias_) : Tensor();
@@ -89,6 +92,7 @@ RowParallelLinear::RowParallelLinear(ParamTable& params, const std::string& pref
 }
 
 Tensor RowParallelLinear::forward(const Tensor& x, const Step& step) {
+  const OpScope scope(label_);
   const int64_t in_local = in_ / tp_.size;
   const int64_t n = rows_of(x, in_local, "row-parallel input");
   Tensor y = empty_like(x, {n, out_});
@@ -110,6 +114,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, const Step& step) {
 }
 
 Tensor RowParallelLinear::backward_input(const Tensor& dy_out, const Step& step, const Tensor* pre_gelu) {
+  const OpScope scope(label_);
   Slot& s = slots_.get(step.microbatch);
   // Under sequence parallelism the output gradient arrives as this rank's rows: gathered, it is
   // the whole gradient, the same on every rank (so is the bias gradient computed from it).
@@ -125,6 +130,7 @@ Tensor RowParallelLinear::backward_input(const Tensor& dy_out, const Step& step,
 }
 
 void RowParallelLinear::backward_weight(const Step& step) {
+  const OpScope scope(label_);
   Slot& s = slots_.get(step.microbatch);
   PTDP_CHECK_ARG(s.dy.defined(), "row-parallel backward_weight before backward_input");
   const Tensor db = bias_ >= 0 ? params_.grad(bias_) : Tensor();

@@ -15,6 +15,7 @@
 
 #include "core/layers/layer_support.h"
 #include "core/params/params.h"
+#include "kernels/op_scope.h"
 
 namespace ptdp {
 
@@ -46,6 +47,9 @@ class ColumnParallelLinear {
   int64_t out_features() const { return out_; }
   int weight_index() const { return weight_; }
   int bias_index() const { return bias_; }
+  /// Names this layer's backend calls for a profiler (kernels/op_scope.h): "qkv", "logits", ...
+  /// A string literal; none by default.
+  void set_profile_label(const char* label) { label_ = label; }
 
  private:
   struct Slot {
@@ -56,6 +60,7 @@ class ColumnParallelLinear {
   int weight_ = -1, bias_ = -1;
   int64_t in_ = 0, out_ = 0;  // global
   bool gather_ = false;
+  const char* label_ = nullptr;
   TensorParallel tp_;
   Slots<Slot> slots_;
 };
@@ -80,6 +85,8 @@ class RowParallelLinear {
 
   int weight_index() const { return weight_; }
   int bias_index() const { return bias_; }
+  /// As ColumnParallelLinear::set_profile_label.
+  void set_profile_label(const char* label) { label_ = label; }
 
  private:
   struct Slot {
@@ -89,6 +96,7 @@ class RowParallelLinear {
   ParamTable& params_;
   int weight_ = -1, bias_ = -1;
   int64_t in_ = 0, out_ = 0;
+  const char* label_ = nullptr;
   TensorParallel tp_;
   bool skip_bias_add_ = false;
   Slots<Slot> slots_;

@@ -10,7 +10,10 @@ Mlp::Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, 
            cfg.add_bias_linear, false, cfg.init_method_std, tp, cfg.swiglu ? 2 : 1),
       fc2_(params, prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,
            cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers)), tp, true),
-      slots_(prefix) {}
+      slots_(prefix) {
+  fc1_.set_profile_label("fc1");
+  fc2_.set_profile_label("fc2");
+}
 
 Tensor Mlp::forward(const Tensor& x, const Step& step) {
   Tensor pre, act;

@@ -1,6 +1,7 @@
 #include "core/layers/transformer_layer.h"
 
 #include "core/layers/dropout.h"
+#include "kernels/op_scope.h"
 
 namespace ptdp {
 
@@ -79,6 +80,7 @@ Tensor TransformerLayer::backward_input(const Tensor& dout, const Step& step) {
   if (cfg_.recompute == Recompute::Full) {
     const Tensor x = slots_.get(step.microbatch).x;
     slots_.release(step.microbatch);
+    const PhaseScope recompute(Phase::Recompute);
     run_forward(x, step);  // the same masks: bit-identical activations
   }
   const uint64_t seed = cfg_.seed;

@@ -5,6 +5,7 @@
 
 #include "core/layers/dropout.h"
 #include "kernels/error.h"
+#include "kernels/op_scope.h"
 
 namespace ptdp {
 
@@ -84,6 +85,7 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
       head_ = std::make_unique<ColumnParallelLinear>(params_, "output_layer", h, padded_vocab_, false, false,
                                                      cfg_.init_method_std, tp_);
     }
+    head_->set_profile_label("logits");
     const int64_t local = padded_vocab_ / tp.size;
     loss_ = std::make_unique<VocabParallelCrossEntropy>(cfg_.vocab_size, local * tp.rank, local, tp);
     head_params_.second = params_.size();
@@ -198,6 +200,7 @@ Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_
 
 Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const int32_t* labels, int64_t b,
                                const Step& step, const DocumentLayout& layout) {
+  const PhaseScope phase(Phase::Forward);
   // Labels and the layout are checked before anything is kept, so a bad value leaves nothing in
   // flight.
   const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels", true) : Tensor();
@@ -232,6 +235,7 @@ float GptModel::microbatch_loss(const Tensor& losses, const Step& step) {
 }
 
 Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& step_in, float grad_scale) {
+  const PhaseScope phase(Phase::Backward);
   // The forward's positions and documents, for the layers' backward (and the forward that full
   // recomputation runs again).
   Step step = step_in;
@@ -261,6 +265,7 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
 }
 
 void GptModel::stage_backward_weight(const Step& step, const ParamsReady& ready) {
+  const PhaseScope phase(Phase::Backward);
   if (stage_.post_process) {
     head_->backward_weight(step);
     if (ready) ready(head_params_.first, head_params_.second);

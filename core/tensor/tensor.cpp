@@ -1,5 +1,6 @@
 #include "core/tensor/tensor.h"
 
+#include <atomic>
 #include <limits>
 
 #include "kernels/error.h"
@@ -53,6 +54,9 @@ std::size_t checked_bytes(const Shape& shape, DType dtype) {
   return static_cast<std::size_t>(shape.numel() * size);
 }
 
+// set_cpu_backend_decorator's decorator; null (the rule) costs backend_for one atomic load.
+std::atomic<Backend*> cpu_decorator{nullptr};
+
 }  // namespace
 
 Backend& backend_for(Device device) {
@@ -60,7 +64,12 @@ Backend& backend_for(Device device) {
 #ifdef PTDP_HAVE_CUDA
   if (device.type == DeviceType::CUDA) return cuda::backend(device.index);
 #endif
+  if (Backend* decorator = cpu_decorator.load(std::memory_order_acquire)) return *decorator;
   return cpu_backend();
+}
+
+Backend* set_cpu_backend_decorator(Backend* decorator) {
+  return cpu_decorator.exchange(decorator, std::memory_order_acq_rel);
 }
 
 Allocator& allocator_for(Device device) {

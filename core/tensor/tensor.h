@@ -31,6 +31,13 @@ struct Device {
 Backend& backend_for(Device device);
 Allocator& allocator_for(Device device);
 
+/// Makes backend_for(cpu) return `decorator` (a Backend that forwards to cpu_backend(), such as
+/// the ProfilingBackend of kernels/profiling_backend.h) until it is called again; nullptr
+/// restores cpu_backend(). Returns the decorator it replaces. For benchmarks: install it while
+/// no other thread computes, and keep it alive while installed. Tensors find their backend on
+/// every call, so the decorator sees every op from the next call on.
+Backend* set_cpu_backend_decorator(Backend* decorator);
+
 class Storage {
  public:
   /// Owned storage from `allocator`.
