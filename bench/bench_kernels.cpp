@@ -576,11 +576,7 @@ class Bench {
 
   /// Takes a sample of the sgemm peak (when it runs) and prints it on one line.
   void sample_peak(const char* where) {
-    if (!peak_) return;
-    const double g = peak_->sample(where);
-    peak_gflops_ = peak_->best();
-    std::printf("   [sgemm peak sample %s: %.1f GFLOP/s]\n", where, g);
-    std::fflush(stdout);
+    if (peak_) peak_gflops_ = peak_->sample_and_print(where);
   }
 
   /// Prints the samples, the spread and the flag, and makes the blas/sgemm_peak row the best

@@ -65,6 +65,14 @@ class SgemmPeak {
     return samples_.back().gflop_per_s;
   }
 
+  /// sample(where), printed on one line of its own; returns the best sample so far.
+  double sample_and_print(const char* where) {
+    const double g = sample(where);
+    std::printf("   [sgemm peak sample %s: %.1f GFLOP/s]\n", where, g);
+    std::fflush(stdout);
+    return best();
+  }
+
   int n() const { return n_; }
   int calls_per_sample() const { return calls_; }
   double flops() const { return 2.0 * static_cast<double>(n_) * n_ * n_; }
