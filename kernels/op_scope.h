@@ -11,7 +11,6 @@ namespace ptdp {
 
 /// The part of a training step a backend call belongs to.
 enum class Phase : std::uint8_t { Other = 0, Forward = 1, Backward = 2, Recompute = 3, Optimizer = 4 };
-inline constexpr int kPhaseCount = 5;
 
 inline const char* phase_name(Phase p) {
   switch (p) {
