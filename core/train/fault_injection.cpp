@@ -128,6 +128,7 @@ FaultInjector::FaultInjector(std::vector<FaultSpec> specs, int world_rank, int a
     specs_.push_back(std::move(s));
   }
   used_.assign(specs_.size(), false);
+  announced_.assign(specs_.size(), false);
 }
 
 FaultInjector FaultInjector::from_environment(int world_rank) {
@@ -143,10 +144,18 @@ bool FaultInjector::applies(const FaultSpec& s, int64_t iteration) const {
 }
 
 void FaultInjector::strike(FaultPoint point, int64_t iteration) const {
-  for (const FaultSpec& s : specs_) {
+  for (std::size_t i = 0; i < specs_.size(); ++i) {
+    const FaultSpec& s = specs_[i];
     if (s.at != point || !applies(s, iteration)) continue;
     if (s.kind != FaultKind::Kill && s.kind != FaultKind::Hang && s.kind != FaultKind::Slow) continue;
     if (s.kind == FaultKind::Slow) {
+      if (!announced_[i]) {
+        announced_[i] = true;
+        std::fprintf(stderr, "ptdp: PTDP_FAULT %s: rank %d sleeps %g ms at iteration %lld (%s)%s\n", s.text.c_str(),
+                     rank_, s.ms, static_cast<long long>(iteration), point_name(point),
+                     s.iteration < 0 ? ", and at every other iteration it applies to" : "");
+        std::fflush(stderr);
+      }
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(s.ms));
       continue;
     }

@@ -56,7 +56,9 @@ class FaultInjector {
   bool empty() const { return specs_.empty(); }
   /// kill, hang and slow specs for `point` of 1-based `iteration`: a kill raises SIGKILL on
   /// this process, a hang blocks forever, a slow spec sleeps. Each prints one line on stderr
-  /// first ("ptdp: PTDP_FAULT kill:...: rank R ... at iteration I").
+  /// first ("ptdp: PTDP_FAULT kill:...: rank R ... at iteration I"); a slow spec, which may
+  /// strike every iteration, only the first time ("... sleeps 150 ms at iteration I (before-forward),
+  /// and at every other iteration it applies to").
   void strike(FaultPoint point, int64_t iteration) const;
   /// Whether a nan spec (without param) poisons this rank's loss at `iteration`.
   bool nan_loss(int64_t iteration) const;
@@ -72,6 +74,7 @@ class FaultInjector {
   bool applies(const FaultSpec& s, int64_t iteration) const;
   std::vector<FaultSpec> specs_;  // only this rank's and attempt's
   std::vector<bool> used_;
+  mutable std::vector<bool> announced_;  // slow specs that printed their line
   int rank_ = 0;
 };
 

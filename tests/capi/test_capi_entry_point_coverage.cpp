@@ -24,13 +24,24 @@ const std::map<std::string, std::string> kExempt = {
     {"ptdp_cluster_preset_name", "returns NULL for an index outside the presets (no status to check)"},
 };
 
-// Every `PTDP_API ... ptdp_xxx(` declaration at the start of a line.
-std::set<std::string> declared_functions(const std::string& path) {
+// Entry points of ptdp_mpi.h: they take an MPI communicator, so their bad inputs are tested
+// under mpiexec, in the named file (which must call them expecting PTDP_ERR_INVALID_ARGUMENT),
+// not in the single-process table.
+const std::map<std::string, std::string> kTestedUnderMpi = {
+    {"ptdp_runtime_create_from_mpi", "tests/comm/test_comm_runtime.cpp"},
+};
+
+std::string read_text(const std::string& path) {
   std::ifstream in(path);
   REQUIRE(in.good());
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::string text = ss.str();
+  return ss.str();
+}
+
+// Every `PTDP_API ... ptdp_xxx(` declaration at the start of a line.
+std::set<std::string> declared_functions(const std::string& path) {
+  const std::string text = read_text(path);
   std::set<std::string> out;
   const std::regex name(R"(\b(ptdp_[a-z0-9_]+)\s*\()");
   for (std::size_t at = text.find("\nPTDP_API "); at != std::string::npos; at = text.find("\nPTDP_API ", at + 1)) {
@@ -73,5 +84,22 @@ TEST_CASE("every entry point in ptdp.h has a row in the bad-input table or is li
     INFO(fn << " is exempt (" << why << ") but is no longer declared, or now has rows");
     CHECK(declared.count(fn) == 1);
     CHECK(covered.count(fn) == 0);
+  }
+}
+
+TEST_CASE("every entry point in ptdp_mpi.h has its bad inputs tested under mpiexec", "[capi][errors][bad_inputs]") {
+  const std::string header = PTDP_PUBLIC_HEADER;
+  const std::string dir = header.substr(0, header.rfind('/'));
+  const std::string root = header.substr(0, header.rfind("capi/include/ptdp/ptdp.h"));
+  const std::set<std::string> declared = declared_functions(dir + "/ptdp_mpi.h");
+  CHECK(declared.count("ptdp_runtime_create_from_mpi") == 1);
+  for (const std::string& fn : declared) {
+    INFO(fn << " is declared in ptdp_mpi.h but kTestedUnderMpi names no test of its bad inputs");
+    REQUIRE(kTestedUnderMpi.count(fn) == 1);
+    const std::string test = read_text(root + kTestedUnderMpi.at(fn));
+    // At least one call of it whose status is checked against PTDP_ERR_INVALID_ARGUMENT.
+    const std::regex refused(fn + R"(\([^;]*\)\s*,\s*PTDP_ERR_INVALID_ARGUMENT)");
+    INFO(kTestedUnderMpi.at(fn) << " has no call of " << fn << " expecting PTDP_ERR_INVALID_ARGUMENT");
+    CHECK(std::regex_search(test, refused));
   }
 }

@@ -17,6 +17,7 @@
 #include <ptdp/ptdp.h>
 #include <ptdp/ptdp_mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -155,6 +156,27 @@ inline void start(int* argc, char*** argv, int* rank, int* size) {
   MPI_Comm_rank(MPI_COMM_WORLD, rank);
   MPI_Comm_size(MPI_COMM_WORLD, size);
   g_rank = *rank;
+}
+
+/// MPI_Bcast over MPI_COMM_WORLD whose waiting ranks sleep (0.2 ms between polls) instead of
+/// spinning: when a job oversubscribes its cores (8 ranks on 2 in CI), the ranks still computing
+/// what is broadcast keep the cores.
+inline void bcast_sleeping(void* buf, int count, MPI_Datatype type, int root) {
+  MPI_Request req;
+  MPI_Ibcast(buf, count, type, root, MPI_COMM_WORLD, &req);
+  for (int done = 0;;) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+/// `bytes` of rank `root` on every rank (the size first), through bcast_sleeping.
+inline void bcast_bytes(std::vector<char>& bytes, int root) {
+  long long n = static_cast<long long>(bytes.size());
+  bcast_sleeping(&n, 1, MPI_LONG_LONG, root);
+  bytes.resize(static_cast<std::size_t>(n));
+  if (n > 0) bcast_sleeping(bytes.data(), static_cast<int>(n), MPI_CHAR, root);
 }
 
 /// Sums the failures over MPI_COMM_WORLD; rank 0 prints the summary. Returns the exit code.
@@ -427,6 +449,66 @@ inline ModelParams read_model_params(ptdp_model m, int64_t vocab_rows = 0) {
     out.values.push_back(std::move(x));
   }
   return out;
+}
+
+// ---- results and parameters as bytes (to broadcast them with bcast_bytes) ------------------
+
+template <class T>
+void put_value(std::vector<char>& b, const T& v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  const char* p = reinterpret_cast<const char*>(&v);
+  b.insert(b.end(), p, p + sizeof v);
+}
+
+/// The value at `at` (advanced past it); zero when the bytes end first.
+template <class T>
+T take_value(const std::vector<char>& b, std::size_t& at) {
+  T v{};
+  if (at + sizeof v <= b.size()) std::memcpy(&v, b.data() + at, sizeof v);
+  at += sizeof v;
+  return v;
+}
+
+/// Iteration results (plain data) appended to `b`.
+inline void put_results(std::vector<char>& b, const std::vector<ptdp_iteration_result>& r) {
+  put_value(b, r.size());
+  for (const ptdp_iteration_result& x : r) put_value(b, x);
+}
+
+inline std::vector<ptdp_iteration_result> take_results(const std::vector<char>& b, std::size_t& at) {
+  std::vector<ptdp_iteration_result> r;
+  const std::size_t n = take_value<std::size_t>(b, at);
+  for (std::size_t i = 0; i < n && at < b.size(); ++i) r.push_back(take_value<ptdp_iteration_result>(b, at));
+  return r;
+}
+
+/// Parameter names and values appended to `b`.
+inline void put_params(std::vector<char>& b, const ModelParams& p) {
+  put_value(b, p.names.size());
+  for (std::size_t i = 0; i < p.names.size(); ++i) {
+    put_value(b, p.names[i].size());
+    b.insert(b.end(), p.names[i].begin(), p.names[i].end());
+    put_value(b, p.values[i].size());
+    const char* v = reinterpret_cast<const char*>(p.values[i].data());
+    b.insert(b.end(), v, v + p.values[i].size() * sizeof(float));
+  }
+}
+
+inline ModelParams take_params(const std::vector<char>& b, std::size_t& at) {
+  ModelParams p;
+  const std::size_t n = take_value<std::size_t>(b, at);
+  for (std::size_t i = 0; i < n && at <= b.size(); ++i) {
+    const std::size_t declared = take_value<std::size_t>(b, at);
+    const std::size_t len = std::min(declared, b.size() - std::min(at, b.size()));
+    p.names.emplace_back(b.data() + std::min(at, b.size()), len);
+    at += len;
+    const std::size_t count = std::min(take_value<std::size_t>(b, at), (b.size() - std::min(at, b.size())) / sizeof(float));
+    std::vector<float> v(count);
+    if (count > 0) std::memcpy(v.data(), b.data() + at, count * sizeof(float));
+    at += count * sizeof(float);
+    p.values.push_back(std::move(v));
+  }
+  return p;
 }
 
 }  // namespace ct
