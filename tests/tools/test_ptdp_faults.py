@@ -12,8 +12,11 @@ CASE is one of:
   hang        rank 5 of a (2,2,2) run hangs at iteration 3: with --comm-timeout 5 the job fails
               within the timeout with the waiting ranks' timeout messages (naming their groups),
               rank 5 itself silent after its fault line; the checkpoint of iteration 2 stays
+              the latest; ptdp-flight-analyze names rank 5 from the flight records the waiting
+              ranks wrote (PTDP_FLIGHT_RECORDER_DIR)
   slow        rank 6 of a (2,2,2) run sleeps 150 ms per iteration (and rank 1 at every save): the run
-              completes with the unslowed run's losses and checkpoint tensors, bit for bit
+              completes with the unslowed run's losses and checkpoint tensors, bit for bit; each
+              slow spec prints its fault line (how much longer the run took is printed only)
   ioerror     rank 0's save at iteration 4 of a (2,2,2) run fails as a full disk would: the run
               stops with the writer's error named, the checkpoint of iteration 2 stays the latest
               and loads; an io-error on a rank that writes nothing is refused by name
@@ -45,6 +48,7 @@ BIN = sys.argv[1]
 CASE = sys.argv[2]
 MPIEXEC = os.environ.get("MPIEXEC", "mpiexec")
 TRAIN = os.path.join(BIN, "ptdp-train")
+ANALYZE = os.path.join(BIN, "ptdp-flight-analyze")
 WORK = tempfile.mkdtemp(prefix="ptdp-faults-test-")
 failures = []
 
@@ -161,8 +165,10 @@ def case_kill():
 
 def case_hang():
     ck = os.path.join(WORK, "hang")
+    flight = os.path.join(WORK, "hang-flight")
+    os.makedirs(flight)
     p = run(8, MODEL + P222 + ["--train-iters", "6", "--save", ck, "--save-interval", "2", "--comm-timeout", "5"],
-            fault="hang:rank=5:iter=3", timeout=90)
+            fault="hang:rank=5:iter=3", timeout=90, env_extra={"PTDP_FLIGHT_RECORDER_DIR": flight})
     check(p.returncode != 0, f"hang: the job fails, got status {p.returncode}")
     check(p.seconds < 45, f"hang: the job ends within the timeout, took {p.seconds:.1f} s")
     check("PTDP_FAULT hang:rank=5:iter=3: rank 5 hangs at iteration 3" in p.stderr, "hang: the fault line")
@@ -178,9 +184,18 @@ def case_hang():
         check("rank 5:" not in line, f"hang: the hung rank reports nothing: {line}")
     # Which rank reports first is a race (a rank waiting on a rank that waits on rank 5 may time
     # out first, and the launcher then ends the job), so only the count is printed; naming the
-    # rank that never arrived is the flight recorder's (core/comm).
+    # rank that never arrived is the flight recorder's: the ranks that timed out wrote their
+    # records, and ptdp-flight-analyze follows their waits to rank 5, which wrote none (it hangs
+    # in compute, outside any communication).
     check(latest(ck) == 2, f"hang: the latest checkpoint is of iteration 2, got {latest(ck)}")
-    print(f"hang: failed in {p.seconds:.1f} s; {len(with_5)} of {len(timeouts)} timeouts named a group of rank 5")
+    records = sorted(f for f in os.listdir(flight) if f.startswith("flight-rank"))
+    check(len(records) >= 1 and "flight-rank00005.json" not in records,
+          f"hang: the ranks that timed out wrote flight records, rank 5 none: {records}")
+    a = subprocess.run([ANALYZE, flight], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    check(a.returncode == 1 and "culprit: rank 5" in a.stdout,
+          f"hang: ptdp-flight-analyze names rank 5 (status {a.returncode}):\n{a.stdout}{a.stderr}")
+    print(f"hang: failed in {p.seconds:.1f} s; {len(with_5)} of {len(timeouts)} timeouts named a group of rank 5; "
+          f"{len(records)} flight records; ptdp-flight-analyze: {a.stdout.splitlines()[1] if a.stdout.count(chr(10)) > 1 else a.stdout.strip()}")
 
 
 def case_slow():
