@@ -16,7 +16,12 @@
 //     transfers, including the pipeline bubble spent waiting on a peer); max and mean over ranks;
 //   - GFLOP/s per rank: the paper's model FLOPs (GptConfig::paper_flops of the global batch's
 //     tokens: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), Narayanan et al. 2021) / W / ms/iter;
-//   - the loss of the last timed iteration (the mean over the global batch).
+//   - the loss of the last timed iteration (the mean over the global batch);
+//   - eff, the scaling efficiency on this machine: tokens/s / (nodes x the tokens/s of the
+//     baseline), the baseline being one process alone (rank 0, t = p = d = 1, one data-parallel
+//     replica's batch) with the OpenMP threads of all the node's ranks (at most its hardware
+//     threads), run first while the other ranks sleep: what the node's cores do without
+//     parallelism. 100% means the layout loses nothing to splitting the model or the batch.
 // Run with --help for the flags.
 
 #include <mpi.h>
@@ -24,6 +29,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -80,6 +86,7 @@ struct Options {
   std::optional<int> bucket_size;
   bool progress_thread = false;
   bool verify = false;
+  bool baseline = true;
   double lr = 1e-3;
   std::string json_path;
 };
@@ -93,7 +100,8 @@ void print_help(const char* argv0) {
       "layout: tokens/s of the global batch, ms per iteration (median over the timed\n"
       "iterations of the slowest rank), the share of the iteration spent blocked in\n"
       "communication waits (max and mean over ranks), model GFLOP/s per rank with the\n"
-      "paper's 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) and the loss.\n"
+      "paper's 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), the loss, and the scaling\n"
+      "efficiency against one process alone with the threads of all the node's ranks.\n"
       "\n"
       "Layouts: by default (W,1,1), (1,W,1), (1,1,W) and, for even W >= 4, (2,W/2,1); with\n"
       "4 ranks: 4,1,1  1,4,1  1,1,4  2,2,1. Layouts the model cannot be split for are skipped\n"
@@ -123,6 +131,7 @@ void print_help(const char* argv0) {
       "                        without them too (a like-for-like baseline on busy cores)\n"
       "  --lr X                AdamW learning rate, constant (1e-3)\n"
       "  --verify              keep ptdp's per-collective consistency check on (off here)\n"
+      "  --no-baseline         skip the one-process baseline run and the efficiency column\n"
       "  --quick               a much smaller model and fewer iterations (< 30 s with 4\n"
       "                        ranks on 2 cores); explicit flags still win\n"
       "  --json PATH           also write the results as JSON to PATH (rank 0)\n"
@@ -170,6 +179,8 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
       o.progress_thread = true;
     } else if (arg == "--verify") {
       o.verify = true;
+    } else if (arg == "--no-baseline") {
+      o.baseline = false;
     } else if (arg == "--layers") {
       if (!int_opt(o.layers, 1)) return false;
     } else if (arg == "--hidden") {
@@ -365,6 +376,7 @@ class Bench {
   /// Returns the exit status (the same on every rank).
   int run(const std::vector<LayoutSpec>& layouts) {
     print_header();
+    if (o_.baseline) run_baseline();
     // The bench's own MPI calls below hold ptdp's MPI lock, as the progress thread requires.
     const std::shared_ptr<void> progress = o_.progress_thread ? rt_->world().background_progress() : nullptr;
     for (const LayoutSpec& l : layouts) {
@@ -401,8 +413,13 @@ class Bench {
   bool ok_ = true;
   bool oversubscribed_ = false;
   bool any_contended_ = false;
-  static constexpr int kRule = 135;
+  static constexpr int kRule = 142;
   std::vector<Result> results_;
+  // The one-process baseline (rank 0): median seconds per iteration, its threads, or why not.
+  double baseline_s_ = 0;
+  int baseline_threads_ = 0;
+  double baseline_other_cores_ = -1;  // cores other processes kept busy meanwhile; < 0: unknown
+  std::string baseline_error_;
 
   int64_t replica_tokens() const { return static_cast<int64_t>(m_) * b_ * cfg_.seq_length; }
 
@@ -464,9 +481,9 @@ class Bench {
                 "72*B*s*l*h^2*\n"
                 "          (1 + s/(6h) + V/(12*l*h)) for the global batch / W / ms/iter\n\n",
                 warmup_, iters_);
-    std::printf("%-7s %-16s %9s %9s %9s %9s %10s %9s %9s %12s %8s %7s %8s %6s\n", "t,p,d", "schedule",
+    std::printf("%-7s %-16s %9s %9s %9s %9s %10s %9s %9s %12s %8s %7s %8s %6s %6s\n", "t,p,d", "schedule",
                 "tokens/it", "ms/iter", "min ms", "max ms", "tokens/s", "comm max", "comm avg", "GFLOP/s/rank",
-                "loss", "setup s", "opt MiB", "cores");
+                "loss", "setup s", "opt MiB", "cores", "eff");
     std::printf("%s\n", std::string(kRule, '-').c_str());
     std::fflush(stdout);
   }
@@ -487,6 +504,84 @@ class Bench {
         labels[at] = static_cast<int32_t>((x0 + static_cast<uint64_t>(k + 1) * stride) % vocab);
       }
     }
+  }
+
+  /// Nodes the ranks span (ranks per node taken as this node's).
+  int nodes() const { return std::max(1, world_ / std::max(1, rt_->local_size())); }
+
+  /// tokens/s of `r` / (nodes x the baseline's tokens/s); 0 without a baseline.
+  double efficiency(const Result& r) const {
+    if (baseline_s_ <= 0 || r.median_s <= 0) return 0.0;
+    return (static_cast<double>(r.tokens) / r.median_s) / (nodes() * static_cast<double>(replica_tokens()) / baseline_s_);
+  }
+
+  /// Waits for every rank, sleeping between polls, so that a rank computing alone meanwhile
+  /// keeps the cores (MPI's own barrier busy-polls).
+  void sleeping_barrier() {
+    MPI_Request req;
+    {
+      std::lock_guard<std::recursive_mutex> lock(ptdp::mpi_call_mutex());
+      MPI_Ibarrier(MPI_COMM_WORLD, &req);
+    }
+    for (int done = 0;;) {
+      {
+        std::lock_guard<std::recursive_mutex> lock(ptdp::mpi_call_mutex());
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+      }
+      if (done) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  /// The baseline of the efficiency column (see the header comment): rank 0 alone, in a world
+  /// of one (Runtime::create_self), with the node's ranks x OpenMP threads (at most the hardware
+  /// threads), --warmup + --iters iterations of one replica's batch; the others sleep meanwhile.
+  void run_baseline() {
+    const int omp = omp_get_max_threads();
+    const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    baseline_threads_ = std::max(1, std::min(rt_->local_size() * omp, hw));
+    if (rank_ == 0) {
+      omp_set_num_threads(baseline_threads_);
+      try {
+        ptdp::RuntimeOptions ro;
+        ro.verify_collectives = false;
+        std::shared_ptr<ptdp::Runtime> self = ptdp::Runtime::create_self(ro);
+        ptdp::ProcessGroups groups(self, ptdp::ParallelConfig{1, 1, 1, 1});
+        ptdp::GptPipeline model(cfg_, groups);
+        ptdp::OptimizerConfig oc = ocfg_;
+        oc.distributed = false;
+        oc.overlap_grad_reduce = false;
+        oc.overlap_param_gather = false;
+        std::unique_ptr<ptdp::Optimizer> opt = ptdp::make_optimizer(model, groups, oc);
+        const ptdp::Schedule schedule = ptdp::make_schedule(ptdp::ScheduleKind::OneFOneB, 1, m_, 1);
+        const std::size_t n_ids = static_cast<std::size_t>(replica_tokens());
+        std::vector<int32_t> tokens(n_ids), labels(n_ids);
+        std::vector<double> secs;
+        ptdp::ExecutorOptions eo;
+        Clock::time_point timed0;
+        double cpu0 = 0, machine0 = -1;
+        for (int i = 0; i < warmup_ + iters_; ++i) {
+          make_batch(i, 0, tokens, labels);
+          if (i == warmup_) {
+            timed0 = Clock::now();
+            cpu0 = cpu_seconds();
+            machine0 = machine_busy_seconds();
+          }
+          const ptdp::IterationResult it =
+              ptdp::train_iteration(model, *opt, groups, schedule, tokens.data(), labels.data(), b_, i, eo);
+          if (i >= warmup_) secs.push_back(it.seconds);
+        }
+        const double wall = seconds_since(timed0), cpu = cpu_seconds() - cpu0, machine1 = machine_busy_seconds();
+        // The other ranks sleep: what else kept cores busy is other processes (this node only).
+        if (machine0 >= 0 && machine1 >= 0 && wall > 0 && rt_->local_size() == world_)
+          baseline_other_cores_ = std::max(0.0, machine1 - machine0 - cpu) / wall;
+        baseline_s_ = median(secs);
+      } catch (const std::exception& e) {
+        baseline_error_ = e.what();
+      }
+      omp_set_num_threads(omp);
+    }
+    sleeping_barrier();
   }
 
   Result run_layout(const LayoutSpec& l) {
@@ -607,11 +702,14 @@ class Bench {
     } else {
       const bool contended = r.other_cores > kContendedCores;
       if (contended) any_contended_ = true;
-      std::printf("%-7s %-16s %9" PRId64 " %9.1f %9.1f %9.1f %10.0f %8.1f%% %8.1f%% %12.2f %8.4f %7.2f %8.2f %6.2f%s\n",
+      const double eff = efficiency(r);
+      char eff_text[16] = "-";
+      if (eff > 0) std::snprintf(eff_text, sizeof eff_text, "%.1f%%", 100.0 * eff);
+      std::printf("%-7s %-16s %9" PRId64 " %9.1f %9.1f %9.1f %10.0f %8.1f%% %8.1f%% %12.2f %8.4f %7.2f %8.2f %6.2f %6s%s\n",
                   lay, r.schedule.c_str(), r.tokens, r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3,
                   static_cast<double>(r.tokens) / r.median_s, 100.0 * r.comm_max, 100.0 * r.comm_mean,
                   r.gflops_per_rank, r.losses.empty() ? 0.0 : r.losses.back(), r.setup_s,
-                  r.opt_state_bytes_max / (1024.0 * 1024.0), r.ranks_cores, contended ? " *" : "");
+                  r.opt_state_bytes_max / (1024.0 * 1024.0), r.ranks_cores, eff_text, contended ? " *" : "");
     }
     std::fflush(stdout);
   }
@@ -631,6 +729,18 @@ class Bench {
     std::printf("opt MiB: optimizer state (AdamW moments) of the rank holding the most; setup: groups, model "
                 "and optimizer, slowest rank;\n"
                 "cores: CPU time of all ranks / wall time over the timed iterations\n");
+    if (baseline_s_ > 0)
+      std::printf("eff: tokens/s / (%d node%s x %.0f tokens/s), the baseline: one process, t = p = d = 1, one "
+                  "replica's batch (%" PRId64 " tokens),\n     %d OpenMP thread%s (the node's ranks x threads, at "
+                  "most its hardware threads): %.1f ms/iter\n",
+                  nodes(), nodes() == 1 ? "" : "s", static_cast<double>(replica_tokens()) / baseline_s_,
+                  replica_tokens(), baseline_threads_, baseline_threads_ == 1 ? "" : "s", baseline_s_ * 1e3);
+    if (baseline_s_ > 0 && baseline_other_cores_ > kContendedCores)
+      std::printf("WARNING: other processes kept %.2f cores busy during the baseline: its multithreaded OpenMP "
+                  "barriers stall first,\n         so every eff is overstated; rerun on an idle machine.\n",
+                  baseline_other_cores_);
+    else if (!baseline_error_.empty())
+      std::printf("eff: no baseline: %s\n", baseline_error_.c_str());
     std::string others;
     for (const Result& r : results_) {
       if (!r.skipped.empty() || r.other_cores < 0) continue;
@@ -733,6 +843,12 @@ class Bench {
     s += "  \"verify_collectives\": " + std::string(o_.verify ? "true" : "false") + ",\n";
     s += "  \"warmup\": " + std::to_string(warmup_) + ",\n";
     s += "  \"iters\": " + std::to_string(iters_) + ",\n";
+    if (baseline_s_ > 0)
+      s += "  \"baseline\": {\"omp_threads\": " + std::to_string(baseline_threads_) + ", \"tokens_per_iteration\": " +
+           std::to_string(replica_tokens()) + ", \"ms_median\": " + json_number(baseline_s_ * 1e3) +
+           ", \"tokens_per_s\": " + json_number(static_cast<double>(replica_tokens()) / baseline_s_) +
+           ", \"nodes\": " + std::to_string(nodes()) + ", \"other_cores_busy\": " +
+           (baseline_other_cores_ >= 0 ? json_number(baseline_other_cores_) : std::string("null")) + "},\n";
     s += "  \"flops_formula\": \"72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) of the global batch, per rank = / W\",\n";
     s += "  \"layouts\": [";
     for (std::size_t i = 0; i < results_.size(); ++i) {
@@ -765,7 +881,8 @@ class Bench {
       s += ", \"ranks_cores_busy\": " + json_number(r.ranks_cores) + ", \"other_cores_busy\": " +
            (r.other_cores >= 0 ? json_number(r.other_cores) : std::string("null"));
       s += ", \"setup_s\": " + json_number(r.setup_s) + ", \"optimizer_state_bytes_max\": " +
-           json_number(r.opt_state_bytes_max) + "}";
+           json_number(r.opt_state_bytes_max);
+      s += ", \"scaling_efficiency\": " + (efficiency(r) > 0 ? json_number(efficiency(r)) : std::string("null")) + "}";
     }
     s += "\n  ],\n";
     s += "  \"max_rss_bytes\": " + json_number(rss_max_) + ",\n";
