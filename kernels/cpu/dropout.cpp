@@ -55,8 +55,8 @@ __attribute__((target("avx2"))) void philox_words_avx2(PhiloxStream s, uint64_t 
   const __m256i s_hi = _mm256_set1_epi64x(static_cast<int64_t>(s.stream >> 32));
   const __m256i lanes = _mm256_set_epi64x(3, 2, 1, 0);
   for (int b = 0; b < n; b += 4) {
-    const __m256i block =
-        _mm256_add_epi64(_mm256_set1_epi64x(static_cast<int64_t>(first + static_cast<uint64_t>(b))), lanes);
+    const uint64_t b0 = first + static_cast<uint64_t>(b);
+    const __m256i block = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<int64_t>(b0)), lanes);
     __m256i c0 = block, c1 = _mm256_srli_epi64(block, 32), c2 = s_lo, c3 = s_hi;
     for (int r = 0; r < 10; ++r) {
       const __m256i p0 = _mm256_mul_epu32(c0, m0), p1 = _mm256_mul_epu32(c2, m1);
@@ -103,11 +103,12 @@ __attribute__((target("avx512f"))) void philox_words_avx512(PhiloxStream s, uint
   const __m512i first_half = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
   const __m512i second_half = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
   for (int b = 0; b < n; b += 8) {
-    const __m512i block =
-        _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(first + static_cast<uint64_t>(b))), lanes);
+    const uint64_t b0 = first + static_cast<uint64_t>(b);
+    const __m512i block = _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(b0)), lanes);
     __m512i c0 = block, c1 = _mm512_maskz_srli_epi64(kAll8, block, 32), c2 = s_lo, c3 = s_hi;
     for (int r = 0; r < 10; ++r) {
-      const __m512i p0 = _mm512_maskz_mul_epu32(kAll8, c0, m0), p1 = _mm512_maskz_mul_epu32(kAll8, c2, m1);
+      const __m512i p0 = _mm512_maskz_mul_epu32(kAll8, c0, m0);
+      const __m512i p1 = _mm512_maskz_mul_epu32(kAll8, c2, m1);
       c0 = _mm512_xor_si512(_mm512_xor_si512(_mm512_maskz_srli_epi64(kAll8, p1, 32), c1),
                             _mm512_set1_epi64(keys.k0[r]));
       c2 = _mm512_xor_si512(_mm512_xor_si512(_mm512_maskz_srli_epi64(kAll8, p0, 32), c3),

@@ -1,6 +1,7 @@
 // Elementwise ops: residual add, axpy, scale, fill, and the sum of squares behind grad norms.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/parallel_ranges.h"
@@ -41,21 +42,29 @@ namespace {
 // Fills shorter than this run on the calling thread: a parallel region costs more than it saves.
 constexpr int64_t kMinParallelBytes = int64_t{1} << 20;
 
+// The fill loop on the bit pattern of the value (2, 4 or 8 bytes), in the machine's widest
+// stores.
+template <typename U>
+PTDP_CPU_CLONES void fill_bits(U* x, U bits, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = bits;
+}
+
 template <typename T>
 void fill_typed(T* x, T value, int64_t n) {
   // A value whose bytes are all zero (gradient zeroing) is memset's work: it stores whole
   // vectors (or `rep stosb`) at the machine's store bandwidth.
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(&value);
-  const bool zero = std::all_of(bytes, bytes + sizeof(T), [](unsigned char b) { return b == 0; });
-  cpu::parallel_ranges(n, 64 / static_cast<int64_t>(sizeof(T)),
-                       kMinParallelBytes / static_cast<int64_t>(sizeof(T)), [&](int64_t lo, int64_t hi) {
-                         if (zero) {
-                           std::memset(x + lo, 0, static_cast<std::size_t>(hi - lo) * sizeof(T));
-                           return;
-                         }
-#pragma omp simd
-                         for (int64_t i = lo; i < hi; ++i) x[i] = value;
-                       });
+  using U = std::conditional_t<sizeof(T) == 2, uint16_t,
+                               std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+  static_assert(sizeof(U) == sizeof(T));
+  U bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const int64_t line = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t min_parallel = kMinParallelBytes / static_cast<int64_t>(sizeof(T));
+  cpu::parallel_ranges(n, line, min_parallel, [&](int64_t lo, int64_t hi) {
+    if (bits == 0) std::memset(x + lo, 0, static_cast<std::size_t>(hi - lo) * sizeof(T));
+    else fill_bits(reinterpret_cast<U*>(x) + lo, bits, hi - lo);
+  });
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ __attribute__((always_inline)) inline float exp_f32(float x) {
   // 2^n as two normal factors, 2^n1 2^n2 with n1, n2 in [-80, 64]: p 2^n1 is exact, and the
   // one rounding of the second product also gives the denormal results.
   const int32_t n1 = n >> 1, n2 = n - n1;
-  const uint32_t s1b = static_cast<uint32_t>(n1 + 127) << 23, s2b = static_cast<uint32_t>(n2 + 127) << 23;
+  const uint32_t s1b = static_cast<uint32_t>(n1 + 127) << 23;
+  const uint32_t s2b = static_cast<uint32_t>(n2 + 127) << 23;
   float s1, s2;
   std::memcpy(&s1, &s1b, sizeof s1);
   std::memcpy(&s2, &s2b, sizeof s2);

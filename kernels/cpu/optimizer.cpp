@@ -43,7 +43,8 @@ void CpuBackend::adamw_step(float* param, const float* grad, float* m, float* v,
                             const AdamWParams& p) {
   kcheck::check_adamw_step(param, grad, m, v, n, p);
   const kcheck::AdamWScalars s = kcheck::adamw_scalars(p);
-  const AdamWConstants c{p.beta1, p.beta2, p.eps, p.grad_scale, s.step_size, s.inv_sqrt_bc2, s.decay};
+  const AdamWConstants c{p.beta1,       p.beta2,          p.eps,  p.grad_scale,
+                         s.step_size, s.inv_sqrt_bc2, s.decay};
   cpu::parallel_ranges(n, kLine, kMinParallel, [&](int64_t lo, int64_t hi) {
     adamw_range(param + lo, grad + lo, m + lo, v + lo, hi - lo, c);
   });
