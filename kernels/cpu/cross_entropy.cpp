@@ -26,6 +26,9 @@ constexpr int64_t kChunk = 2048;
 // Independent running maxima / sums per chunk, so the vector lanes do not wait on each other.
 constexpr int kLanes = 16;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// ce_rescale and ce_loss do a few flops per row: below this many rows a parallel region costs
+// more than the loop.
+constexpr int64_t kMinParallelRows = 16384;
 
 /// The largest of x[0, n), n >= 1; NaN elements are skipped (they reach the loss through the
 /// sum of exponentials instead).
@@ -115,7 +118,7 @@ void CpuBackend::ce_forward_local(const void* logits, DType t, const int32_t* ta
 void CpuBackend::ce_rescale(float* row_max, float* sum_exp, const float* global_max,
                             int64_t rows) {
   kcheck::check_ce_rescale(row_max, sum_exp, global_max, rows);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows >= kMinParallelRows)
   for (int64_t r = 0; r < rows; ++r) {
     // A slice without a valid column has nothing to move (and -inf - -inf is NaN).
     sum_exp[r] = row_max[r] == kNegInf ? 0.0f : sum_exp[r] * std::exp(row_max[r] - global_max[r]);
@@ -126,7 +129,7 @@ void CpuBackend::ce_rescale(float* row_max, float* sum_exp, const float* global_
 void CpuBackend::ce_loss(const float* row_max, const float* sum_exp, const float* target_logit,
                          int64_t rows, float* loss) {
   kcheck::check_ce_loss(row_max, sum_exp, target_logit, rows, loss);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (rows >= kMinParallelRows)
   for (int64_t r = 0; r < rows; ++r) loss[r] = std::log(sum_exp[r]) + row_max[r] - target_logit[r];
 }
 
