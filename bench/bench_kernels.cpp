@@ -12,8 +12,10 @@
 //      for the 12 query heads) in GFLOP/s over the visible half of the scores.
 //   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
 //      must read and write (formula next to each op), with the Llama family's RMSNorm, SwiGLU
-//      and RoPE at the same sizes. The AdamW step's GB/s is set beside a stream copy's measured
-//      in the same run (the bandwidth a memory-bound op can hope for).
+//      and RoPE at the same sizes. The AdamW step's GB/s is set beside ceilings measured in the
+//      same run over buffers as large: STREAM's triad (mem/stream_triad) and a kernel with
+//      AdamW's traffic but none of its arithmetic (mem/stream_r4w3: read 4 arrays, write 3),
+//      and, as before, a memcpy per thread (mem/stream_copy).
 //
 // Timing: one warm-up call, then `runs` runs. The first run repeats the op until min_time has
 // passed and fixes the iteration count of the others; each run yields a time per call. The
@@ -45,6 +47,7 @@
 #include "bench/bench_common.h"
 #include "bench/sgemm_peak.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/simd_clones.h"
 #include "kernels/dtype.h"
 #include "kernels/half.h"
 
@@ -163,6 +166,33 @@ void fill_uniform(const Buffer<float>& b, float lo, float hi, uint64_t seed) {
   fill_uniform(b.get(), b.size(), lo, hi, seed);
 }
 
+/// One contiguous range of [0, n) per OpenMP thread, the same split on every call.
+template <typename Fn>
+void static_ranges(int64_t n, Fn&& fn) {
+#pragma omp parallel
+  {
+    const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
+    fn(n * t / threads, n * (t + 1) / threads);
+  }
+}
+
+/// STREAM's triad over one range: a = b + q c.
+PTDP_CPU_CLONES void triad_range(double* a, const double* b, const double* c, double q, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) a[i] = b[i] + q * c[i];
+}
+
+/// AdamW's traffic over one range: four arrays read, three written in place.
+PTDP_CPU_CLONES void r4w3_range(float* p, const float* g, float* m, float* v, float q, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float d = q * g[i];
+    p[i] += d;
+    m[i] += d;
+    v[i] += d;
+  }
+}
+
 /// Integers uniform in [0, bound).
 void fill_ids(const Buffer<int32_t>& b, int64_t bound, uint64_t seed) {
   uint64_t state = seed;
@@ -267,7 +297,8 @@ class Bench {
   std::size_t peak_result_ = 0;                 // its row in results_
   double peak_gflops_ = 0.0;                    // the best sample so far
   bool above_peak_ = false;                     // a GEMM ran above it: flagged as an anomaly
-  double adamw_gbps_ = 0.0, stream_gbps_ = 0.0; // best runs, for the comparison line
+  double adamw_gbps_ = 0.0, stream_gbps_ = 0.0; // best runs, for the comparison lines
+  double triad_gbps_ = 0.0, r4w3_gbps_ = 0.0;   // the bandwidth ceilings, best runs
   bool any_error_ = false;
   bool mem_header_printed_ = false;
   bool compute16_header_printed_ = false;
@@ -1262,7 +1293,8 @@ class Bench {
   }
 
   void bench_elementwise() {
-    if (!any_selected({"mem/add", "mem/axpy", "mem/scale", "mem/fill", "mem/sum_squares"}))
+    if (!any_selected({"mem/add", "mem/axpy", "mem/scale", "mem/fill", "mem/fill_zero",
+                       "mem/sum_squares"}))
       return;
     const int64_t rows = kRows, cols = kFfn;
     const int64_t n = rows * cols;
@@ -1285,6 +1317,9 @@ class Bench {
     // fill (f32): write x = 4 n
     mem_case("fill", shape2(rows, cols) + " f32", f32_bytes(1.0 * n),
              [&] { be_.fill(y.get(), ptdp::DType::F32, 0.5, n); });
+    // fill with 0 (gradient zeroing): write x = 4 n
+    mem_case("fill_zero", shape2(rows, cols) + " f32", f32_bytes(1.0 * n),
+             [&] { be_.fill(y.get(), ptdp::DType::F32, 0.0, n); });
     // sum_squares: read x = 4 n
     volatile double sink = 0.0;
     mem_case("sum_squares", shape2(rows, cols), f32_bytes(1.0 * n),
@@ -1362,7 +1397,9 @@ class Bench {
   }
 
   void bench_optimizer() {
-    if (!any_selected({"mem/adamw_step", "mem/stream_copy", "mem/sgd_step"})) return;
+    if (!any_selected({"mem/adamw_step", "mem/stream_copy", "mem/stream_triad", "mem/stream_r4w3",
+                       "mem/sgd_step"}))
+      return;
     const int64_t n = o_.quick ? int64_t{16} << 20 : kGpt2Params;
     const std::string shape = std::to_string(n) + " params";
     Buffer<float> param(n), grad(n), m(n), v(n);
@@ -1398,6 +1435,7 @@ class Bench {
       if (!results_.empty() && results_.back().name == "mem/stream_copy" && results_.back().ok)
         stream_gbps_ = results_.back().bytes / results_.back().st.best_s * 1e-9;
     }
+    bench_stream_ceilings(n, shape);
     ptdp::SgdParams sp;
     sp.lr = 1e-3f;
     sp.momentum = 0.9f;
@@ -1407,13 +1445,78 @@ class Bench {
              [&] { be_.sgd_step(param.get(), grad.get(), m.get(), n, sp); });
   }
 
-  /// The AdamW step's bandwidth beside the stream copy's, both from their best runs.
+  /// The memory-bandwidth ceilings of a streaming op over buffers as large as the optimizer's:
+  ///   stream_triad: STREAM's triad a[i] = b[i] + s c[i] in double precision, each array as large
+  ///     as one fp32 optimizer buffer (n / 2 doubles), counted as STREAM counts it: 24 bytes per
+  ///     element (b, c read, a written; the write-allocate read of a is not counted);
+  ///   stream_r4w3: AdamW's traffic without its arithmetic, four fp32 arrays read and three of them
+  ///     written in place: 28 bytes per element, every byte it moves.
+  /// Both initialise their arrays in the kernel's own static split over the OpenMP threads (first
+  /// touch puts each page with the thread that streams it) and run vector loops compiled, like
+  /// the optimizer's, for the machine's widest vectors: a baseline SSE2 loop has four times the
+  /// instructions per cache line and, on one core, runs out of room for loads in flight before
+  /// the memory does.
+  void bench_stream_ceilings(int64_t n, const std::string& shape) {
+    if (selected("mem/stream_triad")) {
+      const int64_t nd = n / 2;
+      Buffer<double> a(nd), b(nd), c(nd);
+      double* pa = a.get();
+      double* pb = b.get();
+      double* pc = c.get();
+      static_ranges(nd, [&](int64_t lo, int64_t hi) {
+        std::fill(pa + lo, pa + hi, 0.0);
+        std::fill(pb + lo, pb + hi, 1.0);
+        std::fill(pc + lo, pc + hi, 2.0);
+      });
+      mem_case("stream_triad", std::to_string(nd) + " doubles x 3", 24.0 * static_cast<double>(nd), [&] {
+        static_ranges(nd, [&](int64_t lo, int64_t hi) { triad_range(pa + lo, pb + lo, pc + lo, 3.0, hi - lo); });
+      });
+      if (!results_.empty() && results_.back().name == "mem/stream_triad" && results_.back().ok)
+        triad_gbps_ = results_.back().bytes / results_.back().st.best_s * 1e-9;
+    }
+    if (selected("mem/stream_r4w3")) {
+      Buffer<float> p(n), g(n), m(n), v(n);
+      float* pp = p.get();
+      float* pg = g.get();
+      float* pm = m.get();
+      float* pv = v.get();
+      static_ranges(n, [&](int64_t lo, int64_t hi) {
+        std::fill(pp + lo, pp + hi, 0.0f);
+        std::fill(pg + lo, pg + hi, 1e-3f);
+        std::fill(pm + lo, pm + hi, 0.0f);
+        std::fill(pv + lo, pv + hi, 0.0f);
+      });
+      // The updates alternate in sign so the values stay put.
+      float q = 1.0f;
+      mem_case("stream_r4w3", shape, f32_bytes(7.0 * n), [&] {
+        q = -q;
+        static_ranges(n, [&](int64_t lo, int64_t hi) {
+          r4w3_range(pp + lo, pg + lo, pm + lo, pv + lo, q, hi - lo);
+        });
+      });
+      if (!results_.empty() && results_.back().name == "mem/stream_r4w3" && results_.back().ok)
+        r4w3_gbps_ = results_.back().bytes / results_.back().st.best_s * 1e-9;
+    }
+  }
+
+  /// The AdamW step's bandwidth beside the ceilings measured in the same run, all from their
+  /// best runs.
   void print_optimizer_vs_stream() {
-    if (adamw_gbps_ <= 0.0 || stream_gbps_ <= 0.0) return;
-    std::printf("AdamW against the copy bandwidth (best runs; AdamW moves 28 bytes per parameter, the copy 8 per "
-                "element):\n");
-    std::printf("   adamw_step %.1f GB/s, stream copy %.1f GB/s: AdamW at %.0f%% of the copy's bandwidth\n\n",
-                adamw_gbps_, stream_gbps_, 100.0 * adamw_gbps_ / stream_gbps_);
+    if (adamw_gbps_ <= 0.0 || (stream_gbps_ <= 0.0 && triad_gbps_ <= 0.0 && r4w3_gbps_ <= 0.0)) return;
+    std::printf("AdamW against the memory bandwidth (best runs; AdamW moves 28 bytes per parameter):\n");
+    if (triad_gbps_ > 0.0) {
+      std::printf("   adamw_step %.1f GB/s, STREAM triad %.1f GB/s: AdamW at %.0f%% of the triad's bandwidth\n",
+                  adamw_gbps_, triad_gbps_, 100.0 * adamw_gbps_ / triad_gbps_);
+    }
+    if (r4w3_gbps_ > 0.0) {
+      std::printf("   adamw_step %.1f GB/s, read-4-write-3 %.1f GB/s: AdamW at %.0f%% of its own traffic's ceiling\n",
+                  adamw_gbps_, r4w3_gbps_, 100.0 * adamw_gbps_ / r4w3_gbps_);
+    }
+    if (stream_gbps_ > 0.0) {
+      std::printf("   adamw_step %.1f GB/s, stream copy %.1f GB/s: AdamW at %.0f%% of the copy's bandwidth\n",
+                  adamw_gbps_, stream_gbps_, 100.0 * adamw_gbps_ / stream_gbps_);
+    }
+    std::printf("\n");
   }
 
   // -- JSON ------------------------------------------------------------------------------------
@@ -1440,6 +1543,13 @@ class Bench {
       s += "  \"adamw_vs_stream\": {\"adamw_gbps\": " + json_number(adamw_gbps_) +
            ", \"stream_copy_gbps\": " + json_number(stream_gbps_) +
            ", \"ratio\": " + json_number(adamw_gbps_ / stream_gbps_) + "},\n";
+    }
+    if (adamw_gbps_ > 0.0 && (triad_gbps_ > 0.0 || r4w3_gbps_ > 0.0)) {
+      const auto gbps = [](double g) { return g > 0.0 ? json_number(g) : std::string("null"); };
+      const auto ratio = [&](double g) { return g > 0.0 ? json_number(adamw_gbps_ / g) : std::string("null"); };
+      s += "  \"adamw_vs_triad\": {\"adamw_gbps\": " + json_number(adamw_gbps_) +
+           ", \"triad_gbps\": " + gbps(triad_gbps_) + ", \"ratio\": " + ratio(triad_gbps_) +
+           ", \"r4w3_gbps\": " + gbps(r4w3_gbps_) + ", \"r4w3_ratio\": " + ratio(r4w3_gbps_) + "},\n";
     }
     s += "  \"wall_s\": " + json_number(wall_s_) + ",\n";
     s += "  \"cores_busy\": " + json_number(cores_busy_) + ",\n";

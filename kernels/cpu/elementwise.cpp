@@ -1,7 +1,11 @@
 // Elementwise ops: residual add, axpy, scale, fill, and the sum of squares behind grad norms.
 #include <algorithm>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/parallel_ranges.h"
+#include "kernels/cpu/simd_clones.h"
 #include "kernels/cpu/storage.h"
 #include "kernels/half.h"
 #include "kernels/validate.h"
@@ -35,10 +39,32 @@ void CpuBackend::scale(float* x, float alpha, int64_t n) {
 
 namespace {
 
+// Fills shorter than this run on the calling thread: a parallel region costs more than it saves.
+constexpr int64_t kMinParallelBytes = int64_t{1} << 20;
+
+// The fill loop on the bit pattern of the value (2, 4 or 8 bytes), in the machine's widest
+// stores.
+template <typename U>
+PTDP_CPU_CLONES void fill_bits(U* x, U bits, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = bits;
+}
+
 template <typename T>
 void fill_typed(T* x, T value, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) x[i] = value;
+  // A value whose bytes are all zero (gradient zeroing) is memset's work: it stores whole
+  // vectors (or `rep stosb`) at the machine's store bandwidth.
+  using U = std::conditional_t<sizeof(T) == 2, uint16_t,
+                               std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+  static_assert(sizeof(U) == sizeof(T));
+  U bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const int64_t line = 64 / static_cast<int64_t>(sizeof(T));
+  const int64_t min_parallel = kMinParallelBytes / static_cast<int64_t>(sizeof(T));
+  cpu::parallel_ranges(n, line, min_parallel, [&](int64_t lo, int64_t hi) {
+    if (bits == 0) std::memset(x + lo, 0, static_cast<std::size_t>(hi - lo) * sizeof(T));
+    else fill_bits(reinterpret_cast<U*>(x) + lo, bits, hi - lo);
+  });
 }
 
 }  // namespace
@@ -54,6 +80,29 @@ void CpuBackend::fill(void* x, DType t, double value, int64_t n) {
   }
 }
 
+namespace {
+
+// Eight running sums, element i into lane (i - lo) % 8, combined in lane order: the same
+// result on every run, and the adds no longer wait on each other (one chain runs at one add
+// per latency, several times slower than memory delivers the floats). One AVX-512 register, two
+// AVX2 ones; the lanes are the same on every instruction set, so are the bits.
+constexpr int kLanes = 8;
+
+PTDP_CPU_CLONES double sum_squares_range(const float* x, int64_t n) {
+  double lane[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) lane[k] += static_cast<double>(x[i + k]) * x[i + k];
+  }
+  for (int k = 0; i < n; ++i, ++k) lane[k] += static_cast<double>(x[i]) * x[i];
+  double acc = 0.0;
+  for (int k = 0; k < kLanes; ++k) acc += lane[k];
+  return acc;
+}
+
+}  // namespace
+
 double CpuBackend::sum_squares(const float* x, int64_t n) {
   kcheck::check_sum_squares(x, n);
   // A fixed number of chunks, each summed in order and then combined in order: the result is
@@ -63,23 +112,10 @@ double CpuBackend::sum_squares(const float* x, int64_t n) {
   const int64_t chunks = std::clamp<int64_t>((n + kMinChunk - 1) / kMinChunk, 1, kMaxChunks);
   const int64_t per = (n + chunks - 1) / chunks;
   double partial[kMaxChunks] = {};
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t lo = c * per, hi = std::min(n, lo + per);
-    // Eight running sums, element i into lane (i - lo) % 8, combined in lane order: the same
-    // result on every run, and the adds no longer wait on each other (one chain runs at one add
-    // per latency, several times slower than memory delivers the floats).
-    constexpr int kLanes = 8;
-    double lane[kLanes] = {};
-    int64_t i = lo;
-    for (; i + kLanes <= hi; i += kLanes) {
-#pragma omp simd
-      for (int k = 0; k < kLanes; ++k) lane[k] += static_cast<double>(x[i + k]) * x[i + k];
-    }
-    for (int k = 0; i < hi; ++i, ++k) lane[k] += static_cast<double>(x[i]) * x[i];
-    double acc = 0.0;
-    for (int k = 0; k < kLanes; ++k) acc += lane[k];
-    partial[c] = acc;
+    partial[c] = lo < hi ? sum_squares_range(x + lo, hi - lo) : 0.0;
   }
   double total = 0.0;
   for (int64_t c = 0; c < chunks; ++c) total += partial[c];

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <catch2/catch.hpp>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -34,6 +35,15 @@ inline ptdp::Backend& be() { return ptdp::cpu_backend(); }
 inline constexpr ptdp::DType kF32 = ptdp::DType::F32;
 inline constexpr ptdp::DType kBF16 = ptdp::DType::BF16;
 inline constexpr ptdp::DType kF16 = ptdp::DType::F16;
+
+/// Runs fn() with `threads` OpenMP threads, then restores the previous count.
+template <typename Fn>
+void with_threads(int threads, Fn&& fn) {
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  fn();
+  omp_set_num_threads(saved);
+}
 
 // ---- random fills --------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 // included), and ce_backward against finite differences.
 #include <catch2/catch.hpp>
 
+#include "kernels/cpu/exp_math.h"
 #include "reference.h"
 
 using namespace ptdp_test;
@@ -11,8 +12,9 @@ namespace {
 struct RV {
   int64_t rows, v;
 };
-// {2, 600}: more than one 256-column step of the online max.
-const RV kShapes[] = {{1, 1}, {1, 7}, {3, 5}, {4, 33}, {7, 3}, {2, 64}, {2, 600}};
+// {2, 600}: vector lanes and a tail; {3, 4133}: three 2048-column steps of the online max, the
+// last one short and odd.
+const RV kShapes[] = {{1, 1}, {1, 7}, {3, 5}, {4, 33}, {7, 3}, {2, 64}, {2, 600}, {3, 4133}};
 
 /// Splits [0, V) into t contiguous slices of near-equal size (the first V % t one larger).
 std::vector<std::pair<int64_t, int64_t>> slices(int64_t V, int64_t t) {
@@ -294,4 +296,65 @@ TEST_CASE("ce_backward on vocabulary slices matches finite differences of the fu
       }
     }
   }
+}
+
+TEST_CASE("exp_f32 is exp rounded to float (within 0.501 ulp) over the float range, special values exact",
+          "[cross_entropy]") {
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  for (double xd = -110.0; xd <= 89.0; xd += 0.0009765625 * 3.1) {
+    const float x = static_cast<float>(xd);
+    const float got = ptdp::cpu::exp_f32(x);
+    const double want = std::exp(static_cast<double>(x));
+    const float wantf = static_cast<float>(want);
+    if (std::isinf(wantf)) {
+      if (!std::isinf(got)) worst = std::numeric_limits<double>::infinity(), worst_x = x;
+      continue;
+    }
+    // One ulp of the float nearest the exact value (the smallest denormal below FLT_MIN).
+    const double ulp = wantf < std::numeric_limits<float>::min()
+                           ? std::numeric_limits<float>::denorm_min()
+                           : std::nextafter(wantf, std::numeric_limits<float>::infinity()) - wantf;
+    const double err = std::fabs(static_cast<double>(got) - want) / ulp;
+    if (err > worst) worst = err, worst_x = x;
+  }
+  INFO("worst " << worst << " ulp at x = " << worst_x);
+  CHECK(worst <= 0.501);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(ptdp::cpu::exp_f32(-inf) == 0.0f);
+  CHECK(ptdp::cpu::exp_f32(-200.0f) == 0.0f);
+  CHECK(ptdp::cpu::exp_f32(inf) == inf);
+  CHECK(ptdp::cpu::exp_f32(100.0f) == inf);
+  CHECK(std::isnan(ptdp::cpu::exp_f32(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(ptdp::cpu::exp_f32(0.0f) == 1.0f);
+  CHECK(ptdp::cpu::exp_f32(-0.0f) == 1.0f);
+}
+
+TEST_CASE("cross-entropy gives the same bits on 1 and 2 threads, and NaN logits reach the loss",
+          "[cross_entropy]") {
+  const int64_t rows = 5, v = 4133;
+  Rand r(77);
+  const fvec logits = r.uniform(rows * v, -6.0f, 6.0f);
+  const std::vector<int32_t> targets = {0, 4132, 17, 2048, 2047};
+  const fvec dloss = {0.2f, 0.3f, 0.1f, 0.25f, 0.15f};
+  CeLocal c[2];
+  fvec dx[2];
+  for (int k = 0; k < 2; ++k) {
+    with_threads(k + 1, [&] {
+      c[k] = forward_local(logits, targets, rows, v, 0);
+      dx[k] = fvec(logits.size());
+      be().ce_backward(logits.data(), kF32, c[k].row_max.data(), c[k].sum_exp.data(), targets.data(),
+                       dloss.data(), rows, v, 0, dx[k].data());
+    });
+  }
+  CHECK_BITEQUAL(c[1].row_max, c[0].row_max);
+  CHECK_BITEQUAL(c[1].sum_exp, c[0].sum_exp);
+  CHECK_BITEQUAL(dx[1], dx[0]);
+  // A NaN logit is skipped by the max but makes its row's sum, and so its loss, NaN.
+  fvec bad = logits;
+  bad[static_cast<std::size_t>(2 * v + 3001)] = std::numeric_limits<float>::quiet_NaN();
+  const CeLocal cb = forward_local(bad, targets, rows, v, 0);
+  CHECK(cb.row_max[2] == c[0].row_max[2]);
+  CHECK(std::isnan(cb.sum_exp[2]));
+  CHECK(cb.sum_exp[1] == c[0].sum_exp[1]);
 }

@@ -277,3 +277,53 @@ TEST_CASE("dropout: the CPU's keep helpers answer what dropout_forward applies",
   CHECK(wrong == 0);
   CHECK(wrong_row == 0);
 }
+
+TEST_CASE("dropout: the integer threshold keeps exactly the elements whose uniform is >= p",
+          "[dropout]") {
+  // dropout_keeps_bits(bits, dropout_threshold(p)) is what the kernels apply; it must agree with
+  // philox_bits_to_uniform(bits) >= p for every bits, in particular next to the threshold.
+  const float ps[] = {0.0f, 1e-30f, 5.9604645e-08f /* 2^-24 */, 1e-7f, 0.1f, 0.3333333f, 0.5f,
+                      0.9999999f, 1.0f};
+  std::size_t wrong = 0;
+  for (float p : ps) {
+    const int32_t t = ptdp::cpu::dropout_threshold(p);
+    INFO("p " << p << " threshold " << t);
+    for (int64_t k = -3; k <= 3; ++k) {
+      const int64_t top = std::clamp<int64_t>(t + k, 0, (int64_t{1} << 24) - 1);
+      for (uint32_t low : {0u, 1u, 0x7fu, 0xffu}) {
+        const uint32_t bits = (static_cast<uint32_t>(top) << 8) | low;
+        wrong += ptdp::cpu::dropout_keeps_bits(bits, t) !=
+                 ptdp::cpu::dropout_keeps(ptdp::philox_bits_to_uniform(bits), p);
+      }
+    }
+    Rand r(static_cast<uint32_t>(t) + 17);
+    for (int i = 0; i < 2000; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(r.g());
+      wrong += ptdp::cpu::dropout_keeps_bits(bits, t) !=
+               ptdp::cpu::dropout_keeps(ptdp::philox_bits_to_uniform(bits), p);
+    }
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("dropout: long rows, odd lengths and sub-blocks give the reference mask on 1 and 2 threads",
+          "[dropout]") {
+  // Pieces of 4096 elements and Philox batches of 256 elements end inside rows here; the
+  // vectorised loops run their tails at every odd length.
+  const GlobalBlock blocks[] = {GlobalBlock::flat(9001), GlobalBlock::flat(3),
+                                block3(3, 2, 5003, 7, 2, 5003, 2, 0, 0),
+                                block3(2, 3, 1001, 4, 5, 1100, 1, 2, 37)};
+  for (const GlobalBlock& b : blocks) {
+    Rand r(static_cast<uint32_t>(b.numel()));
+    const fvec x = r.uniform(b.numel());
+    const DropoutDesc d = desc(0.3f, b, 42, 7);
+    fvec y1(x.size(), 5.0f), y2(x.size(), 6.0f);
+    with_threads(1, [&] { be().dropout_forward(x.data(), y1.data(), kF32, d); });
+    with_threads(2, [&] { be().dropout_forward(x.data(), y2.data(), kF32, d); });
+    check_dropout_output(y1, x, d);
+    CHECK_BITEQUAL(y2, y1);
+    fvec inplace = x;
+    be().dropout_backward(inplace.data(), inplace.data(), kF32, d);
+    CHECK_BITEQUAL(inplace, y1);
+  }
+}

@@ -290,3 +290,37 @@ TEST_CASE("sum_squares accumulates in double", "[elementwise]") {
   fvec big = {3e30f, -4e30f};
   CHECK(be().sum_squares(big.data(), 2) == Approx(25e60).epsilon(1e-6));
 }
+
+TEST_CASE("sum_squares: vector tails and 1 or 2 threads give the same bits", "[elementwise]") {
+  for (int64_t n : {int64_t{7}, int64_t{8}, int64_t{9}, int64_t{16385}, int64_t{1000003}}) {
+    Rand r(static_cast<uint32_t>(n) + 3);
+    const fvec x = r.uniform(n, -2.0f, 2.0f);
+    double got[2];
+    for (int k = 0; k < 2; ++k) with_threads(k + 1, [&] { got[k] = be().sum_squares(x.data(), n); });
+    double want = 0.0;
+    for (float v : x) want += static_cast<double>(v) * static_cast<double>(v);
+    INFO("n " << n);
+    CHECK(got[1] == got[0]);
+    CHECK(got[0] == Approx(want).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("fill: large zero fills (memset, threaded) and -0.0 on 1 and 2 threads", "[elementwise][fill]") {
+  // 2^20 + 5 floats is past the 1 MiB below which one thread fills.
+  for (int64_t n : {int64_t{5}, (int64_t{1} << 20) + 5}) {
+    for (int threads : {1, 2}) {
+      INFO("n " << n << " threads " << threads);
+      std::vector<float> buf(static_cast<std::size_t>(n + 1), 3.0f);
+      with_threads(threads, [&] { be().fill(buf.data(), ptdp::DType::F32, 0.0, n); });
+      CHECK(std::count_if(buf.begin(), buf.end() - 1, [](float v) { return v != 0.0f || std::signbit(v); }) == 0);
+      CHECK(buf.back() == 3.0f);
+      with_threads(threads, [&] { be().fill(buf.data(), ptdp::DType::F32, -0.0, n); });
+      CHECK(std::count_if(buf.begin(), buf.end() - 1, [](float v) { return v != 0.0f || !std::signbit(v); }) == 0);
+      CHECK(buf.back() == 3.0f);
+      std::vector<uint16_t> h(static_cast<std::size_t>(n + 1), 7);
+      with_threads(threads, [&] { be().fill(h.data(), ptdp::DType::BF16, 0.0, n); });
+      CHECK(std::count(h.begin(), h.end() - 1, uint16_t{0}) == n);
+      CHECK(h.back() == 7);
+    }
+  }
+}

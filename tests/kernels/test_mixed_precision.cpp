@@ -569,6 +569,29 @@ TEST_CASE("bias_dropout_add equals dropout_forward(x + bias) + residual",
                                   dropout_desc(0.0f, ptdp::GlobalBlock::flat(rows * cols))));
 }
 
+TEST_CASE("bias_dropout_add over long and odd rows on 1 and 2 threads equals the composed ops",
+          "[mixed][bias_dropout_add]") {
+  // Rows of 1001 columns: the 256-element mask batches and 4096-element pieces end inside rows,
+  // so the row segments and their vector tails are cut at every offset.
+  const int64_t rows = 9, cols = 1001;
+  Rand r(402);
+  const fvec x = r.uniform(rows * cols), bias = r.uniform(cols), res = r.uniform(rows * cols);
+  for (float p : {0.0f, 0.15f}) {
+    const ptdp::DropoutDesc d = dropout_desc(p, ptdp::GlobalBlock::flat(rows * cols));
+    INFO("p " << p);
+    for (int threads : {1, 2}) {
+      INFO("threads " << threads);
+      fvec y(x.size(), 9.0f), yr = res;
+      with_threads(threads, [&] {
+        be().bias_dropout_add(x.data(), bias.data(), res.data(), y.data(), kF32, rows, cols, d);
+        be().bias_dropout_add(x.data(), nullptr, yr.data(), yr.data(), kF32, rows, cols, d);
+      });
+      CHECK_BITEQUAL(y, bda_composed(x, &bias, res, rows, cols, d));
+      CHECK_BITEQUAL(yr, bda_composed(x, nullptr, res, rows, cols, d));
+    }
+  }
+}
+
 TEST_CASE("16-bit bias_dropout_add is the fp32 computation rounded once",
           "[mixed][bias_dropout_add]") {
   const int64_t rows = 8, cols = 50;

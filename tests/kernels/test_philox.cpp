@@ -2,6 +2,7 @@
 // philox_bits / philox_uniform / philox_normal.
 #include <catch2/catch.hpp>
 
+#include "kernels/cpu/dropout_mask.h"
 #include "kernels/philox.h"
 #include "reference.h"
 
@@ -84,4 +85,25 @@ TEST_CASE("philox_uniform is uniform on 0 <= u < 1, philox_normal is standard no
   CHECK(std::fabs(ns / n) < 0.02);           // sd of the mean ~ 0.003
   CHECK(std::fabs(ns2 / n - 1.0) < 0.03);    // sd ~ 0.0045
   CHECK(std::fabs(ns4 / n - 3.0) < 0.2);     // kurtosis of a normal
+}
+
+TEST_CASE("philox_words gives philox_block's words for every batch length", "[philox][dropout]") {
+  // The vector versions do 4 or 8 blocks at a time: every length up to a batch, so each tail is
+  // seen, and first blocks on both sides of 2^32 (the counter's second word changes there).
+  const uint64_t firsts[] = {0, 5, (uint64_t{1} << 32) - 3, uint64_t{0xfffffffffffffff0}};
+  const PhiloxStream streams[] = {{1234, 99}, {0xffffffffffffffffull, 0x8000000000000001ull}};
+  std::size_t wrong = 0;
+  for (const PhiloxStream& s : streams)
+    for (uint64_t first : firsts)
+      for (int n = 1; n <= ptdp::cpu::kMaskBlocksPerBatch; ++n) {
+        std::vector<uint32_t> out(4 * ptdp::cpu::kMaskBlocksPerBatch + 4, 0xdeadbeefu);
+        ptdp::cpu::philox_words(s, first, n, out.data());
+        for (int b = 0; b < n; ++b) {
+          const Philox4x32 want = ptdp::philox_block(s, first + static_cast<uint64_t>(b));
+          for (int w = 0; w < 4; ++w) wrong += out[static_cast<std::size_t>(4 * b + w)] != want.v[w];
+        }
+        // Nothing past the n blocks is written.
+        for (std::size_t i = static_cast<std::size_t>(4 * n); i < out.size(); ++i) wrong += out[i] != 0xdeadbeefu;
+      }
+  CHECK(wrong == 0);
 }
