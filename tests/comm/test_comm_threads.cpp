@@ -108,7 +108,7 @@ void check_threads(ptdp_runtime rt, int want, const std::string& what) {
 
 /// cpu_threads > 0 wins over everything, OMP_NUM_THREADS included; < 0 is refused by every
 /// constructor, naming the field, with nothing created.
-void check_explicit_and_refused(int me) {
+void check_explicit_and_refused() {
   ptdp_runtime_options o = ct::runtime_options();
   o.cpu_threads = 2;
   ptdp_runtime rt = nullptr;
@@ -139,7 +139,6 @@ void check_explicit_and_refused(int me) {
   expect_message(CT_STATUS(ptdp_runtime_create(&o, &rt), PTDP_ERR_INVALID_ARGUMENT),
                  {"ptdp_runtime_create: ", want}, "ptdp_runtime_create, use_mpi = 0");
   expect(rt == nullptr, "refused creations leave *out unchanged", "NULL", "a handle");
-  (void)me;
 }
 
 }  // namespace
@@ -184,7 +183,7 @@ int main(int argc, char** argv) {
       check_threads(rt, count(affinity()), "default, use_mpi = 0");
       CT_OK(ptdp_runtime_destroy(rt));
     }
-    check_explicit_and_refused(me);
+    check_explicit_and_refused();
   } else if (mode == "env" && argc > 2) {
     const int n = std::atoi(argv[2]);
     ct::context("env");
@@ -203,7 +202,7 @@ int main(int argc, char** argv) {
       check_threads(rt, n, "OMP_NUM_THREADS=" + std::to_string(n) + ", use_mpi = 0");
       CT_OK(ptdp_runtime_destroy(rt));
     }
-    check_explicit_and_refused(me);
+    check_explicit_and_refused();
   } else {
     std::fprintf(stderr, "usage: test_comm_threads default | env N\n");
     MPI_Finalize();
