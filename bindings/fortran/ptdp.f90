@@ -176,6 +176,8 @@ module ptdp
     integer(c_int32_t) :: verify_collectives
     integer(c_int32_t) :: use_mpi
     integer(c_int32_t) :: use_nccl
+    integer(c_int32_t) :: reserved0
+    integer(c_int32_t) :: cpu_threads
   end type ptdp_runtime_options
 
   ! Parallel sizes, with Megatron-LM's names.
@@ -881,6 +883,16 @@ module ptdp
       integer(c_int32_t), intent(out) :: local_size
       integer(c_int) :: ptdp_runtime_local
     end function ptdp_runtime_local
+
+    ! The OpenMP threads of this process's CPU engine, as the runtime chose them when it was
+    ! created from ptdp_runtime_options::cpu_threads.
+    function ptdp_runtime_cpu_threads(runtime, threads) bind(c, name="ptdp_runtime_cpu_threads")
+      import
+      implicit none
+      type(c_ptr), value :: runtime
+      integer(c_int32_t), intent(out) :: threads
+      integer(c_int) :: ptdp_runtime_cpu_threads
+    end function ptdp_runtime_cpu_threads
 
     ! The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.
     function ptdp_runtime_gpu(runtime, gpu) bind(c, name="ptdp_runtime_gpu")

@@ -110,6 +110,10 @@ static_assert(FirstPublished<ptdp_cluster>::size == offsetof(ptdp_cluster, eleme
 // published before, tail padding included: a caller built against that version passes its
 // padding uninitialised, and read_options() copies struct_size bytes. ptdp_gpt_options was 88
 // bytes at 0.2.0, its last field (attention) ending at 84; the Llama options start at 88.
+static_assert(offsetof(ptdp_runtime_options, use_nccl) + sizeof(int32_t) == 28 &&
+                  offsetof(ptdp_runtime_options, reserved0) == 28 &&
+                  offsetof(ptdp_runtime_options, cpu_threads) == 32,
+              "ptdp_runtime_options: cpu_threads must start at its 0.2.0 size, 32, past its padding (reserved0)");
 static_assert(offsetof(ptdp_gpt_options, attention) + sizeof(ptdp_attention) == 84 &&
                   offsetof(ptdp_gpt_options, rotary_base) == 88,
               "ptdp_gpt_options: the fields added after 0.2.0 must start at its 88 bytes, past its padding");
@@ -133,6 +137,7 @@ PTDP_SIZE_AT_0_2(ptdp_plan_options, 104, rotary_base);
 PTDP_SIZE_AT_0_2(ptdp_generate_options, 32, no_kv_cache);
 PTDP_SIZE_AT_0_2(ptdp_parallel_options, 24, decoder_first_pipeline_num_layers);
 PTDP_SIZE_AT_0_2(ptdp_cluster, 128, elementwise_bandwidth);
+PTDP_SIZE_AT_0_2(ptdp_runtime_options, 32, cpu_threads);
 #undef PTDP_SIZE_AT_0_2
 
 /// The smallest struct_size a caller may pass for `Struct`.

@@ -94,6 +94,7 @@ PTDP_API ptdp_status ptdp_runtime_options_init(ptdp_runtime_options* options) {
     options->verify_collectives = 1;
     options->use_mpi = 1;
     options->use_nccl = 1;
+    options->cpu_threads = 0;  // OMP_NUM_THREADS, else this rank's share of the node's CPUs
   });
 }
 
@@ -153,6 +154,14 @@ PTDP_API ptdp_status ptdp_runtime_local(ptdp_runtime runtime, int32_t* local_ran
     const ptdp::Runtime& rt = *live(runtime, "runtime").runtime;
     if (local_rank) *local_rank = rt.local_rank();
     if (local_size) *local_size = rt.local_size();
+  });
+}
+
+PTDP_API ptdp_status ptdp_runtime_cpu_threads(ptdp_runtime runtime, int32_t* threads) {
+  return guard(__func__, [&] {
+    const ptdp::Runtime& rt = *live(runtime, "runtime").runtime;
+    require_non_null(threads, "threads");
+    *threads = rt.cpu_threads();
   });
 }
 

@@ -1,6 +1,7 @@
 // The 0.2.0 versions of the entry points that fill a struct which has grown since: a program
 // built against 0.2.0 passes a ptdp_gpt_options of 88 bytes, a ptdp_plan_options of 104, a
-// ptdp_generate_options of 32, a ptdp_parallel_options of 24 and a ptdp_cluster of 128 to functions that do not read a
+// ptdp_generate_options of 32, a ptdp_parallel_options of 24, a ptdp_cluster of 128 and a
+// ptdp_runtime_options of 32 to functions that do not read a
 // struct_size first, so the current
 // versions would write past its end. Its references are bound to version PTDP_0 (the version
 // node of every 0.2.0 symbol, capi/ptdp.map); these definitions are that version
@@ -189,6 +190,26 @@ PTDP_API ptdp_status compat_ptdp_0_2_cluster_load(const char* path, ptdp_cluster
   return ptdp::capi::guard("ptdp_cluster_load", [&] { hand_out_defaults(full, cluster); });
 }
 
+// ptdp_runtime_options grew cpu_threads after 0.2.0: its 0.2.0 fillers write the 32-byte
+// prefix (the library reads cpu_threads of such a struct as 0, the default).
+PTDP_API ptdp_status compat_ptdp_0_2_runtime_options_init(ptdp_runtime_options* options) {
+  return ptdp::capi::guard("ptdp_runtime_options_init", [&] {
+    ptdp::capi::require_non_null(options, "options");
+    const ptdp_runtime_options full = fresh(ptdp_runtime_options_init);
+    hand_out_defaults(full, options);
+  });
+}
+
+// The configuration sets no cpu_threads (ptdp-train has no thread flag), so the prefix always
+// describes it.
+PTDP_API ptdp_status compat_ptdp_0_2_train_config_runtime_options(ptdp_train_config config,
+                                                                  ptdp_runtime_options* options) {
+  ptdp_runtime_options full{};
+  const ptdp_status st = ptdp_train_config_runtime_options(config, options ? &full : nullptr);
+  if (st != PTDP_SUCCESS) return st;
+  return ptdp::capi::guard("ptdp_train_config_runtime_options", [&] { hand_out_defaults(full, options); });
+}
+
 }  // extern "C"
 
 // Bind each definition above to its public name at version PTDP_0 (see capi/ptdp.map).
@@ -203,3 +224,5 @@ __asm__(".symver compat_ptdp_0_2_cluster_init,ptdp_cluster_init@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_cluster_preset,ptdp_cluster_preset@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_cluster_load,ptdp_cluster_load@PTDP_0");
 __asm__(".symver compat_ptdp_0_2_train_config_parallel_options,ptdp_train_config_parallel_options@PTDP_0");
+__asm__(".symver compat_ptdp_0_2_runtime_options_init,ptdp_runtime_options_init@PTDP_0");
+__asm__(".symver compat_ptdp_0_2_train_config_runtime_options,ptdp_train_config_runtime_options@PTDP_0");

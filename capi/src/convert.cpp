@@ -241,8 +241,11 @@ RuntimeOptions runtime_options(const ptdp_runtime_options* user, bool* use_mpi) 
                  "options->use_mpi = " + std::to_string(o.use_mpi) + " is not 0 or 1");
   PTDP_CHECK_ARG(o.use_nccl == 0 || o.use_nccl == 1,
                  "options->use_nccl = " + std::to_string(o.use_nccl) + " is not 0 or 1");
+  PTDP_CHECK_ARG(o.cpu_threads >= 0, "options->cpu_threads = " + std::to_string(o.cpu_threads) +
+                                         " is negative (0: OMP_NUM_THREADS, else the node's CPUs over its ranks)");
   if (use_mpi) *use_mpi = o.use_mpi == 1;
   RuntimeOptions out;
+  out.cpu_threads = o.cpu_threads;
   out.timeout_s = o.comm_timeout_s;
   out.verify_collectives = o.verify_collectives == 1;
   out.use_nccl = o.use_nccl == 1;

@@ -1,8 +1,16 @@
 #include "core/comm/runtime.h"
 
-#include <atomic>
-#include <cstdlib>
+#include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstdint>
+#include <cstdlib>
+#include <thread>
+
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/error.h"
 
 #ifdef PTDP_HAVE_MPI
@@ -66,6 +74,56 @@ struct Runtime::MpiState {};
 void abandon_mpi_finalize() noexcept {}
 #endif
 
+namespace {
+
+/// This process's affinity mask as 64-bit words, one bit per CPU; all zero when it cannot be
+/// read. Every process of a node gets the same number of words (the node's CPUs, at least 1024).
+std::vector<std::uint64_t> affinity_mask() {
+  const int cpus = static_cast<int>(std::max<long>(sysconf(_SC_NPROCESSORS_CONF), 1024));
+  std::vector<std::uint64_t> words(static_cast<std::size_t>((cpus + 63) / 64), 0);
+  cpu_set_t* set = CPU_ALLOC(cpus);
+  if (set == nullptr) return words;
+  const std::size_t bytes = CPU_ALLOC_SIZE(cpus);
+  CPU_ZERO_S(bytes, set);
+  if (sched_getaffinity(0, bytes, set) == 0) {
+    for (int c = 0; c < cpus; ++c) {
+      if (CPU_ISSET_S(c, bytes, set)) words[static_cast<std::size_t>(c / 64)] |= std::uint64_t{1} << (c % 64);
+    }
+  }
+  CPU_FREE(set);
+  return words;
+}
+
+int count_cpus(const std::vector<std::uint64_t>& mask) {
+  int n = 0;
+  for (std::uint64_t w : mask) n += std::popcount(w);
+  return n;
+}
+
+/// OMP_NUM_THREADS's first level when it is set to a count, else 0.
+int omp_num_threads_from_env() {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  if (env == nullptr || *env == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(env, &end, 10);
+  if (end == env || (*end != '\0' && *end != ',') || n < 1 || n > (1 << 20)) return 0;
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+void Runtime::apply_cpu_threads(int requested, int cpus, int sharing_ranks) {
+  int n = requested;
+  if (n == 0) n = omp_num_threads_from_env();
+  if (n == 0) {
+    // Without a readable mask, every CPU of the machine, shared by every rank of the node.
+    if (cpus == 0) cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    n = std::max(1, cpus / std::max(1, sharing_ranks));
+  }
+  set_cpu_threads(n);
+  cpu_threads_ = n;
+}
+
 void Runtime::init_common(const RuntimeOptions& options) {
   settings_.timeout_s = options.timeout_s > 0 ? options.timeout_s : comm_timeout_from_env();
   settings_.verify = options.verify_collectives;
@@ -83,6 +141,7 @@ std::shared_ptr<Runtime> Runtime::create_self(const RuntimeOptions& options) {
   rt->settings_.world_rank = 0;
   FlightRecorder::instance().set_world(0, 1);
   rt->world_comm_ = std::make_unique<SelfCommunicator>(rt->settings_);
+  rt->apply_cpu_threads(options.cpu_threads, count_cpus(affinity_mask()), 1);
 #ifdef PTDP_HAVE_CUDA
   rt->gpu_ = cuda::device_count() > 0 ? 0 : -1;
 #ifdef PTDP_HAVE_NCCL
@@ -146,7 +205,28 @@ std::shared_ptr<Runtime> Runtime::create_from_mpi(const RuntimeOptions& options,
             "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
   MPI_Comm_rank(node, &rt->local_rank_);
   MPI_Comm_size(node, &rt->local_size_);
+  // The node's ranks that may run on this rank's CPUs share them: all of the node's ranks
+  // unless the launcher bound each to CPUs of its own. A rank whose mask could not be read
+  // (all zero) counts as sharing every CPU.
+  const std::vector<std::uint64_t> mine = affinity_mask();
+  std::vector<std::uint64_t> all_masks(mine.size() * static_cast<std::size_t>(rt->local_size_));
+  mpi_check(MPI_Allgather(mine.data(), static_cast<int>(mine.size()), MPI_UINT64_T, all_masks.data(),
+                          static_cast<int>(mine.size()), MPI_UINT64_T, node),
+            "MPI_Allgather of the node's CPU affinity masks");
   MPI_Comm_free(&node);
+  int sharing = 0;
+  const int my_cpus = count_cpus(mine);
+  for (int r = 0; r < rt->local_size_; ++r) {
+    const std::uint64_t* theirs = all_masks.data() + static_cast<std::size_t>(r) * mine.size();
+    bool overlap = my_cpus == 0;
+    bool readable = false;
+    for (std::size_t w = 0; w < mine.size(); ++w) {
+      overlap = overlap || (mine[w] & theirs[w]) != 0;
+      readable = readable || theirs[w] != 0;
+    }
+    if (overlap || !readable) ++sharing;
+  }
+  rt->apply_cpu_threads(options.cpu_threads, my_cpus, sharing);
 #ifdef PTDP_HAVE_CUDA
   const int gpus = cuda::device_count();
   rt->gpu_ = gpus > 0 ? rt->local_rank_ % gpus : -1;

@@ -21,6 +21,10 @@ struct RuntimeOptions {
   /// Create NCCL communicators for GPU tensors when NCCL is built in and this rank has a GPU
   /// of its own (ranks sharing a GPU use MPI, since NCCL refuses two ranks on one device).
   bool use_nccl = true;
+  /// OpenMP threads of the process's CPU engine (kernels/cpu/cpu_threads.h). 0: OMP_NUM_THREADS
+  /// when it is set, else the CPUs of this process's affinity mask over the ranks of this node
+  /// that share them (at least 1); > 0: exactly that many.
+  int cpu_threads = 0;
 };
 
 class Runtime {
@@ -50,6 +54,8 @@ class Runtime {
   /// Whether process groups get NCCL communicators for GPU tensors (see RuntimeOptions).
   bool nccl_enabled() const { return nccl_enabled_; }
   const CommSettings& settings() const { return settings_; }
+  /// The OpenMP threads this runtime gave the CPU engine when it was created (>= 1).
+  int cpu_threads() const { return cpu_threads_; }
 
   Communicator& world() { return *world_comm_; }
 
@@ -71,11 +77,14 @@ class Runtime {
   struct MpiState;
   Runtime() = default;
   void init_common(const RuntimeOptions& options);
+  /// Chooses the CPU engine's threads (RuntimeOptions::cpu_threads `requested`; for 0 the
+  /// affinity mask's `cpus` over the node's `sharing_ranks`) and applies them process-wide.
+  void apply_cpu_threads(int requested, int cpus, int sharing_ranks);
 
   std::unique_ptr<MpiState> mpi_;
   std::unique_ptr<Communicator> world_comm_;
   CommSettings settings_;
-  int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, gpu_ = -1;
+  int world_rank_ = 0, world_size_ = 1, local_rank_ = 0, local_size_ = 1, gpu_ = -1, cpu_threads_ = 1;
   bool want_nccl_ = true, nccl_enabled_ = false;
 };
 

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <limits>
 
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
@@ -64,7 +65,10 @@ Backend& backend_for(Device device) {
 #ifdef PTDP_HAVE_CUDA
   if (device.type == DeviceType::CUDA) return cuda::backend(device.index);
 #endif
-  if (Backend* decorator = cpu_decorator.load(std::memory_order_acquire)) return *decorator;
+  if (Backend* decorator = cpu_decorator.load(std::memory_order_acquire)) {
+    adopt_cpu_threads();  // as cpu_backend() does (kernels/cpu/cpu_threads.h)
+    return *decorator;
+  }
   return cpu_backend();
 }
 

@@ -1,9 +1,11 @@
-// The CPU backend's memory movement and its process-wide instance; each op lives in its own file.
+// The CPU backend's memory movement and its process-wide instance (handed out with the
+// runtime's thread count, kernels/cpu/cpu_threads.h); each op lives in its own file.
 #include "kernels/cpu/cpu_backend.h"
 
 #include <cstring>
 
 #include "kernels/check.h"
+#include "kernels/cpu/cpu_threads.h"
 
 namespace ptdp {
 
@@ -23,6 +25,7 @@ void CpuBackend::copy(void* dst, const void* src, std::size_t bytes) {
 }
 
 Backend& cpu_backend() {
+  adopt_cpu_threads();  // the count a runtime chose, on every thread that computes
   static CpuBackend backend;
   return backend;
 }

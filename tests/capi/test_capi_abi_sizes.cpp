@@ -40,6 +40,7 @@ namespace {
 // LP64 sizes of each struct in the header that first published it (git history of ptdp.h).
 constexpr std::size_t kTensorOptionsV1 = 24;
 constexpr std::size_t kRuntimeOptionsV1 = 24;  // before use_nccl
+constexpr std::size_t kRuntimeOptions_0_2 = 32;  // at 0.2.0: through use_nccl (28), 4 bytes of padding
 constexpr std::size_t kParallelOptionsV1 = 24;
 constexpr std::size_t kGptOptionsV1 = 72;  // before device, precision, attention
 constexpr std::size_t kGptOptions_0_2 = 88;  // at 0.2.0: through attention (84), 4 bytes of padding
@@ -54,6 +55,7 @@ constexpr std::size_t kClusterV1 = 128;
 constexpr std::size_t kPlanOptionsV1 = 104;
 constexpr std::size_t kPlanLayoutV1 = 208;
 static_assert(kRuntimeOptionsV1 == offsetof(ptdp_runtime_options, use_nccl));
+static_assert(kRuntimeOptions_0_2 == offsetof(ptdp_runtime_options, cpu_threads));
 static_assert(kGptOptionsV1 == offsetof(ptdp_gpt_options, device));
 static_assert(kGptOptions_0_2 == offsetof(ptdp_gpt_options, rotary_base));
 static_assert(kPlanOptionsV1 == offsetof(ptdp_plan_options, rotary_base));
@@ -303,6 +305,38 @@ TEST_CASE("ABI sizes: ptdp_runtime_options", "[capi][abi]") {
     CHECK(r == nullptr);
     return s;
   });
+
+  // cpu_threads (after 0.2.0) starts past 0.2.0's 32 bytes, tail padding included: a 0.2.0
+  // struct, whatever its padding (reserved0) and the bytes after it hold, gets the default; a
+  // full one has it read (and refused when negative).
+  {
+    ptdp_runtime_options t = o;
+    t.reserved0 = 0x5a5a5a5a;  // uninitialised padding of a 0.2.0 program: never read
+    t.cpu_threads = -1;
+    REQUIRE(ptdp_runtime_create(&t, &rt) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(err(), Catch::Contains("options->cpu_threads = -1 is negative"));
+    for (std::size_t size : {kRuntimeOptionsV1, kRuntimeOptions_0_2}) {
+      INFO(size);
+      auto old = first_published(t, size);
+      rt = nullptr;
+      REQUIRE(ptdp_runtime_create(old.get(), &rt) == PTDP_SUCCESS);
+      int32_t threads = -7;
+      REQUIRE(ptdp_runtime_cpu_threads(rt, &threads) == PTDP_SUCCESS);
+      CHECK(threads >= 1);
+      REQUIRE(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
+    }
+    t.cpu_threads = 3;
+    rt = nullptr;
+    REQUIRE(ptdp_runtime_create(&t, &rt) == PTDP_SUCCESS);
+    int32_t threads = -7;
+    REQUIRE(ptdp_runtime_cpu_threads(rt, &threads) == PTDP_SUCCESS);
+    CHECK(threads == 3);
+    REQUIRE(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
+    t.cpu_threads = 0;  // leave the process at its default thread count
+    rt = nullptr;
+    REQUIRE(ptdp_runtime_create(&t, &rt) == PTDP_SUCCESS);
+    REQUIRE(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
+  }
 
   // The Fortran (and MPI_Comm) constructors read the options before the communicator: with
   // MPI not initialised in this process, good sizes get as far as the communicator.

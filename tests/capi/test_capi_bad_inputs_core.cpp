@@ -132,6 +132,14 @@ PTDP_BAD_INPUTS(runtime) {
   r.push_back(bad::field_row<ptdp_runtime_options>(
       fn, "use_mpi 2", ptdp_runtime_options_init, [](ptdp_runtime_options& x) { x.use_mpi = 2; },
       [&](const ptdp_runtime_options* x) { return ptdp_runtime_create(x, &o.runtime); }, {"options->use_mpi = 2"}));
+  r.push_back(bad::field_row<ptdp_runtime_options>(
+      fn, "cpu_threads -1", ptdp_runtime_options_init,
+      [](ptdp_runtime_options& x) {
+        x.use_mpi = 0;
+        x.cpu_threads = -1;
+      },
+      [&](const ptdp_runtime_options* x) { return ptdp_runtime_create(x, &o.runtime); },
+      {"options->cpu_threads = -1 is negative"}));
   r.push_back(null_row("ptdp_runtime_create_from_fortran", "out",
                        [] { return ptdp_runtime_create_from_fortran(nullptr, 0, nullptr); }));
   options_rows(r, "ptdp_runtime_create_from_fortran", "options", ptdp_runtime_options_init,
@@ -148,6 +156,10 @@ PTDP_BAD_INPUTS(runtime) {
   handle_rows(r, "ptdp_runtime_gpu", "runtime", "ptdp_runtime", f.dead_runtime,
               [&](ptdp_runtime h) { return ptdp_runtime_gpu(h, &o.i32[0]); });
   r.push_back(null_row("ptdp_runtime_gpu", "gpu", [&] { return ptdp_runtime_gpu(f.runtime, nullptr); }));
+  handle_rows(r, "ptdp_runtime_cpu_threads", "runtime", "ptdp_runtime", f.dead_runtime,
+              [&](ptdp_runtime h) { return ptdp_runtime_cpu_threads(h, &o.i32[0]); });
+  r.push_back(null_row("ptdp_runtime_cpu_threads", "threads",
+                       [&] { return ptdp_runtime_cpu_threads(f.runtime, nullptr); }));
 
   // The flight recorder and abort (a live runtime is never aborted here: the fixture uses it).
   handle_rows(r, "ptdp_runtime_abort", "runtime", "ptdp_runtime", f.dead_runtime,

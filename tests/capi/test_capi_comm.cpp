@@ -3,6 +3,9 @@
 // tests/comm).
 #include <catch2/catch.hpp>
 
+#include <sched.h>
+
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -305,6 +308,53 @@ TEST_CASE("runtime options are validated", "[capi][comm][errors]") {
   CHECK(ptdp_runtime_world(nullptr, nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(ptdp_groups_create(nullptr, nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(err().find("runtime is NULL") != std::string::npos);
+}
+
+TEST_CASE("the CPU engine's threads: cpu_threads, OMP_NUM_THREADS, this process's CPUs", "[capi][comm]") {
+  ptdp_runtime_options ro;
+  REQUIRE(ptdp_runtime_options_init(&ro) == PTDP_SUCCESS);
+  CHECK(ro.cpu_threads == 0);
+  CHECK(ro.reserved0 == 0);
+  ro.use_mpi = 0;
+  auto threads_of = [&](const ptdp_runtime_options& o) {
+    ptdp_runtime rt = nullptr;
+    REQUIRE(ptdp_runtime_create(&o, &rt) == PTDP_SUCCESS);
+    int32_t n = -7;
+    REQUIRE(ptdp_runtime_cpu_threads(rt, &n) == PTDP_SUCCESS);
+    REQUIRE(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
+    return n;
+  };
+  for (int32_t want : {1, 5, 2}) {
+    ro.cpu_threads = want;
+    CHECK(threads_of(ro) == want);
+  }
+  // The default: OMP_NUM_THREADS when set, else every CPU of the affinity mask (a world of one
+  // shares them with nobody). The last runtime leaves the process at its default.
+  ro.cpu_threads = 0;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  CHECK(threads_of(ro) == (env != nullptr && *env != '\0' ? std::atoi(env) : CPU_COUNT(&set)));
+
+  ro.cpu_threads = -1;
+  ptdp_runtime rt = nullptr;
+  CHECK(ptdp_runtime_create(&ro, &rt) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_runtime_create: options->cpu_threads = -1 is negative (0: OMP_NUM_THREADS, else the "
+                 "node's CPUs over its ranks)");
+  CHECK(rt == nullptr);
+  CHECK(ptdp_runtime_create_from_fortran(&ro, 0, &rt) == PTDP_ERR_INVALID_ARGUMENT);  // before the communicator
+  CHECK(err().find("options->cpu_threads = -1") != std::string::npos);
+
+  ro.cpu_threads = 0;
+  REQUIRE(ptdp_runtime_create(&ro, &rt) == PTDP_SUCCESS);
+  CHECK(ptdp_runtime_cpu_threads(rt, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err() == "ptdp_runtime_cpu_threads: threads is NULL");
+  int32_t n = -7;
+  CHECK(ptdp_runtime_cpu_threads(nullptr, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("runtime is NULL") != std::string::npos);
+  CHECK(n == -7);
+  REQUIRE(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
 }
 
 TEST_CASE("ptdp_layout_members: context parallelism in Megatron's tp-cp-dp-pp order", "[capi][layout]") {

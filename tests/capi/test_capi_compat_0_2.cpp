@@ -1,7 +1,9 @@
 // Programs built against ptdp 0.2.0 keep working: the functions that fill a struct which grew
 // after 0.2.0 without reading its struct_size (ptdp_gpt_options_init, ptdp_generate_options_init,
 // ptdp_plan_options_init, ptdp_train_config_gpt_options, ptdp_checkpoint_read_options,
-// ptdp_plan_parse_args, ptdp_parallel_options_init, ptdp_train_config_parallel_options) have 0.2.0 versions (symbol version PTDP_0, capi/src/compat_0_2.cpp)
+// ptdp_plan_parse_args, ptdp_parallel_options_init, ptdp_train_config_parallel_options, the
+// cluster fillers, ptdp_runtime_options_init, ptdp_train_config_runtime_options) have 0.2.0
+// versions (symbol version PTDP_0, capi/src/compat_0_2.cpp)
 // that write no more than the struct's 0.2.0 size, while a program built now gets the current
 // versions. This test calls the PTDP_0 versions, as an old program's references are bound,
 // through `.symver` aliases, with a guard pattern after each struct's 0.2.0 size.
@@ -29,6 +31,8 @@ ptdp_status old_train_config_parallel_options(ptdp_train_config config, void* op
 ptdp_status old_cluster_init(void* cluster);
 ptdp_status old_cluster_preset(const char* name, void* cluster);
 ptdp_status old_cluster_load(const char* path, void* cluster);
+ptdp_status old_runtime_options_init(void* options);
+ptdp_status old_train_config_runtime_options(ptdp_train_config config, void* options);
 }
 __asm__(".symver old_gpt_options_init,ptdp_gpt_options_init@PTDP_0");
 __asm__(".symver old_generate_options_init,ptdp_generate_options_init@PTDP_0");
@@ -41,12 +45,14 @@ __asm__(".symver old_train_config_parallel_options,ptdp_train_config_parallel_op
 __asm__(".symver old_cluster_init,ptdp_cluster_init@PTDP_0");
 __asm__(".symver old_cluster_preset,ptdp_cluster_preset@PTDP_0");
 __asm__(".symver old_cluster_load,ptdp_cluster_load@PTDP_0");
+__asm__(".symver old_runtime_options_init,ptdp_runtime_options_init@PTDP_0");
+__asm__(".symver old_train_config_runtime_options,ptdp_train_config_runtime_options@PTDP_0");
 
 namespace {
 
 // The sizes at 0.2.0 (ptdp.h of cef1dbc, the ABI baseline of packaging/abi).
 constexpr std::size_t kGptOptions020 = 88, kGenerateOptions020 = 32, kPlanOptions020 = 104, kParallelOptions020 = 24;
-constexpr std::size_t kCluster020 = 128;
+constexpr std::size_t kCluster020 = 128, kRuntimeOptions020 = 32;
 constexpr unsigned char kGuard = 0xA5;
 
 /// An old program's struct of `size` bytes followed by guard bytes that must stay untouched.
@@ -280,4 +286,40 @@ TEST_CASE("0.2.0 programs: the cluster fillers write no more than the 0.2.0 clus
   CHECK(old_report == std::string(text.data()));
   CHECK(ptdp_plan_destroy(old_plan) == PTDP_SUCCESS);
   CHECK(ptdp_plan_destroy(new_plan) == PTDP_SUCCESS);
+}
+
+TEST_CASE("0.2.0 programs: the runtime options without cpu_threads", "[capi][abi][compat]") {
+  ptdp_runtime_options full;
+  REQUIRE(ptdp_runtime_options_init(&full) == PTDP_SUCCESS);
+  CHECK(full.struct_size == sizeof full);
+  CHECK(sizeof full > kRuntimeOptions020);
+  OldStruct init(kRuntimeOptions020);
+  REQUIRE(old_runtime_options_init(init.data()) == PTDP_SUCCESS);
+  CHECK(init.guard_intact());
+  CHECK(init.struct_size() == kRuntimeOptions020);
+  CHECK(init.is_prefix_of(full));
+  CHECK(old_runtime_options_init(nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) == "ptdp_runtime_options_init: options is NULL");
+
+  Config c({"--comm-timeout", "42"});
+  ptdp_runtime_options now;
+  REQUIRE(ptdp_train_config_runtime_options(c.c, &now) == PTDP_SUCCESS);
+  CHECK(now.struct_size == sizeof now);
+  OldStruct o(kRuntimeOptions020);
+  REQUIRE(old_train_config_runtime_options(c.c, o.data()) == PTDP_SUCCESS);
+  CHECK(o.guard_intact());
+  CHECK(o.struct_size() == kRuntimeOptions020);
+  CHECK(o.is_prefix_of(now));
+  CHECK(static_cast<const ptdp_runtime_options*>(o.data())->comm_timeout_s == 42.0);
+  // The struct an old program got back creates a runtime (cpu_threads read as its default).
+  ptdp_runtime_options* old = static_cast<ptdp_runtime_options*>(o.data());
+  old->use_mpi = 0;
+  ptdp_runtime rt = nullptr;
+  REQUIRE(ptdp_runtime_create(old, &rt) == PTDP_SUCCESS);
+  int32_t threads = -7;
+  CHECK(ptdp_runtime_cpu_threads(rt, &threads) == PTDP_SUCCESS);
+  CHECK(threads >= 1);
+  CHECK(ptdp_runtime_destroy(rt) == PTDP_SUCCESS);
+  CHECK(old_train_config_runtime_options(c.c, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) == "ptdp_train_config_runtime_options: options is NULL");
 }

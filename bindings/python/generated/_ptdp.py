@@ -368,6 +368,22 @@ class ptdp_runtime_options(object):
                                        has the comm_timeout_s deadline too. 0: never create NCCL
                                        communicators.
     """)
+    reserved0 = property(_ptdp_ext.ptdp_runtime_options_reserved0_get, _ptdp_ext.ptdp_runtime_options_reserved0_set, doc=r"""
+    Not read (0.2's tail padding); leave it as
+                                       ptdp_runtime_options_init() sets it, 0.
+    """)
+    cpu_threads = property(_ptdp_ext.ptdp_runtime_options_cpu_threads_get, _ptdp_ext.ptdp_runtime_options_cpu_threads_set, doc=r"""
+    OpenMP threads of this process's CPU engine (OpenBLAS and
+                                       ptdp's own kernels share one OpenMP team). 0 (default): the
+                                       value of OMP_NUM_THREADS when it is set; otherwise the CPUs
+                                       this process may run on (its affinity mask) divided by the
+                                       ranks of the runtime on this node that may run on them too
+                                       (all of them, unless the launcher binds ranks to their own
+                                       cores), at least 1, so that ranks x threads = cores. > 0:
+                                       exactly that many. < 0 is refused. Applied when the runtime
+                                       is created, for the whole process (the last runtime created
+                                       sets it); ptdp_runtime_cpu_threads() reads it back.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_runtime_options_swiginit(self, _ptdp_ext.new_ptdp_runtime_options())
@@ -446,6 +462,22 @@ def ptdp_runtime_local(runtime):
     :param local_size: Receives the local size; may be NULL.
     """
     return _ptdp_ext.ptdp_runtime_local(runtime)
+
+def ptdp_runtime_cpu_threads(runtime):
+    r"""
+    The OpenMP threads of this process's CPU engine, as the runtime chose them when it was
+           created from ptdp_runtime_options::cpu_threads.
+
+    OpenBLAS (its OpenMP build) and ptdp's own CPU kernels run parallel regions of this many
+    threads, on every thread that calls into ptdp (OpenMP's thread count is a per-thread
+    setting; ptdp gives it to each thread on the thread's first CPU operation after the runtime
+    was created, and a program's own omp_set_num_threads() on that thread afterwards wins).
+    :type runtime: struct ptdp_runtime_impl
+    :param runtime: A live runtime handle.
+    :type threads: int, out
+    :param threads: Receives the count, >= 1; must not be NULL.
+    """
+    return _ptdp_ext.ptdp_runtime_cpu_threads(runtime)
 
 def ptdp_runtime_gpu(runtime):
     r"""

@@ -5247,6 +5247,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_runtime_options_reserved0_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_runtime_options *arg1 = (struct ptdp_runtime_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_runtime_options_reserved0_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_runtime_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_runtime_options_reserved0_set" "', argument " "1"" of type '" "struct ptdp_runtime_options *""'"); 
+  }
+  arg1 = (struct ptdp_runtime_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_runtime_options_reserved0_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->reserved0 = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_runtime_options_reserved0_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_runtime_options *arg1 = (struct ptdp_runtime_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_runtime_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_runtime_options_reserved0_get" "', argument " "1"" of type '" "struct ptdp_runtime_options *""'"); 
+  }
+  arg1 = (struct ptdp_runtime_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->reserved0);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_runtime_options_cpu_threads_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_runtime_options *arg1 = (struct ptdp_runtime_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_runtime_options_cpu_threads_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_runtime_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_runtime_options_cpu_threads_set" "', argument " "1"" of type '" "struct ptdp_runtime_options *""'"); 
+  }
+  arg1 = (struct ptdp_runtime_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_runtime_options_cpu_threads_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->cpu_threads = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_runtime_options_cpu_threads_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_runtime_options *arg1 = (struct ptdp_runtime_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_runtime_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_runtime_options_cpu_threads_get" "', argument " "1"" of type '" "struct ptdp_runtime_options *""'"); 
+  }
+  arg1 = (struct ptdp_runtime_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->cpu_threads);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_runtime_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_runtime_options *result = 0 ;
@@ -5547,6 +5667,47 @@ SWIGINTERN PyObject *_wrap_ptdp_runtime_local(PyObject *self, PyObject *args) {
   }
   {
     resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg3)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_runtime_cpu_threads(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_runtime arg1 = (ptdp_runtime) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int32_t temp2 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  {
+    arg2 = &temp2; 
+  }
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_runtime_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_runtime_cpu_threads" "', argument " "1"" of type '" "ptdp_runtime""'"); 
+  }
+  arg1 = (ptdp_runtime)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_runtime_cpu_threads(arg1,arg2);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg2)); 
   }
   return resultobj;
 fail:
@@ -35006,6 +35167,38 @@ static PyMethodDef SwigMethods[] = {
 		"                                   has the comm_timeout_s deadline too. 0: never create NCCL\n"
 		"                                   communicators.\n"
 		""},
+	 { "ptdp_runtime_options_reserved0_set", _wrap_ptdp_runtime_options_reserved0_set, METH_VARARGS, "\n"
+		"Not read (0.2's tail padding); leave it as\n"
+		"                                   ptdp_runtime_options_init() sets it, 0.\n"
+		""},
+	 { "ptdp_runtime_options_reserved0_get", _wrap_ptdp_runtime_options_reserved0_get, METH_O, "\n"
+		"Not read (0.2's tail padding); leave it as\n"
+		"                                   ptdp_runtime_options_init() sets it, 0.\n"
+		""},
+	 { "ptdp_runtime_options_cpu_threads_set", _wrap_ptdp_runtime_options_cpu_threads_set, METH_VARARGS, "\n"
+		"OpenMP threads of this process's CPU engine (OpenBLAS and\n"
+		"                                   ptdp's own kernels share one OpenMP team). 0 (default): the\n"
+		"                                   value of OMP_NUM_THREADS when it is set; otherwise the CPUs\n"
+		"                                   this process may run on (its affinity mask) divided by the\n"
+		"                                   ranks of the runtime on this node that may run on them too\n"
+		"                                   (all of them, unless the launcher binds ranks to their own\n"
+		"                                   cores), at least 1, so that ranks x threads = cores. > 0:\n"
+		"                                   exactly that many. < 0 is refused. Applied when the runtime\n"
+		"                                   is created, for the whole process (the last runtime created\n"
+		"                                   sets it); ptdp_runtime_cpu_threads() reads it back.\n"
+		""},
+	 { "ptdp_runtime_options_cpu_threads_get", _wrap_ptdp_runtime_options_cpu_threads_get, METH_O, "\n"
+		"OpenMP threads of this process's CPU engine (OpenBLAS and\n"
+		"                                   ptdp's own kernels share one OpenMP team). 0 (default): the\n"
+		"                                   value of OMP_NUM_THREADS when it is set; otherwise the CPUs\n"
+		"                                   this process may run on (its affinity mask) divided by the\n"
+		"                                   ranks of the runtime on this node that may run on them too\n"
+		"                                   (all of them, unless the launcher binds ranks to their own\n"
+		"                                   cores), at least 1, so that ranks x threads = cores. > 0:\n"
+		"                                   exactly that many. < 0 is refused. Applied when the runtime\n"
+		"                                   is created, for the whole process (the last runtime created\n"
+		"                                   sets it); ptdp_runtime_cpu_threads() reads it back.\n"
+		""},
 	 { "new_ptdp_runtime_options", _wrap_new_ptdp_runtime_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_runtime_options", _wrap_delete_ptdp_runtime_options, METH_O, NULL},
 	 { "ptdp_runtime_options_swigregister", ptdp_runtime_options_swigregister, METH_O, NULL},
@@ -35062,6 +35255,19 @@ static PyMethodDef SwigMethods[] = {
 		":param local_rank: Receives the local rank; may be NULL.\n"
 		":type local_size: int, out\n"
 		":param local_size: Receives the local size; may be NULL.\n"
+		""},
+	 { "ptdp_runtime_cpu_threads", _wrap_ptdp_runtime_cpu_threads, METH_O, "\n"
+		"The OpenMP threads of this process's CPU engine, as the runtime chose them when it was\n"
+		"       created from ptdp_runtime_options::cpu_threads.\n"
+		"\n"
+		"OpenBLAS (its OpenMP build) and ptdp's own CPU kernels run parallel regions of this many\n"
+		"threads, on every thread that calls into ptdp (OpenMP's thread count is a per-thread\n"
+		"setting; ptdp gives it to each thread on the thread's first CPU operation after the runtime\n"
+		"was created, and a program's own omp_set_num_threads() on that thread afterwards wins).\n"
+		":type runtime: struct ptdp_runtime_impl\n"
+		":param runtime: A live runtime handle.\n"
+		":type threads: int, out\n"
+		":param threads: Receives the count, >= 1; must not be NULL.\n"
 		""},
 	 { "ptdp_runtime_gpu", _wrap_ptdp_runtime_gpu, METH_O, "\n"
 		"The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.\n"

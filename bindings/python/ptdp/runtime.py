@@ -30,7 +30,7 @@ class Runtime(Handle):
     ``Runtime()`` uses MPI_COMM_WORLD (initialising MPI when nobody has); ``Runtime(comm)``
     takes an mpi4py communicator (handed over as its Fortran handle, ``comm.py2f()``) or a
     Fortran handle. Keyword arguments are fields of ``ptdp_runtime_options`` (comm_timeout_s,
-    verify_collectives, use_mpi, use_nccl); ``options`` may be such a struct or a dict (e.g.
+    verify_collectives, use_mpi, use_nccl, cpu_threads); ``options`` may be such a struct or a dict (e.g.
     ``TrainConfig.runtime_options()``). Creation and ``close()`` are collective.
     """
 
@@ -60,6 +60,13 @@ class Runtime(Handle):
     @property
     def local_size(self):
         return _raw.ptdp_runtime_local(self.handle)[1]
+
+    @property
+    def cpu_threads(self):
+        """The OpenMP threads of this process's CPU engine (OpenBLAS and ptdp's kernels), as
+        chosen from ``cpu_threads``: that many, else OMP_NUM_THREADS, else this rank's share of
+        the node's CPUs."""
+        return _raw.ptdp_runtime_cpu_threads(self.handle)
 
     @property
     def gpu(self):

@@ -368,6 +368,21 @@ typedef struct ptdp_runtime_options {
                                     theirs with the groups; a group of one on first use. Creation
                                     has the comm_timeout_s deadline too. 0: never create NCCL
                                     communicators. */
+  /* Added after 0.2.0. cpu_threads starts at byte 32, after the 4 bytes of tail padding that
+   * ended 0.2's 32-byte struct: a program built against 0.2 leaves those uninitialised, so they
+   * are a field the library never reads. */
+  int32_t reserved0;           /**< Not read (0.2's tail padding); leave it as
+                                    ptdp_runtime_options_init() sets it, 0. */
+  int32_t cpu_threads;         /**< OpenMP threads of this process's CPU engine (OpenBLAS and
+                                    ptdp's own kernels share one OpenMP team). 0 (default): the
+                                    value of OMP_NUM_THREADS when it is set; otherwise the CPUs
+                                    this process may run on (its affinity mask) divided by the
+                                    ranks of the runtime on this node that may run on them too
+                                    (all of them, unless the launcher binds ranks to their own
+                                    cores), at least 1, so that ranks x threads = cores. > 0:
+                                    exactly that many. < 0 is refused. Applied when the runtime
+                                    is created, for the whole process (the last runtime created
+                                    sets it); ptdp_runtime_cpu_threads() reads it back. */
 } ptdp_runtime_options;
 
 /**
@@ -387,7 +402,8 @@ PTDP_API ptdp_status ptdp_runtime_options_init(ptdp_runtime_options* options);
  * @param options NULL for the defaults.
  * @param[out] out Receives the handle; must not be NULL. Unchanged on error.
  * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p out or bad options (struct_size, timeout).
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL @p out or bad options (struct_size, timeout, a
+ *         negative cpu_threads).
  * @retval PTDP_ERR_COMMUNICATION MPI failed to initialise or to duplicate the communicator.
  * @retval PTDP_ERR_INVALID_STATE MPI was already finalised in this process.
  * @par Thread safety
@@ -441,6 +457,21 @@ PTDP_API ptdp_status ptdp_runtime_world(ptdp_runtime runtime, int32_t* rank, int
  */
 PTDP_API ptdp_status ptdp_runtime_local(ptdp_runtime runtime, int32_t* local_rank,
                                         int32_t* local_size);
+
+/**
+ * @brief The OpenMP threads of this process's CPU engine, as the runtime chose them when it was
+ *        created from ptdp_runtime_options::cpu_threads.
+ *
+ * OpenBLAS (its OpenMP build) and ptdp's own CPU kernels run parallel regions of this many
+ * threads, on every thread that calls into ptdp (OpenMP's thread count is a per-thread
+ * setting; ptdp gives it to each thread on the thread's first CPU operation after the runtime
+ * was created, and a program's own omp_set_num_threads() on that thread afterwards wins).
+ * @param runtime A live runtime handle.
+ * @param[out] threads Receives the count, >= 1; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT not a live runtime handle, or NULL @p threads.
+ */
+PTDP_API ptdp_status ptdp_runtime_cpu_threads(ptdp_runtime runtime, int32_t* threads);
 
 /**
  * @brief The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.

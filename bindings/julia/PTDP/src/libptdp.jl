@@ -171,6 +171,8 @@ struct ptdp_runtime_options
     verify_collectives::Int32
     use_mpi::Int32
     use_nccl::Int32
+    reserved0::Int32
+    cpu_threads::Int32
 end
 
 # Fills @p options with the defaults and sets its struct_size.
@@ -210,6 +212,12 @@ function ptdp_runtime_local(runtime, local_rank, local_size)
     ccall((:ptdp_runtime_local, libptdp), ptdp_status,
           (ptdp_runtime, Ptr{Int32}, Ptr{Int32}),
           runtime, local_rank, local_size)
+end
+
+# The OpenMP threads of this process's CPU engine, as the runtime chose them when it was created
+# from ptdp_runtime_options::cpu_threads.
+function ptdp_runtime_cpu_threads(runtime, threads)
+    ccall((:ptdp_runtime_cpu_threads, libptdp), ptdp_status, (ptdp_runtime, Ptr{Int32}), runtime, threads)
 end
 
 # The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.

@@ -70,6 +70,8 @@ pub struct ptdp_runtime_options {
     pub verify_collectives: i32,
     pub use_mpi: i32,
     pub use_nccl: i32,
+    pub reserved0: i32,
+    pub cpu_threads: i32,
 }
 
 /// Kinds of process group.
@@ -860,6 +862,9 @@ extern "C" {
         local_rank: *mut i32,
         local_size: *mut i32,
     ) -> ptdp_status;
+    /// The OpenMP threads of this process's CPU engine, as the runtime chose them when it was
+    /// created from ptdp_runtime_options::cpu_threads.
+    pub fn ptdp_runtime_cpu_threads(runtime: ptdp_runtime, threads: *mut i32) -> ptdp_status;
     /// The GPU this rank uses: local rank modulo the number of GPUs, or -1 without GPUs.
     pub fn ptdp_runtime_gpu(runtime: ptdp_runtime, gpu: *mut i32) -> ptdp_status;
     /// Stops every communicator of the runtime without the other ranks, as NCCL's ncclCommAbort

@@ -33,6 +33,15 @@ impl Runtime {
         Ok((rank, size))
     }
 
+    /// OpenMP threads of this process's CPU engine (OpenBLAS and ptdp's kernels), as chosen
+    /// from `RuntimeOptions::cpu_threads` (0: OMP_NUM_THREADS, else this rank's share of the
+    /// node's CPUs).
+    pub fn cpu_threads(&self) -> Result<i32> {
+        let mut threads = 0;
+        check(unsafe { sys::ptdp_runtime_cpu_threads(self.raw, &mut threads) })?;
+        Ok(threads)
+    }
+
     pub fn as_raw(&self) -> sys::ptdp_runtime {
         self.raw
     }

@@ -57,3 +57,18 @@ fn version_matches_the_header() {
     );
     assert!(ptdp::version().starts_with(&want), "{} vs {want}", ptdp::version());
 }
+
+#[test]
+fn cpu_threads_are_read_back_and_a_negative_count_refused() -> ptdp::Result<()> {
+    let mut ro = ptdp::RuntimeOptions::defaults();
+    ro.use_mpi = 0;
+    ro.cpu_threads = 2;
+    let runtime = ptdp::Runtime::new(&ro)?;
+    assert_eq!(runtime.cpu_threads()?, 2);
+    drop(runtime);
+    ro.cpu_threads = -1;
+    let err = ptdp::Runtime::new(&ro).err().expect("a negative count must fail");
+    assert_eq!(err.status(), sys::PTDP_ERR_INVALID_ARGUMENT);
+    assert!(err.message().contains("options->cpu_threads = -1"), "message: {}", err.message());
+    Ok(())
+}
