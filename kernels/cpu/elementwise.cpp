@@ -45,7 +45,7 @@ constexpr int64_t kMinParallelBytes = int64_t{1} << 20;
 // The fill loop on the bit pattern of the value (2, 4 or 8 bytes), in the machine's widest
 // stores.
 template <typename U>
-PTDP_CPU_CLONES void fill_bits(U* x, U bits, int64_t n) {
+PTDP_CPU_CLONES_TEMPLATE void fill_bits(U* x, U bits, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] = bits;
 }

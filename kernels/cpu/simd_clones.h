@@ -10,3 +10,12 @@
 #else
 #define PTDP_CPU_CLONES
 #endif
+
+// The same for a function template. GCC clones templates too; clang (14) refuses target_clones
+// on a template, so a clang build (the sanitizer build) compiles those for the baseline only:
+// slower there, the same bits.
+#if defined(__clang__)
+#define PTDP_CPU_CLONES_TEMPLATE
+#else
+#define PTDP_CPU_CLONES_TEMPLATE PTDP_CPU_CLONES
+#endif
