@@ -118,7 +118,8 @@ std::string sha256_bytes(const void* data, std::size_t n) {
 std::string sha256_file(const std::string& path) {
   // Exactly the bytes the file had when opened: a file that grows is hashed as it was.
   const RegularFile f(path, "checkpoint file", kNoSizeLimit);
-  std::vector<unsigned char> buf(std::size_t{1} << 20);
+  // A buffer no larger than the file: a manifest's many small files cost no 1 MiB allocation each.
+  std::vector<unsigned char> buf(static_cast<std::size_t>(std::clamp<uint64_t>(f.size(), 1, uint64_t{1} << 20)));
   Sha256 h;
   for (uint64_t at = 0; at < f.size();) {
     const uint64_t n = std::min<uint64_t>(buf.size(), f.size() - at);
