@@ -492,6 +492,12 @@ class Bench {
   double peak_gflops_ = 0.0;  // the best sample so far (CPU) or the datasheet's (CUDA)
   double setup_s_ = 0.0;
   Stats fb_, fwd_;
+  // The peak samples taken right before and right after each timed phase (indices into
+  // SgemmPeak::samples()): the ceiling "around" the phase in section 5.
+  struct Bracket {
+    std::size_t before = 0, after = 0;
+  };
+  Bracket fb_around_, fwd_around_, step_around_;
   // The whole training step and its pieces (bench_step).
   Stats step_, step_data_, step_zero_, step_fb_, step_opt_;
   double loss_first_ = 0.0, loss_last_ = 0.0, fwd_loss_ = 0.0;
@@ -662,21 +668,35 @@ class Bench {
     return buf;
   }
 
-  /// 5. The sampled peak, its spread and the model's rates against it.
+  /// 5. The sampled peak, its spread and the model's rates against it: against the run's best
+  /// sample, and against the best of the samples taken right before and after the phase (the
+  /// machine as it was while the phase ran; on a machine whose clock drifts between samples the
+  /// run's best can be a moment no phase saw).
   void print_peak_summary() {
     std::printf("5. The model against the sampled sgemm peak\n");
     peak_->print("   ");
     const double f = model_flops();
-    const auto line = [&](const char* name, double seconds, double flops) {
+    std::printf("   %-34s %9s %17s %16s\n", "", "GFLOP/s", "of the run's peak", "of the peak around");
+    const auto line = [&](const char* name, double seconds, double flops, const Bracket& around) {
       if (seconds <= 0.0) return;
       const double g = flops / seconds * 1e-9;
-      std::printf("   %-34s %9.1f GFLOP/s  %8s of the peak\n", name, g, percent_of_peak(g).c_str());
+      const double near = peak_->best_between(around.before, around.after);
+      char pct[32] = "-";
+      if (near > 0.0) {
+        std::snprintf(pct, sizeof pct, "%.1f%%%s", 100.0 * g / near, g > near ? "!" : "");
+        if (g > near) above_peak_ = true;
+      }
+      std::printf("   %-34s %9.1f %17s %16s  (%.1f GFLOP/s, samples %zu-%zu)\n", name, g, percent_of_peak(g).c_str(),
+                  pct, near, around.before + 1, around.after + 1);
     };
     above_peak_ = false;  // from here against the whole run's peak
-    line("forward+backward (2)", fb_.median_s, f);
-    line("forward only (2)", fwd_.median_s, f / 3.0);
-    line("backward (difference, 2)", fb_.median_s - fwd_.median_s, 2.0 * f / 3.0);
-    line("whole training step (3)", step_.median_s, f);
+    line("forward+backward (2)", fb_.median_s, f, fb_around_);
+    line("forward only (2)", fwd_.median_s, f / 3.0, fwd_around_);
+    line("backward (difference, 2)", fb_.median_s - fwd_.median_s, 2.0 * f / 3.0,
+         Bracket{fb_around_.before, fwd_around_.after});
+    line("whole training step (3)", step_.median_s, f, step_around_);
+    std::printf("   (samples numbered in the order above; the peak around a phase is the best of the samples\n"
+                "   taken right before and right after it)\n");
     if (above_peak_)
       std::printf("   ANOMALY: a rate marked ! is above the measured sgemm peak; the peak samples or the "
                   "timed phases\n   caught an unusual moment of the machine; do not read it as a result, "
@@ -757,6 +777,7 @@ class Bench {
     };
 
     std::vector<float> losses;
+    const std::size_t sample_before = peak_ ? peak_->next_index() - 1 : 0;  // "before the model"
     fb_ = time_calls(
         warmup_, iters_,
         [&](int i) {
@@ -769,6 +790,7 @@ class Bench {
     loss_first_ = losses.front();
     loss_last_ = losses.back();
     sample_peak("between forward+backward and forward only");
+    if (peak_) fb_around_ = {sample_before, peak_->next_index() - 1};
 
     const int offset = warmup_ + iters_;  // new iterations: new masks and batches
     float fwd_loss = 0.0f;
@@ -779,6 +801,7 @@ class Bench {
     fwd_loss_ = fwd_loss;
     max_rss_ = max_rss_bytes();
     sample_peak("after forward only");
+    if (peak_) fwd_around_ = {fb_around_.after, peak_->next_index() - 1};
 
     for (const float l : losses) {
       if (!std::isfinite(l)) ok_ = false;
@@ -824,6 +847,7 @@ class Bench {
       finite = finite && std::isfinite(r.loss);
     });
     sample_peak("between the step and its pieces");
+    if (peak_) step_around_ = {fwd_around_.after, peak_->next_index() - 1};
     // The same step piece by piece (what train_iteration does, in its order). The scopes name
     // the pieces for the breakdown's profiler (4.); without it they cost a store each. Calls
     // outside the model's own forward and backward scopes (the loss brought to the host) count
@@ -1095,12 +1119,18 @@ class Bench {
     return s;
   }
 
-  std::string rates_json(const Stats& st, double flops) const {
+  /// around: the phase's bracketing samples (CPU runs), for frac_peak_around.
+  std::string rates_json(const Stats& st, double flops, const Bracket* around = nullptr) const {
     const double gflops = flops / st.median_s * 1e-9;
+    const double near = peak_ && around ? peak_->best_between(around->before, around->after) : 0.0;
     return ", \"tokens_per_s\": " + json_number(static_cast<double>(tokens()) / st.median_s) +
            ", \"model_gflops\": " + json_number(flops * 1e-9) + ", \"gflop_per_s\": " +
            json_number(gflops) + ", \"frac_peak\": " +
-           (peak_gflops_ > 0.0 ? json_number(gflops / peak_gflops_) : std::string("null")) + "}";
+           (peak_gflops_ > 0.0 ? json_number(gflops / peak_gflops_) : std::string("null")) +
+           (near > 0.0 ? ", \"peak_around\": " + json_number(near) + ", \"frac_peak_around\": " +
+                             json_number(gflops / near)
+                       : std::string()) +
+           "}";
   }
 
   /// The per-op breakdown: the rows (ms per step), the pieces, the rest and every raw
@@ -1189,10 +1219,10 @@ class Bench {
     }
     s += "  \"above_peak\": " + std::string(above_peak_ ? "true" : "false") + ",\n";
     s += "  \"setup_s\": " + json_number(setup_s_) + ",\n";
-    s += "  \"forward_backward\": " + stats_json(fb_) + rates_json(fb_, flops) + ",\n";
-    s += "  \"forward_only\": " + stats_json(fwd_) + rates_json(fwd_, flops / 3.0) + ",\n";
+    s += "  \"forward_backward\": " + stats_json(fb_) + rates_json(fb_, flops, &fb_around_) + ",\n";
+    s += "  \"forward_only\": " + stats_json(fwd_) + rates_json(fwd_, flops / 3.0, &fwd_around_) + ",\n";
     if (!step_.times_s.empty()) {
-      s += "  \"train_step\": " + stats_json(step_) + rates_json(step_, flops) + ",\n";
+      s += "  \"train_step\": " + stats_json(step_) + rates_json(step_, flops, &step_around_) + ",\n";
       s += "  \"train_step_pieces_ms\": {\"data\": " + json_number(step_data_.median_s * 1e3) +
            ", \"zero_grads\": " + json_number(step_zero_.median_s * 1e3) +
            ", \"forward_backward\": " + json_number(step_fb_.median_s * 1e3) +

@@ -84,6 +84,17 @@ class SgemmPeak {
     for (const Sample& s : samples_) b = std::max(b, s.gflop_per_s);
     return b;
   }
+  /// The best of samples first .. last (indices into samples(), clamped): the ceiling of the
+  /// work timed between sample `first` and sample `last`, the machine as it was around that
+  /// work rather than at its best moment of the whole run (0 when no sample is in range).
+  double best_between(std::size_t first, std::size_t last) const {
+    double b = 0.0;
+    for (std::size_t i = first; i <= last && i < samples_.size(); ++i) b = std::max(b, samples_[i].gflop_per_s);
+    return b;
+  }
+  /// The index the next sample() will have.
+  std::size_t next_index() const { return samples_.size(); }
+
   /// The lowest sample in % of the best (100 with one sample, 0 with none).
   double lowest_percent() const {
     if (samples_.empty()) return 0.0;
