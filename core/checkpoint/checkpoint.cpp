@@ -14,6 +14,7 @@
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/checkpoint/save_lock.h"
+#include "core/util/json_number.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -74,41 +75,45 @@ E enum_from_json(const nlohmann::json& j, const char* key, const char* const (&n
 
 GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
   try {
+    namespace jn = json_number;
+    const auto what = [&](const char* key) { return str_cat(source, ": \"model\" entry: \"", key, "\""); };
+    const auto i32 = [&](const char* key) { return jn::integer<int>(j.at(key), what(key)); };
+    const auto f32 = [&](const char* key) { return jn::real<float>(j.at(key), what(key)); };
     GptConfig c;
-    c.num_layers = j.at("num_layers").get<int>();
-    c.hidden_size = j.at("hidden_size").get<int>();
-    c.num_attention_heads = j.at("num_attention_heads").get<int>();
-    c.ffn_hidden_size = j.at("ffn_hidden_size").get<int>();
-    c.vocab_size = j.at("vocab_size").get<int>();
-    c.make_vocab_size_divisible_by = j.at("make_vocab_size_divisible_by").get<int>();
-    c.seq_length = j.at("seq_length").get<int>();
-    c.max_position_embeddings = j.at("max_position_embeddings").get<int>();
-    c.hidden_dropout = j.at("hidden_dropout").get<float>();
-    c.attention_dropout = j.at("attention_dropout").get<float>();
-    c.init_method_std = j.at("init_method_std").get<float>();
-    c.layernorm_epsilon = j.at("layernorm_epsilon").get<float>();
+    c.num_layers = i32("num_layers");
+    c.hidden_size = i32("hidden_size");
+    c.num_attention_heads = i32("num_attention_heads");
+    c.ffn_hidden_size = i32("ffn_hidden_size");
+    c.vocab_size = i32("vocab_size");
+    c.make_vocab_size_divisible_by = i32("make_vocab_size_divisible_by");
+    c.seq_length = i32("seq_length");
+    c.max_position_embeddings = i32("max_position_embeddings");
+    c.hidden_dropout = f32("hidden_dropout");
+    c.attention_dropout = f32("attention_dropout");
+    c.init_method_std = f32("init_method_std");
+    c.layernorm_epsilon = f32("layernorm_epsilon");
     c.tie_embeddings = !j.at("untie_embeddings_and_output_weights").get<bool>();
     const std::string r = j.at("recompute_granularity").get<std::string>();
     c.recompute = r == "full" ? Recompute::Full : r == "selective" ? Recompute::Selective : Recompute::None;
-    c.seed = j.at("seed").get<uint64_t>();
+    c.seed = jn::integer<uint64_t>(j.at("seed"), what("seed"));
     // The Llama-family fields (absent from checkpoints written before them: GPT defaults).
     static const char* const norms[] = {"LayerNorm", "RMSNorm"};
     static const char* const positions[] = {"learned_absolute", "rope", "none"};
     c.normalization = enum_from_json(j, "normalization", norms, Normalization::LayerNorm, source);
     c.position_embedding = enum_from_json(j, "position_embedding_type", positions, PositionEmbedding::LearnedAbsolute, source);
     c.swiglu = j.value("swiglu", false);
-    c.rotary_base = j.value("rotary_base", c.rotary_base);
-    c.rotary_percent = j.value("rotary_percent", c.rotary_percent);
+    c.rotary_base = jn::field_or(j, "rotary_base", c.rotary_base, what("rotary_base"));
+    c.rotary_percent = jn::field_or(j, "rotary_percent", c.rotary_percent, what("rotary_percent"));
     c.rope_scaling.enabled = j.value("use_rope_scaling", false);
-    c.rope_scaling.factor = j.value("rope_scaling_factor", c.rope_scaling.factor);
-    c.rope_scaling.low_freq_factor = j.value("rope_low_freq_factor", c.rope_scaling.low_freq_factor);
-    c.rope_scaling.high_freq_factor = j.value("rope_high_freq_factor", c.rope_scaling.high_freq_factor);
+    c.rope_scaling.factor = jn::field_or(j, "rope_scaling_factor", c.rope_scaling.factor, what("rope_scaling_factor"));
+    c.rope_scaling.low_freq_factor = jn::field_or(j, "rope_low_freq_factor", c.rope_scaling.low_freq_factor, what("rope_low_freq_factor"));
+    c.rope_scaling.high_freq_factor = jn::field_or(j, "rope_high_freq_factor", c.rope_scaling.high_freq_factor, what("rope_high_freq_factor"));
     c.rope_scaling.original_max_position_embeddings =
-        j.value("rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings);
+        jn::field_or(j, "rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings, what("rope_original_max_position_embeddings"));
     // Saved as the effective numbers; the defaults (a groups, h / a channels) read back as 0.
-    c.num_query_groups = j.value("num_query_groups", 0);
+    c.num_query_groups = jn::field_or(j, "num_query_groups", 0, what("num_query_groups"));
     if (c.num_query_groups == c.num_attention_heads) c.num_query_groups = 0;
-    c.kv_channels = j.value("kv_channels", 0);
+    c.kv_channels = jn::field_or(j, "kv_channels", 0, what("kv_channels"));
     if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0 &&
         c.kv_channels == c.hidden_size / c.num_attention_heads)
       c.kv_channels = 0;
@@ -283,8 +288,10 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
     if (skipped > iteration)
       throw_io_error(source, str_cat(w, "\"skipped_iterations\" = ", skipped, " exceeds the iteration ", iteration));
     (void)steps;
-    meaning_int(o, "growth_tracker", 0, source, w);
-    meaning_int(o, "hysteresis_left", 0, source, w);
+    if (meaning_int(o, "growth_tracker", 0, source, w) > INT32_MAX)
+      throw_io_error(source, str_cat(w, "\"growth_tracker\" = ", o.at("growth_tracker").dump(), " does not fit in 32 bits"));
+    if (meaning_int(o, "hysteresis_left", 0, source, w) > INT32_MAX)
+      throw_io_error(source, str_cat(w, "\"hysteresis_left\" = ", o.at("hysteresis_left").dump(), " does not fit in 32 bits"));
     const nlohmann::json scale = o.value("loss_scale", nlohmann::json());
     if (!scale.is_number() || !std::isfinite(scale.get<double>()) || scale.get<double>() <= 0)
       throw_io_error(source, str_cat(w, "\"loss_scale\" = ", scale.dump(), " is not a finite number > 0"));
@@ -514,7 +521,7 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
     const std::string source = reader.path_for(kMetadataFile);
     const nlohmann::json md = reader.read_metadata();
     try {
-      if (md.at("format").get<std::string>() != kFormat || md.at("version").get<int>() != kFormatVersion) {
+      if (md.at("format").get<std::string>() != kFormat || json_number::integer<int64_t>(md.at("version"), source + ": \"version\"") != kFormatVersion) {
         std::string msg = source;
         msg += ": not a version 1 ptdp checkpoint";
         throw_error(ErrorCode::Io, msg);
@@ -536,15 +543,18 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
           msg += "); this optimizer keeps " + nlohmann::json(states).dump();
           throw_error(ErrorCode::InvalidArgument, msg);
         }
-        counters.steps = o.at("steps").get<int64_t>();
-        counters.skipped = o.at("skipped_iterations").get<int64_t>();
-        counters.loss_scale = o.at("loss_scale").get<float>();
-        counters.growth_tracker = o.at("growth_tracker").get<int>();
-        counters.hysteresis_left = o.at("hysteresis_left").get<int>();
+        const std::string ow = source + ": \"optimizer\" entry: ";
+        counters.steps = json_number::integer<int64_t>(o.at("steps"), ow + "\"steps\"");
+        counters.skipped = json_number::integer<int64_t>(o.at("skipped_iterations"), ow + "\"skipped_iterations\"");
+        counters.loss_scale = json_number::real<float>(o.at("loss_scale"), ow + "\"loss_scale\"");
+        counters.growth_tracker = json_number::integer<int>(o.at("growth_tracker"), ow + "\"growth_tracker\"");
+        counters.hysteresis_left = json_number::integer<int>(o.at("hysteresis_left"), ow + "\"hysteresis_left\"");
       }
-      state.iteration = md.at("iteration").get<int64_t>();
-      state.consumed_train_samples = md.at("consumed_train_samples").get<int64_t>();
-      state.consumed_valid_samples = md.at("consumed_valid_samples").get<int64_t>();
+      state.iteration = json_number::integer<int64_t>(md.at("iteration"), source + ": \"iteration\"");
+      state.consumed_train_samples =
+          json_number::integer<int64_t>(md.at("consumed_train_samples"), source + ": \"consumed_train_samples\"");
+      state.consumed_valid_samples =
+          json_number::integer<int64_t>(md.at("consumed_valid_samples"), source + ": \"consumed_valid_samples\"");
       reader.set_tensor_map(TensorMap::from_json(md.at("tensors"), source));
       // ptdp writes every tensor as F32, and its pieces are read only as what the map declares.
       for (const auto& [name, entry] : reader.tensor_map().entries()) {

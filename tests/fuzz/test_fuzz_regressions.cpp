@@ -3,12 +3,15 @@
 // (fuzz/fuzz_support.h splits and writes it).
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/args/train_args.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/checkpoint/checkpoint_files.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/data/indexed_dataset.h"
 #include "fuzz/fuzz_support.h"
@@ -101,4 +104,85 @@ TEST_CASE("fuzz: ptdp-train flags whose values are not UTF-8 convert to JSON tex
   CHECK_THROWS_AS(j.dump(), nlohmann::json::type_error);  // what the callers must not do
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   CHECK_THAT(text, Catch::Contains("\"data-path\":\"0.3 a\xEF\xBF\xBD"));
+}
+
+namespace {
+
+// The directory fuzz_checkpoint_metadata builds around its input: iteration 1 with `metadata`
+// as metadata.json, the small shard of fuzz/data, and a manifest with both true SHA-256s.
+std::string checkpoint_with_metadata(const std::string& name, const std::string& metadata) {
+  const std::string shard = [] {
+    std::ifstream in(std::string(PTDP_FUZZ_REGRESSIONS) + "/../data/model_tp00_pp00.safetensors", std::ios::binary);
+    REQUIRE(in.good());
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }();
+  const std::string dir = ptdp::fuzz::scratch_path(name);
+  std::filesystem::create_directories(dir + "/iter_0000001");
+  ptdp::fuzz::write_file(dir + "/latest_checkpointed_iteration.txt", "1\n");
+  ptdp::fuzz::write_file(dir + "/iter_0000001/model_tp00_pp00.safetensors", shard);
+  ptdp::fuzz::write_file(dir + "/iter_0000001/metadata.json", metadata);
+  ptdp::fuzz::write_file(dir + "/iter_0000001/manifest.sha256",
+                         ptdp::sha256_bytes(metadata.data(), metadata.size()) + "  metadata.json\n" +
+                             ptdp::sha256_bytes(shard.data(), shard.size()) + "  model_tp00_pp00.safetensors\n");
+  return dir;
+}
+
+// fuzz/data/metadata.json with the text `from` replaced by `to` (exactly once).
+std::string seed_metadata_with(const std::string& from, const std::string& to) {
+  std::ifstream in(std::string(PTDP_FUZZ_REGRESSIONS) + "/../data/metadata.json", std::ios::binary);
+  REQUIRE(in.good());
+  std::ostringstream s;
+  s << in.rdbuf();
+  std::string md = s.str();
+  const std::size_t at = md.find(from);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(md.find(from, at + 1) == std::string::npos);
+  return md.replace(at, from.size(), to);
+}
+
+}  // namespace
+
+TEST_CASE("fuzz: a checkpoint's model field holding a float too large for an int is refused, naming it",
+          "[fuzz][checkpoint]") {
+  // fuzz_checkpoint_metadata: "ffn_hidden_size": 3666666666666666666666666662 (a JSON number
+  // beyond 64 bits, so a double) was read with get<int>(), a float-to-int conversion out of
+  // range (UBSan: float-cast-overflow).
+  const std::string dir = checkpoint_with_metadata("float_as_int", regression("checkpoint_metadata_float_as_int"));
+  int64_t iteration = -1;
+  const std::string msg = error_of([&] { (void)ptdp::read_checkpoint_config(dir, &iteration); }, ptdp::ErrorCode::Io);
+  CHECK_THAT(msg, Catch::Contains("metadata.json: \"model\" entry: \"ffn_hidden_size\" is 3.666666666666667e+27, not an integer"));
+}
+
+TEST_CASE("fuzz: every number of a checkpoint's metadata is read only when its field can hold it", "[fuzz][checkpoint]") {
+  struct Case {
+    std::string from, to, message;
+  };
+  // The seed's own values (fuzz/data/metadata.json), each replaced by one its field cannot hold.
+  const Case cases[] = {
+      {"\"num_layers\": 1", "\"num_layers\": 4294967298",
+       "\"model\" entry: \"num_layers\" = 4294967298 is out of range (-2147483648 .. 2147483647)"},
+      {"\"num_layers\": 1", "\"num_layers\": 2.5", "\"model\" entry: \"num_layers\" is 2.5, not an integer"},
+      {"\"hidden_size\": 8", "\"hidden_size\": -1e300", "\"model\" entry: \"hidden_size\" is -1e+300, not an integer"},
+      {"\"layernorm_epsilon\": 9.999999747378752e-06", "\"layernorm_epsilon\": 1e300",
+       "\"model\" entry: \"layernorm_epsilon\" = 1e+300 is not a finite float"},
+      {"\"seed\": 1234,\n  \"seq_length\"", "\"seed\": -1,\n  \"seq_length\"", "\"model\" entry: \"seed\" = -1 is out of range (0 .. 18446744073709551615)"},
+      {"\"num_query_groups\": 2", "\"num_query_groups\": 1e10", "\"model\" entry: \"num_query_groups\" is 10000000000.0, not an integer"},
+      {"\"rotary_base\": 10000.0", "\"rotary_base\": \"big\"", "\"model\" entry: \"rotary_base\" is \"big\", not a number"},
+  };
+  int n = 0;
+  for (const Case& c : cases) {
+    CAPTURE(c.to);
+    const std::string dir = checkpoint_with_metadata("numbers_" + std::to_string(n++), seed_metadata_with(c.from, c.to));
+    int64_t iteration = -1;
+    const std::string msg =
+        error_of([&] { (void)ptdp::read_checkpoint_config(dir, &iteration); }, ptdp::ErrorCode::Io);
+    CHECK_THAT(msg, Catch::Contains(c.message));
+  }
+  // The seed itself reads (so each refusal above is the replaced number's).
+  const std::string dir = checkpoint_with_metadata("numbers_seed", seed_metadata_with("\"num_layers\": 1", "\"num_layers\": 1"));
+  int64_t iteration = -1;
+  CHECK(ptdp::read_checkpoint_config(dir, &iteration).num_layers == 1);
+  CHECK(iteration == 1);
 }
