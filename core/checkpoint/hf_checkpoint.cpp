@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -75,7 +77,10 @@ float float_or(const json& j, const char* key, float fallback, const std::string
   if (!present(j, key)) return fallback;
   const json& v = j.at(key);
   if (!v.is_number()) bad_field(source, key, str_cat("is not a number: ", v.dump()));
-  return v.get<float>();
+  const double d = v.get<double>();  // 1e300 is a JSON number but no float
+  if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max()))
+    bad_field(source, key, str_cat("= ", v.dump(), " is not a finite float"));
+  return static_cast<float>(d);
 }
 
 bool bool_or(const json& j, const char* key, bool fallback, const std::string& source) {

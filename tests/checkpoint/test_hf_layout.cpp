@@ -338,6 +338,15 @@ TEST_CASE("Configs ptdp does not compute are refused with the field named", "[hf
   j["num_hidden_layers"] = "two";
   refused(j, ErrorCode::Io, "\"num_hidden_layers\" is not an integer");
   j = llama_json();
+  j["num_hidden_layers"] = 1e20;  // a double: no integer, and beyond any int
+  refused(j, ErrorCode::Io, "\"num_hidden_layers\" is not an integer: 1e+20");
+  j = llama_json();
+  j["num_hidden_layers"] = 4294967298ull;
+  refused(j, ErrorCode::Io, "\"num_hidden_layers\" = 4294967298 is outside [0, 2^31)");
+  j = llama_json();
+  j["rms_norm_eps"] = 1e300;
+  refused(j, ErrorCode::Io, "\"rms_norm_eps\" = 1e+300 is not a finite float");
+  j = llama_json();
   j["num_key_value_heads"] = 3;
   refused(j, ErrorCode::InvalidArgument, "cfg.json");
   j = gpt2_json();
