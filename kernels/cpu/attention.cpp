@@ -3,6 +3,17 @@
 // as the reference the GPU kernel is tested against. One (batch, head) pair per task; within a
 // task everything is fp32, and ctx and dqkv are rounded to the storage type once.
 //
+// Blocked into tile GEMMs: a task walks its query rows in tiles of kQueryTile rows, and each
+// query tile its keys in tiles of kKeyTile. The forward computes the score tile S = scale Q K^T,
+// updates each row's running max, sum and accumulator (the online softmax) and adds P V to the
+// accumulator tile; the backward recomputes S, P = exp(S - lse) and dP = dO V^T, forms
+// dS = scale P (dP - delta), and adds dV += P~^T dO, dQ += dS K and dK += dS^T Q. The GEMMs are
+// OpenBLAS's (single-threaded inside the tasks' parallel region), the elementwise rows are
+// PTDP_CPU_CLONES loops built without contraction, so every instruction set computes the same
+// bits. Only the diagonal tiles are masked (their keys beyond a row's position get
+// probability 0); a tile pair above the diagonal is never computed. Every element is
+// accumulated over the same tiles in the same order whatever the thread count.
+//
 // Grouped-query attention (AttentionDesc::groups): all query heads of a group read its key and
 // value in place (f32), or from one fp32 copy widened per group (bf16, f16); never a copy per
 // query head. With several query heads per group the backward keeps each head's share of the
@@ -10,13 +21,16 @@
 // on the thread count. With one query head per group (groups == heads, or 0) every value
 // equals the multi-head kernel's, bit for bit.
 //
-// Documents (AttentionDesc::document_starts): query i reads keys start .. i only, and its key
-// tiles begin at its document's first key, so a document's rows see exactly the tiles, sums and
-// order of that document run alone (the same values, bit for bit, without dropout).
+// Documents (AttentionDesc::document_starts): query i reads keys start .. i only. A query tile
+// never spans two documents (tiles restart at each document's first row) and its key tiles
+// begin at its document's first key, so a document's rows see exactly the tiles, GEMM shapes,
+// sums and order of that document run alone (the same values, bit for bit, without dropout).
 //
 // Dropout on the probabilities draws the unfused path's mask: there the probabilities are
 // [b * heads, s, s] with the DropoutDesc block [b, heads, s * s], so probability (i, j) of
 // (batch bi, head hi) keeps or drops as element (bi, hi, i * s + j) of that block does.
+#include <cblas.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,6 +41,8 @@
 #include "kernels/cpu/attention_math.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/dropout_mask.h"
+#include "kernels/cpu/exp_math.h"
+#include "kernels/cpu/simd_clones.h"
 #include "kernels/cpu/storage.h"
 #include "kernels/validate.h"
 
@@ -34,8 +50,6 @@ namespace ptdp {
 
 namespace {
 
-using cpu_attention::axpy;
-using cpu_attention::dot;
 using cpu_attention::kKeyTile;
 using cpu_attention::kNegInf;
 
@@ -126,6 +140,100 @@ void gather_ctx(const typename St::type* ctx, const AttentionDesc& d, const Head
   }
 }
 
+// Query rows per tile: with kKeyTile keys and dh = 64 a tile pair's operands (Q, K, V, the
+// score tile and the accumulator, 16 KB each) stay in L2, its current rows in L1.
+constexpr int64_t kQueryTile = 64;
+// Independent partial sums per row of a tile, so the vector lanes do not wait on each other;
+// element j goes to lane j % kLanes and the lanes are added in order, whatever the vector width.
+constexpr int kLanes = 8;
+
+// C = alpha op(A) op(B) + beta C, row major, fp32.
+void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+               int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+              static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c,
+              static_cast<blasint>(ldc));
+}
+
+// The largest of x[0, n), n >= 1.
+PTDP_CPU_CLONES float row_max(const float* x, int64_t n) {
+  float m = x[0];
+  for (int64_t j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
+// p[j] = exp(p[j] - m) over [0, n) in place; returns their sum (in double, by lanes).
+PTDP_CPU_CLONES double exp_row(float* p, int64_t n, float m) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) p[j] = cpu::exp_f32(p[j] - m);
+  double lane[kLanes] = {};
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes) {
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) lane[k] += static_cast<double>(p[j + k]);
+  }
+  for (int k = 0; j < n; ++j, ++k) lane[k] += static_cast<double>(p[j]);
+  double sum = 0.0;
+  for (double l : lane) sum += l;
+  return sum;
+}
+
+// The dropped probabilities: p[j] = keep[j] ? p[j] keep_scale : 0 over [0, n).
+PTDP_CPU_CLONES void drop_row(float* p, const uint8_t* keep, int64_t n, float keep_scale) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) p[j] = keep[j] ? p[j] * keep_scale : 0.0f;
+}
+
+// One row of the backward's tiles over its n visible keys: on entry sp holds the scores
+// scale q_i.k_j and dp the products dO_i.v_j; on exit sp holds P~_ij = P_ij keep_ij / (1 - p)
+// and dp holds dS_ij = scale P_ij (dP_ij - delta_i). keep is null without dropout.
+PTDP_CPU_CLONES void backward_row(float* sp, float* dp, const uint8_t* keep, int64_t n,
+                                  float lse, float delta, float scale, float keep_scale) {
+  if (keep == nullptr) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = cpu::exp_f32(sp[j] - lse);
+      sp[j] = p;
+      dp[j] = scale * (p * (dp[j] - delta));
+    }
+  } else {
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float p = cpu::exp_f32(sp[j] - lse);
+      const float kf = keep[j] ? keep_scale : 0.0f;
+      sp[j] = p * kf;
+      dp[j] = scale * (p * (kf * dp[j] - delta));
+    }
+  }
+}
+
+// The next query tile from row i0: at most kQueryTile rows, all with the first key of row i0,
+// so a tile never spans two documents. Returns its end; first_of holds each row's first key.
+int64_t query_tile_end(const std::vector<int64_t>& first_of, int64_t i0) {
+  const int64_t s = static_cast<int64_t>(first_of.size());
+  int64_t i1 = i0 + 1;
+  while (i1 < s && i1 - i0 < kQueryTile && first_of[i1] == first_of[i0]) ++i1;
+  return i1;
+}
+
+std::vector<int64_t> first_keys(const AttentionDesc& d, int64_t bi) {
+  std::vector<int64_t> first(static_cast<std::size_t>(d.s));
+  for (int64_t i = 0; i < d.s; ++i) first[i] = first_key(d, bi, i);
+  return first;
+}
+
+// Each row's keep flags of a query tile: row r (query i0 + r) at keep + r * s, key j at
+// j - first, for its keys first .. i0 + r (the mask is indexed by the query head: [b, heads,
+// s * s], as in the unfused path).
+void tile_keep(const AttentionDesc& d, int64_t bi, int64_t hi, int64_t i0, int64_t i1,
+               int64_t first, uint8_t* keep) {
+  for (int64_t i = i0; i < i1; ++i) {
+    cpu::dropout_keep_row(d.dropout, bi, hi, i * d.s + first, i * d.s + i + 1,
+                          keep + (i - i0) * d.s);
+  }
+}
+
 // One query head (bi, hi) against its group's key and value.
 template <typename St>
 void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename St::type* qkv,
@@ -137,44 +245,55 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
   const float* k = kv.keys(hv.unit);
   const float* v = kv.values(hv.unit);
   const int64_t kv_row = kv.row;
-  std::vector<float> q(s * dh), acc(dh), score(kKeyTile);
-  std::vector<uint8_t> keep(dropout ? s : 0);
+  std::vector<float> q(s * dh);                // [s, dh]
+  std::vector<float> acc(kQueryTile * dh);     // [kQueryTile, dh]: the tile's unnormalised ctx
+  std::vector<float> p(kQueryTile * kKeyTile);  // [kQueryTile, kKeyTile]: scores, then P~
+  float m[kQueryTile];                         // running max per row
+  double l[kQueryTile];  // sum of exp(score - m) over the keys seen, dropped ones included
+  std::vector<uint8_t> keep(dropout ? kQueryTile * s : 0);
   gather_q<St>(qkv, d, hv, q.data());
-  for (int64_t i = 0; i < s; ++i) {
-    const float* qi = q.data() + i * dh;
-    const int64_t first = first_key(d, bi, i);
-    // The mask is indexed by the query head: [b, heads, s * s], as in the unfused path;
-    // keep[j - first] is key j's.
-    if (dropout) {
-      cpu::dropout_keep_row(d.dropout, bi, hi, i * s + first, i * s + i + 1, keep.data());
-    }
-    float m = kNegInf;
-    double l = 0.0;  // sum of exp(score - m) over the keys seen, dropped ones included
-    std::fill(acc.begin(), acc.end(), 0.0f);
-    // Query i sees keys first .. i (first = 0 without documents).
-    for (int64_t j0 = first; j0 <= i; j0 += kKeyTile) {
-      const int64_t j1 = std::min(i + 1, j0 + kKeyTile);
-      float tile_max = kNegInf;
-      for (int64_t j = j0; j < j1; ++j) {
-        score[j - j0] = d.scale * dot(qi, k + j * kv_row, dh);
-        tile_max = std::max(tile_max, score[j - j0]);
+  const std::vector<int64_t> first_of = first_keys(d, bi);
+  for (int64_t i0 = 0, i1; i0 < s; i0 = i1) {
+    i1 = query_tile_end(first_of, i0);
+    const int64_t rows = i1 - i0, first = first_of[i0];
+    if (dropout) tile_keep(d, bi, hi, i0, i1, first, keep.data());
+    std::fill(m, m + rows, kNegInf);
+    std::fill(l, l + rows, 0.0);
+    std::fill(acc.begin(), acc.begin() + rows * dh, 0.0f);
+    // The tile's rows see keys first .. i1 - 1; row i only first .. i.
+    for (int64_t j0 = first; j0 < i1; j0 += kKeyTile) {
+      const int64_t cols = std::min(i1, j0 + kKeyTile) - j0;
+      tile_gemm(false, true, rows, cols, dh, d.scale, q.data() + i0 * dh, dh, k + j0 * kv_row,
+                kv_row, 0.0f, p.data(), kKeyTile);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* pr = p.data() + r * kKeyTile;
+        const int64_t seen = std::min(cols, i0 + r - j0 + 1);  // keys j0 .. i of row i
+        if (seen <= 0) {  // the whole key tile lies beyond row i
+          std::fill(pr, pr + cols, 0.0f);
+          continue;
+        }
+        std::fill(pr + seen, pr + cols, 0.0f);
+        const float m_new = std::max(m[r], row_max(pr, seen));
+        const float alpha = cpu::exp_f32(m[r] - m_new);  // 0 on the first tile (m = -inf)
+        if (alpha != 1.0f) {
+          l[r] *= alpha;
+          float* ar = acc.data() + r * dh;
+          for (int64_t e = 0; e < dh; ++e) ar[e] *= alpha;
+        }
+        l[r] += exp_row(pr, seen, m_new);
+        if (dropout) drop_row(pr, keep.data() + r * s + (j0 - first), seen, keep_scale);
+        m[r] = m_new;
       }
-      const float m_new = std::max(m, tile_max);
-      const float alpha = std::exp(m - m_new);  // 0 on the first tile (m = -inf)
-      l *= alpha;
-      for (int64_t e = 0; e < dh; ++e) acc[e] *= alpha;
-      for (int64_t j = j0; j < j1; ++j) {
-        const float p = std::exp(score[j - j0] - m_new);
-        l += p;
-        const float w = dropout ? (keep[j - first] ? p * keep_scale : 0.0f) : p;
-        if (w != 0.0f) axpy(w, v + j * kv_row, acc.data(), dh);
-      }
-      m = m_new;
+      tile_gemm(false, false, rows, dh, cols, 1.0f, p.data(), kKeyTile, v + j0 * kv_row, kv_row,
+                1.0f, acc.data(), dh);
     }
-    const float inv_l = static_cast<float>(1.0 / l);
-    auto* out = ctx + i * hv.ctx_row + hv.ctx_base;
-    for (int64_t e = 0; e < dh; ++e) out[e] = St::store(acc[e] * inv_l);
-    lse[(bi * d.heads + hi) * s + i] = m + static_cast<float>(std::log(l));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      const float inv_l = static_cast<float>(1.0 / l[r]);
+      auto* out = ctx + i * hv.ctx_row + hv.ctx_base;
+      for (int64_t e = 0; e < dh; ++e) out[e] = St::store(acc[r * dh + e] * inv_l);
+      lse[(bi * d.heads + hi) * s + i] = m[r] + static_cast<float>(std::log(l[r]));
+    }
   }
 }
 
@@ -182,9 +301,11 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
 //   P_ij = exp(scale q_i.k_j - lse_i), P~_ij = P_ij keep_ij / (1 - p) (the dropped probability),
 //   dP_ij = keep_ij / (1 - p) dO_i.v_j, dS_ij = P_ij (dP_ij - delta_i),
 //   delta_i = sum_j P_ij dP_ij = dO_i.ctx_i (ctx_i = sum_j P~_ij v_j, with dropout too).
-// dQ is stored. With one query head per group dK and dV are too; otherwise this head's share
-// of its group's dK and dV goes to shares[bi * heads + hi] ([2, s, dh] fp32, uninitialised on
-// entry), which reduce_dkv sums over the group.
+// Per tile pair: S = scale Q K^T and dO V^T, the rows turned into P~ and scale dS, then
+// dV += P~^T dO, dQ += dS K, dK += dS^T Q. dQ is stored. With one query head per group dK and
+// dV are too; otherwise this head's share of its group's dK and dV goes to
+// shares[bi * heads + hi] ([2, s, dh] fp32, uninitialised on entry), which reduce_dkv sums over
+// the group.
 template <typename St>
 void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename St::type* qkv,
                    const KvSource& kv, const typename St::type* ctx, const float* lse,
@@ -198,11 +319,12 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
   const float* v = kv.values(hv.unit);
   const int64_t kv_row = kv.row;
   const bool own_kv = d.q_per_group() == 1;
-  std::vector<float> q(s * dh), o(s * dh), dout(s * dh), dq(s * dh, 0.0f);
+  std::vector<float> q(s * dh), o(s * dh), dout(s * dh), dq(s * dh, 0.0f);  // [s, dh]
   std::vector<float> own(own_kv ? 2 * s * dh : 0);
-  float* dk = own_kv ? own.data() : shares + (bi * d.heads + hi) * 2 * s * dh;
-  float* dv = dk + s * dh;
-  std::vector<uint8_t> keep(dropout ? s : 0);
+  float* dk = own_kv ? own.data() : shares + (bi * d.heads + hi) * 2 * s * dh;  // [s, dh]
+  float* dv = dk + s * dh;                                                        // [s, dh]
+  std::vector<float> sp(kQueryTile * kKeyTile), dp(kQueryTile * kKeyTile);  // [rows, kKeyTile]
+  std::vector<uint8_t> keep(dropout ? kQueryTile * s : 0);
   gather_q<St>(qkv, d, hv, q.data());
   gather_ctx<St>(ctx, d, hv, o.data());
   gather_ctx<St>(dctx, d, hv, dout.data());
@@ -214,24 +336,35 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
     for (int64_t e = 0; e < dh; ++e) acc += static_cast<double>(dout[i * dh + e]) * o[i * dh + e];
     delta_h[i] = static_cast<float>(acc);
   }
-  for (int64_t i = 0; i < s; ++i) {
-    const float* qi = q.data() + i * dh;
-    const float* doi = dout.data() + i * dh;
-    float* dqi = dq.data() + i * dh;
-    const int64_t first = first_key(d, bi, i);
-    if (dropout) {
-      cpu::dropout_keep_row(d.dropout, bi, hi, i * s + first, i * s + i + 1, keep.data());
-    }
-    for (int64_t j = first; j <= i; ++j) {
-      const float* kj = k + j * kv_row;
-      const float* vj = v + j * kv_row;
-      const float p = std::exp(d.scale * dot(qi, kj, dh) - lse_h[i]);
-      const float kf = dropout ? (keep[j - first] ? keep_scale : 0.0f) : 1.0f;
-      const float dp = kf * dot(doi, vj, dh);
-      const float ds = d.scale * (p * (dp - delta_h[i]));
-      if (kf != 0.0f) axpy(p * kf, doi, dv + j * dh, dh);
-      axpy(ds, kj, dqi, dh);
-      axpy(ds, qi, dk + j * dh, dh);
+  const std::vector<int64_t> first_of = first_keys(d, bi);
+  for (int64_t i0 = 0, i1; i0 < s; i0 = i1) {
+    i1 = query_tile_end(first_of, i0);
+    const int64_t rows = i1 - i0, first = first_of[i0];
+    if (dropout) tile_keep(d, bi, hi, i0, i1, first, keep.data());
+    const float* qt = q.data() + i0 * dh;
+    const float* dot_t = dout.data() + i0 * dh;  // the tile's dO rows
+    for (int64_t j0 = first; j0 < i1; j0 += kKeyTile) {
+      const int64_t cols = std::min(i1, j0 + kKeyTile) - j0;
+      const float* kt = k + j0 * kv_row;
+      tile_gemm(false, true, rows, cols, dh, d.scale, qt, dh, kt, kv_row, 0.0f, sp.data(),
+                kKeyTile);
+      tile_gemm(false, true, rows, cols, dh, 1.0f, dot_t, dh, v + j0 * kv_row, kv_row, 0.0f,
+                dp.data(), kKeyTile);
+      for (int64_t r = 0; r < rows; ++r) {
+        float* spr = sp.data() + r * kKeyTile;
+        float* dpr = dp.data() + r * kKeyTile;
+        const int64_t seen = std::max<int64_t>(0, std::min(cols, i0 + r - j0 + 1));
+        backward_row(spr, dpr, dropout ? keep.data() + r * s + (j0 - first) : nullptr, seen,
+                     lse_h[i0 + r], delta_h[i0 + r], d.scale, keep_scale);
+        std::fill(spr + seen, spr + cols, 0.0f);  // keys beyond row i: no probability
+        std::fill(dpr + seen, dpr + cols, 0.0f);
+      }
+      tile_gemm(true, false, cols, dh, rows, 1.0f, sp.data(), kKeyTile, dot_t, dh, 1.0f,
+                dv + j0 * dh, dh);
+      tile_gemm(false, false, rows, dh, cols, 1.0f, dp.data(), kKeyTile, kt, kv_row, 1.0f,
+                dq.data() + i0 * dh, dh);
+      tile_gemm(true, false, cols, dh, rows, 1.0f, dp.data(), kKeyTile, qt, dh, 1.0f,
+                dk + j0 * dh, dh);
     }
   }
   for (int64_t i = 0; i < s; ++i) {
