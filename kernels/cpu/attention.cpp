@@ -142,10 +142,15 @@ void gather_ctx(const typename St::type* ctx, const AttentionDesc& d, const Head
 
 // Query rows per tile: with kKeyTile keys and dh = 64 a tile pair's operands (Q, K, V, the
 // score tile and the accumulator, 16 KB each) stay in L2, its current rows in L1.
-constexpr int64_t kQueryTile = 64;
+constexpr int64_t kQueryTile = 32;
 // Independent partial sums per row of a tile, so the vector lanes do not wait on each other;
 // element j goes to lane j % kLanes and the lanes are added in order, whatever the vector width.
 constexpr int kLanes = 8;
+
+// Uninitialised fp32 scratch of n elements (the kernels write before they read).
+std::unique_ptr<float[]> scratch(int64_t n) {
+  return std::unique_ptr<float[]>(new float[static_cast<std::size_t>(n)]);
+}
 
 // C = alpha op(A) op(B) + beta C, row major, fp32.
 void tile_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -234,10 +239,33 @@ void tile_keep(const AttentionDesc& d, int64_t bi, int64_t hi, int64_t i0, int64
   }
 }
 
+// Where a task's fp32 rows live: for f32 storage in the activations themselves (row stride
+// ld), for 16-bit storage in fp32 scratch (ld = dh), widened before and rounded once after.
+struct Rows {
+  float* p;
+  int64_t ld;
+  float* row(int64_t i) const { return p + i * ld; }
+};
+
+// dot(x, y) over [0, n) in double, element e into lane e % kLanes, the lanes added in order.
+PTDP_CPU_CLONES double dot_double(const float* x, const float* y, int64_t n) {
+  double lane[kLanes] = {};
+  int64_t e = 0;
+  for (; e + kLanes <= n; e += kLanes) {
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) lane[k] += static_cast<double>(x[e + k]) * y[e + k];
+  }
+  for (int k = 0; e < n; ++e, ++k) lane[k] += static_cast<double>(x[e]) * y[e];
+  double sum = 0.0;
+  for (double l : lane) sum += l;
+  return sum;
+}
+
 // One query head (bi, hi) against its group's key and value.
 template <typename St>
 void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename St::type* qkv,
                   const KvSource& kv, typename St::type* ctx, float* lse) {
+  constexpr bool kInPlace = std::is_same_v<St, cpu::F32Storage>;
   const int64_t s = d.s, dh = d.dh;
   const HeadView hv = head_view(d, bi, hi);
   const bool dropout = d.dropout.p > 0.0f;
@@ -245,13 +273,20 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
   const float* k = kv.keys(hv.unit);
   const float* v = kv.values(hv.unit);
   const int64_t kv_row = kv.row;
-  std::vector<float> q(s * dh);                // [s, dh]
-  std::vector<float> acc(kQueryTile * dh);     // [kQueryTile, dh]: the tile's unnormalised ctx
-  std::vector<float> p(kQueryTile * kKeyTile);  // [kQueryTile, kKeyTile]: scores, then P~
-  float m[kQueryTile];                         // running max per row
+  // The query rows [s, dh] and the context rows [s, dh], which accumulate a tile's unnormalised
+  // ctx before they are divided by the row's sum.
+  const auto q_buf = scratch(kInPlace ? 0 : s * dh), ctx_buf = scratch(kInPlace ? 0 : s * dh);
+  Rows q{q_buf.get(), dh}, acc{ctx_buf.get(), dh};
+  if constexpr (kInPlace) {
+    q = {const_cast<float*>(qkv) + hv.qkv_base, hv.qkv_row};
+    acc = {ctx + hv.ctx_base, hv.ctx_row};
+  } else {
+    gather_q<St>(qkv, d, hv, q.p);
+  }
+  const auto p = scratch(kQueryTile * kKeyTile);  // [kQueryTile, kKeyTile]: scores, then P~
+  float m[kQueryTile];                            // running max per row
   double l[kQueryTile];  // sum of exp(score - m) over the keys seen, dropped ones included
   std::vector<uint8_t> keep(dropout ? kQueryTile * s : 0);
-  gather_q<St>(qkv, d, hv, q.data());
   const std::vector<int64_t> first_of = first_keys(d, bi);
   for (int64_t i0 = 0, i1; i0 < s; i0 = i1) {
     i1 = query_tile_end(first_of, i0);
@@ -259,14 +294,14 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
     if (dropout) tile_keep(d, bi, hi, i0, i1, first, keep.data());
     std::fill(m, m + rows, kNegInf);
     std::fill(l, l + rows, 0.0);
-    std::fill(acc.begin(), acc.begin() + rows * dh, 0.0f);
-    // The tile's rows see keys first .. i1 - 1; row i only first .. i.
+    // The tile's rows see keys first .. i1 - 1; row i only first .. i. Every row sees the first
+    // key tile, whose P V initialises the accumulator (beta 0).
     for (int64_t j0 = first; j0 < i1; j0 += kKeyTile) {
       const int64_t cols = std::min(i1, j0 + kKeyTile) - j0;
-      tile_gemm(false, true, rows, cols, dh, d.scale, q.data() + i0 * dh, dh, k + j0 * kv_row,
-                kv_row, 0.0f, p.data(), kKeyTile);
+      tile_gemm(false, true, rows, cols, dh, d.scale, q.row(i0), q.ld, k + j0 * kv_row, kv_row,
+                0.0f, p.get(), kKeyTile);
       for (int64_t r = 0; r < rows; ++r) {
-        float* pr = p.data() + r * kKeyTile;
+        float* pr = p.get() + r * kKeyTile;
         const int64_t seen = std::min(cols, i0 + r - j0 + 1);  // keys j0 .. i of row i
         if (seen <= 0) {  // the whole key tile lies beyond row i
           std::fill(pr, pr + cols, 0.0f);
@@ -275,23 +310,24 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
         std::fill(pr + seen, pr + cols, 0.0f);
         const float m_new = std::max(m[r], row_max(pr, seen));
         const float alpha = cpu::exp_f32(m[r] - m_new);  // 0 on the first tile (m = -inf)
-        if (alpha != 1.0f) {
+        if (j0 != first && alpha != 1.0f) {
           l[r] *= alpha;
-          float* ar = acc.data() + r * dh;
+          float* ar = acc.row(i0 + r);
           for (int64_t e = 0; e < dh; ++e) ar[e] *= alpha;
         }
         l[r] += exp_row(pr, seen, m_new);
         if (dropout) drop_row(pr, keep.data() + r * s + (j0 - first), seen, keep_scale);
         m[r] = m_new;
       }
-      tile_gemm(false, false, rows, dh, cols, 1.0f, p.data(), kKeyTile, v + j0 * kv_row, kv_row,
-                1.0f, acc.data(), dh);
+      tile_gemm(false, false, rows, dh, cols, 1.0f, p.get(), kKeyTile, v + j0 * kv_row, kv_row,
+                j0 == first ? 0.0f : 1.0f, acc.row(i0), acc.ld);
     }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
       const float inv_l = static_cast<float>(1.0 / l[r]);
+      const float* ar = acc.row(i);
       auto* out = ctx + i * hv.ctx_row + hv.ctx_base;
-      for (int64_t e = 0; e < dh; ++e) out[e] = St::store(acc[r * dh + e] * inv_l);
+      for (int64_t e = 0; e < dh; ++e) out[e] = St::store(ar[e] * inv_l);
       lse[(bi * d.heads + hi) * s + i] = m[r] + static_cast<float>(std::log(l[r]));
     }
   }
@@ -311,6 +347,7 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
                    const KvSource& kv, const typename St::type* ctx, const float* lse,
                    const typename St::type* dctx, typename St::type* dqkv, float* delta,
                    float* shares) {
+  constexpr bool kInPlace = std::is_same_v<St, cpu::F32Storage>;
   const int64_t s = d.s, dh = d.dh;
   const HeadView hv = head_view(d, bi, hi);
   const bool dropout = d.dropout.p > 0.0f;
@@ -319,61 +356,75 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
   const float* v = kv.values(hv.unit);
   const int64_t kv_row = kv.row;
   const bool own_kv = d.q_per_group() == 1;
-  std::vector<float> q(s * dh), o(s * dh), dout(s * dh), dq(s * dh, 0.0f);  // [s, dh]
-  std::vector<float> own(own_kv ? 2 * s * dh : 0);
-  float* dk = own_kv ? own.data() : shares + (bi * d.heads + hi) * 2 * s * dh;  // [s, dh]
-  float* dv = dk + s * dh;                                                        // [s, dh]
-  std::vector<float> sp(kQueryTile * kKeyTile), dp(kQueryTile * kKeyTile);  // [rows, kKeyTile]
+  // q, ctx, dctx and dq rows [s, dh], and dk, dv [s, dh]: this head's own in dqkv (f32) or in
+  // scratch (16-bit), or its share of the group's.
+  const int64_t widened = kInPlace ? 0 : s * dh;
+  const auto q_buf = scratch(widened), o_buf = scratch(widened), do_buf = scratch(widened);
+  const auto dq_buf = scratch(widened);
+  const auto kv_buf = scratch(own_kv && !kInPlace ? 2 * s * dh : 0);
+  Rows q{q_buf.get(), dh}, o{o_buf.get(), dh}, dout{do_buf.get(), dh}, dq{dq_buf.get(), dh};
+  Rows dk{own_kv ? kv_buf.get() : shares + (bi * d.heads + hi) * 2 * s * dh, dh};
+  Rows dv{dk.p + s * dh, dh};
+  if constexpr (kInPlace) {
+    q = {const_cast<float*>(qkv) + hv.qkv_base, hv.qkv_row};
+    o = {const_cast<float*>(ctx) + hv.ctx_base, hv.ctx_row};
+    dout = {const_cast<float*>(dctx) + hv.ctx_base, hv.ctx_row};
+    dq = {dqkv + hv.qkv_base, hv.qkv_row};
+    // The key and value slots follow the query: [s, b, heads, 3, dh].
+    if (own_kv) dk = {dq.p + dh, hv.qkv_row}, dv = {dq.p + 2 * dh, hv.qkv_row};
+  } else {
+    gather_q<St>(qkv, d, hv, q.p);
+    gather_ctx<St>(ctx, d, hv, o.p);
+    gather_ctx<St>(dctx, d, hv, dout.p);
+  }
+  for (int64_t i = 0; i < s; ++i) {
+    std::fill(dk.row(i), dk.row(i) + dh, 0.0f);
+    std::fill(dv.row(i), dv.row(i) + dh, 0.0f);
+  }
+  const auto sp = scratch(kQueryTile * kKeyTile), dp = scratch(kQueryTile * kKeyTile);
   std::vector<uint8_t> keep(dropout ? kQueryTile * s : 0);
-  gather_q<St>(qkv, d, hv, q.data());
-  gather_ctx<St>(ctx, d, hv, o.data());
-  gather_ctx<St>(dctx, d, hv, dout.data());
-  std::fill(dk, dk + 2 * s * dh, 0.0f);
   const float* lse_h = lse + (bi * d.heads + hi) * s;
   float* delta_h = delta + (bi * d.heads + hi) * s;
-  for (int64_t i = 0; i < s; ++i) {
-    double acc = 0.0;
-    for (int64_t e = 0; e < dh; ++e) acc += static_cast<double>(dout[i * dh + e]) * o[i * dh + e];
-    delta_h[i] = static_cast<float>(acc);
-  }
+  for (int64_t i = 0; i < s; ++i) delta_h[i] = static_cast<float>(dot_double(dout.row(i), o.row(i), dh));
   const std::vector<int64_t> first_of = first_keys(d, bi);
   for (int64_t i0 = 0, i1; i0 < s; i0 = i1) {
     i1 = query_tile_end(first_of, i0);
     const int64_t rows = i1 - i0, first = first_of[i0];
     if (dropout) tile_keep(d, bi, hi, i0, i1, first, keep.data());
-    const float* qt = q.data() + i0 * dh;
-    const float* dot_t = dout.data() + i0 * dh;  // the tile's dO rows
+    // Every row of the tile sees its first key tile, whose dS K initialises dQ (beta 0).
     for (int64_t j0 = first; j0 < i1; j0 += kKeyTile) {
       const int64_t cols = std::min(i1, j0 + kKeyTile) - j0;
       const float* kt = k + j0 * kv_row;
-      tile_gemm(false, true, rows, cols, dh, d.scale, qt, dh, kt, kv_row, 0.0f, sp.data(),
-                kKeyTile);
-      tile_gemm(false, true, rows, cols, dh, 1.0f, dot_t, dh, v + j0 * kv_row, kv_row, 0.0f,
-                dp.data(), kKeyTile);
+      tile_gemm(false, true, rows, cols, dh, d.scale, q.row(i0), q.ld, kt, kv_row, 0.0f,
+                sp.get(), kKeyTile);
+      tile_gemm(false, true, rows, cols, dh, 1.0f, dout.row(i0), dout.ld, v + j0 * kv_row,
+                kv_row, 0.0f, dp.get(), kKeyTile);
       for (int64_t r = 0; r < rows; ++r) {
-        float* spr = sp.data() + r * kKeyTile;
-        float* dpr = dp.data() + r * kKeyTile;
+        float* spr = sp.get() + r * kKeyTile;
+        float* dpr = dp.get() + r * kKeyTile;
         const int64_t seen = std::max<int64_t>(0, std::min(cols, i0 + r - j0 + 1));
         backward_row(spr, dpr, dropout ? keep.data() + r * s + (j0 - first) : nullptr, seen,
                      lse_h[i0 + r], delta_h[i0 + r], d.scale, keep_scale);
         std::fill(spr + seen, spr + cols, 0.0f);  // keys beyond row i: no probability
         std::fill(dpr + seen, dpr + cols, 0.0f);
       }
-      tile_gemm(true, false, cols, dh, rows, 1.0f, sp.data(), kKeyTile, dot_t, dh, 1.0f,
-                dv + j0 * dh, dh);
-      tile_gemm(false, false, rows, dh, cols, 1.0f, dp.data(), kKeyTile, kt, kv_row, 1.0f,
-                dq.data() + i0 * dh, dh);
-      tile_gemm(true, false, cols, dh, rows, 1.0f, dp.data(), kKeyTile, qt, dh, 1.0f,
-                dk + j0 * dh, dh);
+      tile_gemm(true, false, cols, dh, rows, 1.0f, sp.get(), kKeyTile, dout.row(i0), dout.ld,
+                1.0f, dv.row(j0), dv.ld);
+      tile_gemm(false, false, rows, dh, cols, 1.0f, dp.get(), kKeyTile, kt, kv_row,
+                j0 == first ? 0.0f : 1.0f, dq.row(i0), dq.ld);
+      tile_gemm(true, false, cols, dh, rows, 1.0f, dp.get(), kKeyTile, q.row(i0), q.ld, 1.0f,
+                dk.row(j0), dk.ld);
     }
   }
-  for (int64_t i = 0; i < s; ++i) {
-    auto* out = dqkv + i * hv.qkv_row + hv.qkv_base;
-    for (int64_t e = 0; e < dh; ++e) out[e] = St::store(dq[i * dh + e]);
-    if (own_kv) {  // the key and value slots follow the query: [s, b, heads, 3, dh]
-      for (int64_t e = 0; e < dh; ++e) {
-        out[dh + e] = St::store(dk[i * dh + e]);
-        out[2 * dh + e] = St::store(dv[i * dh + e]);
+  if constexpr (!kInPlace) {
+    for (int64_t i = 0; i < s; ++i) {
+      auto* out = dqkv + i * hv.qkv_row + hv.qkv_base;
+      for (int64_t e = 0; e < dh; ++e) out[e] = St::store(dq.row(i)[e]);
+      if (own_kv) {  // the key and value slots follow the query: [s, b, heads, 3, dh]
+        for (int64_t e = 0; e < dh; ++e) {
+          out[dh + e] = St::store(dk.row(i)[e]);
+          out[2 * dh + e] = St::store(dv.row(i)[e]);
+        }
       }
     }
   }
