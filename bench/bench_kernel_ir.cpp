@@ -4,6 +4,8 @@
 //   OMP_NUM_THREADS=1 valgrind --tool=callgrind --toggle-collect='*measured_call*'
 //       ./bench_kernel_ir adamw_step   (one command line)
 //
+// An optional second argument repeats the measured call (for CPU time under perf stat).
+//
 // The op runs once untimed (first-touch, OpenMP start-up), then once inside measured_call, the
 // only function whose instructions callgrind then counts. Shapes are GPT-2 small's row widths
 // with fewer rows (and odd lengths, so vector tails are counted too); run with no argument for
@@ -11,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -47,11 +50,13 @@ ptdp::DropoutDesc dropout_desc(int64_t n) {
   return d;
 }
 
-int run(const char* op) {
+int run(const char* op, int repeat) {
   Backend& be = ptdp::cpu_backend();
-  const auto once = [](const std::function<void()>& f) {
+  const auto once = [repeat](const std::function<void()>& f) {
     f();
-    measured_call(f);
+    measured_call([&] {
+      for (int r = 0; r < repeat; ++r) f();
+    });
   };
   // The optimizer: 1 Mi + 3 parameters.
   const int64_t n = (int64_t{1} << 20) + 3;
@@ -178,4 +183,6 @@ int run(const char* op) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return run(argc > 1 ? argv[1] : ""); }
+int main(int argc, char** argv) {
+  return run(argc > 1 ? argv[1] : "", argc > 2 ? std::atoi(argv[2]) : 1);
+}

@@ -8,11 +8,13 @@
 // updates each row's running max, sum and accumulator (the online softmax) and adds P V to the
 // accumulator tile; the backward recomputes S, P = exp(S - lse) and dP = dO V^T, forms
 // dS = scale P (dP - delta), and adds dV += P~^T dO, dQ += dS K and dK += dS^T Q. The GEMMs are
-// OpenBLAS's (single-threaded inside the tasks' parallel region), the elementwise rows are
-// PTDP_CPU_CLONES loops built without contraction, so every instruction set computes the same
-// bits. Only the diagonal tiles are masked (their keys beyond a row's position get
-// probability 0); a tile pair above the diagonal is never computed. Every element is
-// accumulated over the same tiles in the same order whatever the thread count.
+// OpenBLAS's (single-threaded inside the tasks' parallel region); the elementwise rows are
+// PTDP_CPU_CLONES loops with exp_f32_fast (kernels/cpu/exp_math.h), built without contraction
+// so that every instruction set computes the same bits. Only the diagonal tiles are masked
+// (keys beyond a row's position get probability 0); tile pairs above the diagonal are skipped.
+// Every element is accumulated over the same tiles in the same order whatever the thread
+// count. For f32 storage the query, ctx and dctx rows are read, and ctx and dqkv accumulated,
+// in place; 16-bit storage goes through fp32 scratch.
 //
 // Grouped-query attention (AttentionDesc::groups): all query heads of a group read its key and
 // value in place (f32), or from one fp32 copy widened per group (bf16, f16); never a copy per
@@ -140,9 +142,13 @@ void gather_ctx(const typename St::type* ctx, const AttentionDesc& d, const Head
   }
 }
 
-// Query rows per tile: with kKeyTile keys and dh = 64 a tile pair's operands (Q, K, V, the
-// score tile and the accumulator, 16 KB each) stay in L2, its current rows in L1.
-constexpr int64_t kQueryTile = 32;
+// Query rows per tile. Row i of a diagonal tile pair sees keys up to i only, so short query
+// tiles waste little on the masked corner: at s = 64 the tiles of 16 rows compute 5/8 of the
+// 64 x 64 square that the unfused path computes whole (32 rows: 3/4), which more than pays for
+// the smaller GEMMs (at s = 1024, 16 and 32 rows run equally fast). With kKeyTile keys and
+// dh = 64 a tile pair's operands (16 x 64 rows of Q, dO and the accumulator, 64 x 64 of K and
+// V, 16 x 64 scores) take about 48 KB: L2, mostly L1.
+constexpr int64_t kQueryTile = 16;
 // Independent partial sums per row of a tile, so the vector lanes do not wait on each other;
 // element j goes to lane j % kLanes and the lanes are added in order, whatever the vector width.
 constexpr int kLanes = 8;
@@ -171,7 +177,7 @@ PTDP_CPU_CLONES float row_max(const float* x, int64_t n) {
 // p[j] = exp(p[j] - m) over [0, n) in place; returns their sum (in double, by lanes).
 PTDP_CPU_CLONES double exp_row(float* p, int64_t n, float m) {
 #pragma omp simd
-  for (int64_t j = 0; j < n; ++j) p[j] = cpu::exp_f32(p[j] - m);
+  for (int64_t j = 0; j < n; ++j) p[j] = cpu::exp_f32_fast(p[j] - m);
   double lane[kLanes] = {};
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
@@ -198,14 +204,14 @@ PTDP_CPU_CLONES void backward_row(float* sp, float* dp, const uint8_t* keep, int
   if (keep == nullptr) {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      const float p = cpu::exp_f32(sp[j] - lse);
+      const float p = cpu::exp_f32_fast(sp[j] - lse);
       sp[j] = p;
       dp[j] = scale * (p * (dp[j] - delta));
     }
   } else {
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      const float p = cpu::exp_f32(sp[j] - lse);
+      const float p = cpu::exp_f32_fast(sp[j] - lse);
       const float kf = keep[j] ? keep_scale : 0.0f;
       sp[j] = p * kf;
       dp[j] = scale * (p * (kf * dp[j] - delta));
@@ -226,6 +232,15 @@ std::vector<int64_t> first_keys(const AttentionDesc& d, int64_t bi) {
   std::vector<int64_t> first(static_cast<std::size_t>(d.s));
   for (int64_t i = 0; i < d.s; ++i) first[i] = first_key(d, bi, i);
   return first;
+}
+
+// Asks for rows [i0, i1) of n floats, ld apart, to be brought into cache. A head's rows sit
+// b * heads * dh floats or more apart in the activations, too far for the hardware prefetcher,
+// so without this a tile's rows arrive one cache miss after another.
+void prefetch_rows(const float* x, int64_t ld, int64_t i0, int64_t i1, int64_t n) {
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t e = 0; e < n; e += 16) __builtin_prefetch(x + i * ld + e);
+  }
 }
 
 // Each row's keep flags of a query tile: row r (query i0 + r) at keep + r * s, key j at
@@ -291,6 +306,8 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
   for (int64_t i0 = 0, i1; i0 < s; i0 = i1) {
     i1 = query_tile_end(first_of, i0);
     const int64_t rows = i1 - i0, first = first_of[i0];
+    prefetch_rows(q.p, q.ld, i0, i1, dh);
+    prefetch_rows(k, kv_row, first, std::min(i1, first + kKeyTile), dh);
     if (dropout) tile_keep(d, bi, hi, i0, i1, first, keep.data());
     std::fill(m, m + rows, kNegInf);
     std::fill(l, l + rows, 0.0);
@@ -298,6 +315,8 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
     // key tile, whose P V initialises the accumulator (beta 0).
     for (int64_t j0 = first; j0 < i1; j0 += kKeyTile) {
       const int64_t cols = std::min(i1, j0 + kKeyTile) - j0;
+      prefetch_rows(v, kv_row, j0, j0 + cols, dh);
+      prefetch_rows(k, kv_row, j0 + cols, std::min(i1, j0 + cols + kKeyTile), dh);
       tile_gemm(false, true, rows, cols, dh, d.scale, q.row(i0), q.ld, k + j0 * kv_row, kv_row,
                 0.0f, p.get(), kKeyTile);
       for (int64_t r = 0; r < rows; ++r) {
@@ -307,7 +326,7 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
           std::fill(pr, pr + cols, 0.0f);
           continue;
         }
-        std::fill(pr + seen, pr + cols, 0.0f);
+        if (seen < cols) std::fill(pr + seen, pr + cols, 0.0f);
         const float m_new = std::max(m[r], row_max(pr, seen));
         const float alpha = cpu::exp_f32(m[r] - m_new);  // 0 on the first tile (m = -inf)
         if (j0 != first && alpha != 1.0f) {
@@ -338,7 +357,8 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
 //   dP_ij = keep_ij / (1 - p) dO_i.v_j, dS_ij = P_ij (dP_ij - delta_i),
 //   delta_i = sum_j P_ij dP_ij = dO_i.ctx_i (ctx_i = sum_j P~_ij v_j, with dropout too).
 // Per tile pair: S = scale Q K^T and dO V^T, the rows turned into P~ and scale dS, then
-// dV += P~^T dO, dQ += dS K, dK += dS^T Q. dQ is stored. With one query head per group dK and
+// dV += P~^T dO, dQ += dS K, dK += dS^T Q, the first sum into each row of dQ, dK and dV with
+// beta 0 (nothing is zeroed beforehand). dQ is stored. With one query head per group dK and
 // dV are too; otherwise this head's share of its group's dK and dV goes to
 // shares[bi * heads + hi] ([2, s, dh] fp32, uninitialised on entry), which reduce_dkv sums over
 // the group.
@@ -377,24 +397,29 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
     gather_ctx<St>(ctx, d, hv, o.p);
     gather_ctx<St>(dctx, d, hv, dout.p);
   }
-  for (int64_t i = 0; i < s; ++i) {
-    std::fill(dk.row(i), dk.row(i) + dh, 0.0f);
-    std::fill(dv.row(i), dv.row(i) + dh, 0.0f);
-  }
   const auto sp = scratch(kQueryTile * kKeyTile), dp = scratch(kQueryTile * kKeyTile);
   std::vector<uint8_t> keep(dropout ? kQueryTile * s : 0);
   const float* lse_h = lse + (bi * d.heads + hi) * s;
   float* delta_h = delta + (bi * d.heads + hi) * s;
-  for (int64_t i = 0; i < s; ++i) delta_h[i] = static_cast<float>(dot_double(dout.row(i), o.row(i), dh));
   const std::vector<int64_t> first_of = first_keys(d, bi);
   for (int64_t i0 = 0, i1; i0 < s; i0 = i1) {
     i1 = query_tile_end(first_of, i0);
     const int64_t rows = i1 - i0, first = first_of[i0];
+    prefetch_rows(q.p, q.ld, i0, i1, dh);
+    prefetch_rows(dout.p, dout.ld, i0, i1, dh);
+    prefetch_rows(o.p, o.ld, i0, i1, dh);
+    prefetch_rows(k, kv_row, first, std::min(i1, first + kKeyTile), dh);
+    prefetch_rows(v, kv_row, first, std::min(i1, first + kKeyTile), dh);
+    for (int64_t i = i0; i < i1; ++i) {
+      delta_h[i] = static_cast<float>(dot_double(dout.row(i), o.row(i), dh));
+    }
     if (dropout) tile_keep(d, bi, hi, i0, i1, first, keep.data());
     // Every row of the tile sees its first key tile, whose dS K initialises dQ (beta 0).
     for (int64_t j0 = first; j0 < i1; j0 += kKeyTile) {
       const int64_t cols = std::min(i1, j0 + kKeyTile) - j0;
       const float* kt = k + j0 * kv_row;
+      prefetch_rows(k, kv_row, j0 + cols, std::min(i1, j0 + cols + kKeyTile), dh);
+      prefetch_rows(v, kv_row, j0 + cols, std::min(i1, j0 + cols + kKeyTile), dh);
       tile_gemm(false, true, rows, cols, dh, d.scale, q.row(i0), q.ld, kt, kv_row, 0.0f,
                 sp.get(), kKeyTile);
       tile_gemm(false, true, rows, cols, dh, 1.0f, dout.row(i0), dout.ld, v + j0 * kv_row,
@@ -405,15 +430,24 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
         const int64_t seen = std::max<int64_t>(0, std::min(cols, i0 + r - j0 + 1));
         backward_row(spr, dpr, dropout ? keep.data() + r * s + (j0 - first) : nullptr, seen,
                      lse_h[i0 + r], delta_h[i0 + r], d.scale, keep_scale);
-        std::fill(spr + seen, spr + cols, 0.0f);  // keys beyond row i: no probability
-        std::fill(dpr + seen, dpr + cols, 0.0f);
+        if (seen < cols) {  // keys beyond row i: no probability
+          std::fill(spr + seen, spr + cols, 0.0f);
+          std::fill(dpr + seen, dpr + cols, 0.0f);
+        }
       }
-      tile_gemm(true, false, cols, dh, rows, 1.0f, sp.get(), kKeyTile, dout.row(i0), dout.ld,
-                1.0f, dv.row(j0), dv.ld);
       tile_gemm(false, false, rows, dh, cols, 1.0f, dp.get(), kKeyTile, kt, kv_row,
                 j0 == first ? 0.0f : 1.0f, dq.row(i0), dq.ld);
-      tile_gemm(true, false, cols, dh, rows, 1.0f, dp.get(), kKeyTile, q.row(i0), q.ld, 1.0f,
-                dk.row(j0), dk.ld);
+      // Keys before i0 already hold the earlier query tiles' sums (each key j was first reached
+      // by the tile of query row j); keys from i0 on are reached here first (beta 0).
+      for (int64_t c0 = 0, c1; c0 < cols; c0 = c1) {
+        const bool seen_before = j0 + c0 < i0;
+        c1 = seen_before ? std::min(cols, i0 - j0) : cols;
+        const float beta = seen_before ? 1.0f : 0.0f;
+        tile_gemm(true, false, c1 - c0, dh, rows, 1.0f, sp.get() + c0, kKeyTile, dout.row(i0),
+                  dout.ld, beta, dv.row(j0 + c0), dv.ld);
+        tile_gemm(true, false, c1 - c0, dh, rows, 1.0f, dp.get() + c0, kKeyTile, q.row(i0),
+                  q.ld, beta, dk.row(j0 + c0), dk.ld);
+      }
     }
   }
   if constexpr (!kInPlace) {
