@@ -256,11 +256,14 @@ void tile_keep(const AttentionDesc& d, int64_t bi, int64_t hi, int64_t i0, int64
 
 // Where a task's fp32 rows live: for f32 storage in the activations themselves (row stride
 // ld), for 16-bit storage in fp32 scratch (ld = dh), widened before and rounded once after.
-struct Rows {
-  float* p;
+template <typename T>
+struct RowsOf {
+  T* p;
   int64_t ld;
-  float* row(int64_t i) const { return p + i * ld; }
+  T* row(int64_t i) const { return p + i * ld; }
 };
+using Rows = RowsOf<float>;
+using ConstRows = RowsOf<const float>;
 
 // dot(x, y) over [0, n) in double, element e into lane e % kLanes, the lanes added in order.
 PTDP_CPU_CLONES double dot_double(const float* x, const float* y, int64_t n) {
@@ -291,12 +294,13 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
   // The query rows [s, dh] and the context rows [s, dh], which accumulate a tile's unnormalised
   // ctx before they are divided by the row's sum.
   const auto q_buf = scratch(kInPlace ? 0 : s * dh), ctx_buf = scratch(kInPlace ? 0 : s * dh);
-  Rows q{q_buf.get(), dh}, acc{ctx_buf.get(), dh};
+  ConstRows q{q_buf.get(), dh};
+  Rows acc{ctx_buf.get(), dh};
   if constexpr (kInPlace) {
-    q = {const_cast<float*>(qkv) + hv.qkv_base, hv.qkv_row};
+    q = {qkv + hv.qkv_base, hv.qkv_row};
     acc = {ctx + hv.ctx_base, hv.ctx_row};
   } else {
-    gather_q<St>(qkv, d, hv, q.p);
+    gather_q<St>(qkv, d, hv, q_buf.get());
   }
   const auto p = scratch(kQueryTile * kKeyTile);  // [kQueryTile, kKeyTile]: scores, then P~
   float m[kQueryTile];                            // running max per row
@@ -382,20 +386,21 @@ void backward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typenam
   const auto q_buf = scratch(widened), o_buf = scratch(widened), do_buf = scratch(widened);
   const auto dq_buf = scratch(widened);
   const auto kv_buf = scratch(own_kv && !kInPlace ? 2 * s * dh : 0);
-  Rows q{q_buf.get(), dh}, o{o_buf.get(), dh}, dout{do_buf.get(), dh}, dq{dq_buf.get(), dh};
+  ConstRows q{q_buf.get(), dh}, o{o_buf.get(), dh}, dout{do_buf.get(), dh};
+  Rows dq{dq_buf.get(), dh};
   Rows dk{own_kv ? kv_buf.get() : shares + (bi * d.heads + hi) * 2 * s * dh, dh};
   Rows dv{dk.p + s * dh, dh};
   if constexpr (kInPlace) {
-    q = {const_cast<float*>(qkv) + hv.qkv_base, hv.qkv_row};
-    o = {const_cast<float*>(ctx) + hv.ctx_base, hv.ctx_row};
-    dout = {const_cast<float*>(dctx) + hv.ctx_base, hv.ctx_row};
+    q = {qkv + hv.qkv_base, hv.qkv_row};
+    o = {ctx + hv.ctx_base, hv.ctx_row};
+    dout = {dctx + hv.ctx_base, hv.ctx_row};
     dq = {dqkv + hv.qkv_base, hv.qkv_row};
     // The key and value slots follow the query: [s, b, heads, 3, dh].
     if (own_kv) dk = {dq.p + dh, hv.qkv_row}, dv = {dq.p + 2 * dh, hv.qkv_row};
   } else {
-    gather_q<St>(qkv, d, hv, q.p);
-    gather_ctx<St>(ctx, d, hv, o.p);
-    gather_ctx<St>(dctx, d, hv, dout.p);
+    gather_q<St>(qkv, d, hv, q_buf.get());
+    gather_ctx<St>(ctx, d, hv, o_buf.get());
+    gather_ctx<St>(dctx, d, hv, do_buf.get());
   }
   const auto sp = scratch(kQueryTile * kKeyTile), dp = scratch(kQueryTile * kKeyTile);
   std::vector<uint8_t> keep(dropout ? kQueryTile * s : 0);
