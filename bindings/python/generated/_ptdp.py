@@ -1009,8 +1009,8 @@ r""" Recompute only the attention probabilities."""
 PTDP_ATTENTION_AUTO = _ptdp_ext.PTDP_ATTENTION_AUTO
 r"""
     The fused (flash) kernel where the device has one for the
-                                      precision and head dim (the CPU: every precision; CUDA:
-                                      bf16/f16, head dim 64 or 128), else the unfused path.
+                                      precision and head dim (CUDA: bf16/f16, head dim 64 or 128),
+                                      else the unfused path.
     """
 PTDP_ATTENTION_FUSED = _ptdp_ext.PTDP_ATTENTION_FUSED
 r"""

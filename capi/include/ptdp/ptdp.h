@@ -1020,8 +1020,8 @@ typedef enum ptdp_recompute PTDP_ENUM_INT {
 /** How self-attention computes its context (ptdp_gpt_options::attention). */
 typedef enum ptdp_attention PTDP_ENUM_INT {
   PTDP_ATTENTION_AUTO = 0,    /**< The fused (flash) kernel where the device has one for the
-                                   precision and head dim (the CPU: every precision; CUDA:
-                                   bf16/f16, head dim 64 or 128), else the unfused path. */
+                                   precision and head dim (CUDA: bf16/f16, head dim 64 or 128),
+                                   else the unfused path. */
   PTDP_ATTENTION_FUSED = 1,   /**< Always the fused kernel, which never stores the s x s
                                    scores; an error where the device has none (the CPU has one
                                    for every precision: the reference the GPU is tested against). */
