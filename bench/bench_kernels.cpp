@@ -9,7 +9,9 @@
 //      few sampled elements, so a wrong layout shows up as CHECK FAILED instead of a number.
 //   2b. fc1's forward (bias + GeLU epilogue) and wgrad with bf16 operands, and the fused causal
 //      attention (fp32 and bf16, forward and backward, and grouped-query with 4 key/value heads
-//      for the 12 query heads) in GFLOP/s over the visible half of the scores.
+//      for the 12 query heads) in GFLOP/s over the visible half of the scores; then the fused
+//      kernels beside the unfused sequence the layer runs (strided-batched GEMMs + causal
+//      softmax + GEMM) at s 64 b 4 and s 1024 b 1, both counted over the visible half.
 //   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
 //      must read and write (formula next to each op), with the Llama family's RMSNorm, SwiGLU
 //      and RoPE at the same sizes. The AdamW step's GB/s is set beside ceilings measured in the
