@@ -4,12 +4,16 @@
 //   OMP_NUM_THREADS=1 valgrind --tool=callgrind --toggle-collect='*measured_call*'
 //       ./bench_kernel_ir adamw_step   (one command line)
 //
+// An optional second argument repeats the measured call (for CPU time under perf stat).
+//
 // The op runs once untimed (first-touch, OpenMP start-up), then once inside measured_call, the
 // only function whose instructions callgrind then counts. Shapes are GPT-2 small's row widths
 // with fewer rows (and odd lengths, so vector tails are counted too); run with no argument for
 // the list.
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -46,11 +50,13 @@ ptdp::DropoutDesc dropout_desc(int64_t n) {
   return d;
 }
 
-int run(const char* op) {
+int run(const char* op, int repeat) {
   Backend& be = ptdp::cpu_backend();
-  const auto once = [](const std::function<void()>& f) {
+  const auto once = [repeat](const std::function<void()>& f) {
     f();
-    measured_call(f);
+    measured_call([&] {
+      for (int r = 0; r < repeat; ++r) f();
+    });
   };
   // The optimizer: 1 Mi + 3 parameters.
   const int64_t n = (int64_t{1} << 20) + 3;
@@ -105,11 +111,71 @@ int run(const char* op) {
     auto y = uniform(e, -1.0f, 1.0f, 10);
     const ptdp::DropoutDesc d = dropout_desc(e);
     once([&] { be.bias_dropout_add(x.data(), bias.data(), y.data(), y.data(), kF32, rows, cols, d); });
+  } else if (std::strncmp(op, "attn_", 5) == 0) {
+    // Causal attention of one GPT-2-small sample (12 heads, dh 64) at s = 64, fp32, without
+    // dropout: the fused kernels, or the unfused sequence the layer runs (strided-batched
+    // GEMMs over the heads, causal softmax) - core/layers/attention.cpp.
+    const int64_t s = 64, heads = 12, dh = 64, group = 3 * dh, row = heads * group;
+    ptdp::AttentionDesc ad;
+    ad.s = s;
+    ad.b = 1;
+    ad.heads = heads;
+    ad.dh = dh;
+    ad.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    auto qkv = uniform(s * row, -1.0f, 1.0f, 11), dctx = uniform(s * heads * dh, -1.0f, 1.0f, 12);
+    std::vector<float> ctx(dctx.size()), dqkv(qkv.size()), lse(static_cast<std::size_t>(heads * s));
+    std::vector<float> delta(lse.size()), probs(static_cast<std::size_t>(heads * s * s)), dprobs(probs.size());
+    const float* q = qkv.data();
+    const float* k = q + dh;
+    const float* v = q + 2 * dh;
+    // C[z] = op(A[z]) op(B[z]) over the heads; operands (pointer, ld, stride).
+    auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const float* a, int64_t lda, int64_t sa,
+                    const float* b, int64_t ldb, int64_t sb, float* c, int64_t ldc, int64_t sc) {
+      ptdp::GemmDesc g;
+      g.trans_a = ta, g.trans_b = tb;
+      g.m = m, g.n = n, g.k = kk;
+      g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+      g.batch = heads;
+      g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
+      be.gemm(g, a, b, c);
+    };
+    const auto fused_fwd = [&] { be.attention_forward(ad, qkv.data(), ctx.data(), lse.data(), kF32); };
+    const auto unfused_fwd = [&] {
+      gemm(false, true, s, s, dh, q, row, group, k, row, group, probs.data(), s, s * s);
+      be.softmax_forward(probs.data(), probs.data(), kF32, heads, s, s, ad.scale, true);
+      gemm(false, false, s, dh, s, probs.data(), s, s * s, v, row, group, ctx.data(), heads * dh, dh);
+    };
+    const auto unfused_bwd = [&] {
+      float* dq = dqkv.data();
+      gemm(false, true, s, s, dh, dctx.data(), heads * dh, dh, v, row, group, dprobs.data(), s, s * s);
+      gemm(true, false, s, dh, s, probs.data(), s, s * s, dctx.data(), heads * dh, dh, dq + 2 * dh, row, group);
+      be.softmax_backward(probs.data(), dprobs.data(), dprobs.data(), kF32, heads, s, s, ad.scale);
+      gemm(false, false, s, dh, s, dprobs.data(), s, s * s, k, row, group, dq, row, group);
+      gemm(true, false, s, dh, s, dprobs.data(), s, s * s, q, row, group, dq + dh, row, group);
+    };
+    if (std::strcmp(op, "attn_fused_forward") == 0) {
+      once(fused_fwd);
+    } else if (std::strcmp(op, "attn_fused_backward") == 0) {
+      fused_fwd();
+      once([&] {
+        be.attention_backward(ad, qkv.data(), ctx.data(), lse.data(), dctx.data(), dqkv.data(), delta.data(),
+                              kF32);
+      });
+    } else if (std::strcmp(op, "attn_unfused_forward") == 0) {
+      once(unfused_fwd);
+    } else if (std::strcmp(op, "attn_unfused_backward") == 0) {
+      unfused_fwd();
+      once(unfused_bwd);
+    } else {
+      std::fprintf(stderr, "bench_kernel_ir: unknown op %s\n", op);
+      return 2;
+    }
   } else {
     std::fprintf(stderr,
                  "usage: bench_kernel_ir OP\n  OP: adamw_step sum_squares fill_zero "
                  "ce_forward_local ce_backward dropout_forward dropout_backward "
-                 "bias_dropout_add\n");
+                 "bias_dropout_add attn_fused_forward attn_fused_backward "
+                 "attn_unfused_forward attn_unfused_backward\n");
     return 2;
   }
   return 0;
@@ -117,4 +183,6 @@ int run(const char* op) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return run(argc > 1 ? argv[1] : ""); }
+int main(int argc, char** argv) {
+  return run(argc > 1 ? argv[1] : "", argc > 2 ? std::atoi(argv[2]) : 1);
+}

@@ -9,7 +9,9 @@
 //      few sampled elements, so a wrong layout shows up as CHECK FAILED instead of a number.
 //   2b. fc1's forward (bias + GeLU epilogue) and wgrad with bf16 operands, and the fused causal
 //      attention (fp32 and bf16, forward and backward, and grouped-query with 4 key/value heads
-//      for the 12 query heads) in GFLOP/s over the visible half of the scores.
+//      for the 12 query heads) in GFLOP/s over the visible half of the scores; then the fused
+//      kernels beside the unfused sequence the layer runs (strided-batched GEMMs + causal
+//      softmax + GEMM) at s 64 b 4 and s 1024 b 1, both counted over the visible half.
 //   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
 //      must read and write (formula next to each op), with the Llama family's RMSNorm, SwiGLU
 //      and RoPE at the same sizes. The AdamW step's GB/s is set beside ceilings measured in the
@@ -898,6 +900,9 @@ class Bench {
   static constexpr const char* kComputeNames[] = {
       "gemm_bf16/fc1.fwd+bias_gelu", "gemm_bf16/fc1.wgrad", "attn/fused_fwd", "attn/fused_bwd",
       "attn/fused_fwd.bf16", "attn/fused_fwd.gqa", "attn/fused_bwd.gqa",
+      "attn/fused_fwd.s64b4", "attn/unfused_fwd.s64b4", "attn/fused_bwd.s64b4",
+      "attn/unfused_bwd.s64b4", "attn/fused_fwd.s1024b1", "attn/unfused_fwd.s1024b1",
+      "attn/fused_bwd.s1024b1", "attn/unfused_bwd.s1024b1",
   };
 
   /// Times `op` (flops per call) as one row of section 2b; `check` (may be empty) runs first,
@@ -1061,7 +1066,75 @@ class Bench {
                 be_.attention_backward(gd, qkv.get(), ctx.get(), lse.get(), dctx.get(),
                                        dqkv.get(), delta.get(), kF32);
               });
+    // Fused against unfused at GPT-2 small's training shape (s 64, b 4) and at a long sequence
+    // (s 1024, b 1), fp32 without dropout.
+    attention_fused_vs_unfused(64, 4);
+    attention_fused_vs_unfused(1024, 1);
     if (compute16_header_printed_) std::printf("\n");
+  }
+
+  /// The fused kernels beside the unfused sequence the layer runs on the same shape
+  /// (core/layers/attention.cpp): strided-batched scores = Q K^T, causal softmax_forward,
+  /// ctx = P V; backward dP = dO V^T, dV = P^T dO, softmax_backward, dQ = dS K, dK = dS^T Q.
+  /// Both rows count the flops of the visible half, so their GFLOP/s compare as their times.
+  void attention_fused_vs_unfused(int64_t s, int64_t b) {
+    const std::string tag = ".s" + std::to_string(s) + "b" + std::to_string(b);
+    if (!any_selected({"attn/fused_fwd" + tag, "attn/unfused_fwd" + tag, "attn/fused_bwd" + tag,
+                       "attn/unfused_bwd" + tag})) {
+      return;
+    }
+    const int64_t dh = kHeadDim, pairs = b * kHeads, group = 3 * dh, row = pairs * group;
+    ptdp::AttentionDesc ad;
+    ad.s = s;
+    ad.b = b;
+    ad.heads = kHeads;
+    ad.dh = dh;
+    ad.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    Buffer<float> qkv(s * row), dqkv(s * row), ctx(s * pairs * dh), dctx(s * pairs * dh);
+    Buffer<float> lse(pairs * s), delta(pairs * s), probs(pairs * s * s), dprobs(pairs * s * s);
+    fill_uniform(qkv, -1.0f, 1.0f, 221);
+    fill_uniform(dctx, -1.0f, 1.0f, 222);
+    const double visible = static_cast<double>(s) * static_cast<double>(s + 1) / 2.0;
+    const double fwd_flops = 4.0 * dh * visible * static_cast<double>(pairs);
+    // C[z] = op(A[z]) op(B[z]) over the pairs; a = (pointer, ld, stride).
+    auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                    int64_t sa, const float* bm, int64_t ldb, int64_t sb, float* c, int64_t ldc,
+                    int64_t sc) {
+      GemmDesc g;
+      g.trans_a = ta, g.trans_b = tb;
+      g.m = m, g.n = n, g.k = k;
+      g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+      g.batch = pairs;
+      g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
+      be_.gemm(g, a, bm, c);
+    };
+    const float* q = qkv.get();
+    const float* kk = q + dh;
+    const float* v = q + 2 * dh;
+    auto fused_fwd = [&] { be_.attention_forward(ad, qkv.get(), ctx.get(), lse.get(), kF32); };
+    auto unfused_fwd = [&] {
+      gemm(false, true, s, s, dh, q, row, group, kk, row, group, probs.get(), s, s * s);
+      be_.softmax_forward(probs.get(), probs.get(), kF32, pairs, s, s, ad.scale, true);
+      gemm(false, false, s, dh, s, probs.get(), s, s * s, v, row, group, ctx.get(), pairs * dh, dh);
+    };
+    flop_case("attn/fused_fwd" + tag, "causal", s, s, dh, pairs, fwd_flops, fused_fwd);
+    flop_case("attn/unfused_fwd" + tag, "causal", s, s, dh, pairs, fwd_flops, unfused_fwd);
+    if (selected("attn/fused_bwd" + tag)) fused_fwd();  // ctx and lse for the backward
+    flop_case("attn/fused_bwd" + tag, "causal", s, s, dh, pairs, 2.5 * fwd_flops, [&] {
+      be_.attention_backward(ad, qkv.get(), ctx.get(), lse.get(), dctx.get(), dqkv.get(),
+                             delta.get(), kF32);
+    });
+    if (selected("attn/unfused_bwd" + tag)) unfused_fwd();  // the probabilities
+    flop_case("attn/unfused_bwd" + tag, "causal", s, s, dh, pairs, 2.5 * fwd_flops, [&] {
+      const float* dc = dctx.get();
+      float* dq = dqkv.get();
+      gemm(false, true, s, s, dh, dc, pairs * dh, dh, v, row, group, dprobs.get(), s, s * s);
+      gemm(true, false, s, dh, s, probs.get(), s, s * s, dc, pairs * dh, dh, dq + 2 * dh, row,
+           group);
+      be_.softmax_backward(probs.get(), dprobs.get(), dprobs.get(), kF32, pairs, s, s, ad.scale);
+      gemm(false, false, s, dh, s, dprobs.get(), s, s * s, kk, row, group, dq, row, group);
+      gemm(true, false, s, dh, s, dprobs.get(), s, s * s, q, row, group, dq + dh, row, group);
+    });
   }
 
   // -- 3. memory-bound ops ---------------------------------------------------------------------

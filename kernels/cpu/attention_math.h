@@ -1,6 +1,6 @@
-// The inner loops the CPU attention kernels share (the whole-sequence kernel in attention.cpp,
-// ring attention's block pairs in attention_block.cpp): one online-softmax key tile, dot
-// products and axpy over a head's dh elements.
+// What the CPU attention kernels share (the whole-sequence kernel in attention.cpp, ring
+// attention's block pairs in attention_block.cpp): the online-softmax key tile, and the dot
+// products and axpy over a head's dh elements of the block pairs' row-by-row loops.
 #pragma once
 
 #include <cstdint>

@@ -54,4 +54,41 @@ __attribute__((always_inline)) inline float exp_f32(float x) {
   return static_cast<float>(p * s);
 }
 
+// exp in fp32 arithmetic only, for the attention kernels' probability rows: twice the vector
+// width of exp_f32 and half its polynomial, within 1.4 * 2^-24 relative of exp(x) (every float
+// in [-87, 88] checked against double exp) instead of correctly rounded: the probabilities feed
+// fp32 GEMMs whose own rounding is larger.
+// exp(x) = 2^n exp(r), n = round(x / ln 2), r = x - n ln 2 (ln 2 split in two, n ln2_hi exact),
+// exp(r) by Cephes' degree-7 polynomial on |r| <= ln 2 / 2. Arguments below -87 give 0 (their
+// exponentials are below FLT_MIN: no denormals), above 88 exp(88); NaN stays NaN. Built without
+// contraction (-ffp-contract=off) every instruction set computes the same bits.
+__attribute__((always_inline)) inline float exp_f32_fast(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;  // 9 significant bits: n kLn2Hi exact for |n| < 2^15
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: x + kRound rounds x to an integer
+  float xc = x < -87.0f ? -87.0f : x;
+  xc = xc > 88.0f ? 88.0f : xc;
+  const float t = xc * kLog2e + kRound;
+  const float nf = t - kRound;
+  uint32_t tb, rb;
+  std::memcpy(&tb, &t, sizeof tb);
+  std::memcpy(&rb, &kRound, sizeof rb);
+  const uint32_t n = tb - rb;  // the integer nf (two's complement), from t's low bits
+  const float r = (xc - nf * kLn2Hi) - nf * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  // n is in [-126, 127]: 2^n is a normal float.
+  const uint32_t sb = (n + 127u) << 23;
+  float s;
+  std::memcpy(&s, &sb, sizeof s);
+  const float y = p * s;
+  return x < -87.0f ? 0.0f : y;
+}
+
 }  // namespace ptdp::cpu

@@ -7,11 +7,12 @@
 // multi-head kernel with copied keys and values, and against a double reference. Packed
 // documents (AttentionDesc::document_starts, at the end): the fused kernels and the unfused path
 // (softmax_forward_documents) against a double reference, each document against that document
-// run alone, and the document softmax itself.
+// run alone, and the document softmax itself. The fp32 exp of the CPU kernel's probabilities.
 #include <catch2/catch.hpp>
 
 #include <omp.h>
 
+#include "kernels/cpu/exp_math.h"
 #include "kernels/half.h"
 #include "reference.h"
 
@@ -581,6 +582,26 @@ void check_scaled(const fvec& got, const dvec& want, double rtol) {
 }
 
 }  // namespace
+
+TEST_CASE("exp_f32_fast (the CPU kernel's probabilities) is within 1.4 * 2^-24 of exp, 0 below -87",
+          "[attention]") {
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  for (double xd = -87.0; xd <= 88.0; xd += 0.0009765625 * 3.1) {
+    const float x = static_cast<float>(xd);
+    const double want = std::exp(static_cast<double>(x));
+    const double err = std::fabs(static_cast<double>(ptdp::cpu::exp_f32_fast(x)) - want) / want;
+    if (err > worst) worst = err, worst_x = x;
+  }
+  INFO("worst relative error " << worst / std::ldexp(1.0, -24) << " * 2^-24 at x = " << worst_x);
+  CHECK(worst <= 1.4 * std::ldexp(1.0, -24));
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(ptdp::cpu::exp_f32_fast(-inf) == 0.0f);
+  CHECK(ptdp::cpu::exp_f32_fast(-87.5f) == 0.0f);
+  CHECK(ptdp::cpu::exp_f32_fast(0.0f) == 1.0f);
+  CHECK(ptdp::cpu::exp_f32_fast(-0.0f) == 1.0f);
+  CHECK(std::isnan(ptdp::cpu::exp_f32_fast(std::numeric_limits<float>::quiet_NaN())));
+}
 
 TEST_CASE("attention: groups == heads is multi-head attention, bit for bit",
           "[attention][gqa]") {
