@@ -4,6 +4,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <exception>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -17,13 +18,28 @@ namespace ptdp {
 
 namespace {
 
+// libsentencepiece reports most faults as a Status, but some of its parts throw (the Darts trie
+// builder throws Darts::Details::Exception on a model with a zero-length piece): every call
+// into it goes through here, so what it throws becomes a ptdp::Error instead of escaping.
+template <typename F>
+sentencepiece::util::Status sp_call(F&& call, ErrorCode code, const std::string& what) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    throw_error(code, str_cat(what, ": ", e.what()));
+  } catch (...) {
+    throw_error(code, str_cat(what, ": libsentencepiece threw an unknown exception"));
+  }
+}
+
 class SentencePieceTokenizer final : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(const std::string& path) {
     // SentencePiece opens the path itself: refuse what is no regular file first, and load
     // from the bytes read here so the file read is the one checked.
     const std::string bytes = read_regular_file(path, "SentencePiece model file", kMaxTokenizerFileBytes);
-    const sentencepiece::util::Status st = sp_.LoadFromSerializedProto(bytes);
+    const sentencepiece::util::Status st = sp_call([&] { return sp_.LoadFromSerializedProto(bytes); }, ErrorCode::Io,
+                                                   path + ": SentencePiece cannot load it");
     if (!st.ok()) throw_io_error(path, str_cat("SentencePiece cannot load it: ", st.ToString()));
     const int n = sp_.GetPieceSize();
     pieces_.reserve(static_cast<std::size_t>(n) + 8);
@@ -130,7 +146,8 @@ class SentencePieceTokenizer final : public Tokenizer {
   void encode_plain(std::string_view text, std::vector<int32_t>& ids) const {
     if (text.empty()) return;
     std::vector<int> out;
-    const sentencepiece::util::Status st = sp_.Encode(text, &out);
+    const sentencepiece::util::Status st =
+        sp_call([&] { return sp_.Encode(text, &out); }, ErrorCode::Internal, "SentencePiece encode");
     if (!st.ok()) throw_error(ErrorCode::Internal, str_cat("SentencePiece encode: ", st.ToString()));
     ids.insert(ids.end(), out.begin(), out.end());
   }
@@ -139,7 +156,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     if (count == 0) return std::string();
     const std::vector<int> v(ids, ids + count);
     std::string out;
-    const sentencepiece::util::Status st = sp_.Decode(v, &out);
+    const sentencepiece::util::Status st = sp_call([&] { return sp_.Decode(v, &out); }, ErrorCode::InvalidArgument,
+                                                   "SentencePiece cannot decode the ids");
     PTDP_CHECK_ARG(st.ok(), str_cat("SentencePiece cannot decode the ids: ", st.ToString()));
     return out;
   }

@@ -14,6 +14,7 @@
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/data/indexed_dataset.h"
+#include "core/data/sentencepiece_tokenizer.h"
 #include "fuzz/fuzz_support.h"
 #include "kernels/error.h"
 
@@ -185,4 +186,17 @@ TEST_CASE("fuzz: every number of a checkpoint's metadata is read only when its f
   int64_t iteration = -1;
   CHECK(ptdp::read_checkpoint_config(dir, &iteration).num_layers == 1);
   CHECK(iteration == 1);
+}
+
+TEST_CASE("fuzz: a SentencePiece model with a zero-length piece is refused, not thrown through", "[fuzz][data]") {
+  // fuzz_sentencepiece_tokenizer: libsentencepiece's trie builder threw
+  // Darts::Details::Exception ("zero-length key") out of LoadFromSerializedProto; it escaped the
+  // tokenizer and terminated the process.
+  const std::string input = regression("sentencepiece_zero_length_piece");
+  const auto parts = ptdp::fuzz::split_parts(bytes(input), input.size(), 2);
+  const std::string path = ptdp::fuzz::scratch_path("zero_length_piece.model");
+  ptdp::fuzz::write_file(path, parts[0]);
+  const std::string msg = error_of([&] { (void)ptdp::make_sentencepiece_tokenizer(path); }, ptdp::ErrorCode::Io);
+  CHECK_THAT(msg, Catch::Contains(path + ": SentencePiece cannot load it: "));
+  CHECK_THAT(msg, Catch::Contains("zero-length key"));
 }

@@ -1,6 +1,9 @@
 // What the fuzz targets found, through the C API (fuzz/regressions/, tests/fuzz/CMakeLists.txt).
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,4 +24,32 @@ TEST_CASE("fuzz: ptdp_train_config_to_json writes flags that are not UTF-8 as U+
   CHECK(text.find("\"data-path\":\"corpus\xEF\xBF\xBD\xEF\xBF\xBD_text_document\"") != std::string::npos);
   CHECK(text.find("\"save\":\"ck\xEF\xBF\xBD\"") != std::string::npos);
   REQUIRE(ptdp_train_config_destroy(config) == PTDP_SUCCESS);
+}
+
+TEST_CASE("fuzz: ptdp_tokenizer_create refuses a SentencePiece model with a zero-length piece", "[fuzz][capi][data]") {
+  // fuzz_sentencepiece_tokenizer found a .model whose loading made libsentencepiece throw
+  // (Darts::Details::Exception) through ptdp; the C API returns PTDP_ERR_IO naming the file.
+  std::ifstream in(std::string(PTDP_FUZZ_REGRESSIONS) + "/sentencepiece_zero_length_piece", std::ios::binary);
+  REQUIRE(in.good());
+  std::ostringstream s;
+  s << in.rdbuf();
+  std::string model = s.str();
+  const std::size_t split = model.find("\xff\xfe" "PTDP-FUZZ-SPLIT");
+  if (split != std::string::npos) model.resize(split);  // the fuzz input's first part is the .model
+  const std::string path = "fuzz_zero_length_piece.model";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << model;
+  }
+  ptdp_tokenizer_options options;
+  REQUIRE(ptdp_tokenizer_options_init(&options) == PTDP_SUCCESS);
+  options.type = PTDP_TOKENIZER_SENTENCE_PIECE;
+  options.tokenizer_model = path.c_str();
+  ptdp_tokenizer tokenizer = nullptr;
+  CHECK(ptdp_tokenizer_create(&options, &tokenizer) == PTDP_ERR_IO);
+  CHECK(tokenizer == nullptr);
+  const std::string message = ptdp_last_error();
+  CHECK(message.find(path + ": SentencePiece cannot load it: ") != std::string::npos);
+  CHECK(message.find("zero-length key") != std::string::npos);
+  std::remove(path.c_str());
 }
