@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/unfused_attention.h"
 #include "kernels/backend.h"
 
 namespace {
@@ -125,33 +126,13 @@ int run(const char* op, int repeat) {
     auto qkv = uniform(s * row, -1.0f, 1.0f, 11), dctx = uniform(s * heads * dh, -1.0f, 1.0f, 12);
     std::vector<float> ctx(dctx.size()), dqkv(qkv.size()), lse(static_cast<std::size_t>(heads * s));
     std::vector<float> delta(lse.size()), probs(static_cast<std::size_t>(heads * s * s)), dprobs(probs.size());
-    const float* q = qkv.data();
-    const float* k = q + dh;
-    const float* v = q + 2 * dh;
-    // C[z] = op(A[z]) op(B[z]) over the heads; operands (pointer, ld, stride).
-    auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t kk, const float* a, int64_t lda, int64_t sa,
-                    const float* b, int64_t ldb, int64_t sb, float* c, int64_t ldc, int64_t sc) {
-      ptdp::GemmDesc g;
-      g.trans_a = ta, g.trans_b = tb;
-      g.m = m, g.n = n, g.k = kk;
-      g.lda = lda, g.ldb = ldb, g.ldc = ldc;
-      g.batch = heads;
-      g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
-      be.gemm(g, a, b, c);
-    };
     const auto fused_fwd = [&] { be.attention_forward(ad, qkv.data(), ctx.data(), lse.data(), kF32); };
     const auto unfused_fwd = [&] {
-      gemm(false, true, s, s, dh, q, row, group, k, row, group, probs.data(), s, s * s);
-      be.softmax_forward(probs.data(), probs.data(), kF32, heads, s, s, ad.scale, true);
-      gemm(false, false, s, dh, s, probs.data(), s, s * s, v, row, group, ctx.data(), heads * dh, dh);
+      ptdp::bench::unfused_attention_forward(be, s, heads, dh, ad.scale, qkv.data(), probs.data(), ctx.data());
     };
     const auto unfused_bwd = [&] {
-      float* dq = dqkv.data();
-      gemm(false, true, s, s, dh, dctx.data(), heads * dh, dh, v, row, group, dprobs.data(), s, s * s);
-      gemm(true, false, s, dh, s, probs.data(), s, s * s, dctx.data(), heads * dh, dh, dq + 2 * dh, row, group);
-      be.softmax_backward(probs.data(), dprobs.data(), dprobs.data(), kF32, heads, s, s, ad.scale);
-      gemm(false, false, s, dh, s, dprobs.data(), s, s * s, k, row, group, dq, row, group);
-      gemm(true, false, s, dh, s, dprobs.data(), s, s * s, q, row, group, dq + dh, row, group);
+      ptdp::bench::unfused_attention_backward(be, s, heads, dh, ad.scale, qkv.data(), probs.data(), dctx.data(),
+                                              dprobs.data(), dqkv.data());
     };
     if (std::strcmp(op, "attn_fused_forward") == 0) {
       once(fused_fwd);

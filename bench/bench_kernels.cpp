@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/unfused_attention.h"
 #include "bench/sgemm_peak.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/simd_clones.h"
@@ -1083,7 +1084,7 @@ class Bench {
                        "attn/unfused_bwd" + tag})) {
       return;
     }
-    const int64_t dh = kHeadDim, pairs = b * kHeads, group = 3 * dh, row = pairs * group;
+    const int64_t dh = kHeadDim, pairs = b * kHeads, row = pairs * 3 * dh;
     ptdp::AttentionDesc ad;
     ad.s = s;
     ad.b = b;
@@ -1096,26 +1097,9 @@ class Bench {
     fill_uniform(dctx, -1.0f, 1.0f, 222);
     const double visible = static_cast<double>(s) * static_cast<double>(s + 1) / 2.0;
     const double fwd_flops = 4.0 * dh * visible * static_cast<double>(pairs);
-    // C[z] = op(A[z]) op(B[z]) over the pairs; a = (pointer, ld, stride).
-    auto gemm = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-                    int64_t sa, const float* bm, int64_t ldb, int64_t sb, float* c, int64_t ldc,
-                    int64_t sc) {
-      GemmDesc g;
-      g.trans_a = ta, g.trans_b = tb;
-      g.m = m, g.n = n, g.k = k;
-      g.lda = lda, g.ldb = ldb, g.ldc = ldc;
-      g.batch = pairs;
-      g.stride_a = sa, g.stride_b = sb, g.stride_c = sc;
-      be_.gemm(g, a, bm, c);
-    };
-    const float* q = qkv.get();
-    const float* kk = q + dh;
-    const float* v = q + 2 * dh;
     auto fused_fwd = [&] { be_.attention_forward(ad, qkv.get(), ctx.get(), lse.get(), kF32); };
     auto unfused_fwd = [&] {
-      gemm(false, true, s, s, dh, q, row, group, kk, row, group, probs.get(), s, s * s);
-      be_.softmax_forward(probs.get(), probs.get(), kF32, pairs, s, s, ad.scale, true);
-      gemm(false, false, s, dh, s, probs.get(), s, s * s, v, row, group, ctx.get(), pairs * dh, dh);
+      ptdp::bench::unfused_attention_forward(be_, s, pairs, dh, ad.scale, qkv.get(), probs.get(), ctx.get());
     };
     flop_case("attn/fused_fwd" + tag, "causal", s, s, dh, pairs, fwd_flops, fused_fwd);
     flop_case("attn/unfused_fwd" + tag, "causal", s, s, dh, pairs, fwd_flops, unfused_fwd);
@@ -1126,14 +1110,8 @@ class Bench {
     });
     if (selected("attn/unfused_bwd" + tag)) unfused_fwd();  // the probabilities
     flop_case("attn/unfused_bwd" + tag, "causal", s, s, dh, pairs, 2.5 * fwd_flops, [&] {
-      const float* dc = dctx.get();
-      float* dq = dqkv.get();
-      gemm(false, true, s, s, dh, dc, pairs * dh, dh, v, row, group, dprobs.get(), s, s * s);
-      gemm(true, false, s, dh, s, probs.get(), s, s * s, dc, pairs * dh, dh, dq + 2 * dh, row,
-           group);
-      be_.softmax_backward(probs.get(), dprobs.get(), dprobs.get(), kF32, pairs, s, s, ad.scale);
-      gemm(false, false, s, dh, s, dprobs.get(), s, s * s, kk, row, group, dq, row, group);
-      gemm(true, false, s, dh, s, dprobs.get(), s, s * s, q, row, group, dq + dh, row, group);
+      ptdp::bench::unfused_attention_backward(be_, s, pairs, dh, ad.scale, qkv.get(), probs.get(), dctx.get(),
+                                              dprobs.get(), dqkv.get());
     });
   }
 
