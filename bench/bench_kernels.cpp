@@ -1026,12 +1026,7 @@ class Bench {
 
     // Fused causal attention over the [s, b, a, 3, dh] QKV activation.
     const int64_t s = o_.quick ? 256 : kSeq;
-    ptdp::AttentionDesc ad;
-    ad.s = s;
-    ad.b = kBatch;
-    ad.heads = kHeads;
-    ad.dh = kHeadDim;
-    ad.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    const ptdp::AttentionDesc ad = causal_attention(s, kBatch);
     const int64_t nqkv = s * kBatch * kHeads * 3 * kHeadDim, nctx = s * kBatch * kHidden;
     const int64_t nlse = kBatch * kHeads * s;
     Buffer<float> qkv(nqkv), dqkv(nqkv), ctx(nctx), dctx(nctx), lse(nlse), delta(nlse);
@@ -1074,6 +1069,18 @@ class Bench {
     if (compute16_header_printed_) std::printf("\n");
   }
 
+  /// Causal self-attention of the GPT-2-small heads (kHeads of kHeadDim) over s positions and b
+  /// samples, scaled by 1/sqrt(dh), without dropout or documents.
+  static ptdp::AttentionDesc causal_attention(int64_t s, int64_t b) {
+    ptdp::AttentionDesc ad;
+    ad.s = s;
+    ad.b = b;
+    ad.heads = kHeads;
+    ad.dh = kHeadDim;
+    ad.scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
+    return ad;
+  }
+
   /// The fused kernels beside the unfused sequence the layer runs on the same shape
   /// (core/layers/attention.cpp): strided-batched scores = Q K^T, causal softmax_forward,
   /// ctx = P V; backward dP = dO V^T, dV = P^T dO, softmax_backward, dQ = dS K, dK = dS^T Q.
@@ -1085,12 +1092,7 @@ class Bench {
       return;
     }
     const int64_t dh = kHeadDim, pairs = b * kHeads, row = pairs * 3 * dh;
-    ptdp::AttentionDesc ad;
-    ad.s = s;
-    ad.b = b;
-    ad.heads = kHeads;
-    ad.dh = dh;
-    ad.scale = 1.0f / std::sqrt(static_cast<float>(dh));
+    const ptdp::AttentionDesc ad = causal_attention(s, b);
     Buffer<float> qkv(s * row), dqkv(s * row), ctx(s * pairs * dh), dctx(s * pairs * dh);
     Buffer<float> lse(pairs * s), delta(pairs * s), probs(pairs * s * s), dprobs(pairs * s * s);
     fill_uniform(qkv, -1.0f, 1.0f, 221);
