@@ -242,15 +242,14 @@ void read_slice(CheckpointReader& reader, const std::string& name, const ParamIn
   }
 }
 
-// An integer field of `j` at least `min`, named in the refusal.
-int64_t meaning_int(const nlohmann::json& j, const char* key, int64_t min, const std::string& source, const std::string& where) {
+// An integer field of `j` in [min, max], named in the refusal (json_number::integer refuses
+// what is no integer or does not fit 64 bits).
+int64_t meaning_int(const nlohmann::json& j, const char* key, int64_t min, const std::string& source, const std::string& where,
+                    int64_t max = INT64_MAX) {
   if (!j.is_object() || !j.contains(key)) throw_io_error(source, str_cat(where, "has no \"", key, "\""));
-  const nlohmann::json& v = j.at(key);
-  if (!v.is_number_integer()) throw_io_error(source, str_cat(where, "\"", key, "\" is ", v.dump(), ", not an integer"));
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
-    throw_io_error(source, str_cat(where, "\"", key, "\" = ", v.dump(), " does not fit in 64 bits"));
-  const int64_t x = v.get<int64_t>();
+  const int64_t x = json_number::integer<int64_t>(j.at(key), str_cat(source, ": ", where, "\"", key, "\""));
   if (x < min) throw_io_error(source, str_cat(where, "\"", key, "\" = ", x, " is below ", min));
+  if (x > max) throw_io_error(source, str_cat(where, "\"", key, "\" = ", x, " is above ", max));
   return x;
 }
 
@@ -288,10 +287,8 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
     if (skipped > iteration)
       throw_io_error(source, str_cat(w, "\"skipped_iterations\" = ", skipped, " exceeds the iteration ", iteration));
     (void)steps;
-    if (meaning_int(o, "growth_tracker", 0, source, w) > INT32_MAX)
-      throw_io_error(source, str_cat(w, "\"growth_tracker\" = ", o.at("growth_tracker").dump(), " does not fit in 32 bits"));
-    if (meaning_int(o, "hysteresis_left", 0, source, w) > INT32_MAX)
-      throw_io_error(source, str_cat(w, "\"hysteresis_left\" = ", o.at("hysteresis_left").dump(), " does not fit in 32 bits"));
+    meaning_int(o, "growth_tracker", 0, source, w, INT32_MAX);
+    meaning_int(o, "hysteresis_left", 0, source, w, INT32_MAX);
     const nlohmann::json scale = o.value("loss_scale", nlohmann::json());
     if (!scale.is_number() || !std::isfinite(scale.get<double>()) || scale.get<double>() <= 0)
       throw_io_error(source, str_cat(w, "\"loss_scale\" = ", scale.dump(), " is not a finite number > 0"));
