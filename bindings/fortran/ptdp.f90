@@ -515,6 +515,7 @@ module ptdp
     integer(c_int32_t) :: decoder_last_pipeline_num_layers
     integer(c_int32_t) :: sequence_parallel
     integer(c_int32_t) :: context_parallel_size
+    integer(c_int) :: attention
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().

@@ -494,6 +494,7 @@ void plan_options_defaults(ptdp_plan_options* o) {
   o->hidden_dropout = 0.1f;
   o->sequence_parallel = 0;
   o->context_parallel_size = 1;
+  o->attention = PTDP_ATTENTION_AUTO;
   // The Llama fields stay zero: the GPT (reset_options zeroed them).
 }
 
@@ -539,6 +540,7 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.top = r.top;
   o.sequence_parallel = r.allow_sequence_parallel ? 1 : 0;
   o.context_parallel_size = r.context_parallel;
+  o.attention = static_cast<ptdp_attention>(g.attention);
   llama_fields_to_c(g, o);
   *out = o;
 }
@@ -614,6 +616,9 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
                  str_cat("options->context_parallel_size = ", o.context_parallel_size,
                          " is negative (1: none, N > 1: pin, 0: search)"));
   r.context_parallel = o.context_parallel_size;
+  PTDP_CHECK_ARG(o.attention >= PTDP_ATTENTION_AUTO && o.attention <= PTDP_ATTENTION_UNFUSED,
+                 str_cat("options->attention = ", static_cast<int>(o.attention), " is not a ptdp_attention"));
+  g.attention = static_cast<ptdp::AttentionImpl>(o.attention);
   r.validate();
   return r;
 }

@@ -15,6 +15,7 @@
 
 #include "core/plan/cluster.h"
 #include "core/plan/cost_model.h"
+#include "core/tensor/tensor.h"
 #include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"
@@ -70,6 +71,16 @@ bool estimate_run_memory(const RunShape& shape, MemoryNeed* need) {
   const TrainArgs& a = *shape.args;
   plan::PlanRequest req;
   req.model = to_gpt_config(a);
+  // --attention-backend auto as this device resolves it (the planner's own auto reads the
+  // device off the precision: fp32 the CPU, 16 bits CUDA).
+  if (req.model.attention == AttentionImpl::Auto) {
+    try {
+      const bool fused = backend_for(shape.device).fused_attention_supported(req.model.precision, req.model.head_dim());
+      req.model.attention = fused ? AttentionImpl::Fused : AttentionImpl::Unfused;
+    } catch (const Error&) {
+      // no backend for the device here: the planner's auto stands
+    }
+  }
   req.global_batch_size = shape.global_batch;
   req.precision = a.bf16 ? plan::Precision::Bf16 : a.fp16 ? plan::Precision::Fp16 : plan::Precision::Fp32;
   req.allow_distributed_optimizer = a.use_distributed_optimizer;

@@ -235,7 +235,8 @@ std::vector<Flag> make_flags() {
   v.push_back(choice("attention-backend", G::Model,
                      "fused: the device's fused (flash) attention kernel, which never stores the s x s scores; "
                      "unfused: GEMM, scale + causal mask + softmax, dropout, GEMM; auto: fused where the device "
-                     "has a kernel for the precision and head dim (CUDA: bf16/fp16, head dim 64 or 128).",
+                     "has a kernel for the precision and head dim (the CPU: always; CUDA: bf16/fp16, head dim 64 "
+                     "or 128).",
                      &TrainArgs::attention_backend,
                      Choices<AttentionImpl>{{"auto", AttentionImpl::Auto}, {"fused", AttentionImpl::Fused},
                                             {"unfused", AttentionImpl::Unfused}}));

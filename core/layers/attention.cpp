@@ -139,12 +139,10 @@ bool SelfAttention::fused(const Backend& be) const {
       }
       return true;
     case AttentionImpl::Auto:
-      // The CPU keeps the unfused path. Its fused kernel is the faster one now (tile GEMMs:
-      // bench_kernels' attn/ rows) and the reference the GPU kernel is tested against, but it
-      // rounds differently, and with it on both sides the SGD spec 2,4,2,interleaved of
-      // train_equivalence_qwen2_np8 ends one element past its serial-vs-parallel tolerance
-      // (the old row-by-row fused kernel too); that tolerance is to be settled first.
-      return be.device_type() != DeviceType::CPU && be.fused_attention_supported(cfg_.precision, dh_);
+      // The fused kernel wherever the backend has one for the precision and head dim: on the
+      // CPU its tile GEMMs beat the unfused path's (bench_kernels' attn/ rows), and it never
+      // stores the s x s probabilities.
+      return be.fused_attention_supported(cfg_.precision, dh_);
   }
   return false;
 }

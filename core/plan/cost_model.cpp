@@ -210,6 +210,17 @@ double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute)
   return m.paper_flops(samples);
 }
 
+bool fused_attention(const GptConfig& m, Precision prec) {
+  switch (m.attention) {
+    case AttentionImpl::Fused: return true;
+    case AttentionImpl::Unfused: return false;
+    case AttentionImpl::Auto: break;
+  }
+  if (prec == Precision::Fp32) return true;  // the CPU engine's kernel takes every head dim
+  const int64_t dh = m.head_dim();
+  return dh == 64 || dh == 128;  // the CUDA engine's flash attention (kernels/cuda/flash_attention.cu)
+}
+
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r, bool sequence_parallel,
                               int c) {
   // Context parallelism keeps each rank's s / c tokens: every term below per token, the scores
@@ -222,6 +233,10 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   const double qkv = static_cast<double>(m.qkv_rows()), fc1 = m.swiglu ? 2.0 * f : f;
   // Row statistics a norm keeps for its backward: LayerNorm mean and rstd, RMSNorm rstd (fp32).
   const double stats = m.normalization == Normalization::RMSNorm ? 1.0 : 2.0;
+  // The fused kernel keeps its fp32 row log-sum-exp [b, a/t, s] in place of the probabilities
+  // (it recomputes them tile by tile in the backward, whatever the recomputation setting).
+  const bool fused = fused_attention(m, prec);
+  const double lse_bytes = 4.0 * (a / t) * b * s;
   if (prec == Precision::Fp32) {
     // ptdp's CPU engine keeps fp32 tensors (dropout masks are redrawn from Philox, never
     // stored; RoPE rotates q and k in place). Per layer: its input and the pre-MLP norm's input
@@ -234,6 +249,7 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
     if (r == Recompute::Full) return 4.0 * sb * h * whole;
     double elements = (sb * 4.0 * h + 2.0 * stats * sb) * whole + sb * (qkv + ctx + fc1 + f) / t;
     if (m.qk_layernorm) elements += sb * (a + g) / t * (dh + stats);
+    if (fused) return 4.0 * elements + lse_bytes;
     if (r == Recompute::None) elements += (m.attention_dropout > 0 ? 2.0 : 1.0) * (a / t) * b * s * s;
     return 4.0 * elements;
   }
@@ -256,6 +272,7 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   double bytes = (sb * h * (8.0 + (m.hidden_dropout > 0 ? 2.0 : 0.0)) + 2.0 * 4.0 * stats * sb) * whole;
   bytes += (2.0 * (ctx + 2.0 * g * dh + ctx) + 2.0 * (fc1 + f)) * sb / t;
   if (m.qk_layernorm) bytes += sb * (a + g) / t * (2.0 * dh + 4.0 * stats);
+  if (fused) return bytes + lse_bytes;
   if (r == Recompute::None) bytes += (m.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b / t;
   return bytes;
 }
@@ -281,6 +298,7 @@ Gemm logit_gemm(const GptConfig& m, int t, int b, int c) {
 }
 
 double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, int c) {
+  if (fused_attention(m, prec)) return 0;  // the scores never leave the kernel's tiles
   const double e = bytes_of(prec), s = m.seq_length;
   const double scores = static_cast<double>(m.num_attention_heads) / t * b * s * s / c;
   return scores * (2.0 * e + (m.attention_dropout > 0 ? 2.0 * e + 1.0 : 0.0));
@@ -424,6 +442,7 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
   CostParts c;
   const GemmTable* tab = table_for(req, cl);
   double attention_fwd = 0, attention_bwd = 0;  // the attention products' seconds (context parallelism hides its ring behind them)
+  const bool fused = fused_attention(g, req.precision);
   if (tab == nullptr) {
     // One efficiency for every GEMM (the cluster's gemm_efficiency, memory-bound kernels
     // included), lowered when the smallest dimension of the layer's GEMMs (tokens b s, or the
@@ -433,11 +452,17 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
     const double rate = peak_flops(req, cl) * cl.gemm_efficiency * smallest / (smallest + kGemmHalfSize);
     c.layer_fwd = layer_forward_flops(g, b) / t / cp / rate;
     c.logit_fwd = logit_forward_flops(g, b, vp) / t / cp / rate;
-    c.layer_recompute = recompute_flops(g, b, L.recompute) / t / cp / rate;
+    c.layer_recompute = fused && L.recompute == Recompute::Selective
+                            ? 0.0
+                            : recompute_flops(g, b, L.recompute) / t / cp / rate;
     c.layer_bwd_input = c.layer_bwd_weight = c.layer_fwd;
     c.logit_bwd_input = c.logit_bwd_weight = c.logit_fwd;
     attention_fwd = attention_core_flops(g, b) / t / cp / rate;
     attention_bwd = 2.0 * attention_fwd;
+    if (fused) {  // the fused backward recomputes the scores Q K^T: half the products' forward
+      c.layer_bwd_input += attention_fwd / 2.0;
+      attention_bwd += attention_fwd / 2.0;
+    }
   } else {
     // Every GEMM at its own shape's efficiency, and the memory-bound kernels (norms,
     // activation, bias-dropout-add, softmax, dropout) at the achieved memory bandwidth.
@@ -451,13 +476,16 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
     const double attention_ew = attention_elementwise_bytes(g, req.precision, t, b, cp) / bandwidth;
     attention_fwd = attention.fwd + attention_ew;
     attention_bwd = attention.bwd_input + attention.bwd_weight + kElementwiseBackward * attention_ew;
+    // The fused backward recomputes the scores Q K^T tile by tile before its four products.
+    const double rescore = fused ? gemm_seconds(*tab, peak, {all[1]}).fwd : 0.0;
+    attention_bwd += rescore;
     const double ew_fwd = fwd_bytes / bandwidth;
     c.layer_fwd = layer.fwd + ew_fwd;
     // A memory-bound kernel's backward reads the output gradient and what its forward kept and
     // writes the input gradient: about 1.25 times the forward's bytes over these kernels (the
     // softmax 6 bytes per score against 4, the attention dropout 5 against 5, the norms and
     // the activation 1.5 times, the residual adds about once).
-    c.layer_bwd_input = layer.bwd_input + kElementwiseBackward * ew_fwd;
+    c.layer_bwd_input = layer.bwd_input + kElementwiseBackward * ew_fwd + rescore;
     c.layer_bwd_weight = layer.bwd_weight;
     // The loss: a softmax over the fp32 logits [b s, V / t] and its gradient, written in place
     // (read and write each way).
@@ -467,7 +495,7 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
     c.logit_bwd_weight = logit.bwd_weight;
     switch (L.recompute) {
       case Recompute::Full: c.layer_recompute = c.layer_fwd; break;
-      case Recompute::Selective: c.layer_recompute = attention_fwd; break;
+      case Recompute::Selective: c.layer_recompute = fused ? 0.0 : attention_fwd; break;  // nothing dropped
       case Recompute::None: c.layer_recompute = 0; break;
     }
   }
@@ -672,7 +700,11 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L, double la
     const double held_for_weights = 4.0 * b * s * (4.0 * h + (qkv + ctx + fc1 + f) / t);
     if (L.recompute == Recompute::Full) working += layers_per_chunk * held_for_weights;
     if (L.recompute != Recompute::None) working += none_act - sel_act;
-    working += 4.0 * (static_cast<double>(g.num_attention_heads) / t * b * s * s + qkv * b * s / t + 2.0 * b * s * h);
+    // With the fused kernel that is its fp32 row statistics delta [b, a/t, s] (its tiles are
+    // a few KiB per thread) in place of the probabilities' gradient.
+    const double heads = static_cast<double>(g.num_attention_heads) / t;
+    const double scores = fused_attention(g, req.precision) ? heads * b * s : heads * b * s * s;
+    working += 4.0 * (scores + qkv * b * s / t + 2.0 * b * s * h);
   } else {
     // Megatron frees each layer's activations as its backward passes: the recomputed layer (full)
     // or the recomputed attention (selective) is all that is added.

@@ -152,10 +152,19 @@ int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, 
 /// GptConfig::paper_flops) or as executed (full: paper_flops(samples, true); selective: the
 /// attention products' forward once more, 4 s^2 a dh per sample and layer).
 double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute);
+/// Whether a run of `m` in `prec` computes its attention with the fused (flash-style) kernel, as
+/// the engine resolves GptConfig::attention: Fused and Unfused as pinned; Auto takes the fused
+/// kernel where the device has one, which the planner reads off the precision: fp32 plans model
+/// ptdp's CPU engine (a fused kernel for every head dim), 16-bit plans the CUDA engine (bf16 and
+/// fp16 with head dim 64 or 128). The fused kernel keeps the row log-sum-exp (a / t s b fp32
+/// per layer) where the unfused path keeps the s x s probabilities, and recomputes nothing under
+/// selective recomputation (it has no probabilities to drop).
+bool fused_attention(const GptConfig& m, Precision prec);
 /// Activation bytes one transformer layer keeps per microbatch of b samples with tensor size t;
 /// with `sequence_parallel` the activations every tensor rank keeps whole without it (the norms'
 /// and the dropouts') are split over the t ranks (Korthikanti et al. 2022, Table 2: s b h (34/t
-/// + 5 a s/(h t)) for the GPT in 16 bits, s b h 34 / t with selective recomputation).
+/// + 5 a s/(h t)) for the GPT in 16 bits, s b h 34 / t with selective recomputation). With
+/// fused_attention the s x s terms are the fused kernel's row statistics instead (4 a s b / t).
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r,
                               bool sequence_parallel = false, int c = 1);
 
@@ -185,7 +194,9 @@ Gemm logit_gemm(const GptConfig& m, int t, int b, int c = 1);
 double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel = false,
                                int c = 1);
 /// Of layer_elementwise_bytes, the attention's: the scaled, masked softmax over the scores
-/// (a / t heads of s x s per sample, in and out) and, with attention dropout, its dropout.
+/// (a / t heads of s x s per sample, in and out) and, with attention dropout, its dropout; zero
+/// with fused_attention, whose scores stay in its tiles (its backward is priced with one more
+/// Q K^T, the scores it recomputes).
 double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, int c = 1);
 
 /// Peak (microbatch, chunk) slots of pipeline rank `rank` under a schedule, in closed form (the

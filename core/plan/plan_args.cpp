@@ -137,6 +137,15 @@ std::vector<Flag> make_flags() {
                                 &GptConfig::attention_dropout, "0.1"));
   v.push_back(model_probability("hidden-dropout", "Dropout after the projection and fc2 (0: no masks kept).",
                                 &GptConfig::hidden_dropout, "0.1"));
+  const cli::Choices<AttentionImpl> attentions{
+      {"auto", AttentionImpl::Auto}, {"fused", AttentionImpl::Fused}, {"unfused", AttentionImpl::Unfused}};
+  v.push_back(value_flag("attention-backend", cli::choice_metavar(attentions),
+                         "Attention as ptdp-train's flag: fused keeps a / t s b fp32 row statistics per layer, unfused "
+                         "the a / t s^2 b probabilities; auto as the engine resolves it (fp32: the CPU's fused kernel; "
+                         "bf16/fp16: CUDA's, for head dim 64 or 128).",
+                         "auto", [attentions](PlanArgs& a, const std::string& s) {
+                           a.request.model.attention = cli::to_choice("attention-backend", s, attentions);
+                         }));
   // Llama-family options (Megatron's names).
   const cli::Choices<Normalization> norms{{"LayerNorm", Normalization::LayerNorm}, {"RMSNorm", Normalization::RMSNorm}};
   v.push_back(value_flag("normalization", cli::choice_metavar(norms), "Every norm of the model (RMSNorm has no bias).",

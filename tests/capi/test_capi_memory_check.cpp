@@ -113,6 +113,26 @@ TEST_CASE("memory check: a huge --micro-batch-size is refused with activations t
   CHECK(r.rss_growth_kib < 512 * 1024);
 }
 
+TEST_CASE("memory check: the estimate follows --attention-backend (the CPU's auto is the fused kernel)",
+          "[capi][train][memory_check]") {
+  // s = 32768: the unfused path keeps [b, a, s, s] fp32 probabilities twice per layer (with
+  // attention dropout), 2 layers x 2 x 4 heads x 32768^2 x 4 bytes = 64 GiB, more than this
+  // machine has; the fused kernel keeps [b, a, s] row statistics instead, and the run fits.
+  sp::World w;
+  const std::vector<std::string> long_seq =
+      with(kSmall, {"--seq-length", "32768", "--max-position-embeddings", "32768", "--micro-batch-size", "1",
+                    "--global-batch-size", "1"});
+  const Outcome unfused = create_trainer(w, with(long_seq, {"--attention-backend", "unfused"}));
+  INFO(unfused.message);
+  CHECK(unfused.status == PTDP_ERR_OUT_OF_MEMORY);
+  CHECK(unfused.message.find("(activations ") != std::string::npos);  // listed first: the biggest
+  for (const char* kind : {"fused", "auto"}) {
+    const Outcome fused = create_trainer(w, with(long_seq, {"--attention-backend", kind}));
+    INFO(kind << ": " << fused.message);
+    CHECK(fused.status == PTDP_SUCCESS);
+  }
+}
+
 TEST_CASE("memory check: a small run passes the check", "[capi][train][memory_check]") {
   sp::World w;
   const Outcome r = create_trainer(w, kSmall);

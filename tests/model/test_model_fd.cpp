@@ -366,9 +366,10 @@ TEST_CASE("model FD: per-head LayerNorm of q and k, GeLU without biases, no posi
   check_gradient(0, 0.0f, Arch::GeluNoBias);
 }
 
-TEST_CASE("model FD: ignored labels, reset positions and documents (learned positions) = finite differences",
+TEST_CASE("model FD: ignored labels, reset positions and documents (learned positions), unfused attention = "
+          "finite differences",
           "[model][fd][masks]") {
-  check_gradient(0, 0.0f, Arch::Gpt, true);
+  check_gradient(0, 0.0f, Arch::Gpt, true, PTDP_ATTENTION_UNFUSED);
 }
 
 TEST_CASE("model FD: ignored labels, reset positions and documents, fused attention with dropout = finite differences",

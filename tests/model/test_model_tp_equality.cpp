@@ -59,7 +59,7 @@ struct Case {
   int32_t divisible;   // make_vocab_size_divisible_by
   Arch arch = Arch::Gpt;
   bool masks = false;  // ignored labels, reset positions and documents from an eod token
-  bool fused = false;  // the fused attention kernel (the CPU's default is the unfused path)
+  bool fused = false;  // the fused attention kernel (the CPU's default), else the unfused path
 };
 
 // V = 301 is not divisible by any t > 1. With make_vocab_size_divisible_by = 4 the padded
@@ -95,7 +95,7 @@ ptdp_gpt_options options_of(const Case& c, ptdp_recompute r) {
   o.vocab_size = c.vocab;
   o.make_vocab_size_divisible_by = c.divisible;
   o.recompute_granularity = r;
-  if (c.fused) o.attention = PTDP_ATTENTION_FUSED;
+  o.attention = c.fused ? PTDP_ATTENTION_FUSED : PTDP_ATTENTION_UNFUSED;
   if (c.arch != Arch::Gpt) {
     o.normalization = PTDP_NORMALIZATION_RMSNORM;
     o.swiglu = 1;

@@ -101,6 +101,7 @@ TEST_CASE("set_cpu_backend_decorator swaps the CPU backend and restores it", "[p
 TEST_CASE("a profiled GPT (LayerNorm, GeLU, dropout, selective recomputation) is bit-identical", "[profiling]") {
   ptdp::GptConfig cfg;  // 2 layers, h 64, 4 heads, s 32, V 256, dropout 0.1
   cfg.recompute = ptdp::Recompute::Selective;
+  cfg.attention = ptdp::AttentionImpl::Unfused;  // its GEMMs' labels (the CPU's auto is fused)
   std::vector<ProfilingBackend::Entry> entries;
   check_identical(cfg, entries);
 

@@ -345,7 +345,12 @@ TEST_CASE("per-rank parameter counts equal what GptModel lays out, Llama options
 }
 
 TEST_CASE("activation memory per layer with the Llama options", "[plan][memory]") {
-  const GptConfig l8 = preset("llama-3-8b");
+  GptConfig l8 = preset("llama-3-8b");
+  // Its auto in bf16 is CUDA's flash attention (head dim 128); the unfused path is pinned here
+  // and the fused kernel's row statistics are checked against it below.
+  REQUIRE(fused_attention(l8, Precision::Bf16));
+  const GptConfig l8_fused = l8;
+  l8.attention = AttentionImpl::Unfused;
   const double s = l8.seq_length, h = l8.hidden_size, f = l8.ffn(), a = l8.num_attention_heads, g = 8, dh = 128;
   for (int t : {1, 2, 4, 8}) {
     INFO("t " << t);
@@ -357,9 +362,16 @@ TEST_CASE("activation memory per layer with the Llama options", "[plan][memory]"
     CHECK(layer_activation_bytes(l8, Precision::Bf16, t, 1, Recompute::Selective) == Approx(selective));
     CHECK(layer_activation_bytes(l8, Precision::Bf16, t, 1, Recompute::None) == Approx(selective + 2 * a * s * s / t));
     CHECK(layer_activation_bytes(l8, Precision::Bf16, t, 1, Recompute::Full) == Approx(2 * sb * h));
+    // The fused kernel keeps the fp32 log-sum-exp of every query row in place of the softmax
+    // output, and selective recomputation has nothing more to drop.
+    CHECK(layer_activation_bytes(l8_fused, Precision::Bf16, t, 1, Recompute::None) == Approx(selective + 4 * a * s / t));
+    CHECK(layer_activation_bytes(l8_fused, Precision::Bf16, t, 1, Recompute::Selective) ==
+          Approx(selective + 4 * a * s / t));
+    CHECK(layer_activation_bytes(l8_fused, Precision::Bf16, t, 1, Recompute::Full) == Approx(2 * sb * h));
   }
   // The GPT keeps Korthikanti's s b h (10 + 24/t) + 5 a s^2 b / t, plus LayerNorm's statistics.
-  const GptConfig gpt = preset("gpt-145.6b");
+  GptConfig gpt = preset("gpt-145.6b");
+  gpt.attention = AttentionImpl::Unfused;  // as the paper's Megatron-LM (Korthikanti et al.'s term)
   const double S = gpt.seq_length, H = gpt.hidden_size, A = gpt.num_attention_heads;
   CHECK(layer_activation_bytes(gpt, Precision::Fp16, 8, 1, Recompute::None) ==
         Approx(S * H * (10 + 24.0 / 8) + 5 * A * S * S / 8 + 2 * 2 * 4 * S));

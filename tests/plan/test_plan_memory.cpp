@@ -25,9 +25,14 @@ struct Case {
   int32_t m;
   ptdp_dtype precision = PTDP_DTYPE_F32;
   bool llama = false;
+  // The engine's and the plan's attention. The CPU's auto is its fused kernel in every
+  // precision, so the plan is told FUSED: the planner's own auto in 16 bits stands for the CUDA
+  // engine (fused for head dim 64 or 128, here 32).
+  ptdp_attention attention = PTDP_ATTENTION_FUSED;
 };
 
-ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool llama) {
+ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool llama,
+                           ptdp_attention attention = PTDP_ATTENTION_FUSED) {
   ptdp_gpt_options o;
   ptdp_gpt_options_init(&o);
   o.num_layers = 4;
@@ -38,6 +43,7 @@ ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool 
   o.make_vocab_size_divisible_by = 128;
   o.recompute_granularity = recompute;
   o.precision = precision;
+  o.attention = attention;
   if (llama) {
     o.normalization = PTDP_NORMALIZATION_RMSNORM;
     o.swiglu = 1;
@@ -58,7 +64,7 @@ double measured_peak(const Case& c, int32_t b) {
   size_t before = 0;
   OK(ptdp_memory_stats(&before, nullptr));
   OK(ptdp_memory_reset_peak());
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention);
   ptdp_model model = nullptr;
   ptdp_optimizer opt = nullptr;
   ptdp_schedule sched = nullptr;
@@ -83,7 +89,7 @@ double measured_peak(const Case& c, int32_t b) {
 }
 
 ptdp_plan_layout estimated(const Case& c, int32_t b) {
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention);
   ptdp_plan_options o;
   OK(ptdp_plan_options_init(&o));
   o.num_layers = g.num_layers;
@@ -101,6 +107,7 @@ ptdp_plan_layout estimated(const Case& c, int32_t b) {
   o.disable_bias_linear = g.disable_bias_linear;
   o.global_batch_size = c.m * b;
   o.precision = c.precision;
+  o.attention = c.attention;
   o.recompute_granularity = c.recompute;
   o.num_gpus = 1;
   o.tensor_model_parallel_size = 1;
@@ -138,13 +145,19 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_F32, true},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F32, true},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16, true}};
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16, true},
+                        // The unfused path keeps the s x s probabilities (and their dropped copy).
+                        {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, PTDP_ATTENTION_UNFUSED},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, PTDP_ATTENTION_UNFUSED},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_F32, false, PTDP_ATTENTION_UNFUSED},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16, false, PTDP_ATTENTION_UNFUSED},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, PTDP_ATTENTION_UNFUSED}};
   for (const Case& c : cases) {
     const double measured = measured_peak(c, b);
     const ptdp_plan_layout e = estimated(c, b);
-    std::printf("%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
+    std::printf("%s%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
                 "activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
-                c.llama ? "llama " : "", c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
+                c.attention == PTDP_ATTENTION_UNFUSED ? "unfused " : "", c.llama ? "llama " : "", c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
                 static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
                 e.memory_weights / 1048576.0, e.memory_gradients / 1048576.0, e.memory_optimizer / 1048576.0,
                 e.memory_activations / 1048576.0, e.memory_slots, measured / 1048576.0, e.memory_total / measured);
@@ -283,4 +296,45 @@ TEST_CASE("context parallelism through the plan C API", "[plan][capi][cp]") {
   CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(std::string(ptdp_last_error()) ==
         "ptdp_plan_create: options->context_parallel_size = -3 is negative (1: none, N > 1: pin, 0: search)");
+}
+
+TEST_CASE("the attention kind through the plan C API", "[plan][capi][attention]") {
+  // GPT-2 small at s 2048 in fp32 on one CPU node: the unfused path's probabilities (two
+  // [b, a, s, s] fp32 tensors per layer with attention dropout) against the fused kernel's row
+  // statistics ([b, a, s] fp32).
+  const char* argv[] = {"ptdp-plan", "--num-layers", "12", "--hidden-size", "768", "--num-attention-heads", "12",
+                        "--seq-length", "2048", "--vocab-size", "50257", "--global-batch-size", "8",
+                        "--num-gpus", "1", "--micro-batch-size", "4", "--recompute-granularity", "none",
+                        "--attention-backend", "unfused"};
+  ptdp_plan_options o;
+  ptdp_cluster cluster;
+  ptdp_plan_cli cli;
+  OK(ptdp_plan_options_init(&o));
+  CHECK(o.attention == PTDP_ATTENTION_AUTO);
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &o, &cluster, &cli));
+  CHECK(o.attention == PTDP_ATTENTION_UNFUSED);
+  const auto activations = [&](ptdp_attention attention) {
+    o.attention = attention;
+    ptdp_plan plan = nullptr;
+    OK(ptdp_plan_create(&o, &cluster, &plan));
+    ptdp_plan_layout best;
+    best.struct_size = sizeof best;
+    OK(ptdp_plan_get_layout(plan, 0, &best));
+    ptdp_plan_destroy(plan);
+    REQUIRE(best.memory_slots > 0);
+    return best.memory_activations / best.memory_slots;  // one microbatch's
+  };
+  const double unfused = activations(PTDP_ATTENTION_UNFUSED), fused = activations(PTDP_ATTENTION_FUSED);
+  const double l = 12, a = 12, s = 2048, b = 4;
+  // Per layer kept, and once in the backward's working memory the probabilities' gradient
+  // against the fused backward's row statistics delta.
+  CHECK(unfused - fused ==
+        Approx(l * 4.0 * (2.0 * a * s * s * b - a * s * b) + 4.0 * (a * s * s * b - a * s * b)).epsilon(1e-9));
+  // fp32 plans the CPU engine, whose auto is its fused kernel.
+  CHECK(activations(PTDP_ATTENTION_AUTO) == Approx(fused).epsilon(1e-12));
+  o.attention = static_cast<ptdp_attention>(3);
+  ptdp_plan plan = nullptr;
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) == "ptdp_plan_create: options->attention = 3 is not a ptdp_attention");
+  CHECK(plan == nullptr);
 }

@@ -4,12 +4,13 @@
 // and each rank's high-water mark (ptdp_memory_stats) is set beside ptdp_plan_create()'s estimate
 // for the same layout: the planner's activation memory is Korthikanti et al.'s (2022) for 16-bit
 // training (s b h (10 + 24/t) + 5 a s^2 b / t per layer, s b h 34/t + 5 a s^2 b / t with sequence
-// parallelism, the attention term dropped by selective recomputation) and the tensors the CPU
-// engine keeps for fp32. Checks: the estimate within 20% of the measured peak (the planner's
-// promise, as test_plan_memory.cpp for one process); sequence parallelism lowers the measured
-// activation memory by at least half of what the planner says it saves; the activation memory
-// the engine measures (peak minus weights, gradients and optimizer state) within 25% of the
-// planner's activation estimate.
+// parallelism, the attention term dropped by selective recomputation; with the fused kernel
+// the attention's row statistics in its place) and the tensors the CPU engine keeps for fp32;
+// the unfused path without and with selective recomputation, and the fused kernel. Checks: the
+// estimate within 20% of the measured peak (the planner's promise, as test_plan_memory.cpp for
+// one process); sequence parallelism lowers the measured activation memory by at least half of
+// what the planner says it saves; the activation memory the engine measures (peak minus
+// weights, gradients and optimizer state) within 25% of the planner's activation estimate.
 
 #include <algorithm>
 #include <cmath>
@@ -29,7 +30,16 @@ struct Case {
   bool sp;
   ptdp_recompute recompute;
   ptdp_dtype precision;
+  ptdp_attention attention;  // the engine's and the plan's
 };
+
+struct Variant {
+  ptdp_attention attention;
+  ptdp_recompute recompute;
+};
+constexpr Variant kVariants[] = {{PTDP_ATTENTION_UNFUSED, PTDP_RECOMPUTE_NONE},
+                                 {PTDP_ATTENTION_UNFUSED, PTDP_RECOMPUTE_SELECTIVE},
+                                 {PTDP_ATTENTION_FUSED, PTDP_RECOMPUTE_NONE}};
 
 constexpr int kM = 4, kB = 4;  // microbatches (all in flight under GPipe) and their size
 
@@ -44,6 +54,7 @@ ptdp_gpt_options small_gpt(const Case& c) {
   o.make_vocab_size_divisible_by = 128;
   o.recompute_granularity = c.recompute;
   o.precision = c.precision;
+  o.attention = c.attention;
   return o;
 }
 
@@ -98,6 +109,7 @@ bool estimated(const Case& c, int world, ptdp_plan_layout* out) {
   o.attention_dropout = g.attention_dropout;
   o.global_batch_size = kM * kB * (world / c.t);
   o.precision = c.precision;
+  o.attention = c.attention;
   o.recompute_granularity = c.recompute;
   o.num_gpus = world;
   o.tensor_model_parallel_size = c.t;
@@ -135,13 +147,17 @@ int main(int argc, char** argv) {
   if (CT_OK(ptdp_runtime_create(&ro, &rt)).empty()) {
     for (const int t : {2, 4}) {
       for (const ptdp_dtype precision : {PTDP_DTYPE_F32, PTDP_DTYPE_BF16}) {
-        for (const ptdp_recompute recompute : {PTDP_RECOMPUTE_NONE, PTDP_RECOMPUTE_SELECTIVE}) {
+        // The unfused path without and with selective recomputation (which drops its s x s
+        // probabilities), and the fused kernel (the CPU's auto), which keeps none to drop.
+        for (const Variant& variant : kVariants) {
+          const ptdp_recompute recompute = variant.recompute;
           double act[2] = {0.0, 0.0}, est_act[2] = {0.0, 0.0};
           for (const bool sp : {false, true}) {
-            const Case c{t, sp, recompute, precision};
+            const Case c{t, sp, recompute, precision, variant.attention};
             const std::string what = "t=" + str(t) + " d=" + str(W / t) + (sp ? " sp" : "") +
                                      (precision == PTDP_DTYPE_F32 ? " fp32" : " bf16") +
-                                     (recompute == PTDP_RECOMPUTE_SELECTIVE ? " selective" : "");
+                                     (recompute == PTDP_RECOMPUTE_SELECTIVE ? " selective" : "") +
+                                     (variant.attention == PTDP_ATTENTION_FUSED ? " fused" : "");
             ct::context(what);
             const double measured = measured_peak(rt, c);
             ptdp_plan_layout e;

@@ -42,6 +42,9 @@ GptConfig paper_model(const PaperRow& r) {
   g.num_attention_heads = r.heads;
   g.vocab_size = 51200;
   g.seq_length = 2048;
+  // The paper's Megatron-LM stored the s x s attention probabilities (its fused kernel is the
+  // scale-mask-softmax, not a flash-style attention): Korthikanti et al.'s 5 a s^2 b / t.
+  g.attention = AttentionImpl::Unfused;
   return g;
 }
 
@@ -350,6 +353,45 @@ TEST_CASE("the time model prices each GEMM at its shape and the memory-bound ker
   cl.gemm_table_16bit.clear();
   const Estimate old = estimate(q, cl, L, true);
   CHECK(old.compute != Approx(e.compute));
+}
+
+TEST_CASE("the fused attention keeps row statistics where the unfused path keeps probabilities", "[plan][memory]") {
+  // How auto resolves: fp32 plans the CPU engine (a fused kernel for every head dim), 16 bits the
+  // CUDA engine (flash attention for head dim 64 or 128); a pin is taken as it is.
+  GptConfig g;  // h 64, a 4: head dim 16
+  CHECK(fused_attention(g, Precision::Fp32));
+  CHECK_FALSE(fused_attention(g, Precision::Bf16));
+  for (int heads : {1, 2, 3}) {
+    g.num_attention_heads = heads;  // head dim 64, 32, 21
+    CHECK(fused_attention(g, Precision::Fp16) == (heads == 1));
+  }
+  g.hidden_size = 1536;
+  g.num_attention_heads = 12;  // head dim 128
+  CHECK(fused_attention(g, Precision::Bf16));
+  g.attention = AttentionImpl::Unfused;
+  CHECK_FALSE(fused_attention(g, Precision::Fp32));
+  CHECK_FALSE(fused_attention(g, Precision::Bf16));
+  g.attention = AttentionImpl::Fused;
+  CHECK(fused_attention(g, Precision::Fp16));
+
+  // fp32, GPT-2 small at s 1024, b 4, t 2: the unfused path keeps the probabilities before and
+  // after attention dropout, 2 (a / t) s^2 b fp32 per layer; the fused kernel a / t s b fp32.
+  GptConfig m;
+  m.num_layers = 12;
+  m.hidden_size = 768;
+  m.num_attention_heads = 12;
+  m.seq_length = 1024;
+  m.attention_dropout = 0.1f;
+  const double s = m.seq_length, a = m.num_attention_heads, b = 4, t = 2;
+  GptConfig unfused = m, fused = m;
+  unfused.attention = AttentionImpl::Unfused;
+  fused.attention = AttentionImpl::Auto;
+  const double u = layer_activation_bytes(unfused, Precision::Fp32, 2, 4, Recompute::None);
+  const double f = layer_activation_bytes(fused, Precision::Fp32, 2, 4, Recompute::None);
+  CHECK(u - f == Approx(4.0 * (2.0 * a / t * s * s * b - a / t * s * b)));
+  // Selective recomputation drops the probabilities; the fused kernel has none to drop.
+  CHECK(layer_activation_bytes(unfused, Precision::Fp32, 2, 4, Recompute::Selective) == Approx(f - 4.0 * a / t * s * b));
+  CHECK(layer_activation_bytes(fused, Precision::Fp32, 2, 4, Recompute::Selective) == Approx(f));
 }
 
 TEST_CASE("sequence parallelism: Korthikanti's activation memory, and the planner says why", "[plan][memory][sp]") {

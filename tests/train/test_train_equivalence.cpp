@@ -170,7 +170,9 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
   o.init_method_std = 0.1f;
   o.seed = 2024;
   o.untie_embeddings_and_output_weights = sp.untied ? 1 : 0;
-  if (sp.fused) o.attention = PTDP_ATTENTION_FUSED;
+  // Named either way: the CPU's auto is the fused kernel, and the serial reference of a fused
+  // spec runs the unfused path.
+  o.attention = sp.fused ? PTDP_ATTENTION_FUSED : PTDP_ATTENTION_UNFUSED;
   o.recompute_granularity = sp.recompute   ? PTDP_RECOMPUTE_FULL
                             : sp.selective ? PTDP_RECOMPUTE_SELECTIVE
                                            : PTDP_RECOMPUTE_NONE;

@@ -1009,8 +1009,8 @@ r""" Recompute only the attention probabilities."""
 PTDP_ATTENTION_AUTO = _ptdp_ext.PTDP_ATTENTION_AUTO
 r"""
     The fused (flash) kernel where the device has one for the
-                                      precision and head dim (CUDA: bf16/f16, head dim 64 or 128),
-                                      else the unfused path.
+                                      precision and head dim (the CPU: every precision; CUDA:
+                                      bf16/f16, head dim 64 or 128), else the unfused path.
     """
 PTDP_ATTENTION_FUSED = _ptdp_ext.PTDP_ATTENTION_FUSED
 r"""
@@ -3796,6 +3796,18 @@ class ptdp_plan_options(object):
                                                 rank keeps s / c tokens of every sequence and the
                                                 attention passes keys and values around a ring of
                                                 c.
+    """)
+    attention = property(_ptdp_ext.ptdp_plan_options_attention_get, _ptdp_ext.ptdp_plan_options_attention_set, doc=r"""
+    The attention the planned run uses, as
+                                                ptdp_gpt_options::attention (`--attention-backend`):
+                                                ::PTDP_ATTENTION_AUTO (default; also what a struct
+                                                from before the field means) as the engine resolves
+                                                it: fp32 plans the CPU engine, whose fused kernel
+                                                takes every head dim; bf16 and fp16 plan the CUDA
+                                                engine, fused for head dim 64 or 128. The fused
+                                                kernel keeps a / t s b fp32 row statistics per layer
+                                                where the unfused path keeps the a / t s^2 b
+                                                probabilities (and their dropped copy).
     """)
 
     def __init__(self):

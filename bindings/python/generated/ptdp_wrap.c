@@ -29936,6 +29936,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_attention_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  ptdp_attention arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_attention_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_attention_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_attention_set" "', argument " "2"" of type '" "ptdp_attention""'");
+  } 
+  arg2 = (ptdp_attention)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->attention = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_attention_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_attention result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_attention_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_attention) ((arg1)->attention);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -38402,6 +38462,30 @@ static PyMethodDef SwigMethods[] = {
 		"                                            rank keeps s / c tokens of every sequence and the\n"
 		"                                            attention passes keys and values around a ring of\n"
 		"                                            c.\n"
+		""},
+	 { "ptdp_plan_options_attention_set", _wrap_ptdp_plan_options_attention_set, METH_VARARGS, "\n"
+		"The attention the planned run uses, as\n"
+		"                                            ptdp_gpt_options::attention (`--attention-backend`):\n"
+		"                                            ::PTDP_ATTENTION_AUTO (default; also what a struct\n"
+		"                                            from before the field means) as the engine resolves\n"
+		"                                            it: fp32 plans the CPU engine, whose fused kernel\n"
+		"                                            takes every head dim; bf16 and fp16 plan the CUDA\n"
+		"                                            engine, fused for head dim 64 or 128. The fused\n"
+		"                                            kernel keeps a / t s b fp32 row statistics per layer\n"
+		"                                            where the unfused path keeps the a / t s^2 b\n"
+		"                                            probabilities (and their dropped copy).\n"
+		""},
+	 { "ptdp_plan_options_attention_get", _wrap_ptdp_plan_options_attention_get, METH_O, "\n"
+		"The attention the planned run uses, as\n"
+		"                                            ptdp_gpt_options::attention (`--attention-backend`):\n"
+		"                                            ::PTDP_ATTENTION_AUTO (default; also what a struct\n"
+		"                                            from before the field means) as the engine resolves\n"
+		"                                            it: fp32 plans the CPU engine, whose fused kernel\n"
+		"                                            takes every head dim; bf16 and fp16 plan the CUDA\n"
+		"                                            engine, fused for head dim 64 or 128. The fused\n"
+		"                                            kernel keeps a / t s b fp32 row statistics per layer\n"
+		"                                            where the unfused path keeps the a / t s^2 b\n"
+		"                                            probabilities (and their dropped copy).\n"
 		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},

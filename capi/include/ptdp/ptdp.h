@@ -1020,8 +1020,8 @@ typedef enum ptdp_recompute PTDP_ENUM_INT {
 /** How self-attention computes its context (ptdp_gpt_options::attention). */
 typedef enum ptdp_attention PTDP_ENUM_INT {
   PTDP_ATTENTION_AUTO = 0,    /**< The fused (flash) kernel where the device has one for the
-                                   precision and head dim (CUDA: bf16/f16, head dim 64 or 128),
-                                   else the unfused path. */
+                                   precision and head dim (the CPU: every precision; CUDA:
+                                   bf16/f16, head dim 64 or 128), else the unfused path. */
   PTDP_ATTENTION_FUSED = 1,   /**< Always the fused kernel, which never stores the s x s
                                    scores; an error where the device has none (the CPU has one
                                    for every precision: the reference the GPU is tested against). */
@@ -3805,6 +3805,16 @@ typedef struct ptdp_plan_options {
                                              rank keeps s / c tokens of every sequence and the
                                              attention passes keys and values around a ring of
                                              c. */
+  ptdp_attention attention;             /**< The attention the planned run uses, as
+                                             ptdp_gpt_options::attention (`--attention-backend`):
+                                             ::PTDP_ATTENTION_AUTO (default; also what a struct
+                                             from before the field means) as the engine resolves
+                                             it: fp32 plans the CPU engine, whose fused kernel
+                                             takes every head dim; bf16 and fp16 plan the CUDA
+                                             engine, fused for head dim 64 or 128. The fused
+                                             kernel keeps a / t s b fp32 row statistics per layer
+                                             where the unfused path keeps the a / t s^2 b
+                                             probabilities (and their dropped copy). */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */

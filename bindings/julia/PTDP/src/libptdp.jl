@@ -1711,6 +1711,7 @@ struct ptdp_plan_options
     decoder_last_pipeline_num_layers::Int32
     sequence_parallel::Int32
     context_parallel_size::Int32
+    attention::ptdp_attention
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().

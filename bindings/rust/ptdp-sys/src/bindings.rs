@@ -686,6 +686,7 @@ pub struct ptdp_plan_options {
     pub decoder_last_pipeline_num_layers: i32,
     pub sequence_parallel: i32,
     pub context_parallel_size: i32,
+    pub attention: ptdp_attention,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
