@@ -1,7 +1,8 @@
-// unfused_attention.h: the unfused causal self-attention the layer runs on the CPU by default
-// (core/layers/attention.cpp): strided-batched GEMMs over the (batch, head) pairs and the causal
-// softmax, fp32, without dropout. bench_kernels times it beside the fused kernel and
-// bench_kernel_ir runs it once for callgrind; both call these, so they measure the same calls.
+// unfused_attention.h: the unfused causal self-attention the layer runs with --attention-backend
+// unfused (core/layers/attention.cpp; the CPU's auto is the fused kernel): strided-batched GEMMs
+// over the (batch, head) pairs and the causal softmax, fp32, without dropout. bench_kernels
+// times it beside the fused kernel and bench_kernel_ir runs it once for callgrind; both call
+// these, so they measure the same calls.
 //
 // Layouts as the layer's: qkv [s, pairs, 3, dh] (q, k, v of a pair side by side), ctx and dctx
 // [s, pairs, dh], the probabilities and their gradient [pairs, s, s].
