@@ -75,7 +75,8 @@ bool estimate_run_memory(const RunShape& shape, MemoryNeed* need) {
   // device off the precision: fp32 the CPU, 16 bits CUDA).
   if (req.model.attention == AttentionImpl::Auto) {
     try {
-      const bool fused = backend_for(shape.device).fused_attention_supported(req.model.precision, req.model.head_dim());
+      const Backend& be = backend_for(shape.device);
+      const bool fused = be.fused_attention_supported(req.model.precision, req.model.head_dim());
       req.model.attention = fused ? AttentionImpl::Fused : AttentionImpl::Unfused;
     } catch (const Error&) {
       // no backend for the device here: the planner's auto stands

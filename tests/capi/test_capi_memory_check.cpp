@@ -115,12 +115,13 @@ TEST_CASE("memory check: a huge --micro-batch-size is refused with activations t
 
 TEST_CASE("memory check: the estimate follows --attention-backend (the CPU's auto is the fused kernel)",
           "[capi][train][memory_check]") {
-  // s = 32768: the unfused path keeps [b, a, s, s] fp32 probabilities twice per layer (with
-  // attention dropout), 2 layers x 2 x 4 heads x 32768^2 x 4 bytes = 64 GiB, more than this
-  // machine has; the fused kernel keeps [b, a, s] row statistics instead, and the run fits.
+  // s = 262144: the unfused path keeps [b, a, s, s] fp32 probabilities twice per layer (with
+  // attention dropout), 2 layers x 2 x 4 heads x 262144^2 x 4 bytes = 4 TiB, more than any
+  // machine has; the fused kernel keeps [b, a, s] row statistics instead, and the run (about
+  // 1 GiB of activations) fits.
   sp::World w;
   const std::vector<std::string> long_seq =
-      with(kSmall, {"--seq-length", "32768", "--max-position-embeddings", "32768", "--micro-batch-size", "1",
+      with(kSmall, {"--seq-length", "262144", "--max-position-embeddings", "262144", "--micro-batch-size", "1",
                     "--global-batch-size", "1"});
   const Outcome unfused = create_trainer(w, with(long_seq, {"--attention-backend", "unfused"}));
   INFO(unfused.message);

@@ -364,7 +364,8 @@ TEST_CASE("activation memory per layer with the Llama options", "[plan][memory]"
     CHECK(layer_activation_bytes(l8, Precision::Bf16, t, 1, Recompute::Full) == Approx(2 * sb * h));
     // The fused kernel keeps the fp32 log-sum-exp of every query row in place of the softmax
     // output, and selective recomputation has nothing more to drop.
-    CHECK(layer_activation_bytes(l8_fused, Precision::Bf16, t, 1, Recompute::None) == Approx(selective + 4 * a * s / t));
+    CHECK(layer_activation_bytes(l8_fused, Precision::Bf16, t, 1, Recompute::None) ==
+          Approx(selective + 4 * a * s / t));
     CHECK(layer_activation_bytes(l8_fused, Precision::Bf16, t, 1, Recompute::Selective) ==
           Approx(selective + 4 * a * s / t));
     CHECK(layer_activation_bytes(l8_fused, Precision::Bf16, t, 1, Recompute::Full) == Approx(2 * sb * h));

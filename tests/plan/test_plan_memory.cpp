@@ -133,6 +133,7 @@ ptdp_plan_layout estimated(const Case& c, int32_t b) {
 TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mark within 20 percent",
           "[plan][memory]") {
   const int32_t b = 4;
+  constexpr ptdp_attention kUnfused = PTDP_ATTENTION_UNFUSED;
   const Case cases[] = {{PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4},
@@ -147,17 +148,18 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F32, true},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16, true},
                         // The unfused path keeps the s x s probabilities (and their dropped copy).
-                        {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, PTDP_ATTENTION_UNFUSED},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, PTDP_ATTENTION_UNFUSED},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_F32, false, PTDP_ATTENTION_UNFUSED},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16, false, PTDP_ATTENTION_UNFUSED},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, PTDP_ATTENTION_UNFUSED}};
+                        {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, kUnfused},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, kUnfused},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_F32, false, kUnfused},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16, false, kUnfused},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kUnfused}};
   for (const Case& c : cases) {
     const double measured = measured_peak(c, b);
     const ptdp_plan_layout e = estimated(c, b);
-    std::printf("%s%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, optimizer %.2f, "
-                "activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
-                c.attention == PTDP_ATTENTION_UNFUSED ? "unfused " : "", c.llama ? "llama " : "", c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
+    std::printf("%s%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, "
+                "optimizer %.2f, activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
+                c.attention == PTDP_ATTENTION_UNFUSED ? "unfused " : "", c.llama ? "llama " : "",
+                c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
                 static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
                 e.memory_weights / 1048576.0, e.memory_gradients / 1048576.0, e.memory_optimizer / 1048576.0,
                 e.memory_activations / 1048576.0, e.memory_slots, measured / 1048576.0, e.memory_total / measured);

@@ -390,7 +390,8 @@ TEST_CASE("the fused attention keeps row statistics where the unfused path keeps
   const double f = layer_activation_bytes(fused, Precision::Fp32, 2, 4, Recompute::None);
   CHECK(u - f == Approx(4.0 * (2.0 * a / t * s * s * b - a / t * s * b)));
   // Selective recomputation drops the probabilities; the fused kernel has none to drop.
-  CHECK(layer_activation_bytes(unfused, Precision::Fp32, 2, 4, Recompute::Selective) == Approx(f - 4.0 * a / t * s * b));
+  CHECK(layer_activation_bytes(unfused, Precision::Fp32, 2, 4, Recompute::Selective) ==
+        Approx(f - 4.0 * a / t * s * b));
   CHECK(layer_activation_bytes(fused, Precision::Fp32, 2, 4, Recompute::Selective) == Approx(f));
 }
 
