@@ -28,6 +28,7 @@
 #include "bench/bench_common.h"
 #include "core/data/preprocess.h"
 #include "core/data/tokenizer.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace {
@@ -109,7 +110,7 @@ int64_t write_gpl(const std::string& path) {
     if (end == std::string::npos) end = text.size();
     const std::string paragraph = text.substr(start, end - start);
     if (paragraph.find_first_not_of(" \n") != std::string::npos) {
-      out << nlohmann::json{{"text", paragraph + "\n"}}.dump() << "\n";
+      out << ptdp::json_text(nlohmann::json{{"text", paragraph + "\n"}}) << "\n";
       ++docs;
     }
     start = end + 2;
@@ -145,7 +146,7 @@ int64_t write_generated(const std::string& path, int64_t bytes) {
       const uint64_t r = next() % 100;
       text += r < 2 ? ".\n\n" : r < 8 ? ". " : r < 12 ? ", " : " ";
     }
-    const std::string line = nlohmann::json{{"id", docs}, {"text", text}}.dump() + "\n";
+    const std::string line = ptdp::json_text(nlohmann::json{{"id", docs}, {"text", text}}) + "\n";
     out << line;
     written += static_cast<int64_t>(line.size());
     ++docs;

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plan/cluster.h"
+#include "core/util/json_text.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -12,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::refused_cleanly_or_ok([&] {
     const plan::Cluster c = plan::load_cluster(path);
     c.validate();
-    (void)plan::cluster_to_json(c).dump();
+    (void)json_text(plan::cluster_to_json(c));
   });
   return 0;
 }

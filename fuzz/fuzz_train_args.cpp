@@ -1,6 +1,7 @@
 // ptdp-train's flag parser (core/args/train_args.h) and what the drivers derive from its result.
 // Input: a command line, one argument per line.
 #include "core/args/train_args.h"
+#include "core/util/json_text.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -9,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fuzz::refused_cleanly_or_ok([&] {
     const TrainArgs args = parse_train_args(argv);
     if (args.help) return;
-    (void)train_args_to_json(args).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    (void)json_text(train_args_to_json(args));
     fuzz::refused_cleanly_or_ok([&] { (void)to_gpt_config(args); });
     fuzz::refused_cleanly_or_ok([&] { (void)to_parallel_config(args, 8); });
     fuzz::refused_cleanly_or_ok([&] { (void)to_optimizer_config(args); });

@@ -10,6 +10,7 @@
 #include "capi/src/handles.h"
 #include "core/plan/plan_args.h"
 #include "core/plan/planner.h"
+#include "core/util/json_text.h"
 
 struct ptdp_plan_impl {
   static constexpr const char* kType = "ptdp_plan";
@@ -214,7 +215,7 @@ PTDP_API ptdp_status ptdp_plan_to_json(ptdp_plan plan, char* buffer, size_t capa
   return guard(__func__, [&] {
     const ptdp_plan_impl& p = live(plan, "plan");
     require_non_null(length, "length");
-    copy_text(plan::plan_to_json(p.result).dump(2), buffer, capacity, length);
+    copy_text(ptdp::json_text(plan::plan_to_json(p.result), 2), buffer, capacity, length);
   });
 }
 

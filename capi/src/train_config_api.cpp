@@ -7,6 +7,7 @@
 
 #include "capi/src/handles.h"
 #include "core/args/train_args.h"
+#include "core/util/json_text.h"
 
 static_assert(PTDP_DATA_MOCK == static_cast<int>(ptdp::DataSource::Mock));
 static_assert(PTDP_DATA_INDEXED == static_cast<int>(ptdp::DataSource::Indexed));
@@ -78,7 +79,7 @@ PTDP_API ptdp_status ptdp_train_config_to_json(ptdp_train_config config, char* b
     const ptdp_train_config_impl& c = live(config, "config");
     require_non_null(length, "length");
     // Paths need not be UTF-8; JSON text must be: bytes that are not UTF-8 become U+FFFD.
-    copy_text(ptdp::train_args_to_json(c.args).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), buffer,
+    copy_text(ptdp::json_text(ptdp::train_args_to_json(c.args)), buffer,
               capacity, length);
   });
 }

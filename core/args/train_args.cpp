@@ -16,6 +16,7 @@
 #include "core/data/tokenizer.h"
 #include "core/model/model_presets.h"
 #include "core/model/pipeline_split.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -568,7 +569,7 @@ const cli::FlagTable& flag_table() {
 
 std::string flag_value_text(const TrainArgs& a, const char* name) {
   const json j = flags()[*flag_table().index_of(name)].get(a);
-  return j.is_string() ? j.get<std::string>() : j.dump();
+  return j.is_string() ? j.get<std::string>() : json_text(j);
 }
 
 /// The model flags of a preset (its shape and architecture; training settings stay as they are).
@@ -973,7 +974,7 @@ std::string train_args_help(const std::string& program) {
       } else if (d.is_boolean()) {
         shown = d.get<bool>() ? "on" : "off";
       } else {
-        shown = d.is_string() ? d.get<std::string>() : d.dump();
+        shown = d.is_string() ? d.get<std::string>() : json_text(d);
       }
       if (!f.default_note.empty()) shown += str_cat(" (", f.default_note, ")");
       out += cli::help_entry(f, shown, kColumn, kWidth);

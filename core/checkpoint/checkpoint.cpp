@@ -15,6 +15,7 @@
 #include "core/checkpoint/safetensors.h"
 #include "core/checkpoint/save_lock.h"
 #include "core/util/json_number.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -229,7 +230,7 @@ void read_slice(CheckpointReader& reader, const std::string& name, const ParamIn
   if (saved_cols != (info.global_shape.ndim() > 1 ? info.global_shape[1] : 1) || saved.size() != dims(info.global_shape).size() ||
       (info.partition_blocks > 1 && saved_rows != info.global_shape[0])) {
     std::string msg = "checkpoint tensor '" + name;
-    msg += "' has global shape " + nlohmann::json(saved).dump();
+    msg += "' has global shape " + json_text(nlohmann::json(saved));
     msg += "; the model's is " + info.global_shape.str();
     throw_error(ErrorCode::InvalidArgument, msg);
   }
@@ -272,7 +273,7 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
     if (!o.is_object()) throw_io_error(source, w + "not an object");
     const nlohmann::json kind = o.value("kind", nlohmann::json());
     if (!kind.is_string() || (kind.get<std::string>() != "adam" && kind.get<std::string>() != "sgd"))
-      throw_io_error(source, str_cat(w, "kind ", kind.dump(), " is not a known optimizer (\"adam\" or \"sgd\")"));
+      throw_io_error(source, str_cat(w, "kind ", json_text(kind), " is not a known optimizer (\"adam\" or \"sgd\")"));
     const nlohmann::json state = o.value("state", nlohmann::json());
     const nlohmann::json adam = {"exp_avg", "exp_avg_sq"};
     const nlohmann::json sgd_momentum = {"momentum_buffer"};
@@ -280,7 +281,7 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
                               ? state == adam
                               : (state == sgd_momentum || (state.is_array() && state.empty()));
     if (!state_ok)
-      throw_io_error(source, str_cat(w, "state ", state.dump(), " is not what a ", kind.get<std::string>(),
+      throw_io_error(source, str_cat(w, "state ", json_text(state), " is not what a ", kind.get<std::string>(),
                                      " optimizer keeps"));
     const int64_t steps = meaning_int(o, "steps", 0, source, w);
     const int64_t skipped = meaning_int(o, "skipped_iterations", 0, source, w);
@@ -291,7 +292,7 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
     meaning_int(o, "hysteresis_left", 0, source, w, INT32_MAX);
     const nlohmann::json scale = o.value("loss_scale", nlohmann::json());
     if (!scale.is_number() || !std::isfinite(scale.get<double>()) || scale.get<double>() <= 0)
-      throw_io_error(source, str_cat(w, "\"loss_scale\" = ", scale.dump(), " is not a finite number > 0"));
+      throw_io_error(source, str_cat(w, "\"loss_scale\" = ", json_text(scale), " is not a finite number > 0"));
   }
 
   if (!md.contains("layout") || !md.at("layout").is_object()) throw_io_error(source, "has no \"layout\" object");
@@ -311,8 +312,9 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
     for (int64_t tr = 0; tr < t; ++tr) expected.push_back(checkpoint_shard_name(static_cast<int>(tr), static_cast<int>(pr)));
   const nlohmann::json files = md.value("files", nlohmann::json());
   if (files != nlohmann::json(expected))
-    throw_io_error(source, str_cat("\"files\" ", files.dump(), " are not the shards of the layout t ", t, " x p ", p, " (",
-                                   nlohmann::json(expected).dump(), ")"));
+    throw_io_error(source, str_cat("\"files\" ", json_text(files), " are not the shards of the layout t ", t, " x p ", p,
+                                   " (",
+                                   json_text(nlohmann::json(expected)), ")"));
 }
 
 }  // namespace
@@ -494,7 +496,7 @@ void write_checkpoint_files(const std::string& dir, GptPipeline& model, Optimize
     md["tensors"] = layout_map(model, states).to_json();
     // The recorded flags may hold paths that are not UTF-8: such bytes are written as U+FFFD.
     write_file_synced(checkpoint_tmp_dir(dir, state.iteration) + "/" + kMetadataFile,
-                      md.dump(1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+                      json_text(md, 1) + "\n");
     files.push_back(kMetadataFile);
     finalize_checkpoint(dir, state.iteration, files);
   });
@@ -535,9 +537,9 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
         }
         if (o.at("state").get<std::vector<std::string>>() != states) {
           std::string msg = "the checkpoint " + source;
-          msg += " holds optimizer state " + o.at("state").dump();
+          msg += " holds optimizer state " + json_text(o.at("state"));
           msg += " (" + o.at("kind").get<std::string>();
-          msg += "); this optimizer keeps " + nlohmann::json(states).dump();
+          msg += "); this optimizer keeps " + json_text(nlohmann::json(states));
           throw_error(ErrorCode::InvalidArgument, msg);
         }
         const std::string ow = source + ": \"optimizer\" entry: ";

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "core/tensor/file_read.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -362,7 +363,9 @@ TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& sourc
         throw_io_error(source, str_cat(where, ": shape must be an array, dtype a string, pieces an array"));
       std::vector<int64_t> shape;
       for (const nlohmann::json& d : e["shape"]) {
-        if (!d.is_number_integer()) throw_io_error(source, str_cat(where, ": shape ", e["shape"].dump(), " is not integers"));
+        if (!d.is_number_integer()) {
+          throw_io_error(source, str_cat(where, ": shape ", json_text(e["shape"]), " is not integers"));
+        }
         shape.push_back(d.get<int64_t>());
       }
       const auto dtype = st_dtype_parse(e["dtype"].get<std::string>());
@@ -379,7 +382,8 @@ TensorMap TensorMap::from_json(const nlohmann::json& j, const std::string& sourc
         std::tie(piece.c0, piece.c1) = range(p["cols"], "cols");
         if (p.contains("stored_row0")) {
           if (!p["stored_row0"].is_number_integer() || p["stored_row0"].get<int64_t>() < 0)
-            throw_io_error(source, str_cat(where, ": stored_row0 ", p["stored_row0"].dump(), " is not an integer >= 0"));
+            throw_io_error(source,
+                           str_cat(where, ": stored_row0 ", json_text(p["stored_row0"]), " is not an integer >= 0"));
           piece.stored_row0 = p["stored_row0"].get<int64_t>();
         }
         map.add_piece(name, piece);

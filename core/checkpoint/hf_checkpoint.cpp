@@ -20,6 +20,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/tensor/file_read.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -63,7 +64,7 @@ bool present(const json& j, const char* key) { return j.contains(key) && !j.at(k
 int int_field(const json& j, const char* key, const std::string& source) {
   if (!present(j, key)) bad_field(source, key, "is missing");
   const json& v = j.at(key);
-  if (!v.is_number_integer()) bad_field(source, key, str_cat("is not an integer: ", v.dump()));
+  if (!v.is_number_integer()) bad_field(source, key, str_cat("is not an integer: ", json_text(v)));
   const int64_t n = v.get<int64_t>();
   if (n < 0 || n > 2147483647) bad_field(source, key, str_cat("= ", n, " is outside [0, 2^31)"));
   return static_cast<int>(n);
@@ -76,24 +77,24 @@ int int_or(const json& j, const char* key, int fallback, const std::string& sour
 float float_or(const json& j, const char* key, float fallback, const std::string& source) {
   if (!present(j, key)) return fallback;
   const json& v = j.at(key);
-  if (!v.is_number()) bad_field(source, key, str_cat("is not a number: ", v.dump()));
+  if (!v.is_number()) bad_field(source, key, str_cat("is not a number: ", json_text(v)));
   const double d = v.get<double>();  // 1e300 is a JSON number but no float
   if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max()))
-    bad_field(source, key, str_cat("= ", v.dump(), " is not a finite float"));
+    bad_field(source, key, str_cat("= ", json_text(v), " is not a finite float"));
   return static_cast<float>(d);
 }
 
 bool bool_or(const json& j, const char* key, bool fallback, const std::string& source) {
   if (!present(j, key)) return fallback;
   const json& v = j.at(key);
-  if (!v.is_boolean()) bad_field(source, key, str_cat("is not true or false: ", v.dump()));
+  if (!v.is_boolean()) bad_field(source, key, str_cat("is not true or false: ", json_text(v)));
   return v.get<bool>();
 }
 
 std::string string_or(const json& j, const char* key, const std::string& fallback, const std::string& source) {
   if (!present(j, key)) return fallback;
   const json& v = j.at(key);
-  if (!v.is_string()) bad_field(source, key, str_cat("is not a string: ", v.dump()));
+  if (!v.is_string()) bad_field(source, key, str_cat("is not a string: ", json_text(v)));
   return v.get<std::string>();
 }
 
@@ -171,7 +172,7 @@ GptConfig llama_config(const json& j, HfArchitecture arch, const std::string& so
     unsupported(source, "partial_rotary_factor != 1 is not part of this architecture");
   if (present(j, "rope_scaling")) {
     const json& s = j.at("rope_scaling");
-    if (!s.is_object()) bad_field(source, "rope_scaling", str_cat("is not an object: ", s.dump()));
+    if (!s.is_object()) bad_field(source, "rope_scaling", str_cat("is not an object: ", json_text(s)));
     const std::string where = source + " rope_scaling";
     std::string type = string_or(s, "rope_type", "", where);
     if (type.empty()) type = string_or(s, "type", "default", where);
@@ -224,7 +225,7 @@ int64_t numel(const std::vector<int64_t>& shape) {
   return n;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) { return json(shape).dump(); }
+std::string shape_text(const std::vector<int64_t>& shape) { return json_text(json(shape)); }
 
 // The model fields a Hugging Face checkpoint fixes, compared with a model's.
 void check_model_matches(const GptConfig& hf, const GptConfig& model, const std::string& source) {
@@ -1025,9 +1026,9 @@ void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSave
         weight_map[order[i].name] = files[static_cast<std::size_t>(plan[i])];
       }
       const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-      write_text((fs::path(dir) / kIndexFile).string(), index.dump(2) + "\n");
+      write_text((fs::path(dir) / kIndexFile).string(), json_text(index, 2) + "\n");
     }
-    write_text((fs::path(dir) / kConfigFile).string(), config.dump(2) + "\n");
+    write_text((fs::path(dir) / kConfigFile).string(), json_text(config, 2) + "\n");
   });
 }
 

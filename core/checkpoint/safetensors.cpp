@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/tensor/file_read.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 
@@ -277,6 +278,7 @@ std::string safetensors_header_bytes(const std::vector<SafetensorsTensorInfo>& t
   }
   std::string json;
   try {
+    // Not json_text: a tensor name is refused rather than renamed (names must be UTF-8).
     json = header.dump();
   } catch (const nlohmann::json::exception& e) {
     throw_error(ErrorCode::InvalidArgument, str_cat("safetensors names and metadata must be UTF-8: ", e.what()));
@@ -375,13 +377,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (!shape.is_array()) bad_header(path, str_cat(where, ": shape is not an array"));
       for (const nlohmann::json& d : shape) {
         if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-          bad_header(path, str_cat(where, ": shape ", shape.dump(), " is not a list of non-negative integers"));
+          bad_header(path, str_cat(where, ": shape ", json_text(shape), " is not a list of non-negative integers"));
         info.shape.push_back(static_cast<int64_t>(d.get<uint64_t>()));
       }
       const nlohmann::json& offsets = entry["data_offsets"];
       if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
           !offsets[1].is_number_unsigned())
-        bad_header(path, str_cat(where, ": data_offsets ", offsets.dump(), " is not a pair of non-negative integers"));
+        bad_header(path,
+                   str_cat(where, ": data_offsets ", json_text(offsets), " is not a pair of non-negative integers"));
       info.begin = offsets[0].get<uint64_t>();
       info.end = offsets[1].get<uint64_t>();
       if (info.end < info.begin)

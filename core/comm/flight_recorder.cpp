@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -204,7 +205,7 @@ std::string FlightRecorder::to_json() {
     entries.push_back(std::move(je));
   }
   j["entries"] = std::move(entries);
-  return j.dump(1);
+  return json_text(j, 1);
 }
 
 void FlightRecorder::dump(const std::string& path) {

@@ -8,6 +8,7 @@
 
 #include "core/plan/gemm_table.h"
 #include "core/tensor/file_read.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {
@@ -230,7 +231,7 @@ Cluster cluster_from_json(const nlohmann::json& j, const std::string& origin) {
     }
     if (key == "gpus_per_node" || key == "nodes") {
       if (!value.is_number_integer() || value.get<int64_t>() <= 0 || value.get<int64_t>() > (1 << 20)) {
-        bad(origin, str_cat("\"", key, "\" must be a positive integer, got ", value.dump()));
+        bad(origin, str_cat("\"", key, "\" must be a positive integer, got ", json_text(value)));
       }
       (key == "nodes" ? c.nodes : c.gpus_per_node) = value.get<int>();
       continue;
@@ -244,7 +245,7 @@ Cluster cluster_from_json(const nlohmann::json& j, const std::string& origin) {
       for (const Field& f : fields()) known += str_cat(", ", f.key);
       bad(origin, str_cat("unknown key \"", key, "\" (known: ", known, ")"));
     }
-    if (!value.is_number()) bad(origin, str_cat("\"", key, "\" must be a number, got ", value.dump()));
+    if (!value.is_number()) bad(origin, str_cat("\"", key, "\" must be a number, got ", json_text(value)));
     c.*(field->member) = value.get<double>() * field->unit;
   }
   try {

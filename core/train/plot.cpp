@@ -22,6 +22,7 @@
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/pipeline/svg.h"
 #include "core/tensor/file_read.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -114,7 +115,7 @@ int64_t iteration_of(const nlohmann::json& object, const char* key, const std::s
     const double d = v.get<double>();
     if (d >= 0 && d < 9.2e18 && std::floor(d) == d) return static_cast<int64_t>(d);
   }
-  throw_io_error(path, str_cat("line ", line, ": \"", key, "\" is ", v.dump(), ", not a non-negative integer"));
+  throw_io_error(path, str_cat("line ", line, ": \"", key, "\" is ", json_text(v), ", not a non-negative integer"));
 }
 
 // A short, printable excerpt of a bad line for the message.

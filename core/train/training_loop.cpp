@@ -25,6 +25,7 @@
 #include "core/train/run_stop.h"
 #include "core/train/supervisor.h"
 #include "core/train/trainer.h"
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -97,7 +98,7 @@ void check_resume_flags(const nlohmann::json& saved, const nlohmann::json& now, 
   for (const char* key : kTrajectoryFlags) {
     if (!saved.contains(key) || !now.contains(key)) continue;  // a flag the checkpoint predates
     if (saved.at(key) == now.at(key)) continue;
-    diffs += str_cat(n++ ? "; " : "", "--", key, " was ", saved.at(key).dump(), ", now ", now.at(key).dump());
+    diffs += str_cat(n++ ? "; " : "", "--", key, " was ", json_text(saved.at(key)), ", now ", json_text(now.at(key)));
   }
   if (n == 0) return;
   if (args.override_resume_check) {

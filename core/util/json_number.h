@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/util/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp::json_number {
@@ -22,7 +23,7 @@ namespace ptdp::json_number {
 template <typename T>
 T integer(const nlohmann::json& v, const std::string& what, ErrorCode code = ErrorCode::Io) {
   static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>, "an integer type");
-  if (!v.is_number_integer()) throw_error(code, what + " is " + v.dump() + ", not an integer");
+  if (!v.is_number_integer()) throw_error(code, what + " is " + json_text(v) + ", not an integer");
   bool fits;
   if (v.is_number_unsigned()) {
     fits = v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
@@ -32,7 +33,7 @@ T integer(const nlohmann::json& v, const std::string& what, ErrorCode code = Err
                   : std::is_signed_v<T> && x >= static_cast<int64_t>(std::numeric_limits<T>::min());
   }
   if (!fits) {
-    throw_error(code, what + " = " + v.dump() + " is out of range (" + std::to_string(std::numeric_limits<T>::min()) +
+    throw_error(code, what + " = " + json_text(v) + " is out of range (" + std::to_string(std::numeric_limits<T>::min()) +
                           " .. " + std::to_string(std::numeric_limits<T>::max()) + ")");
   }
   return v.is_number_unsigned() ? static_cast<T>(v.get<uint64_t>()) : static_cast<T>(v.get<int64_t>());
@@ -42,10 +43,10 @@ T integer(const nlohmann::json& v, const std::string& what, ErrorCode code = Err
 template <typename T>
 T real(const nlohmann::json& v, const std::string& what, ErrorCode code = ErrorCode::Io) {
   static_assert(std::is_floating_point_v<T>, "a floating type");
-  if (!v.is_number()) throw_error(code, what + " is " + v.dump() + ", not a number");
+  if (!v.is_number()) throw_error(code, what + " is " + json_text(v) + ", not a number");
   const double d = v.get<double>();
   if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<T>::max()))
-    throw_error(code, what + " = " + v.dump() + " is not a finite " + (sizeof(T) == 4 ? "float" : "double"));
+    throw_error(code, what + " = " + json_text(v) + " is not a finite " + (sizeof(T) == 4 ? "float" : "double"));
   return static_cast<T>(d);
 }
 

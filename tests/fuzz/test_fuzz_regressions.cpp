@@ -15,6 +15,9 @@
 #include "core/checkpoint/safetensors.h"
 #include "core/data/indexed_dataset.h"
 #include "core/data/sentencepiece_tokenizer.h"
+#include "core/plan/cluster.h"
+#include "core/plan/plan_args.h"
+#include "core/util/json_text.h"
 #include "fuzz/fuzz_support.h"
 #include "kernels/error.h"
 
@@ -103,8 +106,24 @@ TEST_CASE("fuzz: ptdp-train flags whose values are not UTF-8 convert to JSON tex
   CHECK(args.data_path.find('\xED') != std::string::npos);
   const nlohmann::json j = ptdp::train_args_to_json(args);
   CHECK_THROWS_AS(j.dump(), nlohmann::json::type_error);  // what the callers must not do
-  const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string text = ptdp::json_text(j);
   CHECK_THAT(text, Catch::Contains("\"data-path\":\"0.3 a\xEF\xBF\xBD"));
+}
+
+TEST_CASE("fuzz: ptdp-plan's cluster with a GEMM table name that is not UTF-8 converts to JSON text", "[fuzz][plan]") {
+  // fuzz_plan_args: --gemm-table-fp32 with the byte 0x9F parsed, and dumping the cluster as
+  // JSON (what ptdp-plan --json prints) threw nlohmann's type_error 316 through the target.
+  // The same class as train_args_not_utf8: every JSON text ptdp writes now goes through
+  // json_text (core/util/json_text.h).
+  const std::string input = regression("plan_args_cluster_not_utf8");
+  const ptdp::plan::PlanArgs args = ptdp::plan::parse_plan_args(ptdp::fuzz::split_lines(bytes(input), input.size()));
+  CHECK(args.cluster.gemm_table_fp32.find('\x9F') != std::string::npos);
+  const nlohmann::json j = ptdp::plan::cluster_to_json(args.cluster);
+  CHECK_THROWS_AS(j.dump(), nlohmann::json::type_error);
+  const std::string text = ptdp::json_text(j);
+  CHECK_THAT(text, Catch::Contains("\xEF\xBF\xBD" "dgx10@A%"));
+  CHECK(nlohmann::json::parse(text)["gemm_table_fp32"].get<std::string>().find("\xEF\xBF\xBD") == 0);
+  CHECK(ptdp::json_text(j, 2).find('\n') != std::string::npos);  // indented as asked
 }
 
 namespace {

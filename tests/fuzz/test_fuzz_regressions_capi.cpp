@@ -26,6 +26,28 @@ TEST_CASE("fuzz: ptdp_train_config_to_json writes flags that are not UTF-8 as U+
   REQUIRE(ptdp_train_config_destroy(config) == PTDP_SUCCESS);
 }
 
+TEST_CASE("fuzz: ptdp_plan_to_json writes a cluster name that is not UTF-8 as U+FFFD", "[fuzz][capi][plan]") {
+  // fuzz_plan_args found that a cluster string with bytes that are no UTF-8 made the JSON dump
+  // throw; ptdp_plan_to_json (ptdp-plan --json) writes the cluster's name in its report.
+  ptdp_plan_options o;
+  REQUIRE(ptdp_plan_options_init(&o) == PTDP_SUCCESS);
+  o.global_batch_size = 8;
+  o.num_gpus = 8;
+  ptdp_cluster cluster;
+  REQUIRE(ptdp_cluster_init(&cluster) == PTDP_SUCCESS);
+  std::snprintf(cluster.name, sizeof cluster.name, "%s", "lab\xFF" "node");
+  ptdp_plan plan = nullptr;
+  REQUIRE(ptdp_plan_create(&o, &cluster, &plan) == PTDP_SUCCESS);
+  size_t length = 0;
+  REQUIRE(ptdp_plan_to_json(plan, nullptr, 0, &length) != PTDP_SUCCESS);  // tells the size
+  REQUIRE(length > 0);
+  std::vector<char> buffer(length + 1);
+  REQUIRE(ptdp_plan_to_json(plan, buffer.data(), buffer.size(), &length) == PTDP_SUCCESS);
+  const std::string text(buffer.data(), length);
+  CHECK(text.find("\"lab\xEF\xBF\xBDnode\"") != std::string::npos);
+  REQUIRE(ptdp_plan_destroy(plan) == PTDP_SUCCESS);
+}
+
 TEST_CASE("fuzz: ptdp_tokenizer_create refuses a SentencePiece model with a zero-length piece", "[fuzz][capi][data]") {
   // fuzz_sentencepiece_tokenizer found a .model whose loading made libsentencepiece throw
   // (Darts::Details::Exception) through ptdp; the C API returns PTDP_ERR_IO naming the file.
