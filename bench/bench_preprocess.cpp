@@ -28,7 +28,7 @@
 #include "bench/bench_common.h"
 #include "core/data/preprocess.h"
 #include "core/data/tokenizer.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace {

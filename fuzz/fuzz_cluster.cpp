@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plan/cluster.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,6 @@
 // ptdp-plan's flag parser (core/plan/plan_args.h). Input: a command line, one argument per line.
 #include "core/plan/plan_args.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

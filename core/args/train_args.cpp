@@ -16,7 +16,7 @@
 #include "core/data/tokenizer.h"
 #include "core/model/model_presets.h"
 #include "core/model/pipeline_split.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {

@@ -14,8 +14,8 @@
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/checkpoint/save_lock.h"
-#include "core/util/json_number.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_read.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -76,10 +76,10 @@ E enum_from_json(const nlohmann::json& j, const char* key, const char* const (&n
 
 GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
   try {
-    namespace jn = json_number;
+    namespace jr = json_read;
     const auto what = [&](const char* key) { return str_cat(source, ": \"model\" entry: \"", key, "\""); };
-    const auto i32 = [&](const char* key) { return jn::integer<int>(j.at(key), what(key)); };
-    const auto f32 = [&](const char* key) { return jn::real<float>(j.at(key), what(key)); };
+    const auto i32 = [&](const char* key) { return jr::integer<int>(j.at(key), what(key)); };
+    const auto f32 = [&](const char* key) { return jr::real<float>(j.at(key), what(key)); };
     GptConfig c;
     c.num_layers = i32("num_layers");
     c.hidden_size = i32("hidden_size");
@@ -96,25 +96,25 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.tie_embeddings = !j.at("untie_embeddings_and_output_weights").get<bool>();
     const std::string r = j.at("recompute_granularity").get<std::string>();
     c.recompute = r == "full" ? Recompute::Full : r == "selective" ? Recompute::Selective : Recompute::None;
-    c.seed = jn::integer<uint64_t>(j.at("seed"), what("seed"));
+    c.seed = jr::integer<uint64_t>(j.at("seed"), what("seed"));
     // The Llama-family fields (absent from checkpoints written before them: GPT defaults).
     static const char* const norms[] = {"LayerNorm", "RMSNorm"};
     static const char* const positions[] = {"learned_absolute", "rope", "none"};
     c.normalization = enum_from_json(j, "normalization", norms, Normalization::LayerNorm, source);
     c.position_embedding = enum_from_json(j, "position_embedding_type", positions, PositionEmbedding::LearnedAbsolute, source);
     c.swiglu = j.value("swiglu", false);
-    c.rotary_base = jn::field_or(j, "rotary_base", c.rotary_base, what("rotary_base"));
-    c.rotary_percent = jn::field_or(j, "rotary_percent", c.rotary_percent, what("rotary_percent"));
+    c.rotary_base = jr::field_or(j, "rotary_base", c.rotary_base, what("rotary_base"));
+    c.rotary_percent = jr::field_or(j, "rotary_percent", c.rotary_percent, what("rotary_percent"));
     c.rope_scaling.enabled = j.value("use_rope_scaling", false);
-    c.rope_scaling.factor = jn::field_or(j, "rope_scaling_factor", c.rope_scaling.factor, what("rope_scaling_factor"));
-    c.rope_scaling.low_freq_factor = jn::field_or(j, "rope_low_freq_factor", c.rope_scaling.low_freq_factor, what("rope_low_freq_factor"));
-    c.rope_scaling.high_freq_factor = jn::field_or(j, "rope_high_freq_factor", c.rope_scaling.high_freq_factor, what("rope_high_freq_factor"));
+    c.rope_scaling.factor = jr::field_or(j, "rope_scaling_factor", c.rope_scaling.factor, what("rope_scaling_factor"));
+    c.rope_scaling.low_freq_factor = jr::field_or(j, "rope_low_freq_factor", c.rope_scaling.low_freq_factor, what("rope_low_freq_factor"));
+    c.rope_scaling.high_freq_factor = jr::field_or(j, "rope_high_freq_factor", c.rope_scaling.high_freq_factor, what("rope_high_freq_factor"));
     c.rope_scaling.original_max_position_embeddings =
-        jn::field_or(j, "rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings, what("rope_original_max_position_embeddings"));
+        jr::field_or(j, "rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings, what("rope_original_max_position_embeddings"));
     // Saved as the effective numbers; the defaults (a groups, h / a channels) read back as 0.
-    c.num_query_groups = jn::field_or(j, "num_query_groups", 0, what("num_query_groups"));
+    c.num_query_groups = jr::field_or(j, "num_query_groups", 0, what("num_query_groups"));
     if (c.num_query_groups == c.num_attention_heads) c.num_query_groups = 0;
-    c.kv_channels = jn::field_or(j, "kv_channels", 0, what("kv_channels"));
+    c.kv_channels = jr::field_or(j, "kv_channels", 0, what("kv_channels"));
     if (c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0 &&
         c.kv_channels == c.hidden_size / c.num_attention_heads)
       c.kv_channels = 0;
@@ -243,12 +243,12 @@ void read_slice(CheckpointReader& reader, const std::string& name, const ParamIn
   }
 }
 
-// An integer field of `j` in [min, max], named in the refusal (json_number::integer refuses
+// An integer field of `j` in [min, max], named in the refusal (json_read::integer refuses
 // what is no integer or does not fit 64 bits).
 int64_t meaning_int(const nlohmann::json& j, const char* key, int64_t min, const std::string& source, const std::string& where,
                     int64_t max = INT64_MAX) {
   if (!j.is_object() || !j.contains(key)) throw_io_error(source, str_cat(where, "has no \"", key, "\""));
-  const int64_t x = json_number::integer<int64_t>(j.at(key), str_cat(source, ": ", where, "\"", key, "\""));
+  const int64_t x = json_read::integer<int64_t>(j.at(key), str_cat(source, ": ", where, "\"", key, "\""));
   if (x < min) throw_io_error(source, str_cat(where, "\"", key, "\" = ", x, " is below ", min));
   if (x > max) throw_io_error(source, str_cat(where, "\"", key, "\" = ", x, " is above ", max));
   return x;
@@ -520,7 +520,7 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
     const std::string source = reader.path_for(kMetadataFile);
     const nlohmann::json md = reader.read_metadata();
     try {
-      if (md.at("format").get<std::string>() != kFormat || json_number::integer<int64_t>(md.at("version"), source + ": \"version\"") != kFormatVersion) {
+      if (md.at("format").get<std::string>() != kFormat || json_read::integer<int64_t>(md.at("version"), source + ": \"version\"") != kFormatVersion) {
         std::string msg = source;
         msg += ": not a version 1 ptdp checkpoint";
         throw_error(ErrorCode::Io, msg);
@@ -543,17 +543,17 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
           throw_error(ErrorCode::InvalidArgument, msg);
         }
         const std::string ow = source + ": \"optimizer\" entry: ";
-        counters.steps = json_number::integer<int64_t>(o.at("steps"), ow + "\"steps\"");
-        counters.skipped = json_number::integer<int64_t>(o.at("skipped_iterations"), ow + "\"skipped_iterations\"");
-        counters.loss_scale = json_number::real<float>(o.at("loss_scale"), ow + "\"loss_scale\"");
-        counters.growth_tracker = json_number::integer<int>(o.at("growth_tracker"), ow + "\"growth_tracker\"");
-        counters.hysteresis_left = json_number::integer<int>(o.at("hysteresis_left"), ow + "\"hysteresis_left\"");
+        counters.steps = json_read::integer<int64_t>(o.at("steps"), ow + "\"steps\"");
+        counters.skipped = json_read::integer<int64_t>(o.at("skipped_iterations"), ow + "\"skipped_iterations\"");
+        counters.loss_scale = json_read::real<float>(o.at("loss_scale"), ow + "\"loss_scale\"");
+        counters.growth_tracker = json_read::integer<int>(o.at("growth_tracker"), ow + "\"growth_tracker\"");
+        counters.hysteresis_left = json_read::integer<int>(o.at("hysteresis_left"), ow + "\"hysteresis_left\"");
       }
-      state.iteration = json_number::integer<int64_t>(md.at("iteration"), source + ": \"iteration\"");
+      state.iteration = json_read::integer<int64_t>(md.at("iteration"), source + ": \"iteration\"");
       state.consumed_train_samples =
-          json_number::integer<int64_t>(md.at("consumed_train_samples"), source + ": \"consumed_train_samples\"");
+          json_read::integer<int64_t>(md.at("consumed_train_samples"), source + ": \"consumed_train_samples\"");
       state.consumed_valid_samples =
-          json_number::integer<int64_t>(md.at("consumed_valid_samples"), source + ": \"consumed_valid_samples\"");
+          json_read::integer<int64_t>(md.at("consumed_valid_samples"), source + ": \"consumed_valid_samples\"");
       reader.set_tensor_map(TensorMap::from_json(md.at("tensors"), source));
       // ptdp writes every tensor as F32, and its pieces are read only as what the map declares.
       for (const auto& [name, entry] : reader.tensor_map().entries()) {

@@ -19,7 +19,7 @@
 #include <utility>
 
 #include "core/tensor/file_read.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {

@@ -20,7 +20,7 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/tensor/file_read.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {

@@ -14,7 +14,7 @@
 #include <utility>
 
 #include "core/tensor/file_read.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 #include "kernels/half.h"
 

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/util/json_number.h"
+#include "core/tensor/json_read.h"
 #include "kernels/error.h"
 
 namespace ptdp {
@@ -103,43 +103,43 @@ RankRecord parse_record(const std::string& text, const std::string& where) {
     if (j.value("format", std::string()) != "ptdp-flight-recorder") {
       throw_io_error(where, "is not a ptdp flight record (no \"format\": \"ptdp-flight-recorder\")");
     }
-    namespace jn = json_number;
+    namespace jr = json_read;
     const auto what = [&](const std::string& key) { return str_cat(where, ": \"", key, "\""); };
     RankRecord r;
-    r.rank = jn::integer<int>(j.at("rank"), what("rank"));
-    r.world_size = jn::integer<int>(j.at("world_size"), what("world_size"));
+    r.rank = jr::integer<int>(j.at("rank"), what("rank"));
+    r.world_size = jr::integer<int>(j.at("world_size"), what("world_size"));
     r.dumped_at = j.value("dumped_at", 0.0);
     std::vector<std::string> keys;
     for (const json& g : j.at("groups")) {
       GroupInfo gi;
       gi.name = g.at("name").get<std::string>();
       if (!g.at("ranks").is_array()) throw_io_error(where, "\"ranks\" of a group is not an array");
-      for (const json& x : g.at("ranks")) gi.ranks.push_back(jn::integer<int>(x, what("groups[].ranks[]")));
-      gi.last_coll = jn::field_or(g, "last_collective", uint64_t{0}, what("last_collective"));
-      gi.done_coll = jn::field_or(g, "completed_collective", uint64_t{0}, what("completed_collective"));
+      for (const json& x : g.at("ranks")) gi.ranks.push_back(jr::integer<int>(x, what("groups[].ranks[]")));
+      gi.last_coll = jr::field_or(g, "last_collective", uint64_t{0}, what("last_collective"));
+      gi.done_coll = jr::field_or(g, "completed_collective", uint64_t{0}, what("completed_collective"));
       gi.timeout_s = g.value("timeout_s", 0.0);
-      const std::string key = group_key(gi.name, jn::field_or(g, "instance", 0, what("instance")));
+      const std::string key = group_key(gi.name, jr::field_or(g, "instance", 0, what("instance")));
       keys.push_back(key);
       r.groups[key] = std::move(gi);
     }
     for (const json& je : j.at("entries")) {
       Entry e;
-      const int gi = jn::integer<int>(je.at("group"), what("entries[].group"));
+      const int gi = jr::integer<int>(je.at("group"), what("entries[].group"));
       if (gi < 0 || gi >= static_cast<int>(keys.size())) continue;
       e.group_key = keys[static_cast<std::size_t>(gi)];
-      e.seq = jn::field_or(je, "seq", uint64_t{0}, what("seq"));
-      e.coll = jn::field_or(je, "collective", uint64_t{0}, what("collective"));
+      e.seq = jr::field_or(je, "seq", uint64_t{0}, what("seq"));
+      e.coll = jr::field_or(je, "collective", uint64_t{0}, what("collective"));
       e.op = je.value("op", std::string());
       e.reduction = je.value("reduction", std::string());
       e.state = je.value("state", std::string());
-      e.dtype = jn::field_or(je, "dtype", -1, what("dtype"));
-      e.root = jn::field_or(je, "root", -1, what("root"));
-      e.count = jn::field_or(je, "count", int64_t{0}, what("count"));
-      e.bytes = jn::field_or(je, "bytes", int64_t{0}, what("bytes"));
+      e.dtype = jr::field_or(je, "dtype", -1, what("dtype"));
+      e.root = jr::field_or(je, "root", -1, what("root"));
+      e.count = jr::field_or(je, "count", int64_t{0}, what("count"));
+      e.bytes = jr::field_or(je, "bytes", int64_t{0}, what("bytes"));
       e.start = je.value("start", 0.0);
       e.end = je.value("end", 0.0);
       if (je.contains("peers")) {
-        for (const json& p : je.at("peers")) e.peers.emplace_back(jn::integer<int>(p.at("rank"), what("peers[].rank")), p.value("dir", "") == "recv");
+        for (const json& p : je.at("peers")) e.peers.emplace_back(jr::integer<int>(p.at("rank"), what("peers[].rank")), p.value("dir", "") == "recv");
       }
       r.entries.push_back(std::move(e));
     }

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {

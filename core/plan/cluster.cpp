@@ -8,7 +8,7 @@
 
 #include "core/plan/gemm_table.h"
 #include "core/tensor/file_read.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp::plan {

@@ -22,7 +22,7 @@
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/pipeline/svg.h"
 #include "core/tensor/file_read.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {

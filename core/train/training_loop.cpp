@@ -25,7 +25,7 @@
 #include "core/train/run_stop.h"
 #include "core/train/supervisor.h"
 #include "core/train/trainer.h"
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
 namespace ptdp {

@@ -12,10 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/util/json_text.h"
+#include "core/tensor/json_text.h"
 #include "kernels/error.h"
 
-namespace ptdp::json_number {
+namespace ptdp::json_read {
 
 /// `v` as the integer type T. Refused with Error(code) unless `v` is a JSON integer (not 2.0,
 /// not "2") within T's range; the message starts with `what` ("metadata.json: \"model\" entry:
@@ -62,4 +62,4 @@ T field_or(const nlohmann::json& j, const char* key, T fallback, const std::stri
   }
 }
 
-}  // namespace ptdp::json_number
+}  // namespace ptdp::json_read
