@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/gelu_math.h"
+#include "kernels/cpu/simd_clones.h"
 #include "kernels/cpu/storage.h"
 #include "kernels/validate.h"
 
@@ -49,6 +50,41 @@ void sgemm(const GemmDesc& d, const float* a, int64_t lda, const float* b, int64
               static_cast<blasint>(ldc));
 }
 
+// One row of each epilogue: r is the fp32 product, c and aux rows of C's storage type. PTDP_CPU_
+// CLONES (kernels/cpu/simd_clones.h): the baseline build ran GeLU's tanh four lanes wide; the
+// AVX2 and AVX-512 copies compute the same bits (this file is built without contraction).
+template <typename St>
+PTDP_CPU_CLONES_TEMPLATE void store_row(const float* r, typename St::type* c, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) c[j] = St::store(r[j]);
+}
+
+template <typename St>
+PTDP_CPU_CLONES_TEMPLATE void bias_row(const float* r, const typename St::type* bias,
+                                       typename St::type* c, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) c[j] = St::store(r[j] + St::load(bias[j]));
+}
+
+template <typename St>
+PTDP_CPU_CLONES_TEMPLATE void bias_gelu_row(const float* r, const typename St::type* bias,
+                                            typename St::type* aux, typename St::type* c,
+                                            int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    const float pre = r[j] + St::load(bias[j]);
+    aux[j] = St::store(pre);
+    c[j] = St::store(cpu::gelu_f32(pre));
+  }
+}
+
+template <typename St>
+PTDP_CPU_CLONES_TEMPLATE void dgelu_row(const float* r, const typename St::type* aux,
+                                        typename St::type* c, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) c[j] = St::store(r[j] * cpu::gelu_grad_f32(St::load(aux[j])));
+}
+
 // Applies d's epilogue to r ([m, n] fp32 with leading dimension ldr) and stores C (and aux)
 // rounded once. r may be C itself when C is f32.
 void epilogue_store(const GemmDesc& d, const float* r, int64_t ldr, void* c, int64_t ldc) {
@@ -63,32 +99,10 @@ void epilogue_store(const GemmDesc& d, const float* r, int64_t ldr, void* c, int
       const float* ri = r + i * ldr;
       S* ci = cs + i * ldc;
       switch (d.epilogue) {
-        case Epilogue::None:
-#pragma omp simd
-          for (int64_t j = 0; j < d.n; ++j) ci[j] = St::store(ri[j]);
-          break;
-        case Epilogue::Bias:
-#pragma omp simd
-          for (int64_t j = 0; j < d.n; ++j) ci[j] = St::store(ri[j] + St::load(bias[j]));
-          break;
-        case Epilogue::BiasGelu: {
-          S* ai = aux + i * ldc;
-#pragma omp simd
-          for (int64_t j = 0; j < d.n; ++j) {
-            const float pre = ri[j] + St::load(bias[j]);
-            ai[j] = St::store(pre);
-            ci[j] = St::store(cpu::gelu_f32(pre));
-          }
-          break;
-        }
-        case Epilogue::DGelu: {
-          const S* ai = aux + i * ldc;
-#pragma omp simd
-          for (int64_t j = 0; j < d.n; ++j) {
-            ci[j] = St::store(ri[j] * cpu::gelu_grad_f32(St::load(ai[j])));
-          }
-          break;
-        }
+        case Epilogue::None: store_row<St>(ri, ci, d.n); break;
+        case Epilogue::Bias: bias_row<St>(ri, bias, ci, d.n); break;
+        case Epilogue::BiasGelu: bias_gelu_row<St>(ri, bias, aux + i * ldc, ci, d.n); break;
+        case Epilogue::DGelu: dgelu_row<St>(ri, aux + i * ldc, ci, d.n); break;
       }
     }
   });
