@@ -1,9 +1,12 @@
 // RMSNorm over the last dimension (no mean, no bias), saving 1/rms (fp32) for the backward pass.
+// The row loops are PTDP_CPU_CLONES (kernels/cpu/simd_clones.h), built without contraction:
+// every copy computes the bits of the baseline build.
 #include <algorithm>
 #include <cmath>
 #include <memory>
 
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/simd_clones.h"
 #include "kernels/cpu/storage.h"
 #include "kernels/validate.h"
 
@@ -28,6 +31,41 @@ double row_sum(int64_t n, F&& f) {
   return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+template <typename St>
+PTDP_CPU_CLONES_TEMPLATE void forward_row(const typename St::type* xr, const typename St::type* g,
+                                          typename St::type* yr, int64_t cols, float eps,
+                                          float* rstd) {
+  const double sq = row_sum(cols, [&](int64_t c) {
+    const double v = St::load(xr[c]);
+    return v * v;
+  });
+  const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
+  *rstd = rs;
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) yr[c] = St::store(St::load(xr[c]) * rs * St::load(g[c]));
+}
+
+// g = dy * gamma, xhat = x * rstd, dx = rstd * (g - xhat * mean(g * xhat)); adds dy * xhat to
+// the row chunk's double partial of dgamma. dy[c] is read before dx[c] is written, so dx may
+// alias dy.
+template <typename St>
+PTDP_CPU_CLONES_TEMPLATE void backward_row(const typename St::type* xr,
+                                           const typename St::type* g,
+                                           const typename St::type* dyr, typename St::type* dxr,
+                                           int64_t cols, float rs, double* acc) {
+  const double sum_gx = row_sum(cols, [&](int64_t c) {
+    return static_cast<double>(St::load(dyr[c])) * St::load(g[c]) * (St::load(xr[c]) * rs);
+  });
+  const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(cols));
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) {
+    const float xhat = St::load(xr[c]) * rs;
+    const float d = St::load(dyr[c]);
+    acc[c] += static_cast<double>(d) * xhat;
+    dxr[c] = St::store(rs * (d * St::load(g[c]) - xhat * mean_gx));
+  }
+}
+
 }  // namespace
 
 void CpuBackend::rmsnorm_forward(const void* x, const void* gamma, void* y, DType t, float* rstd,
@@ -42,16 +80,8 @@ void CpuBackend::rmsnorm_forward(const void* x, const void* gamma, void* y, DTyp
     const S* g = static_cast<const S*>(gamma);
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r) {
-      const S* xr = static_cast<const S*>(x) + r * cols;
-      const double sq = row_sum(cols, [&](int64_t c) {
-        const double v = St::load(xr[c]);
-        return v * v;
-      });
-      const float rs = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(cols) + eps));
-      rstd[r] = rs;
-      S* yr = static_cast<S*>(y) + r * cols;
-#pragma omp simd
-      for (int64_t c = 0; c < cols; ++c) yr[c] = St::store(St::load(xr[c]) * rs * St::load(g[c]));
+      forward_row<St>(static_cast<const S*>(x) + r * cols, g, static_cast<S*>(y) + r * cols, cols,
+                      eps, rstd + r);
     }
   });
 }
@@ -66,8 +96,7 @@ void CpuBackend::rmsnorm_backward(const void* x, const void* gamma, const float*
     const S* g = static_cast<const S*>(gamma);
     // One pass over x and dy: each chunk of kRowChunk rows adds its rows' dy * xhat to its own
     // double partial of dgamma, and a second, small pass sums the partials in chunk order; the
-    // chunks do not depend on the thread count, so neither does dgamma. In each row dy[c] is
-    // read before dx[c] is written, so dx may alias dy.
+    // chunks do not depend on the thread count, so neither does dgamma.
     const int64_t chunks = (rows + kRowChunk - 1) / kRowChunk;
     std::unique_ptr<double[]> partial(new double[static_cast<std::size_t>(chunks * cols)]);
 #pragma omp parallel for schedule(static)
@@ -75,21 +104,9 @@ void CpuBackend::rmsnorm_backward(const void* x, const void* gamma, const float*
       double* acc = partial.get() + k * cols;
       std::fill(acc, acc + cols, 0.0);
       for (int64_t r = k * kRowChunk; r < std::min(rows, (k + 1) * kRowChunk); ++r) {
-        // g = dy * gamma, xhat = x * rstd, dx = rstd * (g - xhat * mean(g * xhat)).
-        const S* xr = static_cast<const S*>(x) + r * cols;
-        const S* dyr = static_cast<const S*>(dy) + r * cols;
-        const float rs = rstd[r];
-        const double sum_gx = row_sum(cols, [&](int64_t c) {
-          return static_cast<double>(St::load(dyr[c])) * St::load(g[c]) * (St::load(xr[c]) * rs);
-        });
-        const float mean_gx = static_cast<float>(sum_gx / static_cast<double>(cols));
-        S* dxr = static_cast<S*>(dx) + r * cols;
-        for (int64_t c = 0; c < cols; ++c) {
-          const float xhat = St::load(xr[c]) * rs;
-          const float d = St::load(dyr[c]);
-          acc[c] += static_cast<double>(d) * xhat;
-          dxr[c] = St::store(rs * (d * St::load(g[c]) - xhat * mean_gx));
-        }
+        backward_row<St>(static_cast<const S*>(x) + r * cols, g,
+                         static_cast<const S*>(dy) + r * cols, static_cast<S*>(dx) + r * cols,
+                         cols, rstd[r], acc);
       }
     }
     // rows == 0: no chunks, dgamma cleared (or kept, accumulating).

@@ -134,3 +134,51 @@ TEST_CASE("layernorm backward uses the statistics saved by the forward", "[layer
       to_d(d.x));
   CHECK_ALLCLOSE(dx, want_dx, kFdAtol, kFdRtol);
 }
+
+TEST_CASE("layernorm: rows wider than the lanes, against the double reference, the same bits on "
+          "1, 2 and 3 threads", "[layernorm][backward]") {
+  // 257 rows (nine row chunks of dgamma and dbeta, the last short) of 771 columns (eight-lane
+  // sums with a tail of three): any thread-order-dependent sum would show in the low bits.
+  const RC s{257, 771};
+  const LnData d = make(s, 400);
+  const fvec dy = Rand(401).uniform(s.rows * s.cols);
+  const float eps = 1e-5f;
+  dvec mean_ref, rstd_ref;
+  const dvec want_y = layernorm_ref(to_d(d.x), to_d(d.gamma), to_d(d.beta), s.rows, s.cols, eps,
+                                    &mean_ref, &rstd_ref);
+  // dgamma = sum over rows of dy * xhat, dbeta = sum of dy, in double.
+  dvec want_dg(static_cast<std::size_t>(s.cols)), want_db(static_cast<std::size_t>(s.cols));
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const std::size_t e = static_cast<std::size_t>(r * s.cols + c);
+      const double xhat = (d.x[e] - mean_ref[static_cast<std::size_t>(r)]) * rstd_ref[static_cast<std::size_t>(r)];
+      want_dg[static_cast<std::size_t>(c)] += dy[e] * xhat;
+      want_db[static_cast<std::size_t>(c)] += dy[e];
+    }
+  }
+  std::vector<fvec> ys, dxs, dgs, dbs;
+  for (int threads : {1, 2, 3}) {
+    fvec y(d.x.size()), m(static_cast<std::size_t>(s.rows)), rs(m.size());
+    fvec dx(d.x.size()), dg(d.gamma.size()), db(d.beta.size());
+    with_threads(threads, [&] {
+      be().layernorm_forward(d.x.data(), d.gamma.data(), d.beta.data(), y.data(), kF32, m.data(),
+                             rs.data(), s.rows, s.cols, eps);
+      be().layernorm_backward(d.x.data(), d.gamma.data(), m.data(), rs.data(), dy.data(),
+                              dx.data(), kF32, dg.data(), db.data(), s.rows, s.cols, false);
+    });
+    ys.push_back(y);
+    dxs.push_back(dx);
+    dgs.push_back(dg);
+    dbs.push_back(db);
+  }
+  CHECK_ALLCLOSE(ys[0], want_y, 1e-5, 1e-5);
+  CHECK_ALLCLOSE(dgs[0], want_dg, 1e-4, 1e-5);
+  CHECK_ALLCLOSE(dbs[0], want_db, 1e-4, 1e-5);
+  for (std::size_t i = 1; i < ys.size(); ++i) {
+    INFO("thread count " << i + 1);
+    CHECK_BITEQUAL(ys[i], ys[0]);
+    CHECK_BITEQUAL(dxs[i], dxs[0]);
+    CHECK_BITEQUAL(dgs[i], dgs[0]);
+    CHECK_BITEQUAL(dbs[i], dbs[0]);
+  }
+}
