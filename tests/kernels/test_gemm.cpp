@@ -355,3 +355,40 @@ TEST_CASE("gemm backward: Y = X W, dX = dY W^T and dW = X^T dY match finite diff
     CHECK_ALLCLOSE(dw, want_dw, kFdAtol, kFdRtol);
   }
 }
+
+TEST_CASE("weight-gradient GEMMs split over the threads by rows give the one-thread bits",
+          "[gemm]") {
+  // Aᵀ B with a short k and many rows runs as one single-threaded call per thread on its rows
+  // of C (kernels/cpu/gemm.cpp); every element must still be the same dot product. Odd m, a
+  // padded ldc and accumulation into C (beta = 1, as gradients accumulate).
+  for (int64_t m : {int64_t{512}, int64_t{1037}}) {
+    const int64_t n = 45, k = 64, ldc = 50;
+    Rand r(static_cast<uint32_t>(m));
+    const fvec a = r.uniform(k * m), b = r.uniform(k * n), c0 = r.uniform(m * ldc);
+    ptdp::GemmDesc d;
+    d.trans_a = true;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    d.ldc = ldc;
+    d.beta = 1.0f;
+    fvec c[3] = {c0, c0, c0};
+    for (int threads : {1, 2, 3}) {
+      with_threads(threads, [&] { be().gemm(d, a.data(), b.data(), c[threads - 1].data()); });
+    }
+    INFO("m " << m);
+    CHECK_BITEQUAL(c[1], c[0]);
+    CHECK_BITEQUAL(c[2], c[0]);
+    dvec want = to_d(c0);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0.0;
+        for (int64_t p = 0; p < k; ++p) {
+          acc += static_cast<double>(a[static_cast<std::size_t>(p * m + i)]) * b[static_cast<std::size_t>(p * n + j)];
+        }
+        want[static_cast<std::size_t>(i * ldc + j)] += acc;
+      }
+    }
+    CHECK_ALLCLOSE(c[1], want, 1e-5, 1e-5);
+  }
+}
