@@ -30,7 +30,22 @@ void* CpuAllocator::allocate(std::size_t bytes) {
     throw_error(ErrorCode::OutOfMemory, "cpu allocator: request of " + std::to_string(bytes) +
                                             " bytes overflows");
   }
+  if (rounded >= kCpuCacheMinBytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(rounded);
+    if (it != cache_.end()) {
+      void* p = it->second;
+      cache_.erase(it);
+      cached_ -= rounded;
+      note_allocated(bytes);
+      return p;
+    }
+  }
   void* p = std::aligned_alloc(kCpuAlignment, rounded);
+  if (p == nullptr && cached_bytes() > 0) {
+    release_cached();
+    p = std::aligned_alloc(kCpuAlignment, rounded);
+  }
   if (p == nullptr) {
     throw_error(ErrorCode::OutOfMemory,
                 "cpu allocator: out of memory allocating " + std::to_string(bytes) + " bytes (" +
@@ -42,13 +57,44 @@ void* CpuAllocator::allocate(std::size_t bytes) {
 
 void CpuAllocator::deallocate(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
-  std::free(p);
   note_freed(bytes);
+  const std::size_t rounded = bytes == 0 ? kCpuAlignment
+                                         : (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  if (rounded >= kCpuCacheMinBytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const std::size_t cap = peak_bytes() > kCpuCacheFloorBytes ? peak_bytes() : kCpuCacheFloorBytes;
+    if (cached_ + rounded <= cap) {
+      try {
+        cache_.emplace(rounded, p);
+        cached_ += rounded;
+        return;
+      } catch (...) {
+        // No memory for the cache's node: the block goes back to the system.
+      }
+    }
+  }
+  std::free(p);
 }
 
+std::size_t CpuAllocator::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_;
+}
+
+void CpuAllocator::release_cached() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [size, p] : cache_) std::free(p);
+  cache_.clear();
+  cached_ = 0;
+}
+
+CpuAllocator::~CpuAllocator() { release_cached(); }
+
 CpuAllocator& cpu_allocator() {
-  static CpuAllocator allocator;
-  return allocator;
+  // Never destroyed: a tensor in static storage may free its block after every destructor of
+  // this file has run. Its cached blocks stay reachable, so leak checkers do not report them.
+  static CpuAllocator* allocator = new CpuAllocator;
+  return *allocator;
 }
 
 #ifdef PTDP_HAVE_CUDA

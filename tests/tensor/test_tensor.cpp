@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -112,4 +113,40 @@ TEST_CASE("devices this build or machine cannot drive are reported, naming the d
     CHECK(std::string(e.what()).find("cuda:4096") != std::string::npos);
   }
   CHECK_THROWS_AS(Tensor::empty({2}, DType::F32, ptdp::Device{ptdp::DeviceType::CPU, 1}), ptdp::Error);
+}
+
+TEST_CASE("the CPU allocator reuses freed large blocks of the same size and counts only tensors",
+          "[tensor]") {
+  ptdp::CpuAllocator alloc;  // its own cache, not the process-wide one
+  const std::size_t big = std::size_t{3} << 20;  // above kCpuCacheMinBytes
+  void* a = alloc.allocate(big);
+  CHECK(alloc.bytes_in_use() == big);
+  alloc.deallocate(a, big);
+  CHECK(alloc.bytes_in_use() == 0);
+  CHECK(alloc.cached_bytes() == big);
+  // The same size takes the cached block (no fresh, page-faulting memory); another size does not.
+  void* b = alloc.allocate(big);
+  CHECK(b == a);
+  CHECK(alloc.cached_bytes() == 0);
+  CHECK(alloc.bytes_in_use() == big);
+  void* c = alloc.allocate(big + 4096);
+  CHECK(c != a);
+  alloc.deallocate(b, big);
+  alloc.deallocate(c, big + 4096);
+  CHECK(alloc.cached_bytes() == big + big + 4096);
+  CHECK(alloc.bytes_in_use() == 0);
+  CHECK(alloc.peak_bytes() == big + big + 4096);
+  // Small blocks go straight back to the system.
+  void* s = alloc.allocate(1000);
+  alloc.deallocate(s, 1000);
+  CHECK(alloc.cached_bytes() == big + big + 4096);
+  alloc.release_cached();
+  CHECK(alloc.cached_bytes() == 0);
+  // The cache holds no more than the high-water mark (at least kCpuCacheFloorBytes): 40 blocks
+  // of 3 MiB, freed at once after a peak of 120 MiB, all fit; the peak bounds them.
+  std::vector<void*> blocks;
+  for (int i = 0; i < 40; ++i) blocks.push_back(alloc.allocate(big));
+  for (void* p : blocks) alloc.deallocate(p, big);
+  CHECK(alloc.cached_bytes() == 40 * big);
+  CHECK(alloc.cached_bytes() <= std::max(alloc.peak_bytes(), ptdp::kCpuCacheFloorBytes));
 }
