@@ -21,11 +21,19 @@ void Allocator::note_allocated(std::size_t bytes) {
   }
 }
 
+namespace {
+
+// The size of the block behind a request of `bytes`: aligned_alloc needs a multiple of the
+// alignment, and a zero-byte tensor gets a real block (wraps to less than `bytes` on overflow).
+std::size_t rounded_size(std::size_t bytes) {
+  return bytes == 0 ? kCpuAlignment : (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+}
+
+}  // namespace
+
 void* CpuAllocator::allocate(std::size_t bytes) {
-  // aligned_alloc needs a multiple of the alignment; round up (and give zero-byte tensors a
-  // real, unique allocation so data pointers are never NULL).
-  const std::size_t rounded = bytes == 0 ? kCpuAlignment
-                                         : (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  // A zero-byte tensor's real, unique block keeps data pointers from ever being NULL.
+  const std::size_t rounded = rounded_size(bytes);
   if (rounded < bytes) {
     throw_error(ErrorCode::OutOfMemory, "cpu allocator: request of " + std::to_string(bytes) +
                                             " bytes overflows");
@@ -58,8 +66,7 @@ void* CpuAllocator::allocate(std::size_t bytes) {
 void CpuAllocator::deallocate(void* p, std::size_t bytes) noexcept {
   if (p == nullptr) return;
   note_freed(bytes);
-  const std::size_t rounded = bytes == 0 ? kCpuAlignment
-                                         : (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
+  const std::size_t rounded = rounded_size(bytes);
   if (rounded >= kCpuCacheMinBytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     const std::size_t cap = peak_bytes() > kCpuCacheFloorBytes ? peak_bytes() : kCpuCacheFloorBytes;
