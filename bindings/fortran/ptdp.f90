@@ -2482,6 +2482,23 @@ module ptdp
       integer(c_int) :: ptdp_memory_reset_peak
     end function ptdp_memory_reset_peak
 
+    ! Bytes the CPU engine keeps in freed blocks for reuse.
+    function ptdp_memory_cached(cached) bind(c, name="ptdp_memory_cached")
+      import
+      implicit none
+      integer(c_size_t), intent(out) :: cached
+      integer(c_int) :: ptdp_memory_cached
+    end function ptdp_memory_cached
+
+    ! Returns the CPU engine's cached free blocks (see ptdp_memory_cached()) to the system, for
+    ! a program that is done training and wants its resident memory back.
+    function ptdp_memory_release_cache(released) bind(c, name="ptdp_memory_release_cache")
+      import
+      implicit none
+      integer(c_size_t), intent(out) :: released
+      integer(c_int) :: ptdp_memory_release_cache
+    end function ptdp_memory_release_cache
+
     ! Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     function ptdp_cluster_init(cluster) bind(c, name="ptdp_cluster_init")
       import

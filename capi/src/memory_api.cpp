@@ -18,4 +18,18 @@ PTDP_API ptdp_status ptdp_memory_reset_peak(void) {
   return guard(__func__, [&] { ptdp::cpu_allocator().reset_peak(); });
 }
 
+PTDP_API ptdp_status ptdp_memory_cached(size_t* cached) {
+  return guard(__func__, [&] {
+    ptdp::capi::require_non_null(cached, "cached");
+    *cached = ptdp::cpu_allocator().cached_bytes();
+  });
+}
+
+PTDP_API ptdp_status ptdp_memory_release_cache(size_t* released) {
+  return guard(__func__, [&] {
+    const std::size_t bytes = ptdp::cpu_allocator().release_cached();
+    if (released != nullptr) *released = bytes;
+  });
+}
+
 }  // extern "C"

@@ -88,11 +88,13 @@ std::size_t CpuAllocator::cached_bytes() const {
   return cached_;
 }
 
-void CpuAllocator::release_cached() noexcept {
+std::size_t CpuAllocator::release_cached() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& [size, p] : cache_) std::free(p);
   cache_.clear();
+  const std::size_t released = cached_;
   cached_ = 0;
+  return released;
 }
 
 CpuAllocator::~CpuAllocator() { release_cached(); }

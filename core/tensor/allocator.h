@@ -54,8 +54,8 @@ class CpuAllocator final : public Allocator {
   void deallocate(void* p, std::size_t bytes) noexcept override;
   /// Bytes held in freed blocks kept for reuse.
   std::size_t cached_bytes() const;
-  /// Returns every cached block to the system.
-  void release_cached() noexcept;
+  /// Returns every cached block to the system; gives the bytes returned.
+  std::size_t release_cached() noexcept;
 
  private:
   mutable std::mutex mutex_;

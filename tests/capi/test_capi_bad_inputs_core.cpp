@@ -27,6 +27,7 @@ PTDP_BAD_INPUTS(status) {
                  return ptdp_dtype_size(static_cast<ptdp_dtype>(-1), &o.sz[0]);
                }, PTDP_ERR_INVALID_ARGUMENT, {"dtype = -1"}});
   r.push_back(null_row("ptdp_dtype_size", "bytes", [&] { return ptdp_dtype_size(PTDP_DTYPE_F32, nullptr); }));
+  r.push_back(null_row("ptdp_memory_cached", "cached", [] { return ptdp_memory_cached(nullptr); }));
   return r;
 }
 

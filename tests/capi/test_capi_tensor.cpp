@@ -159,3 +159,44 @@ TEST_CASE("options structs from older and newer headers", "[capi]") {
   REQUIRE(ptdp_tensor_dtype(b.t, &got) == PTDP_SUCCESS);
   CHECK(got == PTDP_DTYPE_F32);
 }
+
+TEST_CASE("freed large blocks are cached, reused zeroed, and released on request", "[capi]") {
+  size_t released = 0;
+  REQUIRE(ptdp_memory_release_cache(&released) == PTDP_SUCCESS);
+  size_t cached = 1;
+  REQUIRE(ptdp_memory_cached(&cached) == PTDP_SUCCESS);
+  CHECK(cached == 0);
+
+  const int64_t shape[] = {1024, 1024};  // 4 MiB: above the 1 MiB the allocator caches from
+  const size_t bytes = size_t{4} << 20;
+  size_t in_use_before = 0, in_use = 0;
+  REQUIRE(ptdp_memory_stats(&in_use_before, nullptr) == PTDP_SUCCESS);
+  {
+    Handle big;
+    REQUIRE(ptdp_tensor_create(nullptr, 2, shape, nullptr, 0, &big.t) == PTDP_SUCCESS);
+    REQUIRE(ptdp_tensor_fill(big.t, 7.0) == PTDP_SUCCESS);
+    REQUIRE(ptdp_memory_stats(&in_use, nullptr) == PTDP_SUCCESS);
+    CHECK(in_use == in_use_before + bytes);
+  }
+  REQUIRE(ptdp_memory_stats(&in_use, nullptr) == PTDP_SUCCESS);
+  CHECK(in_use == in_use_before);  // the cache is not counted as in use
+  REQUIRE(ptdp_memory_cached(&cached) == PTDP_SUCCESS);
+  CHECK(cached == bytes);
+  {
+    // The next request of that size takes the cached block, and a new tensor is still zeros.
+    Handle again;
+    REQUIRE(ptdp_tensor_create(nullptr, 2, shape, nullptr, 0, &again.t) == PTDP_SUCCESS);
+    REQUIRE(ptdp_memory_cached(&cached) == PTDP_SUCCESS);
+    CHECK(cached == 0);
+    std::vector<float> out(1024 * 1024, -1.0f);
+    REQUIRE(ptdp_tensor_copy_to_host(again.t, out.data(), bytes) == PTDP_SUCCESS);
+    CHECK(out == std::vector<float>(out.size(), 0.0f));
+  }
+  REQUIRE(ptdp_memory_cached(&cached) == PTDP_SUCCESS);
+  CHECK(cached == bytes);
+  REQUIRE(ptdp_memory_release_cache(&released) == PTDP_SUCCESS);
+  CHECK(released == bytes);
+  REQUIRE(ptdp_memory_cached(&cached) == PTDP_SUCCESS);
+  CHECK(cached == 0);
+  REQUIRE(ptdp_memory_release_cache(nullptr) == PTDP_SUCCESS);
+}

@@ -3573,6 +3573,35 @@ def ptdp_memory_reset_peak():
     Thread-safe.
     """
     return _ptdp_ext.ptdp_memory_reset_peak()
+
+def ptdp_memory_cached():
+    r"""
+    Bytes the CPU engine keeps in freed blocks for reuse.
+
+    Freed tensor blocks of 1 MiB or more are kept under their size and handed to the next
+    request of that size, so that a training step does not pay a page fault per 4 KiB of its
+    activations each time (glibc would unmap them). The cache holds at most the high-water mark
+    of tensor bytes (at least 64 MiB); ptdp_memory_stats() does not count it, the process's
+    resident memory does. A request the system cannot meet releases the cache and retries.
+    :type cached: int, out
+    :param cached: Receives the bytes held in cached blocks.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_memory_cached()
+
+def ptdp_memory_release_cache():
+    r"""
+    Returns the CPU engine's cached free blocks (see ptdp_memory_cached()) to the system,
+           for a program that is done training and wants its resident memory back.
+
+    Tensors still alive are untouched; later allocations cache again.
+    :type released: int, out
+    :param released: Receives the bytes returned; may be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_memory_release_cache()
 class ptdp_cluster(object):
     r"""
     A cluster of identical GPU nodes as the planner models it. Fill it with

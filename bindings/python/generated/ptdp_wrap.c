@@ -25995,6 +25995,68 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_memory_cached(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  size_t *arg1 = (size_t *) 0 ;
+  size_t temp1 = 0 ;
+  ptdp_status result;
+  
+  {
+    arg1 = &temp1; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_memory_cached", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_memory_cached(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg1)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_memory_release_cache(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  size_t *arg1 = (size_t *) 0 ;
+  size_t temp1 = 0 ;
+  ptdp_status result;
+  
+  {
+    arg1 = &temp1; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_memory_release_cache", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_memory_release_cache(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromSize_t(*arg1)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_cluster_struct_size_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_cluster *arg1 = (struct ptdp_cluster *) 0 ;
@@ -38122,6 +38184,29 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_memory_reset_peak", _wrap_ptdp_memory_reset_peak, METH_NOARGS, "\n"
 		"Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_memory_cached", _wrap_ptdp_memory_cached, METH_NOARGS, "\n"
+		"Bytes the CPU engine keeps in freed blocks for reuse.\n"
+		"\n"
+		"Freed tensor blocks of 1 MiB or more are kept under their size and handed to the next\n"
+		"request of that size, so that a training step does not pay a page fault per 4 KiB of its\n"
+		"activations each time (glibc would unmap them). The cache holds at most the high-water mark\n"
+		"of tensor bytes (at least 64 MiB); ptdp_memory_stats() does not count it, the process's\n"
+		"resident memory does. A request the system cannot meet releases the cache and retries.\n"
+		":type cached: int, out\n"
+		":param cached: Receives the bytes held in cached blocks.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_memory_release_cache", _wrap_ptdp_memory_release_cache, METH_NOARGS, "\n"
+		"Returns the CPU engine's cached free blocks (see ptdp_memory_cached()) to the system,\n"
+		"       for a program that is done training and wants its resident memory back.\n"
+		"\n"
+		"Tensors still alive are untouched; later allocations cache again.\n"
+		":type released: int, out\n"
+		":param released: Receives the bytes returned; may be NULL.\n"
 		"Title: Thread safety\n"
 		"Thread-safe.\n"
 		""},

@@ -3613,6 +3613,33 @@ PTDP_API ptdp_status ptdp_memory_stats(size_t* current, size_t* peak);
  */
 PTDP_API ptdp_status ptdp_memory_reset_peak(void);
 
+/**
+ * @brief Bytes the CPU engine keeps in freed blocks for reuse.
+ *
+ * Freed tensor blocks of 1 MiB or more are kept under their size and handed to the next
+ * request of that size, so that a training step does not pay a page fault per 4 KiB of its
+ * activations each time (glibc would unmap them). The cache holds at most the high-water mark
+ * of tensor bytes (at least 64 MiB); ptdp_memory_stats() does not count it, the process's
+ * resident memory does. A request the system cannot meet releases the cache and retries.
+ * @param[out] cached Receives the bytes held in cached blocks.
+ * @retval PTDP_ERR_INVALID_ARGUMENT cached is NULL.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_memory_cached(size_t* cached);
+
+/**
+ * @brief Returns the CPU engine's cached free blocks (see ptdp_memory_cached()) to the system,
+ *        for a program that is done training and wants its resident memory back.
+ *
+ * Tensors still alive are untouched; later allocations cache again.
+ * @param[out] released Receives the bytes returned; may be NULL.
+ * @retval PTDP_SUCCESS
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_memory_release_cache(size_t* released);
+
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */

@@ -1615,6 +1615,17 @@ function ptdp_memory_reset_peak()
     ccall((:ptdp_memory_reset_peak, libptdp), ptdp_status, ())
 end
 
+# Bytes the CPU engine keeps in freed blocks for reuse.
+function ptdp_memory_cached(cached)
+    ccall((:ptdp_memory_cached, libptdp), ptdp_status, (Ptr{Csize_t},), cached)
+end
+
+# Returns the CPU engine's cached free blocks (see ptdp_memory_cached()) to the system, for a
+# program that is done training and wants its resident memory back.
+function ptdp_memory_release_cache(released)
+    ccall((:ptdp_memory_release_cache, libptdp), ptdp_status, (Ptr{Csize_t},), released)
+end
+
 # A cluster of identical GPU nodes as the planner models it.
 struct ptdp_cluster
     struct_size::Csize_t

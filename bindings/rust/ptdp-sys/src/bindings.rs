@@ -1730,6 +1730,11 @@ extern "C" {
     pub fn ptdp_memory_stats(current: *mut usize, peak: *mut usize) -> ptdp_status;
     /// Restarts the high-water mark of ptdp_memory_stats() at the bytes in use now.
     pub fn ptdp_memory_reset_peak() -> ptdp_status;
+    /// Bytes the CPU engine keeps in freed blocks for reuse.
+    pub fn ptdp_memory_cached(cached: *mut usize) -> ptdp_status;
+    /// Returns the CPU engine's cached free blocks (see ptdp_memory_cached()) to the system,
+    /// for a program that is done training and wants its resident memory back.
+    pub fn ptdp_memory_release_cache(released: *mut usize) -> ptdp_status;
     /// Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     pub fn ptdp_cluster_init(cluster: *mut ptdp_cluster) -> ptdp_status;
     /// Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
