@@ -89,8 +89,14 @@ PTDP_CPU_CLONES_TEMPLATE void dgelu_row(const float* r, const typename St::type*
 // per OpenMP thread. With a short reduction (k = the tokens of a microbatch) and many rows,
 // OpenBLAS's own two-thread split ran these at 165-185 GFLOP/s where a split of C's rows ran at
 // 185-200 (GPT-2 small, b 4, s 64, on 2 cores): each thread packs its own columns of A and
-// shares no panel. Every element of C is still one call's dot product over the same k, in the
-// same order, so the bits do not depend on the split.
+// shares no panel. Every element of C is still one call's dot product over the same k. The
+// order of that dot product is the micro-kernel's, and a call's last rows that do not fill the
+// kernel's unroll (4 to 24 rows of C, by CPU: 12 on AVX2 Zen and Haswell) go through a narrower
+// kernel that sums differently. So the blocks start at multiples of kSplitRowUnit, a multiple
+// of every unroll: a row is then at a block's edge only where it is at the whole call's edge,
+// and the bits equal the one-thread call's (16-row blocks did not, on AVX2 Zen).
+constexpr int64_t kSplitRowUnit = 48;
+
 bool split_rows_worth_it(const GemmDesc& d) {
   return d.trans_a && !d.trans_b && d.batch == 1 && d.k <= 512 && d.m >= 512 &&
          omp_get_max_threads() > 1 && !omp_in_parallel();
@@ -101,9 +107,9 @@ void sgemm_split_rows(const GemmDesc& d, const kcheck::GemmLayout& l, const floa
 #pragma omp parallel
   {
     const int64_t threads = omp_get_num_threads(), t = omp_get_thread_num();
-    const int64_t units = (d.m + 15) / 16;  // row blocks of 16: whole micro-tiles
-    const int64_t m0 = std::min(d.m, units * t / threads * 16);
-    const int64_t m1 = std::min(d.m, units * (t + 1) / threads * 16);
+    const int64_t units = (d.m + kSplitRowUnit - 1) / kSplitRowUnit;
+    const int64_t m0 = std::min(d.m, units * t / threads * kSplitRowUnit);
+    const int64_t m1 = std::min(d.m, units * (t + 1) / threads * kSplitRowUnit);
     if (m0 < m1) {
       GemmDesc part = d;
       part.m = m1 - m0;
