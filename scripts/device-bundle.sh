@@ -8,18 +8,33 @@
 # uses only where the machine's own is missing or too old. The bundle records the commit and
 # the newest glibc symbol version any carried file needs (GLIBC_REQUIRED), which the check
 # compares with the machine's.
-#   bash scripts/device-bundle.sh [BUILD_DIR]   -> device-bundle.tar.xz (about 11 MB)
+#   bash scripts/device-bundle.sh [BUILD_DIR]   -> device-bundle.tar.xz (about 13 MB)
+#   bash scripts/device-bundle.sh --configure-only BUILD_DIR   configure that build, no more
+#       (ctest's device_bundle_configures: a CMake file that assumes MPI fails here, not there)
 # MPI is off because the GPU machine has no Open MPI runtime (its plugins and orted): a
 # libmpi carried alone aborts in MPI_Init. Every program there runs as a world of one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+configure_only=0
+if [[ ${1:-} == --configure-only ]]; then
+  configure_only=1
+  shift
+  [[ -n ${1:-} ]] || { echo "device-bundle: --configure-only needs a build directory" >&2; exit 1; }
+fi
 build=${1:-build-device}
 mkdir -p "$build"
+configure() {
+  cmake -S . -B "$build" -DPTDP_WITH_CUDA=ON -DPTDP_WITH_NCCL=ON -DPTDP_WITH_MPI=OFF \
+    -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON
+}
+if (( configure_only )); then
+  configure
+  exit
+fi
 rm -f device-bundle.tar.xz  # never leave an older bundle behind a failed build
 log="$build/device-bundle.log"
 programs=$(bash scripts/device-check.sh --list-programs)
-if ! { cmake -S . -B "$build" -DPTDP_WITH_CUDA=ON -DPTDP_WITH_NCCL=ON -DPTDP_WITH_MPI=OFF \
-         -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON > "$log" 2>&1 &&
+if ! { configure > "$log" 2>&1 &&
        cmake --build "$build" -j"$(nproc)" --target $(xargs -n1 basename <<< "$programs") >> "$log" 2>&1; }; then
   echo "device-bundle: the build failed; the end of $log:" >&2
   tail -n 30 "$log" >&2
