@@ -16,7 +16,7 @@ packages=(
   python3-setuptools python3-wheel                #   for the Julia/Rust/Fortran generator)
   python3-pytest python3-mpi4py                   # Python tests, mpi4py communicators
   python3-venv                                    # pip install of the source tree into a fresh venv (test)
-  ccache                                          #   whose tree and sdist builds share one compiler cache
+  ccache                                          # every compile (build/.ccache), shared with the pip-install tests
   doxygen                                         # API reference; its run is a test
   abi-compliance-checker                          # the ABI against packaging/abi/ (ctest -L abi)
   zlib1g-dev                                      # gzip JSON-lines input of ptdp-preprocess-data

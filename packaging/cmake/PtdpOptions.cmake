@@ -71,3 +71,25 @@ if(NOT PTDP_SANITIZE STREQUAL "")
     add_link_options($<$<LINK_LANGUAGE:C>:-fsanitize-link-c++-runtime> $<$<LINK_LANGUAGE:C>:-lstdc++>)
   endif()
 endif()
+
+# ccache (PTDP_CCACHE, default ON where ccache is installed and no compiler launcher was given):
+# C, C++ and CUDA compiles go through ccache with the cache in this build folder
+# (PTDP_CCACHE_DIR = <build>/.ccache, so the build folder stays self-contained) and absolute
+# paths below the source folder hashed as relative ones (CCACHE_BASEDIR). A rebuild after a
+# clean reuses the objects, and so do the `pip install .` checks of bindings/python: their
+# build folder sits beside this one, so the same file compiles to the same command line there.
+option(PTDP_CCACHE "Compile through ccache, with the cache in the build folder, where it is installed" ON)
+set(PTDP_CCACHE_DIR "")
+if(PTDP_CCACHE AND NOT CMAKE_C_COMPILER_LAUNCHER AND NOT CMAKE_CXX_COMPILER_LAUNCHER
+   AND NOT DEFINED ENV{CMAKE_CXX_COMPILER_LAUNCHER})
+  find_program(PTDP_CCACHE_PROGRAM ccache)
+  mark_as_advanced(PTDP_CCACHE_PROGRAM)
+  if(PTDP_CCACHE_PROGRAM)
+    set(PTDP_CCACHE_DIR "${PROJECT_BINARY_DIR}/.ccache")
+    set(_ptdp_launcher ${CMAKE_COMMAND} -E env "CCACHE_DIR=${PTDP_CCACHE_DIR}"
+        "CCACHE_BASEDIR=${PROJECT_SOURCE_DIR}" CCACHE_NOHASHDIR=1 ${PTDP_CCACHE_PROGRAM})
+    foreach(_lang C CXX CUDA)
+      set(CMAKE_${_lang}_COMPILER_LAUNCHER ${_ptdp_launcher})
+    endforeach()
+  endif()
+endif()

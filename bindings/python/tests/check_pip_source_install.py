@@ -13,7 +13,10 @@ With --ccache DIR (and ccache on PATH) the compiles go through ccache with its c
 and the build folder is placed so that the sdist's build sees its sources at the same relative
 paths as the tree's build (--tree-build names the tree's build folder): the sdist check that runs
 after the tree check then finds its objects in the cache when the files are the same, and still
-compiles (and fails) where the sdist lacks or changes a file.
+compiles (and fails) where the sdist lacks or changes a file. When DIR is the cache of the
+project's own build (PTDP_CCACHE) and --tree-build a folder beside that build, with the same
+--define options and --generator, the tree's build finds the project build's objects too. A tree
+build folder outside --scratch is removed when the check passes.
 
 Nothing of a CMake build folder is used: pip's isolated build environment fetches
 scikit-build-core (and cmake or ninja wheels where the system's are missing or too old), the
@@ -44,6 +47,8 @@ parser.add_argument("--ccache", metavar="DIR",
                     help="compile through ccache (when on PATH) with its cache in DIR, shared by the tree and sdist checks")
 parser.add_argument("--tree-build", metavar="DIR",
                     help="with --ccache: the build folder of the tree's install (the sdist's is placed to match)")
+parser.add_argument("--generator", metavar="NAME",
+                    help="the CMake generator of the build (CMAKE_GENERATOR; default: scikit-build-core's choice)")
 parser.add_argument("--checks-only", action="store_true",
                     help="no venv, no install: check the environment a previous run left in --scratch")
 args = parser.parse_args()
@@ -64,6 +69,8 @@ env = {k: v for k, v in os.environ.items()
        and not k.startswith("SKBUILD_")}
 env.update(CMAKE_BUILD_PARALLEL_LEVEL=str(args.jobs), OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
            PIP_DISABLE_PIP_VERSION_CHECK="1")
+if args.generator:
+    env["CMAKE_GENERATOR"] = args.generator
 
 
 def run(cmd, what, skip_on_failure=None, **kw):
@@ -141,7 +148,7 @@ def ccache_layout(project):
                CCACHE_NOHASHDIR="1", CCACHE_MAXSIZE="2G")
     if os.path.isdir(build):
         shutil.rmtree(build)
-    return build, ["CMAKE_C_COMPILER_LAUNCHER=ccache", "CMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+    return build, [f"CMAKE_{lang}_COMPILER_LAUNCHER=ccache" for lang in ("C", "CXX", "CUDA")]
 
 
 def pip_install(target):
@@ -278,4 +285,10 @@ result = subprocess.run([python, "-c", script], cwd=work, env=env, capture_outpu
 print(result.stdout[-6000:], result.stderr[-6000:], sep="\n")
 if result.returncode != 0:
     sys.exit(f"FAILED: import ptdp and training in {venv} (exit status {result.returncode})")
+# A tree build folder outside the scratch folder (beside the project's build, see ccache_layout)
+# goes once the check has passed; a failed check leaves it to look at.
+if args.origin == "tree" and args.tree_build and not args.checks_only:
+    tree_build = os.path.abspath(args.tree_build)
+    if not (tree_build + os.sep).startswith(scratch + os.sep):
+        shutil.rmtree(tree_build, ignore_errors=True)
 print(f"pip install from the {args.origin}: passed")
