@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project once, each in the build that suits it (README "Tests",
 # DEVELOPERS.md "Fuzzing and sanitizers"):
-#   1. in the release build given (default build, already built): the tests a sanitizer build
-#      cannot run, by label (`python`, `abi`, `packaging`, `learning`: they load libptdp into
+#   1. in the release build given (default build, already built; the README configures it with
+#      PTDP_RELEASE_ONLY_TESTS=ON, which leaves out the Catch2 programs of step 2): the tests a
+#      sanitizer build cannot run, by label (`python`, `abi`, `packaging`, `learning`: they load libptdp into
 #      interpreters without the sanitizer runtime, compare release packages and ABI dumps, or
 #      train 150 iterations that the sanitizers make 10 times slower), and the tests it does not
 #      build (the bindings and their samples, the documentation, the GPU tests);
@@ -23,6 +24,11 @@ jobs=${PTDP_TEST_JOBS:-$(nproc)}
 [[ -f $build/CTestTestfile.cmake ]] || { echo "run-tests: $build is not a configured build" >&2; exit 2; }
 
 if [[ ${PTDP_TEST_SANITIZE:-1} == 0 ]]; then
+  if grep -q '^PTDP_RELEASE_ONLY_TESTS:BOOL=ON' "$build/CMakeCache.txt"; then
+    echo "run-tests: $build was configured with PTDP_RELEASE_ONLY_TESTS=ON, so it lacks the tests the sanitizer" \
+         "build runs; reconfigure it with -DPTDP_RELEASE_ONLY_TESTS=OFF to run every test there" >&2
+    exit 2
+  fi
   exec ctest --test-dir "$build" --output-on-failure -j"$jobs"
 fi
 
