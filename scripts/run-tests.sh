@@ -4,8 +4,9 @@
 #   1. in the release build given (default build, already built; the README configures it with
 #      PTDP_RELEASE_ONLY_TESTS=ON, which leaves out the Catch2 programs of step 2): the tests a
 #      sanitizer build cannot run, by label (`python`, `abi`, `packaging`, `learning`: they load
-#      libptdp into interpreters without the sanitizer runtime, compare release packages and ABI dumps, or
-#      train 150 iterations that the sanitizers make 10 times slower), and the tests it does not
+#      libptdp into interpreters without the sanitizer runtime, compare release packages and ABI
+#      dumps, or train 150 iterations that the sanitizers make 10 times slower), and the tests it
+#      does not
 #      build (the bindings and their samples, the documentation, the GPU tests);
 #   2. every other test, the C and C++ suite, under AddressSanitizer and
 #      UndefinedBehaviorSanitizer in a clang build (default build-asan beside BUILD: -O1, the
