@@ -6,8 +6,7 @@
 #      sanitizer build cannot run, by label (`python`, `abi`, `packaging`, `learning`: they load
 #      libptdp into interpreters without the sanitizer runtime, compare release packages and ABI
 #      dumps, or train 150 iterations that the sanitizers make 10 times slower), and the tests it
-#      does not
-#      build (the bindings and their samples, the documentation, the GPU tests);
+#      does not build (the bindings and their samples, the documentation, the GPU tests);
 #   2. every other test, the C and C++ suite, under AddressSanitizer and
 #      UndefinedBehaviorSanitizer in a clang build (default build-asan beside BUILD: -O1, the
 #      fuzz targets too), configured and built here.
