@@ -2,7 +2,7 @@
 # Runs every test of the project once, each in the build that suits it (README "Tests",
 # DEVELOPERS.md "Fuzzing and sanitizers"):
 #   1. in the release build given (default build, already built; the README configures it with
-#      PTDP_RELEASE_ONLY_TESTS=ON, which leaves out the Catch2 programs of step 2): the tests a
+#      PTDP_RELEASE_ONLY_TESTS=ON, which leaves out the test programs of step 2): the tests a
 #      sanitizer build cannot run, by label (`python`, `abi`, `packaging`, `learning`: they load
 #      libptdp into interpreters without the sanitizer runtime, compare release packages and ABI
 #      dumps, or train 150 iterations that the sanitizers make 10 times slower), and the tests it
