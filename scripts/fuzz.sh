@@ -4,12 +4,17 @@
 # executions, executions per second, and ok or the crashing input. Exit status 1 when any
 # target found something.
 #
-#   bash scripts/fuzz.sh [--build DIR] [--time SECONDS | --runs N] [--logs DIR] [TARGET ...]
+#   bash scripts/fuzz.sh [--build DIR] [--time SECONDS | --runs N] [--jobs J] [--logs DIR]
+#                        [TARGET ...]
 #
 #   --build DIR   the clang build configured with -DPTDP_FUZZ=ON (default build-asan); the
 #                 targets are built first when any is missing or stale
 #   --time S      seconds per target (default 30; libFuzzer's -max_total_time)
-#   --runs N      executions per target instead (libFuzzer's -runs)
+#   --runs N      executions per target instead (libFuzzer's -runs), over all its processes
+#   --jobs J      J processes of each target at once (default 1), fuzzing one shared working
+#                 corpus (libFuzzer reloads it every second, as its own -jobs does); with --runs
+#                 each process makes ceil(N / J) executions, with --time each runs S seconds.
+#                 The line printed sums their executions and rates.
 #   --logs DIR    where each target's libFuzzer log goes (default DIR/fuzz/logs)
 #   TARGET        fuzz_train_args, fuzz_safetensors, ... (default: every target)
 #
@@ -23,6 +28,7 @@ build=$root/build-asan
 time_s=30
 runs=""
 logs=""
+jobs=1
 targets=()
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -30,11 +36,15 @@ while [[ $# -gt 0 ]]; do
     --time) time_s=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --logs) logs=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
 done
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --jobs needs a whole number >= 1, got '$jobs'" >&2; exit 2; }
+[[ -z $runs || $runs =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --runs needs a whole number >= 1, got '$runs'" >&2; exit 2; }
+[[ $time_s =~ ^[1-9][0-9]*$ ]] || { echo "fuzz.sh: --time needs a whole number of seconds >= 1, got '$time_s'" >&2; exit 2; }
 build=$(cd "$build" 2>/dev/null && pwd) || { echo "fuzz.sh: no build directory; configure one with -DPTDP_FUZZ=ON" >&2; exit 2; }
 if ! grep -q '^PTDP_FUZZ:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
   echo "fuzz.sh: $build is not configured with -DPTDP_FUZZ=ON (clang)" >&2
@@ -51,29 +61,65 @@ mkdir -p "$logs" "$build/fuzz/artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 limit=(-max_total_time="$time_s")
-[[ -n $runs ]] && limit=(-runs="$runs")
+[[ -n $runs ]] && limit=(-runs="$(((runs + jobs - 1) / jobs))")
 
 failed=0
 for t in "${targets[@]}"; do
   corpus=$build/fuzz/corpus/$t
   mkdir -p "$corpus"
-  log=$logs/$t.log
-  set +e
-  # shellcheck disable=SC2086
-  "$build/fuzz/$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    -artifact_prefix="$build/fuzz/artifacts/$t-" ${PTDP_FUZZ_FLAGS:-} "$corpus" "$root/fuzz/corpus/$t" >"$log" 2>&1
-  status=$?
-  set -e
-  execs=$(grep -m1 -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
-  rate=$(grep -m1 -oE 'stat::average_exec_per_sec: +[0-9]+' "$log" | grep -oE '[0-9]+$' || echo "?")
+  # One process per job, all on the same working corpus; each writes its own log.
+  pids=()
+  tlogs=()
+  for ((j = 1; j <= jobs; j++)); do
+    log=$logs/$t.log
+    [[ $jobs -gt 1 ]] && log=$logs/$t.$j.log
+    tlogs+=("$log")
+    # shellcheck disable=SC2086
+    "$build/fuzz/$t" "${limit[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+      -artifact_prefix="$build/fuzz/artifacts/$t-" ${PTDP_FUZZ_FLAGS:-} "$corpus" "$root/fuzz/corpus/$t" >"$log" 2>&1 &
+    pids+=($!)
+  done
+  # The first process to fail stops the others (SIGTERM, which libFuzzer handles like SIGINT:
+  # it prints its statistics; a background process of a script ignores SIGINT).
+  status=0
+  running=("${pids[@]}")
+  while [[ ${#running[@]} -gt 0 ]]; do
+    s=0
+    ended=""
+    wait -n -p ended "${running[@]}" || s=$?
+    left=()
+    for pid in "${running[@]}"; do [[ $pid == "$ended" ]] || left+=("$pid"); done
+    running=("${left[@]}")
+    if [[ $s -ne 0 && $status -eq 0 ]]; then
+      status=$s
+      [[ ${#running[@]} -gt 0 ]] && kill -TERM "${running[@]}" 2>/dev/null || true
+    fi
+  done
+  execs=0
+  rate=0
+  for log in "${tlogs[@]}"; do
+    e=$(grep -m1 -oE 'stat::number_of_executed_units: [0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+    r=$(grep -m1 -oE 'stat::average_exec_per_sec: +[0-9]+' "$log" | grep -oE '[0-9]+$' || true)
+    if [[ -z $e || -z $r || $execs == "?" ]]; then
+      execs="?"
+      rate="?"
+    else
+      execs=$((execs + e))
+      rate=$((rate + r))
+    fi
+  done
   if [[ $status -eq 0 ]]; then
     printf 'fuzz: %-30s ok      %10s executions, %6s/s\n' "$t" "$execs" "$rate"
   else
     failed=1
-    artifact=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -n1 | sed 's/Test unit written to //')
-    printf 'fuzz: %-30s FAILED  %10s executions (exit %d): %s; log %s\n' "$t" "$execs" "$status" \
-      "${artifact:-no input saved}" "$log"
-    grep -m3 -E 'ERROR: |runtime error|terminate called|==ERROR' "$log" | sed 's/^/fuzz:   /' || true
+    printf 'fuzz: %-30s FAILED  %10s executions (exit %d)\n' "$t" "$execs" "$status"
+    for log in "${tlogs[@]}"; do
+      artifact=$(grep -oE "Test unit written to [^ ]+" "$log" | tail -n1 | sed 's/Test unit written to //' || true)
+      findings=$(grep -m3 -E 'ERROR: |runtime error|terminate called|==ERROR' "$log" || true)
+      [[ -z $artifact && -z $findings && $jobs -gt 1 ]] && continue  # a process stopped by the others
+      printf 'fuzz:   %s; log %s\n' "${artifact:-no input saved}" "$log"
+      if [[ -n $findings ]]; then sed 's/^/fuzz:   /' <<<"$findings"; fi
+    done
   fi
 done
 exit $failed
