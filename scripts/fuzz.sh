@@ -79,8 +79,8 @@ for t in "${targets[@]}"; do
       -artifact_prefix="$build/fuzz/artifacts/$t-" ${PTDP_FUZZ_FLAGS:-} "$corpus" "$root/fuzz/corpus/$t" >"$log" 2>&1 &
     pids+=($!)
   done
-  # The first process to fail stops the others (SIGTERM, which libFuzzer handles like SIGINT:
-  # it prints its statistics; a background process of a script ignores SIGINT).
+  # The first process to fail stops the others with SIGTERM, which libFuzzer handles like SIGINT
+  # (it prints its statistics); a script's background jobs start with SIGINT ignored.
   status=0
   running=("${pids[@]}")
   while [[ ${#running[@]} -gt 0 ]]; do
