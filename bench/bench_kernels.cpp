@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/host_buffer.h"
 #include "bench/unfused_attention.h"
 #include "bench/sgemm_peak.h"
 #include "kernels/backend.h"
@@ -59,6 +60,7 @@ namespace {
 using ptdp::Backend;
 using ptdp::DType;
 using ptdp::GemmDesc;
+using ptdp::bench::Buffer;
 using ptdp::bench::Clock;
 using ptdp::bench::cpu_seconds;
 using ptdp::bench::json_escape;
@@ -124,28 +126,6 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
 }
 
 // ---- buffers and random data -----------------------------------------------------------------
-
-/// A 64-byte aligned host array, allocated once per benchmark group and never inside timing.
-template <class T>
-class Buffer {
- public:
-  explicit Buffer(int64_t n) : n_(n) {
-    std::size_t bytes = static_cast<std::size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
-    bytes = (bytes + 63) / 64 * 64;
-    p_ = static_cast<T*>(std::aligned_alloc(64, bytes));
-    if (p_ == nullptr) throw std::bad_alloc();
-  }
-  ~Buffer() { std::free(p_); }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-
-  T* get() const { return p_; }
-  int64_t size() const { return n_; }
-
- private:
-  T* p_ = nullptr;
-  int64_t n_ = 0;
-};
 
 constexpr DType kF32 = DType::F32;
 

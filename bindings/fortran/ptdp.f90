@@ -2499,6 +2499,14 @@ module ptdp
       integer(c_int) :: ptdp_memory_release_cache
     end function ptdp_memory_release_cache
 
+    ! Bytes of the CPU engine's host blocks that are advised for transparent huge pages.
+    function ptdp_memory_huge_pages(advised) bind(c, name="ptdp_memory_huge_pages")
+      import
+      implicit none
+      integer(c_size_t), intent(out) :: advised
+      integer(c_int) :: ptdp_memory_huge_pages
+    end function ptdp_memory_huge_pages
+
     ! Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     function ptdp_cluster_init(cluster) bind(c, name="ptdp_cluster_init")
       import

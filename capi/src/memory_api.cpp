@@ -32,4 +32,11 @@ PTDP_API ptdp_status ptdp_memory_release_cache(size_t* released) {
   });
 }
 
+PTDP_API ptdp_status ptdp_memory_huge_pages(size_t* advised) {
+  return guard(__func__, [&] {
+    ptdp::capi::require_non_null(advised, "advised");
+    *advised = ptdp::cpu_allocator().huge_page_bytes();
+  });
+}
+
 }  // extern "C"

@@ -15,6 +15,7 @@
 
 #include "core/plan/cluster.h"
 #include "core/plan/cost_model.h"
+#include "kernels/env_switch.h"
 #include "core/tensor/tensor.h"
 #include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
@@ -60,12 +61,7 @@ double cgroup_available_bytes() {
 
 }  // namespace
 
-bool memory_check_enabled() {
-  const char* v = std::getenv("PTDP_MEMORY_CHECK");
-  if (v == nullptr) return true;
-  const std::string s = v;
-  return !(s == "0" || s == "off" || s == "false" || s == "no");
-}
+bool memory_check_enabled() { return env_switch_on("PTDP_MEMORY_CHECK"); }
 
 bool estimate_run_memory(const RunShape& shape, MemoryNeed* need) {
   const TrainArgs& a = *shape.args;

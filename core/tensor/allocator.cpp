@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "kernels/cpu/host_memory.h"
 #include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
 #include <array>
@@ -31,6 +32,19 @@ std::size_t rounded_size(std::size_t bytes) {
 
 }  // namespace
 
+static_assert(kCpuHugePageBytes >= kCpuCacheMinBytes,
+              "advised blocks are freed under the cache's lock, which only large blocks take");
+
+void CpuAllocator::free_block_locked(void* p, std::size_t rounded) noexcept {
+  if (rounded >= kCpuHugePageBytes && advised_.erase(p) > 0) advised_bytes_ -= rounded;
+  std::free(p);
+}
+
+std::size_t CpuAllocator::huge_page_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return advised_bytes_;
+}
+
 void* CpuAllocator::allocate(std::size_t bytes) {
   // A zero-byte tensor's real, unique block keeps data pointers from ever being NULL.
   const std::size_t rounded = rounded_size(bytes);
@@ -49,15 +63,25 @@ void* CpuAllocator::allocate(std::size_t bytes) {
       return p;
     }
   }
-  void* p = std::aligned_alloc(kCpuAlignment, rounded);
+  bool advised = false;
+  void* p = host_block_alloc(rounded, &advised);
   if (p == nullptr && cached_bytes() > 0) {
     release_cached();
-    p = std::aligned_alloc(kCpuAlignment, rounded);
+    p = host_block_alloc(rounded, &advised);
   }
   if (p == nullptr) {
     throw_error(ErrorCode::OutOfMemory,
                 "cpu allocator: out of memory allocating " + std::to_string(bytes) + " bytes (" +
                     std::to_string(bytes_in_use()) + " bytes in use by ptdp)");
+  }
+  if (advised) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      advised_.insert(p);
+      advised_bytes_ += rounded;
+    } catch (...) {
+      // No memory for the set's node: the block works the same, it is only not counted.
+    }
   }
   note_allocated(bytes);
   return p;
@@ -79,6 +103,8 @@ void CpuAllocator::deallocate(void* p, std::size_t bytes) noexcept {
         // No memory for the cache's node: the block goes back to the system.
       }
     }
+    free_block_locked(p, rounded);
+    return;
   }
   std::free(p);
 }
@@ -90,7 +116,7 @@ std::size_t CpuAllocator::cached_bytes() const {
 
 std::size_t CpuAllocator::release_cached() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [size, p] : cache_) std::free(p);
+  for (auto& [size, p] : cache_) free_block_locked(p, size);
   cache_.clear();
   const std::size_t released = cached_;
   cached_ = 0;

@@ -28,6 +28,7 @@ PTDP_BAD_INPUTS(status) {
                }, PTDP_ERR_INVALID_ARGUMENT, {"dtype = -1"}});
   r.push_back(null_row("ptdp_dtype_size", "bytes", [&] { return ptdp_dtype_size(PTDP_DTYPE_F32, nullptr); }));
   r.push_back(null_row("ptdp_memory_cached", "cached", [] { return ptdp_memory_cached(nullptr); }));
+  r.push_back(null_row("ptdp_memory_huge_pages", "advised", [] { return ptdp_memory_huge_pages(nullptr); }));
   return r;
 }
 

@@ -2,7 +2,10 @@
 // and the options struct works for callers built against older or newer headers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -199,4 +202,48 @@ TEST_CASE("freed large blocks are cached, reused zeroed, and released on request
   REQUIRE(ptdp_memory_cached(&cached) == PTDP_SUCCESS);
   CHECK(cached == 0);
   REQUIRE(ptdp_memory_release_cache(nullptr) == PTDP_SUCCESS);
+}
+
+TEST_CASE("blocks of 2 MiB or more are advised for huge pages, unless PTDP_CPU_HUGEPAGES is off",
+          "[capi][huge_pages]") {
+  // ctest runs this case twice: as the environment leaves it (on), and with
+  // PTDP_CPU_HUGEPAGES=0 (the entry capi_huge_pages_off); the variable is read once per process.
+  const char* env = std::getenv("PTDP_CPU_HUGEPAGES");
+  const bool off = env != nullptr && (std::strcmp(env, "0") == 0 || std::strcmp(env, "off") == 0 ||
+                                      std::strcmp(env, "false") == 0 || std::strcmp(env, "no") == 0);
+  // A kernel built without transparent huge pages has no such file and refuses the advice.
+  const bool kernel_has_thp = std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled").good();
+  REQUIRE(ptdp_memory_release_cache(nullptr) == PTDP_SUCCESS);
+  size_t before = 0;
+  REQUIRE(ptdp_memory_huge_pages(&before) == PTDP_SUCCESS);
+  const int64_t shape[] = {1024, 1024};  // 4 MiB
+  const size_t bytes = size_t{4} << 20;
+  const size_t expected = off || !kernel_has_thp ? 0 : bytes;
+  size_t advised = 0;
+  {
+    Handle big;
+    REQUIRE(ptdp_tensor_create(nullptr, 2, shape, nullptr, 0, &big.t) == PTDP_SUCCESS);
+    REQUIRE(ptdp_tensor_fill(big.t, 1.5) == PTDP_SUCCESS);
+    REQUIRE(ptdp_memory_huge_pages(&advised) == PTDP_SUCCESS);
+    CHECK(advised == before + expected);
+    // A small tensor is never advised.
+    const int64_t small_shape[] = {1000};
+    Handle small;
+    REQUIRE(ptdp_tensor_create(nullptr, 1, small_shape, nullptr, 0, &small.t) == PTDP_SUCCESS);
+    REQUIRE(ptdp_memory_huge_pages(&advised) == PTDP_SUCCESS);
+    CHECK(advised == before + expected);
+    // The data is what was written, huge pages or not.
+    std::vector<float> out(1024 * 1024, 0.0f);
+    REQUIRE(ptdp_tensor_copy_to_host(big.t, out.data(), bytes) == PTDP_SUCCESS);
+    CHECK(std::all_of(out.begin(), out.end(), [](float v) { return v == 1.5f; }));
+  }
+  // Freed into the cache, the block is still held (and still advised) ...
+  REQUIRE(ptdp_memory_huge_pages(&advised) == PTDP_SUCCESS);
+  CHECK(advised == before + expected);
+  // ... until the cache goes back to the system.
+  REQUIRE(ptdp_memory_release_cache(nullptr) == PTDP_SUCCESS);
+  REQUIRE(ptdp_memory_huge_pages(&advised) == PTDP_SUCCESS);
+  CHECK(advised == before);
+  CHECK(ptdp_memory_huge_pages(nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("advised") != std::string::npos);
 }

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <vector>
 
+#include "kernels/env_switch.h"
 #include "core/tensor/tensor.h"
 #include "kernels/error.h"
 
@@ -149,4 +154,73 @@ TEST_CASE("the CPU allocator reuses freed large blocks of the same size and coun
   for (void* p : blocks) alloc.deallocate(p, big);
   CHECK(alloc.cached_bytes() == 40 * big);
   CHECK(alloc.cached_bytes() <= std::max(alloc.peak_bytes(), ptdp::kCpuCacheFloorBytes));
+}
+
+namespace {
+
+// The system's transparent-huge-page mode ("always", "madvise", "never"), or "" when the kernel
+// has none.
+std::string thp_mode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  const auto open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos ? "" : line.substr(open + 1, close - open - 1);
+}
+
+// The THPeligible field of the mapping in /proc/self/smaps that holds address p: 1 when the
+// kernel may back it with huge pages, 0 when not, -1 when the kernel does not report it.
+int thp_eligible(const void* p) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  std::ifstream in("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    unsigned long long lo = 0, hi = 0;
+    char dash = 0;
+    std::istringstream head(line);
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+      inside = lo <= addr && addr < hi;  // a mapping's first line: "lo-hi perms offset ..."
+      continue;
+    }
+    if (inside && line.rfind("THPeligible:", 0) == 0) return std::stoi(line.substr(12));
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("blocks of 2 MiB or more are 2 MiB-aligned and advised for transparent huge pages",
+          "[tensor]") {
+  ptdp::CpuAllocator alloc;  // its own counters and cache; the advice switch is the process's
+  const std::size_t big = std::size_t{6} << 20;
+  void* p = alloc.allocate(big);
+  std::memset(p, 1, big);
+  const std::string mode = thp_mode();
+  const bool advised = !mode.empty() && ptdp::env_switch_on("PTDP_CPU_HUGEPAGES");
+  INFO("transparent huge pages: '" << mode << "'");
+  if (advised) {
+    CHECK(reinterpret_cast<std::uintptr_t>(p) % ptdp::kCpuHugePageBytes == 0);
+    CHECK(alloc.huge_page_bytes() == big);
+    // The kernel took the advice: the mapping holding the block may get huge pages (in every
+    // mode but "never", where nothing does).
+    const int eligible = thp_eligible(p);
+    if (eligible < 0) {
+      WARN("this kernel's smaps has no THPeligible field; the advice is not checked there");
+    } else {
+      CHECK(eligible == (mode == "never" ? 0 : 1));
+    }
+  } else {
+    CHECK(alloc.huge_page_bytes() == 0);
+  }
+  // Below 2 MiB nothing is advised; cached blocks stay counted until they go back to the system.
+  const std::size_t held = alloc.huge_page_bytes();
+  void* small = alloc.allocate(std::size_t{1} << 20);
+  CHECK(alloc.huge_page_bytes() == held);
+  alloc.deallocate(small, std::size_t{1} << 20);
+  alloc.deallocate(p, big);
+  CHECK(alloc.cached_bytes() == big + (std::size_t{1} << 20));
+  CHECK(alloc.huge_page_bytes() == held);
+  alloc.release_cached();
+  CHECK(alloc.huge_page_bytes() == 0);
 }

@@ -195,13 +195,16 @@ def case_docs():
     for pattern in ("core/**/*.cpp", "core/**/*.h", "capi/**/*.cpp", "kernels/**/*.cpp", "kernels/**/*.h",
                     "samples/**/*.c"):
         for path in glob.glob(os.path.join(SRC, pattern), recursive=True):
-            read |= set(re.findall(r'getenv\("(PTDP_[A-Z0-9_]+)"\)', open(path, errors="replace").read()))
+            # env_switch_on (kernels/env_switch.h) reads an on/off variable.
+            read |= set(re.findall(r'(?:getenv|env_switch_on)\("(PTDP_[A-Z0-9_]+)"\)',
+                                   open(path, errors="replace").read()))
     for path in glob.glob(os.path.join(SRC, "bindings/**/*"), recursive=True):
         if os.path.isfile(path) and path.endswith((".py", ".rs", ".jl")) and "/generated/" not in path:
             text = open(path, errors="replace").read()
             read |= set(re.findall(r'(?:environ(?:\.get)?[\[(]|getenv\(|env::var\(|ENV\[|get\(ENV, )"(PTDP_[A-Z0-9_]+)"',
                                    text))
-    check("PTDP_COMM_TIMEOUT_S" in read and "PTDP_FLIGHT_RECORDER_DIR" in read, f"the scan finds the code's reads: {read}")
+    check({"PTDP_COMM_TIMEOUT_S", "PTDP_FLIGHT_RECORDER_DIR", "PTDP_MEMORY_CHECK", "PTDP_CPU_HUGEPAGES"} <= read,
+          f"the scan finds the code's reads: {read}")
     docs = ""
     for path in glob.glob(os.path.join(SRC, "docs/guides/*.md")):
         docs += open(path).read()

@@ -3640,6 +3640,26 @@ PTDP_API ptdp_status ptdp_memory_cached(size_t* cached);
  */
 PTDP_API ptdp_status ptdp_memory_release_cache(size_t* released);
 
+/**
+ * @brief Bytes of the CPU engine's host blocks that are advised for transparent huge pages.
+ *
+ * Blocks of 2 MiB or more (parameters, gradients, optimizer states, most activations) are
+ * aligned to 2 MiB and advised to the kernel with madvise(MADV_HUGEPAGE), so that Linux's
+ * default transparent-huge-page mode ("madvise") backs them with 2 MiB pages: fewer TLB misses
+ * for the optimizer's streams and the GEMMs' packing (AdamW of GPT-2 small: 53 ms instead of
+ * 73). The count covers blocks held by tensors and in the cache (ptdp_memory_cached()); whether
+ * the kernel backs them with huge pages is its choice (AnonHugePages in /proc/self/smaps).
+ * The environment variable PTDP_CPU_HUGEPAGES=0 (or off, false, no), read at the first large
+ * allocation, turns the advice off, for a node whose kernel stalls compacting memory for huge
+ * pages; a kernel without transparent huge pages refuses the advice, and ptdp stops asking.
+ * Either way the count is 0.
+ * @param[out] advised Receives the bytes held in advised blocks.
+ * @retval PTDP_ERR_INVALID_ARGUMENT advised is NULL.
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_memory_huge_pages(size_t* advised);
+
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */

@@ -1626,6 +1626,11 @@ function ptdp_memory_release_cache(released)
     ccall((:ptdp_memory_release_cache, libptdp), ptdp_status, (Ptr{Csize_t},), released)
 end
 
+# Bytes of the CPU engine's host blocks that are advised for transparent huge pages.
+function ptdp_memory_huge_pages(advised)
+    ccall((:ptdp_memory_huge_pages, libptdp), ptdp_status, (Ptr{Csize_t},), advised)
+end
+
 # A cluster of identical GPU nodes as the planner models it.
 struct ptdp_cluster
     struct_size::Csize_t

@@ -1735,6 +1735,8 @@ extern "C" {
     /// Returns the CPU engine's cached free blocks (see ptdp_memory_cached()) to the system,
     /// for a program that is done training and wants its resident memory back.
     pub fn ptdp_memory_release_cache(released: *mut usize) -> ptdp_status;
+    /// Bytes of the CPU engine's host blocks that are advised for transparent huge pages.
+    pub fn ptdp_memory_huge_pages(advised: *mut usize) -> ptdp_status;
     /// Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     pub fn ptdp_cluster_init(cluster: *mut ptdp_cluster) -> ptdp_status;
     /// Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
