@@ -15,8 +15,8 @@
 
 #include "core/plan/cluster.h"
 #include "core/plan/cost_model.h"
-#include "kernels/env_switch.h"
 #include "core/tensor/tensor.h"
+#include "kernels/env_switch.h"
 #include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"
