@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/env_switch.h"
 #include "core/tensor/tensor.h"
+#include "kernels/env_switch.h"
 #include "kernels/error.h"
 
 using ptdp::DType;
@@ -179,7 +179,7 @@ int thp_eligible(const void* p) {
     unsigned long long lo = 0, hi = 0;
     char dash = 0;
     std::istringstream head(line);
-    if (head >> std::hex >> lo >> dash >> hi && dash == '-' && line.find(':') > line.find(' ')) {
+    if (head >> std::hex >> lo >> dash >> hi && dash == '-') {
       inside = lo <= addr && addr < hi;  // a mapping's first line: "lo-hi perms offset ..."
       continue;
     }
