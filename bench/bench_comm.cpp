@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/comm/runtime.h"
 #include "core/parallel/groups.h"
-#include "core/tensor/json_number.h"
-#include "kernels/error.h"
+#include "io/json_number.h"
 
 #ifdef PTDP_HAVE_NCCL
 #include <cuda_runtime.h>

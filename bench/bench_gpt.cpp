@@ -56,6 +56,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "bench/bench_common.h"
 #include "bench/sgemm_peak.h"
 #include "core/comm/runtime.h"
@@ -67,7 +68,6 @@
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
 #include "core/train/trainer.h"
-#include "kernels/error.h"
 #include "kernels/op_scope.h"
 #include "kernels/profiling_backend.h"
 

@@ -63,11 +63,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/half.h"
 #include "bench/bench_common.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/flash_attention.cuh"
-#include "kernels/half.h"
 #include "ptdp/ptdp.h"
 
 namespace {

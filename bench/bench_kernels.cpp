@@ -46,14 +46,14 @@
 #include <utility>
 #include <vector>
 
+#include "base/dtype.h"
+#include "base/half.h"
 #include "bench/bench_common.h"
 #include "bench/host_buffer.h"
-#include "bench/unfused_attention.h"
 #include "bench/sgemm_peak.h"
+#include "bench/unfused_attention.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/simd_clones.h"
-#include "kernels/dtype.h"
-#include "kernels/half.h"
 
 namespace {
 

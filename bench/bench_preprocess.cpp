@@ -25,11 +25,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "bench/bench_common.h"
 #include "core/data/preprocess.h"
 #include "core/data/tokenizer.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "io/json_text.h"
 
 namespace {
 

@@ -39,10 +39,10 @@
 #include "core/model/gpt_pipeline.h"
 #include "core/model/pipeline_split.h"
 #include "core/parallel/groups.h"
-#include "core/pipeline/gpt_schedule.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/trace.h"
+#include "core/train/forward_backward.h"
 
 namespace {
 

@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/error.h"
 #include "bench/bench_common.h"
 #include "core/data/bpe_tokenizer.h"
 #include "core/data/tokenizer.h"
-#include "kernels/error.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plan/cluster.h"
-#include "core/tensor/json_text.h"
 #include "fuzz/fuzz_support.h"
+#include "io/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ptdp;

@@ -1,7 +1,7 @@
 // ptdp-plan's flag parser (core/plan/plan_args.h). Input: a command line, one argument per line.
 #include "core/plan/plan_args.h"
-#include "core/tensor/json_text.h"
 #include "fuzz/fuzz_support.h"
+#include "io/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ptdp;

@@ -1,8 +1,8 @@
 // ptdp-train's flag parser (core/args/train_args.h) and what the drivers derive from its result.
 // Input: a command line, one argument per line.
 #include "core/args/train_args.h"
-#include "core/tensor/json_text.h"
 #include "fuzz/fuzz_support.h"
+#include "io/json_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ptdp;

@@ -15,8 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/dtype.h"
-#include "kernels/philox.h"
+#include "base/dtype.h"
+#include "base/philox.h"
 
 namespace ptdp {
 

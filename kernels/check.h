@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/dtype.h"
-#include "kernels/error.h"
+#include "base/dtype.h"
+#include "base/error.h"
 
 namespace ptdp::kcheck {
 

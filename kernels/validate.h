@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <string>
 
+#include "base/dtype.h"
+#include "base/error.h"
 #include "kernels/backend.h"
 #include "kernels/check.h"
-#include "kernels/dtype.h"
-#include "kernels/error.h"
 
 namespace ptdp::kcheck {
 

@@ -24,6 +24,7 @@ packages=(
   libsentencepiece-dev python3-sentencepiece      # SentencePieceTokenizer, and its reference (tests)
   python3-torch                                   # reference logits of Hugging Face models (tests/tools/test_hf_*)
   clang libclang-rt-14-dev libomp-dev             # fuzz targets (libFuzzer, sanitizer runtimes) and CI's ASan/UBSan build
+  python3-clang-14                                # libclang from Python: function lengths (scripts/function-lengths.py)
 )
 
 # Rust bindings: any cargo >= 1.64 will do (rustup's in ~/.cargo/bin, or Debian's).

@@ -10,8 +10,8 @@
 #include <new>
 #include <string>
 
+#include "base/error.h"
 #include "capi/src/abi_sizes.h"
-#include "kernels/error.h"
 #include "ptdp/ptdp.h"
 
 namespace ptdp::capi {

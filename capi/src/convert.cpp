@@ -8,10 +8,10 @@
 #include <limits>
 #include <string>
 
+#include "base/error.h"
 #include "capi/src/api_guard.h"
 #include "core/model/pipeline_split.h"
 #include "core/plan/cluster.h"
-#include "kernels/error.h"
 
 namespace ptdp::capi {
 

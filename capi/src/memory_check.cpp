@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/env_switch.h"
+#include "base/error.h"
 #include "core/plan/cluster.h"
 #include "core/plan/cost_model.h"
 #include "core/tensor/tensor.h"
-#include "kernels/env_switch.h"
-#include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
 #include "kernels/cuda/cuda_probe.h"
 #endif

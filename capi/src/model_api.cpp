@@ -12,7 +12,7 @@
 #include "capi/src/pipeline_run.h"
 #include "core/model/generate.h"
 #include "core/model/model_presets.h"
-#include "core/pipeline/gpt_schedule.h"
+#include "core/train/forward_backward.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));

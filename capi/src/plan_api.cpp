@@ -10,7 +10,7 @@
 #include "capi/src/handles.h"
 #include "core/plan/plan_args.h"
 #include "core/plan/planner.h"
-#include "core/tensor/json_text.h"
+#include "io/json_text.h"
 
 struct ptdp_plan_impl {
   static constexpr const char* kType = "ptdp_plan";

@@ -10,14 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "capi/src/api_guard.h"
 #include "capi/src/handles.h"
 #include "core/pipeline/checker.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/svg.h"
-#include "core/tensor/file_read.h"
-#include "kernels/error.h"
+#include "io/file_read.h"
 
 static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
 static_assert(PTDP_SCHEDULE_1F1B == static_cast<int>(ptdp::ScheduleKind::OneFOneB));

@@ -1,8 +1,8 @@
 // Status strings, the per-thread last error, version and build features.
 #include <string>
 
+#include "base/dtype.h"
 #include "capi/src/api_guard.h"
-#include "kernels/dtype.h"
 
 namespace ptdp::capi {
 

@@ -9,7 +9,7 @@
 #include "capi/src/handles.h"
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/data/tokenizer.h"
-#include "core/tensor/file_read.h"
+#include "io/file_read.h"
 
 struct ptdp_tokenizer_impl {
   static constexpr const char* kType = "ptdp_tokenizer";

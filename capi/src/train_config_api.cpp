@@ -7,7 +7,7 @@
 
 #include "capi/src/handles.h"
 #include "core/args/train_args.h"
-#include "core/tensor/json_text.h"
+#include "io/json_text.h"
 
 static_assert(PTDP_DATA_MOCK == static_cast<int>(ptdp::DataSource::Mock));
 static_assert(PTDP_DATA_INDEXED == static_cast<int>(ptdp::DataSource::Indexed));

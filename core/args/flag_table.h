@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp::cli {
 

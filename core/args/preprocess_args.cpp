@@ -8,8 +8,8 @@
 #include <optional>
 #include <utility>
 
+#include "base/error.h"
 #include "core/args/flag_table.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 namespace {

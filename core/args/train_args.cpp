@@ -11,13 +11,13 @@
 #include <limits>
 #include <utility>
 
+#include "base/checked_math.h"
+#include "base/error.h"
 #include "core/args/flag_table.h"
-#include "core/tensor/checked_math.h"
 #include "core/data/tokenizer.h"
 #include "core/model/model_presets.h"
 #include "core/model/pipeline_split.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "io/json_text.h"
 
 namespace ptdp {
 

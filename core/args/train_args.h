@@ -180,7 +180,7 @@ std::string train_args_help(const std::string& program);
 
 /// Every flag as one JSON object keyed by the flag's name without dashes ("num-layers"); unset
 /// optional flags are null, choices are their command-line spelling. Strings are the values
-/// as given, which need not be UTF-8 (paths): write them with json_text (core/tensor/json_text.h).
+/// as given, which need not be UTF-8 (paths): write them with json_text (io/json_text.h).
 nlohmann::json train_args_to_json(const TrainArgs& args);
 
 /// The names of every flag, without dashes, in help order.

@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/checkpoint/save_lock.h"
-#include "core/tensor/json_read.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "io/json_read.h"
+#include "io/json_text.h"
 
 namespace ptdp {
 

@@ -1,4 +1,4 @@
-// Checkpoints of a GPT and its optimizer (DESIGN.md, principle 9; the C API's "Checkpoints"):
+// Checkpoints of a GPT and its optimizer (docs/architecture.md, principle 9; the C API's "Checkpoints"):
 // one safetensors file per model-parallel shard (model_tpTT_ppPP.safetensors) written by the
 // first data-parallel rank of the shard, holding the shard's parameter slices and, with an
 // optimizer, the slices of its state (gathered over the data-parallel group when the

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "core/checkpoint/safetensors.h"
+#include "io/file_write.h"
 
 namespace ptdp {
 
@@ -87,13 +88,6 @@ void finalize_checkpoint(const std::string& dir, int64_t iteration, const std::v
 /// integer.
 int64_t read_latest_iteration(const std::string& dir);
 
-/// fsyncs a file or a directory; Io naming `path` on failure.
-void fsync_path(const std::string& path);
-/// Writes `content` to `path` (replacing it), fsyncs and closes it. Io naming `path` on failure.
-void write_file_synced(const std::string& path, const std::string& content);
-/// Replaces `path` atomically with `content`: writes path.tmp, fsyncs it, renames it over
-/// `path`, fsyncs the parent directory. Io naming the file on failure.
-void write_file_atomic(const std::string& path, const std::string& content);
 
 /// The directory protocol for a single writer: begin(), write files at path_for(name), then
 /// finalize(names). Not thread-safe.

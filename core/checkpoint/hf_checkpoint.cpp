@@ -17,11 +17,11 @@
 #include <sstream>
 #include <utility>
 
+#include "base/error.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/checkpoint_files.h"
-#include "core/tensor/file_read.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "io/file_read.h"
+#include "io/json_text.h"
 
 namespace ptdp {
 

@@ -2,7 +2,7 @@
 // `model.safetensors.index.json`) of GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM and
 // Qwen2ForCausalLM, read into a GptPipeline at any (t, p, d, v) and written from one.
 //
-// The layouts differ from ptdp's (Megatron-Core's, DESIGN.md) in four places, each converted
+// The layouts differ from ptdp's (Megatron-Core's, docs/architecture.md) in four places, each converted
 // here both ways and tested on its own:
 //   - GPT-2's Conv1D stores weights [in, out]; ptdp's linears are [out, in]: a transpose.
 //   - The attention input projection: GPT-2's c_attn is q | k | v (each [h] columns, heads in

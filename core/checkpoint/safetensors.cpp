@@ -13,10 +13,10 @@
 #include <sstream>
 #include <utility>
 
-#include "core/tensor/file_read.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
-#include "kernels/half.h"
+#include "base/error.h"
+#include "base/half.h"
+#include "io/file_read.h"
+#include "io/json_text.h"
 
 static_assert(std::endian::native == std::endian::little,
               "safetensors is little-endian; this reader and writer assume a little-endian host");

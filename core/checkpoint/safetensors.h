@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/dtype.h"
+#include "base/dtype.h"
 
 namespace ptdp {
 

@@ -12,7 +12,7 @@
 #include <map>
 #include <mutex>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 namespace {

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/tensor/json_read.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/json_read.h"
 
 namespace ptdp {
 

@@ -10,8 +10,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/error.h"
 #include "kernels/cpu/cpu_threads.h"
-#include "kernels/error.h"
 
 #ifdef PTDP_HAVE_MPI
 #include <mpi.h>

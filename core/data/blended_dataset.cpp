@@ -9,7 +9,7 @@
 #include <set>
 #include <utility>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 namespace {

@@ -16,9 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "core/data/tokenizer_utf8.h"
-#include "core/tensor/file_read.h"
-#include "kernels/error.h"
+#include "io/file_read.h"
 
 namespace ptdp {
 

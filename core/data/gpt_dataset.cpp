@@ -9,9 +9,9 @@
 #include <limits>
 #include <utility>
 
+#include "base/error.h"
 #include "core/layers/cross_entropy.h"
-#include "core/tensor/file_read.h"
-#include "kernels/error.h"
+#include "io/file_read.h"
 
 namespace ptdp {
 

@@ -6,7 +6,7 @@
 //
 // Everything is a pure function of (source, seed, split string, s, samples wanted): every rank
 // builds the same indices without communicating, and every random draw comes from Philox
-// (kernels/philox.h), never from a standard-library distribution, so the order is the same on
+// (base/philox.h), never from a standard-library distribution, so the order is the same on
 // every machine and standard library.
 //
 // Sources:
@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/philox.h"
 #include "core/data/indexed_dataset.h"
-#include "kernels/philox.h"
 
 namespace ptdp {
 

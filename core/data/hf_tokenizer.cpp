@@ -21,9 +21,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "core/data/bpe_tokenizer.h"
 #include "core/data/tokenizer_utf8.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

@@ -12,8 +12,8 @@
 #include <limits>
 #include <utility>
 
-#include "core/tensor/file_read.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/file_read.h"
 
 static_assert(std::endian::native == std::endian::little,
               "the MMIDIDX format is little-endian; this reader assumes a little-endian host");

@@ -22,8 +22,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/tensor/file_read.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/file_read.h"
 
 static_assert(std::endian::native == std::endian::little, "indexed data sets are little-endian");
 

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor/file_read.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/file_read.h"
 
 namespace ptdp {
 

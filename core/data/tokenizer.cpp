@@ -7,11 +7,11 @@
 #include <charconv>
 #include <limits>
 
+#include "base/error.h"
 #include "core/data/bpe_tokenizer.h"
 #include "core/data/gpt_dataset.h"
 #include "core/data/hf_tokenizer.h"
 #include "core/data/sentencepiece_tokenizer.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

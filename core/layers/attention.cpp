@@ -3,9 +3,9 @@
 #include <cmath>
 #include <limits>
 
+#include "base/error.h"
 #include "core/layers/dropout.h"
 #include "core/layers/kv_cache.h"
-#include "kernels/error.h"
 #include "kernels/op_scope.h"
 
 namespace ptdp {

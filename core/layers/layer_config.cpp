@@ -3,8 +3,8 @@
 #include <cmath>
 #include <string>
 
-#include "core/tensor/checked_math.h"
-#include "kernels/error.h"
+#include "base/checked_math.h"
+#include "base/error.h"
 
 namespace ptdp {
 

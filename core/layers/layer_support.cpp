@@ -1,6 +1,6 @@
 #include "core/layers/layer_support.h"
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

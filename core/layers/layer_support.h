@@ -7,10 +7,10 @@
 #include <map>
 #include <string>
 
+#include "base/error.h"
 #include "core/parallel/tensor_parallel.h"
 #include "core/tensor/tensor.h"
 #include "core/tensor/tensor_helpers.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

@@ -1,6 +1,6 @@
 #include "core/layers/linear.h"
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

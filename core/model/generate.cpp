@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include "kernels/error.h"
-#include "kernels/philox.h"
+#include "base/error.h"
+#include "base/philox.h"
 
 namespace ptdp {
 

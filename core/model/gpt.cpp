@@ -3,8 +3,8 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.h"
 #include "core/layers/dropout.h"
-#include "kernels/error.h"
 #include "kernels/op_scope.h"
 
 namespace ptdp {

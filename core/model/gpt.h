@@ -1,6 +1,7 @@
 // GptModel: the decoder built from the tensor-parallel layers (the GPT-2 architecture, or with
 // GptConfig's options a Llama-family model: RMSNorm, SwiGLU, RoPE instead of a position table,
-// grouped-query attention, no biases, an untied output layer), or one pipeline chunk of it. Parameters are named and laid out as in Megatron-Core's GPT (DESIGN.md), live
+// grouped-query attention, no biases, an untied output layer), or one pipeline chunk of it.
+// Parameters are named and laid out as in Megatron-Core's GPT (docs/architecture.md), live
 // in one flat buffer per chunk with a table of named views, and start from a pure function of
 // (seed, name, element index), so every tensor- and pipeline-parallel layout starts from the
 // same full weights and draws the same dropout masks.

@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include "core/tensor/checked_math.h"
-#include "kernels/error.h"
+#include "base/checked_math.h"
+#include "base/error.h"
 
 namespace ptdp {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "base/error.h"
 #include "core/params/param_io.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

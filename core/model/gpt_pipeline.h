@@ -1,5 +1,5 @@
 // GptPipeline: this rank's share of a GPT laid out over tensor, pipeline and virtual
-// (interleaved) stages. core/pipeline/gpt_schedule.h runs a global batch through it.
+// (interleaved) stages. core/train/forward_backward.h runs a global batch through it.
 // Chunks are assigned round-robin (chunk c on pipeline rank c % p), or in the V placement of
 // ZB-V and DualPipeV (the layout's chunk_placement; v = 2, rank r holding chunks r and
 // 2p - 1 - r); with tied embeddings the first and last chunks each hold the word embedding and

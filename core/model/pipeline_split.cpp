@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "base/error.h"
 #include "core/parallel/layout.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

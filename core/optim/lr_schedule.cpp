@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

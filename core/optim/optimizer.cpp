@@ -6,7 +6,7 @@
 #include <set>
 #include <string>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 #ifdef PTDP_HAVE_NCCL
 #include "core/comm/nccl/nccl_communicator.h"

@@ -1,6 +1,6 @@
 // The PTD-P rank layout: which world ranks form the tensor, pipeline, data, model-parallel and
 // embedding groups. Megatron's default order: the tensor rank varies fastest, then the context
-// rank, then the data rank, then the pipeline rank (DESIGN.md; Megatron's tp-cp-dp-pp):
+// rank, then the data rank, then the pipeline rank (docs/architecture.md, "Rank layout"; Megatron's tp-cp-dp-pp):
 //   rank = ((pp_rank * d + dp_rank) * c + cp_rank) * t + tp_rank
 // (with c = 1, the context-parallel size: pp_rank * (d * t) + dp_rank * t + tp_rank).
 // Pure arithmetic, no communication: it can describe layouts far larger than the job.

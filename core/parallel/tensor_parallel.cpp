@@ -2,8 +2,8 @@
 
 #include <string>
 
+#include "base/error.h"
 #include "core/tensor/tensor_helpers.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

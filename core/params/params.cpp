@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <vector>
 
+#include "base/error.h"
+#include "base/philox.h"
 #include "core/comm/communicator.h"
-#include "kernels/error.h"
-#include "kernels/philox.h"
 
 namespace ptdp {
 

@@ -1,7 +1,7 @@
 // ParamTable: a model chunk's parameters in one flat buffer, gradients in another of the same
 // layout, and a table of named views: name, global shape, partition dimension, this rank's
 // slice. Data-parallel buckets, optimizer shards, grad norms and checkpoints all work on the
-// two flat buffers and this table (DESIGN.md, principle 3).
+// two flat buffers and this table (docs/architecture.md, principle 3).
 //
 // Mixed precision: the flat parameters are always the fp32 master weights and the gradients
 // are always fp32 (main gradients, accumulated over microbatches). With a 16-bit model dtype a

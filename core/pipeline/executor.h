@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-#include "core/layers/layer_support.h"
+#include "core/parallel/tensor_parallel.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/trace.h"
 

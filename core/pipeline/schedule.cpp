@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/error.h"
 #include "core/pipeline/checker.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

@@ -1,4 +1,4 @@
-// Pipeline schedules as data (DESIGN.md, principle 5): for each pipeline rank, the ordered list
+// Pipeline schedules as data (docs/architecture.md, principle 5): for each pipeline rank, the ordered list
 // of actions it performs in one iteration. A schedule can be generated, checked, simulated,
 // drawn and executed; the executor runs exactly these lists.
 //

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "core/pipeline/checker.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

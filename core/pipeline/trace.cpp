@@ -4,9 +4,9 @@
 #include <cstring>
 #include <fstream>
 
+#include "base/error.h"
 #include "core/comm/communicator.h"
-#include "core/tensor/json_number.h"
-#include "kernels/error.h"
+#include "io/json_number.h"
 
 namespace ptdp {
 

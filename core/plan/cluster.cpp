@@ -6,10 +6,10 @@
 #include <sstream>
 #include <utility>
 
+#include "base/error.h"
 #include "core/plan/gemm_table.h"
-#include "core/tensor/file_read.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "io/file_read.h"
+#include "io/json_text.h"
 
 namespace ptdp::plan {
 

@@ -5,8 +5,8 @@
 #include <map>
 #include <mutex>
 
+#include "base/error.h"
 #include "core/pipeline/simulator.h"
-#include "kernels/error.h"
 
 namespace ptdp::plan {
 
@@ -132,7 +132,7 @@ int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
 }
 
 int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split_of_layers, int stage) {
-  // The layout of DESIGN.md ("Parameter names and layouts"), one tensor rank's slice of it.
+  // The layout of docs/architecture.md ("Parameter names and layouts"), one tensor rank's slice of it.
   // Column-parallel linear_qkv and linear_fc1 split their weight and bias by rows (whole query
   // groups; SwiGLU's gate and up halves each), row-parallel linear_proj and linear_fc2 split
   // their weight by columns and keep their bias whole; norms (input, pre-MLP, q/k, final) are

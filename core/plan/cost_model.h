@@ -4,7 +4,7 @@
 //
 // Formulas (PTDP-BRIEF.md): parameters GptConfig::parameter_count (the paper's
 // 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) for its GPTs), per pipeline rank the layout of
-// DESIGN.md (grouped-query QKV, SwiGLU's 2 ffn rows, norms without bias, no position table with
+// docs/architecture.md (grouped-query QKV, SwiGLU's 2 ffn rows, norms without bias, no position table with
 // RoPE, untied output layers); FLOPs GptConfig::paper_flops (Megatron's
 // num_floating_point_operations with the grouped-query and SwiGLU terms; 72 B s l h^2 (1 +
 // s/(6h) + V/(12 l h)) for the GPT), split here into layers and logits; tensor-parallel ring

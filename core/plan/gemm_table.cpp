@@ -9,8 +9,8 @@
 #include <sstream>
 #include <utility>
 
-#include "core/tensor/file_read.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/file_read.h"
 
 namespace ptdp::plan {
 

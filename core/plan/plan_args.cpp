@@ -11,9 +11,9 @@
 #include <limits>
 #include <optional>
 
+#include "base/error.h"
 #include "core/args/flag_table.h"
 #include "core/model/model_presets.h"
-#include "kernels/error.h"
 
 namespace ptdp::plan {
 

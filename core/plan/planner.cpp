@@ -7,8 +7,8 @@
 #include <set>
 #include <tuple>
 
+#include "base/error.h"
 #include "core/pipeline/svg.h"
-#include "kernels/error.h"
 
 namespace ptdp::plan {
 

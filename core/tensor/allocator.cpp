@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/error.h"
 #include "kernels/cpu/host_memory.h"
-#include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
 #include <array>
 #include <memory>

@@ -7,8 +7,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "base/dtype.h"
 #include "kernels/cpu/host_memory.h"
-#include "kernels/dtype.h"
 
 namespace ptdp {
 

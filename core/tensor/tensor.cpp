@@ -3,8 +3,8 @@
 #include <atomic>
 #include <limits>
 
+#include "base/error.h"
 #include "kernels/cpu/cpu_threads.h"
-#include "kernels/error.h"
 #ifdef PTDP_HAVE_CUDA
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"

@@ -12,10 +12,10 @@
 #include <string>
 #include <type_traits>
 
+#include "base/dtype.h"
 #include "core/tensor/allocator.h"
 #include "core/tensor/shape.h"
 #include "kernels/backend.h"
-#include "kernels/dtype.h"
 
 namespace ptdp {
 

@@ -10,7 +10,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

@@ -19,11 +19,11 @@
 #include <string>
 #include <vector>
 
-#include "core/checkpoint/checkpoint_files.h"
-#include "core/pipeline/svg.h"
-#include "core/tensor/file_read.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/file_read.h"
+#include "io/file_write.h"
+#include "io/json_text.h"
+#include "io/svg.h"
 
 namespace ptdp {
 namespace {

@@ -15,8 +15,8 @@
 #include <sstream>
 #include <thread>
 
+#include "base/error.h"
 #include "core/train/run_stop.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

@@ -3,8 +3,8 @@
 // embedding's reduction, then the optimizer step; the loss averaged over the replicas.
 #pragma once
 
-#include "core/pipeline/gpt_schedule.h"
 #include "core/optim/optimizer.h"
+#include "core/train/forward_backward.h"
 
 #include <functional>
 

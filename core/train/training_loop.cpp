@@ -12,12 +12,12 @@
 #include <memory>
 #include <utility>
 
+#include "base/error.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/save_lock.h"
 #include "core/comm/flight_recorder.h"
 #include "core/data/gpt_dataset.h"
 #include "core/pipeline/trace.h"
-#include "core/tensor/json_number.h"
 #include "core/train/device_peak.h"
 #include "core/train/fault_injection.h"
 #include "core/train/nan_check.h"
@@ -25,8 +25,8 @@
 #include "core/train/run_stop.h"
 #include "core/train/supervisor.h"
 #include "core/train/trainer.h"
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "io/json_number.h"
+#include "io/json_text.h"
 
 namespace ptdp {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

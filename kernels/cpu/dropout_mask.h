@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "base/philox.h"
 #include "kernels/backend.h"
-#include "kernels/philox.h"
 
 namespace ptdp::cpu {
 

@@ -3,11 +3,11 @@
 #include <cstring>
 #include <type_traits>
 
+#include "base/half.h"
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/parallel_ranges.h"
 #include "kernels/cpu/simd_clones.h"
 #include "kernels/cpu/storage.h"
-#include "kernels/half.h"
 #include "kernels/validate.h"
 
 namespace ptdp {

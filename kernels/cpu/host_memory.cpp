@@ -8,7 +8,7 @@
 #include <sys/mman.h>
 #endif
 
-#include "kernels/env_switch.h"
+#include "base/env_switch.h"
 
 namespace ptdp {
 

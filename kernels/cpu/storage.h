@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "kernels/dtype.h"
-#include "kernels/half.h"
+#include "base/dtype.h"
+#include "base/half.h"
 
 namespace ptdp::cpu {
 

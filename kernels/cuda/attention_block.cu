@@ -16,8 +16,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/philox.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
-#include "kernels/philox.h"
 #include "kernels/validate.h"
 
 namespace ptdp::cuda {

@@ -1,8 +1,8 @@
 // Conversions between the floating storage types, round to nearest even. The conversions are
-// kernels/half.h's, the very functions the CPU backend uses, so results (NaN payloads included)
+// base/half.h's, the very functions the CPU backend uses, so results (NaN payloads included)
 // are bit-identical to the CPU's; cuda_bf16.h's intrinsics differ from them on NaNs.
+#include "base/half.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
-#include "kernels/half.h"
 
 namespace ptdp::cuda {
 

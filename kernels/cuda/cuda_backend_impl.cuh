@@ -15,9 +15,9 @@
 #include <string>
 #include <tuple>
 
+#include "base/error.h"
 #include "kernels/backend.h"
 #include "kernels/validate.h"
-#include "kernels/error.h"
 
 namespace ptdp::cuda {
 
@@ -84,7 +84,7 @@ inline dim3 rows_cols_grid(int64_t rows, int64_t cols) {
 // ---- storage types ---------------------------------------------------------------------------
 // Kernels are templates over the storage type T of their activations (float, __nv_bfloat16 or
 // __half): they load with to_f32, compute in fp32 and round each result once with from_f32<T>
-// (round to nearest even, as kernels/half.h; only NaN payloads may differ from the CPU's).
+// (round to nearest even, as base/half.h; only NaN payloads may differ from the CPU's).
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/philox.h"
+#include "base/philox.h"
 
 namespace ptdp::cuda {
 

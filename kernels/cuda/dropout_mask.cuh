@@ -11,9 +11,9 @@
 
 #include <cstdint>
 
+#include "base/philox.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend_impl.cuh"
-#include "kernels/philox.h"
 
 namespace ptdp::cuda {
 

@@ -2,9 +2,9 @@
 // strided sub-matrix copy and fill, and the sum of squares behind grad norms. Multiplies and adds
 // use the _rn intrinsics so they are never fused into an FMA: results are bit-identical to the
 // CPU backend's.
+#include "base/half.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
-#include "kernels/half.h"
 
 namespace ptdp::cuda {
 

@@ -62,9 +62,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "base/error.h"
+#include "base/philox.h"
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/error.h"
-#include "kernels/philox.h"
 #include "kernels/validate.h"
 
 namespace ptdp::cuda {

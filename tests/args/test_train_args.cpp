@@ -5,11 +5,11 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/args/train_args.h"
 #include "core/model/model_presets.h"
 #include "core/model/pipeline_split.h"
 #include "core/parallel/layout.h"
-#include "kernels/error.h"
 
 namespace {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/checkpoint/checkpoint_files.h"
 #include "core/checkpoint/safetensors.h"
-#include "kernels/error.h"
 
 namespace fs = std::filesystem;
 using namespace ptdp;

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/checkpoint/hf_checkpoint.h"
 #include "core/checkpoint/safetensors.h"
-#include "kernels/error.h"
 
 namespace {
 

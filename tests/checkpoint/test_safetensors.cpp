@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/half.h"
 #include "core/checkpoint/safetensors.h"
-#include "kernels/error.h"
-#include "kernels/half.h"
 
 namespace fs = std::filesystem;
 using ptdp::ErrorCode;

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "core/comm/flight_analyzer.h"
 #include "core/comm/flight_recorder.h"
-#include "kernels/error.h"
 
 namespace {
 

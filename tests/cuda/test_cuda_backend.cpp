@@ -29,13 +29,13 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/half.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
-#include "tests/cuda/device_buffer.h"
-#include "kernels/error.h"
-#include "kernels/half.h"
 #include "kernels/validate.h"
+#include "tests/cuda/device_buffer.h"
 
 namespace {
 

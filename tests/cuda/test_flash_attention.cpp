@@ -28,14 +28,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "base/error.h"
+#include "base/half.h"
+#include "base/philox.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
-#include "tests/cuda/device_buffer.h"
 #include "kernels/cuda/flash_attention.cuh"
-#include "kernels/error.h"
-#include "kernels/half.h"
-#include "kernels/philox.h"
+#include "tests/cuda/device_buffer.h"
 
 namespace {
 

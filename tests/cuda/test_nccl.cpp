@@ -7,11 +7,11 @@
 #include <cstdlib>
 #include <vector>
 
+#include "base/error.h"
 #include "core/comm/nccl/nccl_communicator.h"
 #include "core/comm/runtime.h"
 #include "core/parallel/groups.h"
 #include "kernels/cuda/cuda_probe.h"
-#include "kernels/error.h"
 
 namespace {
 

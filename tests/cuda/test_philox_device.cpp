@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "base/philox.h"
 #include "kernels/cuda/cuda_probe.h"
-#include "kernels/philox.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <set>
 #include <thread>
 
+#include "base/error.h"
 #include "core/data/gpt_dataset.h"
 #include "idx_bytes.h"
-#include "kernels/error.h"
 
 using ptdp::DataSplit;
 using ptdp::GptDataset;

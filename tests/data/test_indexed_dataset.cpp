@@ -5,9 +5,9 @@
 #include <fstream>
 #include <iterator>
 
+#include "base/error.h"
 #include "core/data/indexed_dataset.h"
 #include "idx_bytes.h"
-#include "kernels/error.h"
 
 using ptdp::IndexedDataset;
 using ptdp::IndexedDType;

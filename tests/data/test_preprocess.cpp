@@ -15,11 +15,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/error.h"
 #include "core/data/indexed_dataset.h"
 #include "core/data/preprocess.h"
 #include "core/data/tokenizer.h"
 #include "idx_bytes.h"
-#include "kernels/error.h"
 
 using ptdp::IndexedDataset;
 using ptdp::IndexedDType;

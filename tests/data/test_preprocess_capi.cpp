@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "idx_bytes.h"
-#include "kernels/error.h"
 #include "ptdp/ptdp.h"
 
 namespace {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/args/train_args.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/checkpoint/checkpoint_files.h"
@@ -17,9 +18,8 @@
 #include "core/data/sentencepiece_tokenizer.h"
 #include "core/plan/cluster.h"
 #include "core/plan/plan_args.h"
-#include "core/tensor/json_text.h"
 #include "fuzz/fuzz_support.h"
-#include "kernels/error.h"
+#include "io/json_text.h"
 
 namespace {
 
@@ -114,7 +114,7 @@ TEST_CASE("fuzz: ptdp-plan's cluster with a GEMM table name that is not UTF-8 co
   // fuzz_plan_args: --gemm-table-fp32 with the byte 0x9F parsed, and dumping the cluster as
   // JSON (what ptdp-plan --json prints) threw nlohmann's type_error 316 through the target.
   // The same class as train_args_not_utf8: every JSON text ptdp writes now goes through
-  // json_text (core/tensor/json_text.h).
+  // json_text (io/json_text.h).
   const std::string input = regression("plan_args_cluster_not_utf8");
   const ptdp::plan::PlanArgs args = ptdp::plan::parse_plan_args(ptdp::fuzz::split_lines(bytes(input), input.size()));
   CHECK(args.cluster.gemm_table_fp32.find('\x9F') != std::string::npos);

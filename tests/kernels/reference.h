@@ -21,9 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
+#include "base/half.h"
 #include "kernels/backend.h"
-#include "kernels/error.h"
-#include "kernels/half.h"
 
 namespace ptdp_test {
 
@@ -362,7 +362,7 @@ inline dvec ce_ref(const dvec& logits, const std::vector<int32_t>& targets, int6
   return loss;
 }
 
-// ---- 16-bit float references independent of kernels/half.h --------------------------------
+// ---- 16-bit float references independent of base/half.h --------------------------------
 
 inline uint32_t bits_of(float f) {
   uint32_t u;

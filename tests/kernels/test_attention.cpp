@@ -12,8 +12,8 @@
 
 #include <omp.h>
 
+#include "base/half.h"
 #include "kernels/cpu/exp_math.h"
-#include "kernels/half.h"
 #include "reference.h"
 
 using namespace ptdp_test;

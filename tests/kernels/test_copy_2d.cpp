@@ -4,8 +4,8 @@
 #include <limits>
 #include <vector>
 
+#include "base/error.h"
 #include "kernels/backend.h"
-#include "kernels/error.h"
 
 TEST_CASE("copy_2d moves a sub-matrix between leading dimensions", "[copy_2d]") {
   ptdp::Backend& be = ptdp::cpu_backend();

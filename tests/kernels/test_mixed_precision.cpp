@@ -6,7 +6,7 @@
 // bias_dropout_add against dropout_forward(x + bias) + residual.
 #include <catch2/catch.hpp>
 
-#include "kernels/half.h"
+#include "base/half.h"
 #include "reference.h"
 
 using namespace ptdp_test;

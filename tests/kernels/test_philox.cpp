@@ -2,8 +2,8 @@
 // philox_bits / philox_uniform / philox_normal.
 #include <catch2/catch.hpp>
 
+#include "base/philox.h"
 #include "kernels/cpu/dropout_mask.h"
-#include "kernels/philox.h"
 #include "reference.h"
 
 using ptdp::Philox4x32;

@@ -7,7 +7,7 @@
 
 #include <omp.h>
 
-#include "kernels/half.h"
+#include "base/half.h"
 #include "reference.h"
 
 using namespace ptdp_test;

@@ -2,7 +2,7 @@
 // bf16 and f16 storage, against a double-precision reference and finite differences.
 #include <catch2/catch.hpp>
 
-#include "kernels/half.h"
+#include "base/half.h"
 #include "reference.h"
 
 using namespace ptdp_test;

@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "core/model/gpt.h"
 #include "core/model/pipeline_split.h"
-#include "kernels/error.h"
 
 namespace {
 

@@ -6,8 +6,8 @@
 #include <set>
 #include <vector>
 
+#include "base/error.h"
 #include "core/parallel/layout.h"
-#include "kernels/error.h"
 
 using ptdp::GroupKind;
 using ptdp::Layout;

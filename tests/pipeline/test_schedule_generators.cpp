@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/pipeline/checker.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
-#include "kernels/error.h"
 #include "schedule_sweep.h"
 
 using ptdp::Action;

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <string>
 
+#include "base/error.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
-#include "kernels/error.h"
 #include "schedule_sweep.h"
 
 using ptdp::ActionKind;

@@ -4,10 +4,10 @@
 #include <cstddef>
 #include <string>
 
+#include "base/error.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/svg.h"
-#include "kernels/error.h"
 #include "schedule_sweep.h"
 #include "xml_check.h"
 

@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/error.h"
 #include "core/pipeline/checker.h"
 #include "core/pipeline/schedule.h"
 #include "core/pipeline/simulator.h"
 #include "core/pipeline/svg.h"
-#include "kernels/error.h"
 
 using ptdp::Action;
 using ptdp::ActionKind;

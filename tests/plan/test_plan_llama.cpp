@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/model/gpt.h"
 #include "core/model/model_presets.h"
 #include "core/plan/plan_args.h"
 #include "core/plan/planner.h"
-#include "kernels/error.h"
 
 namespace {
 

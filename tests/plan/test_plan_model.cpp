@@ -11,10 +11,10 @@
 #include <string>
 #include <tuple>
 
+#include "base/error.h"
 #include "core/model/gpt.h"
 #include "core/pipeline/simulator.h"
 #include "core/plan/planner.h"
-#include "kernels/error.h"
 
 namespace {
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/model/gpt.h"
 #include "core/plan/planner.h"
-#include "kernels/error.h"
 
 namespace {
 

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/train/plot.h"
-#include "kernels/error.h"
 #include "plot_files.h"
 #include "tests/pipeline/xml_check.h"
 

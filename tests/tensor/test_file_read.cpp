@@ -13,9 +13,9 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "core/tensor/file_read.h"
-#include "core/tensor/json_number.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/file_read.h"
+#include "io/json_number.h"
 
 namespace {
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "base/error.h"
 #include "core/tensor/shape.h"
-#include "kernels/error.h"
 
 using ptdp::Shape;
 

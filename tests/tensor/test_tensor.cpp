@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "base/env_switch.h"
+#include "base/error.h"
 #include "core/tensor/tensor.h"
-#include "kernels/env_switch.h"
-#include "kernels/error.h"
 
 using ptdp::DType;
 using ptdp::Shape;

@@ -195,7 +195,7 @@ def case_docs():
     for pattern in ("core/**/*.cpp", "core/**/*.h", "capi/**/*.cpp", "kernels/**/*.cpp", "kernels/**/*.h",
                     "samples/**/*.c"):
         for path in glob.glob(os.path.join(SRC, pattern), recursive=True):
-            # env_switch_on (kernels/env_switch.h) reads an on/off variable.
+            # env_switch_on (base/env_switch.h) reads an on/off variable.
             read |= set(re.findall(r'(?:getenv|env_switch_on)\("(PTDP_[A-Z0-9_]+)"\)',
                                    open(path, errors="replace").read()))
     for path in glob.glob(os.path.join(SRC, "bindings/**/*"), recursive=True):

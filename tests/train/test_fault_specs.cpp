@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "core/train/fault_injection.h"
 #include "core/train/supervisor.h"
-#include "kernels/error.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "base/error.h"
 #include "core/comm/runtime.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

@@ -6,8 +6,8 @@
 #include <chrono>
 #include <thread>
 
+#include "base/error.h"
 #include "kernels/cuda/cuda_backend.h"
-#include "kernels/error.h"
 
 namespace ptdp {
 

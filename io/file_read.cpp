@@ -1,4 +1,4 @@
-#include "core/tensor/file_read.h"
+#include "io/file_read.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 namespace {

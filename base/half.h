@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/host_device.h"
+#include "base/host_device.h"
 
 namespace ptdp {
 

@@ -1,6 +1,6 @@
-#include "core/pipeline/gpt_schedule.h"
+#include "core/train/forward_backward.h"
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

@@ -1,7 +1,7 @@
 // Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
 // SC'11), the counter-based generator behind every random number the engine draws.
 //
-// Randomness is a pure function of global coordinates (DESIGN.md, principle 4): the key is the
+// Randomness is a pure function of global coordinates (docs/architecture.md, principle 4): the key is the
 // run's seed, the upper 64 counter bits name a stream (tensor name hash, step, microbatch,
 // layer), the lower 64 bits are the global element index divided by four, and the element takes
 // the output word (index mod 4). Any partition of a tensor therefore draws exactly the numbers
@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "kernels/host_device.h"
+#include "base/host_device.h"
 
 namespace ptdp {
 

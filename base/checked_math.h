@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "kernels/error.h"
+#include "base/error.h"
 
 namespace ptdp {
 

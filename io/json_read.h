@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/tensor/json_text.h"
-#include "kernels/error.h"
+#include "base/error.h"
+#include "io/json_text.h"
 
 namespace ptdp::json_read {
 
