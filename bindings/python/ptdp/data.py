@@ -5,8 +5,11 @@ import numpy as np
 from ._lib import Handle, _raw, make_enum, make_struct
 from .errors import error_for
 
-DataSource = make_enum("DataSource", "PTDP_DATA_", "Where training data comes from (ptdp_data_source).")
-Split = make_enum("Split", "PTDP_SPLIT_", "The parts of a data set (ptdp_data_split).")
+DataSource = make_enum("DataSource", "ptdp_data_source", "PTDP_DATA_",
+                       "Where training data comes from (ptdp_data_source): MOCK (``--mock-data``), INDEXED "
+                       "(``--data-path``) or TEXT (``--text-file``).")
+Split = make_enum("Split", "ptdp_data_split", "PTDP_SPLIT_", "The parts of a data set (ptdp_data_split): TRAIN, "
+                  "VALID or TEST.")
 
 
 class IndexedDataset(Handle):
@@ -61,11 +64,11 @@ class GPTData(Handle):
         self.seq_length = opts.seq_length
 
     def num_samples(self, split=Split.TRAIN):
-        return _raw.ptdp_gpt_data_num_samples(self.handle, Split(split))
+        return _raw.ptdp_gpt_data_num_samples(self.handle, split)
 
     def batch(self, first, count, split=Split.TRAIN):
         """(tokens, labels): samples [first, first + count) as int32 arrays [count, seq_length]."""
         tokens = np.zeros((int(count), self.seq_length), dtype=np.int32)
         labels = np.zeros_like(tokens)
-        _raw.ptdp_gpt_data_batch(self.handle, Split(split), int(first), int(count), tokens, labels)
+        _raw.ptdp_gpt_data_batch(self.handle, split, int(first), int(count), tokens, labels)
         return tokens, labels

@@ -14,13 +14,15 @@ exported again gives the same tensors, bit for bit, in the dtype they were store
 
 import os
 
-from ._lib import _raw, make_enum, make_struct, struct_to_dict
-from .errors import InvalidArgumentError
+from ._lib import _raw, enum_member, make_enum, make_struct, struct_to_dict
 from .tensor import DType
 
-HFArchitecture = make_enum("HFArchitecture", "PTDP_HF_ARCHITECTURE_",
+HFArchitecture = make_enum("HFArchitecture", "ptdp_hf_architecture", "PTDP_HF_ARCHITECTURE_",
                            "A Hugging Face model class (ptdp_hf_architecture): AUTO (on export: the class the "
-                           "model's settings call for), GPT2, LLAMA, MISTRAL, QWEN2.")
+                           "model's settings call for), GPT2, LLAMA, MISTRAL, QWEN2, also named by the classes' "
+                           "names (\"LlamaForCausalLM\", ...).",
+                           aliases={"GPT2LMHeadModel": "GPT2", "LlamaForCausalLM": "LLAMA",
+                                    "MistralForCausalLM": "MISTRAL", "Qwen2ForCausalLM": "QWEN2"})
 
 
 def _read(directory):
@@ -51,16 +53,6 @@ def hf_load(directory, model):
     _raw.ptdp_hf_load(os.fspath(directory), model.handle)
 
 
-def _member(enum_cls, value, what):
-    """An enum member from itself, its number (passed on for the library to check) or its name in
-    any case; None stays None."""
-    if value is None or not isinstance(value, str):
-        return None if value is None else int(value)
-    if value.upper() not in enum_cls.__members__:
-        raise InvalidArgumentError(f"hf_save: {what} = {value!r} is not one of {', '.join(enum_cls.__members__)}")
-    return int(enum_cls[value.upper()])
-
-
 def hf_save(directory, model, architecture=None, dtype=None, max_shard_size=None, base_config=None):
     """Writes ``model`` (any layout) as a Hugging Face checkpoint in ``directory`` (created when
     missing): config.json and model.safetensors. ``architecture``: the class to write (an
@@ -70,8 +62,10 @@ def hf_save(directory, model, architecture=None, dtype=None, max_shard_size=None
     index, as Hugging Face splits them (default: one file); ``base_config``: a config.json whose
     fields ptdp does not describe (token ids, ...) are kept. Collective over the model's world;
     world rank 0 writes."""
-    options = make_struct("ptdp_hf_save_options", architecture=_member(HFArchitecture, architecture, "architecture"),
-                          dtype=_member(DType, dtype, "dtype"),
+    options = make_struct("ptdp_hf_save_options",
+                          architecture=None if architecture is None else enum_member(HFArchitecture, architecture,
+                                                                                     "hf_save: architecture"),
+                          dtype=None if dtype is None else enum_member(DType, dtype, "hf_save: dtype"),
                           max_shard_size=None if max_shard_size is None else int(max_shard_size),
                           base_config=None if base_config is None else os.fspath(base_config))
     _raw.ptdp_hf_save(os.fspath(directory), model.handle, options)

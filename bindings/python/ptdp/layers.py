@@ -11,7 +11,7 @@ class Layer(Handle):
     _destroy = staticmethod(_raw.ptdp_layer_destroy)
 
     def __init__(self, ptr, groups, has_input_grad=True):
-        super().__init__(ptr, groups)
+        super().__init__(ptr, parent=groups)
         self._has_input_grad = has_input_grad
 
     def forward(self, microbatch, input, labels=None):

@@ -19,16 +19,21 @@ import numpy as np
 
 from ._lib import Handle, _raw, as_float32, as_int32, make_enum, make_struct, out_array, struct_to_dict
 
-Recompute = make_enum("Recompute", "PTDP_RECOMPUTE_", "Activation recomputation (ptdp_recompute).")
-Normalization = make_enum("Normalization", "PTDP_NORMALIZATION_",
-                          "The norm of every norm layer (ptdp_normalization): LAYERNORM or RMSNORM.")
-PositionEmbedding = make_enum("PositionEmbedding", "PTDP_POSITION_EMBEDDING_",
-                              "How positions enter the model (ptdp_position_embedding): LEARNED_ABSOLUTE, ROPE "
-                              "or NONE.")
+Recompute = make_enum("Recompute", "ptdp_recompute", "PTDP_RECOMPUTE_",
+                      "Activation recomputation (ptdp_recompute, ``--recompute-granularity``): NONE, FULL or "
+                      "SELECTIVE.")
+Attention = make_enum("Attention", "ptdp_attention", "PTDP_ATTENTION_",
+                      "How attention is computed (ptdp_attention, ``--attention-backend``): AUTO, FUSED or UNFUSED.")
+Normalization = make_enum("Normalization", "ptdp_normalization", "PTDP_NORMALIZATION_",
+                          "The norm of every norm layer (ptdp_normalization, ``--normalization``): LAYERNORM or "
+                          "RMSNORM.")
+PositionEmbedding = make_enum("PositionEmbedding", "ptdp_position_embedding", "PTDP_POSITION_EMBEDDING_",
+                              "How positions enter the model (ptdp_position_embedding, "
+                              "``--position-embedding-type``): LEARNED_ABSOLUTE, ROPE or NONE.")
 
-EodFlags = make_enum("EodFlags", "PTDP_EOD_",
+EodFlags = make_enum("EodFlags", "ptdp_eod_flags", "PTDP_EOD_",
                      "Megatron's end-of-document rules (ptdp_eod_flags): MASK_LOSS, RESET_POSITION_IDS, "
-                     "RESET_ATTENTION_MASK.")
+                     "RESET_ATTENTION_MASK.", flags=True)
 
 #: The label that takes no part in the loss (PyTorch's and Hugging Face's ignore_index).
 IGNORE_INDEX = -100
@@ -134,7 +139,7 @@ class Model(Handle):
                 raise TypeError("Model: give options or preset, not both")
             options = preset_options(preset)
         opts = make_struct("ptdp_gpt_options", options, **fields)
-        super().__init__(_raw.ptdp_model_create(groups.handle, opts), groups)
+        super().__init__(_raw.ptdp_model_create(groups.handle, opts), parent=groups)
         self.groups = groups
         self.options = struct_to_dict(opts)
         self.seq_length = opts.seq_length

@@ -59,9 +59,7 @@ class _Dispatcher:
         if value is None:
             return None
         if isinstance(value, Tensor):
-            ptr = value.handle
-            value._ptr = None  # handed over: the library destroys it
-            return ptr
+            return value._hand_over()  # the library destroys it
         a = np.ascontiguousarray(value, dtype=np.float32)
         options = make_struct("ptdp_tensor_options", dtype=DType.F32)
         return _raw.ptdp_tensor_create(options, a.shape, a)

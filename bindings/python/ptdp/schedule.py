@@ -2,10 +2,13 @@
 
 import numpy as np
 
-from ._lib import Handle, _raw, make_enum, make_struct
+from ._lib import Handle, _raw, enum_member, make_enum, make_struct
 
-ScheduleKind = make_enum("ScheduleKind", "PTDP_SCHEDULE_", "Schedules (ptdp_schedule_kind).")
-ActionKind = make_enum("ActionKind", "PTDP_ACTION_", "What an action does (ptdp_action_kind).")
+ScheduleKind = make_enum("ScheduleKind", "ptdp_schedule_kind", "PTDP_SCHEDULE_",
+                         "Schedules (ptdp_schedule_kind): GPIPE, 1F1B (``ScheduleKind['1F1B']``), INTERLEAVED_1F1B, "
+                         "ZB_H1, FORWARD_ONLY, ZB_V, DUALPIPE_V, INTERLEAVED_ZB; named as ``--pipeline-schedule`` "
+                         "names them too (\"1f1b\", \"zb-h1\", \"dualpipev\", ...).")
+ActionKind = make_enum("ActionKind", "ptdp_action_kind", "PTDP_ACTION_", "What an action does (ptdp_action_kind).")
 
 # One ptdp_action per row, read and written in place by the library.
 ACTION_DTYPE = np.dtype([("kind", "<i4"), ("microbatch", "<i4"), ("chunk", "<i4"), ("peer", "<i4")])
@@ -39,7 +42,7 @@ class Schedule(Handle):
         counts = np.array([len(a) for a in lists], dtype=np.int32)
         flat = np.ascontiguousarray(np.concatenate(lists) if lists else np.zeros(0, ACTION_DTYPE))
         s = cls.__new__(cls)
-        Handle.__init__(s, _raw.ptdp_schedule_create_custom(schedule_kind(kind_label), len(lists), int(m), int(v),
+        Handle.__init__(s, _raw.ptdp_schedule_create_custom(schedule_kind(kind_label, "kind_label"), len(lists), int(m), int(v),
                                                             flat.view(np.int32), counts))
         return s
 
@@ -83,8 +86,6 @@ class Schedule(Handle):
         return f"<ptdp.Schedule {kind.name} p={p} m={m} v={v}>"
 
 
-def schedule_kind(kind):
-    """A ScheduleKind from itself, its value or its name ('1F1B', 'gpipe', ...)."""
-    if isinstance(kind, str):
-        return ScheduleKind[kind.upper().replace("-", "_")]
-    return ScheduleKind(kind)
+def schedule_kind(kind, what="kind"):
+    """A ScheduleKind from itself, its value or its name ('1F1B', 'gpipe', 'zb-h1', ...)."""
+    return enum_member(ScheduleKind, kind, what)

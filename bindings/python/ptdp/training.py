@@ -3,12 +3,18 @@
 
 from collections import namedtuple
 
-from ._lib import Handle, _raw, as_int32, filled, handle_of, make_enum, make_struct, struct_to_dict
+from ._lib import Handle, _raw, as_int32, enum_member, filled, handle_of, make_enum, make_struct, struct_to_dict
 from .model import _Masks, pipeline_options
 
-OptimizerKind = make_enum("OptimizerKind", "PTDP_OPTIMIZER_", "Optimizer algorithm (ptdp_optimizer_kind).")
-LRDecayStyle = make_enum("LRDecayStyle", "PTDP_LR_", "Learning-rate decay (ptdp_lr_decay_style).")
-ParamFlags = make_enum("ParamFlags", "PTDP_PARAM_", "Flags of a registered parameter (ptdp_param_flags).")
+OptimizerKind = make_enum("OptimizerKind", "ptdp_optimizer_kind", "PTDP_OPTIMIZER_",
+                          "Optimizer algorithm (ptdp_optimizer_kind, ``--optimizer``): ADAM (AdamW, also spelt "
+                          "\"adamw\") or SGD.", aliases={"adamw": "ADAM"})
+LRDecayStyle = make_enum("LRDecayStyle", "ptdp_lr_decay_style", "PTDP_LR_",
+                         "Learning-rate decay (ptdp_lr_decay_style, ``--lr-decay-style``): CONSTANT, LINEAR or "
+                         "COSINE.")
+ParamFlags = make_enum("ParamFlags", "ptdp_param_flags", "PTDP_PARAM_",
+                       "Flags of a registered parameter (ptdp_param_flags): DEFAULT, REPLICATED, NO_WEIGHT_DECAY; "
+                       "names combine as \"replicated|no_weight_decay\".", flags=True)
 
 IterationResult = namedtuple("IterationResult", "loss grad_norm learning_rate loss_scale skipped skipped_iterations "
                              "seconds comm_wait_seconds")
@@ -33,7 +39,7 @@ class Optimizer(Handle):
 
     def __init__(self, model, options=None, **fields):
         opts = make_struct("ptdp_optimizer_options", options, **fields)
-        super().__init__(_raw.ptdp_optimizer_create(model.handle, opts), model)
+        super().__init__(_raw.ptdp_optimizer_create(model.handle, opts), parent=model)
         self.model = model
 
     @classmethod
@@ -41,11 +47,12 @@ class Optimizer(Handle):
         """An optimizer over a user's own f32 (or bf16/f16) parameter tensors and f32 gradients.
         The tensors are re-pointed into the optimizer's flat buffers (values kept)."""
         opts = make_struct("ptdp_optimizer_options", options, **fields)
-        f = None if flags is None else as_int32([int(x) for x in flags], "flags", len(params))
+        f = None if flags is None else as_int32([int(enum_member(ParamFlags, x, f"flags[{i}]"))
+                                                 for i, x in enumerate(flags)], "flags", len(params))
         o = cls.__new__(cls)
         Handle.__init__(o, _raw.ptdp_optimizer_create_for_tensors(
             groups.handle, opts, [handle_of(p) for p in params], [handle_of(g) for g in grads], f, len(params)),
-            groups, tuple(params), tuple(grads))
+            tuple(params), tuple(grads), parent=groups)
         o.model = None
         return o
 
@@ -212,7 +219,7 @@ class Trainer(Handle):
         if not isinstance(config, TrainConfig):
             config = TrainConfig(config)
         self._options = _TrainerOptions(runtime, print_log, on_iteration)
-        super().__init__(_raw.ptdp_trainer_create(config.handle, self._options), runtime, self._options)
+        super().__init__(_raw.ptdp_trainer_create(config.handle, self._options), self._options, parent=runtime)
 
     def run(self):
         """Trains to --train-iters, or until --exit-interval or a stop; returns the last
