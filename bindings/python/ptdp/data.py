@@ -13,8 +13,19 @@ Split = make_enum("Split", "ptdp_data_split", "PTDP_SPLIT_", "The parts of a dat
 
 
 class IndexedDataset(Handle):
-    """A Megatron indexed data set PREFIX.idx + PREFIX.bin (``ptdp_dataset``), read-only.
-    ``ds[i]`` (or ``document(i)``) is document i's tokens."""
+    r"""A Megatron indexed data set PREFIX.idx + PREFIX.bin (``ptdp_dataset``), read-only.
+    ``ds[i]`` (or ``document(i)``) is document i's tokens; :func:`ptdp.preprocess` writes them.
+
+    >>> import json, os, tempfile, ptdp
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     corpus = os.path.join(directory, "corpus.jsonl")
+    ...     with open(corpus, "w") as f:
+    ...         _ = f.write(json.dumps({"text": "Hi"}) + "\n" + json.dumps({"text": "there"}) + "\n")
+    ...     _ = ptdp.preprocess(corpus, os.path.join(directory, "corpus"))
+    ...     with ptdp.IndexedDataset(os.path.join(directory, "corpus_text_document")) as ds:
+    ...         len(ds), ds.num_sequences, ds[0].tolist(), ds[-1].dtype
+    (2, 2, [72, 105], dtype('int32'))
+    """
 
     _destroy = staticmethod(_raw.ptdp_dataset_destroy)
 
@@ -53,7 +64,15 @@ class GPTData(Handle):
     """GPT training samples (``ptdp_gpt_data``) built as Megatron's GPTDataset builds them.
 
     ``options``: a ``ptdp_gpt_data_options`` struct or dict (``TrainConfig.data_options()``);
-    keyword fields: source, path, split, seq_length, vocab_size, seed, num_samples.
+    keyword fields: source (a :class:`DataSource` or "mock", "indexed", "text"), path, split,
+    seq_length, vocab_size, seed, num_samples. A split is a :class:`Split` or "train", "valid",
+    "test".
+
+    >>> import numpy as np, ptdp
+    >>> with ptdp.GPTData(source="mock", seq_length=8, vocab_size=64) as data:
+    ...     tokens, labels = data.batch(0, 2, split="train")
+    ...     tokens.shape, bool(np.all(tokens[:, 1:] == labels[:, :-1])), data.num_samples("valid") >= 0
+    ((2, 8), True, True)
     """
 
     _destroy = staticmethod(_raw.ptdp_gpt_data_destroy)
@@ -64,6 +83,7 @@ class GPTData(Handle):
         self.seq_length = opts.seq_length
 
     def num_samples(self, split=Split.TRAIN):
+        """The number of samples of ``split``."""
         return _raw.ptdp_gpt_data_num_samples(self.handle, split)
 
     def batch(self, first, count, split=Split.TRAIN):

@@ -1,11 +1,17 @@
 """Hugging Face checkpoints: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM and
 Qwen2ForCausalLM directories (config.json with model.safetensors, or its shards) in and out.
 
-    options = ptdp.hf_read_options("gpt2-dir", seq_length=512)   # config.json -> Model's options
-    model = ptdp.Model(groups, options)                            # any layout (t, p, d, v)
-    ptdp.hf_load("gpt2-dir", model)                                # the weights
-    ...
-    ptdp.hf_save("out-dir", model, dtype=ptdp.DType.BF16)          # back to Hugging Face
+>>> import tempfile, numpy as np, ptdp
+>>> tiny = dict(num_layers=2, hidden_size=32, num_attention_heads=4, seq_length=16, vocab_size=64)
+>>> with ptdp.Runtime() as rt, rt.groups() as groups, tempfile.TemporaryDirectory() as hf_dir:
+...     model = ptdp.Model(groups, **tiny)
+...     ptdp.hf_save(hf_dir, model, dtype="f32")                 # a GPT2LMHeadModel directory
+...     options = ptdp.hf_read_options(hf_dir, seq_length=8)     # config.json -> Model's options
+...     copy = ptdp.Model(groups, options)                         # any layout (t, p, d, v)
+...     ptdp.hf_load(hf_dir, copy)                                 # the weights
+...     name = "decoder.layers.1.mlp.linear_fc1.weight"
+...     ptdp.hf_architecture(hf_dir), np.array_equal(copy.get_param(name), model.get_param(name))
+(<HFArchitecture.GPT2: 1>, True)
 
 The layouts are converted, not reinterpreted (GPT-2's Conv1D weights transposed, q/k/v grouped
 per query group, gate and up stacked, the vocabulary padded and cut), so a model imported and

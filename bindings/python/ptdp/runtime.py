@@ -118,7 +118,15 @@ class Runtime(Handle):
 def flight_analyze(directory):
     """Reads every rank's flight record in ``directory`` (``ptdp_flight_analyze``) and returns
     ``(report, culprit_rank)``: the text ptdp-flight-analyze prints and the rank to look at
-    first, or -1 when the records agree."""
+    first, or -1 when the records agree.
+
+    >>> import tempfile, ptdp
+    >>> with ptdp.Runtime() as rt, tempfile.TemporaryDirectory() as directory:
+    ...     rt.dump_flight_record(directory)
+    ...     report, culprit = ptdp.flight_analyze(directory)
+    ...     culprit, "consistent" in report
+    (-1, True)
+    """
     culprit = [-1]
 
     def call(buffer):
@@ -137,7 +145,12 @@ def parallel_options(tensor=None, pipeline=None, virtual=None, options=None):
 
 
 def layout_members(world_size, world_rank, kind, tensor=1, pipeline=1, virtual=1):
-    """World ranks of ``world_rank``'s group of ``kind`` in a layout, without any communication."""
+    """World ranks of ``world_rank``'s group of ``kind`` in a layout, without any communication.
+
+    >>> import ptdp
+    >>> [ptdp.layout_members(8, 5, kind, tensor=2, pipeline=2) for kind in ("tensor", "pipeline", "data")]
+    [[4, 5], [1, 5], [5, 7]]
+    """
     opts = parallel_options(tensor, pipeline, virtual)
     ranks = np.zeros(max(int(world_size), 1), dtype=np.int32)
     count = _raw.ptdp_layout_members(opts, int(world_size), int(world_rank), kind, ranks)

@@ -8,7 +8,8 @@ from ._lib import Handle, _raw, enum_member, make_enum, make_struct, out_array
 DType = make_enum("DType", "ptdp_dtype", "PTDP_DTYPE_",
                   "Element type (ptdp_dtype): F32, BF16, F16, I32, I64; also named as numpy and ptdp-train name "
                   "them (\"float32\", \"fp16\", \"bfloat16\", \"int64\", ...).",
-                  aliases={"fp32": "F32", "float32": "F32", "fp16": "F16", "float16": "F16", "bfloat16": "BF16", "int32": "I32", "int64": "I64"})
+                  aliases={"fp32": "F32", "float32": "F32", "fp16": "F16", "float16": "F16", "bfloat16": "BF16",
+                           "int32": "I32", "int64": "I64"})
 Device = make_enum("Device", "ptdp_device", "PTDP_DEVICE_", "Kind of device a tensor lives on (ptdp_device): CPU or "
                    "CUDA.")
 
@@ -29,7 +30,20 @@ class Tensor(Handle):
 
     ``Tensor(array)`` copies a numpy array (float32, float16, int32 or int64; pass
     ``dtype=DType.BF16`` with uint16 bit patterns); ``Tensor.zeros(shape, dtype)`` makes a zeroed
-    one. ``numpy()`` copies the elements out, into ``out`` when given.
+    one. ``numpy()`` copies the elements out, into ``out`` when given. A dtype is a
+    :class:`DType` or its name ("f32", "bf16", "fp16", "float16", "int64", ...).
+
+    >>> import numpy as np, ptdp
+    >>> t = ptdp.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    >>> t, t.shape, t.numel
+    (<ptdp.Tensor f32 [2, 3]>, (2, 3), 6)
+    >>> half = t.cast("bf16")
+    >>> half.dtype, half.cast("f32").numpy()
+    (<DType.BF16: 1>, array([[0., 1., 2.],
+           [3., 4., 5.]], dtype=float32))
+    >>> ptdp.Tensor.zeros((2, 2), dtype="int64").fill(7).numpy()
+    array([[7, 7],
+           [7, 7]])
     """
 
     _destroy = staticmethod(_raw.ptdp_tensor_destroy)

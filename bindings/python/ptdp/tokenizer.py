@@ -2,8 +2,14 @@
 ``--tokenizer-type`` names and flags and the ids the reference libraries give for the same files.
 
     tok = ptdp.Tokenizer("GPT2BPETokenizer", vocab_file="vocab.json", merge_file="merges.txt")
-    ids = tok.encode("Hello world")          # int32 numpy array
-    text = tok.decode(ids)
+
+or, with no files, bytes as ids:
+
+>>> import ptdp
+>>> tok = ptdp.Tokenizer("ByteLevel")
+>>> ids = tok.encode("Hi!")                 # an int32 numpy array
+>>> ids.tolist(), tok.decode(ids), tok.vocab_size, tok.eod
+([72, 105, 33], 'Hi!', 256, None)
 
 No special token is added around the text. Byte-level tokenizers take any bytes and give them
 back (``decode_bytes(encode(b)) == b``); :meth:`Tokenizer.decode` turns bytes that are not
@@ -72,6 +78,11 @@ class Tokenizer(Handle):
     (NullTokenizer's V). A file the type needs and is not given, or one it does not use, raises
     :class:`ptdp.InvalidArgumentError` naming the flag; a missing or malformed file
     :class:`ptdp.FileError` naming it.
+
+    >>> import ptdp
+    >>> with ptdp.Tokenizer("NullTokenizer", vocab_size=100) as tok:   # ids written as numbers
+    ...     tok.encode("3 14 15").tolist(), tok.eod, tok.type == ptdp.TokenizerType.NULL
+    ([3, 14, 15], 100, True)
     """
 
     _destroy = staticmethod(_raw.ptdp_tokenizer_destroy)
