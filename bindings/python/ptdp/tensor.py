@@ -62,7 +62,8 @@ class Tensor(Handle):
     @classmethod
     def zeros(cls, shape, dtype=DType.F32, device=Device.CPU, device_index=0):
         """A zero-filled tensor."""
-        options = make_struct("ptdp_tensor_options", dtype=dtype, device=device, device_index=device_index)
+        options = make_struct("ptdp_tensor_options", dtype=enum_member(DType, dtype, "dtype"), device=device,
+                              device_index=device_index)
         return cls._wrap(_raw.ptdp_tensor_create(options, tuple(shape), None))
 
     @classmethod
