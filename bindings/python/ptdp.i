@@ -19,6 +19,8 @@
 
 %{
 #define PY_SSIZE_T_CLEAN
+#include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "ptdp/ptdp.h"
@@ -173,6 +175,57 @@ PTDPY_HANDLE(ptdp_tokenizer)
   $1 = array;
 }
 %typemap(freearg) const ptdp_tensor* { free(array$argnum); }
+
+/* ---------------------------------------------------------------------------------------- */
+/* Enums, as arguments and as fields of option structs: a plain int is passed on as it is (the
+ * library range-checks it and names the argument); anything else (a name such as "adam", "bf16"
+ * or "1f1b", a member of the package's IntEnums, a numpy integer) goes to ptdp._lib.enum_value,
+ * which knows every enum's names and raises InvalidArgumentError listing them. The integer
+ * fields that hold an enum's values are named here with their enum. */
+
+%{
+static int ptdpy_enum(PyObject* obj, const char* type, const char* function, const char* name, long long* out) {
+  PyObject* value = NULL;
+  if (PyLong_CheckExact(obj)) {
+    Py_INCREF(obj);
+    value = obj;
+  } else {
+    PyObject* lib = PyImport_ImportModule("ptdp._lib");
+    value = lib ? PyObject_CallMethod(lib, "enum_value", "sssO", type, function, name, obj) : NULL;
+    Py_XDECREF(lib);
+    if (!value) return -1;
+  }
+  *out = PyLong_AsLongLong(value);
+  Py_DECREF(value);
+  return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* ptdpy_enum into a C integer type of the range [low, high]. */
+static int ptdpy_enum_in_range(PyObject* obj, const char* type, const char* function, const char* name,
+                               long long low, long long high, long long* out) {
+  if (ptdpy_enum(obj, type, function, name, out) != 0) return -1;
+  if (*out < low || *out > high) {
+    PyErr_Format(PyExc_OverflowError, "%s: %s = %lld is out of range", function, name, *out);
+    return -1;
+  }
+  return 0;
+}
+%}
+
+%typemap(in) enum SWIGTYPE (long long value = 0) {
+  if (ptdpy_enum_in_range($input, "$1_type", "$symname", "$1_name", INT_MIN, INT_MAX, &value) != 0) SWIG_fail;
+  $1 = ($1_ltype)value;
+}
+
+%define PTDPY_ENUM_FIELD(T, LOW, HIGH, NAME, ENUM)
+%typemap(in) T NAME (long long value = 0) {
+  if (ptdpy_enum_in_range($input, #ENUM, "$symname", "$1_name", LOW, HIGH, &value) != 0) SWIG_fail;
+  $1 = (T)value;
+}
+%enddef
+PTDPY_ENUM_FIELD(int64_t, INT64_MIN, INT64_MAX, pipeline_chunk_placement, ptdp_chunk_placement)
+PTDPY_ENUM_FIELD(int32_t, INT32_MIN, INT32_MAX, recompute_granularity, ptdp_recompute)
+PTDPY_ENUM_FIELD(int32_t, INT32_MIN, INT32_MAX, pipeline_schedule, ptdp_schedule_kind)
 
 /* ---------------------------------------------------------------------------------------- */
 /* Single outputs: every other non-const pointer to a scalar or an enum (SWIG would also match

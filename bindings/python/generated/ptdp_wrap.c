@@ -3102,6 +3102,8 @@ static swig_module_info swig_module = {swig_types, 94, 0, 0, 0, 0};
 
 
 #define PY_SSIZE_T_CLEAN
+#include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "ptdp/ptdp.h"
@@ -3179,6 +3181,34 @@ static int ptdpy_int64_sequence(PyObject* obj, int64_t* out, Py_ssize_t capacity
   }
   *count = n;
   Py_DECREF(seq);
+  return 0;
+}
+
+
+static int ptdpy_enum(PyObject* obj, const char* type, const char* function, const char* name, long long* out) {
+  PyObject* value = NULL;
+  if (PyLong_CheckExact(obj)) {
+    Py_INCREF(obj);
+    value = obj;
+  } else {
+    PyObject* lib = PyImport_ImportModule("ptdp._lib");
+    value = lib ? PyObject_CallMethod(lib, "enum_value", "sssO", type, function, name, obj) : NULL;
+    Py_XDECREF(lib);
+    if (!value) return -1;
+  }
+  *out = PyLong_AsLongLong(value);
+  Py_DECREF(value);
+  return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* ptdpy_enum into a C integer type of the range [low, high]. */
+static int ptdpy_enum_in_range(PyObject* obj, const char* type, const char* function, const char* name,
+                               long long low, long long high, long long* out) {
+  if (ptdpy_enum(obj, type, function, name, out) != 0) return -1;
+  if (*out < low || *out > high) {
+    PyErr_Format(PyExc_OverflowError, "%s: %s = %lld is out of range", function, name, *out);
+    return -1;
+  }
   return 0;
 }
 
@@ -3873,18 +3903,16 @@ extern "C" {
 SWIGINTERN PyObject *_wrap_ptdp_status_string(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_status arg1 ;
-  int val1 ;
-  int ecode1 = 0 ;
+  long long value1 = 0 ;
   PyObject *swig_obj[1] ;
   char *result = 0 ;
   
   if (!args) SWIG_fail;
   swig_obj[0] = args;
-  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
-  if (!SWIG_IsOK(ecode1)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_status_string" "', argument " "1"" of type '" "ptdp_status""'");
-  } 
-  arg1 = (ptdp_status)(val1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[0], "ptdp_status", "ptdp_status_string", "status", INT_MIN, INT_MAX, &value1) != 0) SWIG_fail;
+    arg1 = (ptdp_status)value1;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (char *)ptdp_status_string(arg1);
@@ -3982,8 +4010,7 @@ SWIGINTERN PyObject *_wrap_ptdp_has_feature(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_feature arg1 ;
   int32_t *arg2 = (int32_t *) 0 ;
-  int val1 ;
-  int ecode1 = 0 ;
+  long long value1 = 0 ;
   int32_t temp2 = 0 ;
   PyObject *swig_obj[1] ;
   ptdp_status result;
@@ -3993,11 +4020,10 @@ SWIGINTERN PyObject *_wrap_ptdp_has_feature(PyObject *self, PyObject *args) {
   }
   if (!args) SWIG_fail;
   swig_obj[0] = args;
-  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
-  if (!SWIG_IsOK(ecode1)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_has_feature" "', argument " "1"" of type '" "ptdp_feature""'");
-  } 
-  arg1 = (ptdp_feature)(val1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[0], "ptdp_feature", "ptdp_has_feature", "feature", INT_MIN, INT_MAX, &value1) != 0) SWIG_fail;
+    arg1 = (ptdp_feature)value1;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_has_feature(arg1,arg2);
@@ -4023,8 +4049,7 @@ SWIGINTERN PyObject *_wrap_ptdp_dtype_size(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_dtype arg1 ;
   size_t *arg2 = (size_t *) 0 ;
-  int val1 ;
-  int ecode1 = 0 ;
+  long long value1 = 0 ;
   size_t temp2 = 0 ;
   PyObject *swig_obj[1] ;
   ptdp_status result;
@@ -4034,11 +4059,10 @@ SWIGINTERN PyObject *_wrap_ptdp_dtype_size(PyObject *self, PyObject *args) {
   }
   if (!args) SWIG_fail;
   swig_obj[0] = args;
-  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
-  if (!SWIG_IsOK(ecode1)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_dtype_size" "', argument " "1"" of type '" "ptdp_dtype""'");
-  } 
-  arg1 = (ptdp_dtype)(val1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[0], "ptdp_dtype", "ptdp_dtype_size", "dtype", INT_MIN, INT_MAX, &value1) != 0) SWIG_fail;
+    arg1 = (ptdp_dtype)value1;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_dtype_size(arg1,arg2);
@@ -4126,8 +4150,7 @@ SWIGINTERN PyObject *_wrap_ptdp_tensor_options_dtype_set(PyObject *self, PyObjec
   ptdp_dtype arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_tensor_options_dtype_set", 2, 2, swig_obj)) SWIG_fail;
@@ -4136,11 +4159,10 @@ SWIGINTERN PyObject *_wrap_ptdp_tensor_options_dtype_set(PyObject *self, PyObjec
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tensor_options_dtype_set" "', argument " "1"" of type '" "struct ptdp_tensor_options *""'"); 
   }
   arg1 = (struct ptdp_tensor_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tensor_options_dtype_set" "', argument " "2"" of type '" "ptdp_dtype""'");
-  } 
-  arg2 = (ptdp_dtype)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_dtype", "ptdp_tensor_options_dtype_set", "dtype", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_dtype)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->dtype = arg2;
@@ -4186,8 +4208,7 @@ SWIGINTERN PyObject *_wrap_ptdp_tensor_options_device_set(PyObject *self, PyObje
   ptdp_device arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_tensor_options_device_set", 2, 2, swig_obj)) SWIG_fail;
@@ -4196,11 +4217,10 @@ SWIGINTERN PyObject *_wrap_ptdp_tensor_options_device_set(PyObject *self, PyObje
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tensor_options_device_set" "', argument " "1"" of type '" "struct ptdp_tensor_options *""'"); 
   }
   arg1 = (struct ptdp_tensor_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tensor_options_device_set" "', argument " "2"" of type '" "ptdp_device""'");
-  } 
-  arg2 = (ptdp_device)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_device", "ptdp_tensor_options_device_set", "device", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_device)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->device = arg2;
@@ -4866,8 +4886,7 @@ SWIGINTERN PyObject *_wrap_ptdp_tensor_cast(PyObject *self, PyObject *args) {
   ptdp_tensor *arg3 = (ptdp_tensor *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   ptdp_tensor temp3 = NULL ;
   PyObject *swig_obj[2] ;
   ptdp_status result;
@@ -4881,11 +4900,10 @@ SWIGINTERN PyObject *_wrap_ptdp_tensor_cast(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tensor_cast" "', argument " "1"" of type '" "ptdp_tensor""'"); 
   }
   arg1 = (ptdp_tensor)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tensor_cast" "', argument " "2"" of type '" "ptdp_dtype""'");
-  } 
-  arg2 = (ptdp_dtype)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_dtype", "ptdp_tensor_cast", "dtype", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_dtype)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_tensor_cast(arg1,arg2,arg3);
@@ -6268,8 +6286,7 @@ SWIGINTERN PyObject *_wrap_ptdp_parallel_options_pipeline_chunk_placement_set(Py
   int64_t arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  long val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_pipeline_chunk_placement_set", 2, 2, swig_obj)) SWIG_fail;
@@ -6278,11 +6295,10 @@ SWIGINTERN PyObject *_wrap_ptdp_parallel_options_pipeline_chunk_placement_set(Py
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_pipeline_chunk_placement_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
   }
   arg1 = (struct ptdp_parallel_options *)(argp1);
-  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_pipeline_chunk_placement_set" "', argument " "2"" of type '" "int64_t""'");
-  } 
-  arg2 = (int64_t)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1],"ptdp_chunk_placement", "ptdp_parallel_options_pipeline_chunk_placement_set", "pipeline_chunk_placement", INT64_MIN, INT64_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (int64_t)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->pipeline_chunk_placement = arg2;
@@ -6612,8 +6628,7 @@ SWIGINTERN PyObject *_wrap_ptdp_layout_members(PyObject *self, PyObject *args) {
   int ecode2 = 0 ;
   int val3 ;
   int ecode3 = 0 ;
-  int val4 ;
-  int ecode4 = 0 ;
+  long long value4 = 0 ;
   Py_buffer view5 ;
   int have_view5 = 0 ;
   int32_t temp7 = 0 ;
@@ -6639,11 +6654,10 @@ SWIGINTERN PyObject *_wrap_ptdp_layout_members(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_layout_members" "', argument " "3"" of type '" "int32_t""'");
   } 
   arg3 = (int32_t)(val3);
-  ecode4 = SWIG_AsVal_int(swig_obj[3], &val4);
-  if (!SWIG_IsOK(ecode4)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_layout_members" "', argument " "4"" of type '" "ptdp_group_kind""'");
-  } 
-  arg4 = (ptdp_group_kind)(val4);
+  {
+    if (ptdpy_enum_in_range(swig_obj[3], "ptdp_group_kind", "ptdp_layout_members", "kind", INT_MIN, INT_MAX, &value4) != 0) SWIG_fail;
+    arg4 = (ptdp_group_kind)value4;
+  }
   {
     have_view5 = ptdpy_get_buffer(swig_obj[4], &view5, 1, 4, "iIl", 1, "ptdp_layout_members: world_ranks");
     if (have_view5 < 0) {
@@ -6841,8 +6855,7 @@ SWIGINTERN PyObject *_wrap_ptdp_groups_rank(PyObject *self, PyObject *args) {
   int32_t *arg3 = (int32_t *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   int32_t temp3 = 0 ;
   PyObject *swig_obj[2] ;
   ptdp_status result;
@@ -6856,11 +6869,10 @@ SWIGINTERN PyObject *_wrap_ptdp_groups_rank(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_groups_rank" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_groups_rank" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_groups_rank", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_groups_rank(arg1,arg2,arg3);
@@ -6889,8 +6901,7 @@ SWIGINTERN PyObject *_wrap_ptdp_groups_size(PyObject *self, PyObject *args) {
   int32_t *arg3 = (int32_t *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   int32_t temp3 = 0 ;
   PyObject *swig_obj[2] ;
   ptdp_status result;
@@ -6904,11 +6915,10 @@ SWIGINTERN PyObject *_wrap_ptdp_groups_size(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_groups_size" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_groups_size" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_groups_size", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_groups_size(arg1,arg2,arg3);
@@ -6939,8 +6949,7 @@ SWIGINTERN PyObject *_wrap_ptdp_groups_members(PyObject *self, PyObject *args) {
   int32_t *arg5 = (int32_t *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   Py_buffer view3 ;
   int have_view3 = 0 ;
   int32_t temp5 = 0 ;
@@ -6956,11 +6965,10 @@ SWIGINTERN PyObject *_wrap_ptdp_groups_members(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_groups_members" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_groups_members" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_groups_members", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   {
     have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 1, 4, "iIl", 1, "ptdp_groups_members: world_ranks");
     if (have_view3 < 0) {
@@ -7004,8 +7012,7 @@ SWIGINTERN PyObject *_wrap_ptdp_p2p_op_kind_set(PyObject *self, PyObject *args) 
   ptdp_p2p_kind arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_p2p_op_kind_set", 2, 2, swig_obj)) SWIG_fail;
@@ -7014,11 +7021,10 @@ SWIGINTERN PyObject *_wrap_ptdp_p2p_op_kind_set(PyObject *self, PyObject *args) 
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_p2p_op_kind_set" "', argument " "1"" of type '" "struct ptdp_p2p_op *""'"); 
   }
   arg1 = (struct ptdp_p2p_op *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_p2p_op_kind_set" "', argument " "2"" of type '" "ptdp_p2p_kind""'");
-  } 
-  arg2 = (ptdp_p2p_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_p2p_kind", "ptdp_p2p_op_kind_set", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_p2p_kind)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->kind = arg2;
@@ -7301,12 +7307,10 @@ SWIGINTERN PyObject *_wrap_ptdp_all_reduce(PyObject *self, PyObject *args) {
   ptdp_work *arg5 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   void *argp3 = 0 ;
   int res3 = 0 ;
-  int val4 ;
-  int ecode4 = 0 ;
+  long long value4 = 0 ;
   ptdp_work temp5 = NULL ;
   PyObject *swig_obj[5] ;
   ptdp_status result;
@@ -7317,21 +7321,19 @@ SWIGINTERN PyObject *_wrap_ptdp_all_reduce(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_all_reduce" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_all_reduce" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_all_reduce", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_tensor_impl, 0 |  0 );
   if (!SWIG_IsOK(res3)) {
     SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_all_reduce" "', argument " "3"" of type '" "ptdp_tensor""'"); 
   }
   arg3 = (ptdp_tensor)(argp3);
-  ecode4 = SWIG_AsVal_int(swig_obj[3], &val4);
-  if (!SWIG_IsOK(ecode4)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_all_reduce" "', argument " "4"" of type '" "ptdp_reduce_op""'");
-  } 
-  arg4 = (ptdp_reduce_op)(val4);
+  {
+    if (ptdpy_enum_in_range(swig_obj[3], "ptdp_reduce_op", "ptdp_all_reduce", "op", INT_MIN, INT_MAX, &value4) != 0) SWIG_fail;
+    arg4 = (ptdp_reduce_op)value4;
+  }
   {
     int wanted = PyObject_IsTrue(swig_obj[4]);
     if (wanted < 0) SWIG_fail;
@@ -7368,14 +7370,12 @@ SWIGINTERN PyObject *_wrap_ptdp_reduce_scatter(PyObject *self, PyObject *args) {
   ptdp_work *arg6 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   void *argp3 = 0 ;
   int res3 = 0 ;
   void *argp4 = 0 ;
   int res4 = 0 ;
-  int val5 ;
-  int ecode5 = 0 ;
+  long long value5 = 0 ;
   ptdp_work temp6 = NULL ;
   PyObject *swig_obj[6] ;
   ptdp_status result;
@@ -7386,11 +7386,10 @@ SWIGINTERN PyObject *_wrap_ptdp_reduce_scatter(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_reduce_scatter" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_reduce_scatter" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_reduce_scatter", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_tensor_impl, 0 |  0 );
   if (!SWIG_IsOK(res3)) {
     SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_reduce_scatter" "', argument " "3"" of type '" "ptdp_tensor""'"); 
@@ -7401,11 +7400,10 @@ SWIGINTERN PyObject *_wrap_ptdp_reduce_scatter(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_reduce_scatter" "', argument " "4"" of type '" "ptdp_tensor""'"); 
   }
   arg4 = (ptdp_tensor)(argp4);
-  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
-  if (!SWIG_IsOK(ecode5)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_reduce_scatter" "', argument " "5"" of type '" "ptdp_reduce_op""'");
-  } 
-  arg5 = (ptdp_reduce_op)(val5);
+  {
+    if (ptdpy_enum_in_range(swig_obj[4], "ptdp_reduce_op", "ptdp_reduce_scatter", "op", INT_MIN, INT_MAX, &value5) != 0) SWIG_fail;
+    arg5 = (ptdp_reduce_op)value5;
+  }
   {
     int wanted = PyObject_IsTrue(swig_obj[5]);
     if (wanted < 0) SWIG_fail;
@@ -7441,8 +7439,7 @@ SWIGINTERN PyObject *_wrap_ptdp_all_gather(PyObject *self, PyObject *args) {
   ptdp_work *arg5 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   void *argp3 = 0 ;
   int res3 = 0 ;
   void *argp4 = 0 ;
@@ -7457,11 +7454,10 @@ SWIGINTERN PyObject *_wrap_ptdp_all_gather(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_all_gather" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_all_gather" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_all_gather", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_tensor_impl, 0 |  0 );
   if (!SWIG_IsOK(res3)) {
     SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_all_gather" "', argument " "3"" of type '" "ptdp_tensor""'"); 
@@ -7507,8 +7503,7 @@ SWIGINTERN PyObject *_wrap_ptdp_broadcast(PyObject *self, PyObject *args) {
   ptdp_work *arg5 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   void *argp3 = 0 ;
   int res3 = 0 ;
   int val4 ;
@@ -7523,11 +7518,10 @@ SWIGINTERN PyObject *_wrap_ptdp_broadcast(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_broadcast" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_broadcast" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_broadcast", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_tensor_impl, 0 |  0 );
   if (!SWIG_IsOK(res3)) {
     SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_broadcast" "', argument " "3"" of type '" "ptdp_tensor""'"); 
@@ -7574,8 +7568,7 @@ SWIGINTERN PyObject *_wrap_ptdp_send(PyObject *self, PyObject *args) {
   ptdp_work *arg6 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   void *argp3 = 0 ;
   int res3 = 0 ;
   int val4 ;
@@ -7592,11 +7585,10 @@ SWIGINTERN PyObject *_wrap_ptdp_send(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_send" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_send" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_send", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_tensor_impl, 0 |  0 );
   if (!SWIG_IsOK(res3)) {
     SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_send" "', argument " "3"" of type '" "ptdp_tensor""'"); 
@@ -7648,8 +7640,7 @@ SWIGINTERN PyObject *_wrap_ptdp_recv(PyObject *self, PyObject *args) {
   ptdp_work *arg6 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   void *argp3 = 0 ;
   int res3 = 0 ;
   int val4 ;
@@ -7666,11 +7657,10 @@ SWIGINTERN PyObject *_wrap_ptdp_recv(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_recv" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_recv" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_recv", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_tensor_impl, 0 |  0 );
   if (!SWIG_IsOK(res3)) {
     SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_recv" "', argument " "3"" of type '" "ptdp_tensor""'"); 
@@ -7721,8 +7711,7 @@ SWIGINTERN PyObject *_wrap_ptdp_batch_send_recv(PyObject *self, PyObject *args) 
   ptdp_work *arg5 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   ptdp_p2p_op *array3 = NULL ;
   ptdp_work temp5 = NULL ;
   PyObject *swig_obj[4] ;
@@ -7734,11 +7723,10 @@ SWIGINTERN PyObject *_wrap_ptdp_batch_send_recv(PyObject *self, PyObject *args) 
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_send_recv" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_batch_send_recv" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_batch_send_recv", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   {
     PyObject* seq = PySequence_Fast(swig_obj[2], "expected a sequence of ptdp_p2p_op");
     if (!seq) SWIG_fail;
@@ -7795,8 +7783,7 @@ SWIGINTERN PyObject *_wrap_ptdp_barrier(PyObject *self, PyObject *args) {
   ptdp_work *arg3 = (ptdp_work *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   ptdp_work temp3 = NULL ;
   PyObject *swig_obj[3] ;
   ptdp_status result;
@@ -7807,11 +7794,10 @@ SWIGINTERN PyObject *_wrap_ptdp_barrier(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_barrier" "', argument " "1"" of type '" "ptdp_groups""'"); 
   }
   arg1 = (ptdp_groups)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_barrier" "', argument " "2"" of type '" "ptdp_group_kind""'");
-  } 
-  arg2 = (ptdp_group_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_group_kind", "ptdp_barrier", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_group_kind)value2;
+  }
   {
     int wanted = PyObject_IsTrue(swig_obj[2]);
     if (wanted < 0) SWIG_fail;
@@ -8791,8 +8777,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_recompute_granularity_set(PyObject *
   ptdp_recompute arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_recompute_granularity_set", 2, 2, swig_obj)) SWIG_fail;
@@ -8801,11 +8786,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_recompute_granularity_set(PyObject *
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_recompute_granularity_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
   }
   arg1 = (struct ptdp_gpt_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_recompute_granularity_set" "', argument " "2"" of type '" "ptdp_recompute""'");
-  } 
-  arg2 = (ptdp_recompute)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_recompute", "ptdp_gpt_options_recompute_granularity_set", "recompute_granularity", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_recompute)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->recompute_granularity = arg2;
@@ -8911,8 +8895,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_device_set(PyObject *self, PyObject 
   ptdp_device arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_device_set", 2, 2, swig_obj)) SWIG_fail;
@@ -8921,11 +8904,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_device_set(PyObject *self, PyObject 
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_device_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
   }
   arg1 = (struct ptdp_gpt_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_device_set" "', argument " "2"" of type '" "ptdp_device""'");
-  } 
-  arg2 = (ptdp_device)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_device", "ptdp_gpt_options_device_set", "device", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_device)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->device = arg2;
@@ -8971,8 +8953,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_precision_set(PyObject *self, PyObje
   ptdp_dtype arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_precision_set", 2, 2, swig_obj)) SWIG_fail;
@@ -8981,11 +8962,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_precision_set(PyObject *self, PyObje
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_precision_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
   }
   arg1 = (struct ptdp_gpt_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_precision_set" "', argument " "2"" of type '" "ptdp_dtype""'");
-  } 
-  arg2 = (ptdp_dtype)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_dtype", "ptdp_gpt_options_precision_set", "precision", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_dtype)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->precision = arg2;
@@ -9031,8 +9011,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_attention_set(PyObject *self, PyObje
   ptdp_attention arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_attention_set", 2, 2, swig_obj)) SWIG_fail;
@@ -9041,11 +9020,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_attention_set(PyObject *self, PyObje
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_attention_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
   }
   arg1 = (struct ptdp_gpt_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_attention_set" "', argument " "2"" of type '" "ptdp_attention""'");
-  } 
-  arg2 = (ptdp_attention)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_attention", "ptdp_gpt_options_attention_set", "attention", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_attention)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->attention = arg2;
@@ -9151,8 +9129,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_normalization_set(PyObject *self, Py
   ptdp_normalization arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_normalization_set", 2, 2, swig_obj)) SWIG_fail;
@@ -9161,11 +9138,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_normalization_set(PyObject *self, Py
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_normalization_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
   }
   arg1 = (struct ptdp_gpt_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_normalization_set" "', argument " "2"" of type '" "ptdp_normalization""'");
-  } 
-  arg2 = (ptdp_normalization)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_normalization", "ptdp_gpt_options_normalization_set", "normalization", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_normalization)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->normalization = arg2;
@@ -9271,8 +9247,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_position_embedding_type_set(PyObject
   ptdp_position_embedding arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_position_embedding_type_set", 2, 2, swig_obj)) SWIG_fail;
@@ -9281,11 +9256,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_position_embedding_type_set(PyObject
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_position_embedding_type_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
   }
   arg1 = (struct ptdp_gpt_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_position_embedding_type_set" "', argument " "2"" of type '" "ptdp_position_embedding""'");
-  } 
-  arg2 = (ptdp_position_embedding)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_position_embedding", "ptdp_gpt_options_position_embedding_type_set", "position_embedding_type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_position_embedding)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->position_embedding_type = arg2;
@@ -12435,8 +12409,7 @@ SWIGINTERN PyObject *_wrap_ptdp_action_kind_set(PyObject *self, PyObject *args) 
   ptdp_action_kind arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_action_kind_set", 2, 2, swig_obj)) SWIG_fail;
@@ -12445,11 +12418,10 @@ SWIGINTERN PyObject *_wrap_ptdp_action_kind_set(PyObject *self, PyObject *args) 
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_action_kind_set" "', argument " "1"" of type '" "struct ptdp_action *""'"); 
   }
   arg1 = (struct ptdp_action *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_action_kind_set" "', argument " "2"" of type '" "ptdp_action_kind""'");
-  } 
-  arg2 = (ptdp_action_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_action_kind", "ptdp_action_kind_set", "kind", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_action_kind)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->kind = arg2;
@@ -13413,8 +13385,7 @@ SWIGINTERN PyObject *_wrap_ptdp_schedule_create(PyObject *self, PyObject *args) 
   int32_t arg3 ;
   int32_t arg4 ;
   ptdp_schedule *arg5 = (ptdp_schedule *) 0 ;
-  int val1 ;
-  int ecode1 = 0 ;
+  long long value1 = 0 ;
   int val2 ;
   int ecode2 = 0 ;
   int val3 ;
@@ -13429,11 +13400,10 @@ SWIGINTERN PyObject *_wrap_ptdp_schedule_create(PyObject *self, PyObject *args) 
     arg5 = &temp5; 
   }
   if (!SWIG_Python_UnpackTuple(args, "ptdp_schedule_create", 4, 4, swig_obj)) SWIG_fail;
-  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
-  if (!SWIG_IsOK(ecode1)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_schedule_create" "', argument " "1"" of type '" "ptdp_schedule_kind""'");
-  } 
-  arg1 = (ptdp_schedule_kind)(val1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[0], "ptdp_schedule_kind", "ptdp_schedule_create", "kind", INT_MIN, INT_MAX, &value1) != 0) SWIG_fail;
+    arg1 = (ptdp_schedule_kind)value1;
+  }
   ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
   if (!SWIG_IsOK(ecode2)) {
     SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_schedule_create" "', argument " "2"" of type '" "int32_t""'");
@@ -13479,8 +13449,7 @@ SWIGINTERN PyObject *_wrap_ptdp_schedule_create_custom(PyObject *self, PyObject 
   ptdp_action *arg5 = (ptdp_action *) 0 ;
   int32_t *arg6 = (int32_t *) 0 ;
   ptdp_schedule *arg7 = (ptdp_schedule *) 0 ;
-  int val1 ;
-  int ecode1 = 0 ;
+  long long value1 = 0 ;
   int val2 ;
   int ecode2 = 0 ;
   int val3 ;
@@ -13499,11 +13468,10 @@ SWIGINTERN PyObject *_wrap_ptdp_schedule_create_custom(PyObject *self, PyObject 
     arg7 = &temp7; 
   }
   if (!SWIG_Python_UnpackTuple(args, "ptdp_schedule_create_custom", 6, 6, swig_obj)) SWIG_fail;
-  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
-  if (!SWIG_IsOK(ecode1)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_schedule_create_custom" "', argument " "1"" of type '" "ptdp_schedule_kind""'");
-  } 
-  arg1 = (ptdp_schedule_kind)(val1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[0], "ptdp_schedule_kind", "ptdp_schedule_create_custom", "kind_label", INT_MIN, INT_MAX, &value1) != 0) SWIG_fail;
+    arg1 = (ptdp_schedule_kind)value1;
+  }
   ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
   if (!SWIG_IsOK(ecode2)) {
     SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_schedule_create_custom" "', argument " "2"" of type '" "int32_t""'");
@@ -14341,8 +14309,7 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_type_set(PyObject *self, PyObj
   ptdp_tokenizer_type arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_tokenizer_options_type_set", 2, 2, swig_obj)) SWIG_fail;
@@ -14351,11 +14318,10 @@ SWIGINTERN PyObject *_wrap_ptdp_tokenizer_options_type_set(PyObject *self, PyObj
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_tokenizer_options_type_set" "', argument " "1"" of type '" "struct ptdp_tokenizer_options *""'"); 
   }
   arg1 = (struct ptdp_tokenizer_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_tokenizer_options_type_set" "', argument " "2"" of type '" "ptdp_tokenizer_type""'");
-  } 
-  arg2 = (ptdp_tokenizer_type)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_tokenizer_type", "ptdp_tokenizer_options_type_set", "type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_tokenizer_type)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->type = arg2;
@@ -15379,8 +15345,7 @@ SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_optimizer_set(PyObject *self, 
   ptdp_optimizer_kind arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_optimizer_set", 2, 2, swig_obj)) SWIG_fail;
@@ -15389,11 +15354,10 @@ SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_optimizer_set(PyObject *self, 
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_optimizer_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
   }
   arg1 = (struct ptdp_optimizer_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_optimizer_set" "', argument " "2"" of type '" "ptdp_optimizer_kind""'");
-  } 
-  arg2 = (ptdp_optimizer_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_optimizer_kind", "ptdp_optimizer_options_optimizer_set", "optimizer", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_optimizer_kind)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->optimizer = arg2;
@@ -15559,8 +15523,7 @@ SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_lr_decay_style_set(PyObject *s
   ptdp_lr_decay_style arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_lr_decay_style_set", 2, 2, swig_obj)) SWIG_fail;
@@ -15569,11 +15532,10 @@ SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_lr_decay_style_set(PyObject *s
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_lr_decay_style_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
   }
   arg1 = (struct ptdp_optimizer_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_lr_decay_style_set" "', argument " "2"" of type '" "ptdp_lr_decay_style""'");
-  } 
-  arg2 = (ptdp_lr_decay_style)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_lr_decay_style", "ptdp_optimizer_options_lr_decay_style_set", "lr_decay_style", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_lr_decay_style)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->lr_decay_style = arg2;
@@ -18498,8 +18460,7 @@ SWIGINTERN PyObject *_wrap_ptdp_train_settings_pipeline_schedule_set(PyObject *s
   ptdp_schedule_kind arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_pipeline_schedule_set", 2, 2, swig_obj)) SWIG_fail;
@@ -18508,11 +18469,10 @@ SWIGINTERN PyObject *_wrap_ptdp_train_settings_pipeline_schedule_set(PyObject *s
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_pipeline_schedule_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
   }
   arg1 = (struct ptdp_train_settings *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_pipeline_schedule_set" "', argument " "2"" of type '" "ptdp_schedule_kind""'");
-  } 
-  arg2 = (ptdp_schedule_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_schedule_kind", "ptdp_train_settings_pipeline_schedule_set", "pipeline_schedule", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_schedule_kind)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->pipeline_schedule = arg2;
@@ -18558,8 +18518,7 @@ SWIGINTERN PyObject *_wrap_ptdp_train_settings_data_source_set(PyObject *self, P
   ptdp_data_source arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_train_settings_data_source_set", 2, 2, swig_obj)) SWIG_fail;
@@ -18568,11 +18527,10 @@ SWIGINTERN PyObject *_wrap_ptdp_train_settings_data_source_set(PyObject *self, P
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_settings_data_source_set" "', argument " "1"" of type '" "struct ptdp_train_settings *""'"); 
   }
   arg1 = (struct ptdp_train_settings *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_train_settings_data_source_set" "', argument " "2"" of type '" "ptdp_data_source""'");
-  } 
-  arg2 = (ptdp_data_source)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_data_source", "ptdp_train_settings_data_source_set", "data_source", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_data_source)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->data_source = arg2;
@@ -22095,12 +22053,10 @@ SWIGINTERN PyObject *_wrap_ptdp_device_peak_flops(PyObject *self, PyObject *args
   int32_t arg2 ;
   ptdp_dtype arg3 ;
   double *arg4 = (double *) 0 ;
-  int val1 ;
-  int ecode1 = 0 ;
+  long long value1 = 0 ;
   int val2 ;
   int ecode2 = 0 ;
-  int val3 ;
-  int ecode3 = 0 ;
+  long long value3 = 0 ;
   double temp4 = 0 ;
   PyObject *swig_obj[3] ;
   ptdp_status result;
@@ -22109,21 +22065,19 @@ SWIGINTERN PyObject *_wrap_ptdp_device_peak_flops(PyObject *self, PyObject *args
     arg4 = &temp4; 
   }
   if (!SWIG_Python_UnpackTuple(args, "ptdp_device_peak_flops", 3, 3, swig_obj)) SWIG_fail;
-  ecode1 = SWIG_AsVal_int(swig_obj[0], &val1);
-  if (!SWIG_IsOK(ecode1)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode1), "in method '" "ptdp_device_peak_flops" "', argument " "1"" of type '" "ptdp_device""'");
-  } 
-  arg1 = (ptdp_device)(val1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[0], "ptdp_device", "ptdp_device_peak_flops", "device", INT_MIN, INT_MAX, &value1) != 0) SWIG_fail;
+    arg1 = (ptdp_device)value1;
+  }
   ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
   if (!SWIG_IsOK(ecode2)) {
     SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_device_peak_flops" "', argument " "2"" of type '" "int32_t""'");
   } 
   arg2 = (int32_t)(val2);
-  ecode3 = SWIG_AsVal_int(swig_obj[2], &val3);
-  if (!SWIG_IsOK(ecode3)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_device_peak_flops" "', argument " "3"" of type '" "ptdp_dtype""'");
-  } 
-  arg3 = (ptdp_dtype)(val3);
+  {
+    if (ptdpy_enum_in_range(swig_obj[2], "ptdp_dtype", "ptdp_device_peak_flops", "precision", INT_MIN, INT_MAX, &value3) != 0) SWIG_fail;
+    arg3 = (ptdp_dtype)value3;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_device_peak_flops(arg1,arg2,arg3,arg4);
@@ -22211,8 +22165,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_source_set(PyObject *self, PyOb
   ptdp_data_source arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_data_options_source_set", 2, 2, swig_obj)) SWIG_fail;
@@ -22221,11 +22174,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_data_options_source_set(PyObject *self, PyOb
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_options_source_set" "', argument " "1"" of type '" "struct ptdp_gpt_data_options *""'"); 
   }
   arg1 = (struct ptdp_gpt_data_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_data_options_source_set" "', argument " "2"" of type '" "ptdp_data_source""'");
-  } 
-  arg2 = (ptdp_data_source)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_data_source", "ptdp_gpt_data_options_source_set", "source", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_data_source)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->source = arg2;
@@ -23058,8 +23010,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_data_num_samples(PyObject *self, PyObject *a
   int64_t *arg3 = (int64_t *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   int64_t temp3 = 0 ;
   PyObject *swig_obj[2] ;
   ptdp_status result;
@@ -23073,11 +23024,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_data_num_samples(PyObject *self, PyObject *a
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_num_samples" "', argument " "1"" of type '" "ptdp_gpt_data""'"); 
   }
   arg1 = (ptdp_gpt_data)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_data_num_samples" "', argument " "2"" of type '" "ptdp_data_split""'");
-  } 
-  arg2 = (ptdp_data_split)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_data_split", "ptdp_gpt_data_num_samples", "split", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_data_split)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_gpt_data_num_samples(arg1,arg2,arg3);
@@ -23109,8 +23059,7 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_data_batch(PyObject *self, PyObject *args) {
   int32_t *arg6 = (int32_t *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   long val3 ;
   int ecode3 = 0 ;
   int val4 ;
@@ -23128,11 +23077,10 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_data_batch(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_data_batch" "', argument " "1"" of type '" "ptdp_gpt_data""'"); 
   }
   arg1 = (ptdp_gpt_data)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_data_batch" "', argument " "2"" of type '" "ptdp_data_split""'");
-  } 
-  arg2 = (ptdp_data_split)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_data_split", "ptdp_gpt_data_batch", "split", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_data_split)value2;
+  }
   ecode3 = SWIG_AsVal_long(swig_obj[2], &val3);
   if (!SWIG_IsOK(ecode3)) {
     SWIG_exception_fail(SWIG_ArgError(ecode3), "in method '" "ptdp_gpt_data_batch" "', argument " "3"" of type '" "int64_t""'");
@@ -25459,8 +25407,7 @@ SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_dtype_set(PyObject *self, PyObje
   ptdp_dtype arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save_options_dtype_set", 2, 2, swig_obj)) SWIG_fail;
@@ -25469,11 +25416,10 @@ SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_dtype_set(PyObject *self, PyObje
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_dtype_set" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
   }
   arg1 = (struct ptdp_hf_save_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_hf_save_options_dtype_set" "', argument " "2"" of type '" "ptdp_dtype""'");
-  } 
-  arg2 = (ptdp_dtype)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_dtype", "ptdp_hf_save_options_dtype_set", "dtype", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_dtype)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->dtype = arg2;
@@ -25579,8 +25525,7 @@ SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_architecture_set(PyObject *self,
   ptdp_hf_architecture arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_hf_save_options_architecture_set", 2, 2, swig_obj)) SWIG_fail;
@@ -25589,11 +25534,10 @@ SWIGINTERN PyObject *_wrap_ptdp_hf_save_options_architecture_set(PyObject *self,
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_hf_save_options_architecture_set" "', argument " "1"" of type '" "struct ptdp_hf_save_options *""'"); 
   }
   arg1 = (struct ptdp_hf_save_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_hf_save_options_architecture_set" "', argument " "2"" of type '" "ptdp_hf_architecture""'");
-  } 
-  arg2 = (ptdp_hf_architecture)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_hf_architecture", "ptdp_hf_save_options_architecture_set", "architecture", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_hf_architecture)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->architecture = arg2;
@@ -28055,8 +27999,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_precision_set(PyObject *self, PyObj
   ptdp_dtype arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_precision_set", 2, 2, swig_obj)) SWIG_fail;
@@ -28065,11 +28008,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_precision_set(PyObject *self, PyObj
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_precision_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
   }
   arg1 = (struct ptdp_plan_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_precision_set" "', argument " "2"" of type '" "ptdp_dtype""'");
-  } 
-  arg2 = (ptdp_dtype)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_dtype", "ptdp_plan_options_precision_set", "precision", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_dtype)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->precision = arg2;
@@ -28175,8 +28117,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_recompute_granularity_set(PyObject 
   int32_t arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_recompute_granularity_set", 2, 2, swig_obj)) SWIG_fail;
@@ -28185,11 +28126,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_recompute_granularity_set(PyObject 
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_recompute_granularity_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
   }
   arg1 = (struct ptdp_plan_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_recompute_granularity_set" "', argument " "2"" of type '" "int32_t""'");
-  } 
-  arg2 = (int32_t)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1],"ptdp_recompute", "ptdp_plan_options_recompute_granularity_set", "recompute_granularity", INT32_MIN, INT32_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (int32_t)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->recompute_granularity = arg2;
@@ -28535,8 +28475,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_pipeline_schedule_set(PyObject *sel
   int32_t arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_pipeline_schedule_set", 2, 2, swig_obj)) SWIG_fail;
@@ -28545,11 +28484,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_pipeline_schedule_set(PyObject *sel
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_pipeline_schedule_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
   }
   arg1 = (struct ptdp_plan_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_pipeline_schedule_set" "', argument " "2"" of type '" "int32_t""'");
-  } 
-  arg2 = (int32_t)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1],"ptdp_schedule_kind", "ptdp_plan_options_pipeline_schedule_set", "pipeline_schedule", INT32_MIN, INT32_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (int32_t)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->pipeline_schedule = arg2;
@@ -28835,8 +28773,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_normalization_set(PyObject *self, P
   ptdp_normalization arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_normalization_set", 2, 2, swig_obj)) SWIG_fail;
@@ -28845,11 +28782,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_normalization_set(PyObject *self, P
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_normalization_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
   }
   arg1 = (struct ptdp_plan_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_normalization_set" "', argument " "2"" of type '" "ptdp_normalization""'");
-  } 
-  arg2 = (ptdp_normalization)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_normalization", "ptdp_plan_options_normalization_set", "normalization", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_normalization)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->normalization = arg2;
@@ -28955,8 +28891,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_position_embedding_type_set(PyObjec
   ptdp_position_embedding arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_position_embedding_type_set", 2, 2, swig_obj)) SWIG_fail;
@@ -28965,11 +28900,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_position_embedding_type_set(PyObjec
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_position_embedding_type_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
   }
   arg1 = (struct ptdp_plan_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_position_embedding_type_set" "', argument " "2"" of type '" "ptdp_position_embedding""'");
-  } 
-  arg2 = (ptdp_position_embedding)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_position_embedding", "ptdp_plan_options_position_embedding_type_set", "position_embedding_type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_position_embedding)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->position_embedding_type = arg2;
@@ -30035,8 +29969,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_attention_set(PyObject *self, PyObj
   ptdp_attention arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_attention_set", 2, 2, swig_obj)) SWIG_fail;
@@ -30045,11 +29978,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_options_attention_set(PyObject *self, PyObj
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_attention_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
   }
   arg1 = (struct ptdp_plan_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_attention_set" "', argument " "2"" of type '" "ptdp_attention""'");
-  } 
-  arg2 = (ptdp_attention)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_attention", "ptdp_plan_options_attention_set", "attention", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_attention)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->attention = arg2;
@@ -30931,8 +30863,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_schedule_set(PyObject *self, PyObjec
   ptdp_schedule_kind arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_schedule_set", 2, 2, swig_obj)) SWIG_fail;
@@ -30941,11 +30872,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_schedule_set(PyObject *self, PyObjec
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_schedule_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
   }
   arg1 = (struct ptdp_plan_layout *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_schedule_set" "', argument " "2"" of type '" "ptdp_schedule_kind""'");
-  } 
-  arg2 = (ptdp_schedule_kind)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_schedule_kind", "ptdp_plan_layout_schedule_set", "schedule", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_schedule_kind)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->schedule = arg2;
@@ -30991,8 +30921,7 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_recompute_set(PyObject *self, PyObje
   ptdp_recompute arg2 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
+  long long value2 = 0 ;
   PyObject *swig_obj[2] ;
   
   if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_recompute_set", 2, 2, swig_obj)) SWIG_fail;
@@ -31001,11 +30930,10 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_recompute_set(PyObject *self, PyObje
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_recompute_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
   }
   arg1 = (struct ptdp_plan_layout *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_recompute_set" "', argument " "2"" of type '" "ptdp_recompute""'");
-  } 
-  arg2 = (ptdp_recompute)(val2);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_recompute", "ptdp_plan_layout_recompute_set", "recompute", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_recompute)value2;
+  }
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     if (arg1) (arg1)->recompute = arg2;

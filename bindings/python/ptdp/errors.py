@@ -4,6 +4,13 @@ Every failed C call raises the subclass of :class:`Error` matching its ``ptdp_st
 exception's message is the library's ``ptdp_last_error()``, which names the function and the
 argument at fault. Each subclass also derives from the built-in exception a Python caller
 would expect (an invalid argument is a ``ValueError``, an I/O failure an ``OSError``, ...).
+
+>>> import ptdp
+>>> try:
+...     ptdp.Tensor.zeros((2, -3))
+... except ValueError as e:
+...     type(e).__name__, e.status, e.message
+('InvalidArgumentError', 1, 'ptdp_tensor_create: shape[1] = -3 is negative')
 """
 
 __all__ = [

@@ -1,11 +1,17 @@
 """Hugging Face checkpoints: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM and
 Qwen2ForCausalLM directories (config.json with model.safetensors, or its shards) in and out.
 
-    options = ptdp.hf_read_options("gpt2-dir", seq_length=512)   # config.json -> Model's options
-    model = ptdp.Model(groups, options)                            # any layout (t, p, d, v)
-    ptdp.hf_load("gpt2-dir", model)                                # the weights
-    ...
-    ptdp.hf_save("out-dir", model, dtype=ptdp.DType.BF16)          # back to Hugging Face
+>>> import tempfile, numpy as np, ptdp
+>>> tiny = dict(num_layers=2, hidden_size=32, num_attention_heads=4, seq_length=16, vocab_size=64)
+>>> with ptdp.Runtime() as rt, rt.groups() as groups, tempfile.TemporaryDirectory() as hf_dir:
+...     model = ptdp.Model(groups, **tiny)
+...     ptdp.hf_save(hf_dir, model, dtype="f32")                 # a GPT2LMHeadModel directory
+...     options = ptdp.hf_read_options(hf_dir, seq_length=8)     # config.json -> Model's options
+...     copy = ptdp.Model(groups, options)                         # any layout (t, p, d, v)
+...     ptdp.hf_load(hf_dir, copy)                                 # the weights
+...     name = "decoder.layers.1.mlp.linear_fc1.weight"
+...     ptdp.hf_architecture(hf_dir), np.array_equal(copy.get_param(name), model.get_param(name))
+(<HFArchitecture.GPT2: 1>, True)
 
 The layouts are converted, not reinterpreted (GPT-2's Conv1D weights transposed, q/k/v grouped
 per query group, gate and up stacked, the vocabulary padded and cut), so a model imported and
@@ -14,13 +20,15 @@ exported again gives the same tensors, bit for bit, in the dtype they were store
 
 import os
 
-from ._lib import _raw, make_enum, make_struct, struct_to_dict
-from .errors import InvalidArgumentError
+from ._lib import _raw, enum_member, make_enum, make_struct, struct_to_dict
 from .tensor import DType
 
-HFArchitecture = make_enum("HFArchitecture", "PTDP_HF_ARCHITECTURE_",
+HFArchitecture = make_enum("HFArchitecture", "ptdp_hf_architecture", "PTDP_HF_ARCHITECTURE_",
                            "A Hugging Face model class (ptdp_hf_architecture): AUTO (on export: the class the "
-                           "model's settings call for), GPT2, LLAMA, MISTRAL, QWEN2.")
+                           "model's settings call for), GPT2, LLAMA, MISTRAL, QWEN2, also named by the classes' "
+                           "names (\"LlamaForCausalLM\", ...).",
+                           aliases={"GPT2LMHeadModel": "GPT2", "LlamaForCausalLM": "LLAMA",
+                                    "MistralForCausalLM": "MISTRAL", "Qwen2ForCausalLM": "QWEN2"})
 
 
 def _read(directory):
@@ -51,16 +59,6 @@ def hf_load(directory, model):
     _raw.ptdp_hf_load(os.fspath(directory), model.handle)
 
 
-def _member(enum_cls, value, what):
-    """An enum member from itself, its number (passed on for the library to check) or its name in
-    any case; None stays None."""
-    if value is None or not isinstance(value, str):
-        return None if value is None else int(value)
-    if value.upper() not in enum_cls.__members__:
-        raise InvalidArgumentError(f"hf_save: {what} = {value!r} is not one of {', '.join(enum_cls.__members__)}")
-    return int(enum_cls[value.upper()])
-
-
 def hf_save(directory, model, architecture=None, dtype=None, max_shard_size=None, base_config=None):
     """Writes ``model`` (any layout) as a Hugging Face checkpoint in ``directory`` (created when
     missing): config.json and model.safetensors. ``architecture``: the class to write (an
@@ -70,8 +68,10 @@ def hf_save(directory, model, architecture=None, dtype=None, max_shard_size=None
     index, as Hugging Face splits them (default: one file); ``base_config``: a config.json whose
     fields ptdp does not describe (token ids, ...) are kept. Collective over the model's world;
     world rank 0 writes."""
-    options = make_struct("ptdp_hf_save_options", architecture=_member(HFArchitecture, architecture, "architecture"),
-                          dtype=_member(DType, dtype, "dtype"),
+    options = make_struct("ptdp_hf_save_options",
+                          architecture=None if architecture is None else enum_member(HFArchitecture, architecture,
+                                                                                     "hf_save: architecture"),
+                          dtype=None if dtype is None else enum_member(DType, dtype, "hf_save: dtype"),
                           max_shard_size=None if max_shard_size is None else int(max_shard_size),
                           base_config=None if base_config is None else os.fspath(base_config))
     _raw.ptdp_hf_save(os.fspath(directory), model.handle, options)

@@ -19,16 +19,21 @@ import numpy as np
 
 from ._lib import Handle, _raw, as_float32, as_int32, make_enum, make_struct, out_array, struct_to_dict
 
-Recompute = make_enum("Recompute", "PTDP_RECOMPUTE_", "Activation recomputation (ptdp_recompute).")
-Normalization = make_enum("Normalization", "PTDP_NORMALIZATION_",
-                          "The norm of every norm layer (ptdp_normalization): LAYERNORM or RMSNORM.")
-PositionEmbedding = make_enum("PositionEmbedding", "PTDP_POSITION_EMBEDDING_",
-                              "How positions enter the model (ptdp_position_embedding): LEARNED_ABSOLUTE, ROPE "
-                              "or NONE.")
+Recompute = make_enum("Recompute", "ptdp_recompute", "PTDP_RECOMPUTE_",
+                      "Activation recomputation (ptdp_recompute, ``--recompute-granularity``): NONE, FULL or "
+                      "SELECTIVE.")
+Attention = make_enum("Attention", "ptdp_attention", "PTDP_ATTENTION_",
+                      "How attention is computed (ptdp_attention, ``--attention-backend``): AUTO, FUSED or UNFUSED.")
+Normalization = make_enum("Normalization", "ptdp_normalization", "PTDP_NORMALIZATION_",
+                          "The norm of every norm layer (ptdp_normalization, ``--normalization``): LAYERNORM or "
+                          "RMSNORM.")
+PositionEmbedding = make_enum("PositionEmbedding", "ptdp_position_embedding", "PTDP_POSITION_EMBEDDING_",
+                              "How positions enter the model (ptdp_position_embedding, "
+                              "``--position-embedding-type``): LEARNED_ABSOLUTE, ROPE or NONE.")
 
-EodFlags = make_enum("EodFlags", "PTDP_EOD_",
+EodFlags = make_enum("EodFlags", "ptdp_eod_flags", "PTDP_EOD_",
                      "Megatron's end-of-document rules (ptdp_eod_flags): MASK_LOSS, RESET_POSITION_IDS, "
-                     "RESET_ATTENTION_MASK.")
+                     "RESET_ATTENTION_MASK.", flags=True)
 
 #: The label that takes no part in the loss (PyTorch's and Hugging Face's ignore_index).
 IGNORE_INDEX = -100
@@ -47,7 +52,14 @@ def eod_masks(tokens, seq_length, eod_token_id, labels=None, eod_mask_loss=True,
     ``position_ids`` each token's position within its document (with ``reset_position_ids``, else
     None) and ``document_starts`` the first position of its document (with
     ``reset_attention_mask``, else None), ready for :meth:`Model.forward_backward` and the other
-    calls that take them."""
+    calls that take them.
+
+    >>> import numpy as np, ptdp
+    >>> tokens = np.array([[5, 0, 7, 8]], dtype=np.int32)     # 0 ends the first document
+    >>> labels, positions, starts = ptdp.eod_masks(tokens, 4, 0, labels=[[0, 7, 8, 9]])
+    >>> labels.tolist(), positions.tolist(), starts.tolist()
+    ([[0, -100, 8, 9]], [[0, 1, 0, 1]], [[0, 0, 2, 2]])
+    """
     t = as_int32(tokens, "tokens")
     seq_length = int(seq_length)
     if seq_length <= 0 or t.size % seq_length:
@@ -94,7 +106,12 @@ class _Masks:
 
 
 def model_presets():
-    """The names of the model presets (``--model-preset`` of ptdp-train and ptdp-plan), in order."""
+    """The names of the model presets (``--model-preset`` of ptdp-train and ptdp-plan), in order.
+
+    >>> import ptdp
+    >>> ptdp.model_presets()[:2]
+    ['gpt2-124m', 'gpt2-355m']
+    """
     from .training import _text  # imported here: training imports this module
     return [_text(lambda buffer, i=i: _raw.ptdp_model_preset_name(i, buffer))
             for i in range(_raw.ptdp_model_preset_count())]
@@ -102,7 +119,15 @@ def model_presets():
 
 def preset_options(name, **fields):
     """The ``ptdp_gpt_options`` of a named preset (any case) as a dict, with ``fields`` replaced.
-    An unknown name raises :class:`ptdp.InvalidArgumentError` listing the presets."""
+    An unknown name raises :class:`ptdp.InvalidArgumentError` listing the presets.
+
+    >>> import ptdp
+    >>> options = ptdp.preset_options("GPT2-124M", seq_length=128, recompute_granularity="selective")
+    >>> options["num_layers"], options["hidden_size"], options["seq_length"]
+    (12, 768, 128)
+    >>> options["recompute_granularity"] == ptdp.Recompute.SELECTIVE
+    True
+    """
     opts = make_struct("ptdp_gpt_options")
     _raw.ptdp_gpt_options_from_preset(str(name), opts)
     return struct_to_dict(make_struct("ptdp_gpt_options", opts, **fields))
@@ -123,7 +148,25 @@ class Model(Handle):
     the Llama family's included: ``normalization=Normalization.RMSNORM``, ``swiglu=1``,
     ``position_embedding_type=PositionEmbedding.ROPE``, ``rotary_base``, ``num_query_groups``,
     ``kv_channels``, ``disable_bias_linear=1``, ``add_qkv_bias``, ``qk_layernorm``,
-    ``use_rope_scaling`` and the rope factors.
+    ``use_rope_scaling`` and the rope factors. Enum fields take names: ``normalization="rmsnorm"``,
+    ``position_embedding_type="rope"``, ``recompute_granularity="full"``, ``precision="bf16"``,
+    ``attention="unfused"``.
+
+    The model depends on its groups: closing them closes the model (and its optimizer) first.
+
+    >>> import numpy as np, ptdp
+    >>> with ptdp.Runtime() as rt, rt.groups() as groups:
+    ...     model = ptdp.Model(groups, num_layers=2, hidden_size=32, num_attention_heads=4, seq_length=8,
+    ...                        vocab_size=64, normalization="RMSNorm", swiglu=1, position_embedding_type="rope",
+    ...                        recompute_granularity="full")
+    ...     tokens = np.arange(16, dtype=np.int32).reshape(2, 8)
+    ...     loss = model.forward_backward(tokens, (tokens + 1) % 64)
+    ...     model.logits(tokens).shape, model.get_options()["normalization"] == ptdp.Normalization.RMSNORM
+    ...     [p.name for p in model.parameters()][:2]
+    ((2, 8, 64), True)
+    ['embedding.word_embeddings.weight', 'decoder.layers.0.input_layernorm.weight']
+    >>> model.closed
+    True
     """
 
     _destroy = staticmethod(_raw.ptdp_model_destroy)
@@ -134,7 +177,7 @@ class Model(Handle):
                 raise TypeError("Model: give options or preset, not both")
             options = preset_options(preset)
         opts = make_struct("ptdp_gpt_options", options, **fields)
-        super().__init__(_raw.ptdp_model_create(groups.handle, opts), groups)
+        super().__init__(_raw.ptdp_model_create(groups.handle, opts), parent=groups)
         self.groups = groups
         self.options = struct_to_dict(opts)
         self.seq_length = opts.seq_length

@@ -27,6 +27,25 @@ class Stage:
     chunk; return the gradient of the chunk's input (None from chunk 0).
     ``backward_weight(chunk, microbatch)``: optional; define it to receive the weight-gradient
     part separately (needed by zero-bubble schedules), else compute it in backward_input.
+
+    A one-chunk model, loss = a * sum(x), run on one pipeline rank:
+
+    >>> import numpy as np, ptdp
+    >>> class Scale(ptdp.Stage):
+    ...     activation_shape = (3,)
+    ...     def __init__(self):
+    ...         self.a, self.grad_a, self.inputs = 2.0, 0.0, {}
+    ...     def forward(self, chunk, microbatch, input):
+    ...         self.inputs[microbatch] = np.full(3, microbatch + 1.0, dtype=np.float32)
+    ...         return None                          # the last chunk: it computes its loss
+    ...     def backward_input(self, chunk, microbatch, grad_output):
+    ...         self.grad_a += float(self.inputs.pop(microbatch).sum())
+    ...         return None                          # chunk 0 has no input to differentiate
+    >>> stage = Scale()
+    >>> with ptdp.Runtime() as rt, rt.groups() as groups, ptdp.Schedule("gpipe", 1, 2) as schedule:
+    ...     ptdp.pipeline_run(groups, schedule, stage)
+    >>> stage.grad_a                                 # 3 * 1 + 3 * 2
+    9.0
     """
 
     activation_shape = ()
@@ -59,9 +78,7 @@ class _Dispatcher:
         if value is None:
             return None
         if isinstance(value, Tensor):
-            ptr = value.handle
-            value._ptr = None  # handed over: the library destroys it
-            return ptr
+            return value._hand_over()  # the library destroys it
         a = np.ascontiguousarray(value, dtype=np.float32)
         options = make_struct("ptdp_tensor_options", dtype=DType.F32)
         return _raw.ptdp_tensor_create(options, a.shape, a)

@@ -1,11 +1,23 @@
-"""Preprocessing: JSON lines to Megatron's indexed data sets, and merging data sets, as
+r"""Preprocessing: JSON lines to Megatron's indexed data sets, and merging data sets, as
 Megatron-LM's ``tools/preprocess_data.py`` and ``tools/merge_datasets.py`` do (the library's
 code, shared with the ``ptdp-preprocess-data`` and ``ptdp-merge-datasets`` tools).
 
-    result = ptdp.preprocess(["corpus.jsonl"], "data/corpus", tokenizer_type="GPT2BPETokenizer",
-                             vocab_file="vocab.json", merge_file="merges.txt", append_eod=True,
-                             workers=4)
-    ds = ptdp.IndexedDataset("data/corpus_text_document")
+>>> import json, os, tempfile, ptdp
+>>> directory = tempfile.TemporaryDirectory()
+>>> corpus = os.path.join(directory.name, "corpus.jsonl")
+>>> with open(corpus, "w") as f:
+...     f.writelines(json.dumps({"text": text}) + "\n" for text in ("Hello", "world!"))
+>>> result = ptdp.preprocess(corpus, os.path.join(directory.name, "corpus"), tokenizer_type="ByteLevel",
+...                          workers=2)
+>>> result.documents, result.tokens
+(2, 11)
+>>> with ptdp.IndexedDataset(os.path.join(directory.name, "corpus_text_document")) as ds:
+...     len(ds), bytes(ds[1].astype("uint8"))
+(2, b'world!')
+>>> directory.cleanup()
+
+With GPT-2's files: ``tokenizer_type="GPT2BPETokenizer", vocab_file="vocab.json",
+merge_file="merges.txt", append_eod=True``.
 
 Each key of ``json_keys`` gives the data set OUTPUT_PREFIX_KEY_document (.bin and .idx), read by
 :class:`ptdp.IndexedDataset` and by ptdp-train's ``--data-path``. Blends need no call: the data
@@ -77,10 +89,22 @@ def preprocess(input, output_prefix, json_keys=None, tokenizer_type=None, vocab_
 
 
 def merge_datasets(prefixes, output_prefix):
-    """Concatenates the indexed data sets ``prefixes`` (their documents and sequences, in order)
+    r"""Concatenates the indexed data sets ``prefixes`` (their documents and sequences, in order)
     into OUTPUT_PREFIX.bin and .idx. Data sets of different dtypes raise
     :class:`ptdp.InvalidArgumentError`; a missing or malformed one :class:`ptdp.FileError` naming
-    the file."""
+    the file.
+
+    >>> import json, os, tempfile, ptdp
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     corpus = os.path.join(directory, "corpus.jsonl")
+    ...     with open(corpus, "w") as f:
+    ...         _ = f.write(json.dumps({"text": "one document"}) + "\n")
+    ...     _ = ptdp.preprocess(corpus, os.path.join(directory, "a"))
+    ...     prefix = os.path.join(directory, "a_text_document")
+    ...     ptdp.merge_datasets([prefix, prefix], os.path.join(directory, "twice"))
+    ...     len(ptdp.IndexedDataset(os.path.join(directory, "twice")))
+    2
+    """
     _raw.ptdp_merge_datasets(_paths(prefixes), os.fspath(output_prefix))
 
 

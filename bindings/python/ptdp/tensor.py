@@ -3,10 +3,15 @@ through the buffer protocol (one copy, straight between the numpy buffer and the
 
 import numpy as np
 
-from ._lib import Handle, _raw, make_enum, make_struct, out_array
+from ._lib import Handle, _raw, enum_member, make_enum, make_struct, out_array
 
-DType = make_enum("DType", "PTDP_DTYPE_", "Element type of a tensor (ptdp_dtype).")
-Device = make_enum("Device", "PTDP_DEVICE_", "Kind of device a tensor lives on (ptdp_device).")
+DType = make_enum("DType", "ptdp_dtype", "PTDP_DTYPE_",
+                  "Element type (ptdp_dtype): F32, BF16, F16, I32, I64; also named as numpy and ptdp-train name "
+                  "them (\"float32\", \"fp16\", \"bfloat16\", \"int64\", ...).",
+                  aliases={"fp32": "F32", "float32": "F32", "fp16": "F16", "float16": "F16", "bfloat16": "BF16",
+                           "int32": "I32", "int64": "I64"})
+Device = make_enum("Device", "ptdp_device", "PTDP_DEVICE_", "Kind of device a tensor lives on (ptdp_device): CPU or "
+                   "CUDA.")
 
 # bfloat16 has no numpy type: its elements travel as uint16 bit patterns.
 _TO_NUMPY = {DType.F32: np.float32, DType.BF16: np.uint16, DType.F16: np.float16,
@@ -17,7 +22,7 @@ _FROM_NUMPY = {np.dtype(np.float32): DType.F32, np.dtype(np.float16): DType.F16,
 
 def numpy_dtype(dtype):
     """The numpy dtype that holds a ptdp dtype's elements (uint16 for bf16)."""
-    return np.dtype(_TO_NUMPY[DType(dtype)])
+    return np.dtype(_TO_NUMPY[enum_member(DType, dtype, "dtype")])
 
 
 class Tensor(Handle):
@@ -25,7 +30,20 @@ class Tensor(Handle):
 
     ``Tensor(array)`` copies a numpy array (float32, float16, int32 or int64; pass
     ``dtype=DType.BF16`` with uint16 bit patterns); ``Tensor.zeros(shape, dtype)`` makes a zeroed
-    one. ``numpy()`` copies the elements out, into ``out`` when given.
+    one. ``numpy()`` copies the elements out, into ``out`` when given. A dtype is a
+    :class:`DType` or its name ("f32", "bf16", "fp16", "float16", "int64", ...).
+
+    >>> import numpy as np, ptdp
+    >>> t = ptdp.Tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    >>> t, t.shape, t.numel
+    (<ptdp.Tensor f32 [2, 3]>, (2, 3), 6)
+    >>> half = t.cast("bf16")
+    >>> half.dtype, half.cast("f32").numpy()
+    (<DType.BF16: 1>, array([[0., 1., 2.],
+           [3., 4., 5.]], dtype=float32))
+    >>> ptdp.Tensor.zeros((2, 2), dtype="int64").fill(7).numpy()
+    array([[7, 7],
+           [7, 7]])
     """
 
     _destroy = staticmethod(_raw.ptdp_tensor_destroy)
@@ -36,7 +54,7 @@ class Tensor(Handle):
             if a.dtype not in _FROM_NUMPY:
                 a = a.astype(np.float32)
             dtype = _FROM_NUMPY[a.dtype]
-        dtype = DType(dtype)
+        dtype = enum_member(DType, dtype, "dtype")
         a = np.ascontiguousarray(a, dtype=_TO_NUMPY[dtype])
         options = make_struct("ptdp_tensor_options", dtype=dtype, device=device, device_index=device_index)
         super().__init__(_raw.ptdp_tensor_create(options, a.shape, a if a.size else None))
@@ -44,7 +62,8 @@ class Tensor(Handle):
     @classmethod
     def zeros(cls, shape, dtype=DType.F32, device=Device.CPU, device_index=0):
         """A zero-filled tensor."""
-        options = make_struct("ptdp_tensor_options", dtype=DType(dtype), device=device, device_index=device_index)
+        options = make_struct("ptdp_tensor_options", dtype=enum_member(DType, dtype, "dtype"), device=device,
+                              device_index=device_index)
         return cls._wrap(_raw.ptdp_tensor_create(options, tuple(shape), None))
 
     @classmethod
@@ -104,7 +123,7 @@ class Tensor(Handle):
 
     def cast(self, dtype):
         """A new tensor of another floating dtype (round to nearest even)."""
-        return Tensor._wrap(_raw.ptdp_tensor_cast(self.handle, DType(dtype)))
+        return Tensor._wrap(_raw.ptdp_tensor_cast(self.handle, dtype))
 
     def __repr__(self):
         if self.closed:

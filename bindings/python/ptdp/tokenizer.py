@@ -2,8 +2,14 @@
 ``--tokenizer-type`` names and flags and the ids the reference libraries give for the same files.
 
     tok = ptdp.Tokenizer("GPT2BPETokenizer", vocab_file="vocab.json", merge_file="merges.txt")
-    ids = tok.encode("Hello world")          # int32 numpy array
-    text = tok.decode(ids)
+
+or, with no files, bytes as ids:
+
+>>> import ptdp
+>>> tok = ptdp.Tokenizer("ByteLevel")
+>>> ids = tok.encode("Hi!")                 # an int32 numpy array
+>>> ids.tolist(), tok.decode(ids), tok.vocab_size, tok.eod
+([72, 105, 33], 'Hi!', 256, None)
 
 No special token is added around the text. Byte-level tokenizers take any bytes and give them
 back (``decode_bytes(encode(b)) == b``); :meth:`Tokenizer.decode` turns bytes that are not
@@ -15,46 +21,37 @@ import os
 
 import numpy as np
 
-from ._lib import Handle, _raw, as_int32, filled, make_enum, make_struct
-from .errors import InvalidArgumentError, error_for
-
-TokenizerType = make_enum("TokenizerType", "PTDP_TOKENIZER_",
-                          "Kind of tokenizer (ptdp_tokenizer_type): BYTE_LEVEL, NULL, GPT2_BPE, HUGGING_FACE, "
-                          "SENTENCE_PIECE.")
+from ._lib import Handle, _raw, as_int32, enum_member, filled, make_enum, make_struct
+from .errors import error_for
 
 # Megatron's --tokenizer-type names of the types.
 _MEGATRON_NAMES = {
-    "ByteLevel": TokenizerType.BYTE_LEVEL,
-    "NullTokenizer": TokenizerType.NULL,
-    "GPT2BPETokenizer": TokenizerType.GPT2_BPE,
-    "HuggingFaceTokenizer": TokenizerType.HUGGING_FACE,
-    "SentencePieceTokenizer": TokenizerType.SENTENCE_PIECE,
+    "ByteLevel": "BYTE_LEVEL",
+    "NullTokenizer": "NULL",
+    "GPT2BPETokenizer": "GPT2_BPE",
+    "HuggingFaceTokenizer": "HUGGING_FACE",
+    "SentencePieceTokenizer": "SENTENCE_PIECE",
 }
+
+TokenizerType = make_enum("TokenizerType", "ptdp_tokenizer_type", "PTDP_TOKENIZER_",
+                          "Kind of tokenizer (ptdp_tokenizer_type): BYTE_LEVEL, NULL, GPT2_BPE, HUGGING_FACE, "
+                          "SENTENCE_PIECE, also named by Megatron's ``--tokenizer-type`` names (\"ByteLevel\", "
+                          "\"NullTokenizer\", \"GPT2BPETokenizer\", \"HuggingFaceTokenizer\", "
+                          "\"SentencePieceTokenizer\").", aliases=_MEGATRON_NAMES)
 
 
 def as_tokenizer_type(value, what="Tokenizer: type"):
     """A :class:`TokenizerType` from itself, its number, its enum name ("GPT2_BPE") or Megatron's
     name ("GPT2BPETokenizer"). Anything else raises :class:`ptdp.InvalidArgumentError` naming
     ``what`` and the names."""
-    if isinstance(value, str):
-        if value in _MEGATRON_NAMES:
-            return _MEGATRON_NAMES[value]
-        if value.upper() in TokenizerType.__members__:
-            return TokenizerType[value.upper()]
-    else:
-        try:
-            return TokenizerType(value)
-        except ValueError:
-            pass
-    raise InvalidArgumentError(f"{what} = {value!r} is not a tokenizer type; expected one of "
-                               f"{', '.join(_MEGATRON_NAMES)} or a ptdp.TokenizerType")
+    return enum_member(TokenizerType, value, what)
 
 
 def megatron_name(value):
     """Megatron's ``--tokenizer-type`` name of a tokenizer type (any form :func:`as_tokenizer_type`
     takes)."""
-    wanted = as_tokenizer_type(value)
-    return next(name for name, t in _MEGATRON_NAMES.items() if t == wanted)
+    wanted = as_tokenizer_type(value).name
+    return next(name for name, member in _MEGATRON_NAMES.items() if member == wanted)
 
 
 def _path(value):
@@ -81,6 +78,11 @@ class Tokenizer(Handle):
     (NullTokenizer's V). A file the type needs and is not given, or one it does not use, raises
     :class:`ptdp.InvalidArgumentError` naming the flag; a missing or malformed file
     :class:`ptdp.FileError` naming it.
+
+    >>> import ptdp
+    >>> with ptdp.Tokenizer("NullTokenizer", vocab_size=100) as tok:   # ids written as numbers
+    ...     tok.encode("3 14 15").tolist(), tok.eod, tok.type == ptdp.TokenizerType.NULL
+    ([3, 14, 15], 100, True)
     """
 
     _destroy = staticmethod(_raw.ptdp_tokenizer_destroy)

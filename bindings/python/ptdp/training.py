@@ -3,12 +3,18 @@
 
 from collections import namedtuple
 
-from ._lib import Handle, _raw, as_int32, filled, handle_of, make_enum, make_struct, struct_to_dict
+from ._lib import Handle, _raw, as_int32, enum_member, filled, handle_of, make_enum, make_struct, struct_to_dict
 from .model import _Masks, pipeline_options
 
-OptimizerKind = make_enum("OptimizerKind", "PTDP_OPTIMIZER_", "Optimizer algorithm (ptdp_optimizer_kind).")
-LRDecayStyle = make_enum("LRDecayStyle", "PTDP_LR_", "Learning-rate decay (ptdp_lr_decay_style).")
-ParamFlags = make_enum("ParamFlags", "PTDP_PARAM_", "Flags of a registered parameter (ptdp_param_flags).")
+OptimizerKind = make_enum("OptimizerKind", "ptdp_optimizer_kind", "PTDP_OPTIMIZER_",
+                          "Optimizer algorithm (ptdp_optimizer_kind, ``--optimizer``): ADAM (AdamW, also spelt "
+                          "\"adamw\") or SGD.", aliases={"adamw": "ADAM"})
+LRDecayStyle = make_enum("LRDecayStyle", "ptdp_lr_decay_style", "PTDP_LR_",
+                         "Learning-rate decay (ptdp_lr_decay_style, ``--lr-decay-style``): CONSTANT, LINEAR or "
+                         "COSINE.")
+ParamFlags = make_enum("ParamFlags", "ptdp_param_flags", "PTDP_PARAM_",
+                       "Flags of a registered parameter (ptdp_param_flags): DEFAULT, REPLICATED, NO_WEIGHT_DECAY; "
+                       "names combine as \"replicated|no_weight_decay\".", flags=True)
 
 IterationResult = namedtuple("IterationResult", "loss grad_norm learning_rate loss_scale skipped skipped_iterations "
                              "seconds comm_wait_seconds")
@@ -26,26 +32,54 @@ class Optimizer(Handle):
 
     ``options``: a ``ptdp_optimizer_options`` struct or dict (``TrainConfig.optimizer_options()``);
     keyword fields with Megatron's names (optimizer, lr, min_lr, lr_decay_style, weight_decay,
-    clip_grad, use_distributed_optimizer, ...).
+    clip_grad, use_distributed_optimizer, ...), the enums by name as ptdp-train's flags take
+    them: ``optimizer="adam"`` or ``"sgd"``, ``lr_decay_style="cosine"``. The optimizer depends
+    on its model: closing the model (or its groups) closes the optimizer first.
+
+    >>> import numpy as np, ptdp
+    >>> with ptdp.Runtime() as rt, rt.groups() as groups:
+    ...     model = ptdp.Model(groups, num_layers=1, hidden_size=16, num_attention_heads=2, seq_length=8,
+    ...                        vocab_size=32)
+    ...     optimizer = ptdp.Optimizer(model, optimizer="adam", lr=1e-3, lr_decay_style="cosine",
+    ...                                lr_decay_iters=10)
+    ...     tokens = np.zeros((2, 8), dtype=np.int32)
+    ...     with ptdp.Schedule("1f1b", 1, 1) as schedule:
+    ...         result = ptdp.train_iteration(model, optimizer, schedule, tokens, tokens, 2, 0)
+    ...     result.learning_rate
+    0.001
+    >>> optimizer.closed
+    True
     """
 
     _destroy = staticmethod(_raw.ptdp_optimizer_destroy)
 
     def __init__(self, model, options=None, **fields):
         opts = make_struct("ptdp_optimizer_options", options, **fields)
-        super().__init__(_raw.ptdp_optimizer_create(model.handle, opts), model)
+        super().__init__(_raw.ptdp_optimizer_create(model.handle, opts), parent=model)
         self.model = model
 
     @classmethod
     def for_tensors(cls, groups, params, grads, flags=None, options=None, **fields):
         """An optimizer over a user's own f32 (or bf16/f16) parameter tensors and f32 gradients.
-        The tensors are re-pointed into the optimizer's flat buffers (values kept)."""
+        The tensors are re-pointed into the optimizer's flat buffers (values kept). ``flags``: one
+        :class:`ParamFlags` per tensor, or its name ("replicated", "no_weight_decay", joined by
+        "|" to combine them), or its int. Closing ``groups`` closes the optimizer first.
+
+        >>> import numpy as np, ptdp
+        >>> with ptdp.Runtime() as rt, rt.groups() as groups:
+        ...     w, g = ptdp.Tensor(np.ones(4, np.float32)), ptdp.Tensor(np.full(4, 0.5, np.float32))
+        ...     sgd = ptdp.Optimizer.for_tensors(groups, [w], [g], flags=["no_weight_decay"], optimizer="sgd",
+        ...                                      lr=0.1, sgd_momentum=0)
+        ...     sgd.step(0).grad_norm, w.numpy()
+        (1.0, array([0.95, 0.95, 0.95, 0.95], dtype=float32))
+        """
         opts = make_struct("ptdp_optimizer_options", options, **fields)
-        f = None if flags is None else as_int32([int(x) for x in flags], "flags", len(params))
+        f = None if flags is None else as_int32([int(enum_member(ParamFlags, x, f"flags[{i}]"))
+                                                 for i, x in enumerate(flags)], "flags", len(params))
         o = cls.__new__(cls)
         Handle.__init__(o, _raw.ptdp_optimizer_create_for_tensors(
             groups.handle, opts, [handle_of(p) for p in params], [handle_of(g) for g in grads], f, len(params)),
-            groups, tuple(params), tuple(grads))
+            tuple(params), tuple(grads), parent=groups)
         o.model = None
         return o
 
@@ -97,7 +131,16 @@ class TrainConfig(Handle):
     """ptdp-train's command line (``ptdp_train_config``), parsed by the library: Megatron-LM's
     flag names, e.g. ``TrainConfig(["--num-layers", "2", "--hidden-size", "64", ...])`` or one
     string. The option structs it implies come out as dicts, ready for ``Model(groups,
-    config.gpt_options())``, ``Optimizer(model, config.optimizer_options())`` and so on."""
+    config.gpt_options())``, ``Optimizer(model, config.optimizer_options())`` and so on.
+
+    >>> import ptdp
+    >>> config = ptdp.TrainConfig("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 "
+    ...                           "--micro-batch-size 2 --global-batch-size 8 --optimizer sgd --mock-data")
+    >>> config.gpt_options()["hidden_size"], config.settings()["global_batch_size"]
+    (64, 8)
+    >>> config.optimizer_options()["optimizer"] == ptdp.OptimizerKind.SGD
+    True
+    """
 
     _destroy = staticmethod(_raw.ptdp_train_config_destroy)
 
@@ -159,7 +202,13 @@ def train(args=(), program="ptdp-train"):
     """Runs ptdp-train with ``args`` (its flags, a list or one string) through the library's
     training loop, the one every front end shares: the same log lines, JSON lines and
     checkpoints as ``ptdp-train``. Returns the exit status: 0 done, 1 failed (the message went to
-    stderr as "ptdp-train: rank R: ..."), 2 bad flags. Under mpirun every rank calls it."""
+    stderr as "ptdp-train: rank R: ..."), 2 bad flags. Under mpirun every rank calls it.
+
+    >>> import ptdp
+    >>> ptdp.train("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 "
+    ...            "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --mock-data --log-interval 100")
+    0
+    """
     argv = [program] + (args.split() if isinstance(args, str) else [str(a) for a in args])
     return _raw.ptdp_train_main(argv)
 
@@ -197,12 +246,19 @@ class Trainer(Handle):
     called on every rank after each iteration with an :class:`IterationReport`; returning True
     stops the run (the ranks agree; with --save a checkpoint is written first), as does
     :meth:`stop`. ``runtime``: a :class:`Runtime` to train on (default: one over MPI_COMM_WORLD);
-    ``print_log=False`` keeps stdout quiet.
+    ``print_log=False`` keeps stdout quiet. A trainer given a runtime depends on it: closing the
+    runtime closes the trainer first. Creating and closing a trainer are collective.
 
-        with ptdp.Trainer("--num-layers 2 ... --train-iters 100",
-                          on_iteration=lambda r: r.lm_loss < 2.0) as t:
-            t.run()
-            print(t.last_report.lm_loss, t.last_report.mfu)
+    >>> import ptdp
+    >>> flags = ("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 "
+    ...          "--micro-batch-size 2 --global-batch-size 4 --train-iters 100 --lr 1e-3 --mock-data")
+    >>> with ptdp.Runtime() as rt:
+    ...     trainer = ptdp.Trainer(flags, runtime=rt, print_log=False, on_iteration=lambda r: r.iteration == 3)
+    ...     report = trainer.run()                 # stopped by on_iteration after iteration 3
+    ...     report.iteration, report.consumed_samples, 0 < report.lm_loss < 10
+    (3, 12, True)
+    >>> trainer.closed
+    True
     """
 
     _destroy = staticmethod(_raw.ptdp_trainer_destroy)
@@ -212,7 +268,7 @@ class Trainer(Handle):
         if not isinstance(config, TrainConfig):
             config = TrainConfig(config)
         self._options = _TrainerOptions(runtime, print_log, on_iteration)
-        super().__init__(_raw.ptdp_trainer_create(config.handle, self._options), runtime, self._options)
+        super().__init__(_raw.ptdp_trainer_create(config.handle, self._options), self._options, parent=runtime)
 
     def run(self):
         """Trains to --train-iters, or until --exit-interval or a stop; returns the last
@@ -237,7 +293,21 @@ class Trainer(Handle):
 
 def save_checkpoint(directory, model, optimizer=None, config=None, iteration=0, consumed_train_samples=0,
                     consumed_valid_samples=0):
-    """Saves DIR/iter_NNNNNNN and makes it the latest (collective over the model's world)."""
+    """Saves DIR/iter_NNNNNNN and makes it the latest (collective over the model's world).
+
+    >>> import os, tempfile, numpy as np, ptdp
+    >>> with ptdp.Runtime() as rt, rt.groups() as groups, tempfile.TemporaryDirectory() as directory:
+    ...     model = ptdp.Model(groups, num_layers=1, hidden_size=16, num_attention_heads=2, seq_length=8,
+    ...                        vocab_size=32)
+    ...     ptdp.save_checkpoint(directory, model, iteration=5)
+    ...     options, iteration = ptdp.read_checkpoint_options(directory)
+    ...     copy = ptdp.Model(groups, options, seed=99)            # other initial values
+    ...     state = ptdp.load_checkpoint(directory, copy)
+    ...     name = "embedding.word_embeddings.weight"
+    ...     "iter_0000005" in os.listdir(directory), state.iteration, np.array_equal(copy.get_param(name),
+    ...                                                                              model.get_param(name))
+    (True, 5, True)
+    """
     state = make_struct("ptdp_checkpoint_state", iteration=int(iteration),
                         consumed_train_samples=int(consumed_train_samples),
                         consumed_valid_samples=int(consumed_valid_samples))

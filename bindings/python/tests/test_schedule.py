@@ -39,5 +39,6 @@ def test_simulate_and_svg(tmp_path):
 def test_bad_schedule_arguments_raise_with_the_library_message():
     with pytest.raises(ptdp.InvalidArgumentError, match="ptdp_schedule_create"):
         ptdp.Schedule("interleaved_1f1b", 2, 3, 2)
-    with pytest.raises(KeyError):
+    with pytest.raises(ptdp.InvalidArgumentError, match="kind = 'no-such-kind' is not a ptdp.ScheduleKind; expected "
+                                                        "one of 'gpipe', '1f1b', 'interleaved_1f1b', 'zb_h1'"):
         ptdp.Schedule("no-such-kind", 2, 2)

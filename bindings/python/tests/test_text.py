@@ -106,7 +106,9 @@ def test_tokenizer_refusals_name_what_is_wrong(gpt2):
         ptdp.Tokenizer("NullTokenizer")
     with pytest.raises(ptdp.InvalidArgumentError, match="needs --tokenizer-model"):
         ptdp.Tokenizer("SentencePieceTokenizer")
-    with pytest.raises(ptdp.InvalidArgumentError, match="Tokenizer: type = 'WordPiece' is not a tokenizer type"):
+    with pytest.raises(ptdp.InvalidArgumentError,
+                       match="Tokenizer: type = 'WordPiece' is not a ptdp.TokenizerType; expected one of "
+                             ".*'GPT2BPETokenizer'"):
         ptdp.Tokenizer("WordPiece")
     with pytest.raises(ptdp.InvalidArgumentError, match="Tokenizer: type = 9"):
         ptdp.Tokenizer(9)
@@ -320,7 +322,9 @@ def test_hf_shards_dtypes_and_refusals(groups, tmp_path):
         with pytest.raises(ptdp.InvalidArgumentError, match="hidden_size"):
             with ptdp.Model(groups, dict(TINY, hidden_size=32)) as wrong:
                 ptdp.hf_load(tmp_path / "bf16", wrong)
-        with pytest.raises(ptdp.InvalidArgumentError, match="hf_save: architecture = 'bert' is not one of"):
+        with pytest.raises(ptdp.InvalidArgumentError,
+                           match="hf_save: architecture = 'bert' is not a ptdp.HFArchitecture; expected one of 'auto', "
+                                 "'gpt2'"):
             ptdp.hf_save(tmp_path / "x", a, architecture="bert")
         with pytest.raises(ptdp.InvalidArgumentError, match="max_shard_size"):
             ptdp.hf_save(tmp_path / "x", a, max_shard_size=-1)
