@@ -5,9 +5,9 @@
 #   2. writes DOCS_DIR/generated/ptdp-train-flags.md from `TRAIN_TOOL --help`;
 #   3. runs Doxygen (DOXYFILE), whose warnings go to DOCS_DIR/doxygen-warnings.log;
 #   4. fails, printing them, on any warning about the public headers (ptdp.h, ptdp_mpi.h), the
-#      main page, the guides, the generated pages or the configuration; warnings about the
-#      core headers (internal) are only counted. Then checks that the HTML holds the figures
-#      and the flags page.
+#      main page, the architecture, the guides, the generated pages or the configuration;
+#      warnings about the core headers (internal) are only counted. Then checks that the HTML
+#      holds the figures, the flags page and the architecture.
 foreach(var DOXYGEN_EXECUTABLE DOXYFILE DOCS_DIR SOURCE_DIR DRAW_TOOL TRAIN_TOOL)
   if(NOT DEFINED ${var})
     message(FATAL_ERROR "build_docs.cmake: -D${var}=... is required")
@@ -109,7 +109,7 @@ foreach(entry IN LISTS entries)
   if(entry MATCHES "^[^:]*ptdp/ptdp(_mpi)?\\.h:")
     math(EXPR n_public "${n_public} + 1")
     string(APPEND fatal "${entry}\n")
-  elseif(entry MATCHES "^[^:]*(docs/mainpage\\.md|docs/guides/|/generated/|Doxyfile)")
+  elseif(entry MATCHES "^[^:]*(docs/mainpage\\.md|docs/architecture\\.md|docs/guides/|/generated/|Doxyfile)")
     math(EXPR n_pages "${n_pages} + 1")
     string(APPEND fatal "${entry}\n")
   elseif(entry MATCHES "^[^:]*/core/" OR entry MATCHES "^<[^>]*>:[0-9]+: .*ptdp::")
@@ -146,5 +146,8 @@ file(READ "${html}/ptdp_train_flags.html" flags_html)
 string(FIND "${flags_html}" "tensor-model-parallel-size" found)
 if(found EQUAL -1)
   message(FATAL_ERROR "${html}/ptdp_train_flags.html does not list --tensor-model-parallel-size")
+endif()
+if(NOT EXISTS "${html}/architecture.html")
+  message(FATAL_ERROR "${html}/architecture.html is missing: docs/architecture.md was not made a page")
 endif()
 message(STATUS "documentation: ${html}/index.html")

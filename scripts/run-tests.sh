@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test of the project once, each in the build that suits it (README "Tests",
+# Runs every test of the project once, each in the build that suits it (CONTRIBUTING.md "Test",
 # DEVELOPERS.md "Fuzzing and sanitizers"):
 #   1. in the release build given (default build, already built; the README configures it with
 #      PTDP_RELEASE_ONLY_TESTS=ON, which leaves out the test programs of step 2): the tests a

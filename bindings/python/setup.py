@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 
+import setuptools
 from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
@@ -57,6 +58,15 @@ def version(include):
     return ".".join(parts)
 
 
+def license_metadata():
+    """Apache-2.0 as the setuptools at hand writes licences: an SPDX expression (PEP 639,
+    License-Expression) from setuptools 77 on, the License field before; LICENSE in the
+    package's metadata either way."""
+    major = int(setuptools.__version__.split(".")[0])
+    field = "license_expression" if major >= 77 else "license"
+    return {field: "Apache-2.0", "license_files": ["LICENSE"]}
+
+
 class BuildPy(build_py):
     """Adds the committed generated/_ptdp.py to the package."""
 
@@ -77,4 +87,5 @@ extension = Extension(
     libraries=["ptdp"],
 )
 
-setup(version=version(INCLUDE), packages=["ptdp"], ext_modules=[extension], cmdclass={"build_py": BuildPy})
+setup(version=version(INCLUDE), packages=["ptdp"], ext_modules=[extension], cmdclass={"build_py": BuildPy},
+      **license_metadata())

@@ -5,7 +5,8 @@
 #   - a CMake project with find_package(ptdp), under mpirun -np 2;
 #   - the Fortran sample against the installed module, under mpirun -np 2 (when packaged);
 #   - `python3 -c "import ptdp"` against the installed Python package (when packaged);
-#   - ptdp-train --help from the tools package.
+#   - ptdp-train --help from the tools package;
+#   - every package's /usr/share/doc/<package>/copyright (DEP-5, License: Apache-2.0).
 #   test_packages.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=$(cd "$1" && pwd)
@@ -41,6 +42,21 @@ test -f "$usr/lib/cmake/ptdp/ptdpConfig.cmake" && test -f "$usr/lib/cmake/ptdp/p
 test -x "$usr/bin/ptdp-train"
 test -x "$usr/bin/ptdp-plot"
 test -x "$usr/bin/ptdp-flight-analyze"
+
+echo "== copyright"
+# Each package owns its /usr/share/doc/<package>/copyright, machine-readable (DEP-5), with the
+# project's licence by its SPDX identifier.
+packages=(libptdp0 libptdp-dev ptdp-tools)
+if [[ "${EXPECT_PYTHON:-0}" == 1 ]]; then packages+=(python3-ptdp); fi
+for pkg in "${packages[@]}"; do
+  copyright="$usr/share/doc/$pkg/copyright"
+  dpkg --root="$root" -L "$pkg" | grep -qx "/usr/share/doc/$pkg/copyright" ||
+    { echo "$pkg does not hold /usr/share/doc/$pkg/copyright"; exit 1; }
+  head -1 "$copyright" | grep -qx "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/" ||
+    { echo "$copyright is not in the machine-readable format (first line: $(head -1 "$copyright"))"; exit 1; }
+  grep -qx "License: Apache-2.0" "$copyright" || { echo "$copyright has no 'License: Apache-2.0'"; exit 1; }
+  echo "  $pkg: /usr/share/doc/$pkg/copyright, License: Apache-2.0"
+done
 export LD_LIBRARY_PATH="$usr/lib"
 
 echo "== pkg-config"
