@@ -14,7 +14,6 @@
 
 namespace ptdp {
 
-struct KvCache;
 struct TokenPositions;
 
 /// Which forward/backward pass a call belongs to.
@@ -22,9 +21,10 @@ struct Step {
   int64_t iteration = 0;   ///< optimizer step
   int64_t microbatch = 0;  ///< global microbatch index within the iteration (keys slots and masks)
   bool training = true;    ///< dropout on
-  /// Inference with a key/value cache (generation, one sequence): the activations are the new
-  /// tokens at positions kv_cache->length, ..., which attend to the cached ones too.
-  KvCache* kv_cache = nullptr;
+  /// A generation step (GptModel::decode): the activations are the new tokens of one sequence,
+  /// whole on every tensor rank (never split along the sequence), and the attention layers
+  /// attend to the key/value cache handed to their decode().
+  bool decoding = false;
   /// Packed documents (core/layers/attention.h): the microbatch's per-token positions and
   /// document starts, set by the model for its forward and backward passes; nullptr: token i of
   /// a sample is at position i and attends causally to the whole sample.

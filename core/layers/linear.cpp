@@ -30,7 +30,7 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tenso
   const OpScope scope(label_);
   // Sequence parallelism: the input is this rank's rows; the block needs all of them. Only the
   // rows are kept: backward_weight gathers them again (Korthikanti et al.'s memory saving).
-  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  const bool sharded = tp_.sequence_sharded(step.decoding);
   const Tensor x = sharded ? gather_sequence(tp_, x_in, in_) : copy_to_tensor_region(tp_, x_in);
   const Tensor w = params_.weight(weight_);
   const Tensor b = bias_ >= 0 ? params_.weight(bias_) : Tensor();
@@ -98,7 +98,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, const Step& step) {
   Tensor y = empty_like(x, {n, out_});
   linear_forward(x, params_.weight(weight_), nullptr, y);
   // Sequence parallelism: the partial sums are reduce-scattered, each rank keeping its rows.
-  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  const bool sharded = tp_.sequence_sharded(step.decoding);
   if (sharded) {
     y = reduce_scatter_sequence(tp_, y, out_);
   } else {

@@ -32,31 +32,39 @@ Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& resid
 
 }  // namespace
 
-TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp)
+TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp,
+                                   Device device)
     : cfg_(cfg),
       layer_(layer),
       tp_(tp),
       ln1_(params, prefix(layer) + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
            sequence_norm_group(tp)),
-      attn_(params, prefix(layer) + ".self_attention", cfg, layer, tp),
+      attn_(params, prefix(layer) + ".self_attention", cfg, layer, tp, device),
       ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
            sequence_norm_group(tp)),
       mlp_(params, prefix(layer) + ".mlp", cfg, tp),
       slots_(prefix(layer)) {}
 
 std::vector<FlatPiece> TransformerLayer::slice(const Tensor& x, const Step& step) const {
-  return activation_pieces(tp_, tp_.sequence_sharded(step.kv_cache != nullptr), x.numel());
+  return activation_pieces(tp_, tp_.sequence_sharded(step.decoding), x.numel());
 }
 
 Tensor TransformerLayer::run_forward(const Tensor& x, const Step& step) {
+  return after_attention(x, attn_.forward(ln1_.forward(x, step), step), step);
+}
+
+Tensor TransformerLayer::decode(const Tensor& x, KvCache& cache, const Step& step) {
+  return after_attention(x, attn_.decode(ln1_.forward(x, step), cache, step), step);
+}
+
+Tensor TransformerLayer::after_attention(const Tensor& x, const Tensor& a, const Step& step) {
   const uint64_t seed = cfg_.seed;
   const float p = cfg_.hidden_dropout;
   // Under sequence parallelism x, the norms, dropouts and residuals are this rank's rows; the
   // dropout masks are indexed in the whole activation, so every layout drops the same elements.
-  Tensor a = attn_.forward(ln1_.forward(x, step), step);
-  Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x, slice(a, step), p, step, layer_,
+  Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x, slice(a, step), p, step, layer_,  // x's shape
                                DropoutSite::AttentionOutput, seed);
-  Tensor m = mlp_.forward(ln2_.forward(x1, step), step);
+  Tensor m = mlp_.forward(ln2_.forward(x1, step), step);  // x's shape
   return bias_dropout_add(m, mlp_.output_bias(), x1, slice(m, step), p, step, layer_, DropoutSite::MlpOutput, seed);
 }
 
