@@ -16,7 +16,7 @@ SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, cons
            tp),
       proj_(params, prefix + ".linear_proj", cfg.attention_width(), cfg.hidden_size, cfg.add_bias_linear,
             cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers)), tp, true),
-      core_(make_core_attention(spec_, backend_for(device))),
+      core_(make_core_attention(spec_, attention_kernels(backend_for(device), cfg.precision, spec_.dh))),
       cached_(spec_),
       slots_(prefix) {
   qkv_.set_profile_label("qkv");
@@ -45,7 +45,7 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   const Slot slot = slots_.get(step.microbatch);  // a copy: the forward's positions outlive the release
   slots_.release(step.microbatch);
   const Tensor dctx = proj_.backward_input(dy, step);  // [s/c*b, a/t*dh]
-  const Tensor dqkv = core_->backward(dctx, {slot.b, slot.positions.document_data()}, step);  // as qkv
+  const Tensor dqkv = core_->backward(dctx, {slot.b, slot.positions.document_data()}, step);  // [s/c*b, g/t*(a/g+2)*dh]
   if (cfg_.rope()) {
     const int64_t sl = cfg_.seq_length / tp_.cp.size;
     dqkv.backend().rope_backward(dqkv.raw(), dqkv.dtype(), rope_desc(sl, slot.b, dqkv, slot.positions.position_data()));

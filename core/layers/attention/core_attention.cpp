@@ -34,38 +34,40 @@ DropoutDesc CoreAttentionSpec::probs_dropout(int64_t b, const Step& step) const 
   return d;
 }
 
+AttentionKernels attention_kernels(const Backend& be, DType t, int64_t dh) {
+  return {be.name(), be.fused_attention_supported(t, dh), be.attention_block_supported(t, dh)};
+}
+
 namespace {
 
-// LayerConfig::attention on `be` outside context parallelism.
-bool takes_fused(const CoreAttentionSpec& spec, const Backend& be) {
-  const DType t = spec.cfg->precision;
+// LayerConfig::attention outside context parallelism.
+bool takes_fused(const CoreAttentionSpec& spec, const AttentionKernels& kernels) {
   switch (spec.cfg->attention) {
     case AttentionImpl::Unfused: return false;
     case AttentionImpl::Fused:
-      if (!be.fused_attention_supported(t, spec.dh)) {
-        throw_error(ErrorCode::Unsupported, str_cat("attention = fused: the ", be.name(),
-                                                    " backend has no fused attention for ", dtype_name(t),
-                                                    " with head dim ", spec.dh, " (use auto or unfused)"));
+      if (!kernels.fused) {
+        throw_error(ErrorCode::Unsupported, str_cat("attention = fused: the ", kernels.backend,
+                                                    " backend has no fused attention for ",
+                                                    dtype_name(spec.cfg->precision), " with head dim ", spec.dh,
+                                                    " (use auto or unfused)"));
       }
       return true;
     case AttentionImpl::Auto:
       // The fused kernel wherever the backend has one for the precision and head dim: on the
       // CPU its tile GEMMs beat the unfused path's (bench_kernels' attn/ rows), and it never
       // stores the s x s probabilities.
-      return be.fused_attention_supported(t, spec.dh);
+      return kernels.fused;
   }
   return false;
 }
 
 }  // namespace
 
-std::unique_ptr<CoreAttention> make_core_attention(const CoreAttentionSpec& spec, const Backend& be) {
+std::unique_ptr<CoreAttention> make_core_attention(const CoreAttentionSpec& spec, const AttentionKernels& kernels) {
   const bool context_parallel = spec.tp.cp.size > 1;
-  if (context_parallel && be.attention_block_supported(spec.cfg->precision, spec.dh)) {
-    return make_ring_attention(spec);
-  }
+  if (context_parallel && kernels.block) return make_ring_attention(spec);
   std::unique_ptr<CoreAttention> whole =
-      takes_fused(spec, be) ? make_fused_attention(spec) : make_unfused_attention(spec);
+      takes_fused(spec, kernels) ? make_fused_attention(spec) : make_unfused_attention(spec);
   return context_parallel ? make_all_gather_attention(spec, std::move(whole)) : std::move(whole);
 }
 

@@ -98,14 +98,23 @@ class CoreAttention {
   virtual void release(const Step& step) = 0;
 };
 
-/// The strategy a layer runs on `be`, chosen once: under context parallelism (spec.tp.cp.size >
-/// 1) ring attention where `be` has the block-pair kernels for the model's dtype and head dim
-/// (whatever LayerConfig::attention says: both paths are flash-style there), else the
-/// all-gather around the strategy below; without it, LayerConfig::attention's: Auto takes the
-/// fused kernel where `be` has one for the dtype and head dim, else the unfused path; Fused
-/// throws Error(Unsupported) naming the backend, dtype and head dim where it has none; Unfused
-/// never uses it.
-std::unique_ptr<CoreAttention> make_core_attention(const CoreAttentionSpec& spec, const Backend& be);
+/// The attention kernels a backend has for one storage type and head dim.
+struct AttentionKernels {
+  const char* backend = "";  ///< Backend::name(), for messages
+  bool fused = false;        ///< Backend::fused_attention_supported
+  bool block = false;        ///< Backend::attention_block_supported (ring attention's)
+};
+/// What `be` has for storage type t and head dim dh.
+AttentionKernels attention_kernels(const Backend& be, DType t, int64_t dh);
+
+/// The strategy a layer runs where `kernels` are what its backend has for the model's dtype and
+/// head dim, chosen once: under context parallelism (spec.tp.cp.size > 1) ring attention where
+/// there are block-pair kernels (whatever LayerConfig::attention says: both paths are
+/// flash-style there), else the all-gather around the strategy below; without it,
+/// LayerConfig::attention's: Auto takes the fused kernel where there is one, else the unfused
+/// path; Fused throws Error(Unsupported) naming the backend, dtype and head dim where there is
+/// none; Unfused never uses it.
+std::unique_ptr<CoreAttention> make_core_attention(const CoreAttentionSpec& spec, const AttentionKernels& kernels);
 
 // The strategies themselves (make_core_attention's choices; tests build each directly).
 std::unique_ptr<CoreAttention> make_unfused_attention(const CoreAttentionSpec& spec);

@@ -33,7 +33,8 @@ class UnfusedAttention final : public CoreAttention {
     Backend& be = qkv.backend();
     for (int64_t j = 0; j < qg; ++j) {
       const OpScope context("attn_context");
-      strided_batched_gemm(be, qkv.dtype(), false, false, s, dh, s, pairs, {element_ptr(dropped, j * s * s), s, qg * s * s},
+      strided_batched_gemm(be, qkv.dtype(), false, false, s, dh, s, pairs,
+                           {element_ptr(dropped, j * s * s), s, qg * s * s},
                            {element_ptr(qkv, (qg + 1) * dh), pairs * group, group}, element_ptr(ctx, j * dh),
                            spec_.ctx_cols() * b, qg * dh);
     }
