@@ -10,7 +10,6 @@ namespace ptdp {
 SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, int layer,
                              TensorParallel tp, Device device)
     : cfg_(cfg),
-      tp_(tp),
       spec_(cfg, layer, tp, prefix),
       qkv_(params, prefix + ".linear_qkv", cfg.hidden_size, cfg.qkv_rows(), cfg.qkv_bias(), false, cfg.init_method_std,
            tp),
@@ -30,8 +29,8 @@ SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, cons
 
 Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   PTDP_CHECK_ARG(!step.decoding, spec_.owner + ": a decoding step goes through decode(), with its key/value cache");
-  const int64_t sl = cfg_.seq_length / tp_.cp.size;  // this context rank's positions
-  const Tensor qkv = project(x, step);               // [s/c*b, g/t*(a/g+2)*dh]
+  const int64_t sl = cfg_.seq_length / spec_.tp.cp.size;  // this context rank's positions
+  const Tensor qkv = project(x, step);                    // [s/c*b, g/t*(a/g+2)*dh]
   const int64_t b = rows_of(qkv, spec_.qkv_cols(), "qkv") / sl;
   const TokenPositions where = step.positions ? *step.positions : TokenPositions{};
   if (cfg_.rope()) qkv.backend().rope_forward(qkv.raw(), qkv.dtype(), rope_desc(sl, b, qkv, where.position_data()));
@@ -47,7 +46,7 @@ Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {
   const Tensor dctx = proj_.backward_input(dy, step);  // [s/c*b, a/t*dh]
   const Tensor dqkv = core_->backward(dctx, {slot.b, slot.positions.document_data()}, step);  // [s/c*b, g/t*(a/g+2)*dh]
   if (cfg_.rope()) {
-    const int64_t sl = cfg_.seq_length / tp_.cp.size;
+    const int64_t sl = cfg_.seq_length / spec_.tp.cp.size;
     dqkv.backend().rope_backward(dqkv.raw(), dqkv.dtype(), rope_desc(sl, slot.b, dqkv, slot.positions.position_data()));
   }
   return project_backward(dqkv, step);
@@ -65,7 +64,7 @@ Tensor SelfAttention::decode(const Tensor& x, KvCache& cache, const Step& step) 
 }
 
 Tensor SelfAttention::project(const Tensor& x, const Step& step) {
-  const Tensor qkv = qkv_.forward(x, step);  // [rows, g/t*(a/g+2)*dh]
+  const Tensor qkv = qkv_.forward(x, step);  // [N, g/t*(a/g+2)*dh]: N = s/c*b, or n when decoding
   if (q_norm_) {
     set_heads(qkv, 0, q_norm_->forward(heads_of(qkv, 0), step));
     set_heads(qkv, 1, k_norm_->forward(heads_of(qkv, 1), step));
@@ -100,9 +99,9 @@ RopeDesc SelfAttention::rope_desc(int64_t s, int64_t b, const Tensor& like, cons
 
 Tensor SelfAttention::heads_of(const Tensor& qkv, int part) const {
   const int64_t qg = spec_.q_per_group, dh = spec_.dh;
-  const int64_t units = qkv.numel() / spec_.group_cols();  // rows * g/t: one per (row, group)
+  const int64_t units = qkv.numel() / spec_.group_cols();  // N*g/t: one per (row, group)
   const int64_t width = part == 0 ? qg * dh : dh;
-  Tensor packed = empty_like(qkv, {units * width / dh, dh});  // [rows*a/t, dh] or [rows*g/t, dh]
+  Tensor packed = empty_like(qkv, {units * width / dh, dh});  // [N*a/t, dh] or [N*g/t, dh]
   qkv.backend().copy_2d(packed.raw(), width, element_ptr(qkv, part == 0 ? 0 : qg * dh), spec_.group_cols(),
                         qkv.dtype(), units, width);
   return packed;

@@ -62,6 +62,7 @@ struct TokenPositions {
   }
 };
 
+/// Megatron-Core's SelfAttention: q/k/v production, one core attention, the output projection.
 class SelfAttention {
  public:
   /// Declares the parameters "<prefix>.linear_qkv.*", "<prefix>.linear_proj.*" (and with
@@ -99,19 +100,19 @@ class SelfAttention {
     int64_t b = 0;             // samples
   };
 
-  // linear_qkv, then the q/k norms: x [rows, h] -> qkv [rows, g/t*(a/g+2)*dh]; and its backward.
+  // linear_qkv, then the q/k norms: x [N, h] ([N/t, h] under sequence parallelism) -> qkv
+  // [N, g/t*(a/g+2)*dh], N = s/c*b or n; and its backward, dqkv -> dx.
   Tensor project(const Tensor& x, const Step& step);
   Tensor project_backward(const Tensor& dqkv, const Step& step);
-  // RoPE over the s * b tokens of `like` ([s*b, g/t*(a/g+2)*dh]) at `positions` ([s*b] on its
-  // device; NULL: the sequence index plus RopeDesc::position_offset).
+  // RoPE over the s * b tokens of `like` ([s*b, g/t*(a/g+2)*dh]; s = s/c, or n when decoding)
+  // at `positions` ([s*b] on its device; NULL: the sequence index plus RopeDesc::position_offset).
   RopeDesc rope_desc(int64_t s, int64_t b, const Tensor& like, const int32_t* positions);
-  // The query heads (part 0) [rows*a/t, dh] or the key heads (part 1) [rows*g/t, dh] of qkv
-  // [rows, g/t*(a/g+2)*dh], copied out of it / back into it.
+  // The query heads (part 0) [N*a/t, dh] or the key heads (part 1) [N*g/t, dh] of qkv
+  // [N, g/t*(a/g+2)*dh], copied out of it / back into it.
   Tensor heads_of(const Tensor& qkv, int part) const;
   void set_heads(const Tensor& qkv, int part, const Tensor& packed) const;
 
   const LayerConfig& cfg_;
-  TensorParallel tp_;
   CoreAttentionSpec spec_;
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;

@@ -76,12 +76,14 @@ struct CoreAttentionSpec {
 
 /// The samples of one pass: how many, and where their documents start.
 struct AttentionBatch {
-  int64_t b = 0;
+  int64_t b = 0;  ///< samples
   /// [b, s] i32 on the activations' device (TokenPositions::document_starts); NULL: causal over
   /// each whole sample.
   const int32_t* document_starts = nullptr;
 };
 
+/// One strategy of the core attention (see the top of this file). Each keeps its microbatches'
+/// activations apart, so several can be in flight (pipeline schedules).
 class CoreAttention {
  public:
   virtual ~CoreAttention() = default;
