@@ -32,19 +32,19 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   s.labels = labels;
   s.row_max = Tensor::empty({n}, DType::F32, logits.device());
   s.sum_exp = Tensor::empty({n}, DType::F32, logits.device());
-  Tensor target = Tensor::empty({n}, DType::F32, logits.device());
+  Tensor target = Tensor::empty({n}, DType::F32, logits.device());  // [N] fp32: the label's logit
   // One read of the logits gives this slice's max, sum of exponentials and target logit.
   be.ce_forward_local(logits.raw(), t, labels.data<int32_t>(), n, local_vocab_, vocab_start_, s.row_max.data<float>(),
                       s.sum_exp.data<float>(), target.data<float>());
   if (tp_.size > 1) {
-    Tensor global_max = Tensor::empty({n}, DType::F32, logits.device());
+    Tensor global_max = Tensor::empty({n}, DType::F32, logits.device());  // [N] fp32
     be.copy(global_max.raw(), s.row_max.raw(), s.row_max.nbytes());
     tp_.all_reduce(global_max, ReduceOp::Max);
     be.ce_rescale(s.row_max.data<float>(), s.sum_exp.data<float>(), global_max.data<float>(), n);
     tp_.all_reduce(s.sum_exp);
     tp_.all_reduce(target);
   }
-  Tensor loss = Tensor::empty({n}, DType::F32, logits.device());
+  Tensor loss = Tensor::empty({n}, DType::F32, logits.device());  // [N] fp32
   be.ce_loss(s.row_max.data<float>(), s.sum_exp.data<float>(), target.data<float>(), n, loss.data<float>());
   // Ignored labels (negative) have no target column anywhere, so the kernels computed their
   // row's log-sum-exp; their loss is 0 instead. N labels and losses are a small copy next to
@@ -57,7 +57,7 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
   if (tp_.cp.size > 1) {
     // Context parallelism: the microbatch's tokens are spread over the context group; the mean
     // is over all of them (the serial run's denominator).
-    Tensor c = Tensor::from_host(&s.counted, {1}, DType::I64, logits.device());
+    Tensor c = Tensor::from_host(&s.counted, {1}, DType::I64, logits.device());  // [1] i64
     tp_.cp.comm->all_reduce(c, ReduceOp::Sum)->wait();
     c.copy_to_host(&s.counted, sizeof s.counted);
   }
@@ -77,7 +77,7 @@ Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& la
 Tensor VocabParallelCrossEntropy::mean_gradient(float scale, const Step& step) {
   Slot& s = slots_.get(step.microbatch);
   const int64_t n = s.labels.numel();
-  Tensor dloss = Tensor::empty({n}, DType::F32, s.logits.device());
+  Tensor dloss = Tensor::empty({n}, DType::F32, s.logits.device());  // [N] fp32
   if (s.counted == 0) {
     dloss.fill(0.0);
     return dloss;
@@ -97,7 +97,7 @@ Tensor VocabParallelCrossEntropy::backward(const Tensor& dloss, const Step& step
   Slot& s = slots_.get(step.microbatch);
   const int64_t n = s.labels.numel();
   PTDP_CHECK_ARG(dloss.numel() == n, "loss gradient " + dloss.str() + " does not match " + std::to_string(n) + " rows");
-  Tensor dlogits = s.logits;  // computed in place
+  Tensor dlogits = s.logits;  // [N, V/t], computed in place
   s.logits.backend().ce_backward(s.logits.raw(), s.logits.dtype(), s.row_max.data<float>(), s.sum_exp.data<float>(),
                                  s.labels.data<int32_t>(), dloss.data<float>(), n, local_vocab_, vocab_start_,
                                  dlogits.raw());

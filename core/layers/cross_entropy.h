@@ -28,10 +28,10 @@ class VocabParallelCrossEntropy {
   /// `vocab_start`.
   VocabParallelCrossEntropy(int64_t vocab, int64_t vocab_start, int64_t local_vocab, TensorParallel tp);
 
-  /// logits [N, local_vocab] (masked in place), labels [N] (i32, in [0, vocab), or negative:
-  /// ignored) -> losses [N], exactly 0 on the rows of ignored labels.
+  /// logits [N, V/t] (local_vocab columns; masked in place), labels [N] (i32, in [0, vocab), or
+  /// negative: ignored) -> losses [N] fp32, exactly 0 on the rows of ignored labels.
   Tensor forward(const Tensor& logits, const Tensor& labels, const Step& step);
-  /// dloss [N] -> dlogits [N, local_vocab], computed in place of the saved logits (the rows of
+  /// dloss [N] fp32 -> dlogits [N, V/t], computed in place of the saved logits (the rows of
   /// ignored labels get whatever dloss says times their softmax: give them 0, as
   /// mean_gradient() does).
   Tensor backward(const Tensor& dloss, const Step& step);
@@ -42,14 +42,18 @@ class VocabParallelCrossEntropy {
   /// denominator (under context parallelism, TensorParallel::cp, summed over the context group:
   /// the whole microbatch's).
   int64_t counted(const Step& step) { return slots_.get(step.microbatch).counted; }
-  /// The gradient of `scale` times the microbatch's masked mean loss, as backward()'s dloss [N]:
+  /// The gradient of `scale` times the microbatch's masked mean loss, as backward()'s dloss [N]
+  /// fp32:
   /// scale / counted on the counted rows, 0 on the ignored ones (and everywhere when nothing is
   /// counted).
   Tensor mean_gradient(float scale, const Step& step);
 
  private:
   struct Slot {
-    Tensor logits, labels, row_max, sum_exp;
+    Tensor logits;   // [N, V/t]
+    Tensor labels;   // [N] i32
+    Tensor row_max;  // [N] fp32: each row's maximum over the whole vocabulary
+    Tensor sum_exp;  // [N] fp32: sum of exp(logit - row_max) over the whole vocabulary
     int64_t counted = 0;
     std::vector<uint8_t> ignored;  // [N] host, 1 on ignored rows; empty when none is
   };

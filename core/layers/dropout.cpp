@@ -55,20 +55,22 @@ std::vector<FlatPiece> activation_pieces(const TensorParallel& tp, bool sharded,
 
 namespace {
 
+// in of any shape -> the dropout (or its backward) of in, in's shape; in itself when off.
 Tensor apply_dropout(const Tensor& in, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
                      FlatSlice slice, bool backward) {
   if (!step.training || p == 0.0f) return in;
-  Tensor out = empty_like(in, in.shape());
+  Tensor out = empty_like(in, in.shape());  // in's shape, any
   const DropoutDesc d = flat_dropout(in.numel(), p, step, layer, site, seed, slice);
   if (backward) in.backend().dropout_backward(in.raw(), out.raw(), in.dtype(), d);
   else in.backend().dropout_forward(in.raw(), out.raw(), in.dtype(), d);
   return out;
 }
 
+// The same piece by piece: in [s/c*b, h] or [s/c*b/t, h] -> its shape.
 Tensor apply_pieces(const Tensor& in, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
                     const std::vector<FlatPiece>& pieces, bool backward) {
   if (!step.training || p == 0.0f) return in;
-  Tensor out = empty_like(in, in.shape());
+  Tensor out = empty_like(in, in.shape());  // [s/c*b, h] or [s/c*b/t, h]
   for (const FlatPiece& piece : pieces) {
     const DropoutDesc d = flat_dropout(piece.n, p, step, layer, site, seed, piece.slice);
     const void* src = element_ptr(in, piece.local_offset);

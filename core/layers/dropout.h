@@ -29,7 +29,8 @@ struct FlatSlice {
 /// element's index in the whole (p = 0 outside training): every layout drops the same elements.
 DropoutDesc flat_dropout(int64_t n, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
                          FlatSlice slice = {});
-/// Dropout with flat_dropout's mask. Returns x itself when off.
+/// Dropout with flat_dropout's mask: x (dy) of any shape, n elements -> its shape. Returns x
+/// itself when off.
 Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
                        FlatSlice slice = {});
 Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
@@ -50,7 +51,8 @@ struct FlatPiece {
 /// each of the rank's two chunks of the sequence (sequence parallelism splits the context
 /// rank's s/c positions further, so a tensor rank's rows may fall in one chunk or both).
 std::vector<FlatPiece> activation_pieces(const TensorParallel& tp, bool sharded, int64_t n);
-/// flat_dropout's mask over each piece: every layout drops the serial run's elements.
+/// flat_dropout's mask over each piece: every layout drops the serial run's elements. x (dy):
+/// this rank's sequence-major activation, [s/c*b, h] or [s/c*b/t, h] -> its shape.
 Tensor dropout_forward(const Tensor& x, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,
                        const std::vector<FlatPiece>& pieces);
 Tensor dropout_backward(const Tensor& dy, float p, const Step& step, int layer, DropoutSite site, uint64_t seed,

@@ -14,8 +14,8 @@ VocabParallelEmbedding::VocabParallelEmbedding(ParamTable& params, const std::st
 Tensor VocabParallelEmbedding::forward(const Tensor& ids, const Step& step) {
   PTDP_CHECK_ARG(ids.dtype() == DType::I32, "token ids must be i32, got " + ids.str());
   const int64_t n = ids.numel();
-  const Tensor table = params_.weight(weight_);
-  Tensor out = empty_like(table, {n, h_});
+  const Tensor table = params_.weight(weight_);  // [V/t, h]
+  Tensor out = empty_like(table, {n, h_});       // [N, h]
   ids.backend().embedding_forward(ids.data<int32_t>(), n, table.raw(), table.dtype(), vocab_start_, vocab_rows_,
                                   h_, out.raw());
   tp_.all_reduce(out);
@@ -46,8 +46,8 @@ ReplicatedEmbedding::ReplicatedEmbedding(ParamTable& params, const std::string& 
 
 Tensor ReplicatedEmbedding::forward(const Tensor& ids, const Step& step) {
   const int64_t n = ids.numel();
-  const Tensor table = params_.weight(weight_);
-  Tensor out = empty_like(table, {n, h_});
+  const Tensor table = params_.weight(weight_);  // [rows, h]
+  Tensor out = empty_like(table, {n, h_});       // [N, h]
   ids.backend().embedding_forward(ids.data<int32_t>(), n, table.raw(), table.dtype(), 0, rows_, h_, out.raw());
   slots_.create(step.microbatch).ids = ids;
   return out;

@@ -18,7 +18,7 @@ class VocabParallelEmbedding {
 
   /// ids [N] (i32) -> [N, h], complete on every tensor rank.
   Tensor forward(const Tensor& ids, const Step& step);
-  /// Word embeddings have no input gradient; keeps dout for backward_weight.
+  /// dout [N, h]: word embeddings have no input gradient; keeps dout for backward_weight.
   void backward_input(const Tensor& dout, const Step& step);
   void backward_weight(const Step& step);
   void release(const Step& step) { slots_.release(step.microbatch); }
@@ -29,7 +29,8 @@ class VocabParallelEmbedding {
 
  private:
   struct Slot {
-    Tensor ids, dout;
+    Tensor ids;   // [N] i32
+    Tensor dout;  // [N, h]
   };
   ParamTable& params_;
   int weight_;
@@ -41,8 +42,11 @@ class VocabParallelEmbedding {
 /// A lookup table that is the same on every tensor rank (learned position embeddings).
 class ReplicatedEmbedding {
  public:
+  /// Declares "<name>" [rows, h], the same on every rank.
   ReplicatedEmbedding(ParamTable& params, const std::string& name, int64_t rows, int64_t h, float init_std);
+  /// ids [N] (i32, in [0, rows)) -> [N, h].
   Tensor forward(const Tensor& ids, const Step& step);
+  /// dout [N, h]: kept for backward_weight.
   void backward_input(const Tensor& dout, const Step& step);
   void backward_weight(const Step& step);
   void release(const Step& step) { slots_.release(step.microbatch); }
@@ -50,7 +54,8 @@ class ReplicatedEmbedding {
 
  private:
   struct Slot {
-    Tensor ids, dout;
+    Tensor ids;   // [N] i32
+    Tensor dout;  // [N, h]
   };
   ParamTable& params_;
   int weight_;

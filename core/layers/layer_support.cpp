@@ -12,6 +12,7 @@ GemmDesc typed(GemmDesc g, DType ab, DType c) {
   return g;
 }
 
+// a and b of any shapes: only their storage types are compared.
 void check_same_type(const Tensor& a, const Tensor& b, const char* what) {
   PTDP_CHECK_ARG(a.dtype() == b.dtype(), std::string(what) + ": " + a.str() + " and " + b.str() +
                                              " must have the same storage type");

@@ -30,13 +30,13 @@ Tensor ColumnParallelLinear::forward(const Tensor& x_in, const Step& step, Tenso
   const OpScope scope(label_);
   // Sequence parallelism: the input is this rank's rows; the block needs all of them. Only the
   // rows are kept: backward_weight gathers them again (Korthikanti et al.'s memory saving).
-  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
-  const Tensor x = sharded ? gather_sequence(tp_, x_in, in_) : copy_to_tensor_region(tp_, x_in);
-  const Tensor w = params_.weight(weight_);
-  const Tensor b = bias_ >= 0 ? params_.weight(bias_) : Tensor();
+  const bool sharded = tp_.sequence_sharded(step.decoding);
+  const Tensor x = sharded ? gather_sequence(tp_, x_in, in_) : copy_to_tensor_region(tp_, x_in);  // [N, in]
+  const Tensor w = params_.weight(weight_);                         // [out/t, in]
+  const Tensor b = bias_ >= 0 ? params_.weight(bias_) : Tensor();  // [out/t]
   const int64_t n = rows_of(x, in_, "column-parallel input");
   const int64_t out_local = out_ / tp_.size;
-  Tensor y = empty_like(x, {n, out_local});
+  Tensor y = empty_like(x, {n, out_local});  // [N, out/t]
   if (pre_gelu) {
     PTDP_CHECK_ARG(!gather_, "column-parallel: a fused GeLU needs an output that is not gathered");
     *pre_gelu = empty_like(x, {n, out_local});
@@ -63,8 +63,9 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy_in, const Step& ste
                                             " does not match the output [" + std::to_string(n) + ", " +
                                             std::to_string(gather_ ? out_ : out_local) + "]");
   // The gathered output's backward keeps this rank's columns.
-  const Tensor dy = gather_ ? scatter_to_tensor_region(tp_, dy_in.reshape({n, out_}), out_) : dy_in;
-  Tensor dx = empty_like(dy, {n, in_});
+  const Tensor dy =  // [N, out/t]
+      gather_ ? scatter_to_tensor_region(tp_, dy_in.reshape({n, out_}), out_) : dy_in;
+  Tensor dx = empty_like(dy, {n, in_});  // [N, in]: this rank's part of the sum
   linear_dgrad(dy, params_.weight(weight_), dx);
   s.dy = dy;
   if (s.sharded) return reduce_scatter_sequence(tp_, dx, in_);
@@ -76,8 +77,8 @@ void ColumnParallelLinear::backward_weight(const Step& step) {
   const OpScope scope(label_);
   Slot& s = slots_.get(step.microbatch);
   PTDP_CHECK_ARG(s.dy.defined(), "column-parallel backward_weight before backward_input");
-  const Tensor db = bias_ >= 0 ? params_.grad(bias_) : Tensor();
-  const Tensor x = s.sharded ? gather_sequence(tp_, s.x, in_) : s.x;
+  const Tensor db = bias_ >= 0 ? params_.grad(bias_) : Tensor();     // [out/t] fp32
+  const Tensor x = s.sharded ? gather_sequence(tp_, s.x, in_) : s.x;  // [N, in]
   linear_wgrad(s.dy, x, params_.grad(weight_), bias_ >= 0 ? &db : nullptr);
   slots_.release(step.microbatch);
 }
@@ -95,10 +96,10 @@ Tensor RowParallelLinear::forward(const Tensor& x, const Step& step) {
   const OpScope scope(label_);
   const int64_t in_local = in_ / tp_.size;
   const int64_t n = rows_of(x, in_local, "row-parallel input");
-  Tensor y = empty_like(x, {n, out_});
+  Tensor y = empty_like(x, {n, out_});  // [N, out]: partial sums, then the sum or its [N/t, out] rows
   linear_forward(x, params_.weight(weight_), nullptr, y);
   // Sequence parallelism: the partial sums are reduce-scattered, each rank keeping its rows.
-  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  const bool sharded = tp_.sequence_sharded(step.decoding);
   if (sharded) {
     y = reduce_scatter_sequence(tp_, y, out_);
   } else {
@@ -118,12 +119,13 @@ Tensor RowParallelLinear::backward_input(const Tensor& dy_out, const Step& step,
   Slot& s = slots_.get(step.microbatch);
   // Under sequence parallelism the output gradient arrives as this rank's rows: gathered, it is
   // the whole gradient, the same on every rank (so is the bias gradient computed from it).
-  const Tensor dy = s.sharded ? gather_sequence(tp_, dy_out, out_) : reduce_from_tensor_region_backward(tp_, dy_out);
+  const Tensor dy =  // [N, out]
+      s.sharded ? gather_sequence(tp_, dy_out, out_) : reduce_from_tensor_region_backward(tp_, dy_out);
   const int64_t in_local = in_ / tp_.size;
   const int64_t n = rows_of(s.x, in_local, "row-parallel input");
   PTDP_CHECK_ARG(dy.numel() == n * out_, "row-parallel output gradient " + dy.str() + " does not match [" +
                                              std::to_string(n) + ", " + std::to_string(out_) + "]");
-  Tensor dx = empty_like(dy, {n, in_local});
+  Tensor dx = empty_like(dy, {n, in_local});  // [N, in/t]
   linear_dgrad(dy, params_.weight(weight_), dx, pre_gelu);
   s.dy = dy;
   return dx;
@@ -133,7 +135,7 @@ void RowParallelLinear::backward_weight(const Step& step) {
   const OpScope scope(label_);
   Slot& s = slots_.get(step.microbatch);
   PTDP_CHECK_ARG(s.dy.defined(), "row-parallel backward_weight before backward_input");
-  const Tensor db = bias_ >= 0 ? params_.grad(bias_) : Tensor();
+  const Tensor db = bias_ >= 0 ? params_.grad(bias_) : Tensor();  // [out] fp32
   linear_wgrad(s.dy, s.x, params_.grad(weight_), bias_ >= 0 ? &db : nullptr);
   slots_.release(step.microbatch);
 }

@@ -31,12 +31,14 @@ class ColumnParallelLinear {
   /// Uses an existing [out, in] weight split on dim 0 (the LM head tied to the word embedding).
   ColumnParallelLinear(ParamTable& params, int shared_weight, bool gather_output, TensorParallel tp);
 
-  /// x [N, in] (the same on every tensor rank) -> [N, out/t], or [N, out] when gathering.
-  /// With `pre_gelu` (not gathering) the result is gelu(x W^T + b), fused into the GEMM (with
-  /// a bias; without one, a GeLU pass follows), and *pre_gelu receives x W^T + b for the
+  /// x [N, in] (the same on every tensor rank; this rank's [N/t, in] when sequence-sharded, see
+  /// TensorParallel::sequence_sharded) -> [N, out/t], or [N, out] when gathering. With
+  /// `pre_gelu` (not gathering) the result is gelu(x W^T + b), fused into the GEMM (with a bias;
+  /// without one, a GeLU pass follows), and *pre_gelu receives x W^T + b [N, out/t] for the
   /// backward.
   Tensor forward(const Tensor& x, const Step& step, Tensor* pre_gelu = nullptr);
-  /// dy (the forward output's shape) -> dx [N, in], summed over the tensor group. Keeps dy for
+  /// dy (the forward output's shape, [N, out/t] or [N, out]) -> dx [N, in] summed over the
+  /// tensor group (this rank's [N/t, in] of it when sequence-sharded). Keeps dy for
   /// backward_weight.
   Tensor backward_input(const Tensor& dy, const Step& step);
   /// Adds this microbatch's weight (and bias) gradients, then frees its slot.
@@ -53,7 +55,8 @@ class ColumnParallelLinear {
 
  private:
   struct Slot {
-    Tensor x, dy;
+    Tensor x;   // [N, in], or this rank's [N/t, in] when sharded
+    Tensor dy;  // [N, out/t]: this rank's columns of the output gradient
     bool sharded = false;  // sequence parallelism: x holds this rank's rows only
   };
   ParamTable& params_;
@@ -73,12 +76,15 @@ class RowParallelLinear {
   RowParallelLinear(ParamTable& params, const std::string& prefix, int64_t in, int64_t out,
                     bool bias, float init_std, TensorParallel tp, bool skip_bias_add = false);
 
-  /// x [N, in/t] -> [N, out], summed over the tensor group, plus bias (unless skip_bias_add).
+  /// x [N, in/t] -> [N, out], summed over the tensor group (this rank's [N/t, out] of it when
+  /// sequence-sharded), plus bias (unless skip_bias_add).
   Tensor forward(const Tensor& x, const Step& step);
-  /// dy [N, out] (the same on every tensor rank) -> dx [N, in/t]. With `pre_gelu` (the input of
-  /// the GeLU that produced this layer's input) the result is the gradient before the GeLU.
+  /// dy [N, out] (the same on every tensor rank; this rank's [N/t, out] when sequence-sharded)
+  /// -> dx [N, in/t]. With `pre_gelu` [N, in/t] (the input of the GeLU that produced this
+  /// layer's input) the result is the gradient before the GeLU.
   Tensor backward_input(const Tensor& dy, const Step& step, const Tensor* pre_gelu = nullptr);
-  /// The bias in the model's storage type (undefined without bias), for skip_bias_add callers.
+  /// The bias [out] in the model's storage type (undefined without bias), for skip_bias_add
+  /// callers.
   Tensor bias() const { return bias_ >= 0 ? params_.weight(bias_) : Tensor(); }
   void backward_weight(const Step& step);
   void release(const Step& step) { slots_.release(step.microbatch); }
@@ -90,8 +96,9 @@ class RowParallelLinear {
 
  private:
   struct Slot {
-    Tensor x, dy;
-    bool sharded = false;  // sequence parallelism: x holds this rank's rows only
+    Tensor x;   // [N, in/t]
+    Tensor dy;  // [N, out]: the whole output gradient, the same on every tensor rank
+    bool sharded = false;  // sequence parallelism: the output was reduce-scattered along the rows
   };
   ParamTable& params_;
   int weight_ = -1, bias_ = -1;

@@ -16,9 +16,10 @@ Mlp::Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, 
 }
 
 Tensor Mlp::forward(const Tensor& x, const Step& step) {
-  Tensor pre, act;
+  Tensor pre;  // [N, ffn/t] (SwiGLU: [N, 2*ffn/t], this rank's gate share, then its up share)
+  Tensor act;  // [N, ffn/t]
   if (swiglu_) {
-    pre = fc1_.forward(x, step);  // [N, 2 ffn/t]: this rank's gate share, then its up share
+    pre = fc1_.forward(x, step);
     const int64_t cols = pre.dim(pre.ndim() - 1) / 2, rows = pre.numel() / (2 * cols);
     act = empty_like(pre, {rows, cols});
     x.backend().swiglu_forward(pre.raw(), act.raw(), pre.dtype(), rows, cols);
@@ -31,9 +32,9 @@ Tensor Mlp::forward(const Tensor& x, const Step& step) {
 
 Tensor Mlp::backward_input(const Tensor& dy, const Step& step) {
   Slot& s = slots_.get(step.microbatch);
-  Tensor dpre;
+  Tensor dpre;  // [N, ffn/t] (SwiGLU: [N, 2*ffn/t])
   if (swiglu_) {
-    const Tensor dact = fc2_.backward_input(dy, step);
+    const Tensor dact = fc2_.backward_input(dy, step);  // [N, ffn/t]
     const int64_t cols = dact.dim(dact.ndim() - 1), rows = dact.numel() / cols;
     dpre = empty_like(s.pre, s.pre.shape());
     dy.backend().swiglu_backward(s.pre.raw(), dact.raw(), dpre.raw(), dact.dtype(), rows, cols);

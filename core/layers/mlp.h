@@ -21,18 +21,19 @@ namespace ptdp {
 class Mlp {
  public:
   Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp);
-  /// x [N, h] -> fc2's output [N, h] without fc2's bias (see output_bias()).
+  /// x [N, h] -> fc2's output [N, h] without fc2's bias (see output_bias()); under sequence
+  /// parallelism x and the output are this rank's [N/t, h].
   Tensor forward(const Tensor& x, const Step& step);
-  /// dy is the gradient of forward's output plus bias.
+  /// dy, the gradient of forward's output plus bias (its shape) -> dx, x's shape.
   Tensor backward_input(const Tensor& dy, const Step& step);
-  /// fc2's bias in the model's storage type; undefined with --disable-bias-linear.
+  /// fc2's bias [h] in the model's storage type; undefined with --disable-bias-linear.
   Tensor output_bias() const { return fc2_.bias(); }
   void backward_weight(const Step& step);
   void release(const Step& step);
 
  private:
   struct Slot {
-    Tensor pre;  // fc1's output (plus bias): the GeLU's or the SwiGLU's input
+    Tensor pre;  // [N, ffn/t] (SwiGLU: [N, 2*ffn/t]): fc1's output plus bias, the activation's input
   };
   bool swiglu_;
   ColumnParallelLinear fc1_;

@@ -18,7 +18,7 @@ Tensor Norm::forward(const Tensor& x, const Step& step) {
   Slot& s = slots_.create(step.microbatch);
   s.x = x;
   s.rstd = Tensor::empty({n}, DType::F32, x.device());
-  Tensor y = empty_like(x, x.shape());
+  Tensor y = empty_like(x, x.shape());  // [N, width]
   Backend& be = x.backend();
   if (kind_ == Normalization::LayerNorm) {
     s.mean = Tensor::empty({n}, DType::F32, x.device());
@@ -36,13 +36,13 @@ Tensor Norm::backward_input(const Tensor& dy, const Step& step) {
   const int64_t n = rows_of(s.x, width_, "norm input");
   PTDP_CHECK_ARG(dy.dtype() == s.x.dtype() && dy.numel() == s.x.numel(),
                  "norm: gradient " + dy.str() + " does not match the input " + s.x.str());
-  Tensor dx = empty_like(dy, s.x.shape());
+  Tensor dx = empty_like(dy, s.x.shape());  // [N, width]
   Backend& be = dy.backend();
   // Per-rank gradients that the tensor group sums go through a scratch copy first, so that only
   // this microbatch's contribution is reduced.
   const bool reduce = tp_.size > 1;
-  Tensor dw = reduce ? Tensor::empty({width_}, DType::F32, dy.device()) : params_.grad(weight_);
-  Tensor db;
+  Tensor dw = reduce ? Tensor::empty({width_}, DType::F32, dy.device()) : params_.grad(weight_);  // [width], fp32
+  Tensor db;  // [width], fp32; LayerNorm only
   if (bias_ >= 0) db = reduce ? Tensor::empty({width_}, DType::F32, dy.device()) : params_.grad(bias_);
   if (kind_ == Normalization::LayerNorm) {
     be.layernorm_backward(s.x.raw(), params_.weight(weight_).raw(), s.mean.data<float>(), s.rstd.data<float>(),

@@ -23,13 +23,14 @@ inline TensorParallel sequence_norm_group(const TensorParallel& tp) {
 
 class Norm {
  public:
-  /// Declares "<prefix>.weight" (ones) and, for LayerNorm, "<prefix>.bias" (zeros), [width].
+  /// Declares "<prefix>.weight" (ones) and, for LayerNorm, "<prefix>.bias" (zeros), [width]
+  /// (h for the layer norms, dh for the q/k norms).
   /// With `tp` (size > 1) the parameters' gradients are summed over its ranks.
   Norm(ParamTable& params, const std::string& prefix, Normalization kind, int64_t width, float eps,
        TensorParallel tp = {});
   /// x [N, width] (any row count that is a multiple of width elements) -> y of x's shape.
   Tensor forward(const Tensor& x, const Step& step);
-  /// Returns dx and adds the parameter gradients (cheap enough not to defer).
+  /// dy, x's shape -> dx, x's shape; adds the parameter gradients (cheap enough not to defer).
   Tensor backward_input(const Tensor& dy, const Step& step);
   void backward_weight(const Step&) {}
   void release(const Step& step) { slots_.release(step.microbatch); }
@@ -37,7 +38,9 @@ class Norm {
 
  private:
   struct Slot {
-    Tensor x, mean, rstd;  // mean: LayerNorm only
+    Tensor x;     // [N, width]
+    Tensor mean;  // [N] fp32, LayerNorm only
+    Tensor rstd;  // [N] fp32
   };
   ParamTable& params_;
   Normalization kind_;

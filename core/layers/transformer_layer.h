@@ -21,23 +21,32 @@ namespace ptdp {
 
 class TransformerLayer {
  public:
-  /// Layer `layer` (global index) of the model: parameters "decoder.layers.<layer>.*".
-  TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp);
+  /// Layer `layer` (global index) of the model: parameters "decoder.layers.<layer>.*"; its
+  /// attention runs on the backend of `device` (SelfAttention's choice of core attention).
+  TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp, Device device);
 
+  /// x [s/c*b, h] ([s/c*b/t, h] under sequence parallelism) -> x's shape.
   Tensor forward(const Tensor& x, const Step& step);
+  /// dout, forward's output's shape -> dx, x's shape.
   Tensor backward_input(const Tensor& dout, const Step& step);
   void backward_weight(const Step& step);
+  /// A generation step (step.decoding): x [n, h], the new tokens of one sequence, attending to
+  /// `cache` (SelfAttention::decode) -> [n, h]. Nothing is kept past release(step).
+  Tensor decode(const Tensor& x, KvCache& cache, const Step& step);
   /// Drops everything kept for the microbatch (after a forward without backward).
   void release(const Step& step);
 
  private:
   Tensor run_forward(const Tensor& x, const Step& step);
+  // The layer after its attention: x1 = x + dropout(a + bias), x1 + dropout(mlp(norm2(x1)) +
+  // bias), with x, a and the result of x's shape.
+  Tensor after_attention(const Tensor& x, const Tensor& a, const Step& step);
   // Where the activation x of this pass sits in the whole one (sequence parallelism).
   std::vector<FlatPiece> slice(const Tensor& x, const Step& step) const;
   void release_sublayers(const Step& step);
 
   struct Slot {
-    Tensor x;  // the layer input, kept under full recomputation
+    Tensor x;  // [s/c*b, h] ([s/c*b/t, h] under sequence parallelism): the input, kept under full recomputation
   };
   const LayerConfig& cfg_;
   int layer_;

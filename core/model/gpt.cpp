@@ -66,7 +66,7 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
   }
   for (int i = 0; i < stage_.num_layers; ++i) {
     const int first = params_.size();
-    layers_.push_back(std::make_unique<TransformerLayer>(params_, cfg_, stage_.first_layer + i, tp_));
+    layers_.push_back(std::make_unique<TransformerLayer>(params_, cfg_, stage_.first_layer + i, tp_, device_));
     layer_params_.emplace_back(first, params_.size());
   }
   if (stage_.post_process) {
@@ -167,7 +167,7 @@ Tensor GptModel::embed(const Tensor& ids, const Tensor& pos, const Step& step) {
   }
   // Sequence parallelism: from here to the LM head each rank holds its rows of the sequence
   // (Megatron's scatter to the sequence-parallel region; the backward gathers them).
-  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  const bool sharded = tp_.sequence_sharded(step.decoding);
   if (sharded) x = split_sequence(tp_, x, cfg_.hidden_size);
   return dropout_forward(x, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed,
                          activation_pieces(tp_, sharded, x.numel()));
@@ -255,7 +255,7 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) dx = (*it)->backward_input(dx, step);
   positions_.release(step.microbatch);
   if (!stage_.pre_process) return dx;
-  const bool sharded = tp_.sequence_sharded(step.kv_cache != nullptr);
+  const bool sharded = tp_.sequence_sharded(step.decoding);
   dx = dropout_backward(dx, cfg_.hidden_dropout, step, -1, DropoutSite::Embedding, cfg_.seed,
                         activation_pieces(tp_, sharded, dx.numel()));
   if (sharded) dx = gather_sequence(tp_, dx, cfg_.hidden_size);
@@ -389,12 +389,12 @@ std::vector<float> GptModel::decode(const int32_t* tokens, int64_t n, KvCache& c
   }
   Step step;
   step.training = false;
-  step.kv_cache = &cache;
+  step.decoding = true;
   Tensor local;  // [n, padded vocab / t]
   try {
     Tensor x = embed(Tensor::from_host(ids.data(), {n}, DType::I32, device_),
                      Tensor::from_host(pos.data(), {n}, DType::I32, device_), step);
-    for (auto& layer : layers_) x = layer->forward(x, step);
+    for (auto& layer : layers_) x = layer->decode(x, cache, step);
     local = head_->forward(final_ln_->forward(x, step), step);
   } catch (...) {
     release(step);
