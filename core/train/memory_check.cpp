@@ -174,8 +174,9 @@ void refuse_model_that_does_not_fit(const GptConfig& config, const ProcessGroups
   const int t = groups.size(GroupKind::Tensor), p = groups.size(GroupKind::Pipeline);
   const int v = groups.layout().virtual_stages();
   // A split the planner does not model is left to the model's own checks, which name it.
+  const int stage = groups.rank(GroupKind::Pipeline);
   const std::optional<int64_t> params =
-      planner_figure([&] { return plan::stage_parameters(config, t, p, v, groups.rank(GroupKind::Pipeline)); }, nullptr);
+      planner_figure([&] { return plan::stage_parameters(config, t, p, v, stage); }, nullptr);
   if (!params) return;
   const double n = static_cast<double>(*params);
   const double weight_bytes = config.precision == DType::F32 ? 4.0 : 2.0;

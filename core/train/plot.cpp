@@ -509,7 +509,8 @@ Page lay_out_page(const std::vector<PlotRun>& runs) {
   page.loss = {kLeft, panels_top, kWidth - kLeft - kMargin, kLossHeight};
   const double half = kWidth / 2;
   for (int i = 0; i < 4; ++i) {
-    const double top = panels_top + kLossHeight + kPanelAxis + kPanelTitle + (i / 2) * (kSmallHeight + kPanelAxis + kPanelTitle);
+    const double top =
+        panels_top + kLossHeight + kPanelAxis + kPanelTitle + (i / 2) * (kSmallHeight + kPanelAxis + kPanelTitle);
     page.small[i] = {(i % 2) * half + kLeft, top, half - kLeft - kMargin, kSmallHeight};
   }
   page.height = page.small[3].y0 + kSmallHeight + kPanelAxis + 4;

@@ -27,7 +27,10 @@ const char* const kTrajectoryFlags[] = {
 // recorded no flags (ptdp_checkpoint_save without a run, or older) is accepted with a note.
 void check_resume_flags(const nlohmann::json& saved, const nlohmann::json& now, const TrainArgs& args, std::FILE* out) {
   if (!saved.is_object()) {
-    if (out) std::fprintf(out, " note: the checkpoint in %s recorded no flags; the resume check is skipped\n", args.load.c_str());
+    if (out) {
+      std::fprintf(out, " note: the checkpoint in %s recorded no flags; the resume check is skipped\n",
+                   args.load.c_str());
+    }
     return;
   }
   std::string diffs;
@@ -39,7 +42,10 @@ void check_resume_flags(const nlohmann::json& saved, const nlohmann::json& now, 
   }
   if (n == 0) return;
   if (args.override_resume_check) {
-    if (out) std::fprintf(out, " warning: resuming from %s with changed flags (--override-resume-check): %s\n", args.load.c_str(), diffs.c_str());
+    if (out) {
+      std::fprintf(out, " warning: resuming from %s with changed flags (--override-resume-check): %s\n",
+                   args.load.c_str(), diffs.c_str());
+    }
     return;
   }
   throw_error(ErrorCode::InvalidArgument,
