@@ -842,7 +842,7 @@ class Bench {
     // The loop's step, as one call.
     step_ = time_calls(warmup_, iters_, [&](int i) {
       read();
-      const ptdp::IterationResult r =
+      const ptdp::IterationOutcome r =
           ptdp::train_iteration(model, *optimizer, groups, schedule, ids.data(), labels.data(), b_, i);
       finite = finite && std::isfinite(r.loss);
     });
@@ -862,13 +862,14 @@ class Bench {
         model.zero_grads();
       }
       const auto t2 = Clock::now();
-      ptdp::TrainHooks hooks;
-      hooks.grad_scale = optimizer->loss_scale();
-      hooks.params_ready = [&](int j, int first, int end) { optimizer->params_ready(j, first, end); };
+      ptdp::ReplicaSettings replica;
+      replica.grad_scale = optimizer->loss_scale();
+      const ptdp::GradsReady grads_ready = [&](int j, int first, int end) { optimizer->params_ready(j, first, end); };
       float loss = 0.0f;
       {
         const ptdp::PhaseScope phase(ptdp::Phase::Forward);
-        loss = ptdp::forward_backward(model, schedule, ids.data(), labels.data(), b_, iteration, {}, hooks);
+        loss = ptdp::forward_backward(model, schedule, ids.data(), labels.data(), b_, iteration, {}, replica, {},
+                                      grads_ready);
       }
       const auto t3 = Clock::now();
       {

@@ -8,10 +8,10 @@
 // Every iteration is preceded by a world barrier (untimed), so all ranks start it together.
 //
 // Per layout it prints:
-//   - ms/iter: per iteration the slowest rank's IterationResult::seconds; the median (and the
+//   - ms/iter: per iteration the slowest rank's IterationOutcome::seconds; the median (and the
 //     fastest and slowest) of that over the timed iterations;
 //   - tokens/s: the global batch's tokens (d * m * b * s) / ms/iter;
-//   - comm: IterationResult::comm_wait_seconds / seconds summed over the timed iterations of
+//   - comm: IterationOutcome::comm_wait_seconds / seconds summed over the timed iterations of
 //     each rank (the time it was blocked in communication waits: collectives, pipeline
 //     transfers, including the pipeline bubble spent waiting on a peer); max and mean over ranks;
 //   - GFLOP/s per rank: the paper's model FLOPs (GptConfig::paper_flops of the global batch's
@@ -567,7 +567,7 @@ class Bench {
             cpu0 = cpu_seconds();
             machine0 = machine_busy_seconds();
           }
-          const ptdp::IterationResult it =
+          const ptdp::IterationOutcome it =
               ptdp::train_iteration(model, *opt, groups, schedule, tokens.data(), labels.data(), b_, i, eo);
           if (i >= warmup_) secs.push_back(it.seconds);
         }
@@ -631,7 +631,7 @@ class Bench {
         cpu0 = cpu_seconds();
         machine0 = rank_ == 0 ? machine_busy_seconds() : -1.0;
       }
-      const ptdp::IterationResult it =
+      const ptdp::IterationOutcome it =
           ptdp::train_iteration(model, *opt, groups, schedule, tokens.data(), labels.data(), b_, i, eo);
       r.losses.push_back(it.loss);
       if (!std::isfinite(it.loss)) ok_ = false;

@@ -392,7 +392,7 @@ void optimizer_options(const OptimizerConfig& k, ptdp_optimizer_options* o) {
   o->overlap_param_gather = k.overlap_param_gather ? 1 : 0;
 }
 
-void iteration_result(const StepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out,
+void iteration_result(const OptimizerStepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out,
                       double seconds, double comm_wait_seconds) {
   if (!out) return;
   out->seconds = seconds;

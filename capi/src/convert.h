@@ -44,7 +44,7 @@ void plan_options_to_c(const plan::PlanRequest& request, ptdp_plan_options* out)
 plan::PlanRequest plan_request(const ptdp_plan_options* options);
 
 /// Fills `out` (may be NULL) with an optimizer step's figures.
-void iteration_result(const StepResult& step, int64_t skipped_total, float loss, ptdp_iteration_result* out,
+void iteration_result(const OptimizerStepResult& step, int64_t skipped_total, float loss, ptdp_iteration_result* out,
                       double seconds = 0, double comm_wait_seconds = 0);
 
 }  // namespace ptdp::capi

@@ -8,11 +8,11 @@
 
 #include "capi/src/batch_masks.h"
 #include "capi/src/handles.h"
-#include "capi/src/memory_check.h"
 #include "capi/src/pipeline_run.h"
 #include "core/model/generate.h"
 #include "core/model/model_presets.h"
 #include "core/train/forward_backward.h"
+#include "core/train/memory_check.h"
 
 static_assert(PTDP_RECOMPUTE_NONE == static_cast<int>(ptdp::Recompute::None));
 static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
@@ -211,7 +211,7 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
       device = ptdp::Device{ptdp::DeviceType::CUDA, gpu};
     }
     cfg.validate(g.groups->size(ptdp::GroupKind::Tensor));  // the sizes, checked, before any estimate
-    ptdp::capi::refuse_model_that_does_not_fit(cfg, *g.groups, device, g.owner->runtime->local_size());
+    ptdp::refuse_model_that_does_not_fit(cfg, *g.groups, device, g.owner->runtime->local_size());
     auto h = std::make_unique<ptdp_model_impl>();
     h->owner = &g;
     h->model = std::make_unique<ptdp::GptPipeline>(cfg, *g.groups, device);

@@ -163,7 +163,7 @@ PTDP_API ptdp_status ptdp_optimizer_step(ptdp_optimizer optimizer, int64_t itera
     ptdp_optimizer_impl& o = live(optimizer, "optimizer");
     PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
     if (o.tensors) o.opt->params_ready(0, 0, o.tensors->size());
-    const ptdp::StepResult s = o.opt->step(iteration);  // 16-bit model weights follow the masters
+    const ptdp::OptimizerStepResult s = o.opt->step(iteration);  // 16-bit model weights follow the masters
     ptdp::capi::iteration_result(s, o.opt->skipped_iterations(), 0.0f, result);
   });
 }

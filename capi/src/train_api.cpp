@@ -9,9 +9,9 @@
 #include "capi/src/batch_masks.h"
 #include "capi/src/convert.h"
 #include "capi/src/handles.h"
-#include "capi/src/memory_check.h"
 #include "capi/src/pipeline_run.h"
 #include "core/train/device_peak.h"
+#include "core/train/train_main.h"
 #include "core/train/trainer.h"
 #include "core/train/training_loop.h"
 
@@ -21,7 +21,7 @@ using ptdp::capi::guard;
 using ptdp::capi::live;
 using ptdp::capi::require_non_null;
 
-ptdp_iteration_report to_c(const ptdp::IterationReport& r) {
+ptdp_iteration_report to_c(const ptdp::IterationMetrics& r) {
   ptdp_iteration_report c{};
   c.struct_size = sizeof c;
   c.iteration = r.iteration;
@@ -60,7 +60,7 @@ void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule s
   PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
   const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
   const ptdp::capi::PipelineRun run(options);
-  const ptdp::IterationResult r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
+  const ptdp::IterationOutcome r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
                                                         micro_batch_size, iteration, run.executor(), layout);
   run.finish(*m.owner);
   ptdp::capi::iteration_result(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
@@ -125,16 +125,14 @@ PTDP_API ptdp_status ptdp_trainer_create(ptdp_train_config config, const ptdp_tr
       ro.timeout_s = c.args.comm_timeout.value_or(0);  // unset: PTDP_COMM_TIMEOUT_S, else 300
       rt = ptdp::Runtime::create(ro);
     }
-    ptdp::TrainingLoopHooks hooks;
-    hooks.before_allocation = ptdp::capi::refuse_run_that_does_not_fit;  // the planner's memory model
-    hooks.out = o.print_log == 1 ? stdout : nullptr;
+    ptdp::TrainingHooks hooks;
     if (o.on_iteration != nullptr) {
-      hooks.on_iteration = [cb = o.on_iteration, user = o.user_data](const ptdp::IterationReport& r) {
+      hooks.after_iteration = [cb = o.on_iteration, user = o.user_data](const ptdp::IterationMetrics& r) {
         const ptdp_iteration_report report = to_c(r);
         return cb(&report, user) != 0;
       };
     }
-    h->loop = std::make_unique<ptdp::TrainingLoop>(c.args, rt, std::move(hooks));
+    h->loop = std::make_unique<ptdp::TrainingLoop>(c.args, rt, std::move(hooks), o.print_log == 1 ? stdout : nullptr);
     if (h->user_runtime) ++h->user_runtime->dependents;
     *out = h.release();
   });
@@ -160,7 +158,7 @@ PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iterati
   return guard(__func__, [&] {
     const ptdp_trainer_impl& t = live(trainer, "trainer");
     ptdp::capi::require_out_struct(report, "report");
-    const ptdp_iteration_report r = to_c(t.loop->last_report());
+    const ptdp_iteration_report r = to_c(t.loop->last_metrics());
     const std::size_t n = std::min(report->struct_size, sizeof r);
     std::memcpy(static_cast<void*>(report), &r, n);
     report->struct_size = n;
@@ -194,8 +192,7 @@ PTDP_API ptdp_status ptdp_train_main(int32_t argc, const char* const* argv, int3
       if (i > 0) args.emplace_back(argv[i]);
     }
     const std::string program = std::filesystem::path(argv[0]).filename().string();
-    *exit_code =
-        ptdp::train_main(program.empty() ? "ptdp-train" : program, args, ptdp::capi::refuse_run_that_does_not_fit);
+    *exit_code = ptdp::train_main(program.empty() ? "ptdp-train" : program, args);
   });
 }
 

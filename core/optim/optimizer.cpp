@@ -193,14 +193,14 @@ void Optimizer::all_gather_updated_shards(Backend& be) {
   }
 }
 
-StepResult Optimizer::step(int64_t iteration) {
+OptimizerStepResult Optimizer::step(int64_t iteration) {
   // Weight gathers of the last step that no forward waited for (parameters it did not use).
   for (auto& s : spaces_) s->table->wait_all_gathers();
   finish_grad_sync();
   // Every space lives on one device (the model's); its backend does the arithmetic.
   Backend& be = spaces_.front()->table->flat_grads().backend();
   const GradVerdict verdict = agree_on_grads(unscale_grads(be));
-  StepResult res;
+  OptimizerStepResult res;
   res.lr = config_.lr.at(iteration);
   res.loss_scale = scaler_.scale();
   for (auto& s : spaces_) s->buckets->start_next_iteration();

@@ -59,11 +59,12 @@ struct ParamSpace {
   std::vector<Segment> segments;  ///< by parameter index
 };
 
-struct StepResult {
+/// What one optimizer step did: the figures a log line reports for it.
+struct OptimizerStepResult {
   double grad_norm = 0;  ///< before clipping (after unscaling); inf/nan when skipped
-  double lr = 0;
-  float loss_scale = 1;
-  bool skipped = false;
+  double lr = 0;         ///< the learning rate the step used
+  float loss_scale = 1;  ///< the scale the step's gradients carried (1 without fp16 scaling)
+  bool skipped = false;  ///< non-finite gradients: the parameters were left as they were
 };
 
 class Optimizer {
@@ -82,7 +83,7 @@ class Optimizer {
   /// Unscales, agrees on found-inf, clips, updates (own shard with the distributed optimizer,
   /// then all-gathers). Call finish_grad_sync() first (step does it if needed). Returns what a
   /// log line reports.
-  StepResult step(int64_t iteration);
+  OptimizerStepResult step(int64_t iteration);
   /// Gradient multiplier for the backward: the loss scale.
   float loss_scale() const { return scaler_.scale(); }
   int64_t skipped_iterations() const { return skipped_; }

@@ -78,4 +78,13 @@ DevicePeak device_peak(Device device, DType precision, double seconds) {
   return p;
 }
 
+DevicePeak run_device_peak(double peak_tflops, Communicator& world, Device device, DType precision) {
+  if (peak_tflops > 0) return DevicePeak{peak_tflops * 1e12, "--peak-tflops"};
+  world.barrier()->wait();
+  const DevicePeak peak = device_peak(device, precision);
+  float gflops = static_cast<float>(peak.flops * 1e-9);
+  world.all_reduce(Tensor::borrow(&gflops, {1}, DType::F32), ReduceOp::Avg)->wait();
+  return DevicePeak{static_cast<double>(gflops) * 1e9, peak.source + (world.size() > 1 ? ", mean of the ranks" : "")};
+}
+
 }  // namespace ptdp

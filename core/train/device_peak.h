@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/comm/communicator.h"
 #include "core/tensor/tensor.h"
 
 namespace ptdp {
@@ -18,5 +19,10 @@ struct DevicePeak {
 /// 512 x 512 x 512 through the backend for about `seconds` and keeps the best call, so ranks
 /// sharing a node should measure together (each then sees its share of the machine).
 DevicePeak device_peak(Device device, DType precision, double seconds = 0.2);
+
+/// The peak a training run's MFU is measured against, the same on every rank: `peak_tflops`
+/// (--peak-tflops) when positive, else device_peak measured by every rank of `world` at once
+/// (so that each sees its share of a node) and averaged. Collective over `world` when measured.
+DevicePeak run_device_peak(double peak_tflops, Communicator& world, Device device, DType precision);
 
 }  // namespace ptdp

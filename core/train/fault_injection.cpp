@@ -5,10 +5,13 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <thread>
+#include <utility>
 
 #include "base/error.h"
 
@@ -27,7 +30,7 @@ int64_t parse_int(const std::string& spec, const std::string& key, const std::st
   try {
     n = std::stoll(v, &used);
   } catch (const std::exception&) {
-    used = 0;
+    used = 0;  // reported below, naming the spec and the value
   }
   if (used != v.size()) bad_spec(spec, key + "=" + v + " is not an integer");
   if (n < lo) bad_spec(spec, key + "=" + v + " is not >= " + std::to_string(lo));
@@ -195,6 +198,67 @@ const FaultSpec* FaultInjector::take_io_error(int64_t iteration) {
   return nullptr;
 }
 
+void check_fault_specs(const FaultInjector& faults, GptPipeline& model, const ProcessGroups& groups) {
+  const int rank = faults.rank();
+  for (const FaultSpec& f : faults.specs()) {
+    if (f.kind == FaultKind::Nan && !f.param.empty()) {
+      bool held = false;
+      for (const auto& c : model.chunks()) held = held || c->params().find(f.param) >= 0;
+      PTDP_CHECK_ARG(held, "PTDP_FAULT spec '" + f.text + "': rank " + std::to_string(rank) + " (pipeline stage " +
+                               std::to_string(groups.rank(GroupKind::Pipeline)) + ") holds no parameter named " +
+                               f.param);
+    }
+    if (f.kind == FaultKind::IoError) {
+      PTDP_CHECK_ARG(rank == 0 || groups.rank(GroupKind::DataContext) == 0,
+                     "PTDP_FAULT spec '" + f.text + "': rank " + std::to_string(rank) +
+                         " writes no checkpoint file (only the data-parallel rank 0 of each tensor and pipeline "
+                         "rank does); name one of those");
+    }
+  }
+}
+
+TrainingHooks fault_injection_hooks(FaultInjector faults, GptPipeline& model) {
+  if (faults.empty()) return {};
+  struct State {
+    FaultInjector faults;
+    int64_t iteration = 0;  // the 1-based iteration running
+  };
+  auto s = std::make_shared<State>(State{std::move(faults)});
+  TrainingHooks h;
+  h.before_iteration = [s](int64_t iteration) {
+    s->iteration = iteration;
+    s->faults.strike(FaultPoint::BeforeForward, iteration);
+  };
+  h.on_grads_ready = [s, &model](int j, int first, int end) {
+    const ParamTable& table = model.chunks()[static_cast<std::size_t>(j)]->params();
+    for (const std::string& name : s->faults.nan_params(s->iteration)) {
+      const int i = table.find(name);
+      if (i < first || i >= end) continue;
+      Tensor g = table.grad(i);
+      if (g.numel() == 0) continue;
+      const float nan = NAN;
+      g.backend().copy_from_host(g.raw(), &nan, sizeof nan);
+    }
+  };
+  h.after_backward = [s](float& loss) {
+    s->faults.strike(FaultPoint::AfterBackward, s->iteration);
+    if (s->faults.nan_loss(s->iteration)) loss = NAN;
+  };
+  h.around_save = [s](int64_t iteration, const std::function<void()>& save) {
+    s->faults.strike(FaultPoint::Save, iteration);
+    const FaultSpec* io_error = s->faults.take_io_error(iteration);
+    if (io_error == nullptr) {
+      save();
+      return;
+    }
+    std::fprintf(stderr, "ptdp: PTDP_FAULT %s: rank %d's file writes fail during the save at iteration %lld\n",
+                 io_error->text.c_str(), s->faults.rank(), static_cast<long long>(iteration));
+    std::fflush(stderr);
+    with_failing_writes(save);
+  };
+  return h;
+}
+
 void with_failing_writes(const std::function<void()>& save) {
   struct rlimit old {};
   if (::getrlimit(RLIMIT_FSIZE, &old) != 0) throw_error(ErrorCode::Internal, "getrlimit(RLIMIT_FSIZE) failed");
@@ -202,20 +266,19 @@ void with_failing_writes(const std::function<void()>& save) {
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   ::sigaction(SIGXFSZ, &ignore, &previous);
+  // The limits come back however the save ends.
+  struct Restore {
+    const struct rlimit& limit;
+    const struct sigaction& action;
+    ~Restore() {
+      ::setrlimit(RLIMIT_FSIZE, &limit);
+      ::sigaction(SIGXFSZ, &action, nullptr);
+    }
+  } restore{old, previous};
   struct rlimit none = old;
   none.rlim_cur = 0;
   ::setrlimit(RLIMIT_FSIZE, &none);
-  const auto restore = [&] {
-    ::setrlimit(RLIMIT_FSIZE, &old);
-    ::sigaction(SIGXFSZ, &previous, nullptr);
-  };
-  try {
-    save();
-  } catch (...) {
-    restore();
-    throw;
-  }
-  restore();
+  save();
 }
 
 }  // namespace ptdp

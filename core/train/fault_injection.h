@@ -19,6 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "core/model/gpt_pipeline.h"
+#include "core/train/training_hooks.h"
+
 namespace ptdp {
 
 enum class FaultKind { Kill, Hang, Nan, Slow, IoError };
@@ -69,6 +72,8 @@ class FaultInjector {
   const FaultSpec* take_io_error(int64_t iteration);
   /// Every spec of this rank and attempt (for checks against the model).
   const std::vector<FaultSpec>& specs() const { return specs_; }
+  /// The global rank the specs were chosen for.
+  int rank() const { return rank_; }
 
  private:
   bool applies(const FaultSpec& s, int64_t iteration) const;
@@ -77,6 +82,17 @@ class FaultInjector {
   mutable std::vector<bool> announced_;  // slow specs that printed their line
   int rank_ = 0;
 };
+
+/// Refuses specs that cannot strike on this rank's part of the model: a nan spec's parameter
+/// must be one the rank holds, an io-error spec needs a rank that writes checkpoint files (world
+/// rank 0 or a first data-parallel rank). Throws Error(InvalidArgument) naming the spec.
+void check_fault_specs(const FaultInjector& faults, GptPipeline& model, const ProcessGroups& groups);
+
+/// The injector's specs at their points of a training iteration: kill, hang and slow before
+/// the forward, after the backward and as a save starts; a nan spec's NaN in a gradient as it
+/// becomes final or in the loss after the backward; an io-error spec's failing writes around
+/// the save it is due at (saying so on stderr first). No hook is set when `faults` is empty.
+TrainingHooks fault_injection_hooks(FaultInjector faults, GptPipeline& model);
 
 /// Runs `save` as if the disk were full on this rank: every file this process writes meanwhile
 /// fails (RLIMIT_FSIZE 0, SIGXFSZ ignored), so the checkpoint writer's own error path reports it

@@ -10,9 +10,9 @@ namespace {
 class GptStages final : public PipelineStages {
  public:
   GptStages(GptPipeline& model, const int32_t* tokens, const int32_t* labels, const DocumentLayout& layout,
-            int64_t b, int64_t iteration, int m, const TrainHooks& hooks)
+            int64_t b, int64_t iteration, int m, const ReplicaSettings& replica, const GradsReady& grads_ready)
       : model_(model), tokens_(tokens), labels_(labels), layout_(layout), b_(b), iteration_(iteration), m_(m),
-        hooks_(hooks), weight_passes_(model.chunks().size(), 0) {}
+        replica_(replica), grads_ready_(grads_ready), weight_passes_(model.chunks().size(), 0) {}
 
   Shape input_shape(int, int) override {
     return Shape{model_.chunks().front()->activation_rows(b_), model_.config().hidden_size};
@@ -29,25 +29,25 @@ class GptStages final : public PipelineStages {
   }
 
   Tensor backward_input(int chunk, int mb, const Tensor& grad_output) override {
-    return local(chunk).stage_backward_input(grad_output, step(mb), hooks_.grad_scale / static_cast<float>(m_));
+    return local(chunk).stage_backward_input(grad_output, step(mb), replica_.grad_scale / static_cast<float>(m_));
   }
 
+  // A chunk's gradients are final after its m-th weight pass, component by component: they are
+  // reported then, except the tied embedding's, which finalize_model_grads sums first.
   void backward_weight(int chunk, int mb) override {
     const int j = model_.local_of_chunk(chunk);
     const bool last = ++weight_passes_[static_cast<std::size_t>(j)] == m_;
-    if (!last || !hooks_.params_ready) {
+    if (!last || !grads_ready_) {
       local(chunk).stage_backward_weight(step(mb));
       return;
     }
-    // The chunk's gradients are final component by component: report them, except the tied
-    // embedding, which the embedding group sums first.
     const int tied = model_.tied_embedding(j);
     local(chunk).stage_backward_weight(step(mb), [&](int first, int end) {
       if (tied >= first && tied < end) {
-        if (first < tied) hooks_.params_ready(j, first, tied);
-        if (tied + 1 < end) hooks_.params_ready(j, tied + 1, end);
+        if (first < tied) grads_ready_(j, first, tied);
+        if (tied + 1 < end) grads_ready_(j, tied + 1, end);
       } else {
-        hooks_.params_ready(j, first, end);
+        grads_ready_(j, first, end);
       }
     });
   }
@@ -61,7 +61,7 @@ class GptStages final : public PipelineStages {
   Step step(int mb) const {
     Step s;
     s.iteration = iteration_;
-    s.microbatch = hooks_.microbatch_offset + mb;
+    s.microbatch = replica_.microbatch_offset + mb;
     return s;
   }
 
@@ -71,8 +71,9 @@ class GptStages final : public PipelineStages {
   DocumentLayout layout_;
   int64_t b_, iteration_;
   int m_;
-  const TrainHooks& hooks_;
-  std::vector<int> weight_passes_;
+  const ReplicaSettings& replica_;
+  const GradsReady& grads_ready_;
+  std::vector<int> weight_passes_;  // per local chunk: weight passes run this step
   double loss_sum_ = 0.0;
 };
 
@@ -125,13 +126,25 @@ class EvalStages final : public PipelineStages {
   double loss_sum_ = 0.0;
 };
 
+// The loss lives on the last chunk's stage; every rank of the pipeline returns it.
+float pipeline_loss(GptPipeline& model, double loss_sum, int m) {
+  float loss = static_cast<float>(loss_sum / m);
+  const int p = model.pipeline_size();
+  if (p > 1) {
+    model.groups()
+        .comm(GroupKind::Pipeline)
+        .broadcast(Tensor::borrow(&loss, {1}, DType::F32), model.rank_of_chunk(p * model.virtual_stages() - 1))
+        ->wait();
+  }
+  return loss;
+}
+
 }  // namespace
 
 float forward_backward(GptPipeline& model, const Schedule& schedule, const int32_t* tokens, const int32_t* labels,
-                       int64_t b, int64_t iteration, const ExecutorOptions& options, const TrainHooks& hooks,
-                       const DocumentLayout& layout) {
+                       int64_t b, int64_t iteration, const ExecutorOptions& options, const ReplicaSettings& replica,
+                       const DocumentLayout& layout, const GradsReady& grads_ready) {
   const int p = model.pipeline_size(), v = model.virtual_stages();
-  ProcessGroups& groups = model.groups();
   PTDP_CHECK_ARG(schedule.p == p && schedule.v == v,
                  "the schedule is for p=" + std::to_string(schedule.p) + ", v=" + std::to_string(schedule.v) +
                      "; the model is laid out for p=" + std::to_string(p) + ", v=" + std::to_string(v));
@@ -142,47 +155,39 @@ float forward_backward(GptPipeline& model, const Schedule& schedule, const int32
   PTDP_CHECK_ARG(tokens != nullptr, "tokens is NULL");
   PTDP_CHECK_ARG(labels != nullptr, "labels is NULL");
   PTDP_CHECK_ARG(b > 0, "micro batch size must be > 0, got " + std::to_string(b));
-  GptStages stages(model, tokens, labels, layout, b, iteration, schedule.m, hooks);
-  Communicator* pipe = p > 1 ? &groups.comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
+  GptStages stages(model, tokens, labels, layout, b, iteration, schedule.m, replica, grads_ready);
+  Communicator* pipe = p > 1 ? &model.groups().comm_for_tensors(GroupKind::Pipeline, model.device()) : nullptr;
   // Under sequence parallelism the tensor ranks' activations differ (each holds its rows): the
   // scatter/gather of identical stage-boundary tensors does not apply, as in Megatron.
   ExecutorOptions run_options = options;
   if (model.tensor_parallel().sequence_sharded(false)) run_options.scatter_gather = false;
   run_schedule(schedule, model.pipeline_rank(), stages, pipe, model.tensor_parallel(), run_options);
-  // Tied word embedding: the first and last stages sum their gradients; under the V placement
-  // both copies are on the first stage, which sums them locally.
-  const int last = p * v - 1;
-  if (model.rank_of_chunk(0) == model.rank_of_chunk(last)) {
-    if (model.pipeline_rank() == model.rank_of_chunk(0) && model.tied_embedding(0) >= 0) {
-      const int j0 = model.local_of_chunk(0), j1 = model.local_of_chunk(last);
-      const int i0 = model.tied_embedding(j0), i1 = model.tied_embedding(j1);
-      Tensor g0 = model.chunks()[static_cast<std::size_t>(j0)]->params().grad(i0);
-      Tensor g1 = model.chunks()[static_cast<std::size_t>(j1)]->params().grad(i1);
-      g0.backend().add(g0.raw(), g1.raw(), g0.raw(), g0.dtype(), g0.numel());
-      g0.backend().copy(g1.raw(), g0.raw(), g0.nbytes());
-      if (hooks.params_ready) {
-        hooks.params_ready(j0, i0, i0 + 1);
-        hooks.params_ready(j1, i1, i1 + 1);
-      }
+  finalize_model_grads(model, grads_ready);
+  return pipeline_loss(model, stages.loss_sum(), schedule.m);
+}
+
+void finalize_model_grads(GptPipeline& model, const GradsReady& grads_ready) {
+  const int last = model.pipeline_size() * model.virtual_stages() - 1;
+  const auto grad = [&](int j, int i) { return model.chunks()[static_cast<std::size_t>(j)]->params().grad(i); };
+  if (model.rank_of_chunk(0) == model.rank_of_chunk(last)) {  // the V placement: both copies here
+    if (model.pipeline_rank() != model.rank_of_chunk(0) || model.tied_embedding(0) < 0) return;
+    const int j0 = model.local_of_chunk(0), j1 = model.local_of_chunk(last);
+    const int i0 = model.tied_embedding(j0), i1 = model.tied_embedding(j1);
+    Tensor g0 = grad(j0, i0), g1 = grad(j1, i1);
+    g0.backend().add(g0.raw(), g1.raw(), g0.raw(), g0.dtype(), g0.numel());
+    g0.backend().copy(g1.raw(), g0.raw(), g0.nbytes());
+    if (grads_ready) {
+      grads_ready(j0, i0, i0 + 1);
+      grads_ready(j1, i1, i1 + 1);
     }
-  } else {
-    for (int j = 0; j < v; ++j) {
-      const int i = model.tied_embedding(j);
-      if (i < 0) continue;
-      groups.comm_for_tensors(GroupKind::Embedding, model.device())
-          .all_reduce(model.chunks()[static_cast<std::size_t>(j)]->params().grad(i), ReduceOp::Sum)
-          ->wait();
-      if (hooks.params_ready) hooks.params_ready(j, i, i + 1);
-    }
+    return;
   }
-  // The loss lives on the last chunk's stage; every rank of the pipeline returns it.
-  float loss = static_cast<float>(stages.loss_sum() / schedule.m);
-  if (p > 1) {
-    groups.comm(GroupKind::Pipeline)
-        .broadcast(Tensor::borrow(&loss, {1}, DType::F32), model.rank_of_chunk(last))
-        ->wait();
+  for (int j = 0; j < model.virtual_stages(); ++j) {
+    const int i = model.tied_embedding(j);
+    if (i < 0) continue;
+    model.groups().comm_for_tensors(GroupKind::Embedding, model.device()).all_reduce(grad(j, i), ReduceOp::Sum)->wait();
+    if (grads_ready) grads_ready(j, i, i + 1);
   }
-  return loss;
 }
 
 float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels, int64_t b, int m,
@@ -199,12 +204,7 @@ float evaluate(GptPipeline& model, const int32_t* tokens, const int32_t* labels,
   options.scatter_gather = false;
   run_schedule(make_forward_only(p, m, v, model.placement()), model.pipeline_rank(), stages, pipe,
                model.tensor_parallel(), options);
-  float loss = static_cast<float>(stages.loss_sum() / m);
-  if (p > 1) {
-    groups.comm(GroupKind::Pipeline)
-        .broadcast(Tensor::borrow(&loss, {1}, DType::F32), model.rank_of_chunk(p * v - 1))
-        ->wait();
-  }
+  float loss = pipeline_loss(model, stages.loss_sum(), m);
   if (groups.size(GroupKind::Data) > 1)
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&loss, {1}, DType::F32), ReduceOp::Avg)->wait();
   return loss;

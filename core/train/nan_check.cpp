@@ -27,8 +27,9 @@ int classify(const Tensor& g) {
 
 }  // namespace
 
-NonFiniteCheck::NonFiniteCheck(GptPipeline& model, ProcessGroups& groups, bool dynamic_loss_scale)
-    : model_(model), groups_(groups), dynamic_(dynamic_loss_scale) {}
+NonFiniteCheck::NonFiniteCheck(GptPipeline& model, ProcessGroups& groups, bool dynamic_loss_scale,
+                               FailureAgreement& failures)
+    : model_(model), groups_(groups), dynamic_(dynamic_loss_scale), failures_(failures) {}
 
 void NonFiniteCheck::begin(int64_t iteration) {
   iteration_ = iteration;
@@ -93,15 +94,25 @@ void NonFiniteCheck::agree() {
   }
   std::string what;
   for (int i = 0; i < buf[0]; ++i) what += static_cast<char>(buf[static_cast<std::size_t>(1 + i)]);
-  throw RunStopped(kExitNonFinite, "--check-for-nan-in-loss-and-grad: iteration " + std::to_string(iteration_) +
-                                       ": " + what + "; stopping the run");
+  failures_.stop_run(kExitNonFinite, "--check-for-nan-in-loss-and-grad: iteration " + std::to_string(iteration_) +
+                                         ": " + what + "; stopping the run");
 }
 
-void NonFiniteCheck::check_after_reduction(const StepResult& step) {
+void NonFiniteCheck::check_after_reduction(const OptimizerStepResult& step) {
   if (std::isfinite(step.grad_norm) || dynamic_) return;
-  throw RunStopped(kExitNonFinite, "--check-for-nan-in-loss-and-grad: iteration " + std::to_string(iteration_) +
-                                       ": the gradient norm after the data-parallel reduction is not finite (no rank "
-                                       "found a non-finite local gradient before it); stopping the run");
+  failures_.stop_run(kExitNonFinite, "--check-for-nan-in-loss-and-grad: iteration " + std::to_string(iteration_) +
+                                         ": the gradient norm after the data-parallel reduction is not finite (no "
+                                         "rank found a non-finite local gradient before it); stopping the run");
+}
+
+TrainingHooks non_finite_check_hooks(std::shared_ptr<NonFiniteCheck> check) {
+  TrainingHooks h;
+  h.before_iteration = [check](int64_t iteration) { check->begin(iteration); };
+  h.on_grads_ready = [check](int j, int first, int end) { check->check_grads(j, first, end); };
+  h.after_backward = [check](float& loss) { check->check_loss(loss); };
+  h.before_optimizer_step = [check] { check->agree(); };
+  h.after_optimizer_step = [check](const OptimizerStepResult& step) { check->check_after_reduction(step); };
+  return h;
 }
 
 }  // namespace ptdp

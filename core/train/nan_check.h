@@ -6,11 +6,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "core/model/gpt_pipeline.h"
 #include "core/optim/optimizer.h"
 #include "core/parallel/groups.h"
+#include "core/train/failure_agreement.h"
+#include "core/train/training_hooks.h"
 
 namespace ptdp {
 
@@ -18,7 +21,8 @@ class NonFiniteCheck {
  public:
   /// `dynamic_loss_scale`: an infinite gradient is the loss scaler's overflow signal (the step
   /// is skipped and the scale backs off), so only NaN gradients are findings then (as Megatron).
-  NonFiniteCheck(GptPipeline& model, ProcessGroups& groups, bool dynamic_loss_scale);
+  /// The run stops through `failures` (every rank alike).
+  NonFiniteCheck(GptPipeline& model, ProcessGroups& groups, bool dynamic_loss_scale, FailureAgreement& failures);
 
   /// Forgets the last iteration's findings; `iteration` is 1-based (the log line's count).
   void begin(int64_t iteration);
@@ -33,13 +37,14 @@ class NonFiniteCheck {
   void agree();
   /// After the data-parallel reduction: a non-finite global gradient norm (without dynamic loss
   /// scaling) that no rank saw locally. The same on every rank; throws RunStopped.
-  void check_after_reduction(const StepResult& step);
+  void check_after_reduction(const OptimizerStepResult& step);
 
  private:
   std::string where() const;
   GptPipeline& model_;
   ProcessGroups& groups_;
   bool dynamic_;
+  FailureAgreement& failures_;
   int64_t iteration_ = 0;
   // The first finding of this iteration on this rank: category 0 the loss on the last stage,
   // 1 the loss elsewhere, 2 a gradient (then chunk and index in table order); -1 none.
@@ -47,5 +52,9 @@ class NonFiniteCheck {
   int chunk_ = 0, index_ = 0;
   std::string what_;
 };
+
+/// The check at its points of an iteration: begin before it, the gradients as they become final,
+/// the loss after the backward, the agreement before the optimizer step, the norm after it.
+TrainingHooks non_finite_check_hooks(std::shared_ptr<NonFiniteCheck> check);
 
 }  // namespace ptdp

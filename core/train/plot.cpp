@@ -472,6 +472,129 @@ double text_width(const std::string& s, double px_per_char = 6.2) {
   return px_per_char * static_cast<double>(s.size());
 }
 
+// Where everything of the picture goes: the legend's entries laid out in rows (a line in the
+// run's colour, its label, its summary), the key, the loss panel and the four small panels two
+// per row.
+struct Page {
+  struct Point {
+    double x, y;
+  };
+  std::vector<Point> entries;  // one per run
+  Point key_at;
+  Box loss;
+  Box small[4];
+  double height;
+};
+
+constexpr const char* kLegendKey = "solid: training; dashed with markers: validation";
+
+Page lay_out_page(const std::vector<PlotRun>& runs) {
+  Page page;
+  double lx = kMargin, ly = kLegendTop;
+  for (const PlotRun& r : runs) {
+    const double w = 30 + text_width(r.label, 6.8) + 8 + text_width(summary(r), 5.6) + 24;
+    if (lx > kMargin && lx + w > kWidth - kMargin) {
+      lx = kMargin;
+      ly += kLegendRow;
+    }
+    page.entries.push_back({lx, ly});
+    lx += w;
+  }
+  if (lx > kMargin && lx + text_width(kLegendKey) > kWidth - kMargin) {
+    lx = kMargin;
+    ly += kLegendRow;
+  }
+  page.key_at = {lx, ly};
+  const double panels_top = ly + kLegendRow + kPanelTitle;
+  page.loss = {kLeft, panels_top, kWidth - kLeft - kMargin, kLossHeight};
+  const double half = kWidth / 2;
+  for (int i = 0; i < 4; ++i) {
+    const double top =
+        panels_top + kLossHeight + kPanelAxis + kPanelTitle + (i / 2) * (kSmallHeight + kPanelAxis + kPanelTitle);
+    page.small[i] = {(i % 2) * half + kLeft, top, half - kLeft - kMargin, kSmallHeight};
+  }
+  page.height = page.small[3].y0 + kSmallHeight + kPanelAxis + 4;
+  return page;
+}
+
+// The document's opening, its title and the legend.
+void draw_heading(std::ostringstream& o, const std::vector<PlotRun>& runs, const Page& page, const std::string& title) {
+  const std::string heading = title.empty() ? std::string("training") : title;
+  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << num(kWidth) << "\" height=\""
+    << num(page.height) << "\" viewBox=\"0 0 " << num(kWidth) << " " << num(page.height)
+    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
+  o << "<title>" << escape(heading) << "</title>\n";
+  o << "<path d=\"M0 0 h" << num(kWidth) << " v" << num(page.height) << " h-" << num(kWidth)
+    << " z\" fill=\"#fff\"/>\n";
+  o << "<text x=\"" << num(kMargin) << "\" y=\"26\" font-size=\"16\">" << escape(heading) << "</text>\n";
+
+  o << "<g class=\"legend\">\n";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const Page::Point e = page.entries[i];
+    o << "<line x1=\"" << num(e.x) << "\" y1=\"" << num(e.y - 4) << "\" x2=\"" << num(e.x + 24) << "\" y2=\""
+      << num(e.y - 4) << "\" stroke=\"" << run_colour(i) << "\" stroke-width=\"3\"/>\n";
+    o << "<text class=\"run-label\" data-run=\"" << i << "\" x=\"" << num(e.x + 30) << "\" y=\"" << num(e.y)
+      << "\" fill=\"" << run_colour(i) << "\" font-weight=\"bold\">" << escape(runs[i].label) << "</text>\n";
+    o << "<text x=\"" << num(e.x + 30 + text_width(runs[i].label, 6.8) + 8) << "\" y=\"" << num(e.y)
+      << "\" fill=\"#555\" font-size=\"10\">" << escape(summary(runs[i])) << "</text>\n";
+  }
+  o << "<text x=\"" << num(page.key_at.x) << "\" y=\"" << num(page.key_at.y) << "\" fill=\"#555\" font-size=\"10\">"
+    << kLegendKey << "</text>\n";
+  o << "</g>\n";
+}
+
+// Loss: training solid, validation dashed, with a marker per validation when they are few.
+void draw_loss_panel(std::ostringstream& o, const std::vector<PlotRun>& runs, const Axis& x, const Box& box) {
+  const Axis y = value_axis(runs, kLoss, true);
+  draw_frame(o, box, x, y, kLoss.key, kLoss.title);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const PlotRun& r = runs[i];
+    const std::string colour = run_colour(i);
+    PathBuilder train;
+    for (const TrainPoint& p : r.train) {
+      train.add(px_of(x, static_cast<double>(p.iteration), box), py_of(y, p.lm_loss, box));
+    }
+    open_series(o, i, "lm_loss", colour, false);
+    o << train.finish();
+    close_series(o, r.label, "training loss");
+    PathBuilder valid;
+    for (const ValidPoint& p : r.valid) {
+      valid.add(px_of(x, static_cast<double>(p.iteration), box), py_of(y, p.lm_loss, box));
+    }
+    open_series(o, i, "validation_lm_loss", colour, true);
+    o << valid.finish();
+    close_series(o, r.label, "validation loss");
+    if (r.valid.size() > static_cast<std::size_t>(kMaxMarkers)) continue;
+    o << "<g class=\"markers\" data-run=\"" << i << "\" fill=\"#fff\" stroke=\"" << colour
+      << "\" stroke-width=\"1.5\">\n";
+    for (const ValidPoint& p : r.valid) {
+      const double py = py_of(y, p.lm_loss, box);
+      if (!std::isfinite(py)) continue;
+      o << "<circle cx=\"" << num(px_of(x, static_cast<double>(p.iteration), box)) << "\" cy=\"" << num(py)
+        << "\" r=\"3\"><title>" << escape(r.label) << ": validation loss " << short_value(p.lm_loss)
+        << " at iteration " << p.iteration << "</title></circle>\n";
+    }
+    o << "</g>\n";
+  }
+}
+
+// One of the other quantities, a curve per run.
+void draw_small_panel(std::ostringstream& o, const std::vector<PlotRun>& runs, const Axis& x, const Series& s,
+                      const Box& b) {
+  const Axis y = value_axis(runs, s, false);
+  draw_frame(o, b, x, y, s.key, s.title);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    PathBuilder path;
+    for (const TrainPoint& p : runs[i].train) {
+      path.add(px_of(x, static_cast<double>(p.iteration), b), py_of(y, p.*s.field, b));
+    }
+    open_series(o, i, s.key, run_colour(i), false);
+    o << path.finish();
+    close_series(o, runs[i].label, s.title);
+  }
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
@@ -480,7 +603,6 @@ std::string training_plot_svg(const std::vector<PlotRun>& input, const std::stri
   std::vector<PlotRun> runs;
   runs.reserve(input.size());
   for (const PlotRun& r : input) runs.push_back({r.label, sorted(r.train), sorted(r.valid)});
-
   // The shared iteration axis.
   Range xr;
   for (const PlotRun& r : runs) {
@@ -488,116 +610,11 @@ std::string training_plot_svg(const std::vector<PlotRun>& input, const std::stri
     for (const ValidPoint& p : r.valid) xr.add(static_cast<double>(p.iteration));
   }
   const Axis x = linear_axis(xr, 8, true);
-
-  // Legend entries laid out in rows: a line in the run's colour, its label, its summary.
-  struct Entry {
-    double x, y;
-  };
-  std::vector<Entry> entries;
-  double lx = kMargin, ly = kLegendTop;
-  for (const PlotRun& r : runs) {
-    const double w = 30 + text_width(r.label, 6.8) + 8 + text_width(summary(r), 5.6) + 24;
-    if (lx > kMargin && lx + w > kWidth - kMargin) {
-      lx = kMargin;
-      ly += kLegendRow;
-    }
-    entries.push_back({lx, ly});
-    lx += w;
-  }
-  const std::string key = "solid: training; dashed with markers: validation";
-  if (lx > kMargin && lx + text_width(key) > kWidth - kMargin) {
-    lx = kMargin;
-    ly += kLegendRow;
-  }
-  const Entry key_at = {lx, ly};
-  const double panels_top = ly + kLegendRow + kPanelTitle;
-
-  const Box loss_box = {kLeft, panels_top, kWidth - kLeft - kMargin, kLossHeight};
-  const double half = kWidth / 2;
-  Box small[4];
-  for (int i = 0; i < 4; ++i) {
-    const double top = panels_top + kLossHeight + kPanelAxis + kPanelTitle + (i / 2) * (kSmallHeight + kPanelAxis + kPanelTitle);
-    small[i] = {(i % 2) * half + kLeft, top, half - kLeft - kMargin, kSmallHeight};
-  }
-  const double height = small[3].y0 + kSmallHeight + kPanelAxis + 4;
-
-  const std::string heading = title.empty() ? std::string("training") : title;
+  const Page page = lay_out_page(runs);
   std::ostringstream o;
-  o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << num(kWidth) << "\" height=\""
-    << num(height) << "\" viewBox=\"0 0 " << num(kWidth) << " " << num(height)
-    << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
-  o << "<title>" << escape(heading) << "</title>\n";
-  o << "<path d=\"M0 0 h" << num(kWidth) << " v" << num(height) << " h-" << num(kWidth)
-    << " z\" fill=\"#fff\"/>\n";
-  o << "<text x=\"" << num(kMargin) << "\" y=\"26\" font-size=\"16\">" << escape(heading) << "</text>\n";
-
-  o << "<g class=\"legend\">\n";
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    const Entry e = entries[i];
-    o << "<line x1=\"" << num(e.x) << "\" y1=\"" << num(e.y - 4) << "\" x2=\"" << num(e.x + 24) << "\" y2=\""
-      << num(e.y - 4) << "\" stroke=\"" << run_colour(i) << "\" stroke-width=\"3\"/>\n";
-    o << "<text class=\"run-label\" data-run=\"" << i << "\" x=\"" << num(e.x + 30) << "\" y=\"" << num(e.y)
-      << "\" fill=\"" << run_colour(i) << "\" font-weight=\"bold\">" << escape(runs[i].label) << "</text>\n";
-    o << "<text x=\"" << num(e.x + 30 + text_width(runs[i].label, 6.8) + 8) << "\" y=\"" << num(e.y)
-      << "\" fill=\"#555\" font-size=\"10\">" << escape(summary(runs[i])) << "</text>\n";
-  }
-  o << "<text x=\"" << num(key_at.x) << "\" y=\"" << num(key_at.y) << "\" fill=\"#555\" font-size=\"10\">" << key
-    << "</text>\n";
-  o << "</g>\n";
-
-  // Loss: training and validation.
-  {
-    const Axis y = value_axis(runs, kLoss, true);
-    draw_frame(o, loss_box, x, y, kLoss.key, kLoss.title);
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      const PlotRun& r = runs[i];
-      const std::string colour = run_colour(i);
-      PathBuilder train;
-      for (const TrainPoint& p : r.train) {
-        train.add(px_of(x, static_cast<double>(p.iteration), loss_box), py_of(y, p.lm_loss, loss_box));
-      }
-      open_series(o, i, "lm_loss", colour, false);
-      o << train.finish();
-      close_series(o, r.label, "training loss");
-      PathBuilder valid;
-      for (const ValidPoint& p : r.valid) {
-        valid.add(px_of(x, static_cast<double>(p.iteration), loss_box), py_of(y, p.lm_loss, loss_box));
-      }
-      open_series(o, i, "validation_lm_loss", colour, true);
-      o << valid.finish();
-      close_series(o, r.label, "validation loss");
-      if (r.valid.size() <= static_cast<std::size_t>(kMaxMarkers)) {
-        o << "<g class=\"markers\" data-run=\"" << i << "\" fill=\"#fff\" stroke=\"" << colour
-          << "\" stroke-width=\"1.5\">\n";
-        for (const ValidPoint& p : r.valid) {
-          const double py = py_of(y, p.lm_loss, loss_box);
-          if (!std::isfinite(py)) continue;
-          o << "<circle cx=\"" << num(px_of(x, static_cast<double>(p.iteration), loss_box)) << "\" cy=\"" << num(py)
-            << "\" r=\"3\"><title>" << escape(r.label) << ": validation loss " << short_value(p.lm_loss)
-            << " at iteration " << p.iteration << "</title></circle>\n";
-        }
-        o << "</g>\n";
-      }
-    }
-  }
-
-  // The other quantities, two panels per row.
-  for (int k = 0; k < 4; ++k) {
-    const Series& s = kSmall[k];
-    const Box& b = small[k];
-    const Axis y = value_axis(runs, s, false);
-    draw_frame(o, b, x, y, s.key, s.title);
-    for (std::size_t i = 0; i < runs.size(); ++i) {
-      PathBuilder path;
-      for (const TrainPoint& p : runs[i].train) {
-        path.add(px_of(x, static_cast<double>(p.iteration), b), py_of(y, p.*s.field, b));
-      }
-      open_series(o, i, s.key, run_colour(i), false);
-      o << path.finish();
-      close_series(o, runs[i].label, s.title);
-    }
-  }
+  draw_heading(o, runs, page, title);
+  draw_loss_panel(o, runs, x, page.loss);
+  for (int k = 0; k < 4; ++k) draw_small_panel(o, runs, x, kSmall[k], page.small[k]);
   o << "</svg>\n";
   return o.str();
 }

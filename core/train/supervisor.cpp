@@ -161,38 +161,86 @@ std::vector<std::string> supervised_argv(const SupervisorOptions& o, int attempt
   return out;
 }
 
+namespace {
+
+// While it lives, SIGINT and SIGTERM go to the job (forward_signal); the handlers before it come
+// back when it goes, however supervise() returns.
+class ForwardSignals {
+ public:
+  ForwardSignals() {
+    struct sigaction fwd {};
+    fwd.sa_handler = forward_signal;
+    sigemptyset(&fwd.sa_mask);
+    ::sigaction(SIGINT, &fwd, &old_int_);
+    ::sigaction(SIGTERM, &fwd, &old_term_);
+    g_signal.store(0);
+  }
+  ~ForwardSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  ForwardSignals(const ForwardSignals&) = delete;
+  ForwardSignals& operator=(const ForwardSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+void log_attempt(std::FILE* log, const SupervisorOptions& o, int attempt, const std::vector<std::string>& argv) {
+  if (!log) return;
+  std::string line;
+  for (const std::string& w : argv) line += (line.empty() ? "" : " ") + w;
+  std::fprintf(log, "ptdp-train supervisor: attempt %d of %d: %s\n", attempt + 1, o.max_restarts + 1, line.c_str());
+  std::fflush(log);
+}
+
+// Whether the job's failure with exit status `last` ends the supervision: the job was stopped
+// by a signal, or failed in a way a restart would only repeat. Says why on `log`.
+bool not_to_restart(std::FILE* log, int last) {
+  if (g_signal.load() != 0) {
+    if (log) std::fprintf(log, "ptdp-train supervisor: stopped by signal %d; not restarting\n", g_signal.load());
+    return true;
+  }
+  if (last != 2 && last != kExitSkippedIterations && last != kExitNonFinite) return false;
+  if (log) {
+    std::fprintf(log, "ptdp-train supervisor: exit status %d (%s) would repeat on a restart; not restarting\n", last,
+                 last == 2 ? "bad flags" : last == kExitSkippedIterations ? "--max-skipped-iterations"
+                                                                          : "--check-for-nan-in-loss-and-grad");
+  }
+  return true;
+}
+
+void log_restart(std::FILE* log, double wait_s, const std::string& save) {
+  if (!log) return;
+  const long long it = latest_iteration(save);
+  if (it >= 0) {
+    std::fprintf(log, "ptdp-train supervisor: restarting in %.1f s from the checkpoint of iteration %lld in %s\n",
+                 wait_s, it, save.c_str());
+  } else {
+    std::fprintf(log, "ptdp-train supervisor: restarting in %.1f s from scratch (no checkpoint in %s yet)\n", wait_s,
+                 save.c_str());
+  }
+  std::fflush(log);
+}
+
+}  // namespace
+
 int supervise(const SupervisorOptions& o) {
   check_supervisor_options(o);
   std::FILE* log = o.log;
   const std::string save = flag_value(o.command, "--save");
-  struct sigaction fwd {}, old_int {}, old_term {};
-  fwd.sa_handler = forward_signal;
-  sigemptyset(&fwd.sa_mask);
-  ::sigaction(SIGINT, &fwd, &old_int);
-  ::sigaction(SIGTERM, &fwd, &old_term);
-  g_signal.store(0);
-  const auto restore = [&] {
-    ::sigaction(SIGINT, &old_int, nullptr);
-    ::sigaction(SIGTERM, &old_term, nullptr);
-  };
+  const ForwardSignals forwarding;
   int last = 1;
   double wait_s = o.backoff_s;
   for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
     const std::vector<std::string> argv = supervised_argv(o, attempt, latest_iteration(save) >= 0);
-    if (log) {
-      std::string line;
-      for (const std::string& w : argv) line += (line.empty() ? "" : " ") + w;
-      std::fprintf(log, "ptdp-train supervisor: attempt %d of %d: %s\n", attempt + 1, o.max_restarts + 1,
-                   line.c_str());
-      std::fflush(log);
-    }
+    log_attempt(log, o, attempt, argv);
     const int status = run_job(argv, attempt);
     if (status == -1 || status == -2) {
       if (log) {
         std::fprintf(log, "ptdp-train supervisor: cannot start the job ('%s'): %s\n", argv[0].c_str(),
                      status == -1 ? "fork failed" : "no such program");
       }
-      restore();
       return 127;
     }
     last = exit_code_of(status);
@@ -201,38 +249,13 @@ int supervise(const SupervisorOptions& o) {
         std::fprintf(log, "ptdp-train supervisor: the job succeeded on attempt %d (%d restarts)\n", attempt + 1,
                      attempt);
       }
-      restore();
       return 0;
     }
     if (log) std::fprintf(log, "ptdp-train supervisor: attempt %d failed: %s\n", attempt + 1,
                           describe_status(status).c_str());
-    if (g_signal.load() != 0) {
-      if (log) std::fprintf(log, "ptdp-train supervisor: stopped by signal %d; not restarting\n", g_signal.load());
-      restore();
-      return last;
-    }
-    if (last == 2 || last == kExitSkippedIterations || last == kExitNonFinite) {
-      if (log) {
-        std::fprintf(log, "ptdp-train supervisor: exit status %d (%s) would repeat on a restart; not restarting\n",
-                     last,
-                     last == 2 ? "bad flags" : last == kExitSkippedIterations ? "--max-skipped-iterations"
-                                                                              : "--check-for-nan-in-loss-and-grad");
-      }
-      restore();
-      return last;
-    }
+    if (not_to_restart(log, last)) return last;
     if (attempt == o.max_restarts) break;
-    const long long it = latest_iteration(save);
-    if (log) {
-      if (it >= 0) {
-        std::fprintf(log, "ptdp-train supervisor: restarting in %.1f s from the checkpoint of iteration %lld in %s\n",
-                     wait_s, it, save.c_str());
-      } else {
-        std::fprintf(log, "ptdp-train supervisor: restarting in %.1f s from scratch (no checkpoint in %s yet)\n",
-                     wait_s, save.c_str());
-      }
-      std::fflush(log);
-    }
+    log_restart(log, wait_s, save);
     std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
     wait_s = std::min(60.0, wait_s * 2);
     if (g_signal.load() != 0) break;
@@ -245,7 +268,6 @@ int supervise(const SupervisorOptions& o) {
                  latest_iteration(save));
     std::fflush(log);
   }
-  restore();
   return g_signal.load() != 0 ? last : kExitRestartsExhausted;
 }
 

@@ -19,33 +19,30 @@ std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& gro
   return std::make_unique<Optimizer>(spaces, excluded, config, groups);
 }
 
-IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
-                                const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
-                                int64_t iteration, const ExecutorOptions& options, const DocumentLayout& layout,
-                                const IterationChecks* checks) {
+IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
+                                 const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                                 int64_t iteration, const ExecutorOptions& options, const DocumentLayout& layout,
+                                 const TrainingHooks& hooks) {
+  if (hooks.before_iteration) hooks.before_iteration(iteration + 1);
   const auto start = std::chrono::steady_clock::now();
   const double wait0 = comm_wait_seconds();
   model.zero_grads();
-  TrainHooks hooks;
-  hooks.microbatch_offset = static_cast<int64_t>(groups.rank(GroupKind::Data)) * schedule.m;
-  hooks.grad_scale = optimizer.loss_scale();
-  if (checks && checks->grads_ready) {
-    hooks.params_ready = [&](int j, int first, int end) {
-      checks->grads_ready(j, first, end);
-      optimizer.params_ready(j, first, end);
-    };
-  } else {
-    hooks.params_ready = [&](int j, int first, int end) { optimizer.params_ready(j, first, end); };
-  }
-  IterationResult r;
-  r.loss = forward_backward(model, schedule, tokens, labels, b, iteration, options, hooks, layout);
-  if (checks && checks->after_backward) checks->after_backward(r.loss);
-  if (checks && checks->before_step) {
+  ReplicaSettings replica;
+  replica.microbatch_offset = static_cast<int64_t>(groups.rank(GroupKind::Data)) * schedule.m;
+  replica.grad_scale = optimizer.loss_scale();
+  const GradsReady grads_ready = [&](int j, int first, int end) {
+    if (hooks.on_grads_ready) hooks.on_grads_ready(j, first, end);
+    optimizer.params_ready(j, first, end);
+  };
+  IterationOutcome r;
+  r.loss = forward_backward(model, schedule, tokens, labels, b, iteration, options, replica, layout, grads_ready);
+  if (hooks.after_backward) hooks.after_backward(r.loss);
+  if (hooks.before_optimizer_step) {
     optimizer.finish_grad_sync();  // the step's own first act; nothing in flight when a check stops the run
-    checks->before_step();
+    hooks.before_optimizer_step();
   }
   r.step = optimizer.step(iteration);
-  if (checks && checks->after_step) checks->after_step(r.step);
+  if (hooks.after_optimizer_step) hooks.after_optimizer_step(r.step);
   if (groups.size(GroupKind::Data) > 1) {
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&r.loss, {1}, DType::F32), ReduceOp::Avg)->wait();
   }

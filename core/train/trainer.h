@@ -5,30 +5,16 @@
 
 #include "core/optim/optimizer.h"
 #include "core/train/forward_backward.h"
-
-#include <functional>
+#include "core/train/training_hooks.h"
 
 namespace ptdp {
 
-struct IterationResult {
+/// What train_iteration did: the global batch's loss, the optimizer's step and the time it took.
+struct IterationOutcome {
   float loss = 0;  ///< mean over the global batch (every replica's microbatches)
-  StepResult step;
+  OptimizerStepResult step;
   double seconds = 0;            ///< wall time of the iteration on this rank
   double comm_wait_seconds = 0;  ///< of which blocked waiting on communication
-};
-
-/// What the training loop adds around one iteration (each optional): fault injection and the
-/// non-finite checks of --check-for-nan-in-loss-and-grad.
-struct IterationChecks {
-  /// Parameters [first, end) of local chunk j have their final local gradients, before their
-  /// data-parallel reduction starts (may change them, may throw only on every rank alike).
-  std::function<void(int j, int first, int end)> grads_ready;
-  /// After the backward, with this rank's loss before the replicas' average (may change it).
-  std::function<void(float& loss)> after_backward;
-  /// After the data-parallel reduction, before the optimizer step (collective hooks go here).
-  std::function<void()> before_step;
-  /// After the optimizer step.
-  std::function<void(const StepResult& step)> after_step;
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out
@@ -39,10 +25,12 @@ std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& gro
 /// `layout` its positions and documents (labels of kIgnoreIndex and the layout as in
 /// forward_backward). The loss is the mean of the microbatches' masked means over every
 /// replica (each replica's mean averaged over the data-parallel group, as its gradients are):
-/// the serial run's over the same global batch cut into the same microbatches.
-IterationResult train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
-                                const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
-                                int64_t iteration, const ExecutorOptions& options = {},
-                                const DocumentLayout& layout = {}, const IterationChecks* checks = nullptr);
+/// the serial run's over the same global batch cut into the same microbatches. Runs `hooks`
+/// from before_iteration (with iteration + 1) to after_optimizer_step; the time reported
+/// starts after before_iteration.
+IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
+                                 const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
+                                 int64_t iteration, const ExecutorOptions& options = {},
+                                 const DocumentLayout& layout = {}, const TrainingHooks& hooks = {});
 
 }  // namespace ptdp

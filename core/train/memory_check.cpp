@@ -1,4 +1,4 @@
-#include "capi/src/memory_check.h"
+#include "core/train/memory_check.h"
 
 #include <unistd.h>
 
@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,7 +23,7 @@
 #include "kernels/cuda/cuda_probe.h"
 #endif
 
-namespace ptdp::capi {
+namespace ptdp {
 
 namespace {
 
@@ -59,55 +60,57 @@ double cgroup_available_bytes() {
   return std::max(0.0, limit - current);
 }
 
+// The planner's figure from `f`, or nullopt with the planner's reason (in `why_not`, may be
+// null) for a layout or split it does not model.
+template <class F>
+auto planner_figure(F&& f, std::string* why_not) -> std::optional<decltype(f())> {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (why_not) *why_not = e.what();
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 bool memory_check_enabled() { return env_switch_on("PTDP_MEMORY_CHECK"); }
 
-bool estimate_run_memory(const RunShape& shape, MemoryNeed* need) {
-  const TrainArgs& a = *shape.args;
+std::optional<MemoryNeed> estimate_run_memory(const TrainArgs& a, const RunLayout& layout, const Device& device,
+                                              std::string* why_not) {
   plan::PlanRequest req;
   req.model = to_gpt_config(a);
   // --attention-backend auto as this device resolves it (the planner's own auto reads the
-  // device off the precision: fp32 the CPU, 16 bits CUDA).
+  // device off the precision: fp32 the CPU, 16 bits CUDA). The device is the run's, which this
+  // build drives (the loop picked it).
   if (req.model.attention == AttentionImpl::Auto) {
-    try {
-      const Backend& be = backend_for(shape.device);
-      const bool fused = be.fused_attention_supported(req.model.precision, req.model.head_dim());
-      req.model.attention = fused ? AttentionImpl::Fused : AttentionImpl::Unfused;
-    } catch (const Error&) {
-      // no backend for the device here: the planner's auto stands
-    }
+    const bool fused = backend_for(device).fused_attention_supported(req.model.precision, req.model.head_dim());
+    req.model.attention = fused ? AttentionImpl::Fused : AttentionImpl::Unfused;
   }
-  req.global_batch_size = shape.global_batch;
+  req.global_batch_size = layout.global_batch;
   req.precision = a.bf16 ? plan::Precision::Bf16 : a.fp16 ? plan::Precision::Fp16 : plan::Precision::Fp32;
   req.allow_distributed_optimizer = a.use_distributed_optimizer;
   req.allow_sequence_parallel = a.sequence_parallel;
-  req.context_parallel = shape.c;
-  req.num_gpus = shape.world;
+  req.context_parallel = layout.c;
+  req.num_gpus = layout.world;
   plan::Layout L;
-  L.t = shape.t;
-  L.p = shape.p;
-  L.d = shape.d;
-  L.v = shape.v;
-  L.b = shape.b;
-  L.m = shape.m;
-  L.c = shape.c;
+  L.t = layout.t;
+  L.p = layout.p;
+  L.d = layout.d;
+  L.v = layout.v;
+  L.b = layout.b;
+  L.m = layout.m;
+  L.c = layout.c;
   L.first = a.decoder_first_pipeline_num_layers.value_or(0);
   L.last = a.decoder_last_pipeline_num_layers.value_or(0);
   L.schedule = schedule_kind(a);
   L.recompute = a.recompute_granularity;
   L.distributed_optimizer = a.use_distributed_optimizer;
-  L.sequence_parallel = a.sequence_parallel && shape.t > 1;
-  try {
-    const plan::Estimate e = plan::estimate(req, plan::cpu_cluster(shape.world, shape.world), L, false);
-    need->weights = e.memory.weights;
-    need->gradients = e.memory.gradients;
-    need->optimizer = e.memory.optimizer;
-    need->activations = e.memory.activations;
-    return true;
-  } catch (const Error&) {
-    return false;  // a layout the planner does not model (a pinned custom layout, ...): no check
-  }
+  L.sequence_parallel = a.sequence_parallel && layout.t > 1;
+  const auto e = planner_figure(
+      [&] { return plan::estimate(req, plan::cpu_cluster(layout.world, layout.world), L, false).memory; }, why_not);
+  if (!e) return std::nullopt;
+  return MemoryNeed{e->weights, e->gradients, e->optimizer, e->activations};
 }
 
 double available_memory_bytes(const Device& device, int local_size, std::string* source) {
@@ -134,12 +137,15 @@ double available_memory_bytes(const Device& device, int local_size, std::string*
   return avail / ranks;
 }
 
-void refuse_run_that_does_not_fit(const RunShape& shape) {
+void refuse_run_that_does_not_fit(const TrainArgs& a, const RunLayout& layout, const Device& device,
+                                  int local_size) {
   if (!memory_check_enabled()) return;
-  MemoryNeed need;
-  if (!estimate_run_memory(shape, &need)) return;
+  // A layout the planner does not model is left to the model's own checks, which name the flag.
+  const std::optional<MemoryNeed> estimate = estimate_run_memory(a, layout, device);
+  if (!estimate) return;
+  const MemoryNeed& need = *estimate;
   std::string source;
-  const double avail = available_memory_bytes(shape.device, shape.local_size, &source);
+  const double avail = available_memory_bytes(device, local_size, &source);
   if (avail < 0 || need.total() <= avail) return;
   std::vector<std::pair<double, std::string>> items = {{need.weights, "parameters"},
                                                        {need.gradients, "gradients"},
@@ -151,14 +157,13 @@ void refuse_run_that_does_not_fit(const RunShape& shape) {
     if (!parts.empty()) parts += ", ";
     parts += name + " " + gib(bytes);
   }
-  const TrainArgs& a = *shape.args;
   throw_error(ErrorCode::OutOfMemory,
               "the run would not fit: it needs " + gib(need.total()) + " GiB per rank (" + parts + " GiB; " +
                   std::to_string(a.num_layers) + " layers of hidden size " + std::to_string(a.hidden_size) +
-                  ", micro-batch " + std::to_string(shape.b) + " x " + std::to_string(shape.m) +
-                  " microbatches, t=" + std::to_string(shape.t) + " p=" + std::to_string(shape.p) +
-                  " d=" + std::to_string(shape.d) + "); " + gib(avail) + " GiB available per rank on " +
-                  shape.device.str() + " (" + source +
+                  ", micro-batch " + std::to_string(layout.b) + " x " + std::to_string(layout.m) +
+                  " microbatches, t=" + std::to_string(layout.t) + " p=" + std::to_string(layout.p) +
+                  " d=" + std::to_string(layout.d) + "); " + gib(avail) + " GiB available per rank on " +
+                  device.str() + " (" + source +
                   "). Use more ranks or a smaller model, micro-batch or --recompute-granularity; "
                   "PTDP_MEMORY_CHECK=0 runs it anyway");
 }
@@ -168,24 +173,23 @@ void refuse_model_that_does_not_fit(const GptConfig& config, const ProcessGroups
   if (!memory_check_enabled()) return;
   const int t = groups.size(GroupKind::Tensor), p = groups.size(GroupKind::Pipeline);
   const int v = groups.layout().virtual_stages();
-  int64_t params = 0;
-  try {
-    params = plan::stage_parameters(config, t, p, v, groups.rank(GroupKind::Pipeline));
-  } catch (const Error&) {
-    return;  // a split the planner does not model
-  }
-  const double n = static_cast<double>(params);
+  // A split the planner does not model is left to the model's own checks, which name it.
+  const int stage = groups.rank(GroupKind::Pipeline);
+  const std::optional<int64_t> params =
+      planner_figure([&] { return plan::stage_parameters(config, t, p, v, stage); }, nullptr);
+  if (!params) return;
+  const double n = static_cast<double>(*params);
   const double weight_bytes = config.precision == DType::F32 ? 4.0 : 2.0;
   const double need = n * (weight_bytes + 4.0 + (config.precision == DType::F32 ? 0.0 : 4.0));
   std::string source;
   const double avail = available_memory_bytes(device, local_size, &source);
   if (avail < 0 || need <= avail) return;
   throw_error(ErrorCode::OutOfMemory,
-              "the model would not fit: its " + std::to_string(params) + " parameters on this rank (" +
+              "the model would not fit: its " + std::to_string(*params) + " parameters on this rank (" +
                   std::to_string(config.num_layers) + " layers of hidden size " + std::to_string(config.hidden_size) +
                   ", vocabulary " + std::to_string(config.vocab_size) + ") need " + gib(need) +
                   " GiB with their gradients; " + gib(avail) + " GiB available on " + device.str() + " (" + source +
                   "). PTDP_MEMORY_CHECK=0 tries anyway");
 }
 
-}  // namespace ptdp::capi
+}  // namespace ptdp

@@ -1,0 +1,36 @@
+// The record of one training iteration that the loop hands to its metrics sink (the log line,
+// the JSON line, the plot, the progress bar) and to the after_iteration hook (ptdp_trainer's
+// callback receives it as a ptdp_iteration_report).
+#pragma once
+
+#include <cstdint>
+
+namespace ptdp {
+
+/// One iteration's figures, the same on every rank (the loss is the global batch's mean, the
+/// norm the global norm) except the memory high-water mark, which is this rank's.
+struct IterationMetrics {
+  int64_t iteration = 0;    ///< iterations done, this one included (the log line's count)
+  int64_t train_iters = 0;  ///< --train-iters
+  int64_t consumed_samples = 0;
+  int64_t global_batch_size = 0;
+  float lm_loss = 0;  ///< mean over the global batch; NaN when the step found non-finite values
+  double learning_rate = 0;
+  double grad_norm = 0;  ///< before clipping; non-finite when the step was skipped
+  float loss_scale = 1;
+  bool skipped = false;  ///< the optimizer skipped this step (non-finite gradients)
+  int64_t skipped_iterations = 0;
+  double elapsed_s = 0;  ///< this iteration's wall time on this rank
+  double tokens_per_second = 0;
+  double model_flops = 0;     ///< the paper's model FLOPs of the iteration (GptConfig::paper_flops)
+  double executed_flops = 0;  ///< with full recomputation's extra forward counted
+  double tflops_per_device = 0;  ///< executed FLOPs / time / world, in 1e12 (the paper's figure)
+  double mfu = 0;            ///< model FLOPs / time / world / peak_flops; 0 when the peak is unknown
+  double peak_flops = 0;     ///< one device's dense peak (device_peak.h or --peak-tflops)
+  double mem_high_water_mib = 0;
+  bool validated = false;    ///< a validation ran after this iteration
+  float validation_loss = 0;  ///< when validated
+  bool saved = false;        ///< a checkpoint was saved after this iteration
+};
+
+}  // namespace ptdp
