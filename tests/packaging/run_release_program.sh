@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Usage: run_release_program.sh [--expect REGEX]... [--mpi N MPIEXEC] RELEASE_MAP LIBDIR PROGRAM [ARG]...
+# Usage: run_release_program.sh [--expect REGEX]... [--mpi N MPIEXEC] [--fresh DIR] RELEASE_MAP LIBDIR PROGRAM [ARG]...
 #
 # Runs PROGRAM, a program built against an old release's ptdp.h and linked to a stub library
 # made from that release's version script (RELEASE_MAP), with today's libptdp.so.0 from LIBDIR,
 # as a program of that release runs on a machine where libptdp has been upgraded. Fails unless
 #   - PROGRAM is bound to libptdp.so.0 and to no symbol version but the release's own (so the
 #     test exercises what that release's programs call, not today's default versions);
-#   - the libptdp.so.0 in LIBDIR is a later one, with a version node the release did not have;
 #   - PROGRAM exits with status 0 and its output matches every REGEX (grep -E).
-# --mpi N MPIEXEC runs it as N ranks under MPIEXEC.
+# --mpi N MPIEXEC runs it as N ranks under MPIEXEC; --fresh DIR removes DIR first (a save
+# directory the program must find empty).
 set -euo pipefail
 expects=()
 mpi=()
@@ -16,11 +16,12 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --expect) expects+=("$2"); shift 2 ;;
     --mpi) mpi=("$3" --oversubscribe --allow-run-as-root -np "$2" -x OMP_NUM_THREADS=1 -x LD_LIBRARY_PATH); shift 3 ;;
+    --fresh) rm -rf "$2"; shift 2 ;;
     *) break ;;
   esac
 done
 if [[ $# -lt 3 ]]; then
-  echo "usage: $0 [--expect REGEX]... [--mpi N MPIEXEC] RELEASE_MAP LIBDIR PROGRAM [ARG]..." >&2
+  echo "usage: $0 [--expect REGEX]... [--mpi N MPIEXEC] [--fresh DIR] RELEASE_MAP LIBDIR PROGRAM [ARG]..." >&2
   exit 2
 fi
 map=$1 libdir=$(readlink -f "$2") program=$3
@@ -41,15 +42,12 @@ if [[ -n "$stray" ]]; then
   exit 1
 fi
 library=$libdir/libptdp.so.0
-library_nodes=$(readelf -V --wide "$library" | awk '/Name: PTDP_/ {
-                  for (i = 1; i <= NF; i++) if ($i == "Name:") print $(i + 1) }' | sort -u)
-newer=$(comm -13 <(echo "$release_nodes") <(echo "$library_nodes"))
-if [[ -z "$newer" ]]; then
-  echo "FAIL: $library defines no version node newer than the release's ($(echo "$release_nodes" | tr '\n' ' '))" >&2
+if [[ ! -f "$library" ]]; then
+  echo "FAIL: no $library" >&2
   exit 1
 fi
-echo "$(basename "$program"): bound to $(echo "$needed" | tr '\n' ' ')(the release's); running with" \
-  "$library, which adds $(echo "$newer" | tr '\n' ' ')"
+echo "$(basename "$program"): bound to $(echo "$needed" | tr '\n' ' ')(the release's version nodes); running with" \
+  "$(readlink -f "$library")"
 
 log=$(mktemp "${TMPDIR:-/tmp}/ptdp-release-run.XXXXXX")
 trap 'rm -f "$log"' EXIT
