@@ -41,7 +41,7 @@
  *  The version of the header; ptdp_version() gives the library's.
  *  @{ */
 #define PTDP_VERSION_MAJOR 0 /**< Incremented for ABI-incompatible changes (SONAME libptdp.so.MAJOR). */
-#define PTDP_VERSION_MINOR 3 /**< Incremented when functions or enum values are added. */
+#define PTDP_VERSION_MINOR 4 /**< Incremented when functions or enum values are added. */
 #define PTDP_VERSION_PATCH 0 /**< Incremented for fixes. */
 /** Combines a version into one comparable integer. */
 #define PTDP_VERSION_ENCODE(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
