@@ -141,13 +141,13 @@ enum class Release { v0_1_0, v0_2_0, v0_3_0, v0_3_0_last };
 /// function fills; only the specialisations below exist.
 template <typename Struct>
 struct ReleasedSizes;
-#define PTDP_RELEASED_SIZES(Struct, at_0_1_0, at_0_2_0, at_0_3_0, at_0_3_0_last)                         \
-  template <>                                                                                       \
-  struct ReleasedSizes<Struct> {                                                                    \
-    static constexpr std::size_t at[] = {at_0_1_0, at_0_2_0, at_0_3_0, at_0_3_0_last};              \
-  };                                                                                                \
-  static_assert((at_0_1_0) <= (at_0_2_0) && (at_0_2_0) <= (at_0_3_0) && (at_0_3_0) <= (at_0_3_0_last) && \
-                    (at_0_3_0_last) <= sizeof(Struct),                                              \
+#define PTDP_RELEASED_SIZES(Struct, at_0_1_0, at_0_2_0, at_0_3_0, at_0_3_0_last)                                       \
+  template <>                                                                                                          \
+  struct ReleasedSizes<Struct> {                                                                                       \
+    static constexpr std::size_t at[] = {at_0_1_0, at_0_2_0, at_0_3_0, at_0_3_0_last};                                 \
+  };                                                                                                                   \
+  static_assert((at_0_1_0) <= (at_0_2_0) && (at_0_2_0) <= (at_0_3_0) && (at_0_3_0) <= (at_0_3_0_last) &&               \
+                    (at_0_3_0_last) <= sizeof(Struct),                                                                 \
                 #Struct ": structs only grow")
 // Struct                               0.1.0  0.2.0  0.3.0  0.3.0-last
 PTDP_RELEASED_SIZES(ptdp_gpt_options,        88,   152,   152,   152);
@@ -199,6 +199,9 @@ static_assert(released_size<ptdp_optimizer_options>(Release::v0_3_0) ==
               "ptdp_optimizer_options: the overlap switches came after 0.3.0");
 static_assert(released_size<ptdp_schedule_costs>(Release::v0_3_0) == offsetof(ptdp_schedule_costs, chunk_forward),
               "ptdp_schedule_costs: the measured chunk costs came after 0.3.0");
+static_assert(released_size<ptdp_pipeline_options>(Release::v0_3_0_last) == offsetof(ptdp_pipeline_options, masks) &&
+                  offsetof(ptdp_pipeline_options, masks) + sizeof(void*) == sizeof(ptdp_pipeline_options),
+              "ptdp_pipeline_options: the masks came in 0.4.0, packed after 0.3.0's fields");
 // The tails that old versions compare byte for byte (compat.cpp) hold no padding.
 static_assert(offsetof(ptdp_train_settings, launcher) + sizeof(const char*) == sizeof(ptdp_train_settings) &&
                   offsetof(ptdp_train_settings, max_skipped_iterations) ==

@@ -55,6 +55,7 @@ ptdp_runtime_options defaults(const ptdp_runtime_options*) { return defaults_for
 ptdp_gpt_data_options defaults(const ptdp_gpt_data_options*) { return defaults_for(ptdp_gpt_data_options_init); }
 ptdp_optimizer_options defaults(const ptdp_optimizer_options*) { return defaults_for(ptdp_optimizer_options_init); }
 ptdp_schedule_costs defaults(const ptdp_schedule_costs*) { return defaults_for(ptdp_schedule_costs_init); }
+ptdp_pipeline_options defaults(const ptdp_pipeline_options*) { return defaults_for(ptdp_pipeline_options_init); }
 // The settings have no init function: the settings of a command line without flags.
 ptdp_train_settings defaults(const ptdp_train_settings*) {
   const char* const argv[] = {"ptdp-train"};
@@ -233,6 +234,9 @@ PTDP_API ptdp_status compat_PTDP_0_optimizer_options_init(ptdp_optimizer_options
 PTDP_API ptdp_status compat_PTDP_0_schedule_costs_init(ptdp_schedule_costs* costs) {
   return old_version<Ptdp0>(ptdp_schedule_costs_init, "ptdp_schedule_costs_init", nullptr, costs);
 }
+PTDP_API ptdp_status compat_PTDP_0_pipeline_options_init(ptdp_pipeline_options* options) {
+  return old_version<Ptdp0>(ptdp_pipeline_options_init, "ptdp_pipeline_options_init", nullptr, options);
+}
 PTDP_API ptdp_status compat_PTDP_0_cluster_init(ptdp_cluster* cluster) {
   return old_version<Ptdp0>(ptdp_cluster_init, "ptdp_cluster_init", nullptr, cluster);
 }
@@ -243,12 +247,12 @@ PTDP_API ptdp_status compat_PTDP_0_cluster_load(const char* path, ptdp_cluster* 
   return old_version<Ptdp0>(ptdp_cluster_load, "ptdp_cluster_load", "the cluster file", path, cluster);
 }
 PTDP_API ptdp_status compat_PTDP_0_train_config_settings(ptdp_train_config config, ptdp_train_settings* settings) {
-  return old_version<Ptdp0>(ptdp_train_config_settings, "ptdp_train_config_settings",
-                            "the configuration's settings", config, settings);
+  return old_version<Ptdp0>(ptdp_train_config_settings, "ptdp_train_config_settings", "the configuration's settings",
+                            config, settings);
 }
 PTDP_API ptdp_status compat_PTDP_0_train_config_gpt_options(ptdp_train_config config, ptdp_gpt_options* options) {
-  return old_version<Ptdp0>(ptdp_train_config_gpt_options, "ptdp_train_config_gpt_options",
-                            "the configuration's model", config, options);
+  return old_version<Ptdp0>(ptdp_train_config_gpt_options, "ptdp_train_config_gpt_options", "the configuration's model",
+                            config, options);
 }
 PTDP_API ptdp_status compat_PTDP_0_train_config_optimizer_options(ptdp_train_config config,
                                                                   ptdp_optimizer_options* options) {
@@ -265,8 +269,7 @@ PTDP_API ptdp_status compat_PTDP_0_train_config_runtime_options(ptdp_train_confi
   return old_version<Ptdp0>(ptdp_train_config_runtime_options, "ptdp_train_config_runtime_options",
                             "the configuration's runtime", config, options);
 }
-PTDP_API ptdp_status compat_PTDP_0_train_config_data_options(ptdp_train_config config,
-                                                             ptdp_gpt_data_options* options) {
+PTDP_API ptdp_status compat_PTDP_0_train_config_data_options(ptdp_train_config config, ptdp_gpt_data_options* options) {
   return old_version<Ptdp0>(ptdp_train_config_data_options, "ptdp_train_config_data_options",
                             "the configuration's data", config, options);
 }
@@ -281,17 +284,35 @@ PTDP_API ptdp_status compat_PTDP_0_plan_parse_args(int32_t argc, const char* con
                             cluster, cli);
 }
 
+// ---- PTDP_0: the signatures of 0.1.0 to 0.3.0 of the calls that took options in 0.4.0
+
+PTDP_API ptdp_status compat_PTDP_0_model_forward_backward(ptdp_model model, const int32_t* tokens,
+                                                          const int32_t* labels, int32_t micro_batch_size,
+                                                          int64_t iteration, int64_t microbatch, float grad_scale,
+                                                          float* loss) {
+  return ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale,
+                                     nullptr, loss);
+}
+PTDP_API ptdp_status compat_PTDP_0_model_forward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                                 int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
+                                                 int32_t training, float* loss) {
+  return ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training, nullptr, loss);
+}
+PTDP_API ptdp_status compat_PTDP_0_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                                  int32_t micro_batch_size, int32_t num_microbatches, float* loss) {
+  return ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches, nullptr, loss);
+}
+
 // ---- PTDP_0.3: the structs of 0.2.0 (0ab8855^) and 0.3.0 (0ab8855) for the functions they
 // bound there, which grew again under 0.3.0's number
 
 PTDP_API ptdp_status compat_PTDP_0_3_plan_options_init(ptdp_plan_options* options) {
   return old_version<Ptdp0_3>(ptdp_plan_options_init, "ptdp_plan_options_init", nullptr, options);
 }
-PTDP_API ptdp_status compat_PTDP_0_3_plan_parse_args(int32_t argc, const char* const* argv,
-                                                     ptdp_plan_options* options, ptdp_cluster* cluster,
-                                                     ptdp_plan_cli* cli) {
-  return old_version<Ptdp0_3>(ptdp_plan_parse_args, "ptdp_plan_parse_args", "the command line", argc, argv,
-                              options, cluster, cli);
+PTDP_API ptdp_status compat_PTDP_0_3_plan_parse_args(int32_t argc, const char* const* argv, ptdp_plan_options* options,
+                                                     ptdp_cluster* cluster, ptdp_plan_cli* cli) {
+  return old_version<Ptdp0_3>(ptdp_plan_parse_args, "ptdp_plan_parse_args", "the command line", argc, argv, options,
+                              cluster, cli);
 }
 
 }  // extern "C"
@@ -305,6 +326,7 @@ __asm__(".symver compat_PTDP_0_runtime_options_init,ptdp_runtime_options_init@PT
 __asm__(".symver compat_PTDP_0_gpt_data_options_init,ptdp_gpt_data_options_init@PTDP_0");
 __asm__(".symver compat_PTDP_0_optimizer_options_init,ptdp_optimizer_options_init@PTDP_0");
 __asm__(".symver compat_PTDP_0_schedule_costs_init,ptdp_schedule_costs_init@PTDP_0");
+__asm__(".symver compat_PTDP_0_pipeline_options_init,ptdp_pipeline_options_init@PTDP_0");
 __asm__(".symver compat_PTDP_0_cluster_init,ptdp_cluster_init@PTDP_0");
 __asm__(".symver compat_PTDP_0_cluster_preset,ptdp_cluster_preset@PTDP_0");
 __asm__(".symver compat_PTDP_0_cluster_load,ptdp_cluster_load@PTDP_0");
@@ -316,5 +338,8 @@ __asm__(".symver compat_PTDP_0_train_config_runtime_options,ptdp_train_config_ru
 __asm__(".symver compat_PTDP_0_train_config_data_options,ptdp_train_config_data_options@PTDP_0");
 __asm__(".symver compat_PTDP_0_checkpoint_read_options,ptdp_checkpoint_read_options@PTDP_0");
 __asm__(".symver compat_PTDP_0_plan_parse_args,ptdp_plan_parse_args@PTDP_0");
+__asm__(".symver compat_PTDP_0_model_forward_backward,ptdp_model_forward_backward@PTDP_0");
+__asm__(".symver compat_PTDP_0_model_forward,ptdp_model_forward@PTDP_0");
+__asm__(".symver compat_PTDP_0_model_evaluate,ptdp_model_evaluate@PTDP_0");
 __asm__(".symver compat_PTDP_0_3_plan_options_init,ptdp_plan_options_init@PTDP_0.3");
 __asm__(".symver compat_PTDP_0_3_plan_parse_args,ptdp_plan_parse_args@PTDP_0.3");
