@@ -38,6 +38,14 @@ ptdp_status old_gpt_data_options_init(void* options);
 ptdp_status old_train_config_optimizer_options(ptdp_train_config config, void* options);
 ptdp_status old_optimizer_options_init(void* options);
 ptdp_status old_schedule_costs_init(void* costs);
+ptdp_status old_pipeline_options_init(void* options);
+ptdp_status old_model_forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
+                                       int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
+                                       float grad_scale, float* loss);
+ptdp_status old_model_forward(ptdp_model model, const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+                              int64_t iteration, int64_t microbatch, int32_t training, float* loss);
+ptdp_status old_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+                               int32_t num_microbatches, float* loss);
 ptdp_status v0_3_plan_options_init(void* options);
 ptdp_status v0_3_plan_parse_args(int32_t argc, const char* const* argv, void* options, void* cluster,
                                  ptdp_plan_cli* cli);
@@ -61,6 +69,10 @@ __asm__(".symver old_gpt_data_options_init,ptdp_gpt_data_options_init@PTDP_0");
 __asm__(".symver old_train_config_optimizer_options,ptdp_train_config_optimizer_options@PTDP_0");
 __asm__(".symver old_optimizer_options_init,ptdp_optimizer_options_init@PTDP_0");
 __asm__(".symver old_schedule_costs_init,ptdp_schedule_costs_init@PTDP_0");
+__asm__(".symver old_pipeline_options_init,ptdp_pipeline_options_init@PTDP_0");
+__asm__(".symver old_model_forward_backward,ptdp_model_forward_backward@PTDP_0");
+__asm__(".symver old_model_forward,ptdp_model_forward@PTDP_0");
+__asm__(".symver old_model_evaluate,ptdp_model_evaluate@PTDP_0");
 __asm__(".symver v0_3_plan_options_init,ptdp_plan_options_init@PTDP_0.3");
 __asm__(".symver v0_3_plan_parse_args,ptdp_plan_parse_args@PTDP_0.3");
 
@@ -72,6 +84,7 @@ namespace {
 constexpr std::size_t kGptOptions010 = 88, kGenerateOptions010 = 32, kPlanOptions010 = 104, kParallelOptions010 = 24;
 constexpr std::size_t kCluster010 = 128, kRuntimeOptions010 = 32;
 constexpr std::size_t kTrainSettings010 = 168, kDataOptions010 = 72, kOptimizerOptions010 = 112, kCosts010 = 48;
+constexpr std::size_t kPipelineOptions030 = 24;  // every release's, before the masks
 // The sizes of 0.2.0's and 0.3.0's structs that their PTDP_0.3 versions of the plan functions write.
 constexpr std::size_t kPlanOptions030 = 176, kCluster030 = 128;
 constexpr unsigned char kGuard = 0xA5;
@@ -488,4 +501,47 @@ TEST_CASE("old programs: PTDP_0.3 plan functions write 0.2.0's and 0.3.0's struc
     CHECK(c.struct_size() == 0xA5A5A5A5A5A5A5A5ull);
     CHECK(untouched.struct_size == 0xA5A5A5A5A5A5A5A5ull);
   }
+}
+
+TEST_CASE("old programs: PTDP_0 model calls keep their signatures without options, and the 24-byte pipeline options",
+          "[capi][abi][compat]") {
+  ptdp_pipeline_options now;
+  REQUIRE(ptdp_pipeline_options_init(&now) == PTDP_SUCCESS);
+  CHECK(now.struct_size == sizeof now);
+  OldStruct old(kPipelineOptions030);
+  REQUIRE(old_pipeline_options_init(old.data()) == PTDP_SUCCESS);
+  CHECK(old.guard_intact());
+  CHECK(old.struct_size() == kPipelineOptions030);
+  CHECK(old.is_prefix_of(now));
+
+  sp::World w;
+  ptdp_gpt_options g;
+  REQUIRE(ptdp_gpt_options_init(&g) == PTDP_SUCCESS);
+  g.num_layers = 1;
+  g.hidden_size = 16;
+  g.num_attention_heads = 2;
+  g.vocab_size = 40;
+  g.seq_length = 8;
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(w.groups, &g, &m) == PTDP_SUCCESS);
+  std::vector<int32_t> tokens(16), labels(16);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>(i * 7 % 40);
+    labels[i] = static_cast<int32_t>((i * 7 + 3) % 40);
+  }
+  // The old versions are the new ones with no options: the same losses, bit for bit.
+  float a = 0, b = 0;
+  REQUIRE(old_model_forward_backward(m, tokens.data(), labels.data(), 2, 3, 1, 1.0f, &a) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward_backward(m, tokens.data(), labels.data(), 2, 3, 1, 1.0f, nullptr, &b) == PTDP_SUCCESS);
+  CHECK(a == b);
+  REQUIRE(old_model_forward(m, tokens.data(), labels.data(), 2, 3, 1, 1, &a) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward(m, tokens.data(), labels.data(), 2, 3, 1, 1, nullptr, &b) == PTDP_SUCCESS);
+  CHECK(a == b);
+  REQUIRE(old_model_evaluate(m, tokens.data(), labels.data(), 1, 2, &a) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_evaluate(m, tokens.data(), labels.data(), 1, 2, nullptr, &b) == PTDP_SUCCESS);
+  CHECK(a == b);
+  // Their errors are the new ones', under the same name.
+  CHECK(old_model_evaluate(m, nullptr, labels.data(), 1, 2, &a) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()) == "ptdp_model_evaluate: tokens is NULL");
+  CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
 }
