@@ -7,9 +7,9 @@ module ptdp_enums
   implicit none
   public
   integer(c_int), parameter :: PTDP_VERSION_MAJOR = 0
-  integer(c_int), parameter :: PTDP_VERSION_MINOR = 3
+  integer(c_int), parameter :: PTDP_VERSION_MINOR = 4
   integer(c_int), parameter :: PTDP_VERSION_PATCH = 0
-  integer(c_int), parameter :: PTDP_VERSION_CODE = 300
+  integer(c_int), parameter :: PTDP_VERSION_CODE = 400
 
   ! Result of every fallible call.
   integer(c_int), parameter :: PTDP_SUCCESS = 0
@@ -240,11 +240,22 @@ module ptdp
     integer(c_int32_t) :: qk_layernorm
   end type ptdp_gpt_options
 
-  ! Options for ptdp_model_pipeline_forward_backward().
+  ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
+  ! seq_length] row-major: b rows for one microbatch, m * b for a batch).
+  type, bind(c) :: ptdp_batch_masks
+    integer(c_size_t) :: struct_size
+    type(c_ptr) :: position_ids
+    type(c_ptr) :: document_starts
+  end type ptdp_batch_masks
+
+  ! Options of every call that runs a batch through the model: ptdp_model_forward_backward(),
+  ! ptdp_model_forward(), ptdp_model_pipeline_forward_backward(), ptdp_train_iteration() and
+  ! ptdp_model_evaluate(), and of ptdp_pipeline_run().
   type, bind(c) :: ptdp_pipeline_options
     integer(c_size_t) :: struct_size
     integer(c_int32_t) :: scatter_gather
     type(c_ptr) :: trace_path
+    type(c_ptr) :: masks
   end type ptdp_pipeline_options
 
   ! A user's model chunks for ptdp_pipeline_run().
@@ -421,14 +432,6 @@ module ptdp
     integer(c_int64_t) :: seed
     integer(c_int32_t) :: no_kv_cache
   end type ptdp_generate_options
-
-  ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
-  ! seq_length] row-major: b rows for one microbatch, m * b for a batch).
-  type, bind(c) :: ptdp_batch_masks
-    integer(c_size_t) :: struct_size
-    type(c_ptr) :: position_ids
-    type(c_ptr) :: document_starts
-  end type ptdp_batch_masks
 
   ! What a checkpoint records besides tensors.
   type, bind(c) :: ptdp_checkpoint_state
@@ -1227,10 +1230,26 @@ module ptdp
       integer(c_int) :: ptdp_model_get_options
     end function ptdp_model_get_options
 
+    ! Fills @p masks with the defaults (no position ids, no documents) and sets its struct_size.
+    function ptdp_batch_masks_init(masks) bind(c, name="ptdp_batch_masks_init")
+      import
+      implicit none
+      type(ptdp_batch_masks), intent(inout) :: masks
+      integer(c_int) :: ptdp_batch_masks_init
+    end function ptdp_batch_masks_init
+
+    ! Fills @p options with the defaults and sets its struct_size.
+    function ptdp_pipeline_options_init(options) bind(c, name="ptdp_pipeline_options_init")
+      import
+      implicit none
+      type(ptdp_pipeline_options), intent(inout) :: options
+      integer(c_int) :: ptdp_pipeline_options_init
+    end function ptdp_pipeline_options_init
+
     ! Forward and backward of one microbatch; adds the gradients of mean loss * @p grad_scale to
     ! the model's gradients.
     function ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, &
-        microbatch, grad_scale, loss) bind(c, name="ptdp_model_forward_backward")
+        microbatch, grad_scale, options, loss) bind(c, name="ptdp_model_forward_backward")
       import
       implicit none
       type(c_ptr), value :: model
@@ -1240,13 +1259,14 @@ module ptdp
       integer(c_int64_t), value :: iteration
       integer(c_int64_t), value :: microbatch
       real(c_float), value :: grad_scale
+      type(ptdp_pipeline_options), intent(in) :: options
       real(c_float), intent(out) :: loss
       integer(c_int) :: ptdp_model_forward_backward
     end function ptdp_model_forward_backward
 
     ! Forward only (evaluation): the mean loss, nothing kept, gradients untouched.
     function ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, &
-        training, loss) bind(c, name="ptdp_model_forward")
+        training, options, loss) bind(c, name="ptdp_model_forward")
       import
       implicit none
       type(c_ptr), value :: model
@@ -1256,6 +1276,7 @@ module ptdp
       integer(c_int64_t), value :: iteration
       integer(c_int64_t), value :: microbatch
       integer(c_int32_t), value :: training
+      type(ptdp_pipeline_options), intent(in) :: options
       real(c_float), intent(out) :: loss
       integer(c_int) :: ptdp_model_forward
     end function ptdp_model_forward
@@ -1327,14 +1348,6 @@ module ptdp
       integer(c_size_t), value :: bytes
       integer(c_int) :: ptdp_model_get_grad
     end function ptdp_model_get_grad
-
-    ! Fills @p options with the defaults and sets its struct_size.
-    function ptdp_pipeline_options_init(options) bind(c, name="ptdp_pipeline_options_init")
-      import
-      implicit none
-      type(ptdp_pipeline_options), intent(inout) :: options
-      integer(c_int) :: ptdp_pipeline_options_init
-    end function ptdp_pipeline_options_init
 
     ! Forward and backward of one global batch through a pipeline schedule: m microbatches of @p
     ! micro_batch_size samples, each rank running its actions of @p schedule on its chunks.
@@ -2211,8 +2224,8 @@ module ptdp
     ! Forward-only evaluation of a batch: the mean loss of the replica's m microbatches through
     ! the pipeline (dropout off, nothing kept, gradients untouched), averaged over the
     ! data-parallel group.
-    function ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches, loss) &
-        bind(c, name="ptdp_model_evaluate")
+    function ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches, &
+        options, loss) bind(c, name="ptdp_model_evaluate")
       import
       implicit none
       type(c_ptr), value :: model
@@ -2220,6 +2233,7 @@ module ptdp
       integer(c_int32_t), intent(in) :: labels(*)
       integer(c_int32_t), value :: micro_batch_size
       integer(c_int32_t), value :: num_microbatches
+      type(ptdp_pipeline_options), intent(in) :: options
       real(c_float), intent(out) :: loss
       integer(c_int) :: ptdp_model_evaluate
     end function ptdp_model_evaluate
@@ -2263,14 +2277,6 @@ module ptdp
       integer(c_int) :: ptdp_model_generate
     end function ptdp_model_generate
 
-    ! Fills @p masks with the defaults (no position ids, no documents) and sets its struct_size.
-    function ptdp_batch_masks_init(masks) bind(c, name="ptdp_batch_masks_init")
-      import
-      implicit none
-      type(ptdp_batch_masks), intent(inout) :: masks
-      integer(c_int) :: ptdp_batch_masks_init
-    end function ptdp_batch_masks_init
-
     ! Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts of
     ! @p count samples from their end-of-document tokens.
     function ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, &
@@ -2288,7 +2294,7 @@ module ptdp
       integer(c_int) :: ptdp_eod_masks
     end function ptdp_eod_masks
 
-    ! ptdp_model_forward_backward() with position ids and documents.
+    ! Deprecated since 0.4.0: ptdp_model_forward_backward() with options whose masks are
     function ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, &
         iteration, microbatch, grad_scale, loss) &
         bind(c, name="ptdp_model_forward_backward_masked")
@@ -2306,7 +2312,7 @@ module ptdp
       integer(c_int) :: ptdp_model_forward_backward_masked
     end function ptdp_model_forward_backward_masked
 
-    ! ptdp_model_forward() with position ids and documents.
+    ! Deprecated since 0.4.0: ptdp_model_forward() with options whose masks are @p masks.
     function ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, &
         microbatch, training, loss) bind(c, name="ptdp_model_forward_masked")
       import
@@ -2323,7 +2329,8 @@ module ptdp
       integer(c_int) :: ptdp_model_forward_masked
     end function ptdp_model_forward_masked
 
-    ! ptdp_model_pipeline_forward_backward() with position ids and documents.
+    ! Deprecated since 0.4.0: ptdp_model_pipeline_forward_backward() with @p options' masks set
+    ! to @p masks.
     function ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, &
         micro_batch_size, iteration, options, loss) &
         bind(c, name="ptdp_model_pipeline_forward_backward_masked")
@@ -2341,8 +2348,7 @@ module ptdp
       integer(c_int) :: ptdp_model_pipeline_forward_backward_masked
     end function ptdp_model_pipeline_forward_backward_masked
 
-    ! ptdp_train_iteration() with position ids and documents: one training iteration of the
-    ! replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+    ! Deprecated since 0.4.0: ptdp_train_iteration() with @p options' masks set to
     function ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, &
         micro_batch_size, iteration, options, result) bind(c, name="ptdp_train_iteration_masked")
       import
@@ -2360,7 +2366,7 @@ module ptdp
       integer(c_int) :: ptdp_train_iteration_masked
     end function ptdp_train_iteration_masked
 
-    ! ptdp_model_evaluate() with position ids and documents.
+    ! Deprecated since 0.4.0: ptdp_model_evaluate() with options whose masks are @p masks.
     function ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, &
         num_microbatches, loss) bind(c, name="ptdp_model_evaluate_masked")
       import

@@ -656,8 +656,14 @@ static int32_t ptdpy_on_iteration(const ptdp_iteration_report* report, void* use
 
 #define __attribute__(x)
 /* The deprecated 0.1 name of ptdp_model_pipeline_forward_backward stays out of Python
- * (ptdp.Model.train_step is its alias there). */
+ * (ptdp.Model.train_step is its alias there), and so do the `_masked` forms deprecated in 0.4
+ * (the masks are ptdp_pipeline_options' now). */
 %ignore ptdp_model_train_step;
+%ignore ptdp_model_forward_backward_masked;
+%ignore ptdp_model_forward_masked;
+%ignore ptdp_model_pipeline_forward_backward_masked;
+%ignore ptdp_train_iteration_masked;
+%ignore ptdp_model_evaluate_masked;
 /* Strings set in option structs are copied and never freed (a few bytes per assignment). */
 #pragma SWIG nowarn=451
 %include "ptdp/ptdp.h"

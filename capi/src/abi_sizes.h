@@ -63,6 +63,16 @@ PTDP_FIRST_PUBLISHED(ptdp_plan_options, 104, top);                              
 PTDP_FIRST_PUBLISHED(ptdp_plan_cli, 32, schedule_svg);                            // 49fd29a
 PTDP_FIRST_PUBLISHED(ptdp_plan_layout, 208, mfu);                                 // 49fd29a
 
+// Published with 0.2.0 (0ab8855^) and 0.3.0's last header (0d1f475), before 0.4.0 turned the
+// lines that had held their sizes open (PTDP_UNRELEASED) into these literals.
+PTDP_FIRST_PUBLISHED(ptdp_iteration_report, 152, saved);                         // 6eae2ed
+PTDP_FIRST_PUBLISHED(ptdp_trainer_options, 40, print_log);                        // 6eae2ed
+PTDP_FIRST_PUBLISHED(ptdp_batch_masks, 24, document_starts);                      // f8a65d5
+PTDP_FIRST_PUBLISHED(ptdp_hf_save_options, 40, base_config);                      // f8a65d5
+PTDP_FIRST_PUBLISHED(ptdp_tokenizer_options, 48, vocab_size);                     // f8a65d5
+PTDP_FIRST_PUBLISHED(ptdp_preprocess_options, 104, skip_bad_lines);               // f8a65d5
+PTDP_FIRST_PUBLISHED(ptdp_preprocess_result, 56, dtype_code);                     // f8a65d5
+
 // Structs added since the last release: not published yet, so their first published size is
 // whatever they hold at the release that publishes them. That release turns each line into a
 // PTDP_FIRST_PUBLISHED one with the literal and the last field (see packaging/abi/README.md).
@@ -72,15 +82,6 @@ PTDP_FIRST_PUBLISHED(ptdp_plan_layout, 208, mfu);                               
     static constexpr std::size_t size = sizeof(Struct);         \
     static constexpr const char* name = #Struct;                \
   }
-
-PTDP_UNRELEASED(ptdp_iteration_report);
-PTDP_UNRELEASED(ptdp_trainer_options);
-PTDP_UNRELEASED(ptdp_batch_masks);
-PTDP_UNRELEASED(ptdp_hf_save_options);
-PTDP_UNRELEASED(ptdp_tokenizer_options);
-
-PTDP_UNRELEASED(ptdp_preprocess_options);
-PTDP_UNRELEASED(ptdp_preprocess_result);
 
 #undef PTDP_UNRELEASED
 #undef PTDP_FIRST_PUBLISHED
@@ -118,27 +119,102 @@ static_assert(offsetof(ptdp_gpt_options, attention) + sizeof(ptdp_attention) == 
                   offsetof(ptdp_gpt_options, rotary_base) == 88,
               "ptdp_gpt_options: the fields added after 0.2.0 must start at its 88 bytes, past its padding");
 
-// The sizes at release 0.2.0 of the structs that grew after it (ptdp.h of cef1dbc). A program
-// built against 0.2.0 passes structs of these sizes to the functions that fill them without
-// reading a struct_size first (the *_init functions, and the getters whose struct the caller
-// does not initialise); it is bound to their 0.2.0 versions, which write no more than this
-// (capi/src/compat_0_2.cpp).
+// The published releases, whose programs keep working with this library. Each is the header its
+// programs were compiled from, vendored with its version script and samples in
+// packaging/abi/releases/ (the ABI tests run those programs with this library):
+//   0.1.0  cef1dbc^   every function at symbol version PTDP_0
+//   0.2.0  0ab8855^   PTDP_0; PTDP_0.3 for the six functions whose structs had grown since cef1dbc
+//                     (0.2.0's first header, whose structs were 0.1.0's sizes)
+//   0.3.0  0ab8855    as 0.2.0
+//   0.3.0  0d1f475    the last header numbered 0.3.0 ("0.3.0-last"): structs had grown again
+//                     under the same number, most without a new symbol version
+// A program calls a function at the symbol version its release's version script gave it, so an
+// old version of a function serves every release that bound the function to that version. Such
+// a version writes each struct at the size the oldest of those releases had (structs only grow),
+// which the table below gives; capi/src/compat.cpp holds the old versions. A program built from
+// 0.3.0's last header that calls one of them gets the smaller struct of 0.3.0's release commit
+// (the two headers share a symbol version, and only one of the two sizes is safe for both): its
+// struct_size says so, and the library reads the struct back at that size.
+enum class Release { v0_1_0, v0_2_0, v0_3_0, v0_3_0_last };
+
+/// sizeof(Struct) in each published release's ptdp.h, for the structs that an old version of a
+/// function fills; only the specialisations below exist.
 template <typename Struct>
-struct SizeAt0_2;
-#define PTDP_SIZE_AT_0_2(Struct, bytes, first_new_field)                                         \
-  template <>                                                                                    \
-  struct SizeAt0_2<Struct> {                                                                     \
-    static constexpr std::size_t size = bytes;                                                   \
-  };                                                                                             \
-  static_assert(offsetof(Struct, first_new_field) >= (bytes) && (bytes) < sizeof(Struct),       \
-                #Struct ": the fields after 0.2.0 start at or after its 0.2.0 size")
-PTDP_SIZE_AT_0_2(ptdp_gpt_options, 88, rotary_base);
-PTDP_SIZE_AT_0_2(ptdp_plan_options, 104, rotary_base);
-PTDP_SIZE_AT_0_2(ptdp_generate_options, 32, no_kv_cache);
-PTDP_SIZE_AT_0_2(ptdp_parallel_options, 24, decoder_first_pipeline_num_layers);
-PTDP_SIZE_AT_0_2(ptdp_cluster, 128, elementwise_bandwidth);
-PTDP_SIZE_AT_0_2(ptdp_runtime_options, 32, cpu_threads);
-#undef PTDP_SIZE_AT_0_2
+struct ReleasedSizes;
+#define PTDP_RELEASED_SIZES(Struct, at_0_1_0, at_0_2_0, at_0_3_0, at_0_3_0_last)                                       \
+  template <>                                                                                                          \
+  struct ReleasedSizes<Struct> {                                                                                       \
+    static constexpr std::size_t at[] = {at_0_1_0, at_0_2_0, at_0_3_0, at_0_3_0_last};                                 \
+  };                                                                                                                   \
+  static_assert((at_0_1_0) <= (at_0_2_0) && (at_0_2_0) <= (at_0_3_0) && (at_0_3_0) <= (at_0_3_0_last) &&               \
+                    (at_0_3_0_last) <= sizeof(Struct),                                                                 \
+                #Struct ": structs only grow")
+// Struct                               0.1.0  0.2.0  0.3.0  0.3.0-last
+PTDP_RELEASED_SIZES(ptdp_gpt_options,        88,   152,   152,   152);
+PTDP_RELEASED_SIZES(ptdp_plan_options,      104,   176,   176,   200);
+PTDP_RELEASED_SIZES(ptdp_generate_options,   32,    40,    40,    40);
+PTDP_RELEASED_SIZES(ptdp_parallel_options,   24,    24,    24,    72);
+PTDP_RELEASED_SIZES(ptdp_cluster,           128,   128,   128,   648);
+PTDP_RELEASED_SIZES(ptdp_runtime_options,    32,    32,    32,    40);
+PTDP_RELEASED_SIZES(ptdp_train_settings,    168,   168,   168,   192);
+PTDP_RELEASED_SIZES(ptdp_gpt_data_options,   72,    72,    72,    96);
+PTDP_RELEASED_SIZES(ptdp_optimizer_options, 112,   112,   112,   120);
+PTDP_RELEASED_SIZES(ptdp_schedule_costs,     48,    48,    48,    80);
+PTDP_RELEASED_SIZES(ptdp_pipeline_options,   24,    24,    24,    24);
+#undef PTDP_RELEASED_SIZES
+
+/// The size of `Struct` in release `r`'s ptdp.h.
+template <typename Struct>
+constexpr std::size_t released_size(Release r) {
+  return ReleasedSizes<Struct>::at[static_cast<int>(r)];
+}
+
+// Where each size ends in today's layout: the first field added after a release starts at or
+// after its size (the fields before it are the release's, unmoved).
+static_assert(released_size<ptdp_gpt_options>(Release::v0_1_0) == offsetof(ptdp_gpt_options, rotary_base) &&
+                  released_size<ptdp_gpt_options>(Release::v0_3_0_last) == sizeof(ptdp_gpt_options),
+              "ptdp_gpt_options: the Llama options (from rotary_base) came after 0.1.0, nothing after 0.2.0");
+static_assert(released_size<ptdp_plan_options>(Release::v0_1_0) == offsetof(ptdp_plan_options, rotary_base) &&
+                  released_size<ptdp_plan_options>(Release::v0_3_0) ==
+                      offsetof(ptdp_plan_options, decoder_first_pipeline_num_layers) &&
+                  released_size<ptdp_plan_options>(Release::v0_3_0_last) == sizeof(ptdp_plan_options),
+              "ptdp_plan_options: the Llama options after 0.1.0, the uneven stages on after 0.3.0");
+static_assert(released_size<ptdp_generate_options>(Release::v0_1_0) == offsetof(ptdp_generate_options, no_kv_cache),
+              "ptdp_generate_options: no_kv_cache came after 0.1.0");
+static_assert(released_size<ptdp_parallel_options>(Release::v0_3_0) ==
+                  offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers),
+              "ptdp_parallel_options: the uneven pipeline stages came after 0.3.0");
+static_assert(released_size<ptdp_cluster>(Release::v0_3_0) == offsetof(ptdp_cluster, elementwise_bandwidth),
+              "ptdp_cluster: the GEMM tables came after 0.3.0");
+static_assert(released_size<ptdp_runtime_options>(Release::v0_3_0) == offsetof(ptdp_runtime_options, cpu_threads),
+              "ptdp_runtime_options: cpu_threads came after 0.3.0");
+static_assert(released_size<ptdp_train_settings>(Release::v0_3_0) ==
+                  offsetof(ptdp_train_settings, check_for_nan_in_loss_and_grad),
+              "ptdp_train_settings: the fault-tolerance settings came after 0.3.0");
+static_assert(released_size<ptdp_gpt_data_options>(Release::v0_3_0) ==
+                  offsetof(ptdp_gpt_data_options, train_data_path),
+              "ptdp_gpt_data_options: the per-split data paths came after 0.3.0");
+static_assert(released_size<ptdp_optimizer_options>(Release::v0_3_0) ==
+                  offsetof(ptdp_optimizer_options, overlap_grad_reduce),
+              "ptdp_optimizer_options: the overlap switches came after 0.3.0");
+static_assert(released_size<ptdp_schedule_costs>(Release::v0_3_0) == offsetof(ptdp_schedule_costs, chunk_forward),
+              "ptdp_schedule_costs: the measured chunk costs came after 0.3.0");
+static_assert(released_size<ptdp_pipeline_options>(Release::v0_3_0_last) == offsetof(ptdp_pipeline_options, masks) &&
+                  offsetof(ptdp_pipeline_options, masks) + sizeof(void*) == sizeof(ptdp_pipeline_options),
+              "ptdp_pipeline_options: the masks came in 0.4.0, packed after 0.3.0's fields");
+// The tails that old versions compare byte for byte (compat.cpp) hold no padding.
+static_assert(offsetof(ptdp_train_settings, launcher) + sizeof(const char*) == sizeof(ptdp_train_settings) &&
+                  offsetof(ptdp_train_settings, max_skipped_iterations) ==
+                      offsetof(ptdp_train_settings, max_restarts) + sizeof(int32_t),
+              "ptdp_train_settings: the fields after 0.3.0 are packed");
+static_assert(offsetof(ptdp_gpt_data_options, test_data_path) + sizeof(const char*) == sizeof(ptdp_gpt_data_options),
+              "ptdp_gpt_data_options: the fields after 0.3.0 are packed");
+static_assert(offsetof(ptdp_optimizer_options, overlap_param_gather) + sizeof(int32_t) ==
+                  sizeof(ptdp_optimizer_options),
+              "ptdp_optimizer_options: the fields after 0.3.0 are packed");
+static_assert(offsetof(ptdp_schedule_costs, chunk_backward_weight) + sizeof(const double*) ==
+                  sizeof(ptdp_schedule_costs),
+              "ptdp_schedule_costs: the fields after 0.3.0 are packed");
 
 /// The smallest struct_size a caller may pass for `Struct`.
 template <typename Struct>

@@ -8,7 +8,11 @@
 namespace ptdp::capi {
 
 /// The layout `masks` asks for (NULL: none), read through read_options (its struct_size is
-/// checked, the name in messages is "masks"). The arrays are the caller's, borrowed.
-DocumentLayout document_layout(const ptdp_batch_masks* masks);
+/// checked; `name` names it in messages). The arrays are the caller's, borrowed.
+DocumentLayout document_layout(const ptdp_batch_masks* masks, const char* name = "options->masks");
+
+/// The options a deprecated `_masked` entry point runs its current form with: `options` (NULL:
+/// the defaults) holding `masks`, which `options` must not give too.
+ptdp_pipeline_options masked_options(const ptdp_pipeline_options* options, const ptdp_batch_masks* masks);
 
 }  // namespace ptdp::capi

@@ -1,6 +1,6 @@
 // Loss masks and documents through the C API: ptdp_batch_masks and Megatron's masks from the
-// end-of-document token. The entry points that run a model with masks are beside the ones
-// without (model_api.cpp, train_api.cpp).
+// end-of-document token. The entry points that run a model read the masks from their
+// ptdp_pipeline_options (model_api.cpp, train_api.cpp), beside their deprecated `_masked` forms.
 #include <string>
 
 #include "capi/src/batch_masks.h"
@@ -10,14 +10,26 @@ static_assert(PTDP_IGNORE_INDEX == ptdp::kIgnoreIndex);
 
 namespace ptdp::capi {
 
-DocumentLayout document_layout(const ptdp_batch_masks* masks) {
+DocumentLayout document_layout(const ptdp_batch_masks* masks, const char* name) {
   ptdp_batch_masks defaults;
   ptdp_batch_masks_init(&defaults);
-  const ptdp_batch_masks m = read_options(masks, defaults, "masks", "ptdp_batch_masks_init");
+  const ptdp_batch_masks m = read_options(masks, defaults, name, "ptdp_batch_masks_init");
   DocumentLayout layout;
   layout.position_ids = m.position_ids;
   layout.document_starts = m.document_starts;
   return layout;
+}
+
+ptdp_pipeline_options masked_options(const ptdp_pipeline_options* options, const ptdp_batch_masks* masks) {
+  ptdp_pipeline_options defaults;
+  ptdp_pipeline_options_init(&defaults);
+  ptdp_pipeline_options o = read_options(options, defaults, "options", "ptdp_pipeline_options_init");
+  if (masks != nullptr) document_layout(masks, "masks");  // refused under the name its caller gave it
+  PTDP_CHECK_ARG(o.masks == nullptr || masks == nullptr,
+                 "masks and options->masks are both set; give them once, as options->masks (the `_masked` "
+                 "entry points are deprecated)");
+  if (masks != nullptr) o.masks = masks;
+  return o;
 }
 
 }  // namespace ptdp::capi

@@ -72,58 +72,58 @@ ptdp::GptModel& whole(const ptdp_model_impl& m, const char* what) {
   return *m.model->chunks().front();
 }
 
-// The bodies of the entry points with and without masks (each keeps its own name in messages).
-float forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
-                       int32_t micro_batch_size, int64_t iteration, int64_t microbatch, float grad_scale,
+// The bodies of the entry points and of their deprecated forms (each keeps its own name in
+// messages), which hand them their masks inside the options.
+float forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+                       int64_t iteration, int64_t microbatch, float grad_scale, const ptdp_pipeline_options* options,
                        const char* function) {
   ptdp_model_impl& m = live(model, "model");
   ptdp::capi::require_batch(tokens, labels, micro_batch_size);
   ptdp::capi::require_non_negative(iteration, "iteration");
   ptdp::capi::require_non_negative(microbatch, "microbatch");
   ptdp::capi::require_finite_positive(grad_scale, "grad_scale");
-  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  const ptdp::DocumentLayout layout = ptdp::capi::untraced_layout(options, function);
   return whole(m, function).forward_backward(tokens, labels, micro_batch_size, step_of(iteration, microbatch, true),
                                              grad_scale, layout);
 }
 
-float forward(ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
-              int32_t micro_batch_size, int64_t iteration, int64_t microbatch, int32_t training, const float* loss,
-              const char* function) {
+float forward(ptdp_model model, const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+              int64_t iteration, int64_t microbatch, int32_t training, const ptdp_pipeline_options* options,
+              const float* loss, const char* function) {
   ptdp_model_impl& m = live(model, "model");
   ptdp::capi::require_batch(tokens, labels, micro_batch_size);
   require_non_null(loss, "loss");
   ptdp::capi::require_non_negative(iteration, "iteration");
   ptdp::capi::require_non_negative(microbatch, "microbatch");
   PTDP_CHECK_ARG(training == 0 || training == 1, "training = " + std::to_string(training) + " is not 0 or 1");
-  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  const ptdp::DocumentLayout layout = ptdp::capi::untraced_layout(options, function);
   return whole(m, function)
       .forward_loss(tokens, labels, micro_batch_size, step_of(iteration, microbatch, training == 1), layout);
 }
 
 float pipeline_forward_backward(ptdp_model model, ptdp_schedule schedule, const int32_t* tokens, const int32_t* labels,
-                                const ptdp_batch_masks* masks, int32_t micro_batch_size, int64_t iteration,
-                                const ptdp_pipeline_options* options) {
+                                int32_t micro_batch_size, int64_t iteration, const ptdp_pipeline_options* options) {
   ptdp_model_impl& m = live(model, "model");
   const ptdp::Schedule& s = live(schedule, "schedule").schedule;
   ptdp::capi::require_batch(tokens, labels, micro_batch_size);
   ptdp::capi::require_non_negative(iteration, "iteration");
-  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
   const ptdp::capi::PipelineRun run(options);
-  const float l =
-      ptdp::forward_backward(*m.model, s, tokens, labels, micro_batch_size, iteration, run.executor(), {}, layout);
+  const float l = ptdp::forward_backward(*m.model, s, tokens, labels, micro_batch_size, iteration, run.executor(), {},
+                                         run.layout());
   run.finish(*m.owner);
   return l;
 }
 
-float evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
-               int32_t micro_batch_size, int32_t num_microbatches, const float* loss) {
+float evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels, int32_t micro_batch_size,
+               int32_t num_microbatches, const ptdp_pipeline_options* options, const float* loss,
+               const char* function) {
   ptdp_model_impl& m = live(model, "model");
   require_non_null(tokens, "tokens");
   require_non_null(labels, "labels");
   require_non_null(loss, "loss");
   PTDP_CHECK_ARG(micro_batch_size > 0, "micro_batch_size must be > 0, got " + std::to_string(micro_batch_size));
   PTDP_CHECK_ARG(num_microbatches > 0, "num_microbatches must be > 0, got " + std::to_string(num_microbatches));
-  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
+  const ptdp::DocumentLayout layout = ptdp::capi::untraced_layout(options, function);
   return ptdp::evaluate(*m.model, tokens, labels, micro_batch_size, num_microbatches, layout);
 }
 
@@ -244,10 +244,10 @@ PTDP_API ptdp_status ptdp_model_get_options(ptdp_model model, ptdp_gpt_options* 
 
 PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
                                                  int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
-                                                 float grad_scale, float* loss) {
+                                                 float grad_scale, const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {
-    const float l = forward_backward(model, tokens, labels, nullptr, micro_batch_size, iteration, microbatch,
-                                     grad_scale, __func__);
+    const float l =
+        forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, options, __func__);
     if (loss) *loss = l;
   });
 }
@@ -257,17 +257,18 @@ PTDP_API ptdp_status ptdp_model_forward_backward_masked(ptdp_model model, const 
                                                         int32_t micro_batch_size, int64_t iteration,
                                                         int64_t microbatch, float grad_scale, float* loss) {
   return guard(__func__, [&] {
-    const float l = forward_backward(model, tokens, labels, masks, micro_batch_size, iteration, microbatch,
-                                     grad_scale, __func__);
+    const ptdp_pipeline_options o = ptdp::capi::masked_options(nullptr, masks);
+    const float l =
+        forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, &o, __func__);
     if (loss) *loss = l;
   });
 }
 
 PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
                                         int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
-                                        int32_t training, float* loss) {
+                                        int32_t training, const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {
-    *loss = forward(model, tokens, labels, nullptr, micro_batch_size, iteration, microbatch, training, loss, __func__);
+    *loss = forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training, options, loss, __func__);
   });
 }
 
@@ -276,7 +277,8 @@ PTDP_API ptdp_status ptdp_model_forward_masked(ptdp_model model, const int32_t* 
                                                int64_t iteration, int64_t microbatch, int32_t training,
                                                float* loss) {
   return guard(__func__, [&] {
-    *loss = forward(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training, loss, __func__);
+    const ptdp_pipeline_options o = ptdp::capi::masked_options(nullptr, masks);
+    *loss = forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training, &o, loss, __func__);
   });
 }
 
@@ -349,6 +351,7 @@ PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options) 
     ptdp::capi::reset_options(options, "options");
     options->scatter_gather = 1;
     options->trace_path = nullptr;
+    options->masks = nullptr;
   });
 }
 
@@ -357,8 +360,7 @@ PTDP_API ptdp_status ptdp_model_pipeline_forward_backward(ptdp_model model, ptdp
                                                           int32_t micro_batch_size, int64_t iteration,
                                                           const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {
-    const float l =
-        pipeline_forward_backward(model, schedule, tokens, labels, nullptr, micro_batch_size, iteration, options);
+    const float l = pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options);
     if (loss) *loss = l;
   });
 }
@@ -369,8 +371,8 @@ PTDP_API ptdp_status ptdp_model_pipeline_forward_backward_masked(ptdp_model mode
                                                                  int32_t micro_batch_size, int64_t iteration,
                                                                  const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {
-    const float l =
-        pipeline_forward_backward(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options);
+    const ptdp_pipeline_options o = ptdp::capi::masked_options(options, masks);
+    const float l = pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, &o);
     if (loss) *loss = l;
   });
 }
@@ -379,16 +381,16 @@ PTDP_API ptdp_status ptdp_model_train_step(ptdp_model model, ptdp_schedule sched
                                            const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
                                            const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {  // its own name in messages
-    const float l =
-        pipeline_forward_backward(model, schedule, tokens, labels, nullptr, micro_batch_size, iteration, options);
+    const float l = pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options);
     if (loss) *loss = l;
   });
 }
 
 PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,
-                                         int32_t micro_batch_size, int32_t num_microbatches, float* loss) {
+                                         int32_t micro_batch_size, int32_t num_microbatches,
+                                         const ptdp_pipeline_options* options, float* loss) {
   return guard(__func__, [&] {
-    *loss = evaluate(model, tokens, labels, nullptr, micro_batch_size, num_microbatches, loss);
+    *loss = evaluate(model, tokens, labels, micro_batch_size, num_microbatches, options, loss, __func__);
   });
 }
 
@@ -396,7 +398,8 @@ PTDP_API ptdp_status ptdp_model_evaluate_masked(ptdp_model model, const int32_t*
                                                 const ptdp_batch_masks* masks, int32_t micro_batch_size,
                                                 int32_t num_microbatches, float* loss) {
   return guard(__func__, [&] {
-    *loss = evaluate(model, tokens, labels, masks, micro_batch_size, num_microbatches, loss);
+    const ptdp_pipeline_options o = ptdp::capi::masked_options(nullptr, masks);
+    *loss = evaluate(model, tokens, labels, micro_batch_size, num_microbatches, &o, loss, __func__);
   });
 }
 

@@ -106,6 +106,9 @@ PTDP_API ptdp_status ptdp_pipeline_run(ptdp_groups groups, ptdp_schedule schedul
                          "the schedule splits backward into input and weight gradients; set callbacks->backward_weight");
     }
     const ptdp::capi::PipelineRun run(options);
+    PTDP_CHECK_ARG(!run.has_masks(),
+                   "options->masks is set, but the stages of ptdp_pipeline_run are the caller's "
+                   "callbacks, which read their own inputs");
     CallbackStages stages(cb, shape);
     ptdp::Communicator* pipe = s.p > 1 ? &g.groups->comm(ptdp::GroupKind::Pipeline) : nullptr;
     try {

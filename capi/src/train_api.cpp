@@ -48,20 +48,19 @@ ptdp_iteration_report to_c(const ptdp::IterationMetrics& r) {
   return c;
 }
 
-// ptdp_train_iteration's body, with masks or without.
+// ptdp_train_iteration's body, and its deprecated form's (whose masks come inside the options).
 void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule, const int32_t* tokens,
-                     const int32_t* labels, const ptdp_batch_masks* masks, int32_t micro_batch_size,
-                     int64_t iteration, const ptdp_pipeline_options* options, ptdp_iteration_result* result) {
+                     const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
+                     const ptdp_pipeline_options* options, ptdp_iteration_result* result) {
   ptdp_model_impl& m = live(model, "model");
   ptdp_optimizer_impl& o = live(optimizer, "optimizer");
   const ptdp::Schedule& s = live(schedule, "schedule").schedule;
   PTDP_CHECK_ARG(o.model == &m, "optimizer was not created for this model");
   ptdp::capi::require_batch(tokens, labels, micro_batch_size);
   PTDP_CHECK_ARG(iteration >= 0, "iteration = " + std::to_string(iteration) + " is negative");
-  const ptdp::DocumentLayout layout = ptdp::capi::document_layout(masks);
   const ptdp::capi::PipelineRun run(options);
   const ptdp::IterationOutcome r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
-                                                        micro_batch_size, iteration, run.executor(), layout);
+                                                        micro_batch_size, iteration, run.executor(), run.layout());
   run.finish(*m.owner);
   ptdp::capi::iteration_result(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
 }
@@ -83,7 +82,7 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
                                           int64_t iteration, const ptdp_pipeline_options* options,
                                           ptdp_iteration_result* result) {
   return guard(__func__, [&] {
-    train_iteration(model, optimizer, schedule, tokens, labels, nullptr, micro_batch_size, iteration, options, result);
+    train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result);
   });
 }
 
@@ -93,7 +92,8 @@ PTDP_API ptdp_status ptdp_train_iteration_masked(ptdp_model model, ptdp_optimize
                                                  int64_t iteration, const ptdp_pipeline_options* options,
                                                  ptdp_iteration_result* result) {
   return guard(__func__, [&] {
-    train_iteration(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result);
+    const ptdp_pipeline_options o = ptdp::capi::masked_options(options, masks);
+    train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, &o, result);
   });
 }
 

@@ -8,6 +8,61 @@ using bad::Row;
 
 namespace {
 
+// The deprecated `_masked` entry points keep their rows; they are called only through these.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+ptdp_status forward_backward_masked(ptdp_model m, const int32_t* t, const int32_t* l, const ptdp_batch_masks* mk,
+                                    int32_t b, int64_t it, int64_t mb, float scale, float* loss) {
+  return ptdp_model_forward_backward_masked(m, t, l, mk, b, it, mb, scale, loss);
+}
+ptdp_status forward_masked(ptdp_model m, const int32_t* t, const int32_t* l, const ptdp_batch_masks* mk, int32_t b,
+                           int64_t it, int64_t mb, int32_t training, float* loss) {
+  return ptdp_model_forward_masked(m, t, l, mk, b, it, mb, training, loss);
+}
+ptdp_status evaluate_masked(ptdp_model m, const int32_t* t, const int32_t* l, const ptdp_batch_masks* mk, int32_t b,
+                            int32_t n, float* loss) {
+  return ptdp_model_evaluate_masked(m, t, l, mk, b, n, loss);
+}
+ptdp_status pipeline_forward_backward_masked(ptdp_model m, ptdp_schedule s, const int32_t* t, const int32_t* l,
+                                             const ptdp_batch_masks* mk, int32_t b, int64_t it,
+                                             const ptdp_pipeline_options* po, float* loss) {
+  return ptdp_model_pipeline_forward_backward_masked(m, s, t, l, mk, b, it, po, loss);
+}
+ptdp_status train_step(ptdp_model m, ptdp_schedule s, const int32_t* t, const int32_t* l, int32_t b, int64_t it,
+                       const ptdp_pipeline_options* po, float* loss) {
+  return ptdp_model_train_step(m, s, t, l, b, it, po, loss);
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+// The rows of a call's ptdp_pipeline_options (`call` runs it with the options given) that every
+// call reading them shares: struct sizes, scatter_gather, and the struct sizes of its masks.
+void pipeline_options_rows(std::vector<Row>& r, const std::string& fn,
+                           std::function<ptdp_status(const ptdp_pipeline_options*)> call) {
+  options_rows(r, fn, "options", ptdp_pipeline_options_init, call);
+  r.push_back(bad::field_row<ptdp_pipeline_options>(
+      fn, "scatter_gather 2", ptdp_pipeline_options_init, [](ptdp_pipeline_options& x) { x.scatter_gather = 2; }, call,
+      {"options->scatter_gather = 2"}));
+  options_rows(r, fn, "options->masks", ptdp_batch_masks_init, [call](const ptdp_batch_masks* m) {
+    ptdp_pipeline_options po;
+    ptdp_pipeline_options_init(&po);
+    po.masks = m;
+    return call(&po);
+  });
+}
+
+// The same for a call that writes no trace, which refuses a trace_path.
+void untraced_options_rows(std::vector<Row>& r, const std::string& fn,
+                           std::function<ptdp_status(const ptdp_pipeline_options*)> call) {
+  pipeline_options_rows(r, fn, call);
+  r.push_back(bad::field_row<ptdp_pipeline_options>(
+      fn, "trace_path set", ptdp_pipeline_options_init, [](ptdp_pipeline_options& x) { x.trace_path = "/tmp/t.json"; },
+      call, {"options->trace_path is set", "writes no trace"}));
+}
+
 // Rows for a GPT options field through ptdp_model_create.
 void gpt_field(std::vector<Row>& r, bad::Fixture& f, const std::string& what, std::function<void(ptdp_gpt_options&)> edit,
                std::vector<std::string> mentions) {
@@ -96,19 +151,19 @@ PTDP_BAD_INPUTS(model) {
   const std::vector<Step> steps = {
       {"ptdp_model_forward_backward",
        [&](ptdp_model m, const int32_t* t, const int32_t* l, int32_t b, int64_t it, int64_t mb, float scale) {
-         return ptdp_model_forward_backward(m, t, l, b, it, mb, scale, &o.f[0]);
+         return ptdp_model_forward_backward(m, t, l, b, it, mb, scale, nullptr, &o.f[0]);
        }},
       {"ptdp_model_forward_backward_masked",
        [&](ptdp_model m, const int32_t* t, const int32_t* l, int32_t b, int64_t it, int64_t mb, float scale) {
-         return ptdp_model_forward_backward_masked(m, t, l, nullptr, b, it, mb, scale, &o.f[0]);
+         return forward_backward_masked(m, t, l, nullptr, b, it, mb, scale, &o.f[0]);
        }},
       {"ptdp_model_forward",
        [&](ptdp_model m, const int32_t* t, const int32_t* l, int32_t b, int64_t it, int64_t mb, float scale) {
-         return ptdp_model_forward(m, t, l, b, it, mb, scale == 1.0f ? 0 : 2, &o.f[0]);
+         return ptdp_model_forward(m, t, l, b, it, mb, scale == 1.0f ? 0 : 2, nullptr, &o.f[0]);
        }},
       {"ptdp_model_forward_masked",
        [&](ptdp_model m, const int32_t* t, const int32_t* l, int32_t b, int64_t it, int64_t mb, float scale) {
-         return ptdp_model_forward_masked(m, t, l, nullptr, b, it, mb, scale == 1.0f ? 0 : 2, &o.f[0]);
+         return forward_masked(m, t, l, nullptr, b, it, mb, scale == 1.0f ? 0 : 2, &o.f[0]);
        }},
   };
   for (const Step& s : steps) {
@@ -137,16 +192,22 @@ PTDP_BAD_INPUTS(model) {
                    {"training = 2"}});
       r.push_back(null_row(s.fn, "loss", [=, &f] {
         return std::string(s.fn) == "ptdp_model_forward"
-                   ? ptdp_model_forward(f.model, tk, lb, 2, 0, 0, 0, nullptr)
-                   : ptdp_model_forward_masked(f.model, tk, lb, nullptr, 2, 0, 0, 0, nullptr);
+                   ? ptdp_model_forward(f.model, tk, lb, 2, 0, 0, 0, nullptr, nullptr)
+                   : forward_masked(f.model, tk, lb, nullptr, 2, 0, 0, 0, nullptr);
       }));
     }
   }
+  untraced_options_rows(r, "ptdp_model_forward_backward", [&](const ptdp_pipeline_options* po) {
+    return ptdp_model_forward_backward(f.model, tk, lb, 2, 0, 0, 1.0f, po, &o.f[0]);
+  });
+  untraced_options_rows(r, "ptdp_model_forward", [&](const ptdp_pipeline_options* po) {
+    return ptdp_model_forward(f.model, tk, lb, 2, 0, 0, 0, po, &o.f[0]);
+  });
   options_rows(r, "ptdp_model_forward_backward_masked", "masks", ptdp_batch_masks_init, [&](const ptdp_batch_masks* m) {
-    return ptdp_model_forward_backward_masked(f.model, tk, lb, m, 2, 0, 0, 1.0f, &o.f[0]);
+    return forward_backward_masked(f.model, tk, lb, m, 2, 0, 0, 1.0f, &o.f[0]);
   });
   options_rows(r, "ptdp_model_forward_masked", "masks", ptdp_batch_masks_init, [&](const ptdp_batch_masks* m) {
-    return ptdp_model_forward_masked(f.model, tk, lb, m, 2, 0, 0, 0, &o.f[0]);
+    return forward_masked(f.model, tk, lb, m, 2, 0, 0, 0, &o.f[0]);
   });
 
   handle_rows(r, "ptdp_model_zero_grad", "model", "ptdp_model", f.dead_model, [](ptdp_model m) { return ptdp_model_zero_grad(m); });
@@ -186,7 +247,7 @@ PTDP_BAD_INPUTS(model_eval) {
   for (const char* fn : {"ptdp_model_evaluate", "ptdp_model_evaluate_masked"}) {
     const bool masked = std::string(fn).find("masked") != std::string::npos;
     auto call = [masked](ptdp_model m, const int32_t* t, const int32_t* l, int32_t b, int32_t n, float* loss) {
-      return masked ? ptdp_model_evaluate_masked(m, t, l, nullptr, b, n, loss) : ptdp_model_evaluate(m, t, l, b, n, loss);
+      return masked ? evaluate_masked(m, t, l, nullptr, b, n, loss) : ptdp_model_evaluate(m, t, l, b, n, nullptr, loss);
     };
     handle_rows(r, fn, "model", "ptdp_model", f.dead_model, [=, &o](ptdp_model m) { return call(m, tk, lb, 2, 1, &o.f[0]); });
     r.push_back(null_row(fn, "tokens", [=, &f, &o] { return call(f.model, nullptr, lb, 2, 1, &o.f[0]); }));
@@ -197,8 +258,11 @@ PTDP_BAD_INPUTS(model_eval) {
     r.push_back({fn, "negative num_microbatches", [=, &f, &o] { return call(f.model, tk, lb, 2, -1, &o.f[0]); },
                  PTDP_ERR_INVALID_ARGUMENT, {"num_microbatches", "-1"}});
   }
+  untraced_options_rows(r, "ptdp_model_evaluate", [&](const ptdp_pipeline_options* po) {
+    return ptdp_model_evaluate(f.model, tk, lb, 2, 1, po, &o.f[0]);
+  });
   options_rows(r, "ptdp_model_evaluate_masked", "masks", ptdp_batch_masks_init, [&](const ptdp_batch_masks* m) {
-    return ptdp_model_evaluate_masked(f.model, tk, lb, m, 2, 1, &o.f[0]);
+    return evaluate_masked(f.model, tk, lb, m, 2, 1, &o.f[0]);
   });
   const char* lg = "ptdp_model_logits";
   handle_rows(r, lg, "model", "ptdp_model", f.dead_model, [&](ptdp_model m) { return ptdp_model_logits(m, tk, 1, o.f, 16); });
@@ -263,15 +327,8 @@ PTDP_BAD_INPUTS(pipeline) {
                        const ptdp_pipeline_options* po, float* loss) {
       if (name == "ptdp_model_pipeline_forward_backward") return ptdp_model_pipeline_forward_backward(m, s, t, l, b, it, po, loss);
       if (name == "ptdp_model_pipeline_forward_backward_masked")
-        return ptdp_model_pipeline_forward_backward_masked(m, s, t, l, nullptr, b, it, po, loss);
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#endif
-      return ptdp_model_train_step(m, s, t, l, b, it, po, loss);
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
+        return pipeline_forward_backward_masked(m, s, t, l, nullptr, b, it, po, loss);
+      return train_step(m, s, t, l, b, it, po, loss);
     };
     handle_rows(r, fn, "model", "ptdp_model", f.dead_model,
                 [=, &f, &o](ptdp_model m) { return call(m, f.schedule, tk, lb, 1, 0, nullptr, &o.f[0]); });
@@ -283,18 +340,22 @@ PTDP_BAD_INPUTS(pipeline) {
                  PTDP_ERR_INVALID_ARGUMENT, {"micro_batch_size = 0"}});
     r.push_back({fn, "negative iteration", [=, &f, &o] { return call(f.model, f.schedule, tk, lb, 1, -1, nullptr, &o.f[0]); },
                  PTDP_ERR_INVALID_ARGUMENT, {"iteration = -1"}});
-    options_rows(r, fn, "options", ptdp_pipeline_options_init, [=, &f, &o](const ptdp_pipeline_options* po) {
+    pipeline_options_rows(r, fn, [=, &f, &o](const ptdp_pipeline_options* po) {
       return call(f.model, f.schedule, tk, lb, 1, 0, po, &o.f[0]);
     });
-    r.push_back(bad::field_row<ptdp_pipeline_options>(
-        fn, "scatter_gather 2", ptdp_pipeline_options_init, [](ptdp_pipeline_options& x) { x.scatter_gather = 2; },
-        [=, &f, &o](const ptdp_pipeline_options* po) { return call(f.model, f.schedule, tk, lb, 1, 0, po, &o.f[0]); },
-        {"options->scatter_gather = 2"}));
   }
   options_rows(r, "ptdp_model_pipeline_forward_backward_masked", "masks", ptdp_batch_masks_init,
                [&](const ptdp_batch_masks* m) {
-                 return ptdp_model_pipeline_forward_backward_masked(f.model, f.schedule, tk, lb, m, 1, 0, nullptr, &o.f[0]);
+                 return pipeline_forward_backward_masked(f.model, f.schedule, tk, lb, m, 1, 0, nullptr, &o.f[0]);
                });
+  r.push_back({"ptdp_model_pipeline_forward_backward_masked", "masks given twice", [&] {
+                 ptdp_batch_masks mk;
+                 ptdp_batch_masks_init(&mk);
+                 ptdp_pipeline_options po;
+                 ptdp_pipeline_options_init(&po);
+                 po.masks = &mk;
+                 return pipeline_forward_backward_masked(f.model, f.schedule, tk, lb, &mk, 1, 0, &po, &o.f[0]);
+               }, PTDP_ERR_INVALID_ARGUMENT, {"masks and options->masks are both set"}});
 
   r.push_back(null_row("ptdp_stage_callbacks_init", "callbacks", [] { return ptdp_stage_callbacks_init(nullptr); }));
   const char* pr = "ptdp_pipeline_run";
@@ -309,6 +370,20 @@ PTDP_BAD_INPUTS(pipeline) {
                [&](const ptdp_stage_callbacks* cb) { return ptdp_pipeline_run(f.groups, f.schedule, cb, nullptr); });
   r.push_back({pr, "no forward callback", [&, cb0] { return ptdp_pipeline_run(f.groups, f.schedule, &cb0, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"callbacks->forward is NULL"}});
+  r.push_back({pr, "options->masks set", [&, cb0] {
+                 // Callbacks that would run, so that only the masks are wrong.
+                 ptdp_stage_callbacks cb = cb0;
+                 cb.forward = [](void*, int32_t, int32_t, ptdp_tensor, ptdp_tensor*) { return PTDP_SUCCESS; };
+                 cb.backward_input = [](void*, int32_t, int32_t, ptdp_tensor, ptdp_tensor*) { return PTDP_SUCCESS; };
+                 cb.activation_ndim = 1;
+                 cb.activation_shape[0] = 4;
+                 ptdp_batch_masks mk;
+                 ptdp_batch_masks_init(&mk);
+                 ptdp_pipeline_options po;
+                 ptdp_pipeline_options_init(&po);
+                 po.masks = &mk;
+                 return ptdp_pipeline_run(f.groups, f.schedule, &cb, &po);
+               }, PTDP_ERR_INVALID_ARGUMENT, {"options->masks is set", "callbacks"}});
   return r;
 }
 

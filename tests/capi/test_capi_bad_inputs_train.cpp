@@ -149,6 +149,24 @@ PTDP_BAD_INPUTS(train_config) {
   return r;
 }
 
+namespace {
+
+// The deprecated ptdp_train_iteration_masked keeps its rows; it is called only through this.
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#endif
+ptdp_status train_iteration_masked(ptdp_model m, ptdp_optimizer op, ptdp_schedule s, const int32_t* t, const int32_t* l,
+                                   const ptdp_batch_masks* mk, int32_t b, int64_t it, const ptdp_pipeline_options* po,
+                                   ptdp_iteration_result* res) {
+  return ptdp_train_iteration_masked(m, op, s, t, l, mk, b, it, po, res);
+}
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
 PTDP_BAD_INPUTS(training) {
   std::vector<Row> r;
   const int32_t* tk = f.tokens.data();
@@ -157,7 +175,7 @@ PTDP_BAD_INPUTS(training) {
     const bool masked = std::string(fn).find("masked") != std::string::npos;
     auto call = [masked](ptdp_model m, ptdp_optimizer op, ptdp_schedule s, const int32_t* t, const int32_t* l, int32_t b,
                          int64_t it, ptdp_iteration_result* res) {
-      return masked ? ptdp_train_iteration_masked(m, op, s, t, l, nullptr, b, it, nullptr, res)
+      return masked ? train_iteration_masked(m, op, s, t, l, nullptr, b, it, nullptr, res)
                     : ptdp_train_iteration(m, op, s, t, l, b, it, nullptr, res);
     };
     handle_rows(r, fn, "model", "ptdp_model", f.dead_model,
@@ -176,9 +194,23 @@ PTDP_BAD_INPUTS(training) {
   options_rows(r, "ptdp_train_iteration", "options", ptdp_pipeline_options_init, [&](const ptdp_pipeline_options* x) {
     return ptdp_train_iteration(f.model, f.optimizer, f.schedule, tk, lb, 1, 1, x, &o.result);
   });
-  options_rows(r, "ptdp_train_iteration_masked", "masks", ptdp_batch_masks_init, [&](const ptdp_batch_masks* m) {
-    return ptdp_train_iteration_masked(f.model, f.optimizer, f.schedule, tk, lb, m, 1, 1, nullptr, &o.result);
+  options_rows(r, "ptdp_train_iteration", "options->masks", ptdp_batch_masks_init, [&](const ptdp_batch_masks* m) {
+    ptdp_pipeline_options po;
+    ptdp_pipeline_options_init(&po);
+    po.masks = m;
+    return ptdp_train_iteration(f.model, f.optimizer, f.schedule, tk, lb, 1, 1, &po, &o.result);
   });
+  options_rows(r, "ptdp_train_iteration_masked", "masks", ptdp_batch_masks_init, [&](const ptdp_batch_masks* m) {
+    return train_iteration_masked(f.model, f.optimizer, f.schedule, tk, lb, m, 1, 1, nullptr, &o.result);
+  });
+  r.push_back({"ptdp_train_iteration_masked", "masks given twice", [&] {
+                 ptdp_batch_masks mk;
+                 ptdp_batch_masks_init(&mk);
+                 ptdp_pipeline_options po;
+                 ptdp_pipeline_options_init(&po);
+                 po.masks = &mk;
+                 return train_iteration_masked(f.model, f.optimizer, f.schedule, tk, lb, &mk, 1, 1, &po, &o.result);
+               }, PTDP_ERR_INVALID_ARGUMENT, {"masks and options->masks are both set"}});
 
   r.push_back(null_row("ptdp_trainer_options_init", "options", [] { return ptdp_trainer_options_init(nullptr); }));
   const char* tc = "ptdp_trainer_create";

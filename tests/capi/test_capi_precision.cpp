@@ -137,11 +137,11 @@ TEST_CASE("a bf16 model trains like the fp32 model and keeps fp32 masters", "[ca
   // A master set through the API is what the model computes with (rounded): the loss moves.
   float before = 0, after = 0;
   const Batch b(7, 96, 16);
-  REQUIRE(ptdp_model_forward(bf, b.tokens.data(), b.labels.data(), kBatch, 0, 0, 0, &before) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward(bf, b.tokens.data(), b.labels.data(), kBatch, 0, 0, 0, nullptr, &before) == PTDP_SUCCESS);
   std::vector<float> zeros(96 * 32, 0.0f);
   REQUIRE(ptdp_model_set_param(bf, "decoder.layers.0.self_attention.linear_qkv.weight", zeros.data(),
                                zeros.size() * sizeof(float)) == PTDP_SUCCESS);
-  REQUIRE(ptdp_model_forward(bf, b.tokens.data(), b.labels.data(), kBatch, 0, 0, 0, &after) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward(bf, b.tokens.data(), b.labels.data(), kBatch, 0, 0, 0, nullptr, &after) == PTDP_SUCCESS);
   CHECK(after != before);
   CHECK(ptdp_model_destroy(bf) == PTDP_SUCCESS);
 }
@@ -207,10 +207,10 @@ TEST_CASE("fused attention gives the unfused path's loss and gradients", "[capi]
     const Batch batch(3, 96, 16);
     float la = 0, lb = 0;
     // Dropout on (training): both paths drop the same attention probabilities.
-    REQUIRE(ptdp_model_forward_backward(a, batch.tokens.data(), batch.labels.data(), kBatch, 2, 1, 1.0f, &la) ==
-            PTDP_SUCCESS);
-    REQUIRE(ptdp_model_forward_backward(b, batch.tokens.data(), batch.labels.data(), kBatch, 2, 1, 1.0f, &lb) ==
-            PTDP_SUCCESS);
+    REQUIRE(ptdp_model_forward_backward(a, batch.tokens.data(), batch.labels.data(), kBatch, 2, 1, 1.0f, nullptr,
+                                        &la) == PTDP_SUCCESS);
+    REQUIRE(ptdp_model_forward_backward(b, batch.tokens.data(), batch.labels.data(), kBatch, 2, 1, 1.0f, nullptr,
+                                        &lb) == PTDP_SUCCESS);
     const double tol = precision == PTDP_DTYPE_F32 ? 1e-5 : 1e-2;
     CHECK(std::fabs(la - lb) <= tol * std::fabs(la));
     for (const char* name : {"decoder.layers.0.self_attention.linear_qkv.weight",

@@ -68,8 +68,8 @@ TEST_CASE("one GPT forward and backward on the GPU equals the CPU engine", "[gpu
   const auto tok = ids(static_cast<std::size_t>(b * gc.seq_length), gc.vocab_size, 1);
   const auto lab = ids(static_cast<std::size_t>(b * gc.seq_length), gc.vocab_size, 2);
   float lc = 0, lg = 0;
-  OK(ptdp_model_forward_backward(cpu, tok.data(), lab.data(), b, 0, 0, 1.0f, &lc));
-  OK(ptdp_model_forward_backward(gpu, tok.data(), lab.data(), b, 0, 0, 1.0f, &lg));
+  OK(ptdp_model_forward_backward(cpu, tok.data(), lab.data(), b, 0, 0, 1.0f, nullptr, &lc));
+  OK(ptdp_model_forward_backward(gpu, tok.data(), lab.data(), b, 0, 0, 1.0f, nullptr, &lg));
   INFO("cpu loss " << lc << ", gpu loss " << lg);
   CHECK(std::fabs(lc - lg) <= 1e-5 * std::fabs(lc));
   int32_t n = 0;
@@ -115,9 +115,9 @@ TEST_CASE("a bf16 GPT step on the GPU (flash attention) equals the CPU engine's 
     const auto tok = ids(static_cast<std::size_t>(b * gc.seq_length), gc.vocab_size, 3);
     const auto lab = ids(static_cast<std::size_t>(b * gc.seq_length), gc.vocab_size, 4);
     float lc = 0, lg = 0, lu = 0;
-    OK(ptdp_model_forward_backward(cpu, tok.data(), lab.data(), b, 1, 0, 1.0f, &lc));
-    OK(ptdp_model_forward_backward(gpu, tok.data(), lab.data(), b, 1, 0, 1.0f, &lg));
-    OK(ptdp_model_forward_backward(gpu_unfused, tok.data(), lab.data(), b, 1, 0, 1.0f, &lu));
+    OK(ptdp_model_forward_backward(cpu, tok.data(), lab.data(), b, 1, 0, 1.0f, nullptr, &lc));
+    OK(ptdp_model_forward_backward(gpu, tok.data(), lab.data(), b, 1, 0, 1.0f, nullptr, &lg));
+    OK(ptdp_model_forward_backward(gpu_unfused, tok.data(), lab.data(), b, 1, 0, 1.0f, nullptr, &lu));
     INFO("cpu loss " << lc << ", gpu (fused) " << lg << ", gpu (unfused) " << lu);
     CHECK(std::fabs(lc - lg) <= 1e-2 * std::fabs(lc));
     CHECK(std::fabs(lc - lu) <= 1e-2 * std::fabs(lc));

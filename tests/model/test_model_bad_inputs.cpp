@@ -127,33 +127,44 @@ void model_calls(ptdp_groups g) {
     (std::string(bad.which) == "tokens" ? tk : lb)[static_cast<std::size_t>(bad.index)] = bad.value;
     const std::string named = std::string(bad.which) + "[" + std::to_string(bad.index) + "] = " + std::to_string(bad.value);
     float loss = 123.0f;
-    expect_message(CT_STATUS(ptdp_model_forward_backward(m, tk.data(), lb.data(), b, 0, 0, 1.0f, &loss), PTDP_ERR_INVALID_ARGUMENT),
+    expect_message(CT_STATUS(ptdp_model_forward_backward(m, tk.data(), lb.data(), b, 0, 0, 1.0f, nullptr, &loss),
+                             PTDP_ERR_INVALID_ARGUMENT),
                    {"ptdp_model_forward_backward", named, "[0, 301)"}, "forward_backward with " + named);
     ct::expect(loss == 123.0f, "forward_backward with " + named + " leaves the loss output alone");
-    expect_message(CT_STATUS(ptdp_model_forward(m, tk.data(), lb.data(), b, 0, 0, 1, &loss), PTDP_ERR_INVALID_ARGUMENT),
-                   {"ptdp_model_forward", named}, "forward with " + named);
+    expect_message(
+        CT_STATUS(ptdp_model_forward(m, tk.data(), lb.data(), b, 0, 0, 1, nullptr, &loss), PTDP_ERR_INVALID_ARGUMENT),
+        {"ptdp_model_forward", named}, "forward with " + named);
     ct::expect(loss == 123.0f, "forward with " + named + " leaves the loss output alone");
   }
   for (int32_t mbs : {0, -1}) {
     float loss = 123.0f;
     const std::string named = "micro_batch_size = " + std::to_string(mbs);
-    expect_message(CT_STATUS(ptdp_model_forward_backward(m, tokens.data(), labels.data(), mbs, 0, 0, 1.0f, &loss),
-                             PTDP_ERR_INVALID_ARGUMENT), {named}, "forward_backward with " + named);
-    expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), mbs, 0, 0, 0, &loss), PTDP_ERR_INVALID_ARGUMENT),
+    expect_message(
+        CT_STATUS(ptdp_model_forward_backward(m, tokens.data(), labels.data(), mbs, 0, 0, 1.0f, nullptr, &loss),
+                  PTDP_ERR_INVALID_ARGUMENT),
+        {named}, "forward_backward with " + named);
+    expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), mbs, 0, 0, 0, nullptr, &loss),
+                             PTDP_ERR_INVALID_ARGUMENT),
                    {named}, "forward with " + named);
     ct::expect(loss == 123.0f, named + ": the loss output is left alone");
   }
   float loss = 123.0f;
-  expect_message(CT_STATUS(ptdp_model_forward_backward(m, nullptr, labels.data(), b, 0, 0, 1.0f, &loss), PTDP_ERR_INVALID_ARGUMENT),
+  expect_message(CT_STATUS(ptdp_model_forward_backward(m, nullptr, labels.data(), b, 0, 0, 1.0f, nullptr, &loss),
+                           PTDP_ERR_INVALID_ARGUMENT),
                  {"tokens"}, "NULL tokens");
-  expect_message(CT_STATUS(ptdp_model_forward_backward(m, tokens.data(), nullptr, b, 0, 0, 1.0f, &loss), PTDP_ERR_INVALID_ARGUMENT),
+  expect_message(CT_STATUS(ptdp_model_forward_backward(m, tokens.data(), nullptr, b, 0, 0, 1.0f, nullptr, &loss),
+                           PTDP_ERR_INVALID_ARGUMENT),
                  {"labels"}, "NULL labels");
-  expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), b, 0, 0, 1, nullptr), PTDP_ERR_INVALID_ARGUMENT),
+  expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), b, 0, 0, 1, nullptr, nullptr),
+                           PTDP_ERR_INVALID_ARGUMENT),
                  {"loss"}, "forward with NULL loss");
-  expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), b, 0, 0, 2, &loss), PTDP_ERR_INVALID_ARGUMENT),
+  expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), b, 0, 0, 2, nullptr, &loss),
+                           PTDP_ERR_INVALID_ARGUMENT),
                  {"training = 2"}, "forward with training 2");
-  expect_message(CT_STATUS(ptdp_model_forward_backward(nullptr, tokens.data(), labels.data(), b, 0, 0, 1.0f, &loss),
-                           PTDP_ERR_INVALID_ARGUMENT), {"model"}, "NULL model");
+  expect_message(
+      CT_STATUS(ptdp_model_forward_backward(nullptr, tokens.data(), labels.data(), b, 0, 0, 1.0f, nullptr, &loss),
+                PTDP_ERR_INVALID_ARGUMENT),
+      {"model"}, "NULL model");
   ct::expect(loss == 123.0f, "the loss output is left alone by every refused call");
   for (const mt::ParamInfo& p : infos) {
     const std::vector<float> gr = mt::get_grad(m, p);
@@ -161,8 +172,8 @@ void model_calls(ptdp_groups g) {
   }
   // Nothing was left in flight: the same step runs, twice, with the same loss.
   float l1 = -1, l2 = -2;
-  CT_OK(ptdp_model_forward_backward(m, tokens.data(), labels.data(), b, 0, 0, 1.0f, &l1));
-  CT_OK(ptdp_model_forward(m, tokens.data(), labels.data(), b, 0, 0, 1, &l2));
+  CT_OK(ptdp_model_forward_backward(m, tokens.data(), labels.data(), b, 0, 0, 1.0f, nullptr, &l1));
+  CT_OK(ptdp_model_forward(m, tokens.data(), labels.data(), b, 0, 0, 1, nullptr, &l2));
   mt::expect_bitwise(&l2, &l1, 1, "after the refused calls, step (0, 0) runs and forward gives its loss");
 
   // Parameter names, byte counts, indices.
@@ -496,9 +507,13 @@ void pipeline_groups(ptdp_runtime rt, int world) {
     ct::expect(true, "ptdp_model_create on pipeline size 2 builds a stage");
     const std::vector<int32_t> tokens = mt::ids(16, o.vocab_size, 1), labels = mt::ids(16, o.vocab_size, 2);
     float loss = 123.0f;
-    expect_message(CT_STATUS(ptdp_model_forward_backward(m, tokens.data(), labels.data(), 2, 0, 0, 1.0f, &loss), PTDP_ERR_UNSUPPORTED),
-                   {"ptdp_model_forward_backward", "pipeline size 2", "ptdp_model_pipeline_forward_backward"}, "forward_backward of a stage");
-    expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), 2, 0, 0, 0, &loss), PTDP_ERR_UNSUPPORTED),
+    expect_message(
+        CT_STATUS(ptdp_model_forward_backward(m, tokens.data(), labels.data(), 2, 0, 0, 1.0f, nullptr, &loss),
+                  PTDP_ERR_UNSUPPORTED),
+        {"ptdp_model_forward_backward", "pipeline size 2", "ptdp_model_pipeline_forward_backward"},
+        "forward_backward of a stage");
+    expect_message(CT_STATUS(ptdp_model_forward(m, tokens.data(), labels.data(), 2, 0, 0, 0, nullptr, &loss),
+                             PTDP_ERR_UNSUPPORTED),
                    {"ptdp_model_forward", "pipeline size 2"}, "forward of a stage");
     ct::expect(loss == 123.0f, "the refused calls left the loss output alone");
     expect_message(CT_STATUS(ptdp_groups_destroy(g), PTDP_ERR_INVALID_STATE), {"1 ptdp_work, ptdp_model, ptdp_layer or ptdp_optimizer"},

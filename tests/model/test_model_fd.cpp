@@ -24,9 +24,10 @@
 // 1e-4 fails the element check (the test checks that this holds for every parameter).
 //
 // Masks and documents (the `masked` cases): labels of PTDP_IGNORE_INDEX, position ids that
-// restart inside a sample and document starts (ptdp_model_forward_backward_masked and
-// ptdp_model_forward_masked): the gradient of the masked mean loss, with learned positions and
-// with RoPE and grouped-query attention, fused and unfused attention alike. A microbatch whose
+// restart inside a sample and document starts (ptdp_pipeline_options::masks of
+// ptdp_model_forward_backward and ptdp_model_forward): the gradient of the masked mean loss,
+// with learned positions and with RoPE and grouped-query attention, fused and unfused attention
+// alike. A microbatch whose
 // every label is ignored has loss 0 and leaves every gradient 0.
 #include <catch2/catch.hpp>
 
@@ -219,20 +220,21 @@ void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt, bool ma
                                              : std::vector<int32_t>{10, 0, 7, 2, 5, 9, 1, 4};
   const int64_t iteration = 3, microbatch = 1;
   const Masks masks;
-  const ptdp_batch_masks* mk = masked ? &masks.c : nullptr;
+  ptdp_pipeline_options mk;
+  REQUIRE(ptdp_pipeline_options_init(&mk) == PTDP_SUCCESS);
+  mk.masks = masked ? &masks.c : nullptr;
 
   REQUIRE(ptdp_model_zero_grad(m) == PTDP_SUCCESS);
   float loss0 = 0;
-  REQUIRE(ptdp_model_forward_backward_masked(m, tokens.data(), labels.data(), mk, b, iteration, microbatch, 1.0f,
-                                             &loss0) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward_backward(m, tokens.data(), labels.data(), b, iteration, microbatch, 1.0f, &mk, &loss0) ==
+          PTDP_SUCCESS);
   for (Param& p : params) {
     p.grad.resize(p.value.size());
     REQUIRE(ptdp_model_get_grad(m, p.name.c_str(), p.grad.data(), p.grad.size() * 4) == PTDP_SUCCESS);
   }
   const auto loss_at = [&]() {
     float l = 0;
-    REQUIRE(ptdp_model_forward_masked(m, tokens.data(), labels.data(), mk, b, iteration, microbatch, 1, &l) ==
-            PTDP_SUCCESS);
+    REQUIRE(ptdp_model_forward(m, tokens.data(), labels.data(), b, iteration, microbatch, 1, &mk, &l) == PTDP_SUCCESS);
     return static_cast<double>(l);
   };
   if (masked) {
@@ -240,7 +242,8 @@ void check_gradient(int32_t untie, float dropout, Arch arch = Arch::Gpt, bool ma
     std::vector<int32_t> plain = labels;
     for (int32_t& x : plain) x = x < 0 ? 0 : x;
     float other = 0;
-    REQUIRE(ptdp_model_forward(m, tokens.data(), plain.data(), b, iteration, microbatch, 1, &other) == PTDP_SUCCESS);
+    REQUIRE(ptdp_model_forward(m, tokens.data(), plain.data(), b, iteration, microbatch, 1, nullptr, &other) ==
+            PTDP_SUCCESS);
     CHECK(other != loss0);
   }
   // The forward of the same step (same dropout masks) is the function being differentiated.
@@ -401,9 +404,10 @@ TEST_CASE("model: a microbatch whose every label is ignored has loss 0 and no gr
   const std::vector<int32_t> labels(8, PTDP_IGNORE_INDEX);
   REQUIRE(ptdp_model_zero_grad(f.model) == PTDP_SUCCESS);
   float loss = 123.0f;
-  REQUIRE(ptdp_model_forward_backward(f.model, tokens.data(), labels.data(), 2, 0, 0, 1.0f, &loss) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward_backward(f.model, tokens.data(), labels.data(), 2, 0, 0, 1.0f, nullptr, &loss) ==
+          PTDP_SUCCESS);
   CHECK(loss == 0.0f);
-  REQUIRE(ptdp_model_forward(f.model, tokens.data(), labels.data(), 2, 0, 0, 0, &loss) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward(f.model, tokens.data(), labels.data(), 2, 0, 0, 0, nullptr, &loss) == PTDP_SUCCESS);
   CHECK(loss == 0.0f);
   int32_t count = 0;
   REQUIRE(ptdp_model_num_params(f.model, &count) == PTDP_SUCCESS);
@@ -423,7 +427,7 @@ TEST_CASE("model: a microbatch whose every label is ignored has loss 0 and no gr
   std::vector<int32_t> one = labels;
   one[5] = 9;
   float l1 = 0;
-  REQUIRE(ptdp_model_forward(f.model, tokens.data(), one.data(), 2, 0, 0, 0, &l1) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_forward(f.model, tokens.data(), one.data(), 2, 0, 0, 0, nullptr, &l1) == PTDP_SUCCESS);
   CHECK(std::isfinite(l1));
   CHECK(l1 > 0.0f);
 }

@@ -21,7 +21,7 @@
 // bitwise the losses and gradients of none; forward gives bitwise the loss of forward_backward
 // for the same step and leaves the gradients alone; dropout keys change the loss (dropout on)
 // or do not (off); the accumulated gradient is the 1/m-weighted sum of the microbatches' own.
-// The `masks` cases run every call through the _masked entry points with Megatron's
+// The `masks` cases give every call options with masks (ptdp_pipeline_options::masks): Megatron's
 // end-of-document masks (ptdp_eod_masks with --eod-mask-loss, --reset-position-ids and
 // --reset-attention-mask: ignored labels, restarted positions, documents) and check the same,
 // with the unfused attention (learned positions) and the fused kernel (Llama: RoPE, GQA).
@@ -124,15 +124,19 @@ struct Batch {
   std::vector<int32_t> tokens, labels;
   std::vector<int32_t> positions, starts;  // masks cases
   bool masked = false;
-  /// The masks to pass (NULL without), pointing into this batch.
-  const ptdp_batch_masks* masks() {
-    if (!masked) return nullptr;
-    ptdp_batch_masks_init(&c_masks);
-    c_masks.position_ids = positions.data();
-    c_masks.document_starts = starts.data();
-    return &c_masks;
+  /// The options to pass: with this batch's masks in the masks cases, else the defaults.
+  const ptdp_pipeline_options* options() {
+    ptdp_pipeline_options_init(&c_options);
+    if (masked) {
+      ptdp_batch_masks_init(&c_masks);
+      c_masks.position_ids = positions.data();
+      c_masks.document_starts = starts.data();
+      c_options.masks = &c_masks;
+    }
+    return &c_options;
   }
   ptdp_batch_masks c_masks{};
+  ptdp_pipeline_options c_options{};
 };
 
 Batch batch(int k, int32_t vocab, int32_t s, bool masked) {
@@ -214,8 +218,8 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   for (int k = 0; k < kM; ++k) {
     batches.push_back(batch(k, c.vocab, o.seq_length, c.masks));
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward_backward_masked(m, batches[k].tokens.data(), batches[k].labels.data(),
-                                             batches[k].masks(), kB, kIter, k, scale, &loss));
+    CT_OK(ptdp_model_forward_backward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter, k, scale,
+                                      batches[k].options(), &loss));
     run.fb.push_back(loss);
   }
   run.grads = mt::all_grads(m, run.infos);
@@ -224,15 +228,15 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   for (int k = 0; k < kM; ++k) {
     for (int32_t training : {1, 0}) {
       float loss = std::nanf("");
-      CT_OK(ptdp_model_forward_masked(m, batches[k].tokens.data(), batches[k].labels.data(), batches[k].masks(), kB,
-                                      kIter, k, training, &loss));
+      CT_OK(ptdp_model_forward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter, k, training,
+                               batches[k].options(), &loss));
       (training ? run.fwd_train : run.fwd_eval).push_back(loss);
     }
   }
   for (const auto& key : kKeys) {
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward_masked(m, batches[0].tokens.data(), batches[0].labels.data(), batches[0].masks(), kB,
-                                    key[0], key[1], 1, &loss));
+    CT_OK(ptdp_model_forward(m, batches[0].tokens.data(), batches[0].labels.data(), kB, key[0], key[1], 1,
+                             batches[0].options(), &loss));
     run.keyed.push_back(loss);
   }
   for (const ParamInfo& p : run.infos) {
@@ -251,8 +255,8 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   for (int k = 0; k < kM; ++k) {
     CT_OK(ptdp_model_zero_grad(m));
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward_backward_masked(m, batches[k].tokens.data(), batches[k].labels.data(),
-                                             batches[k].masks(), kB, kIter, k, 1.0f, &loss));
+    CT_OK(ptdp_model_forward_backward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter, k, 1.0f,
+                                      batches[k].options(), &loss));
     mt::expect_bitwise(&loss, &run.fb[static_cast<std::size_t>(k)], 1,
                        "microbatch " + std::to_string(k) + " alone has the loss it had in the accumulation");
     for (const ParamInfo& p : run.infos) {
@@ -281,8 +285,8 @@ Run run_model(ptdp_groups groups, const Case& c, ptdp_recompute rc, int t, const
   CT_OK(ptdp_model_zero_grad(m));
   for (int k : {1, 2}) {
     float loss = std::nanf("");
-    CT_OK(ptdp_model_forward_backward_masked(m, batches[k].tokens.data(), batches[k].labels.data(),
-                                             batches[k].masks(), kB, kIter + 1, k == 1 ? 4 : 9, 0.5f, &loss));
+    CT_OK(ptdp_model_forward_backward(m, batches[k].tokens.data(), batches[k].labels.data(), kB, kIter + 1,
+                                      k == 1 ? 4 : 9, 0.5f, batches[k].options(), &loss));
     run.fb2.push_back(loss);
   }
   run.grads2 = mt::all_grads(m, run.infos);

@@ -87,7 +87,7 @@ Result serial(ptdp_runtime rt, const ptdp_gpt_options& o, const Batch& x) {
       float l = 0;
       const std::size_t off = static_cast<std::size_t>(mb * x.b * x.s);
       CT_OK(ptdp_model_forward_backward(m, x.tokens.data() + off, x.labels.data() + off, x.b, 5, mb,
-                                        1.0f / static_cast<float>(x.m), &l));
+                                        1.0f / static_cast<float>(x.m), nullptr, &l));
       sum += l;
     }
     r.loss = static_cast<float>(sum / x.m);

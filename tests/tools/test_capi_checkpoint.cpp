@@ -95,7 +95,7 @@ TEST_CASE("logits agree with the loss and evaluation with the forward", "[capi][
   }
   ce /= b * s;
   float loss = 0.0f;
-  OK(ptdp_model_forward(m, tok.data(), lab.data(), b, 0, 0, 0, &loss));
+  OK(ptdp_model_forward(m, tok.data(), lab.data(), b, 0, 0, 0, nullptr, &loss));
   CHECK(std::fabs(ce - loss) < 1e-5 * std::max(1.0, std::fabs(ce)));
 
   // Causality: changing the last token leaves every earlier position's logits unchanged.
@@ -111,11 +111,11 @@ TEST_CASE("logits agree with the loss and evaluation with the forward", "[capi][
   double mean = 0.0;
   for (int i = 0; i < b; ++i) {
     float l = 0.0f;
-    OK(ptdp_model_forward(m, tok.data() + i * s, lab.data() + i * s, 1, 0, 0, 0, &l));
+    OK(ptdp_model_forward(m, tok.data() + i * s, lab.data() + i * s, 1, 0, 0, 0, nullptr, &l));
     mean += l / b;
   }
   float eval = 0.0f;
-  OK(ptdp_model_evaluate(m, tok.data(), lab.data(), 1, b, &eval));
+  OK(ptdp_model_evaluate(m, tok.data(), lab.data(), 1, b, nullptr, &eval));
   CHECK(std::fabs(eval - mean) < 1e-6);
 
   // Bad arguments name what is wrong and change nothing.
@@ -123,9 +123,9 @@ TEST_CASE("logits agree with the loss and evaluation with the forward", "[capi][
   CHECK(last_error().find("bytes") != std::string::npos);
   CHECK(ptdp_model_logits(m, tok.data(), 0, logits.data(), logits.size() * 4) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(last_error().find("batch") != std::string::npos);
-  CHECK(ptdp_model_evaluate(m, tok.data(), lab.data(), 1, 0, &eval) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_model_evaluate(m, tok.data(), lab.data(), 1, 0, nullptr, &eval) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(last_error().find("num_microbatches") != std::string::npos);
-  CHECK(ptdp_model_evaluate(m, tok.data(), nullptr, 1, 1, &eval) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_model_evaluate(m, tok.data(), nullptr, 1, 1, nullptr, &eval) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(last_error().find("labels") != std::string::npos);
   std::vector<int32_t> bad = tok;
   bad[5] = V;

@@ -14,7 +14,7 @@
 // and masked labels: end-of-document tokens in the batch, ptdp_eod_masks with --eod-mask-loss,
 // --reset-position-ids and --reset-attention-mask, the first label of every sample ignored as a
 // prompt would be, and at iteration 3 one microbatch whose every label is ignored; every call
-// through ptdp_train_iteration_masked, the serial run's too), first=N and last=N (Megatron's uneven
+// with ptdp_pipeline_options::masks, the serial run's too), first=N and last=N (Megatron's uneven
 // pipeline: the first / last stage holds N layers, every other stage 2 v as in the even runs, so
 // the model has 2 p v layers with the ends' 2 v replaced by N; ptdp_parallel_options'
 // decoder_first/last_pipeline_num_layers), sp (sequence parallelism, ptdp_parallel_options'
@@ -327,8 +327,10 @@ Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optim
       global_batch(it, microbatches * kMicro, tok, lab, sp.masks ? &masks : nullptr);
       ptdp_iteration_result res{};
       const ptdp_batch_masks mk = sp.masks ? masks.at(0) : ptdp_batch_masks{};
-      CT_OK(ptdp_train_iteration_masked(m, opt, s, tok.data(), lab.data(), sp.masks ? &mk : nullptr, kMicro, it,
-                                        nullptr, &res));
+      ptdp_pipeline_options po;
+      CT_OK(ptdp_pipeline_options_init(&po));
+      po.masks = sp.masks ? &mk : nullptr;
+      CT_OK(ptdp_train_iteration(m, opt, s, tok.data(), lab.data(), kMicro, it, &po, &res));
       r.results.push_back(res);
     }
     r.final_params = read_params(m);
@@ -518,8 +520,8 @@ void run(ptdp_runtime rt, int W, const Spec& sp) {
       ptdp_iteration_result got{};
       const std::string at = "iteration " + str(it);
       const ptdp_batch_masks mk = sp.masks ? masks.at(dp * m * kMicro) : ptdp_batch_masks{};  // this replica's
-      if (!CT_OK(ptdp_train_iteration_masked(model, opt, s, tok.data() + off, lab.data() + off,
-                                             sp.masks ? &mk : nullptr, kMicro, it, &popt, &got))
+      popt.masks = sp.masks ? &mk : nullptr;
+      if (!CT_OK(ptdp_train_iteration(model, opt, s, tok.data() + off, lab.data() + off, kMicro, it, &popt, &got))
                .empty())
         break;
       const ptdp_iteration_result& ref = want.results[static_cast<std::size_t>(it)];

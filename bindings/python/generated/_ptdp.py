@@ -1272,8 +1272,108 @@ def ptdp_model_get_options(model, options):
     No communication.
     """
     return _ptdp_ext.ptdp_model_get_options(model, options)
+class ptdp_batch_masks(object):
+    r"""
+    Per-token inputs of a batch besides its tokens and labels, laid out like the tokens
+    ([rows, seq_length] row-major: b rows for one microbatch, m * b for a batch). Initialise with
+    ptdp_batch_masks_init(); a NULL member means its default. The arrays are read during the call
+    only. Given as ptdp_pipeline_options::masks; see "Loss masks and documents" for the semantics.
+    """
 
-def ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale):
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_batch_masks_struct_size_get, _ptdp_ext.ptdp_batch_masks_struct_size_set, doc=r""" Set by ptdp_batch_masks_init().""")
+    position_ids = property(_ptdp_ext.ptdp_batch_masks_position_ids_get, _ptdp_ext.ptdp_batch_masks_position_ids_set, doc=r"""
+    Each token's position: >= 0, and below
+                                          max_position_embeddings with learned position
+                                          embeddings. NULL (default): token i of a sample is at
+                                          position i.
+    """)
+    document_starts = property(_ptdp_ext.ptdp_batch_masks_document_starts_get, _ptdp_ext.ptdp_batch_masks_document_starts_set, doc=r"""
+    The first position of each token's document: in each
+                                          sample, 0 <= start[i] <= i and start[i] >= start[i - 1].
+                                          Token i attends to tokens start[i] .. i. NULL (default):
+                                          causal attention over the whole sample.
+    """)
+
+    def __init__(self):
+        _ptdp_ext.ptdp_batch_masks_swiginit(self, _ptdp_ext.new_ptdp_batch_masks())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_batch_masks
+
+# Register ptdp_batch_masks in _ptdp_ext:
+_ptdp_ext.ptdp_batch_masks_swigregister(ptdp_batch_masks)
+
+def ptdp_batch_masks_init(masks):
+    r"""
+    Fills ``masks`` with the defaults (no position ids, no documents) and sets its
+           struct_size.
+    :type masks: :py:class:`ptdp_batch_masks`, out
+    :param masks: Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_batch_masks_init(masks)
+class ptdp_pipeline_options(object):
+    r"""
+    Options of every call that runs a batch through the model: ptdp_model_forward_backward(),
+    ptdp_model_forward(), ptdp_model_pipeline_forward_backward(), ptdp_train_iteration() and
+    ptdp_model_evaluate(), and of ptdp_pipeline_run(). Initialise with ptdp_pipeline_options_init().
+
+    One struct for all of them, grown through struct_size, rather than a twin of each function
+    per feature: the masks were first given to `_masked` twins of the five (deprecated since
+    0.4.0, kept as wrappers), and each later per-call option would have doubled them again. The
+    three calls that took no options before 0.4.0 take this struct rather than one of their own,
+    which would have held the masks alone and split one concept over two types. A program built
+    against an older ptdp.h keeps calling their old versions (symbol version PTDP_0, without the
+    argument); one rebuilt against this header passes NULL or its options there.
+    A field means the same wherever it is read; where a call has nothing to apply it to, it
+    either has no effect, as scatter_gather for a model in one pipeline stage (like any p = 1
+    run), or is refused, as a trace_path where no schedule is traced: ptdp_model_forward_backward()
+    and ptdp_model_forward() run the whole model on this rank and ptdp_model_evaluate() runs the
+    forward-only schedule untraced, so they refuse it rather than write no trace; and
+    ptdp_pipeline_run(), whose stages are the caller's callbacks, refuses masks.
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_pipeline_options_struct_size_get, _ptdp_ext.ptdp_pipeline_options_struct_size_set, doc=r""" Set by ptdp_pipeline_options_init().""")
+    scatter_gather = property(_ptdp_ext.ptdp_pipeline_options_scatter_gather_get, _ptdp_ext.ptdp_pipeline_options_scatter_gather_set, doc=r"""
+    1 (default): with t > 1 each tensor rank sends 1/t of a
+                                   stage-boundary tensor and the receiving stage all-gathers it
+                                   (the paper's scatter/gather); 0: send whole tensors. No effect
+                                   where no tensor crosses a stage boundary (one stage, and
+                                   ptdp_model_evaluate(), whose transfers are whole tensors).
+    """)
+    trace_path = property(_ptdp_ext.ptdp_pipeline_options_trace_path_get, _ptdp_ext.ptdp_pipeline_options_trace_path_set, doc=r"""
+    NULL (default): no trace. Otherwise the spans of every rank's
+                                   forward, backward and communication are written by world rank 0
+                                   to this path as one Chrome/Perfetto trace JSON (collective over
+                                   the runtime's world). Only ptdp_model_pipeline_forward_backward(),
+                                   ptdp_train_iteration() and ptdp_pipeline_run() write traces; the
+                                   other calls refuse a non-NULL path.
+    """)
+    masks = property(_ptdp_ext.ptdp_pipeline_options_masks_get, _ptdp_ext.ptdp_pipeline_options_masks_set, doc=r"""
+    The batch's position ids and document starts, laid out
+                                         like its tokens (see ptdp_batch_masks; read during the
+                                         call only). NULL (default): token i of a sample is at
+                                         position i and attends to the whole sample before it.
+                                         Refused by ptdp_pipeline_run().
+    """)
+
+    def __init__(self):
+        _ptdp_ext.ptdp_pipeline_options_swiginit(self, _ptdp_ext.new_ptdp_pipeline_options())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_pipeline_options
+
+# Register ptdp_pipeline_options in _ptdp_ext:
+_ptdp_ext.ptdp_pipeline_options_swigregister(ptdp_pipeline_options)
+
+def ptdp_pipeline_options_init(options):
+    r"""
+    Fills ``options`` with the defaults and sets its struct_size.
+    :type options: :py:class:`ptdp_pipeline_options`, out
+    :param options: Must not be NULL.
+    """
+    return _ptdp_ext.ptdp_pipeline_options_init(options)
+
+def ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, options):
     r"""
     Forward and backward of one microbatch; adds the gradients of
            mean loss * ``grad_scale`` to the model's gradients.
@@ -1292,15 +1392,21 @@ def ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iterati
     :param microbatch: Index of the microbatch within the iteration; keys the dropout masks.
     :type grad_scale: float
     :param grad_scale: Factor on the gradients (e.g. 1 / number of microbatches).
+    :type options: :py:class:`ptdp_pipeline_options`
+    :param options: NULL for the defaults; its masks ([b, seq_length]) give positions and
+               documents. Its trace_path must be NULL (no schedule runs).
     :type loss: float, out
     :param loss: Receives the masked mean loss over the b * s tokens (the mean over the
                tokens whose label is not ignored; 0 when all are); may be NULL.
     Title: Thread safety
-    Collective over the tensor group; all ranks pass the same tokens and labels.
+    Collective over the tensor group; all ranks pass the same tokens, labels and masks.
+    Title: Since 0.4.0
+    ``options`` is new: a program built against an older ptdp.h calls the version without it
+    (symbol version PTDP_0), and one rebuilt against this header passes NULL or its options.
     """
-    return _ptdp_ext.ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale)
+    return _ptdp_ext.ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, options)
 
-def ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training):
+def ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training, options):
     r"""
     Forward only (evaluation): the mean loss, nothing kept, gradients untouched.
     :type model: struct ptdp_model_impl
@@ -1317,12 +1423,16 @@ def ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, micro
     :param microbatch: Keys the dropout masks when ``training`` is 1.
     :type training: int
     :param training: 1: dropout on; 0: off.
+    :type options: :py:class:`ptdp_pipeline_options`
+    :param options: As in ptdp_model_forward_backward().
     :type loss: float, out
     :param loss: Receives the mean loss; must not be NULL.
     Title: Thread safety
     Collective over the tensor group.
+    Title: Since 0.4.0
+    ``options`` is new, as for ptdp_model_forward_backward().
     """
-    return _ptdp_ext.ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training)
+    return _ptdp_ext.ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training, options)
 
 def ptdp_model_zero_grad(model):
     r"""
@@ -1414,38 +1524,6 @@ def ptdp_model_get_grad(model, name, host):
     Collective over the model-parallel group.
     """
     return _ptdp_ext.ptdp_model_get_grad(model, name, host)
-class ptdp_pipeline_options(object):
-    r""" Options for ptdp_model_pipeline_forward_backward(). Initialise with ptdp_pipeline_options_init()."""
-
-    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
-    __repr__ = _swig_repr
-    struct_size = property(_ptdp_ext.ptdp_pipeline_options_struct_size_get, _ptdp_ext.ptdp_pipeline_options_struct_size_set, doc=r""" Set by ptdp_pipeline_options_init().""")
-    scatter_gather = property(_ptdp_ext.ptdp_pipeline_options_scatter_gather_get, _ptdp_ext.ptdp_pipeline_options_scatter_gather_set, doc=r"""
-    1 (default): with t > 1 each tensor rank sends 1/t of a
-                                   stage-boundary tensor and the receiving stage all-gathers it
-                                   (the paper's scatter/gather); 0: send whole tensors.
-    """)
-    trace_path = property(_ptdp_ext.ptdp_pipeline_options_trace_path_get, _ptdp_ext.ptdp_pipeline_options_trace_path_set, doc=r"""
-    NULL (default): no trace. Otherwise the spans of every rank's
-                                   forward, backward and communication are written by world rank 0
-                                   to this path as one Chrome/Perfetto trace JSON (collective over
-                                   the runtime's world).
-    """)
-
-    def __init__(self):
-        _ptdp_ext.ptdp_pipeline_options_swiginit(self, _ptdp_ext.new_ptdp_pipeline_options())
-    __swig_destroy__ = _ptdp_ext.delete_ptdp_pipeline_options
-
-# Register ptdp_pipeline_options in _ptdp_ext:
-_ptdp_ext.ptdp_pipeline_options_swigregister(ptdp_pipeline_options)
-
-def ptdp_pipeline_options_init(options):
-    r"""
-    Fills ``options`` with the defaults and sets its struct_size.
-    :type options: :py:class:`ptdp_pipeline_options`, out
-    :param options: Must not be NULL.
-    """
-    return _ptdp_ext.ptdp_pipeline_options_init(options)
 
 def ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_batch_size, iteration, options):
     r"""
@@ -1467,9 +1545,11 @@ def ptdp_model_pipeline_forward_backward(model, schedule, tokens, labels, micro_
     :type iteration: int
     :param iteration: Optimizer step; keys the dropout masks (microbatch i of the batch keys its own).
     :type options: :py:class:`ptdp_pipeline_options`
-    :param options: NULL for the defaults.
+    :param options: NULL for the defaults; its masks ([m * b, seq_length], read by every stage)
+               give positions and documents.
     :type loss: float, out
-    :param loss: Receives the mean loss over the batch on every rank; may be NULL.
+    :param loss: Receives the mean of the m microbatches' masked mean losses on every rank;
+               may be NULL.
     Title: Thread safety
     Collective over the model-parallel group (and the world when tracing).
     """
@@ -1521,7 +1601,8 @@ def ptdp_pipeline_run(groups, schedule, callbacks, options):
     :type callbacks: :py:class:`ptdp_stage_callbacks`
     :param callbacks: The chunks; see ::ptdp_stage_callbacks.
     :type options: :py:class:`ptdp_pipeline_options`
-    :param options: NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward()).
+    :param options: NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward());
+               its masks must be NULL (the callbacks read their own inputs).
     :rtype: int
     :return: Otherwise the first non-success status a callback returned (its message kept).
     Title: Thread safety
@@ -2664,10 +2745,11 @@ def ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch
     :type iteration: int
     :param iteration: The step number, from 0.
     :type options: :py:class:`ptdp_pipeline_options`
-    :param options: Executor options; NULL for the defaults.
+    :param options: NULL for the defaults; its masks are this replica's position ids and document
+               starts ([m * b, seq_length]).
     :type result: :py:class:`ptdp_iteration_result`, out
-    :param result: Receives loss (mean over the global batch), grad norm, lr, loss scale and
-                    skip; may be NULL.
+    :param result: Receives loss (the mean of every replica's microbatches' masked mean
+                    losses), grad norm, lr, loss scale and skip; may be NULL.
     Title: Thread safety
     Collective over the world of the groups.
     """
@@ -3051,7 +3133,7 @@ def ptdp_gpt_data_batch(data, split, first, count, tokens, labels):
     """
     return _ptdp_ext.ptdp_gpt_data_batch(data, split, first, count, tokens, labels)
 
-def ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches):
+def ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches, options):
     r"""
     Forward-only evaluation of a batch: the mean loss of the replica's m microbatches
            through the pipeline (dropout off, nothing kept, gradients untouched), averaged over
@@ -3066,12 +3148,19 @@ def ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatche
     :param micro_batch_size: b, > 0.
     :type num_microbatches: int
     :param num_microbatches: m, > 0.
+    :type options: :py:class:`ptdp_pipeline_options`
+    :param options: NULL for the defaults; its masks ([m * b, seq_length], read by every stage)
+               give positions and documents. Its trace_path must be NULL (the evaluation is not
+               traced); scatter_gather has no effect (whole tensors cross the stage boundaries).
     :type loss: float, out
-    :param loss: Receives the mean loss over the global batch on every rank; must not be NULL.
+    :param loss: Receives the mean of the microbatches' masked mean losses over the global
+               batch on every rank; must not be NULL.
     Title: Thread safety
     Collective over the world of the model's groups.
+    Title: Since 0.4.0
+    ``options`` is new, as for ptdp_model_forward_backward().
     """
-    return _ptdp_ext.ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches)
+    return _ptdp_ext.ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches, options)
 
 def ptdp_model_logits(model, tokens, batch, logits):
     r"""
@@ -3159,45 +3248,6 @@ PTDP_EOD_RESET_POSITION_IDS = _ptdp_ext.PTDP_EOD_RESET_POSITION_IDS
 r""" --reset-position-ids: positions restart after it."""
 PTDP_EOD_RESET_ATTENTION_MASK = _ptdp_ext.PTDP_EOD_RESET_ATTENTION_MASK
 r""" --reset-attention-mask: no attention across it."""
-class ptdp_batch_masks(object):
-    r"""
-    Per-token inputs of a batch besides its tokens and labels, laid out like the tokens
-    ([rows, seq_length] row-major: b rows for one microbatch, m * b for a batch). Initialise with
-    ptdp_batch_masks_init(); a NULL member means its default. The arrays are read during the call
-    only.
-    """
-
-    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
-    __repr__ = _swig_repr
-    struct_size = property(_ptdp_ext.ptdp_batch_masks_struct_size_get, _ptdp_ext.ptdp_batch_masks_struct_size_set, doc=r""" Set by ptdp_batch_masks_init().""")
-    position_ids = property(_ptdp_ext.ptdp_batch_masks_position_ids_get, _ptdp_ext.ptdp_batch_masks_position_ids_set, doc=r"""
-    Each token's position: >= 0, and below
-                                          max_position_embeddings with learned position
-                                          embeddings. NULL (default): token i of a sample is at
-                                          position i.
-    """)
-    document_starts = property(_ptdp_ext.ptdp_batch_masks_document_starts_get, _ptdp_ext.ptdp_batch_masks_document_starts_set, doc=r"""
-    The first position of each token's document: in each
-                                          sample, 0 <= start[i] <= i and start[i] >= start[i - 1].
-                                          Token i attends to tokens start[i] .. i. NULL (default):
-                                          causal attention over the whole sample.
-    """)
-
-    def __init__(self):
-        _ptdp_ext.ptdp_batch_masks_swiginit(self, _ptdp_ext.new_ptdp_batch_masks())
-    __swig_destroy__ = _ptdp_ext.delete_ptdp_batch_masks
-
-# Register ptdp_batch_masks in _ptdp_ext:
-_ptdp_ext.ptdp_batch_masks_swigregister(ptdp_batch_masks)
-
-def ptdp_batch_masks_init(masks):
-    r"""
-    Fills ``masks`` with the defaults (no position ids, no documents) and sets its
-           struct_size.
-    :type masks: :py:class:`ptdp_batch_masks`, out
-    :param masks: Must not be NULL.
-    """
-    return _ptdp_ext.ptdp_batch_masks_init(masks)
 
 def ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts):
     r"""
@@ -3232,140 +3282,6 @@ def ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, posit
     Thread-safe; no communication.
     """
     return _ptdp_ext.ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts)
-
-def ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale):
-    r"""
-    ptdp_model_forward_backward() with position ids and documents.
-    :type model: struct ptdp_model_impl
-    :param model: A live model that is not split into pipeline stages.
-    :type tokens: int
-    :param tokens: [b, seq_length] row-major, in [0, V).
-    :type labels: int
-    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
-    :type masks: :py:class:`ptdp_batch_masks`
-    :param masks: Position ids and document starts ([b, seq_length]); NULL for the defaults.
-    :type micro_batch_size: int
-    :param micro_batch_size: b, > 0.
-    :type iteration: int
-    :param iteration: Optimizer step; keys the dropout masks.
-    :type microbatch: int
-    :param microbatch: Index of the microbatch within the iteration; keys the dropout masks.
-    :type grad_scale: float
-    :param grad_scale: Factor on the gradients of the masked mean loss.
-    :type loss: float, out
-    :param loss: Receives the masked mean loss; may be NULL.
-    Title: Thread safety
-    Collective over the tensor group; all ranks pass the same tokens, labels and masks.
-    """
-    return _ptdp_ext.ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale)
-
-def ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training):
-    r"""
-    ptdp_model_forward() with position ids and documents.
-    :type model: struct ptdp_model_impl
-    :param model: A live model that is not split into pipeline stages.
-    :type tokens: int
-    :param tokens: As in ptdp_model_forward_backward_masked().
-    :type labels: int
-    :param labels: As there.
-    :type masks: :py:class:`ptdp_batch_masks`
-    :param masks: As there.
-    :type micro_batch_size: int
-    :param micro_batch_size: b, > 0.
-    :type iteration: int
-    :param iteration: Keys the dropout masks when ``training`` is 1.
-    :type microbatch: int
-    :param microbatch: Keys the dropout masks when ``training`` is 1.
-    :type training: int
-    :param training: 1: dropout on; 0: off.
-    :type loss: float, out
-    :param loss: Receives the masked mean loss; must not be NULL.
-    Title: Thread safety
-    Collective over the tensor group.
-    """
-    return _ptdp_ext.ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training)
-
-def ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options):
-    r"""
-    ptdp_model_pipeline_forward_backward() with position ids and documents.
-    :type model: struct ptdp_model_impl
-    :param model: A live model; its groups' pipeline and virtual sizes must match the schedule's.
-    :type schedule: struct ptdp_schedule_impl
-    :param schedule: A schedule for (p, m, v).
-    :type tokens: int
-    :param tokens: [m * b, seq_length] row-major, the same on every rank of a pipeline.
-    :type labels: int
-    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
-    :type masks: :py:class:`ptdp_batch_masks`
-    :param masks: Position ids and document starts ([m * b, seq_length], read by every stage);
-               NULL for the defaults.
-    :type micro_batch_size: int
-    :param micro_batch_size: b, > 0.
-    :type iteration: int
-    :param iteration: Optimizer step; keys the dropout masks.
-    :type options: :py:class:`ptdp_pipeline_options`
-    :param options: NULL for the defaults.
-    :type loss: float, out
-    :param loss: Receives the mean of the m microbatches' masked mean losses on every rank;
-               may be NULL.
-    Title: Thread safety
-    Collective over the model-parallel group (and the world when tracing).
-    """
-    return _ptdp_ext.ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options)
-
-def ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result):
-    r"""
-    ptdp_train_iteration() with position ids and documents: one training iteration of
-           the replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
-    :type model: struct ptdp_model_impl
-    :param model: A live model.
-    :type optimizer: struct ptdp_optimizer_impl
-    :param optimizer: An optimizer created for ``model``.
-    :type schedule: struct ptdp_schedule_impl
-    :param schedule: A schedule for the model's (p, v) and m microbatches.
-    :type tokens: int
-    :param tokens: This replica's m * b samples, [m * b, seq_length] row-major.
-    :type labels: int
-    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
-    :type masks: :py:class:`ptdp_batch_masks`
-    :param masks: This replica's position ids and document starts ([m * b, seq_length]); NULL for
-               the defaults.
-    :type micro_batch_size: int
-    :param micro_batch_size: b, > 0.
-    :type iteration: int
-    :param iteration: The step number, from 0.
-    :type options: :py:class:`ptdp_pipeline_options`
-    :param options: Executor options; NULL for the defaults.
-    :type result: :py:class:`ptdp_iteration_result`, out
-    :param result: Receives the loss (the mean of every replica's microbatches' masked mean
-                    losses), grad norm, lr, loss scale and skip; may be NULL.
-    Title: Thread safety
-    Collective over the world of the groups.
-    """
-    return _ptdp_ext.ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result)
-
-def ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, num_microbatches):
-    r"""
-    ptdp_model_evaluate() with position ids and documents.
-    :type model: struct ptdp_model_impl
-    :param model: A live model.
-    :type tokens: int
-    :param tokens: This replica's m * b samples, [m * b, seq_length] row-major.
-    :type labels: int
-    :param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
-    :type masks: :py:class:`ptdp_batch_masks`
-    :param masks: Position ids and document starts ([m * b, seq_length]); NULL for the defaults.
-    :type micro_batch_size: int
-    :param micro_batch_size: b, > 0.
-    :type num_microbatches: int
-    :param num_microbatches: m, > 0.
-    :type loss: float, out
-    :param loss: Receives the mean of the microbatches' masked mean losses over the global
-               batch on every rank; must not be NULL.
-    Title: Thread safety
-    Collective over the world of the model's groups.
-    """
-    return _ptdp_ext.ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, num_microbatches)
 class ptdp_checkpoint_state(object):
     r""" What a checkpoint records besides tensors. Initialise with ptdp_checkpoint_state_init()."""
 

@@ -10300,6 +10300,628 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_struct_size_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_batch_masks_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_struct_size_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_position_ids_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_position_ids_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_position_ids_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_batch_masks_position_ids_set: position_ids");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->position_ids = (int32_t const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_position_ids_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_position_ids_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t *) ((arg1)->position_ids);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_int, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_document_starts_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  int32_t *arg2 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_document_starts_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_document_starts_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_batch_masks_document_starts_set: document_starts");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->document_starts = (int32_t const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_document_starts_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_document_starts_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t *) ((arg1)->document_starts);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_int, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_batch_masks(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_batch_masks", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_batch_masks *)calloc(1, sizeof(struct ptdp_batch_masks));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_batch_masks, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_batch_masks(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_batch_masks" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
+  }
+  arg1 = (struct ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_batch_masks_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_batch_masks, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_batch_masks_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_batch_masks_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_batch_masks *arg1 = (ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_init" "', argument " "1"" of type '" "ptdp_batch_masks *""'"); 
+  }
+  arg1 = (ptdp_batch_masks *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_batch_masks_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_pipeline_options_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_struct_size_set" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_pipeline_options_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_struct_size_get" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_scatter_gather_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_pipeline_options_scatter_gather_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_scatter_gather_set" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_pipeline_options_scatter_gather_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->scatter_gather = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_scatter_gather_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_scatter_gather_get" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->scatter_gather);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_trace_path_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_pipeline_options_trace_path_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_trace_path_set" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_pipeline_options_trace_path_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->trace_path = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->trace_path = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_trace_path_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_trace_path_get" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->trace_path);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_masks_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  ptdp_batch_masks *arg2 = (ptdp_batch_masks *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_pipeline_options_masks_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_masks_set" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_batch_masks, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_pipeline_options_masks_set" "', argument " "2"" of type '" "ptdp_batch_masks const *""'"); 
+  }
+  arg2 = (ptdp_batch_masks *)(argp2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->masks = (ptdp_batch_masks const *)arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_masks_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_batch_masks *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_masks_get" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_batch_masks *) ((arg1)->masks);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_pipeline_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_pipeline_options", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_pipeline_options *)calloc(1, sizeof(struct ptdp_pipeline_options));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_pipeline_options, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_pipeline_options(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_pipeline_options" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (struct ptdp_pipeline_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_pipeline_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_pipeline_options, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_pipeline_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_init(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_pipeline_options *arg1 = (ptdp_pipeline_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_status result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_init" "', argument " "1"" of type '" "ptdp_pipeline_options *""'"); 
+  }
+  arg1 = (ptdp_pipeline_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_pipeline_options_init(arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_model_forward_backward(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_model arg1 = (ptdp_model) 0 ;
@@ -10309,7 +10931,8 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward_backward(PyObject *self, PyObject 
   int64_t arg5 ;
   int64_t arg6 ;
   float arg7 ;
-  float *arg8 = (float *) 0 ;
+  ptdp_pipeline_options *arg8 = (ptdp_pipeline_options *) 0 ;
+  float *arg9 = (float *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
   Py_buffer view2 ;
@@ -10324,14 +10947,16 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward_backward(PyObject *self, PyObject 
   int ecode6 = 0 ;
   float val7 ;
   int ecode7 = 0 ;
-  float temp8 = 0 ;
-  PyObject *swig_obj[7] ;
+  void *argp8 = 0 ;
+  int res8 = 0 ;
+  float temp9 = 0 ;
+  PyObject *swig_obj[8] ;
   ptdp_status result;
   
   {
-    arg8 = &temp8; 
+    arg9 = &temp9; 
   }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward_backward", 7, 7, swig_obj)) SWIG_fail;
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward_backward", 8, 8, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_forward_backward" "', argument " "1"" of type '" "ptdp_model""'"); 
@@ -10373,9 +10998,14 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward_backward(PyObject *self, PyObject 
     SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_forward_backward" "', argument " "7"" of type '" "float""'");
   } 
   arg7 = (float)(val7);
+  res8 = SWIG_ConvertPtr(swig_obj[7], &argp8,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res8)) {
+    SWIG_exception_fail(SWIG_ArgError(res8), "in method '" "ptdp_model_forward_backward" "', argument " "8"" of type '" "ptdp_pipeline_options const *""'"); 
+  }
+  arg8 = (ptdp_pipeline_options *)(argp8);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_forward_backward(arg1,(int const *)arg2,(int const *)arg3,arg4,arg5,arg6,arg7,arg8);
+    result = (ptdp_status)ptdp_model_forward_backward(arg1,(int const *)arg2,(int const *)arg3,arg4,arg5,arg6,arg7,(struct ptdp_pipeline_options const *)arg8,arg9);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
@@ -10388,7 +11018,7 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward_backward(PyObject *self, PyObject 
   
   
   {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg8)); 
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
   }
   {
     if (have_view2) PyBuffer_Release(&view2); 
@@ -10417,7 +11047,8 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward(PyObject *self, PyObject *args) {
   int64_t arg5 ;
   int64_t arg6 ;
   int32_t arg7 ;
-  float *arg8 = (float *) 0 ;
+  ptdp_pipeline_options *arg8 = (ptdp_pipeline_options *) 0 ;
+  float *arg9 = (float *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
   Py_buffer view2 ;
@@ -10432,14 +11063,16 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward(PyObject *self, PyObject *args) {
   int ecode6 = 0 ;
   int val7 ;
   int ecode7 = 0 ;
-  float temp8 = 0 ;
-  PyObject *swig_obj[7] ;
+  void *argp8 = 0 ;
+  int res8 = 0 ;
+  float temp9 = 0 ;
+  PyObject *swig_obj[8] ;
   ptdp_status result;
   
   {
-    arg8 = &temp8; 
+    arg9 = &temp9; 
   }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward", 7, 7, swig_obj)) SWIG_fail;
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward", 8, 8, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_forward" "', argument " "1"" of type '" "ptdp_model""'"); 
@@ -10481,9 +11114,14 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_forward" "', argument " "7"" of type '" "int32_t""'");
   } 
   arg7 = (int32_t)(val7);
+  res8 = SWIG_ConvertPtr(swig_obj[7], &argp8,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res8)) {
+    SWIG_exception_fail(SWIG_ArgError(res8), "in method '" "ptdp_model_forward" "', argument " "8"" of type '" "ptdp_pipeline_options const *""'"); 
+  }
+  arg8 = (ptdp_pipeline_options *)(argp8);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_forward(arg1,(int const *)arg2,(int const *)arg3,arg4,arg5,arg6,arg7,arg8);
+    result = (ptdp_status)ptdp_model_forward(arg1,(int const *)arg2,(int const *)arg3,arg4,arg5,arg6,arg7,(struct ptdp_pipeline_options const *)arg8,arg9);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
@@ -10496,7 +11134,7 @@ SWIGINTERN PyObject *_wrap_ptdp_model_forward(PyObject *self, PyObject *args) {
   
   
   {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg8)); 
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
   }
   {
     if (have_view2) PyBuffer_Release(&view2); 
@@ -10852,281 +11490,6 @@ fail:
   {
     if (have_view3) PyBuffer_Release(&view3); 
   }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_struct_size_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
-  size_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  size_t val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_pipeline_options_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_struct_size_set" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (struct ptdp_pipeline_options *)(argp1);
-  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_pipeline_options_struct_size_set" "', argument " "2"" of type '" "size_t""'");
-  } 
-  arg2 = (size_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->struct_size = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_struct_size_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  size_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_struct_size_get" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (struct ptdp_pipeline_options *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result =  ((arg1)->struct_size);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_size_t((size_t)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_scatter_gather_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
-  int32_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  int val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_pipeline_options_scatter_gather_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_scatter_gather_set" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (struct ptdp_pipeline_options *)(argp1);
-  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_pipeline_options_scatter_gather_set" "', argument " "2"" of type '" "int32_t""'");
-  } 
-  arg2 = (int32_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->scatter_gather = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_scatter_gather_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int32_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_scatter_gather_get" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (struct ptdp_pipeline_options *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int32_t) ((arg1)->scatter_gather);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_int((int)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_trace_path_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
-  char *arg2 = (char *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  int res2 ;
-  char *buf2 = 0 ;
-  int alloc2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_pipeline_options_trace_path_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_trace_path_set" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (struct ptdp_pipeline_options *)(argp1);
-  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_pipeline_options_trace_path_set" "', argument " "2"" of type '" "char const *""'");
-  }
-  arg2 = (char *)(buf2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg2) {
-      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
-      arg1->trace_path = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
-    } else {
-      arg1->trace_path = 0;
-    }
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
-  return resultobj;
-fail:
-  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_trace_path_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  char *result = 0 ;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_trace_path_get" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (struct ptdp_pipeline_options *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (char *) ((arg1)->trace_path);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_FromCharPtr((const char *)result);
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_new_ptdp_pipeline_options(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *result = 0 ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_pipeline_options", 0, 0, 0)) SWIG_fail;
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (struct ptdp_pipeline_options *)calloc(1, sizeof(struct ptdp_pipeline_options));
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_pipeline_options, SWIG_POINTER_NEW |  0 );
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_delete_ptdp_pipeline_options(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_pipeline_options *arg1 = (struct ptdp_pipeline_options *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, SWIG_POINTER_DISOWN |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_pipeline_options" "', argument " "1"" of type '" "struct ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (struct ptdp_pipeline_options *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    free((char *) arg1);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *ptdp_pipeline_options_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  PyObject *obj;
-  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
-  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_pipeline_options, SWIG_NewClientData(obj));
-  return SWIG_Py_Void();
-}
-
-SWIGINTERN PyObject *ptdp_pipeline_options_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  return SWIG_Python_InitShadowInstance(args);
-}
-
-SWIGINTERN PyObject *_wrap_ptdp_pipeline_options_init(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_pipeline_options *arg1 = (ptdp_pipeline_options *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  ptdp_status result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_pipeline_options_init" "', argument " "1"" of type '" "ptdp_pipeline_options *""'"); 
-  }
-  arg1 = (ptdp_pipeline_options *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_pipeline_options_init(arg1);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  return resultobj;
-fail:
   return NULL;
 }
 
@@ -23146,7 +23509,8 @@ SWIGINTERN PyObject *_wrap_ptdp_model_evaluate(PyObject *self, PyObject *args) {
   int32_t *arg3 = (int32_t *) 0 ;
   int32_t arg4 ;
   int32_t arg5 ;
-  float *arg6 = (float *) 0 ;
+  ptdp_pipeline_options *arg6 = (ptdp_pipeline_options *) 0 ;
+  float *arg7 = (float *) 0 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
   Py_buffer view2 ;
@@ -23157,14 +23521,16 @@ SWIGINTERN PyObject *_wrap_ptdp_model_evaluate(PyObject *self, PyObject *args) {
   int ecode4 = 0 ;
   int val5 ;
   int ecode5 = 0 ;
-  float temp6 = 0 ;
-  PyObject *swig_obj[5] ;
+  void *argp6 = 0 ;
+  int res6 = 0 ;
+  float temp7 = 0 ;
+  PyObject *swig_obj[6] ;
   ptdp_status result;
   
   {
-    arg6 = &temp6; 
+    arg7 = &temp7; 
   }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_evaluate", 5, 5, swig_obj)) SWIG_fail;
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_evaluate", 6, 6, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_evaluate" "', argument " "1"" of type '" "ptdp_model""'"); 
@@ -23196,9 +23562,14 @@ SWIGINTERN PyObject *_wrap_ptdp_model_evaluate(PyObject *self, PyObject *args) {
     SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_evaluate" "', argument " "5"" of type '" "int32_t""'");
   } 
   arg5 = (int32_t)(val5);
+  res6 = SWIG_ConvertPtr(swig_obj[5], &argp6,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
+  if (!SWIG_IsOK(res6)) {
+    SWIG_exception_fail(SWIG_ArgError(res6), "in method '" "ptdp_model_evaluate" "', argument " "6"" of type '" "ptdp_pipeline_options const *""'"); 
+  }
+  arg6 = (ptdp_pipeline_options *)(argp6);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_evaluate(arg1,(int const *)arg2,(int const *)arg3,arg4,arg5,arg6);
+    result = (ptdp_status)ptdp_model_evaluate(arg1,(int const *)arg2,(int const *)arg3,arg4,arg5,(struct ptdp_pipeline_options const *)arg6,arg7);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   {
@@ -23211,7 +23582,7 @@ SWIGINTERN PyObject *_wrap_ptdp_model_evaluate(PyObject *self, PyObject *args) {
   
   
   {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg6)); 
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg7)); 
   }
   {
     if (have_view2) PyBuffer_Release(&view2); 
@@ -23850,293 +24221,6 @@ fail:
 }
 
 
-SWIGINTERN PyObject *_wrap_ptdp_batch_masks_struct_size_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
-  size_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  size_t val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_struct_size_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
-  }
-  arg1 = (struct ptdp_batch_masks *)(argp1);
-  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_batch_masks_struct_size_set" "', argument " "2"" of type '" "size_t""'");
-  } 
-  arg2 = (size_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->struct_size = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_batch_masks_struct_size_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  size_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_struct_size_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
-  }
-  arg1 = (struct ptdp_batch_masks *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result =  ((arg1)->struct_size);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_size_t((size_t)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_batch_masks_position_ids_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  Py_buffer view2 ;
-  int have_view2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_position_ids_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_position_ids_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
-  }
-  arg1 = (struct ptdp_batch_masks *)(argp1);
-  {
-    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_batch_masks_position_ids_set: position_ids");
-    if (have_view2 < 0) {
-      have_view2 = 0;
-      SWIG_fail;
-    }
-    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
-  }
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->position_ids = (int32_t const *)arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_batch_masks_position_ids_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int32_t *result = 0 ;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_position_ids_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
-  }
-  arg1 = (struct ptdp_batch_masks *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int32_t *) ((arg1)->position_ids);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_int, 0 |  0 );
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_batch_masks_document_starts_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  Py_buffer view2 ;
-  int have_view2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_batch_masks_document_starts_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_document_starts_set" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
-  }
-  arg1 = (struct ptdp_batch_masks *)(argp1);
-  {
-    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_batch_masks_document_starts_set: document_starts");
-    if (have_view2 < 0) {
-      have_view2 = 0;
-      SWIG_fail;
-    }
-    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
-  }
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->document_starts = (int32_t const *)arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_batch_masks_document_starts_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int32_t *result = 0 ;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_document_starts_get" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
-  }
-  arg1 = (struct ptdp_batch_masks *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int32_t *) ((arg1)->document_starts);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_int, 0 |  0 );
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_new_ptdp_batch_masks(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *result = 0 ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_batch_masks", 0, 0, 0)) SWIG_fail;
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (struct ptdp_batch_masks *)calloc(1, sizeof(struct ptdp_batch_masks));
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_batch_masks, SWIG_POINTER_NEW |  0 );
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_delete_ptdp_batch_masks(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_batch_masks *arg1 = (struct ptdp_batch_masks *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, SWIG_POINTER_DISOWN |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_batch_masks" "', argument " "1"" of type '" "struct ptdp_batch_masks *""'"); 
-  }
-  arg1 = (struct ptdp_batch_masks *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    free((char *) arg1);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *ptdp_batch_masks_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  PyObject *obj;
-  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
-  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_batch_masks, SWIG_NewClientData(obj));
-  return SWIG_Py_Void();
-}
-
-SWIGINTERN PyObject *ptdp_batch_masks_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  return SWIG_Python_InitShadowInstance(args);
-}
-
-SWIGINTERN PyObject *_wrap_ptdp_batch_masks_init(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_batch_masks *arg1 = (ptdp_batch_masks *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  ptdp_status result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_batch_masks_init" "', argument " "1"" of type '" "ptdp_batch_masks *""'"); 
-  }
-  arg1 = (ptdp_batch_masks *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_batch_masks_init(arg1);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
 SWIGINTERN PyObject *_wrap_ptdp_eod_masks(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   int32_t *arg1 = (int32_t *) 0 ;
@@ -24260,578 +24344,6 @@ fail:
   }
   {
     if (have_view8) PyBuffer_Release(&view8); 
-  }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_model_forward_backward_masked(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_model arg1 = (ptdp_model) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t *arg3 = (int32_t *) 0 ;
-  ptdp_batch_masks *arg4 = (ptdp_batch_masks *) 0 ;
-  int32_t arg5 ;
-  int64_t arg6 ;
-  int64_t arg7 ;
-  float arg8 ;
-  float *arg9 = (float *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  Py_buffer view2 ;
-  int have_view2 = 0 ;
-  Py_buffer view3 ;
-  int have_view3 = 0 ;
-  void *argp4 = 0 ;
-  int res4 = 0 ;
-  int val5 ;
-  int ecode5 = 0 ;
-  long val6 ;
-  int ecode6 = 0 ;
-  long val7 ;
-  int ecode7 = 0 ;
-  float val8 ;
-  int ecode8 = 0 ;
-  float temp9 = 0 ;
-  PyObject *swig_obj[8] ;
-  ptdp_status result;
-  
-  {
-    arg9 = &temp9; 
-  }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward_backward_masked", 8, 8, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_forward_backward_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
-  }
-  arg1 = (ptdp_model)(argp1);
-  {
-    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_model_forward_backward_masked: tokens");
-    if (have_view2 < 0) {
-      have_view2 = 0;
-      SWIG_fail;
-    }
-    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
-  }
-  {
-    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_forward_backward_masked: labels");
-    if (have_view3 < 0) {
-      have_view3 = 0;
-      SWIG_fail;
-    }
-    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
-  }
-  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res4)) {
-    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_model_forward_backward_masked" "', argument " "4"" of type '" "ptdp_batch_masks const *""'"); 
-  }
-  arg4 = (ptdp_batch_masks *)(argp4);
-  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
-  if (!SWIG_IsOK(ecode5)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_forward_backward_masked" "', argument " "5"" of type '" "int32_t""'");
-  } 
-  arg5 = (int32_t)(val5);
-  ecode6 = SWIG_AsVal_long(swig_obj[5], &val6);
-  if (!SWIG_IsOK(ecode6)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_forward_backward_masked" "', argument " "6"" of type '" "int64_t""'");
-  } 
-  arg6 = (int64_t)(val6);
-  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
-  if (!SWIG_IsOK(ecode7)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_forward_backward_masked" "', argument " "7"" of type '" "int64_t""'");
-  } 
-  arg7 = (int64_t)(val7);
-  ecode8 = SWIG_AsVal_float(swig_obj[7], &val8);
-  if (!SWIG_IsOK(ecode8)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode8), "in method '" "ptdp_model_forward_backward_masked" "', argument " "8"" of type '" "float""'");
-  } 
-  arg8 = (float)(val8);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_forward_backward_masked(arg1,(int const *)arg2,(int const *)arg3,(struct ptdp_batch_masks const *)arg4,arg5,arg6,arg7,arg8,arg9);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  
-  
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
-  }
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_model_forward_masked(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_model arg1 = (ptdp_model) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t *arg3 = (int32_t *) 0 ;
-  ptdp_batch_masks *arg4 = (ptdp_batch_masks *) 0 ;
-  int32_t arg5 ;
-  int64_t arg6 ;
-  int64_t arg7 ;
-  int32_t arg8 ;
-  float *arg9 = (float *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  Py_buffer view2 ;
-  int have_view2 = 0 ;
-  Py_buffer view3 ;
-  int have_view3 = 0 ;
-  void *argp4 = 0 ;
-  int res4 = 0 ;
-  int val5 ;
-  int ecode5 = 0 ;
-  long val6 ;
-  int ecode6 = 0 ;
-  long val7 ;
-  int ecode7 = 0 ;
-  int val8 ;
-  int ecode8 = 0 ;
-  float temp9 = 0 ;
-  PyObject *swig_obj[8] ;
-  ptdp_status result;
-  
-  {
-    arg9 = &temp9; 
-  }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_forward_masked", 8, 8, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_forward_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
-  }
-  arg1 = (ptdp_model)(argp1);
-  {
-    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_model_forward_masked: tokens");
-    if (have_view2 < 0) {
-      have_view2 = 0;
-      SWIG_fail;
-    }
-    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
-  }
-  {
-    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_forward_masked: labels");
-    if (have_view3 < 0) {
-      have_view3 = 0;
-      SWIG_fail;
-    }
-    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
-  }
-  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res4)) {
-    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_model_forward_masked" "', argument " "4"" of type '" "ptdp_batch_masks const *""'"); 
-  }
-  arg4 = (ptdp_batch_masks *)(argp4);
-  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
-  if (!SWIG_IsOK(ecode5)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_forward_masked" "', argument " "5"" of type '" "int32_t""'");
-  } 
-  arg5 = (int32_t)(val5);
-  ecode6 = SWIG_AsVal_long(swig_obj[5], &val6);
-  if (!SWIG_IsOK(ecode6)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_forward_masked" "', argument " "6"" of type '" "int64_t""'");
-  } 
-  arg6 = (int64_t)(val6);
-  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
-  if (!SWIG_IsOK(ecode7)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_forward_masked" "', argument " "7"" of type '" "int64_t""'");
-  } 
-  arg7 = (int64_t)(val7);
-  ecode8 = SWIG_AsVal_int(swig_obj[7], &val8);
-  if (!SWIG_IsOK(ecode8)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode8), "in method '" "ptdp_model_forward_masked" "', argument " "8"" of type '" "int32_t""'");
-  } 
-  arg8 = (int32_t)(val8);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_forward_masked(arg1,(int const *)arg2,(int const *)arg3,(struct ptdp_batch_masks const *)arg4,arg5,arg6,arg7,arg8,arg9);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  
-  
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
-  }
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_model_pipeline_forward_backward_masked(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_model arg1 = (ptdp_model) 0 ;
-  ptdp_schedule arg2 = (ptdp_schedule) 0 ;
-  int32_t *arg3 = (int32_t *) 0 ;
-  int32_t *arg4 = (int32_t *) 0 ;
-  ptdp_batch_masks *arg5 = (ptdp_batch_masks *) 0 ;
-  int32_t arg6 ;
-  int64_t arg7 ;
-  ptdp_pipeline_options *arg8 = (ptdp_pipeline_options *) 0 ;
-  float *arg9 = (float *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  Py_buffer view3 ;
-  int have_view3 = 0 ;
-  Py_buffer view4 ;
-  int have_view4 = 0 ;
-  void *argp5 = 0 ;
-  int res5 = 0 ;
-  int val6 ;
-  int ecode6 = 0 ;
-  long val7 ;
-  int ecode7 = 0 ;
-  void *argp8 = 0 ;
-  int res8 = 0 ;
-  float temp9 = 0 ;
-  PyObject *swig_obj[8] ;
-  ptdp_status result;
-  
-  {
-    arg9 = &temp9; 
-  }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_pipeline_forward_backward_masked", 8, 8, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
-  }
-  arg1 = (ptdp_model)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "2"" of type '" "ptdp_schedule""'"); 
-  }
-  arg2 = (ptdp_schedule)(argp2);
-  {
-    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_pipeline_forward_backward_masked: tokens");
-    if (have_view3 < 0) {
-      have_view3 = 0;
-      SWIG_fail;
-    }
-    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
-  }
-  {
-    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_model_pipeline_forward_backward_masked: labels");
-    if (have_view4 < 0) {
-      have_view4 = 0;
-      SWIG_fail;
-    }
-    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
-  }
-  res5 = SWIG_ConvertPtr(swig_obj[4], &argp5,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res5)) {
-    SWIG_exception_fail(SWIG_ArgError(res5), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "5"" of type '" "ptdp_batch_masks const *""'"); 
-  }
-  arg5 = (ptdp_batch_masks *)(argp5);
-  ecode6 = SWIG_AsVal_int(swig_obj[5], &val6);
-  if (!SWIG_IsOK(ecode6)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "6"" of type '" "int32_t""'");
-  } 
-  arg6 = (int32_t)(val6);
-  ecode7 = SWIG_AsVal_long(swig_obj[6], &val7);
-  if (!SWIG_IsOK(ecode7)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "7"" of type '" "int64_t""'");
-  } 
-  arg7 = (int64_t)(val7);
-  res8 = SWIG_ConvertPtr(swig_obj[7], &argp8,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res8)) {
-    SWIG_exception_fail(SWIG_ArgError(res8), "in method '" "ptdp_model_pipeline_forward_backward_masked" "', argument " "8"" of type '" "ptdp_pipeline_options const *""'"); 
-  }
-  arg8 = (ptdp_pipeline_options *)(argp8);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_pipeline_forward_backward_masked(arg1,arg2,(int const *)arg3,(int const *)arg4,(struct ptdp_batch_masks const *)arg5,arg6,arg7,(struct ptdp_pipeline_options const *)arg8,arg9);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  
-  
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg9)); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_train_iteration_masked(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_model arg1 = (ptdp_model) 0 ;
-  ptdp_optimizer arg2 = (ptdp_optimizer) 0 ;
-  ptdp_schedule arg3 = (ptdp_schedule) 0 ;
-  int32_t *arg4 = (int32_t *) 0 ;
-  int32_t *arg5 = (int32_t *) 0 ;
-  ptdp_batch_masks *arg6 = (ptdp_batch_masks *) 0 ;
-  int32_t arg7 ;
-  int64_t arg8 ;
-  ptdp_pipeline_options *arg9 = (ptdp_pipeline_options *) 0 ;
-  ptdp_iteration_result *arg10 = (ptdp_iteration_result *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  void *argp3 = 0 ;
-  int res3 = 0 ;
-  Py_buffer view4 ;
-  int have_view4 = 0 ;
-  Py_buffer view5 ;
-  int have_view5 = 0 ;
-  void *argp6 = 0 ;
-  int res6 = 0 ;
-  int val7 ;
-  int ecode7 = 0 ;
-  long val8 ;
-  int ecode8 = 0 ;
-  void *argp9 = 0 ;
-  int res9 = 0 ;
-  void *argp10 = 0 ;
-  int res10 = 0 ;
-  PyObject *swig_obj[10] ;
-  ptdp_status result;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_train_iteration_masked", 10, 10, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_train_iteration_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
-  }
-  arg1 = (ptdp_model)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_optimizer_impl, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_train_iteration_masked" "', argument " "2"" of type '" "ptdp_optimizer""'"); 
-  }
-  arg2 = (ptdp_optimizer)(argp2);
-  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_schedule_impl, 0 |  0 );
-  if (!SWIG_IsOK(res3)) {
-    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_train_iteration_masked" "', argument " "3"" of type '" "ptdp_schedule""'"); 
-  }
-  arg3 = (ptdp_schedule)(argp3);
-  {
-    have_view4 = ptdpy_get_buffer(swig_obj[3], &view4, 0, 4, "iIl", 1, "ptdp_train_iteration_masked: tokens");
-    if (have_view4 < 0) {
-      have_view4 = 0;
-      SWIG_fail;
-    }
-    arg4 = (int32_t *)(have_view4 ? view4.buf : NULL);
-  }
-  {
-    have_view5 = ptdpy_get_buffer(swig_obj[4], &view5, 0, 4, "iIl", 1, "ptdp_train_iteration_masked: labels");
-    if (have_view5 < 0) {
-      have_view5 = 0;
-      SWIG_fail;
-    }
-    arg5 = (int32_t *)(have_view5 ? view5.buf : NULL);
-  }
-  res6 = SWIG_ConvertPtr(swig_obj[5], &argp6,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res6)) {
-    SWIG_exception_fail(SWIG_ArgError(res6), "in method '" "ptdp_train_iteration_masked" "', argument " "6"" of type '" "ptdp_batch_masks const *""'"); 
-  }
-  arg6 = (ptdp_batch_masks *)(argp6);
-  ecode7 = SWIG_AsVal_int(swig_obj[6], &val7);
-  if (!SWIG_IsOK(ecode7)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode7), "in method '" "ptdp_train_iteration_masked" "', argument " "7"" of type '" "int32_t""'");
-  } 
-  arg7 = (int32_t)(val7);
-  ecode8 = SWIG_AsVal_long(swig_obj[7], &val8);
-  if (!SWIG_IsOK(ecode8)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode8), "in method '" "ptdp_train_iteration_masked" "', argument " "8"" of type '" "int64_t""'");
-  } 
-  arg8 = (int64_t)(val8);
-  res9 = SWIG_ConvertPtr(swig_obj[8], &argp9,SWIGTYPE_p_ptdp_pipeline_options, 0 |  0 );
-  if (!SWIG_IsOK(res9)) {
-    SWIG_exception_fail(SWIG_ArgError(res9), "in method '" "ptdp_train_iteration_masked" "', argument " "9"" of type '" "ptdp_pipeline_options const *""'"); 
-  }
-  arg9 = (ptdp_pipeline_options *)(argp9);
-  res10 = SWIG_ConvertPtr(swig_obj[9], &argp10,SWIGTYPE_p_ptdp_iteration_result, 0 |  0 );
-  if (!SWIG_IsOK(res10)) {
-    SWIG_exception_fail(SWIG_ArgError(res10), "in method '" "ptdp_train_iteration_masked" "', argument " "10"" of type '" "ptdp_iteration_result *""'"); 
-  }
-  arg10 = (ptdp_iteration_result *)(argp10);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_train_iteration_masked(arg1,arg2,arg3,(int const *)arg4,(int const *)arg5,(struct ptdp_batch_masks const *)arg6,arg7,arg8,(struct ptdp_pipeline_options const *)arg9,arg10);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  
-  
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  {
-    if (have_view5) PyBuffer_Release(&view5); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view4) PyBuffer_Release(&view4); 
-  }
-  {
-    if (have_view5) PyBuffer_Release(&view5); 
-  }
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_model_evaluate_masked(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  ptdp_model arg1 = (ptdp_model) 0 ;
-  int32_t *arg2 = (int32_t *) 0 ;
-  int32_t *arg3 = (int32_t *) 0 ;
-  ptdp_batch_masks *arg4 = (ptdp_batch_masks *) 0 ;
-  int32_t arg5 ;
-  int32_t arg6 ;
-  float *arg7 = (float *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  Py_buffer view2 ;
-  int have_view2 = 0 ;
-  Py_buffer view3 ;
-  int have_view3 = 0 ;
-  void *argp4 = 0 ;
-  int res4 = 0 ;
-  int val5 ;
-  int ecode5 = 0 ;
-  int val6 ;
-  int ecode6 = 0 ;
-  float temp7 = 0 ;
-  PyObject *swig_obj[6] ;
-  ptdp_status result;
-  
-  {
-    arg7 = &temp7; 
-  }
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_evaluate_masked", 6, 6, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_evaluate_masked" "', argument " "1"" of type '" "ptdp_model""'"); 
-  }
-  arg1 = (ptdp_model)(argp1);
-  {
-    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 0, 4, "iIl", 1, "ptdp_model_evaluate_masked: tokens");
-    if (have_view2 < 0) {
-      have_view2 = 0;
-      SWIG_fail;
-    }
-    arg2 = (int32_t *)(have_view2 ? view2.buf : NULL);
-  }
-  {
-    have_view3 = ptdpy_get_buffer(swig_obj[2], &view3, 0, 4, "iIl", 1, "ptdp_model_evaluate_masked: labels");
-    if (have_view3 < 0) {
-      have_view3 = 0;
-      SWIG_fail;
-    }
-    arg3 = (int32_t *)(have_view3 ? view3.buf : NULL);
-  }
-  res4 = SWIG_ConvertPtr(swig_obj[3], &argp4,SWIGTYPE_p_ptdp_batch_masks, 0 |  0 );
-  if (!SWIG_IsOK(res4)) {
-    SWIG_exception_fail(SWIG_ArgError(res4), "in method '" "ptdp_model_evaluate_masked" "', argument " "4"" of type '" "ptdp_batch_masks const *""'"); 
-  }
-  arg4 = (ptdp_batch_masks *)(argp4);
-  ecode5 = SWIG_AsVal_int(swig_obj[4], &val5);
-  if (!SWIG_IsOK(ecode5)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode5), "in method '" "ptdp_model_evaluate_masked" "', argument " "5"" of type '" "int32_t""'");
-  } 
-  arg5 = (int32_t)(val5);
-  ecode6 = SWIG_AsVal_int(swig_obj[5], &val6);
-  if (!SWIG_IsOK(ecode6)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode6), "in method '" "ptdp_model_evaluate_masked" "', argument " "6"" of type '" "int32_t""'");
-  } 
-  arg6 = (int32_t)(val6);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (ptdp_status)ptdp_model_evaluate_masked(arg1,(int const *)arg2,(int const *)arg3,(struct ptdp_batch_masks const *)arg4,arg5,arg6,arg7);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  {
-    if (result != PTDP_SUCCESS) {
-      ptdpy_raise(result);
-      SWIG_fail;
-    }
-    resultobj = SWIG_Py_Void();
-  }
-  
-  
-  {
-    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble((double)*arg7)); 
-  }
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
-  }
-  return resultobj;
-fail:
-  {
-    if (have_view2) PyBuffer_Release(&view2); 
-  }
-  {
-    if (have_view3) PyBuffer_Release(&view3); 
   }
   return NULL;
 }
@@ -36143,6 +35655,97 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"No communication.\n"
 		""},
+	 { "ptdp_batch_masks_struct_size_set", _wrap_ptdp_batch_masks_struct_size_set, METH_VARARGS, " Set by ptdp_batch_masks_init()."},
+	 { "ptdp_batch_masks_struct_size_get", _wrap_ptdp_batch_masks_struct_size_get, METH_O, " Set by ptdp_batch_masks_init()."},
+	 { "ptdp_batch_masks_position_ids_set", _wrap_ptdp_batch_masks_position_ids_set, METH_VARARGS, "\n"
+		"Each token's position: >= 0, and below\n"
+		"                                      max_position_embeddings with learned position\n"
+		"                                      embeddings. NULL (default): token i of a sample is at\n"
+		"                                      position i.\n"
+		""},
+	 { "ptdp_batch_masks_position_ids_get", _wrap_ptdp_batch_masks_position_ids_get, METH_O, "\n"
+		"Each token's position: >= 0, and below\n"
+		"                                      max_position_embeddings with learned position\n"
+		"                                      embeddings. NULL (default): token i of a sample is at\n"
+		"                                      position i.\n"
+		""},
+	 { "ptdp_batch_masks_document_starts_set", _wrap_ptdp_batch_masks_document_starts_set, METH_VARARGS, "\n"
+		"The first position of each token's document: in each\n"
+		"                                      sample, 0 <= start[i] <= i and start[i] >= start[i - 1].\n"
+		"                                      Token i attends to tokens start[i] .. i. NULL (default):\n"
+		"                                      causal attention over the whole sample.\n"
+		""},
+	 { "ptdp_batch_masks_document_starts_get", _wrap_ptdp_batch_masks_document_starts_get, METH_O, "\n"
+		"The first position of each token's document: in each\n"
+		"                                      sample, 0 <= start[i] <= i and start[i] >= start[i - 1].\n"
+		"                                      Token i attends to tokens start[i] .. i. NULL (default):\n"
+		"                                      causal attention over the whole sample.\n"
+		""},
+	 { "new_ptdp_batch_masks", _wrap_new_ptdp_batch_masks, METH_NOARGS, NULL},
+	 { "delete_ptdp_batch_masks", _wrap_delete_ptdp_batch_masks, METH_O, NULL},
+	 { "ptdp_batch_masks_swigregister", ptdp_batch_masks_swigregister, METH_O, NULL},
+	 { "ptdp_batch_masks_swiginit", ptdp_batch_masks_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_batch_masks_init", _wrap_ptdp_batch_masks_init, METH_O, "\n"
+		"Fills ``masks`` with the defaults (no position ids, no documents) and sets its\n"
+		"       struct_size.\n"
+		":type masks: :py:class:`ptdp_batch_masks`, out\n"
+		":param masks: Must not be NULL.\n"
+		""},
+	 { "ptdp_pipeline_options_struct_size_set", _wrap_ptdp_pipeline_options_struct_size_set, METH_VARARGS, " Set by ptdp_pipeline_options_init()."},
+	 { "ptdp_pipeline_options_struct_size_get", _wrap_ptdp_pipeline_options_struct_size_get, METH_O, " Set by ptdp_pipeline_options_init()."},
+	 { "ptdp_pipeline_options_scatter_gather_set", _wrap_ptdp_pipeline_options_scatter_gather_set, METH_VARARGS, "\n"
+		"1 (default): with t > 1 each tensor rank sends 1/t of a\n"
+		"                               stage-boundary tensor and the receiving stage all-gathers it\n"
+		"                               (the paper's scatter/gather); 0: send whole tensors. No effect\n"
+		"                               where no tensor crosses a stage boundary (one stage, and\n"
+		"                               ptdp_model_evaluate(), whose transfers are whole tensors).\n"
+		""},
+	 { "ptdp_pipeline_options_scatter_gather_get", _wrap_ptdp_pipeline_options_scatter_gather_get, METH_O, "\n"
+		"1 (default): with t > 1 each tensor rank sends 1/t of a\n"
+		"                               stage-boundary tensor and the receiving stage all-gathers it\n"
+		"                               (the paper's scatter/gather); 0: send whole tensors. No effect\n"
+		"                               where no tensor crosses a stage boundary (one stage, and\n"
+		"                               ptdp_model_evaluate(), whose transfers are whole tensors).\n"
+		""},
+	 { "ptdp_pipeline_options_trace_path_set", _wrap_ptdp_pipeline_options_trace_path_set, METH_VARARGS, "\n"
+		"NULL (default): no trace. Otherwise the spans of every rank's\n"
+		"                               forward, backward and communication are written by world rank 0\n"
+		"                               to this path as one Chrome/Perfetto trace JSON (collective over\n"
+		"                               the runtime's world). Only ptdp_model_pipeline_forward_backward(),\n"
+		"                               ptdp_train_iteration() and ptdp_pipeline_run() write traces; the\n"
+		"                               other calls refuse a non-NULL path.\n"
+		""},
+	 { "ptdp_pipeline_options_trace_path_get", _wrap_ptdp_pipeline_options_trace_path_get, METH_O, "\n"
+		"NULL (default): no trace. Otherwise the spans of every rank's\n"
+		"                               forward, backward and communication are written by world rank 0\n"
+		"                               to this path as one Chrome/Perfetto trace JSON (collective over\n"
+		"                               the runtime's world). Only ptdp_model_pipeline_forward_backward(),\n"
+		"                               ptdp_train_iteration() and ptdp_pipeline_run() write traces; the\n"
+		"                               other calls refuse a non-NULL path.\n"
+		""},
+	 { "ptdp_pipeline_options_masks_set", _wrap_ptdp_pipeline_options_masks_set, METH_VARARGS, "\n"
+		"The batch's position ids and document starts, laid out\n"
+		"                                     like its tokens (see ptdp_batch_masks; read during the\n"
+		"                                     call only). NULL (default): token i of a sample is at\n"
+		"                                     position i and attends to the whole sample before it.\n"
+		"                                     Refused by ptdp_pipeline_run().\n"
+		""},
+	 { "ptdp_pipeline_options_masks_get", _wrap_ptdp_pipeline_options_masks_get, METH_O, "\n"
+		"The batch's position ids and document starts, laid out\n"
+		"                                     like its tokens (see ptdp_batch_masks; read during the\n"
+		"                                     call only). NULL (default): token i of a sample is at\n"
+		"                                     position i and attends to the whole sample before it.\n"
+		"                                     Refused by ptdp_pipeline_run().\n"
+		""},
+	 { "new_ptdp_pipeline_options", _wrap_new_ptdp_pipeline_options, METH_NOARGS, NULL},
+	 { "delete_ptdp_pipeline_options", _wrap_delete_ptdp_pipeline_options, METH_O, NULL},
+	 { "ptdp_pipeline_options_swigregister", ptdp_pipeline_options_swigregister, METH_O, NULL},
+	 { "ptdp_pipeline_options_swiginit", ptdp_pipeline_options_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_pipeline_options_init", _wrap_ptdp_pipeline_options_init, METH_O, "\n"
+		"Fills ``options`` with the defaults and sets its struct_size.\n"
+		":type options: :py:class:`ptdp_pipeline_options`, out\n"
+		":param options: Must not be NULL.\n"
+		""},
 	 { "ptdp_model_forward_backward", _wrap_ptdp_model_forward_backward, METH_VARARGS, "\n"
 		"Forward and backward of one microbatch; adds the gradients of\n"
 		"       mean loss * ``grad_scale`` to the model's gradients.\n"
@@ -36161,11 +35764,17 @@ static PyMethodDef SwigMethods[] = {
 		":param microbatch: Index of the microbatch within the iteration; keys the dropout masks.\n"
 		":type grad_scale: float\n"
 		":param grad_scale: Factor on the gradients (e.g. 1 / number of microbatches).\n"
+		":type options: :py:class:`ptdp_pipeline_options`\n"
+		":param options: NULL for the defaults; its masks ([b, seq_length]) give positions and\n"
+		"           documents. Its trace_path must be NULL (no schedule runs).\n"
 		":type loss: float, out\n"
 		":param loss: Receives the masked mean loss over the b * s tokens (the mean over the\n"
 		"           tokens whose label is not ignored; 0 when all are); may be NULL.\n"
 		"Title: Thread safety\n"
-		"Collective over the tensor group; all ranks pass the same tokens and labels.\n"
+		"Collective over the tensor group; all ranks pass the same tokens, labels and masks.\n"
+		"Title: Since 0.4.0\n"
+		"``options`` is new: a program built against an older ptdp.h calls the version without it\n"
+		"(symbol version PTDP_0), and one rebuilt against this header passes NULL or its options.\n"
 		""},
 	 { "ptdp_model_forward", _wrap_ptdp_model_forward, METH_VARARGS, "\n"
 		"Forward only (evaluation): the mean loss, nothing kept, gradients untouched.\n"
@@ -36183,10 +35792,14 @@ static PyMethodDef SwigMethods[] = {
 		":param microbatch: Keys the dropout masks when ``training`` is 1.\n"
 		":type training: int\n"
 		":param training: 1: dropout on; 0: off.\n"
+		":type options: :py:class:`ptdp_pipeline_options`\n"
+		":param options: As in ptdp_model_forward_backward().\n"
 		":type loss: float, out\n"
 		":param loss: Receives the mean loss; must not be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over the tensor group.\n"
+		"Title: Since 0.4.0\n"
+		"``options`` is new, as for ptdp_model_forward_backward().\n"
 		""},
 	 { "ptdp_model_zero_grad", _wrap_ptdp_model_zero_grad, METH_O, "\n"
 		"Sets every gradient to zero.\n"
@@ -36261,39 +35874,6 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Collective over the model-parallel group.\n"
 		""},
-	 { "ptdp_pipeline_options_struct_size_set", _wrap_ptdp_pipeline_options_struct_size_set, METH_VARARGS, " Set by ptdp_pipeline_options_init()."},
-	 { "ptdp_pipeline_options_struct_size_get", _wrap_ptdp_pipeline_options_struct_size_get, METH_O, " Set by ptdp_pipeline_options_init()."},
-	 { "ptdp_pipeline_options_scatter_gather_set", _wrap_ptdp_pipeline_options_scatter_gather_set, METH_VARARGS, "\n"
-		"1 (default): with t > 1 each tensor rank sends 1/t of a\n"
-		"                               stage-boundary tensor and the receiving stage all-gathers it\n"
-		"                               (the paper's scatter/gather); 0: send whole tensors.\n"
-		""},
-	 { "ptdp_pipeline_options_scatter_gather_get", _wrap_ptdp_pipeline_options_scatter_gather_get, METH_O, "\n"
-		"1 (default): with t > 1 each tensor rank sends 1/t of a\n"
-		"                               stage-boundary tensor and the receiving stage all-gathers it\n"
-		"                               (the paper's scatter/gather); 0: send whole tensors.\n"
-		""},
-	 { "ptdp_pipeline_options_trace_path_set", _wrap_ptdp_pipeline_options_trace_path_set, METH_VARARGS, "\n"
-		"NULL (default): no trace. Otherwise the spans of every rank's\n"
-		"                               forward, backward and communication are written by world rank 0\n"
-		"                               to this path as one Chrome/Perfetto trace JSON (collective over\n"
-		"                               the runtime's world).\n"
-		""},
-	 { "ptdp_pipeline_options_trace_path_get", _wrap_ptdp_pipeline_options_trace_path_get, METH_O, "\n"
-		"NULL (default): no trace. Otherwise the spans of every rank's\n"
-		"                               forward, backward and communication are written by world rank 0\n"
-		"                               to this path as one Chrome/Perfetto trace JSON (collective over\n"
-		"                               the runtime's world).\n"
-		""},
-	 { "new_ptdp_pipeline_options", _wrap_new_ptdp_pipeline_options, METH_NOARGS, NULL},
-	 { "delete_ptdp_pipeline_options", _wrap_delete_ptdp_pipeline_options, METH_O, NULL},
-	 { "ptdp_pipeline_options_swigregister", ptdp_pipeline_options_swigregister, METH_O, NULL},
-	 { "ptdp_pipeline_options_swiginit", ptdp_pipeline_options_swiginit, METH_VARARGS, NULL},
-	 { "ptdp_pipeline_options_init", _wrap_ptdp_pipeline_options_init, METH_O, "\n"
-		"Fills ``options`` with the defaults and sets its struct_size.\n"
-		":type options: :py:class:`ptdp_pipeline_options`, out\n"
-		":param options: Must not be NULL.\n"
-		""},
 	 { "ptdp_model_pipeline_forward_backward", _wrap_ptdp_model_pipeline_forward_backward, METH_VARARGS, "\n"
 		"Forward and backward of one global batch through a pipeline schedule: m microbatches\n"
 		"       of ``micro_batch_size`` samples, each rank running its actions of ``schedule`` on its\n"
@@ -36313,9 +35893,11 @@ static PyMethodDef SwigMethods[] = {
 		":type iteration: int\n"
 		":param iteration: Optimizer step; keys the dropout masks (microbatch i of the batch keys its own).\n"
 		":type options: :py:class:`ptdp_pipeline_options`\n"
-		":param options: NULL for the defaults.\n"
+		":param options: NULL for the defaults; its masks ([m * b, seq_length], read by every stage)\n"
+		"           give positions and documents.\n"
 		":type loss: float, out\n"
-		":param loss: Receives the mean loss over the batch on every rank; may be NULL.\n"
+		":param loss: Receives the mean of the m microbatches' masked mean losses on every rank;\n"
+		"           may be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over the model-parallel group (and the world when tracing).\n"
 		""},
@@ -36367,7 +35949,8 @@ static PyMethodDef SwigMethods[] = {
 		":type callbacks: :py:class:`ptdp_stage_callbacks`\n"
 		":param callbacks: The chunks; see ::ptdp_stage_callbacks.\n"
 		":type options: :py:class:`ptdp_pipeline_options`\n"
-		":param options: NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward()).\n"
+		":param options: NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward());\n"
+		"           its masks must be NULL (the callbacks read their own inputs).\n"
 		":rtype: int\n"
 		":return: Otherwise the first non-success status a callback returned (its message kept).\n"
 		"Title: Thread safety\n"
@@ -37321,10 +36904,11 @@ static PyMethodDef SwigMethods[] = {
 		":type iteration: int\n"
 		":param iteration: The step number, from 0.\n"
 		":type options: :py:class:`ptdp_pipeline_options`\n"
-		":param options: Executor options; NULL for the defaults.\n"
+		":param options: NULL for the defaults; its masks are this replica's position ids and document\n"
+		"           starts ([m * b, seq_length]).\n"
 		":type result: :py:class:`ptdp_iteration_result`, out\n"
-		":param result: Receives loss (mean over the global batch), grad norm, lr, loss scale and\n"
-		"                skip; may be NULL.\n"
+		":param result: Receives loss (the mean of every replica's microbatches' masked mean\n"
+		"                losses), grad norm, lr, loss scale and skip; may be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over the world of the groups.\n"
 		""},
@@ -37716,10 +37300,17 @@ static PyMethodDef SwigMethods[] = {
 		":param micro_batch_size: b, > 0.\n"
 		":type num_microbatches: int\n"
 		":param num_microbatches: m, > 0.\n"
+		":type options: :py:class:`ptdp_pipeline_options`\n"
+		":param options: NULL for the defaults; its masks ([m * b, seq_length], read by every stage)\n"
+		"           give positions and documents. Its trace_path must be NULL (the evaluation is not\n"
+		"           traced); scatter_gather has no effect (whole tensors cross the stage boundaries).\n"
 		":type loss: float, out\n"
-		":param loss: Receives the mean loss over the global batch on every rank; must not be NULL.\n"
+		":param loss: Receives the mean of the microbatches' masked mean losses over the global\n"
+		"           batch on every rank; must not be NULL.\n"
 		"Title: Thread safety\n"
 		"Collective over the world of the model's groups.\n"
+		"Title: Since 0.4.0\n"
+		"``options`` is new, as for ptdp_model_forward_backward().\n"
 		""},
 	 { "ptdp_model_logits", _wrap_ptdp_model_logits, METH_VARARGS, "\n"
 		"Next-token logits: forward of ``batch`` sequences of seq_length tokens (dropout off)\n"
@@ -37791,42 +37382,6 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Collective over the tensor group; all its ranks pass the same prompt and options.\n"
 		""},
-	 { "ptdp_batch_masks_struct_size_set", _wrap_ptdp_batch_masks_struct_size_set, METH_VARARGS, " Set by ptdp_batch_masks_init()."},
-	 { "ptdp_batch_masks_struct_size_get", _wrap_ptdp_batch_masks_struct_size_get, METH_O, " Set by ptdp_batch_masks_init()."},
-	 { "ptdp_batch_masks_position_ids_set", _wrap_ptdp_batch_masks_position_ids_set, METH_VARARGS, "\n"
-		"Each token's position: >= 0, and below\n"
-		"                                      max_position_embeddings with learned position\n"
-		"                                      embeddings. NULL (default): token i of a sample is at\n"
-		"                                      position i.\n"
-		""},
-	 { "ptdp_batch_masks_position_ids_get", _wrap_ptdp_batch_masks_position_ids_get, METH_O, "\n"
-		"Each token's position: >= 0, and below\n"
-		"                                      max_position_embeddings with learned position\n"
-		"                                      embeddings. NULL (default): token i of a sample is at\n"
-		"                                      position i.\n"
-		""},
-	 { "ptdp_batch_masks_document_starts_set", _wrap_ptdp_batch_masks_document_starts_set, METH_VARARGS, "\n"
-		"The first position of each token's document: in each\n"
-		"                                      sample, 0 <= start[i] <= i and start[i] >= start[i - 1].\n"
-		"                                      Token i attends to tokens start[i] .. i. NULL (default):\n"
-		"                                      causal attention over the whole sample.\n"
-		""},
-	 { "ptdp_batch_masks_document_starts_get", _wrap_ptdp_batch_masks_document_starts_get, METH_O, "\n"
-		"The first position of each token's document: in each\n"
-		"                                      sample, 0 <= start[i] <= i and start[i] >= start[i - 1].\n"
-		"                                      Token i attends to tokens start[i] .. i. NULL (default):\n"
-		"                                      causal attention over the whole sample.\n"
-		""},
-	 { "new_ptdp_batch_masks", _wrap_new_ptdp_batch_masks, METH_NOARGS, NULL},
-	 { "delete_ptdp_batch_masks", _wrap_delete_ptdp_batch_masks, METH_O, NULL},
-	 { "ptdp_batch_masks_swigregister", ptdp_batch_masks_swigregister, METH_O, NULL},
-	 { "ptdp_batch_masks_swiginit", ptdp_batch_masks_swiginit, METH_VARARGS, NULL},
-	 { "ptdp_batch_masks_init", _wrap_ptdp_batch_masks_init, METH_O, "\n"
-		"Fills ``masks`` with the defaults (no position ids, no documents) and sets its\n"
-		"       struct_size.\n"
-		":type masks: :py:class:`ptdp_batch_masks`, out\n"
-		":param masks: Must not be NULL.\n"
-		""},
 	 { "ptdp_eod_masks", _wrap_ptdp_eod_masks, METH_VARARGS, "\n"
 		"Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts\n"
 		"       of ``count`` samples from their end-of-document tokens. A document ends with its\n"
@@ -37857,125 +37412,6 @@ static PyMethodDef SwigMethods[] = {
 		"           form. May be NULL without that flag (ignored then).\n"
 		"Title: Thread safety\n"
 		"Thread-safe; no communication.\n"
-		""},
-	 { "ptdp_model_forward_backward_masked", _wrap_ptdp_model_forward_backward_masked, METH_VARARGS, "\n"
-		"ptdp_model_forward_backward() with position ids and documents.\n"
-		":type model: struct ptdp_model_impl\n"
-		":param model: A live model that is not split into pipeline stages.\n"
-		":type tokens: int\n"
-		":param tokens: [b, seq_length] row-major, in [0, V).\n"
-		":type labels: int\n"
-		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
-		":type masks: :py:class:`ptdp_batch_masks`\n"
-		":param masks: Position ids and document starts ([b, seq_length]); NULL for the defaults.\n"
-		":type micro_batch_size: int\n"
-		":param micro_batch_size: b, > 0.\n"
-		":type iteration: int\n"
-		":param iteration: Optimizer step; keys the dropout masks.\n"
-		":type microbatch: int\n"
-		":param microbatch: Index of the microbatch within the iteration; keys the dropout masks.\n"
-		":type grad_scale: float\n"
-		":param grad_scale: Factor on the gradients of the masked mean loss.\n"
-		":type loss: float, out\n"
-		":param loss: Receives the masked mean loss; may be NULL.\n"
-		"Title: Thread safety\n"
-		"Collective over the tensor group; all ranks pass the same tokens, labels and masks.\n"
-		""},
-	 { "ptdp_model_forward_masked", _wrap_ptdp_model_forward_masked, METH_VARARGS, "\n"
-		"ptdp_model_forward() with position ids and documents.\n"
-		":type model: struct ptdp_model_impl\n"
-		":param model: A live model that is not split into pipeline stages.\n"
-		":type tokens: int\n"
-		":param tokens: As in ptdp_model_forward_backward_masked().\n"
-		":type labels: int\n"
-		":param labels: As there.\n"
-		":type masks: :py:class:`ptdp_batch_masks`\n"
-		":param masks: As there.\n"
-		":type micro_batch_size: int\n"
-		":param micro_batch_size: b, > 0.\n"
-		":type iteration: int\n"
-		":param iteration: Keys the dropout masks when ``training`` is 1.\n"
-		":type microbatch: int\n"
-		":param microbatch: Keys the dropout masks when ``training`` is 1.\n"
-		":type training: int\n"
-		":param training: 1: dropout on; 0: off.\n"
-		":type loss: float, out\n"
-		":param loss: Receives the masked mean loss; must not be NULL.\n"
-		"Title: Thread safety\n"
-		"Collective over the tensor group.\n"
-		""},
-	 { "ptdp_model_pipeline_forward_backward_masked", _wrap_ptdp_model_pipeline_forward_backward_masked, METH_VARARGS, "\n"
-		"ptdp_model_pipeline_forward_backward() with position ids and documents.\n"
-		":type model: struct ptdp_model_impl\n"
-		":param model: A live model; its groups' pipeline and virtual sizes must match the schedule's.\n"
-		":type schedule: struct ptdp_schedule_impl\n"
-		":param schedule: A schedule for (p, m, v).\n"
-		":type tokens: int\n"
-		":param tokens: [m * b, seq_length] row-major, the same on every rank of a pipeline.\n"
-		":type labels: int\n"
-		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
-		":type masks: :py:class:`ptdp_batch_masks`\n"
-		":param masks: Position ids and document starts ([m * b, seq_length], read by every stage);\n"
-		"           NULL for the defaults.\n"
-		":type micro_batch_size: int\n"
-		":param micro_batch_size: b, > 0.\n"
-		":type iteration: int\n"
-		":param iteration: Optimizer step; keys the dropout masks.\n"
-		":type options: :py:class:`ptdp_pipeline_options`\n"
-		":param options: NULL for the defaults.\n"
-		":type loss: float, out\n"
-		":param loss: Receives the mean of the m microbatches' masked mean losses on every rank;\n"
-		"           may be NULL.\n"
-		"Title: Thread safety\n"
-		"Collective over the model-parallel group (and the world when tracing).\n"
-		""},
-	 { "ptdp_train_iteration_masked", _wrap_ptdp_train_iteration_masked, METH_VARARGS, "\n"
-		"ptdp_train_iteration() with position ids and documents: one training iteration of\n"
-		"       the replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.\n"
-		":type model: struct ptdp_model_impl\n"
-		":param model: A live model.\n"
-		":type optimizer: struct ptdp_optimizer_impl\n"
-		":param optimizer: An optimizer created for ``model``.\n"
-		":type schedule: struct ptdp_schedule_impl\n"
-		":param schedule: A schedule for the model's (p, v) and m microbatches.\n"
-		":type tokens: int\n"
-		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major.\n"
-		":type labels: int\n"
-		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
-		":type masks: :py:class:`ptdp_batch_masks`\n"
-		":param masks: This replica's position ids and document starts ([m * b, seq_length]); NULL for\n"
-		"           the defaults.\n"
-		":type micro_batch_size: int\n"
-		":param micro_batch_size: b, > 0.\n"
-		":type iteration: int\n"
-		":param iteration: The step number, from 0.\n"
-		":type options: :py:class:`ptdp_pipeline_options`\n"
-		":param options: Executor options; NULL for the defaults.\n"
-		":type result: :py:class:`ptdp_iteration_result`, out\n"
-		":param result: Receives the loss (the mean of every replica's microbatches' masked mean\n"
-		"                losses), grad norm, lr, loss scale and skip; may be NULL.\n"
-		"Title: Thread safety\n"
-		"Collective over the world of the groups.\n"
-		""},
-	 { "ptdp_model_evaluate_masked", _wrap_ptdp_model_evaluate_masked, METH_VARARGS, "\n"
-		"ptdp_model_evaluate() with position ids and documents.\n"
-		":type model: struct ptdp_model_impl\n"
-		":param model: A live model.\n"
-		":type tokens: int\n"
-		":param tokens: This replica's m * b samples, [m * b, seq_length] row-major.\n"
-		":type labels: int\n"
-		":param labels: The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.\n"
-		":type masks: :py:class:`ptdp_batch_masks`\n"
-		":param masks: Position ids and document starts ([m * b, seq_length]); NULL for the defaults.\n"
-		":type micro_batch_size: int\n"
-		":param micro_batch_size: b, > 0.\n"
-		":type num_microbatches: int\n"
-		":param num_microbatches: m, > 0.\n"
-		":type loss: float, out\n"
-		":param loss: Receives the mean of the microbatches' masked mean losses over the global\n"
-		"           batch on every rank; must not be NULL.\n"
-		"Title: Thread safety\n"
-		"Collective over the world of the model's groups.\n"
 		""},
 	 { "ptdp_checkpoint_state_struct_size_set", _wrap_ptdp_checkpoint_state_struct_size_set, METH_VARARGS, " Set by ptdp_checkpoint_state_init()."},
 	 { "ptdp_checkpoint_state_struct_size_get", _wrap_ptdp_checkpoint_state_struct_size_get, METH_O, " Set by ptdp_checkpoint_state_init()."},
@@ -39858,9 +39294,9 @@ SWIG_init(void) {
   SWIG_InstallConstants(d,swig_const_table);
   
   SWIG_Python_SetConstant(d, "PTDP_VERSION_MAJOR",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "PTDP_VERSION_MINOR",SWIG_From_int((int)(3)));
+  SWIG_Python_SetConstant(d, "PTDP_VERSION_MINOR",SWIG_From_int((int)(4)));
   SWIG_Python_SetConstant(d, "PTDP_VERSION_PATCH",SWIG_From_int((int)(0)));
-  SWIG_Python_SetConstant(d, "PTDP_VERSION_CODE",SWIG_From_int((int)(((0) *10000+(3) *100+(0)))));
+  SWIG_Python_SetConstant(d, "PTDP_VERSION_CODE",SWIG_From_int((int)(((0) *10000+(4) *100+(0)))));
   SWIG_Python_SetConstant(d, "PTDP_SUCCESS",SWIG_From_int((int)(PTDP_SUCCESS)));
   SWIG_Python_SetConstant(d, "PTDP_ERR_INVALID_ARGUMENT",SWIG_From_int((int)(PTDP_ERR_INVALID_ARGUMENT)));
   SWIG_Python_SetConstant(d, "PTDP_ERR_OUT_OF_MEMORY",SWIG_From_int((int)(PTDP_ERR_OUT_OF_MEMORY)));

@@ -133,9 +133,10 @@ def preset_options(name, **fields):
     return struct_to_dict(make_struct("ptdp_gpt_options", opts, **fields))
 
 
-def pipeline_options(trace_path=None, scatter_gather=None):
+def pipeline_options(trace_path=None, scatter_gather=None, masks=None):
+    """A ``ptdp_pipeline_options``; ``masks`` is a :class:`_Masks` (kept alive by the caller)."""
     return make_struct("ptdp_pipeline_options", trace_path=None if trace_path is None else str(trace_path),
-                       scatter_gather=scatter_gather)
+                       scatter_gather=scatter_gather, masks=None if masks is None else masks.struct)
 
 
 class Model(Handle):
@@ -206,22 +207,16 @@ class Model(Handle):
         attention inside documents."""
         t, l, b = self._rows(tokens, labels, micro_batch_size)
         m = _Masks(position_ids, document_starts, t.size)
-        if m.struct is None:
-            return _raw.ptdp_model_forward_backward(self.handle, t, l, b, int(iteration), int(microbatch),
-                                                    float(grad_scale))
-        return _raw.ptdp_model_forward_backward_masked(self.handle, t, l, m.struct, b, int(iteration),
-                                                       int(microbatch), float(grad_scale))
+        return _raw.ptdp_model_forward_backward(self.handle, t, l, b, int(iteration), int(microbatch),
+                                                float(grad_scale), pipeline_options(masks=m))
 
     def forward(self, tokens, labels, micro_batch_size=None, iteration=0, microbatch=0, training=False,
                 position_ids=None, document_starts=None):
         """Forward only; returns the masked mean loss (masks as in :meth:`forward_backward`)."""
         t, l, b = self._rows(tokens, labels, micro_batch_size)
         m = _Masks(position_ids, document_starts, t.size)
-        if m.struct is None:
-            return _raw.ptdp_model_forward(self.handle, t, l, b, int(iteration), int(microbatch),
-                                           int(bool(training)))
-        return _raw.ptdp_model_forward_masked(self.handle, t, l, m.struct, b, int(iteration), int(microbatch),
-                                              int(bool(training)))
+        return _raw.ptdp_model_forward(self.handle, t, l, b, int(iteration), int(microbatch), int(bool(training)),
+                                       pipeline_options(masks=m))
 
     def pipeline_forward_backward(self, schedule, tokens, labels, micro_batch_size, iteration=0, trace_path=None,
                                   scatter_gather=None, position_ids=None, document_starts=None):
@@ -230,12 +225,9 @@ class Model(Handle):
         :meth:`zero_grad` between steps. Masks as in :meth:`forward_backward`, for the whole batch."""
         t, l, _ = self._rows(tokens, labels, schedule.m * int(micro_batch_size))
         m = _Masks(position_ids, document_starts, t.size)
-        options = pipeline_options(trace_path, scatter_gather)
-        if m.struct is None:
-            return _raw.ptdp_model_pipeline_forward_backward(self.handle, schedule.handle, t, l,
-                                                             int(micro_batch_size), int(iteration), options)
-        return _raw.ptdp_model_pipeline_forward_backward_masked(self.handle, schedule.handle, t, l, m.struct,
-                                                                int(micro_batch_size), int(iteration), options)
+        options = pipeline_options(trace_path, scatter_gather, m)
+        return _raw.ptdp_model_pipeline_forward_backward(self.handle, schedule.handle, t, l, int(micro_batch_size),
+                                                         int(iteration), options)
 
     def train_step(self, *args, **kwargs):
         """Deprecated since 0.2: the old name of :meth:`pipeline_forward_backward`."""
@@ -248,10 +240,8 @@ class Model(Handle):
         (masks as in :meth:`forward_backward`)."""
         t, l, _ = self._rows(tokens, labels, int(micro_batch_size) * int(num_microbatches))
         m = _Masks(position_ids, document_starts, t.size)
-        if m.struct is None:
-            return _raw.ptdp_model_evaluate(self.handle, t, l, int(micro_batch_size), int(num_microbatches))
-        return _raw.ptdp_model_evaluate_masked(self.handle, t, l, m.struct, int(micro_batch_size),
-                                               int(num_microbatches))
+        return _raw.ptdp_model_evaluate(self.handle, t, l, int(micro_batch_size), int(num_microbatches),
+                                        pipeline_options(masks=m))
 
     def logits(self, tokens, out=None):
         """Logits [batch, seq_length, vocab_size] of ``tokens`` [batch, seq_length]."""

@@ -112,13 +112,8 @@ def train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size
     l = as_int32(labels, "labels", rows * model.seq_length)
     m = _Masks(position_ids, document_starts, t.size)
     result = _raw.ptdp_iteration_result()
-    options = pipeline_options(trace_path, scatter_gather)
-    if m.struct is None:
-        _raw.ptdp_train_iteration(model.handle, optimizer.handle, schedule.handle, t, l, int(micro_batch_size),
-                                  int(iteration), options, result)
-    else:
-        _raw.ptdp_train_iteration_masked(model.handle, optimizer.handle, schedule.handle, t, l, m.struct,
-                                         int(micro_batch_size), int(iteration), options, result)
+    _raw.ptdp_train_iteration(model.handle, optimizer.handle, schedule.handle, t, l, int(micro_batch_size),
+                              int(iteration), pipeline_options(trace_path, scatter_gather, m), result)
     return _result(result)
 
 

@@ -26,6 +26,12 @@
  *   working: any struct_size from the size the struct was first published with is accepted,
  *   the fields it does not cover taking their defaults. Bytes beyond the fields this library
  *   knows must be zero; a smaller size or a non-zero tail is ::PTDP_ERR_INVALID_ARGUMENT.
+ * - **Structs the library fills** are never written past the caller's end. The functions whose
+ *   documentation says so take the room from the caller's struct_size; the others (the
+ *   `*_init` functions and the getters of a parsed command line) write the struct of the
+ *   header the program was built against: a program is linked to the symbol version of each
+ *   function that its header's library exported, and the older versions, which programs of
+ *   0.1.0 to 0.3.0 call, write their releases' sizes. struct_size says what was written.
  * - **Enums** have explicit values and only ever grow at the end.
  * - **Thread safety.** Functions are thread-safe unless a function's documentation says
  *   otherwise; a single handle must not be used from two threads at once. The last-error
@@ -41,7 +47,7 @@
  *  The version of the header; ptdp_version() gives the library's.
  *  @{ */
 #define PTDP_VERSION_MAJOR 0 /**< Incremented for ABI-incompatible changes (SONAME libptdp.so.MAJOR). */
-#define PTDP_VERSION_MINOR 3 /**< Incremented when functions or enum values are added. */
+#define PTDP_VERSION_MINOR 4 /**< Incremented when functions or enum values are added. */
 #define PTDP_VERSION_PATCH 0 /**< Incremented for fixes. */
 /** Combines a version into one comparable integer. */
 #define PTDP_VERSION_ENCODE(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
@@ -1245,6 +1251,81 @@ PTDP_API ptdp_status ptdp_model_destroy(ptdp_model model);
 PTDP_API ptdp_status ptdp_model_get_options(ptdp_model model, ptdp_gpt_options* options);
 
 /**
+ * Per-token inputs of a batch besides its tokens and labels, laid out like the tokens
+ * ([rows, seq_length] row-major: b rows for one microbatch, m * b for a batch). Initialise with
+ * ptdp_batch_masks_init(); a NULL member means its default. The arrays are read during the call
+ * only. Given as ptdp_pipeline_options::masks; see "Loss masks and documents" for the semantics.
+ */
+typedef struct ptdp_batch_masks {
+  size_t struct_size;             /**< Set by ptdp_batch_masks_init(). */
+  const int32_t* position_ids;    /**< Each token's position: >= 0, and below
+                                       max_position_embeddings with learned position
+                                       embeddings. NULL (default): token i of a sample is at
+                                       position i. */
+  const int32_t* document_starts; /**< The first position of each token's document: in each
+                                       sample, 0 <= start[i] <= i and start[i] >= start[i - 1].
+                                       Token i attends to tokens start[i] .. i. NULL (default):
+                                       causal attention over the whole sample. */
+} ptdp_batch_masks;
+
+/**
+ * @brief Fills @p masks with the defaults (no position ids, no documents) and sets its
+ *        struct_size.
+ * @param[out] masks Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p masks is NULL.
+ */
+PTDP_API ptdp_status ptdp_batch_masks_init(ptdp_batch_masks* masks);
+
+/**
+ * Options of every call that runs a batch through the model: ptdp_model_forward_backward(),
+ * ptdp_model_forward(), ptdp_model_pipeline_forward_backward(), ptdp_train_iteration() and
+ * ptdp_model_evaluate(), and of ptdp_pipeline_run(). Initialise with ptdp_pipeline_options_init().
+ *
+ * One struct for all of them, grown through struct_size, rather than a twin of each function
+ * per feature: the masks were first given to `_masked` twins of the five (deprecated since
+ * 0.4.0, kept as wrappers), and each later per-call option would have doubled them again. The
+ * three calls that took no options before 0.4.0 take this struct rather than one of their own,
+ * which would have held the masks alone and split one concept over two types. A program built
+ * against an older ptdp.h keeps calling their old versions (symbol version PTDP_0, without the
+ * argument); one rebuilt against this header passes NULL or its options there.
+ * A field means the same wherever it is read; where a call has nothing to apply it to, it
+ * either has no effect, as scatter_gather for a model in one pipeline stage (like any p = 1
+ * run), or is refused, as a trace_path where no schedule is traced: ptdp_model_forward_backward()
+ * and ptdp_model_forward() run the whole model on this rank and ptdp_model_evaluate() runs the
+ * forward-only schedule untraced, so they refuse it rather than write no trace; and
+ * ptdp_pipeline_run(), whose stages are the caller's callbacks, refuses masks.
+ */
+typedef struct ptdp_pipeline_options {
+  size_t struct_size;      /**< Set by ptdp_pipeline_options_init(). */
+  int32_t scatter_gather;  /**< 1 (default): with t > 1 each tensor rank sends 1/t of a
+                                stage-boundary tensor and the receiving stage all-gathers it
+                                (the paper's scatter/gather); 0: send whole tensors. No effect
+                                where no tensor crosses a stage boundary (one stage, and
+                                ptdp_model_evaluate(), whose transfers are whole tensors). */
+  const char* trace_path;  /**< NULL (default): no trace. Otherwise the spans of every rank's
+                                forward, backward and communication are written by world rank 0
+                                to this path as one Chrome/Perfetto trace JSON (collective over
+                                the runtime's world). Only ptdp_model_pipeline_forward_backward(),
+                                ptdp_train_iteration() and ptdp_pipeline_run() write traces; the
+                                other calls refuse a non-NULL path. */
+  /* Added in 0.4.0 (a struct from before it has none: the defaults). */
+  const ptdp_batch_masks* masks; /**< The batch's position ids and document starts, laid out
+                                      like its tokens (see ptdp_batch_masks; read during the
+                                      call only). NULL (default): token i of a sample is at
+                                      position i and attends to the whole sample before it.
+                                      Refused by ptdp_pipeline_run(). */
+} ptdp_pipeline_options;
+
+/**
+ * @brief Fills @p options with the defaults and sets its struct_size.
+ * @param[out] options Must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
+ */
+PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options);
+
+/**
  * @brief Forward and backward of one microbatch; adds the gradients of
  *        mean loss * @p grad_scale to the model's gradients.
  * @param model A live model.
@@ -1255,20 +1336,28 @@ PTDP_API ptdp_status ptdp_model_get_options(ptdp_model model, ptdp_gpt_options* 
  * @param iteration Optimizer step; keys the dropout masks.
  * @param microbatch Index of the microbatch within the iteration; keys the dropout masks.
  * @param grad_scale Factor on the gradients (e.g. 1 / number of microbatches).
+ * @param options NULL for the defaults; its masks ([b, seq_length]) give positions and
+ *        documents. Its trace_path must be NULL (no schedule runs).
  * @param[out] loss Receives the masked mean loss over the b * s tokens (the mean over the
  *        tokens whose label is not ignored; 0 when all are); may be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT NULL tokens or labels, b <= 0, an id outside the
- *         vocabulary (named with its index; a negative label other than ::PTDP_IGNORE_INDEX).
+ *         vocabulary (named with its index; a negative label other than ::PTDP_IGNORE_INDEX),
+ *         bad options (a struct_size, scatter_gather or trace_path, named), or a position id or
+ *         document start outside its range (named with its index). Nothing is changed.
  * @retval PTDP_ERR_UNSUPPORTED the model is split into pipeline stages (use
  *         ptdp_model_pipeline_forward_backward()).
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
  * @par Thread safety
- * Collective over the tensor group; all ranks pass the same tokens and labels.
+ * Collective over the tensor group; all ranks pass the same tokens, labels and masks.
+ * @par Since 0.4.0
+ * @p options is new: a program built against an older ptdp.h calls the version without it
+ * (symbol version PTDP_0), and one rebuilt against this header passes NULL or its options.
  */
 PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
                                                  int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
-                                                 float grad_scale, float* loss);
+                                                 float grad_scale, const ptdp_pipeline_options* options,
+                                                 float* loss);
 
 /**
  * @brief Forward only (evaluation): the mean loss, nothing kept, gradients untouched.
@@ -1279,6 +1368,7 @@ PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t
  * @param iteration Keys the dropout masks when @p training is 1.
  * @param microbatch Keys the dropout masks when @p training is 1.
  * @param training 1: dropout on; 0: off.
+ * @param options As in ptdp_model_forward_backward().
  * @param[out] loss Receives the mean loss; must not be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_forward_backward(), or NULL @p loss.
@@ -1286,10 +1376,12 @@ PTDP_API ptdp_status ptdp_model_forward_backward(ptdp_model model, const int32_t
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
  * @par Thread safety
  * Collective over the tensor group.
+ * @par Since 0.4.0
+ * @p options is new, as for ptdp_model_forward_backward().
  */
 PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens, const int32_t* labels,
                                         int32_t micro_batch_size, int64_t iteration, int64_t microbatch,
-                                        int32_t training, float* loss);
+                                        int32_t training, const ptdp_pipeline_options* options, float* loss);
 
 /**
  * @brief Sets every gradient to zero.
@@ -1371,26 +1463,6 @@ PTDP_API ptdp_status ptdp_model_get_grad(ptdp_model model, const char* name, flo
 /** Opaque handle to a pipeline schedule (see ptdp_schedule_create()). */
 typedef struct ptdp_schedule_impl* ptdp_schedule;
 
-/** Options for ptdp_model_pipeline_forward_backward(). Initialise with ptdp_pipeline_options_init(). */
-typedef struct ptdp_pipeline_options {
-  size_t struct_size;      /**< Set by ptdp_pipeline_options_init(). */
-  int32_t scatter_gather;  /**< 1 (default): with t > 1 each tensor rank sends 1/t of a
-                                stage-boundary tensor and the receiving stage all-gathers it
-                                (the paper's scatter/gather); 0: send whole tensors. */
-  const char* trace_path;  /**< NULL (default): no trace. Otherwise the spans of every rank's
-                                forward, backward and communication are written by world rank 0
-                                to this path as one Chrome/Perfetto trace JSON (collective over
-                                the runtime's world). */
-} ptdp_pipeline_options;
-
-/**
- * @brief Fills @p options with the defaults and sets its struct_size.
- * @param[out] options Must not be NULL.
- * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT @p options is NULL.
- */
-PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options);
-
 /**
  * @brief Forward and backward of one global batch through a pipeline schedule: m microbatches
  *        of @p micro_batch_size samples, each rank running its actions of @p schedule on its
@@ -1403,11 +1475,14 @@ PTDP_API ptdp_status ptdp_pipeline_options_init(ptdp_pipeline_options* options);
  * @param labels The same shape; the next token of each position, or ::PTDP_IGNORE_INDEX.
  * @param micro_batch_size b, > 0.
  * @param iteration Optimizer step; keys the dropout masks (microbatch i of the batch keys its own).
- * @param options NULL for the defaults.
- * @param[out] loss Receives the mean loss over the batch on every rank; may be NULL.
+ * @param options NULL for the defaults; its masks ([m * b, seq_length], read by every stage)
+ *        give positions and documents.
+ * @param[out] loss Receives the mean of the m microbatches' masked mean losses on every rank;
+ *        may be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, NULL data, b <= 0, ids outside the vocabulary,
- *         a schedule for another (p, v), bad options.
+ *         a schedule for another (p, v), bad options, or a position id or document start outside
+ *         its range.
  * @retval PTDP_ERR_TIMEOUT a peer stage did not take part in time (the message names it).
  * @retval PTDP_ERR_IO the trace could not be written.
  * @par Thread safety
@@ -1502,11 +1577,12 @@ PTDP_API ptdp_status ptdp_stage_callbacks_init(ptdp_stage_callbacks* callbacks);
  * @param groups Live groups whose pipeline size equals the schedule's p.
  * @param schedule The schedule.
  * @param callbacks The chunks; see ::ptdp_stage_callbacks.
- * @param options NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward()).
+ * @param options NULL for the defaults (trace_path as in ptdp_model_pipeline_forward_backward());
+ *        its masks must be NULL (the callbacks read their own inputs).
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, missing callbacks, a bad activation shape, a
- *         schedule for another p, a W action without a backward_weight callback, or a callback
- *         output of the wrong shape.
+ *         schedule for another p, a W action without a backward_weight callback, bad options, or
+ *         a callback output of the wrong shape.
  * @retval PTDP_ERR_TIMEOUT a peer stage did not take part in time.
  * @return Otherwise the first non-success status a callback returned (its message kept).
  * @par Thread safety
@@ -2649,11 +2725,13 @@ PTDP_API ptdp_status ptdp_train_config_settings(ptdp_train_config config, ptdp_t
  * @param labels The same shape; in [0, V), or ::PTDP_IGNORE_INDEX (see ptdp_batch_masks).
  * @param micro_batch_size b, > 0.
  * @param iteration The step number, from 0.
- * @param options Executor options; NULL for the defaults.
- * @param[out] result Receives loss (mean over the global batch), grad norm, lr, loss scale and
- *             skip; may be NULL.
+ * @param options NULL for the defaults; its masks are this replica's position ids and document
+ *        starts ([m * b, seq_length]).
+ * @param[out] result Receives loss (the mean of every replica's microbatches' masked mean
+ *             losses), grad norm, lr, loss scale and skip; may be NULL.
  * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, an optimizer of another model, bad data.
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handles, an optimizer of another model, bad data, bad
+ *         options, or a position id or document start outside its range.
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
  * @par Thread safety
  * Collective over the world of the groups.
@@ -3065,15 +3143,23 @@ PTDP_API ptdp_status ptdp_gpt_data_batch(ptdp_gpt_data data, ptdp_data_split spl
  * @param labels The same shape; in [0, V), or ::PTDP_IGNORE_INDEX.
  * @param micro_batch_size b, > 0.
  * @param num_microbatches m, > 0.
- * @param[out] loss Receives the mean loss over the global batch on every rank; must not be NULL.
+ * @param options NULL for the defaults; its masks ([m * b, seq_length], read by every stage)
+ *        give positions and documents. Its trace_path must be NULL (the evaluation is not
+ *        traced); scatter_gather has no effect (whole tensors cross the stage boundaries).
+ * @param[out] loss Receives the mean of the microbatches' masked mean losses over the global
+ *        batch on every rank; must not be NULL.
  * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL data, b or m <= 0, ids outside the vocabulary.
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL data, b or m <= 0, ids outside the
+ *         vocabulary, bad options (named), or a position id or document start outside its range.
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
  * @par Thread safety
  * Collective over the world of the model's groups.
+ * @par Since 0.4.0
+ * @p options is new, as for ptdp_model_forward_backward().
  */
 PTDP_API ptdp_status ptdp_model_evaluate(ptdp_model model, const int32_t* tokens, const int32_t* labels,
-                                         int32_t micro_batch_size, int32_t num_microbatches, float* loss);
+                                         int32_t micro_batch_size, int32_t num_microbatches,
+                                         const ptdp_pipeline_options* options, float* loss);
 
 /**
  * @brief Next-token logits: forward of @p batch sequences of seq_length tokens (dropout off)
@@ -3148,8 +3234,8 @@ PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt
  *  - A label of ::PTDP_IGNORE_INDEX (-100, PyTorch's and Hugging Face's ignore_index) takes no
  *    part in the loss, so prompt tokens can be masked. Every function that takes labels accepts
  *    it (ptdp_model_forward_backward(), ptdp_model_forward(),
- *    ptdp_model_pipeline_forward_backward(), ptdp_train_iteration(), ptdp_model_evaluate() and
- *    their `_masked` forms); any other label outside [0, vocab_size) is still refused.
+ *    ptdp_model_pipeline_forward_backward(), ptdp_train_iteration() and ptdp_model_evaluate());
+ *    any other label outside [0, vocab_size) is still refused.
  *  - The loss of a microbatch is Megatron's masked mean: sum(loss * mask) / sum(mask) over its
  *    b * seq_length tokens, mask 0 where the label is ignored; a microbatch with no counted
  *    token has loss 0 and adds no gradient (never NaN). A batch of m microbatches averages
@@ -3157,13 +3243,19 @@ PTDP_API ptdp_status ptdp_model_generate(ptdp_model model, const int32_t* prompt
  *    average theirs (as Megatron does without --calculate-per-token-loss): the loss and the
  *    gradients of a global batch depend on how it is cut into microbatches, never on the
  *    layout (t, p, v, d), so every layout equals the serial run of the same microbatches.
- *  - ptdp_batch_masks gives each token's position id (read by learned position embeddings and
- *    by RoPE) and the first position of its document: a token attends only to the tokens of
- *    its own document (in the fused attention kernels, which skip what lies outside, and in the
- *    unfused path, where those probabilities are exactly 0). Dropout masks are unchanged.
+ *  - ptdp_batch_masks, given to those functions as ptdp_pipeline_options::masks, gives each
+ *    token's position id (read by learned position embeddings and by RoPE) and the first
+ *    position of its document: a token attends only to the tokens of its own document (in the
+ *    fused attention kernels, which skip what lies outside, and in the unfused path, where
+ *    those probabilities are exactly 0). Dropout masks are unchanged.
  *  - ptdp_eod_masks() derives the ignored labels, positions and document starts from an
  *    end-of-document token, as Megatron's --eod-mask-loss, --reset-position-ids and
  *    --reset-attention-mask do (ptdp-train's flags of those names, with --eod-token-id).
+ *  - Until 0.4.0 the masks were an argument of a `_masked` twin of each of the five functions.
+ *    The twins remain, deprecated, as wrappers that put their masks into the options; they
+ *    refuse options that hold masks of their own. The five take the masks in their options
+ *    now, so that each operation is one function whatever it is given (ptdp_pipeline_options
+ *    says why one options struct serves them all).
  *  @{ */
 
 /** Label values with a meaning of their own. */
@@ -3178,33 +3270,6 @@ typedef enum ptdp_eod_flags PTDP_ENUM_INT {
   PTDP_EOD_RESET_POSITION_IDS = 2,   /**< --reset-position-ids: positions restart after it. */
   PTDP_EOD_RESET_ATTENTION_MASK = 4  /**< --reset-attention-mask: no attention across it. */
 } ptdp_eod_flags;
-
-/**
- * Per-token inputs of a batch besides its tokens and labels, laid out like the tokens
- * ([rows, seq_length] row-major: b rows for one microbatch, m * b for a batch). Initialise with
- * ptdp_batch_masks_init(); a NULL member means its default. The arrays are read during the call
- * only.
- */
-typedef struct ptdp_batch_masks {
-  size_t struct_size;             /**< Set by ptdp_batch_masks_init(). */
-  const int32_t* position_ids;    /**< Each token's position: >= 0, and below
-                                       max_position_embeddings with learned position
-                                       embeddings. NULL (default): token i of a sample is at
-                                       position i. */
-  const int32_t* document_starts; /**< The first position of each token's document: in each
-                                       sample, 0 <= start[i] <= i and start[i] >= start[i - 1].
-                                       Token i attends to tokens start[i] .. i. NULL (default):
-                                       causal attention over the whole sample. */
-} ptdp_batch_masks;
-
-/**
- * @brief Fills @p masks with the defaults (no position ids, no documents) and sets its
- *        struct_size.
- * @param[out] masks Must not be NULL.
- * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT @p masks is NULL.
- */
-PTDP_API ptdp_status ptdp_batch_masks_init(ptdp_batch_masks* masks);
 
 /**
  * @brief Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts
@@ -3238,7 +3303,8 @@ PTDP_API ptdp_status ptdp_eod_masks(const int32_t* tokens, int64_t count, int32_
                                     int32_t* document_starts);
 
 /**
- * @brief ptdp_model_forward_backward() with position ids and documents.
+ * @brief Deprecated since 0.4.0: ptdp_model_forward_backward() with options whose masks are
+ *        @p masks.
  * @param model A live model that is not split into pipeline stages.
  * @param tokens [b, seq_length] row-major, in [0, V).
  * @param labels The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
@@ -3256,14 +3322,14 @@ PTDP_API ptdp_status ptdp_eod_masks(const int32_t* tokens, int64_t count, int32_
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
  * @par Thread safety
  * Collective over the tensor group; all ranks pass the same tokens, labels and masks.
+ * @deprecated Use ptdp_model_forward_backward() with ptdp_pipeline_options::masks.
  */
-PTDP_API ptdp_status ptdp_model_forward_backward_masked(ptdp_model model, const int32_t* tokens,
-                                                        const int32_t* labels, const ptdp_batch_masks* masks,
-                                                        int32_t micro_batch_size, int64_t iteration,
-                                                        int64_t microbatch, float grad_scale, float* loss);
+PTDP_API PTDP_DEPRECATED("ptdp_pipeline_options::masks") ptdp_status ptdp_model_forward_backward_masked(
+    ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
+    int32_t micro_batch_size, int64_t iteration, int64_t microbatch, float grad_scale, float* loss);
 
 /**
- * @brief ptdp_model_forward() with position ids and documents.
+ * @brief Deprecated since 0.4.0: ptdp_model_forward() with options whose masks are @p masks.
  * @param model A live model that is not split into pipeline stages.
  * @param tokens As in ptdp_model_forward_backward_masked().
  * @param labels As there.
@@ -3279,14 +3345,15 @@ PTDP_API ptdp_status ptdp_model_forward_backward_masked(ptdp_model model, const 
  * @retval PTDP_ERR_TIMEOUT a tensor-parallel peer did not take part in time.
  * @par Thread safety
  * Collective over the tensor group.
+ * @deprecated Use ptdp_model_forward() with ptdp_pipeline_options::masks.
  */
-PTDP_API ptdp_status ptdp_model_forward_masked(ptdp_model model, const int32_t* tokens, const int32_t* labels,
-                                               const ptdp_batch_masks* masks, int32_t micro_batch_size,
-                                               int64_t iteration, int64_t microbatch, int32_t training,
-                                               float* loss);
+PTDP_API PTDP_DEPRECATED("ptdp_pipeline_options::masks") ptdp_status ptdp_model_forward_masked(
+    ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
+    int32_t micro_batch_size, int64_t iteration, int64_t microbatch, int32_t training, float* loss);
 
 /**
- * @brief ptdp_model_pipeline_forward_backward() with position ids and documents.
+ * @brief Deprecated since 0.4.0: ptdp_model_pipeline_forward_backward() with @p options' masks
+ *        set to @p masks.
  * @param model A live model; its groups' pipeline and virtual sizes must match the schedule's.
  * @param schedule A schedule for (p, m, v).
  * @param tokens [m * b, seq_length] row-major, the same on every rank of a pipeline.
@@ -3295,26 +3362,27 @@ PTDP_API ptdp_status ptdp_model_forward_masked(ptdp_model model, const int32_t* 
  *        NULL for the defaults.
  * @param micro_batch_size b, > 0.
  * @param iteration Optimizer step; keys the dropout masks.
- * @param options NULL for the defaults.
+ * @param options NULL for the defaults; its own masks must be NULL.
  * @param[out] loss Receives the mean of the m microbatches' masked mean losses on every rank;
  *        may be NULL.
  * @retval PTDP_SUCCESS
  * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_model_pipeline_forward_backward(), a bad @p masks
- *         struct_size, or a position id or document start outside its range.
+ *         struct_size, a position id or document start outside its range, or masks given both
+ *         as @p masks and in @p options.
  * @retval PTDP_ERR_TIMEOUT a peer stage did not take part in time.
  * @retval PTDP_ERR_IO the trace could not be written.
  * @par Thread safety
  * Collective over the model-parallel group (and the world when tracing).
+ * @deprecated Use ptdp_model_pipeline_forward_backward() with ptdp_pipeline_options::masks.
  */
-PTDP_API ptdp_status ptdp_model_pipeline_forward_backward_masked(ptdp_model model, ptdp_schedule schedule,
-                                                                 const int32_t* tokens, const int32_t* labels,
-                                                                 const ptdp_batch_masks* masks,
-                                                                 int32_t micro_batch_size, int64_t iteration,
-                                                                 const ptdp_pipeline_options* options, float* loss);
+PTDP_API PTDP_DEPRECATED("ptdp_pipeline_options::masks") ptdp_status ptdp_model_pipeline_forward_backward_masked(
+    ptdp_model model, ptdp_schedule schedule, const int32_t* tokens, const int32_t* labels,
+    const ptdp_batch_masks* masks, int32_t micro_batch_size, int64_t iteration, const ptdp_pipeline_options* options,
+    float* loss);
 
 /**
- * @brief ptdp_train_iteration() with position ids and documents: one training iteration of
- *        the replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+ * @brief Deprecated since 0.4.0: ptdp_train_iteration() with @p options' masks set to
+ *        @p masks.
  * @param model A live model.
  * @param optimizer An optimizer created for @p model.
  * @param schedule A schedule for the model's (p, v) and m microbatches.
@@ -3324,24 +3392,25 @@ PTDP_API ptdp_status ptdp_model_pipeline_forward_backward_masked(ptdp_model mode
  *        the defaults.
  * @param micro_batch_size b, > 0.
  * @param iteration The step number, from 0.
- * @param options Executor options; NULL for the defaults.
+ * @param options NULL for the defaults; its own masks must be NULL.
  * @param[out] result Receives the loss (the mean of every replica's microbatches' masked mean
  *             losses), grad norm, lr, loss scale and skip; may be NULL.
  * @retval PTDP_SUCCESS
- * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_train_iteration(), a bad @p masks struct_size, or a
- *         position id or document start outside its range.
+ * @retval PTDP_ERR_INVALID_ARGUMENT as ptdp_train_iteration(), a bad @p masks struct_size, a
+ *         position id or document start outside its range, or masks given both as @p masks and
+ *         in @p options.
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
  * @par Thread safety
  * Collective over the world of the groups.
+ * @deprecated Use ptdp_train_iteration() with ptdp_pipeline_options::masks.
  */
-PTDP_API ptdp_status ptdp_train_iteration_masked(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule,
-                                                 const int32_t* tokens, const int32_t* labels,
-                                                 const ptdp_batch_masks* masks, int32_t micro_batch_size,
-                                                 int64_t iteration, const ptdp_pipeline_options* options,
-                                                 ptdp_iteration_result* result);
+PTDP_API PTDP_DEPRECATED("ptdp_pipeline_options::masks") ptdp_status ptdp_train_iteration_masked(
+    ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule, const int32_t* tokens, const int32_t* labels,
+    const ptdp_batch_masks* masks, int32_t micro_batch_size, int64_t iteration, const ptdp_pipeline_options* options,
+    ptdp_iteration_result* result);
 
 /**
- * @brief ptdp_model_evaluate() with position ids and documents.
+ * @brief Deprecated since 0.4.0: ptdp_model_evaluate() with options whose masks are @p masks.
  * @param model A live model.
  * @param tokens This replica's m * b samples, [m * b, seq_length] row-major.
  * @param labels The same shape: in [0, V), or ::PTDP_IGNORE_INDEX.
@@ -3356,10 +3425,11 @@ PTDP_API ptdp_status ptdp_train_iteration_masked(ptdp_model model, ptdp_optimize
  * @retval PTDP_ERR_TIMEOUT a rank did not take part in time.
  * @par Thread safety
  * Collective over the world of the model's groups.
+ * @deprecated Use ptdp_model_evaluate() with ptdp_pipeline_options::masks.
  */
-PTDP_API ptdp_status ptdp_model_evaluate_masked(ptdp_model model, const int32_t* tokens, const int32_t* labels,
-                                                const ptdp_batch_masks* masks, int32_t micro_batch_size,
-                                                int32_t num_microbatches, float* loss);
+PTDP_API PTDP_DEPRECATED("ptdp_pipeline_options::masks") ptdp_status ptdp_model_evaluate_masked(
+    ptdp_model model, const int32_t* tokens, const int32_t* labels, const ptdp_batch_masks* masks,
+    int32_t micro_batch_size, int32_t num_microbatches, float* loss);
 
 /** @} */
 

@@ -279,9 +279,9 @@ function train_iteration!(opt::Optimizer, schedule::Schedule, tokens::Array{Int3
                           position_ids = nothing, document_starts = nothing)
     size(tokens) == size(labels) || throw(DimensionMismatch("tokens and labels differ in size"))
     result = Ref{ptdp_iteration_result}()
-    with_masks(tokens, position_ids, document_starts) do masks
-        check(ptdp_train_iteration_masked(opt.model, opt, schedule, tokens, labels, masks,
-                                          micro_batch_size, iteration, C_NULL, result))
+    with_options(tokens, position_ids, document_starts) do options
+        check(ptdp_train_iteration(opt.model, opt, schedule, tokens, labels, micro_batch_size, iteration,
+                                   options, result))
     end
     return result[]
 end
@@ -298,9 +298,8 @@ function evaluate(m::Model, tokens::Array{Int32}, labels::Array{Int32}, micro_ba
                   num_microbatches::Integer; position_ids = nothing, document_starts = nothing)
     size(tokens) == size(labels) || throw(DimensionMismatch("tokens and labels differ in size"))
     loss = Ref{Cfloat}(0)
-    with_masks(tokens, position_ids, document_starts) do masks
-        check(ptdp_model_evaluate_masked(m, tokens, labels, masks, micro_batch_size, num_microbatches,
-                                         loss))
+    with_options(tokens, position_ids, document_starts) do options
+        check(ptdp_model_evaluate(m, tokens, labels, micro_batch_size, num_microbatches, options, loss))
     end
     return loss[]
 end
@@ -626,6 +625,20 @@ function eod_masks(tokens::AbstractMatrix{<:Integer}, eod_token_id::Integer; lab
     check(ptdp_eod_masks(t, count, seq_length, eod_token_id, flags, ornull(out_labels), ornull(positions),
                          ornull(starts)))
     return (labels = out_labels, position_ids = positions, document_starts = starts)
+end
+
+"""
+Runs `f(options)` with a `Ref{ptdp_pipeline_options}` whose masks are those of `with_masks`
+(the defaults when both arrays are `nothing`), kept alive for the call.
+"""
+function with_options(f, tokens, position_ids, document_starts)
+    return with_masks(tokens, position_ids, document_starts) do masks
+        GC.@preserve masks begin
+            ptr = masks === C_NULL ? Ptr{ptdp_batch_masks}(C_NULL) :
+                  Base.unsafe_convert(Ptr{ptdp_batch_masks}, masks)
+            f(Ref(defaults(ptdp_pipeline_options; masks = ptr)))
+        end
+    end
 end
 
 """

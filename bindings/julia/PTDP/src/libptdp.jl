@@ -3,9 +3,9 @@
 # Included by PTDP.jl, which defines `libptdp` (the library's name or path).
 
 const PTDP_VERSION_MAJOR = 0
-const PTDP_VERSION_MINOR = 3
+const PTDP_VERSION_MINOR = 4
 const PTDP_VERSION_PATCH = 0
-const PTDP_VERSION_CODE = 300
+const PTDP_VERSION_CODE = 400
 
 # Result of every fallible call.
 const ptdp_status = Cint
@@ -545,19 +545,47 @@ function ptdp_model_get_options(model, options)
           model, options)
 end
 
+# Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
+# seq_length] row-major: b rows for one microbatch, m * b for a batch).
+struct ptdp_batch_masks
+    struct_size::Csize_t
+    position_ids::Ptr{Int32}
+    document_starts::Ptr{Int32}
+end
+
+# Fills @p masks with the defaults (no position ids, no documents) and sets its struct_size.
+function ptdp_batch_masks_init(masks)
+    ccall((:ptdp_batch_masks_init, libptdp), ptdp_status, (Ptr{ptdp_batch_masks},), masks)
+end
+
+# Options of every call that runs a batch through the model: ptdp_model_forward_backward(),
+# ptdp_model_forward(), ptdp_model_pipeline_forward_backward(), ptdp_train_iteration() and
+# ptdp_model_evaluate(), and of ptdp_pipeline_run().
+struct ptdp_pipeline_options
+    struct_size::Csize_t
+    scatter_gather::Int32
+    trace_path::Ptr{Cchar}
+    masks::Ptr{ptdp_batch_masks}
+end
+
+# Fills @p options with the defaults and sets its struct_size.
+function ptdp_pipeline_options_init(options)
+    ccall((:ptdp_pipeline_options_init, libptdp), ptdp_status, (Ptr{ptdp_pipeline_options},), options)
+end
+
 # Forward and backward of one microbatch; adds the gradients of mean loss * @p grad_scale to the
 # model's gradients.
-function ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, loss)
+function ptdp_model_forward_backward(model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, options, loss)
     ccall((:ptdp_model_forward_backward, libptdp), ptdp_status,
-          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Int64, Cfloat, Ptr{Cfloat}),
-          model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, loss)
+          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Int64, Cfloat, Ptr{ptdp_pipeline_options}, Ptr{Cfloat}),
+          model, tokens, labels, micro_batch_size, iteration, microbatch, grad_scale, options, loss)
 end
 
 # Forward only (evaluation): the mean loss, nothing kept, gradients untouched.
-function ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training, loss)
+function ptdp_model_forward(model, tokens, labels, micro_batch_size, iteration, microbatch, training, options, loss)
     ccall((:ptdp_model_forward, libptdp), ptdp_status,
-          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Int64, Int32, Ptr{Cfloat}),
-          model, tokens, labels, micro_batch_size, iteration, microbatch, training, loss)
+          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Int32, Int64, Int64, Int32, Ptr{ptdp_pipeline_options}, Ptr{Cfloat}),
+          model, tokens, labels, micro_batch_size, iteration, microbatch, training, options, loss)
 end
 
 # Sets every gradient to zero.
@@ -603,18 +631,6 @@ end
 
 mutable struct ptdp_schedule_impl end
 const ptdp_schedule = Ptr{ptdp_schedule_impl}
-
-# Options for ptdp_model_pipeline_forward_backward().
-struct ptdp_pipeline_options
-    struct_size::Csize_t
-    scatter_gather::Int32
-    trace_path::Ptr{Cchar}
-end
-
-# Fills @p options with the defaults and sets its struct_size.
-function ptdp_pipeline_options_init(options)
-    ccall((:ptdp_pipeline_options_init, libptdp), ptdp_status, (Ptr{ptdp_pipeline_options},), options)
-end
 
 # Forward and backward of one global batch through a pipeline schedule: m microbatches of @p
 # micro_batch_size samples, each rank running its actions of @p schedule on its chunks.
@@ -1417,10 +1433,10 @@ end
 # Forward-only evaluation of a batch: the mean loss of the replica's m microbatches through the
 # pipeline (dropout off, nothing kept, gradients untouched), averaged over the data-parallel
 # group.
-function ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches, loss)
+function ptdp_model_evaluate(model, tokens, labels, micro_batch_size, num_microbatches, options, loss)
     ccall((:ptdp_model_evaluate, libptdp), ptdp_status,
-          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Int32, Int32, Ptr{Cfloat}),
-          model, tokens, labels, micro_batch_size, num_microbatches, loss)
+          (ptdp_model, Ptr{Int32}, Ptr{Int32}, Int32, Int32, Ptr{ptdp_pipeline_options}, Ptr{Cfloat}),
+          model, tokens, labels, micro_batch_size, num_microbatches, options, loss)
 end
 
 # Next-token logits: forward of @p batch sequences of seq_length tokens (dropout off) and the
@@ -1464,19 +1480,6 @@ const PTDP_EOD_MASK_LOSS = ptdp_eod_flags(1)
 const PTDP_EOD_RESET_POSITION_IDS = ptdp_eod_flags(2)
 const PTDP_EOD_RESET_ATTENTION_MASK = ptdp_eod_flags(4)
 
-# Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
-# seq_length] row-major: b rows for one microbatch, m * b for a batch).
-struct ptdp_batch_masks
-    struct_size::Csize_t
-    position_ids::Ptr{Int32}
-    document_starts::Ptr{Int32}
-end
-
-# Fills @p masks with the defaults (no position ids, no documents) and sets its struct_size.
-function ptdp_batch_masks_init(masks)
-    ccall((:ptdp_batch_masks_init, libptdp), ptdp_status, (Ptr{ptdp_batch_masks},), masks)
-end
-
 # Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts of @p
 # count samples from their end-of-document tokens.
 function ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts)
@@ -1485,36 +1488,36 @@ function ptdp_eod_masks(tokens, count, seq_length, eod_token_id, flags, labels, 
           tokens, count, seq_length, eod_token_id, flags, labels, position_ids, document_starts)
 end
 
-# ptdp_model_forward_backward() with position ids and documents.
+# Deprecated since 0.4.0: ptdp_model_forward_backward() with options whose masks are
 function ptdp_model_forward_backward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale, loss)
     ccall((:ptdp_model_forward_backward_masked, libptdp), ptdp_status,
           (ptdp_model, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Int64, Cfloat, Ptr{Cfloat}),
           model, tokens, labels, masks, micro_batch_size, iteration, microbatch, grad_scale, loss)
 end
 
-# ptdp_model_forward() with position ids and documents.
+# Deprecated since 0.4.0: ptdp_model_forward() with options whose masks are @p masks.
 function ptdp_model_forward_masked(model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training, loss)
     ccall((:ptdp_model_forward_masked, libptdp), ptdp_status,
           (ptdp_model, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Int64, Int32, Ptr{Cfloat}),
           model, tokens, labels, masks, micro_batch_size, iteration, microbatch, training, loss)
 end
 
-# ptdp_model_pipeline_forward_backward() with position ids and documents.
+# Deprecated since 0.4.0: ptdp_model_pipeline_forward_backward() with @p options' masks set to
+# @p masks.
 function ptdp_model_pipeline_forward_backward_masked(model, schedule, tokens, labels, masks, micro_batch_size, iteration, options, loss)
     ccall((:ptdp_model_pipeline_forward_backward_masked, libptdp), ptdp_status,
           (ptdp_model, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{Cfloat}),
           model, schedule, tokens, labels, masks, micro_batch_size, iteration, options, loss)
 end
 
-# ptdp_train_iteration() with position ids and documents: one training iteration of the
-# replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+# Deprecated since 0.4.0: ptdp_train_iteration() with @p options' masks set to
 function ptdp_train_iteration_masked(model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result)
     ccall((:ptdp_train_iteration_masked, libptdp), ptdp_status,
           (ptdp_model, ptdp_optimizer, ptdp_schedule, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int64, Ptr{ptdp_pipeline_options}, Ptr{ptdp_iteration_result}),
           model, optimizer, schedule, tokens, labels, masks, micro_batch_size, iteration, options, result)
 end
 
-# ptdp_model_evaluate() with position ids and documents.
+# Deprecated since 0.4.0: ptdp_model_evaluate() with options whose masks are @p masks.
 function ptdp_model_evaluate_masked(model, tokens, labels, masks, micro_batch_size, num_microbatches, loss)
     ccall((:ptdp_model_evaluate_masked, libptdp), ptdp_status,
           (ptdp_model, Ptr{Int32}, Ptr{Int32}, Ptr{ptdp_batch_masks}, Int32, Int32, Ptr{Cfloat}),

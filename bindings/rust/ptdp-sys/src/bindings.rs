@@ -2,9 +2,9 @@
 // Regenerate with `python3 scripts/gen-bindings.py`; ctest checks that it is fresh.
 
 pub const PTDP_VERSION_MAJOR: u32 = 0;
-pub const PTDP_VERSION_MINOR: u32 = 3;
+pub const PTDP_VERSION_MINOR: u32 = 4;
 pub const PTDP_VERSION_PATCH: u32 = 0;
-pub const PTDP_VERSION_CODE: u32 = 300;
+pub const PTDP_VERSION_CODE: u32 = 400;
 
 /// Result of every fallible call.
 pub type ptdp_status = i32;
@@ -211,20 +211,33 @@ pub struct ptdp_model_impl {
 }
 pub type ptdp_model = *mut ptdp_model_impl;
 
+/// Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
+/// seq_length] row-major: b rows for one microbatch, m * b for a batch).
 #[repr(C)]
-pub struct ptdp_schedule_impl {
-    _opaque: [u8; 0],
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_batch_masks {
+    pub struct_size: usize,
+    pub position_ids: *const i32,
+    pub document_starts: *const i32,
 }
-pub type ptdp_schedule = *mut ptdp_schedule_impl;
 
-/// Options for ptdp_model_pipeline_forward_backward().
+/// Options of every call that runs a batch through the model: ptdp_model_forward_backward(),
+/// ptdp_model_forward(), ptdp_model_pipeline_forward_backward(), ptdp_train_iteration() and
+/// ptdp_model_evaluate(), and of ptdp_pipeline_run().
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ptdp_pipeline_options {
     pub struct_size: usize,
     pub scatter_gather: i32,
     pub trace_path: *const ::std::os::raw::c_char,
+    pub masks: *const ptdp_batch_masks,
 }
+
+#[repr(C)]
+pub struct ptdp_schedule_impl {
+    _opaque: [u8; 0],
+}
+pub type ptdp_schedule = *mut ptdp_schedule_impl;
 
 /// Forward of one (chunk, microbatch) for ptdp_pipeline_run().
 pub type ptdp_stage_forward_fn = Option<
@@ -574,16 +587,6 @@ pub type ptdp_eod_flags = i32;
 pub const PTDP_EOD_MASK_LOSS: ptdp_eod_flags = 1;
 pub const PTDP_EOD_RESET_POSITION_IDS: ptdp_eod_flags = 2;
 pub const PTDP_EOD_RESET_ATTENTION_MASK: ptdp_eod_flags = 4;
-
-/// Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
-/// seq_length] row-major: b rows for one microbatch, m * b for a batch).
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct ptdp_batch_masks {
-    pub struct_size: usize,
-    pub position_ids: *const i32,
-    pub document_starts: *const i32,
-}
 
 /// What a checkpoint records besides tensors.
 #[repr(C)]
@@ -1033,6 +1036,11 @@ extern "C" {
     /// The options a model was built with, every default resolved (rotary_base 10000 rather
     /// than 0, and so on; ffn_hidden_size and max_position_embeddings as given).
     pub fn ptdp_model_get_options(model: ptdp_model, options: *mut ptdp_gpt_options) -> ptdp_status;
+    /// Fills @p masks with the defaults (no position ids, no documents) and sets its
+    /// struct_size.
+    pub fn ptdp_batch_masks_init(masks: *mut ptdp_batch_masks) -> ptdp_status;
+    /// Fills @p options with the defaults and sets its struct_size.
+    pub fn ptdp_pipeline_options_init(options: *mut ptdp_pipeline_options) -> ptdp_status;
     /// Forward and backward of one microbatch; adds the gradients of mean loss * @p grad_scale
     /// to the model's gradients.
     pub fn ptdp_model_forward_backward(
@@ -1043,6 +1051,7 @@ extern "C" {
         iteration: i64,
         microbatch: i64,
         grad_scale: f32,
+        options: *const ptdp_pipeline_options,
         loss: *mut f32,
     ) -> ptdp_status;
     /// Forward only (evaluation): the mean loss, nothing kept, gradients untouched.
@@ -1054,6 +1063,7 @@ extern "C" {
         iteration: i64,
         microbatch: i64,
         training: i32,
+        options: *const ptdp_pipeline_options,
         loss: *mut f32,
     ) -> ptdp_status;
     /// Sets every gradient to zero.
@@ -1094,8 +1104,6 @@ extern "C" {
         host: *mut f32,
         bytes: usize,
     ) -> ptdp_status;
-    /// Fills @p options with the defaults and sets its struct_size.
-    pub fn ptdp_pipeline_options_init(options: *mut ptdp_pipeline_options) -> ptdp_status;
     /// Forward and backward of one global batch through a pipeline schedule: m microbatches of
     /// @p micro_batch_size samples, each rank running its actions of @p schedule on its chunks.
     pub fn ptdp_model_pipeline_forward_backward(
@@ -1578,6 +1586,7 @@ extern "C" {
         labels: *const i32,
         micro_batch_size: i32,
         num_microbatches: i32,
+        options: *const ptdp_pipeline_options,
         loss: *mut f32,
     ) -> ptdp_status;
     /// Next-token logits: forward of @p batch sequences of seq_length tokens (dropout off) and
@@ -1603,9 +1612,6 @@ extern "C" {
         capacity: i32,
         count: *mut i32,
     ) -> ptdp_status;
-    /// Fills @p masks with the defaults (no position ids, no documents) and sets its
-    /// struct_size.
-    pub fn ptdp_batch_masks_init(masks: *mut ptdp_batch_masks) -> ptdp_status;
     /// Megatron's _get_ltor_masks_and_position_ids: labels, position ids and document starts of
     /// @p count samples from their end-of-document tokens.
     pub fn ptdp_eod_masks(
@@ -1618,7 +1624,7 @@ extern "C" {
         position_ids: *mut i32,
         document_starts: *mut i32,
     ) -> ptdp_status;
-    /// ptdp_model_forward_backward() with position ids and documents.
+    /// Deprecated since 0.4.0: ptdp_model_forward_backward() with options whose masks are
     pub fn ptdp_model_forward_backward_masked(
         model: ptdp_model,
         tokens: *const i32,
@@ -1630,7 +1636,7 @@ extern "C" {
         grad_scale: f32,
         loss: *mut f32,
     ) -> ptdp_status;
-    /// ptdp_model_forward() with position ids and documents.
+    /// Deprecated since 0.4.0: ptdp_model_forward() with options whose masks are @p masks.
     pub fn ptdp_model_forward_masked(
         model: ptdp_model,
         tokens: *const i32,
@@ -1642,7 +1648,8 @@ extern "C" {
         training: i32,
         loss: *mut f32,
     ) -> ptdp_status;
-    /// ptdp_model_pipeline_forward_backward() with position ids and documents.
+    /// Deprecated since 0.4.0: ptdp_model_pipeline_forward_backward() with @p options' masks
+    /// set to @p masks.
     pub fn ptdp_model_pipeline_forward_backward_masked(
         model: ptdp_model,
         schedule: ptdp_schedule,
@@ -1654,8 +1661,7 @@ extern "C" {
         options: *const ptdp_pipeline_options,
         loss: *mut f32,
     ) -> ptdp_status;
-    /// ptdp_train_iteration() with position ids and documents: one training iteration of the
-    /// replica's batch, whose labels may be ::PTDP_IGNORE_INDEX.
+    /// Deprecated since 0.4.0: ptdp_train_iteration() with @p options' masks set to
     pub fn ptdp_train_iteration_masked(
         model: ptdp_model,
         optimizer: ptdp_optimizer,
@@ -1668,7 +1674,7 @@ extern "C" {
         options: *const ptdp_pipeline_options,
         result: *mut ptdp_iteration_result,
     ) -> ptdp_status;
-    /// ptdp_model_evaluate() with position ids and documents.
+    /// Deprecated since 0.4.0: ptdp_model_evaluate() with options whose masks are @p masks.
     pub fn ptdp_model_evaluate_masked(
         model: ptdp_model,
         tokens: *const i32,

@@ -2,7 +2,7 @@
 use crate::config::TrainConfig;
 use crate::error::{c_string, check, from_buffer, Error, Result};
 use crate::masks::BatchMasks;
-use crate::options::{opt_ptr, Action, CheckpointState, Defaults, GenerateOptions, GptOptions, IterationResult};
+use crate::options::{Action, CheckpointState, Defaults, GenerateOptions, GptOptions, IterationResult};
 use crate::options::{OptimizerOptions, PipelineOptions, ScheduleCosts};
 use crate::runtime::Groups;
 use crate::sys;
@@ -81,15 +81,15 @@ impl<'g> Model<'g> {
         let masks = masks.to_raw(tokens.len())?;
         let mut loss = 0.0;
         check(unsafe {
-            sys::ptdp_model_forward_backward_masked(
+            sys::ptdp_model_forward_backward(
                 self.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
-                &masks,
                 micro_batch_size,
                 iteration,
                 microbatch,
                 grad_scale,
+                &with_masks(None, &masks),
                 &mut loss,
             )
         })?;
@@ -133,15 +133,15 @@ impl<'g> Model<'g> {
         let masks = masks.to_raw(tokens.len())?;
         let mut loss = 0.0;
         check(unsafe {
-            sys::ptdp_model_forward_masked(
+            sys::ptdp_model_forward(
                 self.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
-                &masks,
                 micro_batch_size,
                 iteration,
                 microbatch,
                 training as i32,
+                &with_masks(None, &masks),
                 &mut loss,
             )
         })?;
@@ -170,7 +170,8 @@ impl<'g> Model<'g> {
         )
     }
 
-    /// [`Model::pipeline_forward_backward`] with position ids and documents for the whole batch.
+    /// [`Model::pipeline_forward_backward`] with position ids and documents for the whole batch
+    /// (they replace `options`' masks).
     #[allow(clippy::too_many_arguments)]
     pub fn pipeline_forward_backward_masked(
         &self,
@@ -186,15 +187,14 @@ impl<'g> Model<'g> {
         let masks = masks.to_raw(tokens.len())?;
         let mut loss = 0.0;
         check(unsafe {
-            sys::ptdp_model_pipeline_forward_backward_masked(
+            sys::ptdp_model_pipeline_forward_backward(
                 self.raw,
                 schedule.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
-                &masks,
                 micro_batch_size,
                 iteration,
-                opt_ptr(options),
+                &with_masks(options, &masks),
                 &mut loss,
             )
         })?;
@@ -245,13 +245,13 @@ impl<'g> Model<'g> {
         let masks = masks.to_raw(tokens.len())?;
         let mut loss = 0.0;
         check(unsafe {
-            sys::ptdp_model_evaluate_masked(
+            sys::ptdp_model_evaluate(
                 self.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
-                &masks,
                 micro_batch_size,
                 num_microbatches,
+                &with_masks(None, &masks),
                 &mut loss,
             )
         })?;
@@ -343,6 +343,13 @@ impl Drop for Model<'_> {
     }
 }
 
+/// `options` (None: the defaults) carrying `masks`, which must outlive the call it is passed to.
+fn with_masks(options: Option<&PipelineOptions>, masks: &sys::ptdp_batch_masks) -> PipelineOptions {
+    let mut o = options.copied().unwrap_or_else(PipelineOptions::defaults);
+    o.masks = masks;
+    o
+}
+
 fn same_len(tokens: &[i32], labels: &[i32]) -> Result<()> {
     if tokens.len() != labels.len() {
         return Err(Error::invalid(format!(
@@ -389,8 +396,8 @@ impl<'m> Optimizer<'m> {
         )
     }
 
-    /// [`Optimizer::train_iteration`] with position ids and documents; labels may be
-    /// [`crate::IGNORE_INDEX`].
+    /// [`Optimizer::train_iteration`] with position ids and documents (they replace `options`'
+    /// masks); labels may be [`crate::IGNORE_INDEX`].
     #[allow(clippy::too_many_arguments)]
     pub fn train_iteration_masked(
         &self,
@@ -406,16 +413,15 @@ impl<'m> Optimizer<'m> {
         let masks = masks.to_raw(tokens.len())?;
         let mut result = zeroed_result();
         check(unsafe {
-            sys::ptdp_train_iteration_masked(
+            sys::ptdp_train_iteration(
                 self.model.raw,
                 self.raw,
                 schedule.raw,
                 tokens.as_ptr(),
                 labels.as_ptr(),
-                &masks,
                 micro_batch_size,
                 iteration,
-                opt_ptr(options),
+                &with_masks(options, &masks),
                 &mut result,
             )
         })?;
