@@ -70,8 +70,9 @@ std::string name_of(const Case& c) {
          " p=" + std::to_string(c.p) + " m=" + std::to_string(c.m) + " v=" + std::to_string(c.v);
 }
 
-// FNV-1a over each rank's compute actions as (kind, microbatch, chunk), ranks in order.
-std::uint64_t compute_digest(const Schedule& s) {
+// FNV-1a over each rank's actions as (kind, microbatch, chunk, peer), ranks in order; the
+// compute actions only, or all of them.
+std::uint64_t digest(const Schedule& s, bool transfers) {
   std::uint64_t h = 14695981039346656037ULL;
   auto mix = [&](long long x) {
     for (int i = 0; i < 8; ++i) {
@@ -82,10 +83,11 @@ std::uint64_t compute_digest(const Schedule& s) {
   for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     mix(-1 - static_cast<long long>(r));
     for (const ptdp::Action& a : s.ranks[r]) {
-      if (ptdp::is_communication(a.kind)) continue;
+      if (ptdp::is_communication(a.kind) && !transfers) continue;
       mix(static_cast<long long>(a.kind));
       mix(a.microbatch);
       mix(a.chunk);
+      if (transfers) mix(a.peer);
     }
   }
   return h;
@@ -107,7 +109,7 @@ std::string fixture_line(const Case& c) {
   const Figures f = figures(s);
   char buf[160];
   std::snprintf(buf, sizeof buf, "%d %d %d %d %d %016llx %.17g %d", static_cast<int>(c.kind),
-                static_cast<int>(c.placement), c.p, c.m, c.v, static_cast<unsigned long long>(compute_digest(s)),
+                static_cast<int>(c.placement), c.p, c.m, c.v, static_cast<unsigned long long>(digest(s, false)),
                 f.bubble, f.peak);
   return buf;
 }
@@ -123,7 +125,7 @@ TEST_CASE("write the compute-order fixture", "[.write_compute_orders]") {
 TEST_CASE("print the schedule figures", "[.schedule_report]") {
   ptdp::ScheduleCosts slow = ptdp::ScheduleCosts{};
   slow.p2p_latency = 0.1;
-  std::printf("kind,placement,p,m,v,bubble,bubble_latency,peak,batches\n");
+  std::printf("kind,placement,p,m,v,bubble,bubble_latency,peak,batches,lists\n");
   for (const Case& c : grid()) {
     const Schedule s = make(c);
     const Figures f = figures(s);
@@ -133,8 +135,9 @@ TEST_CASE("print the schedule figures", "[.schedule_report]") {
         batches += ptdp::is_communication(list[i].kind) && (i == 0 || !ptdp::is_communication(list[i - 1].kind));
       }
     }
-    std::printf("%d,%d,%d,%d,%d,%.17g,%.17g,%d,%d\n", static_cast<int>(c.kind), static_cast<int>(c.placement), c.p,
-                c.m, c.v, f.bubble, ptdp::simulate(s, slow).bubble_fraction, f.peak, batches);
+    std::printf("%d,%d,%d,%d,%d,%.17g,%.17g,%d,%d,%016llx\n", static_cast<int>(c.kind), static_cast<int>(c.placement),
+                c.p, c.m, c.v, f.bubble, ptdp::simulate(s, slow).bubble_fraction, f.peak, batches,
+                static_cast<unsigned long long>(digest(s, true)));
   }
 }
 
@@ -151,17 +154,17 @@ TEST_CASE("schedules keep the compute orders of ead2a67, and their bubble and pe
     INFO(name_of(c));
     std::istringstream fields(line);
     int kind = -1, placement = -1, p = 0, m = 0, v = 0, peak = 0;
-    std::string digest;
+    std::string orders;
     double bubble = 0;
-    fields >> kind >> placement >> p >> m >> v >> digest >> bubble >> peak;
+    fields >> kind >> placement >> p >> m >> v >> orders >> bubble >> peak;
     REQUIRE(fields);
     REQUIRE(kind == static_cast<int>(c.kind));
     REQUIRE(placement == static_cast<int>(c.placement));
     REQUIRE((p == c.p && m == c.m && v == c.v));
     const Schedule s = make(c);
     char now[17];
-    std::snprintf(now, sizeof now, "%016llx", static_cast<unsigned long long>(compute_digest(s)));
-    CHECK(std::string(now) == digest);
+    std::snprintf(now, sizeof now, "%016llx", static_cast<unsigned long long>(digest(s, false)));
+    CHECK(std::string(now) == orders);
     const Figures f = figures(s);
     CHECK(f.bubble <= bubble + 1e-12);
     CHECK(f.peak <= peak);
