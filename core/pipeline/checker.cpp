@@ -103,112 +103,186 @@ std::string check_action(const Schedule& s, int r, int i, const Action& a) {
 }
 
 // Step 4: one rank's list in order, then its completeness.
-struct UnitState {
-  bool forward = false, backward = false, input = false, weight = false;
-  bool recv_act = false, recv_grad = false, sent_act = false, sent_grad = false;
+class RankOrder {
+ public:
+  RankOrder(const Schedule& s, int r)
+      : s_(s), r_(r), st_(static_cast<std::size_t>(s.m) * static_cast<std::size_t>(s.v)) {}
+
+  // What is wrong with `a` coming next, or nothing.
+  std::string take(const Action& a) {
+    switch (a.kind) {
+      case ActionKind::Forward: return forward(a);
+      case ActionKind::Backward:
+      case ActionKind::BackwardInput: return backward(a);
+      case ActionKind::BackwardWeight: return weight(a);
+      default: return transfer(a);
+    }
+  }
+
+  // What a (microbatch, chunk) of the rank lacks at the end, or nothing.
+  std::string complete() {
+    for (int mb = 0; mb < s_.m; ++mb) {
+      for (int j = 0; j < s_.v; ++j) {
+        const int chunk = s_.chunk_at(r_, j);
+        const UnitState& u = at(mb, chunk);
+        auto what = [&] {
+          return "rank " + to_string(r_) + ": microbatch " + to_string(mb) + " chunk " + to_string(chunk);
+        };
+        if (!u.forward) return what() + " has no forward";
+        if (s_.kind == ScheduleKind::ForwardOnly) continue;
+        if (!u.backward && !u.input) return what() + " has no backward";
+        if (u.input && !u.weight) {
+          return what() + " has an input-gradient backward (B) but no weight-gradient backward (W)";
+        }
+      }
+    }
+    return {};
+  }
+
+ private:
+  struct UnitState {
+    bool forward = false, backward = false, input = false, weight = false;
+    bool recv_act = false, recv_grad = false, sent_act = false, sent_grad = false;
+  };
+
+  // Local chunk index j = s.local_index(chunk) for chunks of this rank.
+  UnitState& at(int mb, int chunk) {
+    return st_[static_cast<std::size_t>(mb) * static_cast<std::size_t>(s_.v) +
+               static_cast<std::size_t>(s_.local_index(chunk))];
+  }
+
+  std::string forward(const Action& a) {
+    UnitState& u = at(a.microbatch, a.chunk);
+    if (u.forward) return "second forward of " + unit(a);
+    if (a.chunk > 0) {
+      if (s_.rank_of_chunk(a.chunk - 1) == r_) {
+        if (!at(a.microbatch, a.chunk - 1).forward) {
+          return "forward of " + unit(a) + " before the forward of chunk " + to_string(a.chunk - 1) +
+                 " it takes its input from";
+        }
+      } else if (!u.recv_act) {
+        return "forward of " + unit(a) + " before its input was received";
+      }
+    }
+    u.forward = true;
+    return {};
+  }
+
+  std::string backward(const Action& a) {
+    UnitState& u = at(a.microbatch, a.chunk);
+    const bool full = a.kind == ActionKind::Backward;
+    const char* name = full ? "backward" : "input-gradient backward (B)";
+    if (u.backward || u.input) return "second backward of " + unit(a);
+    if (!u.forward) return name + (" of " + unit(a)) + " before its forward";
+    if (a.chunk + 1 < s_.num_chunks()) {
+      if (s_.rank_of_chunk(a.chunk + 1) == r_) {
+        const UnitState& next = at(a.microbatch, a.chunk + 1);
+        if (!next.backward && !next.input) {
+          return name + (" of " + unit(a)) + " before the backward of chunk " + to_string(a.chunk + 1) +
+                 " it takes its output gradient from";
+        }
+      } else if (!u.recv_grad) {
+        return name + (" of " + unit(a)) + " before its output gradient was received";
+      }
+    }
+    (full ? u.backward : u.input) = true;
+    return {};
+  }
+
+  std::string weight(const Action& a) {
+    UnitState& u = at(a.microbatch, a.chunk);
+    if (u.weight) return "second weight-gradient backward (W) of " + unit(a);
+    if (u.backward) {
+      return "weight-gradient backward (W) of " + unit(a) +
+             " after a full backward, which already computed the weight gradients";
+    }
+    if (!u.input) return "weight-gradient backward (W) of " + unit(a) + " before its input-gradient backward (B)";
+    u.weight = true;
+    return {};
+  }
+
+  std::string transfer(const Action& a) {
+    UnitState& u = at(a.microbatch, a.chunk);
+    const bool send = is_send(a.kind), activation = is_activation(a.kind);
+    bool& seen = send ? (activation ? u.sent_act : u.sent_grad) : (activation ? u.recv_act : u.recv_grad);
+    if (seen) return "second " + transfer_text(a);
+    if (send && activation && !u.forward) return transfer_text(a) + " before its forward";
+    if (send && !activation && !u.backward && !u.input) return transfer_text(a) + " before its backward";
+    seen = true;
+    return {};
+  }
+
+  const Schedule& s_;
+  int r_;
+  std::vector<UnitState> st_;
 };
 
 std::string check_rank_order(const Schedule& s, int r) {
-  const int nc = s.num_chunks();
-  const int v = s.v;
-  // Local chunk index j = s.local_index(chunk) for chunks of this rank.
-  std::vector<UnitState> st(static_cast<std::size_t>(s.m) * static_cast<std::size_t>(v));
-  auto at = [&](int mb, int chunk) -> UnitState& {
-    return st[static_cast<std::size_t>(mb) * static_cast<std::size_t>(v) +
-              static_cast<std::size_t>(s.local_index(chunk))];
-  };
+  RankOrder order(s, r);
   const auto& list = s.ranks[static_cast<std::size_t>(r)];
   for (int i = 0; i < static_cast<int>(list.size()); ++i) {
     const Action& a = list[static_cast<std::size_t>(i)];
-    UnitState& u = at(a.microbatch, a.chunk);
-    // The message prefix, built only when a check fails (this loop runs for every action).
-    auto here = [&] { return where(r, i, a) + ": "; };
-    switch (a.kind) {
-      case ActionKind::Forward: {
-        if (u.forward) return here() + "second forward of " + unit(a);
-        if (a.chunk > 0) {
-          if (s.rank_of_chunk(a.chunk - 1) == r) {
-            if (!at(a.microbatch, a.chunk - 1).forward) {
-              return here() + "forward of " + unit(a) + " before the forward of chunk " +
-                     to_string(a.chunk - 1) + " it takes its input from";
-            }
-          } else if (!u.recv_act) {
-            return here() + "forward of " + unit(a) + " before its input was received";
-          }
-        }
-        u.forward = true;
-        break;
-      }
-      case ActionKind::Backward:
-      case ActionKind::BackwardInput: {
-        const bool full = a.kind == ActionKind::Backward;
-        const char* name = full ? "backward" : "input-gradient backward (B)";
-        if (u.backward || u.input) return here() + "second backward of " + unit(a);
-        if (!u.forward) return here() + name + " of " + unit(a) + " before its forward";
-        if (a.chunk + 1 < nc) {
-          if (s.rank_of_chunk(a.chunk + 1) == r) {
-            const UnitState& next = at(a.microbatch, a.chunk + 1);
-            if (!next.backward && !next.input) {
-              return here() + name + " of " + unit(a) + " before the backward of chunk " +
-                     to_string(a.chunk + 1) + " it takes its output gradient from";
-            }
-          } else if (!u.recv_grad) {
-            return here() + name + " of " + unit(a) + " before its output gradient was received";
-          }
-        }
-        (full ? u.backward : u.input) = true;
-        break;
-      }
-      case ActionKind::BackwardWeight: {
-        if (u.weight) return here() + "second weight-gradient backward (W) of " + unit(a);
-        if (u.backward) {
-          return here() + "weight-gradient backward (W) of " + unit(a) +
-                 " after a full backward, which already computed the weight gradients";
-        }
-        if (!u.input) {
-          return here() + "weight-gradient backward (W) of " + unit(a) +
-                 " before its input-gradient backward (B)";
-        }
-        u.weight = true;
-        break;
-      }
-      case ActionKind::SendActivation:
-        if (u.sent_act) return here() + "second " + transfer_text(a);
-        if (!u.forward) return here() + transfer_text(a) + " before its forward";
-        u.sent_act = true;
-        break;
-      case ActionKind::RecvActivation:
-        if (u.recv_act) return here() + "second " + transfer_text(a);
-        u.recv_act = true;
-        break;
-      case ActionKind::SendGradient:
-        if (u.sent_grad) return here() + "second " + transfer_text(a);
-        if (!u.backward && !u.input) return here() + transfer_text(a) + " before its backward";
-        u.sent_grad = true;
-        break;
-      case ActionKind::RecvGradient:
-        if (u.recv_grad) return here() + "second " + transfer_text(a);
-        u.recv_grad = true;
-        break;
-    }
+    if (std::string e = order.take(a); !e.empty()) return where(r, i, a) + ": " + e;
   }
-  for (int mb = 0; mb < s.m; ++mb) {
-    for (int j = 0; j < v; ++j) {
-      const int chunk = s.chunk_at(r, j);
-      const UnitState& u = at(mb, chunk);
-      auto what = [&] { return "rank " + to_string(r) + ": microbatch " + to_string(mb) + " chunk " + to_string(chunk); };
-      if (!u.forward) return what() + " has no forward";
-      if (s.kind == ScheduleKind::ForwardOnly) continue;
-      if (!u.backward && !u.input) return what() + " has no backward";
-      if (u.input && !u.weight) {
-        return what() + " has an input-gradient backward (B) but no weight-gradient backward (W)";
+  return order.complete();
+}
+
+// Step 3: the k-th send of a kind from A to B names what the k-th receive on B from A expects.
+// The transfers of one kind from rank `from` to rank `to`: sends at `sv` in from's list,
+// receives at `rv` in to's, matched in order.
+std::string check_pair(const Schedule& s, int from, int to, bool activation, const std::vector<int>& sv,
+                       const std::vector<int>& rv) {
+  const auto& from_list = s.ranks[static_cast<std::size_t>(from)];
+  const auto& to_list = s.ranks[static_cast<std::size_t>(to)];
+  const char* what = activation ? "activation" : "gradient";
+  // What the receiving side names: (microbatch, receiver's chunk), counted only once a pair of
+  // transfers disagrees (to tell a missing transfer from one out of order).
+  std::map<std::pair<int, int>, int> sent, received;
+  bool counted = false;
+  auto count = [&](bool of_sends, std::pair<int, int> key) {
+    if (!counted) {
+      for (int i : sv) {
+        const Action& a = from_list[static_cast<std::size_t>(i)];
+        ++sent[{a.microbatch, other_chunk(a)}];
       }
+      for (int i : rv) {
+        const Action& a = to_list[static_cast<std::size_t>(i)];
+        ++received[{a.microbatch, a.chunk}];
+      }
+      counted = true;
     }
+    const auto& m = of_sends ? sent : received;
+    const auto it = m.find(key);
+    return it == m.end() ? 0 : it->second;
+  };
+  auto no_receive = [&](int i) {
+    return "rank " + to_string(from) + ": " + transfer_text(from_list[static_cast<std::size_t>(i)]) + " (action " +
+           to_string(i) + ") has no matching receive";
+  };
+  auto no_send = [&](int i) {
+    return "rank " + to_string(to) + ": " + transfer_text(to_list[static_cast<std::size_t>(i)]) + " (action " +
+           to_string(i) + ") has no matching send";
+  };
+  const std::size_t common = std::min(sv.size(), rv.size());
+  for (std::size_t k = 0; k <= common; ++k) {
+    const bool has_send = k < sv.size(), has_recv = k < rv.size();
+    if (!has_send && !has_recv) break;
+    if (has_send && !has_recv) return no_receive(sv[k]);
+    if (!has_send && has_recv) return no_send(rv[k]);
+    const Action& snd = from_list[static_cast<std::size_t>(sv[k])];
+    const Action& rcv = to_list[static_cast<std::size_t>(rv[k])];
+    if (snd.microbatch == rcv.microbatch && other_chunk(snd) == rcv.chunk) continue;
+    const std::pair<int, int> sk{snd.microbatch, other_chunk(snd)}, rk{rcv.microbatch, rcv.chunk};
+    if (count(false, sk) < count(true, sk)) return no_receive(sv[k]);
+    if (count(true, rk) < count(false, rk)) return no_send(rv[k]);
+    return where(from, sv[k], snd) + " is " + what + " send number " + to_string(k + 1) + " from rank " +
+           to_string(from) + " to rank " + to_string(to) + ", but " + what + " receive number " + to_string(k + 1) +
+           " on rank " + to_string(to) + " from rank " + to_string(from) + " is action " + to_string(rv[k]) + " (" +
+           rcv.str() + "): transfers of one kind between two ranks are matched in order";
   }
   return {};
 }
 
-// Step 3: the k-th send of a kind from A to B names what the k-th receive on B from A expects.
 std::string check_matching(const Schedule& s) {
   // (from, to, activation?) -> positions of sends / receives in order.
   using Key = std::tuple<int, int, bool>;
@@ -233,61 +307,9 @@ std::string check_matching(const Schedule& s) {
     const auto [from, to, activation] = kv.first;
     const auto si = sends.find(kv.first);
     const auto ri = recvs.find(kv.first);
-    const std::vector<int>& sv = si == sends.end() ? kNone : si->second;
-    const std::vector<int>& rv = ri == recvs.end() ? kNone : ri->second;
-    const auto& from_list = s.ranks[static_cast<std::size_t>(from)];
-    const auto& to_list = s.ranks[static_cast<std::size_t>(to)];
-    const char* what = activation ? "activation" : "gradient";
-    // What the receiving side names: (microbatch, receiver's chunk), counted only once a pair
-    // of transfers disagrees (to tell a missing transfer from one out of order).
-    std::map<std::pair<int, int>, int> sent, received;
-    bool counted = false;
-    auto count = [&](bool of_sends, std::pair<int, int> key) {
-      if (!counted) {
-        for (int i : sv) {
-          const Action& a = from_list[static_cast<std::size_t>(i)];
-          ++sent[{a.microbatch, other_chunk(a)}];
-        }
-        for (int i : rv) {
-          const Action& a = to_list[static_cast<std::size_t>(i)];
-          ++received[{a.microbatch, a.chunk}];
-        }
-        counted = true;
-      }
-      const auto& m = of_sends ? sent : received;
-      const auto it = m.find(key);
-      return it == m.end() ? 0 : it->second;
-    };
-    // Copies of the structured bindings: clang before 16 cannot capture those in a lambda.
-    const int from_rank = from, to_rank = to;
-    auto no_receive = [&](int i) {
-      const Action& snd = from_list[static_cast<std::size_t>(i)];
-      return "rank " + to_string(from_rank) + ": " + transfer_text(snd) + " (action " + to_string(i) +
-             ") has no matching receive";
-    };
-    auto no_send = [&](int i) {
-      const Action& rcv = to_list[static_cast<std::size_t>(i)];
-      return "rank " + to_string(to_rank) + ": " + transfer_text(rcv) + " (action " + to_string(i) +
-             ") has no matching send";
-    };
-    const std::size_t common = std::min(sv.size(), rv.size());
-    for (std::size_t k = 0; k <= common; ++k) {
-      const bool has_send = k < sv.size(), has_recv = k < rv.size();
-      if (!has_send && !has_recv) break;
-      if (has_send && !has_recv) return no_receive(sv[k]);
-      if (!has_send && has_recv) return no_send(rv[k]);
-      const Action& snd = from_list[static_cast<std::size_t>(sv[k])];
-      const Action& rcv = to_list[static_cast<std::size_t>(rv[k])];
-      if (snd.microbatch == rcv.microbatch && other_chunk(snd) == rcv.chunk) continue;
-      const std::pair<int, int> sk{snd.microbatch, other_chunk(snd)}, rk{rcv.microbatch, rcv.chunk};
-      if (count(false, sk) < count(true, sk)) return no_receive(sv[k]);
-      if (count(true, rk) < count(false, rk)) return no_send(rv[k]);
-      return where(from, sv[k], snd) + " is " + what + " send number " + to_string(k + 1) +
-             " from rank " + to_string(from) + " to rank " + to_string(to) + ", but " + what +
-             " receive number " + to_string(k + 1) + " on rank " + to_string(to) +
-             " from rank " + to_string(from) + " is action " + to_string(rv[k]) + " (" +
-             rcv.str() + "): transfers of one kind between two ranks are matched in order";
-    }
+    std::string e = check_pair(s, from, to, activation, si == sends.end() ? kNone : si->second,
+                               ri == recvs.end() ? kNone : ri->second);
+    if (!e.empty()) return e;
   }
   return {};
 }

@@ -13,22 +13,13 @@ namespace {
 using Key = std::pair<int, int>;  // (microbatch, chunk)
 using Clock = std::chrono::steady_clock;
 
-// "F mb3 c1" for messages and trace spans.
-std::string describe(const Action& a) {
-  static const char* names[] = {"F", "B", "Bi", "W", "SendAct", "RecvAct", "SendGrad", "RecvGrad"};
-  std::string s = names[static_cast<int>(a.kind) & 7];
-  s += " mb" + std::to_string(a.microbatch) + " c" + std::to_string(a.chunk);
-  if (a.peer >= 0) s += " peer " + std::to_string(a.peer);
-  return s;
-}
-
 constexpr int kActivationTag = 0;
 constexpr int kGradientTag = 1;
 
 Tensor take(std::map<Key, Tensor>& m, Key k, const Action& a, const char* what) {
   auto it = m.find(k);
   if (it == m.end()) {
-    throw_error(ErrorCode::InvalidState, describe(a) + ": its " + std::string(what) + " (microbatch " +
+    throw_error(ErrorCode::InvalidState, a.str() + ": its " + std::string(what) + " (microbatch " +
                                              std::to_string(k.first) + ", chunk " + std::to_string(k.second) +
                                              ") is not available; the schedule is inconsistent");
   }
@@ -99,7 +90,7 @@ class Runner {
       default: break;
     }
     if (o_.trace) {
-      o_.trace->add(describe(a), "compute", start, Clock::now(), 0);
+      o_.trace->add(a.str(), "compute", start, Clock::now(), 0);
     }
   }
 
@@ -126,8 +117,8 @@ class Runner {
     for (std::size_t i = begin; i < end; ++i) {
       const Action& a = actions[i];
       const Key k{a.microbatch, a.chunk};
-      if (!label.empty()) label += ' ';
-      label += describe(a);
+      if (!label.empty()) label += ", ";
+      label += a.str();
       switch (a.kind) {
         case ActionKind::SendActivation:
         case ActionKind::SendGradient: {
@@ -135,7 +126,7 @@ class Runner {
           auto& from = grad ? input_grads_ : outputs_;
           auto it = from.find(k);
           if (it == from.end()) {
-            throw_error(ErrorCode::InvalidState, describe(a) + ": nothing computed to send; the schedule is inconsistent");
+            throw_error(ErrorCode::InvalidState, a.str() + ": nothing computed to send; the schedule is inconsistent");
           }
           const Tensor& t = it->second;
           ops.push_back({P2POp::Kind::Send, sliced(t.numel()) ? my_slice(t) : t, a.peer,

@@ -1,6 +1,7 @@
 // Pipeline schedules as data (docs/architecture.md, principle 5): for each pipeline rank, the ordered list
 // of actions it performs in one iteration. A schedule can be generated, checked, simulated,
-// drawn and executed; the executor runs exactly these lists.
+// drawn and executed; the executor runs exactly these lists. A generator writes each rank's
+// compute order; one pass (transfers.h) adds the sends and receives.
 //
 // Model chunks (virtual stages) are numbered 0 .. p*v - 1 in model order. Where they live is
 // the schedule's placement (ChunkPlacement): round-robin, chunk c on pipeline rank c % p (with
@@ -25,7 +26,9 @@
 //  - Compute actions run in list order; an action starts when the previous one has finished.
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/parallel/layout.h"
@@ -52,8 +55,15 @@ struct Action {
   int chunk = 0;  ///< global chunk index in [0, p*v)
   int peer = -1;  ///< pipeline rank of the other side (communication only)
   bool operator==(const Action&) const = default;
-  std::string str() const;  ///< "F3c1", "SendAct mb3 c1 -> 2"
+  /// The one text of an action, in the checker's and executor's messages, the drawings' titles
+  /// and the trace's spans: "F mb3 c1", "B mb0 c7", "Bi mb2 c0", "W mb2 c0", "SendAct mb3 c1 -> 2",
+  /// "RecvGrad mb4 c1 <- 2".
+  std::string str() const;
 };
+
+/// The action `text` names, written as Action::str() writes it, or nothing. Compute actions have
+/// had that text in the executor's trace spans of every ptdp version, so old traces read too.
+std::optional<Action> parse_action(std::string_view text);
 
 /// Numbers match ptdp_schedule_kind in the C API.
 /// ForwardOnly (evaluation, generation) runs microbatch after microbatch through every chunk,

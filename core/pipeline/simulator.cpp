@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <exception>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,31 +14,12 @@
 
 namespace ptdp {
 
-double action_cost(const Schedule& s, const ScheduleCosts& c, ActionKind kind) {
-  const double v = s.v;
-  switch (kind) {
-    case ActionKind::Forward: return c.forward / v;
-    case ActionKind::Backward: return c.backward / v;
-    case ActionKind::BackwardInput: return c.backward_input / v;
-    case ActionKind::BackwardWeight: return c.backward_weight / v;
-    default: return 0;
-  }
-}
-
 namespace {
 
-template <typename Cost>
-SimulationResult run_simulation(const Schedule& s, Cost cost, double p2p_latency) {
-  const CheckResult check = check_schedule(s);
-  PTDP_CHECK_ARG(check.ok, "the schedule is not valid: " + check.message);
-
-  const auto p = static_cast<std::size_t>(s.p);
-  const CommLayout cl = comm_layout(s);
-  SimulationResult res;
-  res.timeline.resize(p);
-  res.peak_slots.assign(p, 0);
-  for (std::size_t r = 0; r < p; ++r) {
-    res.timeline[r].resize(s.ranks[r].size());
+// The busy time of the busiest rank, and each rank's most activations held at once.
+void count_work(const Schedule& s, const PipelineClock::Cost& cost, SimulationResult& res) {
+  res.peak_slots.assign(s.ranks.size(), 0);
+  for (std::size_t r = 0; r < s.ranks.size(); ++r) {
     double busy = 0;
     int held = 0;
     for (const Action& a : s.ranks[r]) {
@@ -52,65 +33,80 @@ SimulationResult run_simulation(const Schedule& s, Cost cost, double p2p_latency
     }
     res.ideal = std::max(res.ideal, busy);
   }
-  PTDP_CHECK_ARG(res.ideal > 0, "the costs give the schedule no compute time (every compute "
-                                "action it holds costs 0)");
+}
 
-  // Post times of batches, known once their rank reaches them; a rank stops at a batch until
-  // every partner's post time is known. The check above guarantees that all ranks finish.
-  std::vector<std::vector<double>> post(p);
-  for (std::size_t r = 0; r < p; ++r) post[r].assign(cl.batches[r].size(), -1);
-  std::vector<std::size_t> pos(p, 0);
-  std::vector<double> clock(p, 0);
-  bool progress = true;
-  while (progress) {
-    progress = false;
-    for (std::size_t r = 0; r < p; ++r) {
-      const auto& list = s.ranks[r];
-      while (pos[r] < list.size()) {
-        const Action& a = list[pos[r]];
-        if (!is_communication(a.kind)) {
-          TimedAction& t = res.timeline[r][pos[r]];
-          t.start = clock[r];
-          t.end = clock[r] + cost(a);
-          clock[r] = t.end;
-          ++pos[r];
-          progress = true;
-          continue;
-        }
-        const auto b = static_cast<std::size_t>(cl.batch_of[r][pos[r]]);
-        if (post[r][b] < 0) {
-          post[r][b] = clock[r];
-          progress = true;
-        }
-        const CommLayout::Batch batch = cl.batches[r][b];
-        double done = post[r][b];
-        bool ready = true;
-        for (int i = batch.begin; i < batch.end && ready; ++i) {
-          const ActionRef& other = cl.partner[r][static_cast<std::size_t>(i)];
-          const auto q = static_cast<std::size_t>(other.rank);
-          const auto qb = static_cast<std::size_t>(cl.batch_of[q][static_cast<std::size_t>(other.index)]);
-          if (post[q][qb] < 0) {
-            ready = false;
-          } else {
-            done = std::max(done, std::max(post[r][b], post[q][qb]) + p2p_latency);
-          }
-        }
-        if (!ready) break;
-        for (int i = batch.begin; i < batch.end; ++i) {
-          res.timeline[r][static_cast<std::size_t>(i)] = TimedAction{post[r][b], done};
-        }
-        clock[r] = done;
-        pos[r] = static_cast<std::size_t>(batch.end);
-        progress = true;
-      }
+// A schedule's lists as the time model runs them: each rank's compute order, and each transfer
+// between the gaps holding its two sides (gap g of a rank: before its compute action g).
+struct Split {
+  std::vector<std::vector<Action>> orders;
+  std::vector<std::vector<std::size_t>> gap_of;  // [rank][list index]: the gap a transfer sits in
+  std::vector<GapTransfer> transfers;
+};
+
+Split split(const Schedule& s) {
+  Split out;
+  const std::size_t p = s.ranks.size();
+  out.orders.resize(p);
+  out.gap_of.resize(p);
+  for (std::size_t r = 0; r < p; ++r) {
+    for (const Action& a : s.ranks[r]) {
+      out.gap_of[r].push_back(out.orders[r].size());
+      if (!is_communication(a.kind)) out.orders[r].push_back(a);
     }
   }
+  const CommLayout cl = comm_layout(s);
   for (std::size_t r = 0; r < p; ++r) {
-    if (pos[r] < s.ranks[r].size()) {
-      throw_error(ErrorCode::Internal, "simulate: rank " + std::to_string(r) + " stopped at action " +
-                                           std::to_string(pos[r]) + " of a checked schedule");
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const Action& a = s.ranks[r][i];
+      if (a.kind != ActionKind::SendActivation && a.kind != ActionKind::SendGradient) continue;
+      const ActionRef& other = cl.partner[r][i];
+      const auto q = static_cast<std::size_t>(other.rank), j = static_cast<std::size_t>(other.index);
+      GapTransfer t;
+      t.from = static_cast<int>(r);
+      t.to = other.rank;
+      t.send = a;
+      t.recv = s.ranks[q][j];
+      t.send_gap = out.gap_of[r][i];
+      t.recv_gap = out.gap_of[q][j];
+      out.transfers.push_back(t);
     }
-    res.makespan = std::max(res.makespan, clock[r]);
+  }
+  return out;
+}
+
+SimulationResult run_simulation(const Schedule& s, const PipelineClock::Cost& cost, double p2p_latency) {
+  const CheckResult check = check_schedule(s);
+  PTDP_CHECK_ARG(check.ok, "the schedule is not valid: " + check.message);
+  SimulationResult res;
+  count_work(s, cost, res);
+  PTDP_CHECK_ARG(res.ideal > 0, "the costs give the schedule no compute time (every compute "
+                                "action it holds costs 0)");
+  Split lists = split(s);
+  PipelineClock clock(s, cost, p2p_latency, PipelineClock::Transfers::Explicit);
+  PipelineRun run(clock, lists.orders);
+  run.listed(lists.transfers);
+  const ComputeTimeline ran = run.run("simulate");
+  // A batch is posted when its rank reaches its gap and completes with its last transfer.
+  const std::size_t p = s.ranks.size();
+  std::vector<std::vector<double>> done(p);
+  for (std::size_t r = 0; r < p; ++r) done[r].assign(lists.orders[r].size() + 1, 0);
+  for (const GapTransfer& t : lists.transfers) {
+    double& sent = done[static_cast<std::size_t>(t.from)][t.send_gap];
+    double& received = done[static_cast<std::size_t>(t.to)][t.recv_gap];
+    sent = std::max(sent, t.met + p2p_latency);
+    received = std::max(received, t.met + p2p_latency);
+  }
+  res.timeline.resize(p);
+  for (std::size_t r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < s.ranks[r].size(); ++i) {
+      const std::size_t g = lists.gap_of[r][i];
+      if (!is_communication(s.ranks[r][i].kind)) {
+        res.timeline[r].push_back(TimedAction{ran[r][g].start, ran[r][g].end});
+      } else {
+        res.timeline[r].push_back(TimedAction{g == 0 ? 0.0 : ran[r][g - 1].end, done[r][g]});
+      }
+    }
+    res.makespan = std::max(res.makespan, run.finish(static_cast<int>(r)));
   }
   res.bubble_fraction = (res.makespan - res.ideal) / res.ideal;
   return res;
@@ -275,23 +271,10 @@ ChunkCosts measure_chunk_costs(const std::vector<TraceSpan>& spans, int chunks) 
       comm.push_back(sp.seconds);
       continue;
     }
-    // "<kind> mb<i> c<chunk>" with kind F, B (full backward), Bi or W.
-    const std::size_t sp1 = sp.name.find(' ');
-    const std::size_t cpos = sp.name.rfind(" c");
-    if (sp1 == std::string::npos || cpos == std::string::npos || cpos + 2 >= sp.name.size()) continue;
-    const std::string kind = sp.name.substr(0, sp1);
-    int k = -1;
-    if (kind == "F") k = 0;
-    if (kind == "B") k = 1;
-    if (kind == "Bi") k = 2;
-    if (kind == "W") k = 3;
-    int c = -1;
-    try {
-      c = std::stoi(sp.name.substr(cpos + 2));
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (k < 0 || c < 0 || c >= chunks) continue;
+    // A compute span is named after its action (Action::str()).
+    const std::optional<Action> a = parse_action(sp.name);
+    if (!a || is_communication(a->kind) || a->chunk < 0 || a->chunk >= chunks) continue;
+    const int k = static_cast<int>(a->kind), c = a->chunk;
     samples[k][static_cast<std::size_t>(c)].push_back(sp.seconds);
   }
   auto quantile = [](std::vector<double> v, double q) {

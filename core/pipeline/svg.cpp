@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 
@@ -65,15 +66,15 @@ std::string swatch(double x, double y, double w, double h, const std::string& co
          " z\" fill=\"" + color + "\" stroke=\"#333\" stroke-width=\"0.5\"/>\n";
 }
 
-}  // namespace
 
-std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
-  const double makespan = sim.makespan > 0 ? sim.makespan : 1;
-  const double scale = kPlotWidth / makespan;
-  const double rows_bottom = kTop + kRow * s.p;
+// Where the drawing puts things: time t at x = kLeft + t * scale.
+struct Frame {
+  double makespan, scale, rows_bottom;
+};
+
+void title(std::ostream& o, const Schedule& s, const SimulationResult& sim, const Frame& f) {
   const double width = kLeft + kPlotWidth + 20;
-  const double height = rows_bottom + kAxis + kLegend + 10;
-  std::ostringstream o;
+  const double height = f.rows_bottom + kAxis + kLegend + 10;
   o << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" << num(width)
     << "\" height=\"" << num(height) << "\" viewBox=\"0 0 " << num(width) << " " << num(height)
@@ -84,69 +85,74 @@ std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
     << escape(schedule_kind_name(s.kind)) << ": p = " << s.p << ", m = " << s.m << ", v = " << s.v
     << "; makespan " << num(sim.makespan) << ", bubble fraction " << fraction(sim.bubble_fraction)
     << "</text>\n";
+}
 
-  // Grid and time axis.
-  const double step = tick_step(makespan);
+// The vertical grid lines, the time axis with its ticks and their labels.
+void axis(std::ostream& o, const Frame& f) {
+  const double step = tick_step(f.makespan);
   o << "<g stroke=\"#ddd\" stroke-width=\"1\">\n";
-  for (double t = 0; t <= makespan + 1e-9; t += step) {
-    const double x = kLeft + t * scale;
+  for (double t = 0; t <= f.makespan + 1e-9; t += step) {
+    const double x = kLeft + t * f.scale;
     o << "<line x1=\"" << num(x) << "\" y1=\"" << num(kTop) << "\" x2=\"" << num(x) << "\" y2=\""
-      << num(rows_bottom) << "\"/>\n";
+      << num(f.rows_bottom) << "\"/>\n";
   }
   o << "</g>\n";
   o << "<g stroke=\"#333\" stroke-width=\"1\">\n";
-  o << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(rows_bottom) << "\" x2=\""
-    << num(kLeft + kPlotWidth) << "\" y2=\"" << num(rows_bottom) << "\"/>\n";
-  for (double t = 0; t <= makespan + 1e-9; t += step) {
-    const double x = kLeft + t * scale;
-    o << "<line x1=\"" << num(x) << "\" y1=\"" << num(rows_bottom) << "\" x2=\"" << num(x)
-      << "\" y2=\"" << num(rows_bottom + 5) << "\"/>\n";
+  o << "<line x1=\"" << num(kLeft) << "\" y1=\"" << num(f.rows_bottom) << "\" x2=\""
+    << num(kLeft + kPlotWidth) << "\" y2=\"" << num(f.rows_bottom) << "\"/>\n";
+  for (double t = 0; t <= f.makespan + 1e-9; t += step) {
+    const double x = kLeft + t * f.scale;
+    o << "<line x1=\"" << num(x) << "\" y1=\"" << num(f.rows_bottom) << "\" x2=\"" << num(x)
+      << "\" y2=\"" << num(f.rows_bottom + 5) << "\"/>\n";
   }
   o << "</g>\n";
   o << "<g text-anchor=\"middle\">\n";
-  for (double t = 0; t <= makespan + 1e-9; t += step) {
+  for (double t = 0; t <= f.makespan + 1e-9; t += step) {
     char label[32];
     std::snprintf(label, sizeof label, "%g", t);
-    o << "<text x=\"" << num(kLeft + t * scale) << "\" y=\"" << num(rows_bottom + 17) << "\">"
+    o << "<text x=\"" << num(kLeft + t * f.scale) << "\" y=\"" << num(f.rows_bottom + 17) << "\">"
       << label << "</text>\n";
   }
-  o << "<text x=\"" << num(kLeft + kPlotWidth / 2) << "\" y=\"" << num(rows_bottom + 32)
+  o << "<text x=\"" << num(kLeft + kPlotWidth / 2) << "\" y=\"" << num(f.rows_bottom + 32)
     << "\">time</text>\n";
   o << "</g>\n";
+}
 
-  // One row per rank, one box per compute action.
-  for (int r = 0; r < s.p; ++r) {
-    const double y = kTop + kRow * r + (kRow - kBox) / 2;
-    o << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(y + kBox / 2 + 4)
-      << "\" text-anchor=\"end\">rank " << r << "</text>\n";
-    o << "<g stroke=\"#333\" stroke-width=\"0.5\">\n";
-    const auto& list = s.ranks[static_cast<std::size_t>(r)];
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const Action& a = list[i];
-      if (is_communication(a.kind)) continue;
-      const TimedAction& t = sim.timeline[static_cast<std::size_t>(r)][i];
-      const double x = kLeft + t.start * scale;
-      const double w = std::max(0.0, (t.end - t.start) * scale);
-      o << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
-        << "\" height=\"" << num(kBox) << "\" fill=\"" << fill(a.kind, s.local_index(a.chunk), s.v)
-        << "\"><title>" << escape(a.str()) << " [" << num(t.start) << ", " << num(t.end)
-        << "]</title></rect>\n";
-    }
-    o << "</g>\n";
-    o << "<g text-anchor=\"middle\" font-size=\"" << (s.v > 1 || s.m > 20 ? 9 : 11) << "\">\n";
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const Action& a = list[i];
-      if (is_communication(a.kind)) continue;
-      const TimedAction& t = sim.timeline[static_cast<std::size_t>(r)][i];
-      if ((t.end - t.start) * scale < 9) continue;  // no room for a label
-      o << "<text x=\"" << num(kLeft + (t.start + t.end) / 2 * scale) << "\" y=\""
-        << num(y + kBox / 2 + 4) << "\" fill=\"" << ink(s.local_index(a.chunk), s.v) << "\">" << a.microbatch
-        << "</text>\n";
-    }
-    o << "</g>\n";
+// Rank r's row: its label, one box per compute action, and the microbatches where they fit.
+void row(std::ostream& o, const Schedule& s, const SimulationResult& sim, const Frame& f, int r) {
+  const double y = kTop + kRow * r + (kRow - kBox) / 2;
+  o << "<text x=\"" << num(kLeft - 8) << "\" y=\"" << num(y + kBox / 2 + 4)
+    << "\" text-anchor=\"end\">rank " << r << "</text>\n";
+  o << "<g stroke=\"#333\" stroke-width=\"0.5\">\n";
+  const auto& list = s.ranks[static_cast<std::size_t>(r)];
+  const auto& times = sim.timeline[static_cast<std::size_t>(r)];
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    if (is_communication(a.kind)) continue;
+    const TimedAction& t = times[i];
+    const double x = kLeft + t.start * f.scale;
+    const double w = std::max(0.0, (t.end - t.start) * f.scale);
+    o << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
+      << "\" height=\"" << num(kBox) << "\" fill=\"" << fill(a.kind, s.local_index(a.chunk), s.v)
+      << "\"><title>" << escape(a.str()) << " [" << num(t.start) << ", " << num(t.end)
+      << "]</title></rect>\n";
   }
+  o << "</g>\n";
+  o << "<g text-anchor=\"middle\" font-size=\"" << (s.v > 1 || s.m > 20 ? 9 : 11) << "\">\n";
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const Action& a = list[i];
+    if (is_communication(a.kind)) continue;
+    const TimedAction& t = times[i];
+    if ((t.end - t.start) * f.scale < 9) continue;  // no room for a label
+    o << "<text x=\"" << num(kLeft + (t.start + t.end) / 2 * f.scale) << "\" y=\""
+      << num(y + kBox / 2 + 4) << "\" fill=\"" << ink(s.local_index(a.chunk), s.v) << "\">" << a.microbatch
+      << "</text>\n";
+  }
+  o << "</g>\n";
+}
 
-  // Legend: the kinds present, each for the lowest and highest chunk when v > 1.
+// The kinds present, each for the lowest and highest chunk when v > 1.
+void legend(std::ostream& o, const Schedule& s, const Frame& f) {
   bool present[4] = {false, false, false, false};
   for (const auto& list : s.ranks) {
     for (const Action& a : list) {
@@ -156,7 +162,7 @@ std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
   static const char* const kNames[4] = {"forward (F)", "backward (B)", "input-gradient backward (B)",
                                         "weight-gradient backward (W)"};
   double x = kLeft;
-  const double ly = rows_bottom + kAxis;
+  const double ly = f.rows_bottom + kAxis;
   for (int k = 0; k < 4; ++k) {
     if (!present[k]) continue;
     const auto kind = static_cast<ActionKind>(k);
@@ -173,6 +179,18 @@ std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
     o << "<text x=\"" << num(x) << "\" y=\"" << num(ly + 11)
       << "\">(lighter: higher chunk of the rank)</text>\n";
   }
+}
+
+}  // namespace
+
+std::string schedule_svg(const Schedule& s, const SimulationResult& sim) {
+  const double makespan = sim.makespan > 0 ? sim.makespan : 1;
+  const Frame f{makespan, kPlotWidth / makespan, kTop + kRow * s.p};
+  std::ostringstream o;
+  title(o, s, sim, f);
+  axis(o, f);
+  for (int r = 0; r < s.p; ++r) row(o, s, sim, f, r);
+  legend(o, s, f);
   o << "</svg>\n";
   return o.str();
 }

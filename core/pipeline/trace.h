@@ -25,9 +25,9 @@ class TraceRecorder {
   /// rank). Collective over `world`. Throws Error(Io) naming the path when it cannot be written.
   void write_merged(Communicator& world, int world_rank, const std::string& path) const;
 
-  /// One recorded span: `name` as the executor writes it ("F mb3 c1", "Bi mb0 c2", "W mb0 c2",
-  /// "B mb1 c0"; a communication batch lists its transfers), microseconds since the recorder
-  /// was made.
+  /// One recorded span: `name` as the executor writes it, its action's Action::str() ("F mb3 c1",
+  /// "Bi mb0 c2", "W mb0 c2", "B mb1 c0"; a communication batch lists its transfers, separated by
+  /// ", "), microseconds since the recorder was made.
   struct Event {
     std::string name, category;
     double ts_us, dur_us;

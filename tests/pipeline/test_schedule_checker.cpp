@@ -81,11 +81,11 @@ TEST_CASE("schedule checker: swapped actions break the order of data or of trans
     const int i = index_of(s, 1, RecvAct(3, 1, 0));
     REQUIRE(rank(s, 1)[static_cast<std::size_t>(i + 1)] == F(3, 1));
     swap_actions(s, 1, i, i + 1);
-    CHECK(failure(s) == at(1, i) + " (F3c1): forward of microbatch 3 chunk 1 before its input was received");
+    CHECK(failure(s) == at(1, i) + " (F mb3 c1): forward of microbatch 3 chunk 1 before its input was received");
   }
   SECTION("a send before the forward producing it") {
     Schedule s = ptdp::make_schedule(ScheduleKind::OneFOneB, 4, 8);
-    swap_actions(s, 0, 0, 1);  // F0c0, SendAct mb0 c0 -> 1
+    swap_actions(s, 0, 0, 1);  // F mb0 c0, SendAct mb0 c0 -> 1
     CHECK(failure(s) == at(0, 0) + " (SendAct mb0 c0 -> 1): send of activation mb 0 chunk 0 to rank 1 "
                                    "before its forward");
   }
@@ -94,7 +94,7 @@ TEST_CASE("schedule checker: swapped actions break the order of data or of trans
     const int i = index_of(s, 2, RecvGrad(5, 2, 3));
     REQUIRE(rank(s, 2)[static_cast<std::size_t>(i + 1)] == B(5, 2));
     swap_actions(s, 2, i, i + 1);
-    CHECK(failure(s) == at(2, i) + " (B5c2): backward of microbatch 5 chunk 2 before its output gradient "
+    CHECK(failure(s) == at(2, i) + " (B mb5 c2): backward of microbatch 5 chunk 2 before its output gradient "
                                    "was received");
   }
   SECTION("two sends of one kind to one rank in the wrong order") {
@@ -111,7 +111,7 @@ TEST_CASE("schedule checker: swapped actions break the order of data or of trans
     Schedule s = ptdp::make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4);
     const int b = index_of(s, 0, Bi(0, 0)), w = index_of(s, 0, W(0, 0));
     swap_actions(s, 0, b, w);
-    CHECK(failure(s) == at(0, b) + " (W0c0): weight-gradient backward (W) of microbatch 0 chunk 0 before "
+    CHECK(failure(s) == at(0, b) + " (W mb0 c0): weight-gradient backward (W) of microbatch 0 chunk 0 before "
                                    "its input-gradient backward (B)");
   }
 }
@@ -132,7 +132,7 @@ TEST_CASE("schedule checker: a duplicated forward", "[pipeline][schedule][checke
   Schedule s = ptdp::make_schedule(ScheduleKind::OneFOneB, 4, 8);
   const int i = index_of(s, 2, F(0, 2));
   rank(s, 2).insert(rank(s, 2).begin() + i + 1, F(0, 2));
-  CHECK(failure(s) == at(2, i + 1) + " (F0c2): second forward of microbatch 0 chunk 2");
+  CHECK(failure(s) == at(2, i + 1) + " (F mb0 c2): second forward of microbatch 0 chunk 2");
 }
 
 TEST_CASE("schedule checker: a receive moved ahead of what its sender waits for deadlocks",
@@ -170,7 +170,7 @@ TEST_CASE("schedule checker: chunks on one rank pass data without transfers", "[
   Schedule s = ptdp::make_schedule(ScheduleKind::Interleaved1F1B, 1, 2, 2);
   const int a = index_of(s, 0, F(0, 0)), b = index_of(s, 0, F(0, 1));
   swap_actions(s, 0, a, b);
-  CHECK(failure(s) == at(0, a) + " (F0c1): forward of microbatch 0 chunk 1 before the forward of chunk 0 "
+  CHECK(failure(s) == at(0, a) + " (F mb0 c1): forward of microbatch 0 chunk 1 before the forward of chunk 0 "
                                  "it takes its input from");
   Schedule t = ptdp::make_schedule(ScheduleKind::Interleaved1F1B, 1, 2, 2);
   rank(t, 0).insert(rank(t, 0).begin() + 1, SendAct(0, 0, 0));
@@ -181,13 +181,13 @@ TEST_CASE("schedule checker: chunks on one rank pass data without transfers", "[
 TEST_CASE("schedule checker: malformed actions and shapes", "[pipeline][schedule][checker]") {
   Schedule s = ptdp::make_schedule(ScheduleKind::OneFOneB, 2, 2);
   rank(s, 0)[0].microbatch = 2;
-  CHECK(failure(s) == "rank 0 action 0 (F2c0): microbatch 2 is out of range [0, 2)");
+  CHECK(failure(s) == "rank 0 action 0 (F mb2 c0): microbatch 2 is out of range [0, 2)");
   s = ptdp::make_schedule(ScheduleKind::OneFOneB, 2, 2);
   rank(s, 0)[0].chunk = 1;
-  CHECK(failure(s) == "rank 0 action 0 (F0c1): chunk 1 lives on rank 1, not rank 0");
+  CHECK(failure(s) == "rank 0 action 0 (F mb0 c1): chunk 1 lives on rank 1, not rank 0");
   s = ptdp::make_schedule(ScheduleKind::OneFOneB, 2, 2);
   rank(s, 0)[0].chunk = 2;
-  CHECK(failure(s) == "rank 0 action 0 (F0c2): chunk 2 is out of range [0, 2)");
+  CHECK(failure(s) == "rank 0 action 0 (F mb0 c2): chunk 2 is out of range [0, 2)");
   s = ptdp::make_schedule(ScheduleKind::OneFOneB, 2, 2);
   rank(s, 0)[0].kind = static_cast<ActionKind>(11);
   CHECK(failure(s) == "rank 0 action 0: unknown action kind 11");

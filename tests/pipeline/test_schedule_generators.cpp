@@ -2,7 +2,9 @@
 // describes; combinations a kind cannot serve are refused with the numbers in the message.
 #include <catch2/catch.hpp>
 
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -211,15 +213,29 @@ TEST_CASE("schedule generators refuse combinations they cannot serve, naming the
   CHECK(error_of(ScheduleKind::GPipe, 4097, 4096, 1).find("p * m * v = 4097 * 4096 * 1 exceeds") == 0);
 }
 
-TEST_CASE("schedule actions print as in the checker's messages", "[pipeline][schedule]") {
-  CHECK(Action{ActionKind::Forward, 3, 1, -1}.str() == "F3c1");
-  CHECK(Action{ActionKind::Backward, 0, 7, -1}.str() == "B0c7");
-  CHECK(Action{ActionKind::BackwardInput, 2, 0, -1}.str() == "Bi2c0");
-  CHECK(Action{ActionKind::BackwardWeight, 2, 0, -1}.str() == "W2c0");
-  CHECK(Action{ActionKind::SendActivation, 3, 1, 2}.str() == "SendAct mb3 c1 -> 2");
-  CHECK(Action{ActionKind::RecvActivation, 3, 2, 1}.str() == "RecvAct mb3 c2 <- 1");
-  CHECK(Action{ActionKind::SendGradient, 4, 2, 1}.str() == "SendGrad mb4 c2 -> 1");
-  CHECK(Action{ActionKind::RecvGradient, 4, 1, 2}.str() == "RecvGrad mb4 c1 <- 2");
+TEST_CASE("schedule actions have one text, which reads back", "[pipeline][schedule]") {
+  const std::pair<Action, const char*> texts[] = {
+      {{ActionKind::Forward, 3, 1, -1}, "F mb3 c1"},
+      {{ActionKind::Backward, 0, 7, -1}, "B mb0 c7"},
+      {{ActionKind::BackwardInput, 2, 0, -1}, "Bi mb2 c0"},
+      {{ActionKind::BackwardWeight, 2, 0, -1}, "W mb2 c0"},
+      {{ActionKind::SendActivation, 3, 1, 2}, "SendAct mb3 c1 -> 2"},
+      {{ActionKind::RecvActivation, 3, 2, 1}, "RecvAct mb3 c2 <- 1"},
+      {{ActionKind::SendGradient, 4, 2, 1}, "SendGrad mb4 c2 -> 1"},
+      {{ActionKind::RecvGradient, 4, 1, 2}, "RecvGrad mb4 c1 <- 2"},
+  };
+  for (const auto& [action, text] : texts) {
+    CHECK(action.str() == text);
+    const std::optional<Action> back = ptdp::parse_action(text);
+    REQUIRE(back.has_value());
+    CHECK(*back == action);
+  }
+  CHECK(Action{static_cast<ActionKind>(11), 0, 1, -1}.str() == "?11 mb0 c1");
+  for (const char* bad : {"", "F", "F mb3", "F mb3 c1 -> 2", "SendAct mb3 c1", "SendAct mb3 c1 <- 2", "F3c1",
+                          "F mb c1", "F mb3 c1x", "X mb3 c1", "F  mb3 c1", "F mb3 c1 "}) {
+    INFO(bad);
+    CHECK_FALSE(ptdp::parse_action(bad).has_value());
+  }
   CHECK(std::string(ptdp::action_kind_name(ActionKind::BackwardWeight)) == "BackwardWeight");
   CHECK(std::string(ptdp::schedule_kind_name(ScheduleKind::Interleaved1F1B)) == "interleaved 1F1B");
 }

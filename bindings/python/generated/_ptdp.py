@@ -2008,9 +2008,9 @@ def ptdp_schedule_check(schedule):
            semantics above finishes (no deadlock).
 
     A schedule that fails is not an error: the call succeeds with *ok = 0 and the message
-    describing the first violation, e.g. "rank 1 action 7 (F3c1): forward of microbatch 3 chunk
-    1 before its input was received" or "deadlock: rank 0 waits at action 5 (...) for rank 1,
-    which waits at action 9 (...) for rank 0".
+    describing the first violation, e.g. "rank 1 action 7 (F mb3 c1): forward of microbatch 3
+    chunk 1 before its input was received" or "deadlock: rank 0 waits at action 5 (...) for rank
+    1, which waits at action 9 (...) for rank 0".
     :type schedule: struct ptdp_schedule_impl
     :param schedule: A live schedule handle.
     :type ok: int, out

@@ -1960,9 +1960,9 @@ PTDP_API ptdp_status ptdp_schedule_actions(ptdp_schedule schedule, int32_t rank,
  *        semantics above finishes (no deadlock).
  *
  * A schedule that fails is not an error: the call succeeds with *ok = 0 and the message
- * describing the first violation, e.g. "rank 1 action 7 (F3c1): forward of microbatch 3 chunk
- * 1 before its input was received" or "deadlock: rank 0 waits at action 5 (...) for rank 1,
- * which waits at action 9 (...) for rank 0".
+ * describing the first violation, e.g. "rank 1 action 7 (F mb3 c1): forward of microbatch 3
+ * chunk 1 before its input was received" or "deadlock: rank 0 waits at action 5 (...) for rank
+ * 1, which waits at action 9 (...) for rank 0".
  * @param schedule A live schedule handle.
  * @param[out] ok Receives 1 when the schedule is valid, 0 otherwise; must not be NULL.
  * @param[out] message Receives the message (empty when valid), NUL-terminated and truncated to
