@@ -1,4 +1,4 @@
-// core/tensor/file_read: regular files only, size limits, reads bounded by the size at open,
+// io/file_read: regular files only, size limits, reads bounded by the size at open,
 // checked arithmetic of numbers read from files.
 #include <catch2/catch.hpp>
 #include <sys/stat.h>
