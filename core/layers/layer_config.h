@@ -40,6 +40,52 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
+/// Megatron's --moe-router-score-function.
+enum class MoeScoreFunction : int { Softmax = 0, Sigmoid = 1 };
+/// Megatron's --moe-router-load-balancing-type.
+enum class MoeLoadBalancing : int { AuxLoss = 0, SeqAuxLoss = 1, GlobalAuxLoss = 2, None = 3 };
+/// Megatron's --moe-token-drop-policy: with a capacity factor, which of an expert's tokens are
+/// kept: those with the highest routing probabilities, or the first ones in the microbatch.
+enum class MoeDropPolicy : int { Probs = 0, Position = 1 };
+/// Megatron's --moe-token-dispatcher-type.
+enum class MoeDispatcher : int { AllToAll = 0, AllGather = 1 };
+
+/// Mixture-of-experts settings (Megatron-Core's --num-experts, --moe-*): num_experts == 0 is a
+/// dense model. Names, defaults and semantics are Megatron-Core's (docs/moe.md).
+struct MoeConfig {
+  int num_experts = 0;               ///< --num-experts E; 0: dense MLPs only
+  int router_topk = 2;               ///< --moe-router-topk k
+  int ffn_hidden_size = 0;           ///< --moe-ffn-hidden-size; 0: the model's ffn_hidden_size
+  /// --moe-layer-freq as one entry per layer (1: MoE, 0: dense); empty: every layer is MoE.
+  std::vector<int> layer_pattern;
+  int shared_expert_intermediate_size = 0;  ///< --moe-shared-expert-intermediate-size; 0: none
+  bool shared_expert_gate = false;   ///< --moe-shared-expert-gate (Qwen2-MoE's sigmoid gate)
+  MoeScoreFunction score_function = MoeScoreFunction::Softmax;
+  bool pre_softmax = false;          ///< --moe-router-pre-softmax
+  float topk_scaling_factor = 0.0f;  ///< --moe-router-topk-scaling-factor; 0: none
+  int num_groups = 0;                ///< --moe-router-num-groups; 0: no group-limited routing
+  int group_topk = 0;                ///< --moe-router-group-topk
+  bool enable_expert_bias = false;   ///< --moe-router-enable-expert-bias (aux-loss-free balancing)
+  float bias_update_rate = 1e-3f;    ///< --moe-router-bias-update-rate
+  MoeLoadBalancing load_balancing = MoeLoadBalancing::AuxLoss;
+  float aux_loss_coeff = 0.0f;       ///< --moe-aux-loss-coeff
+  float z_loss_coeff = 0.0f;         ///< --moe-z-loss-coeff; 0: none
+  float capacity_factor = 0.0f;      ///< --moe-expert-capacity-factor; 0: dropless
+  MoeDropPolicy drop_policy = MoeDropPolicy::Probs;
+  bool pad_expert_input_to_capacity = false;  ///< --moe-pad-expert-input-to-capacity
+  MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
+  /// Recompute the MoE layer alone in the backward (Megatron's --recompute-modules moe).
+  bool recompute = false;
+
+  bool enabled() const { return num_experts > 0; }
+  /// Whether decoder layer `layer` (global index) has an MoE MLP.
+  bool is_moe_layer(int layer) const {
+    if (!enabled()) return false;
+    if (layer_pattern.empty()) return true;
+    return layer >= 0 && layer < static_cast<int>(layer_pattern.size()) && layer_pattern[static_cast<std::size_t>(layer)] != 0;
+  }
+};
+
 struct LayerConfig {
   int num_layers = 2;  ///< depth of the model (the output projections' init is scaled by it)
   int hidden_size = 64;
@@ -79,6 +125,11 @@ struct LayerConfig {
   /// blocks gather it and reduce-scatter their outputs. Needs seq_length divisible by t. The
   /// results are the same as without it (up to the order of fp32 sums).
   bool sequence_parallel = false;
+  /// Mixture of experts (core/layers/moe/); num_experts == 0: every MLP is dense.
+  MoeConfig moe;
+
+  /// Width of one routed expert's MLP: moe.ffn_hidden_size, or ffn().
+  int moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }

@@ -36,9 +36,10 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
   // across the world first, under the runtime's timeout, so a mismatch or a missing rank is an
   // error rather than a hang in split.
   {
-    constexpr int n = 6;
+    constexpr int n = 8;
     const int64_t mine[n] = {layout_.tensor(), layout_.pipeline(), layout_.virtual_stages(),
-                             layout_.first_stage_layers(), layout_.last_stage_layers(), layout_.context()};
+                             layout_.first_stage_layers(), layout_.last_stage_layers(), layout_.context(),
+                             layout_.expert_model(), layout_.expert_tensor()};
     int64_t buf[2 * n];
     for (int i = 0; i < n; ++i) {
       buf[2 * i] = mine[i];
@@ -48,7 +49,8 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
     rt.world().all_reduce(t, ReduceOp::Max)->wait();
     static const char* names[n] = {"tensor parallel size", "pipeline parallel size", "virtual pipeline size",
                                    "first pipeline stage layers", "last pipeline stage layers",
-                                   "context parallel size"};
+                                   "context parallel size", "expert model parallel size",
+                                   "expert tensor parallel size"};
     for (int i = 0; i < n; ++i) {
       PTDP_CHECK_ARG(buf[2 * i] == -buf[2 * i + 1],
                      std::string("ranks disagree on the ") + names[i] + ": from " +
@@ -87,7 +89,17 @@ ProcessGroups::ProcessGroups(std::shared_ptr<Runtime> runtime, ParallelConfig co
 }
 
 GroupKind ProcessGroups::resolved(GroupKind kind) const {
-  return kind == GroupKind::DataContext && layout_.context() == 1 ? GroupKind::Data : kind;
+  // Groups whose members are those of another kind share its communicators (no extra split,
+  // no extra NCCL communicator for a dense model).
+  const bool experts_fold_on_tensor = layout_.expert_model() == 1 && layout_.expert_tensor() == layout_.tensor();
+  switch (kind) {
+    case GroupKind::DataContext: return layout_.context() == 1 ? GroupKind::Data : kind;
+    case GroupKind::ExpertTensor: return layout_.expert_tensor() == layout_.tensor() ? GroupKind::Tensor : kind;
+    case GroupKind::ExpertTensorAndModel: return experts_fold_on_tensor ? GroupKind::Tensor : kind;
+    case GroupKind::ExpertData: return experts_fold_on_tensor ? resolved(GroupKind::DataContext) : kind;
+    case GroupKind::TensorContext: return layout_.context() == 1 ? GroupKind::Tensor : kind;
+    default: return kind;
+  }
 }
 
 Communicator* ProcessGroups::device_comm(GroupKind kind_in) const {

@@ -24,6 +24,11 @@ const char* group_kind_name(GroupKind kind) {
     case GroupKind::Embedding: return "embedding";
     case GroupKind::Context: return "context";
     case GroupKind::DataContext: return "data+context";
+    case GroupKind::ExpertTensor: return "expert-tensor";
+    case GroupKind::ExpertModel: return "expert";
+    case GroupKind::ExpertData: return "expert-data";
+    case GroupKind::ExpertTensorAndModel: return "expert-tensor+expert";
+    case GroupKind::TensorContext: return "tensor+context";
   }
   return "?";
 }
@@ -66,6 +71,19 @@ Layout::Layout(const ParallelConfig& c) : config_(c) {
                  "the V chunk placement takes an even split of the layers, not pipeline_model_parallel_layout \"" +
                      c.pipeline_layout + "\"");
   data_ = static_cast<int>(c.world / tp);
+  PTDP_CHECK_ARG(c.expert_model > 0, "expert model parallel size (--expert-model-parallel-size) must be > 0, got " +
+                                         std::to_string(c.expert_model));
+  PTDP_CHECK_ARG(c.expert_tensor >= 0,
+                 "expert tensor parallel size (--expert-tensor-parallel-size) must be > 0 (0: the tensor parallel size), got " +
+                     std::to_string(c.expert_tensor));
+  const long long stage = static_cast<long long>(c.tensor) * c.context * data_;
+  const long long experts = static_cast<long long>(c.expert_model) * c.expert_tensor_size();
+  PTDP_CHECK_ARG(stage % experts == 0,
+                 "the " + std::to_string(stage) + " ranks of a pipeline stage (tensor " + std::to_string(c.tensor) +
+                     " x context " + std::to_string(c.context) + " x data " + std::to_string(data_) +
+                     ") are not divisible by expert model parallel size (--expert-model-parallel-size) " +
+                     std::to_string(c.expert_model) + " x expert tensor parallel size (--expert-tensor-parallel-size) " +
+                     std::to_string(c.expert_tensor_size()));
 }
 
 void Layout::check_rank(int rank) const {
@@ -77,7 +95,21 @@ void Layout::check_rank(int rank) const {
 RankCoords Layout::coords(int rank) const {
   check_rank(rank);
   const int t = tensor(), d = data(), c = context();
-  return RankCoords{rank / (d * c * t), (rank / (c * t)) % d, rank % t, (rank / t) % c};
+  RankCoords x{rank / (d * c * t), (rank / (c * t)) % d, rank % t, (rank / t) % c};
+  const int local = rank % (d * c * t), etp = config_.expert_tensor_size(), e = config_.expert_model;
+  x.etp = local % etp;
+  x.ep = (local / etp) % e;
+  x.edp = local / (etp * e);
+  return x;
+}
+
+int Layout::expert_data() const {
+  return tensor() * context() * data() / (config_.expert_model * config_.expert_tensor_size());
+}
+
+int Layout::expert_rank_of(int pp, int etp, int ep, int edp) const {
+  const int stage = tensor() * context() * data();
+  return pp * stage + (edp * config_.expert_model + ep) * config_.expert_tensor_size() + etp;
 }
 
 int Layout::rank_of(RankCoords x) const { return ((x.pp * data() + x.dp) * context() + x.cp) * tensor() + x.tp; }
@@ -118,6 +150,23 @@ std::vector<int> Layout::members(GroupKind kind, int rank) const {
       for (int j = 0; j < data(); ++j)
         for (int k = 0; k < context(); ++k) out.push_back(rank_of({me.pp, j, me.tp, k}));
       break;
+    case GroupKind::ExpertTensor:
+      for (int i = 0; i < expert_tensor(); ++i) out.push_back(expert_rank_of(me.pp, i, me.ep, me.edp));
+      break;
+    case GroupKind::ExpertModel:
+      for (int j = 0; j < expert_model(); ++j) out.push_back(expert_rank_of(me.pp, me.etp, j, me.edp));
+      break;
+    case GroupKind::ExpertData:
+      for (int k = 0; k < expert_data(); ++k) out.push_back(expert_rank_of(me.pp, me.etp, me.ep, k));
+      break;
+    case GroupKind::ExpertTensorAndModel:
+      for (int j = 0; j < expert_model(); ++j)
+        for (int i = 0; i < expert_tensor(); ++i) out.push_back(expert_rank_of(me.pp, i, j, me.edp));
+      break;
+    case GroupKind::TensorContext:
+      for (int k = 0; k < context(); ++k)
+        for (int i = 0; i < tensor(); ++i) out.push_back(rank_of({me.pp, me.dp, i, k}));
+      break;
     default:
       PTDP_CHECK_ARG(false, "group kind " + std::to_string(static_cast<int>(kind)) + " is not a group kind");
   }
@@ -140,6 +189,8 @@ std::string Layout::str() const {
          (first_stage_layers() ? ", first=" + std::to_string(first_stage_layers()) : std::string()) +
          (last_stage_layers() ? ", last=" + std::to_string(last_stage_layers()) : std::string()) +
          (config_.pipeline_layout.empty() ? std::string() : ", layout " + config_.pipeline_layout) +
+         (expert_model() > 1 ? ", e=" + std::to_string(expert_model()) : std::string()) +
+         (expert_tensor() != tensor() ? ", etp=" + std::to_string(expert_tensor()) : std::string()) +
          (config_.sequence_parallel && tensor() > 1 ? ", sequence parallel" : "") + ")";
 }
 

@@ -25,9 +25,18 @@ enum class GroupKind : int {
   Model = 4,
   Embedding = 5,
   Context = 6,
-  DataContext = 7
+  DataContext = 7,
+  // Mixture of experts, Megatron-Core's parallel folding: within a pipeline stage the t*c*d
+  // ranks (local index r = (dp * c + cp) * t + tp) are regrouped for the expert layers as
+  // etp x e x edp, the expert-tensor rank varying fastest: etp_rank = r % etp,
+  // ep_rank = (r / etp) % e, edp_rank = r / (etp * e).
+  ExpertTensor = 8,          ///< etp ranks splitting each expert's linears
+  ExpertModel = 9,           ///< e ranks splitting the experts of a layer (expert parallelism)
+  ExpertData = 10,           ///< edp = t*c*d / (etp*e) ranks holding the same experts
+  ExpertTensorAndModel = 11, ///< etp*e ranks: the allgather dispatcher's group (Megatron's tp_ep)
+  TensorContext = 12         ///< t*c ranks sharing one set of samples (the router's aux losses)
 };
-inline constexpr int kNumGroupKinds = 8;
+inline constexpr int kNumGroupKinds = 13;
 const char* group_kind_name(GroupKind kind);
 
 /// Which pipeline rank holds which model chunk. Numbers match ptdp_chunk_placement in the C API.
@@ -76,11 +85,21 @@ struct ParallelConfig {
   /// c, context parallelism (Megatron's --context-parallel-size): each sample's sequence is cut
   /// into 2c chunks and context rank r holds chunks r and 2c - 1 - r (causal load balance).
   int context = 1;
+  /// e, Megatron's --expert-model-parallel-size: the routed experts of each MoE layer are split
+  /// over e ranks of a pipeline stage. t*c*d must be divisible by e*etp.
+  int expert_model = 1;
+  /// etp, Megatron's --expert-tensor-parallel-size: each expert's linears are split over etp
+  /// ranks; 0: t (Megatron's default).
+  int expert_tensor = 0;
+  /// etp with its default resolved.
+  int expert_tensor_size() const { return expert_tensor > 0 ? expert_tensor : tensor; }
 };
 
 /// This rank's coordinates in the (pipeline, data, tensor) grid.
 struct RankCoords {
   int pp = 0, dp = 0, tp = 0, cp = 0;
+  /// The expert coordinates of the same rank (parallel folding; see GroupKind).
+  int etp = 0, ep = 0, edp = 0;
 };
 
 class Layout {
@@ -99,6 +118,11 @@ class Layout {
   int first_stage_layers() const { return config_.first_stage_layers; }
   int last_stage_layers() const { return config_.last_stage_layers; }
   int chunk_placement() const { return config_.chunk_placement; }
+  int expert_model() const { return config_.expert_model; }           ///< e
+  int expert_tensor() const { return config_.expert_tensor_size(); }  ///< etp
+  int expert_data() const;  ///< edp = t * c * d / (e * etp)
+  /// World rank of expert coordinates (etp, ep, edp) on pipeline rank pp.
+  int expert_rank_of(int pp, int etp, int ep, int edp) const;
 
   RankCoords coords(int rank) const;
   int rank_of(RankCoords c) const;

@@ -39,6 +39,21 @@ struct ContextParallel {
   }
 };
 
+/// The groups an MoE layer's experts are spread over (Megatron-Core's parallel folding,
+/// core/parallel/layout.h): the e ranks splitting the experts, the etp ranks splitting each
+/// expert's linears, their product (the allgather dispatcher's group) and the t*c ranks that
+/// share one set of samples (over which the router's losses and drop decisions are taken).
+/// Communicators may be null for groups of one.
+struct ExpertParallel {
+  Communicator* ep_comm = nullptr;
+  int ep_rank = 0, ep_size = 1;
+  Communicator* etp_comm = nullptr;
+  int etp_rank = 0, etp_size = 1;
+  Communicator* tp_ep_comm = nullptr;  ///< ExpertTensorAndModel: rank = ep_rank * etp_size + etp_rank
+  Communicator* tp_cp_comm = nullptr;  ///< TensorContext: the t*c ranks holding pieces of the same samples
+  int tp_cp_rank = 0, tp_cp_size = 1;
+};
+
 /// The tensor-parallel group a layer's shards are spread over.
 struct TensorParallel {
   Communicator* comm = nullptr;  ///< may be null when size == 1
@@ -51,6 +66,8 @@ struct TensorParallel {
   /// the layers; size 1: none). Under sequence parallelism the tensor ranks split this rank's
   /// s/c positions further.
   ContextParallel cp = {};
+  /// The expert groups (MoE layers only; all of size one for a dense model).
+  ExpertParallel ep = {};
 
   /// Whether the activations between the blocks are split along the sequence for a pass:
   /// sequence parallelism over more than one rank, and not inference with a key/value cache

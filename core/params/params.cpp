@@ -61,6 +61,34 @@ int ParamTable::add(const std::string& name, const Shape& global_shape, int part
   return static_cast<int>(entries_.size()) - 1;
 }
 
+void ParamTable::set_expert(int i, int etp_rank, int etp_size) {
+  PTDP_CHECK_ARG(!params_.defined(), "set_expert: the table is already allocated");
+  PTDP_CHECK_ARG(i >= 0 && i < size(), "parameter index " + std::to_string(i) + " is out of range");
+  PTDP_CHECK_ARG(etp_size >= 1 && etp_rank >= 0 && etp_rank < etp_size,
+                 "expert tensor rank " + std::to_string(etp_rank) + " of " + std::to_string(etp_size) + " is out of range");
+  ParamInfo& p = entries_[static_cast<std::size_t>(i)];
+  p.expert = true;
+  p.split_rank = etp_rank;
+  p.split_size = etp_size;
+  if (p.partition_dim < 0) return;
+  int64_t dims[2] = {p.global_shape[0], p.global_shape.ndim() == 2 ? p.global_shape[1] : 1};
+  const int64_t extent = dims[p.partition_dim];
+  PTDP_CHECK_ARG(extent % (static_cast<int64_t>(etp_size) * p.partition_blocks) == 0,
+                 "parameter " + p.name + ": dim " + std::to_string(p.partition_dim) + " of " + p.global_shape.str() +
+                     " is not divisible by the expert tensor parallel size " + std::to_string(etp_size));
+  dims[p.partition_dim] = extent / etp_size;
+  p.slice_start = dims[p.partition_dim] / p.partition_blocks * etp_rank;
+  p.local_shape = p.global_shape.ndim() == 2 ? Shape{dims[0], dims[1]} : Shape{dims[0]};
+}
+
+int64_t ParamTable::dense_numel() const {
+  int64_t end = 0;
+  for (const ParamInfo& p : entries_) {
+    if (!p.expert) end = std::max(end, p.offset + p.local_shape.numel());
+  }
+  return end;
+}
+
 void ParamTable::set_tp_reduced_grad(int i) {
   PTDP_CHECK_ARG(i >= 0 && i < size(), "parameter index " + std::to_string(i) + " is out of range");
   PTDP_CHECK_ARG(entries_[static_cast<std::size_t>(i)].partition_dim < 0,
@@ -83,6 +111,16 @@ void ParamTable::allocate(Device device, DType model_dtype) {
                                                   " is not a floating type (f32, bf16, f16)");
   wait_all_gathers();
   model_dtype_ = model_dtype;
+  // Lay the views out again: the dense parameters in declaration order, then the expert ones
+  // (their slices may have changed in set_expert), each view 64-byte aligned (16 floats).
+  numel_ = 0;
+  for (const bool expert : {false, true}) {
+    for (ParamInfo& p : entries_) {
+      if (p.expert != expert) continue;
+      p.offset = (numel_ + 15) / 16 * 16;
+      numel_ = p.offset + p.local_shape.numel();
+    }
+  }
   master_comm_ = nullptr;
   master_ranges_.clear();
   master_offset_.clear();

@@ -53,6 +53,12 @@ struct ParamInfo {
   ParamInit init = ParamInit::Normal;
   float init_std = 0.0f;
   bool weight_decay = true;  ///< false for biases and LayerNorm parameters (Megatron's rule)
+  /// An MoE expert's parameter (ParamTable::set_expert): its gradient is reduced over the
+  /// expert-data-parallel group (GroupKind::ExpertData) instead of the data-parallel one, and
+  /// its slice along partition_dim is taken over the expert-tensor-parallel group.
+  bool expert = false;
+  /// The group the slice is taken over: -1 / 0 for the table's tensor rank and size.
+  int split_rank = -1, split_size = 0;
 };
 
 class ParamTable {
@@ -66,6 +72,13 @@ class ParamTable {
   /// Declares a parameter; its slice follows from the partition dimension. Returns its index.
   int add(const std::string& name, const Shape& global_shape, int partition_dim, ParamInit init,
           float init_std = 0.0f, bool weight_decay = true, int partition_blocks = 1);
+  /// Marks parameter i (before allocate()) as an expert parameter (ParamInfo::expert) whose
+  /// slice along its partition dim is rank `etp_rank`'s of `etp_size`. allocate() places the
+  /// expert parameters after all the others, so the flat buffers hold a dense region
+  /// [0, dense_numel()) and an expert region [dense_numel(), numel()).
+  void set_expert(int i, int etp_rank, int etp_size);
+  /// Elements of the dense region (== numel() without expert parameters).
+  int64_t dense_numel() const;
   /// Marks parameter i as ParamInfo::tp_reduced_grad.
   void set_tp_reduced_grad(int i);
   /// Allocates the flat parameter and gradient buffers (gradients zeroed) and, for a bf16 or

@@ -87,8 +87,8 @@ TEST_CASE("invalid layouts name the numbers", "[capi][layout][errors]") {
   CHECK(err().find("options->pipeline_model_parallel_size = 0 is not > 0") != std::string::npos);
   CHECK(ptdp_layout_members(nullptr, 8, 8, PTDP_GROUP_TENSOR, buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(err().find("world_rank = 8") != std::string::npos);
-  CHECK(ptdp_layout_members(nullptr, 8, 0, static_cast<ptdp_group_kind>(9), buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
-  CHECK(err().find("kind = 9") != std::string::npos);
+  CHECK(ptdp_layout_members(nullptr, 8, 0, static_cast<ptdp_group_kind>(13), buf, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("kind = 13") != std::string::npos);
   CHECK(ptdp_layout_members(nullptr, 8, 0, PTDP_GROUP_WORLD, buf, 4, &n) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(err().find("capacity = 4") != std::string::npos);
   CHECK(ptdp_layout_members(nullptr, 8, 0, PTDP_GROUP_WORLD, buf, 16, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
