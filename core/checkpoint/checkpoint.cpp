@@ -13,6 +13,7 @@
 
 #include "base/error.h"
 #include "core/checkpoint/checkpoint_files.h"
+#include "core/checkpoint/checkpoint_shards.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/checkpoint/save_lock.h"
 #include "io/json_read.h"
@@ -27,36 +28,49 @@ constexpr int kFormatVersion = 1;
 constexpr const char* kMetadataFile = "metadata.json";
 
 nlohmann::json config_to_json(const GptConfig& c) {
-  return {{"num_layers", c.num_layers},
-          {"hidden_size", c.hidden_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"ffn_hidden_size", c.ffn()},
-          {"vocab_size", c.vocab_size},
-          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
-          {"seq_length", c.seq_length},
-          {"max_position_embeddings", c.max_positions()},
-          {"hidden_dropout", c.hidden_dropout},
-          {"attention_dropout", c.attention_dropout},
-          {"init_method_std", c.init_method_std},
-          {"layernorm_epsilon", c.layernorm_epsilon},
-          {"untie_embeddings_and_output_weights", !c.tie_embeddings},
-          {"recompute_granularity", recompute_name(c.recompute)},
-          {"seed", c.seed},
-          {"normalization", normalization_name(c.normalization)},
-          {"swiglu", c.swiglu},
-          {"position_embedding_type", position_embedding_name(c.position_embedding)},
-          {"rotary_base", c.rotary_base},
-          {"rotary_percent", c.rotary_percent},
-          {"use_rope_scaling", c.rope_scaling.enabled},
-          {"rope_scaling_factor", c.rope_scaling.factor},
-          {"rope_low_freq_factor", c.rope_scaling.low_freq_factor},
-          {"rope_high_freq_factor", c.rope_scaling.high_freq_factor},
-          {"rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
-          {"num_query_groups", c.query_groups()},
-          {"kv_channels", c.head_dim()},
-          {"add_bias_linear", c.add_bias_linear},
-          {"add_qkv_bias", c.add_qkv_bias},
-          {"qk_layernorm", c.qk_layernorm}};
+  nlohmann::json j = {{"num_layers", c.num_layers},
+                      {"hidden_size", c.hidden_size},
+                      {"num_attention_heads", c.num_attention_heads},
+                      {"ffn_hidden_size", c.ffn()},
+                      {"vocab_size", c.vocab_size},
+                      {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
+                      {"seq_length", c.seq_length},
+                      {"max_position_embeddings", c.max_positions()},
+                      {"hidden_dropout", c.hidden_dropout},
+                      {"attention_dropout", c.attention_dropout},
+                      {"init_method_std", c.init_method_std},
+                      {"layernorm_epsilon", c.layernorm_epsilon},
+                      {"untie_embeddings_and_output_weights", !c.tie_embeddings},
+                      {"recompute_granularity", recompute_name(c.recompute)},
+                      {"seed", c.seed},
+                      {"normalization", normalization_name(c.normalization)},
+                      {"swiglu", c.swiglu},
+                      {"position_embedding_type", position_embedding_name(c.position_embedding)},
+                      {"rotary_base", c.rotary_base},
+                      {"rotary_percent", c.rotary_percent},
+                      {"use_rope_scaling", c.rope_scaling.enabled},
+                      {"rope_scaling_factor", c.rope_scaling.factor},
+                      {"rope_low_freq_factor", c.rope_scaling.low_freq_factor},
+                      {"rope_high_freq_factor", c.rope_scaling.high_freq_factor},
+                      {"rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
+                      {"num_query_groups", c.query_groups()},
+                      {"kv_channels", c.head_dim()},
+                      {"add_bias_linear", c.add_bias_linear},
+                      {"add_qkv_bias", c.add_qkv_bias},
+                      {"qk_layernorm", c.qk_layernorm}};
+  // Mixture of experts (Megatron's argument names), only for MoE models: what decides the
+  // checkpoint's tensors and top-k. The routing and balancing settings are the run's flags
+  // ("train_config").
+  if (c.moe.enabled()) {
+    j["num_experts"] = c.moe.num_experts;
+    j["moe_router_topk"] = c.moe.router_topk;
+    j["moe_ffn_hidden_size"] = c.moe_ffn();
+    j["moe_layer_freq"] = c.moe.layer_pattern;  // one entry per layer; empty: every layer
+    j["moe_shared_expert_intermediate_size"] = c.moe.shared_expert_intermediate_size;
+    j["moe_shared_expert_gate"] = c.moe.shared_expert_gate;
+    j["moe_router_enable_expert_bias"] = c.moe.enable_expert_bias;
+  }
+  return j;
 }
 
 // A named enum value of the "model" entry; `names` in enum order.
@@ -121,6 +135,20 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.add_bias_linear = j.value("add_bias_linear", true);
     c.add_qkv_bias = j.value("add_qkv_bias", false);
     c.qk_layernorm = j.value("qk_layernorm", false);
+    // Mixture of experts (absent: a dense model).
+    c.moe.num_experts = jr::field_or(j, "num_experts", 0, what("num_experts"));
+    if (c.moe.num_experts > 0) {
+      c.moe.router_topk = jr::field_or(j, "moe_router_topk", c.moe.router_topk, what("moe_router_topk"));
+      c.moe.ffn_hidden_size = jr::field_or(j, "moe_ffn_hidden_size", 0, what("moe_ffn_hidden_size"));
+      if (c.moe.ffn_hidden_size == c.ffn()) c.moe.ffn_hidden_size = 0;
+      if (j.contains("moe_layer_freq")) {
+        for (const auto& x : j.at("moe_layer_freq")) c.moe.layer_pattern.push_back(jr::integer<int>(x, what("moe_layer_freq")));
+      }
+      c.moe.shared_expert_intermediate_size =
+          jr::field_or(j, "moe_shared_expert_intermediate_size", 0, what("moe_shared_expert_intermediate_size"));
+      c.moe.shared_expert_gate = j.value("moe_shared_expert_gate", false);
+      c.moe.enable_expert_bias = j.value("moe_router_enable_expert_bias", false);
+    }
     return c;
   } catch (const nlohmann::json::exception& e) {
     std::string msg = source;
@@ -151,7 +179,21 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
       {"add_bias_linear", {saved.add_bias_linear, model.add_bias_linear}},
       {"add_qkv_bias", {saved.qkv_bias(), model.qkv_bias()}},
       {"qk_layernorm", {saved.qk_layernorm, model.qk_layernorm}},
+      {"num_experts", {saved.moe.num_experts, model.moe.num_experts}},
+      {"moe_ffn_hidden_size", {saved.moe.enabled() ? saved.moe_ffn() : 0, model.moe.enabled() ? model.moe_ffn() : 0}},
+      {"moe_shared_expert_intermediate_size",
+       {saved.moe.shared_expert_intermediate_size, model.moe.shared_expert_intermediate_size}},
+      {"moe_shared_expert_gate", {saved.moe.shared_expert_gate, model.moe.shared_expert_gate}},
+      {"moe_router_enable_expert_bias", {saved.moe.enable_expert_bias, model.moe.enable_expert_bias}},
   };
+  // Which layers are MoE ones (--moe-layer-freq): an empty pattern is every layer.
+  for (int i = 0; i < model.num_layers && saved.moe.enabled() && model.moe.enabled(); ++i) {
+    if (saved.moe.is_moe_layer(i) == model.moe.is_moe_layer(i)) continue;
+    std::string msg = "the checkpoint " + source;
+    msg += " was saved with decoder layer " + std::to_string(i) + (saved.moe.is_moe_layer(i) ? " an MoE" : " a dense");
+    msg += " layer (moe_layer_freq); the model's is " + std::string(model.moe.is_moe_layer(i) ? "an MoE" : "a dense") + " one";
+    throw_error(ErrorCode::InvalidArgument, msg);
+  }
   for (const auto& [name, values] : fields) {
     if (values.first == values.second) continue;
     std::string msg = "the checkpoint ";
@@ -189,32 +231,61 @@ std::vector<Block> blocks_of(const ParamInfo& p) {
 
 std::string state_tensor(const std::string& state, const std::string& name) { return "optimizer." + state + "." + name; }
 
-// Whether this tensor rank stores parameter `p` of a chunk (replicated ones: tensor rank 0).
-bool stores(const ParamInfo& p, int tp_rank) { return p.partition_dim >= 0 || tp_rank == 0; }
+// Whether the rank holding `p` stores it: split parameters on every rank, replicated ones on
+// tensor rank 0 (expert ones on expert-tensor rank 0).
+bool stores(const ParamInfo& p, int tp_rank) { return p.partition_dim >= 0 || (p.expert ? p.split_rank : tp_rank) == 0; }
+
+// Whether the layout's tables hold expert parameters (every rank computes the same). The
+// experts of a chunk exist on every expert-parallel rank: the first rank of its stage shows them.
+bool has_expert_params(const CheckpointShards& s) {
+  const Layout& l = s.groups->layout();
+  for (int c = 0; c < s.chunks; ++c) {
+    const std::vector<ParamInfo> params = s.saved_params(c, l.expert_rank_of(s.rank_of_chunk(c), 0, 0, 0));
+    if (std::any_of(params.begin(), params.end(), [](const ParamInfo& p) { return p.expert; })) return true;
+  }
+  return false;
+}
+
+// The files of a layout, in metadata order: the dense shards by pipeline and tensor rank, then
+// (with experts) the expert shards by pipeline, expert-parallel and expert-tensor rank.
+std::vector<std::string> shard_files(int64_t t, int64_t p, int64_t e, int64_t etp, bool experts) {
+  std::vector<std::string> files;
+  for (int64_t pr = 0; pr < p; ++pr)
+    for (int64_t tr = 0; tr < t; ++tr) files.push_back(checkpoint_shard_name(static_cast<int>(tr), static_cast<int>(pr)));
+  if (!experts) return files;
+  for (int64_t pr = 0; pr < p; ++pr)
+    for (int64_t er = 0; er < e; ++er)
+      for (int64_t xr = 0; xr < etp; ++xr)
+        files.push_back(checkpoint_expert_shard_name(static_cast<int>(xr), static_cast<int>(pr), static_cast<int>(er)));
+  return files;
+}
 
 // The tensor map of a whole layout, computed from parameter tables without memory, the same
 // on every rank: which file holds which slice.
-TensorMap layout_map(const GptPipeline& model, const std::vector<std::string>& states) {
+TensorMap layout_map(const CheckpointShards& s, const std::vector<std::string>& states, bool experts) {
   TensorMap map;
-  const GptConfig& cfg = model.config();
-  const int p = model.pipeline_size(), v = model.virtual_stages(), t = model.tensor_parallel().size;
-  for (int c = 0; c < p * v; ++c) {
-    for (int r = 0; r < t; ++r) {
-      TensorParallel tp = model.tensor_parallel();
-      tp.rank = r;
-      const GptModel meta(cfg, tp, Device{}, model.chunk_stage(c), false);
-      const std::string file = checkpoint_shard_name(r, model.rank_of_chunk(c));
-      for (int i = 0; i < meta.params().size(); ++i) {
-        const ParamInfo& info = meta.params().info(i);
-        if (i == meta.tied_head_weight() || !stores(info, r)) continue;
-        const std::vector<Block> blocks = blocks_of(info);
-        std::vector<std::string> names{info.name};
-        for (const std::string& s : states) names.push_back(state_tensor(s, info.name));
-        for (const std::string& n : names) {
-          map.add_tensor(n, dims(info.global_shape), StDType::F32);
-          for (const Block& b : blocks)
-            map.add_piece(n, TensorPiece{file, n, b.r0, b.r1, b.c0, b.c1, blocks.size() > 1 ? b.local_row : -1});
-        }
+  const auto add = [&](const ParamInfo& info, const std::string& file) {
+    const std::vector<Block> blocks = blocks_of(info);
+    std::vector<std::string> names{info.name};
+    for (const std::string& st : states) names.push_back(state_tensor(st, info.name));
+    for (const std::string& n : names) {
+      map.add_tensor(n, dims(info.global_shape), StDType::F32);
+      for (const Block& b : blocks)
+        map.add_piece(n, TensorPiece{file, n, b.r0, b.r1, b.c0, b.c1, blocks.size() > 1 ? b.local_row : -1});
+    }
+  };
+  const Layout& l = s.groups->layout();
+  for (int c = 0; c < s.chunks; ++c) {
+    const int pr = s.rank_of_chunk(c);
+    for (int r = 0; r < l.tensor(); ++r) {
+      for (const ParamInfo& info : s.saved_params(c, l.rank_of({pr, 0, r, 0})))
+        if (!info.expert && stores(info, r)) add(info, checkpoint_shard_name(r, pr));
+    }
+    if (!experts) continue;
+    for (int er = 0; er < l.expert_model(); ++er) {
+      for (int xr = 0; xr < l.expert_tensor(); ++xr) {
+        for (const ParamInfo& info : s.saved_params(c, l.expert_rank_of(pr, xr, er, 0)))
+          if (info.expert && stores(info, xr)) add(info, checkpoint_expert_shard_name(xr, pr, er));
       }
     }
   }
@@ -306,14 +377,24 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
   if (t > 4096 || p > 4096 || d > (int64_t{1} << 24) || world % (t * p * d) != 0)
     throw_io_error(source, str_cat(lw, "world_size ", world, " is not a multiple of t ", t, " x p ", p, " x d ", d,
                                    ": no such layout"));
-  // The shards a layout of t x p writes, exactly.
-  std::vector<std::string> expected;
-  for (int64_t pr = 0; pr < p; ++pr)
-    for (int64_t tr = 0; tr < t; ++tr) expected.push_back(checkpoint_shard_name(static_cast<int>(tr), static_cast<int>(pr)));
+  // Expert parallelism, recorded for models with expert parameters: e x etp divides the ranks of
+  // a stage.
+  const bool experts = l.contains("expert_model_parallel_size") || l.contains("expert_tensor_parallel_size");
+  int64_t e = 1, etp = 1;
+  if (experts) {
+    e = meaning_int(l, "expert_model_parallel_size", 1, source, lw, 4096);
+    etp = meaning_int(l, "expert_tensor_parallel_size", 1, source, lw, 4096);
+    if ((world / p) % (e * etp) != 0)
+      throw_io_error(source, str_cat(lw, "the ", world / p, " ranks of a pipeline stage are not divisible by "
+                                     "expert_model_parallel_size ", e, " x expert_tensor_parallel_size ", etp,
+                                     ": no such layout"));
+  }
+  // The shards the layout writes, exactly.
+  const std::vector<std::string> expected = shard_files(t, p, e, etp, experts);
   const nlohmann::json files = md.value("files", nlohmann::json());
   if (files != nlohmann::json(expected))
     throw_io_error(source, str_cat("\"files\" ", json_text(files), " are not the shards of the layout t ", t, " x p ", p,
-                                   " (",
+                                   experts ? str_cat(" with e ", e, " x etp ", etp) : std::string(), " (",
                                    json_text(nlohmann::json(expected)), ")"));
 }
 
@@ -375,16 +456,63 @@ void agree_on_failure(ProcessGroups& groups, const std::function<void()>& body) 
   throw Error(static_cast<ErrorCode>(buf[0]), msg);
 }
 
+std::string checkpoint_expert_shard_name(int etp_rank, int pp_rank, int ep_rank) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model_tp%02d_pp%02d_ep%02d.safetensors", etp_rank, pp_rank, ep_rank);
+  return name;
+}
+
 namespace {
-void write_checkpoint_files(const std::string& dir, GptPipeline& model, Optimizer* optimizer,
-                            const nlohmann::json* train_config, const CheckpointState& state);
+
+// Writes this rank's shard files into `tmp`: its dense shard when it is the first data+context
+// rank of its tensor and pipeline rank, its expert shard when it is the first expert-data-parallel
+// rank of its expert coordinates. Every rank takes part in gathering the optimizer state and the
+// sharded masters.
+void write_shard_files(const std::string& tmp, const CheckpointShards& s, Optimizer* optimizer,
+                       const std::vector<std::string>& states, bool experts) {
+  ProcessGroups& g = *s.groups;
+  const RankCoords k = g.layout().coords(g.rank(GroupKind::World));
+  const int tp = g.rank(GroupKind::Tensor), pp = g.rank(GroupKind::Pipeline), dp = g.rank(GroupKind::DataContext);
+  agree_on_failure(g, [&] {
+    std::vector<std::vector<std::vector<float>>> values(s.tables.size());
+    for (std::size_t j = 0; j < values.size(); ++j)
+      for (std::size_t st = 0; st < states.size(); ++st)
+        values[j].push_back(optimizer->get_state(static_cast<int>(j), static_cast<int>(st)));
+    // Host copies of the tables' fp32 masters (the model may live on a GPU; with the distributed
+    // optimizer and 16-bit weights they are gathered from the data-parallel shards).
+    std::vector<std::vector<float>> host(s.tables.size());
+    for (std::size_t j = 0; j < host.size(); ++j) host[j] = s.tables[j]->masters_to_host();
+    const auto write = [&](bool expert_file, const std::string& name) {
+      SafetensorsWriter writer;
+      for (std::size_t j = 0; j < s.tables.size(); ++j) {
+        const ParamTable& table = *s.tables[j];
+        for (int i = 0; i < table.size(); ++i) {
+          const ParamInfo& info = table.info(i);
+          if (info.expert != expert_file || i == s.unsaved[j] || !stores(info, tp)) continue;
+          writer.add(info.name, StDType::F32, dims(info.local_shape), host[j].data() + info.offset);
+          for (std::size_t st = 0; st < states.size(); ++st)
+            writer.add(state_tensor(states[st], info.name), StDType::F32, dims(info.local_shape),
+                       values[j][st].data() + info.offset);
+        }
+      }
+      writer.set_metadata("format", kFormat);
+      writer.write(tmp + "/" + name);
+    };
+    if (dp == 0) write(false, checkpoint_shard_name(tp, pp));
+    if (experts && k.edp == 0) write(true, checkpoint_expert_shard_name(k.etp, pp, k.ep));
+  });
+}
+
 }  // namespace
 
-void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer, const nlohmann::json* train_config,
-                     const CheckpointState& state) {
+void save_checkpoint_shards(const std::string& dir, const CheckpointShards& shards, Optimizer* optimizer,
+                            const nlohmann::json& extra, const CheckpointState& state) {
   PTDP_CHECK_ARG(!dir.empty(), "checkpoint directory is empty");
   PTDP_CHECK_ARG(state.iteration >= 0, "checkpoint iteration must be >= 0, got " + std::to_string(state.iteration));
-  ProcessGroups& g = model.groups();
+  PTDP_CHECK_ARG(shards.groups != nullptr && shards.tables.size() == shards.unsaved.size() && shards.chunks > 0 &&
+                     shards.rank_of_chunk && shards.saved_params,
+                 "checkpoint shards are incomplete");
+  ProcessGroups& g = *shards.groups;
   const int world_rank = g.rank(GroupKind::World);
 
   // The writing rank holds DIR's lock for the save (shared with its run's, when a run holds it):
@@ -399,7 +527,53 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
   // A failed save leaves no partial directory behind: the .tmp directory goes, the previous
   // checkpoint and the tracker stay as they were.
   try {
-    write_checkpoint_files(dir, model, optimizer, train_config, state);
+    const std::vector<std::string> states = optimizer ? optimizer->state_names() : std::vector<std::string>{};
+    const bool experts = has_expert_params(shards);
+    const std::string tmp = checkpoint_tmp_dir(dir, state.iteration);
+    write_shard_files(tmp, shards, optimizer, states, experts);
+    agree_on_failure(g, [&] {
+      if (world_rank != 0) return;
+      const Layout& l = g.layout();
+      nlohmann::json md;
+      md["format"] = kFormat;
+      md["version"] = kFormatVersion;
+      md["iteration"] = state.iteration;
+      md["consumed_train_samples"] = state.consumed_train_samples;
+      md["consumed_valid_samples"] = state.consumed_valid_samples;
+      md["layout"] = {{"tensor_model_parallel_size", l.tensor()},
+                      {"pipeline_model_parallel_size", l.pipeline()},
+                      {"data_parallel_size", g.size(GroupKind::Data)},
+                      {"virtual_pipeline_model_parallel_size", shards.chunks / l.pipeline()},
+                      {"world_size", g.size(GroupKind::World)}};
+      if (experts) {
+        md["layout"]["expert_model_parallel_size"] = l.expert_model();
+        md["layout"]["expert_tensor_parallel_size"] = l.expert_tensor();
+      }
+      for (const auto& [key, value] : extra.items()) {
+        if (key == "layout") md["layout"].update(value);
+        else md[key] = value;
+      }
+      if (optimizer) {
+        const Optimizer::Counters c = optimizer->counters();
+        md["optimizer"] = {{"kind", optimizer->config().kind == OptimizerKind::Adam ? "adam" : "sgd"},
+                           {"state", states},
+                           {"steps", c.steps},
+                           {"skipped_iterations", c.skipped},
+                           {"loss_scale", c.loss_scale},
+                           {"growth_tracker", c.growth_tracker},
+                           {"hysteresis_left", c.hysteresis_left}};
+      } else {
+        md["optimizer"] = nullptr;
+      }
+      std::vector<std::string> files =
+          shard_files(l.tensor(), l.pipeline(), l.expert_model(), l.expert_tensor(), experts);
+      md["files"] = files;
+      md["tensors"] = layout_map(shards, states, experts).to_json();
+      // The recorded flags may hold paths that are not UTF-8: such bytes are written as U+FFFD.
+      write_file_synced(tmp + "/" + kMetadataFile, json_text(md, 1) + "\n");
+      files.push_back(kMetadataFile);
+      finalize_checkpoint(dir, state.iteration, files);
+    });
   } catch (...) {
     if (world_rank == 0) {
       std::error_code ec;
@@ -411,109 +585,69 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
 
 namespace {
 
-void write_checkpoint_files(const std::string& dir, GptPipeline& model, Optimizer* optimizer,
-                            const nlohmann::json* train_config, const CheckpointState& state) {
-  ProcessGroups& g = model.groups();
-  const int world_rank = g.rank(GroupKind::World);
-  // dp: the rank among the d * c ranks holding the same weights (the data and context ranks); the
-  // first writes.
-  const int tp = g.rank(GroupKind::Tensor), pp = g.rank(GroupKind::Pipeline), dp = g.rank(GroupKind::DataContext);
-  const std::vector<std::string> states = optimizer ? optimizer->state_names() : std::vector<std::string>{};
-  // Every data-parallel rank takes part in gathering the optimizer state; the first writes.
-  agree_on_failure(g, [&] {
-    std::vector<std::vector<std::vector<float>>> values(model.chunks().size());
-    for (std::size_t j = 0; j < values.size(); ++j)
-      for (std::size_t k = 0; k < states.size(); ++k)
-        values[j].push_back(optimizer->get_state(static_cast<int>(j), static_cast<int>(k)));
-    // Host copies of the chunks' fp32 masters (the model may live on a GPU; with the
-    // distributed optimizer and 16-bit weights they are gathered from the data-parallel shards).
-    std::vector<std::vector<float>> host(model.chunks().size());
-    for (std::size_t j = 0; j < host.size(); ++j) host[j] = model.chunks()[j]->params().masters_to_host();
-    if (dp != 0) return;
-    SafetensorsWriter writer;
-    for (std::size_t j = 0; j < model.chunks().size(); ++j) {
-      const GptModel& chunk = *model.chunks()[j];
-      const ParamTable& table = chunk.params();
-      for (int i = 0; i < table.size(); ++i) {
-        const ParamInfo& info = table.info(i);
-        if (i == chunk.tied_head_weight() || !stores(info, tp)) continue;
-        writer.add(info.name, StDType::F32, dims(info.local_shape), host[j].data() + info.offset);
-        for (std::size_t k = 0; k < states.size(); ++k)
-          writer.add(state_tensor(states[k], info.name), StDType::F32, dims(info.local_shape),
-                     values[j][k].data() + info.offset);
-      }
-    }
-    writer.set_metadata("format", kFormat);
-    writer.write(checkpoint_tmp_dir(dir, state.iteration) + "/" + checkpoint_shard_name(tp, pp));
-  });
-
-  agree_on_failure(g, [&] {
-    if (world_rank != 0) return;
-    const int p = model.pipeline_size(), t = model.tensor_parallel().size;
-    nlohmann::json md;
-    md["format"] = kFormat;
-    md["version"] = kFormatVersion;
-    md["iteration"] = state.iteration;
-    md["consumed_train_samples"] = state.consumed_train_samples;
-    md["consumed_valid_samples"] = state.consumed_valid_samples;
-    md["layout"] = {{"tensor_model_parallel_size", t},
-                    {"pipeline_model_parallel_size", p},
-                    {"data_parallel_size", g.size(GroupKind::Data)},
-                    {"virtual_pipeline_model_parallel_size", model.virtual_stages()},
-                    {"world_size", g.size(GroupKind::World)}};
-    // Megatron's uneven first and last stages or its layout string, when set (informative: layers are named by their
-    // global index, so any split loads any other's checkpoint).
-    if (model.split().first_stage_layers > 0)
-      md["layout"]["decoder_first_pipeline_num_layers"] = model.split().first_stage_layers;
-    if (model.split().last_stage_layers > 0)
-      md["layout"]["decoder_last_pipeline_num_layers"] = model.split().last_stage_layers;
-    if (!model.split().layout.empty()) md["layout"]["pipeline_model_parallel_layout"] = model.split().layout;
-    // The V placement (ZB-V, DualPipeV), informative as well: shard pp<r> holds chunks r and
-    // 2p - 1 - r then; the loader finds every layer by name.
-    if (model.placement() == ChunkPlacement::V) md["layout"]["pipeline_chunk_placement"] = "V";
-    md["model"] = config_to_json(model.config());
-    md["rng"] = {{"generator", "philox4x32-10"},
-                 {"seed", model.config().seed},
-                 {"keys", "dropout masks are pure functions of (seed, iteration, microbatch, layer, site); "
-                          "resuming at the saved iteration redraws the uninterrupted run's masks"}};
-    if (optimizer) {
-      const Optimizer::Counters c = optimizer->counters();
-      md["optimizer"] = {{"kind", optimizer->config().kind == OptimizerKind::Adam ? "adam" : "sgd"},
-                         {"state", states},
-                         {"steps", c.steps},
-                         {"skipped_iterations", c.skipped},
-                         {"loss_scale", c.loss_scale},
-                         {"growth_tracker", c.growth_tracker},
-                         {"hysteresis_left", c.hysteresis_left}};
-    } else {
-      md["optimizer"] = nullptr;
-    }
-    if (train_config) md["train_config"] = *train_config;
-    std::vector<std::string> files;
-    for (int pr = 0; pr < p; ++pr)
-      for (int tr = 0; tr < t; ++tr) files.push_back(checkpoint_shard_name(tr, pr));
-    md["files"] = files;
-    md["tensors"] = layout_map(model, states).to_json();
-    // The recorded flags may hold paths that are not UTF-8: such bytes are written as U+FFFD.
-    write_file_synced(checkpoint_tmp_dir(dir, state.iteration) + "/" + kMetadataFile,
-                      json_text(md, 1) + "\n");
-    files.push_back(kMetadataFile);
-    finalize_checkpoint(dir, state.iteration, files);
-  });
+// A GptPipeline's chunks as checkpoint shards: the tables of other ranks are the chunks' tables
+// as a GptModel without memory declares them for those ranks' tensor and expert coordinates.
+CheckpointShards gpt_shards(GptPipeline& model) {
+  CheckpointShards s;
+  s.groups = &model.groups();
+  for (const auto& chunk : model.chunks()) {
+    s.tables.push_back(&chunk->params());
+    s.unsaved.push_back(chunk->tied_head_weight());
+  }
+  s.chunks = model.pipeline_size() * model.virtual_stages();
+  s.rank_of_chunk = [&model](int c) { return model.rank_of_chunk(c); };
+  s.saved_params = [&model](int c, int world_rank) {
+    const RankCoords k = model.groups().layout().coords(world_rank);
+    TensorParallel tp = model.tensor_parallel();
+    tp.rank = k.tp;
+    tp.ep.ep_rank = k.ep;
+    tp.ep.etp_rank = k.etp;
+    const GptModel meta(model.config(), tp, Device{}, model.chunk_stage(c), false);
+    std::vector<ParamInfo> params;
+    for (int i = 0; i < meta.params().size(); ++i)
+      if (i != meta.tied_head_weight()) params.push_back(meta.params().info(i));
+    return params;
+  };
+  return s;
 }
 
 }  // namespace
 
-CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer) {
+void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer, const nlohmann::json* train_config,
+                     const CheckpointState& state) {
+  nlohmann::json extra;
+  // Megatron's uneven first and last stages or its layout string, when set (informative: layers are named by their
+  // global index, so any split loads any other's checkpoint).
+  nlohmann::json layout = nlohmann::json::object();
+  if (model.split().first_stage_layers > 0) layout["decoder_first_pipeline_num_layers"] = model.split().first_stage_layers;
+  if (model.split().last_stage_layers > 0) layout["decoder_last_pipeline_num_layers"] = model.split().last_stage_layers;
+  if (!model.split().layout.empty()) layout["pipeline_model_parallel_layout"] = model.split().layout;
+  // The V placement (ZB-V, DualPipeV), informative as well: shard pp<r> holds chunks r and
+  // 2p - 1 - r then; the loader finds every layer by name.
+  if (model.placement() == ChunkPlacement::V) layout["pipeline_chunk_placement"] = "V";
+  extra["layout"] = layout;
+  extra["model"] = config_to_json(model.config());
+  extra["rng"] = {{"generator", "philox4x32-10"},
+                  {"seed", model.config().seed},
+                  {"keys", "dropout masks are pure functions of (seed, iteration, microbatch, layer, site); "
+                           "resuming at the saved iteration redraws the uninterrupted run's masks"}};
+  if (train_config) extra["train_config"] = *train_config;
+  save_checkpoint_shards(dir, gpt_shards(model), optimizer, extra, state);
+}
+
+CheckpointState load_checkpoint_shards(const std::string& dir, const CheckpointShards& shards, Optimizer* optimizer,
+                                       const std::function<void(const nlohmann::json& metadata, const std::string& source)>&
+                                           check_model) {
   PTDP_CHECK_ARG(!dir.empty(), "checkpoint directory is empty");
-  ProcessGroups& g = model.groups();
+  PTDP_CHECK_ARG(shards.groups != nullptr, "checkpoint shards have no process groups");
+  ProcessGroups& g = *shards.groups;
   CheckpointState state;
   Optimizer::Counters counters;
   const std::vector<std::string> states = optimizer ? optimizer->state_names() : std::vector<std::string>{};
   // Everything is read into staging buffers first; the model changes only once every rank has
   // read its part without error.
-  std::vector<std::vector<float>> params(model.chunks().size());
-  std::vector<std::vector<std::vector<float>>> moments(model.chunks().size());
+  std::vector<std::vector<float>> params(shards.tables.size());
+  std::vector<std::vector<std::vector<float>>> moments(shards.tables.size());
 
   agree_on_failure(g, [&] {
     CheckpointReader reader(dir);
@@ -526,7 +660,7 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
         throw_error(ErrorCode::Io, msg);
       }
       check_metadata_meaning(md, source, reader.iteration());
-      check_config(config_from_json(md.at("model"), source), model.config(), source);
+      if (check_model) check_model(md, source);
       if (md.contains("train_config")) state.train_config = md.at("train_config");
       if (optimizer) {
         const nlohmann::json& o = md.at("optimizer");
@@ -572,8 +706,8 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
       msg += e.what();
       throw_error(ErrorCode::Io, msg);
     }
-    for (std::size_t j = 0; j < model.chunks().size(); ++j) {
-      const ParamTable& table = model.chunks()[j]->params();
+    for (std::size_t j = 0; j < shards.tables.size(); ++j) {
+      const ParamTable& table = *shards.tables[j];
       params[j].assign(static_cast<std::size_t>(table.capacity()), 0.0f);
       for (std::size_t k = 0; k < states.size(); ++k) moments[j].emplace_back(static_cast<std::size_t>(table.capacity()), 0.0f);
       for (int i = 0; i < table.size(); ++i) {
@@ -585,14 +719,20 @@ CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Opti
     }
   });
 
-  for (std::size_t j = 0; j < model.chunks().size(); ++j) {
-    ParamTable& table = model.chunks()[j]->params();
+  for (std::size_t j = 0; j < shards.tables.size(); ++j) {
+    ParamTable& table = *shards.tables[j];
     table.masters_from_host(params[j].data());  // this rank's shard of them when sharded
     for (std::size_t k = 0; k < states.size(); ++k)
       optimizer->set_state(static_cast<int>(j), static_cast<int>(k), moments[j][k].data());
   }
   if (optimizer) optimizer->restore(counters);
   return state;
+}
+
+CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer) {
+  return load_checkpoint_shards(dir, gpt_shards(model), optimizer, [&](const nlohmann::json& md, const std::string& source) {
+    check_config(config_from_json(md.at("model"), source), model.config(), source);
+  });
 }
 
 GptConfig read_checkpoint_config(const std::string& dir, int64_t* iteration) {
