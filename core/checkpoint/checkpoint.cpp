@@ -142,7 +142,10 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
       c.moe.ffn_hidden_size = jr::field_or(j, "moe_ffn_hidden_size", 0, what("moe_ffn_hidden_size"));
       if (c.moe.ffn_hidden_size == c.ffn()) c.moe.ffn_hidden_size = 0;
       if (j.contains("moe_layer_freq")) {
-        for (const auto& x : j.at("moe_layer_freq")) c.moe.layer_pattern.push_back(jr::integer<int>(x, what("moe_layer_freq")));
+        const nlohmann::json& freq = j.at("moe_layer_freq");
+        if (!freq.is_array())
+          throw_error(ErrorCode::Io, what("moe_layer_freq") + " is not a list of 0 and 1 per layer");
+        for (const auto& x : freq) c.moe.layer_pattern.push_back(jr::integer<int>(x, what("moe_layer_freq")));
       }
       c.moe.shared_expert_intermediate_size =
           jr::field_or(j, "moe_shared_expert_intermediate_size", 0, what("moe_shared_expert_intermediate_size"));
@@ -191,7 +194,8 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
     if (saved.moe.is_moe_layer(i) == model.moe.is_moe_layer(i)) continue;
     std::string msg = "the checkpoint " + source;
     msg += " was saved with decoder layer " + std::to_string(i) + (saved.moe.is_moe_layer(i) ? " an MoE" : " a dense");
-    msg += " layer (moe_layer_freq); the model's is " + std::string(model.moe.is_moe_layer(i) ? "an MoE" : "a dense") + " one";
+    msg += " layer (moe_layer_freq); the model's is ";
+    msg += model.moe.is_moe_layer(i) ? "an MoE one" : "a dense one";
     throw_error(ErrorCode::InvalidArgument, msg);
   }
   for (const auto& [name, values] : fields) {
@@ -233,7 +237,9 @@ std::string state_tensor(const std::string& state, const std::string& name) { re
 
 // Whether the rank holding `p` stores it: split parameters on every rank, replicated ones on
 // tensor rank 0 (expert ones on expert-tensor rank 0).
-bool stores(const ParamInfo& p, int tp_rank) { return p.partition_dim >= 0 || (p.expert ? p.split_rank : tp_rank) == 0; }
+bool stores(const ParamInfo& p, int tp_rank) {
+  return p.partition_dim >= 0 || (p.expert ? p.split_rank : tp_rank) == 0;
+}
 
 // Whether the layout's tables hold expert parameters (every rank computes the same). The
 // experts of a chunk exist on every expert-parallel rank: the first rank of its stage shows them.
@@ -251,7 +257,8 @@ bool has_expert_params(const CheckpointShards& s) {
 std::vector<std::string> shard_files(int64_t t, int64_t p, int64_t e, int64_t etp, bool experts) {
   std::vector<std::string> files;
   for (int64_t pr = 0; pr < p; ++pr)
-    for (int64_t tr = 0; tr < t; ++tr) files.push_back(checkpoint_shard_name(static_cast<int>(tr), static_cast<int>(pr)));
+    for (int64_t tr = 0; tr < t; ++tr)
+      files.push_back(checkpoint_shard_name(static_cast<int>(tr), static_cast<int>(pr)));
   if (!experts) return files;
   for (int64_t pr = 0; pr < p; ++pr)
     for (int64_t er = 0; er < e; ++er)
@@ -613,15 +620,16 @@ CheckpointShards gpt_shards(GptPipeline& model) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer, const nlohmann::json* train_config,
-                     const CheckpointState& state) {
+void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer,
+                     const nlohmann::json* train_config, const CheckpointState& state) {
   nlohmann::json extra;
-  // Megatron's uneven first and last stages or its layout string, when set (informative: layers are named by their
-  // global index, so any split loads any other's checkpoint).
+  // Megatron's uneven first and last stages or its layout string, when set (informative: layers
+  // are named by their global index, so any split loads any other's checkpoint).
   nlohmann::json layout = nlohmann::json::object();
-  if (model.split().first_stage_layers > 0) layout["decoder_first_pipeline_num_layers"] = model.split().first_stage_layers;
-  if (model.split().last_stage_layers > 0) layout["decoder_last_pipeline_num_layers"] = model.split().last_stage_layers;
-  if (!model.split().layout.empty()) layout["pipeline_model_parallel_layout"] = model.split().layout;
+  const PipelineSplit& split = model.split();
+  if (split.first_stage_layers > 0) layout["decoder_first_pipeline_num_layers"] = split.first_stage_layers;
+  if (split.last_stage_layers > 0) layout["decoder_last_pipeline_num_layers"] = split.last_stage_layers;
+  if (!split.layout.empty()) layout["pipeline_model_parallel_layout"] = split.layout;
   // The V placement (ZB-V, DualPipeV), informative as well: shard pp<r> holds chunks r and
   // 2p - 1 - r then; the loader finds every layer by name.
   if (model.placement() == ChunkPlacement::V) layout["pipeline_chunk_placement"] = "V";
@@ -636,8 +644,7 @@ void save_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* opti
 }
 
 CheckpointState load_checkpoint_shards(const std::string& dir, const CheckpointShards& shards, Optimizer* optimizer,
-                                       const std::function<void(const nlohmann::json& metadata, const std::string& source)>&
-                                           check_model) {
+                                       const CheckpointModelCheck& check_model) {
   PTDP_CHECK_ARG(!dir.empty(), "checkpoint directory is empty");
   PTDP_CHECK_ARG(shards.groups != nullptr, "checkpoint shards have no process groups");
   ProcessGroups& g = *shards.groups;
@@ -730,9 +737,10 @@ CheckpointState load_checkpoint_shards(const std::string& dir, const CheckpointS
 }
 
 CheckpointState load_checkpoint(const std::string& dir, GptPipeline& model, Optimizer* optimizer) {
-  return load_checkpoint_shards(dir, gpt_shards(model), optimizer, [&](const nlohmann::json& md, const std::string& source) {
+  const auto check = [&](const nlohmann::json& md, const std::string& source) {
     check_config(config_from_json(md.at("model"), source), model.config(), source);
-  });
+  };
+  return load_checkpoint_shards(dir, gpt_shards(model), optimizer, check);
 }
 
 GptConfig read_checkpoint_config(const std::string& dir, int64_t* iteration) {

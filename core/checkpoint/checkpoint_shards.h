@@ -54,8 +54,8 @@ void save_checkpoint_shards(const std::string& dir, const CheckpointShards& shar
 /// resharding. `check_model(metadata, source)` may refuse the saved model (throwing); it runs
 /// on every rank after the metadata's sense is checked. Errors as load_checkpoint's.
 /// Collective over the world.
+using CheckpointModelCheck = std::function<void(const nlohmann::json& metadata, const std::string& source)>;
 CheckpointState load_checkpoint_shards(const std::string& dir, const CheckpointShards& shards, Optimizer* optimizer,
-                                       const std::function<void(const nlohmann::json& metadata, const std::string& source)>&
-                                           check_model);
+                                       const CheckpointModelCheck& check_model);
 
 }  // namespace ptdp

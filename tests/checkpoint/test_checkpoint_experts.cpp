@@ -137,8 +137,8 @@ struct Run {
     const ptdp::RankCoords k = L.coords(g_rank);
     table = std::make_unique<ParamTable>(make_table(L, k, k.pp, L.pipeline(), experts));
     table->allocate(ptdp::Device{}, s.dtype);
-    optimizer = std::make_unique<ptdp::Optimizer>(std::vector<ParamTable*>{table.get()}, std::vector<std::vector<int>>{},
-                                                  adam(s.distributed), *groups);
+    optimizer = std::make_unique<ptdp::Optimizer>(std::vector<ParamTable*>{table.get()},
+                                                  std::vector<std::vector<int>>{}, adam(s.distributed), *groups);
   }
 };
 
@@ -201,7 +201,8 @@ void check_files(const Spec& s, const std::string& dir, bool experts) {
   expect(l.contains("expert_model_parallel_size") == experts && l.contains("expert_tensor_parallel_size") == experts,
          "metadata records e and etp exactly when there are experts");
   if (experts)
-    expect(l.at("expert_model_parallel_size") == s.e && l.at("expert_tensor_parallel_size") == s.etp, "e and etp recorded");
+    expect(l.at("expert_model_parallel_size") == s.e && l.at("expert_tensor_parallel_size") == s.etp,
+           "e and etp recorded");
   std::vector<std::string> want;
   for (int pr = 0; pr < s.p; ++pr)
     for (int tr = 0; tr < s.t; ++tr) want.push_back(ptdp::checkpoint_shard_name(tr, pr));

@@ -139,7 +139,8 @@ void set_grads(const ptdp::Layout& L, ParamTable& table, int step) {
   for (int i = 0; i < table.size(); ++i) {
     const ptdp::ParamInfo& p = table.info(i);
     std::vector<float> g(static_cast<std::size_t>(p.local_shape.numel()));
-    for (int64_t x = 0; x < p.local_shape.numel(); ++x) g[static_cast<std::size_t>(x)] = grad_value(L, table, g_rank, i, x, step);
+    for (int64_t x = 0; x < p.local_shape.numel(); ++x)
+      g[static_cast<std::size_t>(x)] = grad_value(L, table, g_rank, i, x, step);
     table.grad(i).copy_from_host(g.data(), g.size() * sizeof(float));
   }
 }
@@ -167,9 +168,10 @@ void check_buckets(ptdp::ProcessGroups& groups, bool experts, bool distributed, 
   for (const ptdp::GradBucket& b : buckets.buckets()) {
     const bool expert_side = b.lo >= table.expert_begin() && experts;
     expect(!experts || b.hi <= table.expert_begin() || b.lo >= table.expert_begin(),
-           "bucket [" + std::to_string(b.lo) + ", " + std::to_string(b.hi) + ") does not straddle the expert region at " +
-               std::to_string(table.expert_begin()));
-    expect(b.group == (expert_side ? GroupKind::ExpertData : GroupKind::DataContext), "the bucket's group is its region's");
+           "bucket [" + std::to_string(b.lo) + ", " + std::to_string(b.hi) +
+               ") does not straddle the expert region at " + std::to_string(table.expert_begin()));
+    expect(b.group == (expert_side ? GroupKind::ExpertData : GroupKind::DataContext),
+           "the bucket's group is its region's");
     expect((b.hi - b.lo) % (expert_side ? edp : dc) == 0, "the bucket divides over its group");
     expect(b.sharded == (distributed && groups.size(b.group) > 1), "sharded iff distributed over a group of several");
     covered += b.hi - b.lo;
@@ -190,9 +192,10 @@ void check_buckets(ptdp::ProcessGroups& groups, bool experts, bool distributed, 
           const int64_t e = p.offset + x;
           if (e < b.shard_lo || e >= b.shard_hi) continue;
           const double want = expected_grad(L, table, g_rank, i, x, step);
-          if (!close(*buckets.reduced_grad(b, e), want) && bad++ < 3)
-            expect(false, p.name + "[" + std::to_string(x) + "] reduced to " + std::to_string(*buckets.reduced_grad(b, e)) +
-                              ", want " + std::to_string(want));
+          const float got = *buckets.reduced_grad(b, e);
+          if (!close(got, want) && bad++ < 3)
+            expect(false, p.name + "[" + std::to_string(x) + "] reduced to " + std::to_string(got) + ", want " +
+                              std::to_string(want));
         }
       }
     }
@@ -221,8 +224,8 @@ void check_sgd(ptdp::ProcessGroups& groups, bool experts, bool distributed, ptdp
   table.allocate(ptdp::Device{}, dtype);
   table.initialize(1234);
   ptdp::Optimizer opt({&table}, {}, sgd_config(distributed), groups);
-  expect(table.masters_sharded() == (distributed && dtype != ptdp::DType::F32 &&
-                                     (groups.size(GroupKind::DataContext) > 1 || (experts && groups.size(GroupKind::ExpertData) > 1))),
+  const bool several = groups.size(GroupKind::DataContext) > 1 || (experts && groups.size(GroupKind::ExpertData) > 1);
+  expect(table.masters_sharded() == (distributed && dtype != ptdp::DType::F32 && several),
          "the fp32 masters are sharded with the distributed optimizer and 16-bit weights");
   for (int step = 0; step < 2; ++step) {
     const std::vector<float> before = table.masters_to_host();
@@ -255,7 +258,8 @@ void check_sgd(ptdp::ProcessGroups& groups, bool experts, bool distributed, ptdp
                             std::to_string(weights[e]) + "), want " + std::to_string(want));
       }
     }
-    expect(bad == 0, "every parameter is p - g and its model weight the rounded master (step " + std::to_string(step) + ")");
+    expect(bad == 0,
+           "every parameter is p - g and its model weight the rounded master (step " + std::to_string(step) + ")");
   }
 }
 

@@ -213,7 +213,8 @@ TEST_CASE("expert groups: t=4, e=2, etp=2, p=2 (experts split over fewer ranks t
   CHECK(m.all_groups(GroupKind::ExpertModel) == Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}});
 }
 
-TEST_CASE("expert groups: c=2, d=2, e=4, p=2 (expert parallelism over the context and data ranks)", "[layout][experts]") {
+TEST_CASE("expert groups: c=2, d=2, e=4, p=2 (expert parallelism over the context and data ranks)",
+          "[layout][experts]") {
   const Layout l(expert_config(8, 1, 2, 2, 4, 0));
   CHECK(l.expert_tensor() == 1);  // 0: t
   CHECK(l.expert_data() == 1);
@@ -224,10 +225,11 @@ TEST_CASE("expert groups: c=2, d=2, e=4, p=2 (expert parallelism over the contex
   // With t = 2 the tensor+context groups hold t*c ranks: those of one data rank.
   const Layout m(expert_config(16, 2, 2, 2, 4, 1));
   CHECK(m.all_groups(GroupKind::TensorContext) == Groups{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9, 10, 11}, {12, 13, 14, 15}});
-  CHECK(m.all_groups(GroupKind::ExpertData) == Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
+  CHECK(m.all_groups(GroupKind::ExpertData) ==
+        Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}, {8, 12}, {9, 13}, {10, 14}, {11, 15}});
 }
 
-TEST_CASE("every expert layout up to 32 ranks partitions each stage; e=1, etp=t gives the dense groups",
+TEST_CASE("every expert layout up to 32 ranks partitions each stage, and e=1 with etp=t gives the dense groups",
           "[layout][experts]") {
   int layouts = 0;
   for (int w = 1; w <= 32; ++w) {
@@ -296,8 +298,8 @@ TEST_CASE("expert layouts that cannot exist are refused naming the flags", "[lay
   };
   CHECK(message(expert_config(8, 2, 2, 1, 0, 1)) ==
         "expert model parallel size (--expert-model-parallel-size) must be > 0, got 0");
-  CHECK(message(expert_config(8, 2, 2, 1, 1, -1)).find("expert tensor parallel size (--expert-tensor-parallel-size) must "
-                                                       "be > 0 (0: the tensor parallel size), got -1") == 0);
+  CHECK(message(expert_config(8, 2, 2, 1, 1, -1)).find("expert tensor parallel size (--expert-tensor-parallel-size) "
+                                                       "must be > 0 (0: the tensor parallel size), got -1") == 0);
   // 4 ranks per stage cannot hold e = 3, nor e x etp = 2 x 4.
   CHECK(message(expert_config(8, 2, 2, 1, 3, 1)) ==
         "the 4 ranks of a pipeline stage (tensor 2 x context 1 x data 2) are not divisible by expert model parallel "
@@ -306,7 +308,7 @@ TEST_CASE("expert layouts that cannot exist are refused naming the flags", "[lay
                                                       "(--expert-model-parallel-size) 2 x expert tensor parallel size "
                                                       "(--expert-tensor-parallel-size) 4") != std::string::npos);
   // etp defaults to t: e = 4 with t = 2 needs 8 ranks per stage.
-  CHECK(message(expert_config(8, 2, 2, 1, 4, 0)).find("expert tensor parallel size (--expert-tensor-parallel-size) 2") !=
-        std::string::npos);
+  CHECK(message(expert_config(8, 2, 2, 1, 4, 0))
+            .find("expert tensor parallel size (--expert-tensor-parallel-size) 2") != std::string::npos);
   CHECK(message(expert_config(8, 2, 2, 1, 2, 0)) == "no error");
 }
