@@ -38,15 +38,18 @@ struct Optimizer::Space {
 
 namespace {
 
-// A tensor-replicated parameter counts in the norm on tensor rank 0 only, and an excluded one
-// (the last stage's tied embedding copy) nowhere: each element is counted once in the world.
+// A tensor-replicated parameter counts in the norm on tensor rank 0 only (an expert's on
+// expert-tensor rank 0), and an excluded one (the last stage's tied embedding copy) nowhere:
+// with the data-parallel replicas counted once (unscale_grads), each element is counted once in
+// the world.
 std::vector<ParamSpace::Segment> segments_of(const ParamTable& t, const std::vector<int>& excluded, int tp_rank) {
   const std::set<int> skip(excluded.begin(), excluded.end());
   std::vector<ParamSpace::Segment> segments;
   for (int i = 0; i < t.size(); ++i) {
     const ParamInfo& p = t.info(i);
+    const int split_rank = p.expert ? p.split_rank : tp_rank;
     segments.push_back({p.offset, p.local_shape.numel(), p.weight_decay,
-                        (p.partition_dim >= 0 || tp_rank == 0) && skip.count(i) == 0});
+                        (p.partition_dim >= 0 || split_rank == 0) && skip.count(i) == 0});
   }
   return segments;
 }
@@ -69,12 +72,13 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
     const int64_t state_elems = has_state ? sp->buckets->shard_elements() : 0;
     const Device device = t.flat_grads().device();  // the state lives with the parameters
     // Full sharding: with 16-bit model weights each rank keeps the fp32 masters of its shards
-    // only. A table another optimizer sharded differently (or that this one does not shard)
-    // gets its masters back whole first.
+    // only, each bucket's over its own group. A table another optimizer sharded differently (or
+    // that this one does not shard) gets its masters back whole first.
     if (sp->buckets->sharded() && t.model_dtype() != DType::F32) {
       std::vector<ParamTable::ShardRange> ranges;
-      for (const GradBucket& b : sp->buckets->buckets()) ranges.push_back({b.lo, b.hi});
-      t.shard_masters(ranges, groups.comm_for_tensors(GroupKind::DataContext, device));
+      for (const GradBucket& b : sp->buckets->buckets())
+        ranges.push_back({b.lo, b.hi, &groups.comm_for_tensors(b.group, device)});
+      t.shard_masters(ranges);
     } else {
       t.unshard_masters();
     }
@@ -82,9 +86,12 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
     if (config_.kind == OptimizerKind::Adam) sp->v = Tensor::zeros({state_elems}, DType::F32, device);
     spaces_.push_back(std::move(sp));
   }
-  if ((config_.overlap_grad_reduce || config_.overlap_param_gather) && groups.size(GroupKind::DataContext) > 1 &&
-      !spaces_.empty())
-    progress_ = groups.comm_for_tensors(GroupKind::DataContext, spaces_.front()->table->flat_grads().device()).background_progress();
+  // The progress token is process-wide: any group of more than one rank asks for it.
+  for (const GroupKind kind : {GroupKind::DataContext, GroupKind::ExpertData}) {
+    if ((config_.overlap_grad_reduce || config_.overlap_param_gather) && groups.size(kind) > 1 && !spaces_.empty() &&
+        !progress_)
+      progress_ = groups.comm_for_tensors(kind, spaces_.front()->table->flat_grads().device()).background_progress();
+  }
 }
 
 Optimizer::~Optimizer() = default;
@@ -99,12 +106,14 @@ void Optimizer::finish_grad_sync() {
 }
 
 double Optimizer::unscale_grads(Backend& be) {
-  const bool count_norm_here = config_.distributed || groups_.rank(GroupKind::DataContext) == 0;
   const float inv_scale = 1.0f / scaler_.scale();
   double local = 0.0;
   for (auto& s : spaces_) {
     const GradBuckets& buckets = *s->buckets;
     for (const GradBucket& b : buckets.buckets()) {
+      // The replicas of a bucket's reduced gradients: each counts its shard, or only the
+      // group's first rank counts the whole bucket.
+      const bool count_norm_here = config_.distributed || groups_.rank(b.group) == 0;
       float* g = buckets.reduced_grad(b, b.shard_lo);
       if (inv_scale != 1.0f) be.scale(g, inv_scale, b.shard_hi - b.shard_lo);
       for (const auto& seg : s->segments) {
@@ -173,7 +182,7 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
 }
 
 void Optimizer::all_gather_updated_shards(Backend& be) {
-  Communicator& dp = groups_.comm_for_tensors(GroupKind::DataContext, spaces_.front()->table->flat_grads().device());
+  const Device device = spaces_.front()->table->flat_grads().device();
   for (auto& s : spaces_) {
     ParamTable& t = *s->table;
     const Tensor& weights = t.flat_weights();
@@ -186,7 +195,8 @@ void Optimizer::all_gather_updated_shards(Backend& be) {
       // masters) or is rounded into them here.
       Tensor mine = weights.view(b.shard_lo, {n});
       if (weights.dtype() != DType::F32) be.cast(t.master_data(b.shard_lo), DType::F32, mine.raw(), weights.dtype(), n);
-      WorkPtr work = dp.all_gather(mine, weights.view(b.lo, {b.hi - b.lo}));
+      if (!b.sharded) continue;  // a group of one (the expert region at edp = 1): the whole bucket is here
+      WorkPtr work = groups_.comm_for_tensors(b.group, device).all_gather(mine, weights.view(b.lo, {b.hi - b.lo}));
       if (config_.overlap_param_gather) t.add_pending_gather(b.lo, b.hi, std::move(work));
       else work->wait();
     }
@@ -214,7 +224,8 @@ OptimizerStepResult Optimizer::step(int64_t iteration) {
   res.grad_norm = std::sqrt(verdict.norm_sq);
   ++steps_;
   update_shards(be, clip_coefficient(res.grad_norm), res.lr);
-  if (config_.distributed && groups_.size(GroupKind::DataContext) > 1) all_gather_updated_shards(be);
+  if (std::any_of(spaces_.begin(), spaces_.end(), [](const auto& s) { return s->buckets->sharded(); }))
+    all_gather_updated_shards(be);
   else
     for (auto& s : spaces_) s->table->sync_weights();  // 16-bit model weights follow the masters
   scaler_.update(false);
@@ -243,17 +254,16 @@ std::vector<float> Optimizer::get_state(int s, int k) {
   Space& sp = *spaces_[static_cast<std::size_t>(s)];
   const Tensor& state = k == 0 ? sp.m : sp.v;
   std::vector<float> out(static_cast<std::size_t>(sp.table->capacity()), 0.0f);
-  const bool sharded = sp.buckets->sharded();
   Backend& be = state.backend();
   for (const GradBucket& b : sp.buckets->buckets()) {
     const float* mine = state.data<float>() + b.state_offset;
-    if (!sharded) {
+    if (!b.sharded) {
       be.copy_to_host(out.data() + b.lo, mine, static_cast<std::size_t>(b.hi - b.lo) * sizeof(float));
       continue;
     }
     Tensor shard = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32);
     be.copy_to_host(shard.raw(), mine, shard.nbytes());
-    groups_.comm(GroupKind::DataContext)
+    groups_.comm(b.group)
         .all_gather(shard, Tensor::borrow(out.data() + b.lo, {b.hi - b.lo}, DType::F32))
         ->wait();
   }

@@ -100,7 +100,8 @@ class Optimizer {
   int num_spaces() const { return static_cast<int>(spaces_.size()); }
   /// State buffer `k` of space `s` laid out like the space's flat parameter buffer
   /// (capacity() elements). With the distributed optimizer each rank holds 1/d of it and the
-  /// rest is all-gathered: collective over the data-parallel group then.
+  /// rest is all-gathered: collective over the data-parallel group then (the expert region's
+  /// over the expert-data-parallel group).
   std::vector<float> get_state(int s, int k);
   /// Sets this rank's part of state buffer `k` of space `s` from the whole flat-layout values
   /// (capacity() elements). No communication.

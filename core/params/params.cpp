@@ -1,6 +1,7 @@
 #include "core/params/params.h"
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
 #include "base/error.h"
@@ -56,6 +57,7 @@ int ParamTable::add(const std::string& name, const Shape& global_shape, int part
   // Keep every view 64-byte aligned inside the flat buffer (16 floats).
   p.offset = (numel_ + 15) / 16 * 16;
   numel_ = p.offset + p.local_shape.numel();
+  expert_begin_ = numel_;
   by_name_[name] = static_cast<int>(entries_.size());
   entries_.push_back(p);
   return static_cast<int>(entries_.size()) - 1;
@@ -114,14 +116,16 @@ void ParamTable::allocate(Device device, DType model_dtype) {
   // Lay the views out again: the dense parameters in declaration order, then the expert ones
   // (their slices may have changed in set_expert), each view 64-byte aligned (16 floats).
   numel_ = 0;
+  expert_begin_ = -1;
   for (const bool expert : {false, true}) {
     for (ParamInfo& p : entries_) {
       if (p.expert != expert) continue;
       p.offset = (numel_ + 15) / 16 * 16;
+      if (expert && expert_begin_ < 0) expert_begin_ = p.offset;
       numel_ = p.offset + p.local_shape.numel();
     }
   }
-  master_comm_ = nullptr;
+  if (expert_begin_ < 0) expert_begin_ = numel_;
   master_ranges_.clear();
   master_offset_.clear();
   master_shard_ = Tensor();
@@ -140,13 +144,12 @@ void ParamTable::sync_weights() {
   }
   // Each rank rounds its shard; the shards are gathered (16-bit rounding is elementwise, so
   // this equals rounding the whole masters).
-  const int64_t d = master_comm_->size();
   for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
     const ShardRange& r = master_ranges_[k];
-    const int64_t len = (r.hi - r.lo) / d;
-    Tensor mine = weights_.view(r.lo + master_comm_->rank() * len, {len});  // in place
+    const int64_t len = (r.hi - r.lo) / r.comm->size();
+    Tensor mine = weights_.view(r.lo + r.comm->rank() * len, {len});  // in place
     mine.backend().cast(master_shard_.data<float>() + master_offset_[k], DType::F32, mine.raw(), model_dtype_, len);
-    master_comm_->all_gather(mine, weights_.view(r.lo, {r.hi - r.lo}))->wait();
+    r.comm->all_gather(mine, weights_.view(r.lo, {r.hi - r.lo}))->wait();
   }
 }
 
@@ -169,6 +172,33 @@ void ParamTable::reserve(int64_t numel) {
     bigger.backend().copy(bigger.raw(), t->raw(), t->nbytes());
     *t = bigger;
   }
+}
+
+void ParamTable::align_expert_region(int64_t multiple) {
+  check_allocated("align_expert_region");
+  check_not_sharded("align_expert_region");
+  PTDP_CHECK_ARG(multiple >= 1, "align_expert_region: multiple must be >= 1, got " + std::to_string(multiple));
+  if (!has_experts()) return;
+  const int64_t step = std::lcm<int64_t>(multiple, 16);  // 16: the views' 64-byte alignment
+  const int64_t begin = (dense_numel() + step - 1) / step * step;
+  if (begin == expert_begin_) return;
+  wait_all_gathers();
+  const int64_t shift = begin - expert_begin_, expert_elements = numel_ - expert_begin_;
+  for (Tensor* t : {&params_, &grads_, &weights_}) {
+    if (!t->defined()) continue;
+    Tensor moved = Tensor::zeros({numel_ + shift}, t->dtype(), t->device());
+    const std::size_t width = dtype_size(t->dtype());
+    Backend& be = moved.backend();
+    be.copy(moved.raw(), t->raw(), static_cast<std::size_t>(dense_numel()) * width);
+    be.copy(static_cast<char*>(moved.raw()) + begin * static_cast<int64_t>(width),
+            static_cast<const char*>(t->raw()) + expert_begin_ * static_cast<int64_t>(width),
+            static_cast<std::size_t>(expert_elements) * width);
+    *t = moved;
+  }
+  for (ParamInfo& p : entries_)
+    if (p.expert) p.offset += shift;
+  expert_begin_ = begin;
+  numel_ += shift;
 }
 
 void ParamTable::check_allocated(const char* what) const {
@@ -266,17 +296,16 @@ void ParamTable::check_not_sharded(const char* what) const {
 }
 
 int ParamTable::shard_of(int64_t e) const {
-  const int64_t d = master_comm_->size(), r = master_comm_->rank();
   // The last range starting at or before e.
   const auto it = std::upper_bound(master_ranges_.begin(), master_ranges_.end(), e,
                                    [](int64_t x, const ShardRange& range) { return x < range.lo; });
   if (it == master_ranges_.begin()) return -1;
   const ShardRange& range = *(it - 1);
-  const int64_t len = (range.hi - range.lo) / d, lo = range.lo + r * len;
+  const int64_t len = (range.hi - range.lo) / range.comm->size(), lo = range.lo + range.comm->rank() * len;
   return e >= lo && e < lo + len ? static_cast<int>(it - 1 - master_ranges_.begin()) : -1;
 }
 
-void ParamTable::shard_masters(const std::vector<ShardRange>& ranges, Communicator& dp) {
+void ParamTable::shard_masters(const std::vector<ShardRange>& ranges) {
   check_allocated("shard_masters");
   PTDP_CHECK_ARG(model_dtype_ != DType::F32,
                  "shard_masters: fp32 model weights are their own masters and stay whole on every rank");
@@ -284,9 +313,11 @@ void ParamTable::shard_masters(const std::vector<ShardRange>& ranges, Communicat
   wait_all_gathers();
   std::vector<ShardRange> sorted = ranges;
   std::sort(sorted.begin(), sorted.end(), [](const ShardRange& a, const ShardRange& b) { return a.lo < b.lo; });
-  const int64_t d = dp.size(), r = dp.rank();
   int64_t at = 0, total = 0;
   for (const ShardRange& x : sorted) {
+    PTDP_CHECK_ARG(x.comm != nullptr, "shard_masters: range [" + std::to_string(x.lo) + ", " + std::to_string(x.hi) +
+                                          ") has no communicator");
+    const int64_t d = x.comm->size();
     PTDP_CHECK_ARG(x.lo == at && x.hi > x.lo && (x.hi - x.lo) % d == 0,
                    "shard_masters: range [" + std::to_string(x.lo) + ", " + std::to_string(x.hi) +
                        ") does not continue at " + std::to_string(at) + " or is not a positive multiple of " +
@@ -300,8 +331,8 @@ void ParamTable::shard_masters(const std::vector<ShardRange>& ranges, Communicat
   std::vector<int64_t> offsets;
   int64_t off = 0;
   for (const ShardRange& x : sorted) {
-    const int64_t len = (x.hi - x.lo) / d;
-    shard.backend().copy(shard.data<float>() + off, params_.data<float>() + x.lo + r * len,
+    const int64_t len = (x.hi - x.lo) / x.comm->size();
+    shard.backend().copy(shard.data<float>() + off, params_.data<float>() + x.lo + x.comm->rank() * len,
                          static_cast<std::size_t>(len) * sizeof(float));
     offsets.push_back(off);
     off += len;
@@ -309,21 +340,19 @@ void ParamTable::shard_masters(const std::vector<ShardRange>& ranges, Communicat
   master_shard_ = shard;
   master_ranges_ = std::move(sorted);
   master_offset_ = std::move(offsets);
-  master_comm_ = &dp;
   params_ = Tensor();  // the whole fp32 masters go: full sharding
 }
 
 void ParamTable::unshard_masters() {
   if (!masters_sharded()) return;
-  const int64_t d = master_comm_->size();
   Tensor full = Tensor::zeros({capacity()}, DType::F32, grads_.device());
   for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
     const ShardRange& r = master_ranges_[k];
-    master_comm_->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / d}), full.view(r.lo, {r.hi - r.lo}))
+    r.comm->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / r.comm->size()}),
+                       full.view(r.lo, {r.hi - r.lo}))
         ->wait();
   }
   params_ = full;
-  master_comm_ = nullptr;
   master_ranges_.clear();
   master_offset_.clear();
   master_shard_ = Tensor();
@@ -335,21 +364,21 @@ float* ParamTable::master_data(int64_t e) const {
   const int k = shard_of(e);
   PTDP_CHECK_ARG(k >= 0, "master_data: element " + std::to_string(e) + " is not in this rank's shard");
   const ShardRange& r = master_ranges_[static_cast<std::size_t>(k)];
-  const int64_t lo = r.lo + master_comm_->rank() * ((r.hi - r.lo) / master_comm_->size());
+  const int64_t lo = r.lo + r.comm->rank() * ((r.hi - r.lo) / r.comm->size());
   return master_shard_.data<float>() + master_offset_[static_cast<std::size_t>(k)] + (e - lo);
 }
 
 Tensor ParamTable::gather_param(int i) const {
   if (!masters_sharded()) return param(i);
   const ParamInfo& p = info(i);
-  const int64_t first = p.offset, last = p.offset + p.local_shape.numel(), d = master_comm_->size();
+  const int64_t first = p.offset, last = p.offset + p.local_shape.numel();
   Tensor out = Tensor::empty(p.local_shape, DType::F32, grads_.device());
   Backend& be = out.backend();
   for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
     const ShardRange& r = master_ranges_[k];
     if (r.hi <= first || r.lo >= last) continue;
     Tensor whole = Tensor::empty({r.hi - r.lo}, DType::F32, grads_.device());
-    master_comm_->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / d}), whole)->wait();
+    r.comm->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / r.comm->size()}), whole)->wait();
     const int64_t lo = std::max(first, r.lo), hi = std::min(last, r.hi);
     be.copy(out.data<float>() + (lo - first), whole.data<float>() + (lo - r.lo), static_cast<std::size_t>(hi - lo) * sizeof(float));
   }
@@ -366,11 +395,10 @@ void ParamTable::set_param(int i, const float* host) {
     sync_weight(i);
     return;
   }
-  const int64_t d = master_comm_->size(), rank = master_comm_->rank();
   Backend& be = master_shard_.backend();
   for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
     const ShardRange& r = master_ranges_[k];
-    const int64_t len = (r.hi - r.lo) / d, slo = r.lo + rank * len, shi = slo + len;
+    const int64_t len = (r.hi - r.lo) / r.comm->size(), slo = r.lo + r.comm->rank() * len, shi = slo + len;
     const int64_t lo = std::max(first, slo), hi = std::min(first + n, shi);
     if (lo >= hi) continue;
     be.copy_from_host(master_shard_.data<float>() + master_offset_[k] + (lo - slo), host + (lo - first),
@@ -398,11 +426,10 @@ std::vector<float> ParamTable::masters_to_host() const {
     params_.copy_to_host(out.data(), out.size() * sizeof(float));
     return out;
   }
-  const int64_t d = master_comm_->size();
   for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
     const ShardRange& r = master_ranges_[k];
     Tensor whole = Tensor::empty({r.hi - r.lo}, DType::F32, grads_.device());
-    master_comm_->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / d}), whole)->wait();
+    r.comm->all_gather(master_shard_.view(master_offset_[k], {(r.hi - r.lo) / r.comm->size()}), whole)->wait();
     whole.copy_to_host(out.data() + r.lo, whole.nbytes());
   }
   return out;
@@ -417,12 +444,11 @@ void ParamTable::masters_from_host(const float* values) {
     sync_weights();
     return;
   }
-  const int64_t d = master_comm_->size(), rank = master_comm_->rank();
   Backend& be = master_shard_.backend();
   for (std::size_t k = 0; k < master_ranges_.size(); ++k) {
     const ShardRange& r = master_ranges_[k];
-    const int64_t len = (r.hi - r.lo) / d;
-    be.copy_from_host(master_shard_.data<float>() + master_offset_[k], values + r.lo + rank * len,
+    const int64_t len = (r.hi - r.lo) / r.comm->size();
+    be.copy_from_host(master_shard_.data<float>() + master_offset_[k], values + r.lo + r.comm->rank() * len,
                       static_cast<std::size_t>(len) * sizeof(float));
   }
   const Tensor whole = Tensor::from_host(values, {capacity()}, DType::F32, grads_.device());

@@ -14,7 +14,8 @@
 // the full fp32 buffer is gone; the 16-bit weights and fp32 gradients stay whole. Readers of
 // masters use gather_param() / masters_to_host() (collective over the data-parallel group then),
 // writers set_param() / masters_from_host() (no communication: every rank passes the same
-// values and keeps its part).
+// values and keeps its part). Each range is sharded over its own group: the dense region's over
+// the data(+context)-parallel group, the expert region's over the expert-data-parallel group.
 //
 // Pending weight gathers (--overlap-param-gather): the optimizer may hand the table the
 // all-gathers of updated weights still in flight (add_pending_gather()); weight(i) and param(i)
@@ -79,6 +80,16 @@ class ParamTable {
   void set_expert(int i, int etp_rank, int etp_size);
   /// Elements of the dense region (== numel() without expert parameters).
   int64_t dense_numel() const;
+  /// Where the expert region starts in the flat buffers (== numel() without expert parameters);
+  /// [dense_numel(), expert_begin()) is zero padding.
+  int64_t expert_begin() const { return expert_begin_; }
+  bool has_experts() const { return expert_begin_ < numel_; }
+  /// Moves the expert region (values, gradients and 16-bit weights with it) to start at the
+  /// first multiple of `multiple` (and of 16) at or after dense_numel(), so that the dense
+  /// region [0, expert_begin()) divides evenly over a group of `multiple` ranks. Nothing to do
+  /// without expert parameters. Like reserve(), views taken before are not moved; not with
+  /// sharded masters.
+  void align_expert_region(int64_t multiple);
   /// Marks parameter i as ParamInfo::tp_reduced_grad.
   void set_tp_reduced_grad(int i);
   /// Allocates the flat parameter and gradient buffers (gradients zeroed) and, for a bf16 or
@@ -94,7 +105,7 @@ class ParamTable {
   void initialize(uint64_t seed);
   /// Rounds the fp32 master weights into the 16-bit model weights (nothing to do for f32).
   /// With sharded masters each rank rounds its shard and the shards are all-gathered:
-  /// collective over the data-parallel group then.
+  /// collective over the data-parallel groups then.
   void sync_weights();
   /// sync_weights() for parameter i only (not with sharded masters: use set_param()).
   void sync_weight(int i);
@@ -121,27 +132,28 @@ class ParamTable {
   int tp_size() const { return tp_size_; }
 
   // ---- fp32 masters sharded over the data-parallel group ----------------------------------
-  /// A range of the flat buffers split evenly over the data-parallel ranks: rank r keeps
+  /// A range of the flat buffers split evenly over the d ranks of `comm`: group rank r keeps
   /// [lo + r (hi - lo) / d, lo + (r + 1) (hi - lo) / d).
   struct ShardRange {
     int64_t lo = 0, hi = 0;
+    Communicator* comm = nullptr;  ///< the data-parallel group holding the range's replicas
   };
   /// Keeps only this rank's shard of each range of the fp32 masters and frees the full buffer.
-  /// `ranges` cover [0, capacity()) without overlap, each a multiple of dp.size() long. Only
-  /// for 16-bit model weights (fp32 weights are their own masters and stay whole). Masters that
-  /// are already sharded are gathered first: collective over `dp` then. `dp` must outlive the
-  /// sharding.
-  void shard_masters(const std::vector<ShardRange>& ranges, Communicator& dp);
-  /// Gathers the whole fp32 masters back (collective over the data-parallel group); nothing to
-  /// do when they are not sharded.
+  /// `ranges` cover [0, capacity()) without overlap, each a multiple of its comm's size long.
+  /// Only for 16-bit model weights (fp32 weights are their own masters and stay whole). Masters
+  /// that are already sharded are gathered first: collective over their groups then. The
+  /// communicators must outlive the sharding.
+  void shard_masters(const std::vector<ShardRange>& ranges);
+  /// Gathers the whole fp32 masters back (collective over the ranges' groups); nothing to do
+  /// when they are not sharded.
   void unshard_masters();
-  bool masters_sharded() const { return master_comm_ != nullptr; }
+  bool masters_sharded() const { return !master_ranges_.empty(); }
   /// Elements of fp32 masters this rank holds: capacity(), or the sum of its shards.
   int64_t master_elements() const { return masters_sharded() ? master_shard_.numel() : capacity(); }
   /// The fp32 master of flat element `e`, which must lie in this rank's shard when sharded.
   float* master_data(int64_t e) const;
   /// Parameter i's fp32 masters (local shape): a view of the flat buffer, or, when sharded, a
-  /// new tensor all-gathered from the shards (collective over the data-parallel group).
+  /// new tensor all-gathered from the shards (collective over the data-parallel groups).
   Tensor gather_param(int i) const;
   /// Sets parameter i's fp32 masters (this rank's part when sharded) and its model weights
   /// from `values` (fp32, its local shape). No communication.
@@ -174,11 +186,11 @@ class ParamTable {
   std::vector<ParamInfo> entries_;
   std::unordered_map<std::string, int> by_name_;
   int64_t numel_ = 0;
+  int64_t expert_begin_ = 0;
   DType model_dtype_ = DType::F32;
   Tensor params_, grads_;
   Tensor weights_;  ///< 16-bit model weights; undefined for f32
-  // Sharded masters: this rank's part of every range, in range order.
-  Communicator* master_comm_ = nullptr;
+  // Sharded masters: this rank's part of every range, in range order (none: not sharded).
   std::vector<ShardRange> master_ranges_;
   std::vector<int64_t> master_offset_;  // by range: where its shard starts in master_shard_
   Tensor master_shard_;
