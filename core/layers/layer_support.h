@@ -40,6 +40,11 @@ struct Step {
   /// document starts, set by the model for its forward and backward passes; nullptr: token i of
   /// a sample is at position i and attends causally to the whole sample.
   const TokenPositions* positions = nullptr;
+  /// Backward passes: the factor the main loss's gradient carries into this pass (1/m for m
+  /// microbatches, the fp16 loss scale, and c under context parallelism; see
+  /// GptModel::stage_backward_input). Auxiliary losses that a layer adds in its own backward
+  /// (the MoE router's) are scaled by it, as Megatron's MoEAuxLossAutoScaler does.
+  float grad_scale = 1.0f;
 };
 
 /// Per-microbatch saved activations of one layer: several microbatches can be in flight.

@@ -4,11 +4,12 @@
 
 namespace ptdp {
 
-Mlp::Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp)
+Mlp::Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp, int ffn)
     : swiglu_(cfg.swiglu),
-      fc1_(params, prefix + ".linear_fc1", cfg.hidden_size, (cfg.swiglu ? 2 : 1) * static_cast<int64_t>(cfg.ffn()),
-           cfg.add_bias_linear, false, cfg.init_method_std, tp, cfg.swiglu ? 2 : 1),
-      fc2_(params, prefix + ".linear_fc2", cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,
+      fc1_(params, prefix + ".linear_fc1", cfg.hidden_size,
+           (cfg.swiglu ? 2 : 1) * static_cast<int64_t>(ffn > 0 ? ffn : cfg.ffn()), cfg.add_bias_linear, false,
+           cfg.init_method_std, tp, cfg.swiglu ? 2 : 1),
+      fc2_(params, prefix + ".linear_fc2", ffn > 0 ? ffn : cfg.ffn(), cfg.hidden_size, cfg.add_bias_linear,
            cfg.init_method_std / std::sqrt(2.0f * static_cast<float>(cfg.num_layers)), tp, true),
       slots_(prefix) {
   fc1_.set_profile_label("fc1");

@@ -20,7 +20,8 @@ namespace ptdp {
 
 class Mlp {
  public:
-  Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp);
+  /// `ffn` > 0 sets the width (an MoE layer's shared experts); 0: cfg.ffn().
+  Mlp(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp, int ffn = 0);
   /// x [N, h] -> fc2's output [N, h] without fc2's bias (see output_bias()); under sequence
   /// parallelism x and the output are this rank's [N/t, h].
   Tensor forward(const Tensor& x, const Step& step);

@@ -45,8 +45,21 @@ TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, i
       attn_(params, prefix(layer) + ".self_attention", cfg, layer, tp, device),
       ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
            sequence_norm_group(tp)),
-      mlp_(params, prefix(layer) + ".mlp", cfg, tp),
-      slots_(prefix(layer)) {}
+      slots_(prefix(layer)) {
+  if (cfg.moe.is_moe_layer(layer)) {
+    moe_ = std::make_unique<MoeLayer>(params, prefix(layer) + ".mlp", cfg, tp);
+  } else {
+    mlp_ = std::make_unique<Mlp>(params, prefix(layer) + ".mlp", cfg, tp);
+  }
+}
+
+Tensor TransformerLayer::mlp_forward(const Tensor& x, const Step& step) {
+  return moe_ ? moe_->forward(x, step) : mlp_->forward(x, step);
+}
+
+Tensor TransformerLayer::mlp_backward_input(const Tensor& dy, const Step& step) {
+  return moe_ ? moe_->backward_input(dy, step) : mlp_->backward_input(dy, step);
+}
 
 std::vector<FlatPiece> TransformerLayer::slice(const Tensor& x, const Step& step) const {
   return activation_pieces(tp_, tp_.sequence_sharded(step.decoding), x.numel());
@@ -69,15 +82,17 @@ Tensor TransformerLayer::after_attention(const Tensor& x, const Tensor& a, const
   // when decoding), as x and a.
   Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x, slice(a, step), p, step, layer_,  // [s/c*b, h]
                                DropoutSite::AttentionOutput, seed);
-  Tensor m = mlp_.forward(ln2_.forward(x1, step), step);  // [s/c*b, h]
-  return bias_dropout_add(m, mlp_.output_bias(), x1, slice(m, step), p, step, layer_, DropoutSite::MlpOutput, seed);
+  Tensor m = mlp_forward(ln2_.forward(x1, step), step);  // [s/c*b, h]
+  const Tensor bias = mlp_ ? mlp_->output_bias() : Tensor();  // an MoE layer's experts add their own
+  return bias_dropout_add(m, bias, x1, slice(m, step), p, step, layer_, DropoutSite::MlpOutput, seed);
 }
 
 void TransformerLayer::release_sublayers(const Step& step) {
   ln1_.release(step);
   attn_.release(step);
   ln2_.release(step);
-  mlp_.release(step);
+  if (mlp_) mlp_->release(step);
+  if (moe_) moe_->release(step);
 }
 
 Tensor TransformerLayer::forward(const Tensor& x, const Step& step) {
@@ -101,7 +116,7 @@ Tensor TransformerLayer::backward_input(const Tensor& dout, const Step& step) {
   const uint64_t seed = cfg_.seed;
   Tensor dm = dropout_backward(dout, cfg_.hidden_dropout, step, layer_, DropoutSite::MlpOutput, seed,  // [s/c*b, h]
                                slice(dout, step));
-  Tensor dx1 = sum(dout, ln2_.backward_input(mlp_.backward_input(dm, step), step));  // [s/c*b, h]
+  Tensor dx1 = sum(dout, ln2_.backward_input(mlp_backward_input(dm, step), step));  // [s/c*b, h]
   Tensor da = dropout_backward(dx1, cfg_.hidden_dropout, step, layer_,  // [s/c*b, h]
                                DropoutSite::AttentionOutput, seed, slice(dx1, step));
   return sum(dx1, ln1_.backward_input(attn_.backward_input(da, step), step));
@@ -114,7 +129,8 @@ void TransformerLayer::release(const Step& step) {
 
 void TransformerLayer::backward_weight(const Step& step) {
   attn_.backward_weight(step);
-  mlp_.backward_weight(step);
+  if (mlp_) mlp_->backward_weight(step);
+  if (moe_) moe_->backward_weight(step);
 }
 
 }  // namespace ptdp

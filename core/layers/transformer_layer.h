@@ -10,12 +10,14 @@
 // and reduce-scatter their outputs (core/layers/linear.h).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "core/layers/attention.h"
 #include "core/layers/dropout.h"
 #include "core/layers/norm.h"
 #include "core/layers/mlp.h"
+#include "core/layers/moe/moe_layer.h"
 
 namespace ptdp {
 
@@ -35,8 +37,12 @@ class TransformerLayer {
   Tensor decode(const Tensor& x, KvCache& cache, const Step& step);
   /// Drops everything kept for the microbatch (after a forward without backward).
   void release(const Step& step);
+  /// The layer's mixture of experts, or nullptr for a dense MLP.
+  MoeLayer* moe() { return moe_.get(); }
 
  private:
+  Tensor mlp_forward(const Tensor& x, const Step& step);
+  Tensor mlp_backward_input(const Tensor& dy, const Step& step);
   Tensor run_forward(const Tensor& x, const Step& step);
   // The layer after its attention: x1 = x + dropout(a + bias), x1 + dropout(mlp(norm2(x1)) +
   // bias), with x, a and the result of x's shape.
@@ -54,7 +60,9 @@ class TransformerLayer {
   Norm ln1_;
   SelfAttention attn_;
   Norm ln2_;
-  Mlp mlp_;
+  // The MLP: dense, or a mixture of experts where cfg.moe.is_moe_layer(layer).
+  std::unique_ptr<Mlp> mlp_;
+  std::unique_ptr<MoeLayer> moe_;
   Slots<Slot> slots_;
 };
 

@@ -47,6 +47,17 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
                        std::to_string(cfg_.seq_length / c) + " positions over the tensor group, but they are not "
                        "divisible by t = " + std::to_string(tp_.size));
   }
+  if (cfg_.moe.enabled()) {
+    const ExpertParallel& ep = tp_.ep;
+    PTDP_CHECK_ARG(cfg_.moe.num_experts % ep.ep_size == 0,
+                   "--num-experts " + std::to_string(cfg_.moe.num_experts) +
+                       " is not divisible by --expert-model-parallel-size " + std::to_string(ep.ep_size));
+    PTDP_CHECK_ARG(ep.ep_size == 1 || ep.ep_comm, "expert model parallel size " + std::to_string(ep.ep_size) +
+                                                      " without an expert-model-parallel communicator");
+    PTDP_CHECK_ARG(ep.tp_cp_size == tp_.size * tp_.cp.size,
+                   "the MoE token group (TensorContext) has " + std::to_string(ep.tp_cp_size) + " ranks; t x c is " +
+                       std::to_string(tp_.size * tp_.cp.size));
+  }
   if (stage_.num_layers < 0) stage_.num_layers = cfg_.num_layers - stage_.first_layer;
   PTDP_CHECK_ARG(stage_.first_layer >= 0 && stage_.num_layers >= 0 &&
                      stage_.first_layer + stage_.num_layers <= cfg_.num_layers,
@@ -240,6 +251,9 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
   // recomputation runs again).
   Step step = step_in;
   if (positions_.has(step.microbatch)) step.positions = &positions_.get(step.microbatch);
+  // What the main loss's gradient carries (see cp_scale below): the MoE routers scale their
+  // auxiliary losses' gradients by it.
+  step.grad_scale = grad_scale * static_cast<float>(tp_.cp.size);
   Tensor dx;
   if (stage_.post_process) {
     // Context parallelism: each context rank's gradient is its tokens' part of the microbatch's;

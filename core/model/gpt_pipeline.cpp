@@ -18,6 +18,18 @@ TensorParallel tensor_group(ProcessGroups& g, Device device) {
   tp.cp.comm = &g.comm_for_tensors(GroupKind::Context, device);
   tp.cp.rank = g.rank(GroupKind::Context);
   tp.cp.size = g.size(GroupKind::Context);
+  // Megatron-Core's parallel folding (core/parallel/layout.h): the MoE layers' groups.
+  ExpertParallel& ep = tp.ep;
+  ep.ep_comm = &g.comm_for_tensors(GroupKind::ExpertModel, device);
+  ep.ep_rank = g.rank(GroupKind::ExpertModel);
+  ep.ep_size = g.size(GroupKind::ExpertModel);
+  ep.etp_comm = &g.comm_for_tensors(GroupKind::ExpertTensor, device);
+  ep.etp_rank = g.rank(GroupKind::ExpertTensor);
+  ep.etp_size = g.size(GroupKind::ExpertTensor);
+  ep.tp_ep_comm = &g.comm_for_tensors(GroupKind::ExpertTensorAndModel, device);
+  ep.tp_cp_comm = &g.comm_for_tensors(GroupKind::TensorContext, device);
+  ep.tp_cp_rank = g.rank(GroupKind::TensorContext);
+  ep.tp_cp_size = g.size(GroupKind::TensorContext);
   return tp;
 }
 
