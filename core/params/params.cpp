@@ -176,12 +176,12 @@ void ParamTable::reserve(int64_t numel) {
 
 void ParamTable::align_expert_region(int64_t multiple) {
   check_allocated("align_expert_region");
-  check_not_sharded("align_expert_region");
   PTDP_CHECK_ARG(multiple >= 1, "align_expert_region: multiple must be >= 1, got " + std::to_string(multiple));
   if (!has_experts()) return;
   const int64_t step = std::lcm<int64_t>(multiple, 16);  // 16: the views' 64-byte alignment
   const int64_t begin = (dense_numel() + step - 1) / step * step;
-  if (begin == expert_begin_) return;
+  if (begin == expert_begin_) return;  // e.g. a second optimizer over the same groups
+  check_not_sharded("align_expert_region");
   wait_all_gathers();
   const int64_t shift = begin - expert_begin_, expert_elements = numel_ - expert_begin_;
   for (Tensor* t : {&params_, &grads_, &weights_}) {
