@@ -139,11 +139,11 @@ void moe_fields_to_core(const Options& o, GptConfig& c) {
                      o.moe_router_score_function == PTDP_MOE_SCORE_SIGMOID,
                  str_cat("options->moe_router_score_function = ", static_cast<int>(o.moe_router_score_function),
                          " is not a ptdp_moe_score_function (SOFTMAX or SIGMOID)"));
-  PTDP_CHECK_ARG(o.moe_router_load_balancing_type >= PTDP_MOE_AUX_LOSS &&
-                     o.moe_router_load_balancing_type <= PTDP_MOE_NO_BALANCING,
+  PTDP_CHECK_ARG(o.moe_router_load_balancing_type >= PTDP_MOE_BALANCING_AUX_LOSS &&
+                     o.moe_router_load_balancing_type <= PTDP_MOE_BALANCING_NONE,
                  str_cat("options->moe_router_load_balancing_type = ", static_cast<int>(o.moe_router_load_balancing_type),
                          " is not a ptdp_moe_load_balancing"));
-  PTDP_CHECK_ARG(o.moe_token_drop_policy == PTDP_MOE_DROP_BY_PROBS || o.moe_token_drop_policy == PTDP_MOE_DROP_BY_POSITION,
+  PTDP_CHECK_ARG(o.moe_token_drop_policy == PTDP_MOE_DROP_PROBS || o.moe_token_drop_policy == PTDP_MOE_DROP_POSITION,
                  str_cat("options->moe_token_drop_policy = ", static_cast<int>(o.moe_token_drop_policy),
                          " is not a ptdp_moe_drop_policy"));
   PTDP_CHECK_ARG(o.moe_token_dispatcher_type == PTDP_MOE_DISPATCHER_ALLTOALL ||

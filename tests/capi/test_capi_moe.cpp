@@ -77,7 +77,7 @@ TEST_CASE("moe options: init leaves every MoE field zero, a dense model", "[capi
   CHECK(o.moe_shared_expert_intermediate_size == 0);
   CHECK(o.moe_router_score_function == PTDP_MOE_SCORE_SOFTMAX);
   CHECK(o.moe_router_bias_update_rate == 0.0f);
-  CHECK(o.moe_router_load_balancing_type == PTDP_MOE_AUX_LOSS);
+  CHECK(o.moe_router_load_balancing_type == PTDP_MOE_BALANCING_AUX_LOSS);
   CHECK(o.moe_expert_capacity_factor == 0.0f);
   CHECK(o.moe_token_dispatcher_type == PTDP_MOE_DISPATCHER_ALLTOALL);
   CHECK(o.moe_layer_recompute == 0);
@@ -137,7 +137,7 @@ TEST_CASE("moe options: a layer pattern and the defaults come back through a mod
   o.moe_router_enable_expert_bias = 1;
   o.moe_router_topk = 0;  // Megatron's default, 2
   o.moe_expert_capacity_factor = 1.25f;
-  o.moe_token_drop_policy = PTDP_MOE_DROP_BY_POSITION;
+  o.moe_token_drop_policy = PTDP_MOE_DROP_POSITION;
   o.moe_token_dispatcher_type = PTDP_MOE_DISPATCHER_ALLGATHER;
   ptdp_model m = nullptr;
   REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
@@ -150,7 +150,7 @@ TEST_CASE("moe options: a layer pattern and the defaults come back through a mod
   CHECK(back.moe_router_score_function == PTDP_MOE_SCORE_SIGMOID);
   CHECK(back.moe_router_enable_expert_bias == 1);
   CHECK(back.moe_expert_capacity_factor == 1.25f);
-  CHECK(back.moe_token_drop_policy == PTDP_MOE_DROP_BY_POSITION);
+  CHECK(back.moe_token_drop_policy == PTDP_MOE_DROP_POSITION);
   CHECK(back.moe_token_dispatcher_type == PTDP_MOE_DISPATCHER_ALLGATHER);
   // A struct of 0.3.0's size cannot hold an MoE model: refused, naming the first field it lacks.
   ptdp_gpt_options old;

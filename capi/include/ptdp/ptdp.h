@@ -1093,16 +1093,16 @@ typedef enum ptdp_moe_score_function PTDP_ENUM_INT {
 /** The router's load balancing (Megatron's `--moe-router-load-balancing-type`;
  *  ptdp_gpt_options::moe_router_load_balancing_type). */
 typedef enum ptdp_moe_load_balancing PTDP_ENUM_INT {
-  PTDP_MOE_AUX_LOSS = 0,        /**< GShard's and Switch's auxiliary loss over each microbatch. */
-  PTDP_MOE_SEQ_AUX_LOSS = 1,    /**< DeepSeek-V2's, per sample. */
-  PTDP_MOE_GLOBAL_AUX_LOSS = 2, /**< Over the global batch. */
-  PTDP_MOE_NO_BALANCING = 3     /**< No balancing loss (`none`). */
+  PTDP_MOE_BALANCING_AUX_LOSS = 0,        /**< GShard's and Switch's auxiliary loss over each microbatch. */
+  PTDP_MOE_BALANCING_SEQ_AUX_LOSS = 1,    /**< DeepSeek-V2's, per sample. */
+  PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS = 2, /**< Over the global batch. */
+  PTDP_MOE_BALANCING_NONE = 3     /**< No balancing loss (`none`). */
 } ptdp_moe_load_balancing;
 
 /** Which tokens an expert keeps with a capacity factor (Megatron's `--moe-token-drop-policy`). */
 typedef enum ptdp_moe_drop_policy PTDP_ENUM_INT {
-  PTDP_MOE_DROP_BY_PROBS = 0,   /**< Those with the highest routing probabilities (`probs`). */
-  PTDP_MOE_DROP_BY_POSITION = 1 /**< The first ones of the microbatch (`position`). */
+  PTDP_MOE_DROP_PROBS = 0,   /**< Those with the highest routing probabilities (`probs`). */
+  PTDP_MOE_DROP_POSITION = 1 /**< The first ones of the microbatch (`position`). */
 } ptdp_moe_drop_policy;
 
 /** How tokens reach their experts' ranks (Megatron's `--moe-token-dispatcher-type`); the
@@ -1239,12 +1239,12 @@ typedef struct ptdp_gpt_options {
                                              ::PTDP_MOE_SCORE_SIGMOID). Default 0. */
   float moe_router_bias_update_rate;    /**< The expert bias's step per iteration
                                              (`--moe-router-bias-update-rate`); 0 means 1e-3. */
-  ptdp_moe_load_balancing moe_router_load_balancing_type; /**< Default ::PTDP_MOE_AUX_LOSS. */
+  ptdp_moe_load_balancing moe_router_load_balancing_type; /**< Default ::PTDP_MOE_BALANCING_AUX_LOSS. */
   float moe_aux_loss_coeff;             /**< `--moe-aux-loss-coeff`, >= 0; default 0. */
   float moe_z_loss_coeff;               /**< `--moe-z-loss-coeff`, >= 0; 0 (default): no z-loss. */
   float moe_expert_capacity_factor;     /**< `--moe-expert-capacity-factor`, >= 0; 0 (default):
                                              dropless. */
-  ptdp_moe_drop_policy moe_token_drop_policy; /**< Default ::PTDP_MOE_DROP_BY_PROBS. */
+  ptdp_moe_drop_policy moe_token_drop_policy; /**< Default ::PTDP_MOE_DROP_PROBS. */
   int32_t moe_pad_expert_input_to_capacity; /**< 1: pad each expert's tokens to its capacity
                                              (needs a capacity factor). Default 0. */
   ptdp_moe_dispatcher moe_token_dispatcher_type; /**< Default ::PTDP_MOE_DISPATCHER_ALLTOALL. */
