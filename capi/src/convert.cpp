@@ -128,8 +128,10 @@ void moe_fields_to_core(const Options& o, GptConfig& c) {
                 "must be >= 0 (0: ffn_hidden_size)");
   require_field(o.moe_shared_expert_intermediate_size >= 0, "moe_shared_expert_intermediate_size",
                 o.moe_shared_expert_intermediate_size, "must be >= 0 (0: no shared expert)");
-  require_field(o.moe_router_num_groups >= 0, "moe_router_num_groups", o.moe_router_num_groups, "must be >= 0 (0: none)");
-  require_field(o.moe_router_group_topk >= 0, "moe_router_group_topk", o.moe_router_group_topk, "must be >= 0 (0: none)");
+  require_field(o.moe_router_num_groups >= 0, "moe_router_num_groups", o.moe_router_num_groups,
+                "must be >= 0 (0: none)");
+  require_field(o.moe_router_group_topk >= 0, "moe_router_group_topk", o.moe_router_group_topk,
+                "must be >= 0 (0: none)");
   require_flag(o.moe_shared_expert_gate, "moe_shared_expert_gate");
   require_flag(o.moe_router_pre_softmax, "moe_router_pre_softmax");
   require_flag(o.moe_router_enable_expert_bias, "moe_router_enable_expert_bias");
@@ -141,8 +143,8 @@ void moe_fields_to_core(const Options& o, GptConfig& c) {
                          " is not a ptdp_moe_score_function (SOFTMAX or SIGMOID)"));
   PTDP_CHECK_ARG(o.moe_router_load_balancing_type >= PTDP_MOE_BALANCING_AUX_LOSS &&
                      o.moe_router_load_balancing_type <= PTDP_MOE_BALANCING_NONE,
-                 str_cat("options->moe_router_load_balancing_type = ", static_cast<int>(o.moe_router_load_balancing_type),
-                         " is not a ptdp_moe_load_balancing"));
+                 str_cat("options->moe_router_load_balancing_type = ",
+                         static_cast<int>(o.moe_router_load_balancing_type), " is not a ptdp_moe_load_balancing"));
   PTDP_CHECK_ARG(o.moe_token_drop_policy == PTDP_MOE_DROP_PROBS || o.moe_token_drop_policy == PTDP_MOE_DROP_POSITION,
                  str_cat("options->moe_token_drop_policy = ", static_cast<int>(o.moe_token_drop_policy),
                          " is not a ptdp_moe_drop_policy"));
@@ -418,8 +420,9 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   PTDP_CHECK_ARG(o.context_parallel_size >= 1 && o.context_parallel_size <= std::numeric_limits<int32_t>::max(),
                  str_cat("options->context_parallel_size = ", o.context_parallel_size, " is not >= 1"));
   c.context = static_cast<int>(o.context_parallel_size);
-  PTDP_CHECK_ARG(o.expert_model_parallel_size >= 0,
-                 str_cat("options->expert_model_parallel_size = ", o.expert_model_parallel_size, " is not >= 0 (0: 1)"));
+  PTDP_CHECK_ARG(
+      o.expert_model_parallel_size >= 0,
+      str_cat("options->expert_model_parallel_size = ", o.expert_model_parallel_size, " is not >= 0 (0: 1)"));
   PTDP_CHECK_ARG(o.expert_tensor_parallel_size >= 0, str_cat("options->expert_tensor_parallel_size = ",
                                                              o.expert_tensor_parallel_size, " is not >= 0 (0: t)"));
   c.expert_model = o.expert_model_parallel_size > 0 ? o.expert_model_parallel_size : 1;

@@ -198,8 +198,8 @@ void add_moe_flags(std::vector<Flag>& v) {
                       "the k selected logits. Needed with --moe-router-topk 1. No effect with sigmoid, as Megatron's.",
                       &TrainArgs::moe_router_pre_softmax));
   v.push_back(optional_number("moe-router-topk-scaling-factor", G::Moe, "X",
-                              "Multiply the top-k routing probabilities by X.", &TrainArgs::moe_router_topk_scaling_factor,
-                              kPositive, true, "no scaling"));
+                              "Multiply the top-k routing probabilities by X.",
+                              &TrainArgs::moe_router_topk_scaling_factor, kPositive, true, "no scaling"));
   v.push_back(optional_integer("moe-router-num-groups", G::Moe,
                                "Group-limited routing: the experts form this many equal groups (e.g. e, DeepSeek-V2's "
                                "device-limited routing); needs --moe-router-group-topk.",
@@ -243,8 +243,8 @@ void add_moe_flags(std::vector<Flag>& v) {
   v.push_back(number("moe-aux-loss-coeff", G::Moe, "X", "Coefficient of the load-balancing loss (1e-2 is a start).",
                      &TrainArgs::moe_aux_loss_coeff, kNonNegative, true));
   v.push_back(optional_number("moe-z-loss-coeff", G::Moe, "X",
-                              "Coefficient of the router z-loss (ST-MoE; 1e-3 is a start).", &TrainArgs::moe_z_loss_coeff,
-                              kNonNegative, true, "no z-loss"));
+                              "Coefficient of the router z-loss (ST-MoE; 1e-3 is a start).",
+                              &TrainArgs::moe_z_loss_coeff, kNonNegative, true, "no z-loss"));
   Flag capacity = head("moe-expert-capacity-factor", G::Moe, "X",
                        "Each expert takes at most X * tokens * k / E tokens of a microbatch, the rest dropped "
                        "(docs/moe.md gives the rule, the same on every layout); a negative value means dropless, as "
@@ -844,8 +844,9 @@ void check_moe(const TrainArgs& a) {
                                                                                       "--expert-tensor-parallel-size "
                                                                                       "unset)");
   const int64_t moe_ffn = to_gpt_config(a).moe_ffn();
-  const std::string ffn_text = a.moe_ffn_hidden_size ? value("moe-ffn-hidden-size")
-                                                     : str_cat("the expert MLP width ", moe_ffn, " (--ffn-hidden-size)");
+  const std::string ffn_text = a.moe_ffn_hidden_size
+                                   ? value("moe-ffn-hidden-size")
+                                   : str_cat("the expert MLP width ", moe_ffn, " (--ffn-hidden-size)");
   if (moe_ffn % etp != 0) fail(str_cat(ffn_text, " is not divisible by ", etp_text));
   if (!a.disable_bias_linear && etp > 1) {
     fail(str_cat(etp_text, " splits the experts, whose biases Megatron supports only at expert tensor parallel size "
@@ -878,7 +879,9 @@ void check_moe(const TrainArgs& a) {
   if (a.moe_router_group_topk) {
     const int groups = *a.moe_router_num_groups, group_topk = *a.moe_router_group_topk;
     if (a.num_experts % groups != 0) fail(str_cat(experts, " is not divisible by ", value("moe-router-num-groups")));
-    if (group_topk > groups) fail(str_cat(value("moe-router-group-topk"), " is larger than ", value("moe-router-num-groups")));
+    if (group_topk > groups) {
+      fail(str_cat(value("moe-router-group-topk"), " is larger than ", value("moe-router-num-groups")));
+    }
     if (a.moe_router_topk % group_topk != 0) {
       fail(str_cat(value("moe-router-topk"), " is not divisible by ", value("moe-router-group-topk"),
                    " (each group is scored by its top k / group-topk experts)"));

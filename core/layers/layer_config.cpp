@@ -170,8 +170,9 @@ void LayerConfig::validate_moe(int t) const {
   PTDP_CHECK_ARG(m.ffn_hidden_size >= 0, "moe_ffn_hidden_size (--moe-ffn-hidden-size) must be >= 0 (0: "
                                          "ffn_hidden_size), got " + num(m.ffn_hidden_size));
   PTDP_CHECK_ARG(m.layer_pattern.empty() || static_cast<int>(m.layer_pattern.size()) == num_layers,
-                 "moe_layer_freq (--moe-layer-freq) gives a pattern of " + num(static_cast<int>(m.layer_pattern.size())) +
-                     " layers, but num_layers (--num-layers) is " + num(num_layers));
+                 "moe_layer_freq (--moe-layer-freq) gives a pattern of " +
+                     num(static_cast<int>(m.layer_pattern.size())) + " layers, but num_layers (--num-layers) is " +
+                     num(num_layers));
   for (std::size_t i = 0; i < m.layer_pattern.size(); ++i) {
     PTDP_CHECK_ARG(m.layer_pattern[i] == 0 || m.layer_pattern[i] == 1,
                    "moe_layer_freq (--moe-layer-freq): entry " + num(static_cast<int>(i)) + " is " +

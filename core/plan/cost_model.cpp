@@ -495,8 +495,8 @@ void check_layout_runs(const PlanRequest& req, const Layout& L) {
                  str_cat("layout ", L.str(), ": sequence parallelism needs t > 1 dividing the sequence length ",
                          g.seq_length));
   PTDP_CHECK_ARG(L.e > 0 && L.etp >= 0 && (static_cast<int64_t>(t) * L.c * d) % (L.e * L.expert_tensor()) == 0,
-                 str_cat("layout ", L.str(), ": e * etp = ", L.e * L.expert_tensor(), " does not divide the t * c * d = ",
-                         t * L.c * d, " ranks of a stage"));
+                 str_cat("layout ", L.str(), ": e * etp = ", L.e * L.expert_tensor(),
+                         " does not divide the t * c * d = ", t * L.c * d, " ranks of a stage"));
   // The model as the layout runs it: MoE with t > 1 needs sequence parallelism (Megatron's rule).
   GptConfig run = g;
   run.sequence_parallel = L.sequence_parallel;
@@ -693,7 +693,8 @@ std::vector<StageCost> stage_costs(const PlanRequest& req, const Cluster& cl, co
     c.bwd_compute = layers * parts.layer_bwd_input + (last ? parts.logit_bwd_input : 0.0) + c.bwd_weight;
     c.recompute = layers * parts.layer_recompute;
     c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar + layers * (parts.cp_fwd + parts.a2a_fwd);
-    c.tp_bwd = (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar + layers * (parts.cp_bwd + parts.a2a_bwd);
+    c.tp_bwd =
+        (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar + layers * (parts.cp_bwd + parts.a2a_bwd);
   }
   return stages;
 }
@@ -840,7 +841,8 @@ double optimizer_seconds(const PlanRequest& req, const Cluster& cl, const Layout
   const double touched = req.precision == Precision::Fp32 ? 28.0 : 32.0;
   if (expert_local <= 0) return n_local / (L.distributed_optimizer ? L.d : 1) * touched / cl.memory_bandwidth;
   const double dense = n_local - expert_local;
-  return (dense / (L.distributed_optimizer ? L.d : 1) + expert_local / (L.distributed_optimizer ? L.expert_data() : 1)) *
+  return (dense / (L.distributed_optimizer ? L.d : 1) +
+          expert_local / (L.distributed_optimizer ? L.expert_data() : 1)) *
          touched / cl.memory_bandwidth;
 }
 
@@ -849,7 +851,8 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L, double la
   const GptConfig& g = req.model;
   const int t = L.t, b = L.b;
   const double h = g.hidden_size, s = g.seq_length;
-  const double none_act = layer_activation_bytes(g, req.precision, t, b, Recompute::None, L.sequence_parallel, 1, L.etp);
+  const double none_act =
+      layer_activation_bytes(g, req.precision, t, b, Recompute::None, L.sequence_parallel, 1, L.etp);
   const double sel_act =
       layer_activation_bytes(g, req.precision, t, b, Recompute::Selective, L.sequence_parallel, 1, L.etp);
   double working = 0;

@@ -214,14 +214,15 @@ std::vector<Flag> make_flags() {
   v.push_back(model_moe_int("moe-shared-expert-intermediate-size", "Total width of the shared experts; 0 means none.",
                             &MoeConfig::shared_expert_intermediate_size, 0, "0"));
   v.push_back(value_flag("moe-layer-freq", "N|PATTERN",
-                         "Which layers are MoE: every N-th from layer 0, or Megatron's list pattern (\"[1,0,1]\").", "1",
-                         [](PlanArgs&, const std::string& s) {
+                         "Which layers are MoE: every N-th from layer 0, or Megatron's list pattern (\"[1,0,1]\").",
+                         "1", [](PlanArgs&, const std::string& s) {
                            parse_moe_layer_freq(s, 0);
                            g_extra->moe_layer_freq = s;
                          }));
   v.push_back(value_flag("expert-model-parallel-size", "N", "Pin e (MoE); 0 searches the divisors of --num-experts.",
                          "searched", [](PlanArgs& a, const std::string& s) {
-                           a.request.expert_model = static_cast<int>(to_int("expert-model-parallel-size", s, 0, kIntMax));
+                           a.request.expert_model =
+                               static_cast<int>(to_int("expert-model-parallel-size", s, 0, kIntMax));
                          }));
   v.push_back(value_flag("expert-tensor-parallel-size", "N", "Pin etp (MoE); 0 searches 1 and t.", "searched",
                          [](PlanArgs& a, const std::string& s) {

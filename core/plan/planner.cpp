@@ -421,7 +421,8 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 const bool moe_needs_sp = req.model.moe.enabled() && t > 1;
                 if (dist == 1 && (!req.allow_distributed_optimizer || d == 1)) continue;
                 if (sp == 0 && moe_needs_sp) continue;
-                if (sp == 1 && (!(req.allow_sequence_parallel || moe_needs_sp) || t == 1 || req.model.seq_length % t != 0)) {
+                if (sp == 1 &&
+                    (!(req.allow_sequence_parallel || moe_needs_sp) || t == 1 || req.model.seq_length % t != 0)) {
                   continue;
                 }
                 Layout L;

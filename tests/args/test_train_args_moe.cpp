@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -49,8 +50,8 @@ TEST_CASE("train args moe: every flag reaches the model and the layout", "[args]
        "--moe-shared-expert-intermediate-size", "128", "--moe-shared-expert-gate", "--moe-router-score-function",
        "sigmoid", "--moe-router-topk-scaling-factor", "2.5", "--moe-router-num-groups", "4", "--moe-router-group-topk",
        "2", "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "0.01", "--moe-router-dtype", "fp32",
-       "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff", "0.001",
-       "--moe-expert-capacity-factor", "1.5", "--moe-token-drop-policy", "position",
+       "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff",
+       "0.001", "--moe-expert-capacity-factor", "1.5", "--moe-token-drop-policy", "position",
        "--moe-pad-expert-input-to-capacity", "--moe-token-dispatcher-type", "allgather", "--moe-layer-freq", "2",
        "--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "1", "--disable-bias-linear"});
   const ptdp::GptConfig g = ptdp::to_gpt_config(a);
@@ -98,7 +99,8 @@ TEST_CASE("train args moe: --moe-layer-freq reads Megatron's patterns without ev
   CHECK(ptdp::parse_moe_layer_freq("[1,0,1]", 3) == std::vector<int>{1, 0, 1});
   CHECK(ptdp::parse_moe_layer_freq("([0]+[1]*23)", 24).size() == 24);
   CHECK(ptdp::parse_moe_layer_freq("([1]*3+[0]*2)*2", 10) == std::vector<int>{1, 1, 1, 0, 0, 1, 1, 1, 0, 0});
-  CHECK(ptdp::parse_moe_layer_freq("2*[1,0]+[1,]", 5) == std::vector<int>{1, 0, 1, 0, 1});  // int * list, a trailing ','
+  // int * list, and a trailing ','
+  CHECK(ptdp::parse_moe_layer_freq("2*[1,0]+[1,]", 5) == std::vector<int>{1, 0, 1, 0, 1});
   CHECK(ptdp::parse_moe_layer_freq("[1]*(1+1)", 2) == std::vector<int>{1, 1});
   CHECK(ptdp::parse_moe_layer_freq("[1]*0+[0]", 1) == std::vector<int>{0});
   // The shortest spelling that reads back the same.
@@ -135,7 +137,8 @@ TEST_CASE("train args moe: --moe-layer-freq reads Megatron's patterns without ev
 TEST_CASE("train args moe: Megatron's refusals name the flags", "[args][moe]") {
   const std::pair<std::vector<std::string>, std::vector<std::string>> cases[] = {
       {moe({"--moe-router-topk", "9"}), {"--moe-router-topk 9 is larger than --num-experts 8"}},
-      {moe({"--expert-model-parallel-size", "3"}), {"--num-experts 8 is not a multiple of --expert-model-parallel-size 3"}},
+      {moe({"--expert-model-parallel-size", "3"}),
+       {"--num-experts 8 is not a multiple of --expert-model-parallel-size 3"}},
       {{"--expert-model-parallel-size", "2"}, {"--expert-model-parallel-size 2 needs --num-experts"}},
       {{"--expert-tensor-parallel-size", "1"}, {"--expert-tensor-parallel-size 1 needs --num-experts"}},
       {{"--moe-router-topk", "4"}, {"--moe-router-topk 4 is read only with --num-experts"}},
@@ -171,7 +174,8 @@ TEST_CASE("train args moe: Megatron's refusals name the flags", "[args][moe]") {
       {moe({"--moe-router-load-balancing-type", "sinkhorn"}), {"--moe-router-load-balancing-type: 'sinkhorn'"}},
       {moe({"--moe-layer-recompute", "--recompute-granularity", "full"}),
        {"Do not set --moe-layer-recompute with full recompute granularity"}},
-      {moe({"--recompute-modules", "moe"}), {"--recompute-modules moe is read only with --recompute-granularity selective"}},
+      {moe({"--recompute-modules", "moe"}),
+       {"--recompute-modules moe is read only with --recompute-granularity selective"}},
       {moe({"--recompute-granularity", "selective", "--recompute-modules", "core_attn", "mlp"}),
        {"--recompute-modules: 'core_attn mlp' names 'mlp'"}},
       {{"--recompute-granularity", "selective", "--recompute-modules", "moe"},
@@ -191,7 +195,9 @@ TEST_CASE("train args moe: Megatron's refusals name the flags", "[args][moe]") {
 }
 
 TEST_CASE("train args moe: --recompute-modules and --moe-layer-recompute as Megatron resolves them", "[args][moe]") {
-  const auto model = [](std::vector<std::string> more) { return ptdp::to_gpt_config(ptdp::parse_train_args(moe(more))); };
+  const auto model = [](std::vector<std::string> more) {
+    return ptdp::to_gpt_config(ptdp::parse_train_args(moe(std::move(more))));
+  };
   // --moe-layer-recompute: selective granularity with core_attn (the default module) and moe.
   const ptdp::GptConfig a = model({"--moe-layer-recompute"});
   CHECK(a.recompute == ptdp::Recompute::Selective);
@@ -206,7 +212,8 @@ TEST_CASE("train args moe: --recompute-modules and --moe-layer-recompute as Mega
   CHECK(d.recompute == ptdp::Recompute::Selective);
   CHECK_FALSE(d.moe.recompute);
   // The list reads back as Megatron's list in the JSON of the flags.
-  const TrainArgs e = ptdp::parse_train_args(moe({"--recompute-granularity", "selective", "--recompute-modules", "core_attn", "moe"}));
+  const TrainArgs e =
+      ptdp::parse_train_args(moe({"--recompute-granularity", "selective", "--recompute-modules", "core_attn", "moe"}));
   CHECK(ptdp::train_args_to_json(e)["recompute-modules"] == nlohmann::json({"core_attn", "moe"}));
 }
 
@@ -226,7 +233,8 @@ TEST_CASE("train args moe: the MoE presets fill the flags and read back as the p
     CHECK(from_flags.moe_ffn() == preset.moe_ffn());
   }
   // The flags after the preset override it.
-  const TrainArgs a = ptdp::parse_train_args({"--model-preset", "olmoe-1b-7b", "--num-experts", "16", "--num-layers", "2"});
+  const TrainArgs a =
+      ptdp::parse_train_args({"--model-preset", "olmoe-1b-7b", "--num-experts", "16", "--num-layers", "2"});
   CHECK(ptdp::to_gpt_config(a).moe.num_experts == 16);
   CHECK(ptdp::to_gpt_config(a).moe.router_topk == 8);
 }

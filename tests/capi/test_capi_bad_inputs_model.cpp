@@ -129,7 +129,8 @@ PTDP_BAD_INPUTS(model) {
   gpt_field(r, f, "NaN rotary_base", [](ptdp_gpt_options& x) { x.rotary_base = static_cast<float>(bad::kNaN); },
             {"rotary_base"});
   // Mixture of experts: the fields' own ranges, then Megatron's refusals in the core's words.
-  gpt_field(r, f, "negative num_experts", [](ptdp_gpt_options& x) { x.num_experts = -2; }, {"options->num_experts = -2"});
+  gpt_field(r, f, "negative num_experts", [](ptdp_gpt_options& x) { x.num_experts = -2; },
+            {"options->num_experts = -2"});
   gpt_field(r, f, "score function out of range",
             [](ptdp_gpt_options& x) { x.moe_router_score_function = static_cast<ptdp_moe_score_function>(7); },
             {"options->moe_router_score_function = 7"});
@@ -144,8 +145,8 @@ PTDP_BAD_INPUTS(model) {
             {"options->moe_token_dispatcher_type = 7"});
   gpt_field(r, f, "moe_shared_expert_gate 2", [](ptdp_gpt_options& x) { x.moe_shared_expert_gate = 2; },
             {"options->moe_shared_expert_gate = 2"});
-  gpt_field(r, f, "NaN moe_aux_loss_coeff", [](ptdp_gpt_options& x) { x.moe_aux_loss_coeff = static_cast<float>(bad::kNaN); },
-            {"moe_aux_loss_coeff"});
+  gpt_field(r, f, "NaN moe_aux_loss_coeff",
+            [](ptdp_gpt_options& x) { x.moe_aux_loss_coeff = static_cast<float>(bad::kNaN); }, {"moe_aux_loss_coeff"});
   gpt_field(r, f, "negative capacity factor", [](ptdp_gpt_options& x) { x.moe_expert_capacity_factor = -1.0f; },
             {"options->moe_expert_capacity_factor = -1"});
   gpt_field(r, f, "bad moe_layer_freq", [](ptdp_gpt_options& x) {
