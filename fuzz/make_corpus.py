@@ -53,6 +53,15 @@ seed("fuzz_train_args", "gqa", command_line(
     "--group-query-attention --num-query-groups 2 --kv-channels 16 --disable-bias-linear --qk-layernorm "
     "--fp16 --loss-scale-window 100 --optimizer sgd --pipeline-schedule zero-bubble --mock-data "
     "--train-data-path x --valid-data-path y --test-data-path z --decoder-first-pipeline-num-layers 1"))
+seed("fuzz_train_args", "moe", command_line(
+    "--model-preset olmoe-1b-7b --num-layers 4 --num-experts 8 --moe-router-topk 2 --moe-layer-freq ([1]*1+[0]*1)*2 "
+    "--moe-ffn-hidden-size 64 --moe-shared-expert-intermediate-size 64 --moe-shared-expert-gate "
+    "--moe-router-score-function sigmoid --moe-router-enable-expert-bias --moe-router-bias-update-rate 1e-3 "
+    "--moe-router-num-groups 4 --moe-router-group-topk 2 --moe-router-topk-scaling-factor 2.5 "
+    "--moe-router-dtype fp32 --moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-2 "
+    "--moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.25 --moe-token-drop-policy position "
+    "--moe-pad-expert-input-to-capacity --moe-token-dispatcher-type allgather --expert-model-parallel-size 4 "
+    "--expert-tensor-parallel-size 1 --recompute-granularity selective --recompute-modules core_attn moe"))
 seed("fuzz_train_args", "help", "--help\n")
 seed("fuzz_plan_args", "guide", command_line(
     "--cluster dgx-h100 --num-gpus 8 --model-preset llama-3-8b --global-batch-size 512 --bf16 "
@@ -61,6 +70,10 @@ seed("fuzz_plan_args", "pinned", command_line(
     "--cluster cpu --num-gpus 4 --num-layers 4 --hidden-size 128 --num-attention-heads 4 --seq-length 128 "
     "--global-batch-size 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 4 "
     "--recompute-granularity full --json --schedule-svg plan.svg"))
+seed("fuzz_plan_args", "moe", command_line(
+    "--cluster dgx-h100 --nodes 8 --model-preset mixtral-8x7b --global-batch-size 512 --bf16 "
+    "--use-distributed-optimizer --num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0]*16 "
+    "--expert-model-parallel-size 8 --expert-tensor-parallel-size 1"))
 seed("fuzz_plan_args", "list", "--list-clusters\n")
 seed("fuzz_preprocess_args", "guide", command_line(
     "--input corpus.jsonl more.jsonl.gz --json-keys text --output-prefix data/corpus "

@@ -49,6 +49,11 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_GROUP_EMBEDDING = 5
   integer(c_int), parameter :: PTDP_GROUP_CONTEXT = 6
   integer(c_int), parameter :: PTDP_GROUP_DATA_CONTEXT = 7
+  integer(c_int), parameter :: PTDP_GROUP_EXPERT_TENSOR = 8
+  integer(c_int), parameter :: PTDP_GROUP_EXPERT_MODEL = 9
+  integer(c_int), parameter :: PTDP_GROUP_EXPERT_DATA = 10
+  integer(c_int), parameter :: PTDP_GROUP_EXPERT_TENSOR_AND_MODEL = 11
+  integer(c_int), parameter :: PTDP_GROUP_TENSOR_CONTEXT = 12
 
   ! Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
   integer(c_int), parameter :: PTDP_CHUNK_PLACEMENT_ROUND_ROBIN = 0
@@ -84,6 +89,27 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = 0
   integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_ROPE = 1
   integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_NONE = 2
+
+  ! The router's score function (Megatron's `--moe-router-score-function`;
+  ! ptdp_gpt_options::moe_router_score_function).
+  integer(c_int), parameter :: PTDP_MOE_SCORE_SOFTMAX = 0
+  integer(c_int), parameter :: PTDP_MOE_SCORE_SIGMOID = 1
+
+  ! The router's load balancing (Megatron's `--moe-router-load-balancing-type`;
+  ! ptdp_gpt_options::moe_router_load_balancing_type).
+  integer(c_int), parameter :: PTDP_MOE_AUX_LOSS = 0
+  integer(c_int), parameter :: PTDP_MOE_SEQ_AUX_LOSS = 1
+  integer(c_int), parameter :: PTDP_MOE_GLOBAL_AUX_LOSS = 2
+  integer(c_int), parameter :: PTDP_MOE_NO_BALANCING = 3
+
+  ! Which tokens an expert keeps with a capacity factor (Megatron's `--moe-token-drop-policy`).
+  integer(c_int), parameter :: PTDP_MOE_DROP_BY_PROBS = 0
+  integer(c_int), parameter :: PTDP_MOE_DROP_BY_POSITION = 1
+
+  ! How tokens reach their experts' ranks (Megatron's `--moe-token-dispatcher-type`); the
+  ! results are the same.
+  integer(c_int), parameter :: PTDP_MOE_DISPATCHER_ALLTOALL = 0
+  integer(c_int), parameter :: PTDP_MOE_DISPATCHER_ALLGATHER = 1
 
   ! Schedules ptdp_schedule_create() can generate.
   integer(c_int), parameter :: PTDP_SCHEDULE_GPIPE = 0
@@ -192,6 +218,8 @@ module ptdp
     integer(c_int32_t) :: sequence_parallel
     integer(c_int64_t) :: context_parallel_size
     type(c_ptr) :: pipeline_model_parallel_layout
+    integer(c_int32_t) :: expert_model_parallel_size
+    integer(c_int32_t) :: expert_tensor_parallel_size
   end type ptdp_parallel_options
 
   ! One transfer of a batch.
@@ -238,6 +266,27 @@ module ptdp
     integer(c_int32_t) :: disable_bias_linear
     integer(c_int32_t) :: add_qkv_bias
     integer(c_int32_t) :: qk_layernorm
+    type(c_ptr) :: moe_layer_freq
+    integer(c_int32_t) :: num_experts
+    integer(c_int32_t) :: moe_router_topk
+    integer(c_int32_t) :: moe_ffn_hidden_size
+    integer(c_int32_t) :: moe_shared_expert_intermediate_size
+    integer(c_int32_t) :: moe_shared_expert_gate
+    integer(c_int) :: moe_router_score_function
+    integer(c_int32_t) :: moe_router_pre_softmax
+    real(c_float) :: moe_router_topk_scaling_factor
+    integer(c_int32_t) :: moe_router_num_groups
+    integer(c_int32_t) :: moe_router_group_topk
+    integer(c_int32_t) :: moe_router_enable_expert_bias
+    real(c_float) :: moe_router_bias_update_rate
+    integer(c_int) :: moe_router_load_balancing_type
+    real(c_float) :: moe_aux_loss_coeff
+    real(c_float) :: moe_z_loss_coeff
+    real(c_float) :: moe_expert_capacity_factor
+    integer(c_int) :: moe_token_drop_policy
+    integer(c_int32_t) :: moe_pad_expert_input_to_capacity
+    integer(c_int) :: moe_token_dispatcher_type
+    integer(c_int32_t) :: moe_layer_recompute
   end type ptdp_gpt_options
 
   ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,

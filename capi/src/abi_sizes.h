@@ -172,8 +172,9 @@ constexpr std::size_t released_size(Release r) {
 // Where each size ends in today's layout: the first field added after a release starts at or
 // after its size (the fields before it are the release's, unmoved).
 static_assert(released_size<ptdp_gpt_options>(Release::v0_1_0) == offsetof(ptdp_gpt_options, rotary_base) &&
-                  released_size<ptdp_gpt_options>(Release::v0_3_0_last) == sizeof(ptdp_gpt_options),
-              "ptdp_gpt_options: the Llama options (from rotary_base) came after 0.1.0, nothing after 0.2.0");
+                  released_size<ptdp_gpt_options>(Release::v0_3_0_last) == offsetof(ptdp_gpt_options, moe_layer_freq),
+              "ptdp_gpt_options: the Llama options (from rotary_base) came after 0.1.0, the MoE fields (from "
+              "moe_layer_freq) after 0.3.0's last header");
 static_assert(released_size<ptdp_plan_options>(Release::v0_1_0) == offsetof(ptdp_plan_options, rotary_base) &&
                   released_size<ptdp_plan_options>(Release::v0_3_0) ==
                       offsetof(ptdp_plan_options, decoder_first_pipeline_num_layers) &&
@@ -182,8 +183,11 @@ static_assert(released_size<ptdp_plan_options>(Release::v0_1_0) == offsetof(ptdp
 static_assert(released_size<ptdp_generate_options>(Release::v0_1_0) == offsetof(ptdp_generate_options, no_kv_cache),
               "ptdp_generate_options: no_kv_cache came after 0.1.0");
 static_assert(released_size<ptdp_parallel_options>(Release::v0_3_0) ==
-                  offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers),
-              "ptdp_parallel_options: the uneven pipeline stages came after 0.3.0");
+                  offsetof(ptdp_parallel_options, decoder_first_pipeline_num_layers) &&
+                  released_size<ptdp_parallel_options>(Release::v0_3_0_last) ==
+                      offsetof(ptdp_parallel_options, expert_model_parallel_size),
+              "ptdp_parallel_options: the uneven pipeline stages came after 0.3.0, the expert sizes after its last "
+              "header");
 static_assert(released_size<ptdp_cluster>(Release::v0_3_0) == offsetof(ptdp_cluster, elementwise_bandwidth),
               "ptdp_cluster: the GEMM tables came after 0.3.0");
 static_assert(released_size<ptdp_runtime_options>(Release::v0_3_0) == offsetof(ptdp_runtime_options, cpu_threads),

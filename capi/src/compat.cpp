@@ -38,6 +38,12 @@ struct Ptdp0_3 {
   static constexpr Release oldest = Release::v0_2_0;
   static constexpr const char* releases = "0.2.0 or 0.3.0";
 };
+// PTDP_0.3 as 0.3.0's last header bound it for the functions it added to that node (the
+// parallel options' and the cluster's), whose structs had 0.3.0-last's sizes.
+struct Ptdp0_3Last {
+  static constexpr Release oldest = Release::v0_3_0_last;
+  static constexpr const char* releases = "0.3.0 (its last header)";
+};
 
 // What the library reads for the fields a struct of an older size lacks.
 template <typename T>
@@ -93,6 +99,8 @@ ptdp_parallel_options normalized(const ptdp_parallel_options& o) {
   out.decoder_first_pipeline_num_layers = c.first_stage_layers;
   out.decoder_last_pipeline_num_layers = c.last_stage_layers;
   out.context_parallel_size = c.context;
+  out.expert_model_parallel_size = c.expert_model;
+  out.expert_tensor_parallel_size = c.expert_tensor;
   return out;
 }
 ptdp_cluster normalized(const ptdp_cluster& o) {
@@ -315,6 +323,30 @@ PTDP_API ptdp_status compat_PTDP_0_3_plan_parse_args(int32_t argc, const char* c
                               cluster, cli);
 }
 
+// ---- PTDP_0.3: the structs of 0.2.0 to 0.3.0's last header for the functions whose struct
+// grew again after it (the model options and the parallel options took the MoE fields)
+
+PTDP_API ptdp_status compat_PTDP_0_3_gpt_options_init(ptdp_gpt_options* options) {
+  return old_version<Ptdp0_3>(ptdp_gpt_options_init, "ptdp_gpt_options_init", nullptr, options);
+}
+PTDP_API ptdp_status compat_PTDP_0_3_train_config_gpt_options(ptdp_train_config config, ptdp_gpt_options* options) {
+  return old_version<Ptdp0_3>(ptdp_train_config_gpt_options, "ptdp_train_config_gpt_options",
+                              "the configuration's model", config, options);
+}
+PTDP_API ptdp_status compat_PTDP_0_3_checkpoint_read_options(const char* directory, ptdp_gpt_options* options,
+                                                             int64_t* iteration) {
+  return old_version<Ptdp0_3>(ptdp_checkpoint_read_options, "ptdp_checkpoint_read_options", "the checkpoint's model",
+                              directory, options, iteration);
+}
+PTDP_API ptdp_status compat_PTDP_0_3_parallel_options_init(ptdp_parallel_options* options) {
+  return old_version<Ptdp0_3Last>(ptdp_parallel_options_init, "ptdp_parallel_options_init", nullptr, options);
+}
+PTDP_API ptdp_status compat_PTDP_0_3_train_config_parallel_options(ptdp_train_config config,
+                                                                   ptdp_parallel_options* options) {
+  return old_version<Ptdp0_3Last>(ptdp_train_config_parallel_options, "ptdp_train_config_parallel_options",
+                                  "the configuration's pipeline layout", config, options);
+}
+
 }  // extern "C"
 
 // Bind each definition above to its public name at its version (see capi/ptdp.map).
@@ -343,3 +375,8 @@ __asm__(".symver compat_PTDP_0_model_forward,ptdp_model_forward@PTDP_0");
 __asm__(".symver compat_PTDP_0_model_evaluate,ptdp_model_evaluate@PTDP_0");
 __asm__(".symver compat_PTDP_0_3_plan_options_init,ptdp_plan_options_init@PTDP_0.3");
 __asm__(".symver compat_PTDP_0_3_plan_parse_args,ptdp_plan_parse_args@PTDP_0.3");
+__asm__(".symver compat_PTDP_0_3_gpt_options_init,ptdp_gpt_options_init@PTDP_0.3");
+__asm__(".symver compat_PTDP_0_3_train_config_gpt_options,ptdp_train_config_gpt_options@PTDP_0.3");
+__asm__(".symver compat_PTDP_0_3_checkpoint_read_options,ptdp_checkpoint_read_options@PTDP_0.3");
+__asm__(".symver compat_PTDP_0_3_parallel_options_init,ptdp_parallel_options_init@PTDP_0.3");
+__asm__(".symver compat_PTDP_0_3_train_config_parallel_options,ptdp_train_config_parallel_options@PTDP_0.3");

@@ -6,10 +6,13 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "base/error.h"
 #include "capi/src/api_guard.h"
+#include "core/model/moe_layer_freq.h"
 #include "core/model/pipeline_split.h"
 #include "core/plan/cluster.h"
 
@@ -105,6 +108,116 @@ void llama_fields_to_c(const LayerConfig& c, Options& o) {
   o.qk_layernorm = c.qk_layernorm ? 1 : 0;
 }
 
+/// `text` in storage kept for the life of the process: the strings of the option structs the
+/// library fills, whose callers own no buffer for them. Equal strings share one copy, so two
+/// structs filled from equal configs hold equal bytes.
+const char* interned(const std::string& text) {
+  static std::mutex mutex;
+  static std::set<std::string> pool;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return pool.insert(text).first->c_str();
+}
+
+// The MoE fields, spelled the same in ptdp_gpt_options and ptdp_plan_options. Each one's 0
+// means Megatron's default (num_experts 0: a dense model), so a zero tail is the old model.
+template <typename Options>
+void moe_fields_to_core(const Options& o, GptConfig& c) {
+  require_field(o.num_experts >= 0, "num_experts", o.num_experts, "must be >= 0 (0: a dense model)");
+  require_field(o.moe_router_topk >= 0, "moe_router_topk", o.moe_router_topk, "must be >= 0 (0: 2)");
+  require_field(o.moe_ffn_hidden_size >= 0, "moe_ffn_hidden_size", o.moe_ffn_hidden_size,
+                "must be >= 0 (0: ffn_hidden_size)");
+  require_field(o.moe_shared_expert_intermediate_size >= 0, "moe_shared_expert_intermediate_size",
+                o.moe_shared_expert_intermediate_size, "must be >= 0 (0: no shared expert)");
+  require_field(o.moe_router_num_groups >= 0, "moe_router_num_groups", o.moe_router_num_groups,
+                "must be >= 0 (0: none)");
+  require_field(o.moe_router_group_topk >= 0, "moe_router_group_topk", o.moe_router_group_topk,
+                "must be >= 0 (0: none)");
+  require_flag(o.moe_shared_expert_gate, "moe_shared_expert_gate");
+  require_flag(o.moe_router_pre_softmax, "moe_router_pre_softmax");
+  require_flag(o.moe_router_enable_expert_bias, "moe_router_enable_expert_bias");
+  require_flag(o.moe_pad_expert_input_to_capacity, "moe_pad_expert_input_to_capacity");
+  require_flag(o.moe_layer_recompute, "moe_layer_recompute");
+  PTDP_CHECK_ARG(o.moe_router_score_function == PTDP_MOE_SCORE_SOFTMAX ||
+                     o.moe_router_score_function == PTDP_MOE_SCORE_SIGMOID,
+                 str_cat("options->moe_router_score_function = ", static_cast<int>(o.moe_router_score_function),
+                         " is not a ptdp_moe_score_function (SOFTMAX or SIGMOID)"));
+  PTDP_CHECK_ARG(o.moe_router_load_balancing_type >= PTDP_MOE_BALANCING_AUX_LOSS &&
+                     o.moe_router_load_balancing_type <= PTDP_MOE_BALANCING_NONE,
+                 str_cat("options->moe_router_load_balancing_type = ",
+                         static_cast<int>(o.moe_router_load_balancing_type), " is not a ptdp_moe_load_balancing"));
+  PTDP_CHECK_ARG(o.moe_token_drop_policy == PTDP_MOE_DROP_PROBS || o.moe_token_drop_policy == PTDP_MOE_DROP_POSITION,
+                 str_cat("options->moe_token_drop_policy = ", static_cast<int>(o.moe_token_drop_policy),
+                         " is not a ptdp_moe_drop_policy"));
+  PTDP_CHECK_ARG(o.moe_token_dispatcher_type == PTDP_MOE_DISPATCHER_ALLTOALL ||
+                     o.moe_token_dispatcher_type == PTDP_MOE_DISPATCHER_ALLGATHER,
+                 str_cat("options->moe_token_dispatcher_type = ", static_cast<int>(o.moe_token_dispatcher_type),
+                         " is not a ptdp_moe_dispatcher"));
+  for (const auto& [v, name] : {std::pair{o.moe_router_topk_scaling_factor, "moe_router_topk_scaling_factor"},
+                                std::pair{o.moe_router_bias_update_rate, "moe_router_bias_update_rate"},
+                                std::pair{o.moe_aux_loss_coeff, "moe_aux_loss_coeff"},
+                                std::pair{o.moe_z_loss_coeff, "moe_z_loss_coeff"},
+                                std::pair{o.moe_expert_capacity_factor, "moe_expert_capacity_factor"}}) {
+    require_field(std::isfinite(v) && v >= 0, name, v, "must be >= 0");
+  }
+  MoeConfig& m = c.moe;
+  const MoeConfig d;
+  m.num_experts = o.num_experts;
+  if (o.moe_layer_freq != nullptr && o.moe_layer_freq[0] != '\0') {
+    try {
+      m.layer_pattern = parse_moe_layer_freq(o.moe_layer_freq, c.num_layers);
+    } catch (const Error& e) {
+      throw_error(ErrorCode::InvalidArgument, str_cat("options->moe_layer_freq: ", e.what()));
+    }
+  }
+  m.router_topk = o.moe_router_topk != 0 ? o.moe_router_topk : d.router_topk;
+  m.ffn_hidden_size = o.moe_ffn_hidden_size;
+  m.shared_expert_intermediate_size = o.moe_shared_expert_intermediate_size;
+  m.shared_expert_gate = o.moe_shared_expert_gate == 1;
+  m.score_function = static_cast<MoeScoreFunction>(o.moe_router_score_function);
+  m.pre_softmax = o.moe_router_pre_softmax == 1;
+  m.topk_scaling_factor = o.moe_router_topk_scaling_factor;
+  m.num_groups = o.moe_router_num_groups;
+  m.group_topk = o.moe_router_group_topk;
+  m.enable_expert_bias = o.moe_router_enable_expert_bias == 1;
+  m.bias_update_rate = or_default(o.moe_router_bias_update_rate, d.bias_update_rate);
+  m.load_balancing = static_cast<MoeLoadBalancing>(o.moe_router_load_balancing_type);
+  m.aux_loss_coeff = o.moe_aux_loss_coeff;
+  m.z_loss_coeff = o.moe_z_loss_coeff;
+  m.capacity_factor = o.moe_expert_capacity_factor;
+  m.drop_policy = static_cast<MoeDropPolicy>(o.moe_token_drop_policy);
+  m.pad_expert_input_to_capacity = o.moe_pad_expert_input_to_capacity == 1;
+  m.dispatcher = static_cast<MoeDispatcher>(o.moe_token_dispatcher_type);
+  m.recompute = o.moe_layer_recompute == 1;
+}
+
+/// The C fields of `c`'s MoE settings, the defaults resolved (2 rather than 0 for k); the layer
+/// pattern as the shortest --moe-layer-freq that reads back as it (NULL: every layer).
+template <typename Options>
+void moe_fields_to_c(const LayerConfig& c, Options& o) {
+  const MoeConfig& m = c.moe;
+  o.moe_layer_freq = m.layer_pattern.empty() ? nullptr : interned(format_moe_layer_freq(m.layer_pattern, c.num_layers));
+  o.num_experts = m.num_experts;
+  o.moe_router_topk = m.router_topk;
+  o.moe_ffn_hidden_size = m.ffn_hidden_size;
+  o.moe_shared_expert_intermediate_size = m.shared_expert_intermediate_size;
+  o.moe_shared_expert_gate = m.shared_expert_gate ? 1 : 0;
+  o.moe_router_score_function = static_cast<ptdp_moe_score_function>(m.score_function);
+  o.moe_router_pre_softmax = m.pre_softmax ? 1 : 0;
+  o.moe_router_topk_scaling_factor = m.topk_scaling_factor;
+  o.moe_router_num_groups = m.num_groups;
+  o.moe_router_group_topk = m.group_topk;
+  o.moe_router_enable_expert_bias = m.enable_expert_bias ? 1 : 0;
+  o.moe_router_bias_update_rate = m.bias_update_rate;
+  o.moe_router_load_balancing_type = static_cast<ptdp_moe_load_balancing>(m.load_balancing);
+  o.moe_aux_loss_coeff = m.aux_loss_coeff;
+  o.moe_z_loss_coeff = m.z_loss_coeff;
+  o.moe_expert_capacity_factor = m.capacity_factor;
+  o.moe_token_drop_policy = static_cast<ptdp_moe_drop_policy>(m.drop_policy);
+  o.moe_pad_expert_input_to_capacity = m.pad_expert_input_to_capacity ? 1 : 0;
+  o.moe_token_dispatcher_type = static_cast<ptdp_moe_dispatcher>(m.dispatcher);
+  o.moe_layer_recompute = m.recompute ? 1 : 0;
+}
+
 /// The C options of `c` with every byte defined (padding zero), so that two can be compared.
 ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP_DEVICE_CPU) {
   ptdp_gpt_options o;
@@ -129,6 +242,7 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   o.precision = static_cast<ptdp_dtype>(c.precision);
   o.attention = static_cast<ptdp_attention>(c.attention);
   llama_fields_to_c(c, o);
+  moe_fields_to_c(c, o);
   return o;
 }
 
@@ -148,7 +262,18 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(rope_low_freq_factor), PTDP_FIELD(rope_high_freq_factor),
     PTDP_FIELD(rope_original_max_position_embeddings), PTDP_FIELD(num_query_groups),
     PTDP_FIELD(kv_channels),      PTDP_FIELD(disable_bias_linear),
-    PTDP_FIELD(add_qkv_bias),     PTDP_FIELD(qk_layernorm)};
+    PTDP_FIELD(add_qkv_bias),     PTDP_FIELD(qk_layernorm),
+    PTDP_FIELD(moe_layer_freq),   PTDP_FIELD(num_experts),
+    PTDP_FIELD(moe_router_topk),  PTDP_FIELD(moe_ffn_hidden_size),
+    PTDP_FIELD(moe_shared_expert_intermediate_size), PTDP_FIELD(moe_shared_expert_gate),
+    PTDP_FIELD(moe_router_score_function), PTDP_FIELD(moe_router_pre_softmax),
+    PTDP_FIELD(moe_router_topk_scaling_factor), PTDP_FIELD(moe_router_num_groups),
+    PTDP_FIELD(moe_router_group_topk), PTDP_FIELD(moe_router_enable_expert_bias),
+    PTDP_FIELD(moe_router_bias_update_rate), PTDP_FIELD(moe_router_load_balancing_type),
+    PTDP_FIELD(moe_aux_loss_coeff), PTDP_FIELD(moe_z_loss_coeff),
+    PTDP_FIELD(moe_expert_capacity_factor), PTDP_FIELD(moe_token_drop_policy),
+    PTDP_FIELD(moe_pad_expert_input_to_capacity), PTDP_FIELD(moe_token_dispatcher_type),
+    PTDP_FIELD(moe_layer_recompute)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -196,6 +321,7 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
                  "options->attention = " + std::to_string(static_cast<int>(o.attention)) + " is not a ptdp_attention");
   c.attention = static_cast<AttentionImpl>(o.attention);
   llama_fields_to_core(o, c);
+  moe_fields_to_core(o, c);
   return c;
 }
 
@@ -294,6 +420,13 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   PTDP_CHECK_ARG(o.context_parallel_size >= 1 && o.context_parallel_size <= std::numeric_limits<int32_t>::max(),
                  str_cat("options->context_parallel_size = ", o.context_parallel_size, " is not >= 1"));
   c.context = static_cast<int>(o.context_parallel_size);
+  PTDP_CHECK_ARG(
+      o.expert_model_parallel_size >= 0,
+      str_cat("options->expert_model_parallel_size = ", o.expert_model_parallel_size, " is not >= 0 (0: 1)"));
+  PTDP_CHECK_ARG(o.expert_tensor_parallel_size >= 0, str_cat("options->expert_tensor_parallel_size = ",
+                                                             o.expert_tensor_parallel_size, " is not >= 0 (0: t)"));
+  c.expert_model = o.expert_model_parallel_size > 0 ? o.expert_model_parallel_size : 1;
+  c.expert_tensor = o.expert_tensor_parallel_size;
   return c;
 }
 

@@ -191,7 +191,10 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
   return guard(__func__, [&] {
     ptdp_groups_impl& g = live(groups, "groups");
     require_non_null(out, "out");
-    const ptdp::GptConfig cfg = gpt_config(options);
+    ptdp::GptConfig cfg = gpt_config(options);
+    // The model runs with the groups' sequence parallelism (GptPipeline takes it from them),
+    // which MoE with t > 1 needs: validate() sees it as the model will.
+    cfg.sequence_parallel = g.groups->layout().config().sequence_parallel;
     ptdp_gpt_options defaults;
     ptdp_gpt_options_init(&defaults);
     const ptdp_gpt_options o =
@@ -211,6 +214,7 @@ PTDP_API ptdp_status ptdp_model_create(ptdp_groups groups, const ptdp_gpt_option
       device = ptdp::Device{ptdp::DeviceType::CUDA, gpu};
     }
     cfg.validate(g.groups->size(ptdp::GroupKind::Tensor));  // the sizes, checked, before any estimate
+    cfg.validate_experts(g.groups->layout().expert_model(), g.groups->layout().expert_tensor());
     ptdp::refuse_model_that_does_not_fit(cfg, *g.groups, device, g.owner->runtime->local_size());
     auto h = std::make_unique<ptdp_model_impl>();
     h->owner = &g;

@@ -116,6 +116,8 @@ PTDP_API ptdp_status ptdp_train_config_parallel_options(ptdp_train_config config
         c.args.pipeline_model_parallel_layout.empty() ? nullptr : c.args.pipeline_model_parallel_layout.c_str();
     o.context_parallel_size = c.args.context_parallel_size;
     o.pipeline_chunk_placement = static_cast<int>(ptdp::placement_of(ptdp::schedule_kind(c.args)));
+    o.expert_model_parallel_size = c.args.expert_model_parallel_size;
+    o.expert_tensor_parallel_size = c.args.expert_tensor_parallel_size.value_or(0);
     *options = o;
   });
 }

@@ -6,6 +6,7 @@
 #include "core/args/train_args.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "core/args/flag_table.h"
 #include "core/data/tokenizer.h"
 #include "core/model/model_presets.h"
+#include "core/model/moe_layer_freq.h"
 #include "core/model/pipeline_split.h"
 #include "io/json_text.h"
 
@@ -37,11 +39,11 @@ using cli::kProbability;
 const Check kUnitInterval{[](double v) { return v > 0 && v <= 1; }, "must be in (0, 1]"};
 const Check kAtLeastOne{[](double v) { return v >= 1; }, "must be >= 1"};
 
-enum class Group : int { Model, Parallel, Training, Optimizer, MixedPrecision, Data, Checkpoint, Logging, Ptdp };
-constexpr int kNumGroups = 9;
+enum class Group : int { Model, Moe, Parallel, Training, Optimizer, MixedPrecision, Data, Checkpoint, Logging, Ptdp };
+constexpr int kNumGroups = 10;
 constexpr const char* kGroupTitles[kNumGroups] = {
-    "Model", "Parallelism", "Training", "Optimizer and learning rate", "Mixed precision", "Data", "Checkpoints",
-    "Logging and evaluation", "ptdp"};
+    "Model", "Mixture of experts", "Parallelism", "Training", "Optimizer and learning rate", "Mixed precision", "Data",
+    "Checkpoints", "Logging and evaluation", "ptdp"};
 
 struct Flag : cli::FlagSpec {
   Group group = Group::Model;
@@ -50,6 +52,14 @@ struct Flag : cli::FlagSpec {
   std::function<void(TrainArgs&)> set_on;                   // boolean flags
   std::function<json(const TrainArgs&)> get;
 };
+
+/// Whether the words of `list` (joined by spaces, as the list flags keep them) include `word`.
+bool split_words_contain(const std::string& list, const char* word) {
+  for (const std::string& w : split_words(list)) {
+    if (w == word) return true;
+  }
+  return false;
+}
 
 Flag head(std::string name, Group group, std::string metavar, std::string help, std::string note = "") {
   Flag f;
@@ -148,6 +158,128 @@ Flag choice(std::string name, Group group, std::string help, E TrainArgs::*field
   return f;
 }
 
+/// The MoE flags (Megatron-Core's "moe" argument group).
+void add_moe_flags(std::vector<Flag>& v) {
+  using G = Group;
+  v.push_back(integer("num-experts", G::Moe,
+                      "Routed experts E of every MoE layer (Megatron-Core's MoE: a router picks --moe-router-topk "
+                      "of them per token); 0 means a dense model (Megatron's None).",
+                      &TrainArgs::num_experts, kNonNegative));
+  Flag freq = head("moe-layer-freq", G::Moe, "N|PATTERN",
+                   "Which layers are MoE: an integer N, every N-th layer from layer 0 (1: all), or Megatron's list "
+                   "pattern of 1 (MoE) and 0 (dense) per layer, e.g. \"([0]*3+[1]*1)*3\" or \"[1,0,1]\" (read "
+                   "without eval: digits, ',', '[', ']', '(', ')', '+', '*').");
+  freq.set = [](TrainArgs& a, const std::string& value) {
+    parse_moe_layer_freq(value, 0);  // the syntax now; the length against --num-layers later
+    a.moe_layer_freq = value;
+  };
+  freq.get = [](const TrainArgs& a) { return json(a.moe_layer_freq); };
+  v.push_back(std::move(freq));
+  v.push_back(optional_integer("moe-ffn-hidden-size", G::Moe, "Hidden size of each routed expert's MLP.",
+                               &TrainArgs::moe_ffn_hidden_size, kPositive, "ffn-hidden-size"));
+  v.push_back(optional_integer("moe-shared-expert-intermediate-size", G::Moe,
+                               "Total hidden size of the shared experts every token passes through "
+                               "(num_shared_experts * each one's width), split over t like a dense MLP.",
+                               &TrainArgs::moe_shared_expert_intermediate_size, kPositive, "no shared expert"));
+  v.push_back(boolean("moe-shared-expert-gate", G::Moe,
+                      "Scale the shared experts' output by sigmoid(x . gate_weight) (Qwen2-MoE's shared expert gate).",
+                      &TrainArgs::moe_shared_expert_gate));
+  v.push_back(integer("moe-router-topk", G::Moe, "Experts k each token is routed to, <= --num-experts.",
+                      &TrainArgs::moe_router_topk, kPositive));
+  v.push_back(choice("moe-router-score-function", G::Moe,
+                     "softmax: the routing probabilities are a softmax of the router's logits; sigmoid: each "
+                     "expert's sigmoid, the top k renormalised to sum to 1 (DeepSeek-V3).",
+                     &TrainArgs::moe_router_score_function,
+                     Choices<MoeScoreFunction>{{"softmax", MoeScoreFunction::Softmax},
+                                               {"sigmoid", MoeScoreFunction::Sigmoid}}));
+  v.push_back(boolean("moe-router-pre-softmax", G::Moe,
+                      "Softmax over all E logits before the top-k selection (the probabilities are not "
+                      "renormalised: Qwen2-MoE's and OLMoE's norm_topk_prob false); by default the softmax is over "
+                      "the k selected logits. Needed with --moe-router-topk 1. No effect with sigmoid, as Megatron's.",
+                      &TrainArgs::moe_router_pre_softmax));
+  v.push_back(optional_number("moe-router-topk-scaling-factor", G::Moe, "X",
+                              "Multiply the top-k routing probabilities by X.",
+                              &TrainArgs::moe_router_topk_scaling_factor, kPositive, true, "no scaling"));
+  v.push_back(optional_integer("moe-router-num-groups", G::Moe,
+                               "Group-limited routing: the experts form this many equal groups (e.g. e, DeepSeek-V2's "
+                               "device-limited routing); needs --moe-router-group-topk.",
+                               &TrainArgs::moe_router_num_groups, kPositive, "none"));
+  v.push_back(optional_integer("moe-router-group-topk", G::Moe,
+                               "Groups each token may use: the groups with the largest sums of their top "
+                               "k / group-topk scores; k must be divisible by it.",
+                               &TrainArgs::moe_router_group_topk, kPositive, "none"));
+  v.push_back(boolean("moe-router-enable-expert-bias", G::Moe,
+                      "Aux-loss-free balancing (DeepSeek-V3): a per-expert bias added to the scores for the top-k "
+                      "selection only, moved after each step by --moe-router-bias-update-rate times the sign of "
+                      "the global batch's mean load minus the expert's load. Needs --moe-router-score-function "
+                      "sigmoid.",
+                      &TrainArgs::moe_router_enable_expert_bias));
+  v.push_back(number("moe-router-bias-update-rate", G::Moe, "X",
+                     "The expert bias's step per iteration (--moe-router-enable-expert-bias).",
+                     &TrainArgs::moe_router_bias_update_rate, kNonNegative, true));
+  Flag dtype = head("moe-router-dtype", G::Moe, "{fp32}",
+                    "The router's arithmetic: ptdp's router (logits, scores, top-k, the aux and z losses and the "
+                    "combine weights) always computes in fp32, which is all this flag accepts (Megatron's fp64 is "
+                    "not supported).",
+                    "fp32 always");
+  dtype.set = [](TrainArgs& a, const std::string& value) {
+    if (value != "fp32") {
+      bad_value("moe-router-dtype", value,
+                "is not supported: ptdp's router computes in fp32 always, the only value accepted (Megatron's "
+                "fp64 is not)");
+    }
+    a.moe_router_dtype = value;
+  };
+  dtype.get = [](const TrainArgs& a) { return a.moe_router_dtype.empty() ? json(nullptr) : json(a.moe_router_dtype); };
+  v.push_back(std::move(dtype));
+  v.push_back(choice("moe-router-load-balancing-type", G::Moe,
+                     "aux_loss: GShard's and Switch's load-balancing loss over each microbatch; seq_aux_loss: "
+                     "DeepSeek-V2's, per sample; global_aux_loss: over the global batch; none: no loss.",
+                     &TrainArgs::moe_router_load_balancing_type,
+                     Choices<MoeLoadBalancing>{{"aux_loss", MoeLoadBalancing::AuxLoss},
+                                               {"seq_aux_loss", MoeLoadBalancing::SeqAuxLoss},
+                                               {"global_aux_loss", MoeLoadBalancing::GlobalAuxLoss},
+                                               {"none", MoeLoadBalancing::None}}));
+  v.push_back(number("moe-aux-loss-coeff", G::Moe, "X", "Coefficient of the load-balancing loss (1e-2 is a start).",
+                     &TrainArgs::moe_aux_loss_coeff, kNonNegative, true));
+  v.push_back(optional_number("moe-z-loss-coeff", G::Moe, "X",
+                              "Coefficient of the router z-loss (ST-MoE; 1e-3 is a start).",
+                              &TrainArgs::moe_z_loss_coeff, kNonNegative, true, "no z-loss"));
+  Flag capacity = head("moe-expert-capacity-factor", G::Moe, "X",
+                       "Each expert takes at most X * tokens * k / E tokens of a microbatch, the rest dropped "
+                       "(docs/moe.md gives the rule, the same on every layout); a negative value means dropless, as "
+                       "Megatron's.",
+                       "dropless");
+  capacity.set = [](TrainArgs& a, const std::string& value) {
+    const double x = checked_number("moe-expert-capacity-factor", value, kAny, true);
+    if (x == 0) bad_value("moe-expert-capacity-factor", value, "drops every token; leave the flag out for dropless");
+    a.moe_expert_capacity_factor = x < 0 ? std::nullopt : std::optional<double>(x);
+  };
+  capacity.get = [](const TrainArgs& a) {
+    return a.moe_expert_capacity_factor ? json(*a.moe_expert_capacity_factor) : json(nullptr);
+  };
+  v.push_back(std::move(capacity));
+  v.push_back(choice("moe-token-drop-policy", G::Moe,
+                     "With a capacity factor, which tokens an expert keeps: probs, the highest routing "
+                     "probabilities; position, the first ones of the microbatch.",
+                     &TrainArgs::moe_token_drop_policy,
+                     Choices<MoeDropPolicy>{{"probs", MoeDropPolicy::Probs}, {"position", MoeDropPolicy::Position}}));
+  v.push_back(boolean("moe-pad-expert-input-to-capacity", G::Moe,
+                      "Pad each expert's tokens to its capacity (needs --moe-expert-capacity-factor).",
+                      &TrainArgs::moe_pad_expert_input_to_capacity));
+  v.push_back(choice("moe-token-dispatcher-type", G::Moe,
+                     "How tokens reach their experts' ranks: alltoall, all-to-all-v exchanges over the e ranks; "
+                     "allgather, every token gathered over the e * etp ranks. The results are the same (Megatron's "
+                     "default is allgather; ptdp's alltoall is Megatron's advice with expert parallelism).",
+                     &TrainArgs::moe_token_dispatcher_type,
+                     Choices<MoeDispatcher>{{"alltoall", MoeDispatcher::AllToAll},
+                                            {"allgather", MoeDispatcher::AllGather}}));
+  v.push_back(boolean("moe-layer-recompute", G::Moe,
+                      "Recompute each MoE layer in the backward (Megatron's deprecated spelling of "
+                      "--recompute-granularity selective --recompute-modules moe, which it also turns on).",
+                      &TrainArgs::moe_layer_recompute));
+}
+
 /// Megatron's --split: up to three non-negative weights separated by ',' or '/', padded with 0
 /// (as Megatron does); returned as "w0,w1,w2" with each weight as written.
 std::string normalise_split(const std::string& value) {
@@ -233,6 +365,24 @@ std::vector<Flag> make_flags() {
                      &TrainArgs::recompute_granularity,
                      Choices<Recompute>{{"none", Recompute::None}, {"full", Recompute::Full},
                                         {"selective", Recompute::Selective}}));
+  Flag modules = head("recompute-modules", G::Model, "MODULE ...",
+                      "With --recompute-granularity selective, what is recomputed: core_attn, the attention "
+                      "probabilities; moe, each MoE layer (Megatron's names; its other modules are not ptdp's).",
+                      "core_attn");
+  modules.set = [](TrainArgs& a, const std::string& value) {
+    for (const std::string& word : split_words(value)) {
+      if (word != "core_attn" && word != "moe") {
+        bad_value("recompute-modules", value,
+                  str_cat("names '", word, "'; ptdp recomputes core_attn and moe (Megatron's other modules are not "
+                                           "ptdp's)"));
+      }
+    }
+    a.recompute_modules = value;
+  };
+  modules.get = [](const TrainArgs& a) {
+    return a.recompute_modules.empty() ? json(nullptr) : json(split_words(a.recompute_modules));
+  };
+  v.push_back(std::move(modules));
   v.push_back(choice("attention-backend", G::Model,
                      "fused: the device's fused (flash) attention kernel, which never stores the s x s scores; "
                      "unfused: GEMM, scale + causal mask + softmax, dropout, GEMM; auto: fused where the device "
@@ -298,6 +448,7 @@ std::vector<Flag> make_flags() {
   v.push_back(boolean("qk-layernorm", G::Model,
                       "A norm (of --normalization's kind) over each query and key head before attention.",
                       &TrainArgs::qk_layernorm));
+  add_moe_flags(v);
   // Parallelism.
   v.push_back(integer("tensor-model-parallel-size", G::Parallel, "Tensor-parallel size t.",
                       &TrainArgs::tensor_model_parallel_size, kPositive));
@@ -354,6 +505,15 @@ std::vector<Flag> make_flags() {
                       "rank order (tensor, context, data, pipeline); the data-parallel size is world / (t * c * p) "
                       "and the gradients are reduced over the d * c ranks. Needs --seq-length divisible by 2c.",
                       &TrainArgs::context_parallel_size, kPositive));
+  v.push_back(integer("expert-model-parallel-size", G::Parallel,
+                      "Expert parallelism e: each MoE layer's experts are split over e ranks of a pipeline stage "
+                      "(Megatron-Core's MoE parallel folding: the stage's t * c * d ranks, regrouped as etp * e * "
+                      "edp for the experts); e must divide --num-experts and e * etp the t * c * d ranks.",
+                      &TrainArgs::expert_model_parallel_size, kPositive));
+  v.push_back(optional_integer("expert-tensor-parallel-size", G::Parallel,
+                               "Tensor parallelism etp of each expert's linears; expert gradients are reduced over "
+                               "the edp = t * c * d / (e * etp) ranks holding the same experts.",
+                               &TrainArgs::expert_tensor_parallel_size, kPositive, "tensor-model-parallel-size"));
   v.push_back(boolean("use-distributed-optimizer", G::Parallel,
                       "Shard the optimizer state over the data-parallel group.",
                       &TrainArgs::use_distributed_optimizer));
@@ -572,6 +732,16 @@ std::string flag_value_text(const TrainArgs& a, const char* name) {
   return j.is_string() ? j.get<std::string>() : json_text(j);
 }
 
+/// A float of a preset as the decimal it was written as (0.02f as 0.02, not 0.0199999995529651),
+/// so that the flags and their JSON read as a user would have given them.
+double decimal(float x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  double d = x;
+  if (ec == std::errc()) std::from_chars(buf, end, d);
+  return d;
+}
+
 /// The model flags of a preset (its shape and architecture; training settings stay as they are).
 void apply_model_preset(TrainArgs& a) {
   const std::optional<ModelPreset> preset = find_model_preset(a.model_preset);
@@ -606,12 +776,150 @@ void apply_model_preset(TrainArgs& a) {
   a.disable_bias_linear = !c.add_bias_linear;
   a.add_qkv_bias = c.add_qkv_bias;
   a.qk_layernorm = c.qk_layernorm;
+  const MoeConfig& m = c.moe;
+  if (!m.enabled()) return;
+  a.num_experts = m.num_experts;
+  a.moe_layer_freq = format_moe_layer_freq(m.layer_pattern, c.num_layers);
+  a.moe_ffn_hidden_size = m.ffn_hidden_size > 0 ? std::optional<int>(m.ffn_hidden_size) : std::nullopt;
+  a.moe_shared_expert_intermediate_size =
+      m.shared_expert_intermediate_size > 0 ? std::optional<int>(m.shared_expert_intermediate_size) : std::nullopt;
+  a.moe_shared_expert_gate = m.shared_expert_gate;
+  a.moe_router_topk = m.router_topk;
+  a.moe_router_score_function = m.score_function;
+  a.moe_router_pre_softmax = m.pre_softmax;
+  a.moe_router_topk_scaling_factor =
+      m.topk_scaling_factor > 0 ? std::optional<double>(decimal(m.topk_scaling_factor)) : std::nullopt;
+  a.moe_router_num_groups = m.num_groups > 0 ? std::optional<int>(m.num_groups) : std::nullopt;
+  a.moe_router_group_topk = m.group_topk > 0 ? std::optional<int>(m.group_topk) : std::nullopt;
+  a.moe_router_enable_expert_bias = m.enable_expert_bias;
+  a.moe_router_bias_update_rate = decimal(m.bias_update_rate);
+  a.moe_router_load_balancing_type = m.load_balancing;
+  a.moe_aux_loss_coeff = decimal(m.aux_loss_coeff);
+  a.moe_z_loss_coeff = m.z_loss_coeff > 0 ? std::optional<double>(decimal(m.z_loss_coeff)) : std::nullopt;
+  a.moe_expert_capacity_factor =
+      m.capacity_factor > 0 ? std::optional<double>(decimal(m.capacity_factor)) : std::nullopt;
+  a.moe_token_drop_policy = m.drop_policy;
+  a.moe_pad_expert_input_to_capacity = m.pad_expert_input_to_capacity;
+  a.moe_token_dispatcher_type = m.dispatcher;
+}
+
+/// The MoE flags against each other and the layout, naming them (Megatron's refusals of
+/// arguments.py and TransformerConfig.__post_init__; LayerConfig::validate checks the model's
+/// again in its own words).
+void check_moe(const TrainArgs& a) {
+  const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
+  const bool modules_moe = split_words_contain(a.recompute_modules, "moe");
+  if (a.num_experts == 0) {
+    // A MoE flag without experts would be ignored (Megatron refuses --moe-ffn-hidden-size so).
+    const json defaults = train_args_to_json(TrainArgs{});
+    const json given = train_args_to_json(a);
+    for (const Flag& f : flags()) {
+      if (f.group == Group::Moe && f.name != "num-experts" && given[f.name] != defaults[f.name]) {
+        fail(str_cat(value(f.name.c_str()), " is read only with --num-experts (a mixture-of-experts model)"));
+      }
+    }
+    if (a.expert_model_parallel_size > 1) {
+      fail(str_cat(value("expert-model-parallel-size"), " needs --num-experts: there are no experts to split"));
+    }
+    if (a.expert_tensor_parallel_size) {
+      fail(str_cat(value("expert-tensor-parallel-size"), " needs --num-experts: there are no experts to split"));
+    }
+    if (modules_moe) fail("--recompute-modules moe needs --num-experts: the model has no MoE layer");
+    return;
+  }
+  const std::string experts = value("num-experts");
+  if (a.moe_router_topk > a.num_experts) fail(str_cat(value("moe-router-topk"), " is larger than ", experts));
+  const std::vector<int> pattern = parse_moe_layer_freq(a.moe_layer_freq, a.num_layers);
+  if (!pattern.empty() && static_cast<int>(pattern.size()) != a.num_layers) {
+    fail(str_cat(value("moe-layer-freq"), " gives ", pattern.size(), " layers, but ", value("num-layers"),
+                 " (a pattern has one entry per layer)"));
+  }
+  if (a.num_experts % a.expert_model_parallel_size != 0) {
+    fail(str_cat(experts, " is not a multiple of ", value("expert-model-parallel-size")));
+  }
+  const int etp = a.expert_tensor_parallel_size.value_or(a.tensor_model_parallel_size);
+  const std::string etp_text = a.expert_tensor_parallel_size
+                                   ? value("expert-tensor-parallel-size")
+                                   : str_cat("the expert tensor parallel size ", etp, " (--tensor-model-parallel-size; "
+                                                                                      "--expert-tensor-parallel-size "
+                                                                                      "unset)");
+  const int64_t moe_ffn = to_gpt_config(a).moe_ffn();
+  const std::string ffn_text = a.moe_ffn_hidden_size
+                                   ? value("moe-ffn-hidden-size")
+                                   : str_cat("the expert MLP width ", moe_ffn, " (--ffn-hidden-size)");
+  if (moe_ffn % etp != 0) fail(str_cat(ffn_text, " is not divisible by ", etp_text));
+  if (!a.disable_bias_linear && etp > 1) {
+    fail(str_cat(etp_text, " splits the experts, whose biases Megatron supports only at expert tensor parallel size "
+                           "1 (\"Bias in MoE is only supported when ETP==1\"): add --disable-bias-linear"));
+  }
+  if (a.tensor_model_parallel_size > 1 && !a.sequence_parallel) {
+    fail(str_cat("MoE with ", value("tensor-model-parallel-size"),
+                 " needs --sequence-parallel, as Megatron requires (the router and the experts work on the s/t "
+                 "positions of each tensor rank)"));
+  }
+  if (a.moe_shared_expert_intermediate_size &&
+      *a.moe_shared_expert_intermediate_size % a.tensor_model_parallel_size != 0) {
+    fail(str_cat(value("moe-shared-expert-intermediate-size"), " is not divisible by ",
+                 value("tensor-model-parallel-size"), " (the shared experts are split over t like a dense MLP)"));
+  }
+  if (a.moe_shared_expert_gate && !a.moe_shared_expert_intermediate_size) {
+    fail("--moe-shared-expert-gate gates the shared experts: give --moe-shared-expert-intermediate-size");
+  }
+  if (a.moe_router_topk == 1 && a.moe_router_score_function == MoeScoreFunction::Softmax &&
+      !a.moe_router_pre_softmax) {
+    fail("Please use --moe-router-pre-softmax when topk is 1 (Megatron's words): --moe-router-topk 1 with the "
+         "softmax over the selected logits gives a constant 1 and the router no gradient");
+  }
+  if (a.moe_router_group_topk && !a.moe_router_num_groups) {
+    fail(str_cat(value("moe-router-group-topk"), " needs --moe-router-num-groups (group-limited routing)"));
+  }
+  if (a.moe_router_num_groups && !a.moe_router_group_topk) {
+    fail(str_cat(value("moe-router-num-groups"), " is read only with --moe-router-group-topk"));
+  }
+  if (a.moe_router_group_topk) {
+    const int groups = *a.moe_router_num_groups, group_topk = *a.moe_router_group_topk;
+    if (a.num_experts % groups != 0) fail(str_cat(experts, " is not divisible by ", value("moe-router-num-groups")));
+    if (group_topk > groups) {
+      fail(str_cat(value("moe-router-group-topk"), " is larger than ", value("moe-router-num-groups")));
+    }
+    if (a.moe_router_topk % group_topk != 0) {
+      fail(str_cat(value("moe-router-topk"), " is not divisible by ", value("moe-router-group-topk"),
+                   " (each group is scored by its top k / group-topk experts)"));
+    }
+    if (static_cast<int64_t>(group_topk) * (a.num_experts / groups) < a.moe_router_topk) {
+      fail(str_cat(value("moe-router-group-topk"), " groups of ", a.num_experts / groups, " experts (", experts,
+                   " / ", value("moe-router-num-groups"), ") hold fewer than ", value("moe-router-topk")));
+    }
+  }
+  if (a.moe_router_enable_expert_bias && a.moe_router_score_function != MoeScoreFunction::Sigmoid) {
+    fail(str_cat("--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid, as Megatron's "
+                 "aux-loss-free routing; got ",
+                 value("moe-router-score-function")));
+  }
+  if (!a.moe_expert_capacity_factor) {
+    if (a.moe_pad_expert_input_to_capacity) {
+      fail("--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor (dropless experts have no capacity)");
+    }
+    if (a.moe_token_drop_policy != MoeDropPolicy::Probs) {
+      fail(str_cat(value("moe-token-drop-policy"), " is read only with --moe-expert-capacity-factor (dropless "
+                                                   "experts drop nothing)"));
+    }
+  }
+  if (a.moe_layer_recompute && a.recompute_granularity == Recompute::Full) {
+    fail("Do not set --moe-layer-recompute with full recompute granularity (Megatron's words): "
+         "--recompute-granularity full recomputes the whole layer already");
+  }
 }
 
 /// Checks of flags against each other, each naming the flags and their values.
 void check_together(const TrainArgs& a) {
   const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
   if (a.fp16 && a.bf16) fail("--fp16 and --bf16 are exclusive");
+  if (!a.recompute_modules.empty() && a.recompute_granularity != Recompute::Selective) {
+    fail(str_cat("--recompute-modules ", a.recompute_modules, " is read only with --recompute-granularity selective (",
+                 a.recompute_granularity == Recompute::Full ? "full recomputes every module" : "none is given", ")"));
+  }
+  check_moe(a);
   // Model shape.
   if (a.num_query_groups && !a.group_query_attention) {
     fail(str_cat(value("num-query-groups"),
@@ -872,7 +1180,8 @@ void apply_tokenizer(TrainArgs& a, bool vocab_size_given) {
 /// Megatron's list flags (argparse nargs='*'): `--data-path 0.3 A 0.7 B` becomes one value, the
 /// words up to the next flag joined by spaces (`--data-path=...` stays one word).
 std::vector<std::string> join_data_lists(const std::vector<std::string>& args) {
-  static const char* const kLists[] = {"--data-path", "--train-data-path", "--valid-data-path", "--test-data-path"};
+  static const char* const kLists[] = {"--data-path", "--train-data-path", "--valid-data-path", "--test-data-path",
+                                       "--recompute-modules"};
   std::vector<std::string> out;
   for (std::size_t i = 0; i < args.size(); ++i) {
     out.push_back(args[i]);
@@ -1101,6 +1410,36 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   c.add_bias_linear = !args.disable_bias_linear;
   c.add_qkv_bias = args.add_qkv_bias;
   c.qk_layernorm = args.qk_layernorm;
+  MoeConfig& m = c.moe;
+  m.num_experts = args.num_experts;
+  if (m.num_experts > 0) m.layer_pattern = parse_moe_layer_freq(args.moe_layer_freq, args.num_layers);
+  m.ffn_hidden_size = args.moe_ffn_hidden_size.value_or(0);
+  m.shared_expert_intermediate_size = args.moe_shared_expert_intermediate_size.value_or(0);
+  m.shared_expert_gate = args.moe_shared_expert_gate;
+  m.router_topk = args.moe_router_topk;
+  m.score_function = args.moe_router_score_function;
+  m.pre_softmax = args.moe_router_pre_softmax;
+  m.topk_scaling_factor = static_cast<float>(args.moe_router_topk_scaling_factor.value_or(0.0));
+  m.num_groups = args.moe_router_num_groups.value_or(0);
+  m.group_topk = args.moe_router_group_topk.value_or(0);
+  m.enable_expert_bias = args.moe_router_enable_expert_bias;
+  m.bias_update_rate = static_cast<float>(args.moe_router_bias_update_rate);
+  m.load_balancing = args.moe_router_load_balancing_type;
+  m.aux_loss_coeff = static_cast<float>(args.moe_aux_loss_coeff);
+  m.z_loss_coeff = static_cast<float>(args.moe_z_loss_coeff.value_or(0.0));
+  m.capacity_factor = static_cast<float>(args.moe_expert_capacity_factor.value_or(0.0));
+  m.drop_policy = args.moe_token_drop_policy;
+  m.pad_expert_input_to_capacity = args.moe_pad_expert_input_to_capacity;
+  m.dispatcher = args.moe_token_dispatcher_type;
+  // Megatron's recompute_modules: --moe-layer-recompute makes the granularity selective and adds
+  // moe to the modules (default core_attn); with selective granularity the modules say what is
+  // recomputed.
+  const bool selective = args.recompute_granularity == Recompute::Selective || args.moe_layer_recompute;
+  if (selective) {
+    const std::string modules = args.recompute_modules.empty() ? "core_attn" : args.recompute_modules;
+    c.recompute = split_words_contain(modules, "core_attn") ? Recompute::Selective : Recompute::None;
+    m.recompute = m.num_experts > 0 && (args.moe_layer_recompute || split_words_contain(modules, "moe"));
+  }
   return c;
 }
 
@@ -1158,6 +1497,8 @@ ParallelConfig to_parallel_config(const TrainArgs& args, int world_size) {
   c.pipeline_layout = args.pipeline_model_parallel_layout;
   c.context = args.context_parallel_size;
   c.chunk_placement = static_cast<int>(placement_of(schedule_kind(args)));
+  c.expert_model = args.expert_model_parallel_size;
+  c.expert_tensor = args.expert_tensor_parallel_size.value_or(0);
   return c;
 }
 

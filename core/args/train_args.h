@@ -61,6 +61,33 @@ struct TrainArgs {
   bool disable_bias_linear = false;
   bool add_qkv_bias = false;
   bool qk_layernorm = false;
+  // Mixture of experts (Megatron-Core's --num-experts and --moe-* flags, names and defaults;
+  // docs/moe.md). Unset optional flags are Megatron's None.
+  int num_experts = 0;                      ///< 0: dense (Megatron's None)
+  std::string moe_layer_freq = "1";         ///< an integer N or a list pattern (core/args/moe_layer_freq.h)
+  std::optional<int> moe_ffn_hidden_size;   ///< unset: ffn_hidden_size
+  std::optional<int> moe_shared_expert_intermediate_size;  ///< unset: no shared expert
+  bool moe_shared_expert_gate = false;
+  int moe_router_topk = 2;
+  MoeScoreFunction moe_router_score_function = MoeScoreFunction::Softmax;
+  bool moe_router_pre_softmax = false;
+  std::optional<double> moe_router_topk_scaling_factor;    ///< unset: no scaling
+  std::optional<int> moe_router_num_groups;                ///< unset: no group-limited routing
+  std::optional<int> moe_router_group_topk;
+  bool moe_router_enable_expert_bias = false;
+  double moe_router_bias_update_rate = 1e-3;
+  std::string moe_router_dtype;             ///< "" or "fp32" (the router always computes in fp32)
+  MoeLoadBalancing moe_router_load_balancing_type = MoeLoadBalancing::AuxLoss;
+  double moe_aux_loss_coeff = 0.0;
+  std::optional<double> moe_z_loss_coeff;   ///< unset: no z-loss
+  std::optional<double> moe_expert_capacity_factor;  ///< unset: dropless
+  MoeDropPolicy moe_token_drop_policy = MoeDropPolicy::Probs;
+  bool moe_pad_expert_input_to_capacity = false;
+  MoeDispatcher moe_token_dispatcher_type = MoeDispatcher::AllToAll;
+  bool moe_layer_recompute = false;         ///< Megatron's deprecated spelling of --recompute-modules moe
+  /// --recompute-modules, words joined by spaces (core_attn, moe); unset: core_attn. Read with
+  /// --recompute-granularity selective, as Megatron's.
+  std::string recompute_modules;
 
   // Parallelism.
   int tensor_model_parallel_size = 1;
@@ -73,6 +100,8 @@ struct TrainArgs {
   bool sequence_parallel = false;  ///< --sequence-parallel
   std::string pipeline_model_parallel_layout;  ///< --pipeline-model-parallel-layout; "" none
   int context_parallel_size = 1;   ///< --context-parallel-size
+  int expert_model_parallel_size = 1;                ///< e
+  std::optional<int> expert_tensor_parallel_size;    ///< etp; unset: tensor_model_parallel_size
   ScheduleKind pipeline_schedule = ScheduleKind::OneFOneB;  ///< as given; see schedule_kind()
   int64_t ddp_bucket_size = 0;                              ///< elements; 0: one bucket per chunk
   bool overlap_grad_reduce = false;   ///< reduce each bucket as the backward completes it
@@ -209,14 +238,18 @@ int64_t global_batch_or_micro(const TrainArgs& args);
 std::array<int64_t, 3> train_num_samples(const TrainArgs& args);
 
 /// The model of the flags: --num-query-groups g with --group-query-attention (g = 1 when only
-/// that flag is given), multi-head attention without it.
+/// that flag is given), multi-head attention without it; the MoE flags with --moe-layer-freq
+/// expanded over --num-layers and --recompute-modules / --moe-layer-recompute resolved
+/// (Megatron's rules: --moe-layer-recompute turns selective granularity on and adds moe to the
+/// modules; with selective granularity, core_attn is ptdp's selective recomputation and moe
+/// MoeConfig::recompute).
 GptConfig to_gpt_config(const TrainArgs& args);
 /// Loss scaling as Megatron picks it: constant --loss-scale with --fp16 or --bf16, dynamic from
 /// --initial-loss-scale with --fp16, otherwise none (a constant 1).
 LossScalerConfig to_loss_scaler_config(const TrainArgs& args);
 OptimizerConfig to_optimizer_config(const TrainArgs& args);
-/// t, p, v and the first and last stage layers of the flags over `world_size` ranks (not
-/// validated against it here).
+/// t, p, v, c, e, etp and the first and last stage layers of the flags over `world_size` ranks
+/// (not validated against it here).
 ParallelConfig to_parallel_config(const TrainArgs& args, int world_size);
 
 }  // namespace ptdp

@@ -16,6 +16,7 @@
 #include "core/checkpoint/checkpoint_shards.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/checkpoint/save_lock.h"
+#include "core/model/moe_layer_freq.h"
 #include "io/json_read.h"
 #include "io/json_text.h"
 
@@ -27,49 +28,68 @@ constexpr const char* kFormat = "ptdp-checkpoint";
 constexpr int kFormatVersion = 1;
 constexpr const char* kMetadataFile = "metadata.json";
 
+// MoE models only (a dense model's metadata stays as it was): Megatron-Core's names.
+nlohmann::json moe_to_json(const GptConfig& c) {
+  static const char* const scores[] = {"softmax", "sigmoid"};
+  static const char* const balancing[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
+  static const char* const drops[] = {"probs", "position"};
+  static const char* const dispatchers[] = {"alltoall", "allgather"};
+  const MoeConfig& m = c.moe;
+  return {{"num_experts", m.num_experts},
+          {"moe_layer_freq", format_moe_layer_freq(m.layer_pattern, c.num_layers)},
+          {"moe_ffn_hidden_size", c.moe_ffn()},
+          {"moe_shared_expert_intermediate_size", m.shared_expert_intermediate_size},
+          {"moe_shared_expert_gate", m.shared_expert_gate},
+          {"moe_router_topk", m.router_topk},
+          {"moe_router_score_function", scores[static_cast<int>(m.score_function)]},
+          {"moe_router_pre_softmax", m.pre_softmax},
+          {"moe_router_topk_scaling_factor", m.topk_scaling_factor},
+          {"moe_router_num_groups", m.num_groups},
+          {"moe_router_group_topk", m.group_topk},
+          {"moe_router_enable_expert_bias", m.enable_expert_bias},
+          {"moe_router_bias_update_rate", m.bias_update_rate},
+          {"moe_router_load_balancing_type", balancing[static_cast<int>(m.load_balancing)]},
+          {"moe_aux_loss_coeff", m.aux_loss_coeff},
+          {"moe_z_loss_coeff", m.z_loss_coeff},
+          {"moe_expert_capacity_factor", m.capacity_factor},
+          {"moe_token_drop_policy", drops[static_cast<int>(m.drop_policy)]},
+          {"moe_pad_expert_input_to_capacity", m.pad_expert_input_to_capacity},
+          {"moe_token_dispatcher_type", dispatchers[static_cast<int>(m.dispatcher)]},
+          {"moe_layer_recompute", m.recompute}};
+}
+
 nlohmann::json config_to_json(const GptConfig& c) {
   nlohmann::json j = {{"num_layers", c.num_layers},
-                      {"hidden_size", c.hidden_size},
-                      {"num_attention_heads", c.num_attention_heads},
-                      {"ffn_hidden_size", c.ffn()},
-                      {"vocab_size", c.vocab_size},
-                      {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
-                      {"seq_length", c.seq_length},
-                      {"max_position_embeddings", c.max_positions()},
-                      {"hidden_dropout", c.hidden_dropout},
-                      {"attention_dropout", c.attention_dropout},
-                      {"init_method_std", c.init_method_std},
-                      {"layernorm_epsilon", c.layernorm_epsilon},
-                      {"untie_embeddings_and_output_weights", !c.tie_embeddings},
-                      {"recompute_granularity", recompute_name(c.recompute)},
-                      {"seed", c.seed},
-                      {"normalization", normalization_name(c.normalization)},
-                      {"swiglu", c.swiglu},
-                      {"position_embedding_type", position_embedding_name(c.position_embedding)},
-                      {"rotary_base", c.rotary_base},
-                      {"rotary_percent", c.rotary_percent},
-                      {"use_rope_scaling", c.rope_scaling.enabled},
-                      {"rope_scaling_factor", c.rope_scaling.factor},
-                      {"rope_low_freq_factor", c.rope_scaling.low_freq_factor},
-                      {"rope_high_freq_factor", c.rope_scaling.high_freq_factor},
-                      {"rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
-                      {"num_query_groups", c.query_groups()},
-                      {"kv_channels", c.head_dim()},
-                      {"add_bias_linear", c.add_bias_linear},
-                      {"add_qkv_bias", c.add_qkv_bias},
-                      {"qk_layernorm", c.qk_layernorm}};
-  // Mixture of experts (Megatron's argument names), only for MoE models: what decides the
-  // checkpoint's tensors and top-k. The routing and balancing settings are the run's flags
-  // ("train_config").
-  if (c.moe.enabled()) {
-    j["num_experts"] = c.moe.num_experts;
-    j["moe_router_topk"] = c.moe.router_topk;
-    j["moe_ffn_hidden_size"] = c.moe_ffn();
-    j["moe_layer_freq"] = c.moe.layer_pattern;  // one entry per layer; empty: every layer
-    j["moe_shared_expert_intermediate_size"] = c.moe.shared_expert_intermediate_size;
-    j["moe_shared_expert_gate"] = c.moe.shared_expert_gate;
-    j["moe_router_enable_expert_bias"] = c.moe.enable_expert_bias;
-  }
+          {"hidden_size", c.hidden_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"ffn_hidden_size", c.ffn()},
+          {"vocab_size", c.vocab_size},
+          {"make_vocab_size_divisible_by", c.make_vocab_size_divisible_by},
+          {"seq_length", c.seq_length},
+          {"max_position_embeddings", c.max_positions()},
+          {"hidden_dropout", c.hidden_dropout},
+          {"attention_dropout", c.attention_dropout},
+          {"init_method_std", c.init_method_std},
+          {"layernorm_epsilon", c.layernorm_epsilon},
+          {"untie_embeddings_and_output_weights", !c.tie_embeddings},
+          {"recompute_granularity", recompute_name(c.recompute)},
+          {"seed", c.seed},
+          {"normalization", normalization_name(c.normalization)},
+          {"swiglu", c.swiglu},
+          {"position_embedding_type", position_embedding_name(c.position_embedding)},
+          {"rotary_base", c.rotary_base},
+          {"rotary_percent", c.rotary_percent},
+          {"use_rope_scaling", c.rope_scaling.enabled},
+          {"rope_scaling_factor", c.rope_scaling.factor},
+          {"rope_low_freq_factor", c.rope_scaling.low_freq_factor},
+          {"rope_high_freq_factor", c.rope_scaling.high_freq_factor},
+          {"rope_original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings},
+          {"num_query_groups", c.query_groups()},
+          {"kv_channels", c.head_dim()},
+          {"add_bias_linear", c.add_bias_linear},
+          {"add_qkv_bias", c.add_qkv_bias},
+          {"qk_layernorm", c.qk_layernorm}};
+  if (c.moe.enabled()) j["moe"] = moe_to_json(c);
   return j;
 }
 
@@ -86,6 +106,45 @@ E enum_from_json(const nlohmann::json& j, const char* key, const char* const (&n
   msg += key;
   msg += " \"" + v + "\" is not known";
   throw_error(ErrorCode::Io, msg);
+}
+
+// The "moe" object of the "model" entry (absent: a dense model, or a checkpoint that predates MoE).
+void moe_from_json(const nlohmann::json& j, GptConfig& c, const std::string& source) {
+  namespace jr = json_read;
+  const auto what = [&](const char* key) { return str_cat(source, ": \"model\" entry: \"moe\": \"", key, "\""); };
+  const auto i32 = [&](const char* key, int fallback) { return jr::field_or(j, key, fallback, what(key)); };
+  const auto f32 = [&](const char* key, float fallback) { return jr::field_or(j, key, fallback, what(key)); };
+  static const char* const scores[] = {"softmax", "sigmoid"};
+  static const char* const balancing[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
+  static const char* const drops[] = {"probs", "position"};
+  static const char* const dispatchers[] = {"alltoall", "allgather"};
+  MoeConfig& m = c.moe;
+  m.num_experts = jr::integer<int>(j.at("num_experts"), what("num_experts"));
+  try {
+    m.layer_pattern = parse_moe_layer_freq(j.value("moe_layer_freq", std::string("1")), c.num_layers);
+  } catch (const Error& e) {
+    throw_error(ErrorCode::Io, str_cat(what("moe_layer_freq"), ": ", e.what()));
+  }
+  m.ffn_hidden_size = i32("moe_ffn_hidden_size", 0);
+  if (m.ffn_hidden_size == c.ffn_hidden_size) m.ffn_hidden_size = 0;  // saved as the effective width
+  m.shared_expert_intermediate_size = i32("moe_shared_expert_intermediate_size", 0);
+  m.shared_expert_gate = j.value("moe_shared_expert_gate", false);
+  m.router_topk = i32("moe_router_topk", m.router_topk);
+  m.score_function = enum_from_json(j, "moe_router_score_function", scores, m.score_function, source);
+  m.pre_softmax = j.value("moe_router_pre_softmax", false);
+  m.topk_scaling_factor = f32("moe_router_topk_scaling_factor", m.topk_scaling_factor);
+  m.num_groups = i32("moe_router_num_groups", 0);
+  m.group_topk = i32("moe_router_group_topk", 0);
+  m.enable_expert_bias = j.value("moe_router_enable_expert_bias", false);
+  m.bias_update_rate = f32("moe_router_bias_update_rate", m.bias_update_rate);
+  m.load_balancing = enum_from_json(j, "moe_router_load_balancing_type", balancing, m.load_balancing, source);
+  m.aux_loss_coeff = f32("moe_aux_loss_coeff", m.aux_loss_coeff);
+  m.z_loss_coeff = f32("moe_z_loss_coeff", m.z_loss_coeff);
+  m.capacity_factor = f32("moe_expert_capacity_factor", m.capacity_factor);
+  m.drop_policy = enum_from_json(j, "moe_token_drop_policy", drops, m.drop_policy, source);
+  m.pad_expert_input_to_capacity = j.value("moe_pad_expert_input_to_capacity", false);
+  m.dispatcher = enum_from_json(j, "moe_token_dispatcher_type", dispatchers, m.dispatcher, source);
+  m.recompute = j.value("moe_layer_recompute", false);
 }
 
 GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
@@ -135,23 +194,7 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.add_bias_linear = j.value("add_bias_linear", true);
     c.add_qkv_bias = j.value("add_qkv_bias", false);
     c.qk_layernorm = j.value("qk_layernorm", false);
-    // Mixture of experts (absent: a dense model).
-    c.moe.num_experts = jr::field_or(j, "num_experts", 0, what("num_experts"));
-    if (c.moe.num_experts > 0) {
-      c.moe.router_topk = jr::field_or(j, "moe_router_topk", c.moe.router_topk, what("moe_router_topk"));
-      c.moe.ffn_hidden_size = jr::field_or(j, "moe_ffn_hidden_size", 0, what("moe_ffn_hidden_size"));
-      if (c.moe.ffn_hidden_size == c.ffn()) c.moe.ffn_hidden_size = 0;
-      if (j.contains("moe_layer_freq")) {
-        const nlohmann::json& freq = j.at("moe_layer_freq");
-        if (!freq.is_array())
-          throw_error(ErrorCode::Io, what("moe_layer_freq") + " is not a list of 0 and 1 per layer");
-        for (const auto& x : freq) c.moe.layer_pattern.push_back(jr::integer<int>(x, what("moe_layer_freq")));
-      }
-      c.moe.shared_expert_intermediate_size =
-          jr::field_or(j, "moe_shared_expert_intermediate_size", 0, what("moe_shared_expert_intermediate_size"));
-      c.moe.shared_expert_gate = j.value("moe_shared_expert_gate", false);
-      c.moe.enable_expert_bias = j.value("moe_router_enable_expert_bias", false);
-    }
+    if (j.contains("moe")) moe_from_json(j.at("moe"), c, source);
     return c;
   } catch (const nlohmann::json::exception& e) {
     std::string msg = source;
@@ -173,7 +216,8 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
       {"seq_length", {saved.seq_length, model.seq_length}},
       {"max_position_embeddings", {saved.max_positions(), model.max_positions()}},
       {"untie_embeddings_and_output_weights", {saved.tie_embeddings ? 0 : 1, model.tie_embeddings ? 0 : 1}},
-      {"normalization (0 LayerNorm, 1 RMSNorm)", {static_cast<int>(saved.normalization), static_cast<int>(model.normalization)}},
+      {"normalization (0 LayerNorm, 1 RMSNorm)",
+       {static_cast<int>(saved.normalization), static_cast<int>(model.normalization)}},
       {"swiglu", {saved.swiglu, model.swiglu}},
       {"position_embedding_type (0 learned_absolute, 1 rope, 2 none)",
        {static_cast<int>(saved.position_embedding), static_cast<int>(model.position_embedding)}},
@@ -182,12 +226,16 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
       {"add_bias_linear", {saved.add_bias_linear, model.add_bias_linear}},
       {"add_qkv_bias", {saved.qkv_bias(), model.qkv_bias()}},
       {"qk_layernorm", {saved.qk_layernorm, model.qk_layernorm}},
-      {"num_experts", {saved.moe.num_experts, model.moe.num_experts}},
-      {"moe_ffn_hidden_size", {saved.moe.enabled() ? saved.moe_ffn() : 0, model.moe.enabled() ? model.moe_ffn() : 0}},
-      {"moe_shared_expert_intermediate_size",
+      // The experts: their number, widths and which layers have them, the router's expert bias.
+      {"num_experts (--num-experts)", {saved.moe.num_experts, model.moe.num_experts}},
+      {"moe_ffn_hidden_size (--moe-ffn-hidden-size)",
+       {saved.moe.enabled() ? saved.moe_ffn() : 0, model.moe.enabled() ? model.moe_ffn() : 0}},
+      {"moe_shared_expert_intermediate_size (--moe-shared-expert-intermediate-size)",
        {saved.moe.shared_expert_intermediate_size, model.moe.shared_expert_intermediate_size}},
-      {"moe_shared_expert_gate", {saved.moe.shared_expert_gate, model.moe.shared_expert_gate}},
-      {"moe_router_enable_expert_bias", {saved.moe.enable_expert_bias, model.moe.enable_expert_bias}},
+      {"moe_shared_expert_gate (--moe-shared-expert-gate)",
+       {saved.moe.shared_expert_gate, model.moe.shared_expert_gate}},
+      {"moe_router_enable_expert_bias (--moe-router-enable-expert-bias)",
+       {saved.moe.enable_expert_bias, model.moe.enable_expert_bias}},
   };
   // Which layers are MoE ones (--moe-layer-freq): an empty pattern is every layer.
   for (int i = 0; i < model.num_layers && saved.moe.enabled() && model.moe.enabled(); ++i) {
@@ -208,6 +256,14 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
     msg += "; the model has ";
     msg += std::to_string(values.second);
     throw_error(ErrorCode::InvalidArgument, msg);
+  }
+  for (int layer = 0; layer < saved.num_layers; ++layer) {
+    if (saved.moe.is_moe_layer(layer) == model.moe.is_moe_layer(layer)) continue;
+    throw_error(ErrorCode::InvalidArgument,
+                str_cat("the checkpoint ", source, " was saved with moe_layer_freq (--moe-layer-freq) ",
+                        format_moe_layer_freq(saved.moe.layer_pattern, saved.num_layers), ", where layer ", layer,
+                        saved.moe.is_moe_layer(layer) ? " is MoE" : " is dense", "; the model has moe_layer_freq ",
+                        format_moe_layer_freq(model.moe.layer_pattern, model.num_layers)));
   }
 }
 

@@ -84,6 +84,7 @@ void LayerConfig::validate(int t) const {
   PTDP_CHECK_ARG(!sequence_parallel || seq_length % t == 0,
                  "seq_length " + num(seq_length) + " is not divisible by the tensor parallel size " + num(t) +
                      ": sequence parallelism (--sequence-parallel) gives each tensor rank s/t positions");
+  validate_moe(t);
   const auto rate = [](const char* name, float p) {
     PTDP_CHECK_ARG(p >= 0.0f && p < 1.0f, std::string(name) + " must be in [0, 1), got " + num(p));
   };
@@ -212,6 +213,128 @@ void LayerConfig::check_sizes() const {
   (void)((swiglu ? 2 * ffn : ffn) * h);       // linear_fc1's weight
   (void)(s * h * ffn);                        // one sample's MLP activations
   (void)(s * s * a);                          // one sample's attention scores
+  if (!moe.enabled()) return;
+  const CheckedSize e = sized("num_experts (--num-experts)", moe.num_experts);
+  const CheckedSize ffn_e =
+      moe.ffn_hidden_size > 0 ? sized("moe_ffn_hidden_size (--moe-ffn-hidden-size)", moe.ffn_hidden_size) : ffn;
+  (void)(e * (swiglu ? 2 * ffn_e : ffn_e) * h);  // one layer's routed experts' linear_fc1 weights
+  (void)(s * h * ffn_e * sized("moe_router_topk (--moe-router-topk)", moe.router_topk));  // routed activations
+  if (moe.shared_expert_intermediate_size > 0) {
+    const CheckedSize shared = sized("moe_shared_expert_intermediate_size (--moe-shared-expert-intermediate-size)",
+                                     moe.shared_expert_intermediate_size);
+    (void)((swiglu ? 2 * shared : shared) * h);
+  }
+}
+
+int LayerConfig::num_moe_layers() const {
+  int n = 0;
+  for (int i = 0; i < num_layers; ++i) n += moe.is_moe_layer(i) ? 1 : 0;
+  return n;
+}
+
+void LayerConfig::validate_moe(int t) const {
+  const MoeConfig& m = moe;
+  PTDP_CHECK_ARG(m.num_experts >= 0, "num_experts (--num-experts) must be >= 0 (0: a dense model), got " +
+                                         num(m.num_experts));
+  if (!m.enabled()) return;
+  const std::string experts = "num_experts (--num-experts) " + num(m.num_experts);
+  const std::string topk = "moe_router_topk (--moe-router-topk) " + num(m.router_topk);
+  PTDP_CHECK_ARG(m.router_topk >= 1, topk + " must be >= 1");
+  PTDP_CHECK_ARG(m.router_topk <= m.num_experts, topk + " is larger than " + experts +
+                                                     ": each token is routed to k distinct experts");
+  PTDP_CHECK_ARG(m.ffn_hidden_size >= 0, "moe_ffn_hidden_size (--moe-ffn-hidden-size) must be >= 0 (0: "
+                                         "ffn_hidden_size), got " + num(m.ffn_hidden_size));
+  PTDP_CHECK_ARG(m.layer_pattern.empty() || static_cast<int>(m.layer_pattern.size()) == num_layers,
+                 "moe_layer_freq (--moe-layer-freq) gives a pattern of " +
+                     num(static_cast<int>(m.layer_pattern.size())) + " layers, but num_layers (--num-layers) is " +
+                     num(num_layers));
+  for (std::size_t i = 0; i < m.layer_pattern.size(); ++i) {
+    PTDP_CHECK_ARG(m.layer_pattern[i] == 0 || m.layer_pattern[i] == 1,
+                   "moe_layer_freq (--moe-layer-freq): entry " + num(static_cast<int>(i)) + " is " +
+                       num(m.layer_pattern[i]) + ", not 0 (dense) or 1 (MoE)");
+  }
+  const int shared = m.shared_expert_intermediate_size;
+  const std::string shared_text = "moe_shared_expert_intermediate_size (--moe-shared-expert-intermediate-size) " +
+                                  num(shared);
+  PTDP_CHECK_ARG(shared >= 0, shared_text + " must be >= 0 (0: no shared expert)");
+  PTDP_CHECK_ARG(shared % t == 0, shared_text + " is not divisible by the tensor parallel size " + num(t) +
+                                      " (the shared experts are split over t like a dense MLP)");
+  PTDP_CHECK_ARG(!m.shared_expert_gate || shared > 0,
+                 "moe_shared_expert_gate (--moe-shared-expert-gate) gates the shared expert, but there is none: set "
+                 "moe_shared_expert_intermediate_size (--moe-shared-expert-intermediate-size)");
+  PTDP_CHECK_ARG(m.score_function == MoeScoreFunction::Softmax || m.score_function == MoeScoreFunction::Sigmoid,
+                 "moe_router_score_function (--moe-router-score-function) " +
+                     num(static_cast<int>(m.score_function)) + " is not softmax (0) or sigmoid (1)");
+  PTDP_CHECK_ARG(static_cast<int>(m.load_balancing) >= 0 && static_cast<int>(m.load_balancing) <= 3,
+                 "moe_router_load_balancing_type (--moe-router-load-balancing-type) " +
+                     num(static_cast<int>(m.load_balancing)) +
+                     " is not aux_loss (0), seq_aux_loss (1), global_aux_loss (2) or none (3)");
+  PTDP_CHECK_ARG(m.drop_policy == MoeDropPolicy::Probs || m.drop_policy == MoeDropPolicy::Position,
+                 "moe_token_drop_policy (--moe-token-drop-policy) " + num(static_cast<int>(m.drop_policy)) +
+                     " is not probs (0) or position (1)");
+  PTDP_CHECK_ARG(m.dispatcher == MoeDispatcher::AllToAll || m.dispatcher == MoeDispatcher::AllGather,
+                 "moe_token_dispatcher_type (--moe-token-dispatcher-type) " + num(static_cast<int>(m.dispatcher)) +
+                     " is not alltoall (0) or allgather (1)");
+  // Softmax over the k selected logits of k = 1 is the constant 1: the router would get no gradient.
+  PTDP_CHECK_ARG(m.router_topk != 1 || m.score_function != MoeScoreFunction::Softmax || m.pre_softmax,
+                 "moe_router_topk (--moe-router-topk) 1 with the softmax score function needs moe_router_pre_softmax "
+                 "(--moe-router-pre-softmax): a softmax over one selected logit is 1 and gives the router no gradient");
+  const auto non_negative = [](const char* name, float v) {
+    PTDP_CHECK_ARG(std::isfinite(v) && v >= 0.0f, std::string(name) + " must be >= 0, got " + num(v));
+  };
+  non_negative("moe_router_topk_scaling_factor (--moe-router-topk-scaling-factor; 0: none)", m.topk_scaling_factor);
+  non_negative("moe_router_bias_update_rate (--moe-router-bias-update-rate)", m.bias_update_rate);
+  non_negative("moe_aux_loss_coeff (--moe-aux-loss-coeff)", m.aux_loss_coeff);
+  non_negative("moe_z_loss_coeff (--moe-z-loss-coeff)", m.z_loss_coeff);
+  non_negative("moe_expert_capacity_factor (--moe-expert-capacity-factor; 0: dropless)", m.capacity_factor);
+  // Group-limited routing (Megatron's group_limited_topk): the experts form num_groups equal
+  // groups, each scored by the sum of its top k / group_topk scores; the top group_topk groups
+  // hold the k experts chosen.
+  const std::string groups = "moe_router_num_groups (--moe-router-num-groups) " + num(m.num_groups);
+  const std::string group_topk = "moe_router_group_topk (--moe-router-group-topk) " + num(m.group_topk);
+  PTDP_CHECK_ARG(m.num_groups >= 0 && m.group_topk >= 0, groups + " and " + group_topk + " must be >= 0 (0: none)");
+  PTDP_CHECK_ARG(m.group_topk == 0 || m.num_groups > 0,
+                 group_topk + " needs moe_router_num_groups (--moe-router-num-groups): group-limited routing");
+  PTDP_CHECK_ARG(m.num_groups == 0 || m.group_topk > 0,
+                 groups + " is read only with moe_router_group_topk (--moe-router-group-topk), the groups each "
+                          "token may use");
+  if (m.group_topk > 0) {
+    PTDP_CHECK_ARG(m.num_experts % m.num_groups == 0, experts + " is not divisible by " + groups);
+    PTDP_CHECK_ARG(m.group_topk <= m.num_groups, group_topk + " is larger than " + groups);
+    PTDP_CHECK_ARG(m.router_topk % m.group_topk == 0,
+                   topk + " is not divisible by " + group_topk + ": each group is scored by its top k / group_topk");
+    PTDP_CHECK_ARG(static_cast<int64_t>(m.group_topk) * (m.num_experts / m.num_groups) >= m.router_topk,
+                   group_topk + " groups of num_experts / moe_router_num_groups = " +
+                       num(m.num_experts / m.num_groups) + " experts hold fewer than the " + topk + " experts");
+  }
+  PTDP_CHECK_ARG(!m.enable_expert_bias || m.score_function == MoeScoreFunction::Sigmoid,
+                 "moe_router_enable_expert_bias (--moe-router-enable-expert-bias) needs moe_router_score_function "
+                 "(--moe-router-score-function) sigmoid, as Megatron's aux-loss-free routing");
+  PTDP_CHECK_ARG(!m.pad_expert_input_to_capacity || m.capacity_factor > 0.0f,
+                 "moe_pad_expert_input_to_capacity (--moe-pad-expert-input-to-capacity) needs "
+                 "moe_expert_capacity_factor (--moe-expert-capacity-factor)");
+  PTDP_CHECK_ARG(!m.recompute || recompute != Recompute::Full,
+                 "moe_layer_recompute (--moe-layer-recompute, --recompute-modules moe) is not set with full recompute "
+                 "granularity (--recompute-granularity full), which recomputes the whole layer already");
+  PTDP_CHECK_ARG(t == 1 || sequence_parallel,
+                 "MoE with tensor parallel size " + num(t) + " needs sequence parallelism (--sequence-parallel), as "
+                 "Megatron requires: the router and the experts work on the s/t positions of each tensor rank");
+}
+
+void LayerConfig::validate_experts(int e, int etp) const {
+  const std::string e_text = "expert_model_parallel_size (--expert-model-parallel-size) " + num(e);
+  const std::string etp_text = "expert_tensor_parallel_size (--expert-tensor-parallel-size) " + num(etp);
+  PTDP_CHECK_ARG(e >= 1, e_text + " must be >= 1");
+  PTDP_CHECK_ARG(etp >= 1, etp_text + " must be >= 1");
+  PTDP_CHECK_ARG(moe.enabled() || e == 1, e_text + " needs num_experts (--num-experts): there are no experts to split");
+  if (!moe.enabled()) return;
+  PTDP_CHECK_ARG(moe.num_experts % e == 0, "num_experts (--num-experts) " + num(moe.num_experts) +
+                                               " is not a multiple of " + e_text);
+  PTDP_CHECK_ARG(moe_ffn() % etp == 0, "the expert MLP width moe_ffn_hidden_size (--moe-ffn-hidden-size) " +
+                                           num(moe_ffn()) + " is not divisible by " + etp_text);
+  PTDP_CHECK_ARG(!add_bias_linear || etp == 1,
+                 etp_text + " with linear biases: expert biases need expert tensor parallel size 1, as in "
+                            "Megatron (\"Bias in MoE is only supported when ETP==1\"); give --disable-bias-linear");
 }
 
 std::vector<float> LayerConfig::rotary_inv_freq() const {

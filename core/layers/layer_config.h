@@ -134,6 +134,14 @@ struct LayerConfig {
 
   /// Width of one routed expert's MLP: moe.ffn_hidden_size, or ffn().
   int moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
+  /// Decoder layers with an MoE MLP (0 for a dense model).
+  int num_moe_layers() const;
+  /// Throws Error(InvalidArgument), naming Megatron's flags, for MoE settings that cannot be
+  /// split over e = expert_model ranks of etp = expert_tensor ranks each: num_experts not
+  /// divisible by e, an expert MLP width not divisible by etp, e > 1 without experts, expert
+  /// biases with etp > 1 (Megatron's "Bias in MoE is only supported when ETP==1"). validate()
+  /// checks what does not depend on e and etp; whoever builds the experts calls this too.
+  void validate_experts(int expert_model, int expert_tensor) const;
 
   int head_dim() const { return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads; }
   int query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
@@ -168,6 +176,10 @@ struct LayerConfig {
   /// layer that cannot be built with tensor-parallel size t: heads not divisible by t, query
   /// groups not dividing the heads or not divisible by t, an odd rotary dimension, and the like.
   void validate(int tensor_parallel) const;
+
+ private:
+  /// validate()'s MoE part: Megatron's refusals of arguments.py and TransformerConfig.
+  void validate_moe(int tensor_parallel) const;
 };
 
 const char* recompute_name(Recompute r);

@@ -41,8 +41,17 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
   const double a = num_attention_heads, g = query_groups(), q_ratio = static_cast<double>(attention_width()) / h;
   const double attention = (1.0 + g / a + s / h) * q_ratio;
   const double mlp = static_cast<double>(ffn()) / h * (swiglu ? 1.5 : 1.0);
-  const double layers = (full_recompute ? 16.0 : 12.0) * B * s * l * h * h * (attention + mlp);
   const double logits = 6.0 * B * s * h * V;
+  if (!moe.enabled()) {
+    const double layers = (full_recompute ? 16.0 : 12.0) * B * s * l * h * h * (attention + mlp);
+    return layers + logits;
+  }
+  // Megatron's num_floating_point_operations: dense layers ffn, MoE layers k moe_ffn + shared.
+  const double moe_layers = num_moe_layers();
+  const double moe_width = static_cast<double>(moe.router_topk) * moe_ffn() + moe.shared_expert_intermediate_size;
+  const double moe_mlp = moe_width / h * (swiglu ? 1.5 : 1.0);
+  const double mlp_layers = (l - moe_layers) * mlp + moe_layers * moe_mlp;
+  const double layers = (full_recompute ? 16.0 : 12.0) * B * s * h * h * (l * attention + mlp_layers);
   return layers + logits;
 }
 
@@ -52,12 +61,22 @@ bool GptConfig::parameter_count_fits(int t) const {
   const long double qkv = static_cast<long double>(qkv_rows()), aw = static_cast<long double>(attention_width());
   const long double fc1 = swiglu ? 2 * f : f;
   const long double per_layer = 4 * h + qkv * (h + 1) + aw * h + h + fc1 * (h + 1) + f * h + h + 8 * h;
-  const long double total = v * h * 2 + static_cast<long double>(num_layers) * per_layer +
-                            static_cast<long double>(max_positions()) * h + 2 * h;
+  long double total = v * h * 2 + static_cast<long double>(num_layers) * per_layer +
+                     static_cast<long double>(max_positions()) * h + 2 * h;
+  if (moe.enabled()) {
+    const long double fe = moe_ffn(), sh = moe.shared_expert_intermediate_size, e = moe.num_experts;
+    const long double expert = (swiglu ? 3 : 2) * fe * (h + 1) + h;
+    const long double shared = (swiglu ? 3 : 2) * sh * (h + 1) + 2 * h;
+    total += static_cast<long double>(num_moe_layers()) * (e * (h + 1) + e * expert + shared);
+  }
   return total < 9.0e18L;
 }
 
-int64_t GptConfig::parameter_count(int t) const {
+int64_t GptConfig::parameter_count(int t) const { return count_parameters(t, moe.num_experts); }
+
+int64_t GptConfig::active_parameter_count(int t) const { return count_parameters(t, moe.router_topk); }
+
+int64_t GptConfig::count_parameters(int t, int64_t routed) const {
   const int64_t h = hidden_size, f = ffn(), v = padded_vocab(t), dh = head_dim();
   const int64_t norm = normalization == Normalization::RMSNorm ? h : 2 * h;
   const int64_t qk_norm = qk_layernorm ? 2 * (normalization == Normalization::RMSNorm ? dh : 2 * dh) : 0;
@@ -67,6 +86,17 @@ int64_t GptConfig::parameter_count(int t) const {
   const int64_t mlp = fc1_rows * h + (add_bias_linear ? fc1_rows : 0) + f * h + (add_bias_linear ? h : 0);
   const int64_t per_layer = 2 * norm + qkv + proj + qk_norm + mlp;
   int64_t total = v * h + num_layers * per_layer + norm;
+  if (moe.enabled()) {
+    // Each MoE layer's MLP: a router [E, h] (and its expert bias [E]), `routed` experts and the
+    // shared experts (with Qwen2-MoE's gate [1, h]) instead of the dense MLP counted above.
+    const int64_t fe = moe_ffn(), fe1 = swiglu ? 2 * fe : fe;
+    const int64_t expert = fe1 * h + fe * h + (add_bias_linear ? fe1 + h : 0);
+    const int64_t sh = moe.shared_expert_intermediate_size, sh1 = swiglu ? 2 * sh : sh;
+    const int64_t shared = sh > 0 ? sh1 * h + sh * h + (add_bias_linear ? sh1 + h : 0) : 0;
+    const int64_t router = moe.num_experts * h + (moe.enable_expert_bias ? moe.num_experts : 0);
+    const int64_t gate = moe.shared_expert_gate ? h : 0;
+    total += num_moe_layers() * (router + routed * expert + shared + gate - mlp);
+  }
   if (learned_positions()) total += static_cast<int64_t>(max_positions()) * h;
   if (!tie_embeddings) total += v * h;
   return total;

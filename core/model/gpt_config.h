@@ -37,11 +37,25 @@ struct GptConfig : LayerConfig {
   /// s/(6h) + V/(12 l h)), and 96 B s l h^2 (1 + s/(6h) + V/(16 l h)) recomputing. B = samples,
   /// V the unpadded vocabulary (the paper's; Megatron counts the padded one). MFU counts the
   /// first; TFLOP/s per device (as the paper) the second.
+  ///
+  /// With MoE (Megatron's MoE terms), each MoE layer's MLP term counts the k routed experts a
+  /// token visits and the shared experts, k moe_ffn + shared in place of ffn; a dense layer of a
+  /// mixed model keeps ffn. As Megatron, the router's 2 s h E per layer (and Qwen2-MoE's shared
+  /// expert gate) are left out: under 0.1% of a layer for the presets.
   double paper_flops(int64_t samples, bool full_recompute = false) const;
-  /// Parameters of the unpartitioned model (with the padded vocabulary for t).
+  /// Parameters of the unpartitioned model (with the padded vocabulary for t): with MoE, every
+  /// expert of every MoE layer, the routers (and their expert biases) and the shared experts.
   int64_t parameter_count(int tensor_parallel) const;
+  /// The parameters one token's forward uses: parameter_count() with each MoE layer's routed
+  /// experts counted k times instead of E times (the model cards' "active" count); equal to
+  /// parameter_count() for a dense model.
+  int64_t active_parameter_count(int tensor_parallel) const;
   /// Whether parameter_count() fits int64 (validate() refuses a model whose count does not).
   bool parameter_count_fits(int tensor_parallel) const;
+
+ private:
+  /// parameter_count() with `routed` experts per MoE layer.
+  int64_t count_parameters(int tensor_parallel, int64_t routed) const;
 };
 
 }  // namespace ptdp

@@ -21,7 +21,31 @@
 //    vocabulary 151936 (0.5B, 1.5B, tied) and 152064 (7B, untied). The training sequence is
 //    4096, the length of Qwen2.5's main pretraining stage (the technical report; 32768 in the
 //    long-context stage); max_position_embeddings is the config's (32768 or 131072).
-//  Llama and Qwen2.5 train without dropout. Every preset pads the vocabulary to a multiple of
+//  - Mixture-of-experts models (Hugging Face config.json; the total and active parameter counts
+//    their cards publish, which tests/model/test_model_presets.cpp checks). Every layer is MoE
+//    (decoder_sparse_step 1, no mlp_only_layers), each expert a SwiGLU MLP, RMSNorm, RoPE, an
+//    untied LM head, no linear bias, the router's aux-loss coefficient router_aux_loss_coef.
+//    The router: Mixtral and Qwen3-MoE softmax over the k selected logits (norm_topk_prob true,
+//    Megatron's default order); OLMoE and Qwen2-MoE softmax over all E then the top k, not
+//    renormalised (norm_topk_prob false: --moe-router-pre-softmax).
+//    Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1): l 32, h 4096, a 32, g 8, ffn 14336, E 8, k 2,
+//    vocabulary 32000, rope_theta 1e6, rms_norm_eps 1e-5, max_position_embeddings 32768, aux
+//    0.02; 46.7B total, 12.9B active. Mixtral 8x22B (mistralai/Mixtral-8x22B-v0.1): l 56, h 6144,
+//    a 48, g 8, ffn 16384, E 8, k 2, vocabulary 32000, rope_theta 1e6, 65536 positions, aux
+//    0.001; 141B total, 39B active. Qwen3-30B-A3B and Qwen3-235B-A22B (Qwen/...): head_dim 128,
+//    per-head q/k RMSNorm, rms_norm_eps 1e-6, rope_theta 1e6, 40960 positions, vocabulary
+//    151936, E 128, k 8, aux 0.001; l 48, h 2048, a 32, g 4, moe_intermediate_size 768 (30.5B
+//    total, 3.3B active) and l 94, h 4096, a 64, g 4, moe_intermediate_size 1536 (235B, 22B).
+//    OLMoE-1B-7B (allenai/OLMoE-1B-7B-0924): l 16, h 2048, a 16 (multi-head), E 64, k 8,
+//    intermediate_size 1024, vocabulary 50304, rope_theta 10000, rms_norm_eps 1e-5, 4096
+//    positions, q/k norms, aux 0.01; 6.9B total, 1.3B active (OLMoE's q/k norms span the whole
+//    projection, ptdp's each head: 61440 parameters fewer here). Qwen2-57B-A14B
+//    (Qwen/Qwen2-57B-A14B): Qwen2's attention (qkv bias), l 28, h 3584, a 28, g 4, E 64, k 8,
+//    moe_intermediate_size 2560, a shared expert of 20480 with its sigmoid gate, rms_norm_eps
+//    1e-6, rope_theta 1e6, 131072 positions, vocabulary 151936, aux 0.001; 57.4B total, 14.2B
+//    active. The training sequence is 4096, the main pretraining stage's of OLMoE, Qwen2 and
+//    Qwen3 (Mixtral published a 32k context; --seq-length overrides).
+//  Llama, Qwen2.5 and the MoE models train without dropout. Every preset pads the vocabulary to a multiple of
 //  128 (Megatron's default): 128256, 151936 and 152064 are multiples of 128 already, so at
 //  t = 1 ptdp's vocabulary is the published one; GPT-2's 50257 pads to 50304. The training
 //  settings (precision, recomputation, seed) stay at ptdp's defaults; flags override anything.
@@ -109,6 +133,59 @@ GptConfig qwen25(int layers, int hidden, int heads, int groups, int ffn, int voc
   return g;
 }
 
+// A mixture-of-experts model of the Llama family: every layer MoE, experts of width `expert_ffn`.
+GptConfig moe_model(GptConfig g, int experts, int topk, int expert_ffn, float aux_loss_coeff) {
+  g.moe.num_experts = experts;
+  g.moe.router_topk = topk;
+  g.moe.ffn_hidden_size = expert_ffn;
+  g.moe.aux_loss_coeff = aux_loss_coeff;
+  g.tie_embeddings = false;
+  g.seq_length = 4096;
+  return g;
+}
+
+GptConfig mixtral(int layers, int hidden, int heads, int ffn, int max_positions, float aux_loss_coeff) {
+  GptConfig g = llama_family(layers, hidden, heads, 8, ffn, 32000);
+  g.layernorm_epsilon = 1e-5f;
+  g.rotary_base = 1000000.0f;
+  g.max_position_embeddings = max_positions;
+  return moe_model(g, 8, 2, ffn, aux_loss_coeff);
+}
+
+GptConfig qwen3_moe(int layers, int hidden, int heads, int ffn, int expert_ffn) {
+  GptConfig g = llama_family(layers, hidden, heads, 4, ffn, 151936);
+  g.kv_channels = 128;
+  g.qk_layernorm = true;
+  g.layernorm_epsilon = 1e-6f;
+  g.rotary_base = 1000000.0f;
+  g.max_position_embeddings = 40960;
+  return moe_model(g, 128, 8, expert_ffn, 0.001f);
+}
+
+GptConfig olmoe_1b_7b() {
+  GptConfig g = llama_family(16, 2048, 16, 16, 1024, 50304);
+  g.qk_layernorm = true;
+  g.layernorm_epsilon = 1e-5f;
+  g.rotary_base = 10000.0f;
+  g.max_position_embeddings = 4096;
+  g = moe_model(g, 64, 8, 1024, 0.01f);
+  g.moe.pre_softmax = true;
+  return g;
+}
+
+GptConfig qwen2_57b_a14b() {
+  GptConfig g = llama_family(28, 3584, 28, 4, 18944, 151936);
+  g.add_qkv_bias = true;
+  g.layernorm_epsilon = 1e-6f;
+  g.rotary_base = 1000000.0f;
+  g.max_position_embeddings = 131072;
+  g = moe_model(g, 64, 8, 2560, 0.001f);
+  g.moe.pre_softmax = true;
+  g.moe.shared_expert_intermediate_size = 20480;
+  g.moe.shared_expert_gate = true;
+  return g;
+}
+
 std::vector<ModelPreset> make_presets() {
   std::vector<ModelPreset> v;
   const auto add = [&v](const char* name, const char* description, const GptConfig& g) {
@@ -142,6 +219,30 @@ std::vector<ModelPreset> make_presets() {
       qwen25(28, 1536, 12, 2, 8960, 151936, true, 131072));
   add("qwen2.5-7b", "Qwen2.5 7B, 7.62B (l 28, h 3584, a 28, g 4, ffn 18944, qkv bias; Qwen/Qwen2.5-7B)",
       qwen25(28, 3584, 28, 4, 18944, 152064, false, 131072));
+  add("mixtral-8x7b",
+      "Mixtral 8x7B, 46.7B total, 12.9B active (l 32, h 4096, a 32, g 8, E 8, k 2, ffn 14336; "
+      "mistralai/Mixtral-8x7B-v0.1)",
+      mixtral(32, 4096, 32, 14336, 32768, 0.02f));
+  add("mixtral-8x22b",
+      "Mixtral 8x22B, 141B total, 39.2B active (l 56, h 6144, a 48, g 8, E 8, k 2, ffn 16384; "
+      "mistralai/Mixtral-8x22B-v0.1)",
+      mixtral(56, 6144, 48, 16384, 65536, 0.001f));
+  add("qwen3-30b-a3b",
+      "Qwen3-30B-A3B, 30.5B total, 3.35B active (l 48, h 2048, a 32, g 4, E 128, k 8, expert ffn 768; "
+      "Qwen/Qwen3-30B-A3B)",
+      qwen3_moe(48, 2048, 32, 6144, 768));
+  add("qwen3-235b-a22b",
+      "Qwen3-235B-A22B, 235B total, 22.2B active (l 94, h 4096, a 64, g 4, E 128, k 8, expert ffn 1536; "
+      "Qwen/Qwen3-235B-A22B)",
+      qwen3_moe(94, 4096, 64, 12288, 1536));
+  add("olmoe-1b-7b",
+      "OLMoE-1B-7B, 6.92B total, 1.28B active (l 16, h 2048, a 16, E 64, k 8, expert ffn 1024; "
+      "allenai/OLMoE-1B-7B-0924)",
+      olmoe_1b_7b());
+  add("qwen2-57b-a14b",
+      "Qwen2-57B-A14B, 57.4B total, 14.2B active (l 28, h 3584, a 28, g 4, E 64, k 8, expert ffn 2560, gated "
+      "shared expert 20480; Qwen/Qwen2-57B-A14B)",
+      qwen2_57b_a14b());
   return v;
 }
 

@@ -1,7 +1,9 @@
 // Named model shapes (--model-preset NAME for ptdp-train and ptdp-plan): the GPT-2 sizes, the
-// GPTs of the paper's Table 1 (Narayanan et al. 2021), and Llama 3 / 3.2 and Qwen2.5 decoders
-// with their published shapes (vocabulary, heads, query groups, MLP width, RoPE base and
-// scaling, norms, biases, tying). A preset fills a GptConfig; flags given after it override.
+// GPTs of the paper's Table 1 (Narayanan et al. 2021), Llama 3 / 3.2 and Qwen2.5 decoders with
+// their published shapes (vocabulary, heads, query groups, MLP width, RoPE base and scaling,
+// norms, biases, tying), and the mixture-of-experts models Mixtral, Qwen3-MoE, OLMoE and
+// Qwen2-MoE (experts, k, expert width, router, shared experts). A preset fills a GptConfig;
+// flags given after it override.
 #pragma once
 
 #include <optional>
@@ -18,7 +20,7 @@ struct ModelPreset {
   GptConfig config;         ///< shape and architecture; training settings at ptdp's defaults
 };
 
-/// Every preset, in a fixed order (GPT-2, the paper's GPTs, Llama, Qwen2.5).
+/// Every preset, in a fixed order (GPT-2, the paper's GPTs, Llama, Qwen2.5, the MoE models).
 const std::vector<ModelPreset>& model_presets();
 
 /// The preset called `name` (case-insensitive), or std::nullopt.

@@ -77,6 +77,16 @@ void PlanRequest::validate() const {
   PTDP_CHECK_ARG(top > 0, str_cat("top = ", top, " is not > 0"));
   PTDP_CHECK_ARG(context_parallel >= 0,
                  str_cat("context parallel size = ", context_parallel, " is negative (1: none, 0: search)"));
+  PTDP_CHECK_ARG(expert_model >= 0 && expert_tensor >= 0,
+                 str_cat("pinned expert sizes must be >= 0 (0: search), got e = ", expert_model, ", etp = ",
+                         expert_tensor));
+  PTDP_CHECK_ARG(model.moe.enabled() || (expert_model <= 1 && expert_tensor == 0),
+                 str_cat("expert model parallel size (--expert-model-parallel-size) ", expert_model,
+                         " and expert tensor parallel size ", expert_tensor, " need an MoE model (--num-experts)"));
+  PTDP_CHECK_ARG(expert_model == 0 || model.moe.num_experts % expert_model == 0,
+                 str_cat("num_experts (--num-experts) ", model.moe.num_experts,
+                         " is not a multiple of the pinned expert model parallel size (--expert-model-parallel-size) ",
+                         expert_model));
   PTDP_CHECK_ARG(allow_recompute[0] || allow_recompute[1] || allow_recompute[2],
                  "no recomputation granularity is allowed (none, full and selective are all excluded)");
 }
@@ -104,6 +114,7 @@ std::string Layout::str() const {
   if (first > 0) s += str_cat(" first=", first);
   if (last > 0) s += str_cat(" last=", last);
   s += str_cat(" d=", d);
+  if (e > 1 || (etp > 0 && etp != t)) s += str_cat(" e=", e, " etp=", expert_tensor());
   if (v > 1) s += str_cat(" v=", v);
   const bool plain = p == 1 && schedule == ScheduleKind::OneFOneB;
   s += str_cat(" b=", b, " m=", m, " ", plain ? "no-pipeline" : schedule_short_name(schedule), " recompute=",
@@ -131,7 +142,66 @@ int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage) {
   return stage_parameters(m, t, split, stage);
 }
 
-int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split_of_layers, int stage) {
+namespace {
+
+int64_t dense_stage_parameters(const GptConfig& m, int t, const PipelineSplit& split_of_layers, int stage);
+
+// One MoE layer's MLP parameters on one rank: the routed experts' (E / e local experts, each
+// split over etp) and the rest (the router and its expert bias and the shared experts' gate,
+// replicated; the shared experts split over t like a dense MLP).
+struct MoeLayerParams {
+  int64_t experts = 0, other = 0;
+};
+MoeLayerParams moe_layer_params(const GptConfig& m, int t, int e, int etp) {
+  const int64_t h = m.hidden_size, fe = m.moe_ffn(), fe1 = m.swiglu ? 2 * fe : fe;
+  const int64_t sh = m.moe.shared_expert_intermediate_size, sh1 = m.swiglu ? 2 * sh : sh;
+  const bool bias = m.add_bias_linear;
+  MoeLayerParams p;
+  p.experts = m.moe.num_experts / e * ((fe1 * h + fe * h) / etp + (bias ? fe1 / etp + h : 0));
+  p.other = m.moe.num_experts * h + (m.moe.enable_expert_bias ? m.moe.num_experts : 0) +
+            (m.moe.shared_expert_gate ? h : 0);
+  if (sh > 0) p.other += (sh1 * h + sh * h + (bias ? sh1 : 0)) / t + (bias ? h : 0);
+  return p;
+}
+
+// stage_parameters with the routed experts counted (`experts_only`) or not.
+int64_t count_stage_parameters(const GptConfig& m, int t, const PipelineSplit& split_of_layers, int stage, int e,
+                               int etp, bool experts_only) {
+  const int64_t dense = experts_only ? 0 : dense_stage_parameters(m, t, split_of_layers, stage);
+  if (!m.moe.enabled()) return dense;
+  // Each MoE layer of the stage's chunks trades the dense MLP counted above for its experts.
+  const int64_t h = m.hidden_size, f = m.ffn(), fc1 = m.swiglu ? 2 * f : f;
+  const int64_t dense_mlp = (fc1 * h + (m.add_bias_linear ? fc1 : 0) + f * h) / t + (m.add_bias_linear ? h : 0);
+  const MoeLayerParams moe = moe_layer_params(m, t, e, etp > 0 ? etp : t);
+  const std::vector<int> layers = chunk_layer_counts(m.num_layers, split_of_layers);
+  int64_t n = dense;
+  int first = 0;
+  for (int c = 0; c < static_cast<int>(layers.size()); ++c) {
+    const int count = layers[static_cast<std::size_t>(c)];
+    if (c % split_of_layers.pipeline == stage) {
+      for (int layer = first; layer < first + count; ++layer) {
+        if (!m.moe.is_moe_layer(layer)) continue;
+        n += experts_only ? moe.experts : moe.experts + moe.other - dense_mlp;
+      }
+    }
+    first += count;
+  }
+  return n;
+}
+
+}  // namespace
+
+int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp) {
+  return count_stage_parameters(m, t, split, stage, e, etp, false);
+}
+
+int64_t stage_expert_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp) {
+  return count_stage_parameters(m, t, split, stage, e, etp, true);
+}
+
+namespace {
+
+int64_t dense_stage_parameters(const GptConfig& m, int t, const PipelineSplit& split_of_layers, int stage) {
   // The layout of docs/architecture.md ("Parameter names and layouts"), one tensor rank's slice of it.
   // Column-parallel linear_qkv and linear_fc1 split their weight and bias by rows (whole query
   // groups; SwiGLU's gate and up halves each), row-parallel linear_proj and linear_fc2 split
@@ -161,6 +231,12 @@ int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split_o
     }
   }
   return n;
+}
+
+}  // namespace
+
+int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage) {
+  return count_stage_parameters(m, t, split, stage, 1, t, false);
 }
 
 namespace {
@@ -221,16 +297,42 @@ bool fused_attention(const GptConfig& m, Precision prec) {
   return dh == 64 || dh == 128;  // the CUDA engine's flash attention (kernels/cuda/flash_attention.cu)
 }
 
+namespace {
+
+// One layer's MLP widths per token, before the split over t: fc1's output (SwiGLU's two halves),
+// the activation's, and the routed copies of the hidden state the experts keep as their input.
+// An MoE model's are the mean over its layers (an MoE layer's routed experts see k etp / t of
+// the b s tokens per rank, split over etp: k moe_ffn per token over t, as a dense MLP's ffn).
+struct MlpWidths {
+  double fc1 = 0, act = 0, routed_hidden = 0;
+};
+MlpWidths mlp_widths(const GptConfig& m, int t, int etp) {
+  const double f = m.ffn();
+  MlpWidths w{m.swiglu ? 2.0 * f : f, f, 0.0};
+  if (!m.moe.enabled()) return w;
+  const double share = static_cast<double>(m.num_moe_layers()) / m.num_layers;
+  const double k = m.moe.router_topk, fe = m.moe_ffn(), sh = m.moe.shared_expert_intermediate_size;
+  const double glu = m.swiglu ? 2.0 : 1.0;
+  w.fc1 = (1.0 - share) * w.fc1 + share * glu * (k * fe + sh);
+  w.act = (1.0 - share) * w.act + share * (k * fe + sh);
+  w.routed_hidden = share * k * (etp > 0 ? etp : t) * m.hidden_size;
+  return w;
+}
+
+}  // namespace
+
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r, bool sequence_parallel,
-                              int c) {
+                              int c, int etp) {
   // Context parallelism keeps each rank's s / c tokens: every term below per token, the scores
   // s / c x s.
-  if (c > 1) return layer_activation_bytes(m, prec, t, b, r, sequence_parallel, 1) / c;
+  if (c > 1) return layer_activation_bytes(m, prec, t, b, r, sequence_parallel, 1, etp) / c;
   // What every tensor rank keeps whole without sequence parallelism is split over t with it.
   const double whole = sequence_parallel ? 1.0 / t : 1.0;
-  const double s = m.seq_length, h = m.hidden_size, f = m.ffn(), a = m.num_attention_heads, sb = s * b;
+  const double s = m.seq_length, h = m.hidden_size, a = m.num_attention_heads, sb = s * b;
   const double g = m.query_groups(), dh = m.head_dim(), ctx = static_cast<double>(m.attention_width());
-  const double qkv = static_cast<double>(m.qkv_rows()), fc1 = m.swiglu ? 2.0 * f : f;
+  const double qkv = static_cast<double>(m.qkv_rows());
+  const MlpWidths mlp = mlp_widths(m, t, etp);
+  const double mlp_kept = mlp.fc1 + mlp.act + mlp.routed_hidden;  // per token, split over t
   // Row statistics a norm keeps for its backward: LayerNorm mean and rstd, RMSNorm rstd (fp32).
   const double stats = m.normalization == Normalization::RMSNorm ? 1.0 : 2.0;
   // The fused kernel keeps its fp32 row log-sum-exp [b, a/t, s] in place of the probabilities
@@ -247,7 +349,7 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
     // norm and its statistics; and the attention probabilities before and after dropout
     // [b, a/t, s, s] (one tensor without attention dropout).
     if (r == Recompute::Full) return 4.0 * sb * h * whole;
-    double elements = (sb * 4.0 * h + 2.0 * stats * sb) * whole + sb * (qkv + ctx + fc1 + f) / t;
+    double elements = (sb * 4.0 * h + 2.0 * stats * sb) * whole + sb * (qkv + ctx + mlp_kept) / t;
     if (m.qk_layernorm) elements += sb * (a + g) / t * (dh + stats);
     if (fused) return 4.0 * elements + lse_bytes;
     if (r == Recompute::None) elements += (m.attention_dropout > 0 ? 2.0 : 1.0) * (a / t) * b * s * s;
@@ -270,7 +372,7 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   //  split over the t ranks: s b h (10 + 24/t) becomes s b h 34 / t.
   if (r == Recompute::Full) return 2.0 * sb * h * whole;
   double bytes = (sb * h * (8.0 + (m.hidden_dropout > 0 ? 2.0 : 0.0)) + 2.0 * 4.0 * stats * sb) * whole;
-  bytes += (2.0 * (ctx + 2.0 * g * dh + ctx) + 2.0 * (fc1 + f)) * sb / t;
+  bytes += (2.0 * (ctx + 2.0 * g * dh + ctx) + 2.0 * mlp_kept) * sb / t;
   if (m.qk_layernorm) bytes += sb * (a + g) / t * (2.0 * dh + 4.0 * stats);
   if (fused) return bytes + lse_bytes;
   if (r == Recompute::None) bytes += (m.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b / t;
@@ -292,6 +394,25 @@ std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c) {
   };
 }
 
+std::vector<Gemm> moe_mlp_gemms(const GptConfig& m, int t, int b, int c, int e, int etp) {
+  const int x = etp > 0 ? etp : t;
+  const double h = m.hidden_size, tokens = static_cast<double>(b) * m.seq_length / c;
+  const double experts = m.moe.num_experts, local = experts / e, k = m.moe.router_topk;
+  const double fe = m.moe_ffn(), fe1 = m.swiglu ? 2.0 * fe : fe;
+  const double rows = tokens * k * x / t / local;  // each local expert's share of the routed tokens
+  std::vector<Gemm> out = {
+      {tokens / t, experts, h, 1},    // router logits on this rank's s / t tokens
+      {rows, fe1 / x, h, local},      // routed experts' fc1 (a grouped GEMM)
+      {rows, h, fe / x, local},       // routed experts' fc2
+  };
+  const double sh = m.moe.shared_expert_intermediate_size;
+  if (sh > 0) {
+    out.push_back({tokens, (m.swiglu ? 2.0 * sh : sh) / t, h, 1});  // shared experts' fc1
+    out.push_back({tokens, h, sh / t, 1});                          // shared experts' fc2
+  }
+  return out;
+}
+
 Gemm logit_gemm(const GptConfig& m, int t, int b, int c) {
   return {static_cast<double>(b) * m.seq_length / c, static_cast<double>(m.padded_vocab(t)) / t,
           static_cast<double>(m.hidden_size), 1};
@@ -306,9 +427,10 @@ double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, in
 
 double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel, int c) {
   const double e = bytes_of(prec), sb = static_cast<double>(b) * m.seq_length / c, h = m.hidden_size;
-  const double f = m.ffn(), whole = sequence_parallel ? 1.0 / t : 1.0;
+  const double f = m.moe.enabled() ? mlp_widths(m, t, 0).act : m.ffn(), whole = sequence_parallel ? 1.0 / t : 1.0;
   const double norms = 2.0 * 2.0 * e * sb * h * whole;
   const double residual_adds = 2.0 * (3.0 * e + (m.hidden_dropout > 0 ? 1.0 : 0.0)) * sb * h * whole;
+  // An MoE layer's activation runs on the routed tokens' k moe_ffn and the shared experts' widths.
   const double activation = (m.swiglu ? 3.0 : 2.0) * e * sb * f / t;
   return norms + residual_adds + activation + attention_elementwise_bytes(m, prec, t, b, c);
 }
@@ -372,7 +494,14 @@ void check_layout_runs(const PlanRequest& req, const Layout& L) {
   PTDP_CHECK_ARG(!L.sequence_parallel || (t > 1 && g.seq_length % t == 0),
                  str_cat("layout ", L.str(), ": sequence parallelism needs t > 1 dividing the sequence length ",
                          g.seq_length));
-  g.validate(t);
+  PTDP_CHECK_ARG(L.e > 0 && L.etp >= 0 && (static_cast<int64_t>(t) * L.c * d) % (L.e * L.expert_tensor()) == 0,
+                 str_cat("layout ", L.str(), ": e * etp = ", L.e * L.expert_tensor(),
+                         " does not divide the t * c * d = ", t * L.c * d, " ranks of a stage"));
+  // The model as the layout runs it: MoE with t > 1 needs sequence parallelism (Megatron's rule).
+  GptConfig run = g;
+  run.sequence_parallel = L.sequence_parallel;
+  run.validate(t);
+  run.validate_experts(L.e, L.expert_tensor());
 }
 
 // The link a group's collectives run over: NVLink inside a node, the network once the group
@@ -407,6 +536,9 @@ struct CostParts {
   double layer_fwd, layer_bwd_input, layer_bwd_weight, logit_fwd, logit_bwd_input, logit_bwd_weight, layer_recompute;
   double ar, ar_per_layer_bwd;
   double cp_fwd, cp_bwd;  ///< one layer's exposed context-parallel ring exchanges
+  /// MoE: one token exchange over the e ranks (dispatch or combine), and one layer's exchanges
+  /// forward and backward at the model's share of MoE layers.
+  double a2a, a2a_fwd, a2a_bwd;
 };
 
 // The GEMM tables of the request's precision (empty: the cluster's single gemm_efficiency).
@@ -468,7 +600,17 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
     // activation, bias-dropout-add, softmax, dropout) at the achieved memory bandwidth.
     const double peak = peak_flops(req, cl);
     const std::vector<Gemm> all = layer_gemms(g, t, b, cp);
-    const PassSeconds layer = gemm_seconds(*tab, peak, all);
+    PassSeconds layer = gemm_seconds(*tab, peak, all);
+    if (g.moe.enabled()) {
+      // The model's mix of layers: an MoE layer's router, grouped expert GEMMs and shared
+      // experts in place of the dense fc1 and fc2.
+      const double share = static_cast<double>(g.num_moe_layers()) / g.num_layers;
+      const PassSeconds dense = gemm_seconds(*tab, peak, {all[4], all[5]});
+      const PassSeconds moe = gemm_seconds(*tab, peak, moe_mlp_gemms(g, t, b, cp, L.e, L.etp));
+      layer.fwd += share * (moe.fwd - dense.fwd);
+      layer.bwd_input += share * (moe.bwd_input - dense.bwd_input);
+      layer.bwd_weight += share * (moe.bwd_weight - dense.bwd_weight);
+    }
     const PassSeconds logit = gemm_seconds(*tab, peak, {logit_gemm(g, t, b, cp)});
     const PassSeconds attention = gemm_seconds(*tab, peak, std::vector<Gemm>(all.begin() + 1, all.begin() + 3));  // Q K^T and P V
     const double bandwidth = cl.elementwise_bandwidth > 0 ? cl.elementwise_bandwidth : cl.memory_bandwidth;
@@ -507,6 +649,21 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
   // elements) around the ring of c ranks, c - 1 steps, forward; the backward sends them and
   // their gradients (twice the bytes). As in Megatron's ring attention each step's transfer
   // overlaps the attention products of the step before: what exceeds them is exposed.
+  // MoE with e > 1: each MoE layer's tokens go to their experts' ranks and back (the dispatch
+  // and the combine), an all-to-all over the e ranks of this rank's b s / (c t) tokens' k routed
+  // hidden states, (e - 1) / e of them leaving; the backward exchanges their gradients the same
+  // way. (etp's gathering of the routed tokens replaces the dense MLP's sequence-parallel
+  // all-gather and reduce-scatter, which the tensor all-reduces above already count.)
+  c.a2a = c.a2a_fwd = c.a2a_bwd = 0;
+  if (g.moe.enabled() && L.e > 1) {
+    const Link link = link_for(cl, L.e * L.expert_tensor() > cl.gpus_per_node);
+    const double routed = static_cast<double>(b) * g.seq_length / cp / t * g.moe.router_topk * g.hidden_size *
+                          bytes_of(req.precision);
+    const double share = static_cast<double>(g.num_moe_layers()) / g.num_layers;
+    c.a2a = link.latency + routed * (L.e - 1) / L.e / link.bandwidth;
+    c.a2a_fwd = 2.0 * share * c.a2a;
+    c.a2a_bwd = c.a2a_fwd + (L.recompute == Recompute::Full || g.moe.recompute ? c.a2a_fwd : 0.0);
+  }
   c.cp_fwd = c.cp_bwd = 0;
   if (cp > 1) {
     const Link link = link_for(cl, t * cp > cl.gpus_per_node);
@@ -535,8 +692,9 @@ std::vector<StageCost> stage_costs(const PlanRequest& req, const Cluster& cl, co
     c.bwd_weight = layers * parts.layer_bwd_weight + (last ? parts.logit_bwd_weight : 0.0);
     c.bwd_compute = layers * parts.layer_bwd_input + (last ? parts.logit_bwd_input : 0.0) + c.bwd_weight;
     c.recompute = layers * parts.layer_recompute;
-    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar + layers * parts.cp_fwd;
-    c.tp_bwd = (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar + layers * parts.cp_bwd;
+    c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar + layers * (parts.cp_fwd + parts.a2a_fwd);
+    c.tp_bwd =
+        (parts.ar_per_layer_bwd * layers + (last ? 1.0 : 0.0)) * parts.ar + layers * (parts.cp_bwd + parts.a2a_bwd);
   }
   return stages;
 }
@@ -645,10 +803,11 @@ PipelineTime pipeline_time(const Layout& L, const StageCost& slow, const Schedul
 }
 
 // The gradient reduction (and, with the distributed optimizer, the all-gather of the updated
-// weights) of `n_local` parameters over the data-parallel group, less what hides behind the
+// weights) of `n_local` parameters over the `d` ranks holding them (the data-parallel group and
+// the context-parallel ranks, d c; an MoE model's experts over edp), less what hides behind the
 // last microbatch's backward (`window` seconds).
-double data_parallel_seconds(const PlanRequest& req, const Layout& L, double n_local, double window, const Link& dp) {
-  const int d = L.d * L.c;  // the context-parallel ranks hold the same weights: one reduction over d c
+double data_parallel_seconds(const PlanRequest& req, const Layout& L, double n_local, double window, const Link& dp,
+                             int d) {
   const double param_bytes = bytes_of(req.precision);
   double reduce = 0, gather = 0;
   if (L.distributed_optimizer) {
@@ -675,9 +834,16 @@ double embedding_sync_seconds(const PlanRequest& req, const Layout& L, const Lin
 
 // Adam streams the weights, gradients, moments (and fp32 master weights) through memory:
 // reads and writes of 28 bytes per parameter in fp32, 32 with 16-bit weights.
-double optimizer_seconds(const PlanRequest& req, const Cluster& cl, const Layout& L, double n_local) {
+// With the distributed optimizer each rank steps its shard: the dense parameters over d, the
+// experts (`expert_local` of `n_local`) over edp.
+double optimizer_seconds(const PlanRequest& req, const Cluster& cl, const Layout& L, double n_local,
+                         double expert_local) {
   const double touched = req.precision == Precision::Fp32 ? 28.0 : 32.0;
-  return n_local / (L.distributed_optimizer ? L.d : 1) * touched / cl.memory_bandwidth;
+  if (expert_local <= 0) return n_local / (L.distributed_optimizer ? L.d : 1) * touched / cl.memory_bandwidth;
+  const double dense = n_local - expert_local;
+  return (dense / (L.distributed_optimizer ? L.d : 1) +
+          expert_local / (L.distributed_optimizer ? L.expert_data() : 1)) *
+         touched / cl.memory_bandwidth;
 }
 
 // Working memory of the backward beyond what is kept.
@@ -685,8 +851,10 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L, double la
   const GptConfig& g = req.model;
   const int t = L.t, b = L.b;
   const double h = g.hidden_size, s = g.seq_length;
-  const double none_act = layer_activation_bytes(g, req.precision, t, b, Recompute::None, L.sequence_parallel);
-  const double sel_act = layer_activation_bytes(g, req.precision, t, b, Recompute::Selective, L.sequence_parallel);
+  const double none_act =
+      layer_activation_bytes(g, req.precision, t, b, Recompute::None, L.sequence_parallel, 1, L.etp);
+  const double sel_act =
+      layer_activation_bytes(g, req.precision, t, b, Recompute::Selective, L.sequence_parallel, 1, L.etp);
   double working = 0;
   if (req.precision == Precision::Fp32) {
     // The CPU engine runs a chunk's input gradients layer by layer, then its weight gradients:
@@ -716,14 +884,14 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L, double la
 
 // Bytes per GPU of the pipeline rank holding `params` parameters, `layers_per_chunk` layers in
 // each of its chunks and `slots` activation sets; `last` for the rank that computes the loss.
-Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, double layers_per_chunk, int slots,
-                    int last_rank_slots, bool last) {
+Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, int64_t expert_params,
+                    double layers_per_chunk, int slots, int last_rank_slots, bool last) {
   const GptConfig& g = req.model;
   const int t = L.t, b = L.b, m = L.m;
   const double act = bytes_of(req.precision);
   const double h = g.hidden_size, s = g.seq_length;
   const double vp = static_cast<double>(g.padded_vocab(t));
-  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute, L.sequence_parallel, L.c);
+  const double layer_act = layer_activation_bytes(g, req.precision, t, b, L.recompute, L.sequence_parallel, L.c, L.etp);
   const double working = backward_working_bytes(req, L, layers_per_chunk) / L.c;
   // The last stage's loss: the final LayerNorm's and the LM head's inputs, and the fp32 logits
   // [s b, V/t] (turned into their gradient in place).
@@ -737,6 +905,12 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, dou
   // The distributed optimizer shards the moments and the fp32 masters over d (full sharding):
   // 6 + 12/d bytes per parameter with 16-bit weights, 8 + 8/d in fp32.
   mm.optimizer = n * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.d : 1);
+  if (expert_params > 0) {
+    // The experts' state is sharded over the edp ranks holding the same experts.
+    const double ne = static_cast<double>(expert_params);
+    mm.optimizer = (n - ne) * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.d : 1) +
+                   ne * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.expert_data() : 1);
+  }
   mm.slots = slots;
   mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);
   return mm;
@@ -750,7 +924,7 @@ StageSeconds stage_seconds(const PlanRequest& req, const Cluster& cl, const Layo
   const CostParts c = cost_parts(req, cl, L, ar);
   StageSeconds out;
   out.layer = c.layer_fwd + c.layer_bwd_input + c.layer_bwd_weight + c.layer_recompute +
-              (2.0 + c.ar_per_layer_bwd) * c.ar + c.cp_fwd + c.cp_bwd;  // as stage_costs
+              (2.0 + c.ar_per_layer_bwd) * c.ar + c.cp_fwd + c.cp_bwd + c.a2a_fwd + c.a2a_bwd;  // as stage_costs
   out.first = c.ar;
   out.last = c.logit_fwd + c.logit_bwd_input + c.logit_bwd_weight + c.ar;
   return out;
@@ -776,9 +950,16 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
 
   e.params_formula = paper_parameters(g);
   e.params_exact = g.parameter_count(t);
-  std::vector<int64_t> stage_params;
-  for (int r = 0; r < p; ++r) stage_params.push_back(stage_parameters(g, t, L.split(), r));
-  e.params_per_gpu = *std::max_element(stage_params.begin(), stage_params.end());
+  e.params_active = g.active_parameter_count(t);
+  std::vector<int64_t> stage_params, stage_experts;
+  for (int r = 0; r < p; ++r) {
+    stage_params.push_back(stage_parameters(g, t, L.split(), r, L.e, L.expert_tensor()));
+    stage_experts.push_back(stage_expert_parameters(g, t, L.split(), r, L.e, L.expert_tensor()));
+  }
+  const std::size_t most = static_cast<std::size_t>(std::max_element(stage_params.begin(), stage_params.end()) -
+                                                    stage_params.begin());
+  e.params_per_gpu = stage_params[most];
+  e.expert_params_per_gpu = stage_experts[most];
 
   e.tensor_crosses_nodes = t > gpn;
   const Link tensor_link = link_for(cl, e.tensor_crosses_nodes);
@@ -810,10 +991,23 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   // The data-parallel group of a stage is d ranks t apart inside a block of t * d ranks.
   e.data_crosses_nodes = d * L.c > 1 && t * L.c * d > gpn;
   const double n_local = static_cast<double>(e.params_per_gpu);
+  const double expert_local = static_cast<double>(e.expert_params_per_gpu);
   const double backward_window = slow.bwd_compute + slow.recompute + slow.tp_bwd;
-  e.data_parallel = data_parallel_seconds(req, L, n_local, backward_window, link_for(cl, e.data_crosses_nodes));
+  // The dense parameters are reduced over the d c ranks holding them, the experts over edp (the
+  // stage's ranks with the same experts, spread over the whole stage).
+  e.data_parallel = data_parallel_seconds(req, L, n_local - expert_local, backward_window,
+                                          link_for(cl, e.data_crosses_nodes), d * L.c);
+  if (expert_local > 0) {
+    e.data_parallel += data_parallel_seconds(req, L, expert_local, 0.0, link_for(cl, t * L.c * d > gpn),
+                                             L.expert_data());
+    const CostParts parts = cost_parts(req, cl, L, e.tensor_allreduce_seconds);
+    const std::vector<int> layers = stage_layer_counts(g.num_layers, L.split());
+    e.alltoall_seconds = parts.a2a;
+    e.expert_comm = L.m * *std::max_element(layers.begin(), layers.end()) * (parts.a2a_fwd + parts.a2a_bwd);
+    e.expert_crosses_nodes = L.e * L.expert_tensor() > gpn;
+  }
   e.embedding_sync = embedding_sync_seconds(req, L, pipeline_link);
-  e.optimizer = optimizer_seconds(req, cl, L, n_local);
+  e.optimizer = optimizer_seconds(req, cl, L, n_local, expert_local);
   e.iteration = e.pipeline + e.data_parallel + e.embedding_sync + e.optimizer;
 
   const int64_t samples = req.global_batch_size;
@@ -827,8 +1021,8 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const std::vector<int> stage_layers = stage_layer_counts(g.num_layers, L.split());
   for (int r = 0; r < p; ++r) {
     const std::size_t k = static_cast<std::size_t>(r);
-    Memory mm = stage_memory(req, L, stage_params[k], static_cast<double>(stage_layers[k]) / v, pt.slots[k],
-                             pt.slots.back(), r == p - 1);
+    Memory mm = stage_memory(req, L, stage_params[k], stage_experts[k], static_cast<double>(stage_layers[k]) / v,
+                             pt.slots[k], pt.slots.back(), r == p - 1);
     mm.gradients = static_cast<double>(stage_params[k]) * grad_bytes(req);  // 16-bit without grads_in_fp32
     if (r == 0 || mm.total() > e.memory.total()) {
       e.memory = mm;

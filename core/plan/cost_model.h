@@ -60,6 +60,11 @@ struct PlanRequest {
   int first_stage_layers = 0;
   int last_stage_layers = 0;
   int micro_batch = 0;
+  /// MoE (Megatron's --expert-model-parallel-size e, --expert-tensor-parallel-size etp): 0
+  /// searches e over the divisors of num_experts and etp over 1 and t (e etp dividing the
+  /// t c d ranks of a stage); N pins. Ignored for a dense model.
+  int expert_model = 0;
+  int expert_tensor = 0;
   int schedule = -1;  ///< a ScheduleKind, or -1 (1F1B, interleaved 1F1B, ZB-H1 are searched)
   bool scatter_gather = true;       ///< pipeline transfers split over the tensor ranks
   bool overlap_grad_reduce = true;  ///< data-parallel reduction overlapped with the last backward
@@ -88,9 +93,15 @@ struct Layout {
   /// activations and work) and the attention exchanges keys and values around a ring of c.
   /// The layout takes t c p d GPUs.
   int c = 1;
+  /// MoE: the experts of each MoE layer split over e ranks of a stage, each expert's linears over
+  /// etp (0: t), Megatron-Core's parallel folding of the stage's t c d ranks as etp x e x edp.
+  int e = 1, etp = 0;
+  int expert_tensor() const { return etp > 0 ? etp : t; }
+  /// edp = t c d / (e etp): the ranks holding the same experts (their gradients' group).
+  int expert_data() const { return t * c * d / (e * expert_tensor()); }
   /// "t=8 p=8 d=24 v=5 b=1 m=96 interleaved-1f1b full dist-opt", with " first=N" and " last=N"
-  /// after p for uneven stages, " c=N" after t with context parallelism and " sp" with sequence
-  /// parallelism.
+  /// after p for uneven stages, " c=N" after t with context parallelism, " e=N etp=N" after d
+  /// with expert parallelism and " sp" with sequence parallelism.
   std::string str() const;
   PipelineSplit split() const;
 };
@@ -110,6 +121,10 @@ struct Estimate {
   double params_formula = 0;
   int64_t params_exact = 0;
   int64_t params_per_gpu = 0;
+  /// MoE: the parameters one token uses (GptConfig::active_parameter_count), and of
+  /// params_per_gpu the routed experts' (split over e etp, their optimizer state over edp).
+  int64_t params_active = 0;
+  int64_t expert_params_per_gpu = 0;
   // Memory of the most loaded GPU (the first or the last pipeline stage).
   Memory memory;
   int memory_stage = 0;  ///< the pipeline rank that holds the most
@@ -134,6 +149,11 @@ struct Estimate {
   // Where the traffic goes.
   bool tensor_crosses_nodes = false, pipeline_crosses_nodes = false, data_crosses_nodes = false;
   double tensor_allreduce_seconds = 0;  ///< one all-reduce of b s h elements
+  /// MoE: one token exchange of one MoE layer and microbatch (the dispatch, or the combine:
+  /// the all-to-all over e and the all-gather over etp), and the iteration's exchanges on the
+  /// slowest rank (part of tensor_comm).
+  double alltoall_seconds = 0, expert_comm = 0;
+  bool expert_crosses_nodes = false;  ///< the e etp ranks of an expert group span nodes
   ScheduleCosts costs;                  ///< per-microbatch costs fed to the simulator (seconds)
   bool fits = false;                    ///< memory.total() <= the cluster's usable memory
 };
@@ -146,8 +166,14 @@ int64_t published_parameters(const GptConfig& m);
 /// Parameters one tensor rank of pipeline rank `stage` holds in ptdp's model (what GptModel
 /// allocates for the chunks c = j p + stage, tied-embedding copies included).
 int64_t stage_parameters(const GptConfig& m, int t, int p, int v, int stage);
-/// The same for a split with uneven first or last stages.
+/// The same for a split with uneven first or last stages; with MoE the routed experts of its
+/// MoE layers whole on every rank, the routers replicated, the shared experts split over t like
+/// a dense MLP.
 int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage);
+/// The same with the experts split over e ranks of etp each (the 4-argument form: e = 1, etp = t).
+int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp);
+/// Of stage_parameters, the routed experts' (0 for a dense model).
+int64_t stage_expert_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp);
 /// FLOPs of one iteration over `samples` samples: the model's (Recompute::None:
 /// GptConfig::paper_flops) or as executed (full: paper_flops(samples, true); selective: the
 /// attention products' forward once more, 4 s^2 a dh per sample and layer).
@@ -165,8 +191,13 @@ bool fused_attention(const GptConfig& m, Precision prec);
 /// and the dropouts') are split over the t ranks (Korthikanti et al. 2022, Table 2: s b h (34/t
 /// + 5 a s/(h t)) for the GPT in 16 bits, s b h 34 / t with selective recomputation). With
 /// fused_attention the s x s terms are the fused kernel's row statistics instead (4 a s b / t).
+///
+/// An MoE model's layers are priced at the model's mix of dense and MoE layers: an MoE layer's
+/// MLP keeps, per tensor rank, the k etp b s / t tokens routed to its experts (their hidden
+/// states, fc1 outputs of moe_ffn / etp, twice with SwiGLU, and activations) and the shared
+/// experts' as a dense MLP's; `etp` is the expert tensor size (0: t).
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r,
-                              bool sequence_parallel = false, int c = 1);
+                              bool sequence_parallel = false, int c = 1, int etp = 0);
 
 /// One GEMM shape C[m, n] = A[m, k] B[k, n], run `count` times (the batched attention products).
 struct Gemm {
@@ -181,6 +212,13 @@ struct Gemm {
 /// With context parallelism c each rank runs its s / c tokens: M = b s / c, the scores (s / c,
 /// s, dh) and the context (s / c, dh, s).
 std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c = 1);
+/// The forward GEMMs of one MoE layer's MLP on one rank, in place of layer_gemms' fc1 and fc2:
+/// the router (b s / (c t), E, h) on the rank's tokens; the routed experts as grouped GEMMs over
+/// the E / e local experts, each of the k etp b s / (c t) routed tokens' share, M = k etp b s e /
+/// (c t E) rows, (M, moe_ffn / etp (twice with SwiGLU), h) and (M, h, moe_ffn / etp); the shared
+/// experts as a dense MLP of their width over t. With balanced routing the routed FLOPs are
+/// GptConfig::paper_flops' k moe_ffn term over t c ranks.
+std::vector<Gemm> moe_mlp_gemms(const GptConfig& m, int t, int b, int c, int e, int etp);
 /// The logits layer's forward GEMM on one tensor rank: (b s / c, padded V / t, h).
 Gemm logit_gemm(const GptConfig& m, int t, int b, int c = 1);
 /// Bytes one decoder layer's memory-bound forward kernels move on one tensor rank for a

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "core/args/flag_table.h"
 #include "core/model/model_presets.h"
+#include "core/model/moe_layer_freq.h"
 
 namespace ptdp::plan {
 
@@ -58,6 +59,7 @@ struct Extra {
   bool cluster_file_given = false;
   bool group_query_attention = false;
   int num_query_groups = 0;  ///< 0: not given
+  std::string moe_layer_freq;  ///< --moe-layer-freq as given ("": not given), read against --num-layers
 };
 thread_local Extra* g_extra = nullptr;  // set while one parse runs on this thread
 
@@ -85,6 +87,13 @@ Flag bool_flag(std::string name, std::string help, std::function<void(PlanArgs&)
 Flag model_int(const std::string& name, const std::string& help, int GptConfig::*field, int64_t lo, std::string def) {
   return value_flag(name, "N", help, std::move(def), [name, field, lo](PlanArgs& a, const std::string& v) {
     a.request.model.*field = static_cast<int>(to_int(name, v, lo, kIntMax));
+  });
+}
+
+Flag model_moe_int(const std::string& name, const std::string& help, int MoeConfig::*field, int64_t lo,
+                   std::string def) {
+  return value_flag(name, "N", help, std::move(def), [name, field, lo](PlanArgs& a, const std::string& v) {
+    a.request.model.moe.*field = static_cast<int>(to_int(name, v, lo, kIntMax));
   });
 }
 
@@ -195,6 +204,31 @@ std::vector<Flag> make_flags() {
                         [](PlanArgs& a) { a.request.model.add_qkv_bias = true; }));
   v.push_back(bool_flag("qk-layernorm", "A norm over each query and key head.",
                         [](PlanArgs& a) { a.request.model.qk_layernorm = true; }));
+  // Mixture of experts (ptdp-train's names; the router's and the losses' flags change neither
+  // memory nor time, and are ptdp-train's alone).
+  v.push_back(model_moe_int("num-experts", "Routed experts E of every MoE layer; 0 means a dense model.",
+                            &MoeConfig::num_experts, 0, "0"));
+  v.push_back(model_moe_int("moe-router-topk", "Experts k per token.", &MoeConfig::router_topk, 1, "2"));
+  v.push_back(model_moe_int("moe-ffn-hidden-size", "Each routed expert's MLP width; 0 means ffn-hidden-size.",
+                            &MoeConfig::ffn_hidden_size, 0, "0"));
+  v.push_back(model_moe_int("moe-shared-expert-intermediate-size", "Total width of the shared experts; 0 means none.",
+                            &MoeConfig::shared_expert_intermediate_size, 0, "0"));
+  v.push_back(value_flag("moe-layer-freq", "N|PATTERN",
+                         "Which layers are MoE: every N-th from layer 0, or Megatron's list pattern (\"[1,0,1]\").",
+                         "1", [](PlanArgs&, const std::string& s) {
+                           parse_moe_layer_freq(s, 0);
+                           g_extra->moe_layer_freq = s;
+                         }));
+  v.push_back(value_flag("expert-model-parallel-size", "N", "Pin e (MoE); 0 searches the divisors of --num-experts.",
+                         "searched", [](PlanArgs& a, const std::string& s) {
+                           a.request.expert_model =
+                               static_cast<int>(to_int("expert-model-parallel-size", s, 0, kIntMax));
+                         }));
+  v.push_back(value_flag("expert-tensor-parallel-size", "N", "Pin etp (MoE); 0 searches 1 and t.", "searched",
+                         [](PlanArgs& a, const std::string& s) {
+                           a.request.expert_tensor =
+                               static_cast<int>(to_int("expert-tensor-parallel-size", s, 0, kIntMax));
+                         }));
   // Batch, precision, what may be used.
   v.push_back(value_flag("global-batch-size", "N", "Samples per iteration B over all replicas (required).", "none",
                          [](PlanArgs& a, const std::string& s) { a.request.global_batch_size = to_int("global-batch-size", s, 1, kIntMax); }));
@@ -383,6 +417,10 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
     g.num_query_groups = extra.num_query_groups;
   } else if (extra.group_query_attention && g.num_query_groups == 0) {
     g.num_query_groups = 1;
+  }
+  if (!extra.moe_layer_freq.empty()) {
+    if (!g.moe.enabled()) fail(str_cat("--moe-layer-freq ", extra.moe_layer_freq, " is read only with --num-experts"));
+    g.moe.layer_pattern = parse_moe_layer_freq(extra.moe_layer_freq, g.num_layers);
   }
   if (g.kv_channels == 0 && g.hidden_size % g.num_attention_heads != 0) {
     fail(str_cat("--num-attention-heads ", g.num_attention_heads, " does not divide --hidden-size ", g.hidden_size,

@@ -43,9 +43,9 @@ bool better(const Estimate& a, const Estimate& b) {
   const Layout &x = a.layout, &y = b.layout;
   const bool xu = x.first > 0 || x.last > 0, yu = y.first > 0 || y.last > 0;
   return std::make_tuple(x.t * x.c * x.p, recompute_rank(x.recompute), x.distributed_optimizer, x.sequence_parallel,
-                         x.b, x.v, xu) <
+                         x.b, x.v, xu, x.e * x.expert_tensor()) <
          std::make_tuple(y.t * y.c * y.p, recompute_rank(y.recompute), y.distributed_optimizer, y.sequence_parallel,
-                         y.b, y.v, yu);
+                         y.b, y.v, yu, y.e * y.expert_tensor());
 }
 
 // Chunk-microbatch pairs (p m v) up to which the list-scheduled schedules (ZB-V, DualPipeV,
@@ -111,17 +111,27 @@ std::string worse_because(const Estimate& e, const Estimate& best, const Cluster
     }
     parts.push_back({e.compute - best.compute, why});
   }
+  if (e.expert_comm > 0 || best.expert_comm > 0) {
+    std::string why = str_cat("MoE token exchanges ", secs(e.expert_comm), " vs ", secs(best.expert_comm));
+    if (e.expert_crosses_nodes && !best.expert_crosses_nodes) {
+      why = str_cat("e * etp = ", x.e * x.expert_tensor(), " spans nodes: the MoE token all-to-alls take ",
+                    secs(e.expert_comm), " vs ", secs(best.expert_comm), " per iteration");
+    }
+    parts.push_back({e.expert_comm - best.expert_comm, why});
+  }
   {
-    std::string why = str_cat("tensor all-reduces ", secs(e.tensor_comm), " vs ", secs(best.tensor_comm));
+    // tensor_comm holds the MoE token exchanges too, counted above.
+    const double tc = e.tensor_comm - e.expert_comm, btc = best.tensor_comm - best.expert_comm;
+    std::string why = str_cat("tensor all-reduces ", secs(tc), " vs ", secs(btc));
     if (e.tensor_crosses_nodes && !best.tensor_crosses_nodes && best.tensor_allreduce_seconds > 0) {
       why = str_cat("t = ", x.t, " crosses nodes (", cl.gpus_per_node, " GPUs each): each tensor all-reduce ",
                     fmt("%.1f", e.tensor_allreduce_seconds / best.tensor_allreduce_seconds), "x slower, ",
-                    secs(e.tensor_comm), " vs ", secs(best.tensor_comm), " per iteration");
+                    secs(tc), " vs ", secs(btc), " per iteration");
     } else if (e.tensor_crosses_nodes && !best.tensor_crosses_nodes) {
-      why = str_cat("t = ", x.t, " crosses nodes: tensor all-reduces over the inter-node network take ",
-                    secs(e.tensor_comm), " per iteration");
+      why = str_cat("t = ", x.t, " crosses nodes: tensor all-reduces over the inter-node network take ", secs(tc),
+                    " per iteration");
     }
-    parts.push_back({e.tensor_comm - best.tensor_comm, why});
+    parts.push_back({tc - btc, why});
   }
   parts.push_back({e.bubble - best.bubble, str_cat("pipeline bubble ", pct(e.bubble_fraction), " (", secs(e.bubble),
                                                    ") vs ", pct(best.bubble_fraction), " (", secs(best.bubble), ")")});
@@ -143,7 +153,7 @@ std::string worse_because(const Estimate& e, const Estimate& best, const Cluster
 // Whether the model is the paper's GPT (LayerNorm, GeLU, learned positions, multi-head
 // attention with biases), for which the paper's parameter formula holds.
 bool plain_gpt(const GptConfig& g) {
-  return g.normalization == Normalization::LayerNorm && !g.swiglu && g.learned_positions() &&
+  return !g.moe.enabled() && g.normalization == Normalization::LayerNorm && !g.swiglu && g.learned_positions() &&
          g.query_groups() == g.num_attention_heads && g.attention_width() == g.hidden_size && g.add_bias_linear &&
          !g.qk_layernorm;
 }
@@ -165,6 +175,13 @@ std::string architecture_words(const GptConfig& g) {
   if (g.attention_width() != g.hidden_size) add(str_cat("dh = ", g.head_dim()));
   if (!g.add_bias_linear) add(g.add_qkv_bias ? "bias on qkv only" : "no linear bias");
   if (g.qk_layernorm) add("q/k norms");
+  if (g.moe.enabled()) {
+    add(str_cat("MoE: ", g.num_moe_layers(), " of ", g.num_layers, " layers with ", g.moe.num_experts,
+                " experts of ffn ", g.moe_ffn(), ", top-", g.moe.router_topk,
+                g.moe.shared_expert_intermediate_size > 0
+                    ? str_cat(", shared ", g.moe.shared_expert_intermediate_size)
+                    : std::string()));
+  }
   return w;
 }
 
@@ -290,6 +307,25 @@ std::vector<int> context_parallel_options(const PlanRequest& req, const Cluster&
   return out;
 }
 
+// The (e, etp) pairs of an MoE model on a stage of t c d ranks: e dividing num_experts, etp 1 or
+// t (Megatron's usual choices: experts unsplit, or split as the dense layers are), e etp dividing
+// the stage's ranks and etp the expert width; the request's pins; {1, t} for a dense model.
+std::vector<std::pair<int, int>> expert_options(const PlanRequest& req, int t, int stage_ranks) {
+  const GptConfig& g = req.model;
+  if (!g.moe.enabled()) return {{1, 0}};
+  std::set<int> etps = {1, t};
+  if (req.expert_tensor > 0) etps = {req.expert_tensor};
+  std::vector<std::pair<int, int>> out;
+  for (int e : divisors(g.moe.num_experts)) {
+    if (req.expert_model > 0 && e != req.expert_model) continue;
+    for (int etp : etps) {
+      if (stage_ranks % (e * etp) != 0 || g.moe_ffn() % etp != 0 || (etp > 1 && g.add_bias_linear)) continue;
+      out.push_back({e, etp});
+    }
+  }
+  return out;
+}
+
 struct Candidates {
   std::vector<Layout> layouts;      ///< in search order
   std::vector<std::string> no_run;  ///< why (t, p) pairs were skipped
@@ -347,7 +383,8 @@ std::pair<int, int> balanced_split(const PlanRequest& req, const Cluster& cl, co
 Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, const std::vector<int>& ts) {
   const int64_t B = req.global_batch_size;
   Candidates c;
-  std::map<std::tuple<int, int, int, int, int>, std::pair<int, int>> balanced;  // by (t, p, v, b, recompute)
+  // by (t, p, v, b, recompute + sp + c, e, etp)
+  std::map<std::tuple<int, int, int, int, int, int, int>, std::pair<int, int>> balanced;
   for (int t : ts) {
    for (int cp : context_parallel_options(req, cl, n, t)) {
     for (int p : pipeline_options(req)) {
@@ -378,9 +415,16 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
             for (Recompute rc : {Recompute::None, Recompute::Selective, Recompute::Full}) {
               if (!req.allow_recompute[static_cast<int>(rc)]) continue;
               for (int variant = 0; variant < 4; ++variant) {
+               for (const auto& [e, etp] : expert_options(req, t, t * cp * d)) {
                 const int dist = variant % 2, sp = variant / 2;
+                // MoE with t > 1 runs with sequence parallelism only (Megatron's rule).
+                const bool moe_needs_sp = req.model.moe.enabled() && t > 1;
                 if (dist == 1 && (!req.allow_distributed_optimizer || d == 1)) continue;
-                if (sp == 1 && (!req.allow_sequence_parallel || t == 1 || req.model.seq_length % t != 0)) continue;
+                if (sp == 0 && moe_needs_sp) continue;
+                if (sp == 1 &&
+                    (!(req.allow_sequence_parallel || moe_needs_sp) || t == 1 || req.model.seq_length % t != 0)) {
+                  continue;
+                }
                 Layout L;
                 L.t = t;
                 L.p = p;
@@ -393,6 +437,8 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 L.distributed_optimizer = dist == 1;
                 L.sequence_parallel = sp == 1;
                 L.c = cp;
+                L.e = e;
+                L.etp = etp;
                 if (uneven_pinned(req)) {
                   L.first = req.first_stage_layers;
                   L.last = req.last_stage_layers;
@@ -402,13 +448,14 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                 c.layouts.push_back(L);
                 // Megatron gives v with uneven stages only by --num-virtual-stages-per-pipeline-rank.
                 if (p == 1 || req.layers_per_virtual_stage > 0 || v_shaped) continue;
-                const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc) + 3 * sp + 6 * cp);
+                const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc) + 3 * sp + 6 * cp, e, etp);
                 if (balanced.count(key) == 0) balanced[key] = balanced_split(req, cl, L);
                 const std::pair<int, int> split = balanced[key];
                 if (split.first == 0 && split.second == 0) continue;
                 L.first = split.first;
                 L.last = split.second;
                 c.layouts.push_back(L);
+               }
               }
             }
           }
@@ -618,6 +665,48 @@ std::string context_parallel_reason(const PlanRequest& req, const Cluster& cl, c
                  L.d * L.c, " ranks");
 }
 
+// Why e and etp: what the experts cost this layout (their share of each GPU's memory, the token
+// exchanges), and the nearest other (e, etp) with the rest of the layout kept: how much slower
+// it is and why, or that it does not fit.
+std::string expert_parallel_reason(const PlanRequest& req, const Cluster& cl, const Estimate& best) {
+  const GptConfig& g = req.model;
+  const Layout& L = best.layout;
+  std::string why = str_cat("e = ", L.e, ", etp = ", L.expert_tensor(), " (--expert-model-parallel-size, "
+                            "--expert-tensor-parallel-size): each GPU holds ", g.moe.num_experts / L.e, " of the ",
+                            g.moe.num_experts, " experts of every MoE layer",
+                            L.expert_tensor() > 1 ? str_cat(", each split ", L.expert_tensor(), " ways") : "", ", ",
+                            fmt("%.2f", static_cast<double>(best.expert_params_per_gpu) / 1e9),
+                            "B expert parameters, their gradients reduced and (with the distributed optimizer) their "
+                            "state sharded over edp = ",
+                            L.expert_data(), " ranks");
+  if (L.e > 1) {
+    why += str_cat("; each token exchange (dispatch or combine) ", secs(best.alltoall_seconds),
+                   best.expert_crosses_nodes ? " across nodes" : " inside a node", ", ", secs(best.expert_comm),
+                   " per iteration");
+  }
+  // The alternatives with the rest of the layout kept.
+  std::vector<std::string> others;
+  for (const auto& [e, etp] : expert_options(req, L.t, L.t * L.c * L.d)) {
+    if (e == L.e && etp == L.expert_tensor()) continue;
+    if (e != L.e && etp != L.expert_tensor()) continue;  // one change at a time: the neighbours
+    Layout other = L;
+    other.e = e;
+    other.etp = etp;
+    try {
+      const Estimate o = estimate(req, cl, other, best.simulated);
+      const std::string name = str_cat("e = ", e, ", etp = ", o.layout.expert_tensor());
+      if (!o.fits) {
+        others.push_back(str_cat(name, " needs ", gib(o.memory.total()), " > ", gib(cl.usable_memory())));
+      } else {
+        others.push_back(str_cat(name, ": ", worse_because(o, best, cl)));
+      }
+    } catch (const Error&) {
+    }
+  }
+  for (std::size_t i = 0; i < others.size() && i < 3; ++i) why += str_cat(i == 0 ? "; against " : ", ", others[i]);
+  return why;
+}
+
 // Why the best layout was chosen, one reason per choice (t, p, d, schedule, recomputation,
 // distributed optimizer), joined.
 std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& best,
@@ -656,8 +745,11 @@ std::string why_best(const PlanRequest& req, const Cluster& cl, const Estimate& 
   if (L.distributed_optimizer) {
     reasons.push_back(str_cat("the distributed optimizer shards the optimizer state to ", gib(best.memory.optimizer)));
   }
-  if (L.t > 1 && req.allow_sequence_parallel) reasons.push_back(sequence_parallel_reason(req, cl, best));
+  if (L.t > 1 && (req.allow_sequence_parallel || g.moe.enabled())) {
+    reasons.push_back(sequence_parallel_reason(req, cl, best));
+  }
   if (L.c > 1) reasons.push_back(context_parallel_reason(req, cl, best));
+  if (g.moe.enabled()) reasons.push_back(expert_parallel_reason(req, cl, best));
   std::string why;
   for (const std::string& s : reasons) why += str_cat(why.empty() ? "" : "; ", s);
   return why;
@@ -753,7 +845,11 @@ std::string plan_report(const PlanResult& r) {
   out += str_cat("ptdp's model: ", exact, " parameters with the padded vocabulary (",
                  plain_gpt(req.model) ? str_cat("the paper's formula: ", fmt("%.0f", paper_parameters(req.model)))
                                       : str_cat(published_parameters(req.model), " with the vocabulary unpadded"),
-                 ")\n");
+                 ")", req.model.moe.enabled()
+                          ? str_cat("; ", req.model.active_parameter_count(1), " active per token (k = ",
+                                    req.model.moe.router_topk, " of ", req.model.moe.num_experts, " experts)")
+                          : std::string(),
+                 "\n");
   out += str_cat("cluster ", cl.name, ": ", r.num_gpus, " GPUs (", cl.gpus_per_node, " per node), ", gib(cl.memory_bytes),
                  " each (", gib(cl.memory_reserve_bytes), " reserved), ",
                  fmt("%.0f", (req.precision == Precision::Fp32 ? cl.peak_flops_fp32 : cl.peak_flops_16bit) / 1e12),

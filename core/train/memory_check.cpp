@@ -107,6 +107,8 @@ std::optional<MemoryNeed> estimate_run_memory(const TrainArgs& a, const RunLayou
   L.recompute = a.recompute_granularity;
   L.distributed_optimizer = a.use_distributed_optimizer;
   L.sequence_parallel = a.sequence_parallel && layout.t > 1;
+  L.e = a.expert_model_parallel_size;
+  L.etp = a.expert_tensor_parallel_size.value_or(0);
   const auto e = planner_figure(
       [&] { return plan::estimate(req, plan::cpu_cluster(layout.world, layout.world), L, false).memory; }, why_not);
   if (!e) return std::nullopt;
@@ -175,8 +177,13 @@ void refuse_model_that_does_not_fit(const GptConfig& config, const ProcessGroups
   const int v = groups.layout().virtual_stages();
   // A split the planner does not model is left to the model's own checks, which name it.
   const int stage = groups.rank(GroupKind::Pipeline);
+  // The experts of an MoE model are split over e ranks of etp each.
+  PipelineSplit split;
+  split.pipeline = p;
+  split.virtual_stages = v;
+  const int e = groups.layout().expert_model(), etp = groups.layout().expert_tensor();
   const std::optional<int64_t> params =
-      planner_figure([&] { return plan::stage_parameters(config, t, p, v, stage); }, nullptr);
+      planner_figure([&] { return plan::stage_parameters(config, t, split, stage, e, etp); }, nullptr);
   if (!params) return;
   const double n = static_cast<double>(*params);
   const double weight_bytes = config.precision == DType::F32 ? 4.0 : 2.0;

@@ -21,7 +21,15 @@ const char* const kTrajectoryFlags[] = {
     "normalization", "swiglu", "position-embedding-type", "rotary-base", "rotary-percent", "use-rope-scaling",
     "rope-scaling-factor", "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor",
     "rope-scaling-original-max-position-embeddings", "group-query-attention", "num-query-groups", "kv-channels",
-    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "optimizer", "fp16", "bf16"};
+    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "optimizer", "fp16", "bf16",
+    // Mixture of experts: the experts, the router and the drop rule (not the dispatcher, the
+    // recomputation or e and etp, which change no result).
+    "num-experts", "moe-layer-freq", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",
+    "moe-shared-expert-gate", "moe-router-topk", "moe-router-score-function", "moe-router-pre-softmax",
+    "moe-router-topk-scaling-factor", "moe-router-num-groups", "moe-router-group-topk",
+    "moe-router-enable-expert-bias", "moe-router-bias-update-rate", "moe-router-load-balancing-type",
+    "moe-aux-loss-coeff", "moe-z-loss-coeff", "moe-expert-capacity-factor", "moe-token-drop-policy",
+    "moe-pad-expert-input-to-capacity"};
 
 // Compares the trajectory flags with the ones the checkpoint recorded. A checkpoint that
 // recorded no flags (ptdp_checkpoint_save without a run, or older) is accepted with a note.

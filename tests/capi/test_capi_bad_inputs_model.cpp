@@ -128,6 +128,37 @@ PTDP_BAD_INPUTS(model) {
             {"layernorm_epsilon"});
   gpt_field(r, f, "NaN rotary_base", [](ptdp_gpt_options& x) { x.rotary_base = static_cast<float>(bad::kNaN); },
             {"rotary_base"});
+  // Mixture of experts: the fields' own ranges, then Megatron's refusals in the core's words.
+  gpt_field(r, f, "negative num_experts", [](ptdp_gpt_options& x) { x.num_experts = -2; },
+            {"options->num_experts = -2"});
+  gpt_field(r, f, "score function out of range",
+            [](ptdp_gpt_options& x) { x.moe_router_score_function = static_cast<ptdp_moe_score_function>(7); },
+            {"options->moe_router_score_function = 7"});
+  gpt_field(r, f, "load balancing out of range",
+            [](ptdp_gpt_options& x) { x.moe_router_load_balancing_type = static_cast<ptdp_moe_load_balancing>(7); },
+            {"options->moe_router_load_balancing_type = 7"});
+  gpt_field(r, f, "drop policy out of range",
+            [](ptdp_gpt_options& x) { x.moe_token_drop_policy = static_cast<ptdp_moe_drop_policy>(7); },
+            {"options->moe_token_drop_policy = 7"});
+  gpt_field(r, f, "dispatcher out of range",
+            [](ptdp_gpt_options& x) { x.moe_token_dispatcher_type = static_cast<ptdp_moe_dispatcher>(7); },
+            {"options->moe_token_dispatcher_type = 7"});
+  gpt_field(r, f, "moe_shared_expert_gate 2", [](ptdp_gpt_options& x) { x.moe_shared_expert_gate = 2; },
+            {"options->moe_shared_expert_gate = 2"});
+  gpt_field(r, f, "NaN moe_aux_loss_coeff",
+            [](ptdp_gpt_options& x) { x.moe_aux_loss_coeff = static_cast<float>(bad::kNaN); }, {"moe_aux_loss_coeff"});
+  gpt_field(r, f, "negative capacity factor", [](ptdp_gpt_options& x) { x.moe_expert_capacity_factor = -1.0f; },
+            {"options->moe_expert_capacity_factor = -1"});
+  gpt_field(r, f, "bad moe_layer_freq", [](ptdp_gpt_options& x) {
+              x.num_experts = 4;
+              x.moe_layer_freq = "[1,0";
+            },
+            {"options->moe_layer_freq", "[1,0"});
+  gpt_field(r, f, "topk above the experts", [](ptdp_gpt_options& x) {
+              x.num_experts = 4;
+              x.moe_router_topk = 5;
+            },
+            {"moe_router_topk (--moe-router-topk) 5 is larger than num_experts (--num-experts) 4"});
 
   r.push_back({"ptdp_model_destroy", "destroyed", [&] { return ptdp_model_destroy(f.dead_model); }, PTDP_ERR_INVALID_ARGUMENT,
                {"model is not a live ptdp_model"}});

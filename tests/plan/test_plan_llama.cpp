@@ -59,7 +59,7 @@ struct Published {
 
 TEST_CASE("the presets: names, lookup, and every one valid", "[plan][presets]") {
   const std::vector<ModelPreset>& all = model_presets();
-  REQUIRE(all.size() == 21);
+  REQUIRE(all.size() == 27);
   std::vector<std::string> names;
   for (const ModelPreset& p : all) {
     INFO(p.name);
@@ -503,7 +503,11 @@ TEST_CASE("every preset is planned on DGX H100 nodes", "[plan][presets][h100]") 
                       {"gpt-76.1b", 1024, 1792},  {"gpt-145.6b", 1536, 2304},  {"gpt-310.1b", 1920, 2160},
                       {"gpt-529.6b", 2520, 2520}, {"gpt-1008b", 3072, 3072},   {"llama-3.2-1b", 8, 512},
                       {"llama-3.2-3b", 8, 512},   {"llama-3-8b", 8, 512},      {"llama-3-70b", 64, 512},
-                      {"qwen2.5-0.5b", 8, 512},   {"qwen2.5-1.5b", 8, 512},    {"qwen2.5-7b", 8, 512}};
+                      {"qwen2.5-0.5b", 8, 512},   {"qwen2.5-1.5b", 8, 512},    {"qwen2.5-7b", 8, 512},
+                      // The MoE presets: their share of H100s in Megatron-style recipes (4096-token
+                      // sequences, 512 of them per batch).
+                      {"mixtral-8x7b", 64, 512},  {"mixtral-8x22b", 256, 512}, {"qwen3-30b-a3b", 32, 512},
+                      {"qwen3-235b-a22b", 512, 512}, {"olmoe-1b-7b", 8, 512},  {"qwen2-57b-a14b", 64, 512}};
   REQUIRE(std::size(rows) == model_presets().size());
   for (const Row& r : rows) {
     PlanRequest q;

@@ -31,6 +31,19 @@ PositionEmbedding = make_enum("PositionEmbedding", "ptdp_position_embedding", "P
                               "How positions enter the model (ptdp_position_embedding, "
                               "``--position-embedding-type``): LEARNED_ABSOLUTE, ROPE or NONE.")
 
+MoeScoreFunction = make_enum("MoeScoreFunction", "ptdp_moe_score_function", "PTDP_MOE_SCORE_",
+                             "The MoE router's score function (ptdp_moe_score_function, "
+                             "``--moe-router-score-function``): SOFTMAX or SIGMOID.")
+MoeLoadBalancing = make_enum("MoeLoadBalancing", "ptdp_moe_load_balancing", "PTDP_MOE_BALANCING_",
+                             "The MoE router's balancing (ptdp_moe_load_balancing, "
+                             "``--moe-router-load-balancing-type``): AUX_LOSS, SEQ_AUX_LOSS, GLOBAL_AUX_LOSS or NONE.")
+MoeDropPolicy = make_enum("MoeDropPolicy", "ptdp_moe_drop_policy", "PTDP_MOE_DROP_",
+                          "Which tokens an expert keeps with a capacity factor (ptdp_moe_drop_policy, "
+                          "``--moe-token-drop-policy``): PROBS or POSITION.")
+MoeDispatcher = make_enum("MoeDispatcher", "ptdp_moe_dispatcher", "PTDP_MOE_DISPATCHER_",
+                          "How tokens reach their experts (ptdp_moe_dispatcher, ``--moe-token-dispatcher-type``): "
+                          "ALLTOALL or ALLGATHER.")
+
 EodFlags = make_enum("EodFlags", "ptdp_eod_flags", "PTDP_EOD_",
                      "Megatron's end-of-document rules (ptdp_eod_flags): MASK_LOSS, RESET_POSITION_IDS, "
                      "RESET_ATTENTION_MASK.", flags=True)
@@ -149,9 +162,12 @@ class Model(Handle):
     the Llama family's included: ``normalization=Normalization.RMSNORM``, ``swiglu=1``,
     ``position_embedding_type=PositionEmbedding.ROPE``, ``rotary_base``, ``num_query_groups``,
     ``kv_channels``, ``disable_bias_linear=1``, ``add_qkv_bias``, ``qk_layernorm``,
-    ``use_rope_scaling`` and the rope factors. Enum fields take names: ``normalization="rmsnorm"``,
+    ``use_rope_scaling`` and the rope factors, and mixture of experts: ``num_experts``,
+    ``moe_router_topk``, ``moe_ffn_hidden_size``, ``moe_layer_freq`` ("2" or Megatron's list
+    pattern "[1,0,1]"), ``moe_router_score_function="sigmoid"``, ``moe_aux_loss_coeff``, ...
+    (docs/moe.md). Enum fields take names: ``normalization="rmsnorm"``,
     ``position_embedding_type="rope"``, ``recompute_granularity="full"``, ``precision="bf16"``,
-    ``attention="unfused"``.
+    ``attention="unfused"``, ``moe_token_dispatcher_type="allgather"``.
 
     The model depends on its groups: closing them closes the model (and its optimizer) first.
 

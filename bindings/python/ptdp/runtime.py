@@ -144,14 +144,18 @@ def parallel_options(tensor=None, pipeline=None, virtual=None, options=None):
                        pipeline_model_parallel_size=pipeline, virtual_pipeline_model_parallel_size=virtual)
 
 
-def layout_members(world_size, world_rank, kind, tensor=1, pipeline=1, virtual=1):
-    """World ranks of ``world_rank``'s group of ``kind`` in a layout, without any communication.
+def layout_members(world_size, world_rank, kind, tensor=1, pipeline=1, virtual=1, options=None):
+    """World ranks of ``world_rank``'s group of ``kind`` in a layout, without any communication;
+    ``options`` holds further ``ptdp_parallel_options`` fields (the context and expert sizes).
 
     >>> import ptdp
     >>> [ptdp.layout_members(8, 5, kind, tensor=2, pipeline=2) for kind in ("tensor", "pipeline", "data")]
     [[4, 5], [1, 5], [5, 7]]
+    >>> ptdp.layout_members(8, 5, "expert_model", tensor=2, options={"expert_model_parallel_size": 4,
+    ...                                                               "expert_tensor_parallel_size": 1})
+    [4, 5, 6, 7]
     """
-    opts = parallel_options(tensor, pipeline, virtual)
+    opts = parallel_options(tensor, pipeline, virtual, options)
     ranks = np.zeros(max(int(world_size), 1), dtype=np.int32)
     count = _raw.ptdp_layout_members(opts, int(world_size), int(world_rank), kind, ranks)
     return [int(r) for r in ranks[:count]]

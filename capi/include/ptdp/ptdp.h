@@ -586,10 +586,25 @@ typedef enum ptdp_group_kind PTDP_ENUM_INT {
   PTDP_GROUP_CONTEXT = 6,   /**< c ranks, stride t: the context-parallel ranks that split the
                                  sequence of the same samples (ptdp_parallel_options'
                                  context_parallel_size; a group of one when c = 1). */
-  PTDP_GROUP_DATA_CONTEXT = 7 /**< d * c ranks holding the same weights (Megatron's
+  PTDP_GROUP_DATA_CONTEXT = 7, /**< d * c ranks holding the same weights (Megatron's
                                    data-parallel group with context parallelism): the group
                                    the optimizer reduces the gradients over (::PTDP_GROUP_DATA
                                    when c = 1). */
+  /* Mixture of experts, Megatron-Core's parallel folding: the t * c * d ranks of a pipeline
+   * stage (local index r = (dp_rank * c + cp_rank) * t + tp_rank) regrouped for the expert
+   * layers as etp x e x edp, the expert-tensor rank fastest: etp_rank = r % etp, ep_rank =
+   * (r / etp) % e, edp_rank = r / (etp * e) (ptdp_parallel_options' expert sizes). */
+  PTDP_GROUP_EXPERT_TENSOR = 8,            /**< etp ranks splitting each expert's linears. */
+  PTDP_GROUP_EXPERT_MODEL = 9,             /**< e ranks splitting the experts of every MoE layer
+                                                (expert parallelism: the token all-to-all). */
+  PTDP_GROUP_EXPERT_DATA = 10,             /**< edp = t * c * d / (e * etp) ranks holding the same
+                                                experts: the group expert gradients are reduced
+                                                over. */
+  PTDP_GROUP_EXPERT_TENSOR_AND_MODEL = 11, /**< etp * e ranks (Megatron's tp_ep group): the
+                                                allgather dispatcher's. */
+  PTDP_GROUP_TENSOR_CONTEXT = 12           /**< t * c ranks holding pieces of the same samples
+                                                (the router's losses and capacity drops are
+                                                taken over them). */
 } ptdp_group_kind;
 
 /** Parallel sizes, with Megatron-LM's names. Initialise with ptdp_parallel_options_init(). */
@@ -667,6 +682,19 @@ typedef struct ptdp_parallel_options {
                                                      the decoder_first/last counts or the V placement.
                                                      NULL or "" (default): none. Read when the
                                                      groups are created; not kept. */
+  /* Added after 0.3.0: Megatron-Core's expert parallelism (MoE parallel folding; the group
+   * kinds from ::PTDP_GROUP_EXPERT_TENSOR on). Zero, what a program built against an older
+   * header passes, means the default. */
+  int32_t expert_model_parallel_size;           /**< e (`--expert-model-parallel-size`): every
+                                                     MoE layer's experts are split over e ranks of
+                                                     a pipeline stage, and e must divide the
+                                                     model's num_experts; e * etp must divide the
+                                                     stage's t * c * d ranks. 0 (default) means 1;
+                                                     >= 0. */
+  int32_t expert_tensor_parallel_size;          /**< etp (`--expert-tensor-parallel-size`): each
+                                                     expert's linears are split over etp ranks;
+                                                     0 (default) means t. Expert biases (without
+                                                     disable_bias_linear) need etp = 1. >= 0. */
 } ptdp_parallel_options;
 
 /** Placements of the model chunks on the pipeline ranks (ptdp_parallel_options). */
@@ -1054,6 +1082,36 @@ typedef enum ptdp_position_embedding PTDP_ENUM_INT {
   PTDP_POSITION_EMBEDDING_NONE = 2              /**< No position information at all. */
 } ptdp_position_embedding;
 
+/** The router's score function (Megatron's `--moe-router-score-function`;
+ *  ptdp_gpt_options::moe_router_score_function). */
+typedef enum ptdp_moe_score_function PTDP_ENUM_INT {
+  PTDP_MOE_SCORE_SOFTMAX = 0, /**< A softmax of the router's logits (over the k selected ones, or
+                                   over all E with moe_router_pre_softmax). */
+  PTDP_MOE_SCORE_SIGMOID = 1  /**< Each expert's sigmoid; the top k renormalised to sum to 1. */
+} ptdp_moe_score_function;
+
+/** The router's load balancing (Megatron's `--moe-router-load-balancing-type`;
+ *  ptdp_gpt_options::moe_router_load_balancing_type). */
+typedef enum ptdp_moe_load_balancing PTDP_ENUM_INT {
+  PTDP_MOE_BALANCING_AUX_LOSS = 0,        /**< GShard's and Switch's auxiliary loss over each microbatch. */
+  PTDP_MOE_BALANCING_SEQ_AUX_LOSS = 1,    /**< DeepSeek-V2's, per sample. */
+  PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS = 2, /**< Over the global batch. */
+  PTDP_MOE_BALANCING_NONE = 3     /**< No balancing loss (`none`). */
+} ptdp_moe_load_balancing;
+
+/** Which tokens an expert keeps with a capacity factor (Megatron's `--moe-token-drop-policy`). */
+typedef enum ptdp_moe_drop_policy PTDP_ENUM_INT {
+  PTDP_MOE_DROP_PROBS = 0,   /**< Those with the highest routing probabilities (`probs`). */
+  PTDP_MOE_DROP_POSITION = 1 /**< The first ones of the microbatch (`position`). */
+} ptdp_moe_drop_policy;
+
+/** How tokens reach their experts' ranks (Megatron's `--moe-token-dispatcher-type`); the
+ *  results are the same. */
+typedef enum ptdp_moe_dispatcher PTDP_ENUM_INT {
+  PTDP_MOE_DISPATCHER_ALLTOALL = 0, /**< All-to-all-v exchanges over the e ranks. */
+  PTDP_MOE_DISPATCHER_ALLGATHER = 1 /**< Every token gathered over the e * etp ranks. */
+} ptdp_moe_dispatcher;
+
 /** GPT shape and settings, with Megatron-LM's names. Initialise with ptdp_gpt_options_init(). */
 typedef struct ptdp_gpt_options {
   size_t struct_size;                   /**< Set by ptdp_gpt_options_init(). */
@@ -1139,6 +1197,60 @@ typedef struct ptdp_gpt_options {
                                              Default 0. */
   int32_t qk_layernorm;                 /**< 1: a norm (of the normalization's kind) over each
                                              query and key head (`--qk-layernorm`). Default 0. */
+  /* Added after 0.3.0: mixture of experts with Megatron-Core's names, semantics and refusals
+   * (docs/moe.md); num_experts 0, what a program built against an older header passes, is a
+   * dense model, and each other field's 0 means Megatron's default. The fields start at the
+   * 152 bytes of 0.3.0's struct, which had no tail padding. */
+  const char* moe_layer_freq;           /**< Which layers are MoE (`--moe-layer-freq`): an integer
+                                             N as a string, every N-th layer from layer 0, or
+                                             Megatron's list pattern of 1 (MoE) and 0 (dense) per
+                                             layer, e.g. "([0]*3+[1]*1)*3" or "[1,0,1]" (read
+                                             without evaluation). NULL or "" (default): every
+                                             layer. Read when the options are; the options the
+                                             library fills point to storage it keeps for the life
+                                             of the process. */
+  int32_t num_experts;                  /**< E, routed experts per MoE layer (`--num-experts`);
+                                             0 (default): a dense model. */
+  int32_t moe_router_topk;              /**< k, experts per token (`--moe-router-topk`), <= E;
+                                             0 means 2. */
+  int32_t moe_ffn_hidden_size;          /**< Each routed expert's MLP width
+                                             (`--moe-ffn-hidden-size`); 0 (default):
+                                             ffn_hidden_size. */
+  int32_t moe_shared_expert_intermediate_size; /**< Total width of the shared experts
+                                             (`--moe-shared-expert-intermediate-size`),
+                                             divisible by t; 0 (default): none. */
+  int32_t moe_shared_expert_gate;       /**< 1: the shared experts' output is scaled by
+                                             sigmoid(x . gate_weight) (Qwen2-MoE,
+                                             `--moe-shared-expert-gate`). Default 0. */
+  ptdp_moe_score_function moe_router_score_function; /**< Default ::PTDP_MOE_SCORE_SOFTMAX. */
+  int32_t moe_router_pre_softmax;       /**< 1: softmax over all E logits before the top k
+                                             (`--moe-router-pre-softmax`); needed for k = 1 with
+                                             softmax. Default 0. */
+  float moe_router_topk_scaling_factor; /**< Multiplies the top-k probabilities
+                                             (`--moe-router-topk-scaling-factor`); 0 (default):
+                                             none. */
+  int32_t moe_router_num_groups;        /**< Group-limited routing's groups
+                                             (`--moe-router-num-groups`), dividing E; 0
+                                             (default): none. */
+  int32_t moe_router_group_topk;        /**< Groups per token (`--moe-router-group-topk`),
+                                             dividing k; with moe_router_num_groups only. */
+  int32_t moe_router_enable_expert_bias; /**< 1: aux-loss-free balancing's expert bias
+                                             (`--moe-router-enable-expert-bias`; needs
+                                             ::PTDP_MOE_SCORE_SIGMOID). Default 0. */
+  float moe_router_bias_update_rate;    /**< The expert bias's step per iteration
+                                             (`--moe-router-bias-update-rate`); 0 means 1e-3. */
+  ptdp_moe_load_balancing moe_router_load_balancing_type; /**< Default ::PTDP_MOE_BALANCING_AUX_LOSS. */
+  float moe_aux_loss_coeff;             /**< `--moe-aux-loss-coeff`, >= 0; default 0. */
+  float moe_z_loss_coeff;               /**< `--moe-z-loss-coeff`, >= 0; 0 (default): no z-loss. */
+  float moe_expert_capacity_factor;     /**< `--moe-expert-capacity-factor`, >= 0; 0 (default):
+                                             dropless. */
+  ptdp_moe_drop_policy moe_token_drop_policy; /**< Default ::PTDP_MOE_DROP_PROBS. */
+  int32_t moe_pad_expert_input_to_capacity; /**< 1: pad each expert's tokens to its capacity
+                                             (needs a capacity factor). Default 0. */
+  ptdp_moe_dispatcher moe_token_dispatcher_type; /**< Default ::PTDP_MOE_DISPATCHER_ALLTOALL. */
+  int32_t moe_layer_recompute;          /**< 1: recompute each MoE layer in the backward
+                                             (`--recompute-modules moe`); not with
+                                             ::PTDP_RECOMPUTE_FULL. Default 0. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */

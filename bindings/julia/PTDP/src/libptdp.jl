@@ -253,6 +253,11 @@ const PTDP_GROUP_MODEL = ptdp_group_kind(4)
 const PTDP_GROUP_EMBEDDING = ptdp_group_kind(5)
 const PTDP_GROUP_CONTEXT = ptdp_group_kind(6)
 const PTDP_GROUP_DATA_CONTEXT = ptdp_group_kind(7)
+const PTDP_GROUP_EXPERT_TENSOR = ptdp_group_kind(8)
+const PTDP_GROUP_EXPERT_MODEL = ptdp_group_kind(9)
+const PTDP_GROUP_EXPERT_DATA = ptdp_group_kind(10)
+const PTDP_GROUP_EXPERT_TENSOR_AND_MODEL = ptdp_group_kind(11)
+const PTDP_GROUP_TENSOR_CONTEXT = ptdp_group_kind(12)
 
 # Parallel sizes, with Megatron-LM's names.
 struct ptdp_parallel_options
@@ -266,6 +271,8 @@ struct ptdp_parallel_options
     sequence_parallel::Int32
     context_parallel_size::Int64
     pipeline_model_parallel_layout::Ptr{Cchar}
+    expert_model_parallel_size::Int32
+    expert_tensor_parallel_size::Int32
 end
 
 # Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
@@ -454,6 +461,31 @@ const PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = ptdp_position_embedding(0)
 const PTDP_POSITION_EMBEDDING_ROPE = ptdp_position_embedding(1)
 const PTDP_POSITION_EMBEDDING_NONE = ptdp_position_embedding(2)
 
+# The router's score function (Megatron's `--moe-router-score-function`;
+# ptdp_gpt_options::moe_router_score_function).
+const ptdp_moe_score_function = Cint
+const PTDP_MOE_SCORE_SOFTMAX = ptdp_moe_score_function(0)
+const PTDP_MOE_SCORE_SIGMOID = ptdp_moe_score_function(1)
+
+# The router's load balancing (Megatron's `--moe-router-load-balancing-type`;
+# ptdp_gpt_options::moe_router_load_balancing_type).
+const ptdp_moe_load_balancing = Cint
+const PTDP_MOE_AUX_LOSS = ptdp_moe_load_balancing(0)
+const PTDP_MOE_SEQ_AUX_LOSS = ptdp_moe_load_balancing(1)
+const PTDP_MOE_GLOBAL_AUX_LOSS = ptdp_moe_load_balancing(2)
+const PTDP_MOE_NO_BALANCING = ptdp_moe_load_balancing(3)
+
+# Which tokens an expert keeps with a capacity factor (Megatron's `--moe-token-drop-policy`).
+const ptdp_moe_drop_policy = Cint
+const PTDP_MOE_DROP_BY_PROBS = ptdp_moe_drop_policy(0)
+const PTDP_MOE_DROP_BY_POSITION = ptdp_moe_drop_policy(1)
+
+# How tokens reach their experts' ranks (Megatron's `--moe-token-dispatcher-type`); the results
+# are the same.
+const ptdp_moe_dispatcher = Cint
+const PTDP_MOE_DISPATCHER_ALLTOALL = ptdp_moe_dispatcher(0)
+const PTDP_MOE_DISPATCHER_ALLGATHER = ptdp_moe_dispatcher(1)
+
 # GPT shape and settings, with Megatron-LM's names.
 struct ptdp_gpt_options
     struct_size::Csize_t
@@ -490,6 +522,27 @@ struct ptdp_gpt_options
     disable_bias_linear::Int32
     add_qkv_bias::Int32
     qk_layernorm::Int32
+    moe_layer_freq::Ptr{Cchar}
+    num_experts::Int32
+    moe_router_topk::Int32
+    moe_ffn_hidden_size::Int32
+    moe_shared_expert_intermediate_size::Int32
+    moe_shared_expert_gate::Int32
+    moe_router_score_function::ptdp_moe_score_function
+    moe_router_pre_softmax::Int32
+    moe_router_topk_scaling_factor::Cfloat
+    moe_router_num_groups::Int32
+    moe_router_group_topk::Int32
+    moe_router_enable_expert_bias::Int32
+    moe_router_bias_update_rate::Cfloat
+    moe_router_load_balancing_type::ptdp_moe_load_balancing
+    moe_aux_loss_coeff::Cfloat
+    moe_z_loss_coeff::Cfloat
+    moe_expert_capacity_factor::Cfloat
+    moe_token_drop_policy::ptdp_moe_drop_policy
+    moe_pad_expert_input_to_capacity::Int32
+    moe_token_dispatcher_type::ptdp_moe_dispatcher
+    moe_layer_recompute::Int32
 end
 
 mutable struct ptdp_model_impl end

@@ -84,6 +84,11 @@ pub const PTDP_GROUP_MODEL: ptdp_group_kind = 4;
 pub const PTDP_GROUP_EMBEDDING: ptdp_group_kind = 5;
 pub const PTDP_GROUP_CONTEXT: ptdp_group_kind = 6;
 pub const PTDP_GROUP_DATA_CONTEXT: ptdp_group_kind = 7;
+pub const PTDP_GROUP_EXPERT_TENSOR: ptdp_group_kind = 8;
+pub const PTDP_GROUP_EXPERT_MODEL: ptdp_group_kind = 9;
+pub const PTDP_GROUP_EXPERT_DATA: ptdp_group_kind = 10;
+pub const PTDP_GROUP_EXPERT_TENSOR_AND_MODEL: ptdp_group_kind = 11;
+pub const PTDP_GROUP_TENSOR_CONTEXT: ptdp_group_kind = 12;
 
 /// Parallel sizes, with Megatron-LM's names.
 #[repr(C)]
@@ -99,6 +104,8 @@ pub struct ptdp_parallel_options {
     pub sequence_parallel: i32,
     pub context_parallel_size: i64,
     pub pipeline_model_parallel_layout: *const ::std::os::raw::c_char,
+    pub expert_model_parallel_size: i32,
+    pub expert_tensor_parallel_size: i32,
 }
 
 /// Placements of the model chunks on the pipeline ranks (ptdp_parallel_options).
@@ -165,6 +172,31 @@ pub const PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE: ptdp_position_embedding = 0;
 pub const PTDP_POSITION_EMBEDDING_ROPE: ptdp_position_embedding = 1;
 pub const PTDP_POSITION_EMBEDDING_NONE: ptdp_position_embedding = 2;
 
+/// The router's score function (Megatron's `--moe-router-score-function`;
+/// ptdp_gpt_options::moe_router_score_function).
+pub type ptdp_moe_score_function = i32;
+pub const PTDP_MOE_SCORE_SOFTMAX: ptdp_moe_score_function = 0;
+pub const PTDP_MOE_SCORE_SIGMOID: ptdp_moe_score_function = 1;
+
+/// The router's load balancing (Megatron's `--moe-router-load-balancing-type`;
+/// ptdp_gpt_options::moe_router_load_balancing_type).
+pub type ptdp_moe_load_balancing = i32;
+pub const PTDP_MOE_AUX_LOSS: ptdp_moe_load_balancing = 0;
+pub const PTDP_MOE_SEQ_AUX_LOSS: ptdp_moe_load_balancing = 1;
+pub const PTDP_MOE_GLOBAL_AUX_LOSS: ptdp_moe_load_balancing = 2;
+pub const PTDP_MOE_NO_BALANCING: ptdp_moe_load_balancing = 3;
+
+/// Which tokens an expert keeps with a capacity factor (Megatron's `--moe-token-drop-policy`).
+pub type ptdp_moe_drop_policy = i32;
+pub const PTDP_MOE_DROP_BY_PROBS: ptdp_moe_drop_policy = 0;
+pub const PTDP_MOE_DROP_BY_POSITION: ptdp_moe_drop_policy = 1;
+
+/// How tokens reach their experts' ranks (Megatron's `--moe-token-dispatcher-type`); the
+/// results are the same.
+pub type ptdp_moe_dispatcher = i32;
+pub const PTDP_MOE_DISPATCHER_ALLTOALL: ptdp_moe_dispatcher = 0;
+pub const PTDP_MOE_DISPATCHER_ALLGATHER: ptdp_moe_dispatcher = 1;
+
 /// GPT shape and settings, with Megatron-LM's names.
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
@@ -203,6 +235,27 @@ pub struct ptdp_gpt_options {
     pub disable_bias_linear: i32,
     pub add_qkv_bias: i32,
     pub qk_layernorm: i32,
+    pub moe_layer_freq: *const ::std::os::raw::c_char,
+    pub num_experts: i32,
+    pub moe_router_topk: i32,
+    pub moe_ffn_hidden_size: i32,
+    pub moe_shared_expert_intermediate_size: i32,
+    pub moe_shared_expert_gate: i32,
+    pub moe_router_score_function: ptdp_moe_score_function,
+    pub moe_router_pre_softmax: i32,
+    pub moe_router_topk_scaling_factor: f32,
+    pub moe_router_num_groups: i32,
+    pub moe_router_group_topk: i32,
+    pub moe_router_enable_expert_bias: i32,
+    pub moe_router_bias_update_rate: f32,
+    pub moe_router_load_balancing_type: ptdp_moe_load_balancing,
+    pub moe_aux_loss_coeff: f32,
+    pub moe_z_loss_coeff: f32,
+    pub moe_expert_capacity_factor: f32,
+    pub moe_token_drop_policy: ptdp_moe_drop_policy,
+    pub moe_pad_expert_input_to_capacity: i32,
+    pub moe_token_dispatcher_type: ptdp_moe_dispatcher,
+    pub moe_layer_recompute: i32,
 }
 
 #[repr(C)]

@@ -1,0 +1,308 @@
+// Mixture of experts through the public C API only: the MoE fields of ptdp_gpt_options (zero
+// by default, meaning a dense model), a tiny MoE model built and its options read back, Megatron's
+// refusals with messages that name the fields and flags, the MoE presets, the expert sizes of
+// ptdp_parallel_options and the five expert group kinds of a layout.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "ptdp/ptdp.h"
+#include "tests/single_process.h"
+
+namespace {
+
+std::string err() { return ptdp_last_error(); }
+
+// A tiny Mixtral-shaped model: 2 layers, h 16, 4 experts of width 24, top-2 routing, SwiGLU,
+// RMSNorm, RoPE, no bias, untied, no dropout.
+ptdp_gpt_options tiny_moe() {
+  ptdp_gpt_options o;
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  o.num_layers = 2;
+  o.hidden_size = 16;
+  o.num_attention_heads = 2;
+  o.ffn_hidden_size = 32;
+  o.vocab_size = 64;
+  o.make_vocab_size_divisible_by = 32;
+  o.seq_length = 8;
+  o.hidden_dropout = 0.0f;
+  o.attention_dropout = 0.0f;
+  o.normalization = PTDP_NORMALIZATION_RMSNORM;
+  o.swiglu = 1;
+  o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+  o.disable_bias_linear = 1;
+  o.untie_embeddings_and_output_weights = 1;
+  o.num_experts = 4;
+  o.moe_router_topk = 2;
+  o.moe_ffn_hidden_size = 24;
+  o.moe_aux_loss_coeff = 0.01f;
+  return o;
+}
+
+// The refusal of ptdp_model_create for `o`: INVALID_ARGUMENT, its message, and no model made.
+std::string refusal(ptdp_groups groups, const ptdp_gpt_options& o) {
+  ptdp_model m = nullptr;
+  CHECK(ptdp_model_create(groups, &o, &m) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(m == nullptr);
+  return err();
+}
+
+std::vector<std::string> param_names(ptdp_model m) {
+  int32_t n = 0;
+  REQUIRE(ptdp_model_num_params(m, &n) == PTDP_SUCCESS);
+  std::vector<std::string> names;
+  char buffer[256];
+  for (int32_t i = 0; i < n; ++i) {
+    REQUIRE(ptdp_model_param_info(m, i, buffer, sizeof buffer, nullptr, nullptr, nullptr) == PTDP_SUCCESS);
+    names.emplace_back(buffer);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("moe options: init leaves every MoE field zero, a dense model", "[capi][moe]") {
+  ptdp_gpt_options o;
+  std::memset(static_cast<void*>(&o), 0x5a, sizeof o);
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  CHECK(o.moe_layer_freq == nullptr);
+  CHECK(o.num_experts == 0);
+  CHECK(o.moe_router_topk == 0);
+  CHECK(o.moe_ffn_hidden_size == 0);
+  CHECK(o.moe_shared_expert_intermediate_size == 0);
+  CHECK(o.moe_router_score_function == PTDP_MOE_SCORE_SOFTMAX);
+  CHECK(o.moe_router_bias_update_rate == 0.0f);
+  CHECK(o.moe_router_load_balancing_type == PTDP_MOE_BALANCING_AUX_LOSS);
+  CHECK(o.moe_expert_capacity_factor == 0.0f);
+  CHECK(o.moe_token_dispatcher_type == PTDP_MOE_DISPATCHER_ALLTOALL);
+  CHECK(o.moe_layer_recompute == 0);
+  ptdp_parallel_options p;
+  std::memset(static_cast<void*>(&p), 0x5a, sizeof p);
+  REQUIRE(ptdp_parallel_options_init(&p) == PTDP_SUCCESS);
+  CHECK(p.expert_model_parallel_size == 0);
+  CHECK(p.expert_tensor_parallel_size == 0);
+}
+
+TEST_CASE("moe options: a tiny MoE model is built with Megatron-Core's parameters", "[capi][moe][moe_layer]") {
+  sp::World w;
+  ptdp_gpt_options o = tiny_moe();
+  o.moe_layer_freq = "[1,0]";  // layer 0 MoE, layer 1 dense
+  o.moe_shared_expert_intermediate_size = 16;
+  o.moe_shared_expert_gate = 1;
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+  const std::vector<std::string> names = param_names(m);
+  const auto has = [&names](const std::string& n) {
+    for (const std::string& x : names) {
+      if (x == n) return true;
+    }
+    return false;
+  };
+  CHECK(has("decoder.layers.0.mlp.router.weight"));
+  CHECK(has("decoder.layers.0.mlp.experts.linear_fc1.weight0"));
+  CHECK(has("decoder.layers.0.mlp.experts.linear_fc2.weight3"));
+  CHECK(has("decoder.layers.0.mlp.shared_experts.linear_fc1.weight"));
+  CHECK(has("decoder.layers.0.mlp.shared_experts.gate_weight"));
+  CHECK_FALSE(has("decoder.layers.0.mlp.linear_fc1.weight"));
+  CHECK(has("decoder.layers.1.mlp.linear_fc1.weight"));  // the dense layer of the pattern
+  CHECK_FALSE(has("decoder.layers.1.mlp.router.weight"));
+
+  // The options read back, every default resolved; the pattern in its shortest spelling.
+  ptdp_gpt_options back;
+  REQUIRE(ptdp_gpt_options_init(&back) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_get_options(m, &back) == PTDP_SUCCESS);
+  CHECK(back.num_experts == 4);
+  CHECK(back.moe_router_topk == 2);
+  CHECK(back.moe_ffn_hidden_size == 24);
+  CHECK(back.moe_shared_expert_intermediate_size == 16);
+  CHECK(back.moe_shared_expert_gate == 1);
+  CHECK(back.moe_aux_loss_coeff == 0.01f);
+  CHECK(back.moe_router_bias_update_rate == 1e-3f);
+  REQUIRE(back.moe_layer_freq != nullptr);
+  CHECK(std::string(back.moe_layer_freq) == "2");  // [1,0] over 2 layers: every 2nd layer
+  CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
+}
+
+TEST_CASE("moe options: a layer pattern and the defaults come back through a model", "[capi][moe]") {
+  sp::World w;
+  ptdp_gpt_options o = tiny_moe();
+  o.num_layers = 3;
+  o.moe_layer_freq = "([1]+[0])*1+[1]";
+  o.moe_router_score_function = PTDP_MOE_SCORE_SIGMOID;
+  o.moe_router_enable_expert_bias = 1;
+  o.moe_router_topk = 0;  // Megatron's default, 2
+  o.moe_expert_capacity_factor = 1.25f;
+  o.moe_token_drop_policy = PTDP_MOE_DROP_POSITION;
+  o.moe_token_dispatcher_type = PTDP_MOE_DISPATCHER_ALLGATHER;
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+  ptdp_gpt_options back;
+  REQUIRE(ptdp_gpt_options_init(&back) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_get_options(m, &back) == PTDP_SUCCESS);
+  REQUIRE(back.moe_layer_freq != nullptr);
+  CHECK(std::string(back.moe_layer_freq) == "2");  // 1, 0, 1
+  CHECK(back.moe_router_topk == 2);
+  CHECK(back.moe_router_score_function == PTDP_MOE_SCORE_SIGMOID);
+  CHECK(back.moe_router_enable_expert_bias == 1);
+  CHECK(back.moe_expert_capacity_factor == 1.25f);
+  CHECK(back.moe_token_drop_policy == PTDP_MOE_DROP_POSITION);
+  CHECK(back.moe_token_dispatcher_type == PTDP_MOE_DISPATCHER_ALLGATHER);
+  // A struct of 0.3.0's size cannot hold an MoE model: refused, naming the first field it lacks.
+  ptdp_gpt_options old;
+  REQUIRE(ptdp_gpt_options_init(&old) == PTDP_SUCCESS);
+  old.struct_size = offsetof(ptdp_gpt_options, moe_layer_freq);
+  CHECK(ptdp_model_get_options(m, &old) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("ptdp_gpt_options::moe_layer_freq"));
+  CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
+}
+
+TEST_CASE("moe options: Megatron's refusals name the fields and flags", "[capi][moe]") {
+  sp::World w;
+  struct Case {
+    const char* what;
+    void (*edit)(ptdp_gpt_options&);
+    std::vector<std::string> mentions;
+  };
+  const Case cases[] = {
+      {"k > E", [](ptdp_gpt_options& o) { o.moe_router_topk = 5; },
+       {"moe_router_topk (--moe-router-topk) 5", "larger than num_experts (--num-experts) 4"}},
+      {"k = 1 without pre-softmax", [](ptdp_gpt_options& o) { o.moe_router_topk = 1; },
+       {"moe_router_pre_softmax (--moe-router-pre-softmax)"}},
+      {"groups not dividing E", [](ptdp_gpt_options& o) {
+         o.moe_router_num_groups = 3;
+         o.moe_router_group_topk = 1;
+       },
+       {"num_experts (--num-experts) 4 is not divisible by moe_router_num_groups (--moe-router-num-groups) 3"}},
+      {"group topk above the groups", [](ptdp_gpt_options& o) {
+         o.moe_router_num_groups = 2;
+         o.moe_router_group_topk = 4;
+         o.moe_router_topk = 4;
+       },
+       {"moe_router_group_topk (--moe-router-group-topk) 4 is larger than moe_router_num_groups"}},
+      {"k not divisible by group topk", [](ptdp_gpt_options& o) {
+         o.moe_router_num_groups = 4;
+         o.moe_router_group_topk = 2;
+         o.moe_router_topk = 3;
+       },
+       {"moe_router_topk (--moe-router-topk) 3 is not divisible by moe_router_group_topk"}},
+      {"group topk without groups", [](ptdp_gpt_options& o) { o.moe_router_group_topk = 2; },
+       {"needs moe_router_num_groups (--moe-router-num-groups)"}},
+      {"expert bias with softmax", [](ptdp_gpt_options& o) { o.moe_router_enable_expert_bias = 1; },
+       {"moe_router_enable_expert_bias (--moe-router-enable-expert-bias)", "sigmoid"}},
+      {"padding without a capacity", [](ptdp_gpt_options& o) { o.moe_pad_expert_input_to_capacity = 1; },
+       {"moe_pad_expert_input_to_capacity", "moe_expert_capacity_factor (--moe-expert-capacity-factor)"}},
+      {"a gate without a shared expert", [](ptdp_gpt_options& o) { o.moe_shared_expert_gate = 1; },
+       {"moe_shared_expert_gate (--moe-shared-expert-gate)"}},
+      {"pattern of the wrong length", [](ptdp_gpt_options& o) { o.moe_layer_freq = "[1,0,1]"; },
+       {"moe_layer_freq (--moe-layer-freq) gives a pattern of 3 layers", "num_layers (--num-layers) is 2"}},
+      {"pattern entry 2", [](ptdp_gpt_options& o) { o.moe_layer_freq = "[1,2]"; },
+       {"options->moe_layer_freq", "gives layer 1 the entry 2"}},
+      {"pattern with a name", [](ptdp_gpt_options& o) { o.moe_layer_freq = "[1]*len([1])"; },
+       {"options->moe_layer_freq", "has 'l'"}},
+      {"layer recompute with full recomputation", [](ptdp_gpt_options& o) {
+         o.moe_layer_recompute = 1;
+         o.recompute_granularity = PTDP_RECOMPUTE_FULL;
+       },
+       {"moe_layer_recompute", "--recompute-granularity full"}},
+      {"negative top-k", [](ptdp_gpt_options& o) { o.moe_router_topk = -1; }, {"options->moe_router_topk = -1"}},
+      {"NaN z-loss", [](ptdp_gpt_options& o) { o.moe_z_loss_coeff = std::nanf(""); }, {"options->moe_z_loss_coeff"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    ptdp_gpt_options o = tiny_moe();
+    c.edit(o);
+    const std::string message = refusal(w.groups, o);
+    INFO(message);
+    for (const std::string& m : c.mentions) CHECK_THAT(message, Catch::Contains(m));
+  }
+}
+
+TEST_CASE("moe options: the MoE presets fill the MoE fields", "[capi][moe]") {
+  ptdp_gpt_options o;
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  REQUIRE(ptdp_gpt_options_from_preset("Mixtral-8x7B", &o) == PTDP_SUCCESS);
+  CHECK(o.num_experts == 8);
+  CHECK(o.moe_router_topk == 2);
+  CHECK(o.moe_ffn_hidden_size == 14336);
+  CHECK(o.moe_layer_freq == nullptr);  // every layer
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  REQUIRE(ptdp_gpt_options_from_preset("qwen2-57b-a14b", &o) == PTDP_SUCCESS);
+  CHECK(o.num_experts == 64);
+  CHECK(o.moe_router_topk == 8);
+  CHECK(o.moe_router_pre_softmax == 1);
+  CHECK(o.moe_shared_expert_intermediate_size == 20480);
+  CHECK(o.moe_shared_expert_gate == 1);
+  // A program built against 0.3.0's header cannot receive an MoE preset.
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  o.struct_size = offsetof(ptdp_gpt_options, moe_layer_freq);
+  CHECK(ptdp_gpt_options_from_preset("olmoe-1b-7b", &o) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("ptdp_gpt_options::num_experts"));
+}
+
+TEST_CASE("moe options: the expert group kinds follow Megatron-Core's parallel folding", "[capi][moe][layout]") {
+  // t = 2, d = 4 on 8 ranks of one stage; e = 4, etp = 1: edp = 2. Local rank r: etp_rank = r % 1,
+  // ep_rank = r % 4, edp_rank = r / 4.
+  ptdp_parallel_options p;
+  REQUIRE(ptdp_parallel_options_init(&p) == PTDP_SUCCESS);
+  p.tensor_model_parallel_size = 2;
+  p.expert_model_parallel_size = 4;
+  p.expert_tensor_parallel_size = 1;
+  const auto members = [&p](int32_t rank, ptdp_group_kind kind) {
+    int32_t out[16];
+    int32_t n = 0;
+    REQUIRE(ptdp_layout_members(&p, 8, rank, kind, out, 16, &n) == PTDP_SUCCESS);
+    return std::vector<int32_t>(out, out + n);
+  };
+  CHECK(members(5, PTDP_GROUP_EXPERT_MODEL) == std::vector<int32_t>{4, 5, 6, 7});
+  CHECK(members(5, PTDP_GROUP_EXPERT_DATA) == std::vector<int32_t>{1, 5});
+  CHECK(members(5, PTDP_GROUP_EXPERT_TENSOR) == std::vector<int32_t>{5});
+  CHECK(members(5, PTDP_GROUP_EXPERT_TENSOR_AND_MODEL) == std::vector<int32_t>{4, 5, 6, 7});
+  CHECK(members(5, PTDP_GROUP_TENSOR_CONTEXT) == std::vector<int32_t>{4, 5});
+  // etp = 0 means t: the expert-tensor group is the tensor group, e = 2 over the rest.
+  p.expert_model_parallel_size = 2;
+  p.expert_tensor_parallel_size = 0;
+  CHECK(members(5, PTDP_GROUP_EXPERT_TENSOR) == std::vector<int32_t>{4, 5});
+  CHECK(members(5, PTDP_GROUP_EXPERT_MODEL) == std::vector<int32_t>{5, 7});
+  CHECK(members(5, PTDP_GROUP_EXPERT_DATA) == std::vector<int32_t>{1, 5});
+  // e * etp must divide the t * c * d ranks of a stage; negative sizes are refused by name.
+  p.expert_model_parallel_size = 3;
+  int32_t out[16];
+  int32_t n = 0;
+  CHECK(ptdp_layout_members(&p, 8, 0, PTDP_GROUP_EXPERT_MODEL, out, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("--expert-model-parallel-size"));
+  p.expert_model_parallel_size = -1;
+  CHECK(ptdp_layout_members(&p, 8, 0, PTDP_GROUP_EXPERT_MODEL, out, 16, &n) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("options->expert_model_parallel_size = -1"));
+}
+
+TEST_CASE("moe options: ptdp-train's MoE flags reach the C options", "[capi][moe][args]") {
+  const char* argv[] = {"ptdp-train",           "--num-experts",          "8",
+                        "--moe-router-topk",    "2",                      "--moe-layer-freq",
+                        "([1]*1+[0]*1)*2",      "--num-layers",           "4",
+                        "--expert-model-parallel-size", "2",              "--expert-tensor-parallel-size",
+                        "1",                    "--disable-bias-linear",  "--moe-router-dtype",
+                        "fp32"};
+  ptdp_train_config c = nullptr;
+  REQUIRE(ptdp_train_config_parse(static_cast<int32_t>(std::size(argv)), argv, &c) == PTDP_SUCCESS);
+  ptdp_gpt_options o;
+  REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_gpt_options(c, &o) == PTDP_SUCCESS);
+  CHECK(o.num_experts == 8);
+  REQUIRE(o.moe_layer_freq != nullptr);
+  CHECK(std::string(o.moe_layer_freq) == "2");
+  ptdp_parallel_options p;
+  REQUIRE(ptdp_parallel_options_init(&p) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_parallel_options(c, &p) == PTDP_SUCCESS);
+  CHECK(p.expert_model_parallel_size == 2);
+  CHECK(p.expert_tensor_parallel_size == 1);
+  ptdp_train_config_destroy(c);
+  // E not divisible by e: Megatron's refusal, naming both flags.
+  const char* bad[] = {"ptdp-train", "--num-experts", "6", "--expert-model-parallel-size", "4"};
+  CHECK(ptdp_train_config_parse(5, bad, &c) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("--num-experts 6 is not a multiple of --expert-model-parallel-size 4"));
+}
