@@ -7,8 +7,8 @@
 //
 // Blocks start at multiples of kBlockRowUnit rows, a multiple of every sgemm micro-kernel's
 // unroll (see kSplitRowUnit in gemm.cpp): a row lies at a block's edge only where it lies at
-// its group's edge, so each element of C gets the bits of one call over the whole group. The
-// result is then the same for any thread count and any grouping of the experts (a rank holding
+// its group's edge, so each element of C gets the bits of one single-threaded call over the whole
+// group. The result is then the same for any thread count and any grouping of the experts (a rank holding
 // 2 of 8 experts computes their rows as the serial run does).
 #include <omp.h>
 
