@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -731,6 +732,9 @@ inline Work check_moe_route(const int32_t* indices, int64_t tokens, int64_t k, i
   positive(op, "experts", experts);
   PTDP_CHECK_ARG(experts <= kMaxExperts, "moe_route: experts = " + std::to_string(experts) +
                                              " exceeds " + std::to_string(kMaxExperts));
+  PTDP_CHECK_ARG(tokens <= INT32_MAX / k, "moe_route: tokens * k = " + std::to_string(tokens) +
+                                              " * " + std::to_string(k) +
+                                              " exceeds 2^31 - 1 (row_of holds int32 rows)");
   not_null(op, "counts", counts);
   if (tokens == 0) return Work::none;
   not_null(op, "indices", indices);

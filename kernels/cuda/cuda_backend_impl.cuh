@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -326,6 +327,12 @@ class CudaBackend final : public Backend {
                         const GemmOperands& ops);
   /// scratch_ with at least `bytes` bytes (grown from the caching allocator, never shrunk).
   float* gemm_scratch(std::size_t bytes);
+  /// The cuBLAS handle of grouped_gemm (created on first use, on stream_, sharing workspace_).
+  cublasHandle_t blas();
+  /// Device arrays of `count` A, B and C pointers for cublasGemmGroupedBatchedEx (grown from
+  /// the caching allocator, never shrunk), filled on stream_ from host arrays without a copy
+  /// from pageable memory (grouped_gemm.cu).
+  void** grouped_pointers(std::size_t count);
 
   int dev_;
   cudaStream_t stream_ = nullptr;
@@ -338,6 +345,9 @@ class CudaBackend final : public Backend {
   std::map<GemmKey, GemmPlan> plans_;
   float* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
+  cublasHandle_t blas_ = nullptr;
+  void** grouped_ptrs_ = nullptr;  // [3 * grouped_ptrs_count_]: A, B, C pointer arrays
+  std::size_t grouped_ptrs_count_ = 0;
   // sum_squares: per-block partial sums and the final value, reused by every call.
   std::mutex reduce_mutex_;
   double* partials_ = nullptr;
