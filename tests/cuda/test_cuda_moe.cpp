@@ -265,7 +265,7 @@ TEST_CASE("cuda moe_unpermute and its backward match the CPU for every storage t
   }
 }
 
-TEST_CASE("cuda router selects exactly the CPU's experts; probabilities and gradients match",
+TEST_CASE("cuda router selects exactly the CPU's experts, with matching probabilities and gradients",
           "[gpu][cuda_moe][moe_router]") {
   require_gpu();
   struct Config {

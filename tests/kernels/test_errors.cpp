@@ -735,6 +735,8 @@ TEST_CASE("moe_route refuses experts out of range and names the first bad slot",
                         "moe_route: experts = 5000 exceeds 4096");
   CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), -1, 2, 4, row_of.data(), counts.data()),
                         "moe_route: tokens must be >= 0");
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), int64_t{1} << 30, 4, 4, row_of.data(), counts.data()),
+                        "moe_route: tokens * k = 1073741824 * 4 exceeds 2^31 - 1");
   CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), 3, 2, 4, row_of.data(), nullptr), "moe_route: counts is NULL");
   CHECK_INVALID_ARG_MSG(k.moe_route(nullptr, 3, 2, 4, row_of.data(), counts.data()), "moe_route: indices is NULL");
 }
