@@ -493,7 +493,9 @@ class Backend {
                                   const float* expert_bias, int32_t* indices, float* probs) = 0;
   /// dlogits [tokens, experts] fp32 = (accumulate ? dlogits : 0) + d probs / d logits applied to
   /// dprobs [tokens, topk], through the path the forward took with these indices (selection is
-  /// piecewise constant; experts not selected get 0). The scores are recomputed from logits
+  /// piecewise constant; experts not selected get 0). indices are the forward's own, before any
+  /// capacity drop (a dropped slot's dprobs is 0, as moe_unpermute_backward writes it; entries
+  /// outside [0, experts) are skipped, never dereferenced). The scores are recomputed from logits
   /// (a few exps per expert, cheaper than keeping [tokens, experts] per microbatch):
   ///   softmax, !pre_softmax: q = softmax(selected logits); dl_sel = f q (dp - <q, dp>)
   ///   softmax, pre_softmax:  s = softmax(l); ds = f dp at the selected experts;
