@@ -45,6 +45,14 @@
 //    handle is destroyed before the next model is built. A failing call or a non-finite loss
 //    makes the exit status 1.
 //
+// 4. MoE experts (--filter moe) at OLMoE-1B-7B's shape (h 2048, expert ffn 1024 with SwiGLU, 64
+//    experts, top-8) for 8192 tokens (65536 expert rows) in bf16 through the CUDA backend
+//    (kernels/cuda/): the six grouped GEMMs of the two expert linears (forward, dgrad, wgrad
+//    into fp32 gradients) via Backend::grouped_gemm, each beside one Backend::gemm of the same
+//    FLOPs (every row on one expert) in TFLOP/s; then the router (fp32), the routing sort (it
+//    returns the counts to the host: its time includes that wait), dispatch and combine with
+//    their backwards, and their share of the layer's time (those, the GEMMs and SwiGLU).
+//
 // GEMMs and attention are timed with CUDA events around a loop of calls on one stream, after
 // one warm-up call; the loop length is calibrated so one run lasts at least min_time; the
 // median of `runs` runs is reported. Without a CUDA device the program says so and exits 0
@@ -59,6 +67,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +75,7 @@
 #include "base/half.h"
 #include "bench/bench_common.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_probe.h"
 #include "kernels/cuda/flash_attention.cuh"
 #include "ptdp/ptdp.h"
@@ -114,8 +124,9 @@ void print_help(const char* argv0) {
        {"--filter SUBSTR",
         "run only cases whose name contains SUBSTR (names look like\n"
         "124M/b4/fc1.wgrad, 1.3B/b8/attn.score, 350M/b8/attn.flash.bwd,\n"
-        "llama-3.2-1b/b4/attn.flash.fwd, 1.3B/b8/train, llama-3.2-1b/b4/train;\n"
-        "'train' selects the training cases only, 'llama' the Llama ones)"},
+        "llama-3.2-1b/b4/attn.flash.fwd, 1.3B/b8/train, llama-3.2-1b/b4/train,\n"
+        "moe/grouped.fc1.fwd; 'train' selects the training cases only, 'llama'\n"
+        "the Llama ones, 'moe' the MoE experts)"},
        {"--runs N",
         "timed runs per GEMM/attention case (default 5, quick 3); the median\n"
         "is reported"},
@@ -1170,6 +1181,171 @@ bool run_train(const Options& o, const std::vector<TrainCase>& train_cases,
   return all_ok;
 }
 
+/// Section 4: the MoE experts' ops through the CUDA backend. Each op is timed by the wall clock
+/// over a loop ended by synchronize(), after one warm-up call; the median of o.runs runs.
+bool run_moe(const Options& o) {
+  constexpr int64_t h = 2048, ffn = 1024, E = 64, k = 8, tokens = 8192, rows = tokens * k;
+  ptdp::Backend& be = ptdp::cuda::backend(0);
+  const auto dev = [](std::size_t bytes) { return ptdp::cuda::device_alloc(0, bytes); };
+  // Device buffers: activations [rows, 2 ffn] (bf16), the experts' weights [E, 2 ffn, h] (bf16)
+  // and fp32 gradients of the same size; router logits and routing.
+  const std::size_t act = static_cast<std::size_t>(rows * 2 * ffn), wts = static_cast<std::size_t>(E * 2 * ffn * h);
+  void* a = dev(act * 2);
+  void* c = dev(act * 2);
+  void* w = dev(wts * 2);
+  void* g = dev(wts * 4);
+  auto* logits = static_cast<float*>(dev(static_cast<std::size_t>(tokens * E) * 4));
+  auto* dlogits = static_cast<float*>(dev(static_cast<std::size_t>(tokens * E) * 4));
+  auto* probs = static_cast<float*>(dev(static_cast<std::size_t>(rows) * 4));
+  auto* idx = static_cast<int32_t*>(dev(static_cast<std::size_t>(rows) * 4));
+  auto* row_of = static_cast<int32_t*>(dev(static_cast<std::size_t>(rows) * 4));
+  be.fill(a, ptdp::DType::BF16, 0.01, static_cast<int64_t>(act));
+  be.fill(c, ptdp::DType::BF16, 0.01, static_cast<int64_t>(act));
+  be.fill(w, ptdp::DType::BF16, 0.001, static_cast<int64_t>(wts));
+  be.fill(g, ptdp::DType::F32, 0.0, static_cast<int64_t>(wts));
+  std::vector<float> host_logits(static_cast<std::size_t>(tokens * E));
+  uint64_t state = 77;
+  for (float& v : host_logits) v = static_cast<float>(splitmix64(state) >> 40) / static_cast<float>(1 << 24) * 4.0f - 2.0f;
+  be.copy_from_host(logits, host_logits.data(), host_logits.size() * 4);
+  ptdp::RouterDesc rd;
+  rd.tokens = tokens;
+  rd.experts = E;
+  rd.topk = k;
+  std::vector<int64_t> counts(static_cast<std::size_t>(E));
+  be.moe_router_forward(rd, logits, nullptr, idx, probs);
+  be.moe_route(idx, tokens, k, E, row_of, counts.data());
+  const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
+  std::printf("\nMoE experts at OLMoE-1B-7B's shape, bf16 (h %lld, expert ffn %lld SwiGLU, %lld experts, top-%lld, "
+              "%lld tokens: %lld rows, %lld..%lld per expert)\n",
+              static_cast<long long>(h), static_cast<long long>(ffn), static_cast<long long>(E),
+              static_cast<long long>(k), static_cast<long long>(tokens), static_cast<long long>(rows),
+              static_cast<long long>(*lo), static_cast<long long>(*hi));
+  std::printf("%-24s %6s %6s %6s %10s %9s\n", "case", "m", "n", "k", "ms", "TFLOP/s");
+  bool ok = true;
+  const auto timed = [&](const std::string& name, int64_t m, int64_t n, int64_t kk, double flops,
+                         const std::function<void()>& op) {
+    if (!o.filter.empty() && name.find(o.filter) == std::string::npos) return 0.0;
+    try {
+      op();
+      be.synchronize();
+      std::vector<double> per_call;
+      int64_t iters = 1;
+      for (int r = 0; r < o.runs; ++r) {
+        const auto t0 = Clock::now();
+        for (int64_t i = 0; i < iters; ++i) op();
+        be.synchronize();
+        double s = seconds_since(t0);
+        if (r == 0) {  // calibrate the loop to min_time
+          while (s < o.min_time) {
+            iters *= 2;
+            const auto t1 = Clock::now();
+            for (int64_t i = 0; i < iters; ++i) op();
+            be.synchronize();
+            s = seconds_since(t1);
+          }
+        }
+        per_call.push_back(s / static_cast<double>(iters));
+      }
+      std::sort(per_call.begin(), per_call.end());
+      const double med = per_call[per_call.size() / 2];
+      if (flops > 0.0) {
+        std::printf("%-24s %6lld %6lld %6lld %10.3f %9.1f\n", name.c_str(), static_cast<long long>(m),
+                    static_cast<long long>(n), static_cast<long long>(kk), med * 1e3, flops / med * 1e-12);
+      } else {
+        std::printf("%-24s %6lld %6lld %6lld %10.3f\n", name.c_str(), static_cast<long long>(m),
+                    static_cast<long long>(n), static_cast<long long>(kk), med * 1e3);
+      }
+      return med;
+    } catch (const std::exception& e) {
+      ok = false;
+      std::printf("%-24s FAILED: %s\n", name.c_str(), e.what());
+      return 0.0;
+    }
+  };
+  struct Gemm {
+    const char* name;
+    ptdp::GroupedDim varying;
+    bool trans_b;
+    int64_t n, fixed;
+  };
+  const Gemm gemms[] = {{"fc1.fwd", ptdp::GroupedDim::M, true, 2 * ffn, h},
+                        {"fc1.dgrad", ptdp::GroupedDim::M, false, h, 2 * ffn},
+                        {"fc1.wgrad", ptdp::GroupedDim::K, false, h, 2 * ffn},
+                        {"fc2.fwd", ptdp::GroupedDim::M, true, h, ffn},
+                        {"fc2.dgrad", ptdp::GroupedDim::M, false, ffn, h},
+                        {"fc2.wgrad", ptdp::GroupedDim::K, false, ffn, h}};
+  double gemm_s = 0.0, paired_grouped = 0.0, paired_plain = 0.0;
+  for (const Gemm& gm : gemms) {
+    const bool wgrad = gm.varying == ptdp::GroupedDim::K;
+    ptdp::GroupedGemmDesc d;
+    d.groups = E;
+    d.sizes = counts.data();
+    d.varying = gm.varying;
+    d.trans_b = gm.trans_b;
+    d.n = gm.n;
+    d.m = wgrad ? gm.fixed : rows;
+    d.k = wgrad ? rows : gm.fixed;
+    d.beta = wgrad ? 1.0f : 0.0f;
+    d.a_type = d.b_type = ptdp::DType::BF16;
+    d.c_type = wgrad ? ptdp::DType::F32 : ptdp::DType::BF16;
+    ptdp::GemmDesc plain;
+    plain.trans_a = wgrad;
+    plain.trans_b = gm.trans_b;
+    plain.m = d.m;
+    plain.n = d.n;
+    plain.k = d.k;
+    plain.beta = d.beta;
+    plain.a_type = plain.b_type = ptdp::DType::BF16;
+    plain.c_type = d.c_type;
+    const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+    void* in2 = wgrad ? c : w;
+    void* out = wgrad ? g : c;
+    const double t = timed(std::string("moe/grouped.") + gm.name, d.m, d.n, d.k, flops,
+                           [&] { be.grouped_gemm(d, a, in2, out); });
+    const double tp = timed(std::string("moe/gemm.") + gm.name, d.m, d.n, d.k, flops,
+                            [&] { be.gemm(plain, a, in2, out); });
+    gemm_s += t;
+    if (t > 0.0 && tp > 0.0) {
+      paired_grouped += t;
+      paired_plain += tp;
+    }
+  }
+  double other = 0.0, swiglu = 0.0;
+  other += timed("moe/router.fwd", tokens, E, k, 0.0, [&] { be.moe_router_forward(rd, logits, nullptr, idx, probs); });
+  other += timed("moe/router.bwd", tokens, E, k, 0.0,
+                 [&] { be.moe_router_backward(rd, logits, idx, probs, dlogits, false); });
+  other += timed("moe/route", tokens, E, k, 0.0, [&] { be.moe_route(idx, tokens, k, E, row_of, counts.data()); });
+  other += timed("moe/permute.fwd", tokens, h, k, 0.0,
+                 [&] { be.moe_permute(a, ptdp::DType::BF16, row_of, tokens, k, h, rows, c); });
+  other += timed("moe/permute.bwd", tokens, h, k, 0.0,
+                 [&] { be.moe_unpermute(c, ptdp::DType::BF16, nullptr, row_of, tokens, k, h, rows, a); });
+  other += timed("moe/unpermute.fwd", tokens, h, k, 0.0,
+                 [&] { be.moe_unpermute(c, ptdp::DType::BF16, probs, row_of, tokens, k, h, rows, a); });
+  other += timed("moe/unpermute.bwd", tokens, h, k, 0.0, [&] {
+    be.moe_unpermute_backward(a, c, ptdp::DType::BF16, probs, row_of, tokens, k, h, rows, c, probs);
+  });
+  swiglu += timed("moe/swiglu.fwd", rows, ffn, 0, 0.0, [&] { be.swiglu_forward(a, c, ptdp::DType::BF16, rows, ffn); });
+  swiglu += timed("moe/swiglu.bwd", rows, ffn, 0, 0.0,
+                  [&] { be.swiglu_backward(a, c, c, ptdp::DType::BF16, rows, ffn); });
+  if (paired_grouped > 0.0) {
+    std::printf("grouped GEMMs ran at %.0f%% of one GEMM's speed on the same FLOPs\n",
+                100.0 * paired_plain / paired_grouped);
+  }
+  if (gemm_s > 0.0 && other > 0.0) {
+    const double layer = gemm_s + swiglu + other;
+    std::printf("router + routing + permute + unpermute (fwd and bwd): %.3f ms of the layer's %.3f ms (%.1f%%)\n",
+                other * 1e3, layer * 1e3, 100.0 * other / layer);
+  }
+  for (void* p : {a, c}) ptdp::cuda::device_free(0, p, act * 2);
+  ptdp::cuda::device_free(0, w, wts * 2);
+  ptdp::cuda::device_free(0, g, wts * 4);
+  for (void* p : {static_cast<void*>(logits), static_cast<void*>(dlogits)})
+    ptdp::cuda::device_free(0, p, static_cast<std::size_t>(tokens * E) * 4);
+  for (void* p : {static_cast<void*>(probs), static_cast<void*>(idx), static_cast<void*>(row_of)})
+    ptdp::cuda::device_free(0, p, static_cast<std::size_t>(rows) * 4);
+  return ok;
+}
+
 int run(const Options& o) {
   if (ptdp::cuda::device_count() == 0) {
     std::printf("bench_gpu: no CUDA device; nothing to measure\n");
@@ -1180,7 +1356,8 @@ int run(const Options& o) {
   const std::vector<Case> cases = make_cases(o);
   const std::vector<AttnCase> attn_cases = make_attention_cases(o);
   const std::vector<TrainCase> train_cases = make_train_cases(o);
-  if (cases.empty() && attn_cases.empty() && train_cases.empty()) {
+  const bool moe = o.filter.empty() || o.filter.find("moe") != std::string::npos;
+  if (cases.empty() && attn_cases.empty() && train_cases.empty() && !moe) {
     std::fprintf(stderr, "bench_gpu: no case matches --filter '%s'\n", o.filter.c_str());
     return 2;
   }
@@ -1191,10 +1368,11 @@ int run(const Options& o) {
       !run_kernels(o, cases, attn_cases, results, attention)) {
     return 1;
   }
+  const bool moe_ok = !moe || run_moe(o);
   std::vector<TrainResult> training;
   const bool train_ok = train_cases.empty() || run_train(o, train_cases, training);
   if (!o.json_path.empty() && !write_json(o, device, results, attention, training)) return 1;
-  return train_ok ? 0 : 1;
+  return train_ok && moe_ok ? 0 : 1;
 }
 
 }  // namespace

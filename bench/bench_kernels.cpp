@@ -12,6 +12,12 @@
 //      for the 12 query heads) in GFLOP/s over the visible half of the scores; then the fused
 //      kernels beside the unfused sequence the layer runs (strided-batched GEMMs + causal
 //      softmax + GEMM) at s 64 b 4 and s 1024 b 1, both counted over the visible half.
+//   2c. An MoE layer's experts at OLMoE-1B-7B's shape (h 2048, expert ffn 1024 with SwiGLU, 64
+//      experts, top-8; tokens scaled down for a few cores): the six grouped GEMMs of the two
+//      expert linears (forward, dgrad, wgrad) through Backend::grouped_gemm, each beside one
+//      plain GEMM of the same total FLOPs (every token on one expert) in GFLOP/s and % of (1);
+//      then the router, the routing sort, dispatch and combine with their backwards, and their
+//      share of the layer's time (those plus the grouped GEMMs and SwiGLU).
 //   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
 //      must read and write (formula next to each op), with the Llama family's RMSNorm, SwiGLU
 //      and RoPE at the same sizes. The AdamW step's GB/s is set beside ceilings measured in the
@@ -237,6 +243,8 @@ class Bench {
     sample_peak("after the GEMMs");
     bench_compute16_and_attention();
     sample_peak("after 16-bit GEMMs and attention");
+    bench_moe();
+    sample_peak("after the MoE layer");
     bench_bias();
     bench_gelu();
     bench_layernorm();
@@ -555,6 +563,7 @@ class Bench {
   bool any_gemm_selected() {
     bool any = false;
     for (const auto& n : gemm_names()) any = selected(n) || any;
+    for (const auto& n : moe_gemm_names()) any = selected(n) || any;
     return any;
   }
 
@@ -1095,6 +1104,200 @@ class Bench {
       ptdp::bench::unfused_attention_backward(be_, s, pairs, dh, ad.scale, qkv.get(), probs.get(), dctx.get(),
                                               dprobs.get(), dqkv.get());
     });
+  }
+
+  // -- 2c. an MoE layer's experts (OLMoE-1B-7B's shape) -----------------------------------------
+
+  static constexpr int64_t kMoeHidden = 2048;  // h
+  static constexpr int64_t kMoeFfn = 1024;     // one expert's ffn (fc1 writes 2 * ffn for SwiGLU)
+  static constexpr int64_t kMoeExperts = 64;
+  static constexpr int64_t kMoeTopk = 8;
+
+  /// The expert GEMMs: name, grouped descriptor shape (varying M or K) and the plain GEMM of
+  /// the same FLOPs.
+  struct MoeGemm {
+    const char* name;
+    ptdp::GroupedDim varying;
+    bool trans_b;
+    int64_t n, fixed;  // n, and k (varying M) or m (varying K)
+  };
+  static constexpr MoeGemm kMoeGemms[] = {
+      {"fc1.fwd", ptdp::GroupedDim::M, true, 2 * kMoeFfn, kMoeHidden},     // [T, h] x W1^T
+      {"fc1.dgrad", ptdp::GroupedDim::M, false, kMoeHidden, 2 * kMoeFfn},  // dY1 W1
+      {"fc1.wgrad", ptdp::GroupedDim::K, false, kMoeHidden, 2 * kMoeFfn},  // dY1^T X
+      {"fc2.fwd", ptdp::GroupedDim::M, true, kMoeHidden, kMoeFfn},         // A W2^T
+      {"fc2.dgrad", ptdp::GroupedDim::M, false, kMoeFfn, kMoeHidden},      // dY2 W2
+      {"fc2.wgrad", ptdp::GroupedDim::K, false, kMoeFfn, kMoeHidden},      // dY2^T A
+  };
+
+  static std::vector<std::string> moe_gemm_names() {
+    std::vector<std::string> names;
+    for (const auto& g : kMoeGemms) {
+      names.push_back(std::string("moe/grouped.") + g.name);
+      names.push_back(std::string("moe/sgemm.") + g.name);
+    }
+    return names;
+  }
+
+  static std::vector<std::string> moe_op_names() {
+    return {"moe/router.fwd", "moe/router.bwd", "moe/route", "moe/permute.fwd", "moe/permute.bwd",
+            "moe/unpermute.fwd", "moe/unpermute.bwd", "moe/swiglu.fwd", "moe/swiglu.bwd"};
+  }
+
+  /// One timed row of section 2c: FLOP-counted (flops > 0) or a plain time.
+  double moe_case(const std::string& name, const std::string& ops, int64_t m, int64_t n, int64_t k,
+                  double flops, const std::function<void()>& op) {
+    if (!selected(name)) return 0.0;
+    Result r;
+    r.section = "moe";
+    r.name = name;
+    r.m = m;
+    r.n = n;
+    r.k = k;
+    r.batch = 1;
+    r.ops = ops;
+    r.flops = flops;
+    std::printf("   %-22s %3s %6" PRId64 " %6" PRId64 " %6" PRId64, name.substr(4).c_str(), ops.c_str(), m, n,
+                k);
+    std::fflush(stdout);
+    try {
+      r.st = measure(op, true);
+      r.ok = true;
+    } catch (const std::exception& e) {
+      r.error = std::string("ERROR: ") + e.what();
+    }
+    const double seconds = r.ok ? r.st.median_s : 0.0;
+    if (flops > 0.0 || !r.ok) {
+      report_flops(std::move(r));
+    } else {
+      std::printf(" %10.3f %10.3f\n", r.st.median_s * 1e3, r.st.best_s * 1e3);
+      results_.push_back(std::move(r));
+    }
+    return seconds;
+  }
+
+  void bench_moe() {
+    const auto gemms = moe_gemm_names(), ops = moe_op_names();
+    bool any = false;
+    for (const auto& n : gemms) any = selected(n) || any;
+    for (const auto& n : ops) any = selected(n) || any;
+    if (!any) return;
+    const int64_t tokens = o_.quick ? 256 : 1024, k = kMoeTopk, E = kMoeExperts, h = kMoeHidden;
+    const int64_t slots = tokens * k, ffn = kMoeFfn;
+    std::printf("2c. MoE experts at OLMoE-1B-7B's shape (h %" PRId64 ", expert ffn %" PRId64
+                " SwiGLU, %" PRId64 " experts, top-%" PRId64 ", %" PRId64 " tokens: %" PRId64
+                " rows)\n",
+                h, ffn, E, k, tokens, slots);
+    // Routing from random router logits, as the layer does it: uneven expert loads.
+    Buffer<float> logits(tokens * E), probs(slots), dprobs(slots), dlogits(tokens * E);
+    Buffer<int32_t> idx(slots), row_of(slots);
+    fill_uniform(logits, -2.0f, 2.0f, 901);
+    fill_uniform(dprobs, -1.0f, 1.0f, 902);
+    ptdp::RouterDesc rd;
+    rd.tokens = tokens;
+    rd.experts = E;
+    rd.topk = k;
+    std::vector<int64_t> counts(static_cast<std::size_t>(E));
+    be_.moe_router_forward(rd, logits.get(), nullptr, idx.get(), probs.get());
+    be_.moe_route(idx.get(), tokens, k, E, row_of.get(), counts.data());
+    const auto [lo, hi] = std::minmax_element(counts.begin(), counts.end());
+    std::printf("   rows per expert: min %" PRId64 ", max %" PRId64 ", mean %.1f\n", *lo, *hi,
+                static_cast<double>(slots) / static_cast<double>(E));
+    std::printf("   %-22s %3s %6s %6s %6s %10s %10s %9s %7s\n", "name", "op", "m", "n", "k", "ms", "best ms",
+                "GFLOP/s", "% peak");
+    std::printf("   %s\n", std::string(90, '-').c_str());
+    // Buffers big enough for every GEMM: rows x (2 ffn) activations, E experts' weights (1 GiB:
+    // the layer's real size, which the forward and dgrad stream through once per call).
+    const int64_t wide = 2 * ffn > h ? 2 * ffn : h;
+    Buffer<float> a(slots * wide), b(E * 2 * ffn * h), c(slots * wide);
+    fill_uniform(a, -1.0f, 1.0f, 903);
+    fill_uniform(b, -0.05f, 0.05f, 904);
+    fill_uniform(c, -1.0f, 1.0f, 905);
+    // gemm_s: every grouped GEMM; paired_*: the rows where both the grouped and the plain GEMM ran.
+    double gemm_s = 0.0, paired_grouped_s = 0.0, paired_sgemm_s = 0.0;
+    for (const MoeGemm& g : kMoeGemms) {
+      ptdp::GroupedGemmDesc d;
+      d.groups = E;
+      d.sizes = counts.data();
+      d.varying = g.varying;
+      d.trans_b = g.trans_b;
+      d.n = g.n;
+      GemmDesc plain;
+      plain.n = g.n;
+      plain.trans_b = g.trans_b;
+      if (g.varying == ptdp::GroupedDim::M) {
+        d.m = slots;
+        d.k = g.fixed;
+        plain.m = slots;
+        plain.k = g.fixed;
+      } else {
+        d.m = g.fixed;
+        d.k = slots;
+        d.beta = 1.0f;  // wgrad accumulates
+        plain.trans_a = true;
+        plain.m = g.fixed;
+        plain.k = slots;
+        plain.beta = 1.0f;
+      }
+      const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+      const std::string ops_name = g.varying == ptdp::GroupedDim::M ? (g.trans_b ? "NT" : "NN") : "TN";
+      // Forward and dgrad read the experts' weights (b) and write activations (c); wgrad reads
+      // two activations (a, c) and writes the experts' gradients (over b).
+      const bool wgrad = g.varying == ptdp::GroupedDim::K;
+      float* in2 = wgrad ? c.get() : b.get();
+      float* out = wgrad ? b.get() : c.get();
+      const double t = moe_case(std::string("moe/grouped.") + g.name, ops_name, d.m, d.n, d.k, flops,
+                                [&] { be_.grouped_gemm(d, a.get(), in2, out); });
+      gemm_s += t;
+      const double ts = moe_case(std::string("moe/sgemm.") + g.name, ops_name, plain.m, plain.n, plain.k, flops,
+                                 [&] { be_.gemm(plain, a.get(), in2, out); });
+      if (t > 0.0 && ts > 0.0) {
+        paired_sgemm_s += ts;
+        paired_grouped_s += t;
+      }
+    }
+    // The ops around the GEMMs (no FLOP count: time only).
+    Buffer<float> x(tokens * h), xs(slots * h), y(tokens * h), act(slots * 2 * ffn), acto(slots * ffn);
+    fill_uniform(x, -1.0f, 1.0f, 906);
+    fill_uniform(xs, -1.0f, 1.0f, 907);
+    fill_uniform(act, -1.0f, 1.0f, 908);
+    double other_s = 0.0, swiglu_s = 0.0;
+    other_s += moe_case("moe/router.fwd", "", tokens, E, k, 0.0,
+                        [&] { be_.moe_router_forward(rd, logits.get(), nullptr, idx.get(), probs.get()); });
+    other_s += moe_case("moe/router.bwd", "", tokens, E, k, 0.0, [&] {
+      be_.moe_router_backward(rd, logits.get(), idx.get(), dprobs.get(), dlogits.get(), false);
+    });
+    other_s += moe_case("moe/route", "", tokens, E, k, 0.0,
+                        [&] { be_.moe_route(idx.get(), tokens, k, E, row_of.get(), counts.data()); });
+    other_s += moe_case("moe/permute.fwd", "", tokens, h, k, 0.0, [&] {
+      be_.moe_permute(x.get(), kF32, row_of.get(), tokens, k, h, slots, xs.get());
+    });
+    other_s += moe_case("moe/permute.bwd", "", tokens, h, k, 0.0, [&] {
+      be_.moe_unpermute(xs.get(), kF32, nullptr, row_of.get(), tokens, k, h, slots, y.get());
+    });
+    other_s += moe_case("moe/unpermute.fwd", "", tokens, h, k, 0.0, [&] {
+      be_.moe_unpermute(xs.get(), kF32, probs.get(), row_of.get(), tokens, k, h, slots, y.get());
+    });
+    other_s += moe_case("moe/unpermute.bwd", "", tokens, h, k, 0.0, [&] {
+      be_.moe_unpermute_backward(y.get(), xs.get(), kF32, probs.get(), row_of.get(), tokens, k, h, slots,
+                                 xs.get(), dprobs.get());
+    });
+    swiglu_s += moe_case("moe/swiglu.fwd", "", slots, ffn, 0, 0.0,
+                         [&] { be_.swiglu_forward(act.get(), acto.get(), kF32, slots, ffn); });
+    swiglu_s += moe_case("moe/swiglu.bwd", "", slots, ffn, 0, 0.0,
+                         [&] { be_.swiglu_backward(act.get(), acto.get(), a.get(), kF32, slots, ffn); });
+    if (paired_grouped_s > 0.0) {
+      std::printf("   grouped GEMMs ran at %.0f%% of the plain GEMMs' speed on the same FLOPs\n",
+                  100.0 * paired_sgemm_s / paired_grouped_s);
+    }
+    if (gemm_s > 0.0 && other_s > 0.0) {
+      const double layer = gemm_s + swiglu_s + other_s;
+      std::printf("   router + routing + permute + unpermute (fwd and bwd): %.3f ms of the layer's %.3f ms "
+                  "(%.1f%%; grouped GEMMs %.1f%%, SwiGLU %.1f%%)\n",
+                  other_s * 1e3, layer * 1e3, 100.0 * other_s / layer, 100.0 * gemm_s / layer,
+                  100.0 * swiglu_s / layer);
+    }
+    std::printf("\n");
   }
 
   // -- 3. memory-bound ops ---------------------------------------------------------------------

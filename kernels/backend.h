@@ -196,6 +196,75 @@ struct RopeDesc {
   int64_t position_offset = 0;
 };
 
+/// Which dimension of a grouped GEMM varies from group to group (GroupedGemmDesc).
+enum class GroupedDim : int { M = 0, K = 1 };
+
+/// G independent GEMMs in one call: the linears of the local experts of an MoE layer, whose
+/// tokens sit in one expert-sorted buffer. Group g has its own size sizes[g] (a host array: the
+/// caller already holds the counts on the host, so no device value is read to launch the work)
+/// in the varying dimension; the operands whose rows vary are stacked (group g's rows follow
+/// group g - 1's, leading dimensions as GemmDesc's), and the operand of fixed size sits at
+/// base + g * stride. Everything else is GemmDesc's: row-major, A and B of one floating storage
+/// type, C of that type or f32, fp32 accumulation, alpha and beta applied as
+/// C = alpha * product + beta * C, each result rounded once.
+///
+///   varying M (forward and dgrad):  C_g [m_g, n] = alpha * A_g [m_g, k] op(B_g) + beta * C_g
+///     A stacked [sum m_g, k] (lda), B_g stored [n, k] when trans_b else [k, n] (ldb) at
+///     b + g * stride, C stacked [sum m_g, n] (ldc). Forward of an expert linear:
+///     Y_g = X_g W_g^T (trans_b, W_g [n, k]); its dgrad: dX_g = dY_g W_g (no trans_b).
+///   varying K (wgrad):  C_g [m, n] = alpha * A_g^T B_g + beta * C_g, the reduction over k_g
+///     A stacked [sum k_g, m] (lda), B stacked [sum k_g, n] (ldb), C_g [m, n] (ldc) at
+///     c + g * stride. The weight gradient dW_g [n_out, k_in] (+)= dY_g^T X_g: A = dY, B = X,
+///     beta = 1 accumulating into fp32 main gradients under 16-bit A and B.
+/// The varying field of the descriptor (m for M, k for K) is the total, sum(sizes), which the
+/// checks compare with the sizes. A group of size 0 computes nothing under varying M; under
+/// varying K its C_g becomes beta * C_g (0 for beta == 0, unchanged for beta == 1).
+/// stride is in elements of the fixed operand (B_g for M, C_g for K); 0 means packed (the
+/// matrix's rows * leading dimension). trans_b applies to varying M only.
+struct GroupedGemmDesc {
+  int64_t groups = 0;
+  const int64_t* sizes = nullptr;  ///< host [groups]: m_g (varying M) or k_g (varying K), >= 0
+  GroupedDim varying = GroupedDim::M;
+  bool trans_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+  int64_t stride = 0;
+  DType a_type = DType::F32, b_type = DType::F32, c_type = DType::F32;
+};
+
+/// The router's score function (Megatron's --moe-router-score-function; the values of
+/// MoeScoreFunction in core/layers/layer_config.h).
+enum class RouterScore : int { Softmax = 0, Sigmoid = 1 };
+
+/// Top-k routing with Megatron-Core's semantics (moe_utils.topk_routing_with_score_function and
+/// group_limited_topk), over fp32 logits [tokens, experts]. Per token, with l its logits row:
+///   softmax, !pre_softmax: select on l; probs = softmax over the k selected logits
+///   softmax, pre_softmax:  s = softmax(l) over all experts; select on s; probs = s[selected]
+///   sigmoid:               s = sigmoid(l); select on s + expert_bias (bias [experts] fp32, or
+///                          s itself without one); c = s[selected];
+///                          probs = c / (sum(c) + 1e-20) when topk > 1, else c
+/// then probs *= scaling_factor when it is not 0 (--moe-router-topk-scaling-factor).
+/// Selection takes the topk largest values; slot j of a token holds its j-th largest, and equal
+/// values rank by expert index, lower first (so ties are settled the same way on every device
+/// and for every layout). Group-limited routing (num_groups > 0, DeepSeek's device- and
+/// node-limited routing): the experts are num_groups consecutive groups; a group's score is the
+/// sum of its topk / group_topk largest selection values; the group_topk best groups are kept
+/// (ties: lower group first) and the topk experts are selected among theirs.
+/// Requirements: 1 <= topk <= experts; with groups, num_groups divides experts, group_topk
+/// divides topk, 1 <= group_topk <= num_groups and topk / group_topk <= experts / num_groups;
+/// expert_bias needs the sigmoid score function (as Megatron, aux-loss-free balancing is
+/// defined for sigmoid routers). NaN logits give an unspecified selection.
+struct RouterDesc {
+  int64_t tokens = 0, experts = 0, topk = 1;
+  RouterScore score = RouterScore::Softmax;
+  bool pre_softmax = false;
+  int64_t num_groups = 0;  ///< 0: no group-limited routing
+  int64_t group_topk = 0;
+  float scaling_factor = 0.0f;  ///< 0: none
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -379,6 +448,88 @@ class Backend {
   virtual void ce_backward(const void* logits, DType t, const float* row_max,
                            const float* sum_exp, const int32_t* targets, const float* dloss,
                            int64_t rows, int64_t v, int64_t vocab_start, void* dlogits) = 0;
+
+  // ---- mixture of experts (core/layers/moe/) -------------------------------------------------
+  /// See GroupedGemmDesc: every group's GEMM, on this backend's stream without waiting for the
+  /// device between groups.
+  virtual void grouped_gemm(const GroupedGemmDesc& d, const void* a, const void* b, void* c) = 0;
+
+  /// Token routing to expert-sorted rows, a stable counting sort. indices [tokens, k] int32
+  /// holds each slot's expert in [0, experts), or -1 for a dropped slot. Writes
+  ///   counts [experts] int64, a HOST array: the slots each expert received;
+  ///   row_of [tokens * k] int32: slot (t, j)'s row in the expert-sorted buffer, -1 if dropped.
+  /// Expert e's rows are [sum_{e' < e} counts[e'], + counts[e]) and hold its slots in increasing
+  /// slot order t * k + j (token order, then slot order; Megatron's permute order). An index
+  /// outside [-1, experts) is refused, naming the first such slot, before row_of is written.
+  /// experts <= kcheck::kMaxExperts. Synchronous: the CUDA backend copies counts back (its one
+  /// wait for the device).
+  virtual void moe_route(const int32_t* indices, int64_t tokens, int64_t k, int64_t experts,
+                         int32_t* row_of, int64_t* counts) = 0;
+
+  /// Dispatch: out[row_of[t * k + j], :] = x[t, :] for every slot that is not dropped; x is
+  /// [tokens, h] and out [rows, h] of any dtype t (a byte copy). Rows no slot maps to are left
+  /// as they are. Entries of row_of outside [0, rows) are never dereferenced (treated as dropped).
+  virtual void moe_permute(const void* x, DType t, const int32_t* row_of, int64_t tokens,
+                           int64_t k, int64_t h, int64_t rows, void* out) = 0;
+
+  /// Combine: y[t, :] = sum_j w[t, j] * e[row_of[t * k + j], :] over the slots that are not
+  /// dropped, in increasing j, in fp32, rounded once to t (0 for a token whose slots are all
+  /// dropped). w is probs [tokens, k] fp32, or 1 where probs is NULL: then this is the
+  /// backward of moe_permute (dx from dout). e is [rows, h], y [tokens, h], floating type t.
+  virtual void moe_unpermute(const void* e, DType t, const float* probs, const int32_t* row_of,
+                             int64_t tokens, int64_t k, int64_t h, int64_t rows, void* y) = 0;
+
+  /// The backward of moe_unpermute with probs, for every slot (t, j) that is not dropped:
+  ///   de[row_of[t * k + j], :] = probs[t, j] * dy[t, :]                 (rounded once to t)
+  ///   dprobs[t, j] = sum_c dy[t, c] * e[row_of[t * k + j], c]          (fp32; 0 if dropped)
+  /// dy [tokens, h], e and de [rows, h]; rows of de no slot maps to are left as they are.
+  virtual void moe_unpermute_backward(const void* dy, const void* e, DType t, const float* probs,
+                                      const int32_t* row_of, int64_t tokens, int64_t k, int64_t h,
+                                      int64_t rows, void* de, float* dprobs) = 0;
+
+  /// Top-k routing (see RouterDesc): indices [tokens, topk] int32 and probs [tokens, topk] fp32
+  /// from logits [tokens, experts] fp32; expert_bias [experts] fp32 or NULL.
+  virtual void moe_router_forward(const RouterDesc& d, const float* logits,
+                                  const float* expert_bias, int32_t* indices, float* probs) = 0;
+  /// dlogits [tokens, experts] fp32 = (accumulate ? dlogits : 0) + d probs / d logits applied to
+  /// dprobs [tokens, topk], through the path the forward took with these indices (selection is
+  /// piecewise constant; experts not selected get 0). indices are the forward's own, before any
+  /// capacity drop (a dropped slot's dprobs is 0, as moe_unpermute_backward writes it; entries
+  /// outside [0, experts) are skipped, never dereferenced). The scores are recomputed from logits
+  /// (a few exps per expert, cheaper than keeping [tokens, experts] per microbatch):
+  ///   softmax, !pre_softmax: q = softmax(selected logits); dl_sel = f q (dp - <q, dp>)
+  ///   softmax, pre_softmax:  s = softmax(l); ds = f dp at the selected experts;
+  ///                          dl = s (ds - <s, ds>)
+  ///   sigmoid, topk > 1:     S = sum(c) + 1e-20; dc = f (dp / S - <dp, c> / S^2);
+  ///                          dl_sel = dc s (1 - s)        (topk == 1: dc = f dp)
+  /// with f the scaling factor (1 when it is 0).
+  virtual void moe_router_backward(const RouterDesc& d, const float* logits,
+                                   const int32_t* indices, const float* dprobs, float* dlogits,
+                                   bool accumulate) = 0;
+
+  /// The scores of the load-balancing loss (Megatron's compute_routing_scores_for_aux_loss),
+  /// scores [tokens, experts] fp32 from logits: softmax over the experts, or for sigmoid
+  /// sigmoid(l) / (sum_e sigmoid(l_e) + 1e-20).
+  virtual void moe_aux_scores_forward(RouterScore score, const float* logits, int64_t tokens,
+                                      int64_t experts, float* scores) = 0;
+  /// dlogits = (accumulate ? dlogits : 0) + the backward of moe_aux_scores_forward applied to
+  /// dscores [tokens, experts] (scores recomputed from logits):
+  ///   softmax: dl = s (ds - <s, ds>)
+  ///   sigmoid: S = sum sigmoid(l) + 1e-20; dsig = ds / S - <ds, sigmoid(l)> / S^2;
+  ///            dl = dsig sigmoid(l) (1 - sigmoid(l))
+  virtual void moe_aux_scores_backward(RouterScore score, const float* logits,
+                                       const float* dscores, int64_t tokens, int64_t experts,
+                                       float* dlogits, bool accumulate) = 0;
+
+  /// The router z-loss's pieces (ST-MoE; Megatron's z_loss_func = coeff * mean_t lse_t^2):
+  /// lse [tokens] fp32 = log sum_e exp(logits[t, e]).
+  virtual void moe_router_lse(const float* logits, int64_t tokens, int64_t experts,
+                              float* lse) = 0;
+  /// dlogits[t, e] = (accumulate ? dlogits[t, e] : 0) + scale * 2 lse[t] softmax(logits[t])_e,
+  /// the gradient of scale * sum_t lse_t^2 (scale = coeff / tokens for Megatron's mean).
+  virtual void moe_router_z_loss_backward(const float* logits, const float* lse, float scale,
+                                          int64_t tokens, int64_t experts, float* dlogits,
+                                          bool accumulate) = 0;
 
   // ---- optimizer steps over flat buffers ----------------------------------------------------
   virtual void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,

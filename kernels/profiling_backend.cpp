@@ -13,7 +13,9 @@ const char* backend_op_name(BackendOp op) {
       "softmax_backward", "attention_forward", "attention_backward", "attention_block_forward",
       "attention_block_backward", "dropout_forward", "dropout_backward", "bias_dropout_add", "add", "axpy", "scale",
       "fill", "copy_2d", "fill_2d", "cast", "sum_squares", "embedding_forward", "embedding_backward",
-      "ce_forward_local", "ce_rescale", "ce_loss", "ce_backward", "adamw_step", "sgd_step"};
+      "ce_forward_local", "ce_rescale", "ce_loss", "ce_backward", "adamw_step", "sgd_step", "grouped_gemm", "moe_route",
+      "moe_permute", "moe_unpermute", "moe_unpermute_backward", "moe_router_forward", "moe_router_backward",
+      "moe_aux_scores_forward", "moe_aux_scores_backward", "moe_router_lse", "moe_router_z_loss_backward"};
   const int i = static_cast<int>(op);
   return i >= 0 && i < kBackendOpCount ? names[i] : "?";
 }
@@ -224,6 +226,57 @@ void ProfilingBackend::adamw_step(float* param, const float* grad, float* m, flo
 }
 void ProfilingBackend::sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n, const SgdParams& p) {
   timed(BackendOp::SgdStep, 0.0, [&] { inner_.sgd_step(param, grad, momentum_buf, n, p); });
+}
+
+void ProfilingBackend::grouped_gemm(const GroupedGemmDesc& d, const void* a, const void* b, void* c) {
+  // 2 m n k summed over the groups is 2 m n k with the varying dimension's total, which d holds.
+  const double flops = 2.0 * static_cast<double>(d.m) * static_cast<double>(d.n) * static_cast<double>(d.k);
+  timed(BackendOp::GroupedGemm, flops, [&] { inner_.grouped_gemm(d, a, b, c); });
+}
+void ProfilingBackend::moe_route(const int32_t* indices, int64_t tokens, int64_t k, int64_t experts, int32_t* row_of,
+                                 int64_t* counts) {
+  timed(BackendOp::MoeRoute, 0.0, [&] { inner_.moe_route(indices, tokens, k, experts, row_of, counts); });
+}
+void ProfilingBackend::moe_permute(const void* x, DType t, const int32_t* row_of, int64_t tokens, int64_t k,
+                                   int64_t h, int64_t rows, void* out) {
+  timed(BackendOp::MoePermute, 0.0, [&] { inner_.moe_permute(x, t, row_of, tokens, k, h, rows, out); });
+}
+void ProfilingBackend::moe_unpermute(const void* e, DType t, const float* probs, const int32_t* row_of,
+                                     int64_t tokens, int64_t k, int64_t h, int64_t rows, void* y) {
+  timed(BackendOp::MoeUnpermute, 0.0, [&] { inner_.moe_unpermute(e, t, probs, row_of, tokens, k, h, rows, y); });
+}
+void ProfilingBackend::moe_unpermute_backward(const void* dy, const void* e, DType t, const float* probs,
+                                              const int32_t* row_of, int64_t tokens, int64_t k, int64_t h,
+                                              int64_t rows, void* de, float* dprobs) {
+  timed(BackendOp::MoeUnpermuteBackward, 0.0,
+        [&] { inner_.moe_unpermute_backward(dy, e, t, probs, row_of, tokens, k, h, rows, de, dprobs); });
+}
+void ProfilingBackend::moe_router_forward(const RouterDesc& d, const float* logits, const float* expert_bias,
+                                          int32_t* indices, float* probs) {
+  timed(BackendOp::MoeRouterForward, 0.0, [&] { inner_.moe_router_forward(d, logits, expert_bias, indices, probs); });
+}
+void ProfilingBackend::moe_router_backward(const RouterDesc& d, const float* logits, const int32_t* indices,
+                                           const float* dprobs, float* dlogits, bool accumulate) {
+  timed(BackendOp::MoeRouterBackward, 0.0,
+        [&] { inner_.moe_router_backward(d, logits, indices, dprobs, dlogits, accumulate); });
+}
+void ProfilingBackend::moe_aux_scores_forward(RouterScore score, const float* logits, int64_t tokens,
+                                              int64_t experts, float* scores) {
+  timed(BackendOp::MoeAuxScoresForward, 0.0,
+        [&] { inner_.moe_aux_scores_forward(score, logits, tokens, experts, scores); });
+}
+void ProfilingBackend::moe_aux_scores_backward(RouterScore score, const float* logits, const float* dscores,
+                                               int64_t tokens, int64_t experts, float* dlogits, bool accumulate) {
+  timed(BackendOp::MoeAuxScoresBackward, 0.0,
+        [&] { inner_.moe_aux_scores_backward(score, logits, dscores, tokens, experts, dlogits, accumulate); });
+}
+void ProfilingBackend::moe_router_lse(const float* logits, int64_t tokens, int64_t experts, float* lse) {
+  timed(BackendOp::MoeRouterLse, 0.0, [&] { inner_.moe_router_lse(logits, tokens, experts, lse); });
+}
+void ProfilingBackend::moe_router_z_loss_backward(const float* logits, const float* lse, float scale, int64_t tokens,
+                                                  int64_t experts, float* dlogits, bool accumulate) {
+  timed(BackendOp::MoeRouterZLossBackward, 0.0,
+        [&] { inner_.moe_router_z_loss_backward(logits, lse, scale, tokens, experts, dlogits, accumulate); });
 }
 
 }  // namespace ptdp

@@ -25,9 +25,11 @@ enum class BackendOp : std::uint8_t {
   SoftmaxBackward, AttentionForward, AttentionBackward, AttentionBlockForward,
   AttentionBlockBackward, DropoutForward, DropoutBackward, BiasDropoutAdd, Add, Axpy, Scale, Fill,
   Copy2d, Fill2d, Cast, SumSquares, EmbeddingForward, EmbeddingBackward, CeForwardLocal, CeRescale,
-  CeLoss, CeBackward, AdamwStep, SgdStep
+  CeLoss, CeBackward, AdamwStep, SgdStep, GroupedGemm, MoeRoute, MoePermute, MoeUnpermute,
+  MoeUnpermuteBackward, MoeRouterForward, MoeRouterBackward, MoeAuxScoresForward, MoeAuxScoresBackward,
+  MoeRouterLse, MoeRouterZLossBackward
 };
-inline constexpr int kBackendOpCount = static_cast<int>(BackendOp::SgdStep) + 1;
+inline constexpr int kBackendOpCount = static_cast<int>(BackendOp::MoeRouterZLossBackward) + 1;
 
 /// The method's name as in backend.h ("gemm", "layernorm_forward", ...).
 const char* backend_op_name(BackendOp op);
@@ -122,6 +124,26 @@ class ProfilingBackend final : public Backend {
                float* loss) override;
   void ce_backward(const void* logits, DType t, const float* row_max, const float* sum_exp, const int32_t* targets,
                    const float* dloss, int64_t rows, int64_t v, int64_t vocab_start, void* dlogits) override;
+  void grouped_gemm(const GroupedGemmDesc& d, const void* a, const void* b, void* c) override;
+  void moe_route(const int32_t* indices, int64_t tokens, int64_t k, int64_t experts, int32_t* row_of,
+                 int64_t* counts) override;
+  void moe_permute(const void* x, DType t, const int32_t* row_of, int64_t tokens, int64_t k, int64_t h,
+                   int64_t rows, void* out) override;
+  void moe_unpermute(const void* e, DType t, const float* probs, const int32_t* row_of, int64_t tokens, int64_t k,
+                     int64_t h, int64_t rows, void* y) override;
+  void moe_unpermute_backward(const void* dy, const void* e, DType t, const float* probs, const int32_t* row_of,
+                              int64_t tokens, int64_t k, int64_t h, int64_t rows, void* de, float* dprobs) override;
+  void moe_router_forward(const RouterDesc& d, const float* logits, const float* expert_bias, int32_t* indices,
+                          float* probs) override;
+  void moe_router_backward(const RouterDesc& d, const float* logits, const int32_t* indices, const float* dprobs,
+                           float* dlogits, bool accumulate) override;
+  void moe_aux_scores_forward(RouterScore score, const float* logits, int64_t tokens, int64_t experts,
+                              float* scores) override;
+  void moe_aux_scores_backward(RouterScore score, const float* logits, const float* dscores, int64_t tokens,
+                               int64_t experts, float* dlogits, bool accumulate) override;
+  void moe_router_lse(const float* logits, int64_t tokens, int64_t experts, float* lse) override;
+  void moe_router_z_loss_backward(const float* logits, const float* lse, float scale, int64_t tokens, int64_t experts,
+                                  float* dlogits, bool accumulate) override;
   void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) override;
   void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n, const SgdParams& p) override;
 

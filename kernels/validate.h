@@ -8,6 +8,7 @@
 #pragma once
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -632,6 +633,292 @@ inline void check_ce_backward(const void* logits, DType t, const float* row_max,
   not_null("ce_backward", "targets", targets, rows);
   not_null("ce_backward", "dloss", dloss, rows);
   not_null("ce_backward", "dlogits", dlogits, rows * v);
+}
+
+// ---- mixture of experts --------------------------------------------------------------------
+
+/// The most experts a router or moe_route takes: far above any published model (DeepSeek-V3 and
+/// Kimi K2 route over 256 and 384), and small enough that the CUDA counting sort keeps one
+/// counter per expert in shared memory.
+inline constexpr int64_t kMaxExperts = 4096;
+
+/// The leading dimensions and fixed-operand stride a GroupedGemmDesc's defaults (0) resolve to.
+struct GroupedGemmLayout {
+  int64_t lda = 0, ldb = 0, ldc = 0, stride = 0;
+  Work work = Work::none;
+};
+
+namespace detail {
+inline void check_grouped_ld(const char* what, int64_t ld, int64_t min_cols) {
+  PTDP_CHECK_ARG(ld >= std::max<int64_t>(1, min_cols),
+                 std::string("grouped_gemm: ") + what + " = " + std::to_string(ld) +
+                     " is smaller than the row length " + std::to_string(min_cols));
+}
+}  // namespace detail
+
+/// Sizes are read from the host array d.sizes; pointers are checked only where the call has work.
+inline GroupedGemmLayout check_grouped_gemm(const GroupedGemmDesc& d, const void* a, const void* b,
+                                            const void* c) {
+  const char* op = "grouped_gemm";
+  nonneg(op, "groups", d.groups);
+  nonneg(op, "m", d.m);
+  nonneg(op, "n", d.n);
+  nonneg(op, "k", d.k);
+  nonneg(op, "stride", d.stride);
+  const int v = static_cast<int>(d.varying);
+  PTDP_CHECK_ARG(v == static_cast<int>(GroupedDim::M) || v == static_cast<int>(GroupedDim::K),
+                 "grouped_gemm: varying = " + std::to_string(v) + " is neither M (0) nor K (1)");
+  const bool vary_m = d.varying == GroupedDim::M;
+  float_type(op, "a_type", d.a_type);
+  float_type(op, "b_type", d.b_type);
+  float_type(op, "c_type", d.c_type);
+  PTDP_CHECK_ARG(d.b_type == d.a_type, std::string("grouped_gemm: b_type = ") +
+                                           dtype_name(d.b_type) + " differs from a_type = " +
+                                           dtype_name(d.a_type));
+  PTDP_CHECK_ARG(d.c_type == d.a_type || d.c_type == DType::F32,
+                 std::string("grouped_gemm: c_type = ") + dtype_name(d.c_type) +
+                     " must be a_type = " + dtype_name(d.a_type) + " or f32");
+  PTDP_CHECK_ARG(vary_m || !d.trans_b, "grouped_gemm: trans_b applies to varying M only (varying "
+                                       "K reads B stacked as [sum k_g, n])");
+  PTDP_CHECK_ARG(d.groups == 0 || d.sizes != nullptr, "grouped_gemm: sizes is NULL");
+  int64_t total = 0;
+  for (int64_t g = 0; g < d.groups; ++g) {
+    PTDP_CHECK_ARG(d.sizes[g] >= 0, "grouped_gemm: sizes[" + std::to_string(g) +
+                                        "] must be >= 0, got " + std::to_string(d.sizes[g]));
+    total += d.sizes[g];
+  }
+  const int64_t declared = vary_m ? d.m : d.k;
+  PTDP_CHECK_ARG(declared == total, std::string("grouped_gemm: ") + (vary_m ? "m = " : "k = ") +
+                                        std::to_string(declared) + " differs from sum(sizes) = " +
+                                        std::to_string(total) + " (the varying dimension's total)");
+  // Stored row lengths: varying M reads A [*, k], B_g [n, k] or [k, n], C [*, n]; varying K
+  // reads A [*, m], B [*, n], C_g [m, n].
+  const int64_t a_cols = vary_m ? d.k : d.m;
+  const int64_t b_cols = vary_m ? (d.trans_b ? d.k : d.n) : d.n;
+  GroupedGemmLayout l;
+  l.lda = d.lda ? d.lda : std::max<int64_t>(1, a_cols);
+  l.ldb = d.ldb ? d.ldb : std::max<int64_t>(1, b_cols);
+  l.ldc = d.ldc ? d.ldc : std::max<int64_t>(1, d.n);
+  detail::check_grouped_ld("lda", l.lda, a_cols);
+  detail::check_grouped_ld("ldb", l.ldb, b_cols);
+  detail::check_grouped_ld("ldc", l.ldc, d.n);
+  // The fixed operand of a group spans (rows - 1) * ld + cols elements; packed groups follow
+  // each other at rows * ld.
+  const int64_t fixed_rows = vary_m ? (d.trans_b ? d.n : d.k) : d.m;
+  const int64_t fixed_cols = vary_m ? b_cols : d.n;
+  const int64_t fixed_ld = vary_m ? l.ldb : l.ldc;
+  const int64_t span = fixed_rows > 0 ? (fixed_rows - 1) * fixed_ld + fixed_cols : 0;
+  l.stride = d.stride ? d.stride : fixed_rows * fixed_ld;
+  PTDP_CHECK_ARG(d.stride == 0 || d.groups <= 1 || d.stride >= span,
+                 std::string("grouped_gemm: stride = ") + std::to_string(d.stride) +
+                     " is smaller than one " + (vary_m ? "B_g" : "C_g") + "'s span " +
+                     std::to_string(span) + " (groups would overlap)");
+  const bool empty = vary_m ? (total == 0 || d.n == 0) : (d.groups == 0 || d.m == 0 || d.n == 0);
+  if (empty) return l;
+  not_null(op, "c", c);
+  if ((vary_m ? d.k : total) > 0) {
+    not_null(op, "a", a);
+    not_null(op, "b", b);
+  }
+  l.work = Work::some;
+  return l;
+}
+
+inline Work check_moe_route(const int32_t* indices, int64_t tokens, int64_t k, int64_t experts,
+                            const int32_t* row_of, const int64_t* counts) {
+  const char* op = "moe_route";
+  nonneg(op, "tokens", tokens);
+  positive(op, "k", k);
+  positive(op, "experts", experts);
+  PTDP_CHECK_ARG(experts <= kMaxExperts, "moe_route: experts = " + std::to_string(experts) +
+                                             " exceeds " + std::to_string(kMaxExperts));
+  PTDP_CHECK_ARG(tokens <= INT32_MAX / k, "moe_route: tokens * k = " + std::to_string(tokens) +
+                                              " * " + std::to_string(k) +
+                                              " exceeds 2^31 - 1 (row_of holds int32 rows)");
+  not_null(op, "counts", counts);
+  if (tokens == 0) return Work::none;
+  not_null(op, "indices", indices);
+  not_null(op, "row_of", row_of);
+  return Work::some;
+}
+
+/// The refusal of an expert index outside [-1, experts) at slot `slot` (= t * k + j), in the
+/// same words on every backend.
+[[noreturn]] inline void refuse_moe_route_index(int64_t slot, int64_t k, int64_t value,
+                                                int64_t experts) {
+  throw Error(ErrorCode::InvalidArgument,
+              "moe_route: indices[" + std::to_string(slot / k) + ", " + std::to_string(slot % k) +
+                  "] = " + std::to_string(value) + " is outside [-1, experts = " +
+                  std::to_string(experts) + ")");
+}
+
+namespace detail {
+inline void check_moe_rows(const char* op, int64_t tokens, int64_t k, int64_t h, int64_t rows) {
+  nonneg(op, "tokens", tokens);
+  positive(op, "k", k);
+  nonneg(op, "h", h);
+  nonneg(op, "rows", rows);
+}
+}  // namespace detail
+
+/// t may be any dtype (the rows are copied as bytes).
+inline Work check_moe_permute(const void* x, DType t, const int32_t* row_of, int64_t tokens,
+                              int64_t k, int64_t h, int64_t rows, const void* out) {
+  const char* op = "moe_permute";
+  PTDP_CHECK_ARG(dtype_valid(static_cast<int>(t)),
+                 "moe_permute: " + detail::dtype_arg("t", t) + " is not a valid dtype");
+  detail::check_moe_rows(op, tokens, k, h, rows);
+  if (tokens == 0 || h == 0 || rows == 0) return Work::none;
+  not_null(op, "x", x);
+  not_null(op, "row_of", row_of);
+  not_null(op, "out", out);
+  return Work::some;
+}
+
+/// probs may be NULL (weights 1).
+inline Work check_moe_unpermute(const void* e, DType t, const int32_t* row_of, int64_t tokens,
+                                int64_t k, int64_t h, int64_t rows, const void* y) {
+  const char* op = "moe_unpermute";
+  float_type(op, "t", t);
+  detail::check_moe_rows(op, tokens, k, h, rows);
+  if (tokens == 0 || h == 0) return Work::none;
+  not_null(op, "row_of", row_of);
+  not_null(op, "y", y);
+  not_null(op, "e", e, rows);
+  return Work::some;
+}
+
+inline Work check_moe_unpermute_backward(const void* dy, const void* e, DType t, const float* probs,
+                                         const int32_t* row_of, int64_t tokens, int64_t k,
+                                         int64_t h, int64_t rows, const void* de,
+                                         const float* dprobs) {
+  const char* op = "moe_unpermute_backward";
+  float_type(op, "t", t);
+  detail::check_moe_rows(op, tokens, k, h, rows);
+  if (tokens == 0) return Work::none;
+  not_null(op, "probs", probs);
+  not_null(op, "row_of", row_of);
+  not_null(op, "dprobs", dprobs);
+  not_null(op, "dy", dy, h);
+  not_null(op, "e", e, rows * h);
+  not_null(op, "de", de, rows * h);
+  return Work::some;
+}
+
+namespace detail {
+inline void check_router_score(const char* op, RouterScore score) {
+  const int v = static_cast<int>(score);
+  PTDP_CHECK_ARG(v == static_cast<int>(RouterScore::Softmax) ||
+                     v == static_cast<int>(RouterScore::Sigmoid),
+                 std::string(op) + ": score = " + std::to_string(v) +
+                     " is neither softmax (0) nor sigmoid (1)");
+}
+
+inline void check_router_experts(const char* op, int64_t tokens, int64_t experts) {
+  nonneg(op, "tokens", tokens);
+  positive(op, "experts", experts);
+  PTDP_CHECK_ARG(experts <= kMaxExperts, std::string(op) + ": experts = " +
+                                             std::to_string(experts) + " exceeds " +
+                                             std::to_string(kMaxExperts));
+}
+
+inline void check_router_desc(const char* op, const RouterDesc& d) {
+  const std::string o(op);
+  check_router_experts(op, d.tokens, d.experts);
+  check_router_score(op, d.score);
+  PTDP_CHECK_ARG(d.topk >= 1 && d.topk <= d.experts,
+                 o + ": topk = " + std::to_string(d.topk) + " must be in [1, experts = " +
+                     std::to_string(d.experts) + "]");
+  PTDP_CHECK_ARG(!d.pre_softmax || d.score == RouterScore::Softmax,
+                 o + ": pre_softmax applies to the softmax score function only");
+  PTDP_CHECK_ARG(std::isfinite(d.scaling_factor),
+                 o + ": scaling_factor must be finite, got " + std::to_string(d.scaling_factor));
+  nonneg(op, "num_groups", d.num_groups);
+  nonneg(op, "group_topk", d.group_topk);
+  if (d.num_groups == 0) {
+    PTDP_CHECK_ARG(d.group_topk == 0, o + ": group_topk = " + std::to_string(d.group_topk) +
+                                          " needs num_groups > 0");
+    return;
+  }
+  PTDP_CHECK_ARG(d.experts % d.num_groups == 0,
+                 o + ": num_groups = " + std::to_string(d.num_groups) +
+                     " does not divide experts = " + std::to_string(d.experts));
+  PTDP_CHECK_ARG(d.group_topk >= 1 && d.group_topk <= d.num_groups,
+                 o + ": group_topk = " + std::to_string(d.group_topk) +
+                     " must be in [1, num_groups = " + std::to_string(d.num_groups) + "]");
+  PTDP_CHECK_ARG(d.topk % d.group_topk == 0,
+                 o + ": group_topk = " + std::to_string(d.group_topk) +
+                     " does not divide topk = " + std::to_string(d.topk));
+  PTDP_CHECK_ARG(d.topk / d.group_topk <= d.experts / d.num_groups,
+                 o + ": topk / group_topk = " + std::to_string(d.topk / d.group_topk) +
+                     " exceeds the experts per group, " +
+                     std::to_string(d.experts / d.num_groups));
+}
+}  // namespace detail
+
+inline Work check_moe_router_forward(const RouterDesc& d, const float* logits,
+                                     const float* expert_bias, const int32_t* indices,
+                                     const float* probs) {
+  const char* op = "moe_router_forward";
+  detail::check_router_desc(op, d);
+  PTDP_CHECK_ARG(expert_bias == nullptr || d.score == RouterScore::Sigmoid,
+                 "moe_router_forward: expert_bias needs the sigmoid score function");
+  if (d.tokens == 0) return Work::none;
+  not_null(op, "logits", logits);
+  not_null(op, "indices", indices);
+  not_null(op, "probs", probs);
+  return Work::some;
+}
+
+inline Work check_moe_router_backward(const RouterDesc& d, const float* logits,
+                                      const int32_t* indices, const float* dprobs,
+                                      const float* dlogits) {
+  const char* op = "moe_router_backward";
+  detail::check_router_desc(op, d);
+  if (d.tokens == 0) return Work::none;
+  not_null(op, "logits", logits);
+  not_null(op, "indices", indices);
+  not_null(op, "dprobs", dprobs);
+  not_null(op, "dlogits", dlogits);
+  return Work::some;
+}
+
+/// `op` is moe_aux_scores_forward (in = logits, out = scores) or moe_aux_scores_backward (in =
+/// logits, grad = dscores, out = dlogits).
+inline Work check_moe_aux_scores(const char* op, RouterScore score, const float* logits,
+                                 const float* grad, const float* out, int64_t tokens,
+                                 int64_t experts, bool backward) {
+  detail::check_router_score(op, score);
+  detail::check_router_experts(op, tokens, experts);
+  if (tokens == 0) return Work::none;
+  not_null(op, "logits", logits);
+  if (backward) not_null(op, "dscores", grad);
+  not_null(op, backward ? "dlogits" : "scores", out);
+  return Work::some;
+}
+
+inline Work check_moe_router_lse(const float* logits, int64_t tokens, int64_t experts,
+                                 const float* lse) {
+  const char* op = "moe_router_lse";
+  detail::check_router_experts(op, tokens, experts);
+  if (tokens == 0) return Work::none;
+  not_null(op, "logits", logits);
+  not_null(op, "lse", lse);
+  return Work::some;
+}
+
+inline Work check_moe_router_z_loss_backward(const float* logits, const float* lse, float scale,
+                                             int64_t tokens, int64_t experts,
+                                             const float* dlogits) {
+  const char* op = "moe_router_z_loss_backward";
+  detail::check_router_experts(op, tokens, experts);
+  PTDP_CHECK_ARG(std::isfinite(scale),
+                 "moe_router_z_loss_backward: scale must be finite, got " + std::to_string(scale));
+  if (tokens == 0) return Work::none;
+  not_null(op, "logits", logits);
+  not_null(op, "lse", lse);
+  not_null(op, "dlogits", dlogits);
+  return Work::some;
 }
 
 // ---- optimizer steps -----------------------------------------------------------------------

@@ -10,9 +10,10 @@
 # carry=["device-bundle.tar.xz"], timeout_s=540); the bundle is git-ignored, so it must be carried.
 #
 # Steps, in order (tests first, benchmarks after):
-#   test_cuda_philox test_cuda_backend test_flash_attention test_gpt_cuda test_nccl test_capi_nccl
+#   test_cuda_philox test_cuda_backend test_cuda_moe test_flash_attention test_gpt_cuda test_nccl
+#   test_capi_nccl
 #       every `gpu` test program: each CUDA op against the CPU reference in f32, bf16 and f16,
-#       the flash-attention kernels, the GPT step and AdamW training on the GPU against the CPU
+#       the MoE ops (grouped GEMM, routing, dispatch, router), the flash-attention kernels, the GPT step and AdamW training on the GPU against the CPU
 #       engine, device Philox, NCCL on a world of one without MPI (core and C API)
 #   bench_gpu          cuBLASLt GEMMs, fused attention (with Llama-3.2-1B's grouped-query
 #                      shape), bf16 training of GPT 124M/350M/1.3B (s=1024) and Llama-3.2-1B
@@ -39,7 +40,7 @@ set -uo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.." || exit 1
 
-TESTS=(test_cuda_philox test_cuda_backend test_flash_attention test_gpt_cuda test_nccl test_capi_nccl)
+TESTS=(test_cuda_philox test_cuda_backend test_cuda_moe test_flash_attention test_gpt_cuda test_nccl test_capi_nccl)
 BENCH_STEPS=(bench_gpu gpt_1.3B_bf16 gpt_124M_f32)
 # Seconds each step may use at most; a step's share is held back from the steps before it.
 declare -A SHARE=([bench_gpu]=180 [gpt_1.3B_bf16]=75 [gpt_124M_f32]=45)

@@ -99,6 +99,30 @@ class CpuBackend final : public Backend {
                    const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
                    int64_t vocab_start, void* dlogits) override;
 
+  void grouped_gemm(const GroupedGemmDesc& d, const void* a, const void* b, void* c) override;
+  void moe_route(const int32_t* indices, int64_t tokens, int64_t k, int64_t experts,
+                 int32_t* row_of, int64_t* counts) override;
+  void moe_permute(const void* x, DType t, const int32_t* row_of, int64_t tokens, int64_t k,
+                   int64_t h, int64_t rows, void* out) override;
+  void moe_unpermute(const void* e, DType t, const float* probs, const int32_t* row_of,
+                     int64_t tokens, int64_t k, int64_t h, int64_t rows, void* y) override;
+  void moe_unpermute_backward(const void* dy, const void* e, DType t, const float* probs,
+                              const int32_t* row_of, int64_t tokens, int64_t k, int64_t h,
+                              int64_t rows, void* de, float* dprobs) override;
+  void moe_router_forward(const RouterDesc& d, const float* logits, const float* expert_bias,
+                          int32_t* indices, float* probs) override;
+  void moe_router_backward(const RouterDesc& d, const float* logits, const int32_t* indices,
+                           const float* dprobs, float* dlogits, bool accumulate) override;
+  void moe_aux_scores_forward(RouterScore score, const float* logits, int64_t tokens,
+                              int64_t experts, float* scores) override;
+  void moe_aux_scores_backward(RouterScore score, const float* logits, const float* dscores,
+                               int64_t tokens, int64_t experts, float* dlogits,
+                               bool accumulate) override;
+  void moe_router_lse(const float* logits, int64_t tokens, int64_t experts, float* lse) override;
+  void moe_router_z_loss_backward(const float* logits, const float* lse, float scale,
+                                  int64_t tokens, int64_t experts, float* dlogits,
+                                  bool accumulate) override;
+
   void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWParams& p) override;
   void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,

@@ -69,6 +69,8 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (auto& [key, plan] : plans_) destroy_plan(plan);
   device_free(dev_, scratch_, scratch_bytes_);
+  device_free(dev_, grouped_ptrs_, 3 * grouped_ptrs_count_ * sizeof(void*));
+  if (blas_) cublasDestroy(blas_);
   device_free(dev_, partials_, (kReduceBlocks + 1) * sizeof(double));
   device_free(dev_, workspace_, workspace_bytes_);
   cublasLtDestroy(lt_);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cublasLt.h>
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -281,6 +282,30 @@ class CudaBackend final : public Backend {
                    const int32_t* targets, const float* dloss, int64_t rows, int64_t v,
                    int64_t vocab_start, void* dlogits) override;
 
+  void grouped_gemm(const GroupedGemmDesc& d, const void* a, const void* b, void* c) override;
+  void moe_route(const int32_t* indices, int64_t tokens, int64_t k, int64_t experts,
+                 int32_t* row_of, int64_t* counts) override;
+  void moe_permute(const void* x, DType t, const int32_t* row_of, int64_t tokens, int64_t k,
+                   int64_t h, int64_t rows, void* out) override;
+  void moe_unpermute(const void* e, DType t, const float* probs, const int32_t* row_of,
+                     int64_t tokens, int64_t k, int64_t h, int64_t rows, void* y) override;
+  void moe_unpermute_backward(const void* dy, const void* e, DType t, const float* probs,
+                              const int32_t* row_of, int64_t tokens, int64_t k, int64_t h,
+                              int64_t rows, void* de, float* dprobs) override;
+  void moe_router_forward(const RouterDesc& d, const float* logits, const float* expert_bias,
+                          int32_t* indices, float* probs) override;
+  void moe_router_backward(const RouterDesc& d, const float* logits, const int32_t* indices,
+                           const float* dprobs, float* dlogits, bool accumulate) override;
+  void moe_aux_scores_forward(RouterScore score, const float* logits, int64_t tokens,
+                              int64_t experts, float* scores) override;
+  void moe_aux_scores_backward(RouterScore score, const float* logits, const float* dscores,
+                               int64_t tokens, int64_t experts, float* dlogits,
+                               bool accumulate) override;
+  void moe_router_lse(const float* logits, int64_t tokens, int64_t experts, float* lse) override;
+  void moe_router_z_loss_backward(const float* logits, const float* lse, float scale,
+                                  int64_t tokens, int64_t experts, float* dlogits,
+                                  bool accumulate) override;
+
   void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
                   const AdamWParams& p) override;
   void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
@@ -302,6 +327,12 @@ class CudaBackend final : public Backend {
                         const GemmOperands& ops);
   /// scratch_ with at least `bytes` bytes (grown from the caching allocator, never shrunk).
   float* gemm_scratch(std::size_t bytes);
+  /// The cuBLAS handle of grouped_gemm (created on first use, on stream_, sharing workspace_).
+  cublasHandle_t blas();
+  /// Device arrays of `count` A, B and C pointers for cublasGemmGroupedBatchedEx (grown from
+  /// the caching allocator, never shrunk), filled on stream_ from host arrays without a copy
+  /// from pageable memory (grouped_gemm.cu).
+  void** grouped_pointers(std::size_t count);
 
   int dev_;
   cudaStream_t stream_ = nullptr;
@@ -314,6 +345,9 @@ class CudaBackend final : public Backend {
   std::map<GemmKey, GemmPlan> plans_;
   float* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
+  cublasHandle_t blas_ = nullptr;
+  void** grouped_ptrs_ = nullptr;  // [3 * grouped_ptrs_count_]: A, B, C pointer arrays
+  std::size_t grouped_ptrs_count_ = 0;
   // sum_squares: per-block partial sums and the final value, reused by every call.
   std::mutex reduce_mutex_;
   double* partials_ = nullptr;

@@ -654,3 +654,191 @@ TEST_CASE("attention rejects groups that do not divide heads, naming them",
   CHECK_BITEQUAL(dqkv, fvec(dqkv.size(), 3.0f));
   CHECK_BITEQUAL(delta, fvec(delta.size(), 3.0f));
 }
+
+TEST_CASE("grouped_gemm rejects bad sizes, totals, layouts and types before any write", "[errors][grouped_gemm]") {
+  fvec a(64, 1.0f), b(64, 1.0f), c(64, 5.0f);
+  const std::vector<int64_t> sizes = {2, 3}, negative = {2, -1};
+  const auto desc = [&] {
+    ptdp::GroupedGemmDesc d;
+    d.groups = 2;
+    d.sizes = sizes.data();
+    d.m = 5;
+    d.n = 2;
+    d.k = 3;
+    return d;
+  };
+  auto& k = be();
+  {
+    auto d = desc();
+    d.sizes = negative.data();
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "grouped_gemm: sizes[1] must be >= 0");
+  }
+  {
+    auto d = desc();
+    d.m = 6;
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "m = 6 differs from sum(sizes) = 5");
+  }
+  {
+    auto d = desc();
+    d.varying = ptdp::GroupedDim::K;
+    d.k = 4;
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "k = 4 differs from sum(sizes) = 5");
+    d.k = 5;
+    d.trans_b = true;
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "trans_b applies to varying M only");
+  }
+  {
+    auto d = desc();
+    d.sizes = nullptr;
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "grouped_gemm: sizes is NULL");
+  }
+  {
+    auto d = desc();
+    d.lda = 2;  // A rows are k = 3 long
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "grouped_gemm: lda = 2");
+  }
+  {
+    auto d = desc();
+    d.stride = 5;  // B_g [3, 2] spans 6 elements
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "grouped_gemm: stride = 5");
+  }
+  {
+    auto d = desc();
+    d.a_type = DType::BF16;
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "b_type = f32 differs from a_type = bf16");
+    d.b_type = DType::BF16;
+    d.c_type = DType::F16;
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "c_type = f16 must be");
+  }
+  {
+    auto d = desc();
+    d.varying = static_cast<ptdp::GroupedDim>(7);
+    CHECK_INVALID_ARG_MSG(k.grouped_gemm(d, a.data(), b.data(), c.data()), "varying = 7");
+  }
+  CHECK_INVALID_ARG_MSG(k.grouped_gemm(desc(), nullptr, b.data(), c.data()), "grouped_gemm: a is NULL");
+  CHECK_INVALID_ARG_MSG(k.grouped_gemm(desc(), a.data(), b.data(), nullptr), "grouped_gemm: c is NULL");
+  CHECK_BITEQUAL(c, fvec(64, 5.0f));
+}
+
+TEST_CASE("moe_route refuses experts out of range and names the first bad slot", "[errors][moe]") {
+  const std::vector<int32_t> idx = {0, 1, 3, -2, 9, 0};
+  std::vector<int32_t> row_of(6, 77);
+  std::vector<int64_t> counts(4, 77);
+  auto& k = be();
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), 3, 2, 4, row_of.data(), counts.data()),
+                        "moe_route: indices[1, 1] = -2 is outside [-1, experts = 4)");
+  CHECK(row_of == std::vector<int32_t>(6, 77));
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), 3, 0, 4, row_of.data(), counts.data()), "moe_route: k must be > 0");
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), 3, 2, 0, row_of.data(), counts.data()),
+                        "moe_route: experts must be > 0");
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), 3, 2, 5000, row_of.data(), counts.data()),
+                        "moe_route: experts = 5000 exceeds 4096");
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), -1, 2, 4, row_of.data(), counts.data()),
+                        "moe_route: tokens must be >= 0");
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), int64_t{1} << 30, 4, 4, row_of.data(), counts.data()),
+                        "moe_route: tokens * k = 1073741824 * 4 exceeds 2^31 - 1");
+  CHECK_INVALID_ARG_MSG(k.moe_route(idx.data(), 3, 2, 4, row_of.data(), nullptr), "moe_route: counts is NULL");
+  CHECK_INVALID_ARG_MSG(k.moe_route(nullptr, 3, 2, 4, row_of.data(), counts.data()), "moe_route: indices is NULL");
+}
+
+TEST_CASE("moe permute and unpermute refuse bad sizes, types and NULL buffers", "[errors][moe]") {
+  fvec x(32, 1.0f), y(32, 2.0f), p(8, 0.5f), dp(8, 3.0f);
+  const std::vector<int32_t> row_of = {0, 1, 2, 3};
+  auto& k = be();
+  CHECK_INVALID_ARG_MSG(k.moe_permute(x.data(), kF32, row_of.data(), 2, 0, 4, 4, y.data()),
+                        "moe_permute: k must be > 0");
+  CHECK_INVALID_ARG_MSG(k.moe_permute(x.data(), kF32, row_of.data(), 2, 2, -4, 4, y.data()),
+                        "moe_permute: h must be >= 0");
+  CHECK_INVALID_ARG_MSG(k.moe_permute(x.data(), static_cast<DType>(9), row_of.data(), 2, 2, 4, 4, y.data()),
+                        "moe_permute: t = 9 is not a valid dtype");
+  CHECK_INVALID_ARG_MSG(k.moe_permute(x.data(), kF32, nullptr, 2, 2, 4, 4, y.data()), "moe_permute: row_of is NULL");
+  CHECK_INVALID_ARG_MSG(k.moe_unpermute(x.data(), DType::I32, p.data(), row_of.data(), 2, 2, 4, 4, y.data()),
+                        "moe_unpermute: t = i32 is not a floating storage type");
+  CHECK_INVALID_ARG_MSG(k.moe_unpermute(x.data(), kF32, p.data(), row_of.data(), 2, 2, 4, -1, y.data()),
+                        "moe_unpermute: rows must be >= 0");
+  CHECK_INVALID_ARG_MSG(k.moe_unpermute(x.data(), kF32, p.data(), row_of.data(), 2, 2, 4, 4, nullptr),
+                        "moe_unpermute: y is NULL");
+  CHECK_INVALID_ARG_MSG(k.moe_unpermute_backward(y.data(), x.data(), kF32, nullptr, row_of.data(), 2, 2, 4, 4,
+                                                 x.data(), dp.data()),
+                        "moe_unpermute_backward: probs is NULL");
+  CHECK_INVALID_ARG_MSG(k.moe_unpermute_backward(y.data(), x.data(), kF32, p.data(), row_of.data(), 2, 2, 4, 4,
+                                                 x.data(), nullptr),
+                        "moe_unpermute_backward: dprobs is NULL");
+  CHECK_BITEQUAL(y, fvec(32, 2.0f));
+  CHECK_BITEQUAL(dp, fvec(8, 3.0f));
+}
+
+TEST_CASE("the MoE router refuses what Megatron-Core refuses, naming the argument", "[errors][moe]") {
+  fvec logits(64, 0.0f), probs(16, 4.0f), bias(8, 0.0f), dl(64, 4.0f);
+  std::vector<int32_t> idx(16, 4);
+  const auto desc = [] {
+    ptdp::RouterDesc d;
+    d.tokens = 2;
+    d.experts = 8;
+    d.topk = 2;
+    return d;
+  };
+  auto& k = be();
+  const auto fwd = [&](const ptdp::RouterDesc& d, const float* b = nullptr) {
+    k.moe_router_forward(d, logits.data(), b, idx.data(), probs.data());
+  };
+  {
+    auto d = desc();
+    d.topk = 9;
+    CHECK_INVALID_ARG_MSG(fwd(d), "moe_router_forward: topk = 9 must be in [1, experts = 8]");
+    d.topk = 0;
+    CHECK_INVALID_ARG_MSG(fwd(d), "moe_router_forward: topk = 0");
+  }
+  {
+    auto d = desc();
+    d.num_groups = 3;
+    d.group_topk = 1;
+    CHECK_INVALID_ARG_MSG(fwd(d), "num_groups = 3 does not divide experts = 8");
+    d.num_groups = 4;
+    d.group_topk = 5;
+    CHECK_INVALID_ARG_MSG(fwd(d), "group_topk = 5 must be in [1, num_groups = 4]");
+    d.topk = 3;
+    d.group_topk = 2;
+    CHECK_INVALID_ARG_MSG(fwd(d), "group_topk = 2 does not divide topk = 3");
+    d.topk = 6;
+    d.group_topk = 2;
+    CHECK_INVALID_ARG_MSG(fwd(d), "topk / group_topk = 3 exceeds the experts per group, 2");
+  }
+  {
+    auto d = desc();
+    d.group_topk = 2;
+    CHECK_INVALID_ARG_MSG(fwd(d), "group_topk = 2 needs num_groups > 0");
+  }
+  CHECK_INVALID_ARG_MSG(fwd(desc(), bias.data()), "moe_router_forward: expert_bias needs the sigmoid score function");
+  {
+    auto d = desc();
+    d.score = ptdp::RouterScore::Sigmoid;
+    d.pre_softmax = true;
+    CHECK_INVALID_ARG_MSG(fwd(d), "pre_softmax applies to the softmax score function only");
+    d.pre_softmax = false;
+    d.score = static_cast<ptdp::RouterScore>(4);
+    CHECK_INVALID_ARG_MSG(fwd(d), "moe_router_forward: score = 4 is neither softmax (0) nor sigmoid (1)");
+  }
+  {
+    auto d = desc();
+    d.scaling_factor = std::numeric_limits<float>::infinity();
+    CHECK_INVALID_ARG_MSG(fwd(d), "moe_router_forward: scaling_factor must be finite");
+    d = desc();
+    d.experts = 0;
+    CHECK_INVALID_ARG_MSG(fwd(d), "moe_router_forward: experts must be > 0");
+  }
+  CHECK_INVALID_ARG_MSG(k.moe_router_backward(desc(), logits.data(), idx.data(), nullptr, dl.data(), false),
+                        "moe_router_backward: dprobs is NULL");
+  CHECK_INVALID_ARG_MSG(k.moe_aux_scores_forward(ptdp::RouterScore::Softmax, logits.data(), 2, 0, dl.data()),
+                        "moe_aux_scores_forward: experts must be > 0");
+  CHECK_INVALID_ARG_MSG(k.moe_aux_scores_backward(ptdp::RouterScore::Sigmoid, logits.data(), nullptr, 2, 8,
+                                                  dl.data(), true),
+                        "moe_aux_scores_backward: dscores is NULL");
+  CHECK_INVALID_ARG_MSG(k.moe_router_lse(logits.data(), -2, 8, dl.data()), "moe_router_lse: tokens must be >= 0");
+  CHECK_INVALID_ARG_MSG(k.moe_router_z_loss_backward(logits.data(), probs.data(), std::nanf(""), 2, 8, dl.data(),
+                                                     true),
+                        "moe_router_z_loss_backward: scale must be finite");
+  CHECK(idx == std::vector<int32_t>(16, 4));
+  CHECK_BITEQUAL(probs, fvec(16, 4.0f));
+  CHECK_BITEQUAL(dl, fvec(64, 4.0f));
+}

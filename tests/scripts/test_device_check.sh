@@ -86,6 +86,7 @@ make_bundle() {  # GLIBC_REQUIRED
     printf '#!/bin/sh\necho "All tests passed (12 assertions in 3 test cases)"\n' > "$b/bin/test_cuda_philox"
   fi
   printf '#!/bin/sh\necho "x.cpp:10: failed: max_err <= tol for gemm bf16 (0.5 vs 0.01)"\necho "test cases: 4 | 3 passed | 1 failed"\nexit 1\n' > "$b/bin/test_cuda_backend"
+  printf '#!/bin/sh\necho "All tests passed (30 assertions in 8 test cases)"\n' > "$b/bin/test_cuda_moe"
   printf '#!/bin/sh\necho "starting the flash kernels"\nexec sleep 100\n' > "$b/bin/test_flash_attention"
   printf '#!/bin/sh\necho "All tests passed (40 assertions in 5 test cases)"\n' > "$b/bin/test_gpt_cuda"
   # test_nccl is missing on purpose.
@@ -118,10 +119,10 @@ r="$out/report.txt"
 cat "$r"
 check "exit status 1, got $rc" test "$rc" -eq 1
 check "verdict counts tests and benchmarks, headline MFU" has \
-  "VERDICT: GPU seen (NVIDIA H200) · tests 3 passed, 3 failed, 0 skipped · benchmarks 1 ran, 2 failed · headline MFU 47.5% (GPT 1.3B bf16 training, bench_gpu), 41.2% (Llama-3.2-1B bf16 training at s=2048, bench_gpu)" <(head -n 1 "$r")
+  "VERDICT: GPU seen (NVIDIA H200) · tests 4 passed, 3 failed, 0 skipped · benchmarks 1 ran, 2 failed · headline MFU 47.5% (GPT 1.3B bf16 training, bench_gpu), 41.2% (Llama-3.2-1B bf16 training at s=2048, bench_gpu)" <(head -n 1 "$r")
 check "glibc accepted" has "is new enough for the bundle (needs 2.17)" "$r"
 if [[ -n $cc ]]; then
-  check "a library that only a wheel holds is found and reported" grep -qE "libfakenccl\.so\.2 +$wheel/libfakenccl\.so\.2 +\(1 of 7 programs\)" "$r"
+  check "a library that only a wheel holds is found and reported" grep -qE "libfakenccl\.so\.2 +$wheel/libfakenccl\.so\.2 +\(1 of 8 programs\)" "$r"
   check "the library path has no empty entry" bash -c "! grep -qE 'LD_LIBRARY_PATH=[^)]*(::|:\)|=:)' '$r'"
 fi
 check "passing test" has "PASS test_cuda_philox: All tests passed (12 assertions in 3 test cases)" "$r"
