@@ -240,14 +240,15 @@ void read_rope(const json& j, HfArchitecture arch, LayerConfig& c, int positions
 // ---------------------------------------------------------------------------------------------
 // The Llama family and its mixtures of experts
 
-// The sliding window of the Qwen classes: use_sliding_window with sliding_window, or (transformers
-// 5) any "sliding_attention" entry of layer_types. 0: none.
+// The sliding window of the Qwen classes: transformers 4 slides some layers when
+// use_sliding_window is set (those from max_window_layers on), transformers 5 the
+// "sliding_attention" entries of layer_types when that list is there. Either way ptdp's context
+// becomes the window, within which sliding changes nothing. 0: none.
 int qwen_window(const json& j, const std::string& source) {
   bool slides = bool_or(j, "use_sliding_window", false, source);
   if (present(j, "layer_types")) {
     const json& types = j.at("layer_types");
     if (!types.is_array()) bad_field(source, "layer_types", str_cat("is not a list: ", json_text(types)));
-    slides = false;
     for (const json& t : types) {
       if (t == "sliding_attention") {
         slides = true;
@@ -311,8 +312,11 @@ void read_moe(const json& j, HfArchitecture arch, GptConfig& c, const std::strin
     return;
   }
   m.pre_softmax = !bool_or(j, "norm_topk_prob", false, source);
+  if (arch == HfArchitecture::Olmoe) {  // every layer MoE, its experts intermediate_size wide
+    m.ffn_hidden_size = c.ffn_hidden_size;
+    return;
+  }
   m.ffn_hidden_size = int_field(j, "moe_intermediate_size", source);
-  if (arch == HfArchitecture::Olmoe) return;
   m.layer_pattern = qwen_layer_pattern(j, c.num_layers, source);
   if (arch == HfArchitecture::Qwen2Moe) {
     m.shared_expert_intermediate_size = int_field(j, "shared_expert_intermediate_size", source);
