@@ -66,3 +66,34 @@ if ! "$venv/bin/python" -c 'import transformers, tokenizers' 2>/dev/null; then
   echo "install-deps: installing transformers and tokenizers into $venv"
   $sudo "$venv/bin/pip" install -q "transformers>=4.40,<4.47" tokenizers
 fi
+
+# The reference venv: the current transformers (5.x, which writes RoPE settings as
+# rope_parameters and stores MoE experts fused in memory) with the torch it needs, pinned, from
+# PyPI, without the system's site packages. The Hugging Face tests compare against both venvs
+# (tests/tools/test_hf_transformers.py, test_hf_config_fields.py) and skip (exit 77, with the
+# reason) where one is missing. Skipped when the pinned versions are installed.
+ref_venv=/opt/ptdp-ref-venv
+ref_pins=(torch==2.15.0 transformers==5.25.0 peft==0.21.2 safetensors==0.8.0 numpy==2.4.6)
+ref_python=$(command -v python3)
+pins_present() {
+  "$ref_venv/bin/python" - "${ref_pins[@]}" <<'PY' 2>/dev/null
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    try:
+        if version(name) != want:
+            sys.exit(1)
+    except PackageNotFoundError:
+        sys.exit(1)
+PY
+}
+if [[ -x $ref_venv/bin/python ]] && pins_present; then
+  echo "install-deps: $ref_venv has ${ref_pins[*]}"
+else
+  if [[ ! -x $ref_venv/bin/python ]]; then
+    $sudo "$ref_python" -m venv "$ref_venv"
+  fi
+  echo "install-deps: installing ${ref_pins[*]} into $ref_venv"
+  $sudo "$ref_venv/bin/pip" install -q "${ref_pins[@]}"
+fi

@@ -176,6 +176,10 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_LLAMA = 2
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_MISTRAL = 3
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN2 = 4
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_MIXTRAL = 5
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN3_MOE = 6
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN2_MOE = 7
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_OLMOE = 8
 end module ptdp_enums
 
 !> The C API as bind(c) interfaces. Handles are type(c_ptr); option structs are

@@ -35,186 +35,6 @@ constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 // ---------------------------------------------------------------------------------------------
-// config.json fields
-
-// A float as the shortest decimal that reads back as the same float, widened: 1e-5f is written
-// as 1e-05 rather than 9.999999747378752e-06.
-double shortest(float f) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, f);
-  return std::strtod(std::string(buf, r.ptr).c_str(), nullptr);
-}
-
-std::string float_text(float f) {
-  char buf[64];
-  const auto r = std::to_chars(buf, buf + sizeof buf, f);
-  return std::string(buf, r.ptr);
-}
-
-[[noreturn]] void bad_field(const std::string& source, const std::string& key, const std::string& why) {
-  throw_io_error(source, str_cat("\"", key, "\" ", why));
-}
-
-[[noreturn]] void unsupported(const std::string& source, const std::string& what) {
-  throw_error(ErrorCode::Unsupported, str_cat(source, ": ", what));
-}
-
-bool present(const json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
-
-int int_field(const json& j, const char* key, const std::string& source) {
-  if (!present(j, key)) bad_field(source, key, "is missing");
-  const json& v = j.at(key);
-  if (!v.is_number_integer()) bad_field(source, key, str_cat("is not an integer: ", json_text(v)));
-  const int64_t n = v.get<int64_t>();
-  if (n < 0 || n > 2147483647) bad_field(source, key, str_cat("= ", n, " is outside [0, 2^31)"));
-  return static_cast<int>(n);
-}
-
-int int_or(const json& j, const char* key, int fallback, const std::string& source) {
-  return present(j, key) ? int_field(j, key, source) : fallback;
-}
-
-float float_or(const json& j, const char* key, float fallback, const std::string& source) {
-  if (!present(j, key)) return fallback;
-  const json& v = j.at(key);
-  if (!v.is_number()) bad_field(source, key, str_cat("is not a number: ", json_text(v)));
-  const double d = v.get<double>();  // 1e300 is a JSON number but no float
-  if (!std::isfinite(d) || std::fabs(d) > static_cast<double>(std::numeric_limits<float>::max()))
-    bad_field(source, key, str_cat("= ", json_text(v), " is not a finite float"));
-  return static_cast<float>(d);
-}
-
-bool bool_or(const json& j, const char* key, bool fallback, const std::string& source) {
-  if (!present(j, key)) return fallback;
-  const json& v = j.at(key);
-  if (!v.is_boolean()) bad_field(source, key, str_cat("is not true or false: ", json_text(v)));
-  return v.get<bool>();
-}
-
-std::string string_or(const json& j, const char* key, const std::string& fallback, const std::string& source) {
-  if (!present(j, key)) return fallback;
-  const json& v = j.at(key);
-  if (!v.is_string()) bad_field(source, key, str_cat("is not a string: ", json_text(v)));
-  return v.get<std::string>();
-}
-
-constexpr HfArchitecture kArchitectures[] = {HfArchitecture::Gpt2, HfArchitecture::Llama, HfArchitecture::Mistral,
-                                             HfArchitecture::Qwen2};
-
-HfArchitecture architecture_of(const json& j, const std::string& source) {
-  std::string type = string_or(j, "model_type", "", source);
-  if (type.empty() && present(j, "architectures") && j.at("architectures").is_array() &&
-      !j.at("architectures").empty() && j.at("architectures")[0].is_string()) {
-    const std::string cls = j.at("architectures")[0].get<std::string>();
-    for (HfArchitecture a : kArchitectures)
-      if (cls == hf_class_name(a)) return a;
-    type = cls;
-  }
-  if (type.empty()) bad_field(source, "model_type", "is missing (and \"architectures\" names no known class)");
-  for (HfArchitecture a : kArchitectures)
-    if (type == hf_model_type(a)) return a;
-  unsupported(source, str_cat("model_type \"", type, "\" is not one ptdp converts (gpt2, llama, mistral, qwen2)"));
-}
-
-GptConfig gpt2_config(const json& j, const std::string& source) {
-  GptConfig c;
-  c.vocab_size = int_field(j, "vocab_size", source);
-  c.hidden_size = int_field(j, "n_embd", source);
-  c.num_layers = int_field(j, "n_layer", source);
-  c.num_attention_heads = int_field(j, "n_head", source);
-  const int positions = present(j, "n_positions") ? int_field(j, "n_positions", source) : int_field(j, "n_ctx", source);
-  c.max_position_embeddings = positions;
-  c.seq_length = positions;
-  c.ffn_hidden_size = int_or(j, "n_inner", 4 * c.hidden_size, source);
-  const std::string act = string_or(j, "activation_function", "gelu_new", source);
-  if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
-    unsupported(source, str_cat("activation_function \"", act,
-                                "\": ptdp's GeLU is the tanh approximation (gelu_new, gelu_pytorch_tanh, gelu_fast)"));
-  if (!bool_or(j, "scale_attn_weights", true, source))
-    unsupported(source, "scale_attn_weights = false: ptdp scales attention scores by 1/sqrt(head dim)");
-  if (bool_or(j, "scale_attn_by_inverse_layer_idx", false, source))
-    unsupported(source, "scale_attn_by_inverse_layer_idx = true is not computed by ptdp");
-  c.layernorm_epsilon = float_or(j, "layer_norm_epsilon", 1e-5f, source);
-  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
-  c.hidden_dropout = float_or(j, "resid_pdrop", 0.1f, source);
-  c.attention_dropout = float_or(j, "attn_pdrop", 0.1f, source);
-  c.tie_embeddings = bool_or(j, "tie_word_embeddings", true, source);
-  c.normalization = Normalization::LayerNorm;
-  c.position_embedding = PositionEmbedding::LearnedAbsolute;
-  c.swiglu = false;
-  c.add_bias_linear = true;
-  return c;
-}
-
-GptConfig llama_config(const json& j, HfArchitecture arch, const std::string& source) {
-  GptConfig c;
-  c.vocab_size = int_field(j, "vocab_size", source);
-  c.hidden_size = int_field(j, "hidden_size", source);
-  c.ffn_hidden_size = int_field(j, "intermediate_size", source);
-  c.num_layers = int_field(j, "num_hidden_layers", source);
-  c.num_attention_heads = int_field(j, "num_attention_heads", source);
-  const int heads = c.num_attention_heads;
-  const int kv = int_or(j, "num_key_value_heads", heads, source);
-  c.num_query_groups = kv == heads ? 0 : kv;
-  PTDP_CHECK_ARG(heads > 0 && (present(j, "head_dim") || c.hidden_size % heads == 0),
-                 str_cat(source, ": hidden_size ", c.hidden_size, " is not a multiple of num_attention_heads ", heads,
-                         " and there is no head_dim"));
-  const int head_dim = int_or(j, "head_dim", heads > 0 ? c.hidden_size / heads : 0, source);
-  c.kv_channels = heads > 0 && head_dim * heads == c.hidden_size ? 0 : head_dim;
-  const int positions = int_field(j, "max_position_embeddings", source);
-  c.max_position_embeddings = positions;
-  c.seq_length = positions;
-  const std::string act = string_or(j, "hidden_act", "silu", source);
-  if (act != "silu") unsupported(source, str_cat("hidden_act \"", act, "\": ptdp's SwiGLU uses silu"));
-  c.layernorm_epsilon = float_or(j, "rms_norm_eps", 1e-6f, source);
-  c.rotary_base = float_or(j, "rope_theta", 10000.0f, source);
-  if (float_or(j, "partial_rotary_factor", 1.0f, source) != 1.0f)
-    unsupported(source, "partial_rotary_factor != 1 is not part of this architecture");
-  if (present(j, "rope_scaling")) {
-    const json& s = j.at("rope_scaling");
-    if (!s.is_object()) bad_field(source, "rope_scaling", str_cat("is not an object: ", json_text(s)));
-    const std::string where = source + " rope_scaling";
-    std::string type = string_or(s, "rope_type", "", where);
-    if (type.empty()) type = string_or(s, "type", "default", where);
-    if (type == "llama3") {
-      c.rope_scaling.enabled = true;
-      c.rope_scaling.factor = float_or(s, "factor", 8.0f, where);
-      c.rope_scaling.low_freq_factor = float_or(s, "low_freq_factor", 1.0f, where);
-      c.rope_scaling.high_freq_factor = float_or(s, "high_freq_factor", 4.0f, where);
-      c.rope_scaling.original_max_position_embeddings = int_or(s, "original_max_position_embeddings", 8192, where);
-    } else if (type != "default") {
-      unsupported(source, str_cat("rope_scaling type \"", type, "\": ptdp computes Llama 3.1's (\"llama3\") only"));
-    }
-  }
-  c.tie_embeddings = bool_or(j, "tie_word_embeddings", false, source);
-  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
-  c.hidden_dropout = 0.0f;
-  c.attention_dropout = float_or(j, "attention_dropout", 0.0f, source);
-  c.normalization = Normalization::RMSNorm;
-  c.position_embedding = PositionEmbedding::Rope;
-  c.swiglu = true;
-  c.add_bias_linear = false;
-  c.add_qkv_bias = false;
-  int window = 0;
-  if (arch == HfArchitecture::Llama) {
-    const bool attention_bias = bool_or(j, "attention_bias", false, source);
-    const bool mlp_bias = bool_or(j, "mlp_bias", false, source);
-    if (attention_bias != mlp_bias)
-      unsupported(source, str_cat("attention_bias = ", attention_bias, " with mlp_bias = ", mlp_bias,
-                                  ": ptdp's linear biases are all on (add_bias_linear) or all off"));
-    c.add_bias_linear = attention_bias;
-  } else if (arch == HfArchitecture::Mistral) {
-    window = int_or(j, "sliding_window", 0, source);
-  } else {  // Qwen2: q, k and v always have biases, nothing else has.
-    c.add_qkv_bias = true;
-    if (bool_or(j, "use_sliding_window", false, source)) window = int_or(j, "sliding_window", 0, source);
-  }
-  // Within the window, sliding-window attention is full causal attention.
-  if (window > 0 && window < c.seq_length) c.seq_length = window;
-  return c;
-}
-
-// ---------------------------------------------------------------------------------------------
 // Mappings
 
 std::string layer(int i) { return "decoder.layers." + std::to_string(i) + "."; }
@@ -226,56 +46,6 @@ int64_t numel(const std::vector<int64_t>& shape) {
 }
 
 std::string shape_text(const std::vector<int64_t>& shape) { return json_text(json(shape)); }
-
-// The model fields a Hugging Face checkpoint fixes, compared with a model's.
-void check_model_matches(const GptConfig& hf, const GptConfig& model, const std::string& source) {
-  const auto mismatch = [&](const char* field, const std::string& a, const std::string& b) {
-    throw_error(ErrorCode::InvalidArgument,
-                str_cat("the Hugging Face config ", source, " has ", field, " = ", a, "; the model has ", b));
-  };
-  const std::pair<const char*, std::pair<int64_t, int64_t>> ints[] = {
-      {"num_layers", {hf.num_layers, model.num_layers}},
-      {"hidden_size", {hf.hidden_size, model.hidden_size}},
-      {"num_attention_heads", {hf.num_attention_heads, model.num_attention_heads}},
-      {"num_query_groups", {hf.query_groups(), model.query_groups()}},
-      {"kv_channels", {hf.head_dim(), model.head_dim()}},
-      {"ffn_hidden_size", {hf.ffn(), model.ffn()}},
-      {"vocab_size", {hf.vocab_size, model.vocab_size}},
-      {"untie_embeddings_and_output_weights", {!hf.tie_embeddings, !model.tie_embeddings}},
-      {"normalization (0 LayerNorm, 1 RMSNorm)",
-       {static_cast<int>(hf.normalization), static_cast<int>(model.normalization)}},
-      {"swiglu", {hf.swiglu, model.swiglu}},
-      {"position_embedding_type (0 learned_absolute, 1 rope, 2 none)",
-       {static_cast<int>(hf.position_embedding), static_cast<int>(model.position_embedding)}},
-      {"add_bias_linear", {hf.add_bias_linear, model.add_bias_linear}},
-      {"add_qkv_bias", {hf.qkv_bias(), model.qkv_bias()}},
-      {"qk_layernorm", {hf.qk_layernorm, model.qk_layernorm}},
-  };
-  for (const auto& [field, v] : ints)
-    if (v.first != v.second) mismatch(field, std::to_string(v.first), std::to_string(v.second));
-  if (hf.learned_positions() && hf.max_positions() != model.max_positions())
-    mismatch("max_position_embeddings", std::to_string(hf.max_positions()), std::to_string(model.max_positions()));
-  std::vector<std::pair<const char*, std::pair<float, float>>> floats = {
-      {"layernorm_epsilon", {hf.layernorm_epsilon, model.layernorm_epsilon}}};
-  if (hf.rope()) {
-    floats.push_back({"rotary_base", {hf.rotary_base, model.rotary_base}});
-    floats.push_back({"rotary_percent", {hf.rotary_percent, model.rotary_percent}});
-    if (hf.rope_scaling.enabled != model.rope_scaling.enabled)
-      mismatch("use_rope_scaling", std::to_string(hf.rope_scaling.enabled), std::to_string(model.rope_scaling.enabled));
-    if (hf.rope_scaling.enabled) {
-      floats.push_back({"rope_scaling_factor", {hf.rope_scaling.factor, model.rope_scaling.factor}});
-      floats.push_back({"rope_low_freq_factor", {hf.rope_scaling.low_freq_factor, model.rope_scaling.low_freq_factor}});
-      floats.push_back(
-          {"rope_high_freq_factor", {hf.rope_scaling.high_freq_factor, model.rope_scaling.high_freq_factor}});
-      if (hf.rope_scaling.original_max_position_embeddings != model.rope_scaling.original_max_position_embeddings)
-        mismatch("rope_original_max_position_embeddings",
-                 std::to_string(hf.rope_scaling.original_max_position_embeddings),
-                 std::to_string(model.rope_scaling.original_max_position_embeddings));
-    }
-  }
-  for (const auto& [field, v] : floats)
-    if (v.first != v.second) mismatch(field, float_text(v.first), float_text(v.second));
-}
 
 // Names of buffers that older exports carry beside the weights and that nothing reads.
 bool ignorable_buffer(const std::string& name, HfArchitecture arch) {
@@ -308,173 +78,46 @@ bool is_shard_file_name(const std::string& name) {
 }  // namespace
 
 // -----------------------------------------------------------------------------------------------
-// Names and configs
+// Mappings
 
 namespace {
 
-// config.json's model_type and class of each architecture, in HfArchitecture's order.
-struct HfNames {
-  const char* model_type;
-  const char* class_name;
-};
-constexpr HfNames kHfNames[] = {{"auto", "auto"},
-                                {"gpt2", "GPT2LMHeadModel"},
-                                {"llama", "LlamaForCausalLM"},
-                                {"mistral", "MistralForCausalLM"},
-                                {"qwen2", "Qwen2ForCausalLM"}};
-
-const HfNames* hf_names(HfArchitecture a) {
-  const auto i = static_cast<std::size_t>(a);
-  return i < std::size(kHfNames) ? &kHfNames[i] : nullptr;
+// The MoE MLP of layer i: the router, every expert (J global, as on the hub and in Megatron's
+// distributed checkpoints) and Qwen2-MoE's gated shared expert. Mixtral names its block
+// block_sparse_moe and its experts' linears w1 (gate), w3 (up), w2 (down).
+void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<HfMapping>& m) {
+  const int64_t h = c.hidden_size, fe = c.moe_ffn(), fs = c.moe.shared_expert_intermediate_size;
+  const std::string L = layer(i) + "mlp.", H = "model.layers." + std::to_string(i) + ".";
+  const bool mixtral = a == HfArchitecture::Mixtral;
+  const std::string M = H + (mixtral ? "block_sparse_moe." : "mlp.");
+  const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
+    m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
+  };
+  add(L + "router.weight", {c.moe.num_experts, h}, HfLayout::Copy, {{M + "gate.weight", {c.moe.num_experts, h}}});
+  for (int J = 0; J < c.moe.num_experts; ++J) {
+    const std::string E = M + "experts." + std::to_string(J) + ".", j = std::to_string(J);
+    add(L + "experts.linear_fc1.weight" + j, {2 * fe, h}, HfLayout::GateUp,
+        {{E + (mixtral ? "w1.weight" : "gate_proj.weight"), {fe, h}},
+         {E + (mixtral ? "w3.weight" : "up_proj.weight"), {fe, h}}});
+    add(L + "experts.linear_fc2.weight" + j, {h, fe}, HfLayout::Copy,
+        {{E + (mixtral ? "w2.weight" : "down_proj.weight"), {h, fe}}});
+  }
+  if (fs == 0) return;
+  const std::string S = M + "shared_expert.";
+  add(L + "shared_experts.linear_fc1.weight", {2 * fs, h}, HfLayout::GateUp,
+      {{S + "gate_proj.weight", {fs, h}}, {S + "up_proj.weight", {fs, h}}});
+  add(L + "shared_experts.linear_fc2.weight", {h, fs}, HfLayout::Copy, {{S + "down_proj.weight", {h, fs}}});
+  if (c.moe.shared_expert_gate)
+    add(L + "shared_experts.gate_weight", {1, h}, HfLayout::Copy, {{M + "shared_expert_gate.weight", {1, h}}});
 }
 
 }  // namespace
-
-const char* hf_model_type(HfArchitecture a) {
-  const HfNames* n = hf_names(a);
-  return n ? n->model_type : "unknown";
-}
-
-const char* hf_class_name(HfArchitecture a) {
-  const HfNames* n = hf_names(a);
-  return n ? n->class_name : "unknown";
-}
-
-HfConfig hf_config_from_json(const json& j, const std::string& source) {
-  PTDP_CHECK_ARG(j.is_object(), str_cat(source, ": a config must be a JSON object"));
-  HfConfig out;
-  out.architecture = architecture_of(j, source);
-  out.model =
-      out.architecture == HfArchitecture::Gpt2 ? gpt2_config(j, source) : llama_config(j, out.architecture, source);
-  try {
-    out.model.validate(1);
-  } catch (const Error& e) {
-    throw_error(e.code(), str_cat(source, ": ", e.what()));
-  }
-  return out;
-}
-
-HfConfig read_hf_config(const std::string& dir) {
-  PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
-  const std::string path = (fs::path(dir) / kConfigFile).string();
-  return hf_config_from_json(parse_json_file(path, "config"), path);
-}
-
-HfArchitecture hf_default_architecture(const GptConfig& c) {
-  if (c.normalization == Normalization::LayerNorm && c.learned_positions()) return HfArchitecture::Gpt2;
-  if (!c.add_bias_linear && c.add_qkv_bias) return HfArchitecture::Qwen2;
-  return c.normalization == Normalization::LayerNorm ? HfArchitecture::Gpt2 : HfArchitecture::Llama;
-}
-
-void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
-  PTDP_CHECK_ARG(a != HfArchitecture::Auto, std::string("check_hf_architecture needs an architecture, not Auto"));
-  const std::string cls = hf_class_name(a);
-  const auto refuse = [&](const std::string& why) {
-    throw_error(ErrorCode::Unsupported, str_cat("the model cannot be written as ", cls, ": ", why));
-  };
-  if (c.qk_layernorm) refuse("it has q/k norms (--qk-layernorm)");
-  if (a == HfArchitecture::Gpt2) {
-    if (c.normalization != Normalization::LayerNorm) refuse("GPT-2 uses LayerNorm, the model RMSNorm");
-    if (!c.learned_positions()) refuse("GPT-2 has learned absolute positions, the model does not");
-    if (c.swiglu) refuse("GPT-2's MLP is GeLU, the model's SwiGLU");
-    if (!c.add_bias_linear) refuse("GPT-2's linear layers have biases, the model's do not");
-    if (c.query_groups() != c.num_attention_heads) refuse("GPT-2 has no grouped-query attention");
-    if (c.attention_width() != c.hidden_size) refuse("GPT-2's head dim is hidden_size / num_attention_heads");
-    return;
-  }
-  if (c.normalization != Normalization::RMSNorm) refuse("it uses RMSNorm, the model LayerNorm");
-  if (!c.rope()) refuse("it uses rotary positions (RoPE), the model does not");
-  if (!c.swiglu) refuse("its MLP is SwiGLU, the model's is not");
-  if (c.rotary_percent != 1.0f)
-    refuse("RoPE rotates whole heads, the model --rotary-percent " + float_text(c.rotary_percent));
-  if (a == HfArchitecture::Llama) {
-    if (!c.add_bias_linear && c.add_qkv_bias) refuse("a qkv bias alone is Qwen2's (write it as qwen2)");
-  } else if (a == HfArchitecture::Mistral) {
-    if (c.qkv_bias() || c.add_bias_linear) refuse("Mistral's linear layers have no biases");
-    if (c.rope_scaling.enabled) refuse("Mistral's config has no rope_scaling");
-  } else {
-    if (c.add_bias_linear || !c.add_qkv_bias) refuse("Qwen2 has a qkv bias (--add-qkv-bias) and no other bias");
-    if (c.attention_width() != c.hidden_size) refuse("Qwen2's head dim is hidden_size / num_attention_heads");
-  }
-}
-
-json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, const json& base) {
-  check_hf_architecture(c, a);
-  PTDP_CHECK_ARG(base.is_object() || base.is_null(), std::string("the base config must be a JSON object"));
-  json j = base.is_object() ? base : json::object();
-  const char* torch_dtype = dtype == StDType::BF16 ? "bfloat16" : dtype == StDType::F16 ? "float16" : "float32";
-  PTDP_CHECK_ARG(dtype == StDType::F32 || dtype == StDType::BF16 || dtype == StDType::F16,
-                 str_cat("a Hugging Face checkpoint is written as F32, BF16 or F16, not ", st_dtype_name(dtype)));
-  j["model_type"] = hf_model_type(a);
-  j["architectures"] = json::array({hf_class_name(a)});
-  j["vocab_size"] = c.vocab_size;
-  j["torch_dtype"] = torch_dtype;
-  j["initializer_range"] = shortest(c.init_method_std);
-  j["tie_word_embeddings"] = c.tie_embeddings;
-  if (a == HfArchitecture::Gpt2) {
-    j["n_embd"] = c.hidden_size;
-    j["n_layer"] = c.num_layers;
-    j["n_head"] = c.num_attention_heads;
-    j["n_positions"] = c.max_positions();
-    if (j.contains("n_ctx")) j["n_ctx"] = c.max_positions();
-    j["n_inner"] = c.ffn() == 4 * c.hidden_size ? json(nullptr) : json(c.ffn());
-    const std::string act = j.contains("activation_function") && j["activation_function"].is_string()
-                                ? j["activation_function"].get<std::string>()
-                                : std::string();
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast") j["activation_function"] = "gelu_new";
-    j["layer_norm_epsilon"] = shortest(c.layernorm_epsilon);
-    j["resid_pdrop"] = shortest(c.hidden_dropout);
-    j["attn_pdrop"] = shortest(c.attention_dropout);
-    if (!j.contains("embd_pdrop")) j["embd_pdrop"] = shortest(c.hidden_dropout);
-    j["scale_attn_weights"] = true;
-    j["scale_attn_by_inverse_layer_idx"] = false;
-    return j;
-  }
-  j["hidden_size"] = c.hidden_size;
-  j["intermediate_size"] = c.ffn();
-  j["num_hidden_layers"] = c.num_layers;
-  j["num_attention_heads"] = c.num_attention_heads;
-  j["num_key_value_heads"] = c.query_groups();
-  if (a != HfArchitecture::Qwen2) j["head_dim"] = c.head_dim();
-  j["max_position_embeddings"] = c.max_positions();
-  j["hidden_act"] = "silu";
-  j["rms_norm_eps"] = shortest(c.layernorm_epsilon);
-  j["rope_theta"] = shortest(c.rotary_base);
-  j["attention_dropout"] = shortest(c.attention_dropout);
-  if (a != HfArchitecture::Mistral) {
-    if (c.rope_scaling.enabled) {
-      j["rope_scaling"] = {{"rope_type", "llama3"},
-                           {"factor", shortest(c.rope_scaling.factor)},
-                           {"low_freq_factor", shortest(c.rope_scaling.low_freq_factor)},
-                           {"high_freq_factor", shortest(c.rope_scaling.high_freq_factor)},
-                           {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
-    } else {
-      j["rope_scaling"] = nullptr;
-    }
-  }
-  // A window the model's context fits in changes nothing; a narrower one ptdp never computed.
-  const auto window_fits = [&](const char* key) {
-    return j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= c.seq_length;
-  };
-  if (a == HfArchitecture::Llama) {
-    j["attention_bias"] = c.add_bias_linear;
-    j["mlp_bias"] = c.add_bias_linear;
-  } else if (a == HfArchitecture::Mistral) {
-    if (!window_fits("sliding_window")) j["sliding_window"] = nullptr;
-  } else if (!j.contains("use_sliding_window") || !j["use_sliding_window"].is_boolean() ||
-             (j["use_sliding_window"].get<bool>() && !window_fits("sliding_window"))) {
-    j["use_sliding_window"] = false;
-  }
-  return j;
-}
-
-// -----------------------------------------------------------------------------------------------
-// Mappings
 
 std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
   PTDP_CHECK_ARG(a != HfArchitecture::Auto, std::string("hf_mappings needs an architecture, not Auto"));
   const int64_t h = c.hidden_size, V = c.vocab_size, f = c.ffn(), P = c.max_positions();
   const int64_t a_dh = c.attention_width(), g_dh = static_cast<int64_t>(c.query_groups()) * c.head_dim();
+  const int64_t dh = c.head_dim();
   std::vector<HfMapping> m;
   const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
     m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
@@ -516,7 +159,15 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
       add(L + "self_attention.linear_proj.weight", {h, a_dh}, HfLayout::Copy, {{A + "o_proj.weight", {h, a_dh}}});
       if (c.add_bias_linear)
         add(L + "self_attention.linear_proj.bias", {h}, HfLayout::Copy, {{A + "o_proj.bias", {h}}});
+      if (c.qk_layernorm) {
+        add(L + "self_attention.q_layernorm.weight", {dh}, HfLayout::Copy, {{A + "q_norm.weight", {dh}}});
+        add(L + "self_attention.k_layernorm.weight", {dh}, HfLayout::Copy, {{A + "k_norm.weight", {dh}}});
+      }
       add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "post_attention_layernorm.weight", {h}}});
+      if (c.moe.is_moe_layer(i)) {
+        add_moe_mappings(c, a, i, m);
+        continue;
+      }
       add(L + "mlp.linear_fc1.weight", {2 * f, h}, HfLayout::GateUp,
           {{M + "gate_proj.weight", {f, h}}, {M + "up_proj.weight", {f, h}}});
       if (c.add_bias_linear)
@@ -549,12 +200,28 @@ std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
     order.push_back("transformer.ln_f.bias");
   } else {
     order = {"model.embed_tokens.weight"};
+    const auto weight_and_bias = [&](const std::string& module) {
+      order.push_back(module + ".weight");
+      order.push_back(module + ".bias");
+    };
     for (int i = 0; i < c.num_layers; ++i) {
       const std::string H = "model.layers." + std::to_string(i) + ".";
       for (const char* s : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                            "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
-        order.push_back(H + s + ".weight");
-        order.push_back(H + s + ".bias");
+                            "self_attn.q_norm", "self_attn.k_norm"})
+        weight_and_bias(H + s);
+      if (!c.moe.is_moe_layer(i)) {
+        for (const char* s : {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) weight_and_bias(H + s);
+      } else {
+        const bool mixtral = a == HfArchitecture::Mixtral;
+        const std::string M = H + (mixtral ? "block_sparse_moe." : "mlp.");
+        order.push_back(M + "gate.weight");
+        for (int J = 0; J < c.moe.num_experts; ++J) {
+          const std::string E = M + "experts." + std::to_string(J) + ".";
+          for (const char* s : {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj"}) weight_and_bias(E + s);
+        }
+        for (const char* s : {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj",
+                              "shared_expert_gate"})
+          weight_and_bias(M + s);
       }
       order.push_back(H + "input_layernorm.weight");
       order.push_back(H + "post_attention_layernorm.weight");
@@ -821,7 +488,7 @@ void load_hf_checkpoint(const std::string& dir, GptPipeline& model) {
   agree_on_failure(g, [&] {
     hf = read_hf_config(dir);
     const std::string source = (fs::path(dir) / kConfigFile).string();
-    check_model_matches(hf.model, model.config(), source);
+    check_hf_model_matches(hf.model, model.config(), source);
     files = std::make_unique<HfCheckpointFiles>(dir);
     maps = hf_mappings(hf.model, hf.architecture);
     // With or without the base model's prefix ("transformer." / "model."): GPT2Model and
@@ -936,7 +603,7 @@ void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSave
       if (arch == HfArchitecture::Auto) {
         // The base config's class when the model can be written as it (Mistral, say).
         try {
-          const HfArchitecture from_base = architecture_of(base, o.base_config);
+          const HfArchitecture from_base = hf_architecture_of(base, o.base_config);
           check_hf_architecture(c, from_base);
           arch = from_base;
         } catch (const Error&) {

@@ -22,48 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "core/checkpoint/hf_config.h"
 #include "core/checkpoint/safetensors.h"
 #include "core/model/gpt_pipeline.h"
 
 namespace ptdp {
-
-/// The Hugging Face model classes ptdp reads and writes. Auto: on export, the one the model's
-/// settings call for (hf_default_architecture).
-enum class HfArchitecture : int { Auto = 0, Gpt2 = 1, Llama = 2, Mistral = 3, Qwen2 = 4 };
-
-/// config.json's model_type: "gpt2", "llama", "mistral", "qwen2" ("auto" for Auto).
-const char* hf_model_type(HfArchitecture a);
-/// The class config.json names in "architectures": "GPT2LMHeadModel", "LlamaForCausalLM", ...
-const char* hf_class_name(HfArchitecture a);
-
-/// A Hugging Face config as a ptdp model config and the architecture it came from.
-struct HfConfig {
-  GptConfig model;                                      ///< what ptdp builds
-  HfArchitecture architecture = HfArchitecture::Llama;  ///< the class config.json names
-};
-
-/// The model a config.json describes. seq_length is the model's context
-/// (n_positions / max_position_embeddings), or a sliding window shorter than it (Mistral,
-/// Qwen2), within which the window changes nothing. Throws Io (naming `source` and the key) for
-/// a missing or mistyped field, Unsupported for what ptdp does not compute (another model_type,
-/// an activation other than GPT-2's tanh GeLU or Llama's SiLU, rope_scaling other than llama3,
-/// Llama's attention_bias without mlp_bias, ...), InvalidArgument for a shape ptdp refuses.
-HfConfig hf_config_from_json(const nlohmann::json& config, const std::string& source);
-/// hf_config_from_json of DIR/config.json; Io when it is missing or not JSON.
-HfConfig read_hf_config(const std::string& dir);
-
-/// The class a ptdp model exports as by default: GPT-2 for LayerNorm with learned positions,
-/// Qwen2 for a qkv bias without the other biases, Llama otherwise.
-HfArchitecture hf_default_architecture(const GptConfig& config);
-/// Throws Unsupported naming the setting when `config` cannot be written as `architecture`
-/// (e.g. RMSNorm as GPT-2, q/k norms, a partial rotary share, biases Mistral has no field for).
-void check_hf_architecture(const GptConfig& config, HfArchitecture architecture);
-/// config.json for `config` as `architecture` (not Auto), stored as `dtype` ("torch_dtype"):
-/// the fields of `base` (an object, may be empty: e.g. the imported model's config.json with its
-/// token ids) that ptdp does not describe are kept, the others are set from `config`. Floats are
-/// written as the shortest decimal that reads back as the same float (1e-05, not 9.99999e-06).
-nlohmann::json hf_config_to_json(const GptConfig& config, HfArchitecture architecture, StDType dtype,
-                                 const nlohmann::json& base);
 
 /// One tensor of a Hugging Face state dict: its name (as *ForCausalLM saves it, with the
 /// "transformer." or "model." prefix) and shape.

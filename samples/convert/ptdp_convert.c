@@ -40,10 +40,15 @@ static const char* usage =
     "  --dtype {fp32,bf16,fp16}            [--to-hf] storage type of the tensors (default fp32)\n"
     "  --max-shard-size SIZE               [--to-hf] split files above SIZE bytes (suffixes KB, MB, GB\n"
     "                                      as Hugging Face reads them, 1000-based; KiB, MiB, GiB)\n"
-    "  --architecture NAME                 [--to-hf] auto (default), gpt2, llama, mistral or qwen2\n"
+    "  --architecture NAME                 [--to-hf] auto (default), gpt2, llama, mistral, qwen2, mixtral,\n"
+    "                                      qwen3_moe or qwen2_moe\n"
     "  --hf-config FILE                    [--to-hf] config.json whose other fields are kept (default:\n"
     "                                      CKPT/hf_config.json when it exists)\n"
     "  --help                              this text\n";
+
+/* config.json's model_type of each ptdp_hf_architecture, in its order (olmoe is refused on import). */
+static const char* const architecture_names[] = {"auto",    "gpt2",      "llama",     "mistral", "qwen2",
+                                                 "mixtral", "qwen3_moe", "qwen2_moe", "olmoe"};
 
 static int bad_flag(const char* flag, const char* value, const char* why) {
   fprintf(stderr, "ptdp-convert: %s: '%s' %s\n%s", flag, value ? value : "", why, usage);
@@ -227,11 +232,11 @@ int main(int argc, char** argv) {
       if (!parse_size(value, &n)) return bad_flag(flag, value, "is not a size (e.g. 5GB, 500MB, 1073741824)");
       save.max_shard_size = n;
     } else if (strcmp(flag, "--architecture") == 0) {
-      static const char* names[] = {"auto", "gpt2", "llama", "mistral", "qwen2"};
       int found = -1;
-      for (int k = 0; k < 5; ++k)
-        if (strcmp(value, names[k]) == 0) found = k;
-      if (found < 0) return bad_flag(flag, value, "is not one of auto, gpt2, llama, mistral, qwen2");
+      for (int k = 0; k < (int)(sizeof architecture_names / sizeof architecture_names[0]); ++k)
+        if (strcmp(value, architecture_names[k]) == 0) found = k;
+      if (found < 0)
+        return bad_flag(flag, value, "is not one of auto, gpt2, llama, mistral, qwen2, mixtral, qwen3_moe, qwen2_moe");
       save.architecture = (ptdp_hf_architecture)found;
     } else {
       return bad_flag(flag, value, "unknown flag");
@@ -292,9 +297,8 @@ int main(int argc, char** argv) {
         status = 1;
         goto done;
       }
-      static const char* arch_names[] = {"auto", "gpt2", "llama", "mistral", "qwen2"};
       printf("ptdp-convert: %s (%s, %d layers, hidden %d, vocabulary %d) -> %s at t %lld, p %lld, d %lld\n", from_hf,
-             arch_names[arch], (int)g.num_layers, (int)g.hidden_size, (int)g.vocab_size, to_ptdp, t, p,
+             architecture_names[arch], (int)g.num_layers, (int)g.hidden_size, (int)g.vocab_size, to_ptdp, t, p,
              world / (t * p));
       if (kept[0]) printf("ptdp-convert: kept the tokenizer's %s in %s (ptdp-generate --prompt uses it)\n", kept, to_ptdp);
       print_train_flags(&g);

@@ -2,12 +2,14 @@
 // their own, each with values that make a mix-up visible: rows that encode (part, head, row) in
 // the q|k|v grouping, [in, out] values in the Conv1D transpose, gate and up rows, padded
 // vocabulary rows; config.json <-> GptConfig both ways for every architecture and the
-// refusals; Hugging Face's shard split; the directory reader's refusals.
+// refusals (transformers 4's and 5's RoPE fields, the MoE classes' expert and routing fields);
+// the expert tensors as on the hub; Hugging Face's shard split; the directory reader's refusals.
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -327,7 +329,7 @@ TEST_CASE("Configs ptdp does not compute are refused with the field named", "[hf
   refused(j, ErrorCode::Unsupported, "attention_bias = 1 with mlp_bias = 0");
   j = llama_json();
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  refused(j, ErrorCode::Unsupported, "rope_scaling type \"yarn\"");
+  refused(j, ErrorCode::Unsupported, "rope_scaling.rope_type \"yarn\"");
   j = llama_json();
   j["model_type"] = "gemma";
   refused(j, ErrorCode::Unsupported, "model_type \"gemma\"");
@@ -355,6 +357,345 @@ TEST_CASE("Configs ptdp does not compute are refused with the field named", "[hf
   j = gpt2_json();
   j["activation_function"] = "gelu";
   refused(j, ErrorCode::Unsupported, "tanh approximation");
+}
+
+TEST_CASE("transformers 5's rope_parameters are read as transformers 4's rope_theta and rope_scaling", "[hf]") {
+  // The issue's failure: a Llama saved by transformers 5.25 with rope_theta 500000 has no
+  // top-level rope_theta, and was imported with the default 10000.
+  json v5 = llama_json();
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}};
+  CHECK(hf_config_from_json(v5, "v5.json").model.rotary_base == 500000.0f);
+  CHECK_FALSE(hf_config_from_json(v5, "v5.json").model.rope_scaling.enabled);
+
+  json v5_scaled = v5;
+  v5_scaled["rope_parameters"] = {{"rope_theta", 500000.0},        {"rope_type", "llama3"},
+                                  {"factor", 32.0},                {"low_freq_factor", 2.0},
+                                  {"high_freq_factor", 8.0},       {"original_max_position_embeddings", 16}};
+  const HfConfig s = hf_config_from_json(v5_scaled, "v5s.json");
+  CHECK(s.model.rotary_base == 500000.0f);
+  CHECK(s.model.rope_scaling.enabled);
+  CHECK(s.model.rope_scaling.factor == 32.0f);
+  CHECK(s.model.rope_scaling.low_freq_factor == 2.0f);
+  CHECK(s.model.rope_scaling.high_freq_factor == 8.0f);
+  CHECK(s.model.rope_scaling.original_max_position_embeddings == 16);
+  // transformers 5 takes the context for a missing original_max_position_embeddings.
+  v5_scaled["rope_parameters"].erase("original_max_position_embeddings");
+  CHECK(hf_config_from_json(v5_scaled, "v5s.json").model.rope_scaling.original_max_position_embeddings == 128);
+
+  // The export carries both spellings, and each reads back to the same model.
+  const json out = hf_config_to_json(s.model, HfArchitecture::Llama, StDType::F32, v5);
+  CHECK(out.at("rope_theta") == 500000.0);
+  CHECK(out.at("rope_parameters").at("rope_theta") == 500000.0);
+  CHECK(out.at("rope_parameters").at("rope_type") == "llama3");
+  CHECK(out.at("rope_scaling").at("factor") == 32.0);
+  json only_v4 = out, only_v5 = out;
+  only_v4.erase("rope_parameters");
+  only_v5.erase("rope_theta");
+  only_v5.erase("rope_scaling");
+  for (const json& j : {out, only_v4, only_v5}) {
+    const GptConfig back = hf_config_from_json(j, "back.json").model;
+    CHECK(back.rotary_base == 500000.0f);
+    CHECK(back.rope_scaling.factor == 32.0f);
+    CHECK(back.rope_scaling.original_max_position_embeddings == 16);
+  }
+  // transformers 5 writes "dtype", which it reads before "torch_dtype".
+  json with_dtype = v5;
+  with_dtype["dtype"] = "float32";
+  CHECK(hf_config_to_json(s.model, HfArchitecture::Llama, StDType::BF16, with_dtype).at("dtype") == "bfloat16");
+}
+
+TEST_CASE("RoPE settings ptdp does not compute, or written twice with two values, are refused by name", "[hf]") {
+  const auto refused = [](const json& j, const std::string& words) {
+    std::string message;
+    CHECK(code_of([&] { hf_config_from_json(j, "cfg.json"); }, &message) == ErrorCode::Unsupported);
+    CHECK_THAT(message, Catch::Contains(words));
+  };
+  json j = llama_json();
+  j["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "default"}};
+  refused(j, "rope_theta = 500000.0 disagrees with rope_parameters.rope_theta = 10000.0");
+  j = llama_json();
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 4.0}};
+  refused(j, "rope_parameters.rope_type \"yarn\"");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "dynamic"}, {"factor", 4.0}};
+  refused(j, "rope_parameters.rope_type \"dynamic\"");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  refused(j, "rope_parameters.partial_rotary_factor = 0.5");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}, {"attention_factor", 2.0}};
+  refused(j, "rope_parameters.attention_factor = 2.0 is not computed");
+  j["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e4}}}, {"sliding_attention", {{"rope_theta", 1e6}}}};
+  refused(j, "RoPE settings per layer type");
+  j = llama_json();
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "llama3"}, {"factor", 16.0}};
+  refused(j, "rope_scaling.factor = 8.0 disagrees with rope_parameters.factor = 16.0");
+  j = llama_json();
+  j["partial_rotary_factor"] = 0.25;
+  refused(j, "partial_rotary_factor = 0.25");
+  j = llama_json();
+  j["pruned_heads"] = {{"0", {1}}};
+  refused(j, "pruned_heads");
+  j = llama_json();
+  j["quantization_config"] = {{"quant_method", "bitsandbytes"}};
+  refused(j, "quantization_config");
+  j = gpt2_json();
+  j["embd_pdrop"] = 0.0;
+  refused(j, "embd_pdrop = 0 differs from resid_pdrop = 0.1");
+  j = gpt2_json();
+  j["add_cross_attention"] = true;
+  refused(j, "add_cross_attention");
+}
+
+namespace {
+
+json moe_json(const char* type) {
+  json j = llama_json();
+  j.erase("attention_bias");
+  j.erase("mlp_bias");
+  j.erase("rope_theta");
+  j["model_type"] = type;
+  j["num_hidden_layers"] = 4;
+  j["num_experts_per_tok"] = 2;
+  j["router_aux_loss_coef"] = 0.02;
+  j["rope_parameters"] = {{"rope_theta", 1e6}, {"rope_type", "default"}};
+  if (std::string(type) == "mixtral") {
+    j["num_local_experts"] = 8;
+    j["router_jitter_noise"] = 0.0;
+    j["sliding_window"] = nullptr;
+  } else {
+    j["num_experts"] = 8;
+    j["moe_intermediate_size"] = 24;
+    j["norm_topk_prob"] = false;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = json::array();
+  }
+  if (std::string(type) == "qwen2_moe") {
+    j.erase("head_dim");
+    j["shared_expert_intermediate_size"] = 40;
+  }
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("Mixtral, Qwen2-MoE and Qwen3-MoE configs map onto MoeConfig with Megatron's routing", "[hf]") {
+  const HfConfig mx = hf_config_from_json(moe_json("mixtral"), "mixtral.json");
+  CHECK(mx.architecture == HfArchitecture::Mixtral);
+  CHECK(mx.model.moe.num_experts == 8);
+  CHECK(mx.model.moe.router_topk == 2);
+  CHECK(mx.model.moe_ffn() == 96);
+  CHECK_FALSE(mx.model.moe.pre_softmax);  // top k of the softmax, renormalised
+  CHECK(mx.model.moe.layer_pattern.empty());
+  CHECK(mx.model.moe.aux_loss_coeff == 0.02f);
+  CHECK(mx.model.rotary_base == 1e6f);
+  CHECK(hf_default_architecture(mx.model) == HfArchitecture::Mixtral);
+  json no_theta = moe_json("mixtral");
+  no_theta.erase("rope_parameters");
+  CHECK(hf_config_from_json(no_theta, "m.json").model.rotary_base == 1e6f);  // Mixtral's class default
+
+  json q2 = moe_json("qwen2_moe");
+  q2["decoder_sparse_step"] = 2;
+  q2["mlp_only_layers"] = {3};
+  const HfConfig q = hf_config_from_json(q2, "qwen2_moe.json");
+  CHECK(q.architecture == HfArchitecture::Qwen2Moe);
+  CHECK(q.model.moe.pre_softmax);  // norm_topk_prob false: the top k of the full softmax
+  CHECK(q.model.moe.layer_pattern == std::vector<int>{0, 1, 0, 0});
+  CHECK(q.model.moe_ffn() == 24);
+  CHECK(q.model.ffn() == 96);
+  CHECK(q.model.moe.shared_expert_intermediate_size == 40);
+  CHECK(q.model.moe.shared_expert_gate);
+  CHECK(q.model.add_qkv_bias);
+  CHECK(hf_default_architecture(q.model) == HfArchitecture::Qwen2Moe);
+
+  json q3 = moe_json("qwen3_moe");
+  q3.erase("num_experts");
+  q3["num_local_experts"] = 8;  // transformers 5's name
+  q3["norm_topk_prob"] = true;
+  const HfConfig t = hf_config_from_json(q3, "qwen3_moe.json");
+  CHECK(t.architecture == HfArchitecture::Qwen3Moe);
+  CHECK(t.model.moe.num_experts == 8);
+  CHECK_FALSE(t.model.moe.pre_softmax);
+  CHECK(t.model.qk_layernorm);
+  CHECK(t.model.head_dim() == 8);
+  CHECK(hf_default_architecture(t.model) == HfArchitecture::Qwen3Moe);
+
+  // Back out: every field read comes back, in both transformers versions' names.
+  for (const auto& [source, arch] : {std::pair<json, HfArchitecture>{moe_json("mixtral"), HfArchitecture::Mixtral},
+                                     {q2, HfArchitecture::Qwen2Moe},
+                                     {q3, HfArchitecture::Qwen3Moe}}) {
+    const HfConfig in = hf_config_from_json(source, "in.json");
+    const json out = hf_config_to_json(in.model, arch, StDType::F32, json::object());
+    const HfConfig back = hf_config_from_json(out, "out.json");
+    INFO(hf_class_name(arch));
+    CHECK(back.architecture == arch);
+    CHECK_NOTHROW(check_hf_model_matches(in.model, back.model, "out.json"));
+    CHECK(back.model.moe.aux_loss_coeff == in.model.moe.aux_loss_coeff);
+    // With the imported config as the base (as ptdp-convert exports), its own spelling is kept.
+    const json kept = hf_config_to_json(in.model, arch, StDType::F32, source);
+    for (const auto& [key, value] : source.items()) {
+      INFO(key);
+      CHECK(kept.at(key) == value);
+    }
+  }
+  const json q3_out = hf_config_to_json(t.model, HfArchitecture::Qwen3Moe, StDType::F32, json::object());
+  CHECK(q3_out.at("num_experts") == 8);
+  CHECK(q3_out.at("num_local_experts") == 8);
+  json q2_other = q2;
+  q2_other["mlp_only_layers"] = json::array();
+  GptConfig changed = q.model;
+  changed.moe.layer_pattern = {1, 1, 0, 1};
+  const json q2_out = hf_config_to_json(changed, HfArchitecture::Qwen2Moe, StDType::F32, q2);
+  CHECK(q2_out.at("decoder_sparse_step") == 1);
+  CHECK(q2_out.at("mlp_only_layers") == json({2}));
+}
+
+TEST_CASE("MoE settings ptdp or the class cannot express are refused by name", "[hf]") {
+  const auto refused = [](const json& j, const std::string& words) {
+    std::string message;
+    CHECK(code_of([&] { hf_config_from_json(j, "cfg.json"); }, &message) == ErrorCode::Unsupported);
+    CHECK_THAT(message, Catch::Contains(words));
+  };
+  json j = moe_json("mixtral");
+  j["router_jitter_noise"] = 0.01;
+  refused(j, "router_jitter_noise = 0.01");
+  j = moe_json("qwen3_moe");
+  j["attention_bias"] = true;
+  refused(j, "attention_bias = true");
+  j = moe_json("qwen3_moe");
+  j["mlp_only_layers"] = {0, 1, 2, 3};
+  refused(j, "leave no MoE layer");
+  j = moe_json("qwen3_moe");
+  j["num_local_experts"] = 4;
+  refused(j, "num_local_experts = 4 disagrees with num_experts = 8");
+  j = moe_json("qwen2_moe");
+  j["use_sliding_window"] = false;
+  j["layer_types"] = {"full_attention", "chunked_attention", "full_attention", "full_attention"};
+  refused(j, "layer_types entry \"chunked_attention\"");
+  j = moe_json("qwen3_moe");
+  j["model_type"] = "olmoe";
+  j["num_key_value_heads"] = 8;
+  refused(j, "OlmoeForCausalLM's q_norm and k_norm normalise the whole query and key projections");
+  j["clip_qkv"] = 8.0;
+  refused(j, "clip_qkv = 8.0");
+  j = moe_json("qwen3_moe");
+  j["decoder_sparse_step"] = 0;
+  std::string message;
+  CHECK(code_of([&] { hf_config_from_json(j, "cfg.json"); }, &message) == ErrorCode::Io);
+  CHECK_THAT(message, Catch::Contains("\"decoder_sparse_step\" = 0 is not >= 1"));
+
+  const GptConfig q = hf_config_from_json(moe_json("qwen2_moe"), "q.json").model;
+  const auto refused_as = [](const GptConfig& c, HfArchitecture a, const std::string& words) {
+    std::string m;
+    CHECK(code_of([&] { check_hf_architecture(c, a); }, &m) == ErrorCode::Unsupported);
+    CHECK_THAT(m, Catch::Contains(words));
+  };
+  refused_as(q, HfArchitecture::Llama, "it is a mixture of experts (--num-experts)");
+  refused_as(q, HfArchitecture::Mixtral, "Mixtral renormalises the top-k probabilities");
+  refused_as(q, HfArchitecture::Qwen3Moe, "Qwen3-MoE has no shared experts");
+  GptConfig c = q;
+  c.moe.enable_expert_bias = true;
+  refused_as(c, HfArchitecture::Qwen2Moe, "--moe-router-enable-expert-bias");
+  c = q;
+  c.moe.capacity_factor = 1.0f;
+  refused_as(c, HfArchitecture::Qwen2Moe, "--moe-expert-capacity-factor");
+  c = q;
+  c.moe.score_function = MoeScoreFunction::Sigmoid;
+  refused_as(c, HfArchitecture::Qwen2Moe, "--moe-router-score-function");
+  refused_as(hf_config_from_json(llama_json(), "l.json").model, HfArchitecture::Mixtral,
+             "it is a mixture of experts, the model is dense");
+}
+
+TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen's gate/up/down and shared expert",
+          "[hf]") {
+  json q2 = moe_json("qwen2_moe");
+  q2["num_hidden_layers"] = 2;
+  q2["num_experts"] = 2;
+  q2["mlp_only_layers"] = {1};
+  q2["tie_word_embeddings"] = false;
+  const HfConfig q = hf_config_from_json(q2, "q.json");
+  std::vector<std::string> names;
+  for (const HfTensor& t : hf_state_dict(q.model, q.architecture)) names.push_back(t.name);
+  const std::vector<std::string> want = {
+      "model.embed_tokens.weight",
+      "model.layers.0.self_attn.q_proj.weight",
+      "model.layers.0.self_attn.q_proj.bias",
+      "model.layers.0.self_attn.k_proj.weight",
+      "model.layers.0.self_attn.k_proj.bias",
+      "model.layers.0.self_attn.v_proj.weight",
+      "model.layers.0.self_attn.v_proj.bias",
+      "model.layers.0.self_attn.o_proj.weight",
+      "model.layers.0.mlp.gate.weight",
+      "model.layers.0.mlp.experts.0.gate_proj.weight",
+      "model.layers.0.mlp.experts.0.up_proj.weight",
+      "model.layers.0.mlp.experts.0.down_proj.weight",
+      "model.layers.0.mlp.experts.1.gate_proj.weight",
+      "model.layers.0.mlp.experts.1.up_proj.weight",
+      "model.layers.0.mlp.experts.1.down_proj.weight",
+      "model.layers.0.mlp.shared_expert.gate_proj.weight",
+      "model.layers.0.mlp.shared_expert.up_proj.weight",
+      "model.layers.0.mlp.shared_expert.down_proj.weight",
+      "model.layers.0.mlp.shared_expert_gate.weight",
+      "model.layers.0.input_layernorm.weight",
+      "model.layers.0.post_attention_layernorm.weight",
+      "model.layers.1.self_attn.q_proj.weight",
+      "model.layers.1.self_attn.q_proj.bias",
+      "model.layers.1.self_attn.k_proj.weight",
+      "model.layers.1.self_attn.k_proj.bias",
+      "model.layers.1.self_attn.v_proj.weight",
+      "model.layers.1.self_attn.v_proj.bias",
+      "model.layers.1.self_attn.o_proj.weight",
+      "model.layers.1.mlp.gate_proj.weight",
+      "model.layers.1.mlp.up_proj.weight",
+      "model.layers.1.mlp.down_proj.weight",
+      "model.layers.1.input_layernorm.weight",
+      "model.layers.1.post_attention_layernorm.weight",
+      "model.norm.weight",
+      "lm_head.weight"};
+  CHECK(names == want);
+
+  std::map<std::string, HfMapping> by_param;
+  for (const HfMapping& m : hf_mappings(q.model, q.architecture)) by_param.emplace(m.param, m);
+  const HfMapping& fc1 = by_param.at("decoder.layers.0.mlp.experts.linear_fc1.weight1");
+  CHECK(fc1.layout == HfLayout::GateUp);
+  CHECK(fc1.shape == std::vector<int64_t>{48, 64});
+  CHECK(fc1.tensors.at(0).name == "model.layers.0.mlp.experts.1.gate_proj.weight");
+  CHECK(fc1.tensors.at(1).name == "model.layers.0.mlp.experts.1.up_proj.weight");
+  CHECK(by_param.at("decoder.layers.0.mlp.experts.linear_fc2.weight1").tensors.at(0).shape ==
+        std::vector<int64_t>{64, 24});
+  CHECK(by_param.at("decoder.layers.0.mlp.router.weight").shape == std::vector<int64_t>{2, 64});
+  CHECK(by_param.at("decoder.layers.0.mlp.shared_experts.linear_fc1.weight").shape == std::vector<int64_t>{80, 64});
+  CHECK(by_param.at("decoder.layers.0.mlp.shared_experts.gate_weight").tensors.at(0).name ==
+        "model.layers.0.mlp.shared_expert_gate.weight");
+  CHECK(by_param.count("decoder.layers.1.mlp.linear_fc1.weight") == 1);  // the dense layer
+  CHECK(by_param.at("decoder.layers.1.mlp.linear_fc1.weight").shape == std::vector<int64_t>{192, 64});
+
+  // An expert's [gate; up] rows and back, bit for bit.
+  std::vector<float> gate(24 * 64), up(24 * 64), fused(48 * 64), gate2(gate.size()), up2(up.size());
+  for (std::size_t i = 0; i < gate.size(); ++i) gate[i] = static_cast<float>(i), up[i] = -static_cast<float>(i) - 0.5f;
+  hf_to_param(fc1, q.model, {gate.data(), up.data()}, 48, fused.data());
+  CHECK(fused[0] == 0.0f);
+  CHECK(fused[24 * 64] == -0.5f);
+  param_to_hf(fc1, q.model, fused.data(), {gate2.data(), up2.data()});
+  CHECK(gate2 == gate);
+  CHECK(up2 == up);
+
+  const HfConfig mx = hf_config_from_json(moe_json("mixtral"), "m.json");
+  std::map<std::string, HfMapping> mixtral;
+  for (const HfMapping& m : hf_mappings(mx.model, mx.architecture)) mixtral.emplace(m.param, m);
+  const HfMapping& w13 = mixtral.at("decoder.layers.3.mlp.experts.linear_fc1.weight7");
+  CHECK(w13.tensors.at(0).name == "model.layers.3.block_sparse_moe.experts.7.w1.weight");
+  CHECK(w13.tensors.at(1).name == "model.layers.3.block_sparse_moe.experts.7.w3.weight");
+  CHECK(mixtral.at("decoder.layers.3.mlp.experts.linear_fc2.weight7").tensors.at(0).name ==
+        "model.layers.3.block_sparse_moe.experts.7.w2.weight");
+  CHECK(mixtral.at("decoder.layers.3.mlp.router.weight").tensors.at(0).name ==
+        "model.layers.3.block_sparse_moe.gate.weight");
+
+  const HfConfig q3 = hf_config_from_json(moe_json("qwen3_moe"), "q3.json");
+  std::map<std::string, HfMapping> qwen3;
+  for (const HfMapping& m : hf_mappings(q3.model, q3.architecture)) qwen3.emplace(m.param, m);
+  CHECK(qwen3.at("decoder.layers.0.self_attention.q_layernorm.weight").tensors.at(0).name ==
+        "model.layers.0.self_attn.q_norm.weight");
+  CHECK(qwen3.at("decoder.layers.0.self_attention.k_layernorm.weight").shape == std::vector<int64_t>{8});
 }
 
 TEST_CASE("The directory reader follows the index and refuses what it cannot read", "[hf]") {

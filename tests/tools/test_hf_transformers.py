@@ -35,6 +35,16 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
              checkpoint and ptdp-generate --prompt TEXT prints the text tokenizers decodes from
              that greedy continuation, stopped at the end of document
 
+  llama_v5   transformers 5.25 (the reference venv /opt/ptdp-ref-venv), which writes RoPE settings
+             only in rope_parameters: Llama with rope_theta 500000 (issue 39: it was imported with
+             10000), Llama 3.1 scaling, Qwen2, Mistral: logits parity at t = 1 and t = 2
+  roundtrip_v5  the round trip of transformers 5.25's files, byte for byte
+  moe_parity, moe_roundtrip, moe_finetune, moe_generate
+             Mixtral, Qwen2-MoE (a dense layer, the gated shared expert) and Qwen3-MoE (q/k norms)
+             of transformers 5.25, whose save_pretrained writes the experts one by one as on the
+             hub: parity at t = 1 and 2, round trips at t = 2, a fine-tune with ptdp-train, greedy
+             generation; skipped (77) while ptdp_gpt_options has no MoE fields
+
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
 """
@@ -45,7 +55,13 @@ import subprocess
 import sys
 import tempfile
 
-VENV = "/opt/ptdp-test-venv"
+# The cases ending in _v5 and the moe_ cases compare with transformers 5 (the reference venv,
+# which also has the MoE classes as the hub stores them); the others with transformers 4.
+V5_CASE = sys.argv[3].endswith("_v5") or sys.argv[3].startswith("moe_")
+VENV = "/opt/ptdp-ref-venv" if V5_CASE else "/opt/ptdp-test-venv"
+if V5_CASE and not os.path.exists(os.path.join(VENV, "bin", "python")):
+    print(f"SKIP: case {sys.argv[3]} needs transformers 5 in {VENV}; scripts/install-deps.sh makes it")
+    sys.exit(77)
 if os.path.exists(os.path.join(VENV, "bin", "python")) and os.path.realpath(sys.prefix) != os.path.realpath(VENV) \
         and not os.environ.get("PTDP_HF_TEST_IN_VENV"):
     python = os.path.join(VENV, "bin", "python")
@@ -123,9 +139,19 @@ def make(kind, seed=0, **overrides):
         cfg = dict(n_layer=2, n_embd=64, n_head=4, vocab_size=101, n_positions=32, attn_implementation="eager")
         cfg.update(overrides)
         return randomize(T.GPT2LMHeadModel(T.GPT2Config(**cfg)), seed).eval()
+    moe = dict(num_experts_per_tok=2)
+    if kind == "mixtral":
+        common.update(moe, num_local_experts=4)
+    elif kind in ("qwen2_moe", "qwen3_moe"):
+        common.update(moe, num_experts=4, moe_intermediate_size=32, norm_topk_prob=False)
+        if kind == "qwen2_moe":
+            common.update(shared_expert_intermediate_size=40)
     common.update(overrides)
     cls = {"llama": (T.LlamaConfig, T.LlamaForCausalLM), "qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM),
-           "mistral": (T.MistralConfig, T.MistralForCausalLM)}[kind]
+           "mistral": (T.MistralConfig, T.MistralForCausalLM),
+           "mixtral": (getattr(T, "MixtralConfig", None), getattr(T, "MixtralForCausalLM", None)),
+           "qwen2_moe": (getattr(T, "Qwen2MoeConfig", None), getattr(T, "Qwen2MoeForCausalLM", None)),
+           "qwen3_moe": (getattr(T, "Qwen3MoeConfig", None), getattr(T, "Qwen3MoeForCausalLM", None))}[kind]
     return randomize(cls[1](cls[0](**common)), seed).eval()
 
 
@@ -260,12 +286,15 @@ def case_roundtrip():
         ("mistral bf16 sharded", make("mistral", seed=8), torch.bfloat16, "25KB", "bf16"),
         ("qwen2 fp16", make("qwen2", seed=9), torch.float16, None, "fp16"),
     ]
+    roundtrips(variants)
+
+
+def roundtrips(variants, layout=("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"), ranks=4):
     for name, model, dtype, shard, flag in variants:
         tag = name.replace(" ", "-")
         a = save(model, os.path.join(WORK, tag), dtype=dtype, shard=shard)
         ckpt, b = os.path.join(WORK, tag + "-ptdp"), os.path.join(WORK, tag + "-back")
-        out = run([CONVERT, "--from-hf", a, "--to-ptdp", ckpt, "--tensor-model-parallel-size", "2",
-                   "--pipeline-model-parallel-size", "2"], np=4).stdout
+        out = run([CONVERT, "--from-hf", a, "--to-ptdp", ckpt] + list(layout), np=ranks).stdout
         check("ptdp-train flags for this model:" in out, f"{name}: ptdp-convert prints the ptdp-train flags:\n{out}")
         back = [CONVERT, "--from-ptdp", ckpt, "--to-hf", b, "--dtype", flag]
         if shard:
@@ -468,8 +497,136 @@ def case_generate():
         check(a.read() == b.read(), "the export carries the imported tokenizer.json")
 
 
+# ---------------------------------------------------------------------------------------------
+# transformers 5: RoPE settings in rope_parameters, and the mixtures of experts
+
+def case_llama_v5():
+    """The defect of issue 39: a Llama saved by transformers 5 with rope_theta 500000 keeps it in
+    rope_parameters only; ptdp's logits equal transformers' only when it reads it there."""
+    need_transformers()
+    tokens = tokens_for(97, 2, 32, 3)
+    variants = [
+        ("v5 llama rope_theta 500000", "llama", dict(rope_parameters={"rope_type": "default", "rope_theta": 500000.0})),
+        ("v5 llama 3.1 rope_parameters", "llama", dict(rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16})),
+        ("v5 qwen2", "qwen2", dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+        ("v5 mistral", "mistral", dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    ]
+    for i, (name, kind, overrides) in enumerate(variants):
+        model = make(kind, seed=50 + i, **overrides)
+        path = save(model, os.path.join(WORK, name.replace(" ", "-")))
+        with open(os.path.join(path, "config.json")) as f:
+            config = json.load(f)
+        check("rope_theta" not in config and "rope_parameters" in config,
+              f"{name}: transformers {transformers.__version__} writes rope_parameters only: {sorted(config)}")
+        parity(name, path, hf_logits(model, tokens), tokens)
+
+
+def case_roundtrip_v5():
+    need_transformers()
+    roundtrips([
+        ("v5 llama rope 500000 fp32", make("llama", seed=60, tie_word_embeddings=False, rope_parameters={
+            "rope_type": "default", "rope_theta": 500000.0}), None, None, "fp32"),
+        ("v5 llama 3.1 bf16 sharded", make("llama", seed=61, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16}), torch.bfloat16, "30KB", "bf16"),
+        ("v5 qwen2 fp32", make("qwen2", seed=62), None, None, "fp32"),
+    ])
+
+
+MOE_KINDS = [("mixtral", dict()), ("qwen2_moe", dict(decoder_sparse_step=1, mlp_only_layers=[1])),
+             ("qwen3_moe", dict(norm_topk_prob=True, head_dim=16))]
+
+
+def need_moe_options():
+    """The C API carries MoE options once ptdp_gpt_options has them (issue 39's front end)."""
+    header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "capi", "include", "ptdp", "ptdp.h")
+    with open(header) as f:
+        if "num_experts" not in f.read():
+            print(f"SKIP: case {CASE}: ptdp_gpt_options has no MoE fields yet, so ptdp_hf_read_options cannot "
+                  "describe an MoE model")
+            shutil.rmtree(WORK, ignore_errors=True)
+            sys.exit(77)
+
+
+def case_moe_parity():
+    """Mixtral, Qwen2-MoE (a dense layer, the gated shared expert, pre-softmax routing) and
+    Qwen3-MoE (q/k norms, renormalised top k): transformers 5 saves the experts tensor by tensor as
+    on the hub; ptdp's logits equal transformers' at t = 1 and t = 2."""
+    need_transformers()
+    need_moe_options()
+    tokens = tokens_for(97, 2, 16, 4)
+    for i, (kind, overrides) in enumerate(MOE_KINDS):
+        model = make(kind, seed=70 + i, tie_word_embeddings=False, **overrides)
+        path = save(model, os.path.join(WORK, kind))
+        names = sorted(tensors_of(path))
+        check(any(".experts.0." in n for n in names), f"{kind}: the experts are saved one by one: {names[:8]}")
+        parity(kind, path, hf_logits(model, tokens), tokens)
+
+
+def case_moe_roundtrip():
+    need_transformers()
+    need_moe_options()
+    roundtrips([(f"{kind} {flag}", make(kind, seed=80 + i, **overrides), dtype, shard, flag)
+                for i, ((kind, overrides), (dtype, shard, flag)) in enumerate(zip(
+                    MOE_KINDS, [(None, None, "fp32"), (torch.bfloat16, "60KB", "bf16"), (None, "60KB", "fp32")]))],
+               layout=("--tensor-model-parallel-size", "2"), ranks=2)
+
+
+def case_moe_finetune():
+    """A Qwen3-MoE trained briefly with torch is imported and fine-tuned by ptdp-train --finetune:
+    it starts from the imported weights and the loss falls; the export's loss falls in transformers."""
+    need_transformers()
+    need_moe_options()
+    text = open(GPL, "rb").read()
+    model = make("qwen3_moe", seed=90, vocab_size=256, tie_word_embeddings=False)
+    train_with_torch(model, text, steps=30, seq=32, batch=16, lr=3e-3, seed=0)
+    hf_dir = save(model, os.path.join(WORK, "moe-pretrained"))
+    before = text_loss(model, text)
+    ckpt = os.path.join(WORK, "moe-imported")
+    out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
+    flags = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")][0].split(":", 1)[1].split()
+    log, saved = os.path.join(WORK, "moe-ft.jsonl"), os.path.join(WORK, "moe-ft")
+    run([TRAIN] + flags + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
+                           "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0", "--lr",
+                           "2e-3", "--train-iters", "30", "--finetune", "--load", ckpt, "--save", saved,
+                           "--log-json", log, "--comm-timeout", "60"])
+    steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
+    first = steps[1]["lm_loss"]
+    head = sum(steps[i]["lm_loss"] for i in range(1, 6)) / 5
+    tail = sum(steps[i]["lm_loss"] for i in range(26, 31)) / 5
+    check(abs(first - before) < 0.35, f"the first fine-tuning loss {first:.3f} is the imported model's ({before:.3f})")
+    check(tail < head - 0.05, f"the loss falls: {head:.3f} -> {tail:.3f}")
+    back = os.path.join(WORK, "moe-ft-hf")
+    run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
+    after = text_loss(back, text)
+    check(after < before, f"transformers sees the fine-tuned MoE export's loss fall: {before:.3f} -> {after:.3f}")
+    print(f"moe finetune: torch {before:.3f}; ptdp-train {first:.3f} -> {steps[30]['lm_loss']:.3f}; export {after:.3f}")
+
+
+def case_moe_generate():
+    need_transformers()
+    need_moe_options()
+    for i, (kind, overrides) in enumerate(MOE_KINDS):
+        model = make(kind, seed=95 + i, **overrides)
+        hf_dir = save(model, os.path.join(WORK, kind + "-gen"))
+        ckpt = os.path.join(WORK, kind + "-gen-ptdp")
+        run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"])
+        prompt = [5, 17, 3, 42, 8]
+        p = run([GENERATE, "--load", ckpt, "--prompt-ids", " ".join(map(str, prompt)), "--max-new-tokens", "12",
+                 "--top-k", "1"])
+        ours = [int(x) for x in p.stdout.split()]
+        theirs = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12, min_new_tokens=12,
+                                eos_token_id=None, pad_token_id=0)[0].tolist()
+        check(ours == theirs, f"{kind}: ptdp-generate {ours} vs transformers' greedy generate {theirs}")
+        print(f"generate {kind}: {theirs[len(prompt):]} (both)")
+
+
 CASES = {"gpt2": case_gpt2, "llama": case_llama, "roundtrip": case_roundtrip, "layouts": case_layouts,
-         "finetune": case_finetune, "generate": case_generate}
+         "finetune": case_finetune, "generate": case_generate, "llama_v5": case_llama_v5,
+         "roundtrip_v5": case_roundtrip_v5, "moe_parity": case_moe_parity, "moe_roundtrip": case_moe_roundtrip,
+         "moe_finetune": case_moe_finetune, "moe_generate": case_moe_generate}
 
 if __name__ == "__main__":
     if CASE not in CASES:

@@ -3360,9 +3360,11 @@ def ptdp_checkpoint_read_options(directory, options):
 PTDP_HF_ARCHITECTURE_AUTO = _ptdp_ext.PTDP_HF_ARCHITECTURE_AUTO
 r"""
     On export: the class the model's settings call for
-                                            (GPT-2 for LayerNorm with learned positions, Qwen2 for a
-                                            qkv bias alone, Llama otherwise), or the base config's
-                                            class when the model fits it.
+                                             (GPT-2 for LayerNorm with learned positions, Qwen2 for a
+                                             qkv bias alone, Llama otherwise; for a mixture of
+                                             experts Qwen3-MoE with q/k norms, Qwen2-MoE with shared
+                                             experts, Mixtral otherwise), or the base config's class
+                                             when the model fits it.
     """
 PTDP_HF_ARCHITECTURE_GPT2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_GPT2
 r""" `gpt2`, GPT2LMHeadModel."""
@@ -3372,6 +3374,23 @@ PTDP_HF_ARCHITECTURE_MISTRAL = _ptdp_ext.PTDP_HF_ARCHITECTURE_MISTRAL
 r""" `mistral`, MistralForCausalLM."""
 PTDP_HF_ARCHITECTURE_QWEN2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_QWEN2
 r""" `qwen2`, Qwen2ForCausalLM."""
+PTDP_HF_ARCHITECTURE_MIXTRAL = _ptdp_ext.PTDP_HF_ARCHITECTURE_MIXTRAL
+r""" `mixtral`, MixtralForCausalLM (mixture of experts)."""
+PTDP_HF_ARCHITECTURE_QWEN3_MOE = _ptdp_ext.PTDP_HF_ARCHITECTURE_QWEN3_MOE
+r"""
+    `qwen3_moe`, Qwen3MoeForCausalLM (mixture of experts,
+                                             q/k norms).
+    """
+PTDP_HF_ARCHITECTURE_QWEN2_MOE = _ptdp_ext.PTDP_HF_ARCHITECTURE_QWEN2_MOE
+r"""
+    `qwen2_moe`, Qwen2MoeForCausalLM (mixture of experts
+                                             with a gated shared expert).
+    """
+PTDP_HF_ARCHITECTURE_OLMOE = _ptdp_ext.PTDP_HF_ARCHITECTURE_OLMOE
+r"""
+    `olmoe`, OlmoeForCausalLM: recognised and refused
+                                             (::PTDP_ERR_UNSUPPORTED): its q/k norms span all heads.
+    """
 class ptdp_hf_save_options(object):
     r""" Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init()."""
 

@@ -1,5 +1,6 @@
-"""Hugging Face checkpoints: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM and
-Qwen2ForCausalLM directories (config.json with model.safetensors, or its shards) in and out.
+"""Hugging Face checkpoints: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM and the mixtures of experts MixtralForCausalLM, Qwen3MoeForCausalLM and
+Qwen2MoeForCausalLM directories (config.json with model.safetensors, or its shards) in and out.
 
 >>> import tempfile, numpy as np, ptdp
 >>> tiny = dict(num_layers=2, hidden_size=32, num_attention_heads=4, seq_length=16, vocab_size=64)
@@ -25,10 +26,13 @@ from .tensor import DType
 
 HFArchitecture = make_enum("HFArchitecture", "ptdp_hf_architecture", "PTDP_HF_ARCHITECTURE_",
                            "A Hugging Face model class (ptdp_hf_architecture): AUTO (on export: the class the "
-                           "model's settings call for), GPT2, LLAMA, MISTRAL, QWEN2, also named by the classes' "
-                           "names (\"LlamaForCausalLM\", ...).",
+                           "model's settings call for), GPT2, LLAMA, MISTRAL, QWEN2, MIXTRAL, QWEN3_MOE, QWEN2_MOE, "
+                           "OLMOE (recognised, refused on import), also named by the classes' names "
+                           "(\"LlamaForCausalLM\", ...).",
                            aliases={"GPT2LMHeadModel": "GPT2", "LlamaForCausalLM": "LLAMA",
-                                    "MistralForCausalLM": "MISTRAL", "Qwen2ForCausalLM": "QWEN2"})
+                                    "MistralForCausalLM": "MISTRAL", "Qwen2ForCausalLM": "QWEN2",
+                                    "MixtralForCausalLM": "MIXTRAL", "Qwen3MoeForCausalLM": "QWEN3_MOE",
+                                    "Qwen2MoeForCausalLM": "QWEN2_MOE", "OlmoeForCausalLM": "OLMOE"})
 
 
 def _read(directory):

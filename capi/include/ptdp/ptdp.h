@@ -3663,14 +3663,23 @@ PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gp
 
 /** A Hugging Face model class (config.json's `model_type`). */
 typedef enum ptdp_hf_architecture PTDP_ENUM_INT {
-  PTDP_HF_ARCHITECTURE_AUTO = 0,    /**< On export: the class the model's settings call for
-                                         (GPT-2 for LayerNorm with learned positions, Qwen2 for a
-                                         qkv bias alone, Llama otherwise), or the base config's
-                                         class when the model fits it. */
-  PTDP_HF_ARCHITECTURE_GPT2 = 1,    /**< `gpt2`, GPT2LMHeadModel. */
-  PTDP_HF_ARCHITECTURE_LLAMA = 2,   /**< `llama`, LlamaForCausalLM. */
-  PTDP_HF_ARCHITECTURE_MISTRAL = 3, /**< `mistral`, MistralForCausalLM. */
-  PTDP_HF_ARCHITECTURE_QWEN2 = 4    /**< `qwen2`, Qwen2ForCausalLM. */
+  PTDP_HF_ARCHITECTURE_AUTO = 0,     /**< On export: the class the model's settings call for
+                                          (GPT-2 for LayerNorm with learned positions, Qwen2 for a
+                                          qkv bias alone, Llama otherwise; for a mixture of
+                                          experts Qwen3-MoE with q/k norms, Qwen2-MoE with shared
+                                          experts, Mixtral otherwise), or the base config's class
+                                          when the model fits it. */
+  PTDP_HF_ARCHITECTURE_GPT2 = 1,     /**< `gpt2`, GPT2LMHeadModel. */
+  PTDP_HF_ARCHITECTURE_LLAMA = 2,    /**< `llama`, LlamaForCausalLM. */
+  PTDP_HF_ARCHITECTURE_MISTRAL = 3,  /**< `mistral`, MistralForCausalLM. */
+  PTDP_HF_ARCHITECTURE_QWEN2 = 4,    /**< `qwen2`, Qwen2ForCausalLM. */
+  PTDP_HF_ARCHITECTURE_MIXTRAL = 5,  /**< `mixtral`, MixtralForCausalLM (mixture of experts). */
+  PTDP_HF_ARCHITECTURE_QWEN3_MOE = 6, /**< `qwen3_moe`, Qwen3MoeForCausalLM (mixture of experts,
+                                          q/k norms). */
+  PTDP_HF_ARCHITECTURE_QWEN2_MOE = 7, /**< `qwen2_moe`, Qwen2MoeForCausalLM (mixture of experts
+                                          with a gated shared expert). */
+  PTDP_HF_ARCHITECTURE_OLMOE = 8     /**< `olmoe`, OlmoeForCausalLM: recognised and refused
+                                          (::PTDP_ERR_UNSUPPORTED): its q/k norms span all heads. */
 } ptdp_hf_architecture;
 
 /** Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init(). */

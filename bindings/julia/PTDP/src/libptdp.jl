@@ -1620,6 +1620,10 @@ const PTDP_HF_ARCHITECTURE_GPT2 = ptdp_hf_architecture(1)
 const PTDP_HF_ARCHITECTURE_LLAMA = ptdp_hf_architecture(2)
 const PTDP_HF_ARCHITECTURE_MISTRAL = ptdp_hf_architecture(3)
 const PTDP_HF_ARCHITECTURE_QWEN2 = ptdp_hf_architecture(4)
+const PTDP_HF_ARCHITECTURE_MIXTRAL = ptdp_hf_architecture(5)
+const PTDP_HF_ARCHITECTURE_QWEN3_MOE = ptdp_hf_architecture(6)
+const PTDP_HF_ARCHITECTURE_QWEN2_MOE = ptdp_hf_architecture(7)
+const PTDP_HF_ARCHITECTURE_OLMOE = ptdp_hf_architecture(8)
 
 # Options of ptdp_hf_save().
 struct ptdp_hf_save_options

@@ -658,6 +658,10 @@ pub const PTDP_HF_ARCHITECTURE_GPT2: ptdp_hf_architecture = 1;
 pub const PTDP_HF_ARCHITECTURE_LLAMA: ptdp_hf_architecture = 2;
 pub const PTDP_HF_ARCHITECTURE_MISTRAL: ptdp_hf_architecture = 3;
 pub const PTDP_HF_ARCHITECTURE_QWEN2: ptdp_hf_architecture = 4;
+pub const PTDP_HF_ARCHITECTURE_MIXTRAL: ptdp_hf_architecture = 5;
+pub const PTDP_HF_ARCHITECTURE_QWEN3_MOE: ptdp_hf_architecture = 6;
+pub const PTDP_HF_ARCHITECTURE_QWEN2_MOE: ptdp_hf_architecture = 7;
+pub const PTDP_HF_ARCHITECTURE_OLMOE: ptdp_hf_architecture = 8;
 
 /// Options of ptdp_hf_save().
 #[repr(C)]
