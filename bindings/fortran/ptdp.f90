@@ -97,14 +97,14 @@ module ptdp_enums
 
   ! The router's load balancing (Megatron's `--moe-router-load-balancing-type`;
   ! ptdp_gpt_options::moe_router_load_balancing_type).
-  integer(c_int), parameter :: PTDP_MOE_AUX_LOSS = 0
-  integer(c_int), parameter :: PTDP_MOE_SEQ_AUX_LOSS = 1
-  integer(c_int), parameter :: PTDP_MOE_GLOBAL_AUX_LOSS = 2
-  integer(c_int), parameter :: PTDP_MOE_NO_BALANCING = 3
+  integer(c_int), parameter :: PTDP_MOE_BALANCING_AUX_LOSS = 0
+  integer(c_int), parameter :: PTDP_MOE_BALANCING_SEQ_AUX_LOSS = 1
+  integer(c_int), parameter :: PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS = 2
+  integer(c_int), parameter :: PTDP_MOE_BALANCING_NONE = 3
 
   ! Which tokens an expert keeps with a capacity factor (Megatron's `--moe-token-drop-policy`).
-  integer(c_int), parameter :: PTDP_MOE_DROP_BY_PROBS = 0
-  integer(c_int), parameter :: PTDP_MOE_DROP_BY_POSITION = 1
+  integer(c_int), parameter :: PTDP_MOE_DROP_PROBS = 0
+  integer(c_int), parameter :: PTDP_MOE_DROP_POSITION = 1
 
   ! How tokens reach their experts' ranks (Megatron's `--moe-token-dispatcher-type`); the
   ! results are the same.

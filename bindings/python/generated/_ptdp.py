@@ -591,6 +591,30 @@ r"""
                                       the optimizer reduces the gradients over (::PTDP_GROUP_DATA
                                       when c = 1).
     """
+PTDP_GROUP_EXPERT_TENSOR = _ptdp_ext.PTDP_GROUP_EXPERT_TENSOR
+r""" etp ranks splitting each expert's linears."""
+PTDP_GROUP_EXPERT_MODEL = _ptdp_ext.PTDP_GROUP_EXPERT_MODEL
+r"""
+    e ranks splitting the experts of every MoE layer
+                                                   (expert parallelism: the token all-to-all).
+    """
+PTDP_GROUP_EXPERT_DATA = _ptdp_ext.PTDP_GROUP_EXPERT_DATA
+r"""
+    edp = t * c * d / (e * etp) ranks holding the same
+                                                   experts: the group expert gradients are reduced
+                                                   over.
+    """
+PTDP_GROUP_EXPERT_TENSOR_AND_MODEL = _ptdp_ext.PTDP_GROUP_EXPERT_TENSOR_AND_MODEL
+r"""
+    etp * e ranks (Megatron's tp_ep group): the
+                                                   allgather dispatcher's.
+    """
+PTDP_GROUP_TENSOR_CONTEXT = _ptdp_ext.PTDP_GROUP_TENSOR_CONTEXT
+r"""
+    t * c ranks holding pieces of the same samples
+                                                   (the router's losses and capacity drops are
+                                                   taken over them).
+    """
 class ptdp_parallel_options(object):
     r""" Parallel sizes, with Megatron-LM's names. Initialise with ptdp_parallel_options_init()."""
 
@@ -669,6 +693,20 @@ class ptdp_parallel_options(object):
                                                         the decoder_first/last counts or the V placement.
                                                         NULL or "" (default): none. Read when the
                                                         groups are created; not kept.
+    """)
+    expert_model_parallel_size = property(_ptdp_ext.ptdp_parallel_options_expert_model_parallel_size_get, _ptdp_ext.ptdp_parallel_options_expert_model_parallel_size_set, doc=r"""
+    e (`--expert-model-parallel-size`): every
+                                                        MoE layer's experts are split over e ranks of
+                                                        a pipeline stage, and e must divide the
+                                                        model's num_experts; e * etp must divide the
+                                                        stage's t * c * d ranks. 0 (default) means 1;
+                                                        >= 0.
+    """)
+    expert_tensor_parallel_size = property(_ptdp_ext.ptdp_parallel_options_expert_tensor_parallel_size_get, _ptdp_ext.ptdp_parallel_options_expert_tensor_parallel_size_set, doc=r"""
+    etp (`--expert-tensor-parallel-size`): each
+                                                        expert's linears are split over etp ranks;
+                                                        0 (default) means t. Expert biases (without
+                                                        disable_bias_linear) need etp = 1. >= 0.
     """)
 
     def __init__(self):
@@ -1041,6 +1079,29 @@ r"""
     """
 PTDP_POSITION_EMBEDDING_NONE = _ptdp_ext.PTDP_POSITION_EMBEDDING_NONE
 r""" No position information at all."""
+PTDP_MOE_SCORE_SOFTMAX = _ptdp_ext.PTDP_MOE_SCORE_SOFTMAX
+r"""
+    A softmax of the router's logits (over the k selected ones, or
+                                      over all E with moe_router_pre_softmax).
+    """
+PTDP_MOE_SCORE_SIGMOID = _ptdp_ext.PTDP_MOE_SCORE_SIGMOID
+r""" Each expert's sigmoid; the top k renormalised to sum to 1."""
+PTDP_MOE_BALANCING_AUX_LOSS = _ptdp_ext.PTDP_MOE_BALANCING_AUX_LOSS
+r""" GShard's and Switch's auxiliary loss over each microbatch."""
+PTDP_MOE_BALANCING_SEQ_AUX_LOSS = _ptdp_ext.PTDP_MOE_BALANCING_SEQ_AUX_LOSS
+r""" DeepSeek-V2's, per sample."""
+PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS = _ptdp_ext.PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS
+r""" Over the global batch."""
+PTDP_MOE_BALANCING_NONE = _ptdp_ext.PTDP_MOE_BALANCING_NONE
+r""" No balancing loss (`none`)."""
+PTDP_MOE_DROP_PROBS = _ptdp_ext.PTDP_MOE_DROP_PROBS
+r""" Those with the highest routing probabilities (`probs`)."""
+PTDP_MOE_DROP_POSITION = _ptdp_ext.PTDP_MOE_DROP_POSITION
+r""" The first ones of the microbatch (`position`)."""
+PTDP_MOE_DISPATCHER_ALLTOALL = _ptdp_ext.PTDP_MOE_DISPATCHER_ALLTOALL
+r""" All-to-all-v exchanges over the e ranks."""
+PTDP_MOE_DISPATCHER_ALLGATHER = _ptdp_ext.PTDP_MOE_DISPATCHER_ALLGATHER
+r""" Every token gathered over the e * etp ranks."""
 class ptdp_gpt_options(object):
     r""" GPT shape and settings, with Megatron-LM's names. Initialise with ptdp_gpt_options_init()."""
 
@@ -1170,6 +1231,86 @@ class ptdp_gpt_options(object):
     qk_layernorm = property(_ptdp_ext.ptdp_gpt_options_qk_layernorm_get, _ptdp_ext.ptdp_gpt_options_qk_layernorm_set, doc=r"""
     1: a norm (of the normalization's kind) over each
                                                 query and key head (`--qk-layernorm`). Default 0.
+    """)
+    moe_layer_freq = property(_ptdp_ext.ptdp_gpt_options_moe_layer_freq_get, _ptdp_ext.ptdp_gpt_options_moe_layer_freq_set, doc=r"""
+    Which layers are MoE (`--moe-layer-freq`): an integer
+                                                N as a string, every N-th layer from layer 0, or
+                                                Megatron's list pattern of 1 (MoE) and 0 (dense) per
+                                                layer, e.g. "([0]*3+[1]*1)*3" or "[1,0,1]" (read
+                                                without evaluation). NULL or "" (default): every
+                                                layer. Read when the options are; the options the
+                                                library fills point to storage it keeps for the life
+                                                of the process.
+    """)
+    num_experts = property(_ptdp_ext.ptdp_gpt_options_num_experts_get, _ptdp_ext.ptdp_gpt_options_num_experts_set, doc=r"""
+    E, routed experts per MoE layer (`--num-experts`);
+                                                0 (default): a dense model.
+    """)
+    moe_router_topk = property(_ptdp_ext.ptdp_gpt_options_moe_router_topk_get, _ptdp_ext.ptdp_gpt_options_moe_router_topk_set, doc=r"""
+    k, experts per token (`--moe-router-topk`), <= E;
+                                                0 means 2.
+    """)
+    moe_ffn_hidden_size = property(_ptdp_ext.ptdp_gpt_options_moe_ffn_hidden_size_get, _ptdp_ext.ptdp_gpt_options_moe_ffn_hidden_size_set, doc=r"""
+    Each routed expert's MLP width
+                                                (`--moe-ffn-hidden-size`); 0 (default):
+                                                ffn_hidden_size.
+    """)
+    moe_shared_expert_intermediate_size = property(_ptdp_ext.ptdp_gpt_options_moe_shared_expert_intermediate_size_get, _ptdp_ext.ptdp_gpt_options_moe_shared_expert_intermediate_size_set, doc=r"""
+    Total width of the shared experts
+                                                (`--moe-shared-expert-intermediate-size`),
+                                                divisible by t; 0 (default): none.
+    """)
+    moe_shared_expert_gate = property(_ptdp_ext.ptdp_gpt_options_moe_shared_expert_gate_get, _ptdp_ext.ptdp_gpt_options_moe_shared_expert_gate_set, doc=r"""
+    1: the shared experts' output is scaled by
+                                                sigmoid(x . gate_weight) (Qwen2-MoE,
+                                                `--moe-shared-expert-gate`). Default 0.
+    """)
+    moe_router_score_function = property(_ptdp_ext.ptdp_gpt_options_moe_router_score_function_get, _ptdp_ext.ptdp_gpt_options_moe_router_score_function_set, doc=r""" Default ::PTDP_MOE_SCORE_SOFTMAX.""")
+    moe_router_pre_softmax = property(_ptdp_ext.ptdp_gpt_options_moe_router_pre_softmax_get, _ptdp_ext.ptdp_gpt_options_moe_router_pre_softmax_set, doc=r"""
+    1: softmax over all E logits before the top k
+                                                (`--moe-router-pre-softmax`); needed for k = 1 with
+                                                softmax. Default 0.
+    """)
+    moe_router_topk_scaling_factor = property(_ptdp_ext.ptdp_gpt_options_moe_router_topk_scaling_factor_get, _ptdp_ext.ptdp_gpt_options_moe_router_topk_scaling_factor_set, doc=r"""
+    Multiplies the top-k probabilities
+                                                (`--moe-router-topk-scaling-factor`); 0 (default):
+                                                none.
+    """)
+    moe_router_num_groups = property(_ptdp_ext.ptdp_gpt_options_moe_router_num_groups_get, _ptdp_ext.ptdp_gpt_options_moe_router_num_groups_set, doc=r"""
+    Group-limited routing's groups
+                                                (`--moe-router-num-groups`), dividing E; 0
+                                                (default): none.
+    """)
+    moe_router_group_topk = property(_ptdp_ext.ptdp_gpt_options_moe_router_group_topk_get, _ptdp_ext.ptdp_gpt_options_moe_router_group_topk_set, doc=r"""
+    Groups per token (`--moe-router-group-topk`),
+                                                dividing k; with moe_router_num_groups only.
+    """)
+    moe_router_enable_expert_bias = property(_ptdp_ext.ptdp_gpt_options_moe_router_enable_expert_bias_get, _ptdp_ext.ptdp_gpt_options_moe_router_enable_expert_bias_set, doc=r"""
+    1: aux-loss-free balancing's expert bias
+                                                (`--moe-router-enable-expert-bias`; needs
+                                                ::PTDP_MOE_SCORE_SIGMOID). Default 0.
+    """)
+    moe_router_bias_update_rate = property(_ptdp_ext.ptdp_gpt_options_moe_router_bias_update_rate_get, _ptdp_ext.ptdp_gpt_options_moe_router_bias_update_rate_set, doc=r"""
+    The expert bias's step per iteration
+                                                (`--moe-router-bias-update-rate`); 0 means 1e-3.
+    """)
+    moe_router_load_balancing_type = property(_ptdp_ext.ptdp_gpt_options_moe_router_load_balancing_type_get, _ptdp_ext.ptdp_gpt_options_moe_router_load_balancing_type_set, doc=r""" Default ::PTDP_MOE_BALANCING_AUX_LOSS.""")
+    moe_aux_loss_coeff = property(_ptdp_ext.ptdp_gpt_options_moe_aux_loss_coeff_get, _ptdp_ext.ptdp_gpt_options_moe_aux_loss_coeff_set, doc=r""" `--moe-aux-loss-coeff`, >= 0; default 0.""")
+    moe_z_loss_coeff = property(_ptdp_ext.ptdp_gpt_options_moe_z_loss_coeff_get, _ptdp_ext.ptdp_gpt_options_moe_z_loss_coeff_set, doc=r""" `--moe-z-loss-coeff`, >= 0; 0 (default): no z-loss.""")
+    moe_expert_capacity_factor = property(_ptdp_ext.ptdp_gpt_options_moe_expert_capacity_factor_get, _ptdp_ext.ptdp_gpt_options_moe_expert_capacity_factor_set, doc=r"""
+    `--moe-expert-capacity-factor`, >= 0; 0 (default):
+                                                dropless.
+    """)
+    moe_token_drop_policy = property(_ptdp_ext.ptdp_gpt_options_moe_token_drop_policy_get, _ptdp_ext.ptdp_gpt_options_moe_token_drop_policy_set, doc=r""" Default ::PTDP_MOE_DROP_PROBS.""")
+    moe_pad_expert_input_to_capacity = property(_ptdp_ext.ptdp_gpt_options_moe_pad_expert_input_to_capacity_get, _ptdp_ext.ptdp_gpt_options_moe_pad_expert_input_to_capacity_set, doc=r"""
+    1: pad each expert's tokens to its capacity
+                                                (needs a capacity factor). Default 0.
+    """)
+    moe_token_dispatcher_type = property(_ptdp_ext.ptdp_gpt_options_moe_token_dispatcher_type_get, _ptdp_ext.ptdp_gpt_options_moe_token_dispatcher_type_set, doc=r""" Default ::PTDP_MOE_DISPATCHER_ALLTOALL.""")
+    moe_layer_recompute = property(_ptdp_ext.ptdp_gpt_options_moe_layer_recompute_get, _ptdp_ext.ptdp_gpt_options_moe_layer_recompute_set, doc=r"""
+    1: recompute each MoE layer in the backward
+                                                (`--recompute-modules moe`); not with
+                                                ::PTDP_RECOMPUTE_FULL. Default 0.
     """)
 
     def __init__(self):

@@ -3030,51 +3030,55 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_ptdp_layer_impl swig_types[48]
 #define SWIGTYPE_p_ptdp_lr_decay_style swig_types[49]
 #define SWIGTYPE_p_ptdp_model_impl swig_types[50]
-#define SWIGTYPE_p_ptdp_normalization swig_types[51]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[52]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[53]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[54]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[55]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[56]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[57]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[58]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[59]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[60]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[61]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[62]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[63]
-#define SWIGTYPE_p_ptdp_position_embedding swig_types[64]
-#define SWIGTYPE_p_ptdp_preprocess_options swig_types[65]
-#define SWIGTYPE_p_ptdp_preprocess_result swig_types[66]
-#define SWIGTYPE_p_ptdp_recompute swig_types[67]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[68]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[69]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[70]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[71]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[72]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[73]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[74]
-#define SWIGTYPE_p_ptdp_status swig_types[75]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[76]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[77]
-#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[78]
-#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[79]
-#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[80]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[81]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[82]
-#define SWIGTYPE_p_ptdp_trainer_impl swig_types[83]
-#define SWIGTYPE_p_ptdp_trainer_options swig_types[84]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[85]
-#define SWIGTYPE_p_short swig_types[86]
-#define SWIGTYPE_p_signed_char swig_types[87]
-#define SWIGTYPE_p_size_t swig_types[88]
-#define SWIGTYPE_p_unsigned_char swig_types[89]
-#define SWIGTYPE_p_unsigned_int swig_types[90]
-#define SWIGTYPE_p_unsigned_long swig_types[91]
-#define SWIGTYPE_p_unsigned_short swig_types[92]
-#define SWIGTYPE_p_void swig_types[93]
-static swig_type_info *swig_types[95];
-static swig_module_info swig_module = {swig_types, 94, 0, 0, 0, 0};
+#define SWIGTYPE_p_ptdp_moe_dispatcher swig_types[51]
+#define SWIGTYPE_p_ptdp_moe_drop_policy swig_types[52]
+#define SWIGTYPE_p_ptdp_moe_load_balancing swig_types[53]
+#define SWIGTYPE_p_ptdp_moe_score_function swig_types[54]
+#define SWIGTYPE_p_ptdp_normalization swig_types[55]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[56]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[57]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[58]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[59]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[60]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[61]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[62]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[63]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[64]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[65]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[66]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[67]
+#define SWIGTYPE_p_ptdp_position_embedding swig_types[68]
+#define SWIGTYPE_p_ptdp_preprocess_options swig_types[69]
+#define SWIGTYPE_p_ptdp_preprocess_result swig_types[70]
+#define SWIGTYPE_p_ptdp_recompute swig_types[71]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[72]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[73]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[74]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[75]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[76]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[77]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[78]
+#define SWIGTYPE_p_ptdp_status swig_types[79]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[80]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[81]
+#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[82]
+#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[83]
+#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[84]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[85]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[86]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[87]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[88]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[89]
+#define SWIGTYPE_p_short swig_types[90]
+#define SWIGTYPE_p_signed_char swig_types[91]
+#define SWIGTYPE_p_size_t swig_types[92]
+#define SWIGTYPE_p_unsigned_char swig_types[93]
+#define SWIGTYPE_p_unsigned_int swig_types[94]
+#define SWIGTYPE_p_unsigned_long swig_types[95]
+#define SWIGTYPE_p_unsigned_short swig_types[96]
+#define SWIGTYPE_p_void swig_types[97]
+static swig_type_info *swig_types[99];
+static swig_module_info swig_module = {swig_types, 98, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -6526,6 +6530,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_expert_model_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_expert_model_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_expert_model_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_expert_model_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expert_model_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_expert_model_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_expert_model_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->expert_model_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_expert_tensor_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_parallel_options_expert_tensor_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_expert_tensor_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_parallel_options_expert_tensor_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expert_tensor_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_parallel_options_expert_tensor_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_parallel_options *arg1 = (struct ptdp_parallel_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_parallel_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_parallel_options_expert_tensor_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_parallel_options *""'"); 
+  }
+  arg1 = (struct ptdp_parallel_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->expert_tensor_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_parallel_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_parallel_options *result = 0 ;
@@ -9950,6 +10074,1266 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_layernorm_get(PyObject *self, PyO
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (int32_t) ((arg1)->qk_layernorm);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_layer_freq_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  char *arg2 = (char *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int res2 ;
+  char *buf2 = 0 ;
+  int alloc2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_layer_freq_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_layer_freq_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  res2 = SWIG_AsCharPtrAndSize(swig_obj[1], &buf2, NULL, &alloc2);
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_gpt_options_moe_layer_freq_set" "', argument " "2"" of type '" "char const *""'");
+  }
+  arg2 = (char *)(buf2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg2) {
+      size_t size = strlen((const char *)((const char *)(arg2))) + 1;
+      arg1->moe_layer_freq = (char const *)(char *)memcpy(malloc((size)*sizeof(char)), arg2, sizeof(char)*(size));
+    } else {
+      arg1->moe_layer_freq = 0;
+    }
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return resultobj;
+fail:
+  if (alloc2 == SWIG_NEWOBJ) free((char*)buf2);
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_layer_freq_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  char *result = 0 ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_layer_freq_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (char *) ((arg1)->moe_layer_freq);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_FromCharPtr((const char *)result);
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_num_experts_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_num_experts_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_num_experts_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_num_experts_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->num_experts = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_num_experts_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_num_experts_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->num_experts);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_topk_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_topk_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_topk_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_topk_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_topk = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_topk_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_topk_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_topk);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_ffn_hidden_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_ffn_hidden_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_ffn_hidden_size_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_ffn_hidden_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_ffn_hidden_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_ffn_hidden_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_ffn_hidden_size_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_ffn_hidden_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_shared_expert_intermediate_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_shared_expert_intermediate_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_shared_expert_intermediate_size_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_shared_expert_intermediate_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_shared_expert_intermediate_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_shared_expert_intermediate_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_shared_expert_intermediate_size_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_shared_expert_intermediate_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_shared_expert_gate_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_shared_expert_gate_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_shared_expert_gate_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_shared_expert_gate_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_shared_expert_gate = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_shared_expert_gate_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_shared_expert_gate_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_shared_expert_gate);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_score_function_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_moe_score_function arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_score_function_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_score_function_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_moe_score_function", "ptdp_gpt_options_moe_router_score_function_set", "moe_router_score_function", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_moe_score_function)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_score_function = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_score_function_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_moe_score_function result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_score_function_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_moe_score_function) ((arg1)->moe_router_score_function);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_pre_softmax_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_pre_softmax_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_pre_softmax_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_pre_softmax_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_pre_softmax = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_pre_softmax_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_pre_softmax_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_pre_softmax);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_topk_scaling_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_topk_scaling_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_topk_scaling_factor_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_topk_scaling_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_topk_scaling_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_topk_scaling_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_topk_scaling_factor_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->moe_router_topk_scaling_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_num_groups_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_num_groups_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_num_groups_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_num_groups_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_num_groups = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_num_groups_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_num_groups_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_num_groups);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_group_topk_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_group_topk_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_group_topk_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_group_topk_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_group_topk = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_group_topk_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_group_topk_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_group_topk);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_enable_expert_bias_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_enable_expert_bias_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_enable_expert_bias_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_enable_expert_bias_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_enable_expert_bias = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_enable_expert_bias_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_enable_expert_bias_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_enable_expert_bias);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_bias_update_rate_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_bias_update_rate_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_bias_update_rate_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_bias_update_rate_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_bias_update_rate = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_bias_update_rate_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_bias_update_rate_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->moe_router_bias_update_rate);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_load_balancing_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_moe_load_balancing arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_load_balancing_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_load_balancing_type_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_moe_load_balancing", "ptdp_gpt_options_moe_router_load_balancing_type_set", "moe_router_load_balancing_type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_moe_load_balancing)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_load_balancing_type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_load_balancing_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_moe_load_balancing result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_load_balancing_type_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_moe_load_balancing) ((arg1)->moe_router_load_balancing_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_aux_loss_coeff_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_aux_loss_coeff_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_aux_loss_coeff_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_aux_loss_coeff_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_aux_loss_coeff = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_aux_loss_coeff_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_aux_loss_coeff_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->moe_aux_loss_coeff);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_z_loss_coeff_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_z_loss_coeff_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_z_loss_coeff_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_z_loss_coeff_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_z_loss_coeff = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_z_loss_coeff_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_z_loss_coeff_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->moe_z_loss_coeff);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_expert_capacity_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_expert_capacity_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_expert_capacity_factor_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_expert_capacity_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_expert_capacity_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_expert_capacity_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_expert_capacity_factor_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->moe_expert_capacity_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_token_drop_policy_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_moe_drop_policy arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_token_drop_policy_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_token_drop_policy_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_moe_drop_policy", "ptdp_gpt_options_moe_token_drop_policy_set", "moe_token_drop_policy", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_moe_drop_policy)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_token_drop_policy = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_token_drop_policy_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_moe_drop_policy result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_token_drop_policy_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_moe_drop_policy) ((arg1)->moe_token_drop_policy);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_pad_expert_input_to_capacity_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_pad_expert_input_to_capacity_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_pad_expert_input_to_capacity_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_pad_expert_input_to_capacity_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_pad_expert_input_to_capacity = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_pad_expert_input_to_capacity_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_pad_expert_input_to_capacity_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_pad_expert_input_to_capacity);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_token_dispatcher_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_moe_dispatcher arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_token_dispatcher_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_token_dispatcher_type_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_moe_dispatcher", "ptdp_gpt_options_moe_token_dispatcher_type_set", "moe_token_dispatcher_type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_moe_dispatcher)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_token_dispatcher_type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_token_dispatcher_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_moe_dispatcher result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_token_dispatcher_type_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_moe_dispatcher) ((arg1)->moe_token_dispatcher_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_layer_recompute_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_layer_recompute_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_layer_recompute_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_layer_recompute_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_layer_recompute = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_layer_recompute_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_layer_recompute_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_layer_recompute);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
@@ -35083,6 +36467,34 @@ static PyMethodDef SwigMethods[] = {
 		"                                                    NULL or \"\" (default): none. Read when the\n"
 		"                                                    groups are created; not kept.\n"
 		""},
+	 { "ptdp_parallel_options_expert_model_parallel_size_set", _wrap_ptdp_parallel_options_expert_model_parallel_size_set, METH_VARARGS, "\n"
+		"e (`--expert-model-parallel-size`): every\n"
+		"                                                    MoE layer's experts are split over e ranks of\n"
+		"                                                    a pipeline stage, and e must divide the\n"
+		"                                                    model's num_experts; e * etp must divide the\n"
+		"                                                    stage's t * c * d ranks. 0 (default) means 1;\n"
+		"                                                    >= 0.\n"
+		""},
+	 { "ptdp_parallel_options_expert_model_parallel_size_get", _wrap_ptdp_parallel_options_expert_model_parallel_size_get, METH_O, "\n"
+		"e (`--expert-model-parallel-size`): every\n"
+		"                                                    MoE layer's experts are split over e ranks of\n"
+		"                                                    a pipeline stage, and e must divide the\n"
+		"                                                    model's num_experts; e * etp must divide the\n"
+		"                                                    stage's t * c * d ranks. 0 (default) means 1;\n"
+		"                                                    >= 0.\n"
+		""},
+	 { "ptdp_parallel_options_expert_tensor_parallel_size_set", _wrap_ptdp_parallel_options_expert_tensor_parallel_size_set, METH_VARARGS, "\n"
+		"etp (`--expert-tensor-parallel-size`): each\n"
+		"                                                    expert's linears are split over etp ranks;\n"
+		"                                                    0 (default) means t. Expert biases (without\n"
+		"                                                    disable_bias_linear) need etp = 1. >= 0.\n"
+		""},
+	 { "ptdp_parallel_options_expert_tensor_parallel_size_get", _wrap_ptdp_parallel_options_expert_tensor_parallel_size_get, METH_O, "\n"
+		"etp (`--expert-tensor-parallel-size`): each\n"
+		"                                                    expert's linears are split over etp ranks;\n"
+		"                                                    0 (default) means t. Expert biases (without\n"
+		"                                                    disable_bias_linear) need etp = 1. >= 0.\n"
+		""},
 	 { "new_ptdp_parallel_options", _wrap_new_ptdp_parallel_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_parallel_options", _wrap_delete_ptdp_parallel_options, METH_O, NULL},
 	 { "ptdp_parallel_options_swigregister", ptdp_parallel_options_swigregister, METH_O, NULL},
@@ -35577,6 +36989,166 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_gpt_options_qk_layernorm_get", _wrap_ptdp_gpt_options_qk_layernorm_get, METH_O, "\n"
 		"1: a norm (of the normalization's kind) over each\n"
 		"                                            query and key head (`--qk-layernorm`). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_layer_freq_set", _wrap_ptdp_gpt_options_moe_layer_freq_set, METH_VARARGS, "\n"
+		"Which layers are MoE (`--moe-layer-freq`): an integer\n"
+		"                                            N as a string, every N-th layer from layer 0, or\n"
+		"                                            Megatron's list pattern of 1 (MoE) and 0 (dense) per\n"
+		"                                            layer, e.g. \"([0]*3+[1]*1)*3\" or \"[1,0,1]\" (read\n"
+		"                                            without evaluation). NULL or \"\" (default): every\n"
+		"                                            layer. Read when the options are; the options the\n"
+		"                                            library fills point to storage it keeps for the life\n"
+		"                                            of the process.\n"
+		""},
+	 { "ptdp_gpt_options_moe_layer_freq_get", _wrap_ptdp_gpt_options_moe_layer_freq_get, METH_O, "\n"
+		"Which layers are MoE (`--moe-layer-freq`): an integer\n"
+		"                                            N as a string, every N-th layer from layer 0, or\n"
+		"                                            Megatron's list pattern of 1 (MoE) and 0 (dense) per\n"
+		"                                            layer, e.g. \"([0]*3+[1]*1)*3\" or \"[1,0,1]\" (read\n"
+		"                                            without evaluation). NULL or \"\" (default): every\n"
+		"                                            layer. Read when the options are; the options the\n"
+		"                                            library fills point to storage it keeps for the life\n"
+		"                                            of the process.\n"
+		""},
+	 { "ptdp_gpt_options_num_experts_set", _wrap_ptdp_gpt_options_num_experts_set, METH_VARARGS, "\n"
+		"E, routed experts per MoE layer (`--num-experts`);\n"
+		"                                            0 (default): a dense model.\n"
+		""},
+	 { "ptdp_gpt_options_num_experts_get", _wrap_ptdp_gpt_options_num_experts_get, METH_O, "\n"
+		"E, routed experts per MoE layer (`--num-experts`);\n"
+		"                                            0 (default): a dense model.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_topk_set", _wrap_ptdp_gpt_options_moe_router_topk_set, METH_VARARGS, "\n"
+		"k, experts per token (`--moe-router-topk`), <= E;\n"
+		"                                            0 means 2.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_topk_get", _wrap_ptdp_gpt_options_moe_router_topk_get, METH_O, "\n"
+		"k, experts per token (`--moe-router-topk`), <= E;\n"
+		"                                            0 means 2.\n"
+		""},
+	 { "ptdp_gpt_options_moe_ffn_hidden_size_set", _wrap_ptdp_gpt_options_moe_ffn_hidden_size_set, METH_VARARGS, "\n"
+		"Each routed expert's MLP width\n"
+		"                                            (`--moe-ffn-hidden-size`); 0 (default):\n"
+		"                                            ffn_hidden_size.\n"
+		""},
+	 { "ptdp_gpt_options_moe_ffn_hidden_size_get", _wrap_ptdp_gpt_options_moe_ffn_hidden_size_get, METH_O, "\n"
+		"Each routed expert's MLP width\n"
+		"                                            (`--moe-ffn-hidden-size`); 0 (default):\n"
+		"                                            ffn_hidden_size.\n"
+		""},
+	 { "ptdp_gpt_options_moe_shared_expert_intermediate_size_set", _wrap_ptdp_gpt_options_moe_shared_expert_intermediate_size_set, METH_VARARGS, "\n"
+		"Total width of the shared experts\n"
+		"                                            (`--moe-shared-expert-intermediate-size`),\n"
+		"                                            divisible by t; 0 (default): none.\n"
+		""},
+	 { "ptdp_gpt_options_moe_shared_expert_intermediate_size_get", _wrap_ptdp_gpt_options_moe_shared_expert_intermediate_size_get, METH_O, "\n"
+		"Total width of the shared experts\n"
+		"                                            (`--moe-shared-expert-intermediate-size`),\n"
+		"                                            divisible by t; 0 (default): none.\n"
+		""},
+	 { "ptdp_gpt_options_moe_shared_expert_gate_set", _wrap_ptdp_gpt_options_moe_shared_expert_gate_set, METH_VARARGS, "\n"
+		"1: the shared experts' output is scaled by\n"
+		"                                            sigmoid(x . gate_weight) (Qwen2-MoE,\n"
+		"                                            `--moe-shared-expert-gate`). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_shared_expert_gate_get", _wrap_ptdp_gpt_options_moe_shared_expert_gate_get, METH_O, "\n"
+		"1: the shared experts' output is scaled by\n"
+		"                                            sigmoid(x . gate_weight) (Qwen2-MoE,\n"
+		"                                            `--moe-shared-expert-gate`). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_score_function_set", _wrap_ptdp_gpt_options_moe_router_score_function_set, METH_VARARGS, " Default ::PTDP_MOE_SCORE_SOFTMAX."},
+	 { "ptdp_gpt_options_moe_router_score_function_get", _wrap_ptdp_gpt_options_moe_router_score_function_get, METH_O, " Default ::PTDP_MOE_SCORE_SOFTMAX."},
+	 { "ptdp_gpt_options_moe_router_pre_softmax_set", _wrap_ptdp_gpt_options_moe_router_pre_softmax_set, METH_VARARGS, "\n"
+		"1: softmax over all E logits before the top k\n"
+		"                                            (`--moe-router-pre-softmax`); needed for k = 1 with\n"
+		"                                            softmax. Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_pre_softmax_get", _wrap_ptdp_gpt_options_moe_router_pre_softmax_get, METH_O, "\n"
+		"1: softmax over all E logits before the top k\n"
+		"                                            (`--moe-router-pre-softmax`); needed for k = 1 with\n"
+		"                                            softmax. Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_topk_scaling_factor_set", _wrap_ptdp_gpt_options_moe_router_topk_scaling_factor_set, METH_VARARGS, "\n"
+		"Multiplies the top-k probabilities\n"
+		"                                            (`--moe-router-topk-scaling-factor`); 0 (default):\n"
+		"                                            none.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_topk_scaling_factor_get", _wrap_ptdp_gpt_options_moe_router_topk_scaling_factor_get, METH_O, "\n"
+		"Multiplies the top-k probabilities\n"
+		"                                            (`--moe-router-topk-scaling-factor`); 0 (default):\n"
+		"                                            none.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_num_groups_set", _wrap_ptdp_gpt_options_moe_router_num_groups_set, METH_VARARGS, "\n"
+		"Group-limited routing's groups\n"
+		"                                            (`--moe-router-num-groups`), dividing E; 0\n"
+		"                                            (default): none.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_num_groups_get", _wrap_ptdp_gpt_options_moe_router_num_groups_get, METH_O, "\n"
+		"Group-limited routing's groups\n"
+		"                                            (`--moe-router-num-groups`), dividing E; 0\n"
+		"                                            (default): none.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_group_topk_set", _wrap_ptdp_gpt_options_moe_router_group_topk_set, METH_VARARGS, "\n"
+		"Groups per token (`--moe-router-group-topk`),\n"
+		"                                            dividing k; with moe_router_num_groups only.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_group_topk_get", _wrap_ptdp_gpt_options_moe_router_group_topk_get, METH_O, "\n"
+		"Groups per token (`--moe-router-group-topk`),\n"
+		"                                            dividing k; with moe_router_num_groups only.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_enable_expert_bias_set", _wrap_ptdp_gpt_options_moe_router_enable_expert_bias_set, METH_VARARGS, "\n"
+		"1: aux-loss-free balancing's expert bias\n"
+		"                                            (`--moe-router-enable-expert-bias`; needs\n"
+		"                                            ::PTDP_MOE_SCORE_SIGMOID). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_enable_expert_bias_get", _wrap_ptdp_gpt_options_moe_router_enable_expert_bias_get, METH_O, "\n"
+		"1: aux-loss-free balancing's expert bias\n"
+		"                                            (`--moe-router-enable-expert-bias`; needs\n"
+		"                                            ::PTDP_MOE_SCORE_SIGMOID). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_bias_update_rate_set", _wrap_ptdp_gpt_options_moe_router_bias_update_rate_set, METH_VARARGS, "\n"
+		"The expert bias's step per iteration\n"
+		"                                            (`--moe-router-bias-update-rate`); 0 means 1e-3.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_bias_update_rate_get", _wrap_ptdp_gpt_options_moe_router_bias_update_rate_get, METH_O, "\n"
+		"The expert bias's step per iteration\n"
+		"                                            (`--moe-router-bias-update-rate`); 0 means 1e-3.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_load_balancing_type_set", _wrap_ptdp_gpt_options_moe_router_load_balancing_type_set, METH_VARARGS, " Default ::PTDP_MOE_BALANCING_AUX_LOSS."},
+	 { "ptdp_gpt_options_moe_router_load_balancing_type_get", _wrap_ptdp_gpt_options_moe_router_load_balancing_type_get, METH_O, " Default ::PTDP_MOE_BALANCING_AUX_LOSS."},
+	 { "ptdp_gpt_options_moe_aux_loss_coeff_set", _wrap_ptdp_gpt_options_moe_aux_loss_coeff_set, METH_VARARGS, " `--moe-aux-loss-coeff`, >= 0; default 0."},
+	 { "ptdp_gpt_options_moe_aux_loss_coeff_get", _wrap_ptdp_gpt_options_moe_aux_loss_coeff_get, METH_O, " `--moe-aux-loss-coeff`, >= 0; default 0."},
+	 { "ptdp_gpt_options_moe_z_loss_coeff_set", _wrap_ptdp_gpt_options_moe_z_loss_coeff_set, METH_VARARGS, " `--moe-z-loss-coeff`, >= 0; 0 (default): no z-loss."},
+	 { "ptdp_gpt_options_moe_z_loss_coeff_get", _wrap_ptdp_gpt_options_moe_z_loss_coeff_get, METH_O, " `--moe-z-loss-coeff`, >= 0; 0 (default): no z-loss."},
+	 { "ptdp_gpt_options_moe_expert_capacity_factor_set", _wrap_ptdp_gpt_options_moe_expert_capacity_factor_set, METH_VARARGS, "\n"
+		"`--moe-expert-capacity-factor`, >= 0; 0 (default):\n"
+		"                                            dropless.\n"
+		""},
+	 { "ptdp_gpt_options_moe_expert_capacity_factor_get", _wrap_ptdp_gpt_options_moe_expert_capacity_factor_get, METH_O, "\n"
+		"`--moe-expert-capacity-factor`, >= 0; 0 (default):\n"
+		"                                            dropless.\n"
+		""},
+	 { "ptdp_gpt_options_moe_token_drop_policy_set", _wrap_ptdp_gpt_options_moe_token_drop_policy_set, METH_VARARGS, " Default ::PTDP_MOE_DROP_PROBS."},
+	 { "ptdp_gpt_options_moe_token_drop_policy_get", _wrap_ptdp_gpt_options_moe_token_drop_policy_get, METH_O, " Default ::PTDP_MOE_DROP_PROBS."},
+	 { "ptdp_gpt_options_moe_pad_expert_input_to_capacity_set", _wrap_ptdp_gpt_options_moe_pad_expert_input_to_capacity_set, METH_VARARGS, "\n"
+		"1: pad each expert's tokens to its capacity\n"
+		"                                            (needs a capacity factor). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_pad_expert_input_to_capacity_get", _wrap_ptdp_gpt_options_moe_pad_expert_input_to_capacity_get, METH_O, "\n"
+		"1: pad each expert's tokens to its capacity\n"
+		"                                            (needs a capacity factor). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_token_dispatcher_type_set", _wrap_ptdp_gpt_options_moe_token_dispatcher_type_set, METH_VARARGS, " Default ::PTDP_MOE_DISPATCHER_ALLTOALL."},
+	 { "ptdp_gpt_options_moe_token_dispatcher_type_get", _wrap_ptdp_gpt_options_moe_token_dispatcher_type_get, METH_O, " Default ::PTDP_MOE_DISPATCHER_ALLTOALL."},
+	 { "ptdp_gpt_options_moe_layer_recompute_set", _wrap_ptdp_gpt_options_moe_layer_recompute_set, METH_VARARGS, "\n"
+		"1: recompute each MoE layer in the backward\n"
+		"                                            (`--recompute-modules moe`); not with\n"
+		"                                            ::PTDP_RECOMPUTE_FULL. Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_moe_layer_recompute_get", _wrap_ptdp_gpt_options_moe_layer_recompute_get, METH_O, "\n"
+		"1: recompute each MoE layer in the backward\n"
+		"                                            (`--recompute-modules moe`); not with\n"
+		"                                            ::PTDP_RECOMPUTE_FULL. Default 0.\n"
 		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},
@@ -38496,6 +40068,10 @@ static swig_type_info _swigt__p_ptdp_label_value = {"_p_ptdp_label_value", "ptdp
 static swig_type_info _swigt__p_ptdp_layer_impl = {"_p_ptdp_layer_impl", "ptdp_layer|struct ptdp_layer_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_lr_decay_style = {"_p_ptdp_lr_decay_style", "ptdp_lr_decay_style *|enum ptdp_lr_decay_style *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_model_impl = {"_p_ptdp_model_impl", "ptdp_model|struct ptdp_model_impl *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_moe_dispatcher = {"_p_ptdp_moe_dispatcher", "ptdp_moe_dispatcher *|enum ptdp_moe_dispatcher *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_moe_drop_policy = {"_p_ptdp_moe_drop_policy", "ptdp_moe_drop_policy *|enum ptdp_moe_drop_policy *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_moe_load_balancing = {"_p_ptdp_moe_load_balancing", "ptdp_moe_load_balancing *|enum ptdp_moe_load_balancing *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_moe_score_function = {"_p_ptdp_moe_score_function", "ptdp_moe_score_function *|enum ptdp_moe_score_function *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_normalization = {"_p_ptdp_normalization", "ptdp_normalization *|enum ptdp_normalization *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_impl = {"_p_ptdp_optimizer_impl", "ptdp_optimizer|struct ptdp_optimizer_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_kind = {"_p_ptdp_optimizer_kind", "ptdp_optimizer_kind *|enum ptdp_optimizer_kind *", 0, 0, (void*)0, 0};
@@ -38592,6 +40168,10 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_layer_impl,
   &_swigt__p_ptdp_lr_decay_style,
   &_swigt__p_ptdp_model_impl,
+  &_swigt__p_ptdp_moe_dispatcher,
+  &_swigt__p_ptdp_moe_drop_policy,
+  &_swigt__p_ptdp_moe_load_balancing,
+  &_swigt__p_ptdp_moe_score_function,
   &_swigt__p_ptdp_normalization,
   &_swigt__p_ptdp_optimizer_impl,
   &_swigt__p_ptdp_optimizer_kind,
@@ -38688,6 +40268,10 @@ static swig_cast_info _swigc__p_ptdp_label_value[] = {  {&_swigt__p_ptdp_label_v
 static swig_cast_info _swigc__p_ptdp_layer_impl[] = {  {&_swigt__p_ptdp_layer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_lr_decay_style[] = {  {&_swigt__p_ptdp_lr_decay_style, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_model_impl[] = {  {&_swigt__p_ptdp_model_impl, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_moe_dispatcher[] = {  {&_swigt__p_ptdp_moe_dispatcher, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_moe_drop_policy[] = {  {&_swigt__p_ptdp_moe_drop_policy, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_moe_load_balancing[] = {  {&_swigt__p_ptdp_moe_load_balancing, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_moe_score_function[] = {  {&_swigt__p_ptdp_moe_score_function, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_normalization[] = {  {&_swigt__p_ptdp_normalization, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_impl[] = {  {&_swigt__p_ptdp_optimizer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_kind[] = {  {&_swigt__p_ptdp_optimizer_kind, 0, 0, 0},{0, 0, 0, 0}};
@@ -38784,6 +40368,10 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_layer_impl,
   _swigc__p_ptdp_lr_decay_style,
   _swigc__p_ptdp_model_impl,
+  _swigc__p_ptdp_moe_dispatcher,
+  _swigc__p_ptdp_moe_drop_policy,
+  _swigc__p_ptdp_moe_load_balancing,
+  _swigc__p_ptdp_moe_score_function,
   _swigc__p_ptdp_normalization,
   _swigc__p_ptdp_optimizer_impl,
   _swigc__p_ptdp_optimizer_kind,
@@ -39326,6 +40914,11 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_GROUP_EMBEDDING",SWIG_From_int((int)(PTDP_GROUP_EMBEDDING)));
   SWIG_Python_SetConstant(d, "PTDP_GROUP_CONTEXT",SWIG_From_int((int)(PTDP_GROUP_CONTEXT)));
   SWIG_Python_SetConstant(d, "PTDP_GROUP_DATA_CONTEXT",SWIG_From_int((int)(PTDP_GROUP_DATA_CONTEXT)));
+  SWIG_Python_SetConstant(d, "PTDP_GROUP_EXPERT_TENSOR",SWIG_From_int((int)(PTDP_GROUP_EXPERT_TENSOR)));
+  SWIG_Python_SetConstant(d, "PTDP_GROUP_EXPERT_MODEL",SWIG_From_int((int)(PTDP_GROUP_EXPERT_MODEL)));
+  SWIG_Python_SetConstant(d, "PTDP_GROUP_EXPERT_DATA",SWIG_From_int((int)(PTDP_GROUP_EXPERT_DATA)));
+  SWIG_Python_SetConstant(d, "PTDP_GROUP_EXPERT_TENSOR_AND_MODEL",SWIG_From_int((int)(PTDP_GROUP_EXPERT_TENSOR_AND_MODEL)));
+  SWIG_Python_SetConstant(d, "PTDP_GROUP_TENSOR_CONTEXT",SWIG_From_int((int)(PTDP_GROUP_TENSOR_CONTEXT)));
   SWIG_Python_SetConstant(d, "PTDP_CHUNK_PLACEMENT_ROUND_ROBIN",SWIG_From_int((int)(PTDP_CHUNK_PLACEMENT_ROUND_ROBIN)));
   SWIG_Python_SetConstant(d, "PTDP_CHUNK_PLACEMENT_V",SWIG_From_int((int)(PTDP_CHUNK_PLACEMENT_V)));
   SWIG_Python_SetConstant(d, "PTDP_REDUCE_SUM",SWIG_From_int((int)(PTDP_REDUCE_SUM)));
@@ -39345,6 +40938,16 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE)));
   SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_ROPE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_ROPE)));
   SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_NONE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_NONE)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_SCORE_SOFTMAX",SWIG_From_int((int)(PTDP_MOE_SCORE_SOFTMAX)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_SCORE_SIGMOID",SWIG_From_int((int)(PTDP_MOE_SCORE_SIGMOID)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_BALANCING_AUX_LOSS",SWIG_From_int((int)(PTDP_MOE_BALANCING_AUX_LOSS)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_BALANCING_SEQ_AUX_LOSS",SWIG_From_int((int)(PTDP_MOE_BALANCING_SEQ_AUX_LOSS)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS",SWIG_From_int((int)(PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_BALANCING_NONE",SWIG_From_int((int)(PTDP_MOE_BALANCING_NONE)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_DROP_PROBS",SWIG_From_int((int)(PTDP_MOE_DROP_PROBS)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_DROP_POSITION",SWIG_From_int((int)(PTDP_MOE_DROP_POSITION)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_DISPATCHER_ALLTOALL",SWIG_From_int((int)(PTDP_MOE_DISPATCHER_ALLTOALL)));
+  SWIG_Python_SetConstant(d, "PTDP_MOE_DISPATCHER_ALLGATHER",SWIG_From_int((int)(PTDP_MOE_DISPATCHER_ALLGATHER)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_GPIPE",SWIG_From_int((int)(PTDP_SCHEDULE_GPIPE)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_1F1B)));
   SWIG_Python_SetConstant(d, "PTDP_SCHEDULE_INTERLEAVED_1F1B",SWIG_From_int((int)(PTDP_SCHEDULE_INTERLEAVED_1F1B)));

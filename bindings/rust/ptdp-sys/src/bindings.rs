@@ -181,15 +181,15 @@ pub const PTDP_MOE_SCORE_SIGMOID: ptdp_moe_score_function = 1;
 /// The router's load balancing (Megatron's `--moe-router-load-balancing-type`;
 /// ptdp_gpt_options::moe_router_load_balancing_type).
 pub type ptdp_moe_load_balancing = i32;
-pub const PTDP_MOE_AUX_LOSS: ptdp_moe_load_balancing = 0;
-pub const PTDP_MOE_SEQ_AUX_LOSS: ptdp_moe_load_balancing = 1;
-pub const PTDP_MOE_GLOBAL_AUX_LOSS: ptdp_moe_load_balancing = 2;
-pub const PTDP_MOE_NO_BALANCING: ptdp_moe_load_balancing = 3;
+pub const PTDP_MOE_BALANCING_AUX_LOSS: ptdp_moe_load_balancing = 0;
+pub const PTDP_MOE_BALANCING_SEQ_AUX_LOSS: ptdp_moe_load_balancing = 1;
+pub const PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS: ptdp_moe_load_balancing = 2;
+pub const PTDP_MOE_BALANCING_NONE: ptdp_moe_load_balancing = 3;
 
 /// Which tokens an expert keeps with a capacity factor (Megatron's `--moe-token-drop-policy`).
 pub type ptdp_moe_drop_policy = i32;
-pub const PTDP_MOE_DROP_BY_PROBS: ptdp_moe_drop_policy = 0;
-pub const PTDP_MOE_DROP_BY_POSITION: ptdp_moe_drop_policy = 1;
+pub const PTDP_MOE_DROP_PROBS: ptdp_moe_drop_policy = 0;
+pub const PTDP_MOE_DROP_POSITION: ptdp_moe_drop_policy = 1;
 
 /// How tokens reach their experts' ranks (Megatron's `--moe-token-dispatcher-type`); the
 /// results are the same.
