@@ -461,6 +461,22 @@ module ptdp
     integer(c_int32_t) :: print_log
   end type ptdp_trainer_options
 
+  ! One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+  ! experts kept after capacity drops, summed over every rank (the serial run's counts).
+  type, bind(c) :: ptdp_moe_layer_load
+    integer(c_int64_t) :: layer
+    integer(c_int64_t) :: min_tokens
+    integer(c_int64_t) :: max_tokens
+  end type ptdp_moe_layer_load
+
+  ! An iteration's mixture-of-experts figures, the same on every rank.
+  type, bind(c) :: ptdp_moe_metrics
+    integer(c_size_t) :: struct_size
+    integer(c_int64_t) :: moe_layers
+    real(c_double) :: load_balancing_loss
+    real(c_double) :: z_loss
+  end type ptdp_moe_metrics
+
   ! Options of ptdp_gpt_data_create().
   type, bind(c) :: ptdp_gpt_data_options
     integer(c_size_t) :: struct_size
@@ -2099,6 +2115,19 @@ module ptdp
       integer(c_int) :: ptdp_train_iteration
     end function ptdp_train_iteration
 
+    ! The MoE figures of the last ptdp_train_iteration() of @p model (its losses and every MoE
+    ! layer's expert load over the global batch; see ptdp_moe_metrics).
+    function ptdp_model_moe_metrics(model, metrics, loads, capacity) &
+        bind(c, name="ptdp_model_moe_metrics")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      type(ptdp_moe_metrics), intent(inout) :: metrics
+      type(ptdp_moe_layer_load), intent(inout) :: loads(*)
+      integer(c_int64_t), value :: capacity
+      integer(c_int) :: ptdp_model_moe_metrics
+    end function ptdp_model_moe_metrics
+
     ! Fills @p options with the defaults and sets its struct_size.
     function ptdp_trainer_options_init(options) bind(c, name="ptdp_trainer_options_init")
       import
@@ -2144,6 +2173,19 @@ module ptdp
       type(ptdp_iteration_report), intent(inout) :: report
       integer(c_int) :: ptdp_trainer_last_report
     end function ptdp_trainer_last_report
+
+    ! The last iteration's MoE figures of a training run: its losses and every MoE layer's
+    ! expert load (the JSON lines' load_balancing_loss, z_loss and moe_expert_load).
+    function ptdp_trainer_moe_metrics(trainer, metrics, loads, capacity) &
+        bind(c, name="ptdp_trainer_moe_metrics")
+      import
+      implicit none
+      type(c_ptr), value :: trainer
+      type(ptdp_moe_metrics), intent(inout) :: metrics
+      type(ptdp_moe_layer_load), intent(inout) :: loads(*)
+      integer(c_int64_t), value :: capacity
+      integer(c_int) :: ptdp_trainer_moe_metrics
+    end function ptdp_trainer_moe_metrics
 
     ! Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
     function ptdp_trainer_destroy(trainer) bind(c, name="ptdp_trainer_destroy")

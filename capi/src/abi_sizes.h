@@ -83,6 +83,8 @@ PTDP_FIRST_PUBLISHED(ptdp_preprocess_result, 56, dtype_code);                   
     static constexpr const char* name = #Struct;                \
   }
 
+PTDP_UNRELEASED(ptdp_moe_metrics);
+
 #undef PTDP_UNRELEASED
 #undef PTDP_FIRST_PUBLISHED
 

@@ -20,6 +20,7 @@
 #include "core/args/train_args.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
+#include "core/train/iteration_metrics.h"
 
 struct ptdp_tensor_impl {
   static constexpr const char* kType = "ptdp_tensor";
@@ -48,6 +49,7 @@ struct ptdp_model_impl {
   ptdp_groups_impl* owner = nullptr;
   std::unique_ptr<ptdp::GptPipeline> model;  // this rank's chunks (the whole model when p = 1)
   std::atomic<int> dependents{0};             // live ptdp_optimizer
+  ptdp::MoeMetrics last_moe;                  // of the last ptdp_train_iteration (ptdp_model_moe_metrics)
 };
 
 struct ptdp_optimizer_impl {

@@ -1,6 +1,7 @@
 // Training through the C API: one iteration of a model, the shared training loop (a trainer
 // handle, and ptdp-train whole), the paper's FLOPs and the devices' peaks.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -48,6 +49,27 @@ ptdp_iteration_report to_c(const ptdp::IterationMetrics& r) {
   return c;
 }
 
+// The MoE figures into the caller's struct (no more than its struct_size) and loads.
+void moe_metrics_to_c(const ptdp::MoeMetrics& moe, ptdp_moe_metrics* metrics, ptdp_moe_layer_load* loads,
+                      int64_t capacity) {
+  ptdp::capi::require_out_struct(metrics, "metrics");
+  PTDP_CHECK_ARG(capacity >= 0, "capacity = " + std::to_string(capacity) + " is negative");
+  PTDP_CHECK_ARG(loads != nullptr || capacity == 0, "loads is NULL with capacity = " + std::to_string(capacity));
+  ptdp_moe_metrics c{};
+  c.struct_size = sizeof c;
+  c.moe_layers = moe.moe_layers;
+  c.load_balancing_loss = moe.has_load_balancing_loss ? moe.load_balancing_loss : NAN;
+  c.z_loss = moe.has_z_loss ? moe.z_loss : NAN;
+  const std::size_t n = std::min(metrics->struct_size, sizeof c);
+  std::memcpy(static_cast<void*>(metrics), &c, n);
+  metrics->struct_size = n;
+  const int64_t count = std::min<int64_t>(capacity, static_cast<int64_t>(moe.loads.size()));
+  for (int64_t i = 0; i < count; ++i) {
+    const ptdp::MoeLayerLoad& l = moe.loads[static_cast<std::size_t>(i)];
+    loads[i] = {l.layer, l.min_tokens, l.max_tokens};
+  }
+}
+
 // ptdp_train_iteration's body, and its deprecated form's (whose masks come inside the options).
 void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule, const int32_t* tokens,
                      const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
@@ -62,6 +84,7 @@ void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule s
   const ptdp::IterationOutcome r = ptdp::train_iteration(*m.model, *o.opt, *m.owner->groups, s, tokens, labels,
                                                         micro_batch_size, iteration, run.executor(), run.layout());
   run.finish(*m.owner);
+  m.last_moe = r.moe;
   ptdp::capi::iteration_result(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
 }
 
@@ -163,6 +186,19 @@ PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iterati
     std::memcpy(static_cast<void*>(report), &r, n);
     report->struct_size = n;
   });
+}
+
+PTDP_API ptdp_status ptdp_trainer_moe_metrics(ptdp_trainer trainer, ptdp_moe_metrics* metrics,
+                                              ptdp_moe_layer_load* loads, int64_t capacity) {
+  return guard(__func__, [&] {
+    const ptdp_trainer_impl& t = live(trainer, "trainer");
+    moe_metrics_to_c(t.loop->last_metrics().moe, metrics, loads, capacity);
+  });
+}
+
+PTDP_API ptdp_status ptdp_model_moe_metrics(ptdp_model model, ptdp_moe_metrics* metrics, ptdp_moe_layer_load* loads,
+                                            int64_t capacity) {
+  return guard(__func__, [&] { moe_metrics_to_c(live(model, "model").last_moe, metrics, loads, capacity); });
 }
 
 PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer) {

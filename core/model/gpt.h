@@ -82,6 +82,9 @@ class GptModel {
   ParamTable& params() { return params_; }
   const ParamTable& params() const { return params_; }
   int64_t padded_vocab() const { return padded_vocab_; }
+  /// The decoder layers this chunk holds: layer(j) is the model's layer stage().first_layer + j.
+  int local_layers() const { return static_cast<int>(layers_.size()); }
+  TransformerLayer& layer(int j) { return *layers_.at(static_cast<std::size_t>(j)); }
   /// Rows of the [rows, h] activation a chunk passes on for b samples: s * b, or this rank's
   /// s * b / t under sequence parallelism (LayerConfig::sequence_parallel with t > 1).
   int64_t activation_rows(int64_t b) const;

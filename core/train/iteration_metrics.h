@@ -4,8 +4,26 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace ptdp {
+
+/// One MoE layer's expert load over the global batch.
+struct MoeLayerLoad {
+  int layer = 0;          ///< the decoder layer (0-based, global)
+  int64_t min_tokens = 0; ///< the fewest (token, expert) pairs any expert kept
+  int64_t max_tokens = 0; ///< the most
+};
+
+/// An iteration's MoE figures (empty for a dense model).
+struct MoeMetrics {
+  int moe_layers = 0;                  ///< 0: the model has no MoE layer
+  bool has_load_balancing_loss = false; ///< an aux_loss or seq_aux_loss coefficient is set
+  bool has_z_loss = false;             ///< --moe-z-loss-coeff is set
+  double load_balancing_loss = 0.0;    ///< the balancing loss / its coefficient (see the top)
+  double z_loss = 0.0;                 ///< the z-loss / its coefficient
+  std::vector<MoeLayerLoad> loads;     ///< every MoE layer, by layer
+};
 
 /// One iteration's figures, the same on every rank (the loss is the global batch's mean, the
 /// norm the global norm) except the memory high-water mark, which is this rank's.
@@ -31,6 +49,7 @@ struct IterationMetrics {
   bool validated = false;    ///< a validation ran after this iteration
   float validation_loss = 0;  ///< when validated
   bool saved = false;        ///< a checkpoint was saved after this iteration
+  MoeMetrics moe;            ///< MoE losses and expert loads (core/train/moe_metrics.h); empty when dense
 };
 
 }  // namespace ptdp

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdarg>
 #include <cstdlib>
@@ -40,6 +41,33 @@ bool progress_wanted(std::FILE* out) {
   if (force && *force) return std::strcmp(force, "0") != 0;
   if (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) return false;
   return out != nullptr && isatty(fileno(out));
+}
+
+// The MoE fields of an iteration's JSON line (with their leading comma), or nothing for a dense
+// model: the logged losses and every MoE layer's expert load.
+std::string moe_json(const MoeMetrics& moe) {
+  if (moe.moe_layers == 0) return "";
+  std::string out;
+  if (moe.has_load_balancing_loss) out += ", \"load_balancing_loss\": " + json_number(moe.load_balancing_loss);
+  if (moe.has_z_loss) out += ", \"z_loss\": " + json_number(moe.z_loss);
+  out += ", \"moe_expert_load\": [";
+  for (std::size_t i = 0; i < moe.loads.size(); ++i) {
+    const MoeLayerLoad& l = moe.loads[i];
+    out += (i ? ", " : "") + std::string("{\"layer\": ") + std::to_string(l.layer) +
+           ", \"min\": " + std::to_string(l.min_tokens) + ", \"max\": " + std::to_string(l.max_tokens) + "}";
+  }
+  return out + "]";
+}
+
+// The iteration's point of the curves.
+TrainPoint plot_point(const IterationMetrics& m) {
+  TrainPoint p{m.iteration, m.lm_loss, m.learning_rate, std::isfinite(m.grad_norm) ? m.grad_norm : NAN,
+               m.loss_scale, m.tokens_per_second};
+  if (m.moe.has_load_balancing_loss) p.load_balancing_loss = m.moe.load_balancing_loss;
+  if (m.moe.has_z_loss) p.z_loss = m.moe.z_loss;
+  for (const MoeLayerLoad& l : m.moe.loads)
+    p.expert_load.push_back({l.layer, static_cast<double>(l.min_tokens), static_cast<double>(l.max_tokens)});
+  return p;
 }
 
 }  // namespace
@@ -90,10 +118,11 @@ void MetricsSink::resume_plot() {
 
 bool MetricsSink::record(const IterationMetrics& m, bool stopping) {
   if (out_ == nullptr) return false;
-  plot_.train.push_back({m.iteration, m.lm_loss, m.learning_rate, std::isfinite(m.grad_norm) ? m.grad_norm : NAN,
-                         m.loss_scale, m.tokens_per_second});
+  plot_.train.push_back(plot_point(m));
   if (json_) write_json_line(m);
   interval_seconds_ += m.elapsed_s;
+  interval_load_balancing_loss_ += m.moe.load_balancing_loss;
+  interval_z_loss_ += m.moe.z_loss;
   ++interval_iters_;
   if (std::isnan(m.lm_loss)) {
     ++nan_iters_;
@@ -114,15 +143,32 @@ void MetricsSink::write_json_line(const IterationMetrics& m) {
                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %s, "
                "\"grad_norm\": %s, \"loss_scale\": %s, \"skipped\": %d, \"skipped_iterations\": %lld, "
                "\"elapsed_ms\": %s, \"tokens_per_second\": %s, \"tflops_per_device\": %s, "
-               "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s}\n",
+               "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s%s}\n",
                static_cast<long long>(m.iteration), static_cast<long long>(m.consumed_samples),
                json_number(m.lm_loss).c_str(), json_number(m.learning_rate).c_str(), json_number(m.grad_norm).c_str(),
                json_number(static_cast<double>(m.loss_scale)).c_str(), m.skipped ? 1 : 0,
                static_cast<long long>(m.skipped_iterations), json_number(m.elapsed_s * 1e3, "%.3f").c_str(),
                json_number(m.tokens_per_second, "%.1f").c_str(), json_number(m.tflops_per_device, "%.6f").c_str(),
                json_number(m.mfu, "%.6f").c_str(), static_cast<long long>(m.global_batch_size),
-               json_number(m.mem_high_water_mib, "%.1f").c_str());
+               json_number(m.mem_high_water_mib, "%.1f").c_str(), moe_json(m.moe).c_str());
   std::fflush(json_);
+}
+
+// Megatron's MoE entries of the log line (the interval's means, after the lm loss), or nothing
+// for a dense model.
+std::string MetricsSink::moe_log(const MoeMetrics& moe) const {
+  std::string out;
+  const double n = static_cast<double>(std::max<int64_t>(1, interval_iters_));
+  char buf[64];
+  if (moe.has_load_balancing_loss) {
+    std::snprintf(buf, sizeof buf, " load_balancing_loss: %E |", interval_load_balancing_loss_ / n);
+    out += buf;
+  }
+  if (moe.has_z_loss) {
+    std::snprintf(buf, sizeof buf, " z_loss: %E |", interval_z_loss_ / n);
+    out += buf;
+  }
+  return out;
 }
 
 // Megatron's line: the interval's mean time and loss, the last iteration's other figures.
@@ -134,17 +180,17 @@ void MetricsSink::print_log_line(const IterationMetrics& m) {
       out_,
       " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per iteration (ms): %.1f | "
       "throughput per GPU (TFLOP/s/GPU): %.3f | learning rate: %E | global batch size: %5lld | "
-      "lm loss: %E | loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
+      "lm loss: %E |%s loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
       "number of nan iterations: %3lld | tokens per second: %.1f | MFU: %.2f%% | mem high-water (MiB): %.1f |\n",
       timestamp().c_str(), static_cast<long long>(m.iteration), static_cast<long long>(m.train_iters),
       static_cast<long long>(m.consumed_samples), per_iter * 1e3, f.executed_flops / per_iter / f.world / 1e12,
       m.learning_rate, static_cast<long long>(m.global_batch_size),
       interval_loss_iters_ > 0 ? interval_loss_ / static_cast<double>(interval_loss_iters_) : NAN,
-      static_cast<double>(m.loss_scale), m.grad_norm, static_cast<long long>(m.skipped_iterations),
+      moe_log(m.moe).c_str(), static_cast<double>(m.loss_scale), m.grad_norm, static_cast<long long>(m.skipped_iterations),
       static_cast<long long>(nan_iters_), f.tokens_per_batch / per_iter,
       f.peak_flops > 0 ? 100.0 * f.model_flops / per_iter / f.world / f.peak_flops : 0.0, m.mem_high_water_mib);
   std::fflush(out_);
-  interval_seconds_ = interval_loss_ = 0.0;
+  interval_seconds_ = interval_loss_ = interval_load_balancing_loss_ = interval_z_loss_ = 0.0;
   interval_iters_ = interval_loss_iters_ = nan_iters_ = 0;
 }
 

@@ -57,6 +57,7 @@ class MetricsSink {
   void clear_progress();
   void write_json_line(const IterationMetrics& m);
   void print_log_line(const IterationMetrics& m);
+  std::string moe_log(const MoeMetrics& moe) const;
   void show_progress(int64_t iteration);
 
   std::FILE* out_;
@@ -70,6 +71,8 @@ class MetricsSink {
   // NaN, and the NaN ones (Megatron's interval averages and counts).
   double interval_seconds_ = 0.0, interval_loss_ = 0.0;
   int64_t interval_iters_ = 0, interval_loss_iters_ = 0, nan_iters_ = 0;
+  // The MoE losses summed over the interval's iterations (Megatron's total_loss_dict entries).
+  double interval_load_balancing_loss_ = 0.0, interval_z_loss_ = 0.0;
 };
 
 }  // namespace ptdp

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -483,8 +484,18 @@ struct Page {
   Point key_at;
   Box loss;
   Box small[4];
+  bool moe = false;  // a row of the MoE panels below: losses, expert load
+  Box moe_panels[2];
   double height;
 };
+
+// Whether any run has MoE figures (a dense run's picture keeps its four small panels).
+bool has_moe(const std::vector<PlotRun>& runs) {
+  for (const PlotRun& r : runs)
+    for (const TrainPoint& p : r.train)
+      if (std::isfinite(p.load_balancing_loss) || std::isfinite(p.z_loss) || !p.expert_load.empty()) return true;
+  return false;
+}
 
 constexpr const char* kLegendKey = "solid: training; dashed with markers: validation";
 
@@ -514,6 +525,12 @@ Page lay_out_page(const std::vector<PlotRun>& runs) {
     page.small[i] = {(i % 2) * half + kLeft, top, half - kLeft - kMargin, kSmallHeight};
   }
   page.height = page.small[3].y0 + kSmallHeight + kPanelAxis + 4;
+  page.moe = has_moe(runs);
+  if (page.moe) {
+    const double top = page.small[3].y0 + kSmallHeight + kPanelAxis + kPanelTitle;
+    for (int i = 0; i < 2; ++i) page.moe_panels[i] = {i * half + kLeft, top, half - kLeft - kMargin, kSmallHeight};
+    page.height = top + kSmallHeight + kPanelAxis + 4;
+  }
   return page;
 }
 
@@ -595,6 +612,82 @@ void draw_small_panel(std::ostringstream& o, const std::vector<PlotRun>& runs, c
   }
 }
 
+// A curve of `value` of every point of `run`.
+template <typename Value>
+std::string curve(const PlotRun& run, const Axis& x, const Axis& y, const Box& b, Value value) {
+  PathBuilder path;
+  for (const TrainPoint& p : run.train) path.add(px_of(x, static_cast<double>(p.iteration), b), py_of(y, value(p), b));
+  return path.finish();
+}
+
+// The MoE losses as Megatron logs them: load_balancing_loss solid, z_loss dashed.
+void draw_moe_loss_panel(std::ostringstream& o, const std::vector<PlotRun>& runs, const Axis& x, const Box& b) {
+  Range r;
+  for (const PlotRun& run : runs) {
+    for (const TrainPoint& p : run.train) {
+      r.add(p.load_balancing_loss);
+      r.add(p.z_loss);
+    }
+  }
+  const Axis y = linear_axis(r, 5, false);
+  draw_frame(o, b, x, y, "moe_loss", "MoE losses (z_loss dashed)");
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    open_series(o, i, "load_balancing_loss", run_colour(i), false);
+    o << curve(runs[i], x, y, b, [](const TrainPoint& p) { return p.load_balancing_loss; });
+    close_series(o, runs[i].label, "load_balancing_loss");
+    open_series(o, i, "z_loss", run_colour(i), true);
+    o << curve(runs[i], x, y, b, [](const TrainPoint& p) { return p.z_loss; });
+    close_series(o, runs[i].label, "z_loss");
+  }
+}
+
+// Layer `layer`'s fewest (or most) tokens per expert at point p; NaN where it has none.
+double load_of(const TrainPoint& p, int layer, bool most) {
+  for (const ExpertLoadPoint& l : p.expert_load)
+    if (l.layer == layer) return most ? l.max_tokens : l.min_tokens;
+  return kNaN;
+}
+
+// Every MoE layer's expert load: the most tokens per expert solid, the fewest dashed.
+void draw_expert_load_panel(std::ostringstream& o, const std::vector<PlotRun>& runs, const Axis& x, const Box& b) {
+  Range r;
+  std::set<int> layers;
+  for (const PlotRun& run : runs) {
+    for (const TrainPoint& p : run.train) {
+      for (const ExpertLoadPoint& l : p.expert_load) {
+        layers.insert(l.layer);
+        r.add(l.min_tokens);
+        r.add(l.max_tokens);
+      }
+    }
+  }
+  const Axis y = linear_axis(r, 5, true);
+  draw_frame(o, b, x, y, "expert_load", "tokens per expert, each MoE layer (fewest dashed)");
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    for (int layer : layers) {
+      for (const bool most : {true, false}) {
+        const std::string key = str_cat("expert_load_", most ? "max" : "min", "_layer_", layer);
+        const std::string what = str_cat(most ? "most" : "fewest", " tokens per expert of layer ", layer);
+        open_series(o, i, key.c_str(), run_colour(i), !most);
+        o << curve(runs[i], x, y, b, [&](const TrainPoint& p) { return load_of(p, layer, most); });
+        close_series(o, runs[i].label, what.c_str());
+      }
+    }
+  }
+}
+
+// The MoE fields of a JSON line into p (absent for a dense run: p keeps its NaNs and no loads).
+void read_moe_fields(const nlohmann::json& j, TrainPoint& p) {
+  p.load_balancing_loss = number_or_nan(j, "load_balancing_loss");
+  p.z_loss = number_or_nan(j, "z_loss");
+  const auto loads = j.find("moe_expert_load");
+  if (loads == j.end() || !loads->is_array()) return;
+  for (const nlohmann::json& l : *loads) {
+    if (!l.is_object() || !l.contains("layer") || !l["layer"].is_number_integer()) continue;
+    p.expert_load.push_back({l["layer"].get<int>(), number_or_nan(l, "min"), number_or_nan(l, "max")});
+  }
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
@@ -615,6 +708,10 @@ std::string training_plot_svg(const std::vector<PlotRun>& input, const std::stri
   draw_heading(o, runs, page, title);
   draw_loss_panel(o, runs, x, page.loss);
   for (int k = 0; k < 4; ++k) draw_small_panel(o, runs, x, kSmall[k], page.small[k]);
+  if (page.moe) {
+    draw_moe_loss_panel(o, runs, x, page.moe_panels[0]);
+    draw_expert_load_panel(o, runs, x, page.moe_panels[1]);
+  }
   o << "</svg>\n";
   return o.str();
 }
@@ -655,6 +752,7 @@ PlotRun read_training_log(const std::string& jsonl_path) {
       if (p.grad_norm < 0) p.grad_norm = kNaN;  // the loop's -1: not finite
       p.loss_scale = number_or_nan(j, "loss_scale");
       p.tokens_per_second = number_or_nan(j, "tokens_per_second");
+      read_moe_fields(j, p);
       if (!run.train.empty() && p.iteration <= run.train.back().iteration) {
         // A resumed run: what it repeats supersedes the records of the interrupted one.
         const int64_t from = p.iteration;

@@ -1,14 +1,24 @@
 // Pictures of training runs: the records of the training loop's JSON lines (--log-json) kept in
 // memory or read back from a file, and one standalone SVG drawing them against the iteration:
-// training and validation loss, learning rate, grad norm, loss scale and tokens per second,
-// several runs overlaid. ptdp-plot and `ptdp-train --plot-file` draw the same picture.
+// training and validation loss, learning rate, grad norm, loss scale and tokens per second
+// (and for mixtures of experts the balancing losses and every MoE layer's expert load), several
+// runs overlaid. ptdp-plot and `ptdp-train --plot-file` draw the same picture.
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 namespace ptdp {
+
+/// One MoE layer's expert load at an iteration: the fewest and the most tokens any of its experts
+/// took over the global batch.
+struct ExpertLoadPoint {
+  int layer = 0;  ///< the decoder layer (0-based)
+  double min_tokens = 0;
+  double max_tokens = 0;
+};
 
 /// One iteration of a run. A value that is missing or not finite is NaN and leaves a gap in its
 /// curve.
@@ -19,6 +29,11 @@ struct TrainPoint {
   double grad_norm = 0;          ///< global gradient norm (before clipping)
   double loss_scale = 0;         ///< loss scale (1 without fp16 scaling)
   double tokens_per_second = 0;  ///< throughput of the iteration
+  /// MoE: Megatron's logged load_balancing_loss and z_loss (NaN: not logged) and every MoE
+  /// layer's expert load (empty for a dense model).
+  double load_balancing_loss = std::numeric_limits<double>::quiet_NaN();
+  double z_loss = std::numeric_limits<double>::quiet_NaN();
+  std::vector<ExpertLoadPoint> expert_load;
 };
 
 /// One validation of a run (NaN loss when missing or not finite).
@@ -38,7 +53,10 @@ struct PlotRun {
 /// The SVG document (with its XML declaration) of `runs` under `title` (empty: "training"): a
 /// legend naming each run in its own colour, then one panel per quantity, all sharing the
 /// iteration axis: loss (training solid, validation dashed with a marker per validation),
-/// learning rate, grad norm, loss scale, tokens per second. Axes have round ticks that enclose
+/// learning rate, grad norm, loss scale, tokens per second; when a run has MoE figures, two more:
+/// the MoE losses (load_balancing_loss solid, z_loss dashed) and the expert load (per MoE layer
+/// the most tokens per expert solid, the fewest dashed; data-series expert_load_max_layer_N and
+/// expert_load_min_layer_N). Axes have round ticks that enclose
 /// the data; grad norm and loss scale switch to a logarithmic axis when their positive values
 /// span two decades or more. Every series of every run is exactly one <path class="series">
 /// (empty when the run has no value for it) with data-run (the run's index) and data-series
@@ -48,7 +66,8 @@ struct PlotRun {
 std::string training_plot_svg(const std::vector<PlotRun>& runs, const std::string& title);
 
 /// Reads the JSON lines of a training log: objects with "iteration" (and "lm_loss",
-/// "learning_rate", "grad_norm", "loss_scale", "tokens_per_second") and objects with
+/// "learning_rate", "grad_norm", "loss_scale", "tokens_per_second", for MoE "load_balancing_loss",
+/// "z_loss" and "moe_expert_load", a list of {"layer", "min", "max"}) and objects with
 /// "validation_iteration" (and "lm_loss"); other keys and other objects are ignored, blank lines
 /// skipped. Values that are absent, null, not numbers, not finite, or (grad norm, which the loop
 /// writes as -1 when it was not finite) negative become NaN; the bare words nan and inf that C's

@@ -42,6 +42,7 @@ IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, Proce
     hooks.before_optimizer_step();
   }
   r.step = optimizer.step(iteration);
+  r.moe = finish_moe_iteration(model, groups, schedule.m);
   if (hooks.after_optimizer_step) hooks.after_optimizer_step(r.step);
   if (groups.size(GroupKind::Data) > 1) {
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&r.loss, {1}, DType::F32), ReduceOp::Avg)->wait();

@@ -5,6 +5,7 @@
 
 #include "core/optim/optimizer.h"
 #include "core/train/forward_backward.h"
+#include "core/train/moe_metrics.h"
 #include "core/train/training_hooks.h"
 
 namespace ptdp {
@@ -15,6 +16,7 @@ struct IterationOutcome {
   OptimizerStepResult step;
   double seconds = 0;            ///< wall time of the iteration on this rank
   double comm_wait_seconds = 0;  ///< of which blocked waiting on communication
+  MoeMetrics moe;                ///< the MoE losses and expert loads (empty for a dense model)
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out
@@ -27,7 +29,8 @@ std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& gro
 /// replica (each replica's mean averaged over the data-parallel group, as its gradients are):
 /// the serial run's over the same global batch cut into the same microbatches. Runs `hooks`
 /// from before_iteration (with iteration + 1) to after_optimizer_step; the time reported
-/// starts after before_iteration.
+/// starts after before_iteration. After the step, MoE models get their expert loads, losses and
+/// expert-bias update (core/train/moe_metrics.h).
 IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
                                  const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
                                  int64_t iteration, const ExecutorOptions& options = {},

@@ -271,6 +271,7 @@ IterationMetrics TrainingLoop::metrics_of(const IterationOutcome& outcome) const
   m.loss_scale = outcome.step.loss_scale;
   m.skipped = outcome.step.skipped;
   m.skipped_iterations = s.optimizer->skipped_iterations();
+  m.moe = outcome.moe;
   return m;
 }
 

@@ -236,6 +236,34 @@ PTDP_BAD_INPUTS(training) {
                  ptdp_iteration_report x{};
                  return ptdp_trainer_last_report(f.trainer, &x);
                }, PTDP_ERR_INVALID_ARGUMENT, {"report->struct_size = 0"}});
+  for (const char* fn : {"ptdp_trainer_moe_metrics", "ptdp_model_moe_metrics"}) {
+    const bool on_trainer = std::string(fn) == "ptdp_trainer_moe_metrics";
+    const auto call = [&f, on_trainer](ptdp_moe_metrics* m, ptdp_moe_layer_load* loads, int64_t capacity) {
+      return on_trainer ? ptdp_trainer_moe_metrics(f.trainer, m, loads, capacity)
+                        : ptdp_model_moe_metrics(f.model, m, loads, capacity);
+    };
+    r.push_back(null_row(fn, "metrics", [call] { return call(nullptr, nullptr, 0); }));
+    r.push_back({fn, "metrics->struct_size 0", [call] {
+                   ptdp_moe_metrics x{};
+                   return call(&x, nullptr, 0);
+                 }, PTDP_ERR_INVALID_ARGUMENT, {"metrics->struct_size = 0"}});
+    r.push_back({fn, "negative capacity", [call, &o] {
+                   o.moe_metrics.struct_size = sizeof o.moe_metrics;
+                   return call(&o.moe_metrics, o.moe_loads, -1);
+                 }, PTDP_ERR_INVALID_ARGUMENT, {"capacity = -1"}});
+    r.push_back({fn, "NULL loads with capacity 2", [call, &o] {
+                   o.moe_metrics.struct_size = sizeof o.moe_metrics;
+                   return call(&o.moe_metrics, nullptr, 2);
+                 }, PTDP_ERR_INVALID_ARGUMENT, {"loads is NULL", "capacity = 2"}});
+  }
+  handle_rows(r, "ptdp_trainer_moe_metrics", "trainer", "ptdp_trainer", f.dead_trainer, [&](ptdp_trainer t) {
+    o.moe_metrics.struct_size = sizeof o.moe_metrics;
+    return ptdp_trainer_moe_metrics(t, &o.moe_metrics, nullptr, 0);
+  });
+  handle_rows(r, "ptdp_model_moe_metrics", "model", "ptdp_model", f.dead_model, [&](ptdp_model m) {
+    o.moe_metrics.struct_size = sizeof o.moe_metrics;
+    return ptdp_model_moe_metrics(m, &o.moe_metrics, nullptr, 0);
+  });
   r.push_back({"ptdp_trainer_destroy", "destroyed", [&] { return ptdp_trainer_destroy(f.dead_trainer); },
                PTDP_ERR_INVALID_ARGUMENT, {"trainer is not a live ptdp_trainer"}});
 

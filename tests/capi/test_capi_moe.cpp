@@ -1,7 +1,8 @@
 // Mixture of experts through the public C API only: the MoE fields of ptdp_gpt_options (zero
 // by default, meaning a dense model), a tiny MoE model built and its options read back, Megatron's
 // refusals with messages that name the fields and flags, the MoE presets, the expert sizes of
-// ptdp_parallel_options and the five expert group kinds of a layout.
+// ptdp_parallel_options and the five expert group kinds of a layout; the MoE figures of an
+// iteration (ptdp_model_moe_metrics) and the expert bias of aux-loss-free balancing.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -305,4 +306,116 @@ TEST_CASE("moe options: ptdp-train's MoE flags reach the C options", "[capi][moe
   const char* bad[] = {"ptdp-train", "--num-experts", "6", "--expert-model-parallel-size", "4"};
   CHECK(ptdp_train_config_parse(5, bad, &c) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(err(), Catch::Contains("--num-experts 6 is not a multiple of --expert-model-parallel-size 4"));
+}
+
+namespace {
+
+std::vector<float> expert_bias(ptdp_model m, int layer) {
+  std::vector<float> v(4);
+  const std::string name = "decoder.layers." + std::to_string(layer) + ".mlp.router.expert_bias";
+  REQUIRE(ptdp_model_get_param(m, name.c_str(), v.data(), v.size() * sizeof(float)) == PTDP_SUCCESS);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("moe metrics: the losses, the expert loads and the expert bias's steps after each iteration",
+          "[capi][moe][moe_metrics]") {
+  sp::World w;
+  ptdp_gpt_options o = tiny_moe();
+  o.moe_router_score_function = PTDP_MOE_SCORE_SIGMOID;
+  o.moe_router_enable_expert_bias = 1;
+  o.moe_router_bias_update_rate = 0.01f;
+  o.moe_z_loss_coeff = 0.001f;
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+
+  // Before any iteration: no figures yet.
+  ptdp_moe_metrics mm;
+  mm.struct_size = sizeof mm;
+  REQUIRE(ptdp_model_moe_metrics(m, &mm, nullptr, 0) == PTDP_SUCCESS);
+  CHECK(mm.struct_size == sizeof mm);
+  CHECK(mm.moe_layers == 0);
+
+  ptdp_optimizer opt = nullptr;
+  REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+  ptdp_schedule sched = nullptr;
+  REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 2, 1, &sched) == PTDP_SUCCESS);
+  constexpr int32_t kB = 2, kMicro = 2, kTokens = kMicro * kB * 8;
+  const std::vector<int32_t> tokens = sp::ids(kTokens, o.vocab_size, 5), labels = sp::ids(kTokens, o.vocab_size, 6);
+  bool moved_apart = false;
+  for (int it = 0; it < 3; ++it) {
+    const std::vector<float> before0 = expert_bias(m, 0), before1 = expert_bias(m, 1);
+    ptdp_iteration_result res;
+    REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) == PTDP_SUCCESS);
+    REQUIRE(ptdp_model_moe_metrics(m, &mm, nullptr, 0) == PTDP_SUCCESS);
+    REQUIRE(mm.moe_layers == 2);
+    CHECK(std::isfinite(mm.load_balancing_loss));
+    CHECK(mm.load_balancing_loss > 0.0);
+    CHECK(std::isfinite(mm.z_loss));
+    CHECK(mm.z_loss > 0.0);
+    ptdp_moe_layer_load loads[3] = {};
+    REQUIRE(ptdp_model_moe_metrics(m, &mm, loads, 3) == PTDP_SUCCESS);
+    for (int l = 0; l < 2; ++l) {
+      const ptdp_moe_layer_load& x = loads[l];
+      CHECK(x.layer == l);
+      // Dropless: the 2 choices of each token, the mean load between the fewest and the most.
+      CHECK(x.min_tokens * 4 <= kTokens * 2);
+      CHECK(x.max_tokens * 4 >= kTokens * 2);
+      // Aux-loss-free balancing: every bias moved by -rate, 0 or +rate; the most loaded expert
+      // down, the least loaded up.
+      const std::vector<float> before = l == 0 ? before0 : before1, after = expert_bias(m, l);
+      bool down = false, up = false;
+      for (std::size_t e = 0; e < after.size(); ++e) {
+        CHECK((after[e] == before[e] - 0.01f || after[e] == before[e] || after[e] == before[e] + 0.01f));
+        down = down || after[e] == before[e] - 0.01f;
+        up = up || after[e] == before[e] + 0.01f;
+      }
+      CHECK(down == (x.max_tokens * 4 > kTokens * 2));
+      CHECK(up == (x.min_tokens * 4 < kTokens * 2));
+      moved_apart = moved_apart || (down && up);
+    }
+    CHECK(loads[2].layer == 0);  // past moe_layers: untouched
+  }
+  CHECK(moved_apart);
+
+  // Refusals: a struct_size too small, a negative capacity, NULL loads with room asked for.
+  ptdp_moe_metrics small;
+  small.struct_size = 4;
+  CHECK(ptdp_model_moe_metrics(m, &small, nullptr, 0) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("struct_size") != std::string::npos);
+  CHECK(ptdp_model_moe_metrics(m, &mm, nullptr, -1) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("capacity") != std::string::npos);
+  CHECK(ptdp_model_moe_metrics(m, &mm, nullptr, 2) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(err().find("loads") != std::string::npos);
+  CHECK(ptdp_model_moe_metrics(m, nullptr, nullptr, 0) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(ptdp_schedule_destroy(sched) == PTDP_SUCCESS);
+  CHECK(ptdp_optimizer_destroy(opt) == PTDP_SUCCESS);
+  CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
+}
+
+TEST_CASE("moe metrics: a dense model has none", "[capi][moe][moe_metrics]") {
+  sp::World w;
+  ptdp_gpt_options o = tiny_moe();
+  o.num_experts = 0;
+  o.moe_router_topk = 0;
+  o.moe_ffn_hidden_size = 0;
+  o.moe_aux_loss_coeff = 0.0f;
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+  ptdp_optimizer opt = nullptr;
+  REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+  ptdp_schedule sched = nullptr;
+  REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &sched) == PTDP_SUCCESS);
+  const std::vector<int32_t> tokens = sp::ids(16, o.vocab_size, 5), labels = sp::ids(16, o.vocab_size, 6);
+  REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), 2, 0, nullptr, nullptr) == PTDP_SUCCESS);
+  ptdp_moe_metrics mm;
+  mm.struct_size = sizeof mm;
+  REQUIRE(ptdp_model_moe_metrics(m, &mm, nullptr, 0) == PTDP_SUCCESS);
+  CHECK(mm.moe_layers == 0);
+  CHECK(std::isnan(mm.load_balancing_loss));
+  CHECK(std::isnan(mm.z_loss));
+  CHECK(ptdp_schedule_destroy(sched) == PTDP_SUCCESS);
+  CHECK(ptdp_optimizer_destroy(opt) == PTDP_SUCCESS);
+  CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
 }

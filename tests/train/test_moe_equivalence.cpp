@@ -9,13 +9,16 @@
 // (capacity factor 1, probs policy), pos (capacity 1, position policy, padded to capacity), aux
 // (aux loss and z loss), seqaux (seq_aux_loss, sigmoid scores), shared (shared experts with the
 // gate), mixed (--moe-layer-freq: MoE in layers 0, 2, ...), swiglu, allgather, moerecompute
-// (the MoE layer alone recomputed), full (full recomputation). Every spec runs sequence
-// parallelism where t > 1 (MoE requires it).
+// (the MoE layer alone recomputed), full (full recomputation), bias (sigmoid scores with the
+// expert bias of aux-loss-free balancing, update rate 0.01: the bias moves every iteration).
+// Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
 // microbatches through 1F1B; the parallel run gives replica r the samples [r m b, (r+1) m b).
 // Tolerances (float32, the runs differ in summation order only): loss and grad norm 1e-4
-// relative every iteration; parameters ||x - y|| <= 1e-4 ||x|| per tensor, but linear_qkv's bias
+// relative every iteration; every MoE layer's expert loads (min and max over the experts) and
+// every expert bias equal to the serial run's every iteration (integer counts, the same sign
+// steps), the logged balancing and z losses 1e-4 relative; parameters ||x - y|| <= 1e-4 ||x|| per tensor, but linear_qkv's bias
 // (AdamW's bound per element, as test_train_equivalence.cpp explains).
 #include <mpi.h>
 
@@ -118,6 +121,11 @@ GptConfig config(const Spec& s) {
     for (int i = 0; i < g.num_layers; ++i) m.layer_pattern.push_back(i % 2 == 0 ? 1 : 0);
   if (s.has("allgather")) m.dispatcher = MoeDispatcher::AllGather;
   m.recompute = s.has("moerecompute");
+  if (s.has("bias")) {
+    m.score_function = MoeScoreFunction::Sigmoid;
+    m.enable_expert_bias = true;
+    m.bias_update_rate = 0.01f;
+  }
   return g;
 }
 
@@ -132,6 +140,8 @@ OptimizerConfig optimizer_config(bool dist) {
 struct Run {
   std::vector<float> loss;
   std::vector<double> norm;
+  std::vector<MoeMetrics> moe;                                   // by iteration
+  std::vector<std::map<std::string, std::vector<float>>> biases;  // by iteration: every expert bias
   std::map<std::string, std::vector<float>> params;  // serial: global values
 };
 
@@ -139,6 +149,39 @@ std::vector<float> host(const Tensor& t) {
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
   t.copy_to_host(v.data(), v.size() * sizeof(float));
   return v;
+}
+
+// The expert biases of this rank's chunks (whole on every rank: replicated parameters).
+std::map<std::string, std::vector<float>> expert_biases(GptPipeline& model) {
+  std::map<std::string, std::vector<float>> out;
+  for (auto& chunk : model.chunks()) {
+    const ParamTable& t = chunk->params();
+    for (int i = 0; i < t.size(); ++i)
+      if (t.info(i).name.find("router.expert_bias") != std::string::npos) out[t.info(i).name] = host(t.gather_param(i));
+  }
+  return out;
+}
+
+// The iteration's MoE figures and expert biases against the serial run's.
+void compare_moe(const Spec& s, int it, const MoeMetrics& got, GptPipeline& model, const Run& ref) {
+  const MoeMetrics& want = ref.moe[static_cast<std::size_t>(it)];
+  const std::string at = s.text + " iteration " + std::to_string(it) + ": ";
+  expect(got.moe_layers == want.moe_layers && got.loads.size() == want.loads.size(), at + "MoE layer count");
+  for (std::size_t l = 0; l < std::min(got.loads.size(), want.loads.size()); ++l) {
+    const MoeLayerLoad &g = got.loads[l], &w = want.loads[l];
+    expect(g.layer == w.layer && g.min_tokens == w.min_tokens && g.max_tokens == w.max_tokens,
+           at + "layer " + std::to_string(w.layer) + " expert load " + std::to_string(g.min_tokens) + ".." +
+               std::to_string(g.max_tokens) + " vs " + std::to_string(w.min_tokens) + ".." + std::to_string(w.max_tokens));
+  }
+  const auto close = [](double a, double b) { return std::abs(a - b) <= 1e-4 * std::max(std::abs(b), 1e-12); };
+  expect(got.has_load_balancing_loss == want.has_load_balancing_loss && got.has_z_loss == want.has_z_loss &&
+             close(got.load_balancing_loss, want.load_balancing_loss) && close(got.z_loss, want.z_loss),
+         at + "MoE losses " + std::to_string(got.load_balancing_loss) + ", " + std::to_string(got.z_loss) + " vs " +
+             std::to_string(want.load_balancing_loss) + ", " + std::to_string(want.z_loss));
+  for (const auto& [name, values] : expert_biases(model)) {
+    const auto w = ref.biases[static_cast<std::size_t>(it)].find(name);
+    expect(w != ref.biases[static_cast<std::size_t>(it)].end() && w->second == values, at + name + " differs");
+  }
 }
 
 void batch(int d, std::vector<int32_t>* tokens, std::vector<int32_t>* labels) {
@@ -170,6 +213,14 @@ Run serial(const Spec& s, int d) {
     const IterationOutcome out = train_iteration(model, *opt, groups, sched, tokens.data(), labels.data(), kMicro, it);
     r.loss.push_back(out.loss);
     r.norm.push_back(out.step.grad_norm);
+    r.moe.push_back(out.moe);
+    r.biases.push_back(expert_biases(model));
+  }
+  if (s.has("bias")) {
+    // The test means something only if the bias moved (and moved apart between experts).
+    const std::vector<float>& last = r.biases.back().begin()->second;
+    expect(*std::max_element(last.begin(), last.end()) > *std::min_element(last.begin(), last.end()),
+           s.text + ": the serial run's expert bias did not move");
   }
   const ParamTable& t = model.chunks()[0]->params();
   for (int i = 0; i < t.size(); ++i) r.params[t.info(i).name] = host(t.param(i));
@@ -229,6 +280,7 @@ void run_spec(const Spec& s, int world) {
                            std::to_string(ref.loss[static_cast<std::size_t>(it)]));
     expect(dn <= 1e-4, s.text + ": grad norm at iteration " + std::to_string(it) + " " +
                            std::to_string(out.step.grad_norm) + " vs " + std::to_string(ref.norm[static_cast<std::size_t>(it)]));
+    compare_moe(s, it, out.moe, model, ref);
   }
   for (auto& chunk : model.chunks()) {
     ParamTable& t = chunk->params();

@@ -3032,53 +3032,55 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_ptdp_model_impl swig_types[50]
 #define SWIGTYPE_p_ptdp_moe_dispatcher swig_types[51]
 #define SWIGTYPE_p_ptdp_moe_drop_policy swig_types[52]
-#define SWIGTYPE_p_ptdp_moe_load_balancing swig_types[53]
-#define SWIGTYPE_p_ptdp_moe_score_function swig_types[54]
-#define SWIGTYPE_p_ptdp_normalization swig_types[55]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[56]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[57]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[58]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[59]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[60]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[61]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[62]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[63]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[64]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[65]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[66]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[67]
-#define SWIGTYPE_p_ptdp_position_embedding swig_types[68]
-#define SWIGTYPE_p_ptdp_preprocess_options swig_types[69]
-#define SWIGTYPE_p_ptdp_preprocess_result swig_types[70]
-#define SWIGTYPE_p_ptdp_recompute swig_types[71]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[72]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[73]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[74]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[75]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[76]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[77]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[78]
-#define SWIGTYPE_p_ptdp_status swig_types[79]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[80]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[81]
-#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[82]
-#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[83]
-#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[84]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[85]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[86]
-#define SWIGTYPE_p_ptdp_trainer_impl swig_types[87]
-#define SWIGTYPE_p_ptdp_trainer_options swig_types[88]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[89]
-#define SWIGTYPE_p_short swig_types[90]
-#define SWIGTYPE_p_signed_char swig_types[91]
-#define SWIGTYPE_p_size_t swig_types[92]
-#define SWIGTYPE_p_unsigned_char swig_types[93]
-#define SWIGTYPE_p_unsigned_int swig_types[94]
-#define SWIGTYPE_p_unsigned_long swig_types[95]
-#define SWIGTYPE_p_unsigned_short swig_types[96]
-#define SWIGTYPE_p_void swig_types[97]
-static swig_type_info *swig_types[99];
-static swig_module_info swig_module = {swig_types, 98, 0, 0, 0, 0};
+#define SWIGTYPE_p_ptdp_moe_layer_load swig_types[53]
+#define SWIGTYPE_p_ptdp_moe_load_balancing swig_types[54]
+#define SWIGTYPE_p_ptdp_moe_metrics swig_types[55]
+#define SWIGTYPE_p_ptdp_moe_score_function swig_types[56]
+#define SWIGTYPE_p_ptdp_normalization swig_types[57]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[58]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[59]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[60]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[61]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[62]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[63]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[64]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[65]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[66]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[67]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[68]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[69]
+#define SWIGTYPE_p_ptdp_position_embedding swig_types[70]
+#define SWIGTYPE_p_ptdp_preprocess_options swig_types[71]
+#define SWIGTYPE_p_ptdp_preprocess_result swig_types[72]
+#define SWIGTYPE_p_ptdp_recompute swig_types[73]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[74]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[75]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[76]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[77]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[78]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[79]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[80]
+#define SWIGTYPE_p_ptdp_status swig_types[81]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[82]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[83]
+#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[84]
+#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[85]
+#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[86]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[87]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[88]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[89]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[90]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[91]
+#define SWIGTYPE_p_short swig_types[92]
+#define SWIGTYPE_p_signed_char swig_types[93]
+#define SWIGTYPE_p_size_t swig_types[94]
+#define SWIGTYPE_p_unsigned_char swig_types[95]
+#define SWIGTYPE_p_unsigned_int swig_types[96]
+#define SWIGTYPE_p_unsigned_long swig_types[97]
+#define SWIGTYPE_p_unsigned_short swig_types[98]
+#define SWIGTYPE_p_void swig_types[99]
+static swig_type_info *swig_types[101];
+static swig_module_info swig_module = {swig_types, 100, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -21627,6 +21629,62 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_model_moe_metrics(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  ptdp_moe_metrics *arg2 = (ptdp_moe_metrics *) 0 ;
+  ptdp_moe_layer_load *arg3 = (ptdp_moe_layer_load *) 0 ;
+  int64_t arg4 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  void *argp3 = 0 ;
+  int res3 = 0 ;
+  long val4 ;
+  int ecode4 = 0 ;
+  PyObject *swig_obj[4] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_moe_metrics", 4, 4, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_moe_metrics" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_model_moe_metrics" "', argument " "2"" of type '" "ptdp_moe_metrics *""'"); 
+  }
+  arg2 = (ptdp_moe_metrics *)(argp2);
+  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_model_moe_metrics" "', argument " "3"" of type '" "ptdp_moe_layer_load *""'"); 
+  }
+  arg3 = (ptdp_moe_layer_load *)(argp3);
+  ecode4 = SWIG_AsVal_long(swig_obj[3], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_model_moe_metrics" "', argument " "4"" of type '" "int64_t""'");
+  } 
+  arg4 = (int64_t)(val4);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_moe_metrics(arg1,arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_iteration_report_struct_size_set(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_iteration_report *arg1 = (struct ptdp_iteration_report *) 0 ;
@@ -23558,6 +23616,590 @@ SWIGINTERN PyObject *_wrap_ptdp_trainer_last_report(PyObject *self, PyObject *ar
     if (!copy) SWIG_fail;
     memcpy(copy, arg2, sizeof(ptdp_iteration_report));
     resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_OWN));
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_layer_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_layer_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_layer_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_layer_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->layer = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_layer_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_layer_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->layer);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_min_tokens_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_min_tokens_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_min_tokens_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_min_tokens_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->min_tokens = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_min_tokens_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_min_tokens_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->min_tokens);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_max_tokens_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_max_tokens_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_max_tokens_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_max_tokens_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_tokens = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_max_tokens_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_max_tokens_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->max_tokens);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_moe_layer_load(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_moe_layer_load", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_moe_layer_load *)calloc(1, sizeof(struct ptdp_moe_layer_load));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_moe_layer_load, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_moe_layer_load(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_moe_layer_load" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_moe_layer_load_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_moe_layer_load, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_moe_layer_load_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_struct_size_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_struct_size_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_moe_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_moe_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_moe_layers_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_moe_layers_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_moe_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_moe_layers_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->moe_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_load_balancing_loss_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_load_balancing_loss_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_load_balancing_loss_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_load_balancing_loss_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->load_balancing_loss = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_load_balancing_loss_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_load_balancing_loss_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->load_balancing_loss);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_z_loss_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_z_loss_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_z_loss_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_z_loss_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->z_loss = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_z_loss_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_z_loss_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->z_loss);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_moe_metrics(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_moe_metrics", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_moe_metrics *)calloc(1, sizeof(struct ptdp_moe_metrics));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_moe_metrics(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_moe_metrics" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_moe_metrics_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_moe_metrics, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_moe_metrics_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_trainer_moe_metrics(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_trainer arg1 = (ptdp_trainer) 0 ;
+  ptdp_moe_metrics *arg2 = (ptdp_moe_metrics *) 0 ;
+  ptdp_moe_layer_load *arg3 = (ptdp_moe_layer_load *) 0 ;
+  int64_t arg4 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  void *argp2 = 0 ;
+  int res2 = 0 ;
+  void *argp3 = 0 ;
+  int res3 = 0 ;
+  long val4 ;
+  int ecode4 = 0 ;
+  PyObject *swig_obj[4] ;
+  ptdp_status result;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_moe_metrics", 4, 4, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_moe_metrics" "', argument " "1"" of type '" "ptdp_trainer""'"); 
+  }
+  arg1 = (ptdp_trainer)(argp1);
+  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res2)) {
+    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_trainer_moe_metrics" "', argument " "2"" of type '" "ptdp_moe_metrics *""'"); 
+  }
+  arg2 = (ptdp_moe_metrics *)(argp2);
+  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res3)) {
+    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_trainer_moe_metrics" "', argument " "3"" of type '" "ptdp_moe_layer_load *""'"); 
+  }
+  arg3 = (ptdp_moe_layer_load *)(argp3);
+  ecode4 = SWIG_AsVal_long(swig_obj[3], &val4);
+  if (!SWIG_IsOK(ecode4)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_trainer_moe_metrics" "', argument " "4"" of type '" "int64_t""'");
+  } 
+  arg4 = (int64_t)(val4);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_moe_metrics(arg1,arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
   }
   return resultobj;
 fail:
@@ -38484,6 +39126,24 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Collective over the world of the groups.\n"
 		""},
+	 { "ptdp_model_moe_metrics", _wrap_ptdp_model_moe_metrics, METH_VARARGS, "\n"
+		"The MoE figures of the last ptdp_train_iteration() of ``model`` (its losses and every MoE\n"
+		"       layer's expert load over the global batch; see ptdp_moe_metrics). That iteration also\n"
+		"       moved the routers' expert biases with aux-loss-free balancing\n"
+		"       (moe_router_enable_expert_bias): bias += moe_router_bias_update_rate *\n"
+		"       sign(mean load - load) per expert, the same on every rank.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model.\n"
+		":type metrics: :py:class:`ptdp_moe_metrics`, in/out\n"
+		":param metrics: Its struct_size must be set by the caller; may not be NULL.\n"
+		":type loads: :py:class:`ptdp_moe_layer_load`, out\n"
+		":param loads: Receives min(``capacity``, metrics->moe_layers) entries, by layer; may be NULL\n"
+		"           when ``capacity`` is 0.\n"
+		":type capacity: int\n"
+		":param capacity: Entries ``loads`` has room for, >= 0.\n"
+		"Title: Thread safety\n"
+		"Not concurrently with a ptdp_train_iteration() of the same model.\n"
+		""},
 	 { "ptdp_iteration_report_struct_size_set", _wrap_ptdp_iteration_report_struct_size_set, METH_VARARGS, " Bytes of this struct the library filled in."},
 	 { "ptdp_iteration_report_struct_size_get", _wrap_ptdp_iteration_report_struct_size_get, METH_O, " Bytes of this struct the library filled in."},
 	 { "ptdp_iteration_report_iteration_set", _wrap_ptdp_iteration_report_iteration_set, METH_VARARGS, " Iterations done, this one included (the log line's count)."},
@@ -38635,6 +39295,55 @@ static PyMethodDef SwigMethods[] = {
 		":type report: :py:class:`ptdp_iteration_report`, in/out\n"
 		":param report: Its struct_size must be set by the caller (sizeof the caller's struct);\n"
 		"           the library writes that many bytes at most and sets struct_size to what it wrote.\n"
+		""},
+	 { "ptdp_moe_layer_load_layer_set", _wrap_ptdp_moe_layer_load_layer_set, METH_VARARGS, " The decoder layer, 0-based."},
+	 { "ptdp_moe_layer_load_layer_get", _wrap_ptdp_moe_layer_load_layer_get, METH_O, " The decoder layer, 0-based."},
+	 { "ptdp_moe_layer_load_min_tokens_set", _wrap_ptdp_moe_layer_load_min_tokens_set, METH_VARARGS, " The fewest pairs any expert of the layer kept."},
+	 { "ptdp_moe_layer_load_min_tokens_get", _wrap_ptdp_moe_layer_load_min_tokens_get, METH_O, " The fewest pairs any expert of the layer kept."},
+	 { "ptdp_moe_layer_load_max_tokens_set", _wrap_ptdp_moe_layer_load_max_tokens_set, METH_VARARGS, " The most pairs any expert of the layer kept."},
+	 { "ptdp_moe_layer_load_max_tokens_get", _wrap_ptdp_moe_layer_load_max_tokens_get, METH_O, " The most pairs any expert of the layer kept."},
+	 { "new_ptdp_moe_layer_load", _wrap_new_ptdp_moe_layer_load, METH_NOARGS, NULL},
+	 { "delete_ptdp_moe_layer_load", _wrap_delete_ptdp_moe_layer_load, METH_O, NULL},
+	 { "ptdp_moe_layer_load_swigregister", ptdp_moe_layer_load_swigregister, METH_O, NULL},
+	 { "ptdp_moe_layer_load_swiginit", ptdp_moe_layer_load_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_moe_metrics_struct_size_set", _wrap_ptdp_moe_metrics_struct_size_set, METH_VARARGS, " Bytes of this struct; set by the caller, updated by the library."},
+	 { "ptdp_moe_metrics_struct_size_get", _wrap_ptdp_moe_metrics_struct_size_get, METH_O, " Bytes of this struct; set by the caller, updated by the library."},
+	 { "ptdp_moe_metrics_moe_layers_set", _wrap_ptdp_moe_metrics_moe_layers_set, METH_VARARGS, "\n"
+		"MoE layers of the model; 0 for a dense model or before the first\n"
+		"                                  iteration (the losses are then NaN).\n"
+		""},
+	 { "ptdp_moe_metrics_moe_layers_get", _wrap_ptdp_moe_metrics_moe_layers_get, METH_O, "\n"
+		"MoE layers of the model; 0 for a dense model or before the first\n"
+		"                                  iteration (the losses are then NaN).\n"
+		""},
+	 { "ptdp_moe_metrics_load_balancing_loss_set", _wrap_ptdp_moe_metrics_load_balancing_loss_set, METH_VARARGS, "\n"
+		"aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no\n"
+		"                                  balancing loss is configured.\n"
+		""},
+	 { "ptdp_moe_metrics_load_balancing_loss_get", _wrap_ptdp_moe_metrics_load_balancing_loss_get, METH_O, "\n"
+		"aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no\n"
+		"                                  balancing loss is configured.\n"
+		""},
+	 { "ptdp_moe_metrics_z_loss_set", _wrap_ptdp_moe_metrics_z_loss_set, METH_VARARGS, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
+	 { "ptdp_moe_metrics_z_loss_get", _wrap_ptdp_moe_metrics_z_loss_get, METH_O, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
+	 { "new_ptdp_moe_metrics", _wrap_new_ptdp_moe_metrics, METH_NOARGS, NULL},
+	 { "delete_ptdp_moe_metrics", _wrap_delete_ptdp_moe_metrics, METH_O, NULL},
+	 { "ptdp_moe_metrics_swigregister", ptdp_moe_metrics_swigregister, METH_O, NULL},
+	 { "ptdp_moe_metrics_swiginit", ptdp_moe_metrics_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_trainer_moe_metrics", _wrap_ptdp_trainer_moe_metrics, METH_VARARGS, "\n"
+		"The last iteration's MoE figures of a training run: its losses and every MoE layer's\n"
+		"       expert load (the JSON lines' load_balancing_loss, z_loss and moe_expert_load).\n"
+		":type trainer: struct ptdp_trainer_impl\n"
+		":param trainer: A live trainer.\n"
+		":type metrics: :py:class:`ptdp_moe_metrics`, in/out\n"
+		":param metrics: Its struct_size must be set by the caller; may not be NULL.\n"
+		":type loads: :py:class:`ptdp_moe_layer_load`, out\n"
+		":param loads: Receives min(``capacity``, metrics->moe_layers) entries, by layer; may be NULL\n"
+		"           when ``capacity`` is 0 (ask for the count first).\n"
+		":type capacity: int\n"
+		":param capacity: Entries ``loads`` has room for, >= 0.\n"
+		"Title: Thread safety\n"
+		"Not during ptdp_trainer_run() of the same trainer (the callback may call it).\n"
 		""},
 	 { "ptdp_trainer_destroy", _wrap_ptdp_trainer_destroy, METH_O, "\n"
 		"Frees a trainer (its model, optimizer, groups, and its runtime when it created one).\n"
@@ -40070,7 +40779,9 @@ static swig_type_info _swigt__p_ptdp_lr_decay_style = {"_p_ptdp_lr_decay_style",
 static swig_type_info _swigt__p_ptdp_model_impl = {"_p_ptdp_model_impl", "ptdp_model|struct ptdp_model_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_moe_dispatcher = {"_p_ptdp_moe_dispatcher", "ptdp_moe_dispatcher *|enum ptdp_moe_dispatcher *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_moe_drop_policy = {"_p_ptdp_moe_drop_policy", "ptdp_moe_drop_policy *|enum ptdp_moe_drop_policy *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_moe_layer_load = {"_p_ptdp_moe_layer_load", "ptdp_moe_layer_load *|struct ptdp_moe_layer_load *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_moe_load_balancing = {"_p_ptdp_moe_load_balancing", "ptdp_moe_load_balancing *|enum ptdp_moe_load_balancing *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_moe_metrics = {"_p_ptdp_moe_metrics", "ptdp_moe_metrics *|struct ptdp_moe_metrics *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_moe_score_function = {"_p_ptdp_moe_score_function", "ptdp_moe_score_function *|enum ptdp_moe_score_function *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_normalization = {"_p_ptdp_normalization", "ptdp_normalization *|enum ptdp_normalization *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_impl = {"_p_ptdp_optimizer_impl", "ptdp_optimizer|struct ptdp_optimizer_impl *", 0, 0, (void*)0, 0};
@@ -40170,7 +40881,9 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_model_impl,
   &_swigt__p_ptdp_moe_dispatcher,
   &_swigt__p_ptdp_moe_drop_policy,
+  &_swigt__p_ptdp_moe_layer_load,
   &_swigt__p_ptdp_moe_load_balancing,
+  &_swigt__p_ptdp_moe_metrics,
   &_swigt__p_ptdp_moe_score_function,
   &_swigt__p_ptdp_normalization,
   &_swigt__p_ptdp_optimizer_impl,
@@ -40270,7 +40983,9 @@ static swig_cast_info _swigc__p_ptdp_lr_decay_style[] = {  {&_swigt__p_ptdp_lr_d
 static swig_cast_info _swigc__p_ptdp_model_impl[] = {  {&_swigt__p_ptdp_model_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_moe_dispatcher[] = {  {&_swigt__p_ptdp_moe_dispatcher, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_moe_drop_policy[] = {  {&_swigt__p_ptdp_moe_drop_policy, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_moe_layer_load[] = {  {&_swigt__p_ptdp_moe_layer_load, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_moe_load_balancing[] = {  {&_swigt__p_ptdp_moe_load_balancing, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_moe_metrics[] = {  {&_swigt__p_ptdp_moe_metrics, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_moe_score_function[] = {  {&_swigt__p_ptdp_moe_score_function, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_normalization[] = {  {&_swigt__p_ptdp_normalization, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_impl[] = {  {&_swigt__p_ptdp_optimizer_impl, 0, 0, 0},{0, 0, 0, 0}};
@@ -40370,7 +41085,9 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_model_impl,
   _swigc__p_ptdp_moe_dispatcher,
   _swigc__p_ptdp_moe_drop_policy,
+  _swigc__p_ptdp_moe_layer_load,
   _swigc__p_ptdp_moe_load_balancing,
+  _swigc__p_ptdp_moe_metrics,
   _swigc__p_ptdp_moe_score_function,
   _swigc__p_ptdp_normalization,
   _swigc__p_ptdp_optimizer_impl,

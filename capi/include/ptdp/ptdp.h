@@ -2853,6 +2853,26 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
                                           int64_t iteration, const ptdp_pipeline_options* options,
                                           ptdp_iteration_result* result);
 
+/**
+ * @brief The MoE figures of the last ptdp_train_iteration() of @p model (its losses and every MoE
+ *        layer's expert load over the global batch; see ptdp_moe_metrics). That iteration also
+ *        moved the routers' expert biases with aux-loss-free balancing
+ *        (moe_router_enable_expert_bias): bias += moe_router_bias_update_rate *
+ *        sign(mean load - load) per expert, the same on every rank.
+ * @param model A live model.
+ * @param[in,out] metrics Its struct_size must be set by the caller; may not be NULL.
+ * @param[out] loads Receives min(@p capacity, metrics->moe_layers) entries, by layer; may be NULL
+ *        when @p capacity is 0.
+ * @param capacity Entries @p loads has room for, >= 0.
+ * @retval PTDP_SUCCESS (moe_layers 0 before the first iteration and for a dense model)
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p metrics, a struct_size too small, a
+ *         negative @p capacity, or NULL @p loads with a positive @p capacity.
+ * @par Thread safety
+ * Not concurrently with a ptdp_train_iteration() of the same model.
+ */
+PTDP_API ptdp_status ptdp_model_moe_metrics(ptdp_model model, ptdp_moe_metrics* metrics, ptdp_moe_layer_load* loads,
+                                            int64_t capacity);
+
 /** Opaque handle to a training run (see ptdp_trainer_create()). */
 typedef struct ptdp_trainer_impl* ptdp_trainer;
 
@@ -2999,6 +3019,45 @@ PTDP_API ptdp_status ptdp_trainer_request_stop(ptdp_trainer trainer);
  *         the first published fields.
  */
 PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iteration_report* report);
+
+/** One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+ *  experts kept after capacity drops, summed over every rank (the serial run's counts). */
+typedef struct ptdp_moe_layer_load {
+  int64_t layer;      /**< The decoder layer, 0-based. */
+  int64_t min_tokens; /**< The fewest pairs any expert of the layer kept. */
+  int64_t max_tokens; /**< The most pairs any expert of the layer kept. */
+} ptdp_moe_layer_load;
+
+/** An iteration's mixture-of-experts figures, the same on every rank. The losses are
+ *  Megatron-Core's logged values (track_moe_metrics): per MoE layer the loss over its coefficient
+ *  averaged over the global batch's microbatches, then averaged over the MoE layers. The caller
+ *  sets struct_size (sizeof its struct); the library writes no more and sets it to what it wrote.
+ *  Since 0.4.0. */
+typedef struct ptdp_moe_metrics {
+  size_t struct_size;         /**< Bytes of this struct; set by the caller, updated by the library. */
+  int64_t moe_layers;         /**< MoE layers of the model; 0 for a dense model or before the first
+                                   iteration (the losses are then NaN). */
+  double load_balancing_loss; /**< aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no
+                                   balancing loss is configured. */
+  double z_loss;              /**< z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff. */
+} ptdp_moe_metrics;
+
+/**
+ * @brief The last iteration's MoE figures of a training run: its losses and every MoE layer's
+ *        expert load (the JSON lines' load_balancing_loss, z_loss and moe_expert_load).
+ * @param trainer A live trainer.
+ * @param[in,out] metrics Its struct_size must be set by the caller; may not be NULL.
+ * @param[out] loads Receives min(@p capacity, metrics->moe_layers) entries, by layer; may be NULL
+ *        when @p capacity is 0 (ask for the count first).
+ * @param capacity Entries @p loads has room for, >= 0.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p metrics, a struct_size too small, a
+ *         negative @p capacity, or NULL @p loads with a positive @p capacity.
+ * @par Thread safety
+ * Not during ptdp_trainer_run() of the same trainer (the callback may call it).
+ */
+PTDP_API ptdp_status ptdp_trainer_moe_metrics(ptdp_trainer trainer, ptdp_moe_metrics* metrics,
+                                              ptdp_moe_layer_load* loads, int64_t capacity);
 
 /**
  * @brief Frees a trainer (its model, optimizer, groups, and its runtime when it created one).

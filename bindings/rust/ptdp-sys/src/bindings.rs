@@ -590,6 +590,26 @@ pub struct ptdp_trainer_options {
     pub print_log: i32,
 }
 
+/// One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+/// experts kept after capacity drops, summed over every rank (the serial run's counts).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_moe_layer_load {
+    pub layer: i64,
+    pub min_tokens: i64,
+    pub max_tokens: i64,
+}
+
+/// An iteration's mixture-of-experts figures, the same on every rank.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_moe_metrics {
+    pub struct_size: usize,
+    pub moe_layers: i64,
+    pub load_balancing_loss: f64,
+    pub z_loss: f64,
+}
+
 #[repr(C)]
 pub struct ptdp_gpt_data_impl {
     _opaque: [u8; 0],
@@ -1542,6 +1562,14 @@ extern "C" {
         options: *const ptdp_pipeline_options,
         result: *mut ptdp_iteration_result,
     ) -> ptdp_status;
+    /// The MoE figures of the last ptdp_train_iteration() of @p model (its losses and every MoE
+    /// layer's expert load over the global batch; see ptdp_moe_metrics).
+    pub fn ptdp_model_moe_metrics(
+        model: ptdp_model,
+        metrics: *mut ptdp_moe_metrics,
+        loads: *mut ptdp_moe_layer_load,
+        capacity: i64,
+    ) -> ptdp_status;
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_trainer_options_init(options: *mut ptdp_trainer_options) -> ptdp_status;
     /// Builds a training run from a parsed configuration: groups, model, optimizer, schedule
@@ -1559,6 +1587,14 @@ extern "C" {
     pub fn ptdp_trainer_request_stop(trainer: ptdp_trainer) -> ptdp_status;
     /// The last iteration's report (zeros before the first iteration).
     pub fn ptdp_trainer_last_report(trainer: ptdp_trainer, report: *mut ptdp_iteration_report) -> ptdp_status;
+    /// The last iteration's MoE figures of a training run: its losses and every MoE layer's
+    /// expert load (the JSON lines' load_balancing_loss, z_loss and moe_expert_load).
+    pub fn ptdp_trainer_moe_metrics(
+        trainer: ptdp_trainer,
+        metrics: *mut ptdp_moe_metrics,
+        loads: *mut ptdp_moe_layer_load,
+        capacity: i64,
+    ) -> ptdp_status;
     /// Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
     pub fn ptdp_trainer_destroy(trainer: ptdp_trainer) -> ptdp_status;
     /// The whole of `ptdp-train` for any front end: parses @p argv, prints --help, trains on
