@@ -461,3 +461,53 @@ TEST_CASE("training plot file: replaced atomically, labels from file names, logs
                 ErrorCode::Io, {"bad.jsonl", "line 1"});
   CHECK(read_text(svg) == before);
 }
+
+TEST_CASE("training plot: MoE runs get the losses and every layer's expert load; dense runs keep four panels",
+          "[plot][moe]") {
+  const fs::path dir = scratch("moe");
+  const fs::path log = dir / "moe.jsonl";
+  // What ptdp-train writes for a model with MoE layers 0 and 2 (the second line without z_loss
+  // and layer 2, a reader must take both).
+  write_text(log,
+             "{\"iteration\": 1, \"lm_loss\": 4.5, \"learning_rate\": 1e-4, \"grad_norm\": 2.0, \"loss_scale\": 1, "
+             "\"tokens_per_second\": 1000, \"load_balancing_loss\": 1.25, \"z_loss\": 3.5, \"moe_expert_load\": "
+             "[{\"layer\": 0, \"min\": 10, \"max\": 54}, {\"layer\": 2, \"min\": 20, \"max\": 44}]}\n"
+             "{\"iteration\": 2, \"lm_loss\": 4.25, \"learning_rate\": 1e-4, \"grad_norm\": 1.5, \"loss_scale\": 1, "
+             "\"tokens_per_second\": 1000, \"load_balancing_loss\": 1.125, \"moe_expert_load\": "
+             "[{\"layer\": 0, \"min\": 16, \"max\": 48}, {\"layer\": \"two\", \"min\": 1, \"max\": 2}]}\n");
+  const PlotRun r = ptdp::read_training_log(log.string());
+  REQUIRE(r.train.size() == 2);
+  CHECK(r.train[0].load_balancing_loss == 1.25);
+  CHECK(r.train[0].z_loss == 3.5);
+  REQUIRE(r.train[0].expert_load.size() == 2);
+  CHECK(r.train[0].expert_load[1].layer == 2);
+  CHECK(r.train[0].expert_load[1].min_tokens == 20);
+  CHECK(r.train[0].expert_load[1].max_tokens == 44);
+  CHECK(std::isnan(r.train[1].z_loss));
+  REQUIRE(r.train[1].expert_load.size() == 1);  // the entry without an integer layer is skipped
+  CHECK(r.train[1].expert_load[0].max_tokens == 48);
+
+  // Overlaid with a dense run: the two MoE panels, each run with its series (the dense one's
+  // empty), one path per (run, layer, most/fewest).
+  const std::vector<PlotRun> runs = {r, sample_run("dense")};
+  const std::string svg = ptdp::training_plot_svg(runs, "moe");
+  CHECK(ptdp_test::parse_xml(svg).ok);
+  CHECK(count(svg, "class=\"series\"") == runs.size() * (6 + 2 + 4));
+  CHECK(svg.find(">MoE losses (z_loss dashed)<") != std::string::npos);
+  CHECK(svg.find(">tokens per expert, each MoE layer (fewest dashed)<") != std::string::npos);
+  CHECK(subpaths(series_d(svg, 0, "load_balancing_loss")).size() == 1);
+  CHECK(subpaths(series_d(svg, 0, "z_loss")).size() == 1);  // one point: a dot
+  CHECK(subpaths(series_d(svg, 0, "expert_load_max_layer_0"))[0].size() == 2);
+  CHECK(subpaths(series_d(svg, 0, "expert_load_min_layer_2"))[0].size() == 1);  // layer 2 at iteration 1 only
+  CHECK(series_d(svg, 1, "expert_load_max_layer_0").empty());
+  CHECK(series_d(svg, 1, "load_balancing_loss").empty());
+  // The most loaded expert's curve lies above the least loaded one's (SVG y grows downwards).
+  CHECK(subpaths(series_d(svg, 0, "expert_load_max_layer_0"))[0][0].y <
+        subpaths(series_d(svg, 0, "expert_load_min_layer_0"))[0][0].y);
+
+  // A dense picture is what it was: four small panels, no MoE series.
+  const std::string dense = ptdp::training_plot_svg({sample_run("dense")}, "");
+  CHECK(count(dense, "class=\"series\"") == 6);
+  CHECK(dense.find("MoE losses") == std::string::npos);
+  CHECK(dense.find("expert_load") == std::string::npos);
+}
