@@ -603,6 +603,23 @@ static int32_t ptdpy_on_iteration(const ptdp_iteration_report* report, void* use
   $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_iteration_report, SWIG_POINTER_OWN));
 }
 
+/* ptdp_model_moe_metrics, ptdp_trainer_moe_metrics: the figures are an output, returned as a new
+ * struct; the loads go into a writable int64 buffer of rows of three (layer, min, max), or None
+ * for none (capacity is in rows). */
+%typemap(in, numinputs=0) ptdp_moe_metrics* metrics (ptdp_moe_metrics temp) {
+  memset(&temp, 0, sizeof temp);
+  temp.struct_size = sizeof temp;
+  $1 = &temp;
+}
+%typemap(argout) ptdp_moe_metrics* metrics {
+  ptdp_moe_metrics* copy = (ptdp_moe_metrics*)malloc(sizeof(ptdp_moe_metrics));
+  if (!copy) SWIG_fail;
+  memcpy(copy, $1, sizeof(ptdp_moe_metrics));
+  $result = SWIG_Python_AppendOutput($result, SWIG_NewPointerObj(copy, $descriptor(ptdp_moe_metrics*), SWIG_POINTER_OWN));
+}
+PTDPY_BUFFER2(%arg((ptdp_moe_layer_load* loads, int64_t capacity)), 1, 8, "qQlL", 1, 0)
+%typemap(check) (ptdp_moe_layer_load* loads, int64_t capacity) { $2 = (int64_t)($2 / 3); }
+
 /* ---------------------------------------------------------------------------------------- */
 /* Preprocessing options: a Python object stands for ptdp_preprocess_options. Its `options`
  * attribute is the struct with every field but the two lists set, and `inputs` and `json_keys`

@@ -2896,7 +2896,7 @@ def ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch
     """
     return _ptdp_ext.ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
 
-def ptdp_model_moe_metrics(model, metrics, loads, capacity):
+def ptdp_model_moe_metrics(model, loads):
     r"""
     The MoE figures of the last ptdp_train_iteration() of ``model`` (its losses and every MoE
            layer's expert load over the global batch; see ptdp_moe_metrics). That iteration also
@@ -2915,7 +2915,7 @@ def ptdp_model_moe_metrics(model, metrics, loads, capacity):
     Title: Thread safety
     Not concurrently with a ptdp_train_iteration() of the same model.
     """
-    return _ptdp_ext.ptdp_model_moe_metrics(model, metrics, loads, capacity)
+    return _ptdp_ext.ptdp_model_moe_metrics(model, loads)
 class ptdp_iteration_report(object):
     r"""
     What one iteration reports, the same on every rank (the loss is the global batch's mean, the
@@ -3100,7 +3100,7 @@ class ptdp_moe_metrics(object):
 # Register ptdp_moe_metrics in _ptdp_ext:
 _ptdp_ext.ptdp_moe_metrics_swigregister(ptdp_moe_metrics)
 
-def ptdp_trainer_moe_metrics(trainer, metrics, loads, capacity):
+def ptdp_trainer_moe_metrics(trainer, loads):
     r"""
     The last iteration's MoE figures of a training run: its losses and every MoE layer's
            expert load (the JSON lines' load_balancing_loss, z_loss and moe_expert_load).
@@ -3116,7 +3116,7 @@ def ptdp_trainer_moe_metrics(trainer, metrics, loads, capacity):
     Title: Thread safety
     Not during ptdp_trainer_run() of the same trainer (the callback may call it).
     """
-    return _ptdp_ext.ptdp_trainer_moe_metrics(trainer, metrics, loads, capacity)
+    return _ptdp_ext.ptdp_trainer_moe_metrics(trainer, loads)
 
 def ptdp_trainer_destroy(trainer):
     r"""

@@ -21637,36 +21637,35 @@ SWIGINTERN PyObject *_wrap_ptdp_model_moe_metrics(PyObject *self, PyObject *args
   int64_t arg4 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  void *argp3 = 0 ;
-  int res3 = 0 ;
-  long val4 ;
-  int ecode4 = 0 ;
-  PyObject *swig_obj[4] ;
+  ptdp_moe_metrics temp2 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  PyObject *swig_obj[2] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_moe_metrics", 4, 4, swig_obj)) SWIG_fail;
+  {
+    memset(&temp2, 0, sizeof temp2);
+    temp2.struct_size = sizeof temp2;
+    arg2 = &temp2;
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_moe_metrics", 2, 2, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_moe_metrics" "', argument " "1"" of type '" "ptdp_model""'"); 
   }
   arg1 = (ptdp_model)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_model_moe_metrics" "', argument " "2"" of type '" "ptdp_moe_metrics *""'"); 
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[1], &view3, 1, 8, "qQlL", 1, "ptdp_model_moe_metrics: loads");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (ptdp_moe_layer_load *)(have_view3 ? view3.buf : NULL);
+    arg4 = (int64_t)(have_view3 ? (0 ? view3.len : view3.len / 8) : 0);
   }
-  arg2 = (ptdp_moe_metrics *)(argp2);
-  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res3)) {
-    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_model_moe_metrics" "', argument " "3"" of type '" "ptdp_moe_layer_load *""'"); 
+  {
+    arg4 = (int64_t)(arg4 / 3); 
   }
-  arg3 = (ptdp_moe_layer_load *)(argp3);
-  ecode4 = SWIG_AsVal_long(swig_obj[3], &val4);
-  if (!SWIG_IsOK(ecode4)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_model_moe_metrics" "', argument " "4"" of type '" "int64_t""'");
-  } 
-  arg4 = (int64_t)(val4);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_model_moe_metrics(arg1,arg2,arg3,arg4);
@@ -21679,8 +21678,21 @@ SWIGINTERN PyObject *_wrap_ptdp_model_moe_metrics(PyObject *self, PyObject *args
     }
     resultobj = SWIG_Py_Void();
   }
+  {
+    ptdp_moe_metrics* copy = (ptdp_moe_metrics*)malloc(sizeof(ptdp_moe_metrics));
+    if (!copy) SWIG_fail;
+    memcpy(copy, arg2, sizeof(ptdp_moe_metrics));
+    resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_OWN));
+  }
+  
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
   return resultobj;
 fail:
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
   return NULL;
 }
 
@@ -24159,36 +24171,35 @@ SWIGINTERN PyObject *_wrap_ptdp_trainer_moe_metrics(PyObject *self, PyObject *ar
   int64_t arg4 ;
   void *argp1 = 0 ;
   int res1 = 0 ;
-  void *argp2 = 0 ;
-  int res2 = 0 ;
-  void *argp3 = 0 ;
-  int res3 = 0 ;
-  long val4 ;
-  int ecode4 = 0 ;
-  PyObject *swig_obj[4] ;
+  ptdp_moe_metrics temp2 ;
+  Py_buffer view3 ;
+  int have_view3 = 0 ;
+  PyObject *swig_obj[2] ;
   ptdp_status result;
   
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_moe_metrics", 4, 4, swig_obj)) SWIG_fail;
+  {
+    memset(&temp2, 0, sizeof temp2);
+    temp2.struct_size = sizeof temp2;
+    arg2 = &temp2;
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_moe_metrics", 2, 2, swig_obj)) SWIG_fail;
   res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_impl, 0 |  0 );
   if (!SWIG_IsOK(res1)) {
     SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_moe_metrics" "', argument " "1"" of type '" "ptdp_trainer""'"); 
   }
   arg1 = (ptdp_trainer)(argp1);
-  res2 = SWIG_ConvertPtr(swig_obj[1], &argp2,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res2)) {
-    SWIG_exception_fail(SWIG_ArgError(res2), "in method '" "ptdp_trainer_moe_metrics" "', argument " "2"" of type '" "ptdp_moe_metrics *""'"); 
+  {
+    have_view3 = ptdpy_get_buffer(swig_obj[1], &view3, 1, 8, "qQlL", 1, "ptdp_trainer_moe_metrics: loads");
+    if (have_view3 < 0) {
+      have_view3 = 0;
+      SWIG_fail;
+    }
+    arg3 = (ptdp_moe_layer_load *)(have_view3 ? view3.buf : NULL);
+    arg4 = (int64_t)(have_view3 ? (0 ? view3.len : view3.len / 8) : 0);
   }
-  arg2 = (ptdp_moe_metrics *)(argp2);
-  res3 = SWIG_ConvertPtr(swig_obj[2], &argp3,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res3)) {
-    SWIG_exception_fail(SWIG_ArgError(res3), "in method '" "ptdp_trainer_moe_metrics" "', argument " "3"" of type '" "ptdp_moe_layer_load *""'"); 
+  {
+    arg4 = (int64_t)(arg4 / 3); 
   }
-  arg3 = (ptdp_moe_layer_load *)(argp3);
-  ecode4 = SWIG_AsVal_long(swig_obj[3], &val4);
-  if (!SWIG_IsOK(ecode4)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode4), "in method '" "ptdp_trainer_moe_metrics" "', argument " "4"" of type '" "int64_t""'");
-  } 
-  arg4 = (int64_t)(val4);
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (ptdp_status)ptdp_trainer_moe_metrics(arg1,arg2,arg3,arg4);
@@ -24201,8 +24212,21 @@ SWIGINTERN PyObject *_wrap_ptdp_trainer_moe_metrics(PyObject *self, PyObject *ar
     }
     resultobj = SWIG_Py_Void();
   }
+  {
+    ptdp_moe_metrics* copy = (ptdp_moe_metrics*)malloc(sizeof(ptdp_moe_metrics));
+    if (!copy) SWIG_fail;
+    memcpy(copy, arg2, sizeof(ptdp_moe_metrics));
+    resultobj = SWIG_Python_AppendOutput(resultobj, SWIG_NewPointerObj(copy, SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_OWN));
+  }
+  
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
   return resultobj;
 fail:
+  {
+    if (have_view3) PyBuffer_Release(&view3); 
+  }
   return NULL;
 }
 

@@ -117,6 +117,26 @@ def train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size
     return _result(result)
 
 
+MoeMetrics = namedtuple("MoeMetrics", "moe_layers load_balancing_loss z_loss expert_load")
+MoeMetrics.__doc__ = ("An iteration's mixture-of-experts figures (ptdp_moe_metrics): Megatron's logged "
+                      "load_balancing_loss and z_loss (NaN when not configured), and expert_load, a list of "
+                      "(layer, fewest, most) tokens per expert over the global batch, one per MoE layer.")
+
+
+def _moe_metrics(call, handle):
+    import numpy as np
+    count = call(handle, None).moe_layers
+    loads = np.zeros((count, 3), dtype=np.int64)
+    metrics = call(handle, loads)
+    return MoeMetrics(int(metrics.moe_layers), metrics.load_balancing_loss, metrics.z_loss,
+                      [tuple(int(v) for v in row) for row in loads])
+
+
+def moe_metrics(model):
+    """The :class:`MoeMetrics` of ``model``'s last :func:`train_iteration` (zero layers before it)."""
+    return _moe_metrics(_raw.ptdp_model_moe_metrics, model.handle)
+
+
 def _text(call):
     """Runs a call that fills a char buffer, growing the buffer until the text fits."""
     return filled(call).decode("utf-8", "replace")
@@ -285,6 +305,11 @@ class Trainer(Handle):
         """The last iteration's :class:`IterationReport`."""
         return _report(_raw.ptdp_trainer_last_report(self.handle))
 
+    @property
+    def moe_metrics(self):
+        """The last iteration's :class:`MoeMetrics` (zero layers for a dense model)."""
+        return _moe_metrics(_raw.ptdp_trainer_moe_metrics, self.handle)
+
 
 def save_checkpoint(directory, model, optimizer=None, config=None, iteration=0, consumed_train_samples=0,
                     consumed_valid_samples=0):
@@ -325,5 +350,5 @@ def read_checkpoint_options(directory):
 
 
 __all__ = ["OptimizerKind", "LRDecayStyle", "ParamFlags", "IterationResult", "IterationReport", "CheckpointState",
-           "Optimizer", "train_iteration", "train", "Trainer", "TrainConfig", "save_checkpoint", "load_checkpoint",
+           "MoeMetrics", "Optimizer", "train_iteration", "moe_metrics", "train", "Trainer", "TrainConfig", "save_checkpoint", "load_checkpoint",
            "read_checkpoint_options", "supervise"]

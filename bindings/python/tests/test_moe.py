@@ -77,3 +77,26 @@ def test_expert_group_kinds():
     assert ptdp.layout_members(8, 5, "expert_data", tensor=2, options=experts) == [1, 5]
     assert ptdp.layout_members(8, 5, "expert_tensor_and_model", tensor=2, options=experts) == [4, 5, 6, 7]
     assert ptdp.layout_members(8, 5, "tensor_context", tensor=2, options=experts) == [4, 5]
+
+
+def test_moe_metrics_after_an_iteration(groups):
+    import math
+    import numpy as np
+    with ptdp.Model(groups, **MOE, moe_router_score_function="sigmoid", moe_router_enable_expert_bias=1,
+                    moe_router_bias_update_rate=0.01, moe_aux_loss_coeff=0.01) as model, \
+            ptdp.Optimizer(model) as optimizer, ptdp.Schedule("1f1b", 1, 2) as schedule:
+        assert ptdp.moe_metrics(model).moe_layers == 0  # before the first iteration
+        rng = np.random.default_rng(3)
+        tokens = rng.integers(0, 64, size=(4, 8), dtype=np.int32)
+        labels = rng.integers(0, 64, size=(4, 8), dtype=np.int32)
+        bias = model.get_param("decoder.layers.0.mlp.router.expert_bias")
+        ptdp.train_iteration(model, optimizer, schedule, tokens, labels, 2, 0)
+        m = ptdp.moe_metrics(model)
+        moved = model.get_param("decoder.layers.0.mlp.router.expert_bias") - bias
+    assert m.moe_layers == 2
+    assert m.load_balancing_loss > 0
+    assert math.isnan(m.z_loss)  # no --moe-z-loss-coeff
+    assert [layer for layer, _, _ in m.expert_load] == [0, 1]
+    fewest, most = m.expert_load[0][1], m.expert_load[0][2]
+    assert fewest * 4 <= 4 * 8 * 2 <= most * 4  # 32 tokens, 2 choices each, over 4 experts
+    assert set(np.round(moved / 0.01).astype(int).tolist()) <= {-1, 0, 1}
