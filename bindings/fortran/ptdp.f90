@@ -425,6 +425,22 @@ module ptdp
     type(c_ptr) :: launcher
   end type ptdp_train_settings
 
+  ! One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+  ! experts kept after capacity drops, summed over every rank (the serial run's counts).
+  type, bind(c) :: ptdp_moe_layer_load
+    integer(c_int64_t) :: layer
+    integer(c_int64_t) :: min_tokens
+    integer(c_int64_t) :: max_tokens
+  end type ptdp_moe_layer_load
+
+  ! An iteration's mixture-of-experts figures, the same on every rank.
+  type, bind(c) :: ptdp_moe_metrics
+    integer(c_size_t) :: struct_size
+    integer(c_int64_t) :: moe_layers
+    real(c_double) :: load_balancing_loss
+    real(c_double) :: z_loss
+  end type ptdp_moe_metrics
+
   ! What one iteration reports, the same on every rank (the loss is the global batch's mean, the
   ! norm the global norm) except mem_high_water_mib, this rank's.
   type, bind(c) :: ptdp_iteration_report
@@ -460,22 +476,6 @@ module ptdp
     type(c_ptr) :: user_data
     integer(c_int32_t) :: print_log
   end type ptdp_trainer_options
-
-  ! One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
-  ! experts kept after capacity drops, summed over every rank (the serial run's counts).
-  type, bind(c) :: ptdp_moe_layer_load
-    integer(c_int64_t) :: layer
-    integer(c_int64_t) :: min_tokens
-    integer(c_int64_t) :: max_tokens
-  end type ptdp_moe_layer_load
-
-  ! An iteration's mixture-of-experts figures, the same on every rank.
-  type, bind(c) :: ptdp_moe_metrics
-    integer(c_size_t) :: struct_size
-    integer(c_int64_t) :: moe_layers
-    real(c_double) :: load_balancing_loss
-    real(c_double) :: z_loss
-  end type ptdp_moe_metrics
 
   ! Options of ptdp_gpt_data_create().
   type, bind(c) :: ptdp_gpt_data_options

@@ -61,8 +61,13 @@ std::string moe_json(const MoeMetrics& moe) {
 
 // The iteration's point of the curves.
 TrainPoint plot_point(const IterationMetrics& m) {
-  TrainPoint p{m.iteration, m.lm_loss, m.learning_rate, std::isfinite(m.grad_norm) ? m.grad_norm : NAN,
-               m.loss_scale, m.tokens_per_second};
+  TrainPoint p;
+  p.iteration = m.iteration;
+  p.lm_loss = m.lm_loss;
+  p.learning_rate = m.learning_rate;
+  p.grad_norm = std::isfinite(m.grad_norm) ? m.grad_norm : NAN;
+  p.loss_scale = m.loss_scale;
+  p.tokens_per_second = m.tokens_per_second;
   if (m.moe.has_load_balancing_loss) p.load_balancing_loss = m.moe.load_balancing_loss;
   if (m.moe.has_z_loss) p.z_loss = m.moe.z_loss;
   for (const MoeLayerLoad& l : m.moe.loads)

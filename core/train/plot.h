@@ -33,7 +33,7 @@ struct TrainPoint {
   /// layer's expert load (empty for a dense model).
   double load_balancing_loss = std::numeric_limits<double>::quiet_NaN();
   double z_loss = std::numeric_limits<double>::quiet_NaN();
-  std::vector<ExpertLoadPoint> expert_load;
+  std::vector<ExpertLoadPoint> expert_load{};
 };
 
 /// One validation of a run (NaN loss when missing or not finite).

@@ -2895,6 +2895,52 @@ def ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch
     Collective over the world of the groups.
     """
     return _ptdp_ext.ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
+class ptdp_moe_layer_load(object):
+    r"""
+    One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+    experts kept after capacity drops, summed over every rank (the serial run's counts).
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    layer = property(_ptdp_ext.ptdp_moe_layer_load_layer_get, _ptdp_ext.ptdp_moe_layer_load_layer_set, doc=r""" The decoder layer, 0-based.""")
+    min_tokens = property(_ptdp_ext.ptdp_moe_layer_load_min_tokens_get, _ptdp_ext.ptdp_moe_layer_load_min_tokens_set, doc=r""" The fewest pairs any expert of the layer kept.""")
+    max_tokens = property(_ptdp_ext.ptdp_moe_layer_load_max_tokens_get, _ptdp_ext.ptdp_moe_layer_load_max_tokens_set, doc=r""" The most pairs any expert of the layer kept.""")
+
+    def __init__(self):
+        _ptdp_ext.ptdp_moe_layer_load_swiginit(self, _ptdp_ext.new_ptdp_moe_layer_load())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_moe_layer_load
+
+# Register ptdp_moe_layer_load in _ptdp_ext:
+_ptdp_ext.ptdp_moe_layer_load_swigregister(ptdp_moe_layer_load)
+class ptdp_moe_metrics(object):
+    r"""
+    An iteration's mixture-of-experts figures, the same on every rank. The losses are
+    Megatron-Core's logged values (track_moe_metrics): per MoE layer the loss over its coefficient
+    averaged over the global batch's microbatches, then averaged over the MoE layers. The caller
+    sets struct_size (sizeof its struct); the library writes no more and sets it to what it wrote.
+    Since 0.4.0.
+    """
+
+    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
+    __repr__ = _swig_repr
+    struct_size = property(_ptdp_ext.ptdp_moe_metrics_struct_size_get, _ptdp_ext.ptdp_moe_metrics_struct_size_set, doc=r""" Bytes of this struct; set by the caller, updated by the library.""")
+    moe_layers = property(_ptdp_ext.ptdp_moe_metrics_moe_layers_get, _ptdp_ext.ptdp_moe_metrics_moe_layers_set, doc=r"""
+    MoE layers of the model; 0 for a dense model or before the first
+                                      iteration (the losses are then NaN).
+    """)
+    load_balancing_loss = property(_ptdp_ext.ptdp_moe_metrics_load_balancing_loss_get, _ptdp_ext.ptdp_moe_metrics_load_balancing_loss_set, doc=r"""
+    aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no
+                                      balancing loss is configured.
+    """)
+    z_loss = property(_ptdp_ext.ptdp_moe_metrics_z_loss_get, _ptdp_ext.ptdp_moe_metrics_z_loss_set, doc=r""" z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff.""")
+
+    def __init__(self):
+        _ptdp_ext.ptdp_moe_metrics_swiginit(self, _ptdp_ext.new_ptdp_moe_metrics())
+    __swig_destroy__ = _ptdp_ext.delete_ptdp_moe_metrics
+
+# Register ptdp_moe_metrics in _ptdp_ext:
+_ptdp_ext.ptdp_moe_metrics_swigregister(ptdp_moe_metrics)
 
 def ptdp_model_moe_metrics(model, loads):
     r"""
@@ -3053,52 +3099,6 @@ def ptdp_trainer_last_report(trainer):
                the library writes that many bytes at most and sets struct_size to what it wrote.
     """
     return _ptdp_ext.ptdp_trainer_last_report(trainer)
-class ptdp_moe_layer_load(object):
-    r"""
-    One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
-    experts kept after capacity drops, summed over every rank (the serial run's counts).
-    """
-
-    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
-    __repr__ = _swig_repr
-    layer = property(_ptdp_ext.ptdp_moe_layer_load_layer_get, _ptdp_ext.ptdp_moe_layer_load_layer_set, doc=r""" The decoder layer, 0-based.""")
-    min_tokens = property(_ptdp_ext.ptdp_moe_layer_load_min_tokens_get, _ptdp_ext.ptdp_moe_layer_load_min_tokens_set, doc=r""" The fewest pairs any expert of the layer kept.""")
-    max_tokens = property(_ptdp_ext.ptdp_moe_layer_load_max_tokens_get, _ptdp_ext.ptdp_moe_layer_load_max_tokens_set, doc=r""" The most pairs any expert of the layer kept.""")
-
-    def __init__(self):
-        _ptdp_ext.ptdp_moe_layer_load_swiginit(self, _ptdp_ext.new_ptdp_moe_layer_load())
-    __swig_destroy__ = _ptdp_ext.delete_ptdp_moe_layer_load
-
-# Register ptdp_moe_layer_load in _ptdp_ext:
-_ptdp_ext.ptdp_moe_layer_load_swigregister(ptdp_moe_layer_load)
-class ptdp_moe_metrics(object):
-    r"""
-    An iteration's mixture-of-experts figures, the same on every rank. The losses are
-    Megatron-Core's logged values (track_moe_metrics): per MoE layer the loss over its coefficient
-    averaged over the global batch's microbatches, then averaged over the MoE layers. The caller
-    sets struct_size (sizeof its struct); the library writes no more and sets it to what it wrote.
-    Since 0.4.0.
-    """
-
-    thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
-    __repr__ = _swig_repr
-    struct_size = property(_ptdp_ext.ptdp_moe_metrics_struct_size_get, _ptdp_ext.ptdp_moe_metrics_struct_size_set, doc=r""" Bytes of this struct; set by the caller, updated by the library.""")
-    moe_layers = property(_ptdp_ext.ptdp_moe_metrics_moe_layers_get, _ptdp_ext.ptdp_moe_metrics_moe_layers_set, doc=r"""
-    MoE layers of the model; 0 for a dense model or before the first
-                                      iteration (the losses are then NaN).
-    """)
-    load_balancing_loss = property(_ptdp_ext.ptdp_moe_metrics_load_balancing_loss_get, _ptdp_ext.ptdp_moe_metrics_load_balancing_loss_set, doc=r"""
-    aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no
-                                      balancing loss is configured.
-    """)
-    z_loss = property(_ptdp_ext.ptdp_moe_metrics_z_loss_get, _ptdp_ext.ptdp_moe_metrics_z_loss_set, doc=r""" z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff.""")
-
-    def __init__(self):
-        _ptdp_ext.ptdp_moe_metrics_swiginit(self, _ptdp_ext.new_ptdp_moe_metrics())
-    __swig_destroy__ = _ptdp_ext.delete_ptdp_moe_metrics
-
-# Register ptdp_moe_metrics in _ptdp_ext:
-_ptdp_ext.ptdp_moe_metrics_swigregister(ptdp_moe_metrics)
 
 def ptdp_trainer_moe_metrics(trainer, loads):
     r"""

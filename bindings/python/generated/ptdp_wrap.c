@@ -21629,6 +21629,534 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_layer_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_layer_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_layer_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_layer_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->layer = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_layer_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_layer_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->layer);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_min_tokens_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_min_tokens_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_min_tokens_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_min_tokens_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->min_tokens = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_min_tokens_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_min_tokens_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->min_tokens);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_max_tokens_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_max_tokens_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_max_tokens_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_max_tokens_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->max_tokens = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_max_tokens_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_max_tokens_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->max_tokens);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_moe_layer_load(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_moe_layer_load", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_moe_layer_load *)calloc(1, sizeof(struct ptdp_moe_layer_load));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_moe_layer_load, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_moe_layer_load(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_moe_layer_load" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
+  }
+  arg1 = (struct ptdp_moe_layer_load *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_moe_layer_load_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_moe_layer_load, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_moe_layer_load_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_struct_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  size_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  size_t val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_struct_size_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_struct_size_set" "', argument " "2"" of type '" "size_t""'");
+  } 
+  arg2 = (size_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->struct_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_struct_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  size_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_struct_size_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result =  ((arg1)->struct_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_size_t((size_t)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_moe_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_moe_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_moe_layers_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_moe_layers_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_moe_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_moe_layers_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->moe_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_load_balancing_loss_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_load_balancing_loss_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_load_balancing_loss_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_load_balancing_loss_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->load_balancing_loss = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_load_balancing_loss_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_load_balancing_loss_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->load_balancing_loss);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_z_loss_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_z_loss_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_z_loss_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_z_loss_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->z_loss = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_z_loss_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_z_loss_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->z_loss);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_new_ptdp_moe_metrics(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *result = 0 ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_moe_metrics", 0, 0, 0)) SWIG_fail;
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (struct ptdp_moe_metrics *)calloc(1, sizeof(struct ptdp_moe_metrics));
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_NEW |  0 );
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_delete_ptdp_moe_metrics(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_DISOWN |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_moe_metrics" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    free((char *) arg1);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *ptdp_moe_metrics_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  PyObject *obj;
+  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
+  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_moe_metrics, SWIG_NewClientData(obj));
+  return SWIG_Py_Void();
+}
+
+SWIGINTERN PyObject *ptdp_moe_metrics_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
+  return SWIG_Python_InitShadowInstance(args);
+}
+
 SWIGINTERN PyObject *_wrap_ptdp_model_moe_metrics(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_model arg1 = (ptdp_model) 0 ;
@@ -23634,534 +24162,6 @@ fail:
   return NULL;
 }
 
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_layer_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
-  int64_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  long val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_layer_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_layer_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
-  }
-  arg1 = (struct ptdp_moe_layer_load *)(argp1);
-  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_layer_set" "', argument " "2"" of type '" "int64_t""'");
-  } 
-  arg2 = (int64_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->layer = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_layer_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int64_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_layer_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
-  }
-  arg1 = (struct ptdp_moe_layer_load *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int64_t) ((arg1)->layer);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_long((long)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_min_tokens_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
-  int64_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  long val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_min_tokens_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_min_tokens_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
-  }
-  arg1 = (struct ptdp_moe_layer_load *)(argp1);
-  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_min_tokens_set" "', argument " "2"" of type '" "int64_t""'");
-  } 
-  arg2 = (int64_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->min_tokens = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_min_tokens_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int64_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_min_tokens_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
-  }
-  arg1 = (struct ptdp_moe_layer_load *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int64_t) ((arg1)->min_tokens);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_long((long)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_max_tokens_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
-  int64_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  long val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_layer_load_max_tokens_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_max_tokens_set" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
-  }
-  arg1 = (struct ptdp_moe_layer_load *)(argp1);
-  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_layer_load_max_tokens_set" "', argument " "2"" of type '" "int64_t""'");
-  } 
-  arg2 = (int64_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->max_tokens = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_layer_load_max_tokens_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int64_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_layer_load_max_tokens_get" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
-  }
-  arg1 = (struct ptdp_moe_layer_load *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int64_t) ((arg1)->max_tokens);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_long((long)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_new_ptdp_moe_layer_load(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *result = 0 ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_moe_layer_load", 0, 0, 0)) SWIG_fail;
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (struct ptdp_moe_layer_load *)calloc(1, sizeof(struct ptdp_moe_layer_load));
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_moe_layer_load, SWIG_POINTER_NEW |  0 );
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_delete_ptdp_moe_layer_load(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_layer_load *arg1 = (struct ptdp_moe_layer_load *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_layer_load, SWIG_POINTER_DISOWN |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_moe_layer_load" "', argument " "1"" of type '" "struct ptdp_moe_layer_load *""'"); 
-  }
-  arg1 = (struct ptdp_moe_layer_load *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    free((char *) arg1);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *ptdp_moe_layer_load_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  PyObject *obj;
-  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
-  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_moe_layer_load, SWIG_NewClientData(obj));
-  return SWIG_Py_Void();
-}
-
-SWIGINTERN PyObject *ptdp_moe_layer_load_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  return SWIG_Python_InitShadowInstance(args);
-}
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_struct_size_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  size_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  size_t val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_struct_size_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_struct_size_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  ecode2 = SWIG_AsVal_size_t(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_struct_size_set" "', argument " "2"" of type '" "size_t""'");
-  } 
-  arg2 = (size_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->struct_size = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_struct_size_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  size_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_struct_size_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result =  ((arg1)->struct_size);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_size_t((size_t)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_moe_layers_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  int64_t arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  long val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_moe_layers_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_moe_layers_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_moe_layers_set" "', argument " "2"" of type '" "int64_t""'");
-  } 
-  arg2 = (int64_t)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->moe_layers = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_moe_layers_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  int64_t result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_moe_layers_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (int64_t) ((arg1)->moe_layers);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_long((long)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_load_balancing_loss_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  double arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  double val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_load_balancing_loss_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_load_balancing_loss_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_load_balancing_loss_set" "', argument " "2"" of type '" "double""'");
-  } 
-  arg2 = (double)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->load_balancing_loss = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_load_balancing_loss_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  double result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_load_balancing_loss_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (double) ((arg1)->load_balancing_loss);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_double((double)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_z_loss_set(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  double arg2 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  double val2 ;
-  int ecode2 = 0 ;
-  PyObject *swig_obj[2] ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_z_loss_set", 2, 2, swig_obj)) SWIG_fail;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_z_loss_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
-  if (!SWIG_IsOK(ecode2)) {
-    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_z_loss_set" "', argument " "2"" of type '" "double""'");
-  } 
-  arg2 = (double)(val2);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    if (arg1) (arg1)->z_loss = arg2;
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_z_loss_get(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  double result;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_z_loss_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (double) ((arg1)->z_loss);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_From_double((double)(result));
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_new_ptdp_moe_metrics(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *result = 0 ;
-  
-  if (!SWIG_Python_UnpackTuple(args, "new_ptdp_moe_metrics", 0, 0, 0)) SWIG_fail;
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    result = (struct ptdp_moe_metrics *)calloc(1, sizeof(struct ptdp_moe_metrics));
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_NewPointerObj(SWIG_as_voidptr(result), SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_NEW |  0 );
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *_wrap_delete_ptdp_moe_metrics(PyObject *self, PyObject *args) {
-  PyObject *resultobj = 0;
-  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
-  void *argp1 = 0 ;
-  int res1 = 0 ;
-  PyObject *swig_obj[1] ;
-  
-  if (!args) SWIG_fail;
-  swig_obj[0] = args;
-  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, SWIG_POINTER_DISOWN |  0 );
-  if (!SWIG_IsOK(res1)) {
-    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "delete_ptdp_moe_metrics" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
-  }
-  arg1 = (struct ptdp_moe_metrics *)(argp1);
-  {
-    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
-    free((char *) arg1);
-    SWIG_PYTHON_THREAD_END_ALLOW;
-  }
-  resultobj = SWIG_Py_Void();
-  return resultobj;
-fail:
-  return NULL;
-}
-
-
-SWIGINTERN PyObject *ptdp_moe_metrics_swigregister(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  PyObject *obj;
-  if (!SWIG_Python_UnpackTuple(args, "swigregister", 1, 1, &obj)) return NULL;
-  SWIG_TypeNewClientData(SWIGTYPE_p_ptdp_moe_metrics, SWIG_NewClientData(obj));
-  return SWIG_Py_Void();
-}
-
-SWIGINTERN PyObject *ptdp_moe_metrics_swiginit(PyObject *SWIGUNUSEDPARM(self), PyObject *args) {
-  return SWIG_Python_InitShadowInstance(args);
-}
 
 SWIGINTERN PyObject *_wrap_ptdp_trainer_moe_metrics(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
@@ -39150,6 +39150,40 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Collective over the world of the groups.\n"
 		""},
+	 { "ptdp_moe_layer_load_layer_set", _wrap_ptdp_moe_layer_load_layer_set, METH_VARARGS, " The decoder layer, 0-based."},
+	 { "ptdp_moe_layer_load_layer_get", _wrap_ptdp_moe_layer_load_layer_get, METH_O, " The decoder layer, 0-based."},
+	 { "ptdp_moe_layer_load_min_tokens_set", _wrap_ptdp_moe_layer_load_min_tokens_set, METH_VARARGS, " The fewest pairs any expert of the layer kept."},
+	 { "ptdp_moe_layer_load_min_tokens_get", _wrap_ptdp_moe_layer_load_min_tokens_get, METH_O, " The fewest pairs any expert of the layer kept."},
+	 { "ptdp_moe_layer_load_max_tokens_set", _wrap_ptdp_moe_layer_load_max_tokens_set, METH_VARARGS, " The most pairs any expert of the layer kept."},
+	 { "ptdp_moe_layer_load_max_tokens_get", _wrap_ptdp_moe_layer_load_max_tokens_get, METH_O, " The most pairs any expert of the layer kept."},
+	 { "new_ptdp_moe_layer_load", _wrap_new_ptdp_moe_layer_load, METH_NOARGS, NULL},
+	 { "delete_ptdp_moe_layer_load", _wrap_delete_ptdp_moe_layer_load, METH_O, NULL},
+	 { "ptdp_moe_layer_load_swigregister", ptdp_moe_layer_load_swigregister, METH_O, NULL},
+	 { "ptdp_moe_layer_load_swiginit", ptdp_moe_layer_load_swiginit, METH_VARARGS, NULL},
+	 { "ptdp_moe_metrics_struct_size_set", _wrap_ptdp_moe_metrics_struct_size_set, METH_VARARGS, " Bytes of this struct; set by the caller, updated by the library."},
+	 { "ptdp_moe_metrics_struct_size_get", _wrap_ptdp_moe_metrics_struct_size_get, METH_O, " Bytes of this struct; set by the caller, updated by the library."},
+	 { "ptdp_moe_metrics_moe_layers_set", _wrap_ptdp_moe_metrics_moe_layers_set, METH_VARARGS, "\n"
+		"MoE layers of the model; 0 for a dense model or before the first\n"
+		"                                  iteration (the losses are then NaN).\n"
+		""},
+	 { "ptdp_moe_metrics_moe_layers_get", _wrap_ptdp_moe_metrics_moe_layers_get, METH_O, "\n"
+		"MoE layers of the model; 0 for a dense model or before the first\n"
+		"                                  iteration (the losses are then NaN).\n"
+		""},
+	 { "ptdp_moe_metrics_load_balancing_loss_set", _wrap_ptdp_moe_metrics_load_balancing_loss_set, METH_VARARGS, "\n"
+		"aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no\n"
+		"                                  balancing loss is configured.\n"
+		""},
+	 { "ptdp_moe_metrics_load_balancing_loss_get", _wrap_ptdp_moe_metrics_load_balancing_loss_get, METH_O, "\n"
+		"aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no\n"
+		"                                  balancing loss is configured.\n"
+		""},
+	 { "ptdp_moe_metrics_z_loss_set", _wrap_ptdp_moe_metrics_z_loss_set, METH_VARARGS, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
+	 { "ptdp_moe_metrics_z_loss_get", _wrap_ptdp_moe_metrics_z_loss_get, METH_O, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
+	 { "new_ptdp_moe_metrics", _wrap_new_ptdp_moe_metrics, METH_NOARGS, NULL},
+	 { "delete_ptdp_moe_metrics", _wrap_delete_ptdp_moe_metrics, METH_O, NULL},
+	 { "ptdp_moe_metrics_swigregister", ptdp_moe_metrics_swigregister, METH_O, NULL},
+	 { "ptdp_moe_metrics_swiginit", ptdp_moe_metrics_swiginit, METH_VARARGS, NULL},
 	 { "ptdp_model_moe_metrics", _wrap_ptdp_model_moe_metrics, METH_VARARGS, "\n"
 		"The MoE figures of the last ptdp_train_iteration() of ``model`` (its losses and every MoE\n"
 		"       layer's expert load over the global batch; see ptdp_moe_metrics). That iteration also\n"
@@ -39320,40 +39354,6 @@ static PyMethodDef SwigMethods[] = {
 		":param report: Its struct_size must be set by the caller (sizeof the caller's struct);\n"
 		"           the library writes that many bytes at most and sets struct_size to what it wrote.\n"
 		""},
-	 { "ptdp_moe_layer_load_layer_set", _wrap_ptdp_moe_layer_load_layer_set, METH_VARARGS, " The decoder layer, 0-based."},
-	 { "ptdp_moe_layer_load_layer_get", _wrap_ptdp_moe_layer_load_layer_get, METH_O, " The decoder layer, 0-based."},
-	 { "ptdp_moe_layer_load_min_tokens_set", _wrap_ptdp_moe_layer_load_min_tokens_set, METH_VARARGS, " The fewest pairs any expert of the layer kept."},
-	 { "ptdp_moe_layer_load_min_tokens_get", _wrap_ptdp_moe_layer_load_min_tokens_get, METH_O, " The fewest pairs any expert of the layer kept."},
-	 { "ptdp_moe_layer_load_max_tokens_set", _wrap_ptdp_moe_layer_load_max_tokens_set, METH_VARARGS, " The most pairs any expert of the layer kept."},
-	 { "ptdp_moe_layer_load_max_tokens_get", _wrap_ptdp_moe_layer_load_max_tokens_get, METH_O, " The most pairs any expert of the layer kept."},
-	 { "new_ptdp_moe_layer_load", _wrap_new_ptdp_moe_layer_load, METH_NOARGS, NULL},
-	 { "delete_ptdp_moe_layer_load", _wrap_delete_ptdp_moe_layer_load, METH_O, NULL},
-	 { "ptdp_moe_layer_load_swigregister", ptdp_moe_layer_load_swigregister, METH_O, NULL},
-	 { "ptdp_moe_layer_load_swiginit", ptdp_moe_layer_load_swiginit, METH_VARARGS, NULL},
-	 { "ptdp_moe_metrics_struct_size_set", _wrap_ptdp_moe_metrics_struct_size_set, METH_VARARGS, " Bytes of this struct; set by the caller, updated by the library."},
-	 { "ptdp_moe_metrics_struct_size_get", _wrap_ptdp_moe_metrics_struct_size_get, METH_O, " Bytes of this struct; set by the caller, updated by the library."},
-	 { "ptdp_moe_metrics_moe_layers_set", _wrap_ptdp_moe_metrics_moe_layers_set, METH_VARARGS, "\n"
-		"MoE layers of the model; 0 for a dense model or before the first\n"
-		"                                  iteration (the losses are then NaN).\n"
-		""},
-	 { "ptdp_moe_metrics_moe_layers_get", _wrap_ptdp_moe_metrics_moe_layers_get, METH_O, "\n"
-		"MoE layers of the model; 0 for a dense model or before the first\n"
-		"                                  iteration (the losses are then NaN).\n"
-		""},
-	 { "ptdp_moe_metrics_load_balancing_loss_set", _wrap_ptdp_moe_metrics_load_balancing_loss_set, METH_VARARGS, "\n"
-		"aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no\n"
-		"                                  balancing loss is configured.\n"
-		""},
-	 { "ptdp_moe_metrics_load_balancing_loss_get", _wrap_ptdp_moe_metrics_load_balancing_loss_get, METH_O, "\n"
-		"aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no\n"
-		"                                  balancing loss is configured.\n"
-		""},
-	 { "ptdp_moe_metrics_z_loss_set", _wrap_ptdp_moe_metrics_z_loss_set, METH_VARARGS, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
-	 { "ptdp_moe_metrics_z_loss_get", _wrap_ptdp_moe_metrics_z_loss_get, METH_O, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
-	 { "new_ptdp_moe_metrics", _wrap_new_ptdp_moe_metrics, METH_NOARGS, NULL},
-	 { "delete_ptdp_moe_metrics", _wrap_delete_ptdp_moe_metrics, METH_O, NULL},
-	 { "ptdp_moe_metrics_swigregister", ptdp_moe_metrics_swigregister, METH_O, NULL},
-	 { "ptdp_moe_metrics_swiginit", ptdp_moe_metrics_swiginit, METH_VARARGS, NULL},
 	 { "ptdp_trainer_moe_metrics", _wrap_ptdp_trainer_moe_metrics, METH_VARARGS, "\n"
 		"The last iteration's MoE figures of a training run: its losses and every MoE layer's\n"
 		"       expert load (the JSON lines' load_balancing_loss, z_loss and moe_expert_load).\n"

@@ -2853,6 +2853,28 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
                                           int64_t iteration, const ptdp_pipeline_options* options,
                                           ptdp_iteration_result* result);
 
+/** One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+ *  experts kept after capacity drops, summed over every rank (the serial run's counts). */
+typedef struct ptdp_moe_layer_load {
+  int64_t layer;      /**< The decoder layer, 0-based. */
+  int64_t min_tokens; /**< The fewest pairs any expert of the layer kept. */
+  int64_t max_tokens; /**< The most pairs any expert of the layer kept. */
+} ptdp_moe_layer_load;
+
+/** An iteration's mixture-of-experts figures, the same on every rank. The losses are
+ *  Megatron-Core's logged values (track_moe_metrics): per MoE layer the loss over its coefficient
+ *  averaged over the global batch's microbatches, then averaged over the MoE layers. The caller
+ *  sets struct_size (sizeof its struct); the library writes no more and sets it to what it wrote.
+ *  Since 0.4.0. */
+typedef struct ptdp_moe_metrics {
+  size_t struct_size;         /**< Bytes of this struct; set by the caller, updated by the library. */
+  int64_t moe_layers;         /**< MoE layers of the model; 0 for a dense model or before the first
+                                   iteration (the losses are then NaN). */
+  double load_balancing_loss; /**< aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no
+                                   balancing loss is configured. */
+  double z_loss;              /**< z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff. */
+} ptdp_moe_metrics;
+
 /**
  * @brief The MoE figures of the last ptdp_train_iteration() of @p model (its losses and every MoE
  *        layer's expert load over the global batch; see ptdp_moe_metrics). That iteration also
@@ -3019,28 +3041,6 @@ PTDP_API ptdp_status ptdp_trainer_request_stop(ptdp_trainer trainer);
  *         the first published fields.
  */
 PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iteration_report* report);
-
-/** One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
- *  experts kept after capacity drops, summed over every rank (the serial run's counts). */
-typedef struct ptdp_moe_layer_load {
-  int64_t layer;      /**< The decoder layer, 0-based. */
-  int64_t min_tokens; /**< The fewest pairs any expert of the layer kept. */
-  int64_t max_tokens; /**< The most pairs any expert of the layer kept. */
-} ptdp_moe_layer_load;
-
-/** An iteration's mixture-of-experts figures, the same on every rank. The losses are
- *  Megatron-Core's logged values (track_moe_metrics): per MoE layer the loss over its coefficient
- *  averaged over the global batch's microbatches, then averaged over the MoE layers. The caller
- *  sets struct_size (sizeof its struct); the library writes no more and sets it to what it wrote.
- *  Since 0.4.0. */
-typedef struct ptdp_moe_metrics {
-  size_t struct_size;         /**< Bytes of this struct; set by the caller, updated by the library. */
-  int64_t moe_layers;         /**< MoE layers of the model; 0 for a dense model or before the first
-                                   iteration (the losses are then NaN). */
-  double load_balancing_loss; /**< aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no
-                                   balancing loss is configured. */
-  double z_loss;              /**< z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff. */
-} ptdp_moe_metrics;
 
 /**
  * @brief The last iteration's MoE figures of a training run: its losses and every MoE layer's

@@ -1299,6 +1299,22 @@ function ptdp_train_iteration(model, optimizer, schedule, tokens, labels, micro_
           model, optimizer, schedule, tokens, labels, micro_batch_size, iteration, options, result)
 end
 
+# One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+# experts kept after capacity drops, summed over every rank (the serial run's counts).
+struct ptdp_moe_layer_load
+    layer::Int64
+    min_tokens::Int64
+    max_tokens::Int64
+end
+
+# An iteration's mixture-of-experts figures, the same on every rank.
+struct ptdp_moe_metrics
+    struct_size::Csize_t
+    moe_layers::Int64
+    load_balancing_loss::Cdouble
+    z_loss::Cdouble
+end
+
 # The MoE figures of the last ptdp_train_iteration() of @p model (its losses and every MoE
 # layer's expert load over the global batch; see ptdp_moe_metrics).
 function ptdp_model_moe_metrics(model, metrics, loads, capacity)
@@ -1382,22 +1398,6 @@ function ptdp_trainer_last_report(trainer, report)
     ccall((:ptdp_trainer_last_report, libptdp), ptdp_status,
           (ptdp_trainer, Ptr{ptdp_iteration_report}),
           trainer, report)
-end
-
-# One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
-# experts kept after capacity drops, summed over every rank (the serial run's counts).
-struct ptdp_moe_layer_load
-    layer::Int64
-    min_tokens::Int64
-    max_tokens::Int64
-end
-
-# An iteration's mixture-of-experts figures, the same on every rank.
-struct ptdp_moe_metrics
-    struct_size::Csize_t
-    moe_layers::Int64
-    load_balancing_loss::Cdouble
-    z_loss::Cdouble
 end
 
 # The last iteration's MoE figures of a training run: its losses and every MoE layer's expert

@@ -534,6 +534,26 @@ pub struct ptdp_train_settings {
     pub launcher: *const ::std::os::raw::c_char,
 }
 
+/// One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
+/// experts kept after capacity drops, summed over every rank (the serial run's counts).
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_moe_layer_load {
+    pub layer: i64,
+    pub min_tokens: i64,
+    pub max_tokens: i64,
+}
+
+/// An iteration's mixture-of-experts figures, the same on every rank.
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct ptdp_moe_metrics {
+    pub struct_size: usize,
+    pub moe_layers: i64,
+    pub load_balancing_loss: f64,
+    pub z_loss: f64,
+}
+
 #[repr(C)]
 pub struct ptdp_trainer_impl {
     _opaque: [u8; 0],
@@ -588,26 +608,6 @@ pub struct ptdp_trainer_options {
     pub on_iteration: ptdp_iteration_callback,
     pub user_data: *mut ::std::os::raw::c_void,
     pub print_log: i32,
-}
-
-/// One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
-/// experts kept after capacity drops, summed over every rank (the serial run's counts).
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct ptdp_moe_layer_load {
-    pub layer: i64,
-    pub min_tokens: i64,
-    pub max_tokens: i64,
-}
-
-/// An iteration's mixture-of-experts figures, the same on every rank.
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct ptdp_moe_metrics {
-    pub struct_size: usize,
-    pub moe_layers: i64,
-    pub load_balancing_loss: f64,
-    pub z_loss: f64,
 }
 
 #[repr(C)]
