@@ -62,8 +62,6 @@ struct Out {
   ptdp_action actions[4];
   ptdp_iteration_result result;
   ptdp_iteration_report report;
-  ptdp_moe_metrics moe_metrics;
-  ptdp_moe_layer_load moe_loads[2];
   ptdp_gpt_options gpt;
   ptdp_optimizer_options optimizer_options;
   ptdp_parallel_options parallel;

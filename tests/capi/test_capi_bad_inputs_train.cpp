@@ -236,6 +236,7 @@ PTDP_BAD_INPUTS(training) {
                  ptdp_iteration_report x{};
                  return ptdp_trainer_last_report(f.trainer, &x);
                }, PTDP_ERR_INVALID_ARGUMENT, {"report->struct_size = 0"}});
+  // The figures' outputs are the rows' own: a refused call must leave them as they were.
   for (const char* fn : {"ptdp_trainer_moe_metrics", "ptdp_model_moe_metrics"}) {
     const bool on_trainer = std::string(fn) == "ptdp_trainer_moe_metrics";
     const auto call = [&f, on_trainer](ptdp_moe_metrics* m, ptdp_moe_layer_load* loads, int64_t capacity) {
@@ -247,22 +248,23 @@ PTDP_BAD_INPUTS(training) {
                    ptdp_moe_metrics x{};
                    return call(&x, nullptr, 0);
                  }, PTDP_ERR_INVALID_ARGUMENT, {"metrics->struct_size = 0"}});
-    r.push_back({fn, "negative capacity", [call, &o] {
-                   o.moe_metrics.struct_size = sizeof o.moe_metrics;
-                   return call(&o.moe_metrics, o.moe_loads, -1);
+    r.push_back({fn, "negative capacity", [call] {
+                   ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+                   ptdp_moe_layer_load loads[2] = {};
+                   return call(&x, loads, -1);
                  }, PTDP_ERR_INVALID_ARGUMENT, {"capacity = -1"}});
-    r.push_back({fn, "NULL loads with capacity 2", [call, &o] {
-                   o.moe_metrics.struct_size = sizeof o.moe_metrics;
-                   return call(&o.moe_metrics, nullptr, 2);
+    r.push_back({fn, "NULL loads with capacity 2", [call] {
+                   ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+                   return call(&x, nullptr, 2);
                  }, PTDP_ERR_INVALID_ARGUMENT, {"loads is NULL", "capacity = 2"}});
   }
-  handle_rows(r, "ptdp_trainer_moe_metrics", "trainer", "ptdp_trainer", f.dead_trainer, [&](ptdp_trainer t) {
-    o.moe_metrics.struct_size = sizeof o.moe_metrics;
-    return ptdp_trainer_moe_metrics(t, &o.moe_metrics, nullptr, 0);
+  handle_rows(r, "ptdp_trainer_moe_metrics", "trainer", "ptdp_trainer", f.dead_trainer, [](ptdp_trainer t) {
+    ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+    return ptdp_trainer_moe_metrics(t, &x, nullptr, 0);
   });
-  handle_rows(r, "ptdp_model_moe_metrics", "model", "ptdp_model", f.dead_model, [&](ptdp_model m) {
-    o.moe_metrics.struct_size = sizeof o.moe_metrics;
-    return ptdp_model_moe_metrics(m, &o.moe_metrics, nullptr, 0);
+  handle_rows(r, "ptdp_model_moe_metrics", "model", "ptdp_model", f.dead_model, [](ptdp_model m) {
+    ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+    return ptdp_model_moe_metrics(m, &x, nullptr, 0);
   });
   r.push_back({"ptdp_trainer_destroy", "destroyed", [&] { return ptdp_trainer_destroy(f.dead_trainer); },
                PTDP_ERR_INVALID_ARGUMENT, {"trainer is not a live ptdp_trainer"}});
