@@ -50,17 +50,6 @@ void LayerConfig::validate(int t) const {
   positive("seq_length", seq_length);
   positive("tensor parallel size", t);
   check_sizes();
-  moe.validate(num_layers);
-  if (moe.enabled()) {
-    PTDP_CHECK_ARG(moe_ffn() > 0, "--moe-ffn-hidden-size is " + num(moe_ffn()) + "; it must be > 0");
-    PTDP_CHECK_ARG(moe.shared_expert_intermediate_size % t == 0,
-                   "--moe-shared-expert-intermediate-size " + num(moe.shared_expert_intermediate_size) +
-                       " is not divisible by the tensor parallel size " + num(t));
-    // Megatron's rule: with tensor parallelism the MoE layers' tokens are each tensor rank's
-    // share of the sequence.
-    PTDP_CHECK_ARG(t == 1 || sequence_parallel,
-                   "MoE (--num-experts) with --tensor-model-parallel-size " + num(t) + " needs --sequence-parallel");
-  }
   PTDP_CHECK_ARG(ffn_hidden_size >= 0, "ffn_hidden_size must be >= 0 (0: 4 x hidden), got " + num(ffn_hidden_size));
   PTDP_CHECK_ARG(kv_channels >= 0, "kv_channels (--kv-channels) must be >= 0 (0: hidden_size / num_attention_heads), got " +
                                        num(kv_channels));
@@ -128,70 +117,6 @@ void LayerConfig::validate(int t) const {
                    "rope scaling: original_max_position_embeddings must be > 0, got " +
                        num(rope_scaling.original_max_position_embeddings));
   }
-}
-
-void MoeConfig::validate(int num_layers) const {
-  PTDP_CHECK_ARG(num_experts >= 0, "--num-experts must be >= 0 (0: dense), got " + num(num_experts));
-  if (!enabled()) return;
-  PTDP_CHECK_ARG(router_topk >= 1 && router_topk <= num_experts,
-                 "--moe-router-topk " + num(router_topk) + " must be in [1, --num-experts " + num(num_experts) + "]");
-  PTDP_CHECK_ARG(ffn_hidden_size >= 0, "--moe-ffn-hidden-size must be >= 0 (0: --ffn-hidden-size), got " +
-                                           num(ffn_hidden_size));
-  PTDP_CHECK_ARG(shared_expert_intermediate_size >= 0,
-                 "--moe-shared-expert-intermediate-size must be > 0 (0: no shared expert), got " +
-                     num(shared_expert_intermediate_size));
-  PTDP_CHECK_ARG(!shared_expert_gate || shared_expert_intermediate_size > 0,
-                 "--moe-shared-expert-gate needs --moe-shared-expert-intermediate-size");
-  PTDP_CHECK_ARG(layer_pattern.empty() || static_cast<int>(layer_pattern.size()) == num_layers,
-                 "--moe-layer-freq gives " + num(static_cast<int>(layer_pattern.size())) +
-                     " layers; the model has --num-layers " + num(num_layers));
-  PTDP_CHECK_ARG(static_cast<int>(score_function) >= 0 && static_cast<int>(score_function) <= 1,
-                 "--moe-router-score-function " + num(static_cast<int>(score_function)) + " is not softmax or sigmoid");
-  // Megatron: the softmax of one selected logit is 1 whatever the logit, so no gradient
-  // reaches the router.
-  PTDP_CHECK_ARG(router_topk > 1 || score_function != MoeScoreFunction::Softmax || pre_softmax,
-                 "--moe-router-topk 1 with the softmax score function needs --moe-router-pre-softmax");
-  PTDP_CHECK_ARG(num_groups >= 0 && group_topk >= 0,
-                 "--moe-router-num-groups and --moe-router-group-topk must be >= 0, got " + num(num_groups) + " and " +
-                     num(group_topk));
-  if (group_topk > 0) {
-    PTDP_CHECK_ARG(num_groups > 0, "--moe-router-group-topk needs --moe-router-num-groups");
-    PTDP_CHECK_ARG(num_experts % num_groups == 0, "--num-experts " + num(num_experts) +
-                                                      " is not divisible by --moe-router-num-groups " + num(num_groups));
-    PTDP_CHECK_ARG(group_topk <= num_groups, "--moe-router-group-topk " + num(group_topk) +
-                                                 " exceeds --moe-router-num-groups " + num(num_groups));
-    PTDP_CHECK_ARG(router_topk <= group_topk * (num_experts / num_groups),
-                   "--moe-router-topk " + num(router_topk) + " exceeds the " + num(group_topk * (num_experts / num_groups)) +
-                       " experts of --moe-router-group-topk " + num(group_topk) + " groups");
-  }
-  PTDP_CHECK_ARG(!enable_expert_bias || score_function == MoeScoreFunction::Sigmoid,
-                 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid (Megatron's rule)");
-  PTDP_CHECK_ARG(bias_update_rate >= 0.0f && std::isfinite(bias_update_rate),
-                 "--moe-router-bias-update-rate must be >= 0, got " + num(bias_update_rate));
-  PTDP_CHECK_ARG(static_cast<int>(load_balancing) >= 0 && static_cast<int>(load_balancing) <= 3,
-                 "--moe-router-load-balancing-type " + num(static_cast<int>(load_balancing)) + " is not one of "
-                 "aux_loss, seq_aux_loss, global_aux_loss, none");
-  // Megatron's global_aux_loss weighs each microbatch by the expert loads summed over the
-  // microbatches that its data-parallel rank has run so far (times d): the value depends on d
-  // and on the schedule's order, which breaks the promise that every layout gives the serial run.
-  PTDP_CHECK_ARG(load_balancing != MoeLoadBalancing::GlobalAuxLoss,
-                 "--moe-router-load-balancing-type global_aux_loss averages the expert loads over the microbatches "
-                 "each data-parallel rank has run so far, so its value depends on the data-parallel size and the "
-                 "schedule and no parallel layout reproduces the serial run; use aux_loss or seq_aux_loss");
-  PTDP_CHECK_ARG(aux_loss_coeff >= 0.0f && std::isfinite(aux_loss_coeff),
-                 "--moe-aux-loss-coeff must be >= 0, got " + num(aux_loss_coeff));
-  PTDP_CHECK_ARG(z_loss_coeff >= 0.0f && std::isfinite(z_loss_coeff),
-                 "--moe-z-loss-coeff must be >= 0, got " + num(z_loss_coeff));
-  PTDP_CHECK_ARG(topk_scaling_factor >= 0.0f && std::isfinite(topk_scaling_factor),
-                 "--moe-router-topk-scaling-factor must be >= 0 (0: none), got " + num(topk_scaling_factor));
-  PTDP_CHECK_ARG(capacity_factor >= 0.0f && std::isfinite(capacity_factor),
-                 "--moe-expert-capacity-factor must be >= 0 (0: dropless), got " + num(capacity_factor));
-  PTDP_CHECK_ARG(!pad_expert_input_to_capacity || capacity_factor > 0.0f,
-                 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
-  PTDP_CHECK_ARG(static_cast<int>(drop_policy) >= 0 && static_cast<int>(drop_policy) <= 1,
-                 "--moe-token-drop-policy " + num(static_cast<int>(drop_policy)) + " is not probs or position");
-  PTDP_CHECK_ARG(static_cast<int>(dispatcher) >= 0 && static_cast<int>(dispatcher) <= 1,
-                 "--moe-token-dispatcher-type " + num(static_cast<int>(dispatcher)) + " is not alltoall or allgather");
 }
 
 void LayerConfig::check_sizes() const {
@@ -269,6 +194,14 @@ void LayerConfig::validate_moe(int t) const {
                  "moe_router_load_balancing_type (--moe-router-load-balancing-type) " +
                      num(static_cast<int>(m.load_balancing)) +
                      " is not aux_loss (0), seq_aux_loss (1), global_aux_loss (2) or none (3)");
+  // Megatron's global_aux_loss weighs each microbatch by the expert loads summed over the
+  // microbatches that its data-parallel rank has run so far (times d): the value depends on d
+  // and on the schedule's order, which breaks the promise that every layout gives the serial run.
+  PTDP_CHECK_ARG(m.load_balancing != MoeLoadBalancing::GlobalAuxLoss,
+                 "moe_router_load_balancing_type (--moe-router-load-balancing-type) global_aux_loss averages the "
+                 "expert loads over the microbatches each data-parallel rank has run so far, so its value depends on "
+                 "the data-parallel size and the schedule and no parallel layout reproduces the serial run; use "
+                 "aux_loss or seq_aux_loss");
   PTDP_CHECK_ARG(m.drop_policy == MoeDropPolicy::Probs || m.drop_policy == MoeDropPolicy::Position,
                  "moe_token_drop_policy (--moe-token-drop-policy) " + num(static_cast<int>(m.drop_policy)) +
                      " is not probs (0) or position (1)");

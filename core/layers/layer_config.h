@@ -78,10 +78,6 @@ struct MoeConfig {
   bool recompute = false;
 
   bool enabled() const { return num_experts > 0; }
-  /// Throws Error(InvalidArgument) naming Megatron's flags for settings Megatron refuses (k > E,
-  /// group-limited routing that does not divide, expert bias with softmax scores, ...) and for
-  /// global_aux_loss, which no parallel layout can reproduce (docs/moe.md). No-op when disabled.
-  void validate(int num_layers) const;
   /// Whether decoder layer `layer` (global index) has an MoE MLP.
   bool is_moe_layer(int layer) const {
     if (!enabled()) return false;
