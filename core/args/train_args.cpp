@@ -1135,8 +1135,11 @@ void check_together(const TrainArgs& a) {
     }
     if (*a.eod_token_id >= a.vocab_size) fail(str_cat(value("eod-token-id"), " is not below ", value("vocab-size")));
   }
-  // What the core checks again in its own words (nothing above should let these fail).
-  to_gpt_config(a).validate(a.tensor_model_parallel_size);
+  // What the core checks again in its own words (nothing above should let these fail). The
+  // model takes sequence parallelism from the layout; MoE's check of it needs it here.
+  GptConfig checked = to_gpt_config(a);
+  checked.sequence_parallel = a.sequence_parallel;
+  checked.validate(a.tensor_model_parallel_size);
   to_optimizer_config(a).validate();
 }
 
