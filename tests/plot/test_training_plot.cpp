@@ -462,7 +462,7 @@ TEST_CASE("training plot file: replaced atomically, labels from file names, logs
   CHECK(read_text(svg) == before);
 }
 
-TEST_CASE("training plot: MoE runs get the losses and every layer's expert load; dense runs keep four panels",
+TEST_CASE("training plot: MoE runs get the losses and every layer's expert load, dense runs keep four panels",
           "[plot][moe]") {
   const fs::path dir = scratch("moe");
   const fs::path log = dir / "moe.jsonl";
