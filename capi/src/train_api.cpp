@@ -192,7 +192,7 @@ PTDP_API ptdp_status ptdp_trainer_moe_metrics(ptdp_trainer trainer, ptdp_moe_met
                                               ptdp_moe_layer_load* loads, int64_t capacity) {
   return guard(__func__, [&] {
     const ptdp_trainer_impl& t = live(trainer, "trainer");
-    moe_metrics_to_c(t.loop->last_metrics().moe, metrics, loads, capacity);
+    moe_metrics_to_c(t.loop->last_moe(), metrics, loads, capacity);
   });
 }
 

@@ -46,6 +46,9 @@ class TrainingLoop {
 
   /// The last iteration's record (zeros before the first).
   const IterationMetrics& last_metrics() const { return last_; }
+  /// The MoE figures of the iteration just trained: already during its after_iteration hook,
+  /// where last_metrics() is still the iteration before.
+  const MoeMetrics& last_moe() const { return last_moe_; }
   int64_t iteration() const;
   int world_rank() const;
   int world_size() const;
@@ -69,6 +72,7 @@ class TrainingLoop {
 
   std::unique_ptr<State> s_;
   IterationMetrics last_;
+  MoeMetrics last_moe_;
   std::atomic<bool> stop_requested_{false};
 };
 

@@ -8,7 +8,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -126,6 +128,80 @@ TEST_CASE("C API trainer: every iteration reported with its loss, schedule, FLOP
   // The same flags train the same run.
   const std::vector<ptdp_iteration_report> again = train(w, kFlags);
   for (std::size_t i = 0; i < r.size(); ++i) CHECK(again[i].lm_loss == r[i].lm_loss);
+}
+
+namespace {
+
+// What the callback of an MoE run saw: each iteration's figures through ptdp_trainer_moe_metrics.
+struct MoeSeen {
+  ptdp_trainer trainer = nullptr;
+  std::vector<ptdp_moe_metrics> metrics;
+  std::vector<std::vector<ptdp_moe_layer_load>> loads;
+};
+
+int32_t record_moe(const ptdp_iteration_report*, void* user) {
+  auto* seen = static_cast<MoeSeen*>(user);
+  ptdp_moe_metrics m;
+  m.struct_size = sizeof m;
+  std::vector<ptdp_moe_layer_load> loads(4);
+  if (ptdp_trainer_moe_metrics(seen->trainer, &m, loads.data(), static_cast<int64_t>(loads.size())) != PTDP_SUCCESS)
+    return 1;
+  loads.resize(static_cast<std::size_t>(m.moe_layers));
+  seen->metrics.push_back(m);
+  seen->loads.push_back(loads);
+  return 0;
+}
+
+// The JSON line text of a number as the log writes it (json_number's %.9g).
+std::string g9(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+TEST_CASE("C API trainer: the MoE figures of each iteration, in the callback and in the JSON lines",
+          "[capi][train][moe]") {
+  sp::World w;
+  const std::filesystem::path log = std::filesystem::temp_directory_path() / "ptdp-capi-trainer-moe.jsonl";
+  std::vector<std::string> flags = kFlags;
+  for (const char* f : {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16",
+                        "--moe-layer-freq", "[0,1]", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff", "0.001",
+                        "--eval-interval", "0"})
+    flags.emplace_back(f);
+  flags.emplace_back("--log-json");
+  flags.emplace_back(log.string());
+  Config c(flags);
+  MoeSeen seen;
+  ptdp_trainer_options o;
+  OK(ptdp_trainer_options_init(&o));
+  o.runtime = w.runtime;
+  o.on_iteration = record_moe;
+  o.user_data = &seen;
+  o.print_log = 1;  // the logging rank's sink also writes --log-json
+  OK(ptdp_trainer_create(c.handle, &o, &seen.trainer));
+  OK(ptdp_trainer_run(seen.trainer));
+  OK(ptdp_trainer_destroy(seen.trainer));
+  REQUIRE(seen.metrics.size() == 6);
+  std::ifstream in(log);
+  std::string line;
+  for (std::size_t i = 0; i < seen.metrics.size(); ++i) {
+    INFO("iteration " << i + 1);
+    REQUIRE(std::getline(in, line));
+    const ptdp_moe_metrics& m = seen.metrics[i];
+    REQUIRE(m.moe_layers == 1);  // layer 1 of the pattern [0,1]
+    const ptdp_moe_layer_load& l = seen.loads[i][0];
+    CHECK(l.layer == 1);
+    CHECK(l.min_tokens * 4 <= 4 * 16 * 2);  // 64 tokens, 2 choices each, over 4 experts
+    CHECK(l.max_tokens * 4 >= 4 * 16 * 2);
+    // The callback's figures are this iteration's: the JSON line's.
+    CHECK(line.find("\"load_balancing_loss\": " + g9(m.load_balancing_loss) + ",") != std::string::npos);
+    CHECK(line.find("\"z_loss\": " + g9(m.z_loss) + ",") != std::string::npos);
+    CHECK(line.find("\"moe_expert_load\": [{\"layer\": 1, \"min\": " + std::to_string(l.min_tokens) +
+                    ", \"max\": " + std::to_string(l.max_tokens) + "}]}") != std::string::npos);
+  }
+  std::filesystem::remove(log);
 }
 
 TEST_CASE("C API trainer: a callback's stop ends the run after that iteration and saves", "[capi][train]") {

@@ -3114,7 +3114,8 @@ def ptdp_trainer_moe_metrics(trainer, loads):
     :type capacity: int
     :param capacity: Entries ``loads`` has room for, >= 0.
     Title: Thread safety
-    Not during ptdp_trainer_run() of the same trainer (the callback may call it).
+    Not from another thread during ptdp_trainer_run() of the same trainer; its callback may call
+    it and gets the iteration it is called for.
     """
     return _ptdp_ext.ptdp_trainer_moe_metrics(trainer, loads)
 

@@ -39367,7 +39367,8 @@ static PyMethodDef SwigMethods[] = {
 		":type capacity: int\n"
 		":param capacity: Entries ``loads`` has room for, >= 0.\n"
 		"Title: Thread safety\n"
-		"Not during ptdp_trainer_run() of the same trainer (the callback may call it).\n"
+		"Not from another thread during ptdp_trainer_run() of the same trainer; its callback may call\n"
+		"it and gets the iteration it is called for.\n"
 		""},
 	 { "ptdp_trainer_destroy", _wrap_ptdp_trainer_destroy, METH_O, "\n"
 		"Frees a trainer (its model, optimizer, groups, and its runtime when it created one).\n"

@@ -3054,7 +3054,8 @@ PTDP_API ptdp_status ptdp_trainer_last_report(ptdp_trainer trainer, ptdp_iterati
  * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p metrics, a struct_size too small, a
  *         negative @p capacity, or NULL @p loads with a positive @p capacity.
  * @par Thread safety
- * Not during ptdp_trainer_run() of the same trainer (the callback may call it).
+ * Not from another thread during ptdp_trainer_run() of the same trainer; its callback may call
+ * it and gets the iteration it is called for.
  */
 PTDP_API ptdp_status ptdp_trainer_moe_metrics(ptdp_trainer trainer, ptdp_moe_metrics* metrics,
                                               ptdp_moe_layer_load* loads, int64_t capacity);
