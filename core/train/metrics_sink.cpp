@@ -191,8 +191,8 @@ void MetricsSink::print_log_line(const IterationMetrics& m) {
       static_cast<long long>(m.consumed_samples), per_iter * 1e3, f.executed_flops / per_iter / f.world / 1e12,
       m.learning_rate, static_cast<long long>(m.global_batch_size),
       interval_loss_iters_ > 0 ? interval_loss_ / static_cast<double>(interval_loss_iters_) : NAN,
-      moe_log(m.moe).c_str(), static_cast<double>(m.loss_scale), m.grad_norm, static_cast<long long>(m.skipped_iterations),
-      static_cast<long long>(nan_iters_), f.tokens_per_batch / per_iter,
+      moe_log(m.moe).c_str(), static_cast<double>(m.loss_scale), m.grad_norm,
+      static_cast<long long>(m.skipped_iterations), static_cast<long long>(nan_iters_), f.tokens_per_batch / per_iter,
       f.peak_flops > 0 ? 100.0 * f.model_flops / per_iter / f.world / f.peak_flops : 0.0, m.mem_high_water_mib);
   std::fflush(out_);
   interval_seconds_ = interval_loss_ = interval_load_balancing_loss_ = interval_z_loss_ = 0.0;
