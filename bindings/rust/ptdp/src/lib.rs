@@ -49,7 +49,7 @@ pub use preprocessing::{merge_datasets, merge_datasets_main, preprocess, preproc
 pub use runtime::{Groups, Runtime};
 pub use tensor::{Element, Tensor};
 pub use tokenizer::{tokenizer_type, tokenizer_type_name, Tokenizer, TokenizerFiles};
-pub use trainer::{train_main, IterationReport, Trainer, TrainerOptions};
+pub use trainer::{train_main, IterationReport, MoeLayerLoad, MoeMetrics, Trainer, TrainerOptions};
 
 use std::ffi::CStr;
 

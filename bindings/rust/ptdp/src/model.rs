@@ -332,6 +332,14 @@ impl<'g> Model<'g> {
         })
     }
 
+    /// The MoE figures of the last [`Optimizer::train_iteration`] and every MoE layer's expert
+    /// load (no layers before it and for a dense model).
+    pub fn moe_metrics(&self) -> Result<(crate::MoeMetrics, Vec<crate::MoeLayerLoad>)> {
+        crate::trainer::moe_metrics_of(|m, loads, capacity| unsafe {
+            sys::ptdp_model_moe_metrics(self.raw, m, loads, capacity)
+        })
+    }
+
     pub fn as_raw(&self) -> sys::ptdp_model {
         self.raw
     }

@@ -14,6 +14,32 @@ use std::ptr;
 pub type IterationReport = sys::ptdp_iteration_report;
 /// `ptdp_trainer_options`, filled by `ptdp_trainer_options_init()`.
 pub type TrainerOptions = sys::ptdp_trainer_options;
+/// `ptdp_moe_metrics`: an iteration's MoE losses as Megatron logs them (NaN when not configured)
+/// and its number of MoE layers.
+pub type MoeMetrics = sys::ptdp_moe_metrics;
+/// `ptdp_moe_layer_load`: one MoE layer's fewest and most tokens per expert over the global batch.
+pub type MoeLayerLoad = sys::ptdp_moe_layer_load;
+
+/// The figures and every layer's load from `call` (`ptdp_model_moe_metrics` or
+/// `ptdp_trainer_moe_metrics` on a handle): once for the count, once for the loads.
+pub(crate) fn moe_metrics_of(
+    call: impl Fn(*mut MoeMetrics, *mut MoeLayerLoad, i64) -> sys::ptdp_status,
+) -> Result<(MoeMetrics, Vec<MoeLayerLoad>)> {
+    // SAFETY: all-zero is a valid value; struct_size tells the library how much to write.
+    let mut metrics: MoeMetrics = unsafe { std::mem::zeroed() };
+    metrics.struct_size = std::mem::size_of::<MoeMetrics>();
+    check(call(&mut metrics, ptr::null_mut(), 0))?;
+    let mut loads = vec![
+        MoeLayerLoad {
+            layer: 0,
+            min_tokens: 0,
+            max_tokens: 0
+        };
+        metrics.moe_layers as usize
+    ];
+    check(call(&mut metrics, loads.as_mut_ptr(), loads.len() as i64))?;
+    Ok((metrics, loads))
+}
 
 impl Defaults for TrainerOptions {
     fn defaults() -> Self {
@@ -99,6 +125,12 @@ impl<'a> Trainer<'a> {
         report.struct_size = std::mem::size_of::<IterationReport>();
         check(unsafe { sys::ptdp_trainer_last_report(self.raw, &mut report) })?;
         Ok(report)
+    }
+
+    /// The MoE figures of the last iteration (in the callback: of the iteration it is called
+    /// for) and every MoE layer's expert load; no layers for a dense model.
+    pub fn moe_metrics(&self) -> Result<(MoeMetrics, Vec<MoeLayerLoad>)> {
+        moe_metrics_of(|m, loads, capacity| unsafe { sys::ptdp_trainer_moe_metrics(self.raw, m, loads, capacity) })
     }
 }
 

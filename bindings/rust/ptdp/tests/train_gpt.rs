@@ -78,3 +78,37 @@ fn tiny_gpt_loss_falls() -> ptdp::Result<()> {
     assert_eq!(out, vec![7, 8, 9, 10]);
     Ok(())
 }
+
+#[test]
+fn moe_metrics_after_an_iteration() -> ptdp::Result<()> {
+    let mut ro = RuntimeOptions::defaults();
+    ro.use_mpi = 0;
+    let runtime = Runtime::new(&ro)?;
+    let groups = Groups::new(&runtime, &ParallelOptions::defaults())?;
+    let mut gpt = GptOptions::defaults();
+    gpt.num_layers = 2;
+    gpt.hidden_size = 32;
+    gpt.num_attention_heads = 4;
+    gpt.vocab_size = VOCAB;
+    gpt.seq_length = SEQ;
+    gpt.num_experts = 4;
+    gpt.moe_router_topk = 2;
+    gpt.moe_ffn_hidden_size = 16;
+    gpt.moe_aux_loss_coeff = 0.01;
+    let model = Model::new(&groups, &gpt)?;
+    assert_eq!(model.moe_metrics()?.0.moe_layers, 0); // before the first iteration
+    let optimizer = Optimizer::new(&model, &OptimizerOptions::defaults())?;
+    let schedule = Schedule::new(sys::PTDP_SCHEDULE_1F1B, 1, MICROBATCHES, 1)?;
+    let (tokens, labels) = batch(0);
+    optimizer.train_iteration(&schedule, &tokens, &labels, MICRO_BATCH, 0, None)?;
+    let (metrics, loads) = model.moe_metrics()?;
+    assert_eq!(metrics.moe_layers, 2);
+    assert!(metrics.load_balancing_loss > 0.0 && metrics.z_loss.is_nan());
+    assert_eq!(loads.iter().map(|l| l.layer).collect::<Vec<_>>(), vec![0, 1]);
+    // 64 tokens, 2 choices each, over 4 experts: 32 on average.
+    let pairs = (MICRO_BATCH * MICROBATCHES * SEQ * 2) as i64;
+    assert!(loads
+        .iter()
+        .all(|l| l.min_tokens * 4 <= pairs && l.max_tokens * 4 >= pairs));
+    Ok(())
+}
