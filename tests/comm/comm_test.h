@@ -203,6 +203,11 @@ inline const char* kind_name(ptdp_group_kind k) {
     case PTDP_GROUP_EMBEDDING: return "embedding";
     case PTDP_GROUP_CONTEXT: return "context";
     case PTDP_GROUP_DATA_CONTEXT: return "data+context";
+    case PTDP_GROUP_EXPERT_TENSOR: return "expert tensor";
+    case PTDP_GROUP_EXPERT_MODEL: return "expert model";
+    case PTDP_GROUP_EXPERT_DATA: return "expert data";
+    case PTDP_GROUP_EXPERT_TENSOR_AND_MODEL: return "expert tensor and model";
+    case PTDP_GROUP_TENSOR_CONTEXT: return "tensor+context";
   }
   return "?";
 }
@@ -235,8 +240,19 @@ struct Layout {
       case PTDP_GROUP_DATA_CONTEXT:  // c = 1 here: the data group
         for (int j = 0; j < d(); ++j) m.push_back(rank_of(pp(r), j, tp(r)));
         break;
-      case PTDP_GROUP_CONTEXT:  // c = 1 here: r alone
+      case PTDP_GROUP_CONTEXT:       // c = 1 here: r alone
+      case PTDP_GROUP_EXPERT_MODEL:  // e = 1 here: r alone
         m.push_back(r);
+        break;
+      // Dense layouts (e = 1, etp = t, c = 1): the expert groups fold onto the tensor and data
+      // groups (test_layout.cpp covers the folding itself).
+      case PTDP_GROUP_EXPERT_TENSOR:
+      case PTDP_GROUP_EXPERT_TENSOR_AND_MODEL:
+      case PTDP_GROUP_TENSOR_CONTEXT:
+        for (int i = 0; i < t; ++i) m.push_back(rank_of(pp(r), dp(r), i));
+        break;
+      case PTDP_GROUP_EXPERT_DATA:
+        for (int j = 0; j < d(); ++j) m.push_back(rank_of(pp(r), j, tp(r)));
         break;
       case PTDP_GROUP_MODEL:  // the t*p ranks sharing r's data-parallel index, ascending
         for (int k = 0; k < p; ++k)
