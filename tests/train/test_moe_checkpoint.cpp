@@ -1,6 +1,6 @@
 // A mixture-of-experts checkpoint continues the same trajectory under other expert layouts
 // (core API, under mpiexec with 8 ranks): a tiny GPT whose MLPs route over E = 4 experts (top-2,
-// aux loss, dropout on) trains 6 iterations at (t, p, e, etp) = (2, 1, 4, 1), d = 4 with the
+// sigmoid scores with the expert bias of aux-loss-free balancing, aux loss, dropout on) trains 6 iterations at (t, p, e, etp) = (2, 1, 4, 1), d = 4 with the
 // distributed optimizer, for the reference trajectory; the same run saves at iteration 3, and
 // the checkpoint is loaded and trained on to iteration 6 at
 //   (2, 1, 4, 1) distributed     the saving layout: bit-identical losses and grad norms
@@ -68,6 +68,11 @@ GptConfig config() {
   g.moe.router_topk = 2;
   g.moe.ffn_hidden_size = 8;
   g.moe.aux_loss_coeff = 0.01f;
+  // Aux-loss-free balancing too: the expert bias moves every iteration, so a checkpoint that
+  // lost it (or a load that dropped it) would route differently after the resume.
+  g.moe.score_function = MoeScoreFunction::Sigmoid;
+  g.moe.enable_expert_bias = true;
+  g.moe.bias_update_rate = 0.01f;
   return g;
 }
 
