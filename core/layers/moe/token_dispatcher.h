@@ -23,7 +23,9 @@
 // rows (Routing::row_of), the combine one moe_unpermute with the weights and its backward one
 // moe_unpermute_backward; reordering received rows expert-major is a moe_permute by an uploaded
 // row map. The host sees only per-expert counts (Routing::counts, and the peers' counts the
-// exchange needs): no launch or wait per row or per expert.
+// exchange needs): no launch or wait per row or per expert. The allgather dispatcher sorts the
+// gathered slots once more (moe_route over all of them: a second count transfer per layer and
+// microbatch) and permutes every gathered slot, its experts' rows being one window of those.
 #pragma once
 
 #include <memory>
