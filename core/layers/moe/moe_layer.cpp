@@ -1,6 +1,7 @@
 #include "core/layers/moe/moe_layer.h"
 
-#include <cmath>
+#include <numeric>
+#include <vector>
 
 #include "kernels/op_scope.h"
 
@@ -8,22 +9,22 @@ namespace ptdp {
 
 namespace {
 
-std::vector<float> to_host_f32(const Tensor& t) {
-  std::vector<float> out(static_cast<std::size_t>(t.numel()));
-  (t.dtype() == DType::F32 ? t : t.to(DType::F32)).copy_to_host(out.data(), out.size() * sizeof(float));
-  return out;
-}
-
-Tensor from_host_f32(const std::vector<float>& v, const Shape& shape, DType dtype, Device device) {
-  Tensor t = Tensor::from_host(v.data(), shape, DType::F32, device);
-  return dtype == DType::F32 ? t : t.to(dtype);
-}
-
 // a + b, both [N, h].
 Tensor sum(const Tensor& a, const Tensor& b) {
   Tensor y = empty_like(a, a.shape());  // [N, h]
   a.backend().add(a.raw(), b.raw(), y.raw(), a.dtype(), a.numel());
   return y;
+}
+
+// The gate as a one-expert sigmoid router: the top-1 of one sigmoid score is that score, so
+// Backend::moe_router_forward and _backward compute sigmoid(l) and its gradient on the device.
+RouterDesc gate_desc(int64_t tokens) {
+  RouterDesc d;
+  d.tokens = tokens;
+  d.experts = 1;
+  d.topk = 1;
+  d.score = RouterScore::Sigmoid;
+  return d;
 }
 
 }  // namespace
@@ -61,19 +62,30 @@ Tensor MoeLayer::run_forward(const Tensor& x, const Step& step) {
   if (bias.defined()) so.backend().bias_add(so.raw(), bias.raw(), so.dtype(), so.numel() / h, h);
   s.shared = so;
   if (gate_ < 0) return sum(out, so);
-  // Qwen2-MoE's gate: sigmoid(x . gate_weight) per token, in fp32.
-  const std::vector<float> xh = to_host_f32(x), w = to_host_f32(params_.weight(gate_)), sh = to_host_f32(so);
+  // Qwen2-MoE's gate: sigmoid(x . gate_weight) per token, in fp32, on the device; the rows are
+  // scaled by it through moe_unpermute with one slot per token (row_of the identity).
+  Backend& be = x.backend();
   const int64_t n = x.numel() / h;
-  s.gate.resize(static_cast<std::size_t>(n));
-  std::vector<float> gated(sh.size());
-  for (int64_t i = 0; i < n; ++i) {
-    double dot = 0.0;
-    for (int64_t c = 0; c < h; ++c) dot += static_cast<double>(xh[static_cast<std::size_t>(i * h + c)]) * w[static_cast<std::size_t>(c)];
-    const float g = 1.0f / (1.0f + std::exp(-static_cast<float>(dot)));
-    s.gate[static_cast<std::size_t>(i)] = g;
-    for (int64_t c = 0; c < h; ++c) gated[static_cast<std::size_t>(i * h + c)] = g * sh[static_cast<std::size_t>(i * h + c)];
+  s.x32 = x.dtype() == DType::F32 ? x : x.to(DType::F32);                // [N, h] fp32
+  s.gate_logit = Tensor::empty({n, 1}, DType::F32, x.device());          // [N, 1] fp32
+  linear_forward(s.x32, gate_weight32(), nullptr, s.gate_logit);
+  s.gate_slot = Tensor::empty({n}, DType::I32, x.device());              // [N] int32 (all 0)
+  s.gate = Tensor::empty({n}, DType::F32, x.device());                   // [N] fp32
+  std::vector<int32_t> iota(static_cast<std::size_t>(n));
+  std::iota(iota.begin(), iota.end(), 0);
+  s.identity = Tensor::from_host(iota.data(), {n}, DType::I32, x.device());  // [N] int32
+  Tensor gated = empty_like(so, so.shape());  // [N, h]
+  if (n > 0) {
+    be.moe_router_forward(gate_desc(n), s.gate_logit.data<float>(), nullptr, s.gate_slot.data<int32_t>(),
+                          s.gate.data<float>());
+    be.moe_unpermute(so.raw(), so.dtype(), s.gate.data<float>(), s.identity.data<int32_t>(), n, 1, h, n, gated.raw());
   }
-  return sum(out, from_host_f32(gated, x.shape(), x.dtype(), x.device()));
+  return sum(out, gated);
+}
+
+Tensor MoeLayer::gate_weight32() const {
+  const Tensor w = params_.weight(gate_);  // [1, h]
+  return w.dtype() == DType::F32 ? w : w.to(DType::F32);
 }
 
 void MoeLayer::release_parts(const Step& step) {
@@ -101,7 +113,7 @@ Tensor MoeLayer::backward_input(const Tensor& dy, const Step& step) {
     const PhaseScope recompute(Phase::Recompute);
     run_forward(x, step);  // the same routing, the same bits
   }
-  std::vector<float> dprob;
+  Tensor dprob;  // [N * k] fp32
   const Tensor dye = dispatcher_->combine_backward(dy, step, &dprob);                     // [R, h]
   Tensor dx = dispatcher_->dispatch_backward(experts_.backward_input(dye, step), step);  // [N, h]
   dx = sum(dx, router_.backward_input(dprob, step));
@@ -109,24 +121,20 @@ Tensor MoeLayer::backward_input(const Tensor& dy, const Step& step) {
   Slot& s = slots_.get(step.microbatch);
   Tensor dso = dy;  // [N, h]: the gradient of the shared experts' output
   if (gate_ >= 0) {
-    const std::vector<float> d = to_host_f32(dy), sh = to_host_f32(s.shared), w = to_host_f32(params_.weight(gate_));
+    Backend& be = dy.backend();
     const int64_t n = dy.numel() / h;
-    std::vector<float> ds(d.size()), dgate(static_cast<std::size_t>(n)), dxg(d.size());
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = s.gate[static_cast<std::size_t>(i)];
-      double dot = 0.0;
-      for (int64_t c = 0; c < h; ++c) {
-        const std::size_t at = static_cast<std::size_t>(i * h + c);
-        dot += static_cast<double>(d[at]) * sh[at];
-        ds[at] = g * d[at];
-      }
-      const float dl = static_cast<float>(dot) * g * (1.0f - g);
-      dgate[static_cast<std::size_t>(i)] = dl;
-      for (int64_t c = 0; c < h; ++c) dxg[static_cast<std::size_t>(i * h + c)] = dl * w[static_cast<std::size_t>(c)];
+    dso = empty_like(dy, dy.shape());                                // [N, h]
+    Tensor dgate = Tensor::empty({n}, DType::F32, dy.device());      // [N] fp32: d loss / d gate
+    s.dgate = Tensor::empty({n, 1}, DType::F32, dy.device());        // [N, 1] fp32: d loss / d gate logit
+    Tensor dxg = Tensor::empty({n, h}, DType::F32, dy.device());     // [N, h] fp32
+    if (n > 0) {
+      be.moe_unpermute_backward(dy.raw(), s.shared.raw(), dy.dtype(), s.gate.data<float>(), s.identity.data<int32_t>(),
+                                n, 1, h, n, dso.raw(), dgate.data<float>());
+      be.moe_router_backward(gate_desc(n), s.gate_logit.data<float>(), s.gate_slot.data<int32_t>(), dgate.data<float>(),
+                             s.dgate.data<float>(), false);
+      linear_dgrad(s.dgate, gate_weight32(), dxg);
     }
-    s.dgate = Tensor::from_host(dgate.data(), {n}, DType::F32, dy.device());
-    dso = from_host_f32(ds, dy.shape(), dy.dtype(), dy.device());
-    dx = sum(dx, from_host_f32(dxg, dy.shape(), dy.dtype(), dy.device()));
+    dx = sum(dx, dy.dtype() == DType::F32 ? dxg : dxg.to(dy.dtype()));
   }
   return sum(dx, shared_->backward_input(dso, step));
 }
@@ -138,12 +146,12 @@ void MoeLayer::backward_weight(const Step& step) {
   shared_->backward_weight(step);
   Slot& s = slots_.get(step.microbatch);
   if (gate_ >= 0) {
-    const int64_t h = cfg_.hidden_size, n = s.dgate.numel();
-    const Tensor x32 = s.x.dtype() == DType::F32 ? s.x : s.x.to(DType::F32);  // [N, h] fp32
+    const int64_t h = cfg_.hidden_size;
+    const Tensor& x32 = s.x32;  // [N, h] fp32
     // Under sequence parallelism each tensor rank saw its own rows: summed over the group.
     const bool reduce = tp_.sequence_sharded(step.decoding);
     Tensor dw = reduce ? Tensor::zeros({1, h}, DType::F32, x32.device()) : params_.grad(gate_);  // [1, h] fp32
-    linear_wgrad(s.dgate.reshape({n, 1}), x32, dw, nullptr);
+    linear_wgrad(s.dgate, x32, dw, nullptr);
     if (reduce) {
       tp_.all_reduce(dw);
       dw.backend().axpy(1.0f, dw.data<float>(), params_.grad(gate_).data<float>(), h);

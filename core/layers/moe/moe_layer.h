@@ -4,7 +4,7 @@
 // weights. With --moe-shared-expert-intermediate-size a dense MLP of that width (split over the
 // tensor group like the dense MLP) runs on every token and is added; with
 // --moe-shared-expert-gate (Qwen2-MoE) its output is first multiplied by
-// sigmoid(x . gate_weight), gate_weight [1, h].
+// sigmoid(x . gate_weight), gate_weight [1, h] (fp32, on the device).
 //
 // Parameters: "<prefix>.router.*", "<prefix>.experts.*", "<prefix>.shared_experts.linear_fc1/2.*"
 // and "<prefix>.shared_experts.gate_weight".
@@ -44,11 +44,18 @@ class MoeLayer {
   Tensor run_forward(const Tensor& x, const Step& step);
   void release_parts(const Step& step);
 
+  // gate_weight [1, h] in fp32.
+  Tensor gate_weight32() const;
+
   struct Slot {
-    Tensor x;                     // [N, h]: kept for the gate's gradient and for recomputation
+    Tensor x;                     // [N, h]: kept for recomputation
     Tensor shared;                // [N, h]: the shared experts' output before the gate
-    std::vector<float> gate;      // [N]: sigmoid(x . gate_weight)
-    Tensor dgate;                 // [N] fp32: the gate logits' gradient, for backward_weight
+    Tensor x32;                   // [N, h] fp32: the gate's input, for its weight gradient
+    Tensor gate_logit;            // [N, 1] fp32: x . gate_weight
+    Tensor gate;                  // [N] fp32: sigmoid(x . gate_weight)
+    Tensor gate_slot;             // [N] int32: the one-expert router's choice (0)
+    Tensor identity;              // [N] int32: 0, 1, ..., N - 1 (the gate's row map)
+    Tensor dgate;                 // [N, 1] fp32: the gate logits' gradient, for backward_weight
   };
   const LayerConfig& cfg_;
   ParamTable& params_;

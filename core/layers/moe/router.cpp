@@ -21,68 +21,32 @@ std::vector<int> top_indices(const float* v, int n, int k, const std::vector<boo
   return idx;
 }
 
-// Megatron's group_limited_topk: the k best of `scores` [E] within the group_topk groups whose
-// best k / group_topk scores sum highest.
-std::vector<int> limited_top(const float* scores, const MoeConfig& m) {
-  const int e = m.num_experts;
-  if (m.group_topk <= 0) return top_indices(scores, e, m.router_topk);
-  const int per_group = e / m.num_groups, best = m.router_topk / m.group_topk;
-  std::vector<float> group_score(static_cast<std::size_t>(m.num_groups));
-  for (int g = 0; g < m.num_groups; ++g) {
-    float sum = 0.0f;
-    for (int i : top_indices(scores + g * per_group, per_group, best)) sum += scores[g * per_group + i];
-    group_score[static_cast<std::size_t>(g)] = sum;
-  }
-  std::vector<bool> allowed(static_cast<std::size_t>(e), false);
-  for (int g : top_indices(group_score.data(), m.num_groups, m.group_topk))
-    for (int i = 0; i < per_group; ++i) allowed[static_cast<std::size_t>(g * per_group + i)] = true;
-  return top_indices(scores, e, m.router_topk, &allowed);
-}
-
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-// softmax(v[0..n)) into out, in fp32 with the max subtracted.
-void softmax(const float* v, int n, float* out) {
-  const float mx = *std::max_element(v, v + n);
-  float sum = 0.0f;
-  for (int i = 0; i < n; ++i) sum += out[i] = std::exp(v[i] - mx);
-  for (int i = 0; i < n; ++i) out[i] /= sum;
-}
-
-// The scores the balancing losses read ([E] per token): softmax, or sigmoid normalised to sum 1.
-void aux_scores(const float* logits, const MoeConfig& m, float* out) {
-  const int e = m.num_experts;
-  if (m.score_function == MoeScoreFunction::Softmax) {
-    softmax(logits, e, out);
-    return;
-  }
-  float sum = 0.0f;
-  for (int i = 0; i < e; ++i) sum += out[i] = sigmoid(logits[i]);
-  for (int i = 0; i < e; ++i) out[i] /= sum + 1e-20f;
-}
-
-// Adds to dlogits [E] the gradient of aux_scores given dscores [E].
-void aux_scores_backward(const float* logits, const MoeConfig& m, const double* dscores, float* dlogits) {
-  const int e = m.num_experts;
-  std::vector<float> s(static_cast<std::size_t>(e));
-  if (m.score_function == MoeScoreFunction::Softmax) {
-    softmax(logits, e, s.data());
-    double dot = 0.0;
-    for (int i = 0; i < e; ++i) dot += dscores[i] * s[static_cast<std::size_t>(i)];
-    for (int i = 0; i < e; ++i) dlogits[i] += static_cast<float>(s[static_cast<std::size_t>(i)] * (dscores[i] - dot));
-    return;
-  }
-  double sum = 0.0, dot = 0.0;
-  for (int i = 0; i < e; ++i) sum += s[static_cast<std::size_t>(i)] = sigmoid(logits[i]);
-  const double z = sum + 1e-20;
-  for (int i = 0; i < e; ++i) dot += dscores[i] * s[static_cast<std::size_t>(i)];
-  for (int i = 0; i < e; ++i) {
-    const double g = s[static_cast<std::size_t>(i)];
-    dlogits[i] += static_cast<float>((dscores[i] / z - dot / (z * z)) * g * (1.0 - g));
-  }
-}
+// f32 view of a parameter (the router computes in fp32, Megatron's --moe-router-dtype fp32).
+Tensor f32(const Tensor& t) { return t.dtype() == DType::F32 ? t : t.to(DType::F32); }
 
 }  // namespace
+
+void route_rows(const Tensor& expert, int64_t slots, const std::vector<int64_t>& pad, int experts, Tensor* row_of,
+                std::vector<int64_t>* counts) {
+  Backend& be = expert.backend();
+  const int64_t padding = std::accumulate(pad.begin(), pad.end(), int64_t{0});
+  counts->assign(static_cast<std::size_t>(experts), 0);
+  *row_of = Tensor::empty({slots + padding}, DType::I32, expert.device());  // [slots + padding] int32
+  if (slots + padding == 0) return;
+  Tensor idx = expert;  // [slots (+ padding)] int32
+  if (padding > 0) {
+    // The zero rows as extra slots after the real ones: the stable sort puts them after each
+    // expert's real rows, in source order, and nothing maps to them.
+    std::vector<int32_t> tail;
+    for (std::size_t i = 0; i < pad.size(); ++i)
+      tail.insert(tail.end(), static_cast<std::size_t>(pad[i]),
+                  static_cast<int32_t>(i % static_cast<std::size_t>(experts)));
+    idx = Tensor::empty({slots + padding}, DType::I32, expert.device());
+    if (slots > 0) be.copy(idx.raw(), expert.raw(), static_cast<std::size_t>(slots) * sizeof(int32_t));
+    be.copy_from_host(element_ptr(idx, slots), tail.data(), tail.size() * sizeof(int32_t));
+  }
+  be.moe_route(idx.data<int32_t>(), slots + padding, 1, experts, row_of->data<int32_t>(), counts->data());
+}
 
 TopKRouter::TopKRouter(ParamTable& params, const std::string& prefix, const LayerConfig& cfg, TensorParallel tp)
     : params_(params), cfg_(cfg), tp_(tp), slots_(prefix) {
@@ -96,13 +60,10 @@ TopKRouter::TopKRouter(ParamTable& params, const std::string& prefix, const Laye
   }
 }
 
-std::vector<float> TopKRouter::expert_bias_values() const {
+Tensor TopKRouter::expert_bias_values() const {
   if (expert_bias_ < 0) return {};
   // The fp32 masters (Megatron keeps the bias in fp32); with sharded masters the model copy.
-  const Tensor b = params_.masters_sharded() ? params_.weight(expert_bias_).to(DType::F32) : params_.param(expert_bias_);
-  std::vector<float> out(static_cast<std::size_t>(b.numel()));
-  b.copy_to_host(out.data(), out.size() * sizeof(float));
-  return out;
+  return params_.masters_sharded() ? f32(params_.weight(expert_bias_)) : params_.param(expert_bias_);
 }
 
 bool TopKRouter::grouped(const Step& step) const {
@@ -125,37 +86,20 @@ int64_t TopKRouter::global_position(int r, int64_t j, int64_t rows, int64_t b, c
   return si * b + row % b;
 }
 
-void TopKRouter::route_token(const float* logits, const float* bias, int64_t n, Routing& r) const {
+RouterDesc TopKRouter::desc(int64_t tokens) const {
   const MoeConfig& m = cfg_.moe;
-  const int e = m.num_experts, k = m.router_topk;
-  int32_t* chosen = r.expert.data() + n * k;
-  float* prob = r.prob.data() + n * k;
-  std::vector<float> s(static_cast<std::size_t>(e));
-  std::vector<int> top;
-  if (m.score_function == MoeScoreFunction::Softmax && m.pre_softmax) {
-    softmax(logits, e, s.data());
-    top = limited_top(s.data(), m);
-    for (int j = 0; j < k; ++j) prob[j] = s[static_cast<std::size_t>(top[static_cast<std::size_t>(j)])];
-  } else if (m.score_function == MoeScoreFunction::Softmax) {
-    top = limited_top(logits, m);
-    std::vector<float> sel(static_cast<std::size_t>(k));
-    for (int j = 0; j < k; ++j) sel[static_cast<std::size_t>(j)] = logits[top[static_cast<std::size_t>(j)]];
-    softmax(sel.data(), k, prob);
-  } else {
-    for (int i = 0; i < e; ++i) s[static_cast<std::size_t>(i)] = sigmoid(logits[i]);
-    std::vector<float> biased = s;
-    if (bias)
-      for (int i = 0; i < e; ++i) biased[static_cast<std::size_t>(i)] += bias[i];
-    top = limited_top(biased.data(), m);
-    float sum = 0.0f;
-    for (int j = 0; j < k; ++j) sum += prob[j] = s[static_cast<std::size_t>(top[static_cast<std::size_t>(j)])];
-    if (k > 1)
-      for (int j = 0; j < k; ++j) prob[j] /= sum + 1e-20f;
+  RouterDesc d;
+  d.tokens = tokens;
+  d.experts = m.num_experts;
+  d.topk = m.router_topk;
+  d.score = m.score_function == MoeScoreFunction::Softmax ? RouterScore::Softmax : RouterScore::Sigmoid;
+  d.pre_softmax = m.pre_softmax && d.score == RouterScore::Softmax;
+  if (m.group_topk > 0) {
+    d.num_groups = m.num_groups;
+    d.group_topk = m.group_topk;
   }
-  for (int j = 0; j < k; ++j) {
-    chosen[j] = top[static_cast<std::size_t>(j)];
-    if (m.topk_scaling_factor > 0.0f) prob[j] *= m.topk_scaling_factor;
-  }
+  d.scaling_factor = m.topk_scaling_factor > 0.0f ? m.topk_scaling_factor : 0.0f;
+  return d;
 }
 
 void TopKRouter::group_sum(std::vector<double>& v, const Tensor& like, const Step& step) const {
@@ -169,18 +113,19 @@ void TopKRouter::group_sum(std::vector<double>& v, const Tensor& like, const Ste
   std::copy(f.begin(), f.end(), v.begin());
 }
 
-void TopKRouter::drop_over_capacity(Routing& r, const Tensor& like, const Step& step, int64_t b) const {
+void TopKRouter::drop_over_capacity(std::vector<int32_t>& expert, std::vector<float>& prob, std::vector<int64_t>& pad,
+                                    const Tensor& like, const Step& step, int64_t b) const {
   const MoeConfig& m = cfg_.moe;
   const int e = m.num_experts, k = m.router_topk, g = group_size(step);
-  const int64_t n = r.tokens, total = n * g;
+  const int64_t n = static_cast<int64_t>(expert.size()) / k, total = n * g;
   // Every rank's choices and weights, in group-rank order.
-  std::vector<int32_t> all_expert(r.expert);
-  std::vector<float> all_prob(r.prob);
+  std::vector<int32_t> all_expert(expert);
+  std::vector<float> all_prob(prob);
   if (g > 1) {
     all_expert.resize(static_cast<std::size_t>(total * k));
     all_prob.resize(static_cast<std::size_t>(total * k));
-    Tensor ex = Tensor::from_host(r.expert.data(), {n * k}, DType::I32, like.device());
-    Tensor pr = Tensor::from_host(r.prob.data(), {n * k}, DType::F32, like.device());
+    Tensor ex = Tensor::from_host(expert.data(), {n * k}, DType::I32, like.device());
+    Tensor pr = Tensor::from_host(prob.data(), {n * k}, DType::F32, like.device());
     Tensor all_ex = Tensor::empty({total * k}, DType::I32, like.device());
     Tensor all_pr = Tensor::empty({total * k}, DType::F32, like.device());
     tp_.ep.tp_cp_comm->all_gather(ex, all_ex)->wait();
@@ -205,7 +150,7 @@ void TopKRouter::drop_over_capacity(Routing& r, const Tensor& like, const Step& 
       }
     }
   }
-  r.pad.assign(static_cast<std::size_t>(e), 0);
+  pad.assign(static_cast<std::size_t>(e), 0);
   for (int x = 0; x < e; ++x) {
     std::vector<Pair>& pairs = by_expert[static_cast<std::size_t>(x)];
     const auto earlier = [](const Pair& a, const Pair& c) { return a.position < c.position; };
@@ -221,11 +166,11 @@ void TopKRouter::drop_over_capacity(Routing& r, const Tensor& like, const Step& 
     for (std::size_t i = static_cast<std::size_t>(keep); i < pairs.size(); ++i) {
       const int64_t slot = pairs[i].slot;
       if (slot / (n * k) != me) continue;
-      r.expert[static_cast<std::size_t>(slot - me * n * k)] = -1;
-      r.prob[static_cast<std::size_t>(slot - me * n * k)] = 0.0f;
+      expert[static_cast<std::size_t>(slot - me * n * k)] = -1;
+      prob[static_cast<std::size_t>(slot - me * n * k)] = 0.0f;
     }
     // Padding to capacity: the group's first rank adds the microbatch's zero rows.
-    if (m.pad_expert_input_to_capacity && me == 0) r.pad[static_cast<std::size_t>(x)] = std::min(capacity, total) - keep;
+    if (m.pad_expert_input_to_capacity && me == 0) pad[static_cast<std::size_t>(x)] = std::min(capacity, total) - keep;
   }
 }
 
@@ -236,13 +181,17 @@ void TopKRouter::balancing_losses(Slot& s, const Tensor& like, const Step& step,
   const bool seq = m.load_balancing == MoeLoadBalancing::SeqAuxLoss;
   const int64_t groups = seq ? b : 1;  // samples for seq_aux_loss, else the whole microbatch
   std::vector<double> counts(static_cast<std::size_t>(groups * e), 0.0), score_sum(counts.size(), 0.0);
-  std::vector<float> sc(static_cast<std::size_t>(e));
+  // The scores on the device, their per-expert (and per-sample) histogram of top-k and sums on
+  // the host: no Backend op bins top-k choices by sample (see the top of router.h).
+  Tensor scores = Tensor::empty({n, e}, DType::F32, like.device());  // [N, E] fp32
+  like.backend().moe_aux_scores_forward(desc(n).score, s.logits.data<float>(), n, e, scores.data<float>());
+  std::vector<float> all(static_cast<std::size_t>(n * e));
+  scores.copy_to_host(all.data(), all.size() * sizeof(float));
   for (int64_t j = 0; j < n; ++j) {
-    const float* lg = s.logits.data() + j * e;
-    aux_scores(lg, m, sc.data());
+    const float* sc = all.data() + j * e;
     const int64_t base = (seq ? s.sample[static_cast<std::size_t>(j)] : 0) * e;
-    for (int i : top_indices(sc.data(), e, k)) counts[static_cast<std::size_t>(base + i)] += 1.0;
-    for (int i = 0; i < e; ++i) score_sum[static_cast<std::size_t>(base + i)] += sc[static_cast<std::size_t>(i)];
+    for (int i : top_indices(sc, e, k)) counts[static_cast<std::size_t>(base + i)] += 1.0;
+    for (int i = 0; i < e; ++i) score_sum[static_cast<std::size_t>(base + i)] += sc[i];
   }
   group_sum(counts, like, step);
   // T: the tokens each count is over (a sample's s for seq_aux_loss).
@@ -259,43 +208,51 @@ void TopKRouter::balancing_losses(Slot& s, const Tensor& like, const Step& step,
 
 const Routing& TopKRouter::forward(const Tensor& x_in, const Step& step) {
   const MoeConfig& m = cfg_.moe;
-  const int64_t h = cfg_.hidden_size, e = m.num_experts;
+  const int64_t h = cfg_.hidden_size, e = m.num_experts, k = m.router_topk;
   const int64_t n = rows_of(x_in, h, "router input");
+  Backend& be = x_in.backend();
   Slot& s = slots_.create(step.microbatch);
   s.sharded = tp_.sequence_sharded(step.decoding);
   // fp32 routing (Megatron's --moe-router-dtype fp32): the input and weight cast up.
-  s.x = x_in.dtype() == DType::F32 ? x_in : x_in.to(DType::F32);  // [N, h] fp32
-  const Tensor w = params_.weight(weight_);
-  const Tensor w32 = w.dtype() == DType::F32 ? w : w.to(DType::F32);  // [E, h] fp32
-  Tensor logits = Tensor::empty({n, e}, DType::F32, x_in.device());  // [N, E] fp32
-  linear_forward(s.x, w32, nullptr, logits);
-  s.logits.resize(static_cast<std::size_t>(n * e));
-  logits.copy_to_host(s.logits.data(), s.logits.size() * sizeof(float));
-  if (bias_ >= 0) {
-    std::vector<float> b(static_cast<std::size_t>(e));
-    params_.weight(bias_).to(DType::F32).copy_to_host(b.data(), b.size() * sizeof(float));
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < e; ++i) s.logits[static_cast<std::size_t>(j * e + i)] += b[static_cast<std::size_t>(i)];
-  }
-  const std::vector<float> expert_bias = expert_bias_values();
+  s.x = f32(x_in);                                                      // [N, h] fp32
+  s.logits = Tensor::empty({n, e}, DType::F32, x_in.device());          // [N, E] fp32
+  const Tensor b32 = bias_ >= 0 ? f32(params_.weight(bias_)) : Tensor();  // [E] fp32
+  linear_forward(s.x, f32(params_.weight(weight_)), bias_ >= 0 ? &b32 : nullptr, s.logits);
   Routing& r = s.routing;
   r.tokens = n;
   r.k = m.router_topk;
-  r.expert.assign(static_cast<std::size_t>(n * r.k), -1);
-  r.prob.assign(r.expert.size(), 0.0f);
+  s.selected = Tensor::empty({n, k}, DType::I32, x_in.device());  // [N, k] int32
+  r.prob = Tensor::empty({n, k}, DType::F32, x_in.device());      // [N, k] fp32
+  const Tensor ebias = expert_bias_values();                      // [E] fp32
+  if (n > 0)
+    be.moe_router_forward(desc(n), s.logits.data<float>(), ebias.defined() ? ebias.data<float>() : nullptr,
+                          s.selected.data<int32_t>(), r.prob.data<float>());
+  r.expert = s.selected;
   r.pad.assign(static_cast<std::size_t>(e), 0);
-  for (int64_t j = 0; j < n; ++j)
-    route_token(s.logits.data() + j * e, expert_bias.empty() ? nullptr : expert_bias.data(), j, r);
   const int g = group_size(step);
   s.tokens = static_cast<double>(n * g);
   // Samples in the microbatch: the token group holds s * b rows (decoding: one sequence).
   const int64_t b = step.decoding ? 1 : std::max<int64_t>(1, n * g / cfg_.seq_length);
-  if (m.capacity_factor > 0.0f) drop_over_capacity(r, x_in, step, b);
+  if (m.capacity_factor > 0.0f) {
+    // The drops on the host (see the top of router.h): the slots' experts and weights come
+    // back, and the kept ones go down again.
+    std::vector<int32_t> ex(static_cast<std::size_t>(n * k));
+    std::vector<float> pr(ex.size());
+    s.selected.copy_to_host(ex.data(), ex.size() * sizeof(int32_t));
+    r.prob.copy_to_host(pr.data(), pr.size() * sizeof(float));
+    drop_over_capacity(ex, pr, r.pad, x_in, step, b);
+    r.expert = Tensor::from_host(ex.data(), {n, k}, DType::I32, x_in.device());
+    r.prob = Tensor::from_host(pr.data(), {n, k}, DType::F32, x_in.device());
+  }
+  // The per-expert counts come to the host here, once per layer and microbatch (as Megatron's
+  // tokens_per_expert): they size the exchange and the grouped GEMMs.
+  route_rows(r.expert, n * k, r.pad, static_cast<int>(e), &r.row_of, &r.counts);
   if (!step.training || step.decoding) return r;
   RouterStats st;
   st.tokens_per_expert.assign(static_cast<std::size_t>(e), 0.0);
-  for (int32_t x : r.expert)
-    if (x >= 0) st.tokens_per_expert[static_cast<std::size_t>(x)] += 1.0;
+  for (int64_t x = 0; x < e; ++x)
+    st.tokens_per_expert[static_cast<std::size_t>(x)] =
+        static_cast<double>(r.counts[static_cast<std::size_t>(x)] - r.pad[static_cast<std::size_t>(x)]);
   if (m.aux_loss_coeff > 0.0f && m.load_balancing != MoeLoadBalancing::None) {
     s.sample.resize(static_cast<std::size_t>(n));
     for (int64_t j = 0; j < n; ++j) {
@@ -305,97 +262,51 @@ const Routing& TopKRouter::forward(const Tensor& x_in, const Step& step) {
     balancing_losses(s, x_in, step, b, st);
   }
   if (m.z_loss_coeff > 0.0f) {
+    s.lse = Tensor::empty({n}, DType::F32, x_in.device());  // [N] fp32
+    be.moe_router_lse(s.logits.data<float>(), n, e, s.lse.data<float>());
+    std::vector<float> lse(static_cast<std::size_t>(n));
+    s.lse.copy_to_host(lse.data(), lse.size() * sizeof(float));
     double z = 0.0;
-    for (int64_t j = 0; j < n; ++j) {
-      const float* lg = s.logits.data() + j * e;
-      const float mx = *std::max_element(lg, lg + e);
-      double sum = 0.0;
-      for (int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(lg[i] - mx));
-      const double lse = mx + std::log(sum);
-      z += lse * lse;
-    }
+    for (float v : lse) z += static_cast<double>(v) * v;
     st.z_loss = z / s.tokens;
   }
   stats_[step.microbatch] = std::move(st);
   return r;
 }
 
-Tensor TopKRouter::backward_input(const std::vector<float>& dprob, const Step& step) {
+Tensor TopKRouter::backward_input(const Tensor& dprob, const Step& step) {
   Slot& s = slots_.get(step.microbatch);
   const MoeConfig& m = cfg_.moe;
-  const int e = m.num_experts, k = m.router_topk;
-  const int64_t n = s.routing.tokens;
-  PTDP_CHECK_ARG(static_cast<int64_t>(dprob.size()) == n * k, "router: " + std::to_string(dprob.size()) +
-                                                                   " weight gradients for " + std::to_string(n) +
-                                                                   " tokens of " + std::to_string(k) + " choices");
-  std::vector<float> dl(static_cast<std::size_t>(n * e), 0.0f);  // [N, E]
-  std::vector<float> sc(static_cast<std::size_t>(e));
-  const float scale = m.topk_scaling_factor > 0.0f ? m.topk_scaling_factor : 1.0f;
-  const bool aux = !s.aux_weight.empty(), seq = m.load_balancing == MoeLoadBalancing::SeqAuxLoss;
-  std::vector<double> dscore(static_cast<std::size_t>(e));
-  const std::vector<float> ebias = expert_bias_values();
-  for (int64_t j = 0; j < n; ++j) {
-    const float* lg = s.logits.data() + j * e;
-    float* d = dl.data() + j * e;
-    const int32_t* chosen = s.routing.expert.data() + j * k;
-    // The chosen experts again (drops cleared some): recompute the choice without drops.
-    Routing one;
-    one.k = k;
-    one.expert.resize(static_cast<std::size_t>(k));
-    one.prob.resize(static_cast<std::size_t>(k));
-    route_token(lg, ebias.empty() ? nullptr : ebias.data(), 0, one);
-    std::vector<double> dp(static_cast<std::size_t>(k), 0.0);
-    for (int c = 0; c < k; ++c)
-      if (chosen[c] >= 0) dp[static_cast<std::size_t>(c)] = static_cast<double>(dprob[static_cast<std::size_t>(j * k + c)]) * scale;
-    if (m.score_function == MoeScoreFunction::Softmax && m.pre_softmax) {
-      softmax(lg, e, sc.data());
-      std::fill(dscore.begin(), dscore.end(), 0.0);
-      for (int c = 0; c < k; ++c) dscore[static_cast<std::size_t>(one.expert[static_cast<std::size_t>(c)])] += dp[static_cast<std::size_t>(c)];
-      double dot = 0.0;
-      for (int i = 0; i < e; ++i) dot += dscore[static_cast<std::size_t>(i)] * sc[static_cast<std::size_t>(i)];
-      for (int i = 0; i < e; ++i)
-        d[i] += static_cast<float>(sc[static_cast<std::size_t>(i)] * (dscore[static_cast<std::size_t>(i)] - dot));
-    } else if (m.score_function == MoeScoreFunction::Softmax) {
-      // probs = softmax of the k chosen logits (before scaling): one.prob / scale.
-      double dot = 0.0;
-      for (int c = 0; c < k; ++c) dot += dp[static_cast<std::size_t>(c)] * one.prob[static_cast<std::size_t>(c)] / scale;
-      for (int c = 0; c < k; ++c) {
-        const double p = one.prob[static_cast<std::size_t>(c)] / scale;
-        d[one.expert[static_cast<std::size_t>(c)]] += static_cast<float>(p * (dp[static_cast<std::size_t>(c)] - dot));
-      }
-    } else {
-      double sum = 0.0, dot = 0.0;
-      std::vector<double> g(static_cast<std::size_t>(k));
-      for (int c = 0; c < k; ++c) sum += g[static_cast<std::size_t>(c)] = sigmoid(lg[one.expert[static_cast<std::size_t>(c)]]);
-      const double z = k > 1 ? sum + 1e-20 : 1.0;
-      if (k > 1)
-        for (int c = 0; c < k; ++c) dot += dp[static_cast<std::size_t>(c)] * g[static_cast<std::size_t>(c)];
-      for (int c = 0; c < k; ++c) {
-        const double gc = g[static_cast<std::size_t>(c)];
-        const double dg = k > 1 ? dp[static_cast<std::size_t>(c)] / z - dot / (z * z) : dp[static_cast<std::size_t>(c)];
-        d[one.expert[static_cast<std::size_t>(c)]] += static_cast<float>(dg * gc * (1.0 - gc));
-      }
+  const int64_t e = m.num_experts, k = m.router_topk, n = s.routing.tokens;
+  PTDP_CHECK_ARG(dprob.numel() == n * k && dprob.dtype() == DType::F32,
+                 "router: weight gradient " + dprob.str() + " for " + std::to_string(n) + " tokens of " +
+                     std::to_string(k) + " choices (fp32 expected)");
+  Backend& be = s.x.backend();
+  s.dlogits = Tensor::empty({n, e}, DType::F32, s.x.device());  // [N, E] fp32
+  if (n > 0) be.moe_router_backward(desc(n), s.logits.data<float>(), s.selected.data<int32_t>(), dprob.data<float>(),
+                                    s.dlogits.data<float>(), false);
+  if (!s.aux_weight.empty() && n > 0) {
+    // d(loss)/d(score) is the same for every token of a sample (of the microbatch): spread to
+    // [N, E] on the host and applied through the scores' backward on the device.
+    const bool seq = m.load_balancing == MoeLoadBalancing::SeqAuxLoss;
+    std::vector<float> ds(static_cast<std::size_t>(n * e));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t base = (seq ? s.sample[static_cast<std::size_t>(j)] : 0) * e;
+      for (int64_t i = 0; i < e; ++i)
+        ds[static_cast<std::size_t>(j * e + i)] =
+            static_cast<float>(step.grad_scale * s.aux_weight[static_cast<std::size_t>(base + i)]);
     }
-    if (aux) {
-      const std::size_t base = static_cast<std::size_t>((seq ? s.sample[static_cast<std::size_t>(j)] : 0) * e);
-      for (int i = 0; i < e; ++i) dscore[static_cast<std::size_t>(i)] = step.grad_scale * s.aux_weight[base + static_cast<std::size_t>(i)];
-      aux_scores_backward(lg, m, dscore.data(), d);
-    }
-    if (m.z_loss_coeff > 0.0f && step.training) {
-      softmax(lg, e, sc.data());
-      const float mx = *std::max_element(lg, lg + e);
-      double sum = 0.0;
-      for (int i = 0; i < e; ++i) sum += std::exp(static_cast<double>(lg[i] - mx));
-      const double lse = mx + std::log(sum);
-      const double f = step.grad_scale * static_cast<double>(m.z_loss_coeff) / s.tokens * 2.0 * lse;
-      for (int i = 0; i < e; ++i) d[i] += static_cast<float>(f * sc[static_cast<std::size_t>(i)]);
-    }
+    const Tensor dscores = Tensor::from_host(ds.data(), {n, e}, DType::F32, s.x.device());  // [N, E] fp32
+    be.moe_aux_scores_backward(desc(n).score, s.logits.data<float>(), dscores.data<float>(), n, e,
+                               s.dlogits.data<float>(), true);
   }
-  s.dlogits = Tensor::from_host(dl.data(), {n, e}, DType::F32, s.x.device());
-  const Tensor w = params_.weight(weight_);
-  const Tensor w32 = w.dtype() == DType::F32 ? w : w.to(DType::F32);  // [E, h] fp32
+  if (m.z_loss_coeff > 0.0f && step.training && n > 0) {
+    const auto scale = static_cast<float>(step.grad_scale * static_cast<double>(m.z_loss_coeff) / s.tokens);
+    be.moe_router_z_loss_backward(s.logits.data<float>(), s.lse.data<float>(), scale, n, e, s.dlogits.data<float>(),
+                                  true);
+  }
   Tensor dx = Tensor::empty({n, static_cast<int64_t>(cfg_.hidden_size)}, DType::F32, s.x.device());  // [N, h] fp32
-  linear_dgrad(s.dlogits, w32, dx);
+  linear_dgrad(s.dlogits, f32(params_.weight(weight_)), dx);
   return cfg_.precision == DType::F32 ? dx : dx.to(cfg_.precision);
 }
 

@@ -32,6 +32,25 @@
 //   seq_aux_loss  the same per sample (T = s), averaged over the b samples.
 //   z_loss        coeff / T sum_tokens logsumexp(logits)^2 (ST-MoE).
 // global_aux_loss is refused (MoeConfig::validate).
+//
+// Where the work runs (the Backend's MoE ops, kernels/backend.h):
+//   on the device  the logits (one fp32 GEMM with the bias), top-k and weights with every
+//                  option above (moe_router_forward: score functions, pre-softmax, group-limited
+//                  routing, expert bias, scaling) and their backward (moe_router_backward), the
+//                  expert-sorted rows (moe_route), the balancing scores and their backward
+//                  (moe_aux_scores_*), the z-loss's logsumexp and gradient (moe_router_lse,
+//                  moe_router_z_loss_backward).
+//   on the host    the per-expert counts, once per layer and microbatch (moe_route's own copy,
+//                  as Megatron's tokens_per_expert): they size the exchange and the grouped
+//                  GEMMs. With a capacity factor, the drop decisions: they rank each expert's
+//                  pairs over the whole microbatch, gathered from the TensorContext group, by
+//                  probability or position; that is a sort per expert across ranks, which no
+//                  Backend op provides, so the slots' experts and weights come to the host and the
+//                  kept ones go back (one round trip per layer and microbatch, capacity runs only).
+//                  With a balancing loss, the histogram of each token's top-k scores per expert
+//                  (and per sample for seq_aux_loss) and the score sums: the [N, E] scores come
+//                  to the host once per training microbatch; the gradient goes back as [N, E]
+//                  weights. The losses' values (z-loss: the [N] logsumexps) for the statistics.
 #pragma once
 
 #include <map>
@@ -44,14 +63,24 @@
 
 namespace ptdp {
 
-/// The routing of one pass's N tokens (host memory): slot n * k + j is token n's j-th choice.
+/// The routing of one pass's N tokens. The per-slot data stay on the backend's device (slot
+/// n * k + j is token n's j-th choice); only the per-expert counts are on the host.
 struct Routing {
   int64_t tokens = 0;
   int k = 0;
-  std::vector<int32_t> expert;  ///< [N * k] the expert, or -1 where capacity dropped the pair
-  std::vector<float> prob;      ///< [N * k] the combine weight (0 where dropped)
-  std::vector<int64_t> pad;     ///< [E] zero rows this rank appends to each expert's input
+  Tensor expert;                ///< [N, k] int32: the expert, or -1 where capacity dropped the pair
+  Tensor prob;                  ///< [N, k] fp32: the combine weight (0 where dropped)
+  Tensor row_of;                ///< [N * k] int32: the slot's row in this rank's expert-sorted rows, -1 if dropped
+  std::vector<int64_t> counts;  ///< [E] (host) those rows per expert, padding included
+  std::vector<int64_t> pad;     ///< [E] zero rows this rank appends to each expert's rows
 };
+
+/// Expert-sorted rows for the slots' experts `expert` (`slots` int32 entries, -1 for dropped),
+/// Backend::moe_route's order (expert, then slot), followed within each expert by the zero rows
+/// of `pad` ([G * E]: G sources' padding, in source order). Writes *row_of [slots] int32 and the
+/// host *counts [E] (padding included). On CUDA this is the layer's one wait for the device.
+void route_rows(const Tensor& expert, int64_t slots, const std::vector<int64_t>& pad, int experts, Tensor* row_of,
+                std::vector<int64_t>* counts);
 
 /// What the router saw in one training microbatch, this rank's share (summed over the
 /// TensorContext group it is the microbatch's).
@@ -71,9 +100,9 @@ class TopKRouter {
   /// x [N, h] (this rank's rows) -> the routing of its N tokens. Collective over the
   /// TensorContext group with a capacity factor or a balancing loss.
   const Routing& forward(const Tensor& x, const Step& step);
-  /// dprob [N * k] (host; the gradient of the combine weights) -> dx [N, h] in x's type, with the
-  /// balancing losses' gradients. Keeps the logits' gradient for backward_weight.
-  Tensor backward_input(const std::vector<float>& dprob, const Step& step);
+  /// dprob [N * k] fp32 (the gradient of the combine weights, 0 for dropped slots) -> dx [N, h] in
+  /// x's type, with the balancing losses' gradients. Keeps the logits' gradient for backward_weight.
+  Tensor backward_input(const Tensor& dprob, const Step& step);
   void backward_weight(const Step& step);
   void release(const Step& step) { slots_.release(step.microbatch); }
 
@@ -88,23 +117,26 @@ class TopKRouter {
  private:
   struct Slot {
     Tensor x;                    // [N, h] fp32: the input, for the weight gradient
+    Tensor logits;               // [N, E] fp32 (with the linear bias)
+    Tensor selected;             // [N, k] int32: the top-k before the capacity drops
     Tensor dlogits;              // [N, E] fp32, from backward_input
-    std::vector<float> logits;   // [N, E] (host)
     Routing routing;
     std::vector<int32_t> sample; // [N] the sample of each row (seq_aux_loss)
     std::vector<double> aux_weight;  // [E] or [b, E]: d(aux_loss)/d(score) of each expert (and sample)
+    Tensor lse;                  // [N] fp32: logsumexp of the logits (z-loss)
     double tokens = 0;           // T, the microbatch's tokens
     bool sharded = false;        // sequence parallelism: the weight gradient is partial per tensor rank
   };
-  // The expert bias [E] (host, fp32), or empty without one.
-  std::vector<float> expert_bias_values() const;
+  // The expert bias [E] fp32 on the device, or undefined without one.
+  Tensor expert_bias_values() const;
   // The token group: ranks holding pieces of the same samples (none for a group of one).
   bool grouped(const Step& step) const;
   int group_size(const Step& step) const;
-  // Top-k choice and weights of token n into r.expert / r.prob (before drops).
-  void route_token(const float* logits, const float* bias, int64_t n, Routing& r) const;
-  // The capacity drops over the whole microbatch (see the top of this file).
-  void drop_over_capacity(Routing& r, const Tensor& like, const Step& step, int64_t b) const;
+  RouterDesc desc(int64_t tokens) const;
+  // The capacity drops over the whole microbatch (see the top of this file) on the host copies
+  // of the slots' experts and weights, [N * k] each; fills pad.
+  void drop_over_capacity(std::vector<int32_t>& expert, std::vector<float>& prob, std::vector<int64_t>& pad,
+                          const Tensor& like, const Step& step, int64_t b) const;
   // The balancing losses' values into `stats` and their gradient weights into the slot.
   void balancing_losses(Slot& s, const Tensor& like, const Step& step, int64_t b, RouterStats& stats) const;
   // Host all-reduce (sum) of `v` over the token group.

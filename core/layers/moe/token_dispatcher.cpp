@@ -13,38 +13,11 @@ using Index = std::vector<int64_t>;
 
 std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
 
-// [idx.size(), cols] with row i = src's row idx[i], or zeros where idx[i] < 0.
-Tensor gather_rows(const Tensor& src, const Index& idx, int64_t cols) {
-  Tensor out = Tensor::empty({static_cast<int64_t>(idx.size()), cols}, src.dtype(), src.device());  // [R, cols]
-  Backend& be = src.backend();
-  const std::size_t bytes = static_cast<std::size_t>(cols) * dtype_size(src.dtype());
-  for (std::size_t i = 0; i < idx.size(); ++i) {
-    void* row = element_ptr(out, static_cast<int64_t>(i) * cols);
-    if (idx[i] < 0) be.fill(row, src.dtype(), 0.0, cols);
-    else be.copy(row, element_ptr(src, idx[i] * cols), bytes);
-  }
-  return out;
-}
+int64_t total(const Index& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
 
-// A zero [rows, cols] tensor with row idx[i] = src's row i (idx < 0: dropped).
-Tensor scatter_rows(const Tensor& src, const Index& idx, int64_t rows, int64_t cols) {
-  Tensor out = Tensor::zeros({rows, cols}, src.dtype(), src.device());  // [rows, cols]
-  Backend& be = src.backend();
-  const std::size_t bytes = static_cast<std::size_t>(cols) * dtype_size(src.dtype());
-  for (std::size_t i = 0; i < idx.size(); ++i)
-    if (idx[i] >= 0) be.copy(element_ptr(out, idx[i] * cols), element_ptr(src, static_cast<int64_t>(i) * cols), bytes);
-  return out;
-}
-
-std::vector<float> host_f32(const Tensor& t) {
-  std::vector<float> out(at(t.numel()));
-  if (!out.empty()) (t.dtype() == DType::F32 ? t : t.to(DType::F32)).copy_to_host(out.data(), out.size() * sizeof(float));
-  return out;
-}
-
-Tensor from_f32(const std::vector<float>& v, const Shape& shape, DType dtype, Device device) {
-  Tensor t = Tensor::from_host(v.data(), shape, DType::F32, device);
-  return dtype == DType::F32 ? t : t.to(dtype);
+// [rows, cols] of `like`'s type and device: zeros where some rows will not be written (padding).
+Tensor rows_buffer(const Tensor& like, int64_t rows, int64_t cols, bool zero) {
+  return zero ? Tensor::zeros({rows, cols}, like.dtype(), like.device()) : empty_like(like, {rows, cols});
 }
 
 // Every rank's `mine` (host int64 values), in group-rank order.
@@ -94,66 +67,38 @@ class AllToAllDispatcher final : public TokenDispatcher {
     Plan& p = slots_.create(step.microbatch);
     plan(p, r, x.device());
     *counts = p.counts;
-    return to_experts(p, gather_rows(x, p.perm_src, h_));
+    Tensor rows = rows_buffer(x, p.rows, h_, p.padded);  // [R_l, h]
+    x.backend().moe_permute(x.raw(), x.dtype(), p.row_of.data<int32_t>(), p.tokens, p.k, h_, p.rows, rows.raw());
+    return to_experts(p, rows);
   }
 
   Tensor combine(const Tensor& y, const Step& step) override {
     Plan& p = slots_.get(step.microbatch);
     p.y_local = from_experts(p, y);
-    const std::vector<float> yl = host_f32(p.y_local);
-    std::vector<float> out(at(p.tokens * h_), 0.0f);  // [N, h]
-    for (int64_t n = 0; n < p.tokens; ++n) {
-      float* o = out.data() + n * h_;
-      for (int j = 0; j < p.k; ++j) {
-        const int64_t slot = n * p.k + j, row = p.slot_row[at(slot)];
-        if (row < 0) continue;
-        const float w = p.prob[at(slot)];
-        const float* v = yl.data() + row * h_;
-        for (int64_t c = 0; c < h_; ++c) o[c] += w * v[c];
-      }
-    }
-    return from_f32(out, {p.tokens, h_}, y.dtype(), y.device());
+    Tensor out = empty_like(y, {p.tokens, h_});  // [N, h]
+    y.backend().moe_unpermute(p.y_local.raw(), y.dtype(), p.prob.data<float>(), p.row_of.data<int32_t>(), p.tokens,
+                              p.k, h_, p.rows, out.raw());
+    return out;
   }
 
-  Tensor combine_backward(const Tensor& dout, const Step& step, std::vector<float>* dprob) override {
+  Tensor combine_backward(const Tensor& dout, const Step& step, Tensor* dprob) override {
     Plan& p = slots_.get(step.microbatch);
-    const std::vector<float> d = host_f32(dout), yl = host_f32(p.y_local);
-    std::vector<float> dl(at(static_cast<int64_t>(p.perm_src.size()) * h_), 0.0f);  // [R_l, h]
-    dprob->assign(at(p.tokens * p.k), 0.0f);
-    for (int64_t n = 0; n < p.tokens; ++n) {
-      const float* g = d.data() + n * h_;
-      for (int j = 0; j < p.k; ++j) {
-        const int64_t slot = n * p.k + j, row = p.slot_row[at(slot)];
-        if (row < 0) continue;
-        const float w = p.prob[at(slot)];
-        const float* v = yl.data() + row * h_;
-        float* o = dl.data() + row * h_;
-        double dot = 0.0;
-        for (int64_t c = 0; c < h_; ++c) {
-          dot += static_cast<double>(g[c]) * v[c];
-          o[c] = w * g[c];
-        }
-        (*dprob)[at(slot)] = static_cast<float>(dot);
-      }
-    }
-    return to_experts(p, from_f32(dl, {static_cast<int64_t>(p.perm_src.size()), h_}, dout.dtype(), dout.device()));
+    Tensor de = rows_buffer(dout, p.rows, h_, p.padded);                    // [R_l, h]
+    *dprob = Tensor::empty({p.tokens * p.k}, DType::F32, dout.device());  // [N * k] fp32
+    dout.backend().moe_unpermute_backward(dout.raw(), p.y_local.raw(), dout.dtype(), p.prob.data<float>(),
+                                          p.row_of.data<int32_t>(), p.tokens, p.k, h_, p.rows, de.raw(),
+                                          dprob->data<float>());
+    return to_experts(p, de);
   }
 
   Tensor dispatch_backward(const Tensor& dxe, const Step& step) override {
     Plan& p = slots_.get(step.microbatch);
-    const std::vector<float> dl = host_f32(from_experts(p, dxe));
-    std::vector<float> dx(at(p.tokens * h_), 0.0f);  // [N, h]
-    for (int64_t n = 0; n < p.tokens; ++n) {
-      for (int j = 0; j < p.k; ++j) {
-        const int64_t row = p.slot_row[at(n * p.k + j)];
-        if (row < 0) continue;
-        for (int64_t c = 0; c < h_; ++c) dx[at(n * h_ + c)] += dl[at(row * h_ + c)];
-      }
-    }
-    const Device device = dxe.device();
-    const DType dtype = dxe.dtype();
+    const Tensor rows = from_experts(p, dxe);  // [R_l, h]
+    Tensor dx = empty_like(dxe, {p.tokens, h_});  // [N, h]
+    dxe.backend().moe_unpermute(rows.raw(), dxe.dtype(), nullptr, p.row_of.data<int32_t>(), p.tokens, p.k, h_, p.rows,
+                                dx.raw());
     slots_.release(step.microbatch);
-    return from_f32(dx, {static_cast<int64_t>(dx.size()) / h_, h_}, dtype, device);
+    return dx;
   }
 
   void release(const Step& step) override { slots_.release(step.microbatch); }
@@ -162,13 +107,15 @@ class AllToAllDispatcher final : public TokenDispatcher {
   struct Plan {
     int64_t tokens = 0;
     int k = 0;
-    Index slot_row;           // [N * k] row of the local permuted buffer, -1 where dropped
-    std::vector<float> prob;  // [N * k]
-    Index perm_src;           // [R_l] token of each permuted row (-1: a padding row)
+    Tensor row_of;            // [N * k] int32: the slot's row of the local permuted rows, -1 where dropped
+    Tensor prob;              // [N, k] fp32
+    int64_t rows = 0;         // R_l, the local permuted rows (padding included)
+    bool padded = false;      // some of them are padding (written by no slot)
     Index send_n, recv_n;     // [e] rows to and from each ExpertModel peer
     int64_t received = 0;     // rows this rank received (sum of recv_n)
     int64_t stride = 0;       // rows of each etp rank's block in the gathered buffer
-    Index expert_src;         // [R] row of the gathered buffer behind each expert-major row
+    Tensor expert_row;        // [etp * stride] int32: the expert-major row of each gathered row (-1:
+                              // none); undefined where the gathered rows are expert-major already
     std::vector<int64_t> counts;  // [E / e]
     Tensor y_local;           // [R_l, h]: the experts' outputs back in permuted order
   };
@@ -177,23 +124,13 @@ class AllToAllDispatcher final : public TokenDispatcher {
     const int e = ep_.ep_size, local = experts_ / e, etp = ep_.etp_size;
     p.tokens = r.tokens;
     p.k = r.k;
+    p.row_of = r.row_of;
     p.prob = r.prob;
-    p.slot_row.assign(r.expert.size(), -1);
-    // The permutation: expert-major, then token, then choice; an expert's padding rows last.
-    std::vector<int64_t> lc(at(experts_), 0);
-    std::vector<Index> by_expert(at(experts_));
-    for (std::size_t s = 0; s < r.expert.size(); ++s)
-      if (r.expert[s] >= 0) by_expert[at(r.expert[s])].push_back(static_cast<int64_t>(s));
-    p.perm_src.clear();
-    for (int x = 0; x < experts_; ++x) {
-      for (int64_t s : by_expert[at(x)]) {
-        p.slot_row[at(s)] = static_cast<int64_t>(p.perm_src.size());
-        p.perm_src.push_back(s / r.k);
-      }
-      const int64_t pad = r.pad.empty() ? 0 : r.pad[at(x)];
-      for (int64_t i = 0; i < pad; ++i) p.perm_src.push_back(-1);
-      lc[at(x)] = static_cast<int64_t>(by_expert[at(x)].size()) + pad;
-    }
+    // The router's expert-sorted rows are the permutation: expert-major, then token, then
+    // choice, an expert's padding rows last. Only per-expert counts are handled on the host.
+    const Index& lc = r.counts;  // [E]
+    p.rows = total(lc);
+    p.padded = total(r.pad) > 0;
     // Every ExpertModel peer's counts: what goes to whom.
     const std::vector<int64_t> all = all_gather_ints(ep_.ep_comm, e, lc, device);  // [e, E]
     p.send_n.assign(at(e), 0);
@@ -215,8 +152,12 @@ class AllToAllDispatcher final : public TokenDispatcher {
       for (int i = 0; i < e * local; ++i) rows += rc[at(er * e * local + i)];
       p.stride = std::max(p.stride, rows);
     }
+    // The gathered rows arrive etp rank-major, then peer, then expert; the experts want them
+    // expert-major (then etp rank, then peer): each gathered row's destination, uploaded once.
     p.counts.assign(at(local), 0);
-    p.expert_src.clear();
+    std::vector<int32_t> dest(at(etp * p.stride), -1);
+    int64_t row = 0;
+    bool moved = false;
     for (int le = 0; le < local; ++le) {
       for (int er = 0; er < etp; ++er) {
         for (int q = 0; q < e; ++q) {
@@ -224,30 +165,46 @@ class AllToAllDispatcher final : public TokenDispatcher {
           int64_t off = 0;
           for (int i = 0; i < q * local + le; ++i) off += rc[at(er * e * local + i)];
           const int64_t n = rc[at(er * e * local + q * local + le)];
-          for (int64_t i = 0; i < n; ++i) p.expert_src.push_back(er * p.stride + off + i);
+          for (int64_t i = 0; i < n; ++i, ++row) {
+            dest[at(er * p.stride + off + i)] = static_cast<int32_t>(row);
+            moved = moved || er * p.stride + off + i != row;
+          }
           p.counts[at(le)] += n;
         }
       }
     }
+    moved = moved || row != etp * p.stride;
+    p.expert_row = moved ? Tensor::from_host(dest.data(), {etp * p.stride}, DType::I32, device) : Tensor();
   }
 
   // This rank's permuted rows [R_l, h] -> the local experts' rows [R, h].
   Tensor to_experts(const Plan& p, const Tensor& rows) const {
     Tensor recv = exchange(ep_.ep_comm, ep_.ep_rank, rows, p.send_n, p.recv_n, h_);  // [received, h]
+    Backend& be = rows.backend();
     if (ep_.etp_size > 1) {
-      Index pad(at(p.stride), -1);
-      std::iota(pad.begin(), pad.begin() + p.received, int64_t{0});
-      const Tensor mine = gather_rows(recv, pad, h_);  // [stride, h]
+      Tensor mine = empty_like(rows, {p.stride, h_});  // [stride, h]: the received rows, zeros after
+      if (p.received > 0) be.copy(mine.raw(), recv.raw(), recv.nbytes());
+      if (p.stride > p.received)
+        be.fill(element_ptr(mine, p.received * h_), mine.dtype(), 0.0, (p.stride - p.received) * h_);
       recv = Tensor::empty({ep_.etp_size * p.stride, h_}, rows.dtype(), rows.device());
       ep_.etp_comm->all_gather(mine, recv)->wait();
     }
-    return gather_rows(recv, p.expert_src, h_);
+    if (!p.expert_row.defined()) return recv;
+    const int64_t r = total(p.counts);
+    Tensor out = empty_like(rows, {r, h_});  // [R, h]
+    be.moe_permute(recv.raw(), recv.dtype(), p.expert_row.data<int32_t>(), p.expert_row.numel(), 1, h_, r, out.raw());
+    return out;
   }
 
   // The local experts' rows [R, h] (partial sums over etp) -> this rank's permuted rows [R_l, h].
   Tensor from_experts(const Plan& p, const Tensor& rows) const {
     const int etp = ep_.etp_size;
-    Tensor back = scatter_rows(rows, p.expert_src, etp * p.stride, h_);  // [etp * stride, h]
+    Tensor back = rows;  // [etp * stride, h]
+    if (p.expert_row.defined()) {
+      back = empty_like(rows, {etp * p.stride, h_});
+      rows.backend().moe_unpermute(rows.raw(), rows.dtype(), nullptr, p.expert_row.data<int32_t>(),
+                                   p.expert_row.numel(), 1, h_, total(p.counts), back.raw());
+    }
     if (etp > 1) {
       Tensor sum = Tensor::empty({p.stride, h_}, rows.dtype(), rows.device());  // [stride, h]
       ep_.etp_comm->reduce_scatter(back, sum, ReduceOp::Sum)->wait();
@@ -274,86 +231,68 @@ class AllGatherDispatcher final : public TokenDispatcher {
 
   Tensor dispatch(const Tensor& x, const Routing& r, const Step& step, std::vector<int64_t>* counts) override {
     Plan& p = slots_.create(step.microbatch);
-    const int64_t n = r.tokens, k = r.k;
-    p.tokens = n;
+    p.tokens = r.tokens;
     p.k = r.k;
     const Tensor all_x = gather(x);  // [G * N, h]
-    // Every rank's choices, weights and padding.
-    const std::vector<int64_t> ex = all_gather_ints(ep_.tp_ep_comm, size_, Index(r.expert.begin(), r.expert.end()), x.device());
-    const std::vector<int64_t> pads = all_gather_ints(ep_.tp_ep_comm, size_, r.pad, x.device());
-    std::vector<float> pr = r.prob;
-    if (size_ > 1) pr = host_f32(gather(Tensor::from_host(r.prob.data(), {n * k}, DType::F32, x.device())));
+    // Every rank's choices, weights and padding, sorted by expert over all of them: this rank's
+    // experts' rows are one window of the sorted rows. The permutation moves every gathered
+    // slot's row (e times this rank's share; moe_permute has no expert window).
+    const Tensor all_expert = gather(r.expert);  // [G * N * k] int32
+    p.prob = gather(r.prob);                     // [G * N * k] fp32
+    const std::vector<int64_t> pads = all_gather_ints(ep_.tp_ep_comm, size_, r.pad, x.device());  // [G, E]
+    std::vector<int64_t> all_counts;  // [E]
+    route_rows(all_expert, all_expert.numel(), pads, experts_, &p.row_of, &all_counts);
     const int local = experts_ / ep_.ep_size;
-    p.counts.assign(at(local), 0);
-    p.src.clear();
-    p.slot.clear();
-    p.prob.clear();
-    for (int le = 0; le < local; ++le) {
-      const int x_id = ep_.ep_rank * local + le;
-      for (std::size_t s = 0; s < ex.size(); ++s) {
-        if (ex[s] != x_id) continue;
-        p.src.push_back(static_cast<int64_t>(s) / k);
-        p.slot.push_back(static_cast<int64_t>(s));
-        p.prob.push_back(pr[s]);
-      }
-      for (int g = 0; g < size_; ++g) {
-        for (int64_t i = 0; i < pads[at(g * experts_ + x_id)]; ++i) {
-          p.src.push_back(-1);
-          p.slot.push_back(-1);
-          p.prob.push_back(0.0f);
-        }
-      }
-      p.counts[at(le)] = static_cast<int64_t>(p.src.size()) - std::accumulate(p.counts.begin(), p.counts.end(), int64_t{0});
-    }
+    const auto first = all_counts.begin() + ep_.ep_rank * local;
+    p.first = std::accumulate(all_counts.begin(), first, int64_t{0});
+    p.counts.assign(first, first + local);
+    p.rows = total(all_counts);
+    p.padded = total(pads) > 0;
     *counts = p.counts;
-    return gather_rows(all_x, p.src, h_);
+    Tensor rows = rows_buffer(x, p.rows, h_, p.padded);  // [R_all, h]
+    x.backend().moe_permute(all_x.raw(), x.dtype(), p.row_of.data<int32_t>(), size_ * p.tokens, p.k, h_, p.rows,
+                            rows.raw());
+    return rows.view(p.first * h_, {total(p.counts), h_});
   }
 
   Tensor combine(const Tensor& y, const Step& step) override {
     Plan& p = slots_.get(step.microbatch);
-    p.y = host_f32(y);
-    std::vector<float> out(at(size_ * p.tokens * h_), 0.0f);  // [G * N, h]
-    for (std::size_t i = 0; i < p.src.size(); ++i) {
-      if (p.src[i] < 0) continue;
-      float* o = out.data() + p.src[i] * h_;
-      const float* v = p.y.data() + static_cast<int64_t>(i) * h_;
-      for (int64_t c = 0; c < h_; ++c) o[c] += p.prob[i] * v[c];
-    }
-    return reduce_scatter(out, p.tokens * h_, y.dtype(), y.device()).reshape({p.tokens, h_});
+    // The other ranks' experts' rows are zeros here: the combine over all slots adds this rank's
+    // experts' share, in fp32, and the reduce-scatter sums the shares.
+    p.y = rows_buffer(y, p.rows, h_, true);  // [R_all, h]
+    if (y.numel() > 0) y.backend().copy(element_ptr(p.y, p.first * h_), y.raw(), y.nbytes());
+    const Tensor y32 = p.y.dtype() == DType::F32 ? p.y : p.y.to(DType::F32);       // [R_all, h] fp32
+    Tensor out = Tensor::empty({size_ * p.tokens, h_}, DType::F32, y.device());  // [G * N, h] fp32
+    y.backend().moe_unpermute(y32.raw(), DType::F32, p.prob.data<float>(), p.row_of.data<int32_t>(), size_ * p.tokens,
+                              p.k, h_, p.rows, out.raw());
+    return reduce_scatter(out, p.tokens * h_, y.dtype()).reshape({p.tokens, h_});
   }
 
-  Tensor combine_backward(const Tensor& dout, const Step& step, std::vector<float>* dprob) override {
+  Tensor combine_backward(const Tensor& dout, const Step& step, Tensor* dprob) override {
     Plan& p = slots_.get(step.microbatch);
-    const std::vector<float> d = host_f32(gather(dout));  // [G * N, h]
-    std::vector<float> dy(p.src.size() * at(h_), 0.0f);   // [R, h]
-    std::vector<float> dp(at(size_ * p.tokens * p.k), 0.0f);  // [G * N * k]: this rank's experts' share
-    for (std::size_t i = 0; i < p.src.size(); ++i) {
-      if (p.src[i] < 0) continue;
-      const float* g = d.data() + p.src[i] * h_;
-      const float* v = p.y.data() + static_cast<int64_t>(i) * h_;
-      double dot = 0.0;
-      for (int64_t c = 0; c < h_; ++c) {
-        dot += static_cast<double>(g[c]) * v[c];
-        dy[i * at(h_) + at(c)] = p.prob[i] * g[c];
-      }
-      dp[at(p.slot[i])] = static_cast<float>(dot);
-    }
-    const std::vector<float> mine = host_f32(reduce_scatter(dp, p.tokens * p.k, DType::F32, dout.device()));
-    *dprob = mine;
-    return from_f32(dy, {static_cast<int64_t>(p.src.size()), h_}, dout.dtype(), dout.device());
+    const Tensor d = gather(dout);                   // [G * N, h]
+    Tensor de = rows_buffer(dout, p.rows, h_, p.padded);  // [R_all, h]
+    // [G * N * k] fp32: this rank's experts' share of the weights' gradient
+    Tensor dp = Tensor::empty({size_ * p.tokens * p.k}, DType::F32, dout.device());
+    dout.backend().moe_unpermute_backward(d.raw(), p.y.raw(), dout.dtype(), p.prob.data<float>(),
+                                          p.row_of.data<int32_t>(), size_ * p.tokens, p.k, h_, p.rows, de.raw(),
+                                          dp.data<float>());
+    *dprob = reduce_scatter(dp, p.tokens * p.k, DType::F32);
+    return de.view(p.first * h_, {total(p.counts), h_});
   }
 
   Tensor dispatch_backward(const Tensor& dxe, const Step& step) override {
     Plan& p = slots_.get(step.microbatch);
-    const std::vector<float> d = host_f32(dxe);
-    std::vector<float> dx(at(size_ * p.tokens * h_), 0.0f);  // [G * N, h]
-    for (std::size_t i = 0; i < p.src.size(); ++i) {
-      if (p.src[i] < 0) continue;
-      for (int64_t c = 0; c < h_; ++c) dx[at(p.src[i] * h_ + c)] += d[i * at(h_) + at(c)];
-    }
+    Backend& be = dxe.backend();
+    // This rank's experts' rows in a zero [R_all, h] fp32 buffer, summed per token in fp32.
+    Tensor rows = Tensor::zeros({p.rows, h_}, DType::F32, dxe.device());  // [R_all, h] fp32
+    if (dxe.numel() > 0) be.cast(dxe.raw(), dxe.dtype(), element_ptr(rows, p.first * h_), DType::F32, dxe.numel());
+    Tensor dx = Tensor::empty({size_ * p.tokens, h_}, DType::F32, dxe.device());  // [G * N, h] fp32
+    be.moe_unpermute(rows.raw(), DType::F32, nullptr, p.row_of.data<int32_t>(), size_ * p.tokens, p.k, h_, p.rows,
+                     dx.raw());
     const int64_t tokens = p.tokens;
     slots_.release(step.microbatch);
-    return reduce_scatter(dx, tokens * h_, dxe.dtype(), dxe.device()).reshape({tokens, h_});
+    return reduce_scatter(dx, tokens * h_, dxe.dtype()).reshape({tokens, h_});
   }
 
   void release(const Step& step) override { slots_.release(step.microbatch); }
@@ -362,14 +301,16 @@ class AllGatherDispatcher final : public TokenDispatcher {
   struct Plan {
     int64_t tokens = 0;
     int k = 0;
-    Index src;                // [R] gathered token of each expert row (-1: padding)
-    Index slot;               // [R] its slot in the gathered [G * N * k] routing
-    std::vector<float> prob;  // [R]
-    std::vector<int64_t> counts;
-    std::vector<float> y;     // [R, h] the experts' (partial) outputs
+    Tensor row_of;     // [G * N * k] int32: each gathered slot's row of the sorted rows, -1 where dropped
+    Tensor prob;       // [G * N * k] fp32: the gathered weights
+    int64_t rows = 0;  // R_all: the sorted rows of every expert (padding included)
+    int64_t first = 0; // this rank's experts' first row among them
+    bool padded = false;
+    std::vector<int64_t> counts;  // [E / e]
+    Tensor y;          // [R_all, h]: this rank's experts' (partial) outputs, zeros elsewhere
   };
 
-  // Every rank's t [n, ...] in group order: [G * n, ...] (t itself for a group of one).
+  // Every rank's t [n, ...] in group order, flattened: [G * n ...] (t itself for a group of one).
   Tensor gather(const Tensor& t) const {
     if (size_ == 1) return t;
     Tensor out = Tensor::empty({size_ * t.numel()}, t.dtype(), t.device());
@@ -377,13 +318,12 @@ class AllGatherDispatcher final : public TokenDispatcher {
     return out;
   }
 
-  // The sum over the group of every rank's v [G * n] (fp32), this rank's [n] of it, in dtype.
-  Tensor reduce_scatter(const std::vector<float>& v, int64_t n, DType dtype, Device device) const {
-    Tensor all = Tensor::from_host(v.data(), {static_cast<int64_t>(v.size())}, DType::F32, device);
-    Tensor mine = all;
+  // The sum over the group of every rank's v [G * n] fp32, this rank's [n] of it, in dtype.
+  Tensor reduce_scatter(const Tensor& v, int64_t n, DType dtype) const {
+    Tensor mine = v.reshape({v.numel()});
     if (size_ > 1) {
-      mine = Tensor::empty({n}, DType::F32, device);
-      ep_.tp_ep_comm->reduce_scatter(all, mine, ReduceOp::Sum)->wait();
+      mine = Tensor::empty({n}, DType::F32, v.device());
+      ep_.tp_ep_comm->reduce_scatter(v.reshape({v.numel()}), mine, ReduceOp::Sum)->wait();
     }
     return dtype == DType::F32 ? mine : mine.to(dtype);
   }

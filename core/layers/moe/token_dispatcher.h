@@ -18,6 +18,14 @@
 // the weights' gradient dprob[n, j] = <dout[n], y(n, j)>. The reverse direction of every
 // exchange is the backward of the forward one (an all-gather's backward a reduce-scatter).
 // Zero rows padding an expert to its capacity (Routing::pad) ride along and change nothing.
+//
+// On the device: the permutation is one Backend::moe_permute over the router's expert-sorted
+// rows (Routing::row_of), the combine one moe_unpermute with the weights and its backward one
+// moe_unpermute_backward; reordering received rows expert-major is a moe_permute by an uploaded
+// row map. The host sees only per-expert counts (Routing::counts, and the peers' counts the
+// exchange needs): no launch or wait per row or per expert. The allgather dispatcher sorts the
+// gathered slots once more (moe_route over all of them: a second count transfer per layer and
+// microbatch) and permutes every gathered slot, its experts' rows being one window of those.
 #pragma once
 
 #include <memory>
@@ -35,8 +43,9 @@ class TokenDispatcher {
   virtual Tensor dispatch(const Tensor& x, const Routing& r, const Step& step, std::vector<int64_t>* counts) = 0;
   /// y [R, h], the experts' output (partial sums over the ExpertTensor group) -> [N, h].
   virtual Tensor combine(const Tensor& y, const Step& step) = 0;
-  /// dout [N, h] -> the experts' output gradient [R, h]; *dprob [N * k] the weights' gradient.
-  virtual Tensor combine_backward(const Tensor& dout, const Step& step, std::vector<float>* dprob) = 0;
+  /// dout [N, h] -> the experts' output gradient [R, h]; *dprob [N * k] fp32 the weights'
+  /// gradient (0 for dropped slots).
+  virtual Tensor combine_backward(const Tensor& dout, const Step& step, Tensor* dprob) = 0;
   /// dxe [R, h], the experts' input gradient (partial sums over the ExpertTensor group) -> dx [N, h].
   virtual Tensor dispatch_backward(const Tensor& dxe, const Step& step) = 0;
   virtual void release(const Step& step) = 0;
