@@ -470,6 +470,8 @@ class Bench {
       cfg_ = preset->config;
       cfg_.num_layers = o_.layers.value_or(cfg_.num_layers);
       cfg_.hidden_size = o_.hidden.value_or(cfg_.hidden_size);
+      // A multi-head preset stays multi-head with --heads (else its query groups would not divide).
+      if (o_.heads && cfg_.query_groups() == cfg_.num_attention_heads) cfg_.num_query_groups = *o_.heads;
       cfg_.num_attention_heads = o_.heads.value_or(cfg_.num_attention_heads);
       cfg_.vocab_size = o_.vocab.value_or(cfg_.vocab_size);
     } else {
@@ -497,7 +499,8 @@ class Bench {
     if (o_.moe_ffn) cfg_.moe.ffn_hidden_size = *o_.moe_ffn;
     // A preset's --moe-layer-freq pattern has one entry per layer of its depth: --layers keeps
     // the first layers' entries (added layers are MoE).
-    if (o_.layers && !cfg_.moe.layer_pattern.empty()) cfg_.moe.layer_pattern.resize(static_cast<std::size_t>(*o_.layers), 1);
+    if (o_.layers && !cfg_.moe.layer_pattern.empty())
+      cfg_.moe.layer_pattern.resize(static_cast<std::size_t>(*o_.layers), 1);
     cfg_.recompute = o_.recompute;
     cfg_.precision = o_.precision;
     cfg_.attention = o_.attention;
@@ -1193,10 +1196,10 @@ class Bench {
     const int64_t n = tokens(), h = cfg_.hidden_size, k = cfg_.moe.router_topk, E = cfg_.moe.num_experts;
     const int64_t ffn = cfg_.moe_ffn();
     const int steps = std::max(1, profile_steps_);
-    std::printf("6. The MoE layer alone (core/layers/moe: router, token dispatcher, experts), %" PRId64
-                " tokens, E = %" PRId64 ", top-%" PRId64 ", expert ffn %" PRId64 "%s%s, one rank (e = 1);\n"
-                "   %d + %d iterations of forward, backward_input, backward_weight (gradients zeroed untimed),\n"
-                "   then %d profiled ones\n",
+    std::printf("6. The MoE layer alone (core/layers/moe: router, token dispatcher, experts) on one rank (e = 1):\n"
+                "   %" PRId64 " tokens, E = %" PRId64 ", top-%" PRId64 ", expert ffn %" PRId64
+                "%s%s; %d + %d passes of forward,\n"
+                "   backward_input, backward_weight (gradients zeroed untimed), then %d profiled ones\n",
                 n, E, k, ffn, cfg_.swiglu ? " SwiGLU" : " GeLU",
                 cfg_.moe.shared_expert_intermediate_size > 0 ? ", shared experts" : "", warmup_, iters_, steps);
     std::fflush(stdout);

@@ -25,7 +25,8 @@ PYTHON=${PYTHON:-/opt/ptdp-ref-venv/bin/python}
 EXPERTS_IMPL=${EXPERTS_IMPL:-eager}
 OUT=${OUT:-$(mktemp -d /tmp/ptdp-compare-torch-moe.XXXXXX)}
 BENCH_GPT="$BUILD/bench/bench_gpt"
-[ -x "$BENCH_GPT" ] || { echo "compare_torch_moe.sh: $BENCH_GPT not built (cmake --build $BUILD --target bench_gpt)" >&2; exit 2; }
+[ -x "$BENCH_GPT" ] ||
+  { echo "compare_torch_moe.sh: $BENCH_GPT not built (cmake --build $BUILD --target bench_gpt)" >&2; exit 2; }
 "$PYTHON" -c 'import torch, transformers' 2>/dev/null ||
   { echo "compare_torch_moe.sh: $PYTHON cannot import torch and transformers" >&2; exit 2; }
 
