@@ -614,10 +614,10 @@ class Bench {
     return std::string("12*B*s*l*h^2*((1 + g/a + s/h)*a*dh/h + ") + (cfg_.swiglu ? "(3/2)*ffn/h" : "ffn/h") +
            ") + 6*B*s*h*V";
   }
-  /// The MoE numbers of the FLOPs formula (", l_moe = 1, k = 8, moe_ffn = 1024, shared = 0"), or "".
+  /// The MoE numbers of the FLOPs formula (",\n l_moe = 1, k = 8, ..." on a line of their own), or "".
   std::string moe_terms() const {
     if (!cfg_.moe.enabled()) return "";
-    return ", l_moe = " + std::to_string(cfg_.num_moe_layers()) + ", k = " + std::to_string(cfg_.moe.router_topk) +
+    return ",\n     l_moe = " + std::to_string(cfg_.num_moe_layers()) + ", k = " + std::to_string(cfg_.moe.router_topk) +
            ", moe_ffn = " + std::to_string(cfg_.moe_ffn()) +
            ", shared = " + std::to_string(cfg_.moe.shared_expert_intermediate_size);
   }
@@ -1398,17 +1398,21 @@ class Bench {
     }
     std::printf("   %s\n", std::string(90, '-').c_str());
     const double logits = logit_flops();
-    std::printf("   model FLOPs per iteration: %.2f GFLOP = %s with B*s = %" PRId64 "\n", f * 1e-9,
-                flops_formula().c_str(), tokens());
+    if (cfg_.moe.enabled()) {  // the MoE formula is too long for one line with the rest
+      std::printf("   model FLOPs per iteration: %.2f GFLOP with B*s = %" PRId64 ",\n     %s\n", f * 1e-9, tokens(),
+                  flops_formula().c_str());
+    } else {
+      std::printf("   model FLOPs per iteration: %.2f GFLOP = %s with B*s = %" PRId64 "\n", f * 1e-9,
+                  flops_formula().c_str(), tokens());
+    }
     if (paper_shape()) {
       std::printf("     (the paper's count, the same with or without recomputation; forward = 1/3, "
                   "backward = 2/3 of it)\n");
     } else {
       std::printf("     (GptConfig::paper_flops: Megatron's num_floating_point_operations, the paper's count "
                   "with its\n"
-                  "     grouped-query, SwiGLU and MoE terms; here a = %d, g = %d, dh = %d, ffn = %d%s%s; the "
-                  "same with or\n"
-                  "     without recomputation; forward = 1/3, backward = 2/3 of it)\n",
+                  "     grouped-query, SwiGLU and MoE terms; here a = %d, g = %d, dh = %d, ffn = %d%s%s;\n"
+                  "     the same with or without recomputation; forward = 1/3, backward = 2/3 of it)\n",
                   cfg_.num_attention_heads, cfg_.query_groups(), cfg_.head_dim(), cfg_.ffn(),
                   cfg_.swiglu ? ", SwiGLU" : ", GeLU", moe_terms().c_str());
     }

@@ -638,7 +638,11 @@ std::string sequence_parallel_reason(const PlanRequest& req, const Cluster& cl, 
   try {
     o = estimate(req, cl, other, e.simulated);
   } catch (const Error& err) {
-    return str_cat("no sequence parallelism: ", err.what());
+    // The other choice is refused (MoE with t > 1 needs sequence parallelism): the layout's own
+    // choice is the only one, whichever it is.
+    return str_cat(e.layout.sequence_parallel ? "sequence parallelism (--sequence-parallel), required: without it, "
+                                              : "no sequence parallelism: ",
+                   err.what());
   }
   const Estimate& with = e.layout.sequence_parallel ? e : o;
   const Estimate& without = e.layout.sequence_parallel ? o : e;
