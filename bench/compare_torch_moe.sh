@@ -24,6 +24,7 @@ THREADS=${THREADS:-$(nproc)}
 PYTHON=${PYTHON:-/opt/ptdp-ref-venv/bin/python}
 EXPERTS_IMPL=${EXPERTS_IMPL:-eager}
 OUT=${OUT:-$(mktemp -d /tmp/ptdp-compare-torch-moe.XXXXXX)}
+mkdir -p "$OUT"
 BENCH_GPT="$BUILD/bench/bench_gpt"
 [ -x "$BENCH_GPT" ] ||
   { echo "compare_torch_moe.sh: $BENCH_GPT not built (cmake --build $BUILD --target bench_gpt)" >&2; exit 2; }
