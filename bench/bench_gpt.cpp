@@ -1226,8 +1226,8 @@ class Bench {
     const ptdp::Tensor x = device_tensor(xh), dy = device_tensor(dyh);  // [N, h] each
 
     // One pass of the layer; the wall-clock seconds of forward, backward_input, backward_weight.
+    // The caller zeroes the gradients first, outside the profiler (a fill of every expert's).
     const auto pass = [&](int i) {
-      params.zero_grads();
       ptdp::Step st;
       st.iteration = i;
       st.microbatch = 0;
@@ -1249,6 +1249,7 @@ class Bench {
     std::vector<double> fwd, bwd_in, bwd_w, total;
     ContentionMeter meter;
     for (int i = 0; i < warmup_ + iters_; ++i) {
+      params.zero_grads();
       const std::array<double, 3> t = pass(i);
       if (i < warmup_) continue;
       fwd.push_back(t[0]);
@@ -1274,12 +1275,13 @@ class Bench {
     // layer's wall time is its own C++ between calls (host routing tables, index building).
     ptdp::ProfilingBackend profiler(ptdp::cpu_backend());
     double profiled_s = 0.0;
-    {
+    for (int i = -1; i < steps; ++i) {  // i = -1: the decorator's first calls, untimed
+      params.zero_grads();
       const DecoratorGuard installed(profiler);
-      pass(warmup_ + iters_);  // the decorator's first calls, untimed
-      profiler.reset();
-      for (int i = 0; i < steps; ++i) {
-        const std::array<double, 3> t = pass(warmup_ + iters_ + 1 + i);
+      const std::array<double, 3> t = pass(warmup_ + iters_ + 1 + i);
+      if (i < 0) {
+        profiler.reset();
+      } else {
         profiled_s += t[0] + t[1] + t[2];
       }
     }
