@@ -617,7 +617,8 @@ class Bench {
   /// The MoE numbers of the FLOPs formula (",\n l_moe = 1, k = 8, ..." on a line of their own), or "".
   std::string moe_terms() const {
     if (!cfg_.moe.enabled()) return "";
-    return ",\n     l_moe = " + std::to_string(cfg_.num_moe_layers()) + ", k = " + std::to_string(cfg_.moe.router_topk) +
+    return ",\n     l_moe = " + std::to_string(cfg_.num_moe_layers()) +
+           ", k = " + std::to_string(cfg_.moe.router_topk) +
            ", moe_ffn = " + std::to_string(cfg_.moe_ffn()) +
            ", shared = " + std::to_string(cfg_.moe.shared_expert_intermediate_size);
   }
