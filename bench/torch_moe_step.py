@@ -37,6 +37,7 @@ def build_model(a, padded_vocab):
                   num_attention_heads=a.heads, num_key_value_heads=a.heads, max_position_embeddings=max(a.seq, 4096),
                   rms_norm_eps=1e-5, tie_word_embeddings=False, num_experts_per_tok=a.topk,
                   router_aux_loss_coef=0.01, output_router_logits=True, attention_dropout=0.0,
+                  pad_token_id=None, bos_token_id=None, eos_token_id=None,  # no special ids in a tiny vocabulary
                   experts_implementation=a.experts_implementation, attn_implementation="sdpa")
     if a.arch == "olmoe":
         cfg = transformers.OlmoeConfig(intermediate_size=a.moe_ffn, num_experts=a.experts, norm_topk_prob=False,
