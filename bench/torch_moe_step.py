@@ -88,7 +88,7 @@ def main():
     sys.stdout.flush()
 
     gen = torch.Generator().manual_seed(5)
-    times, losses = [], []
+    times, losses, parts = [], [], []  # parts: (forward, backward, clipping + AdamW) seconds per step
     for i in range(a.warmup + a.iters):
         ids = torch.randint(0, a.vocab, (a.micro_batch, a.seq), generator=gen)
         t0 = time.perf_counter()
@@ -96,17 +96,23 @@ def main():
         # transformers shifts the labels itself: the forward runs on all s tokens as ptdp's does, the
         # loss has s - 1 targets per row (ptdp's s, from a stream of s + 1).
         out = model(input_ids=ids, labels=ids)
+        t1 = time.perf_counter()
         out.loss.backward()  # the language-model loss plus router_aux_loss_coef x the aux loss
+        t2 = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        t = time.perf_counter() - t0
+        t3 = time.perf_counter()
+        t = t3 - t0
         losses.append(out.loss.item())
         if i >= a.warmup:
             times.append(t)
+            parts.append((t1 - t0, t2 - t1, t3 - t2))
     med = statistics.median(times)
     print(f"step: {med * 1e3:.1f} ms median (best {min(times) * 1e3:.1f}, worst {max(times) * 1e3:.1f}) over "
           f"{a.iters} steps after {a.warmup} warm-up; {tokens / med:.0f} tokens/s; "
           f"loss {losses[0]:.4f} -> {losses[-1]:.4f} (ln V = {math.log(a.vocab):.4f})")
+    split = [statistics.median(p[j] for p in parts) * 1e3 for j in range(3)]
+    print(f"medians: forward {split[0]:.1f} ms, backward {split[1]:.1f} ms, clipping + AdamW {split[2]:.1f} ms")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"benchmark": "torch_moe_step", "torch": torch.__version__,
@@ -117,6 +123,7 @@ def main():
                        "seq": a.seq, "micro_batch": a.micro_batch, "parameters": params, "setup_s": setup_s,
                        "warmup": a.warmup, "iters": a.iters, "ms_all": [t * 1e3 for t in times],
                        "ms_median": med * 1e3, "ms_best": min(times) * 1e3, "ms_worst": max(times) * 1e3,
+                       "forward_ms": split[0], "backward_ms": split[1], "optimizer_ms": split[2],
                        "tokens_per_s": tokens / med, "losses": losses}, f)
     return 0 if all(math.isfinite(x) for x in losses) else 1
 
