@@ -12,9 +12,11 @@
 #   bench/compare_torch_moe.sh                        # 2 rounds, 5 timed steps each, all cores
 #   ROUNDS=3 THREADS=2 bench/compare_torch_moe.sh --layers 2 --seq 128
 #   EXPERTS_IMPL=grouped_mm bench/compare_torch_moe.sh  # transformers' torch._grouped_mm experts
+#   EXPERTS_IMPL=grouped_mm TORCH_ARGS=--fused-adamw bench/compare_torch_moe.sh  # PyTorch at its fastest
 #
 # Environment: BUILD (build), ROUNDS (2), THREADS (nproc), PYTHON (/opt/ptdp-ref-venv/bin/python:
 # torch 2.15, transformers 5.25), EXPERTS_IMPL (eager: transformers' default expert loop),
+# TORCH_ARGS (more flags for torch_moe_step.py alone, e.g. --fused-adamw),
 # OUT (a temporary folder; the logs and JSON files stay there).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +25,7 @@ ROUNDS=${ROUNDS:-2}
 THREADS=${THREADS:-$(nproc)}
 PYTHON=${PYTHON:-/opt/ptdp-ref-venv/bin/python}
 EXPERTS_IMPL=${EXPERTS_IMPL:-eager}
+TORCH_ARGS=${TORCH_ARGS:-}
 OUT=${OUT:-$(mktemp -d /tmp/ptdp-compare-torch-moe.XXXXXX)}
 mkdir -p "$OUT"
 BENCH_GPT="$BUILD/bench/bench_gpt"
@@ -40,8 +43,9 @@ while [ "$r" -le "$ROUNDS" ]; do
   # Section 3's step is the figure compared; the breakdown and the MoE layer's section are skipped.
   OMP_NUM_THREADS=$THREADS "$BENCH_GPT" --moe --threads "$THREADS" --profile-steps 0 --no-moe-layer "$@" \
     --json "$OUT/ptdp_$r.json" > "$OUT/ptdp_$r.log" 2>&1 || { cat "$OUT/ptdp_$r.log" >&2; exit 1; }
+  # shellcheck disable=SC2086
   OMP_NUM_THREADS=$THREADS "$PYTHON" "$here/torch_moe_step.py" --threads "$THREADS" \
-    --experts-implementation "$EXPERTS_IMPL" "$@" --json "$OUT/torch_$r.json" > "$OUT/torch_$r.log" 2>&1 ||
+    --experts-implementation "$EXPERTS_IMPL" $TORCH_ARGS "$@" --json "$OUT/torch_$r.json" > "$OUT/torch_$r.log" 2>&1 ||
     { cat "$OUT/torch_$r.log" >&2; exit 1; }
   "$PYTHON" - "$OUT" "$r" <<'PY'
 import json, sys

@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: OMP_NUM_THREADS or the cores)")
     ap.add_argument("--experts-implementation", choices=("eager", "grouped_mm", "batched_mm"), default="eager",
                     help="transformers' expert kernels (eager: its default)")
+    ap.add_argument("--fused-adamw", action="store_true",
+                    help="torch.optim.AdamW(fused=True) instead of torch's default (foreach) implementation")
     ap.add_argument("--json", help="also write the results as JSON to this path")
     a = ap.parse_args()
 
@@ -77,13 +79,15 @@ def main():
     t0 = time.perf_counter()
     model = build_model(a, padded)
     setup_s = time.perf_counter() - t0
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01,
+                            fused=True if a.fused_adamw else None)
     params = sum(p.numel() for p in model.parameters())
     tokens = a.micro_batch * a.seq
     print(f"PyTorch {torch.__version__}, transformers {transformers.__version__} training step: "
           f"{type(model).__name__}, {a.layers} layers, h {a.hidden}, {a.heads} heads, {a.experts} experts, "
           f"top-{a.topk}, expert ffn {a.moe_ffn}, V {a.vocab} (padded {padded}), s {a.seq}, b {a.micro_batch}, "
           f"{params:,} parameters, experts implementation {a.experts_implementation}, "
+          f"{'fused' if a.fused_adamw else 'default'} AdamW, "
           f"{torch.get_num_threads()} threads; setup {setup_s:.1f} s")
     sys.stdout.flush()
 
@@ -117,7 +121,8 @@ def main():
         with open(a.json, "w") as f:
             json.dump({"benchmark": "torch_moe_step", "torch": torch.__version__,
                        "transformers": transformers.__version__, "model": type(model).__name__,
-                       "experts_implementation": a.experts_implementation, "threads": torch.get_num_threads(),
+                       "experts_implementation": a.experts_implementation, "fused_adamw": a.fused_adamw,
+                       "threads": torch.get_num_threads(),
                        "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "num_experts": a.experts,
                        "topk": a.topk, "moe_ffn_hidden_size": a.moe_ffn, "vocab": a.vocab, "padded_vocab": padded,
                        "seq": a.seq, "micro_batch": a.micro_batch, "parameters": params, "setup_s": setup_s,
