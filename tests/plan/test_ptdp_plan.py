@@ -123,6 +123,8 @@ rc, out, err = run(MIXTRAL + ["--expert-model-parallel-size", "4", "--expert-ten
 try:
     best = json.loads(out)["layouts"][0]
     check(rc == 0 and "e = 4, etp = 1" in best["why"], f"mixtral-8x7b pinned e = 4, etp = 1: {best['why']}")
+    check(best["expert_model_parallel"] == 4 and best["expert_tensor_parallel"] == 1
+          and best["seconds"]["expert_comm"] > 0, f"mixtral-8x7b --json: e, etp and the exchanges' time: {best}")
     check(best["parameters_exact"] == 46702792704, f"mixtral-8x7b: {best['parameters_exact']} parameters")
 except (ValueError, KeyError, IndexError) as e:
     check(False, f"mixtral-8x7b --json: not the expected JSON ({e}): {out[:200]} {err}")
