@@ -39,6 +39,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cinttypes>
@@ -62,6 +63,7 @@
 #include "core/comm/runtime.h"
 #include "core/data/gpt_dataset.h"
 #include "core/layers/layer_support.h"
+#include "core/layers/moe/moe_layer.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_config.h"
 #include "core/model/model_presets.h"
@@ -86,11 +88,19 @@ using ptdp::bench::trim;
 
 // ---- options ---------------------------------------------------------------------------------
 
+/// The preset whose layer shape --moe runs (h 2048, 64 experts, top-8, expert ffn 1024).
+constexpr const char* kMoePreset = "olmoe-1b-7b";
+/// The label the MoE layer's experts give their backend calls (core/layers/moe/experts.cpp).
+constexpr const char* kExpertsLabel = "experts";
+
 struct Options {
   bool quick = false;
   std::optional<int> layers, hidden, heads, vocab, seq, micro_batch, iters, warmup;
   std::string preset;                // --model-preset: a named model's shape and architecture
   std::optional<int> ffn, groups;    // --ffn-hidden-size, --num-query-groups
+  bool moe = false;                  // --moe: the MoE-shaped run (olmoe-1b-7b's layer, 1 layer, s 256, b 1)
+  bool moe_layer = true;             // section 6 for MoE models; --no-moe-layer skips it
+  std::optional<int> experts, topk, moe_ffn;  // --num-experts, --moe-router-topk, --moe-ffn-hidden-size
   bool swiglu = false, rmsnorm = false, rope = false, no_bias = false, untie = false;
   ptdp::Recompute recompute = ptdp::Recompute::None;
   bool dropout = true;
@@ -146,6 +156,15 @@ void print_help(const char* argv0) {
        {"--heads N", "attention heads a (12 / 4)"},
        {"--num-query-groups N", "key/value heads g of grouped-query attention (a: multi-head)"},
        {"--ffn-hidden-size N", "MLP width (4h; with --swiglu int(8h/3/64)*64)"},
+       {"--moe", "the MoE-shaped run: --model-preset olmoe-1b-7b (h 2048, 16 heads, 64 experts,\n"
+                 "top-8, expert ffn 1024 SwiGLU) with --layers 1 --seq 256 --micro-batch 1\n"
+                 "--vocab 4096 --iters 5 --warmup 1 --profile-steps 2 (explicit flags win),\n"
+                 "and section 6: the MoE layer alone, its expert GEMMs against the peak and\n"
+                 "the share of routing, permutation and exchange"},
+       {"--no-moe-layer", "skip section 6 (the MoE layer alone) of an MoE model"},
+       {"--num-experts N", "routed experts E of every MoE layer (Megatron's flag; the preset's)"},
+       {"--moe-router-topk N", "experts k per token (the preset's)"},
+       {"--moe-ffn-hidden-size N", "each expert's MLP width (the preset's)"},
        {"--swiglu", "SwiGLU MLP instead of GeLU (Megatron's --swiglu)"},
        {"--rmsnorm", "RMSNorm instead of LayerNorm (Megatron's --normalization RMSNorm)"},
        {"--rope", "rotary positions instead of a learned table (--position-embedding-type rope)"},
@@ -179,6 +198,16 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       if (!ptdp::find_model_preset(o.preset))
         return args.fail(exit_code, "--model-preset '" + o.preset + "' is not a preset; the presets are " +
                                         ptdp::model_preset_names());
+    } else if (arg == "--moe") {
+      o.moe = true;
+    } else if (arg == "--no-moe-layer") {
+      o.moe_layer = false;
+    } else if (arg == "--num-experts") {
+      return args.int_value(o.experts, 1, exit_code);
+    } else if (arg == "--moe-router-topk") {
+      return args.int_value(o.topk, 1, exit_code);
+    } else if (arg == "--moe-ffn-hidden-size") {
+      return args.int_value(o.moe_ffn, 1, exit_code);
     } else if (arg == "--swiglu") {
       o.swiglu = true;
     } else if (arg == "--rmsnorm") {
@@ -327,8 +356,9 @@ Stats time_calls(int warmup, int iters, const std::function<void(int)>& op,
 /// The breakdown's rows, in print order: the GEMMs by their label (kernels/op_scope.h, set by
 /// the layers), the other ops by what they compute.
 const char* const kBreakdownRows[] = {
-    "GEMM qkv", "GEMM proj", "GEMM fc1", "GEMM fc2", "GEMM logits", "GEMM attention scores (QK^T)",
-    "GEMM attention context (PV)", "GEMM (other)", "attention softmax + causal mask", "attention (fused kernel)",
+    "GEMM qkv", "GEMM proj", "GEMM fc1", "GEMM fc2", "GEMM experts (MoE)", "GEMM logits",
+    "GEMM attention scores (QK^T)", "GEMM attention context (PV)", "GEMM (other)", "MoE router and routing",
+    "MoE permutation (dispatch, combine)", "attention softmax + causal mask", "attention (fused kernel)",
     "LayerNorm", "RMSNorm", "GeLU (unfused calls)", "SwiGLU", "RoPE", "dropout", "bias-dropout-add (fused)",
     "bias add, bias grad", "residual add", "cross-entropy", "embedding", "copies, fills, casts",
     "optimizer update (AdamW / SGD)", "gradient norm (sum of squares)"};
@@ -337,7 +367,19 @@ const char* const kBreakdownRows[] = {
 std::string breakdown_row(ptdp::BackendOp op, const std::string& label) {
   using ptdp::BackendOp;
   switch (op) {
+    case BackendOp::GroupedGemm: return "GEMM experts (MoE)";
+    case BackendOp::MoeRouterForward:
+    case BackendOp::MoeRouterBackward:
+    case BackendOp::MoeAuxScoresForward:
+    case BackendOp::MoeAuxScoresBackward:
+    case BackendOp::MoeRouterLse:
+    case BackendOp::MoeRouterZLossBackward:
+    case BackendOp::MoeRoute: return "MoE router and routing";
+    case BackendOp::MoePermute:
+    case BackendOp::MoeUnpermute:
+    case BackendOp::MoeUnpermuteBackward: return "MoE permutation (dispatch, combine)";
     case BackendOp::Gemm:
+      if (label == kExpertsLabel) return "GEMM experts (MoE)";
       if (label == "qkv" || label == "proj" || label == "fc1" || label == "fc2" || label == "logits")
         return "GEMM " + label;
       if (label == "attn_scores") return "GEMM attention scores (QK^T)";
@@ -408,6 +450,17 @@ class Bench {
  public:
   explicit Bench(Options o) : o_(std::move(o)) {
     const bool q = o_.quick;
+    if (o_.moe) {
+      // OLMoE-1B-7B's layer, few layers and a short sequence: a minute on 2 cores. The flags win.
+      if (o_.preset.empty()) o_.preset = kMoePreset;
+      o_.layers = o_.layers.value_or(1);
+      o_.seq = o_.seq.value_or(256);
+      o_.micro_batch = o_.micro_batch.value_or(1);
+      o_.vocab = o_.vocab.value_or(4096);
+      o_.iters = o_.iters.value_or(5);
+      o_.warmup = o_.warmup.value_or(1);
+      o_.profile_steps = o_.profile_steps.value_or(2);
+    }
     if (!o_.preset.empty()) {
       // The preset's shape, architecture, vocabulary and dropout; the flags override them. Its
       // training length (8192 for Llama 3) is not used: s is --seq, as for the default model.
@@ -417,6 +470,8 @@ class Bench {
       cfg_ = preset->config;
       cfg_.num_layers = o_.layers.value_or(cfg_.num_layers);
       cfg_.hidden_size = o_.hidden.value_or(cfg_.hidden_size);
+      // A multi-head preset stays multi-head with --heads (else its query groups would not divide).
+      if (o_.heads && cfg_.query_groups() == cfg_.num_attention_heads) cfg_.num_query_groups = *o_.heads;
       cfg_.num_attention_heads = o_.heads.value_or(cfg_.num_attention_heads);
       cfg_.vocab_size = o_.vocab.value_or(cfg_.vocab_size);
     } else {
@@ -439,6 +494,13 @@ class Bench {
     if (o_.rope) cfg_.position_embedding = ptdp::PositionEmbedding::Rope;
     if (o_.no_bias) cfg_.add_bias_linear = false;
     if (o_.untie) cfg_.tie_embeddings = false;
+    if (o_.experts) cfg_.moe.num_experts = *o_.experts;
+    if (o_.topk) cfg_.moe.router_topk = *o_.topk;
+    if (o_.moe_ffn) cfg_.moe.ffn_hidden_size = *o_.moe_ffn;
+    // A preset's --moe-layer-freq pattern has one entry per layer of its depth: --layers keeps
+    // the first layers' entries (added layers are MoE).
+    if (o_.layers && !cfg_.moe.layer_pattern.empty())
+      cfg_.moe.layer_pattern.resize(static_cast<std::size_t>(*o_.layers), 1);
     cfg_.recompute = o_.recompute;
     cfg_.precision = o_.precision;
     cfg_.attention = o_.attention;
@@ -469,6 +531,7 @@ class Bench {
       bench_step();
       sample_peak("at the end");
       print_peak_summary();
+      if (cfg_.moe.enabled() && o_.moe_layer) bench_moe_layer();
     }
     print_footer();
     if (!o_.json_path.empty() && !write_json()) return 1;
@@ -535,15 +598,31 @@ class Bench {
   /// Whether the model has the paper's GPT shape (multi-head, a dh = h, a 4h GeLU MLP), for
   /// which paper_flops is the paper's 72 B s l h^2 (1 + s/(6h) + V/(12 l h)).
   bool paper_shape() const {
-    return cfg_.query_groups() == cfg_.num_attention_heads && cfg_.attention_width() == cfg_.hidden_size &&
-           !cfg_.swiglu && cfg_.ffn() == 4 * cfg_.hidden_size;
+    return !cfg_.moe.enabled() && cfg_.query_groups() == cfg_.num_attention_heads &&
+           cfg_.attention_width() == cfg_.hidden_size && !cfg_.swiglu && cfg_.ffn() == 4 * cfg_.hidden_size;
   }
   /// The formula paper_flops evaluates for this model, as printed and written to the JSON.
   std::string flops_formula() const {
     if (paper_shape()) return "72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h))";
+    if (cfg_.moe.enabled()) {
+      // Megatron's MoE terms: an MoE layer's MLP counts the k experts a token visits and the
+      // shared experts in place of ffn.
+      const std::string glu = cfg_.swiglu ? "(3/2)*" : "";
+      return "12*B*s*h^2*(l*(1 + g/a + s/h)*a*dh/h + l_dense*" + glu + "ffn/h + l_moe*" + glu +
+             "(k*moe_ffn + shared)/h) + 6*B*s*h*V";
+    }
     return std::string("12*B*s*l*h^2*((1 + g/a + s/h)*a*dh/h + ") + (cfg_.swiglu ? "(3/2)*ffn/h" : "ffn/h") +
            ") + 6*B*s*h*V";
   }
+  /// The MoE numbers of the FLOPs formula (",\n l_moe = 1, k = 8, ..." on a line of their own), or "".
+  std::string moe_terms() const {
+    if (!cfg_.moe.enabled()) return "";
+    return ",\n     l_moe = " + std::to_string(cfg_.num_moe_layers()) +
+           ", k = " + std::to_string(cfg_.moe.router_topk) +
+           ", moe_ffn = " + std::to_string(cfg_.moe_ffn()) +
+           ", shared = " + std::to_string(cfg_.moe.shared_expert_intermediate_size);
+  }
+
   /// The model's architecture in words: norm, MLP, positions, attention, biases.
   std::string architecture() const {
     std::string s = ptdp::normalization_name(cfg_.normalization);
@@ -584,6 +663,9 @@ class Bench {
     number("--heads", o_.heads);
     number("--num-query-groups", o_.groups);
     number("--ffn-hidden-size", o_.ffn);
+    number("--num-experts", o_.experts);
+    number("--moe-router-topk", o_.topk);
+    number("--moe-ffn-hidden-size", o_.moe_ffn);
     number("--vocab", o_.vocab);
     if (o_.swiglu) add("--swiglu");
     if (o_.rmsnorm) add("--rmsnorm");
@@ -723,6 +805,17 @@ class Bench {
                 cfg_.ffn(), cfg_.vocab_size, cfg_.padded_vocab(1), cfg_.seq_length,
                 cfg_.tie_embeddings ? "tied" : "untied");
     std::printf("   layer      : %s\n", architecture().c_str());
+    if (cfg_.moe.enabled()) {
+      const ptdp::MoeConfig& m = cfg_.moe;
+      std::printf("   MoE        : %d of %d layers, %d experts, top-%d (%s scores%s), expert ffn %d",
+                  cfg_.num_moe_layers(), cfg_.num_layers, m.num_experts, m.router_topk,
+                  m.score_function == ptdp::MoeScoreFunction::Sigmoid ? "sigmoid" : "softmax",
+                  m.pre_softmax ? ", softmax before the top-k" : "", cfg_.moe_ffn());
+      if (m.shared_expert_intermediate_size > 0)
+        std::printf(", shared experts %d%s", m.shared_expert_intermediate_size, m.shared_expert_gate ? " gated" : "");
+      std::printf(", aux-loss coefficient %g; %s active parameters\n", static_cast<double>(m.aux_loss_coeff),
+                  grouped(cfg_.active_parameter_count(1)).c_str());
+    }
     const std::string positions =
         cfg_.learned_positions() ? std::to_string(cfg_.max_positions()) + " position rows" : "no position table";
     std::printf("   parameters : %s (GptConfig::parameter_count: padded vocabulary, %s; fp32 params "
@@ -1028,6 +1121,259 @@ class Bench {
                 "   rows; the GeLU row holds only unfused calls. bwd includes any recomputed forward.)\n\n");
   }
 
+  // -- 6. the MoE layer alone -------------------------------------------------------------------
+
+  /// The MoE layer's time by what it does, in print order (moe_row files each backend call).
+  enum MoeRow { kExpertGemm, kExpertAct, kSharedGemm, kRouting, kPermute, kCopies, kAdds, kOtherCalls, kMoeRows };
+  static constexpr const char* kMoeRowNames[kMoeRows] = {
+      "expert GEMMs",
+      "expert activation, biases",
+      "shared experts' GEMMs",
+      "routing (router GEMMs, scores, top-k, losses)",
+      "permutation (permute, unpermute, backwards)",
+      "copies, fills, casts, host transfers",
+      "adds (outputs and gradients summed)",
+      "other backend calls"};
+  /// Rows that compute the experts; every other row, the layer's own C++ between calls and the
+  /// exchange are the routing, permutation and exchange overhead the issue's goal bounds.
+  static bool expert_compute(int row) { return row == kExpertGemm || row == kExpertAct || row == kSharedGemm; }
+
+  /// Section 6's figures.
+  struct MoeLayerResult {
+    bool ran = false;
+    Stats fwd, bwd_input, bwd_weight, layer;  // unprofiled, per pass
+    double load_min = 0.0, load_max = 0.0;    // (token, expert) pairs per expert, last pass
+    double profiled_s = 0.0;                  // the profiled layer, mean per pass
+    std::array<double, kMoeRows> row_s{};     // seconds per pass by row (profiled)
+    double expert_flops = 0.0;                // the expert GEMMs' FLOPs per pass, as the profiler counts them
+    double expert_gflops = 0.0, overhead_share = 0.0;
+  };
+  MoeLayerResult moe_;
+  Bracket moe_around_;  // the peak samples right before and after section 6
+
+  /// The row of one backend call of the MoE layer. GEMMs are the experts' (their label, or the
+  /// grouped op), the shared experts' (their MLP labels fc1 / fc2) or, unlabelled, the router's.
+  static int moe_row(ptdp::BackendOp op, const std::string& label) {
+    using ptdp::BackendOp;
+    switch (op) {
+      case BackendOp::GroupedGemm: return kExpertGemm;
+      case BackendOp::Gemm:
+        if (label == kExpertsLabel) return kExpertGemm;
+        return label == "fc1" || label == "fc2" ? kSharedGemm : kRouting;
+      case BackendOp::SwigluForward:
+      case BackendOp::SwigluBackward:
+      case BackendOp::GeluForward:
+      case BackendOp::GeluBackward:
+      case BackendOp::BiasAdd:
+      case BackendOp::BiasGrad: return kExpertAct;
+      case BackendOp::MoeRouterForward:
+      case BackendOp::MoeRouterBackward:
+      case BackendOp::MoeAuxScoresForward:
+      case BackendOp::MoeAuxScoresBackward:
+      case BackendOp::MoeRouterLse:
+      case BackendOp::MoeRouterZLossBackward:
+      case BackendOp::MoeRoute: return kRouting;
+      case BackendOp::MoePermute:
+      case BackendOp::MoeUnpermute:
+      case BackendOp::MoeUnpermuteBackward: return kPermute;
+      case BackendOp::Copy:
+      case BackendOp::CopyToHost:
+      case BackendOp::CopyFromHost:
+      case BackendOp::Copy2d:
+      case BackendOp::Fill:
+      case BackendOp::Fill2d:
+      case BackendOp::Cast: return kCopies;
+      case BackendOp::Add:
+      case BackendOp::Axpy:
+      case BackendOp::Scale: return kAdds;
+      default: return kOtherCalls;
+    }
+  }
+
+  /// One MoE layer (the model's first MoE layer's shape and settings) on b*s tokens, timed by the
+  /// wall clock: forward, backward_input and backward_weight, then the same passes with the
+  /// profiling decorator installed to split the layer's time by op.
+  void bench_moe_layer() {
+    const int64_t n = tokens(), h = cfg_.hidden_size, k = cfg_.moe.router_topk, E = cfg_.moe.num_experts;
+    const int64_t ffn = cfg_.moe_ffn();
+    const int steps = std::max(1, profile_steps_);
+    std::printf("6. The MoE layer alone (core/layers/moe: router, token dispatcher, experts) on one rank (e = 1):\n"
+                "   %" PRId64 " tokens, E = %" PRId64 ", top-%" PRId64 ", expert ffn %" PRId64
+                "%s%s; %d + %d passes of forward,\n"
+                "   backward_input, backward_weight (gradients zeroed untimed), then %d profiled ones\n",
+                n, E, k, ffn, cfg_.swiglu ? " SwiGLU" : " GeLU",
+                cfg_.moe.shared_expert_intermediate_size > 0 ? ", shared experts" : "", warmup_, iters_, steps);
+    std::fflush(stdout);
+    sample_peak("before the MoE layer");
+    const std::size_t sample_before = peak_ ? peak_->next_index() - 1 : 0;
+
+    ptdp::ParamTable params(0, 1);
+    ptdp::MoeLayer layer(params, "decoder.layers.0.mlp", cfg_, ptdp::TensorParallel{});
+    params.allocate(ptdp::Device{}, cfg_.precision);
+    params.initialize(cfg_.seed);
+    // The layer's input is a normalised hidden state: unit-variance values (uniform in
+    // [-sqrt 3, sqrt 3]); the output gradient is small, as the loss's is.
+    uint64_t state = 0x6d6f65ull;
+    const auto uniform = [&state](float scale) {
+      return scale * (static_cast<float>(splitmix64(state) >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+    };
+    std::vector<float> xh(static_cast<std::size_t>(n * h)), dyh(xh.size());
+    for (float& v : xh) v = uniform(1.7320508f);
+    for (float& v : dyh) v = uniform(1e-3f);
+    const auto device_tensor = [&](const std::vector<float>& v) {
+      const ptdp::Tensor t = ptdp::Tensor::from_host(v.data(), {n, h}, ptdp::DType::F32, ptdp::Device{});
+      return cfg_.precision == ptdp::DType::F32 ? t : t.to(cfg_.precision);
+    };
+    const ptdp::Tensor x = device_tensor(xh), dy = device_tensor(dyh);  // [N, h] each
+
+    // One pass of the layer; the wall-clock seconds of forward, backward_input, backward_weight.
+    // The caller zeroes the gradients first, outside the profiler (a fill of every expert's).
+    const auto pass = [&](int i) {
+      ptdp::Step st;
+      st.iteration = i;
+      st.microbatch = 0;
+      st.training = true;
+      std::array<double, 3> t{};
+      const ptdp::PhaseScope forward(ptdp::Phase::Forward);
+      auto t0 = Clock::now();
+      const ptdp::Tensor y = layer.forward(x, st);  // [N, h]
+      t[0] = seconds_since(t0);
+      const ptdp::PhaseScope backward(ptdp::Phase::Backward);
+      t0 = Clock::now();
+      const ptdp::Tensor dx = layer.backward_input(dy, st);  // [N, h]
+      t[1] = seconds_since(t0);
+      t0 = Clock::now();
+      layer.backward_weight(st);
+      t[2] = seconds_since(t0);
+      return t;
+    };
+    std::vector<double> fwd, bwd_in, bwd_w, total;
+    ContentionMeter meter;
+    for (int i = 0; i < warmup_ + iters_; ++i) {
+      params.zero_grads();
+      const std::array<double, 3> t = pass(i);
+      if (i < warmup_) continue;
+      fwd.push_back(t[0]);
+      bwd_in.push_back(t[1]);
+      bwd_w.push_back(t[2]);
+      total.push_back(t[0] + t[1] + t[2]);
+    }
+    moe_.fwd = stats_of(fwd);
+    moe_.bwd_input = stats_of(bwd_in);
+    moe_.bwd_weight = stats_of(bwd_w);
+    moe_.layer = stats_of(total);
+    moe_.layer.other_cores = meter.stop();
+    const auto& loads = layer.router().stats();
+    if (!loads.empty()) {
+      const std::vector<double>& per = loads.begin()->second.tokens_per_expert;
+      const auto [lo, hi] = std::minmax_element(per.begin(), per.end());
+      moe_.load_min = *lo;
+      moe_.load_max = *hi;
+    }
+    layer.router().clear_stats();
+
+    // The same passes with the decorator: every backend call's time by row; the rest of the
+    // layer's wall time is its own C++ between calls (host routing tables, index building).
+    ptdp::ProfilingBackend profiler(ptdp::cpu_backend());
+    double profiled_s = 0.0;
+    for (int i = -1; i < steps; ++i) {  // i = -1: the decorator's first calls, untimed
+      params.zero_grads();
+      const DecoratorGuard installed(profiler);
+      const std::array<double, 3> t = pass(warmup_ + iters_ + 1 + i);
+      if (i < 0) {
+        profiler.reset();
+      } else {
+        profiled_s += t[0] + t[1] + t[2];
+      }
+    }
+    moe_.profiled_s = profiled_s / steps;
+    moe_.row_s.fill(0.0);
+    moe_.expert_flops = 0.0;
+    for (const auto& e : profiler.entries()) {
+      const int row = moe_row(e.op, e.label);
+      moe_.row_s[static_cast<std::size_t>(row)] += e.seconds / steps;
+      if (row == kExpertGemm) moe_.expert_flops += e.flops / steps;
+    }
+    sample_peak("after the MoE layer");
+    if (peak_) moe_around_ = {sample_before, peak_->next_index() - 1};
+    moe_.ran = true;
+    print_moe_layer(n, h, k, ffn);
+  }
+
+  static Stats stats_of(const std::vector<double>& v) {
+    Stats st;
+    st.times_s = v;
+    st.finish();
+    return st;
+  }
+
+  /// The expert FLOPs of one forward and backward (the layer's term of Megatron's count):
+  /// 3 passes x 2 N k h ffn x (3 matrices with SwiGLU, else 2).
+  double moe_expert_model_flops(int64_t n, int64_t h, int64_t k, int64_t ffn) const {
+    return 6.0 * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(h) * static_cast<double>(ffn) *
+           (cfg_.swiglu ? 3.0 : 2.0);
+  }
+
+  void print_moe_layer(int64_t n, int64_t h, int64_t k, int64_t ffn) {
+    const double layer = moe_.profiled_s;
+    std::printf("\n   %-34s %10s %10s %10s\n", "pass (unprofiled)", "ms", "best ms", "worst ms");
+    std::printf("   %s\n", std::string(68, '-').c_str());
+    const auto pass_row = [&](const char* name, const Stats& st) {
+      std::printf("   %-34s %10.2f %10.2f %10.2f%s\n", name, st.median_s * 1e3, st.best_s * 1e3, st.worst_s * 1e3,
+                  contended_mark(moe_.layer));
+    };
+    pass_row("forward", moe_.fwd);
+    pass_row("backward_input", moe_.bwd_input);
+    pass_row("backward_weight", moe_.bwd_weight);
+    pass_row("the layer (sum of the three)", moe_.layer);
+    std::printf("   expert load: %.0f .. %.0f (token, expert) pairs per expert, mean %.1f\n\n", moe_.load_min,
+                moe_.load_max, static_cast<double>(n * k) / cfg_.moe.num_experts);
+
+    std::printf("   %-46s %9s %8s %9s\n", "the layer's time, by what it does (profiled)", "ms", "% layer", "GFLOP/s");
+    std::printf("   %s\n", std::string(76, '-').c_str());
+    double calls = 0.0, overhead = 0.0;
+    for (int r = 0; r < kMoeRows; ++r) {
+      const double t = moe_.row_s[static_cast<std::size_t>(r)];
+      calls += t;
+      if (!expert_compute(r)) overhead += t;
+      if (t <= 0.0) continue;
+      std::printf("   %-46s %9.2f %7.1f%%", kMoeRowNames[r], t * 1e3, 100.0 * t / layer);
+      if (r == kExpertGemm) std::printf(" %9.1f", moe_.expert_flops / t * 1e-9);
+      std::printf("\n");
+    }
+    const double host = layer - calls;
+    overhead += host;
+    std::printf("   %-46s %9.2f %7.1f%%\n", "the layer's own C++ between calls", host * 1e3, 100.0 * host / layer);
+    std::printf("   %-46s %9s %8s\n", "exchange (all-to-all over e)", "-", "-");
+    std::printf("   %s\n", std::string(76, '-').c_str());
+    std::printf("   %-46s %9.2f %7.1f%%  (unprofiled %.2f ms)\n", "the layer (profiled, mean)", layer * 1e3, 100.0,
+                moe_.layer.median_s * 1e3);
+    moe_.overhead_share = overhead / layer;
+    std::printf("   (one rank: no exchange; the dispatcher's local copies are in the rows above. bench_train times\n"
+                "   the all-to-all on e ranks)\n\n");
+
+    const double gemm_s = moe_.row_s[kExpertGemm];
+    const double model = moe_expert_model_flops(n, h, k, ffn);
+    moe_.expert_gflops = gemm_s > 0.0 ? moe_.expert_flops / gemm_s * 1e-9 : 0.0;
+    const double near = peak_ ? peak_->best_between(moe_around_.before, moe_around_.after) : peak_gflops_;
+    std::printf("   expert GEMMs: %.1f GFLOP/s (%.2f GFLOP per pass counted by the profiler; the experts' model\n"
+                "   FLOPs 6*N*k*h*ffn*%d = %.2f GFLOP) = %s of the run's sgemm peak, %.1f%% of the peak around\n"
+                "   this section (%.1f GFLOP/s); goal >= 80%%\n",
+                moe_.expert_gflops, moe_.expert_flops * 1e-9, cfg_.swiglu ? 3 : 2, model * 1e-9,
+                percent_of_peak(moe_.expert_gflops).c_str(), near > 0.0 ? 100.0 * moe_.expert_gflops / near : 0.0,
+                near);
+    std::printf("   routing, permutation, exchange and the layer's own C++: %.1f%% of the MoE layer (goal <= 10%%)\n",
+                100.0 * moe_.overhead_share);
+    if (step_.median_s > 0.0) {
+      const double f = model_flops();
+      std::printf("   the MoE run's whole step (3): %.1f ms, %.0f tokens/s, %.1f GFLOP/s with Megatron's MoE FLOPs,\n"
+                  "   MFU %s of the run's sgemm peak\n",
+                  step_.median_s * 1e3, static_cast<double>(tokens()) / step_.median_s, f / step_.median_s * 1e-9,
+                  percent_of_peak(f / step_.median_s * 1e-9).c_str());
+    }
+    std::printf("\n");
+  }
+
   void print_row(const char* name, double median_s, double best_s, double worst_s, double flops,
                  const char* mark) {
     const double gflops = flops / median_s * 1e-9;
@@ -1055,19 +1401,23 @@ class Bench {
     }
     std::printf("   %s\n", std::string(90, '-').c_str());
     const double logits = logit_flops();
-    std::printf("   model FLOPs per iteration: %.2f GFLOP = %s with B*s = %" PRId64 "\n", f * 1e-9,
-                flops_formula().c_str(), tokens());
+    if (cfg_.moe.enabled()) {  // the MoE formula is too long for one line with the rest
+      std::printf("   model FLOPs per iteration: %.2f GFLOP with B*s = %" PRId64 ",\n     %s\n", f * 1e-9, tokens(),
+                  flops_formula().c_str());
+    } else {
+      std::printf("   model FLOPs per iteration: %.2f GFLOP = %s with B*s = %" PRId64 "\n", f * 1e-9,
+                  flops_formula().c_str(), tokens());
+    }
     if (paper_shape()) {
       std::printf("     (the paper's count, the same with or without recomputation; forward = 1/3, "
                   "backward = 2/3 of it)\n");
     } else {
       std::printf("     (GptConfig::paper_flops: Megatron's num_floating_point_operations, the paper's count "
                   "with its\n"
-                  "     grouped-query and SwiGLU terms; here a = %d, g = %d, dh = %d, ffn = %d%s; the same "
-                  "with or\n"
-                  "     without recomputation; forward = 1/3, backward = 2/3 of it)\n",
+                  "     grouped-query, SwiGLU and MoE terms; here a = %d, g = %d, dh = %d, ffn = %d%s%s;\n"
+                  "     the same with or without recomputation; forward = 1/3, backward = 2/3 of it)\n",
                   cfg_.num_attention_heads, cfg_.query_groups(), cfg_.head_dim(), cfg_.ffn(),
-                  cfg_.swiglu ? ", SwiGLU" : ", GeLU");
+                  cfg_.swiglu ? ", SwiGLU" : ", GeLU", moe_terms().c_str());
     }
     std::printf("     transformer layers %.1f%%, logits layer (6*B*s*h*V) %.1f%%\n",
                 100.0 * (f - logits) / f, 100.0 * logits / f);
@@ -1174,6 +1524,43 @@ class Bench {
     return s + "]}";
   }
 
+  /// The config's MoE fields (", \"moe\": {...}"), or "" for a dense model.
+  std::string moe_config_json() const {
+    if (!cfg_.moe.enabled()) return "";
+    const ptdp::MoeConfig& m = cfg_.moe;
+    return ", \"moe\": {\"num_experts\": " + std::to_string(m.num_experts) +
+           ", \"router_topk\": " + std::to_string(m.router_topk) + ", \"ffn_hidden_size\": " +
+           std::to_string(cfg_.moe_ffn()) + ", \"moe_layers\": " + std::to_string(cfg_.num_moe_layers()) +
+           ", \"shared_expert_intermediate_size\": " + std::to_string(m.shared_expert_intermediate_size) +
+           ", \"pre_softmax\": " + (m.pre_softmax ? "true" : "false") +
+           ", \"aux_loss_coeff\": " + json_number(m.aux_loss_coeff) + "}";
+  }
+
+  /// Section 6: the MoE layer's passes, its time by row and the two goals' figures.
+  std::string moe_layer_json() const {
+    const double near = peak_ ? peak_->best_between(moe_around_.before, moe_around_.after) : peak_gflops_;
+    std::string s = "{\"forward\": " + stats_json(moe_.fwd) + "}, \"backward_input\": " +
+                    stats_json(moe_.bwd_input) + "}, \"backward_weight\": " + stats_json(moe_.bwd_weight) +
+                    "}, \"layer\": " + stats_json(moe_.layer) + "}, \"load_min\": " + json_number(moe_.load_min) +
+                    ", \"load_max\": " + json_number(moe_.load_max) +
+                    ", \"profiled_ms\": " + json_number(moe_.profiled_s * 1e3) + ", \"rows_ms\": {";
+    double calls = 0.0;
+    for (int r = 0; r < kMoeRows; ++r) {
+      calls += moe_.row_s[static_cast<std::size_t>(r)];
+      s += std::string(r ? ", " : "") + "\"" + json_escape(kMoeRowNames[r]) +
+           "\": " + json_number(moe_.row_s[static_cast<std::size_t>(r)] * 1e3);
+    }
+    s += "}, \"outside_backend_calls_ms\": " + json_number((moe_.profiled_s - calls) * 1e3) +
+         ", \"exchange_ms\": 0, \"expert_gemm_gflop\": " + json_number(moe_.expert_flops * 1e-9) +
+         ", \"expert_gemm_gflop_per_s\": " + json_number(moe_.expert_gflops) +
+         ", \"expert_gemm_frac_peak\": " +
+         (peak_gflops_ > 0.0 ? json_number(moe_.expert_gflops / peak_gflops_) : std::string("null")) +
+         ", \"peak_around\": " + json_number(near) + ", \"expert_gemm_frac_peak_around\": " +
+         (near > 0.0 ? json_number(moe_.expert_gflops / near) : std::string("null")) +
+         ", \"overhead_share\": " + json_number(moe_.overhead_share) + "}";
+    return s;
+  }
+
   bool write_json() {
     const double flops = model_flops();
     std::string s = "{\n";
@@ -1204,8 +1591,9 @@ class Bench {
          ", \"micro_batch\": " + std::to_string(b_) +
          ", \"hidden_dropout\": " + json_number(cfg_.hidden_dropout) +
          ", \"attention_dropout\": " + json_number(cfg_.attention_dropout) + ", \"recompute\": \"" +
-         ptdp::recompute_name(cfg_.recompute) + "\"},\n";
+         ptdp::recompute_name(cfg_.recompute) + "\"" + moe_config_json() + "},\n";
     s += "  \"parameters\": " + std::to_string(cfg_.parameter_count(1)) + ",\n";
+    s += "  \"active_parameters\": " + std::to_string(cfg_.active_parameter_count(1)) + ",\n";
     s += "  \"tokens_per_iteration\": " + std::to_string(tokens()) + ",\n";
     s += "  \"warmup\": " + std::to_string(warmup_) + ",\n";
     s += "  \"iters\": " + std::to_string(iters_) + ",\n";
@@ -1230,6 +1618,7 @@ class Bench {
            ", \"optimizer\": " + json_number(step_opt_.median_s * 1e3) + "},\n";
     }
     if (!prof_entries_.empty()) s += "  \"breakdown\": " + breakdown_json() + ",\n";
+    if (moe_.ran) s += "  \"moe_layer\": " + moe_layer_json() + ",\n";
     s += "  \"loss_first\": " + json_number(loss_first_) + ",\n";
     s += "  \"loss_last\": " + json_number(loss_last_) + ",\n";
     s += "  \"max_rss_bytes\": " + json_number(max_rss_) + ",\n";

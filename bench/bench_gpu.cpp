@@ -26,7 +26,9 @@
 // 3. Training: whole iterations of the three GPTs (V=50257, s=1024, b=8 or --train-batch) and
 //    of Llama-3.2-1B (ptdp_gpt_options_from_preset("llama-3.2-1b"): 16 layers, h 2048, 32
 //    heads in 8 query groups, SwiGLU ffn 8192, RMSNorm, RoPE with Llama 3.2's scaling, no
-//    biases, V=128256, tied; at s=2048, b=4 or --train-batch), bf16 unless --train-precision
+//    biases, V=128256, tied; at s=2048, b=4 or --train-batch) and of OLMoE-1B-7B's first 2 layers
+//    (its preset: h 2048, 16 heads, 64 experts, top-8, expert ffn 1024 with SwiGLU, q/k norms,
+//    V=50304; at s=2048, b=4: bench_gpt --moe's run on the GPU), bf16 unless --train-precision
 //    says f16 or f32, through the public C API (libptdp), as a user program would run them: a
 //    runtime of one process without MPI, default groups, the model on the GPU (attention AUTO:
 //    the flash kernel), AdamW (lr 1e-4; f16 with a constant loss scale of 1024) and a 1F1B
@@ -97,13 +99,24 @@ struct Options : ptdp::bench::CaseOptions {
   bool train_batch_given = false;                // --train-batch also sets the Llama case's b
   int train_iters = 0;                           // --train-iters; 0: 10, quick 3
   ptdp_dtype train_precision = PTDP_DTYPE_BF16;  // --train-precision
+  std::string exclude;                           // --exclude: cases whose name contains it are skipped
 };
+
+/// Whether a case of this name runs: --filter's substring in it, --exclude's not.
+bool selected(const Options& o, const std::string& name) {
+  return (o.filter.empty() || name.find(o.filter) != std::string::npos) &&
+         (o.exclude.empty() || name.find(o.exclude) == std::string::npos);
+}
 
 constexpr int kTrainWarmup = 2;  // untimed iterations before the timed ones
 // The Llama case: Llama-3.2-1B's preset at s = 2048, b = 4 (the GPT cases' 8192 tokens per
 // iteration at b = 8), unless --train-batch says otherwise.
 constexpr const char* kLlamaPreset = "llama-3.2-1b";
 constexpr int32_t kLlamaSeq = 2048, kLlamaBatch = 4;
+// The MoE case, bench_gpt --moe's run on the GPU: OLMoE-1B-7B's preset (h 2048, 64 experts, top-8,
+// expert ffn 1024) with 2 of its 16 layers, at the Llama case's s and b.
+constexpr const char* kMoePreset = "olmoe-1b-7b";
+constexpr int32_t kMoeLayers = 2;
 
 void print_help(const char* argv0) {
   ptdp::bench::print_help(
@@ -125,8 +138,10 @@ void print_help(const char* argv0) {
         "run only cases whose name contains SUBSTR (names look like\n"
         "124M/b4/fc1.wgrad, 1.3B/b8/attn.score, 350M/b8/attn.flash.bwd,\n"
         "llama-3.2-1b/b4/attn.flash.fwd, 1.3B/b8/train, llama-3.2-1b/b4/train,\n"
-        "moe/grouped.fc1.fwd; 'train' selects the training cases only, 'llama'\n"
-        "the Llama ones, 'moe' the MoE experts)"},
+        "moe/grouped.fc1.fwd, olmoe-1b-7b.l2/b4/train; 'train' selects the\n"
+        "training cases only, 'llama' the Llama ones, 'moe' the MoE experts\n"
+        "and the MoE training case)"},
+       {"--exclude SUBSTR", "skip the cases whose name contains SUBSTR (e.g. moe)"},
        {"--runs N",
         "timed runs per GEMM/attention case (default 5, quick 3); the median\n"
         "is reported"},
@@ -167,6 +182,7 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
         bool ok = true;
         if (ptdp::bench::read_case_flag(args, o, ok, exit_code)) return ok;
         const std::string& f = args.flag();
+        if (f == "--exclude") return args.require_value(o.exclude, exit_code);
         if (f == "--train-batch") return args.int_value(o.train_batch, 1, exit_code);
         if (f == "--train-iters") return args.int_value(o.train_iters, 1, exit_code);
         if (f == "--train-precision") {
@@ -239,7 +255,7 @@ std::vector<Case> make_cases(const Options& o) {
         c.stride_a = sa;
         c.stride_b = sb;
         c.stride_c = sc;
-        if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
+        if (selected(o, c.name)) out.push_back(c);
       };
       // Linear layer Y[T, out] = X[T, in] W[out, in]^T; dX = dY W; dW = dY^T X.
       const auto linear = [&](const char* name, int64_t in, int64_t outf) {
@@ -301,7 +317,7 @@ std::vector<AttnCase> make_attention_cases(const Options& o) {
       c.dh = sh.dh;
       c.backward = backward;
       c.name = std::string(sh.name) + "/b" + std::to_string(sh.b) + "/attn.flash." + (backward ? "bwd" : "fwd");
-      if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
+      if (selected(o, c.name)) out.push_back(c);
     }
   }
   return out;
@@ -338,12 +354,13 @@ std::vector<TrainCase> make_train_cases(const Options& o) {
   struct Shape {
     const char* name;
     const char* preset;  // nullptr: a GPT of the shape below (V = 50257, s = 1024)
-    int32_t layers, hidden, heads;
+    int32_t layers, hidden, heads;  // a preset's: layers > 0 keeps its first layers, the rest unused
   };
   const Shape shapes[] = {{"124M", nullptr, 12, 768, 12},
                           {"350M", nullptr, 24, 1024, 16},
                           {"1.3B", nullptr, 24, 2048, 16},
-                          {kLlamaPreset, kLlamaPreset, 0, 0, 0}};
+                          {kLlamaPreset, kLlamaPreset, 0, 0, 0},
+                          {"olmoe-1b-7b.l2", kMoePreset, kMoeLayers, 0, 0}};
   std::vector<TrainCase> out;
   for (const Shape& sh : shapes) {
     if (o.quick && std::string(sh.name) != "124M") continue;
@@ -351,13 +368,14 @@ std::vector<TrainCase> make_train_cases(const Options& o) {
     c.model = sh.name;
     ptdp_gpt_options_init(&c.options);
     if (sh.preset != nullptr) {
-      // The preset's shape and architecture at s = 2048 (not its 8192), without dropout as
-      // Llama trains.
+      // The preset's shape and architecture at s = 2048 (not its 8192 or 4096), without dropout
+      // as Llama and the MoE models train.
       c.preset = sh.preset;
       if (ptdp_gpt_options_from_preset(sh.preset, &c.options) != PTDP_SUCCESS) {
         c.error = std::string("ptdp_gpt_options_from_preset: ") + ptdp_last_error();
       }
       c.options.seq_length = kLlamaSeq;
+      if (sh.layers > 0) c.options.num_layers = sh.layers;  // the MoE case: the first layers only
       c.options.hidden_dropout = 0.0f;
       c.options.attention_dropout = 0.0f;
       c.b = o.train_batch_given ? o.train_batch : kLlamaBatch;
@@ -373,7 +391,7 @@ std::vector<TrainCase> make_train_cases(const Options& o) {
     c.options.precision = o.train_precision;
     c.options.attention = PTDP_ATTENTION_AUTO;  // the flash kernel for bf16/f16 at dh 64 and 128
     c.name = std::string(sh.name) + "/b" + std::to_string(c.b) + "/train";
-    if (o.filter.empty() || c.name.find(o.filter) != std::string::npos) out.push_back(c);
+    if (selected(o, c.name)) out.push_back(c);
   }
   return out;
 }
@@ -1137,6 +1155,12 @@ bool run_train(const Options& o, const std::vector<TrainCase>& train_cases,
           g.position_embedding_type == PTDP_POSITION_EMBEDDING_ROPE ? "RoPE" : "learned positions",
           g.disable_bias_linear ? "no biases" : "biases", g.vocab_size,
           g.untie_embeddings_and_output_weights ? "untied" : "tied", static_cast<double>(g.hidden_dropout));
+      if (g.num_experts > 0) {
+        std::printf("    MoE: %d experts, top-%d, expert ffn %d, in every layer; the FLOPs' MLP term is k * the\n"
+                    "    expert ffn (Megatron's MoE count, the router's left out); one GPU, so no exchange\n",
+                    g.num_experts, g.moe_router_topk,
+                    g.moe_ffn_hidden_size > 0 ? g.moe_ffn_hidden_size : g.ffn_hidden_size);
+      }
     }
   }
   std::printf("%-22s %8s %7s %9s %9s %10s %8s %6s %19s %13s\n", "case", "params", "setup s",
@@ -1224,7 +1248,7 @@ bool run_moe(const Options& o) {
   bool ok = true;
   const auto timed = [&](const std::string& name, int64_t m, int64_t n, int64_t kk, double flops,
                          const std::function<void()>& op) {
-    if (!o.filter.empty() && name.find(o.filter) == std::string::npos) return 0.0;
+    if (!selected(o, name)) return 0.0;
     try {
       op();
       be.synchronize();
@@ -1356,7 +1380,7 @@ int run(const Options& o) {
   const std::vector<Case> cases = make_cases(o);
   const std::vector<AttnCase> attn_cases = make_attention_cases(o);
   const std::vector<TrainCase> train_cases = make_train_cases(o);
-  const bool moe = o.filter.empty() || o.filter.find("moe") != std::string::npos;
+  const bool moe = (o.filter.empty() || o.filter.find("moe") != std::string::npos) && selected(o, "moe/");
   if (cases.empty() && attn_cases.empty() && train_cases.empty() && !moe) {
     std::fprintf(stderr, "bench_gpu: no case matches --filter '%s'\n", o.filter.c_str());
     return 2;

@@ -19,6 +19,10 @@
 #                      shape), bf16 training of GPT 124M/350M/1.3B (s=1024) and Llama-3.2-1B
 #                      (its preset, s=2048) through the C API (tokens/s, TFLOP/s from
 #                      ptdp_gpt_flops, MFU against 989 TFLOP/s)
+#   bench_gpu_moe      bench_gpu --filter moe: the MoE ops at OLMoE-1B-7B's shape (grouped GEMMs
+#                      against plain ones, router, routing, dispatch, combine, their share) and
+#                      bf16 training of OLMoE-1B-7B's first 2 layers at s=2048, b=4 (bench_gpt
+#                      --moe's run on the GPU; tokens/s, TFLOP/s and MFU with Megatron's MoE FLOPs)
 #   gpt_1.3B_bf16 gpt_124M_f32   bench_gpt --device cuda (forward and backward apart)
 # --only a,b runs just those steps: the report of a run that failed ends with the command that
 # repeats what failed, so a second run fits in the 15 minutes of device time.
@@ -33,17 +37,17 @@
 # (`timeout -k`), each appears in the report with the tail of the output.
 #
 # Time: the steps share a budget (each one's share is about twice what it needs on an H200,
-# held back from the steps before it) of 465 s for a full run, inside the 8 minutes a check may
-# take. Without a GPU the tests skip and the benchmarks are not run: seconds, verdict "no GPU".
+# held back from the steps before it) of 485 s for a full run, inside the 540 s the run call
+# gives. Without a GPU the tests skip and the benchmarks are not run: seconds, verdict "no GPU".
 # Exit status: 0 all passed, 1 something failed or was skipped, 2 no GPU.
 set -uo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.." || exit 1
 
 TESTS=(test_cuda_philox test_cuda_backend test_cuda_moe test_flash_attention test_gpt_cuda test_nccl test_capi_nccl)
-BENCH_STEPS=(bench_gpu gpt_1.3B_bf16 gpt_124M_f32)
+BENCH_STEPS=(bench_gpu bench_gpu_moe gpt_1.3B_bf16 gpt_124M_f32)
 # Seconds each step may use at most; a step's share is held back from the steps before it.
-declare -A SHARE=([bench_gpu]=180 [gpt_1.3B_bf16]=75 [gpt_124M_f32]=45)
+declare -A SHARE=([bench_gpu]=160 [bench_gpu_moe]=40 [gpt_1.3B_bf16]=75 [gpt_124M_f32]=45)
 TEST_LIMIT=${DEVICE_CHECK_TEST_LIMIT:-300}  # one test program at most (the tests share what the benchmarks leave)
 TESTS_SHARE=165  # all test programs together
 
@@ -309,6 +313,10 @@ bench_result() {  # STEP LIMIT: rc of the last run_step
 if (( !gpu_seen )); then
   for s in "${BENCH_STEPS[@]}"; do is_selected "$s" && say "NOT RUN $s: no GPU"; done
 else
+  # The first field ending in % of a bench_gpu training row is its MFU.
+  row_mfu() {  # REGEX [STEP]
+    awk -v re="$1" '$1 ~ re { for (i = 2; i <= NF; i++) if ($i ~ /%$/) { print $i; exit } }' "$logs/${2:-bench_gpu}.log"
+  }
   if is_selected bench_gpu; then
     phase=bench_gpu
     flush
@@ -318,14 +326,28 @@ else
     # GEMMs at 3 runs of >= 0.03 s each (the longest section), attention, then training: bf16,
     # 2 warm-up + 10 timed iterations per model; the GPTs at s=1024, b=8, Llama-3.2-1B at
     # s=2048, b=4 (the same 8192 tokens per iteration as the 1.3B GPT, a few seconds more).
-    run_step bench_gpu "$limit" bench_gpu --runs 3 --min-time 0.03 --json "$logs/bench_gpu.json"
+    # The MoE cases run in their own step (bench_gpu_moe, below).
+    run_step bench_gpu "$limit" bench_gpu --exclude moe --runs 3 --min-time 0.03 --json "$logs/bench_gpu.json"
     { grep -E "^bench_gpu( on |: )|layer +all GEMMs above" "$logs/bench_gpu.log"; echo
       sed -n '/^Fused causal attention/,$p' "$logs/bench_gpu.log"; } | tee -a "$body"
-    # The first field ending in % of a training row is its MFU.
-    row_mfu() { awk -v re="$1" '$1 ~ re { for (i = 2; i <= NF; i++) if ($i ~ /%$/) { print $i; exit } }' "$logs/bench_gpu.log"; }
     row=$(row_mfu '^1[.]3B/.*train') && [[ -n $row ]] && mfu="$row (GPT 1.3B bf16 training, bench_gpu)"
     row=$(row_mfu '^llama-3[.]2-1b/.*train') && [[ -n $row ]] && mfu+="${mfu:+, }$row (Llama-3.2-1B bf16 training at s=2048, bench_gpu)"
     bench_result bench_gpu "$limit"
+  fi
+  if is_selected bench_gpu_moe; then
+    phase=bench_gpu_moe
+    flush
+    say ""
+    say "== bench_gpu_moe (MoE ops at OLMoE-1B-7B's shape, bf16; training of its first 2 layers at s=2048, b=4" \
+      "through the C API)"
+    limit=$(budget "${SHARE[bench_gpu_moe]}" bench_gpu_moe)
+    # 2 warm-up + 5 timed iterations: the case builds 0.9B parameters, most of the step's time.
+    run_step bench_gpu_moe "$limit" bench_gpu --filter moe --runs 3 --min-time 0.03 --train-iters 5 \
+      --json "$logs/bench_gpu_moe.json"
+    sed -n '/^MoE experts/,$p' "$logs/bench_gpu_moe.log" | tee -a "$body"
+    row=$(row_mfu '^olmoe-1b-7b[.]l2/.*train' bench_gpu_moe) && [[ -n $row ]] &&
+      mfu+="${mfu:+, }$row (OLMoE-1B-7B 2 layers bf16 training, bench_gpu)"
+    bench_result bench_gpu_moe "$limit"
   fi
   gpt() {  # STEP layers hidden heads precision micro-batch
     is_selected "$1" || return

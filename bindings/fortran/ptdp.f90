@@ -588,6 +588,29 @@ module ptdp
     integer(c_int32_t) :: sequence_parallel
     integer(c_int32_t) :: context_parallel_size
     integer(c_int) :: attention
+    type(c_ptr) :: moe_layer_freq
+    integer(c_int32_t) :: num_experts
+    integer(c_int32_t) :: moe_router_topk
+    integer(c_int32_t) :: moe_ffn_hidden_size
+    integer(c_int32_t) :: moe_shared_expert_intermediate_size
+    integer(c_int32_t) :: moe_shared_expert_gate
+    integer(c_int) :: moe_router_score_function
+    integer(c_int32_t) :: moe_router_pre_softmax
+    real(c_float) :: moe_router_topk_scaling_factor
+    integer(c_int32_t) :: moe_router_num_groups
+    integer(c_int32_t) :: moe_router_group_topk
+    integer(c_int32_t) :: moe_router_enable_expert_bias
+    real(c_float) :: moe_router_bias_update_rate
+    integer(c_int) :: moe_router_load_balancing_type
+    real(c_float) :: moe_aux_loss_coeff
+    real(c_float) :: moe_z_loss_coeff
+    real(c_float) :: moe_expert_capacity_factor
+    integer(c_int) :: moe_token_drop_policy
+    integer(c_int32_t) :: moe_pad_expert_input_to_capacity
+    integer(c_int) :: moe_token_dispatcher_type
+    integer(c_int32_t) :: moe_layer_recompute
+    integer(c_int32_t) :: expert_model_parallel_size
+    integer(c_int32_t) :: expert_tensor_parallel_size
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().

@@ -180,8 +180,10 @@ static_assert(released_size<ptdp_gpt_options>(Release::v0_1_0) == offsetof(ptdp_
 static_assert(released_size<ptdp_plan_options>(Release::v0_1_0) == offsetof(ptdp_plan_options, rotary_base) &&
                   released_size<ptdp_plan_options>(Release::v0_3_0) ==
                       offsetof(ptdp_plan_options, decoder_first_pipeline_num_layers) &&
-                  released_size<ptdp_plan_options>(Release::v0_3_0_last) == sizeof(ptdp_plan_options),
-              "ptdp_plan_options: the Llama options after 0.1.0, the uneven stages on after 0.3.0");
+                  released_size<ptdp_plan_options>(Release::v0_3_0_last) ==
+                      offsetof(ptdp_plan_options, moe_layer_freq),
+              "ptdp_plan_options: the Llama options after 0.1.0, the uneven stages on after 0.3.0, the MoE "
+              "fields (from moe_layer_freq) after 0.3.0's last header");
 static_assert(released_size<ptdp_generate_options>(Release::v0_1_0) == offsetof(ptdp_generate_options, no_kv_cache),
               "ptdp_generate_options: no_kv_cache came after 0.1.0");
 static_assert(released_size<ptdp_parallel_options>(Release::v0_3_0) ==

@@ -675,6 +675,9 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.context_parallel_size = r.context_parallel;
   o.attention = static_cast<ptdp_attention>(g.attention);
   llama_fields_to_c(g, o);
+  moe_fields_to_c(g, o);
+  o.expert_model_parallel_size = r.expert_model;
+  o.expert_tensor_parallel_size = r.expert_tensor;
   *out = o;
 }
 
@@ -704,6 +707,15 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
                  str_cat("options->hidden_dropout_set = ", o.hidden_dropout_set, " is not 0 or 1"));
   g.hidden_dropout = o.hidden_dropout_set == 1 ? o.hidden_dropout : 0.1f;
   llama_fields_to_core(o, g);
+  moe_fields_to_core(o, g);  // after num_layers: the layer pattern is read against it
+  PTDP_CHECK_ARG(o.expert_model_parallel_size >= 0,
+                 str_cat("options->expert_model_parallel_size = ", o.expert_model_parallel_size,
+                         " is negative (0: search)"));
+  PTDP_CHECK_ARG(o.expert_tensor_parallel_size >= 0,
+                 str_cat("options->expert_tensor_parallel_size = ", o.expert_tensor_parallel_size,
+                         " is negative (0: search)"));
+  r.expert_model = o.expert_model_parallel_size;
+  r.expert_tensor = o.expert_tensor_parallel_size;
   r.global_batch_size = o.global_batch_size;
   PTDP_CHECK_ARG(o.global_batch_size > 0, str_cat("options->global_batch_size = ", o.global_batch_size, " is not > 0"));
   switch (o.precision) {

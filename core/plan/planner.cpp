@@ -638,7 +638,11 @@ std::string sequence_parallel_reason(const PlanRequest& req, const Cluster& cl, 
   try {
     o = estimate(req, cl, other, e.simulated);
   } catch (const Error& err) {
-    return str_cat("no sequence parallelism: ", err.what());
+    // The other choice is refused (MoE with t > 1 needs sequence parallelism): the layout's own
+    // choice is the only one, whichever it is.
+    return str_cat(e.layout.sequence_parallel ? "sequence parallelism (--sequence-parallel), required: without it, "
+                                              : "no sequence parallelism: ",
+                   err.what());
   }
   const Estimate& with = e.layout.sequence_parallel ? e : o;
   const Estimate& without = e.layout.sequence_parallel ? o : e;
@@ -958,6 +962,8 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                        {"distributed_optimizer", L.distributed_optimizer},
                        {"sequence_parallel", L.sequence_parallel},
                        {"context_parallel", L.c},
+                       {"expert_model_parallel", L.e},
+                       {"expert_tensor_parallel", L.expert_tensor()},
                        {"parameters_exact", e.params_exact},
                        {"parameters_per_gpu", e.params_per_gpu},
                        {"memory_bytes",
@@ -976,6 +982,7 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                          {"data_parallel", e.data_parallel},
                          {"embedding_sync", e.embedding_sync},
                          {"optimizer", e.optimizer},
+                         {"expert_comm", e.expert_comm},
                          {"iteration", e.iteration}}},
                        {"bubble_fraction", e.bubble_fraction},
                        {"simulated", e.simulated},

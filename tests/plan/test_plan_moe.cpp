@@ -212,6 +212,15 @@ TEST_CASE("the planner prices MoE memory and all-to-alls, picks e and etp and sa
   CHECK_THAT(plan.why.front(), Catch::Contains(str_cat("e = ", best.e, ", etp = ", best.expert_tensor())));
   CHECK_THAT(plan.why.front(), Catch::Contains("against e = "));
   CHECK_THAT(plan_report(plan), Catch::Contains("active per token"));
+  // With t > 1 the layout runs sequence parallelism, and its reason says so (it once said "no
+  // sequence parallelism" because the layout without it is refused).
+  q.tensor = 2;
+  const PlanResult with_t = make_plan(q, c);
+  REQUIRE(with_t.feasible);
+  CHECK(with_t.layouts.front().layout.sequence_parallel);
+  CHECK_THAT(with_t.why.front(), Catch::Contains("sequence parallelism (--sequence-parallel), required"));
+  CHECK_THAT(with_t.why.front(), !Catch::Contains("no sequence parallelism"));
+  q.tensor = 0;
   // A pinned e is kept.
   q.expert_model = 2;
   const PlanResult pinned = make_plan(q, c);

@@ -111,6 +111,26 @@ rc, out, err = run(["--help"])
 check(all(f in out for f in ("--model-preset", "llama-3-8b", "--swiglu", "--num-query-groups", "--normalization")),
       "--help lists the presets and the Llama flags")
 
+# MoE presets through the tool (the C API's plan options carry the MoE fields and the e / etp
+# pins; they once dropped them and planned Mixtral as a dense 7.24B model).
+MIXTRAL = ["--cluster", "dgx-h100", "--num-gpus", "64", "--global-batch-size", "512", "--bf16",
+           "--use-distributed-optimizer", "--model-preset", "mixtral-8x7b"]
+rc, out, err = run(MIXTRAL)
+check(rc == 0 and "Decoder of 46.70B parameters" in out and "MoE: 32 of 32 layers with 8 experts" in out
+      and "12879925248 active per token" in out and "--expert-model-parallel-size" in out,
+      f"mixtral-8x7b: rc {rc}, {out[:400]} {err}")
+rc, out, err = run(MIXTRAL + ["--expert-model-parallel-size", "4", "--expert-tensor-parallel-size", "1", "--json"])
+try:
+    best = json.loads(out)["layouts"][0]
+    check(rc == 0 and "e = 4, etp = 1" in best["why"], f"mixtral-8x7b pinned e = 4, etp = 1: {best['why']}")
+    check(best["expert_model_parallel"] == 4 and best["expert_tensor_parallel"] == 1
+          and best["seconds"]["expert_comm"] > 0, f"mixtral-8x7b --json: e, etp and the exchanges' time: {best}")
+    check(best["parameters_exact"] == 46702792704, f"mixtral-8x7b: {best['parameters_exact']} parameters")
+except (ValueError, KeyError, IndexError) as e:
+    check(False, f"mixtral-8x7b --json: not the expected JSON ({e}): {out[:200]} {err}")
+rc, out, err = run(MIXTRAL + ["--expert-model-parallel-size", "3"])
+check(rc != 0 and "expert" in err, f"mixtral-8x7b with e = 3: rc {rc}, {err}")
+
 # Impossible requests: status 1 and what is missing.
 rc, out, err = run(["--cluster", "dgx-a100", "--num-layers", "128", "--hidden-size", "25600", "--num-attention-heads",
                     "160", "--seq-length", "2048", "--vocab-size", "51200", "--global-batch-size", "3072", "--fp16"])

@@ -94,6 +94,11 @@ make_bundle() {  # GLIBC_REQUIRED
   cat > "$b/bin/bench_gpu" <<'EOF'
 #!/bin/sh
 echo "bench_gpu on NVIDIA H200 (stand-in)"
+case " $* " in *" --filter moe "*)
+  echo "MoE experts at OLMoE-1B-7B's shape, bf16 (stand-in)"
+  echo "olmoe-1b-7b.l2/b4/train 0.91B     2.0    100.00     99.00     81,920    300.0  30.3%   10.8 -> 10.5"
+  exit 0 ;;
+esac
 echo "Fused causal attention, bf16"
 echo "1.3B/b8/attn.flash.fwd     1024     16    128     8     1.000     400.0 (40.4%)"
 echo "case                 params setup s     ms/it   best ms   tokens/s  TFLOP/s    MFU"
@@ -119,7 +124,7 @@ r="$out/report.txt"
 cat "$r"
 check "exit status 1, got $rc" test "$rc" -eq 1
 check "verdict counts tests and benchmarks, headline MFU" has \
-  "VERDICT: GPU seen (NVIDIA H200) · tests 4 passed, 3 failed, 0 skipped · benchmarks 1 ran, 2 failed · headline MFU 47.5% (GPT 1.3B bf16 training, bench_gpu), 41.2% (Llama-3.2-1B bf16 training at s=2048, bench_gpu)" <(head -n 1 "$r")
+  "VERDICT: GPU seen (NVIDIA H200) · tests 4 passed, 3 failed, 0 skipped · benchmarks 2 ran, 2 failed · headline MFU 47.5% (GPT 1.3B bf16 training, bench_gpu), 41.2% (Llama-3.2-1B bf16 training at s=2048, bench_gpu), 30.3% (OLMoE-1B-7B 2 layers bf16 training, bench_gpu)" <(head -n 1 "$r")
 check "glibc accepted" has "is new enough for the bundle (needs 2.17)" "$r"
 if [[ -n $cc ]]; then
   check "a library that only a wheel holds is found and reported" grep -qE "libfakenccl\.so\.2 +$wheel/libfakenccl\.so\.2 +\(1 of 8 programs\)" "$r"
@@ -133,6 +138,7 @@ check "hanging test's output tail" has "| starting the flash kernels" "$r"
 check "missing program" has "FAIL test_nccl: missing from the bundle" "$r"
 check "bench_gpu's training row in the report" has "1.3B/b8/train" "$r"
 check "bench_gpu's Llama training row in the report" has "llama-3.2-1b/b4/train" "$r"
+check "bench_gpu_moe's training row in the report" has "olmoe-1b-7b.l2/b4/train" "$r"
 check "failing benchmark with the tail of its output" has "FAIL gpt_1.3B_bf16: exit 3; the end of its log:" "$r"
 check "benchmark's stderr tail" has "| cuda: out of memory" "$r"
 check "rerun command names what failed" has \

@@ -4021,6 +4021,41 @@ class ptdp_plan_options(object):
                                                 where the unfused path keeps the a / t s^2 b
                                                 probabilities (and their dropped copy).
     """)
+    moe_layer_freq = property(_ptdp_ext.ptdp_plan_options_moe_layer_freq_get, _ptdp_ext.ptdp_plan_options_moe_layer_freq_set, doc=r"""
+    As ptdp_gpt_options::moe_layer_freq (NULL or "":
+                                                every layer is MoE).
+    """)
+    num_experts = property(_ptdp_ext.ptdp_plan_options_num_experts_get, _ptdp_ext.ptdp_plan_options_num_experts_set, doc=r""" E (`--num-experts`); 0 (default): a dense model.""")
+    moe_router_topk = property(_ptdp_ext.ptdp_plan_options_moe_router_topk_get, _ptdp_ext.ptdp_plan_options_moe_router_topk_set, doc=r""" k (`--moe-router-topk`); 0 means 2.""")
+    moe_ffn_hidden_size = property(_ptdp_ext.ptdp_plan_options_moe_ffn_hidden_size_get, _ptdp_ext.ptdp_plan_options_moe_ffn_hidden_size_set, doc=r"""
+    Each expert's width (`--moe-ffn-hidden-size`); 0:
+                                                ffn_hidden_size.
+    """)
+    moe_shared_expert_intermediate_size = property(_ptdp_ext.ptdp_plan_options_moe_shared_expert_intermediate_size_get, _ptdp_ext.ptdp_plan_options_moe_shared_expert_intermediate_size_set, doc=r""" The shared experts' width; 0: none.""")
+    moe_shared_expert_gate = property(_ptdp_ext.ptdp_plan_options_moe_shared_expert_gate_get, _ptdp_ext.ptdp_plan_options_moe_shared_expert_gate_set, doc=r""" As ptdp_gpt_options::moe_shared_expert_gate.""")
+    moe_router_score_function = property(_ptdp_ext.ptdp_plan_options_moe_router_score_function_get, _ptdp_ext.ptdp_plan_options_moe_router_score_function_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_router_pre_softmax = property(_ptdp_ext.ptdp_plan_options_moe_router_pre_softmax_get, _ptdp_ext.ptdp_plan_options_moe_router_pre_softmax_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_router_topk_scaling_factor = property(_ptdp_ext.ptdp_plan_options_moe_router_topk_scaling_factor_get, _ptdp_ext.ptdp_plan_options_moe_router_topk_scaling_factor_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_router_num_groups = property(_ptdp_ext.ptdp_plan_options_moe_router_num_groups_get, _ptdp_ext.ptdp_plan_options_moe_router_num_groups_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_router_group_topk = property(_ptdp_ext.ptdp_plan_options_moe_router_group_topk_get, _ptdp_ext.ptdp_plan_options_moe_router_group_topk_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_router_enable_expert_bias = property(_ptdp_ext.ptdp_plan_options_moe_router_enable_expert_bias_get, _ptdp_ext.ptdp_plan_options_moe_router_enable_expert_bias_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_router_bias_update_rate = property(_ptdp_ext.ptdp_plan_options_moe_router_bias_update_rate_get, _ptdp_ext.ptdp_plan_options_moe_router_bias_update_rate_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_router_load_balancing_type = property(_ptdp_ext.ptdp_plan_options_moe_router_load_balancing_type_get, _ptdp_ext.ptdp_plan_options_moe_router_load_balancing_type_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_aux_loss_coeff = property(_ptdp_ext.ptdp_plan_options_moe_aux_loss_coeff_get, _ptdp_ext.ptdp_plan_options_moe_aux_loss_coeff_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_z_loss_coeff = property(_ptdp_ext.ptdp_plan_options_moe_z_loss_coeff_get, _ptdp_ext.ptdp_plan_options_moe_z_loss_coeff_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_expert_capacity_factor = property(_ptdp_ext.ptdp_plan_options_moe_expert_capacity_factor_get, _ptdp_ext.ptdp_plan_options_moe_expert_capacity_factor_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_token_drop_policy = property(_ptdp_ext.ptdp_plan_options_moe_token_drop_policy_get, _ptdp_ext.ptdp_plan_options_moe_token_drop_policy_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_pad_expert_input_to_capacity = property(_ptdp_ext.ptdp_plan_options_moe_pad_expert_input_to_capacity_get, _ptdp_ext.ptdp_plan_options_moe_pad_expert_input_to_capacity_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_token_dispatcher_type = property(_ptdp_ext.ptdp_plan_options_moe_token_dispatcher_type_get, _ptdp_ext.ptdp_plan_options_moe_token_dispatcher_type_set, doc=r""" As in ::ptdp_gpt_options.""")
+    moe_layer_recompute = property(_ptdp_ext.ptdp_plan_options_moe_layer_recompute_get, _ptdp_ext.ptdp_plan_options_moe_layer_recompute_set, doc=r""" As in ::ptdp_gpt_options.""")
+    expert_model_parallel_size = property(_ptdp_ext.ptdp_plan_options_expert_model_parallel_size_get, _ptdp_ext.ptdp_plan_options_expert_model_parallel_size_set, doc=r"""
+    Pin e (`--expert-model-parallel-size`), dividing
+                                                num_experts; 0 (default): search its divisors.
+    """)
+    expert_tensor_parallel_size = property(_ptdp_ext.ptdp_plan_options_expert_tensor_parallel_size_get, _ptdp_ext.ptdp_plan_options_expert_tensor_parallel_size_set, doc=r"""
+    Pin etp (`--expert-tensor-parallel-size`); 0
+                                                (default): search 1 and t.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())

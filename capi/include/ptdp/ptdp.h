@@ -4113,6 +4113,39 @@ typedef struct ptdp_plan_options {
                                              kernel keeps a / t s b fp32 row statistics per layer
                                              where the unfused path keeps the a / t s^2 b
                                              probabilities (and their dropped copy). */
+  /* Added after 0.3.0's last header: the model's mixture of experts, each field as in
+   * ::ptdp_gpt_options (num_experts 0, what a program built against an older header passes, is a
+   * dense model), and the expert-parallel pins. The planner costs the experts' memory, GEMMs
+   * and token exchanges from the shape fields; the router's and the losses' settings change
+   * neither and are kept so that the options describe the model ptdp-train would build. The
+   * fields start at the 200 bytes of that header's struct, which had no tail padding. */
+  const char* moe_layer_freq;           /**< As ptdp_gpt_options::moe_layer_freq (NULL or "":
+                                             every layer is MoE). */
+  int32_t num_experts;                  /**< E (`--num-experts`); 0 (default): a dense model. */
+  int32_t moe_router_topk;              /**< k (`--moe-router-topk`); 0 means 2. */
+  int32_t moe_ffn_hidden_size;          /**< Each expert's width (`--moe-ffn-hidden-size`); 0:
+                                             ffn_hidden_size. */
+  int32_t moe_shared_expert_intermediate_size; /**< The shared experts' width; 0: none. */
+  int32_t moe_shared_expert_gate;       /**< As ptdp_gpt_options::moe_shared_expert_gate. */
+  ptdp_moe_score_function moe_router_score_function; /**< As in ::ptdp_gpt_options. */
+  int32_t moe_router_pre_softmax;       /**< As in ::ptdp_gpt_options. */
+  float moe_router_topk_scaling_factor; /**< As in ::ptdp_gpt_options. */
+  int32_t moe_router_num_groups;        /**< As in ::ptdp_gpt_options. */
+  int32_t moe_router_group_topk;        /**< As in ::ptdp_gpt_options. */
+  int32_t moe_router_enable_expert_bias; /**< As in ::ptdp_gpt_options. */
+  float moe_router_bias_update_rate;    /**< As in ::ptdp_gpt_options. */
+  ptdp_moe_load_balancing moe_router_load_balancing_type; /**< As in ::ptdp_gpt_options. */
+  float moe_aux_loss_coeff;             /**< As in ::ptdp_gpt_options. */
+  float moe_z_loss_coeff;               /**< As in ::ptdp_gpt_options. */
+  float moe_expert_capacity_factor;     /**< As in ::ptdp_gpt_options. */
+  ptdp_moe_drop_policy moe_token_drop_policy; /**< As in ::ptdp_gpt_options. */
+  int32_t moe_pad_expert_input_to_capacity; /**< As in ::ptdp_gpt_options. */
+  ptdp_moe_dispatcher moe_token_dispatcher_type; /**< As in ::ptdp_gpt_options. */
+  int32_t moe_layer_recompute;          /**< As in ::ptdp_gpt_options. */
+  int32_t expert_model_parallel_size;   /**< Pin e (`--expert-model-parallel-size`), dividing
+                                             num_experts; 0 (default): search its divisors. */
+  int32_t expert_tensor_parallel_size;  /**< Pin etp (`--expert-tensor-parallel-size`); 0
+                                             (default): search 1 and t. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */

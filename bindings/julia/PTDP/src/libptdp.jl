@@ -1820,6 +1820,29 @@ struct ptdp_plan_options
     sequence_parallel::Int32
     context_parallel_size::Int32
     attention::ptdp_attention
+    moe_layer_freq::Ptr{Cchar}
+    num_experts::Int32
+    moe_router_topk::Int32
+    moe_ffn_hidden_size::Int32
+    moe_shared_expert_intermediate_size::Int32
+    moe_shared_expert_gate::Int32
+    moe_router_score_function::ptdp_moe_score_function
+    moe_router_pre_softmax::Int32
+    moe_router_topk_scaling_factor::Cfloat
+    moe_router_num_groups::Int32
+    moe_router_group_topk::Int32
+    moe_router_enable_expert_bias::Int32
+    moe_router_bias_update_rate::Cfloat
+    moe_router_load_balancing_type::ptdp_moe_load_balancing
+    moe_aux_loss_coeff::Cfloat
+    moe_z_loss_coeff::Cfloat
+    moe_expert_capacity_factor::Cfloat
+    moe_token_drop_policy::ptdp_moe_drop_policy
+    moe_pad_expert_input_to_capacity::Int32
+    moe_token_dispatcher_type::ptdp_moe_dispatcher
+    moe_layer_recompute::Int32
+    expert_model_parallel_size::Int32
+    expert_tensor_parallel_size::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
