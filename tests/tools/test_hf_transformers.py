@@ -175,12 +175,15 @@ def hf_logits(path_or_model, tokens):
         return model(torch.tensor(tokens, dtype=torch.long)).logits.float().numpy()
 
 
-def ptdp_logits(path, tokens, t):
+def ptdp_logits(path, tokens, t, e=1, etp=0):
+    """The probe's logits at tensor-parallel size t, experts over e ranks and etp (0: t), on the
+    fewest ranks that hold the layout (d = ranks / t)."""
     tok = os.path.join(WORK, "tokens.i32")
     out = os.path.join(WORK, "logits.f32")
     np.asarray(tokens, dtype=np.int32).tofile(tok)
     b, s = np.asarray(tokens).shape
-    run([PROBE, path, tok, str(b), str(s), str(t), out], np=t)
+    ranks = max(t, e * (etp or t))
+    run([PROBE, path, tok, str(b), str(s), str(t), out, str(e), str(etp)], np=ranks)
     return np.fromfile(out, dtype=np.float32).reshape(b, s, -1)
 
 
@@ -189,15 +192,17 @@ def tokens_for(vocab, batch, seq, seed):
     return rng.integers(0, vocab, size=(batch, seq)).tolist()
 
 
-def parity(name, path, reference, tokens, ts=(1, 2), min_scale=0.5):
-    for t in ts:
-        got = ptdp_logits(path, tokens, t)
+def parity(name, path, reference, tokens, ts=(1, 2), min_scale=0.5, layouts=None):
+    """ptdp's logits against transformers' at each t of ts, or at each (t, e, etp) of layouts."""
+    for t, e, etp in layouts or [(t, 1, 0) for t in ts]:
+        where = f"t = {t}" + (f", e = {e}, etp = {etp or t}" if e > 1 or etp else "")
+        got = ptdp_logits(path, tokens, t, e, etp)
         scale = float(np.max(np.abs(reference)))
         diff = float(np.max(np.abs(got - reference)))
-        check(got.shape == reference.shape, f"{name} t={t}: logits shape {got.shape} vs {reference.shape}")
+        check(got.shape == reference.shape, f"{name} {where}: logits shape {got.shape} vs {reference.shape}")
         check(scale > min_scale, f"{name}: the reference logits are not trivial (max {scale})")
-        check(diff <= 1e-5 * scale, f"{name} t={t}: max |ptdp - transformers| = {diff:.3g}, scale {scale:.3g}")
-        print(f"{name}: t = {t}: max |ptdp - transformers| = {diff:.2e} of max |logit| {scale:.2f} "
+        check(diff <= 1e-5 * scale, f"{name} {where}: max |ptdp - transformers| = {diff:.3g}, scale {scale:.3g}")
+        print(f"{name}: {where}: max |ptdp - transformers| = {diff:.2e} of max |logit| {scale:.2f} "
               f"({diff / scale:.1e} relative)")
 
 
@@ -539,6 +544,11 @@ MOE_KINDS = [("mixtral", dict()), ("qwen2_moe", dict(decoder_sparse_step=1, mlp_
              ("qwen3_moe", dict(norm_topk_prob=True, head_dim=16))]
 
 
+# (t, e, etp) of the MoE parity checks: serial, tensor parallel (with the sequence parallelism
+# MoE needs), experts over two ranks alone, beside t = 2 with whole experts, and split over etp = t.
+MOE_LAYOUTS = [(1, 1, 0), (2, 1, 0), (1, 2, 0), (2, 2, 1), (2, 2, 2)]
+
+
 def need_moe_options():
     """The C API carries MoE options once ptdp_gpt_options has them (issue 39's front end)."""
     header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "capi", "include", "ptdp", "ptdp.h")
@@ -562,7 +572,7 @@ def case_moe_parity():
         path = save(model, os.path.join(WORK, kind))
         names = sorted(tensors_of(path))
         check(any(".experts.0." in n for n in names), f"{kind}: the experts are saved one by one: {names[:8]}")
-        parity(kind, path, hf_logits(model, tokens), tokens)
+        parity(kind, path, hf_logits(model, tokens), tokens, layouts=MOE_LAYOUTS)
 
 
 def case_moe_roundtrip():
