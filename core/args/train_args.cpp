@@ -1136,7 +1136,10 @@ void check_together(const TrainArgs& a) {
     if (*a.eod_token_id >= a.vocab_size) fail(str_cat(value("eod-token-id"), " is not below ", value("vocab-size")));
   }
   // What the core checks again in its own words (nothing above should let these fail).
-  to_gpt_config(a).validate(a.tensor_model_parallel_size);
+  // The model's sequence_parallel comes from the layout (GptPipeline sets it), as here.
+  GptConfig checked = to_gpt_config(a);
+  checked.sequence_parallel = a.sequence_parallel;
+  checked.validate(a.tensor_model_parallel_size);
   to_optimizer_config(a).validate();
 }
 

@@ -50,6 +50,7 @@ missing; "layouts" then checks what it can without them.
 """
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -599,35 +600,66 @@ def case_moe_roundtrip():
                      shard, flag)], layout=there, ranks=2, back_layout=back, back_ranks=2 if back else None)
 
 
+# (kind, config, ptdp-train's layout flags, processes): Qwen3-MoE on one process, Mixtral with
+# its experts over e = 2, Qwen2-MoE (a dense layer, the gated shared expert) at t = 2 with
+# sequence parallelism and e = 2 over whole experts.
+MOE_FINETUNES = [
+    ("qwen3_moe", dict(), [], None),
+    ("mixtral", dict(), ["--expert-model-parallel-size", "2"], 2),
+    ("qwen2_moe", dict(decoder_sparse_step=1, mlp_only_layers=[1]),
+     ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2",
+      "--expert-tensor-parallel-size", "1"], 2),
+]
+
+
 def case_moe_finetune():
-    """A Qwen3-MoE trained briefly with torch is imported and fine-tuned by ptdp-train --finetune:
-    it starts from the imported weights and the loss falls; the export's loss falls in transformers."""
+    """Each MoE class trained briefly with torch is imported (ptdp-convert) and fine-tuned by
+    ptdp-train --finetune at its layout: it starts from the imported weights (the first loss is
+    transformers', far below a fresh model's) and the loss falls; the fine-tuned checkpoint
+    exported to Hugging Face has the lower loss in transformers too, and transformers' logits of
+    the export are ptdp's (the fp32 export holds ptdp's parameters bit for bit, moe_roundtrip)."""
     need_transformers()
     need_moe_options()
     text = open(GPL, "rb").read()
-    model = make("qwen3_moe", seed=90, vocab_size=256, tie_word_embeddings=False)
-    train_with_torch(model, text, steps=30, seq=32, batch=16, lr=3e-3, seed=0)
-    hf_dir = save(model, os.path.join(WORK, "moe-pretrained"))
-    before = text_loss(model, text)
-    ckpt = os.path.join(WORK, "moe-imported")
-    out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
-    flags = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")][0].split(":", 1)[1].split()
-    log, saved = os.path.join(WORK, "moe-ft.jsonl"), os.path.join(WORK, "moe-ft")
-    run([TRAIN] + flags + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
-                           "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0", "--lr",
-                           "2e-3", "--train-iters", "30", "--finetune", "--load", ckpt, "--save", saved,
-                           "--log-json", log, "--comm-timeout", "60"])
-    steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
-    first = steps[1]["lm_loss"]
-    head = sum(steps[i]["lm_loss"] for i in range(1, 6)) / 5
-    tail = sum(steps[i]["lm_loss"] for i in range(26, 31)) / 5
-    check(abs(first - before) < 0.35, f"the first fine-tuning loss {first:.3f} is the imported model's ({before:.3f})")
-    check(tail < head - 0.05, f"the loss falls: {head:.3f} -> {tail:.3f}")
-    back = os.path.join(WORK, "moe-ft-hf")
-    run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
-    after = text_loss(back, text)
-    check(after < before, f"transformers sees the fine-tuned MoE export's loss fall: {before:.3f} -> {after:.3f}")
-    print(f"moe finetune: torch {before:.3f}; ptdp-train {first:.3f} -> {steps[30]['lm_loss']:.3f}; export {after:.3f}")
+    tokens = tokens_for(256, 2, 16, 6)
+    for i, (kind, overrides, layout, ranks) in enumerate(MOE_FINETUNES):
+        model = make(kind, seed=90 + i, vocab_size=256, tie_word_embeddings=False, **overrides)
+        train_with_torch(model, text, steps=30, seq=32, batch=16, lr=3e-3, seed=0)
+        hf_dir = save(model, os.path.join(WORK, kind + "-pretrained"))
+        before = text_loss(model, text)
+        ckpt = os.path.join(WORK, kind + "-imported")
+        out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
+        line = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")]
+        check(len(line) == 1 and "--num-experts 4" in line[0], f"{kind}: ptdp-convert prints the MoE flags:\n{out}")
+        flags = shlex.split(line[0].split(":", 1)[1])
+        common = flags + layout + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
+                                   "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0",
+                                   "--lr", "2e-3", "--comm-timeout", "60"]
+        log, saved = os.path.join(WORK, kind + "-ft.jsonl"), os.path.join(WORK, kind + "-ft")
+        run([TRAIN] + common + ["--train-iters", "30", "--finetune", "--load", ckpt, "--save", saved,
+                                "--log-json", log], np=ranks)
+        steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
+        check(sorted(steps) == list(range(1, 31)), f"{kind}: iterations 1..30 logged, got {sorted(steps)[:3]}...")
+        fresh_log = os.path.join(WORK, kind + "-fresh.jsonl")
+        run([TRAIN] + common + ["--train-iters", "1", "--log-json", fresh_log], np=ranks)
+        fresh = [r for r in map(json.loads, open(fresh_log)) if "iteration" in r][0]["lm_loss"]
+        first = steps[1]["lm_loss"]
+        head = sum(steps[j]["lm_loss"] for j in range(1, 6)) / 5
+        tail = sum(steps[j]["lm_loss"] for j in range(26, 31)) / 5
+        check(abs(first - before) < 0.35, f"{kind}: the first fine-tuning loss {first:.3f} is the imported "
+                                          f"model's ({before:.3f})")
+        check(first < fresh - 1.0, f"{kind}: the imported weights are used: first loss {first:.3f} vs a fresh "
+                                   f"model's {fresh:.3f}")
+        check(tail < head - 0.05, f"{kind}: the loss falls: {head:.3f} -> {tail:.3f}")
+        back = os.path.join(WORK, kind + "-ft-hf")
+        run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
+        after = text_loss(back, text)
+        check(after < before, f"{kind}: transformers sees the fine-tuned export's loss fall: {before:.3f} -> "
+                              f"{after:.3f}")
+        parity(f"{kind} fine-tuned export", back, hf_logits(back, tokens), tokens, layouts=[(1, 1, 0), (1, 2, 0)])
+        print(f"moe finetune {kind} ({' '.join(layout) or 'one process'}): transformers-trained {before:.3f} "
+              f"(fresh ptdp model {fresh:.3f}); ptdp-train --finetune {first:.3f} -> {steps[30]['lm_loss']:.3f} "
+              f"(means {head:.3f} -> {tail:.3f}); the export in transformers {after:.3f}")
 
 
 def case_moe_generate():
