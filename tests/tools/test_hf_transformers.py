@@ -42,8 +42,11 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
   moe_parity, moe_roundtrip, moe_finetune, moe_generate
              Mixtral, Qwen2-MoE (a dense layer, the gated shared expert) and Qwen3-MoE (q/k norms)
              of transformers 5.25, whose save_pretrained writes the experts one by one as on the
-             hub: parity at t = 1 and 2, round trips at t = 2, a fine-tune with ptdp-train, greedy
-             generation; skipped (77) while ptdp_gpt_options has no MoE fields
+             hub: logits parity at (t, e, etp) = (1, 1), (2, 1), (1, 2), (2, 2, 1) and (2, 2, 2)
+             (PROBE E ETP); round trips through ptdp-convert with the experts over e = 2 (with and
+             without t = 2), byte for byte with transformers' shards; a fine-tune of each class
+             with ptdp-train --finetune (one process, e = 2, t = 2 with e = 2) whose export's
+             logits in transformers are ptdp's; greedy generation against generate()
 
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
@@ -669,7 +672,11 @@ def case_moe_generate():
         model = make(kind, seed=95 + i, **overrides)
         hf_dir = save(model, os.path.join(WORK, kind + "-gen"))
         ckpt = os.path.join(WORK, kind + "-gen-ptdp")
-        run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"])
+        # Mixtral converted with its experts over e = 2 (the checkpoint's expert shards), the
+        # others on one process; ptdp-generate loads either on one.
+        experts = ["--expert-model-parallel-size", "2"] if kind == "mixtral" else []
+        run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"] + experts,
+            np=2 if experts else None)
         prompt = [5, 17, 3, 42, 8]
         p = run([GENERATE, "--load", ckpt, "--prompt-ids", " ".join(map(str, prompt)), "--max-new-tokens", "12",
                  "--top-k", "1"])
