@@ -362,7 +362,11 @@ def case_layouts():
             (["--from-ptdp", ckpt, "--to-hf", os.path.join(WORK, "as-gpt2"), "--architecture", "gpt2"], 1,
              "cannot be written as GPT2LMHeadModel"),
             (["--from-hf", one, "--to-ptdp", os.path.join(WORK, "y"), "--tensor-model-parallel-size", "3"], 2,
-             "not a multiple of t 3")]:
+             "not a multiple of t 3"),
+            (["--from-hf", one, "--to-ptdp", os.path.join(WORK, "y"), "--expert-model-parallel-size", "0"], 2,
+             "--expert-model-parallel-size: '0' is not an integer >= 1"),
+            (["--from-ptdp", ckpt, "--to-hf", os.path.join(WORK, "z"), "--expert-tensor-parallel-size", "2"], 2,
+             "has no experts")]:
         p = run([CONVERT] + args, expect_ok=False)
         check(p.returncode == status and needle in p.stderr,
               f"ptdp-convert {args}: expected status {status} naming {needle!r}; got {p.returncode}, {p.stderr!r}")
