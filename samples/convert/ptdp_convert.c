@@ -163,9 +163,18 @@ static int copy_tokenizer_files(const char* from, const char* to, char* names, s
   return 1;
 }
 
+/* " FLAG X" with the fewest digits that read back as the same float (0.001, not 0.00100000005). */
+static void print_float_flag(const char* flag, float x) {
+  char text[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    snprintf(text, sizeof text, "%.*g", digits, (double)x);
+    if ((float)strtod(text, NULL) == x) break;
+  }
+  printf(" %s %s", flag, text);
+}
+
 /* The MoE part of the ptdp-train flags: the experts, the router and its balancing loss (a
- * Hugging Face model states its router_aux_loss_coef; ptdp-train's default is 0). Floats with 9
- * digits, so that the fp32 settings read back unchanged. */
+ * Hugging Face model states its router_aux_loss_coef; ptdp-train's default is 0). */
 static void print_moe_flags(const ptdp_gpt_options* g) {
   static const char* const balancing[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
   printf(" --num-experts %d --moe-router-topk %d", (int)g->num_experts, (int)g->moe_router_topk);
@@ -177,16 +186,17 @@ static void print_moe_flags(const ptdp_gpt_options* g) {
   if (g->moe_router_score_function == PTDP_MOE_SCORE_SIGMOID) printf(" --moe-router-score-function sigmoid");
   if (g->moe_router_pre_softmax) printf(" --moe-router-pre-softmax");
   if (g->moe_router_topk_scaling_factor > 0)
-    printf(" --moe-router-topk-scaling-factor %.9g", (double)g->moe_router_topk_scaling_factor);
+    print_float_flag("--moe-router-topk-scaling-factor", g->moe_router_topk_scaling_factor);
   if (g->moe_router_num_groups > 0)
     printf(" --moe-router-num-groups %d --moe-router-group-topk %d", (int)g->moe_router_num_groups,
            (int)g->moe_router_group_topk);
-  if (g->moe_router_enable_expert_bias)
-    printf(" --moe-router-enable-expert-bias --moe-router-bias-update-rate %.9g",
-           (double)g->moe_router_bias_update_rate);
+  if (g->moe_router_enable_expert_bias) {
+    printf(" --moe-router-enable-expert-bias");
+    print_float_flag("--moe-router-bias-update-rate", g->moe_router_bias_update_rate);
+  }
   printf(" --moe-router-load-balancing-type %s", balancing[g->moe_router_load_balancing_type]);
-  if (g->moe_aux_loss_coeff > 0) printf(" --moe-aux-loss-coeff %.9g", (double)g->moe_aux_loss_coeff);
-  if (g->moe_z_loss_coeff > 0) printf(" --moe-z-loss-coeff %.9g", (double)g->moe_z_loss_coeff);
+  if (g->moe_aux_loss_coeff > 0) print_float_flag("--moe-aux-loss-coeff", g->moe_aux_loss_coeff);
+  if (g->moe_z_loss_coeff > 0) print_float_flag("--moe-z-loss-coeff", g->moe_z_loss_coeff);
 }
 
 /* The ptdp-train flags that build this model (those a checkpoint is checked against). */
