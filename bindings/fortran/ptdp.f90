@@ -1381,7 +1381,8 @@ module ptdp
       integer(c_int) :: ptdp_model_zero_grad
     end function ptdp_model_zero_grad
 
-    ! Number of named parameters.
+    ! Number of named parameters of the whole model: every stage's, and every expert of a
+    ! mixture of experts, wherever it is held.
     function ptdp_model_num_params(model, count) bind(c, name="ptdp_model_num_params")
       import
       implicit none
@@ -1405,8 +1406,9 @@ module ptdp
       integer(c_int) :: ptdp_model_param_info
     end function ptdp_model_param_info
 
-    ! Copies the full global-shape value of a parameter, gathered from the tensor ranks (and
-    ! broadcast from the pipeline stage holding it), into host memory.
+    ! Copies the full global-shape value of a parameter, gathered from the tensor ranks (an
+    ! expert's from its expert-tensor-parallel ranks, and broadcast from the expert-parallel
+    ! rank holding it; and broadcast from the pipeline stage holding it), into host memory.
     function ptdp_model_get_param(model, name, host, bytes) bind(c, name="ptdp_model_get_param")
       import
       implicit none
@@ -2554,8 +2556,12 @@ module ptdp
     end function ptdp_hf_save_options_init
 
     ! The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
-    ! their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
-    ! dropout, init std.
+    ! their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama
+    ! 3.1 scaling, grouped-query attention, biases, q/k norms, tying, dropout, init std; for a
+    ! mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
+    ! (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
+    ! moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
+    ! (router_aux_loss_coef).
     function ptdp_hf_read_options(directory, options, architecture) &
         bind(c, name="ptdp_hf_read_options")
       import
@@ -2567,7 +2573,8 @@ module ptdp
     end function ptdp_hf_read_options
 
     ! Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the
-    ! tensors of the parameters it holds, in any layout.
+    ! tensors of the parameters it holds, in any layout (of a mixture of experts, only the
+    ! experts of its expert-parallel rank, sliced over its expert-tensor-parallel rank).
     function ptdp_hf_load(directory, model) bind(c, name="ptdp_hf_load")
       import
       implicit none

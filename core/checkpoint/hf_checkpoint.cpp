@@ -182,7 +182,111 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
   return m;
 }
 
+namespace {
+
+// One part of transformers' dot_natural_key: a number, or text with an optional numeric suffix.
+struct NaturalPart {
+  bool text = false;
+  std::string prefix;
+  bool has_number = false;
+  int64_t number = 0;
+};
+
+// transformers' dot_natural_key: "."-separated parts, numbers before text and compared as
+// numbers, text compared as text and then by its trailing digits (none first).
+std::vector<NaturalPart> dot_natural_key(const std::string& name) {
+  std::vector<NaturalPart> parts;
+  std::size_t start = 0;
+  while (start <= name.size()) {
+    const std::size_t end = std::min(name.find('.', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    std::size_t digits = part.size();
+    while (digits > 0 && part[digits - 1] >= '0' && part[digits - 1] <= '9') --digits;
+    NaturalPart np;
+    np.text = digits > 0 || part.empty();
+    np.prefix = part.substr(0, digits);
+    np.has_number = digits < part.size();
+    if (np.has_number) np.number = std::stoll(part.substr(digits));
+    parts.push_back(np);
+    start = end + 1;
+  }
+  return parts;
+}
+
+bool natural_less(const std::string& a, const std::string& b) {
+  const auto less = [](const NaturalPart& x, const NaturalPart& y) {
+    if (x.text != y.text) return !x.text;
+    if (!x.text) return x.number < y.number;
+    if (x.prefix != y.prefix) return x.prefix < y.prefix;
+    if (x.has_number != y.has_number) return !x.has_number;
+    return x.number < y.number;
+  };
+  const std::vector<NaturalPart> ka = dot_natural_key(a), kb = dot_natural_key(b);
+  return std::lexicographical_compare(ka.begin(), ka.end(), kb.begin(), kb.end(), less);
+}
+
+// transformers 5 holds a layer's experts as fused parameters (experts.gate_up_proj [E, 2f, h],
+// experts.down_proj [E, h, f]) and saves them through its conversion mapping, reversed: the state
+// dict sorted by dot_natural_key of its own names (Mixtral's block_sparse_moe is its mlp), each
+// fused parameter then split into one storage per projection (gate, up; down) whose per-expert
+// views huggingface_hub sizes and places together. The other tensors are storages of their own.
+std::vector<std::vector<HfTensor>> moe_save_storages(const std::vector<HfTensor>& tensors) {
+  static const std::regex expert(R"((.*)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight)");
+  struct Storage {
+    std::string key;  // transformers 5's name of the parameter it comes from
+    int part = 0;     // gate (0) before up (1) within gate_up_proj
+    std::vector<std::pair<int64_t, HfTensor>> tensors;  // by expert index
+  };
+  std::vector<Storage> storages;
+  std::map<std::pair<std::string, int>, std::size_t> fused;
+  for (const HfTensor& t : tensors) {
+    std::string name = t.name;
+    const std::size_t mixtral = name.find(".block_sparse_moe.");
+    if (mixtral != std::string::npos) name.replace(mixtral, std::strlen(".block_sparse_moe."), ".mlp.");
+    std::smatch m;
+    if (!std::regex_match(name, m, expert)) {
+      storages.push_back(Storage{name, 0, {{0, t}}});
+      continue;
+    }
+    const std::string projection = m[3].str();
+    const bool down = projection == "w2" || projection == "down_proj";
+    const int part = down || projection == "w1" || projection == "gate_proj" ? 0 : 1;
+    const std::string key = m[1].str() + (down ? ".experts.down_proj" : ".experts.gate_up_proj");
+    const auto [it, added] = fused.emplace(std::pair{key, part}, storages.size());
+    if (added) storages.push_back(Storage{key, part, {}});
+    storages[it->second].tensors.emplace_back(std::stoll(m[2].str()), t);
+  }
+  std::stable_sort(storages.begin(), storages.end(), [](const Storage& x, const Storage& y) {
+    if (x.key != y.key) return natural_less(x.key, y.key);
+    return x.part < y.part;
+  });
+  std::vector<std::vector<HfTensor>> out;
+  for (Storage& s : storages) {
+    std::stable_sort(s.tensors.begin(), s.tensors.end(),
+                     [](const auto& x, const auto& y) { return x.first < y.first; });
+    out.emplace_back();
+    for (auto& [index, t] : s.tensors) out.back().push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<HfTensor>> hf_save_storages(const GptConfig& c, HfArchitecture a) {
+  const std::vector<HfTensor> order = hf_registration_order(c, a);
+  if (hf_is_moe(a)) return moe_save_storages(order);
+  std::vector<std::vector<HfTensor>> out;
+  for (const HfTensor& t : order) out.push_back({t});
+  return out;
+}
+
 std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
+  std::vector<HfTensor> out;
+  for (const std::vector<HfTensor>& s : hf_save_storages(c, a)) out.insert(out.end(), s.begin(), s.end());
+  return out;
+}
+
+std::vector<HfTensor> hf_registration_order(const GptConfig& c, HfArchitecture a) {
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const HfMapping& m : hf_mappings(c, a))
     for (const HfTensor& t : m.tensors) shapes[t.name] = t.shape;
@@ -235,7 +339,7 @@ std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
     if (it != shapes.end()) out.push_back(HfTensor{n, it->second});
   }
   if (out.size() != shapes.size())
-    throw_error(ErrorCode::Internal, "hf_state_dict: the state-dict order misses a tensor of the mappings");
+    throw_error(ErrorCode::Internal, "hf_registration_order: the order misses a tensor of the mappings");
   return out;
 }
 
@@ -616,10 +720,20 @@ void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSave
     for (const ParamInfo& p : model.all_params())
       if (!by_param.count(p.name))
         throw_error(ErrorCode::Internal, str_cat("save_hf_checkpoint: ", p.name, " maps to no Hugging Face tensor"));
-    order = hf_state_dict(c, arch);
+    // huggingface_hub places and sizes the tensors of one storage together (a layer's experts of
+    // one projection, in transformers 5).
     std::vector<uint64_t> bytes;
-    for (const HfTensor& t : order) bytes.push_back(static_cast<uint64_t>(numel(t.shape)) * st_dtype_size(o.dtype));
-    plan = hf_shard_plan(bytes, o.max_shard_size);
+    std::vector<std::size_t> storage_of;
+    for (const std::vector<HfTensor>& s : hf_save_storages(c, arch)) {
+      bytes.push_back(0);
+      for (const HfTensor& t : s) {
+        order.push_back(t);
+        storage_of.push_back(bytes.size() - 1);
+        bytes.back() += static_cast<uint64_t>(numel(t.shape)) * st_dtype_size(o.dtype);
+      }
+    }
+    const std::vector<int> storage_plan = hf_shard_plan(bytes, o.max_shard_size);
+    for (std::size_t k : storage_of) plan.push_back(storage_plan[k]);
     shards = plan.empty() ? 1 : *std::max_element(plan.begin(), plan.end()) + 1;
     std::error_code ec;
     fs::create_directories(dir, ec);

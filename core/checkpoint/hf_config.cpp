@@ -671,7 +671,10 @@ json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, cons
   j["num_hidden_layers"] = c.num_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.query_groups();
-  if (a != HfArchitecture::Qwen2 && a != HfArchitecture::Qwen2Moe) j["head_dim"] = c.head_dim();
+  // Mistral's and Mixtral's configs may say head_dim null for hidden / heads: a base's null stays.
+  const bool implied_head_dim = j.contains("head_dim") && j["head_dim"].is_null() &&
+                                c.head_dim() * c.num_attention_heads == c.hidden_size;
+  if (a != HfArchitecture::Qwen2 && a != HfArchitecture::Qwen2Moe && !implied_head_dim) j["head_dim"] = c.head_dim();
   j["max_position_embeddings"] = c.max_positions();
   j["hidden_act"] = "silu";
   j["rms_norm_eps"] = shortest(c.layernorm_epsilon);

@@ -55,12 +55,17 @@ GptPipeline::GptPipeline(const GptConfig& cfg, ProcessGroups& groups, Device dev
     const int c = chunk_index(j);
     chunks_.push_back(std::make_unique<GptModel>(cfg_, tp_, device_, chunk_stage(c)));
   }
-  // The whole model's parameter list, from tables without memory.
+  // The whole model's parameter list, from tables without memory: those of every expert-parallel
+  // rank, so that the experts held elsewhere are listed too.
   std::set<std::string> seen;
   for (int c = 0; c < chunks; ++c) {
-    GptModel meta(cfg_, tp_, Device{}, chunk_stage(c), false);
-    for (int i = 0; i < meta.params().size(); ++i) {
-      if (seen.insert(meta.params().info(i).name).second) all_params_.push_back(meta.params().info(i));
+    for (int r = 0; r < tp_.ep.ep_size; ++r) {
+      TensorParallel other = tp_;
+      other.ep.ep_rank = r;
+      GptModel meta(cfg_, other, Device{}, chunk_stage(c), false);
+      for (int i = 0; i < meta.params().size(); ++i) {
+        if (seen.insert(meta.params().info(i).name).second) all_params_.push_back(meta.params().info(i));
+      }
     }
   }
 }
@@ -102,15 +107,33 @@ void GptPipeline::get_global(const std::string& name, bool gradient, float* host
   const int owner = rank_of_chunk(chunk);
   if (owner == pp_rank_) {
     GptModel& g = *chunks_[static_cast<std::size_t>(local_of_chunk(chunk))];
-    const int i = g.params().index(name);
-    // The fp32 masters: gathered from the data-parallel shards when they are sharded.
-    gather_global(g.params(), i, gradient ? g.params().grad(i) : g.params().gather_param(i), tp_, host);
+    const int i = g.params().find(name);
+    // The fp32 masters: gathered from the data-parallel shards when they are sharded. An
+    // expert's are on one rank of each expert-parallel group, which sends them to the others.
+    if (i >= 0) gather_global(g.params(), i, gradient ? g.params().grad(i) : g.params().gather_param(i), tp_, host);
+    if (info.expert && tp_.ep.ep_size > 1) {
+      groups_.comm(GroupKind::ExpertModel)
+          .broadcast(Tensor::borrow(host, {info.global_shape.numel()}, DType::F32), expert_owner(name))
+          ->wait();
+    } else {
+      if (i < 0) throw_error(ErrorCode::Internal, "get_global: the owning stage does not hold " + name);
+    }
   }
   if (p_ > 1) {
     groups_.comm(GroupKind::Pipeline)
         .broadcast(Tensor::borrow(host, {info.global_shape.numel()}, DType::F32), owner)
         ->wait();
   }
+}
+
+int GptPipeline::expert_owner(const std::string& name) const {
+  // Expert parameters end in their global expert index J (linear_fc1.weight{J}); rank r of the
+  // expert-parallel group holds experts [r * E / e, (r + 1) * E / e).
+  std::size_t digits = name.size();
+  while (digits > 0 && name[digits - 1] >= '0' && name[digits - 1] <= '9') --digits;
+  if (digits == name.size()) throw_error(ErrorCode::Internal, "expert parameter " + name + " has no expert index");
+  const int expert = std::stoi(name.substr(digits));
+  return expert / (cfg_.moe.num_experts / tp_.ep.ep_size);
 }
 
 void GptPipeline::set_global(const std::string& name, const float* host) {

@@ -57,13 +57,16 @@ class GptPipeline {
   /// a tied word embedding is not listed), whichever rank holds it.
   const std::vector<ParamInfo>& all_params() const { return all_params_; }
   /// Global-shape value (or gradient) of a parameter; collective over the model-parallel group
-  /// (the holding stage gathers over its tensor group and broadcasts along the pipeline).
+  /// (the holding stage gathers over its tensor group, an expert's holder over its expert-tensor
+  /// group and then to its expert-parallel group, and broadcasts along the pipeline).
   void get_global(const std::string& name, bool gradient, float* host);
   /// Sets a parameter from its global-shape value on every stage holding it (both copies of a
   /// tied embedding). No communication.
   void set_global(const std::string& name, const float* host);
 
  private:
+  /// The expert-parallel rank holding an expert parameter (named with its global index).
+  int expert_owner(const std::string& name) const;
   int owner_chunk(const std::string& name) const;
 
   GptConfig cfg_;

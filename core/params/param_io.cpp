@@ -39,8 +39,16 @@ std::vector<SliceRun> runs_of_rank(const ParamInfo& p, int tp_rank, int my_rank)
 
 }  // namespace
 
-void gather_global(const ParamTable& params, int i, const Tensor& local, const TensorParallel& tp, float* host) {
+void gather_global(const ParamTable& params, int i, const Tensor& local, const TensorParallel& layer_tp, float* host) {
   const ParamInfo& p = params.info(i);
+  // An expert's slices are over the expert-tensor-parallel group (etp), not the tensor one.
+  TensorParallel expert_tp;
+  if (p.expert) {
+    expert_tp.comm = layer_tp.ep.etp_comm;
+    expert_tp.rank = layer_tp.ep.etp_rank;
+    expert_tp.size = layer_tp.ep.etp_size;
+  }
+  const TensorParallel& tp = p.expert ? expert_tp : layer_tp;
   if (p.partition_dim < 0 || tp.size == 1) {
     local.copy_to_host(host, local.nbytes());
     return;

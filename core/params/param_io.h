@@ -8,7 +8,8 @@
 namespace ptdp {
 
 /// Writes the global-shape value of parameter `i` (from `local`, its slice of the params or of
-/// the grads) to host memory. Collective over the tensor group for partitioned parameters.
+/// the grads) to host memory. Collective over the tensor group for partitioned parameters (over
+/// the expert-tensor-parallel group, tp.ep, for an expert's).
 void gather_global(const ParamTable& params, int i, const Tensor& local, const TensorParallel& tp, float* host);
 
 /// Sets this rank's slice of parameter `i` (in `local`) from the global-shape host buffer.

@@ -3,10 +3,13 @@
  *   ptdp-convert --from-hf llama-dir --to-ptdp ckpt [--seq-length 2048]
  *   mpirun -np 4 ptdp-convert --from-hf llama-dir --to-ptdp ckpt \
  *       --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2
+ *   mpirun -np 2 ptdp-convert --from-hf mixtral-dir --to-ptdp ckpt --expert-model-parallel-size 2
  *   ptdp-convert --from-ptdp ckpt --to-hf out-dir [--dtype bf16] [--max-shard-size 5GB]
  *
  * --from-hf builds the model the Hugging Face config.json describes at the layout given (under
- * mpirun for t * p * d > 1), loads its weights (ptdp_hf_load) and saves a ptdp checkpoint of
+ * mpirun for t * p * d > 1; a mixture of experts with its experts over e ranks and each expert over
+ * etp, and with the sequence parallelism MoE needs at t > 1), loads its weights (ptdp_hf_load),
+ * each rank reading its own experts' tensors, and saves a ptdp checkpoint of
  * iteration 0 without optimizer state, which `ptdp-train --finetune --load CKPT` starts from (any
  * layout loads it); it copies config.json beside it as CKPT/hf_config.json and prints the
  * ptdp-train flags of the model; the tokenizer files of the directory (tokenizer.json,
@@ -34,6 +37,9 @@ static const char* usage =
     "  --to-hf DIR                         the Hugging Face directory to write\n"
     "  --tensor-model-parallel-size T      the layout to convert at (default 1); run T * P * D\n"
     "  --pipeline-model-parallel-size P      processes under mpirun (default 1)\n"
+    "  --expert-model-parallel-size E      a mixture of experts' experts over E ranks of each stage\n"
+    "                                      (default 1; E * ETP must divide the stage's T * D ranks)\n"
+    "  --expert-tensor-parallel-size ETP   each expert's linears over ETP ranks (default: T)\n"
     "  --seq-length N                      [--from-hf] the context the ptdp model trains with (default:\n"
     "                                      the Hugging Face model's, or its sliding window)\n"
     "  --make-vocab-size-divisible-by N    [--from-hf] vocabulary padding of the ptdp model (default 128)\n"
@@ -157,6 +163,42 @@ static int copy_tokenizer_files(const char* from, const char* to, char* names, s
   return 1;
 }
 
+/* " FLAG X" with the fewest digits that read back as the same float (0.001, not 0.00100000005). */
+static void print_float_flag(const char* flag, float x) {
+  char text[32];
+  for (int digits = 6; digits <= 9; ++digits) {
+    snprintf(text, sizeof text, "%.*g", digits, (double)x);
+    if ((float)strtod(text, NULL) == x) break;
+  }
+  printf(" %s %s", flag, text);
+}
+
+/* The MoE part of the ptdp-train flags: the experts, the router and its balancing loss (a
+ * Hugging Face model states its router_aux_loss_coef; ptdp-train's default is 0). */
+static void print_moe_flags(const ptdp_gpt_options* g) {
+  static const char* const balancing[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "none"};
+  printf(" --num-experts %d --moe-router-topk %d", (int)g->num_experts, (int)g->moe_router_topk);
+  if (g->moe_ffn_hidden_size > 0) printf(" --moe-ffn-hidden-size %d", (int)g->moe_ffn_hidden_size);
+  if (g->moe_layer_freq && g->moe_layer_freq[0]) printf(" --moe-layer-freq \"%s\"", g->moe_layer_freq);
+  if (g->moe_shared_expert_intermediate_size > 0)
+    printf(" --moe-shared-expert-intermediate-size %d", (int)g->moe_shared_expert_intermediate_size);
+  if (g->moe_shared_expert_gate) printf(" --moe-shared-expert-gate");
+  if (g->moe_router_score_function == PTDP_MOE_SCORE_SIGMOID) printf(" --moe-router-score-function sigmoid");
+  if (g->moe_router_pre_softmax) printf(" --moe-router-pre-softmax");
+  if (g->moe_router_topk_scaling_factor > 0)
+    print_float_flag("--moe-router-topk-scaling-factor", g->moe_router_topk_scaling_factor);
+  if (g->moe_router_num_groups > 0)
+    printf(" --moe-router-num-groups %d --moe-router-group-topk %d", (int)g->moe_router_num_groups,
+           (int)g->moe_router_group_topk);
+  if (g->moe_router_enable_expert_bias) {
+    printf(" --moe-router-enable-expert-bias");
+    print_float_flag("--moe-router-bias-update-rate", g->moe_router_bias_update_rate);
+  }
+  printf(" --moe-router-load-balancing-type %s", balancing[g->moe_router_load_balancing_type]);
+  if (g->moe_aux_loss_coeff > 0) print_float_flag("--moe-aux-loss-coeff", g->moe_aux_loss_coeff);
+  if (g->moe_z_loss_coeff > 0) print_float_flag("--moe-z-loss-coeff", g->moe_z_loss_coeff);
+}
+
 /* The ptdp-train flags that build this model (those a checkpoint is checked against). */
 static void print_train_flags(const ptdp_gpt_options* g) {
   printf(
@@ -180,12 +222,14 @@ static void print_train_flags(const ptdp_gpt_options* g) {
   if (g->disable_bias_linear) printf(" --disable-bias-linear");
   if (g->add_qkv_bias) printf(" --add-qkv-bias");
   if (g->untie_embeddings_and_output_weights) printf(" --untie-embeddings-and-output-weights");
+  if (g->qk_layernorm) printf(" --qk-layernorm");
+  if (g->num_experts > 0) print_moe_flags(g);
   printf(" --hidden-dropout %g --attention-dropout %g\n", (double)g->hidden_dropout, (double)g->attention_dropout);
 }
 
 int main(int argc, char** argv) {
   const char *from_hf = NULL, *to_ptdp = NULL, *from_ptdp = NULL, *to_hf = NULL, *hf_config = NULL;
-  long long t = 1, p = 1, seq_length = 0, divisible = 0;
+  long long t = 1, p = 1, e = 1, etp = 0, seq_length = 0, divisible = 0;
   ptdp_hf_save_options save;
   ptdp_hf_save_options_init(&save);
   for (int i = 1; i < argc; ++i) {
@@ -219,6 +263,13 @@ int main(int argc, char** argv) {
         seq_length = n;
       else
         divisible = n;
+    } else if (strcmp(flag, "--expert-model-parallel-size") == 0 ||
+               strcmp(flag, "--expert-tensor-parallel-size") == 0) {
+      if (!parse_long(value, &n) || n < 1 || n > 1000000000) return bad_flag(flag, value, "is not an integer >= 1");
+      if (flag[9] == 'm')
+        e = n;
+      else
+        etp = n;
     } else if (strcmp(flag, "--dtype") == 0) {
       if (strcmp(value, "fp32") == 0)
         save.dtype = PTDP_DTYPE_F32;
@@ -256,6 +307,9 @@ int main(int argc, char** argv) {
   int32_t rank = 0, world = 1;
   char base_path[4096];
 
+  ptdp_gpt_options g;
+  ptdp_hf_architecture arch = PTDP_HF_ARCHITECTURE_AUTO;
+  int64_t iteration = 0;
   CHECK(ptdp_runtime_create(NULL, &runtime));
   CHECK(ptdp_runtime_world(runtime, &rank, &world));
   if (world % (t * p) != 0) {
@@ -265,17 +319,31 @@ int main(int argc, char** argv) {
     status = 2;
     goto done;
   }
+  /* The model first: whether it has experts decides the groups (the expert layout, and the
+   * sequence parallelism Megatron's MoE layer needs at t > 1). */
+  CHECK(ptdp_gpt_options_init(&g));
+  if (import) {
+    CHECK(ptdp_hf_read_options(from_hf, &g, &arch));
+  } else {
+    CHECK(ptdp_checkpoint_read_options(from_ptdp, &g, &iteration));
+  }
+  if (g.num_experts == 0 && (e > 1 || etp > 0)) {
+    if (rank == 0)
+      fprintf(stderr, "ptdp-convert: --expert-model-parallel-size %lld / --expert-tensor-parallel-size %lld: %s has "
+              "no experts\n", e, etp, import ? from_hf : from_ptdp);
+    status = 2;
+    goto done;
+  }
   ptdp_parallel_options po;
   CHECK(ptdp_parallel_options_init(&po));
   po.tensor_model_parallel_size = (int32_t)t;
   po.pipeline_model_parallel_size = (int32_t)p;
+  po.expert_model_parallel_size = (int32_t)e;
+  po.expert_tensor_parallel_size = (int32_t)etp;
+  po.sequence_parallel = g.num_experts > 0 && t > 1;
   CHECK(ptdp_groups_create(runtime, &po, &groups));
 
-  ptdp_gpt_options g;
-  CHECK(ptdp_gpt_options_init(&g));
   if (import) {
-    ptdp_hf_architecture arch = PTDP_HF_ARCHITECTURE_AUTO;
-    CHECK(ptdp_hf_read_options(from_hf, &g, &arch));
     if (seq_length > 0) g.seq_length = (int32_t)seq_length;
     if (divisible > 0) g.make_vocab_size_divisible_by = (int32_t)divisible;
     CHECK(ptdp_model_create(groups, &g, &model));
@@ -297,15 +365,16 @@ int main(int argc, char** argv) {
         status = 1;
         goto done;
       }
-      printf("ptdp-convert: %s (%s, %d layers, hidden %d, vocabulary %d) -> %s at t %lld, p %lld, d %lld\n", from_hf,
+      printf("ptdp-convert: %s (%s, %d layers, hidden %d, vocabulary %d) -> %s at t %lld, p %lld, d %lld", from_hf,
              architecture_names[arch], (int)g.num_layers, (int)g.hidden_size, (int)g.vocab_size, to_ptdp, t, p,
              world / (t * p));
+      if (g.num_experts > 0)
+        printf(", %d experts over e %lld, etp %lld", (int)g.num_experts, e, etp > 0 ? etp : t);
+      printf("\n");
       if (kept[0]) printf("ptdp-convert: kept the tokenizer's %s in %s (ptdp-generate --prompt uses it)\n", kept, to_ptdp);
       print_train_flags(&g);
     }
   } else {
-    int64_t iteration = 0;
-    CHECK(ptdp_checkpoint_read_options(from_ptdp, &g, &iteration));
     CHECK(ptdp_model_create(groups, &g, &model));
     CHECK(ptdp_checkpoint_load(from_ptdp, model, NULL, NULL));
     if (hf_config) {

@@ -192,6 +192,10 @@ TEST_CASE("train args moe: Megatron's refusals name the flags", "[args][moe]") {
   }
   // Megatron accepts sigmoid with --moe-router-pre-softmax (DeepSeek's and Kimi's scripts): no effect.
   CHECK_NOTHROW(ptdp::parse_train_args(moe({"--moe-router-score-function", "sigmoid", "--moe-router-pre-softmax"})));
+  // With the sequence parallelism it needs, MoE at t = 2 is accepted (the core's check of the
+  // model sees the layout's sequence parallelism too).
+  CHECK_NOTHROW(ptdp::parse_train_args(
+      moe({"--tensor-model-parallel-size", "2", "--num-attention-heads", "4", "--sequence-parallel"})));
 }
 
 TEST_CASE("train args moe: --recompute-modules and --moe-layer-recompute as Megatron resolves them", "[args][moe]") {

@@ -6,6 +6,7 @@
 // the expert tensors as on the hub; Hugging Face's shard split; the directory reader's refusals.
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -614,7 +615,7 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
   q2["tie_word_embeddings"] = false;
   const HfConfig q = hf_config_from_json(q2, "q.json");
   std::vector<std::string> names;
-  for (const HfTensor& t : hf_state_dict(q.model, q.architecture)) names.push_back(t.name);
+  for (const HfTensor& t : hf_registration_order(q.model, q.architecture)) names.push_back(t.name);
   const std::vector<std::string> want = {
       "model.embed_tokens.weight",
       "model.layers.0.self_attn.q_proj.weight",
@@ -652,6 +653,72 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
       "model.norm.weight",
       "lm_head.weight"};
   CHECK(names == want);
+
+  // transformers 5 saves from its fused experts: storages in dot_natural_key order of its own
+  // names, each layer's experts one storage per projection (down; gate, up of gate_up_proj).
+  std::vector<std::vector<std::string>> storages;
+  for (const auto& st : hf_save_storages(q.model, q.architecture)) {
+    storages.emplace_back();
+    for (const HfTensor& t : st) storages.back().push_back(t.name);
+  }
+  const std::string L0 = "model.layers.0.", L1 = "model.layers.1.";
+  const std::vector<std::vector<std::string>> want_storages = {
+      {"lm_head.weight"},
+      {"model.embed_tokens.weight"},
+      {L0 + "input_layernorm.weight"},
+      {L0 + "mlp.experts.0.down_proj.weight", L0 + "mlp.experts.1.down_proj.weight"},
+      {L0 + "mlp.experts.0.gate_proj.weight", L0 + "mlp.experts.1.gate_proj.weight"},
+      {L0 + "mlp.experts.0.up_proj.weight", L0 + "mlp.experts.1.up_proj.weight"},
+      {L0 + "mlp.gate.weight"},
+      {L0 + "mlp.shared_expert.down_proj.weight"},
+      {L0 + "mlp.shared_expert.gate_proj.weight"},
+      {L0 + "mlp.shared_expert.up_proj.weight"},
+      {L0 + "mlp.shared_expert_gate.weight"},
+      {L0 + "post_attention_layernorm.weight"},
+      {L0 + "self_attn.k_proj.bias"},
+      {L0 + "self_attn.k_proj.weight"},
+      {L0 + "self_attn.o_proj.weight"},
+      {L0 + "self_attn.q_proj.bias"},
+      {L0 + "self_attn.q_proj.weight"},
+      {L0 + "self_attn.v_proj.bias"},
+      {L0 + "self_attn.v_proj.weight"},
+      {L1 + "input_layernorm.weight"},
+      {L1 + "mlp.down_proj.weight"},
+      {L1 + "mlp.gate_proj.weight"},
+      {L1 + "mlp.up_proj.weight"},
+      {L1 + "post_attention_layernorm.weight"},
+      {L1 + "self_attn.k_proj.bias"},
+      {L1 + "self_attn.k_proj.weight"},
+      {L1 + "self_attn.o_proj.weight"},
+      {L1 + "self_attn.q_proj.bias"},
+      {L1 + "self_attn.q_proj.weight"},
+      {L1 + "self_attn.v_proj.bias"},
+      {L1 + "self_attn.v_proj.weight"},
+      {"model.norm.weight"}};
+  CHECK(storages == want_storages);
+  std::vector<std::string> flat;
+  for (const auto& st : want_storages) flat.insert(flat.end(), st.begin(), st.end());
+  names.clear();
+  for (const HfTensor& t : hf_state_dict(q.model, q.architecture)) names.push_back(t.name);
+  CHECK(names == flat);
+
+  // Mixtral's block_sparse_moe sorts as transformers' mlp; layer numbers sort as numbers, and
+  // w1 (gate) comes before w3 (up).
+  json eleven = moe_json("mixtral");
+  eleven["num_hidden_layers"] = 11;
+  eleven["num_local_experts"] = 2;
+  const HfConfig deep = hf_config_from_json(eleven, "m.json");
+  std::vector<std::string> firsts;
+  for (const auto& st : hf_save_storages(deep.model, deep.architecture)) firsts.push_back(st.front().name);
+  const auto at = [&](const std::string& n) { return std::find(firsts.begin(), firsts.end(), n) - firsts.begin(); };
+  const std::string M9 = "model.layers.9.block_sparse_moe.", M10 = "model.layers.10.block_sparse_moe.";
+  CHECK(at(M9 + "experts.0.w2.weight") + 1 == at(M9 + "experts.0.w1.weight"));
+  CHECK(at(M9 + "experts.0.w1.weight") + 1 == at(M9 + "experts.0.w3.weight"));
+  CHECK(at(M9 + "experts.0.w3.weight") + 1 == at(M9 + "gate.weight"));
+  CHECK(at("model.layers.9.input_layernorm.weight") + 1 == at(M9 + "experts.0.w2.weight"));
+  CHECK(at("model.layers.9.self_attn.v_proj.weight") + 1 == at("model.layers.10.input_layernorm.weight"));
+  CHECK(at(M10 + "gate.weight") < at("model.norm.weight"));
+  CHECK(static_cast<std::size_t>(at("model.norm.weight")) == firsts.size() - 1);
 
   std::map<std::string, HfMapping> by_param;
   for (const HfMapping& m : hf_mappings(q.model, q.architecture)) by_param.emplace(m.param, m);

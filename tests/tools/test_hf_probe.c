@@ -2,11 +2,14 @@
  * compare with transformers' (the Python bindings are regenerated separately; this probe uses
  * the C API only). Under mpiexec -n N with tensor-parallel size T (N a multiple of T):
  *
- *   test_hf_probe HF_DIR TOKENS.i32 BATCH SEQ T OUT.f32
+ *   test_hf_probe HF_DIR TOKENS.i32 BATCH SEQ T OUT.f32 [E [ETP]]
  *
  * reads BATCH * SEQ int32 token ids, imports the model at (T, 1, N / T) with seq_length SEQ and
  * no dropout (ptdp_hf_read_options, ptdp_model_create, ptdp_hf_load), and world rank 0 writes the
- * logits [BATCH, SEQ, V] as float32 (ptdp_model_logits). Exit status 0, or 1 naming the failure.
+ * logits [BATCH, SEQ, V] as float32 (ptdp_model_logits). A mixture of experts is imported with
+ * its experts split over E expert-parallel ranks (default 1), each expert's linears over ETP
+ * ranks (default 0: T), and with sequence parallelism when T > 1, which MoE needs. Exit status
+ * 0, or 1 naming the failure.
  */
 #include <ptdp/ptdp.h>
 #include <stdio.h>
@@ -23,12 +26,13 @@
   } while (0)
 
 int main(int argc, char** argv) {
-  if (argc != 7) {
-    fprintf(stderr, "usage: test_hf_probe HF_DIR TOKENS.i32 BATCH SEQ T OUT.f32\n");
+  if (argc < 7 || argc > 9) {
+    fprintf(stderr, "usage: test_hf_probe HF_DIR TOKENS.i32 BATCH SEQ T OUT.f32 [E [ETP]]\n");
     return 2;
   }
   const char *dir = argv[1], *tokens_path = argv[2], *out_path = argv[6];
   const int batch = atoi(argv[3]), seq = atoi(argv[4]), t = atoi(argv[5]);
+  const int e = argc > 7 ? atoi(argv[7]) : 1, etp = argc > 8 ? atoi(argv[8]) : 0;
   int status = 0;
   ptdp_runtime rt = NULL;
   ptdp_groups groups = NULL;
@@ -38,8 +42,8 @@ int main(int argc, char** argv) {
   int32_t rank = 0, world = 1;
   size_t n = 0;
 
-  if (batch <= 0 || seq <= 0 || t <= 0) {
-    fprintf(stderr, "test_hf_probe: BATCH, SEQ and T must be positive\n");
+  if (batch <= 0 || seq <= 0 || t <= 0 || e <= 0 || etp < 0) {
+    fprintf(stderr, "test_hf_probe: BATCH, SEQ, T and E must be positive, ETP >= 0\n");
     return 2;
   }
   n = (size_t)batch * (size_t)seq;
@@ -55,13 +59,18 @@ int main(int argc, char** argv) {
 
   CHECK(ptdp_runtime_create(NULL, &rt));
   CHECK(ptdp_runtime_world(rt, &rank, &world));
-  ptdp_parallel_options po;
-  CHECK(ptdp_parallel_options_init(&po));
-  po.tensor_model_parallel_size = t;
-  CHECK(ptdp_groups_create(rt, &po, &groups));
   ptdp_gpt_options o;
   CHECK(ptdp_gpt_options_init(&o));
   CHECK(ptdp_hf_read_options(dir, &o, NULL));
+  ptdp_parallel_options po;
+  CHECK(ptdp_parallel_options_init(&po));
+  po.tensor_model_parallel_size = t;
+  po.expert_model_parallel_size = e;
+  po.expert_tensor_parallel_size = etp;
+  /* Megatron's MoE layer with t > 1 works on the s / t tokens of sequence parallelism; a dense
+   * model keeps the layout it was always compared at. */
+  po.sequence_parallel = o.num_experts > 0 && t > 1;
+  CHECK(ptdp_groups_create(rt, &po, &groups));
   o.seq_length = seq;
   o.hidden_dropout = 0.0f;
   o.attention_dropout = 0.0f;

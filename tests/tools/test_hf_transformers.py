@@ -42,14 +42,18 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
   moe_parity, moe_roundtrip, moe_finetune, moe_generate
              Mixtral, Qwen2-MoE (a dense layer, the gated shared expert) and Qwen3-MoE (q/k norms)
              of transformers 5.25, whose save_pretrained writes the experts one by one as on the
-             hub: parity at t = 1 and 2, round trips at t = 2, a fine-tune with ptdp-train, greedy
-             generation; skipped (77) while ptdp_gpt_options has no MoE fields
+             hub: logits parity at (t, e, etp) = (1, 1), (2, 1), (1, 2), (2, 2, 1) and (2, 2, 2)
+             (PROBE E ETP); round trips through ptdp-convert with the experts over e = 2 (with and
+             without t = 2), byte for byte with transformers' shards; a fine-tune of each class
+             with ptdp-train --finetune (one process, e = 2, t = 2 with e = 2) whose export's
+             logits in transformers are ptdp's; greedy generation against generate()
 
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
 """
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -175,12 +179,15 @@ def hf_logits(path_or_model, tokens):
         return model(torch.tensor(tokens, dtype=torch.long)).logits.float().numpy()
 
 
-def ptdp_logits(path, tokens, t):
+def ptdp_logits(path, tokens, t, e=1, etp=0):
+    """The probe's logits at tensor-parallel size t, experts over e ranks and etp (0: t), on the
+    fewest ranks that hold the layout (d = ranks / t)."""
     tok = os.path.join(WORK, "tokens.i32")
     out = os.path.join(WORK, "logits.f32")
     np.asarray(tokens, dtype=np.int32).tofile(tok)
     b, s = np.asarray(tokens).shape
-    run([PROBE, path, tok, str(b), str(s), str(t), out], np=t)
+    ranks = max(t, e * (etp or t))
+    run([PROBE, path, tok, str(b), str(s), str(t), out, str(e), str(etp)], np=ranks)
     return np.fromfile(out, dtype=np.float32).reshape(b, s, -1)
 
 
@@ -189,15 +196,17 @@ def tokens_for(vocab, batch, seq, seed):
     return rng.integers(0, vocab, size=(batch, seq)).tolist()
 
 
-def parity(name, path, reference, tokens, ts=(1, 2), min_scale=0.5):
-    for t in ts:
-        got = ptdp_logits(path, tokens, t)
+def parity(name, path, reference, tokens, ts=(1, 2), min_scale=0.5, layouts=None):
+    """ptdp's logits against transformers' at each t of ts, or at each (t, e, etp) of layouts."""
+    for t, e, etp in layouts or [(t, 1, 0) for t in ts]:
+        where = f"t = {t}" + (f", e = {e}, etp = {etp or t}" if e > 1 or etp else "")
+        got = ptdp_logits(path, tokens, t, e, etp)
         scale = float(np.max(np.abs(reference)))
         diff = float(np.max(np.abs(got - reference)))
-        check(got.shape == reference.shape, f"{name} t={t}: logits shape {got.shape} vs {reference.shape}")
+        check(got.shape == reference.shape, f"{name} {where}: logits shape {got.shape} vs {reference.shape}")
         check(scale > min_scale, f"{name}: the reference logits are not trivial (max {scale})")
-        check(diff <= 1e-5 * scale, f"{name} t={t}: max |ptdp - transformers| = {diff:.3g}, scale {scale:.3g}")
-        print(f"{name}: t = {t}: max |ptdp - transformers| = {diff:.2e} of max |logit| {scale:.2f} "
+        check(diff <= 1e-5 * scale, f"{name} {where}: max |ptdp - transformers| = {diff:.3g}, scale {scale:.3g}")
+        print(f"{name}: {where}: max |ptdp - transformers| = {diff:.2e} of max |logit| {scale:.2f} "
               f"({diff / scale:.1e} relative)")
 
 
@@ -289,17 +298,19 @@ def case_roundtrip():
     roundtrips(variants)
 
 
-def roundtrips(variants, layout=("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"), ranks=4):
+def roundtrips(variants, layout=("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"), ranks=4,
+               back_layout=(), back_ranks=None):
+    """Import at `layout` on `ranks` processes, export at `back_layout` on `back_ranks`."""
     for name, model, dtype, shard, flag in variants:
         tag = name.replace(" ", "-")
         a = save(model, os.path.join(WORK, tag), dtype=dtype, shard=shard)
         ckpt, b = os.path.join(WORK, tag + "-ptdp"), os.path.join(WORK, tag + "-back")
         out = run([CONVERT, "--from-hf", a, "--to-ptdp", ckpt] + list(layout), np=ranks).stdout
         check("ptdp-train flags for this model:" in out, f"{name}: ptdp-convert prints the ptdp-train flags:\n{out}")
-        back = [CONVERT, "--from-ptdp", ckpt, "--to-hf", b, "--dtype", flag]
+        back = [CONVERT, "--from-ptdp", ckpt, "--to-hf", b, "--dtype", flag] + list(back_layout)
         if shard:
             back += ["--max-shard-size", shard]
-        run(back)
+        run(back, np=back_ranks)
         ta, tb = tensors_of(a), tensors_of(b)
         check(sorted(ta) == sorted(tb), f"{name}: tensor names {sorted(set(ta) ^ set(tb))}")
         bad = [k for k in ta if k in tb and not (ta[k].dtype == tb[k].dtype and ta[k].shape == tb[k].shape and
@@ -351,7 +362,11 @@ def case_layouts():
             (["--from-ptdp", ckpt, "--to-hf", os.path.join(WORK, "as-gpt2"), "--architecture", "gpt2"], 1,
              "cannot be written as GPT2LMHeadModel"),
             (["--from-hf", one, "--to-ptdp", os.path.join(WORK, "y"), "--tensor-model-parallel-size", "3"], 2,
-             "not a multiple of t 3")]:
+             "not a multiple of t 3"),
+            (["--from-hf", one, "--to-ptdp", os.path.join(WORK, "y"), "--expert-model-parallel-size", "0"], 2,
+             "--expert-model-parallel-size: '0' is not an integer >= 1"),
+            (["--from-ptdp", ckpt, "--to-hf", os.path.join(WORK, "z"), "--expert-tensor-parallel-size", "2"], 2,
+             "has no experts")]:
         p = run([CONVERT] + args, expect_ok=False)
         check(p.returncode == status and needle in p.stderr,
               f"ptdp-convert {args}: expected status {status} naming {needle!r}; got {p.returncode}, {p.stderr!r}")
@@ -539,6 +554,11 @@ MOE_KINDS = [("mixtral", dict()), ("qwen2_moe", dict(decoder_sparse_step=1, mlp_
              ("qwen3_moe", dict(norm_topk_prob=True, head_dim=16))]
 
 
+# (t, e, etp) of the MoE parity checks: serial, tensor parallel (with the sequence parallelism
+# MoE needs), experts over two ranks alone, beside t = 2 with whole experts, and split over etp = t.
+MOE_LAYOUTS = [(1, 1, 0), (2, 1, 0), (1, 2, 0), (2, 2, 1), (2, 2, 2)]
+
+
 def need_moe_options():
     """The C API carries MoE options once ptdp_gpt_options has them (issue 39's front end)."""
     header = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "capi", "include", "ptdp", "ptdp.h")
@@ -562,47 +582,91 @@ def case_moe_parity():
         path = save(model, os.path.join(WORK, kind))
         names = sorted(tensors_of(path))
         check(any(".experts.0." in n for n in names), f"{kind}: the experts are saved one by one: {names[:8]}")
-        parity(kind, path, hf_logits(model, tokens), tokens)
+        parity(kind, path, hf_logits(model, tokens), tokens, layouts=MOE_LAYOUTS)
 
 
 def case_moe_roundtrip():
+    """HF -> ptdp (ptdp-convert with the experts over e = 2 ranks, with and without t = 2) -> HF
+    (at e = 1, and at t = 2 e = 2): the tensors bit for bit and the files byte for byte, also
+    where transformers 5 shards a layer's experts as one storage per projection (Mixtral's w1,
+    w3 and w2 each above the 60KB shard, so in shards of their own)."""
     need_transformers()
     need_moe_options()
-    roundtrips([(f"{kind} {flag}", make(kind, seed=80 + i, **overrides), dtype, shard, flag)
-                for i, ((kind, overrides), (dtype, shard, flag)) in enumerate(zip(
-                    MOE_KINDS, [(None, None, "fp32"), (torch.bfloat16, "60KB", "bf16"), (None, "60KB", "fp32")]))],
-               layout=("--tensor-model-parallel-size", "2"), ranks=2)
+    t2 = ["--tensor-model-parallel-size", "2"]
+    e2 = ["--expert-model-parallel-size", "2"]
+    etp1 = ["--expert-tensor-parallel-size", "1"]
+    cases = [  # kind and config, dtype, shard, --dtype, import layout, export layout
+        (0, None, "60KB", "fp32", t2 + e2 + etp1, []),
+        (1, torch.bfloat16, "60KB", "bf16", e2, t2 + e2 + etp1),
+        (2, None, "60KB", "fp32", t2, e2),
+        (0, torch.bfloat16, None, "bf16", e2, []),
+    ]
+    for i, (k, dtype, shard, flag, there, back) in enumerate(cases):
+        kind, overrides = MOE_KINDS[k]
+        roundtrips([(f"{kind} {flag}{' sharded' if shard else ''}", make(kind, seed=80 + i, **overrides), dtype,
+                     shard, flag)], layout=there, ranks=2, back_layout=back, back_ranks=2 if back else None)
+
+
+# (kind, config, ptdp-train's layout flags, processes): Qwen3-MoE on one process, Mixtral with
+# its experts over e = 2, Qwen2-MoE (a dense layer, the gated shared expert) at t = 2 with
+# sequence parallelism and e = 2 over whole experts.
+MOE_FINETUNES = [
+    ("qwen3_moe", dict(), [], None),
+    ("mixtral", dict(), ["--expert-model-parallel-size", "2"], 2),
+    ("qwen2_moe", dict(decoder_sparse_step=1, mlp_only_layers=[1]),
+     ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--expert-model-parallel-size", "2",
+      "--expert-tensor-parallel-size", "1"], 2),
+]
 
 
 def case_moe_finetune():
-    """A Qwen3-MoE trained briefly with torch is imported and fine-tuned by ptdp-train --finetune:
-    it starts from the imported weights and the loss falls; the export's loss falls in transformers."""
+    """Each MoE class trained briefly with torch is imported (ptdp-convert) and fine-tuned by
+    ptdp-train --finetune at its layout: it starts from the imported weights (the first loss is
+    transformers', far below a fresh model's) and the loss falls; the fine-tuned checkpoint
+    exported to Hugging Face has the lower loss in transformers too, and transformers' logits of
+    the export are ptdp's (the fp32 export holds ptdp's parameters bit for bit, moe_roundtrip)."""
     need_transformers()
     need_moe_options()
     text = open(GPL, "rb").read()
-    model = make("qwen3_moe", seed=90, vocab_size=256, tie_word_embeddings=False)
-    train_with_torch(model, text, steps=30, seq=32, batch=16, lr=3e-3, seed=0)
-    hf_dir = save(model, os.path.join(WORK, "moe-pretrained"))
-    before = text_loss(model, text)
-    ckpt = os.path.join(WORK, "moe-imported")
-    out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
-    flags = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")][0].split(":", 1)[1].split()
-    log, saved = os.path.join(WORK, "moe-ft.jsonl"), os.path.join(WORK, "moe-ft")
-    run([TRAIN] + flags + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
-                           "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0", "--lr",
-                           "2e-3", "--train-iters", "30", "--finetune", "--load", ckpt, "--save", saved,
-                           "--log-json", log, "--comm-timeout", "60"])
-    steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
-    first = steps[1]["lm_loss"]
-    head = sum(steps[i]["lm_loss"] for i in range(1, 6)) / 5
-    tail = sum(steps[i]["lm_loss"] for i in range(26, 31)) / 5
-    check(abs(first - before) < 0.35, f"the first fine-tuning loss {first:.3f} is the imported model's ({before:.3f})")
-    check(tail < head - 0.05, f"the loss falls: {head:.3f} -> {tail:.3f}")
-    back = os.path.join(WORK, "moe-ft-hf")
-    run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
-    after = text_loss(back, text)
-    check(after < before, f"transformers sees the fine-tuned MoE export's loss fall: {before:.3f} -> {after:.3f}")
-    print(f"moe finetune: torch {before:.3f}; ptdp-train {first:.3f} -> {steps[30]['lm_loss']:.3f}; export {after:.3f}")
+    tokens = tokens_for(256, 2, 16, 6)
+    for i, (kind, overrides, layout, ranks) in enumerate(MOE_FINETUNES):
+        model = make(kind, seed=90 + i, vocab_size=256, tie_word_embeddings=False, **overrides)
+        train_with_torch(model, text, steps=30, seq=32, batch=16, lr=3e-3, seed=0)
+        hf_dir = save(model, os.path.join(WORK, kind + "-pretrained"))
+        before = text_loss(model, text)
+        ckpt = os.path.join(WORK, kind + "-imported")
+        out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
+        line = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")]
+        check(len(line) == 1 and "--num-experts 4" in line[0], f"{kind}: ptdp-convert prints the MoE flags:\n{out}")
+        flags = shlex.split(line[0].split(":", 1)[1])
+        common = flags + layout + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
+                                   "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0",
+                                   "--lr", "2e-3", "--comm-timeout", "60"]
+        log, saved = os.path.join(WORK, kind + "-ft.jsonl"), os.path.join(WORK, kind + "-ft")
+        run([TRAIN] + common + ["--train-iters", "30", "--finetune", "--load", ckpt, "--save", saved,
+                                "--log-json", log], np=ranks)
+        steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
+        check(sorted(steps) == list(range(1, 31)), f"{kind}: iterations 1..30 logged, got {sorted(steps)[:3]}...")
+        fresh_log = os.path.join(WORK, kind + "-fresh.jsonl")
+        run([TRAIN] + common + ["--train-iters", "1", "--log-json", fresh_log], np=ranks)
+        fresh = [r for r in map(json.loads, open(fresh_log)) if "iteration" in r][0]["lm_loss"]
+        first = steps[1]["lm_loss"]
+        head = sum(steps[j]["lm_loss"] for j in range(1, 6)) / 5
+        tail = sum(steps[j]["lm_loss"] for j in range(26, 31)) / 5
+        check(abs(first - before) < 0.35, f"{kind}: the first fine-tuning loss {first:.3f} is the imported "
+                                          f"model's ({before:.3f})")
+        check(first < fresh - 1.0, f"{kind}: the imported weights are used: first loss {first:.3f} vs a fresh "
+                                   f"model's {fresh:.3f}")
+        check(tail < head - 0.05, f"{kind}: the loss falls: {head:.3f} -> {tail:.3f}")
+        back = os.path.join(WORK, kind + "-ft-hf")
+        run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
+        after = text_loss(back, text)
+        check(after < before, f"{kind}: transformers sees the fine-tuned export's loss fall: {before:.3f} -> "
+                              f"{after:.3f}")
+        parity(f"{kind} fine-tuned export", back, hf_logits(back, tokens), tokens, layouts=[(1, 1, 0), (1, 2, 0)])
+        print(f"moe finetune {kind} ({' '.join(layout) or 'one process'}): transformers-trained {before:.3f} "
+              f"(fresh ptdp model {fresh:.3f}); ptdp-train --finetune {first:.3f} -> {steps[30]['lm_loss']:.3f} "
+              f"(means {head:.3f} -> {tail:.3f}); the export in transformers {after:.3f}")
 
 
 def case_moe_generate():
@@ -612,7 +676,11 @@ def case_moe_generate():
         model = make(kind, seed=95 + i, **overrides)
         hf_dir = save(model, os.path.join(WORK, kind + "-gen"))
         ckpt = os.path.join(WORK, kind + "-gen-ptdp")
-        run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"])
+        # Mixtral converted with its experts over e = 2 (the checkpoint's expert shards), the
+        # others on one process; ptdp-generate loads either on one.
+        experts = ["--expert-model-parallel-size", "2"] if kind == "mixtral" else []
+        run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"] + experts,
+            np=2 if experts else None)
         prompt = [5, 17, 3, 42, 8]
         p = run([GENERATE, "--load", ckpt, "--prompt-ids", " ".join(map(str, prompt)), "--max-new-tokens", "12",
                  "--top-k", "1"])

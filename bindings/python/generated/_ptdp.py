@@ -1585,7 +1585,8 @@ def ptdp_model_zero_grad(model):
 
 def ptdp_model_num_params(model):
     r"""
-    Number of named parameters.
+    Number of named parameters of the whole model: every stage's, and every expert of a
+           mixture of experts, wherever it is held.
     :type model: struct ptdp_model_impl
     :param model: A live model.
     :type count: int, out
@@ -1617,7 +1618,9 @@ def ptdp_model_param_info(model, index):
 def ptdp_model_get_param(model, name, host):
     r"""
     Copies the full global-shape value of a parameter, gathered from the tensor ranks
-           (and broadcast from the pipeline stage holding it), into host memory.
+           (an expert's from its expert-tensor-parallel ranks, and broadcast from the
+           expert-parallel rank holding it; and broadcast from the pipeline stage holding it),
+           into host memory.
     :type model: struct ptdp_model_impl
     :param model: A live model.
     :type name: string
@@ -3661,8 +3664,14 @@ def ptdp_hf_save_options_init(options):
 def ptdp_hf_read_options(directory, options):
     r"""
     The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
-           their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
-           dropout, init std. seq_length is the model's context (n_positions or
+           their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama 3.1
+           scaling, grouped-query attention, biases, q/k norms, tying, dropout, init std; for a
+           mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
+           (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
+           moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
+           (router_aux_loss_coef). A mixture of experts with t > 1 needs
+           ptdp_parallel_options::sequence_parallel, as every MoE model; read the options before
+           creating the groups. seq_length is the model's context (n_positions or
            max_position_embeddings), or its sliding window when that is shorter (within the window
            the result is the same); lower it as needed. The other fields take their defaults.
     :type directory: string
@@ -3681,7 +3690,8 @@ def ptdp_hf_read_options(directory, options):
 def ptdp_hf_load(directory, model):
     r"""
     Sets every parameter of ``model`` from a Hugging Face checkpoint; each rank reads the
-           tensors of the parameters it holds, in any layout.
+           tensors of the parameters it holds, in any layout (of a mixture of experts, only the
+           experts of its expert-parallel rank, sliced over its expert-tensor-parallel rank).
     :type directory: string
     :param directory: The Hugging Face directory.
     :type model: struct ptdp_model_impl

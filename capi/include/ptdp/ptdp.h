@@ -1504,7 +1504,8 @@ PTDP_API ptdp_status ptdp_model_forward(ptdp_model model, const int32_t* tokens,
 PTDP_API ptdp_status ptdp_model_zero_grad(ptdp_model model);
 
 /**
- * @brief Number of named parameters.
+ * @brief Number of named parameters of the whole model: every stage's, and every expert of a
+ *        mixture of experts, wherever it is held.
  * @param model A live model.
  * @param[out] count Receives the count; must not be NULL.
  * @retval PTDP_SUCCESS
@@ -1531,7 +1532,9 @@ PTDP_API ptdp_status ptdp_model_param_info(ptdp_model model, int32_t index, char
 
 /**
  * @brief Copies the full global-shape value of a parameter, gathered from the tensor ranks
- *        (and broadcast from the pipeline stage holding it), into host memory.
+ *        (an expert's from its expert-tensor-parallel ranks, and broadcast from the
+ *        expert-parallel rank holding it; and broadcast from the pipeline stage holding it),
+ *        into host memory.
  * @param model A live model.
  * @param name A parameter name.
  * @param[out] host Room for the global element count.
@@ -3704,11 +3707,13 @@ PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gp
 /* ---------------------------------------------------------------------------------------- */
 /** @name Hugging Face checkpoints
  *  Import and export of Hugging Face `GPT2LMHeadModel`, `LlamaForCausalLM`,
- *  `MistralForCausalLM` and `Qwen2ForCausalLM` checkpoints: a directory with `config.json` and
+ *  `MistralForCausalLM` and `Qwen2ForCausalLM` checkpoints, and of the mixtures of experts
+ *  `MixtralForCausalLM`, `Qwen2MoeForCausalLM` and `Qwen3MoeForCausalLM` with their experts
+ *  tensor by tensor as on the hub (`...experts.{J}.w1` / `gate_proj`, ...): a directory with `config.json` and
  *  `model.safetensors`, or the shards that `model.safetensors.index.json` lists; tensors stored
  *  as F32, BF16 or F16; tied or untied heads; names with or without the base model's
  *  `transformer.` / `model.` prefix. Read the options with ptdp_hf_read_options(), build a model
- *  at any (t, p, d, v) with ptdp_model_create(), set its weights with ptdp_hf_load(); save it as
+ *  at any (t, p, d, v, e, etp) with ptdp_model_create(), set its weights with ptdp_hf_load(); save it as
  *  a ptdp checkpoint (ptdp_checkpoint_save()) to train from it (`ptdp-train --finetune --load`),
  *  and write any model back with ptdp_hf_save(). `ptdp-convert` does both on the command line.
  *
@@ -3717,8 +3722,12 @@ PTDP_API ptdp_status ptdp_checkpoint_read_options(const char* directory, ptdp_gp
  *  `v_proj` become `linear_qkv` with rows grouped per query group; `gate_proj` and `up_proj`
  *  become `linear_fc1` [gate; up]; the vocabulary is padded with zero rows on import and cut on
  *  export. RoPE needs no permutation: Hugging Face's Llama rotates halves of each head
- *  (rotate-half), as ptdp does. A model imported and exported again gives the same tensors,
- *  bit for bit, in the dtype they were stored in.
+ *  (rotate-half), as ptdp does. A mixture of experts' `w1`/`gate_proj` and `w3`/`up_proj`
+ *  of expert J become `linear_fc1.weight{J}` [gate; up], its `w2`/`down_proj`
+ *  `linear_fc2.weight{J}`, the router `gate` `mlp.router.weight`, Qwen2-MoE's shared expert and
+ *  its gate `mlp.shared_experts.*`. A model imported and exported again gives the same tensors,
+ *  bit for bit, in the dtype they were stored in, and the same files: a mixture of experts is
+ *  sharded as transformers 5 shards it (each layer's experts of one projection kept together).
  *  @{ */
 
 /** A Hugging Face model class (config.json's `model_type`). */
@@ -3769,8 +3778,14 @@ PTDP_API ptdp_status ptdp_hf_save_options_init(ptdp_hf_save_options* options);
 
 /**
  * @brief The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
- *        their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
- *        dropout, init std. seq_length is the model's context (n_positions or
+ *        their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama 3.1
+ *        scaling, grouped-query attention, biases, q/k norms, tying, dropout, init std; for a
+ *        mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
+ *        (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
+ *        moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
+ *        (router_aux_loss_coef). A mixture of experts with t > 1 needs
+ *        ptdp_parallel_options::sequence_parallel, as every MoE model; read the options before
+ *        creating the groups. seq_length is the model's context (n_positions or
  *        max_position_embeddings), or its sliding window when that is shorter (within the window
  *        the result is the same); lower it as needed. The other fields take their defaults.
  * @param directory The Hugging Face directory.
@@ -3793,7 +3808,8 @@ PTDP_API ptdp_status ptdp_hf_read_options(const char* directory, ptdp_gpt_option
 
 /**
  * @brief Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the
- *        tensors of the parameters it holds, in any layout.
+ *        tensors of the parameters it holds, in any layout (of a mixture of experts, only the
+ *        experts of its expert-parallel rank, sliced over its expert-tensor-parallel rank).
  * @param directory The Hugging Face directory.
  * @param model A live model built from matching options (ptdp_hf_read_options(); the training
  *        settings such as dropout, seq_length, precision and the layout may differ).

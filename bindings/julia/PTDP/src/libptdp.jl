@@ -646,7 +646,8 @@ function ptdp_model_zero_grad(model)
     ccall((:ptdp_model_zero_grad, libptdp), ptdp_status, (ptdp_model,), model)
 end
 
-# Number of named parameters.
+# Number of named parameters of the whole model: every stage's, and every expert of a mixture of
+# experts, wherever it is held.
 function ptdp_model_num_params(model, count)
     ccall((:ptdp_model_num_params, libptdp), ptdp_status, (ptdp_model, Ptr{Int32}), model, count)
 end
@@ -658,8 +659,9 @@ function ptdp_model_param_info(model, index, name, name_capacity, ndim, global_s
           model, index, name, name_capacity, ndim, global_shape, partition_dim)
 end
 
-# Copies the full global-shape value of a parameter, gathered from the tensor ranks (and
-# broadcast from the pipeline stage holding it), into host memory.
+# Copies the full global-shape value of a parameter, gathered from the tensor ranks (an expert's
+# from its expert-tensor-parallel ranks, and broadcast from the expert-parallel rank holding it;
+# and broadcast from the pipeline stage holding it), into host memory.
 function ptdp_model_get_param(model, name, host, bytes)
     ccall((:ptdp_model_get_param, libptdp), ptdp_status,
           (ptdp_model, Cstring, Ptr{Cfloat}, Csize_t),
@@ -1672,8 +1674,11 @@ function ptdp_hf_save_options_init(options)
 end
 
 # The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and their
-# epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying, dropout,
-# init std.
+# epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama 3.1 scaling,
+# grouped-query attention, biases, q/k norms, tying, dropout, init std; for a mixture of experts
+# num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq (Qwen's decoder_sparse_step
+# and mlp_only_layers), the shared expert and its gate, moe_router_pre_softmax (norm_topk_prob
+# false) and the aux loss's coefficient (router_aux_loss_coef).
 function ptdp_hf_read_options(directory, options, architecture)
     ccall((:ptdp_hf_read_options, libptdp), ptdp_status,
           (Cstring, Ptr{ptdp_gpt_options}, Ptr{ptdp_hf_architecture}),
@@ -1681,7 +1686,8 @@ function ptdp_hf_read_options(directory, options, architecture)
 end
 
 # Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the tensors
-# of the parameters it holds, in any layout.
+# of the parameters it holds, in any layout (of a mixture of experts, only the experts of its
+# expert-parallel rank, sliced over its expert-tensor-parallel rank).
 function ptdp_hf_load(directory, model)
     ccall((:ptdp_hf_load, libptdp), ptdp_status, (Cstring, ptdp_model), directory, model)
 end

@@ -1168,7 +1168,8 @@ extern "C" {
     ) -> ptdp_status;
     /// Sets every gradient to zero.
     pub fn ptdp_model_zero_grad(model: ptdp_model) -> ptdp_status;
-    /// Number of named parameters.
+    /// Number of named parameters of the whole model: every stage's, and every expert of a
+    /// mixture of experts, wherever it is held.
     pub fn ptdp_model_num_params(model: ptdp_model, count: *mut i32) -> ptdp_status;
     /// Name, global shape and partition dimension of parameter @p index.
     pub fn ptdp_model_param_info(
@@ -1180,8 +1181,9 @@ extern "C" {
         global_shape: *mut i64,
         partition_dim: *mut i32,
     ) -> ptdp_status;
-    /// Copies the full global-shape value of a parameter, gathered from the tensor ranks (and
-    /// broadcast from the pipeline stage holding it), into host memory.
+    /// Copies the full global-shape value of a parameter, gathered from the tensor ranks (an
+    /// expert's from its expert-tensor-parallel ranks, and broadcast from the expert-parallel
+    /// rank holding it; and broadcast from the pipeline stage holding it), into host memory.
     pub fn ptdp_model_get_param(
         model: ptdp_model,
         name: *const ::std::os::raw::c_char,
@@ -1828,15 +1830,20 @@ extern "C" {
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_hf_save_options_init(options: *mut ptdp_hf_save_options) -> ptdp_status;
     /// The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
-    /// their epsilon, RoPE base and Llama 3.1 scaling, grouped-query attention, biases, tying,
-    /// dropout, init std.
+    /// their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama
+    /// 3.1 scaling, grouped-query attention, biases, q/k norms, tying, dropout, init std; for a
+    /// mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
+    /// (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
+    /// moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
+    /// (router_aux_loss_coef).
     pub fn ptdp_hf_read_options(
         directory: *const ::std::os::raw::c_char,
         options: *mut ptdp_gpt_options,
         architecture: *mut ptdp_hf_architecture,
     ) -> ptdp_status;
     /// Sets every parameter of @p model from a Hugging Face checkpoint; each rank reads the
-    /// tensors of the parameters it holds, in any layout.
+    /// tensors of the parameters it holds, in any layout (of a mixture of experts, only the
+    /// experts of its expert-parallel rank, sliced over its expert-tensor-parallel rank).
     pub fn ptdp_hf_load(directory: *const ::std::os::raw::c_char, model: ptdp_model) -> ptdp_status;
     /// Writes @p model as a Hugging Face checkpoint: `config.json` and `model.safetensors` (or
     /// shards and `model.safetensors.index.json`, see ptdp_hf_save_options::max_shard_size),
