@@ -160,8 +160,11 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
       if (c.add_bias_linear)
         add(L + "self_attention.linear_proj.bias", {h}, HfLayout::Copy, {{A + "o_proj.bias", {h}}});
       if (c.qk_layernorm) {
-        add(L + "self_attention.q_layernorm.weight", {dh}, HfLayout::Copy, {{A + "q_norm.weight", {dh}}});
-        add(L + "self_attention.k_layernorm.weight", {dh}, HfLayout::Copy, {{A + "k_norm.weight", {dh}}});
+        // Per head ([dh], Qwen3), or across the heads (OLMoE: [a*dh] and [g*dh], the heads in
+        // q_proj's and k_proj's order, which is ptdp's global order).
+        const int64_t qn = c.qk_layernorm_across_heads ? a_dh : dh, kn = c.qk_layernorm_across_heads ? g_dh : dh;
+        add(L + "self_attention.q_layernorm.weight", {qn}, HfLayout::Copy, {{A + "q_norm.weight", {qn}}});
+        add(L + "self_attention.k_layernorm.weight", {kn}, HfLayout::Copy, {{A + "k_norm.weight", {kn}}});
       }
       add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "post_attention_layernorm.weight", {h}}});
       if (c.moe.is_moe_layer(i)) {
