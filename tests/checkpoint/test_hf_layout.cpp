@@ -476,6 +476,16 @@ json moe_json(const char* type) {
   return j;
 }
 
+// OLMoE: every layer MoE with experts intermediate_size wide, q/k norms over the whole
+// projections, head dim hidden_size / num_attention_heads.
+json olmoe_json() {
+  json j = moe_json("qwen3_moe");
+  j["model_type"] = "olmoe";
+  for (const char* key : {"moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "head_dim"}) j.erase(key);
+  j["clip_qkv"] = nullptr;
+  return j;
+}
+
 }  // namespace
 
 TEST_CASE("Mixtral, Qwen2-MoE and Qwen3-MoE configs map onto MoeConfig with Megatron's routing", "[hf]") {
@@ -571,12 +581,12 @@ TEST_CASE("MoE settings ptdp or the class cannot express are refused by name", "
   j["use_sliding_window"] = false;
   j["layer_types"] = {"full_attention", "chunked_attention", "full_attention", "full_attention"};
   refused(j, "layer_types entry \"chunked_attention\"");
-  j = moe_json("qwen3_moe");
-  j["model_type"] = "olmoe";
-  j["num_key_value_heads"] = 8;
-  refused(j, "OlmoeForCausalLM's q_norm and k_norm normalise the whole query and key projections");
+  j = olmoe_json();
   j["clip_qkv"] = 8.0;
   refused(j, "clip_qkv = 8.0");
+  j = olmoe_json();
+  j["head_dim"] = 16;  // a * dh = 128, q_norm hidden_size = 64 wide
+  refused(j, "OLMoE's q_norm is hidden_size wide");
   j = moe_json("qwen3_moe");
   j["decoder_sparse_step"] = 0;
   std::string message;
@@ -736,4 +746,70 @@ TEST_CASE("The directory reader follows the index and refuses what it cannot rea
   CHECK(code_of([&] { HfCheckpointFiles f(dir.string()); }, &message) == ErrorCode::Io);
   CHECK_THAT(message, Catch::Contains("has neither model.safetensors nor model.safetensors.index.json"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("OLMoE: q/k norms across the heads, experts intermediate_size wide, the top k unrenormalised", "[hf]") {
+  const HfConfig o = hf_config_from_json(olmoe_json(), "olmoe.json");
+  CHECK(o.architecture == HfArchitecture::Olmoe);
+  const GptConfig& c = o.model;
+  CHECK(c.qk_layernorm);
+  CHECK(c.qk_layernorm_across_heads);
+  CHECK(c.moe.num_experts == 8);
+  CHECK(c.moe.router_topk == 2);
+  CHECK(c.moe_ffn() == 96);  // intermediate_size
+  CHECK(c.num_moe_layers() == 4);
+  CHECK(c.moe.pre_softmax);  // norm_topk_prob false: the top k of the full softmax
+  CHECK(c.moe.aux_loss_coeff == 0.02f);
+  CHECK(c.head_dim() == 8);
+  CHECK(hf_default_architecture(c) == HfArchitecture::Olmoe);
+  json renormalised = olmoe_json();
+  renormalised["norm_topk_prob"] = true;
+  CHECK_FALSE(hf_config_from_json(renormalised, "r.json").model.moe.pre_softmax);
+
+  // Back out: no head_dim, intermediate_size the experts' width, clip_qkv null.
+  const json out = hf_config_to_json(c, HfArchitecture::Olmoe, StDType::F32, json::object());
+  CHECK(out.at("model_type") == "olmoe");
+  CHECK_FALSE(out.contains("head_dim"));
+  CHECK_FALSE(out.contains("moe_intermediate_size"));
+  CHECK(out.at("intermediate_size") == 96);
+  CHECK(out.at("norm_topk_prob") == false);
+  CHECK(out.at("clip_qkv").is_null());
+  const HfConfig back = hf_config_from_json(out, "out.json");
+  CHECK_NOTHROW(check_hf_model_matches(c, back.model, "out.json"));
+  const json source = olmoe_json();
+  const json kept = hf_config_to_json(c, HfArchitecture::Olmoe, StDType::F32, source);
+  for (const auto& [key, value] : source.items()) {
+    INFO(key);
+    CHECK(kept.at(key) == value);
+  }
+
+  // The norms map whole: q_norm [a dh], k_norm [g dh]; the experts as Qwen's.
+  std::map<std::string, HfMapping> by_param;
+  for (const HfMapping& m : hf_mappings(c, HfArchitecture::Olmoe)) by_param.emplace(m.param, m);
+  const HfMapping& q = by_param.at("decoder.layers.0.self_attention.q_layernorm.weight");
+  CHECK(q.shape == std::vector<int64_t>{64});
+  CHECK(q.layout == HfLayout::Copy);
+  CHECK(q.tensors.at(0).name == "model.layers.0.self_attn.q_norm.weight");
+  CHECK(by_param.at("decoder.layers.0.self_attention.k_layernorm.weight").tensors.at(0).shape ==
+        std::vector<int64_t>{16});
+  CHECK(by_param.at("decoder.layers.3.mlp.experts.linear_fc1.weight7").tensors.at(1).name ==
+        "model.layers.3.mlp.experts.7.up_proj.weight");
+  CHECK(by_param.at("decoder.layers.3.mlp.router.weight").tensors.at(0).name == "model.layers.3.mlp.gate.weight");
+
+  // What OLMoE cannot hold, and per-head norms written as OLMoE or whole ones as Qwen3-MoE.
+  const auto refused_as = [](const GptConfig& g, HfArchitecture a, const std::string& words) {
+    std::string m;
+    CHECK(code_of([&] { check_hf_architecture(g, a); }, &m) == ErrorCode::Unsupported);
+    CHECK_THAT(m, Catch::Contains(words));
+  };
+  const GptConfig q3 = hf_config_from_json(moe_json("qwen3_moe"), "q3.json").model;
+  refused_as(q3, HfArchitecture::Olmoe, "--qk-layernorm-across-heads");
+  refused_as(c, HfArchitecture::Qwen3Moe, "Qwen3-MoE's q/k norms are over each head");
+  refused_as(c, HfArchitecture::Llama, "it is a mixture of experts");
+  GptConfig shared = c;
+  shared.moe.shared_expert_intermediate_size = 32;
+  refused_as(shared, HfArchitecture::Olmoe, "OLMoE has no shared experts");
+  GptConfig mixed = c;
+  mixed.moe.layer_pattern = {1, 0, 1, 1};
+  refused_as(mixed, HfArchitecture::Olmoe, "every OLMoE layer is MoE");
 }

@@ -203,6 +203,11 @@ inline const char* kind_name(ptdp_group_kind k) {
     case PTDP_GROUP_EMBEDDING: return "embedding";
     case PTDP_GROUP_CONTEXT: return "context";
     case PTDP_GROUP_DATA_CONTEXT: return "data+context";
+    case PTDP_GROUP_EXPERT_TENSOR: return "expert-tensor";
+    case PTDP_GROUP_EXPERT_MODEL: return "expert-model";
+    case PTDP_GROUP_EXPERT_DATA: return "expert-data";
+    case PTDP_GROUP_EXPERT_TENSOR_AND_MODEL: return "expert-tensor+model";
+    case PTDP_GROUP_TENSOR_CONTEXT: return "tensor+context";
   }
   return "?";
 }
@@ -226,6 +231,10 @@ struct Layout {
         for (int i = 0; i < W; ++i) m.push_back(i);
         break;
       case PTDP_GROUP_TENSOR:
+      // c = 1 and one expert-parallel rank with etp = t here: these are the tensor group.
+      case PTDP_GROUP_TENSOR_CONTEXT:
+      case PTDP_GROUP_EXPERT_TENSOR:
+      case PTDP_GROUP_EXPERT_TENSOR_AND_MODEL:
         for (int i = 0; i < t; ++i) m.push_back(rank_of(pp(r), dp(r), i));
         break;
       case PTDP_GROUP_PIPELINE:
@@ -233,9 +242,11 @@ struct Layout {
         break;
       case PTDP_GROUP_DATA:
       case PTDP_GROUP_DATA_CONTEXT:  // c = 1 here: the data group
+      case PTDP_GROUP_EXPERT_DATA:   // e = 1, etp = t: the data group
         for (int j = 0; j < d(); ++j) m.push_back(rank_of(pp(r), j, tp(r)));
         break;
-      case PTDP_GROUP_CONTEXT:  // c = 1 here: r alone
+      case PTDP_GROUP_CONTEXT:       // c = 1 here: r alone
+      case PTDP_GROUP_EXPERT_MODEL:  // e = 1 here: r alone
         m.push_back(r);
         break;
       case PTDP_GROUP_MODEL:  // the t*p ranks sharing r's data-parallel index, ascending

@@ -116,7 +116,7 @@ READ = {
     "qkv_bias": (False, {}),
     "num_local_experts": (8, {"num_experts": 8}),
     "num_experts": (8, {"num_local_experts": 8}),
-    "num_experts_per_tok": (1, {}),
+    "num_experts_per_tok": (3, {}),  # k = 1 with renormalised top k is refused (Megatron: a router without gradient)
     "moe_intermediate_size": (16, {}),
     "shared_expert_intermediate_size": (20, {}),
     "norm_topk_prob": (None, {}),
