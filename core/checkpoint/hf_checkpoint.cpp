@@ -15,6 +15,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "base/error.h"
@@ -109,6 +110,82 @@ void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<H
   add(L + "shared_experts.linear_fc2.weight", {h, fs}, HfLayout::Copy, {{S + "down_proj.weight", {h, fs}}});
   if (c.moe.shared_expert_gate)
     add(L + "shared_experts.gate_weight", {1, h}, HfLayout::Copy, {{M + "shared_expert_gate.weight", {1, h}}});
+}
+
+// transformers' dot_natural_key (core_model_loading.py): a name split at ".", numbers compared as
+// numbers and before words, a word's trailing digits as a number after the word.
+struct NaturalPart {
+  bool word = false;
+  std::string text;
+  int64_t number = -1;  // -1: a word without trailing digits
+  bool operator<(const NaturalPart& o) const {
+    return std::tie(word, text, number) < std::tie(o.word, o.text, o.number);
+  }
+};
+
+std::vector<NaturalPart> natural_key(const std::string& name) {
+  std::vector<NaturalPart> key;
+  std::size_t at = 0;
+  while (at <= name.size()) {
+    const std::size_t end = std::min(name.find('.', at), name.size());
+    const std::string part = name.substr(at, end - at);
+    const std::size_t digits = part.find_last_not_of("0123456789") + 1;  // 0 when all digits
+    NaturalPart p;
+    p.word = digits > 0 || part.empty();
+    p.text = part.substr(0, digits);
+    if (digits < part.size()) p.number = std::stoll(part.substr(digits));
+    key.push_back(p);
+    at = end + 1;
+  }
+  return key;
+}
+
+// The order transformers 5 saves a mixture of experts in: it fuses each layer's experts in memory
+// (mlp.experts.gate_up_proj [E, 2 f, h], mlp.experts.down_proj [E, h, f]; Mixtral's
+// block_sparse_moe is mlp there too), sorts the in-memory names by dot_natural_key, and expands each
+// fused tensor in place into the hub's per-expert tensors: down (w2) of every expert, then gate
+// (w1) of every expert, then up (w3). Its shards (max_shard_size) follow that order; the down, the
+// gate and the up tensors of a layer's experts are views of three storages, each sized once and
+// kept in the shard of its first view. Returns the tensors in order, grouped by storage.
+std::vector<std::vector<std::string>> moe_save_order(const std::vector<std::string>& order) {
+  struct Unit {
+    std::vector<NaturalPart> key;
+    std::vector<std::pair<std::pair<int, int64_t>, std::string>> tensors;  // ((gate 0 / up 1, expert), name)
+  };
+  std::map<std::string, Unit> units;
+  for (const std::string& name : order) {
+    std::string memory = name;
+    std::pair<int, int64_t> within{0, 0};
+    const std::size_t experts = name.find(".experts.");
+    const std::size_t layer_end = name.find(name.find(".block_sparse_moe.") != std::string::npos ? ".block_sparse_moe."
+                                                                                                 : ".mlp.");
+    if (experts != std::string::npos && layer_end != std::string::npos) {
+      const std::size_t j_end = name.find('.', experts + 9);
+      const std::string which = name.substr(j_end + 1);  // "w1.weight", "gate_proj.weight", ...
+      const bool down = which == "w2.weight" || which == "down_proj.weight";
+      const bool up = which == "w3.weight" || which == "up_proj.weight";
+      memory = name.substr(0, layer_end) + ".mlp.experts." + (down ? "down_proj" : "gate_up_proj");
+      within = {up ? 1 : 0, std::stoll(name.substr(experts + 9, j_end - experts - 9))};
+    } else if (name.find(".block_sparse_moe.gate.") != std::string::npos) {
+      memory = name.substr(0, name.find(".block_sparse_moe.")) + ".mlp.gate.weight";
+    }
+    Unit& u = units[memory];
+    u.key = natural_key(memory);
+    u.tensors.emplace_back(within, name);
+  }
+  std::vector<const Unit*> sorted;
+  for (const auto& [memory, u] : units) sorted.push_back(&u);
+  std::sort(sorted.begin(), sorted.end(), [](const Unit* x, const Unit* y) { return x->key < y->key; });
+  std::vector<std::vector<std::string>> out;  // tensors of one storage: one tensor, or E expert views
+  for (const Unit* u : sorted) {
+    auto tensors = u->tensors;
+    std::sort(tensors.begin(), tensors.end());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (i == 0 || tensors[i].first.first != tensors[i - 1].first.first) out.emplace_back();
+      out.back().push_back(tensors[i].second);
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -233,6 +310,17 @@ std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
   }
   order.push_back("lm_head.weight");
   std::vector<HfTensor> out;
+  if (hf_is_moe(a)) {
+    std::vector<std::string> present;
+    for (const std::string& n : order)
+      if (shapes.count(n)) present.push_back(n);
+    for (const std::vector<std::string>& storage : moe_save_order(present)) {
+      const int first = static_cast<int>(out.size());
+      for (const std::string& n : storage)
+        out.push_back(HfTensor{n, shapes.at(n), static_cast<int>(out.size()) == first ? -1 : first});
+    }
+    order.clear();
+  }
   for (const std::string& n : order) {
     const auto it = shapes.find(n);
     if (it != shapes.end()) out.push_back(HfTensor{n, it->second});
@@ -366,9 +454,13 @@ void param_to_hf(const HfMapping& m, const GptConfig& c, const float* param, con
   throw_error(ErrorCode::Internal, str_cat(m.param, ": unknown layout ", static_cast<int>(m.layout)));
 }
 
-std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size) {
+std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size,
+                               const std::vector<int>& shares_storage) {
   std::vector<int> plan(bytes.size(), 0);
   if (max_shard_size == 0) return plan;
+  PTDP_CHECK_ARG(shares_storage.empty() || shares_storage.size() == bytes.size(),
+                 str_cat("hf_shard_plan: ", shares_storage.size(), " storage links for ", bytes.size(), " tensors"));
+  const auto shared = [&](std::size_t i) { return shares_storage.empty() ? -1 : shares_storage[i]; };
   // As huggingface_hub: a tensor above the limit is appended as a shard at once; the shard being
   // filled is appended when the next tensor would tip it over, or at the end.
   int shards = 0;
@@ -381,6 +473,12 @@ std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_
     current_size = 0;
   };
   for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (shared(i) >= 0) {
+      PTDP_CHECK_ARG(static_cast<std::size_t>(shared(i)) < i && shared(static_cast<std::size_t>(shared(i))) < 0,
+                     str_cat("hf_shard_plan: tensor ", i, " shares the storage of ", shared(i),
+                             ", which is not an earlier tensor with its own"));
+      continue;
+    }
     if (bytes[i] > max_shard_size) {
       plan[i] = shards++;
       continue;
@@ -390,6 +488,8 @@ std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_
     current_size += bytes[i];
   }
   if (!current.empty()) close_current();
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    if (shared(i) >= 0) plan[i] = plan[static_cast<std::size_t>(shared(i))];
   return plan;
 }
 
@@ -620,9 +720,17 @@ void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSave
       if (!by_param.count(p.name))
         throw_error(ErrorCode::Internal, str_cat("save_hf_checkpoint: ", p.name, " maps to no Hugging Face tensor"));
     order = hf_state_dict(c, arch);
-    std::vector<uint64_t> bytes;
-    for (const HfTensor& t : order) bytes.push_back(static_cast<uint64_t>(numel(t.shape)) * st_dtype_size(o.dtype));
-    plan = hf_shard_plan(bytes, o.max_shard_size);
+    // A fused experts tensor counts its whole storage at its first view (huggingface_hub sizes a
+    // storage once, by its first tensor).
+    std::vector<uint64_t> bytes(order.size(), 0);
+    std::vector<int> shares;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const uint64_t b = static_cast<uint64_t>(numel(order[i].shape)) * st_dtype_size(o.dtype);
+      const int first = order[i].shares_storage_with;
+      bytes[first >= 0 ? static_cast<std::size_t>(first) : i] += b;
+      shares.push_back(first);
+    }
+    plan = hf_shard_plan(bytes, o.max_shard_size, shares);
     shards = plan.empty() ? 1 : *std::max_element(plan.begin(), plan.end()) + 1;
     std::error_code ec;
     fs::create_directories(dir, ec);

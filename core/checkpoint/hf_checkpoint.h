@@ -33,6 +33,10 @@ namespace ptdp {
 struct HfTensor {
   std::string name;            ///< e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  ///< as stored ([in, out] for GPT-2's Conv1D weights)
+  /// In hf_state_dict: the index of the first tensor whose storage this one shares in
+  /// transformers 5's memory (the per-expert views of a fused experts tensor), which decides the
+  /// shard of them all; -1: its own storage.
+  int shares_storage_with = -1;
 };
 
 /// How a ptdp parameter's global value is made of Hugging Face tensors.
@@ -82,7 +86,10 @@ void hf_qkv_from_grouped(const float* qkv, int heads, int groups, int head_dim, 
 /// Hugging Face's shard assignment (huggingface_hub's split_state_dict_into_shards): tensors in
 /// order fill a shard until the next would take it past `max_shard_size` bytes; a tensor larger
 /// than the limit gets a shard of its own. Returns each tensor's shard index; 0 means no limit.
-std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size);
+/// A tensor i with shares_storage[i] = j >= 0 (j < i) goes where tensor j goes and counts nothing:
+/// j's bytes are the whole storage's.
+std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size,
+                               const std::vector<int>& shares_storage = {});
 /// "model-00002-of-00005.safetensors" (index 1 of 5), or "model.safetensors" when count is 1.
 std::string hf_shard_name(int index, int count);
 

@@ -691,8 +691,10 @@ json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, cons
   j["num_hidden_layers"] = c.num_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.query_groups();
-  // Qwen2's and OLMoE's head dim is hidden_size / num_attention_heads (no head_dim field).
-  if (a != HfArchitecture::Qwen2 && a != HfArchitecture::Qwen2Moe && a != HfArchitecture::Olmoe)
+  // Qwen2's and OLMoE's head dim is hidden_size / num_attention_heads (no head_dim field); a base
+  // config's null head_dim (transformers 5's Mixtral) means that too and stays.
+  const bool null_kept = j.contains("head_dim") && j["head_dim"].is_null() && c.attention_width() == c.hidden_size;
+  if (a != HfArchitecture::Qwen2 && a != HfArchitecture::Qwen2Moe && a != HfArchitecture::Olmoe && !null_kept)
     j["head_dim"] = c.head_dim();
   j["max_position_embeddings"] = c.max_positions();
   j["hidden_act"] = "silu";

@@ -265,20 +265,27 @@ int main(int argc, char** argv) {
     status = 2;
     goto done;
   }
+  ptdp_gpt_options g;
+  CHECK(ptdp_gpt_options_init(&g));
+  ptdp_hf_architecture arch = PTDP_HF_ARCHITECTURE_AUTO;
+  int64_t iteration = 0;
+  if (import) {
+    CHECK(ptdp_hf_read_options(from_hf, &g, &arch));
+    if (seq_length > 0) g.seq_length = (int32_t)seq_length;
+    if (divisible > 0) g.make_vocab_size_divisible_by = (int32_t)divisible;
+  } else {
+    CHECK(ptdp_checkpoint_read_options(from_ptdp, &g, &iteration));
+  }
   ptdp_parallel_options po;
   CHECK(ptdp_parallel_options_init(&po));
   po.tensor_model_parallel_size = (int32_t)t;
   po.pipeline_model_parallel_size = (int32_t)p;
+  /* An MoE model with t > 1 needs sequence parallelism (Megatron's rule); it stores nothing. */
+  po.sequence_parallel = g.num_experts > 0 && t > 1;
   CHECK(ptdp_groups_create(runtime, &po, &groups));
+  CHECK(ptdp_model_create(groups, &g, &model));
 
-  ptdp_gpt_options g;
-  CHECK(ptdp_gpt_options_init(&g));
   if (import) {
-    ptdp_hf_architecture arch = PTDP_HF_ARCHITECTURE_AUTO;
-    CHECK(ptdp_hf_read_options(from_hf, &g, &arch));
-    if (seq_length > 0) g.seq_length = (int32_t)seq_length;
-    if (divisible > 0) g.make_vocab_size_divisible_by = (int32_t)divisible;
-    CHECK(ptdp_model_create(groups, &g, &model));
     CHECK(ptdp_hf_load(from_hf, model));
     ptdp_checkpoint_state state;
     CHECK(ptdp_checkpoint_state_init(&state));
@@ -304,9 +311,6 @@ int main(int argc, char** argv) {
       print_train_flags(&g);
     }
   } else {
-    int64_t iteration = 0;
-    CHECK(ptdp_checkpoint_read_options(from_ptdp, &g, &iteration));
-    CHECK(ptdp_model_create(groups, &g, &model));
     CHECK(ptdp_checkpoint_load(from_ptdp, model, NULL, NULL));
     if (hf_config) {
       save.base_config = hf_config;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -233,6 +234,11 @@ TEST_CASE("Hugging Face's shard split: a tensor above the limit is a shard of it
   CHECK(hf_shard_plan({5, 3, 4, 12, 2, 2}, 8) == std::vector<int>{0, 0, 2, 1, 2, 2});
   CHECK(hf_shard_plan({5, 3, 4}, 0) == std::vector<int>{0, 0, 0});
   CHECK(hf_shard_plan({8, 8, 1}, 8) == std::vector<int>{0, 1, 2});
+  // Views of one storage (a fused experts tensor) go with its first view, which counts the whole
+  // storage; an oversized storage takes its views into its own shard.
+  CHECK(hf_shard_plan({5, 9, 0, 3, 0}, 8, {-1, -1, 1, -1, 3}) == std::vector<int>{1, 0, 0, 1, 1});
+  CHECK(hf_shard_plan({4, 4, 0, 0, 1}, 8, {-1, -1, 1, 1, -1}) == std::vector<int>{0, 0, 0, 0, 1});
+  CHECK_THROWS_AS(hf_shard_plan({4, 4}, 8, {1, -1}), Error);
   CHECK(hf_shard_name(0, 1) == "model.safetensors");
   CHECK(hf_shard_name(1, 3) == "model-00002-of-00003.safetensors");
 }
@@ -625,42 +631,44 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
   const HfConfig q = hf_config_from_json(q2, "q.json");
   std::vector<std::string> names;
   for (const HfTensor& t : hf_state_dict(q.model, q.architecture)) names.push_back(t.name);
+  // transformers 5's order (its shards follow it): the in-memory names sorted by dot_natural_key,
+  // each layer's fused experts expanded in place, down_proj of every expert, gate_proj, up_proj.
   const std::vector<std::string> want = {
+      "lm_head.weight",
       "model.embed_tokens.weight",
-      "model.layers.0.self_attn.q_proj.weight",
-      "model.layers.0.self_attn.q_proj.bias",
-      "model.layers.0.self_attn.k_proj.weight",
-      "model.layers.0.self_attn.k_proj.bias",
-      "model.layers.0.self_attn.v_proj.weight",
-      "model.layers.0.self_attn.v_proj.bias",
-      "model.layers.0.self_attn.o_proj.weight",
-      "model.layers.0.mlp.gate.weight",
-      "model.layers.0.mlp.experts.0.gate_proj.weight",
-      "model.layers.0.mlp.experts.0.up_proj.weight",
+      "model.layers.0.input_layernorm.weight",
       "model.layers.0.mlp.experts.0.down_proj.weight",
-      "model.layers.0.mlp.experts.1.gate_proj.weight",
-      "model.layers.0.mlp.experts.1.up_proj.weight",
       "model.layers.0.mlp.experts.1.down_proj.weight",
+      "model.layers.0.mlp.experts.0.gate_proj.weight",
+      "model.layers.0.mlp.experts.1.gate_proj.weight",
+      "model.layers.0.mlp.experts.0.up_proj.weight",
+      "model.layers.0.mlp.experts.1.up_proj.weight",
+      "model.layers.0.mlp.gate.weight",
+      "model.layers.0.mlp.shared_expert.down_proj.weight",
       "model.layers.0.mlp.shared_expert.gate_proj.weight",
       "model.layers.0.mlp.shared_expert.up_proj.weight",
-      "model.layers.0.mlp.shared_expert.down_proj.weight",
       "model.layers.0.mlp.shared_expert_gate.weight",
-      "model.layers.0.input_layernorm.weight",
       "model.layers.0.post_attention_layernorm.weight",
-      "model.layers.1.self_attn.q_proj.weight",
-      "model.layers.1.self_attn.q_proj.bias",
-      "model.layers.1.self_attn.k_proj.weight",
-      "model.layers.1.self_attn.k_proj.bias",
-      "model.layers.1.self_attn.v_proj.weight",
-      "model.layers.1.self_attn.v_proj.bias",
-      "model.layers.1.self_attn.o_proj.weight",
+      "model.layers.0.self_attn.k_proj.bias",
+      "model.layers.0.self_attn.k_proj.weight",
+      "model.layers.0.self_attn.o_proj.weight",
+      "model.layers.0.self_attn.q_proj.bias",
+      "model.layers.0.self_attn.q_proj.weight",
+      "model.layers.0.self_attn.v_proj.bias",
+      "model.layers.0.self_attn.v_proj.weight",
+      "model.layers.1.input_layernorm.weight",
+      "model.layers.1.mlp.down_proj.weight",
       "model.layers.1.mlp.gate_proj.weight",
       "model.layers.1.mlp.up_proj.weight",
-      "model.layers.1.mlp.down_proj.weight",
-      "model.layers.1.input_layernorm.weight",
       "model.layers.1.post_attention_layernorm.weight",
-      "model.norm.weight",
-      "lm_head.weight"};
+      "model.layers.1.self_attn.k_proj.bias",
+      "model.layers.1.self_attn.k_proj.weight",
+      "model.layers.1.self_attn.o_proj.weight",
+      "model.layers.1.self_attn.q_proj.bias",
+      "model.layers.1.self_attn.q_proj.weight",
+      "model.layers.1.self_attn.v_proj.bias",
+      "model.layers.1.self_attn.v_proj.weight",
+      "model.norm.weight"};
   CHECK(names == want);
 
   std::map<std::string, HfMapping> by_param;
@@ -699,6 +707,29 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
         "model.layers.3.block_sparse_moe.experts.7.w2.weight");
   CHECK(mixtral.at("decoder.layers.3.mlp.router.weight").tensors.at(0).name ==
         "model.layers.3.block_sparse_moe.gate.weight");
+  // Mixtral's block_sparse_moe is mlp in transformers 5's memory: it sorts after input_layernorm.
+  json mx12 = moe_json("mixtral");
+  mx12["num_hidden_layers"] = 12;
+  mx12["num_local_experts"] = 2;
+  std::vector<std::string> mixtral_order;
+  for (const HfTensor& t : hf_state_dict(hf_config_from_json(mx12, "m.json").model, HfArchitecture::Mixtral))
+    mixtral_order.push_back(t.name);
+  const std::vector<std::string> layer2 = {"model.layers.2.input_layernorm.weight",
+                                           "model.layers.2.block_sparse_moe.experts.0.w2.weight",
+                                           "model.layers.2.block_sparse_moe.experts.1.w2.weight",
+                                           "model.layers.2.block_sparse_moe.experts.0.w1.weight",
+                                           "model.layers.2.block_sparse_moe.experts.1.w1.weight",
+                                           "model.layers.2.block_sparse_moe.experts.0.w3.weight",
+                                           "model.layers.2.block_sparse_moe.experts.1.w3.weight",
+                                           "model.layers.2.block_sparse_moe.gate.weight",
+                                           "model.layers.2.post_attention_layernorm.weight"};
+  const auto at = std::find(mixtral_order.begin(), mixtral_order.end(), layer2.front());
+  REQUIRE(at != mixtral_order.end());
+  CHECK(std::vector<std::string>(at, at + static_cast<std::ptrdiff_t>(layer2.size())) == layer2);
+  // Layer 10 after layer 9, not after layer 1 (numbers compare as numbers).
+  const auto index_of = [&](const std::string& n) { return std::find(mixtral_order.begin(), mixtral_order.end(), n); };
+  CHECK(index_of("model.layers.9.self_attn.v_proj.weight") < index_of("model.layers.10.input_layernorm.weight"));
+  CHECK(index_of("model.layers.11.self_attn.v_proj.weight") < index_of("model.norm.weight"));
 
   const HfConfig q3 = hf_config_from_json(moe_json("qwen3_moe"), "q3.json");
   std::map<std::string, HfMapping> qwen3;

@@ -55,13 +55,15 @@ int main(int argc, char** argv) {
 
   CHECK(ptdp_runtime_create(NULL, &rt));
   CHECK(ptdp_runtime_world(rt, &rank, &world));
-  ptdp_parallel_options po;
-  CHECK(ptdp_parallel_options_init(&po));
-  po.tensor_model_parallel_size = t;
-  CHECK(ptdp_groups_create(rt, &po, &groups));
   ptdp_gpt_options o;
   CHECK(ptdp_gpt_options_init(&o));
   CHECK(ptdp_hf_read_options(dir, &o, NULL));
+  ptdp_parallel_options po;
+  CHECK(ptdp_parallel_options_init(&po));
+  po.tensor_model_parallel_size = t;
+  /* MoE with t > 1 runs with sequence parallelism, as Megatron requires. */
+  po.sequence_parallel = o.num_experts > 0 && t > 1;
+  CHECK(ptdp_groups_create(rt, &po, &groups));
   o.seq_length = seq;
   o.hidden_dropout = 0.0f;
   o.attention_dropout = 0.0f;
