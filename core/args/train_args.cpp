@@ -1141,8 +1141,11 @@ void check_together(const TrainArgs& a) {
     }
     if (*a.eod_token_id >= a.vocab_size) fail(str_cat(value("eod-token-id"), " is not below ", value("vocab-size")));
   }
-  // What the core checks again in its own words (nothing above should let these fail).
-  to_gpt_config(a).validate(a.tensor_model_parallel_size);
+  // What the core checks again in its own words (nothing above should let these fail), with the
+  // layers' sequence parallelism, which the model takes from the parallel layout.
+  GptConfig layers = to_gpt_config(a);
+  layers.sequence_parallel = a.sequence_parallel;
+  layers.validate(a.tensor_model_parallel_size);
   to_optimizer_config(a).validate();
 }
 

@@ -179,7 +179,19 @@ static void print_train_flags(const ptdp_gpt_options* g) {
   if (g->kv_channels > 0) printf(" --kv-channels %d", (int)g->kv_channels);
   if (g->disable_bias_linear) printf(" --disable-bias-linear");
   if (g->add_qkv_bias) printf(" --add-qkv-bias");
+  if (g->qk_layernorm) printf(" --qk-layernorm");
+  if (g->qk_layernorm_across_heads) printf(" --qk-layernorm-across-heads");
   if (g->untie_embeddings_and_output_weights) printf(" --untie-embeddings-and-output-weights");
+  if (g->num_experts > 0) {
+    printf(" --num-experts %d --moe-router-topk %d --moe-aux-loss-coeff %g", (int)g->num_experts,
+           (int)g->moe_router_topk, (double)g->moe_aux_loss_coeff);
+    if (g->moe_ffn_hidden_size > 0) printf(" --moe-ffn-hidden-size %d", (int)g->moe_ffn_hidden_size);
+    if (g->moe_layer_freq && g->moe_layer_freq[0]) printf(" --moe-layer-freq %s", g->moe_layer_freq);
+    if (g->moe_router_pre_softmax) printf(" --moe-router-pre-softmax");
+    if (g->moe_shared_expert_intermediate_size > 0)
+      printf(" --moe-shared-expert-intermediate-size %d", (int)g->moe_shared_expert_intermediate_size);
+    if (g->moe_shared_expert_gate) printf(" --moe-shared-expert-gate");
+  }
   printf(" --hidden-dropout %g --attention-dropout %g\n", (double)g->hidden_dropout, (double)g->attention_dropout);
 }
 
