@@ -670,6 +670,14 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
       "model.layers.1.self_attn.v_proj.weight",
       "model.norm.weight"};
   CHECK(names == want);
+  // The down, gate and up tensors of a layer's experts are views of three storages in memory.
+  const std::vector<HfTensor> dict = hf_state_dict(q.model, q.architecture);
+  CHECK(dict.at(3).shares_storage_with == -1);  // experts.0.down_proj
+  CHECK(dict.at(4).shares_storage_with == 3);   // experts.1.down_proj
+  CHECK(dict.at(5).shares_storage_with == -1);  // experts.0.gate_proj
+  CHECK(dict.at(6).shares_storage_with == 5);
+  CHECK(dict.at(8).shares_storage_with == 7);   // experts.1.up_proj
+  CHECK(dict.at(10).shares_storage_with == -1);  // shared_expert.down_proj: its own
 
   std::map<std::string, HfMapping> by_param;
   for (const HfMapping& m : hf_mappings(q.model, q.architecture)) by_param.emplace(m.param, m);
