@@ -51,6 +51,7 @@ seed("fuzz_train_args", "llama", command_line(
 seed("fuzz_train_args", "gqa", command_line(
     "--normalization=RMSNorm --swiglu --position-embedding-type rope --use-rope-scaling "
     "--group-query-attention --num-query-groups 2 --kv-channels 16 --disable-bias-linear --qk-layernorm "
+    "--qk-layernorm-across-heads "
     "--fp16 --loss-scale-window 100 --optimizer sgd --pipeline-schedule zero-bubble --mock-data "
     "--train-data-path x --valid-data-path y --test-data-path z --decoder-first-pipeline-num-layers 1"))
 seed("fuzz_train_args", "moe", command_line(

@@ -322,6 +322,30 @@ class Backend {
                                 const void* dy, void* dx, DType t, float* dgamma, int64_t rows,
                                 int64_t cols, bool accumulate) = 0;
 
+  // ---- RMSNorm over rows split across devices --------------------------------------------------
+  // A row of `width` features of which this device holds `cols`: a norm over a whole query or key
+  // projection under tensor parallelism, each tensor rank holding its heads' features. The row
+  // statistics are sums over the whole row, which the caller completes across the devices
+  // between two ops:
+  //   forward:  row_dot(x, x) gives this device's sums of squares; summed over the devices,
+  //             rmsnorm_split_forward takes them and gives y and rstd;
+  //   backward: row_dot(dy, x, gamma) gives this device's sums of dy * gamma * x; summed over the
+  //             devices, rmsnorm_split_backward takes them and gives dx and dgamma.
+  // With one device (cols == width) these compute rmsnorm_forward's and rmsnorm_backward's
+  // results up to the rounding of the row sums to fp32.
+  /// rstd[r] = 1 / sqrt(sum_sq[r] / width + eps), y = x * rstd * gamma per row (x, y [rows,
+  /// cols], gamma [cols]); sum_sq[r] is the whole row's sum of squares. sum_sq may alias rstd.
+  virtual void rmsnorm_split_forward(const void* x, const void* gamma, const float* sum_sq,
+                                     void* y, DType t, float* rstd, int64_t rows, int64_t cols,
+                                     int64_t width, float eps) = 0;
+  /// dx = rstd * (dy * gamma - x * rstd^2 * dot[r] / width), with dot[r] the whole row's sum of
+  /// dy * gamma * x; dgamma (fp32, [cols]) is summed over rows of dy * x * rstd, added to its
+  /// contents when accumulate is set, overwritten otherwise. dx may alias dy.
+  virtual void rmsnorm_split_backward(const void* x, const void* gamma, const float* rstd,
+                                      const float* dot, const void* dy, void* dx, DType t,
+                                      float* dgamma, int64_t rows, int64_t cols, int64_t width,
+                                      bool accumulate) = 0;
+
   // ---- SwiGLU (Shazeer 2020): the gated MLP activation ---------------------------------------
   /// x is [rows, 2 * cols], each row the gate half then the up half (the column-parallel fc1
   /// output of one tensor rank); y [rows, cols] = silu(gate) * up, silu(g) = g / (1 + e^-g).
@@ -415,6 +439,11 @@ class Backend {
   virtual void cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) = 0;
   /// Sum of squares of n elements, accumulated in double (grad-norm building block).
   virtual double sum_squares(const float* x, int64_t n) = 0;
+  /// out[r] = sum_c a[r, c] * b[r, c] * (w ? w[c] : 1) over rows of [rows, cols] (a, b and w of
+  /// storage type t; w may be NULL, a may equal b), accumulated in double, stored as fp32: the
+  /// per-row statistics of the split RMSNorm (rmsnorm_split_forward).
+  virtual void row_dot(const void* a, const void* b, const void* w, DType t, float* out,
+                       int64_t rows, int64_t cols) = 0;
 
   // ---- vocabulary-parallel embedding ----------------------------------------------------------
   /// out[i, :] = table[ids[i] - vocab_start, :] when vocab_start <= ids[i] < vocab_start +

@@ -8,7 +8,8 @@ namespace ptdp {
 const char* backend_op_name(BackendOp op) {
   static const char* const names[kBackendOpCount] = {
       "copy_from_host", "copy_to_host", "copy", "gemm", "bias_add", "bias_grad", "gelu_forward", "gelu_backward",
-      "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "swiglu_forward",
+      "layernorm_forward", "layernorm_backward", "rmsnorm_forward", "rmsnorm_backward", "rmsnorm_split_forward",
+      "rmsnorm_split_backward", "row_dot", "swiglu_forward",
       "swiglu_backward", "rope_forward", "rope_backward", "softmax_forward", "softmax_forward_documents",
       "softmax_backward", "attention_forward", "attention_backward", "attention_block_forward",
       "attention_block_backward", "dropout_forward", "dropout_backward", "bias_dropout_add", "add", "axpy", "scale",
@@ -100,6 +101,22 @@ void ProfilingBackend::rmsnorm_backward(const void* x, const void* gamma, const 
                                         DType t, float* dgamma, int64_t rows, int64_t cols, bool accumulate) {
   timed(BackendOp::RmsnormBackward, 0.0,
         [&] { inner_.rmsnorm_backward(x, gamma, rstd, dy, dx, t, dgamma, rows, cols, accumulate); });
+}
+void ProfilingBackend::rmsnorm_split_forward(const void* x, const void* gamma, const float* sum_sq, void* y, DType t,
+                                             float* rstd, int64_t rows, int64_t cols, int64_t width, float eps) {
+  timed(BackendOp::RmsnormSplitForward, 0.0,
+        [&] { inner_.rmsnorm_split_forward(x, gamma, sum_sq, y, t, rstd, rows, cols, width, eps); });
+}
+void ProfilingBackend::rmsnorm_split_backward(const void* x, const void* gamma, const float* rstd, const float* dot,
+                                              const void* dy, void* dx, DType t, float* dgamma, int64_t rows,
+                                              int64_t cols, int64_t width, bool accumulate) {
+  timed(BackendOp::RmsnormSplitBackward, 0.0, [&] {
+    inner_.rmsnorm_split_backward(x, gamma, rstd, dot, dy, dx, t, dgamma, rows, cols, width, accumulate);
+  });
+}
+void ProfilingBackend::row_dot(const void* a, const void* b, const void* w, DType t, float* out, int64_t rows,
+                               int64_t cols) {
+  timed(BackendOp::RowDot, 0.0, [&] { inner_.row_dot(a, b, w, t, out, rows, cols); });
 }
 
 void ProfilingBackend::swiglu_forward(const void* x, void* y, DType t, int64_t rows, int64_t cols) {

@@ -20,7 +20,8 @@ namespace ptdp {
 /// synchronize, are forwarded untimed).
 enum class BackendOp : std::uint8_t {
   CopyFromHost, CopyToHost, Copy, Gemm, BiasAdd, BiasGrad, GeluForward, GeluBackward,
-  LayernormForward, LayernormBackward, RmsnormForward, RmsnormBackward, SwigluForward,
+  LayernormForward, LayernormBackward, RmsnormForward, RmsnormBackward, RmsnormSplitForward,
+  RmsnormSplitBackward, RowDot, SwigluForward,
   SwigluBackward, RopeForward, RopeBackward, SoftmaxForward, SoftmaxForwardDocuments,
   SoftmaxBackward, AttentionForward, AttentionBackward, AttentionBlockForward,
   AttentionBlockBackward, DropoutForward, DropoutBackward, BiasDropoutAdd, Add, Axpy, Scale, Fill,
@@ -77,6 +78,12 @@ class ProfilingBackend final : public Backend {
                        float eps) override;
   void rmsnorm_backward(const void* x, const void* gamma, const float* rstd, const void* dy, void* dx, DType t,
                         float* dgamma, int64_t rows, int64_t cols, bool accumulate) override;
+  void rmsnorm_split_forward(const void* x, const void* gamma, const float* sum_sq, void* y, DType t, float* rstd,
+                             int64_t rows, int64_t cols, int64_t width, float eps) override;
+  void rmsnorm_split_backward(const void* x, const void* gamma, const float* rstd, const float* dot, const void* dy,
+                              void* dx, DType t, float* dgamma, int64_t rows, int64_t cols, int64_t width,
+                              bool accumulate) override;
+  void row_dot(const void* a, const void* b, const void* w, DType t, float* out, int64_t rows, int64_t cols) override;
   void swiglu_forward(const void* x, void* y, DType t, int64_t rows, int64_t cols) override;
   void swiglu_backward(const void* x, const void* dy, void* dx, DType t, int64_t rows, int64_t cols) override;
   void rope_forward(void* qkv, DType t, const RopeDesc& d) override;

@@ -225,6 +225,53 @@ inline void check_rmsnorm_backward(const void* x, const void* gamma, const float
   }
 }
 
+/// `op` is rmsnorm_split_forward or rmsnorm_split_backward: what they share beyond
+/// rmsnorm_forward's and rmsnorm_backward's checks, the row's width.
+inline void check_rmsnorm_split_width(const char* op, int64_t cols, int64_t width) {
+  PTDP_CHECK_ARG(width >= cols, std::string(op) + ": width = " + std::to_string(width) +
+                                    " is smaller than this device's cols = " + std::to_string(cols));
+}
+
+inline Work check_rmsnorm_split_forward(const void* x, const void* gamma, const float* sum_sq,
+                                        const void* y, DType t, const float* rstd, int64_t rows,
+                                        int64_t cols, int64_t width, float eps) {
+  const char* op = "rmsnorm_split_forward";
+  float_type(op, "t", t);
+  nonneg(op, "rows", rows);
+  positive(op, "cols", cols);
+  check_rmsnorm_split_width(op, cols, width);
+  PTDP_CHECK_ARG(eps >= 0.0f && std::isfinite(eps),
+                 std::string(op) + ": eps must be finite and >= 0, got " + std::to_string(eps));
+  if (rows == 0) return Work::none;
+  not_null(op, "x", x);
+  not_null(op, "gamma", gamma);
+  not_null(op, "sum_sq", sum_sq);
+  not_null(op, "y", y);
+  not_null(op, "rstd", rstd);
+  return Work::some;
+}
+
+/// With rows == 0 the op still has work: dgamma is cleared (or kept, accumulating).
+inline void check_rmsnorm_split_backward(const void* x, const void* gamma, const float* rstd,
+                                         const float* dot, const void* dy, const void* dx, DType t,
+                                         const float* dgamma, int64_t rows, int64_t cols,
+                                         int64_t width) {
+  const char* op = "rmsnorm_split_backward";
+  float_type(op, "t", t);
+  nonneg(op, "rows", rows);
+  positive(op, "cols", cols);
+  check_rmsnorm_split_width(op, cols, width);
+  not_null(op, "dgamma", dgamma);
+  if (rows > 0) {
+    not_null(op, "x", x);
+    not_null(op, "gamma", gamma);
+    not_null(op, "rstd", rstd);
+    not_null(op, "dot", dot);
+    not_null(op, "dy", dy);
+    not_null(op, "dx", dx);
+  }
+}
+
 // ---- SwiGLU --------------------------------------------------------------------------------
 
 /// `op` is swiglu_forward or swiglu_backward; `in` is x, `out` is y (forward) or dx (backward),
@@ -507,6 +554,20 @@ inline void check_fill(const void* x, DType t, int64_t n) {
 inline void check_sum_squares(const float* x, int64_t n) {
   nonneg("sum_squares", "n", n);
   not_null("sum_squares", "x", x, n);
+}
+
+inline Work check_row_dot(const void* a, const void* b, DType t, const float* out, int64_t rows,
+                          int64_t cols) {
+  const char* op = "row_dot";
+  float_type(op, "t", t);
+  nonneg(op, "rows", rows);
+  nonneg(op, "cols", cols);
+  if (rows == 0) return Work::none;
+  not_null(op, "out", out);
+  if (cols == 0) return Work::some;  // every sum is 0
+  not_null(op, "a", a);
+  not_null(op, "b", b);
+  return Work::some;
 }
 
 namespace detail {

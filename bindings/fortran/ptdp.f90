@@ -291,6 +291,7 @@ module ptdp
     integer(c_int32_t) :: moe_pad_expert_input_to_capacity
     integer(c_int) :: moe_token_dispatcher_type
     integer(c_int32_t) :: moe_layer_recompute
+    integer(c_int32_t) :: qk_layernorm_across_heads
   end type ptdp_gpt_options
 
   ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,

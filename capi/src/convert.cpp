@@ -242,6 +242,7 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   o.precision = static_cast<ptdp_dtype>(c.precision);
   o.attention = static_cast<ptdp_attention>(c.attention);
   llama_fields_to_c(c, o);
+  o.qk_layernorm_across_heads = c.qk_layernorm_across_heads ? 1 : 0;
   moe_fields_to_c(c, o);
   return o;
 }
@@ -273,7 +274,7 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(moe_aux_loss_coeff), PTDP_FIELD(moe_z_loss_coeff),
     PTDP_FIELD(moe_expert_capacity_factor), PTDP_FIELD(moe_token_drop_policy),
     PTDP_FIELD(moe_pad_expert_input_to_capacity), PTDP_FIELD(moe_token_dispatcher_type),
-    PTDP_FIELD(moe_layer_recompute)};
+    PTDP_FIELD(moe_layer_recompute), PTDP_FIELD(qk_layernorm_across_heads)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -321,6 +322,8 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
                  "options->attention = " + std::to_string(static_cast<int>(o.attention)) + " is not a ptdp_attention");
   c.attention = static_cast<AttentionImpl>(o.attention);
   llama_fields_to_core(o, c);
+  require_flag(o.qk_layernorm_across_heads, "qk_layernorm_across_heads");
+  c.qk_layernorm_across_heads = o.qk_layernorm_across_heads == 1;
   moe_fields_to_core(o, c);
   return c;
 }

@@ -448,6 +448,11 @@ std::vector<Flag> make_flags() {
   v.push_back(boolean("qk-layernorm", G::Model,
                       "A norm (of --normalization's kind) over each query and key head before attention.",
                       &TrainArgs::qk_layernorm));
+  v.push_back(boolean("qk-layernorm-across-heads", G::Model,
+                      "[ptdp] With --qk-layernorm and RMSNorm: the q and k norms are over a token's whole query and "
+                      "key projections (weights [heads x head dim], [query groups x head dim]) instead of each head "
+                      "(OLMo 2, OLMoE).",
+                      &TrainArgs::qk_layernorm_across_heads));
   add_moe_flags(v);
   // Parallelism.
   v.push_back(integer("tensor-model-parallel-size", G::Parallel, "Tensor-parallel size t.",
@@ -776,6 +781,7 @@ void apply_model_preset(TrainArgs& a) {
   a.disable_bias_linear = !c.add_bias_linear;
   a.add_qkv_bias = c.add_qkv_bias;
   a.qk_layernorm = c.qk_layernorm;
+  a.qk_layernorm_across_heads = c.qk_layernorm_across_heads;
   const MoeConfig& m = c.moe;
   if (!m.enabled()) return;
   a.num_experts = m.num_experts;
@@ -1413,6 +1419,7 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   c.add_bias_linear = !args.disable_bias_linear;
   c.add_qkv_bias = args.add_qkv_bias;
   c.qk_layernorm = args.qk_layernorm;
+  c.qk_layernorm_across_heads = args.qk_layernorm_across_heads;
   MoeConfig& m = c.moe;
   m.num_experts = args.num_experts;
   if (m.num_experts > 0) m.layer_pattern = parse_moe_layer_freq(args.moe_layer_freq, args.num_layers);

@@ -61,6 +61,7 @@ struct TrainArgs {
   bool disable_bias_linear = false;
   bool add_qkv_bias = false;
   bool qk_layernorm = false;
+  bool qk_layernorm_across_heads = false;  ///< [ptdp] q/k norms over the whole projections (OLMo 2, OLMoE)
   // Mixture of experts (Megatron-Core's --num-experts and --moe-* flags, names and defaults;
   // docs/moe.md). Unset optional flags are Megatron's None.
   int num_experts = 0;                      ///< 0: dense (Megatron's None)

@@ -89,6 +89,8 @@ nlohmann::json config_to_json(const GptConfig& c) {
           {"add_bias_linear", c.add_bias_linear},
           {"add_qkv_bias", c.add_qkv_bias},
           {"qk_layernorm", c.qk_layernorm}};
+  // Only when set, as "moe": the metadata of every other model stays as it was.
+  if (c.qk_layernorm_across_heads) j["qk_layernorm_across_heads"] = true;
   if (c.moe.enabled()) j["moe"] = moe_to_json(c);
   return j;
 }
@@ -194,6 +196,7 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.add_bias_linear = j.value("add_bias_linear", true);
     c.add_qkv_bias = j.value("add_qkv_bias", false);
     c.qk_layernorm = j.value("qk_layernorm", false);
+    c.qk_layernorm_across_heads = j.value("qk_layernorm_across_heads", false);
     if (j.contains("moe")) moe_from_json(j.at("moe"), c, source);
     return c;
   } catch (const nlohmann::json::exception& e) {
@@ -226,6 +229,7 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
       {"add_bias_linear", {saved.add_bias_linear, model.add_bias_linear}},
       {"add_qkv_bias", {saved.qkv_bias(), model.qkv_bias()}},
       {"qk_layernorm", {saved.qk_layernorm, model.qk_layernorm}},
+      {"qk_layernorm_across_heads", {saved.qk_layernorm_across_heads, model.qk_layernorm_across_heads}},
       // The experts: their number, widths and which layers have them, the router's expert bias.
       {"num_experts (--num-experts)", {saved.moe.num_experts, model.moe.num_experts}},
       {"moe_ffn_hidden_size (--moe-ffn-hidden-size)",

@@ -15,6 +15,7 @@
 #include <regex>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "base/error.h"
@@ -111,6 +112,82 @@ void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<H
     add(L + "shared_experts.gate_weight", {1, h}, HfLayout::Copy, {{M + "shared_expert_gate.weight", {1, h}}});
 }
 
+// transformers' dot_natural_key (core_model_loading.py): a name split at ".", numbers compared as
+// numbers and before words, a word's trailing digits as a number after the word.
+struct NaturalPart {
+  bool word = false;
+  std::string text;
+  int64_t number = -1;  // -1: a word without trailing digits
+  bool operator<(const NaturalPart& o) const {
+    return std::tie(word, text, number) < std::tie(o.word, o.text, o.number);
+  }
+};
+
+std::vector<NaturalPart> natural_key(const std::string& name) {
+  std::vector<NaturalPart> key;
+  std::size_t at = 0;
+  while (at <= name.size()) {
+    const std::size_t end = std::min(name.find('.', at), name.size());
+    const std::string part = name.substr(at, end - at);
+    const std::size_t digits = part.find_last_not_of("0123456789") + 1;  // 0 when all digits
+    NaturalPart p;
+    p.word = digits > 0 || part.empty();
+    p.text = part.substr(0, digits);
+    if (digits < part.size()) p.number = std::stoll(part.substr(digits));
+    key.push_back(p);
+    at = end + 1;
+  }
+  return key;
+}
+
+// The order transformers 5 saves a mixture of experts in: it fuses each layer's experts in memory
+// (mlp.experts.gate_up_proj [E, 2 f, h], mlp.experts.down_proj [E, h, f]; Mixtral's
+// block_sparse_moe is mlp there too), sorts the in-memory names by dot_natural_key, and expands each
+// fused tensor in place into the hub's per-expert tensors: down (w2) of every expert, then gate
+// (w1) of every expert, then up (w3). Its shards (max_shard_size) follow that order; the down, the
+// gate and the up tensors of a layer's experts are views of three storages, each sized once and
+// kept in the shard of its first view. Returns the tensors in order, grouped by storage.
+std::vector<std::vector<std::string>> moe_save_order(const std::vector<std::string>& order) {
+  struct Unit {
+    std::vector<NaturalPart> key;
+    std::vector<std::pair<std::pair<int, int64_t>, std::string>> tensors;  // ((gate 0 / up 1, expert), name)
+  };
+  std::map<std::string, Unit> units;
+  for (const std::string& name : order) {
+    std::string memory = name;
+    std::pair<int, int64_t> within{0, 0};
+    const std::size_t experts = name.find(".experts.");
+    const std::size_t layer_end = name.find(name.find(".block_sparse_moe.") != std::string::npos ? ".block_sparse_moe."
+                                                                                                 : ".mlp.");
+    if (experts != std::string::npos && layer_end != std::string::npos) {
+      const std::size_t j_end = name.find('.', experts + 9);
+      const std::string which = name.substr(j_end + 1);  // "w1.weight", "gate_proj.weight", ...
+      const bool down = which == "w2.weight" || which == "down_proj.weight";
+      const bool up = which == "w3.weight" || which == "up_proj.weight";
+      memory = name.substr(0, layer_end) + ".mlp.experts." + (down ? "down_proj" : "gate_up_proj");
+      within = {up ? 1 : 0, std::stoll(name.substr(experts + 9, j_end - experts - 9))};
+    } else if (name.find(".block_sparse_moe.gate.") != std::string::npos) {
+      memory = name.substr(0, name.find(".block_sparse_moe.")) + ".mlp.gate.weight";
+    }
+    Unit& u = units[memory];
+    u.key = natural_key(memory);
+    u.tensors.emplace_back(within, name);
+  }
+  std::vector<const Unit*> sorted;
+  for (const auto& [memory, u] : units) sorted.push_back(&u);
+  std::sort(sorted.begin(), sorted.end(), [](const Unit* x, const Unit* y) { return x->key < y->key; });
+  std::vector<std::vector<std::string>> out;  // tensors of one storage: one tensor, or E expert views
+  for (const Unit* u : sorted) {
+    auto tensors = u->tensors;
+    std::sort(tensors.begin(), tensors.end());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      if (i == 0 || tensors[i].first.first != tensors[i - 1].first.first) out.emplace_back();
+      out.back().push_back(tensors[i].second);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
@@ -160,8 +237,11 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
       if (c.add_bias_linear)
         add(L + "self_attention.linear_proj.bias", {h}, HfLayout::Copy, {{A + "o_proj.bias", {h}}});
       if (c.qk_layernorm) {
-        add(L + "self_attention.q_layernorm.weight", {dh}, HfLayout::Copy, {{A + "q_norm.weight", {dh}}});
-        add(L + "self_attention.k_layernorm.weight", {dh}, HfLayout::Copy, {{A + "k_norm.weight", {dh}}});
+        // Per head ([dh], Qwen3), or across the heads (OLMoE: [a*dh] and [g*dh], the heads in
+        // q_proj's and k_proj's order, which is ptdp's global order).
+        const int64_t qn = c.qk_layernorm_across_heads ? a_dh : dh, kn = c.qk_layernorm_across_heads ? g_dh : dh;
+        add(L + "self_attention.q_layernorm.weight", {qn}, HfLayout::Copy, {{A + "q_norm.weight", {qn}}});
+        add(L + "self_attention.k_layernorm.weight", {kn}, HfLayout::Copy, {{A + "k_norm.weight", {kn}}});
       }
       add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "post_attention_layernorm.weight", {h}}});
       if (c.moe.is_moe_layer(i)) {
@@ -182,111 +262,7 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
   return m;
 }
 
-namespace {
-
-// One part of transformers' dot_natural_key: a number, or text with an optional numeric suffix.
-struct NaturalPart {
-  bool text = false;
-  std::string prefix;
-  bool has_number = false;
-  int64_t number = 0;
-};
-
-// transformers' dot_natural_key: "."-separated parts, numbers before text and compared as
-// numbers, text compared as text and then by its trailing digits (none first).
-std::vector<NaturalPart> dot_natural_key(const std::string& name) {
-  std::vector<NaturalPart> parts;
-  std::size_t start = 0;
-  while (start <= name.size()) {
-    const std::size_t end = std::min(name.find('.', start), name.size());
-    const std::string part = name.substr(start, end - start);
-    std::size_t digits = part.size();
-    while (digits > 0 && part[digits - 1] >= '0' && part[digits - 1] <= '9') --digits;
-    NaturalPart np;
-    np.text = digits > 0 || part.empty();
-    np.prefix = part.substr(0, digits);
-    np.has_number = digits < part.size();
-    if (np.has_number) np.number = std::stoll(part.substr(digits));
-    parts.push_back(np);
-    start = end + 1;
-  }
-  return parts;
-}
-
-bool natural_less(const std::string& a, const std::string& b) {
-  const auto less = [](const NaturalPart& x, const NaturalPart& y) {
-    if (x.text != y.text) return !x.text;
-    if (!x.text) return x.number < y.number;
-    if (x.prefix != y.prefix) return x.prefix < y.prefix;
-    if (x.has_number != y.has_number) return !x.has_number;
-    return x.number < y.number;
-  };
-  const std::vector<NaturalPart> ka = dot_natural_key(a), kb = dot_natural_key(b);
-  return std::lexicographical_compare(ka.begin(), ka.end(), kb.begin(), kb.end(), less);
-}
-
-// transformers 5 holds a layer's experts as fused parameters (experts.gate_up_proj [E, 2f, h],
-// experts.down_proj [E, h, f]) and saves them through its conversion mapping, reversed: the state
-// dict sorted by dot_natural_key of its own names (Mixtral's block_sparse_moe is its mlp), each
-// fused parameter then split into one storage per projection (gate, up; down) whose per-expert
-// views huggingface_hub sizes and places together. The other tensors are storages of their own.
-std::vector<std::vector<HfTensor>> moe_save_storages(const std::vector<HfTensor>& tensors) {
-  static const std::regex expert(R"((.*)\.experts\.(\d+)\.(w1|w2|w3|gate_proj|up_proj|down_proj)\.weight)");
-  struct Storage {
-    std::string key;  // transformers 5's name of the parameter it comes from
-    int part = 0;     // gate (0) before up (1) within gate_up_proj
-    std::vector<std::pair<int64_t, HfTensor>> tensors;  // by expert index
-  };
-  std::vector<Storage> storages;
-  std::map<std::pair<std::string, int>, std::size_t> fused;
-  for (const HfTensor& t : tensors) {
-    std::string name = t.name;
-    const std::size_t mixtral = name.find(".block_sparse_moe.");
-    if (mixtral != std::string::npos) name.replace(mixtral, std::strlen(".block_sparse_moe."), ".mlp.");
-    std::smatch m;
-    if (!std::regex_match(name, m, expert)) {
-      storages.push_back(Storage{name, 0, {{0, t}}});
-      continue;
-    }
-    const std::string projection = m[3].str();
-    const bool down = projection == "w2" || projection == "down_proj";
-    const int part = down || projection == "w1" || projection == "gate_proj" ? 0 : 1;
-    const std::string key = m[1].str() + (down ? ".experts.down_proj" : ".experts.gate_up_proj");
-    const auto [it, added] = fused.emplace(std::pair{key, part}, storages.size());
-    if (added) storages.push_back(Storage{key, part, {}});
-    storages[it->second].tensors.emplace_back(std::stoll(m[2].str()), t);
-  }
-  std::stable_sort(storages.begin(), storages.end(), [](const Storage& x, const Storage& y) {
-    if (x.key != y.key) return natural_less(x.key, y.key);
-    return x.part < y.part;
-  });
-  std::vector<std::vector<HfTensor>> out;
-  for (Storage& s : storages) {
-    std::stable_sort(s.tensors.begin(), s.tensors.end(),
-                     [](const auto& x, const auto& y) { return x.first < y.first; });
-    out.emplace_back();
-    for (auto& [index, t] : s.tensors) out.back().push_back(std::move(t));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::vector<std::vector<HfTensor>> hf_save_storages(const GptConfig& c, HfArchitecture a) {
-  const std::vector<HfTensor> order = hf_registration_order(c, a);
-  if (hf_is_moe(a)) return moe_save_storages(order);
-  std::vector<std::vector<HfTensor>> out;
-  for (const HfTensor& t : order) out.push_back({t});
-  return out;
-}
-
 std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
-  std::vector<HfTensor> out;
-  for (const std::vector<HfTensor>& s : hf_save_storages(c, a)) out.insert(out.end(), s.begin(), s.end());
-  return out;
-}
-
-std::vector<HfTensor> hf_registration_order(const GptConfig& c, HfArchitecture a) {
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const HfMapping& m : hf_mappings(c, a))
     for (const HfTensor& t : m.tensors) shapes[t.name] = t.shape;
@@ -334,12 +310,23 @@ std::vector<HfTensor> hf_registration_order(const GptConfig& c, HfArchitecture a
   }
   order.push_back("lm_head.weight");
   std::vector<HfTensor> out;
+  if (hf_is_moe(a)) {
+    std::vector<std::string> present;
+    for (const std::string& n : order)
+      if (shapes.count(n)) present.push_back(n);
+    for (const std::vector<std::string>& storage : moe_save_order(present)) {
+      const int first = static_cast<int>(out.size());
+      for (const std::string& n : storage)
+        out.push_back(HfTensor{n, shapes.at(n), static_cast<int>(out.size()) == first ? -1 : first});
+    }
+    order.clear();
+  }
   for (const std::string& n : order) {
     const auto it = shapes.find(n);
     if (it != shapes.end()) out.push_back(HfTensor{n, it->second});
   }
   if (out.size() != shapes.size())
-    throw_error(ErrorCode::Internal, "hf_registration_order: the order misses a tensor of the mappings");
+    throw_error(ErrorCode::Internal, "hf_state_dict: the state-dict order misses a tensor of the mappings");
   return out;
 }
 
@@ -467,9 +454,13 @@ void param_to_hf(const HfMapping& m, const GptConfig& c, const float* param, con
   throw_error(ErrorCode::Internal, str_cat(m.param, ": unknown layout ", static_cast<int>(m.layout)));
 }
 
-std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size) {
+std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size,
+                               const std::vector<int>& shares_storage) {
   std::vector<int> plan(bytes.size(), 0);
   if (max_shard_size == 0) return plan;
+  PTDP_CHECK_ARG(shares_storage.empty() || shares_storage.size() == bytes.size(),
+                 str_cat("hf_shard_plan: ", shares_storage.size(), " storage links for ", bytes.size(), " tensors"));
+  const auto shared = [&](std::size_t i) { return shares_storage.empty() ? -1 : shares_storage[i]; };
   // As huggingface_hub: a tensor above the limit is appended as a shard at once; the shard being
   // filled is appended when the next tensor would tip it over, or at the end.
   int shards = 0;
@@ -482,6 +473,12 @@ std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_
     current_size = 0;
   };
   for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (shared(i) >= 0) {
+      PTDP_CHECK_ARG(static_cast<std::size_t>(shared(i)) < i && shared(static_cast<std::size_t>(shared(i))) < 0,
+                     str_cat("hf_shard_plan: tensor ", i, " shares the storage of ", shared(i),
+                             ", which is not an earlier tensor with its own"));
+      continue;
+    }
     if (bytes[i] > max_shard_size) {
       plan[i] = shards++;
       continue;
@@ -491,6 +488,8 @@ std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_
     current_size += bytes[i];
   }
   if (!current.empty()) close_current();
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    if (shared(i) >= 0) plan[i] = plan[static_cast<std::size_t>(shared(i))];
   return plan;
 }
 
@@ -720,20 +719,18 @@ void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSave
     for (const ParamInfo& p : model.all_params())
       if (!by_param.count(p.name))
         throw_error(ErrorCode::Internal, str_cat("save_hf_checkpoint: ", p.name, " maps to no Hugging Face tensor"));
-    // huggingface_hub places and sizes the tensors of one storage together (a layer's experts of
-    // one projection, in transformers 5).
-    std::vector<uint64_t> bytes;
-    std::vector<std::size_t> storage_of;
-    for (const std::vector<HfTensor>& s : hf_save_storages(c, arch)) {
-      bytes.push_back(0);
-      for (const HfTensor& t : s) {
-        order.push_back(t);
-        storage_of.push_back(bytes.size() - 1);
-        bytes.back() += static_cast<uint64_t>(numel(t.shape)) * st_dtype_size(o.dtype);
-      }
+    order = hf_state_dict(c, arch);
+    // A fused experts tensor counts its whole storage at its first view (huggingface_hub sizes a
+    // storage once, by its first tensor).
+    std::vector<uint64_t> bytes(order.size(), 0);
+    std::vector<int> shares;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const uint64_t b = static_cast<uint64_t>(numel(order[i].shape)) * st_dtype_size(o.dtype);
+      const int first = order[i].shares_storage_with;
+      bytes[first >= 0 ? static_cast<std::size_t>(first) : i] += b;
+      shares.push_back(first);
     }
-    const std::vector<int> storage_plan = hf_shard_plan(bytes, o.max_shard_size);
-    for (std::size_t k : storage_of) plan.push_back(storage_plan[k]);
+    plan = hf_shard_plan(bytes, o.max_shard_size, shares);
     shards = plan.empty() ? 1 : *std::max_element(plan.begin(), plan.end()) + 1;
     std::error_code ec;
     fs::create_directories(dir, ec);

@@ -33,6 +33,10 @@ namespace ptdp {
 struct HfTensor {
   std::string name;            ///< e.g. "model.layers.0.self_attn.q_proj.weight"
   std::vector<int64_t> shape;  ///< as stored ([in, out] for GPT-2's Conv1D weights)
+  /// In hf_state_dict: the index of the first tensor whose storage this one shares in
+  /// transformers 5's memory (the per-expert views of a fused experts tensor), which decides the
+  /// shard of them all; -1: its own storage.
+  int shares_storage_with = -1;
 };
 
 /// How a ptdp parameter's global value is made of Hugging Face tensors.
@@ -57,16 +61,8 @@ struct HfMapping {
 /// Every parameter of a `config` model exported as `architecture` (not Auto), in ptdp's model
 /// order; each Hugging Face tensor appears in exactly one mapping.
 std::vector<HfMapping> hf_mappings(const GptConfig& config, HfArchitecture architecture);
-/// The Hugging Face tensors of the same model in module registration order (the hub's module
-/// tree, experts one by one), without the tied lm_head.
-std::vector<HfTensor> hf_registration_order(const GptConfig& config, HfArchitecture architecture);
-/// The same tensors grouped by the storage transformers saves them from, in the order it saves
-/// them: one tensor per storage in registration order for the dense classes; for the mixtures of
-/// experts transformers 5's (its fused expert parameters reverted through its conversion mapping:
-/// the storages sorted by its dot_natural_key of its own parameter names, each layer's experts as
-/// one storage per projection, gate before up).
-std::vector<std::vector<HfTensor>> hf_save_storages(const GptConfig& config, HfArchitecture architecture);
-/// hf_save_storages flattened: the state dict in the order Hugging Face saves it.
+/// The Hugging Face state dict of the same model in the order Hugging Face saves it (module
+/// registration order), without the tied lm_head.
 std::vector<HfTensor> hf_state_dict(const GptConfig& config, HfArchitecture architecture);
 
 /// Builds the ptdp value (`rows` rows: the padded vocabulary for VocabRows, else shape[0]) of
@@ -87,11 +83,13 @@ void hf_qkv_to_grouped(const float* q, const float* k, const float* v, int heads
 void hf_qkv_from_grouped(const float* qkv, int heads, int groups, int head_dim, int64_t cols, float* q, float* k,
                          float* v);
 
-/// Hugging Face's shard assignment (huggingface_hub's split_state_dict_into_shards): storages
-/// (hf_save_storages) in order fill a shard until the next would take it past `max_shard_size`
-/// bytes; a storage larger than the limit gets a shard of its own. Returns each storage's shard
-/// index; 0 means no limit.
-std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size);
+/// Hugging Face's shard assignment (huggingface_hub's split_state_dict_into_shards): tensors in
+/// order fill a shard until the next would take it past `max_shard_size` bytes; a tensor larger
+/// than the limit gets a shard of its own. Returns each tensor's shard index; 0 means no limit.
+/// A tensor i with shares_storage[i] = j >= 0 (j < i) goes where tensor j goes and counts nothing:
+/// j's bytes are the whole storage's.
+std::vector<int> hf_shard_plan(const std::vector<uint64_t>& bytes, uint64_t max_shard_size,
+                               const std::vector<int>& shares_storage = {});
 /// "model-00002-of-00005.safetensors" (index 1 of 5), or "model.safetensors" when count is 1.
 std::string hf_shard_name(int index, int count);
 

@@ -350,9 +350,17 @@ void read_attention_extras(const json& j, HfArchitecture arch, GptConfig& c, con
     case HfArchitecture::Olmoe:
       if (bool_or(j, "attention_bias", false, source))
         unsupported(source, "attention_bias = true: ptdp has no bias on o_proj without one on the MLP");
-      if (arch == HfArchitecture::Qwen3Moe) c.qk_layernorm = true;
-      if (arch == HfArchitecture::Olmoe && present(j, "clip_qkv"))
+      // Qwen3-MoE normalises each query and key head, OLMoE the whole query and key projections.
+      c.qk_layernorm = true;
+      if (arch == HfArchitecture::Qwen3Moe) return;
+      c.qk_layernorm_across_heads = true;
+      if (present(j, "clip_qkv"))
         unsupported(source, str_cat("clip_qkv = ", json_text(j.at("clip_qkv")), ": ptdp does not clamp q, k and v"));
+      // q_norm is hidden_size wide whatever the head dim: only a*dh = hidden_size builds.
+      if (c.attention_width() != c.hidden_size)
+        unsupported(source, str_cat("head_dim = ", c.head_dim(), " with num_attention_heads = ", c.num_attention_heads,
+                                    " is not hidden_size = ", c.hidden_size, " wide: OLMoE's q_norm is hidden_size "
+                                    "wide"));
       return;
     default:  // Mistral, Mixtral: no biases
       return;
@@ -398,10 +406,6 @@ GptConfig llama_config(const json& j, HfArchitecture arch, const std::string& so
   // Within the window, sliding-window attention is full causal attention.
   if (window > 0 && window < c.seq_length) c.seq_length = window;
   if (hf_is_moe(arch)) read_moe(j, arch, c, source);
-  if (arch == HfArchitecture::Olmoe)
-    unsupported(source, "OlmoeForCausalLM's q_norm and k_norm normalise the whole query and key projections "
-                        "(hidden_size and num_key_value_heads * head_dim wide); ptdp's --qk-layernorm normalises "
-                        "each head");
   return c;
 }
 
@@ -435,7 +439,8 @@ HfArchitecture hf_architecture_of(const json& j, const std::string& source) {
   for (HfArchitecture a : kArchitectures)
     if (type == hf_model_type(a)) return a;
   unsupported(source, str_cat("model_type \"", type,
-                              "\" is not one ptdp converts (gpt2, llama, mistral, qwen2, mixtral, qwen3_moe, qwen2_moe)"));
+                              "\" is not one ptdp converts (gpt2, llama, mistral, qwen2, mixtral, qwen3_moe, "
+                              "qwen2_moe, olmoe)"));
 }
 
 HfConfig hf_config_from_json(const json& j, const std::string& source) {
@@ -464,7 +469,7 @@ HfConfig read_hf_config(const std::string& dir) {
 
 HfArchitecture hf_default_architecture(const GptConfig& c) {
   if (c.moe.enabled()) {
-    if (c.qk_layernorm) return HfArchitecture::Qwen3Moe;
+    if (c.qk_layernorm) return c.qk_layernorm_across_heads ? HfArchitecture::Olmoe : HfArchitecture::Qwen3Moe;
     return c.moe.shared_expert_intermediate_size > 0 ? HfArchitecture::Qwen2Moe : HfArchitecture::Mixtral;
   }
   if (c.normalization == Normalization::LayerNorm && c.learned_positions()) return HfArchitecture::Gpt2;
@@ -503,8 +508,17 @@ void check_moe_common(const GptConfig& c, HfArchitecture a, const std::function<
     if (m.shared_expert_intermediate_size > 0) refuse("Qwen3-MoE has no shared experts");
     if (c.qkv_bias()) refuse("Qwen3-MoE's linear layers have no biases");
     if (!c.qk_layernorm) refuse("Qwen3-MoE has q/k norms (--qk-layernorm)");
+    if (c.qk_layernorm_across_heads)
+      refuse("Qwen3-MoE's q/k norms are over each head, the model's across the heads (--qk-layernorm-across-heads)");
   } else {
-    refuse("OLMoE's q/k norms span all heads, ptdp's each head");
+    if (m.shared_expert_intermediate_size > 0) refuse("OLMoE has no shared experts");
+    for (int p : m.layer_pattern)
+      if (p == 0) refuse("every OLMoE layer is MoE (--moe-layer-freq)");
+    if (c.qkv_bias()) refuse("OLMoE's linear layers have no biases");
+    if (!c.qk_layernorm || !c.qk_layernorm_across_heads)
+      refuse("OLMoE has q/k norms over the whole query and key projections (--qk-layernorm "
+             "--qk-layernorm-across-heads)");
+    if (c.attention_width() != c.hidden_size) refuse("OLMoE's head dim is hidden_size / num_attention_heads");
   }
 }
 
@@ -519,7 +533,8 @@ void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
     throw_error(ErrorCode::Unsupported, str_cat("the model cannot be written as ", cls, ": ", why));
   };
   if (c.moe.enabled() && !hf_is_moe(a)) refuse("it is a mixture of experts (--num-experts)");
-  if (c.qk_layernorm && a != HfArchitecture::Qwen3Moe) refuse("it has q/k norms (--qk-layernorm)");
+  if (c.qk_layernorm && a != HfArchitecture::Qwen3Moe && a != HfArchitecture::Olmoe)
+    refuse("it has q/k norms (--qk-layernorm)");
   if (a == HfArchitecture::Gpt2) {
     if (c.normalization != Normalization::LayerNorm) refuse("GPT-2 uses LayerNorm, the model RMSNorm");
     if (!c.learned_positions()) refuse("GPT-2 has learned absolute positions, the model does not");
@@ -589,9 +604,14 @@ void write_moe(const GptConfig& c, HfArchitecture a, json& j) {
     return;
   }
   j["num_experts"] = m.num_experts;
+  j["norm_topk_prob"] = !m.pre_softmax;
+  if (a == HfArchitecture::Olmoe) {  // every layer MoE, intermediate_size the experts' width
+    j["intermediate_size"] = c.moe_ffn();
+    j["clip_qkv"] = nullptr;
+    return;
+  }
   if (a == HfArchitecture::Qwen3Moe) j["num_local_experts"] = m.num_experts;  // transformers 5's name
   j["moe_intermediate_size"] = c.moe_ffn();
-  j["norm_topk_prob"] = !m.pre_softmax;
   // The base's decoder_sparse_step and mlp_only_layers when they describe the model's layers; else
   // every layer sparse but the dense ones listed.
   std::vector<int> pattern(static_cast<std::size_t>(c.num_layers));
@@ -671,10 +691,11 @@ json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, cons
   j["num_hidden_layers"] = c.num_layers;
   j["num_attention_heads"] = c.num_attention_heads;
   j["num_key_value_heads"] = c.query_groups();
-  // Mistral's and Mixtral's configs may say head_dim null for hidden / heads: a base's null stays.
-  const bool implied_head_dim = j.contains("head_dim") && j["head_dim"].is_null() &&
-                                c.head_dim() * c.num_attention_heads == c.hidden_size;
-  if (a != HfArchitecture::Qwen2 && a != HfArchitecture::Qwen2Moe && !implied_head_dim) j["head_dim"] = c.head_dim();
+  // Qwen2's and OLMoE's head dim is hidden_size / num_attention_heads (no head_dim field); a base
+  // config's null head_dim (transformers 5's Mixtral) means that too and stays.
+  const bool null_kept = j.contains("head_dim") && j["head_dim"].is_null() && c.attention_width() == c.hidden_size;
+  if (a != HfArchitecture::Qwen2 && a != HfArchitecture::Qwen2Moe && a != HfArchitecture::Olmoe && !null_kept)
+    j["head_dim"] = c.head_dim();
   j["max_position_embeddings"] = c.max_positions();
   j["hidden_act"] = "silu";
   j["rms_norm_eps"] = shortest(c.layernorm_epsilon);
@@ -683,7 +704,7 @@ json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, cons
   if (a == HfArchitecture::Llama) {
     j["attention_bias"] = c.add_bias_linear;
     j["mlp_bias"] = c.add_bias_linear;
-  } else if (a == HfArchitecture::Qwen3Moe) {
+  } else if (a == HfArchitecture::Qwen3Moe || a == HfArchitecture::Olmoe) {
     j["attention_bias"] = false;
   }
   write_window(c, a, j);
@@ -714,6 +735,7 @@ void check_hf_model_matches(const GptConfig& hf, const GptConfig& model, const s
       {"add_bias_linear", {hf.add_bias_linear, model.add_bias_linear}},
       {"add_qkv_bias", {hf.qkv_bias(), model.qkv_bias()}},
       {"qk_layernorm", {hf.qk_layernorm, model.qk_layernorm}},
+      {"qk_layernorm_across_heads", {hf.qk_layernorm_across_heads, model.qk_layernorm_across_heads}},
       {"num_experts", {hm.num_experts, mm.num_experts}},
   };
   for (const auto& [field, v] : ints)

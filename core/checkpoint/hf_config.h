@@ -16,7 +16,7 @@
 // tests/tools/test_hf_config_fields.py walks every field of every class's config in
 // transformers 5 and 4 and checks that each one is read, on that list, or refused.
 //
-// Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE) map onto MoeConfig with Megatron-Core's
+// Mixtures of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE) map onto MoeConfig with Megatron-Core's
 // semantics:
 //   - num_local_experts / num_experts -> num_experts, num_experts_per_tok -> router_topk.
 //   - Routing: Mixtral softmaxes over all experts, takes the top k and renormalises them, which
@@ -29,9 +29,10 @@
 //   - Qwen's dense layers (mlp_only_layers, and every layer i with (i + 1) % decoder_sparse_step
 //     != 0) become MoeConfig::layer_pattern.
 //   - router_aux_loss_coef -> aux_loss_coeff (load-balancing type aux_loss).
-//   - Qwen3-MoE's per-head q_norm / k_norm are --qk-layernorm.
-// OlmoeForCausalLM is recognised and refused: its q_norm and k_norm normalise the whole query and
-// key projections, ptdp's q/k norms each head.
+//   - Qwen3-MoE's per-head q_norm / k_norm are --qk-layernorm; OLMoE's q_norm [hidden_size] and
+//     k_norm [num_key_value_heads * head_dim], RMSNorms over the whole query and key projections,
+//     are --qk-layernorm --qk-layernorm-across-heads. OLMoE's intermediate_size is the experts'
+//     width (every layer is MoE); its clip_qkv, when set, is refused.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -20,7 +20,13 @@ SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, cons
       slots_(prefix) {
   qkv_.set_profile_label("qkv");
   proj_.set_profile_label("proj");
-  if (cfg.qk_layernorm) {
+  if (cfg.qk_layernorm && cfg.qk_layernorm_across_heads) {
+    const int64_t dh = spec_.dh;
+    q_whole_norm_ = std::make_unique<ProjectionNorm>(params, prefix + ".q_layernorm", cfg.num_attention_heads * dh,
+                                                     cfg.layernorm_epsilon, tp);
+    k_whole_norm_ = std::make_unique<ProjectionNorm>(params, prefix + ".k_layernorm", cfg.query_groups() * dh,
+                                                     cfg.layernorm_epsilon, tp);
+  } else if (cfg.qk_layernorm) {
     const int64_t dh = spec_.dh;
     q_norm_ = std::make_unique<Norm>(params, prefix + ".q_layernorm", cfg.normalization, dh, cfg.layernorm_epsilon, tp);
     k_norm_ = std::make_unique<Norm>(params, prefix + ".k_layernorm", cfg.normalization, dh, cfg.layernorm_epsilon, tp);
@@ -65,19 +71,31 @@ Tensor SelfAttention::decode(const Tensor& x, KvCache& cache, const Step& step) 
 
 Tensor SelfAttention::project(const Tensor& x, const Step& step) {
   const Tensor qkv = qkv_.forward(x, step);  // [N, g/t*(a/g+2)*dh]: N = s/c*b, or n when decoding
-  if (q_norm_) {
-    set_heads(qkv, 0, q_norm_->forward(heads_of(qkv, 0), step));
-    set_heads(qkv, 1, k_norm_->forward(heads_of(qkv, 1), step));
+  if (cfg_.qk_layernorm) {
+    set_heads(qkv, 0, qk_norm_forward(0, heads_of(qkv, 0), step));
+    set_heads(qkv, 1, qk_norm_forward(1, heads_of(qkv, 1), step));
   }
   return qkv;
 }
 
 Tensor SelfAttention::project_backward(const Tensor& dqkv, const Step& step) {
-  if (q_norm_) {
-    set_heads(dqkv, 0, q_norm_->backward_input(heads_of(dqkv, 0), step));
-    set_heads(dqkv, 1, k_norm_->backward_input(heads_of(dqkv, 1), step));
+  if (cfg_.qk_layernorm) {
+    set_heads(dqkv, 0, qk_norm_backward(0, heads_of(dqkv, 0), step));
+    set_heads(dqkv, 1, qk_norm_backward(1, heads_of(dqkv, 1), step));
   }
   return qkv_.backward_input(dqkv, step);
+}
+
+Tensor SelfAttention::qk_norm_forward(int part, const Tensor& heads, const Step& step) {
+  // heads_of packs a token's heads of this rank side by side: [N*a/t, dh] is [N, a/t*dh], the
+  // row the norms across the heads take.
+  if (q_whole_norm_) return (part == 0 ? *q_whole_norm_ : *k_whole_norm_).forward(heads, step);
+  return (part == 0 ? *q_norm_ : *k_norm_).forward(heads, step);
+}
+
+Tensor SelfAttention::qk_norm_backward(int part, const Tensor& dheads, const Step& step) {
+  if (q_whole_norm_) return (part == 0 ? *q_whole_norm_ : *k_whole_norm_).backward_input(dheads, step);
+  return (part == 0 ? *q_norm_ : *k_norm_).backward_input(dheads, step);
 }
 
 RopeDesc SelfAttention::rope_desc(int64_t s, int64_t b, const Tensor& like, const int32_t* positions) {
@@ -126,6 +144,10 @@ void SelfAttention::release(const Step& step) {
   if (q_norm_) {
     q_norm_->release(step);
     k_norm_->release(step);
+  }
+  if (q_whole_norm_) {
+    q_whole_norm_->release(step);
+    k_whole_norm_->release(step);
   }
   core_->release(step);
   slots_.release(step.microbatch);

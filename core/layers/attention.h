@@ -11,7 +11,9 @@
 // dropout + residual.
 //
 // Llama-family options: --qk-layernorm normalises each query and key head (q_layernorm,
-// k_layernorm, [dh], their gradients summed over the tensor group), then RoPE rotates the query
+// k_layernorm, [dh], their gradients summed over the tensor group), or with
+// --qk-layernorm-across-heads each token's whole query and key projections (OLMo 2, OLMoE:
+// [a*dh] and [g*dh], split over the tensor ranks by heads, ProjectionNorm), then RoPE rotates the query
 // and key heads in place by their positions (one fused kernel before the core attention; its
 // backward rotates the gradients back).
 //
@@ -116,7 +118,13 @@ class SelfAttention {
   CoreAttentionSpec spec_;
   ColumnParallelLinear qkv_;
   RowParallelLinear proj_;
-  std::unique_ptr<Norm> q_norm_, k_norm_;  // --qk-layernorm
+  // The q/k norms of one part (0: the query heads, 1: the key heads, as heads_of packs them) and
+  // their backward; the per-head norms, or those across the heads.
+  Tensor qk_norm_forward(int part, const Tensor& heads, const Step& step);
+  Tensor qk_norm_backward(int part, const Tensor& dheads, const Step& step);
+
+  std::unique_ptr<Norm> q_norm_, k_norm_;                     // --qk-layernorm
+  std::unique_ptr<ProjectionNorm> q_whole_norm_, k_whole_norm_;  // --qk-layernorm-across-heads
   std::unique_ptr<CoreAttention> core_;    // forward and backward
   KvCacheAttention cached_;                // decode
   Tensor inv_freq_;                        // [rotary_dim/2] fp32: RoPE's, on the activations' device

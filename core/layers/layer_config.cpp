@@ -73,6 +73,11 @@ void LayerConfig::validate(int t) const {
   PTDP_CHECK_ARG(!sequence_parallel || seq_length % t == 0,
                  "seq_length " + num(seq_length) + " is not divisible by the tensor parallel size " + num(t) +
                      ": sequence parallelism (--sequence-parallel) gives each tensor rank s/t positions");
+  PTDP_CHECK_ARG(!qk_layernorm_across_heads || qk_layernorm,
+                 "--qk-layernorm-across-heads changes the q/k norms of --qk-layernorm, which is not set");
+  PTDP_CHECK_ARG(!qk_layernorm_across_heads || normalization == Normalization::RMSNorm,
+                 "--qk-layernorm-across-heads needs --normalization RMSNorm (its norms over the whole query and key "
+                 "projections are RMSNorms), not LayerNorm");
   validate_moe(t);
   const auto rate = [](const char* name, float p) {
     PTDP_CHECK_ARG(p >= 0.0f && p < 1.0f, std::string(name) + " must be in [0, 1), got " + num(p));

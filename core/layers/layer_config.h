@@ -120,6 +120,12 @@ struct LayerConfig {
   bool add_bias_linear = true;  ///< false: --disable-bias-linear (no linear layer has a bias)
   bool add_qkv_bias = false;    ///< --add-qkv-bias: linear_qkv has a bias even without the others
   bool qk_layernorm = false;    ///< --qk-layernorm: a norm over each query and key head
+  /// --qk-layernorm-across-heads (with --qk-layernorm and RMSNorm; OLMo 2 and OLMoE): the q and k
+  /// norms are RMSNorms over the whole query projection (weight [a*dh]) and the whole key
+  /// projection (weight [g*dh]) of a token instead of over each head (weight [dh]). Their weights
+  /// are split over the tensor ranks by heads; the row sums of squares (and the backward's row
+  /// sums) are all-reduced over the tensor group.
+  bool qk_layernorm_across_heads = false;
   /// --sequence-parallel (Korthikanti et al. 2022): with tensor-parallel size t > 1 the norms,
   /// dropouts and residuals work on s/t of the sequence on each tensor rank, the tensor-parallel
   /// blocks gather it and reduce-scatter their outputs. Needs seq_length divisible by t. The

@@ -1,5 +1,8 @@
 #include "core/layers/norm.h"
 
+#include <algorithm>
+#include <string>
+
 namespace ptdp {
 
 Norm::Norm(ParamTable& params, const std::string& prefix, Normalization kind, int64_t width, float eps,
@@ -59,6 +62,47 @@ Tensor Norm::backward_input(const Tensor& dy, const Step& step) {
       be.axpy(1.0f, db.data<float>(), params_.grad(bias_).data<float>(), width_);
     }
   }
+  slots_.release(step.microbatch);
+  return dx;
+}
+
+ProjectionNorm::ProjectionNorm(ParamTable& params, const std::string& prefix, int64_t width, float eps,
+                               TensorParallel tp)
+    : params_(params), width_(width), local_(width / std::max(tp.size, 1)), eps_(eps), tp_(tp), slots_(prefix) {
+  PTDP_CHECK_ARG(width % std::max(tp.size, 1) == 0, prefix + ": width " + std::to_string(width) +
+                                                        " is not divisible by the tensor parallel size " +
+                                                        std::to_string(tp.size));
+  weight_ = params.add(prefix + ".weight", {width}, 0, ParamInit::Ones, 0.0f, false);
+}
+
+Tensor ProjectionNorm::forward(const Tensor& x, const Step& step) {
+  const int64_t n = rows_of(x, local_, "q/k norm input");
+  Slot& s = slots_.create(step.microbatch);
+  s.x = x;
+  s.rstd = Tensor::empty({n}, DType::F32, x.device());  // this rank's sums of squares, then the row's rstd
+  Tensor y = empty_like(x, x.shape());                   // [N, width/t]
+  Backend& be = x.backend();
+  const Tensor& w = params_.weight(weight_);
+  be.row_dot(x.raw(), x.raw(), nullptr, x.dtype(), s.rstd.data<float>(), n, local_);
+  if (tp_.size > 1) tp_.all_reduce(s.rstd);
+  be.rmsnorm_split_forward(x.raw(), w.raw(), s.rstd.data<float>(), y.raw(), x.dtype(), s.rstd.data<float>(), n,
+                           local_, width_, eps_);
+  return y;
+}
+
+Tensor ProjectionNorm::backward_input(const Tensor& dy, const Step& step) {
+  Slot& s = slots_.get(step.microbatch);
+  const int64_t n = rows_of(s.x, local_, "q/k norm input");
+  PTDP_CHECK_ARG(dy.dtype() == s.x.dtype() && dy.numel() == s.x.numel(),
+                 "q/k norm: gradient " + dy.str() + " does not match the input " + s.x.str());
+  Backend& be = dy.backend();
+  const Tensor& w = params_.weight(weight_);
+  Tensor dot = Tensor::empty({n}, DType::F32, dy.device());  // [N]: sum of dy * w * x over the whole row
+  be.row_dot(dy.raw(), s.x.raw(), w.raw(), dy.dtype(), dot.data<float>(), n, local_);
+  if (tp_.size > 1) tp_.all_reduce(dot);
+  Tensor dx = empty_like(dy, s.x.shape());  // [N, width/t]
+  be.rmsnorm_split_backward(s.x.raw(), w.raw(), s.rstd.data<float>(), dot.data<float>(), dy.raw(), dx.raw(),
+                            dy.dtype(), params_.grad(weight_).data<float>(), n, local_, width_, true);
   slots_.release(step.microbatch);
   return dx;
 }

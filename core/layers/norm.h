@@ -51,4 +51,34 @@ class Norm {
   Slots<Slot> slots_;
 };
 
+/// An RMSNorm over a row that the tensor ranks split by heads (--qk-layernorm-across-heads: OLMo
+/// 2's and OLMoE's q/k norms over a token's whole query projection [a*dh] or key projection
+/// [g*dh]). Each rank holds its heads' columns of the row and of the weight; the row sums of
+/// squares and the backward's row sums of dy * weight * x are all-reduced over the tensor group,
+/// so every rank normalises by the whole row's rms. The weight is split (partition dim 0), so
+/// its gradient, from this rank's columns only, needs no reduction.
+class ProjectionNorm {
+ public:
+  /// Declares "<prefix>.weight" (ones), global [width], this rank's [width / tp.size].
+  ProjectionNorm(ParamTable& params, const std::string& prefix, int64_t width, float eps, TensorParallel tp);
+  /// x [N, width/t] (any shape of a multiple of width/t elements) -> y of x's shape. Collective
+  /// over the tensor group.
+  Tensor forward(const Tensor& x, const Step& step);
+  /// dy, x's shape -> dx, x's shape; adds the weight's gradient. Collective over the tensor group.
+  Tensor backward_input(const Tensor& dy, const Step& step);
+  void release(const Step& step) { slots_.release(step.microbatch); }
+
+ private:
+  struct Slot {
+    Tensor x;     // [N, width/t]
+    Tensor rstd;  // [N] fp32, the whole row's
+  };
+  ParamTable& params_;
+  int weight_ = -1;
+  int64_t width_, local_;  // the whole row's width; this rank's columns
+  float eps_;
+  TensorParallel tp_;
+  Slots<Slot> slots_;
+};
+
 }  // namespace ptdp

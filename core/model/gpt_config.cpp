@@ -79,7 +79,10 @@ int64_t GptConfig::active_parameter_count(int t) const { return count_parameters
 int64_t GptConfig::count_parameters(int t, int64_t routed) const {
   const int64_t h = hidden_size, f = ffn(), v = padded_vocab(t), dh = head_dim();
   const int64_t norm = normalization == Normalization::RMSNorm ? h : 2 * h;
-  const int64_t qk_norm = qk_layernorm ? 2 * (normalization == Normalization::RMSNorm ? dh : 2 * dh) : 0;
+  // q/k norms: per head ([dh], LayerNorm's bias too), or over the whole projections ([a*dh], [g*dh]).
+  const int64_t qk_norm = !qk_layernorm             ? 0
+                          : qk_layernorm_across_heads ? (int64_t{num_attention_heads} + query_groups()) * dh
+                                                      : 2 * (normalization == Normalization::RMSNorm ? dh : 2 * dh);
   const int64_t fc1_rows = swiglu ? 2 * f : f;
   const int64_t qkv = qkv_rows() * h + (qkv_bias() ? qkv_rows() : 0);
   const int64_t proj = attention_width() * h + (add_bias_linear ? h : 0);

@@ -38,8 +38,8 @@
 //    total, 3.3B active) and l 94, h 4096, a 64, g 4, moe_intermediate_size 1536 (235B, 22B).
 //    OLMoE-1B-7B (allenai/OLMoE-1B-7B-0924): l 16, h 2048, a 16 (multi-head), E 64, k 8,
 //    intermediate_size 1024, vocabulary 50304, rope_theta 10000, rms_norm_eps 1e-5, 4096
-//    positions, q/k norms, aux 0.01; 6.9B total, 1.3B active (OLMoE's q/k norms span the whole
-//    projection, ptdp's each head: 61440 parameters fewer here). Qwen2-57B-A14B
+//    positions, q/k norms over the whole projections, aux 0.01; 6.9B total, 1.3B active.
+//    Qwen2-57B-A14B
 //    (Qwen/Qwen2-57B-A14B): Qwen2's attention (qkv bias), l 28, h 3584, a 28, g 4, E 64, k 8,
 //    moe_intermediate_size 2560, a shared expert of 20480 with its sigmoid gate, rms_norm_eps
 //    1e-6, rope_theta 1e6, 131072 positions, vocabulary 151936, aux 0.001; 57.4B total, 14.2B
@@ -165,6 +165,7 @@ GptConfig qwen3_moe(int layers, int hidden, int heads, int ffn, int expert_ffn) 
 GptConfig olmoe_1b_7b() {
   GptConfig g = llama_family(16, 2048, 16, 16, 1024, 50304);
   g.qk_layernorm = true;
+  g.qk_layernorm_across_heads = true;
   g.layernorm_epsilon = 1e-5f;
   g.rotary_base = 10000.0f;
   g.max_position_embeddings = 4096;

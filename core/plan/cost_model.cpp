@@ -211,8 +211,12 @@ int64_t dense_stage_parameters(const GptConfig& m, int t, const PipelineSplit& s
   const int64_t qkv = m.qkv_rows(), ctx = m.attention_width(), fc1 = m.swiglu ? 2 * f : f;
   const bool rms = m.normalization == Normalization::RMSNorm;
   const int64_t norm = rms ? h : 2 * h;                                  // one hidden-size norm
-  const int64_t qk_norm = m.qk_layernorm ? 2 * (rms ? dh : 2 * dh) : 0;  // q_layernorm, k_layernorm
-  const int64_t split = qkv * h + (m.qkv_bias() ? qkv : 0) + ctx * h + fc1 * h + (m.add_bias_linear ? fc1 : 0) + f * h;
+  // q_layernorm, k_layernorm: replicated per-head norms, or split by heads across them.
+  const bool across = m.qk_layernorm && m.qk_layernorm_across_heads;
+  const int64_t qk_norm = m.qk_layernorm && !across ? 2 * (rms ? dh : 2 * dh) : 0;
+  const int64_t qk_split = across ? (int64_t{m.num_attention_heads} + m.query_groups()) * dh : 0;
+  const int64_t split = qkv * h + (m.qkv_bias() ? qkv : 0) + ctx * h + fc1 * h + (m.add_bias_linear ? fc1 : 0) + f * h +
+                        qk_split;
   const int64_t replicated = 2 * norm + qk_norm + (m.add_bias_linear ? 2 * h : 0);  // + proj, fc2 biases
   const int64_t layer = replicated + split / t;
   const int p = split_of_layers.pipeline;
@@ -350,7 +354,8 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
     // [b, a/t, s, s] (one tensor without attention dropout).
     if (r == Recompute::Full) return 4.0 * sb * h * whole;
     double elements = (sb * 4.0 * h + 2.0 * stats * sb) * whole + sb * (qkv + ctx + mlp_kept) / t;
-    if (m.qk_layernorm) elements += sb * (a + g) / t * (dh + stats);
+    // Across heads: one statistic per row of q and of k.
+    if (m.qk_layernorm) elements += sb * ((a + g) / t * dh + (m.qk_layernorm_across_heads ? 2.0 : (a + g) / t) * stats);
     if (fused) return 4.0 * elements + lse_bytes;
     if (r == Recompute::None) elements += (m.attention_dropout > 0 ? 2.0 : 1.0) * (a / t) * b * s * s;
     return 4.0 * elements;
@@ -373,7 +378,9 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   if (r == Recompute::Full) return 2.0 * sb * h * whole;
   double bytes = (sb * h * (8.0 + (m.hidden_dropout > 0 ? 2.0 : 0.0)) + 2.0 * 4.0 * stats * sb) * whole;
   bytes += (2.0 * (ctx + 2.0 * g * dh + ctx) + 2.0 * mlp_kept) * sb / t;
-  if (m.qk_layernorm) bytes += sb * (a + g) / t * (2.0 * dh + 4.0 * stats);
+  if (m.qk_layernorm) {
+    bytes += sb * ((a + g) / t * 2.0 * dh + (m.qk_layernorm_across_heads ? 2.0 : (a + g) / t) * 4.0 * stats);
+  }
   if (fused) return bytes + lse_bytes;
   if (r == Recompute::None) bytes += (m.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b / t;
   return bytes;

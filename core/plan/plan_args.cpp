@@ -204,6 +204,9 @@ std::vector<Flag> make_flags() {
                         [](PlanArgs& a) { a.request.model.add_qkv_bias = true; }));
   v.push_back(bool_flag("qk-layernorm", "A norm over each query and key head.",
                         [](PlanArgs& a) { a.request.model.qk_layernorm = true; }));
+  v.push_back(bool_flag("qk-layernorm-across-heads",
+                        "With --qk-layernorm: the q and k norms are over the whole projections (OLMo 2, OLMoE).",
+                        [](PlanArgs& a) { a.request.model.qk_layernorm_across_heads = true; }));
   // Mixture of experts (ptdp-train's names; the router's and the losses' flags change neither
   // memory nor time, and are ptdp-train's alone).
   v.push_back(model_moe_int("num-experts", "Routed experts E of every MoE layer; 0 means a dense model.",

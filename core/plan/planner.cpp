@@ -174,7 +174,7 @@ std::string architecture_words(const GptConfig& g) {
   if (groups != g.num_attention_heads) add(groups == 1 ? "multi-query attention" : str_cat("g = ", groups, " query groups"));
   if (g.attention_width() != g.hidden_size) add(str_cat("dh = ", g.head_dim()));
   if (!g.add_bias_linear) add(g.add_qkv_bias ? "bias on qkv only" : "no linear bias");
-  if (g.qk_layernorm) add("q/k norms");
+  if (g.qk_layernorm) add(g.qk_layernorm_across_heads ? "q/k norms across heads" : "q/k norms");
   if (g.moe.enabled()) {
     add(str_cat("MoE: ", g.num_moe_layers(), " of ", g.num_layers, " layers with ", g.moe.num_experts,
                 " experts of ffn ", g.moe_ffn(), ", top-", g.moe.router_topk,
@@ -933,6 +933,7 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                 {"add_bias_linear", g.add_bias_linear},
                 {"add_qkv_bias", g.qkv_bias()},
                 {"qk_layernorm", g.qk_layernorm},
+                {"qk_layernorm_across_heads", g.qk_layernorm_across_heads},
                 {"untie_embeddings_and_output_weights", !g.tie_embeddings},
                 {"global_batch_size", r.request.global_batch_size},
                 {"precision", precision_name(r.request.precision)},

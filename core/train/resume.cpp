@@ -21,7 +21,7 @@ const char* const kTrajectoryFlags[] = {
     "normalization", "swiglu", "position-embedding-type", "rotary-base", "rotary-percent", "use-rope-scaling",
     "rope-scaling-factor", "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor",
     "rope-scaling-original-max-position-embeddings", "group-query-attention", "num-query-groups", "kv-channels",
-    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "optimizer", "fp16", "bf16",
+    "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "qk-layernorm-across-heads", "optimizer", "fp16", "bf16",
     // Mixture of experts: the experts, the router and the drop rule (not the dispatcher, the
     // recomputation or e and etp, which change no result).
     "num-experts", "moe-layer-freq", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",

@@ -1,4 +1,5 @@
-// Elementwise ops: residual add, axpy, scale, fill, and the sum of squares behind grad norms.
+// Elementwise ops: residual add, axpy, scale, fill, the sum of squares behind grad norms, and the
+// per-row dot products of the split RMSNorm.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -101,7 +102,39 @@ PTDP_CPU_CLONES double sum_squares_range(const float* x, int64_t n) {
   return acc;
 }
 
+// sum_c a[c] * b[c] * w[c] (w NULL: 1) of one row, in double, in four interleaved partial sums in
+// a fixed order (as RMSNorm's rows).
+template <typename St>
+PTDP_CPU_CLONES_TEMPLATE double row_dot_one(const typename St::type* a, const typename St::type* b,
+                                            const typename St::type* w, int64_t n) {
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  const auto term = [&](int64_t c) {
+    const double p = static_cast<double>(St::load(a[c])) * St::load(b[c]);
+    return w != nullptr ? p * St::load(w[c]) : p;
+  };
+  int64_t c = 0;
+  for (; c + 4 <= n; c += 4) {
+    for (int k = 0; k < 4; ++k) acc[k] += term(c + k);
+  }
+  for (; c < n; ++c) acc[0] += term(c);
+  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
 }  // namespace
+
+void CpuBackend::row_dot(const void* a, const void* b, const void* w, DType t, float* out, int64_t rows,
+                         int64_t cols) {
+  if (kcheck::check_row_dot(a, b, t, out, rows, cols) == kcheck::Work::none) return;
+  cpu::with_storage(t, [&](auto st) {
+    using St = decltype(st);
+    using S = typename St::type;
+    const S* as = static_cast<const S*>(a);
+    const S* bs = static_cast<const S*>(b);
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r)
+      out[r] = static_cast<float>(row_dot_one<St>(as + r * cols, bs + r * cols, static_cast<const S*>(w), cols));
+  });
+}
 
 double CpuBackend::sum_squares(const float* x, int64_t n) {
   kcheck::check_sum_squares(x, n);

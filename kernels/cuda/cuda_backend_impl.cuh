@@ -222,6 +222,12 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward(const void* x, const void* gamma, const float* rstd, const void* dy,
                         void* dx, DType t, float* dgamma, int64_t rows, int64_t cols,
                         bool accumulate) override;
+  void rmsnorm_split_forward(const void* x, const void* gamma, const float* sum_sq, void* y,
+                             DType t, float* rstd, int64_t rows, int64_t cols, int64_t width,
+                             float eps) override;
+  void rmsnorm_split_backward(const void* x, const void* gamma, const float* rstd,
+                              const float* dot, const void* dy, void* dx, DType t, float* dgamma,
+                              int64_t rows, int64_t cols, int64_t width, bool accumulate) override;
 
   void swiglu_forward(const void* x, void* y, DType t, int64_t rows, int64_t cols) override;
   void swiglu_backward(const void* x, const void* dy, void* dx, DType t, int64_t rows,
@@ -264,6 +270,8 @@ class CudaBackend final : public Backend {
   void fill_2d(void* x, DType t, int64_t ld, int64_t rows, int64_t cols, float value) override;
   void cast(const void* src, DType src_type, void* dst, DType dst_type, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
+  void row_dot(const void* a, const void* b, const void* w, DType t, float* out, int64_t rows,
+               int64_t cols) override;
 
   void embedding_forward(const int32_t* ids, int64_t n, const void* table, DType t,
                          int64_t vocab_start, int64_t vocab_rows, int64_t h, void* out) override;
@@ -348,6 +356,11 @@ class CudaBackend final : public Backend {
   cublasHandle_t blas_ = nullptr;
   void** grouped_ptrs_ = nullptr;  // [3 * grouped_ptrs_count_]: A, B, C pointer arrays
   std::size_t grouped_ptrs_count_ = 0;
+  // rmsnorm_backward and rmsnorm_split_backward: dgamma, then dx (dot NULL: each row's sum of
+  // dy * gamma * xhat is computed in the row's block, else dot[r] * rstd over `width`).
+  void rmsnorm_backward_rows(const void* x, const void* gamma, const float* rstd, const float* dot,
+                             const void* dy, void* dx, DType t, float* dgamma, int64_t rows,
+                             int64_t cols, int64_t width, bool accumulate, const char* op);
   // sum_squares: per-block partial sums and the final value, reused by every call.
   std::mutex reduce_mutex_;
   double* partials_ = nullptr;

@@ -1,7 +1,7 @@
 // Elementwise ops: residual add (any floating storage type), axpy and scale (fp32), fill,
-// strided sub-matrix copy and fill, and the sum of squares behind grad norms. Multiplies and adds
-// use the _rn intrinsics so they are never fused into an FMA: results are bit-identical to the
-// CPU backend's.
+// strided sub-matrix copy and fill, the sum of squares behind grad norms, and the per-row dot
+// products of the split RMSNorm. Multiplies and adds use the _rn intrinsics so they are never
+// fused into an FMA: results are bit-identical to the CPU backend's (the sums up to their order).
 #include "base/half.h"
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
@@ -57,7 +57,36 @@ __global__ void sum_squares_final_kernel(double* partials, int count) {
   if (threadIdx.x == 0) partials[count] = total;
 }
 
+// One block per row (grid-stride): out[r] = sum_c a * b * (w ? w : 1) in double, in the block's
+// fixed reduction order.
+template <typename T>
+__global__ void row_dot_kernel(const T* a, const T* b, const T* w, float* out, int64_t rows,
+                               int64_t cols) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    double acc = 0.0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double p = __dmul_rn(to_f32(a[r * cols + c]), to_f32(b[r * cols + c]));
+      acc = __dadd_rn(acc, w != nullptr ? __dmul_rn(p, to_f32(w[c])) : p);
+    }
+    acc = block_reduce(acc, SumOp{}, 0.0);
+    if (threadIdx.x == 0) out[r] = static_cast<float>(acc);
+  }
+}
+
 }  // namespace
+
+void CudaBackend::row_dot(const void* a, const void* b, const void* w, DType t, float* out,
+                          int64_t rows, int64_t cols) {
+  if (kcheck::check_row_dot(a, b, t, out, rows, cols) == kcheck::Work::none) return;
+  DeviceGuard guard(dev_);
+  dispatch_float(t, "row_dot", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    row_dot_kernel<T><<<row_blocks(rows), kThreads, 0, stream_>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(w), out, rows,
+        cols);
+  });
+  PTDP_CU_LAUNCHED("row_dot_kernel");
+}
 
 void CudaBackend::add(const void* a, const void* b, void* y, DType t, int64_t n) {
   kcheck::check_add(a, b, y, t, n);

@@ -221,8 +221,9 @@ static void print_train_flags(const ptdp_gpt_options* g) {
   if (g->kv_channels > 0) printf(" --kv-channels %d", (int)g->kv_channels);
   if (g->disable_bias_linear) printf(" --disable-bias-linear");
   if (g->add_qkv_bias) printf(" --add-qkv-bias");
-  if (g->untie_embeddings_and_output_weights) printf(" --untie-embeddings-and-output-weights");
   if (g->qk_layernorm) printf(" --qk-layernorm");
+  if (g->qk_layernorm_across_heads) printf(" --qk-layernorm-across-heads");
+  if (g->untie_embeddings_and_output_weights) printf(" --untie-embeddings-and-output-weights");
   if (g->num_experts > 0) print_moe_flags(g);
   printf(" --hidden-dropout %g --attention-dropout %g\n", (double)g->hidden_dropout, (double)g->attention_dropout);
 }

@@ -88,6 +88,7 @@ TEST_CASE("train args: no flags give Megatron's defaults", "[args]") {
   CHECK(g.add_bias_linear == d.add_bias_linear);
   CHECK(g.add_qkv_bias == d.add_qkv_bias);
   CHECK(g.qk_layernorm == d.qk_layernorm);
+  CHECK(g.qk_layernorm_across_heads == d.qk_layernorm_across_heads);
 }
 
 TEST_CASE("train args: the Llama family's flags reach the model", "[args]") {
@@ -97,7 +98,7 @@ TEST_CASE("train args: the Llama family's flags reach the model", "[args]") {
        "--rope-scaling-factor", "32", "--rope-scaling-low-freq-factor", "2", "--rope-scaling-high-freq-factor", "8",
        "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
        "--kv-channels", "12", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
-       "--untie-embeddings-and-output-weights", "--tensor-model-parallel-size", "2"});
+       "--qk-layernorm-across-heads", "--untie-embeddings-and-output-weights", "--tensor-model-parallel-size", "2"});
   const ptdp::GptConfig g = ptdp::to_gpt_config(a);
   CHECK(g.normalization == ptdp::Normalization::RMSNorm);
   CHECK(g.layernorm_epsilon == 1e-6f);
@@ -118,6 +119,7 @@ TEST_CASE("train args: the Llama family's flags reach the model", "[args]") {
   CHECK_FALSE(g.add_bias_linear);
   CHECK(g.add_qkv_bias);
   CHECK(g.qk_layernorm);
+  CHECK(g.qk_layernorm_across_heads);
   CHECK_FALSE(g.tie_embeddings);
   CHECK_NOTHROW(g.validate(2));
   const nlohmann::json j = ptdp::train_args_to_json(a);
@@ -565,7 +567,7 @@ TEST_CASE("train args: --context-parallel-size reaches the layout and needs s di
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 130);
+  CHECK(names.size() == 131);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

@@ -52,6 +52,7 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"disable-bias-linear", "off"},
     {"add-qkv-bias", "off"},
     {"qk-layernorm", "off"},
+    {"qk-layernorm-across-heads", "off"},
     {"num-experts", "0"},
     {"moe-layer-freq", "1"},
     {"moe-ffn-hidden-size", "unset (ffn-hidden-size)"},
@@ -247,6 +248,7 @@ std::string describe(const Snapshot& s) {
   add("disable_bias_linear", num(s.gpt.disable_bias_linear));
   add("add_qkv_bias", num(s.gpt.add_qkv_bias));
   add("qk_layernorm", num(s.gpt.qk_layernorm));
+  add("qk_layernorm_across_heads", num(s.gpt.qk_layernorm_across_heads));
   add("optimizer", num(s.opt.optimizer));
   add("lr", num(s.opt.lr));
   add("min_lr", num(s.opt.min_lr));
@@ -356,7 +358,7 @@ const std::vector<std::string> kEveryFlag = {
     "--position-embedding-type", "rope", "--rotary-base", "500000", "--rotary-percent", "0.5", "--use-rope-scaling",
     "--rope-scaling-factor", "32", "--rope-scaling-low-freq-factor", "2", "--rope-scaling-high-freq-factor", "8",
     "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
-    "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm",
+    "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm", "--qk-layernorm-across-heads",
     "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune", "--override-resume-check",
     "--overlap-grad-reduce", "--overlap-param-gather", "--check-for-nan-in-loss-and-grad",
     "--max-skipped-iterations", "7", "--max-restarts", "2", "--launcher", "mpiexec -n 8"};
@@ -410,6 +412,7 @@ TEST_CASE("train config: every flag reaches the option structs", "[args][capi]")
   CHECK(s.gpt.disable_bias_linear == 1);
   CHECK(s.gpt.add_qkv_bias == 1);
   CHECK(s.gpt.qk_layernorm == 1);
+  CHECK(s.gpt.qk_layernorm_across_heads == 1);
 
   CHECK(s.opt.optimizer == PTDP_OPTIMIZER_SGD);
   CHECK(s.opt.lr == 3e-4);
@@ -555,6 +558,7 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.gpt.disable_bias_linear == 0);
   CHECK(s.gpt.add_qkv_bias == 0);
   CHECK(s.gpt.qk_layernorm == 0);
+  CHECK(s.gpt.qk_layernorm_across_heads == 0);
 
   CHECK(s.opt.optimizer == PTDP_OPTIMIZER_ADAM);
   CHECK(s.opt.lr == 1e-4);

@@ -171,6 +171,7 @@ void check_same(const ptdp_gpt_options& a, const ptdp_gpt_options& b) {
   SAME(disable_bias_linear);
   SAME(add_qkv_bias);
   SAME(qk_layernorm);
+  SAME(qk_layernorm_across_heads);
 #undef SAME
 }
 
@@ -203,6 +204,7 @@ TEST_CASE("gpt options: init fills the GPT's defaults, the Llama fields zero", "
   CHECK(o.disable_bias_linear == 0);
   CHECK(o.add_qkv_bias == 0);
   CHECK(o.qk_layernorm == 0);
+  CHECK(o.qk_layernorm_across_heads == 0);
   const auto* bytes = reinterpret_cast<const unsigned char*>(&o);
   for (std::size_t i = offsetof(ptdp_gpt_options, rotary_base); i < sizeof o; ++i) {
     INFO("byte " << i);
@@ -265,6 +267,15 @@ TEST_CASE("gpt options: every Llama field through ptdp_model_create and back", "
     CHECK(m.has_param("decoder.layers.0.self_attention.linear_qkv.bias"));  // --add-qkv-bias
     CHECK_FALSE(m.has_param("decoder.layers.0.self_attention.linear_proj.bias"));
   }
+  SECTION("q/k norms across the heads (OLMo 2, OLMoE): weights over the whole projections") {
+    ptdp_gpt_options o = tiny_llama();
+    o.qk_layernorm = 1;
+    o.qk_layernorm_across_heads = 1;
+    const Model m(w.groups, o);
+    CHECK(m.options().qk_layernorm_across_heads == 1);
+    CHECK(m.shape("decoder.layers.0.self_attention.q_layernorm.weight") == std::vector<int64_t>{4 * 8});
+    CHECK(m.shape("decoder.layers.0.self_attention.k_layernorm.weight") == std::vector<int64_t>{2 * 8});
+  }
   SECTION("multi-query attention and no position information") {
     ptdp_gpt_options o = tiny_gpt();
     o.num_query_groups = 1;
@@ -293,6 +304,13 @@ TEST_CASE("gpt options: bad values are refused naming the field, nothing created
       {"options->disable_bias_linear", [](ptdp_gpt_options& o) { o.disable_bias_linear = 2; }},
       {"options->add_qkv_bias", [](ptdp_gpt_options& o) { o.add_qkv_bias = 7; }},
       {"options->qk_layernorm", [](ptdp_gpt_options& o) { o.qk_layernorm = 2; }},
+      {"options->qk_layernorm_across_heads", [](ptdp_gpt_options& o) { o.qk_layernorm_across_heads = 2; }},
+      {"--qk-layernorm-across-heads changes the q/k norms of --qk-layernorm, which is not set",
+       [](ptdp_gpt_options& o) { o.qk_layernorm_across_heads = 1; }},
+      {"--qk-layernorm-across-heads needs --normalization RMSNorm", [](ptdp_gpt_options& o) {
+         o.qk_layernorm = 1;
+         o.qk_layernorm_across_heads = 1;
+       }},
       {"options->rotary_base", [](ptdp_gpt_options& o) { o.rotary_base = -1.0; }},
       {"options->rotary_base", [](ptdp_gpt_options& o) { o.rotary_base = std::numeric_limits<double>::quiet_NaN(); }},
       {"options->rotary_base", [](ptdp_gpt_options& o) { o.rotary_base = 1e300; }},

@@ -6,8 +6,9 @@
 // the expert tensors as on the hub; Hugging Face's shard split; the directory reader's refusals.
 #include <unistd.h>
 
-#include <algorithm>
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -234,6 +235,11 @@ TEST_CASE("Hugging Face's shard split: a tensor above the limit is a shard of it
   CHECK(hf_shard_plan({5, 3, 4, 12, 2, 2}, 8) == std::vector<int>{0, 0, 2, 1, 2, 2});
   CHECK(hf_shard_plan({5, 3, 4}, 0) == std::vector<int>{0, 0, 0});
   CHECK(hf_shard_plan({8, 8, 1}, 8) == std::vector<int>{0, 1, 2});
+  // Views of one storage (a fused experts tensor) go with its first view, which counts the whole
+  // storage; an oversized storage takes its views into its own shard.
+  CHECK(hf_shard_plan({5, 9, 0, 3, 0}, 8, {-1, -1, 1, -1, 3}) == std::vector<int>{1, 0, 0, 1, 1});
+  CHECK(hf_shard_plan({4, 4, 0, 0, 1}, 8, {-1, -1, 1, 1, -1}) == std::vector<int>{0, 0, 0, 0, 1});
+  CHECK_THROWS_AS(hf_shard_plan({4, 4}, 8, {1, -1}), Error);
   CHECK(hf_shard_name(0, 1) == "model.safetensors");
   CHECK(hf_shard_name(1, 3) == "model-00002-of-00003.safetensors");
 }
@@ -477,6 +483,16 @@ json moe_json(const char* type) {
   return j;
 }
 
+// OLMoE: every layer MoE with experts intermediate_size wide, q/k norms over the whole
+// projections, head dim hidden_size / num_attention_heads.
+json olmoe_json() {
+  json j = moe_json("qwen3_moe");
+  j["model_type"] = "olmoe";
+  for (const char* key : {"moe_intermediate_size", "decoder_sparse_step", "mlp_only_layers", "head_dim"}) j.erase(key);
+  j["clip_qkv"] = nullptr;
+  return j;
+}
+
 }  // namespace
 
 TEST_CASE("Mixtral, Qwen2-MoE and Qwen3-MoE configs map onto MoeConfig with Megatron's routing", "[hf]") {
@@ -572,12 +588,12 @@ TEST_CASE("MoE settings ptdp or the class cannot express are refused by name", "
   j["use_sliding_window"] = false;
   j["layer_types"] = {"full_attention", "chunked_attention", "full_attention", "full_attention"};
   refused(j, "layer_types entry \"chunked_attention\"");
-  j = moe_json("qwen3_moe");
-  j["model_type"] = "olmoe";
-  j["num_key_value_heads"] = 8;
-  refused(j, "OlmoeForCausalLM's q_norm and k_norm normalise the whole query and key projections");
+  j = olmoe_json();
   j["clip_qkv"] = 8.0;
   refused(j, "clip_qkv = 8.0");
+  j = olmoe_json();
+  j["head_dim"] = 16;  // a * dh = 128, q_norm hidden_size = 64 wide
+  refused(j, "OLMoE's q_norm is hidden_size wide");
   j = moe_json("qwen3_moe");
   j["decoder_sparse_step"] = 0;
   std::string message;
@@ -615,92 +631,55 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
   q2["tie_word_embeddings"] = false;
   const HfConfig q = hf_config_from_json(q2, "q.json");
   std::vector<std::string> names;
-  for (const HfTensor& t : hf_registration_order(q.model, q.architecture)) names.push_back(t.name);
+  for (const HfTensor& t : hf_state_dict(q.model, q.architecture)) names.push_back(t.name);
+  // transformers 5's order (its shards follow it): the in-memory names sorted by dot_natural_key,
+  // each layer's fused experts expanded in place, down_proj of every expert, gate_proj, up_proj.
   const std::vector<std::string> want = {
+      "lm_head.weight",
       "model.embed_tokens.weight",
-      "model.layers.0.self_attn.q_proj.weight",
-      "model.layers.0.self_attn.q_proj.bias",
-      "model.layers.0.self_attn.k_proj.weight",
-      "model.layers.0.self_attn.k_proj.bias",
-      "model.layers.0.self_attn.v_proj.weight",
-      "model.layers.0.self_attn.v_proj.bias",
-      "model.layers.0.self_attn.o_proj.weight",
-      "model.layers.0.mlp.gate.weight",
-      "model.layers.0.mlp.experts.0.gate_proj.weight",
-      "model.layers.0.mlp.experts.0.up_proj.weight",
+      "model.layers.0.input_layernorm.weight",
       "model.layers.0.mlp.experts.0.down_proj.weight",
-      "model.layers.0.mlp.experts.1.gate_proj.weight",
-      "model.layers.0.mlp.experts.1.up_proj.weight",
       "model.layers.0.mlp.experts.1.down_proj.weight",
+      "model.layers.0.mlp.experts.0.gate_proj.weight",
+      "model.layers.0.mlp.experts.1.gate_proj.weight",
+      "model.layers.0.mlp.experts.0.up_proj.weight",
+      "model.layers.0.mlp.experts.1.up_proj.weight",
+      "model.layers.0.mlp.gate.weight",
+      "model.layers.0.mlp.shared_expert.down_proj.weight",
       "model.layers.0.mlp.shared_expert.gate_proj.weight",
       "model.layers.0.mlp.shared_expert.up_proj.weight",
-      "model.layers.0.mlp.shared_expert.down_proj.weight",
       "model.layers.0.mlp.shared_expert_gate.weight",
-      "model.layers.0.input_layernorm.weight",
       "model.layers.0.post_attention_layernorm.weight",
-      "model.layers.1.self_attn.q_proj.weight",
-      "model.layers.1.self_attn.q_proj.bias",
-      "model.layers.1.self_attn.k_proj.weight",
-      "model.layers.1.self_attn.k_proj.bias",
-      "model.layers.1.self_attn.v_proj.weight",
-      "model.layers.1.self_attn.v_proj.bias",
-      "model.layers.1.self_attn.o_proj.weight",
+      "model.layers.0.self_attn.k_proj.bias",
+      "model.layers.0.self_attn.k_proj.weight",
+      "model.layers.0.self_attn.o_proj.weight",
+      "model.layers.0.self_attn.q_proj.bias",
+      "model.layers.0.self_attn.q_proj.weight",
+      "model.layers.0.self_attn.v_proj.bias",
+      "model.layers.0.self_attn.v_proj.weight",
+      "model.layers.1.input_layernorm.weight",
+      "model.layers.1.mlp.down_proj.weight",
       "model.layers.1.mlp.gate_proj.weight",
       "model.layers.1.mlp.up_proj.weight",
-      "model.layers.1.mlp.down_proj.weight",
-      "model.layers.1.input_layernorm.weight",
       "model.layers.1.post_attention_layernorm.weight",
-      "model.norm.weight",
-      "lm_head.weight"};
+      "model.layers.1.self_attn.k_proj.bias",
+      "model.layers.1.self_attn.k_proj.weight",
+      "model.layers.1.self_attn.o_proj.weight",
+      "model.layers.1.self_attn.q_proj.bias",
+      "model.layers.1.self_attn.q_proj.weight",
+      "model.layers.1.self_attn.v_proj.bias",
+      "model.layers.1.self_attn.v_proj.weight",
+      "model.norm.weight"};
   CHECK(names == want);
+  // The down, gate and up tensors of a layer's experts are views of three storages in memory.
+  const std::vector<HfTensor> dict = hf_state_dict(q.model, q.architecture);
+  CHECK(dict.at(3).shares_storage_with == -1);  // experts.0.down_proj
+  CHECK(dict.at(4).shares_storage_with == 3);   // experts.1.down_proj
+  CHECK(dict.at(5).shares_storage_with == -1);  // experts.0.gate_proj
+  CHECK(dict.at(6).shares_storage_with == 5);
+  CHECK(dict.at(8).shares_storage_with == 7);   // experts.1.up_proj
+  CHECK(dict.at(10).shares_storage_with == -1);  // shared_expert.down_proj: its own
 
-  // transformers 5 saves from its fused experts: storages in dot_natural_key order of its own
-  // names, each layer's experts one storage per projection (down; gate, up of gate_up_proj).
-  std::vector<std::vector<std::string>> storages;
-  for (const auto& st : hf_save_storages(q.model, q.architecture)) {
-    storages.emplace_back();
-    for (const HfTensor& t : st) storages.back().push_back(t.name);
-  }
-  const std::string L0 = "model.layers.0.", L1 = "model.layers.1.";
-  const std::vector<std::vector<std::string>> want_storages = {
-      {"lm_head.weight"},
-      {"model.embed_tokens.weight"},
-      {L0 + "input_layernorm.weight"},
-      {L0 + "mlp.experts.0.down_proj.weight", L0 + "mlp.experts.1.down_proj.weight"},
-      {L0 + "mlp.experts.0.gate_proj.weight", L0 + "mlp.experts.1.gate_proj.weight"},
-      {L0 + "mlp.experts.0.up_proj.weight", L0 + "mlp.experts.1.up_proj.weight"},
-      {L0 + "mlp.gate.weight"},
-      {L0 + "mlp.shared_expert.down_proj.weight"},
-      {L0 + "mlp.shared_expert.gate_proj.weight"},
-      {L0 + "mlp.shared_expert.up_proj.weight"},
-      {L0 + "mlp.shared_expert_gate.weight"},
-      {L0 + "post_attention_layernorm.weight"},
-      {L0 + "self_attn.k_proj.bias"},
-      {L0 + "self_attn.k_proj.weight"},
-      {L0 + "self_attn.o_proj.weight"},
-      {L0 + "self_attn.q_proj.bias"},
-      {L0 + "self_attn.q_proj.weight"},
-      {L0 + "self_attn.v_proj.bias"},
-      {L0 + "self_attn.v_proj.weight"},
-      {L1 + "input_layernorm.weight"},
-      {L1 + "mlp.down_proj.weight"},
-      {L1 + "mlp.gate_proj.weight"},
-      {L1 + "mlp.up_proj.weight"},
-      {L1 + "post_attention_layernorm.weight"},
-      {L1 + "self_attn.k_proj.bias"},
-      {L1 + "self_attn.k_proj.weight"},
-      {L1 + "self_attn.o_proj.weight"},
-      {L1 + "self_attn.q_proj.bias"},
-      {L1 + "self_attn.q_proj.weight"},
-      {L1 + "self_attn.v_proj.bias"},
-      {L1 + "self_attn.v_proj.weight"},
-      {"model.norm.weight"}};
-  CHECK(storages == want_storages);
-  std::vector<std::string> flat;
-  for (const auto& st : want_storages) flat.insert(flat.end(), st.begin(), st.end());
-  names.clear();
-  for (const HfTensor& t : hf_state_dict(q.model, q.architecture)) names.push_back(t.name);
-  CHECK(names == flat);
 
   // Mixtral's block_sparse_moe sorts as transformers' mlp; layer numbers sort as numbers, and
   // w1 (gate) comes before w3 (up).
@@ -709,7 +688,9 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
   eleven["num_local_experts"] = 2;
   const HfConfig deep = hf_config_from_json(eleven, "m.json");
   std::vector<std::string> firsts;
-  for (const auto& st : hf_save_storages(deep.model, deep.architecture)) firsts.push_back(st.front().name);
+  // Each storage's first tensor: expert 1's tensors follow expert 0's in the same storage.
+  for (const HfTensor& t : hf_state_dict(deep.model, deep.architecture))
+    if (t.shares_storage_with < 0) firsts.push_back(t.name);
   const auto at = [&](const std::string& n) { return std::find(firsts.begin(), firsts.end(), n) - firsts.begin(); };
   const std::string M9 = "model.layers.9.block_sparse_moe.", M10 = "model.layers.10.block_sparse_moe.";
   CHECK(at(M9 + "experts.0.w2.weight") + 1 == at(M9 + "experts.0.w1.weight"));
@@ -756,6 +737,29 @@ TEST_CASE("Experts map tensor by tensor as on the hub: Mixtral's w1/w3/w2, Qwen'
         "model.layers.3.block_sparse_moe.experts.7.w2.weight");
   CHECK(mixtral.at("decoder.layers.3.mlp.router.weight").tensors.at(0).name ==
         "model.layers.3.block_sparse_moe.gate.weight");
+  // Mixtral's block_sparse_moe is mlp in transformers 5's memory: it sorts after input_layernorm.
+  json mx12 = moe_json("mixtral");
+  mx12["num_hidden_layers"] = 12;
+  mx12["num_local_experts"] = 2;
+  std::vector<std::string> mixtral_order;
+  for (const HfTensor& t : hf_state_dict(hf_config_from_json(mx12, "m.json").model, HfArchitecture::Mixtral))
+    mixtral_order.push_back(t.name);
+  const std::vector<std::string> layer2 = {"model.layers.2.input_layernorm.weight",
+                                           "model.layers.2.block_sparse_moe.experts.0.w2.weight",
+                                           "model.layers.2.block_sparse_moe.experts.1.w2.weight",
+                                           "model.layers.2.block_sparse_moe.experts.0.w1.weight",
+                                           "model.layers.2.block_sparse_moe.experts.1.w1.weight",
+                                           "model.layers.2.block_sparse_moe.experts.0.w3.weight",
+                                           "model.layers.2.block_sparse_moe.experts.1.w3.weight",
+                                           "model.layers.2.block_sparse_moe.gate.weight",
+                                           "model.layers.2.post_attention_layernorm.weight"};
+  const auto at = std::find(mixtral_order.begin(), mixtral_order.end(), layer2.front());
+  REQUIRE(at != mixtral_order.end());
+  CHECK(std::vector<std::string>(at, at + static_cast<std::ptrdiff_t>(layer2.size())) == layer2);
+  // Layer 10 after layer 9, not after layer 1 (numbers compare as numbers).
+  const auto index_of = [&](const std::string& n) { return std::find(mixtral_order.begin(), mixtral_order.end(), n); };
+  CHECK(index_of("model.layers.9.self_attn.v_proj.weight") < index_of("model.layers.10.input_layernorm.weight"));
+  CHECK(index_of("model.layers.11.self_attn.v_proj.weight") < index_of("model.norm.weight"));
 
   const HfConfig q3 = hf_config_from_json(moe_json("qwen3_moe"), "q3.json");
   std::map<std::string, HfMapping> qwen3;
@@ -803,4 +807,70 @@ TEST_CASE("The directory reader follows the index and refuses what it cannot rea
   CHECK(code_of([&] { HfCheckpointFiles f(dir.string()); }, &message) == ErrorCode::Io);
   CHECK_THAT(message, Catch::Contains("has neither model.safetensors nor model.safetensors.index.json"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("OLMoE: q/k norms across the heads, experts intermediate_size wide, the top k unrenormalised", "[hf]") {
+  const HfConfig o = hf_config_from_json(olmoe_json(), "olmoe.json");
+  CHECK(o.architecture == HfArchitecture::Olmoe);
+  const GptConfig& c = o.model;
+  CHECK(c.qk_layernorm);
+  CHECK(c.qk_layernorm_across_heads);
+  CHECK(c.moe.num_experts == 8);
+  CHECK(c.moe.router_topk == 2);
+  CHECK(c.moe_ffn() == 96);  // intermediate_size
+  CHECK(c.num_moe_layers() == 4);
+  CHECK(c.moe.pre_softmax);  // norm_topk_prob false: the top k of the full softmax
+  CHECK(c.moe.aux_loss_coeff == 0.02f);
+  CHECK(c.head_dim() == 8);
+  CHECK(hf_default_architecture(c) == HfArchitecture::Olmoe);
+  json renormalised = olmoe_json();
+  renormalised["norm_topk_prob"] = true;
+  CHECK_FALSE(hf_config_from_json(renormalised, "r.json").model.moe.pre_softmax);
+
+  // Back out: no head_dim, intermediate_size the experts' width, clip_qkv null.
+  const json out = hf_config_to_json(c, HfArchitecture::Olmoe, StDType::F32, json::object());
+  CHECK(out.at("model_type") == "olmoe");
+  CHECK_FALSE(out.contains("head_dim"));
+  CHECK_FALSE(out.contains("moe_intermediate_size"));
+  CHECK(out.at("intermediate_size") == 96);
+  CHECK(out.at("norm_topk_prob") == false);
+  CHECK(out.at("clip_qkv").is_null());
+  const HfConfig back = hf_config_from_json(out, "out.json");
+  CHECK_NOTHROW(check_hf_model_matches(c, back.model, "out.json"));
+  const json source = olmoe_json();
+  const json kept = hf_config_to_json(c, HfArchitecture::Olmoe, StDType::F32, source);
+  for (const auto& [key, value] : source.items()) {
+    INFO(key);
+    CHECK(kept.at(key) == value);
+  }
+
+  // The norms map whole: q_norm [a dh], k_norm [g dh]; the experts as Qwen's.
+  std::map<std::string, HfMapping> by_param;
+  for (const HfMapping& m : hf_mappings(c, HfArchitecture::Olmoe)) by_param.emplace(m.param, m);
+  const HfMapping& q = by_param.at("decoder.layers.0.self_attention.q_layernorm.weight");
+  CHECK(q.shape == std::vector<int64_t>{64});
+  CHECK(q.layout == HfLayout::Copy);
+  CHECK(q.tensors.at(0).name == "model.layers.0.self_attn.q_norm.weight");
+  CHECK(by_param.at("decoder.layers.0.self_attention.k_layernorm.weight").tensors.at(0).shape ==
+        std::vector<int64_t>{16});
+  CHECK(by_param.at("decoder.layers.3.mlp.experts.linear_fc1.weight7").tensors.at(1).name ==
+        "model.layers.3.mlp.experts.7.up_proj.weight");
+  CHECK(by_param.at("decoder.layers.3.mlp.router.weight").tensors.at(0).name == "model.layers.3.mlp.gate.weight");
+
+  // What OLMoE cannot hold, and per-head norms written as OLMoE or whole ones as Qwen3-MoE.
+  const auto refused_as = [](const GptConfig& g, HfArchitecture a, const std::string& words) {
+    std::string m;
+    CHECK(code_of([&] { check_hf_architecture(g, a); }, &m) == ErrorCode::Unsupported);
+    CHECK_THAT(m, Catch::Contains(words));
+  };
+  const GptConfig q3 = hf_config_from_json(moe_json("qwen3_moe"), "q3.json").model;
+  refused_as(q3, HfArchitecture::Olmoe, "--qk-layernorm-across-heads");
+  refused_as(c, HfArchitecture::Qwen3Moe, "Qwen3-MoE's q/k norms are over each head");
+  refused_as(c, HfArchitecture::Llama, "it is a mixture of experts");
+  GptConfig shared = c;
+  shared.moe.shared_expert_intermediate_size = 32;
+  refused_as(shared, HfArchitecture::Olmoe, "OLMoE has no shared experts");
+  GptConfig mixed = c;
+  mixed.moe.layer_pattern = {1, 0, 1, 1};
+  refused_as(mixed, HfArchitecture::Olmoe, "every OLMoE layer is MoE");
 }

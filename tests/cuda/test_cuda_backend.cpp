@@ -585,6 +585,58 @@ TEST_CASE("cuda rmsnorm forward and backward match the CPU for every storage typ
   }
 }
 
+TEST_CASE("cuda row_dot and the split rmsnorm match the CPU for every storage type",
+          "[gpu][cuda_backend][rmsnorm]") {
+  require_gpu();
+  // width > cols: this device holds part of each row; the row sums come from the CPU on both
+  // sides, so each op is compared alone.
+  const int64_t shapes[][3] = {{1, 1, 1}, {5, 37, 74}, {65, 768, 2048}, {700, 96, 192}, {3, 4099, 4099}};
+  uint64_t seed = 5250;
+  for (const DType t : kFloatTypes) {
+    for (const auto& s : shapes) {
+      const int64_t rows = s[0], cols = s[1], width = s[2];
+      INFO(type_name(t) << " rows=" << rows << " cols=" << cols << " width=" << width);
+      const auto n = static_cast<std::size_t>(rows * cols);
+      const auto sr = static_cast<std::size_t>(rows), sc = static_cast<std::size_t>(cols);
+      const Bytes x = random_stored(n, t, seed++, -2.0f, 3.0f);
+      const Bytes gamma = random_stored(sc, t, seed++, 0.5f, 1.5f);
+      const Bytes dy = random_stored(n, t, seed++);
+      Dev<unsigned char> dx_in(x), dgamma_in(gamma), ddy(dy), dyout(x.size()), ddx(x.size());
+      // row_dot: sums of squares, and of dy * gamma * x.
+      std::vector<float> sq(sr), dot(sr);
+      cpu().row_dot(x.data(), x.data(), nullptr, t, sq.data(), rows, cols);
+      cpu().row_dot(dy.data(), x.data(), gamma.data(), t, dot.data(), rows, cols);
+      Dev<float> dsq(sr), ddot(sr);
+      gpu().row_dot(dx_in.get(), dx_in.get(), nullptr, t, dsq.get(), rows, cols);
+      gpu().row_dot(ddy.get(), dx_in.get(), dgamma_in.get(), t, ddot.get(), rows, cols);
+      check_close(dsq.download(), sq, 1e-6, 1e-6, "row_dot x * x");
+      check_close(ddot.download(), dot, 1e-6, 1e-5, "row_dot dy * gamma * x");
+      // Forward from the CPU's sums; rstd written over them on the GPU (allowed).
+      Bytes y(x.size());
+      std::vector<float> rstd(sr);
+      cpu().rmsnorm_split_forward(x.data(), gamma.data(), sq.data(), y.data(), t, rstd.data(), rows, cols, width,
+                                  1e-5f);
+      Dev<float> drstd(sq);
+      gpu().rmsnorm_split_forward(dx_in.get(), dgamma_in.get(), drstd.get(), dyout.get(), t, drstd.get(), rows, cols,
+                                  width, 1e-5f);
+      check_bits(drstd.download(), rstd, "split rmsnorm rstd");
+      check_close(download_f32(dyout, t), from_storage(y, t), tol_for(t, {1e-6, 1e-6}, 0.1), "split rmsnorm y");
+      ddot.upload(dot);
+      for (const bool acc : {false, true}) {
+        auto dg = random_floats(sc, seed++);
+        Dev<float> ddg(dg);
+        Bytes dx(x.size());
+        gpu().rmsnorm_split_backward(dx_in.get(), dgamma_in.get(), drstd.get(), ddot.get(), ddy.get(), ddx.get(), t,
+                                     ddg.get(), rows, cols, width, acc);
+        cpu().rmsnorm_split_backward(x.data(), gamma.data(), rstd.data(), dot.data(), dy.data(), dx.data(), t,
+                                     dg.data(), rows, cols, width, acc);
+        check_close(download_f32(ddx, t), from_storage(dx, t), tol_for(t, {1e-5, 1e-6}, 0.1), "split rmsnorm dx");
+        check_close(ddg.download(), dg, 1e-5, 1e-6, acc ? "split rmsnorm dgamma accumulate" : "split rmsnorm dgamma");
+      }
+    }
+  }
+}
+
 TEST_CASE("cuda swiglu forward and backward match the CPU, vectorised or not, every type",
           "[gpu][cuda_backend][swiglu]") {
   require_gpu();

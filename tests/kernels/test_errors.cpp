@@ -533,6 +533,55 @@ TEST_CASE("rmsnorm rejects bad sizes, eps, storage types and NULL pointers, nami
   CHECK_BITEQUAL(dg, fvec(4, 3.0f));
 }
 
+TEST_CASE("the split rmsnorm and row_dot reject bad sizes, widths and NULL pointers, naming them",
+          "[errors][rmsnorm][split]") {
+  fvec x(8, 1.0f), g(4, 1.0f), y(8, 3.0f), rs(2, 3.0f), sq(2, 4.0f), dot(2, 1.0f), dy(8, 1.0f),
+      dx(8, 3.0f), dg(4, 3.0f);
+  auto& k = be();
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_forward(x.data(), g.data(), sq.data(), y.data(), kF32,
+                                                rs.data(), 2, 4, 3, 1e-5f),
+                        "rmsnorm_split_forward: width = 3 is smaller than this device's cols = 4");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_forward(x.data(), g.data(), sq.data(), y.data(), kF32,
+                                                rs.data(), 2, 0, 8, 1e-5f),
+                        "rmsnorm_split_forward: cols");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_forward(x.data(), g.data(), sq.data(), y.data(), kF32,
+                                                rs.data(), 2, 4, 8, -1.0f),
+                        "rmsnorm_split_forward: eps must be finite and >= 0");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_forward(x.data(), g.data(), nullptr, y.data(), kF32,
+                                                rs.data(), 2, 4, 8, 1e-5f),
+                        "rmsnorm_split_forward: sum_sq is NULL");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_forward(x.data(), g.data(), sq.data(), y.data(),
+                                                DType::I32, rs.data(), 2, 4, 8, 1e-5f),
+                        "rmsnorm_split_forward: t = i32");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_backward(x.data(), g.data(), rs.data(), dot.data(),
+                                                 dy.data(), dx.data(), kF32, dg.data(), 2, 4, 2,
+                                                 false),
+                        "rmsnorm_split_backward: width = 2 is smaller than this device's cols = 4");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_backward(x.data(), g.data(), rs.data(), nullptr,
+                                                 dy.data(), dx.data(), kF32, dg.data(), 2, 4, 8,
+                                                 false),
+                        "rmsnorm_split_backward: dot is NULL");
+  CHECK_INVALID_ARG_MSG(k.rmsnorm_split_backward(x.data(), g.data(), rs.data(), dot.data(),
+                                                 dy.data(), dx.data(), kF32, nullptr, 0, 4, 8,
+                                                 false),
+                        "rmsnorm_split_backward: dgamma is NULL");  // even with rows == 0
+  CHECK_INVALID_ARG_MSG(k.row_dot(x.data(), x.data(), nullptr, kF32, dot.data(), -1, 4),
+                        "row_dot: rows");
+  CHECK_INVALID_ARG_MSG(k.row_dot(x.data(), x.data(), nullptr, kF32, dot.data(), 2, -4),
+                        "row_dot: cols");
+  CHECK_INVALID_ARG_MSG(k.row_dot(x.data(), x.data(), nullptr, DType::I64, dot.data(), 2, 4),
+                        "row_dot: t = i64");
+  CHECK_INVALID_ARG_MSG(k.row_dot(x.data(), nullptr, nullptr, kF32, dot.data(), 2, 4),
+                        "row_dot: b is NULL");
+  CHECK_INVALID_ARG_MSG(k.row_dot(x.data(), x.data(), nullptr, kF32, nullptr, 2, 4),
+                        "row_dot: out is NULL");
+  CHECK_BITEQUAL(y, fvec(8, 3.0f));
+  CHECK_BITEQUAL(rs, fvec(2, 3.0f));
+  CHECK_BITEQUAL(dx, fvec(8, 3.0f));
+  CHECK_BITEQUAL(dg, fvec(4, 3.0f));
+  CHECK_BITEQUAL(dot, fvec(2, 1.0f));
+}
+
 TEST_CASE("swiglu rejects negative sizes, storage types and NULL pointers, naming them",
           "[errors][swiglu]") {
   fvec x(8, 1.0f), y(4, 3.0f), dy(4, 1.0f), dx(8, 3.0f);

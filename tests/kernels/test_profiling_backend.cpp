@@ -110,6 +110,10 @@ TEST_CASE("the profiling backend files each call under its op, phase and label",
   CHECK(norm->flops == 0.0);
   CHECK(std::strcmp(ptdp::backend_op_name(BackendOp::SumSquares), "sum_squares") == 0);
   CHECK(std::strcmp(ptdp::backend_op_name(BackendOp::SgdStep), "sgd_step") == 0);
+  CHECK(std::strcmp(ptdp::backend_op_name(BackendOp::RmsnormSplitForward), "rmsnorm_split_forward") == 0);
+  CHECK(std::strcmp(ptdp::backend_op_name(BackendOp::RmsnormSplitBackward), "rmsnorm_split_backward") == 0);
+  CHECK(std::strcmp(ptdp::backend_op_name(BackendOp::RowDot), "row_dot") == 0);
+  CHECK(std::strcmp(ptdp::backend_op_name(BackendOp::SwigluForward), "swiglu_forward") == 0);
 
   prof.reset();
   CHECK(prof.entries().empty());

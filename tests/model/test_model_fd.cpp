@@ -108,8 +108,9 @@ enum class Arch {
   Llama,     // RMSNorm, SwiGLU, RoPE, grouped-query attention (4 heads, 2 groups), head dim 4 != h/a
              // (kv_channels), no biases, untied output layer
   Qwen2,     // the same with the qkv bias kept and half of each head rotated (rotary_percent 0.5)
-  QkNorm,    // RMSNorm over each query and key head (OLMo 2), multi-query attention (1 group)
-  GeluNoBias // LayerNorm q/k norms, GeLU without biases (its GeLU outside the GEMM), no positions
+  QkNorm,    // RMSNorm over each query and key head, multi-query attention (1 group)
+  GeluNoBias, // LayerNorm q/k norms, GeLU without biases (its GeLU outside the GEMM), no positions
+  QkAcross   // RMSNorms over the whole query and key projections (OLMo 2, OLMoE), 2 groups
 };
 
 const char* arch_name(Arch a) {
@@ -118,6 +119,7 @@ const char* arch_name(Arch a) {
     case Arch::Llama: return "llama";
     case Arch::Qwen2: return "qwen2";
     case Arch::QkNorm: return "qk-norm, multi-query";
+    case Arch::QkAcross: return "qk-norm across heads";
     case Arch::GeluNoBias: return "gelu without biases, no positions";
   }
   return "?";
@@ -143,6 +145,10 @@ void set_arch(ptdp_gpt_options& o, Arch a) {
     case Arch::QkNorm:
       o.qk_layernorm = 1;
       o.num_query_groups = 1;
+      break;
+    case Arch::QkAcross:
+      o.qk_layernorm = 1;
+      o.qk_layernorm_across_heads = 1;
       break;
     case Arch::GeluNoBias:
       o.qk_layernorm = 1;
@@ -362,6 +368,10 @@ TEST_CASE("model FD: Qwen2-style decoder (qkv bias, half the head rotated) with 
 TEST_CASE("model FD: per-head RMSNorm of q and k with multi-query attention = finite differences",
           "[model][fd][llama]") {
   check_gradient(0, 0.0f, Arch::QkNorm);
+}
+
+TEST_CASE("model FD: RMSNorms of q and k across the heads (OLMoE) = finite differences", "[model][fd][llama]") {
+  check_gradient(0, 0.0f, Arch::QkAcross);
 }
 
 TEST_CASE("model FD: per-head LayerNorm of q and k, GeLU without biases, no positions = finite differences",

@@ -49,7 +49,7 @@ constexpr double kRel = 1e-5;      // tensor-parallel vs serial, relative
 // the order of the entries themselves.
 constexpr double kFloor = 2e-7;
 
-enum class Arch { Gpt, Llama, Qwen2 };
+enum class Arch { Gpt, Llama, Qwen2, Olmoe };
 
 struct Case {
   std::string name;
@@ -76,6 +76,8 @@ const Case kCases[] = {
     // rotated, q and k normalised per head, tied.
     {"llama, dropout 0.1, untied, V 301 / 4", 0.1f, 1, 301, 4, Arch::Llama},
     {"qwen2, dropout 0, tied, V 301 / 3", 0.0f, 0, 301, 3, Arch::Qwen2},
+    // OLMoE's q and k norms over the whole projections: their row sums all-reduced over t.
+    {"olmoe q/k norms across heads, dropout 0.1, untied, V 301 / 4", 0.1f, 1, 301, 4, Arch::Olmoe},
     {"masks, dropout 0.1, tied, V 301 / 4", 0.1f, 0, 301, 4, Arch::Gpt, true},
     {"llama, masks, fused attention, dropout 0.1, untied, V 301 / 3", 0.1f, 1, 301, 3, Arch::Llama, true, true},
 };
@@ -106,6 +108,10 @@ ptdp_gpt_options options_of(const Case& c, ptdp_recompute r) {
     o.num_query_groups = 4;
     o.kv_channels = 8;
     o.disable_bias_linear = 1;
+  }
+  if (c.arch == Arch::Olmoe) {
+    o.qk_layernorm = 1;
+    o.qk_layernorm_across_heads = 1;
   }
   if (c.arch == Arch::Qwen2) {
     o.add_qkv_bias = 1;

@@ -63,6 +63,7 @@ json describe(const ptdp::HfConfig& hf) {
           {"add_bias_linear", c.add_bias_linear},
           {"add_qkv_bias", c.add_qkv_bias},
           {"qk_layernorm", c.qk_layernorm},
+          {"qk_layernorm_across_heads", c.qk_layernorm_across_heads},
           {"num_experts", c.moe.num_experts},
           {"moe_router_topk", c.moe.router_topk},
           {"moe_ffn_hidden_size", c.moe.enabled() ? c.moe_ffn() : 0},

@@ -19,8 +19,7 @@ one of three tables:
            config with a message naming the field
 
 A field of the class in no table fails the test: a new transformers field is looked at before
-ptdp claims to import the class. OLMoE is refused as a whole (its q/k norms span all heads);
-its REFUSED fields are still refused by their own name, and nothing else is accepted.
+ptdp claims to import the class.
 
 The first case is the defect of issue 39: a Llama saved by transformers 5 with rope_theta
 500000 writes it only inside rope_parameters, and ptdp must read 500000.
@@ -117,7 +116,7 @@ READ = {
     "qkv_bias": (False, {}),
     "num_local_experts": (8, {"num_experts": 8}),
     "num_experts": (8, {"num_local_experts": 8}),
-    "num_experts_per_tok": (1, {}),
+    "num_experts_per_tok": (3, {}),  # k = 1 with renormalised top k is refused (Megatron: a router without gradient)
     "moe_intermediate_size": (16, {}),
     "shared_expert_intermediate_size": (20, {}),
     "norm_topk_prob": (None, {}),
@@ -298,20 +297,13 @@ def walk(kind):
         what.append((field, table))
     results = probe([base] + variants)
     reference, results = results[0], results[1:]
-    whole_refusal = kind == "olmoe"
-    if whole_refusal:
-        check(reference.get("error") == "unsupported" and "q_norm and k_norm" in reference.get("message", ""),
-              f"{cls_name}: refused as a whole, naming its q/k norms: {reference}")
-    else:
-        check("error" not in reference, f"{cls_name}: ptdp reads the default config: {reference}")
+    check("error" not in reference, f"{cls_name}: ptdp reads the default config: {reference}")
     counts = {"READ": 0, "INERT": 0, "REFUSED": 0}
     for (field, table), got in zip(what, results):
         counts[table] += 1
         if table == "REFUSED":
             check(got.get("error") == "unsupported" and field in got.get("message", ""),
                   f"{cls_name}.{field} = {REFUSED[field]!r} is refused naming {field}: {got}")
-        elif whole_refusal:
-            check(got.get("error") == "unsupported", f"{cls_name}.{field}: nothing of OLMoE is accepted: {got}")
         elif table == "READ":
             check("error" not in got and got != reference,
                   f"{cls_name}.{field}: changing it changes the model ptdp builds: {got}")

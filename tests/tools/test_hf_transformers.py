@@ -47,6 +47,9 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
              without t = 2), byte for byte with transformers' shards; a fine-tune of each class
              with ptdp-train --finetune (one process, e = 2, t = 2 with e = 2) whose export's
              logits in transformers are ptdp's; greedy generation against generate()
+  moe_olmoe_parity, moe_olmoe_roundtrip, moe_olmoe_finetune, moe_olmoe_generate
+             the same for OlmoeForCausalLM (q_norm and k_norm over the whole query and key
+             projections, norm_topk_prob false and true); the fine-tune runs at t = 2
 
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
@@ -146,6 +149,8 @@ def make(kind, seed=0, **overrides):
     moe = dict(num_experts_per_tok=2)
     if kind == "mixtral":
         common.update(moe, num_local_experts=4)
+    elif kind == "olmoe":  # intermediate_size is the experts' width
+        common.update(moe, num_experts=4, intermediate_size=48, norm_topk_prob=False)
     elif kind in ("qwen2_moe", "qwen3_moe"):
         common.update(moe, num_experts=4, moe_intermediate_size=32, norm_topk_prob=False)
         if kind == "qwen2_moe":
@@ -155,7 +160,8 @@ def make(kind, seed=0, **overrides):
            "mistral": (T.MistralConfig, T.MistralForCausalLM),
            "mixtral": (getattr(T, "MixtralConfig", None), getattr(T, "MixtralForCausalLM", None)),
            "qwen2_moe": (getattr(T, "Qwen2MoeConfig", None), getattr(T, "Qwen2MoeForCausalLM", None)),
-           "qwen3_moe": (getattr(T, "Qwen3MoeConfig", None), getattr(T, "Qwen3MoeForCausalLM", None))}[kind]
+           "qwen3_moe": (getattr(T, "Qwen3MoeConfig", None), getattr(T, "Qwen3MoeForCausalLM", None)),
+           "olmoe": (getattr(T, "OlmoeConfig", None), getattr(T, "OlmoeForCausalLM", None))}[kind]
     return randomize(cls[1](cls[0](**common)), seed).eval()
 
 
@@ -691,10 +697,94 @@ def case_moe_generate():
         print(f"generate {kind}: {theirs[len(prompt):]} (both)")
 
 
+# OLMoE: q_norm and k_norm over the whole query and key projections (--qk-layernorm-across-heads),
+# the top k of the full softmax unrenormalised (norm_topk_prob false: --moe-router-pre-softmax), and
+# renormalised (true). Its own cases beside the other MoE classes'.
+OLMOE_VARIANTS = [("olmoe", dict()), ("olmoe renormalised", dict(norm_topk_prob=True, num_key_value_heads=4))]
+
+
+def case_moe_olmoe_parity():
+    need_transformers()
+    need_moe_options()
+    tokens = tokens_for(97, 2, 16, 6)
+    for i, (name, overrides) in enumerate(OLMOE_VARIANTS):
+        model = make("olmoe", seed=170 + i, tie_word_embeddings=False, **overrides)
+        path = save(model, os.path.join(WORK, name.replace(" ", "-")))
+        names = sorted(tensors_of(path))
+        check(any(".mlp.experts.0.gate_proj.weight" in n for n in names) and
+              any(".self_attn.q_norm.weight" in n for n in names),
+              f"{name}: the experts are saved one by one, the q/k norms whole: {names[:8]}")
+        parity(name, path, hf_logits(model, tokens), tokens)
+
+
+def case_moe_olmoe_roundtrip():
+    need_transformers()
+    need_moe_options()
+    roundtrips([("olmoe fp32", make("olmoe", seed=180), None, None, "fp32"),
+                ("olmoe bf16 sharded", make("olmoe", seed=181, tie_word_embeddings=False, norm_topk_prob=True),
+                 torch.bfloat16, "60KB", "bf16")],
+               layout=("--tensor-model-parallel-size", "2"), ranks=2)
+
+
+def case_moe_olmoe_finetune():
+    """An OLMoE trained briefly with torch, fine-tuned by ptdp-train --finetune at t = 2 from the
+    import: it starts from the imported weights, the loss falls, and falls in transformers too."""
+    need_transformers()
+    need_moe_options()
+    text = open(GPL, "rb").read()
+    model = make("olmoe", seed=190, vocab_size=256, tie_word_embeddings=False)
+    train_with_torch(model, text, steps=30, seq=32, batch=16, lr=3e-3, seed=0)
+    hf_dir = save(model, os.path.join(WORK, "olmoe-pretrained"))
+    before = text_loss(model, text)
+    ckpt = os.path.join(WORK, "olmoe-imported")
+    out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
+    flags = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")][0].split(":", 1)[1].split()
+    check("--qk-layernorm-across-heads" in flags, f"the flags name OLMoE's q/k norms: {flags}")
+    log, saved = os.path.join(WORK, "olmoe-ft.jsonl"), os.path.join(WORK, "olmoe-ft")
+    run([TRAIN] + flags + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
+                           "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0", "--lr",
+                           "2e-3", "--train-iters", "30", "--finetune", "--load", ckpt, "--save", saved,
+                           "--tensor-model-parallel-size", "2", "--sequence-parallel", "--log-json", log,
+                           "--comm-timeout", "60"], np=2)
+    steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
+    first = steps[1]["lm_loss"]
+    head = sum(steps[i]["lm_loss"] for i in range(1, 6)) / 5
+    tail = sum(steps[i]["lm_loss"] for i in range(26, 31)) / 5
+    check(abs(first - before) < 0.35, f"the first fine-tuning loss {first:.3f} is the imported model's ({before:.3f})")
+    check(tail < head - 0.05, f"the loss falls: {head:.3f} -> {tail:.3f}")
+    back = os.path.join(WORK, "olmoe-ft-hf")
+    run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
+    after = text_loss(back, text)
+    check(after < before, f"transformers sees the fine-tuned OLMoE export's loss fall: {before:.3f} -> {after:.3f}")
+    print(f"olmoe finetune (t = 2): torch {before:.3f}; ptdp-train {first:.3f} -> {steps[30]['lm_loss']:.3f}; "
+          f"export {after:.3f}")
+
+
+def case_moe_olmoe_generate():
+    need_transformers()
+    need_moe_options()
+    for i, (name, overrides) in enumerate(OLMOE_VARIANTS):
+        model = make("olmoe", seed=195 + i, **overrides)
+        tag = name.replace(" ", "-")
+        hf_dir = save(model, os.path.join(WORK, tag + "-gen"))
+        ckpt = os.path.join(WORK, tag + "-gen-ptdp")
+        run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"])
+        prompt = [5, 17, 3, 42, 8]
+        p = run([GENERATE, "--load", ckpt, "--prompt-ids", " ".join(map(str, prompt)), "--max-new-tokens", "12",
+                 "--top-k", "1"])
+        ours = [int(x) for x in p.stdout.split()]
+        theirs = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=12, min_new_tokens=12,
+                                eos_token_id=None, pad_token_id=0)[0].tolist()
+        check(ours == theirs, f"{name}: ptdp-generate {ours} vs transformers' greedy generate {theirs}")
+        print(f"generate {name}: {theirs[len(prompt):]} (both)")
+
+
 CASES = {"gpt2": case_gpt2, "llama": case_llama, "roundtrip": case_roundtrip, "layouts": case_layouts,
          "finetune": case_finetune, "generate": case_generate, "llama_v5": case_llama_v5,
          "roundtrip_v5": case_roundtrip_v5, "moe_parity": case_moe_parity, "moe_roundtrip": case_moe_roundtrip,
          "moe_finetune": case_moe_finetune, "moe_generate": case_moe_generate}
+CASES.update({"moe_olmoe_parity": case_moe_olmoe_parity, "moe_olmoe_roundtrip": case_moe_olmoe_roundtrip,
+              "moe_olmoe_finetune": case_moe_olmoe_finetune, "moe_olmoe_generate": case_moe_olmoe_generate})
 
 if __name__ == "__main__":
     if CASE not in CASES:

@@ -10,7 +10,9 @@
 // ddp_bucket_size (0: one bucket per model chunk); extras '+'-joined words: untied (separate
 // output_layer.weight, also in the serial run), nosg (pipeline scatter/gather off), recompute
 // (full activation recomputation), llama (RMSNorm, SwiGLU, RoPE, grouped-query attention, no
-// biases, untied output layer), qwen2 (the same with the qkv bias, tied), masks (packed documents
+// biases, untied output layer), qwen2 (the same with the qkv bias, tied), qkacross (with llama:
+// OLMoE's q/k RMSNorms over the whole query and key projections, their row sums all-reduced over
+// the tensor group), masks (packed documents
 // and masked labels: end-of-document tokens in the batch, ptdp_eod_masks with --eod-mask-loss,
 // --reset-position-ids and --reset-attention-mask, the first label of every sample ignored as a
 // prompt would be, and at iteration 3 one microbatch whose every label is ignored; every call
@@ -92,6 +94,7 @@ struct Spec {
   int64_t bucket = 0;
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
   bool llama = false, qwen2 = false, masks = false;
+  bool qk_across = false;  // --qk-layernorm --qk-layernorm-across-heads (with llama)
   bool sequence_parallel = false, selective = false;
   bool fused = false;  // the parallel run's attention: the fused kernel (the serial run's: unfused)
   int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
@@ -131,6 +134,7 @@ bool parse(const char* s, Spec* out) {
     else if (word == "fused") x.fused = true;
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
+    else if (word == "qkacross") x.qk_across = true;
     else if (word == "masks") x.masks = true;
     else if (count_of(word, "first") > 0) x.first = count_of(word, "first");
     else if (word.rfind("layout=", 0) == 0) x.layout = word.substr(7);
@@ -191,6 +195,10 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
       o.add_qkv_bias = 1;
       o.rotary_percent = 0.5f;
       o.rotary_base = 1000000.0;
+    }
+    if (sp.qk_across) {
+      o.qk_layernorm = 1;
+      o.qk_layernorm_across_heads = 1;
     }
   }
   return o;
@@ -310,6 +318,7 @@ Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optim
   plain.untied = sp.untied;
   plain.llama = sp.llama;
   plain.qwen2 = sp.qwen2;
+  plain.qk_across = sp.qk_across;
   plain.masks = sp.masks;
   const ptdp_gpt_options o = gpt_options(layers, plain);
   ptdp_model m = nullptr;
@@ -353,8 +362,8 @@ struct Worst {
   std::string tensor_at;
 };
 
-// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length)
-using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int>;
+// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length, qk norms across heads)
+using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int, bool>;
 std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 
 // What makes two specs share a serial run: layers, microbatches, optimizer, the model family,
@@ -362,7 +371,7 @@ std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 SerialKey serial_key(int W, const Spec& sp) {
   const int d = W / (sp.t * sp.p * sp.cp), m = 2 * sp.p;
   return std::make_tuple(sp.layers(), d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2, sp.masks,
-                         sp.cp > 1 ? kSeqCp : kSeqPlain);
+                         sp.cp > 1 ? kSeqCp : kSeqPlain, sp.qk_across);
 }
 
 // A trajectory as bytes, to broadcast it.

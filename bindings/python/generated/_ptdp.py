@@ -1312,6 +1312,14 @@ class ptdp_gpt_options(object):
                                                 (`--recompute-modules moe`); not with
                                                 ::PTDP_RECOMPUTE_FULL. Default 0.
     """)
+    qk_layernorm_across_heads = property(_ptdp_ext.ptdp_gpt_options_qk_layernorm_across_heads_get, _ptdp_ext.ptdp_gpt_options_qk_layernorm_across_heads_set, doc=r"""
+    1: with qk_layernorm and ::PTDP_NORMALIZATION_RMSNORM,
+                                                the q and k norms are over a token's whole query
+                                                projection (weight [heads x head dim]) and key
+                                                projection (weight [query groups x head dim]), not
+                                                over each head (OLMo 2, OLMoE;
+                                                `--qk-layernorm-across-heads`). Default 0.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_gpt_options_swiginit(self, _ptdp_ext.new_ptdp_gpt_options())

@@ -11345,6 +11345,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_layernorm_across_heads_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_qk_layernorm_across_heads_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_layernorm_across_heads_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_qk_layernorm_across_heads_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_layernorm_across_heads = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_layernorm_across_heads_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_layernorm_across_heads_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_layernorm_across_heads);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_gpt_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_gpt_options *result = 0 ;
@@ -39195,6 +39255,22 @@ static PyMethodDef SwigMethods[] = {
 		"1: recompute each MoE layer in the backward\n"
 		"                                            (`--recompute-modules moe`); not with\n"
 		"                                            ::PTDP_RECOMPUTE_FULL. Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_qk_layernorm_across_heads_set", _wrap_ptdp_gpt_options_qk_layernorm_across_heads_set, METH_VARARGS, "\n"
+		"1: with qk_layernorm and ::PTDP_NORMALIZATION_RMSNORM,\n"
+		"                                            the q and k norms are over a token's whole query\n"
+		"                                            projection (weight [heads x head dim]) and key\n"
+		"                                            projection (weight [query groups x head dim]), not\n"
+		"                                            over each head (OLMo 2, OLMoE;\n"
+		"                                            `--qk-layernorm-across-heads`). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_qk_layernorm_across_heads_get", _wrap_ptdp_gpt_options_qk_layernorm_across_heads_get, METH_O, "\n"
+		"1: with qk_layernorm and ::PTDP_NORMALIZATION_RMSNORM,\n"
+		"                                            the q and k norms are over a token's whole query\n"
+		"                                            projection (weight [heads x head dim]) and key\n"
+		"                                            projection (weight [query groups x head dim]), not\n"
+		"                                            over each head (OLMo 2, OLMoE;\n"
+		"                                            `--qk-layernorm-across-heads`). Default 0.\n"
 		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},

@@ -161,7 +161,8 @@ class Model(Handle):
     (num_layers, hidden_size, num_attention_heads, seq_length, vocab_size, hidden_dropout, ...),
     the Llama family's included: ``normalization=Normalization.RMSNORM``, ``swiglu=1``,
     ``position_embedding_type=PositionEmbedding.ROPE``, ``rotary_base``, ``num_query_groups``,
-    ``kv_channels``, ``disable_bias_linear=1``, ``add_qkv_bias``, ``qk_layernorm``,
+    ``kv_channels``, ``disable_bias_linear=1``, ``add_qkv_bias``, ``qk_layernorm`` (and
+    ``qk_layernorm_across_heads=1``, OLMoE's norms over the whole projections),
     ``use_rope_scaling`` and the rope factors, and mixture of experts: ``num_experts``,
     ``moe_router_topk``, ``moe_ffn_hidden_size``, ``moe_layer_freq`` ("2" or Megatron's list
     pattern "[1,0,1]"), ``moe_router_score_function="sigmoid"``, ``moe_aux_loss_coeff``, ...

@@ -1251,6 +1251,12 @@ typedef struct ptdp_gpt_options {
   int32_t moe_layer_recompute;          /**< 1: recompute each MoE layer in the backward
                                              (`--recompute-modules moe`); not with
                                              ::PTDP_RECOMPUTE_FULL. Default 0. */
+  int32_t qk_layernorm_across_heads;    /**< 1: with qk_layernorm and ::PTDP_NORMALIZATION_RMSNORM,
+                                             the q and k norms are over a token's whole query
+                                             projection (weight [heads x head dim]) and key
+                                             projection (weight [query groups x head dim]), not
+                                             over each head (OLMo 2, OLMoE;
+                                             `--qk-layernorm-across-heads`). Default 0. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */

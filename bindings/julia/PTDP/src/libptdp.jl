@@ -543,6 +543,7 @@ struct ptdp_gpt_options
     moe_pad_expert_input_to_capacity::Int32
     moe_token_dispatcher_type::ptdp_moe_dispatcher
     moe_layer_recompute::Int32
+    qk_layernorm_across_heads::Int32
 end
 
 mutable struct ptdp_model_impl end

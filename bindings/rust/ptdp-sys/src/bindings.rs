@@ -256,6 +256,7 @@ pub struct ptdp_gpt_options {
     pub moe_pad_expert_input_to_capacity: i32,
     pub moe_token_dispatcher_type: ptdp_moe_dispatcher,
     pub moe_layer_recompute: i32,
+    pub qk_layernorm_across_heads: i32,
 }
 
 #[repr(C)]
