@@ -289,39 +289,39 @@ PTDP_BAD_INPUTS(model_eval) {
     r.push_back({fn, "negative num_microbatches", [=, &f, &o] { return call(f.model, tk, lb, 2, -1, &o.f[0]); },
                  PTDP_ERR_INVALID_ARGUMENT, {"num_microbatches", "-1"}});
   }
-  untraced_options_rows(r, "ptdp_model_evaluate", [&](const ptdp_pipeline_options* po) {
+  untraced_options_rows(r, "ptdp_model_evaluate", [=, &f, &o](const ptdp_pipeline_options* po) {
     return ptdp_model_evaluate(f.model, tk, lb, 2, 1, po, &o.f[0]);
   });
-  options_rows(r, "ptdp_model_evaluate_masked", "masks", ptdp_batch_masks_init, [&](const ptdp_batch_masks* m) {
+  options_rows(r, "ptdp_model_evaluate_masked", "masks", ptdp_batch_masks_init, [=, &f, &o](const ptdp_batch_masks* m) {
     return evaluate_masked(f.model, tk, lb, m, 2, 1, &o.f[0]);
   });
   const char* lg = "ptdp_model_logits";
-  handle_rows(r, lg, "model", "ptdp_model", f.dead_model, [&](ptdp_model m) { return ptdp_model_logits(m, tk, 1, o.f, 16); });
-  r.push_back(null_row(lg, "tokens", [&] { return ptdp_model_logits(f.model, nullptr, 1, o.f, 16); }));
-  r.push_back(null_row(lg, "logits", [&] { return ptdp_model_logits(f.model, tk, 1, nullptr, 16); }));
-  r.push_back({lg, "negative batch", [&] { return ptdp_model_logits(f.model, tk, -1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
+  handle_rows(r, lg, "model", "ptdp_model", f.dead_model, [=, &f, &o](ptdp_model m) { return ptdp_model_logits(m, tk, 1, o.f, 16); });
+  r.push_back(null_row(lg, "tokens", [=, &f, &o] { return ptdp_model_logits(f.model, nullptr, 1, o.f, 16); }));
+  r.push_back(null_row(lg, "logits", [=, &f, &o] { return ptdp_model_logits(f.model, tk, 1, nullptr, 16); }));
+  r.push_back({lg, "negative batch", [=, &f, &o] { return ptdp_model_logits(f.model, tk, -1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
                {"batch", "-1"}});
-  r.push_back({lg, "bytes too small", [&] { return ptdp_model_logits(f.model, tk, 1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
+  r.push_back({lg, "bytes too small", [=, &f, &o] { return ptdp_model_logits(f.model, tk, 1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
                {"bytes = 16"}});
 
   r.push_back(null_row("ptdp_generate_options_init", "options", [] { return ptdp_generate_options_init(nullptr); }));
   const char* gn = "ptdp_model_generate";
   handle_rows(r, gn, "model", "ptdp_model", f.dead_model,
-              [&](ptdp_model m) { return ptdp_model_generate(m, tk, 2, nullptr, o.ids, 64, &o.i32[0]); });
-  r.push_back(null_row(gn, "prompt", [&] { return ptdp_model_generate(f.model, nullptr, 2, nullptr, o.ids, 64, &o.i32[0]); }));
-  r.push_back(null_row(gn, "out", [&] { return ptdp_model_generate(f.model, tk, 2, nullptr, nullptr, 64, &o.i32[0]); }));
-  r.push_back(null_row(gn, "count", [&] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, 64, nullptr); }));
-  r.push_back({gn, "negative prompt_length", [&] { return ptdp_model_generate(f.model, tk, -2, nullptr, o.ids, 64, &o.i32[0]); },
+              [=, &f, &o](ptdp_model m) { return ptdp_model_generate(m, tk, 2, nullptr, o.ids, 64, &o.i32[0]); });
+  r.push_back(null_row(gn, "prompt", [=, &f, &o] { return ptdp_model_generate(f.model, nullptr, 2, nullptr, o.ids, 64, &o.i32[0]); }));
+  r.push_back(null_row(gn, "out", [=, &f, &o] { return ptdp_model_generate(f.model, tk, 2, nullptr, nullptr, 64, &o.i32[0]); }));
+  r.push_back(null_row(gn, "count", [=, &f, &o] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, 64, nullptr); }));
+  r.push_back({gn, "negative prompt_length", [=, &f, &o] { return ptdp_model_generate(f.model, tk, -2, nullptr, o.ids, 64, &o.i32[0]); },
                PTDP_ERR_INVALID_ARGUMENT, {"prompt_length", "-2"}});
-  r.push_back({gn, "negative capacity", [&] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, -1, &o.i32[0]); },
+  r.push_back({gn, "negative capacity", [=, &f, &o] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, -1, &o.i32[0]); },
                PTDP_ERR_INVALID_ARGUMENT, {"capacity = -1"}});
-  options_rows(r, gn, "options", ptdp_generate_options_init, [&](const ptdp_generate_options* x) {
+  options_rows(r, gn, "options", ptdp_generate_options_init, [=, &f, &o](const ptdp_generate_options* x) {
     return ptdp_model_generate(f.model, tk, 2, x, o.ids, 64, &o.i32[0]);
   });
   auto gen_field = [&](const std::string& what, std::function<void(ptdp_generate_options&)> edit, std::string mention) {
     r.push_back(bad::field_row<ptdp_generate_options>(
         gn, what, ptdp_generate_options_init, std::move(edit),
-        [&](const ptdp_generate_options* x) { return ptdp_model_generate(f.model, tk, 2, x, o.ids, 64, &o.i32[0]); },
+        [=, &f, &o](const ptdp_generate_options* x) { return ptdp_model_generate(f.model, tk, 2, x, o.ids, 64, &o.i32[0]); },
         {std::move(mention)}));
   };
   gen_field("NaN temperature", [](ptdp_generate_options& x) { x.temperature = static_cast<float>(bad::kNaN); }, "temperature");
@@ -333,15 +333,15 @@ PTDP_BAD_INPUTS(model_eval) {
 
   r.push_back(null_row("ptdp_batch_masks_init", "masks", [] { return ptdp_batch_masks_init(nullptr); }));
   const char* em = "ptdp_eod_masks";
-  r.push_back(null_row(em, "tokens", [&] { return ptdp_eod_masks(nullptr, 8, 4, 0, 0, o.ids, nullptr, nullptr); }));
-  r.push_back({em, "negative count", [&] { return ptdp_eod_masks(tk, -8, 4, 0, 0, o.ids, nullptr, nullptr); },
+  r.push_back(null_row(em, "tokens", [=, &f, &o] { return ptdp_eod_masks(nullptr, 8, 4, 0, 0, o.ids, nullptr, nullptr); }));
+  r.push_back({em, "negative count", [=, &f, &o] { return ptdp_eod_masks(tk, -8, 4, 0, 0, o.ids, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"count = -8"}});
-  r.push_back({em, "seq_length 0", [&] { return ptdp_eod_masks(tk, 8, 0, 0, 0, o.ids, nullptr, nullptr); },
+  r.push_back({em, "seq_length 0", [=, &f, &o] { return ptdp_eod_masks(tk, 8, 0, 0, 0, o.ids, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"seq_length = 0"}});
-  r.push_back({em, "unknown flags", [&] { return ptdp_eod_masks(tk, 8, 4, 0, 64, o.ids, nullptr, nullptr); },
+  r.push_back({em, "unknown flags", [=, &f, &o] { return ptdp_eod_masks(tk, 8, 4, 0, 64, o.ids, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"flags = 64"}});
   r.push_back({em, "labels NULL with PTDP_EOD_MASK_LOSS",
-               [&] { return ptdp_eod_masks(tk, 8, 4, 0, PTDP_EOD_MASK_LOSS, nullptr, nullptr, nullptr); },
+               [=, &f, &o] { return ptdp_eod_masks(tk, 8, 4, 0, PTDP_EOD_MASK_LOSS, nullptr, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"labels (PTDP_EOD_MASK_LOSS) is NULL"}});
   return r;
 }
