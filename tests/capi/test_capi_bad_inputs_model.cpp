@@ -75,6 +75,7 @@ void gpt_field(std::vector<Row>& r, bad::Fixture& f, const std::string& what, st
 
 PTDP_BAD_INPUTS(model) {
   std::vector<Row> r;
+  // Copied into every row's lambda: the rows run after this function has returned.
   const int32_t* tk = f.tokens.data();
   const int32_t* lb = f.labels.data();
   r.push_back(null_row("ptdp_gpt_options_init", "options", [] { return ptdp_gpt_options_init(nullptr); }));
@@ -289,39 +290,39 @@ PTDP_BAD_INPUTS(model_eval) {
     r.push_back({fn, "negative num_microbatches", [=, &f, &o] { return call(f.model, tk, lb, 2, -1, &o.f[0]); },
                  PTDP_ERR_INVALID_ARGUMENT, {"num_microbatches", "-1"}});
   }
-  untraced_options_rows(r, "ptdp_model_evaluate", [=, &f, &o](const ptdp_pipeline_options* po) {
+  untraced_options_rows(r, "ptdp_model_evaluate", [&, tk, lb](const ptdp_pipeline_options* po) {
     return ptdp_model_evaluate(f.model, tk, lb, 2, 1, po, &o.f[0]);
   });
-  options_rows(r, "ptdp_model_evaluate_masked", "masks", ptdp_batch_masks_init, [=, &f, &o](const ptdp_batch_masks* m) {
+  options_rows(r, "ptdp_model_evaluate_masked", "masks", ptdp_batch_masks_init, [&, tk, lb](const ptdp_batch_masks* m) {
     return evaluate_masked(f.model, tk, lb, m, 2, 1, &o.f[0]);
   });
   const char* lg = "ptdp_model_logits";
-  handle_rows(r, lg, "model", "ptdp_model", f.dead_model, [=, &f, &o](ptdp_model m) { return ptdp_model_logits(m, tk, 1, o.f, 16); });
-  r.push_back(null_row(lg, "tokens", [=, &f, &o] { return ptdp_model_logits(f.model, nullptr, 1, o.f, 16); }));
-  r.push_back(null_row(lg, "logits", [=, &f, &o] { return ptdp_model_logits(f.model, tk, 1, nullptr, 16); }));
-  r.push_back({lg, "negative batch", [=, &f, &o] { return ptdp_model_logits(f.model, tk, -1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
+  handle_rows(r, lg, "model", "ptdp_model", f.dead_model, [&, tk](ptdp_model m) { return ptdp_model_logits(m, tk, 1, o.f, 16); });
+  r.push_back(null_row(lg, "tokens", [&] { return ptdp_model_logits(f.model, nullptr, 1, o.f, 16); }));
+  r.push_back(null_row(lg, "logits", [&, tk] { return ptdp_model_logits(f.model, tk, 1, nullptr, 16); }));
+  r.push_back({lg, "negative batch", [&, tk] { return ptdp_model_logits(f.model, tk, -1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
                {"batch", "-1"}});
-  r.push_back({lg, "bytes too small", [=, &f, &o] { return ptdp_model_logits(f.model, tk, 1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
+  r.push_back({lg, "bytes too small", [&, tk] { return ptdp_model_logits(f.model, tk, 1, o.f, 16); }, PTDP_ERR_INVALID_ARGUMENT,
                {"bytes = 16"}});
 
   r.push_back(null_row("ptdp_generate_options_init", "options", [] { return ptdp_generate_options_init(nullptr); }));
   const char* gn = "ptdp_model_generate";
   handle_rows(r, gn, "model", "ptdp_model", f.dead_model,
-              [=, &f, &o](ptdp_model m) { return ptdp_model_generate(m, tk, 2, nullptr, o.ids, 64, &o.i32[0]); });
-  r.push_back(null_row(gn, "prompt", [=, &f, &o] { return ptdp_model_generate(f.model, nullptr, 2, nullptr, o.ids, 64, &o.i32[0]); }));
-  r.push_back(null_row(gn, "out", [=, &f, &o] { return ptdp_model_generate(f.model, tk, 2, nullptr, nullptr, 64, &o.i32[0]); }));
-  r.push_back(null_row(gn, "count", [=, &f, &o] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, 64, nullptr); }));
-  r.push_back({gn, "negative prompt_length", [=, &f, &o] { return ptdp_model_generate(f.model, tk, -2, nullptr, o.ids, 64, &o.i32[0]); },
+              [&, tk](ptdp_model m) { return ptdp_model_generate(m, tk, 2, nullptr, o.ids, 64, &o.i32[0]); });
+  r.push_back(null_row(gn, "prompt", [&] { return ptdp_model_generate(f.model, nullptr, 2, nullptr, o.ids, 64, &o.i32[0]); }));
+  r.push_back(null_row(gn, "out", [&, tk] { return ptdp_model_generate(f.model, tk, 2, nullptr, nullptr, 64, &o.i32[0]); }));
+  r.push_back(null_row(gn, "count", [&, tk] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, 64, nullptr); }));
+  r.push_back({gn, "negative prompt_length", [&, tk] { return ptdp_model_generate(f.model, tk, -2, nullptr, o.ids, 64, &o.i32[0]); },
                PTDP_ERR_INVALID_ARGUMENT, {"prompt_length", "-2"}});
-  r.push_back({gn, "negative capacity", [=, &f, &o] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, -1, &o.i32[0]); },
+  r.push_back({gn, "negative capacity", [&, tk] { return ptdp_model_generate(f.model, tk, 2, nullptr, o.ids, -1, &o.i32[0]); },
                PTDP_ERR_INVALID_ARGUMENT, {"capacity = -1"}});
-  options_rows(r, gn, "options", ptdp_generate_options_init, [=, &f, &o](const ptdp_generate_options* x) {
+  options_rows(r, gn, "options", ptdp_generate_options_init, [&, tk](const ptdp_generate_options* x) {
     return ptdp_model_generate(f.model, tk, 2, x, o.ids, 64, &o.i32[0]);
   });
   auto gen_field = [&](const std::string& what, std::function<void(ptdp_generate_options&)> edit, std::string mention) {
     r.push_back(bad::field_row<ptdp_generate_options>(
         gn, what, ptdp_generate_options_init, std::move(edit),
-        [=, &f, &o](const ptdp_generate_options* x) { return ptdp_model_generate(f.model, tk, 2, x, o.ids, 64, &o.i32[0]); },
+        [&, tk](const ptdp_generate_options* x) { return ptdp_model_generate(f.model, tk, 2, x, o.ids, 64, &o.i32[0]); },
         {std::move(mention)}));
   };
   gen_field("NaN temperature", [](ptdp_generate_options& x) { x.temperature = static_cast<float>(bad::kNaN); }, "temperature");
@@ -333,15 +334,15 @@ PTDP_BAD_INPUTS(model_eval) {
 
   r.push_back(null_row("ptdp_batch_masks_init", "masks", [] { return ptdp_batch_masks_init(nullptr); }));
   const char* em = "ptdp_eod_masks";
-  r.push_back(null_row(em, "tokens", [=, &f, &o] { return ptdp_eod_masks(nullptr, 8, 4, 0, 0, o.ids, nullptr, nullptr); }));
-  r.push_back({em, "negative count", [=, &f, &o] { return ptdp_eod_masks(tk, -8, 4, 0, 0, o.ids, nullptr, nullptr); },
+  r.push_back(null_row(em, "tokens", [&] { return ptdp_eod_masks(nullptr, 8, 4, 0, 0, o.ids, nullptr, nullptr); }));
+  r.push_back({em, "negative count", [&, tk] { return ptdp_eod_masks(tk, -8, 4, 0, 0, o.ids, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"count = -8"}});
-  r.push_back({em, "seq_length 0", [=, &f, &o] { return ptdp_eod_masks(tk, 8, 0, 0, 0, o.ids, nullptr, nullptr); },
+  r.push_back({em, "seq_length 0", [&, tk] { return ptdp_eod_masks(tk, 8, 0, 0, 0, o.ids, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"seq_length = 0"}});
-  r.push_back({em, "unknown flags", [=, &f, &o] { return ptdp_eod_masks(tk, 8, 4, 0, 64, o.ids, nullptr, nullptr); },
+  r.push_back({em, "unknown flags", [&, tk] { return ptdp_eod_masks(tk, 8, 4, 0, 64, o.ids, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"flags = 64"}});
   r.push_back({em, "labels NULL with PTDP_EOD_MASK_LOSS",
-               [=, &f, &o] { return ptdp_eod_masks(tk, 8, 4, 0, PTDP_EOD_MASK_LOSS, nullptr, nullptr, nullptr); },
+               [&, tk] { return ptdp_eod_masks(tk, 8, 4, 0, PTDP_EOD_MASK_LOSS, nullptr, nullptr, nullptr); },
                PTDP_ERR_INVALID_ARGUMENT, {"labels (PTDP_EOD_MASK_LOSS) is NULL"}});
   return r;
 }
