@@ -100,6 +100,7 @@ struct Options {
   std::optional<int> ffn, groups;    // --ffn-hidden-size, --num-query-groups
   bool moe = false;                  // --moe: the MoE-shaped run (olmoe-1b-7b's layer, 1 layer, s 256, b 1)
   bool moe_layer = true;             // section 6 for MoE models; --no-moe-layer skips it
+  bool moe_layer_only = false;       // --moe-layer-only: sections 1 and 6 alone
   std::optional<int> experts, topk, moe_ffn;  // --num-experts, --moe-router-topk, --moe-ffn-hidden-size
   bool swiglu = false, rmsnorm = false, rope = false, no_bias = false, untie = false;
   ptdp::Recompute recompute = ptdp::Recompute::None;
@@ -162,6 +163,8 @@ void print_help(const char* argv0) {
                  "and section 6: the MoE layer alone, its expert GEMMs against the peak and\n"
                  "the share of routing, permutation and exchange"},
        {"--no-moe-layer", "skip section 6 (the MoE layer alone) of an MoE model"},
+       {"--moe-layer-only", "only the sgemm peak (section 1) and the MoE layer alone (section 6): the\n"
+                            "expert GEMMs at a realistic token count (e.g. --seq 4096) in minutes"},
        {"--num-experts N", "routed experts E of every MoE layer (Megatron's flag; the preset's)"},
        {"--moe-router-topk N", "experts k per token (the preset's)"},
        {"--moe-ffn-hidden-size N", "each expert's MLP width (the preset's)"},
@@ -202,6 +205,8 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       o.moe = true;
     } else if (arg == "--no-moe-layer") {
       o.moe_layer = false;
+    } else if (arg == "--moe-layer-only") {
+      o.moe_layer_only = true;
     } else if (arg == "--num-experts") {
       return args.int_value(o.experts, 1, exit_code);
     } else if (arg == "--moe-router-topk") {
@@ -525,6 +530,17 @@ class Bench {
                   ptdp::dtype_name(cfg_.precision));
     } else {
       bench_peak();
+    }
+    if (o_.moe_layer_only) {
+      if (o_.cuda || !cfg_.moe.enabled() || !o_.moe_layer) {
+        std::fprintf(stderr, "bench_gpt: --moe-layer-only needs an MoE model (--moe, a MoE preset or "
+                             "--num-experts) on --device cpu, without --no-moe-layer\n");
+        return 2;
+      }
+      bench_moe_layer();
+      print_footer();
+      if (!o_.json_path.empty() && !write_json()) return 1;
+      return ok_ ? 0 : 1;
     }
     bench_model();
     if (!o_.cuda) {
@@ -1608,8 +1624,10 @@ class Bench {
     }
     s += "  \"above_peak\": " + std::string(above_peak_ ? "true" : "false") + ",\n";
     s += "  \"setup_s\": " + json_number(setup_s_) + ",\n";
-    s += "  \"forward_backward\": " + stats_json(fb_) + rates_json(fb_, flops, &fb_around_) + ",\n";
-    s += "  \"forward_only\": " + stats_json(fwd_) + rates_json(fwd_, flops / 3.0, &fwd_around_) + ",\n";
+    if (!fb_.times_s.empty()) {  // empty with --moe-layer-only
+      s += "  \"forward_backward\": " + stats_json(fb_) + rates_json(fb_, flops, &fb_around_) + ",\n";
+      s += "  \"forward_only\": " + stats_json(fwd_) + rates_json(fwd_, flops / 3.0, &fwd_around_) + ",\n";
+    }
     if (!step_.times_s.empty()) {
       s += "  \"train_step\": " + stats_json(step_) + rates_json(step_, flops, &step_around_) + ",\n";
       s += "  \"train_step_pieces_ms\": {\"data\": " + json_number(step_data_.median_s * 1e3) +

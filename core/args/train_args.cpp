@@ -234,7 +234,8 @@ void add_moe_flags(std::vector<Flag>& v) {
   v.push_back(std::move(dtype));
   v.push_back(choice("moe-router-load-balancing-type", G::Moe,
                      "aux_loss: GShard's and Switch's load-balancing loss over each microbatch; seq_aux_loss: "
-                     "DeepSeek-V2's, per sample; global_aux_loss: over the global batch; none: no loss.",
+                     "DeepSeek-V2's, per sample; global_aux_loss: Megatron's, the loads summed over the data-parallel "
+                     "replicas and averaged over the step's microbatches so far (so it depends on d); none: no loss.",
                      &TrainArgs::moe_router_load_balancing_type,
                      Choices<MoeLoadBalancing>{{"aux_loss", MoeLoadBalancing::AuxLoss},
                                                {"seq_aux_loss", MoeLoadBalancing::SeqAuxLoss},

@@ -199,14 +199,8 @@ void LayerConfig::validate_moe(int t) const {
                  "moe_router_load_balancing_type (--moe-router-load-balancing-type) " +
                      num(static_cast<int>(m.load_balancing)) +
                      " is not aux_loss (0), seq_aux_loss (1), global_aux_loss (2) or none (3)");
-  // Megatron's global_aux_loss weighs each microbatch by the expert loads summed over the
-  // microbatches that its data-parallel rank has run so far (times d): the value depends on d
-  // and on the schedule's order, which breaks the promise that every layout gives the serial run.
-  PTDP_CHECK_ARG(m.load_balancing != MoeLoadBalancing::GlobalAuxLoss,
-                 "moe_router_load_balancing_type (--moe-router-load-balancing-type) global_aux_loss averages the "
-                 "expert loads over the microbatches each data-parallel rank has run so far, so its value depends on "
-                 "the data-parallel size and the schedule and no parallel layout reproduces the serial run; use "
-                 "aux_loss or seq_aux_loss");
+  // global_aux_loss is accepted: by Megatron's definition its counts span the d data-parallel
+  // replicas, so it is the one balancing loss whose value depends on d (core/layers/moe/router.h).
   PTDP_CHECK_ARG(m.drop_policy == MoeDropPolicy::Probs || m.drop_policy == MoeDropPolicy::Position,
                  "moe_token_drop_policy (--moe-token-drop-policy) " + num(static_cast<int>(m.drop_policy)) +
                      " is not probs (0) or position (1)");

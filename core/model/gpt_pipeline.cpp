@@ -30,6 +30,8 @@ TensorParallel tensor_group(ProcessGroups& g, Device device) {
   ep.tp_cp_comm = &g.comm_for_tensors(GroupKind::TensorContext, device);
   ep.tp_cp_rank = g.rank(GroupKind::TensorContext);
   ep.tp_cp_size = g.size(GroupKind::TensorContext);
+  ep.dp_comm = &g.comm_for_tensors(GroupKind::Data, device);
+  ep.dp_size = g.size(GroupKind::Data);
   return tp;
 }
 

@@ -52,6 +52,10 @@ struct ExpertParallel {
   Communicator* tp_ep_comm = nullptr;  ///< ExpertTensorAndModel: rank = ep_rank * etp_size + etp_rank
   Communicator* tp_cp_comm = nullptr;  ///< TensorContext: the t*c ranks holding pieces of the same samples
   int tp_cp_rank = 0, tp_cp_size = 1;
+  /// Data: the d replicas of this rank's (t, c) position, holding other samples (global_aux_loss
+  /// sums its expert counts over them, after the TensorContext group: Megatron's tp_dp_cp group).
+  Communicator* dp_comm = nullptr;
+  int dp_size = 1;
 };
 
 /// The tensor-parallel group a layer's shards are spread over.

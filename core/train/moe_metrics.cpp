@@ -91,6 +91,11 @@ MoeMetrics finish_moe_iteration(GptPipeline& model, ProcessGroups& groups, int64
   if (cfg.moe.enable_expert_bias) update_expert_bias(model, s, cfg.moe.bias_update_rate);
   sum_over(s, groups, GroupKind::Pipeline);  // each stage filled its own layers
   const double global_microbatches = static_cast<double>(microbatches * std::max(1, groups.size(GroupKind::Data)));
+  // global_aux_loss: each replica's value already spans the d replicas' tokens (T = d times the
+  // microbatch's); Megatron sums it over them without averaging (needs_dp_avg=False).
+  const double balancing_divisor = cfg.moe.load_balancing == MoeLoadBalancing::GlobalAuxLoss
+                                       ? static_cast<double>(microbatches)
+                                       : global_microbatches;
   m.has_load_balancing_loss = cfg.moe.aux_loss_coeff > 0.0f && cfg.moe.load_balancing != MoeLoadBalancing::None;
   m.has_z_loss = cfg.moe.z_loss_coeff > 0.0f;
   for (int layer = 0; layer < cfg.num_layers; ++layer) {
@@ -99,7 +104,7 @@ MoeMetrics finish_moe_iteration(GptPipeline& model, ProcessGroups& groups, int64
     const auto first = s.tokens.begin() + static_cast<std::ptrdiff_t>(at);
     const auto [lo, hi] = std::minmax_element(first, first + s.experts);
     m.loads.push_back({layer, *lo, *hi});
-    m.load_balancing_loss += s.losses[static_cast<std::size_t>(layer) * 2] / global_microbatches;
+    m.load_balancing_loss += s.losses[static_cast<std::size_t>(layer) * 2] / balancing_divisor;
     m.z_loss += s.losses[static_cast<std::size_t>(layer) * 2 + 1] / global_microbatches;
     ++m.moe_layers;
   }

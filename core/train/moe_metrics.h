@@ -10,9 +10,11 @@
 //              get_updated_expert_bias), on the fp32 masters and the model weights alike; the
 //              counts being the same everywhere, so is the bias. Megatron updates it once per
 //              global batch whether or not the step was skipped, and so does this.
-//   losses     load_balancing_loss (aux_loss or seq_aux_loss over its coefficient) and z_loss
-//              (over its coefficient) as Megatron logs them: per layer the mean over the global
-//              batch's microbatches, then the mean over the MoE layers.
+//   losses     load_balancing_loss (aux_loss, seq_aux_loss or global_aux_loss over its
+//              coefficient) and z_loss (over its coefficient) as Megatron logs them: per layer the
+//              mean over the global batch's microbatches (global_aux_loss: summed over the d
+//              replicas, whose values each span all d, then the mean over a replica's
+//              microbatches), then the mean over the MoE layers.
 //
 // The layers of other pipeline stages are gathered over the pipeline group, so every rank
 // returns the whole model's figures.

@@ -419,3 +419,45 @@ TEST_CASE("moe metrics: a dense model has none", "[capi][moe][moe_metrics]") {
   CHECK(ptdp_optimizer_destroy(opt) == PTDP_SUCCESS);
   CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
 }
+
+TEST_CASE("moe metrics: global_aux_loss is aux_loss over one microbatch, a running mean over more",
+          "[capi][moe][moe_metrics]") {
+  sp::World w;
+  constexpr int32_t kB = 2, kTokens = 2 * kB * 8;
+  const std::vector<int32_t> tokens = sp::ids(kTokens, 64, 7), labels = sp::ids(kTokens, 64, 8);
+  // Three iterations of `microbatches` microbatches: each iteration's loss and logged balancing loss.
+  const auto train = [&](ptdp_moe_load_balancing balancing, int32_t microbatches) {
+    ptdp_gpt_options o = tiny_moe();
+    o.moe_router_load_balancing_type = balancing;
+    ptdp_model m = nullptr;
+    REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+    ptdp_optimizer opt = nullptr;
+    REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+    ptdp_schedule sched = nullptr;
+    REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, microbatches, 1, &sched) == PTDP_SUCCESS);
+    std::vector<double> out;
+    for (int it = 0; it < 3; ++it) {
+      ptdp_iteration_result res;
+      REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) ==
+              PTDP_SUCCESS);
+      ptdp_moe_metrics mm;
+      mm.struct_size = sizeof mm;
+      REQUIRE(ptdp_model_moe_metrics(m, &mm, nullptr, 0) == PTDP_SUCCESS);
+      out.push_back(res.loss);
+      out.push_back(mm.load_balancing_loss);
+    }
+    CHECK(ptdp_schedule_destroy(sched) == PTDP_SUCCESS);
+    CHECK(ptdp_optimizer_destroy(opt) == PTDP_SUCCESS);
+    CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
+    return out;
+  };
+  // One microbatch per step on one replica: the running mean is the microbatch's own counts.
+  CHECK(train(PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS, 1) == train(PTDP_MOE_BALANCING_AUX_LOSS, 1));
+  // Two: the second microbatch's counts are the mean of both, its loss another value.
+  const std::vector<double> global = train(PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS, 2),
+                            aux = train(PTDP_MOE_BALANCING_AUX_LOSS, 2);
+  CHECK(global[0] == aux[0]);  // the first forward's lm loss: the balancing loss only moves gradients
+  CHECK(global[1] > 0.0);
+  CHECK(global[1] != aux[1]);
+  CHECK(std::abs(global[1] - aux[1]) < 0.2 * aux[1]);
+}

@@ -297,6 +297,78 @@ TEST_CASE("the balancing losses have Megatron's values", "[layers][moe]") {
   }
 }
 
+TEST_CASE("global_aux_loss is Megatron's: the running mean of the step's expert counts", "[layers][moe]") {
+  LayerConfig cfg = base_config();
+  cfg.moe.aux_loss_coeff = 0.1f;
+  cfg.moe.load_balancing = MoeLoadBalancing::GlobalAuxLoss;
+  Model m(cfg);
+  const int e = cfg.moe.num_experts, k = cfg.moe.router_topk;
+  const std::vector<double> w = m.value(kPrefix + ".router.weight");
+  // One microbatch's summed softmax scores P_e and top-k counts N_e, in double.
+  const auto sums = [&](const std::vector<float>& x, std::vector<double>& p, std::vector<double>& n) {
+    p.assign(static_cast<std::size_t>(e), 0.0);
+    n.assign(static_cast<std::size_t>(e), 0.0);
+    for (int r = 0; r < kRows; ++r) {
+      std::vector<double> xd(x.begin() + r * kH, x.begin() + (r + 1) * kH);
+      const std::vector<double> lg = matvec(w, xd.data(), e, kH, nullptr);
+      double z = 0;
+      for (double l : lg) z += std::exp(l);
+      std::vector<double> s(lg.size());
+      for (std::size_t i = 0; i < s.size(); ++i) s[i] = std::exp(lg[i]) / z;
+      for (int i = 0; i < e; ++i) p[static_cast<std::size_t>(i)] += s[static_cast<std::size_t>(i)];
+      for (int i : top(s, k)) n[static_cast<std::size_t>(i)] += 1;
+    }
+  };
+  // Three microbatches of different tokens; microbatch j's loss uses the mean counts of 0..j
+  // (d = 1: T is the microbatch's tokens).
+  std::vector<std::vector<float>> xs;
+  for (unsigned j = 0; j < 3; ++j) xs.push_back(randn(kRows * kH, 40 + j, 1.0f + 0.5f * static_cast<float>(j)));
+  std::vector<double> running(static_cast<std::size_t>(e), 0.0);
+  std::vector<double> expected;
+  for (std::size_t j = 0; j < xs.size(); ++j) {
+    std::vector<double> p, n;
+    sums(xs[j], p, n);
+    double loss = 0;
+    for (int i = 0; i < e; ++i) {
+      running[static_cast<std::size_t>(i)] += n[static_cast<std::size_t>(i)];
+      loss += p[static_cast<std::size_t>(i)] * running[static_cast<std::size_t>(i)] / static_cast<double>(j + 1);
+    }
+    expected.push_back(loss * e / (static_cast<double>(k) * kRows * kRows));
+  }
+  const auto value = [&](int64_t mb) { return m.layer.router().stats().at(mb).load_balancing_loss; };
+  const auto release = [&](int64_t mb) {
+    Step step;
+    step.microbatch = mb;
+    m.layer.release(step);
+  };
+  forward(m, xs[0], 0);
+  CHECK(value(0) == Approx(expected[0]).epsilon(1e-5));
+  release(0);
+  forward(m, xs[1], 1);
+  const double first = value(1);
+  CHECK(first == Approx(expected[1]).epsilon(1e-5));
+  // Microbatch 1 again (a recomputed forward): the same mean, not a third count.
+  release(1);
+  forward(m, xs[1], 1);
+  CHECK(value(1) == first);
+  release(1);
+  forward(m, xs[2], 2);
+  CHECK(value(2) == Approx(expected[2]).epsilon(1e-5));
+  release(2);
+  // Not the microbatch's own aux_loss: the running mean moved the value.
+  std::vector<double> p2, n2;
+  sums(xs[2], p2, n2);
+  double own = 0;
+  for (int i = 0; i < e; ++i) own += p2[static_cast<std::size_t>(i)] * n2[static_cast<std::size_t>(i)];
+  own *= e / (static_cast<double>(k) * kRows * kRows);
+  CHECK(std::abs(own - expected[2]) > 1e-3 * own);
+  // clear_stats() ends the global batch: microbatch 2 alone again gives its own counts.
+  m.layer.router().clear_stats();
+  forward(m, xs[2], 0);
+  CHECK(value(0) == Approx(own).epsilon(1e-5));
+  release(0);
+}
+
 TEST_CASE("the MoE layer's backward is its finite differences, balancing losses included", "[layers][moe]") {
   std::map<std::string, LayerConfig> cases = variants();
   LayerConfig aux = base_config();
@@ -306,6 +378,9 @@ TEST_CASE("the MoE layer's backward is its finite differences, balancing losses 
   aux.moe.load_balancing = MoeLoadBalancing::SeqAuxLoss;
   aux.moe.score_function = MoeScoreFunction::Sigmoid;
   cases["seq aux loss, sigmoid"] = aux;
+  aux.moe.load_balancing = MoeLoadBalancing::GlobalAuxLoss;
+  aux.moe.score_function = MoeScoreFunction::Softmax;
+  cases["global aux loss (one microbatch per global batch)"] = aux;
   LayerConfig rec = base_config();
   rec.moe.recompute = true;
   rec.moe.aux_loss_coeff = 0.2f;
@@ -318,6 +393,7 @@ TEST_CASE("the MoE layer's backward is its finite differences, balancing losses 
     int64_t mb = 100;
     // L = sum(out * r) + coeff aux + zc z, evaluated in double from an fp32 forward.
     const auto loss = [&](const std::vector<float>& xv) {
+      m.layer.router().clear_stats();  // each evaluation its own global batch (global_aux_loss)
       const std::vector<float> out = forward(m, xv, mb);
       double l = 0;
       for (std::size_t i = 0; i < out.size(); ++i) l += static_cast<double>(out[i]) * r[i];
@@ -388,8 +464,8 @@ TEST_CASE("MoE settings Megatron refuses are refused naming the flags", "[layers
   c.moe.enable_expert_bias = true;
   CHECK_THAT(refusal(c), Catch::Contains("sigmoid"));
   c = base_config();
-  c.moe.load_balancing = MoeLoadBalancing::GlobalAuxLoss;
-  CHECK_THAT(refusal(c), Catch::Contains("global_aux_loss"));
+  c.moe.load_balancing = MoeLoadBalancing::GlobalAuxLoss;  // Megatron's, accepted (d-dependent by definition)
+  CHECK(refusal(c) == "accepted");
   c = base_config();
   c.moe.pad_expert_input_to_capacity = true;
   CHECK_THAT(refusal(c), Catch::Contains("--moe-expert-capacity-factor"));

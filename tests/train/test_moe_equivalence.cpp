@@ -10,11 +10,17 @@
 // (aux loss and z loss), seqaux (seq_aux_loss, sigmoid scores), shared (shared experts with the
 // gate), mixed (--moe-layer-freq: MoE in layers 0, 2, ...), swiglu, allgather, moerecompute
 // (the MoE layer alone recomputed), full (full recomputation), bias (sigmoid scores with the
-// expert bias of aux-loss-free balancing, update rate 0.01: the bias moves every iteration).
+// expert bias of aux-loss-free balancing, update rate 0.01: the bias moves every iteration),
+// global (Megatron's global_aux_loss and the z loss: the counts summed over the d replicas and
+// averaged over the step's microbatches so far).
 // Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
 // microbatches through 1F1B; the parallel run gives replica r the samples [r m b, (r+1) m b).
+// global_aux_loss depends on d by definition (each microbatch's loss counts the other replicas'
+// tokens): its reference is the pure data-parallel run at the same d (t = p = c = e = 1, the
+// world split into groups of d consecutive ranks, replica r with the same samples), and the
+// spec proves that t, p, c, e, the schedule and recomputation change nothing at that d.
 // Tolerances (float32, the runs differ in summation order only): loss and grad norm 1e-4
 // relative every iteration; every MoE layer's expert loads (min and max over the experts) and
 // every expert bias equal to the serial run's every iteration (integer counts, the same sign
@@ -110,6 +116,11 @@ GptConfig config(const Spec& s) {
     m.aux_loss_coeff = 0.01f;
     m.z_loss_coeff = 0.001f;
   }
+  if (s.has("global")) {
+    m.aux_loss_coeff = 0.01f;
+    m.z_loss_coeff = 0.001f;
+    m.load_balancing = MoeLoadBalancing::GlobalAuxLoss;
+  }
   if (s.has("seqaux")) {
     m.aux_loss_coeff = 0.01f;
     m.load_balancing = MoeLoadBalancing::SeqAuxLoss;
@@ -199,27 +210,43 @@ void batch(int d, std::vector<int32_t>* tokens, std::vector<int32_t>* labels) {
   }
 }
 
-Run serial(const Spec& s, int d) {
+// The reference run of the global batch of d * m microbatches on `replicas` data-parallel ranks
+// (this rank's group of consecutive ranks; 1: a world of one with every microbatch), for
+// `iters` iterations. same_data: every replica gets replica 0's samples (and a world of one
+// only those m microbatches), without dropout (whose masks differ between replicas).
+Run reference(const Spec& s, int d, int replicas, bool same_data = false, int iters = kIters) {
   RuntimeOptions o;
-  auto rt = Runtime::create_self(o);
+  std::shared_ptr<Runtime> rt;
+  if (replicas > 1) {
+    MPI_Comm sub;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank / replicas, g_rank, &sub);
+    rt = Runtime::create_from_mpi(o, &sub);  // duplicates it
+    MPI_Comm_free(&sub);
+  } else {
+    rt = Runtime::create_self(o);
+  }
   ParallelConfig pc;
-  pc.world = 1;
+  pc.world = replicas;
   ProcessGroups groups(rt, pc);
   GptConfig cfg = config(s);
+  if (same_data) cfg.hidden_dropout = cfg.attention_dropout = 0.0f;
   GptPipeline model(cfg, groups);
   auto opt = make_optimizer(model, groups, optimizer_config(false));
-  const Schedule sched = make_schedule(ScheduleKind::OneFOneB, 1, d * kM, 1);
+  const Schedule sched = make_schedule(ScheduleKind::OneFOneB, 1, same_data ? kM : d / replicas * kM, 1);
   std::vector<int32_t> tokens, labels;
   batch(d, &tokens, &labels);
+  const std::size_t off =
+      same_data ? 0 : static_cast<std::size_t>(groups.rank(GroupKind::Data) * (d / replicas) * kM * kMicro * 8);
   Run r;
-  for (int it = 0; it < kIters; ++it) {
-    const IterationOutcome out = train_iteration(model, *opt, groups, sched, tokens.data(), labels.data(), kMicro, it);
+  for (int it = 0; it < iters; ++it) {
+    const IterationOutcome out =
+        train_iteration(model, *opt, groups, sched, tokens.data() + off, labels.data() + off, kMicro, it);
     r.loss.push_back(out.loss);
     r.norm.push_back(out.step.grad_norm);
     r.moe.push_back(out.moe);
     r.biases.push_back(expert_biases(model));
   }
-  if (s.has("bias")) {
+  if (s.has("bias") && iters == kIters) {
     // The test means something only if the bias moved (and moved apart between experts).
     const std::vector<float>& last = r.biases.back().begin()->second;
     expect(*std::max_element(last.begin(), last.end()) > *std::min_element(last.begin(), last.end()),
@@ -249,9 +276,27 @@ std::vector<float> slice_of(const ParamInfo& info, const std::vector<float>& glo
   return out;
 }
 
+// global_aux_loss's definition across d, which the layouts at one d cannot show: with every
+// replica on the same samples, the replicas' counts sum to d times one replica's and T is d
+// times the microbatch's, so each replica's loss is 1/d of the single run's on those samples and
+// the logged value (summed over the replicas, as Megatron logs it) is the single run's. The
+// first iteration's main loss and balancing loss against a world of one (later iterations
+// differ: each replica's balancing gradient is 1/d of the single run's, as in Megatron).
+void check_global_definition(const Spec& s, int d) {
+  const Run one = reference(s, d, 1, true, 1), all = reference(s, d, d, true, 1);
+  const double want = one.moe[0].load_balancing_loss, got = all.moe[0].load_balancing_loss;
+  expect(want > 0.0 && std::abs(got - want) <= 1e-5 * want,
+         s.text + ": global_aux_loss over " + std::to_string(d) + " replicas of the same samples " +
+             std::to_string(got) + ", one replica " + std::to_string(want));
+  expect(std::abs(all.loss[0] - one.loss[0]) <= 1e-6f * std::abs(one.loss[0]),
+         s.text + ": the replicated run's loss " + std::to_string(all.loss[0]) + " vs " + std::to_string(one.loss[0]));
+}
+
 void run_spec(const Spec& s, int world) {
   const int d = world / (s.t * s.p * s.c);
-  const Run ref = serial(s, d);
+  // global_aux_loss depends on d: the reference is the pure data-parallel run at d.
+  const Run ref = reference(s, d, s.has("global") ? d : 1);
+  if (s.has("global") && d > 1) check_global_definition(s, d);
   RuntimeOptions o;
   auto rt = Runtime::create(o);
   ParallelConfig pc;

@@ -1091,7 +1091,10 @@ r""" GShard's and Switch's auxiliary loss over each microbatch."""
 PTDP_MOE_BALANCING_SEQ_AUX_LOSS = _ptdp_ext.PTDP_MOE_BALANCING_SEQ_AUX_LOSS
 r""" DeepSeek-V2's, per sample."""
 PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS = _ptdp_ext.PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS
-r""" Over the global batch."""
+r"""
+    Megatron's: the expert loads summed over the data-parallel replicas and
+                                                averaged over the step's microbatches so far (its value depends on d).
+    """
 PTDP_MOE_BALANCING_NONE = _ptdp_ext.PTDP_MOE_BALANCING_NONE
 r""" No balancing loss (`none`)."""
 PTDP_MOE_DROP_PROBS = _ptdp_ext.PTDP_MOE_DROP_PROBS

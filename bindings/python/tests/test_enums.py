@@ -114,8 +114,9 @@ CHOICE_FLAGS = {
     # The router always computes in fp32, the one value accepted; no field records it.
     "moe-router-dtype": (None, None, None),
 }
-# Spellings ptdp-train lists and refuses by design, each with the reason it gives.
-REFUSED = {("moe-router-load-balancing-type", "global_aux_loss"): "no parallel layout reproduces the serial run"}
+# Spellings ptdp-train lists and refuses by design, each with the reason it gives (none today:
+# global_aux_loss, once refused, is Megatron's loss now).
+REFUSED = {}
 FLAGS = ("--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 "
          "--micro-batch-size 1 --global-batch-size 8 --mock-data")
 # Layouts some schedules need (ZB-V and DualPipeV: p > 1; interleaved ZB: v > 1 as well).

@@ -1095,7 +1095,8 @@ typedef enum ptdp_moe_score_function PTDP_ENUM_INT {
 typedef enum ptdp_moe_load_balancing PTDP_ENUM_INT {
   PTDP_MOE_BALANCING_AUX_LOSS = 0,        /**< GShard's and Switch's auxiliary loss over each microbatch. */
   PTDP_MOE_BALANCING_SEQ_AUX_LOSS = 1,    /**< DeepSeek-V2's, per sample. */
-  PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS = 2, /**< Over the global batch. */
+  PTDP_MOE_BALANCING_GLOBAL_AUX_LOSS = 2, /**< Megatron's: the expert loads summed over the data-parallel replicas and
+                                             averaged over the step's microbatches so far (its value depends on d). */
   PTDP_MOE_BALANCING_NONE = 3     /**< No balancing loss (`none`). */
 } ptdp_moe_load_balancing;
 

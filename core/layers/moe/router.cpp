@@ -113,6 +113,27 @@ void TopKRouter::group_sum(std::vector<double>& v, const Tensor& like, const Ste
   std::copy(f.begin(), f.end(), v.begin());
 }
 
+std::vector<double> TopKRouter::global_counts(const std::vector<double>& counts, const Tensor& like,
+                                              const Step& step) {
+  const auto seen = global_average_.find(step.microbatch);
+  if (seen != global_average_.end()) return seen->second;  // a recomputed forward
+  std::vector<double> sum(counts);
+  if (tp_.ep.dp_size > 1) {
+    // Integer counts: fp32 sums below 2^24 are exact.
+    std::vector<float> f(sum.begin(), sum.end());
+    Tensor t = Tensor::from_host(f.data(), {static_cast<int64_t>(f.size())}, DType::F32, like.device());
+    tp_.ep.dp_comm->all_reduce(t, ReduceOp::Sum)->wait();
+    t.copy_to_host(f.data(), f.size() * sizeof(float));
+    std::copy(f.begin(), f.end(), sum.begin());
+  }
+  if (global_counts_.empty()) global_counts_.assign(sum.size(), 0.0);
+  for (std::size_t i = 0; i < sum.size(); ++i) global_counts_[i] += sum[i];
+  ++global_steps_;
+  std::vector<double> mean(sum.size());
+  for (std::size_t i = 0; i < sum.size(); ++i) mean[i] = global_counts_[i] / static_cast<double>(global_steps_);
+  return global_average_[step.microbatch] = std::move(mean);
+}
+
 void TopKRouter::drop_over_capacity(std::vector<int32_t>& expert, std::vector<float>& prob, std::vector<int64_t>& pad,
                                     const Tensor& like, const Step& step, int64_t b) const {
   const MoeConfig& m = cfg_.moe;
@@ -174,7 +195,7 @@ void TopKRouter::drop_over_capacity(std::vector<int32_t>& expert, std::vector<fl
   }
 }
 
-void TopKRouter::balancing_losses(Slot& s, const Tensor& like, const Step& step, int64_t b, RouterStats& stats) const {
+void TopKRouter::balancing_losses(Slot& s, const Tensor& like, const Step& step, int64_t b, RouterStats& stats) {
   const MoeConfig& m = cfg_.moe;
   const int e = m.num_experts, k = m.router_topk;
   const int64_t n = s.routing.tokens;
@@ -194,8 +215,13 @@ void TopKRouter::balancing_losses(Slot& s, const Tensor& like, const Step& step,
     for (int i = 0; i < e; ++i) score_sum[static_cast<std::size_t>(base + i)] += sc[i];
   }
   group_sum(counts, like, step);
-  // T: the tokens each count is over (a sample's s for seq_aux_loss).
-  const double t = seq ? static_cast<double>(cfg_.seq_length) : s.tokens;
+  // T: the tokens each count is over (a sample's s for seq_aux_loss; the d replicas'
+  // microbatches for global_aux_loss, whose counts are their running mean).
+  double t = seq ? static_cast<double>(cfg_.seq_length) : s.tokens;
+  if (m.load_balancing == MoeLoadBalancing::GlobalAuxLoss) {
+    counts = global_counts(counts, like, step);
+    t *= static_cast<double>(tp_.ep.dp_size);
+  }
   const double per = static_cast<double>(e) / (static_cast<double>(k) * t * t) / static_cast<double>(groups);
   s.aux_weight.assign(counts.size(), 0.0);
   double value = 0.0;

@@ -30,8 +30,17 @@
 //                 top-k of those scores holds e. Each rank adds its own tokens' P_e times the
 //                 N_e summed over the TensorContext group, so the group's sum is the loss.
 //   seq_aux_loss  the same per sample (T = s), averaged over the b samples.
+//   global_aux_loss  Megatron-Core's (router.py _apply_global_aux_loss): the aux_loss formula with
+//                 N_e summed over the TensorContext group and then over the d data-parallel
+//                 replicas (Megatron's tp_dp_cp group), averaged over the microbatches the step
+//                 has run so far (N_e of microbatch j: the mean of microbatches 0..j's sums, in
+//                 the order their forwards run, which every ptdp schedule keeps per layer), and
+//                 T = d times the microbatch's tokens. A recomputed forward reuses its
+//                 microbatch's average (no second count); clear_stats() ends the global batch.
+//                 By this definition each microbatch's loss depends on the other replicas' tokens:
+//                 the run is the same for every t, c, e, p, schedule and recomputation at a given
+//                 d, but not across d (docs/moe.md; test_moe_equivalence's "global" specs).
 //   z_loss        coeff / T sum_tokens logsumexp(logits)^2 (ST-MoE).
-// global_aux_loss is refused (MoeConfig::validate).
 //
 // Where the work runs (the Backend's MoE ops, kernels/backend.h):
 //   on the device  the logits (one fp32 GEMM with the bias), top-k and weights with every
@@ -86,7 +95,7 @@ void route_rows(const Tensor& expert, int64_t slots, const std::vector<int64_t>&
 /// TensorContext group it is the microbatch's).
 struct RouterStats {
   std::vector<double> tokens_per_expert;  ///< [E] (token, expert) pairs kept after the drops
-  double load_balancing_loss = 0.0;       ///< aux_loss (or seq_aux_loss) / coeff
+  double load_balancing_loss = 0.0;       ///< aux_loss (seq_aux_loss, global_aux_loss) / coeff
   double z_loss = 0.0;                    ///< z_loss / coeff
 };
 
@@ -112,7 +121,14 @@ class TopKRouter {
   /// The training microbatches' statistics since the last clear_stats(), by microbatch (a
   /// recomputed forward writes its microbatch's entry again with the same values).
   const std::map<int64_t, RouterStats>& stats() const { return stats_; }
-  void clear_stats() { stats_.clear(); }
+  /// Clears the statistics and ends global_aux_loss's global batch (its running expert counts):
+  /// the training loop calls it once per iteration, after the optimizer step.
+  void clear_stats() {
+    stats_.clear();
+    global_counts_.clear();
+    global_steps_ = 0;
+    global_average_.clear();
+  }
 
  private:
   struct Slot {
@@ -138,9 +154,12 @@ class TopKRouter {
   void drop_over_capacity(std::vector<int32_t>& expert, std::vector<float>& prob, std::vector<int64_t>& pad,
                           const Tensor& like, const Step& step, int64_t b) const;
   // The balancing losses' values into `stats` and their gradient weights into the slot.
-  void balancing_losses(Slot& s, const Tensor& like, const Step& step, int64_t b, RouterStats& stats) const;
+  void balancing_losses(Slot& s, const Tensor& like, const Step& step, int64_t b, RouterStats& stats);
   // Host all-reduce (sum) of `v` over the token group.
   void group_sum(std::vector<double>& v, const Tensor& like, const Step& step) const;
+  // global_aux_loss: the microbatch's counts [E] (summed over the token group) -> the running
+  // mean over the step's microbatches of their sums over the data-parallel replicas.
+  std::vector<double> global_counts(const std::vector<double>& counts, const Tensor& like, const Step& step);
   // The row of the whole microbatch's [s * b] activation of row j of token-group rank r.
   int64_t global_position(int r, int64_t j, int64_t rows, int64_t b, const Step& step) const;
 
@@ -150,6 +169,11 @@ class TopKRouter {
   int weight_ = -1, bias_ = -1, expert_bias_ = -1;
   Slots<Slot> slots_;
   std::map<int64_t, RouterStats> stats_;
+  // global_aux_loss's global batch so far: the summed counts [E], the microbatches counted, and
+  // each microbatch's mean (a recomputed forward takes it again).
+  std::vector<double> global_counts_;
+  int64_t global_steps_ = 0;
+  std::map<int64_t, std::vector<double>> global_average_;
 };
 
 }  // namespace ptdp
