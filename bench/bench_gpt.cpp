@@ -101,6 +101,7 @@ struct Options {
   bool moe = false;                  // --moe: the MoE-shaped run (olmoe-1b-7b's layer, 1 layer, s 256, b 1)
   bool moe_layer = true;             // section 6 for MoE models; --no-moe-layer skips it
   bool moe_layer_only = false;       // --moe-layer-only: sections 1 and 6 alone
+  std::optional<int> moe_layer_tokens;  // --moe-layer-tokens: section 6's tokens (--moe: 4096, else b*s)
   std::optional<int> experts, topk, moe_ffn;  // --num-experts, --moe-router-topk, --moe-ffn-hidden-size
   bool swiglu = false, rmsnorm = false, rope = false, no_bias = false, untie = false;
   ptdp::Recompute recompute = ptdp::Recompute::None;
@@ -163,8 +164,10 @@ void print_help(const char* argv0) {
                  "and section 6: the MoE layer alone, its expert GEMMs against the peak and\n"
                  "the share of routing, permutation and exchange"},
        {"--no-moe-layer", "skip section 6 (the MoE layer alone) of an MoE model"},
-       {"--moe-layer-only", "only the sgemm peak (section 1) and the MoE layer alone (section 6): the\n"
-                            "expert GEMMs at a realistic token count (e.g. --seq 4096) in minutes"},
+       {"--moe-layer-only", "only the sgemm peak (section 1) and the MoE layer alone (section 6), in\n"
+                            "well under a minute"},
+       {"--moe-layer-tokens N", "the tokens section 6 routes through the MoE layer (--moe: 4096, OLMoE's\n"
+                                "training length, 512 per expert; otherwise b*s)"},
        {"--num-experts N", "routed experts E of every MoE layer (Megatron's flag; the preset's)"},
        {"--moe-router-topk N", "experts k per token (the preset's)"},
        {"--moe-ffn-hidden-size N", "each expert's MLP width (the preset's)"},
@@ -207,6 +210,8 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       o.moe_layer = false;
     } else if (arg == "--moe-layer-only") {
       o.moe_layer_only = true;
+    } else if (arg == "--moe-layer-tokens") {
+      return args.int_value(o.moe_layer_tokens, 1, exit_code);
     } else if (arg == "--num-experts") {
       return args.int_value(o.experts, 1, exit_code);
     } else if (arg == "--moe-router-topk") {
@@ -465,6 +470,10 @@ class Bench {
       o_.iters = o_.iters.value_or(5);
       o_.warmup = o_.warmup.value_or(1);
       o_.profile_steps = o_.profile_steps.value_or(2);
+      // Section 6 at a realistic token count: OLMoE's 4096-token sequences, 512 (token, expert)
+      // pairs per expert; at the whole-model run's 256 tokens each expert gets 32 and its GEMMs
+      // are bound by packing the weights.
+      o_.moe_layer_tokens = o_.moe_layer_tokens.value_or(4096);
     }
     if (!o_.preset.empty()) {
       // The preset's shape, architecture, vocabulary and dropout; the flags override them. Its
@@ -1157,6 +1166,7 @@ class Bench {
   /// Section 6's figures.
   struct MoeLayerResult {
     bool ran = false;
+    int64_t tokens = 0;  // routed through the layer per pass
     Stats fwd, bwd_input, bwd_weight, layer;  // unprofiled, per pass
     double load_min = 0.0, load_max = 0.0;    // (token, expert) pairs per expert, last pass
     double profiled_s = 0.0;                  // the profiled layer, mean per pass
@@ -1210,11 +1220,12 @@ class Bench {
   /// wall clock: forward, backward_input and backward_weight, then the same passes with the
   /// profiling decorator installed to split the layer's time by op.
   void bench_moe_layer() {
-    const int64_t n = tokens(), h = cfg_.hidden_size, k = cfg_.moe.router_topk, E = cfg_.moe.num_experts;
+    const int64_t n = o_.moe_layer_tokens.value_or(static_cast<int>(tokens())), h = cfg_.hidden_size,
+                  k = cfg_.moe.router_topk, E = cfg_.moe.num_experts;
     const int64_t ffn = cfg_.moe_ffn();
     const int steps = std::max(1, profile_steps_);
     std::printf("6. The MoE layer alone (core/layers/moe: router, token dispatcher, experts) on one rank (e = 1):\n"
-                "   %" PRId64 " tokens, E = %" PRId64 ", top-%" PRId64 ", expert ffn %" PRId64
+                "   %" PRId64 " tokens (--moe-layer-tokens), E = %" PRId64 ", top-%" PRId64 ", expert ffn %" PRId64
                 "%s%s; %d + %d passes of forward,\n"
                 "   backward_input, backward_weight (gradients zeroed untimed), then %d profiled ones\n",
                 n, E, k, ffn, cfg_.swiglu ? " SwiGLU" : " GeLU",
@@ -1313,6 +1324,7 @@ class Bench {
     sample_peak("after the MoE layer");
     if (peak_) moe_around_ = {sample_before, peak_->next_index() - 1};
     moe_.ran = true;
+    moe_.tokens = n;
     print_moe_layer(n, h, k, ffn);
   }
 
@@ -1555,7 +1567,7 @@ class Bench {
   /// Section 6: the MoE layer's passes, its time by row and the two goals' figures.
   std::string moe_layer_json() const {
     const double near = peak_ ? peak_->best_between(moe_around_.before, moe_around_.after) : peak_gflops_;
-    std::string s = "{\"forward\": " + stats_json(moe_.fwd) + "}, \"backward_input\": " +
+    std::string s = "{\"tokens\": " + std::to_string(moe_.tokens) + ", \"forward\": " + stats_json(moe_.fwd) + "}, \"backward_input\": " +
                     stats_json(moe_.bwd_input) + "}, \"backward_weight\": " + stats_json(moe_.bwd_weight) +
                     "}, \"layer\": " + stats_json(moe_.layer) + "}, \"load_min\": " + json_number(moe_.load_min) +
                     ", \"load_max\": " + json_number(moe_.load_max) +
