@@ -612,6 +612,7 @@ module ptdp
     integer(c_int32_t) :: moe_layer_recompute
     integer(c_int32_t) :: expert_model_parallel_size
     integer(c_int32_t) :: expert_tensor_parallel_size
+    integer(c_int32_t) :: qk_layernorm_across_heads
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -662,6 +663,12 @@ module ptdp
     integer(c_int32_t) :: decoder_last_pipeline_num_layers
     integer(c_int32_t) :: sequence_parallel
     integer(c_int32_t) :: context_parallel_size
+    integer(c_int32_t) :: expert_model_parallel_size
+    integer(c_int32_t) :: expert_tensor_parallel_size
+    integer(c_int64_t) :: parameters_active
+    integer(c_int64_t) :: expert_parameters_per_gpu
+    real(c_double) :: seconds_moe_exchange
+    integer(c_int32_t) :: expert_crosses_nodes
   end type ptdp_plan_layout
 
   ! Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.

@@ -681,6 +681,7 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   moe_fields_to_c(g, o);
   o.expert_model_parallel_size = r.expert_model;
   o.expert_tensor_parallel_size = r.expert_tensor;
+  o.qk_layernorm_across_heads = g.qk_layernorm_across_heads ? 1 : 0;
   *out = o;
 }
 
@@ -719,6 +720,8 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
                          " is negative (0: search)"));
   r.expert_model = o.expert_model_parallel_size;
   r.expert_tensor = o.expert_tensor_parallel_size;
+  require_flag(o.qk_layernorm_across_heads, "qk_layernorm_across_heads");
+  g.qk_layernorm_across_heads = o.qk_layernorm_across_heads == 1;
   r.global_batch_size = o.global_batch_size;
   PTDP_CHECK_ARG(o.global_batch_size > 0, str_cat("options->global_batch_size = ", o.global_batch_size, " is not > 0"));
   switch (o.precision) {

@@ -198,6 +198,12 @@ PTDP_API ptdp_status ptdp_plan_get_layout(ptdp_plan plan, int32_t index, ptdp_pl
     o.decoder_last_pipeline_num_layers = e.layout.last;
     o.sequence_parallel = e.layout.sequence_parallel ? 1 : 0;
     o.context_parallel_size = e.layout.c;
+    o.expert_model_parallel_size = e.layout.e;
+    o.expert_tensor_parallel_size = e.layout.expert_tensor();
+    o.parameters_active = e.params_active > 0 ? e.params_active : e.params_exact;
+    o.expert_parameters_per_gpu = e.expert_params_per_gpu;
+    o.seconds_moe_exchange = e.expert_comm;
+    o.expert_crosses_nodes = e.expert_crosses_nodes ? 1 : 0;
     std::memcpy(static_cast<void*>(layout), &o, std::min(size, sizeof(o)));
     layout->struct_size = std::min(size, sizeof(o));
   });

@@ -461,3 +461,78 @@ TEST_CASE("moe metrics: global_aux_loss is aux_loss over one microbatch, a runni
   CHECK(global[1] != aux[1]);
   CHECK(std::abs(global[1] - aux[1]) < 0.2 * aux[1]);
 }
+
+TEST_CASE("moe plan: a planned layout names e and etp, the active parameters and the token exchanges",
+          "[capi][moe][plan]") {
+  ptdp_plan_options o;
+  REQUIRE(ptdp_plan_options_init(&o) == PTDP_SUCCESS);
+  CHECK(o.qk_layernorm_across_heads == 0);
+  o.num_layers = 4;
+  o.hidden_size = 512;
+  o.num_attention_heads = 8;
+  o.ffn_hidden_size = 1024;
+  o.seq_length = 1024;
+  o.vocab_size = 8192;
+  o.num_experts = 8;
+  o.moe_router_topk = 2;
+  o.disable_bias_linear = 1;
+  o.global_batch_size = 64;
+  o.num_gpus = 16;
+  o.sequence_parallel = 1;
+  o.precision = PTDP_DTYPE_BF16;
+  ptdp_cluster k;
+  REQUIRE(ptdp_cluster_preset("dgx-h100", &k) == PTDP_SUCCESS);
+  k.nodes = 2;
+  // Pinned e = 4: the layout says so, its experts are a quarter of the routed ones per expert
+  // group, and four ranks exchange tokens.
+  o.expert_model_parallel_size = 4;
+  ptdp_plan plan = nullptr;
+  const ptdp_status made = ptdp_plan_create(&o, &k, &plan);
+  INFO(err());
+  REQUIRE(made == PTDP_SUCCESS);
+  ptdp_plan_layout l;
+  l.struct_size = sizeof l;
+  REQUIRE(ptdp_plan_get_layout(plan, 0, &l) == PTDP_SUCCESS);
+  CHECK(l.struct_size == sizeof l);
+  CHECK(l.expert_model_parallel_size == 4);
+  CHECK((l.expert_tensor_parallel_size == 1 || l.expert_tensor_parallel_size == l.t));
+  CHECK(l.parameters_active < l.parameters_exact);
+  CHECK(l.expert_parameters_per_gpu > 0);
+  CHECK(l.expert_parameters_per_gpu < l.parameters_per_gpu);
+  CHECK(l.seconds_moe_exchange > 0.0);
+  CHECK(l.seconds_moe_exchange <= l.seconds_tensor_comm);
+  CHECK(l.expert_crosses_nodes == 0);  // 4 * etp <= 8 GPUs of a node
+  CHECK(ptdp_plan_destroy(plan) == PTDP_SUCCESS);
+  // A dense model: e = etp = 1, every parameter active, no exchange.
+  o.num_experts = 0;
+  o.moe_router_topk = 0;
+  o.expert_model_parallel_size = 0;
+  REQUIRE(ptdp_plan_create(&o, &k, &plan) == PTDP_SUCCESS);
+  REQUIRE(ptdp_plan_get_layout(plan, 0, &l) == PTDP_SUCCESS);
+  CHECK(l.expert_model_parallel_size == 1);
+  CHECK(l.parameters_active == l.parameters_exact);
+  CHECK(l.expert_parameters_per_gpu == 0);
+  CHECK(l.seconds_moe_exchange == 0.0);
+  CHECK(ptdp_plan_destroy(plan) == PTDP_SUCCESS);
+}
+
+TEST_CASE("moe plan: qk_layernorm_across_heads reaches the planned model", "[capi][moe][plan]") {
+  ptdp_plan_options o;
+  REQUIRE(ptdp_plan_options_init(&o) == PTDP_SUCCESS);
+  o.num_layers = 2;
+  o.hidden_size = 64;
+  o.num_attention_heads = 4;
+  o.normalization = PTDP_NORMALIZATION_RMSNORM;
+  o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+  o.qk_layernorm = 1;
+  o.global_batch_size = 8;
+  int64_t per_head = 0, across = 0;
+  REQUIRE(ptdp_plan_parameters(&o, 1, nullptr, &per_head) == PTDP_SUCCESS);
+  o.qk_layernorm_across_heads = 1;
+  REQUIRE(ptdp_plan_parameters(&o, 1, nullptr, &across) == PTDP_SUCCESS);
+  // Per head: q and k norms of dh = 16 each; across the heads: of a * dh = 64 each (MHA), per layer.
+  CHECK(across - per_head == 2 * 2 * (64 - 16));
+  o.qk_layernorm_across_heads = 2;
+  CHECK(ptdp_plan_parameters(&o, 1, nullptr, &across) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("qk_layernorm_across_heads"));
+}

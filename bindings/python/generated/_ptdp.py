@@ -4077,6 +4077,11 @@ class ptdp_plan_options(object):
     Pin etp (`--expert-tensor-parallel-size`); 0
                                                 (default): search 1 and t.
     """)
+    qk_layernorm_across_heads = property(_ptdp_ext.ptdp_plan_options_qk_layernorm_across_heads_get, _ptdp_ext.ptdp_plan_options_qk_layernorm_across_heads_set, doc=r"""
+    As ptdp_gpt_options::qk_layernorm_across_heads (OLMoE,
+                                                OLMo 2: the q/k norms over each token's whole
+                                                projections; with qk_layernorm). Default 0.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())
@@ -4168,6 +4173,22 @@ class ptdp_plan_layout(object):
                                           ptdp_plan_options::sequence_parallel allows it).
     """)
     context_parallel_size = property(_ptdp_ext.ptdp_plan_layout_context_parallel_size_get, _ptdp_ext.ptdp_plan_layout_context_parallel_size_set, doc=r""" Context-parallel size c (1: none).""")
+    expert_model_parallel_size = property(_ptdp_ext.ptdp_plan_layout_expert_model_parallel_size_get, _ptdp_ext.ptdp_plan_layout_expert_model_parallel_size_set, doc=r""" e, the ranks the experts of a layer are split over.""")
+    expert_tensor_parallel_size = property(_ptdp_ext.ptdp_plan_layout_expert_tensor_parallel_size_get, _ptdp_ext.ptdp_plan_layout_expert_tensor_parallel_size_set, doc=r"""
+    etp, the ranks each expert's linears are split over
+                                               (1 or t).
+    """)
+    parameters_active = property(_ptdp_ext.ptdp_plan_layout_parameters_active_get, _ptdp_ext.ptdp_plan_layout_parameters_active_set, doc=r"""
+    Parameters one token uses (the routed experts' k of
+                                               E); parameters_exact for a dense model.
+    """)
+    expert_parameters_per_gpu = property(_ptdp_ext.ptdp_plan_layout_expert_parameters_per_gpu_get, _ptdp_ext.ptdp_plan_layout_expert_parameters_per_gpu_set, doc=r""" Of parameters_per_gpu, the routed experts'.""")
+    seconds_moe_exchange = property(_ptdp_ext.ptdp_plan_layout_seconds_moe_exchange_get, _ptdp_ext.ptdp_plan_layout_seconds_moe_exchange_set, doc=r"""
+    The iteration's token exchanges (dispatch and combine,
+                                               forward and backward) on the slowest rank; part of
+                                               seconds_tensor_comm.
+    """)
+    expert_crosses_nodes = property(_ptdp_ext.ptdp_plan_layout_expert_crosses_nodes_get, _ptdp_ext.ptdp_plan_layout_expert_crosses_nodes_set, doc=r""" 1 when an expert group's e etp ranks span nodes.""")
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_layout_swiginit(self, _ptdp_ext.new_ptdp_plan_layout())

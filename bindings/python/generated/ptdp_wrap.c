@@ -33023,6 +33023,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_layernorm_across_heads_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_qk_layernorm_across_heads_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_layernorm_across_heads_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_qk_layernorm_across_heads_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_layernorm_across_heads = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_layernorm_across_heads_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_layernorm_across_heads_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_layernorm_across_heads);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -35586,6 +35646,366 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_context_parallel_size_get(PyObject *
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (int32_t) ((arg1)->context_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_model_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_expert_model_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_model_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_expert_model_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expert_model_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_model_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_model_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->expert_model_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_tensor_parallel_size_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_expert_tensor_parallel_size_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_tensor_parallel_size_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_expert_tensor_parallel_size_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expert_tensor_parallel_size = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_tensor_parallel_size_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_tensor_parallel_size_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->expert_tensor_parallel_size);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_parameters_active_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_parameters_active_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_parameters_active_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_parameters_active_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->parameters_active = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_parameters_active_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_parameters_active_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->parameters_active);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_parameters_per_gpu_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int64_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_expert_parameters_per_gpu_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_parameters_per_gpu_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_long(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_expert_parameters_per_gpu_set" "', argument " "2"" of type '" "int64_t""'");
+  } 
+  arg2 = (int64_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expert_parameters_per_gpu = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_parameters_per_gpu_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int64_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_parameters_per_gpu_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int64_t) ((arg1)->expert_parameters_per_gpu);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_long((long)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_seconds_moe_exchange_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_seconds_moe_exchange_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_seconds_moe_exchange_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_seconds_moe_exchange_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->seconds_moe_exchange = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_seconds_moe_exchange_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_seconds_moe_exchange_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->seconds_moe_exchange);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_crosses_nodes_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_expert_crosses_nodes_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_crosses_nodes_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_expert_crosses_nodes_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->expert_crosses_nodes = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_crosses_nodes_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_expert_crosses_nodes_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->expert_crosses_nodes);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
@@ -41827,6 +42247,16 @@ static PyMethodDef SwigMethods[] = {
 		"Pin etp (`--expert-tensor-parallel-size`); 0\n"
 		"                                            (default): search 1 and t.\n"
 		""},
+	 { "ptdp_plan_options_qk_layernorm_across_heads_set", _wrap_ptdp_plan_options_qk_layernorm_across_heads_set, METH_VARARGS, "\n"
+		"As ptdp_gpt_options::qk_layernorm_across_heads (OLMoE,\n"
+		"                                            OLMo 2: the q/k norms over each token's whole\n"
+		"                                            projections; with qk_layernorm). Default 0.\n"
+		""},
+	 { "ptdp_plan_options_qk_layernorm_across_heads_get", _wrap_ptdp_plan_options_qk_layernorm_across_heads_get, METH_O, "\n"
+		"As ptdp_gpt_options::qk_layernorm_across_heads (OLMoE,\n"
+		"                                            OLMo 2: the q/k norms over each token's whole\n"
+		"                                            projections; with qk_layernorm). Default 0.\n"
+		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},
@@ -41963,6 +42393,38 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_plan_layout_context_parallel_size_set", _wrap_ptdp_plan_layout_context_parallel_size_set, METH_VARARGS, " Context-parallel size c (1: none)."},
 	 { "ptdp_plan_layout_context_parallel_size_get", _wrap_ptdp_plan_layout_context_parallel_size_get, METH_O, " Context-parallel size c (1: none)."},
+	 { "ptdp_plan_layout_expert_model_parallel_size_set", _wrap_ptdp_plan_layout_expert_model_parallel_size_set, METH_VARARGS, " e, the ranks the experts of a layer are split over."},
+	 { "ptdp_plan_layout_expert_model_parallel_size_get", _wrap_ptdp_plan_layout_expert_model_parallel_size_get, METH_O, " e, the ranks the experts of a layer are split over."},
+	 { "ptdp_plan_layout_expert_tensor_parallel_size_set", _wrap_ptdp_plan_layout_expert_tensor_parallel_size_set, METH_VARARGS, "\n"
+		"etp, the ranks each expert's linears are split over\n"
+		"                                           (1 or t).\n"
+		""},
+	 { "ptdp_plan_layout_expert_tensor_parallel_size_get", _wrap_ptdp_plan_layout_expert_tensor_parallel_size_get, METH_O, "\n"
+		"etp, the ranks each expert's linears are split over\n"
+		"                                           (1 or t).\n"
+		""},
+	 { "ptdp_plan_layout_parameters_active_set", _wrap_ptdp_plan_layout_parameters_active_set, METH_VARARGS, "\n"
+		"Parameters one token uses (the routed experts' k of\n"
+		"                                           E); parameters_exact for a dense model.\n"
+		""},
+	 { "ptdp_plan_layout_parameters_active_get", _wrap_ptdp_plan_layout_parameters_active_get, METH_O, "\n"
+		"Parameters one token uses (the routed experts' k of\n"
+		"                                           E); parameters_exact for a dense model.\n"
+		""},
+	 { "ptdp_plan_layout_expert_parameters_per_gpu_set", _wrap_ptdp_plan_layout_expert_parameters_per_gpu_set, METH_VARARGS, " Of parameters_per_gpu, the routed experts'."},
+	 { "ptdp_plan_layout_expert_parameters_per_gpu_get", _wrap_ptdp_plan_layout_expert_parameters_per_gpu_get, METH_O, " Of parameters_per_gpu, the routed experts'."},
+	 { "ptdp_plan_layout_seconds_moe_exchange_set", _wrap_ptdp_plan_layout_seconds_moe_exchange_set, METH_VARARGS, "\n"
+		"The iteration's token exchanges (dispatch and combine,\n"
+		"                                           forward and backward) on the slowest rank; part of\n"
+		"                                           seconds_tensor_comm.\n"
+		""},
+	 { "ptdp_plan_layout_seconds_moe_exchange_get", _wrap_ptdp_plan_layout_seconds_moe_exchange_get, METH_O, "\n"
+		"The iteration's token exchanges (dispatch and combine,\n"
+		"                                           forward and backward) on the slowest rank; part of\n"
+		"                                           seconds_tensor_comm.\n"
+		""},
+	 { "ptdp_plan_layout_expert_crosses_nodes_set", _wrap_ptdp_plan_layout_expert_crosses_nodes_set, METH_VARARGS, " 1 when an expert group's e etp ranks span nodes."},
+	 { "ptdp_plan_layout_expert_crosses_nodes_get", _wrap_ptdp_plan_layout_expert_crosses_nodes_get, METH_O, " 1 when an expert group's e etp ranks span nodes."},
 	 { "new_ptdp_plan_layout", _wrap_new_ptdp_plan_layout, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_layout", _wrap_delete_ptdp_plan_layout, METH_O, NULL},
 	 { "ptdp_plan_layout_swigregister", ptdp_plan_layout_swigregister, METH_O, NULL},

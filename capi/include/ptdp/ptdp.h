@@ -4169,6 +4169,9 @@ typedef struct ptdp_plan_options {
                                              num_experts; 0 (default): search its divisors. */
   int32_t expert_tensor_parallel_size;  /**< Pin etp (`--expert-tensor-parallel-size`); 0
                                              (default): search 1 and t. */
+  int32_t qk_layernorm_across_heads;    /**< As ptdp_gpt_options::qk_layernorm_across_heads (OLMoE,
+                                             OLMo 2: the q/k norms over each token's whole
+                                             projections; with qk_layernorm). Default 0. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */
@@ -4231,6 +4234,17 @@ typedef struct ptdp_plan_layout {
   int32_t sequence_parallel;      /**< 1 with sequence parallelism (only when
                                        ptdp_plan_options::sequence_parallel allows it). */
   int32_t context_parallel_size;  /**< Context-parallel size c (1: none). */
+  /* MoE (all 1 or 0 for a dense model): */
+  int32_t expert_model_parallel_size;  /**< e, the ranks the experts of a layer are split over. */
+  int32_t expert_tensor_parallel_size; /**< etp, the ranks each expert's linears are split over
+                                            (1 or t). */
+  int64_t parameters_active;           /**< Parameters one token uses (the routed experts' k of
+                                            E); parameters_exact for a dense model. */
+  int64_t expert_parameters_per_gpu;   /**< Of parameters_per_gpu, the routed experts'. */
+  double seconds_moe_exchange;         /**< The iteration's token exchanges (dispatch and combine,
+                                            forward and backward) on the slowest rank; part of
+                                            seconds_tensor_comm. */
+  int32_t expert_crosses_nodes;        /**< 1 when an expert group's e etp ranks span nodes. */
 } ptdp_plan_layout;
 
 /**

@@ -1850,6 +1850,7 @@ struct ptdp_plan_options
     moe_layer_recompute::Int32
     expert_model_parallel_size::Int32
     expert_tensor_parallel_size::Int32
+    qk_layernorm_across_heads::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1903,6 +1904,12 @@ struct ptdp_plan_layout
     decoder_last_pipeline_num_layers::Int32
     sequence_parallel::Int32
     context_parallel_size::Int32
+    expert_model_parallel_size::Int32
+    expert_tensor_parallel_size::Int32
+    parameters_active::Int64
+    expert_parameters_per_gpu::Int64
+    seconds_moe_exchange::Cdouble
+    expert_crosses_nodes::Int32
 end
 
 # Fills @p options with the defaults and sets its struct_size.

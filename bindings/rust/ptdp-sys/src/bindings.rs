@@ -791,6 +791,7 @@ pub struct ptdp_plan_options {
     pub moe_layer_recompute: i32,
     pub expert_model_parallel_size: i32,
     pub expert_tensor_parallel_size: i32,
+    pub qk_layernorm_across_heads: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -851,6 +852,12 @@ pub struct ptdp_plan_layout {
     pub decoder_last_pipeline_num_layers: i32,
     pub sequence_parallel: i32,
     pub context_parallel_size: i32,
+    pub expert_model_parallel_size: i32,
+    pub expert_tensor_parallel_size: i32,
+    pub parameters_active: i64,
+    pub expert_parameters_per_gpu: i64,
+    pub seconds_moe_exchange: f64,
+    pub expert_crosses_nodes: i32,
 }
 
 /// Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
