@@ -92,11 +92,12 @@ IterationMetrics RunFigures::measure(double seconds) const {
   return r;
 }
 
-MetricsSink::MetricsSink(std::FILE* out, const TrainArgs& args, const RunFigures& figures, bool resumed)
-    : out_(out), args_(args), figures_(figures), resumed_(resumed) {
+MetricsSink::MetricsSink(std::FILE* out, bool logger, const TrainArgs& args, const RunFigures& figures,
+                         bool resumed)
+    : out_(logger ? out : nullptr), logger_(logger), args_(args), figures_(figures), resumed_(resumed) {
   progress_ = out_ != nullptr && progress_wanted(out_);
   plot_.label = args.log_json.empty() ? "ptdp-train" : std::filesystem::path(args.log_json).filename().string();
-  if (out_ == nullptr || args.log_json.empty()) return;
+  if (!logger_ || args.log_json.empty()) return;
   json_ = std::fopen(args.log_json.c_str(), resumed ? "a" : "w");
   PTDP_CHECK_ARG(json_ != nullptr, "--log-json " + args.log_json + ": cannot open for writing");
 }
@@ -106,7 +107,7 @@ MetricsSink::~MetricsSink() {
 }
 
 void MetricsSink::resume_plot() {
-  if (out_ == nullptr || args_.plot_file.empty() || !resumed_ || args_.log_json.empty() ||
+  if (!logger_ || args_.plot_file.empty() || !resumed_ || args_.log_json.empty() ||
       !std::filesystem::is_regular_file(args_.log_json)) {
     return;
   }
@@ -115,14 +116,15 @@ void MetricsSink::resume_plot() {
     plot_ = read_training_log(args_.log_json);
   } catch (const Error& e) {
     plot_ = PlotRun{};
-    std::fprintf(out_, " warning: --plot-file %s starts without the iterations before this run: %s\n",
-                 args_.plot_file.c_str(), e.what());
+    if (out_ != nullptr)
+      std::fprintf(out_, " warning: --plot-file %s starts without the iterations before this run: %s\n",
+                   args_.plot_file.c_str(), e.what());
   }
   plot_.label = label;
 }
 
 bool MetricsSink::record(const IterationMetrics& m, bool stopping) {
-  if (out_ == nullptr) return false;
+  if (!logger_) return false;
   plot_.train.push_back(plot_point(m));
   if (json_) write_json_line(m);
   interval_seconds_ += m.elapsed_s;
@@ -136,7 +138,8 @@ bool MetricsSink::record(const IterationMetrics& m, bool stopping) {
     ++interval_loss_iters_;
   }
   const bool log_now = m.iteration % args_.log_interval == 0 || m.iteration == args_.train_iters || stopping;
-  if (log_now) print_log_line(m);
+  if (log_now && out_ != nullptr) print_log_line(m);
+  else if (log_now) reset_interval();
   if (!stopping) show_progress(m.iteration);
   return log_now;
 }
@@ -195,6 +198,10 @@ void MetricsSink::print_log_line(const IterationMetrics& m) {
       static_cast<long long>(m.skipped_iterations), static_cast<long long>(nan_iters_), f.tokens_per_batch / per_iter,
       f.peak_flops > 0 ? 100.0 * f.model_flops / per_iter / f.world / f.peak_flops : 0.0, m.mem_high_water_mib);
   std::fflush(out_);
+  reset_interval();
+}
+
+void MetricsSink::reset_interval() {
   interval_seconds_ = interval_loss_ = interval_load_balancing_loss_ = interval_z_loss_ = 0.0;
   interval_iters_ = interval_loss_iters_ = nan_iters_ = 0;
 }
@@ -211,16 +218,18 @@ void MetricsSink::show_progress(int64_t iteration) {
 }
 
 void MetricsSink::record_validation(int64_t iteration, float validation_loss) {
-  if (out_ == nullptr) return;
+  if (!logger_) return;
   const double loss = validation_loss;
   plot_.valid.push_back({iteration, loss});
-  clear_progress();
-  std::fprintf(out_,
-               "-----------------------------------------------------------------------------------------\n"
-               " validation loss at iteration %lld | lm loss value: %E | lm loss PPL: %E | \n"
-               "-----------------------------------------------------------------------------------------\n",
-               static_cast<long long>(iteration), loss, std::exp(loss));
-  std::fflush(out_);
+  if (out_ != nullptr) {
+    clear_progress();
+    std::fprintf(out_,
+                 "-----------------------------------------------------------------------------------------\n"
+                 " validation loss at iteration %lld | lm loss value: %E | lm loss PPL: %E | \n"
+                 "-----------------------------------------------------------------------------------------\n",
+                 static_cast<long long>(iteration), loss, std::exp(loss));
+    std::fflush(out_);
+  }
   if (json_) {
     std::fprintf(json_, "{\"validation_iteration\": %lld, \"lm_loss\": %s, \"lm_loss_ppl\": %s}\n",
                  static_cast<long long>(iteration), json_number(loss).c_str(), json_number(std::exp(loss)).c_str());
@@ -229,7 +238,7 @@ void MetricsSink::record_validation(int64_t iteration, float validation_loss) {
 }
 
 void MetricsSink::draw_plot() {
-  if (out_ == nullptr || args_.plot_file.empty()) return;
+  if (!logger_ || args_.plot_file.empty()) return;
   write_training_plot({plot_}, "ptdp-train", args_.plot_file);
 }
 

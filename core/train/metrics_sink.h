@@ -30,10 +30,12 @@ struct RunFigures {
 
 class MetricsSink {
  public:
-  /// `out`: where the logging rank prints; nullptr makes a sink that writes nothing (every
-  /// other rank). Opens --log-json (appending when `resumed`, the run going on from a
-  /// checkpoint): throws Error(InvalidArgument) naming the flag when it cannot.
-  MetricsSink(std::FILE* out, const TrainArgs& args, const RunFigures& figures, bool resumed);
+  /// `logger`: this is the logging rank, which writes --log-json and --plot-file; every other
+  /// rank's sink writes nothing. `out`: where the logging rank prints its lines; nullptr prints
+  /// nothing (ptdp_trainer_options::print_log 0) but still writes the files. Opens --log-json
+  /// (appending when `resumed`, the run going on from a checkpoint): throws
+  /// Error(InvalidArgument) naming the flag when it cannot.
+  MetricsSink(std::FILE* out, bool logger, const TrainArgs& args, const RunFigures& figures, bool resumed);
   ~MetricsSink();
   MetricsSink(const MetricsSink&) = delete;
   MetricsSink& operator=(const MetricsSink&) = delete;
@@ -44,7 +46,8 @@ class MetricsSink {
   void resume_plot();
   /// One iteration: its point of the curves, its JSON line, Megatron's log line when one is due
   /// (every --log-interval, the last iteration, or `stopping`: the run ends at this iteration),
-  /// and the progress bar unless `stopping`. Returns whether it printed a log line.
+  /// and the progress bar unless `stopping`. Returns whether the iteration is a log point (its
+  /// line printed where the sink prints; the plot is due).
   bool record(const IterationMetrics& m, bool stopping);
   /// A validation after `iteration`: its point, Megatron's three lines and its JSON line.
   void record_validation(int64_t iteration, float loss);
@@ -57,10 +60,12 @@ class MetricsSink {
   void clear_progress();
   void write_json_line(const IterationMetrics& m);
   void print_log_line(const IterationMetrics& m);
+  void reset_interval();
   std::string moe_log(const MoeMetrics& moe) const;
   void show_progress(int64_t iteration);
 
   std::FILE* out_;
+  bool logger_;
   const TrainArgs& args_;
   RunFigures figures_;
   bool resumed_;

@@ -51,6 +51,7 @@ struct TrainingLoop::State {
   FailureAgreement failures;
   std::FILE* out;            // the caller's
   std::FILE* log = nullptr;  // `out` on the logging rank, else null
+  bool logger = false;       // this is the logging rank (writes --log-json and --plot-file)
   RunLayout layout;
   std::unique_ptr<ProcessGroups> groups;
   nlohmann::json config_json;              // the flags, recorded in every checkpoint
@@ -118,6 +119,7 @@ void TrainingLoop::lay_out() {
   const ProcessGroups& g = *s.groups;
   const bool logger = g.rank(GroupKind::Pipeline) == s.layout.p - 1 && g.rank(GroupKind::Tensor) == 0 &&
                       g.rank(GroupKind::Data) == 0 && g.rank(GroupKind::Context) == 0;
+  s.logger = logger;
   s.log = logger ? s.out : nullptr;
   s.config_json = train_args_to_json(s.args);
 }
@@ -169,7 +171,7 @@ void TrainingLoop::resume() {
 void TrainingLoop::open_metrics() {
   State& s = *s_;
   s.failures.vote(*s.groups,
-                  [&] { s.metrics = std::make_unique<MetricsSink>(s.log, s.args, s.figures, s.iteration > 0); });
+                  [&] { s.metrics = std::make_unique<MetricsSink>(s.log, s.logger, s.args, s.figures, s.iteration > 0); });
   s.metrics->resume_plot();
 }
 

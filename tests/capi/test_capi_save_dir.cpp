@@ -78,7 +78,7 @@ struct Trainer {
     ptdp_trainer_options o;
     REQUIRE(ptdp_trainer_options_init(&o) == PTDP_SUCCESS);
     o.runtime = w.runtime;
-    o.print_log = print_log;  // the JSON lines are the logging rank's, which prints
+    o.print_log = print_log;  // the JSON lines are the logging rank's, printing or not
     rc = ptdp_trainer_create(config, &o, &trainer);
     message = err();
   }
