@@ -187,6 +187,9 @@ struct AttentionBlockDesc {
 ///   x[i]             <- x[i] cos - x[i + rot_dim/2] sin
 ///   x[i + rot_dim/2] <- x[i + rot_dim/2] cos + x[i] sin
 /// Features [rot_dim, dh) pass through. The backward rotates by -angle (the transpose).
+/// With amplitude A != 1 (YaRN's attention factor) the fp32 cos and sin are each multiplied by
+/// A (one fp32 rounding, as Hugging Face scales its cos/sin tables) before the rotation, in the
+/// forward and the backward alike; A = 1 multiplies exactly and changes no bit.
 struct RopeDesc {
   int64_t s = 0, b = 0, groups = 0, q_per_group = 1, dh = 0;
   int64_t rot_dim = 0;                  ///< even, 0 < rot_dim <= dh
@@ -194,6 +197,7 @@ struct RopeDesc {
   const int32_t* positions = nullptr;   ///< [s, b] (device) position of each token; NULL: the
                                         ///< sequence index plus position_offset
   int64_t position_offset = 0;
+  float amplitude = 1.0f;               ///< factor of cos and sin: finite, > 0
 };
 
 /// Which dimension of a grouped GEMM varies from group to group (GroupedGemmDesc).

@@ -302,6 +302,8 @@ inline Work check_rope(const char* op, const void* qkv, DType t, const RopeDesc&
                  std::string(op) + ": rot_dim = " + std::to_string(d.rot_dim) +
                      " must be even and in (0, dh = " + std::to_string(d.dh) + "]");
   nonneg(op, "position_offset", d.position_offset);
+  PTDP_CHECK_ARG(d.amplitude > 0.0f && std::isfinite(d.amplitude),
+                 std::string(op) + ": amplitude = " + std::to_string(d.amplitude) + " must be finite and > 0");
   if (d.s == 0 || d.b == 0) return Work::none;
   not_null(op, "qkv", qkv);
   not_null(op, "inv_freq", d.inv_freq);

@@ -90,6 +90,10 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_ROPE = 1
   integer(c_int), parameter :: PTDP_POSITION_EMBEDDING_NONE = 2
 
+  ! How RoPE's frequencies are made (Megatron's `--rope-type`; ptdp_gpt_options::rope_type).
+  integer(c_int), parameter :: PTDP_ROPE_TYPE_ROPE = 0
+  integer(c_int), parameter :: PTDP_ROPE_TYPE_YARN = 1
+
   ! The router's score function (Megatron's `--moe-router-score-function`;
   ! ptdp_gpt_options::moe_router_score_function).
   integer(c_int), parameter :: PTDP_MOE_SCORE_SOFTMAX = 0
@@ -292,6 +296,14 @@ module ptdp
     integer(c_int) :: moe_token_dispatcher_type
     integer(c_int32_t) :: moe_layer_recompute
     integer(c_int32_t) :: qk_layernorm_across_heads
+    integer(c_int) :: rope_type
+    real(c_float) :: rotary_scaling_factor
+    real(c_float) :: mscale
+    real(c_float) :: mscale_all_dim
+    integer(c_int32_t) :: original_max_position_embeddings
+    real(c_float) :: beta_fast
+    real(c_float) :: beta_slow
+    integer(c_int32_t) :: yarn_no_round_to_int
   end type ptdp_gpt_options
 
   ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,

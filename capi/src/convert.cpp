@@ -218,6 +218,45 @@ void moe_fields_to_c(const LayerConfig& c, Options& o) {
   o.moe_layer_recompute = m.recompute ? 1 : 0;
 }
 
+// YaRN's fields; each 0 means Megatron's default (LayerConfig's).
+void yarn_fields_to_core(const ptdp_gpt_options& o, LayerConfig& c) {
+  PTDP_CHECK_ARG(o.rope_type == PTDP_ROPE_TYPE_ROPE || o.rope_type == PTDP_ROPE_TYPE_YARN,
+                 "options->rope_type = " + std::to_string(static_cast<int>(o.rope_type)) +
+                     " is not a ptdp_rope_type (PTDP_ROPE_TYPE_ROPE or PTDP_ROPE_TYPE_YARN)");
+  require_flag(o.yarn_no_round_to_int, "yarn_no_round_to_int");
+  const auto non_negative_float = [](float v, const char* name, const char* want) {
+    require_field(std::isfinite(v) && v >= 0, name, v, want);
+  };
+  non_negative_float(o.rotary_scaling_factor, "rotary_scaling_factor", "must be > 0 (0: 1)");
+  non_negative_float(o.mscale, "mscale", "must be > 0 (0: 1)");
+  non_negative_float(o.mscale_all_dim, "mscale_all_dim", "must be >= 0 (0: unset)");
+  non_negative_float(o.beta_fast, "beta_fast", "must be > 0 (0: 32)");
+  non_negative_float(o.beta_slow, "beta_slow", "must be > 0 (0: 1)");
+  require_field(o.original_max_position_embeddings >= 0, "original_max_position_embeddings",
+                o.original_max_position_embeddings, "must be >= 0 (0: 4096)");
+  const YarnScaling d;
+  c.rope_type = static_cast<RopeType>(o.rope_type);
+  c.yarn.factor = or_default(o.rotary_scaling_factor, d.factor);
+  c.yarn.mscale = or_default(o.mscale, d.mscale);
+  c.yarn.mscale_all_dim = o.mscale_all_dim;
+  c.yarn.original_max_position_embeddings =
+      o.original_max_position_embeddings != 0 ? o.original_max_position_embeddings : d.original_max_position_embeddings;
+  c.yarn.beta_fast = or_default(o.beta_fast, d.beta_fast);
+  c.yarn.beta_slow = or_default(o.beta_slow, d.beta_slow);
+  c.yarn.truncate = o.yarn_no_round_to_int == 0;
+}
+
+void yarn_fields_to_c(const LayerConfig& c, ptdp_gpt_options& o) {
+  o.rope_type = static_cast<ptdp_rope_type>(c.rope_type);
+  o.rotary_scaling_factor = c.yarn.factor;
+  o.mscale = c.yarn.mscale;
+  o.mscale_all_dim = c.yarn.mscale_all_dim;
+  o.original_max_position_embeddings = c.yarn.original_max_position_embeddings;
+  o.beta_fast = c.yarn.beta_fast;
+  o.beta_slow = c.yarn.beta_slow;
+  o.yarn_no_round_to_int = c.yarn.truncate ? 0 : 1;
+}
+
 /// The C options of `c` with every byte defined (padding zero), so that two can be compared.
 ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP_DEVICE_CPU) {
   ptdp_gpt_options o;
@@ -244,6 +283,7 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   llama_fields_to_c(c, o);
   o.qk_layernorm_across_heads = c.qk_layernorm_across_heads ? 1 : 0;
   moe_fields_to_c(c, o);
+  yarn_fields_to_c(c, o);
   return o;
 }
 
@@ -274,7 +314,11 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(moe_aux_loss_coeff), PTDP_FIELD(moe_z_loss_coeff),
     PTDP_FIELD(moe_expert_capacity_factor), PTDP_FIELD(moe_token_drop_policy),
     PTDP_FIELD(moe_pad_expert_input_to_capacity), PTDP_FIELD(moe_token_dispatcher_type),
-    PTDP_FIELD(moe_layer_recompute), PTDP_FIELD(qk_layernorm_across_heads)};
+    PTDP_FIELD(moe_layer_recompute), PTDP_FIELD(qk_layernorm_across_heads),
+    PTDP_FIELD(rope_type),        PTDP_FIELD(rotary_scaling_factor),
+    PTDP_FIELD(mscale),           PTDP_FIELD(mscale_all_dim),
+    PTDP_FIELD(original_max_position_embeddings), PTDP_FIELD(beta_fast),
+    PTDP_FIELD(beta_slow),        PTDP_FIELD(yarn_no_round_to_int)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -325,6 +369,7 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
   require_flag(o.qk_layernorm_across_heads, "qk_layernorm_across_heads");
   c.qk_layernorm_across_heads = o.qk_layernorm_across_heads == 1;
   moe_fields_to_core(o, c);
+  yarn_fields_to_core(o, c);
   return c;
 }
 

@@ -431,6 +431,37 @@ std::vector<Flag> make_flags() {
                       "[ptdp] The context length the rotary frequencies were trained for (Llama 3.1's "
                       "original_max_position_embeddings), for --use-rope-scaling.",
                       &TrainArgs::rope_scaling_original_max_position_embeddings, kPositive));
+  v.push_back(choice("rope-type", G::Model,
+                     "rope: the rotary frequencies as --rotary-base gives them; yarn: YaRN's scaling of them by "
+                     "--rotary-scaling-factor (needs --position-embedding-type rope).",
+                     &TrainArgs::rope_type, Choices<RopeType>{{"rope", RopeType::Rope}, {"yarn", RopeType::Yarn}}));
+  v.push_back(number("rotary-scaling-factor", G::Model, "X",
+                     "YaRN's factor (--rope-type yarn): the context is stretched X times over "
+                     "--original-max-position-embeddings.",
+                     &TrainArgs::rotary_scaling_factor, kPositive, true));
+  v.push_back(number("mscale", G::Model, "X",
+                     "YaRN's mscale: with --mscale-all-dim, cos and sin are scaled by (0.1 X ln(factor) + 1) / "
+                     "(0.1 mscale-all-dim ln(factor) + 1).",
+                     &TrainArgs::mscale, kPositive, true));
+  v.push_back(number("mscale-all-dim", G::Model, "X",
+                     "YaRN's mscale_all_dim; 0: unset (cos and sin scaled by 0.1 ln(factor) + 1). Multi-latent "
+                     "attention also multiplies its softmax scale by (0.1 X ln(factor) + 1)^2.",
+                     &TrainArgs::mscale_all_dim, kNonNegative, true));
+  v.push_back(integer("original-max-position-embeddings", G::Model,
+                      "The context length the rotary frequencies were trained for, YaRN's "
+                      "original_max_position_embeddings (--rope-type yarn).",
+                      &TrainArgs::original_max_position_embeddings, kPositive));
+  v.push_back(number("beta-fast", G::Model, "X",
+                     "YaRN's beta_fast: frequencies turning more than X times over the original context are kept.",
+                     &TrainArgs::beta_fast, kPositive, true));
+  v.push_back(number("beta-slow", G::Model, "X",
+                     "YaRN's beta_slow, below --beta-fast: frequencies turning fewer than X times are divided by "
+                     "the factor, those between ramped.",
+                     &TrainArgs::beta_slow, kPositive, true));
+  v.push_back(boolean("no-yarn-correction-range-round-to-int", G::Model,
+                      "YaRN's ramp between beta_fast's and beta_slow's dims unrounded (Hugging Face's truncate "
+                      "false).",
+                      &TrainArgs::no_yarn_correction_range_round_to_int));
   v.push_back(boolean("group-query-attention", G::Model,
                       "Grouped-query attention: --num-query-groups key/value heads, each shared by "
                       "num-attention-heads / num-query-groups query heads.",
@@ -776,6 +807,14 @@ void apply_model_preset(TrainArgs& a) {
   a.rope_scaling_low_freq_factor = c.rope_scaling.low_freq_factor;
   a.rope_scaling_high_freq_factor = c.rope_scaling.high_freq_factor;
   a.rope_scaling_original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
+  a.rope_type = c.rope_type;
+  a.rotary_scaling_factor = decimal(c.yarn.factor);
+  a.mscale = decimal(c.yarn.mscale);
+  a.mscale_all_dim = decimal(c.yarn.mscale_all_dim);
+  a.original_max_position_embeddings = c.yarn.original_max_position_embeddings;
+  a.beta_fast = decimal(c.yarn.beta_fast);
+  a.beta_slow = decimal(c.yarn.beta_slow);
+  a.no_yarn_correction_range_round_to_int = !c.yarn.truncate;
   a.group_query_attention = c.num_query_groups > 0;
   a.num_query_groups = c.num_query_groups > 0 ? std::optional<int>(c.num_query_groups) : std::nullopt;
   a.kv_channels = c.kv_channels > 0 ? std::optional<int>(c.kv_channels) : std::nullopt;
@@ -808,6 +847,24 @@ void apply_model_preset(TrainArgs& a) {
   a.moe_token_drop_policy = m.drop_policy;
   a.moe_pad_expert_input_to_capacity = m.pad_expert_input_to_capacity;
   a.moe_token_dispatcher_type = m.dispatcher;
+}
+
+/// YaRN's flags against each other and --use-rope-scaling, naming them (LayerConfig::validate
+/// checks the model's again in its own words).
+void validate_yarn_args(const TrainArgs& a) {
+  const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
+  if (a.rope_type != RopeType::Yarn) return;
+  if (a.position_embedding_type != PositionEmbedding::Rope) {
+    fail(str_cat("--rope-type yarn needs --position-embedding-type rope; got ", value("position-embedding-type")));
+  }
+  if (a.use_rope_scaling) {
+    fail("--rope-type yarn and --use-rope-scaling both rescale the rotary frequencies: give one");
+  }
+  if (a.mscale != 1.0 && a.mscale_all_dim == 0.0) {
+    fail(str_cat(value("mscale"), " needs --mscale-all-dim: without it Megatron scales cos and sin by "
+                 "0.1 mscale ln(factor) + 1 and Hugging Face ignores mscale"));
+  }
+  if (a.beta_fast < a.beta_slow) fail(str_cat(value("beta-fast"), " is below ", value("beta-slow")));
 }
 
 /// The MoE flags against each other and the layout, naming them (Megatron's refusals of
@@ -990,6 +1047,7 @@ void check_together(const TrainArgs& a) {
   if (a.use_rope_scaling && a.position_embedding_type != PositionEmbedding::Rope) {
     fail(str_cat("--use-rope-scaling needs --position-embedding-type rope; got ", value("position-embedding-type")));
   }
+  validate_yarn_args(a);
   if (a.position_embedding_type == PositionEmbedding::Rope) {
     const int rotated = model.rotary_dim();
     if (rotated < 2 || rotated % 2 != 0) {
@@ -1415,6 +1473,14 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   c.rope_scaling.low_freq_factor = static_cast<float>(args.rope_scaling_low_freq_factor);
   c.rope_scaling.high_freq_factor = static_cast<float>(args.rope_scaling_high_freq_factor);
   c.rope_scaling.original_max_position_embeddings = args.rope_scaling_original_max_position_embeddings;
+  c.rope_type = args.rope_type;
+  c.yarn.factor = static_cast<float>(args.rotary_scaling_factor);
+  c.yarn.mscale = static_cast<float>(args.mscale);
+  c.yarn.mscale_all_dim = static_cast<float>(args.mscale_all_dim);
+  c.yarn.original_max_position_embeddings = args.original_max_position_embeddings;
+  c.yarn.beta_fast = static_cast<float>(args.beta_fast);
+  c.yarn.beta_slow = static_cast<float>(args.beta_slow);
+  c.yarn.truncate = !args.no_yarn_correction_range_round_to_int;
   c.num_query_groups = args.group_query_attention ? args.num_query_groups.value_or(1) : 0;
   c.kv_channels = args.kv_channels.value_or(0);
   c.add_bias_linear = !args.disable_bias_linear;

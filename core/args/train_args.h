@@ -55,6 +55,15 @@ struct TrainArgs {
   double rope_scaling_low_freq_factor = 1.0;                ///< [ptdp] Llama 3.1's low_freq_factor
   double rope_scaling_high_freq_factor = 4.0;               ///< [ptdp] Llama 3.1's high_freq_factor
   int rope_scaling_original_max_position_embeddings = 8192;  ///< [ptdp] Llama 3.1's
+  // YaRN (Megatron-Core's MLA flags, for every RoPE model; docs/deepseek.md).
+  RopeType rope_type = RopeType::Rope;
+  double rotary_scaling_factor = 1.0;
+  double mscale = 1.0;
+  double mscale_all_dim = 0.0;
+  int original_max_position_embeddings = 4096;
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool no_yarn_correction_range_round_to_int = false;
   bool group_query_attention = false;
   std::optional<int> num_query_groups;  ///< only with --group-query-attention; unset: 1 (Megatron's)
   std::optional<int> kv_channels;       ///< unset: hidden_size / num_attention_heads

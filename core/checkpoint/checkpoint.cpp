@@ -92,6 +92,15 @@ nlohmann::json config_to_json(const GptConfig& c) {
   // Only when set, as "moe": the metadata of every other model stays as it was.
   if (c.qk_layernorm_across_heads) j["qk_layernorm_across_heads"] = true;
   if (c.moe.enabled()) j["moe"] = moe_to_json(c);
+  if (c.rope_type == RopeType::Yarn) {
+    j["yarn"] = {{"rotary_scaling_factor", c.yarn.factor},
+                 {"mscale", c.yarn.mscale},
+                 {"mscale_all_dim", c.yarn.mscale_all_dim},
+                 {"original_max_position_embeddings", c.yarn.original_max_position_embeddings},
+                 {"beta_fast", c.yarn.beta_fast},
+                 {"beta_slow", c.yarn.beta_slow},
+                 {"truncate", c.yarn.truncate}};
+  }
   return j;
 }
 
@@ -108,6 +117,24 @@ E enum_from_json(const nlohmann::json& j, const char* key, const char* const (&n
   msg += key;
   msg += " \"" + v + "\" is not known";
   throw_error(ErrorCode::Io, msg);
+}
+
+// The "yarn" object of the "model" entry, present only for --rope-type yarn (model_to_json).
+void yarn_from_json(const nlohmann::json& j, GptConfig& c, const std::string& source) {
+  namespace jr = json_read;
+  const auto what = [&](const char* key) { return str_cat(source, ": \"model\" entry: \"yarn\": \"", key, "\""); };
+  const auto f32 = [&](const char* key, float fallback) { return jr::field_or(j, key, fallback, what(key)); };
+  YarnScaling& y = c.yarn;
+  c.rope_type = RopeType::Yarn;
+  y.factor = f32("rotary_scaling_factor", y.factor);
+  y.mscale = f32("mscale", y.mscale);
+  y.mscale_all_dim = f32("mscale_all_dim", y.mscale_all_dim);
+  y.original_max_position_embeddings =
+      jr::field_or(j, "original_max_position_embeddings", y.original_max_position_embeddings,
+                   what("original_max_position_embeddings"));
+  y.beta_fast = f32("beta_fast", y.beta_fast);
+  y.beta_slow = f32("beta_slow", y.beta_slow);
+  y.truncate = j.value("truncate", true);
 }
 
 // The "moe" object of the "model" entry (absent: a dense model, or a checkpoint that predates MoE).
@@ -198,6 +225,7 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.qk_layernorm = j.value("qk_layernorm", false);
     c.qk_layernorm_across_heads = j.value("qk_layernorm_across_heads", false);
     if (j.contains("moe")) moe_from_json(j.at("moe"), c, source);
+    if (j.contains("yarn")) yarn_from_json(j.at("yarn"), c, source);
     return c;
   } catch (const nlohmann::json::exception& e) {
     std::string msg = source;

@@ -172,14 +172,17 @@ bool rope_key_known(const std::string& key, const std::string& type) {
   static const std::set<std::string> common = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
   static const std::set<std::string> llama3 = {"factor", "low_freq_factor", "high_freq_factor",
                                                "original_max_position_embeddings"};
-  return common.count(key) || (type == "llama3" && llama3.count(key));
+  static const std::set<std::string> yarn = {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow",
+                                             "mscale", "mscale_all_dim", "truncate"};
+  return common.count(key) || (type == "llama3" && llama3.count(key)) || (type == "yarn" && yarn.count(key));
 }
 
 void check_rope_dict(const json& s, const std::string& field, const std::string& source) {
   if (!s.is_object()) bad_field(source, field, str_cat("is not an object: ", json_text(s)));
   const std::string type = rope_type_of(s, source + " " + field);
-  if (type != "default" && type != "llama3")
-    unsupported(source, str_cat(field, ".rope_type \"", type, "\": ptdp computes plain RoPE and Llama 3.1's (\"llama3\")"));
+  if (type != "default" && type != "llama3" && type != "yarn")
+    unsupported(source, str_cat(field, ".rope_type \"", type,
+                                "\": ptdp computes plain RoPE, Llama 3.1's (\"llama3\") and YaRN (\"yarn\")"));
   for (const auto& [key, value] : s.items()) {
     if (value.is_object())
       unsupported(source, str_cat(field, ".", key, ": RoPE settings per layer type are not computed by ptdp"));
@@ -196,6 +199,32 @@ void check_agree(const json& a, const std::string& field_a, const json& b, const
   if (a != b)
     unsupported(source, str_cat(field_a, " = ", json_text(a), " disagrees with ", field_b, " = ", json_text(b),
                                 ": transformers 4 reads the first, transformers 5 the second"));
+}
+
+// YaRN's dict as _compute_yarn_parameters reads it: factor required; beta_fast and beta_slow
+// of null or 0 mean 32 and 1 (its `or`); mscale weighs only beside a non-zero mscale_all_dim.
+void read_yarn(const json& s, const std::string& field, LayerConfig& c, int positions, const std::string& source) {
+  const std::string where = source + " " + field;
+  if (!present(s, "factor")) unsupported(source, str_cat(field, ".factor is missing: YaRN needs it"));
+  c.rope_type = RopeType::Yarn;
+  YarnScaling& y = c.yarn;
+  y.factor = float_or(s, "factor", 1.0f, where);
+  // transformers 5 takes the context when the field is missing.
+  y.original_max_position_embeddings = int_or(s, "original_max_position_embeddings", positions, where);
+  const float fast = float_or(s, "beta_fast", 0.0f, where), slow = float_or(s, "beta_slow", 0.0f, where);
+  y.beta_fast = fast != 0.0f ? fast : 32.0f;
+  y.beta_slow = slow != 0.0f ? slow : 1.0f;
+  const float mscale = float_or(s, "mscale", 0.0f, where), all_dim = float_or(s, "mscale_all_dim", 0.0f, where);
+  if (all_dim != 0.0f && mscale == 0.0f)
+    unsupported(source, str_cat(field, ".mscale_all_dim = ", json_text(s.at("mscale_all_dim")),
+                                " without mscale: transformers then scales cos and sin by 0.1 ln(factor) + 1 and the "
+                                "softmax of multi-latent attention by mscale_all_dim's; ptdp's YaRN needs both"));
+  if (mscale != 0.0f && mscale != 1.0f && all_dim == 0.0f)
+    unsupported(source, str_cat(field, ".mscale = ", json_text(s.at("mscale")),
+                                " without mscale_all_dim, which transformers ignores and Megatron does not"));
+  y.mscale = mscale != 0.0f ? mscale : 1.0f;
+  y.mscale_all_dim = all_dim;
+  y.truncate = bool_or(s, "truncate", true, where);
 }
 
 void read_rope(const json& j, HfArchitecture arch, LayerConfig& c, int positions, const std::string& source) {
@@ -227,6 +256,7 @@ void read_rope(const json& j, HfArchitecture arch, LayerConfig& c, int positions
   // transformers 5.x takes rope_scaling over rope_parameters when both are there.
   const json& s = !scaling.empty() ? scaling : params;
   const std::string field = !scaling.empty() ? "rope_scaling" : "rope_parameters";
+  if (!s.empty() && rope_type_of(s, source) == "yarn") return read_yarn(s, field, c, positions, source);
   if (s.empty() || rope_type_of(s, source) != "llama3") return;
   const std::string where = source + " " + field;
   c.rope_scaling.enabled = true;
@@ -497,7 +527,7 @@ void check_moe_common(const GptConfig& c, HfArchitecture a, const std::function<
         if (p == 0) refuse("every Mixtral layer is MoE (--moe-layer-freq)");
     if (c.qkv_bias()) refuse("Mixtral's linear layers have no biases");
     if (c.qk_layernorm) refuse("Mixtral has no q/k norms");
-    if (c.rope_scaling.enabled) refuse("transformers 4's Mixtral has no rope_scaling");
+    if (c.rope_scaling.enabled || c.uses_yarn()) refuse("transformers 4's Mixtral has no rope_scaling");
   } else if (a == HfArchitecture::Qwen2Moe) {
     if (m.shared_expert_intermediate_size == 0 || !m.shared_expert_gate)
       refuse("Qwen2-MoE has a gated shared expert (--moe-shared-expert-intermediate-size, --moe-shared-expert-gate)");
@@ -555,7 +585,7 @@ void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
     if (!c.add_bias_linear && c.add_qkv_bias) refuse("a qkv bias alone is Qwen2's (write it as qwen2)");
   } else if (a == HfArchitecture::Mistral) {
     if (c.qkv_bias() || c.add_bias_linear) refuse("Mistral's linear layers have no biases");
-    if (c.rope_scaling.enabled) refuse("Mistral's config has no rope_scaling");
+    if (c.rope_scaling.enabled || c.uses_yarn()) refuse("Mistral's config has no rope_scaling");
   } else {
     if (c.add_bias_linear || !c.add_qkv_bias) refuse("Qwen2 has a qkv bias (--add-qkv-bias) and no other bias");
     if (c.attention_width() != c.hidden_size) refuse("Qwen2's head dim is hidden_size / num_attention_heads");
@@ -563,6 +593,27 @@ void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
 }
 
 namespace {
+
+// YaRN's dict: factor and the original context always; the other fields where they differ
+// from transformers' defaults or the base config has them (so that a config round-trips).
+json yarn_dict(const GptConfig& c, const json& base) {
+  const YarnScaling& y = c.yarn;
+  json d = {{"rope_type", "yarn"},
+            {"factor", shortest(y.factor)},
+            {"original_max_position_embeddings", y.original_max_position_embeddings}};
+  const json none = json::object();
+  const json& old = present(base, "rope_parameters") ? base.at("rope_parameters")
+                    : present(base, "rope_scaling") ? base.at("rope_scaling")
+                                                    : none;
+  const auto keep = [&](const char* key, bool differs) { return differs || (old.is_object() && present(old, key)); };
+  if (keep("beta_fast", y.beta_fast != 32.0f)) d["beta_fast"] = shortest(y.beta_fast);
+  if (keep("beta_slow", y.beta_slow != 1.0f)) d["beta_slow"] = shortest(y.beta_slow);
+  if (keep("mscale", y.mscale_all_dim > 0.0f)) d["mscale"] = shortest(y.mscale);
+  if (keep("mscale_all_dim", y.mscale_all_dim > 0.0f)) d["mscale_all_dim"] = shortest(y.mscale_all_dim);
+  if (keep("truncate", !y.truncate)) d["truncate"] = y.truncate;
+  if (keep("type", false)) d["type"] = "yarn";  // transformers 5 keeps transformers 4's key beside rope_type
+  return d;
+}
 
 // The RoPE settings in both spellings: rope_parameters for transformers 5, rope_theta (and
 // rope_scaling where the class reads it) for transformers 4.
@@ -575,6 +626,10 @@ void write_rope(const GptConfig& c, HfArchitecture a, json& j) {
                {"low_freq_factor", shortest(c.rope_scaling.low_freq_factor)},
                {"high_freq_factor", shortest(c.rope_scaling.high_freq_factor)},
                {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+    params.update(scaling);
+  }
+  if (c.uses_yarn()) {
+    scaling = yarn_dict(c, j);
     params.update(scaling);
   }
   j["rope_parameters"] = params;
@@ -776,6 +831,20 @@ void check_hf_model_matches(const GptConfig& hf, const GptConfig& model, const s
         mismatch("rope_original_max_position_embeddings",
                  std::to_string(hf.rope_scaling.original_max_position_embeddings),
                  std::to_string(model.rope_scaling.original_max_position_embeddings));
+    }
+    if (hf.uses_yarn() != model.uses_yarn())
+      mismatch("rope_type", hf.uses_yarn() ? "yarn" : "rope", model.uses_yarn() ? "yarn" : "rope");
+    if (hf.uses_yarn()) {
+      floats.push_back({"rotary_scaling_factor", {hf.yarn.factor, model.yarn.factor}});
+      floats.push_back({"mscale", {hf.yarn.mscale, model.yarn.mscale}});
+      floats.push_back({"mscale_all_dim", {hf.yarn.mscale_all_dim, model.yarn.mscale_all_dim}});
+      floats.push_back({"beta_fast", {hf.yarn.beta_fast, model.yarn.beta_fast}});
+      floats.push_back({"beta_slow", {hf.yarn.beta_slow, model.yarn.beta_slow}});
+      if (hf.yarn.original_max_position_embeddings != model.yarn.original_max_position_embeddings)
+        mismatch("original_max_position_embeddings", std::to_string(hf.yarn.original_max_position_embeddings),
+                 std::to_string(model.yarn.original_max_position_embeddings));
+      if (hf.yarn.truncate != model.yarn.truncate)
+        mismatch("yarn truncate", std::to_string(hf.yarn.truncate), std::to_string(model.yarn.truncate));
     }
   }
   for (const auto& [field, v] : floats)

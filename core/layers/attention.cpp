@@ -112,6 +112,7 @@ RopeDesc SelfAttention::rope_desc(int64_t s, int64_t b, const Tensor& like, cons
   d.rot_dim = cfg_.rotary_dim();
   d.inv_freq = inv_freq_.data<float>();
   d.positions = positions;
+  d.amplitude = cfg_.rope_amplitude();
   return d;
 }
 

@@ -1,5 +1,6 @@
 #include "core/layers/layer_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -103,7 +104,13 @@ void LayerConfig::validate(int t) const {
   PTDP_CHECK_ARG(!rope_scaling.enabled || rope(),
                  "use_rope_scaling (--use-rope-scaling) needs position_embedding_type rope, not " +
                      std::string(position_embedding_name(position_embedding)));
+  PTDP_CHECK_ARG(static_cast<int>(rope_type) >= 0 && static_cast<int>(rope_type) <= 1,
+                 "rope_type (--rope-type) " + num(static_cast<int>(rope_type)) + " is not rope (0) or yarn (1)");
+  PTDP_CHECK_ARG(rope_type == RopeType::Rope || rope(),
+                 "rope_type yarn (--rope-type yarn) needs position_embedding_type rope, not " +
+                     std::string(position_embedding_name(position_embedding)));
   if (!rope()) return;
+  if (rope_type == RopeType::Yarn) validate_yarn();
   PTDP_CHECK_ARG(rotary_percent > 0.0f && rotary_percent <= 1.0f,
                  "rotary_percent (--rotary-percent) must be in (0, 1], got " + num(rotary_percent));
   PTDP_CHECK_ARG(rotary_base > 0.0f && std::isfinite(rotary_base),
@@ -122,6 +129,28 @@ void LayerConfig::validate(int t) const {
                    "rope scaling: original_max_position_embeddings must be > 0, got " +
                        num(rope_scaling.original_max_position_embeddings));
   }
+}
+
+void LayerConfig::validate_yarn() const {
+  PTDP_CHECK_ARG(!rope_scaling.enabled, "rope_type yarn (--rope-type yarn) and Llama 3.1's use_rope_scaling "
+                                        "(--use-rope-scaling) both rescale the rotary frequencies: give one");
+  const YarnScaling& y = yarn;
+  PTDP_CHECK_ARG(y.factor > 0.0f && std::isfinite(y.factor),
+                 "rotary_scaling_factor (--rotary-scaling-factor) must be > 0, got " + num(y.factor));
+  PTDP_CHECK_ARG(y.mscale > 0.0f && std::isfinite(y.mscale), "mscale (--mscale) must be > 0, got " + num(y.mscale));
+  PTDP_CHECK_ARG(y.mscale_all_dim >= 0.0f && std::isfinite(y.mscale_all_dim),
+                 "mscale_all_dim (--mscale-all-dim) must be >= 0 (0: unset), got " + num(y.mscale_all_dim));
+  // Megatron divides by yarn_get_mscale(factor, 0) = 1 and so uses mscale alone; Hugging Face
+  // ignores mscale without mscale_all_dim. Refused rather than silently taking one side.
+  PTDP_CHECK_ARG(y.mscale == 1.0f || y.mscale_all_dim > 0.0f,
+                 "mscale (--mscale) " + num(y.mscale) + " without mscale_all_dim (--mscale-all-dim): Megatron "
+                 "scales cos and sin by 0.1 mscale ln(factor) + 1, Hugging Face ignores mscale; give both");
+  PTDP_CHECK_ARG(y.original_max_position_embeddings > 0,
+                 "original_max_position_embeddings (--original-max-position-embeddings) must be > 0, got " +
+                     num(y.original_max_position_embeddings));
+  PTDP_CHECK_ARG(y.beta_slow > 0.0f && std::isfinite(y.beta_fast) && y.beta_fast >= y.beta_slow,
+                 "beta_fast (--beta-fast) " + num(y.beta_fast) + " must be >= beta_slow (--beta-slow) " +
+                     num(y.beta_slow) + " > 0");
 }
 
 void LayerConfig::check_sizes() const {
@@ -270,6 +299,7 @@ void LayerConfig::validate_experts(int e, int etp) const {
 }
 
 std::vector<float> LayerConfig::rotary_inv_freq() const {
+  if (uses_yarn()) return yarn_inv_freq();
   const int dim = rotary_dim();
   std::vector<float> inv(static_cast<std::size_t>(dim / 2));
   for (int i = 0; i < dim / 2; ++i) {
@@ -295,6 +325,56 @@ std::vector<float> LayerConfig::rotary_inv_freq() const {
     f = static_cast<float>((1.0 - smooth) * f / rope_scaling.factor + smooth * f);
   }
   return inv;
+}
+
+namespace {
+// yarn_get_mscale of Hugging Face and DeepSeek: YaRN's eq. 21 (1 for factor <= 1).
+double yarn_get_mscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+}  // namespace
+
+std::vector<float> LayerConfig::yarn_inv_freq() const {
+  // Hugging Face's _compute_yarn_parameters, evaluated in double from the fp32 powers
+  // base^(2i / d) that torch computes, rounded once.
+  const double pi = 3.14159265358979323846;
+  const int dim = rotary_dim();
+  const double d = dim, base = rotary_base, old_len = yarn.original_max_position_embeddings;
+  const auto correction_dim = [&](double rotations) {
+    return d * std::log(old_len / (rotations * 2.0 * pi)) / (2.0 * std::log(base));
+  };
+  double low = correction_dim(yarn.beta_fast), high = correction_dim(yarn.beta_slow);
+  if (yarn.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, d - 1.0);
+  if (low == high) high += 0.001;  // HF's guard against a singular ramp
+  std::vector<float> inv(static_cast<std::size_t>(dim / 2));
+  for (int i = 0; i < dim / 2; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    const double pos_freq = std::pow(rotary_base, exponent);  // fp32, as torch
+    // HF's inv_freq_extrapolation_factor: 1 below low (the frequency kept), 0 above high.
+    const double extrapolate = 1.0 - std::clamp((i - low) / (high - low), 0.0, 1.0);
+    inv[static_cast<std::size_t>(i)] = static_cast<float>(1.0 / (yarn.factor * pos_freq) * (1.0 - extrapolate) +
+                                                          1.0 / pos_freq * extrapolate);
+  }
+  return inv;
+}
+
+float LayerConfig::rope_amplitude() const {
+  if (!uses_yarn()) return 1.0f;
+  if (yarn.mscale_all_dim > 0.0f) {
+    return static_cast<float>(yarn_get_mscale(yarn.factor, yarn.mscale) /
+                              yarn_get_mscale(yarn.factor, yarn.mscale_all_dim));
+  }
+  return static_cast<float>(yarn_get_mscale(yarn.factor, 1.0));
+}
+
+float LayerConfig::yarn_softmax_mscale() const {
+  if (!uses_yarn() || yarn.mscale_all_dim <= 0.0f) return 1.0f;
+  return static_cast<float>(yarn_get_mscale(yarn.factor, yarn.mscale_all_dim));
 }
 
 }  // namespace ptdp

@@ -40,6 +40,26 @@ struct RopeScaling {
   int original_max_position_embeddings = 8192;
 };
 
+/// Megatron's --rope-type (its MLA flag; here it applies to every RoPE model).
+enum class RopeType : int { Rope = 0, Yarn = 1 };
+
+/// YaRN (Peng et al. 2023) with the numbers of Hugging Face's `_compute_yarn_parameters` and the
+/// flags of Megatron-Core's MLATransformerConfig (docs/deepseek.md, "YaRN"). Frequency i of the
+/// rotary dim d has the correction dim c(r) = d ln(original / (2 pi r)) / (2 ln base); between
+/// low = c(beta_fast) and high = c(beta_slow) (rounded outwards when truncate) the frequency
+/// ramps linearly from base^(-2i/d) (extrapolation, below low) to base^(-2i/d) / factor
+/// (interpolation, above high). cos and sin are multiplied by rope_amplitude().
+struct YarnScaling {
+  float factor = 1.0f;                         ///< --rotary-scaling-factor (HF's factor), > 0
+  float mscale = 1.0f;                         ///< --mscale
+  float mscale_all_dim = 0.0f;                 ///< --mscale-all-dim; 0: unset
+  int original_max_position_embeddings = 4096;  ///< --original-max-position-embeddings
+  float beta_fast = 32.0f;                     ///< --beta-fast
+  float beta_slow = 1.0f;                      ///< --beta-slow
+  /// HF's truncate (Megatron's correction_range_round_to_int): floor low and ceil high.
+  bool truncate = true;
+};
+
 /// Megatron's --moe-router-score-function.
 enum class MoeScoreFunction : int { Softmax = 0, Sigmoid = 1 };
 /// Megatron's --moe-router-load-balancing-type.
@@ -112,6 +132,8 @@ struct LayerConfig {
   float rotary_base = 10000.0f;   ///< --rotary-base
   float rotary_percent = 1.0f;    ///< --rotary-percent: share of each head's dims rotated
   RopeScaling rope_scaling;       ///< --use-rope-scaling
+  RopeType rope_type = RopeType::Rope;  ///< --rope-type
+  YarnScaling yarn;                     ///< YaRN's settings (rope_type Yarn only)
   /// --num-query-groups with --group-query-attention: key/value heads g; 0: num_attention_heads
   /// (multi-head attention). g = 1 is multi-query attention.
   int num_query_groups = 0;
@@ -173,6 +195,18 @@ struct LayerConfig {
   /// The rotary inverse frequencies [rotary_dim / 2], fp32 as Megatron and Hugging Face compute
   /// them (1 / base^(2i / rotary_dim)), with Llama 3.1's scaling when enabled.
   std::vector<float> rotary_inv_freq() const;
+  /// The factor of RoPE's cos and sin (HF's attention_factor, Megatron's concentration factor):
+  /// with YaRN, yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim) when
+  /// mscale_all_dim is set, else yarn_get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor
+  /// <= 1); without YaRN exactly 1.
+  float rope_amplitude() const;
+  /// The factor m whose square multiplies the softmax scale (DeepSeek's
+  /// yarn_get_mscale(factor, mscale_all_dim), HF's yarn_apply_mscale): with YaRN and
+  /// mscale_all_dim set, 0.1 mscale_all_dim ln(factor) + 1; else exactly 1. Hugging Face applies
+  /// it in its multi-latent attention models only (DeepSeek-V2/V3 and their kin), never in
+  /// Llama, Qwen2 or Mistral, so the dense SelfAttention does not use it.
+  float yarn_softmax_mscale() const;
+  bool uses_yarn() const { return rope() && rope_type == RopeType::Yarn; }
 
   /// Throws Error(InvalidArgument) naming the settings (with Megatron's flag names) for a
   /// layer that cannot be built with tensor-parallel size t: heads not divisible by t, query
@@ -182,6 +216,10 @@ struct LayerConfig {
  private:
   /// validate()'s MoE part: Megatron's refusals of arguments.py and TransformerConfig.
   void validate_moe(int tensor_parallel) const;
+  /// validate()'s YaRN part.
+  void validate_yarn() const;
+  /// rotary_inv_freq() with YaRN: [rotary_dim / 2].
+  std::vector<float> yarn_inv_freq() const;
 };
 
 const char* recompute_name(Recompute r);

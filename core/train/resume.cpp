@@ -22,6 +22,9 @@ const char* const kTrajectoryFlags[] = {
     "rope-scaling-factor", "rope-scaling-low-freq-factor", "rope-scaling-high-freq-factor",
     "rope-scaling-original-max-position-embeddings", "group-query-attention", "num-query-groups", "kv-channels",
     "disable-bias-linear", "add-qkv-bias", "qk-layernorm", "qk-layernorm-across-heads", "optimizer", "fp16", "bf16",
+    // YaRN (docs/deepseek.md).
+    "rope-type", "rotary-scaling-factor", "mscale", "mscale-all-dim", "original-max-position-embeddings", "beta-fast",
+    "beta-slow", "no-yarn-correction-range-round-to-int",
     // Mixture of experts: the experts, the router and the drop rule (not the dispatcher, the
     // recomputation or e and etp, which change no result).
     "num-experts", "moe-layer-freq", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size",

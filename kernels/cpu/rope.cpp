@@ -1,7 +1,8 @@
 // Rotary position embedding, in place on the query and key heads of the fused QKV activation
 // [s, b, groups, q_per_group + 2, dh] (rotate-half convention). The cos and sin of every
 // (position, frequency) pair are evaluated once per call into a table (in double, rounded to
-// fp32, as RopeDesc prescribes), then every head of every token is rotated in fp32.
+// fp32, then times the amplitude, as RopeDesc prescribes), then every head of every token is
+// rotated in fp32.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -45,11 +46,12 @@ RopeTable make_table(const RopeDesc& d, float sign) {
     const int64_t pos = tab.per_token ? d.positions[r] : tab.first + r;
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(pos) * d.inv_freq[i];
+      // The amplitude scales the rounded fp32 cos and sin (exact for 1).
       tab.cos[static_cast<std::size_t>(r * half + i)] =
-          static_cast<float>(std::cos(static_cast<double>(angle)));
+          static_cast<float>(std::cos(static_cast<double>(angle))) * d.amplitude;
       // sin(-a) = -sin(a) exactly, so the backward's table is the forward's with sin negated.
       tab.sin[static_cast<std::size_t>(r * half + i)] =
-          sign * static_cast<float>(std::sin(static_cast<double>(angle)));
+          sign * (static_cast<float>(std::sin(static_cast<double>(angle))) * d.amplitude);
     }
   }
   return tab;

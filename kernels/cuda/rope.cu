@@ -2,7 +2,8 @@
 // [s, b, groups, q_per_group + 2, dh] (rotate-half convention), for every floating storage type:
 // one fused kernel before attention. Numerics follow the CPU (kernels/cpu/rope.cpp) step for
 // step: angle = fp32 product of float(position) and inv_freq[i] (never contracted), cos and sin
-// in double rounded to fp32 (the backward negates the sin: sin(-a) = -sin(a) exactly), and
+// in double rounded to fp32, each times RopeDesc::amplitude (the backward negates the sin:
+// sin(-a) = -sin(a) exactly), and
 // out1 = x1 c - x2 s, out2 = x2 c + x1 s with each product and sum rounded separately, as the
 // CPU's uncontracted fp32 code does. The two devices therefore agree bit for bit except where
 // the device's double cos or sin (within 2 ulp of double) rounds to the other fp32 neighbour
@@ -26,7 +27,7 @@ template <typename T>
 __global__ void __launch_bounds__(kRopeThreads, 4)
     rope_kernel(T* qkv, int64_t tokens, int64_t b, int64_t groups, int64_t q_per_group,
                 int64_t dh, int64_t half, const float* inv_freq, const int32_t* positions,
-                int64_t position_offset, float sign) {
+                int64_t position_offset, float amplitude, float sign) {
   const int64_t group_width = (q_per_group + 2) * dh;  // elements of one group in a token
   for (int64_t tok = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; tok < tokens;
        tok += static_cast<int64_t>(gridDim.x) * blockDim.y) {
@@ -38,8 +39,9 @@ __global__ void __launch_bounds__(kRopeThreads, 4)
       const float angle = __fmul_rn(static_cast<float>(pos), inv_freq[i]);
       double sd, cd;
       sincos(static_cast<double>(angle), &sd, &cd);
-      const float c = static_cast<float>(cd);
-      const float sn = sign * static_cast<float>(sd);
+      // The amplitude scales the rounded fp32 cos and sin (exact for 1), as on the CPU.
+      const float c = __fmul_rn(static_cast<float>(cd), amplitude);
+      const float sn = sign * __fmul_rn(static_cast<float>(sd), amplitude);
       for (int64_t g = 0; g < groups; ++g) {
         T* head = token + g * group_width + i;
         for (int64_t h = 0; h <= q_per_group; ++h, head += dh) {  // query heads, then the key
@@ -67,7 +69,7 @@ void launch_rope(void* qkv, DType t, const RopeDesc& d, float sign, cudaStream_t
     using T = typename decltype(tag)::type;
     rope_kernel<T><<<blocks, block, 0, stream>>>(static_cast<T*>(qkv), tokens, d.b, d.groups,
                                                   d.q_per_group, d.dh, half, d.inv_freq,
-                                                  d.positions, d.position_offset, sign);
+                                                  d.positions, d.position_offset, d.amplitude, sign);
   });
 }
 

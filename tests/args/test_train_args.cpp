@@ -250,6 +250,62 @@ TEST_CASE("train args: errors name the flag and the value", "[args]") {
   CHECK(parse_error({"--save="}) == "--save: empty value; expected DIR");
 }
 
+TEST_CASE("train args: YaRN's flags reach the model and round-trip through the JSON", "[args][yarn]") {
+  const TrainArgs d = ptdp::parse_train_args({});
+  CHECK(d.rope_type == ptdp::RopeType::Rope);  // Megatron's defaults
+  CHECK(d.rotary_scaling_factor == 1.0);
+  CHECK(d.mscale == 1.0);
+  CHECK(d.mscale_all_dim == 0.0);
+  CHECK(d.original_max_position_embeddings == 4096);
+  CHECK(d.beta_fast == 32.0);
+  CHECK(d.beta_slow == 1.0);
+  const TrainArgs a = ptdp::parse_train_args(
+      {"--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope", "--rope-type", "yarn",
+       "--rotary-scaling-factor", "40", "--mscale", "0.707", "--mscale-all-dim", "0.707",
+       "--original-max-position-embeddings", "4096", "--beta-fast", "16", "--beta-slow", "2",
+       "--no-yarn-correction-range-round-to-int"});
+  const ptdp::GptConfig g = ptdp::to_gpt_config(a);
+  CHECK(g.rope_type == ptdp::RopeType::Yarn);
+  CHECK(g.uses_yarn());
+  CHECK(g.yarn.factor == 40.0f);
+  CHECK(g.yarn.mscale == 0.707f);
+  CHECK(g.yarn.mscale_all_dim == 0.707f);
+  CHECK(g.yarn.original_max_position_embeddings == 4096);
+  CHECK(g.yarn.beta_fast == 16.0f);
+  CHECK(g.yarn.beta_slow == 2.0f);
+  CHECK_FALSE(g.yarn.truncate);
+  CHECK(g.rope_amplitude() == 1.0f);  // mscale / mscale_all_dim
+  CHECK(g.yarn_softmax_mscale() > 1.0f);
+  CHECK_NOTHROW(g.validate(1));
+  const nlohmann::json j = ptdp::train_args_to_json(a);
+  CHECK(j.at("rope-type") == "yarn");
+  CHECK(j.at("rotary-scaling-factor") == 40.0);
+  CHECK(j.at("no-yarn-correction-range-round-to-int") == true);
+}
+
+TEST_CASE("train args: YaRN's refusals name the flags", "[args][yarn]") {
+  const std::vector<std::string> yarn = {"--position-embedding-type", "rope", "--rope-type", "yarn"};
+  const auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> v = yarn;
+    v.insert(v.end(), more.begin(), more.end());
+    return parse_error(v);
+  };
+  CHECK(parse_error({"--rope-type", "ntk"}) == "--rope-type: 'ntk' is not one of rope, yarn");
+  CHECK(parse_error({"--rope-type", "yarn"}) ==
+        "--rope-type yarn needs --position-embedding-type rope; got --position-embedding-type learned_absolute");
+  CHECK(with({"--use-rope-scaling"}) ==
+        "--rope-type yarn and --use-rope-scaling both rescale the rotary frequencies: give one");
+  CHECK(with({"--rotary-scaling-factor", "0"}) == "--rotary-scaling-factor: '0' must be > 0 (as a float)");
+  CHECK(with({"--rotary-scaling-factor", "-4"}) == "--rotary-scaling-factor: '-4' must be > 0 (as a float)");
+  CHECK(with({"--mscale", "0"}) == "--mscale: '0' must be > 0 (as a float)");
+  CHECK(with({"--mscale-all-dim", "-1"}).rfind("--mscale-all-dim: '-1' must be >= 0", 0) == 0);
+  CHECK(with({"--original-max-position-embeddings", "0"}) == "--original-max-position-embeddings: '0' must be > 0");
+  CHECK(with({"--beta-slow", "0"}) == "--beta-slow: '0' must be > 0 (as a float)");
+  CHECK(with({"--beta-fast", "1", "--beta-slow", "2"}) == "--beta-fast 1.0 is below --beta-slow 2.0");
+  CHECK(with({"--mscale", "0.707"}).rfind("--mscale 0.707 needs --mscale-all-dim", 0) == 0);
+  CHECK_NOTHROW(ptdp::parse_train_args({"--mscale", "0.707"}));  // without --rope-type yarn it is unused
+}
+
 TEST_CASE("train args: the Llama family's refusals name the flags", "[args]") {
   CHECK(parse_error({"--normalization", "rmsnorm"}) ==
         "--normalization: 'rmsnorm' is not one of LayerNorm, RMSNorm");
@@ -567,7 +623,7 @@ TEST_CASE("train args: --context-parallel-size reaches the layout and needs s di
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 131);
+  CHECK(names.size() == 139);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});

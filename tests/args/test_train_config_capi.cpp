@@ -46,6 +46,14 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"rope-scaling-low-freq-factor", "1.0"},
     {"rope-scaling-high-freq-factor", "4.0"},
     {"rope-scaling-original-max-position-embeddings", "8192"},
+    {"rope-type", "rope"},
+    {"rotary-scaling-factor", "1.0"},
+    {"mscale", "1.0"},
+    {"mscale-all-dim", "0.0"},
+    {"original-max-position-embeddings", "4096"},
+    {"beta-fast", "32.0"},
+    {"beta-slow", "1.0"},
+    {"no-yarn-correction-range-round-to-int", "off"},
     {"group-query-attention", "off"},
     {"num-query-groups", "unset (1 with --group-query-attention)"},
     {"kv-channels", "unset (hidden-size / num-attention-heads)"},
@@ -249,6 +257,14 @@ std::string describe(const Snapshot& s) {
   add("add_qkv_bias", num(s.gpt.add_qkv_bias));
   add("qk_layernorm", num(s.gpt.qk_layernorm));
   add("qk_layernorm_across_heads", num(s.gpt.qk_layernorm_across_heads));
+  add("rope_type", num(s.gpt.rope_type));
+  add("rotary_scaling_factor", num(s.gpt.rotary_scaling_factor));
+  add("mscale", num(s.gpt.mscale));
+  add("mscale_all_dim", num(s.gpt.mscale_all_dim));
+  add("original_max_position_embeddings", num(s.gpt.original_max_position_embeddings));
+  add("beta_fast", num(s.gpt.beta_fast));
+  add("beta_slow", num(s.gpt.beta_slow));
+  add("yarn_no_round_to_int", num(s.gpt.yarn_no_round_to_int));
   add("optimizer", num(s.opt.optimizer));
   add("lr", num(s.opt.lr));
   add("min_lr", num(s.opt.min_lr));
@@ -359,6 +375,10 @@ const std::vector<std::string> kEveryFlag = {
     "--rope-scaling-factor", "32", "--rope-scaling-low-freq-factor", "2", "--rope-scaling-high-freq-factor", "8",
     "--rope-scaling-original-max-position-embeddings", "4096", "--group-query-attention", "--num-query-groups", "2",
     "--kv-channels", "24", "--disable-bias-linear", "--add-qkv-bias", "--qk-layernorm", "--qk-layernorm-across-heads",
+    // YaRN's settings (unused here: --rope-type yarn excludes --use-rope-scaling).
+    "--rotary-scaling-factor", "40", "--mscale", "0.707", "--mscale-all-dim", "0.707",
+    "--original-max-position-embeddings", "2048", "--beta-fast", "16", "--beta-slow", "2",
+    "--no-yarn-correction-range-round-to-int",
     "--eod-mask-loss", "--reset-position-ids", "--reset-attention-mask", "--eod-token-id", "5", "--finetune", "--override-resume-check",
     "--overlap-grad-reduce", "--overlap-param-gather", "--check-for-nan-in-loss-and-grad",
     "--max-skipped-iterations", "7", "--max-restarts", "2", "--launcher", "mpiexec -n 8"};
@@ -379,6 +399,14 @@ std::vector<std::string> with_equals(const std::vector<std::string>& args) {
 TEST_CASE("train config: every flag reaches the option structs", "[args][capi]") {
   const Config c(kEveryFlag);
   const Snapshot s = snapshot(c.handle);
+  CHECK(s.gpt.rope_type == PTDP_ROPE_TYPE_ROPE);
+  CHECK(s.gpt.rotary_scaling_factor == 40.0f);
+  CHECK(s.gpt.mscale == 0.707f);
+  CHECK(s.gpt.mscale_all_dim == 0.707f);
+  CHECK(s.gpt.original_max_position_embeddings == 2048);
+  CHECK(s.gpt.beta_fast == 16.0f);
+  CHECK(s.gpt.beta_slow == 2.0f);
+  CHECK(s.gpt.yarn_no_round_to_int == 1);
 
   CHECK(s.gpt.num_layers == 8);
   CHECK(s.gpt.hidden_size == 96);

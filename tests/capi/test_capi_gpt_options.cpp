@@ -172,7 +172,24 @@ void check_same(const ptdp_gpt_options& a, const ptdp_gpt_options& b) {
   SAME(add_qkv_bias);
   SAME(qk_layernorm);
   SAME(qk_layernorm_across_heads);
+  SAME(rope_type);
+  SAME(rotary_scaling_factor);
+  SAME(mscale);
+  SAME(mscale_all_dim);
+  SAME(original_max_position_embeddings);
+  SAME(beta_fast);
+  SAME(beta_slow);
+  SAME(yarn_no_round_to_int);
 #undef SAME
+}
+
+// YaRN's zeros as a model gives them back: Megatron's defaults.
+void resolve_yarn(ptdp_gpt_options& o) {
+  o.rotary_scaling_factor = 1.0f;
+  o.mscale = 1.0f;
+  o.original_max_position_embeddings = 4096;
+  o.beta_fast = 32.0f;
+  o.beta_slow = 1.0f;
 }
 
 }  // namespace
@@ -227,6 +244,7 @@ TEST_CASE("gpt options: a model gives back its options, the defaults resolved", 
   want.rope_low_freq_factor = 1.0f;
   want.rope_high_freq_factor = 4.0f;
   want.rope_original_max_position_embeddings = 8192;
+  resolve_yarn(want);
   check_same(got, want);
   CHECK(m.has_param("embedding.position_embeddings.weight"));
   CHECK(m.has_param("decoder.layers.0.self_attention.linear_qkv.bias"));
@@ -247,6 +265,7 @@ TEST_CASE("gpt options: every Llama field through ptdp_model_create and back", "
     want.rope_low_freq_factor = 1.0f;
     want.rope_high_freq_factor = 4.0f;
     want.rope_original_max_position_embeddings = 8192;
+    resolve_yarn(want);
     check_same(m.options(), want);
     // Megatron-Core's names and layouts: no position table, [(a + 2g) dh, h] qkv, [2 ffn, h]
     // fc1, no biases, RMSNorm without bias, a separate LM head.
@@ -259,7 +278,8 @@ TEST_CASE("gpt options: every Llama field through ptdp_model_create and back", "
     CHECK(m.has_param("output_layer.weight"));
   }
   SECTION("every field away from its default") {
-    const ptdp_gpt_options o = every_field();
+    ptdp_gpt_options o = every_field();
+    resolve_yarn(o);
     const Model m(w.groups, o);
     check_same(m.options(), o);
     CHECK(m.shape("decoder.layers.0.self_attention.linear_qkv.weight") == std::vector<int64_t>{(4 + 2 * 2) * 12, 32});
@@ -275,6 +295,32 @@ TEST_CASE("gpt options: every Llama field through ptdp_model_create and back", "
     CHECK(m.options().qk_layernorm_across_heads == 1);
     CHECK(m.shape("decoder.layers.0.self_attention.q_layernorm.weight") == std::vector<int64_t>{4 * 8});
     CHECK(m.shape("decoder.layers.0.self_attention.k_layernorm.weight") == std::vector<int64_t>{2 * 8});
+  }
+  SECTION("YaRN: every field through the model and back, refused with Llama 3.1's scaling") {
+    ptdp_gpt_options o = tiny_llama();
+    o.rope_type = PTDP_ROPE_TYPE_YARN;
+    o.rotary_scaling_factor = 40.0f;
+    o.mscale = 0.707f;
+    o.mscale_all_dim = 0.8f;
+    o.original_max_position_embeddings = 1024;
+    o.beta_fast = 16.0f;
+    o.beta_slow = 2.0f;
+    o.yarn_no_round_to_int = 1;
+    const Model m(w.groups, o);
+    ptdp_gpt_options want = o;
+    want.rotary_percent = 1.0f;
+    want.rope_scaling_factor = 8.0f;
+    want.rope_low_freq_factor = 1.0f;
+    want.rope_high_freq_factor = 4.0f;
+    want.rope_original_max_position_embeddings = 8192;
+    check_same(m.options(), want);
+    const Model again(w.groups, m.options());
+    check_same(again.options(), want);
+    o.use_rope_scaling = 1;
+    ptdp_model bad = nullptr;
+    CHECK(ptdp_model_create(w.groups, &o, &bad) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(err(), Catch::Contains("--use-rope-scaling"));
+    CHECK(bad == nullptr);
   }
   SECTION("multi-query attention and no position information") {
     ptdp_gpt_options o = tiny_gpt();
@@ -332,6 +378,27 @@ TEST_CASE("gpt options: bad values are refused naming the field, nothing created
          o.kv_channels = 7;
        }},
       {"use_rope_scaling", [](ptdp_gpt_options& o) { o.use_rope_scaling = 1; }},
+      {"options->rope_type", [](ptdp_gpt_options& o) { o.rope_type = static_cast<ptdp_rope_type>(2); }},
+      {"options->rotary_scaling_factor", [](ptdp_gpt_options& o) { o.rotary_scaling_factor = -4.0f; }},
+      {"options->mscale", [](ptdp_gpt_options& o) { o.mscale = std::numeric_limits<float>::quiet_NaN(); }},
+      {"options->mscale_all_dim", [](ptdp_gpt_options& o) { o.mscale_all_dim = -1.0f; }},
+      {"options->original_max_position_embeddings",
+       [](ptdp_gpt_options& o) { o.original_max_position_embeddings = -1; }},
+      {"options->beta_fast", [](ptdp_gpt_options& o) { o.beta_fast = -32.0f; }},
+      {"options->beta_slow", [](ptdp_gpt_options& o) { o.beta_slow = -1.0f; }},
+      {"options->yarn_no_round_to_int", [](ptdp_gpt_options& o) { o.yarn_no_round_to_int = 2; }},
+      {"rope_type yarn (--rope-type yarn) needs position_embedding_type rope",
+       [](ptdp_gpt_options& o) { o.rope_type = PTDP_ROPE_TYPE_YARN; }},
+      {"--beta-fast", [](ptdp_gpt_options& o) {
+         o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+         o.rope_type = PTDP_ROPE_TYPE_YARN;
+         o.beta_fast = 0.5f;
+       }},
+      {"--mscale-all-dim", [](ptdp_gpt_options& o) {
+         o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+         o.rope_type = PTDP_ROPE_TYPE_YARN;
+         o.mscale = 0.707f;
+       }},
   };
   for (const Bad& b : cases) {
     INFO(b.field);

@@ -256,6 +256,45 @@ TEST_CASE("save dir: resuming with trajectory flags that differ is refused unles
   }
 }
 
+TEST_CASE("save dir: a YaRN run's settings are in its checkpoint, and a resume with others is refused",
+          "[capi][files][yarn]") {
+  sp::World w;
+  TempDir dir;
+  const std::string save = dir.str("ckpt");
+  const std::vector<std::string> yarn = {"--position-embedding-type", "rope", "--rope-type", "yarn",
+                                         "--rotary-scaling-factor", "4", "--original-max-position-embeddings", "4",
+                                         "--mscale", "0.707", "--mscale-all-dim", "0.5", "--beta-fast", "8"};
+  {
+    Trainer a(w, flags(save, yarn));
+    REQUIRE(a.rc == PTDP_SUCCESS);
+    REQUIRE(ptdp_trainer_run(a.trainer) == PTDP_SUCCESS);
+  }
+  ptdp_gpt_options read;
+  OK(ptdp_gpt_options_init(&read));
+  OK(ptdp_checkpoint_read_options(save.c_str(), &read, nullptr));
+  CHECK(read.rope_type == PTDP_ROPE_TYPE_YARN);
+  CHECK(read.rotary_scaling_factor == 4.0f);
+  CHECK(read.original_max_position_embeddings == 4);
+  CHECK(read.mscale == 0.707f);
+  CHECK(read.mscale_all_dim == 0.5f);
+  CHECK(read.beta_fast == 8.0f);
+  CHECK(read.beta_slow == 1.0f);
+  CHECK(read.yarn_no_round_to_int == 0);
+  std::vector<std::string> other = yarn;
+  other.insert(other.end(), {"--load", save, "--train-iters", "4", "--rotary-scaling-factor", "8"});
+  {
+    Trainer b(w, flags(save, other));
+    CHECK(b.rc == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(has(b.message, "--rotary-scaling-factor was 4.0, now 8.0"));
+  }
+  std::vector<std::string> plain = {"--position-embedding-type", "rope", "--load", save, "--train-iters", "4"};
+  {
+    Trainer c(w, flags(save, plain));
+    CHECK(c.rc == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(has(c.message, "--rope-type was \"yarn\", now \"rope\""));
+  }
+}
+
 TEST_CASE("save dir: a failed save removes its .tmp directory and keeps the previous checkpoint", "[capi][files]") {
   sp::World w;
   TempDir dir;

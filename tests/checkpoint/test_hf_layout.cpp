@@ -335,8 +335,8 @@ TEST_CASE("Configs ptdp does not compute are refused with the field named", "[hf
   j["attention_bias"] = true;
   refused(j, ErrorCode::Unsupported, "attention_bias = 1 with mlp_bias = 0");
   j = llama_json();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  refused(j, ErrorCode::Unsupported, "rope_scaling.rope_type \"yarn\"");
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 4.0}};
+  refused(j, ErrorCode::Unsupported, "rope_scaling.rope_type \"longrope\"");
   j = llama_json();
   j["model_type"] = "gemma";
   refused(j, ErrorCode::Unsupported, "model_type \"gemma\"");
@@ -412,6 +412,53 @@ TEST_CASE("transformers 5's rope_parameters are read as transformers 4's rope_th
   CHECK(hf_config_to_json(s.model, HfArchitecture::Llama, StDType::BF16, with_dtype).at("dtype") == "bfloat16");
 }
 
+TEST_CASE("YaRN's rope_parameters and rope_scaling are read as transformers reads them and written back",
+          "[hf][yarn]") {
+  json v5 = llama_json();
+  v5.erase("rope_theta");
+  v5["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "yarn"}, {"factor", 40.0},
+                           {"original_max_position_embeddings", 4096}, {"beta_fast", 32}, {"beta_slow", 1},
+                           {"mscale", 0.707}, {"mscale_all_dim", 0.707}};
+  const HfConfig y = hf_config_from_json(v5, "v3.json");
+  CHECK(y.model.rope_type == ptdp::RopeType::Yarn);
+  CHECK_FALSE(y.model.rope_scaling.enabled);
+  CHECK(y.model.yarn.factor == 40.0f);
+  CHECK(y.model.yarn.original_max_position_embeddings == 4096);
+  CHECK(y.model.yarn.beta_fast == 32.0f);
+  CHECK(y.model.yarn.beta_slow == 1.0f);
+  CHECK(y.model.yarn.mscale == 0.707f);
+  CHECK(y.model.yarn.mscale_all_dim == 0.707f);
+  CHECK(y.model.yarn.truncate);
+  CHECK(y.model.rope_amplitude() == 1.0f);
+  // Its export holds the same fields (those the base config has, even at transformers' defaults).
+  const json out = hf_config_to_json(y.model, HfArchitecture::Llama, StDType::F32, v5);
+  CHECK(out.at("rope_parameters") == v5.at("rope_parameters"));
+  const json bare = hf_config_to_json(y.model, HfArchitecture::Llama, StDType::F32, json());
+  CHECK_FALSE(bare.at("rope_parameters").contains("beta_fast"));  // transformers' default, not in the base
+  for (const json& j : {out, bare}) {
+    const GptConfig back = hf_config_from_json(j, "back.json").model;
+    CHECK(back.uses_yarn());
+    CHECK(back.yarn.factor == 40.0f);
+    CHECK(back.yarn.mscale_all_dim == 0.707f);
+    CHECK(back.rotary_inv_freq() == y.model.rotary_inv_freq());
+  }
+  CHECK(code_of([&] { check_hf_architecture(y.model, HfArchitecture::Mistral); }) == ErrorCode::Unsupported);
+
+  // transformers 4's spelling; beta_fast and beta_slow of 0 or null mean 32 and 1 (its `or`), a
+  // missing original context the model's, truncate false kept.
+  json v4 = llama_json();
+  v4["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"beta_fast", 0}, {"beta_slow", nullptr},
+                        {"truncate", false}};
+  const GptConfig q = hf_config_from_json(v4, "qwen.json").model;
+  CHECK(q.uses_yarn());
+  CHECK(q.yarn.beta_fast == 32.0f);
+  CHECK(q.yarn.beta_slow == 1.0f);
+  CHECK(q.yarn.original_max_position_embeddings == 128);
+  CHECK_FALSE(q.yarn.truncate);
+  CHECK(q.rope_amplitude() == static_cast<float>(0.1 * std::log(4.0) + 1.0));
+  CHECK(q.yarn_softmax_mscale() == 1.0f);
+}
+
 TEST_CASE("RoPE settings ptdp does not compute, or written twice with two values, are refused by name", "[hf]") {
   const auto refused = [](const json& j, const std::string& words) {
     std::string message;
@@ -422,8 +469,19 @@ TEST_CASE("RoPE settings ptdp does not compute, or written twice with two values
   j["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "default"}};
   refused(j, "rope_theta = 500000.0 disagrees with rope_parameters.rope_theta = 10000.0");
   j = llama_json();
-  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 4.0}};
-  refused(j, "rope_parameters.rope_type \"yarn\"");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "longrope"}, {"factor", 4.0}};
+  refused(j, "rope_parameters.rope_type \"longrope\"");
+  // YaRN's fields ptdp does not compute, or whose meaning Megatron and transformers disagree on.
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", 1.2}};
+  refused(j, "rope_parameters.attention_factor = 1.2 is not computed by ptdp (rope_type \"yarn\")");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"original_max_position_embeddings", 16}};
+  refused(j, "rope_parameters.factor is missing");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 4.0}, {"mscale_all_dim", 1.0}};
+  refused(j, "rope_parameters.mscale_all_dim = 1.0 without mscale");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 4.0}, {"mscale", 0.707}};
+  refused(j, "rope_parameters.mscale = 0.707 without mscale_all_dim");
+  j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "yarn"}, {"factor", 4.0}, {"low_freq_factor", 1.0}};
+  refused(j, "rope_parameters.low_freq_factor = 1.0 is not computed by ptdp (rope_type \"yarn\")");
   j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "dynamic"}, {"factor", 4.0}};
   refused(j, "rope_parameters.rope_type \"dynamic\"");
   j["rope_parameters"] = {{"rope_theta", 500000.0}, {"rope_type", "default"}, {"partial_rotary_factor", 0.5}};

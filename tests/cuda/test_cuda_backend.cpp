@@ -711,7 +711,7 @@ bool rope_untouched(const RopeCase& c, std::size_t e) {
 /// Forward and backward on both backends from the same stored activation; the GPU must leave
 /// value heads and features past rot_dim bit-for-bit alone, and (f32) undo its forward with
 /// its backward.
-void compare_rope(const RopeCase& c, DType t, uint64_t seed) {
+void compare_rope(const RopeCase& c, DType t, uint64_t seed, float amplitude = 1.0f) {
   INFO(describe(c, t));
   const int64_t half = c.rot_dim / 2, tokens = c.s * c.b;
   std::vector<float> inv_freq(static_cast<std::size_t>(half));
@@ -739,6 +739,7 @@ void compare_rope(const RopeCase& c, DType t, uint64_t seed) {
   hd.position_offset = c.position_offset;
   hd.inv_freq = inv_freq.data();
   hd.positions = c.explicit_positions ? positions.data() : nullptr;
+  hd.amplitude = amplitude;
   ptdp::RopeDesc gd = hd;
   gd.inv_freq = dinv.get();
   gd.positions = c.explicit_positions ? dpos.get() : nullptr;
@@ -767,9 +768,13 @@ void compare_rope(const RopeCase& c, DType t, uint64_t seed) {
   INFO(moved << " value-head or unrotated elements changed");
   CHECK(moved == 0);
 
-  if (t == DType::F32) {  // the backward is the forward's inverse, up to fp32 rounding
+  if (t == DType::F32) {  // the backward is the forward's inverse times amplitude^2, up to fp32 rounding
     gpu().rope_backward(dq.get(), t, gd);
-    check_close(download_f32(dq, t), from_storage(x, t), 1e-5, 1e-6, "rope round trip");
+    std::vector<float> want = from_storage(x, t);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!rope_untouched(c, i)) want[i] *= amplitude * amplitude;
+    }
+    check_close(download_f32(dq, t), want, 1e-5, 1e-6, "rope round trip");
   }
 }
 
@@ -791,6 +796,23 @@ TEST_CASE("cuda rope forward and backward match the CPU: GQA layouts, positions,
   for (const DType t : kFloatTypes) {
     for (const RopeCase& c : cases) {
       compare_rope(c, t, seed);
+      seed += 3;
+    }
+  }
+}
+
+TEST_CASE("cuda rope with YaRN's amplitude matches the CPU, forward and backward",
+          "[gpu][cuda_backend][rope][yarn]") {
+  require_gpu();
+  const RopeCase cases[] = {
+      {7, 3, 2, 3, 64, 64, 5, false},     // grouped-query layout, offset positions
+      {9, 2, 2, 2, 64, 48, 0, true},      // explicit positions, rot_dim < dh
+      {3, 4, 1, 4, 96, 96, 100000, false},  // far positions
+  };
+  uint64_t seed = 5500;
+  for (const DType t : kFloatTypes) {
+    for (const RopeCase& c : cases) {
+      compare_rope(c, t, seed, 1.1386294f);  // 0.1 ln(4) + 1
       seed += 3;
     }
   }

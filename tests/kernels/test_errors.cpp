@@ -636,6 +636,11 @@ TEST_CASE("rope rejects bad shapes, rot_dim, offsets and NULL pointers, naming t
                             o + "rot_dim = " + std::to_string(rd) + " must be even and in (0, dh = 4]");
     }
     CHECK_INVALID_ARG_MSG(call(d, qkv.data(), DType::I32), o + "t = i32");
+    for (float a : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+      auto dd = d;
+      dd.amplitude = a;
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "amplitude = " + std::to_string(a) + " must be finite and > 0");
+    }
     {
       auto dd = d;
       dd.groups = 0;

@@ -2,7 +2,8 @@
 // [s, b, groups, q_per_group + 2, dh]: against a double-precision reference of RopeDesc's
 // formula in f32, bf16 and f16 storage; value heads and the features past rot_dim untouched;
 // explicit positions equal to the offset form; the backward as the inverse and the adjoint of
-// the forward, and as the gradient of <G, rope(x)> by finite differences.
+// the forward, and as the gradient of <G, rope(x)> by finite differences; YaRN's amplitude
+// (forward and backward), and amplitude 1 bit-identical to the descriptor without one.
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -60,7 +61,7 @@ int64_t position_of(const RopeDesc& d, int64_t si, int64_t bi) {
 }
 
 /// RopeDesc's formula with the rotation in double: angle = fp32(p * inv_freq[i]), cos and sin of
-/// it in double rounded to fp32, sign -1 for the backward.
+/// it in double rounded to fp32 and multiplied by the amplitude in fp32, sign -1 for the backward.
 dvec rope_ref(const dvec& x, const RopeDesc& d, double sign) {
   dvec y = x;
   const int64_t half = d.rot_dim / 2, slots = d.q_per_group + 2;
@@ -73,8 +74,8 @@ dvec rope_ref(const dvec& x, const RopeDesc& d, double sign) {
               static_cast<std::size_t>((((si * d.b + bi) * d.groups + g) * slots + h) * d.dh);
           for (int64_t i = 0; i < half; ++i) {
             const float angle = static_cast<float>(p) * d.inv_freq[i];
-            const double c = static_cast<float>(std::cos(static_cast<double>(angle)));
-            const double sn = sign * static_cast<float>(std::sin(static_cast<double>(angle)));
+            const double c = static_cast<float>(std::cos(static_cast<double>(angle))) * d.amplitude;
+            const double sn = sign * (static_cast<float>(std::sin(static_cast<double>(angle))) * d.amplitude);
             const double x1 = x[base + static_cast<std::size_t>(i)];
             const double x2 = x[base + static_cast<std::size_t>(i + half)];
             y[base + static_cast<std::size_t>(i)] = x1 * c - x2 * sn;
@@ -251,4 +252,77 @@ TEST_CASE("rope is the same whatever the thread count, and s = 0 or b = 0 does n
   empty.s = 3;
   empty.b = 0;
   CHECK_NOTHROW(be().rope_backward(nullptr, kF16, empty));
+}
+
+TEST_CASE("rope with an amplitude (YaRN's attention factor) scales cos and sin, forward and backward",
+          "[rope][yarn]") {
+  uint32_t seed = 500;
+  for (DType t : kTypes) {
+    for (const Shape& sh : kShapes) {
+      const fvec inv_freq = inv_freq_of(sh.rot_dim);
+      RopeDesc d = make_desc(sh, inv_freq);
+      d.position_offset = 11;
+      d.amplitude = 1.1386294f;  // 0.1 ln(4) + 1
+      Rand r(seed++);
+      const fvec x = rounded(r.uniform(qkv_size(sh), -2.0f, 2.0f), t);
+      INFO(ptdp::dtype_name(t) << " " << describe(sh));
+      Stored fwd(x, t), bwd(x, t);
+      be().rope_forward(fwd.data(), t, d);
+      be().rope_backward(bwd.data(), t, d);
+      CHECK_ALLCLOSE(fwd.values(), rope_ref(to_d(x), d, 1.0), 2.0 * tol(t), tol(t));
+      CHECK_ALLCLOSE(bwd.values(), rope_ref(to_d(x), d, -1.0), 2.0 * tol(t), tol(t));
+      // The rotation's norm grows by the amplitude on the rotated features, never elsewhere.
+      const fvec got = fwd.values();
+      std::size_t changed = 0;
+      for (int64_t e = 0; e < qkv_size(sh); ++e)
+        if (!rotated(sh, e)) changed += got[static_cast<std::size_t>(e)] != x[static_cast<std::size_t>(e)];
+      CHECK(changed == 0);
+    }
+  }
+  // The backward is the adjoint (A R)^T = A R^T, so it is the gradient of <G, rope(x)>.
+  const Shape sh{4, 2, 2, 2, 6, 4};
+  const fvec inv_freq = inv_freq_of(sh.rot_dim, 100.0);
+  RopeDesc d = make_desc(sh, inv_freq);
+  d.amplitude = 0.75f;
+  Rand r(600);
+  const fvec x = r.uniform(qkv_size(sh), -2.0f, 2.0f), G = r.uniform(qkv_size(sh));
+  const dvec Gd = to_d(G);
+  const dvec want = fd_grad([&](const dvec& xx) { return dot(Gd, rope_ref(xx, d, 1.0)); }, to_d(x));
+  fvec got = G;
+  be().rope_backward(got.data(), kF32, d);
+  CHECK_ALLCLOSE(got, want, kFdAtol, kFdRtol);
+}
+
+TEST_CASE("rope with amplitude 1 is bit-identical to the plain rotation", "[rope][yarn]") {
+  const Shape sh{7, 3, 2, 4, 16, 12};
+  const fvec inv_freq = inv_freq_of(sh.rot_dim);
+  Rand r(700);
+  const fvec x = r.uniform(qkv_size(sh), -2.0f, 2.0f);
+  for (DType t : kTypes) {
+    INFO(ptdp::dtype_name(t));
+    RopeDesc d = make_desc(sh, inv_freq);
+    d.position_offset = 2000;
+    // The unscaled rotation written out: x1 c - x2 s and x2 c + x1 s in fp32, one rounding each.
+    const fvec xr = rounded(x, t);
+    fvec want = xr;
+    const int64_t half = sh.rot_dim / 2, slots = sh.q_per_group + 2;
+    for (int64_t tok = 0; tok < sh.s * sh.b; ++tok)
+      for (int64_t h = 0; h < sh.groups * slots; ++h) {
+        if (h % slots == slots - 1) continue;  // the value head
+        for (int64_t i = 0; i < half; ++i) {
+          const float angle = static_cast<float>(tok / sh.b + 2000) * inv_freq[static_cast<std::size_t>(i)];
+          const float c = static_cast<float>(std::cos(static_cast<double>(angle)));
+          const float sn = static_cast<float>(std::sin(static_cast<double>(angle)));
+          const std::size_t at = static_cast<std::size_t>((tok * sh.groups * slots + h) * sh.dh + i);
+          const float x1 = xr[at], x2 = xr[at + static_cast<std::size_t>(half)];
+          // volatile: each product rounded to fp32 even where the test is built with FMA.
+          const volatile float p1 = x1 * c, p2 = x2 * sn, p3 = x2 * c, p4 = x1 * sn;
+          want[at] = p1 - p2;
+          want[at + static_cast<std::size_t>(half)] = p3 + p4;
+        }
+      }
+    Stored got(xr, t);
+    be().rope_forward(got.data(), t, d);
+    CHECK_BITEQUAL(got.values(), rounded(want, t));
+  }
 }

@@ -81,7 +81,10 @@ CLASSES = {  # name: (config class, constructor arguments)
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 16}
-YARN = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32}
+# A RoPE type ptdp does not compute (YaRN it does since issue 40: the refusal names "attention_factor").
+DYNAMIC = {"rope_type": "dynamic", "factor": 2.0}
+YARN_WITH_ATTENTION_FACTOR = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 32,
+                              "attention_factor": 1.5}
 
 # Fields whose change makes another model: field -> (value, {companion fields set with it}).
 READ = {
@@ -190,8 +193,8 @@ INERT = {
 REFUSED = {
     "hidden_act": "gelu",
     "activation_function": "relu",
-    "rope_parameters": {"rope_theta": 10000.0, **YARN},
-    "rope_scaling": dict(YARN),
+    "rope_parameters": {"rope_theta": 10000.0, **YARN_WITH_ATTENTION_FACTOR},
+    "rope_scaling": dict(DYNAMIC),
     "partial_rotary_factor": 0.5,
     "router_jitter_noise": 0.1,
     "clip_qkv": 8.0,

@@ -39,6 +39,8 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
              only in rope_parameters: Llama with rope_theta 500000 (issue 39: it was imported with
              10000), Llama 3.1 scaling, Qwen2, Mistral: logits parity at t = 1 and t = 2
   roundtrip_v5  the round trip of transformers 5.25's files, byte for byte
+  yarn_v5    YaRN rope_parameters (Qwen2, Llama with mscale/mscale_all_dim and truncate false, and
+             transformers 4's rope_scaling spelling): logits parity at t = 1 and t = 2, round trips
   moe_parity, moe_roundtrip, moe_finetune, moe_generate
              Mixtral, Qwen2-MoE (a dense layer, the gated shared expert) and Qwen3-MoE (q/k norms)
              of transformers 5.25, whose save_pretrained writes the experts one by one as on the
@@ -556,6 +558,35 @@ def case_roundtrip_v5():
     ])
 
 
+# YaRN (issue 40): rope_parameters with rope_type "yarn" as transformers 5 writes them, and the
+# transformers 4 spelling rope_scaling {"type": "yarn"}; original_max_position_embeddings 1024 puts
+# the ramp between interpolation and extrapolation inside the 8 frequencies of the head dim 16.
+YARN_VARIANTS = [
+    ("yarn qwen2", "qwen2", dict(rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 1024})),
+    ("yarn llama mscale untruncated", "llama", dict(tie_word_embeddings=False, rope_parameters={
+        "rope_type": "yarn", "rope_theta": 500000.0, "factor": 8.0, "original_max_position_embeddings": 2048,
+        "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 0.9, "mscale_all_dim": 0.7, "truncate": False})),
+    ("yarn llama rope_scaling (transformers 4's spelling)", "llama", dict(rope_scaling={
+        "type": "yarn", "factor": 2.0, "original_max_position_embeddings": 1024})),
+]
+
+
+def case_yarn_v5():
+    """YaRN's frequencies and cos/sin amplitude: ptdp's logits equal transformers' at t = 1 and 2,
+    and the round trip gives transformers' files and config back."""
+    need_transformers()
+    tokens = tokens_for(97, 2, 32, 4)
+    for i, (name, kind, overrides) in enumerate(YARN_VARIANTS):
+        model = make(kind, seed=90 + i, **overrides)
+        check(model.model.rotary_emb.attention_scaling != 1.0,
+              f"{name}: transformers scales cos and sin ({model.model.rotary_emb.attention_scaling})")
+        path = save(model, os.path.join(WORK, name.replace(" ", "-")))
+        parity(name, path, hf_logits(model, tokens), tokens)
+    roundtrips([(name + " fp32", make(kind, seed=95 + i, **overrides), None, None, "fp32")
+                for i, (name, kind, overrides) in enumerate(YARN_VARIANTS)])
+
+
 MOE_KINDS = [("mixtral", dict()), ("qwen2_moe", dict(decoder_sparse_step=1, mlp_only_layers=[1])),
              ("qwen3_moe", dict(norm_topk_prob=True, head_dim=16))]
 
@@ -782,7 +813,7 @@ def case_moe_olmoe_generate():
 CASES = {"gpt2": case_gpt2, "llama": case_llama, "roundtrip": case_roundtrip, "layouts": case_layouts,
          "finetune": case_finetune, "generate": case_generate, "llama_v5": case_llama_v5,
          "roundtrip_v5": case_roundtrip_v5, "moe_parity": case_moe_parity, "moe_roundtrip": case_moe_roundtrip,
-         "moe_finetune": case_moe_finetune, "moe_generate": case_moe_generate}
+         "moe_finetune": case_moe_finetune, "moe_generate": case_moe_generate, "yarn_v5": case_yarn_v5}
 CASES.update({"moe_olmoe_parity": case_moe_olmoe_parity, "moe_olmoe_roundtrip": case_moe_olmoe_roundtrip,
               "moe_olmoe_finetune": case_moe_olmoe_finetune, "moe_olmoe_generate": case_moe_olmoe_generate})
 

@@ -1079,6 +1079,10 @@ r"""
     """
 PTDP_POSITION_EMBEDDING_NONE = _ptdp_ext.PTDP_POSITION_EMBEDDING_NONE
 r""" No position information at all."""
+PTDP_ROPE_TYPE_ROPE = _ptdp_ext.PTDP_ROPE_TYPE_ROPE
+r""" base^(-2i / d), with Llama 3.1's scaling where use_rope_scaling."""
+PTDP_ROPE_TYPE_YARN = _ptdp_ext.PTDP_ROPE_TYPE_YARN
+r""" YaRN's scaling, with Hugging Face's numbers (docs/deepseek.md)."""
 PTDP_MOE_SCORE_SOFTMAX = _ptdp_ext.PTDP_MOE_SCORE_SOFTMAX
 r"""
     A softmax of the router's logits (over the k selected ones, or
@@ -1322,6 +1326,35 @@ class ptdp_gpt_options(object):
                                                 projection (weight [query groups x head dim]), not
                                                 over each head (OLMo 2, OLMoE;
                                                 `--qk-layernorm-across-heads`). Default 0.
+    """)
+    rope_type = property(_ptdp_ext.ptdp_gpt_options_rope_type_get, _ptdp_ext.ptdp_gpt_options_rope_type_set, doc=r"""
+    `--rope-type`; ::PTDP_ROPE_TYPE_YARN needs
+                                                ::PTDP_POSITION_EMBEDDING_ROPE and not
+                                                use_rope_scaling. Default ::PTDP_ROPE_TYPE_ROPE.
+    """)
+    rotary_scaling_factor = property(_ptdp_ext.ptdp_gpt_options_rotary_scaling_factor_get, _ptdp_ext.ptdp_gpt_options_rotary_scaling_factor_set, doc=r"""
+    YaRN's factor (`--rotary-scaling-factor`), > 0;
+                                                0 (default) means 1.
+    """)
+    mscale = property(_ptdp_ext.ptdp_gpt_options_mscale_get, _ptdp_ext.ptdp_gpt_options_mscale_set, doc=r"""
+    YaRN's mscale (`--mscale`), > 0; other than 1 only
+                                                with mscale_all_dim. 0 (default) means 1.
+    """)
+    mscale_all_dim = property(_ptdp_ext.ptdp_gpt_options_mscale_all_dim_get, _ptdp_ext.ptdp_gpt_options_mscale_all_dim_set, doc=r"""
+    YaRN's mscale_all_dim (`--mscale-all-dim`), >= 0;
+                                                0 (default): unset.
+    """)
+    original_max_position_embeddings = property(_ptdp_ext.ptdp_gpt_options_original_max_position_embeddings_get, _ptdp_ext.ptdp_gpt_options_original_max_position_embeddings_set, doc=r"""
+    The context length the frequencies were
+                                                trained for (`--original-max-position-embeddings`);
+                                                0 (default) means 4096.
+    """)
+    beta_fast = property(_ptdp_ext.ptdp_gpt_options_beta_fast_get, _ptdp_ext.ptdp_gpt_options_beta_fast_set, doc=r""" `--beta-fast`, >= beta_slow; 0 (default) means 32.""")
+    beta_slow = property(_ptdp_ext.ptdp_gpt_options_beta_slow_get, _ptdp_ext.ptdp_gpt_options_beta_slow_set, doc=r""" `--beta-slow`, > 0; 0 (default) means 1.""")
+    yarn_no_round_to_int = property(_ptdp_ext.ptdp_gpt_options_yarn_no_round_to_int_get, _ptdp_ext.ptdp_gpt_options_yarn_no_round_to_int_set, doc=r"""
+    1: YaRN's correction range unrounded (Hugging Face's
+                                                truncate false,
+                                                `--no-yarn-correction-range-round-to-int`). Default 0.
     """)
 
     def __init__(self):

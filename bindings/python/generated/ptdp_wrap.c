@@ -3054,33 +3054,34 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_ptdp_preprocess_result swig_types[72]
 #define SWIGTYPE_p_ptdp_recompute swig_types[73]
 #define SWIGTYPE_p_ptdp_reduce_op swig_types[74]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[75]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[76]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[77]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[78]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[79]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[80]
-#define SWIGTYPE_p_ptdp_status swig_types[81]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[82]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[83]
-#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[84]
-#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[85]
-#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[86]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[87]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[88]
-#define SWIGTYPE_p_ptdp_trainer_impl swig_types[89]
-#define SWIGTYPE_p_ptdp_trainer_options swig_types[90]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[91]
-#define SWIGTYPE_p_short swig_types[92]
-#define SWIGTYPE_p_signed_char swig_types[93]
-#define SWIGTYPE_p_size_t swig_types[94]
-#define SWIGTYPE_p_unsigned_char swig_types[95]
-#define SWIGTYPE_p_unsigned_int swig_types[96]
-#define SWIGTYPE_p_unsigned_long swig_types[97]
-#define SWIGTYPE_p_unsigned_short swig_types[98]
-#define SWIGTYPE_p_void swig_types[99]
-static swig_type_info *swig_types[101];
-static swig_module_info swig_module = {swig_types, 100, 0, 0, 0, 0};
+#define SWIGTYPE_p_ptdp_rope_type swig_types[75]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[76]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[77]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[78]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[79]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[80]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[81]
+#define SWIGTYPE_p_ptdp_status swig_types[82]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[83]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[84]
+#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[85]
+#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[86]
+#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[87]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[88]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[89]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[90]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[91]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[92]
+#define SWIGTYPE_p_short swig_types[93]
+#define SWIGTYPE_p_signed_char swig_types[94]
+#define SWIGTYPE_p_size_t swig_types[95]
+#define SWIGTYPE_p_unsigned_char swig_types[96]
+#define SWIGTYPE_p_unsigned_int swig_types[97]
+#define SWIGTYPE_p_unsigned_long swig_types[98]
+#define SWIGTYPE_p_unsigned_short swig_types[99]
+#define SWIGTYPE_p_void swig_types[100]
+static swig_type_info *swig_types[102];
+static swig_module_info swig_module = {swig_types, 101, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -11396,6 +11397,484 @@ SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_layernorm_across_heads_get(PyObje
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (int32_t) ((arg1)->qk_layernorm_across_heads);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  ptdp_rope_type arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rope_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_type_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_rope_type", "ptdp_gpt_options_rope_type_set", "rope_type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_rope_type)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rope_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_rope_type result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rope_type_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_rope_type) ((arg1)->rope_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rotary_scaling_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_rotary_scaling_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rotary_scaling_factor_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_rotary_scaling_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rotary_scaling_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_rotary_scaling_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_rotary_scaling_factor_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rotary_scaling_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mscale_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_mscale_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mscale_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_mscale_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mscale = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mscale_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mscale_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->mscale);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mscale_all_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_mscale_all_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mscale_all_dim_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_mscale_all_dim_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mscale_all_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mscale_all_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mscale_all_dim_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->mscale_all_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_original_max_position_embeddings_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_original_max_position_embeddings_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_original_max_position_embeddings_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_original_max_position_embeddings_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->original_max_position_embeddings = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_original_max_position_embeddings_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_original_max_position_embeddings_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->original_max_position_embeddings);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_beta_fast_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_beta_fast_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_beta_fast_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_beta_fast_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->beta_fast = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_beta_fast_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_beta_fast_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->beta_fast);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_beta_slow_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_beta_slow_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_beta_slow_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_beta_slow_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->beta_slow = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_beta_slow_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_beta_slow_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->beta_slow);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_yarn_no_round_to_int_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_yarn_no_round_to_int_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_yarn_no_round_to_int_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_yarn_no_round_to_int_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->yarn_no_round_to_int = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_yarn_no_round_to_int_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_yarn_no_round_to_int_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->yarn_no_round_to_int);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
@@ -39692,6 +40171,64 @@ static PyMethodDef SwigMethods[] = {
 		"                                            over each head (OLMo 2, OLMoE;\n"
 		"                                            `--qk-layernorm-across-heads`). Default 0.\n"
 		""},
+	 { "ptdp_gpt_options_rope_type_set", _wrap_ptdp_gpt_options_rope_type_set, METH_VARARGS, "\n"
+		"`--rope-type`; ::PTDP_ROPE_TYPE_YARN needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE and not\n"
+		"                                            use_rope_scaling. Default ::PTDP_ROPE_TYPE_ROPE.\n"
+		""},
+	 { "ptdp_gpt_options_rope_type_get", _wrap_ptdp_gpt_options_rope_type_get, METH_O, "\n"
+		"`--rope-type`; ::PTDP_ROPE_TYPE_YARN needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE and not\n"
+		"                                            use_rope_scaling. Default ::PTDP_ROPE_TYPE_ROPE.\n"
+		""},
+	 { "ptdp_gpt_options_rotary_scaling_factor_set", _wrap_ptdp_gpt_options_rotary_scaling_factor_set, METH_VARARGS, "\n"
+		"YaRN's factor (`--rotary-scaling-factor`), > 0;\n"
+		"                                            0 (default) means 1.\n"
+		""},
+	 { "ptdp_gpt_options_rotary_scaling_factor_get", _wrap_ptdp_gpt_options_rotary_scaling_factor_get, METH_O, "\n"
+		"YaRN's factor (`--rotary-scaling-factor`), > 0;\n"
+		"                                            0 (default) means 1.\n"
+		""},
+	 { "ptdp_gpt_options_mscale_set", _wrap_ptdp_gpt_options_mscale_set, METH_VARARGS, "\n"
+		"YaRN's mscale (`--mscale`), > 0; other than 1 only\n"
+		"                                            with mscale_all_dim. 0 (default) means 1.\n"
+		""},
+	 { "ptdp_gpt_options_mscale_get", _wrap_ptdp_gpt_options_mscale_get, METH_O, "\n"
+		"YaRN's mscale (`--mscale`), > 0; other than 1 only\n"
+		"                                            with mscale_all_dim. 0 (default) means 1.\n"
+		""},
+	 { "ptdp_gpt_options_mscale_all_dim_set", _wrap_ptdp_gpt_options_mscale_all_dim_set, METH_VARARGS, "\n"
+		"YaRN's mscale_all_dim (`--mscale-all-dim`), >= 0;\n"
+		"                                            0 (default): unset.\n"
+		""},
+	 { "ptdp_gpt_options_mscale_all_dim_get", _wrap_ptdp_gpt_options_mscale_all_dim_get, METH_O, "\n"
+		"YaRN's mscale_all_dim (`--mscale-all-dim`), >= 0;\n"
+		"                                            0 (default): unset.\n"
+		""},
+	 { "ptdp_gpt_options_original_max_position_embeddings_set", _wrap_ptdp_gpt_options_original_max_position_embeddings_set, METH_VARARGS, "\n"
+		"The context length the frequencies were\n"
+		"                                            trained for (`--original-max-position-embeddings`);\n"
+		"                                            0 (default) means 4096.\n"
+		""},
+	 { "ptdp_gpt_options_original_max_position_embeddings_get", _wrap_ptdp_gpt_options_original_max_position_embeddings_get, METH_O, "\n"
+		"The context length the frequencies were\n"
+		"                                            trained for (`--original-max-position-embeddings`);\n"
+		"                                            0 (default) means 4096.\n"
+		""},
+	 { "ptdp_gpt_options_beta_fast_set", _wrap_ptdp_gpt_options_beta_fast_set, METH_VARARGS, " `--beta-fast`, >= beta_slow; 0 (default) means 32."},
+	 { "ptdp_gpt_options_beta_fast_get", _wrap_ptdp_gpt_options_beta_fast_get, METH_O, " `--beta-fast`, >= beta_slow; 0 (default) means 32."},
+	 { "ptdp_gpt_options_beta_slow_set", _wrap_ptdp_gpt_options_beta_slow_set, METH_VARARGS, " `--beta-slow`, > 0; 0 (default) means 1."},
+	 { "ptdp_gpt_options_beta_slow_get", _wrap_ptdp_gpt_options_beta_slow_get, METH_O, " `--beta-slow`, > 0; 0 (default) means 1."},
+	 { "ptdp_gpt_options_yarn_no_round_to_int_set", _wrap_ptdp_gpt_options_yarn_no_round_to_int_set, METH_VARARGS, "\n"
+		"1: YaRN's correction range unrounded (Hugging Face's\n"
+		"                                            truncate false,\n"
+		"                                            `--no-yarn-correction-range-round-to-int`). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_yarn_no_round_to_int_get", _wrap_ptdp_gpt_options_yarn_no_round_to_int_get, METH_O, "\n"
+		"1: YaRN's correction range unrounded (Hugging Face's\n"
+		"                                            truncate false,\n"
+		"                                            `--no-yarn-correction-range-round-to-int`). Default 0.\n"
+		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},
 	 { "ptdp_gpt_options_swigregister", ptdp_gpt_options_swigregister, METH_O, NULL},
@@ -42824,6 +43361,7 @@ static swig_type_info _swigt__p_ptdp_preprocess_options = {"_p_ptdp_preprocess_o
 static swig_type_info _swigt__p_ptdp_preprocess_result = {"_p_ptdp_preprocess_result", "ptdp_preprocess_result *|struct ptdp_preprocess_result *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_recompute = {"_p_ptdp_recompute", "ptdp_recompute *|enum ptdp_recompute *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_reduce_op = {"_p_ptdp_reduce_op", "ptdp_reduce_op *|enum ptdp_reduce_op *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_rope_type = {"_p_ptdp_rope_type", "ptdp_rope_type *|enum ptdp_rope_type *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_runtime_impl = {"_p_ptdp_runtime_impl", "ptdp_runtime|struct ptdp_runtime_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_runtime_options = {"_p_ptdp_runtime_options", "ptdp_runtime_options *|struct ptdp_runtime_options *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_schedule_costs = {"_p_ptdp_schedule_costs", "ptdp_schedule_costs *|struct ptdp_schedule_costs *", 0, 0, (void*)0, 0};
@@ -42926,6 +43464,7 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_preprocess_result,
   &_swigt__p_ptdp_recompute,
   &_swigt__p_ptdp_reduce_op,
+  &_swigt__p_ptdp_rope_type,
   &_swigt__p_ptdp_runtime_impl,
   &_swigt__p_ptdp_runtime_options,
   &_swigt__p_ptdp_schedule_costs,
@@ -43028,6 +43567,7 @@ static swig_cast_info _swigc__p_ptdp_preprocess_options[] = {  {&_swigt__p_ptdp_
 static swig_cast_info _swigc__p_ptdp_preprocess_result[] = {  {&_swigt__p_ptdp_preprocess_result, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_recompute[] = {  {&_swigt__p_ptdp_recompute, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_reduce_op[] = {  {&_swigt__p_ptdp_reduce_op, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_rope_type[] = {  {&_swigt__p_ptdp_rope_type, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_runtime_impl[] = {  {&_swigt__p_ptdp_runtime_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_runtime_options[] = {  {&_swigt__p_ptdp_runtime_options, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_schedule_costs[] = {  {&_swigt__p_ptdp_schedule_costs, 0, 0, 0},{0, 0, 0, 0}};
@@ -43130,6 +43670,7 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_preprocess_result,
   _swigc__p_ptdp_recompute,
   _swigc__p_ptdp_reduce_op,
+  _swigc__p_ptdp_rope_type,
   _swigc__p_ptdp_runtime_impl,
   _swigc__p_ptdp_runtime_options,
   _swigc__p_ptdp_schedule_costs,
@@ -43678,6 +44219,8 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE)));
   SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_ROPE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_ROPE)));
   SWIG_Python_SetConstant(d, "PTDP_POSITION_EMBEDDING_NONE",SWIG_From_int((int)(PTDP_POSITION_EMBEDDING_NONE)));
+  SWIG_Python_SetConstant(d, "PTDP_ROPE_TYPE_ROPE",SWIG_From_int((int)(PTDP_ROPE_TYPE_ROPE)));
+  SWIG_Python_SetConstant(d, "PTDP_ROPE_TYPE_YARN",SWIG_From_int((int)(PTDP_ROPE_TYPE_YARN)));
   SWIG_Python_SetConstant(d, "PTDP_MOE_SCORE_SOFTMAX",SWIG_From_int((int)(PTDP_MOE_SCORE_SOFTMAX)));
   SWIG_Python_SetConstant(d, "PTDP_MOE_SCORE_SIGMOID",SWIG_From_int((int)(PTDP_MOE_SCORE_SIGMOID)));
   SWIG_Python_SetConstant(d, "PTDP_MOE_BALANCING_AUX_LOSS",SWIG_From_int((int)(PTDP_MOE_BALANCING_AUX_LOSS)));

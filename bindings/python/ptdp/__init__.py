@@ -68,8 +68,8 @@ from .hf import HFArchitecture, hf_architecture, hf_load, hf_read_options, hf_sa
 from .layers import (Layer, column_parallel_linear, row_parallel_linear, vocab_parallel_cross_entropy,
                      vocab_parallel_embedding)
 from .model import (IGNORE_INDEX, Attention, EodFlags, Model, MoeDispatcher, MoeDropPolicy, MoeLoadBalancing,
-                    MoeScoreFunction, Normalization, ParamInfo, PositionEmbedding, Recompute, eod_masks, model_presets,
-                    preset_options)
+                    MoeScoreFunction, Normalization, ParamInfo, PositionEmbedding, Recompute, RopeType, eod_masks,
+                    model_presets, preset_options)
 from .pipeline import Stage, pipeline_run
 from .preprocessing import PreprocessResult, merge_datasets, merge_datasets_main, preprocess, preprocess_main
 from .runtime import (ChunkPlacement, Feature, GroupKind, Groups, P2PKind, ReduceOp, Runtime, Work, flight_analyze,

@@ -30,6 +30,8 @@ Normalization = make_enum("Normalization", "ptdp_normalization", "PTDP_NORMALIZA
 PositionEmbedding = make_enum("PositionEmbedding", "ptdp_position_embedding", "PTDP_POSITION_EMBEDDING_",
                               "How positions enter the model (ptdp_position_embedding, "
                               "``--position-embedding-type``): LEARNED_ABSOLUTE, ROPE or NONE.")
+RopeType = make_enum("RopeType", "ptdp_rope_type", "PTDP_ROPE_TYPE_",
+                     "How RoPE's frequencies are made (ptdp_rope_type, ``--rope-type``): ROPE or YARN.")
 
 MoeScoreFunction = make_enum("MoeScoreFunction", "ptdp_moe_score_function", "PTDP_MOE_SCORE_",
                              "The MoE router's score function (ptdp_moe_score_function, "
@@ -163,7 +165,9 @@ class Model(Handle):
     ``position_embedding_type=PositionEmbedding.ROPE``, ``rotary_base``, ``num_query_groups``,
     ``kv_channels``, ``disable_bias_linear=1``, ``add_qkv_bias``, ``qk_layernorm`` (and
     ``qk_layernorm_across_heads=1``, OLMoE's norms over the whole projections),
-    ``use_rope_scaling`` and the rope factors, and mixture of experts: ``num_experts``,
+    ``use_rope_scaling`` and the rope factors, YaRN (``rope_type="yarn"``, ``rotary_scaling_factor``,
+    ``mscale``, ``mscale_all_dim``, ``original_max_position_embeddings``, ``beta_fast``, ``beta_slow``;
+    docs/deepseek.md), and mixture of experts: ``num_experts``,
     ``moe_router_topk``, ``moe_ffn_hidden_size``, ``moe_layer_freq`` ("2" or Megatron's list
     pattern "[1,0,1]"), ``moe_router_score_function="sigmoid"``, ``moe_aux_loss_coeff``, ...
     (docs/moe.md). Enum fields take names: ``normalization="rmsnorm"``,

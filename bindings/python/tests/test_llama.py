@@ -66,6 +66,24 @@ def test_llama_flags_give_the_same_model(groups):
         np.testing.assert_array_equal(a.get_param(name), b.get_param(name))  # same seed, same shapes
 
 
+def test_yarn_from_fields_and_flags(groups):
+    yarn = dict(LLAMA, rope_type="yarn", rotary_scaling_factor=4.0, original_max_position_embeddings=8)
+    flags = ("--num-layers 2 --hidden-size 32 --num-attention-heads 4 --ffn-hidden-size 48 --seq-length 16 "
+             "--vocab-size 64 --make-vocab-size-divisible-by 32 --hidden-dropout 0 --attention-dropout 0 --seed 11 "
+             "--normalization RMSNorm --norm-epsilon 1e-6 --swiglu --position-embedding-type rope "
+             "--rotary-base 500000 --group-query-attention --num-query-groups 2 --disable-bias-linear "
+             "--untie-embeddings-and-output-weights --rope-type yarn --rotary-scaling-factor 4 "
+             "--original-max-position-embeddings 8")
+    with ptdp.TrainConfig(flags) as config:
+        gpt = config.gpt_options()
+    assert gpt["rope_type"] == ptdp.RopeType.YARN and gpt["rotary_scaling_factor"] == 4.0
+    tokens, _ = batch(2, 16, 64)
+    with ptdp.Model(groups, gpt) as a, ptdp.Model(groups, **yarn) as b, ptdp.Model(groups, **LLAMA) as plain:
+        assert b.get_options()["beta_fast"] == 32.0  # Megatron's default, resolved
+        np.testing.assert_array_equal(a.logits(tokens), b.logits(tokens))
+        assert not np.array_equal(a.logits(tokens), plain.logits(tokens))  # the same weights, YaRN's positions
+
+
 def test_presets_are_listed_and_fill_the_options(groups):
     names = ptdp.model_presets()
     assert "llama-3.2-1b" in names and "gpt2-124m" in names

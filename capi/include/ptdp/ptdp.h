@@ -1082,6 +1082,12 @@ typedef enum ptdp_position_embedding PTDP_ENUM_INT {
   PTDP_POSITION_EMBEDDING_NONE = 2              /**< No position information at all. */
 } ptdp_position_embedding;
 
+/** How RoPE's frequencies are made (Megatron's `--rope-type`; ptdp_gpt_options::rope_type). */
+typedef enum ptdp_rope_type PTDP_ENUM_INT {
+  PTDP_ROPE_TYPE_ROPE = 0, /**< base^(-2i / d), with Llama 3.1's scaling where use_rope_scaling. */
+  PTDP_ROPE_TYPE_YARN = 1  /**< YaRN's scaling, with Hugging Face's numbers (docs/deepseek.md). */
+} ptdp_rope_type;
+
 /** The router's score function (Megatron's `--moe-router-score-function`;
  *  ptdp_gpt_options::moe_router_score_function). */
 typedef enum ptdp_moe_score_function PTDP_ENUM_INT {
@@ -1258,6 +1264,26 @@ typedef struct ptdp_gpt_options {
                                              projection (weight [query groups x head dim]), not
                                              over each head (OLMo 2, OLMoE;
                                              `--qk-layernorm-across-heads`). Default 0. */
+  /* Added after 0.3.0: YaRN (Megatron-Core's MLA flags, for every RoPE model; docs/deepseek.md).
+   * Each field's 0, what a program built against an older header passes, means Megatron's
+   * default: plain RoPE. */
+  ptdp_rope_type rope_type;             /**< `--rope-type`; ::PTDP_ROPE_TYPE_YARN needs
+                                             ::PTDP_POSITION_EMBEDDING_ROPE and not
+                                             use_rope_scaling. Default ::PTDP_ROPE_TYPE_ROPE. */
+  float rotary_scaling_factor;          /**< YaRN's factor (`--rotary-scaling-factor`), > 0;
+                                             0 (default) means 1. */
+  float mscale;                         /**< YaRN's mscale (`--mscale`), > 0; other than 1 only
+                                             with mscale_all_dim. 0 (default) means 1. */
+  float mscale_all_dim;                 /**< YaRN's mscale_all_dim (`--mscale-all-dim`), >= 0;
+                                             0 (default): unset. */
+  int32_t original_max_position_embeddings; /**< The context length the frequencies were
+                                             trained for (`--original-max-position-embeddings`);
+                                             0 (default) means 4096. */
+  float beta_fast;                      /**< `--beta-fast`, >= beta_slow; 0 (default) means 32. */
+  float beta_slow;                      /**< `--beta-slow`, > 0; 0 (default) means 1. */
+  int32_t yarn_no_round_to_int;         /**< 1: YaRN's correction range unrounded (Hugging Face's
+                                             truncate false,
+                                             `--no-yarn-correction-range-round-to-int`). Default 0. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */

@@ -461,6 +461,11 @@ const PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE = ptdp_position_embedding(0)
 const PTDP_POSITION_EMBEDDING_ROPE = ptdp_position_embedding(1)
 const PTDP_POSITION_EMBEDDING_NONE = ptdp_position_embedding(2)
 
+# How RoPE's frequencies are made (Megatron's `--rope-type`; ptdp_gpt_options::rope_type).
+const ptdp_rope_type = Cint
+const PTDP_ROPE_TYPE_ROPE = ptdp_rope_type(0)
+const PTDP_ROPE_TYPE_YARN = ptdp_rope_type(1)
+
 # The router's score function (Megatron's `--moe-router-score-function`;
 # ptdp_gpt_options::moe_router_score_function).
 const ptdp_moe_score_function = Cint
@@ -544,6 +549,14 @@ struct ptdp_gpt_options
     moe_token_dispatcher_type::ptdp_moe_dispatcher
     moe_layer_recompute::Int32
     qk_layernorm_across_heads::Int32
+    rope_type::ptdp_rope_type
+    rotary_scaling_factor::Cfloat
+    mscale::Cfloat
+    mscale_all_dim::Cfloat
+    original_max_position_embeddings::Int32
+    beta_fast::Cfloat
+    beta_slow::Cfloat
+    yarn_no_round_to_int::Int32
 end
 
 mutable struct ptdp_model_impl end

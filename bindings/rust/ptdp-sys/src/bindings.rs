@@ -172,6 +172,11 @@ pub const PTDP_POSITION_EMBEDDING_LEARNED_ABSOLUTE: ptdp_position_embedding = 0;
 pub const PTDP_POSITION_EMBEDDING_ROPE: ptdp_position_embedding = 1;
 pub const PTDP_POSITION_EMBEDDING_NONE: ptdp_position_embedding = 2;
 
+/// How RoPE's frequencies are made (Megatron's `--rope-type`; ptdp_gpt_options::rope_type).
+pub type ptdp_rope_type = i32;
+pub const PTDP_ROPE_TYPE_ROPE: ptdp_rope_type = 0;
+pub const PTDP_ROPE_TYPE_YARN: ptdp_rope_type = 1;
+
 /// The router's score function (Megatron's `--moe-router-score-function`;
 /// ptdp_gpt_options::moe_router_score_function).
 pub type ptdp_moe_score_function = i32;
@@ -257,6 +262,14 @@ pub struct ptdp_gpt_options {
     pub moe_token_dispatcher_type: ptdp_moe_dispatcher,
     pub moe_layer_recompute: i32,
     pub qk_layernorm_across_heads: i32,
+    pub rope_type: ptdp_rope_type,
+    pub rotary_scaling_factor: f32,
+    pub mscale: f32,
+    pub mscale_all_dim: f32,
+    pub original_max_position_embeddings: i32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    pub yarn_no_round_to_int: i32,
 }
 
 #[repr(C)]
