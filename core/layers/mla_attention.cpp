@@ -285,11 +285,11 @@ Tensor MlaAttention::backward_input(const Tensor& dy, const Step& step) {
 
 Tensor MlaAttention::decode(const Tensor& x, KvCache& cache, const Step& step) {
   PTDP_CHECK_ARG(step.decoding, spec_.owner + ": decode() needs a decoding step (Step::decoding)");
-  Tensor q, kv, ckv, c;
-  project(x, step, q, kv, ckv, c);
-  const int64_t n = rows_of(kv, heads_ * (dn_ + dv_), "MLA kv"), start = cache.length, sk = start + n;
+  const int64_t n = rows_of(x, cfg_.hidden_size, "MLA input"), start = cache.length, sk = start + n;
   PTDP_CHECK_ARG(sk <= cache.capacity, "key/value cache: " + std::to_string(start) + " cached + " + std::to_string(n) +
                                            " new tokens exceed its capacity " + std::to_string(cache.capacity));
+  Tensor q, kv, ckv, c;
+  project(x, step, q, kv, ckv, c);
   const Tensor qkv = assemble(q, kv, ckv, n);  // [n, a/t*3*dq]
   Backend& be = qkv.backend();
   const DType t = qkv.dtype();
