@@ -257,6 +257,36 @@ void yarn_fields_to_c(const LayerConfig& c, ptdp_gpt_options& o) {
   o.yarn_no_round_to_int = c.yarn.truncate ? 0 : 1;
 }
 
+// The multi-latent attention fields: 0 means Megatron's default (q_lora_rank 0: no query
+// compression), so a zero tail is a model without MLA.
+void mla_fields_to_core(const ptdp_gpt_options& o, GptConfig& c) {
+  require_flag(o.multi_latent_attention, "multi_latent_attention");
+  for (const auto& [v, name] : {std::pair{o.q_lora_rank, "q_lora_rank"}, std::pair{o.kv_lora_rank, "kv_lora_rank"},
+                                std::pair{o.qk_head_dim, "qk_head_dim"},
+                                std::pair{o.qk_pos_emb_head_dim, "qk_pos_emb_head_dim"},
+                                std::pair{o.v_head_dim, "v_head_dim"}}) {
+    require_field(v >= 0, name, v, "must be >= 0 (0: Megatron's default)");
+  }
+  const LayerConfig d;
+  c.multi_latent_attention = o.multi_latent_attention == 1;
+  c.q_lora_rank = o.q_lora_rank;
+  c.kv_lora_rank = o.kv_lora_rank != 0 ? o.kv_lora_rank : d.kv_lora_rank;
+  c.qk_head_dim = o.qk_head_dim != 0 ? o.qk_head_dim : d.qk_head_dim;
+  c.qk_pos_emb_head_dim = o.qk_pos_emb_head_dim != 0 ? o.qk_pos_emb_head_dim : d.qk_pos_emb_head_dim;
+  c.v_head_dim = o.v_head_dim != 0 ? o.v_head_dim : d.v_head_dim;
+}
+
+/// The MLA fields of `c`: its sizes resolved with MLA, all zero without (they do not apply).
+void mla_fields_to_c(const LayerConfig& c, ptdp_gpt_options& o) {
+  if (!c.multi_latent_attention) return;
+  o.multi_latent_attention = 1;
+  o.q_lora_rank = c.q_lora_rank;
+  o.kv_lora_rank = c.kv_lora_rank;
+  o.qk_head_dim = c.qk_head_dim;
+  o.qk_pos_emb_head_dim = c.qk_pos_emb_head_dim;
+  o.v_head_dim = c.v_head_dim;
+}
+
 /// The C options of `c` with every byte defined (padding zero), so that two can be compared.
 ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP_DEVICE_CPU) {
   ptdp_gpt_options o;
@@ -284,6 +314,7 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   o.qk_layernorm_across_heads = c.qk_layernorm_across_heads ? 1 : 0;
   moe_fields_to_c(c, o);
   yarn_fields_to_c(c, o);
+  mla_fields_to_c(c, o);
   return o;
 }
 
@@ -318,7 +349,10 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(rope_type),        PTDP_FIELD(rotary_scaling_factor),
     PTDP_FIELD(mscale),           PTDP_FIELD(mscale_all_dim),
     PTDP_FIELD(original_max_position_embeddings), PTDP_FIELD(beta_fast),
-    PTDP_FIELD(beta_slow),        PTDP_FIELD(yarn_no_round_to_int)};
+    PTDP_FIELD(beta_slow),        PTDP_FIELD(yarn_no_round_to_int),
+    PTDP_FIELD(multi_latent_attention), PTDP_FIELD(q_lora_rank),
+    PTDP_FIELD(kv_lora_rank),     PTDP_FIELD(qk_head_dim),
+    PTDP_FIELD(qk_pos_emb_head_dim), PTDP_FIELD(v_head_dim)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -370,6 +404,7 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
   c.qk_layernorm_across_heads = o.qk_layernorm_across_heads == 1;
   moe_fields_to_core(o, c);
   yarn_fields_to_core(o, c);
+  mla_fields_to_core(o, c);
   return c;
 }
 

@@ -158,6 +158,27 @@ Flag choice(std::string name, Group group, std::string help, E TrainArgs::*field
   return f;
 }
 
+/// The multi-latent attention flags (Megatron-Core's names and defaults).
+void add_mla_flags(std::vector<Flag>& v) {
+  using G = Group;
+  v.push_back(boolean("multi-latent-attention", G::Model,
+                      "Multi-latent attention (DeepSeek-V2/V3): low-rank query and key/value projections with a "
+                      "decoupled RoPE part; needs --position-embedding-type rope, not --group-query-attention. "
+                      "With --qk-layernorm the latents are normalised (q_layernorm, kv_layernorm).",
+                      &TrainArgs::multi_latent_attention));
+  v.push_back(optional_integer("q-lora-rank", G::Model,
+                               "Rank of the query's low-rank projection (linear_q_down_proj, linear_q_up_proj).",
+                               &TrainArgs::q_lora_rank, kPositive, "no query compression: linear_q_proj"));
+  v.push_back(integer("kv-lora-rank", G::Model, "Rank of the keys' and values' low-rank projection.",
+                      &TrainArgs::kv_lora_rank, kPositive));
+  v.push_back(integer("qk-head-dim", G::Model, "Each query and key head's dims without RoPE.",
+                      &TrainArgs::qk_head_dim, kPositive));
+  v.push_back(integer("qk-pos-emb-head-dim", G::Model,
+                      "Each query and key head's RoPE dims (one RoPE key shared by all heads).",
+                      &TrainArgs::qk_pos_emb_head_dim, kPositive));
+  v.push_back(integer("v-head-dim", G::Model, "Each value head's dims.", &TrainArgs::v_head_dim, kPositive));
+}
+
 /// The MoE flags (Megatron-Core's "moe" argument group).
 void add_moe_flags(std::vector<Flag>& v) {
   using G = Group;
@@ -486,6 +507,7 @@ std::vector<Flag> make_flags() {
                       "(OLMo 2, OLMoE).",
                       &TrainArgs::qk_layernorm_across_heads));
   add_moe_flags(v);
+  add_mla_flags(v);
   // Parallelism.
   v.push_back(integer("tensor-model-parallel-size", G::Parallel, "Tensor-parallel size t.",
                       &TrainArgs::tensor_model_parallel_size, kPositive));
@@ -822,6 +844,14 @@ void apply_model_preset(TrainArgs& a) {
   a.add_qkv_bias = c.add_qkv_bias;
   a.qk_layernorm = c.qk_layernorm;
   a.qk_layernorm_across_heads = c.qk_layernorm_across_heads;
+  a.multi_latent_attention = c.multi_latent_attention;
+  if (c.multi_latent_attention) {
+    a.q_lora_rank = c.q_lora_rank > 0 ? std::optional<int>(c.q_lora_rank) : std::nullopt;
+    a.kv_lora_rank = c.kv_lora_rank;
+    a.qk_head_dim = c.qk_head_dim;
+    a.qk_pos_emb_head_dim = c.qk_pos_emb_head_dim;
+    a.v_head_dim = c.v_head_dim;
+  }
   const MoeConfig& m = c.moe;
   if (!m.enabled()) return;
   a.num_experts = m.num_experts;
@@ -865,6 +895,33 @@ void validate_yarn_args(const TrainArgs& a) {
                  "0.1 mscale ln(factor) + 1 and Hugging Face ignores mscale"));
   }
   if (a.beta_fast < a.beta_slow) fail(str_cat(value("beta-fast"), " is below ", value("beta-slow")));
+}
+
+/// The multi-latent attention flags against the others (Megatron's refusals, naming the flags).
+void check_mla(const TrainArgs& a) {
+  const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
+  if (!a.multi_latent_attention) {
+    const TrainArgs d;
+    for (const char* name : {"q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim"}) {
+      if (flag_value_text(a, name) != flag_value_text(d, name))
+        fail(str_cat(value(name), " is read only with --multi-latent-attention"));
+    }
+    return;
+  }
+  if (a.group_query_attention) {
+    fail("--group-query-attention is mutually exclusive with --multi-latent-attention (Megatron's refusal): MLA is "
+         "multi-head attention over its latents");
+  }
+  if (a.position_embedding_type != PositionEmbedding::Rope) {
+    fail(str_cat("--multi-latent-attention needs --position-embedding-type rope (its decoupled RoPE part is the only "
+                 "position signal); got ", value("position-embedding-type")));
+  }
+  if (a.qk_layernorm_across_heads) fail("--qk-layernorm-across-heads does not apply to --multi-latent-attention");
+  if (a.add_qkv_bias) fail("--add-qkv-bias does not apply to --multi-latent-attention (it has no linear_qkv)");
+  if (a.v_head_dim > a.qk_head_dim + a.qk_pos_emb_head_dim) {
+    fail(str_cat(value("v-head-dim"), " exceeds ", value("qk-head-dim"), " + ", value("qk-pos-emb-head-dim"),
+                 ": the core attention pads the value heads to the query/key head dim"));
+  }
 }
 
 /// The MoE flags against each other and the layout, naming them (Megatron's refusals of
@@ -990,7 +1047,8 @@ void check_together(const TrainArgs& a) {
                  " is only used with --group-query-attention (as in Megatron); add --group-query-attention, or "
                  "leave --num-query-groups out for multi-head attention"));
   }
-  if (!a.kv_channels && a.hidden_size % a.num_attention_heads != 0) {
+  check_mla(a);
+  if (!a.kv_channels && !a.multi_latent_attention && a.hidden_size % a.num_attention_heads != 0) {
     fail(str_cat(value("num-attention-heads"), " does not divide ", value("hidden-size"),
                  " (or give the head dim with --kv-channels)"));
   }
@@ -1052,7 +1110,8 @@ void check_together(const TrainArgs& a) {
     const int rotated = model.rotary_dim();
     if (rotated < 2 || rotated % 2 != 0) {
       const std::string head_dim =
-          a.kv_channels ? value("kv-channels")
+          a.multi_latent_attention ? value("qk-pos-emb-head-dim")
+          : a.kv_channels          ? value("kv-channels")
                         : str_cat("head dim ", std::to_string(model.head_dim()), " (--hidden-size ",
                                   std::to_string(a.hidden_size), " / --num-attention-heads ",
                                   std::to_string(a.num_attention_heads), ")");
@@ -1487,6 +1546,12 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   c.add_qkv_bias = args.add_qkv_bias;
   c.qk_layernorm = args.qk_layernorm;
   c.qk_layernorm_across_heads = args.qk_layernorm_across_heads;
+  c.multi_latent_attention = args.multi_latent_attention;
+  c.q_lora_rank = args.q_lora_rank.value_or(0);
+  c.kv_lora_rank = args.kv_lora_rank;
+  c.qk_head_dim = args.qk_head_dim;
+  c.qk_pos_emb_head_dim = args.qk_pos_emb_head_dim;
+  c.v_head_dim = args.v_head_dim;
   MoeConfig& m = c.moe;
   m.num_experts = args.num_experts;
   if (m.num_experts > 0) m.layer_pattern = parse_moe_layer_freq(args.moe_layer_freq, args.num_layers);

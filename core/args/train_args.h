@@ -202,6 +202,14 @@ struct TrainArgs {
   /// relaunching it from the latest checkpoint of --save up to N times (core/train/supervisor.h).
   int max_restarts = 0;
   std::string launcher;  ///< --launcher: the supervised job's launcher command ("mpiexec -n 8")
+
+  // Multi-latent attention (Megatron-Core's --multi-latent-attention group; docs/deepseek.md).
+  bool multi_latent_attention = false;
+  std::optional<int> q_lora_rank;  ///< unset (Megatron's None): no query compression, linear_q_proj
+  int kv_lora_rank = 32;
+  int qk_head_dim = 128;
+  int qk_pos_emb_head_dim = 64;
+  int v_head_dim = 128;
 };
 
 /// Parses a command line (without the program name): `--flag value`, `--flag=value`, boolean

@@ -101,6 +101,11 @@ nlohmann::json config_to_json(const GptConfig& c) {
                  {"beta_slow", c.yarn.beta_slow},
                  {"truncate", c.yarn.truncate}};
   }
+  if (c.multi_latent_attention) {  // only when set, as "moe"
+    j["mla"] = {{"q_lora_rank", c.q_lora_rank},       {"kv_lora_rank", c.kv_lora_rank},
+                {"qk_head_dim", c.qk_head_dim},       {"qk_pos_emb_head_dim", c.qk_pos_emb_head_dim},
+                {"v_head_dim", c.v_head_dim}};
+  }
   return j;
 }
 
@@ -226,6 +231,18 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.qk_layernorm_across_heads = j.value("qk_layernorm_across_heads", false);
     if (j.contains("moe")) moe_from_json(j.at("moe"), c, source);
     if (j.contains("yarn")) yarn_from_json(j.at("yarn"), c, source);
+    if (j.contains("mla")) {  // multi-latent attention (absent: none)
+      const nlohmann::json& m = j.at("mla");
+      const auto mla = [&](const char* key) {
+        return jr::integer<int>(m.at(key), str_cat(source, ": \"model\" entry: \"mla\": \"", key, "\""));
+      };
+      c.multi_latent_attention = true;
+      c.q_lora_rank = mla("q_lora_rank");
+      c.kv_lora_rank = mla("kv_lora_rank");
+      c.qk_head_dim = mla("qk_head_dim");
+      c.qk_pos_emb_head_dim = mla("qk_pos_emb_head_dim");
+      c.v_head_dim = mla("v_head_dim");
+    }
     return c;
   } catch (const nlohmann::json::exception& e) {
     std::string msg = source;
@@ -234,6 +251,9 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     throw_error(ErrorCode::Io, msg);
   }
 }
+
+// An MLA size of `c` as the checkpoint's tensors depend on it: 0 without MLA.
+int64_t mla_size(const GptConfig& c, int v) { return c.multi_latent_attention ? v : 0; }
 
 // The fields a checkpoint's tensors depend on; the others (dropout, seed, recomputation,
 // vocabulary padding) may change between runs.
@@ -268,6 +288,15 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
        {saved.moe.shared_expert_gate, model.moe.shared_expert_gate}},
       {"moe_router_enable_expert_bias (--moe-router-enable-expert-bias)",
        {saved.moe.enable_expert_bias, model.moe.enable_expert_bias}},
+      // Multi-latent attention's shapes (0 without it).
+      {"multi_latent_attention (--multi-latent-attention)",
+       {saved.multi_latent_attention, model.multi_latent_attention}},
+      {"q_lora_rank (--q-lora-rank)", {mla_size(saved, saved.q_lora_rank), mla_size(model, model.q_lora_rank)}},
+      {"kv_lora_rank (--kv-lora-rank)", {mla_size(saved, saved.kv_lora_rank), mla_size(model, model.kv_lora_rank)}},
+      {"qk_head_dim (--qk-head-dim)", {mla_size(saved, saved.qk_head_dim), mla_size(model, model.qk_head_dim)}},
+      {"qk_pos_emb_head_dim (--qk-pos-emb-head-dim)",
+       {mla_size(saved, saved.qk_pos_emb_head_dim), mla_size(model, model.qk_pos_emb_head_dim)}},
+      {"v_head_dim (--v-head-dim)", {mla_size(saved, saved.v_head_dim), mla_size(model, model.v_head_dim)}},
   };
   // Which layers are MoE ones (--moe-layer-freq): an empty pattern is every layer.
   for (int i = 0; i < model.num_layers && saved.moe.enabled() && model.moe.enabled(); ++i) {

@@ -64,8 +64,22 @@ struct TokenPositions {
   }
 };
 
+/// What a transformer layer asks of its attention: SelfAttention (linear_qkv) or MlaAttention
+/// (multi-latent attention, core/layers/mla_attention.h). The shapes are SelfAttention's.
+class AttentionLayer {
+ public:
+  virtual ~AttentionLayer() = default;
+  virtual Tensor forward(const Tensor& x, const Step& step) = 0;
+  virtual Tensor backward_input(const Tensor& dy, const Step& step) = 0;
+  virtual void backward_weight(const Step& step) = 0;
+  virtual void release(const Step& step) = 0;
+  virtual Tensor decode(const Tensor& x, KvCache& cache, const Step& step) = 0;
+  virtual Tensor output_bias() const = 0;
+  virtual const CoreAttention& core_attention() const = 0;
+};
+
 /// Megatron-Core's SelfAttention: q/k/v production, one core attention, the output projection.
-class SelfAttention {
+class SelfAttention : public AttentionLayer {
  public:
   /// Declares the parameters "<prefix>.linear_qkv.*", "<prefix>.linear_proj.*" (and with
   /// --qk-layernorm "<prefix>.q_layernorm.*", "<prefix>.k_layernorm.*") and picks the core
@@ -77,24 +91,24 @@ class SelfAttention {
 
   /// x [s/c*b, h] (normalised; [s/c*b/t, h] under sequence parallelism) -> the output
   /// projection, x's shape, without its bias (output_bias()). Not for a decoding step.
-  Tensor forward(const Tensor& x, const Step& step);
+  Tensor forward(const Tensor& x, const Step& step) override;
   /// dy [s/c*b, h] ([s/c*b/t, h] under sequence parallelism): the gradient of forward's output
   /// plus bias -> dx, x's shape.
-  Tensor backward_input(const Tensor& dy, const Step& step);
-  void backward_weight(const Step& step);
-  void release(const Step& step);
+  Tensor backward_input(const Tensor& dy, const Step& step) override;
+  void backward_weight(const Step& step) override;
+  void release(const Step& step) override;
 
   /// A generation step (step.decoding; b = 1): x [n, h], the normalised new tokens of one
   /// sequence at positions cache.length, ..., whose keys and values are appended to `cache`;
   /// each attends to every cached position up to its own. -> [n, h] without the output bias.
   /// Keeps nothing but the projections' slots (release(step) frees them); the cache's length is
   /// the caller's to advance.
-  Tensor decode(const Tensor& x, KvCache& cache, const Step& step);
+  Tensor decode(const Tensor& x, KvCache& cache, const Step& step) override;
 
   /// linear_proj's bias [h] in the model's storage type; undefined with --disable-bias-linear.
-  Tensor output_bias() const { return proj_.bias(); }
+  Tensor output_bias() const override { return proj_.bias(); }
   /// The core attention forward and backward run ("fused", "ring", "all-gather of unfused", ...).
-  const CoreAttention& core_attention() const { return *core_; }
+  const CoreAttention& core_attention() const override { return *core_; }
 
  private:
   struct Slot {

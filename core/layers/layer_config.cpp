@@ -56,7 +56,7 @@ void LayerConfig::validate(int t) const {
                                        num(kv_channels));
   PTDP_CHECK_ARG(num_query_groups >= 0, "num_query_groups (--num-query-groups) must be >= 0 (0: num_attention_heads), got " +
                                             num(num_query_groups));
-  PTDP_CHECK_ARG(kv_channels > 0 || hidden_size % num_attention_heads == 0,
+  PTDP_CHECK_ARG(kv_channels > 0 || multi_latent_attention || hidden_size % num_attention_heads == 0,
                  "hidden_size " + num(hidden_size) + " is not divisible by num_attention_heads " +
                      num(num_attention_heads) + " (or set kv_channels, --kv-channels)");
   PTDP_CHECK_ARG(num_attention_heads % t == 0, "num_attention_heads " + num(num_attention_heads) +
@@ -80,6 +80,7 @@ void LayerConfig::validate(int t) const {
                  "--qk-layernorm-across-heads needs --normalization RMSNorm (its norms over the whole query and key "
                  "projections are RMSNorms), not LayerNorm");
   validate_moe(t);
+  validate_mla();
   const auto rate = [](const char* name, float p) {
     PTDP_CHECK_ARG(p >= 0.0f && p < 1.0f, std::string(name) + " must be in [0, 1), got " + num(p));
   };
@@ -117,7 +118,9 @@ void LayerConfig::validate(int t) const {
                  "rotary_base (--rotary-base) must be > 0, got " + num(rotary_base));
   const int rot = rotary_dim();
   PTDP_CHECK_ARG(rot >= 2 && rot % 2 == 0,
-                 "rotary embedding: the head dim " + num(head_dim()) + " times rotary_percent (--rotary-percent) " +
+                 std::string(multi_latent_attention ? "rotary embedding: qk_pos_emb_head_dim (--qk-pos-emb-head-dim) "
+                                                    : "rotary embedding: the head dim ") +
+                     num(rope_head_dim()) + " times rotary_percent (--rotary-percent) " +
                      num(rotary_percent) + " gives " + num(rot) + " rotated dims; RoPE rotates pairs, so it must be even and > 0");
   if (rope_scaling.enabled) {
     PTDP_CHECK_ARG(rope_scaling.factor >= 1.0f && std::isfinite(rope_scaling.factor),
@@ -183,6 +186,39 @@ void LayerConfig::check_sizes() const {
                                      moe.shared_expert_intermediate_size);
     (void)((swiglu ? 2 * shared : shared) * h);
   }
+}
+
+void LayerConfig::validate_mla() const {
+  if (!multi_latent_attention) return;
+  const auto positive = [](const char* name, int v) {
+    PTDP_CHECK_ARG(v > 0, std::string(name) + " must be > 0 with --multi-latent-attention, got " + num(v));
+  };
+  PTDP_CHECK_ARG(q_lora_rank >= 0, "q_lora_rank (--q-lora-rank) must be >= 0 (0: no query compression, "
+                                   "linear_q_proj), got " + num(q_lora_rank));
+  positive("kv_lora_rank (--kv-lora-rank)", kv_lora_rank);
+  positive("qk_head_dim (--qk-head-dim)", qk_head_dim);
+  positive("qk_pos_emb_head_dim (--qk-pos-emb-head-dim)", qk_pos_emb_head_dim);
+  positive("v_head_dim (--v-head-dim)", v_head_dim);
+  // The core attention pads each value head to the query/key head dim (mla_attention.h).
+  PTDP_CHECK_ARG(v_head_dim <= mla_qk_dim(),
+                 "v_head_dim (--v-head-dim) " + num(v_head_dim) + " exceeds qk_head_dim + qk_pos_emb_head_dim " +
+                     num(mla_qk_dim()) + " (--qk-head-dim, --qk-pos-emb-head-dim): the core attention pads the value "
+                     "heads to the query/key head dim, not the other way");
+  PTDP_CHECK_ARG(rope(), "--multi-latent-attention needs position_embedding_type rope (--position-embedding-type "
+                         "rope): its decoupled RoPE part is the only position signal; got " +
+                             std::string(position_embedding_name(position_embedding)));
+  PTDP_CHECK_ARG(num_query_groups == 0 || num_query_groups == num_attention_heads,
+                 "--multi-latent-attention is multi-head attention: num_query_groups (--num-query-groups) " +
+                     num(num_query_groups) + " must be unset or num_attention_heads " + num(num_attention_heads) +
+                     " (Megatron: group query attention is mutually exclusive with multi latent attention)");
+  PTDP_CHECK_ARG(!qk_layernorm_across_heads, "--qk-layernorm-across-heads does not apply to --multi-latent-attention "
+                                             "(its --qk-layernorm norms are the latents' q_layernorm, kv_layernorm)");
+  PTDP_CHECK_ARG(!add_qkv_bias, "--add-qkv-bias does not apply to --multi-latent-attention (it has no linear_qkv; its "
+                                "down and up projections have no bias, as Megatron-Core's)");
+  const CheckedSize a = sized("num_attention_heads (--num-attention-heads)", num_attention_heads);
+  const CheckedSize dq = sized("qk_head_dim + qk_pos_emb_head_dim", mla_qk_dim());
+  fits_int32(3 * a * dq, "the multi-latent attention's per-token query, key and (padded) value width 3 a (qk_head_dim "
+                         "+ qk_pos_emb_head_dim)");
 }
 
 int LayerConfig::num_moe_layers() const {

@@ -156,6 +156,22 @@ struct LayerConfig {
   /// Mixture of experts (core/layers/moe/); num_experts == 0: every MLP is dense.
   MoeConfig moe;
 
+  // ---- multi-latent attention (DeepSeek-V2/V3; Megatron-Core's MLATransformerConfig) --------
+  /// --multi-latent-attention: every layer's attention is MlaAttention (core/layers/
+  /// mla_attention.h): low-rank query and key/value projections with a decoupled RoPE part.
+  /// Multi-head only (num_query_groups 0 or num_attention_heads); needs RoPE. With
+  /// --qk-layernorm the latents are normalised (q_layernorm, kv_layernorm, `normalization`).
+  bool multi_latent_attention = false;
+  /// --q-lora-rank: the query latent's width; 0 (Megatron's None): no query compression, one
+  /// column-parallel linear_q_proj (DeepSeek-V2-Lite).
+  int q_lora_rank = 0;
+  int kv_lora_rank = 32;          ///< --kv-lora-rank: the compressed key/value latent's width
+  int qk_head_dim = 128;          ///< --qk-head-dim: each query/key head's part without RoPE
+  int qk_pos_emb_head_dim = 64;   ///< --qk-pos-emb-head-dim: each query/key head's RoPE part
+  int v_head_dim = 128;           ///< --v-head-dim: each value head's width
+
+  /// MLA's query/key head dim: qk_head_dim + qk_pos_emb_head_dim.
+  int64_t mla_qk_dim() const { return int64_t{qk_head_dim} + qk_pos_emb_head_dim; }
   /// Width of one routed expert's MLP: moe.ffn_hidden_size, or ffn().
   int moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
   /// Decoder layers with an MoE MLP (0 for a dense model).
@@ -175,8 +191,11 @@ struct LayerConfig {
   int64_t qkv_rows() const {
     return static_cast<int64_t>(num_attention_heads + 2 * query_groups()) * head_dim();
   }
-  /// Width of the attention context, linear_proj's input: a dh (h for the GPT).
-  int64_t attention_width() const { return static_cast<int64_t>(num_attention_heads) * head_dim(); }
+  /// Width of the attention context, linear_proj's input: a dh (h for the GPT; a v_head_dim
+  /// with multi-latent attention).
+  int64_t attention_width() const {
+    return static_cast<int64_t>(num_attention_heads) * (multi_latent_attention ? v_head_dim : head_dim());
+  }
   int ffn() const { return static_cast<int>(ffn_wide()); }
   /// ffn() in 64 bits: the default 4 h (or SwiGLU's int(8 h / 3 / 64) * 64) of a large h does not
   /// fit an int; validate() refuses that before ffn() is used.
@@ -190,8 +209,10 @@ struct LayerConfig {
   void check_sizes() const;
   bool qkv_bias() const { return add_bias_linear || add_qkv_bias; }
   bool rope() const { return position_embedding == PositionEmbedding::Rope; }
-  /// Rotated dims of each head: rotary_percent * dh (RoPE only).
-  int rotary_dim() const { return static_cast<int>(static_cast<float>(head_dim()) * rotary_percent); }
+  /// The part of each query/key head that RoPE sees: dh, or MLA's qk_pos_emb_head_dim.
+  int rope_head_dim() const { return multi_latent_attention ? qk_pos_emb_head_dim : head_dim(); }
+  /// Rotated dims of each head: rotary_percent * rope_head_dim() (RoPE only).
+  int rotary_dim() const { return static_cast<int>(static_cast<float>(rope_head_dim()) * rotary_percent); }
   /// The rotary inverse frequencies [rotary_dim / 2], fp32 as Megatron and Hugging Face compute
   /// them (1 / base^(2i / rotary_dim)), with Llama 3.1's scaling when enabled.
   std::vector<float> rotary_inv_freq() const;
@@ -220,6 +241,8 @@ struct LayerConfig {
   void validate_yarn() const;
   /// rotary_inv_freq() with YaRN: [rotary_dim / 2].
   std::vector<float> yarn_inv_freq() const;
+  /// validate()'s multi-latent attention part.
+  void validate_mla() const;
 };
 
 const char* recompute_name(Recompute r);

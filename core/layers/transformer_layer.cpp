@@ -33,6 +33,12 @@ Tensor bias_dropout_add(const Tensor& x, const Tensor& bias, const Tensor& resid
   return y;
 }
 
+std::unique_ptr<AttentionLayer> make_attention(ParamTable& params, const std::string& name, const LayerConfig& cfg,
+                                               int layer, TensorParallel tp, Device device) {
+  if (cfg.multi_latent_attention) return std::make_unique<MlaAttention>(params, name, cfg, layer, tp, device);
+  return std::make_unique<SelfAttention>(params, name, cfg, layer, tp, device);
+}
+
 }  // namespace
 
 TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp,
@@ -42,7 +48,7 @@ TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, i
       tp_(tp),
       ln1_(params, prefix(layer) + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
            sequence_norm_group(tp)),
-      attn_(params, prefix(layer) + ".self_attention", cfg, layer, tp, device),
+      attn_(make_attention(params, prefix(layer) + ".self_attention", cfg, layer, tp, device)),
       ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
            sequence_norm_group(tp)),
       slots_(prefix(layer)) {
@@ -66,11 +72,11 @@ std::vector<FlatPiece> TransformerLayer::slice(const Tensor& x, const Step& step
 }
 
 Tensor TransformerLayer::run_forward(const Tensor& x, const Step& step) {
-  return after_attention(x, attn_.forward(ln1_.forward(x, step), step), step);
+  return after_attention(x, attn_->forward(ln1_.forward(x, step), step), step);
 }
 
 Tensor TransformerLayer::decode(const Tensor& x, KvCache& cache, const Step& step) {
-  return after_attention(x, attn_.decode(ln1_.forward(x, step), cache, step), step);
+  return after_attention(x, attn_->decode(ln1_.forward(x, step), cache, step), step);
 }
 
 Tensor TransformerLayer::after_attention(const Tensor& x, const Tensor& a, const Step& step) {
@@ -80,7 +86,7 @@ Tensor TransformerLayer::after_attention(const Tensor& x, const Tensor& a, const
   // dropout masks are indexed in the whole activation, so every layout drops the same elements.
   // x1, m and the result are all [s/c*b, h] ([s/c*b/t, h] under sequence parallelism; [n, h]
   // when decoding), as x and a.
-  Tensor x1 = bias_dropout_add(a, attn_.output_bias(), x, slice(a, step), p, step, layer_,  // [s/c*b, h]
+  Tensor x1 = bias_dropout_add(a, attn_->output_bias(), x, slice(a, step), p, step, layer_,  // [s/c*b, h]
                                DropoutSite::AttentionOutput, seed);
   Tensor m = mlp_forward(ln2_.forward(x1, step), step);  // [s/c*b, h]
   const Tensor bias = mlp_ ? mlp_->output_bias() : Tensor();  // an MoE layer's experts add their own
@@ -89,7 +95,7 @@ Tensor TransformerLayer::after_attention(const Tensor& x, const Tensor& a, const
 
 void TransformerLayer::release_sublayers(const Step& step) {
   ln1_.release(step);
-  attn_.release(step);
+  attn_->release(step);
   ln2_.release(step);
   if (mlp_) mlp_->release(step);
   if (moe_) moe_->release(step);
@@ -119,7 +125,7 @@ Tensor TransformerLayer::backward_input(const Tensor& dout, const Step& step) {
   Tensor dx1 = sum(dout, ln2_.backward_input(mlp_backward_input(dm, step), step));  // [s/c*b, h]
   Tensor da = dropout_backward(dx1, cfg_.hidden_dropout, step, layer_,  // [s/c*b, h]
                                DropoutSite::AttentionOutput, seed, slice(dx1, step));
-  return sum(dx1, ln1_.backward_input(attn_.backward_input(da, step), step));
+  return sum(dx1, ln1_.backward_input(attn_->backward_input(da, step), step));
 }
 
 void TransformerLayer::release(const Step& step) {
@@ -128,7 +134,7 @@ void TransformerLayer::release(const Step& step) {
 }
 
 void TransformerLayer::backward_weight(const Step& step) {
-  attn_.backward_weight(step);
+  attn_->backward_weight(step);
   if (mlp_) mlp_->backward_weight(step);
   if (moe_) moe_->backward_weight(step);
 }

@@ -16,6 +16,7 @@
 #include "core/layers/attention.h"
 #include "core/layers/dropout.h"
 #include "core/layers/norm.h"
+#include "core/layers/mla_attention.h"
 #include "core/layers/mlp.h"
 #include "core/layers/moe/moe_layer.h"
 
@@ -24,7 +25,8 @@ namespace ptdp {
 class TransformerLayer {
  public:
   /// Layer `layer` (global index) of the model: parameters "decoder.layers.<layer>.*"; its
-  /// attention runs on the backend of `device` (SelfAttention's choice of core attention).
+  /// attention (SelfAttention, or MlaAttention with --multi-latent-attention) runs on the
+  /// backend of `device` (its choice of core attention).
   TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp, Device device);
 
   /// x [s/c*b, h] ([s/c*b/t, h] under sequence parallelism) -> x's shape.
@@ -33,7 +35,7 @@ class TransformerLayer {
   Tensor backward_input(const Tensor& dout, const Step& step);
   void backward_weight(const Step& step);
   /// A generation step (step.decoding): x [n, h], the new tokens of one sequence, attending to
-  /// `cache` (SelfAttention::decode) -> [n, h]. Nothing is kept past release(step).
+  /// `cache` (AttentionLayer::decode) -> [n, h]. Nothing is kept past release(step).
   Tensor decode(const Tensor& x, KvCache& cache, const Step& step);
   /// Drops everything kept for the microbatch (after a forward without backward).
   void release(const Step& step);
@@ -58,7 +60,7 @@ class TransformerLayer {
   int layer_;
   TensorParallel tp_;
   Norm ln1_;
-  SelfAttention attn_;
+  std::unique_ptr<AttentionLayer> attn_;  // SelfAttention or MlaAttention
   Norm ln2_;
   // The MLP: dense, or a mixture of experts where cfg.moe.is_moe_layer(layer).
   std::unique_ptr<Mlp> mlp_;

@@ -39,7 +39,7 @@ void GptConfig::validate(int t) const {
 double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
   const double B = static_cast<double>(samples), l = num_layers, h = hidden_size, s = seq_length, V = vocab_size;
   const double a = num_attention_heads, g = query_groups(), q_ratio = static_cast<double>(attention_width()) / h;
-  const double attention = (1.0 + g / a + s / h) * q_ratio;
+  const double attention = multi_latent_attention ? mla_attention_factor() : (1.0 + g / a + s / h) * q_ratio;
   const double mlp = static_cast<double>(ffn()) / h * (swiglu ? 1.5 : 1.0);
   const double logits = 6.0 * B * s * h * V;
   if (!moe.enabled()) {
@@ -55,12 +55,35 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
   return layers + logits;
 }
 
+double GptConfig::mla_attention_factor() const {
+  const double h = hidden_size, s = seq_length, a = num_attention_heads, r = kv_lora_rank;
+  const double dn = qk_head_dim, dr = qk_pos_emb_head_dim, dv = v_head_dim, dq = dn + dr;
+  const double q = q_lora_rank > 0 ? q_lora_rank * (h + a * dq + 1.0) : h * a * dq;
+  const double per_token = q + r * (h + a * (dn + dv) + 1.0) + h * dr + a * dv * h + s * a * (dq + dv);
+  return 6.0 * per_token / (12.0 * h * h);
+}
+
+int64_t GptConfig::mla_projection_parameters() const {
+  const int64_t h = hidden_size, a = num_attention_heads, dq = mla_qk_dim();
+  const auto norm = [&](int64_t w) { return !qk_layernorm ? 0 : normalization == Normalization::RMSNorm ? w : 2 * w; };
+  const int64_t rq = q_lora_rank, r = kv_lora_rank;
+  const int64_t q = rq > 0 ? rq * h + norm(rq) + a * dq * rq : a * dq * h;
+  const int64_t kv = (r + qk_pos_emb_head_dim) * h + norm(r) + a * (int64_t{qk_head_dim} + v_head_dim) * r;
+  return q + kv;
+}
+
 bool GptConfig::parameter_count_fits(int t) const {
   // The same sum as parameter_count() in long double: exact enough to tell 2^63 apart.
   const long double h = hidden_size, f = static_cast<long double>(ffn_wide()), v = static_cast<long double>(padded_vocab(t));
   const long double qkv = static_cast<long double>(qkv_rows()), aw = static_cast<long double>(attention_width());
   const long double fc1 = swiglu ? 2 * f : f;
-  const long double per_layer = 4 * h + qkv * (h + 1) + aw * h + h + fc1 * (h + 1) + f * h + h + 8 * h;
+  // MLA's projections, bounded as their count in long double: rq, r, dn, dr, dv are ints.
+  const long double a = num_attention_heads, dq = static_cast<long double>(qk_head_dim) + qk_pos_emb_head_dim;
+  const long double mla = static_cast<long double>(q_lora_rank) * (2 * h + a * dq + 2) + a * dq * h +
+                          (static_cast<long double>(kv_lora_rank) + qk_pos_emb_head_dim) * (h + 2) +
+                          a * (static_cast<long double>(qk_head_dim) + v_head_dim) * kv_lora_rank;
+  const long double attention_in = multi_latent_attention ? mla : qkv * (h + 1);
+  const long double per_layer = 4 * h + attention_in + aw * h + h + fc1 * (h + 1) + f * h + h + 8 * h;
   long double total = v * h * 2 + static_cast<long double>(num_layers) * per_layer +
                      static_cast<long double>(max_positions()) * h + 2 * h;
   if (moe.enabled()) {
@@ -87,7 +110,8 @@ int64_t GptConfig::count_parameters(int t, int64_t routed) const {
   const int64_t qkv = qkv_rows() * h + (qkv_bias() ? qkv_rows() : 0);
   const int64_t proj = attention_width() * h + (add_bias_linear ? h : 0);
   const int64_t mlp = fc1_rows * h + (add_bias_linear ? fc1_rows : 0) + f * h + (add_bias_linear ? h : 0);
-  const int64_t per_layer = 2 * norm + qkv + proj + qk_norm + mlp;
+  const int64_t attention_in = multi_latent_attention ? mla_projection_parameters() : qkv + qk_norm;
+  const int64_t per_layer = 2 * norm + attention_in + proj + mlp;
   int64_t total = v * h + num_layers * per_layer + norm;
   if (moe.enabled()) {
     // Each MoE layer's MLP: a router [E, h] (and its expert bias [E]), `routed` experts and the

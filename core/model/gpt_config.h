@@ -42,6 +42,12 @@ struct GptConfig : LayerConfig {
   /// token visits and the shared experts, k moe_ffn + shared in place of ffn; a dense layer of a
   /// mixed model keeps ffn. As Megatron, the router's 2 s h E per layer (and Qwen2-MoE's shared
   /// expert gate) are left out: under 0.1% of a layer for the presets.
+  ///
+  /// With multi-latent attention the attention term is Megatron's MLA count per token and layer,
+  /// 6 (q + r (h + a (dn + dv) + 1) + h dr + a dv h + s a (dq + dv)) with q = r_q (h + a dq + 1)
+  /// (or h a dq without query compression), r = kv_lora_rank, dn, dr, dv the head dims and dq =
+  /// dn + dr; the core attention's s a (dq + dv) is not halved for the causal mask, as the dense
+  /// term's s/h is not (the paper's convention; Megatron's current code halves both).
   double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t): with MoE, every
   /// expert of every MoE layer, the routers (and their expert biases) and the shared experts.
@@ -56,6 +62,11 @@ struct GptConfig : LayerConfig {
  private:
   /// parameter_count() with `routed` experts per MoE layer.
   int64_t count_parameters(int tensor_parallel, int64_t routed) const;
+  /// One layer's multi-latent attention parameters without linear_proj (down and up
+  /// projections, latent norms).
+  int64_t mla_projection_parameters() const;
+  /// paper_flops()'s MLA attention term over 12 h^2, per token and layer.
+  double mla_attention_factor() const;
 };
 
 }  // namespace ptdp

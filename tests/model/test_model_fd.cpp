@@ -110,7 +110,12 @@ enum class Arch {
   Qwen2,     // the same with the qkv bias kept and half of each head rotated (rotary_percent 0.5)
   QkNorm,    // RMSNorm over each query and key head, multi-query attention (1 group)
   GeluNoBias, // LayerNorm q/k norms, GeLU without biases (its GeLU outside the GEMM), no positions
-  QkAcross   // RMSNorms over the whole query and key projections (OLMo 2, OLMoE), 2 groups
+  QkAcross,  // RMSNorms over the whole query and key projections (OLMo 2, OLMoE), 2 groups
+  // Multi-latent attention, its latents normalised (--qk-layernorm): without query compression
+  // (linear_q_proj) and value heads narrower than the query/key heads (the padded core
+  // attention), and with it (linear_q_down_proj, q_layernorm, linear_q_up_proj), v = dq
+  Mla,
+  MlaLora
 };
 
 const char* arch_name(Arch a) {
@@ -121,6 +126,8 @@ const char* arch_name(Arch a) {
     case Arch::QkNorm: return "qk-norm, multi-query";
     case Arch::QkAcross: return "qk-norm across heads";
     case Arch::GeluNoBias: return "gelu without biases, no positions";
+    case Arch::Mla: return "multi-latent attention";
+    case Arch::MlaLora: return "multi-latent attention, q compressed";
   }
   return "?";
 }
@@ -149,6 +156,18 @@ void set_arch(ptdp_gpt_options& o, Arch a) {
     case Arch::QkAcross:
       o.qk_layernorm = 1;
       o.qk_layernorm_across_heads = 1;
+      break;
+    case Arch::Mla:
+    case Arch::MlaLora:
+      o.multi_latent_attention = 1;
+      o.qk_layernorm = 1;
+      o.num_query_groups = 0;
+      o.kv_channels = 0;
+      o.kv_lora_rank = 3;
+      o.q_lora_rank = a == Arch::MlaLora ? 5 : 0;
+      o.qk_head_dim = a == Arch::MlaLora ? 2 : 4;
+      o.qk_pos_emb_head_dim = a == Arch::MlaLora ? 4 : 2;
+      o.v_head_dim = a == Arch::MlaLora ? 6 : 3;
       break;
     case Arch::GeluNoBias:
       o.qk_layernorm = 1;
@@ -393,6 +412,16 @@ TEST_CASE("model FD: ignored labels, reset positions and documents, fused attent
 TEST_CASE("model FD: ignored labels and documents with RoPE and grouped-query attention = finite differences",
           "[model][fd][masks][llama]") {
   check_gradient(0, 0.0f, Arch::Llama, true);
+}
+
+TEST_CASE("model FD: multi-latent attention without query compression, value heads padded = finite differences",
+          "[model][fd][mla]") {
+  check_gradient(0, 0.0f, Arch::Mla);
+}
+
+TEST_CASE("model FD: multi-latent attention with query compression, dropout, documents = finite differences",
+          "[model][fd][mla]") {
+  check_gradient(0, 0.1f, Arch::MlaLora, true);
 }
 
 TEST_CASE("model: a microbatch whose every label is ignored has loss 0 and no gradient", "[model][masks]") {

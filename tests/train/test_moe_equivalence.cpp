@@ -12,7 +12,8 @@
 // (the MoE layer alone recomputed), full (full recomputation), bias (sigmoid scores with the
 // expert bias of aux-loss-free balancing, update rate 0.01: the bias moves every iteration),
 // global (Megatron's global_aux_loss and the z loss: the counts summed over the d replicas and
-// averaged over the step's microbatches so far).
+// averaged over the step's microbatches so far), mla (multi-latent attention with query
+// compression and its latent norms, RoPE, value heads padded).
 // Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
@@ -134,6 +135,16 @@ GptConfig config(const Spec& s) {
     for (int i = 0; i < g.num_layers; ++i) m.layer_pattern.push_back(i % 2 == 0 ? 1 : 0);
   if (s.has("allgather")) m.dispatcher = MoeDispatcher::AllGather;
   m.recompute = s.has("moerecompute");
+  if (s.has("mla")) {
+    g.position_embedding = PositionEmbedding::Rope;
+    g.multi_latent_attention = true;
+    g.qk_layernorm = true;
+    g.q_lora_rank = 6;
+    g.kv_lora_rank = 5;
+    g.qk_head_dim = 4;
+    g.qk_pos_emb_head_dim = 2;
+    g.v_head_dim = 4;
+  }
   if (s.has("bias")) {
     m.score_function = MoeScoreFunction::Sigmoid;
     m.enable_expert_bias = true;

@@ -12,7 +12,9 @@
 // (full activation recomputation), llama (RMSNorm, SwiGLU, RoPE, grouped-query attention, no
 // biases, untied output layer), qwen2 (the same with the qkv bias, tied), qkacross (with llama:
 // OLMoE's q/k RMSNorms over the whole query and key projections, their row sums all-reduced over
-// the tensor group), masks (packed documents
+// the tensor group), mla and mlalora (multi-latent attention on the Llama-family block, tied: 8
+// heads; mla without query compression and value heads narrower than the query/key heads,
+// mlalora with query compression; both with the latent norms), masks (packed documents
 // and masked labels: end-of-document tokens in the batch, ptdp_eod_masks with --eod-mask-loss,
 // --reset-position-ids and --reset-attention-mask, the first label of every sample ignored as a
 // prompt would be, and at iteration 3 one microbatch whose every label is ignored; every call
@@ -95,6 +97,7 @@ struct Spec {
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
   bool llama = false, qwen2 = false, masks = false;
   bool qk_across = false;  // --qk-layernorm --qk-layernorm-across-heads (with llama)
+  int mla = 0;             // multi-latent attention: 1 without query compression, 2 with it
   bool sequence_parallel = false, selective = false;
   bool fused = false;  // the parallel run's attention: the fused kernel (the serial run's: unfused)
   int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
@@ -135,6 +138,8 @@ bool parse(const char* s, Spec* out) {
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
     else if (word == "qkacross") x.qk_across = true;
+    else if (word == "mla") x.mla = 1;
+    else if (word == "mlalora") x.mla = 2;
     else if (word == "masks") x.masks = true;
     else if (count_of(word, "first") > 0) x.first = count_of(word, "first");
     else if (word.rfind("layout=", 0) == 0) x.layout = word.substr(7);
@@ -180,7 +185,7 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
   o.recompute_granularity = sp.recompute   ? PTDP_RECOMPUTE_FULL
                             : sp.selective ? PTDP_RECOMPUTE_SELECTIVE
                                            : PTDP_RECOMPUTE_NONE;
-  if (sp.llama || sp.qwen2) {
+  if (sp.llama || sp.qwen2 || sp.mla > 0) {
     // 8 query heads in 4 key/value groups of head dim 4 (t = 4 holds one group each), RMSNorm,
     // SwiGLU, RoPE, no biases; Qwen2 keeps the qkv bias and rotates half of each head.
     o.num_attention_heads = 8;
@@ -200,6 +205,19 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
       o.qk_layernorm = 1;
       o.qk_layernorm_across_heads = 1;
     }
+  }
+  if (sp.mla > 0) {
+    // Multi-latent attention on the Llama-family block, 8 heads, its latents normalised: without
+    // query compression, value heads of 4 padded to the query/key heads' 6; with it, v = dq.
+    o.num_query_groups = 0;
+    o.kv_channels = 0;
+    o.multi_latent_attention = 1;
+    o.qk_layernorm = 1;
+    o.kv_lora_rank = 6;
+    o.q_lora_rank = sp.mla == 2 ? 5 : 0;
+    o.qk_head_dim = sp.mla == 2 ? 2 : 4;
+    o.qk_pos_emb_head_dim = sp.mla == 2 ? 4 : 2;
+    o.v_head_dim = sp.mla == 2 ? 6 : 4;
   }
   return o;
 }
@@ -319,6 +337,7 @@ Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optim
   plain.llama = sp.llama;
   plain.qwen2 = sp.qwen2;
   plain.qk_across = sp.qk_across;
+  plain.mla = sp.mla;
   plain.masks = sp.masks;
   const ptdp_gpt_options o = gpt_options(layers, plain);
   ptdp_model m = nullptr;
@@ -362,8 +381,8 @@ struct Worst {
   std::string tensor_at;
 };
 
-// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length, qk norms across heads)
-using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int, bool>;
+// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length, qk norms across heads, MLA)
+using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int, bool, int>;
 std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 
 // What makes two specs share a serial run: layers, microbatches, optimizer, the model family,
@@ -371,7 +390,7 @@ std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 SerialKey serial_key(int W, const Spec& sp) {
   const int d = W / (sp.t * sp.p * sp.cp), m = 2 * sp.p;
   return std::make_tuple(sp.layers(), d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2, sp.masks,
-                         sp.cp > 1 ? kSeqCp : kSeqPlain, sp.qk_across);
+                         sp.cp > 1 ? kSeqCp : kSeqPlain, sp.qk_across, sp.mla);
 }
 
 // A trajectory as bytes, to broadcast it.

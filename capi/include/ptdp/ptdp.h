@@ -1284,6 +1284,26 @@ typedef struct ptdp_gpt_options {
   int32_t yarn_no_round_to_int;         /**< 1: YaRN's correction range unrounded (Hugging Face's
                                              truncate false,
                                              `--no-yarn-correction-range-round-to-int`). Default 0. */
+  /* Multi-latent attention (DeepSeek-V2/V3; docs/deepseek.md). Each 0 is Megatron's default. */
+  int32_t multi_latent_attention;       /**< 1: every layer's attention is multi-latent attention
+                                             (`--multi-latent-attention`): parameters
+                                             self_attention.linear_q_down_proj, q_layernorm,
+                                             linear_q_up_proj (or linear_q_proj),
+                                             linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,
+                                             linear_proj; q_layernorm and kv_layernorm with
+                                             qk_layernorm. Needs ::PTDP_POSITION_EMBEDDING_ROPE
+                                             and num_query_groups 0 or num_attention_heads.
+                                             Default 0. */
+  int32_t q_lora_rank;                  /**< The query latent's width (`--q-lora-rank`); 0
+                                             (default): no query compression, one linear_q_proj. */
+  int32_t kv_lora_rank;                 /**< The compressed key/value latent's width
+                                             (`--kv-lora-rank`); 0 means 32. */
+  int32_t qk_head_dim;                  /**< Each query/key head's part without RoPE
+                                             (`--qk-head-dim`); 0 means 128. */
+  int32_t qk_pos_emb_head_dim;          /**< Each query/key head's RoPE part, shared by the keys
+                                             of all heads (`--qk-pos-emb-head-dim`); 0 means 64. */
+  int32_t v_head_dim;                   /**< Each value head's width (`--v-head-dim`), at most
+                                             qk_head_dim + qk_pos_emb_head_dim; 0 means 128. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */

@@ -18,7 +18,10 @@ CoreAttentionSpec::CoreAttentionSpec(const LayerConfig& c, int layer_index, cons
       q_per_group(c.queries_per_group()),
       dh(c.head_dim()) {}
 
-float CoreAttentionSpec::scale() const { return 1.0f / std::sqrt(static_cast<float>(dh)); }
+float CoreAttentionSpec::scale() const {
+  const float base = 1.0f / std::sqrt(static_cast<float>(dh));
+  return scale_factor == 1.0f ? base : base * scale_factor;
+}
 
 DropoutDesc CoreAttentionSpec::probs_dropout(int64_t b, const Step& step) const {
   const int64_t s = seq();

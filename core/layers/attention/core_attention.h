@@ -57,6 +57,8 @@ struct CoreAttentionSpec {
   int64_t groups;       ///< g/t: this rank's key/value groups
   int64_t q_per_group;  ///< a/g
   int64_t dh;           ///< the head dim
+  /// Multiplies the softmax scale 1/sqrt(dh) (MLA: YaRN's mscale squared); 1 for the others.
+  float scale_factor = 1.0f;
 
   int64_t seq() const { return cfg->seq_length; }
   /// (a/g + 2) dh: one group's query, key and value heads in a row of qkv.
@@ -65,7 +67,7 @@ struct CoreAttentionSpec {
   int64_t qkv_cols() const { return groups * group_cols(); }
   /// a/t dh: a row of the context.
   int64_t ctx_cols() const { return heads * dh; }
-  /// 1 / sqrt(dh), in fp32.
+  /// scale_factor / sqrt(dh), in fp32.
   float scale() const;
   /// Whether the probabilities are dropped in this pass.
   bool drops(const Step& step) const { return step.training && cfg->attention_dropout > 0.0f; }
