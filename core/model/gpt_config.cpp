@@ -31,6 +31,20 @@ void GptConfig::validate(int t) const {
   PTDP_CHECK_ARG(parameter_count_fits(t), "the parameter count of num_layers (--num-layers) " +
                                               std::to_string(num_layers) + " layers of hidden_size " +
                                               std::to_string(hidden_size) + " overflows a 64-bit integer");
+  PTDP_CHECK_ARG(mtp_num_layers >= 0,
+                 "mtp_num_layers (--mtp-num-layers) must be >= 0 (0: no multi-token prediction), got " +
+                     std::to_string(mtp_num_layers));
+  PTDP_CHECK_ARG(std::isfinite(mtp_loss_scaling_factor) && mtp_loss_scaling_factor >= 0.0f,
+                 "mtp_loss_scaling_factor (--mtp-loss-scaling-factor) must be finite and >= 0, got " +
+                     std::to_string(mtp_loss_scaling_factor));
+  // Megatron's words (arguments.py): the MTP modules embed the shifted tokens without a position table.
+  PTDP_CHECK_ARG(mtp_num_layers == 0 || !learned_positions(),
+                 "Multi-Token Prediction (MTP) is not supported with learned_absolute position embedding type. "
+                 "The supported position embedding types are rope and none (--mtp-num-layers " +
+                     std::to_string(mtp_num_layers) + " with --position-embedding-type learned_absolute)");
+  PTDP_CHECK_ARG(mtp_num_layers == 0 || !moe.enabled(),
+                 "--mtp-num-layers " + std::to_string(mtp_num_layers) +
+                     " with MoE (--num-experts): the MTP modules' MoE layers are not supported yet");
   PTDP_CHECK_ARG(seq_length <= max_positions(),
                  "seq_length " + std::to_string(seq_length) + " is longer than max_position_embeddings " +
                      std::to_string(max_positions()));

@@ -15,6 +15,13 @@ struct GptConfig : LayerConfig {
   int max_position_embeddings = 0;  ///< 0: seq_length
   bool tie_embeddings = true;  ///< the LM head reuses the word embedding
 
+  // Multi-token prediction (Megatron-Core's --mtp-num-layers, --mtp-loss-scaling-factor;
+  // core/model/mtp.h): D modules after the decoder on the last pipeline stage, module k
+  // predicting the token k + 1 positions ahead. 0: none.
+  int mtp_num_layers = 0;
+  /// The D depths' losses enter the gradient as mtp_loss_scaling_factor / D times their sum.
+  float mtp_loss_scaling_factor = 0.1f;
+
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   /// Vocabulary padded to a multiple of make_vocab_size_divisible_by * t (Megatron's rule);
   /// the padded rows never take part in the loss.
