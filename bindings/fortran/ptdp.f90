@@ -292,6 +292,8 @@ module ptdp
     integer(c_int) :: moe_token_dispatcher_type
     integer(c_int32_t) :: moe_layer_recompute
     integer(c_int32_t) :: qk_layernorm_across_heads
+    integer(c_int32_t) :: mtp_num_layers
+    real(c_float) :: mtp_loss_scaling_factor
   end type ptdp_gpt_options
 
   ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
@@ -2153,6 +2155,19 @@ module ptdp
       integer(c_int64_t), value :: capacity
       integer(c_int) :: ptdp_model_moe_metrics
     end function ptdp_model_moe_metrics
+
+    ! Each multi-token prediction depth's loss of the last ptdp_train_iteration() of @p model
+    ! (mtp_1 ..
+    function ptdp_model_mtp_losses(model, losses, capacity, count) &
+        bind(c, name="ptdp_model_mtp_losses")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      real(c_float), intent(out) :: losses(*)
+      integer(c_int32_t), value :: capacity
+      integer(c_int32_t), intent(out) :: count
+      integer(c_int) :: ptdp_model_mtp_losses
+    end function ptdp_model_mtp_losses
 
     ! Fills @p options with the defaults and sets its struct_size.
     function ptdp_trainer_options_init(options) bind(c, name="ptdp_trainer_options_init")

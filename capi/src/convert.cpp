@@ -244,6 +244,8 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   llama_fields_to_c(c, o);
   o.qk_layernorm_across_heads = c.qk_layernorm_across_heads ? 1 : 0;
   moe_fields_to_c(c, o);
+  o.mtp_num_layers = c.mtp_num_layers;
+  o.mtp_loss_scaling_factor = c.mtp_loss_scaling_factor;
   return o;
 }
 
@@ -274,7 +276,8 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(moe_aux_loss_coeff), PTDP_FIELD(moe_z_loss_coeff),
     PTDP_FIELD(moe_expert_capacity_factor), PTDP_FIELD(moe_token_drop_policy),
     PTDP_FIELD(moe_pad_expert_input_to_capacity), PTDP_FIELD(moe_token_dispatcher_type),
-    PTDP_FIELD(moe_layer_recompute), PTDP_FIELD(qk_layernorm_across_heads)};
+    PTDP_FIELD(moe_layer_recompute), PTDP_FIELD(qk_layernorm_across_heads),
+    PTDP_FIELD(mtp_num_layers),   PTDP_FIELD(mtp_loss_scaling_factor)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -325,6 +328,13 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
   require_flag(o.qk_layernorm_across_heads, "qk_layernorm_across_heads");
   c.qk_layernorm_across_heads = o.qk_layernorm_across_heads == 1;
   moe_fields_to_core(o, c);
+  PTDP_CHECK_ARG(o.mtp_num_layers >= 0,
+                 "options->mtp_num_layers = " + std::to_string(o.mtp_num_layers) + " must be >= 0 (0: no MTP)");
+  PTDP_CHECK_ARG(std::isfinite(o.mtp_loss_scaling_factor) && o.mtp_loss_scaling_factor >= 0.0f,
+                 "options->mtp_loss_scaling_factor = " + std::to_string(o.mtp_loss_scaling_factor) +
+                     " must be finite and >= 0 (0: Megatron's default 0.1)");
+  c.mtp_num_layers = o.mtp_num_layers;
+  if (o.mtp_loss_scaling_factor > 0.0f) c.mtp_loss_scaling_factor = o.mtp_loss_scaling_factor;
   return c;
 }
 

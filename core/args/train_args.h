@@ -193,6 +193,10 @@ struct TrainArgs {
   /// relaunching it from the latest checkpoint of --save up to N times (core/train/supervisor.h).
   int max_restarts = 0;
   std::string launcher;  ///< --launcher: the supervised job's launcher command ("mpiexec -n 8")
+
+  // Multi-token prediction (Megatron-Core's flags; core/model/mtp.h).
+  int mtp_num_layers = 0;                 ///< D; 0: none (Megatron's None)
+  double mtp_loss_scaling_factor = 0.1;   ///< Megatron's default
 };
 
 /// Parses a command line (without the program name): `--flag value`, `--flag=value`, boolean

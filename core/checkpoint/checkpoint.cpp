@@ -92,6 +92,10 @@ nlohmann::json config_to_json(const GptConfig& c) {
   // Only when set, as "moe": the metadata of every other model stays as it was.
   if (c.qk_layernorm_across_heads) j["qk_layernorm_across_heads"] = true;
   if (c.moe.enabled()) j["moe"] = moe_to_json(c);
+  if (c.mtp_num_layers > 0) {
+    j["mtp_num_layers"] = c.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = c.mtp_loss_scaling_factor;
+  }
   return j;
 }
 
@@ -198,6 +202,8 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
     c.qk_layernorm = j.value("qk_layernorm", false);
     c.qk_layernorm_across_heads = j.value("qk_layernorm_across_heads", false);
     if (j.contains("moe")) moe_from_json(j.at("moe"), c, source);
+    c.mtp_num_layers = jr::field_or(j, "mtp_num_layers", 0, what("mtp_num_layers"));
+    c.mtp_loss_scaling_factor = j.value("mtp_loss_scaling_factor", c.mtp_loss_scaling_factor);
     return c;
   } catch (const nlohmann::json::exception& e) {
     std::string msg = source;
@@ -230,6 +236,7 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
       {"add_qkv_bias", {saved.qkv_bias(), model.qkv_bias()}},
       {"qk_layernorm", {saved.qk_layernorm, model.qk_layernorm}},
       {"qk_layernorm_across_heads", {saved.qk_layernorm_across_heads, model.qk_layernorm_across_heads}},
+      {"mtp_num_layers (--mtp-num-layers)", {saved.mtp_num_layers, model.mtp_num_layers}},
       // The experts: their number, widths and which layers have them, the router's expert bias.
       {"num_experts (--num-experts)", {saved.moe.num_experts, model.moe.num_experts}},
       {"moe_ffn_hidden_size (--moe-ffn-hidden-size)",

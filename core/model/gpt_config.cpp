@@ -55,10 +55,14 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
   const double a = num_attention_heads, g = query_groups(), q_ratio = static_cast<double>(attention_width()) / h;
   const double attention = (1.0 + g / a + s / h) * q_ratio;
   const double mlp = static_cast<double>(ffn()) / h * (swiglu ? 1.5 : 1.0);
-  const double logits = 6.0 * B * s * h * V;
+  // Multi-token prediction (Megatron's terms): D more layers of the decoder's kind, each module's
+  // norms and eh_proj (3h + 2h^2 per token, forward and backward), and D more logits.
+  const double D = mtp_num_layers;
+  const double logits = 6.0 * B * s * h * V * (1.0 + D);
+  const double mtp_proj = 6.0 * B * s * D * (3.0 * h + 2.0 * h * h);
   if (!moe.enabled()) {
-    const double layers = (full_recompute ? 16.0 : 12.0) * B * s * l * h * h * (attention + mlp);
-    return layers + logits;
+    const double layers = (full_recompute ? 16.0 : 12.0) * B * s * (l + D) * h * h * (attention + mlp);
+    return layers + logits + mtp_proj;
   }
   // Megatron's num_floating_point_operations: dense layers ffn, MoE layers k moe_ffn + shared.
   const double moe_layers = num_moe_layers();
@@ -75,7 +79,8 @@ bool GptConfig::parameter_count_fits(int t) const {
   const long double qkv = static_cast<long double>(qkv_rows()), aw = static_cast<long double>(attention_width());
   const long double fc1 = swiglu ? 2 * f : f;
   const long double per_layer = 4 * h + qkv * (h + 1) + aw * h + h + fc1 * (h + 1) + f * h + h + 8 * h;
-  long double total = v * h * 2 + static_cast<long double>(num_layers) * per_layer +
+  long double total = v * h * 2 + static_cast<long double>(num_layers + mtp_num_layers) * per_layer +
+                     static_cast<long double>(mtp_num_layers) * (2 * h * h + 6 * h) +
                      static_cast<long double>(max_positions()) * h + 2 * h;
   if (moe.enabled()) {
     const long double fe = moe_ffn(), sh = moe.shared_expert_intermediate_size, e = moe.num_experts;
@@ -116,6 +121,8 @@ int64_t GptConfig::count_parameters(int t, int64_t routed) const {
   }
   if (learned_positions()) total += static_cast<int64_t>(max_positions()) * h;
   if (!tie_embeddings) total += v * h;
+  // Each MTP module: enorm, hnorm, eh_proj [h, 2h], a dense transformer layer, final_layernorm.
+  total += static_cast<int64_t>(mtp_num_layers) * (3 * norm + 2 * h * h + per_layer);
   return total;
 }
 

@@ -49,9 +49,13 @@ struct GptConfig : LayerConfig {
   /// token visits and the shared experts, k moe_ffn + shared in place of ffn; a dense layer of a
   /// mixed model keeps ffn. As Megatron, the router's 2 s h E per layer (and Qwen2-MoE's shared
   /// expert gate) are left out: under 0.1% of a layer for the presets.
+  ///
+  /// With multi-token prediction (Megatron's terms) the D modules add D layers (l + D in the layer
+  /// terms), D more logits (V (1 + D)) and 6 B s D (3h + 2h^2) for their norms and eh_proj.
   double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t): with MoE, every
-  /// expert of every MoE layer, the routers (and their expert biases) and the shared experts.
+  /// expert of every MoE layer, the routers (and their expert biases) and the shared experts;
+  /// with MTP, each module's three norms, eh_proj and layer (the embedding and head are shared).
   int64_t parameter_count(int tensor_parallel) const;
   /// The parameters one token's forward uses: parameter_count() with each MoE layer's routed
   /// experts counted k times instead of E times (the model cards' "active" count); equal to

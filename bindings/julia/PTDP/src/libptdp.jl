@@ -544,6 +544,8 @@ struct ptdp_gpt_options
     moe_token_dispatcher_type::ptdp_moe_dispatcher
     moe_layer_recompute::Int32
     qk_layernorm_across_heads::Int32
+    mtp_num_layers::Int32
+    mtp_loss_scaling_factor::Cfloat
 end
 
 mutable struct ptdp_model_impl end
@@ -1324,6 +1326,14 @@ function ptdp_model_moe_metrics(model, metrics, loads, capacity)
     ccall((:ptdp_model_moe_metrics, libptdp), ptdp_status,
           (ptdp_model, Ptr{ptdp_moe_metrics}, Ptr{ptdp_moe_layer_load}, Int64),
           model, metrics, loads, capacity)
+end
+
+# Each multi-token prediction depth's loss of the last ptdp_train_iteration() of @p model (mtp_1
+# ..
+function ptdp_model_mtp_losses(model, losses, capacity, count)
+    ccall((:ptdp_model_mtp_losses, libptdp), ptdp_status,
+          (ptdp_model, Ptr{Cfloat}, Int32, Ptr{Int32}),
+          model, losses, capacity, count)
 end
 
 mutable struct ptdp_trainer_impl end

@@ -257,6 +257,8 @@ pub struct ptdp_gpt_options {
     pub moe_token_dispatcher_type: ptdp_moe_dispatcher,
     pub moe_layer_recompute: i32,
     pub qk_layernorm_across_heads: i32,
+    pub mtp_num_layers: i32,
+    pub mtp_loss_scaling_factor: f32,
 }
 
 #[repr(C)]
@@ -1595,6 +1597,14 @@ extern "C" {
         metrics: *mut ptdp_moe_metrics,
         loads: *mut ptdp_moe_layer_load,
         capacity: i64,
+    ) -> ptdp_status;
+    /// Each multi-token prediction depth's loss of the last ptdp_train_iteration() of @p model
+    /// (mtp_1 ..
+    pub fn ptdp_model_mtp_losses(
+        model: ptdp_model,
+        losses: *mut f32,
+        capacity: i32,
+        count: *mut i32,
     ) -> ptdp_status;
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_trainer_options_init(options: *mut ptdp_trainer_options) -> ptdp_status;
