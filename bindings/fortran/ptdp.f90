@@ -304,6 +304,14 @@ module ptdp
     real(c_float) :: beta_fast
     real(c_float) :: beta_slow
     integer(c_int32_t) :: yarn_no_round_to_int
+    integer(c_int32_t) :: multi_latent_attention
+    integer(c_int32_t) :: q_lora_rank
+    integer(c_int32_t) :: kv_lora_rank
+    integer(c_int32_t) :: qk_head_dim
+    integer(c_int32_t) :: qk_pos_emb_head_dim
+    integer(c_int32_t) :: v_head_dim
+    integer(c_int32_t) :: mtp_num_layers
+    real(c_float) :: mtp_loss_scaling_factor
   end type ptdp_gpt_options
 
   ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
@@ -2172,6 +2180,19 @@ module ptdp
       integer(c_int64_t), value :: capacity
       integer(c_int) :: ptdp_model_moe_metrics
     end function ptdp_model_moe_metrics
+
+    ! Each multi-token prediction depth's loss of the last ptdp_train_iteration() of @p model
+    ! (mtp_1 ..
+    function ptdp_model_mtp_losses(model, losses, capacity, count) &
+        bind(c, name="ptdp_model_mtp_losses")
+      import
+      implicit none
+      type(c_ptr), value :: model
+      real(c_float), intent(out) :: losses(*)
+      integer(c_int32_t), value :: capacity
+      integer(c_int32_t), intent(out) :: count
+      integer(c_int) :: ptdp_model_mtp_losses
+    end function ptdp_model_mtp_losses
 
     ! Fills @p options with the defaults and sets its struct_size.
     function ptdp_trainer_options_init(options) bind(c, name="ptdp_trainer_options_init")

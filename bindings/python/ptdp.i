@@ -323,6 +323,7 @@ PTDPY_BUFFER2(%arg((int32_t* out, int32_t capacity)), 1, 4, "iIl", 0, 0)
 PTDPY_BUFFER2(%arg((int32_t* peak_slots, int32_t capacity)), 1, 4, "iIl", 1, 0)
 PTDPY_BUFFER2(%arg((int32_t* tokens, int64_t capacity)), 1, 4, "iIl", 1, 0)
 PTDPY_BUFFER2(%arg((int64_t* shape, int32_t capacity)), 1, 8, "qQlL", 1, 0)
+PTDPY_BUFFER2(%arg((float* losses, int32_t capacity)), 1, 4, "f", 1, 0)
 PTDPY_BUFFER2(%arg((char* buffer, size_t capacity)), 1, 1, NULL, 1, 1)
 /* Text and vocabulary entries given to a tokenizer: bytes of any value (NUL included). */
 PTDPY_BUFFER2(%arg((const char* text, size_t length)), 0, 1, NULL, 1, 1)

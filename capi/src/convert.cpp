@@ -315,6 +315,8 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   moe_fields_to_c(c, o);
   yarn_fields_to_c(c, o);
   mla_fields_to_c(c, o);
+  o.mtp_num_layers = c.mtp_num_layers;
+  o.mtp_loss_scaling_factor = c.mtp_loss_scaling_factor;
   return o;
 }
 
@@ -352,7 +354,8 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(beta_slow),        PTDP_FIELD(yarn_no_round_to_int),
     PTDP_FIELD(multi_latent_attention), PTDP_FIELD(q_lora_rank),
     PTDP_FIELD(kv_lora_rank),     PTDP_FIELD(qk_head_dim),
-    PTDP_FIELD(qk_pos_emb_head_dim), PTDP_FIELD(v_head_dim)};
+    PTDP_FIELD(qk_pos_emb_head_dim), PTDP_FIELD(v_head_dim),
+    PTDP_FIELD(mtp_num_layers),   PTDP_FIELD(mtp_loss_scaling_factor)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -405,6 +408,13 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
   moe_fields_to_core(o, c);
   yarn_fields_to_core(o, c);
   mla_fields_to_core(o, c);
+  PTDP_CHECK_ARG(o.mtp_num_layers >= 0,
+                 "options->mtp_num_layers = " + std::to_string(o.mtp_num_layers) + " must be >= 0 (0: no MTP)");
+  PTDP_CHECK_ARG(std::isfinite(o.mtp_loss_scaling_factor) && o.mtp_loss_scaling_factor >= 0.0f,
+                 "options->mtp_loss_scaling_factor = " + std::to_string(o.mtp_loss_scaling_factor) +
+                     " must be finite and >= 0 (0: Megatron's default 0.1)");
+  c.mtp_num_layers = o.mtp_num_layers;
+  if (o.mtp_loss_scaling_factor > 0.0f) c.mtp_loss_scaling_factor = o.mtp_loss_scaling_factor;
   return c;
 }
 

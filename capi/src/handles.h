@@ -50,6 +50,7 @@ struct ptdp_model_impl {
   std::unique_ptr<ptdp::GptPipeline> model;  // this rank's chunks (the whole model when p = 1)
   std::atomic<int> dependents{0};             // live ptdp_optimizer
   ptdp::MoeMetrics last_moe;                  // of the last ptdp_train_iteration (ptdp_model_moe_metrics)
+  std::vector<float> last_mtp_losses;         // of the last ptdp_train_iteration (ptdp_model_mtp_losses)
 };
 
 struct ptdp_optimizer_impl {

@@ -85,6 +85,7 @@ void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule s
                                                         micro_batch_size, iteration, run.executor(), run.layout());
   run.finish(*m.owner);
   m.last_moe = r.moe;
+  m.last_mtp_losses = r.mtp_losses;
   ptdp::capi::iteration_result(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
 }
 
@@ -199,6 +200,18 @@ PTDP_API ptdp_status ptdp_trainer_moe_metrics(ptdp_trainer trainer, ptdp_moe_met
 PTDP_API ptdp_status ptdp_model_moe_metrics(ptdp_model model, ptdp_moe_metrics* metrics, ptdp_moe_layer_load* loads,
                                             int64_t capacity) {
   return guard(__func__, [&] { moe_metrics_to_c(live(model, "model").last_moe, metrics, loads, capacity); });
+}
+
+PTDP_API ptdp_status ptdp_model_mtp_losses(ptdp_model model, float* losses, int32_t capacity, int32_t* count) {
+  return guard(__func__, [&] {
+    const std::vector<float>& mtp = live(model, "model").last_mtp_losses;
+    ptdp::capi::require_non_null(count, "count");
+    PTDP_CHECK_ARG(capacity >= 0, "capacity = " + std::to_string(capacity) + " is negative");
+    PTDP_CHECK_ARG(losses != nullptr || capacity == 0, "losses is NULL with capacity = " + std::to_string(capacity));
+    const std::size_t n = std::min(static_cast<std::size_t>(capacity), mtp.size());
+    std::copy(mtp.begin(), mtp.begin() + static_cast<std::ptrdiff_t>(n), losses);
+    *count = static_cast<int32_t>(mtp.size());
+  });
 }
 
 PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer) {

@@ -508,6 +508,15 @@ std::vector<Flag> make_flags() {
                       &TrainArgs::qk_layernorm_across_heads));
   add_moe_flags(v);
   add_mla_flags(v);
+  v.push_back(integer("mtp-num-layers", G::Model,
+                      "Multi-token prediction depth D (DeepSeek-V3's MTP): D modules after the decoder on the last "
+                      "pipeline stage, module k predicting the token k + 1 ahead with the shared embedding and "
+                      "output layer (training only). Needs --position-embedding-type rope or none. 0: none.",
+                      &TrainArgs::mtp_num_layers, kNonNegative));
+  v.push_back(number("mtp-loss-scaling-factor", G::Model, "X",
+                     "The MTP depths' losses enter the gradient as X / D times their sum (logged apart as "
+                     "\"mtp_k loss\"; the lm loss excludes them).",
+                     &TrainArgs::mtp_loss_scaling_factor, kNonNegative, true));
   // Parallelism.
   v.push_back(integer("tensor-model-parallel-size", G::Parallel, "Tensor-parallel size t.",
                       &TrainArgs::tensor_model_parallel_size, kPositive));
@@ -852,6 +861,8 @@ void apply_model_preset(TrainArgs& a) {
     a.qk_pos_emb_head_dim = c.qk_pos_emb_head_dim;
     a.v_head_dim = c.v_head_dim;
   }
+  a.mtp_num_layers = c.mtp_num_layers;
+  a.mtp_loss_scaling_factor = c.mtp_loss_scaling_factor;
   const MoeConfig& m = c.moe;
   if (!m.enabled()) return;
   a.num_experts = m.num_experts;
@@ -1552,6 +1563,8 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   c.qk_head_dim = args.qk_head_dim;
   c.qk_pos_emb_head_dim = args.qk_pos_emb_head_dim;
   c.v_head_dim = args.v_head_dim;
+  c.mtp_num_layers = args.mtp_num_layers;
+  c.mtp_loss_scaling_factor = static_cast<float>(args.mtp_loss_scaling_factor);
   MoeConfig& m = c.moe;
   m.num_experts = args.num_experts;
   if (m.num_experts > 0) m.layer_pattern = parse_moe_layer_freq(args.moe_layer_freq, args.num_layers);

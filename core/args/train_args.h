@@ -210,6 +210,9 @@ struct TrainArgs {
   int qk_head_dim = 128;
   int qk_pos_emb_head_dim = 64;
   int v_head_dim = 128;
+  // Multi-token prediction (Megatron-Core's flags; core/model/mtp.h).
+  int mtp_num_layers = 0;                 ///< D; 0: none (Megatron's None)
+  double mtp_loss_scaling_factor = 0.1;   ///< Megatron's default
 };
 
 /// Parses a command line (without the program name): `--flag value`, `--flag=value`, boolean

@@ -106,6 +106,10 @@ nlohmann::json config_to_json(const GptConfig& c) {
                 {"qk_head_dim", c.qk_head_dim},       {"qk_pos_emb_head_dim", c.qk_pos_emb_head_dim},
                 {"v_head_dim", c.v_head_dim}};
   }
+  if (c.mtp_num_layers > 0) {
+    j["mtp_num_layers"] = c.mtp_num_layers;
+    j["mtp_loss_scaling_factor"] = c.mtp_loss_scaling_factor;
+  }
   return j;
 }
 
@@ -243,6 +247,8 @@ GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {
       c.qk_pos_emb_head_dim = mla("qk_pos_emb_head_dim");
       c.v_head_dim = mla("v_head_dim");
     }
+    c.mtp_num_layers = jr::field_or(j, "mtp_num_layers", 0, what("mtp_num_layers"));
+    c.mtp_loss_scaling_factor = j.value("mtp_loss_scaling_factor", c.mtp_loss_scaling_factor);
     return c;
   } catch (const nlohmann::json::exception& e) {
     std::string msg = source;
@@ -278,6 +284,7 @@ void check_config(const GptConfig& saved, const GptConfig& model, const std::str
       {"add_qkv_bias", {saved.qkv_bias(), model.qkv_bias()}},
       {"qk_layernorm", {saved.qk_layernorm, model.qk_layernorm}},
       {"qk_layernorm_across_heads", {saved.qk_layernorm_across_heads, model.qk_layernorm_across_heads}},
+      {"mtp_num_layers (--mtp-num-layers)", {saved.mtp_num_layers, model.mtp_num_layers}},
       // The experts: their number, widths and which layers have them, the router's expert bias.
       {"num_experts (--num-experts)", {saved.moe.num_experts, model.moe.num_experts}},
       {"moe_ffn_hidden_size (--moe-ffn-hidden-size)",

@@ -11,6 +11,16 @@ VocabParallelEmbedding::VocabParallelEmbedding(ParamTable& params, const std::st
   vocab_start_ = vocab_rows_ * tp.rank;
 }
 
+VocabParallelEmbedding::VocabParallelEmbedding(ParamTable& params, int shared_weight, TensorParallel tp)
+    : params_(params), weight_(shared_weight), tp_(tp), slots_(params.info(shared_weight).name) {
+  const ParamInfo& w = params.info(shared_weight);
+  PTDP_CHECK_ARG(w.partition_dim == 0 && w.global_shape.ndim() == 2,
+                 "a shared embedding table must be [vocab, h] split on dim 0; " + w.name + " is not");
+  h_ = w.global_shape[1];
+  vocab_rows_ = w.global_shape[0] / tp.size;
+  vocab_start_ = vocab_rows_ * tp.rank;
+}
+
 Tensor VocabParallelEmbedding::forward(const Tensor& ids, const Step& step) {
   PTDP_CHECK_ARG(ids.dtype() == DType::I32, "token ids must be i32, got " + ids.str());
   const int64_t n = ids.numel();

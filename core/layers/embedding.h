@@ -15,6 +15,10 @@ class VocabParallelEmbedding {
   /// Declares "<name>" [padded_vocab, h], split on dim 0.
   VocabParallelEmbedding(ParamTable& params, const std::string& name, int64_t padded_vocab, int64_t h,
                          float init_std, TensorParallel tp);
+  /// Looks up an existing [padded_vocab, h] weight split on dim 0 (`shared_weight`, an index of
+  /// `params`): a second lookup of the same table with its own per-microbatch slots (the
+  /// multi-token prediction modules'); its weight gradient adds to the table's.
+  VocabParallelEmbedding(ParamTable& params, int shared_weight, TensorParallel tp);
 
   /// ids [N] (i32) -> [N, h], complete on every tensor rank.
   Tensor forward(const Tensor& ids, const Step& step);

@@ -43,19 +43,27 @@ std::unique_ptr<AttentionLayer> make_attention(ParamTable& params, const std::st
 
 TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp,
                                    Device device)
+    : TransformerLayer(params, cfg, prefix(layer), layer, cfg.moe.is_moe_layer(layer), tp, device) {}
+
+TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, const std::string& name, int layer,
+                                   TensorParallel tp, Device device)
+    : TransformerLayer(params, cfg, name, layer, false, tp, device) {}
+
+TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, const std::string& name, int layer,
+                                   bool moe, TensorParallel tp, Device device)
     : cfg_(cfg),
       layer_(layer),
       tp_(tp),
-      ln1_(params, prefix(layer) + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
+      ln1_(params, name + ".input_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
            sequence_norm_group(tp)),
-      attn_(make_attention(params, prefix(layer) + ".self_attention", cfg, layer, tp, device)),
-      ln2_(params, prefix(layer) + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
+      attn_(make_attention(params, name + ".self_attention", cfg, layer, tp, device)),
+      ln2_(params, name + ".pre_mlp_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
            sequence_norm_group(tp)),
-      slots_(prefix(layer)) {
-  if (cfg.moe.is_moe_layer(layer)) {
-    moe_ = std::make_unique<MoeLayer>(params, prefix(layer) + ".mlp", cfg, tp);
+      slots_(name) {
+  if (moe) {
+    moe_ = std::make_unique<MoeLayer>(params, name + ".mlp", cfg, tp);
   } else {
-    mlp_ = std::make_unique<Mlp>(params, prefix(layer) + ".mlp", cfg, tp);
+    mlp_ = std::make_unique<Mlp>(params, name + ".mlp", cfg, tp);
   }
 }
 

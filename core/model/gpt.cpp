@@ -100,6 +100,21 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
     const int64_t local = padded_vocab_ / tp.size;
     loss_ = std::make_unique<VocabParallelCrossEntropy>(cfg_.vocab_size, local * tp.rank, local, tp);
     head_params_.second = params_.size();
+    mtp_params_ = {params_.size(), params_.size()};
+    if (cfg_.mtp_num_layers > 0) {
+      int word = stage_.pre_process ? word_->weight_index() : tied_copy_;
+      if (word < 0) {
+        // Untied, on a later pipeline stage: the modules embed with their own copy of the first
+        // stage's word embedding (same name, same values), summed over the embedding group as the
+        // tied head's is.
+        word = params_.add("embedding.word_embeddings.weight", {padded_vocab_, h}, 0, ParamInit::Normal,
+                           cfg_.init_method_std);
+        tied_copy_ = word;
+      }
+      for (int k = 0; k < cfg_.mtp_num_layers; ++k)
+        mtp_.push_back(std::make_unique<MtpModule>(params_, cfg_, k, word, head_->weight_index(), tp_, device_));
+    }
+    mtp_params_.second = params_.size();
   }
   if (materialize) {
     params_.allocate(device_, cfg_.precision);
@@ -189,7 +204,8 @@ int64_t GptModel::activation_rows(int64_t b) const {
   return tp_.sequence_sharded(false) ? rows / tp_.size : rows;
 }
 
-Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step) {
+Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step,
+                              Tensor* normed) {
   const int64_t s = cfg_.seq_length, h = cfg_.hidden_size;
   Tensor x;
   if (stage_.pre_process) {
@@ -206,6 +222,7 @@ Tensor GptModel::stage_logits(const Tensor& input, const int32_t* tokens, int64_
   for (auto& layer : layers_) x = layer->forward(x, step);
   if (!stage_.post_process) return x;
   x = final_ln_->forward(x, step);
+  if (normed) *normed = x;
   return head_->forward(x, step);
 }
 
@@ -215,21 +232,58 @@ Tensor GptModel::stage_forward(const Tensor& input, const int32_t* tokens, const
   // Labels and the layout are checked before anything is kept, so a bad value leaves nothing in
   // flight.
   const Tensor targets = stage_.post_process ? to_sequence_major(labels, b, "labels", true) : Tensor();
-  if (layout.empty() && tp_.cp.size == 1) {  // context parallelism: the true positions always
-    Tensor out = stage_logits(input, tokens, b, step);
-    return stage_.post_process ? loss_->forward(out, targets, step) : out;
-  }
-  TokenPositions where = token_positions(b, layout);
-  TokenPositions& kept = positions_.create(step.microbatch);
-  kept = std::move(where);
   Step at = step;
-  at.positions = &kept;
-  Tensor out = stage_logits(input, tokens, b, at);
-  return stage_.post_process ? loss_->forward(out, targets, at) : out;
+  if (!layout.empty() || tp_.cp.size > 1) {  // context parallelism: the true positions always
+    TokenPositions where = token_positions(b, layout);
+    TokenPositions& kept = positions_.create(step.microbatch);
+    kept = std::move(where);
+    at.positions = &kept;
+  }
+  const bool mtp = !mtp_.empty() && step.training;
+  Tensor normed;  // [rows, h]: the decoder's final-normed output, the first MTP module's input
+  Tensor out = stage_logits(input, tokens, b, at, mtp ? &normed : nullptr);
+  if (!stage_.post_process) return out;
+  Tensor losses = loss_->forward(out, targets, at);
+  if (mtp) mtp_forward(normed, tokens, labels, b, at);
+  return losses;
+}
+
+void GptModel::mtp_forward(const Tensor& h, const int32_t* tokens, const int32_t* labels, int64_t b,
+                           const Step& step) {
+  const int64_t s = cfg_.seq_length;
+  std::vector<float>& means = mtp_means_.create(step.microbatch);
+  Tensor x = h;  // [rows, h]
+  for (std::size_t k = 0; k < mtp_.size(); ++k) {
+    // Depth k + 1 reads the token k + 1 ahead and predicts the label k + 1 ahead. Each rank has
+    // the microbatch's whole ids, so the shift crosses context chunks without communication.
+    const int shift = static_cast<int>(k) + 1;
+    const std::vector<int32_t> ids = shifted_ids(tokens, b, s, shift, 0);
+    const std::vector<int32_t> ahead = shifted_ids(labels, b, s, shift, kIgnoreIndex);
+    MtpModule::Output out = mtp_[k]->forward(x, to_sequence_major(ids.data(), b, "tokens"),
+                                             to_sequence_major(ahead.data(), b, "labels", true), step);
+    means.push_back(masked_mean(out.losses, mtp_[k]->counted(step)));
+    x = out.hidden;
+  }
+}
+
+Tensor GptModel::mtp_backward(float loss_scale, const Step& step) {
+  const float scale = loss_scale * cfg_.mtp_loss_scaling_factor / static_cast<float>(mtp_.size());
+  Tensor dh;  // [rows, h]: the gradient of the next depth's input
+  for (std::size_t k = mtp_.size(); k-- > 0;) dh = mtp_[k]->backward_input(dh, scale, step);
+  mtp_means_.release(step.microbatch);
+  return dh;
+}
+
+std::vector<float> GptModel::mtp_losses(const Step& step) {
+  return mtp_means_.has(step.microbatch) ? mtp_means_.get(step.microbatch) : std::vector<float>{};
 }
 
 float GptModel::microbatch_loss(const Tensor& losses, const Step& step) {
   PTDP_CHECK_ARG(stage_.post_process, "microbatch_loss needs the chunk that computes the loss");
+  return masked_mean(losses, loss_->counted(step));
+}
+
+float GptModel::masked_mean(const Tensor& losses, int64_t counted) const {
   std::vector<float> host(static_cast<std::size_t>(losses.numel()));
   losses.copy_to_host(host.data(), host.size() * sizeof(float));
   double sum = 0.0;
@@ -241,7 +295,6 @@ float GptModel::microbatch_loss(const Tensor& losses, const Step& step) {
     all.copy_to_host(host.data(), host.size() * sizeof(float));
   }
   for (float v : host) sum += v;  // the ignored tokens' losses are 0
-  const int64_t counted = loss_->counted(step);
   return counted > 0 ? static_cast<float>(sum / static_cast<double>(counted)) : 0.0f;
 }
 
@@ -261,6 +314,10 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
     // the sum over the context ranks averaged over the d replicas (Megatron scales so too).
     const float cp_scale = static_cast<float>(tp_.cp.size);
     dx = head_->backward_input(loss_->backward(loss_->mean_gradient(grad_scale * cp_scale, step), step), step);
+    if (mtp_means_.has(step.microbatch)) {
+      const Tensor dh = mtp_backward(grad_scale * cp_scale, step);  // [rows, h]
+      dx.backend().add(dx.raw(), dh.raw(), dx.raw(), dx.dtype(), dx.numel());
+    }
     dx = final_ln_->backward_input(dx, step);
   } else {
     PTDP_CHECK_ARG(grad_output.defined(), "chunk output gradient is missing");
@@ -281,6 +338,9 @@ Tensor GptModel::stage_backward_input(const Tensor& grad_output, const Step& ste
 void GptModel::stage_backward_weight(const Step& step, const ParamsReady& ready) {
   const PhaseScope phase(Phase::Backward);
   if (stage_.post_process) {
+    // The modules add to the shared head's and embedding's gradients: before those are final.
+    for (std::size_t k = mtp_.size(); k-- > 0;) mtp_[k]->backward_weight(step);
+    if (ready && mtp_params_.first < mtp_params_.second) ready(mtp_params_.first, mtp_params_.second);
     head_->backward_weight(step);
     if (ready) ready(head_params_.first, head_params_.second);
   }
@@ -302,6 +362,8 @@ void GptModel::release(const Step& step) {
   if (final_ln_) final_ln_->release(step);
   if (head_) head_->release(step);
   if (loss_) loss_->release(step);
+  for (auto& m : mtp_) m->release(step);
+  mtp_means_.release(step.microbatch);
   positions_.release(step.microbatch);
 }
 

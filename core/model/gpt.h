@@ -28,6 +28,7 @@
 #include "core/layers/kv_cache.h"
 #include "core/layers/transformer_layer.h"
 #include "core/model/gpt_config.h"
+#include "core/model/mtp.h"
 #include "core/model/pipeline_split.h"
 #include "core/params/params.h"
 
@@ -88,9 +89,14 @@ class GptModel {
   /// Rows of the [rows, h] activation a chunk passes on for b samples: s * b, or this rank's
   /// s * b / t under sequence parallelism (LayerConfig::sequence_parallel with t > 1).
   int64_t activation_rows(int64_t b) const;
-  /// Index of the word embedding the loss ties to on a post-processing chunk without
-  /// pre-processing (its copy is kept in step through the embedding group), else -1.
+  /// Index of the word embedding copy on a post-processing chunk without pre-processing (the
+  /// tied LM head's weight, or the multi-token prediction modules' embedding; kept in step with
+  /// the first chunk's through the embedding group), else -1.
   int tied_head_weight() const;
+  /// The multi-token prediction losses of a post-processing chunk's last training forward of
+  /// the microbatch: each depth's masked mean (core/model/mtp.h), D values; empty without MTP
+  /// or when the forward did not run the modules (evaluation). Call before its backward.
+  std::vector<float> mtp_losses(const Step& step);
 
   /// Forward and backward of one microbatch through the whole model (a chunk holding both
   /// ends). tokens and labels are [b, seq_length] i32 in host memory, row-major (batch-major,
@@ -142,7 +148,17 @@ class GptModel {
  private:
   /// Embeddings (pre-processing chunk) or `input`, the layers, and on a post-processing chunk
   /// the final norm and the LM head: [s*b, h], or this rank's logits [s*b, V_padded / t].
-  Tensor stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step);
+  Tensor stage_logits(const Tensor& input, const int32_t* tokens, int64_t b, const Step& step,
+                      Tensor* normed = nullptr);
+  /// The masked mean of per-token losses [s/c*b] whose `counted` labels count (over the whole
+  /// microbatch under context parallelism).
+  float masked_mean(const Tensor& losses, int64_t counted) const;
+  /// The MTP modules' forward from the decoder's final-normed output h [rows, h]; keeps each
+  /// depth's mean loss.
+  void mtp_forward(const Tensor& h, const int32_t* tokens, const int32_t* labels, int64_t b, const Step& step);
+  /// Their backward, each depth's loss gradient scaled by loss_scale * mtp_loss_scaling_factor
+  /// / D: the gradient of h [rows, h].
+  Tensor mtp_backward(float loss_scale, const Step& step);
   /// ids [b, s] row-major -> [s * b] sequence-major on the device, each in [0, vocab_size) (or
   /// kIgnoreIndex with `ignore_ok`), the first one outside named.
   Tensor to_sequence_major(const int32_t* ids, int64_t b, const char* what, bool ignore_ok = false) const;
@@ -167,10 +183,12 @@ class GptModel {
   std::unique_ptr<Norm> final_ln_;
   std::unique_ptr<ColumnParallelLinear> head_;
   std::unique_ptr<VocabParallelCrossEntropy> loss_;
+  std::vector<std::unique_ptr<MtpModule>> mtp_;  // D modules on the post-processing chunk
+  Slots<std::vector<float>> mtp_means_{"mtp losses"};  // per microbatch in flight: each depth's mean loss
   Slots<TokenPositions> positions_{"model positions"};  // per microbatch in flight: Step::positions
   int tied_copy_ = -1;  // the last chunk's copy of the word embedding (pipelines with p > 1)
   // Parameter index ranges [first, end) of the components, for ParamsReady.
-  std::pair<int, int> embedding_params_{0, 0}, head_params_{0, 0};
+  std::pair<int, int> embedding_params_{0, 0}, head_params_{0, 0}, mtp_params_{0, 0};
   std::vector<std::pair<int, int>> layer_params_;
 };
 

@@ -31,6 +31,20 @@ void GptConfig::validate(int t) const {
   PTDP_CHECK_ARG(parameter_count_fits(t), "the parameter count of num_layers (--num-layers) " +
                                               std::to_string(num_layers) + " layers of hidden_size " +
                                               std::to_string(hidden_size) + " overflows a 64-bit integer");
+  PTDP_CHECK_ARG(mtp_num_layers >= 0,
+                 "mtp_num_layers (--mtp-num-layers) must be >= 0 (0: no multi-token prediction), got " +
+                     std::to_string(mtp_num_layers));
+  PTDP_CHECK_ARG(std::isfinite(mtp_loss_scaling_factor) && mtp_loss_scaling_factor >= 0.0f,
+                 "mtp_loss_scaling_factor (--mtp-loss-scaling-factor) must be finite and >= 0, got " +
+                     std::to_string(mtp_loss_scaling_factor));
+  // Megatron's words (arguments.py): the MTP modules embed the shifted tokens without a position table.
+  PTDP_CHECK_ARG(mtp_num_layers == 0 || !learned_positions(),
+                 "Multi-Token Prediction (MTP) is not supported with learned_absolute position embedding type. "
+                 "The supported position embedding types are rope and none (--mtp-num-layers " +
+                     std::to_string(mtp_num_layers) + " with --position-embedding-type learned_absolute)");
+  PTDP_CHECK_ARG(mtp_num_layers == 0 || !moe.enabled(),
+                 "--mtp-num-layers " + std::to_string(mtp_num_layers) +
+                     " with MoE (--num-experts): the MTP modules' MoE layers are not supported yet");
   PTDP_CHECK_ARG(seq_length <= max_positions(),
                  "seq_length " + std::to_string(seq_length) + " is longer than max_position_embeddings " +
                      std::to_string(max_positions()));
@@ -41,10 +55,14 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
   const double a = num_attention_heads, g = query_groups(), q_ratio = static_cast<double>(attention_width()) / h;
   const double attention = multi_latent_attention ? mla_attention_factor() : (1.0 + g / a + s / h) * q_ratio;
   const double mlp = static_cast<double>(ffn()) / h * (swiglu ? 1.5 : 1.0);
-  const double logits = 6.0 * B * s * h * V;
+  // Multi-token prediction (Megatron's terms): D more layers of the decoder's kind, each module's
+  // norms and eh_proj (3h + 2h^2 per token, forward and backward), and D more logits.
+  const double D = mtp_num_layers;
+  const double logits = 6.0 * B * s * h * V * (1.0 + D);
+  const double mtp_proj = 6.0 * B * s * D * (3.0 * h + 2.0 * h * h);
   if (!moe.enabled()) {
-    const double layers = (full_recompute ? 16.0 : 12.0) * B * s * l * h * h * (attention + mlp);
-    return layers + logits;
+    const double layers = (full_recompute ? 16.0 : 12.0) * B * s * (l + D) * h * h * (attention + mlp);
+    return layers + logits + mtp_proj;
   }
   // Megatron's num_floating_point_operations: dense layers ffn, MoE layers k moe_ffn + shared.
   const double moe_layers = num_moe_layers();
@@ -84,7 +102,8 @@ bool GptConfig::parameter_count_fits(int t) const {
                           a * (static_cast<long double>(qk_head_dim) + v_head_dim) * kv_lora_rank;
   const long double attention_in = multi_latent_attention ? mla : qkv * (h + 1);
   const long double per_layer = 4 * h + attention_in + aw * h + h + fc1 * (h + 1) + f * h + h + 8 * h;
-  long double total = v * h * 2 + static_cast<long double>(num_layers) * per_layer +
+  long double total = v * h * 2 + static_cast<long double>(num_layers + mtp_num_layers) * per_layer +
+                     static_cast<long double>(mtp_num_layers) * (2 * h * h + 6 * h) +
                      static_cast<long double>(max_positions()) * h + 2 * h;
   if (moe.enabled()) {
     const long double fe = moe_ffn(), sh = moe.shared_expert_intermediate_size, e = moe.num_experts;
@@ -126,6 +145,8 @@ int64_t GptConfig::count_parameters(int t, int64_t routed) const {
   }
   if (learned_positions()) total += static_cast<int64_t>(max_positions()) * h;
   if (!tie_embeddings) total += v * h;
+  // Each MTP module: enorm, hnorm, eh_proj [h, 2h], a dense transformer layer, final_layernorm.
+  total += static_cast<int64_t>(mtp_num_layers) * (3 * norm + 2 * h * h + per_layer);
   return total;
 }
 

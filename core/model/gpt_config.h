@@ -15,6 +15,13 @@ struct GptConfig : LayerConfig {
   int max_position_embeddings = 0;  ///< 0: seq_length
   bool tie_embeddings = true;  ///< the LM head reuses the word embedding
 
+  // Multi-token prediction (Megatron-Core's --mtp-num-layers, --mtp-loss-scaling-factor;
+  // core/model/mtp.h): D modules after the decoder on the last pipeline stage, module k
+  // predicting the token k + 1 positions ahead. 0: none.
+  int mtp_num_layers = 0;
+  /// The D depths' losses enter the gradient as mtp_loss_scaling_factor / D times their sum.
+  float mtp_loss_scaling_factor = 0.1f;
+
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   /// Vocabulary padded to a multiple of make_vocab_size_divisible_by * t (Megatron's rule);
   /// the padded rows never take part in the loss.
@@ -48,9 +55,12 @@ struct GptConfig : LayerConfig {
   /// (or h a dq without query compression), r = kv_lora_rank, dn, dr, dv the head dims and dq =
   /// dn + dr; the core attention's s a (dq + dv) is not halved for the causal mask, as the dense
   /// term's s/h is not (the paper's convention; Megatron's current code halves both).
+  /// With multi-token prediction (Megatron's terms) the D modules add D layers (l + D in the layer
+  /// terms), D more logits (V (1 + D)) and 6 B s D (3h + 2h^2) for their norms and eh_proj.
   double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t): with MoE, every
-  /// expert of every MoE layer, the routers (and their expert biases) and the shared experts.
+  /// expert of every MoE layer, the routers (and their expert biases) and the shared experts;
+  /// with MTP, each module's three norms, eh_proj and layer (the embedding and head are shared).
   int64_t parameter_count(int tensor_parallel) const;
   /// The parameters one token's forward uses: parameter_count() with each MoE layer's routed
   /// experts counted k times instead of E times (the model cards' "active" count); equal to

@@ -80,7 +80,8 @@ void GptPipeline::zero_grads() {
 
 int GptPipeline::tied_embedding(int j) const {
   const GptModel& c = *chunks_[static_cast<std::size_t>(j)];
-  if (p_ == 1 || !cfg_.tie_embeddings) return -1;
+  // Two copies of the word embedding: the tied head's, or the MTP modules' on the last stage.
+  if (p_ == 1 || (!cfg_.tie_embeddings && cfg_.mtp_num_layers == 0)) return -1;
   if (c.stage().pre_process) return c.params().index("embedding.word_embeddings.weight");
   if (c.stage().post_process) return c.tied_head_weight();
   return -1;

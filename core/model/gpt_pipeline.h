@@ -48,8 +48,8 @@ class GptPipeline {
   ProcessGroups& groups() { return groups_; }
   Device device() const { return device_; }
 
-  /// Index of the tied word embedding in local chunk j's table (both stages' copies with
-  /// p > 1), or -1.
+  /// Index of the word embedding in local chunk j's table where the first and last stages both
+  /// hold a copy (p > 1 with a tied head, or with multi-token prediction), or -1.
   int tied_embedding(int j) const;
   void zero_grads();
 

@@ -24,7 +24,12 @@ class GptStages final : public PipelineStages {
     const int64_t offset = static_cast<int64_t>(mb) * b_ * seq;
     Tensor out = g.stage_forward(input, tokens_ + offset, labels_ + offset, b_, step(mb),
                                  layout_.from_sample(static_cast<int64_t>(mb) * b_, seq));
-    if (g.stage().post_process) loss_sum_ += g.microbatch_loss(out, step(mb));
+    if (g.stage().post_process) {
+      loss_sum_ += g.microbatch_loss(out, step(mb));
+      const std::vector<float> mtp = g.mtp_losses(step(mb));
+      mtp_sums_.resize(mtp.size(), 0.0);
+      for (std::size_t k = 0; k < mtp.size(); ++k) mtp_sums_[k] += mtp[k];
+    }
     return out;
   }
 
@@ -53,6 +58,8 @@ class GptStages final : public PipelineStages {
   }
 
   double loss_sum() const { return loss_sum_; }
+  /// Each MTP depth's loss summed over the microbatches (the last chunk's rank; empty elsewhere).
+  const std::vector<double>& mtp_sums() const { return mtp_sums_; }
   Device device() override { return model_.device(); }
   DType activation_dtype() override { return model_.config().precision; }
 
@@ -75,6 +82,7 @@ class GptStages final : public PipelineStages {
   const GradsReady& grads_ready_;
   std::vector<int> weight_passes_;  // per local chunk: weight passes run this step
   double loss_sum_ = 0.0;
+  std::vector<double> mtp_sums_;
 };
 
 // The chunks' PipelineStages for a forward-only pass: each chunk's activations are released
@@ -139,11 +147,26 @@ float pipeline_loss(GptPipeline& model, double loss_sum, int m) {
   return loss;
 }
 
+// Each MTP depth's mean over the m microbatches, broadcast from the last chunk as the loss is.
+std::vector<float> pipeline_mtp_losses(GptPipeline& model, const std::vector<double>& sums, int m) {
+  std::vector<float> out(static_cast<std::size_t>(model.config().mtp_num_layers), 0.0f);
+  for (std::size_t k = 0; k < sums.size() && k < out.size(); ++k) out[k] = static_cast<float>(sums[k] / m);
+  const int p = model.pipeline_size();
+  if (p > 1 && !out.empty()) {
+    model.groups()
+        .comm(GroupKind::Pipeline)
+        .broadcast(Tensor::borrow(out.data(), {static_cast<int64_t>(out.size())}, DType::F32),
+                   model.rank_of_chunk(p * model.virtual_stages() - 1))
+        ->wait();
+  }
+  return out;
+}
+
 }  // namespace
 
 float forward_backward(GptPipeline& model, const Schedule& schedule, const int32_t* tokens, const int32_t* labels,
                        int64_t b, int64_t iteration, const ExecutorOptions& options, const ReplicaSettings& replica,
-                       const DocumentLayout& layout, const GradsReady& grads_ready) {
+                       const DocumentLayout& layout, const GradsReady& grads_ready, std::vector<float>* mtp_losses) {
   const int p = model.pipeline_size(), v = model.virtual_stages();
   PTDP_CHECK_ARG(schedule.p == p && schedule.v == v,
                  "the schedule is for p=" + std::to_string(schedule.p) + ", v=" + std::to_string(schedule.v) +
@@ -163,6 +186,7 @@ float forward_backward(GptPipeline& model, const Schedule& schedule, const int32
   if (model.tensor_parallel().sequence_sharded(false)) run_options.scatter_gather = false;
   run_schedule(schedule, model.pipeline_rank(), stages, pipe, model.tensor_parallel(), run_options);
   finalize_model_grads(model, grads_ready);
+  if (mtp_losses) *mtp_losses = pipeline_mtp_losses(model, stages.mtp_sums(), schedule.m);
   return pipeline_loss(model, stages.loss_sum(), schedule.m);
 }
 

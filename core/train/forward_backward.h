@@ -30,11 +30,13 @@ using GradsReady = std::function<void(int chunk, int first, int end)>;
 /// (the same shape) gives positions and documents, read by every chunk. Gradients of the loss
 /// accumulate (no optimizer step), each microbatch's scaled by grad_scale / m; after the
 /// schedule, finalize_model_grads. The loss is the mean of the m microbatches' masked means
-/// (core/model/gpt.h). Returns it on every rank of the pipeline.
+/// (core/model/gpt.h). Returns it on every rank of the pipeline. With multi-token prediction,
+/// `mtp_losses` (if set) receives each depth's loss, the mean of its microbatch losses, on every
+/// rank of the pipeline (the gradient carries them scaled, the returned loss does not).
 float forward_backward(GptPipeline& model, const Schedule& schedule, const int32_t* tokens, const int32_t* labels,
                        int64_t b, int64_t iteration, const ExecutorOptions& options = {},
                        const ReplicaSettings& replica = {}, const DocumentLayout& layout = {},
-                       const GradsReady& grads_ready = {});
+                       const GradsReady& grads_ready = {}, std::vector<float>* mtp_losses = nullptr);
 
 /// What the model's gradients need after the schedule and before the optimizer (Megatron's
 /// finalize_model_grads): the tied word embedding's two copies summed, over the embedding group

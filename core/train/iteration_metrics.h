@@ -50,6 +50,9 @@ struct IterationMetrics {
   float validation_loss = 0;  ///< when validated
   bool saved = false;        ///< a checkpoint was saved after this iteration
   MoeMetrics moe;            ///< MoE losses and expert loads (core/train/moe_metrics.h); empty when dense
+  /// Each multi-token prediction depth's loss ("mtp_1 loss", ...; core/model/mtp.h); empty
+  /// without MTP.
+  std::vector<float> mtp_losses;
 };
 
 }  // namespace ptdp

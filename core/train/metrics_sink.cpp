@@ -59,6 +59,15 @@ std::string moe_json(const MoeMetrics& moe) {
   return out + "]";
 }
 
+// The multi-token prediction losses of an iteration's JSON line ("mtp_1_loss", ...; with their
+// leading comma), or nothing without MTP.
+std::string mtp_json(const std::vector<float>& losses) {
+  std::string out;
+  for (std::size_t k = 0; k < losses.size(); ++k)
+    out += ", \"mtp_" + std::to_string(k + 1) + "_loss\": " + json_number(losses[k]);
+  return out;
+}
+
 // The iteration's point of the curves.
 TrainPoint plot_point(const IterationMetrics& m) {
   TrainPoint p;
@@ -130,6 +139,8 @@ bool MetricsSink::record(const IterationMetrics& m, bool stopping) {
   interval_seconds_ += m.elapsed_s;
   interval_load_balancing_loss_ += m.moe.load_balancing_loss;
   interval_z_loss_ += m.moe.z_loss;
+  interval_mtp_losses_.resize(m.mtp_losses.size(), 0.0);
+  for (std::size_t k = 0; k < m.mtp_losses.size(); ++k) interval_mtp_losses_[k] += m.mtp_losses[k];
   ++interval_iters_;
   if (std::isnan(m.lm_loss)) {
     ++nan_iters_;
@@ -151,18 +162,19 @@ void MetricsSink::write_json_line(const IterationMetrics& m) {
                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %s, "
                "\"grad_norm\": %s, \"loss_scale\": %s, \"skipped\": %d, \"skipped_iterations\": %lld, "
                "\"elapsed_ms\": %s, \"tokens_per_second\": %s, \"tflops_per_device\": %s, "
-               "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s%s}\n",
+               "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s%s%s}\n",
                static_cast<long long>(m.iteration), static_cast<long long>(m.consumed_samples),
                json_number(m.lm_loss).c_str(), json_number(m.learning_rate).c_str(), json_number(m.grad_norm).c_str(),
                json_number(static_cast<double>(m.loss_scale)).c_str(), m.skipped ? 1 : 0,
                static_cast<long long>(m.skipped_iterations), json_number(m.elapsed_s * 1e3, "%.3f").c_str(),
                json_number(m.tokens_per_second, "%.1f").c_str(), json_number(m.tflops_per_device, "%.6f").c_str(),
                json_number(m.mfu, "%.6f").c_str(), static_cast<long long>(m.global_batch_size),
-               json_number(m.mem_high_water_mib, "%.1f").c_str(), moe_json(m.moe).c_str());
+               json_number(m.mem_high_water_mib, "%.1f").c_str(), moe_json(m.moe).c_str(),
+               mtp_json(m.mtp_losses).c_str());
   std::fflush(json_);
 }
 
-// Megatron's MoE entries of the log line (the interval's means, after the lm loss), or nothing
+// Megatron's MoE and MTP entries of the log line (the interval's means, after the lm loss), or nothing
 // for a dense model.
 std::string MetricsSink::moe_log(const MoeMetrics& moe) const {
   std::string out;
@@ -174,6 +186,11 @@ std::string MetricsSink::moe_log(const MoeMetrics& moe) const {
   }
   if (moe.has_z_loss) {
     std::snprintf(buf, sizeof buf, " z_loss: %E |", interval_z_loss_ / n);
+    out += buf;
+  }
+  // Megatron's MTPLossLoggingHelper: "mtp_k loss" per depth, the interval's mean.
+  for (std::size_t k = 0; k < interval_mtp_losses_.size(); ++k) {
+    std::snprintf(buf, sizeof buf, " mtp_%zu loss: %E |", k + 1, interval_mtp_losses_[k] / n);
     out += buf;
   }
   return out;
@@ -203,6 +220,7 @@ void MetricsSink::print_log_line(const IterationMetrics& m) {
 
 void MetricsSink::reset_interval() {
   interval_seconds_ = interval_loss_ = interval_load_balancing_loss_ = interval_z_loss_ = 0.0;
+  interval_mtp_losses_.clear();
   interval_iters_ = interval_loss_iters_ = nan_iters_ = 0;
 }
 

@@ -78,6 +78,7 @@ class MetricsSink {
   int64_t interval_iters_ = 0, interval_loss_iters_ = 0, nan_iters_ = 0;
   // The MoE losses summed over the interval's iterations (Megatron's total_loss_dict entries).
   double interval_load_balancing_loss_ = 0.0, interval_z_loss_ = 0.0;
+  std::vector<double> interval_mtp_losses_;  // per MTP depth, summed over the interval
 };
 
 }  // namespace ptdp

@@ -35,7 +35,8 @@ IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, Proce
     optimizer.params_ready(j, first, end);
   };
   IterationOutcome r;
-  r.loss = forward_backward(model, schedule, tokens, labels, b, iteration, options, replica, layout, grads_ready);
+  r.loss = forward_backward(model, schedule, tokens, labels, b, iteration, options, replica, layout, grads_ready,
+                            &r.mtp_losses);
   if (hooks.after_backward) hooks.after_backward(r.loss);
   if (hooks.before_optimizer_step) {
     optimizer.finish_grad_sync();  // the step's own first act; nothing in flight when a check stops the run
@@ -46,6 +47,10 @@ IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, Proce
   if (hooks.after_optimizer_step) hooks.after_optimizer_step(r.step);
   if (groups.size(GroupKind::Data) > 1) {
     groups.comm(GroupKind::Data).all_reduce(Tensor::borrow(&r.loss, {1}, DType::F32), ReduceOp::Avg)->wait();
+    if (!r.mtp_losses.empty()) {
+      const Tensor mtp = Tensor::borrow(r.mtp_losses.data(), {static_cast<int64_t>(r.mtp_losses.size())}, DType::F32);
+      groups.comm(GroupKind::Data).all_reduce(mtp, ReduceOp::Avg)->wait();
+    }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.comm_wait_seconds = comm_wait_seconds() - wait0;

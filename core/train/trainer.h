@@ -17,6 +17,9 @@ struct IterationOutcome {
   double seconds = 0;            ///< wall time of the iteration on this rank
   double comm_wait_seconds = 0;  ///< of which blocked waiting on communication
   MoeMetrics moe;                ///< the MoE losses and expert loads (empty for a dense model)
+  /// Each multi-token prediction depth's loss (mtp_1, ..., mtp_D), averaged as `loss` is;
+  /// empty without MTP.
+  std::vector<float> mtp_losses;
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out

@@ -275,6 +275,7 @@ IterationMetrics TrainingLoop::metrics_of(const IterationOutcome& outcome) const
   m.skipped = outcome.step.skipped;
   m.skipped_iterations = s.optimizer->skipped_iterations();
   m.moe = outcome.moe;
+  m.mtp_losses = outcome.mtp_losses;
   return m;
 }
 

@@ -1356,6 +1356,56 @@ class ptdp_gpt_options(object):
                                                 truncate false,
                                                 `--no-yarn-correction-range-round-to-int`). Default 0.
     """)
+    multi_latent_attention = property(_ptdp_ext.ptdp_gpt_options_multi_latent_attention_get, _ptdp_ext.ptdp_gpt_options_multi_latent_attention_set, doc=r"""
+    1: every layer's attention is multi-latent attention
+                                                (`--multi-latent-attention`): parameters
+                                                self_attention.linear_q_down_proj, q_layernorm,
+                                                linear_q_up_proj (or linear_q_proj),
+                                                linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,
+                                                linear_proj; q_layernorm and kv_layernorm with
+                                                qk_layernorm. Needs ::PTDP_POSITION_EMBEDDING_ROPE
+                                                and num_query_groups 0 or num_attention_heads.
+                                                Default 0.
+    """)
+    q_lora_rank = property(_ptdp_ext.ptdp_gpt_options_q_lora_rank_get, _ptdp_ext.ptdp_gpt_options_q_lora_rank_set, doc=r"""
+    The query latent's width (`--q-lora-rank`); 0
+                                                (default): no query compression, one linear_q_proj.
+    """)
+    kv_lora_rank = property(_ptdp_ext.ptdp_gpt_options_kv_lora_rank_get, _ptdp_ext.ptdp_gpt_options_kv_lora_rank_set, doc=r"""
+    The compressed key/value latent's width
+                                                (`--kv-lora-rank`); 0 means 32.
+    """)
+    qk_head_dim = property(_ptdp_ext.ptdp_gpt_options_qk_head_dim_get, _ptdp_ext.ptdp_gpt_options_qk_head_dim_set, doc=r"""
+    Each query/key head's part without RoPE
+                                                (`--qk-head-dim`); 0 means 128.
+    """)
+    qk_pos_emb_head_dim = property(_ptdp_ext.ptdp_gpt_options_qk_pos_emb_head_dim_get, _ptdp_ext.ptdp_gpt_options_qk_pos_emb_head_dim_set, doc=r"""
+    Each query/key head's RoPE part, shared by the keys
+                                                of all heads (`--qk-pos-emb-head-dim`); 0 means 64.
+    """)
+    v_head_dim = property(_ptdp_ext.ptdp_gpt_options_v_head_dim_get, _ptdp_ext.ptdp_gpt_options_v_head_dim_set, doc=r"""
+    Each value head's width (`--v-head-dim`), at most
+                                                qk_head_dim + qk_pos_emb_head_dim; 0 means 128.
+    """)
+    mtp_num_layers = property(_ptdp_ext.ptdp_gpt_options_mtp_num_layers_get, _ptdp_ext.ptdp_gpt_options_mtp_num_layers_set, doc=r"""
+    Multi-token prediction depth D (`--mtp-num-layers`,
+                                                DeepSeek-V3's MTP as Megatron-Core has it), >= 0:
+                                                D modules `mtp.layers.{k}.*` (enorm, hnorm, eh_proj,
+                                                transformer_layer, final_layernorm) after the
+                                                decoder, on the last pipeline stage, module k
+                                                predicting the token k + 1 ahead with the shared
+                                                embedding and output layer. Needs
+                                                ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense
+                                                model. Training only: evaluation, logits and
+                                                generation ignore the modules. Default 0: none.
+    """)
+    mtp_loss_scaling_factor = property(_ptdp_ext.ptdp_gpt_options_mtp_loss_scaling_factor_get, _ptdp_ext.ptdp_gpt_options_mtp_loss_scaling_factor_set, doc=r"""
+    `--mtp-loss-scaling-factor`, >= 0: the D depths'
+                                                losses enter the gradient as this / D times their
+                                                sum (the reported loss is the main one; see
+                                                ptdp_model_mtp_losses()). 0 means Megatron's
+                                                default 0.1.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_gpt_options_swiginit(self, _ptdp_ext.new_ptdp_gpt_options())
@@ -3009,6 +3059,27 @@ def ptdp_model_moe_metrics(model, loads):
     Not concurrently with a ptdp_train_iteration() of the same model.
     """
     return _ptdp_ext.ptdp_model_moe_metrics(model, loads)
+
+def ptdp_model_mtp_losses(model, losses):
+    r"""
+    Each multi-token prediction depth's loss of the last ptdp_train_iteration() of ``model``
+           (mtp_1 .. mtp_D: per depth the masked mean cross-entropy against the label k ahead,
+           averaged over the global batch's microbatches as the loss is), the same on every rank.
+           These are Megatron-Core's logged "mtp_k loss" values: the iteration's loss does not
+           include them; its gradient includes mtp_loss_scaling_factor / D times their sum.
+    :type model: struct ptdp_model_impl
+    :param model: A live model.
+    :type losses: float, out
+    :param losses: Receives min(``capacity``, D) values, by depth; may be NULL when ``capacity``
+               is 0.
+    :type capacity: int
+    :param capacity: Entries ``losses`` has room for, >= 0.
+    :type count: int, out
+    :param count: Receives D (0 without MTP or before the first iteration); may not be NULL.
+    Title: Thread safety
+    Not concurrently with a ptdp_train_iteration() of the same model.
+    """
+    return _ptdp_ext.ptdp_model_mtp_losses(model, losses)
 class ptdp_iteration_report(object):
     r"""
     What one iteration reports, the same on every rank (the loss is the global batch's mean, the

@@ -11884,6 +11884,486 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_multi_latent_attention_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_multi_latent_attention_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_multi_latent_attention_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_multi_latent_attention_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->multi_latent_attention = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_multi_latent_attention_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_multi_latent_attention_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->multi_latent_attention);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_q_lora_rank_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_q_lora_rank_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_q_lora_rank_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_q_lora_rank_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->q_lora_rank = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_q_lora_rank_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_q_lora_rank_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->q_lora_rank);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_kv_lora_rank_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_kv_lora_rank_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_kv_lora_rank_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_kv_lora_rank_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->kv_lora_rank = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_kv_lora_rank_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_kv_lora_rank_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->kv_lora_rank);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_qk_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_head_dim_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_qk_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_head_dim_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_pos_emb_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_qk_pos_emb_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_pos_emb_head_dim_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_qk_pos_emb_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_pos_emb_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_pos_emb_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_pos_emb_head_dim_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_pos_emb_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_v_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_v_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_v_head_dim_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_v_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->v_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_v_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_v_head_dim_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->v_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mtp_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_mtp_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mtp_num_layers_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_mtp_num_layers_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mtp_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mtp_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mtp_num_layers_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->mtp_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mtp_loss_scaling_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_mtp_loss_scaling_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mtp_loss_scaling_factor_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_mtp_loss_scaling_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mtp_loss_scaling_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_mtp_loss_scaling_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_mtp_loss_scaling_factor_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->mtp_loss_scaling_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_gpt_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_gpt_options *result = 0 ;
@@ -22759,6 +23239,66 @@ SWIGINTERN PyObject *_wrap_ptdp_model_moe_metrics(PyObject *self, PyObject *args
 fail:
   {
     if (have_view3) PyBuffer_Release(&view3); 
+  }
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_model_mtp_losses(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_model arg1 = (ptdp_model) 0 ;
+  float *arg2 = (float *) 0 ;
+  int32_t arg3 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  int32_t temp4 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg4 = &temp4; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_model_mtp_losses", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_model_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_model_mtp_losses" "', argument " "1"" of type '" "ptdp_model""'"); 
+  }
+  arg1 = (ptdp_model)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 1, 4, "f", 1, "ptdp_model_mtp_losses: losses");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (float *)(have_view2 ? view2.buf : NULL);
+    arg3 = (int32_t)(have_view2 ? (0 ? view2.len : view2.len / 4) : 0);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_model_mtp_losses(arg1,arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg4)); 
+  }
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
   }
   return NULL;
 }
@@ -40229,6 +40769,106 @@ static PyMethodDef SwigMethods[] = {
 		"                                            truncate false,\n"
 		"                                            `--no-yarn-correction-range-round-to-int`). Default 0.\n"
 		""},
+	 { "ptdp_gpt_options_multi_latent_attention_set", _wrap_ptdp_gpt_options_multi_latent_attention_set, METH_VARARGS, "\n"
+		"1: every layer's attention is multi-latent attention\n"
+		"                                            (`--multi-latent-attention`): parameters\n"
+		"                                            self_attention.linear_q_down_proj, q_layernorm,\n"
+		"                                            linear_q_up_proj (or linear_q_proj),\n"
+		"                                            linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,\n"
+		"                                            linear_proj; q_layernorm and kv_layernorm with\n"
+		"                                            qk_layernorm. Needs ::PTDP_POSITION_EMBEDDING_ROPE\n"
+		"                                            and num_query_groups 0 or num_attention_heads.\n"
+		"                                            Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_multi_latent_attention_get", _wrap_ptdp_gpt_options_multi_latent_attention_get, METH_O, "\n"
+		"1: every layer's attention is multi-latent attention\n"
+		"                                            (`--multi-latent-attention`): parameters\n"
+		"                                            self_attention.linear_q_down_proj, q_layernorm,\n"
+		"                                            linear_q_up_proj (or linear_q_proj),\n"
+		"                                            linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,\n"
+		"                                            linear_proj; q_layernorm and kv_layernorm with\n"
+		"                                            qk_layernorm. Needs ::PTDP_POSITION_EMBEDDING_ROPE\n"
+		"                                            and num_query_groups 0 or num_attention_heads.\n"
+		"                                            Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_q_lora_rank_set", _wrap_ptdp_gpt_options_q_lora_rank_set, METH_VARARGS, "\n"
+		"The query latent's width (`--q-lora-rank`); 0\n"
+		"                                            (default): no query compression, one linear_q_proj.\n"
+		""},
+	 { "ptdp_gpt_options_q_lora_rank_get", _wrap_ptdp_gpt_options_q_lora_rank_get, METH_O, "\n"
+		"The query latent's width (`--q-lora-rank`); 0\n"
+		"                                            (default): no query compression, one linear_q_proj.\n"
+		""},
+	 { "ptdp_gpt_options_kv_lora_rank_set", _wrap_ptdp_gpt_options_kv_lora_rank_set, METH_VARARGS, "\n"
+		"The compressed key/value latent's width\n"
+		"                                            (`--kv-lora-rank`); 0 means 32.\n"
+		""},
+	 { "ptdp_gpt_options_kv_lora_rank_get", _wrap_ptdp_gpt_options_kv_lora_rank_get, METH_O, "\n"
+		"The compressed key/value latent's width\n"
+		"                                            (`--kv-lora-rank`); 0 means 32.\n"
+		""},
+	 { "ptdp_gpt_options_qk_head_dim_set", _wrap_ptdp_gpt_options_qk_head_dim_set, METH_VARARGS, "\n"
+		"Each query/key head's part without RoPE\n"
+		"                                            (`--qk-head-dim`); 0 means 128.\n"
+		""},
+	 { "ptdp_gpt_options_qk_head_dim_get", _wrap_ptdp_gpt_options_qk_head_dim_get, METH_O, "\n"
+		"Each query/key head's part without RoPE\n"
+		"                                            (`--qk-head-dim`); 0 means 128.\n"
+		""},
+	 { "ptdp_gpt_options_qk_pos_emb_head_dim_set", _wrap_ptdp_gpt_options_qk_pos_emb_head_dim_set, METH_VARARGS, "\n"
+		"Each query/key head's RoPE part, shared by the keys\n"
+		"                                            of all heads (`--qk-pos-emb-head-dim`); 0 means 64.\n"
+		""},
+	 { "ptdp_gpt_options_qk_pos_emb_head_dim_get", _wrap_ptdp_gpt_options_qk_pos_emb_head_dim_get, METH_O, "\n"
+		"Each query/key head's RoPE part, shared by the keys\n"
+		"                                            of all heads (`--qk-pos-emb-head-dim`); 0 means 64.\n"
+		""},
+	 { "ptdp_gpt_options_v_head_dim_set", _wrap_ptdp_gpt_options_v_head_dim_set, METH_VARARGS, "\n"
+		"Each value head's width (`--v-head-dim`), at most\n"
+		"                                            qk_head_dim + qk_pos_emb_head_dim; 0 means 128.\n"
+		""},
+	 { "ptdp_gpt_options_v_head_dim_get", _wrap_ptdp_gpt_options_v_head_dim_get, METH_O, "\n"
+		"Each value head's width (`--v-head-dim`), at most\n"
+		"                                            qk_head_dim + qk_pos_emb_head_dim; 0 means 128.\n"
+		""},
+	 { "ptdp_gpt_options_mtp_num_layers_set", _wrap_ptdp_gpt_options_mtp_num_layers_set, METH_VARARGS, "\n"
+		"Multi-token prediction depth D (`--mtp-num-layers`,\n"
+		"                                            DeepSeek-V3's MTP as Megatron-Core has it), >= 0:\n"
+		"                                            D modules `mtp.layers.{k}.*` (enorm, hnorm, eh_proj,\n"
+		"                                            transformer_layer, final_layernorm) after the\n"
+		"                                            decoder, on the last pipeline stage, module k\n"
+		"                                            predicting the token k + 1 ahead with the shared\n"
+		"                                            embedding and output layer. Needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense\n"
+		"                                            model. Training only: evaluation, logits and\n"
+		"                                            generation ignore the modules. Default 0: none.\n"
+		""},
+	 { "ptdp_gpt_options_mtp_num_layers_get", _wrap_ptdp_gpt_options_mtp_num_layers_get, METH_O, "\n"
+		"Multi-token prediction depth D (`--mtp-num-layers`,\n"
+		"                                            DeepSeek-V3's MTP as Megatron-Core has it), >= 0:\n"
+		"                                            D modules `mtp.layers.{k}.*` (enorm, hnorm, eh_proj,\n"
+		"                                            transformer_layer, final_layernorm) after the\n"
+		"                                            decoder, on the last pipeline stage, module k\n"
+		"                                            predicting the token k + 1 ahead with the shared\n"
+		"                                            embedding and output layer. Needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense\n"
+		"                                            model. Training only: evaluation, logits and\n"
+		"                                            generation ignore the modules. Default 0: none.\n"
+		""},
+	 { "ptdp_gpt_options_mtp_loss_scaling_factor_set", _wrap_ptdp_gpt_options_mtp_loss_scaling_factor_set, METH_VARARGS, "\n"
+		"`--mtp-loss-scaling-factor`, >= 0: the D depths'\n"
+		"                                            losses enter the gradient as this / D times their\n"
+		"                                            sum (the reported loss is the main one; see\n"
+		"                                            ptdp_model_mtp_losses()). 0 means Megatron's\n"
+		"                                            default 0.1.\n"
+		""},
+	 { "ptdp_gpt_options_mtp_loss_scaling_factor_get", _wrap_ptdp_gpt_options_mtp_loss_scaling_factor_get, METH_O, "\n"
+		"`--mtp-loss-scaling-factor`, >= 0: the D depths'\n"
+		"                                            losses enter the gradient as this / D times their\n"
+		"                                            sum (the reported loss is the main one; see\n"
+		"                                            ptdp_model_mtp_losses()). 0 means Megatron's\n"
+		"                                            default 0.1.\n"
+		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},
 	 { "ptdp_gpt_options_swigregister", ptdp_gpt_options_swigregister, METH_O, NULL},
@@ -41615,6 +42255,24 @@ static PyMethodDef SwigMethods[] = {
 		"           when ``capacity`` is 0.\n"
 		":type capacity: int\n"
 		":param capacity: Entries ``loads`` has room for, >= 0.\n"
+		"Title: Thread safety\n"
+		"Not concurrently with a ptdp_train_iteration() of the same model.\n"
+		""},
+	 { "ptdp_model_mtp_losses", _wrap_ptdp_model_mtp_losses, METH_VARARGS, "\n"
+		"Each multi-token prediction depth's loss of the last ptdp_train_iteration() of ``model``\n"
+		"       (mtp_1 .. mtp_D: per depth the masked mean cross-entropy against the label k ahead,\n"
+		"       averaged over the global batch's microbatches as the loss is), the same on every rank.\n"
+		"       These are Megatron-Core's logged \"mtp_k loss\" values: the iteration's loss does not\n"
+		"       include them; its gradient includes mtp_loss_scaling_factor / D times their sum.\n"
+		":type model: struct ptdp_model_impl\n"
+		":param model: A live model.\n"
+		":type losses: float, out\n"
+		":param losses: Receives min(``capacity``, D) values, by depth; may be NULL when ``capacity``\n"
+		"           is 0.\n"
+		":type capacity: int\n"
+		":param capacity: Entries ``losses`` has room for, >= 0.\n"
+		":type count: int, out\n"
+		":param count: Receives D (0 without MTP or before the first iteration); may not be NULL.\n"
 		"Title: Thread safety\n"
 		"Not concurrently with a ptdp_train_iteration() of the same model.\n"
 		""},

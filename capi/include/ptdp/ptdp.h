@@ -1304,6 +1304,21 @@ typedef struct ptdp_gpt_options {
                                              of all heads (`--qk-pos-emb-head-dim`); 0 means 64. */
   int32_t v_head_dim;                   /**< Each value head's width (`--v-head-dim`), at most
                                              qk_head_dim + qk_pos_emb_head_dim; 0 means 128. */
+  int32_t mtp_num_layers;               /**< Multi-token prediction depth D (`--mtp-num-layers`,
+                                             DeepSeek-V3's MTP as Megatron-Core has it), >= 0:
+                                             D modules `mtp.layers.{k}.*` (enorm, hnorm, eh_proj,
+                                             transformer_layer, final_layernorm) after the
+                                             decoder, on the last pipeline stage, module k
+                                             predicting the token k + 1 ahead with the shared
+                                             embedding and output layer. Needs
+                                             ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense
+                                             model. Training only: evaluation, logits and
+                                             generation ignore the modules. Default 0: none. */
+  float mtp_loss_scaling_factor;        /**< `--mtp-loss-scaling-factor`, >= 0: the D depths'
+                                             losses enter the gradient as this / D times their
+                                             sum (the reported loss is the main one; see
+                                             ptdp_model_mtp_losses()). 0 means Megatron's
+                                             default 0.1. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */
@@ -2950,6 +2965,25 @@ typedef struct ptdp_moe_metrics {
  */
 PTDP_API ptdp_status ptdp_model_moe_metrics(ptdp_model model, ptdp_moe_metrics* metrics, ptdp_moe_layer_load* loads,
                                             int64_t capacity);
+
+/**
+ * @brief Each multi-token prediction depth's loss of the last ptdp_train_iteration() of @p model
+ *        (mtp_1 .. mtp_D: per depth the masked mean cross-entropy against the label k ahead,
+ *        averaged over the global batch's microbatches as the loss is), the same on every rank.
+ *        These are Megatron-Core's logged "mtp_k loss" values: the iteration's loss does not
+ *        include them; its gradient includes mtp_loss_scaling_factor / D times their sum.
+ * @param model A live model.
+ * @param[out] losses Receives min(@p capacity, D) values, by depth; may be NULL when @p capacity
+ *        is 0.
+ * @param capacity Entries @p losses has room for, >= 0.
+ * @param[out] count Receives D (0 without MTP or before the first iteration); may not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p count, a negative @p capacity, or NULL
+ *         @p losses with a positive @p capacity.
+ * @par Thread safety
+ * Not concurrently with a ptdp_train_iteration() of the same model.
+ */
+PTDP_API ptdp_status ptdp_model_mtp_losses(ptdp_model model, float* losses, int32_t capacity, int32_t* count);
 
 /** Opaque handle to a training run (see ptdp_trainer_create()). */
 typedef struct ptdp_trainer_impl* ptdp_trainer;

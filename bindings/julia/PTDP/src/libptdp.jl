@@ -557,6 +557,14 @@ struct ptdp_gpt_options
     beta_fast::Cfloat
     beta_slow::Cfloat
     yarn_no_round_to_int::Int32
+    multi_latent_attention::Int32
+    q_lora_rank::Int32
+    kv_lora_rank::Int32
+    qk_head_dim::Int32
+    qk_pos_emb_head_dim::Int32
+    v_head_dim::Int32
+    mtp_num_layers::Int32
+    mtp_loss_scaling_factor::Cfloat
 end
 
 mutable struct ptdp_model_impl end
@@ -1337,6 +1345,14 @@ function ptdp_model_moe_metrics(model, metrics, loads, capacity)
     ccall((:ptdp_model_moe_metrics, libptdp), ptdp_status,
           (ptdp_model, Ptr{ptdp_moe_metrics}, Ptr{ptdp_moe_layer_load}, Int64),
           model, metrics, loads, capacity)
+end
+
+# Each multi-token prediction depth's loss of the last ptdp_train_iteration() of @p model (mtp_1
+# ..
+function ptdp_model_mtp_losses(model, losses, capacity, count)
+    ccall((:ptdp_model_mtp_losses, libptdp), ptdp_status,
+          (ptdp_model, Ptr{Cfloat}, Int32, Ptr{Int32}),
+          model, losses, capacity, count)
 end
 
 mutable struct ptdp_trainer_impl end

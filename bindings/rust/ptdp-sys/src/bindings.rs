@@ -270,6 +270,14 @@ pub struct ptdp_gpt_options {
     pub beta_fast: f32,
     pub beta_slow: f32,
     pub yarn_no_round_to_int: i32,
+    pub multi_latent_attention: i32,
+    pub q_lora_rank: i32,
+    pub kv_lora_rank: i32,
+    pub qk_head_dim: i32,
+    pub qk_pos_emb_head_dim: i32,
+    pub v_head_dim: i32,
+    pub mtp_num_layers: i32,
+    pub mtp_loss_scaling_factor: f32,
 }
 
 #[repr(C)]
@@ -1615,6 +1623,14 @@ extern "C" {
         metrics: *mut ptdp_moe_metrics,
         loads: *mut ptdp_moe_layer_load,
         capacity: i64,
+    ) -> ptdp_status;
+    /// Each multi-token prediction depth's loss of the last ptdp_train_iteration() of @p model
+    /// (mtp_1 ..
+    pub fn ptdp_model_mtp_losses(
+        model: ptdp_model,
+        losses: *mut f32,
+        capacity: i32,
+        count: *mut i32,
     ) -> ptdp_status;
     /// Fills @p options with the defaults and sets its struct_size.
     pub fn ptdp_trainer_options_init(options: *mut ptdp_trainer_options) -> ptdp_status;
