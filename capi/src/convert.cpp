@@ -244,6 +244,8 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   llama_fields_to_c(c, o);
   o.qk_layernorm_across_heads = c.qk_layernorm_across_heads ? 1 : 0;
   moe_fields_to_c(c, o);
+  o.moe_router_group_score_topk = c.moe.group_score_topk;
+  o.moe_router_topk_limited_devices = c.moe.topk_limited_devices;
   return o;
 }
 
@@ -274,7 +276,8 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(moe_aux_loss_coeff), PTDP_FIELD(moe_z_loss_coeff),
     PTDP_FIELD(moe_expert_capacity_factor), PTDP_FIELD(moe_token_drop_policy),
     PTDP_FIELD(moe_pad_expert_input_to_capacity), PTDP_FIELD(moe_token_dispatcher_type),
-    PTDP_FIELD(moe_layer_recompute), PTDP_FIELD(qk_layernorm_across_heads)};
+    PTDP_FIELD(moe_layer_recompute), PTDP_FIELD(qk_layernorm_across_heads),
+    PTDP_FIELD(moe_router_group_score_topk), PTDP_FIELD(moe_router_topk_limited_devices)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -283,6 +286,29 @@ const char* field_at(std::size_t offset) {
     if (f.offset <= offset) name = f.name;
   }
   return name;
+}
+
+}  // namespace
+
+namespace {
+
+/// ptdp_gpt_options' DeepSeek routing fields: the group score's size and device-limited routing,
+/// which sets group_topk to its M over the groups the caller gives.
+void deepseek_routing_to_core(const ptdp_gpt_options& o, MoeConfig& m) {
+  require_field(o.moe_router_group_score_topk >= 0, "moe_router_group_score_topk", o.moe_router_group_score_topk,
+                "must be >= 0 (0: moe_router_topk / moe_router_group_topk)");
+  require_field(o.moe_router_topk_limited_devices >= 0, "moe_router_topk_limited_devices",
+                o.moe_router_topk_limited_devices, "must be >= 0 (0: none)");
+  m.group_score_topk = o.moe_router_group_score_topk;
+  const int limited = o.moe_router_topk_limited_devices;
+  if (limited == 0) return;
+  require_field(o.moe_router_num_groups > 0, "moe_router_topk_limited_devices", limited,
+                "needs moe_router_num_groups (--moe-router-num-groups), the expert-parallel size its device groups "
+                "are defined at");
+  require_field(o.moe_router_group_topk == 0 || o.moe_router_group_topk == limited, "moe_router_group_topk",
+                o.moe_router_group_topk, str_cat("must be 0 or moe_router_topk_limited_devices = ", limited).c_str());
+  m.topk_limited_devices = limited;
+  m.group_topk = limited;
 }
 
 }  // namespace
@@ -325,6 +351,7 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
   require_flag(o.qk_layernorm_across_heads, "qk_layernorm_across_heads");
   c.qk_layernorm_across_heads = o.qk_layernorm_across_heads == 1;
   moe_fields_to_core(o, c);
+  deepseek_routing_to_core(o, c.moe);
   return c;
 }
 

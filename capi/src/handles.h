@@ -50,6 +50,7 @@ struct ptdp_model_impl {
   std::unique_ptr<ptdp::GptPipeline> model;  // this rank's chunks (the whole model when p = 1)
   std::atomic<int> dependents{0};             // live ptdp_optimizer
   ptdp::MoeMetrics last_moe;                  // of the last ptdp_train_iteration (ptdp_model_moe_metrics)
+  double last_moe_exchange_seconds = 0;       // its IterationOutcome::moe_exchange_seconds
 };
 
 struct ptdp_optimizer_impl {

@@ -17,6 +17,9 @@ struct IterationOutcome {
   double seconds = 0;            ///< wall time of the iteration on this rank
   double comm_wait_seconds = 0;  ///< of which blocked waiting on communication
   MoeMetrics moe;                ///< the MoE losses and expert loads (empty for a dense model)
+  /// Of `seconds`, the MoE token dispatchers' communication on this rank (moe_exchange_seconds(),
+  /// core/layers/moe/token_dispatcher.h): 0 for a dense model.
+  double moe_exchange_seconds = 0;
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out

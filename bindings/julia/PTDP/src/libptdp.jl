@@ -544,6 +544,8 @@ struct ptdp_gpt_options
     moe_token_dispatcher_type::ptdp_moe_dispatcher
     moe_layer_recompute::Int32
     qk_layernorm_across_heads::Int32
+    moe_router_group_score_topk::Int32
+    moe_router_topk_limited_devices::Int32
 end
 
 mutable struct ptdp_model_impl end
@@ -1316,6 +1318,7 @@ struct ptdp_moe_metrics
     moe_layers::Int64
     load_balancing_loss::Cdouble
     z_loss::Cdouble
+    exchange_seconds::Cdouble
 end
 
 # The MoE figures of the last ptdp_train_iteration() of @p model (its losses and every MoE

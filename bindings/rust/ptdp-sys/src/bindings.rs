@@ -257,6 +257,8 @@ pub struct ptdp_gpt_options {
     pub moe_token_dispatcher_type: ptdp_moe_dispatcher,
     pub moe_layer_recompute: i32,
     pub qk_layernorm_across_heads: i32,
+    pub moe_router_group_score_topk: i32,
+    pub moe_router_topk_limited_devices: i32,
 }
 
 #[repr(C)]
@@ -553,6 +555,7 @@ pub struct ptdp_moe_metrics {
     pub moe_layers: i64,
     pub load_balancing_loss: f64,
     pub z_loss: f64,
+    pub exchange_seconds: f64,
 }
 
 #[repr(C)]
