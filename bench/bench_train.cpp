@@ -110,8 +110,8 @@ void print_help(const char* argv0) {
       "paper's 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), the loss, and the scaling\n"
       "efficiency against one process alone with the threads of all the node's ranks.\n"
       "With --num-experts the MLPs are mixtures of experts (every layer, alltoall dispatcher,\n"
-      "dropless, softmax top-k) and each layout also reports the share of the iteration spent\n"
-      "in the MoE token exchange (max and mean over ranks).\n"
+      "dropless, softmax top-k, no linear biases) and each layout also reports the share of the\n"
+      "iteration spent in the MoE token exchange (max and mean over ranks).\n"
       "\n"
       "Layouts: by default (W,1,1), (1,W,1), (1,1,W) and, for even W >= 4, (2,W/2,1); with\n"
       "4 ranks: 4,1,1  1,4,1  1,1,4  2,2,1. Layouts the model cannot be split for are skipped\n"
@@ -389,6 +389,9 @@ class Bench {
       cfg_.moe.num_experts = *o_.num_experts;
       cfg_.moe.router_topk = o_.moe_topk.value_or(2);
       cfg_.moe.ffn_hidden_size = o_.moe_ffn.value_or(0);
+      // As Megatron's MoE models: no linear biases, which expert tensor parallelism (etp = t here)
+      // cannot split.
+      cfg_.add_bias_linear = false;
     }
     b_ = o_.micro_batch.value_or(2);
     m_ = o_.microbatches.value_or(4);
@@ -458,16 +461,20 @@ class Bench {
 
   bool moe() const { return cfg_.moe.enabled(); }
 
-  /// The model at layout `l`: MoE with t > 1 runs sequence parallelism (Megatron requires it).
+  /// MoE with t > 1 runs sequence parallelism (Megatron requires it): the layout's setting,
+  /// which the model follows.
+  bool sequence_parallel(const LayoutSpec& l) const { return moe() && l.t > 1; }
+
   ptdp::GptConfig config_at(const LayoutSpec& l) const {
     ptdp::GptConfig c = cfg_;
-    c.sequence_parallel = moe() && l.t > 1;
+    c.sequence_parallel = sequence_parallel(l);
     return c;
   }
 
   ptdp::ParallelConfig parallel_at(const LayoutSpec& l, int v) const {
     ptdp::ParallelConfig pc{world_, l.t, l.p, v};
     pc.expert_model = l.e;
+    pc.sequence_parallel = sequence_parallel(l);
     return pc;
   }
 
@@ -515,7 +522,7 @@ class Bench {
                 cfg_.seq_length, cfg_.hidden_dropout, grouped(cfg_.parameter_count(1)).c_str());
     if (moe())
       std::printf("experts : every MLP a mixture of %d experts of width %lld, top-%d softmax routing, dropless, "
-                  "alltoall dispatcher; sequence parallelism where t > 1; layouts t,p,d,e\n",
+                  "alltoall dispatcher, no linear biases; sequence parallelism and etp = t where t > 1\n",
                   cfg_.moe.num_experts, static_cast<long long>(cfg_.moe_ffn()), cfg_.moe.router_topk);
     std::printf("batch   : micro-batch b = %d, m = %d microbatches per data-parallel replica: %" PRId64
                 " tokens per replica and iteration\n",
