@@ -1,6 +1,6 @@
 // bench_train: end-to-end PTD-P training throughput under mpirun, CPU engine.
 //
-// For each (t, p, d) layout in turn, on one Runtime over MPI_COMM_WORLD: its own
+// For each (t, p, d[, e]) layout in turn, on one Runtime over MPI_COMM_WORLD: its own
 // ProcessGroups, a GptPipeline of a small GPT (4 layers, h = 256, 8 heads, V = 8192, s = 128 by
 // default), an AdamW optimizer (make_optimizer) and a pipeline schedule (1F1B for p > 1 unless
 // --schedule says otherwise), then --warmup untimed and --iters timed calls of
@@ -14,6 +14,11 @@
 //   - comm: IterationOutcome::comm_wait_seconds / seconds summed over the timed iterations of
 //     each rank (the time it was blocked in communication waits: collectives, pipeline
 //     transfers, including the pipeline bubble spent waiting on a peer); max and mean over ranks;
+//   - moe (MoE models, --num-experts): IterationOutcome::moe_exchange_seconds / seconds likewise:
+//     the wall time of the token dispatchers' communication (the count all-gathers, the
+//     all-to-all-v over the e ranks, the etp collectives; forward and backward, waits
+//     included), the most that overlapping one microbatch's exchange with another's compute
+//     could hide (Megatron's --overlap-moe-expert-parallel-comm; DeepSeek-V3's DualPipe);
 //   - GFLOP/s per rank: the paper's model FLOPs (GptConfig::paper_flops of the global batch's
 //     tokens: 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), Narayanan et al. 2021) / W / ms/iter;
 //   - the loss of the last timed iteration (the mean over the global batch);
@@ -73,13 +78,15 @@ using ptdp::bench::splitmix64;
 
 struct LayoutSpec {
   int t = 1, p = 1, d = 1;
+  int e = 1;  // the expert-parallel size (MoE models); t * d must be a multiple of it
 };
 
 struct Options {
   bool quick = false;
   std::optional<int> layers, hidden, heads, vocab, seq, micro_batch, microbatches, iters, warmup;
   std::optional<int> tp, pp, virtual_stages;
-  std::string layouts;  // "t,p,d;t,p,d"
+  std::optional<int> num_experts, moe_topk, moe_ffn;  // Megatron's --num-experts, --moe-router-topk, ...
+  std::string layouts;  // "t,p,d[,e];t,p,d[,e]"
   std::string schedule = "1f1b";
   bool distributed = false;
   bool overlap_grad_reduce = false, overlap_param_gather = false;
@@ -102,6 +109,9 @@ void print_help(const char* argv0) {
       "communication waits (max and mean over ranks), model GFLOP/s per rank with the\n"
       "paper's 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)), the loss, and the scaling\n"
       "efficiency against one process alone with the threads of all the node's ranks.\n"
+      "With --num-experts the MLPs are mixtures of experts (every layer, alltoall dispatcher,\n"
+      "dropless, softmax top-k, no linear biases) and each layout also reports the share of the\n"
+      "iteration spent in the MoE token exchange (max and mean over ranks).\n"
       "\n"
       "Layouts: by default (W,1,1), (1,W,1), (1,1,W) and, for even W >= 4, (2,W/2,1); with\n"
       "4 ranks: 4,1,1  1,4,1  1,1,4  2,2,1. Layouts the model cannot be split for are skipped\n"
@@ -117,7 +127,11 @@ void print_help(const char* argv0) {
       "  --microbatches N      microbatches m per data-parallel replica (4 / 4)\n"
       "  --iters N             timed iterations per layout (10 / 5)\n"
       "  --warmup N            untimed iterations per layout first (2 / 1)\n"
-      "  --layouts LIST        layouts to run, 't,p,d' separated by ';' (t*p*d = W)\n"
+      "  --layouts LIST        layouts to run, 't,p,d' or 't,p,d,e' separated by ';' (t*p*d =\n"
+      "                        W; e, the expert-parallel size, divides t*d; default 1)\n"
+      "  --num-experts E       MoE MLPs with E routed experts (none: dense)\n"
+      "  --moe-router-topk K   experts per token (2)\n"
+      "  --moe-ffn-hidden-size F  each expert's MLP width (the model's ffn, 4h)\n"
       "  --tp N, --pp N        one layout: t = N, p = N, d = W/(t*p) (instead of --layouts)\n"
       "  --schedule KIND       gpipe | 1f1b | zb-h1 | interleaved, for p > 1 (1f1b); p = 1\n"
       "                        layouts run interleaved as 1f1b\n"
@@ -205,6 +219,12 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
       if (!int_opt(o.pp, 1)) return false;
     } else if (arg == "--virtual") {
       if (!int_opt(o.virtual_stages, 1)) return false;
+    } else if (arg == "--num-experts") {
+      if (!int_opt(o.num_experts, 1)) return false;
+    } else if (arg == "--moe-router-topk") {
+      if (!int_opt(o.moe_topk, 1)) return false;
+    } else if (arg == "--moe-ffn-hidden-size") {
+      if (!int_opt(o.moe_ffn, 1)) return false;
     } else if (arg == "--ddp-bucket-size") {
       if (!int_opt(o.bucket_size, 0)) return false;
     } else if (arg == "--layouts") {
@@ -230,6 +250,8 @@ bool parse_args(int argc, char** argv, bool talk, Options& o, int& exit_code) {
     }
   }
   if (!o.layouts.empty() && (o.tp || o.pp)) return fail("give either --layouts or --tp/--pp, not both");
+  if (!o.num_experts && (o.moe_topk || o.moe_ffn))
+    return fail("--moe-router-topk and --moe-ffn-hidden-size need --num-experts");
   if (o.virtual_stages && *o.virtual_stages > 1 && o.schedule != "interleaved")
     return fail("--virtual > 1 needs --schedule interleaved");
   if (o.schedule == "interleaved" && o.virtual_stages && *o.virtual_stages < 2)
@@ -260,9 +282,13 @@ bool layouts_for(const Options& o, int world, std::vector<LayoutSpec>& out, std:
       if (item.empty()) continue;
       LayoutSpec l;
       char extra = 0;
-      if (std::sscanf(item.c_str(), "%d,%d,%d%c", &l.t, &l.p, &l.d, &extra) != 3 || l.t < 1 || l.p < 1 ||
-          l.d < 1) {
-        error = "--layouts: '" + item + "' is not 't,p,d' with positive sizes";
+      const int n = std::sscanf(item.c_str(), "%d,%d,%d,%d%c", &l.t, &l.p, &l.d, &l.e, &extra);
+      if ((n != 3 && n != 4) || l.t < 1 || l.p < 1 || l.d < 1 || l.e < 1) {
+        error = "--layouts: '" + item + "' is not 't,p,d' or 't,p,d,e' with positive sizes";
+        return false;
+      }
+      if (l.e > 1 && !o.num_experts) {
+        error = "--layouts: " + item + " has e = " + std::to_string(l.e) + ": expert parallelism needs --num-experts";
         return false;
       }
       if (l.t * l.p * l.d != world) {
@@ -280,7 +306,7 @@ bool layouts_for(const Options& o, int world, std::vector<LayoutSpec>& out, std:
   }
   auto add = [&](LayoutSpec l) {
     for (const auto& x : out)
-      if (x.t == l.t && x.p == l.p && x.d == l.d) return;
+      if (x.t == l.t && x.p == l.p && x.d == l.d && x.e == l.e) return;
     out.push_back(l);
   };
   add({world, 1, 1});
@@ -335,6 +361,8 @@ struct Result {
   double median_s = 0, min_s = 0, max_s = 0;
   std::vector<double> comm_share;  // per rank, over the timed iterations
   double comm_max = 0, comm_mean = 0;
+  std::vector<double> moe_share;  // per rank: the MoE token exchange's share of the timed iterations
+  double moe_max = 0, moe_mean = 0;
   double gflops_per_rank = 0;
   std::vector<double> losses;  // every iteration, warm-up included
   double grad_norm_last = 0;
@@ -357,6 +385,14 @@ class Bench {
     cfg_.num_attention_heads = o_.heads.value_or(q ? 4 : 8);
     cfg_.vocab_size = o_.vocab.value_or(q ? 2048 : 8192);
     cfg_.seq_length = o_.seq.value_or(q ? 64 : 128);
+    if (o_.num_experts) {
+      cfg_.moe.num_experts = *o_.num_experts;
+      cfg_.moe.router_topk = o_.moe_topk.value_or(2);
+      cfg_.moe.ffn_hidden_size = o_.moe_ffn.value_or(0);
+      // As Megatron's MoE models: no linear biases, which expert tensor parallelism (etp = t here)
+      // cannot split.
+      cfg_.add_bias_linear = false;
+    }
     b_ = o_.micro_batch.value_or(2);
     m_ = o_.microbatches.value_or(4);
     iters_ = o_.iters.value_or(q ? 5 : 10);
@@ -413,7 +449,7 @@ class Bench {
   bool ok_ = true;
   bool oversubscribed_ = false;
   bool any_contended_ = false;
-  static constexpr int kRule = 142;
+  static constexpr int kRule = 162;
   std::vector<Result> results_;
   // The one-process baseline (rank 0): median seconds per iteration, its threads, or why not.
   double baseline_s_ = 0;
@@ -422,6 +458,31 @@ class Bench {
   std::string baseline_error_;
 
   int64_t replica_tokens() const { return static_cast<int64_t>(m_) * b_ * cfg_.seq_length; }
+
+  bool moe() const { return cfg_.moe.enabled(); }
+
+  /// MoE with t > 1 runs sequence parallelism (Megatron requires it): the layout's setting,
+  /// which the model follows.
+  bool sequence_parallel(const LayoutSpec& l) const { return moe() && l.t > 1; }
+
+  ptdp::GptConfig config_at(const LayoutSpec& l) const {
+    ptdp::GptConfig c = cfg_;
+    c.sequence_parallel = sequence_parallel(l);
+    return c;
+  }
+
+  ptdp::ParallelConfig parallel_at(const LayoutSpec& l, int v) const {
+    ptdp::ParallelConfig pc{world_, l.t, l.p, v};
+    pc.expert_model = l.e;
+    pc.sequence_parallel = sequence_parallel(l);
+    return pc;
+  }
+
+  /// "t,p,d", or "t,p,d,e" for MoE models.
+  std::string label(const LayoutSpec& l) const {
+    std::string s = std::to_string(l.t) + "," + std::to_string(l.p) + "," + std::to_string(l.d);
+    return moe() ? s + "," + std::to_string(l.e) : s;
+  }
 
   void print_header() {
     const int omp = omp_get_max_threads();
@@ -459,6 +520,10 @@ class Bench {
                 "dropout %.2g; %s parameters (padded vocabulary at t = 1)\n",
                 cfg_.num_layers, cfg_.hidden_size, cfg_.num_attention_heads, cfg_.ffn(), cfg_.vocab_size,
                 cfg_.seq_length, cfg_.hidden_dropout, grouped(cfg_.parameter_count(1)).c_str());
+    if (moe())
+      std::printf("experts : every MLP a mixture of %d experts of width %lld, top-%d softmax routing, dropless, "
+                  "alltoall dispatcher, no linear biases; sequence parallelism and etp = t where t > 1\n",
+                  cfg_.moe.num_experts, static_cast<long long>(cfg_.moe_ffn()), cfg_.moe.router_topk);
     std::printf("batch   : micro-batch b = %d, m = %d microbatches per data-parallel replica: %" PRId64
                 " tokens per replica and iteration\n",
                 b_, m_, replica_tokens());
@@ -479,11 +544,17 @@ class Bench {
                 "/ iteration time\n"
                 "          (per rank over the timed iterations; max and mean over ranks); GFLOP/s per rank = "
                 "72*B*s*l*h^2*\n"
-                "          (1 + s/(6h) + V/(12*l*h)) for the global batch / W / ms/iter\n\n",
+                "          (1 + s/(6h) + V/(12*l*h)) for the global batch / W / ms/iter\n",
                 warmup_, iters_);
-    std::printf("%-7s %-16s %9s %9s %9s %9s %10s %9s %9s %12s %8s %7s %8s %6s %6s\n", "t,p,d", "schedule",
-                "tokens/it", "ms/iter", "min ms", "max ms", "tokens/s", "comm max", "comm avg", "GFLOP/s/rank",
-                "loss", "setup s", "opt MiB", "cores", "eff");
+    if (moe())
+      std::printf("          moe = time in the MoE token exchange (the dispatchers' communication, waits "
+                  "included) / iteration time,\n"
+                  "          per rank as comm: what overlapping the dispatch with another microbatch's compute "
+                  "could hide at most\n");
+    std::printf("\n%-9s %-16s %9s %9s %9s %9s %10s %9s %9s %8s %8s %12s %8s %7s %8s %6s %6s\n",
+                moe() ? "t,p,d,e" : "t,p,d", "schedule", "tokens/it", "ms/iter", "min ms", "max ms", "tokens/s",
+                "comm max", "comm avg", "moe max", "moe avg", "GFLOP/s/rank", "loss", "setup s", "opt MiB", "cores",
+                "eff");
     std::printf("%s\n", std::string(kRule, '-').c_str());
     std::fflush(stdout);
   }
@@ -597,9 +668,12 @@ class Bench {
 
     // Checks that need no communication and give the same answer on every rank.
     ptdp::Schedule schedule;
+    const ptdp::GptConfig cfg = config_at(l);
+    const ptdp::ParallelConfig pc = parallel_at(l, r.v);
     try {
-      ptdp::Layout check(ptdp::ParallelConfig{world_, l.t, l.p, r.v});
-      cfg_.validate(l.t);
+      ptdp::Layout check(pc);
+      cfg.validate(l.t);
+      cfg.validate_experts(l.e, pc.expert_tensor_size());
       if (cfg_.num_layers % (l.p * r.v) != 0)
         throw std::runtime_error(std::to_string(cfg_.num_layers) + " layers do not split over p*v = " +
                                  std::to_string(l.p * r.v) + " chunks");
@@ -610,8 +684,8 @@ class Bench {
     }
 
     const auto t_setup = Clock::now();
-    ptdp::ProcessGroups groups(rt_, ptdp::ParallelConfig{world_, l.t, l.p, r.v});
-    ptdp::GptPipeline model(cfg_, groups);
+    ptdp::ProcessGroups groups(rt_, pc);
+    ptdp::GptPipeline model(cfg, groups);
     std::unique_ptr<ptdp::Optimizer> opt = ptdp::make_optimizer(model, groups, ocfg_);
     double setup = seconds_since(t_setup);
     const double state_bytes = static_cast<double>(opt->state_bytes());
@@ -619,7 +693,7 @@ class Bench {
     const int dp_rank = groups.rank(ptdp::GroupKind::Data);
     const std::size_t n_ids = static_cast<std::size_t>(replica_tokens());
     std::vector<int32_t> tokens(n_ids), labels(n_ids);
-    std::vector<double> secs, waits;
+    std::vector<double> secs, waits, exchanges;
     ptdp::ExecutorOptions eo;
     Clock::time_point timed0;
     double cpu0 = 0, machine0 = -1;
@@ -638,6 +712,7 @@ class Bench {
       if (i >= warmup_) {
         secs.push_back(it.seconds);
         waits.push_back(it.comm_wait_seconds);
+        exchanges.push_back(it.moe_exchange_seconds);
       }
       r.grad_norm_last = it.step.grad_norm;
     }
@@ -652,6 +727,7 @@ class Bench {
     std::vector<double> mine;
     mine.insert(mine.end(), secs.begin(), secs.end());
     mine.insert(mine.end(), waits.begin(), waits.end());
+    mine.insert(mine.end(), exchanges.begin(), exchanges.end());
     mine.push_back(setup);
     mine.push_back(state_bytes);
     mine.push_back(cpu_timed);
@@ -668,16 +744,18 @@ class Bench {
     double cpu_all = 0;
     for (int w = 0; w < world_; ++w) {
       const double* row = all.data() + static_cast<std::size_t>(w) * static_cast<std::size_t>(per);
-      double sum_s = 0, sum_w = 0;
+      double sum_s = 0, sum_w = 0, sum_x = 0;
       for (std::size_t i = 0; i < n; ++i) {
         r.slowest_s[i] = std::max(r.slowest_s[i], row[i]);
         sum_s += row[i];
         sum_w += row[n + i];
+        sum_x += row[2 * n + i];
       }
       r.comm_share.push_back(sum_s > 0 ? sum_w / sum_s : 0.0);
-      r.setup_s = std::max(r.setup_s, row[2 * n]);
-      r.opt_state_bytes_max = std::max(r.opt_state_bytes_max, row[2 * n + 1]);
-      cpu_all += row[2 * n + 2];
+      r.moe_share.push_back(sum_s > 0 ? sum_x / sum_s : 0.0);
+      r.setup_s = std::max(r.setup_s, row[3 * n]);
+      r.opt_state_bytes_max = std::max(r.opt_state_bytes_max, row[3 * n + 1]);
+      cpu_all += row[3 * n + 2];
     }
     if (wall_timed > 0) {
       r.ranks_cores = cpu_all / wall_timed;
@@ -690,25 +768,33 @@ class Bench {
     r.max_s = *std::max_element(r.slowest_s.begin(), r.slowest_s.end());
     r.comm_max = *std::max_element(r.comm_share.begin(), r.comm_share.end());
     r.comm_mean = std::accumulate(r.comm_share.begin(), r.comm_share.end(), 0.0) / world_;
+    r.moe_max = *std::max_element(r.moe_share.begin(), r.moe_share.end());
+    r.moe_mean = std::accumulate(r.moe_share.begin(), r.moe_share.end(), 0.0) / world_;
     r.gflops_per_rank = cfg_.paper_flops(r.tokens / cfg_.seq_length) / world_ / r.median_s * 1e-9;
     return r;
   }
 
   void print_row(const Result& r) {
-    char lay[32];
-    std::snprintf(lay, sizeof lay, "%d,%d,%d", r.l.t, r.l.p, r.l.d);
+    const std::string lay_text = label(r.l);
+    const char* lay = lay_text.c_str();
     if (!r.skipped.empty()) {
-      std::printf("%-7s %-16s skipped: %s\n", lay, r.schedule.c_str(), r.skipped.c_str());
+      std::printf("%-9s %-16s skipped: %s\n", lay, r.schedule.c_str(), r.skipped.c_str());
     } else {
       const bool contended = r.other_cores > kContendedCores;
       if (contended) any_contended_ = true;
       const double eff = efficiency(r);
       char eff_text[16] = "-";
       if (eff > 0) std::snprintf(eff_text, sizeof eff_text, "%.1f%%", 100.0 * eff);
-      std::printf("%-7s %-16s %9" PRId64 " %9.1f %9.1f %9.1f %10.0f %8.1f%% %8.1f%% %12.2f %8.4f %7.2f %8.2f %6.2f %6s%s\n",
+      char moe_max[16] = "-", moe_mean[16] = "-";
+      if (moe()) {
+        std::snprintf(moe_max, sizeof moe_max, "%.1f%%", 100.0 * r.moe_max);
+        std::snprintf(moe_mean, sizeof moe_mean, "%.1f%%", 100.0 * r.moe_mean);
+      }
+      std::printf("%-9s %-16s %9" PRId64 " %9.1f %9.1f %9.1f %10.0f %8.1f%% %8.1f%% %8s %8s %12.2f %8.4f %7.2f %8.2f "
+                  "%6.2f %6s%s\n",
                   lay, r.schedule.c_str(), r.tokens, r.median_s * 1e3, r.min_s * 1e3, r.max_s * 1e3,
-                  static_cast<double>(r.tokens) / r.median_s, 100.0 * r.comm_max, 100.0 * r.comm_mean,
-                  r.gflops_per_rank, r.losses.empty() ? 0.0 : r.losses.back(), r.setup_s,
+                  static_cast<double>(r.tokens) / r.median_s, 100.0 * r.comm_max, 100.0 * r.comm_mean, moe_max,
+                  moe_mean, r.gflops_per_rank, r.losses.empty() ? 0.0 : r.losses.back(), r.setup_s,
                   r.opt_state_bytes_max / (1024.0 * 1024.0), r.ranks_cores, eff_text, contended ? " *" : "");
     }
     std::fflush(stdout);
@@ -721,7 +807,7 @@ class Bench {
                 std::log(static_cast<double>(cfg_.vocab_size)));
     for (const Result& r : results_) {
       if (!r.skipped.empty() || r.losses.empty()) continue;
-      std::printf("  %d,%d,%d: %.4f -> %.4f over %zu iterations (last grad norm %.3g%s)\n", r.l.t, r.l.p, r.l.d,
+      std::printf("  %s: %.4f -> %.4f over %zu iterations (last grad norm %.3g%s)\n", label(r.l).c_str(),
                   r.losses.front(), r.losses.back(), r.losses.size(), r.grad_norm_last,
                   r.skipped_steps ? ", some steps skipped" : "");
     }
@@ -745,8 +831,7 @@ class Bench {
     for (const Result& r : results_) {
       if (!r.skipped.empty() || r.other_cores < 0) continue;
       char buf[64];
-      std::snprintf(buf, sizeof buf, "%s%d,%d,%d %.2f", others.empty() ? "" : ", ", r.l.t, r.l.p, r.l.d,
-                    r.other_cores);
+      std::snprintf(buf, sizeof buf, "%s%s %.2f", others.empty() ? "" : ", ", label(r.l).c_str(), r.other_cores);
       others += buf;
     }
     if (!others.empty()) std::printf("other processes kept busy (cores, per layout): %s\n", others.c_str());
@@ -772,7 +857,7 @@ class Bench {
     const double hw = static_cast<double>(std::max(1u, std::thread::hardware_concurrency()));
     r.predicted_cores = std::max(0.25, hw - std::max(0.0, r.other_cores));
     plan::PlanRequest q;
-    q.model = cfg_;
+    q.model = config_at(r.l);
     q.global_batch_size = static_cast<int64_t>(m_) * b_ * r.l.d;
     q.precision = plan::Precision::Fp32;
     q.allow_distributed_optimizer = o_.distributed;
@@ -781,6 +866,7 @@ class Bench {
     L.p = r.l.p;
     L.d = r.l.d;
     L.v = r.v;
+    L.e = r.l.e;
     L.b = b_;
     L.m = m_;
     L.schedule = r.l.p == 1 && kind_ == ptdp::ScheduleKind::Interleaved1F1B ? ptdp::ScheduleKind::OneFOneB : kind_;
@@ -802,7 +888,7 @@ class Bench {
       if (!r.skipped.empty()) continue;
       predict(r);
       char lay[32];
-      std::snprintf(lay, sizeof lay, "%d,%d,%d", r.l.t, r.l.p, r.l.d);
+      std::snprintf(lay, sizeof lay, "%s", label(r.l).c_str());
       if (r.predicted_s <= 0) {
         std::printf("  %-7s %-16s not predicted: %s\n", lay, r.schedule.c_str(), r.predict_error.c_str());
         continue;
@@ -855,7 +941,7 @@ class Bench {
       const Result& r = results_[i];
       s += i ? ",\n    {" : "\n    {";
       s += "\"t\": " + std::to_string(r.l.t) + ", \"p\": " + std::to_string(r.l.p) + ", \"d\": " +
-           std::to_string(r.l.d) + ", \"v\": " + std::to_string(r.v) + ", \"schedule\": \"" +
+           std::to_string(r.l.d) + ", \"e\": " + std::to_string(r.l.e) + ", \"v\": " + std::to_string(r.v) + ", \"schedule\": \"" +
            json_escape(r.schedule) + "\"";
       if (!r.skipped.empty()) {
         s += ", \"skipped\": \"" + json_escape(r.skipped) + "\"}";
@@ -872,6 +958,9 @@ class Bench {
       s += ", \"tokens_per_s\": " + json_number(static_cast<double>(r.tokens) / r.median_s);
       s += ", \"comm_share_max\": " + json_number(r.comm_max) + ", \"comm_share_mean\": " +
            json_number(r.comm_mean) + ", \"comm_share_per_rank\": " + json_array(r.comm_share);
+      if (moe())
+        s += ", \"moe_exchange_share_max\": " + json_number(r.moe_max) + ", \"moe_exchange_share_mean\": " +
+             json_number(r.moe_mean) + ", \"moe_exchange_share_per_rank\": " + json_array(r.moe_share);
       s += ", \"model_gflop_per_iteration\": " + json_number(cfg_.paper_flops(r.tokens / cfg_.seq_length) * 1e-9) +
            ", \"gflop_per_s_per_rank\": " + json_number(r.gflops_per_rank);
       std::vector<double> losses(r.losses.begin(), r.losses.end());

@@ -254,10 +254,14 @@ enum class RouterScore : int { Softmax = 0, Sigmoid = 1 };
 /// values rank by expert index, lower first (so ties are settled the same way on every device
 /// and for every layout). Group-limited routing (num_groups > 0, DeepSeek's device- and
 /// node-limited routing): the experts are num_groups consecutive groups; a group's score is the
-/// sum of its topk / group_topk largest selection values; the group_topk best groups are kept
-/// (ties: lower group first) and the topk experts are selected among theirs.
-/// Requirements: 1 <= topk <= experts; with groups, num_groups divides experts, group_topk
-/// divides topk, 1 <= group_topk <= num_groups and topk / group_topk <= experts / num_groups;
+/// sum of its m largest selection values, m = group_score_topk, or topk / group_topk (Megatron's)
+/// when that is 0 (DeepSeek-V2's group_limited_greedy: m = 1, the group's max; DeepSeek-V3's
+/// noaux_tc: m = 2); the group_topk best groups are kept (ties: lower group first) and the topk
+/// experts are selected among theirs.
+/// Requirements: 1 <= topk <= experts; with groups, num_groups divides experts,
+/// 1 <= group_topk <= num_groups, group_topk groups hold at least topk experts, and either
+/// group_score_topk is in [1, experts / num_groups] or it is 0, group_topk divides topk and
+/// topk / group_topk <= experts / num_groups;
 /// expert_bias needs the sigmoid score function (as Megatron, aux-loss-free balancing is
 /// defined for sigmoid routers). NaN logits give an unspecified selection.
 struct RouterDesc {
@@ -267,6 +271,8 @@ struct RouterDesc {
   int64_t num_groups = 0;  ///< 0: no group-limited routing
   int64_t group_topk = 0;
   float scaling_factor = 0.0f;  ///< 0: none
+  /// The best selection values summed into a group's score; 0: topk / group_topk (Megatron's).
+  int64_t group_score_topk = 0;
 };
 
 class Backend {

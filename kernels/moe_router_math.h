@@ -103,7 +103,8 @@ PTDP_HD void route_token(const RouterDesc& d, const float* logits, const float* 
   if (d.score == RouterScore::Softmax && d.pre_softmax) sel.stats = softmax_stats(logits, E);
   const auto any = [](int64_t) { return true; };
   if (d.num_groups > 0) {
-    const int64_t per = E / d.num_groups, best_of = k / d.group_topk;
+    const int64_t per = E / d.num_groups;
+    const int64_t best_of = d.group_score_topk > 0 ? d.group_score_topk : k / d.group_topk;
     for (int64_t g = 0; g < d.num_groups; ++g) {
       group_scores[g] = select_best(sel, g * per, (g + 1) * per, best_of, any, nullptr);
     }

@@ -898,9 +898,12 @@ inline void check_router_desc(const char* op, const RouterDesc& d) {
                  o + ": scaling_factor must be finite, got " + std::to_string(d.scaling_factor));
   nonneg(op, "num_groups", d.num_groups);
   nonneg(op, "group_topk", d.group_topk);
+  nonneg(op, "group_score_topk", d.group_score_topk);
   if (d.num_groups == 0) {
     PTDP_CHECK_ARG(d.group_topk == 0, o + ": group_topk = " + std::to_string(d.group_topk) +
                                           " needs num_groups > 0");
+    PTDP_CHECK_ARG(d.group_score_topk == 0, o + ": group_score_topk = " +
+                                                std::to_string(d.group_score_topk) + " needs num_groups > 0");
     return;
   }
   PTDP_CHECK_ARG(d.experts % d.num_groups == 0,
@@ -909,6 +912,16 @@ inline void check_router_desc(const char* op, const RouterDesc& d) {
   PTDP_CHECK_ARG(d.group_topk >= 1 && d.group_topk <= d.num_groups,
                  o + ": group_topk = " + std::to_string(d.group_topk) +
                      " must be in [1, num_groups = " + std::to_string(d.num_groups) + "]");
+  if (d.group_score_topk != 0) {
+    PTDP_CHECK_ARG(d.group_score_topk <= d.experts / d.num_groups,
+                   o + ": group_score_topk = " + std::to_string(d.group_score_topk) +
+                       " exceeds the experts per group, " + std::to_string(d.experts / d.num_groups));
+    PTDP_CHECK_ARG(d.group_topk * (d.experts / d.num_groups) >= d.topk,
+                   o + ": group_topk = " + std::to_string(d.group_topk) + " groups of " +
+                       std::to_string(d.experts / d.num_groups) + " experts hold fewer than topk = " +
+                       std::to_string(d.topk));
+    return;
+  }
   PTDP_CHECK_ARG(d.topk % d.group_topk == 0,
                  o + ": group_topk = " + std::to_string(d.group_topk) +
                      " does not divide topk = " + std::to_string(d.topk));

@@ -312,6 +312,8 @@ module ptdp
     integer(c_int32_t) :: v_head_dim
     integer(c_int32_t) :: mtp_num_layers
     real(c_float) :: mtp_loss_scaling_factor
+    integer(c_int32_t) :: moe_router_group_score_topk
+    integer(c_int32_t) :: moe_router_topk_limited_devices
   end type ptdp_gpt_options
 
   ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,
@@ -460,6 +462,7 @@ module ptdp
     integer(c_int64_t) :: moe_layers
     real(c_double) :: load_balancing_loss
     real(c_double) :: z_loss
+    real(c_double) :: exchange_seconds
   end type ptdp_moe_metrics
 
   ! What one iteration reports, the same on every rank (the loss is the global batch's mean, the

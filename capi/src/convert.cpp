@@ -317,6 +317,8 @@ ptdp_gpt_options gpt_options_bytes(const GptConfig& c, ptdp_device device = PTDP
   mla_fields_to_c(c, o);
   o.mtp_num_layers = c.mtp_num_layers;
   o.mtp_loss_scaling_factor = c.mtp_loss_scaling_factor;
+  o.moe_router_group_score_topk = c.moe.group_score_topk;
+  o.moe_router_topk_limited_devices = c.moe.topk_limited_devices;
   return o;
 }
 
@@ -355,7 +357,8 @@ constexpr FieldName kLaterGptFields[] = {
     PTDP_FIELD(multi_latent_attention), PTDP_FIELD(q_lora_rank),
     PTDP_FIELD(kv_lora_rank),     PTDP_FIELD(qk_head_dim),
     PTDP_FIELD(qk_pos_emb_head_dim), PTDP_FIELD(v_head_dim),
-    PTDP_FIELD(mtp_num_layers),   PTDP_FIELD(mtp_loss_scaling_factor)};
+    PTDP_FIELD(mtp_num_layers),   PTDP_FIELD(mtp_loss_scaling_factor),
+    PTDP_FIELD(moe_router_group_score_topk), PTDP_FIELD(moe_router_topk_limited_devices)};
 #undef PTDP_FIELD
 
 const char* field_at(std::size_t offset) {
@@ -364,6 +367,29 @@ const char* field_at(std::size_t offset) {
     if (f.offset <= offset) name = f.name;
   }
   return name;
+}
+
+}  // namespace
+
+namespace {
+
+/// ptdp_gpt_options' DeepSeek routing fields: the group score's size and device-limited routing,
+/// which sets group_topk to its M over the groups the caller gives.
+void deepseek_routing_to_core(const ptdp_gpt_options& o, MoeConfig& m) {
+  require_field(o.moe_router_group_score_topk >= 0, "moe_router_group_score_topk", o.moe_router_group_score_topk,
+                "must be >= 0 (0: moe_router_topk / moe_router_group_topk)");
+  require_field(o.moe_router_topk_limited_devices >= 0, "moe_router_topk_limited_devices",
+                o.moe_router_topk_limited_devices, "must be >= 0 (0: none)");
+  m.group_score_topk = o.moe_router_group_score_topk;
+  const int limited = o.moe_router_topk_limited_devices;
+  if (limited == 0) return;
+  require_field(o.moe_router_num_groups > 0, "moe_router_topk_limited_devices", limited,
+                "needs moe_router_num_groups (--moe-router-num-groups), the expert-parallel size its device groups "
+                "are defined at");
+  require_field(o.moe_router_group_topk == 0 || o.moe_router_group_topk == limited, "moe_router_group_topk",
+                o.moe_router_group_topk, str_cat("must be 0 or moe_router_topk_limited_devices = ", limited).c_str());
+  m.topk_limited_devices = limited;
+  m.group_topk = limited;
 }
 
 }  // namespace
@@ -415,6 +441,7 @@ GptConfig gpt_config(const ptdp_gpt_options* user) {
                      " must be finite and >= 0 (0: Megatron's default 0.1)");
   c.mtp_num_layers = o.mtp_num_layers;
   if (o.mtp_loss_scaling_factor > 0.0f) c.mtp_loss_scaling_factor = o.mtp_loss_scaling_factor;
+  deepseek_routing_to_core(o, c.moe);
   return c;
 }
 

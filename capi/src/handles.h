@@ -51,6 +51,7 @@ struct ptdp_model_impl {
   std::atomic<int> dependents{0};             // live ptdp_optimizer
   ptdp::MoeMetrics last_moe;                  // of the last ptdp_train_iteration (ptdp_model_moe_metrics)
   std::vector<float> last_mtp_losses;         // of the last ptdp_train_iteration (ptdp_model_mtp_losses)
+  double last_moe_exchange_seconds = 0;       // its IterationOutcome::moe_exchange_seconds
 };
 
 struct ptdp_optimizer_impl {

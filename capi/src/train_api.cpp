@@ -50,8 +50,8 @@ ptdp_iteration_report to_c(const ptdp::IterationMetrics& r) {
 }
 
 // The MoE figures into the caller's struct (no more than its struct_size) and loads.
-void moe_metrics_to_c(const ptdp::MoeMetrics& moe, ptdp_moe_metrics* metrics, ptdp_moe_layer_load* loads,
-                      int64_t capacity) {
+void moe_metrics_to_c(const ptdp::MoeMetrics& moe, double exchange_seconds, ptdp_moe_metrics* metrics,
+                      ptdp_moe_layer_load* loads, int64_t capacity) {
   ptdp::capi::require_out_struct(metrics, "metrics");
   PTDP_CHECK_ARG(capacity >= 0, "capacity = " + std::to_string(capacity) + " is negative");
   PTDP_CHECK_ARG(loads != nullptr || capacity == 0, "loads is NULL with capacity = " + std::to_string(capacity));
@@ -60,6 +60,7 @@ void moe_metrics_to_c(const ptdp::MoeMetrics& moe, ptdp_moe_metrics* metrics, pt
   c.moe_layers = moe.moe_layers;
   c.load_balancing_loss = moe.has_load_balancing_loss ? moe.load_balancing_loss : NAN;
   c.z_loss = moe.has_z_loss ? moe.z_loss : NAN;
+  c.exchange_seconds = exchange_seconds;
   const std::size_t n = std::min(metrics->struct_size, sizeof c);
   std::memcpy(static_cast<void*>(metrics), &c, n);
   metrics->struct_size = n;
@@ -86,6 +87,7 @@ void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule s
   run.finish(*m.owner);
   m.last_moe = r.moe;
   m.last_mtp_losses = r.mtp_losses;
+  m.last_moe_exchange_seconds = r.moe_exchange_seconds;
   ptdp::capi::iteration_result(r.step, o.opt->skipped_iterations(), r.loss, result, r.seconds, r.comm_wait_seconds);
 }
 
@@ -193,13 +195,16 @@ PTDP_API ptdp_status ptdp_trainer_moe_metrics(ptdp_trainer trainer, ptdp_moe_met
                                               ptdp_moe_layer_load* loads, int64_t capacity) {
   return guard(__func__, [&] {
     const ptdp_trainer_impl& t = live(trainer, "trainer");
-    moe_metrics_to_c(t.loop->last_moe(), metrics, loads, capacity);
+    moe_metrics_to_c(t.loop->last_moe(), t.loop->last_moe_exchange_seconds(), metrics, loads, capacity);
   });
 }
 
 PTDP_API ptdp_status ptdp_model_moe_metrics(ptdp_model model, ptdp_moe_metrics* metrics, ptdp_moe_layer_load* loads,
                                             int64_t capacity) {
-  return guard(__func__, [&] { moe_metrics_to_c(live(model, "model").last_moe, metrics, loads, capacity); });
+  return guard(__func__, [&] {
+    const ptdp_model_impl& m = live(model, "model");
+    moe_metrics_to_c(m.last_moe, m.last_moe_exchange_seconds, metrics, loads, capacity);
+  });
 }
 
 PTDP_API ptdp_status ptdp_model_mtp_losses(ptdp_model model, float* losses, int32_t capacity, int32_t* count) {

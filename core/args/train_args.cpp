@@ -300,6 +300,20 @@ void add_moe_flags(std::vector<Flag>& v) {
                       "Recompute each MoE layer in the backward (Megatron's deprecated spelling of "
                       "--recompute-granularity selective --recompute-modules moe, which it also turns on).",
                       &TrainArgs::moe_layer_recompute));
+  v.push_back(optional_integer("moe-router-group-score-topk", G::Moe,
+                               "[ptdp] Group-limited routing: score each group by the sum of its M best scores "
+                               "instead of its top k / group-topk (Megatron's). 1: the group's maximum (DeepSeek-V2's "
+                               "group_limited_greedy); 2: its top-2 sum (DeepSeek-V3's noaux_tc); k need not be "
+                               "divisible by --moe-router-group-topk then.",
+                               &TrainArgs::moe_router_group_score_topk, kPositive, "k / group-topk"));
+  v.push_back(optional_integer("moe-router-topk-limited-devices", G::Moe,
+                               "Device-limited routing (DeepSeek-V2; Megatron's deprecated flag): each token uses the "
+                               "experts of at most M of the --moe-router-num-groups groups, each group the experts of "
+                               "one rank at that expert-parallel size (unset: --expert-model-parallel-size, as "
+                               "Megatron; the checkpoint records it). Every e dividing the groups trains the same "
+                               "model, the serial run included with --moe-router-num-groups given; others are "
+                               "refused. Replaces --moe-router-group-topk.",
+                               &TrainArgs::moe_router_topk_limited_devices, kPositive, "none"));
 }
 
 /// Megatron's --split: up to three non-negative weights separated by ',' or '/', padded with 0
@@ -877,7 +891,11 @@ void apply_model_preset(TrainArgs& a) {
   a.moe_router_topk_scaling_factor =
       m.topk_scaling_factor > 0 ? std::optional<double>(decimal(m.topk_scaling_factor)) : std::nullopt;
   a.moe_router_num_groups = m.num_groups > 0 ? std::optional<int>(m.num_groups) : std::nullopt;
-  a.moe_router_group_topk = m.group_topk > 0 ? std::optional<int>(m.group_topk) : std::nullopt;
+  a.moe_router_group_topk =
+      m.group_topk > 0 && m.topk_limited_devices == 0 ? std::optional<int>(m.group_topk) : std::nullopt;
+  a.moe_router_group_score_topk = m.group_score_topk > 0 ? std::optional<int>(m.group_score_topk) : std::nullopt;
+  a.moe_router_topk_limited_devices =
+      m.topk_limited_devices > 0 ? std::optional<int>(m.topk_limited_devices) : std::nullopt;
   a.moe_router_enable_expert_bias = m.enable_expert_bias;
   a.moe_router_bias_update_rate = decimal(m.bias_update_rate);
   a.moe_router_load_balancing_type = m.load_balancing;
@@ -938,6 +956,41 @@ void check_mla(const TrainArgs& a) {
 /// The MoE flags against each other and the layout, naming them (Megatron's refusals of
 /// arguments.py and TransformerConfig.__post_init__; LayerConfig::validate checks the model's
 /// again in its own words).
+/// DeepSeek's routing flags: device-limited routing (its groups resolved as to_gpt_config does)
+/// and the group score's size.
+void check_group_routing(const TrainArgs& a) {
+  const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
+  const int experts = a.num_experts;
+  if (a.moe_router_topk_limited_devices) {
+    const std::string limited = value("moe-router-topk-limited-devices");
+    if (a.moe_router_group_topk) {
+      fail(str_cat(limited, " is deprecated and replaced by --moe-router-group-topk and --moe-router-num-groups "
+                            "(Megatron's words): give one of them, not both"));
+    }
+    const int groups = a.moe_router_num_groups.value_or(a.expert_model_parallel_size);
+    const std::string groups_text = a.moe_router_num_groups
+                                        ? value("moe-router-num-groups")
+                                        : str_cat("its groups, ", groups, " (--expert-model-parallel-size; "
+                                                  "--moe-router-num-groups unset)");
+    if (*a.moe_router_topk_limited_devices > groups) {
+      fail(str_cat(limited, " is larger than ", groups_text,
+                   ": give --moe-router-num-groups, the expert-parallel size the device groups are defined at"));
+    }
+    if (experts % groups != 0) fail(str_cat(value("num-experts"), " is not divisible by ", groups_text));
+    if (groups % a.expert_model_parallel_size != 0) {
+      fail(str_cat(value("expert-model-parallel-size"), " does not divide ", groups_text, ": with ", limited,
+                   " a rank must hold whole groups, or a token could reach more ranks than the limit"));
+    }
+  }
+  if (a.moe_router_group_score_topk) {
+    if (!a.moe_router_group_topk && !a.moe_router_topk_limited_devices) {
+      fail(str_cat(value("moe-router-group-score-topk"),
+                   " scores the groups of group-limited routing: give --moe-router-group-topk or "
+                   "--moe-router-topk-limited-devices"));
+    }
+  }
+}
+
 void check_moe(const TrainArgs& a) {
   const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
   const bool modules_moe = split_words_contain(a.recompute_modules, "moe");
@@ -1002,10 +1055,11 @@ void check_moe(const TrainArgs& a) {
     fail("Please use --moe-router-pre-softmax when topk is 1 (Megatron's words): --moe-router-topk 1 with the "
          "softmax over the selected logits gives a constant 1 and the router no gradient");
   }
+  check_group_routing(a);
   if (a.moe_router_group_topk && !a.moe_router_num_groups) {
     fail(str_cat(value("moe-router-group-topk"), " needs --moe-router-num-groups (group-limited routing)"));
   }
-  if (a.moe_router_num_groups && !a.moe_router_group_topk) {
+  if (a.moe_router_num_groups && !a.moe_router_group_topk && !a.moe_router_topk_limited_devices) {
     fail(str_cat(value("moe-router-num-groups"), " is read only with --moe-router-group-topk"));
   }
   if (a.moe_router_group_topk) {
@@ -1014,7 +1068,7 @@ void check_moe(const TrainArgs& a) {
     if (group_topk > groups) {
       fail(str_cat(value("moe-router-group-topk"), " is larger than ", value("moe-router-num-groups")));
     }
-    if (a.moe_router_topk % group_topk != 0) {
+    if (a.moe_router_topk % group_topk != 0 && !a.moe_router_group_score_topk) {
       fail(str_cat(value("moe-router-topk"), " is not divisible by ", value("moe-router-group-topk"),
                    " (each group is scored by its top k / group-topk experts)"));
     }
@@ -1577,6 +1631,12 @@ GptConfig to_gpt_config(const TrainArgs& args) {
   m.topk_scaling_factor = static_cast<float>(args.moe_router_topk_scaling_factor.value_or(0.0));
   m.num_groups = args.moe_router_num_groups.value_or(0);
   m.group_topk = args.moe_router_group_topk.value_or(0);
+  m.group_score_topk = args.moe_router_group_score_topk.value_or(0);
+  if (args.moe_router_topk_limited_devices) {
+    m.topk_limited_devices = *args.moe_router_topk_limited_devices;
+    m.group_topk = m.topk_limited_devices;
+    m.num_groups = args.moe_router_num_groups.value_or(args.expert_model_parallel_size);
+  }
   m.enable_expert_bias = args.moe_router_enable_expert_bias;
   m.bias_update_rate = static_cast<float>(args.moe_router_bias_update_rate);
   m.load_balancing = args.moe_router_load_balancing_type;

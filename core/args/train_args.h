@@ -98,6 +98,12 @@ struct TrainArgs {
   /// --recompute-modules, words joined by spaces (core_attn, moe); unset: core_attn. Read with
   /// --recompute-granularity selective, as Megatron's.
   std::string recompute_modules;
+  /// [ptdp] --moe-router-group-score-topk: the best scores summed into a group's score; unset:
+  /// k / group-topk (Megatron's). 1: DeepSeek-V2's group maximum, 2: DeepSeek-V3's top-2 sum.
+  std::optional<int> moe_router_group_score_topk;
+  /// --moe-router-topk-limited-devices M: group-limited routing with M groups per token over
+  /// --moe-router-num-groups groups (unset: --expert-model-parallel-size, Megatron's rule).
+  std::optional<int> moe_router_topk_limited_devices;
 
   // Parallelism.
   int tensor_model_parallel_size = 1;

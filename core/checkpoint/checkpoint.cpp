@@ -35,7 +35,7 @@ nlohmann::json moe_to_json(const GptConfig& c) {
   static const char* const drops[] = {"probs", "position"};
   static const char* const dispatchers[] = {"alltoall", "allgather"};
   const MoeConfig& m = c.moe;
-  return {{"num_experts", m.num_experts},
+  nlohmann::json j = {{"num_experts", m.num_experts},
           {"moe_layer_freq", format_moe_layer_freq(m.layer_pattern, c.num_layers)},
           {"moe_ffn_hidden_size", c.moe_ffn()},
           {"moe_shared_expert_intermediate_size", m.shared_expert_intermediate_size},
@@ -56,6 +56,10 @@ nlohmann::json moe_to_json(const GptConfig& c) {
           {"moe_pad_expert_input_to_capacity", m.pad_expert_input_to_capacity},
           {"moe_token_dispatcher_type", dispatchers[static_cast<int>(m.dispatcher)]},
           {"moe_layer_recompute", m.recompute}};
+  // DeepSeek routing's settings, written only when set: the metadata of other models stays as it was.
+  if (m.group_score_topk > 0) j["moe_router_group_score_topk"] = m.group_score_topk;
+  if (m.topk_limited_devices > 0) j["moe_router_topk_limited_devices"] = m.topk_limited_devices;
+  return j;
 }
 
 nlohmann::json config_to_json(const GptConfig& c) {
@@ -183,6 +187,8 @@ void moe_from_json(const nlohmann::json& j, GptConfig& c, const std::string& sou
   m.pad_expert_input_to_capacity = j.value("moe_pad_expert_input_to_capacity", false);
   m.dispatcher = enum_from_json(j, "moe_token_dispatcher_type", dispatchers, m.dispatcher, source);
   m.recompute = j.value("moe_layer_recompute", false);
+  m.group_score_topk = i32("moe_router_group_score_topk", 0);
+  m.topk_limited_devices = i32("moe_router_topk_limited_devices", 0);
 }
 
 GptConfig config_from_json(const nlohmann::json& j, const std::string& source) {

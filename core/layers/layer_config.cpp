@@ -295,11 +295,22 @@ void LayerConfig::validate_moe(int t) const {
   PTDP_CHECK_ARG(m.num_groups == 0 || m.group_topk > 0,
                  groups + " is read only with moe_router_group_topk (--moe-router-group-topk), the groups each "
                           "token may use");
+  const std::string score_topk = "moe_router_group_score_topk (--moe-router-group-score-topk) " + num(m.group_score_topk);
+  const std::string limited =
+      "moe_router_topk_limited_devices (--moe-router-topk-limited-devices) " + num(m.topk_limited_devices);
+  PTDP_CHECK_ARG(m.group_score_topk >= 0, score_topk + " must be >= 0 (0: k / group_topk, Megatron's)");
+  PTDP_CHECK_ARG(m.group_score_topk == 0 || m.group_topk > 0, score_topk + " needs group-limited routing (" +
+                                                                  group_topk + ")");
+  PTDP_CHECK_ARG(m.topk_limited_devices >= 0, limited + " must be >= 0 (0: none)");
+  PTDP_CHECK_ARG(m.topk_limited_devices == 0 || m.group_topk == m.topk_limited_devices,
+                 limited + " is group-limited routing with that many groups: " + group_topk + " must equal it");
   if (m.group_topk > 0) {
     PTDP_CHECK_ARG(m.num_experts % m.num_groups == 0, experts + " is not divisible by " + groups);
     PTDP_CHECK_ARG(m.group_topk <= m.num_groups, group_topk + " is larger than " + groups);
-    PTDP_CHECK_ARG(m.router_topk % m.group_topk == 0,
+    PTDP_CHECK_ARG(m.group_score_topk > 0 || m.router_topk % m.group_topk == 0,
                    topk + " is not divisible by " + group_topk + ": each group is scored by its top k / group_topk");
+    PTDP_CHECK_ARG(m.group_score_topk <= m.num_experts / m.num_groups,
+                   score_topk + " exceeds the " + num(m.num_experts / m.num_groups) + " experts of a group");
     PTDP_CHECK_ARG(static_cast<int64_t>(m.group_topk) * (m.num_experts / m.num_groups) >= m.router_topk,
                    group_topk + " groups of num_experts / moe_router_num_groups = " +
                        num(m.num_experts / m.num_groups) + " experts hold fewer than the " + topk + " experts");
@@ -327,6 +338,14 @@ void LayerConfig::validate_experts(int e, int etp) const {
   if (!moe.enabled()) return;
   PTDP_CHECK_ARG(moe.num_experts % e == 0, "num_experts (--num-experts) " + num(moe.num_experts) +
                                                " is not a multiple of " + e_text);
+  // Device-limited routing's groups are the experts of each rank at e = num_groups: at an e that
+  // divides num_groups a rank holds whole groups, so a token reaches at most M ranks; at any other
+  // e the model would be the same but the limit it is named for would not hold.
+  PTDP_CHECK_ARG(moe.topk_limited_devices == 0 || moe.num_groups % e == 0,
+                 "moe_router_topk_limited_devices (--moe-router-topk-limited-devices) " +
+                     num(moe.topk_limited_devices) + " limits each token to the ranks of moe_router_num_groups "
+                     "(--moe-router-num-groups) " + num(moe.num_groups) + " groups, which " + e_text +
+                     " does not divide: a rank would hold parts of groups and a token could reach more ranks");
   PTDP_CHECK_ARG(moe_ffn() % etp == 0, "the expert MLP width moe_ffn_hidden_size (--moe-ffn-hidden-size) " +
                                            num(moe_ffn()) + " is not divisible by " + etp_text);
   PTDP_CHECK_ARG(!add_bias_linear || etp == 1,

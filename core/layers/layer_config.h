@@ -96,6 +96,16 @@ struct MoeConfig {
   MoeDispatcher dispatcher = MoeDispatcher::AllToAll;
   /// Recompute the MoE layer alone in the backward (Megatron's --recompute-modules moe).
   bool recompute = false;
+  /// [ptdp] --moe-router-group-score-topk m: a group's score is the sum of its m best selection
+  /// values; 0: Megatron's router_topk / group_topk. 1 is DeepSeek-V2's group_limited_greedy (the
+  /// group's max), 2 DeepSeek-V3's noaux_tc (its top-2 sum, whatever k and group_topk are).
+  int group_score_topk = 0;
+  /// --moe-router-topk-limited-devices M (Megatron's deprecated flag): group-limited routing with
+  /// group_topk = M over num_groups groups, each the experts one rank holds at expert-parallel
+  /// size num_groups. A model hyperparameter like num_groups (never the run's e): every e that
+  /// divides num_groups runs the same model and sends each token to at most M ranks
+  /// (validate_experts refuses the others). 0: none; else group_topk must equal it.
+  int topk_limited_devices = 0;
 
   bool enabled() const { return num_experts > 0; }
   /// Whether decoder layer `layer` (global index) has an MoE MLP.

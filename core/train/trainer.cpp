@@ -2,6 +2,8 @@
 
 #include <chrono>
 
+#include "core/layers/moe/token_dispatcher.h"
+
 namespace ptdp {
 
 std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& groups, const OptimizerConfig& config) {
@@ -25,7 +27,7 @@ IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, Proce
                                  const TrainingHooks& hooks) {
   if (hooks.before_iteration) hooks.before_iteration(iteration + 1);
   const auto start = std::chrono::steady_clock::now();
-  const double wait0 = comm_wait_seconds();
+  const double wait0 = comm_wait_seconds(), exchange0 = moe_exchange_seconds();
   model.zero_grads();
   ReplicaSettings replica;
   replica.microbatch_offset = static_cast<int64_t>(groups.rank(GroupKind::Data)) * schedule.m;
@@ -54,6 +56,7 @@ IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, Proce
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   r.comm_wait_seconds = comm_wait_seconds() - wait0;
+  r.moe_exchange_seconds = moe_exchange_seconds() - exchange0;
   return r;
 }
 

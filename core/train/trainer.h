@@ -20,6 +20,9 @@ struct IterationOutcome {
   /// Each multi-token prediction depth's loss (mtp_1, ..., mtp_D), averaged as `loss` is;
   /// empty without MTP.
   std::vector<float> mtp_losses;
+  /// Of `seconds`, the MoE token dispatchers' communication on this rank (moe_exchange_seconds(),
+  /// core/layers/moe/token_dispatcher.h): 0 for a dense model.
+  double moe_exchange_seconds = 0;
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out

@@ -49,6 +49,9 @@ class TrainingLoop {
   /// The MoE figures of the iteration just trained: already during its after_iteration hook,
   /// where last_metrics() is still the iteration before.
   const MoeMetrics& last_moe() const { return last_moe_; }
+  /// This rank's seconds in the MoE token exchange during that iteration
+  /// (IterationOutcome::moe_exchange_seconds).
+  double last_moe_exchange_seconds() const { return last_moe_exchange_seconds_; }
   int64_t iteration() const;
   int world_rank() const;
   int world_size() const;
@@ -73,6 +76,7 @@ class TrainingLoop {
   std::unique_ptr<State> s_;
   IterationMetrics last_;
   MoeMetrics last_moe_;
+  double last_moe_exchange_seconds_ = 0;
   std::atomic<bool> stop_requested_{false};
 };
 

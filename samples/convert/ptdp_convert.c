@@ -187,9 +187,14 @@ static void print_moe_flags(const ptdp_gpt_options* g) {
   if (g->moe_router_pre_softmax) printf(" --moe-router-pre-softmax");
   if (g->moe_router_topk_scaling_factor > 0)
     print_float_flag("--moe-router-topk-scaling-factor", g->moe_router_topk_scaling_factor);
-  if (g->moe_router_num_groups > 0)
+  if (g->moe_router_num_groups > 0 && g->moe_router_topk_limited_devices > 0)
+    printf(" --moe-router-num-groups %d --moe-router-topk-limited-devices %d", (int)g->moe_router_num_groups,
+           (int)g->moe_router_topk_limited_devices);
+  else if (g->moe_router_num_groups > 0)
     printf(" --moe-router-num-groups %d --moe-router-group-topk %d", (int)g->moe_router_num_groups,
            (int)g->moe_router_group_topk);
+  if (g->moe_router_group_score_topk > 0)
+    printf(" --moe-router-group-score-topk %d", (int)g->moe_router_group_score_topk);
   if (g->moe_router_enable_expert_bias) {
     printf(" --moe-router-enable-expert-bias");
     print_float_flag("--moe-router-bias-update-rate", g->moe_router_bias_update_rate);

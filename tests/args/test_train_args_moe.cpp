@@ -262,3 +262,45 @@ TEST_CASE("train args moe: the JSON of the flags round-trips the MoE flags", "[a
   again.push_back("--disable-bias-linear");
   CHECK(ptdp::train_args_to_json(ptdp::parse_train_args(again)) == j);
 }
+
+TEST_CASE("train args moe: DeepSeek's group scores and device-limited routing", "[args][moe][deepseek]") {
+  // --moe-router-group-score-topk: k = 3 need not be a multiple of the 2 groups kept.
+  const ptdp::GptConfig v2 = ptdp::to_gpt_config(ptdp::parse_train_args(
+      moe({"--moe-router-topk", "3", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2",
+           "--moe-router-group-score-topk", "1"})));
+  CHECK(v2.moe.group_score_topk == 1);
+  CHECK(v2.moe.group_topk == 2);
+  CHECK(v2.moe.topk_limited_devices == 0);
+  // --moe-router-topk-limited-devices M: group_topk M over the groups of e ranks (Megatron's
+  // default), or over --moe-router-num-groups, the same model at every e dividing it.
+  const ptdp::GptConfig at_e = ptdp::to_gpt_config(ptdp::parse_train_args(
+      moe({"--moe-router-topk-limited-devices", "2", "--expert-model-parallel-size", "4"})));
+  CHECK(at_e.moe.topk_limited_devices == 2);
+  CHECK(at_e.moe.group_topk == 2);
+  CHECK(at_e.moe.num_groups == 4);
+  const ptdp::GptConfig s = ptdp::to_gpt_config(
+      ptdp::parse_train_args(moe({"--moe-router-topk-limited-devices", "2", "--moe-router-num-groups", "4"})));
+  CHECK(s.moe.num_groups == 4);
+  CHECK(s.moe.group_topk == 2);
+  CHECK(s.moe.topk_limited_devices == 2);
+
+  const std::pair<std::vector<std::string>, std::vector<std::string>> cases[] = {
+      {moe({"--moe-router-topk-limited-devices", "2", "--moe-router-num-groups", "4", "--moe-router-group-topk", "2"}),
+       {"--moe-router-topk-limited-devices 2 is deprecated and replaced by --moe-router-group-topk"}},
+      // The serial run of an e = 4 model must name its groups.
+      {moe({"--moe-router-topk-limited-devices", "2"}),
+       {"--moe-router-topk-limited-devices 2 is larger than its groups, 1 (--expert-model-parallel-size",
+        "give --moe-router-num-groups"}},
+      {moe({"--moe-router-topk-limited-devices", "1", "--moe-router-num-groups", "2", "--expert-model-parallel-size",
+            "4"}),
+       {"--expert-model-parallel-size 4 does not divide --moe-router-num-groups 2",
+        "a token could reach more ranks than the limit"}},
+      {moe({"--moe-router-group-score-topk", "2"}),
+       {"--moe-router-group-score-topk 2 scores the groups of group-limited routing"}},
+  };
+  for (const auto& [args, mentions] : cases) {
+    const std::string message = parse_error(args);
+    INFO(message);
+    for (const std::string& m : mentions) CHECK_THAT(message, Catch::Contains(m));
+  }
+}

@@ -83,6 +83,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"moe-pad-expert-input-to-capacity", "off"},
     {"moe-token-dispatcher-type", "alltoall"},
     {"moe-layer-recompute", "off"},
+    {"moe-router-group-score-topk", "unset (k / group-topk)"},
+    {"moe-router-topk-limited-devices", "unset (none)"},
     {"tensor-model-parallel-size", "1"},
     {"pipeline-model-parallel-size", "1"},
     {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},

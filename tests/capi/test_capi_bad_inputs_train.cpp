@@ -249,21 +249,21 @@ PTDP_BAD_INPUTS(training) {
                    return call(&x, nullptr, 0);
                  }, PTDP_ERR_INVALID_ARGUMENT, {"metrics->struct_size = 0"}});
     r.push_back({fn, "negative capacity", [call] {
-                   ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+                   ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0, 0.0};
                    ptdp_moe_layer_load loads[2] = {};
                    return call(&x, loads, -1);
                  }, PTDP_ERR_INVALID_ARGUMENT, {"capacity = -1"}});
     r.push_back({fn, "NULL loads with capacity 2", [call] {
-                   ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+                   ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0, 0.0};
                    return call(&x, nullptr, 2);
                  }, PTDP_ERR_INVALID_ARGUMENT, {"loads is NULL", "capacity = 2"}});
   }
   handle_rows(r, "ptdp_trainer_moe_metrics", "trainer", "ptdp_trainer", f.dead_trainer, [](ptdp_trainer t) {
-    ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+    ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0, 0.0};
     return ptdp_trainer_moe_metrics(t, &x, nullptr, 0);
   });
   handle_rows(r, "ptdp_model_moe_metrics", "model", "ptdp_model", f.dead_model, [](ptdp_model m) {
-    ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0};
+    ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0, 0.0};
     return ptdp_model_moe_metrics(m, &x, nullptr, 0);
   });
   r.push_back({"ptdp_trainer_destroy", "destroyed", [&] { return ptdp_trainer_destroy(f.dead_trainer); },

@@ -350,6 +350,7 @@ TEST_CASE("moe metrics: the losses, the expert loads and the expert bias's steps
     REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) == PTDP_SUCCESS);
     REQUIRE(ptdp_model_moe_metrics(m, &mm, nullptr, 0) == PTDP_SUCCESS);
     REQUIRE(mm.moe_layers == 2);
+    CHECK(mm.exchange_seconds == 0.0);  // one rank: the dispatcher communicates nothing
     CHECK(std::isfinite(mm.load_balancing_loss));
     CHECK(mm.load_balancing_loss > 0.0);
     CHECK(std::isfinite(mm.z_loss));
@@ -535,4 +536,81 @@ TEST_CASE("moe plan: qk_layernorm_across_heads reaches the planned model", "[cap
   o.qk_layernorm_across_heads = 2;
   CHECK(ptdp_plan_parameters(&o, 1, nullptr, &across) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(err(), Catch::Contains("qk_layernorm_across_heads"));
+TEST_CASE("moe options: DeepSeek routing's group scores and device-limited routing", "[capi][moe][deepseek]") {
+  sp::World w;
+  // DeepSeek-V3's router on 8 experts: sigmoid, the 2 best of 4 groups (the experts of each rank
+  // at e = 4) by their top-2 sums, k = 3, weights scaled by 2.5.
+  ptdp_gpt_options o = tiny_moe();
+  o.num_experts = 8;
+  o.moe_router_topk = 3;
+  o.moe_router_score_function = PTDP_MOE_SCORE_SIGMOID;
+  o.moe_router_topk_scaling_factor = 2.5f;
+  o.moe_router_num_groups = 4;
+  o.moe_router_topk_limited_devices = 2;
+  o.moe_router_group_score_topk = 2;
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+  ptdp_gpt_options back;
+  REQUIRE(ptdp_gpt_options_init(&back) == PTDP_SUCCESS);
+  REQUIRE(ptdp_model_get_options(m, &back) == PTDP_SUCCESS);
+  CHECK(back.moe_router_num_groups == 4);
+  CHECK(back.moe_router_group_topk == 2);  // the limit is group-limited routing over M groups
+  CHECK(back.moe_router_topk_limited_devices == 2);
+  CHECK(back.moe_router_group_score_topk == 2);
+  // A struct without the new fields cannot describe this model: refused, naming the first one.
+  ptdp_gpt_options old;
+  REQUIRE(ptdp_gpt_options_init(&old) == PTDP_SUCCESS);
+  old.struct_size = offsetof(ptdp_gpt_options, moe_router_group_score_topk);
+  CHECK(ptdp_model_get_options(m, &old) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("ptdp_gpt_options::moe_router_group_score_topk"));
+  CHECK(ptdp_model_destroy(m) == PTDP_SUCCESS);
+
+  struct Case {
+    const char* what;
+    void (*edit)(ptdp_gpt_options&);
+    std::vector<std::string> mentions;
+  };
+  const Case cases[] = {
+      {"limited devices without groups", [](ptdp_gpt_options& x) { x.moe_router_num_groups = 0; },
+       {"options->moe_router_topk_limited_devices = 2 needs moe_router_num_groups (--moe-router-num-groups)"}},
+      {"limited devices and another group topk", [](ptdp_gpt_options& x) { x.moe_router_group_topk = 1; },
+       {"options->moe_router_group_topk = 1 must be 0 or moe_router_topk_limited_devices = 2"}},
+      {"group score above the group", [](ptdp_gpt_options& x) { x.moe_router_group_score_topk = 3; },
+       {"moe_router_group_score_topk (--moe-router-group-score-topk) 3 exceeds the 2 experts of a group"}},
+      {"group score without groups", [](ptdp_gpt_options& x) {
+         x.moe_router_num_groups = 0;
+         x.moe_router_topk_limited_devices = 0;
+       },
+       {"moe_router_group_score_topk (--moe-router-group-score-topk) 2 needs group-limited routing"}},
+      {"negative limit", [](ptdp_gpt_options& x) { x.moe_router_topk_limited_devices = -1; },
+       {"options->moe_router_topk_limited_devices = -1 must be >= 0"}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    ptdp_gpt_options x = o;
+    c.edit(x);
+    const std::string message = refusal(w.groups, x);
+    INFO(message);
+    for (const std::string& s : c.mentions) CHECK_THAT(message, Catch::Contains(s));
+  }
+
+  // ptdp-train's flags: the groups default to e (Megatron's rule) and are recorded; an e that
+  // does not divide them is refused.
+  const char* argv[] = {"ptdp-train", "--num-experts", "8", "--moe-router-topk", "3",
+                        "--moe-router-topk-limited-devices", "2", "--moe-router-group-score-topk", "2",
+                        "--expert-model-parallel-size", "4", "--disable-bias-linear"};
+  ptdp_train_config tc = nullptr;
+  REQUIRE(ptdp_train_config_parse(static_cast<int32_t>(std::size(argv)), argv, &tc) == PTDP_SUCCESS);
+  ptdp_gpt_options f;
+  REQUIRE(ptdp_gpt_options_init(&f) == PTDP_SUCCESS);
+  REQUIRE(ptdp_train_config_gpt_options(tc, &f) == PTDP_SUCCESS);
+  CHECK(f.moe_router_num_groups == 4);
+  CHECK(f.moe_router_group_topk == 2);
+  CHECK(f.moe_router_topk_limited_devices == 2);
+  CHECK(f.moe_router_group_score_topk == 2);
+  ptdp_train_config_destroy(tc);
+  const char* bad[] = {"ptdp-train", "--num-experts", "8", "--moe-router-topk-limited-devices", "2",
+                       "--moe-router-num-groups", "4", "--expert-model-parallel-size", "8"};
+  CHECK(ptdp_train_config_parse(static_cast<int32_t>(std::size(bad)), bad, &tc) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("--expert-model-parallel-size 8 does not divide --moe-router-num-groups 4"));
 }

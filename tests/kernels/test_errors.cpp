@@ -857,6 +857,18 @@ TEST_CASE("the MoE router refuses what Megatron-Core refuses, naming the argumen
     d.topk = 6;
     d.group_topk = 2;
     CHECK_INVALID_ARG_MSG(fwd(d), "topk / group_topk = 3 exceeds the experts per group, 2");
+    // A fixed group score size lifts the divisibility rule but not the capacity of the groups.
+    d.group_score_topk = 1;
+    CHECK_INVALID_ARG_MSG(fwd(d), "group_topk = 2 groups of 2 experts hold fewer than topk = 6");
+    d.group_score_topk = 3;
+    CHECK_INVALID_ARG_MSG(fwd(d), "group_score_topk = 3 exceeds the experts per group, 2");
+    d.group_score_topk = -1;
+    CHECK_INVALID_ARG_MSG(fwd(d), "group_score_topk");
+  }
+  {
+    auto d = desc();
+    d.group_score_topk = 2;
+    CHECK_INVALID_ARG_MSG(fwd(d), "group_score_topk = 2 needs num_groups > 0");
   }
   {
     auto d = desc();

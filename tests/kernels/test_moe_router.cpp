@@ -54,7 +54,8 @@ std::vector<int32_t> select_ref(const RouterDesc& d, const dvec& l, const dvec* 
     dvec gs(static_cast<std::size_t>(d.num_groups), 0.0);
     for (int64_t g = 0; g < d.num_groups; ++g) {
       const auto best = ranked(v, range(g * per, (g + 1) * per));
-      for (int64_t i = 0; i < d.topk / d.group_topk; ++i) gs[static_cast<std::size_t>(g)] += v[static_cast<std::size_t>(best[static_cast<std::size_t>(i)])];
+      const int64_t best_of = d.group_score_topk > 0 ? d.group_score_topk : d.topk / d.group_topk;
+      for (int64_t i = 0; i < best_of; ++i) gs[static_cast<std::size_t>(g)] += v[static_cast<std::size_t>(best[static_cast<std::size_t>(i)])];
     }
     const auto groups = ranked(gs, range(0, d.num_groups));
     candidates.clear();
@@ -101,7 +102,7 @@ struct Config {
 };
 
 RouterDesc desc(int64_t tokens, int64_t experts, int64_t topk, RouterScore score, bool pre, int64_t groups = 0,
-                int64_t group_topk = 0, float scaling = 0.0f) {
+                int64_t group_topk = 0, float scaling = 0.0f, int64_t group_score_topk = 0) {
   RouterDesc d;
   d.tokens = tokens;
   d.experts = experts;
@@ -111,6 +112,7 @@ RouterDesc desc(int64_t tokens, int64_t experts, int64_t topk, RouterScore score
   d.num_groups = groups;
   d.group_topk = group_topk;
   d.scaling_factor = scaling;
+  d.group_score_topk = group_score_topk;
   return d;
 }
 
@@ -125,6 +127,12 @@ std::vector<Config> configs() {
       {"sigmoid + expert bias, groups (DeepSeek-V3)", desc(19, 32, 8, RouterScore::Sigmoid, false, 8, 4, 2.5f), true},
       {"softmax, group-limited", desc(15, 24, 6, RouterScore::Softmax, true, 6, 3), false},
       {"softmax on logits, group-limited", desc(10, 16, 4, RouterScore::Softmax, false, 4, 2), false},
+      // Group scores of a fixed size, not Megatron's k / group_topk (2 and 3 here).
+      {"softmax before top-k, groups scored by their max (DeepSeek-V2)",
+       desc(40, 16, 4, RouterScore::Softmax, true, 8, 2, 16.0f, 1), false},
+      {"sigmoid + expert bias, groups scored by their top 2 (DeepSeek-V3)",
+       desc(40, 16, 3, RouterScore::Sigmoid, false, 4, 1, 2.5f, 2), true},
+      {"softmax, k not a multiple of group_topk", desc(12, 16, 3, RouterScore::Softmax, true, 8, 2, 0.0f, 1), false},
   };
 }
 

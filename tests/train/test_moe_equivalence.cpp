@@ -13,7 +13,10 @@
 // expert bias of aux-loss-free balancing, update rate 0.01: the bias moves every iteration),
 // global (Megatron's global_aux_loss and the z loss: the counts summed over the d replicas and
 // averaged over the step's microbatches so far), mla (multi-latent attention with query
-// compression and its latent norms, RoPE, value heads padded).
+// compression and its latent norms, RoPE, value heads padded), limited (DeepSeek's
+// device-limited routing: 8 experts in the 4 groups of the e = 4 layout, each token's k = 3
+// experts from its 2 best groups scored by their top-2 sums, sigmoid scores scaled by 2.5: a
+// fixed model hyperparameter, so the serial run and every e dividing 4 train the same model).
 // Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
@@ -144,6 +147,16 @@ GptConfig config(const Spec& s) {
     g.qk_head_dim = 4;
     g.qk_pos_emb_head_dim = 2;
     g.v_head_dim = 4;
+  }
+  if (s.has("limited")) {
+    m.num_experts = 8;
+    m.router_topk = 3;
+    m.score_function = MoeScoreFunction::Sigmoid;
+    m.topk_scaling_factor = 2.5f;
+    m.num_groups = 4;
+    m.topk_limited_devices = 2;
+    m.group_topk = 2;
+    m.group_score_topk = 2;
   }
   if (s.has("bias")) {
     m.score_function = MoeScoreFunction::Sigmoid;
@@ -343,6 +356,13 @@ void run_spec(const Spec& s, int world) {
     expect(dn <= 1e-4, s.text + ": grad norm at iteration " + std::to_string(it) + " " +
                            std::to_string(out.step.grad_norm) + " vs " + std::to_string(want_norm));
     compare_moe(s, it, out.moe, model, ref);
+    // The token exchange's time: a part of the iteration, and some time whenever tokens cross
+    // ranks (e or etp > 1; etp 0 means t).
+    const bool exchanges = s.e > 1 || (s.etp == 0 ? s.t : s.etp) > 1;
+    expect(out.moe_exchange_seconds >= 0 && out.moe_exchange_seconds <= out.seconds,
+           s.text + ": the MoE exchange's " + std::to_string(out.moe_exchange_seconds) + " s exceed the iteration's " +
+               std::to_string(out.seconds));
+    expect(!exchanges || out.moe_exchange_seconds > 0, s.text + ": no time counted in the MoE token exchange");
   }
   for (auto& chunk : model.chunks()) {
     ParamTable& t = chunk->params();

@@ -1406,6 +1406,26 @@ class ptdp_gpt_options(object):
                                                 ptdp_model_mtp_losses()). 0 means Megatron's
                                                 default 0.1.
     """)
+    moe_router_group_score_topk = property(_ptdp_ext.ptdp_gpt_options_moe_router_group_score_topk_get, _ptdp_ext.ptdp_gpt_options_moe_router_group_score_topk_set, doc=r"""
+    Group-limited routing: a group's score is the sum of
+                                                its m best selection values
+                                                (`--moe-router-group-score-topk`, ptdp's); 1: the
+                                                group's maximum (DeepSeek-V2's
+                                                group_limited_greedy), 2: its top-2 sum (DeepSeek-V3);
+                                                then k need not be a multiple of
+                                                moe_router_group_topk. 0 (default): k /
+                                                moe_router_group_topk, Megatron's.
+    """)
+    moe_router_topk_limited_devices = property(_ptdp_ext.ptdp_gpt_options_moe_router_topk_limited_devices_get, _ptdp_ext.ptdp_gpt_options_moe_router_topk_limited_devices_set, doc=r"""
+    Device-limited routing
+                                                (`--moe-router-topk-limited-devices` M): each token
+                                                uses at most M of the moe_router_num_groups groups
+                                                (required here), each the experts of one rank at that
+                                                expert-parallel size; sets moe_router_group_topk to M
+                                                (which must be 0 or M). A run's e must divide
+                                                moe_router_num_groups (docs/deepseek.md). 0
+                                                (default): none.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_gpt_options_swiginit(self, _ptdp_ext.new_ptdp_gpt_options())
@@ -3031,6 +3051,14 @@ class ptdp_moe_metrics(object):
                                       balancing loss is configured.
     """)
     z_loss = property(_ptdp_ext.ptdp_moe_metrics_z_loss_get, _ptdp_ext.ptdp_moe_metrics_z_loss_set, doc=r""" z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff.""")
+    exchange_seconds = property(_ptdp_ext.ptdp_moe_metrics_exchange_seconds_get, _ptdp_ext.ptdp_moe_metrics_exchange_seconds_set, doc=r"""
+    This rank's own figure (not the same on every rank): the wall
+                                      seconds of the iteration it spent in the MoE token
+                                      dispatchers' communication (the count all-gathers, the
+                                      all-to-all-v, the etp and allgather dispatchers' collectives,
+                                      forward and backward, waits included), a part of
+                                      ptdp_iteration_result::seconds; 0 for a dense model.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_moe_metrics_swiginit(self, _ptdp_ext.new_ptdp_moe_metrics())

@@ -12364,6 +12364,126 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_group_score_topk_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_group_score_topk_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_group_score_topk_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_group_score_topk_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_group_score_topk = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_group_score_topk_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_group_score_topk_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_group_score_topk);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_topk_limited_devices_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_moe_router_topk_limited_devices_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_topk_limited_devices_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_moe_router_topk_limited_devices_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_topk_limited_devices = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_moe_router_topk_limited_devices_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_moe_router_topk_limited_devices_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_topk_limited_devices);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_gpt_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_gpt_options *result = 0 ;
@@ -23113,6 +23233,66 @@ SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_z_loss_get(PyObject *self, PyObject 
   {
     SWIG_PYTHON_THREAD_BEGIN_ALLOW;
     result = (double) ((arg1)->z_loss);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_exchange_seconds_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_moe_metrics_exchange_seconds_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_exchange_seconds_set" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_moe_metrics_exchange_seconds_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->exchange_seconds = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_moe_metrics_exchange_seconds_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_moe_metrics *arg1 = (struct ptdp_moe_metrics *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_moe_metrics, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_moe_metrics_exchange_seconds_get" "', argument " "1"" of type '" "struct ptdp_moe_metrics *""'"); 
+  }
+  arg1 = (struct ptdp_moe_metrics *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->exchange_seconds);
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_double((double)(result));
@@ -40869,6 +41049,46 @@ static PyMethodDef SwigMethods[] = {
 		"                                            ptdp_model_mtp_losses()). 0 means Megatron's\n"
 		"                                            default 0.1.\n"
 		""},
+	 { "ptdp_gpt_options_moe_router_group_score_topk_set", _wrap_ptdp_gpt_options_moe_router_group_score_topk_set, METH_VARARGS, "\n"
+		"Group-limited routing: a group's score is the sum of\n"
+		"                                            its m best selection values\n"
+		"                                            (`--moe-router-group-score-topk`, ptdp's); 1: the\n"
+		"                                            group's maximum (DeepSeek-V2's\n"
+		"                                            group_limited_greedy), 2: its top-2 sum (DeepSeek-V3);\n"
+		"                                            then k need not be a multiple of\n"
+		"                                            moe_router_group_topk. 0 (default): k /\n"
+		"                                            moe_router_group_topk, Megatron's.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_group_score_topk_get", _wrap_ptdp_gpt_options_moe_router_group_score_topk_get, METH_O, "\n"
+		"Group-limited routing: a group's score is the sum of\n"
+		"                                            its m best selection values\n"
+		"                                            (`--moe-router-group-score-topk`, ptdp's); 1: the\n"
+		"                                            group's maximum (DeepSeek-V2's\n"
+		"                                            group_limited_greedy), 2: its top-2 sum (DeepSeek-V3);\n"
+		"                                            then k need not be a multiple of\n"
+		"                                            moe_router_group_topk. 0 (default): k /\n"
+		"                                            moe_router_group_topk, Megatron's.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_topk_limited_devices_set", _wrap_ptdp_gpt_options_moe_router_topk_limited_devices_set, METH_VARARGS, "\n"
+		"Device-limited routing\n"
+		"                                            (`--moe-router-topk-limited-devices` M): each token\n"
+		"                                            uses at most M of the moe_router_num_groups groups\n"
+		"                                            (required here), each the experts of one rank at that\n"
+		"                                            expert-parallel size; sets moe_router_group_topk to M\n"
+		"                                            (which must be 0 or M). A run's e must divide\n"
+		"                                            moe_router_num_groups (docs/deepseek.md). 0\n"
+		"                                            (default): none.\n"
+		""},
+	 { "ptdp_gpt_options_moe_router_topk_limited_devices_get", _wrap_ptdp_gpt_options_moe_router_topk_limited_devices_get, METH_O, "\n"
+		"Device-limited routing\n"
+		"                                            (`--moe-router-topk-limited-devices` M): each token\n"
+		"                                            uses at most M of the moe_router_num_groups groups\n"
+		"                                            (required here), each the experts of one rank at that\n"
+		"                                            expert-parallel size; sets moe_router_group_topk to M\n"
+		"                                            (which must be 0 or M). A run's e must divide\n"
+		"                                            moe_router_num_groups (docs/deepseek.md). 0\n"
+		"                                            (default): none.\n"
+		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},
 	 { "ptdp_gpt_options_swigregister", ptdp_gpt_options_swigregister, METH_O, NULL},
@@ -42236,6 +42456,22 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_moe_metrics_z_loss_set", _wrap_ptdp_moe_metrics_z_loss_set, METH_VARARGS, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
 	 { "ptdp_moe_metrics_z_loss_get", _wrap_ptdp_moe_metrics_z_loss_get, METH_O, " z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff."},
+	 { "ptdp_moe_metrics_exchange_seconds_set", _wrap_ptdp_moe_metrics_exchange_seconds_set, METH_VARARGS, "\n"
+		"This rank's own figure (not the same on every rank): the wall\n"
+		"                                  seconds of the iteration it spent in the MoE token\n"
+		"                                  dispatchers' communication (the count all-gathers, the\n"
+		"                                  all-to-all-v, the etp and allgather dispatchers' collectives,\n"
+		"                                  forward and backward, waits included), a part of\n"
+		"                                  ptdp_iteration_result::seconds; 0 for a dense model.\n"
+		""},
+	 { "ptdp_moe_metrics_exchange_seconds_get", _wrap_ptdp_moe_metrics_exchange_seconds_get, METH_O, "\n"
+		"This rank's own figure (not the same on every rank): the wall\n"
+		"                                  seconds of the iteration it spent in the MoE token\n"
+		"                                  dispatchers' communication (the count all-gathers, the\n"
+		"                                  all-to-all-v, the etp and allgather dispatchers' collectives,\n"
+		"                                  forward and backward, waits included), a part of\n"
+		"                                  ptdp_iteration_result::seconds; 0 for a dense model.\n"
+		""},
 	 { "new_ptdp_moe_metrics", _wrap_new_ptdp_moe_metrics, METH_NOARGS, NULL},
 	 { "delete_ptdp_moe_metrics", _wrap_delete_ptdp_moe_metrics, METH_O, NULL},
 	 { "ptdp_moe_metrics_swigregister", ptdp_moe_metrics_swigregister, METH_O, NULL},

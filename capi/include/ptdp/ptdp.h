@@ -1319,6 +1319,22 @@ typedef struct ptdp_gpt_options {
                                              sum (the reported loss is the main one; see
                                              ptdp_model_mtp_losses()). 0 means Megatron's
                                              default 0.1. */
+  int32_t moe_router_group_score_topk;  /**< Group-limited routing: a group's score is the sum of
+                                             its m best selection values
+                                             (`--moe-router-group-score-topk`, ptdp's); 1: the
+                                             group's maximum (DeepSeek-V2's
+                                             group_limited_greedy), 2: its top-2 sum (DeepSeek-V3);
+                                             then k need not be a multiple of
+                                             moe_router_group_topk. 0 (default): k /
+                                             moe_router_group_topk, Megatron's. */
+  int32_t moe_router_topk_limited_devices; /**< Device-limited routing
+                                             (`--moe-router-topk-limited-devices` M): each token
+                                             uses at most M of the moe_router_num_groups groups
+                                             (required here), each the experts of one rank at that
+                                             expert-parallel size; sets moe_router_group_topk to M
+                                             (which must be 0 or M). A run's e must divide
+                                             moe_router_num_groups (docs/deepseek.md). 0
+                                             (default): none. */
 } ptdp_gpt_options;
 
 /** Opaque handle to a model. */
@@ -2944,6 +2960,12 @@ typedef struct ptdp_moe_metrics {
   double load_balancing_loss; /**< aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no
                                    balancing loss is configured. */
   double z_loss;              /**< z_loss / moe_z_loss_coeff; NaN without --moe-z-loss-coeff. */
+  double exchange_seconds;    /**< This rank's own figure (not the same on every rank): the wall
+                                   seconds of the iteration it spent in the MoE token
+                                   dispatchers' communication (the count all-gathers, the
+                                   all-to-all-v, the etp and allgather dispatchers' collectives,
+                                   forward and backward, waits included), a part of
+                                   ptdp_iteration_result::seconds; 0 for a dense model. */
 } ptdp_moe_metrics;
 
 /**

@@ -97,6 +97,7 @@ RouterDesc TopKRouter::desc(int64_t tokens) const {
   if (m.group_topk > 0) {
     d.num_groups = m.num_groups;
     d.group_topk = m.group_topk;
+    d.group_score_topk = m.group_score_topk;
   }
   d.scaling_factor = m.topk_scaling_factor > 0.0f ? m.topk_scaling_factor : 0.0f;
   return d;

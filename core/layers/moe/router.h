@@ -8,8 +8,10 @@
 //              probs = the selected scores normalised to sum 1 (k > 1)
 //   group-limited routing (--moe-router-num-groups / --moe-router-group-topk): the experts come
 //   in groups; a token picks its group_topk best groups (a group's score: the sum of its best
-//   k / group_topk scores) and its k experts among theirs; probs times
-//   --moe-router-topk-scaling-factor.
+//   k / group_topk scores, or its best --moe-router-group-score-topk m: DeepSeek-V2's maximum,
+//   V3's top-2) and its k experts among theirs; probs times --moe-router-topk-scaling-factor.
+//   Device-limited routing (--moe-router-topk-limited-devices M) is group-limited routing with
+//   group_topk M over groups fixed as a model hyperparameter (docs/deepseek.md).
 // Ties go to the lower expert index.
 //
 // Capacity (--moe-expert-capacity-factor cf): an expert takes at most

@@ -1,6 +1,8 @@
 #include "core/layers/moe/token_dispatcher.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <numeric>
 
 #include "base/error.h"
@@ -15,6 +17,18 @@ std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
 
 int64_t total(const Index& v) { return std::accumulate(v.begin(), v.end(), int64_t{0}); }
 
+std::atomic<int64_t> g_exchange_ns{0};
+
+// Runs one of the dispatchers' communications (its call and its wait), adding its wall time to
+// moe_exchange_seconds().
+template <typename F>
+void timed_exchange(F&& communicate) {
+  const auto t0 = std::chrono::steady_clock::now();
+  communicate();
+  g_exchange_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+                              .count());
+}
+
 // [rows, cols] of `like`'s type and device: zeros where some rows will not be written (padding).
 Tensor rows_buffer(const Tensor& like, int64_t rows, int64_t cols, bool zero) {
   return zero ? Tensor::zeros({rows, cols}, like.dtype(), like.device()) : empty_like(like, {rows, cols});
@@ -26,7 +40,7 @@ std::vector<int64_t> all_gather_ints(Communicator* comm, int size, const std::ve
   std::vector<int32_t> in(mine.begin(), mine.end()), out(in.size() * at(size));
   Tensor a = Tensor::from_host(in.data(), {static_cast<int64_t>(in.size())}, DType::I32, device);
   Tensor b = Tensor::empty({static_cast<int64_t>(out.size())}, DType::I32, device);
-  comm->all_gather(a, b)->wait();
+  timed_exchange([&] { comm->all_gather(a, b)->wait(); });
   b.copy_to_host(out.data(), out.size() * sizeof(int32_t));
   return {out.begin(), out.end()};
 }
@@ -52,7 +66,7 @@ Tensor exchange(Communicator* comm, int me, const Tensor& src, const Index& send
     send_off += sn;
     recv_off += rn;
   }
-  if (!ops.empty()) comm->batch_p2p(ops)->wait();
+  if (!ops.empty()) timed_exchange([&] { comm->batch_p2p(ops)->wait(); });
   return out;
 }
 
@@ -187,7 +201,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
       if (p.stride > p.received)
         be.fill(element_ptr(mine, p.received * h_), mine.dtype(), 0.0, (p.stride - p.received) * h_);
       recv = Tensor::empty({ep_.etp_size * p.stride, h_}, rows.dtype(), rows.device());
-      ep_.etp_comm->all_gather(mine, recv)->wait();
+      timed_exchange([&] { ep_.etp_comm->all_gather(mine, recv)->wait(); });
     }
     if (!p.expert_row.defined()) return recv;
     const int64_t r = total(p.counts);
@@ -207,7 +221,7 @@ class AllToAllDispatcher final : public TokenDispatcher {
     }
     if (etp > 1) {
       Tensor sum = Tensor::empty({p.stride, h_}, rows.dtype(), rows.device());  // [stride, h]
-      ep_.etp_comm->reduce_scatter(back, sum, ReduceOp::Sum)->wait();
+      timed_exchange([&] { ep_.etp_comm->reduce_scatter(back, sum, ReduceOp::Sum)->wait(); });
       back = sum;
     }
     const Tensor mine = back.view(0, {p.received, h_});  // [received, h]
@@ -314,7 +328,7 @@ class AllGatherDispatcher final : public TokenDispatcher {
   Tensor gather(const Tensor& t) const {
     if (size_ == 1) return t;
     Tensor out = Tensor::empty({size_ * t.numel()}, t.dtype(), t.device());
-    ep_.tp_ep_comm->all_gather(t.reshape({t.numel()}), out)->wait();
+    timed_exchange([&] { ep_.tp_ep_comm->all_gather(t.reshape({t.numel()}), out)->wait(); });
     return out;
   }
 
@@ -323,7 +337,7 @@ class AllGatherDispatcher final : public TokenDispatcher {
     Tensor mine = v.reshape({v.numel()});
     if (size_ > 1) {
       mine = Tensor::empty({n}, DType::F32, v.device());
-      ep_.tp_ep_comm->reduce_scatter(v.reshape({v.numel()}), mine, ReduceOp::Sum)->wait();
+      timed_exchange([&] { ep_.tp_ep_comm->reduce_scatter(v.reshape({v.numel()}), mine, ReduceOp::Sum)->wait(); });
     }
     return dtype == DType::F32 ? mine : mine.to(dtype);
   }
@@ -336,6 +350,8 @@ class AllGatherDispatcher final : public TokenDispatcher {
 };
 
 }  // namespace
+
+double moe_exchange_seconds() { return static_cast<double>(g_exchange_ns.load()) * 1e-9; }
 
 std::unique_ptr<TokenDispatcher> make_token_dispatcher(const LayerConfig& cfg, TensorParallel tp, const std::string& owner) {
   if (cfg.moe.dispatcher == MoeDispatcher::AllGather) return std::make_unique<AllGatherDispatcher>(cfg, tp, owner);

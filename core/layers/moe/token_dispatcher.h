@@ -54,4 +54,11 @@ class TokenDispatcher {
 /// The dispatcher cfg.moe.dispatcher names, over tp.ep's groups.
 std::unique_ptr<TokenDispatcher> make_token_dispatcher(const LayerConfig& cfg, TensorParallel tp, const std::string& owner);
 
+/// Wall seconds this process has spent in the token dispatchers' communication, forward and
+/// backward, waits included: the count all-gathers, the all-to-all-v over the e ranks, the etp
+/// all-gather and reduce-scatter, and the allgather dispatcher's collectives. The part of comm_wait_seconds()
+/// (core/comm/communicator.h) that overlapping one microbatch's exchange with another's compute
+/// could hide at most; a training iteration reports its share (IterationOutcome).
+double moe_exchange_seconds();
+
 }  // namespace ptdp

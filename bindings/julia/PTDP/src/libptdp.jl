@@ -565,6 +565,8 @@ struct ptdp_gpt_options
     v_head_dim::Int32
     mtp_num_layers::Int32
     mtp_loss_scaling_factor::Cfloat
+    moe_router_group_score_topk::Int32
+    moe_router_topk_limited_devices::Int32
 end
 
 mutable struct ptdp_model_impl end
@@ -1337,6 +1339,7 @@ struct ptdp_moe_metrics
     moe_layers::Int64
     load_balancing_loss::Cdouble
     z_loss::Cdouble
+    exchange_seconds::Cdouble
 end
 
 # The MoE figures of the last ptdp_train_iteration() of @p model (its losses and every MoE

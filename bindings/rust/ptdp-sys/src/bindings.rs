@@ -278,6 +278,8 @@ pub struct ptdp_gpt_options {
     pub v_head_dim: i32,
     pub mtp_num_layers: i32,
     pub mtp_loss_scaling_factor: f32,
+    pub moe_router_group_score_topk: i32,
+    pub moe_router_topk_limited_devices: i32,
 }
 
 #[repr(C)]
@@ -574,6 +576,7 @@ pub struct ptdp_moe_metrics {
     pub moe_layers: i64,
     pub load_balancing_loss: f64,
     pub z_loss: f64,
+    pub exchange_seconds: f64,
 }
 
 #[repr(C)]
