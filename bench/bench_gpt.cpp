@@ -1377,9 +1377,10 @@ class Bench {
     std::printf("   %-46s %9.2f %7.1f%%  (unprofiled %.2f ms)\n", "the layer (profiled, mean)", layer * 1e3, 100.0,
                 moe_.layer.median_s * 1e3);
     moe_.overhead_share = overhead / layer;
-    std::printf("   (one rank: no exchange; the dispatcher's local copies are in the rows above. For the exchange on e\n"
-                "   ranks run bench_train under mpirun with --num-experts and layouts t,p,d,e: its \"moe\" columns\n"
-                "   are the token exchange's share of the iteration, IterationOutcome::moe_exchange_seconds)\n\n");
+    std::printf("   (one rank: no exchange; the dispatcher's local copies are in the rows above. For the\n"
+                "   exchange on e ranks run bench_train under mpirun with --num-experts and layouts t,p,d,e: its\n"
+                "   \"moe\" columns are the token exchange's share of the iteration,\n"
+                "   IterationOutcome::moe_exchange_seconds)\n\n");
 
     const double gemm_s = moe_.row_s[kExpertGemm];
     const double model = moe_expert_model_flops(n, h, k, ffn);

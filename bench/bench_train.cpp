@@ -941,7 +941,8 @@ class Bench {
       const Result& r = results_[i];
       s += i ? ",\n    {" : "\n    {";
       s += "\"t\": " + std::to_string(r.l.t) + ", \"p\": " + std::to_string(r.l.p) + ", \"d\": " +
-           std::to_string(r.l.d) + ", \"e\": " + std::to_string(r.l.e) + ", \"v\": " + std::to_string(r.v) + ", \"schedule\": \"" +
+           std::to_string(r.l.d) + ", \"e\": " + std::to_string(r.l.e) + ", \"v\": " + std::to_string(r.v) +
+           ", \"schedule\": \"" +
            json_escape(r.schedule) + "\"";
       if (!r.skipped.empty()) {
         s += ", \"skipped\": \"" + json_escape(r.skipped) + "\"}";

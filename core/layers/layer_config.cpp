@@ -295,7 +295,8 @@ void LayerConfig::validate_moe(int t) const {
   PTDP_CHECK_ARG(m.num_groups == 0 || m.group_topk > 0,
                  groups + " is read only with moe_router_group_topk (--moe-router-group-topk), the groups each "
                           "token may use");
-  const std::string score_topk = "moe_router_group_score_topk (--moe-router-group-score-topk) " + num(m.group_score_topk);
+  const std::string score_topk =
+      "moe_router_group_score_topk (--moe-router-group-score-topk) " + num(m.group_score_topk);
   const std::string limited =
       "moe_router_topk_limited_devices (--moe-router-topk-limited-devices) " + num(m.topk_limited_devices);
   PTDP_CHECK_ARG(m.group_score_topk >= 0, score_topk + " must be >= 0 (0: k / group_topk, Megatron's)");

@@ -55,7 +55,9 @@ std::vector<int32_t> select_ref(const RouterDesc& d, const dvec& l, const dvec* 
     for (int64_t g = 0; g < d.num_groups; ++g) {
       const auto best = ranked(v, range(g * per, (g + 1) * per));
       const int64_t best_of = d.group_score_topk > 0 ? d.group_score_topk : d.topk / d.group_topk;
-      for (int64_t i = 0; i < best_of; ++i) gs[static_cast<std::size_t>(g)] += v[static_cast<std::size_t>(best[static_cast<std::size_t>(i)])];
+      for (int64_t i = 0; i < best_of; ++i) {
+        gs[static_cast<std::size_t>(g)] += v[static_cast<std::size_t>(best[static_cast<std::size_t>(i)])];
+      }
     }
     const auto groups = ranked(gs, range(0, d.num_groups));
     candidates.clear();

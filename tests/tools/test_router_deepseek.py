@@ -18,8 +18,9 @@ ptdp's router as the importer maps it:
 The experts chosen must be the same sets and their weights equal to fp32 rounding (HF returns
 them unsorted: both sides are compared by expert). Where Megatron's group score (the top
 k / group_topk) differs from the HF one, the test also checks that it changes some token's
-experts, so group_score_topk is what makes the cases pass. Exits 77 (skipped) with the reason
-when the venv is missing.
+experts, so group_score_topk is what makes the cases pass. Device-limited routing is checked the
+same way, with the devices' groups, and no token may reach more devices than its limit. Exits
+77 (skipped) with the reason when the venv is missing.
 """
 import json
 import os
@@ -95,6 +96,13 @@ def cases():
             "V2 group_limited_greedy (k 4, 3 of 8)": (16, 4, "group_limited_greedy", 8, 3, 16.0)}.items():
         router, ptdp = v2(E, k, method, ng, tg, scale)
         out.append((name, router, ptdp, torch.randn(TOKENS, E, generator=g) * 2, None))
+    # Device-limited routing (--moe-router-topk-limited-devices 2 over the 4 devices of e = 4, 4
+    # experts each): group-limited routing with the groups of the ranks; its reference is V3's gate
+    # with n_group the devices, and every token's experts lie on at most 2 devices.
+    router, ptdp = v3(16, 4, 4, 2, 1.0)
+    ptdp["group_score_topk"] = 0  # Megatron's k / M = 2, V3's top-2 here
+    out.append(("device-limited (M 2 of e 4)", router, ptdp, torch.randn(TOKENS, 16, generator=g) * 2,
+                torch.rand(16, generator=g) * 0.2 - 0.1))
     return out
 
 
@@ -139,6 +147,12 @@ for (name, router, ptdp, logits, bias), out, mega in zip(all_cases, got, megatro
             if abs(w - hw) > 1e-6 + 2e-6 * abs(hw):
                 failures.append(f"{name}: token {t} expert {e}: weight {w}, HF {hw}")
     print(f"{name}: {TOKENS - bad}/{TOKENS} tokens route as HF's")
+    if name.startswith("device-limited"):
+        per = ptdp["experts"] // ptdp["num_groups"]
+        spread = max(len({e // per for e in row}) for row in out["indices"])
+        print(f"  at most {spread} devices per token")
+        if spread > ptdp["group_topk"]:
+            failures.append(f"{name}: a token reaches {spread} devices, above the limit {ptdp['group_topk']}")
     if mega is None:
         continue
     m_out = next(mega_got)

@@ -34,6 +34,8 @@ def test_moe_options_come_back(groups):
     (dict(moe_router_enable_expert_bias=1), "--moe-router-score-function"),
     (dict(moe_layer_freq="[1]*len([1])"), "options->moe_layer_freq"),
     (dict(moe_router_num_groups=3, moe_router_group_topk=1), "is not divisible by moe_router_num_groups"),
+    (dict(moe_router_topk_limited_devices=2), "needs moe_router_num_groups (--moe-router-num-groups)"),
+    (dict(moe_router_group_score_topk=1), "--moe-router-group-score-topk) 1 needs group-limited routing"),
 ])
 def test_megatrons_refusals_name_the_flags(groups, fields, words):
     options = dict(MOE)
@@ -41,6 +43,17 @@ def test_megatrons_refusals_name_the_flags(groups, fields, words):
     with pytest.raises(ptdp.InvalidArgumentError) as refused:
         ptdp.Model(groups, **options)
     assert words in str(refused.value)
+
+
+def test_deepseek_routing_options_come_back(groups):
+    # Device-limited routing over the 2 groups of e = 2, each group scored by its best expert.
+    with ptdp.Model(groups, **MOE, moe_router_num_groups=2, moe_router_topk_limited_devices=1,
+                    moe_router_group_score_topk=1) as model:
+        options = model.get_options()
+    assert options["moe_router_num_groups"] == 2
+    assert options["moe_router_group_topk"] == 1
+    assert options["moe_router_topk_limited_devices"] == 1
+    assert options["moe_router_group_score_topk"] == 1
 
 
 def test_moe_enums_take_megatrons_spellings():
