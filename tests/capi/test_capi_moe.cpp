@@ -536,6 +536,8 @@ TEST_CASE("moe plan: qk_layernorm_across_heads reaches the planned model", "[cap
   o.qk_layernorm_across_heads = 2;
   CHECK(ptdp_plan_parameters(&o, 1, nullptr, &across) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(err(), Catch::Contains("qk_layernorm_across_heads"));
+}
+
 TEST_CASE("moe options: DeepSeek routing's group scores and device-limited routing", "[capi][moe][deepseek]") {
   sp::World w;
   // DeepSeek-V3's router on 8 experts: sigmoid, the 2 best of 4 groups (the experts of each rank
