@@ -110,7 +110,8 @@ enum class Arch {
   Qwen2,     // the same with the qkv bias kept and half of each head rotated (rotary_percent 0.5)
   QkNorm,    // RMSNorm over each query and key head, multi-query attention (1 group)
   GeluNoBias, // LayerNorm q/k norms, GeLU without biases (its GeLU outside the GEMM), no positions
-  QkAcross   // RMSNorms over the whole query and key projections (OLMo 2, OLMoE), 2 groups
+  QkAcross,  // RMSNorms over the whole query and key projections (OLMo 2, OLMoE), 2 groups
+  Yarn       // Llama with YaRN: interpolated frequencies and cos/sin scaled by mscale / mscale_all_dim
 };
 
 const char* arch_name(Arch a) {
@@ -121,6 +122,7 @@ const char* arch_name(Arch a) {
     case Arch::QkNorm: return "qk-norm, multi-query";
     case Arch::QkAcross: return "qk-norm across heads";
     case Arch::GeluNoBias: return "gelu without biases, no positions";
+    case Arch::Yarn: return "yarn";
   }
   return "?";
 }
@@ -149,6 +151,15 @@ void set_arch(ptdp_gpt_options& o, Arch a) {
     case Arch::QkAcross:
       o.qk_layernorm = 1;
       o.qk_layernorm_across_heads = 1;
+      break;
+    case Arch::Yarn:  // frequency 0 kept, frequency 1 half interpolated; cos and sin times 1.17
+      o.rope_type = PTDP_ROPE_TYPE_YARN;
+      o.rotary_base = 100.0;
+      o.rotary_scaling_factor = 4.0f;
+      o.original_max_position_embeddings = 64;
+      o.beta_fast = 4.0f;
+      o.mscale = 1.8f;
+      o.mscale_all_dim = 0.5f;
       break;
     case Arch::GeluNoBias:
       o.qk_layernorm = 1;
@@ -363,6 +374,10 @@ TEST_CASE("model FD: Llama-style decoder (RMSNorm, SwiGLU, RoPE, GQA, no biases,
 TEST_CASE("model FD: Qwen2-style decoder (qkv bias, half the head rotated) with dropout = finite differences",
           "[model][fd][llama]") {
   check_gradient(0, 0.1f, Arch::Qwen2);
+}
+
+TEST_CASE("model FD: YaRN's frequencies and cos/sin amplitude = finite differences", "[model][fd][yarn]") {
+  check_gradient(0, 0.0f, Arch::Yarn);
 }
 
 TEST_CASE("model FD: per-head RMSNorm of q and k with multi-query attention = finite differences",

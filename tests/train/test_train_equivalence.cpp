@@ -12,7 +12,7 @@
 // (full activation recomputation), llama (RMSNorm, SwiGLU, RoPE, grouped-query attention, no
 // biases, untied output layer), qwen2 (the same with the qkv bias, tied), qkacross (with llama:
 // OLMoE's q/k RMSNorms over the whole query and key projections, their row sums all-reduced over
-// the tensor group), masks (packed documents
+// the tensor group), yarn (with llama: --rope-type yarn, cos and sin scaled), masks (packed documents
 // and masked labels: end-of-document tokens in the batch, ptdp_eod_masks with --eod-mask-loss,
 // --reset-position-ids and --reset-attention-mask, the first label of every sample ignored as a
 // prompt would be, and at iteration 3 one microbatch whose every label is ignored; every call
@@ -95,6 +95,7 @@ struct Spec {
   bool untied = false, no_scatter_gather = false, recompute = false;  // optional 8th field
   bool llama = false, qwen2 = false, masks = false;
   bool qk_across = false;  // --qk-layernorm --qk-layernorm-across-heads (with llama)
+  bool yarn = false;       // --rope-type yarn with mscale and mscale_all_dim (with llama)
   bool sequence_parallel = false, selective = false;
   bool fused = false;  // the parallel run's attention: the fused kernel (the serial run's: unfused)
   int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
@@ -135,6 +136,7 @@ bool parse(const char* s, Spec* out) {
     else if (word == "llama") x.llama = x.untied = true;
     else if (word == "qwen2") x.qwen2 = true;
     else if (word == "qkacross") x.qk_across = true;
+    else if (word == "yarn") x.yarn = true;
     else if (word == "masks") x.masks = true;
     else if (count_of(word, "first") > 0) x.first = count_of(word, "first");
     else if (word.rfind("layout=", 0) == 0) x.layout = word.substr(7);
@@ -199,6 +201,15 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
     if (sp.qk_across) {
       o.qk_layernorm = 1;
       o.qk_layernorm_across_heads = 1;
+    }
+    if (sp.yarn) {  // head dim 4: frequency 0 kept, frequency 1 half interpolated; cos and sin times 1.17
+      o.rope_type = PTDP_ROPE_TYPE_YARN;
+      o.rotary_base = 100.0;
+      o.rotary_scaling_factor = 4.0f;
+      o.original_max_position_embeddings = 64;
+      o.beta_fast = 4.0f;
+      o.mscale = 1.8f;
+      o.mscale_all_dim = 0.5f;
     }
   }
   return o;
@@ -319,6 +330,7 @@ Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optim
   plain.llama = sp.llama;
   plain.qwen2 = sp.qwen2;
   plain.qk_across = sp.qk_across;
+  plain.yarn = sp.yarn;
   plain.masks = sp.masks;
   const ptdp_gpt_options o = gpt_options(layers, plain);
   ptdp_model m = nullptr;
@@ -362,8 +374,8 @@ struct Worst {
   std::string tensor_at;
 };
 
-// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length, qk norms across heads)
-using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int, bool>;
+// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length, qk norms across heads, YaRN)
+using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int, bool, bool>;
 std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 
 // What makes two specs share a serial run: layers, microbatches, optimizer, the model family,
@@ -371,7 +383,7 @@ std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 SerialKey serial_key(int W, const Spec& sp) {
   const int d = W / (sp.t * sp.p * sp.cp), m = 2 * sp.p;
   return std::make_tuple(sp.layers(), d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2, sp.masks,
-                         sp.cp > 1 ? kSeqCp : kSeqPlain, sp.qk_across);
+                         sp.cp > 1 ? kSeqCp : kSeqPlain, sp.qk_across, sp.yarn);
 }
 
 // A trajectory as bytes, to broadcast it.
