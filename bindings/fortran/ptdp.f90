@@ -2600,12 +2600,12 @@ module ptdp
     end function ptdp_hf_save_options_init
 
     ! The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
-    ! their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama
-    ! 3.1 scaling, grouped-query attention, biases, q/k norms, tying, dropout, init std; for a
-    ! mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
-    ! (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
-    ! moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
-    ! (router_aux_loss_coef).
+    ! their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters), Llama 3.1
+    ! scaling and YaRN (rope_type, rotary_scaling_factor, mscale, ...), grouped-query attention,
+    ! biases, q/k norms, tying, dropout, init std; for a mixture of experts num_experts,
+    ! moe_router_topk, moe_ffn_hidden_size, moe_layer_freq (Qwen's decoder_sparse_step and
+    ! mlp_only_layers), the shared expert and its gate, moe_router_pre_softmax (norm_topk_prob
+    ! false) and the aux loss's coefficient (router_aux_loss_coef).
     function ptdp_hf_read_options(directory, options, architecture) &
         bind(c, name="ptdp_hf_read_options")
       import

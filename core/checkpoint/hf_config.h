@@ -4,7 +4,9 @@
 // Both spellings of the RoPE settings are read: transformers 4 writes `rope_theta` and Llama's
 // `rope_scaling` at the top level, transformers 5 writes them inside `rope_parameters`
 // (`rope_theta`, `rope_type`, Llama 3.1's `factor`, `low_freq_factor`, `high_freq_factor`,
-// `original_max_position_embeddings`). Where both are present they must agree: the two versions
+// `original_max_position_embeddings`; YaRN's `factor`, `original_max_position_embeddings`,
+// `beta_fast`, `beta_slow`, `mscale`, `mscale_all_dim`, `truncate`, docs/deepseek.md). Where both
+// are present they must agree: the two versions
 // would build different models from the file. Exports write both, so that either version reads
 // the model back.
 //

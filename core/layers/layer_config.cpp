@@ -354,9 +354,10 @@ void LayerConfig::validate_experts(int e, int etp) const {
                             "Megatron (\"Bias in MoE is only supported when ETP==1\"); give --disable-bias-linear");
 }
 
-std::vector<float> LayerConfig::rotary_inv_freq() const {
-  if (uses_yarn()) return yarn_inv_freq();
-  const int dim = rotary_dim();
+std::vector<float> LayerConfig::rotary_inv_freq() const { return rotary_inv_freq(rotary_dim()); }
+
+std::vector<float> LayerConfig::rotary_inv_freq(int dim) const {
+  if (uses_yarn()) return yarn_inv_freq(dim);
   std::vector<float> inv(static_cast<std::size_t>(dim / 2));
   for (int i = 0; i < dim / 2; ++i) {
     // torch: 1.0 / (base ** (arange(0, dim, 2).float() / dim)), in fp32.
@@ -390,11 +391,10 @@ double yarn_get_mscale(double factor, double mscale) {
 }
 }  // namespace
 
-std::vector<float> LayerConfig::yarn_inv_freq() const {
+std::vector<float> LayerConfig::yarn_inv_freq(int dim) const {
   // Hugging Face's _compute_yarn_parameters, evaluated in double from the fp32 powers
   // base^(2i / d) that torch computes, rounded once.
   const double pi = 3.14159265358979323846;
-  const int dim = rotary_dim();
   const double d = dim, base = rotary_base, old_len = yarn.original_max_position_embeddings;
   const auto correction_dim = [&](double rotations) {
     return d * std::log(old_len / (rotations * 2.0 * pi)) / (2.0 * std::log(base));

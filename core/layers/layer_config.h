@@ -226,6 +226,9 @@ struct LayerConfig {
   /// The rotary inverse frequencies [rotary_dim / 2], fp32 as Megatron and Hugging Face compute
   /// them (1 / base^(2i / rotary_dim)), with Llama 3.1's scaling when enabled.
   std::vector<float> rotary_inv_freq() const;
+  /// The same for `dim` rotated dims (even, > 0): multi-latent attention rotates its
+  /// qk_pos_emb_head_dim dims, not rotary_dim().
+  std::vector<float> rotary_inv_freq(int dim) const;
   /// The factor of RoPE's cos and sin (HF's attention_factor, Megatron's concentration factor):
   /// with YaRN, yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim) when
   /// mscale_all_dim is set, else yarn_get_mscale(factor) = 0.1 ln(factor) + 1 (1 for factor
@@ -249,8 +252,8 @@ struct LayerConfig {
   void validate_moe(int tensor_parallel) const;
   /// validate()'s YaRN part.
   void validate_yarn() const;
-  /// rotary_inv_freq() with YaRN: [rotary_dim / 2].
-  std::vector<float> yarn_inv_freq() const;
+  /// rotary_inv_freq(dim) with YaRN: [dim / 2].
+  std::vector<float> yarn_inv_freq(int dim) const;
   /// validate()'s multi-latent attention part.
   void validate_mla() const;
 };

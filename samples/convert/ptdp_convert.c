@@ -221,6 +221,18 @@ static void print_train_flags(const ptdp_gpt_options* g) {
         "--rope-scaling-high-freq-factor %g --rope-scaling-original-max-position-embeddings %d",
         (double)g->rope_scaling_factor, (double)g->rope_low_freq_factor, (double)g->rope_high_freq_factor,
         (int)g->rope_original_max_position_embeddings);
+  if (g->rope_type == PTDP_ROPE_TYPE_YARN) {
+    printf(" --rope-type yarn");
+    print_float_flag("--rotary-scaling-factor", g->rotary_scaling_factor);
+    printf(" --original-max-position-embeddings %d", (int)g->original_max_position_embeddings);
+    print_float_flag("--beta-fast", g->beta_fast);
+    print_float_flag("--beta-slow", g->beta_slow);
+    if (g->mscale_all_dim > 0) {
+      print_float_flag("--mscale", g->mscale);
+      print_float_flag("--mscale-all-dim", g->mscale_all_dim);
+    }
+    if (g->yarn_no_round_to_int) printf(" --no-yarn-correction-range-round-to-int");
+  }
   if (g->num_query_groups > 0 && g->num_query_groups != g->num_attention_heads)
     printf(" --group-query-attention --num-query-groups %d", (int)g->num_query_groups);
   if (g->kv_channels > 0) printf(" --kv-channels %d", (int)g->kv_channels);

@@ -639,7 +639,8 @@ TEST_CASE("rope rejects bad shapes, rot_dim, offsets and NULL pointers, naming t
     for (float a : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
       auto dd = d;
       dd.amplitude = a;
-      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32), o + "amplitude = " + std::to_string(a) + " must be finite and > 0");
+      CHECK_INVALID_ARG_MSG(call(dd, qkv.data(), kF32),
+                            o + "amplitude = " + std::to_string(a) + " must be finite and > 0");
     }
     {
       auto dd = d;

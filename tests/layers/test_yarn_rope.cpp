@@ -31,9 +31,8 @@ LayerConfig yarn_config(int head_dim, float percent, float base, float factor, i
 double get_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
 
 /// HF's inv_freq, all in double (torch's are fp32 steps: the kernel's result agrees to ~1 ulp).
-std::vector<double> hf_inv_freq(const LayerConfig& c) {
+std::vector<double> hf_inv_freq(const LayerConfig& c, int dim) {
   const double pi = 3.14159265358979323846;
-  const int dim = c.rotary_dim();
   const double base = c.rotary_base, len = c.yarn.original_max_position_embeddings;
   auto corr = [&](double rot) { return dim * std::log(len / (rot * 2 * pi)) / (2 * std::log(base)); };
   double low = corr(c.yarn.beta_fast), high = corr(c.yarn.beta_slow);
@@ -77,7 +76,7 @@ TEST_CASE("YaRN's inverse frequencies are Hugging Face's, within fp32 round-off"
     c.yarn.truncate = k.truncate;
     c.validate(1);
     const std::vector<float> got = c.rotary_inv_freq();
-    const std::vector<double> want = hf_inv_freq(c);
+    const std::vector<double> want = hf_inv_freq(c, c.rotary_dim());
     REQUIRE(got.size() == want.size());
     INFO("head_dim " << k.head_dim << " factor " << k.factor << " truncate " << k.truncate);
     bool interpolated = false, extrapolated = false;
@@ -91,6 +90,16 @@ TEST_CASE("YaRN's inverse frequencies are Hugging Face's, within fp32 round-off"
     CHECK(interpolated);  // the low frequencies are divided by the factor
     if (k.original > 64) CHECK(extrapolated);  // the high ones are kept
   }
+}
+
+TEST_CASE("YaRN's frequencies for another rotated width (multi-latent attention's rope dims)", "[yarn]") {
+  // DeepSeek-V3's shape scaled down: heads of 48 dims, 16 of them rotated (qk_pos_emb_head_dim).
+  const LayerConfig c = yarn_config(48, 1.0f, 10000.0f, 40.0f, 4096);
+  const std::vector<float> got = c.rotary_inv_freq(16);
+  const std::vector<double> want = hf_inv_freq(c, 16);
+  REQUIRE(got.size() == 8);
+  for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::fabs(got[i] - want[i]) <= 4e-7 * want[i]);
+  CHECK(c.rotary_inv_freq() == c.rotary_inv_freq(48));
 }
 
 TEST_CASE("YaRN's amplitude and softmax mscale are yarn_get_mscale's", "[yarn]") {

@@ -115,7 +115,8 @@ enum class Arch {
   // (linear_q_proj) and value heads narrower than the query/key heads (the padded core
   // attention), and with it (linear_q_down_proj, q_layernorm, linear_q_up_proj), v = dq
   Mla,
-  MlaLora
+  MlaLora,
+  Yarn       // Llama with YaRN: interpolated frequencies and cos/sin scaled by mscale / mscale_all_dim
 };
 
 const char* arch_name(Arch a) {
@@ -128,6 +129,7 @@ const char* arch_name(Arch a) {
     case Arch::GeluNoBias: return "gelu without biases, no positions";
     case Arch::Mla: return "multi-latent attention";
     case Arch::MlaLora: return "multi-latent attention, q compressed";
+    case Arch::Yarn: return "yarn";
   }
   return "?";
 }
@@ -168,6 +170,15 @@ void set_arch(ptdp_gpt_options& o, Arch a) {
       o.qk_head_dim = a == Arch::MlaLora ? 2 : 4;
       o.qk_pos_emb_head_dim = a == Arch::MlaLora ? 4 : 2;
       o.v_head_dim = a == Arch::MlaLora ? 6 : 3;
+      break;
+    case Arch::Yarn:  // frequency 0 kept, frequency 1 half interpolated; cos and sin times 1.17
+      o.rope_type = PTDP_ROPE_TYPE_YARN;
+      o.rotary_base = 100.0;
+      o.rotary_scaling_factor = 4.0f;
+      o.original_max_position_embeddings = 64;
+      o.beta_fast = 4.0f;
+      o.mscale = 1.8f;
+      o.mscale_all_dim = 0.5f;
       break;
     case Arch::GeluNoBias:
       o.qk_layernorm = 1;
@@ -382,6 +393,10 @@ TEST_CASE("model FD: Llama-style decoder (RMSNorm, SwiGLU, RoPE, GQA, no biases,
 TEST_CASE("model FD: Qwen2-style decoder (qkv bias, half the head rotated) with dropout = finite differences",
           "[model][fd][llama]") {
   check_gradient(0, 0.1f, Arch::Qwen2);
+}
+
+TEST_CASE("model FD: YaRN's frequencies and cos/sin amplitude = finite differences", "[model][fd][yarn]") {
+  check_gradient(0, 0.0f, Arch::Yarn);
 }
 
 TEST_CASE("model FD: per-head RMSNorm of q and k with multi-query attention = finite differences",

@@ -186,6 +186,46 @@ TEST_CASE("greedy generation follows the argmax of the logits", "[capi][tools]")
   ptdp_model_destroy(m);
 }
 
+TEST_CASE("greedy generation with YaRN (the key/value cache's rotated keys) follows the argmax of the logits",
+          "[capi][tools][yarn]") {
+  World w;
+  ptdp_gpt_options g = tiny(12);
+  g.normalization = PTDP_NORMALIZATION_RMSNORM;
+  g.swiglu = 1;
+  g.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+  g.rotary_base = 100.0;
+  g.rope_type = PTDP_ROPE_TYPE_YARN;
+  g.rotary_scaling_factor = 4.0f;
+  g.original_max_position_embeddings = 64;
+  g.mscale = 1.8f;
+  g.mscale_all_dim = 0.5f;
+  ptdp_model m = nullptr;
+  OK(ptdp_model_create(w.groups, &g, &m));
+  const std::vector<int32_t> prompt{3, 1, 4};
+  ptdp_generate_options o;
+  OK(ptdp_generate_options_init(&o));
+  o.max_new_tokens = 5;  // fills the context of 8: every token decoded from the cache
+  o.top_k = 1;
+  std::vector<int32_t> out(5, -1);
+  int32_t count = 0;
+  OK(ptdp_model_generate(m, prompt.data(), 3, &o, out.data(), 5, &count));
+  CHECK(count == 5);
+  std::vector<int32_t> text = prompt;
+  for (int n = 0; n < 5; ++n) {
+    std::vector<int32_t> window(8, 0);
+    std::copy(text.begin(), text.end(), window.begin());
+    std::vector<float> logits(static_cast<std::size_t>(8 * g.vocab_size));
+    OK(ptdp_model_logits(m, window.data(), 1, logits.data(), logits.size() * 4));
+    const float* row = logits.data() + (text.size() - 1) * static_cast<std::size_t>(g.vocab_size);
+    int best = 0;
+    for (int v = 1; v < g.vocab_size; ++v)
+      if (row[v] > row[best]) best = v;
+    CHECK(out[static_cast<std::size_t>(n)] == best);
+    text.push_back(out[static_cast<std::size_t>(n)]);
+  }
+  ptdp_model_destroy(m);
+}
+
 TEST_CASE("a checkpoint restores parameters and optimizer state exactly", "[capi][tools]") {
   World w;
   TempDir dir;

@@ -583,6 +583,11 @@ def case_yarn_v5():
               f"{name}: transformers scales cos and sin ({model.model.rotary_emb.attention_scaling})")
         path = save(model, os.path.join(WORK, name.replace(" ", "-")))
         parity(name, path, hf_logits(model, tokens), tokens)
+        out = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"]).stdout
+        rope = model.config.rope_parameters
+        want = f"--rope-type yarn --rotary-scaling-factor {rope['factor']:g}"
+        check(want in out and "--no-yarn-correction-range-round-to-int" in out if rope.get("truncate") is False
+              else want in out, f"{name}: ptdp-convert prints YaRN's ptdp-train flags ({want}):\n{out}")
     roundtrips([(name + " fp32", make(kind, seed=95 + i, **overrides), None, None, "fp32")
                 for i, (name, kind, overrides) in enumerate(YARN_VARIANTS)])
 

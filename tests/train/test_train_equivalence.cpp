@@ -14,7 +14,8 @@
 // OLMoE's q/k RMSNorms over the whole query and key projections, their row sums all-reduced over
 // the tensor group), mla and mlalora (multi-latent attention on the Llama-family block, tied: 8
 // heads; mla without query compression and value heads narrower than the query/key heads,
-// mlalora with query compression; both with the latent norms), masks (packed documents
+// mlalora with query compression; both with the latent norms), yarn (with llama: --rope-type yarn, cos and sin
+// scaled), masks (packed documents
 // and masked labels: end-of-document tokens in the batch, ptdp_eod_masks with --eod-mask-loss,
 // --reset-position-ids and --reset-attention-mask, the first label of every sample ignored as a
 // prompt would be, and at iteration 3 one microbatch whose every label is ignored; every call
@@ -98,6 +99,7 @@ struct Spec {
   bool llama = false, qwen2 = false, masks = false;
   bool qk_across = false;  // --qk-layernorm --qk-layernorm-across-heads (with llama)
   int mla = 0;             // multi-latent attention: 1 without query compression, 2 with it
+  bool yarn = false;       // --rope-type yarn with mscale and mscale_all_dim (with llama)
   bool sequence_parallel = false, selective = false;
   bool fused = false;  // the parallel run's attention: the fused kernel (the serial run's: unfused)
   int first = 0, last = 0;  // layers of the first / last stage; 0: 2 v, as every other stage
@@ -140,6 +142,7 @@ bool parse(const char* s, Spec* out) {
     else if (word == "qkacross") x.qk_across = true;
     else if (word == "mla") x.mla = 1;
     else if (word == "mlalora") x.mla = 2;
+    else if (word == "yarn") x.yarn = true;
     else if (word == "masks") x.masks = true;
     else if (count_of(word, "first") > 0) x.first = count_of(word, "first");
     else if (word.rfind("layout=", 0) == 0) x.layout = word.substr(7);
@@ -204,6 +207,15 @@ ptdp_gpt_options gpt_options(int layers, const Spec& sp) {
     if (sp.qk_across) {
       o.qk_layernorm = 1;
       o.qk_layernorm_across_heads = 1;
+    }
+    if (sp.yarn) {  // head dim 4: frequency 0 kept, frequency 1 half interpolated; cos and sin times 1.17
+      o.rope_type = PTDP_ROPE_TYPE_YARN;
+      o.rotary_base = 100.0;
+      o.rotary_scaling_factor = 4.0f;
+      o.original_max_position_embeddings = 64;
+      o.beta_fast = 4.0f;
+      o.mscale = 1.8f;
+      o.mscale_all_dim = 0.5f;
     }
   }
   if (sp.mla > 0) {
@@ -338,6 +350,7 @@ Trajectory serial(ptdp_groups g1, int layers, int microbatches, const ptdp_optim
   plain.qwen2 = sp.qwen2;
   plain.qk_across = sp.qk_across;
   plain.mla = sp.mla;
+  plain.yarn = sp.yarn;
   plain.masks = sp.masks;
   const ptdp_gpt_options o = gpt_options(layers, plain);
   ptdp_model m = nullptr;
@@ -381,8 +394,9 @@ struct Worst {
   std::string tensor_at;
 };
 
-// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length, qk norms across heads, MLA)
-using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int, bool, int>;
+// (layers, G, optimizer, untied, llama, qwen2, masks, sequence length, qk norms across heads, MLA,
+// YaRN)
+using SerialKey = std::tuple<int, int, int, bool, bool, bool, bool, int, bool, int, bool>;
 std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 
 // What makes two specs share a serial run: layers, microbatches, optimizer, the model family,
@@ -390,7 +404,7 @@ std::map<SerialKey, std::shared_ptr<Trajectory>> g_serial;
 SerialKey serial_key(int W, const Spec& sp) {
   const int d = W / (sp.t * sp.p * sp.cp), m = 2 * sp.p;
   return std::make_tuple(sp.layers(), d * m, static_cast<int>(sp.opt), sp.untied, sp.llama, sp.qwen2, sp.masks,
-                         sp.cp > 1 ? kSeqCp : kSeqPlain, sp.qk_across, sp.mla);
+                         sp.cp > 1 ? kSeqCp : kSeqPlain, sp.qk_across, sp.mla, sp.yarn);
 }
 
 // A trajectory as bytes, to broadcast it.

@@ -43137,8 +43137,8 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_hf_read_options", _wrap_ptdp_hf_read_options, METH_VARARGS, "\n"
 		"The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and\n"
-		"       their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama 3.1\n"
-		"       scaling, grouped-query attention, biases, q/k norms, tying, dropout, init std; for a\n"
+		"       their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters), Llama 3.1\n"
+		"       scaling and YaRN (rope_type, rotary_scaling_factor, mscale, ...), grouped-query attention, biases, q/k norms, tying, dropout, init std; for a\n"
 		"       mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq\n"
 		"       (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,\n"
 		"       moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient\n"

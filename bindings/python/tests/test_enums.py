@@ -100,6 +100,7 @@ CHOICE_FLAGS = {
     "attention-backend": ("gpt_options", "attention", ptdp.Attention),
     "normalization": ("gpt_options", "normalization", ptdp.Normalization),
     "position-embedding-type": ("gpt_options", "position_embedding_type", ptdp.PositionEmbedding),
+    "rope-type": ("gpt_options", "rope_type", ptdp.RopeType),  # yarn: with RoPE, the model below
     "pipeline-schedule": ("settings", "pipeline_schedule", ptdp.ScheduleKind),
     "optimizer": ("optimizer_options", "optimizer", ptdp.OptimizerKind),
     "lr-decay-style": ("optimizer_options", "lr_decay_style", ptdp.LRDecayStyle),
@@ -119,9 +120,11 @@ CHOICE_FLAGS = {
 REFUSED = {}
 FLAGS = ("--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 "
          "--micro-batch-size 1 --global-batch-size 8 --mock-data")
-# Layouts some schedules need (ZB-V and DualPipeV: p > 1; interleaved ZB: v > 1 as well).
+# Layouts some schedules need (ZB-V and DualPipeV: p > 1; interleaved ZB: v > 1 as well), and
+# RoPE for --rope-type yarn.
 LAYOUTS = ("", " --pipeline-model-parallel-size 2",
            " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2",
+           " --position-embedding-type rope",
            " --num-experts 4 --moe-router-topk 2 --disable-bias-linear --moe-expert-capacity-factor 1")
 
 

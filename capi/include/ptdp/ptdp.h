@@ -3887,8 +3887,8 @@ PTDP_API ptdp_status ptdp_hf_save_options_init(ptdp_hf_save_options* options);
 
 /**
  * @brief The model options a Hugging Face `config.json` describes: shape, vocabulary, norms and
- *        their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters) and Llama 3.1
- *        scaling, grouped-query attention, biases, q/k norms, tying, dropout, init std; for a
+ *        their epsilon, RoPE base (transformers 4's rope_theta or 5's rope_parameters), Llama 3.1
+ *        scaling and YaRN (rope_type, rotary_scaling_factor, mscale, ...), grouped-query attention, biases, q/k norms, tying, dropout, init std; for a
  *        mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
  *        (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
  *        moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
@@ -3907,7 +3907,8 @@ PTDP_API ptdp_status ptdp_hf_save_options_init(ptdp_hf_save_options* options);
  *         the model, or a shape ptdp refuses (named).
  * @retval PTDP_ERR_IO config.json missing, not JSON, or a field missing or mistyped (named).
  * @retval PTDP_ERR_UNSUPPORTED a model ptdp does not compute (another model_type, an activation
- *         other than GPT-2's tanh GeLU or SiLU, rope_scaling other than llama3, Llama's
+ *         other than GPT-2's tanh GeLU or SiLU, rope_scaling other than llama3 or yarn, YaRN's
+ *         attention_factor, Llama's
  *         attention_bias without mlp_bias, ...), named.
  * @par Thread safety
  * No communication.
