@@ -75,6 +75,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"moe-pad-expert-input-to-capacity", "off"},
     {"moe-token-dispatcher-type", "alltoall"},
     {"moe-layer-recompute", "off"},
+    {"mtp-num-layers", "0"},
+    {"mtp-loss-scaling-factor", "0.1"},
     {"tensor-model-parallel-size", "1"},
     {"pipeline-model-parallel-size", "1"},
     {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},
