@@ -97,7 +97,7 @@ std::map<std::string, std::vector<float>> grads(ptdp_groups groups, int32_t dept
 
 }  // namespace
 
-TEST_CASE("mtp options: init leaves no MTP; the fields come back through a model", "[capi][mtp]") {
+TEST_CASE("mtp options: init leaves no MTP, and the fields come back through a model", "[capi][mtp]") {
   ptdp_gpt_options o;
   std::memset(static_cast<void*>(&o), 0x5a, sizeof o);
   REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
@@ -187,7 +187,7 @@ TEST_CASE("mtp options: refusals name the fields and flags", "[capi][mtp]") {
   CHECK(refusal(w.groups, o).find("--mtp-num-layers 1 with MoE") != std::string::npos);
 }
 
-TEST_CASE("mtp losses: each depth's loss after each iteration; the main loss is the dense model's",
+TEST_CASE("mtp losses: each depth's loss after each iteration, and the main loss is the dense model's",
           "[capi][mtp][train]") {
   sp::World w;
   const std::vector<int32_t> tokens = sp::ids(2 * kB * kSeq, kVocab, 3), labels = sp::ids(2 * kB * kSeq, kVocab, 4);
@@ -275,7 +275,7 @@ TEST_CASE("mtp gradient: the main loss's plus mtp_loss_scaling_factor / D times 
   CHECK(to_dense <= 1e-5 * dense_scale + 1e-7);
 }
 
-TEST_CASE("mtp checkpoint: the modules' weights are saved and loaded; a depth mismatch is refused",
+TEST_CASE("mtp checkpoint: the modules' weights are saved and loaded, and a depth mismatch is refused",
           "[capi][mtp][checkpoint]") {
   sp::World w;
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ptdp_test_capi_mtp_ckpt";
@@ -391,7 +391,8 @@ std::vector<double> reference_losses(const Weights& p, const std::vector<int32_t
         cat.insert(cat.end(), hn.begin(), hn.end());
         std::vector<double> x(kH, 0.0);
         for (int o = 0; o < kH; ++o)
-          for (int j = 0; j < 2 * kH; ++j) x[static_cast<std::size_t>(o)] += eh[static_cast<std::size_t>(o * 2 * kH + j)] * cat[static_cast<std::size_t>(j)];
+          for (int j = 0; j < 2 * kH; ++j)
+            x[static_cast<std::size_t>(o)] += eh[static_cast<std::size_t>(o * 2 * kH + j)] * cat[static_cast<std::size_t>(j)];
         h[static_cast<std::size_t>(i)] = rms(x, p.at(m + "final_layernorm.weight"));
         if (i + k >= kSeq) continue;
         const int32_t l = labels[static_cast<std::size_t>(b * kSeq + i + k)];
