@@ -49,6 +49,8 @@ class TrainingLoop {
   /// The MoE figures of the iteration just trained: already during its after_iteration hook,
   /// where last_metrics() is still the iteration before.
   const MoeMetrics& last_moe() const { return last_moe_; }
+  /// Each multi-token prediction depth's loss of the iteration just trained (as last_moe()).
+  const std::vector<float>& last_mtp_losses() const { return last_mtp_losses_; }
   int64_t iteration() const;
   int world_rank() const;
   int world_size() const;
@@ -73,6 +75,7 @@ class TrainingLoop {
   std::unique_ptr<State> s_;
   IterationMetrics last_;
   MoeMetrics last_moe_;
+  std::vector<float> last_mtp_losses_;
   std::atomic<bool> stop_requested_{false};
 };
 
