@@ -489,3 +489,41 @@ TEST_CASE("mtp hand computation: the losses and a gradient equal Megatron's form
   CHECK(compared >= 10);
   ptdp_model_destroy(m);
 }
+
+TEST_CASE("mtp precision: bf16 and f16 models train with MTP, their losses near the f32 model's",
+          "[capi][mtp][precision]") {
+  sp::World w;
+  const std::vector<int32_t> tokens = sp::ids(kB * kSeq, kVocab, 21), labels = sp::ids(kB * kSeq, kVocab, 22);
+  std::vector<float> f32;  // the main loss, then each depth's, of the first iteration
+  for (ptdp_dtype precision : {PTDP_DTYPE_F32, PTDP_DTYPE_BF16, PTDP_DTYPE_F16}) {
+    INFO("precision " << static_cast<int>(precision));
+    ptdp_gpt_options o = tiny(2);
+    o.precision = precision;
+    ptdp_model m = nullptr;
+    REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+    ptdp_optimizer opt = nullptr;
+    REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+    ptdp_schedule sched = nullptr;
+    REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &sched) == PTDP_SUCCESS);
+    std::vector<float> first;
+    for (int it = 0; it < 3; ++it) {
+      ptdp_iteration_result res{};
+      REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) ==
+              PTDP_SUCCESS);
+      float losses[2] = {0, 0};
+      int32_t count = 0;
+      REQUIRE(ptdp_model_mtp_losses(m, losses, 2, &count) == PTDP_SUCCESS);
+      REQUIRE(count == 2);
+      CHECK(std::isfinite(res.loss));
+      CHECK(std::isfinite(losses[0]));
+      CHECK(std::isfinite(losses[1]));
+      if (it == 0) first = {res.loss, losses[0], losses[1]};
+    }
+    if (precision == PTDP_DTYPE_F32) f32 = first;
+    // 16-bit storage rounds weights and activations: within 2% of the f32 model at the start.
+    for (std::size_t k = 0; k < first.size(); ++k) CHECK(first[k] == Approx(f32[k]).epsilon(0.02));
+    ptdp_schedule_destroy(sched);
+    ptdp_optimizer_destroy(opt);
+    ptdp_model_destroy(m);
+  }
+}
