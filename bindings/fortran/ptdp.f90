@@ -2256,6 +2256,19 @@ module ptdp
       integer(c_int) :: ptdp_trainer_moe_metrics
     end function ptdp_trainer_moe_metrics
 
+    ! The last iteration's multi-token prediction losses of a training run (the log line's
+    ! "mtp_1 loss" ...
+    function ptdp_trainer_mtp_losses(trainer, losses, capacity, count) &
+        bind(c, name="ptdp_trainer_mtp_losses")
+      import
+      implicit none
+      type(c_ptr), value :: trainer
+      real(c_float), intent(out) :: losses(*)
+      integer(c_int32_t), value :: capacity
+      integer(c_int32_t), intent(out) :: count
+      integer(c_int) :: ptdp_trainer_mtp_losses
+    end function ptdp_trainer_mtp_losses
+
     ! Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
     function ptdp_trainer_destroy(trainer) bind(c, name="ptdp_trainer_destroy")
       import

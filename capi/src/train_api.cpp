@@ -71,6 +71,16 @@ void moe_metrics_to_c(const ptdp::MoeMetrics& moe, double exchange_seconds, ptdp
   }
 }
 
+// Each MTP depth's loss into the caller's array (no more than capacity) and their number.
+void mtp_losses_to_c(const std::vector<float>& mtp, float* losses, int32_t capacity, int32_t* count) {
+  ptdp::capi::require_non_null(count, "count");
+  PTDP_CHECK_ARG(capacity >= 0, "capacity = " + std::to_string(capacity) + " is negative");
+  PTDP_CHECK_ARG(losses != nullptr || capacity == 0, "losses is NULL with capacity = " + std::to_string(capacity));
+  const std::size_t n = std::min(static_cast<std::size_t>(capacity), mtp.size());
+  std::copy(mtp.begin(), mtp.begin() + static_cast<std::ptrdiff_t>(n), losses);
+  *count = static_cast<int32_t>(mtp.size());
+}
+
 // ptdp_train_iteration's body, and its deprecated form's (whose masks come inside the options).
 void train_iteration(ptdp_model model, ptdp_optimizer optimizer, ptdp_schedule schedule, const int32_t* tokens,
                      const int32_t* labels, int32_t micro_batch_size, int64_t iteration,
@@ -208,15 +218,12 @@ PTDP_API ptdp_status ptdp_model_moe_metrics(ptdp_model model, ptdp_moe_metrics* 
 }
 
 PTDP_API ptdp_status ptdp_model_mtp_losses(ptdp_model model, float* losses, int32_t capacity, int32_t* count) {
-  return guard(__func__, [&] {
-    const std::vector<float>& mtp = live(model, "model").last_mtp_losses;
-    ptdp::capi::require_non_null(count, "count");
-    PTDP_CHECK_ARG(capacity >= 0, "capacity = " + std::to_string(capacity) + " is negative");
-    PTDP_CHECK_ARG(losses != nullptr || capacity == 0, "losses is NULL with capacity = " + std::to_string(capacity));
-    const std::size_t n = std::min(static_cast<std::size_t>(capacity), mtp.size());
-    std::copy(mtp.begin(), mtp.begin() + static_cast<std::ptrdiff_t>(n), losses);
-    *count = static_cast<int32_t>(mtp.size());
-  });
+  return guard(__func__, [&] { mtp_losses_to_c(live(model, "model").last_mtp_losses, losses, capacity, count); });
+}
+
+PTDP_API ptdp_status ptdp_trainer_mtp_losses(ptdp_trainer trainer, float* losses, int32_t capacity, int32_t* count) {
+  return guard(__func__,
+               [&] { mtp_losses_to_c(live(trainer, "trainer").loop->last_mtp_losses(), losses, capacity, count); });
 }
 
 PTDP_API ptdp_status ptdp_trainer_destroy(ptdp_trainer trainer) {

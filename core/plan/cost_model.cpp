@@ -248,10 +248,12 @@ namespace {
 // FLOPs come from GptConfig::paper_flops (Megatron's num_floating_point_operations), the one
 // place ptdp counts them; the planner only splits them. Its layer term is 12 (16 recomputing)
 // units of the layers' GEMMs and attention products, so the difference of the two is one
-// forward of all layers; the rest, 6 B s h V, is the logit GEMM's forward and backward.
+// forward of all layers; the rest, 6 B s h V, is the logit GEMM's forward and backward. With
+// multi-token prediction the layer terms hold the D modules' layers too (l + D layers), and the
+// rest also holds their layers, projections and logits, all on the last stage with the logits.
 double layer_forward_flops(const GptConfig& m, double samples) {
   const auto n = static_cast<int64_t>(samples);
-  return (m.paper_flops(n, true) - m.paper_flops(n, false)) / m.num_layers;
+  return (m.paper_flops(n, true) - m.paper_flops(n, false)) / (m.num_layers + m.mtp_num_layers);
 }
 
 // The logit GEMM's forward over `vocab` rows (the padded vocabulary is what runs).

@@ -219,6 +219,7 @@ bool TrainingLoop::run_iteration() {
   IterationMetrics m = metrics_of(outcome);
   last_moe_ = m.moe;
   last_moe_exchange_seconds_ = outcome.moe_exchange_seconds;
+  last_mtp_losses_ = m.mtp_losses;
   s.consecutive_skips = outcome.step.skipped ? s.consecutive_skips + 1 : 0;
   const bool out_of_skips = a.max_skipped_iterations > 0 && s.consecutive_skips >= a.max_skipped_iterations;
   const bool logged = s.metrics->record(m, out_of_skips);

@@ -52,6 +52,8 @@ class TrainingLoop {
   /// This rank's seconds in the MoE token exchange during that iteration
   /// (IterationOutcome::moe_exchange_seconds).
   double last_moe_exchange_seconds() const { return last_moe_exchange_seconds_; }
+  /// Each multi-token prediction depth's loss of the iteration just trained (as last_moe()).
+  const std::vector<float>& last_mtp_losses() const { return last_mtp_losses_; }
   int64_t iteration() const;
   int world_rank() const;
   int world_size() const;
@@ -77,6 +79,7 @@ class TrainingLoop {
   IterationMetrics last_;
   MoeMetrics last_moe_;
   double last_moe_exchange_seconds_ = 0;
+  std::vector<float> last_mtp_losses_;
   std::atomic<bool> stop_requested_{false};
 };
 

@@ -658,3 +658,25 @@ TEST_CASE("train args: the fault-tolerance flags and their refusals", "[args]") 
   CHECK_THROWS_WITH(ptdp::parse_train_args({"--max-skipped-iterations", "-2"}),
                     Catch::Contains("--max-skipped-iterations"));
 }
+
+TEST_CASE("train args: the multi-token prediction flags reach the model, refused in Megatron's words", "[args][mtp]") {
+  const TrainArgs none = ptdp::parse_train_args({});
+  CHECK(none.mtp_num_layers == 0);
+  CHECK(none.mtp_loss_scaling_factor == 0.1);  // Megatron's default
+  CHECK(ptdp::to_gpt_config(none).mtp_num_layers == 0);
+  const TrainArgs a = ptdp::parse_train_args(
+      {"--position-embedding-type", "rope", "--mtp-num-layers", "2", "--mtp-loss-scaling-factor=0.3"});
+  const ptdp::GptConfig g = ptdp::to_gpt_config(a);
+  CHECK(g.mtp_num_layers == 2);
+  CHECK(g.mtp_loss_scaling_factor == 0.3f);
+  CHECK(parse_error({"--mtp-num-layers", "-1"}) == "--mtp-num-layers: '-1' must be >= 0");
+  CHECK(parse_error({"--position-embedding-type", "rope", "--mtp-num-layers", "1", "--mtp-loss-scaling-factor",
+                     "-2"}) == "--mtp-loss-scaling-factor: '-2' must be >= 0 (as a float)");
+  CHECK(parse_error({"--mtp-num-layers", "1"})
+            .rfind("Multi-Token Prediction (MTP) is not supported with learned_absolute position embedding type. The "
+                   "supported position embedding types are rope and none (--mtp-num-layers 1 with "
+                   "--position-embedding-type learned_absolute)",
+                   0) == 0);
+  CHECK(parse_error({"--position-embedding-type", "none", "--mtp-num-layers", "1", "--num-experts", "4"})
+            .find("--mtp-num-layers 1 with MoE") != std::string::npos);
+}

@@ -85,6 +85,8 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"moe-layer-recompute", "off"},
     {"moe-router-group-score-topk", "unset (k / group-topk)"},
     {"moe-router-topk-limited-devices", "unset (none)"},
+    {"mtp-num-layers", "0"},
+    {"mtp-loss-scaling-factor", "0.1"},
     {"tensor-model-parallel-size", "1"},
     {"pipeline-model-parallel-size", "1"},
     {"num-layers-per-virtual-pipeline-stage", "unset (v = 1)"},

@@ -266,6 +266,32 @@ PTDP_BAD_INPUTS(training) {
     ptdp_moe_metrics x{sizeof(ptdp_moe_metrics), 0, 0.0, 0.0, 0.0};
     return ptdp_model_moe_metrics(m, &x, nullptr, 0);
   });
+  // The MTP losses' outputs likewise: count and the array stay as they were on a refusal.
+  for (const char* fn : {"ptdp_trainer_mtp_losses", "ptdp_model_mtp_losses"}) {
+    const bool on_trainer = std::string(fn) == "ptdp_trainer_mtp_losses";
+    const auto call = [&f, on_trainer](float* losses, int32_t capacity, int32_t* count) {
+      return on_trainer ? ptdp_trainer_mtp_losses(f.trainer, losses, capacity, count)
+                        : ptdp_model_mtp_losses(f.model, losses, capacity, count);
+    };
+    r.push_back(null_row(fn, "count", [call] { return call(nullptr, 0, nullptr); }));
+    r.push_back({fn, "negative capacity", [call] {
+                   float losses[2] = {};
+                   int32_t count = 0;
+                   return call(losses, -1, &count);
+                 }, PTDP_ERR_INVALID_ARGUMENT, {"capacity = -1"}});
+    r.push_back({fn, "NULL losses with capacity 2", [call] {
+                   int32_t count = 0;
+                   return call(nullptr, 2, &count);
+                 }, PTDP_ERR_INVALID_ARGUMENT, {"losses is NULL", "capacity = 2"}});
+  }
+  handle_rows(r, "ptdp_trainer_mtp_losses", "trainer", "ptdp_trainer", f.dead_trainer, [](ptdp_trainer t) {
+    int32_t count = 0;
+    return ptdp_trainer_mtp_losses(t, nullptr, 0, &count);
+  });
+  handle_rows(r, "ptdp_model_mtp_losses", "model", "ptdp_model", f.dead_model, [](ptdp_model m) {
+    int32_t count = 0;
+    return ptdp_model_mtp_losses(m, nullptr, 0, &count);
+  });
   r.push_back({"ptdp_trainer_destroy", "destroyed", [&] { return ptdp_trainer_destroy(f.dead_trainer); },
                PTDP_ERR_INVALID_ARGUMENT, {"trainer is not a live ptdp_trainer"}});
 

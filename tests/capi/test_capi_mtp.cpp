@@ -97,7 +97,7 @@ std::map<std::string, std::vector<float>> grads(ptdp_groups groups, int32_t dept
 
 }  // namespace
 
-TEST_CASE("mtp options: init leaves no MTP; the fields come back through a model", "[capi][mtp]") {
+TEST_CASE("mtp options: init leaves no MTP, and the fields come back through a model", "[capi][mtp]") {
   ptdp_gpt_options o;
   std::memset(static_cast<void*>(&o), 0x5a, sizeof o);
   REQUIRE(ptdp_gpt_options_init(&o) == PTDP_SUCCESS);
@@ -187,7 +187,7 @@ TEST_CASE("mtp options: refusals name the fields and flags", "[capi][mtp]") {
   CHECK(refusal(w.groups, o).find("--mtp-num-layers 1 with MoE") != std::string::npos);
 }
 
-TEST_CASE("mtp losses: each depth's loss after each iteration; the main loss is the dense model's",
+TEST_CASE("mtp losses: each depth's loss after each iteration, and the main loss is the dense model's",
           "[capi][mtp][train]") {
   sp::World w;
   const std::vector<int32_t> tokens = sp::ids(2 * kB * kSeq, kVocab, 3), labels = sp::ids(2 * kB * kSeq, kVocab, 4);
@@ -275,7 +275,7 @@ TEST_CASE("mtp gradient: the main loss's plus mtp_loss_scaling_factor / D times 
   CHECK(to_dense <= 1e-5 * dense_scale + 1e-7);
 }
 
-TEST_CASE("mtp checkpoint: the modules' weights are saved and loaded; a depth mismatch is refused",
+TEST_CASE("mtp checkpoint: the modules' weights are saved and loaded, and a depth mismatch is refused",
           "[capi][mtp][checkpoint]") {
   sp::World w;
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ptdp_test_capi_mtp_ckpt";
@@ -321,4 +321,209 @@ TEST_CASE("mtp checkpoint: the modules' weights are saved and loaded; a depth mi
   ptdp_optimizer_destroy(opt);
   ptdp_model_destroy(m);
   std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+// Megatron's MTP formula in double precision, independent of the engine, for the model of
+// hand_model(): every transformer layer (the decoder's and the modules') is the identity (its
+// linear_proj and linear_fc2 are zero, no biases, no dropout), so the decoder's output is
+// final_layernorm(emb(token)) and module k's is final_k(eh_k [enorm_k(emb(token k ahead));
+// hnorm_k(previous)]). Returns the main loss and each depth's masked mean loss.
+struct Weights {
+  std::map<std::string, std::vector<double>> w;
+  const std::vector<double>& at(const std::string& n) const { return w.at(n); }
+};
+
+constexpr int kH = 16;
+
+std::vector<double> rms(const std::vector<double>& x, const std::vector<double>& g) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double r = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + 1e-5);
+  std::vector<double> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] * r * g[i];
+  return y;
+}
+
+std::vector<double> row(const std::vector<double>& table, int r, int cols) {
+  return {table.begin() + r * cols, table.begin() + (r + 1) * cols};
+}
+
+// -log softmax(W_out h)[label]
+double ce(const Weights& p, const std::vector<double>& h, int label) {
+  const std::vector<double>& out = p.at("output_layer.weight");  // [V, h]
+  std::vector<double> z(kVocab);
+  double mx = -1e300;
+  for (int v = 0; v < kVocab; ++v) {
+    double s = 0;
+    for (int j = 0; j < kH; ++j) s += out[static_cast<std::size_t>(v * kH + j)] * h[static_cast<std::size_t>(j)];
+    z[static_cast<std::size_t>(v)] = s;
+    mx = std::max(mx, s);
+  }
+  double sum = 0;
+  for (double s : z) sum += std::exp(s - mx);
+  return mx + std::log(sum) - z[static_cast<std::size_t>(label)];
+}
+
+std::vector<double> reference_losses(const Weights& p, const std::vector<int32_t>& tokens,
+                                     const std::vector<int32_t>& labels, int depth) {
+  const std::vector<double>& emb = p.at("embedding.word_embeddings.weight");
+  std::vector<double> sums(static_cast<std::size_t>(depth + 1), 0.0), counts(sums.size(), 0.0);
+  for (int b = 0; b < kB; ++b) {
+    std::vector<std::vector<double>> h(kSeq);
+    for (int i = 0; i < kSeq; ++i) {
+      h[static_cast<std::size_t>(i)] = rms(row(emb, tokens[static_cast<std::size_t>(b * kSeq + i)], kH),
+                                           p.at("decoder.final_layernorm.weight"));
+      const int32_t l = labels[static_cast<std::size_t>(b * kSeq + i)];
+      if (l < 0) continue;
+      sums[0] += ce(p, h[static_cast<std::size_t>(i)], l);
+      counts[0] += 1;
+    }
+    for (int k = 1; k <= depth; ++k) {
+      const std::string m = "mtp.layers." + std::to_string(k - 1) + ".";
+      const std::vector<double>& eh = p.at(m + "eh_proj.weight");  // [h, 2h]
+      for (int i = 0; i < kSeq; ++i) {
+        // Megatron's roll: token 0 past the end (its row's loss is masked anyway).
+        const int32_t t = i + k < kSeq ? tokens[static_cast<std::size_t>(b * kSeq + i + k)] : 0;
+        std::vector<double> cat = rms(row(emb, t, kH), p.at(m + "enorm.weight"));
+        const std::vector<double> hn = rms(h[static_cast<std::size_t>(i)], p.at(m + "hnorm.weight"));
+        cat.insert(cat.end(), hn.begin(), hn.end());
+        std::vector<double> x(kH, 0.0);
+        for (int o = 0; o < kH; ++o)
+          for (int j = 0; j < 2 * kH; ++j)
+            x[static_cast<std::size_t>(o)] += eh[static_cast<std::size_t>(o * 2 * kH + j)] * cat[static_cast<std::size_t>(j)];
+        h[static_cast<std::size_t>(i)] = rms(x, p.at(m + "final_layernorm.weight"));
+        if (i + k >= kSeq) continue;
+        const int32_t l = labels[static_cast<std::size_t>(b * kSeq + i + k)];
+        if (l < 0) continue;
+        sums[static_cast<std::size_t>(k)] += ce(p, h[static_cast<std::size_t>(i)], l);
+        counts[static_cast<std::size_t>(k)] += 1;
+      }
+    }
+  }
+  for (std::size_t k = 0; k < sums.size(); ++k) sums[k] /= counts[k];
+  return sums;
+}
+
+// The model of the hand computation: tiny(depth) without dropout, every layer the identity, the
+// norms' weights random around 1 (so that each norm matters).
+ptdp_model hand_model(ptdp_groups groups, int32_t depth, Weights* p) {
+  const ptdp_gpt_options o = tiny(depth);
+  ptdp_model m = nullptr;
+  REQUIRE(ptdp_model_create(groups, &o, &m) == PTDP_SUCCESS);
+  uint32_t x = 17;
+  for (const auto& [name, info] : params(m)) {
+    std::vector<float> v = values(m, name, info.shape, false);
+    const bool zero = name.find("linear_proj.weight") != std::string::npos ||
+                      name.find("linear_fc2.weight") != std::string::npos;
+    const bool norm = name.find("norm.weight") != std::string::npos;
+    for (float& e : v) {
+      x = x * 1664525u + 1013904223u;
+      const float u = static_cast<float>((x >> 8) % 1000) / 1000.0f - 0.5f;  // [-0.5, 0.5)
+      if (zero) e = 0.0f;
+      else if (norm) e = 1.0f + u;
+    }
+    REQUIRE(ptdp_model_set_param(m, name.c_str(), v.data(), v.size() * sizeof(float)) == PTDP_SUCCESS);
+    p->w[name].assign(v.begin(), v.end());
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("mtp hand computation: the losses and a gradient equal Megatron's formula in double precision",
+          "[capi][mtp][reference]") {
+  sp::World w;
+  std::vector<int32_t> tokens = sp::ids(kB * kSeq, kVocab, 11), labels = sp::ids(kB * kSeq, kVocab, 12);
+  labels[3] = labels[kSeq + 6] = -100;  // ignored labels stay ignored at every depth
+  Weights p;
+  ptdp_model m = hand_model(w.groups, 2, &p);
+  const std::vector<double> want = reference_losses(p, tokens, labels, 2);
+  ptdp_optimizer opt = nullptr;
+  REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+  ptdp_schedule sched = nullptr;
+  REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &sched) == PTDP_SUCCESS);
+  ptdp_iteration_result res{};
+  REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, 0, nullptr, &res) == PTDP_SUCCESS);
+  float got[2] = {0, 0};
+  int32_t count = 0;
+  REQUIRE(ptdp_model_mtp_losses(m, got, 2, &count) == PTDP_SUCCESS);
+  REQUIRE(count == 2);
+  CHECK(res.loss == Approx(want[0]).epsilon(1e-5));
+  CHECK(got[0] == Approx(want[1]).epsilon(1e-5));
+  CHECK(got[1] == Approx(want[2]).epsilon(1e-5));
+  CHECK(std::abs(want[1] - want[2]) > 1e-3);  // the depths see different inputs
+  ptdp_schedule_destroy(sched);
+  ptdp_optimizer_destroy(opt);
+  ptdp_model_destroy(m);
+
+  // The gradient of L_main + X / D (L_1 + L_2) (X = 0.1, D = 2) with respect to the modules'
+  // eh_proj weights against central differences of the double-precision formula.
+  Weights q;
+  m = hand_model(w.groups, 2, &q);
+  float loss = 0;
+  REQUIRE(ptdp_model_forward_backward(m, tokens.data(), labels.data(), kB, 0, 0, 1.0f, nullptr, &loss) ==
+          PTDP_SUCCESS);
+  int compared = 0;
+  for (int k = 0; k < 2; ++k) {
+    const std::string name = "mtp.layers." + std::to_string(k) + ".eh_proj.weight";
+    const std::vector<float> g = values(m, name, {kH, 2 * kH}, true);
+    for (int e : {0, 5, 17, 40, 255, 300, 511}) {
+      const double eps = 1e-4, saved = q.w[name][static_cast<std::size_t>(e)];
+      const auto total = [&] {
+        const std::vector<double> l = reference_losses(q, tokens, labels, 2);
+        return l[0] + 0.1 / 2 * (l[1] + l[2]);
+      };
+      q.w[name][static_cast<std::size_t>(e)] = saved + eps;
+      const double up = total();
+      q.w[name][static_cast<std::size_t>(e)] = saved - eps;
+      const double down = total();
+      q.w[name][static_cast<std::size_t>(e)] = saved;
+      const double fd = (up - down) / (2 * eps);
+      INFO(name << "[" << e << "]: engine " << g[static_cast<std::size_t>(e)] << ", formula " << fd);
+      CHECK(std::abs(g[static_cast<std::size_t>(e)] - fd) <= 1e-6 + 1e-3 * std::abs(fd));
+      if (std::abs(fd) > 1e-5) ++compared;
+    }
+  }
+  CHECK(compared >= 10);
+  ptdp_model_destroy(m);
+}
+
+TEST_CASE("mtp precision: bf16 and f16 models train with MTP, their losses near the f32 model's",
+          "[capi][mtp][precision]") {
+  sp::World w;
+  const std::vector<int32_t> tokens = sp::ids(kB * kSeq, kVocab, 21), labels = sp::ids(kB * kSeq, kVocab, 22);
+  std::vector<float> f32;  // the main loss, then each depth's, of the first iteration
+  for (ptdp_dtype precision : {PTDP_DTYPE_F32, PTDP_DTYPE_BF16, PTDP_DTYPE_F16}) {
+    INFO("precision " << static_cast<int>(precision));
+    ptdp_gpt_options o = tiny(2);
+    o.precision = precision;
+    ptdp_model m = nullptr;
+    REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+    ptdp_optimizer opt = nullptr;
+    REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+    ptdp_schedule sched = nullptr;
+    REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &sched) == PTDP_SUCCESS);
+    std::vector<float> first;
+    for (int it = 0; it < 3; ++it) {
+      ptdp_iteration_result res{};
+      REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) ==
+              PTDP_SUCCESS);
+      float losses[2] = {0, 0};
+      int32_t count = 0;
+      REQUIRE(ptdp_model_mtp_losses(m, losses, 2, &count) == PTDP_SUCCESS);
+      REQUIRE(count == 2);
+      CHECK(std::isfinite(res.loss));
+      CHECK(std::isfinite(losses[0]));
+      CHECK(std::isfinite(losses[1]));
+      if (it == 0) first = {res.loss, losses[0], losses[1]};
+    }
+    if (precision == PTDP_DTYPE_F32) f32 = first;
+    // 16-bit storage rounds weights and activations: within 2% of the f32 model at the start.
+    for (std::size_t k = 0; k < first.size(); ++k) CHECK(first[k] == Approx(f32[k]).epsilon(0.02));
+    ptdp_schedule_destroy(sched);
+    ptdp_optimizer_destroy(opt);
+    ptdp_model_destroy(m);
+  }
 }

@@ -204,6 +204,59 @@ TEST_CASE("C API trainer: the MoE figures of each iteration, in the callback and
   std::filesystem::remove(log);
 }
 
+namespace {
+
+// What the callback of an MTP run saw: each iteration's losses through ptdp_trainer_mtp_losses.
+struct MtpSeen {
+  ptdp_trainer trainer = nullptr;
+  std::vector<std::vector<float>> losses;
+};
+
+int32_t record_mtp(const ptdp_iteration_report*, void* user) {
+  auto* seen = static_cast<MtpSeen*>(user);
+  std::vector<float> losses(3, -1.0f);
+  int32_t count = 0;
+  if (ptdp_trainer_mtp_losses(seen->trainer, losses.data(), 3, &count) != PTDP_SUCCESS) return 1;
+  losses.resize(static_cast<std::size_t>(count));
+  seen->losses.push_back(losses);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("C API trainer: the MTP losses of each iteration, in the callback and in the JSON lines",
+          "[capi][train][mtp]") {
+  sp::World w;
+  const std::filesystem::path log = std::filesystem::temp_directory_path() / "ptdp-capi-trainer-mtp.jsonl";
+  std::vector<std::string> flags = kFlags;
+  for (const char* f : {"--position-embedding-type", "rope", "--mtp-num-layers", "2", "--eval-interval", "0"})
+    flags.emplace_back(f);
+  flags.emplace_back("--log-json");
+  flags.emplace_back(log.string());
+  Config c(flags);
+  MtpSeen seen;
+  ptdp_trainer_options o;
+  OK(ptdp_trainer_options_init(&o));
+  o.runtime = w.runtime;
+  o.on_iteration = record_mtp;
+  o.user_data = &seen;
+  o.print_log = 1;
+  OK(ptdp_trainer_create(c.handle, &o, &seen.trainer));
+  OK(ptdp_trainer_run(seen.trainer));
+  OK(ptdp_trainer_destroy(seen.trainer));
+  REQUIRE(seen.losses.size() == 6);
+  std::ifstream in(log);
+  std::string line;
+  for (std::size_t i = 0; i < seen.losses.size(); ++i) {
+    INFO("iteration " << i + 1);
+    REQUIRE(std::getline(in, line));
+    REQUIRE(seen.losses[i].size() == 2);
+    CHECK(line.find("\"mtp_1_loss\": " + g9(seen.losses[i][0])) != std::string::npos);
+    CHECK(line.find("\"mtp_2_loss\": " + g9(seen.losses[i][1]) + "}") != std::string::npos);
+  }
+  std::filesystem::remove(log);
+}
+
 TEST_CASE("C API trainer: a callback's stop ends the run after that iteration and saves", "[capi][train]") {
   sp::World w;
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "ptdp-capi-trainer-stop";

@@ -50,6 +50,10 @@ CASE is one of:
                loads at even stages and at p = 1, one saved at even stages loads with uneven ones,
                each continuing the uninterrupted run; a split the layers do not allow exits with
                status 2 in Megatron's words
+  mtp          multi-token prediction (--mtp-num-layers 2, RoPE, untied): "mtp_1 loss" and "mtp_2 loss"
+               in the log line and the JSON lines (not in validation), (2,2,2) with the distributed
+               optimizer gives the serial run's losses, MTP losses and grad norms to 1e-5, and a
+               checkpoint saved at (2,2,1) resumes at (1,2,2) and (1,1,1) as the serial run continues
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -738,11 +742,42 @@ def case_vshape():
     print(f"vshape: 4 layouts and 4 checkpoint loads vs serial, worst relative difference {worst:.2e}")
 
 
+def case_mtp():
+    # Multi-token prediction (docs/deepseek.md): D = 2 on a RoPE model with an untied head, the
+    # serial run against (t, p, d) = (2, 2, 2) with the distributed optimizer (the modules and the
+    # last stage's copy of the word embedding on the last stage), each depth's loss logged apart;
+    # a checkpoint of the (2, 2, 1) run resumed at (1, 2, 2) and serially.
+    extra = ["--position-embedding-type", "rope", "--untie-embeddings-and-output-weights",
+             "--mtp-num-layers", "2", "--mtp-loss-scaling-factor", "0.3"]
+    serial, serial_valid, stdout = train("mtp-serial", 1, 1, 1, 5, extra)
+    check(" | mtp_1 loss: " in stdout and " | mtp_2 loss: " in stdout and "mtp_3" not in stdout,
+          "the log line has mtp_1 and mtp_2 losses:\n" + stdout)
+    check(all("mtp_1_loss" in r and "mtp_2_loss" in r for r in serial.values()), "mtp_k_loss in every JSON line")
+    check(all("mtp_1_loss" not in r for r in serial_valid.values()), "validation ignores the MTP modules")
+    par, _, _ = train("mtp-parallel", 8, 2, 2, 5, extra + ["--use-distributed-optimizer"])
+    worst = 0.0
+    for it in range(1, 6):
+        for key in ("lm_loss", "grad_norm", "mtp_1_loss", "mtp_2_loss"):
+            a, b = par[it][key], serial[it][key]
+            check(close(a, b, 1e-5), f"mtp iteration {it} {key}: (2,2,2) {a} vs serial {b}")
+            worst = max(worst, abs(a - b) / max(1.0, abs(b)))
+    ckpt = os.path.join(WORK, "ckpt-mtp")
+    train("mtp-save", 4, 2, 2, 5, extra + ["--save", ckpt, "--exit-interval", "4"])
+    for (np, t, p) in [(4, 1, 2), (1, 1, 1)]:
+        steps, _, _ = train(f"mtp-load-{t}{p}", np, t, p, 5, extra + ["--load", ckpt])
+        for key in ("lm_loss", "grad_norm", "mtp_1_loss", "mtp_2_loss"):
+            check(sorted(steps) == [5] and close(steps[5][key], serial[5][key], 1e-5),
+                  f"mtp checkpoint resumed at ({t},{p}): iteration 5 {key} {steps.get(5, {}).get(key)} "
+                  f"vs serial {serial[5][key]}")
+    print(f"mtp: (2,2,2) vs serial, 5 iterations, worst relative difference {worst:.2e}; resumed at (1,2) and (1,1)")
+
+
 try:
     {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
      "generate": case_generate, "errors": case_errors, "bf16": case_bf16, "fp16": case_fp16,
      "attention": case_attention, "llama": case_llama, "qwen2": case_qwen2, "masks": case_masks,
-     "blend": case_blend, "uneven": case_uneven, "sp": case_sp, "vshape": case_vshape}[CASE]()
+     "blend": case_blend, "uneven": case_uneven, "sp": case_sp, "vshape": case_vshape,
+     "mtp": case_mtp}[CASE]()
 finally:
     if not failures:
         shutil.rmtree(WORK, ignore_errors=True)

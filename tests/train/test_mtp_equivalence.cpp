@@ -265,7 +265,8 @@ void run_spec(const Spec& s, int world) {
     const std::string at = s.text + " iteration " + std::to_string(it) + ": ";
     worst_loss = std::max(worst_loss, std::abs(double{out.loss} - ref.loss[i]) / std::abs(ref.loss[i]));
     worst_norm = std::max(worst_norm, std::abs(out.step.grad_norm - ref.norm[i]) / ref.norm[i]);
-    expect(close(out.loss, ref.loss[i]), at + "loss " + std::to_string(out.loss) + " vs " + std::to_string(ref.loss[i]));
+    expect(close(out.loss, ref.loss[i]),
+           at + "loss " + std::to_string(out.loss) + " vs " + std::to_string(ref.loss[i]));
     expect(close(out.step.grad_norm, ref.norm[i]),
            at + "grad norm " + std::to_string(out.step.grad_norm) + " vs " + std::to_string(ref.norm[i]));
     expect(out.mtp_losses.size() == static_cast<std::size_t>(s.depth) && ref.mtp[i].size() == out.mtp_losses.size(),

@@ -3265,6 +3265,25 @@ def ptdp_trainer_moe_metrics(trainer, loads):
     """
     return _ptdp_ext.ptdp_trainer_moe_metrics(trainer, loads)
 
+def ptdp_trainer_mtp_losses(trainer, losses):
+    r"""
+    The last iteration's multi-token prediction losses of a training run (the log line's
+           "mtp_1 loss" ... "mtp_D loss" for that iteration, the JSON lines' mtp_k_loss); see
+           ptdp_model_mtp_losses().
+    :type trainer: struct ptdp_trainer_impl
+    :param trainer: A live trainer.
+    :type losses: float, out
+    :param losses: Receives min(``capacity``, D) values, by depth; may be NULL when ``capacity``
+               is 0.
+    :type capacity: int
+    :param capacity: Entries ``losses`` has room for, >= 0.
+    :type count: int, out
+    :param count: Receives D (0 without MTP or before the first iteration); may not be NULL.
+    Title: Thread safety
+    As ptdp_trainer_moe_metrics().
+    """
+    return _ptdp_ext.ptdp_trainer_mtp_losses(trainer, losses)
+
 def ptdp_trainer_destroy(trainer):
     r"""
     Frees a trainer (its model, optimizer, groups, and its runtime when it created one).

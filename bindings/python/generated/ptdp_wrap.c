@@ -25490,6 +25490,66 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_trainer_mtp_losses(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_trainer arg1 = (ptdp_trainer) 0 ;
+  float *arg2 = (float *) 0 ;
+  int32_t arg3 ;
+  int32_t *arg4 = (int32_t *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  Py_buffer view2 ;
+  int have_view2 = 0 ;
+  int32_t temp4 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg4 = &temp4; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_trainer_mtp_losses", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_trainer_impl, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_trainer_mtp_losses" "', argument " "1"" of type '" "ptdp_trainer""'"); 
+  }
+  arg1 = (ptdp_trainer)(argp1);
+  {
+    have_view2 = ptdpy_get_buffer(swig_obj[1], &view2, 1, 4, "f", 1, "ptdp_trainer_mtp_losses: losses");
+    if (have_view2 < 0) {
+      have_view2 = 0;
+      SWIG_fail;
+    }
+    arg2 = (float *)(have_view2 ? view2.buf : NULL);
+    arg3 = (int32_t)(have_view2 ? (0 ? view2.len : view2.len / 4) : 0);
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_trainer_mtp_losses(arg1,arg2,arg3,arg4);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLong((long)*arg4)); 
+  }
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return resultobj;
+fail:
+  {
+    if (have_view2) PyBuffer_Release(&view2); 
+  }
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_trainer_destroy(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   ptdp_trainer arg1 = (ptdp_trainer) 0 ;
@@ -42679,6 +42739,22 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Not from another thread during ptdp_trainer_run() of the same trainer; its callback may call\n"
 		"it and gets the iteration it is called for.\n"
+		""},
+	 { "ptdp_trainer_mtp_losses", _wrap_ptdp_trainer_mtp_losses, METH_VARARGS, "\n"
+		"The last iteration's multi-token prediction losses of a training run (the log line's\n"
+		"       \"mtp_1 loss\" ... \"mtp_D loss\" for that iteration, the JSON lines' mtp_k_loss); see\n"
+		"       ptdp_model_mtp_losses().\n"
+		":type trainer: struct ptdp_trainer_impl\n"
+		":param trainer: A live trainer.\n"
+		":type losses: float, out\n"
+		":param losses: Receives min(``capacity``, D) values, by depth; may be NULL when ``capacity``\n"
+		"           is 0.\n"
+		":type capacity: int\n"
+		":param capacity: Entries ``losses`` has room for, >= 0.\n"
+		":type count: int, out\n"
+		":param count: Receives D (0 without MTP or before the first iteration); may not be NULL.\n"
+		"Title: Thread safety\n"
+		"As ptdp_trainer_moe_metrics().\n"
 		""},
 	 { "ptdp_trainer_destroy", _wrap_ptdp_trainer_destroy, METH_O, "\n"
 		"Frees a trainer (its model, optimizer, groups, and its runtime when it created one).\n"

@@ -3173,6 +3173,23 @@ PTDP_API ptdp_status ptdp_trainer_moe_metrics(ptdp_trainer trainer, ptdp_moe_met
                                               ptdp_moe_layer_load* loads, int64_t capacity);
 
 /**
+ * @brief The last iteration's multi-token prediction losses of a training run (the log line's
+ *        "mtp_1 loss" ... "mtp_D loss" for that iteration, the JSON lines' mtp_k_loss); see
+ *        ptdp_model_mtp_losses().
+ * @param trainer A live trainer.
+ * @param[out] losses Receives min(@p capacity, D) values, by depth; may be NULL when @p capacity
+ *        is 0.
+ * @param capacity Entries @p losses has room for, >= 0.
+ * @param[out] count Receives D (0 without MTP or before the first iteration); may not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT dead handle, NULL @p count, a negative @p capacity, or NULL
+ *         @p losses with a positive @p capacity.
+ * @par Thread safety
+ * As ptdp_trainer_moe_metrics().
+ */
+PTDP_API ptdp_status ptdp_trainer_mtp_losses(ptdp_trainer trainer, float* losses, int32_t capacity, int32_t* count);
+
+/**
  * @brief Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
  * @param trainer A trainer, or NULL (nothing happens).
  * @retval PTDP_SUCCESS

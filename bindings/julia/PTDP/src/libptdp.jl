@@ -1443,6 +1443,14 @@ function ptdp_trainer_moe_metrics(trainer, metrics, loads, capacity)
           trainer, metrics, loads, capacity)
 end
 
+# The last iteration's multi-token prediction losses of a training run (the log line's "mtp_1
+# loss" ...
+function ptdp_trainer_mtp_losses(trainer, losses, capacity, count)
+    ccall((:ptdp_trainer_mtp_losses, libptdp), ptdp_status,
+          (ptdp_trainer, Ptr{Cfloat}, Int32, Ptr{Int32}),
+          trainer, losses, capacity, count)
+end
+
 # Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
 function ptdp_trainer_destroy(trainer)
     ccall((:ptdp_trainer_destroy, libptdp), ptdp_status, (ptdp_trainer,), trainer)

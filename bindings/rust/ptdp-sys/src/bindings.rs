@@ -1660,6 +1660,14 @@ extern "C" {
         loads: *mut ptdp_moe_layer_load,
         capacity: i64,
     ) -> ptdp_status;
+    /// The last iteration's multi-token prediction losses of a training run (the log line's
+    /// "mtp_1 loss" ...
+    pub fn ptdp_trainer_mtp_losses(
+        trainer: ptdp_trainer,
+        losses: *mut f32,
+        capacity: i32,
+        count: *mut i32,
+    ) -> ptdp_status;
     /// Frees a trainer (its model, optimizer, groups, and its runtime when it created one).
     pub fn ptdp_trainer_destroy(trainer: ptdp_trainer) -> ptdp_status;
     /// The whole of `ptdp-train` for any front end: parses @p argv, prints --help, trains on
