@@ -228,6 +228,7 @@ RopeDesc MlaAttention::rope_desc(int64_t s, int64_t b, const Tensor& like, const
   d.dh = dq_;
   d.rot_dim = cfg_.rotary_dim();
   d.inv_freq = inv_freq_.data<float>();
+  d.amplitude = cfg_.rope_amplitude();  // YaRN's cos/sin factor (1 without YaRN)
   d.positions = positions;
   return d;
 }
