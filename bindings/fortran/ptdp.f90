@@ -292,6 +292,12 @@ module ptdp
     integer(c_int) :: moe_token_dispatcher_type
     integer(c_int32_t) :: moe_layer_recompute
     integer(c_int32_t) :: qk_layernorm_across_heads
+    integer(c_int32_t) :: multi_latent_attention
+    integer(c_int32_t) :: q_lora_rank
+    integer(c_int32_t) :: kv_lora_rank
+    integer(c_int32_t) :: qk_head_dim
+    integer(c_int32_t) :: qk_pos_emb_head_dim
+    integer(c_int32_t) :: v_head_dim
   end type ptdp_gpt_options
 
   ! Per-token inputs of a batch besides its tokens and labels, laid out like the tokens ([rows,

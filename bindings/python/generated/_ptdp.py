@@ -1323,6 +1323,37 @@ class ptdp_gpt_options(object):
                                                 over each head (OLMo 2, OLMoE;
                                                 `--qk-layernorm-across-heads`). Default 0.
     """)
+    multi_latent_attention = property(_ptdp_ext.ptdp_gpt_options_multi_latent_attention_get, _ptdp_ext.ptdp_gpt_options_multi_latent_attention_set, doc=r"""
+    1: every layer's attention is multi-latent attention
+                                                (`--multi-latent-attention`): parameters
+                                                self_attention.linear_q_down_proj, q_layernorm,
+                                                linear_q_up_proj (or linear_q_proj),
+                                                linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,
+                                                linear_proj; q_layernorm and kv_layernorm with
+                                                qk_layernorm. Needs ::PTDP_POSITION_EMBEDDING_ROPE
+                                                and num_query_groups 0 or num_attention_heads.
+                                                Default 0.
+    """)
+    q_lora_rank = property(_ptdp_ext.ptdp_gpt_options_q_lora_rank_get, _ptdp_ext.ptdp_gpt_options_q_lora_rank_set, doc=r"""
+    The query latent's width (`--q-lora-rank`); 0
+                                                (default): no query compression, one linear_q_proj.
+    """)
+    kv_lora_rank = property(_ptdp_ext.ptdp_gpt_options_kv_lora_rank_get, _ptdp_ext.ptdp_gpt_options_kv_lora_rank_set, doc=r"""
+    The compressed key/value latent's width
+                                                (`--kv-lora-rank`); 0 means 32.
+    """)
+    qk_head_dim = property(_ptdp_ext.ptdp_gpt_options_qk_head_dim_get, _ptdp_ext.ptdp_gpt_options_qk_head_dim_set, doc=r"""
+    Each query/key head's part without RoPE
+                                                (`--qk-head-dim`); 0 means 128.
+    """)
+    qk_pos_emb_head_dim = property(_ptdp_ext.ptdp_gpt_options_qk_pos_emb_head_dim_get, _ptdp_ext.ptdp_gpt_options_qk_pos_emb_head_dim_set, doc=r"""
+    Each query/key head's RoPE part, shared by the keys
+                                                of all heads (`--qk-pos-emb-head-dim`); 0 means 64.
+    """)
+    v_head_dim = property(_ptdp_ext.ptdp_gpt_options_v_head_dim_get, _ptdp_ext.ptdp_gpt_options_v_head_dim_set, doc=r"""
+    Each value head's width (`--v-head-dim`), at most
+                                                qk_head_dim + qk_pos_emb_head_dim; 0 means 128.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_gpt_options_swiginit(self, _ptdp_ext.new_ptdp_gpt_options())

@@ -11405,6 +11405,366 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_multi_latent_attention_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_multi_latent_attention_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_multi_latent_attention_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_multi_latent_attention_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->multi_latent_attention = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_multi_latent_attention_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_multi_latent_attention_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->multi_latent_attention);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_q_lora_rank_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_q_lora_rank_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_q_lora_rank_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_q_lora_rank_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->q_lora_rank = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_q_lora_rank_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_q_lora_rank_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->q_lora_rank);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_kv_lora_rank_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_kv_lora_rank_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_kv_lora_rank_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_kv_lora_rank_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->kv_lora_rank = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_kv_lora_rank_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_kv_lora_rank_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->kv_lora_rank);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_qk_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_head_dim_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_qk_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_head_dim_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_pos_emb_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_qk_pos_emb_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_pos_emb_head_dim_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_qk_pos_emb_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_pos_emb_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_qk_pos_emb_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_qk_pos_emb_head_dim_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_pos_emb_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_v_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_gpt_options_v_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_v_head_dim_set" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_gpt_options_v_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->v_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_gpt_options_v_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_gpt_options *arg1 = (struct ptdp_gpt_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_gpt_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_gpt_options_v_head_dim_get" "', argument " "1"" of type '" "struct ptdp_gpt_options *""'"); 
+  }
+  arg1 = (struct ptdp_gpt_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->v_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_gpt_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_gpt_options *result = 0 ;
@@ -39271,6 +39631,68 @@ static PyMethodDef SwigMethods[] = {
 		"                                            projection (weight [query groups x head dim]), not\n"
 		"                                            over each head (OLMo 2, OLMoE;\n"
 		"                                            `--qk-layernorm-across-heads`). Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_multi_latent_attention_set", _wrap_ptdp_gpt_options_multi_latent_attention_set, METH_VARARGS, "\n"
+		"1: every layer's attention is multi-latent attention\n"
+		"                                            (`--multi-latent-attention`): parameters\n"
+		"                                            self_attention.linear_q_down_proj, q_layernorm,\n"
+		"                                            linear_q_up_proj (or linear_q_proj),\n"
+		"                                            linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,\n"
+		"                                            linear_proj; q_layernorm and kv_layernorm with\n"
+		"                                            qk_layernorm. Needs ::PTDP_POSITION_EMBEDDING_ROPE\n"
+		"                                            and num_query_groups 0 or num_attention_heads.\n"
+		"                                            Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_multi_latent_attention_get", _wrap_ptdp_gpt_options_multi_latent_attention_get, METH_O, "\n"
+		"1: every layer's attention is multi-latent attention\n"
+		"                                            (`--multi-latent-attention`): parameters\n"
+		"                                            self_attention.linear_q_down_proj, q_layernorm,\n"
+		"                                            linear_q_up_proj (or linear_q_proj),\n"
+		"                                            linear_kv_down_proj, kv_layernorm, linear_kv_up_proj,\n"
+		"                                            linear_proj; q_layernorm and kv_layernorm with\n"
+		"                                            qk_layernorm. Needs ::PTDP_POSITION_EMBEDDING_ROPE\n"
+		"                                            and num_query_groups 0 or num_attention_heads.\n"
+		"                                            Default 0.\n"
+		""},
+	 { "ptdp_gpt_options_q_lora_rank_set", _wrap_ptdp_gpt_options_q_lora_rank_set, METH_VARARGS, "\n"
+		"The query latent's width (`--q-lora-rank`); 0\n"
+		"                                            (default): no query compression, one linear_q_proj.\n"
+		""},
+	 { "ptdp_gpt_options_q_lora_rank_get", _wrap_ptdp_gpt_options_q_lora_rank_get, METH_O, "\n"
+		"The query latent's width (`--q-lora-rank`); 0\n"
+		"                                            (default): no query compression, one linear_q_proj.\n"
+		""},
+	 { "ptdp_gpt_options_kv_lora_rank_set", _wrap_ptdp_gpt_options_kv_lora_rank_set, METH_VARARGS, "\n"
+		"The compressed key/value latent's width\n"
+		"                                            (`--kv-lora-rank`); 0 means 32.\n"
+		""},
+	 { "ptdp_gpt_options_kv_lora_rank_get", _wrap_ptdp_gpt_options_kv_lora_rank_get, METH_O, "\n"
+		"The compressed key/value latent's width\n"
+		"                                            (`--kv-lora-rank`); 0 means 32.\n"
+		""},
+	 { "ptdp_gpt_options_qk_head_dim_set", _wrap_ptdp_gpt_options_qk_head_dim_set, METH_VARARGS, "\n"
+		"Each query/key head's part without RoPE\n"
+		"                                            (`--qk-head-dim`); 0 means 128.\n"
+		""},
+	 { "ptdp_gpt_options_qk_head_dim_get", _wrap_ptdp_gpt_options_qk_head_dim_get, METH_O, "\n"
+		"Each query/key head's part without RoPE\n"
+		"                                            (`--qk-head-dim`); 0 means 128.\n"
+		""},
+	 { "ptdp_gpt_options_qk_pos_emb_head_dim_set", _wrap_ptdp_gpt_options_qk_pos_emb_head_dim_set, METH_VARARGS, "\n"
+		"Each query/key head's RoPE part, shared by the keys\n"
+		"                                            of all heads (`--qk-pos-emb-head-dim`); 0 means 64.\n"
+		""},
+	 { "ptdp_gpt_options_qk_pos_emb_head_dim_get", _wrap_ptdp_gpt_options_qk_pos_emb_head_dim_get, METH_O, "\n"
+		"Each query/key head's RoPE part, shared by the keys\n"
+		"                                            of all heads (`--qk-pos-emb-head-dim`); 0 means 64.\n"
+		""},
+	 { "ptdp_gpt_options_v_head_dim_set", _wrap_ptdp_gpt_options_v_head_dim_set, METH_VARARGS, "\n"
+		"Each value head's width (`--v-head-dim`), at most\n"
+		"                                            qk_head_dim + qk_pos_emb_head_dim; 0 means 128.\n"
+		""},
+	 { "ptdp_gpt_options_v_head_dim_get", _wrap_ptdp_gpt_options_v_head_dim_get, METH_O, "\n"
+		"Each value head's width (`--v-head-dim`), at most\n"
+		"                                            qk_head_dim + qk_pos_emb_head_dim; 0 means 128.\n"
 		""},
 	 { "new_ptdp_gpt_options", _wrap_new_ptdp_gpt_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_gpt_options", _wrap_delete_ptdp_gpt_options, METH_O, NULL},

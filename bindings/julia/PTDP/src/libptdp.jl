@@ -544,6 +544,12 @@ struct ptdp_gpt_options
     moe_token_dispatcher_type::ptdp_moe_dispatcher
     moe_layer_recompute::Int32
     qk_layernorm_across_heads::Int32
+    multi_latent_attention::Int32
+    q_lora_rank::Int32
+    kv_lora_rank::Int32
+    qk_head_dim::Int32
+    qk_pos_emb_head_dim::Int32
+    v_head_dim::Int32
 end
 
 mutable struct ptdp_model_impl end

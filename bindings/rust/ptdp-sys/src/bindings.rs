@@ -257,6 +257,12 @@ pub struct ptdp_gpt_options {
     pub moe_token_dispatcher_type: ptdp_moe_dispatcher,
     pub moe_layer_recompute: i32,
     pub qk_layernorm_across_heads: i32,
+    pub multi_latent_attention: i32,
+    pub q_lora_rank: i32,
+    pub kv_lora_rank: i32,
+    pub qk_head_dim: i32,
+    pub qk_pos_emb_head_dim: i32,
+    pub v_head_dim: i32,
 }
 
 #[repr(C)]
