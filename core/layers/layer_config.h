@@ -150,6 +150,9 @@ struct LayerConfig {
 
   /// MLA's query/key head dim: qk_head_dim + qk_pos_emb_head_dim.
   int64_t mla_qk_dim() const { return int64_t{qk_head_dim} + qk_pos_emb_head_dim; }
+  /// The head dim the core attention computes with (its kernels' choice depends on it): dh, or
+  /// with MLA the query/key head dim (the value heads are padded to it).
+  int64_t attention_head_dim() const { return multi_latent_attention ? mla_qk_dim() : head_dim(); }
   /// YaRN's mscale; 1 without YaRN. MLA's softmax scale is its square over sqrt(mla_qk_dim()).
   float yarn_softmax_mscale() const { return 1.0f; }
 
