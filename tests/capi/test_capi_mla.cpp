@@ -1,11 +1,14 @@
 // Multi-latent attention through the public C API only: its ptdp_gpt_options fields (zero by
 // default, no MLA), a model built with and without query compression, its parameters' names and
 // shapes, its options read back with Megatron's defaults resolved, the refusals naming the
-// fields and flags, and generation with the latent cache against recomputing the whole window.
+// fields and flags, a checkpoint's round trip (its metadata names the MLA sizes), and generation with the latent cache against recomputing the whole window.
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
+
+#include <unistd.h>
 #include <vector>
 
 #include "ptdp/ptdp.h"
@@ -201,4 +204,47 @@ TEST_CASE("mla generation: the latent cache draws the tokens of recomputing the 
       CHECK(cached == recomputed);
     }
   }
+}
+
+TEST_CASE("mla checkpoint: saved and loaded, the options read back, another latent width refused", "[capi][mla]") {
+  sp::World w;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ptdp-mla-checkpoint-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const ptdp_gpt_options o = tiny_mla(5);
+  const std::string up = kAttn + "linear_kv_up_proj.weight";
+  std::vector<float> want(4 * 7 * 6), got(want.size());
+  {
+    const Model saved(w.groups, o);
+    REQUIRE(ptdp_model_get_param(saved.m, up.c_str(), want.data(), want.size() * 4) == PTDP_SUCCESS);
+    ptdp_checkpoint_state st;
+    REQUIRE(ptdp_checkpoint_state_init(&st) == PTDP_SUCCESS);
+    st.iteration = 3;
+    REQUIRE(ptdp_checkpoint_save(dir.string().c_str(), saved.m, nullptr, nullptr, &st) == PTDP_SUCCESS);
+  }
+  ptdp_gpt_options read;
+  REQUIRE(ptdp_gpt_options_init(&read) == PTDP_SUCCESS);
+  REQUIRE(ptdp_checkpoint_read_options(dir.string().c_str(), &read, nullptr) == PTDP_SUCCESS);
+  CHECK(read.multi_latent_attention == 1);
+  CHECK(read.q_lora_rank == 5);
+  CHECK(read.kv_lora_rank == 6);
+  CHECK(read.qk_head_dim == 4);
+  CHECK(read.qk_pos_emb_head_dim == 2);
+  CHECK(read.v_head_dim == 3);
+  {
+    ptdp_gpt_options other = o;
+    other.seed = 99;  // other weights, the same shapes: the load brings the saved ones back
+    const Model loaded(w.groups, other);
+    REQUIRE(ptdp_model_get_param(loaded.m, up.c_str(), got.data(), got.size() * 4) == PTDP_SUCCESS);
+    CHECK(got != want);
+    CHECK(ptdp_checkpoint_load(dir.string().c_str(), loaded.m, nullptr, nullptr) == PTDP_SUCCESS);
+    REQUIRE(ptdp_model_get_param(loaded.m, up.c_str(), got.data(), got.size() * 4) == PTDP_SUCCESS);
+    CHECK(got == want);
+  }
+  ptdp_gpt_options wider = o;
+  wider.kv_lora_rank = 8;
+  const Model m(w.groups, wider);
+  CHECK(ptdp_checkpoint_load(dir.string().c_str(), m.m, nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK_THAT(err(), Catch::Contains("kv_lora_rank (--kv-lora-rank) = 6"));
+  std::filesystem::remove_all(dir);
 }
