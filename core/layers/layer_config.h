@@ -182,6 +182,9 @@ struct LayerConfig {
 
   /// MLA's query/key head dim: qk_head_dim + qk_pos_emb_head_dim.
   int64_t mla_qk_dim() const { return int64_t{qk_head_dim} + qk_pos_emb_head_dim; }
+  /// The head dim the core attention computes with (its kernels' choice depends on it): dh, or
+  /// with MLA the query/key head dim (the value heads are padded to it).
+  int64_t attention_head_dim() const { return multi_latent_attention ? mla_qk_dim() : head_dim(); }
   /// Width of one routed expert's MLP: moe.ffn_hidden_size, or ffn().
   int moe_ffn() const { return moe.ffn_hidden_size > 0 ? moe.ffn_hidden_size : ffn(); }
   /// Decoder layers with an MoE MLP (0 for a dense model).

@@ -84,7 +84,8 @@ std::optional<MemoryNeed> estimate_run_memory(const TrainArgs& a, const RunLayou
   // device off the precision: fp32 the CPU, 16 bits CUDA). The device is the run's, which this
   // build drives (the loop picked it).
   if (req.model.attention == AttentionImpl::Auto) {
-    const bool fused = backend_for(device).fused_attention_supported(req.model.precision, req.model.head_dim());
+    const bool fused = backend_for(device).fused_attention_supported(req.model.precision,
+                                                                     req.model.attention_head_dim());
     req.model.attention = fused ? AttentionImpl::Fused : AttentionImpl::Unfused;
   }
   req.global_batch_size = layout.global_batch;

@@ -623,7 +623,7 @@ TEST_CASE("train args: --context-parallel-size reaches the layout and needs s di
 
 TEST_CASE("train args: help and JSON cover every flag", "[args]") {
   const std::vector<std::string> names = ptdp::train_flag_names();
-  CHECK(names.size() == 141);
+  CHECK(names.size() == 149);
   const std::string help = ptdp::train_args_help("prog");
   CHECK(help.rfind("Usage: prog [flags]", 0) == 0);
   const nlohmann::json j = ptdp::train_args_to_json(TrainArgs{});
@@ -679,4 +679,53 @@ TEST_CASE("train args: the multi-token prediction flags reach the model, refused
                    0) == 0);
   CHECK(parse_error({"--position-embedding-type", "none", "--mtp-num-layers", "1", "--num-experts", "4"})
             .find("--mtp-num-layers 1 with MoE") != std::string::npos);
+}
+
+TEST_CASE("train args: multi-latent attention's flags, Megatron's defaults and refusals", "[args][mla]") {
+  const std::vector<std::string> base = {"--position-embedding-type", "rope", "--normalization", "RMSNorm",
+                                         "--num-attention-heads", "4", "--hidden-size", "64"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> v = base;
+    v.insert(v.end(), extra.begin(), extra.end());
+    return v;
+  };
+  const TrainArgs d = ptdp::parse_train_args(with({"--multi-latent-attention"}));
+  const ptdp::GptConfig g = ptdp::to_gpt_config(d);
+  CHECK(g.multi_latent_attention);
+  CHECK(g.q_lora_rank == 0);  // Megatron's None: linear_q_proj
+  CHECK(g.kv_lora_rank == 32);
+  CHECK(g.qk_head_dim == 128);
+  CHECK(g.qk_pos_emb_head_dim == 64);
+  CHECK(g.v_head_dim == 128);
+  CHECK(g.attention_width() == 4 * 128);
+  const TrainArgs a = ptdp::parse_train_args(with({"--multi-latent-attention", "--q-lora-rank", "24", "--kv-lora-rank",
+                                                   "16", "--qk-head-dim", "8", "--qk-pos-emb-head-dim", "4",
+                                                   "--v-head-dim", "12", "--qk-layernorm"}));
+  const ptdp::GptConfig c = ptdp::to_gpt_config(a);
+  CHECK(c.q_lora_rank == 24);
+  CHECK(c.kv_lora_rank == 16);
+  CHECK(c.qk_head_dim == 8);
+  CHECK(c.qk_pos_emb_head_dim == 4);
+  CHECK(c.v_head_dim == 12);
+  CHECK(c.rotary_dim() == 4);
+  CHECK_NOTHROW(c.validate(4));
+  const nlohmann::json j = ptdp::train_args_to_json(a);
+  CHECK(j["q-lora-rank"] == 24);
+  CHECK(j["multi-latent-attention"] == true);
+  CHECK_THROWS_WITH(ptdp::parse_train_args(with({"--kv-lora-rank", "16"})),
+                    Catch::Contains("--kv-lora-rank 16 is read only with --multi-latent-attention"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args(with({"--multi-latent-attention", "--group-query-attention"})),
+                    Catch::Contains("--group-query-attention is mutually exclusive with --multi-latent-attention"));
+  CHECK_THROWS_WITH(
+      ptdp::parse_train_args({"--multi-latent-attention", "--num-attention-heads", "4", "--hidden-size", "64"}),
+      Catch::Contains("--multi-latent-attention needs --position-embedding-type rope"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args(with({"--multi-latent-attention", "--v-head-dim", "200"})),
+                    Catch::Contains("--v-head-dim 200 exceeds --qk-head-dim 128 + --qk-pos-emb-head-dim 64"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args(with({"--multi-latent-attention", "--qk-pos-emb-head-dim", "3"})),
+                    Catch::Contains("--qk-pos-emb-head-dim 3"));
+  CHECK_THROWS_WITH(ptdp::parse_train_args(with({"--multi-latent-attention", "--q-lora-rank", "0"})),
+                    Catch::Contains("--q-lora-rank"));
+  // MLA's head dims need not divide the hidden size.
+  CHECK_NOTHROW(ptdp::parse_train_args({"--multi-latent-attention", "--position-embedding-type", "rope",
+                                        "--num-attention-heads", "3", "--hidden-size", "64"}));
 }

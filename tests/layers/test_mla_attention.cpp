@@ -270,3 +270,44 @@ TEST_CASE("MLA generation: the latent cache gives the rows of the whole sequence
                       "key/value cache: 6 cached + 1 new tokens exceed its capacity 6");
   }
 }
+
+TEST_CASE("MLA in bf16 and fp16 follows the double reference to the storage type's precision", "[layers][mla]") {
+  for (const DType type : {DType::BF16, DType::F16}) {
+    for (const bool lora : {false, true}) {
+      INFO(dtype_name(type) << (lora ? ", query compressed" : ""));
+      LayerConfig cfg = mla_config(lora, AttentionImpl::Auto);
+      cfg.precision = type;
+      ParamTable params(0, 1);
+      MlaAttention mla(params, kPrefix, cfg, 0, TensorParallel{}, Device{});
+      params.allocate(Device{}, type);
+      params.initialize(cfg.seed);
+      params.sync_weights();
+      Weights w;  // the 16-bit weights the layer computes with
+      for (int i = 0; i < params.size(); ++i) w[params.info(i).name] = to_double(host(params.weight(i).to(DType::F32)));
+      const int b = 2, n = cfg.seq_length * b;
+      const Tensor x = random(n, cfg.hidden_size, 11).to(type);  // [s*b, h]
+      const Tensor dy = random(n, cfg.hidden_size, 12).to(type);
+      std::vector<double> xd = to_double(host(x.to(DType::F32)));
+      const std::vector<double> dyd = to_double(host(dy.to(DType::F32)));
+      Step step;
+      const std::vector<float> y = host(mla.forward(x, step).to(DType::F32));
+      const std::vector<double> want = reference(cfg, w, xd, b);
+      double err = 0, scale = 0;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        err = std::max(err, std::fabs(y[i] - want[i]));
+        scale = std::max(scale, std::fabs(want[i]));
+      }
+      CHECK(err <= 2e-2 * scale);
+      const std::vector<float> dx = host(mla.backward_input(dy, step).to(DType::F32));
+      mla.backward_weight(step);
+      const auto loss = [&] { return dot(reference(cfg, w, xd, b), dyd); };
+      double diff2 = 0, norm2 = 0;
+      for (std::size_t i = 0; i < xd.size(); ++i) {
+        const double g = fd(loss, xd[i]);
+        diff2 += (dx[i] - g) * (dx[i] - g);
+        norm2 += g * g;
+      }
+      CHECK(std::sqrt(diff2 / norm2) < 3e-2);
+    }
+  }
+}

@@ -170,7 +170,9 @@ class Model(Handle):
     docs/deepseek.md), and mixture of experts: ``num_experts``,
     ``moe_router_topk``, ``moe_ffn_hidden_size``, ``moe_layer_freq`` ("2" or Megatron's list
     pattern "[1,0,1]"), ``moe_router_score_function="sigmoid"``, ``moe_aux_loss_coeff``, ...
-    (docs/moe.md). Enum fields take names: ``normalization="rmsnorm"``,
+    (docs/moe.md), and multi-latent attention: ``multi_latent_attention=1``, ``q_lora_rank``,
+    ``kv_lora_rank``, ``qk_head_dim``, ``qk_pos_emb_head_dim``, ``v_head_dim`` (docs/deepseek.md).
+    Enum fields take names: ``normalization="rmsnorm"``,
     ``position_embedding_type="rope"``, ``recompute_granularity="full"``, ``precision="bf16"``,
     ``attention="unfused"``, ``moe_token_dispatcher_type="allgather"``.
 
