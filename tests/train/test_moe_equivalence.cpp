@@ -46,21 +46,16 @@
 #include "core/comm/runtime.h"
 #include "core/model/gpt_pipeline.h"
 #include "core/train/trainer.h"
+#include "tests/train/spec_harness.h"
 
 using namespace ptdp;
 
 namespace {
 
-int g_rank = 0, g_failed = 0, g_passed = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-    return;
-  }
-  ++g_failed;
-  std::fprintf(stderr, "[rank %d] FAIL %s\n", g_rank, what.c_str());
-}
+using spec_harness::expect;
+using spec_harness::g_rank;
+using spec_harness::host;
+using spec_harness::slice_of;
 
 constexpr int kIters = 4, kMicro = 2, kM = 2, kVocab = 53;
 
@@ -182,12 +177,6 @@ struct Run {
   std::map<std::string, std::vector<float>> params;  // serial: global values
 };
 
-std::vector<float> host(const Tensor& t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  t.copy_to_host(v.data(), v.size() * sizeof(float));
-  return v;
-}
-
 // The expert biases of this rank's chunks (whole on every rank: replicated parameters).
 std::map<std::string, std::vector<float>> expert_biases(GptPipeline& model) {
   std::map<std::string, std::vector<float>> out;
@@ -279,25 +268,6 @@ Run reference(const Spec& s, int d, int replicas, bool same_data = false, int it
   const ParamTable& t = model.chunks()[0]->params();
   for (int i = 0; i < t.size(); ++i) r.params[t.info(i).name] = host(t.param(i));
   return r;
-}
-
-// The global-tensor elements of `info`'s local slice, row-major, in local order.
-std::vector<float> slice_of(const ParamInfo& info, const std::vector<float>& global) {
-  const int64_t rows = info.global_shape[0], cols = info.global_shape.ndim() == 2 ? info.global_shape[1] : 1;
-  const int64_t lr = info.local_shape[0], lc = info.local_shape.ndim() == 2 ? info.local_shape[1] : 1;
-  std::vector<float> out(static_cast<std::size_t>(lr * lc));
-  for (const SliceRun& run : slice_runs(info)) {
-    for (int64_t k = 0; k < run.count; ++k) {
-      for (int64_t o = 0; o < (info.partition_dim == 1 ? lr : lc); ++o) {
-        const int64_t li = run.local_start + k, gi = run.global_start + k;
-        const int64_t to = info.partition_dim == 1 ? o * lc + li : li * lc + o;
-        const int64_t from = info.partition_dim == 1 ? o * cols + gi : gi * cols + o;
-        out[static_cast<std::size_t>(to)] = global[static_cast<std::size_t>(from)];
-      }
-    }
-  }
-  (void)rows;
-  return out;
 }
 
 // global_aux_loss's definition across d, which the layouts at one d cannot show: with every
@@ -405,27 +375,4 @@ void run_spec(const Spec& s, int world) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int world = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world);
-  for (int i = 1; i < argc; ++i) {
-    Spec s;
-    if (!parse(argv[i], &s)) {
-      expect(false, std::string("bad spec ") + argv[i]);
-      continue;
-    }
-    try {
-      run_spec(s, world);
-    } catch (const std::exception& e) {
-      expect(false, s.text + ": " + e.what());
-    }
-  }
-  int failed = g_failed, passed = g_passed;
-  MPI_Allreduce(MPI_IN_PLACE, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &passed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (g_rank == 0) std::printf("%d passed, %d failed\n", passed, failed);
-  MPI_Finalize();
-  return failed == 0 ? 0 : 1;
-}
+int main(int argc, char** argv) { return ptdp::spec_harness::run_specs<Spec>(argc, argv, parse, run_spec); }
