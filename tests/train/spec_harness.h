@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/params/params.h"
+#include "core/pipeline/schedule.h"
 
 namespace ptdp::spec_harness {
 
@@ -25,6 +26,15 @@ inline void expect(bool ok, const std::string& what) {
   }
   ++g_failed;
   std::fprintf(stderr, "[rank %d] FAIL %s\n", g_rank, what.c_str());
+}
+
+/// A spec's schedule word: 1f1b, interleaved or zbv; false for any other.
+inline bool schedule_of(const std::string& word, ScheduleKind* kind) {
+  if (word == "1f1b") *kind = ScheduleKind::OneFOneB;
+  else if (word == "interleaved") *kind = ScheduleKind::Interleaved1F1B;
+  else if (word == "zbv") *kind = ScheduleKind::ZeroBubbleV;
+  else return false;
+  return true;
 }
 
 /// An fp32 tensor's values on the host.

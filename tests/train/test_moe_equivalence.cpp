@@ -74,11 +74,7 @@ bool parse(const char* s, Spec* out) {
   const int n = std::sscanf(s, "%d,%d,%d,%d,%d,%d,%31[^,],%d,%127s", &x.t, &x.p, &x.v, &x.c, &x.e, &x.etp, sched,
                             &dist, extra);
   if (n != 8 && n != 9) return false;
-  const std::string k = sched;
-  if (k == "1f1b") x.kind = ScheduleKind::OneFOneB;
-  else if (k == "interleaved") x.kind = ScheduleKind::Interleaved1F1B;
-  else if (k == "zbv") x.kind = ScheduleKind::ZeroBubbleV;
-  else return false;
+  if (!spec_harness::schedule_of(sched, &x.kind)) return false;
   x.dist = dist != 0;
   x.extras = extra;
   x.text = s;
