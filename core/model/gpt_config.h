@@ -69,14 +69,16 @@ struct GptConfig : LayerConfig {
   /// Whether parameter_count() fits int64 (validate() refuses a model whose count does not).
   bool parameter_count_fits(int tensor_parallel) const;
 
+  /// paper_flops()'s MLA attention term over 12 h^2, per token and layer (12 B s h^2 times it
+  /// is one layer's multi-latent attention, forward and backward).
+  double mla_attention_factor() const;
+
  private:
   /// parameter_count() with `routed` experts per MoE layer.
   int64_t count_parameters(int tensor_parallel, int64_t routed) const;
   /// One layer's multi-latent attention parameters without linear_proj (down and up
   /// projections, latent norms).
   int64_t mla_projection_parameters() const;
-  /// paper_flops()'s MLA attention term over 12 h^2, per token and layer.
-  double mla_attention_factor() const;
 };
 
 }  // namespace ptdp
