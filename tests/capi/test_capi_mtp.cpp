@@ -205,7 +205,7 @@ ptdp_gpt_options tiny_moe(int32_t depth, bool last_moe) {
 
 }  // namespace
 
-TEST_CASE("mtp with MoE: the module's layer is the decoder's last layer's kind; it trains and reports",
+TEST_CASE("mtp with MoE: the module's layer takes the decoder's last layer's kind, trains and reports",
           "[capi][mtp][moe]") {
   sp::World w;
   const std::vector<int32_t> tokens = sp::ids(2 * kB * kSeq, kVocab, 8), labels = sp::ids(2 * kB * kSeq, kVocab, 9);
