@@ -102,6 +102,11 @@ GptModel::GptModel(const GptConfig& cfg, TensorParallel tp, Device device, GptSt
     head_params_.second = params_.size();
     mtp_params_ = {params_.size(), params_.size()};
     if (cfg_.mtp_num_layers > 0) {
+      // The planner and the counts take MoE models with MTP (DeepSeek-V3); the engine's modules
+      // build dense layers only so far.
+      PTDP_CHECK_ARG(!cfg_.moe.enabled(), "--mtp-num-layers " + std::to_string(cfg_.mtp_num_layers) +
+                                              " with MoE (--num-experts): the MTP modules' MoE layers are not "
+                                              "supported yet");
       int word = stage_.pre_process ? word_->weight_index() : tied_copy_;
       if (word < 0) {
         // Untied, on a later pipeline stage: the modules embed with their own copy of the first

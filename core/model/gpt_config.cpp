@@ -42,9 +42,6 @@ void GptConfig::validate(int t) const {
                  "Multi-Token Prediction (MTP) is not supported with learned_absolute position embedding type. "
                  "The supported position embedding types are rope and none (--mtp-num-layers " +
                      std::to_string(mtp_num_layers) + " with --position-embedding-type learned_absolute)");
-  PTDP_CHECK_ARG(mtp_num_layers == 0 || !moe.enabled(),
-                 "--mtp-num-layers " + std::to_string(mtp_num_layers) +
-                     " with MoE (--num-experts): the MTP modules' MoE layers are not supported yet");
   PTDP_CHECK_ARG(seq_length <= max_positions(),
                  "seq_length " + std::to_string(seq_length) + " is longer than max_position_embeddings " +
                      std::to_string(max_positions()));
@@ -64,13 +61,14 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
     const double layers = (full_recompute ? 16.0 : 12.0) * B * s * (l + D) * h * h * (attention + mlp);
     return layers + logits + mtp_proj;
   }
-  // Megatron's num_floating_point_operations: dense layers ffn, MoE layers k moe_ffn + shared.
-  const double moe_layers = num_moe_layers();
+  // Megatron's num_floating_point_operations: dense layers ffn, MoE layers k moe_ffn + shared;
+  // the MTP modules' layers are of the last decoder layer's kind (last_layer_is_moe).
+  const double moe_layers = num_moe_layers() + (mtp_layers_moe() ? D : 0.0);
   const double moe_width = static_cast<double>(moe.router_topk) * moe_ffn() + moe.shared_expert_intermediate_size;
   const double moe_mlp = moe_width / h * (swiglu ? 1.5 : 1.0);
-  const double mlp_layers = (l - moe_layers) * mlp + moe_layers * moe_mlp;
-  const double layers = (full_recompute ? 16.0 : 12.0) * B * s * h * h * (l * attention + mlp_layers);
-  return layers + logits;
+  const double mlp_layers = (l + D - moe_layers) * mlp + moe_layers * moe_mlp;
+  const double layers = (full_recompute ? 16.0 : 12.0) * B * s * h * h * ((l + D) * attention + mlp_layers);
+  return layers + logits + mtp_proj;
 }
 
 double GptConfig::mla_attention_factor() const {
@@ -109,10 +107,13 @@ bool GptConfig::parameter_count_fits(int t) const {
     const long double fe = moe_ffn(), sh = moe.shared_expert_intermediate_size, e = moe.num_experts;
     const long double expert = (swiglu ? 3 : 2) * fe * (h + 1) + h;
     const long double shared = (swiglu ? 3 : 2) * sh * (h + 1) + 2 * h;
-    total += static_cast<long double>(num_moe_layers()) * (e * (h + 1) + e * expert + shared);
+    total += static_cast<long double>(num_moe_layers() + (mtp_layers_moe() ? mtp_num_layers : 0)) *
+             (e * (h + 1) + e * expert + shared);
   }
   return total < 9.0e18L;
 }
+
+bool GptConfig::mtp_layers_moe() const { return moe.enabled() && moe.is_moe_layer(num_layers - 1); }
 
 int64_t GptConfig::parameter_count(int t) const { return count_parameters(t, moe.num_experts); }
 
@@ -141,7 +142,10 @@ int64_t GptConfig::count_parameters(int t, int64_t routed) const {
     const int64_t shared = sh > 0 ? sh1 * h + sh * h + (add_bias_linear ? sh1 + h : 0) : 0;
     const int64_t router = moe.num_experts * h + (moe.enable_expert_bias ? moe.num_experts : 0);
     const int64_t gate = moe.shared_expert_gate ? h : 0;
-    total += num_moe_layers() * (router + routed * expert + shared + gate - mlp);
+    // The MTP modules' layers are MoE where the last decoder layer is (Megatron's MTP block spec
+    // is the decoder's last layer's; DeepSeek-V3's model.layers.61).
+    const int64_t moe_layers = num_moe_layers() + (mtp_layers_moe() ? mtp_num_layers : 0);
+    total += moe_layers * (router + routed * expert + shared + gate - mlp);
   }
   if (learned_positions()) total += static_cast<int64_t>(max_positions()) * h;
   if (!tie_embeddings) total += v * h;

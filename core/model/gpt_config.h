@@ -56,16 +56,21 @@ struct GptConfig : LayerConfig {
   /// dn + dr; the core attention's s a (dq + dv) is not halved for the causal mask, as the dense
   /// term's s/h is not (the paper's convention; Megatron's current code halves both).
   /// With multi-token prediction (Megatron's terms) the D modules add D layers (l + D in the layer
-  /// terms), D more logits (V (1 + D)) and 6 B s D (3h + 2h^2) for their norms and eh_proj.
+  /// terms; MoE layers where the last decoder layer is, as Megatron's last_layer_is_moe), D more
+  /// logits (V (1 + D)) and 6 B s D (3h + 2h^2) for their norms and eh_proj.
   double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t): with MoE, every
   /// expert of every MoE layer, the routers (and their expert biases) and the shared experts;
-  /// with MTP, each module's three norms, eh_proj and layer (the embedding and head are shared).
+  /// with MTP, each module's three norms, eh_proj and layer (the embedding and head are shared; the
+  /// layer an MoE layer where mtp_layers_moe()).
   int64_t parameter_count(int tensor_parallel) const;
   /// The parameters one token's forward uses: parameter_count() with each MoE layer's routed
   /// experts counted k times instead of E times (the model cards' "active" count); equal to
   /// parameter_count() for a dense model.
   int64_t active_parameter_count(int tensor_parallel) const;
+  /// Whether the MTP modules' transformer layers are MoE layers: Megatron builds them with the
+  /// decoder's last layer's spec, so they are where that layer is (DeepSeek-V3's model.layers.61).
+  bool mtp_layers_moe() const;
   /// Whether parameter_count() fits int64 (validate() refuses a model whose count does not).
   bool parameter_count_fits(int tensor_parallel) const;
 
