@@ -636,6 +636,24 @@ module ptdp
     integer(c_int32_t) :: expert_model_parallel_size
     integer(c_int32_t) :: expert_tensor_parallel_size
     integer(c_int32_t) :: qk_layernorm_across_heads
+    integer(c_int) :: rope_type
+    real(c_float) :: rotary_scaling_factor
+    real(c_float) :: mscale
+    real(c_float) :: mscale_all_dim
+    integer(c_int32_t) :: original_max_position_embeddings
+    real(c_float) :: beta_fast
+    real(c_float) :: beta_slow
+    integer(c_int32_t) :: yarn_no_round_to_int
+    integer(c_int32_t) :: multi_latent_attention
+    integer(c_int32_t) :: q_lora_rank
+    integer(c_int32_t) :: kv_lora_rank
+    integer(c_int32_t) :: qk_head_dim
+    integer(c_int32_t) :: qk_pos_emb_head_dim
+    integer(c_int32_t) :: v_head_dim
+    integer(c_int32_t) :: mtp_num_layers
+    real(c_float) :: mtp_loss_scaling_factor
+    integer(c_int32_t) :: moe_router_group_score_topk
+    integer(c_int32_t) :: moe_router_topk_limited_devices
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -2704,8 +2722,9 @@ module ptdp
     end function ptdp_cluster_init
 
     ! Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3, HDR
-    ! InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with 141 GB
-    ! HBM3e); see ptdp_cluster_preset_name().
+    ! InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with 141 GB
+    ! HBM3e) or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's machine); see
+    ! ptdp_cluster_preset_name().
     function ptdp_cluster_preset(name, cluster) bind(c, name="ptdp_cluster_preset")
       import
       implicit none

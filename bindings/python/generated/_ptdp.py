@@ -4026,8 +4026,9 @@ def ptdp_cluster_init(cluster):
 def ptdp_cluster_preset(name, cluster):
     r"""
     Fills ``cluster`` with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
-           HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with
-           141 GB HBM3e); see ptdp_cluster_preset_name().
+           HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with
+           141 GB HBM3e) or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's
+           machine); see ptdp_cluster_preset_name().
     :type name: string
     :param name: A preset name; must not be NULL.
     :type cluster: :py:class:`ptdp_cluster`, out
@@ -4232,6 +4233,35 @@ class ptdp_plan_options(object):
     As ptdp_gpt_options::qk_layernorm_across_heads (OLMoE,
                                                 OLMo 2: the q/k norms over each token's whole
                                                 projections; with qk_layernorm). Default 0.
+    """)
+    rope_type = property(_ptdp_ext.ptdp_plan_options_rope_type_get, _ptdp_ext.ptdp_plan_options_rope_type_set, doc=r""" As ptdp_gpt_options::rope_type.""")
+    rotary_scaling_factor = property(_ptdp_ext.ptdp_plan_options_rotary_scaling_factor_get, _ptdp_ext.ptdp_plan_options_rotary_scaling_factor_set, doc=r""" As ptdp_gpt_options::rotary_scaling_factor.""")
+    mscale = property(_ptdp_ext.ptdp_plan_options_mscale_get, _ptdp_ext.ptdp_plan_options_mscale_set, doc=r""" As ptdp_gpt_options::mscale.""")
+    mscale_all_dim = property(_ptdp_ext.ptdp_plan_options_mscale_all_dim_get, _ptdp_ext.ptdp_plan_options_mscale_all_dim_set, doc=r""" As ptdp_gpt_options::mscale_all_dim.""")
+    original_max_position_embeddings = property(_ptdp_ext.ptdp_plan_options_original_max_position_embeddings_get, _ptdp_ext.ptdp_plan_options_original_max_position_embeddings_set, doc=r"""
+    As
+                                                ptdp_gpt_options::original_max_position_embeddings.
+    """)
+    beta_fast = property(_ptdp_ext.ptdp_plan_options_beta_fast_get, _ptdp_ext.ptdp_plan_options_beta_fast_set, doc=r""" As ptdp_gpt_options::beta_fast.""")
+    beta_slow = property(_ptdp_ext.ptdp_plan_options_beta_slow_get, _ptdp_ext.ptdp_plan_options_beta_slow_set, doc=r""" As ptdp_gpt_options::beta_slow.""")
+    yarn_no_round_to_int = property(_ptdp_ext.ptdp_plan_options_yarn_no_round_to_int_get, _ptdp_ext.ptdp_plan_options_yarn_no_round_to_int_set, doc=r""" As ptdp_gpt_options::yarn_no_round_to_int.""")
+    multi_latent_attention = property(_ptdp_ext.ptdp_plan_options_multi_latent_attention_get, _ptdp_ext.ptdp_plan_options_multi_latent_attention_set, doc=r""" As ptdp_gpt_options::multi_latent_attention.""")
+    q_lora_rank = property(_ptdp_ext.ptdp_plan_options_q_lora_rank_get, _ptdp_ext.ptdp_plan_options_q_lora_rank_set, doc=r""" As ptdp_gpt_options::q_lora_rank.""")
+    kv_lora_rank = property(_ptdp_ext.ptdp_plan_options_kv_lora_rank_get, _ptdp_ext.ptdp_plan_options_kv_lora_rank_set, doc=r""" As ptdp_gpt_options::kv_lora_rank (0 means 32).""")
+    qk_head_dim = property(_ptdp_ext.ptdp_plan_options_qk_head_dim_get, _ptdp_ext.ptdp_plan_options_qk_head_dim_set, doc=r""" As ptdp_gpt_options::qk_head_dim (0 means 128).""")
+    qk_pos_emb_head_dim = property(_ptdp_ext.ptdp_plan_options_qk_pos_emb_head_dim_get, _ptdp_ext.ptdp_plan_options_qk_pos_emb_head_dim_set, doc=r""" As ptdp_gpt_options::qk_pos_emb_head_dim (0 means 64).""")
+    v_head_dim = property(_ptdp_ext.ptdp_plan_options_v_head_dim_get, _ptdp_ext.ptdp_plan_options_v_head_dim_set, doc=r""" As ptdp_gpt_options::v_head_dim (0 means 128).""")
+    mtp_num_layers = property(_ptdp_ext.ptdp_plan_options_mtp_num_layers_get, _ptdp_ext.ptdp_plan_options_mtp_num_layers_set, doc=r"""
+    MTP depth D, as ptdp_gpt_options::mtp_num_layers; here
+                                                an MoE model may have modules (their layers MoE
+                                                where the last decoder layer is, as Megatron builds
+                                                them). Default 0.
+    """)
+    mtp_loss_scaling_factor = property(_ptdp_ext.ptdp_plan_options_mtp_loss_scaling_factor_get, _ptdp_ext.ptdp_plan_options_mtp_loss_scaling_factor_set, doc=r""" As ptdp_gpt_options::mtp_loss_scaling_factor.""")
+    moe_router_group_score_topk = property(_ptdp_ext.ptdp_plan_options_moe_router_group_score_topk_get, _ptdp_ext.ptdp_plan_options_moe_router_group_score_topk_set, doc=r""" As ptdp_gpt_options::moe_router_group_score_topk.""")
+    moe_router_topk_limited_devices = property(_ptdp_ext.ptdp_plan_options_moe_router_topk_limited_devices_get, _ptdp_ext.ptdp_plan_options_moe_router_topk_limited_devices_set, doc=r"""
+    As
+                                                ptdp_gpt_options::moe_router_topk_limited_devices.
     """)
 
     def __init__(self):

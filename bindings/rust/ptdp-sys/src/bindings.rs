@@ -816,6 +816,24 @@ pub struct ptdp_plan_options {
     pub expert_model_parallel_size: i32,
     pub expert_tensor_parallel_size: i32,
     pub qk_layernorm_across_heads: i32,
+    pub rope_type: ptdp_rope_type,
+    pub rotary_scaling_factor: f32,
+    pub mscale: f32,
+    pub mscale_all_dim: f32,
+    pub original_max_position_embeddings: i32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    pub yarn_no_round_to_int: i32,
+    pub multi_latent_attention: i32,
+    pub q_lora_rank: i32,
+    pub kv_lora_rank: i32,
+    pub qk_head_dim: i32,
+    pub qk_pos_emb_head_dim: i32,
+    pub v_head_dim: i32,
+    pub mtp_num_layers: i32,
+    pub mtp_loss_scaling_factor: f32,
+    pub moe_router_group_score_topk: i32,
+    pub moe_router_topk_limited_devices: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1918,8 +1936,9 @@ extern "C" {
     /// Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     pub fn ptdp_cluster_init(cluster: *mut ptdp_cluster) -> ptdp_status;
     /// Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
-    /// HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with
-    /// 141 GB HBM3e); see ptdp_cluster_preset_name().
+    /// HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with 141
+    /// GB HBM3e) or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's machine);
+    /// see ptdp_cluster_preset_name().
     pub fn ptdp_cluster_preset(
         name: *const ::std::os::raw::c_char,
         cluster: *mut ptdp_cluster,
