@@ -15,6 +15,10 @@
 // heads of dh, SwiGLU's fc1 output and activation, the norms' statistics, q/k norms, and the
 // dropout tensors only with dropout), and the CPU engine's own saved tensors for fp32 (what it
 // really keeps, so the estimate can be checked against its measured high-water mark).
+// Multi-latent attention replaces QKV by its down and up projections (layer_gemms) and q, k, v
+// by its latents and heads (layer_activation_bytes); the D multi-token prediction modules add
+// their layers, eh_proj and logits layers to the last pipeline stage's time, parameters and
+// activations (docs/deepseek.md, "Planning DeepSeek-V3").
 #pragma once
 
 #include <cstdint>

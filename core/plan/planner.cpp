@@ -959,6 +959,22 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                 {"precision", precision_name(r.request.precision)},
                 {"parameters", published_parameters(g)},
                 {"parameters_formula", paper_parameters(g)}};
+  if (g.multi_latent_attention) {
+    j["model"]["multi_latent_attention"] = {{"q_lora_rank", g.q_lora_rank},
+                                            {"kv_lora_rank", g.kv_lora_rank},
+                                            {"qk_head_dim", g.qk_head_dim},
+                                            {"qk_pos_emb_head_dim", g.qk_pos_emb_head_dim},
+                                            {"v_head_dim", g.v_head_dim}};
+  }
+  if (g.moe.enabled()) {
+    j["model"]["num_experts"] = g.moe.num_experts;
+    j["model"]["moe_router_topk"] = g.moe.router_topk;
+    j["model"]["num_moe_layers"] = g.num_moe_layers();
+  }
+  j["model"]["mtp_num_layers"] = g.mtp_num_layers;
+  GptConfig unpadded = g;  // as "parameters": the published vocabulary
+  unpadded.make_vocab_size_divisible_by = 1;
+  j["model"]["active_parameters"] = unpadded.active_parameter_count(1);
   j["cluster"] = cluster_to_json(r.cluster);
   j["num_gpus"] = r.num_gpus;
   j["considered"] = r.considered;
