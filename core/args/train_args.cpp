@@ -1329,6 +1329,12 @@ void check_together(const TrainArgs& a) {
   GptConfig checked = to_gpt_config(a);
   checked.sequence_parallel = a.sequence_parallel;
   checked.validate(a.tensor_model_parallel_size);
+  // The planner and the counts take MTP with MoE (DeepSeek-V3); the engine's modules do not yet
+  // (GptModel refuses them too).
+  if (checked.mtp_num_layers > 0 && checked.moe.enabled()) {
+    fail(str_cat("--mtp-num-layers ", checked.mtp_num_layers,
+                 " with MoE (--num-experts): the MTP modules' MoE layers are not supported yet"));
+  }
   to_optimizer_config(a).validate();
 }
 

@@ -29,10 +29,11 @@ struct Case {
   // precision, so the plan is told FUSED: the planner's own auto in 16 bits stands for the CUDA
   // engine (fused for head dim 64 or 128, here 32).
   ptdp_attention attention = PTDP_ATTENTION_FUSED;
+  bool mla = false;  // the Llama options with multi-latent attention (DeepSeek-V3's, small)
 };
 
 ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool llama,
-                           ptdp_attention attention = PTDP_ATTENTION_FUSED) {
+                           ptdp_attention attention = PTDP_ATTENTION_FUSED, bool mla = false) {
   ptdp_gpt_options o;
   ptdp_gpt_options_init(&o);
   o.num_layers = 4;
@@ -54,6 +55,16 @@ ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool 
     o.hidden_dropout = 0.0f;
     o.attention_dropout = 0.0f;
   }
+  if (mla) {
+    o.num_query_groups = 0;
+    o.multi_latent_attention = 1;
+    o.qk_layernorm = 1;
+    o.q_lora_rank = 48;
+    o.kv_lora_rank = 32;
+    o.qk_head_dim = 32;
+    o.qk_pos_emb_head_dim = 16;
+    o.v_head_dim = 32;
+  }
   return o;
 }
 
@@ -64,7 +75,7 @@ double measured_peak(const Case& c, int32_t b) {
   size_t before = 0;
   OK(ptdp_memory_stats(&before, nullptr));
   OK(ptdp_memory_reset_peak());
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention, c.mla);
   ptdp_model model = nullptr;
   ptdp_optimizer opt = nullptr;
   ptdp_schedule sched = nullptr;
@@ -89,7 +100,7 @@ double measured_peak(const Case& c, int32_t b) {
 }
 
 ptdp_plan_layout estimated(const Case& c, int32_t b) {
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention, c.mla);
   ptdp_plan_options o;
   OK(ptdp_plan_options_init(&o));
   o.num_layers = g.num_layers;
@@ -105,6 +116,13 @@ ptdp_plan_layout estimated(const Case& c, int32_t b) {
   o.position_embedding_type = g.position_embedding_type;
   o.num_query_groups = g.num_query_groups;
   o.disable_bias_linear = g.disable_bias_linear;
+  o.qk_layernorm = g.qk_layernorm;
+  o.multi_latent_attention = g.multi_latent_attention;
+  o.q_lora_rank = g.q_lora_rank;
+  o.kv_lora_rank = g.kv_lora_rank;
+  o.qk_head_dim = g.qk_head_dim;
+  o.qk_pos_emb_head_dim = g.qk_pos_emb_head_dim;
+  o.v_head_dim = g.v_head_dim;
   o.global_batch_size = c.m * b;
   o.precision = c.precision;
   o.attention = c.attention;
@@ -134,6 +152,7 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
           "[plan][memory]") {
   const int32_t b = 4;
   constexpr ptdp_attention kUnfused = PTDP_ATTENTION_UNFUSED;
+  constexpr ptdp_attention kFused = PTDP_ATTENTION_FUSED;
   const Case cases[] = {{PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4},
@@ -152,13 +171,19 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, kUnfused},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_F32, false, kUnfused},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16, false, kUnfused},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kUnfused}};
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kUnfused},
+                        // Multi-latent attention: its latents and the core attention's padded heads.
+                        {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F32, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kUnfused, true}};
   for (const Case& c : cases) {
     const double measured = measured_peak(c, b);
     const ptdp_plan_layout e = estimated(c, b);
-    std::printf("%s%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, "
+    std::printf("%s%s%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, "
                 "optimizer %.2f, activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
-                c.attention == PTDP_ATTENTION_UNFUSED ? "unfused " : "", c.llama ? "llama " : "",
+                c.attention == PTDP_ATTENTION_UNFUSED ? "unfused " : "", c.mla ? "mla " : "", c.llama ? "llama " : "",
                 c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
                 static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
                 e.memory_weights / 1048576.0, e.memory_gradients / 1048576.0, e.memory_optimizer / 1048576.0,
