@@ -2875,6 +2875,23 @@ module ptdp
       integer(c_int) :: ptdp_plan_parameters
     end function ptdp_plan_parameters
 
+    ! The inference key/value cache of the model in @p options, in bytes per token of context on
+    ! one tensor rank, summed over the decoder layers (generation runs no MTP module): 2 g dh /
+    ! t elements per layer for multi-head and grouped-query attention; with
+    ! multi_latent_attention the normalised latent and the shared rotated RoPE key, kv_lora_rank
+    ! + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what ptdp's engine
+    ! caches; DeepSeek-V3: 576 per layer where its keys and values would be 2 a (qk_head_dim +
+    ! qk_pos_emb_head_dim) = 49152).
+    function ptdp_plan_kv_cache_bytes(options, t, bytes_per_token) &
+        bind(c, name="ptdp_plan_kv_cache_bytes")
+      import
+      implicit none
+      type(ptdp_plan_options), intent(in) :: options
+      integer(c_int32_t), value :: t
+      real(c_double), intent(out) :: bytes_per_token
+      integer(c_int) :: ptdp_plan_kv_cache_bytes
+    end function ptdp_plan_kv_cache_bytes
+
     ! Draws one or more training logs, overlaid, as an SVG file.
     function ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path) &
         bind(c, name="ptdp_plot_training_logs")

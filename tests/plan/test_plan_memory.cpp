@@ -398,6 +398,20 @@ TEST_CASE("the DeepSeek-V3 family through the plan C API: MLA, YaRN and MTP fiel
   o.mtp_num_layers = 0;
   OK(ptdp_plan_parameters(&o, 1, nullptr, &exact));
   CHECK(exact == 671026419200);
+  // MLA's KV cache: the latent and the RoPE key of 61 layers, 2 bytes each in bf16, on every
+  // tensor rank; the same model with grouped-query attention (8 groups of 128) splits over t.
+  double kv = 0;
+  OK(ptdp_plan_kv_cache_bytes(&o, 8, &kv));
+  CHECK(kv == 61.0 * (512 + 64) * 2);
+  ptdp_plan_options gqa = o;
+  gqa.multi_latent_attention = 0;
+  gqa.num_query_groups = 8;
+  gqa.kv_channels = 128;
+  OK(ptdp_plan_kv_cache_bytes(&gqa, 8, &kv));
+  CHECK(kv == 61.0 * 2 * 8 * 128 / 8 * 2);
+  CHECK(ptdp_plan_kv_cache_bytes(&o, 0, &kv) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("t = 0") != std::string::npos);
+  CHECK(ptdp_plan_kv_cache_bytes(&o, 1, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
 
   // A small MLA model with one MTP module, planned on one node: the plan's FLOPs are Megatron's
   // num_floating_point_operations with its MLA and MTP terms, written out here per token.

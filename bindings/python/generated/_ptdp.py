@@ -4554,6 +4554,26 @@ def ptdp_plan_parameters(options, t):
     """
     return _ptdp_ext.ptdp_plan_parameters(options, t)
 
+def ptdp_plan_kv_cache_bytes(options, t):
+    r"""
+    The inference key/value cache of the model in ``options``, in bytes per token of
+           context on one tensor rank, summed over the decoder layers (generation runs no MTP
+           module): 2 g dh / t elements per layer for multi-head and grouped-query attention;
+           with multi_latent_attention the normalised latent and the shared rotated RoPE key,
+           kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what
+           ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be
+           2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152). Elements of the options' precision.
+    :type options: :py:class:`ptdp_plan_options`
+    :param options: The model and its precision (the other fields are not read); must not be NULL.
+    :type t: int
+    :param t: Tensor-parallel size, > 0.
+    :type bytes_per_token: float, out
+    :param bytes_per_token: Receives the bytes; must not be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_plan_kv_cache_bytes(options, t)
+
 def ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path):
     r"""
     Draws one or more training logs, overlaid, as an SVG file.

@@ -38971,6 +38971,54 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_kv_cache_bytes(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_plan_options *arg1 = (ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  double *arg3 = (double *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  double temp3 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_kv_cache_bytes", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_kv_cache_bytes" "', argument " "1"" of type '" "ptdp_plan_options const *""'"); 
+  }
+  arg1 = (ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_kv_cache_bytes" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_plan_kv_cache_bytes((struct ptdp_plan_options const *)arg1,arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg3)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_ptdp_plot_training_logs(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   char **arg1 = (char **) 0 ;
@@ -45213,6 +45261,23 @@ static PyMethodDef SwigMethods[] = {
 		":param formula: Receives the formula's value; may be NULL.\n"
 		":type exact: int, out\n"
 		":param exact: Receives the exact count; may be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_plan_kv_cache_bytes", _wrap_ptdp_plan_kv_cache_bytes, METH_VARARGS, "\n"
+		"The inference key/value cache of the model in ``options``, in bytes per token of\n"
+		"       context on one tensor rank, summed over the decoder layers (generation runs no MTP\n"
+		"       module): 2 g dh / t elements per layer for multi-head and grouped-query attention;\n"
+		"       with multi_latent_attention the normalised latent and the shared rotated RoPE key,\n"
+		"       kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what\n"
+		"       ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be\n"
+		"       2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152). Elements of the options' precision.\n"
+		":type options: :py:class:`ptdp_plan_options`\n"
+		":param options: The model and its precision (the other fields are not read); must not be NULL.\n"
+		":type t: int\n"
+		":param t: Tensor-parallel size, > 0.\n"
+		":type bytes_per_token: float, out\n"
+		":param bytes_per_token: Receives the bytes; must not be NULL.\n"
 		"Title: Thread safety\n"
 		"Thread-safe.\n"
 		""},

@@ -4562,6 +4562,25 @@ PTDP_API ptdp_status ptdp_plan_write_schedule_svg(ptdp_plan plan, int32_t index,
 PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int32_t t, double* formula,
                                           int64_t* exact);
 
+/**
+ * @brief The inference key/value cache of the model in @p options, in bytes per token of
+ *        context on one tensor rank, summed over the decoder layers (generation runs no MTP
+ *        module): 2 g dh / t elements per layer for multi-head and grouped-query attention;
+ *        with multi_latent_attention the normalised latent and the shared rotated RoPE key,
+ *        kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what
+ *        ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be
+ *        2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152). Elements of the options' precision.
+ * @param options The model and its precision (the other fields are not read); must not be NULL.
+ * @param t Tensor-parallel size, > 0.
+ * @param[out] bytes_per_token Receives the bytes; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL argument or bad @p options, or a model that cannot be
+ *         built with @p t (heads not divisible by t, ...).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_kv_cache_bytes(const ptdp_plan_options* options, int32_t t, double* bytes_per_token);
+
 /** @} */
 
 /* ---------------------------------------------------------------------------------------- */

@@ -2049,6 +2049,18 @@ function ptdp_plan_parameters(options, t, formula, exact)
           options, t, formula, exact)
 end
 
+# The inference key/value cache of the model in @p options, in bytes per token of context on one
+# tensor rank, summed over the decoder layers (generation runs no MTP module): 2 g dh / t
+# elements per layer for multi-head and grouped-query attention; with multi_latent_attention the
+# normalised latent and the shared rotated RoPE key, kv_lora_rank + qk_pos_emb_head_dim elements
+# per layer, whole on every tensor rank (what ptdp's engine caches; DeepSeek-V3: 576 per layer
+# where its keys and values would be 2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152).
+function ptdp_plan_kv_cache_bytes(options, t, bytes_per_token)
+    ccall((:ptdp_plan_kv_cache_bytes, libptdp), ptdp_status,
+          (Ptr{ptdp_plan_options}, Int32, Ptr{Cdouble}),
+          options, t, bytes_per_token)
+end
+
 # Draws one or more training logs, overlaid, as an SVG file.
 function ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path)
     ccall((:ptdp_plot_training_logs, libptdp), ptdp_status,

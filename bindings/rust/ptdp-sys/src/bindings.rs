@@ -2015,6 +2015,18 @@ extern "C" {
         formula: *mut f64,
         exact: *mut i64,
     ) -> ptdp_status;
+    /// The inference key/value cache of the model in @p options, in bytes per token of context
+    /// on one tensor rank, summed over the decoder layers (generation runs no MTP module): 2 g
+    /// dh / t elements per layer for multi-head and grouped-query attention; with
+    /// multi_latent_attention the normalised latent and the shared rotated RoPE key,
+    /// kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what
+    /// ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be 2 a
+    /// (qk_head_dim + qk_pos_emb_head_dim) = 49152).
+    pub fn ptdp_plan_kv_cache_bytes(
+        options: *const ptdp_plan_options,
+        t: i32,
+        bytes_per_token: *mut f64,
+    ) -> ptdp_status;
     /// Draws one or more training logs, overlaid, as an SVG file.
     pub fn ptdp_plot_training_logs(
         jsonl_paths: *const *const ::std::os::raw::c_char,
