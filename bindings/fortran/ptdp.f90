@@ -636,6 +636,24 @@ module ptdp
     integer(c_int32_t) :: expert_model_parallel_size
     integer(c_int32_t) :: expert_tensor_parallel_size
     integer(c_int32_t) :: qk_layernorm_across_heads
+    integer(c_int) :: rope_type
+    real(c_float) :: rotary_scaling_factor
+    real(c_float) :: mscale
+    real(c_float) :: mscale_all_dim
+    integer(c_int32_t) :: original_max_position_embeddings
+    real(c_float) :: beta_fast
+    real(c_float) :: beta_slow
+    integer(c_int32_t) :: yarn_no_round_to_int
+    integer(c_int32_t) :: multi_latent_attention
+    integer(c_int32_t) :: q_lora_rank
+    integer(c_int32_t) :: kv_lora_rank
+    integer(c_int32_t) :: qk_head_dim
+    integer(c_int32_t) :: qk_pos_emb_head_dim
+    integer(c_int32_t) :: v_head_dim
+    integer(c_int32_t) :: mtp_num_layers
+    real(c_float) :: mtp_loss_scaling_factor
+    integer(c_int32_t) :: moe_router_group_score_topk
+    integer(c_int32_t) :: moe_router_topk_limited_devices
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -2704,8 +2722,9 @@ module ptdp
     end function ptdp_cluster_init
 
     ! Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3, HDR
-    ! InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with 141 GB
-    ! HBM3e); see ptdp_cluster_preset_name().
+    ! InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with 141 GB
+    ! HBM3e) or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's machine); see
+    ! ptdp_cluster_preset_name().
     function ptdp_cluster_preset(name, cluster) bind(c, name="ptdp_cluster_preset")
       import
       implicit none
@@ -2855,6 +2874,23 @@ module ptdp
       integer(c_int64_t), intent(out) :: exact
       integer(c_int) :: ptdp_plan_parameters
     end function ptdp_plan_parameters
+
+    ! The inference key/value cache of the model in @p options, in bytes per token of context on
+    ! one tensor rank, summed over the decoder layers (generation runs no MTP module): 2 g dh /
+    ! t elements per layer for multi-head and grouped-query attention; with
+    ! multi_latent_attention the normalised latent and the shared rotated RoPE key, kv_lora_rank
+    ! + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what ptdp's engine
+    ! caches; DeepSeek-V3: 576 per layer where its keys and values would be 2 a (qk_head_dim +
+    ! qk_pos_emb_head_dim) = 49152).
+    function ptdp_plan_kv_cache_bytes(options, t, bytes_per_token) &
+        bind(c, name="ptdp_plan_kv_cache_bytes")
+      import
+      implicit none
+      type(ptdp_plan_options), intent(in) :: options
+      integer(c_int32_t), value :: t
+      real(c_double), intent(out) :: bytes_per_token
+      integer(c_int) :: ptdp_plan_kv_cache_bytes
+    end function ptdp_plan_kv_cache_bytes
 
     ! Draws one or more training logs, overlaid, as an SVG file.
     function ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path) &

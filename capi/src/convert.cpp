@@ -218,8 +218,10 @@ void moe_fields_to_c(const LayerConfig& c, Options& o) {
   o.moe_layer_recompute = m.recompute ? 1 : 0;
 }
 
-// YaRN's fields; each 0 means Megatron's default (LayerConfig's).
-void yarn_fields_to_core(const ptdp_gpt_options& o, LayerConfig& c) {
+// YaRN's fields, spelled the same in ptdp_gpt_options and ptdp_plan_options; each 0 means
+// Megatron's default (LayerConfig's).
+template <typename Options>
+void yarn_fields_to_core(const Options& o, LayerConfig& c) {
   PTDP_CHECK_ARG(o.rope_type == PTDP_ROPE_TYPE_ROPE || o.rope_type == PTDP_ROPE_TYPE_YARN,
                  "options->rope_type = " + std::to_string(static_cast<int>(o.rope_type)) +
                      " is not a ptdp_rope_type (PTDP_ROPE_TYPE_ROPE or PTDP_ROPE_TYPE_YARN)");
@@ -246,7 +248,8 @@ void yarn_fields_to_core(const ptdp_gpt_options& o, LayerConfig& c) {
   c.yarn.truncate = o.yarn_no_round_to_int == 0;
 }
 
-void yarn_fields_to_c(const LayerConfig& c, ptdp_gpt_options& o) {
+template <typename Options>
+void yarn_fields_to_c(const LayerConfig& c, Options& o) {
   o.rope_type = static_cast<ptdp_rope_type>(c.rope_type);
   o.rotary_scaling_factor = c.yarn.factor;
   o.mscale = c.yarn.mscale;
@@ -259,7 +262,8 @@ void yarn_fields_to_c(const LayerConfig& c, ptdp_gpt_options& o) {
 
 // The multi-latent attention fields: 0 means Megatron's default (q_lora_rank 0: no query
 // compression), so a zero tail is a model without MLA.
-void mla_fields_to_core(const ptdp_gpt_options& o, GptConfig& c) {
+template <typename Options>
+void mla_fields_to_core(const Options& o, GptConfig& c) {
   require_flag(o.multi_latent_attention, "multi_latent_attention");
   for (const auto& [v, name] : {std::pair{o.q_lora_rank, "q_lora_rank"}, std::pair{o.kv_lora_rank, "kv_lora_rank"},
                                 std::pair{o.qk_head_dim, "qk_head_dim"},
@@ -277,7 +281,8 @@ void mla_fields_to_core(const ptdp_gpt_options& o, GptConfig& c) {
 }
 
 /// The MLA fields of `c`: its sizes resolved with MLA, all zero without (they do not apply).
-void mla_fields_to_c(const LayerConfig& c, ptdp_gpt_options& o) {
+template <typename Options>
+void mla_fields_to_c(const LayerConfig& c, Options& o) {
   if (!c.multi_latent_attention) return;
   o.multi_latent_attention = 1;
   o.q_lora_rank = c.q_lora_rank;
@@ -375,7 +380,8 @@ namespace {
 
 /// ptdp_gpt_options' DeepSeek routing fields: the group score's size and device-limited routing,
 /// which sets group_topk to its M over the groups the caller gives.
-void deepseek_routing_to_core(const ptdp_gpt_options& o, MoeConfig& m) {
+template <typename Options>
+void deepseek_routing_to_core(const Options& o, MoeConfig& m) {
   require_field(o.moe_router_group_score_topk >= 0, "moe_router_group_score_topk", o.moe_router_group_score_topk,
                 "must be >= 0 (0: moe_router_topk / moe_router_group_topk)");
   require_field(o.moe_router_topk_limited_devices >= 0, "moe_router_topk_limited_devices",
@@ -799,6 +805,12 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.expert_model_parallel_size = r.expert_model;
   o.expert_tensor_parallel_size = r.expert_tensor;
   o.qk_layernorm_across_heads = g.qk_layernorm_across_heads ? 1 : 0;
+  yarn_fields_to_c(g, o);
+  mla_fields_to_c(g, o);
+  o.mtp_num_layers = g.mtp_num_layers;
+  o.mtp_loss_scaling_factor = g.mtp_loss_scaling_factor;
+  o.moe_router_group_score_topk = g.moe.group_score_topk;
+  o.moe_router_topk_limited_devices = g.moe.topk_limited_devices;
   *out = o;
 }
 
@@ -839,6 +851,16 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
   r.expert_tensor = o.expert_tensor_parallel_size;
   require_flag(o.qk_layernorm_across_heads, "qk_layernorm_across_heads");
   g.qk_layernorm_across_heads = o.qk_layernorm_across_heads == 1;
+  yarn_fields_to_core(o, g);
+  mla_fields_to_core(o, g);
+  PTDP_CHECK_ARG(o.mtp_num_layers >= 0,
+                 "options->mtp_num_layers = " + std::to_string(o.mtp_num_layers) + " must be >= 0 (0: no MTP)");
+  PTDP_CHECK_ARG(std::isfinite(o.mtp_loss_scaling_factor) && o.mtp_loss_scaling_factor >= 0.0f,
+                 "options->mtp_loss_scaling_factor = " + std::to_string(o.mtp_loss_scaling_factor) +
+                     " must be finite and >= 0 (0: Megatron's default 0.1)");
+  g.mtp_num_layers = o.mtp_num_layers;
+  if (o.mtp_loss_scaling_factor > 0.0f) g.mtp_loss_scaling_factor = o.mtp_loss_scaling_factor;
+  deepseek_routing_to_core(o, g.moe);
   r.global_batch_size = o.global_batch_size;
   PTDP_CHECK_ARG(o.global_batch_size > 0, str_cat("options->global_batch_size = ", o.global_batch_size, " is not > 0"));
   switch (o.precision) {

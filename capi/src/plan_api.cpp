@@ -251,4 +251,23 @@ PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int3
   });
 }
 
+PTDP_API ptdp_status ptdp_plan_kv_cache_bytes(const ptdp_plan_options* options, int32_t t, double* bytes_per_token) {
+  return guard(__func__, [&] {
+    PTDP_CHECK_ARG(t > 0, str_cat("t = ", t, " is not > 0"));
+    require_non_null(options, "options");
+    require_non_null(bytes_per_token, "bytes_per_token");
+    ptdp_plan_options defaults{};
+    defaults.struct_size = sizeof(defaults);
+    plan_options_defaults(&defaults);
+    ptdp_plan_options o =
+        ptdp::capi::read_options(options, defaults, "options", "ptdp_plan_options_init");
+    if (o.global_batch_size <= 0) o.global_batch_size = 1;  // only the model is read here
+    const plan::PlanRequest r = plan_request(&o);
+    ptdp::GptConfig run = r.model;
+    run.sequence_parallel = t > 1;  // MoE at t > 1 runs with it (Megatron's rule); the cache is the same
+    run.validate(t);
+    *bytes_per_token = plan::kv_cache_bytes_per_token(r.model, r.precision, t);
+  });
+}
+
 }  // extern "C"

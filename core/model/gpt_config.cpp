@@ -61,12 +61,12 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
     const double layers = (full_recompute ? 16.0 : 12.0) * B * s * (l + D) * h * h * (attention + mlp);
     return layers + logits + mtp_proj;
   }
-  // Megatron's num_floating_point_operations: dense layers ffn, MoE layers k moe_ffn + shared.
-  const double moe_layers = num_moe_layers();
+  // Megatron's num_floating_point_operations: dense layers ffn, MoE layers k moe_ffn + shared;
+  // the MTP modules' layers are of the last decoder layer's kind (mtp_moe(), Megatron's last_layer_is_moe).
+  const double moe_layers = num_moe_layers_with_mtp();
   const double moe_width = static_cast<double>(moe.router_topk) * moe_ffn() + moe.shared_expert_intermediate_size;
   const double moe_mlp = moe_width / h * (swiglu ? 1.5 : 1.0);
-  // The MTP modules' layers are of the decoder's last layer's kind (mtp_moe()).
-  const double mlp_layers = (l - moe_layers) * mlp + moe_layers * moe_mlp + D * (mtp_moe() ? moe_mlp : mlp);
+  const double mlp_layers = (l + D - moe_layers) * mlp + moe_layers * moe_mlp;
   const double layers = (full_recompute ? 16.0 : 12.0) * B * s * h * h * ((l + D) * attention + mlp_layers);
   return layers + logits + mtp_proj;
 }
@@ -111,6 +111,7 @@ bool GptConfig::parameter_count_fits(int t) const {
   }
   return total < 9.0e18L;
 }
+
 
 int64_t GptConfig::parameter_count(int t) const { return count_parameters(t, moe.num_experts); }
 

@@ -45,6 +45,49 @@
 //    1e-6, rope_theta 1e6, 131072 positions, vocabulary 151936, aux 0.001; 57.4B total, 14.2B
 //    active. The training sequence is 4096, the main pretraining stage's of OLMoE, Qwen2 and
 //    Qwen3 (Mixtral published a 32k context; --seq-length overrides).
+//  - The DeepSeek-V3 family (Hugging Face config.json; tests/plan/test_plan_deepseek.cpp checks
+//    the cards' totals). Multi-latent attention (kv_lora_rank 512, qk_nope_head_dim 128,
+//    qk_rope_head_dim 64, v_head_dim 128; q_a_layernorm and kv_a_layernorm as --qk-layernorm),
+//    SwiGLU, RMSNorm, an untied LM head, no bias (attention_bias false), the first
+//    first_k_dense_replace layers dense (intermediate_size), the others MoE (moe_layer_freq 1;
+//    n_shared_experts shared experts of moe_intermediate_size each), the sequence-wise auxiliary
+//    loss (seq_aux true, aux_loss_alpha 0.001; DeepSeek-V3's report trained with 0.0001 beside
+//    its bias-based balancing). The training sequence is 4096 (DeepSeek-V2/V3's and Kimi K2's
+//    pretraining context; Moonlight's 8192, its card's context length).
+//    DeepSeek-V3 (deepseek-ai/DeepSeek-V3): l 61, h 7168, a 128, q_lora_rank 1536,
+//    intermediate_size 18432, E 256 (n_routed_experts), k 8, moe_intermediate_size 2048, 1
+//    shared, first_k_dense_replace 3, vocabulary 129280, rms_norm_eps 1e-6, rope_theta 10000,
+//    163840 positions, YaRN (factor 40, original 4096, beta_fast 32, beta_slow 1, mscale 1,
+//    mscale_all_dim 1), the noaux_tc router (sigmoid, e_score_correction_bias, n_group 8,
+//    topk_group 4, a group scored by its top-2, norm_topk_prob, routed_scaling_factor 2.5), one
+//    MTP module (num_nextn_predict_layers 1, model.layers.61: an MoE layer). The card's 671B
+//    total and 37B activated (README_WEIGHTS.md: 36.6B, the 0.9B output head included) count
+//    the main model (671.03B; 36.63B activated without the input embedding); the MTP module
+//    adds 11.61B unique parameters (its layer 11.51B, which README_WEIGHTS.md rounds to 11.5B,
+//    and eh_proj). ptdp's parameter_count() counts the module once, as ptdp allocates it
+//    (682.64B); the hub's 685B also counts the module's own copies of embed_tokens and
+//    shared_head.head (2 V h: 684.49B, and the FP8 weights' scales). The tests check all three.
+//    DeepSeek-V2-Lite (deepseek-ai/DeepSeek-V2-Lite): l 27, h 2048, a 16, no query compression
+//    (q_lora_rank null), intermediate_size 10944, E 64, k 6, moe_intermediate_size 1408, 2
+//    shared, first_k_dense_replace 1, vocabulary 102400, rms_norm_eps 1e-6, rope_theta 10000,
+//    163840 positions, YaRN (factor 40, original 4096, beta_fast 32, beta_slow 1, mscale and
+//    mscale_all_dim 0.707), the greedy softmax router (softmax over all 64, top 6,
+//    norm_topk_prob false: --moe-router-pre-softmax; routed_scaling_factor 1); 15.7B total,
+//    2.4B activated (the card leaves the input embedding out of the activated count).
+//    Moonlight-16B-A3B (moonshotai/Moonlight-16B-A3B): DeepSeek-V3's architecture with l 27,
+//    h 2048, a 16, no query compression, intermediate_size 11264, E 64, k 6,
+//    moe_intermediate_size 1408, 2 shared, first_k_dense_replace 1, vocabulary 163840,
+//    rms_norm_eps 1e-5, rope_theta 50000, 8192 positions, no rope_scaling, the noaux_tc router
+//    with n_group 1 (no group limit) and routed_scaling_factor 2.446; the card's 16B total, 3B
+//    activated (the config's 15.96B and 2.58B without the input embedding, 2.91B with it).
+//    Kimi K2 (moonshotai/Kimi-K2-Base, -Instruct): l 61, h 7168, a 64, q_lora_rank 1536,
+//    intermediate_size 18432, E 384, k 8, moe_intermediate_size 2048, 1 shared,
+//    first_k_dense_replace 1, vocabulary 163840, rms_norm_eps 1e-6, rope_theta 50000, 131072
+//    positions, YaRN (factor 32, original 4096, beta_fast 1, beta_slow 1, mscale 1,
+//    mscale_all_dim 1), noaux_tc with n_group 1 and routed_scaling_factor 2.827, no MTP
+//    (num_nextn_predict_layers 0); the card's 1T total and 32B activated (the config's 1.026T
+//    and 31.7B without the input embedding). Kimi K2's report gives 1.04T: the config with one
+//    MTP module (an MoE layer, 17.2B) gives 1.044T; the released checkpoint has none.
 //  Llama, Qwen2.5 and the MoE models train without dropout. Every preset pads the vocabulary to a multiple of
 //  128 (Megatron's default): 128256, 151936 and 152064 are multiples of 128 already, so at
 //  t = 1 ptdp's vocabulary is the published one; GPT-2's 50257 pads to 50304. The training
@@ -187,6 +230,101 @@ GptConfig qwen2_57b_a14b() {
   return g;
 }
 
+// The DeepSeek-V3 architecture (Hugging Face's DeepseekV2/V3 config.json): multi-latent
+// attention, RMSNorm over the latents, SwiGLU, RoPE (YaRN where the config has rope_scaling), an
+// untied LM head, no bias; the first `dense` layers dense (first_k_dense_replace), the others MoE
+// with `shared` shared experts of the expert width; the sequence-level auxiliary loss
+// (seq_aux, aux_loss_alpha).
+struct MlaShape {
+  int layers, hidden, heads, ffn, vocab, q_lora_rank;
+  int experts, topk, expert_ffn, shared, dense;
+};
+GptConfig deepseek_family(const MlaShape& m) {
+  GptConfig g = llama_family(m.layers, m.hidden, m.heads, 0, m.ffn, m.vocab);
+  g.layernorm_epsilon = 1e-6f;
+  g.multi_latent_attention = true;
+  g.qk_layernorm = true;  // q_a_layernorm, kv_a_layernorm
+  g.q_lora_rank = m.q_lora_rank;
+  g.kv_lora_rank = 512;
+  g.qk_head_dim = 128;
+  g.qk_pos_emb_head_dim = 64;
+  g.v_head_dim = 128;
+  g.tie_embeddings = false;
+  g.seq_length = 4096;
+  g.moe.num_experts = m.experts;
+  g.moe.router_topk = m.topk;
+  g.moe.ffn_hidden_size = m.expert_ffn;
+  g.moe.shared_expert_intermediate_size = m.shared * m.expert_ffn;
+  g.moe.layer_pattern.assign(static_cast<std::size_t>(m.layers), 1);
+  for (int i = 0; i < m.dense; ++i) g.moe.layer_pattern[static_cast<std::size_t>(i)] = 0;
+  g.moe.load_balancing = MoeLoadBalancing::SeqAuxLoss;
+  g.moe.aux_loss_coeff = 0.001f;
+  return g;
+}
+
+// YaRN as the configs' rope_scaling (type yarn).
+void yarn(GptConfig& g, float factor, float mscale, float mscale_all_dim, float beta_fast, float beta_slow) {
+  g.rope_type = RopeType::Yarn;
+  g.yarn.factor = factor;
+  g.yarn.mscale = mscale;
+  g.yarn.mscale_all_dim = mscale_all_dim;
+  g.yarn.original_max_position_embeddings = 4096;
+  g.yarn.beta_fast = beta_fast;
+  g.yarn.beta_slow = beta_slow;
+}
+
+// DeepSeek-V3's router (topk_method noaux_tc): sigmoid scores, the selection bias, normalised
+// over the k chosen, times routed_scaling_factor; n_group groups of which topk_group are kept,
+// each scored by its top-2 biased scores (none when n_group is 1: one group holds every expert).
+void noaux_tc(GptConfig& g, float scaling, int groups, int group_topk) {
+  g.moe.score_function = MoeScoreFunction::Sigmoid;
+  g.moe.enable_expert_bias = true;
+  g.moe.topk_scaling_factor = scaling;
+  if (groups > 1) {
+    g.moe.num_groups = groups;
+    g.moe.group_topk = group_topk;
+    g.moe.group_score_topk = 2;
+  }
+}
+
+GptConfig deepseek_v3() {
+  GptConfig g = deepseek_family({61, 7168, 128, 18432, 129280, 1536, 256, 8, 2048, 1, 3});
+  g.rotary_base = 10000.0f;
+  g.max_position_embeddings = 163840;
+  yarn(g, 40.0f, 1.0f, 1.0f, 32.0f, 1.0f);
+  noaux_tc(g, 2.5f, 8, 4);
+  g.mtp_num_layers = 1;  // num_nextn_predict_layers
+  return g;
+}
+
+GptConfig deepseek_v2_lite() {
+  GptConfig g = deepseek_family({27, 2048, 16, 10944, 102400, 0, 64, 6, 1408, 2, 1});
+  g.rotary_base = 10000.0f;
+  g.max_position_embeddings = 163840;
+  yarn(g, 40.0f, 0.707f, 0.707f, 32.0f, 1.0f);
+  g.moe.pre_softmax = true;  // softmax over all 64, top 6, not renormalised (greedy, norm_topk_prob false)
+  return g;
+}
+
+GptConfig moonlight_16b_a3b() {
+  GptConfig g = deepseek_family({27, 2048, 16, 11264, 163840, 0, 64, 6, 1408, 2, 1});
+  g.layernorm_epsilon = 1e-5f;
+  g.rotary_base = 50000.0f;
+  g.max_position_embeddings = 8192;
+  g.seq_length = 8192;
+  noaux_tc(g, 2.446f, 1, 1);
+  return g;
+}
+
+GptConfig kimi_k2() {
+  GptConfig g = deepseek_family({61, 7168, 64, 18432, 163840, 1536, 384, 8, 2048, 1, 1});
+  g.rotary_base = 50000.0f;
+  g.max_position_embeddings = 131072;
+  yarn(g, 32.0f, 1.0f, 1.0f, 1.0f, 1.0f);
+  noaux_tc(g, 2.827f, 1, 1);
+  return g;
+}
+
 std::vector<ModelPreset> make_presets() {
   std::vector<ModelPreset> v;
   const auto add = [&v](const char* name, const char* description, const GptConfig& g) {
@@ -244,6 +382,22 @@ std::vector<ModelPreset> make_presets() {
       "Qwen2-57B-A14B, 57.4B total, 14.2B active (l 28, h 3584, a 28, g 4, E 64, k 8, expert ffn 2560, gated "
       "shared expert 20480; Qwen/Qwen2-57B-A14B)",
       qwen2_57b_a14b());
+  add("deepseek-v3",
+      "DeepSeek-V3, 671B total, 37B active, + 11.6B MTP module (l 61, h 7168, a 128, MLA, E 256, k 8, "
+      "expert ffn 2048, 1 shared, 3 dense; deepseek-ai/DeepSeek-V3)",
+      deepseek_v3());
+  add("deepseek-v2-lite",
+      "DeepSeek-V2-Lite, 15.7B total, 2.4B active (l 27, h 2048, a 16, MLA, E 64, k 6, expert ffn 1408, "
+      "2 shared, 1 dense; deepseek-ai/DeepSeek-V2-Lite)",
+      deepseek_v2_lite());
+  add("moonlight-16b-a3b",
+      "Moonlight-16B-A3B, 16B total, 3B active (l 27, h 2048, a 16, MLA, E 64, k 6, expert ffn 1408, "
+      "2 shared, 1 dense; moonshotai/Moonlight-16B-A3B)",
+      moonlight_16b_a3b());
+  add("kimi-k2",
+      "Kimi K2, 1T total (1.026T), 32B active (l 61, h 7168, a 64, MLA, E 384, k 8, expert ffn 2048, 1 shared, "
+      "1 dense; moonshotai/Kimi-K2-Base)",
+      kimi_k2());
   return v;
 }
 

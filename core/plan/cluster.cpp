@@ -84,6 +84,19 @@ Cluster dgx_h200() {
   return c;
 }
 
+// The H800 (SXM), as DeepSeek-V3 trained on it (DeepSeek-V3 technical report, section 3.1: 2048
+// H800s, 8 per node, NVLink and NVSwitch inside a node, InfiniBand between): an H100 SXM with
+// its NVLink cut to 400 GB/s (200 per direction) and the same SMs, memory and rates. Inside a
+// node 160 GB/s achieved (the report's section 3.2.2 figure for NVLink), between nodes 8 NDR
+// InfiniBand NICs of 400 Gb/s, one per GPU: 50 GB/s (the report's), about 45 achieved as for
+// DGX H100.
+Cluster hgx_h800() {
+  Cluster c = dgx_h100();
+  c.name = "hgx-h800";
+  c.intra_node_bandwidth = 160 * kGB;
+  return c;
+}
+
 // The CPU engine on the project's development machine (2 cores of a Skylake-X server; one
 // thread per rank, as bench_train runs it), measured with bench_kernels --threads 1 while the
 // machine was shared with other work. Rates are per core the rank holds (cpu_cluster shares them
@@ -106,7 +119,7 @@ constexpr double kCpuMpiLatencyUs = 30.0;
 
 const std::vector<std::pair<std::string, Cluster (*)()>>& presets() {
   static const std::vector<std::pair<std::string, Cluster (*)()>> table = {
-      {"dgx-a100", &dgx_a100}, {"dgx-h100", &dgx_h100}, {"dgx-h200", &dgx_h200}};
+      {"dgx-a100", &dgx_a100}, {"dgx-h100", &dgx_h100}, {"dgx-h200", &dgx_h200}, {"hgx-h800", &hgx_h800}};
   return table;
 }
 

@@ -183,6 +183,9 @@ int64_t count_stage_parameters(const GptConfig& m, int t, const PipelineSplit& s
         if (!m.moe.is_moe_layer(layer)) continue;
         n += experts_only ? moe.experts : moe.experts + moe.other - dense_mlp;
       }
+      if (c == static_cast<int>(layers.size()) - 1 && m.mtp_moe()) {
+        n += m.mtp_num_layers * (experts_only ? moe.experts : moe.experts + moe.other - dense_mlp);
+      }
     }
     first += count;
   }
@@ -218,7 +221,17 @@ int64_t dense_stage_parameters(const GptConfig& m, int t, const PipelineSplit& s
   const int64_t split = qkv * h + (m.qkv_bias() ? qkv : 0) + ctx * h + fc1 * h + (m.add_bias_linear ? fc1 : 0) + f * h +
                         qk_split;
   const int64_t replicated = 2 * norm + qk_norm + (m.add_bias_linear ? 2 * h : 0);  // + proj, fc2 biases
-  const int64_t layer = replicated + split / t;
+  int64_t layer = replicated + split / t;
+  if (m.multi_latent_attention) {
+    // MLA in place of linear_qkv (and the per-head q/k norms): the down projections and the
+    // latent norms replicated, the up projections (and linear_q_proj) split by heads.
+    const int64_t a = m.num_attention_heads, dq = m.mla_qk_dim(), rq = m.q_lora_rank, r = m.kv_lora_rank;
+    const int64_t latent_norm = !m.qk_layernorm ? 0 : rms ? 1 : 2;
+    const int64_t whole = (rq > 0 ? rq * h + latent_norm * rq : 0) + (r + m.qk_pos_emb_head_dim) * h + latent_norm * r;
+    const int64_t heads = (rq > 0 ? a * dq * rq : a * dq * h) + a * (int64_t{m.qk_head_dim} + m.v_head_dim) * r;
+    layer = 2 * norm + (m.add_bias_linear ? 2 * h : 0) + whole +
+            (heads + ctx * h + fc1 * h + (m.add_bias_linear ? fc1 : 0) + f * h) / t;
+  }
   const int p = split_of_layers.pipeline;
   const std::vector<int> layers = chunk_layer_counts(m.num_layers, split_of_layers);
   const int chunks = static_cast<int>(layers.size());
@@ -232,6 +245,14 @@ int64_t dense_stage_parameters(const GptConfig& m, int t, const PipelineSplit& s
     if (c == chunks - 1) {
       n += norm;                                             // final norm
       if (!m.tie_embeddings || chunks > 1) n += vp * h / t;  // output layer, or the tied copy
+      // The MTP modules (on the last chunk, with the output layer): enorm, hnorm and
+      // final_layernorm replicated, the column-parallel eh_proj [h, 2h], a layer (its MLP dense
+      // here; count_stage_parameters trades it for experts where mtp_moe()). An untied
+      // model on p > 1 also keeps a copy of the word embedding there for the modules' inputs.
+      if (m.mtp_num_layers > 0) {
+        n += m.mtp_num_layers * (3 * norm + 2 * h * h / t + layer);
+        if (!m.tie_embeddings && chunks > 1) n += vp * h / t;
+      }
     }
   }
   return n;
@@ -256,17 +277,31 @@ double layer_forward_flops(const GptConfig& m, double samples) {
   return (m.paper_flops(n, true) - m.paper_flops(n, false)) / (m.num_layers + m.mtp_num_layers);
 }
 
-// The logit GEMM's forward over `vocab` rows (the padded vocabulary is what runs).
+// One MTP module's forward besides its layer and logits: Megatron's 2 s (3h + 2h^2) per sample
+// (the norms and eh_proj).
+double mtp_projection_forward_flops(const GptConfig& m, double samples) {
+  const double h = m.hidden_size;
+  return 2.0 * samples * m.seq_length * (3.0 * h + 2.0 * h * h);
+}
+
+// One logit GEMM's forward over `vocab` rows (the padded vocabulary is what runs); the model
+// runs 1 + D of them (the MTP modules share the output layer).
 double logit_forward_flops(const GptConfig& m, double samples, double vocab) {
   const auto n = static_cast<int64_t>(samples);
-  const double logits = m.paper_flops(n, false) - 3.0 * m.num_layers * layer_forward_flops(m, samples);
-  return logits / 3.0 * vocab / m.vocab_size;
+  const double D = m.mtp_num_layers;
+  const double logits = m.paper_flops(n, false) - 3.0 * (m.num_layers + D) * layer_forward_flops(m, samples) -
+                        3.0 * D * mtp_projection_forward_flops(m, samples);
+  return logits / 3.0 / (1.0 + D) * vocab / m.vocab_size;
 }
 
 // What selective recomputation repeats: the forward of the attention products Q K^T and P V of
-// one layer (2 s^2 a dh FLOPs each per sample), the s / h part of paper_flops' attention term.
+// one layer (2 s^2 a dh FLOPs each per sample; with MLA 2 s^2 a (dn + dr) and 2 s^2 a dv), the
+// s / h part of paper_flops' attention term.
 double attention_core_flops(const GptConfig& m, double samples) {
   const double s = m.seq_length;
+  if (m.multi_latent_attention) {
+    return samples * 2.0 * s * s * m.num_attention_heads * static_cast<double>(m.mla_qk_dim() + m.v_head_dim);
+  }
   return samples * 4.0 * s * s * static_cast<double>(m.attention_width());
 }
 
@@ -287,7 +322,8 @@ double iteration_flops(const GptConfig& m, int64_t samples, Recompute recompute)
     case Recompute::None: return m.paper_flops(samples);
     case Recompute::Full: return m.paper_flops(samples, true);
     case Recompute::Selective:
-      return m.paper_flops(samples) + m.num_layers * attention_core_flops(m, static_cast<double>(samples));
+      return m.paper_flops(samples) +
+             (m.num_layers + m.mtp_num_layers) * attention_core_flops(m, static_cast<double>(samples));
   }
   return m.paper_flops(samples);
 }
@@ -299,7 +335,7 @@ bool fused_attention(const GptConfig& m, Precision prec) {
     case AttentionImpl::Auto: break;
   }
   if (prec == Precision::Fp32) return true;  // the CPU engine's kernel takes every head dim
-  const int64_t dh = m.head_dim();
+  const int64_t dh = m.attention_head_dim();  // MLA: qk_head_dim + qk_pos_emb_head_dim
   return dh == 64 || dh == 128;  // the CUDA engine's flash attention (kernels/cuda/flash_attention.cu)
 }
 
@@ -327,6 +363,52 @@ MlpWidths mlp_widths(const GptConfig& m, int t, int etp) {
 
 }  // namespace
 
+namespace {
+
+// layer_activation_bytes with multi-latent attention (c = 1).
+double mla_layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r,
+                                  bool sequence_parallel, const MlpWidths& mlp) {
+  const double whole = sequence_parallel ? 1.0 / t : 1.0;
+  const double s = m.seq_length, h = m.hidden_size, a = m.num_attention_heads, sb = s * b;
+  const double dq = static_cast<double>(m.mla_qk_dim()), dv = m.v_head_dim;
+  const double rq = m.q_lora_rank, rkv = m.kv_lora_rank, dr = m.qk_pos_emb_head_dim;
+  const double mlp_kept = mlp.fc1 + mlp.act + mlp.routed_hidden;
+  const double stats = m.normalization == Normalization::RMSNorm ? 1.0 : 2.0;
+  // The latents, whole on every tensor rank (gathered along the sequence under sequence
+  // parallelism): the query latent before and after its norm (q_up's input), the down
+  // projection's output [r + dr] (kv_norm's input and the shared RoPE key) and the normalised
+  // latent (kv_up's input); the latent norms' row statistics.
+  const double latents = (rq > 0 ? 2.0 * rq : 0.0) + (rkv + dr) + rkv;
+  const double latent_stats = m.qk_layernorm ? (rq > 0 ? 2.0 : 1.0) * stats : 0.0;
+  const bool fused = fused_attention(m, prec);
+  const double lse_bytes = 4.0 * (a / t) * b * s;
+  if (prec == Precision::Fp32) {
+    // The CPU engine: as for the dense layer, with its MLA tensors per tensor rank: the core
+    // attention's input in linear_qkv's layout (query, key and value heads of dq each, the value
+    // padded with zeros; mla_attention.h), its context (dq per head) and linear_proj's input
+    // (dv per head).
+    if (r == Recompute::Full) return 4.0 * sb * h * whole;
+    double elements = (sb * 4.0 * h + 2.0 * stats * sb) * whole + sb * (latents + latent_stats) +
+                      sb * (a * (3.0 * dq + dq + dv) + mlp_kept) / t;
+    if (fused) return 4.0 * elements + lse_bytes;
+    if (r == Recompute::None) elements += (m.attention_dropout > 0 ? 2.0 : 1.0) * (a / t) * b * s * s;
+    return 4.0 * elements;
+  }
+  // 16-bit, Korthikanti et al. 2022's terms with MLA's tensors: the replicated norms' inputs,
+  // masks and statistics as the dense layer's; the latents (16-bit) and their norms' fp32
+  // statistics on every rank; per tensor rank the query and key heads (a dq), the values and
+  // the context (a dv each), MLP as the dense layer's; the s^2 terms unless fused or recomputed.
+  if (r == Recompute::Full) return 2.0 * sb * h * whole;
+  double bytes = (sb * h * (8.0 + (m.hidden_dropout > 0 ? 2.0 : 0.0)) + 2.0 * 4.0 * stats * sb) * whole;
+  bytes += sb * (2.0 * latents + 4.0 * latent_stats);
+  bytes += (2.0 * (2.0 * a * dq + 2.0 * a * dv) + 2.0 * mlp_kept) * sb / t;
+  if (fused) return bytes + lse_bytes;
+  if (r == Recompute::None) bytes += (m.attention_dropout > 0 ? 5.0 : 2.0) * a * s * s * b / t;
+  return bytes;
+}
+
+}  // namespace
+
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r, bool sequence_parallel,
                               int c, int etp) {
   // Context parallelism keeps each rank's s / c tokens: every term below per token, the scores
@@ -338,6 +420,7 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   const double g = m.query_groups(), dh = m.head_dim(), ctx = static_cast<double>(m.attention_width());
   const double qkv = static_cast<double>(m.qkv_rows());
   const MlpWidths mlp = mlp_widths(m, t, etp);
+  if (m.multi_latent_attention) return mla_layer_activation_bytes(m, prec, t, b, r, sequence_parallel, mlp);
   const double mlp_kept = mlp.fc1 + mlp.act + mlp.routed_hidden;  // per token, split over t
   // Row statistics a norm keeps for its backward: LayerNorm mean and rstd, RMSNorm rstd (fp32).
   const double stats = m.normalization == Normalization::RMSNorm ? 1.0 : 2.0;
@@ -388,11 +471,37 @@ double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, 
   return bytes;
 }
 
+double kv_cache_bytes_per_token(const GptConfig& m, Precision prec, int t) {
+  const double per_layer = m.multi_latent_attention
+                               ? static_cast<double>(m.kv_lora_rank) + m.qk_pos_emb_head_dim
+                               : 2.0 * m.query_groups() * m.head_dim() / t;
+  return m.num_layers * per_layer * bytes_of(prec);
+}
+
 std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c) {
   const double s = m.seq_length, h = m.hidden_size, tokens = static_cast<double>(b) * s / c, q = s / c;
   const double dh = m.head_dim(), heads = static_cast<double>(m.num_attention_heads) / t;
   const double qkv = static_cast<double>(m.qkv_rows()), ctx = static_cast<double>(m.attention_width());
   const double f = m.ffn(), fc1 = m.swiglu ? 2.0 * f : f;
+  if (m.multi_latent_attention) {
+    const double a = m.num_attention_heads, dq = static_cast<double>(m.mla_qk_dim()), dv = m.v_head_dim;
+    const double rq = m.q_lora_rank, r = m.kv_lora_rank, dr = m.qk_pos_emb_head_dim, dn = m.qk_head_dim;
+    std::vector<Gemm> out;
+    if (rq > 0) {
+      out.push_back({tokens, rq, h, 1});           // linear_q_down_proj (whole on every rank)
+      out.push_back({tokens, a * dq / t, rq, 1});  // linear_q_up_proj
+    } else {
+      out.push_back({tokens, a * dq / t, h, 1});   // linear_q_proj
+    }
+    out.push_back({tokens, r + dr, h, 1});             // linear_kv_down_proj (whole on every rank)
+    out.push_back({tokens, a * (dn + dv) / t, r, 1});  // linear_kv_up_proj
+    out.push_back({q, s, dq, b * heads});              // scores over dn + dr
+    out.push_back({q, dv, s, b * heads});              // context of dv
+    out.push_back({tokens, h, ctx / t, 1});            // projection from a dv
+    out.push_back({tokens, fc1 / t, h, 1});
+    out.push_back({tokens, h, f / t, 1});
+    return out;
+  }
   return {
       {tokens, qkv / t, h, 1},   // QKV
       {q, s, dh, b * heads},     // scores Q K^T (this rank's queries against every key)
@@ -437,7 +546,9 @@ double attention_elementwise_bytes(const GptConfig& m, Precision prec, int t, in
 double layer_elementwise_bytes(const GptConfig& m, Precision prec, int t, int b, bool sequence_parallel, int c) {
   const double e = bytes_of(prec), sb = static_cast<double>(b) * m.seq_length / c, h = m.hidden_size;
   const double f = m.moe.enabled() ? mlp_widths(m, t, 0).act : m.ffn(), whole = sequence_parallel ? 1.0 / t : 1.0;
-  const double norms = 2.0 * 2.0 * e * sb * h * whole;
+  double norms = 2.0 * 2.0 * e * sb * h * whole;
+  // MLA's latent norms (whole on every rank): in and out.
+  if (m.multi_latent_attention && m.qk_layernorm) norms += 2.0 * e * sb * (m.q_lora_rank + m.kv_lora_rank);
   const double residual_adds = 2.0 * (3.0 * e + (m.hidden_dropout > 0 ? 1.0 : 0.0)) * sb * h * whole;
   // An MoE layer's activation runs on the routed tokens' k moe_ffn and the shared experts' widths.
   const double activation = (m.swiglu ? 3.0 : 2.0) * e * sb * f / t;
@@ -548,6 +659,8 @@ struct CostParts {
   /// MoE: one token exchange over the e ranks (dispatch or combine), and one layer's exchanges
   /// forward and backward at the model's share of MoE layers.
   double a2a, a2a_fwd, a2a_bwd;
+  /// MTP: one module's eh_proj (its layer and logits are priced as the decoder's).
+  double mtp_proj_fwd = 0, mtp_proj_bwd_input = 0, mtp_proj_bwd_weight = 0;
 };
 
 // The GEMM tables of the request's precision (empty: the cluster's single gemm_efficiency).
@@ -598,6 +711,8 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
                             : recompute_flops(g, b, L.recompute) / t / cp / rate;
     c.layer_bwd_input = c.layer_bwd_weight = c.layer_fwd;
     c.logit_bwd_input = c.logit_bwd_weight = c.logit_fwd;
+    c.mtp_proj_fwd = mtp_projection_forward_flops(g, b) / t / cp / rate;
+    c.mtp_proj_bwd_input = c.mtp_proj_bwd_weight = c.mtp_proj_fwd;
     attention_fwd = attention_core_flops(g, b) / t / cp / rate;
     attention_bwd = 2.0 * attention_fwd;
     if (fused) {  // the fused backward recomputes the scores Q K^T: half the products' forward
@@ -609,26 +724,34 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
     // activation, bias-dropout-add, softmax, dropout) at the achieved memory bandwidth.
     const double peak = peak_flops(req, cl);
     const std::vector<Gemm> all = layer_gemms(g, t, b, cp);
+    const std::size_t n = all.size();  // ... scores, context, projection, fc1, fc2
     PassSeconds layer = gemm_seconds(*tab, peak, all);
     if (g.moe.enabled()) {
       // The model's mix of layers: an MoE layer's router, grouped expert GEMMs and shared
       // experts in place of the dense fc1 and fc2.
       const double share = static_cast<double>(g.num_moe_layers()) / g.num_layers;
-      const PassSeconds dense = gemm_seconds(*tab, peak, {all[4], all[5]});
+      const PassSeconds dense = gemm_seconds(*tab, peak, {all[n - 2], all[n - 1]});
       const PassSeconds moe = gemm_seconds(*tab, peak, moe_mlp_gemms(g, t, b, cp, L.e, L.etp));
       layer.fwd += share * (moe.fwd - dense.fwd);
       layer.bwd_input += share * (moe.bwd_input - dense.bwd_input);
       layer.bwd_weight += share * (moe.bwd_weight - dense.bwd_weight);
     }
     const PassSeconds logit = gemm_seconds(*tab, peak, {logit_gemm(g, t, b, cp)});
-    const PassSeconds attention = gemm_seconds(*tab, peak, std::vector<Gemm>(all.begin() + 1, all.begin() + 3));  // Q K^T and P V
+    // Each MTP module's eh_proj (column-parallel [h, 2h]).
+    const PassSeconds eh_proj = gemm_seconds(
+        *tab, peak, {Gemm{static_cast<double>(b) * g.seq_length / cp, static_cast<double>(g.hidden_size) / t,
+                          2.0 * g.hidden_size, 1}});
+    c.mtp_proj_fwd = eh_proj.fwd;
+    c.mtp_proj_bwd_input = eh_proj.bwd_input;
+    c.mtp_proj_bwd_weight = eh_proj.bwd_weight;
+    const PassSeconds attention = gemm_seconds(*tab, peak, {all[n - 5], all[n - 4]});  // Q K^T and P V
     const double bandwidth = cl.elementwise_bandwidth > 0 ? cl.elementwise_bandwidth : cl.memory_bandwidth;
     const double fwd_bytes = layer_elementwise_bytes(g, req.precision, t, b, L.sequence_parallel, cp);
     const double attention_ew = attention_elementwise_bytes(g, req.precision, t, b, cp) / bandwidth;
     attention_fwd = attention.fwd + attention_ew;
     attention_bwd = attention.bwd_input + attention.bwd_weight + kElementwiseBackward * attention_ew;
     // The fused backward recomputes the scores Q K^T tile by tile before its four products.
-    const double rescore = fused ? gemm_seconds(*tab, peak, {all[1]}).fwd : 0.0;
+    const double rescore = fused ? gemm_seconds(*tab, peak, {all[n - 5]}).fwd : 0.0;
     attention_bwd += rescore;
     const double ew_fwd = fwd_bytes / bandwidth;
     c.layer_fwd = layer.fwd + ew_fwd;
@@ -676,8 +799,10 @@ CostParts cost_parts(const PlanRequest& req, const Cluster& cl, const Layout& L,
   c.cp_fwd = c.cp_bwd = 0;
   if (cp > 1) {
     const Link link = link_for(cl, t * cp > cl.gpus_per_node);
-    const double kv = 2.0 * b * g.seq_length / cp * static_cast<double>(g.query_groups()) * g.head_dim() / t *
-                      bytes_of(req.precision);
+    // MLA passes the assembled keys and values (a heads of dn + dr, the values padded to it).
+    const double kv_heads = g.multi_latent_attention ? static_cast<double>(g.num_attention_heads) * g.mla_qk_dim()
+                                                     : static_cast<double>(g.query_groups()) * g.head_dim();
+    const double kv = 2.0 * b * g.seq_length / cp * kv_heads / t * bytes_of(req.precision);
     const double ring = (cp - 1) * (link.latency + kv / link.bandwidth);
     c.cp_fwd = std::max(0.0, ring - attention_fwd);
     c.cp_bwd = std::max(0.0, 2.0 * ring - attention_bwd) + (L.recompute == Recompute::Full ? c.cp_fwd : 0.0);
@@ -693,13 +818,19 @@ std::vector<StageCost> stage_costs(const PlanRequest& req, const Cluster& cl, co
   const CostParts parts = cost_parts(req, cl, L, tensor_allreduce);
   // The first stage adds the embedding's all-reduce, the last the LM head's input gradient's.
   std::vector<StageCost> stages(static_cast<std::size_t>(p));
+  // The last stage also runs the D MTP modules: D more layers (priced as the decoder's), D more
+  // logits layers and losses, and D eh_proj GEMMs.
+  const double D = req.model.mtp_num_layers;
   for (int k = 0; k < p; ++k) {
     const bool first = k == 0, last = k == p - 1;
-    const double layers = stage_layers[static_cast<std::size_t>(k)];
+    const double layers = stage_layers[static_cast<std::size_t>(k)] + (last ? D : 0.0);
+    const double heads = last ? 1.0 + D : 0.0;
+    const double mtp = last ? D : 0.0;
     StageCost& c = stages[static_cast<std::size_t>(k)];
-    c.fwd_compute = layers * parts.layer_fwd + (last ? parts.logit_fwd : 0.0);
-    c.bwd_weight = layers * parts.layer_bwd_weight + (last ? parts.logit_bwd_weight : 0.0);
-    c.bwd_compute = layers * parts.layer_bwd_input + (last ? parts.logit_bwd_input : 0.0) + c.bwd_weight;
+    c.fwd_compute = layers * parts.layer_fwd + heads * parts.logit_fwd + mtp * parts.mtp_proj_fwd;
+    c.bwd_weight = layers * parts.layer_bwd_weight + heads * parts.logit_bwd_weight + mtp * parts.mtp_proj_bwd_weight;
+    c.bwd_compute =
+        layers * parts.layer_bwd_input + heads * parts.logit_bwd_input + mtp * parts.mtp_proj_bwd_input + c.bwd_weight;
     c.recompute = layers * parts.layer_recompute;
     c.tp_fwd = (2.0 * layers + (first ? 1.0 : 0.0)) * parts.ar + layers * (parts.cp_fwd + parts.a2a_fwd);
     c.tp_bwd =
@@ -872,7 +1003,11 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L, double la
     // GPT). Under full recomputation that is the recomputed chunk; the attention probabilities
     // are recomputed for one layer at a time (full and selective); and one layer's backward
     // allocates the probabilities' gradient and QKV's.
-    const double qkv = static_cast<double>(g.qkv_rows()), ctx = static_cast<double>(g.attention_width());
+    // MLA: the up projections' outputs and the assembled qkv (mla_attention.h) in place of QKV's.
+    const double qkv = g.multi_latent_attention
+                           ? static_cast<double>(g.num_attention_heads) * (3.0 * g.mla_qk_dim())
+                           : static_cast<double>(g.qkv_rows());
+    const double ctx = static_cast<double>(g.attention_width());
     const double f = g.ffn(), fc1 = g.swiglu ? 2.0 * f : f;
     const double held_for_weights = 4.0 * b * s * (4.0 * h + (qkv + ctx + fc1 + f) / t);
     if (L.recompute == Recompute::Full) working += layers_per_chunk * held_for_weights;
@@ -921,7 +1056,11 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, int
                    ne * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.expert_data() : 1);
   }
   mm.slots = slots;
-  mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * head_act : 0.0);
+  // The D MTP modules on the last chunk: a layer's activations, the logits' and eh_proj's input
+  // [s b 2h] each per microbatch in flight there.
+  const double D = g.mtp_num_layers;
+  const double mtp_act = D * (layer_act + head_act + 2.0 * b * s * h * act / L.c);
+  mm.activations = mm.slots * layers_per_chunk * layer_act + working + (last ? last_chunk_slots * (head_act + mtp_act) : 0.0);
   return mm;
 }
 
@@ -935,7 +1074,9 @@ StageSeconds stage_seconds(const PlanRequest& req, const Cluster& cl, const Layo
   out.layer = c.layer_fwd + c.layer_bwd_input + c.layer_bwd_weight + c.layer_recompute +
               (2.0 + c.ar_per_layer_bwd) * c.ar + c.cp_fwd + c.cp_bwd + c.a2a_fwd + c.a2a_bwd;  // as stage_costs
   out.first = c.ar;
-  out.last = c.logit_fwd + c.logit_bwd_input + c.logit_bwd_weight + c.ar;
+  const double D = req.model.mtp_num_layers;
+  out.last = (1.0 + D) * (c.logit_fwd + c.logit_bwd_input + c.logit_bwd_weight) + c.ar +
+             D * (out.layer + c.mtp_proj_fwd + c.mtp_proj_bwd_input + c.mtp_proj_bwd_weight);
   return out;
 }
 

@@ -15,6 +15,10 @@
 // heads of dh, SwiGLU's fc1 output and activation, the norms' statistics, q/k norms, and the
 // dropout tensors only with dropout), and the CPU engine's own saved tensors for fp32 (what it
 // really keeps, so the estimate can be checked against its measured high-water mark).
+// Multi-latent attention replaces QKV by its down and up projections (layer_gemms) and q, k, v
+// by its latents and heads (layer_activation_bytes); the D multi-token prediction modules add
+// their layers, eh_proj and logits layers to the last pipeline stage's time, parameters and
+// activations (docs/deepseek.md, "Planning DeepSeek-V3").
 #pragma once
 
 #include <cstdint>
@@ -199,6 +203,14 @@ bool fused_attention(const GptConfig& m, Precision prec);
 double layer_activation_bytes(const GptConfig& m, Precision prec, int t, int b, Recompute r,
                               bool sequence_parallel = false, int c = 1, int etp = 0);
 
+/// Bytes of the inference key/value cache per token of context on one tensor rank, summed over
+/// the decoder layers (generation runs no MTP module), in the precision's element size:
+/// 2 g dh / t per layer for multi-head and grouped-query attention; with multi-latent attention
+/// the normalised latent and the shared rotated RoPE key, kv_lora_rank + qk_pos_emb_head_dim per
+/// layer, whole on every tensor rank (what core/layers/mla_attention.h caches: DeepSeek-V3's 576
+/// numbers per token and layer against 2 a (dn + dr) = 49152 for its keys and values).
+double kv_cache_bytes_per_token(const GptConfig& m, Precision prec, int t);
+
 /// One GEMM shape C[m, n] = A[m, k] B[k, n], run `count` times (the batched attention products).
 struct Gemm {
   double m = 0, n = 0, k = 0, count = 1;
@@ -209,6 +221,16 @@ struct Gemm {
 /// with SwiGLU, h) and fc2 (b s, h, ffn / t). Their FLOPs, 2 m n k count summed, are
 /// GptConfig::paper_flops' forward of one layer on one rank. The backward prices each as its
 /// input gradient (m, k, n) and weight gradient (k, n, m).
+/// With multi-latent attention (r_q = q_lora_rank, r = kv_lora_rank, dn, dr, dv the head dims,
+/// dq = dn + dr) QKV is, in this order: linear_q_down_proj (b s, r_q, h) and linear_q_up_proj
+/// (b s, a dq / t, r_q), or linear_q_proj (b s, a dq / t, h) without query compression;
+/// linear_kv_down_proj (b s, r + dr, h); linear_kv_up_proj (b s, a (dn + dv) / t, r); then the
+/// scores (s, s, dq), the context (s, dv, s) and the projection (b s, h, a dv / t). The down
+/// projections are whole on every tensor rank. Their FLOPs are paper_flops' MLA term (Megatron's)
+/// less its latent norms (2 (r_q + r) per token) at t = 1. (ptdp's engine pads each value head to
+/// dq for its core attention kernels: the context GEMM it runs is (s, dq, s); this prices a
+/// kernel with a separate value head dim, as Megatron's FLOPs count.)
+/// Whatever the attention, the last five are the scores, the context, the projection, fc1, fc2.
 /// With context parallelism c each rank runs its s / c tokens: M = b s / c, the scores (s / c,
 /// s, dh) and the context (s / c, dh, s).
 std::vector<Gemm> layer_gemms(const GptConfig& m, int t, int b, int c = 1);

@@ -207,6 +207,51 @@ std::vector<Flag> make_flags() {
   v.push_back(bool_flag("qk-layernorm-across-heads",
                         "With --qk-layernorm: the q and k norms are over the whole projections (OLMo 2, OLMoE).",
                         [](PlanArgs& a) { a.request.model.qk_layernorm_across_heads = true; }));
+  // Multi-latent attention, YaRN and multi-token prediction (ptdp-train's names; docs/deepseek.md).
+  v.push_back(bool_flag("multi-latent-attention",
+                        "Multi-latent attention (DeepSeek-V2/V3): low-rank query and key/value projections with a "
+                        "decoupled RoPE part; with --qk-layernorm the latents are normalised.",
+                        [](PlanArgs& a) { a.request.model.multi_latent_attention = true; }));
+  v.push_back(model_int("q-lora-rank", "The query latent's width; 0 means no query compression (DeepSeek-V2-Lite).",
+                        &GptConfig::q_lora_rank, 0, "0"));
+  v.push_back(model_int("kv-lora-rank", "The compressed key/value latent's width.", &GptConfig::kv_lora_rank, 1, "32"));
+  v.push_back(model_int("qk-head-dim", "Each query/key head's dims without RoPE.", &GptConfig::qk_head_dim, 1, "128"));
+  v.push_back(model_int("qk-pos-emb-head-dim", "Each query/key head's RoPE dims.", &GptConfig::qk_pos_emb_head_dim, 1,
+                        "64"));
+  v.push_back(model_int("v-head-dim", "Each value head's dims.", &GptConfig::v_head_dim, 1, "128"));
+  const cli::Choices<RopeType> rope_types{{"rope", RopeType::Rope}, {"yarn", RopeType::Yarn}};
+  v.push_back(value_flag("rope-type", cli::choice_metavar(rope_types),
+                         "RoPE's frequencies: plain, or YaRN (no effect on memory or time).", "rope",
+                         [rope_types](PlanArgs& a, const std::string& s) {
+                           a.request.model.rope_type = cli::to_choice("rope-type", s, rope_types);
+                         }));
+  const auto yarn_number = [](const std::string& name, const std::string& help, float YarnScaling::*field,
+                              std::string def) {
+    return value_flag(name, "X", help, std::move(def), [name, field](PlanArgs& a, const std::string& s) {
+      a.request.model.yarn.*field = static_cast<float>(to_positive(name, s, true));
+    });
+  };
+  v.push_back(yarn_number("rotary-scaling-factor", "YaRN's factor.", &YarnScaling::factor, "1.0"));
+  v.push_back(yarn_number("mscale", "YaRN's mscale.", &YarnScaling::mscale, "1.0"));
+  v.push_back(yarn_number("mscale-all-dim", "YaRN's mscale_all_dim (0: unset).", &YarnScaling::mscale_all_dim, "0.0"));
+  v.push_back(yarn_number("beta-fast", "YaRN's beta_fast.", &YarnScaling::beta_fast, "32"));
+  v.push_back(yarn_number("beta-slow", "YaRN's beta_slow.", &YarnScaling::beta_slow, "1"));
+  v.push_back(value_flag("original-max-position-embeddings", "N", "The context length YaRN's frequencies were trained for.",
+                         "4096", [](PlanArgs& a, const std::string& s) {
+                           a.request.model.yarn.original_max_position_embeddings =
+                               static_cast<int>(to_int("original-max-position-embeddings", s, 1, kIntMax));
+                         }));
+  v.push_back(bool_flag("no-yarn-correction-range-round-to-int", "YaRN's correction range unrounded.",
+                        [](PlanArgs& a) { a.request.model.yarn.truncate = false; }));
+  v.push_back(model_int("mtp-num-layers",
+                        "Multi-token prediction depth D: D modules (a layer, eh_proj, a logits layer each) on the "
+                        "last pipeline stage.",
+                        &GptConfig::mtp_num_layers, 0, "0"));
+  v.push_back(value_flag("mtp-loss-scaling-factor", "X", "The MTP losses' weight (no effect on memory or time).", "0.1",
+                         [](PlanArgs& a, const std::string& s) {
+                           a.request.model.mtp_loss_scaling_factor =
+                               static_cast<float>(to_positive("mtp-loss-scaling-factor", s, true));
+                         }));
   // Mixture of experts (ptdp-train's names; the router's and the losses' flags change neither
   // memory nor time, and are ptdp-train's alone).
   v.push_back(model_moe_int("num-experts", "Routed experts E of every MoE layer; 0 means a dense model.",
@@ -438,8 +483,9 @@ PlanArgs parse_plan_args(const std::vector<std::string>& args) {
   if (r.micro_batch > 0 && r.global_batch_size % r.micro_batch != 0) {
     fail(str_cat("--global-batch-size ", r.global_batch_size, " is not a multiple of --micro-batch-size ", r.micro_batch));
   }
-  if (r.pipeline > 0 && g.num_layers % r.pipeline != 0) {
-    fail(str_cat("--num-layers ", g.num_layers, " is not divisible by --pipeline-model-parallel-size ", r.pipeline));
+  // A p that does not divide the layers runs with uneven first and last stages (searched, or pinned).
+  if (r.pipeline > 0 && r.pipeline > g.num_layers) {
+    fail(str_cat("--pipeline-model-parallel-size ", r.pipeline, " exceeds --num-layers ", g.num_layers));
   }
   if (r.tensor > 0 && g.num_attention_heads % r.tensor != 0) {
     fail(str_cat("--tensor-model-parallel-size ", r.tensor, " does not divide --num-attention-heads ", g.num_attention_heads));

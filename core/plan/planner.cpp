@@ -166,21 +166,34 @@ std::string architecture_words(const GptConfig& g) {
   add(normalization_name(g.normalization));
   if (g.swiglu) add("SwiGLU");
   if (g.rope()) {
-    add(str_cat("RoPE base ", fmt("%.0f", g.rotary_base), g.rope_scaling.enabled ? " scaled" : ""));
+    add(str_cat("RoPE base ", fmt("%.0f", g.rotary_base), g.rope_scaling.enabled ? " scaled" : "",
+                g.uses_yarn() ? str_cat(" with YaRN x", fmt("%g", g.yarn.factor)) : std::string()));
   } else if (!g.learned_positions()) {
     add("no position embedding");
   }
   const int groups = g.query_groups();
-  if (groups != g.num_attention_heads) add(groups == 1 ? "multi-query attention" : str_cat("g = ", groups, " query groups"));
-  if (g.attention_width() != g.hidden_size) add(str_cat("dh = ", g.head_dim()));
+  if (g.multi_latent_attention) {
+    add(str_cat("multi-latent attention (q_lora_rank ", g.q_lora_rank, ", kv_lora_rank ", g.kv_lora_rank,
+                ", qk dims ", g.qk_head_dim, " + ", g.qk_pos_emb_head_dim, ", v dim ", g.v_head_dim,
+                g.qk_layernorm ? ", latent norms)" : ")"));
+  } else {
+    if (groups != g.num_attention_heads) add(groups == 1 ? "multi-query attention" : str_cat("g = ", groups, " query groups"));
+    if (g.attention_width() != g.hidden_size) add(str_cat("dh = ", g.head_dim()));
+  }
   if (!g.add_bias_linear) add(g.add_qkv_bias ? "bias on qkv only" : "no linear bias");
-  if (g.qk_layernorm) add(g.qk_layernorm_across_heads ? "q/k norms across heads" : "q/k norms");
+  if (g.qk_layernorm && !g.multi_latent_attention) {
+    add(g.qk_layernorm_across_heads ? "q/k norms across heads" : "q/k norms");
+  }
   if (g.moe.enabled()) {
     add(str_cat("MoE: ", g.num_moe_layers(), " of ", g.num_layers, " layers with ", g.moe.num_experts,
                 " experts of ffn ", g.moe_ffn(), ", top-", g.moe.router_topk,
                 g.moe.shared_expert_intermediate_size > 0
                     ? str_cat(", shared ", g.moe.shared_expert_intermediate_size)
                     : std::string()));
+  }
+  if (g.mtp_num_layers > 0) {
+    add(str_cat(g.mtp_num_layers, " MTP module", g.mtp_num_layers > 1 ? "s" : "", " on the last stage",
+                g.mtp_moe() ? " (MoE layers)" : ""));
   }
   return w;
 }
@@ -263,11 +276,16 @@ bool pinned_split_runs(const PlanRequest& req, int p, int v) {
   return true;
 }
 
-// Pipeline sizes to try: those that divide the layers, or with pinned uneven stages those the
-// pinned counts allow.
+// Pipeline sizes to try: every p up to the layers (those that do not divide them with uneven
+// first and last stages only, as Megatron runs DeepSeek-V3's 61 layers on 16 stages), or with
+// pinned uneven stages those the pinned counts allow.
 std::vector<int> pipeline_options(const PlanRequest& req) {
   const GptConfig& g = req.model;
-  if (!uneven_pinned(req)) return divisors(g.num_layers);
+  if (!uneven_pinned(req)) {
+    std::vector<int> ps;
+    for (int p = 1; p <= g.num_layers; ++p) ps.push_back(p);
+    return ps;
+  }
   std::vector<int> ps;
   for (int p = 1; p <= g.num_layers; ++p) {
     if (pinned_split_runs(req, p, 1)) ps.push_back(p);
@@ -287,8 +305,8 @@ std::vector<int> virtual_stage_options(const PlanRequest& req, int p) {
     if (g.num_layers % (p * req.layers_per_virtual_stage) == 0) {
       vs.push_back(g.num_layers / (p * req.layers_per_virtual_stage));
     }
-  } else if (p == 1) {
-    vs.push_back(1);
+  } else if (p == 1 || g.num_layers % p != 0) {
+    vs.push_back(1);  // Megatron gives v with uneven stages only by --num-virtual-stages-per-pipeline-rank
   } else {
     vs = divisors(g.num_layers / p);
   }
@@ -445,7 +463,9 @@ Candidates candidate_layouts(const PlanRequest& req, const Cluster& cl, int n, c
                   c.layouts.push_back(L);
                   continue;
                 }
-                c.layouts.push_back(L);
+                // Layers that p does not divide run only with uneven first and last stages.
+                const bool even_runs = req.model.num_layers % (p * v) == 0;
+                if (even_runs) c.layouts.push_back(L);
                 // Megatron gives v with uneven stages only by --num-virtual-stages-per-pipeline-rank.
                 if (p == 1 || req.layers_per_virtual_stage > 0 || v_shaped) continue;
                 const auto key = std::make_tuple(t, p, v, b, static_cast<int>(rc) + 3 * sp + 6 * cp, e, etp);
@@ -939,6 +959,22 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                 {"precision", precision_name(r.request.precision)},
                 {"parameters", published_parameters(g)},
                 {"parameters_formula", paper_parameters(g)}};
+  if (g.multi_latent_attention) {
+    j["model"]["multi_latent_attention"] = {{"q_lora_rank", g.q_lora_rank},
+                                            {"kv_lora_rank", g.kv_lora_rank},
+                                            {"qk_head_dim", g.qk_head_dim},
+                                            {"qk_pos_emb_head_dim", g.qk_pos_emb_head_dim},
+                                            {"v_head_dim", g.v_head_dim}};
+  }
+  if (g.moe.enabled()) {
+    j["model"]["num_experts"] = g.moe.num_experts;
+    j["model"]["moe_router_topk"] = g.moe.router_topk;
+    j["model"]["num_moe_layers"] = g.num_moe_layers();
+  }
+  j["model"]["mtp_num_layers"] = g.mtp_num_layers;
+  GptConfig unpadded = g;  // as "parameters": the published vocabulary
+  unpadded.make_vocab_size_divisible_by = 1;
+  j["model"]["active_parameters"] = unpadded.active_parameter_count(1);
   j["cluster"] = cluster_to_json(r.cluster);
   j["num_gpus"] = r.num_gpus;
   j["considered"] = r.considered;

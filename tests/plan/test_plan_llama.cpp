@@ -59,7 +59,7 @@ struct Published {
 
 TEST_CASE("the presets: names, lookup, and every one valid", "[plan][presets]") {
   const std::vector<ModelPreset>& all = model_presets();
-  REQUIRE(all.size() == 27);
+  REQUIRE(all.size() == 31);
   std::vector<std::string> names;
   for (const ModelPreset& p : all) {
     INFO(p.name);
@@ -507,7 +507,11 @@ TEST_CASE("every preset is planned on DGX H100 nodes", "[plan][presets][h100]") 
                       // The MoE presets: their share of H100s in Megatron-style recipes (4096-token
                       // sequences, 512 of them per batch).
                       {"mixtral-8x7b", 64, 512},  {"mixtral-8x22b", 256, 512}, {"qwen3-30b-a3b", 32, 512},
-                      {"qwen3-235b-a22b", 512, 512}, {"olmoe-1b-7b", 8, 512},  {"qwen2-57b-a14b", 64, 512}};
+                      {"qwen3-235b-a22b", 512, 512}, {"olmoe-1b-7b", 8, 512},  {"qwen2-57b-a14b", 64, 512},
+                      // The DeepSeek-V3 family: DeepSeek-V3 on its 2048 GPUs and batch of 15360
+                      // (its report), Kimi K2 on as many; the small ones on two nodes.
+                      {"deepseek-v3", 2048, 15360}, {"deepseek-v2-lite", 16, 512},
+                      {"moonlight-16b-a3b", 16, 512}, {"kimi-k2", 2048, 4096}};
   REQUIRE(std::size(rows) == model_presets().size());
   for (const Row& r : rows) {
     PlanRequest q;

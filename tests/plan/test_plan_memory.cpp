@@ -29,10 +29,11 @@ struct Case {
   // precision, so the plan is told FUSED: the planner's own auto in 16 bits stands for the CUDA
   // engine (fused for head dim 64 or 128, here 32).
   ptdp_attention attention = PTDP_ATTENTION_FUSED;
+  bool mla = false;  // the Llama options with multi-latent attention (DeepSeek-V3's, small)
 };
 
 ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool llama,
-                           ptdp_attention attention = PTDP_ATTENTION_FUSED) {
+                           ptdp_attention attention = PTDP_ATTENTION_FUSED, bool mla = false) {
   ptdp_gpt_options o;
   ptdp_gpt_options_init(&o);
   o.num_layers = 4;
@@ -54,6 +55,16 @@ ptdp_gpt_options small_gpt(ptdp_recompute recompute, ptdp_dtype precision, bool 
     o.hidden_dropout = 0.0f;
     o.attention_dropout = 0.0f;
   }
+  if (mla) {
+    o.num_query_groups = 0;
+    o.multi_latent_attention = 1;
+    o.qk_layernorm = 1;
+    o.q_lora_rank = 48;
+    o.kv_lora_rank = 32;
+    o.qk_head_dim = 32;
+    o.qk_pos_emb_head_dim = 16;
+    o.v_head_dim = 32;
+  }
   return o;
 }
 
@@ -64,7 +75,7 @@ double measured_peak(const Case& c, int32_t b) {
   size_t before = 0;
   OK(ptdp_memory_stats(&before, nullptr));
   OK(ptdp_memory_reset_peak());
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention, c.mla);
   ptdp_model model = nullptr;
   ptdp_optimizer opt = nullptr;
   ptdp_schedule sched = nullptr;
@@ -89,7 +100,7 @@ double measured_peak(const Case& c, int32_t b) {
 }
 
 ptdp_plan_layout estimated(const Case& c, int32_t b) {
-  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention);
+  const ptdp_gpt_options g = small_gpt(c.recompute, c.precision, c.llama, c.attention, c.mla);
   ptdp_plan_options o;
   OK(ptdp_plan_options_init(&o));
   o.num_layers = g.num_layers;
@@ -105,6 +116,13 @@ ptdp_plan_layout estimated(const Case& c, int32_t b) {
   o.position_embedding_type = g.position_embedding_type;
   o.num_query_groups = g.num_query_groups;
   o.disable_bias_linear = g.disable_bias_linear;
+  o.qk_layernorm = g.qk_layernorm;
+  o.multi_latent_attention = g.multi_latent_attention;
+  o.q_lora_rank = g.q_lora_rank;
+  o.kv_lora_rank = g.kv_lora_rank;
+  o.qk_head_dim = g.qk_head_dim;
+  o.qk_pos_emb_head_dim = g.qk_pos_emb_head_dim;
+  o.v_head_dim = g.v_head_dim;
   o.global_batch_size = c.m * b;
   o.precision = c.precision;
   o.attention = c.attention;
@@ -134,6 +152,7 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
           "[plan][memory]") {
   const int32_t b = 4;
   constexpr ptdp_attention kUnfused = PTDP_ATTENTION_UNFUSED;
+  constexpr ptdp_attention kFused = PTDP_ATTENTION_FUSED;
   const Case cases[] = {{PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4},
@@ -152,13 +171,19 @@ TEST_CASE("the planner's memory estimate matches the CPU engine's high-water mar
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, false, kUnfused},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_F32, false, kUnfused},
                         {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_BF16, false, kUnfused},
-                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kUnfused}};
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kUnfused},
+                        // Multi-latent attention: its latents and the core attention's padded heads.
+                        {PTDP_SCHEDULE_1F1B, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_FULL, 4, PTDP_DTYPE_F32, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_SELECTIVE, 4, PTDP_DTYPE_BF16, true, kFused, true},
+                        {PTDP_SCHEDULE_GPIPE, PTDP_RECOMPUTE_NONE, 4, PTDP_DTYPE_F32, true, kUnfused, true}};
   for (const Case& c : cases) {
     const double measured = measured_peak(c, b);
     const ptdp_plan_layout e = estimated(c, b);
-    std::printf("%s%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, "
+    std::printf("%s%s%s%s schedule %d recompute %d m=%d b=%d: estimate %.2f MiB (weights %.2f, grads %.2f, "
                 "optimizer %.2f, activations %.2f, %d slots), measured peak %.2f MiB, ratio %.3f\n",
-                c.attention == PTDP_ATTENTION_UNFUSED ? "unfused " : "", c.llama ? "llama " : "",
+                c.attention == PTDP_ATTENTION_UNFUSED ? "unfused " : "", c.mla ? "mla " : "", c.llama ? "llama " : "",
                 c.precision == PTDP_DTYPE_F32 ? "f32" : "16-bit", static_cast<int>(c.schedule),
                 static_cast<int>(c.recompute), c.m, b, e.memory_total / 1048576.0,
                 e.memory_weights / 1048576.0, e.memory_gradients / 1048576.0, e.memory_optimizer / 1048576.0,
@@ -339,4 +364,110 @@ TEST_CASE("the attention kind through the plan C API", "[plan][capi][attention]"
   CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(std::string(ptdp_last_error()) == "ptdp_plan_create: options->attention = 3 is not a ptdp_attention");
   CHECK(plan == nullptr);
+}
+
+TEST_CASE("the DeepSeek-V3 family through the plan C API: MLA, YaRN and MTP fields, counts, FLOPs",
+          "[plan][capi][deepseek]") {
+  // --model-preset deepseek-v3 fills the new fields.
+  const char* argv[] = {"ptdp-plan", "--model-preset", "deepseek-v3", "--global-batch-size", "15360", "--cluster",
+                        "hgx-h800", "--nodes", "256", "--bf16", "--use-distributed-optimizer"};
+  ptdp_plan_options o;
+  ptdp_cluster cluster;
+  ptdp_plan_cli cli;
+  OK(ptdp_plan_options_init(&o));
+  CHECK(o.multi_latent_attention == 0);
+  CHECK(o.mtp_num_layers == 0);
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &o, &cluster, &cli));
+  CHECK(o.multi_latent_attention == 1);
+  CHECK(o.q_lora_rank == 1536);
+  CHECK(o.kv_lora_rank == 512);
+  CHECK(o.qk_head_dim == 128);
+  CHECK(o.qk_pos_emb_head_dim == 64);
+  CHECK(o.v_head_dim == 128);
+  CHECK(o.mtp_num_layers == 1);
+  CHECK(o.rope_type == PTDP_ROPE_TYPE_YARN);
+  CHECK(o.rotary_scaling_factor == 40.0f);
+  CHECK(o.moe_router_group_score_topk == 2);
+  CHECK(o.num_experts == 256);
+  CHECK(cluster.nodes == 256);
+  CHECK(cluster.intra_node_bandwidth == 160e9);
+  // Hugging Face's count of the main model (671.03B) and the MTP module (11.61B).
+  int64_t exact = 0;
+  OK(ptdp_plan_parameters(&o, 1, nullptr, &exact));
+  CHECK(exact == 682636487424);
+  o.mtp_num_layers = 0;
+  OK(ptdp_plan_parameters(&o, 1, nullptr, &exact));
+  CHECK(exact == 671026419200);
+  // MLA's KV cache: the latent and the RoPE key of 61 layers, 2 bytes each in bf16, on every
+  // tensor rank; the same model with grouped-query attention (8 groups of 128) splits over t.
+  double kv = 0;
+  OK(ptdp_plan_kv_cache_bytes(&o, 8, &kv));
+  CHECK(kv == 61.0 * (512 + 64) * 2);
+  ptdp_plan_options gqa = o;
+  gqa.multi_latent_attention = 0;
+  gqa.num_query_groups = 8;
+  gqa.kv_channels = 128;
+  OK(ptdp_plan_kv_cache_bytes(&gqa, 8, &kv));
+  CHECK(kv == 61.0 * 2 * 8 * 128 / 8 * 2);
+  CHECK(ptdp_plan_kv_cache_bytes(&o, 0, &kv) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("t = 0") != std::string::npos);
+  CHECK(ptdp_plan_kv_cache_bytes(&o, 1, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
+
+  // A small MLA model with one MTP module, planned on one node: the plan's FLOPs are Megatron's
+  // num_floating_point_operations with its MLA and MTP terms, written out here per token.
+  OK(ptdp_plan_options_init(&o));
+  o.num_layers = 4;
+  o.hidden_size = 64;
+  o.num_attention_heads = 4;
+  o.ffn_hidden_size = 96;
+  o.seq_length = 32;
+  o.vocab_size = 128;
+  o.make_vocab_size_divisible_by = 1;
+  o.untie_embeddings_and_output_weights = 1;
+  o.normalization = PTDP_NORMALIZATION_RMSNORM;
+  o.swiglu = 1;
+  o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+  o.disable_bias_linear = 1;
+  o.qk_layernorm = 1;
+  o.hidden_dropout = 0;
+  o.attention_dropout = 0;
+  o.multi_latent_attention = 1;
+  o.q_lora_rank = 24;
+  o.kv_lora_rank = 16;
+  o.qk_head_dim = 8;
+  o.qk_pos_emb_head_dim = 4;
+  o.v_head_dim = 8;
+  o.mtp_num_layers = 1;
+  o.global_batch_size = 16;
+  o.recompute_granularity = PTDP_RECOMPUTE_NONE;
+  o.tensor_model_parallel_size = 1;
+  o.pipeline_model_parallel_size = 2;
+  o.micro_batch_size = 1;
+  OK(ptdp_cluster_preset("dgx-h100", &cluster));
+  o.num_gpus = 8;
+  ptdp_plan plan = nullptr;
+  OK(ptdp_plan_create(&o, &cluster, &plan));
+  ptdp_plan_layout layout;
+  layout.struct_size = sizeof layout;
+  OK(ptdp_plan_get_layout(plan, 0, &layout));
+  const double B = 16, s = 32, h = 64, a = 4, V = 128, l = 4, D = 1;
+  const double rq = 24, r = 16, dn = 8, dr = 4, dv = 8, f = 96;
+  const double attention = rq * (h + a * (dn + dr) + 1) + r * (h + a * (dn + dv) + 1) + h * dr + a * dv * h +
+                           s * a * (dn + dr) + s * a * dv;
+  const double megatron = B * s * (12 * (l + D) * h * f * 1.5 + 6 * (l + D) * attention + 6 * D * (3 * h + 2 * h * h) +
+                                   6 * h * V * (D + 1));
+  const double gpus = layout.t * layout.p * layout.d;
+  CHECK(layout.p == 2);
+  CHECK(layout.mfu * layout.seconds_iteration * gpus * cluster.peak_flops_fp32 == Approx(megatron).epsilon(1e-9));
+  OK(ptdp_plan_parameters(&o, 1, nullptr, &exact));
+  CHECK(layout.parameters_exact == exact);
+  ptdp_plan_destroy(plan);
+  // Bad MLA and MTP fields are named.
+  o.mtp_num_layers = -1;
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("mtp_num_layers") != std::string::npos);
+  o.mtp_num_layers = 1;
+  o.kv_lora_rank = -2;
+  CHECK(ptdp_plan_create(&o, &cluster, &plan) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("kv_lora_rank") != std::string::npos);
 }

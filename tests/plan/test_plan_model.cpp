@@ -211,7 +211,10 @@ TEST_CASE("Table 1: every row within 10 percent with the paper's t, p, d and bat
   }
   std::printf("worst difference %.1f%%; the planner's own best layout uses the paper's t in %d of 10 rows\n",
               100.0 * worst, paper_t);
-  CHECK(paper_t >= 5);
+  // Since the search also runs pipeline sizes that do not divide the layers (uneven first and
+  // last stages, which Megatron did not have in 2021), some rows' best layouts leave the paper's
+  // t for one within a few percent of it (3.6B: t = 1, p = 8 with 2 layers on the last stage).
+  CHECK(paper_t >= 4);
 }
 
 TEST_CASE("a model that fits nowhere is refused with the shortfall", "[plan]") {
@@ -259,7 +262,7 @@ TEST_CASE("heads that no fitting tensor size divides are named", "[plan]") {
 }
 
 TEST_CASE("presets and cluster files", "[plan]") {
-  CHECK(cluster_preset_names() == std::vector<std::string>{"dgx-a100", "dgx-h100", "dgx-h200"});
+  CHECK(cluster_preset_names() == std::vector<std::string>{"dgx-a100", "dgx-h100", "dgx-h200", "hgx-h800"});
   for (const std::string& n : cluster_preset_names()) cluster_preset(n).validate();
   CHECK(cluster_preset("dgx-h200").memory_bytes > cluster_preset("dgx-h100").memory_bytes);
   const Cluster c = cluster_from_json(nlohmann::json{{"preset", "dgx-h100"}, {"nodes", 4}, {"memory_gib", 40}}, "x.json");

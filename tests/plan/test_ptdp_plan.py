@@ -111,6 +111,30 @@ rc, out, err = run(["--help"])
 check(all(f in out for f in ("--model-preset", "llama-3-8b", "--swiglu", "--num-query-groups", "--normalization")),
       "--help lists the presets and the Llama flags")
 
+# The DeepSeek-V3 family: DeepSeek-V3 on 2048 H800s (docs/deepseek.md, "Planning DeepSeek-V3"),
+# its own layout (p = 16 over 61 layers, e = 64 over 8 nodes) and the planner's choice.
+DSV3 = ["--model-preset", "deepseek-v3", "--cluster", "hgx-h800", "--nodes", "256", "--global-batch-size", "15360",
+        "--bf16", "--use-distributed-optimizer"]
+rc, out, err = run(DSV3 + ["--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "16",
+                           "--expert-model-parallel-size", "64", "--expert-tensor-parallel-size", "1",
+                           "--micro-batch-size", "1", "--json"])
+try:
+    j = json.loads(out)
+    m, best = j["model"], j["layouts"][0]
+    check(rc == 0 and m["parameters"] == 682636487424 and m["mtp_num_layers"] == 1
+          and m["multi_latent_attention"]["q_lora_rank"] == 1536 and m["num_moe_layers"] == 58,
+          f"deepseek-v3: the preset's model: {m}")
+    check(best["t"] == 1 and best["p"] == 16 and best["d"] == 128 and best["expert_model_parallel"] == 64
+          and sum(best["stage_layers"]) == 61 and 0 < best["mfu"] < 0.6, f"deepseek-v3: DeepSeek's layout: {best}")
+except (ValueError, KeyError, IndexError) as e:
+    check(False, f"deepseek-v3 --json: not the expected JSON ({e}): {out[:300]} {err}")
+rc, out, err = run(DSV3 + ["--top", "1"])
+check(rc == 0 and "multi-latent attention (q_lora_rank 1536" in out and "1 MTP module on the last stage" in out
+      and "YaRN x40" in out, f"deepseek-v3: the model line: rc {rc}, {out[:400]} {err}")
+rc, out, err = run(["--help"])
+check(all(f in out for f in ("deepseek-v3", "kimi-k2", "--multi-latent-attention", "--q-lora-rank", "--mtp-num-layers",
+                             "--rope-type", "hgx-h800")), "--help lists the DeepSeek presets and flags")
+
 # MoE presets through the tool (the C API's plan options carry the MoE fields and the e / etp
 # pins; they once dropped them and planned Mixtral as a dense 7.24B model).
 MIXTRAL = ["--cluster", "dgx-h100", "--num-gpus", "64", "--global-batch-size", "512", "--bf16",

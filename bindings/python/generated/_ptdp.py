@@ -4037,8 +4037,9 @@ def ptdp_cluster_init(cluster):
 def ptdp_cluster_preset(name, cluster):
     r"""
     Fills ``cluster`` with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
-           HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with
-           141 GB HBM3e); see ptdp_cluster_preset_name().
+           HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with
+           141 GB HBM3e) or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's
+           machine); see ptdp_cluster_preset_name().
     :type name: string
     :param name: A preset name; must not be NULL.
     :type cluster: :py:class:`ptdp_cluster`, out
@@ -4243,6 +4244,35 @@ class ptdp_plan_options(object):
     As ptdp_gpt_options::qk_layernorm_across_heads (OLMoE,
                                                 OLMo 2: the q/k norms over each token's whole
                                                 projections; with qk_layernorm). Default 0.
+    """)
+    rope_type = property(_ptdp_ext.ptdp_plan_options_rope_type_get, _ptdp_ext.ptdp_plan_options_rope_type_set, doc=r""" As ptdp_gpt_options::rope_type.""")
+    rotary_scaling_factor = property(_ptdp_ext.ptdp_plan_options_rotary_scaling_factor_get, _ptdp_ext.ptdp_plan_options_rotary_scaling_factor_set, doc=r""" As ptdp_gpt_options::rotary_scaling_factor.""")
+    mscale = property(_ptdp_ext.ptdp_plan_options_mscale_get, _ptdp_ext.ptdp_plan_options_mscale_set, doc=r""" As ptdp_gpt_options::mscale.""")
+    mscale_all_dim = property(_ptdp_ext.ptdp_plan_options_mscale_all_dim_get, _ptdp_ext.ptdp_plan_options_mscale_all_dim_set, doc=r""" As ptdp_gpt_options::mscale_all_dim.""")
+    original_max_position_embeddings = property(_ptdp_ext.ptdp_plan_options_original_max_position_embeddings_get, _ptdp_ext.ptdp_plan_options_original_max_position_embeddings_set, doc=r"""
+    As
+                                                ptdp_gpt_options::original_max_position_embeddings.
+    """)
+    beta_fast = property(_ptdp_ext.ptdp_plan_options_beta_fast_get, _ptdp_ext.ptdp_plan_options_beta_fast_set, doc=r""" As ptdp_gpt_options::beta_fast.""")
+    beta_slow = property(_ptdp_ext.ptdp_plan_options_beta_slow_get, _ptdp_ext.ptdp_plan_options_beta_slow_set, doc=r""" As ptdp_gpt_options::beta_slow.""")
+    yarn_no_round_to_int = property(_ptdp_ext.ptdp_plan_options_yarn_no_round_to_int_get, _ptdp_ext.ptdp_plan_options_yarn_no_round_to_int_set, doc=r""" As ptdp_gpt_options::yarn_no_round_to_int.""")
+    multi_latent_attention = property(_ptdp_ext.ptdp_plan_options_multi_latent_attention_get, _ptdp_ext.ptdp_plan_options_multi_latent_attention_set, doc=r""" As ptdp_gpt_options::multi_latent_attention.""")
+    q_lora_rank = property(_ptdp_ext.ptdp_plan_options_q_lora_rank_get, _ptdp_ext.ptdp_plan_options_q_lora_rank_set, doc=r""" As ptdp_gpt_options::q_lora_rank.""")
+    kv_lora_rank = property(_ptdp_ext.ptdp_plan_options_kv_lora_rank_get, _ptdp_ext.ptdp_plan_options_kv_lora_rank_set, doc=r""" As ptdp_gpt_options::kv_lora_rank (0 means 32).""")
+    qk_head_dim = property(_ptdp_ext.ptdp_plan_options_qk_head_dim_get, _ptdp_ext.ptdp_plan_options_qk_head_dim_set, doc=r""" As ptdp_gpt_options::qk_head_dim (0 means 128).""")
+    qk_pos_emb_head_dim = property(_ptdp_ext.ptdp_plan_options_qk_pos_emb_head_dim_get, _ptdp_ext.ptdp_plan_options_qk_pos_emb_head_dim_set, doc=r""" As ptdp_gpt_options::qk_pos_emb_head_dim (0 means 64).""")
+    v_head_dim = property(_ptdp_ext.ptdp_plan_options_v_head_dim_get, _ptdp_ext.ptdp_plan_options_v_head_dim_set, doc=r""" As ptdp_gpt_options::v_head_dim (0 means 128).""")
+    mtp_num_layers = property(_ptdp_ext.ptdp_plan_options_mtp_num_layers_get, _ptdp_ext.ptdp_plan_options_mtp_num_layers_set, doc=r"""
+    MTP depth D, as ptdp_gpt_options::mtp_num_layers; here
+                                                an MoE model may have modules (their layers MoE
+                                                where the last decoder layer is, as Megatron builds
+                                                them). Default 0.
+    """)
+    mtp_loss_scaling_factor = property(_ptdp_ext.ptdp_plan_options_mtp_loss_scaling_factor_get, _ptdp_ext.ptdp_plan_options_mtp_loss_scaling_factor_set, doc=r""" As ptdp_gpt_options::mtp_loss_scaling_factor.""")
+    moe_router_group_score_topk = property(_ptdp_ext.ptdp_plan_options_moe_router_group_score_topk_get, _ptdp_ext.ptdp_plan_options_moe_router_group_score_topk_set, doc=r""" As ptdp_gpt_options::moe_router_group_score_topk.""")
+    moe_router_topk_limited_devices = property(_ptdp_ext.ptdp_plan_options_moe_router_topk_limited_devices_get, _ptdp_ext.ptdp_plan_options_moe_router_topk_limited_devices_set, doc=r"""
+    As
+                                                ptdp_gpt_options::moe_router_topk_limited_devices.
     """)
 
     def __init__(self):
@@ -4534,6 +4564,26 @@ def ptdp_plan_parameters(options, t):
     Thread-safe.
     """
     return _ptdp_ext.ptdp_plan_parameters(options, t)
+
+def ptdp_plan_kv_cache_bytes(options, t):
+    r"""
+    The inference key/value cache of the model in ``options``, in bytes per token of
+           context on one tensor rank, summed over the decoder layers (generation runs no MTP
+           module): 2 g dh / t elements per layer for multi-head and grouped-query attention;
+           with multi_latent_attention the normalised latent and the shared rotated RoPE key,
+           kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what
+           ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be
+           2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152). Elements of the options' precision.
+    :type options: :py:class:`ptdp_plan_options`
+    :param options: The model and its precision (the other fields are not read); must not be NULL.
+    :type t: int
+    :param t: Tensor-parallel size, > 0.
+    :type bytes_per_token: float, out
+    :param bytes_per_token: Receives the bytes; must not be NULL.
+    Title: Thread safety
+    Thread-safe.
+    """
+    return _ptdp_ext.ptdp_plan_kv_cache_bytes(options, t)
 
 def ptdp_plot_training_logs(jsonl_paths, labels, count, title, svg_path):
     r"""

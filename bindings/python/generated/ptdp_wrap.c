@@ -34342,6 +34342,1084 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  ptdp_rope_type arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rope_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_type_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_rope_type", "ptdp_plan_options_rope_type_set", "rope_type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_rope_type)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rope_type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rope_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_rope_type result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rope_type_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_rope_type) ((arg1)->rope_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rotary_scaling_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_rotary_scaling_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rotary_scaling_factor_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_rotary_scaling_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->rotary_scaling_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_rotary_scaling_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_rotary_scaling_factor_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->rotary_scaling_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mscale_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_mscale_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mscale_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_mscale_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mscale = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mscale_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mscale_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->mscale);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mscale_all_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_mscale_all_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mscale_all_dim_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_mscale_all_dim_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mscale_all_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mscale_all_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mscale_all_dim_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->mscale_all_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_original_max_position_embeddings_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_original_max_position_embeddings_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_original_max_position_embeddings_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_original_max_position_embeddings_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->original_max_position_embeddings = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_original_max_position_embeddings_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_original_max_position_embeddings_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->original_max_position_embeddings);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_beta_fast_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_beta_fast_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_beta_fast_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_beta_fast_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->beta_fast = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_beta_fast_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_beta_fast_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->beta_fast);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_beta_slow_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_beta_slow_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_beta_slow_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_beta_slow_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->beta_slow = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_beta_slow_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_beta_slow_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->beta_slow);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_yarn_no_round_to_int_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_yarn_no_round_to_int_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_yarn_no_round_to_int_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_yarn_no_round_to_int_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->yarn_no_round_to_int = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_yarn_no_round_to_int_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_yarn_no_round_to_int_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->yarn_no_round_to_int);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_multi_latent_attention_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_multi_latent_attention_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_multi_latent_attention_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_multi_latent_attention_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->multi_latent_attention = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_multi_latent_attention_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_multi_latent_attention_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->multi_latent_attention);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_q_lora_rank_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_q_lora_rank_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_q_lora_rank_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_q_lora_rank_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->q_lora_rank = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_q_lora_rank_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_q_lora_rank_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->q_lora_rank);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_kv_lora_rank_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_kv_lora_rank_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_kv_lora_rank_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_kv_lora_rank_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->kv_lora_rank = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_kv_lora_rank_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_kv_lora_rank_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->kv_lora_rank);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_qk_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_head_dim_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_qk_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_head_dim_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_pos_emb_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_qk_pos_emb_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_pos_emb_head_dim_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_qk_pos_emb_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_pos_emb_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_qk_pos_emb_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_qk_pos_emb_head_dim_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_pos_emb_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_v_head_dim_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_v_head_dim_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_v_head_dim_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_v_head_dim_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->v_head_dim = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_v_head_dim_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_v_head_dim_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->v_head_dim);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mtp_num_layers_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_mtp_num_layers_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mtp_num_layers_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_mtp_num_layers_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mtp_num_layers = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mtp_num_layers_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mtp_num_layers_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->mtp_num_layers);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mtp_loss_scaling_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_mtp_loss_scaling_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mtp_loss_scaling_factor_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_mtp_loss_scaling_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->mtp_loss_scaling_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_mtp_loss_scaling_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_mtp_loss_scaling_factor_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->mtp_loss_scaling_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_moe_router_group_score_topk_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_moe_router_group_score_topk_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_moe_router_group_score_topk_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_moe_router_group_score_topk_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_group_score_topk = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_moe_router_group_score_topk_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_moe_router_group_score_topk_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_group_score_topk);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_moe_router_topk_limited_devices_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_moe_router_topk_limited_devices_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_moe_router_topk_limited_devices_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_moe_router_topk_limited_devices_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->moe_router_topk_limited_devices = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_moe_router_topk_limited_devices_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_moe_router_topk_limited_devices_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->moe_router_topk_limited_devices);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -37886,6 +38964,54 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_parameters(PyObject *self, PyObject *args) 
   }
   {
     resultobj = SWIG_Python_AppendOutput(resultobj, PyLong_FromLongLong((long long)*arg4)); 
+  }
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_kv_cache_bytes(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  ptdp_plan_options *arg1 = (ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  double *arg3 = (double *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  double temp3 = 0 ;
+  PyObject *swig_obj[2] ;
+  ptdp_status result;
+  
+  {
+    arg3 = &temp3; 
+  }
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_kv_cache_bytes", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_kv_cache_bytes" "', argument " "1"" of type '" "ptdp_plan_options const *""'"); 
+  }
+  arg1 = (ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_kv_cache_bytes" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_status)ptdp_plan_kv_cache_bytes((struct ptdp_plan_options const *)arg1,arg2,arg3);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  {
+    if (result != PTDP_SUCCESS) {
+      ptdpy_raise(result);
+      SWIG_fail;
+    }
+    resultobj = SWIG_Py_Void();
+  }
+  {
+    resultobj = SWIG_Python_AppendOutput(resultobj, PyFloat_FromDouble(*arg3)); 
   }
   return resultobj;
 fail:
@@ -43433,8 +44559,9 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_cluster_preset", _wrap_ptdp_cluster_preset, METH_VARARGS, "\n"
 		"Fills ``cluster`` with one node of a preset: \"dgx-a100\" (8 x A100-SXM4-80GB, NVLink 3,\n"
-		"       HDR InfiniBand), \"dgx-h100\" (8 x H100-SXM5, NVLink 4, NDR) or \"dgx-h200\" (as H100 with\n"
-		"       141 GB HBM3e); see ptdp_cluster_preset_name().\n"
+		"       HDR InfiniBand), \"dgx-h100\" (8 x H100-SXM5, NVLink 4, NDR), \"dgx-h200\" (as H100 with\n"
+		"       141 GB HBM3e) or \"hgx-h800\" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's\n"
+		"       machine); see ptdp_cluster_preset_name().\n"
 		":type name: string\n"
 		":param name: A preset name; must not be NULL.\n"
 		":type cluster: :py:class:`ptdp_cluster`, out\n"
@@ -43786,6 +44913,64 @@ static PyMethodDef SwigMethods[] = {
 		"                                            OLMo 2: the q/k norms over each token's whole\n"
 		"                                            projections; with qk_layernorm). Default 0.\n"
 		""},
+	 { "ptdp_plan_options_rope_type_set", _wrap_ptdp_plan_options_rope_type_set, METH_VARARGS, " As ptdp_gpt_options::rope_type."},
+	 { "ptdp_plan_options_rope_type_get", _wrap_ptdp_plan_options_rope_type_get, METH_O, " As ptdp_gpt_options::rope_type."},
+	 { "ptdp_plan_options_rotary_scaling_factor_set", _wrap_ptdp_plan_options_rotary_scaling_factor_set, METH_VARARGS, " As ptdp_gpt_options::rotary_scaling_factor."},
+	 { "ptdp_plan_options_rotary_scaling_factor_get", _wrap_ptdp_plan_options_rotary_scaling_factor_get, METH_O, " As ptdp_gpt_options::rotary_scaling_factor."},
+	 { "ptdp_plan_options_mscale_set", _wrap_ptdp_plan_options_mscale_set, METH_VARARGS, " As ptdp_gpt_options::mscale."},
+	 { "ptdp_plan_options_mscale_get", _wrap_ptdp_plan_options_mscale_get, METH_O, " As ptdp_gpt_options::mscale."},
+	 { "ptdp_plan_options_mscale_all_dim_set", _wrap_ptdp_plan_options_mscale_all_dim_set, METH_VARARGS, " As ptdp_gpt_options::mscale_all_dim."},
+	 { "ptdp_plan_options_mscale_all_dim_get", _wrap_ptdp_plan_options_mscale_all_dim_get, METH_O, " As ptdp_gpt_options::mscale_all_dim."},
+	 { "ptdp_plan_options_original_max_position_embeddings_set", _wrap_ptdp_plan_options_original_max_position_embeddings_set, METH_VARARGS, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::original_max_position_embeddings.\n"
+		""},
+	 { "ptdp_plan_options_original_max_position_embeddings_get", _wrap_ptdp_plan_options_original_max_position_embeddings_get, METH_O, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::original_max_position_embeddings.\n"
+		""},
+	 { "ptdp_plan_options_beta_fast_set", _wrap_ptdp_plan_options_beta_fast_set, METH_VARARGS, " As ptdp_gpt_options::beta_fast."},
+	 { "ptdp_plan_options_beta_fast_get", _wrap_ptdp_plan_options_beta_fast_get, METH_O, " As ptdp_gpt_options::beta_fast."},
+	 { "ptdp_plan_options_beta_slow_set", _wrap_ptdp_plan_options_beta_slow_set, METH_VARARGS, " As ptdp_gpt_options::beta_slow."},
+	 { "ptdp_plan_options_beta_slow_get", _wrap_ptdp_plan_options_beta_slow_get, METH_O, " As ptdp_gpt_options::beta_slow."},
+	 { "ptdp_plan_options_yarn_no_round_to_int_set", _wrap_ptdp_plan_options_yarn_no_round_to_int_set, METH_VARARGS, " As ptdp_gpt_options::yarn_no_round_to_int."},
+	 { "ptdp_plan_options_yarn_no_round_to_int_get", _wrap_ptdp_plan_options_yarn_no_round_to_int_get, METH_O, " As ptdp_gpt_options::yarn_no_round_to_int."},
+	 { "ptdp_plan_options_multi_latent_attention_set", _wrap_ptdp_plan_options_multi_latent_attention_set, METH_VARARGS, " As ptdp_gpt_options::multi_latent_attention."},
+	 { "ptdp_plan_options_multi_latent_attention_get", _wrap_ptdp_plan_options_multi_latent_attention_get, METH_O, " As ptdp_gpt_options::multi_latent_attention."},
+	 { "ptdp_plan_options_q_lora_rank_set", _wrap_ptdp_plan_options_q_lora_rank_set, METH_VARARGS, " As ptdp_gpt_options::q_lora_rank."},
+	 { "ptdp_plan_options_q_lora_rank_get", _wrap_ptdp_plan_options_q_lora_rank_get, METH_O, " As ptdp_gpt_options::q_lora_rank."},
+	 { "ptdp_plan_options_kv_lora_rank_set", _wrap_ptdp_plan_options_kv_lora_rank_set, METH_VARARGS, " As ptdp_gpt_options::kv_lora_rank (0 means 32)."},
+	 { "ptdp_plan_options_kv_lora_rank_get", _wrap_ptdp_plan_options_kv_lora_rank_get, METH_O, " As ptdp_gpt_options::kv_lora_rank (0 means 32)."},
+	 { "ptdp_plan_options_qk_head_dim_set", _wrap_ptdp_plan_options_qk_head_dim_set, METH_VARARGS, " As ptdp_gpt_options::qk_head_dim (0 means 128)."},
+	 { "ptdp_plan_options_qk_head_dim_get", _wrap_ptdp_plan_options_qk_head_dim_get, METH_O, " As ptdp_gpt_options::qk_head_dim (0 means 128)."},
+	 { "ptdp_plan_options_qk_pos_emb_head_dim_set", _wrap_ptdp_plan_options_qk_pos_emb_head_dim_set, METH_VARARGS, " As ptdp_gpt_options::qk_pos_emb_head_dim (0 means 64)."},
+	 { "ptdp_plan_options_qk_pos_emb_head_dim_get", _wrap_ptdp_plan_options_qk_pos_emb_head_dim_get, METH_O, " As ptdp_gpt_options::qk_pos_emb_head_dim (0 means 64)."},
+	 { "ptdp_plan_options_v_head_dim_set", _wrap_ptdp_plan_options_v_head_dim_set, METH_VARARGS, " As ptdp_gpt_options::v_head_dim (0 means 128)."},
+	 { "ptdp_plan_options_v_head_dim_get", _wrap_ptdp_plan_options_v_head_dim_get, METH_O, " As ptdp_gpt_options::v_head_dim (0 means 128)."},
+	 { "ptdp_plan_options_mtp_num_layers_set", _wrap_ptdp_plan_options_mtp_num_layers_set, METH_VARARGS, "\n"
+		"MTP depth D, as ptdp_gpt_options::mtp_num_layers; here\n"
+		"                                            an MoE model may have modules (their layers MoE\n"
+		"                                            where the last decoder layer is, as Megatron builds\n"
+		"                                            them). Default 0.\n"
+		""},
+	 { "ptdp_plan_options_mtp_num_layers_get", _wrap_ptdp_plan_options_mtp_num_layers_get, METH_O, "\n"
+		"MTP depth D, as ptdp_gpt_options::mtp_num_layers; here\n"
+		"                                            an MoE model may have modules (their layers MoE\n"
+		"                                            where the last decoder layer is, as Megatron builds\n"
+		"                                            them). Default 0.\n"
+		""},
+	 { "ptdp_plan_options_mtp_loss_scaling_factor_set", _wrap_ptdp_plan_options_mtp_loss_scaling_factor_set, METH_VARARGS, " As ptdp_gpt_options::mtp_loss_scaling_factor."},
+	 { "ptdp_plan_options_mtp_loss_scaling_factor_get", _wrap_ptdp_plan_options_mtp_loss_scaling_factor_get, METH_O, " As ptdp_gpt_options::mtp_loss_scaling_factor."},
+	 { "ptdp_plan_options_moe_router_group_score_topk_set", _wrap_ptdp_plan_options_moe_router_group_score_topk_set, METH_VARARGS, " As ptdp_gpt_options::moe_router_group_score_topk."},
+	 { "ptdp_plan_options_moe_router_group_score_topk_get", _wrap_ptdp_plan_options_moe_router_group_score_topk_get, METH_O, " As ptdp_gpt_options::moe_router_group_score_topk."},
+	 { "ptdp_plan_options_moe_router_topk_limited_devices_set", _wrap_ptdp_plan_options_moe_router_topk_limited_devices_set, METH_VARARGS, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::moe_router_topk_limited_devices.\n"
+		""},
+	 { "ptdp_plan_options_moe_router_topk_limited_devices_get", _wrap_ptdp_plan_options_moe_router_topk_limited_devices_get, METH_O, "\n"
+		"As\n"
+		"                                            ptdp_gpt_options::moe_router_topk_limited_devices.\n"
+		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},
@@ -44098,6 +45283,23 @@ static PyMethodDef SwigMethods[] = {
 		":param formula: Receives the formula's value; may be NULL.\n"
 		":type exact: int, out\n"
 		":param exact: Receives the exact count; may be NULL.\n"
+		"Title: Thread safety\n"
+		"Thread-safe.\n"
+		""},
+	 { "ptdp_plan_kv_cache_bytes", _wrap_ptdp_plan_kv_cache_bytes, METH_VARARGS, "\n"
+		"The inference key/value cache of the model in ``options``, in bytes per token of\n"
+		"       context on one tensor rank, summed over the decoder layers (generation runs no MTP\n"
+		"       module): 2 g dh / t elements per layer for multi-head and grouped-query attention;\n"
+		"       with multi_latent_attention the normalised latent and the shared rotated RoPE key,\n"
+		"       kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what\n"
+		"       ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be\n"
+		"       2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152). Elements of the options' precision.\n"
+		":type options: :py:class:`ptdp_plan_options`\n"
+		":param options: The model and its precision (the other fields are not read); must not be NULL.\n"
+		":type t: int\n"
+		":param t: Tensor-parallel size, > 0.\n"
+		":type bytes_per_token: float, out\n"
+		":param bytes_per_token: Receives the bytes; must not be NULL.\n"
 		"Title: Thread safety\n"
 		"Thread-safe.\n"
 		""},

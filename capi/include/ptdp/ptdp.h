@@ -4133,8 +4133,9 @@ PTDP_API ptdp_status ptdp_cluster_init(ptdp_cluster* cluster);
 
 /**
  * @brief Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
- *        HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with
- *        141 GB HBM3e); see ptdp_cluster_preset_name().
+ *        HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with
+ *        141 GB HBM3e) or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's
+ *        machine); see ptdp_cluster_preset_name().
  * @param name A preset name; must not be NULL.
  * @param[out] cluster Must not be NULL; unchanged on error.
  * @retval PTDP_SUCCESS
@@ -4301,6 +4302,36 @@ typedef struct ptdp_plan_options {
   int32_t qk_layernorm_across_heads;    /**< As ptdp_gpt_options::qk_layernorm_across_heads (OLMoE,
                                              OLMo 2: the q/k norms over each token's whole
                                              projections; with qk_layernorm). Default 0. */
+  /* The DeepSeek-V3 family's fields (docs/deepseek.md), each as in ::ptdp_gpt_options, its 0
+   * Megatron's default (a zero tail from an older program is a model without them). The planner
+   * prices multi-latent attention's projections, attention products and saved tensors
+   * (qk_head_dim + qk_pos_emb_head_dim for the scores, v_head_dim for the values and linear_proj)
+   * and the D MTP modules on the last pipeline stage (their layers, eh_proj, D more logits
+   * layers, and their parameters); YaRN and the routing fields change neither memory nor time
+   * and are kept so that the options describe the model ptdp-train would build. */
+  ptdp_rope_type rope_type;             /**< As ptdp_gpt_options::rope_type. */
+  float rotary_scaling_factor;          /**< As ptdp_gpt_options::rotary_scaling_factor. */
+  float mscale;                         /**< As ptdp_gpt_options::mscale. */
+  float mscale_all_dim;                 /**< As ptdp_gpt_options::mscale_all_dim. */
+  int32_t original_max_position_embeddings; /**< As
+                                             ptdp_gpt_options::original_max_position_embeddings. */
+  float beta_fast;                      /**< As ptdp_gpt_options::beta_fast. */
+  float beta_slow;                      /**< As ptdp_gpt_options::beta_slow. */
+  int32_t yarn_no_round_to_int;         /**< As ptdp_gpt_options::yarn_no_round_to_int. */
+  int32_t multi_latent_attention;       /**< As ptdp_gpt_options::multi_latent_attention. */
+  int32_t q_lora_rank;                  /**< As ptdp_gpt_options::q_lora_rank. */
+  int32_t kv_lora_rank;                 /**< As ptdp_gpt_options::kv_lora_rank (0 means 32). */
+  int32_t qk_head_dim;                  /**< As ptdp_gpt_options::qk_head_dim (0 means 128). */
+  int32_t qk_pos_emb_head_dim;          /**< As ptdp_gpt_options::qk_pos_emb_head_dim (0 means 64). */
+  int32_t v_head_dim;                   /**< As ptdp_gpt_options::v_head_dim (0 means 128). */
+  int32_t mtp_num_layers;               /**< MTP depth D, as ptdp_gpt_options::mtp_num_layers; here
+                                             an MoE model may have modules (their layers MoE
+                                             where the last decoder layer is, as Megatron builds
+                                             them). Default 0. */
+  float mtp_loss_scaling_factor;        /**< As ptdp_gpt_options::mtp_loss_scaling_factor. */
+  int32_t moe_router_group_score_topk;  /**< As ptdp_gpt_options::moe_router_group_score_topk. */
+  int32_t moe_router_topk_limited_devices; /**< As
+                                             ptdp_gpt_options::moe_router_topk_limited_devices. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */
@@ -4539,6 +4570,25 @@ PTDP_API ptdp_status ptdp_plan_write_schedule_svg(ptdp_plan plan, int32_t index,
  */
 PTDP_API ptdp_status ptdp_plan_parameters(const ptdp_plan_options* options, int32_t t, double* formula,
                                           int64_t* exact);
+
+/**
+ * @brief The inference key/value cache of the model in @p options, in bytes per token of
+ *        context on one tensor rank, summed over the decoder layers (generation runs no MTP
+ *        module): 2 g dh / t elements per layer for multi-head and grouped-query attention;
+ *        with multi_latent_attention the normalised latent and the shared rotated RoPE key,
+ *        kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what
+ *        ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be
+ *        2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152). Elements of the options' precision.
+ * @param options The model and its precision (the other fields are not read); must not be NULL.
+ * @param t Tensor-parallel size, > 0.
+ * @param[out] bytes_per_token Receives the bytes; must not be NULL.
+ * @retval PTDP_SUCCESS
+ * @retval PTDP_ERR_INVALID_ARGUMENT NULL argument or bad @p options, or a model that cannot be
+ *         built with @p t (heads not divisible by t, ...).
+ * @par Thread safety
+ * Thread-safe.
+ */
+PTDP_API ptdp_status ptdp_plan_kv_cache_bytes(const ptdp_plan_options* options, int32_t t, double* bytes_per_token);
 
 /** @} */
 

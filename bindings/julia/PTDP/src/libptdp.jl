@@ -1798,8 +1798,9 @@ function ptdp_cluster_init(cluster)
 end
 
 # Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3, HDR
-# InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with 141 GB
-# HBM3e); see ptdp_cluster_preset_name().
+# InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with 141 GB HBM3e)
+# or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's machine); see
+# ptdp_cluster_preset_name().
 function ptdp_cluster_preset(name, cluster)
     ccall((:ptdp_cluster_preset, libptdp), ptdp_status, (Cstring, Ptr{ptdp_cluster}), name, cluster)
 end
@@ -1892,6 +1893,24 @@ struct ptdp_plan_options
     expert_model_parallel_size::Int32
     expert_tensor_parallel_size::Int32
     qk_layernorm_across_heads::Int32
+    rope_type::ptdp_rope_type
+    rotary_scaling_factor::Cfloat
+    mscale::Cfloat
+    mscale_all_dim::Cfloat
+    original_max_position_embeddings::Int32
+    beta_fast::Cfloat
+    beta_slow::Cfloat
+    yarn_no_round_to_int::Int32
+    multi_latent_attention::Int32
+    q_lora_rank::Int32
+    kv_lora_rank::Int32
+    qk_head_dim::Int32
+    qk_pos_emb_head_dim::Int32
+    v_head_dim::Int32
+    mtp_num_layers::Int32
+    mtp_loss_scaling_factor::Cfloat
+    moe_router_group_score_topk::Int32
+    moe_router_topk_limited_devices::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -2028,6 +2047,18 @@ function ptdp_plan_parameters(options, t, formula, exact)
     ccall((:ptdp_plan_parameters, libptdp), ptdp_status,
           (Ptr{ptdp_plan_options}, Int32, Ptr{Cdouble}, Ptr{Int64}),
           options, t, formula, exact)
+end
+
+# The inference key/value cache of the model in @p options, in bytes per token of context on one
+# tensor rank, summed over the decoder layers (generation runs no MTP module): 2 g dh / t
+# elements per layer for multi-head and grouped-query attention; with multi_latent_attention the
+# normalised latent and the shared rotated RoPE key, kv_lora_rank + qk_pos_emb_head_dim elements
+# per layer, whole on every tensor rank (what ptdp's engine caches; DeepSeek-V3: 576 per layer
+# where its keys and values would be 2 a (qk_head_dim + qk_pos_emb_head_dim) = 49152).
+function ptdp_plan_kv_cache_bytes(options, t, bytes_per_token)
+    ccall((:ptdp_plan_kv_cache_bytes, libptdp), ptdp_status,
+          (Ptr{ptdp_plan_options}, Int32, Ptr{Cdouble}),
+          options, t, bytes_per_token)
 end
 
 # Draws one or more training logs, overlaid, as an SVG file.

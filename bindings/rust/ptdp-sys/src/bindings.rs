@@ -816,6 +816,24 @@ pub struct ptdp_plan_options {
     pub expert_model_parallel_size: i32,
     pub expert_tensor_parallel_size: i32,
     pub qk_layernorm_across_heads: i32,
+    pub rope_type: ptdp_rope_type,
+    pub rotary_scaling_factor: f32,
+    pub mscale: f32,
+    pub mscale_all_dim: f32,
+    pub original_max_position_embeddings: i32,
+    pub beta_fast: f32,
+    pub beta_slow: f32,
+    pub yarn_no_round_to_int: i32,
+    pub multi_latent_attention: i32,
+    pub q_lora_rank: i32,
+    pub kv_lora_rank: i32,
+    pub qk_head_dim: i32,
+    pub qk_pos_emb_head_dim: i32,
+    pub v_head_dim: i32,
+    pub mtp_num_layers: i32,
+    pub mtp_loss_scaling_factor: f32,
+    pub moe_router_group_score_topk: i32,
+    pub moe_router_topk_limited_devices: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1918,8 +1936,9 @@ extern "C" {
     /// Fills @p cluster with the "dgx-a100" preset (one node) and sets its struct_size.
     pub fn ptdp_cluster_init(cluster: *mut ptdp_cluster) -> ptdp_status;
     /// Fills @p cluster with one node of a preset: "dgx-a100" (8 x A100-SXM4-80GB, NVLink 3,
-    /// HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR) or "dgx-h200" (as H100 with
-    /// 141 GB HBM3e); see ptdp_cluster_preset_name().
+    /// HDR InfiniBand), "dgx-h100" (8 x H100-SXM5, NVLink 4, NDR), "dgx-h200" (as H100 with 141
+    /// GB HBM3e) or "hgx-h800" (as H100 with NVLink cut to 400 GB/s, DeepSeek-V3's machine);
+    /// see ptdp_cluster_preset_name().
     pub fn ptdp_cluster_preset(
         name: *const ::std::os::raw::c_char,
         cluster: *mut ptdp_cluster,
@@ -1995,6 +2014,18 @@ extern "C" {
         t: i32,
         formula: *mut f64,
         exact: *mut i64,
+    ) -> ptdp_status;
+    /// The inference key/value cache of the model in @p options, in bytes per token of context
+    /// on one tensor rank, summed over the decoder layers (generation runs no MTP module): 2 g
+    /// dh / t elements per layer for multi-head and grouped-query attention; with
+    /// multi_latent_attention the normalised latent and the shared rotated RoPE key,
+    /// kv_lora_rank + qk_pos_emb_head_dim elements per layer, whole on every tensor rank (what
+    /// ptdp's engine caches; DeepSeek-V3: 576 per layer where its keys and values would be 2 a
+    /// (qk_head_dim + qk_pos_emb_head_dim) = 49152).
+    pub fn ptdp_plan_kv_cache_bytes(
+        options: *const ptdp_plan_options,
+        t: i32,
+        bytes_per_token: *mut f64,
     ) -> ptdp_status;
     /// Draws one or more training logs, overlaid, as an SVG file.
     pub fn ptdp_plot_training_logs(
