@@ -6,7 +6,8 @@ alone, or refused by name (ctest labels "tools;checkpoint;python").
 
 VENV is /opt/ptdp-ref-venv (transformers 5.25) or /opt/ptdp-test-venv (transformers 4.46); the
 test runs itself with that venv's Python and exits 77 (skipped) with the reason when it is
-missing. For each class of GPT2, Llama, Mistral, Qwen2, Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE
+missing. For each class of GPT2, Llama, Mistral, Qwen2, Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
+DeepSeek-V2 and DeepSeek-V3
 that the version has, a tiny config is made, and every field of the class (its dataclass fields
 or __init__ arguments, and every key of to_dict(), PreTrainedConfig's own included) must be in
 one of three tables:
@@ -67,6 +68,9 @@ def probe(configs):
 SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64)
 MOE = dict(num_experts_per_tok=2)
+# DeepSeek's multi-latent attention has a key and value per head; the first layer dense.
+DEEPSEEK = dict(MOE, num_key_value_heads=4, moe_intermediate_size=24, n_routed_experts=8, n_shared_experts=1,
+                kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=1)
 CLASSES = {  # name: (config class, constructor arguments)
     "gpt2": ("GPT2Config", dict(n_layer=2, n_embd=32, n_head=4, vocab_size=101, n_positions=32)),
     "llama": ("LlamaConfig", SMALL),
@@ -77,6 +81,8 @@ CLASSES = {  # name: (config class, constructor arguments)
                                          shared_expert_intermediate_size=40, **MOE)),
     "qwen3_moe": ("Qwen3MoeConfig", dict(SMALL, num_experts=4, moe_intermediate_size=24, **MOE)),
     "olmoe": ("OlmoeConfig", dict(SMALL, num_experts=4, **MOE)),
+    "deepseek_v3": ("DeepseekV3Config", dict(SMALL, **DEEPSEEK, q_lora_rank=24, n_group=4, topk_group=2)),
+    "deepseek_v2": ("DeepseekV2Config", dict(SMALL, **DEEPSEEK, q_lora_rank=None)),
 }
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -126,6 +132,22 @@ READ = {
     "decoder_sparse_step": (2, {}),
     "mlp_only_layers": ([1], {}),
     "router_aux_loss_coef": (0.05, {}),
+    # DeepSeek-V2/V3
+    "n_routed_experts": (16, {}),
+    "n_shared_experts": (2, {}),
+    "routed_scaling_factor": (1.5, {}),
+    "kv_lora_rank": (8, {}),
+    "q_lora_rank": (12, {}),
+    "qk_nope_head_dim": (8, {}),
+    "qk_rope_head_dim": (4, {}),
+    "v_head_dim": (8, {}),
+    "n_group": (2, {}),
+    "topk_group": (1, {}),
+    "first_k_dense_replace": (0, {}),
+    "rope_interleave": (None, {}),
+    "topk_method": ("group_limited_greedy", {"n_group": 2, "topk_group": 1}),
+    "num_mtp_layers": (2, {"num_nextn_predict_layers": 2}),
+    "num_nextn_predict_layers": (2, {}),
 }
 
 # The documented allow-list: field -> (value, reason the math does not change).
@@ -179,6 +201,8 @@ INERT = {
     "reorder_and_upcast_attn": (True, "computes the attention scores in fp32 in half-precision models; ptdp's "
                                       "scores are fp32 already"),
     "n_ctx": (None, "transformers 3's name of n_positions, read when n_positions is missing"),
+    "qk_head_dim": (40, "DeepSeek's qk_nope_head_dim + qk_rope_head_dim, which transformers recomputes on load"),
+
     # Generation defaults stored in transformers 4's configs: how generate() samples, not the model.
     **{k: (v, "a default of generate()") for k, v in {
         "max_length": 7, "min_length": 2, "do_sample": True, "early_stopping": True, "num_beams": 3,
@@ -206,6 +230,15 @@ REFUSED = {
     "embd_pdrop": 0.0,
     "attention_bias": True,
     "mlp_bias": True,
+    "num_key_value_heads": 2,
+    "norm_topk_prob": False,
+}
+# Per class: the refused value where it is not REFUSED's.
+REFUSED_FIXUPS = {("deepseek_v2", "norm_topk_prob"): True}
+# Per class: the inert value and reason where the field is READ elsewhere.
+INERT_FIXUPS = {
+    ("deepseek_v3", "head_dim"): (16, "DeepSeek's qk_rope_head_dim, which transformers recomputes on load"),
+    ("deepseek_v2", "head_dim"): (16, "DeepSeek's qk_rope_head_dim, which transformers recomputes on load"),
 }
 
 # Per class: fields whose READ entry does not apply, and the table that does.
@@ -217,11 +250,21 @@ OVERRIDES = {
     "qwen3_moe": {"attention_bias": "REFUSED"},
     "olmoe": {"attention_bias": "REFUSED"},
     "gpt2": {"activation_function": "INERT"},
+    # DeepSeek: a key and value per head; V3 renormalises its top k (k > 1), V2 never; no biases.
+    "deepseek_v3": {"attention_bias": "REFUSED", "num_key_value_heads": "REFUSED", "norm_topk_prob": "REFUSED",
+                    "head_dim": "INERT"},
+    "deepseek_v2": {"attention_bias": "REFUSED", "mlp_bias": "REFUSED", "num_key_value_heads": "REFUSED",
+                    "norm_topk_prob": "REFUSED", "head_dim": "INERT"},
 }
 # Classes whose READ of one field needs another setting there.
 READ_FIXUPS = {
     ("mistral", "sliding_window"): (16, {}),
     ("mixtral", "sliding_window"): (16, {}),
+    ("deepseek_v3", "num_attention_heads"): (8, {"num_key_value_heads": 8}),
+    ("deepseek_v2", "num_attention_heads"): (8, {"num_key_value_heads": 8}),
+    ("deepseek_v3", "num_experts_per_tok"): (4, {}),
+    ("deepseek_v2", "n_group"): (2, {"topk_group": 1, "topk_method": "group_limited_greedy"}),
+    ("deepseek_v2", "topk_group"): (1, {"n_group": 2, "topk_method": "group_limited_greedy"}),
 }
 
 
@@ -290,12 +333,12 @@ def walk(kind):
             config[field] = value
             config.update(companions)
         elif table == "INERT":
-            value = INERT[field][0]
+            value = INERT_FIXUPS.get((kind, field), INERT.get(field, (None, "")))[0]
             if value is None:
                 continue
             config[field] = value
         else:
-            config[field] = REFUSED[field]
+            config[field] = REFUSED_FIXUPS.get((kind, field), REFUSED.get(field))
         variants.append(config)
         what.append((field, table))
     results = probe([base] + variants)
@@ -306,13 +349,14 @@ def walk(kind):
         counts[table] += 1
         if table == "REFUSED":
             check(got.get("error") == "unsupported" and field in got.get("message", ""),
-                  f"{cls_name}.{field} = {REFUSED[field]!r} is refused naming {field}: {got}")
+                  f"{cls_name}.{field} = {REFUSED_FIXUPS.get((kind, field), REFUSED.get(field))!r} is refused "
+                  f"naming {field}: {got}")
         elif table == "READ":
             check("error" not in got and got != reference,
                   f"{cls_name}.{field}: changing it changes the model ptdp builds: {got}")
         else:
-            check(got == reference, f"{cls_name}.{field} = {INERT[field][0]!r} ({INERT[field][1]}): the same model, "
-                                    f"got {got}")
+            inert = INERT_FIXUPS.get((kind, field), INERT.get(field))
+            check(got == reference, f"{cls_name}.{field} = {inert[0]!r} ({inert[1]}): the same model, got {got}")
     print(f"{cls_name} ({T.__version__}): {len(fields)} fields: {counts['READ']} read, {counts['INERT']} on the "
           f"allow-list, {counts['REFUSED']} refused")
 
