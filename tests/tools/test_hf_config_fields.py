@@ -305,6 +305,71 @@ def case_issue39():
           f"{got.get('rotary_base')}")
 
 
+# The hub's config.json of DeepSeek-V3 (without its fp8 quantization_config) and DeepSeek-V2-Lite
+# (transformers 4's rope_scaling spelling): the fields of DeepSeek's own code that transformers
+# does not read (scoring_func, topk_method, moe_layer_freq, aux_loss_alpha, seq_aux, ep_size) too.
+HUB_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "attention_bias": False,
+          "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+          "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+          "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+          "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+          "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+          "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+          "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000,
+          "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                           "original_max_position_embeddings": 4096, "type": "yarn"},
+          "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True, "tie_word_embeddings": False,
+          "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "use_cache": True,
+          "v_head_dim": 128, "vocab_size": 129280}
+HUB_V2_LITE = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "attention_bias": False,
+               "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001,
+               "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+               "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+               "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+               "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6,
+               "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None, "qk_nope_head_dim": 128,
+               "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000,
+               "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                                "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "type": "yarn"},
+               "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True, "tie_word_embeddings": False,
+               "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16", "use_cache": True,
+               "v_head_dim": 128, "vocab_size": 102400}
+
+
+def case_deepseek_hub():
+    """The hub's DeepSeek-V3 and V2-Lite configs read as published; DeepSeek's own fields that would
+    make another model than transformers' are refused by name."""
+    v3, lite = probe([HUB_V3, HUB_V2_LITE])
+    want_v3 = {"multi_latent_attention": True, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128,
+               "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "num_experts": 256, "moe_router_topk": 8,
+               "moe_ffn_hidden_size": 2048, "moe_shared_expert_intermediate_size": 2048, "ffn_hidden_size": 18432,
+               "moe_router_score_function": 1, "moe_router_enable_expert_bias": True, "moe_router_num_groups": 8,
+               "moe_router_group_topk": 4, "moe_router_group_score_topk": 2, "moe_router_topk_scaling_factor": 2.5,
+               "moe_router_pre_softmax": False, "rope_type": 1, "yarn_factor": 40.0, "yarn_mscale": 1.0,
+               "yarn_mscale_all_dim": 1.0, "yarn_original_max_position_embeddings": 4096, "rope_interleave": True,
+               "nextn_predict_layers": 1, "moe_load_balancing": 1, "qk_layernorm": True, "add_bias_linear": False}
+    bad = {k: (v3.get(k), v) for k, v in want_v3.items() if v3.get(k) != v}
+    check(not bad and v3.get("moe_layers") == [False] * 3 + [True] * 58, f"DeepSeek-V3's hub config: {bad or v3}")
+    want_lite = {"multi_latent_attention": True, "q_lora_rank": 0, "num_experts": 64, "moe_router_topk": 6,
+                 "moe_shared_expert_intermediate_size": 2816, "moe_router_score_function": 0,
+                 "moe_router_pre_softmax": True, "moe_router_enable_expert_bias": False, "moe_router_group_topk": 0,
+                 "moe_router_topk_scaling_factor": 0.0, "rope_interleave": True, "yarn_mscale": 0.707,
+                 "yarn_mscale_all_dim": 0.707}
+    bad = {k: (lite.get(k), v) for k, v in want_lite.items() if lite.get(k) != v and not (
+        isinstance(v, float) and abs((lite.get(k) or 0) - v) < 1e-6)}
+    check(not bad and lite.get("moe_layers") == [False] + [True] * 26, f"DeepSeek-V2-Lite's hub config: {bad or lite}")
+    refusals = [(HUB_V3, "quantization_config", {"quant_method": "fp8"}), (HUB_V3, "scoring_func", "softmax"),
+                (HUB_V3, "topk_method", "greedy"), (HUB_V3, "moe_layer_freq", 2),
+                (HUB_V3, "norm_topk_prob", False), (HUB_V2_LITE, "topk_method", "noaux_tc"),
+                (HUB_V2_LITE, "scoring_func", "sigmoid"), (HUB_V2_LITE, "norm_topk_prob", True),
+                (HUB_V2_LITE, "num_key_value_heads", 8), (HUB_V2_LITE, "attention_bias", True)]
+    got = probe([dict(base, **{field: value}) for base, field, value in refusals])
+    for (base, field, value), g in zip(refusals, got):
+        check(g.get("error") == "unsupported" and field in g.get("message", ""),
+              f"{base['model_type']} {field} = {value!r} is refused naming it: {g}")
+    print(f"DeepSeek hub configs: V3 and V2-Lite read as published, {len(refusals)} refusals named")
+
+
 def walk(kind):
     cls_name, kwargs = CLASSES[kind]
     if not hasattr(T, cls_name):
@@ -363,6 +428,8 @@ def walk(kind):
 
 if __name__ == "__main__":
     case_issue39()
+    if hasattr(T, "DeepseekV3Config"):
+        case_deepseek_hub()
     for kind in CLASSES:
         walk(kind)
     if failures:
