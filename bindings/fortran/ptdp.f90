@@ -184,6 +184,8 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN3_MOE = 6
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN2_MOE = 7
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_OLMOE = 8
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 = 9
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 = 10
 end module ptdp_enums
 
 !> The C API as bind(c) interfaces. Handles are type(c_ptr); option structs are

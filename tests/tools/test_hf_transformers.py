@@ -53,6 +53,16 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
              the same for OlmoeForCausalLM (q_norm and k_norm over the whole query and key
              projections, norm_topk_prob false and true); the fine-tune runs at t = 2
 
+  deepseek_v3_parity, deepseek_v2_parity, deepseek_v3_roundtrip, deepseek_v2_roundtrip,
+  deepseek_finetune
+             DeepseekV3ForCausalLM (interleaved RoPE rows, groups, a random e_score_correction_bias; and
+             rotate-half RoPE with YaRN, tied) and DeepseekV2ForCausalLM (V2-Lite's shape with greedy
+             routing; q_lora_rank with group_limited_greedy) of transformers 5.25: logits parity at
+             t = 1 and at t = 2 with e = 2 (and V3's logits change when rope_interleave is flipped, so
+             the RoPE-row permutation is what makes them equal); round trips through ptdp-convert at
+             t = 2, e = 2 in fp32 and bf16 sharded, byte for byte; a fine-tune of an imported V3
+             (e = 2) and V2-Lite (one process) with ptdp-train --finetune
+
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
 """

@@ -3755,8 +3755,10 @@ r"""
                                              (GPT-2 for LayerNorm with learned positions, Qwen2 for a
                                              qkv bias alone, Llama otherwise; for a mixture of
                                              experts Qwen3-MoE with q/k norms, Qwen2-MoE with shared
-                                             experts, Mixtral otherwise), or the base config's class
-                                             when the model fits it.
+                                             experts, Mixtral otherwise; with multi-latent attention
+                                             DeepSeek-V2 for a softmax router, DeepSeek-V3
+                                             otherwise), or the base config's class when the model
+                                             fits it.
     """
 PTDP_HF_ARCHITECTURE_GPT2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_GPT2
 r""" `gpt2`, GPT2LMHeadModel."""
@@ -3780,8 +3782,24 @@ r"""
     """
 PTDP_HF_ARCHITECTURE_OLMOE = _ptdp_ext.PTDP_HF_ARCHITECTURE_OLMOE
 r"""
-    `olmoe`, OlmoeForCausalLM: recognised and refused
-                                             (::PTDP_ERR_UNSUPPORTED): its q/k norms span all heads.
+    `olmoe`, OlmoeForCausalLM (mixture of experts, q/k
+                                             norms over all heads).
+    """
+PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_DEEPSEEK_V2
+r"""
+    `deepseek_v2`, DeepseekV2ForCausalLM: multi-latent
+                                             attention (with or without the query latent), the first
+                                             first_k_dense_replace layers dense, the others MoE with
+                                             shared experts and a softmax router (greedy or
+                                             group_limited_greedy); RoPE rows stored interleaved.
+    """
+PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 = _ptdp_ext.PTDP_HF_ARCHITECTURE_DEEPSEEK_V3
+r"""
+    `deepseek_v3`, DeepseekV3ForCausalLM: as DeepSeek-V2
+                                             with the sigmoid router, its expert bias
+                                             (e_score_correction_bias) and top-2 group scores; RoPE
+                                             rows interleaved as config.json's rope_interleave says.
+                                             Its multi-token prediction layers are refused.
     """
 class ptdp_hf_save_options(object):
     r""" Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init()."""

@@ -1699,6 +1699,8 @@ const PTDP_HF_ARCHITECTURE_MIXTRAL = ptdp_hf_architecture(5)
 const PTDP_HF_ARCHITECTURE_QWEN3_MOE = ptdp_hf_architecture(6)
 const PTDP_HF_ARCHITECTURE_QWEN2_MOE = ptdp_hf_architecture(7)
 const PTDP_HF_ARCHITECTURE_OLMOE = ptdp_hf_architecture(8)
+const PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 = ptdp_hf_architecture(9)
+const PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 = ptdp_hf_architecture(10)
 
 # Options of ptdp_hf_save().
 struct ptdp_hf_save_options

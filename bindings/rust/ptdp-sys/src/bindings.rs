@@ -707,6 +707,8 @@ pub const PTDP_HF_ARCHITECTURE_MIXTRAL: ptdp_hf_architecture = 5;
 pub const PTDP_HF_ARCHITECTURE_QWEN3_MOE: ptdp_hf_architecture = 6;
 pub const PTDP_HF_ARCHITECTURE_QWEN2_MOE: ptdp_hf_architecture = 7;
 pub const PTDP_HF_ARCHITECTURE_OLMOE: ptdp_hf_architecture = 8;
+pub const PTDP_HF_ARCHITECTURE_DEEPSEEK_V2: ptdp_hf_architecture = 9;
+pub const PTDP_HF_ARCHITECTURE_DEEPSEEK_V3: ptdp_hf_architecture = 10;
 
 /// Options of ptdp_hf_save().
 #[repr(C)]
