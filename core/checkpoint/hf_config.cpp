@@ -772,9 +772,9 @@ void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
     throw_error(ErrorCode::Unsupported, str_cat("the model cannot be written as ", cls, ": ", why));
   };
   if (hf_is_deepseek(a)) return check_deepseek(c, a, refuse);
-  if (c.moe.enabled() && !hf_is_moe(a)) refuse("it is a mixture of experts (--num-experts)");
   if (c.multi_latent_attention)
     refuse("it has multi-latent attention (--multi-latent-attention): write it as deepseek_v2 or deepseek_v3");
+  if (c.moe.enabled() && !hf_is_moe(a)) refuse("it is a mixture of experts (--num-experts)");
   if (c.qk_layernorm && a != HfArchitecture::Qwen3Moe && a != HfArchitecture::Olmoe)
     refuse("it has q/k norms (--qk-layernorm)");
   if (a == HfArchitecture::Gpt2) {
