@@ -86,10 +86,13 @@ namespace {
 // The MoE MLP of layer i: the router, every expert (J global, as on the hub and in Megatron's
 // distributed checkpoints) and Qwen2-MoE's gated shared expert. Mixtral names its block
 // block_sparse_moe and its experts' linears w1 (gate), w3 (up), w2 (down).
-void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<HfMapping>& m) {
+// L: ptdp's layer prefix ("decoder.layers.{i}.", or an MTP module's transformer_layer), H: Hugging
+// Face's ("model.layers.{i}.").
+void add_moe_mappings_at(const GptConfig& c, HfArchitecture a, const std::string& ptdp_layer, const std::string& H,
+                         std::vector<HfMapping>& m) {
   const bool deepseek = hf_is_deepseek(a);
   const int64_t h = c.hidden_size, fe = c.moe_ffn(), fs = c.moe.shared_expert_intermediate_size;
-  const std::string L = layer(i) + "mlp.", H = "model.layers." + std::to_string(i) + ".";
+  const std::string L = ptdp_layer + "mlp.";
   const bool mixtral = a == HfArchitecture::Mixtral;
   const std::string M = H + (mixtral ? "block_sparse_moe." : "mlp.");
   const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
@@ -114,6 +117,10 @@ void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<H
   add(L + "shared_experts.linear_fc2.weight", {h, fs}, HfLayout::Copy, {{S + "down_proj.weight", {h, fs}}});
   if (c.moe.shared_expert_gate)
     add(L + "shared_experts.gate_weight", {1, h}, HfLayout::Copy, {{M + "shared_expert_gate.weight", {1, h}}});
+}
+
+void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<HfMapping>& m) {
+  add_moe_mappings_at(c, a, layer(i), "model.layers." + std::to_string(i) + ".", m);
 }
 
 // transformers' dot_natural_key (core_model_loading.py): a name split at ".", numbers compared as
@@ -196,10 +203,11 @@ std::vector<std::vector<std::string>> moe_save_order(const std::vector<std::stri
 
 // DeepSeek's multi-latent attention of layer i (mla_attention.h: the same row orders, the RoPE
 // rows permuted where the hub stores them interleaved).
-void add_mla_mappings(const GptConfig& c, int i, bool interleave, std::vector<HfMapping>& m) {
+void add_mla_mappings(const GptConfig& c, const std::string& ptdp_layer, const std::string& H, bool interleave,
+                      std::vector<HfMapping>& m) {
   const int64_t h = c.hidden_size, a = c.num_attention_heads, rq = c.q_lora_rank, r = c.kv_lora_rank;
   const int64_t dq = c.mla_qk_dim(), dn = c.qk_head_dim, dv = c.v_head_dim, dr = c.qk_pos_emb_head_dim;
-  const std::string L = layer(i) + "self_attention.", A = "model.layers." + std::to_string(i) + ".self_attn.";
+  const std::string L = ptdp_layer + "self_attention.", A = H + "self_attn.";
   const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
     m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
   };
@@ -216,6 +224,41 @@ void add_mla_mappings(const GptConfig& c, int i, bool interleave, std::vector<Hf
   add(L + "kv_layernorm.weight", {r}, HfLayout::Copy, {{A + "kv_a_layernorm.weight", {r}}});
   add(L + "linear_kv_up_proj.weight", {a * (dn + dv), r}, HfLayout::Copy, {{A + "kv_b_proj.weight", {a * (dn + dv), r}}});
   add(L + "linear_proj.weight", {h, a * dv}, HfLayout::Copy, {{A + "o_proj.weight", {h, a * dv}}});
+}
+
+// One DeepSeek decoder layer: ptdp's `L` ("decoder.layers.{i}." or "mtp.layers.{k}.transformer_layer.")
+// from Hugging Face's `H` ("model.layers.{i}."), its MLP MoE or dense.
+void add_deepseek_layer(const GptConfig& c, HfArchitecture a, const std::string& L, const std::string& H, bool moe,
+                        bool interleave, std::vector<HfMapping>& m) {
+  const int64_t h = c.hidden_size, f = c.ffn();
+  const std::string M = H + "mlp.";
+  const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
+    m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
+  };
+  add(L + "input_layernorm.weight", {h}, HfLayout::Copy, {{H + "input_layernorm.weight", {h}}});
+  add_mla_mappings(c, L, H, interleave, m);
+  add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "post_attention_layernorm.weight", {h}}});
+  if (moe) return add_moe_mappings_at(c, a, L, H, m);
+  add(L + "mlp.linear_fc1.weight", {2 * f, h}, HfLayout::GateUp,
+      {{M + "gate_proj.weight", {f, h}}, {M + "up_proj.weight", {f, h}}});
+  add(L + "mlp.linear_fc2.weight", {h, f}, HfLayout::Copy, {{M + "down_proj.weight", {h, f}}});
+}
+
+// DeepSeek's multi-token prediction module k, stored as decoder layer num_layers + k: enorm, hnorm,
+// eh_proj ([h, 2h]: the embedding's columns first, as Megatron's), the decoder layer,
+// shared_head.norm (ptdp's final_layernorm); its embed_tokens and shared_head.head are copies of
+// the model's embedding and head (hf_mappings adds them as mirrors of those).
+void add_mtp_module(const GptConfig& c, HfArchitecture a, int k, bool interleave, std::vector<HfMapping>& m) {
+  const int64_t h = c.hidden_size;
+  const std::string P = "mtp.layers." + std::to_string(k) + ".", H = "model.layers." + std::to_string(c.num_layers + k) + ".";
+  const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
+    m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
+  };
+  add(P + "enorm.weight", {h}, HfLayout::Copy, {{H + "enorm.weight", {h}}});
+  add(P + "hnorm.weight", {h}, HfLayout::Copy, {{H + "hnorm.weight", {h}}});
+  add(P + "eh_proj.weight", {h, 2 * h}, HfLayout::Copy, {{H + "eh_proj.weight", {h, 2 * h}}});
+  add_deepseek_layer(c, a, P + "transformer_layer.", H, c.moe.is_moe_layer(c.num_layers + k), interleave, m);
+  add(P + "final_layernorm.weight", {h}, HfLayout::Copy, {{H + "shared_head.norm.weight", {h}}});
 }
 
 std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a, bool rope_interleave) {
@@ -255,19 +298,11 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a, bool ro
     for (int i = 0; i < c.num_layers; ++i) {
       const std::string L = layer(i), H = p + "layers." + std::to_string(i) + ".";
       const std::string A = H + "self_attn.", M = H + "mlp.";
-      add(L + "input_layernorm.weight", {h}, HfLayout::Copy, {{H + "input_layernorm.weight", {h}}});
       if (hf_is_deepseek(a)) {
-        add_mla_mappings(c, i, rope_interleave, m);
-        add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "post_attention_layernorm.weight", {h}}});
-        if (c.moe.is_moe_layer(i)) {
-          add_moe_mappings(c, a, i, m);
-        } else {
-          add(L + "mlp.linear_fc1.weight", {2 * f, h}, HfLayout::GateUp,
-              {{M + "gate_proj.weight", {f, h}}, {M + "up_proj.weight", {f, h}}});
-          add(L + "mlp.linear_fc2.weight", {h, f}, HfLayout::Copy, {{M + "down_proj.weight", {h, f}}});
-        }
+        add_deepseek_layer(c, a, L, H, c.moe.is_moe_layer(i), rope_interleave, m);
         continue;
       }
+      add(L + "input_layernorm.weight", {h}, HfLayout::Copy, {{H + "input_layernorm.weight", {h}}});
       add(L + "self_attention.linear_qkv.weight", {a_dh + 2 * g_dh, h}, HfLayout::Qkv,
           {{A + "q_proj.weight", {a_dh, h}}, {A + "k_proj.weight", {g_dh, h}}, {A + "v_proj.weight", {g_dh, h}}});
       if (c.qkv_bias())
@@ -299,6 +334,15 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a, bool ro
     add("decoder.final_layernorm.weight", {h}, HfLayout::Copy, {{p + "norm.weight", {h}}});
   }
   if (!c.tie_embeddings) add("output_layer.weight", {V, h}, HfLayout::VocabRows, {{"lm_head.weight", {V, h}}});
+  if (hf_is_deepseek(a) && c.mtp_num_layers > 0) {
+    // Each MTP layer stores its own copies of the embedding and the head: mirrors, the same rows.
+    for (int k = 0; k < c.mtp_num_layers; ++k) {
+      const std::string H = "model.layers." + std::to_string(c.num_layers + k) + ".";
+      m.front().tensors.push_back({H + "embed_tokens.weight", {V, h}});
+      (c.tie_embeddings ? m.front() : m.back()).tensors.push_back({H + "shared_head.head.weight", {V, h}});
+    }
+    for (int k = 0; k < c.mtp_num_layers; ++k) add_mtp_module(c, a, k, rope_interleave, m);
+  }
   return m;
 }
 
@@ -358,8 +402,12 @@ std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
   // dot_natural_key order.
   if (hf_is_moe(a) || hf_is_deepseek(a)) {
     std::vector<std::string> present;
-    for (const std::string& n : order)
-      if (shapes.count(n)) present.push_back(n);
+    if (hf_is_deepseek(a)) {  // every name (its MTP layers' too): the order is the names' sort
+      for (const auto& [n, shape] : shapes) present.push_back(n);
+    } else {
+      for (const std::string& n : order)
+        if (shapes.count(n)) present.push_back(n);
+    }
     for (const std::vector<std::string>& storage : moe_save_order(present)) {
       const int first = static_cast<int>(out.size());
       for (const std::string& n : storage)
@@ -469,6 +517,12 @@ void hf_to_param(const HfMapping& m, const GptConfig& c, const std::vector<const
     case HfLayout::VocabRows:
       PTDP_CHECK_ARG(rows >= m.shape[0],
                      str_cat(m.param, ": ", rows, " rows cannot hold the vocabulary of ", m.shape[0]));
+      // DeepSeek's MTP layers hold copies of the embedding and the head: they must be the same.
+      for (std::size_t k = 1; k < hf.size(); ++k)
+        if (std::memcmp(hf[k], hf[0], static_cast<std::size_t>(numel(m.shape)) * sizeof(float)) != 0)
+          throw_error(ErrorCode::Io, str_cat("'", m.tensors[k].name, "' differs from '", m.tensors[0].name,
+                                             "', of which ptdp's multi-token prediction shares one copy (", m.param,
+                                             ")"));
       copy(hf[0], numel(m.shape), out);
       std::fill(out + numel(m.shape), out + rows * cols, 0.0f);
       return;
@@ -513,8 +567,10 @@ void param_to_hf(const HfMapping& m, const GptConfig& c, const float* param, con
   };
   switch (m.layout) {
     case HfLayout::Copy:
-    case HfLayout::VocabRows:
       copy(param, numel(m.shape), hf[0]);
+      return;
+    case HfLayout::VocabRows:  // and DeepSeek's MTP copies of the embedding and the head
+      for (float* out : hf) copy(param, numel(m.shape), out);
       return;
     case HfLayout::Transpose:
       hf_transpose(param, m.shape[0], m.shape[1], hf[0]);
@@ -730,12 +786,10 @@ void load_hf_checkpoint(const std::string& dir, GptPipeline& model) {
       const std::string mtp = str_cat("model.layers.", hf.model.num_layers, ".");
       for (const std::string& n : unknown)
         if (n.rfind(mtp, 0) == 0)
-          throw_error(ErrorCode::Unsupported,
-                      str_cat(dir, ": '", n, "' belongs to DeepSeek's multi-token prediction layer (",
-                              "num_nextn_predict_layers = ", hf.nextn_predict_layers, ", stored after the ",
-                              hf.model.num_layers, " decoder layers), whose MoE layer ptdp's MTP cannot build yet "
-                              "(--mtp-num-layers with --num-experts); save the model without the model.layers.",
-                              hf.model.num_layers, ".* tensors to import the rest"));
+          throw_io_error(dir, str_cat("'", n, "' belongs to a multi-token prediction layer after the ",
+                                      hf.model.num_layers, " decoder layers, but config.json has num_nextn_predict_layers = ",
+                                      hf.nextn_predict_layers, " (or the layer lacks model.layers.", hf.model.num_layers,
+                                      ".eh_proj.weight)"));
     }
     if (!unknown.empty()) {
       std::string list;

@@ -645,13 +645,57 @@ HfConfig hf_config_from_json(const json& j, const std::string& source) {
   return out;
 }
 
+namespace {
+
+// Whether the checkpoint in `dir` holds `name` (model.safetensors.index.json's weight map, else
+// model.safetensors' header); false when neither is readable (the load reports that).
+bool checkpoint_has(const std::string& dir, const std::string& name) {
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json", single = fs::path(dir) / "model.safetensors";
+  try {
+    if (fs::exists(index)) {
+      const json j = json::parse(read_regular_file(index.string(), "index", kMaxJsonFileBytes), nullptr, false);
+      return j.is_object() && j.contains("weight_map") && j.at("weight_map").is_object() &&
+             j.at("weight_map").contains(name);
+    }
+    if (fs::exists(single)) return SafetensorsFile(single.string()).has(name);
+  } catch (const Error&) {
+  }
+  return false;
+}
+
+}  // namespace
+
 HfConfig read_hf_config(const std::string& dir) {
   PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
   const std::string path = (fs::path(dir) / "config.json").string();
   const json j = json::parse(read_regular_file(path, "config", kMaxJsonFileBytes), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_io_error(path, "is not valid JSON");
   if (!j.is_object()) throw_io_error(path, "is not a JSON object");
-  return hf_config_from_json(j, path);
+  HfConfig hf = hf_config_from_json(j, path);
+  // DeepSeek's multi-token prediction layers are imported where the checkpoint holds them
+  // (transformers writes num_nextn_predict_layers without them).
+  const int L = hf.model.num_layers;
+  if (hf_is_deepseek(hf.architecture) && hf.nextn_predict_layers > 0 &&
+      checkpoint_has(dir, str_cat("model.layers.", L, ".eh_proj.weight"))) {
+    for (int k = 0; k < hf.nextn_predict_layers; ++k) {
+      // DeepSeek's MTP layer L + k is MoE from first_k_dense_replace on, as its decoder layers.
+      const bool hf_moe = int_or(j, "first_k_dense_replace", hf.architecture == HfArchitecture::DeepseekV3 ? 3 : 0,
+                                 path) <= L + k;
+      if (hf_moe)
+        unsupported(path, str_cat("num_nextn_predict_layers = ", hf.nextn_predict_layers, " with the tensors of its "
+                                  "multi-token prediction layer model.layers.", L + k, ".*, an MoE layer "
+                                  "(first_k_dense_replace <= ", L + k, "): ptdp's multi-token prediction does not "
+                                  "build MoE layers yet (--mtp-num-layers with --num-experts); save the model without "
+                                  "the model.layers.", L, ".* tensors to import the rest"));
+    }
+    hf.model.mtp_num_layers = hf.nextn_predict_layers;
+    try {
+      hf.model.validate(1);
+    } catch (const Error& e) {
+      throw_error(e.code(), str_cat(path, ": ", e.what()));
+    }
+  }
+  return hf;
 }
 
 HfArchitecture hf_default_architecture(const GptConfig& c) {
@@ -727,7 +771,11 @@ void check_deepseek(const GptConfig& c, HfArchitecture a, const std::function<vo
   if (c.rope_scaling.enabled) refuse("its rope_parameters have no Llama 3.1 scaling (--use-rope-scaling)");
   if (c.qkv_bias() || c.add_bias_linear) refuse("its linear layers have no biases (--disable-bias-linear)");
   if (c.query_groups() != c.num_attention_heads) refuse("multi-latent attention has a key and value per head");
-  if (!m.enabled()) return;  // written with first_k_dense_replace = num_hidden_layers
+  for (int k = 0; k < c.mtp_num_layers; ++k)
+    if (m.is_moe_layer(c.num_layers + k) != m.enabled())
+      refuse(str_cat("its multi-token prediction layers are MoE exactly when the model has experts, the model's MTP "
+                     "layer ", k, (m.enabled() ? " is dense" : " is MoE")));
+  if (!m.enabled()) return;  // written with first_k_dense_replace = num_hidden_layers (+ the MTP layers)
   bool seen_moe = false;
   for (int i = 0; i < c.num_layers; ++i) {
     if (m.is_moe_layer(i)) seen_moe = true;
@@ -774,6 +822,7 @@ void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
   if (hf_is_deepseek(a)) return check_deepseek(c, a, refuse);
   if (c.multi_latent_attention)
     refuse("it has multi-latent attention (--multi-latent-attention): write it as deepseek_v2 or deepseek_v3");
+  if (c.mtp_num_layers > 0) refuse("it has no multi-token prediction layers (--mtp-num-layers)");
   if (c.moe.enabled() && !hf_is_moe(a)) refuse("it is a mixture of experts (--num-experts)");
   if (c.qk_layernorm && a != HfArchitecture::Qwen3Moe && a != HfArchitecture::Olmoe)
     refuse("it has q/k norms (--qk-layernorm)");
@@ -945,8 +994,8 @@ void write_deepseek(const GptConfig& c, HfArchitecture a, json& j) {
   write_rope(c, a, j);
   if (v3) j["rope_interleave"] = hf_rope_interleave(a, j);
   if (c.mtp_num_layers > 0) j["num_nextn_predict_layers"] = c.mtp_num_layers;
-  if (!m.enabled()) {  // every layer dense
-    j["first_k_dense_replace"] = c.num_layers;
+  if (!m.enabled()) {  // every layer dense, the multi-token prediction layers too
+    j["first_k_dense_replace"] = c.num_layers + c.mtp_num_layers;
     return;
   }
   int first_moe = 0;
@@ -1065,6 +1114,7 @@ void check_hf_model_matches(const GptConfig& hf, const GptConfig& model, const s
       {"qk_layernorm", {hf.qk_layernorm, model.qk_layernorm}},
       {"qk_layernorm_across_heads", {hf.qk_layernorm_across_heads, model.qk_layernorm_across_heads}},
       {"num_experts", {hm.num_experts, mm.num_experts}},
+      {"mtp_num_layers (DeepSeek's num_nextn_predict_layers with their tensors)", {hf.mtp_num_layers, model.mtp_num_layers}},
   };
   for (const auto& [field, v] : ints)
     if (v.first != v.second) mismatch(field, std::to_string(v.first), std::to_string(v.second));

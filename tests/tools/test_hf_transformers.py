@@ -334,11 +334,12 @@ def case_roundtrip():
 
 
 def roundtrips(variants, layout=("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"), ranks=4,
-               back_layout=(), back_ranks=None):
-    """Import at `layout` on `ranks` processes, export at `back_layout` on `back_ranks`."""
+               back_layout=(), back_ranks=None, hf_dir=None, model_vocab=None):
+    """Import at `layout` on `ranks` processes, export at `back_layout` on `back_ranks`; with
+    `hf_dir`, the (one) variant's files are already there (its model None)."""
     for name, model, dtype, shard, flag in variants:
         tag = name.replace(" ", "-")
-        a = save(model, os.path.join(WORK, tag), dtype=dtype, shard=shard)
+        a = hf_dir or save(model, os.path.join(WORK, tag), dtype=dtype, shard=shard)
         ckpt, b = os.path.join(WORK, tag + "-ptdp"), os.path.join(WORK, tag + "-back")
         out = run([CONVERT, "--from-hf", a, "--to-ptdp", ckpt] + list(layout), np=ranks).stdout
         check("ptdp-train flags for this model:" in out, f"{name}: ptdp-convert prints the ptdp-train flags:\n{out}")
@@ -358,7 +359,7 @@ def roundtrips(variants, layout=("--tensor-model-parallel-size", "2", "--pipelin
             cb = json.load(f)
         differ = [k for k in ca if ca[k] != cb.get(k)]
         check(not differ, f"{name}: config fields {[(k, ca[k], cb.get(k)) for k in differ]}")
-        tokens = tokens_for(model.config.vocab_size, 1, 16, 5)
+        tokens = tokens_for(model_vocab or model.config.vocab_size, 1, 16, 5)
         la, lb = hf_logits(a, tokens), hf_logits(b, tokens)
         check(np.array_equal(la, lb), f"{name}: transformers gives other logits for the export")
         print(f"roundtrip {name}: {len(ta)} tensors and {len(files_of(a))} files identical, "
@@ -907,8 +908,54 @@ def deepseek_parity(prefix):
                   f"{name}: the RoPE row permutation matters (the logits change when rope_interleave is flipped)")
 
 
+def with_mtp(model, path, source_layer):
+    """Writes `model` to `path` with one DeepSeek MTP layer (as the hub stores it, which transformers
+    neither builds nor saves): enorm, hnorm, eh_proj, shared_head.norm random; embed_tokens and
+    shared_head.head copies of the model's; the decoder layer a copy of layer `source_layer`'s
+    tensors, perturbed, under model.layers.{L}."""
+    from safetensors.torch import save_file
+    save(model, path)
+    tensors = tensors_of(path)
+    L, h = model.config.num_hidden_layers, model.config.hidden_size
+    g = torch.Generator().manual_seed(L * 7 + source_layer)
+    mtp = f"model.layers.{L}."
+    for name in list(tensors):
+        if name.startswith(f"model.layers.{source_layer}."):
+            t = tensors[name]
+            tensors[mtp + name[len(f"model.layers.{source_layer}."):]] = (t + 0.01 * torch.randn(t.shape, generator=g)
+                                                                          ).contiguous()
+    for norm in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+        tensors[mtp + norm] = 1.0 + 0.1 * torch.randn(h, generator=g)
+    tensors[mtp + "eh_proj.weight"] = 0.15 * torch.randn(h, 2 * h, generator=g)
+    tensors[mtp + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    tensors[mtp + "shared_head.head.weight"] = tensors.get("lm_head.weight",
+                                                           tensors["model.embed_tokens.weight"]).clone()
+    os.remove(os.path.join(path, "model.safetensors"))
+    save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["num_nextn_predict_layers"] = 1
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return path
+
+
 def case_deepseek_v3_parity():
     deepseek_parity("deepseek_v3")
+    # Multi-token prediction: a dense DeepSeek-V3 (first_k_dense_replace past the MTP layer) with
+    # the hub's MTP tensors imports them into ptdp's MTP module (the logits, which MTP does not
+    # change, still transformers'); with MoE layers the MTP layer is MoE, refused by name.
+    tokens = tokens_for(97, 2, 16, 13)
+    dense = make("deepseek_v3", seed=230, first_k_dense_replace=3)
+    path = with_mtp(dense, os.path.join(WORK, "v3-dense-mtp"), source_layer=1)
+    parity("deepseek_v3 dense with an MTP layer", path, hf_logits(dense, tokens), tokens, layouts=[(1, 1, 0), (2, 1, 0)])
+    out = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"]).stdout
+    check("--mtp-num-layers 1" in out, f"ptdp-convert imports the MTP layer:\n{out}")
+    moe = make("deepseek_v3", seed=231)
+    path = with_mtp(moe, os.path.join(WORK, "v3-moe-mtp"), source_layer=1)
+    p = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"], expect_ok=False)
+    check(p.returncode != 0 and "multi-token prediction" in p.stderr and "model.layers.2" in p.stderr,
+          f"an MoE MTP layer is refused by name: {p.stderr[-400:]}")
 
 
 def case_deepseek_v2_parity():
@@ -931,6 +978,12 @@ def deepseek_roundtrip(prefix):
 
 def case_deepseek_v3_roundtrip():
     deepseek_roundtrip("deepseek_v3")
+    # The MTP layer's tensors (and its copies of the embedding and head) come back bit for bit.
+    dense = make("deepseek_v3", seed=232, first_k_dense_replace=3)
+    with_mtp(dense, os.path.join(WORK, "v3-dense-mtp"), source_layer=1)
+    roundtrips([("deepseek_v3 dense with an MTP layer fp32", None, None, None, "fp32")],
+               layout=("--tensor-model-parallel-size", "2"), ranks=2, hf_dir=os.path.join(WORK, "v3-dense-mtp"),
+               model_vocab=97)
 
 
 def case_deepseek_v2_roundtrip():
