@@ -940,6 +940,51 @@ def with_mtp(model, path, source_layer):
     return path
 
 
+def ptdp_mtp_loss(path, tokens, t):
+    """The probe's mtp_1 loss of one training iteration on `tokens` (labels the next token)."""
+    tok, out, mtp = (os.path.join(WORK, n) for n in ("mtp-tokens.i32", "mtp-logits.f32", "mtp.f32"))
+    np.asarray(tokens, dtype=np.int32).tofile(tok)
+    b, s = np.asarray(tokens).shape
+    env = dict(os.environ, OMP_NUM_THREADS="1", PTDP_HF_PROBE_MTP_OUT=mtp)
+    cmd = [MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-n", str(t), PROBE, path, tok, str(b), str(s), str(t), out]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    if p.returncode != 0:
+        raise SystemExit(f"test_hf_probe (MTP) failed: {p.stderr[-2000:]}")
+    return float(np.fromfile(mtp, dtype=np.float32)[0])
+
+
+def torch_mtp_loss(model, path, tokens):
+    """DeepSeek's MTP layer 1 in torch, from the tensors of `path`: position i takes the main model's
+    final hidden state h_i and the embedding of token i + 1, eh_proj([enorm(emb); hnorm(h)]), the
+    decoder layer, shared_head.norm, the head; its label is token i + 2 (Megatron's masked mean)."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as m3
+    cfg, L = model.config, model.config.num_hidden_layers
+    stored = tensors_of(path)
+    pre = f"model.layers.{L}."
+    layer = m3.DeepseekV3DecoderLayer(cfg, L).eval()
+    layer.load_state_dict({k[len(pre):]: v for k, v in stored.items() if k.startswith(pre) and
+                           k[len(pre):].split(".")[0] in ("self_attn", "mlp", "input_layernorm",
+                                                          "post_attention_layernorm")})
+    norms = {}
+    for n in ("enorm", "hnorm", "shared_head.norm"):
+        norms[n] = m3.DeepseekV3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        norms[n].weight.data.copy_(stored[pre + n + ".weight"])
+    x = torch.tensor(tokens, dtype=torch.long)
+    b, s = x.shape
+    with torch.no_grad():
+        h = model.model(x).last_hidden_state
+        nxt = torch.cat([x[:, 1:], torch.zeros(b, 1, dtype=torch.long)], dim=1)  # Megatron's roll, 0 past the end
+        e = model.model.embed_tokens(nxt)
+        z = torch.cat([norms["enorm"](e), norms["hnorm"](h)], dim=-1) @ stored[pre + "eh_proj.weight"].T
+        pos = torch.arange(s)[None]
+        mask = torch.full((s, s), float("-inf")).triu(1)[None, None]
+        z = layer(z, attention_mask=mask, position_ids=pos, position_embeddings=model.model.rotary_emb(z, pos))
+        logits = model.lm_head(norms["shared_head.norm"](z))
+        labels = torch.cat([x[:, 2:], torch.full((b, 2), -100, dtype=torch.long)], dim=1)
+        return float(torch.nn.functional.cross_entropy(logits.reshape(b * s, -1), labels.reshape(-1),
+                                                       ignore_index=-100))
+
+
 def case_deepseek_v3_parity():
     deepseek_parity("deepseek_v3")
     # Multi-token prediction: a dense DeepSeek-V3 (first_k_dense_replace past the MTP layer) with
@@ -951,6 +996,11 @@ def case_deepseek_v3_parity():
     parity("deepseek_v3 dense with an MTP layer", path, hf_logits(dense, tokens), tokens, layouts=[(1, 1, 0), (2, 1, 0)])
     out = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"]).stdout
     check("--mtp-num-layers 1" in out, f"ptdp-convert imports the MTP layer:\n{out}")
+    for t in (1, 2):
+        got, want = ptdp_mtp_loss(path, tokens, t), torch_mtp_loss(dense, path, tokens)
+        check(abs(got - want) <= 1e-5 * max(1.0, abs(want)),
+              f"deepseek_v3 MTP loss at t = {t}: ptdp {got:.7f} vs DeepSeek's MTP layer in torch {want:.7f}")
+        print(f"deepseek_v3 dense with an MTP layer: t = {t}: mtp_1 loss {got:.7f} (torch {want:.7f})")
     moe = make("deepseek_v3", seed=231)
     path = with_mtp(moe, os.path.join(WORK, "v3-moe-mtp"), source_layer=1)
     p = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"], expect_ok=False)

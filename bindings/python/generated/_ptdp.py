@@ -3799,7 +3799,9 @@ r"""
                                              with the sigmoid router, its expert bias
                                              (e_score_correction_bias) and top-2 group scores; RoPE
                                              rows interleaved as config.json's rope_interleave says.
-                                             Its multi-token prediction layers are refused.
+                                             Its multi-token prediction layers (the hub's
+                                             model.layers.{L + k}.*) become mtp_num_layers where the
+                                             checkpoint holds them, when dense; MoE ones are refused.
     """
 class ptdp_hf_save_options(object):
     r""" Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init()."""
@@ -3849,7 +3851,10 @@ def ptdp_hf_read_options(directory, options):
            mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
            (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
            moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
-           (router_aux_loss_coef). A mixture of experts with t > 1 needs
+           (router_aux_loss_coef); for DeepSeek-V2/V3 multi-latent attention (q_lora_rank,
+           kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim), the routers' score
+           function, expert bias, groups, group_score_topk and topk scaling, and mtp_num_layers
+           where the checkpoint holds the MTP layers (docs/deepseek.md). A mixture of experts with t > 1 needs
            ptdp_parallel_options::sequence_parallel, as every MoE model; read the options before
            creating the groups. seq_length is the model's context (n_positions or
            max_position_embeddings), or its sliding window when that is shorter (within the window
