@@ -570,7 +570,8 @@ GptConfig deepseek_config(const json& j, HfArchitecture arch, const std::string&
     unsupported(source, "attention_bias = true: ptdp's multi-latent attention has no biases on q_a_proj, "
                         "kv_a_proj_with_mqa and o_proj");
   if (bool_or(j, "mlp_bias", false, source))
-    unsupported(source, "mlp_bias = true: DeepSeek's MLPs have no biases (transformers ignores the field)");
+    unsupported(source, "mlp_bias = true: DeepSeek-V2's dense MLPs would have biases, which ptdp has only together "
+                        "with the attention's (add_bias_linear)");
   read_deepseek_moe(j, arch, c, source);
   return c;
 }

@@ -581,7 +581,7 @@ TEST_CASE("hf_load and hf_save refuse bad input and name it, leaving the model u
   CHECK(ptdp_hf_save(d.str("o").c_str(), model, &so) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("options->dtype"));
   OK(ptdp_hf_save_options_init(&so));
-  so.architecture = static_cast<ptdp_hf_architecture>(9);
+  so.architecture = static_cast<ptdp_hf_architecture>(11);
   CHECK(ptdp_hf_save(d.str("o").c_str(), model, &so) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("options->architecture"));
   OK(ptdp_hf_save_options_init(&so));
