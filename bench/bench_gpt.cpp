@@ -31,6 +31,14 @@
 //
 //   5. The sgemm samples of (1), their spread, and the model's rates against the best of them.
 //
+//   6. (MoE models) The MoE layer alone: its expert GEMMs against the peak, the share of routing
+//      and permutation (bench_moe_layer).
+//
+//   7. (MLA models; --mla: DeepSeek-V3's layer scaled to h 2048) Multi-latent attention alone
+//      on b*s tokens against the peak, with its projections' GEMMs and its core attention
+//      profiled, beside grouped-query attention of the same parameter count, then the whole
+//      decoder layer with each: tokens/s at equal active parameters (bench_mla_layer).
+//
 // Each iteration of (2) starts from zeroed gradients (untimed), as after an optimizer step,
 // uses a new Step::iteration (new dropout masks) and random token ids. GFLOP is 1e9 FLOPs.
 // Run with --help for the flags.
@@ -62,7 +70,10 @@
 #include "bench/sgemm_peak.h"
 #include "core/comm/runtime.h"
 #include "core/data/gpt_dataset.h"
+#include "core/layers/attention.h"
 #include "core/layers/layer_support.h"
+#include "core/layers/mla_attention.h"
+#include "core/layers/transformer_layer.h"
 #include "core/layers/moe/moe_layer.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_config.h"
@@ -90,6 +101,53 @@ using ptdp::bench::trim;
 
 /// The preset whose layer shape --moe runs (h 2048, 64 experts, top-8, expert ffn 1024).
 constexpr const char* kMoePreset = "olmoe-1b-7b";
+/// DeepSeek-V3's decoder layer (deepseek-ai/DeepSeek-V3 config.json: h 7168, 128 heads,
+/// q_lora_rank 1536, kv_lora_rank 512, qk_nope_head_dim 128, qk_rope_head_dim 64, v_head_dim
+/// 128, 256 routed experts of moe_intermediate_size 2048, top-8 of sigmoid scores with the
+/// expert bias in 8 groups of which 4 are kept (the group score the sum of its top 2),
+/// routed_scaling_factor 2.5, one shared expert, RMSNorm 1e-6, no linear biases, an untied head)
+/// scaled to fit one CPU node: h 2048 and 16 heads of V3's own shape (the ranks and head dims
+/// unchanged, so the attention's GEMM shapes per head are V3's), 64 experts of width 512 (the
+/// expert width scaled with h, k = 8 kept), the sequence-level aux loss of V3's 1e-4.
+ptdp::GptConfig deepseek_v3_layer() {
+  ptdp::GptConfig g;
+  g.num_layers = 1;
+  g.hidden_size = 2048;
+  g.num_attention_heads = 16;
+  g.multi_latent_attention = true;
+  g.q_lora_rank = 1536;
+  g.kv_lora_rank = 512;
+  g.qk_head_dim = 128;
+  g.qk_pos_emb_head_dim = 64;
+  g.v_head_dim = 128;
+  g.qk_layernorm = true;  // q_a_layernorm and kv_a_layernorm, the latents' RMSNorms
+  g.normalization = ptdp::Normalization::RMSNorm;
+  g.layernorm_epsilon = 1e-6f;
+  g.swiglu = true;
+  g.position_embedding = ptdp::PositionEmbedding::Rope;
+  g.add_bias_linear = false;
+  g.tie_embeddings = false;
+  g.hidden_dropout = 0.0f;
+  g.attention_dropout = 0.0f;
+  g.vocab_size = 4096;
+  g.seq_length = 1024;
+  g.max_position_embeddings = 4096;
+  g.ffn_hidden_size = 5120;  // V3's dense 18432 scaled with h (its first 3 layers; unused at l = 1)
+  g.moe.num_experts = 64;
+  g.moe.router_topk = 8;
+  g.moe.ffn_hidden_size = 512;
+  g.moe.shared_expert_intermediate_size = 512;
+  g.moe.score_function = ptdp::MoeScoreFunction::Sigmoid;
+  g.moe.enable_expert_bias = true;
+  g.moe.num_groups = 8;
+  g.moe.group_topk = 4;
+  g.moe.group_score_topk = 2;
+  g.moe.topk_scaling_factor = 2.5f;
+  g.moe.load_balancing = ptdp::MoeLoadBalancing::SeqAuxLoss;
+  g.moe.aux_loss_coeff = 1e-4f;
+  return g;
+}
+
 /// The label the MoE layer's experts give their backend calls (core/layers/moe/experts.cpp).
 constexpr const char* kExpertsLabel = "experts";
 
@@ -103,6 +161,9 @@ struct Options {
   bool moe_layer_only = false;       // --moe-layer-only: sections 1 and 6 alone
   std::optional<int> moe_layer_tokens;  // --moe-layer-tokens: section 6's tokens (--moe: 4096, else b*s)
   std::optional<int> experts, topk, moe_ffn;  // --num-experts, --moe-router-topk, --moe-ffn-hidden-size
+  bool mla = false;                  // --mla: the DeepSeek-V3-shaped run (deepseek_v3_layer(), 1 layer, s 1024, b 1)
+  bool mla_layer = true;             // section 7 for MLA models; --no-mla-layer skips it
+  bool mla_layer_only = false;       // --mla-layer-only: sections 1 and 7 alone
   bool swiglu = false, rmsnorm = false, rope = false, no_bias = false, untie = false;
   ptdp::Recompute recompute = ptdp::Recompute::None;
   bool dropout = true;
@@ -168,6 +229,16 @@ void print_help(const char* argv0) {
                             "well under a minute"},
        {"--moe-layer-tokens N", "the tokens section 6 routes through the MoE layer (--moe: 4096, OLMoE's\n"
                                 "training length, 512 per expert; otherwise b*s)"},
+       {"--mla", "the DeepSeek-V3-shaped run: V3's layer scaled to h 2048 (16 heads of V3's\n"
+                 "shape: multi-latent attention with q_lora_rank 1536, kv_lora_rank 512, qk\n"
+                 "128 + 64 RoPE, v 128; 64 experts, top-8 of sigmoid scores in 8 groups (top\n"
+                 "4), expert ffn 512, one shared expert, the expert bias) with --layers 1\n"
+                 "--seq 1024 --micro-batch 1 --vocab 4096 --iters 5 --warmup 1\n"
+                 "--profile-steps 2 --no-moe-layer (explicit flags win), and section 7: the\n"
+                 "MLA attention alone against the peak, beside grouped-query attention of\n"
+                 "the same parameter count, and the whole layer's tokens/s with each"},
+       {"--no-mla-layer", "skip section 7 (MLA against GQA) of an MLA model"},
+       {"--mla-layer-only", "only the sgemm peak (section 1) and section 7"},
        {"--num-experts N", "routed experts E of every MoE layer (Megatron's flag; the preset's)"},
        {"--moe-router-topk N", "experts k per token (the preset's)"},
        {"--moe-ffn-hidden-size N", "each expert's MLP width (the preset's)"},
@@ -210,6 +281,12 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       o.moe_layer = false;
     } else if (arg == "--moe-layer-only") {
       o.moe_layer_only = true;
+    } else if (arg == "--mla") {
+      o.mla = true;
+    } else if (arg == "--no-mla-layer") {
+      o.mla_layer = false;
+    } else if (arg == "--mla-layer-only") {
+      o.mla_layer_only = true;
     } else if (arg == "--moe-layer-tokens") {
       return args.int_value(o.moe_layer_tokens, 1, exit_code);
     } else if (arg == "--num-experts") {
@@ -475,7 +552,26 @@ class Bench {
       // are bound by packing the weights.
       o_.moe_layer_tokens = o_.moe_layer_tokens.value_or(4096);
     }
-    if (!o_.preset.empty()) {
+    if (o_.mla) {
+      // DeepSeek-V3's layer scaled to h 2048, one layer, V3's 4k sequence quartered: a minute on
+      // 2 cores. The flags win; section 6 (the MoE layer alone) only when asked for.
+      o_.layers = o_.layers.value_or(1);
+      o_.seq = o_.seq.value_or(1024);
+      o_.micro_batch = o_.micro_batch.value_or(1);
+      o_.vocab = o_.vocab.value_or(4096);
+      o_.iters = o_.iters.value_or(5);
+      o_.warmup = o_.warmup.value_or(1);
+      o_.profile_steps = o_.profile_steps.value_or(2);
+      if (!o_.moe_layer_tokens) o_.moe_layer = false;
+    }
+    if (o_.mla && o_.preset.empty()) {
+      cfg_ = deepseek_v3_layer();
+      cfg_.num_layers = *o_.layers;
+      cfg_.hidden_size = o_.hidden.value_or(cfg_.hidden_size);
+      cfg_.num_attention_heads = o_.heads.value_or(cfg_.num_attention_heads);
+      cfg_.vocab_size = *o_.vocab;
+      cfg_.max_position_embeddings = std::max(cfg_.max_position_embeddings, *o_.seq);
+    } else if (!o_.preset.empty()) {
       // The preset's shape, architecture, vocabulary and dropout; the flags override them. Its
       // training length (8192 for Llama 3) is not used: s is --seq, as for the default model.
       const std::optional<ptdp::ModelPreset> preset = ptdp::find_model_preset(o_.preset);
@@ -540,6 +636,17 @@ class Bench {
     } else {
       bench_peak();
     }
+    if (o_.mla_layer_only) {
+      if (o_.cuda || !cfg_.multi_latent_attention || !o_.mla_layer) {
+        std::fprintf(stderr, "bench_gpt: --mla-layer-only needs an MLA model (--mla or an MLA preset) on "
+                             "--device cpu, without --no-mla-layer\n");
+        return 2;
+      }
+      bench_mla_layer();
+      print_footer();
+      if (!o_.json_path.empty() && !write_json()) return 1;
+      return ok_ ? 0 : 1;
+    }
     if (o_.moe_layer_only) {
       if (o_.cuda || !cfg_.moe.enabled() || !o_.moe_layer) {
         std::fprintf(stderr, "bench_gpt: --moe-layer-only needs an MoE model (--moe, a MoE preset or "
@@ -557,6 +664,7 @@ class Bench {
       sample_peak("at the end");
       print_peak_summary();
       if (cfg_.moe.enabled() && o_.moe_layer) bench_moe_layer();
+      if (cfg_.multi_latent_attention && o_.mla_layer) bench_mla_layer();
     }
     print_footer();
     if (!o_.json_path.empty() && !write_json()) return 1;
@@ -665,13 +773,16 @@ class Bench {
     } else {
       s += cfg_.learned_positions() ? ", learned positions" : ", no positions";
     }
-    if (cfg_.query_groups() == cfg_.num_attention_heads) {
+    if (cfg_.multi_latent_attention) {
+      s += ", multi-latent attention (q_lora_rank " + std::to_string(cfg_.q_lora_rank) + ", kv_lora_rank " +
+           std::to_string(cfg_.kv_lora_rank) + ")";
+    } else if (cfg_.query_groups() == cfg_.num_attention_heads) {
       s += ", multi-head attention";
     } else {
       s += ", grouped-query attention (" + std::to_string(cfg_.num_attention_heads) + " heads in " +
            std::to_string(cfg_.query_groups()) + " groups of " + std::to_string(cfg_.queries_per_group()) + ")";
     }
-    if (cfg_.qk_layernorm) s += ", q/k norms";
+    if (cfg_.qk_layernorm) s += cfg_.multi_latent_attention ? ", latent norms" : ", q/k norms";
     s += cfg_.add_bias_linear ? ", biases" : cfg_.add_qkv_bias ? ", a qkv bias only" : ", no biases";
     return s;
   }
@@ -1328,6 +1439,287 @@ class Bench {
     print_moe_layer(n, h, k, ffn);
   }
 
+  // ---- 7. multi-latent attention beside grouped-query attention --------------------------
+
+  /// What section 7 measured of one module: an attention layer alone or a whole decoder layer.
+  struct ModuleRun {
+    std::string name;
+    int64_t params = 0, active = 0;  // parameters, and those one token uses (the k routed experts)
+    double model_flops = 0.0;        // Megatron's count of one forward and backward of the tokens
+    Stats pass;                      // forward + backward_input + backward_weight, unprofiled
+    // Profiled (attention alone): the projections' GEMMs, the core attention (QK^T, softmax, PV
+    // or the fused kernel), everything else (RoPE, the latents' norms, assembling q/k/v, copies).
+    double profiled_s = 0.0, proj_s = 0.0, proj_flops = 0.0, core_s = 0.0, core_flops = 0.0;
+  };
+  struct MlaSection {
+    bool ran = false;
+    int64_t tokens = 0;
+    int gqa_heads = 0, gqa_groups = 0;
+    std::vector<ModuleRun> runs;  // MLA alone, GQA alone, the MLA layer, the GQA layer
+  };
+  MlaSection mla_;
+  Bracket mla_around_;  // the peak samples right before and after section 7
+
+  /// Parameters of grouped-query attention with a heads of dh in g groups, no biases, over h.
+  static int64_t gqa_parameters(int64_t h, int64_t a, int64_t g, int64_t dh) { return 2 * h * dh * (a + g); }
+
+  /// The grouped-query twin of the MLA model: heads of v_head_dim (DeepSeek's 128, the head
+  /// width GQA models use), a' heads in g' groups chosen so that the attention has the parameter
+  /// count nearest to MLA's (a' from a to 4a, g' dividing a' with at most 8 queries per group;
+  /// ties go to more groups); everything else (norms, RoPE, the MoE MLP) unchanged.
+  ptdp::GptConfig gqa_twin(int64_t mla_params) const {
+    ptdp::GptConfig g = cfg_;
+    g.multi_latent_attention = false;
+    g.qk_layernorm = false;
+    g.kv_channels = cfg_.v_head_dim;
+    const int64_t h = cfg_.hidden_size, dh = g.kv_channels, a = cfg_.num_attention_heads;
+    int64_t best_a = a, best_g = a, best_diff = -1;
+    for (int64_t heads = a; heads <= 4 * a; ++heads) {
+      for (int64_t groups = heads; groups >= 1; --groups) {
+        if (heads % groups != 0 || heads / groups > 8) continue;
+        const int64_t diff = std::llabs(gqa_parameters(h, heads, groups, dh) - mla_params);
+        if (best_diff < 0 || diff < best_diff) {
+          best_diff = diff;
+          best_a = heads;
+          best_g = groups;
+        }
+      }
+    }
+    g.num_attention_heads = static_cast<int>(best_a);
+    g.num_query_groups = static_cast<int>(best_g);
+    return g;
+  }
+
+  /// The row of one backend call of an attention layer: 0 the projections' GEMMs, 1 the core
+  /// attention, 2 the rest.
+  static int attention_row(ptdp::BackendOp op, const std::string& label) {
+    using ptdp::BackendOp;
+    switch (op) {
+      case BackendOp::Gemm: return label == "attn_scores" || label == "attn_context" ? 1 : 0;
+      case BackendOp::SoftmaxForward:
+      case BackendOp::SoftmaxForwardDocuments:
+      case BackendOp::SoftmaxBackward:
+      case BackendOp::AttentionForward:
+      case BackendOp::AttentionBackward:
+      case BackendOp::AttentionBlockForward:
+      case BackendOp::AttentionBlockBackward: return 1;
+      default: return 2;
+    }
+  }
+
+  /// Times `module` (an AttentionLayer or a TransformerLayer over its own ParamTable) on the
+  /// tokens x with output gradient dy: warm-up and timed passes of forward, backward_input,
+  /// backward_weight and release (gradients zeroed untimed), then, with `profile`, as many
+  /// passes under the profiling decorator split into the rows of attention_row().
+  template <typename Module>
+  void time_module(ModuleRun& run, Module& module, ptdp::ParamTable& params, const ptdp::Tensor& x,
+                   const ptdp::Tensor& dy, bool profile) {
+    const auto pass = [&](int i) {
+      ptdp::Step st;
+      st.iteration = i;
+      st.microbatch = 0;
+      st.training = true;
+      const auto t0 = Clock::now();
+      {
+        const ptdp::PhaseScope forward(ptdp::Phase::Forward);
+        const ptdp::Tensor y = module.forward(x, st);
+      }
+      {
+        const ptdp::PhaseScope backward(ptdp::Phase::Backward);
+        const ptdp::Tensor dx = module.backward_input(dy, st);
+        module.backward_weight(st);
+      }
+      module.release(st);
+      return seconds_since(t0);
+    };
+    std::vector<double> times;
+    ContentionMeter meter;
+    for (int i = 0; i < warmup_ + iters_; ++i) {
+      params.zero_grads();
+      const double t = pass(i);
+      if (i >= warmup_) times.push_back(t);
+    }
+    run.pass = stats_of(times);
+    run.pass.other_cores = meter.stop();
+    if (!profile) return;
+    const int steps = std::max(1, profile_steps_);
+    ptdp::ProfilingBackend profiler(ptdp::cpu_backend());
+    double profiled = 0.0;
+    for (int i = -1; i < steps; ++i) {  // i = -1: the decorator's first calls, untimed
+      params.zero_grads();
+      const DecoratorGuard installed(profiler);
+      const double t = pass(warmup_ + iters_ + 1 + i);
+      if (i < 0) profiler.reset();
+      else profiled += t;
+    }
+    run.profiled_s = profiled / steps;
+    for (const auto& e : profiler.entries()) {
+      const int row = attention_row(e.op, e.label);
+      if (row == 0) {
+        run.proj_s += e.seconds / steps;
+        run.proj_flops += e.flops / steps;
+      } else if (row == 1) {
+        run.core_s += e.seconds / steps;
+        run.core_flops += e.flops / steps;
+      }
+    }
+  }
+
+  /// Megatron's FLOPs of one layer's attention for the tokens, forward and backward:
+  /// 12 B s h^2 times mla_attention_factor(), or (1 + g/a + s/h) a dh / h for GQA.
+  double attention_model_flops(const ptdp::GptConfig& c) const {
+    const double n = static_cast<double>(tokens()), h = c.hidden_size, s = c.seq_length;
+    if (c.multi_latent_attention) return 12.0 * n * h * h * c.mla_attention_factor();
+    const double a = c.num_attention_heads, g = c.query_groups(), aw = static_cast<double>(c.attention_width());
+    return 12.0 * n * h * h * (1.0 + g / a + s / h) * aw / h;
+  }
+
+  /// 7. The model's first layer's attention alone (MlaAttention, core/layers/mla_attention.h) on
+  /// b*s tokens against the sgemm peak, beside grouped-query attention of the same parameter
+  /// count, then the whole decoder layer (norms, attention, the MoE or dense MLP) with each.
+  void bench_mla_layer() {
+    const int64_t n = tokens(), h = cfg_.hidden_size;
+    std::printf("7. Multi-latent attention alone and in its layer, beside grouped-query attention of the same\n"
+                "   parameter count, on one rank: %" PRId64 " tokens (b %d x s %d), %d + %d passes of forward,\n"
+                "   backward_input, backward_weight (gradients zeroed untimed), then %d profiled ones\n",
+                n, b_, cfg_.seq_length, warmup_, iters_, std::max(1, profile_steps_));
+    std::fflush(stdout);
+    sample_peak("before section 7");
+    const std::size_t sample_before = peak_ ? peak_->next_index() - 1 : 0;
+
+    uint64_t state = 0x6d6c61ull;
+    const auto uniform = [&state](float scale) {
+      return scale * (static_cast<float>(splitmix64(state) >> 40) / static_cast<float>(1 << 24) * 2.0f - 1.0f);
+    };
+    std::vector<float> xh(static_cast<std::size_t>(n * h)), dyh(xh.size());
+    for (float& v : xh) v = uniform(1.7320508f);  // a normalised hidden state: unit variance
+    for (float& v : dyh) v = uniform(1e-3f);
+    const auto device_tensor = [&](const std::vector<float>& v) {
+      const ptdp::Tensor t = ptdp::Tensor::from_host(v.data(), {n, h}, ptdp::DType::F32, ptdp::Device{});
+      return cfg_.precision == ptdp::DType::F32 ? t : t.to(cfg_.precision);
+    };
+    const ptdp::Tensor x = device_tensor(xh), dy = device_tensor(dyh);  // [b*s, h] each
+
+    mla_ = MlaSection{};
+    mla_.tokens = n;
+    const std::string prefix = "decoder.layers.0.self_attention";
+    {
+      ptdp::ParamTable params(0, 1);
+      ptdp::MlaAttention attn(params, prefix, cfg_, 0, ptdp::TensorParallel{}, ptdp::Device{});
+      params.allocate(ptdp::Device{}, cfg_.precision);
+      params.initialize(cfg_.seed);
+      ModuleRun run;
+      run.name = "MLA attention";
+      run.params = run.active = params.numel();
+      run.model_flops = attention_model_flops(cfg_);
+      time_module(run, attn, params, x, dy, true);
+      mla_.runs.push_back(run);
+    }
+    const ptdp::GptConfig gqa = gqa_twin(mla_.runs[0].params);
+    mla_.gqa_heads = gqa.num_attention_heads;
+    mla_.gqa_groups = gqa.query_groups();
+    {
+      ptdp::ParamTable params(0, 1);
+      ptdp::SelfAttention attn(params, prefix, gqa, 0, ptdp::TensorParallel{}, ptdp::Device{});
+      params.allocate(ptdp::Device{}, cfg_.precision);
+      params.initialize(cfg_.seed);
+      ModuleRun run;
+      run.name = "GQA attention";
+      run.params = run.active = params.numel();
+      run.model_flops = attention_model_flops(gqa);
+      time_module(run, attn, params, x, dy, true);
+      mla_.runs.push_back(run);
+    }
+    // The whole first layer with each attention: the FLOPs are Megatron's count of one layer
+    // (paper_flops of the one-layer model without its logits).
+    for (const ptdp::GptConfig* c : std::array<const ptdp::GptConfig*, 2>{&cfg_, &gqa}) {
+      ptdp::GptConfig one = *c;
+      one.num_layers = 1;
+      if (!one.moe.layer_pattern.empty()) one.moe.layer_pattern.resize(1);
+      ptdp::ParamTable params(0, 1);
+      ptdp::TransformerLayer layer(params, one, 0, ptdp::TensorParallel{}, ptdp::Device{});
+      params.allocate(ptdp::Device{}, cfg_.precision);
+      params.initialize(cfg_.seed);
+      ModuleRun run;
+      run.name = c == &cfg_ ? "the layer with MLA" : "the layer with GQA";
+      run.params = params.numel();
+      const int64_t expert = (one.swiglu ? 3 : 2) * static_cast<int64_t>(h) * one.moe_ffn();
+      run.active = run.params - (one.moe.is_moe_layer(0) ? int64_t{one.moe.num_experts - one.moe.router_topk} * expert : 0);
+      run.model_flops = one.paper_flops(b_) - 6.0 * static_cast<double>(n) * h * one.vocab_size;
+      time_module(run, layer, params, x, dy, false);
+      mla_.runs.push_back(run);
+    }
+    sample_peak("after section 7");
+    if (peak_) mla_around_ = {sample_before, peak_->next_index() - 1};
+    mla_.ran = true;
+    print_mla_layer();
+  }
+
+  void print_mla_layer() {
+    const ModuleRun& mla = mla_.runs[0];
+    const ModuleRun& gqa = mla_.runs[1];
+    std::printf("\n   MLA: %d heads, q_lora_rank %d, kv_lora_rank %d, qk %d + %d RoPE, v %d%s; GQA of the same\n"
+                "   parameter count: %d heads of %d in %d groups (%.2f M against MLA's %.2f M)\n\n",
+                cfg_.num_attention_heads, cfg_.q_lora_rank, cfg_.kv_lora_rank, cfg_.qk_head_dim,
+                cfg_.qk_pos_emb_head_dim, cfg_.v_head_dim, cfg_.qk_layernorm ? ", latent norms" : "",
+                mla_.gqa_heads, cfg_.v_head_dim, mla_.gqa_groups, gqa.params * 1e-6, mla.params * 1e-6);
+    std::printf("   %-22s %9s %9s %9s %10s %9s %9s %7s\n", "module", "params M", "active M", "ms", "tokens/s",
+                "GFLOP", "GFLOP/s", "% peak");
+    std::printf("   %s\n", std::string(92, '-').c_str());
+    for (const ModuleRun& r : mla_.runs) {
+      const double g = r.model_flops / r.pass.median_s * 1e-9;
+      std::printf("   %-22s %9.2f %9.2f %9.1f %10.0f %9.2f %9.1f %7s%s\n", r.name.c_str(), r.params * 1e-6,
+                  r.active * 1e-6, r.pass.median_s * 1e3, static_cast<double>(mla_.tokens) / r.pass.median_s,
+                  r.model_flops * 1e-9, g, percent_of_peak(g).c_str(), contended_mark(r.pass));
+    }
+    std::printf("   (GFLOP: Megatron's count, the attention's term 12*B*s*h^2*(MLA factor, or (1 + g/a + s/h)*a*dh/h);\n"
+                "   the layers' the one-layer model's paper_flops without its logits)\n\n");
+    std::printf("   %-22s %12s %12s %12s %12s\n", "attention, profiled", "projections", "GFLOP/s", "core attn",
+                "rest");
+    std::printf("   %s\n", std::string(76, '-').c_str());
+    for (int i = 0; i < 2; ++i) {
+      const ModuleRun& r = mla_.runs[static_cast<std::size_t>(i)];
+      const double rest = r.profiled_s - r.proj_s - r.core_s;
+      std::printf("   %-22s %10.1f%% %12.1f %11.1f%% %11.1f%%\n", r.name.c_str(), 100.0 * r.proj_s / r.profiled_s,
+                  r.proj_s > 0.0 ? r.proj_flops / r.proj_s * 1e-9 : 0.0, 100.0 * r.core_s / r.profiled_s,
+                  100.0 * rest / r.profiled_s);
+    }
+    const double near = peak_ ? peak_->best_between(mla_around_.before, mla_around_.after) : peak_gflops_;
+    const double g = mla.model_flops / mla.pass.median_s * 1e-9;
+    std::printf("\n   MLA attention: %.1f GFLOP/s = %s of the run's sgemm peak, %.1f%% of the peak around this\n"
+                "   section (%.1f GFLOP/s); its projections' GEMMs %.1f GFLOP/s\n",
+                g, percent_of_peak(g).c_str(), near > 0.0 ? 100.0 * g / near : 0.0, near,
+                mla.proj_s > 0.0 ? mla.proj_flops / mla.proj_s * 1e-9 : 0.0);
+    const ModuleRun& lm = mla_.runs[2];
+    const ModuleRun& lg = mla_.runs[3];
+    std::printf("   tokens/s: MLA attention %.0f against GQA's %.0f (x%.2f); the whole layer with MLA %.0f against\n"
+                "   %.0f with GQA (x%.2f), %.2f M against %.2f M active parameters\n\n",
+                mla_.tokens / mla.pass.median_s, mla_.tokens / gqa.pass.median_s,
+                gqa.pass.median_s / mla.pass.median_s, mla_.tokens / lm.pass.median_s,
+                mla_.tokens / lg.pass.median_s, lg.pass.median_s / lm.pass.median_s, lm.active * 1e-6,
+                lg.active * 1e-6);
+  }
+
+  std::string mla_layer_json() const {
+    const double near = peak_ ? peak_->best_between(mla_around_.before, mla_around_.after) : peak_gflops_;
+    std::string s = "{\"tokens\": " + std::to_string(mla_.tokens) + ", \"gqa_heads\": " +
+                    std::to_string(mla_.gqa_heads) + ", \"gqa_groups\": " + std::to_string(mla_.gqa_groups) +
+                    ", \"peak_around\": " + json_number(near) + ", \"modules\": [";
+    for (std::size_t i = 0; i < mla_.runs.size(); ++i) {
+      const ModuleRun& r = mla_.runs[i];
+      s += std::string(i ? ", " : "") + "{\"name\": \"" + json_escape(r.name) + "\", \"params\": " +
+           std::to_string(r.params) + ", \"active_params\": " + std::to_string(r.active) +
+           ", \"model_gflop\": " + json_number(r.model_flops * 1e-9) + ", \"pass\": " + stats_json(r.pass) +
+           "}, \"tokens_per_s\": " + json_number(mla_.tokens / r.pass.median_s) +
+           ", \"gflop_per_s\": " + json_number(r.model_flops / r.pass.median_s * 1e-9) +
+           ", \"profiled_ms\": " + json_number(r.profiled_s * 1e3) +
+           ", \"projections_ms\": " + json_number(r.proj_s * 1e3) +
+           ", \"projections_gflop\": " + json_number(r.proj_flops * 1e-9) +
+           ", \"core_attention_ms\": " + json_number(r.core_s * 1e3) + "}";
+    }
+    return s + "]}";
+  }
+
   static Stats stats_of(const std::vector<double>& v) {
     Stats st;
     st.times_s = v;
@@ -1651,6 +2043,7 @@ class Bench {
     }
     if (!prof_entries_.empty()) s += "  \"breakdown\": " + breakdown_json() + ",\n";
     if (moe_.ran) s += "  \"moe_layer\": " + moe_layer_json() + ",\n";
+    if (mla_.ran) s += "  \"mla_layer\": " + mla_layer_json() + ",\n";
     s += "  \"loss_first\": " + json_number(loss_first_) + ",\n";
     s += "  \"loss_last\": " + json_number(loss_last_) + ",\n";
     s += "  \"max_rss_bytes\": " + json_number(max_rss_) + ",\n";

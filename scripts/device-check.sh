@@ -24,6 +24,8 @@
 #                      bf16 training of OLMoE-1B-7B's first 2 layers at s=2048, b=4 (bench_gpt
 #                      --moe's run on the GPU; tokens/s, TFLOP/s and MFU with Megatron's MoE FLOPs)
 #   gpt_1.3B_bf16 gpt_124M_f32   bench_gpt --device cuda (forward and backward apart)
+#   mla_v3_bf16        bench_gpt --mla --device cuda: DeepSeek-V3's layer scaled to h 2048 (MLA,
+#                      sigmoid group-limited router, shared expert), 2 layers, s=4096, bf16
 # --only a,b runs just those steps: the report of a run that failed ends with the command that
 # repeats what failed, so a second run fits in the 15 minutes of device time.
 #
@@ -45,9 +47,9 @@ shopt -s nullglob
 cd "$(dirname "$0")/.." || exit 1
 
 TESTS=(test_cuda_philox test_cuda_backend test_cuda_moe test_flash_attention test_gpt_cuda test_nccl test_capi_nccl)
-BENCH_STEPS=(bench_gpu bench_gpu_moe gpt_1.3B_bf16 gpt_124M_f32)
+BENCH_STEPS=(bench_gpu bench_gpu_moe gpt_1.3B_bf16 gpt_124M_f32 mla_v3_bf16)
 # Seconds each step may use at most; a step's share is held back from the steps before it.
-declare -A SHARE=([bench_gpu]=160 [bench_gpu_moe]=40 [gpt_1.3B_bf16]=75 [gpt_124M_f32]=45)
+declare -A SHARE=([bench_gpu]=140 [bench_gpu_moe]=40 [gpt_1.3B_bf16]=70 [gpt_124M_f32]=40 [mla_v3_bf16]=30)
 TEST_LIMIT=${DEVICE_CHECK_TEST_LIMIT:-300}  # one test program at most (the tests share what the benchmarks leave)
 TESTS_SHARE=165  # all test programs together
 
@@ -364,6 +366,17 @@ else
   }
   gpt gpt_1.3B_bf16 24 2048 16 bf16 8
   gpt gpt_124M_f32 12 768 12 f32 4
+  if is_selected mla_v3_bf16; then
+    phase=mla_v3_bf16
+    flush
+    limit=$(budget "${SHARE[mla_v3_bf16]}" mla_v3_bf16)
+    run_step mla_v3_bf16 "$limit" bench_gpt --device cuda --mla --layers 2 --seq 4096 --micro-batch 1 \
+      --precision bf16 --iters 5 --warmup 2 --json "$logs/mla_v3_bf16.json"
+    say ""
+    say "== mla_v3_bf16: bench_gpt --mla --device cuda (DeepSeek-V3's layer at h 2048, l=2, s=4096, b=1, bf16)"
+    grep -E "forward\+backward|tokens/s|GFLOP/s|TFLOP/s|MFU|loss:" "$logs/mla_v3_bf16.log" | head -n 8 | tee -a "$body"
+    bench_result mla_v3_bf16 "$limit"
+  fi
 fi
 
 say ""

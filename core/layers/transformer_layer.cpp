@@ -46,10 +46,6 @@ TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, i
     : TransformerLayer(params, cfg, prefix(layer), layer, cfg.moe.is_moe_layer(layer), tp, device) {}
 
 TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, const std::string& name, int layer,
-                                   TensorParallel tp, Device device)
-    : TransformerLayer(params, cfg, name, layer, false, tp, device) {}
-
-TransformerLayer::TransformerLayer(ParamTable& params, const LayerConfig& cfg, const std::string& name, int layer,
                                    bool moe, TensorParallel tp, Device device)
     : cfg_(cfg),
       layer_(layer),

@@ -29,10 +29,11 @@ class TransformerLayer {
   /// backend of `device` (its choice of core attention).
   TransformerLayer(ParamTable& params, const LayerConfig& cfg, int layer, TensorParallel tp, Device device);
   /// A layer outside the decoder (a multi-token prediction module's): parameters
-  /// "<prefix>.*", `layer` keys its dropout masks only (a number no decoder layer has), a dense
-  /// MLP.
-  TransformerLayer(ParamTable& params, const LayerConfig& cfg, const std::string& prefix, int layer, TensorParallel tp,
-                   Device device);
+  /// "<prefix>.*", `layer` keys its dropout masks only (a number no decoder layer has); its MLP
+  /// a mixture of experts when `moe` (Megatron's MTP layer takes the decoder's last layer's
+  /// spec), else dense.
+  TransformerLayer(ParamTable& params, const LayerConfig& cfg, const std::string& prefix, int layer, bool moe,
+                   TensorParallel tp, Device device);
 
   /// x [s/c*b, h] ([s/c*b/t, h] under sequence parallelism) -> x's shape.
   Tensor forward(const Tensor& x, const Step& step);
@@ -48,8 +49,6 @@ class TransformerLayer {
   MoeLayer* moe() { return moe_.get(); }
 
  private:
-  TransformerLayer(ParamTable& params, const LayerConfig& cfg, const std::string& prefix, int layer, bool moe,
-                   TensorParallel tp, Device device);
   Tensor mlp_forward(const Tensor& x, const Step& step);
   Tensor mlp_backward_input(const Tensor& dy, const Step& step);
   Tensor run_forward(const Tensor& x, const Step& step);

@@ -86,6 +86,10 @@ class GptModel {
   /// The decoder layers this chunk holds: layer(j) is the model's layer stage().first_layer + j.
   int local_layers() const { return static_cast<int>(layers_.size()); }
   TransformerLayer& layer(int j) { return *layers_.at(static_cast<std::size_t>(j)); }
+  /// The multi-token prediction modules this chunk holds (D on the post-processing chunk, else
+  /// none): mtp_layer(k) is depth k's transformer layer (an MoE layer with GptConfig::mtp_moe()).
+  int mtp_modules() const { return static_cast<int>(mtp_.size()); }
+  TransformerLayer& mtp_layer(int k) { return mtp_.at(static_cast<std::size_t>(k))->layer(); }
   /// Rows of the [rows, h] activation a chunk passes on for b samples: s * b, or this rank's
   /// s * b / t under sequence parallelism (LayerConfig::sequence_parallel with t > 1).
   int64_t activation_rows(int64_t b) const;

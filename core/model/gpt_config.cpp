@@ -42,9 +42,6 @@ void GptConfig::validate(int t) const {
                  "Multi-Token Prediction (MTP) is not supported with learned_absolute position embedding type. "
                  "The supported position embedding types are rope and none (--mtp-num-layers " +
                      std::to_string(mtp_num_layers) + " with --position-embedding-type learned_absolute)");
-  PTDP_CHECK_ARG(mtp_num_layers == 0 || !moe.enabled(),
-                 "--mtp-num-layers " + std::to_string(mtp_num_layers) +
-                     " with MoE (--num-experts): the MTP modules' MoE layers are not supported yet");
   PTDP_CHECK_ARG(seq_length <= max_positions(),
                  "seq_length " + std::to_string(seq_length) + " is longer than max_position_embeddings " +
                      std::to_string(max_positions()));
@@ -68,9 +65,10 @@ double GptConfig::paper_flops(int64_t samples, bool full_recompute) const {
   const double moe_layers = num_moe_layers();
   const double moe_width = static_cast<double>(moe.router_topk) * moe_ffn() + moe.shared_expert_intermediate_size;
   const double moe_mlp = moe_width / h * (swiglu ? 1.5 : 1.0);
-  const double mlp_layers = (l - moe_layers) * mlp + moe_layers * moe_mlp;
-  const double layers = (full_recompute ? 16.0 : 12.0) * B * s * h * h * (l * attention + mlp_layers);
-  return layers + logits;
+  // The MTP modules' layers are of the decoder's last layer's kind (mtp_moe()).
+  const double mlp_layers = (l - moe_layers) * mlp + moe_layers * moe_mlp + D * (mtp_moe() ? moe_mlp : mlp);
+  const double layers = (full_recompute ? 16.0 : 12.0) * B * s * h * h * ((l + D) * attention + mlp_layers);
+  return layers + logits + mtp_proj;
 }
 
 double GptConfig::mla_attention_factor() const {
@@ -109,7 +107,7 @@ bool GptConfig::parameter_count_fits(int t) const {
     const long double fe = moe_ffn(), sh = moe.shared_expert_intermediate_size, e = moe.num_experts;
     const long double expert = (swiglu ? 3 : 2) * fe * (h + 1) + h;
     const long double shared = (swiglu ? 3 : 2) * sh * (h + 1) + 2 * h;
-    total += static_cast<long double>(num_moe_layers()) * (e * (h + 1) + e * expert + shared);
+    total += static_cast<long double>(num_moe_layers_with_mtp()) * (e * (h + 1) + e * expert + shared);
   }
   return total < 9.0e18L;
 }
@@ -139,13 +137,17 @@ int64_t GptConfig::count_parameters(int t, int64_t routed) const {
     const int64_t expert = fe1 * h + fe * h + (add_bias_linear ? fe1 + h : 0);
     const int64_t sh = moe.shared_expert_intermediate_size, sh1 = swiglu ? 2 * sh : sh;
     const int64_t shared = sh > 0 ? sh1 * h + sh * h + (add_bias_linear ? sh1 + h : 0) : 0;
-    const int64_t router = moe.num_experts * h + (moe.enable_expert_bias ? moe.num_experts : 0);
+    // The router's weight, its bias with linear biases (TopKRouter's "router.bias"), its expert bias.
+    const int64_t router = moe.num_experts * h + (add_bias_linear ? moe.num_experts : 0) +
+                           (moe.enable_expert_bias ? moe.num_experts : 0);
     const int64_t gate = moe.shared_expert_gate ? h : 0;
-    total += num_moe_layers() * (router + routed * expert + shared + gate - mlp);
+    // The MTP modules' layers too when they are MoE (mtp_moe(); their dense MLP is counted below).
+    total += num_moe_layers_with_mtp() * (router + routed * expert + shared + gate - mlp);
   }
   if (learned_positions()) total += static_cast<int64_t>(max_positions()) * h;
   if (!tie_embeddings) total += v * h;
-  // Each MTP module: enorm, hnorm, eh_proj [h, 2h], a dense transformer layer, final_layernorm.
+  // Each MTP module: enorm, hnorm, eh_proj [h, 2h], a transformer layer (its MoE MLP's
+  // difference added above), final_layernorm.
   total += static_cast<int64_t>(mtp_num_layers) * (3 * norm + 2 * h * h + per_layer);
   return total;
 }

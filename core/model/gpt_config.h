@@ -22,6 +22,14 @@ struct GptConfig : LayerConfig {
   /// The D depths' losses enter the gradient as mtp_loss_scaling_factor / D times their sum.
   float mtp_loss_scaling_factor = 0.1f;
 
+  /// Whether each MTP module's transformer layer is an MoE layer: Megatron-Core builds it from
+  /// the decoder's last layer's spec (get_gpt_mtp_block_spec), so it is one exactly when the
+  /// decoder's last layer is (--moe-layer-freq).
+  bool mtp_moe() const { return mtp_num_layers > 0 && moe.is_moe_layer(num_layers - 1); }
+  /// The MoE layers of the model: the decoder's and, with mtp_moe(), the D modules' (Megatron's
+  /// track_moe_metrics count, whose mean the logged aux losses are).
+  int num_moe_layers_with_mtp() const { return num_moe_layers() + (mtp_moe() ? mtp_num_layers : 0); }
+
   int max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
   /// Vocabulary padded to a multiple of make_vocab_size_divisible_by * t (Megatron's rule);
   /// the padded rows never take part in the loss.
@@ -56,11 +64,14 @@ struct GptConfig : LayerConfig {
   /// dn + dr; the core attention's s a (dq + dv) is not halved for the causal mask, as the dense
   /// term's s/h is not (the paper's convention; Megatron's current code halves both).
   /// With multi-token prediction (Megatron's terms) the D modules add D layers (l + D in the layer
-  /// terms), D more logits (V (1 + D)) and 6 B s D (3h + 2h^2) for their norms and eh_proj.
+  /// terms), D more logits (V (1 + D)) and 6 B s D (3h + 2h^2) for their norms and eh_proj; each
+  /// module's layer is of the decoder's last layer's kind (its MLP term k moe_ffn + shared when
+  /// that layer is MoE).
   double paper_flops(int64_t samples, bool full_recompute = false) const;
   /// Parameters of the unpartitioned model (with the padded vocabulary for t): with MoE, every
   /// expert of every MoE layer, the routers (and their expert biases) and the shared experts;
-  /// with MTP, each module's three norms, eh_proj and layer (the embedding and head are shared).
+  /// with MTP, each module's three norms, eh_proj and layer (the embedding and head are shared;
+  /// an MoE layer, router and experts included, when the decoder's last layer is one).
   int64_t parameter_count(int tensor_parallel) const;
   /// The parameters one token's forward uses: parameter_count() with each MoE layer's routed
   /// experts counted k times instead of E times (the model cards' "active" count); equal to
@@ -69,14 +80,16 @@ struct GptConfig : LayerConfig {
   /// Whether parameter_count() fits int64 (validate() refuses a model whose count does not).
   bool parameter_count_fits(int tensor_parallel) const;
 
+  /// paper_flops()'s MLA attention term over 12 h^2, per token and layer (12 B s h^2 times it
+  /// is one layer's multi-latent attention, forward and backward).
+  double mla_attention_factor() const;
+
  private:
   /// parameter_count() with `routed` experts per MoE layer.
   int64_t count_parameters(int tensor_parallel, int64_t routed) const;
   /// One layer's multi-latent attention parameters without linear_proj (down and up
   /// projections, latent norms).
   int64_t mla_projection_parameters() const;
-  /// paper_flops()'s MLA attention term over 12 h^2, per token and layer.
-  double mla_attention_factor() const;
 };
 
 }  // namespace ptdp

@@ -30,8 +30,9 @@ MtpModule::MtpModule(ParamTable& params, const GptConfig& cfg, int depth, int wo
              sequence_norm_group(tp)),
       eh_proj_(params, prefix(depth) + ".eh_proj", 2 * int64_t{cfg.hidden_size}, cfg.hidden_size, false, true,
                cfg.init_method_std, tp),
-      // The dropout key of a layer past the decoder's: masks no decoder layer draws.
-      layer_(params, cfg, prefix(depth) + ".transformer_layer", cfg.num_layers + depth, tp, device),
+      // The dropout key of a layer past the decoder's: masks no decoder layer draws. The decoder's
+      // last layer's kind (Megatron's get_gpt_mtp_block_spec): MoE when that layer is.
+      layer_(params, cfg, prefix(depth) + ".transformer_layer", cfg.num_layers + depth, cfg.mtp_moe(), tp, device),
       final_ln_(params, prefix(depth) + ".final_layernorm", cfg.normalization, cfg.hidden_size, cfg.layernorm_epsilon,
                 sequence_norm_group(tp)),
       head_(params, head_weight, false, tp),

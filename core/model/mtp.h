@@ -52,6 +52,8 @@ class MtpModule {
   /// Weight gradients (the shared embedding's and head's included); frees the microbatch.
   void backward_weight(const Step& step);
   void release(const Step& step);
+  /// The module's transformer layer (an MoE layer when GptConfig::mtp_moe()).
+  TransformerLayer& layer() { return layer_; }
 
  private:
   const GptConfig& cfg_;

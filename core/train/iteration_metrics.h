@@ -10,14 +10,14 @@ namespace ptdp {
 
 /// One MoE layer's expert load over the global batch.
 struct MoeLayerLoad {
-  int layer = 0;          ///< the decoder layer (0-based, global)
+  int layer = 0;          ///< the decoder layer (0-based, global); num_layers + k: MTP module k's layer
   int64_t min_tokens = 0; ///< the fewest (token, expert) pairs any expert kept
   int64_t max_tokens = 0; ///< the most
 };
 
 /// An iteration's MoE figures (empty for a dense model).
 struct MoeMetrics {
-  int moe_layers = 0;                  ///< 0: the model has no MoE layer
+  int moe_layers = 0;                  ///< the MTP modules' MoE layers included; 0: the model has no MoE layer
   bool has_load_balancing_loss = false; ///< an aux_loss or seq_aux_loss coefficient is set
   bool has_z_loss = false;             ///< --moe-z-loss-coeff is set
   double load_balancing_loss = 0.0;    ///< the balancing loss / its coefficient (see the top)

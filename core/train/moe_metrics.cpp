@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 namespace ptdp {
 
@@ -24,37 +26,53 @@ void sum_over(LayerSums& s, ProcessGroups& groups, GroupKind kind) {
       ->wait();
 }
 
+// Every MoE layer of this rank's chunks with its slot in the sums: decoder layer i at i, the
+// multi-token prediction module k's layer (GptConfig::mtp_moe()) at num_layers + k, as
+// Megatron's tracker places an MTP layer after the decoder's.
+std::vector<std::pair<int, MoeLayer*>> moe_layers(GptPipeline& model) {
+  std::vector<std::pair<int, MoeLayer*>> out;
+  for (auto& chunk : model.chunks()) {
+    for (int j = 0; j < chunk->local_layers(); ++j)
+      if (MoeLayer* moe = chunk->layer(j).moe()) out.emplace_back(chunk->stage().first_layer + j, moe);
+    for (int k = 0; k < chunk->mtp_modules(); ++k)
+      if (MoeLayer* moe = chunk->mtp_layer(k).moe()) out.emplace_back(model.config().num_layers + k, moe);
+  }
+  return out;
+}
+
 // This rank's routers' statistics of the iteration's microbatches into `s` (cleared after).
 void collect(GptPipeline& model, LayerSums& s) {
-  for (auto& chunk : model.chunks()) {
-    for (int j = 0; j < chunk->local_layers(); ++j) {
-      MoeLayer* moe = chunk->layer(j).moe();
-      if (moe == nullptr) continue;
-      const std::size_t layer = static_cast<std::size_t>(chunk->stage().first_layer + j);
-      TopKRouter& router = moe->router();
-      for (const auto& [microbatch, st] : router.stats()) {
-        for (int x = 0; x < s.experts; ++x)
-          s.tokens[layer * static_cast<std::size_t>(s.experts) + static_cast<std::size_t>(x)] +=
-              std::llround(st.tokens_per_expert[static_cast<std::size_t>(x)]);
-        s.losses[layer * 2] += static_cast<float>(st.load_balancing_loss);
-        s.losses[layer * 2 + 1] += static_cast<float>(st.z_loss);
-      }
-      router.clear_stats();
+  for (const auto& [index, moe] : moe_layers(model)) {
+    const std::size_t layer = static_cast<std::size_t>(index);
+    TopKRouter& router = moe->router();
+    for (const auto& [microbatch, st] : router.stats()) {
+      for (int x = 0; x < s.experts; ++x)
+        s.tokens[layer * static_cast<std::size_t>(s.experts) + static_cast<std::size_t>(x)] +=
+            std::llround(st.tokens_per_expert[static_cast<std::size_t>(x)]);
+      s.losses[layer * 2] += static_cast<float>(st.load_balancing_loss);
+      s.losses[layer * 2 + 1] += static_cast<float>(st.z_loss);
     }
+    router.clear_stats();
   }
 }
 
 // Aux-loss-free balancing: bias += rate * sign(mean load - load) on every MoE layer of this
-// rank's chunks with an expert bias, from the stage's summed counts.
+// rank's chunks with an expert bias (the MTP modules' included: Megatron's
+// _update_router_expert_bias moves every router's, each from its own layer's counts), from the
+// stage's summed counts.
 void update_expert_bias(GptPipeline& model, const LayerSums& s, float rate) {
   const std::size_t e = static_cast<std::size_t>(s.experts);
   for (auto& chunk : model.chunks()) {
     ParamTable& params = chunk->params();
-    for (int j = 0; j < chunk->local_layers(); ++j) {
-      MoeLayer* moe = chunk->layer(j).moe();
+    std::vector<std::pair<int, MoeLayer*>> layers;
+    for (int j = 0; j < chunk->local_layers(); ++j)
+      layers.emplace_back(chunk->stage().first_layer + j, chunk->layer(j).moe());
+    for (int k = 0; k < chunk->mtp_modules(); ++k)
+      layers.emplace_back(model.config().num_layers + k, chunk->mtp_layer(k).moe());
+    for (const auto& [index, moe] : layers) {
       if (moe == nullptr || moe->router().expert_bias_index() < 0) continue;
       const int i = moe->router().expert_bias_index();
-      const int64_t* load = s.tokens.data() + static_cast<std::size_t>(chunk->stage().first_layer + j) * e;
+      const int64_t* load = s.tokens.data() + static_cast<std::size_t>(index) * e;
       double mean = 0.0;
       for (std::size_t x = 0; x < e; ++x) mean += static_cast<double>(load[x]);
       mean /= static_cast<double>(e);
@@ -81,8 +99,11 @@ MoeMetrics finish_moe_iteration(GptPipeline& model, ProcessGroups& groups, int64
   if (!cfg.moe.enabled()) return m;
   LayerSums s;
   s.experts = cfg.moe.num_experts;
-  s.tokens.assign(static_cast<std::size_t>(cfg.num_layers) * static_cast<std::size_t>(s.experts), 0);
-  s.losses.assign(static_cast<std::size_t>(cfg.num_layers) * 2, 0.0f);
+  // The decoder's layers, then the MTP modules' (MoE with GptConfig::mtp_moe()).
+  const int slots = cfg.num_layers + cfg.mtp_num_layers;
+  const auto is_moe = [&](int layer) { return layer < cfg.num_layers ? cfg.moe.is_moe_layer(layer) : cfg.mtp_moe(); };
+  s.tokens.assign(static_cast<std::size_t>(slots) * static_cast<std::size_t>(s.experts), 0);
+  s.losses.assign(static_cast<std::size_t>(slots) * 2, 0.0f);
   collect(model, s);
   // The stage's ranks: t * c hold pieces of the same samples (each its own tokens under
   // sequence parallelism, which MoE requires with t > 1), the d replicas other samples.
@@ -98,8 +119,9 @@ MoeMetrics finish_moe_iteration(GptPipeline& model, ProcessGroups& groups, int64
                                        : global_microbatches;
   m.has_load_balancing_loss = cfg.moe.aux_loss_coeff > 0.0f && cfg.moe.load_balancing != MoeLoadBalancing::None;
   m.has_z_loss = cfg.moe.z_loss_coeff > 0.0f;
-  for (int layer = 0; layer < cfg.num_layers; ++layer) {
-    if (!cfg.moe.is_moe_layer(layer)) continue;
+  // Megatron's track_moe_metrics: the mean over the MoE layers, the MTP modules' counted.
+  for (int layer = 0; layer < slots; ++layer) {
+    if (!is_moe(layer)) continue;
     const std::size_t at = static_cast<std::size_t>(layer) * static_cast<std::size_t>(s.experts);
     const auto first = s.tokens.begin() + static_cast<std::ptrdiff_t>(at);
     const auto [lo, hi] = std::minmax_element(first, first + s.experts);

@@ -677,8 +677,12 @@ TEST_CASE("train args: the multi-token prediction flags reach the model, refused
                    "supported position embedding types are rope and none (--mtp-num-layers 1 with "
                    "--position-embedding-type learned_absolute)",
                    0) == 0);
-  CHECK(parse_error({"--position-embedding-type", "none", "--mtp-num-layers", "1", "--num-experts", "4"})
-            .find("--mtp-num-layers 1 with MoE") != std::string::npos);
+  // MTP with MoE: the modules' layers take the decoder's last layer's kind (GptConfig::mtp_moe()).
+  const ptdp::GptConfig moe = ptdp::to_gpt_config(ptdp::parse_train_args(
+      {"--position-embedding-type", "none", "--mtp-num-layers", "1", "--num-experts", "4"}));
+  CHECK(moe.mtp_num_layers == 1);
+  CHECK(moe.mtp_moe());
+  CHECK(moe.num_moe_layers_with_mtp() == moe.num_layers + 1);
 }
 
 TEST_CASE("train args: multi-latent attention's flags, Megatron's defaults and refusals", "[args][mla]") {

@@ -6,6 +6,7 @@
 // checkpoint round trip of the modules' weights.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -181,10 +182,134 @@ TEST_CASE("mtp options: refusals name the fields and flags", "[capi][mtp]") {
   o = tiny(1);
   o.mtp_loss_scaling_factor = -0.5f;
   CHECK(refusal(w.groups, o).find("mtp_loss_scaling_factor") != std::string::npos);
-  o = tiny(1);
+}
+
+namespace {
+
+// tiny(depth) with DeepSeek's MoE: the first layer dense and the last (`last_moe`) MoE or not, 4
+// experts (k = 2, width 8), a shared expert, sigmoid scores with the expert bias, seq_aux_loss.
+ptdp_gpt_options tiny_moe(int32_t depth, bool last_moe) {
+  ptdp_gpt_options o = tiny(depth);
   o.num_experts = 4;
   o.moe_router_topk = 2;
-  CHECK(refusal(w.groups, o).find("--mtp-num-layers 1 with MoE") != std::string::npos);
+  o.moe_ffn_hidden_size = 8;
+  o.moe_layer_freq = last_moe ? "[0,1]" : "[1,0]";
+  o.moe_shared_expert_intermediate_size = 8;
+  o.moe_router_score_function = PTDP_MOE_SCORE_SIGMOID;
+  o.moe_router_enable_expert_bias = 1;
+  o.moe_router_bias_update_rate = 0.01f;
+  o.moe_router_load_balancing_type = PTDP_MOE_BALANCING_SEQ_AUX_LOSS;
+  o.moe_aux_loss_coeff = 0.01f;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("mtp with MoE: the module's layer takes the decoder's last layer's kind, trains and reports",
+          "[capi][mtp][moe]") {
+  sp::World w;
+  const std::vector<int32_t> tokens = sp::ids(2 * kB * kSeq, kVocab, 8), labels = sp::ids(2 * kB * kSeq, kVocab, 9);
+  const int64_t h = 16;
+  for (const bool last_moe : {true, false}) {
+    INFO("last decoder layer MoE: " << last_moe);
+    const ptdp_gpt_options o = tiny_moe(1, last_moe);
+    ptdp_model m = nullptr;
+    REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+    const auto p = params(m);
+    const std::string mlp = "mtp.layers.0.transformer_layer.mlp.";
+    CHECK(p.count(mlp + "router.weight") == (last_moe ? 1u : 0u));
+    CHECK(p.count(mlp + "router.expert_bias") == (last_moe ? 1u : 0u));
+    CHECK(p.count(mlp + "shared_experts.linear_fc1.weight") == (last_moe ? 1u : 0u));
+    CHECK(p.count(mlp + "linear_fc1.weight") == (last_moe ? 0u : 1u));
+    if (last_moe) {
+      CHECK(p.at(mlp + "router.weight").shape == std::vector<int64_t>{4, h});
+      for (int j = 0; j < 4; ++j) {
+        CHECK(p.at(mlp + "experts.linear_fc1.weight" + std::to_string(j)).shape == std::vector<int64_t>{16, h});
+        CHECK(p.at(mlp + "experts.linear_fc2.weight" + std::to_string(j)).shape == std::vector<int64_t>{h, 8});
+      }
+    }
+    ptdp_optimizer opt = nullptr;
+    REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+    ptdp_schedule sched = nullptr;
+    REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 2, 1, &sched) == PTDP_SUCCESS);
+    for (int it = 0; it < 2; ++it) {
+      ptdp_iteration_result res{};
+      REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) ==
+              PTDP_SUCCESS);
+      CHECK(std::isfinite(res.loss));
+      float loss = -1;
+      int32_t count = -1;
+      REQUIRE(ptdp_model_mtp_losses(m, &loss, 1, &count) == PTDP_SUCCESS);
+      CHECK(count == 1);
+      CHECK(loss > 0.5 * std::log(kVocab));
+      CHECK(loss < 2.0 * std::log(kVocab));
+      // The MoE figures count the module's MoE layer after the decoder's (Megatron's
+      // num_layers + mtp_num_layers tracker), with its own expert load.
+      ptdp_moe_metrics mm{};
+      mm.struct_size = sizeof mm;
+      ptdp_moe_layer_load loads[4] = {};
+      REQUIRE(ptdp_model_moe_metrics(m, &mm, loads, 4) == PTDP_SUCCESS);
+      CHECK(mm.moe_layers == (last_moe ? 2 : 1));
+      CHECK(loads[0].layer == (last_moe ? 1 : 0));
+      CHECK(std::isfinite(mm.load_balancing_loss));
+      CHECK(mm.load_balancing_loss > 0.0);
+      if (last_moe) {
+        CHECK(loads[1].layer == 2);  // num_layers + 0
+        CHECK(loads[1].max_tokens >= loads[1].min_tokens);
+        // Each of the 2 * kB * kSeq tokens of the global batch picks k = 2 experts.
+        CHECK(loads[1].max_tokens * 4 >= 2 * 2 * kB * kSeq);
+        CHECK(loads[1].max_tokens * 4 <= 2 * 2 * kB * kSeq * 4);
+      }
+    }
+    if (last_moe) {
+      // The module's router moved its own expert bias (aux-loss-free balancing) after each step.
+      const std::vector<float> bias = values(m, mlp + "router.expert_bias", {4}, false);
+      CHECK(*std::max_element(bias.begin(), bias.end()) > *std::min_element(bias.begin(), bias.end()));
+    }
+    ptdp_schedule_destroy(sched);
+    ptdp_optimizer_destroy(opt);
+    ptdp_model_destroy(m);
+  }
+  // The module's router's balancing loss enters the gradient at its own coefficient, as a decoder
+  // layer's does (Megatron's MoEAuxLossAutoScaler), not scaled by mtp_loss_scaling_factor / D:
+  // the router weight's gradient is linear in both, so the aux loss's part is the same at every
+  // factor, and the factor's part the same with and without the aux loss.
+  const std::vector<int32_t> t1(tokens.begin(), tokens.begin() + kB * kSeq), l1(labels.begin(), labels.begin() + kB * kSeq);
+  const auto router_grad = [&](float factor, float coeff) {
+    ptdp_gpt_options o = tiny_moe(1, true);
+    o.mtp_loss_scaling_factor = factor;
+    o.moe_aux_loss_coeff = coeff;
+    ptdp_model m = nullptr;
+    REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+    float loss = 0;
+    REQUIRE(ptdp_model_forward_backward(m, t1.data(), l1.data(), kB, 0, 0, 1.0f, nullptr, &loss) == PTDP_SUCCESS);
+    const std::vector<float> g = values(m, "mtp.layers.0.transformer_layer.mlp.router.weight", {4, h}, true);
+    ptdp_model_destroy(m);
+    return g;
+  };
+  const auto g10 = router_grad(0.1f, 0.0f), g11 = router_grad(0.1f, 0.5f), g40 = router_grad(0.4f, 0.0f),
+             g41 = router_grad(0.4f, 0.5f);
+  double aux = 0, aux_dev = 0, mtp = 0, mtp_dev = 0;
+  for (std::size_t i = 0; i < g10.size(); ++i) {
+    const double a1 = g11[i] - g10[i], a4 = g41[i] - g40[i], m0 = g40[i] - g10[i], m1 = g41[i] - g11[i];
+    aux += a1 * a1;
+    aux_dev += (a4 - a1) * (a4 - a1);
+    mtp += m0 * m0;
+    mtp_dev += (m1 - m0) * (m1 - m0);
+  }
+  CHECK(aux > 0.0);
+  CHECK(mtp > 0.0);
+  CHECK(std::sqrt(aux_dev) <= 1e-4 * std::sqrt(aux));
+  CHECK(std::sqrt(mtp_dev) <= 1e-4 * std::sqrt(mtp));
+  // FLOPs: the module's layer counts as an MoE layer (k moe_ffn + shared for its MLP term), the
+  // module's norms and eh_proj and its logits as for a dense model.
+  const ptdp_gpt_options with = tiny_moe(1, true), without = tiny_moe(0, true);
+  double f1 = 0, f0 = 0, executed = 0;
+  REQUIRE(ptdp_gpt_flops(&with, 4, &f1, &executed) == PTDP_SUCCESS);
+  REQUIRE(ptdp_gpt_flops(&without, 4, &f0, &executed) == PTDP_SUCCESS);
+  const double B = 4, s = kSeq, hh = 16, V = kVocab, dh = 8, a = 2;
+  const double layer = 12.0 * B * s * hh * hh * ((1.0 + 1.0 + s / hh) * a * dh / hh + (2 * 8.0 + 8.0) / hh * 1.5);
+  CHECK(f1 - f0 == Approx(layer + 6.0 * B * s * (3 * hh + 2 * hh * hh) + 6.0 * B * s * hh * V).epsilon(1e-12));
 }
 
 TEST_CASE("mtp losses: each depth's loss after each iteration, and the main loss is the dense model's",

@@ -53,7 +53,9 @@ CASE is one of:
   mtp          multi-token prediction (--mtp-num-layers 2, RoPE, untied): "mtp_1 loss" and "mtp_2 loss"
                in the log line and the JSON lines (not in validation), (2,2,2) with the distributed
                optimizer gives the serial run's losses, MTP losses and grad norms to 1e-5, and a
-               checkpoint saved at (2,2,1) resumes at (1,2,2) and (1,1,1) as the serial run continues
+               checkpoint saved at (2,2,1) resumes at (1,2,2) and (1,1,1) as the serial run continues;
+               with MoE (first layer dense, the module's layer MoE), (2,2,2) e = 2 gives the serial
+               run's losses, MTP loss, balancing loss and expert loads (the module's as layer 4)
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -769,7 +771,28 @@ def case_mtp():
             check(sorted(steps) == [5] and close(steps[5][key], serial[5][key], 1e-5),
                   f"mtp checkpoint resumed at ({t},{p}): iteration 5 {key} {steps.get(5, {}).get(key)} "
                   f"vs serial {serial[5][key]}")
-    print(f"mtp: (2,2,2) vs serial, 5 iterations, worst relative difference {worst:.2e}; resumed at (1,2) and (1,1)")
+    # MTP with MoE: the first layer dense, the last MoE, so the module's layer is MoE (Megatron's
+    # MTP block spec); its expert load is logged as layer num_layers and the serial run's figures
+    # come back at (2,2,2) with e = 2, sequence parallelism and the distributed optimizer.
+    moe = ["--position-embedding-type", "rope", "--mtp-num-layers", "1", "--num-experts", "4",
+           "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16", "--moe-layer-freq", "[0,1,1,1]",
+           "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias",
+           "--moe-router-load-balancing-type", "seq_aux_loss", "--moe-aux-loss-coeff", "0.01", "--disable-bias-linear"]
+    serial_moe, _, _ = train("mtp-moe-serial", 1, 1, 1, 3, moe)
+    check(all([l["layer"] for l in r.get("moe_expert_load", [])] == [1, 2, 3, 4] for r in serial_moe.values()),
+          f"MTP with MoE: the expert loads of layers 1-3 and the module's (4): {serial_moe.get(1)}")
+    par_moe, _, _ = train("mtp-moe-parallel", 8, 2, 2, 3,
+                          moe + ["--expert-model-parallel-size", "2", "--sequence-parallel", "--use-distributed-optimizer"])
+    for it in range(1, 4):
+        for key in ("lm_loss", "grad_norm", "mtp_1_loss", "load_balancing_loss"):
+            a, b = par_moe[it][key], serial_moe[it][key]
+            check(close(a, b, 1e-5), f"mtp with MoE iteration {it} {key}: (2,2,2) e 2 {a} vs serial {b}")
+            worst = max(worst, abs(a - b) / max(1.0, abs(b)))
+        check(par_moe[it]["moe_expert_load"] == serial_moe[it]["moe_expert_load"],
+              f"mtp with MoE iteration {it}: expert loads {par_moe[it]['moe_expert_load']} vs serial "
+              f"{serial_moe[it]['moe_expert_load']}")
+    print(f"mtp: (2,2,2) vs serial, 5 iterations, worst relative difference {worst:.2e}; resumed at (1,2) and (1,1); "
+          "with MoE at e = 2")
 
 
 try:

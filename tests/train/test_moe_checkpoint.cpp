@@ -11,6 +11,9 @@
 // The global batch is the same 8 microbatches of 2 samples everywhere (m = 8 / d per replica).
 // Losses and grad norms of iterations 3-5 must be the reference's to 1e-4 relative (float32,
 // the layouts differ in summation order only), bit for bit at the saving layout.
+// With a second argument "mtp" the model has a multi-token prediction module (RoPE, D = 1) whose
+// layer is MoE like the decoder's last: its experts (mtp.layers.0.transformer_layer.mlp.experts.*)
+// are saved and resharded as the decoder's, and its MTP loss continues the trajectory too.
 #include <mpi.h>
 
 #include <cmath>
@@ -40,6 +43,8 @@ void expect(bool ok, const std::string& what) {
   ++g_failed;
   std::fprintf(stderr, "[rank %d] FAIL %s\n", g_rank, what.c_str());
 }
+
+bool g_mtp = false;
 
 constexpr int kMicro = 2, kMicrobatches = 8, kSeq = 8, kVocab = 53, kSaveAt = 3, kIters = 6;
 
@@ -73,11 +78,16 @@ GptConfig config() {
   g.moe.score_function = MoeScoreFunction::Sigmoid;
   g.moe.enable_expert_bias = true;
   g.moe.bias_update_rate = 0.01f;
+  if (g_mtp) {
+    g.position_embedding = PositionEmbedding::Rope;
+    g.mtp_num_layers = 1;
+    g.mtp_loss_scaling_factor = 0.3f;
+  }
   return g;
 }
 
 struct Trajectory {
-  std::vector<float> loss;
+  std::vector<float> loss, mtp;  // mtp: the MTP loss (with "mtp")
   std::vector<double> norm;
 };
 
@@ -117,6 +127,7 @@ Trajectory train(std::shared_ptr<Runtime> rt, const Spec& s, int first, int last
                                                kMicro, it);
     out.loss.push_back(r.loss);
     out.norm.push_back(r.step.grad_norm);
+    if (g_mtp) out.mtp.push_back(r.mtp_losses.size() == 1 ? r.mtp_losses[0] : -1.0f);
   }
   if (!save.empty()) {
     CheckpointState st;
@@ -132,10 +143,11 @@ double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(b)
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: test_moe_checkpoint WORK_DIR\n");
+  if (argc != 2 && !(argc == 3 && std::string(argv[2]) == "mtp")) {
+    std::fprintf(stderr, "usage: test_moe_checkpoint WORK_DIR [mtp]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  g_mtp = argc == 3;
   const std::string work = argv[1];
   {
     RuntimeOptions o;
@@ -159,13 +171,18 @@ int main(int argc, char** argv) {
         double worst = 0;
         for (int k = 0; k < kIters - kSaveAt; ++k) {
           const std::size_t j = static_cast<std::size_t>(kSaveAt + k), i = static_cast<std::size_t>(k);
-          const double dl = rel(got.loss[i], ref.loss[j]), dn = rel(got.norm[i], ref.norm[j]);
+          const double dl = std::max(rel(got.loss[i], ref.loss[j]),
+                                     g_mtp ? rel(got.mtp[i], ref.mtp[j]) : 0.0),
+                       dn = rel(got.norm[i], ref.norm[j]);
           worst = std::max({worst, dl, dn});
           const bool same_layout = &s == &targets[0];
           expect(same_layout ? dl == 0 && dn == 0 : dl <= 1e-4 && dn <= 1e-4,
                  tag + ": iteration " + std::to_string(j) + " loss " + std::to_string(got.loss[i]) + " (reference " +
                      std::to_string(ref.loss[j]) + "), grad norm " + std::to_string(got.norm[i]) + " (reference " +
-                     std::to_string(ref.norm[j]) + ")");
+                     std::to_string(ref.norm[j]) + ")" +
+                     (g_mtp ? ", mtp loss " + std::to_string(got.mtp[i]) + " (reference " +
+                                  std::to_string(ref.mtp[j]) + ")"
+                            : std::string()));
         }
         if (g_rank == 0) std::printf("%s: worst relative difference %.2e\n", tag.c_str(), worst);
       } catch (const std::exception& e) {

@@ -17,6 +17,13 @@
 // device-limited routing: 8 experts in the 4 groups of the e = 4 layout, each token's k = 3
 // experts from its 2 best groups scored by their top-2 sums, sigmoid scores scaled by 2.5: a
 // fixed model hyperparameter, so the serial run and every e dividing 4 train the same model).
+// ds: DeepSeek-V3's block (RMSNorm, SwiGLU, no linear biases, multi-latent attention with query compression, the
+// first layer dense, 8 experts k = 3 group-limited to the best 2 of 4 groups by their top-2
+// sums, sigmoid scores scaled by 2.5 with the expert bias, a shared expert, seq_aux_loss).
+// mtp, mtp2: multi-token prediction with D = 1, 2 (RoPE), each module's layer of the decoder's
+// last layer's kind (MoE, or dense with mixed): its MTP losses compared every iteration, its
+// loads and expert bias with the decoder layers'; the serial model's parameters equal
+// GptConfig::parameter_count() (and the active count) for every spec.
 // Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
@@ -154,6 +161,44 @@ GptConfig config(const Spec& s) {
     m.enable_expert_bias = true;
     m.bias_update_rate = 0.01f;
   }
+  if (s.has("ds")) {
+    // DeepSeek-V3's block: RMSNorm and SwiGLU, MLA with query compression and latent norms,
+    // the first layer dense, 8 routed experts (k = 3) in 4 groups of which each token's best 2
+    // by their top-2 sums, sigmoid scores scaled by 2.5 with the expert bias, one shared expert,
+    // seq_aux_loss.
+    g.normalization = Normalization::RMSNorm;
+    g.swiglu = true;
+    g.add_bias_linear = false;
+    g.position_embedding = PositionEmbedding::Rope;
+    g.multi_latent_attention = true;
+    g.qk_layernorm = true;
+    g.q_lora_rank = 6;
+    g.kv_lora_rank = 5;
+    g.qk_head_dim = 4;
+    g.qk_pos_emb_head_dim = 2;
+    g.v_head_dim = 4;
+    m.layer_pattern.assign(static_cast<std::size_t>(g.num_layers), 1);
+    m.layer_pattern[0] = 0;
+    m.num_experts = 8;
+    m.router_topk = 3;
+    m.score_function = MoeScoreFunction::Sigmoid;
+    m.topk_scaling_factor = 2.5f;
+    m.num_groups = 4;
+    m.group_topk = 2;
+    m.group_score_topk = 2;
+    m.enable_expert_bias = true;
+    m.bias_update_rate = 0.01f;
+    m.shared_expert_intermediate_size = 8;
+    m.aux_loss_coeff = 0.01f;
+    m.load_balancing = MoeLoadBalancing::SeqAuxLoss;
+  }
+  // Multi-token prediction (RoPE: the modules have no position table), its layer the decoder's
+  // last layer's kind: an MoE layer here.
+  if (s.has("mtp") || s.has("mtp2")) {
+    g.position_embedding = PositionEmbedding::Rope;
+    g.mtp_num_layers = s.has("mtp2") ? 2 : 1;
+    g.mtp_loss_scaling_factor = 0.3f;
+  }
   return g;
 }
 
@@ -167,6 +212,7 @@ OptimizerConfig optimizer_config(bool dist) {
 
 struct Run {
   std::vector<float> loss;
+  std::vector<std::vector<float>> mtp;  // by iteration: each depth's MTP loss
   std::vector<double> norm;
   std::vector<MoeMetrics> moe;                                   // by iteration
   std::vector<std::map<std::string, std::vector<float>>> biases;  // by iteration: every expert bias
@@ -251,6 +297,7 @@ Run reference(const Spec& s, int d, int replicas, bool same_data = false, int it
     const IterationOutcome out =
         train_iteration(model, *opt, groups, sched, tokens.data() + off, labels.data() + off, kMicro, it);
     r.loss.push_back(out.loss);
+    r.mtp.push_back(out.mtp_losses);
     r.norm.push_back(out.step.grad_norm);
     r.moe.push_back(out.moe);
     r.biases.push_back(expert_biases(model));
@@ -263,6 +310,21 @@ Run reference(const Spec& s, int d, int replicas, bool same_data = false, int it
   }
   const ParamTable& t = model.chunks()[0]->params();
   for (int i = 0; i < t.size(); ++i) r.params[t.info(i).name] = host(t.param(i));
+  if (replicas == 1 && !same_data) {
+    // The serial model's parameters are GptConfig's count (the MTP modules' MoE layers
+    // included), and its routed experts' share k / E of them the active count's.
+    int64_t total = 0, routed = 0;
+    for (int i = 0; i < t.size(); ++i) {
+      total += t.info(i).global_shape.numel();
+      if (t.info(i).expert) routed += t.info(i).global_shape.numel();
+    }
+    const MoeConfig& m = cfg.moe;
+    expect(total == cfg.parameter_count(1), s.text + ": the serial model has " + std::to_string(total) +
+                                                " parameters, parameter_count() " +
+                                                std::to_string(cfg.parameter_count(1)));
+    expect(total - routed / m.num_experts * (m.num_experts - m.router_topk) == cfg.active_parameter_count(1),
+           s.text + ": active_parameter_count() " + std::to_string(cfg.active_parameter_count(1)));
+  }
   return r;
 }
 
@@ -322,6 +384,28 @@ void run_spec(const Spec& s, int world) {
     expect(dn <= 1e-4, s.text + ": grad norm at iteration " + std::to_string(it) + " " +
                            std::to_string(out.step.grad_norm) + " vs " + std::to_string(want_norm));
     compare_moe(s, it, out.moe, model, ref);
+    // Each depth's MTP loss; the modules' MoE layers in the figures, after the decoder's.
+    const GptConfig& cfg = model.config();
+    const std::vector<float>& want_mtp = ref.mtp[static_cast<std::size_t>(it)];
+    expect(out.mtp_losses.size() == static_cast<std::size_t>(cfg.mtp_num_layers) &&
+               want_mtp.size() == out.mtp_losses.size(),
+           s.text + ": " + std::to_string(out.mtp_losses.size()) + " MTP losses at iteration " + std::to_string(it));
+    for (std::size_t k = 0; k < std::min(out.mtp_losses.size(), want_mtp.size()); ++k) {
+      const double dm = std::abs(double{out.mtp_losses[k]} - want_mtp[k]) / std::abs(want_mtp[k]);
+      worst_loss = std::max(worst_loss, dm);
+      expect(want_mtp[k] > 0.0f && dm <= 1e-4, s.text + ": mtp_" + std::to_string(k + 1) + " loss at iteration " +
+                                                  std::to_string(it) + " " + std::to_string(out.mtp_losses[k]) +
+                                                  " vs " + std::to_string(want_mtp[k]));
+    }
+    if (cfg.mtp_moe()) {
+      expect(out.moe.moe_layers == cfg.num_moe_layers() + cfg.mtp_num_layers && !out.moe.loads.empty() &&
+                 out.moe.loads.back().layer == cfg.num_layers + cfg.mtp_num_layers - 1 &&
+                 out.moe.loads.back().max_tokens > 0,
+             s.text + ": the MTP modules' MoE layers are not in the MoE figures");
+    } else {
+      // The decoder's last layer dense (mixed): so are the modules' layers.
+      expect(out.moe.moe_layers == cfg.num_moe_layers(), s.text + ": MoE layers past the decoder's");
+    }
     // The token exchange's time: a part of the iteration, and some time whenever tokens cross
     // ranks (e or etp > 1; etp 0 means t).
     const bool exchanges = s.e > 1 || (s.etp == 0 ? s.t : s.etp) > 1;
@@ -363,6 +447,19 @@ void run_spec(const Spec& s, int world) {
       worst_param = std::max(worst_param, rel);
       expect(rel <= 1e-4, s.text + ": parameter " + info.name + " differs by " + std::to_string(rel));
     }
+  }
+  if (model.config().mtp_num_layers > 0) {
+    // The modules' routed experts exist (split over e like the decoder's) and were compared.
+    int experts = 0;
+    for (auto& chunk : model.chunks()) {
+      const ParamTable& t = chunk->params();
+      for (int i = 0; i < t.size(); ++i)
+        experts += t.info(i).expert && t.info(i).name.rfind("mtp.layers.", 0) == 0 ? 1 : 0;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &experts, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    expect((experts > 0) == model.config().mtp_moe(),
+           s.text + ": " + std::to_string(experts) + " MTP expert parameters (the decoder's last layer " +
+               (model.config().mtp_moe() ? "MoE)" : "dense)"));
   }
   if (g_rank == 0)
     std::printf("%s: worst loss %.2e, grad norm %.2e, parameter %.2e\n", s.text.c_str(), worst_loss, worst_norm,

@@ -1394,10 +1394,16 @@ class ptdp_gpt_options(object):
                                                 transformer_layer, final_layernorm) after the
                                                 decoder, on the last pipeline stage, module k
                                                 predicting the token k + 1 ahead with the shared
-                                                embedding and output layer. Needs
-                                                ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense
-                                                model. Training only: evaluation, logits and
-                                                generation ignore the modules. Default 0: none.
+                                                embedding and output layer. Each module's
+                                                transformer_layer is of the decoder's last layer's
+                                                kind (Megatron's MTP block spec): an MoE layer
+                                                (router, experts split over the expert-parallel
+                                                ranks, shared experts) when that layer is one, its
+                                                aux losses and expert bias handled as a decoder
+                                                MoE layer's (see ptdp_model_moe_metrics()). Needs
+                                                ::PTDP_POSITION_EMBEDDING_ROPE or none. Training
+                                                only: evaluation, logits and generation ignore the
+                                                modules. Default 0: none.
     """)
     mtp_loss_scaling_factor = property(_ptdp_ext.ptdp_gpt_options_mtp_loss_scaling_factor_get, _ptdp_ext.ptdp_gpt_options_mtp_loss_scaling_factor_set, doc=r"""
     `--mtp-loss-scaling-factor`, >= 0: the D depths'
@@ -3020,7 +3026,10 @@ class ptdp_moe_layer_load(object):
 
     thisown = property(lambda x: x.this.own(), lambda x, v: x.this.own(v), doc="The membership flag")
     __repr__ = _swig_repr
-    layer = property(_ptdp_ext.ptdp_moe_layer_load_layer_get, _ptdp_ext.ptdp_moe_layer_load_layer_set, doc=r""" The decoder layer, 0-based.""")
+    layer = property(_ptdp_ext.ptdp_moe_layer_load_layer_get, _ptdp_ext.ptdp_moe_layer_load_layer_set, doc=r"""
+    The decoder layer, 0-based; num_layers + k for multi-token prediction
+                              module k's MoE layer (after the decoder's).
+    """)
     min_tokens = property(_ptdp_ext.ptdp_moe_layer_load_min_tokens_get, _ptdp_ext.ptdp_moe_layer_load_min_tokens_set, doc=r""" The fewest pairs any expert of the layer kept.""")
     max_tokens = property(_ptdp_ext.ptdp_moe_layer_load_max_tokens_get, _ptdp_ext.ptdp_moe_layer_load_max_tokens_set, doc=r""" The most pairs any expert of the layer kept.""")
 
@@ -3043,7 +3052,9 @@ class ptdp_moe_metrics(object):
     __repr__ = _swig_repr
     struct_size = property(_ptdp_ext.ptdp_moe_metrics_struct_size_get, _ptdp_ext.ptdp_moe_metrics_struct_size_set, doc=r""" Bytes of this struct; set by the caller, updated by the library.""")
     moe_layers = property(_ptdp_ext.ptdp_moe_metrics_moe_layers_get, _ptdp_ext.ptdp_moe_metrics_moe_layers_set, doc=r"""
-    MoE layers of the model; 0 for a dense model or before the first
+    MoE layers of the model, the multi-token prediction modules'
+                                      included (Megatron's count, over which the losses are
+                                      averaged); 0 for a dense model or before the first
                                       iteration (the losses are then NaN).
     """)
     load_balancing_loss = property(_ptdp_ext.ptdp_moe_metrics_load_balancing_loss_get, _ptdp_ext.ptdp_moe_metrics_load_balancing_loss_set, doc=r"""

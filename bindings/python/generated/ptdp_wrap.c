@@ -41078,10 +41078,16 @@ static PyMethodDef SwigMethods[] = {
 		"                                            transformer_layer, final_layernorm) after the\n"
 		"                                            decoder, on the last pipeline stage, module k\n"
 		"                                            predicting the token k + 1 ahead with the shared\n"
-		"                                            embedding and output layer. Needs\n"
-		"                                            ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense\n"
-		"                                            model. Training only: evaluation, logits and\n"
-		"                                            generation ignore the modules. Default 0: none.\n"
+		"                                            embedding and output layer. Each module's\n"
+		"                                            transformer_layer is of the decoder's last layer's\n"
+		"                                            kind (Megatron's MTP block spec): an MoE layer\n"
+		"                                            (router, experts split over the expert-parallel\n"
+		"                                            ranks, shared experts) when that layer is one, its\n"
+		"                                            aux losses and expert bias handled as a decoder\n"
+		"                                            MoE layer's (see ptdp_model_moe_metrics()). Needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE or none. Training\n"
+		"                                            only: evaluation, logits and generation ignore the\n"
+		"                                            modules. Default 0: none.\n"
 		""},
 	 { "ptdp_gpt_options_mtp_num_layers_get", _wrap_ptdp_gpt_options_mtp_num_layers_get, METH_O, "\n"
 		"Multi-token prediction depth D (`--mtp-num-layers`,\n"
@@ -41090,10 +41096,16 @@ static PyMethodDef SwigMethods[] = {
 		"                                            transformer_layer, final_layernorm) after the\n"
 		"                                            decoder, on the last pipeline stage, module k\n"
 		"                                            predicting the token k + 1 ahead with the shared\n"
-		"                                            embedding and output layer. Needs\n"
-		"                                            ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense\n"
-		"                                            model. Training only: evaluation, logits and\n"
-		"                                            generation ignore the modules. Default 0: none.\n"
+		"                                            embedding and output layer. Each module's\n"
+		"                                            transformer_layer is of the decoder's last layer's\n"
+		"                                            kind (Megatron's MTP block spec): an MoE layer\n"
+		"                                            (router, experts split over the expert-parallel\n"
+		"                                            ranks, shared experts) when that layer is one, its\n"
+		"                                            aux losses and expert bias handled as a decoder\n"
+		"                                            MoE layer's (see ptdp_model_moe_metrics()). Needs\n"
+		"                                            ::PTDP_POSITION_EMBEDDING_ROPE or none. Training\n"
+		"                                            only: evaluation, logits and generation ignore the\n"
+		"                                            modules. Default 0: none.\n"
 		""},
 	 { "ptdp_gpt_options_mtp_loss_scaling_factor_set", _wrap_ptdp_gpt_options_mtp_loss_scaling_factor_set, METH_VARARGS, "\n"
 		"`--mtp-loss-scaling-factor`, >= 0: the D depths'\n"
@@ -42486,8 +42498,14 @@ static PyMethodDef SwigMethods[] = {
 		"Title: Thread safety\n"
 		"Collective over the world of the groups.\n"
 		""},
-	 { "ptdp_moe_layer_load_layer_set", _wrap_ptdp_moe_layer_load_layer_set, METH_VARARGS, " The decoder layer, 0-based."},
-	 { "ptdp_moe_layer_load_layer_get", _wrap_ptdp_moe_layer_load_layer_get, METH_O, " The decoder layer, 0-based."},
+	 { "ptdp_moe_layer_load_layer_set", _wrap_ptdp_moe_layer_load_layer_set, METH_VARARGS, "\n"
+		"The decoder layer, 0-based; num_layers + k for multi-token prediction\n"
+		"                          module k's MoE layer (after the decoder's).\n"
+		""},
+	 { "ptdp_moe_layer_load_layer_get", _wrap_ptdp_moe_layer_load_layer_get, METH_O, "\n"
+		"The decoder layer, 0-based; num_layers + k for multi-token prediction\n"
+		"                          module k's MoE layer (after the decoder's).\n"
+		""},
 	 { "ptdp_moe_layer_load_min_tokens_set", _wrap_ptdp_moe_layer_load_min_tokens_set, METH_VARARGS, " The fewest pairs any expert of the layer kept."},
 	 { "ptdp_moe_layer_load_min_tokens_get", _wrap_ptdp_moe_layer_load_min_tokens_get, METH_O, " The fewest pairs any expert of the layer kept."},
 	 { "ptdp_moe_layer_load_max_tokens_set", _wrap_ptdp_moe_layer_load_max_tokens_set, METH_VARARGS, " The most pairs any expert of the layer kept."},
@@ -42499,11 +42517,15 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_moe_metrics_struct_size_set", _wrap_ptdp_moe_metrics_struct_size_set, METH_VARARGS, " Bytes of this struct; set by the caller, updated by the library."},
 	 { "ptdp_moe_metrics_struct_size_get", _wrap_ptdp_moe_metrics_struct_size_get, METH_O, " Bytes of this struct; set by the caller, updated by the library."},
 	 { "ptdp_moe_metrics_moe_layers_set", _wrap_ptdp_moe_metrics_moe_layers_set, METH_VARARGS, "\n"
-		"MoE layers of the model; 0 for a dense model or before the first\n"
+		"MoE layers of the model, the multi-token prediction modules'\n"
+		"                                  included (Megatron's count, over which the losses are\n"
+		"                                  averaged); 0 for a dense model or before the first\n"
 		"                                  iteration (the losses are then NaN).\n"
 		""},
 	 { "ptdp_moe_metrics_moe_layers_get", _wrap_ptdp_moe_metrics_moe_layers_get, METH_O, "\n"
-		"MoE layers of the model; 0 for a dense model or before the first\n"
+		"MoE layers of the model, the multi-token prediction modules'\n"
+		"                                  included (Megatron's count, over which the losses are\n"
+		"                                  averaged); 0 for a dense model or before the first\n"
 		"                                  iteration (the losses are then NaN).\n"
 		""},
 	 { "ptdp_moe_metrics_load_balancing_loss_set", _wrap_ptdp_moe_metrics_load_balancing_loss_set, METH_VARARGS, "\n"

@@ -1310,10 +1310,16 @@ typedef struct ptdp_gpt_options {
                                              transformer_layer, final_layernorm) after the
                                              decoder, on the last pipeline stage, module k
                                              predicting the token k + 1 ahead with the shared
-                                             embedding and output layer. Needs
-                                             ::PTDP_POSITION_EMBEDDING_ROPE or none, a dense
-                                             model. Training only: evaluation, logits and
-                                             generation ignore the modules. Default 0: none. */
+                                             embedding and output layer. Each module's
+                                             transformer_layer is of the decoder's last layer's
+                                             kind (Megatron's MTP block spec): an MoE layer
+                                             (router, experts split over the expert-parallel
+                                             ranks, shared experts) when that layer is one, its
+                                             aux losses and expert bias handled as a decoder
+                                             MoE layer's (see ptdp_model_moe_metrics()). Needs
+                                             ::PTDP_POSITION_EMBEDDING_ROPE or none. Training
+                                             only: evaluation, logits and generation ignore the
+                                             modules. Default 0: none. */
   float mtp_loss_scaling_factor;        /**< `--mtp-loss-scaling-factor`, >= 0: the D depths'
                                              losses enter the gradient as this / D times their
                                              sum (the reported loss is the main one; see
@@ -2943,7 +2949,8 @@ PTDP_API ptdp_status ptdp_train_iteration(ptdp_model model, ptdp_optimizer optim
 /** One MoE layer's expert load over an iteration's global batch: the (token, expert) pairs its
  *  experts kept after capacity drops, summed over every rank (the serial run's counts). */
 typedef struct ptdp_moe_layer_load {
-  int64_t layer;      /**< The decoder layer, 0-based. */
+  int64_t layer;      /**< The decoder layer, 0-based; num_layers + k for multi-token prediction
+                           module k's MoE layer (after the decoder's). */
   int64_t min_tokens; /**< The fewest pairs any expert of the layer kept. */
   int64_t max_tokens; /**< The most pairs any expert of the layer kept. */
 } ptdp_moe_layer_load;
@@ -2955,7 +2962,9 @@ typedef struct ptdp_moe_layer_load {
  *  Since 0.4.0. */
 typedef struct ptdp_moe_metrics {
   size_t struct_size;         /**< Bytes of this struct; set by the caller, updated by the library. */
-  int64_t moe_layers;         /**< MoE layers of the model; 0 for a dense model or before the first
+  int64_t moe_layers;         /**< MoE layers of the model, the multi-token prediction modules'
+                                   included (Megatron's count, over which the losses are
+                                   averaged); 0 for a dense model or before the first
                                    iteration (the losses are then NaN). */
   double load_balancing_loss; /**< aux_loss or seq_aux_loss / moe_aux_loss_coeff; NaN when no
                                    balancing loss is configured. */
