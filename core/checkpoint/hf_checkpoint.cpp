@@ -245,7 +245,8 @@ void add_deepseek_layer(const GptConfig& c, HfArchitecture a, const std::string&
 }
 
 // DeepSeek's multi-token prediction module k, stored as decoder layer num_layers + k: enorm, hnorm,
-// eh_proj ([h, 2h]: the embedding's columns first, as Megatron's), the decoder layer,
+// eh_proj ([h, 2h]: the embedding's columns first, as Megatron's), the decoder layer (MoE as the
+// decoder's last layer, GptConfig::mtp_moe(), which is DeepSeek's rule for its layouts),
 // shared_head.norm (ptdp's final_layernorm); its embed_tokens and shared_head.head are copies of
 // the model's embedding and head (hf_mappings adds them as mirrors of those).
 void add_mtp_module(const GptConfig& c, HfArchitecture a, int k, bool interleave, std::vector<HfMapping>& m) {
@@ -257,7 +258,7 @@ void add_mtp_module(const GptConfig& c, HfArchitecture a, int k, bool interleave
   add(P + "enorm.weight", {h}, HfLayout::Copy, {{H + "enorm.weight", {h}}});
   add(P + "hnorm.weight", {h}, HfLayout::Copy, {{H + "hnorm.weight", {h}}});
   add(P + "eh_proj.weight", {h, 2 * h}, HfLayout::Copy, {{H + "eh_proj.weight", {h, 2 * h}}});
-  add_deepseek_layer(c, a, P + "transformer_layer.", H, c.moe.is_moe_layer(c.num_layers + k), interleave, m);
+  add_deepseek_layer(c, a, P + "transformer_layer.", H, c.mtp_moe(), interleave, m);
   add(P + "final_layernorm.weight", {h}, HfLayout::Copy, {{H + "shared_head.norm.weight", {h}}});
 }
 

@@ -678,17 +678,14 @@ HfConfig read_hf_config(const std::string& dir) {
   const int L = hf.model.num_layers;
   if (hf_is_deepseek(hf.architecture) && hf.nextn_predict_layers > 0 &&
       checkpoint_has(dir, str_cat("model.layers.", L, ".eh_proj.weight"))) {
-    for (int k = 0; k < hf.nextn_predict_layers; ++k) {
-      // DeepSeek's MTP layer L + k is MoE from first_k_dense_replace on, as its decoder layers.
-      const bool hf_moe = int_or(j, "first_k_dense_replace", hf.architecture == HfArchitecture::DeepseekV3 ? 3 : 0,
-                                 path) <= L + k;
-      if (hf_moe)
-        unsupported(path, str_cat("num_nextn_predict_layers = ", hf.nextn_predict_layers, " with the tensors of its "
-                                  "multi-token prediction layer model.layers.", L + k, ".*, an MoE layer "
-                                  "(first_k_dense_replace <= ", L + k, "): ptdp's multi-token prediction does not "
-                                  "build MoE layers yet (--mtp-num-layers with --num-experts); save the model without "
-                                  "the model.layers.", L, ".* tensors to import the rest"));
-    }
+    // DeepSeek's MTP layer L + k is MoE from first_k_dense_replace on, as its decoder layers; ptdp's
+    // are of the decoder's last layer's kind (GptConfig::mtp_moe()). They differ only where the
+    // decoder is dense and an MTP layer is not.
+    const int dense = int_or(j, "first_k_dense_replace", hf.architecture == HfArchitecture::DeepseekV3 ? 3 : 0, path);
+    if (!hf.model.moe.enabled() && dense < L + hf.nextn_predict_layers)
+      unsupported(path, str_cat("first_k_dense_replace = ", dense, " makes multi-token prediction layer model.layers.",
+                                dense, ".* MoE while the ", L, " decoder layers are dense: ptdp's MTP layers are of "
+                                "the decoder's last layer's kind"));
     hf.model.mtp_num_layers = hf.nextn_predict_layers;
     try {
       hf.model.validate(1);
@@ -772,10 +769,9 @@ void check_deepseek(const GptConfig& c, HfArchitecture a, const std::function<vo
   if (c.rope_scaling.enabled) refuse("its rope_parameters have no Llama 3.1 scaling (--use-rope-scaling)");
   if (c.qkv_bias() || c.add_bias_linear) refuse("its linear layers have no biases (--disable-bias-linear)");
   if (c.query_groups() != c.num_attention_heads) refuse("multi-latent attention has a key and value per head");
-  for (int k = 0; k < c.mtp_num_layers; ++k)
-    if (m.is_moe_layer(c.num_layers + k) != m.enabled())
-      refuse(str_cat("its multi-token prediction layers are MoE exactly when the model has experts, the model's MTP "
-                     "layer ", k, (m.enabled() ? " is dense" : " is MoE")));
+  if (c.mtp_num_layers > 0 && c.mtp_moe() != m.enabled())
+    refuse(str_cat("its multi-token prediction layers are MoE exactly when the model has experts; the model's are ",
+                   c.mtp_moe() ? "MoE" : "dense"));
   if (!m.enabled()) return;  // written with first_k_dense_replace = num_hidden_layers (+ the MTP layers)
   bool seen_moe = false;
   for (int i = 0; i < c.num_layers; ++i) {

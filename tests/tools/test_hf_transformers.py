@@ -59,9 +59,11 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
              rotate-half RoPE with YaRN, tied) and DeepseekV2ForCausalLM (V2-Lite's shape with greedy
              routing; q_lora_rank with group_limited_greedy) of transformers 5.25: logits parity at
              t = 1 and at t = 2 with e = 2 (and V3's logits change when rope_interleave is flipped, so
-             the RoPE-row permutation is what makes them equal); round trips through ptdp-convert at
-             t = 2, e = 2 in fp32 and bf16 sharded, byte for byte; a fine-tune of an imported V3
-             (e = 2) and V2-Lite (one process) with ptdp-train --finetune
+             the RoPE-row permutation is what makes them equal); the hub's MTP layer (dense, and MoE
+             as in V3) imported into ptdp's MTP module: its mtp_1 loss equals DeepSeek's MTP layer in
+             torch at t = 1 and 2 (e = 2 for MoE); round trips through ptdp-convert at t = 2, e = 2 in
+             fp32 and bf16 sharded, and with the MTP layers, byte for byte; a fine-tune of an imported
+             V3 (e = 2) and V2-Lite (one process) with ptdp-train --finetune
 
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
@@ -940,13 +942,15 @@ def with_mtp(model, path, source_layer):
     return path
 
 
-def ptdp_mtp_loss(path, tokens, t):
-    """The probe's mtp_1 loss of one training iteration on `tokens` (labels the next token)."""
+def ptdp_mtp_loss(path, tokens, t, e=1):
+    """The probe's mtp_1 loss of one training iteration on `tokens` (labels the next token), at
+    tensor-parallel size t with the experts over e ranks (each expert whole)."""
     tok, out, mtp = (os.path.join(WORK, n) for n in ("mtp-tokens.i32", "mtp-logits.f32", "mtp.f32"))
     np.asarray(tokens, dtype=np.int32).tofile(tok)
     b, s = np.asarray(tokens).shape
     env = dict(os.environ, OMP_NUM_THREADS="1", PTDP_HF_PROBE_MTP_OUT=mtp)
-    cmd = [MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-n", str(t), PROBE, path, tok, str(b), str(s), str(t), out]
+    cmd = [MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-n", str(max(t, e)), PROBE, path, tok, str(b), str(s),
+           str(t), out, str(e), "1" if e > 1 else "0"]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
     if p.returncode != 0:
         raise SystemExit(f"test_hf_probe (MTP) failed: {p.stderr[-2000:]}")
@@ -962,9 +966,15 @@ def torch_mtp_loss(model, path, tokens):
     stored = tensors_of(path)
     pre = f"model.layers.{L}."
     layer = m3.DeepseekV3DecoderLayer(cfg, L).eval()
-    layer.load_state_dict({k[len(pre):]: v for k, v in stored.items() if k.startswith(pre) and
-                           k[len(pre):].split(".")[0] in ("self_attn", "mlp", "input_layernorm",
-                                                          "post_attention_layernorm")})
+    state = {k[len(pre):]: v for k, v in stored.items() if k.startswith(pre) and
+             k[len(pre):].split(".")[0] in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")}
+    if "mlp.experts.0.gate_proj.weight" in state:  # an MoE layer: transformers fuses its experts in memory
+        E = cfg.n_routed_experts
+        state["mlp.experts.gate_up_proj"] = torch.stack([torch.cat([state.pop(f"mlp.experts.{e}.gate_proj.weight"),
+                                                                    state.pop(f"mlp.experts.{e}.up_proj.weight")])
+                                                         for e in range(E)])
+        state["mlp.experts.down_proj"] = torch.stack([state.pop(f"mlp.experts.{e}.down_proj.weight") for e in range(E)])
+    layer.load_state_dict(state)
     norms = {}
     for n in ("enorm", "hnorm", "shared_head.norm"):
         norms[n] = m3.DeepseekV3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
@@ -996,16 +1006,30 @@ def case_deepseek_v3_parity():
     parity("deepseek_v3 dense with an MTP layer", path, hf_logits(dense, tokens), tokens, layouts=[(1, 1, 0), (2, 1, 0)])
     out = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"]).stdout
     check("--mtp-num-layers 1" in out, f"ptdp-convert imports the MTP layer:\n{out}")
+    want = torch_mtp_loss(dense, path, tokens)
     for t in (1, 2):
-        got, want = ptdp_mtp_loss(path, tokens, t), torch_mtp_loss(dense, path, tokens)
+        got = ptdp_mtp_loss(path, tokens, t)
         check(abs(got - want) <= 1e-5 * max(1.0, abs(want)),
               f"deepseek_v3 MTP loss at t = {t}: ptdp {got:.7f} vs DeepSeek's MTP layer in torch {want:.7f}")
         print(f"deepseek_v3 dense with an MTP layer: t = {t}: mtp_1 loss {got:.7f} (torch {want:.7f})")
+    # DeepSeek-V3's own shape: MoE layers, so an MoE MTP layer (its router's expert bias included).
     moe = make("deepseek_v3", seed=231)
     path = with_mtp(moe, os.path.join(WORK, "v3-moe-mtp"), source_layer=1)
+    check("model.layers.2.mlp.gate.e_score_correction_bias" in tensors_of(path), "the MTP layer is an MoE layer")
+    parity("deepseek_v3 with an MoE MTP layer", path, hf_logits(moe, tokens), tokens, layouts=[(1, 1, 0), (2, 2, 1)])
+    want = torch_mtp_loss(moe, path, tokens)
+    for t, e in ((1, 1), (2, 2)):
+        got = ptdp_mtp_loss(path, tokens, t, e)
+        check(abs(got - want) <= 1e-5 * max(1.0, abs(want)),
+              f"deepseek_v3 MoE MTP loss at t = {t}, e = {e}: ptdp {got:.7f} vs torch {want:.7f}")
+        print(f"deepseek_v3 with an MoE MTP layer: t = {t}, e = {e}: mtp_1 loss {got:.7f} (torch {want:.7f})")
+    # A dense decoder whose MTP layer DeepSeek makes MoE (first_k_dense_replace = num_hidden_layers):
+    # ptdp's MTP layers are of the decoder's last layer's kind, so it is refused by name.
+    odd = make("deepseek_v3", seed=233, first_k_dense_replace=2)
+    path = with_mtp(odd, os.path.join(WORK, "v3-odd-mtp"), source_layer=1)
     p = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"], expect_ok=False)
-    check(p.returncode != 0 and "multi-token prediction" in p.stderr and "model.layers.2" in p.stderr,
-          f"an MoE MTP layer is refused by name: {p.stderr[-400:]}")
+    check(p.returncode != 0 and "first_k_dense_replace" in p.stderr and "model.layers.2" in p.stderr,
+          f"an MTP layer of another kind than the decoder's last is refused by name: {p.stderr[-400:]}")
 
 
 def case_deepseek_v2_parity():
@@ -1033,6 +1057,12 @@ def case_deepseek_v3_roundtrip():
     with_mtp(dense, os.path.join(WORK, "v3-dense-mtp"), source_layer=1)
     roundtrips([("deepseek_v3 dense with an MTP layer fp32", None, None, None, "fp32")],
                layout=("--tensor-model-parallel-size", "2"), ranks=2, hf_dir=os.path.join(WORK, "v3-dense-mtp"),
+               model_vocab=97)
+    moe = make("deepseek_v3", seed=234)
+    with_mtp(moe, os.path.join(WORK, "v3-moe-mtp"), source_layer=1)
+    roundtrips([("deepseek_v3 with an MoE MTP layer fp32", None, None, None, "fp32")],
+               layout=("--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2",
+                       "--expert-tensor-parallel-size", "1"), ranks=2, hf_dir=os.path.join(WORK, "v3-moe-mtp"),
                model_vocab=97)
 
 

@@ -3812,7 +3812,7 @@ r"""
                                              rows interleaved as config.json's rope_interleave says.
                                              Its multi-token prediction layers (the hub's
                                              model.layers.{L + k}.*) become mtp_num_layers where the
-                                             checkpoint holds them, when dense; MoE ones are refused.
+                                             checkpoint holds them.
     """
 class ptdp_hf_save_options(object):
     r""" Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init()."""
