@@ -274,7 +274,8 @@ TEST_CASE("mtp with MoE: the module's layer takes the decoder's last layer's kin
   // layer's does (Megatron's MoEAuxLossAutoScaler), not scaled by mtp_loss_scaling_factor / D:
   // the router weight's gradient is linear in both, so the aux loss's part is the same at every
   // factor, and the factor's part the same with and without the aux loss.
-  const std::vector<int32_t> t1(tokens.begin(), tokens.begin() + kB * kSeq), l1(labels.begin(), labels.begin() + kB * kSeq);
+  const std::vector<int32_t> t1(tokens.begin(), tokens.begin() + kB * kSeq),
+      l1(labels.begin(), labels.begin() + kB * kSeq);
   const auto router_grad = [&](float factor, float coeff) {
     ptdp_gpt_options o = tiny_moe(1, true);
     o.mtp_loss_scaling_factor = factor;
@@ -619,36 +620,39 @@ TEST_CASE("mtp precision: bf16 and f16 models train with MTP, their losses near 
           "[capi][mtp][precision]") {
   sp::World w;
   const std::vector<int32_t> tokens = sp::ids(kB * kSeq, kVocab, 21), labels = sp::ids(kB * kSeq, kVocab, 22);
-  std::vector<float> f32;  // the main loss, then each depth's, of the first iteration
-  for (ptdp_dtype precision : {PTDP_DTYPE_F32, PTDP_DTYPE_BF16, PTDP_DTYPE_F16}) {
-    INFO("precision " << static_cast<int>(precision));
-    ptdp_gpt_options o = tiny(2);
-    o.precision = precision;
-    ptdp_model m = nullptr;
-    REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
-    ptdp_optimizer opt = nullptr;
-    REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
-    ptdp_schedule sched = nullptr;
-    REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &sched) == PTDP_SUCCESS);
-    std::vector<float> first;
-    for (int it = 0; it < 3; ++it) {
-      ptdp_iteration_result res{};
-      REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) ==
-              PTDP_SUCCESS);
-      float losses[2] = {0, 0};
-      int32_t count = 0;
-      REQUIRE(ptdp_model_mtp_losses(m, losses, 2, &count) == PTDP_SUCCESS);
-      REQUIRE(count == 2);
-      CHECK(std::isfinite(res.loss));
-      CHECK(std::isfinite(losses[0]));
-      CHECK(std::isfinite(losses[1]));
-      if (it == 0) first = {res.loss, losses[0], losses[1]};
+  // Dense, and with MoE (the modules' layers MoE like the decoder's last).
+  for (const bool moe : {false, true}) {
+    std::vector<float> f32;  // the main loss, then each depth's, of the first iteration
+    for (ptdp_dtype precision : {PTDP_DTYPE_F32, PTDP_DTYPE_BF16, PTDP_DTYPE_F16}) {
+      INFO("precision " << static_cast<int>(precision) << (moe ? ", MoE" : ", dense"));
+      ptdp_gpt_options o = moe ? tiny_moe(2, true) : tiny(2);
+      o.precision = precision;
+      ptdp_model m = nullptr;
+      REQUIRE(ptdp_model_create(w.groups, &o, &m) == PTDP_SUCCESS);
+      ptdp_optimizer opt = nullptr;
+      REQUIRE(ptdp_optimizer_create(m, nullptr, &opt) == PTDP_SUCCESS);
+      ptdp_schedule sched = nullptr;
+      REQUIRE(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &sched) == PTDP_SUCCESS);
+      std::vector<float> first;
+      for (int it = 0; it < 3; ++it) {
+        ptdp_iteration_result res{};
+        REQUIRE(ptdp_train_iteration(m, opt, sched, tokens.data(), labels.data(), kB, it, nullptr, &res) ==
+                PTDP_SUCCESS);
+        float losses[2] = {0, 0};
+        int32_t count = 0;
+        REQUIRE(ptdp_model_mtp_losses(m, losses, 2, &count) == PTDP_SUCCESS);
+        REQUIRE(count == 2);
+        CHECK(std::isfinite(res.loss));
+        CHECK(std::isfinite(losses[0]));
+        CHECK(std::isfinite(losses[1]));
+        if (it == 0) first = {res.loss, losses[0], losses[1]};
+      }
+      if (precision == PTDP_DTYPE_F32) f32 = first;
+      // 16-bit storage rounds weights and activations: within 2% of the f32 model at the start.
+      for (std::size_t k = 0; k < first.size(); ++k) CHECK(first[k] == Approx(f32[k]).epsilon(0.02));
+      ptdp_schedule_destroy(sched);
+      ptdp_optimizer_destroy(opt);
+      ptdp_model_destroy(m);
     }
-    if (precision == PTDP_DTYPE_F32) f32 = first;
-    // 16-bit storage rounds weights and activations: within 2% of the f32 model at the start.
-    for (std::size_t k = 0; k < first.size(); ++k) CHECK(first[k] == Approx(f32[k]).epsilon(0.02));
-    ptdp_schedule_destroy(sched);
-    ptdp_optimizer_destroy(opt);
-    ptdp_model_destroy(m);
   }
 }
