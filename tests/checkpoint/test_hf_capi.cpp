@@ -602,9 +602,10 @@ TEST_CASE("hf_load and hf_save refuse bad input and name it, leaving the model u
 }
 
 // DeepSeek-V2/V3 through the C API: a multi-latent-attention MoE model made in ptdp (the first
-// layer dense, shared experts) exports as the class its router calls for, names DeepSeek's
-// tensors, stores the RoPE rows interleaved (V2 always, V3 with rope_interleave true), imports
-// back bit for bit, and another class's export is refused naming what it lacks.
+// layer dense, shared experts; V3's with an MoE multi-token prediction layer) exports as the class
+// its router calls for, names DeepSeek's tensors (the MTP layer's as model.layers.{L}.*, with its
+// copy of the embedding), stores the RoPE rows interleaved (V2 always, V3 with rope_interleave
+// true), imports back bit for bit, and another class's export is refused naming what it lacks.
 TEST_CASE("An MLA model with DeepSeek's routers exports as DeepSeek-V3 or V2 and imports back exactly", "[hf]") {
   TempDir d;
   sp::World w;
@@ -644,6 +645,7 @@ TEST_CASE("An MLA model with DeepSeek's routers exports as DeepSeek-V3 or V2 and
     if (v3) {
       o.moe_router_score_function = PTDP_MOE_SCORE_SIGMOID;
       o.moe_router_enable_expert_bias = 1;
+      o.mtp_num_layers = 1;  // an MoE MTP layer, DeepSeek-V3's model.layers.2.*
     } else {
       o.moe_router_pre_softmax = 1;
     }
@@ -669,6 +671,7 @@ TEST_CASE("An MLA model with DeepSeek's routers exports as DeepSeek-V3 or V2 and
     CHECK(back.moe_router_group_score_topk == o.moe_router_group_score_topk);
     CHECK(back.moe_router_topk_scaling_factor == 2.5f);
     CHECK(back.moe_router_enable_expert_bias == o.moe_router_enable_expert_bias);
+    CHECK(back.mtp_num_layers == o.mtp_num_layers);
 
     std::ifstream cf(dir + "/config.json");
     const json config = json::parse(cf);
@@ -689,6 +692,13 @@ TEST_CASE("An MLA model with DeepSeek's routers exports as DeepSeek-V3 or V2 and
     CHECK(stored.count("model.layers.1.mlp.shared_experts.gate_proj.weight"));
     CHECK(stored.count("model.layers.1.mlp.experts.3.down_proj.weight"));
     CHECK(stored.count("model.layers.1.mlp.gate.e_score_correction_bias") == (v3 ? 1u : 0u));
+    CHECK(stored.count("model.layers.2.eh_proj.weight") == (v3 ? 1u : 0u));
+    CHECK(stored.count("model.layers.2.mlp.experts.3.up_proj.weight") == (v3 ? 1u : 0u));
+    CHECK(stored.count("model.layers.2.shared_head.head.weight") == (v3 ? 1u : 0u));
+    if (v3) {
+      CHECK(config["num_nextn_predict_layers"] == 1);
+      CHECK(stored.at("model.layers.2.embed_tokens.weight").bytes == stored.at("model.embed_tokens.weight").bytes);
+    }
     const std::vector<float> kv = hf::values(stored.at(prefix + "kv_a_proj_with_mqa.weight"));
     std::vector<float> kv_ptdp(12 * 16);
     OK(ptdp_model_get_param(a, "decoder.layers.0.self_attention.linear_kv_down_proj.weight", kv_ptdp.data(),
