@@ -184,6 +184,8 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN3_MOE = 6
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_QWEN2_MOE = 7
   integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_OLMOE = 8
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 = 9
+  integer(c_int), parameter :: PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 = 10
 end module ptdp_enums
 
 !> The C API as bind(c) interfaces. Handles are type(c_ptr); option structs are
@@ -2636,7 +2638,10 @@ module ptdp
     ! biases, q/k norms, tying, dropout, init std; for a mixture of experts num_experts,
     ! moe_router_topk, moe_ffn_hidden_size, moe_layer_freq (Qwen's decoder_sparse_step and
     ! mlp_only_layers), the shared expert and its gate, moe_router_pre_softmax (norm_topk_prob
-    ! false) and the aux loss's coefficient (router_aux_loss_coef).
+    ! false) and the aux loss's coefficient (router_aux_loss_coef); for DeepSeek-V2/V3
+    ! multi-latent attention (q_lora_rank, kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim,
+    ! v_head_dim), the routers' score function, expert bias, groups, group_score_topk and topk
+    ! scaling, and mtp_num_layers where the checkpoint holds the MTP layers (docs/deepseek.md).
     function ptdp_hf_read_options(directory, options, architecture) &
         bind(c, name="ptdp_hf_read_options")
       import

@@ -13,6 +13,8 @@ static_assert(PTDP_HF_ARCHITECTURE_MIXTRAL == static_cast<int>(ptdp::HfArchitect
 static_assert(PTDP_HF_ARCHITECTURE_QWEN3_MOE == static_cast<int>(ptdp::HfArchitecture::Qwen3Moe));
 static_assert(PTDP_HF_ARCHITECTURE_QWEN2_MOE == static_cast<int>(ptdp::HfArchitecture::Qwen2Moe));
 static_assert(PTDP_HF_ARCHITECTURE_OLMOE == static_cast<int>(ptdp::HfArchitecture::Olmoe));
+static_assert(PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 == static_cast<int>(ptdp::HfArchitecture::DeepseekV2));
+static_assert(PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 == static_cast<int>(ptdp::HfArchitecture::DeepseekV3));
 
 namespace {
 
@@ -45,7 +47,7 @@ ptdp::HfSaveOptions save_options(const ptdp_hf_save_options* options) {
                  "options->max_shard_size = " + std::to_string(o.max_shard_size) + " is negative (0: one file)");
   out.max_shard_size = static_cast<uint64_t>(o.max_shard_size);
   PTDP_CHECK_ARG(
-      o.architecture >= PTDP_HF_ARCHITECTURE_AUTO && o.architecture <= PTDP_HF_ARCHITECTURE_OLMOE,
+      o.architecture >= PTDP_HF_ARCHITECTURE_AUTO && o.architecture <= PTDP_HF_ARCHITECTURE_DEEPSEEK_V3,
       "options->architecture = " + std::to_string(static_cast<int>(o.architecture)) + " is not a ptdp_hf_architecture");
   out.architecture = static_cast<ptdp::HfArchitecture>(o.architecture);
   if (o.base_config != nullptr) {

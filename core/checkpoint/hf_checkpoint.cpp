@@ -86,15 +86,22 @@ namespace {
 // The MoE MLP of layer i: the router, every expert (J global, as on the hub and in Megatron's
 // distributed checkpoints) and Qwen2-MoE's gated shared expert. Mixtral names its block
 // block_sparse_moe and its experts' linears w1 (gate), w3 (up), w2 (down).
-void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<HfMapping>& m) {
+// L: ptdp's layer prefix ("decoder.layers.{i}.", or an MTP module's transformer_layer), H: Hugging
+// Face's ("model.layers.{i}.").
+void add_moe_mappings_at(const GptConfig& c, HfArchitecture a, const std::string& ptdp_layer, const std::string& H,
+                         std::vector<HfMapping>& m) {
+  const bool deepseek = hf_is_deepseek(a);
   const int64_t h = c.hidden_size, fe = c.moe_ffn(), fs = c.moe.shared_expert_intermediate_size;
-  const std::string L = layer(i) + "mlp.", H = "model.layers." + std::to_string(i) + ".";
+  const std::string L = ptdp_layer + "mlp.";
   const bool mixtral = a == HfArchitecture::Mixtral;
   const std::string M = H + (mixtral ? "block_sparse_moe." : "mlp.");
   const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
     m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
   };
   add(L + "router.weight", {c.moe.num_experts, h}, HfLayout::Copy, {{M + "gate.weight", {c.moe.num_experts, h}}});
+  if (c.moe.enable_expert_bias)  // DeepSeek-V3's e_score_correction_bias
+    add(L + "router.expert_bias", {c.moe.num_experts}, HfLayout::Copy,
+        {{M + "gate.e_score_correction_bias", {c.moe.num_experts}}});
   for (int J = 0; J < c.moe.num_experts; ++J) {
     const std::string E = M + "experts." + std::to_string(J) + ".", j = std::to_string(J);
     add(L + "experts.linear_fc1.weight" + j, {2 * fe, h}, HfLayout::GateUp,
@@ -104,12 +111,16 @@ void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<H
         {{E + (mixtral ? "w2.weight" : "down_proj.weight"), {h, fe}}});
   }
   if (fs == 0) return;
-  const std::string S = M + "shared_expert.";
+  const std::string S = M + (deepseek ? "shared_experts." : "shared_expert.");
   add(L + "shared_experts.linear_fc1.weight", {2 * fs, h}, HfLayout::GateUp,
       {{S + "gate_proj.weight", {fs, h}}, {S + "up_proj.weight", {fs, h}}});
   add(L + "shared_experts.linear_fc2.weight", {h, fs}, HfLayout::Copy, {{S + "down_proj.weight", {h, fs}}});
   if (c.moe.shared_expert_gate)
     add(L + "shared_experts.gate_weight", {1, h}, HfLayout::Copy, {{M + "shared_expert_gate.weight", {1, h}}});
+}
+
+void add_moe_mappings(const GptConfig& c, HfArchitecture a, int i, std::vector<HfMapping>& m) {
+  add_moe_mappings_at(c, a, layer(i), "model.layers." + std::to_string(i) + ".", m);
 }
 
 // transformers' dot_natural_key (core_model_loading.py): a name split at ".", numbers compared as
@@ -190,7 +201,68 @@ std::vector<std::vector<std::string>> moe_save_order(const std::vector<std::stri
 
 }  // namespace
 
-std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
+// DeepSeek's multi-latent attention of layer i (mla_attention.h: the same row orders, the RoPE
+// rows permuted where the hub stores them interleaved).
+void add_mla_mappings(const GptConfig& c, const std::string& ptdp_layer, const std::string& H, bool interleave,
+                      std::vector<HfMapping>& m) {
+  const int64_t h = c.hidden_size, a = c.num_attention_heads, rq = c.q_lora_rank, r = c.kv_lora_rank;
+  const int64_t dq = c.mla_qk_dim(), dn = c.qk_head_dim, dv = c.v_head_dim, dr = c.qk_pos_emb_head_dim;
+  const std::string L = ptdp_layer + "self_attention.", A = H + "self_attn.";
+  const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
+    m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
+  };
+  const HfLayout q_rope = interleave ? HfLayout::MlaQRope : HfLayout::Copy;
+  if (rq > 0) {
+    add(L + "linear_q_down_proj.weight", {rq, h}, HfLayout::Copy, {{A + "q_a_proj.weight", {rq, h}}});
+    add(L + "q_layernorm.weight", {rq}, HfLayout::Copy, {{A + "q_a_layernorm.weight", {rq}}});
+    add(L + "linear_q_up_proj.weight", {a * dq, rq}, q_rope, {{A + "q_b_proj.weight", {a * dq, rq}}});
+  } else {
+    add(L + "linear_q_proj.weight", {a * dq, h}, q_rope, {{A + "q_proj.weight", {a * dq, h}}});
+  }
+  add(L + "linear_kv_down_proj.weight", {r + dr, h}, interleave ? HfLayout::MlaKvRope : HfLayout::Copy,
+      {{A + "kv_a_proj_with_mqa.weight", {r + dr, h}}});
+  add(L + "kv_layernorm.weight", {r}, HfLayout::Copy, {{A + "kv_a_layernorm.weight", {r}}});
+  add(L + "linear_kv_up_proj.weight", {a * (dn + dv), r}, HfLayout::Copy, {{A + "kv_b_proj.weight", {a * (dn + dv), r}}});
+  add(L + "linear_proj.weight", {h, a * dv}, HfLayout::Copy, {{A + "o_proj.weight", {h, a * dv}}});
+}
+
+// One DeepSeek decoder layer: ptdp's `L` ("decoder.layers.{i}." or "mtp.layers.{k}.transformer_layer.")
+// from Hugging Face's `H` ("model.layers.{i}."), its MLP MoE or dense.
+void add_deepseek_layer(const GptConfig& c, HfArchitecture a, const std::string& L, const std::string& H, bool moe,
+                        bool interleave, std::vector<HfMapping>& m) {
+  const int64_t h = c.hidden_size, f = c.ffn();
+  const std::string M = H + "mlp.";
+  const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
+    m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
+  };
+  add(L + "input_layernorm.weight", {h}, HfLayout::Copy, {{H + "input_layernorm.weight", {h}}});
+  add_mla_mappings(c, L, H, interleave, m);
+  add(L + "pre_mlp_layernorm.weight", {h}, HfLayout::Copy, {{H + "post_attention_layernorm.weight", {h}}});
+  if (moe) return add_moe_mappings_at(c, a, L, H, m);
+  add(L + "mlp.linear_fc1.weight", {2 * f, h}, HfLayout::GateUp,
+      {{M + "gate_proj.weight", {f, h}}, {M + "up_proj.weight", {f, h}}});
+  add(L + "mlp.linear_fc2.weight", {h, f}, HfLayout::Copy, {{M + "down_proj.weight", {h, f}}});
+}
+
+// DeepSeek's multi-token prediction module k, stored as decoder layer num_layers + k: enorm, hnorm,
+// eh_proj ([h, 2h]: the embedding's columns first, as Megatron's), the decoder layer (MoE as the
+// decoder's last layer, GptConfig::mtp_moe(), which is DeepSeek's rule for its layouts),
+// shared_head.norm (ptdp's final_layernorm); its embed_tokens and shared_head.head are copies of
+// the model's embedding and head (hf_mappings adds them as mirrors of those).
+void add_mtp_module(const GptConfig& c, HfArchitecture a, int k, bool interleave, std::vector<HfMapping>& m) {
+  const int64_t h = c.hidden_size;
+  const std::string P = "mtp.layers." + std::to_string(k) + ".", H = "model.layers." + std::to_string(c.num_layers + k) + ".";
+  const auto add = [&](std::string param, std::vector<int64_t> shape, HfLayout layout, std::vector<HfTensor> t) {
+    m.push_back(HfMapping{std::move(param), std::move(shape), layout, std::move(t)});
+  };
+  add(P + "enorm.weight", {h}, HfLayout::Copy, {{H + "enorm.weight", {h}}});
+  add(P + "hnorm.weight", {h}, HfLayout::Copy, {{H + "hnorm.weight", {h}}});
+  add(P + "eh_proj.weight", {h, 2 * h}, HfLayout::Copy, {{H + "eh_proj.weight", {h, 2 * h}}});
+  add_deepseek_layer(c, a, P + "transformer_layer.", H, c.mtp_moe(), interleave, m);
+  add(P + "final_layernorm.weight", {h}, HfLayout::Copy, {{H + "shared_head.norm.weight", {h}}});
+}
+
+std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a, bool rope_interleave) {
   PTDP_CHECK_ARG(a != HfArchitecture::Auto, std::string("hf_mappings needs an architecture, not Auto"));
   const int64_t h = c.hidden_size, V = c.vocab_size, f = c.ffn(), P = c.max_positions();
   const int64_t a_dh = c.attention_width(), g_dh = static_cast<int64_t>(c.query_groups()) * c.head_dim();
@@ -227,6 +299,10 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
     for (int i = 0; i < c.num_layers; ++i) {
       const std::string L = layer(i), H = p + "layers." + std::to_string(i) + ".";
       const std::string A = H + "self_attn.", M = H + "mlp.";
+      if (hf_is_deepseek(a)) {
+        add_deepseek_layer(c, a, L, H, c.moe.is_moe_layer(i), rope_interleave, m);
+        continue;
+      }
       add(L + "input_layernorm.weight", {h}, HfLayout::Copy, {{H + "input_layernorm.weight", {h}}});
       add(L + "self_attention.linear_qkv.weight", {a_dh + 2 * g_dh, h}, HfLayout::Qkv,
           {{A + "q_proj.weight", {a_dh, h}}, {A + "k_proj.weight", {g_dh, h}}, {A + "v_proj.weight", {g_dh, h}}});
@@ -259,6 +335,15 @@ std::vector<HfMapping> hf_mappings(const GptConfig& c, HfArchitecture a) {
     add("decoder.final_layernorm.weight", {h}, HfLayout::Copy, {{p + "norm.weight", {h}}});
   }
   if (!c.tie_embeddings) add("output_layer.weight", {V, h}, HfLayout::VocabRows, {{"lm_head.weight", {V, h}}});
+  if (hf_is_deepseek(a) && c.mtp_num_layers > 0) {
+    // Each MTP layer stores its own copies of the embedding and the head: mirrors, the same rows.
+    for (int k = 0; k < c.mtp_num_layers; ++k) {
+      const std::string H = "model.layers." + std::to_string(c.num_layers + k) + ".";
+      m.front().tensors.push_back({H + "embed_tokens.weight", {V, h}});
+      (c.tie_embeddings ? m.front() : m.back()).tensors.push_back({H + "shared_head.head.weight", {V, h}});
+    }
+    for (int k = 0; k < c.mtp_num_layers; ++k) add_mtp_module(c, a, k, rope_interleave, m);
+  }
   return m;
 }
 
@@ -286,8 +371,10 @@ std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
     };
     for (int i = 0; i < c.num_layers; ++i) {
       const std::string H = "model.layers." + std::to_string(i) + ".";
-      for (const char* s : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                            "self_attn.q_norm", "self_attn.k_norm"})
+      for (const char* s : {"self_attn.q_proj", "self_attn.q_a_proj", "self_attn.q_a_layernorm", "self_attn.q_b_proj",
+                            "self_attn.k_proj", "self_attn.v_proj", "self_attn.kv_a_proj_with_mqa",
+                            "self_attn.kv_a_layernorm", "self_attn.kv_b_proj", "self_attn.o_proj", "self_attn.q_norm",
+                            "self_attn.k_norm"})
         weight_and_bias(H + s);
       if (!c.moe.is_moe_layer(i)) {
         for (const char* s : {"mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) weight_and_bias(H + s);
@@ -295,12 +382,14 @@ std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
         const bool mixtral = a == HfArchitecture::Mixtral;
         const std::string M = H + (mixtral ? "block_sparse_moe." : "mlp.");
         order.push_back(M + "gate.weight");
+        order.push_back(M + "gate.e_score_correction_bias");
         for (int J = 0; J < c.moe.num_experts; ++J) {
           const std::string E = M + "experts." + std::to_string(J) + ".";
           for (const char* s : {"w1", "w2", "w3", "gate_proj", "up_proj", "down_proj"}) weight_and_bias(E + s);
         }
         for (const char* s : {"shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj",
-                              "shared_expert_gate"})
+                              "shared_expert_gate", "shared_experts.gate_proj", "shared_experts.up_proj",
+                              "shared_experts.down_proj"})
           weight_and_bias(M + s);
       }
       order.push_back(H + "input_layernorm.weight");
@@ -310,10 +399,16 @@ std::vector<HfTensor> hf_state_dict(const GptConfig& c, HfArchitecture a) {
   }
   order.push_back("lm_head.weight");
   std::vector<HfTensor> out;
-  if (hf_is_moe(a)) {
+  // transformers 5 saves DeepSeek as the MoE classes: its experts fused in memory, so in
+  // dot_natural_key order.
+  if (hf_is_moe(a) || hf_is_deepseek(a)) {
     std::vector<std::string> present;
-    for (const std::string& n : order)
-      if (shapes.count(n)) present.push_back(n);
+    if (hf_is_deepseek(a)) {  // every name (its MTP layers' too): the order is the names' sort
+      for (const auto& [n, shape] : shapes) present.push_back(n);
+    } else {
+      for (const std::string& n : order)
+        if (shapes.count(n)) present.push_back(n);
+    }
     for (const std::vector<std::string>& storage : moe_save_order(present)) {
       const int first = static_cast<int>(out.size());
       for (const std::string& n : storage)
@@ -366,6 +461,44 @@ void hf_qkv_from_grouped(const float* qkv, int heads, int groups, int head_dim, 
   }
 }
 
+void hf_rope_deinterleave(const float* in, int64_t blocks, int64_t block_rows, int64_t offset, int64_t rope,
+                          int64_t cols, float* out) {
+  PTDP_CHECK_ARG(rope % 2 == 0 && offset >= 0 && offset + rope <= block_rows,
+                 str_cat("hf_rope_deinterleave: ", rope, " RoPE rows from ", offset, " do not fit ", block_rows,
+                         " rows or are odd"));
+  const auto row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* src = in + b * block_rows * cols;
+    float* dst = out + b * block_rows * cols;
+    std::memcpy(dst, src, static_cast<std::size_t>(offset) * row_bytes);
+    for (int64_t i = 0; i < rope / 2; ++i) {
+      std::memcpy(dst + (offset + i) * cols, src + (offset + 2 * i) * cols, row_bytes);
+      std::memcpy(dst + (offset + rope / 2 + i) * cols, src + (offset + 2 * i + 1) * cols, row_bytes);
+    }
+    const int64_t tail = block_rows - offset - rope;
+    std::memcpy(dst + (offset + rope) * cols, src + (offset + rope) * cols, static_cast<std::size_t>(tail) * row_bytes);
+  }
+}
+
+void hf_rope_interleave_rows(const float* in, int64_t blocks, int64_t block_rows, int64_t offset, int64_t rope,
+                             int64_t cols, float* out) {
+  PTDP_CHECK_ARG(rope % 2 == 0 && offset >= 0 && offset + rope <= block_rows,
+                 str_cat("hf_rope_interleave_rows: ", rope, " RoPE rows from ", offset, " do not fit ", block_rows,
+                         " rows or are odd"));
+  const auto row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* src = in + b * block_rows * cols;
+    float* dst = out + b * block_rows * cols;
+    std::memcpy(dst, src, static_cast<std::size_t>(offset) * row_bytes);
+    for (int64_t i = 0; i < rope / 2; ++i) {
+      std::memcpy(dst + (offset + 2 * i) * cols, src + (offset + i) * cols, row_bytes);
+      std::memcpy(dst + (offset + 2 * i + 1) * cols, src + (offset + rope / 2 + i) * cols, row_bytes);
+    }
+    const int64_t tail = block_rows - offset - rope;
+    std::memcpy(dst + (offset + rope) * cols, src + (offset + rope) * cols, static_cast<std::size_t>(tail) * row_bytes);
+  }
+}
+
 void hf_to_param(const HfMapping& m, const GptConfig& c, const std::vector<const float*>& hf, int64_t rows,
                  float* out) {
   PTDP_CHECK_ARG(hf.size() == m.tensors.size(),
@@ -385,6 +518,12 @@ void hf_to_param(const HfMapping& m, const GptConfig& c, const std::vector<const
     case HfLayout::VocabRows:
       PTDP_CHECK_ARG(rows >= m.shape[0],
                      str_cat(m.param, ": ", rows, " rows cannot hold the vocabulary of ", m.shape[0]));
+      // DeepSeek's MTP layers hold copies of the embedding and the head: they must be the same.
+      for (std::size_t k = 1; k < hf.size(); ++k)
+        if (std::memcmp(hf[k], hf[0], static_cast<std::size_t>(numel(m.shape)) * sizeof(float)) != 0)
+          throw_error(ErrorCode::Io, str_cat("'", m.tensors[k].name, "' differs from '", m.tensors[0].name,
+                                             "', of which ptdp's multi-token prediction shares one copy (", m.param,
+                                             ")"));
       copy(hf[0], numel(m.shape), out);
       std::fill(out + numel(m.shape), out + rows * cols, 0.0f);
       return;
@@ -409,6 +548,12 @@ void hf_to_param(const HfMapping& m, const GptConfig& c, const std::vector<const
       copy(hf[1], n, out + n);
       return;
     }
+    case HfLayout::MlaQRope:
+      hf_rope_deinterleave(hf[0], c.num_attention_heads, c.mla_qk_dim(), c.qk_head_dim, c.qk_pos_emb_head_dim, cols, out);
+      return;
+    case HfLayout::MlaKvRope:
+      hf_rope_deinterleave(hf[0], 1, m.shape[0], c.kv_lora_rank, c.qk_pos_emb_head_dim, cols, out);
+      return;
   }
   throw_error(ErrorCode::Internal, str_cat(m.param, ": unknown layout ", static_cast<int>(m.layout)));
 }
@@ -423,8 +568,10 @@ void param_to_hf(const HfMapping& m, const GptConfig& c, const float* param, con
   };
   switch (m.layout) {
     case HfLayout::Copy:
-    case HfLayout::VocabRows:
       copy(param, numel(m.shape), hf[0]);
+      return;
+    case HfLayout::VocabRows:  // and DeepSeek's MTP copies of the embedding and the head
+      for (float* out : hf) copy(param, numel(m.shape), out);
       return;
     case HfLayout::Transpose:
       hf_transpose(param, m.shape[0], m.shape[1], hf[0]);
@@ -450,6 +597,13 @@ void param_to_hf(const HfMapping& m, const GptConfig& c, const float* param, con
       copy(param + n, n, hf[1]);
       return;
     }
+    case HfLayout::MlaQRope:
+      hf_rope_interleave_rows(param, c.num_attention_heads, c.mla_qk_dim(), c.qk_head_dim, c.qk_pos_emb_head_dim, cols,
+                              hf[0]);
+      return;
+    case HfLayout::MlaKvRope:
+      hf_rope_interleave_rows(param, 1, m.shape[0], c.kv_lora_rank, c.qk_pos_emb_head_dim, cols, hf[0]);
+      return;
   }
   throw_error(ErrorCode::Internal, str_cat(m.param, ": unknown layout ", static_cast<int>(m.layout)));
 }
@@ -593,7 +747,7 @@ void load_hf_checkpoint(const std::string& dir, GptPipeline& model) {
     const std::string source = (fs::path(dir) / kConfigFile).string();
     check_hf_model_matches(hf.model, model.config(), source);
     files = std::make_unique<HfCheckpointFiles>(dir);
-    maps = hf_mappings(hf.model, hf.architecture);
+    maps = hf_mappings(hf.model, hf.architecture, hf.rope_interleave);
     // With or without the base model's prefix ("transformer." / "model."): GPT2Model and
     // LlamaModel save their weights without it.
     const std::string prefix = hf.architecture == HfArchitecture::Gpt2 ? "transformer." : "model.";
@@ -627,6 +781,16 @@ void load_hf_checkpoint(const std::string& dir, GptPipeline& model) {
         continue;
       }
       unknown.push_back(n);
+    }
+    if (hf_is_deepseek(hf.architecture) && !unknown.empty()) {
+      // DeepSeek's multi-token prediction layers follow the decoder's as model.layers.{L}.*.
+      const std::string mtp = str_cat("model.layers.", hf.model.num_layers, ".");
+      for (const std::string& n : unknown)
+        if (n.rfind(mtp, 0) == 0)
+          throw_io_error(dir, str_cat("'", n, "' belongs to a multi-token prediction layer after the ",
+                                      hf.model.num_layers, " decoder layers, but config.json has num_nextn_predict_layers = ",
+                                      hf.nextn_predict_layers, " (or the layer lacks model.layers.", hf.model.num_layers,
+                                      ".eh_proj.weight)"));
     }
     if (!unknown.empty()) {
       std::string list;
@@ -715,7 +879,7 @@ void save_hf_checkpoint(const std::string& dir, GptPipeline& model, const HfSave
     }
     if (arch == HfArchitecture::Auto) arch = hf_default_architecture(c);
     config = hf_config_to_json(c, arch, o.dtype, base);
-    for (const HfMapping& m : hf_mappings(c, arch)) by_param.emplace(m.param, m);
+    for (const HfMapping& m : hf_mappings(c, arch, hf_rope_interleave(arch, config))) by_param.emplace(m.param, m);
     for (const ParamInfo& p : model.all_params())
       if (!by_param.count(p.name))
         throw_error(ErrorCode::Internal, str_cat("save_hf_checkpoint: ", p.name, " maps to no Hugging Face tensor"));

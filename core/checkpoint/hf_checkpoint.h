@@ -48,6 +48,13 @@ enum class HfLayout : int {
   QkvConv1D = 4,  ///< GPT-2's c_attn.weight [h, 3h] (columns q | k | v), transposed, then grouped
   QkvFused = 5,   ///< GPT-2's c_attn.bias [3h] (q | k | v), grouped
   GateUp = 6,     ///< gate_proj and up_proj stacked: [gate rows; up rows]
+  /// DeepSeek's q_b_proj / q_proj [a (dn + dr), in] with interleaved RoPE: in each head's rows
+  /// [nope, rope] the dr RoPE rows go from pairs (0, 1), (2, 3), ... to rotate-half's halves
+  /// (0, 2, 4, ..., then 1, 3, 5, ...); the other rows are copied.
+  MlaQRope = 7,
+  /// DeepSeek's kv_a_proj_with_mqa [r + dr, h] with interleaved RoPE: the dr rows of the shared
+  /// RoPE key after the r latent rows, the same permutation.
+  MlaKvRope = 8,
 };
 
 /// One ptdp parameter and the Hugging Face tensors it is made of.
@@ -60,7 +67,9 @@ struct HfMapping {
 
 /// Every parameter of a `config` model exported as `architecture` (not Auto), in ptdp's model
 /// order; each Hugging Face tensor appears in exactly one mapping.
-std::vector<HfMapping> hf_mappings(const GptConfig& config, HfArchitecture architecture);
+/// `rope_interleave` (DeepSeek only, hf_rope_interleave): DeepSeek's RoPE rows are stored as
+/// interleaved pairs (MlaQRope, MlaKvRope), else they are copied.
+std::vector<HfMapping> hf_mappings(const GptConfig& config, HfArchitecture architecture, bool rope_interleave = true);
 /// The Hugging Face state dict of the same model in the order Hugging Face saves it (module
 /// registration order), without the tied lm_head.
 std::vector<HfTensor> hf_state_dict(const GptConfig& config, HfArchitecture architecture);
@@ -82,6 +91,15 @@ void hf_qkv_to_grouped(const float* q, const float* k, const float* v, int heads
 /// The inverse of hf_qkv_to_grouped.
 void hf_qkv_from_grouped(const float* qkv, int heads, int groups, int head_dim, int64_t cols, float* q, float* k,
                          float* v);
+
+/// `blocks` blocks of `block_rows` rows of `cols` each; in every block the `rope` rows from
+/// `offset` on are moved from interleaved pairs to halves: out row offset + i = in row
+/// offset + 2 i, out row offset + rope/2 + i = in row offset + 2 i + 1; the other rows are copied.
+void hf_rope_deinterleave(const float* in, int64_t blocks, int64_t block_rows, int64_t offset, int64_t rope,
+                          int64_t cols, float* out);
+/// The inverse of hf_rope_deinterleave.
+void hf_rope_interleave_rows(const float* in, int64_t blocks, int64_t block_rows, int64_t offset, int64_t rope,
+                             int64_t cols, float* out);
 
 /// Hugging Face's shard assignment (huggingface_hub's split_state_dict_into_shards): tensors in
 /// order fill a shard until the next would take it past `max_shard_size` bytes; a tensor larger

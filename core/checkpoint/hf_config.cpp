@@ -99,7 +99,9 @@ constexpr HfNames kHfNames[] = {{"auto", "auto"},
                                 {"mixtral", "MixtralForCausalLM"},
                                 {"qwen3_moe", "Qwen3MoeForCausalLM"},
                                 {"qwen2_moe", "Qwen2MoeForCausalLM"},
-                                {"olmoe", "OlmoeForCausalLM"}};
+                                {"olmoe", "OlmoeForCausalLM"},
+                                {"deepseek_v2", "DeepseekV2ForCausalLM"},
+                                {"deepseek_v3", "DeepseekV3ForCausalLM"}};
 
 const HfNames* hf_names(HfArchitecture a) {
   const auto i = static_cast<std::size_t>(a);
@@ -108,7 +110,8 @@ const HfNames* hf_names(HfArchitecture a) {
 
 constexpr HfArchitecture kArchitectures[] = {HfArchitecture::Gpt2,     HfArchitecture::Llama,    HfArchitecture::Mistral,
                                              HfArchitecture::Qwen2,    HfArchitecture::Mixtral,  HfArchitecture::Qwen3Moe,
-                                             HfArchitecture::Qwen2Moe, HfArchitecture::Olmoe};
+                                             HfArchitecture::Qwen2Moe, HfArchitecture::Olmoe,
+                                             HfArchitecture::DeepseekV2, HfArchitecture::DeepseekV3};
 
 // Settings of PreTrainedConfig itself that change what a model computes; ptdp computes none.
 void refuse_generic_settings(const json& j, const std::string& source) {
@@ -439,6 +442,140 @@ GptConfig llama_config(const json& j, HfArchitecture arch, const std::string& so
   return c;
 }
 
+// ---------------------------------------------------------------------------------------------
+// DeepSeek-V2 and V3: multi-latent attention and DeepSeek's routers (hf_config.h)
+
+// An optional string field that transformers does not read but DeepSeek's own code does: it must
+// be what transformers computes, else the file describes two models.
+void require_string(const json& j, const char* key, const std::string& want, const std::string& why,
+                    const std::string& source) {
+  if (!present(j, key)) return;
+  const std::string v = string_or(j, key, want, source);
+  if (v != want) unsupported(source, str_cat(key, " = \"", v, "\": ", why));
+}
+
+void read_deepseek_moe(const json& j, HfArchitecture arch, GptConfig& c, const std::string& source) {
+  const bool v3 = arch == HfArchitecture::DeepseekV3;
+  const int dense = int_or(j, "first_k_dense_replace", v3 ? 3 : 0, source);
+  if (present(j, "moe_layer_freq") && int_field(j, "moe_layer_freq", source) != 1)
+    unsupported(source, str_cat("moe_layer_freq = ", json_text(j.at("moe_layer_freq")),
+                                ": transformers makes every layer from first_k_dense_replace on MoE (DeepSeek's own "
+                                "code every moe_layer_freq-th); only 1 means the same model in both"));
+  if (dense >= c.num_layers) return;  // no MoE layer: a dense model
+  MoeConfig& m = c.moe;
+  const char* experts_key = present(j, "n_routed_experts") ? "n_routed_experts" : v3 ? "num_local_experts" : "num_experts";
+  for (const char* alias : {"num_local_experts", "num_experts"})
+    if (present(j, "n_routed_experts") && present(j, alias))
+      check_agree(j.at("n_routed_experts"), "n_routed_experts", j.at(alias), alias, source);
+  m.num_experts = int_field(j, experts_key, source);
+  if (m.num_experts < 1) unsupported(source, str_cat(experts_key, " = 0 with MoE layers (first_k_dense_replace = ", dense,
+                                                      " < num_hidden_layers): the MoE layers need experts"));
+  m.router_topk = int_field(j, "num_experts_per_tok", source);
+  m.ffn_hidden_size = int_field(j, "moe_intermediate_size", source);
+  const int shared = int_or(j, "n_shared_experts", 0, source);
+  if (shared < 1)
+    unsupported(source, str_cat("n_shared_experts = ", shared, ": DeepSeek's MoE layers always have shared experts"));
+  m.shared_expert_intermediate_size = shared * m.ffn_hidden_size;
+  if (dense > 0) {
+    m.layer_pattern.assign(static_cast<std::size_t>(c.num_layers), 1);
+    for (int i = 0; i < dense; ++i) m.layer_pattern[static_cast<std::size_t>(i)] = 0;
+  }
+  const float scale = float_or(j, "routed_scaling_factor", v3 ? 2.5f : 1.0f, source);
+  if (!(scale > 0.0f)) unsupported(source, str_cat("routed_scaling_factor = ", float_text(scale), " is not > 0"));
+  m.topk_scaling_factor = scale == 1.0f ? 0.0f : scale;  // 1: none
+  m.aux_loss_coeff = float_or(j, "aux_loss_alpha", 0.0f, source);
+  m.load_balancing = m.aux_loss_coeff == 0.0f                    ? MoeLoadBalancing::None
+                     : bool_or(j, "seq_aux", false, source) ? MoeLoadBalancing::SeqAuxLoss
+                                                            : MoeLoadBalancing::AuxLoss;
+  const bool norm = bool_or(j, "norm_topk_prob", v3, source);
+  // transformers' class defaults: V3 8 groups of which 4 are kept, V2 none.
+  const int groups = int_or(j, "n_group", v3 ? 8 : 0, source), group_topk = int_or(j, "topk_group", v3 ? 4 : 0, source);
+  const auto use_groups = [&](int score_topk) {
+    if (groups < 1 || group_topk < 1 || group_topk > groups || m.num_experts % groups != 0)
+      unsupported(source, str_cat("n_group = ", groups, " and topk_group = ", group_topk, " with ", m.num_experts,
+                                  " experts: group-limited routing needs 1 <= topk_group <= n_group dividing "
+                                  "n_routed_experts"));
+    if (groups == 1) return;  // one group, always kept: no limit
+    m.num_groups = groups;
+    m.group_topk = group_topk;
+    m.group_score_topk = score_topk;
+  };
+  if (v3) {
+    require_string(j, "scoring_func", "sigmoid", "transformers' DeepSeek-V3 router scores with sigmoid", source);
+    require_string(j, "topk_method", "noaux_tc", "transformers' DeepSeek-V3 router is noaux_tc", source);
+    m.score_function = MoeScoreFunction::Sigmoid;
+    m.enable_expert_bias = true;
+    // ptdp's sigmoid router renormalises the top k for k > 1 (Megatron's), never for k = 1.
+    if (norm != (m.router_topk > 1))
+      unsupported(source, str_cat("norm_topk_prob = ", norm ? "true" : "false", " with num_experts_per_tok = ",
+                                  m.router_topk, ": ptdp's sigmoid router renormalises the top k exactly when k > 1"));
+    use_groups(2);
+    if (m.num_groups > 0 && m.num_experts / m.num_groups < 2)
+      unsupported(source, str_cat("n_group = ", groups, " leaves one expert per group: DeepSeek-V3 scores a group by "
+                                  "its top two"));
+    return;
+  }
+  require_string(j, "scoring_func", "softmax", "transformers' DeepSeek-V2 router scores with softmax", source);
+  if (norm)
+    unsupported(source, "norm_topk_prob = true: transformers' DeepSeek-V2 router never renormalises its top k "
+                        "(DeepSeek's own code does): the file describes two models");
+  m.score_function = MoeScoreFunction::Softmax;
+  m.pre_softmax = true;
+  const std::string method = string_or(j, "topk_method", "greedy", source);
+  if (method == "group_limited_greedy") {
+    use_groups(1);
+  } else if (method != "greedy") {
+    unsupported(source, str_cat("topk_method = \"", method, "\": transformers' DeepSeek-V2 router computes greedy "
+                                "and group_limited_greedy"));
+  }
+}
+
+GptConfig deepseek_config(const json& j, HfArchitecture arch, const std::string& source) {
+  GptConfig c;
+  c.vocab_size = int_field(j, "vocab_size", source);
+  c.hidden_size = int_field(j, "hidden_size", source);
+  c.ffn_hidden_size = int_field(j, "intermediate_size", source);
+  c.num_layers = int_field(j, "num_hidden_layers", source);
+  c.num_attention_heads = int_field(j, "num_attention_heads", source);
+  const int kv = int_or(j, "num_key_value_heads", c.num_attention_heads, source);
+  if (kv != c.num_attention_heads)
+    unsupported(source, str_cat("num_key_value_heads = ", kv, " is not num_attention_heads = ", c.num_attention_heads,
+                                ": multi-latent attention expands every head's key and value from the latent"));
+  c.multi_latent_attention = true;
+  c.qk_layernorm = true;  // q_a_layernorm and kv_a_layernorm
+  c.q_lora_rank = int_or(j, "q_lora_rank", 0, source);
+  if (present(j, "q_lora_rank") && c.q_lora_rank == 0)
+    unsupported(source, "q_lora_rank = 0: no query latent is q_lora_rank = null (a plain q_proj)");
+  c.kv_lora_rank = int_field(j, "kv_lora_rank", source);
+  c.qk_head_dim = int_field(j, "qk_nope_head_dim", source);
+  c.qk_pos_emb_head_dim = int_field(j, "qk_rope_head_dim", source);
+  c.v_head_dim = int_field(j, "v_head_dim", source);
+  const int positions = int_field(j, "max_position_embeddings", source);
+  c.max_position_embeddings = positions;
+  c.seq_length = positions;
+  const std::string act = string_or(j, "hidden_act", "silu", source);
+  if (act != "silu") unsupported(source, str_cat("hidden_act \"", act, "\": ptdp's SwiGLU uses silu"));
+  c.layernorm_epsilon = float_or(j, "rms_norm_eps", 1e-6f, source);
+  read_rope(j, arch, c, positions, source);
+  c.tie_embeddings = bool_or(j, "tie_word_embeddings", false, source);
+  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
+  c.hidden_dropout = 0.0f;
+  c.attention_dropout = float_or(j, "attention_dropout", 0.0f, source);
+  c.normalization = Normalization::RMSNorm;
+  c.position_embedding = PositionEmbedding::Rope;
+  c.swiglu = true;
+  c.add_bias_linear = false;
+  c.add_qkv_bias = false;
+  if (bool_or(j, "attention_bias", false, source))
+    unsupported(source, "attention_bias = true: ptdp's multi-latent attention has no biases on q_a_proj, "
+                        "kv_a_proj_with_mqa and o_proj");
+  if (bool_or(j, "mlp_bias", false, source))
+    unsupported(source, "mlp_bias = true: DeepSeek-V2's dense MLPs would have biases, which ptdp has only together "
+                        "with the attention's (add_bias_linear)");
+  read_deepseek_moe(j, arch, c, source);
+  return c;
+}
+
 }  // namespace
 
 const char* hf_model_type(HfArchitecture a) {
@@ -456,6 +593,15 @@ bool hf_is_moe(HfArchitecture a) {
          a == HfArchitecture::Olmoe;
 }
 
+bool hf_is_deepseek(HfArchitecture a) { return a == HfArchitecture::DeepseekV2 || a == HfArchitecture::DeepseekV3; }
+
+bool hf_rope_interleave(HfArchitecture a, const json& base) {
+  if (a == HfArchitecture::DeepseekV2) return true;
+  if (a != HfArchitecture::DeepseekV3) return false;
+  if (!base.is_object() || !present(base, "rope_interleave")) return true;
+  return bool_or(base, "rope_interleave", true, "the base config");
+}
+
 HfArchitecture hf_architecture_of(const json& j, const std::string& source) {
   std::string type = string_or(j, "model_type", "", source);
   if (type.empty() && present(j, "architectures") && j.at("architectures").is_array() &&
@@ -470,7 +616,7 @@ HfArchitecture hf_architecture_of(const json& j, const std::string& source) {
     if (type == hf_model_type(a)) return a;
   unsupported(source, str_cat("model_type \"", type,
                               "\" is not one ptdp converts (gpt2, llama, mistral, qwen2, mixtral, qwen3_moe, "
-                              "qwen2_moe, olmoe)"));
+                              "qwen2_moe, olmoe, deepseek_v2, deepseek_v3)"));
 }
 
 HfConfig hf_config_from_json(const json& j, const std::string& source) {
@@ -478,8 +624,20 @@ HfConfig hf_config_from_json(const json& j, const std::string& source) {
   HfConfig out;
   out.architecture = hf_architecture_of(j, source);
   refuse_generic_settings(j, source);
-  out.model =
-      out.architecture == HfArchitecture::Gpt2 ? gpt2_config(j, source) : llama_config(j, out.architecture, source);
+  if (out.architecture == HfArchitecture::Gpt2) {
+    out.model = gpt2_config(j, source);
+  } else if (hf_is_deepseek(out.architecture)) {
+    out.model = deepseek_config(j, out.architecture, source);
+    out.rope_interleave = out.architecture == HfArchitecture::DeepseekV2 || bool_or(j, "rope_interleave", true, source);
+    // transformers 5 writes num_nextn_predict_layers; num_mtp_layers is its attribute name.
+    if (present(j, "num_nextn_predict_layers") && present(j, "num_mtp_layers"))
+      check_agree(j.at("num_nextn_predict_layers"), "num_nextn_predict_layers", j.at("num_mtp_layers"),
+                  "num_mtp_layers", source);
+    out.nextn_predict_layers = present(j, "num_nextn_predict_layers") ? int_field(j, "num_nextn_predict_layers", source)
+                                                                      : int_or(j, "num_mtp_layers", 0, source);
+  } else {
+    out.model = llama_config(j, out.architecture, source);
+  }
   try {
     out.model.validate(1);
   } catch (const Error& e) {
@@ -488,16 +646,60 @@ HfConfig hf_config_from_json(const json& j, const std::string& source) {
   return out;
 }
 
+namespace {
+
+// Whether the checkpoint in `dir` holds `name` (model.safetensors.index.json's weight map, else
+// model.safetensors' header); false when neither is readable (the load reports that).
+bool checkpoint_has(const std::string& dir, const std::string& name) {
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json", single = fs::path(dir) / "model.safetensors";
+  try {
+    if (fs::exists(index)) {
+      const json j = json::parse(read_regular_file(index.string(), "index", kMaxJsonFileBytes), nullptr, false);
+      return j.is_object() && j.contains("weight_map") && j.at("weight_map").is_object() &&
+             j.at("weight_map").contains(name);
+    }
+    if (fs::exists(single)) return SafetensorsFile(single.string()).has(name);
+  } catch (const Error&) {
+  }
+  return false;
+}
+
+}  // namespace
+
 HfConfig read_hf_config(const std::string& dir) {
   PTDP_CHECK_ARG(!dir.empty(), std::string("the Hugging Face directory is empty"));
   const std::string path = (fs::path(dir) / "config.json").string();
   const json j = json::parse(read_regular_file(path, "config", kMaxJsonFileBytes), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw_io_error(path, "is not valid JSON");
   if (!j.is_object()) throw_io_error(path, "is not a JSON object");
-  return hf_config_from_json(j, path);
+  HfConfig hf = hf_config_from_json(j, path);
+  // DeepSeek's multi-token prediction layers are imported where the checkpoint holds them
+  // (transformers writes num_nextn_predict_layers without them).
+  const int L = hf.model.num_layers;
+  if (hf_is_deepseek(hf.architecture) && hf.nextn_predict_layers > 0 &&
+      checkpoint_has(dir, str_cat("model.layers.", L, ".eh_proj.weight"))) {
+    // DeepSeek's MTP layer L + k is MoE from first_k_dense_replace on, as its decoder layers; ptdp's
+    // are of the decoder's last layer's kind (GptConfig::mtp_moe()). They differ only where the
+    // decoder is dense and an MTP layer is not.
+    const int dense = int_or(j, "first_k_dense_replace", hf.architecture == HfArchitecture::DeepseekV3 ? 3 : 0, path);
+    if (!hf.model.moe.enabled() && dense < L + hf.nextn_predict_layers)
+      unsupported(path, str_cat("first_k_dense_replace = ", dense, " makes multi-token prediction layer model.layers.",
+                                dense, ".* MoE while the ", L, " decoder layers are dense: ptdp's MTP layers are of "
+                                "the decoder's last layer's kind"));
+    hf.model.mtp_num_layers = hf.nextn_predict_layers;
+    try {
+      hf.model.validate(1);
+    } catch (const Error& e) {
+      throw_error(e.code(), str_cat(path, ": ", e.what()));
+    }
+  }
+  return hf;
 }
 
 HfArchitecture hf_default_architecture(const GptConfig& c) {
+  if (c.multi_latent_attention)
+    return c.moe.enabled() && c.moe.score_function == MoeScoreFunction::Softmax ? HfArchitecture::DeepseekV2
+                                                                                 : HfArchitecture::DeepseekV3;
   if (c.moe.enabled()) {
     if (c.qk_layernorm) return c.qk_layernorm_across_heads ? HfArchitecture::Olmoe : HfArchitecture::Qwen3Moe;
     return c.moe.shared_expert_intermediate_size > 0 ? HfArchitecture::Qwen2Moe : HfArchitecture::Mixtral;
@@ -552,6 +754,58 @@ void check_moe_common(const GptConfig& c, HfArchitecture a, const std::function<
   }
 }
 
+// DeepSeek-V2/V3: multi-latent attention with both latent norms, SwiGLU MLPs without biases, the
+// first k layers dense and the others MoE with shared experts, V3's or V2's router.
+void check_deepseek(const GptConfig& c, HfArchitecture a, const std::function<void(const std::string&)>& refuse) {
+  const MoeConfig& m = c.moe;
+  const bool v3 = a == HfArchitecture::DeepseekV3;
+  if (!c.multi_latent_attention) refuse("it has multi-latent attention (--multi-latent-attention)");
+  if (!c.qk_layernorm) refuse("it normalises the attention latents (--qk-layernorm)");
+  if (c.normalization != Normalization::RMSNorm) refuse("it uses RMSNorm, the model LayerNorm");
+  if (!c.rope()) refuse("it uses rotary positions (RoPE), the model does not");
+  if (!c.swiglu) refuse("its MLPs are SwiGLU, the model's are not");
+  if (c.rotary_percent != 1.0f) refuse("RoPE rotates the whole qk_rope_head_dim, the model --rotary-percent " +
+                                       float_text(c.rotary_percent));
+  if (c.rope_scaling.enabled) refuse("its rope_parameters have no Llama 3.1 scaling (--use-rope-scaling)");
+  if (c.qkv_bias() || c.add_bias_linear) refuse("its linear layers have no biases (--disable-bias-linear)");
+  if (c.query_groups() != c.num_attention_heads) refuse("multi-latent attention has a key and value per head");
+  if (c.mtp_num_layers > 0 && c.mtp_moe() != m.enabled())
+    refuse(str_cat("its multi-token prediction layers are MoE exactly when the model has experts; the model's are ",
+                   c.mtp_moe() ? "MoE" : "dense"));
+  if (!m.enabled()) return;  // written with first_k_dense_replace = num_hidden_layers (+ the MTP layers)
+  bool seen_moe = false;
+  for (int i = 0; i < c.num_layers; ++i) {
+    if (m.is_moe_layer(i)) seen_moe = true;
+    else if (seen_moe) refuse("its dense layers are the first ones (first_k_dense_replace), then every layer is MoE "
+                              "(--moe-layer-freq)");
+  }
+  if (m.shared_expert_intermediate_size == 0 || m.shared_expert_intermediate_size % c.moe_ffn() != 0)
+    refuse(str_cat("its shared experts are n_shared_experts >= 1 times moe_intermediate_size wide: "
+                   "--moe-shared-expert-intermediate-size ", m.shared_expert_intermediate_size,
+                   " is no multiple of --moe-ffn-hidden-size ", c.moe_ffn()));
+  if (m.shared_expert_gate) refuse("its shared experts have no gate (--moe-shared-expert-gate)");
+  if (m.capacity_factor > 0.0f) refuse("its experts drop no tokens (--moe-expert-capacity-factor)");
+  if (m.z_loss_coeff > 0.0f) refuse("its router has no z-loss (--moe-z-loss-coeff)");
+  // The group score ptdp computes: group_score_topk, or Megatron's k / group_topk.
+  const int score_topk = m.group_topk == 0 ? 0 : m.group_score_topk > 0 ? m.group_score_topk : m.router_topk / m.group_topk;
+  if (v3) {
+    if (m.score_function != MoeScoreFunction::Sigmoid)
+      refuse("its router scores with sigmoid (--moe-router-score-function sigmoid); softmax routers are DeepSeek-V2's");
+    if (!m.enable_expert_bias) refuse("its router has the expert bias e_score_correction_bias "
+                                      "(--moe-router-enable-expert-bias)");
+    if (m.group_topk > 0 && score_topk != 2)
+      refuse(str_cat("it scores a group by its top-2 sum (--moe-router-group-score-topk 2), the model by its top ",
+                     score_topk));
+    return;
+  }
+  if (m.score_function != MoeScoreFunction::Softmax) refuse("its router scores with softmax");
+  if (!m.pre_softmax) refuse("its router takes the top k of the softmax over all experts (--moe-router-pre-softmax)");
+  if (m.enable_expert_bias) refuse("its router has no expert bias (--moe-router-enable-expert-bias)");
+  if (m.group_topk > 0 && score_topk != 1)
+    refuse(str_cat("its group_limited_greedy scores a group by its best expert (--moe-router-group-score-topk 1), the "
+                   "model by its top ", score_topk));
+}
+
 }  // namespace
 
 void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
@@ -562,11 +816,11 @@ void check_hf_architecture(const GptConfig& c, HfArchitecture a) {
   const auto refuse = [&](const std::string& why) {
     throw_error(ErrorCode::Unsupported, str_cat("the model cannot be written as ", cls, ": ", why));
   };
+  if (hf_is_deepseek(a)) return check_deepseek(c, a, refuse);
+  if (c.multi_latent_attention)
+    refuse("it has multi-latent attention (--multi-latent-attention): write it as deepseek_v2 or deepseek_v3");
+  if (c.mtp_num_layers > 0) refuse("it has no multi-token prediction layers (--mtp-num-layers)");
   if (c.moe.enabled() && !hf_is_moe(a)) refuse("it is a mixture of experts (--num-experts)");
-  if (c.multi_latent_attention) {
-    refuse("it has multi-latent attention (--multi-latent-attention), which no supported Hugging Face class has "
-           "(DeepSeek-V2/V3 export is not implemented yet)");
-  }
   if (c.qk_layernorm && a != HfArchitecture::Qwen3Moe && a != HfArchitecture::Olmoe)
     refuse("it has q/k norms (--qk-layernorm)");
   if (a == HfArchitecture::Gpt2) {
@@ -710,6 +964,63 @@ void write_window(const GptConfig& c, HfArchitecture a, json& j) {
     j["layer_types"] = json(std::vector<std::string>(static_cast<std::size_t>(c.num_layers), "full_attention"));
 }
 
+// DeepSeek's fields (check_deepseek has accepted the model). `j` holds the base config's fields;
+// those that only DeepSeek's own code reads (scoring_func, topk_method of V3, moe_layer_freq,
+// aux_loss_alpha, seq_aux) are written where the base has them or the model sets them.
+void write_deepseek(const GptConfig& c, HfArchitecture a, json& j) {
+  const MoeConfig& m = c.moe;
+  const bool v3 = a == HfArchitecture::DeepseekV3;
+  j["hidden_size"] = c.hidden_size;
+  j["intermediate_size"] = c.ffn();
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_attention_heads"] = c.num_attention_heads;
+  j["num_key_value_heads"] = c.num_attention_heads;
+  j["q_lora_rank"] = c.q_lora_rank > 0 ? json(c.q_lora_rank) : json(nullptr);
+  j["kv_lora_rank"] = c.kv_lora_rank;
+  j["qk_nope_head_dim"] = c.qk_head_dim;
+  j["qk_rope_head_dim"] = c.qk_pos_emb_head_dim;
+  j["v_head_dim"] = c.v_head_dim;
+  j["head_dim"] = c.qk_pos_emb_head_dim;  // transformers' derived fields, written as it writes them
+  j["qk_head_dim"] = c.mla_qk_dim();
+  j["max_position_embeddings"] = c.max_positions();
+  j["hidden_act"] = "silu";
+  j["rms_norm_eps"] = shortest(c.layernorm_epsilon);
+  j["attention_dropout"] = shortest(c.attention_dropout);
+  j["attention_bias"] = false;
+  if (!v3) j["mlp_bias"] = false;
+  write_rope(c, a, j);
+  if (v3) j["rope_interleave"] = hf_rope_interleave(a, j);
+  if (c.mtp_num_layers > 0) j["num_nextn_predict_layers"] = c.mtp_num_layers;
+  if (!m.enabled()) {  // every layer dense, the multi-token prediction layers too
+    j["first_k_dense_replace"] = c.num_layers + c.mtp_num_layers;
+    return;
+  }
+  int first_moe = 0;
+  while (!m.is_moe_layer(first_moe)) ++first_moe;
+  j["first_k_dense_replace"] = first_moe;
+  if (j.contains("moe_layer_freq")) j["moe_layer_freq"] = 1;
+  j["n_routed_experts"] = m.num_experts;
+  j["num_experts_per_tok"] = m.router_topk;
+  j["moe_intermediate_size"] = c.moe_ffn();
+  j["n_shared_experts"] = m.shared_expert_intermediate_size / c.moe_ffn();
+  j["routed_scaling_factor"] = m.topk_scaling_factor > 0.0f ? shortest(m.topk_scaling_factor) : 1.0;
+  j["norm_topk_prob"] = v3 && m.router_topk > 1;
+  const bool groups = m.group_topk > 0;
+  j["n_group"] = groups ? json(m.num_groups) : v3 ? json(1) : json(nullptr);
+  j["topk_group"] = groups ? json(m.group_topk) : v3 ? json(1) : json(nullptr);
+  if (v3) {
+    if (j.contains("scoring_func")) j["scoring_func"] = "sigmoid";
+    if (j.contains("topk_method")) j["topk_method"] = "noaux_tc";
+  } else {
+    if (j.contains("scoring_func")) j["scoring_func"] = "softmax";
+    j["topk_method"] = groups ? "group_limited_greedy" : "greedy";
+  }
+  const float alpha = m.load_balancing == MoeLoadBalancing::None ? 0.0f : m.aux_loss_coeff;
+  if (alpha > 0.0f || j.contains("aux_loss_alpha")) j["aux_loss_alpha"] = shortest(alpha);
+  if (m.load_balancing == MoeLoadBalancing::SeqAuxLoss || j.contains("seq_aux"))
+    j["seq_aux"] = m.load_balancing == MoeLoadBalancing::SeqAuxLoss;
+}
+
 }  // namespace
 
 json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, const json& base) {
@@ -743,6 +1054,10 @@ json hf_config_to_json(const GptConfig& c, HfArchitecture a, StDType dtype, cons
     j["embd_pdrop"] = shortest(c.hidden_dropout);
     j["scale_attn_weights"] = true;
     j["scale_attn_by_inverse_layer_idx"] = false;
+    return j;
+  }
+  if (hf_is_deepseek(a)) {
+    write_deepseek(c, a, j);
     return j;
   }
   j["hidden_size"] = c.hidden_size;
@@ -796,9 +1111,22 @@ void check_hf_model_matches(const GptConfig& hf, const GptConfig& model, const s
       {"qk_layernorm", {hf.qk_layernorm, model.qk_layernorm}},
       {"qk_layernorm_across_heads", {hf.qk_layernorm_across_heads, model.qk_layernorm_across_heads}},
       {"num_experts", {hm.num_experts, mm.num_experts}},
+      {"mtp_num_layers (DeepSeek's num_nextn_predict_layers with their tensors)", {hf.mtp_num_layers, model.mtp_num_layers}},
   };
   for (const auto& [field, v] : ints)
     if (v.first != v.second) mismatch(field, std::to_string(v.first), std::to_string(v.second));
+  if (hf.multi_latent_attention || model.multi_latent_attention) {
+    const std::pair<const char*, std::pair<int64_t, int64_t>> mla[] = {
+        {"multi_latent_attention", {hf.multi_latent_attention, model.multi_latent_attention}},
+        {"q_lora_rank", {hf.q_lora_rank, model.q_lora_rank}},
+        {"kv_lora_rank", {hf.kv_lora_rank, model.kv_lora_rank}},
+        {"qk_head_dim", {hf.qk_head_dim, model.qk_head_dim}},
+        {"qk_pos_emb_head_dim", {hf.qk_pos_emb_head_dim, model.qk_pos_emb_head_dim}},
+        {"v_head_dim", {hf.v_head_dim, model.v_head_dim}},
+    };
+    for (const auto& [field, v] : mla)
+      if (v.first != v.second) mismatch(field, std::to_string(v.first), std::to_string(v.second));
+  }
   if (hm.enabled()) {
     const std::pair<const char*, std::pair<int64_t, int64_t>> moe_ints[] = {
         {"moe_router_topk", {hm.router_topk, mm.router_topk}},
@@ -809,9 +1137,16 @@ void check_hf_model_matches(const GptConfig& hf, const GptConfig& model, const s
         {"moe_router_score_function (0 softmax, 1 sigmoid)",
          {static_cast<int>(hm.score_function), static_cast<int>(mm.score_function)}},
         {"moe_router_enable_expert_bias", {hm.enable_expert_bias, mm.enable_expert_bias}},
+        {"moe_router_num_groups", {hm.group_topk > 0 ? hm.num_groups : 0, mm.group_topk > 0 ? mm.num_groups : 0}},
+        {"moe_router_group_topk", {hm.group_topk, mm.group_topk}},
+        {"moe_router_group_score_topk",
+         {hm.group_topk > 0 ? (hm.group_score_topk > 0 ? hm.group_score_topk : hm.router_topk / hm.group_topk) : 0,
+          mm.group_topk > 0 ? (mm.group_score_topk > 0 ? mm.group_score_topk : mm.router_topk / mm.group_topk) : 0}},
     };
     for (const auto& [field, v] : moe_ints)
       if (v.first != v.second) mismatch(field, std::to_string(v.first), std::to_string(v.second));
+    if (hm.topk_scaling_factor != mm.topk_scaling_factor)
+      mismatch("moe_router_topk_scaling_factor", float_text(hm.topk_scaling_factor), float_text(mm.topk_scaling_factor));
     for (int i = 0; i < hf.num_layers; ++i)
       if (hm.is_moe_layer(i) != mm.is_moe_layer(i))
         mismatch(str_cat("moe_layer_freq (layer ", i, " MoE)").c_str(), std::to_string(hm.is_moe_layer(i)),

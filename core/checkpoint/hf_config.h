@@ -35,6 +35,31 @@
 //     k_norm [num_key_value_heads * head_dim], RMSNorms over the whole query and key projections,
 //     are --qk-layernorm --qk-layernorm-across-heads. OLMoE's intermediate_size is the experts'
 //     width (every layer is MoE); its clip_qkv, when set, is refused.
+//
+// DeepSeek-V2 and V3 (transformers' DeepseekV2Config / DeepseekV3Config, the hub's config.json)
+// map onto multi-latent attention (--multi-latent-attention --qk-layernorm: the latent norms
+// q_a_layernorm and kv_a_layernorm) and DeepSeek's routers (docs/deepseek.md, "Hugging Face
+// DeepSeek-V2/V3 checkpoints"):
+//   - q_lora_rank (null: a plain q_proj, V2-Lite) -> q_lora_rank 0; kv_lora_rank;
+//     qk_nope_head_dim -> qk_head_dim (Megatron's name of the part without RoPE);
+//     qk_rope_head_dim -> qk_pos_emb_head_dim; v_head_dim. head_dim and qk_head_dim are derived
+//     (transformers overwrites them), num_key_value_heads must be num_attention_heads.
+//   - intermediate_size is the dense layers' width, moe_intermediate_size the experts';
+//     n_shared_experts shared experts are one shared MLP n_shared_experts * moe_intermediate_size
+//     wide; the layers before first_k_dense_replace are dense (moe_layer_freq, the hub's V2 field
+//     that transformers does not read, must be 1).
+//   - V3's router (noaux_tc): sigmoid scores, e_score_correction_bias -> the expert bias, n_group
+//     groups of which topk_group are kept, each scored by its top-2 sum (group_score_topk 2),
+//     the top-k weights renormalised (norm_topk_prob, which ptdp does for k > 1) and times
+//     routed_scaling_factor (--moe-router-topk-scaling-factor).
+//   - V2's router: softmax over all experts, its top k never renormalised (--moe-router-pre-softmax;
+//     transformers ignores norm_topk_prob there, so true is refused), times routed_scaling_factor;
+//     topk_method "greedy", or "group_limited_greedy" (groups scored by their maximum:
+//     group_score_topk 1).
+//   - aux_loss_alpha and seq_aux (the hub's training settings) -> the aux loss's coefficient and
+//     its per-sequence form; they do not change the forward.
+//   - attention_bias, mlp_bias, another scoring_func or topk_method, norm_topk_prob the router
+//     does not compute are refused by name.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -58,20 +83,32 @@ enum class HfArchitecture : int {
   Qwen3Moe = 6,
   Qwen2Moe = 7,
   Olmoe = 8,
+  DeepseekV2 = 9,
+  DeepseekV3 = 10,
 };
 
 /// config.json's model_type: "gpt2", "llama", "mistral", "qwen2", "mixtral", "qwen3_moe",
-/// "qwen2_moe", "olmoe" ("auto" for Auto).
+/// "qwen2_moe", "olmoe", "deepseek_v2", "deepseek_v3" ("auto" for Auto).
 const char* hf_model_type(HfArchitecture a);
 /// The class config.json names in "architectures": "GPT2LMHeadModel", "LlamaForCausalLM", ...
 const char* hf_class_name(HfArchitecture a);
 /// Whether the class is a mixture of experts (Mixtral, Qwen3-MoE, Qwen2-MoE, OLMoE).
 bool hf_is_moe(HfArchitecture a);
+/// Whether the class is DeepSeek-V2 or V3 (multi-latent attention, DeepSeek's routers; its
+/// layers from first_k_dense_replace on are MoE, a model with none is dense).
+bool hf_is_deepseek(HfArchitecture a);
 
 /// A Hugging Face config as a ptdp model config and the architecture it came from.
 struct HfConfig {
   GptConfig model;                                      ///< what ptdp builds
   HfArchitecture architecture = HfArchitecture::Llama;  ///< the class config.json names
+  /// DeepSeek's RoPE dims stored as interleaved pairs (x0, x1), (x2, x3), ... (DeepSeek-V2
+  /// always, V3 with rope_interleave true): the RoPE rows of q_b_proj / q_proj and
+  /// kv_a_proj_with_mqa are permuted to ptdp's rotate-half halves on import and back on export.
+  bool rope_interleave = false;
+  /// DeepSeek's num_nextn_predict_layers (its multi-token prediction layers, stored as
+  /// model.layers.{num_hidden_layers + k}.*); 0 for the other classes.
+  int nextn_predict_layers = 0;
 };
 
 /// The class a config names (model_type, else the first of "architectures"). Io (naming `source`)
@@ -87,9 +124,15 @@ HfConfig hf_config_from_json(const nlohmann::json& config, const std::string& so
 /// hf_config_from_json of DIR/config.json; Io when it is missing or not JSON.
 HfConfig read_hf_config(const std::string& dir);
 
+/// Whether `architecture` stores DeepSeek's RoPE rows interleaved when written with the base
+/// config `base` (an object or null): V2 always, V3 as base's rope_interleave (default true, as
+/// transformers' and the hub's); false for the other classes.
+bool hf_rope_interleave(HfArchitecture architecture, const nlohmann::json& base);
+
 /// The class a ptdp model exports as by default: GPT-2 for LayerNorm with learned positions,
 /// Qwen2 for a qkv bias without the other biases, Llama otherwise; for a mixture of experts
-/// Qwen3-MoE with q/k norms, Qwen2-MoE with shared experts, Mixtral otherwise.
+/// Qwen3-MoE with q/k norms, Qwen2-MoE with shared experts, Mixtral otherwise; with multi-latent
+/// attention DeepSeek-V2 for a softmax router, DeepSeek-V3 otherwise.
 HfArchitecture hf_default_architecture(const GptConfig& config);
 /// Throws Unsupported naming the setting when `config` cannot be written as `architecture`
 /// (e.g. RMSNorm as GPT-2, q/k norms as Llama, a partial rotary share, biases Mistral has no field

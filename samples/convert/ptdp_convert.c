@@ -47,14 +47,15 @@ static const char* usage =
     "  --max-shard-size SIZE               [--to-hf] split files above SIZE bytes (suffixes KB, MB, GB\n"
     "                                      as Hugging Face reads them, 1000-based; KiB, MiB, GiB)\n"
     "  --architecture NAME                 [--to-hf] auto (default), gpt2, llama, mistral, qwen2, mixtral,\n"
-    "                                      qwen3_moe or qwen2_moe\n"
+    "                                      qwen3_moe, qwen2_moe, olmoe, deepseek_v2 or deepseek_v3\n"
     "  --hf-config FILE                    [--to-hf] config.json whose other fields are kept (default:\n"
     "                                      CKPT/hf_config.json when it exists)\n"
     "  --help                              this text\n";
 
-/* config.json's model_type of each ptdp_hf_architecture, in its order (olmoe is refused on import). */
-static const char* const architecture_names[] = {"auto",    "gpt2",      "llama",     "mistral", "qwen2",
-                                                 "mixtral", "qwen3_moe", "qwen2_moe", "olmoe"};
+/* config.json's model_type of each ptdp_hf_architecture, in its order. */
+static const char* const architecture_names[] = {"auto",      "gpt2",      "llama",       "mistral",
+                                                 "qwen2",     "mixtral",   "qwen3_moe",   "qwen2_moe",
+                                                 "olmoe",     "deepseek_v2", "deepseek_v3"};
 
 static int bad_flag(const char* flag, const char* value, const char* why) {
   fprintf(stderr, "ptdp-convert: %s: '%s' %s\n%s", flag, value ? value : "", why, usage);
@@ -240,6 +241,13 @@ static void print_train_flags(const ptdp_gpt_options* g) {
   if (g->add_qkv_bias) printf(" --add-qkv-bias");
   if (g->qk_layernorm) printf(" --qk-layernorm");
   if (g->qk_layernorm_across_heads) printf(" --qk-layernorm-across-heads");
+  if (g->multi_latent_attention) {
+    printf(" --multi-latent-attention");
+    if (g->q_lora_rank > 0) printf(" --q-lora-rank %d", (int)g->q_lora_rank); /* unset: no query latent */
+    printf(" --kv-lora-rank %d --qk-head-dim %d --qk-pos-emb-head-dim %d --v-head-dim %d", (int)g->kv_lora_rank,
+           (int)g->qk_head_dim, (int)g->qk_pos_emb_head_dim, (int)g->v_head_dim);
+  }
+  if (g->mtp_num_layers > 0) printf(" --mtp-num-layers %d", (int)g->mtp_num_layers);
   if (g->untie_embeddings_and_output_weights) printf(" --untie-embeddings-and-output-weights");
   if (g->num_experts > 0) print_moe_flags(g);
   printf(" --hidden-dropout %g --attention-dropout %g\n", (double)g->hidden_dropout, (double)g->attention_dropout);
@@ -305,7 +313,8 @@ int main(int argc, char** argv) {
       for (int k = 0; k < (int)(sizeof architecture_names / sizeof architecture_names[0]); ++k)
         if (strcmp(value, architecture_names[k]) == 0) found = k;
       if (found < 0)
-        return bad_flag(flag, value, "is not one of auto, gpt2, llama, mistral, qwen2, mixtral, qwen3_moe, qwen2_moe");
+        return bad_flag(flag, value, "is not one of auto, gpt2, llama, mistral, qwen2, mixtral, qwen3_moe, qwen2_moe, "
+                                       "olmoe, deepseek_v2, deepseek_v3");
       save.architecture = (ptdp_hf_architecture)found;
     } else {
       return bad_flag(flag, value, "unknown flag");

@@ -581,7 +581,7 @@ TEST_CASE("hf_load and hf_save refuse bad input and name it, leaving the model u
   CHECK(ptdp_hf_save(d.str("o").c_str(), model, &so) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("options->dtype"));
   OK(ptdp_hf_save_options_init(&so));
-  so.architecture = static_cast<ptdp_hf_architecture>(9);
+  so.architecture = static_cast<ptdp_hf_architecture>(11);
   CHECK(ptdp_hf_save(d.str("o").c_str(), model, &so) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("options->architecture"));
   OK(ptdp_hf_save_options_init(&so));
@@ -599,4 +599,145 @@ TEST_CASE("hf_load and hf_save refuse bad input and name it, leaving the model u
   CHECK(ptdp_hf_save(nullptr, model, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
   CHECK(ptdp_hf_save(d.str("o").c_str(), nullptr, nullptr) == PTDP_ERR_INVALID_ARGUMENT);
   ptdp_model_destroy(model);
+}
+
+// DeepSeek-V2/V3 through the C API: a multi-latent-attention MoE model made in ptdp (the first
+// layer dense, shared experts; V3's with an MoE multi-token prediction layer) exports as the class
+// its router calls for, names DeepSeek's tensors (the MTP layer's as model.layers.{L}.*, with its
+// copy of the embedding), stores the RoPE rows interleaved (V2 always, V3 with rope_interleave
+// true), imports back bit for bit, and another class's export is refused naming what it lacks.
+TEST_CASE("An MLA model with DeepSeek's routers exports as DeepSeek-V3 or V2 and imports back exactly", "[hf]") {
+  TempDir d;
+  sp::World w;
+  for (const bool v3 : {true, false}) {
+    INFO((v3 ? "deepseek_v3" : "deepseek_v2"));
+    ptdp_gpt_options o;
+    OK(ptdp_gpt_options_init(&o));
+    o.num_layers = 2;
+    o.hidden_size = 16;
+    o.num_attention_heads = 2;
+    o.seq_length = 8;
+    o.vocab_size = 40;
+    o.make_vocab_size_divisible_by = 8;
+    o.seed = v3 ? 11 : 12;
+    o.normalization = PTDP_NORMALIZATION_RMSNORM;
+    o.swiglu = 1;
+    o.position_embedding_type = PTDP_POSITION_EMBEDDING_ROPE;
+    o.disable_bias_linear = 1;
+    o.untie_embeddings_and_output_weights = 1;
+    o.ffn_hidden_size = 24;
+    o.multi_latent_attention = 1;
+    o.qk_layernorm = 1;
+    o.q_lora_rank = v3 ? 12 : 0;
+    o.kv_lora_rank = 8;
+    o.qk_head_dim = 8;
+    o.qk_pos_emb_head_dim = 4;
+    o.v_head_dim = 8;
+    o.num_experts = 4;
+    o.moe_router_topk = 2;
+    o.moe_ffn_hidden_size = 8;
+    o.moe_shared_expert_intermediate_size = 16;  // two shared experts
+    o.moe_layer_freq = "[0,1]";
+    o.moe_router_topk_scaling_factor = 2.5f;
+    o.moe_router_num_groups = 2;
+    o.moe_router_group_topk = 1;
+    o.moe_router_group_score_topk = v3 ? 2 : 1;
+    if (v3) {
+      o.moe_router_score_function = PTDP_MOE_SCORE_SIGMOID;
+      o.moe_router_enable_expert_bias = 1;
+      o.mtp_num_layers = 1;  // an MoE MTP layer, DeepSeek-V3's model.layers.2.*
+    } else {
+      o.moe_router_pre_softmax = 1;
+    }
+    ptdp_model a = nullptr, b = nullptr;
+    OK(ptdp_model_create(w.groups, &o, &a));
+    if (v3) {  // a non-zero expert bias, as after training
+      std::vector<float> bias = {0.25f, -0.5f, 0.125f, 1.0f};
+      OK(ptdp_model_set_param(a, "decoder.layers.1.mlp.router.expert_bias", bias.data(), bias.size() * sizeof(float)));
+    }
+    const std::string dir = d.str(v3 ? "v3" : "v2");
+    OK(ptdp_hf_save(dir.c_str(), a, nullptr));
+    ptdp_gpt_options back;
+    OK(ptdp_gpt_options_init(&back));
+    ptdp_hf_architecture arch = PTDP_HF_ARCHITECTURE_AUTO;
+    OK(ptdp_hf_read_options(dir.c_str(), &back, &arch));
+    CHECK(arch == (v3 ? PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 : PTDP_HF_ARCHITECTURE_DEEPSEEK_V2));
+    CHECK(back.multi_latent_attention == 1);
+    CHECK(back.q_lora_rank == o.q_lora_rank);
+    CHECK(back.kv_lora_rank == 8);
+    CHECK(back.qk_head_dim == 8);
+    CHECK(back.qk_pos_emb_head_dim == 4);
+    CHECK(back.moe_shared_expert_intermediate_size == 16);
+    CHECK(back.moe_router_group_score_topk == o.moe_router_group_score_topk);
+    CHECK(back.moe_router_topk_scaling_factor == 2.5f);
+    CHECK(back.moe_router_enable_expert_bias == o.moe_router_enable_expert_bias);
+    CHECK(back.mtp_num_layers == o.mtp_num_layers);
+
+    std::ifstream cf(dir + "/config.json");
+    const json config = json::parse(cf);
+    CHECK(config["model_type"] == (v3 ? "deepseek_v3" : "deepseek_v2"));
+    CHECK(config["first_k_dense_replace"] == 1);
+    CHECK(config["n_shared_experts"] == 2);
+    CHECK(config["qk_nope_head_dim"] == 8);
+    CHECK(config["q_lora_rank"] == (v3 ? json(12) : json(nullptr)));
+    if (v3) CHECK(config["rope_interleave"] == true);
+    if (!v3) CHECK(config["topk_method"] == "group_limited_greedy");
+
+    // kv_a_proj_with_mqa holds the latent rows as they are, then the RoPE key's rows interleaved:
+    // stored row 8 + 2i is ptdp's row 8 + i, stored row 8 + 2i + 1 is ptdp's row 8 + 2 + i.
+    const auto stored = hf::read_model(dir);
+    const std::string prefix = "model.layers.0.self_attn.";
+    REQUIRE(stored.count(prefix + "kv_a_proj_with_mqa.weight"));
+    CHECK(stored.count(prefix + (v3 ? "q_b_proj.weight" : "q_proj.weight")));
+    CHECK(stored.count("model.layers.1.mlp.shared_experts.gate_proj.weight"));
+    CHECK(stored.count("model.layers.1.mlp.experts.3.down_proj.weight"));
+    CHECK(stored.count("model.layers.1.mlp.gate.e_score_correction_bias") == (v3 ? 1u : 0u));
+    CHECK(stored.count("model.layers.2.eh_proj.weight") == (v3 ? 1u : 0u));
+    CHECK(stored.count("model.layers.2.mlp.experts.3.up_proj.weight") == (v3 ? 1u : 0u));
+    CHECK(stored.count("model.layers.2.shared_head.head.weight") == (v3 ? 1u : 0u));
+    if (v3) {
+      CHECK(config["num_nextn_predict_layers"] == 1);
+      CHECK(stored.at("model.layers.2.embed_tokens.weight").bytes == stored.at("model.embed_tokens.weight").bytes);
+    }
+    const std::vector<float> kv = hf::values(stored.at(prefix + "kv_a_proj_with_mqa.weight"));
+    std::vector<float> kv_ptdp(12 * 16);
+    OK(ptdp_model_get_param(a, "decoder.layers.0.self_attention.linear_kv_down_proj.weight", kv_ptdp.data(),
+                            kv_ptdp.size() * sizeof(float)));
+    const auto row = [](const std::vector<float>& m, int r) { return std::vector<float>(m.begin() + r * 16, m.begin() + (r + 1) * 16); };
+    for (int r = 0; r < 8; ++r) CHECK(same_bits(row(kv, r), row(kv_ptdp, r)));
+    for (int i = 0; i < 2; ++i) {
+      CHECK(same_bits(row(kv, 8 + 2 * i), row(kv_ptdp, 8 + i)));
+      CHECK(same_bits(row(kv, 8 + 2 * i + 1), row(kv_ptdp, 10 + i)));
+    }
+
+    back.seed = 77;  // other initial values, all replaced by the load
+    back.make_vocab_size_divisible_by = 8;
+    OK(ptdp_model_create(w.groups, &back, &b));
+    OK(ptdp_hf_load(dir.c_str(), b));
+    int32_t n = 0;
+    OK(ptdp_model_num_params(a, &n));
+    for (int32_t i = 0; i < n; ++i) {
+      char name[256];
+      int32_t ndim = 0;
+      int64_t dims[2] = {1, 1};
+      OK(ptdp_model_param_info(a, i, name, sizeof name, &ndim, dims, nullptr));
+      std::vector<float> va(static_cast<std::size_t>(dims[0] * (ndim > 1 ? dims[1] : 1))), vb(va.size());
+      INFO(name);
+      OK(ptdp_model_get_param(a, name, va.data(), va.size() * sizeof(float)));
+      OK(ptdp_model_get_param(b, name, vb.data(), vb.size() * sizeof(float)));
+      CHECK(same_bits(va, vb));
+    }
+
+    // The other DeepSeek class, and Llama, are refused naming what the model has.
+    ptdp_hf_save_options so;
+    OK(ptdp_hf_save_options_init(&so));
+    so.architecture = v3 ? PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 : PTDP_HF_ARCHITECTURE_DEEPSEEK_V3;
+    CHECK(ptdp_hf_save(d.str("other").c_str(), a, &so) == PTDP_ERR_UNSUPPORTED);
+    CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains(v3 ? "softmax" : "sigmoid"));
+    so.architecture = PTDP_HF_ARCHITECTURE_LLAMA;
+    CHECK(ptdp_hf_save(d.str("other").c_str(), a, &so) == PTDP_ERR_UNSUPPORTED);
+    CHECK_THAT(std::string(ptdp_last_error()), Catch::Contains("multi-latent attention"));
+    ptdp_model_destroy(a);
+    ptdp_model_destroy(b);
+  }
 }

@@ -912,3 +912,53 @@ TEST_CASE("OLMoE: q/k norms across the heads, experts intermediate_size wide, th
   mixed.moe.layer_pattern = {1, 0, 1, 1};
   refused_as(mixed, HfArchitecture::Olmoe, "every OLMoE layer is MoE");
 }
+
+TEST_CASE("DeepSeek's interleaved RoPE rows become rotate-half halves per head and come back bit for bit", "[hf]") {
+  // Two heads of [nope 2 rows, rope 4 rows], 3 columns: value = head * 100 + row * 10 + col.
+  const std::vector<float> in = encoded(0, 2, 6, 3);
+  std::vector<float> out(in.size()), back(in.size());
+  hf_rope_deinterleave(in.data(), 2, 6, 2, 4, 3, out.data());
+  const auto at = [](const std::vector<float>& v, int head, int row) { return v[static_cast<std::size_t>((head * 6 + row) * 3)]; };
+  for (int h = 0; h < 2; ++h) {
+    CHECK(at(out, h, 0) == h * 100 + 0);  // the nope rows stay
+    CHECK(at(out, h, 1) == h * 100 + 10);
+    CHECK(at(out, h, 2) == h * 100 + 20);  // rope pairs (2, 3), (4, 5) -> 2, 4 | 3, 5
+    CHECK(at(out, h, 3) == h * 100 + 40);
+    CHECK(at(out, h, 4) == h * 100 + 30);
+    CHECK(at(out, h, 5) == h * 100 + 50);
+  }
+  hf_rope_interleave_rows(out.data(), 2, 6, 2, 4, 3, back.data());
+  CHECK(back == in);
+  CHECK(code_of([&] { hf_rope_deinterleave(in.data(), 2, 6, 3, 3, 3, out.data()); }) == ErrorCode::InvalidArgument);
+
+  // The mappings use the permutation only where the rows are interleaved.
+  json j = {{"model_type", "deepseek_v3"}, {"vocab_size", 32},   {"hidden_size", 16},  {"intermediate_size", 24},
+            {"num_hidden_layers", 2},      {"num_attention_heads", 2}, {"max_position_embeddings", 16},
+            {"q_lora_rank", 8},            {"kv_lora_rank", 8},   {"qk_nope_head_dim", 4}, {"qk_rope_head_dim", 4},
+            {"v_head_dim", 4},             {"n_routed_experts", 4}, {"num_experts_per_tok", 2},
+            {"moe_intermediate_size", 8}, {"n_shared_experts", 1}, {"first_k_dense_replace", 1}, {"n_group", 2},
+            {"topk_group", 1}};
+  const HfConfig hf = hf_config_from_json(j, "v3.json");
+  CHECK(hf.architecture == HfArchitecture::DeepseekV3);
+  CHECK(hf.rope_interleave);
+  for (const bool interleave : {true, false}) {
+    std::map<std::string, HfMapping> by;
+    for (const HfMapping& m : hf_mappings(hf.model, hf.architecture, interleave)) by.emplace(m.param, m);
+    const HfMapping& q = by.at("decoder.layers.0.self_attention.linear_q_up_proj.weight");
+    const HfMapping& kv = by.at("decoder.layers.1.self_attention.linear_kv_down_proj.weight");
+    CHECK(q.tensors[0].name == "model.layers.0.self_attn.q_b_proj.weight");
+    CHECK(kv.tensors[0].name == "model.layers.1.self_attn.kv_a_proj_with_mqa.weight");
+    CHECK(q.layout == (interleave ? HfLayout::MlaQRope : HfLayout::Copy));
+    CHECK(kv.layout == (interleave ? HfLayout::MlaKvRope : HfLayout::Copy));
+    CHECK(by.at("decoder.layers.1.mlp.router.expert_bias").tensors[0].name ==
+          "model.layers.1.mlp.gate.e_score_correction_bias");
+    CHECK(by.at("decoder.layers.1.mlp.shared_experts.linear_fc2.weight").tensors[0].name ==
+          "model.layers.1.mlp.shared_experts.down_proj.weight");
+    CHECK(by.count("decoder.layers.0.mlp.linear_fc1.weight") == 1);  // first_k_dense_replace
+  }
+  j["rope_interleave"] = false;
+  CHECK_FALSE(hf_config_from_json(j, "v3.json").rope_interleave);
+  j["model_type"] = "deepseek_v2";
+  j["topk_method"] = "group_limited_greedy";
+  CHECK(hf_config_from_json(j, "v2.json").rope_interleave);  // V2 always interleaves
+}

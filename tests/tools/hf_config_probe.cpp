@@ -79,7 +79,22 @@ json describe(const ptdp::HfConfig& hf) {
           {"moe_shared_expert_intermediate_size", c.moe.shared_expert_intermediate_size},
           {"moe_shared_expert_gate", c.moe.shared_expert_gate},
           {"moe_router_pre_softmax", c.moe.pre_softmax},
-          {"moe_aux_loss_coeff", c.moe.aux_loss_coeff}};
+          {"moe_aux_loss_coeff", c.moe.aux_loss_coeff},
+          {"moe_load_balancing", static_cast<int>(c.moe.load_balancing)},
+          {"moe_router_score_function", static_cast<int>(c.moe.score_function)},
+          {"moe_router_topk_scaling_factor", c.moe.topk_scaling_factor},
+          {"moe_router_num_groups", c.moe.num_groups},
+          {"moe_router_group_topk", c.moe.group_topk},
+          {"moe_router_group_score_topk", c.moe.group_score_topk},
+          {"moe_router_enable_expert_bias", c.moe.enable_expert_bias},
+          {"multi_latent_attention", c.multi_latent_attention},
+          {"q_lora_rank", c.q_lora_rank},
+          {"kv_lora_rank", c.kv_lora_rank},
+          {"qk_head_dim", c.qk_head_dim},
+          {"qk_pos_emb_head_dim", c.qk_pos_emb_head_dim},
+          {"v_head_dim", c.v_head_dim},
+          {"rope_interleave", hf.rope_interleave},
+          {"nextn_predict_layers", hf.nextn_predict_layers}};
 }
 
 }  // namespace

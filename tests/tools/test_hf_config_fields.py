@@ -6,7 +6,8 @@ alone, or refused by name (ctest labels "tools;checkpoint;python").
 
 VENV is /opt/ptdp-ref-venv (transformers 5.25) or /opt/ptdp-test-venv (transformers 4.46); the
 test runs itself with that venv's Python and exits 77 (skipped) with the reason when it is
-missing. For each class of GPT2, Llama, Mistral, Qwen2, Mixtral, Qwen2-MoE, Qwen3-MoE and OLMoE
+missing. For each class of GPT2, Llama, Mistral, Qwen2, Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
+DeepSeek-V2 and DeepSeek-V3
 that the version has, a tiny config is made, and every field of the class (its dataclass fields
 or __init__ arguments, and every key of to_dict(), PreTrainedConfig's own included) must be in
 one of three tables:
@@ -67,6 +68,9 @@ def probe(configs):
 SMALL = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64)
 MOE = dict(num_experts_per_tok=2)
+# DeepSeek's multi-latent attention has a key and value per head; the first layer dense.
+DEEPSEEK = dict(MOE, num_key_value_heads=4, moe_intermediate_size=24, n_routed_experts=8, n_shared_experts=1,
+                kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, first_k_dense_replace=1)
 CLASSES = {  # name: (config class, constructor arguments)
     "gpt2": ("GPT2Config", dict(n_layer=2, n_embd=32, n_head=4, vocab_size=101, n_positions=32)),
     "llama": ("LlamaConfig", SMALL),
@@ -77,6 +81,8 @@ CLASSES = {  # name: (config class, constructor arguments)
                                          shared_expert_intermediate_size=40, **MOE)),
     "qwen3_moe": ("Qwen3MoeConfig", dict(SMALL, num_experts=4, moe_intermediate_size=24, **MOE)),
     "olmoe": ("OlmoeConfig", dict(SMALL, num_experts=4, **MOE)),
+    "deepseek_v3": ("DeepseekV3Config", dict(SMALL, **DEEPSEEK, q_lora_rank=24, n_group=4, topk_group=2)),
+    "deepseek_v2": ("DeepseekV2Config", dict(SMALL, **DEEPSEEK, q_lora_rank=None)),
 }
 
 LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -126,6 +132,22 @@ READ = {
     "decoder_sparse_step": (2, {}),
     "mlp_only_layers": ([1], {}),
     "router_aux_loss_coef": (0.05, {}),
+    # DeepSeek-V2/V3
+    "n_routed_experts": (16, {}),
+    "n_shared_experts": (2, {}),
+    "routed_scaling_factor": (1.5, {}),
+    "kv_lora_rank": (8, {}),
+    "q_lora_rank": (12, {}),
+    "qk_nope_head_dim": (8, {}),
+    "qk_rope_head_dim": (4, {}),
+    "v_head_dim": (8, {}),
+    "n_group": (2, {}),
+    "topk_group": (1, {}),
+    "first_k_dense_replace": (0, {}),
+    "rope_interleave": (None, {}),
+    "topk_method": ("group_limited_greedy", {"n_group": 2, "topk_group": 1}),
+    "num_mtp_layers": (2, {"num_nextn_predict_layers": 2}),
+    "num_nextn_predict_layers": (2, {}),
 }
 
 # The documented allow-list: field -> (value, reason the math does not change).
@@ -179,6 +201,8 @@ INERT = {
     "reorder_and_upcast_attn": (True, "computes the attention scores in fp32 in half-precision models; ptdp's "
                                       "scores are fp32 already"),
     "n_ctx": (None, "transformers 3's name of n_positions, read when n_positions is missing"),
+    "qk_head_dim": (40, "DeepSeek's qk_nope_head_dim + qk_rope_head_dim, which transformers recomputes on load"),
+
     # Generation defaults stored in transformers 4's configs: how generate() samples, not the model.
     **{k: (v, "a default of generate()") for k, v in {
         "max_length": 7, "min_length": 2, "do_sample": True, "early_stopping": True, "num_beams": 3,
@@ -206,6 +230,15 @@ REFUSED = {
     "embd_pdrop": 0.0,
     "attention_bias": True,
     "mlp_bias": True,
+    "num_key_value_heads": 2,
+    "norm_topk_prob": False,
+}
+# Per class: the refused value where it is not REFUSED's.
+REFUSED_FIXUPS = {("deepseek_v2", "norm_topk_prob"): True}
+# Per class: the inert value and reason where the field is READ elsewhere.
+INERT_FIXUPS = {
+    ("deepseek_v3", "head_dim"): (16, "DeepSeek's qk_rope_head_dim, which transformers recomputes on load"),
+    ("deepseek_v2", "head_dim"): (16, "DeepSeek's qk_rope_head_dim, which transformers recomputes on load"),
 }
 
 # Per class: fields whose READ entry does not apply, and the table that does.
@@ -217,11 +250,21 @@ OVERRIDES = {
     "qwen3_moe": {"attention_bias": "REFUSED"},
     "olmoe": {"attention_bias": "REFUSED"},
     "gpt2": {"activation_function": "INERT"},
+    # DeepSeek: a key and value per head; V3 renormalises its top k (k > 1), V2 never; no biases.
+    "deepseek_v3": {"attention_bias": "REFUSED", "num_key_value_heads": "REFUSED", "norm_topk_prob": "REFUSED",
+                    "head_dim": "INERT"},
+    "deepseek_v2": {"attention_bias": "REFUSED", "mlp_bias": "REFUSED", "num_key_value_heads": "REFUSED",
+                    "norm_topk_prob": "REFUSED", "head_dim": "INERT"},
 }
 # Classes whose READ of one field needs another setting there.
 READ_FIXUPS = {
     ("mistral", "sliding_window"): (16, {}),
     ("mixtral", "sliding_window"): (16, {}),
+    ("deepseek_v3", "num_attention_heads"): (8, {"num_key_value_heads": 8}),
+    ("deepseek_v2", "num_attention_heads"): (8, {"num_key_value_heads": 8}),
+    ("deepseek_v3", "num_experts_per_tok"): (4, {}),
+    ("deepseek_v2", "n_group"): (2, {"topk_group": 1, "topk_method": "group_limited_greedy"}),
+    ("deepseek_v2", "topk_group"): (1, {"n_group": 2, "topk_method": "group_limited_greedy"}),
 }
 
 
@@ -262,6 +305,71 @@ def case_issue39():
           f"{got.get('rotary_base')}")
 
 
+# The hub's config.json of DeepSeek-V3 (without its fp8 quantization_config) and DeepSeek-V2-Lite
+# (transformers 4's rope_scaling spelling): the fields of DeepSeek's own code that transformers
+# does not read (scoring_func, topk_method, moe_layer_freq, aux_loss_alpha, seq_aux, ep_size) too.
+HUB_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "attention_bias": False,
+          "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1,
+          "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02,
+          "intermediate_size": 18432, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+          "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+          "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+          "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "q_lora_rank": 1536,
+          "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000,
+          "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                           "original_max_position_embeddings": 4096, "type": "yarn"},
+          "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True, "tie_word_embeddings": False,
+          "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "use_cache": True,
+          "v_head_dim": 128, "vocab_size": 129280}
+HUB_V2_LITE = {"architectures": ["DeepseekV2ForCausalLM"], "model_type": "deepseek_v2", "attention_bias": False,
+               "attention_dropout": 0.0, "aux_loss_alpha": 0.001, "bos_token_id": 100000, "eos_token_id": 100001,
+               "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+               "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840,
+               "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64,
+               "n_shared_experts": 2, "norm_topk_prob": False, "num_attention_heads": 16, "num_experts_per_tok": 6,
+               "num_hidden_layers": 27, "num_key_value_heads": 16, "q_lora_rank": None, "qk_nope_head_dim": 128,
+               "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06, "rope_theta": 10000,
+               "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707,
+                                "mscale_all_dim": 0.707, "original_max_position_embeddings": 4096, "type": "yarn"},
+               "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": True, "tie_word_embeddings": False,
+               "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16", "use_cache": True,
+               "v_head_dim": 128, "vocab_size": 102400}
+
+
+def case_deepseek_hub():
+    """The hub's DeepSeek-V3 and V2-Lite configs read as published; DeepSeek's own fields that would
+    make another model than transformers' are refused by name."""
+    v3, lite = probe([HUB_V3, HUB_V2_LITE])
+    want_v3 = {"multi_latent_attention": True, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_head_dim": 128,
+               "qk_pos_emb_head_dim": 64, "v_head_dim": 128, "num_experts": 256, "moe_router_topk": 8,
+               "moe_ffn_hidden_size": 2048, "moe_shared_expert_intermediate_size": 2048, "ffn_hidden_size": 18432,
+               "moe_router_score_function": 1, "moe_router_enable_expert_bias": True, "moe_router_num_groups": 8,
+               "moe_router_group_topk": 4, "moe_router_group_score_topk": 2, "moe_router_topk_scaling_factor": 2.5,
+               "moe_router_pre_softmax": False, "rope_type": 1, "yarn_factor": 40.0, "yarn_mscale": 1.0,
+               "yarn_mscale_all_dim": 1.0, "yarn_original_max_position_embeddings": 4096, "rope_interleave": True,
+               "nextn_predict_layers": 1, "moe_load_balancing": 1, "qk_layernorm": True, "add_bias_linear": False}
+    bad = {k: (v3.get(k), v) for k, v in want_v3.items() if v3.get(k) != v}
+    check(not bad and v3.get("moe_layers") == [False] * 3 + [True] * 58, f"DeepSeek-V3's hub config: {bad or v3}")
+    want_lite = {"multi_latent_attention": True, "q_lora_rank": 0, "num_experts": 64, "moe_router_topk": 6,
+                 "moe_shared_expert_intermediate_size": 2816, "moe_router_score_function": 0,
+                 "moe_router_pre_softmax": True, "moe_router_enable_expert_bias": False, "moe_router_group_topk": 0,
+                 "moe_router_topk_scaling_factor": 0.0, "rope_interleave": True, "yarn_mscale": 0.707,
+                 "yarn_mscale_all_dim": 0.707}
+    bad = {k: (lite.get(k), v) for k, v in want_lite.items() if lite.get(k) != v and not (
+        isinstance(v, float) and abs((lite.get(k) or 0) - v) < 1e-6)}
+    check(not bad and lite.get("moe_layers") == [False] + [True] * 26, f"DeepSeek-V2-Lite's hub config: {bad or lite}")
+    refusals = [(HUB_V3, "quantization_config", {"quant_method": "fp8"}), (HUB_V3, "scoring_func", "softmax"),
+                (HUB_V3, "topk_method", "greedy"), (HUB_V3, "moe_layer_freq", 2),
+                (HUB_V3, "norm_topk_prob", False), (HUB_V2_LITE, "topk_method", "noaux_tc"),
+                (HUB_V2_LITE, "scoring_func", "sigmoid"), (HUB_V2_LITE, "norm_topk_prob", True),
+                (HUB_V2_LITE, "num_key_value_heads", 8), (HUB_V2_LITE, "attention_bias", True)]
+    got = probe([dict(base, **{field: value}) for base, field, value in refusals])
+    for (base, field, value), g in zip(refusals, got):
+        check(g.get("error") == "unsupported" and field in g.get("message", ""),
+              f"{base['model_type']} {field} = {value!r} is refused naming it: {g}")
+    print(f"DeepSeek hub configs: V3 and V2-Lite read as published, {len(refusals)} refusals named")
+
+
 def walk(kind):
     cls_name, kwargs = CLASSES[kind]
     if not hasattr(T, cls_name):
@@ -290,12 +398,12 @@ def walk(kind):
             config[field] = value
             config.update(companions)
         elif table == "INERT":
-            value = INERT[field][0]
+            value = INERT_FIXUPS.get((kind, field), INERT.get(field, (None, "")))[0]
             if value is None:
                 continue
             config[field] = value
         else:
-            config[field] = REFUSED[field]
+            config[field] = REFUSED_FIXUPS.get((kind, field), REFUSED.get(field))
         variants.append(config)
         what.append((field, table))
     results = probe([base] + variants)
@@ -306,19 +414,22 @@ def walk(kind):
         counts[table] += 1
         if table == "REFUSED":
             check(got.get("error") == "unsupported" and field in got.get("message", ""),
-                  f"{cls_name}.{field} = {REFUSED[field]!r} is refused naming {field}: {got}")
+                  f"{cls_name}.{field} = {REFUSED_FIXUPS.get((kind, field), REFUSED.get(field))!r} is refused "
+                  f"naming {field}: {got}")
         elif table == "READ":
             check("error" not in got and got != reference,
                   f"{cls_name}.{field}: changing it changes the model ptdp builds: {got}")
         else:
-            check(got == reference, f"{cls_name}.{field} = {INERT[field][0]!r} ({INERT[field][1]}): the same model, "
-                                    f"got {got}")
+            inert = INERT_FIXUPS.get((kind, field), INERT.get(field))
+            check(got == reference, f"{cls_name}.{field} = {inert[0]!r} ({inert[1]}): the same model, got {got}")
     print(f"{cls_name} ({T.__version__}): {len(fields)} fields: {counts['READ']} read, {counts['INERT']} on the "
           f"allow-list, {counts['REFUSED']} refused")
 
 
 if __name__ == "__main__":
     case_issue39()
+    if hasattr(T, "DeepseekV3Config"):
+        case_deepseek_hub()
     for kind in CLASSES:
         walk(kind)
     if failures:

@@ -10,6 +10,11 @@
  * its experts split over E expert-parallel ranks (default 1), each expert's linears over ETP
  * ranks (default 0: T), and with sequence parallelism when T > 1, which MoE needs. Exit status
  * 0, or 1 naming the failure.
+ *
+ * With PTDP_HF_PROBE_MTP_OUT=FILE and a model with multi-token prediction (DeepSeek's MTP layers),
+ * it then runs one training iteration on the same tokens (labels: the next token, the last
+ * position ignored; one microbatch of BATCH) and world rank 0 writes each depth's MTP loss
+ * (ptdp_model_mtp_losses, computed before the update) to FILE as float32.
  */
 #include <ptdp/ptdp.h>
 #include <stdio.h>
@@ -37,7 +42,10 @@ int main(int argc, char** argv) {
   ptdp_runtime rt = NULL;
   ptdp_groups groups = NULL;
   ptdp_model model = NULL;
+  ptdp_optimizer optimizer = NULL;
+  ptdp_schedule schedule = NULL;
   int32_t* tokens = NULL;
+  int32_t* labels = NULL;
   float* logits = NULL;
   int32_t rank = 0, world = 1;
   size_t n = 0;
@@ -91,12 +99,40 @@ int main(int argc, char** argv) {
       status = 1;
     }
   }
+  const char* mtp_path = getenv("PTDP_HF_PROBE_MTP_OUT");
+  if (mtp_path && o.mtp_num_layers > 0 && status == 0) {
+    labels = malloc(n * sizeof(int32_t));
+    if (!labels) {
+      status = 1;
+      goto done;
+    }
+    for (size_t i = 0; i < n; ++i) labels[i] = (i + 1) % (size_t)seq == 0 ? PTDP_IGNORE_INDEX : tokens[i + 1];
+    ptdp_optimizer_options opt;
+    CHECK(ptdp_optimizer_options_init(&opt));
+    CHECK(ptdp_optimizer_create(model, &opt, &optimizer));
+    CHECK(ptdp_schedule_create(PTDP_SCHEDULE_1F1B, 1, 1, 1, &schedule));
+    ptdp_iteration_result r;
+    CHECK(ptdp_train_iteration(model, optimizer, schedule, tokens, labels, batch, 0, NULL, &r));
+    float mtp[8];
+    int32_t depths = 0;
+    CHECK(ptdp_model_mtp_losses(model, mtp, 8, &depths));
+    if (rank == 0) {
+      FILE* out = fopen(mtp_path, "wb");
+      if (!out || fwrite(mtp, sizeof(float), (size_t)depths, out) != (size_t)depths || fclose(out) != 0) {
+        fprintf(stderr, "test_hf_probe: cannot write %s\n", mtp_path);
+        status = 1;
+      }
+    }
+  }
 
 done:
+  ptdp_schedule_destroy(schedule);
+  ptdp_optimizer_destroy(optimizer);
   ptdp_model_destroy(model);
   ptdp_groups_destroy(groups);
   ptdp_runtime_destroy(rt);
   free(tokens);
+  free(labels);
   free(logits);
   return status;
 }

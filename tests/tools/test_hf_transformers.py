@@ -53,6 +53,18 @@ Debian's python3-torch serves it) and saved with save_pretrained(safe_serializat
              the same for OlmoeForCausalLM (q_norm and k_norm over the whole query and key
              projections, norm_topk_prob false and true); the fine-tune runs at t = 2
 
+  deepseek_v3_parity, deepseek_v2_parity, deepseek_v3_roundtrip, deepseek_v2_roundtrip,
+  deepseek_finetune
+             DeepseekV3ForCausalLM (interleaved RoPE rows, groups, a random e_score_correction_bias; and
+             rotate-half RoPE with YaRN, tied) and DeepseekV2ForCausalLM (V2-Lite's shape with greedy
+             routing; q_lora_rank with group_limited_greedy) of transformers 5.25: logits parity at
+             t = 1 and at t = 2 with e = 2 (and V3's logits change when rope_interleave is flipped, so
+             the RoPE-row permutation is what makes them equal); the hub's MTP layer (dense, and MoE
+             as in V3) imported into ptdp's MTP module: its mtp_1 loss equals DeepSeek's MTP layer in
+             torch at t = 1 and 2 (e = 2 for MoE); round trips through ptdp-convert at t = 2, e = 2 in
+             fp32 and bf16 sharded, and with the MTP layers, byte for byte; a fine-tune of an imported
+             V3 (e = 2) and V2-Lite (one process) with ptdp-train --finetune
+
 A case that needs torch or transformers exits 77 (ctest: skipped) with the reason when they are
 missing; "layouts" then checks what it can without them.
 """
@@ -66,7 +78,7 @@ import tempfile
 
 # The cases ending in _v5 and the moe_ cases compare with transformers 5 (the reference venv,
 # which also has the MoE classes as the hub stores them); the others with transformers 4.
-V5_CASE = sys.argv[3].endswith("_v5") or sys.argv[3].startswith("moe_")
+V5_CASE = sys.argv[3].endswith("_v5") or sys.argv[3].startswith("moe_") or sys.argv[3].startswith("deepseek_")
 VENV = "/opt/ptdp-ref-venv" if V5_CASE else "/opt/ptdp-test-venv"
 if V5_CASE and not os.path.exists(os.path.join(VENV, "bin", "python")):
     print(f"SKIP: case {sys.argv[3]} needs transformers 5 in {VENV}; scripts/install-deps.sh makes it")
@@ -153,6 +165,14 @@ def make(kind, seed=0, **overrides):
         common.update(moe, num_local_experts=4)
     elif kind == "olmoe":  # intermediate_size is the experts' width
         common.update(moe, num_experts=4, intermediate_size=48, norm_topk_prob=False)
+    elif kind in ("deepseek_v3", "deepseek_v2"):  # multi-latent attention: a key and value per head
+        common.update(num_key_value_heads=4, moe_intermediate_size=32, n_routed_experts=8, num_experts_per_tok=2,
+                      kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                      first_k_dense_replace=1)
+        if kind == "deepseek_v3":
+            common.update(q_lora_rank=24, n_shared_experts=1, n_group=4, topk_group=2, routed_scaling_factor=2.5)
+        else:
+            common.update(q_lora_rank=None, n_shared_experts=2, topk_method="greedy")
     elif kind in ("qwen2_moe", "qwen3_moe"):
         common.update(moe, num_experts=4, moe_intermediate_size=32, norm_topk_prob=False)
         if kind == "qwen2_moe":
@@ -163,8 +183,17 @@ def make(kind, seed=0, **overrides):
            "mixtral": (getattr(T, "MixtralConfig", None), getattr(T, "MixtralForCausalLM", None)),
            "qwen2_moe": (getattr(T, "Qwen2MoeConfig", None), getattr(T, "Qwen2MoeForCausalLM", None)),
            "qwen3_moe": (getattr(T, "Qwen3MoeConfig", None), getattr(T, "Qwen3MoeForCausalLM", None)),
-           "olmoe": (getattr(T, "OlmoeConfig", None), getattr(T, "OlmoeForCausalLM", None))}[kind]
-    return randomize(cls[1](cls[0](**common)), seed).eval()
+           "olmoe": (getattr(T, "OlmoeConfig", None), getattr(T, "OlmoeForCausalLM", None)),
+           "deepseek_v2": (getattr(T, "DeepseekV2Config", None), getattr(T, "DeepseekV2ForCausalLM", None)),
+           "deepseek_v3": (getattr(T, "DeepseekV3Config", None), getattr(T, "DeepseekV3ForCausalLM", None))}[kind]
+    model = randomize(cls[1](cls[0](**common)), seed)
+    # DeepSeek-V3's e_score_correction_bias is a buffer (zeros): random, so that it changes experts.
+    g = torch.Generator().manual_seed(seed + 1000)
+    with torch.no_grad():
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.2 * torch.randn(b.shape, generator=g))
+    return model.eval()
 
 
 def save(model, path, dtype=None, shard=None):
@@ -307,11 +336,12 @@ def case_roundtrip():
 
 
 def roundtrips(variants, layout=("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"), ranks=4,
-               back_layout=(), back_ranks=None):
-    """Import at `layout` on `ranks` processes, export at `back_layout` on `back_ranks`."""
+               back_layout=(), back_ranks=None, hf_dir=None, model_vocab=None):
+    """Import at `layout` on `ranks` processes, export at `back_layout` on `back_ranks`; with
+    `hf_dir`, the (one) variant's files are already there (its model None)."""
     for name, model, dtype, shard, flag in variants:
         tag = name.replace(" ", "-")
-        a = save(model, os.path.join(WORK, tag), dtype=dtype, shard=shard)
+        a = hf_dir or save(model, os.path.join(WORK, tag), dtype=dtype, shard=shard)
         ckpt, b = os.path.join(WORK, tag + "-ptdp"), os.path.join(WORK, tag + "-back")
         out = run([CONVERT, "--from-hf", a, "--to-ptdp", ckpt] + list(layout), np=ranks).stdout
         check("ptdp-train flags for this model:" in out, f"{name}: ptdp-convert prints the ptdp-train flags:\n{out}")
@@ -331,7 +361,7 @@ def roundtrips(variants, layout=("--tensor-model-parallel-size", "2", "--pipelin
             cb = json.load(f)
         differ = [k for k in ca if ca[k] != cb.get(k)]
         check(not differ, f"{name}: config fields {[(k, ca[k], cb.get(k)) for k in differ]}")
-        tokens = tokens_for(model.config.vocab_size, 1, 16, 5)
+        tokens = tokens_for(model_vocab or model.config.vocab_size, 1, 16, 5)
         la, lb = hf_logits(a, tokens), hf_logits(b, tokens)
         check(np.array_equal(la, lb), f"{name}: transformers gives other logits for the export")
         print(f"roundtrip {name}: {len(ta)} tensors and {len(files_of(a))} files identical, "
@@ -815,12 +845,291 @@ def case_moe_olmoe_generate():
         print(f"generate {name}: {theirs[len(prompt):]} (both)")
 
 
+# DeepSeek-V2 and V3 (transformers 5.25): multi-latent attention, the first layer dense, shared
+# experts, and the classes' routers. V3: q_lora_rank 24, sigmoid scores with a random non-zero
+# e_score_correction_bias, 4 groups of which 2 are kept (top-2 group scores), routed_scaling_factor
+# 2.5, RoPE rows interleaved (rope_interleave true, the hub's) or not, YaRN (mscale = mscale_all_dim,
+# as the hub's V3) on the second. V2: V2-Lite's shape (no q_lora_rank, greedy) and
+# group_limited_greedy with q_lora_rank; V2 always stores its RoPE rows interleaved.
+YARN_DS = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+           "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}
+DEEPSEEK_VARIANTS = [
+    ("deepseek_v3 interleaved", "deepseek_v3", dict()),
+    ("deepseek_v3 yarn rotate-half", "deepseek_v3", dict(rope_interleave=False, rope_parameters=dict(YARN_DS),
+                                                         tie_word_embeddings=True)),
+    ("deepseek_v2 lite greedy", "deepseek_v2", dict()),
+    ("deepseek_v2 group_limited_greedy", "deepseek_v2",
+     dict(q_lora_rank=24, topk_method="group_limited_greedy", n_group=4, topk_group=2, routed_scaling_factor=2.0,
+          first_k_dense_replace=0)),
+]
+# (t, e, etp): serial, and t = 2 with the experts over e = 2 ranks.
+DEEPSEEK_LAYOUTS = [(1, 1, 0), (2, 2, 1)]
+
+
+def need_deepseek():
+    need_transformers()
+    need_moe_options()
+    if not hasattr(transformers, "DeepseekV3ForCausalLM"):
+        print(f"SKIP: case {CASE}: transformers {transformers.__version__} has no DeepSeek-V2/V3 classes")
+        shutil.rmtree(WORK, ignore_errors=True)
+        sys.exit(77)
+
+
+def deepseek_variants(prefix):
+    return [(name, kind, o) for name, kind, o in DEEPSEEK_VARIANTS if kind == prefix]
+
+
+def deepseek_parity(prefix):
+    """ptdp's logits of the imported model equal transformers' at t = 1 and at t = 2 with e = 2. The
+    interleaved RoPE rows matter: loaded without the permutation (rope_interleave flipped in
+    config.json) the logits differ."""
+    need_deepseek()
+    tokens = tokens_for(97, 2, 16, 11)
+    for i, (name, kind, overrides) in enumerate(deepseek_variants(prefix)):
+        model = make(kind, seed=200 + i, **overrides)
+        path = save(model, os.path.join(WORK, name.replace(" ", "-")))
+        names = sorted(tensors_of(path))
+        check(any(".mlp.experts.0.gate_proj.weight" in n for n in names) and
+              any(".mlp.shared_experts.up_proj.weight" in n for n in names),
+              f"{name}: the experts and shared experts are saved one by one: {names[:8]}")
+        if kind == "deepseek_v3":
+            bias = [n for n in names if n.endswith("gate.e_score_correction_bias")]
+            check(len(bias) == 1, f"{name}: e_score_correction_bias saved for the one MoE layer: {bias}")
+        ref = hf_logits(model, tokens)
+        parity(name, path, ref, tokens, layouts=DEEPSEEK_LAYOUTS)
+        if kind == "deepseek_v3":
+            flipped = path + "-flipped"
+            shutil.copytree(path, flipped)
+            with open(os.path.join(flipped, "config.json")) as f:
+                cfg = json.load(f)
+            cfg["rope_interleave"] = not cfg.get("rope_interleave", True)
+            with open(os.path.join(flipped, "config.json"), "w") as f:
+                json.dump(cfg, f)
+            got = ptdp_logits(flipped, tokens, 1)
+            check(float(np.max(np.abs(got - ref))) > 1e-3 * float(np.max(np.abs(ref))),
+                  f"{name}: the RoPE row permutation matters (the logits change when rope_interleave is flipped)")
+
+
+def with_mtp(model, path, source_layer):
+    """Writes `model` to `path` with one DeepSeek MTP layer (as the hub stores it, which transformers
+    neither builds nor saves): enorm, hnorm, eh_proj, shared_head.norm random; embed_tokens and
+    shared_head.head copies of the model's; the decoder layer a copy of layer `source_layer`'s
+    tensors, perturbed, under model.layers.{L}."""
+    from safetensors.torch import save_file
+    save(model, path)
+    tensors = tensors_of(path)
+    L, h = model.config.num_hidden_layers, model.config.hidden_size
+    g = torch.Generator().manual_seed(L * 7 + source_layer)
+    mtp = f"model.layers.{L}."
+    for name in list(tensors):
+        if name.startswith(f"model.layers.{source_layer}."):
+            t = tensors[name]
+            tensors[mtp + name[len(f"model.layers.{source_layer}."):]] = (t + 0.01 * torch.randn(t.shape, generator=g)
+                                                                          ).contiguous()
+    for norm in ("enorm.weight", "hnorm.weight", "shared_head.norm.weight"):
+        tensors[mtp + norm] = 1.0 + 0.1 * torch.randn(h, generator=g)
+    tensors[mtp + "eh_proj.weight"] = 0.15 * torch.randn(h, 2 * h, generator=g)
+    tensors[mtp + "embed_tokens.weight"] = tensors["model.embed_tokens.weight"].clone()
+    tensors[mtp + "shared_head.head.weight"] = tensors.get("lm_head.weight",
+                                                           tensors["model.embed_tokens.weight"]).clone()
+    os.remove(os.path.join(path, "model.safetensors"))
+    save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["num_nextn_predict_layers"] = 1
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    return path
+
+
+def ptdp_mtp_loss(path, tokens, t, e=1):
+    """The probe's mtp_1 loss of one training iteration on `tokens` (labels the next token), at
+    tensor-parallel size t with the experts over e ranks (each expert whole)."""
+    tok, out, mtp = (os.path.join(WORK, n) for n in ("mtp-tokens.i32", "mtp-logits.f32", "mtp.f32"))
+    np.asarray(tokens, dtype=np.int32).tofile(tok)
+    b, s = np.asarray(tokens).shape
+    env = dict(os.environ, OMP_NUM_THREADS="1", PTDP_HF_PROBE_MTP_OUT=mtp)
+    cmd = [MPIEXEC, "--oversubscribe", "--allow-run-as-root", "-n", str(max(t, e)), PROBE, path, tok, str(b), str(s),
+           str(t), out, str(e), "1" if e > 1 else "0"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, timeout=300)
+    if p.returncode != 0:
+        raise SystemExit(f"test_hf_probe (MTP) failed: {p.stderr[-2000:]}")
+    return float(np.fromfile(mtp, dtype=np.float32)[0])
+
+
+def torch_mtp_loss(model, path, tokens):
+    """DeepSeek's MTP layer 1 in torch, from the tensors of `path`: position i takes the main model's
+    final hidden state h_i and the embedding of token i + 1, eh_proj([enorm(emb); hnorm(h)]), the
+    decoder layer, shared_head.norm, the head; its label is token i + 2 (Megatron's masked mean)."""
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as m3
+    cfg, L = model.config, model.config.num_hidden_layers
+    stored = tensors_of(path)
+    pre = f"model.layers.{L}."
+    layer = m3.DeepseekV3DecoderLayer(cfg, L).eval()
+    state = {k[len(pre):]: v for k, v in stored.items() if k.startswith(pre) and
+             k[len(pre):].split(".")[0] in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")}
+    if "mlp.experts.0.gate_proj.weight" in state:  # an MoE layer: transformers fuses its experts in memory
+        E = cfg.n_routed_experts
+        state["mlp.experts.gate_up_proj"] = torch.stack([torch.cat([state.pop(f"mlp.experts.{e}.gate_proj.weight"),
+                                                                    state.pop(f"mlp.experts.{e}.up_proj.weight")])
+                                                         for e in range(E)])
+        state["mlp.experts.down_proj"] = torch.stack([state.pop(f"mlp.experts.{e}.down_proj.weight") for e in range(E)])
+    layer.load_state_dict(state)
+    norms = {}
+    for n in ("enorm", "hnorm", "shared_head.norm"):
+        norms[n] = m3.DeepseekV3RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        norms[n].weight.data.copy_(stored[pre + n + ".weight"])
+    x = torch.tensor(tokens, dtype=torch.long)
+    b, s = x.shape
+    with torch.no_grad():
+        h = model.model(x).last_hidden_state
+        nxt = torch.cat([x[:, 1:], torch.zeros(b, 1, dtype=torch.long)], dim=1)  # Megatron's roll, 0 past the end
+        e = model.model.embed_tokens(nxt)
+        z = torch.cat([norms["enorm"](e), norms["hnorm"](h)], dim=-1) @ stored[pre + "eh_proj.weight"].T
+        pos = torch.arange(s)[None]
+        mask = torch.full((s, s), float("-inf")).triu(1)[None, None]
+        z = layer(z, attention_mask=mask, position_ids=pos, position_embeddings=model.model.rotary_emb(z, pos))
+        logits = model.lm_head(norms["shared_head.norm"](z))
+        labels = torch.cat([x[:, 2:], torch.full((b, 2), -100, dtype=torch.long)], dim=1)
+        return float(torch.nn.functional.cross_entropy(logits.reshape(b * s, -1), labels.reshape(-1),
+                                                       ignore_index=-100))
+
+
+def case_deepseek_v3_parity():
+    deepseek_parity("deepseek_v3")
+    # Multi-token prediction: a dense DeepSeek-V3 (first_k_dense_replace past the MTP layer) with
+    # the hub's MTP tensors imports them into ptdp's MTP module (the logits, which MTP does not
+    # change, still transformers'); with MoE layers the MTP layer is MoE, refused by name.
+    tokens = tokens_for(97, 2, 16, 13)
+    dense = make("deepseek_v3", seed=230, first_k_dense_replace=3)
+    path = with_mtp(dense, os.path.join(WORK, "v3-dense-mtp"), source_layer=1)
+    parity("deepseek_v3 dense with an MTP layer", path, hf_logits(dense, tokens), tokens, layouts=[(1, 1, 0), (2, 1, 0)])
+    out = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"]).stdout
+    check("--mtp-num-layers 1" in out, f"ptdp-convert imports the MTP layer:\n{out}")
+    want = torch_mtp_loss(dense, path, tokens)
+    for t in (1, 2):
+        got = ptdp_mtp_loss(path, tokens, t)
+        check(abs(got - want) <= 1e-5 * max(1.0, abs(want)),
+              f"deepseek_v3 MTP loss at t = {t}: ptdp {got:.7f} vs DeepSeek's MTP layer in torch {want:.7f}")
+        print(f"deepseek_v3 dense with an MTP layer: t = {t}: mtp_1 loss {got:.7f} (torch {want:.7f})")
+    # DeepSeek-V3's own shape: MoE layers, so an MoE MTP layer (its router's expert bias included).
+    moe = make("deepseek_v3", seed=231)
+    path = with_mtp(moe, os.path.join(WORK, "v3-moe-mtp"), source_layer=1)
+    check("model.layers.2.mlp.gate.e_score_correction_bias" in tensors_of(path), "the MTP layer is an MoE layer")
+    parity("deepseek_v3 with an MoE MTP layer", path, hf_logits(moe, tokens), tokens, layouts=[(1, 1, 0), (2, 2, 1)])
+    want = torch_mtp_loss(moe, path, tokens)
+    for t, e in ((1, 1), (2, 2)):
+        got = ptdp_mtp_loss(path, tokens, t, e)
+        check(abs(got - want) <= 1e-5 * max(1.0, abs(want)),
+              f"deepseek_v3 MoE MTP loss at t = {t}, e = {e}: ptdp {got:.7f} vs torch {want:.7f}")
+        print(f"deepseek_v3 with an MoE MTP layer: t = {t}, e = {e}: mtp_1 loss {got:.7f} (torch {want:.7f})")
+    # A dense decoder whose MTP layer DeepSeek makes MoE (first_k_dense_replace = num_hidden_layers):
+    # ptdp's MTP layers are of the decoder's last layer's kind, so it is refused by name.
+    odd = make("deepseek_v3", seed=233, first_k_dense_replace=2)
+    path = with_mtp(odd, os.path.join(WORK, "v3-odd-mtp"), source_layer=1)
+    p = run([CONVERT, "--from-hf", path, "--to-ptdp", path + "-ptdp"], expect_ok=False)
+    check(p.returncode != 0 and "first_k_dense_replace" in p.stderr and "model.layers.2" in p.stderr,
+          f"an MTP layer of another kind than the decoder's last is refused by name: {p.stderr[-400:]}")
+
+
+def case_deepseek_v2_parity():
+    deepseek_parity("deepseek_v2")
+
+
+def deepseek_roundtrip(prefix):
+    """HF -> ptdp (ptdp-convert at t = 2 with the experts over e = 2) -> HF: every tensor bit for bit
+    under its name (the RoPE rows permuted back), the files byte for byte (also transformers 5's
+    shards), every config field back (rope_interleave, the router's fields), transformers' logits
+    of the export the same."""
+    need_deepseek()
+    layout = ("--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2",
+              "--expert-tensor-parallel-size", "1")
+    variants = deepseek_variants(prefix)
+    roundtrips([(f"{variants[0][0]} fp32", make(variants[0][1], seed=210, **variants[0][2]), None, None, "fp32"),
+                (f"{variants[1][0]} bf16 sharded", make(variants[1][1], seed=211, **variants[1][2]), torch.bfloat16,
+                 "40KB", "bf16")], layout=layout, ranks=2)
+
+
+def case_deepseek_v3_roundtrip():
+    deepseek_roundtrip("deepseek_v3")
+    # The MTP layer's tensors (and its copies of the embedding and head) come back bit for bit.
+    dense = make("deepseek_v3", seed=232, first_k_dense_replace=3)
+    with_mtp(dense, os.path.join(WORK, "v3-dense-mtp"), source_layer=1)
+    roundtrips([("deepseek_v3 dense with an MTP layer fp32", None, None, None, "fp32")],
+               layout=("--tensor-model-parallel-size", "2"), ranks=2, hf_dir=os.path.join(WORK, "v3-dense-mtp"),
+               model_vocab=97)
+    moe = make("deepseek_v3", seed=234)
+    with_mtp(moe, os.path.join(WORK, "v3-moe-mtp"), source_layer=1)
+    roundtrips([("deepseek_v3 with an MoE MTP layer fp32", None, None, None, "fp32")],
+               layout=("--tensor-model-parallel-size", "2", "--expert-model-parallel-size", "2",
+                       "--expert-tensor-parallel-size", "1"), ranks=2, hf_dir=os.path.join(WORK, "v3-moe-mtp"),
+               model_vocab=97)
+
+
+def case_deepseek_v2_roundtrip():
+    deepseek_roundtrip("deepseek_v2")
+
+
+def case_deepseek_finetune():
+    """A DeepSeek-V3 (experts over e = 2) and a DeepSeek-V2-Lite (one process), each trained briefly
+    with torch, imported with ptdp-convert and fine-tuned with ptdp-train --finetune: the first loss
+    is transformers', far below a fresh model's, the loss falls, the fine-tuned export has the lower
+    loss in transformers too and transformers' logits of it are ptdp's (the expert bias included,
+    which ptdp's aux-loss-free balancing moved)."""
+    need_deepseek()
+    text = open(GPL, "rb").read()
+    tokens = tokens_for(256, 2, 16, 12)
+    for i, (kind, layout, ranks) in enumerate([("deepseek_v3", ["--expert-model-parallel-size", "2"], 2),
+                                               ("deepseek_v2", [], None)]):
+        model = make(kind, seed=220 + i, vocab_size=256)
+        train_with_torch(model, text, steps=20, seq=32, batch=16, lr=3e-3, seed=0)
+        hf_dir = save(model, os.path.join(WORK, kind + "-pretrained"))
+        before = text_loss(model, text)
+        ckpt = os.path.join(WORK, kind + "-imported")
+        out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
+        line = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")]
+        check(len(line) == 1 and "--multi-latent-attention" in line[0] and "--num-experts 8" in line[0],
+              f"{kind}: ptdp-convert prints the MLA and MoE flags:\n{out}")
+        flags = shlex.split(line[0].split(":", 1)[1])
+        common = flags + layout + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
+                                   "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0",
+                                   "--lr", "2e-3", "--comm-timeout", "60"]
+        log, saved = os.path.join(WORK, kind + "-ft.jsonl"), os.path.join(WORK, kind + "-ft")
+        run([TRAIN] + common + ["--train-iters", "20", "--finetune", "--load", ckpt, "--save", saved,
+                                "--log-json", log], np=ranks)
+        steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
+        check(sorted(steps) == list(range(1, 21)), f"{kind}: iterations 1..20 logged, got {sorted(steps)[:3]}...")
+        fresh_log = os.path.join(WORK, kind + "-fresh.jsonl")
+        run([TRAIN] + common + ["--train-iters", "1", "--log-json", fresh_log], np=ranks)
+        fresh = [r for r in map(json.loads, open(fresh_log)) if "iteration" in r][0]["lm_loss"]
+        first = steps[1]["lm_loss"]
+        head = sum(steps[j]["lm_loss"] for j in range(1, 6)) / 5
+        tail = sum(steps[j]["lm_loss"] for j in range(16, 21)) / 5
+        check(abs(first - before) < 0.35, f"{kind}: the first fine-tuning loss {first:.3f} is the imported "
+                                          f"model's ({before:.3f})")
+        check(first < fresh - 1.0, f"{kind}: the imported weights are used: first loss {first:.3f} vs a fresh "
+                                   f"model's {fresh:.3f}")
+        check(tail < head - 0.05, f"{kind}: the loss falls: {head:.3f} -> {tail:.3f}")
+        back = os.path.join(WORK, kind + "-ft-hf")
+        run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
+        after = text_loss(back, text)
+        check(after < before, f"{kind}: transformers sees the fine-tuned export's loss fall: {before:.3f} -> "
+                              f"{after:.3f}")
+        parity(f"{kind} fine-tuned export", back, hf_logits(back, tokens), tokens, layouts=[(1, 1, 0)])
+        print(f"deepseek finetune {kind} ({' '.join(layout) or 'one process'}): transformers-trained {before:.3f} "
+              f"(fresh ptdp model {fresh:.3f}); ptdp-train --finetune {first:.3f} -> {steps[20]['lm_loss']:.3f} "
+              f"(means {head:.3f} -> {tail:.3f}); the export in transformers {after:.3f}")
+
+
 CASES = {"gpt2": case_gpt2, "llama": case_llama, "roundtrip": case_roundtrip, "layouts": case_layouts,
          "finetune": case_finetune, "generate": case_generate, "llama_v5": case_llama_v5,
          "roundtrip_v5": case_roundtrip_v5, "moe_parity": case_moe_parity, "moe_roundtrip": case_moe_roundtrip,
          "moe_finetune": case_moe_finetune, "moe_generate": case_moe_generate, "yarn_v5": case_yarn_v5}
 CASES.update({"moe_olmoe_parity": case_moe_olmoe_parity, "moe_olmoe_roundtrip": case_moe_olmoe_roundtrip,
               "moe_olmoe_finetune": case_moe_olmoe_finetune, "moe_olmoe_generate": case_moe_olmoe_generate})
+CASES.update({"deepseek_v3_parity": case_deepseek_v3_parity, "deepseek_v2_parity": case_deepseek_v2_parity,
+              "deepseek_v3_roundtrip": case_deepseek_v3_roundtrip, "deepseek_v2_roundtrip": case_deepseek_v2_roundtrip,
+              "deepseek_finetune": case_deepseek_finetune})
 
 if __name__ == "__main__":
     if CASE not in CASES:

@@ -3766,8 +3766,10 @@ r"""
                                              (GPT-2 for LayerNorm with learned positions, Qwen2 for a
                                              qkv bias alone, Llama otherwise; for a mixture of
                                              experts Qwen3-MoE with q/k norms, Qwen2-MoE with shared
-                                             experts, Mixtral otherwise), or the base config's class
-                                             when the model fits it.
+                                             experts, Mixtral otherwise; with multi-latent attention
+                                             DeepSeek-V2 for a softmax router, DeepSeek-V3
+                                             otherwise), or the base config's class when the model
+                                             fits it.
     """
 PTDP_HF_ARCHITECTURE_GPT2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_GPT2
 r""" `gpt2`, GPT2LMHeadModel."""
@@ -3791,8 +3793,26 @@ r"""
     """
 PTDP_HF_ARCHITECTURE_OLMOE = _ptdp_ext.PTDP_HF_ARCHITECTURE_OLMOE
 r"""
-    `olmoe`, OlmoeForCausalLM: recognised and refused
-                                             (::PTDP_ERR_UNSUPPORTED): its q/k norms span all heads.
+    `olmoe`, OlmoeForCausalLM (mixture of experts, q/k
+                                             norms over all heads).
+    """
+PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 = _ptdp_ext.PTDP_HF_ARCHITECTURE_DEEPSEEK_V2
+r"""
+    `deepseek_v2`, DeepseekV2ForCausalLM: multi-latent
+                                             attention (with or without the query latent), the first
+                                             first_k_dense_replace layers dense, the others MoE with
+                                             shared experts and a softmax router (greedy or
+                                             group_limited_greedy); RoPE rows stored interleaved.
+    """
+PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 = _ptdp_ext.PTDP_HF_ARCHITECTURE_DEEPSEEK_V3
+r"""
+    `deepseek_v3`, DeepseekV3ForCausalLM: as DeepSeek-V2
+                                             with the sigmoid router, its expert bias
+                                             (e_score_correction_bias) and top-2 group scores; RoPE
+                                             rows interleaved as config.json's rope_interleave says.
+                                             Its multi-token prediction layers (the hub's
+                                             model.layers.{L + k}.*) become mtp_num_layers where the
+                                             checkpoint holds them.
     """
 class ptdp_hf_save_options(object):
     r""" Options of ptdp_hf_save(). Initialise with ptdp_hf_save_options_init()."""
@@ -3842,7 +3862,10 @@ def ptdp_hf_read_options(directory, options):
            mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq
            (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,
            moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient
-           (router_aux_loss_coef). A mixture of experts with t > 1 needs
+           (router_aux_loss_coef); for DeepSeek-V2/V3 multi-latent attention (q_lora_rank,
+           kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim), the routers' score
+           function, expert bias, groups, group_score_topk and topk scaling, and mtp_num_layers
+           where the checkpoint holds the MTP layers (docs/deepseek.md). A mixture of experts with t > 1 needs
            ptdp_parallel_options::sequence_parallel, as every MoE model; read the options before
            creating the groups. seq_length is the model's context (n_positions or
            max_position_embeddings), or its sliding window when that is shorter (within the window

@@ -44366,7 +44366,10 @@ static PyMethodDef SwigMethods[] = {
 		"       mixture of experts num_experts, moe_router_topk, moe_ffn_hidden_size, moe_layer_freq\n"
 		"       (Qwen's decoder_sparse_step and mlp_only_layers), the shared expert and its gate,\n"
 		"       moe_router_pre_softmax (norm_topk_prob false) and the aux loss's coefficient\n"
-		"       (router_aux_loss_coef). A mixture of experts with t > 1 needs\n"
+		"       (router_aux_loss_coef); for DeepSeek-V2/V3 multi-latent attention (q_lora_rank,\n"
+		"       kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim), the routers' score\n"
+		"       function, expert bias, groups, group_score_topk and topk scaling, and mtp_num_layers\n"
+		"       where the checkpoint holds the MTP layers (docs/deepseek.md). A mixture of experts with t > 1 needs\n"
 		"       ptdp_parallel_options::sequence_parallel, as every MoE model; read the options before\n"
 		"       creating the groups. seq_length is the model's context (n_positions or\n"
 		"       max_position_embeddings), or its sliding window when that is shorter (within the window\n"
@@ -46473,6 +46476,8 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_QWEN3_MOE",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_QWEN3_MOE)));
   SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_QWEN2_MOE",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_QWEN2_MOE)));
   SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_OLMOE",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_OLMOE)));
+  SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_DEEPSEEK_V2",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_DEEPSEEK_V2)));
+  SWIG_Python_SetConstant(d, "PTDP_HF_ARCHITECTURE_DEEPSEEK_V3",SWIG_From_int((int)(PTDP_HF_ARCHITECTURE_DEEPSEEK_V3)));
   
   /* Initialize threading */
   SWIG_PYTHON_INITIALIZE_THREADS;

@@ -1699,6 +1699,8 @@ const PTDP_HF_ARCHITECTURE_MIXTRAL = ptdp_hf_architecture(5)
 const PTDP_HF_ARCHITECTURE_QWEN3_MOE = ptdp_hf_architecture(6)
 const PTDP_HF_ARCHITECTURE_QWEN2_MOE = ptdp_hf_architecture(7)
 const PTDP_HF_ARCHITECTURE_OLMOE = ptdp_hf_architecture(8)
+const PTDP_HF_ARCHITECTURE_DEEPSEEK_V2 = ptdp_hf_architecture(9)
+const PTDP_HF_ARCHITECTURE_DEEPSEEK_V3 = ptdp_hf_architecture(10)
 
 # Options of ptdp_hf_save().
 struct ptdp_hf_save_options
@@ -1720,7 +1722,10 @@ end
 # norms, tying, dropout, init std; for a mixture of experts num_experts, moe_router_topk,
 # moe_ffn_hidden_size, moe_layer_freq (Qwen's decoder_sparse_step and mlp_only_layers), the
 # shared expert and its gate, moe_router_pre_softmax (norm_topk_prob false) and the aux loss's
-# coefficient (router_aux_loss_coef).
+# coefficient (router_aux_loss_coef); for DeepSeek-V2/V3 multi-latent attention (q_lora_rank,
+# kv_lora_rank, qk_head_dim, qk_pos_emb_head_dim, v_head_dim), the routers' score function,
+# expert bias, groups, group_score_topk and topk scaling, and mtp_num_layers where the
+# checkpoint holds the MTP layers (docs/deepseek.md).
 function ptdp_hf_read_options(directory, options, architecture)
     ccall((:ptdp_hf_read_options, libptdp), ptdp_status,
           (Cstring, Ptr{ptdp_gpt_options}, Ptr{ptdp_hf_architecture}),
