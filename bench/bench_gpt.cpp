@@ -62,6 +62,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -1602,34 +1603,25 @@ class Bench {
 
     mla_ = MlaSection{};
     mla_.tokens = n;
-    const std::string prefix = "decoder.layers.0.self_attention";
-    {
+    // Each attention alone, profiled: MLA, then its GQA twin of the same parameter count.
+    const auto attention_alone = [&](auto* kind, const ptdp::GptConfig& c, const char* name) {
+      using Attention = std::remove_pointer_t<decltype(kind)>;
       ptdp::ParamTable params(0, 1);
-      ptdp::MlaAttention attn(params, prefix, cfg_, 0, ptdp::TensorParallel{}, ptdp::Device{});
+      Attention attn(params, "decoder.layers.0.self_attention", c, 0, ptdp::TensorParallel{}, ptdp::Device{});
       params.allocate(ptdp::Device{}, cfg_.precision);
       params.initialize(cfg_.seed);
       ModuleRun run;
-      run.name = "MLA attention";
+      run.name = name;
       run.params = run.active = params.numel();
-      run.model_flops = attention_model_flops(cfg_);
+      run.model_flops = attention_model_flops(c);
       time_module(run, attn, params, x, dy, true);
       mla_.runs.push_back(run);
-    }
+    };
+    attention_alone(static_cast<ptdp::MlaAttention*>(nullptr), cfg_, "MLA attention");
     const ptdp::GptConfig gqa = gqa_twin(mla_.runs[0].params);
     mla_.gqa_heads = gqa.num_attention_heads;
     mla_.gqa_groups = gqa.query_groups();
-    {
-      ptdp::ParamTable params(0, 1);
-      ptdp::SelfAttention attn(params, prefix, gqa, 0, ptdp::TensorParallel{}, ptdp::Device{});
-      params.allocate(ptdp::Device{}, cfg_.precision);
-      params.initialize(cfg_.seed);
-      ModuleRun run;
-      run.name = "GQA attention";
-      run.params = run.active = params.numel();
-      run.model_flops = attention_model_flops(gqa);
-      time_module(run, attn, params, x, dy, true);
-      mla_.runs.push_back(run);
-    }
+    attention_alone(static_cast<ptdp::SelfAttention*>(nullptr), gqa, "GQA attention");
     // The whole first layer with each attention: the FLOPs are Megatron's count of one layer
     // (paper_flops of the one-layer model without its logits).
     for (const ptdp::GptConfig* c : std::array<const ptdp::GptConfig*, 2>{&cfg_, &gqa}) {

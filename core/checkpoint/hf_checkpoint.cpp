@@ -461,42 +461,41 @@ void hf_qkv_from_grouped(const float* qkv, int heads, int groups, int head_dim, 
   }
 }
 
-void hf_rope_deinterleave(const float* in, int64_t blocks, int64_t block_rows, int64_t offset, int64_t rope,
-                          int64_t cols, float* out) {
+namespace {
+
+// The RoPE rows [offset, offset + rope) of each of `blocks` blocks of block_rows rows: row
+// offset + i of the rotate-half order (i < rope/2 the first halves, rope/2 + i the second) is row
+// offset + 2i (or 2i + 1) of the interleaved order. `to_half` copies interleaved -> rotate-half,
+// otherwise back; every other row is copied as it is.
+void permute_rope_rows(const char* what, const float* in, int64_t blocks, int64_t block_rows, int64_t offset,
+                       int64_t rope, int64_t cols, float* out, bool to_half) {
   PTDP_CHECK_ARG(rope % 2 == 0 && offset >= 0 && offset + rope <= block_rows,
-                 str_cat("hf_rope_deinterleave: ", rope, " RoPE rows from ", offset, " do not fit ", block_rows,
-                         " rows or are odd"));
+                 str_cat(what, ": ", rope, " RoPE rows from ", offset, " do not fit ", block_rows, " rows or are odd"));
   const auto row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
   for (int64_t b = 0; b < blocks; ++b) {
     const float* src = in + b * block_rows * cols;
     float* dst = out + b * block_rows * cols;
     std::memcpy(dst, src, static_cast<std::size_t>(offset) * row_bytes);
-    for (int64_t i = 0; i < rope / 2; ++i) {
-      std::memcpy(dst + (offset + i) * cols, src + (offset + 2 * i) * cols, row_bytes);
-      std::memcpy(dst + (offset + rope / 2 + i) * cols, src + (offset + 2 * i + 1) * cols, row_bytes);
+    for (int64_t i = 0; i < rope; ++i) {
+      const int64_t half = offset + (i % 2 == 0 ? i / 2 : rope / 2 + i / 2), interleaved = offset + i;
+      const int64_t to = to_half ? half : interleaved, from = to_half ? interleaved : half;
+      std::memcpy(dst + to * cols, src + from * cols, row_bytes);
     }
     const int64_t tail = block_rows - offset - rope;
     std::memcpy(dst + (offset + rope) * cols, src + (offset + rope) * cols, static_cast<std::size_t>(tail) * row_bytes);
   }
 }
 
+}  // namespace
+
+void hf_rope_deinterleave(const float* in, int64_t blocks, int64_t block_rows, int64_t offset, int64_t rope,
+                          int64_t cols, float* out) {
+  permute_rope_rows("hf_rope_deinterleave", in, blocks, block_rows, offset, rope, cols, out, true);
+}
+
 void hf_rope_interleave_rows(const float* in, int64_t blocks, int64_t block_rows, int64_t offset, int64_t rope,
                              int64_t cols, float* out) {
-  PTDP_CHECK_ARG(rope % 2 == 0 && offset >= 0 && offset + rope <= block_rows,
-                 str_cat("hf_rope_interleave_rows: ", rope, " RoPE rows from ", offset, " do not fit ", block_rows,
-                         " rows or are odd"));
-  const auto row_bytes = static_cast<std::size_t>(cols) * sizeof(float);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* src = in + b * block_rows * cols;
-    float* dst = out + b * block_rows * cols;
-    std::memcpy(dst, src, static_cast<std::size_t>(offset) * row_bytes);
-    for (int64_t i = 0; i < rope / 2; ++i) {
-      std::memcpy(dst + (offset + 2 * i) * cols, src + (offset + i) * cols, row_bytes);
-      std::memcpy(dst + (offset + 2 * i + 1) * cols, src + (offset + rope / 2 + i) * cols, row_bytes);
-    }
-    const int64_t tail = block_rows - offset - rope;
-    std::memcpy(dst + (offset + rope) * cols, src + (offset + rope) * cols, static_cast<std::size_t>(tail) * row_bytes);
-  }
+  permute_rope_rows("hf_rope_interleave_rows", in, blocks, block_rows, offset, rope, cols, out, false);
 }
 
 void hf_to_param(const HfMapping& m, const GptConfig& c, const std::vector<const float*>& hf, int64_t rows,

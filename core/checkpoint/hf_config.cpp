@@ -400,6 +400,26 @@ void read_attention_extras(const json& j, HfArchitecture arch, GptConfig& c, con
   }
 }
 
+// What the Llama-family classes and DeepSeek's share: the context length (also the training
+// sequence), silu (SwiGLU), RMSNorm and its epsilon, RoPE and its scaling, tied embeddings, the
+// init std, no hidden dropout, the attention dropout.
+void read_llama_family_common(const json& j, HfArchitecture arch, GptConfig& c, const std::string& source) {
+  const int positions = int_field(j, "max_position_embeddings", source);
+  c.max_position_embeddings = positions;
+  c.seq_length = positions;
+  const std::string act = string_or(j, "hidden_act", "silu", source);
+  if (act != "silu") unsupported(source, str_cat("hidden_act \"", act, "\": ptdp's SwiGLU uses silu"));
+  c.layernorm_epsilon = float_or(j, "rms_norm_eps", 1e-6f, source);
+  read_rope(j, arch, c, positions, source);
+  c.tie_embeddings = bool_or(j, "tie_word_embeddings", false, source);
+  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
+  c.hidden_dropout = 0.0f;
+  c.attention_dropout = float_or(j, "attention_dropout", 0.0f, source);
+  c.normalization = Normalization::RMSNorm;
+  c.position_embedding = PositionEmbedding::Rope;
+  c.swiglu = true;
+}
+
 GptConfig llama_config(const json& j, HfArchitecture arch, const std::string& source) {
   GptConfig c;
   c.vocab_size = int_field(j, "vocab_size", source);
@@ -415,20 +435,7 @@ GptConfig llama_config(const json& j, HfArchitecture arch, const std::string& so
                          " and there is no head_dim"));
   const int head_dim = int_or(j, "head_dim", heads > 0 ? c.hidden_size / heads : 0, source);
   c.kv_channels = heads > 0 && head_dim * heads == c.hidden_size ? 0 : head_dim;
-  const int positions = int_field(j, "max_position_embeddings", source);
-  c.max_position_embeddings = positions;
-  c.seq_length = positions;
-  const std::string act = string_or(j, "hidden_act", "silu", source);
-  if (act != "silu") unsupported(source, str_cat("hidden_act \"", act, "\": ptdp's SwiGLU uses silu"));
-  c.layernorm_epsilon = float_or(j, "rms_norm_eps", 1e-6f, source);
-  read_rope(j, arch, c, positions, source);
-  c.tie_embeddings = bool_or(j, "tie_word_embeddings", false, source);
-  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
-  c.hidden_dropout = 0.0f;
-  c.attention_dropout = float_or(j, "attention_dropout", 0.0f, source);
-  c.normalization = Normalization::RMSNorm;
-  c.position_embedding = PositionEmbedding::Rope;
-  c.swiglu = true;
+  read_llama_family_common(j, arch, c, source);
   read_attention_extras(j, arch, c, source);
   int window = 0;
   if (arch == HfArchitecture::Mistral || arch == HfArchitecture::Mixtral) {
@@ -550,20 +557,7 @@ GptConfig deepseek_config(const json& j, HfArchitecture arch, const std::string&
   c.qk_head_dim = int_field(j, "qk_nope_head_dim", source);
   c.qk_pos_emb_head_dim = int_field(j, "qk_rope_head_dim", source);
   c.v_head_dim = int_field(j, "v_head_dim", source);
-  const int positions = int_field(j, "max_position_embeddings", source);
-  c.max_position_embeddings = positions;
-  c.seq_length = positions;
-  const std::string act = string_or(j, "hidden_act", "silu", source);
-  if (act != "silu") unsupported(source, str_cat("hidden_act \"", act, "\": ptdp's SwiGLU uses silu"));
-  c.layernorm_epsilon = float_or(j, "rms_norm_eps", 1e-6f, source);
-  read_rope(j, arch, c, positions, source);
-  c.tie_embeddings = bool_or(j, "tie_word_embeddings", false, source);
-  c.init_method_std = float_or(j, "initializer_range", 0.02f, source);
-  c.hidden_dropout = 0.0f;
-  c.attention_dropout = float_or(j, "attention_dropout", 0.0f, source);
-  c.normalization = Normalization::RMSNorm;
-  c.position_embedding = PositionEmbedding::Rope;
-  c.swiglu = true;
+  read_llama_family_common(j, arch, c, source);
   c.add_bias_linear = false;
   c.add_qkv_bias = false;
   if (bool_or(j, "attention_bias", false, source))

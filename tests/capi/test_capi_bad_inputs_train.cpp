@@ -582,6 +582,19 @@ PTDP_BAD_INPUTS(plan) {
         x.vocab_size = 2000000000;
       },
       [&](const ptdp_plan_options* x) { return ptdp_plan_parameters(x, 1, &o.d[0], &o.i64[0]); }, {"hidden_size"}));
+  const char* kc = "ptdp_plan_kv_cache_bytes";
+  r.push_back({kc, "t 0", [&] { return ptdp_plan_kv_cache_bytes(nullptr, 0, &o.d[0]); }, PTDP_ERR_INVALID_ARGUMENT,
+               {"t = 0"}});
+  options_rows(r, kc, "options", ptdp_plan_options_init,
+               [&](const ptdp_plan_options* x) { return ptdp_plan_kv_cache_bytes(x, 1, &o.d[0]); });
+  r.push_back(null_row(kc, "bytes_per_token", [] {
+    ptdp_plan_options x;
+    ptdp_plan_options_init(&x);
+    return ptdp_plan_kv_cache_bytes(&x, 1, nullptr);
+  }));
+  r.push_back(bad::field_row<ptdp_plan_options>(
+      kc, "heads not divisible by t", ptdp_plan_options_init, [](ptdp_plan_options& x) { x.num_attention_heads = 3; },
+      [&](const ptdp_plan_options* x) { return ptdp_plan_kv_cache_bytes(x, 2, &o.d[0]); }, {"3"}));
   const char* pl = "ptdp_plot_training_logs";
   r.push_back(null_row(pl, "jsonl_paths", [&] {
     const std::string svg = f.dir + "/plot.svg";

@@ -15,10 +15,12 @@
 #include "core/model/model_presets.h"
 #include "core/plan/plan_args.h"
 #include "core/plan/planner.h"
+#include "tests/plan/tiny_mla.h"
 
 namespace {
 
 using namespace ptdp;
+using ptdp::test::tiny_mla;
 using namespace ptdp::plan;
 
 GptConfig preset(const std::string& name) {
@@ -53,30 +55,6 @@ struct HfDeepseek {
   int64_t mtp_module() const { return 2 * h + 2 * h * h + attention() + moe(E) + h; }
 };
 
-// A small MLA model with every MLA feature: 2 layers, h 16, 4 heads, RMSNorm latents, SwiGLU.
-GptConfig tiny_mla(int q_lora_rank) {
-  GptConfig g;
-  g.num_layers = 2;
-  g.hidden_size = 16;
-  g.num_attention_heads = 4;
-  g.ffn_hidden_size = 24;
-  g.vocab_size = 64;
-  g.make_vocab_size_divisible_by = 32;
-  g.seq_length = 8;
-  g.normalization = Normalization::RMSNorm;
-  g.swiglu = true;
-  g.position_embedding = PositionEmbedding::Rope;
-  g.add_bias_linear = false;
-  g.tie_embeddings = false;
-  g.qk_layernorm = true;
-  g.multi_latent_attention = true;
-  g.q_lora_rank = q_lora_rank;
-  g.kv_lora_rank = 6;
-  g.qk_head_dim = 4;
-  g.qk_pos_emb_head_dim = 2;
-  g.v_head_dim = 3;
-  return g;
-}
 
 // Megatron-LM's num_floating_point_operations (megatron/training/training.py, transformer_flops)
 // for a model with multi-latent attention, MoE after `dense` dense layers and D MTP modules,

@@ -8,42 +8,20 @@
 #include <vector>
 
 #include "core/model/gpt.h"
+#include "tests/plan/tiny_mla.h"
 
 namespace {
 
 using namespace ptdp;
+using ptdp::test::tiny_mla;
 
-// A tiny MLA model: 2 layers, h 16, 4 heads, RMSNorm latents, SwiGLU, untied.
-GptConfig tiny(int q_lora_rank) {
-  GptConfig g;
-  g.num_layers = 2;
-  g.hidden_size = 16;
-  g.num_attention_heads = 4;
-  g.ffn_hidden_size = 24;
-  g.vocab_size = 64;
-  g.make_vocab_size_divisible_by = 32;
-  g.seq_length = 8;
-  g.normalization = Normalization::RMSNorm;
-  g.swiglu = true;
-  g.position_embedding = PositionEmbedding::Rope;
-  g.add_bias_linear = false;
-  g.tie_embeddings = false;
-  g.qk_layernorm = true;
-  g.multi_latent_attention = true;
-  g.q_lora_rank = q_lora_rank;
-  g.kv_lora_rank = 6;
-  g.qk_head_dim = 4;
-  g.qk_pos_emb_head_dim = 2;
-  g.v_head_dim = 3;
-  return g;
-}
 
 }  // namespace
 
 TEST_CASE("MLA parameter count: a hand count and what the model allocates", "[plan][mla]") {
   for (const int rq : {0, 5}) {
     INFO("q_lora_rank " << rq);
-    const GptConfig g = tiny(rq);
+    const GptConfig g = tiny_mla(rq);
     REQUIRE_NOTHROW(g.validate(2));
     // Per layer: the q path (linear_q_proj [4*6, 16], or linear_q_down_proj [5, 16], q_layernorm
     // [5], linear_q_up_proj [4*6, 5]), linear_kv_down_proj [6+2, 16], kv_layernorm [6],
@@ -116,7 +94,7 @@ TEST_CASE("MLA parameter count: DeepSeek-V2-Lite's 15.7B total, 2.4B activated",
 
 TEST_CASE("MLA paper_flops: Megatron's MLA attention term", "[plan][mla]") {
   for (const int rq : {0, 5}) {
-    GptConfig g = tiny(rq);
+    GptConfig g = tiny_mla(rq);
     GptConfig dense = g;  // the same MLPs and logits with the MLA term taken out
     const double B = 3, s = 8, h = 16, l = 2, a = 4, r = 6, dn = 4, dr = 2, dv = 3, dq = 6;
     const double q = rq > 0 ? rq * (h + a * dq + 1) : h * a * dq;
