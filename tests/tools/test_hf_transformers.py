@@ -691,6 +691,53 @@ MOE_FINETUNES = [
 ]
 
 
+def finetune_imported(kind, model, text, tokens, layout, ranks, iters, flags_shown, parity_layouts, label):
+    """`model` (a transformers model) trained briefly with torch, imported with ptdp-convert (whose
+    printed ptdp-train flags hold each of `flags_shown`) and fine-tuned `iters` iterations with
+    ptdp-train --finetune at `layout` on `ranks`: the first loss is transformers' (within 0.35),
+    more than 1 below a fresh model's, the loss falls (the first 5 against the last 5 by 0.05);
+    the fine-tuned checkpoint exported to Hugging Face has the lower loss in transformers too, and
+    transformers' logits of the export are ptdp's at `parity_layouts`."""
+    train_with_torch(model, text, steps=iters, seq=32, batch=16, lr=3e-3, seed=0)
+    hf_dir = save(model, os.path.join(WORK, kind + "-pretrained"))
+    before = text_loss(model, text)
+    ckpt = os.path.join(WORK, kind + "-imported")
+    out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
+    line = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")]
+    check(len(line) == 1 and all(f in line[0] for f in flags_shown),
+          f"{kind}: ptdp-convert prints the flags {flags_shown}:\n{out}")
+    flags = shlex.split(line[0].split(":", 1)[1])
+    common = flags + layout + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
+                               "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0",
+                               "--lr", "2e-3", "--comm-timeout", "60"]
+    log, saved = os.path.join(WORK, kind + "-ft.jsonl"), os.path.join(WORK, kind + "-ft")
+    run([TRAIN] + common + ["--train-iters", str(iters), "--finetune", "--load", ckpt, "--save", saved,
+                            "--log-json", log], np=ranks)
+    steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
+    check(sorted(steps) == list(range(1, iters + 1)),
+          f"{kind}: iterations 1..{iters} logged, got {sorted(steps)[:3]}...")
+    fresh_log = os.path.join(WORK, kind + "-fresh.jsonl")
+    run([TRAIN] + common + ["--train-iters", "1", "--log-json", fresh_log], np=ranks)
+    fresh = [r for r in map(json.loads, open(fresh_log)) if "iteration" in r][0]["lm_loss"]
+    first = steps[1]["lm_loss"]
+    head = sum(steps[j]["lm_loss"] for j in range(1, 6)) / 5
+    tail = sum(steps[j]["lm_loss"] for j in range(iters - 4, iters + 1)) / 5
+    check(abs(first - before) < 0.35, f"{kind}: the first fine-tuning loss {first:.3f} is the imported "
+                                      f"model's ({before:.3f})")
+    check(first < fresh - 1.0, f"{kind}: the imported weights are used: first loss {first:.3f} vs a fresh "
+                               f"model's {fresh:.3f}")
+    check(tail < head - 0.05, f"{kind}: the loss falls: {head:.3f} -> {tail:.3f}")
+    back = os.path.join(WORK, kind + "-ft-hf")
+    run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
+    after = text_loss(back, text)
+    check(after < before, f"{kind}: transformers sees the fine-tuned export's loss fall: {before:.3f} -> "
+                          f"{after:.3f}")
+    parity(f"{kind} fine-tuned export", back, hf_logits(back, tokens), tokens, layouts=parity_layouts)
+    print(f"{label} {kind} ({' '.join(layout) or 'one process'}): transformers-trained {before:.3f} "
+          f"(fresh ptdp model {fresh:.3f}); ptdp-train --finetune {first:.3f} -> {steps[iters]['lm_loss']:.3f} "
+          f"(means {head:.3f} -> {tail:.3f}); the export in transformers {after:.3f}")
+
+
 def case_moe_finetune():
     """Each MoE class trained briefly with torch is imported (ptdp-convert) and fine-tuned by
     ptdp-train --finetune at its layout: it starts from the imported weights (the first loss is
@@ -703,42 +750,8 @@ def case_moe_finetune():
     tokens = tokens_for(256, 2, 16, 6)
     for i, (kind, overrides, layout, ranks) in enumerate(MOE_FINETUNES):
         model = make(kind, seed=90 + i, vocab_size=256, tie_word_embeddings=False, **overrides)
-        train_with_torch(model, text, steps=30, seq=32, batch=16, lr=3e-3, seed=0)
-        hf_dir = save(model, os.path.join(WORK, kind + "-pretrained"))
-        before = text_loss(model, text)
-        ckpt = os.path.join(WORK, kind + "-imported")
-        out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
-        line = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")]
-        check(len(line) == 1 and "--num-experts 4" in line[0], f"{kind}: ptdp-convert prints the MoE flags:\n{out}")
-        flags = shlex.split(line[0].split(":", 1)[1])
-        common = flags + layout + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
-                                   "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0",
-                                   "--lr", "2e-3", "--comm-timeout", "60"]
-        log, saved = os.path.join(WORK, kind + "-ft.jsonl"), os.path.join(WORK, kind + "-ft")
-        run([TRAIN] + common + ["--train-iters", "30", "--finetune", "--load", ckpt, "--save", saved,
-                                "--log-json", log], np=ranks)
-        steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
-        check(sorted(steps) == list(range(1, 31)), f"{kind}: iterations 1..30 logged, got {sorted(steps)[:3]}...")
-        fresh_log = os.path.join(WORK, kind + "-fresh.jsonl")
-        run([TRAIN] + common + ["--train-iters", "1", "--log-json", fresh_log], np=ranks)
-        fresh = [r for r in map(json.loads, open(fresh_log)) if "iteration" in r][0]["lm_loss"]
-        first = steps[1]["lm_loss"]
-        head = sum(steps[j]["lm_loss"] for j in range(1, 6)) / 5
-        tail = sum(steps[j]["lm_loss"] for j in range(26, 31)) / 5
-        check(abs(first - before) < 0.35, f"{kind}: the first fine-tuning loss {first:.3f} is the imported "
-                                          f"model's ({before:.3f})")
-        check(first < fresh - 1.0, f"{kind}: the imported weights are used: first loss {first:.3f} vs a fresh "
-                                   f"model's {fresh:.3f}")
-        check(tail < head - 0.05, f"{kind}: the loss falls: {head:.3f} -> {tail:.3f}")
-        back = os.path.join(WORK, kind + "-ft-hf")
-        run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
-        after = text_loss(back, text)
-        check(after < before, f"{kind}: transformers sees the fine-tuned export's loss fall: {before:.3f} -> "
-                              f"{after:.3f}")
-        parity(f"{kind} fine-tuned export", back, hf_logits(back, tokens), tokens, layouts=[(1, 1, 0), (1, 2, 0)])
-        print(f"moe finetune {kind} ({' '.join(layout) or 'one process'}): transformers-trained {before:.3f} "
-              f"(fresh ptdp model {fresh:.3f}); ptdp-train --finetune {first:.3f} -> {steps[30]['lm_loss']:.3f} "
-              f"(means {head:.3f} -> {tail:.3f}); the export in transformers {after:.3f}")
+        finetune_imported(kind, model, text, tokens, layout, ranks, iters=30, flags_shown=["--num-experts 4"],
+                          parity_layouts=[(1, 1, 0), (1, 2, 0)], label="moe finetune")
 
 
 def case_moe_generate():
@@ -1082,43 +1095,9 @@ def case_deepseek_finetune():
     for i, (kind, layout, ranks) in enumerate([("deepseek_v3", ["--expert-model-parallel-size", "2"], 2),
                                                ("deepseek_v2", [], None)]):
         model = make(kind, seed=220 + i, vocab_size=256)
-        train_with_torch(model, text, steps=20, seq=32, batch=16, lr=3e-3, seed=0)
-        hf_dir = save(model, os.path.join(WORK, kind + "-pretrained"))
-        before = text_loss(model, text)
-        ckpt = os.path.join(WORK, kind + "-imported")
-        out = run([CONVERT, "--from-hf", hf_dir, "--to-ptdp", ckpt, "--seq-length", "32"]).stdout
-        line = [l for l in out.splitlines() if l.startswith("ptdp-train flags for this model:")]
-        check(len(line) == 1 and "--multi-latent-attention" in line[0] and "--num-experts 8" in line[0],
-              f"{kind}: ptdp-convert prints the MLA and MoE flags:\n{out}")
-        flags = shlex.split(line[0].split(":", 1)[1])
-        common = flags + layout + ["--micro-batch-size", "4", "--global-batch-size", "8", "--text-file", GPL,
-                                   "--tokenizer-type", "ByteLevel", "--log-interval", "1", "--eval-interval", "0",
-                                   "--lr", "2e-3", "--comm-timeout", "60"]
-        log, saved = os.path.join(WORK, kind + "-ft.jsonl"), os.path.join(WORK, kind + "-ft")
-        run([TRAIN] + common + ["--train-iters", "20", "--finetune", "--load", ckpt, "--save", saved,
-                                "--log-json", log], np=ranks)
-        steps = {r["iteration"]: r for r in map(json.loads, open(log)) if "iteration" in r}
-        check(sorted(steps) == list(range(1, 21)), f"{kind}: iterations 1..20 logged, got {sorted(steps)[:3]}...")
-        fresh_log = os.path.join(WORK, kind + "-fresh.jsonl")
-        run([TRAIN] + common + ["--train-iters", "1", "--log-json", fresh_log], np=ranks)
-        fresh = [r for r in map(json.loads, open(fresh_log)) if "iteration" in r][0]["lm_loss"]
-        first = steps[1]["lm_loss"]
-        head = sum(steps[j]["lm_loss"] for j in range(1, 6)) / 5
-        tail = sum(steps[j]["lm_loss"] for j in range(16, 21)) / 5
-        check(abs(first - before) < 0.35, f"{kind}: the first fine-tuning loss {first:.3f} is the imported "
-                                          f"model's ({before:.3f})")
-        check(first < fresh - 1.0, f"{kind}: the imported weights are used: first loss {first:.3f} vs a fresh "
-                                   f"model's {fresh:.3f}")
-        check(tail < head - 0.05, f"{kind}: the loss falls: {head:.3f} -> {tail:.3f}")
-        back = os.path.join(WORK, kind + "-ft-hf")
-        run([CONVERT, "--from-ptdp", saved, "--to-hf", back])
-        after = text_loss(back, text)
-        check(after < before, f"{kind}: transformers sees the fine-tuned export's loss fall: {before:.3f} -> "
-                              f"{after:.3f}")
-        parity(f"{kind} fine-tuned export", back, hf_logits(back, tokens), tokens, layouts=[(1, 1, 0)])
-        print(f"deepseek finetune {kind} ({' '.join(layout) or 'one process'}): transformers-trained {before:.3f} "
-              f"(fresh ptdp model {fresh:.3f}); ptdp-train --finetune {first:.3f} -> {steps[20]['lm_loss']:.3f} "
-              f"(means {head:.3f} -> {tail:.3f}); the export in transformers {after:.3f}")
+        finetune_imported(kind, model, text, tokens, layout, ranks, iters=20,
+                          flags_shown=["--multi-latent-attention", "--num-experts 8"], parity_layouts=[(1, 1, 0)],
+                          label="deepseek finetune")
 
 
 CASES = {"gpt2": case_gpt2, "llama": case_llama, "roundtrip": case_roundtrip, "layouts": case_layouts,
