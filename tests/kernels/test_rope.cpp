@@ -99,6 +99,22 @@ std::string describe(const Shape& sh) {
   return os.str();
 }
 
+/// rope_forward and rope_backward of x (type t) under d against the double reference (O(1)
+/// values: one ulp of the storage type, or fp32 round-off, absolute); the value heads and the
+/// features past rot_dim pass through the forward bit for bit.
+void check_rope(const Shape& sh, const RopeDesc& d, DType t, const fvec& x) {
+  Stored fwd(x, t), bwd(x, t);
+  be().rope_forward(fwd.data(), t, d);
+  be().rope_backward(bwd.data(), t, d);
+  CHECK_ALLCLOSE(fwd.values(), rope_ref(to_d(x), d, 1.0), 2.0 * tol(t), tol(t));
+  CHECK_ALLCLOSE(bwd.values(), rope_ref(to_d(x), d, -1.0), 2.0 * tol(t), tol(t));
+  const fvec got = fwd.values();
+  std::size_t changed = 0;
+  for (int64_t e = 0; e < qkv_size(sh); ++e)
+    if (!rotated(sh, e)) changed += got[static_cast<std::size_t>(e)] != x[static_cast<std::size_t>(e)];
+  CHECK(changed == 0);
+}
+
 }  // namespace
 
 TEST_CASE("rope_forward and rope_backward against the double reference in every storage type",
@@ -113,18 +129,7 @@ TEST_CASE("rope_forward and rope_backward against the double reference in every 
         Rand r(seed++);
         const fvec x = rounded(r.uniform(qkv_size(sh), -2.0f, 2.0f), t);
         INFO(ptdp::dtype_name(t) << " " << describe(sh) << " offset " << offset);
-        Stored fwd(x, t), bwd(x, t);
-        be().rope_forward(fwd.data(), t, d);
-        be().rope_backward(bwd.data(), t, d);
-        // Values are O(1): one ulp of the storage type (or fp32 round-off) absolute.
-        CHECK_ALLCLOSE(fwd.values(), rope_ref(to_d(x), d, 1.0), 2.0 * tol(t), tol(t));
-        CHECK_ALLCLOSE(bwd.values(), rope_ref(to_d(x), d, -1.0), 2.0 * tol(t), tol(t));
-        // Value heads and the features past rot_dim pass through bit for bit.
-        const fvec got = fwd.values();
-        std::size_t changed = 0;
-        for (int64_t e = 0; e < qkv_size(sh); ++e)
-          if (!rotated(sh, e)) changed += got[static_cast<std::size_t>(e)] != x[static_cast<std::size_t>(e)];
-        CHECK(changed == 0);
+        check_rope(sh, d, t, x);
       }
     }
   }
@@ -266,17 +271,8 @@ TEST_CASE("rope with an amplitude (YaRN's attention factor) scales cos and sin, 
       Rand r(seed++);
       const fvec x = rounded(r.uniform(qkv_size(sh), -2.0f, 2.0f), t);
       INFO(ptdp::dtype_name(t) << " " << describe(sh));
-      Stored fwd(x, t), bwd(x, t);
-      be().rope_forward(fwd.data(), t, d);
-      be().rope_backward(bwd.data(), t, d);
-      CHECK_ALLCLOSE(fwd.values(), rope_ref(to_d(x), d, 1.0), 2.0 * tol(t), tol(t));
-      CHECK_ALLCLOSE(bwd.values(), rope_ref(to_d(x), d, -1.0), 2.0 * tol(t), tol(t));
       // The rotation's norm grows by the amplitude on the rotated features, never elsewhere.
-      const fvec got = fwd.values();
-      std::size_t changed = 0;
-      for (int64_t e = 0; e < qkv_size(sh); ++e)
-        if (!rotated(sh, e)) changed += got[static_cast<std::size_t>(e)] != x[static_cast<std::size_t>(e)];
-      CHECK(changed == 0);
+      check_rope(sh, d, t, x);
     }
   }
   // The backward is the adjoint (A R)^T = A R^T, so it is the gradient of <G, rope(x)>.
