@@ -161,28 +161,35 @@ std::string g9(double v) {
 
 }  // namespace
 
+/// A trainer run of kFlags plus `extra` (no evaluation) writing --log-json to `log`, with
+/// `callback` and `seen` (whose `trainer` member holds the trainer while it runs) as its user data.
+template <typename Seen>
+void run_logged(sp::World& w, std::vector<std::string> extra, const std::filesystem::path& log,
+                ptdp_iteration_callback callback, Seen& seen, int32_t print_log) {
+  std::vector<std::string> flags = kFlags;
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  flags.insert(flags.end(), {"--eval-interval", "0", "--log-json", log.string()});
+  Config c(flags);
+  ptdp_trainer_options o;
+  OK(ptdp_trainer_options_init(&o));
+  o.runtime = w.runtime;
+  o.on_iteration = callback;
+  o.user_data = &seen;
+  o.print_log = print_log;
+  OK(ptdp_trainer_create(c.handle, &o, &seen.trainer));
+  OK(ptdp_trainer_run(seen.trainer));
+  OK(ptdp_trainer_destroy(seen.trainer));
+}
+
 TEST_CASE("C API trainer: the MoE figures of each iteration, in the callback and in the JSON lines",
           "[capi][train][moe]") {
   sp::World w;
   const std::filesystem::path log = std::filesystem::temp_directory_path() / "ptdp-capi-trainer-moe.jsonl";
-  std::vector<std::string> flags = kFlags;
-  for (const char* f : {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16",
-                        "--moe-layer-freq", "[0,1]", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff", "0.001",
-                        "--eval-interval", "0"})
-    flags.emplace_back(f);
-  flags.emplace_back("--log-json");
-  flags.emplace_back(log.string());
-  Config c(flags);
   MoeSeen seen;
-  ptdp_trainer_options o;
-  OK(ptdp_trainer_options_init(&o));
-  o.runtime = w.runtime;
-  o.on_iteration = record_moe;
-  o.user_data = &seen;
-  o.print_log = 0;  // nothing printed: the logging rank still writes --log-json
-  OK(ptdp_trainer_create(c.handle, &o, &seen.trainer));
-  OK(ptdp_trainer_run(seen.trainer));
-  OK(ptdp_trainer_destroy(seen.trainer));
+  // Nothing printed: the logging rank still writes --log-json.
+  run_logged(w, {"--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "16", "--moe-layer-freq",
+                 "[0,1]", "--moe-aux-loss-coeff", "0.01", "--moe-z-loss-coeff", "0.001"},
+             log, record_moe, seen, 0);
   REQUIRE(seen.metrics.size() == 6);
   std::ifstream in(log);
   std::string line;
@@ -228,22 +235,8 @@ TEST_CASE("C API trainer: the MTP losses of each iteration, in the callback and 
           "[capi][train][mtp]") {
   sp::World w;
   const std::filesystem::path log = std::filesystem::temp_directory_path() / "ptdp-capi-trainer-mtp.jsonl";
-  std::vector<std::string> flags = kFlags;
-  for (const char* f : {"--position-embedding-type", "rope", "--mtp-num-layers", "2", "--eval-interval", "0"})
-    flags.emplace_back(f);
-  flags.emplace_back("--log-json");
-  flags.emplace_back(log.string());
-  Config c(flags);
   MtpSeen seen;
-  ptdp_trainer_options o;
-  OK(ptdp_trainer_options_init(&o));
-  o.runtime = w.runtime;
-  o.on_iteration = record_mtp;
-  o.user_data = &seen;
-  o.print_log = 1;
-  OK(ptdp_trainer_create(c.handle, &o, &seen.trainer));
-  OK(ptdp_trainer_run(seen.trainer));
-  OK(ptdp_trainer_destroy(seen.trainer));
+  run_logged(w, {"--position-embedding-type", "rope", "--mtp-num-layers", "2"}, log, record_mtp, seen, 1);
   REQUIRE(seen.losses.size() == 6);
   std::ifstream in(log);
   std::string line;
