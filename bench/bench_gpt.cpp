@@ -563,7 +563,7 @@ class Bench {
       o_.iters = o_.iters.value_or(5);
       o_.warmup = o_.warmup.value_or(1);
       o_.profile_steps = o_.profile_steps.value_or(2);
-      if (!o_.moe_layer_tokens) o_.moe_layer = false;
+      if (!o_.moe_layer_tokens && !o_.moe_layer_only) o_.moe_layer = false;
     }
     if (o_.mla && o_.preset.empty()) {
       cfg_ = deepseek_v3_layer();
@@ -1635,8 +1635,8 @@ class Bench {
       ModuleRun run;
       run.name = c == &cfg_ ? "the layer with MLA" : "the layer with GQA";
       run.params = params.numel();
-      const int64_t expert = (one.swiglu ? 3 : 2) * static_cast<int64_t>(h) * one.moe_ffn();
-      run.active = run.params - (one.moe.is_moe_layer(0) ? int64_t{one.moe.num_experts - one.moe.router_topk} * expert : 0);
+      // The routed experts a token does not visit, as GptConfig counts them (biases included).
+      run.active = run.params - (one.parameter_count(1) - one.active_parameter_count(1));
       run.model_flops = one.paper_flops(b_) - 6.0 * static_cast<double>(n) * h * one.vocab_size;
       time_module(run, layer, params, x, dy, false);
       mla_.runs.push_back(run);
