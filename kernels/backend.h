@@ -104,6 +104,26 @@ struct SgdParams {
   float grad_scale = 1.0f;
 };
 
+/// Newton-Schulz orthogonalisation (Muon): x [rows, cols] row-major fp32 is replaced by an
+/// approximation of U V^T for x = U S V^T. With k = min(rows, cols) the iteration runs on the
+/// [k, max] orientation (x transposed when rows > cols):
+///   X = x / max(||x||_F, eps)
+///   for i in [0, steps): (a, b, c) = coefficients[i % num_sets]
+///     A = X X^T            [k, k] (symmetric: half the products)
+///     B = b A + c A A      [k, k]
+///     X = a X + B X
+/// precision: 0 fp32; 1 TF32 products on CUDA (fp32 on the CPU); 2 bf16 as PyTorch's
+/// torch.optim.Muon and Megatron's "medium": X rounded to bf16 after the normalisation and A,
+/// B and X rounded to bf16 after each product (fp32 accumulation and epilogue).
+struct NewtonSchulzDesc {
+  int64_t rows = 0, cols = 0;
+  int steps = 5;
+  float coefficients[8][3] = {};
+  int num_sets = 0;  ///< coefficient sets in use, 1..8
+  float eps = 1e-7f;
+  int precision = 0;
+};
+
 /// Causal self-attention over the fused QKV activation, one (batch, head) pair at a time,
 /// never storing the [s, s] scores (flash-attention style: tiles of keys, online softmax, the
 /// log-sum-exp saved per query row for the backward).
@@ -575,6 +595,8 @@ class Backend {
                           const AdamWParams& p) = 0;
   virtual void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
                         const SgdParams& p) = 0;
+  /// Orthogonalises x [d.rows, d.cols] in place (NewtonSchulzDesc); scratch is the backend's.
+  virtual void newton_schulz(float* x, const NewtonSchulzDesc& d);
 };
 
 /// The process-wide CPU backend (OpenBLAS + OpenMP).

@@ -20,7 +20,48 @@
 
 namespace ptdp {
 
-enum class OptimizerKind : int { Adam = 0, Sgd = 1 };
+enum class OptimizerKind : int { Adam = 0, Sgd = 1, Muon = 2 };
+
+/// Muon's scale of the orthogonalised update of an [out, in] matrix (Megatron's
+/// --muon-scale-mode): spectral sqrt(max(out, in)), unit_rms_norm sqrt(out / in),
+/// shape_scaling sqrt(max(1, out / in)); times MuonConfig::extra_scale_factor. PyTorch's
+/// adjust_lr_fn "original" is shape_scaling, "match_rms_adamw" spectral with extra factor 0.2.
+enum class MuonScaleMode : int { Spectral = 0, UnitRmsNorm = 1, ShapeScaling = 2 };
+/// How a matrix split over the tensor group is orthogonalised (Megatron's --muon-tp-mode).
+/// Distributed: the whole matrix, once in the tensor x data group (ptdp's default);
+/// Duplicated: the whole matrix, on every tensor rank holding a piece (the same result);
+/// Blockwise: each rank's piece on its own, a different update (Megatron's default).
+enum class MuonTpMode : int { Distributed = 0, Duplicated = 1, Blockwise = 2 };
+/// The Newton-Schulz coefficient sets (Megatron's --muon-coefficient-type), used cyclically.
+enum class NsCoefficients : int { Quintic = 0, Simple = 1, PolarExpress = 2, Aol = 3 };
+/// Precision of the Newton-Schulz products (Megatron's --muon-fp32-matmul-prec):
+/// highest fp32; high TF32 on CUDA (fp32 on the CPU); medium bf16 operands and results with
+/// fp32 accumulation (PyTorch's torch.optim.Muon runs its iteration in bf16).
+enum class NsPrecision : int { Highest = 0, High = 1, Medium = 2 };
+
+/// Muon (momentum orthogonalised by Newton-Schulz) for the 2-D hidden weights; the embeddings,
+/// the output layer, norms and biases take AdamW with the same learning rate and Megatron's
+/// weight-decay rule.
+struct MuonConfig {
+  float momentum = 0.95f;   ///< --muon-momentum: buf = lerp(buf, g, 1 - momentum)
+  bool nesterov = false;    ///< --muon-nesterov: orthogonalise lerp(g, buf, momentum)
+  int ns_steps = 5;         ///< --muon-num-ns-steps
+  NsCoefficients coefficients = NsCoefficients::Quintic;
+  float ns_eps = 1e-7f;     ///< the Frobenius normalisation's floor
+  NsPrecision precision = NsPrecision::Highest;
+  MuonScaleMode scale_mode = MuonScaleMode::Spectral;
+  float extra_scale_factor = 1.0f;
+  /// Orthogonalise q, k and v (of every query group together) and SwiGLU's gate and up as
+  /// separate matrices, as a model with separate projections has them (--muon-no-split-qkv: no).
+  bool split_qkv = true;
+  MuonTpMode tp_mode = MuonTpMode::Distributed;
+  /// MuonClip (Kimi K2, Megatron's --qk-clip): after the step, the query and key weights of
+  /// every head whose largest attention logit exceeded qk_clip_threshold are scaled by
+  /// (threshold / max logit)^alpha and ^(1 - alpha).
+  bool qk_clip = false;
+  float qk_clip_threshold = 100.0f;
+  float qk_clip_alpha = 0.5f;
+};
 
 struct OptimizerConfig {
   OptimizerKind kind = OptimizerKind::Adam;  ///< Adam is AdamW (decoupled weight decay), as Megatron's
@@ -29,6 +70,7 @@ struct OptimizerConfig {
   float weight_decay = 0.01f;
   float momentum = 0.9f;  ///< SGD
   bool nesterov = false;
+  MuonConfig muon;        ///< kind == Muon
   float clip_grad = 1.0f;  ///< 0: no clipping
   LossScalerConfig loss_scale;
   /// Megatron's --use-distributed-optimizer: the Adam moments and, for 16-bit model weights, the
