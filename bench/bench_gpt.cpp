@@ -39,6 +39,11 @@
 //      profiled, beside grouped-query attention of the same parameter count, then the whole
 //      decoder layer with each: tokens/s at equal active parameters (bench_mla_layer).
 //
+//   8. (--optimizer muon, which also makes (3)'s step Muon's) Muon's Newton-Schulz over the
+//      model's matrices: each matrix timed alone, then the per-rank share at d = 1 and at d = 4
+//      with the distributed optimizer (the matrices spread by cost as muon_assign spreads them),
+//      and the optimizer's share of the step at both (bench_muon).
+//
 // Each iteration of (2) starts from zeroed gradients (untimed), as after an optimizer step,
 // uses a new Step::iteration (new dropout masks) and random token ids. GFLOP is 1e9 FLOPs.
 // Run with --help for the flags.
@@ -78,6 +83,7 @@
 #include "core/layers/moe/moe_layer.h"
 #include "core/model/gpt.h"
 #include "core/model/gpt_config.h"
+#include "core/optim/muon.h"
 #include "core/model/model_presets.h"
 #include "core/parallel/groups.h"
 #include "core/tensor/tensor.h"
@@ -175,6 +181,7 @@ struct Options {
   double peak_tflops = 0.0;  // --peak-tflops: the ceiling on the GPU (default: H200 dense, 67 fp32 / 989 16-bit)
   ptdp::DType precision = ptdp::DType::F32;              // --precision
   ptdp::AttentionImpl attention = ptdp::AttentionImpl::Auto;  // --attention
+  bool muon = false;  // --optimizer muon: section 3's step with Muon, and section 8
 };
 
 /// The preset names, comma-separated, broken into lines of at most `width` characters.
@@ -261,6 +268,8 @@ void print_help(const char* argv0) {
        {"--device cpu|cuda", "where the model runs (cpu); cuda: GPU 0, no sgemm peak run"},
        {"--precision f32|bf16|f16", "weights and activations (f32); 16-bit keeps fp32 masters and gradients"},
        {"--attention auto|fused|unfused", "attention implementation (auto: fused where the device has it)"},
+       {"--optimizer adam|muon", "section 3's optimizer (adam: AdamW); muon adds section 8, Muon's Newton-Schulz\n"
+                                 "at d = 1 and d = 4"},
        {"--peak-tflops X", "with --device cuda: the ceiling for MFU (H200 dense: 67 fp32, 989 bf16/f16)"}});
 }
 
@@ -351,6 +360,12 @@ bool parse_args(int argc, char** argv, Options& o, int& exit_code) {
       else if (value == "bf16") o.precision = ptdp::DType::BF16;
       else if (value == "f16") o.precision = ptdp::DType::F16;
       else return args.fail(exit_code, "--precision must be f32, bf16 or f16, got '" + value + "'");
+    } else if (arg == "--optimizer") {
+      std::string value;
+      if (!args.require_value(value, exit_code)) return false;
+      if (value == "adam") o.muon = false;
+      else if (value == "muon") o.muon = true;
+      else return args.fail(exit_code, "--optimizer must be adam or muon, got '" + value + "'");
     } else if (arg == "--attention") {
       std::string value;
       if (!args.require_value(value, exit_code)) return false;
@@ -666,6 +681,7 @@ class Bench {
       print_peak_summary();
       if (cfg_.moe.enabled() && o_.moe_layer) bench_moe_layer();
       if (cfg_.multi_latent_attention && o_.mla_layer) bench_mla_layer();
+      if (o_.muon) bench_muon();
     }
     print_footer();
     if (!o_.json_path.empty() && !write_json()) return 1;
@@ -673,6 +689,97 @@ class Bench {
   }
 
  private:
+  const char* optimizer_name() const { return o_.muon ? "Muon with AdamW for the rest" : "AdamW"; }
+
+  // -- 8. Muon's Newton-Schulz at d = 1 and d = 4 ------------------------------------------------
+
+  /// Every matrix of the model (MuonConfig's defaults: q, k, v and gate/up apart, 5 quintic
+  /// steps in fp32) orthogonalised once on random values, each timed alone (median of 3 after
+  /// a warm-up); then the matrices spread over d data-parallel ranks as the distributed
+  /// optimizer spreads them (muon_assign), and each rank's share timed as the sum of its
+  /// matrices' times: the per-rank work at d = 4 against d = 1.
+  void bench_muon() {
+    const ptdp::MuonConfig mc;
+    std::printf("8. Muon's Newton-Schulz over the model's matrices (q, k, v and gate/up apart, %d quintic steps, fp32),\n"
+                "   once per optimizer step; at d = 4 with the distributed optimizer each data-parallel rank\n"
+                "   orthogonalises its share (matrices spread by cost), timed here rank by rank\n",
+                mc.ns_steps);
+    std::fflush(stdout);
+    auto rt = ptdp::Runtime::create_self({});
+    ptdp::ProcessGroups groups(rt, ptdp::ParallelConfig{0, 1, 1, 1});
+    ptdp::GptPipeline model(cfg_, groups);
+    std::vector<ptdp::ParamTable*> tables;
+    for (auto& c : model.chunks()) tables.push_back(&c->params());
+    std::vector<ptdp::MuonMatrix> ms = ptdp::muon_matrices(tables, mc);
+    const std::vector<std::array<float, 3>> coef = ptdp::muon_coefficients(mc.coefficients);
+    ptdp::NewtonSchulzDesc desc;
+    desc.steps = mc.ns_steps;
+    desc.num_sets = static_cast<int>(coef.size());
+    for (std::size_t j = 0; j < coef.size(); ++j)
+      for (int c = 0; c < 3; ++c) desc.coefficients[j][c] = coef[j][static_cast<std::size_t>(c)];
+    ptdp::Backend& be = ptdp::cpu_backend();
+    std::vector<double> seconds(ms.size());
+    std::vector<float> x;
+    for (std::size_t k = 0; k < ms.size(); ++k) {
+      desc.rows = ms[k].rows;
+      desc.cols = ms[k].cols;
+      x.resize(static_cast<std::size_t>(ms[k].rows * ms[k].cols));
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+      const Stats st = time_calls(1, 3, [&](int) { be.newton_schulz(x.data(), desc); });
+      seconds[k] = st.median_s;
+    }
+    double total_flops = 0, total_s = 0;
+    for (std::size_t k = 0; k < ms.size(); ++k) {
+      total_flops += ms[k].flops;
+      total_s += seconds[k];
+    }
+    std::printf("   %zu matrices, %.2f GFLOP per step\n", ms.size(), total_flops * 1e-9);
+    std::printf("   %-4s %12s %12s %12s %14s %10s\n", "d", "GFLOP/rank", "ms/rank max", "ms/rank min", "GFLOP/s", "vs d = 1");
+    double ms_d1 = 0;
+    for (const int d : {1, 4}) {
+      std::vector<ptdp::MuonMatrix> a = ms;
+      std::vector<double> slot_flops(static_cast<std::size_t>(d), 0.0), slot_s(static_cast<std::size_t>(d), 0.0);
+      for (const bool expert : {false, true}) ptdp::muon_assign(a, expert, 1, d, true);
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        slot_flops[static_cast<std::size_t>(a[k].owner_data)] += a[k].flops;
+        slot_s[static_cast<std::size_t>(a[k].owner_data)] += seconds[k];
+      }
+      const double worst = *std::max_element(slot_s.begin(), slot_s.end());
+      const double best = *std::min_element(slot_s.begin(), slot_s.end());
+      const double worst_flops = *std::max_element(slot_flops.begin(), slot_flops.end());
+      if (d == 1) ms_d1 = worst;
+      std::printf("   %-4d %12.2f %12.2f %12.2f %14.1f %9.2fx\n", d, worst_flops * 1e-9, worst * 1e3, best * 1e3,
+                  total_flops / total_s * 1e-9, ms_d1 / worst);
+      muon_d_.push_back({d, worst_flops, worst, best});
+    }
+    const double ns_s = total_s;
+    if (step_opt_.median_s > 0) {
+      // Section 3's optimizer at d = 1: Newton-Schulz plus the elementwise parts (norm, momentum,
+      // AdamW of the rest, the update), which shard 1/d with the distributed optimizer.
+      const double rest = std::max(0.0, step_opt_.median_s - ns_s);
+      std::printf("   section 3's optimizer step: %.1f ms = Newton-Schulz %.1f ms + elementwise %.1f ms (%.1f%% of the step)\n",
+                  step_opt_.median_s * 1e3, ns_s * 1e3, rest * 1e3, 100.0 * step_opt_.median_s / step_.median_s);
+      const MuonD& d4 = muon_d_.back();
+      const double d4_s = d4.worst_s + rest / 4.0;
+      std::printf("   at d = 4 per rank: Newton-Schulz %.1f ms + elementwise / 4 %.1f ms = %.1f ms (%.1f%% of this\n"
+                  "   step); plus the all-gather of the momentum and the reduce-scatter of the results (%.0f MB\n"
+                  "   each over the data-parallel group), not timed on one process\n",
+                  d4.worst_s * 1e3, rest / 4.0 * 1e3, d4_s * 1e3, 100.0 * d4_s / (step_.median_s - step_opt_.median_s + d4_s),
+                  static_cast<double>(muon_elements(ms)) * 4.0 * 1e-6);
+    }
+    std::printf("\n");
+  }
+  static int64_t muon_elements(const std::vector<ptdp::MuonMatrix>& ms) {
+    int64_t n = 0;
+    for (const auto& m : ms) n += m.rows * m.cols;
+    return n;
+  }
+  struct MuonD {
+    int d;
+    double worst_flops, worst_s, best_s;
+  };
+  std::vector<MuonD> muon_d_;
+
   Options o_;
   std::optional<ptdp::ModelPreset> preset_;  // --model-preset
   ptdp::GptConfig cfg_;
@@ -1044,8 +1151,8 @@ class Bench {
 
   void bench_step() {
     std::printf("3. The whole training step (train_iteration: data, zero grads, forward+backward through\n"
-                "   1F1B with m = 1, norm and clipping, AdamW), one rank, %d + %d steps\n",
-                warmup_, iters_);
+                "   1F1B with m = 1, norm and clipping, %s), one rank, %d + %d steps\n",
+                optimizer_name(), warmup_, iters_);
     std::fflush(stdout);
     auto rt = ptdp::Runtime::create_self({});
     ptdp::ProcessGroups groups(rt, ptdp::ParallelConfig{0, 1, 1, 1});
@@ -1053,6 +1160,7 @@ class Bench {
     ptdp::OptimizerConfig oc;
     oc.lr.lr = 1e-4;
     oc.clip_grad = 1.0;
+    if (o_.muon) oc.kind = ptdp::OptimizerKind::Muon;  // Megatron's defaults (MuonConfig)
     auto optimizer = ptdp::make_optimizer(model, groups, oc);
     const ptdp::Schedule schedule = ptdp::make_schedule(ptdp::ScheduleKind::OneFOneB, 1, 1, 1);
     ptdp::GptDatasetOptions dopt;
@@ -1149,7 +1257,7 @@ class Bench {
     row("data (mock GPT samples)", step_data_);
     row("zero gradients", step_zero_);
     row("forward+backward (1F1B, m = 1)", step_fb_);
-    row("optimizer (norm, clipping, AdamW)", step_opt_);
+    row(o_.muon ? "optimizer (norm, clipping, Muon)" : "optimizer (norm, clipping, AdamW)", step_opt_);
     std::printf("   %s\n", std::string(60, '-').c_str());
     row("the whole step (train_iteration)", step_);
     std::printf("   the rest of the step beside forward+backward: %.1f%% (%.2f ms); forward+backward of (2): "

@@ -404,7 +404,8 @@ TensorMap layout_map(const CheckpointShards& s, const std::vector<std::string>& 
   const auto add = [&](const ParamInfo& info, const std::string& file) {
     const std::vector<Block> blocks = blocks_of(info);
     std::vector<std::string> names{info.name};
-    for (const std::string& st : states) names.push_back(state_tensor(st, info.name));
+    for (std::size_t k = 0; k < states.size(); ++k)
+      if (state_applies(states, k, info)) names.push_back(state_tensor(states[k], info.name));
     for (const std::string& n : names) {
       map.add_tensor(n, dims(info.global_shape), StDType::F32);
       for (const Block& b : blocks)
@@ -628,8 +629,9 @@ void write_shard_files(const std::string& tmp, const CheckpointShards& s, Optimi
           if (info.expert != expert_file || i == s.unsaved[j] || !stores(info, tp)) continue;
           writer.add(info.name, StDType::F32, dims(info.local_shape), host[j].data() + info.offset);
           for (std::size_t st = 0; st < states.size(); ++st)
-            writer.add(state_tensor(states[st], info.name), StDType::F32, dims(info.local_shape),
-                       values[j][st].data() + info.offset);
+            if (state_applies(states, st, info))
+              writer.add(state_tensor(states[st], info.name), StDType::F32, dims(info.local_shape),
+                         values[j][st].data() + info.offset);
         }
       }
       writer.set_metadata("format", kFormat);
@@ -851,7 +853,8 @@ CheckpointState load_checkpoint_shards(const std::string& dir, const CheckpointS
         const ParamInfo& info = table.info(i);
         read_slice(reader, info.name, info, params[j].data() + info.offset);
         for (std::size_t k = 0; k < states.size(); ++k)
-          read_slice(reader, state_tensor(states[k], info.name), info, moments[j][k].data() + info.offset);
+          if (state_applies(states, k, info))
+            read_slice(reader, state_tensor(states[k], info.name), info, moments[j][k].data() + info.offset);
       }
     }
   });

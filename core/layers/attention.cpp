@@ -20,6 +20,10 @@ SelfAttention::SelfAttention(ParamTable& params, const std::string& prefix, cons
       slots_(prefix) {
   qkv_.set_profile_label("qkv");
   proj_.set_profile_label("proj");
+  // Each query group's a/g query heads, its key head and its value head: q, k and v of the
+  // unfused model (Muon orthogonalises them apart).
+  params.set_row_parts(qkv_.weight_index(), {static_cast<int64_t>(cfg.num_attention_heads / cfg.query_groups()) * spec_.dh,
+                                             spec_.dh, spec_.dh});
   if (cfg.qk_layernorm && cfg.qk_layernorm_across_heads) {
     const int64_t dh = spec_.dh;
     q_whole_norm_ = std::make_unique<ProjectionNorm>(params, prefix + ".q_layernorm", cfg.num_attention_heads * dh,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "core/optim/muon.h"
 
 namespace ptdp {
 
@@ -34,6 +35,10 @@ struct Optimizer::Space {
   std::vector<ParamSpace::Segment> segments;
   std::unique_ptr<GradBuckets> buckets;
   Tensor m, v;  // optimizer state over the concatenated shards
+  // Muon: which parameters are matrices, and where the AdamW second moment of the others
+  // starts for each (bucket, parameter) part of this rank's shard (-1: none; v holds only these).
+  std::vector<bool> matrix;
+  std::vector<std::vector<int64_t>> v_at;
 };
 
 namespace {
@@ -68,7 +73,7 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
     sp->segments = segments_of(t, si < excluded.size() ? excluded[si] : std::vector<int>{}, tp_rank);
     sp->buckets = std::make_unique<GradBuckets>(t, config_.bucket_elements, config_.distributed, groups,
                                                 config_.overlap_grad_reduce);
-    const bool has_state = config_.kind == OptimizerKind::Adam || config_.momentum > 0;
+    const bool has_state = config_.kind != OptimizerKind::Sgd || config_.momentum > 0;
     const int64_t state_elems = has_state ? sp->buckets->shard_elements() : 0;
     const Device device = t.flat_grads().device();  // the state lives with the parameters
     // Full sharding: with 16-bit model weights each rank keeps the fp32 masters of its shards
@@ -84,8 +89,26 @@ Optimizer::Optimizer(std::vector<ParamTable*> spaces, const std::vector<std::vec
     }
     sp->m = Tensor::zeros({state_elems}, DType::F32, device);
     if (config_.kind == OptimizerKind::Adam) sp->v = Tensor::zeros({state_elems}, DType::F32, device);
+    if (config_.kind == OptimizerKind::Muon) {
+      // The momentum lives in m for every element; the AdamW second moment only for the
+      // parameters that are not matrices, packed.
+      for (int i = 0; i < t.size(); ++i) sp->matrix.push_back(muon_is_matrix(t.info(i)));
+      int64_t v_elems = 0;
+      for (const GradBucket& b : sp->buckets->buckets()) {
+        sp->v_at.emplace_back(sp->segments.size(), -1);
+        for (std::size_t j = 0; j < sp->segments.size(); ++j) {
+          const auto& seg = sp->segments[j];
+          const int64_t lo = std::max(seg.offset, b.shard_lo), hi = std::min(seg.offset + seg.numel, b.shard_hi);
+          if (lo >= hi || sp->matrix[j]) continue;
+          sp->v_at.back()[j] = v_elems;
+          v_elems += hi - lo;
+        }
+      }
+      sp->v = Tensor::zeros({std::max<int64_t>(v_elems, 1)}, DType::F32, device);
+    }
     spaces_.push_back(std::move(sp));
   }
+  if (config_.kind == OptimizerKind::Muon) muon_ = std::make_unique<MuonOrthogonalizer>(spaces, config_.muon, config_.distributed, groups);
   // The progress token is process-wide: any group of more than one rank asks for it.
   for (const GroupKind kind : {GroupKind::DataContext, GroupKind::ExpertData}) {
     if ((config_.overlap_grad_reduce || config_.overlap_param_gather) && groups.size(kind) > 1 && !spaces_.empty() &&
@@ -149,14 +172,30 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
   for (auto& s : spaces_) {
     const GradBuckets& buckets = *s->buckets;
     for (const GradBucket& b : buckets.buckets()) {
-      for (const auto& seg : s->segments) {
+      const std::size_t bi = static_cast<std::size_t>(&b - buckets.buckets().data());
+      for (std::size_t j = 0; j < s->segments.size(); ++j) {
+        const auto& seg = s->segments[j];
         const int64_t lo = std::max(seg.offset, b.shard_lo), hi = std::min(seg.offset + seg.numel, b.shard_hi);
         if (lo >= hi) continue;
         float* p = s->table->master_data(lo);  // the fp32 masters (of this rank's shard)
-        const float* g = buckets.reduced_grad(b, lo);
+        float* g = buckets.reduced_grad(b, lo);
         const int64_t st = b.state_offset + (lo - b.shard_lo);
         const float wd = seg.weight_decay ? config_.weight_decay : 0.0f;
-        if (config_.kind == OptimizerKind::Adam) {
+        if (config_.kind == OptimizerKind::Muon && s->matrix[j]) {
+          // buf = lerp(buf, g, 1 - mu); the update to orthogonalise replaces g (PyTorch's
+          // Muon: lerp(g, buf, mu) with Nesterov, else buf).
+          const float mu = config_.muon.momentum;
+          float* buf = s->m.data<float>() + st;
+          be.scale(buf, mu, hi - lo);
+          be.axpy((1.0f - mu) * clip, g, buf, hi - lo);
+          if (config_.muon.nesterov) {
+            be.scale(g, (1.0f - mu) * clip, hi - lo);
+            be.axpy(mu, buf, g, hi - lo);
+          } else {
+            be.copy(g, buf, static_cast<std::size_t>(hi - lo) * sizeof(float));
+          }
+        } else if (config_.kind == OptimizerKind::Adam || config_.kind == OptimizerKind::Muon) {
+          float* v = config_.kind == OptimizerKind::Muon ? s->v.data<float>() + s->v_at[bi][j] : s->v.data<float>() + st;
           AdamWParams a;
           a.lr = static_cast<float>(lr);
           a.beta1 = config_.beta1;
@@ -165,7 +204,7 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
           a.weight_decay = wd;
           a.step = steps_;
           a.grad_scale = clip;  // clipping folded into the update: no pass over the gradients
-          be.adamw_step(p, g, s->m.data<float>() + st, s->v.data<float>() + st, hi - lo, a);
+          be.adamw_step(p, g, s->m.data<float>() + st, v, hi - lo, a);
         } else {
           SgdParams q;
           q.lr = static_cast<float>(lr);
@@ -176,6 +215,49 @@ void Optimizer::update_shards(Backend& be, float clip, double lr) {
           q.grad_scale = clip;
           be.sgd_step(p, g, config_.momentum > 0 ? s->m.data<float>() + st : nullptr, hi - lo, q);
         }
+      }
+    }
+  }
+}
+
+void Optimizer::muon_update(Backend& be, double lr) {
+  const Device device = spaces_.front()->table->flat_grads().device();
+  std::vector<float*> work;
+  for (auto& s : spaces_) work.push_back(s->table->flat_grads().data<float>());
+  // The distributed optimizer: every rank's shard of the momentum updates to every replica...
+  for (auto& s : spaces_) {
+    const Tensor& g = s->table->flat_grads();
+    for (const GradBucket& b : s->buckets->buckets()) {
+      if (!b.sharded) continue;
+      groups_.comm_for_tensors(b.group, device)
+          .all_gather(g.view(b.shard_lo, {b.shard_hi - b.shard_lo}), g.view(b.lo, {b.hi - b.lo}))
+          ->wait();
+    }
+  }
+  muon_->orthogonalize(work, be);
+  // ... and each matrix's result, computed by one replica (the others hold zeros), to the
+  // shards: a sum with one non-zero term is exact.
+  for (auto& s : spaces_) {
+    const Tensor& g = s->table->flat_grads();
+    for (const GradBucket& b : s->buckets->buckets()) {
+      if (!b.sharded) continue;
+      groups_.comm_for_tensors(b.group, device)
+          .reduce_scatter(g.view(b.lo, {b.hi - b.lo}), g.view(b.shard_lo, {b.shard_hi - b.shard_lo}), ReduceOp::Sum)
+          ->wait();
+    }
+  }
+  // p = p (1 - lr wd) - lr * scaled update (PyTorch's order: decay, then the update).
+  for (auto& s : spaces_) {
+    for (const GradBucket& b : s->buckets->buckets()) {
+      for (std::size_t j = 0; j < s->segments.size(); ++j) {
+        if (!s->matrix[j]) continue;
+        const auto& seg = s->segments[j];
+        const int64_t lo = std::max(seg.offset, b.shard_lo), hi = std::min(seg.offset + seg.numel, b.shard_hi);
+        if (lo >= hi) continue;
+        float* p = s->table->master_data(lo);
+        const float wd = seg.weight_decay ? config_.weight_decay : 0.0f;
+        if (wd != 0.0f) be.scale(p, static_cast<float>(1.0 - lr * wd), hi - lo);
+        be.axpy(static_cast<float>(-lr), s->buckets->reduced_grad(b, lo), p, hi - lo);
       }
     }
   }
@@ -224,6 +306,7 @@ OptimizerStepResult Optimizer::step(int64_t iteration) {
   res.grad_norm = std::sqrt(verdict.norm_sq);
   ++steps_;
   update_shards(be, clip_coefficient(res.grad_norm), res.lr);
+  if (muon_) muon_update(be, res.lr);
   if (std::any_of(spaces_.begin(), spaces_.end(), [](const auto& s) { return s->buckets->sharded(); }))
     all_gather_updated_shards(be);
   else
@@ -234,6 +317,7 @@ OptimizerStepResult Optimizer::step(int64_t iteration) {
 
 std::vector<std::string> Optimizer::state_names() const {
   if (config_.kind == OptimizerKind::Adam) return {"exp_avg", "exp_avg_sq"};
+  if (config_.kind == OptimizerKind::Muon) return {"momentum_buffer", "exp_avg", "exp_avg_sq"};
   if (config_.momentum > 0) return {"momentum_buffer"};
   return {};
 }
@@ -249,22 +333,67 @@ void check_state_index(int s, int k, int spaces, std::size_t states) {
 
 }  // namespace
 
+bool state_applies(const std::vector<std::string>& states, std::size_t k, const ParamInfo& p) {
+  PTDP_CHECK_ARG(k < states.size(), "state buffer " + std::to_string(k) + " out of range");
+  const bool muon = std::find(states.begin(), states.end(), "momentum_buffer") != states.end() &&
+                    std::find(states.begin(), states.end(), "exp_avg") != states.end();
+  if (!muon) return true;
+  return muon_is_matrix(p) == (states[k] == "momentum_buffer");
+}
+
+bool Optimizer::has_state(int s, int param, int k) const {
+  check_state_index(s, k, num_spaces(), state_names().size());
+  const Space& sp = *spaces_[static_cast<std::size_t>(s)];
+  PTDP_CHECK_ARG(param >= 0 && param < sp.table->size(), "parameter " + std::to_string(param) + " out of range");
+  return state_applies(state_names(), static_cast<std::size_t>(k), sp.table->info(param));
+}
+
+namespace {
+
+// Calls f(j, lo, hi) for each part [lo, hi) of parameter j inside [shard_lo, shard_hi).
+template <typename F>
+void for_each_part(const std::vector<ParamSpace::Segment>& segments, const GradBucket& b, F f) {
+  for (std::size_t j = 0; j < segments.size(); ++j) {
+    const int64_t lo = std::max(segments[j].offset, b.shard_lo), hi = std::min(segments[j].offset + segments[j].numel, b.shard_hi);
+    if (lo < hi) f(j, lo, hi);
+  }
+}
+
+}  // namespace
+
+std::vector<float> Optimizer::shard_state(const Space& sp, std::size_t bi, int k) const {
+  const GradBucket& b = sp.buckets->buckets()[bi];
+  std::vector<float> shard(static_cast<std::size_t>(b.shard_hi - b.shard_lo), 0.0f);
+  const bool muon = config_.kind == OptimizerKind::Muon;
+  const Tensor& state = (k == 0 || (muon && k == 1)) ? sp.m : sp.v;
+  Backend& be = state.backend();
+  if (!muon) {
+    be.copy_to_host(shard.data(), state.data<float>() + b.state_offset, shard.size() * sizeof(float));
+    return shard;
+  }
+  for_each_part(sp.segments, b, [&](std::size_t j, int64_t lo, int64_t hi) {
+    if (sp.matrix[j] != (k == 0)) return;  // a buffer this parameter does not keep: zeros
+    const float* src = k == 2 ? state.data<float>() + sp.v_at[bi][j] : state.data<float>() + b.state_offset + (lo - b.shard_lo);
+    be.copy_to_host(shard.data() + (lo - b.shard_lo), src, static_cast<std::size_t>(hi - lo) * sizeof(float));
+  });
+  return shard;
+}
+
 std::vector<float> Optimizer::get_state(int s, int k) {
   check_state_index(s, k, num_spaces(), state_names().size());
   Space& sp = *spaces_[static_cast<std::size_t>(s)];
-  const Tensor& state = k == 0 ? sp.m : sp.v;
   std::vector<float> out(static_cast<std::size_t>(sp.table->capacity()), 0.0f);
-  Backend& be = state.backend();
-  for (const GradBucket& b : sp.buckets->buckets()) {
-    const float* mine = state.data<float>() + b.state_offset;
+  const std::vector<GradBucket>& buckets = sp.buckets->buckets();
+  for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
+    const GradBucket& b = buckets[bi];
+    std::vector<float> shard = shard_state(sp, bi, k);
     if (!b.sharded) {
-      be.copy_to_host(out.data() + b.lo, mine, static_cast<std::size_t>(b.hi - b.lo) * sizeof(float));
+      std::copy(shard.begin(), shard.end(), out.begin() + b.lo);
       continue;
     }
-    Tensor shard = Tensor::empty({b.shard_hi - b.shard_lo}, DType::F32);
-    be.copy_to_host(shard.raw(), mine, shard.nbytes());
     groups_.comm(b.group)
-        .all_gather(shard, Tensor::borrow(out.data() + b.lo, {b.hi - b.lo}, DType::F32))
+        .all_gather(Tensor::borrow(shard.data(), {b.shard_hi - b.shard_lo}, DType::F32),
+                    Tensor::borrow(out.data() + b.lo, {b.hi - b.lo}, DType::F32))
         ->wait();
   }
   return out;
@@ -274,10 +403,22 @@ void Optimizer::set_state(int s, int k, const float* values) {
   check_state_index(s, k, num_spaces(), state_names().size());
   PTDP_CHECK_ARG(values != nullptr, "state values are NULL");
   Space& sp = *spaces_[static_cast<std::size_t>(s)];
-  Tensor& state = k == 0 ? sp.m : sp.v;
-  for (const GradBucket& b : sp.buckets->buckets())
-    state.backend().copy_from_host(state.data<float>() + b.state_offset, values + b.shard_lo,
-                                   static_cast<std::size_t>(b.shard_hi - b.shard_lo) * sizeof(float));
+  const bool muon = config_.kind == OptimizerKind::Muon;
+  Tensor& state = (k == 0 || (muon && k == 1)) ? sp.m : sp.v;
+  const std::vector<GradBucket>& buckets = sp.buckets->buckets();
+  for (std::size_t bi = 0; bi < buckets.size(); ++bi) {
+    const GradBucket& b = buckets[bi];
+    if (!muon) {
+      state.backend().copy_from_host(state.data<float>() + b.state_offset, values + b.shard_lo,
+                                     static_cast<std::size_t>(b.shard_hi - b.shard_lo) * sizeof(float));
+      continue;
+    }
+    for_each_part(sp.segments, b, [&](std::size_t j, int64_t lo, int64_t hi) {
+      if (sp.matrix[j] != (k == 0)) return;
+      float* dst = k == 2 ? state.data<float>() + sp.v_at[bi][j] : state.data<float>() + b.state_offset + (lo - b.shard_lo);
+      state.backend().copy_from_host(dst, values + lo, static_cast<std::size_t>(hi - lo) * sizeof(float));
+    });
+  }
 }
 
 Optimizer::Counters Optimizer::counters() const {

@@ -109,6 +109,13 @@ struct OptimizerStepResult {
   bool skipped = false;  ///< non-finite gradients: the parameters were left as they were
 };
 
+class MuonOrthogonalizer;
+
+/// Whether parameter `p` keeps state buffer `k` of an optimizer whose buffers are `states`
+/// (Optimizer::state_names()): Muon's matrices keep "momentum_buffer" only and its other
+/// parameters the AdamW moments only; every parameter keeps every buffer of the others.
+bool state_applies(const std::vector<std::string>& states, std::size_t k, const ParamInfo& p);
+
 class Optimizer {
  public:
   /// `excluded[s]` lists parameter indices of space s that do not count in the norm (the last
@@ -137,8 +144,17 @@ class Optimizer {
 
   // ---- state, for checkpoints --------------------------------------------------------------
   /// Names of the per-element state buffers: Adam {"exp_avg", "exp_avg_sq"} (PyTorch's names),
-  /// SGD with momentum {"momentum_buffer"}, SGD without none.
+  /// SGD with momentum {"momentum_buffer"}, SGD without none; Muon {"momentum_buffer",
+  /// "exp_avg", "exp_avg_sq"}: the momentum of Muon's matrices and the AdamW moments of the
+  /// other parameters (has_state() says which parameter keeps which).
   std::vector<std::string> state_names() const;
+  /// Whether parameter `param` of space `s` keeps state buffer `k` (Muon: its matrices keep the
+  /// momentum only, the others the AdamW moments only; every parameter keeps every buffer of
+  /// the other optimizers). A buffer a parameter does not keep reads as zeros.
+  bool has_state(int s, int param, int k) const;
+  /// Muon's orthogonaliser (its matrices, their owners, the Newton-Schulz FLOPs per rank);
+  /// nullptr for the other optimizers.
+  const MuonOrthogonalizer* muon() const { return muon_.get(); }
   int num_spaces() const { return static_cast<int>(spaces_.size()); }
   /// State buffer `k` of space `s` laid out like the space's flat parameter buffer
   /// (capacity() elements). With the distributed optimizer each rank holds 1/d of it and the
@@ -171,8 +187,16 @@ class Optimizer {
   GradVerdict agree_on_grads(double local_norm_sq);
   /// The factor that brings the gradient norm down to clip_grad (1 when it is below).
   float clip_coefficient(double grad_norm) const;
-  /// Clips and updates this rank's shard of every space with the learning rate `lr`.
+  /// Clips and updates this rank's shard of every space with the learning rate `lr` (Muon:
+  /// the scalar parameters, and the momentum of the matrices).
   void update_shards(Backend& be, float clip, double lr);
+  /// Muon after update_shards(): orthogonalises the momentum updates of the matrices (left in
+  /// the gradient buffer, which serves as the work buffer: all-gathered over the data-parallel
+  /// group with the distributed optimizer, and the results reduce-scattered back) and applies
+  /// them to this rank's shard.
+  void muon_update(Backend& be, double lr);
+  /// This rank's shard [shard_lo, shard_hi) of bucket b's state buffer k (host).
+  std::vector<float> shard_state(const Space& sp, std::size_t b, int k) const;
   /// Gives every data-parallel replica the updated shards of the others: the 16-bit weights
   /// rounded from the sharded masters, or the fp32 weights. Each bucket's gather is waited for
   /// here, or (overlap_param_gather) handed to its table to be waited for at first use.
@@ -184,6 +208,7 @@ class Optimizer {
   int64_t steps_ = 0;  ///< successful steps (Adam's bias correction counts these)
   int64_t skipped_ = 0;
   std::vector<std::unique_ptr<Space>> spaces_;
+  std::unique_ptr<MuonOrthogonalizer> muon_;
   std::shared_ptr<void> progress_;  ///< keeps MPI progressing while overlap is on
 };
 

@@ -91,6 +91,20 @@ int64_t ParamTable::dense_numel() const {
   return end;
 }
 
+void ParamTable::set_row_parts(int i, std::vector<int64_t> parts) {
+  PTDP_CHECK_ARG(i >= 0 && i < size(), "parameter index " + std::to_string(i) + " out of range");
+  ParamInfo& p = entries_[static_cast<std::size_t>(i)];
+  int64_t period = 0;
+  for (const int64_t n : parts) {
+    PTDP_CHECK_ARG(n > 0, p.name + ": row parts must be > 0");
+    period += n;
+  }
+  PTDP_CHECK_ARG(p.global_shape.ndim() == 2 && period > 0 && p.global_shape[0] % period == 0,
+                 p.name + ": row parts of " + std::to_string(period) + " rows do not divide its " +
+                     std::to_string(p.global_shape.ndim() == 2 ? p.global_shape[0] : 0) + " rows");
+  p.row_parts = std::move(parts);
+}
+
 void ParamTable::set_tp_reduced_grad(int i) {
   PTDP_CHECK_ARG(i >= 0 && i < size(), "parameter index " + std::to_string(i) + " is out of range");
   PTDP_CHECK_ARG(entries_[static_cast<std::size_t>(i)].partition_dim < 0,

@@ -60,6 +60,11 @@ struct ParamInfo {
   bool expert = false;
   /// The group the slice is taken over: -1 / 0 for the table's tensor rank and size.
   int split_rank = -1, split_size = 0;
+  /// A fused weight whose rows (dim 0) are a repeating period of parts, part j of every period
+  /// together being one projection of the unfused model: the fused QKV of grouped-query
+  /// attention, [a/g*dh, dh, dh] per query group (set_row_parts). Empty: one matrix (a weight
+  /// with partition_blocks > 1 is one matrix per block). Muon orthogonalises each part alone.
+  std::vector<int64_t> row_parts;
 };
 
 class ParamTable {
@@ -90,6 +95,8 @@ class ParamTable {
   /// without expert parameters. Like reserve(), views taken before are not moved; not with
   /// sharded masters.
   void align_expert_region(int64_t multiple);
+  /// Sets parameter i's ParamInfo::row_parts (2-D, the parts' sum dividing its rows).
+  void set_row_parts(int i, std::vector<int64_t> parts);
   /// Marks parameter i as ParamInfo::tp_reduced_grad.
   void set_tp_reduced_grad(int i);
   /// Allocates the flat parameter and gradient buffers (gradients zeroed) and, for a bf16 or
