@@ -56,6 +56,10 @@ CASE is one of:
                checkpoint saved at (2,2,1) resumes at (1,2,2) and (1,1,1) as the serial run continues;
                with MoE (first layer dense, the module's layer MoE), (2,2,2) e = 2 gives the serial
                run's losses, MTP loss, balancing loss and expert loads (the module's as layer 4)
+  muon         --optimizer muon: (2,2,2) with the distributed optimizer gives the serial run's losses
+               and grad norms to 1e-5; a checkpoint saved at (2,2,2) resumes there bit for bit and at
+               (1,1,1) and (4,1,2) on the (2,2,2) trajectory (1e-5), each continued bit for bit after
+               an interruption of its own; an AdamW checkpoint is refused by a Muon run
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -795,12 +799,65 @@ def case_mtp():
           "with MoE at e = 2")
 
 
+def case_muon():
+    # Muon (docs/guides/muon.md): the serial run against (t, p, d) = (2, 2, 2) with the
+    # distributed optimizer (each matrix orthogonalised once in its tensor x data group); a
+    # checkpoint of the (2, 2, 2) run saved at iteration 4 resumes at (2, 2, 2) bit for bit, and at
+    # (1, 1, 1) and (4, 1, 2) on the uninterrupted trajectory, each of which an interruption at 6
+    # (a checkpoint of that layout) continues bit for bit.
+    muon = ["--optimizer", "muon", "--muon-nesterov", "--lr", "1e-2"]
+    dist = ["--use-distributed-optimizer"]
+    serial, _, stdout = train("muon-serial", 1, 1, 1, 8, muon)
+    check(serial[8]["lm_loss"] < serial[1]["lm_loss"] - 0.3,
+          f"muon: the loss falls: {serial[1]['lm_loss']} -> {serial[8]['lm_loss']}")
+    full, _, _ = train("muon-222", 8, 2, 2, 8, muon + dist)
+    worst = 0.0
+    for it in range(1, 9):
+        for key in ("lm_loss", "grad_norm"):
+            a, b = full[it][key], serial[it][key]
+            check(close(a, b, 1e-5), f"muon iteration {it} {key}: (2,2,2) {a} vs serial {b}")
+            worst = max(worst, abs(a - b) / max(1.0, abs(b)))
+    ckpt = os.path.join(WORK, "ckpt-muon")
+    train("muon-save", 8, 2, 2, 8, muon + dist + ["--save", ckpt, "--exit-interval", "4"])
+    same, _, _ = train("muon-resume-222", 8, 2, 2, 8, muon + dist + ["--load", ckpt])
+    for it in range(5, 9):
+        check(same[it]["lm_loss"] == full[it]["lm_loss"] and same[it]["grad_norm"] == full[it]["grad_norm"],
+              f"muon resumed at (2,2,2) iteration {it}: {same[it]['lm_loss']!r} vs uninterrupted {full[it]['lm_loss']!r}")
+    for (np, t, p, extra) in [(1, 1, 1, []), (8, 4, 1, dist)]:
+        d = np // (t * p)
+        name = f"muon-{t}{p}{d}"
+        cont, _, _ = train(name, np, t, p, 8, muon + extra + ["--load", ckpt])
+        check(sorted(cont) == [5, 6, 7, 8], f"{name}: resumes at iteration 5")
+        for it in range(5, 9):
+            for key in ("lm_loss", "grad_norm"):
+                check(close(cont[it][key], full[it][key], 1e-5),
+                      f"{name}: iteration {it} {key} {cont[it][key]} vs the (2,2,2) run's {full[it][key]}")
+                worst = max(worst, abs(cont[it][key] - full[it][key]) / max(1.0, abs(full[it][key])))
+        own = os.path.join(WORK, "ckpt-" + name)
+        train(name + "-save", np, t, p, 8, muon + extra + ["--load", ckpt, "--save", own, "--exit-interval", "6"])
+        rest, _, _ = train(name + "-rest", np, t, p, 8, muon + extra + ["--load", own])
+        check(sorted(rest) == [7, 8], f"{name}: its own checkpoint resumes at iteration 7")
+        for it in (7, 8):
+            for key in ("lm_loss", "grad_norm", "learning_rate"):
+                check(rest.get(it, {}).get(key) == cont[it][key],
+                      f"{name}: resumed at 6, iteration {it} {key} {rest.get(it, {}).get(key)!r} vs uninterrupted "
+                      f"{cont[it][key]!r}")
+    # An AdamW checkpoint does not load into Muon (the moments are another optimizer's state).
+    adam = os.path.join(WORK, "ckpt-adam")
+    train("adam-save", 1, 1, 1, 2, ["--save", adam])
+    p = run(1, MODEL + ["--train-iters", "4", "--load", adam] + muon, expect_ok=False)
+    check(p.returncode != 0 and "muon" in p.stderr and "adam" in p.stderr,
+          f"an AdamW checkpoint is refused by a Muon run, naming both: status {p.returncode}\n{p.stderr[-600:]}")
+    print(f"muon: (2,2,2) and the resumed (1,1,1) and (4,1,2) runs vs serial / (2,2,2): worst relative difference "
+          f"{worst:.2e}; loss {serial[1]['lm_loss']:.4f} -> {serial[8]['lm_loss']:.4f}; resumes bit-identical")
+
+
 try:
     {"equivalence": case_equivalence, "resume": case_resume, "reshard": case_reshard, "corrupt": case_corrupt,
      "generate": case_generate, "errors": case_errors, "bf16": case_bf16, "fp16": case_fp16,
      "attention": case_attention, "llama": case_llama, "qwen2": case_qwen2, "masks": case_masks,
      "blend": case_blend, "uneven": case_uneven, "sp": case_sp, "vshape": case_vshape,
-     "mtp": case_mtp}[CASE]()
+     "mtp": case_mtp, "muon": case_muon}[CASE]()
 finally:
     if not failures:
         shutil.rmtree(WORK, ignore_errors=True)
