@@ -60,6 +60,13 @@ namespace {
 
 int split_size(const ParamTable& t, const ParamInfo& p) { return p.split_size > 0 ? p.split_size : t.tp_size(); }
 
+std::string bracketed(int64_t j) {
+  std::string s = "[";
+  s += std::to_string(j);
+  s += ']';
+  return s;
+}
+
 // The matrices of parameter i: its parts (split_qkv) or the whole, on the global rows or, for
 // blockwise over a split parameter, on this rank's slice.
 void add_matrices(const ParamTable& t, int space, int i, const MuonConfig& cfg, std::vector<MuonMatrix>& out) {
@@ -80,14 +87,14 @@ void add_matrices(const ParamTable& t, int space, int i, const MuonConfig& cfg, 
     const int64_t period = std::accumulate(p.row_parts.begin(), p.row_parts.end(), int64_t{0});
     int64_t lo = 0;
     for (std::size_t j = 0; j < p.row_parts.size(); ++j) {
-      parts.push_back({j < 3 && p.row_parts.size() == 3 ? kQkv[j] : "[" + std::to_string(j) + "]",
+      parts.push_back({j < 3 && p.row_parts.size() == 3 ? std::string(kQkv[j]) : bracketed(static_cast<int64_t>(j)),
                        {period, lo, p.row_parts[j]}});
       lo += p.row_parts[j];
     }
   } else if (cfg.split_qkv && p.partition_blocks > 1) {
     const int64_t n = R / p.partition_blocks;
     for (int k = 0; k < p.partition_blocks; ++k)
-      parts.push_back({p.partition_blocks == 2 ? (k == 0 ? "[gate]" : "[up]") : "[" + std::to_string(k) + "]",
+      parts.push_back({p.partition_blocks == 2 ? std::string(k == 0 ? "[gate]" : "[up]") : bracketed(k),
                        {R, k * n, n}});
   } else {
     parts.push_back({"", {R, 0, R}});

@@ -13,7 +13,7 @@ namespace ptdp {
 
 void OptimizerConfig::validate() const {
   lr.validate();
-  PTDP_CHECK_ARG(kind == OptimizerKind::Adam || kind == OptimizerKind::Sgd,
+  PTDP_CHECK_ARG(kind == OptimizerKind::Adam || kind == OptimizerKind::Sgd || kind == OptimizerKind::Muon,
                  "optimizer kind " + std::to_string(static_cast<int>(kind)) + " is not adam or sgd");
   PTDP_CHECK_ARG(beta1 >= 0 && beta1 < 1, "adam beta1 must be in [0, 1), got " + std::to_string(beta1));
   PTDP_CHECK_ARG(beta2 >= 0 && beta2 < 1, "adam beta2 must be in [0, 1), got " + std::to_string(beta2));

@@ -34,7 +34,8 @@
 // tokens): its reference is the pure data-parallel run at the same d (t = p = c = e = 1, the
 // world split into groups of d consecutive ranks, replica r with the same samples), and the
 // spec proves that t, p, c, e, the schedule and recomputation change nothing at that d.
-// Tolerances (float32, the runs differ in summation order only): loss and grad norm 1e-4
+// Tolerances (float32, the runs differ in summation order only; Muon's parameters 5e-4, see
+// param_tolerance): loss and grad norm 1e-4
 // relative every iteration; every MoE layer's expert loads (min and max over the experts) and
 // every expert bias equal to the serial run's every iteration (integer counts, the same sign
 // steps), the logged balancing and z losses 1e-4 relative; parameters ||x - y|| <= 1e-4 ||x||
@@ -206,6 +207,13 @@ GptConfig config(const Spec& s) {
 
 // Iterations of a spec: Muon's runs the 10.
 int iters_of(const Spec& s) { return s.has("muon") ? 10 : kIters; }
+
+// ||x - y|| / ||x|| per parameter. Muon's Newton-Schulz amplifies a relative perturbation of the
+// momentum along its small singular values by the product of the steps' linear coefficients
+// (the quintic's a: 4.08 * 3.95 * 3.74 * 2.88 * 2.84 = 493), so the fp32 round-off by which
+// the layouts' gradients differ (~1e-7 relative) reaches ~5e-5 of an update per step: 5e-4 over
+// 10 steps (measured worst 1.1e-4, linear_proj at t = etp = 2).
+double param_tolerance(const Spec& s) { return s.has("muon") ? 5e-4 : 1e-4; }
 
 OptimizerConfig optimizer_config(const Spec& s, bool dist) {
   OptimizerConfig o;
@@ -457,7 +465,7 @@ void run_spec(const Spec& s, int world) {
         continue;
       }
       worst_param = std::max(worst_param, rel);
-      expect(rel <= 1e-4, s.text + ": parameter " + info.name + " differs by " + std::to_string(rel));
+      expect(rel <= param_tolerance(s), s.text + ": parameter " + info.name + " differs by " + std::to_string(rel));
     }
   }
   if (model.config().mtp_num_layers > 0) {
