@@ -51,8 +51,8 @@ static int apply(ptdp_optimizer_options* o, const char* key, double v) {
   else if (!strcmp(key, "momentum")) o->muon_momentum = (float)v;
   else if (!strcmp(key, "nesterov")) o->muon_nesterov = (int32_t)v;
   else if (!strcmp(key, "steps")) o->muon_num_ns_steps = (int32_t)v;
-  else if (!strcmp(key, "coefficients")) o->muon_coefficient_type = (ptdp_muon_coefficient_type)(int)v;
-  else if (!strcmp(key, "precision")) o->muon_fp32_matmul_prec = (ptdp_muon_matmul_precision)(int)v;
+  else if (!strcmp(key, "coefficients")) o->muon_coefficient_type = (ptdp_ns_coefficients)(int)v;
+  else if (!strcmp(key, "precision")) o->muon_fp32_matmul_prec = (ptdp_ns_precision)(int)v;
   else if (!strcmp(key, "scale")) o->muon_scale_mode = (ptdp_muon_scale_mode)(int)v;
   else if (!strcmp(key, "extra")) o->muon_extra_scale_factor = (float)v;
   else if (!strcmp(key, "tp")) o->muon_tp_mode = (ptdp_muon_tp_mode)(int)v;

@@ -25,7 +25,8 @@
 // loads and expert bias with the decoder layers'; the serial model's parameters equal
 // GptConfig::parameter_count() (and the active count) for every spec.
 // muon: --optimizer muon (Nesterov, lr 2e-2): Muon on every matrix, each expert's its own,
-// orthogonalised once in its expert-tensor x expert-data group; AdamW on the rest.
+// orthogonalised once in its expert-tensor x expert-data group; AdamW on the rest. dup (with
+// muon): --muon-tp-mode duplicated, every tensor rank orthogonalising the whole matrix.
 // Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
@@ -226,6 +227,7 @@ OptimizerConfig optimizer_config(const Spec& s, bool dist) {
     o.kind = OptimizerKind::Muon;
     o.lr.lr = 2e-2;
     o.muon.nesterov = true;
+    if (s.has("dup")) o.muon.tp_mode = MuonTpMode::Duplicated;
   }
   return o;
 }
