@@ -225,10 +225,16 @@ void Optimizer::muon_update(Backend& be, double lr) {
   std::vector<float*> work;
   for (auto& s : spaces_) work.push_back(s->table->flat_grads().data<float>());
   // The distributed optimizer: every rank's shard of the momentum updates to every replica...
+  // Buckets without a matrix (e.g. the embedding's) need neither exchange.
+  const auto has_matrix = [](const Space& s, const GradBucket& b) {
+    for (std::size_t j = 0; j < s.segments.size(); ++j)
+      if (s.matrix[j] && s.segments[j].offset < b.hi && s.segments[j].offset + s.segments[j].numel > b.lo) return true;
+    return false;
+  };
   for (auto& s : spaces_) {
     const Tensor& g = s->table->flat_grads();
     for (const GradBucket& b : s->buckets->buckets()) {
-      if (!b.sharded) continue;
+      if (!b.sharded || !has_matrix(*s, b)) continue;
       groups_.comm_for_tensors(b.group, device)
           .all_gather(g.view(b.shard_lo, {b.shard_hi - b.shard_lo}), g.view(b.lo, {b.hi - b.lo}))
           ->wait();
@@ -240,7 +246,7 @@ void Optimizer::muon_update(Backend& be, double lr) {
   for (auto& s : spaces_) {
     const Tensor& g = s->table->flat_grads();
     for (const GradBucket& b : s->buckets->buckets()) {
-      if (!b.sharded) continue;
+      if (!b.sharded || !has_matrix(*s, b)) continue;
       groups_.comm_for_tensors(b.group, device)
           .reduce_scatter(g.view(b.lo, {b.hi - b.lo}), g.view(b.shard_lo, {b.shard_hi - b.shard_lo}), ReduceOp::Sum)
           ->wait();
