@@ -68,10 +68,3 @@ void CpuBackend::sgd_step(float* param, const float* grad, float* momentum_buf, 
 }
 
 }  // namespace ptdp
-
-namespace ptdp {
-// Placeholder until the Newton-Schulz kernels land (issue 41): every backend overrides it.
-void Backend::newton_schulz(float*, const NewtonSchulzDesc&) {
-  throw_error(ErrorCode::Unsupported, "newton_schulz: not available on this backend");
-}
-}  // namespace ptdp
