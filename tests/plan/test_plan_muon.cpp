@@ -40,8 +40,8 @@ PlanRequest request(const GptConfig& g, PlanOptimizer o) {
   return q;
 }
 
-Layout layout(int t, int d, bool dist) {
-  Layout L;
+plan::Layout layout(int t, int d, bool dist) {
+  plan::Layout L;
   L.t = t;
   L.d = d;
   L.b = 1;
@@ -120,7 +120,7 @@ TEST_CASE("Muon with MTP, MoE and MLA: eh_proj, every expert, the router, the la
     CHECK(muon_stage_share(g, 1, one, 0, 4, 1, 5, true).expert_ns_flops == s.expert_ns_flops);
     // Per rank: the experts over their e etp ranks, or over the stage's t c d with the
     // distributed optimizer.
-    Layout L = layout(1, 4, false);
+    plan::Layout L = layout(1, 4, false);
     L.e = 2;
     L.etp = 1;
     CHECK(rank_newton_schulz_flops(s, L) == s.ns_flops + s.expert_ns_flops / 2);
@@ -152,7 +152,7 @@ TEST_CASE("the optimizer's memory and step time: Adam, SGD and Muon on a tiny GP
     const double touched = prec == Precision::Fp32 ? 28.0 : 32.0;
     for (bool dist : {false, true}) {
       INFO("distributed optimizer " << dist);
-      const Layout L = layout(1, 2, dist);
+      const plan::Layout L = layout(1, 2, dist);
       const Estimate a = estimate(adam, c, L, false), s = estimate(sgd, c, L, false), m = estimate(muon, c, L, false);
       const double n = static_cast<double>(a.params_per_gpu), dd = dist ? 2.0 : 1.0;
       // Adam: 8 bytes of moments (+ 4 of fp32 masters in 16-bit training), / d when sharded.
