@@ -18,7 +18,9 @@
 // Multi-latent attention replaces QKV by its down and up projections (layer_gemms) and q, k, v
 // by its latents and heads (layer_activation_bytes); the D multi-token prediction modules add
 // their layers, eh_proj and logits layers to the last pipeline stage's time, parameters and
-// activations (docs/deepseek.md, "Planning DeepSeek-V3").
+// activations (docs/deepseek.md, "Planning DeepSeek-V3"). The optimizer (PlanOptimizer) sets the
+// state per parameter and the step's memory traffic; Muon adds its Newton-Schulz products
+// (kernels/backend.h newton_schulz_flops) at the device's peak.
 #pragma once
 
 #include <cstdint>
