@@ -18,6 +18,9 @@
 //      plain GEMM of the same total FLOPs (every token on one expert) in GFLOP/s and % of (1);
 //      then the router, the routing sort, dispatch and combine with their backwards, and their
 //      share of the layer's time (those plus the grouped GEMMs and SwiGLU).
+//   2d. Muon's Newton-Schulz orthogonalisation (5 quintic steps) of a [768, 768], a [768, 3072]
+//      and (full mode) a [2048, 8192] matrix, fp32 and bf16 emulation, in GFLOP/s of the full
+//      products (ptdp::newton_schulz_flops) and % of (1).
 //   3. The memory-bound ops at GPT-2-small sizes in GB/s, counting the minimum bytes the op
 //      must read and write (formula next to each op), with the Llama family's RMSNorm, SwiGLU
 //      and RoPE at the same sizes. The AdamW step's GB/s is set beside ceilings measured in the
@@ -245,6 +248,8 @@ class Bench {
     sample_peak("after 16-bit GEMMs and attention");
     bench_moe();
     sample_peak("after the MoE layer");
+    bench_newton_schulz();
+    sample_peak("after Newton-Schulz");
     bench_bias();
     bench_gelu();
     bench_layernorm();
@@ -1174,6 +1179,70 @@ class Bench {
       results_.push_back(std::move(r));
     }
     return seconds;
+  }
+
+  /// Section 2d: Muon's Newton-Schulz orthogonalisation (Backend::newton_schulz, 5 steps of the
+  /// quintic (3.4445, -4.775, 2.0315)) of a GPT-2-small square weight, its MLP's [h, 4h] and a
+  /// [2048, 8192] (full mode only: ~0.8 TFLOP per call), in fp32 and in bf16 emulation. FLOPs are
+  /// ptdp::newton_schulz_flops (full products: 4 k^2 n + 2 k^3 per step), so the CPU's symmetric
+  /// products show as a rate above the sgemm peak's share of the work.
+  void bench_newton_schulz() {
+    struct Shape {
+      int64_t rows, cols;
+    };
+    std::vector<Shape> shapes = {{kHidden, kHidden}, {kHidden, kFfn}};
+    if (!o_.quick) shapes.push_back({2048, 8192});
+    std::vector<std::string> names;
+    for (const Shape& sh : shapes) {
+      for (const char* prec : {"f32", "bf16"}) {
+        names.push_back("ns/" + std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + "." + prec);
+      }
+    }
+    bool any = false;
+    for (const auto& n : names) any = selected(n) || any;
+    if (!any) return;
+    std::printf("2d. Newton-Schulz (Muon), 5 quintic steps, FLOPs of the full products (4 k^2 n + 2 k^3 a step)\n");
+    std::printf("   %-22s %3s %6s %6s %6s %10s %10s %9s %7s\n", "name", "op", "rows", "cols", "steps", "ms",
+                "best ms", "GFLOP/s", "% peak");
+    std::printf("   %s\n", std::string(90, '-').c_str());
+    std::size_t i = 0;
+    for (const Shape& sh : shapes) {
+      Buffer<float> x(sh.rows * sh.cols);
+      for (int precision : {0, 2}) {
+        const std::string name = names[i++];
+        if (!selected(name)) continue;
+        fill_uniform(x, -1.0f, 1.0f, 950);
+        ptdp::NewtonSchulzDesc d;
+        d.rows = sh.rows;
+        d.cols = sh.cols;
+        d.steps = 5;
+        d.num_sets = 1;
+        d.coefficients[0][0] = 3.4445f;
+        d.coefficients[0][1] = -4.775f;
+        d.coefficients[0][2] = 2.0315f;
+        d.precision = precision;
+        Result r;
+        r.section = "ns";
+        r.name = name;
+        r.m = sh.rows;
+        r.n = sh.cols;
+        r.k = d.steps;
+        r.batch = 1;
+        r.ops = "NS";
+        r.flops = ptdp::newton_schulz_flops(sh.rows, sh.cols, d.steps);
+        std::printf("   %-22s %3s %6" PRId64 " %6" PRId64 " %6d", name.substr(3).c_str(), r.ops.c_str(), sh.rows,
+                    sh.cols, d.steps);
+        std::fflush(stdout);
+        try {
+          // Repeated calls orthogonalise an orthogonalised matrix: the values stay bounded.
+          r.st = measure([&] { be_.newton_schulz(x.get(), d); }, true);
+          r.ok = true;
+        } catch (const std::exception& e) {
+          r.error = std::string("ERROR: ") + e.what();
+        }
+        report_flops(std::move(r));
+      }
+    }
   }
 
   void bench_moe() {

@@ -75,6 +75,9 @@ seed("fuzz_plan_args", "moe", command_line(
     "--cluster dgx-h100 --nodes 8 --model-preset mixtral-8x7b --global-batch-size 512 --bf16 "
     "--use-distributed-optimizer --num-experts 8 --moe-router-topk 2 --moe-layer-freq [1,0]*16 "
     "--expert-model-parallel-size 8 --expert-tensor-parallel-size 1"))
+seed("fuzz_plan_args", "muon", command_line(
+    "--cluster dgx-h100 --num-gpus 8 --model-preset llama-3-8b --global-batch-size 512 --bf16 "
+    "--use-distributed-optimizer --optimizer muon --muon-num-ns-steps 6 --muon-no-split-qkv"))
 seed("fuzz_plan_args", "list", "--list-clusters\n")
 seed("fuzz_preprocess_args", "guide", command_line(
     "--input corpus.jsonl more.jsonl.gz --json-keys text --output-prefix data/corpus "

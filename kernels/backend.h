@@ -124,6 +124,19 @@ struct NewtonSchulzDesc {
   int precision = 0;
 };
 
+/// FLOPs of newton_schulz on a [rows, cols] matrix over `steps` steps, counting the products the
+/// iteration mathematically requires as full GEMMs (2 m n k each), as PyTorch and Megatron
+/// count them: with k = min(rows, cols) and n = max(rows, cols), per step A = X X^T 2 k^2 n,
+/// A A 2 k^3, B X 2 k^2 n, so 4 k^2 n + 2 k^3. The CPU computes A and A A as symmetric products
+/// (half of those multiplications); the count stays the full one so that GFLOP/s compare across
+/// devices and with other implementations. The normalisation and the axpy terms (O(k n)) are not
+/// counted. The planner (core/plan) prices Muon's optimizer step with the same function.
+inline double newton_schulz_flops(int64_t rows, int64_t cols, int steps) {
+  const double k = static_cast<double>(rows < cols ? rows : cols);
+  const double n = static_cast<double>(rows < cols ? cols : rows);
+  return static_cast<double>(steps) * (4.0 * k * k * n + 2.0 * k * k * k);
+}
+
 /// Causal self-attention over the fused QKV activation, one (batch, head) pair at a time,
 /// never storing the [s, s] scores (flash-attention style: tiles of keys, online softmax, the
 /// log-sum-exp saved per query row for the backward).
@@ -596,7 +609,7 @@ class Backend {
   virtual void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
                         const SgdParams& p) = 0;
   /// Orthogonalises x [d.rows, d.cols] in place (NewtonSchulzDesc); scratch is the backend's.
-  virtual void newton_schulz(float* x, const NewtonSchulzDesc& d);
+  virtual void newton_schulz(float* x, const NewtonSchulzDesc& d) = 0;
 };
 
 /// The process-wide CPU backend (OpenBLAS + OpenMP).

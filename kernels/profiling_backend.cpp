@@ -16,7 +16,7 @@ const char* backend_op_name(BackendOp op) {
       "fill", "copy_2d", "fill_2d", "cast", "sum_squares", "embedding_forward", "embedding_backward",
       "ce_forward_local", "ce_rescale", "ce_loss", "ce_backward", "adamw_step", "sgd_step", "grouped_gemm", "moe_route",
       "moe_permute", "moe_unpermute", "moe_unpermute_backward", "moe_router_forward", "moe_router_backward",
-      "moe_aux_scores_forward", "moe_aux_scores_backward", "moe_router_lse", "moe_router_z_loss_backward"};
+      "moe_aux_scores_forward", "moe_aux_scores_backward", "moe_router_lse", "moe_router_z_loss_backward", "newton_schulz"};
   const int i = static_cast<int>(op);
   return i >= 0 && i < kBackendOpCount ? names[i] : "?";
 }
@@ -243,6 +243,10 @@ void ProfilingBackend::adamw_step(float* param, const float* grad, float* m, flo
 }
 void ProfilingBackend::sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n, const SgdParams& p) {
   timed(BackendOp::SgdStep, 0.0, [&] { inner_.sgd_step(param, grad, momentum_buf, n, p); });
+}
+void ProfilingBackend::newton_schulz(float* x, const NewtonSchulzDesc& d) {
+  timed(BackendOp::NewtonSchulz, newton_schulz_flops(d.rows, d.cols, d.steps),
+        [&] { inner_.newton_schulz(x, d); });
 }
 
 void ProfilingBackend::grouped_gemm(const GroupedGemmDesc& d, const void* a, const void* b, void* c) {

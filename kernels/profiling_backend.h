@@ -28,9 +28,9 @@ enum class BackendOp : std::uint8_t {
   Copy2d, Fill2d, Cast, SumSquares, EmbeddingForward, EmbeddingBackward, CeForwardLocal, CeRescale,
   CeLoss, CeBackward, AdamwStep, SgdStep, GroupedGemm, MoeRoute, MoePermute, MoeUnpermute,
   MoeUnpermuteBackward, MoeRouterForward, MoeRouterBackward, MoeAuxScoresForward, MoeAuxScoresBackward,
-  MoeRouterLse, MoeRouterZLossBackward
+  MoeRouterLse, MoeRouterZLossBackward, NewtonSchulz
 };
-inline constexpr int kBackendOpCount = static_cast<int>(BackendOp::MoeRouterZLossBackward) + 1;
+inline constexpr int kBackendOpCount = static_cast<int>(BackendOp::NewtonSchulz) + 1;
 
 /// The method's name as in backend.h ("gemm", "layernorm_forward", ...).
 const char* backend_op_name(BackendOp op);
@@ -153,6 +153,7 @@ class ProfilingBackend final : public Backend {
                                   float* dlogits, bool accumulate) override;
   void adamw_step(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWParams& p) override;
   void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n, const SgdParams& p) override;
+  void newton_schulz(float* x, const NewtonSchulzDesc& d) override;
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -1047,4 +1047,30 @@ inline void check_sgd_step(const float* param, const float* grad, const float* m
   if (p.momentum > 0.0f) not_null("sgd_step", "momentum_buf", momentum_buf, n);
 }
 
+inline void check_newton_schulz(const float* x, const NewtonSchulzDesc& d) {
+  positive("newton_schulz", "rows", d.rows);
+  positive("newton_schulz", "cols", d.cols);
+  not_null("newton_schulz", "x", x);
+  PTDP_CHECK_ARG(d.steps >= 1 && d.steps <= 100,
+                 "newton_schulz: steps must be in [1, 100], got " + std::to_string(d.steps));
+  PTDP_CHECK_ARG(d.num_sets >= 1 && d.num_sets <= 8,
+                 "newton_schulz: num_sets must be in [1, 8], got " + std::to_string(d.num_sets));
+  for (int i = 0; i < d.num_sets; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      PTDP_CHECK_ARG(std::isfinite(d.coefficients[i][j]),
+                     "newton_schulz: coefficients[" + std::to_string(i) + "][" + std::to_string(j) +
+                         "] must be finite, got " + std::to_string(d.coefficients[i][j]));
+    }
+  }
+  PTDP_CHECK_ARG(std::isfinite(d.eps) && d.eps > 0.0f,
+                 "newton_schulz: eps must be finite and > 0, got " + std::to_string(d.eps));
+  PTDP_CHECK_ARG(d.precision >= 0 && d.precision <= 2,
+                 "newton_schulz: precision must be 0 (fp32), 1 (tf32) or 2 (bf16), got " +
+                     std::to_string(d.precision));
+  // The BLAS calls take 32-bit dimensions.
+  PTDP_CHECK_ARG(d.rows <= INT_MAX && d.cols <= INT_MAX && d.rows * d.cols <= (int64_t{1} << 40),
+                 "newton_schulz: rows x cols = " + std::to_string(d.rows) + " x " + std::to_string(d.cols) +
+                     " is too large");
+}
+
 }  // namespace ptdp::kcheck

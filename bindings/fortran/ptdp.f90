@@ -145,6 +145,7 @@ module ptdp_enums
   ! Optimizer algorithm (Megatron's `--optimizer`).
   integer(c_int), parameter :: PTDP_OPTIMIZER_ADAM = 0
   integer(c_int), parameter :: PTDP_OPTIMIZER_SGD = 1
+  integer(c_int), parameter :: PTDP_OPTIMIZER_MUON = 2
 
   ! Learning-rate decay (Megatron's `--lr-decay-style`).
   integer(c_int), parameter :: PTDP_LR_CONSTANT = 0
@@ -656,6 +657,9 @@ module ptdp
     real(c_float) :: mtp_loss_scaling_factor
     integer(c_int32_t) :: moe_router_group_score_topk
     integer(c_int32_t) :: moe_router_topk_limited_devices
+    integer(c_int) :: optimizer
+    integer(c_int32_t) :: muon_num_ns_steps
+    integer(c_int32_t) :: muon_no_split_qkv
   end type ptdp_plan_options
 
   ! The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -712,6 +716,7 @@ module ptdp
     integer(c_int64_t) :: expert_parameters_per_gpu
     real(c_double) :: seconds_moe_exchange
     integer(c_int32_t) :: expert_crosses_nodes
+    real(c_double) :: seconds_newton_schulz
   end type ptdp_plan_layout
 
   ! Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.

@@ -811,6 +811,9 @@ void plan_options_to_c(const plan::PlanRequest& r, ptdp_plan_options* out) {
   o.mtp_loss_scaling_factor = g.mtp_loss_scaling_factor;
   o.moe_router_group_score_topk = g.moe.group_score_topk;
   o.moe_router_topk_limited_devices = g.moe.topk_limited_devices;
+  o.optimizer = static_cast<ptdp_optimizer_kind>(r.optimizer);
+  o.muon_num_ns_steps = r.muon_ns_steps;
+  o.muon_no_split_qkv = r.muon_split_qkv ? 0 : 1;
   *out = o;
 }
 
@@ -909,6 +912,16 @@ plan::PlanRequest plan_request(const ptdp_plan_options* user) {
   PTDP_CHECK_ARG(o.attention >= PTDP_ATTENTION_AUTO && o.attention <= PTDP_ATTENTION_UNFUSED,
                  str_cat("options->attention = ", static_cast<int>(o.attention), " is not a ptdp_attention"));
   g.attention = static_cast<ptdp::AttentionImpl>(o.attention);
+  PTDP_CHECK_ARG(o.optimizer == PTDP_OPTIMIZER_ADAM || o.optimizer == PTDP_OPTIMIZER_SGD ||
+                     o.optimizer == PTDP_OPTIMIZER_MUON,
+                 str_cat("options->optimizer = ", static_cast<int>(o.optimizer),
+                         " is not a ptdp_optimizer_kind (ADAM, SGD or MUON)"));
+  r.optimizer = static_cast<plan::PlanOptimizer>(o.optimizer);
+  PTDP_CHECK_ARG(o.muon_num_ns_steps >= 0 && o.muon_num_ns_steps <= 100,
+                 str_cat("options->muon_num_ns_steps = ", o.muon_num_ns_steps, " is not in [1, 100] (0: 5)"));
+  if (o.muon_num_ns_steps > 0) r.muon_ns_steps = o.muon_num_ns_steps;
+  require_flag(o.muon_no_split_qkv, "muon_no_split_qkv");
+  r.muon_split_qkv = o.muon_no_split_qkv == 0;
   r.validate();
   return r;
 }

@@ -23,6 +23,9 @@ static_assert(PTDP_RECOMPUTE_FULL == static_cast<int>(ptdp::Recompute::Full));
 static_assert(PTDP_RECOMPUTE_SELECTIVE == static_cast<int>(ptdp::Recompute::Selective));
 static_assert(PTDP_SCHEDULE_GPIPE == static_cast<int>(ptdp::ScheduleKind::GPipe));
 static_assert(PTDP_SCHEDULE_ZB_H1 == static_cast<int>(ptdp::ScheduleKind::ZeroBubbleH1));
+static_assert(PTDP_OPTIMIZER_ADAM == static_cast<int>(ptdp::plan::PlanOptimizer::Adam) &&
+              PTDP_OPTIMIZER_SGD == static_cast<int>(ptdp::plan::PlanOptimizer::Sgd) &&
+              PTDP_OPTIMIZER_MUON == static_cast<int>(ptdp::plan::PlanOptimizer::Muon));
 
 namespace {
 
@@ -204,6 +207,7 @@ PTDP_API ptdp_status ptdp_plan_get_layout(ptdp_plan plan, int32_t index, ptdp_pl
     o.expert_parameters_per_gpu = e.expert_params_per_gpu;
     o.seconds_moe_exchange = e.expert_comm;
     o.expert_crosses_nodes = e.expert_crosses_nodes ? 1 : 0;
+    o.seconds_newton_schulz = e.newton_schulz;
     std::memcpy(static_cast<void*>(layout), &o, std::min(size, sizeof(o)));
     layout->struct_size = std::min(size, sizeof(o));
   });

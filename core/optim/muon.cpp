@@ -40,11 +40,6 @@ std::vector<std::array<float, 3>> muon_coefficients(NsCoefficients type) {
                                               std::to_string(static_cast<int>(type)) + " is not known");
 }
 
-double muon_newton_schulz_flops(int64_t rows, int64_t cols, int steps) {
-  const double k = static_cast<double>(std::min(rows, cols)), n = static_cast<double>(std::max(rows, cols));
-  return steps * (4.0 * k * k * n + 2.0 * k * k * k);
-}
-
 float muon_scale_factor(int64_t rows, int64_t cols, MuonScaleMode mode, float extra) {
   const double r = static_cast<double>(rows), c = static_cast<double>(cols);
   double f = 1.0;
@@ -107,7 +102,7 @@ void add_matrices(const ParamTable& t, int space, int i, const MuonConfig& cfg, 
     m.part_rows = part[2];
     m.periods = R / part[0];
     m.rows = m.part_rows * m.periods;
-    m.flops = muon_newton_schulz_flops(m.rows, m.cols, cfg.ns_steps);
+    m.flops = newton_schulz_flops(m.rows, m.cols, cfg.ns_steps);
     out.push_back(m);
   }
 }

@@ -45,11 +45,6 @@ bool muon_is_matrix(const ParamInfo& p);
 /// The Newton-Schulz coefficient sets of `type` (Megatron's / Emerging-Optimizers' tables).
 std::vector<std::array<float, 3>> muon_coefficients(NsCoefficients type);
 
-/// Multiply-add FLOPs of `steps` Newton-Schulz steps on a [rows, cols] matrix, counting every
-/// product in full (2 m n k each): with k = min, n = max, per step X X^T 2 k^2 n, A A 2 k^3,
-/// B X 2 k^2 n.
-double muon_newton_schulz_flops(int64_t rows, int64_t cols, int steps);
-
 /// The update scale of an [rows, cols] matrix: MuonScaleMode's factor times extra.
 float muon_scale_factor(int64_t rows, int64_t cols, MuonScaleMode mode, float extra);
 
@@ -64,7 +59,7 @@ struct MuonMatrix {
   bool local = false;       ///< blockwise: this rank's piece only
   int owner_data = 0;       ///< data(-parallel) index of the ranks that compute it
   int owner_tensor = -1;    ///< tensor rank that computes it; -1: every tensor rank (duplicated, blockwise)
-  double flops = 0;
+  double flops = 0;  ///< newton_schulz_flops (kernels/backend.h) of the matrix
 };
 
 /// Every matrix of `tables` (MuonMatrix::owner_* unset), in the order every rank enumerates

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "core/pipeline/simulator.h"
+#include "kernels/backend.h"
 
 namespace ptdp::plan {
 
@@ -48,6 +49,15 @@ double grad_bytes(const PlanRequest& req) { return req.grads_in_fp32 ? kGradByte
 
 }  // namespace
 
+const char* optimizer_name(PlanOptimizer o) {
+  switch (o) {
+    case PlanOptimizer::Adam: return "adam";
+    case PlanOptimizer::Sgd: return "sgd";
+    case PlanOptimizer::Muon: return "muon";
+  }
+  return "?";
+}
+
 const char* precision_name(Precision p) {
   switch (p) {
     case Precision::Fp32: return "fp32";
@@ -75,6 +85,10 @@ void PlanRequest::validate() const {
                          " cannot be pinned with first or last stage layers (as in Megatron, which takes v from "
                          "--num-virtual-stages-per-pipeline-rank then); leave v to the search"));
   PTDP_CHECK_ARG(top > 0, str_cat("top = ", top, " is not > 0"));
+  PTDP_CHECK_ARG(optimizer == PlanOptimizer::Adam || optimizer == PlanOptimizer::Sgd || optimizer == PlanOptimizer::Muon,
+                 str_cat("optimizer = ", static_cast<int>(optimizer), " is not adam (0), sgd (1) or muon (2)"));
+  PTDP_CHECK_ARG(muon_ns_steps >= 1 && muon_ns_steps <= 100,
+                 str_cat("muon_ns_steps = ", muon_ns_steps, " is not in [1, 100]"));
   PTDP_CHECK_ARG(context_parallel >= 0,
                  str_cat("context parallel size = ", context_parallel, " is negative (1: none, 0: search)"));
   PTDP_CHECK_ARG(expert_model >= 0 && expert_tensor >= 0,
@@ -200,6 +214,108 @@ int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, 
 
 int64_t stage_expert_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp) {
   return count_stage_parameters(m, t, split, stage, e, etp, true);
+}
+
+namespace {
+
+// One matrix [rows, cols] of Muon's: its Newton-Schulz FLOPs.
+double ns(double rows, double cols, int steps) {
+  return newton_schulz_flops(static_cast<int64_t>(rows), static_cast<int64_t>(cols), steps);
+}
+
+// A dense MLP of width f (linear_fc1 [f or 2f, h], linear_fc2 [h, f]): its weights on a rank
+// (split over `ranks`) and the NS FLOPs of its whole matrices.
+MuonShare mlp_share(const GptConfig& m, int64_t f, int ranks, int steps, bool split) {
+  const int64_t h = m.hidden_size, fc1 = m.swiglu ? 2 * f : f;
+  MuonShare s;
+  if (f <= 0) return s;
+  s.params = (fc1 * h + f * h) / ranks;
+  s.ns_flops = (m.swiglu && split ? 2.0 * ns(f, h, steps) : ns(fc1, h, steps)) + ns(h, f, steps);
+  return s;
+}
+
+// A decoder layer's attention (linear_qkv or MLA's projections, linear_proj) on one tensor rank.
+MuonShare attention_share(const GptConfig& m, int t, int steps, bool split) {
+  const int64_t h = m.hidden_size, ctx = m.attention_width();
+  MuonShare s;
+  if (m.multi_latent_attention) {
+    // The down projections whole on every rank, the up projections (or linear_q_proj) by heads.
+    const int64_t a = m.num_attention_heads, dq = m.mla_qk_dim(), rq = m.q_lora_rank, r = m.kv_lora_rank;
+    const int64_t dr = m.qk_pos_emb_head_dim, up = a * (int64_t{m.qk_head_dim} + m.v_head_dim);
+    const int64_t whole = (rq > 0 ? rq * h : 0) + (r + dr) * h;
+    const int64_t heads = (rq > 0 ? a * dq * rq : a * dq * h) + up * r;
+    s.params = whole + (heads + ctx * h) / t;
+    s.ns_flops = (rq > 0 ? ns(rq, h, steps) + ns(a * dq, rq, steps) : ns(a * dq, h, steps)) + ns(r + dr, h, steps) +
+                 ns(up, r, steps) + ns(h, ctx, steps);
+    return s;
+  }
+  const int64_t dh = m.head_dim(), a = m.num_attention_heads, g = m.query_groups();
+  s.params = (m.qkv_rows() * h + ctx * h) / t;
+  s.ns_flops = (split ? ns(a * dh, h, steps) + 2.0 * ns(g * dh, h, steps) : ns(m.qkv_rows(), h, steps)) +
+               ns(h, ctx, steps);
+  return s;
+}
+
+void add(MuonShare& to, const MuonShare& s, double times = 1.0) {
+  to.params += static_cast<int64_t>(times) * s.params;
+  to.expert_params += static_cast<int64_t>(times) * s.expert_params;
+  to.ns_flops += times * s.ns_flops;
+  to.expert_ns_flops += times * s.expert_ns_flops;
+}
+
+// One decoder layer (dense or MoE MLP) on one rank.
+MuonShare layer_share(const GptConfig& m, int t, int e, int etp, int steps, bool split, bool moe_layer) {
+  MuonShare s = attention_share(m, t, steps, split);
+  if (!moe_layer) {
+    add(s, mlp_share(m, m.ffn(), t, steps, split));
+    return s;
+  }
+  // The router [E, h] and the shared-expert gate [1, h] replicated; the shared experts a dense
+  // MLP over t; the E / e local routed experts each split over etp, every expert its own matrices.
+  const int64_t h = m.hidden_size, E = m.moe.num_experts;
+  s.params += E * h + (m.moe.shared_expert_gate ? h : 0);
+  s.ns_flops += ns(E, h, steps) + (m.moe.shared_expert_gate ? ns(1, h, steps) : 0.0);
+  add(s, mlp_share(m, m.moe.shared_expert_intermediate_size, t, steps, split));
+  const MuonShare expert = mlp_share(m, m.moe_ffn(), etp, steps, split);
+  s.params += E / e * expert.params;
+  s.expert_params += E / e * expert.params;
+  s.expert_ns_flops += static_cast<double>(E) * expert.ns_flops;
+  return s;
+}
+
+}  // namespace
+
+MuonShare muon_stage_share(const GptConfig& m, int t, const PipelineSplit& split_of_layers, int stage, int e, int etp,
+                           int steps, bool split) {
+  if (etp <= 0) etp = t;
+  const std::vector<int> layers = chunk_layer_counts(m.num_layers, split_of_layers);
+  const int chunks = static_cast<int>(layers.size());
+  MuonShare s;
+  int first = 0;
+  for (int c = 0; c < chunks; ++c) {
+    const int count = layers[static_cast<std::size_t>(c)];
+    if (c % split_of_layers.pipeline == stage) {
+      for (int layer = first; layer < first + count; ++layer) {
+        add(s, layer_share(m, t, e, etp, steps, split, m.moe.enabled() && m.moe.is_moe_layer(layer)));
+      }
+      if (c == chunks - 1 && m.mtp_num_layers > 0) {
+        // Each MTP module: eh_proj [h, 2h] (column-parallel) and its layer.
+        const int64_t h = m.hidden_size;
+        MuonShare module = layer_share(m, t, e, etp, steps, split, m.moe.enabled() && m.mtp_moe());
+        module.params += 2 * h * h / t;
+        module.ns_flops += ns(h, 2.0 * h, steps);
+        add(s, module, m.mtp_num_layers);
+      }
+    }
+    first += count;
+  }
+  return s;
+}
+
+double rank_newton_schulz_flops(const MuonShare& s, const Layout& L) {
+  const double stage_ranks = static_cast<double>(L.t) * L.c * L.d;
+  if (L.distributed_optimizer) return (s.ns_flops + s.expert_ns_flops) / stage_ranks;
+  return s.ns_flops / L.t + s.expert_ns_flops / (static_cast<double>(L.e) * L.expert_tensor());
 }
 
 namespace {
@@ -972,18 +1088,47 @@ double embedding_sync_seconds(const PlanRequest& req, const Layout& L, const Lin
   return allreduce_seconds(2, vp * h / L.t * kGradBytes, pipe.bandwidth, pipe.latency);
 }
 
+// Of `params` parameters (`muon_params` of them Muon's hidden weights), those whose optimizer
+// keeps one fp32 buffer (SGD's momentum, Muon's) instead of AdamW's two moments.
+double single_buffer_params(const PlanRequest& req, double params, double muon_params) {
+  switch (req.optimizer) {
+    case PlanOptimizer::Sgd: return params;
+    case PlanOptimizer::Muon: return muon_params;
+    case PlanOptimizer::Adam: break;
+  }
+  return 0.0;
+}
+constexpr double kMomentumBytes = 4.0;
+double state_bytes(const PlanRequest& req, double params, double muon_params) {
+  return params * kMomentBytes - single_buffer_params(req, params, muon_params) * (kMomentBytes - kMomentumBytes);
+}
+
 // Adam streams the weights, gradients, moments (and fp32 master weights) through memory:
-// reads and writes of 28 bytes per parameter in fp32, 32 with 16-bit weights.
+// reads and writes of 28 bytes per parameter in fp32, 32 with 16-bit weights; a single state
+// buffer (SGD, Muon's hidden weights) saves one read and one write of 4 bytes. Muon's
+// Newton-Schulz products are priced apart, at the device's peak (rank_newton_schulz_flops).
 // With the distributed optimizer each rank steps its shard: the dense parameters over d, the
 // experts (`expert_local` of `n_local`) over edp.
 double optimizer_seconds(const PlanRequest& req, const Cluster& cl, const Layout& L, double n_local,
-                         double expert_local) {
+                         double expert_local, const MuonShare& muon) {
   const double touched = req.precision == Precision::Fp32 ? 28.0 : 32.0;
-  if (expert_local <= 0) return n_local / (L.distributed_optimizer ? L.d : 1) * touched / cl.memory_bandwidth;
+  if (req.optimizer == PlanOptimizer::Adam) {
+    if (expert_local <= 0) return n_local / (L.distributed_optimizer ? L.d : 1) * touched / cl.memory_bandwidth;
+    const double dense = n_local - expert_local;
+    return (dense / (L.distributed_optimizer ? L.d : 1) +
+            expert_local / (L.distributed_optimizer ? L.expert_data() : 1)) *
+           touched / cl.memory_bandwidth;
+  }
+  // One state buffer fewer: one read and one write of 4 bytes less per parameter.
+  auto bytes = [&](double params, double muon_params) {
+    return params * touched - single_buffer_params(req, params, muon_params) * 2.0 * (kMomentBytes - kMomentumBytes);
+  };
+  const double muon_dense = static_cast<double>(muon.params - muon.expert_params);
+  const double muon_expert = static_cast<double>(muon.expert_params);
   const double dense = n_local - expert_local;
-  return (dense / (L.distributed_optimizer ? L.d : 1) +
-          expert_local / (L.distributed_optimizer ? L.expert_data() : 1)) *
-         touched / cl.memory_bandwidth;
+  return (bytes(dense, muon_dense) / (L.distributed_optimizer ? L.d : 1) +
+          bytes(expert_local, muon_expert) / (L.distributed_optimizer ? L.expert_data() : 1)) /
+         cl.memory_bandwidth;
 }
 
 // Working memory of the backward beyond what is kept.
@@ -1029,7 +1174,7 @@ double backward_working_bytes(const PlanRequest& req, const Layout& L, double la
 // Bytes per GPU of the pipeline rank holding `params` parameters, `layers_per_chunk` layers in
 // each of its chunks and `slots` activation sets; `last` for the rank that computes the loss.
 Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, int64_t expert_params,
-                    double layers_per_chunk, int slots, int last_rank_slots, bool last) {
+                    const MuonShare& muon, double layers_per_chunk, int slots, int last_rank_slots, bool last) {
   const GptConfig& g = req.model;
   const int t = L.t, b = L.b, m = L.m;
   const double act = bytes_of(req.precision);
@@ -1047,14 +1192,14 @@ Memory stage_memory(const PlanRequest& req, const Layout& L, int64_t params, int
   mm.weights = n * bytes_of(req.precision);
   mm.gradients = n * kGradBytes;
   // The distributed optimizer shards the moments and the fp32 masters over d (full sharding):
-  // 6 + 12/d bytes per parameter with 16-bit weights, 8 + 8/d in fp32.
-  mm.optimizer = n * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.d : 1);
-  if (expert_params > 0) {
-    // The experts' state is sharded over the edp ranks holding the same experts.
-    const double ne = static_cast<double>(expert_params);
-    mm.optimizer = (n - ne) * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.d : 1) +
-                   ne * (kMomentBytes + master_bytes(req.precision)) / (L.distributed_optimizer ? L.expert_data() : 1);
-  }
+  // 6 + 12/d bytes per parameter with 16-bit weights and Adam, 8 + 8/d in fp32; the experts'
+  // state is sharded over the edp ranks holding the same experts. SGD and Muon's hidden weights
+  // keep one fp32 buffer in place of Adam's two.
+  const double ne = static_cast<double>(expert_params);
+  const double me = static_cast<double>(muon.expert_params), md = static_cast<double>(muon.params) - me;
+  const double master = master_bytes(req.precision);
+  mm.optimizer = ((n - ne) * master + state_bytes(req, n - ne, md)) / (L.distributed_optimizer ? L.d : 1) +
+                 (ne * master + state_bytes(req, ne, me)) / (L.distributed_optimizer ? L.expert_data() : 1);
   mm.slots = slots;
   // The D MTP modules on the last chunk: a layer's activations, the logits' and eh_proj's input
   // [s b 2h] each per microbatch in flight there.
@@ -1102,9 +1247,14 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   e.params_exact = g.parameter_count(t);
   e.params_active = g.active_parameter_count(t);
   std::vector<int64_t> stage_params, stage_experts;
+  std::vector<MuonShare> stage_muon(static_cast<std::size_t>(p));  // all zero unless Muon
   for (int r = 0; r < p; ++r) {
     stage_params.push_back(stage_parameters(g, t, L.split(), r, L.e, L.expert_tensor()));
     stage_experts.push_back(stage_expert_parameters(g, t, L.split(), r, L.e, L.expert_tensor()));
+    if (req.optimizer == PlanOptimizer::Muon) {
+      stage_muon[static_cast<std::size_t>(r)] =
+          muon_stage_share(g, t, L.split(), r, L.e, L.expert_tensor(), req.muon_ns_steps, req.muon_split_qkv);
+    }
   }
   const std::size_t most = static_cast<std::size_t>(std::max_element(stage_params.begin(), stage_params.end()) -
                                                     stage_params.begin());
@@ -1157,7 +1307,11 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
     e.expert_crosses_nodes = L.e * L.expert_tensor() > gpn;
   }
   e.embedding_sync = embedding_sync_seconds(req, L, pipeline_link);
-  e.optimizer = optimizer_seconds(req, cl, L, n_local, expert_local);
+  // The optimizer step of the rank with the most parameters; Muon's Newton-Schulz products at
+  // the device's peak on top of its memory-bound part.
+  e.newton_schulz_flops = rank_newton_schulz_flops(stage_muon[most], L);
+  e.newton_schulz = e.newton_schulz_flops / peak_flops(req, cl);
+  e.optimizer = optimizer_seconds(req, cl, L, n_local, expert_local, stage_muon[most]) + e.newton_schulz;
   e.iteration = e.pipeline + e.data_parallel + e.embedding_sync + e.optimizer;
 
   const int64_t samples = req.global_batch_size;
@@ -1171,7 +1325,8 @@ Estimate estimate(const PlanRequest& req, const Cluster& cl, const Layout& L, bo
   const std::vector<int> stage_layers = stage_layer_counts(g.num_layers, L.split());
   for (int r = 0; r < p; ++r) {
     const std::size_t k = static_cast<std::size_t>(r);
-    Memory mm = stage_memory(req, L, stage_params[k], stage_experts[k], static_cast<double>(stage_layers[k]) / v,
+    Memory mm = stage_memory(req, L, stage_params[k], stage_experts[k], stage_muon[k],
+                             static_cast<double>(stage_layers[k]) / v,
                              pt.slots[k], pt.slots.back(), r == p - 1);
     mm.gradients = static_cast<double>(stage_params[k]) * grad_bytes(req);  // 16-bit without grads_in_fp32
     if (r == 0 || mm.total() > e.memory.total()) {

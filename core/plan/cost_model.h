@@ -18,7 +18,9 @@
 // Multi-latent attention replaces QKV by its down and up projections (layer_gemms) and q, k, v
 // by its latents and heads (layer_activation_bytes); the D multi-token prediction modules add
 // their layers, eh_proj and logits layers to the last pipeline stage's time, parameters and
-// activations (docs/deepseek.md, "Planning DeepSeek-V3").
+// activations (docs/deepseek.md, "Planning DeepSeek-V3"). The optimizer (PlanOptimizer) sets the
+// state per parameter and the step's memory traffic; Muon adds its Newton-Schulz products
+// (kernels/backend.h newton_schulz_flops) at the device's peak.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +38,12 @@ namespace ptdp::plan {
 
 enum class Precision : int { Fp32 = 0, Bf16 = 1, Fp16 = 2 };
 const char* precision_name(Precision p);
+/// The optimizer whose state and step a plan prices (Megatron's --optimizer names: "adam", "sgd";
+/// and "muon"). Adam is AdamW: two fp32 moments per parameter. SGD: one fp32 momentum buffer.
+/// Muon: one fp32 momentum buffer for the 2-D hidden weights (muon_stage_share) and AdamW's two
+/// moments for the rest, plus the Newton-Schulz iteration of every hidden matrix.
+enum class PlanOptimizer : int { Adam = 0, Sgd = 1, Muon = 2 };
+const char* optimizer_name(PlanOptimizer o);
 /// "gpipe", "1f1b", "interleaved", "zb-h1".
 const char* schedule_short_name(ScheduleKind k);
 
@@ -77,6 +85,11 @@ struct PlanRequest {
   /// precision, as Megatron did by default for fp16 when the paper was written (2 bytes per
   /// parameter in memory and in the data-parallel reduction).
   bool grads_in_fp32 = true;
+  PlanOptimizer optimizer = PlanOptimizer::Adam;  ///< ptdp-plan's --optimizer
+  int muon_ns_steps = 5;        ///< Newton-Schulz steps per Muon step (--muon-num-ns-steps), 1..100
+  /// Muon orthogonalises q, k and v, and SwiGLU's gate and up, as separate matrices
+  /// (MuonConfig::split_qkv, Megatron's default); false: linear_qkv and linear_fc1 whole.
+  bool muon_split_qkv = true;
   int top = 5;                      ///< layouts to report
 
   /// Throws Error(InvalidArgument) naming the field for a request no layout could serve.
@@ -139,6 +152,10 @@ struct Estimate {
   // iteration = pipeline + data_parallel + embedding_sync + optimizer.
   double compute = 0, tensor_comm = 0, pipeline_comm = 0, bubble = 0, pipeline = 0;
   double data_parallel = 0, embedding_sync = 0, optimizer = 0, iteration = 0;
+  /// Muon: of `optimizer`, the Newton-Schulz iteration of the most loaded rank at the device's
+  /// peak (newton_schulz_flops / peak of the training precision); 0 for Adam and SGD.
+  double newton_schulz = 0;
+  double newton_schulz_flops = 0;  ///< Newton-Schulz FLOPs per iteration on that rank
   double bubble_fraction = 0;  ///< bubble / (compute + tensor_comm): the paper's t_bubble / t_ideal
   bool simulated = false;      ///< the bubble and slots come from the simulator (else analytic)
   // Rates.
@@ -178,6 +195,29 @@ int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, 
 int64_t stage_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp);
 /// Of stage_parameters, the routed experts' (0 for a dense model).
 int64_t stage_expert_parameters(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp);
+/// Muon's share of one tensor rank of pipeline rank `stage` (the split and e, etp as
+/// stage_parameters): the 2-D hidden weights, those Muon steps (attention's and the MLP's linears,
+/// every routed and shared expert's, the router's and the shared-expert gate's, MLA's down and up
+/// projections, the MTP modules' eh_proj and layers; not the embeddings, the output layer, norms
+/// and biases).
+struct MuonShare {
+  int64_t params = 0;         ///< of stage_parameters: the hidden weights' elements on the rank
+  int64_t expert_params = 0;  ///< of `params`, the routed experts' (of stage_expert_parameters)
+  /// FLOPs of one Newton-Schulz orthogonalisation (kernels/backend.h newton_schulz_flops, `steps`
+  /// steps) of every whole hidden matrix of the stage, counted once for the stage (the dense
+  /// ones; the routed experts' apart). With split_qkv q, k, v are separate [a dh, h], [g dh, h],
+  /// [g dh, h] matrices and SwiGLU's gate and up two [f, h]; each expert is its own matrices.
+  double ns_flops = 0;
+  double expert_ns_flops = 0;
+};
+MuonShare muon_stage_share(const GptConfig& m, int t, const PipelineSplit& split, int stage, int e, int etp,
+                           int steps, bool split_qkv);
+/// Newton-Schulz FLOPs of one rank per iteration: each whole matrix is orthogonalised once in a
+/// group of ranks (MuonTpMode::Distributed). Without the distributed optimizer every data-parallel
+/// replica runs its stage's matrices, spread over its t tensor ranks (the experts' over their e
+/// etp ranks); with it each matrix runs once per stage, spread over the stage's t c d ranks.
+double rank_newton_schulz_flops(const MuonShare& s, const Layout& L);
+
 /// FLOPs of one iteration over `samples` samples: the model's (Recompute::None:
 /// GptConfig::paper_flops) or as executed (full: paper_flops(samples, true); selective: the
 /// attention products' forward once more, 4 s^2 a dh per sample and layer).

@@ -327,6 +327,24 @@ std::vector<Flag> make_flags() {
                          }));
   v.push_back(bool_flag("use-distributed-optimizer", "Allow sharding the optimizer state over the data-parallel group.",
                         [](PlanArgs& a) { a.request.allow_distributed_optimizer = true; }));
+  const cli::Choices<PlanOptimizer> optimizers{
+      {"adam", PlanOptimizer::Adam}, {"sgd", PlanOptimizer::Sgd}, {"muon", PlanOptimizer::Muon}};
+  v.push_back(value_flag("optimizer", cli::choice_metavar(optimizers),
+                         "The optimizer whose state and step are priced: adam two fp32 moments per parameter, sgd "
+                         "one momentum buffer, muon one momentum buffer for the 2-D hidden weights (Adam's moments "
+                         "for the embeddings, output layer, norms and biases) plus the Newton-Schulz products at the "
+                         "device's peak.",
+                         "adam", [optimizers](PlanArgs& a, const std::string& s) {
+                           a.request.optimizer = cli::to_choice("optimizer", s, optimizers);
+                         }));
+  v.push_back(value_flag("muon-num-ns-steps", "N", "Newton-Schulz steps of each Muon step (with --optimizer muon).",
+                         "5", [](PlanArgs& a, const std::string& s) {
+                           a.request.muon_ns_steps = static_cast<int>(to_int("muon-num-ns-steps", s, 1, 100));
+                         }));
+  v.push_back(bool_flag("muon-no-split-qkv",
+                        "Muon orthogonalises linear_qkv and SwiGLU's linear_fc1 whole, not q, k, v and gate, up "
+                        "apart.",
+                        [](PlanArgs& a) { a.request.muon_split_qkv = false; }));
   v.push_back(value_flag("context-parallel-size", "N",
                          "Context parallelism: 1 none, N > 1 pins c = N, 0 searches 1, 2, 4, ... (ranks ordered t, c, "
                          "d, p as Megatron's).",

@@ -207,7 +207,8 @@ std::string model_line(const PlanRequest& req) {
   shape += str_cat(", V = ", g.vocab_size, ", s = ", g.seq_length);
   if (!gpt) shape += str_cat("; ", architecture_words(g));
   return str_cat(gpt ? "GPT" : "Decoder", " of ", fmt(gpt ? "%.1f" : "%.2f", billions), "B parameters (", shape,
-                 "), global batch ", req.global_batch_size, ", ", precision_name(req.precision));
+                 "), global batch ", req.global_batch_size, ", ", precision_name(req.precision),
+                 req.optimizer == PlanOptimizer::Adam ? "" : str_cat(", ", optimizer_name(req.optimizer)));
 }
 
 }  // namespace
@@ -927,6 +928,7 @@ std::string plan_report(const PlanResult& r) {
   out += str_cat("#1 per iteration: compute ", secs(b.compute), ", tensor all-reduces ", secs(b.tensor_comm),
                  ", pipeline transfers ", secs(b.pipeline_comm), ", bubble ", secs(b.bubble), ", data-parallel ",
                  secs(b.data_parallel), ", embedding sync ", secs(b.embedding_sync), ", optimizer ", secs(b.optimizer),
+                 b.newton_schulz > 0 ? str_cat(" (Newton-Schulz ", secs(b.newton_schulz), " at peak)") : std::string(),
                  " = ", secs(b.iteration), b.simulated ? " (pipeline simulated)" : "", "\n");
   if (!r.ruled_out.empty()) {
     out += "\nRuled out:\n";
@@ -957,6 +959,7 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                 {"untie_embeddings_and_output_weights", !g.tie_embeddings},
                 {"global_batch_size", r.request.global_batch_size},
                 {"precision", precision_name(r.request.precision)},
+                {"optimizer", optimizer_name(r.request.optimizer)},
                 {"parameters", published_parameters(g)},
                 {"parameters_formula", paper_parameters(g)}};
   if (g.multi_latent_attention) {
@@ -1019,6 +1022,7 @@ nlohmann::json plan_to_json(const PlanResult& r) {
                          {"data_parallel", e.data_parallel},
                          {"embedding_sync", e.embedding_sync},
                          {"optimizer", e.optimizer},
+                         {"newton_schulz", e.newton_schulz},
                          {"expert_comm", e.expert_comm},
                          {"iteration", e.iteration}}},
                        {"bubble_fraction", e.bubble_fraction},

@@ -134,6 +134,7 @@ class CpuBackend final : public Backend {
                   const AdamWParams& p) override;
   void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
                 const SgdParams& p) override;
+  void newton_schulz(float* x, const NewtonSchulzDesc& d) override;
 };
 
 }  // namespace ptdp

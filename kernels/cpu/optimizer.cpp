@@ -68,31 +68,3 @@ void CpuBackend::sgd_step(float* param, const float* grad, float* momentum_buf, 
 }
 
 }  // namespace ptdp
-
-#include <cblas.h>
-#include <vector>
-namespace ptdp {
-// Interim fp32 iteration (the lead's, to be replaced by kernels/cpu/newton_schulz.cpp).
-void Backend::newton_schulz(float* x, const NewtonSchulzDesc& d) {
-  const int64_t k = std::min(d.rows, d.cols), n = std::max(d.rows, d.cols);
-  const bool tr = d.rows > d.cols;
-  std::vector<float> X(static_cast<std::size_t>(k * n)), A(static_cast<std::size_t>(k * k)), B(A.size()), Y(X.size());
-  for (int64_t i = 0; i < d.rows; ++i)
-    for (int64_t j = 0; j < d.cols; ++j) X[static_cast<std::size_t>(tr ? j * n + i : i * n + j)] = x[i * d.cols + j];
-  double ss = 0;
-  for (float v : X) ss += static_cast<double>(v) * v;
-  const float inv = 1.0f / std::max(static_cast<float>(std::sqrt(ss)), d.eps);
-  for (float& v : X) v *= inv;
-  for (int s = 0; s < d.steps; ++s) {
-    const float* c = d.coefficients[s % d.num_sets];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)k, (int)k, (int)n, 1.0f, X.data(), (int)n, X.data(), (int)n, 0.0f, A.data(), (int)k);
-    B = A;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)k, (int)k, c[2], A.data(), (int)k, A.data(), (int)k, c[1], B.data(), (int)k);
-    Y = X;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)k, (int)n, (int)k, 1.0f, B.data(), (int)k, X.data(), (int)n, c[0], Y.data(), (int)n);
-    X.swap(Y);
-  }
-  for (int64_t i = 0; i < d.rows; ++i)
-    for (int64_t j = 0; j < d.cols; ++j) x[i * d.cols + j] = X[static_cast<std::size_t>(tr ? j * n + i : i * n + j)];
-}
-}  // namespace ptdp

@@ -69,6 +69,7 @@ CudaBackend::~CudaBackend() {
   cudaStreamSynchronize(stream_);
   for (auto& [key, plan] : plans_) destroy_plan(plan);
   device_free(dev_, scratch_, scratch_bytes_);
+  device_free(dev_, ns_scratch_, ns_scratch_bytes_);
   device_free(dev_, grouped_ptrs_, 3 * grouped_ptrs_count_ * sizeof(void*));
   if (blas_) cublasDestroy(blas_);
   device_free(dev_, partials_, (kReduceBlocks + 1) * sizeof(double));

@@ -318,6 +318,7 @@ class CudaBackend final : public Backend {
                   const AdamWParams& p) override;
   void sgd_step(float* param, const float* grad, float* momentum_buf, int64_t n,
                 const SgdParams& p) override;
+  void newton_schulz(float* x, const NewtonSchulzDesc& d) override;
 
  private:
   // GEMM internals (gemm_cublaslt.cu); callers hold gemm_mutex_.
@@ -361,6 +362,13 @@ class CudaBackend final : public Backend {
   void rmsnorm_backward_rows(const void* x, const void* gamma, const float* rstd, const float* dot,
                              const void* dy, void* dx, DType t, float* dgamma, int64_t rows,
                              int64_t cols, int64_t width, bool accumulate, const char* op);
+  // newton_schulz (newton_schulz.cu), under gemm_mutex_: the iteration with X, A and B stored as
+  // T (float, or __nv_bfloat16 for precision 2), in ns_scratch_ (grown, never shrunk).
+  template <typename T>
+  void newton_schulz_as(float* x, const NewtonSchulzDesc& d);
+  void* ns_scratch(std::size_t bytes);
+  void* ns_scratch_ = nullptr;
+  std::size_t ns_scratch_bytes_ = 0;
   // sum_squares: per-block partial sums and the final value, reused by every call.
   std::mutex reduce_mutex_;
   double* partials_ = nullptr;

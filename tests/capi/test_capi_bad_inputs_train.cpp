@@ -511,6 +511,14 @@ PTDP_BAD_INPUTS(plan) {
              {"options->global_batch_size = -8"});
   plan_field("NaN attention_dropout", [](ptdp_plan_options& x) { x.attention_dropout = static_cast<float>(bad::kNaN); },
              {"attention_dropout"});
+  plan_field("optimizer out of range", [](ptdp_plan_options& x) { x.optimizer = static_cast<ptdp_optimizer_kind>(7); },
+             {"options->optimizer = 7", "ADAM, SGD or MUON"});
+  plan_field("negative muon_num_ns_steps", [](ptdp_plan_options& x) { x.muon_num_ns_steps = -1; },
+             {"options->muon_num_ns_steps = -1"});
+  plan_field("muon_num_ns_steps above 100", [](ptdp_plan_options& x) { x.muon_num_ns_steps = 101; },
+             {"options->muon_num_ns_steps = 101", "[1, 100]"});
+  plan_field("muon_no_split_qkv not 0 or 1", [](ptdp_plan_options& x) { x.muon_no_split_qkv = 2; },
+             {"muon_no_split_qkv", "2"});
   plan_field("hidden size whose ffn overflows", [](ptdp_plan_options& x) {
     x.hidden_size = 1000000000;
     x.num_attention_heads = 1;

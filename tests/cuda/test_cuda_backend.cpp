@@ -1385,6 +1385,61 @@ TEST_CASE("cuda AdamW and SGD steps match the CPU's", "[gpu][cuda_backend][optim
   }
 }
 
+TEST_CASE("cuda newton_schulz matches the CPU's in fp32, TF32 and bf16", "[gpu][cuda_backend][newton_schulz]") {
+  require_gpu();
+  struct Shape {
+    int64_t rows, cols;
+  };
+  // Tall (transposed on the device), wide, square, a single row and a tile-straddling tall one.
+  const Shape shapes[] = {{96, 40}, {40, 96}, {64, 64}, {1, 9}, {77, 33}};
+  for (const Shape& sh : shapes) {
+    for (int precision : {0, 1, 2}) {
+      INFO(sh.rows << " x " << sh.cols << ", precision " << precision);
+      const auto n = static_cast<std::size_t>(sh.rows * sh.cols);
+      ptdp::NewtonSchulzDesc d;
+      d.rows = sh.rows;
+      d.cols = sh.cols;
+      d.steps = 5;
+      d.num_sets = 2;  // 5 steps over 2 sets: 0, 1, 0, 1, 0
+      const float sets[2][3] = {{3.4445f, -4.775f, 2.0315f}, {3.0f, -3.2f, 1.2f}};
+      std::memcpy(d.coefficients, sets, sizeof sets);
+      d.precision = precision;
+      auto want = random_floats(n, 4100 + n);
+      Dev<float> dx(want);
+      gpu().newton_schulz(dx.get(), d);
+      cpu().newton_schulz(want.data(), d);
+      const auto got = dx.download();
+      const double scale = max_abs(want);
+      REQUIRE(scale > 0.0);
+      // TF32 keeps 10 mantissa bits and bf16 8: each product's rounding, amplified near zero by
+      // the iteration's slope (3.4 per step), differs between the devices' summation orders.
+      const double atol = precision == 0 ? 1e-5 : (precision == 1 ? 2e-2 : 6e-2);
+      check_close(got, want, 0.0, atol * scale, "newton_schulz");
+      if (precision == 2) {
+        for (float v : got) REQUIRE(ptdp::bf16_to_f32(ptdp::f32_to_bf16(v)) == v);
+      }
+      // The same bits again (scratch reused, a fixed reduction grid).
+      Dev<float> again(random_floats(n, 4100 + n));
+      gpu().newton_schulz(again.get(), d);
+      const auto got2 = again.download();
+      CHECK(std::memcmp(got.data(), got2.data(), n * sizeof(float)) == 0);
+    }
+  }
+  ptdp::NewtonSchulzDesc bad;
+  bad.rows = 2;
+  bad.cols = 2;
+  bad.num_sets = 1;
+  bad.steps = 0;
+  Dev<float> buf(4);
+  try {
+    gpu().newton_schulz(buf.get(), bad);
+    FAIL("newton_schulz with steps = 0 did not throw");
+  } catch (const ptdp::Error& e) {
+    CHECK(e.code() == ptdp::ErrorCode::InvalidArgument);
+    CHECK(std::string(e.what()).find("steps must be in [1, 100], got 0") != std::string::npos);
+  }
+}
+
 TEST_CASE("cuda backend validates sizes and types like the CPU backend",
           "[gpu][cuda_backend][errors]") {
   require_gpu();

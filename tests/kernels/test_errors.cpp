@@ -1,6 +1,9 @@
 // Bad arguments throw ptdp::Error(InvalidArgument) with a message, before any write.
 #include <catch2/catch.hpp>
 
+#include <limits>
+#include <string>
+
 #include "reference.h"
 
 using namespace ptdp_test;
@@ -908,4 +911,64 @@ TEST_CASE("the MoE router refuses what Megatron-Core refuses, naming the argumen
   CHECK(idx == std::vector<int32_t>(16, 4));
   CHECK_BITEQUAL(probs, fvec(16, 4.0f));
   CHECK_BITEQUAL(dl, fvec(64, 4.0f));
+}
+
+TEST_CASE("newton_schulz rejects bad arguments, naming them, before touching x", "[newton_schulz][errors]") {
+  fvec x(12, 0.5f);
+  const fvec x0 = x;
+  auto& k = be();
+  auto good = [] {
+    ptdp::NewtonSchulzDesc d;
+    d.rows = 3;
+    d.cols = 4;
+    d.steps = 5;
+    d.num_sets = 1;
+    d.coefficients[0][0] = 3.4445f;
+    d.coefficients[0][1] = -4.775f;
+    d.coefficients[0][2] = 2.0315f;
+    return d;
+  };
+  {
+    auto d = good();
+    d.rows = 0;
+    CHECK_INVALID_ARG_MSG(k.newton_schulz(x.data(), d), "rows must be > 0, got 0");
+  }
+  {
+    auto d = good();
+    d.cols = -2;
+    CHECK_INVALID_ARG_MSG(k.newton_schulz(x.data(), d), "cols must be > 0, got -2");
+  }
+  CHECK_INVALID_ARG_MSG(k.newton_schulz(nullptr, good()), "newton_schulz: x is NULL");
+  for (int steps : {0, 101}) {
+    auto d = good();
+    d.steps = steps;
+    CHECK_INVALID_ARG_MSG(k.newton_schulz(x.data(), d), "steps must be in [1, 100], got " + std::to_string(steps));
+  }
+  for (int sets : {0, 9}) {
+    auto d = good();
+    d.num_sets = sets;
+    CHECK_INVALID_ARG_MSG(k.newton_schulz(x.data(), d), "num_sets must be in [1, 8], got " + std::to_string(sets));
+  }
+  {
+    auto d = good();
+    d.coefficients[0][1] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_INVALID_ARG_MSG(k.newton_schulz(x.data(), d), "coefficients[0][1] must be finite");
+  }
+  for (float eps : {0.0f, -1.0f, std::numeric_limits<float>::infinity()}) {
+    auto d = good();
+    d.eps = eps;
+    CHECK_INVALID_ARG_MSG(k.newton_schulz(x.data(), d), "newton_schulz: eps must be finite and > 0");
+  }
+  for (int precision : {-1, 3}) {
+    auto d = good();
+    d.precision = precision;
+    CHECK_INVALID_ARG_MSG(k.newton_schulz(x.data(), d),
+                          "precision must be 0 (fp32), 1 (tf32) or 2 (bf16), got " + std::to_string(precision));
+  }
+  CHECK(x == x0);
+  // The steps' bound is inclusive: 100 steps run.
+  auto d = good();
+  d.steps = 100;
+  k.newton_schulz(x.data(), d);
+  CHECK(x != x0);
 }

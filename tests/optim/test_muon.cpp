@@ -144,7 +144,7 @@ TEST_CASE("Muon's scale factors, coefficient sets and FLOPs", "[optim][muon]") {
   CHECK(muon_coefficients(NsCoefficients::Aol).size() == 4);
   CHECK(muon_coefficients(NsCoefficients::Simple)[0][0] == 3.4445f);
   // k = 2, n = 8, 5 steps: 5 (4 k^2 n + 2 k^3) = 5 (128 + 16).
-  CHECK(muon_newton_schulz_flops(8, 2, 5) == Approx(720.0));
+  CHECK(newton_schulz_flops(8, 2, 5) == Approx(720.0));
 }
 
 TEST_CASE("Muon's update equals the reference in double precision", "[optim][muon]") {

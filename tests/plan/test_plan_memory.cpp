@@ -325,6 +325,49 @@ TEST_CASE("context parallelism through the plan C API", "[plan][capi][cp]") {
         "ptdp_plan_create: options->context_parallel_size = -3 is negative (1: none, N > 1: pin, 0: search)");
 }
 
+TEST_CASE("the optimizer through the plan C API: Muon's state and Newton-Schulz time", "[plan][capi][muon]") {
+  const char* argv[] = {"ptdp-plan", "--model-preset", "llama-3-8b", "--global-batch-size", "64", "--bf16",
+                        "--use-distributed-optimizer", "--cluster", "dgx-h100", "--num-gpus", "8",
+                        "--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "1",
+                        "--micro-batch-size", "1", "--recompute-granularity", "full"};
+  ptdp_plan_options o;
+  ptdp_cluster cluster;
+  ptdp_plan_cli cli;
+  OK(ptdp_plan_options_init(&o));
+  CHECK(o.optimizer == PTDP_OPTIMIZER_ADAM);
+  CHECK(o.muon_num_ns_steps == 0);
+  CHECK(o.muon_no_split_qkv == 0);
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &o, &cluster, &cli));
+  auto best_of = [&](const ptdp_plan_options& x) {
+    ptdp_plan plan = nullptr;
+    OK(ptdp_plan_create(&x, &cluster, &plan));
+    ptdp_plan_layout best;
+    best.struct_size = sizeof best;
+    OK(ptdp_plan_get_layout(plan, 0, &best));
+    ptdp_plan_destroy(plan);
+    return best;
+  };
+  const ptdp_plan_layout adam = best_of(o);
+  o.optimizer = PTDP_OPTIMIZER_MUON;
+  const ptdp_plan_layout muon5 = best_of(o);
+  o.muon_num_ns_steps = 10;
+  const ptdp_plan_layout muon10 = best_of(o);
+  CHECK(adam.seconds_newton_schulz == 0);
+  CHECK(muon5.seconds_newton_schulz > 0);
+  CHECK(muon10.seconds_newton_schulz == Approx(2 * muon5.seconds_newton_schulz).epsilon(1e-12));
+  CHECK(muon5.memory_optimizer < adam.memory_optimizer);
+  CHECK(muon5.memory_weights == adam.memory_weights);
+  CHECK(muon5.seconds_optimizer > muon5.seconds_newton_schulz);
+  // The parser fills the fields.
+  const char* argv_muon[] = {"ptdp-plan", "--model-preset", "llama-3-8b", "--global-batch-size", "64",
+                             "--optimizer", "muon", "--muon-num-ns-steps", "7", "--muon-no-split-qkv"};
+  OK(ptdp_plan_parse_args(static_cast<int32_t>(sizeof argv_muon / sizeof argv_muon[0]), argv_muon, &o, &cluster,
+                          &cli));
+  CHECK(o.optimizer == PTDP_OPTIMIZER_MUON);
+  CHECK(o.muon_num_ns_steps == 7);
+  CHECK(o.muon_no_split_qkv == 1);
+}
+
 TEST_CASE("the attention kind through the plan C API", "[plan][capi][attention]") {
   // GPT-2 small at s 2048 in fp32 on one CPU node: the unfused path's probabilities (two
   // [b, a, s, s] fp32 tensors per layer with attention dropout) against the fused kernel's row

@@ -155,6 +155,29 @@ except (ValueError, KeyError, IndexError) as e:
 rc, out, err = run(MIXTRAL + ["--expert-model-parallel-size", "3"])
 check(rc != 0 and "expert" in err, f"mixtral-8x7b with e = 3: rc {rc}, {err}")
 
+# The optimizer (the C API's plan options carry it): Muon's one momentum buffer on the hidden
+# weights shrinks the optimizer state below Adam's, and its Newton-Schulz time is reported.
+LLAMA = ["--cluster", "dgx-h100", "--num-gpus", "8", "--model-preset", "llama-3-8b", "--global-batch-size", "512",
+         "--bf16", "--use-distributed-optimizer", "--tensor-model-parallel-size", "2",
+         "--pipeline-model-parallel-size", "1", "--micro-batch-size", "1", "--recompute-granularity", "full", "--json"]
+rc_a, out_a, err_a = run(LLAMA)
+rc_m, out_m, err_m = run(LLAMA + ["--optimizer", "muon"])
+try:
+    adam, muon = json.loads(out_a), json.loads(out_m)
+    a, m = adam["layouts"][0], muon["layouts"][0]
+    check(rc_a == 0 and rc_m == 0 and adam["model"]["optimizer"] == "adam" and muon["model"]["optimizer"] == "muon",
+          f"--optimizer muon: rc {rc_a} {rc_m}, {err_a} {err_m}")
+    check(m["memory_bytes"]["optimizer"] < a["memory_bytes"]["optimizer"]
+          and m["seconds"]["newton_schulz"] > 0 and a["seconds"]["newton_schulz"] == 0
+          and m["seconds"]["optimizer"] >= m["seconds"]["newton_schulz"],
+          f"--optimizer muon: less state, Newton-Schulz time: {m['memory_bytes']} {m['seconds']}")
+except (ValueError, KeyError, IndexError) as e:
+    check(False, f"--optimizer muon --json: not the expected JSON ({e}): {out_m[:200]} {err_m}")
+rc, out, err = run(LLAMA[:-1] + ["--optimizer", "muon"])
+check(rc == 0 and "Newton-Schulz" in out and ", muon" in out, f"--optimizer muon's report: {out[-600:]} {err}")
+rc, out, err = run(LLAMA + ["--optimizer", "lion"])
+check(rc == 2 and "--optimizer" in err and "lion" in err, f"--optimizer lion: rc {rc}, {err}")
+
 # Impossible requests: status 1 and what is missing.
 rc, out, err = run(["--cluster", "dgx-a100", "--num-layers", "128", "--hidden-size", "25600", "--num-attention-heads",
                     "160", "--seq-length", "2048", "--vocab-size", "51200", "--global-batch-size", "3072", "--fp16"])

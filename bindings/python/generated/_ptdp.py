@@ -2618,6 +2618,12 @@ PTDP_OPTIMIZER_ADAM = _ptdp_ext.PTDP_OPTIMIZER_ADAM
 r""" AdamW: Adam with decoupled weight decay."""
 PTDP_OPTIMIZER_SGD = _ptdp_ext.PTDP_OPTIMIZER_SGD
 r""" SGD with momentum."""
+PTDP_OPTIMIZER_MUON = _ptdp_ext.PTDP_OPTIMIZER_MUON
+r"""
+    Muon: momentum orthogonalised by Newton-Schulz for the 2-D hidden
+                                   weights, AdamW for the rest (so far priced by the planner,
+                                   ptdp_plan_options::optimizer, and refused by the trainer).
+    """
 PTDP_LR_CONSTANT = _ptdp_ext.PTDP_LR_CONSTANT
 r""" lr after warm-up."""
 PTDP_LR_LINEAR = _ptdp_ext.PTDP_LR_LINEAR
@@ -4297,6 +4303,28 @@ class ptdp_plan_options(object):
     As
                                                 ptdp_gpt_options::moe_router_topk_limited_devices.
     """)
+    optimizer = property(_ptdp_ext.ptdp_plan_options_optimizer_get, _ptdp_ext.ptdp_plan_options_optimizer_set, doc=r"""
+    The optimizer whose state and step the plan prices
+                                                (`--optimizer`): ::PTDP_OPTIMIZER_ADAM (0, the
+                                                default) two fp32 moments per parameter;
+                                                ::PTDP_OPTIMIZER_SGD one fp32 momentum buffer;
+                                                ::PTDP_OPTIMIZER_MUON one fp32 momentum buffer for
+                                                the 2-D hidden weights (attention and MLP linears,
+                                                every expert, the router, MLA's projections, MTP's
+                                                eh_proj) and two moments for the rest, plus the
+                                                Newton-Schulz iteration at the device's peak
+                                                (ptdp_plan_layout::seconds_newton_schulz).
+    """)
+    muon_num_ns_steps = property(_ptdp_ext.ptdp_plan_options_muon_num_ns_steps_get, _ptdp_ext.ptdp_plan_options_muon_num_ns_steps_set, doc=r"""
+    Newton-Schulz steps per Muon step
+                                                (`--muon-num-ns-steps`), 1..100; 0 (default): 5.
+    """)
+    muon_no_split_qkv = property(_ptdp_ext.ptdp_plan_options_muon_no_split_qkv_get, _ptdp_ext.ptdp_plan_options_muon_no_split_qkv_set, doc=r"""
+    1: Muon orthogonalises linear_qkv and SwiGLU's
+                                                linear_fc1 whole (`--muon-no-split-qkv`); 0
+                                                (default): q, k, v and gate, up as separate
+                                                matrices.
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_options_swiginit(self, _ptdp_ext.new_ptdp_plan_options())
@@ -4349,8 +4377,9 @@ class ptdp_plan_layout(object):
     memory_weights = property(_ptdp_ext.ptdp_plan_layout_memory_weights_get, _ptdp_ext.ptdp_plan_layout_memory_weights_set, doc=r""" Bytes of weights.""")
     memory_gradients = property(_ptdp_ext.ptdp_plan_layout_memory_gradients_get, _ptdp_ext.ptdp_plan_layout_memory_gradients_set, doc=r""" Bytes of gradients (fp32).""")
     memory_optimizer = property(_ptdp_ext.ptdp_plan_layout_memory_optimizer_get, _ptdp_ext.ptdp_plan_layout_memory_optimizer_set, doc=r"""
-    Bytes of optimizer state: Adam moments and the fp32
-                                          master weights of 16-bit training, both / d with the
+    Bytes of optimizer state: Adam moments (SGD's or Muon's
+                                          momentum where ptdp_plan_options::optimizer says) and the
+                                          fp32 master weights of 16-bit training, both / d with the
                                           distributed optimizer.
     """)
     memory_activations = property(_ptdp_ext.ptdp_plan_layout_memory_activations_get, _ptdp_ext.ptdp_plan_layout_memory_activations_set, doc=r"""
@@ -4404,6 +4433,11 @@ class ptdp_plan_layout(object):
                                                seconds_tensor_comm.
     """)
     expert_crosses_nodes = property(_ptdp_ext.ptdp_plan_layout_expert_crosses_nodes_get, _ptdp_ext.ptdp_plan_layout_expert_crosses_nodes_set, doc=r""" 1 when an expert group's e etp ranks span nodes.""")
+    seconds_newton_schulz = property(_ptdp_ext.ptdp_plan_layout_seconds_newton_schulz_get, _ptdp_ext.ptdp_plan_layout_seconds_newton_schulz_set, doc=r"""
+    Of seconds_optimizer, Muon's Newton-Schulz products
+                                               on the most loaded rank at the device's peak (0 for
+                                               Adam and SGD).
+    """)
 
     def __init__(self):
         _ptdp_ext.ptdp_plan_layout_swiginit(self, _ptdp_ext.new_ptdp_plan_layout())

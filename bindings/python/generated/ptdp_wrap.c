@@ -35420,6 +35420,184 @@ fail:
 }
 
 
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_optimizer_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  ptdp_optimizer_kind arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_optimizer_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_optimizer_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_optimizer_kind", "ptdp_plan_options_optimizer_set", "optimizer", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_optimizer_kind)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->optimizer = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_optimizer_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_optimizer_kind result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_optimizer_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_optimizer_kind) ((arg1)->optimizer);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_muon_num_ns_steps_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_muon_num_ns_steps_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_muon_num_ns_steps_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_muon_num_ns_steps_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_num_ns_steps = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_muon_num_ns_steps_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_muon_num_ns_steps_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->muon_num_ns_steps);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_muon_no_split_qkv_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_options_muon_no_split_qkv_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_muon_no_split_qkv_set" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_options_muon_no_split_qkv_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_no_split_qkv = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_options_muon_no_split_qkv_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_options *arg1 = (struct ptdp_plan_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_options_muon_no_split_qkv_get" "', argument " "1"" of type '" "struct ptdp_plan_options *""'"); 
+  }
+  arg1 = (struct ptdp_plan_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->muon_no_split_qkv);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
 SWIGINTERN PyObject *_wrap_new_ptdp_plan_options(PyObject *self, PyObject *args) {
   PyObject *resultobj = 0;
   struct ptdp_plan_options *result = 0 ;
@@ -38346,6 +38524,66 @@ SWIGINTERN PyObject *_wrap_ptdp_plan_layout_expert_crosses_nodes_get(PyObject *s
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_seconds_newton_schulz_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  double arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  double val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_plan_layout_seconds_newton_schulz_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_seconds_newton_schulz_set" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  ecode2 = SWIG_AsVal_double(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_plan_layout_seconds_newton_schulz_set" "', argument " "2"" of type '" "double""'");
+  } 
+  arg2 = (double)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->seconds_newton_schulz = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_plan_layout_seconds_newton_schulz_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_plan_layout *arg1 = (struct ptdp_plan_layout *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  double result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_plan_layout, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_plan_layout_seconds_newton_schulz_get" "', argument " "1"" of type '" "struct ptdp_plan_layout *""'"); 
+  }
+  arg1 = (struct ptdp_plan_layout *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (double) ((arg1)->seconds_newton_schulz);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_double((double)(result));
   return resultobj;
 fail:
   return NULL;
@@ -44974,6 +45212,50 @@ static PyMethodDef SwigMethods[] = {
 		"As\n"
 		"                                            ptdp_gpt_options::moe_router_topk_limited_devices.\n"
 		""},
+	 { "ptdp_plan_options_optimizer_set", _wrap_ptdp_plan_options_optimizer_set, METH_VARARGS, "\n"
+		"The optimizer whose state and step the plan prices\n"
+		"                                            (`--optimizer`): ::PTDP_OPTIMIZER_ADAM (0, the\n"
+		"                                            default) two fp32 moments per parameter;\n"
+		"                                            ::PTDP_OPTIMIZER_SGD one fp32 momentum buffer;\n"
+		"                                            ::PTDP_OPTIMIZER_MUON one fp32 momentum buffer for\n"
+		"                                            the 2-D hidden weights (attention and MLP linears,\n"
+		"                                            every expert, the router, MLA's projections, MTP's\n"
+		"                                            eh_proj) and two moments for the rest, plus the\n"
+		"                                            Newton-Schulz iteration at the device's peak\n"
+		"                                            (ptdp_plan_layout::seconds_newton_schulz).\n"
+		""},
+	 { "ptdp_plan_options_optimizer_get", _wrap_ptdp_plan_options_optimizer_get, METH_O, "\n"
+		"The optimizer whose state and step the plan prices\n"
+		"                                            (`--optimizer`): ::PTDP_OPTIMIZER_ADAM (0, the\n"
+		"                                            default) two fp32 moments per parameter;\n"
+		"                                            ::PTDP_OPTIMIZER_SGD one fp32 momentum buffer;\n"
+		"                                            ::PTDP_OPTIMIZER_MUON one fp32 momentum buffer for\n"
+		"                                            the 2-D hidden weights (attention and MLP linears,\n"
+		"                                            every expert, the router, MLA's projections, MTP's\n"
+		"                                            eh_proj) and two moments for the rest, plus the\n"
+		"                                            Newton-Schulz iteration at the device's peak\n"
+		"                                            (ptdp_plan_layout::seconds_newton_schulz).\n"
+		""},
+	 { "ptdp_plan_options_muon_num_ns_steps_set", _wrap_ptdp_plan_options_muon_num_ns_steps_set, METH_VARARGS, "\n"
+		"Newton-Schulz steps per Muon step\n"
+		"                                            (`--muon-num-ns-steps`), 1..100; 0 (default): 5.\n"
+		""},
+	 { "ptdp_plan_options_muon_num_ns_steps_get", _wrap_ptdp_plan_options_muon_num_ns_steps_get, METH_O, "\n"
+		"Newton-Schulz steps per Muon step\n"
+		"                                            (`--muon-num-ns-steps`), 1..100; 0 (default): 5.\n"
+		""},
+	 { "ptdp_plan_options_muon_no_split_qkv_set", _wrap_ptdp_plan_options_muon_no_split_qkv_set, METH_VARARGS, "\n"
+		"1: Muon orthogonalises linear_qkv and SwiGLU's\n"
+		"                                            linear_fc1 whole (`--muon-no-split-qkv`); 0\n"
+		"                                            (default): q, k, v and gate, up as separate\n"
+		"                                            matrices.\n"
+		""},
+	 { "ptdp_plan_options_muon_no_split_qkv_get", _wrap_ptdp_plan_options_muon_no_split_qkv_get, METH_O, "\n"
+		"1: Muon orthogonalises linear_qkv and SwiGLU's\n"
+		"                                            linear_fc1 whole (`--muon-no-split-qkv`); 0\n"
+		"                                            (default): q, k, v and gate, up as separate\n"
+		"                                            matrices.\n"
+		""},
 	 { "new_ptdp_plan_options", _wrap_new_ptdp_plan_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_options", _wrap_delete_ptdp_plan_options, METH_O, NULL},
 	 { "ptdp_plan_options_swigregister", ptdp_plan_options_swigregister, METH_O, NULL},
@@ -45031,13 +45313,15 @@ static PyMethodDef SwigMethods[] = {
 	 { "ptdp_plan_layout_memory_gradients_set", _wrap_ptdp_plan_layout_memory_gradients_set, METH_VARARGS, " Bytes of gradients (fp32)."},
 	 { "ptdp_plan_layout_memory_gradients_get", _wrap_ptdp_plan_layout_memory_gradients_get, METH_O, " Bytes of gradients (fp32)."},
 	 { "ptdp_plan_layout_memory_optimizer_set", _wrap_ptdp_plan_layout_memory_optimizer_set, METH_VARARGS, "\n"
-		"Bytes of optimizer state: Adam moments and the fp32\n"
-		"                                      master weights of 16-bit training, both / d with the\n"
+		"Bytes of optimizer state: Adam moments (SGD's or Muon's\n"
+		"                                      momentum where ptdp_plan_options::optimizer says) and the\n"
+		"                                      fp32 master weights of 16-bit training, both / d with the\n"
 		"                                      distributed optimizer.\n"
 		""},
 	 { "ptdp_plan_layout_memory_optimizer_get", _wrap_ptdp_plan_layout_memory_optimizer_get, METH_O, "\n"
-		"Bytes of optimizer state: Adam moments and the fp32\n"
-		"                                      master weights of 16-bit training, both / d with the\n"
+		"Bytes of optimizer state: Adam moments (SGD's or Muon's\n"
+		"                                      momentum where ptdp_plan_options::optimizer says) and the\n"
+		"                                      fp32 master weights of 16-bit training, both / d with the\n"
 		"                                      distributed optimizer.\n"
 		""},
 	 { "ptdp_plan_layout_memory_activations_set", _wrap_ptdp_plan_layout_memory_activations_set, METH_VARARGS, "\n"
@@ -45142,6 +45426,16 @@ static PyMethodDef SwigMethods[] = {
 		""},
 	 { "ptdp_plan_layout_expert_crosses_nodes_set", _wrap_ptdp_plan_layout_expert_crosses_nodes_set, METH_VARARGS, " 1 when an expert group's e etp ranks span nodes."},
 	 { "ptdp_plan_layout_expert_crosses_nodes_get", _wrap_ptdp_plan_layout_expert_crosses_nodes_get, METH_O, " 1 when an expert group's e etp ranks span nodes."},
+	 { "ptdp_plan_layout_seconds_newton_schulz_set", _wrap_ptdp_plan_layout_seconds_newton_schulz_set, METH_VARARGS, "\n"
+		"Of seconds_optimizer, Muon's Newton-Schulz products\n"
+		"                                           on the most loaded rank at the device's peak (0 for\n"
+		"                                           Adam and SGD).\n"
+		""},
+	 { "ptdp_plan_layout_seconds_newton_schulz_get", _wrap_ptdp_plan_layout_seconds_newton_schulz_get, METH_O, "\n"
+		"Of seconds_optimizer, Muon's Newton-Schulz products\n"
+		"                                           on the most loaded rank at the device's peak (0 for\n"
+		"                                           Adam and SGD).\n"
+		""},
 	 { "new_ptdp_plan_layout", _wrap_new_ptdp_plan_layout, METH_NOARGS, NULL},
 	 { "delete_ptdp_plan_layout", _wrap_delete_ptdp_plan_layout, METH_O, NULL},
 	 { "ptdp_plan_layout_swigregister", ptdp_plan_layout_swigregister, METH_O, NULL},
@@ -46451,6 +46745,7 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_TOKENIZER_SENTENCE_PIECE",SWIG_From_int((int)(PTDP_TOKENIZER_SENTENCE_PIECE)));
   SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_ADAM",SWIG_From_int((int)(PTDP_OPTIMIZER_ADAM)));
   SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_SGD",SWIG_From_int((int)(PTDP_OPTIMIZER_SGD)));
+  SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_MUON",SWIG_From_int((int)(PTDP_OPTIMIZER_MUON)));
   SWIG_Python_SetConstant(d, "PTDP_LR_CONSTANT",SWIG_From_int((int)(PTDP_LR_CONSTANT)));
   SWIG_Python_SetConstant(d, "PTDP_LR_LINEAR",SWIG_From_int((int)(PTDP_LR_LINEAR)));
   SWIG_Python_SetConstant(d, "PTDP_LR_COSINE",SWIG_From_int((int)(PTDP_LR_COSINE)));

@@ -8,7 +8,8 @@ from .model import _Masks, pipeline_options
 
 OptimizerKind = make_enum("OptimizerKind", "ptdp_optimizer_kind", "PTDP_OPTIMIZER_",
                           "Optimizer algorithm (ptdp_optimizer_kind, ``--optimizer``): ADAM (AdamW, also spelt "
-                          "\"adamw\") or SGD.", aliases={"adamw": "ADAM"})
+                          "\"adamw\"), SGD or MUON (so far priced by the planner, refused by the trainer).",
+                          aliases={"adamw": "ADAM"})
 LRDecayStyle = make_enum("LRDecayStyle", "ptdp_lr_decay_style", "PTDP_LR_",
                          "Learning-rate decay (ptdp_lr_decay_style, ``--lr-decay-style``): CONSTANT, LINEAR or "
                          "COSINE.")

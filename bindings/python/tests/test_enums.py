@@ -90,7 +90,7 @@ def test_the_issues_examples():
         assert _lib.make_struct("ptdp_optimizer_options", optimizer="sgd").optimizer == kind
         with pytest.raises(ptdp.InvalidArgumentError,
                            match="ptdp_optimizer_options.optimizer = 'adma' is not a ptdp.OptimizerKind; expected "
-                                 "one of 'adam', 'sgd', 'adamw'"):
+                                 "one of 'adam', 'sgd', 'muon', 'adamw'"):
             ptdp.Optimizer(model, optimizer="adma")
 
 

@@ -2563,7 +2563,10 @@ PTDP_API ptdp_status ptdp_tokenizer_id_to_token(ptdp_tokenizer tokenizer, int32_
 /** Optimizer algorithm (Megatron's `--optimizer`). */
 typedef enum ptdp_optimizer_kind PTDP_ENUM_INT {
   PTDP_OPTIMIZER_ADAM = 0, /**< AdamW: Adam with decoupled weight decay. */
-  PTDP_OPTIMIZER_SGD = 1   /**< SGD with momentum. */
+  PTDP_OPTIMIZER_SGD = 1,  /**< SGD with momentum. */
+  PTDP_OPTIMIZER_MUON = 2  /**< Muon: momentum orthogonalised by Newton-Schulz for the 2-D hidden
+                                weights, AdamW for the rest (so far priced by the planner,
+                                ptdp_plan_options::optimizer, and refused by the trainer). */
 } ptdp_optimizer_kind;
 
 /** Learning-rate decay (Megatron's `--lr-decay-style`). */
@@ -4349,6 +4352,22 @@ typedef struct ptdp_plan_options {
   int32_t moe_router_group_score_topk;  /**< As ptdp_gpt_options::moe_router_group_score_topk. */
   int32_t moe_router_topk_limited_devices; /**< As
                                              ptdp_gpt_options::moe_router_topk_limited_devices. */
+  ptdp_optimizer_kind optimizer;        /**< The optimizer whose state and step the plan prices
+                                             (`--optimizer`): ::PTDP_OPTIMIZER_ADAM (0, the
+                                             default) two fp32 moments per parameter;
+                                             ::PTDP_OPTIMIZER_SGD one fp32 momentum buffer;
+                                             ::PTDP_OPTIMIZER_MUON one fp32 momentum buffer for
+                                             the 2-D hidden weights (attention and MLP linears,
+                                             every expert, the router, MLA's projections, MTP's
+                                             eh_proj) and two moments for the rest, plus the
+                                             Newton-Schulz iteration at the device's peak
+                                             (ptdp_plan_layout::seconds_newton_schulz). */
+  int32_t muon_num_ns_steps;            /**< Newton-Schulz steps per Muon step
+                                             (`--muon-num-ns-steps`), 1..100; 0 (default): 5. */
+  int32_t muon_no_split_qkv;            /**< 1: Muon orthogonalises linear_qkv and SwiGLU's
+                                             linear_fc1 whole (`--muon-no-split-qkv`); 0
+                                             (default): q, k, v and gate, up as separate
+                                             matrices. */
 } ptdp_plan_options;
 
 /** The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args(). */
@@ -4383,8 +4402,9 @@ typedef struct ptdp_plan_layout {
   int64_t parameters_per_gpu;     /**< The most parameters one GPU holds. */
   double memory_weights;          /**< Bytes of weights. */
   double memory_gradients;        /**< Bytes of gradients (fp32). */
-  double memory_optimizer;        /**< Bytes of optimizer state: Adam moments and the fp32
-                                       master weights of 16-bit training, both / d with the
+  double memory_optimizer;        /**< Bytes of optimizer state: Adam moments (SGD's or Muon's
+                                       momentum where ptdp_plan_options::optimizer says) and the
+                                       fp32 master weights of 16-bit training, both / d with the
                                        distributed optimizer. */
   double memory_activations;      /**< Bytes of activations of the in-flight microbatches,
                                        the recomputation working set and the loss. */
@@ -4422,6 +4442,9 @@ typedef struct ptdp_plan_layout {
                                             forward and backward) on the slowest rank; part of
                                             seconds_tensor_comm. */
   int32_t expert_crosses_nodes;        /**< 1 when an expert group's e etp ranks span nodes. */
+  double seconds_newton_schulz;        /**< Of seconds_optimizer, Muon's Newton-Schulz products
+                                            on the most loaded rank at the device's peak (0 for
+                                            Adam and SGD). */
 } ptdp_plan_layout;
 
 /**

@@ -1101,6 +1101,7 @@ end
 const ptdp_optimizer_kind = Cint
 const PTDP_OPTIMIZER_ADAM = ptdp_optimizer_kind(0)
 const PTDP_OPTIMIZER_SGD = ptdp_optimizer_kind(1)
+const PTDP_OPTIMIZER_MUON = ptdp_optimizer_kind(2)
 
 # Learning-rate decay (Megatron's `--lr-decay-style`).
 const ptdp_lr_decay_style = Cint
@@ -1916,6 +1917,9 @@ struct ptdp_plan_options
     mtp_loss_scaling_factor::Cfloat
     moe_router_group_score_topk::Int32
     moe_router_topk_limited_devices::Int32
+    optimizer::ptdp_optimizer_kind
+    muon_num_ns_steps::Int32
+    muon_no_split_qkv::Int32
 end
 
 # The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -1975,6 +1979,7 @@ struct ptdp_plan_layout
     expert_parameters_per_gpu::Int64
     seconds_moe_exchange::Cdouble
     expert_crosses_nodes::Int32
+    seconds_newton_schulz::Cdouble
 end
 
 # Fills @p options with the defaults and sets its struct_size.

@@ -451,6 +451,7 @@ pub struct ptdp_tokenizer_options {
 pub type ptdp_optimizer_kind = i32;
 pub const PTDP_OPTIMIZER_ADAM: ptdp_optimizer_kind = 0;
 pub const PTDP_OPTIMIZER_SGD: ptdp_optimizer_kind = 1;
+pub const PTDP_OPTIMIZER_MUON: ptdp_optimizer_kind = 2;
 
 /// Learning-rate decay (Megatron's `--lr-decay-style`).
 pub type ptdp_lr_decay_style = i32;
@@ -836,6 +837,9 @@ pub struct ptdp_plan_options {
     pub mtp_loss_scaling_factor: f32,
     pub moe_router_group_score_topk: i32,
     pub moe_router_topk_limited_devices: i32,
+    pub optimizer: ptdp_optimizer_kind,
+    pub muon_num_ns_steps: i32,
+    pub muon_no_split_qkv: i32,
 }
 
 /// The settings of the `ptdp-plan` tool itself, from ptdp_plan_parse_args().
@@ -902,6 +906,7 @@ pub struct ptdp_plan_layout {
     pub expert_parameters_per_gpu: i64,
     pub seconds_moe_exchange: f64,
     pub expert_crosses_nodes: i32,
+    pub seconds_newton_schulz: f64,
 }
 
 /// Options of ptdp_preprocess(): `ptdp-preprocess-data`'s flags.
