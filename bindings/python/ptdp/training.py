@@ -362,6 +362,7 @@ def read_checkpoint_options(directory):
     return struct_to_dict(options), iteration
 
 
-__all__ = ["OptimizerKind", "MuonScaleMode", "MuonTpMode", "NsCoefficients", "NsPrecision", "LRDecayStyle", "ParamFlags", "IterationResult", "IterationReport", "CheckpointState",
-           "MoeMetrics", "Optimizer", "train_iteration", "moe_metrics", "train", "Trainer", "TrainConfig", "save_checkpoint", "load_checkpoint",
-           "read_checkpoint_options", "supervise"]
+__all__ = ["OptimizerKind", "MuonScaleMode", "MuonTpMode", "NsCoefficients", "NsPrecision", "LRDecayStyle",
+           "ParamFlags", "IterationResult", "IterationReport", "CheckpointState", "MoeMetrics", "Optimizer",
+           "train_iteration", "moe_metrics", "train", "Trainer", "TrainConfig", "save_checkpoint",
+           "load_checkpoint", "read_checkpoint_options", "supervise"]
