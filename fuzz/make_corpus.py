@@ -63,6 +63,11 @@ seed("fuzz_train_args", "moe", command_line(
     "--moe-z-loss-coeff 1e-3 --moe-expert-capacity-factor 1.25 --moe-token-drop-policy position "
     "--moe-pad-expert-input-to-capacity --moe-token-dispatcher-type allgather --expert-model-parallel-size 4 "
     "--expert-tensor-parallel-size 1 --recompute-granularity selective --recompute-modules core_attn moe"))
+seed("fuzz_train_args", "muon", command_line(
+    "--optimizer muon --muon-momentum 0.95 --muon-nesterov --muon-use-nesterov --muon-num-ns-steps 5 "
+    "--muon-coefficient-type simple --muon-fp32-matmul-prec medium --muon-scale-mode spectral "
+    "--muon-extra-scale-factor 0.2 --muon-no-split-qkv --muon-tp-mode blockwise --muon-scalar-optimizer adam "
+    "--qk-clip --qk-clip-threshold 50 --qk-clip-alpha 0.5 --swiglu --use-distributed-optimizer"))
 seed("fuzz_train_args", "help", "--help\n")
 seed("fuzz_plan_args", "guide", command_line(
     "--cluster dgx-h100 --num-gpus 8 --model-preset llama-3-8b --global-batch-size 512 --bf16 "

@@ -147,6 +147,32 @@ module ptdp_enums
   integer(c_int), parameter :: PTDP_OPTIMIZER_SGD = 1
   integer(c_int), parameter :: PTDP_OPTIMIZER_MUON = 2
 
+  ! Muon's scale of the orthogonalised update of an [out, in] matrix (Megatron's
+  ! `--muon-scale-mode`; ptdp_optimizer_options::muon_scale_mode), times
+  ! ptdp_optimizer_options::muon_extra_scale_factor.
+  integer(c_int), parameter :: PTDP_MUON_SCALE_SPECTRAL = 0
+  integer(c_int), parameter :: PTDP_MUON_SCALE_UNIT_RMS_NORM = 1
+  integer(c_int), parameter :: PTDP_MUON_SCALE_SHAPE_SCALING = 2
+
+  ! How Muon orthogonalises a matrix split over the tensor group (Megatron's `--muon-tp-mode`;
+  ! ptdp_optimizer_options::muon_tp_mode).
+  integer(c_int), parameter :: PTDP_MUON_TP_DISTRIBUTED = 0
+  integer(c_int), parameter :: PTDP_MUON_TP_DUPLICATED = 1
+  integer(c_int), parameter :: PTDP_MUON_TP_BLOCKWISE = 2
+
+  ! Muon's Newton-Schulz coefficient sets, used cyclically over the iterations (Megatron's
+  ! `--muon-coefficient-type`; ptdp_optimizer_options::muon_coefficient_type).
+  integer(c_int), parameter :: PTDP_NS_COEFFICIENTS_QUINTIC = 0
+  integer(c_int), parameter :: PTDP_NS_COEFFICIENTS_SIMPLE = 1
+  integer(c_int), parameter :: PTDP_NS_COEFFICIENTS_POLAR_EXPRESS = 2
+  integer(c_int), parameter :: PTDP_NS_COEFFICIENTS_AOL = 3
+
+  ! Precision of Muon's Newton-Schulz products (Megatron's `--muon-fp32-matmul-prec`;
+  ! ptdp_optimizer_options::muon_fp32_matmul_prec).
+  integer(c_int), parameter :: PTDP_NS_PRECISION_HIGHEST = 0
+  integer(c_int), parameter :: PTDP_NS_PRECISION_HIGH = 1
+  integer(c_int), parameter :: PTDP_NS_PRECISION_MEDIUM = 2
+
   ! Learning-rate decay (Megatron's `--lr-decay-style`).
   integer(c_int), parameter :: PTDP_LR_CONSTANT = 0
   integer(c_int), parameter :: PTDP_LR_LINEAR = 1
@@ -405,6 +431,18 @@ module ptdp
     integer(c_int64_t) :: ddp_bucket_size
     integer(c_int32_t) :: overlap_grad_reduce
     integer(c_int32_t) :: overlap_param_gather
+    real(c_float) :: muon_momentum
+    integer(c_int32_t) :: muon_nesterov
+    integer(c_int32_t) :: muon_num_ns_steps
+    integer(c_int) :: muon_coefficient_type
+    integer(c_int) :: muon_fp32_matmul_prec
+    integer(c_int) :: muon_scale_mode
+    real(c_float) :: muon_extra_scale_factor
+    integer(c_int32_t) :: muon_split_qkv
+    integer(c_int) :: muon_tp_mode
+    integer(c_int32_t) :: qk_clip
+    real(c_float) :: qk_clip_threshold
+    real(c_float) :: qk_clip_alpha
   end type ptdp_optimizer_options
 
   ! What one training iteration reports (a Megatron log line's numbers).

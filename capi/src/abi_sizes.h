@@ -203,8 +203,11 @@ static_assert(released_size<ptdp_gpt_data_options>(Release::v0_3_0) ==
                   offsetof(ptdp_gpt_data_options, train_data_path),
               "ptdp_gpt_data_options: the per-split data paths came after 0.3.0");
 static_assert(released_size<ptdp_optimizer_options>(Release::v0_3_0) ==
-                  offsetof(ptdp_optimizer_options, overlap_grad_reduce),
-              "ptdp_optimizer_options: the overlap switches came after 0.3.0");
+                      offsetof(ptdp_optimizer_options, overlap_grad_reduce) &&
+                  released_size<ptdp_optimizer_options>(Release::v0_3_0_last) ==
+                      offsetof(ptdp_optimizer_options, muon_momentum),
+              "ptdp_optimizer_options: the overlap switches came after 0.3.0, the Muon fields (from muon_momentum) "
+              "after 0.3.0's last header");
 static_assert(released_size<ptdp_schedule_costs>(Release::v0_3_0) == offsetof(ptdp_schedule_costs, chunk_forward),
               "ptdp_schedule_costs: the measured chunk costs came after 0.3.0");
 static_assert(released_size<ptdp_pipeline_options>(Release::v0_3_0_last) == offsetof(ptdp_pipeline_options, masks) &&
@@ -217,8 +220,8 @@ static_assert(offsetof(ptdp_train_settings, launcher) + sizeof(const char*) == s
               "ptdp_train_settings: the fields after 0.3.0 are packed");
 static_assert(offsetof(ptdp_gpt_data_options, test_data_path) + sizeof(const char*) == sizeof(ptdp_gpt_data_options),
               "ptdp_gpt_data_options: the fields after 0.3.0 are packed");
-static_assert(offsetof(ptdp_optimizer_options, overlap_param_gather) + sizeof(int32_t) ==
-                  sizeof(ptdp_optimizer_options),
+static_assert(offsetof(ptdp_optimizer_options, qk_clip_alpha) + sizeof(float) == sizeof(ptdp_optimizer_options) &&
+                  sizeof(ptdp_optimizer_options) == 168,
               "ptdp_optimizer_options: the fields after 0.3.0 are packed");
 static_assert(offsetof(ptdp_schedule_costs, chunk_backward_weight) + sizeof(const double*) ==
                   sizeof(ptdp_schedule_costs),

@@ -556,13 +556,54 @@ ParallelConfig parallel_config(const ptdp_parallel_options* user) {
   return c;
 }
 
+namespace {
+
+/// The Muon fields' checks, each naming `options->field` (read whatever the optimizer kind, as
+/// every other field is; the core checks them again in its own words).
+void check_muon_options(const ptdp_optimizer_options& o) {
+  const auto flag = [](int32_t v, const char* name) {
+    PTDP_CHECK_ARG(v == 0 || v == 1, str_cat("options->", name, " = ", v, " is not 0 or 1"));
+  };
+  flag(o.muon_nesterov, "muon_nesterov");
+  flag(o.muon_split_qkv, "muon_split_qkv");
+  flag(o.qk_clip, "qk_clip");
+  const auto in_enum = [](int v, int last, const char* name, const char* type, const char* values) {
+    PTDP_CHECK_ARG(v >= 0 && v <= last, str_cat("options->", name, " = ", v, " is not a ", type, " (", values, ")"));
+  };
+  in_enum(static_cast<int>(o.muon_coefficient_type), PTDP_NS_COEFFICIENTS_AOL, "muon_coefficient_type",
+          "ptdp_ns_coefficients", "0 quintic, 1 simple, 2 polar_express, 3 aol");
+  in_enum(static_cast<int>(o.muon_fp32_matmul_prec), PTDP_NS_PRECISION_MEDIUM, "muon_fp32_matmul_prec",
+          "ptdp_ns_precision", "0 highest, 1 high, 2 medium");
+  in_enum(static_cast<int>(o.muon_scale_mode), PTDP_MUON_SCALE_SHAPE_SCALING, "muon_scale_mode",
+          "ptdp_muon_scale_mode", "0 spectral, 1 unit_rms_norm, 2 shape_scaling");
+  in_enum(static_cast<int>(o.muon_tp_mode), PTDP_MUON_TP_BLOCKWISE, "muon_tp_mode", "ptdp_muon_tp_mode",
+          "0 distributed, 1 duplicated, 2 blockwise");
+  const auto field = [](bool ok, const char* name, double v, const char* want) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    PTDP_CHECK_ARG(ok, str_cat("options->", name, " = ", buf, " ", want));
+  };
+  field(o.muon_momentum >= 0 && o.muon_momentum < 1, "muon_momentum", o.muon_momentum, "must be in [0, 1)");
+  field(o.muon_num_ns_steps >= 1 && o.muon_num_ns_steps <= 100, "muon_num_ns_steps", o.muon_num_ns_steps,
+        "must be in [1, 100]");
+  field(std::isfinite(o.muon_extra_scale_factor) && o.muon_extra_scale_factor > 0, "muon_extra_scale_factor",
+        o.muon_extra_scale_factor, "must be > 0");
+  field(std::isfinite(o.qk_clip_threshold) && o.qk_clip_threshold > 0, "qk_clip_threshold", o.qk_clip_threshold,
+        "must be > 0");
+  field(o.qk_clip_alpha >= 0 && o.qk_clip_alpha <= 1, "qk_clip_alpha", o.qk_clip_alpha, "must be in [0, 1]");
+}
+
+}  // namespace
+
 OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
   ptdp_optimizer_options d;
   ptdp_optimizer_options_init(&d);
   const ptdp_optimizer_options o =
       read_options(user, d, "options", "ptdp_optimizer_options_init");
-  PTDP_CHECK_ARG(o.optimizer == PTDP_OPTIMIZER_ADAM || o.optimizer == PTDP_OPTIMIZER_SGD,
-                 "options->optimizer = " + std::to_string(static_cast<int>(o.optimizer)) + " is not a ptdp_optimizer_kind");
+  PTDP_CHECK_ARG(o.optimizer == PTDP_OPTIMIZER_ADAM || o.optimizer == PTDP_OPTIMIZER_SGD ||
+                     o.optimizer == PTDP_OPTIMIZER_MUON,
+                 "options->optimizer = " + std::to_string(static_cast<int>(o.optimizer)) +
+                     " is not a ptdp_optimizer_kind (0 adam, 1 sgd, 2 muon)");
   PTDP_CHECK_ARG(o.lr_decay_style >= PTDP_LR_CONSTANT && o.lr_decay_style <= PTDP_LR_COSINE,
                  "options->lr_decay_style = " + std::to_string(static_cast<int>(o.lr_decay_style)) +
                      " is not a ptdp_lr_decay_style");
@@ -600,6 +641,7 @@ OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
   field(o.loss_scale_window > 0, "loss_scale_window", o.loss_scale_window, "must be > 0");
   field(o.hysteresis > 0, "hysteresis", o.hysteresis, "must be > 0");
   field(o.ddp_bucket_size >= 0, "ddp_bucket_size", static_cast<double>(o.ddp_bucket_size), "must be >= 0 (0: one bucket)");
+  check_muon_options(o);
   OptimizerConfig c;
   c.kind = static_cast<OptimizerKind>(o.optimizer);
   c.lr.lr = o.lr;
@@ -622,6 +664,18 @@ OptimizerConfig optimizer_config(const ptdp_optimizer_options* user) {
   c.bucket_elements = o.ddp_bucket_size;
   c.overlap_grad_reduce = o.overlap_grad_reduce == 1;
   c.overlap_param_gather = o.overlap_param_gather == 1;
+  c.muon.momentum = o.muon_momentum;
+  c.muon.nesterov = o.muon_nesterov == 1;
+  c.muon.ns_steps = o.muon_num_ns_steps;
+  c.muon.coefficients = static_cast<NsCoefficients>(o.muon_coefficient_type);
+  c.muon.precision = static_cast<NsPrecision>(o.muon_fp32_matmul_prec);
+  c.muon.scale_mode = static_cast<MuonScaleMode>(o.muon_scale_mode);
+  c.muon.extra_scale_factor = o.muon_extra_scale_factor;
+  c.muon.split_qkv = o.muon_split_qkv == 1;
+  c.muon.tp_mode = static_cast<MuonTpMode>(o.muon_tp_mode);
+  c.muon.qk_clip = o.qk_clip == 1;
+  c.muon.qk_clip_threshold = o.qk_clip_threshold;
+  c.muon.qk_clip_alpha = o.qk_clip_alpha;
   c.validate();
   return c;
 }
@@ -649,6 +703,18 @@ void optimizer_options(const OptimizerConfig& k, ptdp_optimizer_options* o) {
   o->ddp_bucket_size = k.bucket_elements;
   o->overlap_grad_reduce = k.overlap_grad_reduce ? 1 : 0;
   o->overlap_param_gather = k.overlap_param_gather ? 1 : 0;
+  o->muon_momentum = k.muon.momentum;
+  o->muon_nesterov = k.muon.nesterov ? 1 : 0;
+  o->muon_num_ns_steps = k.muon.ns_steps;
+  o->muon_coefficient_type = static_cast<ptdp_ns_coefficients>(k.muon.coefficients);
+  o->muon_fp32_matmul_prec = static_cast<ptdp_ns_precision>(k.muon.precision);
+  o->muon_scale_mode = static_cast<ptdp_muon_scale_mode>(k.muon.scale_mode);
+  o->muon_extra_scale_factor = k.muon.extra_scale_factor;
+  o->muon_split_qkv = k.muon.split_qkv ? 1 : 0;
+  o->muon_tp_mode = static_cast<ptdp_muon_tp_mode>(k.muon.tp_mode);
+  o->qk_clip = k.muon.qk_clip ? 1 : 0;
+  o->qk_clip_threshold = k.muon.qk_clip_threshold;
+  o->qk_clip_alpha = k.muon.qk_clip_alpha;
 }
 
 void iteration_result(const OptimizerStepResult& s, int64_t skipped_total, float loss, ptdp_iteration_result* out,

@@ -11,6 +11,20 @@
 
 static_assert(PTDP_OPTIMIZER_ADAM == static_cast<int>(ptdp::OptimizerKind::Adam));
 static_assert(PTDP_OPTIMIZER_SGD == static_cast<int>(ptdp::OptimizerKind::Sgd));
+static_assert(PTDP_OPTIMIZER_MUON == static_cast<int>(ptdp::OptimizerKind::Muon));
+static_assert(PTDP_MUON_SCALE_SPECTRAL == static_cast<int>(ptdp::MuonScaleMode::Spectral));
+static_assert(PTDP_MUON_SCALE_UNIT_RMS_NORM == static_cast<int>(ptdp::MuonScaleMode::UnitRmsNorm));
+static_assert(PTDP_MUON_SCALE_SHAPE_SCALING == static_cast<int>(ptdp::MuonScaleMode::ShapeScaling));
+static_assert(PTDP_MUON_TP_DISTRIBUTED == static_cast<int>(ptdp::MuonTpMode::Distributed));
+static_assert(PTDP_MUON_TP_DUPLICATED == static_cast<int>(ptdp::MuonTpMode::Duplicated));
+static_assert(PTDP_MUON_TP_BLOCKWISE == static_cast<int>(ptdp::MuonTpMode::Blockwise));
+static_assert(PTDP_NS_COEFFICIENTS_QUINTIC == static_cast<int>(ptdp::NsCoefficients::Quintic));
+static_assert(PTDP_NS_COEFFICIENTS_SIMPLE == static_cast<int>(ptdp::NsCoefficients::Simple));
+static_assert(PTDP_NS_COEFFICIENTS_POLAR_EXPRESS == static_cast<int>(ptdp::NsCoefficients::PolarExpress));
+static_assert(PTDP_NS_COEFFICIENTS_AOL == static_cast<int>(ptdp::NsCoefficients::Aol));
+static_assert(PTDP_NS_PRECISION_HIGHEST == static_cast<int>(ptdp::NsPrecision::Highest));
+static_assert(PTDP_NS_PRECISION_HIGH == static_cast<int>(ptdp::NsPrecision::High));
+static_assert(PTDP_NS_PRECISION_MEDIUM == static_cast<int>(ptdp::NsPrecision::Medium));
 static_assert(PTDP_LR_CONSTANT == static_cast<int>(ptdp::LrDecayStyle::Constant));
 static_assert(PTDP_LR_LINEAR == static_cast<int>(ptdp::LrDecayStyle::Linear));
 static_assert(PTDP_LR_COSINE == static_cast<int>(ptdp::LrDecayStyle::Cosine));
@@ -51,6 +65,19 @@ PTDP_API ptdp_status ptdp_optimizer_options_init(ptdp_optimizer_options* options
     options->ddp_bucket_size = 0;
     options->overlap_grad_reduce = 0;
     options->overlap_param_gather = 0;
+    const ptdp::MuonConfig& m = c.muon;
+    options->muon_momentum = m.momentum;
+    options->muon_nesterov = m.nesterov ? 1 : 0;
+    options->muon_num_ns_steps = m.ns_steps;
+    options->muon_coefficient_type = static_cast<ptdp_ns_coefficients>(m.coefficients);
+    options->muon_fp32_matmul_prec = static_cast<ptdp_ns_precision>(m.precision);
+    options->muon_scale_mode = static_cast<ptdp_muon_scale_mode>(m.scale_mode);
+    options->muon_extra_scale_factor = m.extra_scale_factor;
+    options->muon_split_qkv = m.split_qkv ? 1 : 0;
+    options->muon_tp_mode = static_cast<ptdp_muon_tp_mode>(m.tp_mode);
+    options->qk_clip = m.qk_clip ? 1 : 0;
+    options->qk_clip_threshold = m.qk_clip_threshold;
+    options->qk_clip_alpha = m.qk_clip_alpha;
   });
 }
 

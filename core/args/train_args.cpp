@@ -38,6 +38,8 @@ using cli::kProbability;
 
 const Check kUnitInterval{[](double v) { return v > 0 && v <= 1; }, "must be in (0, 1]"};
 const Check kAtLeastOne{[](double v) { return v >= 1; }, "must be >= 1"};
+const Check kClosedUnitInterval{[](double v) { return v >= 0 && v <= 1; }, "must be in [0, 1]"};
+const Check kNsSteps{[](double v) { return v >= 1 && v <= 100; }, "must be in [1, 100]"};
 
 enum class Group : int { Model, Moe, Parallel, Training, Optimizer, MixedPrecision, Data, Checkpoint, Logging, Ptdp };
 constexpr int kNumGroups = 10;
@@ -314,6 +316,99 @@ void add_moe_flags(std::vector<Flag>& v) {
                                "model, the serial run included with --moe-router-num-groups given; others are "
                                "refused. Replaces --moe-router-group-topk.",
                                &TrainArgs::moe_router_topk_limited_devices, kPositive, "none"));
+}
+
+/// Muon's flags and QK-clip's (Megatron's names; ptdp's defaults where they differ, said in the
+/// help). Each is read only with --optimizer muon (check_muon).
+void add_muon_flags(std::vector<Flag>& v) {
+  using G = Group;
+  v.push_back(number("muon-momentum", G::Optimizer, "X",
+                     "[--optimizer muon] Muon's momentum, in [0, 1): the buffer moves by 1 - X towards each "
+                     "gradient (Megatron's default is 0.9; ptdp's is PyTorch's torch.optim.Muon's).",
+                     &TrainArgs::muon_momentum, kProbability, true));
+  v.push_back(boolean("muon-nesterov", G::Optimizer,
+                      "[--optimizer muon] Nesterov momentum: orthogonalise the gradient moved by the momentum "
+                      "towards the buffer instead of the buffer (PyTorch's default is on).",
+                      &TrainArgs::muon_nesterov));
+  v.push_back(boolean("muon-use-nesterov", G::Optimizer, "Megatron's other spelling of --muon-nesterov.",
+                      &TrainArgs::muon_nesterov));
+  v.push_back(integer("muon-num-ns-steps", G::Optimizer,
+                      "[--optimizer muon] Newton-Schulz iterations per orthogonalisation, in [1, 100].",
+                      &TrainArgs::muon_num_ns_steps, kNsSteps));
+  v.push_back(choice("muon-coefficient-type", G::Optimizer,
+                     "[--optimizer muon] The Newton-Schulz coefficient sets (Megatron's choices), used cyclically "
+                     "over the iterations: quintic; simple, the one set (3.4445, -4.775, 2.0315) of PyTorch's "
+                     "torch.optim.Muon; polar_express; aol.",
+                     &TrainArgs::muon_coefficient_type,
+                     Choices<NsCoefficients>{{"quintic", NsCoefficients::Quintic},
+                                             {"simple", NsCoefficients::Simple},
+                                             {"polar_express", NsCoefficients::PolarExpress},
+                                             {"aol", NsCoefficients::Aol}}));
+  v.push_back(choice("muon-fp32-matmul-prec", G::Optimizer,
+                     "[--optimizer muon] Precision of the Newton-Schulz products: highest, fp32; high, TF32 on CUDA "
+                     "(fp32 on the CPU); medium, bf16 operands and results with fp32 accumulation, as PyTorch's "
+                     "torch.optim.Muon. Megatron's default is medium; ptdp's is highest.",
+                     &TrainArgs::muon_fp32_matmul_prec,
+                     Choices<NsPrecision>{{"highest", NsPrecision::Highest},
+                                          {"high", NsPrecision::High},
+                                          {"medium", NsPrecision::Medium}}));
+  v.push_back(choice("muon-scale-mode", G::Optimizer,
+                     "[--optimizer muon] Scale of the orthogonalised update of an [out, in] matrix: spectral "
+                     "sqrt(max(out, in)); unit_rms_norm sqrt(out / in); shape_scaling sqrt(max(1, out / in)); "
+                     "times --muon-extra-scale-factor. PyTorch's adjust_lr_fn \"original\" is shape_scaling with "
+                     "factor 1, \"match_rms_adamw\" spectral with factor 0.2.",
+                     &TrainArgs::muon_scale_mode,
+                     Choices<MuonScaleMode>{{"spectral", MuonScaleMode::Spectral},
+                                            {"unit_rms_norm", MuonScaleMode::UnitRmsNorm},
+                                            {"shape_scaling", MuonScaleMode::ShapeScaling}}));
+  v.push_back(number("muon-extra-scale-factor", G::Optimizer, "X",
+                     "[--optimizer muon] A factor on the update's scale, > 0 (0.2 with spectral matches AdamW's "
+                     "update RMS, Moonlight's rule).",
+                     &TrainArgs::muon_extra_scale_factor, kPositive, true));
+  v.push_back(boolean("muon-split-qkv", G::Optimizer,
+                      "[ptdp] [--optimizer muon] Orthogonalise q, k and v (per query group) and SwiGLU's gate and "
+                      "up as separate matrices, as a model with separate projections would (the default; Megatron "
+                      "has only --muon-no-split-qkv).",
+                      &TrainArgs::muon_split_qkv, "unless --muon-no-split-qkv"));
+  Flag no_split = head("muon-no-split-qkv", G::Optimizer, "",
+                       "[--optimizer muon] Orthogonalise linear_qkv and SwiGLU's linear_fc1 each as one matrix.");
+  no_split.set_on = [](TrainArgs& a) { a.muon_split_qkv = false; };
+  no_split.get = [](const TrainArgs& a) { return json(!a.muon_split_qkv); };
+  v.push_back(std::move(no_split));
+  v.push_back(choice("muon-tp-mode", G::Optimizer,
+                     "[--optimizer muon] A matrix split over the tensor group: distributed, orthogonalised as the "
+                     "whole matrix, its Newton-Schulz work spread over the ranks; duplicated, the whole matrix on "
+                     "every tensor rank (the same update); blockwise, each rank's piece on its own (a different "
+                     "update, which depends on t). Megatron's default is blockwise; ptdp's is distributed.",
+                     &TrainArgs::muon_tp_mode,
+                     Choices<MuonTpMode>{{"distributed", MuonTpMode::Distributed},
+                                         {"duplicated", MuonTpMode::Duplicated},
+                                         {"blockwise", MuonTpMode::Blockwise}}));
+  Flag scalar = head("muon-scalar-optimizer", G::Optimizer, "{adam}",
+                     "[--optimizer muon] The optimizer of the parameters Muon does not take (the embeddings, the "
+                     "output layer, norms and biases): adam, AdamW with --adam-beta1/2, --adam-eps, --lr and "
+                     "--weight-decay. Megatron's lion is not built into ptdp.");
+  scalar.set = [](TrainArgs& a, const std::string& value) {
+    if (value == "lion") {
+      bad_value("muon-scalar-optimizer", value,
+                "is not built into ptdp (Megatron's other choice); the scalar optimizer is adam");
+    }
+    if (value != "adam") bad_value("muon-scalar-optimizer", value, "is not one of adam");
+    a.muon_scalar_optimizer = value;
+  };
+  scalar.get = [](const TrainArgs& a) { return json(a.muon_scalar_optimizer); };
+  v.push_back(std::move(scalar));
+  v.push_back(boolean("qk-clip", G::Optimizer,
+                      "[--optimizer muon] QK-clip (MuonClip, Kimi K2): after each step, the query and key weights "
+                      "of every head whose largest attention logit exceeded --qk-clip-threshold are scaled down "
+                      "by (threshold / max logit)^alpha and ^(1 - alpha).",
+                      &TrainArgs::qk_clip));
+  v.push_back(number("qk-clip-threshold", G::Optimizer, "X",
+                     "[--qk-clip] The largest attention logit a head may keep, > 0.", &TrainArgs::qk_clip_threshold,
+                     kPositive, true));
+  v.push_back(number("qk-clip-alpha", G::Optimizer, "X",
+                     "[--qk-clip] The share of the clip the query weights take, in [0, 1] (the keys take the rest).",
+                     &TrainArgs::qk_clip_alpha, kClosedUnitInterval, true));
 }
 
 /// Megatron's --split: up to three non-negative weights separated by ',' or '/', padded with 0
@@ -637,9 +732,14 @@ std::vector<Flag> make_flags() {
                       "gradients: a diverged run or a loss scale that cannot recover); 0 means never.",
                       &TrainArgs::max_skipped_iterations, kNonNegative));
   // Optimizer.
-  v.push_back(choice("optimizer", G::Optimizer, "adam is AdamW (decoupled weight decay); sgd has momentum.",
+  v.push_back(choice("optimizer", G::Optimizer,
+                     "adam is AdamW (decoupled weight decay); sgd has momentum; muon orthogonalises the momentum "
+                     "of the hidden 2-D weights by Newton-Schulz iterations and gives the embeddings, the output "
+                     "layer, norms and biases to --muon-scalar-optimizer (docs/guides/muon.md).",
                      &TrainArgs::optimizer,
-                     Choices<OptimizerKind>{{"adam", OptimizerKind::Adam}, {"sgd", OptimizerKind::Sgd}}));
+                     Choices<OptimizerKind>{{"adam", OptimizerKind::Adam},
+                                            {"sgd", OptimizerKind::Sgd},
+                                            {"muon", OptimizerKind::Muon}}));
   v.push_back(number("lr", G::Optimizer, "X", "Peak learning rate.", &TrainArgs::lr, kNonNegative, false));
   v.push_back(number("min-lr", G::Optimizer, "X", "Learning rate at the end of the decay, <= lr.",
                      &TrainArgs::min_lr, kNonNegative, false));
@@ -663,6 +763,7 @@ std::vector<Flag> make_flags() {
   v.push_back(number("adam-eps", G::Optimizer, "X", "Adam's epsilon, > 0.", &TrainArgs::adam_eps, kPositive, true));
   v.push_back(number("sgd-momentum", G::Optimizer, "X", "SGD momentum.", &TrainArgs::sgd_momentum, kNonNegative,
                      true));
+  add_muon_flags(v);
   // Mixed precision.
   v.push_back(boolean("fp16", G::MixedPrecision, "Train in float16 with fp32 master weights and loss scaling.",
                       &TrainArgs::fp16));
@@ -1097,6 +1198,34 @@ void check_moe(const TrainArgs& a) {
   }
 }
 
+/// Muon's and QK-clip's flags are read only with --optimizer muon (as the MoE flags only with
+/// --num-experts), and QK-clip's settings only with --qk-clip: a changed value would be ignored.
+void check_muon(const TrainArgs& a) {
+  const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
+  const json defaults = train_args_to_json(TrainArgs{});
+  const json given = train_args_to_json(a);
+  const auto changed = [&](const std::string& name) { return given[name] != defaults[name]; };
+  if (a.optimizer != OptimizerKind::Muon) {
+    for (const Flag& f : flags()) {
+      const bool muon = f.name.compare(0, 5, "muon-") == 0 || f.name.compare(0, 7, "qk-clip") == 0;
+      // Each pair of spellings of one setting is reported once, under the spelling that sets it.
+      if (!muon || f.name == "muon-use-nesterov" || f.name == "muon-split-qkv") continue;
+      if (changed(f.name)) {
+        const std::string shown = f.name == "muon-nesterov" ? "--muon-nesterov (or --muon-use-nesterov)"
+                                  : f.is_boolean()          ? str_cat("--", f.name)
+                                                            : value(f.name.c_str());
+        fail(str_cat(shown, " is read only with --optimizer muon; got ", value("optimizer")));
+      }
+    }
+    return;
+  }
+  if (!a.qk_clip) {
+    for (const char* name : {"qk-clip-threshold", "qk-clip-alpha"}) {
+      if (changed(name)) fail(str_cat(value(name), " is read only with --qk-clip"));
+    }
+  }
+}
+
 /// Checks of flags against each other, each naming the flags and their values.
 void check_together(const TrainArgs& a) {
   const auto value = [&a](const char* name) { return str_cat("--", name, " ", flag_value_text(a, name)); };
@@ -1106,6 +1235,7 @@ void check_together(const TrainArgs& a) {
                  a.recompute_granularity == Recompute::Full ? "full recomputes every module" : "none is given", ")"));
   }
   check_moe(a);
+  check_muon(a);
   // Model shape.
   if (a.num_query_groups && !a.group_query_attention) {
     fail(str_cat(value("num-query-groups"),
@@ -1411,6 +1541,10 @@ TrainArgs parse_train_args(const std::vector<std::string>& args) {
     fail(str_cat("--norm-epsilon ", *norm_epsilon, " and --layernorm-epsilon ", *layernorm_epsilon,
                  " set the same epsilon (--layernorm-epsilon is Megatron's older name); give one"));
   }
+  const std::size_t split_qkv = *flag_table().index_of("muon-split-qkv");
+  if (values[split_qkv] && values[*flag_table().index_of("muon-no-split-qkv")]) {
+    fail("--muon-split-qkv and --muon-no-split-qkv contradict each other; give one");
+  }
   bool mock_given = false;
   for (std::size_t i = 0; i < table.size(); ++i) {
     const Flag& f = table[i];
@@ -1691,6 +1825,18 @@ OptimizerConfig to_optimizer_config(const TrainArgs& args) {
   c.eps = static_cast<float>(args.adam_eps);
   c.weight_decay = static_cast<float>(args.weight_decay);
   c.momentum = static_cast<float>(args.sgd_momentum);
+  c.muon.momentum = static_cast<float>(args.muon_momentum);
+  c.muon.nesterov = args.muon_nesterov;
+  c.muon.ns_steps = args.muon_num_ns_steps;
+  c.muon.coefficients = args.muon_coefficient_type;
+  c.muon.precision = args.muon_fp32_matmul_prec;
+  c.muon.scale_mode = args.muon_scale_mode;
+  c.muon.extra_scale_factor = static_cast<float>(args.muon_extra_scale_factor);
+  c.muon.split_qkv = args.muon_split_qkv;
+  c.muon.tp_mode = args.muon_tp_mode;
+  c.muon.qk_clip = args.qk_clip;
+  c.muon.qk_clip_threshold = static_cast<float>(args.qk_clip_threshold);
+  c.muon.qk_clip_alpha = static_cast<float>(args.qk_clip_alpha);
   c.clip_grad = static_cast<float>(args.clip_grad);
   c.loss_scale = to_loss_scaler_config(args);
   c.distributed = args.use_distributed_optimizer;

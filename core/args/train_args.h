@@ -148,6 +148,21 @@ struct TrainArgs {
   double adam_beta2 = 0.999;
   double adam_eps = 1e-8;
   double sgd_momentum = 0.9;
+  // Muon (--optimizer muon; Megatron's flags, ptdp's defaults where they differ; docs/guides/muon.md).
+  // Read only with --optimizer muon (refused otherwise when changed from the default).
+  double muon_momentum = 0.95;                                 ///< in [0, 1)
+  bool muon_nesterov = false;                                  ///< --muon-nesterov or --muon-use-nesterov
+  int muon_num_ns_steps = 5;                                   ///< in [1, 100]
+  NsCoefficients muon_coefficient_type = NsCoefficients::Quintic;
+  NsPrecision muon_fp32_matmul_prec = NsPrecision::Highest;    ///< Megatron's default: medium
+  MuonScaleMode muon_scale_mode = MuonScaleMode::Spectral;
+  double muon_extra_scale_factor = 1.0;                        ///< > 0
+  bool muon_split_qkv = true;                                  ///< --muon-no-split-qkv: false
+  MuonTpMode muon_tp_mode = MuonTpMode::Distributed;           ///< Megatron's default: blockwise
+  std::string muon_scalar_optimizer = "adam";                  ///< the only one built (Megatron's lion is not)
+  bool qk_clip = false;                                        ///< MuonClip (Kimi K2)
+  double qk_clip_threshold = 100.0;                            ///< > 0
+  double qk_clip_alpha = 0.5;                                  ///< in [0, 1]
 
   // Mixed precision.
   bool fp16 = false;

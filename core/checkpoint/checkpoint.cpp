@@ -363,6 +363,16 @@ std::vector<Block> blocks_of(const ParamInfo& p) {
   return blocks;
 }
 
+/// The optimizer's name in a checkpoint's metadata ("kind"), as --optimizer spells it.
+const char* optimizer_kind_name(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::Adam: return "adam";
+    case OptimizerKind::Sgd: return "sgd";
+    case OptimizerKind::Muon: return "muon";
+  }
+  throw_error(ErrorCode::Internal, str_cat("optimizer kind ", static_cast<int>(kind), " has no name"));
+}
+
 std::string state_tensor(const std::string& state, const std::string& name) { return "optimizer." + state + "." + name; }
 
 // Whether the rank holding `p` stores it: split parameters on every rank, replicated ones on
@@ -481,14 +491,31 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
     const std::string w = "\"optimizer\" entry: ";
     if (!o.is_object()) throw_io_error(source, w + "not an object");
     const nlohmann::json kind = o.value("kind", nlohmann::json());
-    if (!kind.is_string() || (kind.get<std::string>() != "adam" && kind.get<std::string>() != "sgd"))
-      throw_io_error(source, str_cat(w, "kind ", json_text(kind), " is not a known optimizer (\"adam\" or \"sgd\")"));
+    const bool known = kind.is_string() && (kind.get<std::string>() == "adam" || kind.get<std::string>() == "sgd" ||
+                                            kind.get<std::string>() == "muon");
+    if (!known) {
+      throw_io_error(source, str_cat(w, "kind ", json_text(kind),
+                                     " is not a known optimizer (\"adam\", \"sgd\" or \"muon\")"));
+    }
     const nlohmann::json state = o.value("state", nlohmann::json());
     const nlohmann::json adam = {"exp_avg", "exp_avg_sq"};
     const nlohmann::json sgd_momentum = {"momentum_buffer"};
-    const bool state_ok = kind.get<std::string>() == "adam"
-                              ? state == adam
-                              : (state == sgd_momentum || (state.is_array() && state.empty()));
+    // Muon keeps a momentum buffer and its scalar optimizer's state: a list of distinct names,
+    // which the load compares with the running optimizer's.
+    const auto names_ok = [](const nlohmann::json& names) {
+      if (!names.is_array() || names.empty()) return false;
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        if (!names[i].is_string() || names[i].get<std::string>().empty()) return false;
+        for (std::size_t j = 0; j < i; ++j) {
+          if (names[j] == names[i]) return false;
+        }
+      }
+      return true;
+    };
+    const std::string k = kind.get<std::string>();
+    const bool state_ok = k == "adam"  ? state == adam
+                          : k == "sgd" ? (state == sgd_momentum || (state.is_array() && state.empty()))
+                                       : names_ok(state);
     if (!state_ok)
       throw_io_error(source, str_cat(w, "state ", json_text(state), " is not what a ", kind.get<std::string>(),
                                      " optimizer keeps"));
@@ -694,7 +721,7 @@ void save_checkpoint_shards(const std::string& dir, const CheckpointShards& shar
       }
       if (optimizer) {
         const Optimizer::Counters c = optimizer->counters();
-        md["optimizer"] = {{"kind", optimizer->config().kind == OptimizerKind::Adam ? "adam" : "sgd"},
+        md["optimizer"] = {{"kind", optimizer_kind_name(optimizer->config().kind)},
                            {"state", states},
                            {"steps", c.steps},
                            {"skipped_iterations", c.skipped},
@@ -806,6 +833,17 @@ CheckpointState load_checkpoint_shards(const std::string& dir, const CheckpointS
         if (o.is_null()) {
           std::string msg = "the checkpoint " + source;
           msg += " holds no optimizer state (saved without an optimizer)";
+          throw_error(ErrorCode::InvalidArgument, msg);
+        }
+        // A state of the same names from another optimizer (SGD's and Muon's momentum) would load
+        // as if it were this one's.
+        const std::string saved_kind = o.at("kind").get<std::string>();
+        const char* kind = optimizer_kind_name(optimizer->config().kind);
+        if (saved_kind != kind) {
+          std::string msg = "the checkpoint " + source;
+          msg += " was saved by the " + saved_kind + " optimizer; this one is " + kind;
+          msg += " (--optimizer " + std::string(kind) + "): its state does not carry over (load the parameters "
+                 "alone, as --finetune does, to change optimizers)";
           throw_error(ErrorCode::InvalidArgument, msg);
         }
         if (o.at("state").get<std::vector<std::string>>() != states) {

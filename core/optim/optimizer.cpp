@@ -14,7 +14,7 @@ namespace ptdp {
 void OptimizerConfig::validate() const {
   lr.validate();
   PTDP_CHECK_ARG(kind == OptimizerKind::Adam || kind == OptimizerKind::Sgd || kind == OptimizerKind::Muon,
-                 "optimizer kind " + std::to_string(static_cast<int>(kind)) + " is not adam or sgd");
+                 "optimizer kind " + std::to_string(static_cast<int>(kind)) + " is not adam, sgd or muon");
   PTDP_CHECK_ARG(beta1 >= 0 && beta1 < 1, "adam beta1 must be in [0, 1), got " + std::to_string(beta1));
   PTDP_CHECK_ARG(beta2 >= 0 && beta2 < 1, "adam beta2 must be in [0, 1), got " + std::to_string(beta2));
   PTDP_CHECK_ARG(eps > 0, "adam eps must be > 0, got " + std::to_string(eps));
@@ -26,6 +26,32 @@ void OptimizerConfig::validate() const {
   // optimizer, and goes with the overlapped gradient reduction.
   PTDP_CHECK_ARG(!overlap_param_gather || (distributed && overlap_grad_reduce),
                  "overlap_param_gather needs use_distributed_optimizer and overlap_grad_reduce");
+  // Muon's settings are checked whatever the kind, so that a bad value is named where it is set.
+  const MuonConfig& m = muon;
+  PTDP_CHECK_ARG(m.momentum >= 0 && m.momentum < 1,
+                 "muon momentum must be in [0, 1), got " + std::to_string(m.momentum));
+  PTDP_CHECK_ARG(m.ns_steps >= 1 && m.ns_steps <= 100,
+                 "muon Newton-Schulz steps must be in [1, 100], got " + std::to_string(m.ns_steps));
+  PTDP_CHECK_ARG(m.coefficients >= NsCoefficients::Quintic && m.coefficients <= NsCoefficients::Aol,
+                 "muon coefficient type " + std::to_string(static_cast<int>(m.coefficients)) +
+                     " is not quintic (0), simple (1), polar_express (2) or aol (3)");
+  PTDP_CHECK_ARG(m.ns_eps > 0 && std::isfinite(m.ns_eps),
+                 "muon Newton-Schulz eps must be > 0, got " + std::to_string(m.ns_eps));
+  PTDP_CHECK_ARG(m.precision >= NsPrecision::Highest && m.precision <= NsPrecision::Medium,
+                 "muon fp32 matmul precision " + std::to_string(static_cast<int>(m.precision)) +
+                     " is not highest (0), high (1) or medium (2)");
+  PTDP_CHECK_ARG(m.scale_mode >= MuonScaleMode::Spectral && m.scale_mode <= MuonScaleMode::ShapeScaling,
+                 "muon scale mode " + std::to_string(static_cast<int>(m.scale_mode)) +
+                     " is not spectral (0), unit_rms_norm (1) or shape_scaling (2)");
+  PTDP_CHECK_ARG(m.extra_scale_factor > 0 && std::isfinite(m.extra_scale_factor),
+                 "muon extra scale factor must be > 0, got " + std::to_string(m.extra_scale_factor));
+  PTDP_CHECK_ARG(m.tp_mode >= MuonTpMode::Distributed && m.tp_mode <= MuonTpMode::Blockwise,
+                 "muon tp mode " + std::to_string(static_cast<int>(m.tp_mode)) +
+                     " is not distributed (0), duplicated (1) or blockwise (2)");
+  PTDP_CHECK_ARG(m.qk_clip_threshold > 0 && std::isfinite(m.qk_clip_threshold),
+                 "qk-clip threshold must be > 0, got " + std::to_string(m.qk_clip_threshold));
+  PTDP_CHECK_ARG(m.qk_clip_alpha >= 0 && m.qk_clip_alpha <= 1,
+                 "qk-clip alpha must be in [0, 1], got " + std::to_string(m.qk_clip_alpha));
   LossScaler check(loss_scale);  // validates
   (void)check;
 }

@@ -128,6 +128,21 @@ const std::vector<std::pair<std::string, std::string>> kFlagDefaults = {
     {"adam-beta2", "0.999"},
     {"adam-eps", "1e-08"},
     {"sgd-momentum", "0.9"},
+    {"muon-momentum", "0.95"},
+    {"muon-nesterov", "off"},
+    {"muon-use-nesterov", "off"},
+    {"muon-num-ns-steps", "5"},
+    {"muon-coefficient-type", "quintic"},
+    {"muon-fp32-matmul-prec", "highest"},
+    {"muon-scale-mode", "spectral"},
+    {"muon-extra-scale-factor", "1.0"},
+    {"muon-split-qkv", "on (unless --muon-no-split-qkv)"},
+    {"muon-no-split-qkv", "off"},
+    {"muon-tp-mode", "distributed"},
+    {"muon-scalar-optimizer", "adam"},
+    {"qk-clip", "off"},
+    {"qk-clip-threshold", "100.0"},
+    {"qk-clip-alpha", "0.5"},
     {"fp16", "off"},
     {"bf16", "off"},
     {"loss-scale", "unset (dynamic with --fp16)"},
@@ -296,6 +311,18 @@ std::string describe(const Snapshot& s) {
   add("ddp_bucket_size", num(static_cast<double>(s.opt.ddp_bucket_size)));
   add("overlap_grad_reduce", num(s.opt.overlap_grad_reduce));
   add("overlap_param_gather", num(s.opt.overlap_param_gather));
+  add("muon_momentum", num(s.opt.muon_momentum));
+  add("muon_nesterov", num(s.opt.muon_nesterov));
+  add("muon_num_ns_steps", num(s.opt.muon_num_ns_steps));
+  add("muon_coefficient_type", num(s.opt.muon_coefficient_type));
+  add("muon_fp32_matmul_prec", num(s.opt.muon_fp32_matmul_prec));
+  add("muon_scale_mode", num(s.opt.muon_scale_mode));
+  add("muon_extra_scale_factor", num(s.opt.muon_extra_scale_factor));
+  add("muon_split_qkv", num(s.opt.muon_split_qkv));
+  add("muon_tp_mode", num(s.opt.muon_tp_mode));
+  add("qk_clip", num(s.opt.qk_clip));
+  add("qk_clip_threshold", num(s.opt.qk_clip_threshold));
+  add("qk_clip_alpha", num(s.opt.qk_clip_alpha));
   add("t", num(s.par.tensor_model_parallel_size));
   add("p", num(s.par.pipeline_model_parallel_size));
   add("v", num(s.par.virtual_pipeline_model_parallel_size));
@@ -405,6 +432,33 @@ std::vector<std::string> with_equals(const std::vector<std::string>& args) {
 }
 
 }  // namespace
+
+TEST_CASE("train config: the Muon flags reach the optimizer options", "[args][capi]") {
+  const Config c({"--optimizer", "muon", "--muon-momentum", "0.9", "--muon-use-nesterov", "--muon-num-ns-steps", "8",
+                  "--muon-coefficient-type", "aol", "--muon-fp32-matmul-prec", "medium", "--muon-scale-mode",
+                  "unit_rms_norm", "--muon-extra-scale-factor", "0.2", "--muon-no-split-qkv", "--muon-tp-mode",
+                  "duplicated", "--muon-scalar-optimizer", "adam", "--qk-clip", "--qk-clip-threshold", "30",
+                  "--qk-clip-alpha", "0.75"});
+  const Snapshot s = snapshot(c.handle);
+  CHECK(s.opt.optimizer == PTDP_OPTIMIZER_MUON);
+  CHECK(s.opt.muon_momentum == 0.9f);
+  CHECK(s.opt.muon_nesterov == 1);
+  CHECK(s.opt.muon_num_ns_steps == 8);
+  CHECK(s.opt.muon_coefficient_type == PTDP_NS_COEFFICIENTS_AOL);
+  CHECK(s.opt.muon_fp32_matmul_prec == PTDP_NS_PRECISION_MEDIUM);
+  CHECK(s.opt.muon_scale_mode == PTDP_MUON_SCALE_UNIT_RMS_NORM);
+  CHECK(s.opt.muon_extra_scale_factor == 0.2f);
+  CHECK(s.opt.muon_split_qkv == 0);
+  CHECK(s.opt.muon_tp_mode == PTDP_MUON_TP_DUPLICATED);
+  CHECK(s.opt.qk_clip == 1);
+  CHECK(s.opt.qk_clip_threshold == 30.0f);
+  CHECK(s.opt.qk_clip_alpha == 0.75f);
+  const nlohmann::json j = nlohmann::json::parse(to_json(c.handle));
+  CHECK(j["optimizer"] == "muon");
+  CHECK(j["muon-tp-mode"] == "duplicated");
+  CHECK(j["muon-no-split-qkv"] == true);
+  CHECK(j["qk-clip-alpha"] == 0.75);
+}
 
 TEST_CASE("train config: every flag reaches the option structs", "[args][capi]") {
   const Config c(kEveryFlag);
@@ -619,6 +673,19 @@ TEST_CASE("train config: no flags give the documented defaults", "[args][capi]")
   CHECK(s.opt.ddp_bucket_size == 0);
   CHECK(s.opt.overlap_grad_reduce == 0);
   CHECK(s.opt.overlap_param_gather == 0);
+  // Muon's settings at MuonConfig's defaults.
+  CHECK(s.opt.muon_momentum == 0.95f);
+  CHECK(s.opt.muon_nesterov == 0);
+  CHECK(s.opt.muon_num_ns_steps == 5);
+  CHECK(s.opt.muon_coefficient_type == PTDP_NS_COEFFICIENTS_QUINTIC);
+  CHECK(s.opt.muon_fp32_matmul_prec == PTDP_NS_PRECISION_HIGHEST);
+  CHECK(s.opt.muon_scale_mode == PTDP_MUON_SCALE_SPECTRAL);
+  CHECK(s.opt.muon_extra_scale_factor == 1.0f);
+  CHECK(s.opt.muon_split_qkv == 1);
+  CHECK(s.opt.muon_tp_mode == PTDP_MUON_TP_DISTRIBUTED);
+  CHECK(s.opt.qk_clip == 0);
+  CHECK(s.opt.qk_clip_threshold == 100.0f);
+  CHECK(s.opt.qk_clip_alpha == 0.5f);
 
   CHECK(s.par.tensor_model_parallel_size == 1);
   CHECK(s.par.pipeline_model_parallel_size == 1);
@@ -814,7 +881,13 @@ TEST_CASE("train config: bad values, unknown flags and contradictions name the f
       {{"-x"}, {"unknown flag -x"}},
       {{"stray"}, {"unexpected argument 'stray'"}},
       {{"--lr-decay-style", "foo"}, {"--lr-decay-style", "'foo'", "is not one of constant, linear, cosine"}},
-      {{"--optimizer", "lamb"}, {"--optimizer", "'lamb'", "adam, sgd"}},
+      {{"--optimizer", "lamb"}, {"--optimizer", "'lamb'", "adam, sgd, muon"}},
+      {{"--optimizer", "muon", "--muon-momentum", "1"}, {"--muon-momentum", "'1'", "[0, 1)"}},
+      {{"--optimizer", "muon", "--muon-num-ns-steps", "0"}, {"--muon-num-ns-steps", "'0'", "[1, 100]"}},
+      {{"--optimizer", "muon", "--muon-extra-scale-factor", "-1"}, {"--muon-extra-scale-factor", "'-1'", "> 0"}},
+      {{"--optimizer", "muon", "--muon-scalar-optimizer", "lion"}, {"--muon-scalar-optimizer", "'lion'", "not built"}},
+      {{"--optimizer", "muon", "--qk-clip", "--qk-clip-alpha", "2"}, {"--qk-clip-alpha", "'2'", "[0, 1]"}},
+      {{"--muon-tp-mode", "blockwise"}, {"--muon-tp-mode blockwise", "is read only with --optimizer muon"}},
       {{"--recompute-granularity", "partial"}, {"--recompute-granularity", "'partial'", "none, full, selective"}},
       {{"--attention-backend", "flash"}, {"--attention-backend", "'flash'", "auto, fused, unfused"}},
       {{"--pipeline-schedule", "interleaved"}, {"--pipeline-schedule", "'interleaved'", "1f1b, gpipe, zb-h1"}},

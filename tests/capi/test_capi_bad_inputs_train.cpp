@@ -40,6 +40,36 @@ PTDP_BAD_INPUTS(optimizer) {
   field("negative ddp_bucket_size", [](ptdp_optimizer_options& x) { x.ddp_bucket_size = -1; }, "options->ddp_bucket_size");
   field("use_distributed_optimizer 2", [](ptdp_optimizer_options& x) { x.use_distributed_optimizer = 2; },
         "options->use_distributed_optimizer = 2");
+  // Muon's fields, checked whatever the optimizer kind (as every field is).
+  using O = ptdp_optimizer_options;
+  field("muon_momentum 1", [](O& x) { x.muon_momentum = 1.0f; }, "options->muon_momentum = 1 must be in [0, 1)");
+  field("NaN muon_momentum", [](O& x) { x.muon_momentum = static_cast<float>(bad::kNaN); }, "options->muon_momentum");
+  field("muon_nesterov 2", [](O& x) { x.muon_nesterov = 2; }, "options->muon_nesterov = 2 is not 0 or 1");
+  field("muon_num_ns_steps 0", [](O& x) { x.muon_num_ns_steps = 0; },
+        "options->muon_num_ns_steps = 0 must be in [1, 100]");
+  field("muon_num_ns_steps 101", [](O& x) { x.muon_num_ns_steps = 101; },
+        "options->muon_num_ns_steps = 101 must be in [1, 100]");
+  field("muon_coefficient_type out of range",
+        [](O& x) { x.muon_coefficient_type = static_cast<ptdp_ns_coefficients>(4); },
+        "options->muon_coefficient_type = 4 is not a ptdp_ns_coefficients");
+  field("muon_fp32_matmul_prec out of range",
+        [](O& x) { x.muon_fp32_matmul_prec = static_cast<ptdp_ns_precision>(-1); },
+        "options->muon_fp32_matmul_prec = -1 is not a ptdp_ns_precision");
+  field("muon_scale_mode out of range", [](O& x) { x.muon_scale_mode = static_cast<ptdp_muon_scale_mode>(3); },
+        "options->muon_scale_mode = 3 is not a ptdp_muon_scale_mode");
+  field("muon_extra_scale_factor 0", [](O& x) { x.muon_extra_scale_factor = 0.0f; },
+        "options->muon_extra_scale_factor = 0 must be > 0");
+  field("Inf muon_extra_scale_factor", [](O& x) { x.muon_extra_scale_factor = static_cast<float>(bad::kInf); },
+        "options->muon_extra_scale_factor");
+  field("muon_split_qkv -1", [](O& x) { x.muon_split_qkv = -1; }, "options->muon_split_qkv = -1 is not 0 or 1");
+  field("muon_tp_mode out of range", [](O& x) { x.muon_tp_mode = static_cast<ptdp_muon_tp_mode>(3); },
+        "options->muon_tp_mode = 3 is not a ptdp_muon_tp_mode");
+  field("qk_clip 3", [](O& x) { x.qk_clip = 3; }, "options->qk_clip = 3 is not 0 or 1");
+  field("qk_clip_threshold 0", [](O& x) { x.qk_clip_threshold = 0.0f; }, "options->qk_clip_threshold = 0 must be > 0");
+  field("NaN qk_clip_threshold", [](O& x) { x.qk_clip_threshold = static_cast<float>(bad::kNaN); },
+        "options->qk_clip_threshold");
+  field("qk_clip_alpha 1.5", [](O& x) { x.qk_clip_alpha = 1.5f; }, "options->qk_clip_alpha = 1.5 must be in [0, 1]");
+  field("qk_clip_alpha -0.5", [](O& x) { x.qk_clip_alpha = -0.5f; }, "options->qk_clip_alpha = -0.5 must be in [0, 1]");
   const char* ct = "ptdp_optimizer_create_for_tensors";
   static const int32_t zero_flags[1] = {0};
   handle_rows(r, ct, "groups", "ptdp_groups", f.dead_groups, [&](ptdp_groups g) {

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -416,6 +417,15 @@ TEST_CASE("old programs: PTDP_0 settings, data and optimizer getters write 0.1.0
     CHECK(std::string(ptdp_last_error()).find("the configuration's optimizer sets ptdp_optimizer_options fields past "
                                               "the 112 bytes") != std::string::npos);
     CHECK(v.guard_intact());
+    // Muon's settings lie past 0.1.0's struct too: a changed one is refused, naming its byte.
+    Config muon({"--optimizer", "muon", "--muon-num-ns-steps", "7"});
+    OldStruct m(kOptimizerOptions010);
+    CHECK(old_train_config_optimizer_options(muon.c, m.data()) == PTDP_ERR_INVALID_ARGUMENT);
+    CHECK(std::string(ptdp_last_error()).find("fields past the 112 bytes of a program built against ptdp 0.1.0 to "
+                                              "0.3.0 (the first at byte " +
+                                              std::to_string(offsetof(ptdp_optimizer_options, muon_num_ns_steps)) +
+                                              ")") != std::string::npos);
+    CHECK(m.guard_intact());
   }
 }
 

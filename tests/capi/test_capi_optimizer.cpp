@@ -112,3 +112,73 @@ TEST_CASE("16-bit parameters need one dtype and fp32 gradients", "[capi][optimiz
   CHECK(opt == nullptr);
   for (ptdp_tensor t : {p[0], p[1], g[0], g[1], g16}) ptdp_tensor_destroy(t);
 }
+
+TEST_CASE("optimizer options: Muon's fields start at MuonConfig's defaults and reach the optimizer",
+          "[capi][optimizer]") {
+  ptdp_optimizer_options o;
+  std::memset(static_cast<void*>(&o), 0xab, sizeof o);  // every field must be written
+  REQUIRE(ptdp_optimizer_options_init(&o) == PTDP_SUCCESS);
+  CHECK(o.struct_size == sizeof o);
+  CHECK(o.optimizer == PTDP_OPTIMIZER_ADAM);
+  CHECK(o.muon_momentum == 0.95f);
+  CHECK(o.muon_nesterov == 0);
+  CHECK(o.muon_num_ns_steps == 5);
+  CHECK(o.muon_coefficient_type == PTDP_NS_COEFFICIENTS_QUINTIC);
+  CHECK(o.muon_fp32_matmul_prec == PTDP_NS_PRECISION_HIGHEST);
+  CHECK(o.muon_scale_mode == PTDP_MUON_SCALE_SPECTRAL);
+  CHECK(o.muon_extra_scale_factor == 1.0f);
+  CHECK(o.muon_split_qkv == 1);
+  CHECK(o.muon_tp_mode == PTDP_MUON_TP_DISTRIBUTED);
+  CHECK(o.qk_clip == 0);
+  CHECK(o.qk_clip_threshold == 100.0f);
+  CHECK(o.qk_clip_alpha == 0.5f);
+  // The enums' numbers are the ABI's.
+  CHECK(PTDP_OPTIMIZER_MUON == 2);
+  CHECK(PTDP_MUON_SCALE_SHAPE_SCALING == 2);
+  CHECK(PTDP_MUON_TP_BLOCKWISE == 2);
+  CHECK(PTDP_NS_COEFFICIENTS_AOL == 3);
+  CHECK(PTDP_NS_PRECISION_MEDIUM == 2);
+
+  // ptdp-train's Muon flags, through the configuration's options, build an optimizer, and the
+  // options read back from the configuration are the ones given.
+  const char* argv[] = {"ptdp-train", "--optimizer", "muon", "--muon-momentum", "0.8", "--muon-nesterov",
+                        "--muon-num-ns-steps", "6", "--muon-coefficient-type", "simple", "--muon-fp32-matmul-prec",
+                        "high", "--muon-scale-mode", "shape_scaling", "--muon-extra-scale-factor", "0.5",
+                        "--muon-no-split-qkv", "--muon-tp-mode", "blockwise", "--qk-clip", "--qk-clip-threshold",
+                        "20", "--qk-clip-alpha", "0.1", "--num-layers", "1", "--hidden-size", "16",
+                        "--num-attention-heads", "2", "--seq-length", "8", "--vocab-size", "32"};
+  ptdp_train_config config = nullptr;
+  REQUIRE(ptdp_train_config_parse(static_cast<int32_t>(sizeof argv / sizeof argv[0]), argv, &config) == PTDP_SUCCESS);
+  ptdp_optimizer_options m;
+  REQUIRE(ptdp_train_config_optimizer_options(config, &m) == PTDP_SUCCESS);
+  CHECK(m.optimizer == PTDP_OPTIMIZER_MUON);
+  CHECK(m.muon_momentum == 0.8f);
+  CHECK(m.muon_nesterov == 1);
+  CHECK(m.muon_num_ns_steps == 6);
+  CHECK(m.muon_coefficient_type == PTDP_NS_COEFFICIENTS_SIMPLE);
+  CHECK(m.muon_fp32_matmul_prec == PTDP_NS_PRECISION_HIGH);
+  CHECK(m.muon_scale_mode == PTDP_MUON_SCALE_SHAPE_SCALING);
+  CHECK(m.muon_extra_scale_factor == 0.5f);
+  CHECK(m.muon_split_qkv == 0);
+  CHECK(m.muon_tp_mode == PTDP_MUON_TP_BLOCKWISE);
+  CHECK(m.qk_clip == 1);
+  CHECK(m.qk_clip_threshold == 20.0f);
+  CHECK(m.qk_clip_alpha == 0.1f);
+  World w;
+  ptdp_gpt_options g;
+  REQUIRE(ptdp_train_config_gpt_options(config, &g) == PTDP_SUCCESS);
+  ptdp_model model = nullptr;
+  REQUIRE(ptdp_model_create(w.g, &g, &model) == PTDP_SUCCESS);
+  ptdp_optimizer opt = nullptr;
+  REQUIRE(ptdp_optimizer_create(model, &m, &opt) == PTDP_SUCCESS);
+  REQUIRE(ptdp_optimizer_destroy(opt) == PTDP_SUCCESS);
+  // One field out of range is refused by name, and nothing is created.
+  m.muon_num_ns_steps = 0;
+  opt = nullptr;
+  CHECK(ptdp_optimizer_create(model, &m, &opt) == PTDP_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(ptdp_last_error()).find("options->muon_num_ns_steps = 0 must be in [1, 100]") !=
+        std::string::npos);
+  CHECK(opt == nullptr);
+  ptdp_model_destroy(model);
+  ptdp_train_config_destroy(config);
+}

@@ -256,6 +256,48 @@ TEST_CASE("save dir: resuming with trajectory flags that differ is refused unles
   }
 }
 
+TEST_CASE("save dir: a checkpoint names its optimizer, and loading its state into another is refused",
+          "[capi][files][optimizer]") {
+  sp::World w;
+  TempDir dir;
+  const auto kind_of = [](const std::string& save) {
+    return nlohmann::json::parse(slurp(save + "/iter_0000002/metadata.json"))["optimizer"]["kind"];
+  };
+  for (const char* saved : {"sgd", "muon"}) {
+    INFO(saved);
+    const std::string save = dir.str(std::string("ckpt-") + saved);
+    {
+      Trainer a(w, flags(save, {"--optimizer", saved}));
+      REQUIRE(a.rc == PTDP_SUCCESS);
+      REQUIRE(ptdp_trainer_run(a.trainer) == PTDP_SUCCESS);
+    }
+    CHECK(kind_of(save) == saved);
+    const char* other = std::string(saved) == "sgd" ? "muon" : "sgd";
+    // The state of one optimizer does not load into another (SGD's and Muon's momentum buffers
+    // would have the same name), with or without --override-resume-check (--optimizer is also
+    // a trajectory flag; the load, which comes first, names the kinds).
+    for (const char* now : {other, "adam"}) {
+      for (const bool override_check : {false, true}) {
+        std::vector<std::string> more = {"--load", save, "--train-iters", "4", "--optimizer", now};
+        if (override_check) more.push_back("--override-resume-check");
+        Trainer c(w, flags(save, more));
+        INFO(c.message);
+        CHECK(c.rc == PTDP_ERR_INVALID_ARGUMENT);
+        CHECK(has(c.message, std::string("was saved by the ") + saved + " optimizer; this one is " + now));
+      }
+    }
+    // The same optimizer resumes; --finetune loads the parameters alone into any.
+    {
+      Trainer d(w, flags(save, {"--load", save, "--train-iters", "4", "--optimizer", saved}));
+      CHECK(d.rc == PTDP_SUCCESS);
+    }
+    {
+      Trainer e(w, flags("", {"--load", save, "--finetune", "--optimizer", other}));
+      CHECK(e.rc == PTDP_SUCCESS);
+    }
+  }
+}
+
 TEST_CASE("save dir: a YaRN run's settings are in its checkpoint, and a resume with others is refused",
           "[capi][files][yarn]") {
   sp::World w;
@@ -375,6 +417,24 @@ TEST_CASE("save dir: metadata that makes no sense is refused although its hash m
        {"kind \"lion\" is not a known optimizer"}},
       {"optimizer state", [](nlohmann::json& m) { m["optimizer"]["state"] = {"exp_avg"}; },
        {"state [\"exp_avg\"] is not what a adam optimizer keeps"}},
+      {"muon state that is no list of names", [](nlohmann::json& m) {
+         m["optimizer"]["kind"] = "muon";
+         m["optimizer"]["state"] = nlohmann::json::array();
+       },
+       {"state [] is not what a muon optimizer keeps"}},
+      // State of the same names from another optimizer would load as this one's: refused by kind.
+      {"optimizer of another kind", [](nlohmann::json& m) {
+         m["optimizer"]["kind"] = "sgd";
+         m["optimizer"]["state"] = {"momentum_buffer"};
+       },
+       {"was saved by the sgd optimizer; this one is adam (--optimizer adam)", "does not carry over"},
+       PTDP_ERR_INVALID_ARGUMENT},
+      {"a muon checkpoint", [](nlohmann::json& m) {
+         m["optimizer"]["kind"] = "muon";
+         m["optimizer"]["state"] = {"momentum_buffer", "exp_avg", "exp_avg_sq"};
+       },
+       {"was saved by the muon optimizer; this one is adam"},
+       PTDP_ERR_INVALID_ARGUMENT},
       {"negative steps", [](nlohmann::json& m) { m["optimizer"]["steps"] = -1; }, {"\"steps\" = -1 is below 0"}},
       {"skipped beyond the iteration", [](nlohmann::json& m) { m["optimizer"]["skipped_iterations"] = 5; },
        {"\"skipped_iterations\" = 5 exceeds the iteration 4"}},

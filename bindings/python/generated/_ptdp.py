@@ -2620,9 +2620,47 @@ PTDP_OPTIMIZER_SGD = _ptdp_ext.PTDP_OPTIMIZER_SGD
 r""" SGD with momentum."""
 PTDP_OPTIMIZER_MUON = _ptdp_ext.PTDP_OPTIMIZER_MUON
 r"""
-    Muon: momentum orthogonalised by Newton-Schulz for the 2-D hidden
-                                   weights, AdamW for the rest (so far priced by the planner,
-                                   ptdp_plan_options::optimizer, and refused by the trainer).
+    Muon: momentum orthogonalised by Newton-Schulz iterations for the hidden 2-D
+                                   weights, AdamW (the adam_* fields) for the embeddings, the output layer, norms
+                                   and biases; the muon_* and qk_clip* fields. Since 0.4.
+    """
+PTDP_MUON_SCALE_SPECTRAL = _ptdp_ext.PTDP_MUON_SCALE_SPECTRAL
+r"""
+    sqrt(max(out, in)); with factor 0.2, PyTorch's adjust_lr_fn
+                                            "match_rms_adamw".
+    """
+PTDP_MUON_SCALE_UNIT_RMS_NORM = _ptdp_ext.PTDP_MUON_SCALE_UNIT_RMS_NORM
+r""" sqrt(out / in)."""
+PTDP_MUON_SCALE_SHAPE_SCALING = _ptdp_ext.PTDP_MUON_SCALE_SHAPE_SCALING
+r""" sqrt(max(1, out / in)); with factor 1, PyTorch's "original"."""
+PTDP_MUON_TP_DISTRIBUTED = _ptdp_ext.PTDP_MUON_TP_DISTRIBUTED
+r""" The whole matrix, its work spread over the ranks (ptdp's default)."""
+PTDP_MUON_TP_DUPLICATED = _ptdp_ext.PTDP_MUON_TP_DUPLICATED
+r""" The whole matrix on every tensor rank holding a piece: the same update."""
+PTDP_MUON_TP_BLOCKWISE = _ptdp_ext.PTDP_MUON_TP_BLOCKWISE
+r"""
+    Each rank's piece on its own: a different update, which depends on t
+                                        (Megatron's default).
+    """
+PTDP_NS_COEFFICIENTS_QUINTIC = _ptdp_ext.PTDP_NS_COEFFICIENTS_QUINTIC
+r""" `quintic` (the default)."""
+PTDP_NS_COEFFICIENTS_SIMPLE = _ptdp_ext.PTDP_NS_COEFFICIENTS_SIMPLE
+r"""
+    `simple`: the one set (3.4445, -4.775, 2.0315) of PyTorch's
+                                                  torch.optim.Muon.
+    """
+PTDP_NS_COEFFICIENTS_POLAR_EXPRESS = _ptdp_ext.PTDP_NS_COEFFICIENTS_POLAR_EXPRESS
+r""" `polar_express`."""
+PTDP_NS_COEFFICIENTS_AOL = _ptdp_ext.PTDP_NS_COEFFICIENTS_AOL
+r""" `aol`."""
+PTDP_NS_PRECISION_HIGHEST = _ptdp_ext.PTDP_NS_PRECISION_HIGHEST
+r""" fp32 (ptdp's default)."""
+PTDP_NS_PRECISION_HIGH = _ptdp_ext.PTDP_NS_PRECISION_HIGH
+r""" TF32 on CUDA; fp32 on the CPU."""
+PTDP_NS_PRECISION_MEDIUM = _ptdp_ext.PTDP_NS_PRECISION_MEDIUM
+r"""
+    bf16 operands and results with fp32 accumulation, as PyTorch's
+                                         torch.optim.Muon (Megatron's default).
     """
 PTDP_LR_CONSTANT = _ptdp_ext.PTDP_LR_CONSTANT
 r""" lr after warm-up."""
@@ -2682,6 +2720,53 @@ class ptdp_optimizer_options(object):
                                               0 (default): the step waits for the gathers. Bitwise the
                                               same results. Not for ptdp_optimizer_create_for_tensors(),
                                               whose step always waits. Since 0.3; older programs get 0.
+    """)
+    muon_momentum = property(_ptdp_ext.ptdp_optimizer_options_muon_momentum_get, _ptdp_ext.ptdp_optimizer_options_muon_momentum_set, doc=r"""
+    Momentum in [0, 1): the buffer moves by 1 - momentum
+                                              towards each gradient (`--muon-momentum`). Default 0.95.
+    """)
+    muon_nesterov = property(_ptdp_ext.ptdp_optimizer_options_muon_nesterov_get, _ptdp_ext.ptdp_optimizer_options_muon_nesterov_set, doc=r"""
+    1: Nesterov momentum, orthogonalising the gradient moved
+                                              by the momentum towards the buffer (`--muon-nesterov`);
+                                              0 (default): the buffer.
+    """)
+    muon_num_ns_steps = property(_ptdp_ext.ptdp_optimizer_options_muon_num_ns_steps_get, _ptdp_ext.ptdp_optimizer_options_muon_num_ns_steps_set, doc=r"""
+    Newton-Schulz iterations in [1, 100]
+                                              (`--muon-num-ns-steps`). Default 5.
+    """)
+    muon_coefficient_type = property(_ptdp_ext.ptdp_optimizer_options_muon_coefficient_type_get, _ptdp_ext.ptdp_optimizer_options_muon_coefficient_type_set, doc=r"""
+    `--muon-coefficient-type`; default
+                                                      ::PTDP_NS_COEFFICIENTS_QUINTIC.
+    """)
+    muon_fp32_matmul_prec = property(_ptdp_ext.ptdp_optimizer_options_muon_fp32_matmul_prec_get, _ptdp_ext.ptdp_optimizer_options_muon_fp32_matmul_prec_set, doc=r"""
+    `--muon-fp32-matmul-prec`; default
+                                                      ::PTDP_NS_PRECISION_HIGHEST.
+    """)
+    muon_scale_mode = property(_ptdp_ext.ptdp_optimizer_options_muon_scale_mode_get, _ptdp_ext.ptdp_optimizer_options_muon_scale_mode_set, doc=r"""
+    `--muon-scale-mode`; default
+                                                      ::PTDP_MUON_SCALE_SPECTRAL.
+    """)
+    muon_extra_scale_factor = property(_ptdp_ext.ptdp_optimizer_options_muon_extra_scale_factor_get, _ptdp_ext.ptdp_optimizer_options_muon_extra_scale_factor_set, doc=r"""
+    Factor on the update's scale, > 0
+                                              (`--muon-extra-scale-factor`). Default 1.
+    """)
+    muon_split_qkv = property(_ptdp_ext.ptdp_optimizer_options_muon_split_qkv_get, _ptdp_ext.ptdp_optimizer_options_muon_split_qkv_set, doc=r"""
+    1 (default): q, k and v (per query group) and SwiGLU's
+                                              gate and up orthogonalised as separate matrices; 0: each
+                                              fused weight as one (`--muon-no-split-qkv`).
+    """)
+    muon_tp_mode = property(_ptdp_ext.ptdp_optimizer_options_muon_tp_mode_get, _ptdp_ext.ptdp_optimizer_options_muon_tp_mode_set, doc=r""" `--muon-tp-mode`; default ::PTDP_MUON_TP_DISTRIBUTED.""")
+    qk_clip = property(_ptdp_ext.ptdp_optimizer_options_qk_clip_get, _ptdp_ext.ptdp_optimizer_options_qk_clip_set, doc=r"""
+    1: QK-clip (MuonClip) after each step (`--qk-clip`);
+                                              0 (default): none.
+    """)
+    qk_clip_threshold = property(_ptdp_ext.ptdp_optimizer_options_qk_clip_threshold_get, _ptdp_ext.ptdp_optimizer_options_qk_clip_threshold_set, doc=r"""
+    The largest attention logit a head keeps, > 0
+                                              (`--qk-clip-threshold`). Default 100.
+    """)
+    qk_clip_alpha = property(_ptdp_ext.ptdp_optimizer_options_qk_clip_alpha_get, _ptdp_ext.ptdp_optimizer_options_qk_clip_alpha_set, doc=r"""
+    The query weights' share of the clip in [0, 1], the keys
+                                              taking the rest (`--qk-clip-alpha`). Default 0.5.
     """)
 
     def __init__(self):

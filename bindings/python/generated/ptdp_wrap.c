@@ -3036,52 +3036,56 @@ SWIG_Python_NonDynamicSetAttr(PyObject *obj, PyObject *name, PyObject *value) {
 #define SWIGTYPE_p_ptdp_moe_load_balancing swig_types[54]
 #define SWIGTYPE_p_ptdp_moe_metrics swig_types[55]
 #define SWIGTYPE_p_ptdp_moe_score_function swig_types[56]
-#define SWIGTYPE_p_ptdp_normalization swig_types[57]
-#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[58]
-#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[59]
-#define SWIGTYPE_p_ptdp_optimizer_options swig_types[60]
-#define SWIGTYPE_p_ptdp_p2p_kind swig_types[61]
-#define SWIGTYPE_p_ptdp_p2p_op swig_types[62]
-#define SWIGTYPE_p_ptdp_parallel_options swig_types[63]
-#define SWIGTYPE_p_ptdp_param_flags swig_types[64]
-#define SWIGTYPE_p_ptdp_pipeline_options swig_types[65]
-#define SWIGTYPE_p_ptdp_plan_cli swig_types[66]
-#define SWIGTYPE_p_ptdp_plan_impl swig_types[67]
-#define SWIGTYPE_p_ptdp_plan_layout swig_types[68]
-#define SWIGTYPE_p_ptdp_plan_options swig_types[69]
-#define SWIGTYPE_p_ptdp_position_embedding swig_types[70]
-#define SWIGTYPE_p_ptdp_preprocess_options swig_types[71]
-#define SWIGTYPE_p_ptdp_preprocess_result swig_types[72]
-#define SWIGTYPE_p_ptdp_recompute swig_types[73]
-#define SWIGTYPE_p_ptdp_reduce_op swig_types[74]
-#define SWIGTYPE_p_ptdp_rope_type swig_types[75]
-#define SWIGTYPE_p_ptdp_runtime_impl swig_types[76]
-#define SWIGTYPE_p_ptdp_runtime_options swig_types[77]
-#define SWIGTYPE_p_ptdp_schedule_costs swig_types[78]
-#define SWIGTYPE_p_ptdp_schedule_impl swig_types[79]
-#define SWIGTYPE_p_ptdp_schedule_kind swig_types[80]
-#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[81]
-#define SWIGTYPE_p_ptdp_status swig_types[82]
-#define SWIGTYPE_p_ptdp_tensor_impl swig_types[83]
-#define SWIGTYPE_p_ptdp_tensor_options swig_types[84]
-#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[85]
-#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[86]
-#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[87]
-#define SWIGTYPE_p_ptdp_train_config_impl swig_types[88]
-#define SWIGTYPE_p_ptdp_train_settings swig_types[89]
-#define SWIGTYPE_p_ptdp_trainer_impl swig_types[90]
-#define SWIGTYPE_p_ptdp_trainer_options swig_types[91]
-#define SWIGTYPE_p_ptdp_work_impl swig_types[92]
-#define SWIGTYPE_p_short swig_types[93]
-#define SWIGTYPE_p_signed_char swig_types[94]
-#define SWIGTYPE_p_size_t swig_types[95]
-#define SWIGTYPE_p_unsigned_char swig_types[96]
-#define SWIGTYPE_p_unsigned_int swig_types[97]
-#define SWIGTYPE_p_unsigned_long swig_types[98]
-#define SWIGTYPE_p_unsigned_short swig_types[99]
-#define SWIGTYPE_p_void swig_types[100]
-static swig_type_info *swig_types[102];
-static swig_module_info swig_module = {swig_types, 101, 0, 0, 0, 0};
+#define SWIGTYPE_p_ptdp_muon_scale_mode swig_types[57]
+#define SWIGTYPE_p_ptdp_muon_tp_mode swig_types[58]
+#define SWIGTYPE_p_ptdp_normalization swig_types[59]
+#define SWIGTYPE_p_ptdp_ns_coefficients swig_types[60]
+#define SWIGTYPE_p_ptdp_ns_precision swig_types[61]
+#define SWIGTYPE_p_ptdp_optimizer_impl swig_types[62]
+#define SWIGTYPE_p_ptdp_optimizer_kind swig_types[63]
+#define SWIGTYPE_p_ptdp_optimizer_options swig_types[64]
+#define SWIGTYPE_p_ptdp_p2p_kind swig_types[65]
+#define SWIGTYPE_p_ptdp_p2p_op swig_types[66]
+#define SWIGTYPE_p_ptdp_parallel_options swig_types[67]
+#define SWIGTYPE_p_ptdp_param_flags swig_types[68]
+#define SWIGTYPE_p_ptdp_pipeline_options swig_types[69]
+#define SWIGTYPE_p_ptdp_plan_cli swig_types[70]
+#define SWIGTYPE_p_ptdp_plan_impl swig_types[71]
+#define SWIGTYPE_p_ptdp_plan_layout swig_types[72]
+#define SWIGTYPE_p_ptdp_plan_options swig_types[73]
+#define SWIGTYPE_p_ptdp_position_embedding swig_types[74]
+#define SWIGTYPE_p_ptdp_preprocess_options swig_types[75]
+#define SWIGTYPE_p_ptdp_preprocess_result swig_types[76]
+#define SWIGTYPE_p_ptdp_recompute swig_types[77]
+#define SWIGTYPE_p_ptdp_reduce_op swig_types[78]
+#define SWIGTYPE_p_ptdp_rope_type swig_types[79]
+#define SWIGTYPE_p_ptdp_runtime_impl swig_types[80]
+#define SWIGTYPE_p_ptdp_runtime_options swig_types[81]
+#define SWIGTYPE_p_ptdp_schedule_costs swig_types[82]
+#define SWIGTYPE_p_ptdp_schedule_impl swig_types[83]
+#define SWIGTYPE_p_ptdp_schedule_kind swig_types[84]
+#define SWIGTYPE_p_ptdp_stage_callbacks swig_types[85]
+#define SWIGTYPE_p_ptdp_status swig_types[86]
+#define SWIGTYPE_p_ptdp_tensor_impl swig_types[87]
+#define SWIGTYPE_p_ptdp_tensor_options swig_types[88]
+#define SWIGTYPE_p_ptdp_tokenizer_impl swig_types[89]
+#define SWIGTYPE_p_ptdp_tokenizer_options swig_types[90]
+#define SWIGTYPE_p_ptdp_tokenizer_type swig_types[91]
+#define SWIGTYPE_p_ptdp_train_config_impl swig_types[92]
+#define SWIGTYPE_p_ptdp_train_settings swig_types[93]
+#define SWIGTYPE_p_ptdp_trainer_impl swig_types[94]
+#define SWIGTYPE_p_ptdp_trainer_options swig_types[95]
+#define SWIGTYPE_p_ptdp_work_impl swig_types[96]
+#define SWIGTYPE_p_short swig_types[97]
+#define SWIGTYPE_p_signed_char swig_types[98]
+#define SWIGTYPE_p_size_t swig_types[99]
+#define SWIGTYPE_p_unsigned_char swig_types[100]
+#define SWIGTYPE_p_unsigned_int swig_types[101]
+#define SWIGTYPE_p_unsigned_long swig_types[102]
+#define SWIGTYPE_p_unsigned_short swig_types[103]
+#define SWIGTYPE_p_void swig_types[104]
+static swig_type_info *swig_types[106];
+static swig_module_info swig_module = {swig_types, 105, 0, 0, 0, 0};
 #define SWIG_TypeQuery(name) SWIG_TypeQueryModule(&swig_module, &swig_module, name)
 #define SWIG_MangledTypeQuery(name) SWIG_MangledTypeQueryModule(&swig_module, &swig_module, name)
 
@@ -19477,6 +19481,718 @@ SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_overlap_param_gather_get(PyObj
     SWIG_PYTHON_THREAD_END_ALLOW;
   }
   resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_momentum_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_momentum_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_momentum_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_muon_momentum_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_momentum = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_momentum_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_momentum_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->muon_momentum);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_nesterov_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_nesterov_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_nesterov_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_muon_nesterov_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_nesterov = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_nesterov_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_nesterov_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->muon_nesterov);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_num_ns_steps_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_num_ns_steps_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_num_ns_steps_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_muon_num_ns_steps_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_num_ns_steps = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_num_ns_steps_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_num_ns_steps_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->muon_num_ns_steps);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_coefficient_type_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  ptdp_ns_coefficients arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_coefficient_type_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_coefficient_type_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_ns_coefficients", "ptdp_optimizer_options_muon_coefficient_type_set", "muon_coefficient_type", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_ns_coefficients)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_coefficient_type = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_coefficient_type_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_ns_coefficients result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_coefficient_type_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_ns_coefficients) ((arg1)->muon_coefficient_type);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_fp32_matmul_prec_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  ptdp_ns_precision arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_fp32_matmul_prec_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_fp32_matmul_prec_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_ns_precision", "ptdp_optimizer_options_muon_fp32_matmul_prec_set", "muon_fp32_matmul_prec", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_ns_precision)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_fp32_matmul_prec = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_fp32_matmul_prec_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_ns_precision result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_fp32_matmul_prec_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_ns_precision) ((arg1)->muon_fp32_matmul_prec);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_scale_mode_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  ptdp_muon_scale_mode arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_scale_mode_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_scale_mode_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_muon_scale_mode", "ptdp_optimizer_options_muon_scale_mode_set", "muon_scale_mode", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_muon_scale_mode)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_scale_mode = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_scale_mode_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_muon_scale_mode result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_scale_mode_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_muon_scale_mode) ((arg1)->muon_scale_mode);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_extra_scale_factor_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_extra_scale_factor_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_extra_scale_factor_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_muon_extra_scale_factor_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_extra_scale_factor = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_extra_scale_factor_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_extra_scale_factor_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->muon_extra_scale_factor);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_split_qkv_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_split_qkv_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_split_qkv_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_muon_split_qkv_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_split_qkv = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_split_qkv_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_split_qkv_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->muon_split_qkv);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_tp_mode_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  ptdp_muon_tp_mode arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  long long value2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_muon_tp_mode_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_tp_mode_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    if (ptdpy_enum_in_range(swig_obj[1], "ptdp_muon_tp_mode", "ptdp_optimizer_options_muon_tp_mode_set", "muon_tp_mode", INT_MIN, INT_MAX, &value2) != 0) SWIG_fail;
+    arg2 = (ptdp_muon_tp_mode)value2;
+  }
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->muon_tp_mode = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_muon_tp_mode_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  ptdp_muon_tp_mode result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_muon_tp_mode_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (ptdp_muon_tp_mode) ((arg1)->muon_tp_mode);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_qk_clip_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  int32_t arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  int val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_qk_clip_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_qk_clip_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_int(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_qk_clip_set" "', argument " "2"" of type '" "int32_t""'");
+  } 
+  arg2 = (int32_t)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_clip = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_qk_clip_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  int32_t result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_qk_clip_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (int32_t) ((arg1)->qk_clip);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_int((int)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_qk_clip_threshold_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_qk_clip_threshold_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_qk_clip_threshold_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_qk_clip_threshold_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_clip_threshold = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_qk_clip_threshold_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_qk_clip_threshold_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->qk_clip_threshold);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_qk_clip_alpha_set(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  float arg2 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  float val2 ;
+  int ecode2 = 0 ;
+  PyObject *swig_obj[2] ;
+  
+  if (!SWIG_Python_UnpackTuple(args, "ptdp_optimizer_options_qk_clip_alpha_set", 2, 2, swig_obj)) SWIG_fail;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_qk_clip_alpha_set" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  ecode2 = SWIG_AsVal_float(swig_obj[1], &val2);
+  if (!SWIG_IsOK(ecode2)) {
+    SWIG_exception_fail(SWIG_ArgError(ecode2), "in method '" "ptdp_optimizer_options_qk_clip_alpha_set" "', argument " "2"" of type '" "float""'");
+  } 
+  arg2 = (float)(val2);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    if (arg1) (arg1)->qk_clip_alpha = arg2;
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_Py_Void();
+  return resultobj;
+fail:
+  return NULL;
+}
+
+
+SWIGINTERN PyObject *_wrap_ptdp_optimizer_options_qk_clip_alpha_get(PyObject *self, PyObject *args) {
+  PyObject *resultobj = 0;
+  struct ptdp_optimizer_options *arg1 = (struct ptdp_optimizer_options *) 0 ;
+  void *argp1 = 0 ;
+  int res1 = 0 ;
+  PyObject *swig_obj[1] ;
+  float result;
+  
+  if (!args) SWIG_fail;
+  swig_obj[0] = args;
+  res1 = SWIG_ConvertPtr(swig_obj[0], &argp1,SWIGTYPE_p_ptdp_optimizer_options, 0 |  0 );
+  if (!SWIG_IsOK(res1)) {
+    SWIG_exception_fail(SWIG_ArgError(res1), "in method '" "ptdp_optimizer_options_qk_clip_alpha_get" "', argument " "1"" of type '" "struct ptdp_optimizer_options *""'"); 
+  }
+  arg1 = (struct ptdp_optimizer_options *)(argp1);
+  {
+    SWIG_PYTHON_THREAD_BEGIN_ALLOW;
+    result = (float) ((arg1)->qk_clip_alpha);
+    SWIG_PYTHON_THREAD_END_ALLOW;
+  }
+  resultobj = SWIG_From_float((float)(result));
   return resultobj;
 fail:
   return NULL;
@@ -43558,6 +44274,100 @@ static PyMethodDef SwigMethods[] = {
 		"                                          same results. Not for ptdp_optimizer_create_for_tensors(),\n"
 		"                                          whose step always waits. Since 0.3; older programs get 0.\n"
 		""},
+	 { "ptdp_optimizer_options_muon_momentum_set", _wrap_ptdp_optimizer_options_muon_momentum_set, METH_VARARGS, "\n"
+		"Momentum in [0, 1): the buffer moves by 1 - momentum\n"
+		"                                          towards each gradient (`--muon-momentum`). Default 0.95.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_momentum_get", _wrap_ptdp_optimizer_options_muon_momentum_get, METH_O, "\n"
+		"Momentum in [0, 1): the buffer moves by 1 - momentum\n"
+		"                                          towards each gradient (`--muon-momentum`). Default 0.95.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_nesterov_set", _wrap_ptdp_optimizer_options_muon_nesterov_set, METH_VARARGS, "\n"
+		"1: Nesterov momentum, orthogonalising the gradient moved\n"
+		"                                          by the momentum towards the buffer (`--muon-nesterov`);\n"
+		"                                          0 (default): the buffer.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_nesterov_get", _wrap_ptdp_optimizer_options_muon_nesterov_get, METH_O, "\n"
+		"1: Nesterov momentum, orthogonalising the gradient moved\n"
+		"                                          by the momentum towards the buffer (`--muon-nesterov`);\n"
+		"                                          0 (default): the buffer.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_num_ns_steps_set", _wrap_ptdp_optimizer_options_muon_num_ns_steps_set, METH_VARARGS, "\n"
+		"Newton-Schulz iterations in [1, 100]\n"
+		"                                          (`--muon-num-ns-steps`). Default 5.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_num_ns_steps_get", _wrap_ptdp_optimizer_options_muon_num_ns_steps_get, METH_O, "\n"
+		"Newton-Schulz iterations in [1, 100]\n"
+		"                                          (`--muon-num-ns-steps`). Default 5.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_coefficient_type_set", _wrap_ptdp_optimizer_options_muon_coefficient_type_set, METH_VARARGS, "\n"
+		"`--muon-coefficient-type`; default\n"
+		"                                                  ::PTDP_NS_COEFFICIENTS_QUINTIC.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_coefficient_type_get", _wrap_ptdp_optimizer_options_muon_coefficient_type_get, METH_O, "\n"
+		"`--muon-coefficient-type`; default\n"
+		"                                                  ::PTDP_NS_COEFFICIENTS_QUINTIC.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_fp32_matmul_prec_set", _wrap_ptdp_optimizer_options_muon_fp32_matmul_prec_set, METH_VARARGS, "\n"
+		"`--muon-fp32-matmul-prec`; default\n"
+		"                                                  ::PTDP_NS_PRECISION_HIGHEST.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_fp32_matmul_prec_get", _wrap_ptdp_optimizer_options_muon_fp32_matmul_prec_get, METH_O, "\n"
+		"`--muon-fp32-matmul-prec`; default\n"
+		"                                                  ::PTDP_NS_PRECISION_HIGHEST.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_scale_mode_set", _wrap_ptdp_optimizer_options_muon_scale_mode_set, METH_VARARGS, "\n"
+		"`--muon-scale-mode`; default\n"
+		"                                                  ::PTDP_MUON_SCALE_SPECTRAL.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_scale_mode_get", _wrap_ptdp_optimizer_options_muon_scale_mode_get, METH_O, "\n"
+		"`--muon-scale-mode`; default\n"
+		"                                                  ::PTDP_MUON_SCALE_SPECTRAL.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_extra_scale_factor_set", _wrap_ptdp_optimizer_options_muon_extra_scale_factor_set, METH_VARARGS, "\n"
+		"Factor on the update's scale, > 0\n"
+		"                                          (`--muon-extra-scale-factor`). Default 1.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_extra_scale_factor_get", _wrap_ptdp_optimizer_options_muon_extra_scale_factor_get, METH_O, "\n"
+		"Factor on the update's scale, > 0\n"
+		"                                          (`--muon-extra-scale-factor`). Default 1.\n"
+		""},
+	 { "ptdp_optimizer_options_muon_split_qkv_set", _wrap_ptdp_optimizer_options_muon_split_qkv_set, METH_VARARGS, "\n"
+		"1 (default): q, k and v (per query group) and SwiGLU's\n"
+		"                                          gate and up orthogonalised as separate matrices; 0: each\n"
+		"                                          fused weight as one (`--muon-no-split-qkv`).\n"
+		""},
+	 { "ptdp_optimizer_options_muon_split_qkv_get", _wrap_ptdp_optimizer_options_muon_split_qkv_get, METH_O, "\n"
+		"1 (default): q, k and v (per query group) and SwiGLU's\n"
+		"                                          gate and up orthogonalised as separate matrices; 0: each\n"
+		"                                          fused weight as one (`--muon-no-split-qkv`).\n"
+		""},
+	 { "ptdp_optimizer_options_muon_tp_mode_set", _wrap_ptdp_optimizer_options_muon_tp_mode_set, METH_VARARGS, " `--muon-tp-mode`; default ::PTDP_MUON_TP_DISTRIBUTED."},
+	 { "ptdp_optimizer_options_muon_tp_mode_get", _wrap_ptdp_optimizer_options_muon_tp_mode_get, METH_O, " `--muon-tp-mode`; default ::PTDP_MUON_TP_DISTRIBUTED."},
+	 { "ptdp_optimizer_options_qk_clip_set", _wrap_ptdp_optimizer_options_qk_clip_set, METH_VARARGS, "\n"
+		"1: QK-clip (MuonClip) after each step (`--qk-clip`);\n"
+		"                                          0 (default): none.\n"
+		""},
+	 { "ptdp_optimizer_options_qk_clip_get", _wrap_ptdp_optimizer_options_qk_clip_get, METH_O, "\n"
+		"1: QK-clip (MuonClip) after each step (`--qk-clip`);\n"
+		"                                          0 (default): none.\n"
+		""},
+	 { "ptdp_optimizer_options_qk_clip_threshold_set", _wrap_ptdp_optimizer_options_qk_clip_threshold_set, METH_VARARGS, "\n"
+		"The largest attention logit a head keeps, > 0\n"
+		"                                          (`--qk-clip-threshold`). Default 100.\n"
+		""},
+	 { "ptdp_optimizer_options_qk_clip_threshold_get", _wrap_ptdp_optimizer_options_qk_clip_threshold_get, METH_O, "\n"
+		"The largest attention logit a head keeps, > 0\n"
+		"                                          (`--qk-clip-threshold`). Default 100.\n"
+		""},
+	 { "ptdp_optimizer_options_qk_clip_alpha_set", _wrap_ptdp_optimizer_options_qk_clip_alpha_set, METH_VARARGS, "\n"
+		"The query weights' share of the clip in [0, 1], the keys\n"
+		"                                          taking the rest (`--qk-clip-alpha`). Default 0.5.\n"
+		""},
+	 { "ptdp_optimizer_options_qk_clip_alpha_get", _wrap_ptdp_optimizer_options_qk_clip_alpha_get, METH_O, "\n"
+		"The query weights' share of the clip in [0, 1], the keys\n"
+		"                                          taking the rest (`--qk-clip-alpha`). Default 0.5.\n"
+		""},
 	 { "new_ptdp_optimizer_options", _wrap_new_ptdp_optimizer_options, METH_NOARGS, NULL},
 	 { "delete_ptdp_optimizer_options", _wrap_delete_ptdp_optimizer_options, METH_O, NULL},
 	 { "ptdp_optimizer_options_swigregister", ptdp_optimizer_options_swigregister, METH_O, NULL},
@@ -45834,7 +46644,11 @@ static swig_type_info _swigt__p_ptdp_moe_layer_load = {"_p_ptdp_moe_layer_load",
 static swig_type_info _swigt__p_ptdp_moe_load_balancing = {"_p_ptdp_moe_load_balancing", "ptdp_moe_load_balancing *|enum ptdp_moe_load_balancing *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_moe_metrics = {"_p_ptdp_moe_metrics", "ptdp_moe_metrics *|struct ptdp_moe_metrics *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_moe_score_function = {"_p_ptdp_moe_score_function", "ptdp_moe_score_function *|enum ptdp_moe_score_function *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_muon_scale_mode = {"_p_ptdp_muon_scale_mode", "ptdp_muon_scale_mode *|enum ptdp_muon_scale_mode *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_muon_tp_mode = {"_p_ptdp_muon_tp_mode", "ptdp_muon_tp_mode *|enum ptdp_muon_tp_mode *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_normalization = {"_p_ptdp_normalization", "ptdp_normalization *|enum ptdp_normalization *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_ns_coefficients = {"_p_ptdp_ns_coefficients", "ptdp_ns_coefficients *|enum ptdp_ns_coefficients *", 0, 0, (void*)0, 0};
+static swig_type_info _swigt__p_ptdp_ns_precision = {"_p_ptdp_ns_precision", "ptdp_ns_precision *|enum ptdp_ns_precision *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_impl = {"_p_ptdp_optimizer_impl", "ptdp_optimizer|struct ptdp_optimizer_impl *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_kind = {"_p_ptdp_optimizer_kind", "ptdp_optimizer_kind *|enum ptdp_optimizer_kind *", 0, 0, (void*)0, 0};
 static swig_type_info _swigt__p_ptdp_optimizer_options = {"_p_ptdp_optimizer_options", "ptdp_optimizer_options *|struct ptdp_optimizer_options *", 0, 0, (void*)0, 0};
@@ -45937,7 +46751,11 @@ static swig_type_info *swig_type_initial[] = {
   &_swigt__p_ptdp_moe_load_balancing,
   &_swigt__p_ptdp_moe_metrics,
   &_swigt__p_ptdp_moe_score_function,
+  &_swigt__p_ptdp_muon_scale_mode,
+  &_swigt__p_ptdp_muon_tp_mode,
   &_swigt__p_ptdp_normalization,
+  &_swigt__p_ptdp_ns_coefficients,
+  &_swigt__p_ptdp_ns_precision,
   &_swigt__p_ptdp_optimizer_impl,
   &_swigt__p_ptdp_optimizer_kind,
   &_swigt__p_ptdp_optimizer_options,
@@ -46040,7 +46858,11 @@ static swig_cast_info _swigc__p_ptdp_moe_layer_load[] = {  {&_swigt__p_ptdp_moe_
 static swig_cast_info _swigc__p_ptdp_moe_load_balancing[] = {  {&_swigt__p_ptdp_moe_load_balancing, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_moe_metrics[] = {  {&_swigt__p_ptdp_moe_metrics, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_moe_score_function[] = {  {&_swigt__p_ptdp_moe_score_function, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_muon_scale_mode[] = {  {&_swigt__p_ptdp_muon_scale_mode, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_muon_tp_mode[] = {  {&_swigt__p_ptdp_muon_tp_mode, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_normalization[] = {  {&_swigt__p_ptdp_normalization, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_ns_coefficients[] = {  {&_swigt__p_ptdp_ns_coefficients, 0, 0, 0},{0, 0, 0, 0}};
+static swig_cast_info _swigc__p_ptdp_ns_precision[] = {  {&_swigt__p_ptdp_ns_precision, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_impl[] = {  {&_swigt__p_ptdp_optimizer_impl, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_kind[] = {  {&_swigt__p_ptdp_optimizer_kind, 0, 0, 0},{0, 0, 0, 0}};
 static swig_cast_info _swigc__p_ptdp_optimizer_options[] = {  {&_swigt__p_ptdp_optimizer_options, 0, 0, 0},{0, 0, 0, 0}};
@@ -46143,7 +46965,11 @@ static swig_cast_info *swig_cast_initial[] = {
   _swigc__p_ptdp_moe_load_balancing,
   _swigc__p_ptdp_moe_metrics,
   _swigc__p_ptdp_moe_score_function,
+  _swigc__p_ptdp_muon_scale_mode,
+  _swigc__p_ptdp_muon_tp_mode,
   _swigc__p_ptdp_normalization,
+  _swigc__p_ptdp_ns_coefficients,
+  _swigc__p_ptdp_ns_precision,
   _swigc__p_ptdp_optimizer_impl,
   _swigc__p_ptdp_optimizer_kind,
   _swigc__p_ptdp_optimizer_options,
@@ -46746,6 +47572,19 @@ SWIG_init(void) {
   SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_ADAM",SWIG_From_int((int)(PTDP_OPTIMIZER_ADAM)));
   SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_SGD",SWIG_From_int((int)(PTDP_OPTIMIZER_SGD)));
   SWIG_Python_SetConstant(d, "PTDP_OPTIMIZER_MUON",SWIG_From_int((int)(PTDP_OPTIMIZER_MUON)));
+  SWIG_Python_SetConstant(d, "PTDP_MUON_SCALE_SPECTRAL",SWIG_From_int((int)(PTDP_MUON_SCALE_SPECTRAL)));
+  SWIG_Python_SetConstant(d, "PTDP_MUON_SCALE_UNIT_RMS_NORM",SWIG_From_int((int)(PTDP_MUON_SCALE_UNIT_RMS_NORM)));
+  SWIG_Python_SetConstant(d, "PTDP_MUON_SCALE_SHAPE_SCALING",SWIG_From_int((int)(PTDP_MUON_SCALE_SHAPE_SCALING)));
+  SWIG_Python_SetConstant(d, "PTDP_MUON_TP_DISTRIBUTED",SWIG_From_int((int)(PTDP_MUON_TP_DISTRIBUTED)));
+  SWIG_Python_SetConstant(d, "PTDP_MUON_TP_DUPLICATED",SWIG_From_int((int)(PTDP_MUON_TP_DUPLICATED)));
+  SWIG_Python_SetConstant(d, "PTDP_MUON_TP_BLOCKWISE",SWIG_From_int((int)(PTDP_MUON_TP_BLOCKWISE)));
+  SWIG_Python_SetConstant(d, "PTDP_NS_COEFFICIENTS_QUINTIC",SWIG_From_int((int)(PTDP_NS_COEFFICIENTS_QUINTIC)));
+  SWIG_Python_SetConstant(d, "PTDP_NS_COEFFICIENTS_SIMPLE",SWIG_From_int((int)(PTDP_NS_COEFFICIENTS_SIMPLE)));
+  SWIG_Python_SetConstant(d, "PTDP_NS_COEFFICIENTS_POLAR_EXPRESS",SWIG_From_int((int)(PTDP_NS_COEFFICIENTS_POLAR_EXPRESS)));
+  SWIG_Python_SetConstant(d, "PTDP_NS_COEFFICIENTS_AOL",SWIG_From_int((int)(PTDP_NS_COEFFICIENTS_AOL)));
+  SWIG_Python_SetConstant(d, "PTDP_NS_PRECISION_HIGHEST",SWIG_From_int((int)(PTDP_NS_PRECISION_HIGHEST)));
+  SWIG_Python_SetConstant(d, "PTDP_NS_PRECISION_HIGH",SWIG_From_int((int)(PTDP_NS_PRECISION_HIGH)));
+  SWIG_Python_SetConstant(d, "PTDP_NS_PRECISION_MEDIUM",SWIG_From_int((int)(PTDP_NS_PRECISION_MEDIUM)));
   SWIG_Python_SetConstant(d, "PTDP_LR_CONSTANT",SWIG_From_int((int)(PTDP_LR_CONSTANT)));
   SWIG_Python_SetConstant(d, "PTDP_LR_LINEAR",SWIG_From_int((int)(PTDP_LR_LINEAR)));
   SWIG_Python_SetConstant(d, "PTDP_LR_COSINE",SWIG_From_int((int)(PTDP_LR_COSINE)));

@@ -77,9 +77,10 @@ from .runtime import (ChunkPlacement, Feature, GroupKind, Groups, P2PKind, Reduc
 from .schedule import ACTION_DTYPE, ActionKind, Schedule, ScheduleKind
 from .tensor import Device, DType, Tensor
 from .tokenizer import Tokenizer, TokenizerType
-from .training import (CheckpointState, IterationReport, IterationResult, LRDecayStyle, MoeMetrics, Optimizer,
-                       OptimizerKind, ParamFlags, TrainConfig, Trainer, load_checkpoint, moe_metrics,
-                       read_checkpoint_options, save_checkpoint, supervise, train, train_iteration)
+from .training import (CheckpointState, IterationReport, IterationResult, LRDecayStyle, MoeMetrics, MuonScaleMode,
+                       MuonTpMode, NsCoefficients, NsPrecision, Optimizer, OptimizerKind, ParamFlags, TrainConfig,
+                       Trainer, load_checkpoint, moe_metrics, read_checkpoint_options, save_checkpoint, supervise,
+                       train, train_iteration)
 
 __version__ = raw.ptdp_version()
 

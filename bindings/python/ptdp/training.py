@@ -8,8 +8,19 @@ from .model import _Masks, pipeline_options
 
 OptimizerKind = make_enum("OptimizerKind", "ptdp_optimizer_kind", "PTDP_OPTIMIZER_",
                           "Optimizer algorithm (ptdp_optimizer_kind, ``--optimizer``): ADAM (AdamW, also spelt "
-                          "\"adamw\"), SGD or MUON (so far priced by the planner, refused by the trainer).",
-                          aliases={"adamw": "ADAM"})
+                          "\"adamw\"), SGD or MUON.", aliases={"adamw": "ADAM"})
+MuonScaleMode = make_enum("MuonScaleMode", "ptdp_muon_scale_mode", "PTDP_MUON_SCALE_",
+                          "Scale of Muon's orthogonalised update (ptdp_muon_scale_mode, ``--muon-scale-mode``): "
+                          "SPECTRAL, UNIT_RMS_NORM or SHAPE_SCALING.")
+MuonTpMode = make_enum("MuonTpMode", "ptdp_muon_tp_mode", "PTDP_MUON_TP_",
+                       "How Muon orthogonalises a tensor-parallel matrix (ptdp_muon_tp_mode, ``--muon-tp-mode``): "
+                       "DISTRIBUTED, DUPLICATED or BLOCKWISE.")
+NsCoefficients = make_enum("NsCoefficients", "ptdp_ns_coefficients", "PTDP_NS_COEFFICIENTS_",
+                           "Muon's Newton-Schulz coefficients (ptdp_ns_coefficients, ``--muon-coefficient-type``): "
+                           "QUINTIC, SIMPLE, POLAR_EXPRESS or AOL.")
+NsPrecision = make_enum("NsPrecision", "ptdp_ns_precision", "PTDP_NS_PRECISION_",
+                        "Precision of Muon's Newton-Schulz products (ptdp_ns_precision, ``--muon-fp32-matmul-prec``): "
+                        "HIGHEST, HIGH or MEDIUM.")
 LRDecayStyle = make_enum("LRDecayStyle", "ptdp_lr_decay_style", "PTDP_LR_",
                          "Learning-rate decay (ptdp_lr_decay_style, ``--lr-decay-style``): CONSTANT, LINEAR or "
                          "COSINE.")
@@ -29,13 +40,14 @@ def _result(struct):
 
 
 class Optimizer(Handle):
-    """AdamW or SGD (``ptdp_optimizer``) over a model's parameters.
+    """AdamW, SGD or Muon (``ptdp_optimizer``) over a model's parameters.
 
     ``options``: a ``ptdp_optimizer_options`` struct or dict (``TrainConfig.optimizer_options()``);
     keyword fields with Megatron's names (optimizer, lr, min_lr, lr_decay_style, weight_decay,
     clip_grad, use_distributed_optimizer, ...), the enums by name as ptdp-train's flags take
-    them: ``optimizer="adam"`` or ``"sgd"``, ``lr_decay_style="cosine"``. The optimizer depends
-    on its model: closing the model (or its groups) closes the optimizer first.
+    them: ``optimizer="adam"``, ``"sgd"`` or ``"muon"``, ``lr_decay_style="cosine"``,
+    ``muon_scale_mode="spectral"``. The optimizer depends on its model: closing the model (or
+    its groups) closes the optimizer first.
 
     >>> import numpy as np, ptdp
     >>> with ptdp.Runtime() as rt, rt.groups() as groups:
@@ -350,6 +362,7 @@ def read_checkpoint_options(directory):
     return struct_to_dict(options), iteration
 
 
-__all__ = ["OptimizerKind", "LRDecayStyle", "ParamFlags", "IterationResult", "IterationReport", "CheckpointState",
-           "MoeMetrics", "Optimizer", "train_iteration", "moe_metrics", "train", "Trainer", "TrainConfig", "save_checkpoint", "load_checkpoint",
-           "read_checkpoint_options", "supervise"]
+__all__ = ["OptimizerKind", "MuonScaleMode", "MuonTpMode", "NsCoefficients", "NsPrecision", "LRDecayStyle",
+           "ParamFlags", "IterationResult", "IterationReport", "CheckpointState", "MoeMetrics", "Optimizer",
+           "train_iteration", "moe_metrics", "train", "Trainer", "TrainConfig", "save_checkpoint",
+           "load_checkpoint", "read_checkpoint_options", "supervise"]

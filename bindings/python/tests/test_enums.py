@@ -114,6 +114,13 @@ CHOICE_FLAGS = {
     "moe-token-dispatcher-type": ("gpt_options", "moe_token_dispatcher_type", ptdp.MoeDispatcher),
     # The router always computes in fp32, the one value accepted; no field records it.
     "moe-router-dtype": (None, None, None),
+    # Muon (read with --optimizer muon only, the Muon layout below).
+    "muon-coefficient-type": ("optimizer_options", "muon_coefficient_type", ptdp.NsCoefficients),
+    "muon-fp32-matmul-prec": ("optimizer_options", "muon_fp32_matmul_prec", ptdp.NsPrecision),
+    "muon-scale-mode": ("optimizer_options", "muon_scale_mode", ptdp.MuonScaleMode),
+    "muon-tp-mode": ("optimizer_options", "muon_tp_mode", ptdp.MuonTpMode),
+    # AdamW, the one scalar optimizer built; no field records it.
+    "muon-scalar-optimizer": (None, None, None),
 }
 # Spellings ptdp-train lists and refuses by design, each with the reason it gives (none today:
 # global_aux_loss, once refused, is Megatron's loss now).
@@ -122,7 +129,7 @@ FLAGS = ("--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 1
          "--micro-batch-size 1 --global-batch-size 8 --mock-data")
 # Layouts some schedules need (ZB-V and DualPipeV: p > 1; interleaved ZB: v > 1 as well), and
 # RoPE for --rope-type yarn.
-LAYOUTS = ("", " --pipeline-model-parallel-size 2",
+LAYOUTS = ("", " --optimizer muon", " --pipeline-model-parallel-size 2",
            " --pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2",
            " --position-embedding-type rope",
            " --num-experts 4 --moe-router-topk 2 --disable-bias-linear --moe-expert-capacity-factor 1")

@@ -2551,7 +2551,7 @@ PTDP_API ptdp_status ptdp_tokenizer_id_to_token(ptdp_tokenizer tokenizer, int32_
 
 /* ---------------------------------------------------------------------------------------- */
 /** @name Optimizer
- *  AdamW or SGD over a model's flat parameter buffers (or a user's registered tensors), with
+ *  AdamW, SGD or Muon over a model's flat parameter buffers (or a user's registered tensors), with
  *  Megatron's conventions: weight decay on weights only (not biases or LayerNorm), gradient
  *  clipping by the global L2 norm over the tensor and pipeline groups (tensor-replicated
  *  parameters counted once), loss scaling with a found-inf flag agreed by every rank (a skipped
@@ -2564,10 +2564,48 @@ PTDP_API ptdp_status ptdp_tokenizer_id_to_token(ptdp_tokenizer tokenizer, int32_
 typedef enum ptdp_optimizer_kind PTDP_ENUM_INT {
   PTDP_OPTIMIZER_ADAM = 0, /**< AdamW: Adam with decoupled weight decay. */
   PTDP_OPTIMIZER_SGD = 1,  /**< SGD with momentum. */
-  PTDP_OPTIMIZER_MUON = 2  /**< Muon: momentum orthogonalised by Newton-Schulz for the 2-D hidden
-                                weights, AdamW for the rest (so far priced by the planner,
-                                ptdp_plan_options::optimizer, and refused by the trainer). */
+  PTDP_OPTIMIZER_MUON = 2  /**< Muon: momentum orthogonalised by Newton-Schulz iterations for the hidden 2-D
+                                weights, AdamW (the adam_* fields) for the embeddings, the output layer, norms
+                                and biases; the muon_* and qk_clip* fields. Since 0.4. */
 } ptdp_optimizer_kind;
+
+/** Muon's scale of the orthogonalised update of an [out, in] matrix (Megatron's
+ *  `--muon-scale-mode`; ptdp_optimizer_options::muon_scale_mode), times
+ *  ptdp_optimizer_options::muon_extra_scale_factor. */
+typedef enum ptdp_muon_scale_mode PTDP_ENUM_INT {
+  PTDP_MUON_SCALE_SPECTRAL = 0,     /**< sqrt(max(out, in)); with factor 0.2, PyTorch's adjust_lr_fn
+                                         "match_rms_adamw". */
+  PTDP_MUON_SCALE_UNIT_RMS_NORM = 1, /**< sqrt(out / in). */
+  PTDP_MUON_SCALE_SHAPE_SCALING = 2  /**< sqrt(max(1, out / in)); with factor 1, PyTorch's "original". */
+} ptdp_muon_scale_mode;
+
+/** How Muon orthogonalises a matrix split over the tensor group (Megatron's `--muon-tp-mode`;
+ *  ptdp_optimizer_options::muon_tp_mode). */
+typedef enum ptdp_muon_tp_mode PTDP_ENUM_INT {
+  PTDP_MUON_TP_DISTRIBUTED = 0, /**< The whole matrix, its work spread over the ranks (ptdp's default). */
+  PTDP_MUON_TP_DUPLICATED = 1,  /**< The whole matrix on every tensor rank holding a piece: the same update. */
+  PTDP_MUON_TP_BLOCKWISE = 2    /**< Each rank's piece on its own: a different update, which depends on t
+                                     (Megatron's default). */
+} ptdp_muon_tp_mode;
+
+/** Muon's Newton-Schulz coefficient sets, used cyclically over the iterations (Megatron's
+ *  `--muon-coefficient-type`; ptdp_optimizer_options::muon_coefficient_type). */
+typedef enum ptdp_ns_coefficients PTDP_ENUM_INT {
+  PTDP_NS_COEFFICIENTS_QUINTIC = 0,       /**< `quintic` (the default). */
+  PTDP_NS_COEFFICIENTS_SIMPLE = 1,        /**< `simple`: the one set (3.4445, -4.775, 2.0315) of PyTorch's
+                                               torch.optim.Muon. */
+  PTDP_NS_COEFFICIENTS_POLAR_EXPRESS = 2, /**< `polar_express`. */
+  PTDP_NS_COEFFICIENTS_AOL = 3            /**< `aol`. */
+} ptdp_ns_coefficients;
+
+/** Precision of Muon's Newton-Schulz products (Megatron's `--muon-fp32-matmul-prec`;
+ *  ptdp_optimizer_options::muon_fp32_matmul_prec). */
+typedef enum ptdp_ns_precision PTDP_ENUM_INT {
+  PTDP_NS_PRECISION_HIGHEST = 0, /**< fp32 (ptdp's default). */
+  PTDP_NS_PRECISION_HIGH = 1,    /**< TF32 on CUDA; fp32 on the CPU. */
+  PTDP_NS_PRECISION_MEDIUM = 2   /**< bf16 operands and results with fp32 accumulation, as PyTorch's
+                                      torch.optim.Muon (Megatron's default). */
+} ptdp_ns_precision;
 
 /** Learning-rate decay (Megatron's `--lr-decay-style`). */
 typedef enum ptdp_lr_decay_style PTDP_ENUM_INT {
@@ -2618,6 +2656,33 @@ typedef struct ptdp_optimizer_options {
                                            0 (default): the step waits for the gathers. Bitwise the
                                            same results. Not for ptdp_optimizer_create_for_tensors(),
                                            whose step always waits. Since 0.3; older programs get 0. */
+  /* Muon (optimizer ::PTDP_OPTIMIZER_MUON; read only with it, but range-checked always). Since 0.4;
+     older programs get the defaults of ptdp_optimizer_options_init(). docs/guides/muon.md. */
+  float muon_momentum;                /**< Momentum in [0, 1): the buffer moves by 1 - momentum
+                                           towards each gradient (`--muon-momentum`). Default 0.95. */
+  int32_t muon_nesterov;              /**< 1: Nesterov momentum, orthogonalising the gradient moved
+                                           by the momentum towards the buffer (`--muon-nesterov`);
+                                           0 (default): the buffer. */
+  int32_t muon_num_ns_steps;          /**< Newton-Schulz iterations in [1, 100]
+                                           (`--muon-num-ns-steps`). Default 5. */
+  ptdp_ns_coefficients muon_coefficient_type; /**< `--muon-coefficient-type`; default
+                                                   ::PTDP_NS_COEFFICIENTS_QUINTIC. */
+  ptdp_ns_precision muon_fp32_matmul_prec;    /**< `--muon-fp32-matmul-prec`; default
+                                                   ::PTDP_NS_PRECISION_HIGHEST. */
+  ptdp_muon_scale_mode muon_scale_mode;       /**< `--muon-scale-mode`; default
+                                                   ::PTDP_MUON_SCALE_SPECTRAL. */
+  float muon_extra_scale_factor;      /**< Factor on the update's scale, > 0
+                                           (`--muon-extra-scale-factor`). Default 1. */
+  int32_t muon_split_qkv;             /**< 1 (default): q, k and v (per query group) and SwiGLU's
+                                           gate and up orthogonalised as separate matrices; 0: each
+                                           fused weight as one (`--muon-no-split-qkv`). */
+  ptdp_muon_tp_mode muon_tp_mode;     /**< `--muon-tp-mode`; default ::PTDP_MUON_TP_DISTRIBUTED. */
+  int32_t qk_clip;                    /**< 1: QK-clip (MuonClip) after each step (`--qk-clip`);
+                                           0 (default): none. */
+  float qk_clip_threshold;            /**< The largest attention logit a head keeps, > 0
+                                           (`--qk-clip-threshold`). Default 100. */
+  float qk_clip_alpha;                /**< The query weights' share of the clip in [0, 1], the keys
+                                           taking the rest (`--qk-clip-alpha`). Default 0.5. */
 } ptdp_optimizer_options;
 
 /** Opaque handle to an optimizer. */

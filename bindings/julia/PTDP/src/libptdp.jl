@@ -1103,6 +1103,36 @@ const PTDP_OPTIMIZER_ADAM = ptdp_optimizer_kind(0)
 const PTDP_OPTIMIZER_SGD = ptdp_optimizer_kind(1)
 const PTDP_OPTIMIZER_MUON = ptdp_optimizer_kind(2)
 
+# Muon's scale of the orthogonalised update of an [out, in] matrix (Megatron's
+# `--muon-scale-mode`; ptdp_optimizer_options::muon_scale_mode), times
+# ptdp_optimizer_options::muon_extra_scale_factor.
+const ptdp_muon_scale_mode = Cint
+const PTDP_MUON_SCALE_SPECTRAL = ptdp_muon_scale_mode(0)
+const PTDP_MUON_SCALE_UNIT_RMS_NORM = ptdp_muon_scale_mode(1)
+const PTDP_MUON_SCALE_SHAPE_SCALING = ptdp_muon_scale_mode(2)
+
+# How Muon orthogonalises a matrix split over the tensor group (Megatron's `--muon-tp-mode`;
+# ptdp_optimizer_options::muon_tp_mode).
+const ptdp_muon_tp_mode = Cint
+const PTDP_MUON_TP_DISTRIBUTED = ptdp_muon_tp_mode(0)
+const PTDP_MUON_TP_DUPLICATED = ptdp_muon_tp_mode(1)
+const PTDP_MUON_TP_BLOCKWISE = ptdp_muon_tp_mode(2)
+
+# Muon's Newton-Schulz coefficient sets, used cyclically over the iterations (Megatron's
+# `--muon-coefficient-type`; ptdp_optimizer_options::muon_coefficient_type).
+const ptdp_ns_coefficients = Cint
+const PTDP_NS_COEFFICIENTS_QUINTIC = ptdp_ns_coefficients(0)
+const PTDP_NS_COEFFICIENTS_SIMPLE = ptdp_ns_coefficients(1)
+const PTDP_NS_COEFFICIENTS_POLAR_EXPRESS = ptdp_ns_coefficients(2)
+const PTDP_NS_COEFFICIENTS_AOL = ptdp_ns_coefficients(3)
+
+# Precision of Muon's Newton-Schulz products (Megatron's `--muon-fp32-matmul-prec`;
+# ptdp_optimizer_options::muon_fp32_matmul_prec).
+const ptdp_ns_precision = Cint
+const PTDP_NS_PRECISION_HIGHEST = ptdp_ns_precision(0)
+const PTDP_NS_PRECISION_HIGH = ptdp_ns_precision(1)
+const PTDP_NS_PRECISION_MEDIUM = ptdp_ns_precision(2)
+
 # Learning-rate decay (Megatron's `--lr-decay-style`).
 const ptdp_lr_decay_style = Cint
 const PTDP_LR_CONSTANT = ptdp_lr_decay_style(0)
@@ -1133,6 +1163,18 @@ struct ptdp_optimizer_options
     ddp_bucket_size::Int64
     overlap_grad_reduce::Int32
     overlap_param_gather::Int32
+    muon_momentum::Cfloat
+    muon_nesterov::Int32
+    muon_num_ns_steps::Int32
+    muon_coefficient_type::ptdp_ns_coefficients
+    muon_fp32_matmul_prec::ptdp_ns_precision
+    muon_scale_mode::ptdp_muon_scale_mode
+    muon_extra_scale_factor::Cfloat
+    muon_split_qkv::Int32
+    muon_tp_mode::ptdp_muon_tp_mode
+    qk_clip::Int32
+    qk_clip_threshold::Cfloat
+    qk_clip_alpha::Cfloat
 end
 
 mutable struct ptdp_optimizer_impl end

@@ -453,6 +453,36 @@ pub const PTDP_OPTIMIZER_ADAM: ptdp_optimizer_kind = 0;
 pub const PTDP_OPTIMIZER_SGD: ptdp_optimizer_kind = 1;
 pub const PTDP_OPTIMIZER_MUON: ptdp_optimizer_kind = 2;
 
+/// Muon's scale of the orthogonalised update of an [out, in] matrix (Megatron's
+/// `--muon-scale-mode`; ptdp_optimizer_options::muon_scale_mode), times
+/// ptdp_optimizer_options::muon_extra_scale_factor.
+pub type ptdp_muon_scale_mode = i32;
+pub const PTDP_MUON_SCALE_SPECTRAL: ptdp_muon_scale_mode = 0;
+pub const PTDP_MUON_SCALE_UNIT_RMS_NORM: ptdp_muon_scale_mode = 1;
+pub const PTDP_MUON_SCALE_SHAPE_SCALING: ptdp_muon_scale_mode = 2;
+
+/// How Muon orthogonalises a matrix split over the tensor group (Megatron's `--muon-tp-mode`;
+/// ptdp_optimizer_options::muon_tp_mode).
+pub type ptdp_muon_tp_mode = i32;
+pub const PTDP_MUON_TP_DISTRIBUTED: ptdp_muon_tp_mode = 0;
+pub const PTDP_MUON_TP_DUPLICATED: ptdp_muon_tp_mode = 1;
+pub const PTDP_MUON_TP_BLOCKWISE: ptdp_muon_tp_mode = 2;
+
+/// Muon's Newton-Schulz coefficient sets, used cyclically over the iterations (Megatron's
+/// `--muon-coefficient-type`; ptdp_optimizer_options::muon_coefficient_type).
+pub type ptdp_ns_coefficients = i32;
+pub const PTDP_NS_COEFFICIENTS_QUINTIC: ptdp_ns_coefficients = 0;
+pub const PTDP_NS_COEFFICIENTS_SIMPLE: ptdp_ns_coefficients = 1;
+pub const PTDP_NS_COEFFICIENTS_POLAR_EXPRESS: ptdp_ns_coefficients = 2;
+pub const PTDP_NS_COEFFICIENTS_AOL: ptdp_ns_coefficients = 3;
+
+/// Precision of Muon's Newton-Schulz products (Megatron's `--muon-fp32-matmul-prec`;
+/// ptdp_optimizer_options::muon_fp32_matmul_prec).
+pub type ptdp_ns_precision = i32;
+pub const PTDP_NS_PRECISION_HIGHEST: ptdp_ns_precision = 0;
+pub const PTDP_NS_PRECISION_HIGH: ptdp_ns_precision = 1;
+pub const PTDP_NS_PRECISION_MEDIUM: ptdp_ns_precision = 2;
+
 /// Learning-rate decay (Megatron's `--lr-decay-style`).
 pub type ptdp_lr_decay_style = i32;
 pub const PTDP_LR_CONSTANT: ptdp_lr_decay_style = 0;
@@ -485,6 +515,18 @@ pub struct ptdp_optimizer_options {
     pub ddp_bucket_size: i64,
     pub overlap_grad_reduce: i32,
     pub overlap_param_gather: i32,
+    pub muon_momentum: f32,
+    pub muon_nesterov: i32,
+    pub muon_num_ns_steps: i32,
+    pub muon_coefficient_type: ptdp_ns_coefficients,
+    pub muon_fp32_matmul_prec: ptdp_ns_precision,
+    pub muon_scale_mode: ptdp_muon_scale_mode,
+    pub muon_extra_scale_factor: f32,
+    pub muon_split_qkv: i32,
+    pub muon_tp_mode: ptdp_muon_tp_mode,
+    pub qk_clip: i32,
+    pub qk_clip_threshold: f32,
+    pub qk_clip_alpha: f32,
 }
 
 #[repr(C)]
