@@ -500,22 +500,12 @@ void check_metadata_meaning(const nlohmann::json& md, const std::string& source,
     const nlohmann::json state = o.value("state", nlohmann::json());
     const nlohmann::json adam = {"exp_avg", "exp_avg_sq"};
     const nlohmann::json sgd_momentum = {"momentum_buffer"};
-    // Muon keeps a momentum buffer and its scalar optimizer's state: a list of distinct names,
-    // which the load compares with the running optimizer's.
-    const auto names_ok = [](const nlohmann::json& names) {
-      if (!names.is_array() || names.empty()) return false;
-      for (std::size_t i = 0; i < names.size(); ++i) {
-        if (!names[i].is_string() || names[i].get<std::string>().empty()) return false;
-        for (std::size_t j = 0; j < i; ++j) {
-          if (names[j] == names[i]) return false;
-        }
-      }
-      return true;
-    };
+    // Muon: its matrices' momentum and the AdamW moments of the other parameters.
+    const nlohmann::json muon = {"momentum_buffer", "exp_avg", "exp_avg_sq"};
     const std::string k = kind.get<std::string>();
     const bool state_ok = k == "adam"  ? state == adam
                           : k == "sgd" ? (state == sgd_momentum || (state.is_array() && state.empty()))
-                                       : names_ok(state);
+                                       : state == muon;
     if (!state_ok)
       throw_io_error(source, str_cat(w, "state ", json_text(state), " is not what a ", kind.get<std::string>(),
                                      " optimizer keeps"));

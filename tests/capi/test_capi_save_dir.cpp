@@ -422,6 +422,11 @@ TEST_CASE("save dir: metadata that makes no sense is refused although its hash m
          m["optimizer"]["state"] = nlohmann::json::array();
        },
        {"state [] is not what a muon optimizer keeps"}},
+      {"muon with AdamW's state", [](nlohmann::json& m) {
+         m["optimizer"]["kind"] = "muon";
+         m["optimizer"]["state"] = {"exp_avg", "exp_avg_sq"};
+       },
+       {"state [\"exp_avg\",\"exp_avg_sq\"] is not what a muon optimizer keeps"}},
       // State of the same names from another optimizer would load as this one's: refused by kind.
       {"optimizer of another kind", [](nlohmann::json& m) {
          m["optimizer"]["kind"] = "sgd";

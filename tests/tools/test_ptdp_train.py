@@ -59,7 +59,9 @@ CASE is one of:
   muon         --optimizer muon: (2,2,2) with the distributed optimizer gives the serial run's losses
                and grad norms to 1e-5; a checkpoint saved at (2,2,2) resumes there bit for bit and at
                (1,1,1) and (4,1,2) on the (2,2,2) trajectory (1e-5), each continued bit for bit after
-               an interruption of its own; an AdamW checkpoint is refused by a Muon run
+               an interruption of its own; with --bf16 (fp32 masters and momentum) (2,2,2) with the
+               overlapped collectives tracks the serial bf16 run (1e-2); an AdamW checkpoint is
+               refused by a Muon run
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -842,6 +844,13 @@ def case_muon():
                 check(rest.get(it, {}).get(key) == cont[it][key],
                       f"{name}: resumed at 6, iteration {it} {key} {rest.get(it, {}).get(key)!r} vs uninterrupted "
                       f"{cont[it][key]!r}")
+    # bf16 weights with fp32 masters and momentum: (2,2,2) with the distributed optimizer and the
+    # overlapped collectives tracks the serial bf16 run to bf16 round-off, and the serial fp32 one.
+    b16, _, _ = train("muon-bf16", 1, 1, 1, 6, muon + ["--bf16"])
+    b16p, _, _ = train("muon-bf16-222", 8, 2, 2, 6, muon + dist + ["--bf16", "--overlap-grad-reduce",
+                                                                  "--overlap-param-gather"])
+    wb = compare(b16p, b16, 6, 1e-2, "muon bf16 (2,2,2) vs bf16 serial", keys=("lm_loss",))
+    wf = compare(b16, serial, 6, 1e-2, "muon bf16 vs fp32", keys=("lm_loss",))
     # An AdamW checkpoint does not load into Muon (the moments are another optimizer's state).
     adam = os.path.join(WORK, "ckpt-adam")
     train("adam-save", 1, 1, 1, 2, ["--save", adam])
@@ -849,7 +858,8 @@ def case_muon():
     check(p.returncode != 0 and "muon" in p.stderr and "adam" in p.stderr,
           f"an AdamW checkpoint is refused by a Muon run, naming both: status {p.returncode}\n{p.stderr[-600:]}")
     print(f"muon: (2,2,2) and the resumed (1,1,1) and (4,1,2) runs vs serial / (2,2,2): worst relative difference "
-          f"{worst:.2e}; loss {serial[1]['lm_loss']:.4f} -> {serial[8]['lm_loss']:.4f}; resumes bit-identical")
+          f"{worst:.2e}; loss {serial[1]['lm_loss']:.4f} -> {serial[8]['lm_loss']:.4f}; resumes bit-identical; bf16 "
+          f"(2,2,2) vs bf16 serial {wb:.2e}, bf16 vs fp32 {wf:.2e}")
 
 
 try:
