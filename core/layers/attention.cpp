@@ -1,6 +1,8 @@
 #include "core/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "base/error.h"
 #include "core/layers/kv_cache.h"
@@ -47,7 +49,47 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   Slot& slot = slots_.create(step.microbatch);
   slot.positions = where;
   slot.b = b;
-  return proj_.forward(core_->forward(qkv, {b, where.document_data()}, step), step);
+  AttentionBatch batch{b, where.document_data()};
+  Tensor max_logit;  // [b*a/t] fp32: QK-clip's per (sample, head) maxima of this pass
+  if (record_max_logits_ && step.training) {
+    max_logit = Tensor::empty({b * spec_.heads}, DType::F32, qkv.device());
+    qkv.backend().fill(max_logit.raw(), DType::F32, -std::numeric_limits<double>::infinity(), max_logit.numel());
+    batch.max_logit = max_logit.data<float>();
+  }
+  const Tensor ctx = core_->forward(qkv, batch, step);  // [s/c*b, a/t*dh]
+  if (max_logit.defined()) {
+    std::vector<float> host(static_cast<std::size_t>(max_logit.numel()));
+    max_logit.copy_to_host(host.data(), host.size() * sizeof(float));
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t h = 0; h < spec_.heads; ++h) {
+        float& m = max_logits_[static_cast<std::size_t>(h)];
+        m = std::max(m, host[static_cast<std::size_t>(bi * spec_.heads + h)]);
+      }
+  }
+  return proj_.forward(ctx, step);
+}
+
+void AttentionLayer::record_max_logits(bool on) {
+  if (on) {
+    throw Error(ErrorCode::Unsupported,
+                "QK-clip (--qk-clip) is not supported with multi-latent attention yet: only linear_qkv's query and "
+                "key heads are rescaled");
+  }
+}
+
+std::vector<float> AttentionLayer::take_max_logits() { return {}; }
+
+std::pair<int, int> AttentionLayer::qkv_params() const { return {-1, -1}; }
+
+void SelfAttention::record_max_logits(bool on) {
+  record_max_logits_ = on;
+  max_logits_.assign(static_cast<std::size_t>(spec_.heads), -std::numeric_limits<float>::infinity());
+}
+
+std::vector<float> SelfAttention::take_max_logits() {
+  std::vector<float> out(static_cast<std::size_t>(spec_.heads), -std::numeric_limits<float>::infinity());
+  std::swap(out, max_logits_);
+  return out;
 }
 
 Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {

@@ -37,6 +37,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/layers/attention/core_attention.h"
 #include "core/layers/layer_config.h"
@@ -76,6 +78,18 @@ class AttentionLayer {
   virtual Tensor decode(const Tensor& x, KvCache& cache, const Step& step) = 0;
   virtual Tensor output_bias() const = 0;
   virtual const CoreAttention& core_attention() const = 0;
+
+  // ---- QK-clip (MuonClip; core/train/qk_clip.h) -----------------------------------------------
+  /// Starts (on) or stops recording, in every training forward, the largest pre-softmax logit
+  /// of each of this rank's query heads. Throws Error(Unsupported) where the layer has no
+  /// QK-clip (multi-latent attention, for now).
+  virtual void record_max_logits(bool on);
+  /// The largest logit of each of this rank's a/t query heads over the training forwards since
+  /// the last call (-inf for a head that saw none), and starts over.
+  virtual std::vector<float> take_max_logits();
+  /// linear_qkv's weight and bias (-1: none) in the chunk's parameter table, whose query and
+  /// key rows QK-clip rescales.
+  virtual std::pair<int, int> qkv_params() const;
 };
 
 /// Megatron-Core's SelfAttention: q/k/v production, one core attention, the output projection.
@@ -110,6 +124,10 @@ class SelfAttention : public AttentionLayer {
   /// The core attention forward and backward run ("fused", "ring", "all-gather of unfused", ...).
   const CoreAttention& core_attention() const override { return *core_; }
 
+  void record_max_logits(bool on) override;
+  std::vector<float> take_max_logits() override;
+  std::pair<int, int> qkv_params() const override { return {qkv_.weight_index(), qkv_.bias_index()}; }
+
  private:
   struct Slot {
     TokenPositions positions;  // the forward's (Step::positions), for the backward
@@ -143,6 +161,8 @@ class SelfAttention : public AttentionLayer {
   KvCacheAttention cached_;                // decode
   Tensor inv_freq_;                        // [rotary_dim/2] fp32: RoPE's, on the activations' device
   Slots<Slot> slots_;
+  bool record_max_logits_ = false;
+  std::vector<float> max_logits_;  // [a/t] host: the largest logit per query head since the last take
 };
 
 }  // namespace ptdp

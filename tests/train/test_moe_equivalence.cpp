@@ -26,6 +26,9 @@
 // GptConfig::parameter_count() (and the active count) for every spec.
 // muon: --optimizer muon (Nesterov, lr 2e-2): Muon on every matrix, each expert's its own,
 // orthogonalised once in its expert-tensor x expert-data group; AdamW on the rest.
+// qkclip (with muon): QK-clip after every step with a threshold of 0.6, under most heads'
+// largest logits, so that heads clip every iteration; each layer's largest logit and clipped
+// heads compared with the serial run's every iteration. gqa: 2 query groups of the 4 heads.
 // Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
@@ -105,6 +108,7 @@ GptConfig config(const Spec& s) {
   g.ffn_hidden_size = 32;
   g.seed = 2024;
   g.swiglu = s.has("swiglu");
+  if (s.has("gqa")) g.num_query_groups = 2;
   if (s.has("full")) g.recompute = Recompute::Full;
   MoeConfig& m = g.moe;
   m.num_experts = std::max(4, s.e);
@@ -219,6 +223,10 @@ OptimizerConfig optimizer_config(const Spec& s, bool dist) {
     o.lr.lr = 2e-2;
     o.muon.nesterov = true;
   }
+  if (s.has("qkclip")) {
+    o.muon.qk_clip = true;
+    o.muon.qk_clip_threshold = 0.6f;
+  }
   return o;
 }
 
@@ -227,6 +235,7 @@ struct Run {
   std::vector<std::vector<float>> mtp;  // by iteration: each depth's MTP loss
   std::vector<double> norm;
   std::vector<MoeMetrics> moe;                                   // by iteration
+  std::vector<QkClipMetrics> qk_clip;                            // by iteration
   std::vector<std::map<std::string, std::vector<float>>> biases;  // by iteration: every expert bias
   std::map<std::string, std::vector<float>> params;  // serial: global values
 };
@@ -262,6 +271,23 @@ void compare_moe(const Spec& s, int it, const MoeMetrics& got, GptPipeline& mode
   for (const auto& [name, values] : expert_biases(model)) {
     const auto w = ref.biases[static_cast<std::size_t>(it)].find(name);
     expect(w != ref.biases[static_cast<std::size_t>(it)].end() && w->second == values, at + name + " differs");
+  }
+}
+
+// The iteration's QK-clip figures against the serial run's: every layer's largest logit (1e-4
+// relative) and its clipped heads (equal); none without qkclip.
+void compare_qk_clip(const Spec& s, int it, const QkClipMetrics& got, const Run& ref) {
+  const QkClipMetrics& want = ref.qk_clip[static_cast<std::size_t>(it)];
+  const std::string at = s.text + " iteration " + std::to_string(it) + ": ";
+  const std::size_t layers = s.has("qkclip") ? static_cast<std::size_t>(config(s).num_layers + config(s).mtp_num_layers) : 0;
+  expect(got.max_logits.size() == layers && want.max_logits.size() == layers && got.clipped_heads.size() == layers,
+         at + std::to_string(got.max_logits.size()) + " QK-clip layers, want " + std::to_string(layers));
+  for (std::size_t l = 0; l < std::min(got.max_logits.size(), want.max_logits.size()); ++l) {
+    const float g = got.max_logits[l], w = want.max_logits[l];
+    expect(std::isfinite(w) && std::abs(g - w) <= 1e-4f * std::abs(w) && got.clipped_heads[l] == want.clipped_heads[l],
+           at + "layer " + std::to_string(l) + " max attention logit " + std::to_string(g) + " (" +
+               std::to_string(got.clipped_heads[l]) + " heads clipped) vs " + std::to_string(w) + " (" +
+               std::to_string(want.clipped_heads[l]) + ")");
   }
 }
 
@@ -312,7 +338,18 @@ Run reference(const Spec& s, int d, int replicas, bool same_data = false, int it
     r.mtp.push_back(out.mtp_losses);
     r.norm.push_back(out.step.grad_norm);
     r.moe.push_back(out.moe);
+    r.qk_clip.push_back(out.qk_clip);
     r.biases.push_back(expert_biases(model));
+  }
+  if (s.has("qkclip") && replicas == 1) {
+    // The test means something only if heads clipped, and not every head every time.
+    int clipped = 0, heads = 0;
+    for (const QkClipMetrics& q : r.qk_clip) {
+      for (int c : q.clipped_heads) clipped += c;
+      heads += static_cast<int>(q.clipped_heads.size()) * config(s).num_attention_heads;
+    }
+    expect(clipped > 0 && clipped < heads, s.text + ": the serial run clipped " + std::to_string(clipped) + " of " +
+                                               std::to_string(heads) + " head-iterations");
   }
   if (s.has("bias") && iters == kIters) {
     // The test means something only if the bias moved (and moved apart between experts).
@@ -396,6 +433,7 @@ void run_spec(const Spec& s, int world) {
     expect(dn <= 1e-4, s.text + ": grad norm at iteration " + std::to_string(it) + " " +
                            std::to_string(out.step.grad_norm) + " vs " + std::to_string(want_norm));
     compare_moe(s, it, out.moe, model, ref);
+    compare_qk_clip(s, it, out.qk_clip, ref);
     // Each depth's MTP loss; the modules' MoE layers in the figures, after the decoder's.
     const GptConfig& cfg = model.config();
     const std::vector<float>& want_mtp = ref.mtp[static_cast<std::size_t>(it)];

@@ -10,6 +10,7 @@
 // (--recompute-granularity selective) rebuilds them there from q and k; the rebuild draws the
 // same dropout mask, so it changes no bit. Packed documents go through
 // softmax_forward_documents: a query's probabilities outside its document are exactly 0.
+#include "base/error.h"
 #include "core/layers/attention/core_attention.h"
 #include "kernels/op_scope.h"
 
@@ -24,6 +25,12 @@ class UnfusedAttention final : public CoreAttention {
   std::string name() const override { return "unfused"; }
 
   Tensor forward(const Tensor& qkv, const AttentionBatch& batch, const Step& step) override {
+    // The scores are GEMM outputs masked only inside the softmax; no backend op reduces them yet.
+    if (batch.max_logit != nullptr) {
+      throw Error(ErrorCode::Unsupported, spec_.owner +
+                                              ": QK-clip (--qk-clip) records the largest attention logit in the fused "
+                                              "and ring attention kernels only, not on the unfused path");
+    }
     const int64_t s = spec_.seq(), b = batch.b, qg = spec_.q_per_group, dh = spec_.dh;
     const int64_t pairs = b * spec_.groups, group = spec_.group_cols();
     Tensor ctx = empty_like(qkv, {s * b, spec_.ctx_cols()});  // [s*b, a/t*dh]
