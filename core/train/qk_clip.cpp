@@ -1,6 +1,7 @@
 #include "core/train/qk_clip.h"
 
 #include <algorithm>
+#include <string>
 #include <cmath>
 #include <limits>
 #include <utility>
