@@ -17,8 +17,9 @@
 // The fp32 masters are scaled (each rank its own heads' rows; under the distributed optimizer's
 // sharded masters the data-parallel group gathers the parameter, every rank scales it and keeps
 // its shard) and the 16-bit weights rounded from them, so every layout keeps the serial run's
-// weights. Multi-latent attention is not covered yet (record_max_logits refuses it), nor the
-// unfused core attention (it throws Error(Unsupported) when asked to record).
+// weights. Multi-latent attention is not covered yet (record_max_logits refuses it). The unfused
+// core attention records through the backend's ring-attention block kernel (one extra attention
+// pass), and refuses where the backend has none for the model's dtype and head dim.
 #pragma once
 
 #include "core/model/gpt_pipeline.h"

@@ -173,6 +173,31 @@ TEST_CASE("QK-clip rescales the query and key rows of the clipped groups, and on
   }
 }
 
+TEST_CASE("QK-clip: the unfused attention records the fused kernel's maxima", "[qk_clip]") {
+  RuntimeOptions o;
+  auto rt = Runtime::create_self(o);
+  ParallelConfig pc;
+  pc.world = 1;
+  ProcessGroups groups(rt, pc);
+  std::vector<std::vector<float>> maxima;
+  for (AttentionImpl impl : {AttentionImpl::Fused, AttentionImpl::Unfused}) {
+    GptConfig cfg = tiny(DType::F32);
+    cfg.attention = impl;
+    GptPipeline model(cfg, groups);
+    GptModel& m = *model.chunks()[0];
+    REQUIRE(m.layer(0).attention().core_attention().name() == (impl == AttentionImpl::Fused ? "fused" : "unfused"));
+    record_max_logits(model, true);
+    forward(m, true);
+    maxima.push_back(m.layer(1).attention().take_max_logits());
+  }
+  REQUIRE(maxima[0].size() == 4);
+  for (std::size_t h = 0; h < 4; ++h) {
+    INFO("head " << h);
+    CHECK(std::isfinite(maxima[0][h]));
+    CHECK(std::abs(maxima[1][h] - maxima[0][h]) <= 1e-5f * std::abs(maxima[0][h]));
+  }
+}
+
 TEST_CASE("QK-clip refuses multi-latent attention and a bad threshold or alpha", "[qk_clip]") {
   RuntimeOptions o;
   auto rt = Runtime::create_self(o);
