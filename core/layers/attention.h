@@ -37,7 +37,6 @@
 
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "core/layers/attention/core_attention.h"
@@ -81,15 +80,34 @@ class AttentionLayer {
 
   // ---- QK-clip (MuonClip; core/train/qk_clip.h) -----------------------------------------------
   /// Starts (on) or stops recording, in every training forward, the largest pre-softmax logit
-  /// of each of this rank's query heads. Throws Error(Unsupported) where the layer has no
-  /// QK-clip (multi-latent attention, for now).
-  virtual void record_max_logits(bool on);
+  /// of each of this rank's query heads, and clears the record.
+  void record_max_logits(bool on);
   /// The largest logit of each of this rank's a/t query heads over the training forwards since
-  /// the last call (-inf for a head that saw none), and starts over.
-  virtual std::vector<float> take_max_logits();
-  /// linear_qkv's weight and bias (-1: none) in the chunk's parameter table, whose query and
-  /// key rows QK-clip rescales.
-  virtual std::pair<int, int> qkv_params() const;
+  /// the last call (-inf for a head that saw none; empty when none ran), and starts over.
+  std::vector<float> take_max_logits();
+  /// One run of rows of a parameter that QK-clip multiplies by `factor`: rows [first, first +
+  /// rows) of this rank's [*, cols] slice of parameter `param` (the layer's table).
+  struct QkClipScale {
+    int param;
+    int64_t cols, first, rows;
+    float factor;
+  };
+  /// The rows that shrink this rank's query heads' logits: head_max [a/t] holds each head's
+  /// largest logit over the step (reduced over the model), and the heads whose maximum exceeds
+  /// `threshold` get eta = threshold / maximum, split between the query (eta^alpha) and the key
+  /// (eta^(1 - alpha)) as the layer's projections allow.
+  virtual std::vector<QkClipScale> qk_clip_scales(const std::vector<float>& head_max, float threshold,
+                                                  float alpha) const = 0;
+
+ protected:
+  /// core.forward(qkv, batch, step), recording the largest logits while record_max_logits is on
+  /// and the step trains.
+  Tensor core_forward(CoreAttention& core, const Tensor& qkv, AttentionBatch batch, const Step& step,
+                      int64_t heads);
+
+ private:
+  bool record_max_logits_ = false;
+  std::vector<float> max_logits_;  // [a/t] host: the largest logit per query head since the last take
 };
 
 /// Megatron-Core's SelfAttention: q/k/v production, one core attention, the output projection.
@@ -124,9 +142,11 @@ class SelfAttention : public AttentionLayer {
   /// The core attention forward and backward run ("fused", "ring", "all-gather of unfused", ...).
   const CoreAttention& core_attention() const override { return *core_; }
 
-  void record_max_logits(bool on) override;
-  std::vector<float> take_max_logits() override;
-  std::pair<int, int> qkv_params() const override { return {qkv_.weight_index(), qkv_.bias_index()}; }
+  /// Grouped-query attention takes one eta per key head, from its query heads' largest maximum
+  /// (Megatron-Core's SelfAttention.clip_qk): all the group's query rows by eta^alpha, its key
+  /// rows by eta^(1 - alpha); linear_qkv's bias rows with them.
+  std::vector<QkClipScale> qk_clip_scales(const std::vector<float>& head_max, float threshold,
+                                          float alpha) const override;
 
  private:
   struct Slot {
@@ -161,8 +181,6 @@ class SelfAttention : public AttentionLayer {
   KvCacheAttention cached_;                // decode
   Tensor inv_freq_;                        // [rotary_dim/2] fp32: RoPE's, on the activations' device
   Slots<Slot> slots_;
-  bool record_max_logits_ = false;
-  std::vector<float> max_logits_;  // [a/t] host: the largest logit per query head since the last take
 };
 
 }  // namespace ptdp

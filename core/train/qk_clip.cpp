@@ -40,21 +40,14 @@ void max_over(std::vector<float>& table, ProcessGroups& groups, GroupKind kind) 
       ->wait();
 }
 
-// Multiplies rows [first, first + count) of this rank's [rows, cols] slice of parameter i by the
-// factor of each run: runs are (first row, row count, factor). The fp32 masters first (gathered
-// over the data-parallel group when sharded: every rank of it passes here with the same runs),
-// then the model weights rounded from them.
-struct RowRun {
-  int64_t first, count;
-  float factor;
-};
-
-void scale_rows(ParamTable& params, int i, int64_t cols, const std::vector<RowRun>& runs) {
-  if (i < 0 || runs.empty()) return;
+// Multiplies the runs' rows of parameter i, all of whose runs these are: the fp32 masters first
+// (gathered over the data-parallel group when sharded: every rank of it passes here with the same
+// runs, and keeps its shard), then the model weights rounded from them.
+void scale_rows(ParamTable& params, int i, const std::vector<AttentionLayer::QkClipScale>& runs) {
   const bool sharded = params.masters_sharded();
   Tensor master = sharded ? params.gather_param(i) : params.param(i);  // local shape, fp32
   Backend& be = master.backend();
-  for (const RowRun& r : runs) be.scale(master.data<float>() + r.first * cols, r.factor, r.count * cols);
+  for (const auto& r : runs) be.scale(master.data<float>() + r.first * r.cols, r.factor, r.rows * r.cols);
   if (sharded) {
     params.set_param(i, master);
   } else {
@@ -75,8 +68,7 @@ QkClipMetrics apply_qk_clip(GptPipeline& model, ProcessGroups& groups, float thr
   const GptConfig& cfg = model.config();
   const TensorParallel& tp = model.tensor_parallel();
   const int slots = cfg.num_layers + cfg.mtp_num_layers;
-  const int64_t a = cfg.num_attention_heads, g = cfg.query_groups(), qg = cfg.queries_per_group();
-  const int64_t local_heads = a / tp.size, local_groups = g / tp.size, dh = cfg.head_dim();
+  const int64_t a = cfg.num_attention_heads, local_heads = a / tp.size;
   // [slots, a]: each head's maximum; this rank fills its own heads of its own layers.
   std::vector<float> table(static_cast<std::size_t>(slots * a), -std::numeric_limits<float>::infinity());
   const std::vector<LayerSite> sites = layer_sites(model);
@@ -107,24 +99,20 @@ QkClipMetrics apply_qk_clip(GptPipeline& model, ProcessGroups& groups, float thr
   if (!apply) return m;
 
   for (const LayerSite& s : sites) {
-    // linear_qkv's rows on this rank: local group k holds its a/g query heads, then its key head,
-    // then its value head, dh rows each (DESIGN.md's layout).
-    std::vector<RowRun> runs;
-    for (int64_t k = 0; k < local_groups; ++k) {
-      const int64_t global_group = tp.rank * local_groups + k;
-      float group_max = -std::numeric_limits<float>::infinity();
-      for (int64_t j = 0; j < qg; ++j)
-        group_max = std::max(group_max, table[static_cast<std::size_t>(s.slot * a + global_group * qg + j)]);
-      if (!(group_max > threshold)) continue;
-      const double eta = static_cast<double>(threshold) / static_cast<double>(group_max);
-      const int64_t base = k * (qg + 2) * dh;
-      runs.push_back({base, qg * dh, static_cast<float>(std::pow(eta, static_cast<double>(alpha)))});
-      runs.push_back({base + qg * dh, dh, static_cast<float>(std::pow(eta, 1.0 - static_cast<double>(alpha)))});
+    const std::vector<float> mine(table.begin() + s.slot * a + tp.rank * local_heads,
+                                  table.begin() + s.slot * a + (tp.rank + 1) * local_heads);
+    const std::vector<AttentionLayer::QkClipScale> scales =
+        s.layer->attention().qk_clip_scales(mine, threshold, alpha);
+    // Parameter by parameter, in the order the layer names them (the same on every rank).
+    std::vector<int> order;
+    for (const auto& r : scales)
+      if (std::find(order.begin(), order.end(), r.param) == order.end()) order.push_back(r.param);
+    for (int i : order) {
+      std::vector<AttentionLayer::QkClipScale> runs;
+      for (const auto& r : scales)
+        if (r.param == i) runs.push_back(r);
+      scale_rows(s.chunk->params(), i, runs);
     }
-    const auto [weight, bias] = s.layer->attention().qkv_params();
-    ParamTable& params = s.chunk->params();
-    scale_rows(params, weight, cfg.hidden_size, runs);
-    scale_rows(params, bias, 1, runs);
   }
   return m;
 }

@@ -8,18 +8,19 @@
 // query rows of linear_qkv by eta^alpha and its key rows by eta^(1 - alpha), so that its logits
 // shrink by eta.
 //
-// Grouped-query attention: a key head serves a/g query heads. As Megatron-Core's SelfAttention
-// does, each group takes one eta from the largest maximum of its query heads, and every query
-// head of the group is scaled by eta^alpha, the key head by eta^(1 - alpha) (for multi-head
-// attention, a group of one, that is the per-head rule). Biases of the query and key rows
-// (--add-qkv-bias) are scaled with their rows, so q and k themselves scale exactly.
+// How eta is split over a layer's projections is the layer's (AttentionLayer::qk_clip_scales):
+// linear_qkv with grouped-query attention takes one eta per key head, from its query heads'
+// largest maximum, as Megatron-Core's SelfAttention does (its query heads by eta^alpha, the key
+// head by eta^(1 - alpha); for multi-head attention that is the per-head rule; the bias rows
+// with their weight rows); multi-latent attention scales each head's query nope rows by
+// eta^alpha, its query rope rows by eta and its key nope rows by eta^(1 - alpha), the shared
+// RoPE key untouched (Kimi K2, Megatron-Core's MLASelfAttention).
 //
 // The fp32 masters are scaled (each rank its own heads' rows; under the distributed optimizer's
 // sharded masters the data-parallel group gathers the parameter, every rank scales it and keeps
 // its shard) and the 16-bit weights rounded from them, so every layout keeps the serial run's
-// weights. Multi-latent attention is not covered yet (record_max_logits refuses it). The unfused
-// core attention records through the backend's ring-attention block kernel (one extra attention
-// pass), and refuses where the backend has none for the model's dtype and head dim.
+// weights. The unfused core attention records through the backend's ring-attention block kernel
+// (one extra attention pass), and refuses where the backend has none for the dtype and head dim.
 #pragma once
 
 #include "core/model/gpt_pipeline.h"
@@ -29,7 +30,7 @@ namespace ptdp {
 
 /// Starts (on) or stops the recording of the largest attention logits in every attention layer
 /// of this rank's chunks (the multi-token prediction modules' included), and clears what was
-/// recorded. Throws Error(Unsupported) for multi-latent attention.
+/// recorded.
 void record_max_logits(GptPipeline& model, bool on);
 
 /// After the optimizer step of an iteration whose forwards recorded (record_max_logits): reduces

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm/runtime.h"
@@ -63,6 +64,12 @@ void forward(GptModel& m, bool training) {
   m.forward_loss(tokens.data(), labels.data(), b, step);
 }
 
+// Layer l's linear_qkv weight and bias.
+std::pair<int, int> qkv_params(const ParamTable& params, int l) {
+  const std::string prefix = "decoder.layers." + std::to_string(l) + ".self_attention.linear_qkv.";
+  return {params.index(prefix + "weight"), params.index(prefix + "bias")};
+}
+
 }  // namespace
 
 TEST_CASE("QK-clip rescales the query and key rows of the clipped groups, and only those", "[qk_clip]") {
@@ -104,9 +111,7 @@ TEST_CASE("QK-clip rescales the query and key rows of the clipped groups, and on
 
       std::vector<std::vector<float>> weights(2), biases(2), others;
       for (int l = 0; l < 2; ++l) {
-        const auto [w, bias] = m.layer(l).attention().qkv_params();
-        REQUIRE(w >= 0);
-        REQUIRE(bias >= 0);
+        const auto [w, bias] = qkv_params(params, l);
         weights[static_cast<std::size_t>(l)] = host(params.param(w));
         biases[static_cast<std::size_t>(l)] = host(params.param(bias));
       }
@@ -122,7 +127,7 @@ TEST_CASE("QK-clip rescales the query and key rows of the clipped groups, and on
         CHECK(metrics.clipped_heads[static_cast<std::size_t>(l)] ==
               std::count_if(mx.begin(), mx.end(), [&](float v) { return v > tau; }));
         clipped_total += metrics.clipped_heads[static_cast<std::size_t>(l)];
-        const auto [w, bias] = m.layer(l).attention().qkv_params();
+        const auto [w, bias] = qkv_params(params, l);
         const std::vector<float> w_after = host(params.param(w)), b_after = host(params.param(bias));
         const std::vector<float>& w0 = weights[static_cast<std::size_t>(l)];
         const std::vector<float>& b0 = biases[static_cast<std::size_t>(l)];
@@ -198,33 +203,60 @@ TEST_CASE("QK-clip: the unfused attention records the fused kernel's maxima", "[
   }
 }
 
-TEST_CASE("QK-clip refuses multi-latent attention and a bad threshold or alpha", "[qk_clip]") {
+TEST_CASE("QK-clip refuses a bad threshold or alpha", "[qk_clip]") {
   RuntimeOptions o;
   auto rt = Runtime::create_self(o);
   ParallelConfig pc;
   pc.world = 1;
   ProcessGroups groups(rt, pc);
-  {
-    GptPipeline model(tiny(DType::F32), groups);
-    CHECK_THROWS_AS(apply_qk_clip(model, groups, 0.0f, 0.5f), Error);
-    CHECK_THROWS_AS(apply_qk_clip(model, groups, 10.0f, 1.5f), Error);
-  }
-  GptConfig mla = tiny(DType::F32);
-  mla.num_query_groups = 0;
-  mla.add_qkv_bias = false;
-  mla.multi_latent_attention = true;
-  mla.position_embedding = PositionEmbedding::Rope;
-  mla.q_lora_rank = 6;
-  mla.kv_lora_rank = 5;
-  mla.qk_head_dim = 4;
-  mla.qk_pos_emb_head_dim = 2;
-  mla.v_head_dim = 4;
-  GptPipeline model(mla, groups);
-  try {
+  GptPipeline model(tiny(DType::F32), groups);
+  CHECK_THROWS_AS(apply_qk_clip(model, groups, 0.0f, 0.5f), Error);
+  CHECK_THROWS_AS(apply_qk_clip(model, groups, 10.0f, 1.5f), Error);
+}
+
+TEST_CASE("QK-clip with multi-latent attention shrinks a clipped head's logits by eta", "[qk_clip]") {
+  RuntimeOptions o;
+  auto rt = Runtime::create_self(o);
+  ParallelConfig pc;
+  pc.world = 1;
+  ProcessGroups groups(rt, pc);
+  for (int q_lora : {6, 0}) {
+    INFO("q_lora_rank " << q_lora);
+    GptConfig mla = tiny(DType::F32);
+    mla.num_query_groups = 0;
+    mla.add_qkv_bias = false;
+    mla.multi_latent_attention = true;
+    mla.qk_layernorm = true;
+    mla.position_embedding = PositionEmbedding::Rope;
+    mla.q_lora_rank = q_lora;
+    mla.kv_lora_rank = 5;
+    mla.qk_head_dim = 4;
+    mla.qk_pos_emb_head_dim = 2;
+    mla.v_head_dim = 4;
+    GptPipeline model(mla, groups);
+    GptModel& m = *model.chunks()[0];
     record_max_logits(model, true);
-    FAIL("record_max_logits accepted multi-latent attention");
-  } catch (const Error& e) {
-    CHECK(e.code() == ErrorCode::Unsupported);
-    CHECK_THAT(e.what(), Catch::Matchers::Contains("multi-latent"));
+    forward(m, true);
+    const std::vector<float> before = m.layer(0).attention().take_max_logits();
+    forward(m, true);
+    REQUIRE(before.size() == 4);
+    std::vector<float> sorted = before;
+    std::sort(sorted.begin(), sorted.end());
+    REQUIRE(sorted[1] < sorted[2]);
+    const float tau = 0.5f * (sorted[1] + sorted[2]);  // two heads clip, two do not
+    // The shared RoPE key (linear_kv_down_proj's last rows) and the values stay as they were.
+    ParamTable& params = m.params();
+    const int kv_down = params.index("decoder.layers.0.self_attention.linear_kv_down_proj.weight");
+    const std::vector<float> kv_down0 = host(params.param(kv_down));
+    const QkClipMetrics metrics = apply_qk_clip(model, groups, tau, 0.5f);
+    CHECK(metrics.clipped_heads[0] == 2);
+    CHECK(host(params.param(kv_down)) == kv_down0);
+    forward(m, true);
+    const std::vector<float> after = m.layer(0).attention().take_max_logits();
+    for (std::size_t hd = 0; hd < 4; ++hd) {
+      const double eta = before[hd] > tau ? static_cast<double>(tau) / before[hd] : 1.0;
+      INFO("head " << hd << " eta " << eta);
+      CHECK(std::abs(after[hd] - eta * before[hd]) <= 1e-5 * std::abs(before[hd]));
+    }
   }
 }
