@@ -203,6 +203,35 @@ TEST_CASE("QK-clip: the unfused attention records the fused kernel's maxima", "[
   }
 }
 
+TEST_CASE("QK-clip with sharded fp32 masters (the distributed optimizer's) equals it with whole ones", "[qk_clip]") {
+  RuntimeOptions o;
+  auto rt = Runtime::create_self(o);
+  ParallelConfig pc;
+  pc.world = 1;
+  ProcessGroups groups(rt, pc);
+  std::vector<std::vector<float>> masters, weights;
+  std::vector<QkClipMetrics> metrics;
+  for (bool shard : {false, true}) {
+    GptPipeline model(tiny(DType::BF16), groups);
+    GptModel& m = *model.chunks()[0];
+    ParamTable& params = m.params();
+    // One shard over the data-parallel group of one: the gather and set_param path, whose
+    // result must not depend on the sharding.
+    if (shard) params.shard_masters({{0, params.capacity(), &groups.comm(GroupKind::Data)}});
+    REQUIRE(params.masters_sharded() == shard);
+    record_max_logits(model, true);
+    forward(m, true);
+    metrics.push_back(apply_qk_clip(model, groups, 0.6f, 0.5f));
+    masters.push_back(params.masters_to_host());
+    weights.push_back(host(params.flat_weights()));
+  }
+  CHECK(metrics[0].max_logits == metrics[1].max_logits);
+  CHECK(metrics[0].clipped_heads == metrics[1].clipped_heads);
+  CHECK(metrics[0].clipped_heads[0] + metrics[0].clipped_heads[1] > 0);
+  CHECK(masters[0] == masters[1]);
+  CHECK(weights[0] == weights[1]);
+}
+
 TEST_CASE("QK-clip refuses a bad threshold or alpha", "[qk_clip]") {
   RuntimeOptions o;
   auto rt = Runtime::create_self(o);
