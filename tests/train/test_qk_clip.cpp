@@ -8,6 +8,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -16,6 +19,7 @@
 
 #include "core/comm/runtime.h"
 #include "core/model/gpt_pipeline.h"
+#include "core/train/metrics_sink.h"
 #include "core/train/qk_clip.h"
 
 using namespace ptdp;
@@ -288,4 +292,31 @@ TEST_CASE("QK-clip with multi-latent attention shrinks a clipped head's logits b
       CHECK(std::abs(after[hd] - eta * before[hd]) <= 1e-5 * std::abs(before[hd]));
     }
   }
+}
+
+TEST_CASE("The JSON log line carries QK-clip's per-layer figures, and none without them", "[qk_clip]") {
+  const std::string path = "test_qk_clip_log.jsonl";
+  TrainArgs args;
+  args.log_json = path;
+  args.train_iters = 2;
+  {
+    MetricsSink sink(nullptr, true, args, RunFigures{}, false);
+    IterationMetrics m;
+    m.iteration = 1;
+    m.train_iters = 2;
+    m.qk_clip.max_logits = {1.5f, 0.25f};
+    m.qk_clip.clipped_heads = {2, 0};
+    sink.record(m, false);
+    m.iteration = 2;
+    m.qk_clip = {};
+    sink.record(m, false);
+  }
+  std::ifstream in(path);
+  std::string first, second;
+  std::getline(in, first);
+  std::getline(in, second);
+  std::remove(path.c_str());
+  CHECK_THAT(first, Catch::Matchers::Contains("\"max_attention_logit\": [1.5, 0.25], \"qk_clipped_heads\": [2, 0]}"));
+  CHECK_THAT(second, !Catch::Matchers::Contains("max_attention_logit"));
+  CHECK_THAT(second, !Catch::Matchers::Contains("qk_clipped_heads"));
 }
