@@ -31,8 +31,9 @@ struct QkClipMetrics {
   /// The largest pre-softmax attention logit of the layer's heads over the global batch
   /// (Megatron's max_attention_logit, per layer).
   std::vector<float> max_logits;
-  /// The layer's query heads whose largest logit exceeded the threshold (rescaled; 0 where the
-  /// step was skipped and nothing was rescaled).
+  /// The layer's query heads whose largest logit exceeded the threshold (rescaled, with the rest
+  /// of their key head's group under grouped-query attention; 0 where the step was skipped and
+  /// nothing was rescaled).
   std::vector<int> clipped_heads;
 };
 

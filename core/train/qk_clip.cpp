@@ -1,10 +1,9 @@
 #include "core/train/qk_clip.h"
 
 #include <algorithm>
-#include <string>
 #include <cmath>
 #include <limits>
-#include <utility>
+#include <string>
 #include <vector>
 
 #include "base/error.h"

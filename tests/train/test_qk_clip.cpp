@@ -1,10 +1,12 @@
-// QK-clip on a tiny model through the core API (a world of one): the attention layers record
+// QK-clip on tiny models through the core API (a world of one): the attention layers record
 // each query head's largest logit in training forwards only; apply_qk_clip rescales exactly the
 // query rows (by eta^alpha) and key rows (by eta^(1 - alpha)) of linear_qkv, weight and bias, of
 // the groups whose largest logit exceeded the threshold (eta = threshold / the group's largest,
 // grouped-query attention taking one eta per group as Megatron-Core does), and nothing else; the
 // logits of a clipped head then shrink by its group's eta. With 16-bit weights the model weights
-// are the rounded masters.
+// are the rounded masters, and sharded masters give the whole masters' result. The unfused core
+// attention records the fused kernel's maxima; multi-latent attention's clipped heads shrink by
+// their eta (nope and rope parts split as Kimi K2 does). The JSON log line carries the figures.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
