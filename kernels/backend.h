@@ -172,6 +172,12 @@ struct AttentionDesc {
   DropoutDesc dropout;  ///< p == 0: none
   int64_t groups = 0;   ///< key/value heads; 0: heads (multi-head attention)
   const int32_t* document_starts = nullptr;  ///< [b, s] (device); NULL: causal over the sample
+  /// [b, heads] fp32 (device) or NULL: QK-clip's statistic (MuonClip). Entry bi * heads + hi is
+  /// raised to the largest pre-softmax logit scale * q_i.k_j of (sample bi, query head hi) over
+  /// the (query, key) pairs the softmax sees (causal, documents), merged in place
+  /// (max(entry, this call's)), so the caller starts from -inf and may merge several calls.
+  /// Dropout acts after the softmax and does not change it.
+  float* max_logit = nullptr;
 
   int64_t kv_groups() const { return groups > 0 ? groups : heads; }
   int64_t q_per_group() const { return heads / kv_groups(); }
@@ -206,6 +212,9 @@ struct AttentionBlockDesc {
   int64_t seq = 0;                   ///< the whole sequence's length (>= both blocks' ends)
   const int32_t* document_starts = nullptr;  ///< [b, seq] (device); NULL: causal over the sample
   DropoutDesc dropout;                       ///< p == 0: none; block [b, heads, seq * seq]
+  /// [b, heads] fp32 (device) or NULL: AttentionDesc::max_logit over this block pair's visible
+  /// (query, key) pairs, merged in place, so after every block pair it is the whole sequence's.
+  float* max_logit = nullptr;
 
   int64_t kv_groups() const { return groups > 0 ? groups : heads; }
   int64_t q_per_group() const { return heads / kv_groups(); }

@@ -1,6 +1,8 @@
 #include "core/layers/attention.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "base/error.h"
 #include "core/layers/kv_cache.h"
@@ -47,7 +49,60 @@ Tensor SelfAttention::forward(const Tensor& x, const Step& step) {
   Slot& slot = slots_.create(step.microbatch);
   slot.positions = where;
   slot.b = b;
-  return proj_.forward(core_->forward(qkv, {b, where.document_data()}, step), step);
+  return proj_.forward(core_forward(*core_, qkv, {b, where.document_data()}, step, spec_.heads), step);
+}
+
+Tensor AttentionLayer::core_forward(CoreAttention& core, const Tensor& qkv, AttentionBatch batch, const Step& step,
+                                    int64_t heads) {
+  if (!record_max_logits_ || !step.training) return core.forward(qkv, batch, step);
+  // [b*a/t] fp32: the per (sample, head) maxima of this pass, folded into the heads' record.
+  Tensor max_logit = Tensor::empty({batch.b * heads}, DType::F32, qkv.device());
+  qkv.backend().fill(max_logit.raw(), DType::F32, -std::numeric_limits<double>::infinity(), max_logit.numel());
+  batch.max_logit = max_logit.data<float>();
+  Tensor ctx = core.forward(qkv, batch, step);
+  std::vector<float> host(static_cast<std::size_t>(max_logit.numel()));
+  max_logit.copy_to_host(host.data(), host.size() * sizeof(float));
+  max_logits_.resize(static_cast<std::size_t>(heads), -std::numeric_limits<float>::infinity());
+  for (int64_t bi = 0; bi < batch.b; ++bi)
+    for (int64_t h = 0; h < heads; ++h) {
+      float& m = max_logits_[static_cast<std::size_t>(h)];
+      m = std::max(m, host[static_cast<std::size_t>(bi * heads + h)]);
+    }
+  return ctx;
+}
+
+void AttentionLayer::record_max_logits(bool on) {
+  record_max_logits_ = on;
+  max_logits_.clear();
+}
+
+std::vector<float> AttentionLayer::take_max_logits() {
+  std::vector<float> out;
+  std::swap(out, max_logits_);
+  return out;
+}
+
+std::vector<AttentionLayer::QkClipScale> SelfAttention::qk_clip_scales(const std::vector<float>& head_max,
+                                                                        float threshold, float alpha) const {
+  std::vector<QkClipScale> out;
+  const int64_t qg = spec_.q_per_group, dh = spec_.dh, h = cfg_.hidden_size;
+  if (static_cast<int64_t>(head_max.size()) != spec_.heads) return out;
+  for (int64_t k = 0; k < spec_.groups; ++k) {
+    const float group_max = *std::max_element(head_max.begin() + k * qg, head_max.begin() + (k + 1) * qg);
+    if (!(group_max > threshold)) continue;
+    const double eta = static_cast<double>(threshold) / static_cast<double>(group_max);
+    const auto q = static_cast<float>(std::pow(eta, static_cast<double>(alpha)));
+    const auto kf = static_cast<float>(std::pow(eta, 1.0 - static_cast<double>(alpha)));
+    // linear_qkv's rows of local group k: its a/g query heads, then its key head (dh rows each).
+    const int64_t base = k * (qg + 2) * dh;
+    out.push_back({qkv_.weight_index(), h, base, qg * dh, q});
+    out.push_back({qkv_.weight_index(), h, base + qg * dh, dh, kf});
+    if (qkv_.bias_index() >= 0) {
+      out.push_back({qkv_.bias_index(), 1, base, qg * dh, q});
+      out.push_back({qkv_.bias_index(), 1, base + qg * dh, dh, kf});
+    }
+  }
+  return out;
 }
 
 Tensor SelfAttention::backward_input(const Tensor& dy, const Step& step) {

@@ -37,6 +37,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/layers/attention/core_attention.h"
 #include "core/layers/layer_config.h"
@@ -76,6 +77,37 @@ class AttentionLayer {
   virtual Tensor decode(const Tensor& x, KvCache& cache, const Step& step) = 0;
   virtual Tensor output_bias() const = 0;
   virtual const CoreAttention& core_attention() const = 0;
+
+  // ---- QK-clip (MuonClip; core/train/qk_clip.h) -----------------------------------------------
+  /// Starts (on) or stops recording, in every training forward, the largest pre-softmax logit
+  /// of each of this rank's query heads, and clears the record.
+  void record_max_logits(bool on);
+  /// The largest logit of each of this rank's a/t query heads over the training forwards since
+  /// the last call (-inf for a head that saw none; empty when none ran), and starts over.
+  std::vector<float> take_max_logits();
+  /// One run of rows of a parameter that QK-clip multiplies by `factor`: rows [first, first +
+  /// rows) of this rank's [*, cols] slice of parameter `param` (the layer's table).
+  struct QkClipScale {
+    int param;
+    int64_t cols, first, rows;
+    float factor;
+  };
+  /// The rows that shrink this rank's query heads' logits: head_max [a/t] holds each head's
+  /// largest logit over the step (reduced over the model), and the heads whose maximum exceeds
+  /// `threshold` get eta = threshold / maximum, split between the query (eta^alpha) and the key
+  /// (eta^(1 - alpha)) as the layer's projections allow.
+  virtual std::vector<QkClipScale> qk_clip_scales(const std::vector<float>& head_max, float threshold,
+                                                  float alpha) const = 0;
+
+ protected:
+  /// core.forward(qkv, batch, step), recording the largest logits while record_max_logits is on
+  /// and the step trains.
+  Tensor core_forward(CoreAttention& core, const Tensor& qkv, AttentionBatch batch, const Step& step,
+                      int64_t heads);
+
+ private:
+  bool record_max_logits_ = false;
+  std::vector<float> max_logits_;  // [a/t] host: the largest logit per query head since the last take
 };
 
 /// Megatron-Core's SelfAttention: q/k/v production, one core attention, the output projection.
@@ -109,6 +141,12 @@ class SelfAttention : public AttentionLayer {
   Tensor output_bias() const override { return proj_.bias(); }
   /// The core attention forward and backward run ("fused", "ring", "all-gather of unfused", ...).
   const CoreAttention& core_attention() const override { return *core_; }
+
+  /// Grouped-query attention takes one eta per key head, from its query heads' largest maximum
+  /// (Megatron-Core's SelfAttention.clip_qk): all the group's query rows by eta^alpha, its key
+  /// rows by eta^(1 - alpha); linear_qkv's bias rows with them.
+  std::vector<QkClipScale> qk_clip_scales(const std::vector<float>& head_max, float threshold,
+                                          float alpha) const override;
 
  private:
   struct Slot {

@@ -247,7 +247,26 @@ Tensor MlaAttention::forward(const Tensor& x, const Step& step) {
   slot.positions = where;
   slot.b = b;
   slot.sharded = tp_.sequence_sharded(step.decoding);
-  return proj_.forward(value_columns(core_->forward(qkv, {b, where.document_data()}, step)), step);
+  return proj_.forward(value_columns(core_forward(*core_, qkv, {b, where.document_data()}, step, heads_)), step);
+}
+
+std::vector<AttentionLayer::QkClipScale> MlaAttention::qk_clip_scales(const std::vector<float>& head_max,
+                                                                       float threshold, float alpha) const {
+  std::vector<QkClipScale> out;
+  if (static_cast<int64_t>(head_max.size()) != heads_) return out;
+  const ColumnParallelLinear& q = q_up_ ? *q_up_ : *q_proj_;
+  for (int64_t j = 0; j < heads_; ++j) {
+    const float m = head_max[static_cast<std::size_t>(j)];
+    if (!(m > threshold)) continue;
+    const double eta = static_cast<double>(threshold) / static_cast<double>(m);
+    // Local head j's rows: [nope, rope] of the query projection, [k_nope, v] of linear_kv_up_proj.
+    out.push_back({q.weight_index(), q.in_features(), j * (dn_ + dr_), dn_,
+                   static_cast<float>(std::pow(eta, static_cast<double>(alpha)))});
+    out.push_back({q.weight_index(), q.in_features(), j * (dn_ + dr_) + dn_, dr_, static_cast<float>(eta)});
+    out.push_back({kv_up_.weight_index(), kv_up_.in_features(), j * (dn_ + dv_), dn_,
+                   static_cast<float>(std::pow(eta, 1.0 - static_cast<double>(alpha)))});
+  }
+  return out;
 }
 
 Tensor MlaAttention::backward_input(const Tensor& dy, const Step& step) {

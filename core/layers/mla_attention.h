@@ -102,6 +102,12 @@ class MlaAttention : public AttentionLayer {
   Tensor decode(const Tensor& x, KvCache& cache, const Step& step) override;
   Tensor output_bias() const override { return proj_.bias(); }
   const CoreAttention& core_attention() const override { return *core_; }
+  /// Megatron-Core's MLASelfAttention.clip_qk (Kimi K2): per head, eta = threshold / maximum;
+  /// the query's nope rows (linear_q_up_proj, or linear_q_proj) by eta^alpha and its rope rows
+  /// by eta (the shared RoPE key cannot take a head's share), the key's nope rows
+  /// (linear_kv_up_proj) by eta^(1 - alpha); the value rows and the shared key untouched.
+  std::vector<QkClipScale> qk_clip_scales(const std::vector<float>& head_max, float threshold,
+                                          float alpha) const override;
 
  private:
   struct Slot {

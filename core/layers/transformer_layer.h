@@ -47,6 +47,8 @@ class TransformerLayer {
   void release(const Step& step);
   /// The layer's mixture of experts, or nullptr for a dense MLP.
   MoeLayer* moe() { return moe_.get(); }
+  /// The layer's attention (SelfAttention or MlaAttention).
+  AttentionLayer& attention() { return *attn_; }
 
  private:
   Tensor mlp_forward(const Tensor& x, const Step& step);

@@ -25,6 +25,18 @@ struct MoeMetrics {
   std::vector<MoeLayerLoad> loads;     ///< every MoE layer, by layer
 };
 
+/// An iteration's QK-clip figures (core/train/qk_clip.h), per attention layer: the decoder's
+/// layers in order, then the multi-token prediction modules'. Empty when QK-clip is off.
+struct QkClipMetrics {
+  /// The largest pre-softmax attention logit of the layer's heads over the global batch
+  /// (Megatron's max_attention_logit, per layer).
+  std::vector<float> max_logits;
+  /// The layer's query heads whose largest logit exceeded the threshold (rescaled, with the rest
+  /// of their key head's group under grouped-query attention; 0 where the step was skipped and
+  /// nothing was rescaled).
+  std::vector<int> clipped_heads;
+};
+
 /// One iteration's figures, the same on every rank (the loss is the global batch's mean, the
 /// norm the global norm) except the memory high-water mark, which is this rank's.
 struct IterationMetrics {
@@ -53,6 +65,7 @@ struct IterationMetrics {
   /// Each multi-token prediction depth's loss ("mtp_1 loss", ...; core/model/mtp.h); empty
   /// without MTP.
   std::vector<float> mtp_losses;
+  QkClipMetrics qk_clip;  ///< per attention layer; empty without QK-clip
 };
 
 }  // namespace ptdp

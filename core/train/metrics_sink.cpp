@@ -68,6 +68,18 @@ std::string mtp_json(const std::vector<float>& losses) {
   return out;
 }
 
+// QK-clip's fields of an iteration's JSON line (with their leading comma), or nothing without
+// it: per attention layer, the largest logit (Megatron's max_attention_logit) and the query
+// heads rescaled.
+std::string qk_clip_json(const QkClipMetrics& qk) {
+  if (qk.max_logits.empty()) return "";
+  std::string out = ", \"max_attention_logit\": [";
+  for (std::size_t l = 0; l < qk.max_logits.size(); ++l) out += (l ? ", " : "") + json_number(qk.max_logits[l]);
+  out += "], \"qk_clipped_heads\": [";
+  for (std::size_t l = 0; l < qk.clipped_heads.size(); ++l) out += (l ? ", " : "") + std::to_string(qk.clipped_heads[l]);
+  return out + "]";
+}
+
 // The iteration's point of the curves.
 TrainPoint plot_point(const IterationMetrics& m) {
   TrainPoint p;
@@ -162,7 +174,7 @@ void MetricsSink::write_json_line(const IterationMetrics& m) {
                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"lm_loss\": %s, \"learning_rate\": %s, "
                "\"grad_norm\": %s, \"loss_scale\": %s, \"skipped\": %d, \"skipped_iterations\": %lld, "
                "\"elapsed_ms\": %s, \"tokens_per_second\": %s, \"tflops_per_device\": %s, "
-               "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s%s%s}\n",
+               "\"mfu\": %s, \"global_batch_size\": %lld, \"mem_high_water_mib\": %s%s%s%s}\n",
                static_cast<long long>(m.iteration), static_cast<long long>(m.consumed_samples),
                json_number(m.lm_loss).c_str(), json_number(m.learning_rate).c_str(), json_number(m.grad_norm).c_str(),
                json_number(static_cast<double>(m.loss_scale)).c_str(), m.skipped ? 1 : 0,
@@ -170,7 +182,7 @@ void MetricsSink::write_json_line(const IterationMetrics& m) {
                json_number(m.tokens_per_second, "%.1f").c_str(), json_number(m.tflops_per_device, "%.6f").c_str(),
                json_number(m.mfu, "%.6f").c_str(), static_cast<long long>(m.global_batch_size),
                json_number(m.mem_high_water_mib, "%.1f").c_str(), moe_json(m.moe).c_str(),
-               mtp_json(m.mtp_losses).c_str());
+               mtp_json(m.mtp_losses).c_str(), qk_clip_json(m.qk_clip).c_str());
   std::fflush(json_);
 }
 

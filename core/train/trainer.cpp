@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "core/layers/moe/token_dispatcher.h"
+#include "core/train/qk_clip.h"
 
 namespace ptdp {
 
@@ -29,6 +30,9 @@ IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, Proce
   const auto start = std::chrono::steady_clock::now();
   const double wait0 = comm_wait_seconds(), exchange0 = moe_exchange_seconds();
   model.zero_grads();
+  const OptimizerConfig& oc = optimizer.config();
+  const bool qk_clip = oc.kind == OptimizerKind::Muon && oc.muon.qk_clip;
+  if (qk_clip) record_max_logits(model, true);  // clears the previous iteration's records too
   ReplicaSettings replica;
   replica.microbatch_offset = static_cast<int64_t>(groups.rank(GroupKind::Data)) * schedule.m;
   replica.grad_scale = optimizer.loss_scale();
@@ -45,6 +49,9 @@ IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, Proce
     hooks.before_optimizer_step();
   }
   r.step = optimizer.step(iteration);
+  if (qk_clip) {
+    r.qk_clip = apply_qk_clip(model, groups, oc.muon.qk_clip_threshold, oc.muon.qk_clip_alpha, !r.step.skipped);
+  }
   r.moe = finish_moe_iteration(model, groups, schedule.m);
   if (hooks.after_optimizer_step) hooks.after_optimizer_step(r.step);
   if (groups.size(GroupKind::Data) > 1) {

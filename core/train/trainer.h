@@ -23,6 +23,9 @@ struct IterationOutcome {
   /// Of `seconds`, the MoE token dispatchers' communication on this rank (moe_exchange_seconds(),
   /// core/layers/moe/token_dispatcher.h): 0 for a dense model.
   double moe_exchange_seconds = 0;
+  /// QK-clip's per-layer figures (core/train/qk_clip.h); empty unless the optimizer is Muon with
+  /// MuonConfig::qk_clip.
+  QkClipMetrics qk_clip;
 };
 
 /// An optimizer over `model`'s chunks (the last stage's copy of a tied embedding is left out
@@ -36,7 +39,9 @@ std::unique_ptr<Optimizer> make_optimizer(GptPipeline& model, ProcessGroups& gro
 /// the serial run's over the same global batch cut into the same microbatches. Runs `hooks`
 /// from before_iteration (with iteration + 1) to after_optimizer_step; the time reported
 /// starts after before_iteration. After the step, MoE models get their expert loads, losses and
-/// expert-bias update (core/train/moe_metrics.h).
+/// expert-bias update (core/train/moe_metrics.h), and with Muon's QK-clip (MuonConfig::qk_clip,
+/// Muon only, as in Megatron) the query and key weights of the heads whose largest logit
+/// exceeded the threshold are rescaled (core/train/qk_clip.h; not after a skipped step).
 IterationOutcome train_iteration(GptPipeline& model, Optimizer& optimizer, ProcessGroups& groups,
                                  const Schedule& schedule, const int32_t* tokens, const int32_t* labels, int64_t b,
                                  int64_t iteration, const ExecutorOptions& options = {},

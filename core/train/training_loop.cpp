@@ -278,6 +278,7 @@ IterationMetrics TrainingLoop::metrics_of(const IterationOutcome& outcome) const
   m.skipped_iterations = s.optimizer->skipped_iterations();
   m.moe = outcome.moe;
   m.mtp_losses = outcome.mtp_losses;
+  m.qk_clip = outcome.qk_clip;
   return m;
 }
 

@@ -307,6 +307,7 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
   double l[kQueryTile];  // sum of exp(score - m) over the keys seen, dropped ones included
   std::vector<uint8_t> keep(dropout ? kQueryTile * s : 0);
   const std::vector<int64_t> first_of = first_keys(d, bi);
+  float head_max = kNegInf;  // AttentionDesc::max_logit: the largest of the rows' running maxima
   for (int64_t i0 = 0, i1; i0 < s; i0 = i1) {
     i1 = query_tile_end(first_of, i0);
     const int64_t rows = i1 - i0, first = first_of[i0];
@@ -352,7 +353,13 @@ void forward_head(const AttentionDesc& d, int64_t bi, int64_t hi, const typename
       auto* out = ctx + i * hv.ctx_row + hv.ctx_base;
       for (int64_t e = 0; e < dh; ++e) out[e] = St::store(ar[e] * inv_l);
       lse[(bi * d.heads + hi) * s + i] = m[r] + static_cast<float>(std::log(l[r]));
+      head_max = std::max(head_max, m[r]);
     }
+  }
+  // One task per (bi, hi): no other thread writes this entry.
+  if (d.max_logit != nullptr) {
+    float& out = d.max_logit[bi * d.heads + hi];
+    out = std::max(out, head_max);
   }
 }
 

@@ -69,6 +69,7 @@ void block_forward_head(const AttentionBlockDesc& d, int64_t bi, int64_t hi, con
   std::vector<float> kvf(2 * d.sk * dh), qi(dh), acc(dh), score(kKeyTile);
   std::vector<uint8_t> keep(dropout ? d.sk : 0);
   widen_kv<St>(d, v, kv, unit, kvf.data());
+  float head_max = kNegInf;  // AttentionBlockDesc::max_logit over the block pair
   for (int64_t i = 0; i < d.sq; ++i) {
     int64_t lo = 0, hi_key = -1;
     visible_keys(d, bi, i, lo, hi_key);
@@ -99,6 +100,7 @@ void block_forward_head(const AttentionBlockDesc& d, int64_t bi, int64_t hi, con
       }
       m = m_new;
     }
+    head_max = std::max(head_max, m);
     // Merge (o_b, lse_b) = (acc / l, m + log l) into the running (o, L):
     // L' = log(e^L + e^lse_b), o' = o e^(L - L') + o_b e^(lse_b - L').
     const float lse_b = m + static_cast<float>(std::log(l));
@@ -115,6 +117,11 @@ void block_forward_head(const AttentionBlockDesc& d, int64_t bi, int64_t hi, con
     const float wa = std::exp(big_l - merged), wb = std::exp(lse_b - merged) * inv_l;
     for (int64_t e = 0; e < dh; ++e) o[e] = o[e] * wa + acc[e] * wb;
     big_l = merged;
+  }
+  // One task per (bi, hi): no other thread writes this entry.
+  if (d.max_logit != nullptr) {
+    float& out = d.max_logit[bi * d.heads + hi];
+    out = std::max(out, head_max);
   }
 }
 

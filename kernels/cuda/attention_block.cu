@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "base/philox.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_backend_impl.cuh"
 #include "kernels/validate.h"
 
@@ -33,6 +34,7 @@ struct BlockArgs {
   int64_t q_row, kv_row, o_row;
   float scale;
   const int32_t* starts;
+  float* max_logit;  // [b, heads] or NULL: AttentionBlockDesc::max_logit, merged by atomic max
   // Dropout: global index of (bi, hi, idx) = ((bi + o0) * g1 + (hi + o1)) * g2 + o2 + idx.
   PhiloxStream rng;
   float p, keep_scale;
@@ -123,6 +125,7 @@ __global__ void block_forward_kernel(BlockArgs a, const T* q, const T* kv, float
       for (int k = 0; k < kMaxPerLane; ++k) acc[k] = acc[k] * rescale + w * kr[k];
       m = m_new;
     }
+    if (a.max_logit != nullptr && lane == 0) atomic_max_float(a.max_logit + bh, m);
     const float lse_b = m + logf(l), inv_l = 1.0f / l;
     float* o = out + i * a.o_row + bh * a.dh;
     float* big = lse + bh * a.sq + i;
@@ -247,6 +250,7 @@ BlockArgs block_args(const AttentionBlockDesc& d) {
   a.o_row = d.b * d.heads * d.dh;
   a.scale = d.scale;
   a.starts = d.document_starts;
+  a.max_logit = d.max_logit;
   a.rng = d.dropout.rng;
   a.p = d.dropout.p;
   a.keep_scale = kcheck::dropout_keep_scale(d.dropout.p);

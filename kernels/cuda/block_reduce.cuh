@@ -17,6 +17,17 @@ struct MaxOp {
   __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
+/// *addr = max(*addr, v) atomically for non-NaN floats (-inf included): non-negative floats
+/// order as their bits read as signed ints, negative ones in reverse as unsigned ints. Max is
+/// order-independent, so the result is deterministic.
+__device__ __forceinline__ void atomic_max_float(float* addr, float v) {
+  if (v >= 0.0f) {
+    atomicMax(reinterpret_cast<int*>(addr), __float_as_int(v));
+  } else {
+    atomicMin(reinterpret_cast<unsigned*>(addr), __float_as_uint(v));
+  }
+}
+
 /// A running maximum and the sum of exp(x - max) over the same values (an online softmax
 /// denominator). The empty state is {-inf, 0}.
 struct MaxSum {

@@ -64,6 +64,7 @@
 
 #include "base/error.h"
 #include "base/philox.h"
+#include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/validate.h"
 
@@ -88,6 +89,7 @@ struct FlashArgs {
   const void* dctx;  // [s, b, heads, dh] (backward)
   void* out;         // forward: ctx [s, b, heads, dh]; backward: dqkv (qkv's layout)
   float* lse_out;    // [b, heads, s] (forward)
+  float* max_logit;  // [b, heads] or NULL (forward): AttentionDesc::max_logit, merged by atomic max
   const float* lse;  // [b, heads, s] (backward)
   float* delta;      // [b, heads, s] (backward: written by the delta kernel, then read)
   int s = 0, heads = 0;
@@ -565,6 +567,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
   // Normalise, save lse, and write the output rows through this warp's rows of sq (read only
   // by this warp, at its first tile).
   float row_scale[2];
+  float warp_max = -INFINITY;  // the largest running max of this warp's real rows (base 2)
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(kFullMask, l[r], 1);
@@ -574,6 +577,12 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? (kDropout ? 3 : 4) : 2)
     if (lane % 4 == 0 && query < s) {
       a.lse_out[static_cast<int64_t>(bh) * s + query] = (m[r] + log2f(l[r])) * kLn2;
     }
+    if (query < s) warp_max = fmaxf(warp_max, m[r]);  // padded rows are no query's
+  }
+  if (a.max_logit != nullptr) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) warp_max = fmaxf(warp_max, __shfl_xor_sync(kFullMask, warp_max, off));
+    if (lane == 0 && warp_max != -INFINITY) atomic_max_float(a.max_logit + bh, warp_max * kLn2);
   }
   stage_rows<T, kD>(sq, 16 * warp, o, row_scale, lane);
   __syncwarp();
@@ -973,6 +982,7 @@ FlashArgs make_args(const AttentionDesc& d) {
   a.scale = d.scale;
   a.scale_log2 = d.scale * kLog2e;
   a.starts = d.document_starts;
+  a.max_logit = d.max_logit;
   a.rng = d.dropout.rng;
   a.p = d.dropout.p;
   a.keep_scale = d.dropout.p > 0.0f ? kcheck::dropout_keep_scale(d.dropout.p) : 1.0f;

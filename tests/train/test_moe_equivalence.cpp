@@ -27,6 +27,12 @@
 // muon: --optimizer muon (Nesterov, lr 2e-2): Muon on every matrix, each expert's its own,
 // orthogonalised once in its expert-tensor x expert-data group; AdamW on the rest. dup (with
 // muon): --muon-tp-mode duplicated, every tensor rank orthogonalising the whole matrix.
+// qkclip (with muon): QK-clip after every step with a threshold of 0.6, under most heads'
+// largest logits, so that heads clip every iteration; each layer's largest logit (1e-4
+// relative) and clipped heads (equal) compared with the serial run's every iteration; no linear
+// biases (with linear_qkv's bias, AdamW's steps on its round-off key gradient, which the loss
+// cannot see, move the largest logits by 3e-4 and the rescaled weights with them).
+// gqa: 2 query groups of the 4 heads.
 // Every spec runs sequence parallelism where t > 1 (MoE requires it).
 //
 // Every rank runs the serial reference itself (a world of one) on the whole global batch, d * m
@@ -107,6 +113,11 @@ GptConfig config(const Spec& s) {
   g.ffn_hidden_size = 32;
   g.seed = 2024;
   g.swiglu = s.has("swiglu");
+  if (s.has("gqa")) g.num_query_groups = 2;
+  // No linear biases with QK-clip (as Kimi K2 and Llama have none): linear_qkv's key bias only
+  // shifts each query's logits together, so its gradient is pure round-off, which AdamW turns
+  // into steps of up to lr; the loss never sees them, the largest logit does.
+  if (s.has("qkclip")) g.add_bias_linear = false;
   if (s.has("full")) g.recompute = Recompute::Full;
   MoeConfig& m = g.moe;
   m.num_experts = std::max(4, s.e);
@@ -229,6 +240,10 @@ OptimizerConfig optimizer_config(const Spec& s, bool dist) {
     o.muon.nesterov = true;
     if (s.has("dup")) o.muon.tp_mode = MuonTpMode::Duplicated;
   }
+  if (s.has("qkclip")) {
+    o.muon.qk_clip = true;
+    o.muon.qk_clip_threshold = 0.6f;
+  }
   return o;
 }
 
@@ -237,6 +252,7 @@ struct Run {
   std::vector<std::vector<float>> mtp;  // by iteration: each depth's MTP loss
   std::vector<double> norm;
   std::vector<MoeMetrics> moe;                                   // by iteration
+  std::vector<QkClipMetrics> qk_clip;                            // by iteration
   std::vector<std::map<std::string, std::vector<float>>> biases;  // by iteration: every expert bias
   std::map<std::string, std::vector<float>> params;  // serial: global values
 };
@@ -273,6 +289,27 @@ void compare_moe(const Spec& s, int it, const MoeMetrics& got, GptPipeline& mode
     const auto w = ref.biases[static_cast<std::size_t>(it)].find(name);
     expect(w != ref.biases[static_cast<std::size_t>(it)].end() && w->second == values, at + name + " differs");
   }
+}
+
+// The iteration's QK-clip figures against the serial run's: every layer's largest logit (1e-4
+// relative) and its clipped heads (equal); none without qkclip.
+double compare_qk_clip(const Spec& s, int it, const QkClipMetrics& got, const Run& ref) {
+  double worst = 0;
+  const QkClipMetrics& want = ref.qk_clip[static_cast<std::size_t>(it)];
+  const std::string at = s.text + " iteration " + std::to_string(it) + ": ";
+  const std::size_t layers = s.has("qkclip") ? static_cast<std::size_t>(config(s).num_layers + config(s).mtp_num_layers) : 0;
+  expect(got.max_logits.size() == layers && want.max_logits.size() == layers && got.clipped_heads.size() == layers,
+         at + std::to_string(got.max_logits.size()) + " QK-clip layers, want " + std::to_string(layers));
+  for (std::size_t l = 0; l < std::min(got.max_logits.size(), want.max_logits.size()); ++l) {
+    const float g = got.max_logits[l], w = want.max_logits[l];
+    const double rel = std::abs(double{g} - w) / std::abs(w);
+    worst = std::max(worst, rel);
+    expect(std::isfinite(w) && rel <= 1e-4 && got.clipped_heads[l] == want.clipped_heads[l],
+           at + "layer " + std::to_string(l) + " max attention logit " + std::to_string(g) + " (" +
+               std::to_string(got.clipped_heads[l]) + " heads clipped) vs " + std::to_string(w) + " (" +
+               std::to_string(want.clipped_heads[l]) + ")");
+  }
+  return worst;
 }
 
 void batch(int d, std::vector<int32_t>* tokens, std::vector<int32_t>* labels) {
@@ -322,7 +359,18 @@ Run reference(const Spec& s, int d, int replicas, bool same_data = false, int it
     r.mtp.push_back(out.mtp_losses);
     r.norm.push_back(out.step.grad_norm);
     r.moe.push_back(out.moe);
+    r.qk_clip.push_back(out.qk_clip);
     r.biases.push_back(expert_biases(model));
+  }
+  if (s.has("qkclip") && replicas == 1) {
+    // The test means something only if heads clipped, and not every head every time.
+    int clipped = 0, heads = 0;
+    for (const QkClipMetrics& q : r.qk_clip) {
+      for (int c : q.clipped_heads) clipped += c;
+      heads += static_cast<int>(q.clipped_heads.size()) * config(s).num_attention_heads;
+    }
+    expect(clipped > 0 && clipped < heads, s.text + ": the serial run clipped " + std::to_string(clipped) + " of " +
+                                               std::to_string(heads) + " head-iterations");
   }
   if (s.has("bias") && iters == kIters) {
     // The test means something only if the bias moved (and moved apart between experts).
@@ -391,7 +439,7 @@ void run_spec(const Spec& s, int world) {
   batch(d, &tokens, &labels);
   const int r = groups.rank(GroupKind::Data);
   const std::size_t off = static_cast<std::size_t>(r * kM * kMicro * 8);
-  double worst_loss = 0, worst_norm = 0, worst_param = 0;
+  double worst_loss = 0, worst_norm = 0, worst_param = 0, worst_logit = 0;
   for (int it = 0; it < iters_of(s); ++it) {
     const IterationOutcome out =
         train_iteration(model, *opt, groups, sched, tokens.data() + off, labels.data() + off, kMicro, it);
@@ -406,6 +454,7 @@ void run_spec(const Spec& s, int world) {
     expect(dn <= 1e-4, s.text + ": grad norm at iteration " + std::to_string(it) + " " +
                            std::to_string(out.step.grad_norm) + " vs " + std::to_string(want_norm));
     compare_moe(s, it, out.moe, model, ref);
+    worst_logit = std::max(worst_logit, compare_qk_clip(s, it, out.qk_clip, ref));
     // Each depth's MTP loss; the modules' MoE layers in the figures, after the decoder's.
     const GptConfig& cfg = model.config();
     const std::vector<float>& want_mtp = ref.mtp[static_cast<std::size_t>(it)];
@@ -484,8 +533,9 @@ void run_spec(const Spec& s, int world) {
                (model.config().mtp_moe() ? "MoE)" : "dense)"));
   }
   if (g_rank == 0)
-    std::printf("%s: worst loss %.2e, grad norm %.2e, parameter %.2e\n", s.text.c_str(), worst_loss, worst_norm,
-                worst_param);
+    std::printf("%s: worst loss %.2e, grad norm %.2e, parameter %.2e%s\n", s.text.c_str(), worst_loss, worst_norm,
+                worst_param,
+                s.has("qkclip") ? (", max attention logit " + std::to_string(worst_logit)).c_str() : "");
 }
 
 }  // namespace

@@ -82,6 +82,10 @@ struct AttentionBatch {
   /// [b, s] i32 on the activations' device (TokenPositions::document_starts); NULL: causal over
   /// each whole sample.
   const int32_t* document_starts = nullptr;
+  /// [b, a/t] fp32 on the activations' device, or NULL: QK-clip's statistic
+  /// (AttentionDesc::max_logit): each (sample, query head) entry is raised to the largest
+  /// pre-softmax logit of the pass (the caller fills it with -inf). Only forward reads it.
+  float* max_logit = nullptr;
 };
 
 /// One strategy of the core attention (see the top of this file). Each keeps its microbatches'

@@ -57,6 +57,7 @@ class FusedAttention final : public CoreAttention {
     d.scale = spec_.scale();
     if (spec_.drops(step)) d.dropout = spec_.probs_dropout(batch.b, step);
     d.document_starts = batch.document_starts;
+    d.max_logit = batch.max_logit;
     return d;
   }
 

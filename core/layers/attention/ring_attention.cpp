@@ -166,6 +166,7 @@ class RingAttention final : public CoreAttention {
     d.k_start = key_chunk * half;
     d.seq = s;
     d.document_starts = batch.document_starts;
+    d.max_logit = batch.max_logit;  // each block pair merges its share: this rank's queries' max
     // The whole sequence's mask (probs_dropout's [b, a/t, s * s] block): the serial run's.
     if (spec_.drops(step)) d.dropout = spec_.probs_dropout(batch.b, step);
     return d;

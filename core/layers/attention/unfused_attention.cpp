@@ -10,6 +10,11 @@
 // (--recompute-granularity selective) rebuilds them there from q and k; the rebuild draws the
 // same dropout mask, so it changes no bit. Packed documents go through
 // softmax_forward_documents: a query's probabilities outside its document are exactly 0.
+// QK-clip's largest logits come from the backend's block-pair kernel (record_max_logit).
+#include <limits>
+#include <string>
+
+#include "base/error.h"
 #include "core/layers/attention/core_attention.h"
 #include "kernels/op_scope.h"
 
@@ -24,6 +29,7 @@ class UnfusedAttention final : public CoreAttention {
   std::string name() const override { return "unfused"; }
 
   Tensor forward(const Tensor& qkv, const AttentionBatch& batch, const Step& step) override {
+    if (batch.max_logit != nullptr) record_max_logit(qkv, batch);
     const int64_t s = spec_.seq(), b = batch.b, qg = spec_.q_per_group, dh = spec_.dh;
     const int64_t pairs = b * spec_.groups, group = spec_.group_cols();
     Tensor ctx = empty_like(qkv, {s * b, spec_.ctx_cols()});  // [s*b, a/t*dh]
@@ -97,6 +103,37 @@ class UnfusedAttention final : public CoreAttention {
     Tensor probs;          // [b*a/t, s, s] after the softmax; undefined under selective recomputation
     Tensor probs_dropped;  // [b*a/t, s, s] after the dropout (probs itself when it is off)
   };
+
+  // QK-clip's statistic (AttentionBatch::max_logit). The scores here are GEMM outputs that only
+  // the softmax masks, and no backend op reduces them; the block-pair kernel of ring attention
+  // (AttentionBlockDesc::max_logit) on the whole sequence as one block computes it, at the cost
+  // of a second attention pass without dropout whose context is dropped. Backends without it
+  // refuse QK-clip on this path.
+  void record_max_logit(const Tensor& qkv, const AttentionBatch& batch) const {
+    Backend& be = qkv.backend();
+    const DType t = qkv.dtype();
+    if (!be.attention_block_supported(t, spec_.dh)) {
+      throw Error(ErrorCode::Unsupported, spec_.owner + ": QK-clip (--qk-clip) on the unfused attention needs the " +
+                                              be.name() + " backend's attention block kernels, which it has not for " +
+                                              dtype_name(t) + " and head dim " + std::to_string(spec_.dh));
+    }
+    const int64_t s = spec_.seq(), b = batch.b, dh = spec_.dh, units = s * b * spec_.groups;
+    Tensor kv = empty_like(qkv, {s * b, spec_.groups * 2 * dh});  // [s*b, g/t*2*dh]: each group's key and value
+    be.copy_2d(kv.raw(), 2 * dh, element_ptr(qkv, spec_.q_per_group * dh), spec_.group_cols(), t, units, 2 * dh);
+    Tensor out = Tensor::zeros({s * b, spec_.ctx_cols()}, DType::F32, qkv.device());  // [s*b, a/t*dh] fp32, dropped
+    Tensor lse = Tensor::empty({b * spec_.heads * s}, DType::F32, qkv.device());       // [b*a/t*s] fp32, dropped
+    be.fill(lse.raw(), DType::F32, -std::numeric_limits<double>::infinity(), lse.numel());
+    AttentionBlockDesc d;
+    d.sq = d.sk = d.seq = s;
+    d.b = b;
+    d.heads = spec_.heads;
+    d.groups = spec_.groups;
+    d.dh = dh;
+    d.scale = spec_.scale();
+    d.document_starts = batch.document_starts;
+    d.max_logit = batch.max_logit;
+    be.attention_block_forward(d, qkv.raw(), kv.raw(), out.data<float>(), lse.data<float>(), t);
+  }
 
   // The softmax (and dropout) of the scores of qkv [s*b, g/t*(a/g+2)*dh] into probs and dropped
   // [b*a/t, s, s].
