@@ -63,6 +63,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <new>
 #include <optional>
 #include <string>
@@ -693,9 +694,8 @@ class Bench {
 
   // -- 8. Muon's Newton-Schulz at d = 1 and d = 4 ------------------------------------------------
 
-  /// Every matrix of the model (MuonConfig's defaults: q, k, v and gate/up apart, 5 quintic
-  /// steps in fp32) orthogonalised once on random values, each timed alone (median of 3 after
-  /// a warm-up); then the matrices spread over d data-parallel ranks as the distributed
+  /// Every matrix shape of the model (MuonConfig's defaults: q, k, v and gate/up apart, 5
+  /// quintic steps in fp32) orthogonalised on synthetic values, timed alone; then the matrices spread over d data-parallel ranks as the distributed
   /// optimizer spreads them (muon_assign), and each rank's share timed as the sum of its
   /// matrices' times: the per-rank work at d = 4 against d = 1.
   void bench_muon() {
@@ -718,16 +718,24 @@ class Bench {
     for (std::size_t j = 0; j < coef.size(); ++j)
       for (int c = 0; c < 3; ++c) desc.coefficients[j][c] = coef[j][static_cast<std::size_t>(c)];
     ptdp::Backend& be = ptdp::cpu_backend();
-    std::vector<double> seconds(ms.size());
+    // Matrices of one shape cost the same: each shape is timed once (median of 3 after a
+    // warm-up; of 1 after it for shapes above 100 GFLOP).
+    std::map<std::pair<int64_t, int64_t>, double> by_shape;
     std::vector<float> x;
-    for (std::size_t k = 0; k < ms.size(); ++k) {
-      desc.rows = ms[k].rows;
-      desc.cols = ms[k].cols;
-      x.resize(static_cast<std::size_t>(ms[k].rows * ms[k].cols));
+    for (const ptdp::MuonMatrix& m : ms) {
+      const std::pair<int64_t, int64_t> shape{m.rows, m.cols};
+      if (by_shape.count(shape)) continue;
+      desc.rows = m.rows;
+      desc.cols = m.cols;
+      x.resize(static_cast<std::size_t>(m.rows * m.cols));
       for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-      const Stats st = time_calls(1, 3, [&](int) { be.newton_schulz(x.data(), desc); });
-      seconds[k] = st.median_s;
+      const Stats st = time_calls(1, m.flops > 1e11 ? 1 : 3, [&](int) { be.newton_schulz(x.data(), desc); });
+      by_shape[shape] = st.median_s;
+      std::printf("   %6" PRId64 " x %-6" PRId64 " %8.2f ms %8.1f GFLOP/s\n", m.rows, m.cols, st.median_s * 1e3,
+                  m.flops / st.median_s * 1e-9);
     }
+    std::vector<double> seconds(ms.size());
+    for (std::size_t k = 0; k < ms.size(); ++k) seconds[k] = by_shape[{ms[k].rows, ms[k].cols}];
     double total_flops = 0, total_s = 0;
     for (std::size_t k = 0; k < ms.size(); ++k) {
       total_flops += ms[k].flops;
@@ -2095,6 +2103,18 @@ class Bench {
     s += "  \"openblas_core\": \"" + json_escape(blas_core_) + "\",\n";
     s += "  \"openblas_parallel\": \"" + json_escape(blas_parallel_) + "\",\n";
     s += "  \"load_average_1min\": " + (load1_ >= 0.0 ? json_number(load1_) : "null") + ",\n";
+    s += "  \"optimizer\": \"" + std::string(o_.muon ? "muon" : "adam") + "\",\n";
+    if (!muon_d_.empty()) {
+      s += "  \"muon_newton_schulz\": [";
+      for (std::size_t i = 0; i < muon_d_.size(); ++i) {
+        const MuonD& m = muon_d_[i];
+        s += std::string(i ? ", " : "") + "{\"d\": " + std::to_string(m.d) +
+             ", \"gflop_per_rank\": " + json_number(m.worst_flops * 1e-9) +
+             ", \"ms_per_rank_max\": " + json_number(m.worst_s * 1e3) +
+             ", \"ms_per_rank_min\": " + json_number(m.best_s * 1e3) + "}";
+      }
+      s += "],\n";
+    }
     s += "  \"model_preset\": " + (preset_ ? "\"" + json_escape(preset_->name) + "\"" : std::string("null")) + ",\n";
     s += "  \"config\": {\"num_layers\": " + std::to_string(cfg_.num_layers) +
          ", \"hidden_size\": " + std::to_string(cfg_.hidden_size) +
