@@ -61,7 +61,8 @@ CASE is one of:
                (1,1,1) and (4,1,2) on the (2,2,2) trajectory (1e-5), each continued bit for bit after
                an interruption of its own; with --bf16 (fp32 masters and momentum) (2,2,2) with the
                overlapped collectives tracks the serial bf16 run (1e-2); an AdamW checkpoint is
-               refused by a Muon run
+               refused by a Muon run; --qk-clip logs each layer's largest attention logit and clipped
+               heads, the serial run's at (2,2,2)
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
 enough to round-trip a float).
@@ -853,6 +854,20 @@ def case_muon():
     # Against fp32 only loosely: every Muon step moves every weight by a step of fixed size, which
     # bf16's 8 bits round at every iteration (AdamW's bf16 run stays within 5e-3, case bf16).
     wf = compare(b16, serial, 6, 5e-2, "muon bf16 vs fp32", keys=("lm_loss",))
+    # QK-clip (MuonClip): with a threshold under the heads' largest logits, heads clip every
+    # iteration; the JSON lines carry each layer's largest logit and clipped heads, and (2,2,2)
+    # reports the serial run's.
+    clip = muon + ["--qk-clip", "--qk-clip-threshold", "0.04", "--disable-bias-linear"]
+    qs, _, _ = train("muon-qkclip", 1, 1, 1, 4, clip)
+    qp, _, _ = train("muon-qkclip-222", 8, 2, 2, 4, clip + dist)
+    for it in range(1, 5):
+        logits, clipped = qs[it].get("max_attention_logit"), qs[it].get("qk_clipped_heads")
+        check(isinstance(logits, list) and len(logits) == 4 and isinstance(clipped, list) and sum(clipped) > 0,
+              f"qk-clip iteration {it}: per-layer max_attention_logit and clipped heads logged: {logits} {clipped}")
+        if isinstance(logits, list) and isinstance(qp[it].get("max_attention_logit"), list):
+            check(all(close(a, b, 1e-4) for a, b in zip(qp[it]["max_attention_logit"], logits)) and
+                  qp[it].get("qk_clipped_heads") == clipped,
+                  f"qk-clip iteration {it}: (2,2,2) {qp[it].get('max_attention_logit')} vs serial {logits}")
     # An AdamW checkpoint does not load into Muon (the moments are another optimizer's state).
     adam = os.path.join(WORK, "ckpt-adam")
     train("adam-save", 1, 1, 1, 3, ["--save", adam])
