@@ -89,4 +89,9 @@ __device__ T block_reduce(T v, Op op, T identity) {
   return warp_vals[0];
 }
 
+/// Pass 1 of a deterministic sum of squares (elementwise.cu): launched with kReduceBlocks blocks
+/// of kThreads, block b writes partials[b], the sum in double of its fixed grid-stride subset of
+/// x[0, n); adding the partials in order gives bits that do not depend on the GPU.
+__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partials);
+
 }  // namespace ptdp::cuda

@@ -39,16 +39,6 @@ __global__ void fill_2d_kernel(Bits* x, int64_t ld, int64_t rows, int64_t cols, 
   }
 }
 
-// Pass 1: kReduceBlocks partial sums, each over a fixed grid-stride subset, in double.
-__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partials) {
-  double acc = 0.0;
-  PTDP_GRID_STRIDE(i, n) {
-    const double v = x[i];
-    acc += v * v;
-  }
-  acc = block_reduce(acc, SumOp{}, 0.0);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
-}
 
 // Pass 2: one block adds the partials in a fixed order into partials[count].
 __global__ void sum_squares_final_kernel(double* partials, int count) {
@@ -74,6 +64,18 @@ __global__ void row_dot_kernel(const T* a, const T* b, const T* w, float* out, i
 }
 
 }  // namespace
+
+// Pass 1 of a sum of squares (sum_squares here, Newton-Schulz's norm): kReduceBlocks partial sums, each over a fixed grid-stride subset, in double.
+__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partials) {
+  double acc = 0.0;
+  PTDP_GRID_STRIDE(i, n) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  acc = block_reduce(acc, SumOp{}, 0.0);
+  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
 
 void CudaBackend::row_dot(const void* a, const void* b, const void* w, DType t, float* out,
                           int64_t rows, int64_t cols) {

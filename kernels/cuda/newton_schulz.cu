@@ -22,18 +22,8 @@ namespace {
 
 constexpr int kTile = 32;  // transpose tile (kTile x 8 threads)
 
-// Pass 1 of ||x||_F: per-block partial sums of squares in double (fixed grid).
-__global__ void ns_sum_squares_kernel(const float* x, int64_t n, double* partials) {
-  double acc = 0.0;
-  PTDP_GRID_STRIDE(i, n) {
-    const double v = x[i];
-    acc += v * v;
-  }
-  acc = block_reduce(acc, SumOp{}, 0.0);
-  if (threadIdx.x == 0) partials[blockIdx.x] = acc;
-}
-
-// Pass 2: div = max(||x||_F, eps), the partials added in a fixed order.
+// Pass 2 of ||x||_F (pass 1: sum_squares_partial_kernel): div = max(||x||_F, eps), the
+// partials added in a fixed order.
 __global__ void ns_norm_kernel(const double* partials, int count, float eps, float* div) {
   const double v = static_cast<int>(threadIdx.x) < count ? partials[threadIdx.x] : 0.0;
   const double total = block_reduce(v, SumOp{}, 0.0);
@@ -124,8 +114,9 @@ void CudaBackend::newton_schulz_as(float* x, const NewtonSchulzDesc& d) {
   T* b = reinterpret_cast<T*>(base + head + 2 * xb + ab);  // B [k, k]
 
   // X = x / max(||x||_F, eps) (the norm does not depend on the orientation)
-  ns_sum_squares_kernel<<<kReduceBlocks, kThreads, 0, stream_>>>(x, d.rows * d.cols, partials);
-  PTDP_CU_LAUNCHED("ns_sum_squares_kernel");
+  // ||x||_F: the partial sums of squares, then their total.
+  sum_squares_partial_kernel<<<kReduceBlocks, kThreads, 0, stream_>>>(x, d.rows * d.cols, partials);
+  PTDP_CU_LAUNCHED("sum_squares_partial_kernel");
   ns_norm_kernel<<<1, kReduceBlocks, 0, stream_>>>(partials, kReduceBlocks, d.eps, div);
   PTDP_CU_LAUNCHED("ns_norm_kernel");
   // Tall: rows > cols, so the rows' tiles go on x (up to 2^31 - 1), the columns' on y.

@@ -61,7 +61,8 @@ CASE is one of:
                (1,1,1) and (4,1,2) on the (2,2,2) trajectory (1e-5), each continued bit for bit after
                an interruption of its own; with --bf16 (fp32 masters and momentum) (2,2,2) with the
                overlapped collectives tracks the serial bf16 run (1e-2); an AdamW checkpoint is
-               refused by a Muon run; --qk-clip logs each layer's largest attention logit and clipped
+               refused by a Muon run; --muon-tp-mode blockwise is serial at t = 1 and another update at
+               t = 2; --qk-clip logs each layer's largest attention logit and clipped
                heads, the serial run's at (2,2,2)
 
 Only the JSON lines of --log-json are compared (the loss as printed with 9 significant digits,
@@ -854,6 +855,18 @@ def case_muon():
     # Against fp32 only loosely: every Muon step moves every weight by a step of fixed size, which
     # bf16's 8 bits round at every iteration (AdamW's bf16 run stays within 5e-3, case bf16).
     wf = compare(b16, serial, 6, 5e-2, "muon bf16 vs fp32", keys=("lm_loss",))
+    # --muon-tp-mode blockwise (Megatron's default): each tensor rank's piece alone. At t = 1 the
+    # pieces are the matrices (the serial run bit for bit); at t = 2 a different update, which
+    # leaves iteration 1 (before any update) alone and then departs from the serial run.
+    blk = muon + ["--muon-tp-mode", "blockwise"]
+    b1, _, _ = train("muon-blockwise-1", 1, 1, 1, 8, blk)
+    check(all(b1[it]["lm_loss"] == serial[it]["lm_loss"] for it in range(1, 9)),
+          "muon blockwise at t = 1 is the serial run bit for bit")
+    b2, _, _ = train("muon-blockwise-2", 2, 2, 1, 8, blk)
+    check(close(b2[1]["lm_loss"], serial[1]["lm_loss"], 1e-5) and
+          abs(b2[8]["lm_loss"] - serial[8]["lm_loss"]) > 1e-4 * abs(serial[8]["lm_loss"]),
+          f"muon blockwise at t = 2: iteration 1 {b2[1]['lm_loss']} as serial, iteration 8 {b2[8]['lm_loss']} departs "
+          f"from serial's {serial[8]['lm_loss']}")
     # QK-clip (MuonClip): with a threshold under the heads' largest logits, heads clip every
     # iteration; the JSON lines carry each layer's largest logit and clipped heads, and (2,2,2)
     # reports the serial run's.
