@@ -133,7 +133,10 @@ TEST_CASE("QK-clip rescales the query and key rows of the clipped groups, and on
         CHECK(metrics.clipped_heads[static_cast<std::size_t>(l)] ==
               std::count_if(mx.begin(), mx.end(), [&](float v) { return v > tau; }));
         clipped_total += metrics.clipped_heads[static_cast<std::size_t>(l)];
-        const auto [w, bias] = qkv_params(params, l);
+        // Plain variables: a lambda below captures w (C++17 lambdas cannot capture structured
+        // bindings; clang refuses).
+        const std::pair<int, int> wb = qkv_params(params, l);
+        const int w = wb.first, bias = wb.second;
         const std::vector<float> w_after = host(params.param(w)), b_after = host(params.param(bias));
         const std::vector<float>& w0 = weights[static_cast<std::size_t>(l)];
         const std::vector<float>& b0 = biases[static_cast<std::size_t>(l)];
