@@ -144,27 +144,13 @@ MuonOrthogonalizer::MuonOrthogonalizer(const std::vector<ParamTable*>& tables, c
       coefficients_(muon_coefficients(config.coefficients)),
       sharded_data_(sharded_data) {
   PTDP_CHECK_ARG(coefficients_.size() <= 8, "at most 8 Newton-Schulz coefficient sets");
-  for (std::size_t s = 0; s < tables_.size(); ++s) {
-    const ParamTable& t = *tables_[s];
-    is_matrix_.emplace_back(static_cast<std::size_t>(t.size()), false);
-    for (int i = 0; i < t.size(); ++i) is_matrix_[s][static_cast<std::size_t>(i)] = muon_is_matrix(t.info(i));
-  }
   matrices_ = muon_matrices(tables_, config_);
   for (const bool expert : {false, true}) {
     const GroupKind tk = expert ? GroupKind::ExpertTensor : GroupKind::Tensor;
     const GroupKind dk = expert ? GroupKind::ExpertData : GroupKind::DataContext;
     const bool per_rank = config_.tp_mode == MuonTpMode::Distributed;
     muon_assign(matrices_, expert, per_rank ? groups_.size(tk) : 1, sharded_data ? groups_.size(dk) : 1, per_rank);
-    const int my_t = groups_.rank(tk), my_d = sharded_data ? groups_.rank(dk) : 0;
-    for (const MuonMatrix& m : matrices_) {
-      if (m.expert == expert && m.owner_data == my_d && (m.owner_tensor < 0 || m.owner_tensor == my_t))
-        local_flops_ += m.flops;
-    }
   }
-}
-
-bool MuonOrthogonalizer::is_matrix(int space, int param) const {
-  return is_matrix_.at(static_cast<std::size_t>(space)).at(static_cast<std::size_t>(param));
 }
 
 std::vector<MuonOrthogonalizer::Piece> MuonOrthogonalizer::pieces(const MuonMatrix& mx, int r, int size) const {

@@ -86,10 +86,6 @@ class MuonOrthogonalizer {
   void orthogonalize(const std::vector<float*>& work, Backend& be);
 
   const std::vector<MuonMatrix>& matrices() const { return matrices_; }
-  /// Newton-Schulz FLOPs this rank runs per step.
-  double local_flops() const { return local_flops_; }
-  /// Elements of the parameter spaces that are Muon's (this rank's local slices).
-  bool is_matrix(int space, int param) const;
 
  private:
   struct Piece {
@@ -106,9 +102,7 @@ class MuonOrthogonalizer {
   ProcessGroups& groups_;
   std::vector<std::array<float, 3>> coefficients_;
   std::vector<MuonMatrix> matrices_;
-  std::vector<std::vector<bool>> is_matrix_;  // [space][param]
   bool sharded_data_ = false;
-  double local_flops_ = 0;
 };
 
 }  // namespace ptdp

@@ -152,9 +152,7 @@ class Optimizer {
   /// momentum only, the others the AdamW moments only; every parameter keeps every buffer of
   /// the other optimizers). A buffer a parameter does not keep reads as zeros.
   bool has_state(int s, int param, int k) const;
-  /// Muon's orthogonaliser (its matrices, their owners, the Newton-Schulz FLOPs per rank);
-  /// nullptr for the other optimizers.
-  const MuonOrthogonalizer* muon() const { return muon_.get(); }
+
   int num_spaces() const { return static_cast<int>(spaces_.size()); }
   /// State buffer `k` of space `s` laid out like the space's flat parameter buffer
   /// (capacity() elements). With the distributed optimizer each rank holds 1/d of it and the
